@@ -1,0 +1,29 @@
+"""fnarray: a functional array framework (NumPy-style code, differentiated, vectorized, compiled).
+
+Public surface: ``fnarray.numpy`` (the array namespace), the transforms
+(``jit``, ``grad``, ``vmap``...), control flow, devices and the IR printer
+``make_ir``. See DESIGN.md for the architecture.
+"""
+
+from fnarray.core import lax  # noqa: F401  (fnarray.lax)
+from fnarray.core.array import Array
+from fnarray.core.config import config
+from fnarray.core.errors import (BackendUnavailable, ConcretizationError, DTypeError, FallbackWarning,
+                                 FnArrayError, ShapeError, TracerLeakError, UnsupportedOnDevice)
+from fnarray.core.ir import Program, check_program
+from fnarray.core.shaped import ShapedArray
+from fnarray.devices.backend import Device, register_backend
+from fnarray.devices.placement import default_device, device_put, devices
+from fnarray.lowering import numpy as _numpy_backend  # noqa: F401  (installs the literal folder)
+from fnarray import numpy  # noqa: F401  (installs Array's operators)
+from fnarray import tree_util  # noqa: F401
+from fnarray.transforms.jit import jit, make_ir
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Array", "ShapedArray", "Program", "Device", "config", "jit", "make_ir", "devices", "default_device",
+    "device_put", "register_backend", "check_program", "numpy", "tree_util", "lax",
+    "FnArrayError", "ShapeError", "DTypeError", "ConcretizationError", "UnsupportedOnDevice",
+    "BackendUnavailable", "TracerLeakError", "FallbackWarning",
+]

@@ -1,0 +1,237 @@
+"""``Array``: the public array type, shared by concrete arrays and tracers.
+
+``Array`` carries the operators and methods; ``ArrayImpl`` (a concrete array
+on a device) and ``Tracer`` (a value inside a transformation) derive from it.
+The operators come from ``fnarray.numpy``, which fills the ``ops`` hook at
+import (DESIGN.md: ``core/`` defines hooks that upper layers fill), so that
+``core`` imports nothing above it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fnarray.core.errors import ConcretizationError
+
+__all__ = ["Array", "set_ops"]
+
+
+class _Ops:
+    """Placeholder until ``fnarray.numpy`` installs the real namespace."""
+
+    def __getattr__(self, name):
+        raise RuntimeError("fnarray.numpy is not loaded; import fnarray first")
+
+
+ops = _Ops()
+
+
+def set_ops(namespace) -> None:
+    """Install the namespace (``fnarray.numpy``) that implements Array's operators."""
+    global ops
+    ops = namespace
+
+
+def _binop(name, reflected=False):
+    if reflected:
+        def method(self, other):
+            return getattr(ops, name)(other, self)
+    else:
+        def method(self, other):
+            return getattr(ops, name)(self, other)
+    method.__name__ = f"__{'r' if reflected else ''}{name}__"
+    return method
+
+
+def _forward(name, ns_name=None):
+    ns_name = ns_name or name
+
+    def method(self, *args, **kwargs):
+        return getattr(ops, ns_name)(self, *args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = f"Same as ``fnarray.numpy.{ns_name}(self, ...)``."
+    return method
+
+
+class Array:
+    """An immutable n-dimensional array (the base of concrete arrays and tracers).
+
+    Subclasses provide ``aval`` (a ``ShapedArray``). Indexing and operators
+    follow NumPy with fnarray's semantics (DESIGN.md, "Semantics"); updates
+    are functional: ``x.at[i].set(v)`` returns a new array.
+    """
+
+    __slots__ = ()
+    __array_priority__ = 100
+
+    # Properties --------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        return self.aval.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.aval.dtype
+
+    @property
+    def weak_type(self) -> bool:
+        return self.aval.weak_type
+
+    @property
+    def ndim(self) -> int:
+        return len(self.aval.shape)
+
+    @property
+    def size(self) -> int:
+        return self.aval.size
+
+    @property
+    def T(self):
+        return ops.permute_dims(self, tuple(reversed(range(self.ndim))))
+
+    @property
+    def mT(self):
+        return ops.matrix_transpose(self)
+
+    @property
+    def at(self):
+        """Functional updates: ``x.at[idx].set(v)``, ``.add``, ``.multiply``, ``.min``, ``.max``, ``.get``."""
+        return ops._IndexUpdateHelper(self)
+
+    @property
+    def real(self):
+        return ops.real(self)
+
+    @property
+    def imag(self):
+        return ops.imag(self)
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.shape[0]))
+
+    __hash__ = None
+
+    def __setitem__(self, idx, value):
+        raise TypeError(
+            "fnarray arrays are immutable: item assignment x[idx] = v is not supported. "
+            "Use x = x.at[idx].set(v) (or .add, .multiply, .min, .max) to get an updated copy.")
+
+    def __getitem__(self, idx):
+        return ops._getitem(self, idx)
+
+    def __array_namespace__(self, *, api_version=None):
+        if api_version not in (None, "2021.12", "2022.12", "2023.12", "2024.12"):
+            raise ValueError(f"fnarray.numpy implements array API 2024.12, not {api_version!r}")
+        return ops
+
+    # Conversions that need a concrete value -----------------------------------
+    def _concrete(self, what):
+        raise ConcretizationError(f"{what} needs a concrete value")
+
+    def __bool__(self):
+        return bool(self._concrete("bool()"))
+
+    def __int__(self):
+        return int(self._concrete("int()"))
+
+    def __float__(self):
+        return float(self._concrete("float()"))
+
+    def __complex__(self):
+        return complex(self._concrete("complex()"))
+
+    def __index__(self):
+        from fnarray.core import dtypes
+        if not dtypes.is_int(self.dtype):
+            raise TypeError(f"only integer arrays can be used as an index, got {self.dtype.name}")
+        return int(self._concrete("__index__"))
+
+    def item(self, *args):
+        """The value as a Python scalar (``numpy.ndarray.item``)."""
+        return self._concrete(".item()").item(*args)
+
+    def tolist(self):
+        """The value as nested Python lists (``numpy.ndarray.tolist``)."""
+        return self._concrete(".tolist()").tolist()
+
+    # Operators ------------------------------------------------------------------
+    __add__, __radd__ = _binop("add"), _binop("add", True)
+    __sub__, __rsub__ = _binop("subtract"), _binop("subtract", True)
+    __mul__, __rmul__ = _binop("multiply"), _binop("multiply", True)
+    __truediv__, __rtruediv__ = _binop("divide"), _binop("divide", True)
+    __floordiv__, __rfloordiv__ = _binop("floor_divide"), _binop("floor_divide", True)
+    __mod__, __rmod__ = _binop("remainder"), _binop("remainder", True)
+    __pow__, __rpow__ = _binop("pow"), _binop("pow", True)
+    __matmul__, __rmatmul__ = _binop("matmul"), _binop("matmul", True)
+    __and__, __rand__ = _binop("bitwise_and"), _binop("bitwise_and", True)
+    __or__, __ror__ = _binop("bitwise_or"), _binop("bitwise_or", True)
+    __xor__, __rxor__ = _binop("bitwise_xor"), _binop("bitwise_xor", True)
+    __lshift__, __rlshift__ = _binop("bitwise_left_shift"), _binop("bitwise_left_shift", True)
+    __rshift__, __rrshift__ = _binop("bitwise_right_shift"), _binop("bitwise_right_shift", True)
+    __eq__, __ne__ = _binop("equal"), _binop("not_equal")
+    __lt__, __le__ = _binop("less"), _binop("less_equal")
+    __gt__, __ge__ = _binop("greater"), _binop("greater_equal")
+
+    def __divmod__(self, other):
+        return ops.floor_divide(self, other), ops.remainder(self, other)
+
+    def __rdivmod__(self, other):
+        return ops.floor_divide(other, self), ops.remainder(other, self)
+
+    def __neg__(self):
+        return ops.negative(self)
+
+    def __pos__(self):
+        return ops.positive(self)
+
+    def __abs__(self):
+        return ops.abs(self)
+
+    def __invert__(self):
+        return ops.bitwise_invert(self)
+
+    # Methods (as jax.Array's) ------------------------------------------------------
+    astype = _forward("astype")
+    reshape = _forward("_reshape_method")
+    transpose = _forward("_transpose_method")
+    sum = _forward("sum")
+    prod = _forward("prod")
+    mean = _forward("mean")
+    var = _forward("var")
+    std = _forward("std")
+    max = _forward("max")
+    min = _forward("min")
+    argmax = _forward("argmax")
+    argmin = _forward("argmin")
+    any = _forward("any")
+    all = _forward("all")
+    cumsum = _forward("cumsum")
+    cumprod = _forward("cumprod")
+    clip = _forward("clip")
+    round = _forward("round")
+    conj = _forward("conj")
+    dot = _forward("dot")
+    flatten = _forward("ravel")
+    ravel = _forward("ravel")
+    squeeze = _forward("squeeze")
+    swapaxes = _forward("swapaxes")
+    take = _forward("take")
+    sort = _forward("sort")
+    argsort = _forward("argsort")
+    repeat = _forward("repeat")
+    nonzero = _forward("nonzero")
+    copy = _forward("_copy")
+    view = _forward("_view")
+
+    def __round__(self, ndigits=None):
+        if ndigits is None:
+            return round(self.item())
+        return ops.round(self, ndigits)

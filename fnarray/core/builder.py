@@ -1,0 +1,140 @@
+"""The IR-building trace: turns a Python function into a ``Program``.
+
+Used by ``jit``, ``make_ir``, linearization and control-flow bodies. It is a
+*dynamic* trace (``new_dynamic``): every primitive bound while it is active is
+staged, even on plain arrays created inside the function. Captured arrays
+(``Array`` or tracers of outer levels) become constant variables, never
+literals; Python and NumPy scalars become ``Literal`` atoms, and equations
+whose inputs are all literals are folded at trace time.
+"""
+
+from __future__ import annotations
+
+from fnarray.core.array import Array
+from fnarray.core.dtypes import dtype_of_scalar
+from fnarray.core.ir import Eqn, Literal, Program, Var
+from fnarray.core.shaped import ShapedArray
+from fnarray.core.tracing import Trace, Tracer, is_scalar, new_dynamic, new_main
+
+__all__ = ["BuilderTrace", "BuilderTracer", "trace_to_program", "set_literal_folder"]
+
+# Primitives of these kinds are folded when all their inputs are literals.
+_FOLDABLE_KINDS = frozenset({"unary", "binary"})
+_FOLDABLE_NAMES = frozenset({"select_n"})
+
+
+def _no_folder(primitive, vals, params):
+    return None
+
+
+_fold = _no_folder
+
+
+def set_literal_folder(fn) -> None:
+    """Install the scalar evaluator used for constant folding (the numpy backend)."""
+    global _fold
+    _fold = fn
+
+
+class BuilderTracer(Tracer):
+    __slots__ = ("_aval", "literal")
+
+    def __init__(self, trace, aval, literal=None):
+        self._trace = trace
+        self._aval = aval
+        self.literal = literal
+
+    @property
+    def aval(self):
+        return self._aval
+
+    def _concrete(self, what):
+        if self.literal is not None:
+            import numpy as np
+            return np.asarray(self.literal.val)
+        return super()._concrete(what)
+
+
+class Builder:
+    """Collects equations and constants while a function is traced."""
+
+    def __init__(self):
+        self.eqns = []
+        self.vars = {}          # id(tracer) -> Var
+        self.tracers = []       # keeps tracers alive so that ids stay unique
+        self.consts = {}        # id(value) -> (tracer, value)
+
+    def new_tracer(self, trace, aval, literal=None):
+        t = BuilderTracer(trace, aval, literal)
+        self.tracers.append(t)
+        if literal is None:
+            self.vars[id(t)] = Var(aval)
+        return t
+
+    def atom(self, t):
+        return t.literal if t.literal is not None else self.vars[id(t)]
+
+
+class BuilderTrace(Trace):
+    __slots__ = ()
+
+    @property
+    def builder(self) -> Builder:
+        return self.main.global_data
+
+    def new_arg(self, aval):
+        return self.builder.new_tracer(self, aval)
+
+    def pure(self, val):
+        b = self.builder
+        if is_scalar(val):
+            d, w = dtype_of_scalar(val)
+            return b.new_tracer(self, ShapedArray((), d, w), Literal(val, ShapedArray((), d, w)))
+        if not isinstance(val, Array):
+            raise TypeError(f"{type(val).__name__} is not an array or a scalar; expected an fnarray "
+                            "Array, a NumPy scalar or a Python number")
+        hit = b.consts.get(id(val))
+        if hit is None:
+            hit = (b.new_tracer(self, val.aval), val)
+            b.consts[id(val)] = hit
+        return hit[0]
+
+    lift = pure
+
+    def process_primitive(self, primitive, tracers, params):
+        b = self.builder
+        if all(t.literal is not None for t in tracers) and tracers and (
+                primitive.kind in _FOLDABLE_KINDS or primitive.name in _FOLDABLE_NAMES):
+            folded = _fold(primitive, [t.literal.val for t in tracers], params)
+            if folded is not None:
+                aval = primitive.abstract_eval(*[t.aval for t in tracers], **params)
+                return b.new_tracer(self, aval, Literal(folded, aval))
+        avals = primitive.abstract_eval(*[t.aval for t in tracers], **params)
+        outs = avals if primitive.multiple_results else [avals]
+        out_tracers = [b.new_tracer(self, a) for a in outs]
+        b.eqns.append(Eqn(primitive, tuple(b.atom(t) for t in tracers), params,
+                          tuple(b.vars[id(t)] for t in out_tracers)))
+        return out_tracers if primitive.multiple_results else out_tracers[0]
+
+
+def trace_to_program(flat_fun, in_avals, *, debug_name="fun"):
+    """Trace ``flat_fun`` (a function of a flat list of values returning a flat
+    list) at ``in_avals``; returns ``(program, consts)``.
+
+    ``consts`` are the captured values (arrays or outer tracers) in the order
+    of ``program.constvars``.
+    """
+    builder = Builder()
+    with new_main(BuilderTrace, builder) as main:
+        with new_dynamic(main):
+            trace = BuilderTrace(main)
+            in_tracers = [trace.new_arg(a) for a in in_avals]
+            outs = flat_fun(*in_tracers)
+            out_tracers = [trace.full_raise(o) for o in outs]
+    constvars, constvals = [], []
+    for t, v in builder.consts.values():
+        constvars.append(builder.vars[id(t)])
+        constvals.append(v)
+    prog = Program(constvars, [builder.vars[id(t)] for t in in_tracers], builder.eqns,
+                   [builder.atom(t) for t in out_tracers])
+    return prog, constvals

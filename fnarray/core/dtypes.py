@@ -1,0 +1,280 @@
+"""Dtypes, the type-promotion lattice and weak types.
+
+Dtypes are NumPy ``np.dtype`` objects (``bfloat16`` from ``ml_dtypes``), so they
+compare equal to NumPy's and hash alike. Defaults are 32-bit (DESIGN.md,
+"Semantics"): Python ``float`` is ``float32``, ``int`` is ``int32``,
+``complex`` is ``complex64``.
+
+Promotion follows JAX's lattice with weak types (``jax.numpy.promote_types``,
+JEP 9407 "Design of type promotion semantics for JAX"), which agrees with the
+array API standard wherever the standard defines a result. A *weak* type is the
+type of a Python scalar: it adopts the dtype of the array it meets, within its
+kind (``f32 * 2.0 -> f32``; ``i32 + 1.5 -> f32``, weak, because a Python float
+meeting an int array lands on the default float).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+
+from fnarray.core.errors import DTypeError
+
+__all__ = [
+    "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+    "uint64", "float16", "bfloat16", "float32", "float64", "complex64",
+    "complex128", "float0", "ALL_DTYPES", "canonicalize", "promote_types",
+    "result_type", "is_float", "is_complex", "is_int", "is_unsigned",
+    "is_signed", "is_bool", "is_inexact", "short_name", "default_for_kind",
+    "dtype_of_scalar", "finfo", "iinfo",
+]
+
+bool_ = np.dtype(np.bool_)
+int8, int16, int32, int64 = (np.dtype(t) for t in ("int8", "int16", "int32", "int64"))
+uint8, uint16, uint32, uint64 = (np.dtype(t) for t in ("uint8", "uint16", "uint32", "uint64"))
+float16, float32, float64 = (np.dtype(t) for t in ("float16", "float32", "float64"))
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+complex64, complex128 = np.dtype(np.complex64), np.dtype(np.complex128)
+# The dtype of tangents of integer and boolean values (as JAX's float0): a
+# zero-size-per-element type that carries no data.
+float0 = np.dtype([("float0", np.void, 0)])
+
+ALL_DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
+              float16, bfloat16, float32, float64, complex64, complex128)
+_KNOWN = frozenset(ALL_DTYPES)
+
+_SHORT = {
+    bool_: "bool", int8: "i8", int16: "i16", int32: "i32", int64: "i64",
+    uint8: "u8", uint16: "u16", uint32: "u32", uint64: "u64",
+    float16: "f16", bfloat16: "bf16", float32: "f32", float64: "f64",
+    complex64: "c64", complex128: "c128", float0: "float0",
+}
+
+
+def short_name(dtype: np.dtype) -> str:
+    """The IR printer's short name: ``f32``, ``i32``, ``bool``, ``bf16``..."""
+    return _SHORT[dtype]
+
+
+def canonicalize(dtype) -> np.dtype:
+    """Turn anything NumPy accepts as a dtype (or a Python type) into one of ours.
+
+    Python ``float``/``int``/``complex`` map to the 32-bit defaults. Raises
+    ``DTypeError`` for dtypes fnarray does not have (strings, objects, datetimes).
+    """
+    if dtype is float:
+        return float32
+    if dtype is int:
+        return int32
+    if dtype is complex:
+        return complex64
+    if dtype is bool:
+        return bool_
+    try:
+        d = np.dtype(dtype)
+    except TypeError as e:
+        raise DTypeError(f"{dtype!r} is not a dtype; expected one of "
+                         f"{', '.join(d.name for d in ALL_DTYPES)}") from e
+    if d == float0:
+        return float0
+    if d not in _KNOWN:
+        raise DTypeError(f"fnarray has no dtype {d}; supported dtypes are "
+                         f"{', '.join(x.name for x in ALL_DTYPES)}")
+    return d
+
+
+def is_bool(d) -> bool:
+    return d == bool_
+
+
+def is_unsigned(d) -> bool:
+    return d.kind == "u"
+
+
+def is_signed(d) -> bool:
+    return d.kind == "i"
+
+
+def is_int(d) -> bool:
+    return d.kind in "iu"
+
+
+def is_float(d) -> bool:
+    return d.kind == "f" or d == bfloat16
+
+
+def is_complex(d) -> bool:
+    return d.kind == "c"
+
+
+def is_inexact(d) -> bool:
+    return is_float(d) or is_complex(d)
+
+
+# Kinds of weak types, standing for Python scalars in the lattice.
+_WEAK_INT, _WEAK_FLOAT, _WEAK_COMPLEX = "i*", "f*", "c*"
+
+_EDGES = {
+    bool_: [_WEAK_INT],
+    _WEAK_INT: [uint8, int8],
+    uint8: [int16, uint16], uint16: [int32, uint32], uint32: [int64, uint64],
+    uint64: [_WEAK_FLOAT],
+    int8: [int16], int16: [int32], int32: [int64], int64: [_WEAK_FLOAT],
+    _WEAK_FLOAT: [float16, bfloat16, _WEAK_COMPLEX],
+    float16: [float32], bfloat16: [float32], float32: [float64, complex64],
+    float64: [complex128],
+    _WEAK_COMPLEX: [complex64], complex64: [complex128], complex128: [],
+}
+
+
+def _upper_bounds():
+    ub = {}
+
+    def visit(n):
+        if n not in ub:
+            s = {n}
+            for m in _EDGES[n]:
+                s |= visit(m)
+            ub[n] = frozenset(s)
+        return ub[n]
+
+    for n in _EDGES:
+        visit(n)
+    return ub
+
+
+_UB = _upper_bounds()
+
+
+def _join(a, b):
+    common = _UB[a] & _UB[b]
+    # The least upper bound is the one element of `common` below all others.
+    for c in common:
+        if all(o in _UB[c] for o in common):
+            return c
+    raise DTypeError(f"no common type for {a} and {b}")  # lattice is complete; unreachable
+
+
+def _weak_kind(d):
+    if is_bool(d):
+        return bool_
+    if is_int(d):
+        return _WEAK_INT
+    if is_float(d):
+        return _WEAK_FLOAT
+    return _WEAK_COMPLEX
+
+
+def default_for_kind(kind) -> np.dtype:
+    """The 32-bit default dtype of a weak kind, or the dtype itself."""
+    return {_WEAK_INT: int32, _WEAK_FLOAT: float32, _WEAK_COMPLEX: complex64}.get(kind, kind)
+
+
+@functools.lru_cache(maxsize=None)
+def _promote(a, aw, b, bw):
+    na = _weak_kind(a) if aw else a
+    nb = _weak_kind(b) if bw else b
+    j = _join(na, nb)
+    if isinstance(j, str):
+        if aw and bw:
+            # Two Python scalars: keep the wider of the two concrete dtypes of that kind.
+            return default_for_kind(j) if _weak_kind(a) != _weak_kind(b) else _wider(a, b), True
+        if not aw and not bw:
+            # Two strong types meeting at a weak kind (uint64 with a signed int): float64.
+            return float64, False
+        # A strong int meeting a weak float lands on the default float, still weak.
+        return default_for_kind(j), True
+    return j, False
+
+
+def _wider(a, b):
+    return a if a.itemsize >= b.itemsize else b
+
+
+def promote_types(a, b, a_weak: bool = False, b_weak: bool = False) -> tuple[np.dtype, bool]:
+    """Join two dtypes in the lattice; returns ``(dtype, weak_type)``.
+
+    Mirrors ``jax.numpy.promote_types`` extended with weak types. Examples:
+    ``(f32, f64) -> f64``; ``(i32, weak f32) -> (f32, weak)``; ``(u8, i8) -> i16``.
+    """
+    return _promote(canonicalize(a), bool(a_weak), canonicalize(b), bool(b_weak))
+
+
+def result_type(*pairs) -> tuple[np.dtype, bool]:
+    """Fold ``promote_types`` over ``(dtype, weak)`` pairs."""
+    if not pairs:
+        raise DTypeError("result_type needs at least one dtype or array")
+    d, w = pairs[0]
+    for d2, w2 in pairs[1:]:
+        d, w = _promote(d, w, d2, w2)
+    return d, w
+
+
+def dtype_of_scalar(x) -> tuple[np.dtype, bool]:
+    """The ``(dtype, weak)`` of a Python or NumPy scalar.
+
+    Python scalars are weak with the 32-bit default of their kind; NumPy
+    scalars keep their dtype and are strong.
+    """
+    if isinstance(x, np.generic):
+        return canonicalize(x.dtype), False
+    if isinstance(x, bool):
+        return bool_, False
+    if isinstance(x, int):
+        return int32, True
+    if isinstance(x, float):
+        return float32, True
+    if isinstance(x, complex):
+        return complex64, True
+    raise DTypeError(f"{type(x).__name__} is not a scalar type")
+
+
+class finfo:
+    """Machine limits of a floating dtype (array API ``finfo``; mirrors ``numpy.finfo``).
+
+    Attributes: ``bits``, ``eps``, ``max``, ``min``, ``smallest_normal``, ``dtype``.
+    Complex dtypes report their real component's limits. Raises ``DTypeError``
+    for non-floating dtypes.
+    """
+
+    def __init__(self, dtype):
+        if hasattr(dtype, "dtype") and not isinstance(dtype, np.dtype):
+            dtype = dtype.dtype
+        d = canonicalize(dtype)
+        if not is_inexact(d):
+            raise DTypeError(f"finfo needs a floating or complex dtype, got {d}; use iinfo for integers")
+        real = {complex64: float32, complex128: float64}.get(d, d)
+        fi = ml_dtypes.finfo(real)
+        self.bits = fi.bits
+        self.eps = float(fi.eps)
+        self.max = float(fi.max)
+        self.min = float(fi.min)
+        self.smallest_normal = float(fi.smallest_normal)
+        self.resolution = float(fi.resolution)
+        self.tiny = self.smallest_normal
+        self.dtype = real
+
+    def __repr__(self):
+        return f"finfo(dtype={self.dtype.name}, bits={self.bits}, eps={self.eps}, max={self.max})"
+
+
+class iinfo:
+    """Machine limits of an integer dtype (array API ``iinfo``; mirrors ``numpy.iinfo``).
+
+    Attributes: ``bits``, ``max``, ``min``, ``dtype``. Raises ``DTypeError`` for
+    non-integer dtypes.
+    """
+
+    def __init__(self, dtype):
+        if hasattr(dtype, "dtype") and not isinstance(dtype, np.dtype):
+            dtype = dtype.dtype
+        d = canonicalize(dtype)
+        if not is_int(d):
+            raise DTypeError(f"iinfo needs an integer dtype, got {d}; use finfo for floats")
+        ii = np.iinfo(d)
+        self.bits, self.max, self.min, self.dtype = ii.bits, int(ii.max), int(ii.min), d
+
+    def __repr__(self):
+        return f"iinfo(dtype={self.dtype.name}, bits={self.bits}, min={self.min}, max={self.max})"

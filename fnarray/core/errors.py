@@ -1,0 +1,43 @@
+"""The fnarray error hierarchy (DESIGN.md, "Errors").
+
+Every error is also the matching built-in exception, so ``except ValueError``
+keeps working for users who do not know fnarray's classes.
+"""
+
+__all__ = [
+    "FnArrayError", "ShapeError", "DTypeError", "ConcretizationError",
+    "UnsupportedOnDevice", "BackendUnavailable", "TracerLeakError",
+    "FallbackWarning",
+]
+
+
+class FnArrayError(Exception):
+    """Base class of every error fnarray raises on purpose."""
+
+
+class ShapeError(FnArrayError, ValueError):
+    """Shapes that do not fit together (broadcasting, contraction, reshape)."""
+
+
+class DTypeError(FnArrayError, TypeError):
+    """A dtype that an operation does not accept."""
+
+
+class ConcretizationError(FnArrayError, TypeError):
+    """A traced value was used where Python needs a concrete one (``if x > 0:``)."""
+
+
+class UnsupportedOnDevice(FnArrayError, NotImplementedError):
+    """A primitive or dtype that the target device cannot run, with fallback off."""
+
+
+class BackendUnavailable(FnArrayError, RuntimeError):
+    """A backend whose library or driver is missing; the message has the install hint."""
+
+
+class TracerLeakError(FnArrayError, RuntimeError):
+    """A tracer was used after the transformation that made it had finished."""
+
+
+class FallbackWarning(UserWarning):
+    """Part of a program runs on the numpy backend because its device cannot run it."""

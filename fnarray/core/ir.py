@@ -1,0 +1,261 @@
+"""The IR: typed SSA programs, as JAX's jaxprs (DESIGN.md, "The IR").
+
+A ``Program`` has constant variables (arrays captured from outside, bound at
+call time), input variables, equations ``outs = primitive[params] ins`` and
+output atoms. An atom is a ``Var`` or a ``Literal`` (a Python/NumPy scalar with
+its abstract value). Everything here is immutable; ``Params`` is a hashable
+mapping so that equations can be cache keys.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from fnarray.core.errors import FnArrayError
+from fnarray.core.shaped import ShapedArray
+
+__all__ = ["Var", "Literal", "Eqn", "Program", "Params", "check_program",
+           "IRError", "pp_program"]
+
+
+class IRError(FnArrayError, TypeError):
+    """A program that fails the verifier: the IR is not well typed."""
+
+
+class Var:
+    """A variable of the IR: one value, defined once, with an abstract value."""
+
+    __slots__ = ("aval", "_id")
+    _ids = itertools.count()
+
+    def __init__(self, aval: ShapedArray):
+        self.aval = aval
+        self._id = next(Var._ids)
+
+    def __repr__(self):
+        return f"Var({self._id}:{self.aval.str_short()})"
+
+
+class Literal:
+    """A scalar constant written into the program text.
+
+    ``val`` is a NumPy scalar of ``aval.dtype``. Two literals are the same key
+    when dtype, weak type and bit pattern agree, so ``0.0``/``-0.0``,
+    ``1``/``True`` and NaN payloads are told apart.
+    """
+
+    __slots__ = ("val", "aval", "_key")
+
+    def __init__(self, val, aval: ShapedArray):
+        self.val = np.asarray(val, dtype=aval.dtype)[()]
+        self.aval = aval
+        self._key = (aval.dtype, aval.weak_type, self.val.tobytes())
+
+    def __eq__(self, other):
+        return isinstance(other, Literal) and self._key == other._key
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def __repr__(self):
+        return f"Literal({_pp_literal(self)})"
+
+
+class Params(Mapping):
+    """An immutable, hashable mapping of an equation's static parameters."""
+
+    __slots__ = ("_d", "_hash")
+
+    def __init__(self, d=(), **kw):
+        self._d = dict(d, **kw)
+        self._hash = None
+
+    def __getitem__(self, k):
+        return self._d[k]
+
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self):
+        return len(self._d)
+
+    def __hash__(self):
+        if self._hash is None:
+            self._hash = hash(tuple(sorted(self._d.items(), key=lambda kv: kv[0])))
+        return self._hash
+
+    def __eq__(self, other):
+        return isinstance(other, Params) and self._d == other._d
+
+    def replace(self, **kw) -> "Params":
+        return Params(self._d, **kw)
+
+    def __repr__(self):
+        return f"Params({self._d!r})"
+
+
+class Eqn(NamedTuple):
+    """``outputs = primitive[params] inputs``."""
+
+    primitive: Any
+    inputs: tuple
+    params: Params
+    outputs: tuple
+
+
+class Program:
+    """A closed-over-nothing typed program (a jaxpr).
+
+    Attributes: ``constvars`` (bound to captured arrays at call time),
+    ``invars``, ``eqns``, ``outvars`` (``Var`` or ``Literal``). Hashes by
+    identity, as programs are built once and shared.
+    """
+
+    __slots__ = ("constvars", "invars", "eqns", "outvars", "__weakref__")
+
+    def __init__(self, constvars, invars, eqns, outvars):
+        self.constvars = tuple(constvars)
+        self.invars = tuple(invars)
+        self.eqns = tuple(eqns)
+        self.outvars = tuple(outvars)
+
+    @property
+    def in_avals(self):
+        return tuple(v.aval for v in self.invars)
+
+    @property
+    def const_avals(self):
+        return tuple(v.aval for v in self.constvars)
+
+    @property
+    def out_avals(self):
+        return tuple(v.aval for v in self.outvars)
+
+    def __str__(self):
+        return pp_program(self)
+
+    __repr__ = __str__
+
+
+# --------------------------------------------------------------------------- printing
+
+
+def _names():
+    for n in itertools.count(1):
+        for t in itertools.product("abcdefghijklmnopqrstuvwxyz", repeat=n):
+            yield "".join(t)
+
+
+def _pp_literal(lit: Literal) -> str:
+    v = lit.val
+    if v.dtype == np.bool_:
+        s = "True" if v else "False"
+    elif v.dtype.kind in "iu":
+        s = str(int(v))
+    else:
+        s = repr(v.item()) if v.dtype.kind != "c" else str(complex(v))
+    return f"{s}:{lit.aval.str_short()}"
+
+
+def _pp_param(v, indent, names) -> str:
+    if isinstance(v, Program):
+        return "\n" + _pp(v, indent + 4, names)
+    if isinstance(v, np.dtype):
+        return v.name
+    if isinstance(v, tuple) and v and all(isinstance(p, Program) for p in v):
+        return "(" + "".join(_pp_param(p, indent, names) for p in v) + "\n" + " " * (indent + 2) + ")"
+    if callable(v) and hasattr(v, "__name__"):
+        return v.__name__
+    return str(v)
+
+
+def _pp(prog: Program, indent: int, names) -> str:
+    def name(a):
+        if isinstance(a, Literal):
+            return _pp_literal(a)
+        if a not in names:
+            names[a] = next(names["__gen__"])
+        return names[a]
+
+    def decl(v):
+        return f"{name(v)}:{v.aval.str_short()}"
+
+    pad = " " * indent
+    head = (f"{pad}{{ lambda {' '.join(map(decl, prog.constvars))}"
+            f"{' ' if prog.constvars else ''}; {' '.join(map(decl, prog.invars))}. let")
+    lines = [head]
+    for e in prog.eqns:
+        ps = " ".join(f"{k}={_pp_param(v, indent + 4, names)}" for k, v in e.params.items())
+        ps = f"[{ps}]" if ps else ""
+        outs = " ".join(map(decl, e.outputs))
+        ins = " ".join(map(name, e.inputs))
+        lines.append(f"{pad}    {outs} = {e.primitive.name}{ps} {ins}".rstrip())
+    outs = ", ".join(map(name, prog.outvars))
+    trail = "," if len(prog.outvars) == 1 else ""
+    lines.append(f"{pad}  in ({outs}{trail}) }}")
+    return "\n".join(lines)
+
+
+def pp_program(prog: Program) -> str:
+    """Print a program in the jaxpr-like text form of DESIGN.md."""
+    return _pp(prog, 0, {"__gen__": _names()})
+
+
+# --------------------------------------------------------------------------- verifier
+
+
+def check_program(prog: Program) -> None:
+    """Re-derive every equation's output types from its inputs (the verifier).
+
+    Raises ``IRError`` naming the equation when a variable is used before it
+    is defined, defined twice, or typed differently from what its primitive's
+    shape/dtype rule gives. Sub-programs in params are checked by their
+    primitive's rule, which calls this function.
+    """
+    defined = set()
+
+    def define(v, where):
+        if not isinstance(v, Var):
+            raise IRError(f"{where}: binder {v!r} is not a Var")
+        if v in defined:
+            raise IRError(f"{where}: variable {v!r} is defined twice")
+        defined.add(v)
+
+    def use(a, where):
+        if isinstance(a, Literal):
+            return a.aval
+        if not isinstance(a, Var):
+            raise IRError(f"{where}: {a!r} is neither a Var nor a Literal")
+        if a not in defined:
+            raise IRError(f"{where}: variable {a!r} is used before it is defined")
+        return a.aval
+
+    for v in prog.constvars:
+        define(v, "constvars")
+    for v in prog.invars:
+        define(v, "invars")
+    for i, e in enumerate(prog.eqns):
+        where = f"equation {i} ({e.primitive.name})"
+        in_avals = [use(a, where) for a in e.inputs]
+        try:
+            out_avals = e.primitive.abstract_eval(*in_avals, **e.params)
+        except IRError:
+            raise
+        except Exception as ex:  # the rule rejected its inputs
+            raise IRError(f"{where}: shape/dtype rule failed on inputs "
+                          f"{[a.str_short() for a in in_avals]}: {ex}") from ex
+        if not e.primitive.multiple_results:
+            out_avals = [out_avals]
+        if len(out_avals) != len(e.outputs):
+            raise IRError(f"{where}: {len(e.outputs)} outputs bound, rule gives {len(out_avals)}")
+        for v, want in zip(e.outputs, out_avals, strict=True):
+            if (v.aval.shape, v.aval.dtype) != (want.shape, want.dtype):
+                raise IRError(f"{where}: output typed {v.aval.str_short()}, "
+                              f"rule gives {want.str_short()}")
+            define(v, where)
+    for a in prog.outvars:
+        use(a, "outvars")

@@ -1,0 +1,285 @@
+"""Thin typed wrappers over the primitives (as ``jax.lax``), exposed as ``fnarray.lax``.
+
+These do no implicit promotion or broadcasting beyond what each primitive's
+rule allows; ``fnarray.numpy`` builds NumPy semantics on top of them. Every
+function takes arrays (or tracers, or scalars) and returns the same.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fnarray.core import dtypes
+from fnarray.core import primitives as P
+from fnarray.core.tracing import is_scalar
+
+__all__ = [name for name in dir() if False]  # filled at the end
+
+
+def _aval(x):
+    from fnarray.core.array import Array
+    if isinstance(x, Array):
+        return x.aval
+    from fnarray.core.shaped import ShapedArray
+    d, w = dtypes.dtype_of_scalar(x)
+    return ShapedArray((), d, w)
+
+
+def shape(x):
+    return _aval(x).shape
+
+
+def dtype(x):
+    return _aval(x).dtype
+
+
+# Elementwise --------------------------------------------------------------------------------
+def _un(p):
+    def f(x):
+        return p.bind(x)
+    f.__name__ = p.name
+    f.__doc__ = f"Elementwise ``{p.name}`` (primitive). {p.doc}"
+    return f
+
+
+neg, sign, floor, ceil, round, is_finite = map(_un, (P.neg, P.sign, P.floor, P.ceil, P.round_p, P.is_finite))
+exp, exp2, log, log1p, expm1, tanh, logistic = map(_un, (P.exp, P.exp2, P.log, P.log1p, P.expm1, P.tanh,
+                                                         P.logistic))
+sin, cos, tan, asin, acos, atan = map(_un, (P.sin, P.cos, P.tan, P.asin, P.acos, P.atan))
+sinh, cosh, asinh, acosh, atanh = map(_un, (P.sinh, P.cosh, P.asinh, P.acosh, P.atanh))
+sqrt, rsqrt, cbrt, erf, erf_inv, lgamma, digamma = map(_un, (P.sqrt, P.rsqrt, P.cbrt, P.erf, P.erf_inv,
+                                                             P.lgamma, P.digamma))
+abs, bitwise_not, real, imag, conj, population_count = map(_un, (P.abs_p, P.not_p, P.real, P.imag, P.conj,
+                                                                 P.population_count))
+stop_gradient_p_bind = _un(P.stop_gradient)
+
+
+def _bin(p):
+    def f(x, y):
+        return p.bind(x, y)
+    f.__name__ = p.name
+    f.__doc__ = f"Elementwise ``{p.name}`` (primitive). {p.doc}"
+    return f
+
+
+add, sub, mul, div, rem, pow = map(_bin, (P.add, P.sub, P.mul, P.div, P.rem, P.pow_p))
+max, min, atan2, nextafter = map(_bin, (P.max_p, P.min_p, P.atan2, P.nextafter))
+bitwise_and, bitwise_or, bitwise_xor = map(_bin, (P.and_p, P.or_p, P.xor_p))
+shift_left, shift_right_arithmetic, shift_right_logical = map(
+    _bin, (P.shift_left, P.shift_right_arithmetic, P.shift_right_logical))
+eq, ne, lt, le, gt, ge = map(_bin, (P.eq, P.ne, P.lt, P.le, P.gt, P.ge))
+complex = _bin(P.complex_p)
+
+
+def integer_pow(x, y: int):
+    return P.integer_pow.bind(x, y=int(y))
+
+
+def select_n(which, *cases):
+    return P.select_n.bind(which, *cases)
+
+
+def select(pred, on_true, on_false):
+    """``on_true`` where ``pred`` else ``on_false`` (all of one shape, or a scalar ``pred``)."""
+    return P.select_n.bind(pred, on_false, on_true)
+
+
+def convert_element_type(x, new_dtype, weak_type: bool = False):
+    """Cast ``x`` to ``new_dtype`` (float -> int saturates, NaN -> 0)."""
+    new_dtype = dtypes.canonicalize(new_dtype)
+    a = _aval(x)
+    if a.dtype == new_dtype and a.weak_type == weak_type and not is_scalar(x):
+        return x
+    return P.convert_element_type.bind(x, new_dtype=new_dtype, weak_type=bool(weak_type))
+
+
+def bitcast_convert_type(x, new_dtype):
+    return P.bitcast_convert_type.bind(x, new_dtype=dtypes.canonicalize(new_dtype))
+
+
+# Structural ---------------------------------------------------------------------------------
+def iota(dtype, size_or_shape, dimension: int = 0):
+    shape_ = (size_or_shape,) if isinstance(size_or_shape, (int, np.integer)) else tuple(size_or_shape)
+    return P.iota.bind(dtype=dtypes.canonicalize(dtype), shape=tuple(int(s) for s in shape_),
+                       dimension=dimension)
+
+
+def broadcast_in_dim(x, shape, broadcast_dimensions):
+    shape = tuple(int(s) for s in shape)
+    broadcast_dimensions = tuple(int(d) for d in broadcast_dimensions)
+    if _aval(x).shape == shape and broadcast_dimensions == tuple(range(len(shape))) and not is_scalar(x):
+        return x
+    return P.broadcast_in_dim.bind(x, shape=shape, broadcast_dimensions=broadcast_dimensions)
+
+
+def broadcast_to_rank_shape(x, shape):
+    """NumPy-style broadcast of ``x`` to ``shape`` (trailing alignment)."""
+    s = _aval(x).shape
+    shape = tuple(shape)
+    if s == shape and not is_scalar(x):
+        return x
+    nd = len(shape) - len(s)
+    return broadcast_in_dim(x, shape, tuple(range(nd, len(shape))))
+
+
+def reshape(x, new_sizes):
+    new_sizes = tuple(int(s) for s in new_sizes)
+    if _aval(x).shape == new_sizes and not is_scalar(x):
+        return x
+    return P.reshape.bind(x, new_sizes=new_sizes)
+
+
+def transpose(x, permutation):
+    permutation = tuple(int(p) for p in permutation)
+    if permutation == tuple(range(len(permutation))):
+        return x
+    return P.transpose.bind(x, permutation=permutation)
+
+
+def rev(x, dimensions):
+    dimensions = tuple(int(d) for d in dimensions)
+    return P.rev.bind(x, dimensions=dimensions) if dimensions else x
+
+
+def slice(x, start_indices, limit_indices, strides=None):
+    n = len(start_indices)
+    strides = tuple(int(s) for s in strides) if strides is not None else (1,) * n
+    start_indices = tuple(int(s) for s in start_indices)
+    limit_indices = tuple(int(s) for s in limit_indices)
+    if start_indices == (0,) * n and limit_indices == _aval(x).shape and strides == (1,) * n:
+        return x
+    return P.slice_p.bind(x, start_indices=start_indices, limit_indices=limit_indices, strides=strides)
+
+
+def slice_in_dim(x, start, limit, stride=1, axis=0):
+    s = _aval(x).shape
+    starts = [0] * len(s)
+    limits = list(s)
+    strides = [1] * len(s)
+    starts[axis], limits[axis], strides[axis] = start, limit, stride
+    return slice(x, starts, limits, strides)
+
+
+def dynamic_slice(x, start_indices, slice_sizes):
+    return P.dynamic_slice.bind(x, *start_indices, slice_sizes=tuple(int(s) for s in slice_sizes))
+
+
+def dynamic_update_slice(x, update, start_indices):
+    return P.dynamic_update_slice.bind(x, update, *start_indices)
+
+
+def pad(x, padding_value, padding_config):
+    return P.pad.bind(x, padding_value, padding_config=tuple(tuple(int(v) for v in c) for c in padding_config))
+
+
+def concatenate(operands, dimension: int):
+    operands = list(operands)
+    if len(operands) == 1:
+        return operands[0]
+    return P.concatenate.bind(*operands, dimension=int(dimension))
+
+
+def gather(x, indices, axes):
+    return P.gather.bind(x, indices, axes=tuple(int(a) for a in axes))
+
+
+def _scatter(p):
+    def f(x, indices, updates, axes):
+        return p.bind(x, indices, updates, axes=tuple(int(a) for a in axes))
+    f.__name__ = p.name
+    return f
+
+
+scatter, scatter_add, scatter_mul, scatter_min, scatter_max = map(
+    _scatter, (P.scatter, P.scatter_add, P.scatter_mul, P.scatter_min, P.scatter_max))
+
+
+# Reductions ---------------------------------------------------------------------------------
+def _red(p):
+    def f(x, axes):
+        axes = tuple(sorted(int(a) for a in axes))
+        return p.bind(x, axes=axes) if axes else x
+    f.__name__ = p.name
+    return f
+
+
+reduce_sum, reduce_prod, reduce_max, reduce_min, reduce_and, reduce_or = map(
+    _red, (P.reduce_sum, P.reduce_prod, P.reduce_max, P.reduce_min, P.reduce_and, P.reduce_or))
+
+
+def argmax(x, axis: int, index_dtype=dtypes.int32):
+    return P.argmax.bind(x, axes=(int(axis),), index_dtype=dtypes.canonicalize(index_dtype))
+
+
+def argmin(x, axis: int, index_dtype=dtypes.int32):
+    return P.argmin.bind(x, axes=(int(axis),), index_dtype=dtypes.canonicalize(index_dtype))
+
+
+def _cum(p):
+    def f(x, axis: int = 0, reverse: bool = False):
+        return p.bind(x, axis=int(axis), reverse=bool(reverse))
+    f.__name__ = p.name
+    return f
+
+
+cumsum, cumprod, cummax, cummin, cumlogsumexp = map(_cum, (P.cumsum, P.cumprod, P.cummax, P.cummin,
+                                                           P.cumlogsumexp))
+
+
+def sort(operands, dimension: int = -1, is_stable: bool = True, num_keys: int = 1):
+    """Sort ``operands`` (one array or a sequence) along ``dimension`` by the first ``num_keys``."""
+    single = not isinstance(operands, (list, tuple))
+    ops = [operands] if single else list(operands)
+    nd = len(_aval(ops[0]).shape)
+    dimension = dimension % nd if nd else 0
+    outs = P.sort.bind(*ops, dimension=dimension, is_stable=bool(is_stable), num_keys=int(num_keys))
+    return outs[0] if single else tuple(outs)
+
+
+def dot_general(lhs, rhs, dimension_numbers, preferred_element_type=None):
+    (lc, rc), (lb, rb) = dimension_numbers
+    dn = ((tuple(int(i) for i in lc), tuple(int(i) for i in rc)),
+          (tuple(int(i) for i in lb), tuple(int(i) for i in rb)))
+    pet = dtypes.canonicalize(preferred_element_type) if preferred_element_type is not None else None
+    return P.dot_general.bind(lhs, rhs, dimension_numbers=dn, preferred_element_type=pet)
+
+
+# Conveniences -------------------------------------------------------------------------------
+def full(shape, fill_value, dtype):
+    """An array of ``shape`` filled with the scalar ``fill_value`` (cast to ``dtype``)."""
+    d = dtypes.canonicalize(dtype)
+    v = convert_element_type(fill_value, d) if not is_scalar(fill_value) else np.asarray(fill_value, d)[()]
+    return broadcast_in_dim(v, tuple(shape), ())
+
+
+def zeros_like(x):
+    a = _aval(x)
+    return full(a.shape, 0, a.dtype)
+
+
+def expand_dims(x, dimensions):
+    s = list(_aval(x).shape)
+    for d in sorted(dimensions):
+        s.insert(d, 1)
+    return reshape(x, s)
+
+
+def squeeze(x, dimensions):
+    s = _aval(x).shape
+    return reshape(x, [n for i, n in enumerate(s) if i not in dimensions])
+
+
+def stop_gradient(x):
+    """Identity whose derivative is zero (as ``jax.lax.stop_gradient``); works on pytrees."""
+    from fnarray import tree_util
+    from fnarray.core.array import Array
+
+    def f(leaf):
+        if isinstance(leaf, Array) and dtypes.is_inexact(leaf.dtype):
+            return P.stop_gradient.bind(leaf)
+        return leaf
+    return tree_util.tree_map(f, x)
+
+
+__all__ = [n for n, v in list(globals().items()) if callable(v) and not n.startswith("_")
+           and getattr(v, "__module__", None) == __name__]

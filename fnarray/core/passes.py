@@ -1,0 +1,67 @@
+"""Program-to-program passes shared by transforms and backends."""
+
+from __future__ import annotations
+
+from fnarray.core.ir import Eqn, Literal, Program, Var
+
+__all__ = ["dce", "program_from_eqn", "subprograms", "walk_eqns"]
+
+
+def dce(prog: Program, used_outputs=None) -> tuple[Program, list[bool]]:
+    """Dead-code elimination (no primitive has side effects).
+
+    Args:
+      used_outputs: booleans, one per output, or ``None`` for all.
+    Returns: ``(program, used_inputs)``: the program keeping only the used
+    outputs' equations (and those outputs), and which inputs (invars) it still reads.
+    Constvars are kept whether used or not, so callers' const lists stay aligned.
+    """
+    if used_outputs is None:
+        used_outputs = [True] * len(prog.outvars)
+    outvars = [v for v, u in zip(prog.outvars, used_outputs, strict=True) if u]
+    live = {v for v in outvars if isinstance(v, Var)}
+    kept = []
+    for e in reversed(prog.eqns):
+        if any(o in live for o in e.outputs):
+            kept.append(e)
+            live.update(a for a in e.inputs if isinstance(a, Var))
+    kept.reverse()
+    used_inputs = [v in live for v in prog.invars]
+    return Program(prog.constvars, prog.invars, kept, outvars), used_inputs
+
+
+def program_from_eqn(primitive, params, in_avals, out_avals) -> Program:
+    """A program of one equation over fresh variables."""
+    ins = [Var(a) for a in in_avals]
+    outs = [Var(a) for a in out_avals]
+    return Program([], ins, [Eqn(primitive, tuple(ins), params, tuple(outs))], outs)
+
+
+def subprograms(eqn: Eqn):
+    """The sub-programs held in an equation's params (branches, bodies)."""
+    for v in eqn.params.values():
+        if isinstance(v, Program):
+            yield v
+        elif isinstance(v, tuple):
+            for p in v:
+                if isinstance(p, Program):
+                    yield p
+
+
+def walk_eqns(prog: Program):
+    """Every equation of ``prog`` and of its sub-programs, depth first."""
+    for e in prog.eqns:
+        yield e
+        for sub in subprograms(e):
+            yield from walk_eqns(sub)
+
+
+def is_literal(a) -> bool:
+    return isinstance(a, Literal)
+
+
+def consts_as_inputs(prog: Program) -> Program:
+    """The same program with its constvars turned into leading invars (for sub-programs)."""
+    if not prog.constvars:
+        return prog
+    return Program([], list(prog.constvars) + list(prog.invars), prog.eqns, prog.outvars)

@@ -1,0 +1,224 @@
+"""Tracing machinery: traces, tracers and ``bind`` (the Autodidax architecture).
+
+``bind(primitive, *args, **params)`` finds the innermost trace among the
+arguments (a stack of ``MainTrace`` levels, plus an optional *dynamic* trace
+that stages everything, for ``jit``), raises every argument into it and lets
+it process the primitive. The bottom of the stack is evaluation on devices,
+which ``fnarray.devices`` installs through ``set_eager_apply``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+import numpy as np
+
+from fnarray.core import primitives
+from fnarray.core.array import Array
+from fnarray.core.errors import ConcretizationError, TracerLeakError
+from fnarray.core.ir import Params
+
+__all__ = ["MainTrace", "Trace", "Tracer", "EvalTrace", "bind", "new_main", "new_dynamic",
+           "full_raise", "full_lower", "find_top_trace", "user_frame", "is_scalar",
+           "set_eager_apply", "current_dynamic"]
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class MainTrace:
+    """One level of the trace stack: a trace type and its global data."""
+
+    __slots__ = ("level", "trace_type", "global_data", "alive")
+
+    def __init__(self, level, trace_type, global_data):
+        self.level, self.trace_type, self.global_data, self.alive = level, trace_type, global_data, True
+
+    def with_cur_sublevel(self):
+        return self.trace_type(self)
+
+    def __repr__(self):
+        return f"MainTrace({self.level}, {self.trace_type.__name__})"
+
+
+class Trace:
+    """Interprets primitives on its tracers. Subclasses override the three hooks."""
+
+    __slots__ = ("main",)
+
+    def __init__(self, main: MainTrace):
+        self.main = main
+
+    def pure(self, val):
+        """Lift a value from outside any trace (an array or a scalar)."""
+        raise NotImplementedError
+
+    def lift(self, val):
+        """Lift a tracer of a lower level."""
+        return self.pure(val)
+
+    def process_primitive(self, primitive, tracers, params):
+        raise NotImplementedError
+
+    def full_raise(self, val):
+        if not isinstance(val, Tracer):
+            return self.pure(val)
+        main = val._trace.main
+        if main is self.main:
+            return val
+        if not main.alive:
+            raise _leak(val)
+        if main.level < self.main.level:
+            return self.lift(val)
+        raise TracerLeakError(
+            f"a value of an inner transformation ({main.trace_type.__name__}, level {main.level}) "
+            f"reached an outer one ({self.main.trace_type.__name__}, level {self.main.level}); "
+            "this happens when a traced value is stored outside the function and used later")
+
+
+def _leak(t):
+    return TracerLeakError(
+        f"a traced value ({t.aval.str_short()} from {t._trace.main.trace_type.__name__}) was used after the "
+        "transformation that made it returned. Do not keep traced values in globals or closures "
+        "across calls; return them from the transformed function instead.")
+
+
+def user_frame():
+    """The innermost stack frame outside the fnarray package, as ``file:line``."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = os.path.abspath(f.f_code.co_filename)
+        if not fn.startswith(_PKG_DIR + os.sep) and "<frozen" not in fn and "contextlib" not in fn:
+            return f"{f.f_code.co_filename}:{f.f_lineno}"
+        f = f.f_back
+    return "<unknown>"
+
+
+class Tracer(Array):
+    """A value inside a transformation. Subclasses define ``aval``."""
+
+    __slots__ = ("_trace",)
+
+    def full_lower(self):
+        return self
+
+    def _concrete(self, what):
+        where = user_frame()
+        raise ConcretizationError(
+            f"{what} on a traced value {self.aval.str_short()} at {where}: Python control flow "
+            "and conversions need concrete values, which this function does not have while it "
+            "is transformed. Use fnarray.numpy.where(c, x, y) for elementwise choices and "
+            "fnarray.cond / fnarray.while_loop / fnarray.fori_loop for control flow, or mark the "
+            "argument static (jit's static_argnums).")
+
+    def __array__(self, dtype=None, copy=None):
+        self._concrete("converting to a NumPy array")
+
+    def __repr__(self):
+        return f"Traced<{self.aval.str_short()}>with<{type(self._trace).__name__}>"
+
+
+def is_scalar(x) -> bool:
+    return isinstance(x, (bool, int, float, complex, np.generic))
+
+
+class EvalTrace(Trace):
+    """The bottom of the stack: evaluates primitives on devices."""
+
+    __slots__ = ()
+
+    def pure(self, val):
+        return val
+
+    lift = pure
+
+    def process_primitive(self, primitive, args, params):
+        return _eager_apply(primitive, args, params)
+
+
+def _no_eager(primitive, args, params):
+    raise RuntimeError("no device runtime loaded; import fnarray first")
+
+
+_eager_apply = _no_eager
+
+
+def set_eager_apply(fn) -> None:
+    """Install eager evaluation (``fnarray.devices`` does this at import)."""
+    global _eager_apply
+    _eager_apply = fn
+
+
+_trace_stack: list[MainTrace] = [MainTrace(0, EvalTrace, None)]
+_dynamic: list[MainTrace] = [_trace_stack[0]]
+
+
+def current_dynamic() -> MainTrace:
+    return _dynamic[-1]
+
+
+@contextlib.contextmanager
+def new_main(trace_type, global_data=None):
+    """Push a new level of ``trace_type``; it is marked dead when the block ends."""
+    main = MainTrace(len(_trace_stack), trace_type, global_data)
+    _trace_stack.append(main)
+    try:
+        yield main
+    finally:
+        _trace_stack.pop()
+        main.alive = False
+
+
+@contextlib.contextmanager
+def new_dynamic(main: MainTrace):
+    """Make ``main`` the dynamic trace: primitives on plain values are staged into it."""
+    _dynamic.append(main)
+    try:
+        yield
+    finally:
+        _dynamic.pop()
+
+
+def find_top_trace(args) -> Trace:
+    top = _dynamic[-1]
+    for a in args:
+        if isinstance(a, Tracer):
+            m = a._trace.main
+            if m.level > top.level:
+                top = m
+            if not m.alive:
+                raise _leak(a)
+    return top.trace_type(top)
+
+
+def full_raise(trace: Trace, val):
+    return trace.full_raise(val)
+
+
+def full_lower(val):
+    if isinstance(val, Tracer):
+        return val.full_lower()
+    return val
+
+
+def bind(primitive, *args, **params):
+    """Apply ``primitive`` to ``args`` in the innermost trace; the entry point of every op."""
+    p = Params(params)
+    top = _dynamic[-1]
+    traced = False
+    for a in args:
+        if isinstance(a, Tracer):
+            traced = True
+            break
+    if not traced and top.level == 0:
+        return _eager_apply(primitive, args, p)
+    trace = find_top_trace(args)
+    tracers = [trace.full_raise(a) for a in args]
+    outs = trace.process_primitive(primitive, tracers, p)
+    if primitive.multiple_results:
+        return [full_lower(o) for o in outs]
+    return full_lower(outs)
+
+
+primitives.set_bind(bind)

@@ -1,0 +1,1 @@
+"""Devices, buffers, backend registry, placement, partitioning and fallback."""

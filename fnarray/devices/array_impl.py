@@ -1,0 +1,137 @@
+"""``ArrayImpl``: a concrete array, a buffer on one device."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fnarray.core.array import Array
+from fnarray.core.shaped import ShapedArray
+
+__all__ = ["ArrayImpl"]
+
+
+class ArrayImpl(Array):
+    """A concrete, immutable array: an abstract value, a device and its buffer.
+
+    ``committed`` is JAX's placement flag: an array made without a device
+    follows its operands (uncommitted); ``device_put`` commits it.
+    """
+
+    __slots__ = ("aval", "_device", "_buf", "_committed", "_host", "__weakref__")
+
+    def __init__(self, aval: ShapedArray, device, buf, committed: bool = False):
+        self.aval = aval
+        self._device = device
+        self._buf = buf
+        self._committed = committed
+        self._host = None
+
+    @property
+    def device(self):
+        """The ``Device`` holding this array."""
+        return self._device
+
+    def devices(self):
+        return {self._device}
+
+    @property
+    def committed(self) -> bool:
+        return self._committed
+
+    def buf(self):
+        b = self._buf
+        if b is None:
+            raise RuntimeError(f"this array ({self.aval.str_short()}) was donated to a jitted call "
+                               "or deleted, and can no longer be used")
+        return b
+
+    def is_deleted(self) -> bool:
+        return self._buf is None
+
+    def delete(self) -> None:
+        """Free the buffer; later uses raise ``RuntimeError``."""
+        if self._buf is not None:
+            self._device.impl.delete(self._buf)
+        self._buf = None
+        self._host = None
+
+    def _value(self) -> np.ndarray:
+        h = self._host
+        if h is None:
+            h = self._device.impl.to_host(self.buf())
+            if h.dtype != self.aval.dtype:
+                h = h.astype(self.aval.dtype)
+            if h.flags.writeable:
+                h.flags.writeable = False
+            self._host = h
+        return h
+
+    def _concrete(self, what):
+        return self._value()
+
+    def __array__(self, dtype=None, copy=None):
+        v = self._value()
+        if dtype is not None and np.dtype(dtype) != v.dtype:
+            if copy is False:
+                raise ValueError(f"converting {v.dtype} to {np.dtype(dtype)} needs a copy")
+            return v.astype(dtype)
+        if copy:
+            return v.copy()
+        return v
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        v = self._value()
+        kw = {}
+        if max_version is not None:
+            kw["max_version"] = max_version
+        if dl_device is not None:
+            kw["dl_device"] = dl_device
+        if copy is not None:
+            kw["copy"] = copy
+        try:
+            return v.__dlpack__(**kw)
+        except BufferError:
+            # The consumer cannot take a read-only capsule (DLPack < 1.0): hand it a copy.
+            if copy is False:
+                raise
+            kw["copy"] = None
+            return v.copy().__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self._value().__dlpack_device__()
+
+    def to_device(self, device, /, *, stream=None):
+        """Array API ``to_device``: the same values on ``device`` (committed there)."""
+        from fnarray.devices.placement import device_put
+        return device_put(self, device)
+
+    def block_until_ready(self):
+        """Wait until the value is computed; returns ``self``."""
+        self._device.impl.block_until_ready(self.buf())
+        return self
+
+    def __repr__(self):
+        if self._buf is None:
+            return f"Array(<deleted>, shape={self.shape}, dtype={self.dtype.name})"
+        v = self._value()
+        body = np.array2string(v, separator=", ", prefix="Array(")
+        weak = ", weak_type=True" if self.aval.weak_type else ""
+        if v.size == 0:
+            return f"Array([], shape={self.shape}, dtype={self.dtype.name}{weak})"
+        return f"Array({body}, dtype={self.dtype.name}{weak})"
+
+    def __str__(self):
+        return str(self._value())
+
+    def __format__(self, spec):
+        if self.ndim == 0:
+            return format(self._value().item(), spec)
+        return format(str(self), spec)
+
+    def __reduce__(self):
+        return (_rebuild, (np.array(self._value()), self.aval.weak_type))
+
+
+def _rebuild(value, weak):
+    from fnarray.devices.placement import array_from_numpy
+    return array_from_numpy(value, weak_type=weak)

@@ -1,0 +1,205 @@
+"""The interface every backend implements, its capabilities and the registry.
+
+A backend module (``fnarray.lowering.<name>``) defines ``make_backend()``
+returning a ``Backend``; it is imported lazily, the first time its devices are
+asked for, so that optional libraries (jax, mlx, pyopencl, wgpu) are only
+imported when used. A backend that cannot start raises ``BackendUnavailable``
+with the reason and the command that fixes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+from fnarray.core.errors import BackendUnavailable, FnArrayError
+from fnarray.core.ir import Eqn, Program
+
+__all__ = ["Device", "Capabilities", "Backend", "Lowered", "register_backend", "get_backend",
+           "backend_names", "backend_error"]
+
+
+class Device:
+    """A device of a backend, printed ``backend:id`` (``numpy:0``, ``jax:0``).
+
+    Attributes: ``backend`` (name), ``id`` (int), ``platform`` (``cpu``,
+    ``gpu``, ``tpu``...), ``description`` (what the library reports).
+    """
+
+    __slots__ = ("backend", "id", "platform", "description", "handle", "reason", "_key")
+
+    def __init__(self, backend: str, id: int, platform: str, description: str = "", handle=None,
+                 reason: str | None = None):
+        self.backend, self.id, self.platform = backend, id, platform
+        self.reason = reason  # why the device is unusable (devices(all=True)), else None
+        self.description = description or f"{backend} {platform} device {id}"
+        self.handle = handle  # the library's own device object
+        self._key = (backend, id)
+
+    def __eq__(self, other):
+        return isinstance(other, Device) and self._key == other._key
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def __str__(self):
+        return f"{self.backend}:{self.id}"
+
+    def __repr__(self):
+        extra = f", unavailable: {self.reason}" if self.reason else ""
+        return f"Device({self.backend}:{self.id}, platform={self.platform!r}{extra})"
+
+    @property
+    def impl(self) -> "Backend":
+        return get_backend(self.backend)
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a backend's device can do; the partitioner and kernel scheduler read it.
+
+    ``dtypes``: the dtypes it computes in. ``max_buffers_per_kernel``,
+    ``max_workgroup_size``, ``max_dispatch``: kernel limits (``None`` = no limit).
+    ``local_memory``, ``atomics``, ``tiling_pays``: kernel-scheduler hints.
+    ``control_flow``: ``"native"`` (the library has loops) or ``"host"``
+    (the partitioner drives loops from Python).
+    """
+
+    dtypes: frozenset
+    max_buffers_per_kernel: int | None = None
+    max_workgroup_size: int | None = None
+    max_dispatch: int | None = None
+    local_memory: bool = False
+    atomics: bool = False
+    tiling_pays: bool = False
+    control_flow: str = "native"
+
+
+class Lowered:
+    """A program lowered for one device (as ``jax.stages.Lowered``)."""
+
+    def __init__(self, program: Program, device: Device):
+        self.program = program
+        self.device = device
+
+    def as_text(self) -> str:
+        """The backend's text for the program (NumPy code, StableHLO, kernel source)."""
+        raise NotImplementedError
+
+    def compile(self):
+        """An executable: ``exe(bufs) -> bufs`` over constvars + invars in order."""
+        raise NotImplementedError
+
+
+class Backend:
+    """One backend: its devices, what it supports, and how it lowers programs."""
+
+    name = "?"
+
+    def devices(self) -> list[Device]:
+        raise NotImplementedError
+
+    def capabilities(self, device: Device) -> Capabilities:
+        raise NotImplementedError
+
+    def supports(self, eqn: Eqn, device: Device) -> str | None:
+        """``None`` if the device runs ``eqn``, else the reason it cannot."""
+        caps = self.capabilities(device)
+        for a in list(eqn.inputs) + list(eqn.outputs):
+            if a.aval.dtype not in caps.dtypes:
+                return f"{device.backend} has no {a.aval.dtype.name}"
+        return None
+
+    def lower(self, program: Program, device: Device) -> Lowered:
+        raise NotImplementedError
+
+    def eager_executable(self, primitive, params, in_avals, device):
+        """A callable ``bufs -> bufs`` applying one primitive (cached by the caller)."""
+        raise NotImplementedError
+
+    def to_device(self, array, device: Device):
+        """A NumPy array (or scalar) into a buffer on ``device``."""
+        raise NotImplementedError
+
+    def to_host(self, buf):
+        """A buffer into a NumPy array (read-only where no copy was made)."""
+        raise NotImplementedError
+
+    def block_until_ready(self, buf):
+        return buf
+
+    def delete(self, buf):
+        pass
+
+
+_LOADERS = {
+    "numpy": ("fnarray.lowering.numpy", "pip install fnarray"),
+    "jax": ("fnarray.lowering.jax", "pip install 'fnarray[jax]'"),
+    "mlx": ("fnarray.lowering.mlx", "pip install 'fnarray[mlx]'"),
+    "opencl": ("fnarray.lowering.opencl", "pip install 'fnarray[opencl]'"),
+    "webgpu": ("fnarray.lowering.webgpu", "pip install 'fnarray[webgpu]'"),
+}
+_BACKENDS: dict[str, Backend] = {}
+_ERRORS: dict[str, str] = {}
+
+
+def register_backend(name: str, factory, install_hint: str = "") -> None:
+    """Register a backend by name: ``factory()`` returns a ``Backend`` (or a module path)."""
+    _LOADERS[name] = (factory, install_hint)
+    _BACKENDS.pop(name, None)
+    _ERRORS.pop(name, None)
+
+
+def unregister_backend(name: str) -> None:
+    _LOADERS.pop(name, None)
+    _BACKENDS.pop(name, None)
+    _ERRORS.pop(name, None)
+
+
+def backend_names() -> list[str]:
+    return list(_LOADERS)
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called ``name``, started on first use.
+
+    Raises ``BackendUnavailable`` with the reason and install hint when its
+    library or driver is missing, ``ValueError`` for an unknown name.
+    """
+    b = _BACKENDS.get(name)
+    if b is not None:
+        return b
+    if name not in _LOADERS:
+        raise ValueError(f"unknown backend {name!r}; known backends: {', '.join(_LOADERS)}")
+    if name in _ERRORS:
+        raise BackendUnavailable(_ERRORS[name])
+    factory, hint = _LOADERS[name]
+    try:
+        if isinstance(factory, str):
+            b = importlib.import_module(factory).make_backend()
+        else:
+            b = factory()
+        if not b.devices():
+            raise BackendUnavailable(f"backend {name!r} found no devices")
+    except BackendUnavailable as e:
+        _ERRORS[name] = f"{e}" + (f" (to fix: {hint})" if hint and "fix" not in str(e) else "")
+        raise BackendUnavailable(_ERRORS[name]) from None
+    except ImportError as e:
+        _ERRORS[name] = f"backend {name!r} needs {e.name or e}: not installed (to fix: {hint})"
+        raise BackendUnavailable(_ERRORS[name]) from None
+    except FnArrayError:
+        raise
+    except Exception as e:  # a broken driver must not crash the caller
+        _ERRORS[name] = f"backend {name!r} failed to start: {type(e).__name__}: {e}"
+        raise BackendUnavailable(_ERRORS[name]) from None
+    _BACKENDS[name] = b
+    return b
+
+
+def backend_error(name: str) -> str | None:
+    """Why backend ``name`` is unavailable, or ``None`` if it starts."""
+    try:
+        get_backend(name)
+        return None
+    except BackendUnavailable as e:
+        return str(e)

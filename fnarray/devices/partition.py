@@ -1,0 +1,146 @@
+"""Partitioning and fallback (DESIGN.md, "Partitioning and fallback").
+
+Before lowering, every equation is checked with its backend's ``supports``
+(an equation holding sub-programs is supported only if all of theirs are, so
+an unsupported equation inside a loop body moves the whole loop). Unsupported
+equations are cut into segments that run on the numpy backend, with explicit
+transfers between devices. ``fnarray.config.fallback`` chooses between a
+``FallbackWarning`` (once per primitive, dtype and device) and raising
+``UnsupportedOnDevice``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from fnarray.core.config import config
+from fnarray.core.errors import FallbackWarning, UnsupportedOnDevice
+from fnarray.core.ir import Literal, Program, Var
+from fnarray.core.passes import program_from_eqn, subprograms
+from fnarray.devices.backend import Device, get_backend
+
+__all__ = ["compile_program", "compile_eqn", "unsupported_reason", "lower_program"]
+
+_warned: set = set()
+
+
+def unsupported_reason(eqn, device: Device) -> str | None:
+    """Why ``device`` cannot run ``eqn`` (checking its sub-programs too), or ``None``."""
+    backend = device.impl
+    r = backend.supports(eqn, device)
+    if r is not None:
+        return r
+    for sub in subprograms(eqn):
+        for e in sub.eqns:
+            r = unsupported_reason(e, device)
+            if r is not None:
+                return r
+    return None
+
+
+def _dtype_of(eqn):
+    for a in list(eqn.inputs) + list(eqn.outputs):
+        return a.aval.dtype.name
+    return "-"
+
+
+def _report(eqn, device, reason):
+    msg = (f"{eqn.primitive.name} ({_dtype_of(eqn)}) cannot run on {device}: {reason}")
+    if config.fallback == "error":
+        raise UnsupportedOnDevice(f"{msg}. Set fnarray.config.fallback = 'warn' (or FNARRAY_FALLBACK=warn) to run "
+                                  "it on the numpy backend, or move the computation to a device that has it.")
+    key = (eqn.primitive.name, _dtype_of(eqn), str(device), reason)
+    if config.fallback == "warn" and key not in _warned:
+        _warned.add(key)
+        warnings.warn(f"{msg}; running it on numpy:0 instead", FallbackWarning, stacklevel=4)
+
+
+def lower_program(program: Program, device: Device):
+    """The backend's ``Lowered`` for the whole program (no partitioning)."""
+    return device.impl.lower(program, device)
+
+
+def compile_program(program: Program, device: Device):
+    """An executable ``bufs -> bufs`` for ``program`` on ``device`` (inputs: constvars + invars).
+
+    Falls back per segment when the device cannot run some equations.
+    """
+    if device.backend == "numpy":
+        return lower_program(program, device).compile()
+    placements = []
+    for e in program.eqns:
+        r = unsupported_reason(e, device)
+        if r is not None:
+            _report(e, device, r)
+        placements.append(r is None)
+    if all(placements):
+        return lower_program(program, device).compile()
+    return _Partitioned(program, device, placements)
+
+
+def compile_eqn(primitive, params, in_avals, out_avals, device: Device):
+    """An executable for one primitive (eager execution), through the same fallback."""
+    backend = device.impl
+    fast = getattr(backend, "eager_fast", None)
+    if fast is not None:
+        exe = fast(primitive, params, in_avals, device)
+        if exe is not None:
+            return exe
+    return compile_program(program_from_eqn(primitive, params, in_avals, out_avals), device)
+
+
+class _Partitioned:
+    """Runs a program as segments on the device and on numpy, moving values between them."""
+
+    def __init__(self, program: Program, device: Device, placements):
+        self.device = device
+        self.numpy_device = get_backend("numpy").devices()[0]
+        self.inputs = list(program.constvars) + list(program.invars)
+        self.outvars = program.outvars
+        segs = []
+        for e, on_dev in zip(program.eqns, placements, strict=True):
+            if segs and segs[-1][0] == on_dev:
+                segs[-1][1].append(e)
+            else:
+                segs.append((on_dev, [e]))
+        later_uses = [set() for _ in segs]
+        needed = {v for v in program.outvars if isinstance(v, Var)}
+        for i in range(len(segs) - 1, -1, -1):
+            later_uses[i] = set(needed)
+            for e in segs[i][1]:
+                needed.update(a for a in e.inputs if isinstance(a, Var))
+        self.segments = []
+        for (on_dev, eqns), after in zip(segs, later_uses, strict=True):
+            defined = {o for e in eqns for o in e.outputs}
+            ins, seen = [], set()
+            for e in eqns:
+                for a in e.inputs:
+                    if isinstance(a, Var) and a not in defined and a not in seen:
+                        seen.add(a)
+                        ins.append(a)
+            outs = [o for e in eqns for o in e.outputs if o in after]
+            dev = device if on_dev else self.numpy_device
+            exe = compile_program(Program([], ins, eqns, outs), dev)
+            self.segments.append((dev, exe, ins, outs))
+
+    def __call__(self, bufs):
+        env = {v: (b, self.device) for v, b in zip(self.inputs, bufs, strict=True)}
+        for dev, exe, ins, outs in self.segments:
+            args = []
+            for v in ins:
+                b, where = env[v]
+                if where != dev:
+                    b = dev.impl.to_device(where.impl.to_host(b), dev)
+                args.append(b)
+            for v, b in zip(outs, exe(args), strict=True):
+                env[v] = (b, dev)
+        res = []
+        for v in self.outvars:
+            if isinstance(v, Literal):
+                res.append(self.device.impl.to_device(v.val, self.device))
+                continue
+            b, where = env[v]
+            if where != self.device:
+                b = self.device.impl.to_device(where.impl.to_host(b), self.device)
+            res.append(b)
+        return res

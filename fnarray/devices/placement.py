@@ -1,0 +1,211 @@
+"""Devices, placement rules and eager execution.
+
+Placement follows JAX: an array made without a device is *uncommitted* on the
+default device and follows committed operands; ``device_put`` commits.
+Operations on committed arrays of different devices raise an error naming
+both. Eager execution is ``jit`` of a one-equation program, cached per
+(primitive, params, input types, device) (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import platform as _platform
+import sys
+
+import numpy as np
+
+from fnarray.core import dtypes, tracing
+from fnarray.core.config import config
+from fnarray.core.errors import BackendUnavailable
+from fnarray.core.shaped import ShapedArray
+from fnarray.devices.array_impl import ArrayImpl
+from fnarray.devices.backend import Device, backend_names, get_backend
+
+__all__ = ["devices", "default_device", "parse_device", "device_put", "array_from_numpy",
+           "eager_apply", "placement_device"]
+
+
+def devices(backend: str | None = None, *, all: bool = False) -> list[Device]:  # noqa: A002 (JAX's name)
+    """The usable devices, in backend order (numpy first).
+
+    Args:
+      backend: only this backend's devices.
+      all: also list devices of unusable backends, each a ``Device`` whose
+        ``reason`` says why it cannot be used and how to fix it.
+    Returns: a list of ``Device``.
+    """
+    out = []
+    for name in ([backend] if backend else backend_names()):
+        try:
+            out.extend(get_backend(name).devices())
+        except BackendUnavailable as e:
+            if all:
+                out.append(Device(name, 0, "unavailable", reason=str(e)))
+    return out
+
+
+_default: list[Device] = []
+
+
+def _accelerator_default() -> Device | None:
+    """An accelerator to prefer over numpy, probing only libraries that are installed."""
+    if sys.platform == "darwin" and _platform.machine() == "arm64" and importlib.util.find_spec("mlx"):
+        try:
+            for d in get_backend("mlx").devices():
+                if d.platform == "gpu":
+                    return d
+        except BackendUnavailable:
+            pass
+    has_jax_accel = any(importlib.util.find_spec(m) for m in (
+        "jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm_plugin", "libtpu"))
+    if has_jax_accel and importlib.util.find_spec("jax"):
+        try:
+            for d in get_backend("jax").devices():
+                if d.platform in ("gpu", "tpu", "cuda", "rocm"):
+                    return d
+        except BackendUnavailable:
+            pass
+    return None
+
+
+def default_device() -> Device:
+    """The device for arrays and calls that name none.
+
+    ``fnarray.config.default_device`` (env ``FNARRAY_DEVICE``) if set; else an
+    accelerator (MLX on Metal, JAX on CUDA/ROCm/TPU) if one is found; else ``numpy:0``.
+    """
+    if config.default_device is not None:
+        return parse_device(config.default_device)
+    if not _default:
+        _default.append(_accelerator_default() or get_backend("numpy").devices()[0])
+    return _default[0]
+
+
+def parse_device(spec) -> Device:
+    """A ``Device`` from a ``Device`` or a string ``backend``, ``backend:id`` or ``backend:platform``.
+
+    Raises ``ValueError`` listing the available devices for an unknown name, and
+    ``BackendUnavailable`` (with the fix) for a known backend that cannot start.
+    """
+    if isinstance(spec, Device):
+        return spec
+    if spec is None:
+        return default_device()
+    if not isinstance(spec, str):
+        raise TypeError(f"a device is a Device or a string like 'numpy:0', got {type(spec).__name__}")
+    name, _, rest = spec.strip().partition(":")
+    if name not in backend_names():
+        avail = ", ".join(str(d) for d in devices())
+        raise ValueError(f"unknown device {spec!r}; available devices: {avail} "
+                         f"(backends: {', '.join(backend_names())})")
+    devs = get_backend(name).devices()
+    if not rest:
+        return devs[0]
+    for d in devs:
+        if (rest.isdigit() and d.id == int(rest)) or d.platform == rest:
+            return d
+    raise ValueError(f"no device {spec!r}; {name} has {', '.join(f'{d} ({d.platform})' for d in devs)}. "
+                     f"All available devices: {', '.join(str(d) for d in devices())}")
+
+
+def array_from_numpy(value, device: Device | None = None, *, weak_type: bool = False,
+                     committed: bool = False) -> ArrayImpl:
+    """Wrap a NumPy array (copied if writeable) as an ``ArrayImpl`` on ``device``."""
+    v = np.asarray(value)
+    d = dtypes.canonicalize(v.dtype)
+    dev = device if device is not None else default_device()
+    buf = dev.impl.to_device(v, dev)
+    return ArrayImpl(ShapedArray(v.shape, d, weak_type), dev, buf, committed)
+
+
+def device_put(x, device=None):
+    """Place ``x`` (an array, NumPy value or pytree of them) on ``device``, committed.
+
+    Mirrors ``jax.device_put``. With ``device=None`` the values go to the
+    default device uncommitted. Returns the same structure with ``Array`` leaves.
+    """
+    import optree
+    dev = parse_device(device) if device is not None else None
+
+    def put(leaf):
+        if isinstance(leaf, tracing.Tracer):
+            return leaf
+        target = dev or default_device()
+        if isinstance(leaf, ArrayImpl):
+            if leaf.device == target:
+                return ArrayImpl(leaf.aval, target, leaf.buf(), committed=dev is not None)
+            return ArrayImpl(leaf.aval, target, _transfer(leaf.buf(), leaf.device, target),
+                             committed=dev is not None)
+        if tracing.is_scalar(leaf):
+            d, w = dtypes.dtype_of_scalar(leaf)
+            return array_from_numpy(np.asarray(leaf, d), target, weak_type=w, committed=dev is not None)
+        return array_from_numpy(leaf, target, committed=dev is not None)
+
+    return optree.tree_map(put, x, none_is_leaf=False)
+
+
+def _transfer(buf, src: Device, dst: Device):
+    if src == dst:
+        return buf
+    return dst.impl.to_device(src.impl.to_host(buf), dst)
+
+
+def placement_device(arrays, where: str) -> Device:
+    """The device an operation on ``arrays`` runs on (JAX's committed/uncommitted rule)."""
+    committed = None
+    first = None
+    for a in arrays:
+        if first is None:
+            first = a._device
+        if a._committed:
+            if committed is None:
+                committed = a._device
+            elif a._device != committed:
+                raise ValueError(
+                    f"{where} got arrays committed to different devices: {committed} and {a._device}. "
+                    f"Move one with fnarray.device_put(x, {str(committed)!r}) first.")
+    return committed or first or default_device()
+
+
+# ------------------------------------------------------------------------------- eager
+
+_eager_cache: dict = {}
+
+
+def _eager_executable(primitive, params, avals, device):
+    key = (primitive, params, avals, device)
+    hit = _eager_cache.get(key)
+    if hit is None:
+        from fnarray.devices.partition import compile_eqn
+        out = primitive.abstract_eval(*avals, **params)
+        out_avals = tuple(out) if primitive.multiple_results else (out,)
+        hit = (compile_eqn(primitive, params, avals, out_avals, device), out_avals)
+        _eager_cache[key] = hit
+    return hit
+
+
+def eager_apply(primitive, args, params):
+    """Evaluate one primitive on concrete arguments (arrays or scalars)."""
+    arrays = [a for a in args if isinstance(a, ArrayImpl)]
+    device = placement_device(arrays, primitive.name) if arrays else default_device()
+    avals, bufs = [], []
+    for a in args:
+        if isinstance(a, ArrayImpl):
+            avals.append(a.aval)
+            bufs.append(a.buf() if a._device == device else _transfer(a.buf(), a._device, device))
+        elif tracing.is_scalar(a):
+            d, w = dtypes.dtype_of_scalar(a)
+            avals.append(ShapedArray((), d, w))
+            bufs.append(device.impl.to_device(np.asarray(a, d), device))
+        else:
+            raise TypeError(f"{primitive.name} got {type(a).__name__}; expected an fnarray Array or a scalar. "
+                            "Wrap NumPy arrays with fnarray.numpy.asarray.")
+    exe, out_avals = _eager_executable(primitive, params, tuple(avals), device)
+    outs = exe(bufs)
+    committed = any(a._committed for a in arrays)
+    res = [ArrayImpl(av, device, b, committed) for av, b in zip(out_avals, outs, strict=True)]
+    return res if primitive.multiple_results else res[0]
+
+
+tracing.set_eager_apply(eager_apply)

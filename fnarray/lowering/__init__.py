@@ -1,0 +1,1 @@
+"""Lowerings: one module per backend, each a table keyed by primitive (imported lazily)."""

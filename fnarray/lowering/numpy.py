@@ -1,0 +1,158 @@
+"""The numpy backend: the reference and the embedded default (device ``numpy:0``).
+
+A program compiles to generated Python source: one line per equation calling
+that equation's NumPy implementation (``numpy_impls.IMPLS``), after dead-code
+elimination. Values that depend only on captured constants are computed once,
+on the first call, and reused (DESIGN.md, "The IR"). ``Lowered.as_text()``
+returns the generated source.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from fnarray.core import dtypes
+from fnarray.core.builder import set_literal_folder
+from fnarray.core.ir import Literal, Program
+from fnarray.core.passes import dce
+from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
+from fnarray.lowering.numpy_impls import IMPLS
+
+__all__ = ["make_backend", "compile_numpy", "NumpyBackend"]
+
+_CAPS = Capabilities(dtypes=frozenset(dtypes.ALL_DTYPES), control_flow="native")
+
+
+def _ident(i):
+    return f"v{i}"
+
+
+class _Generated:
+    """Python source for a program, and the function it defines."""
+
+    def __init__(self, prog: Program):
+        prog, _ = dce(prog)
+        names: dict = {}
+        glb: dict = {"np": np}
+        lines = []
+        counter = [0]
+
+        def name(a):
+            if isinstance(a, Literal):
+                k = f"k{counter[0]}"
+                counter[0] += 1
+                glb[k] = np.asarray(a.val)
+                return k
+            if a not in names:
+                names[a] = _ident(len(names))
+            return names[a]
+
+        ins = [name(v) for v in list(prog.constvars) + list(prog.invars)]
+        for i, e in enumerate(prog.eqns):
+            fn = IMPLS[e.primitive](e.params, [a.aval for a in e.inputs], [o.aval for o in e.outputs])
+            f = f"f{i}_{e.primitive.name}"
+            glb[f] = fn
+            args = ", ".join(name(a) for a in e.inputs)
+            outs = [name(o) for o in e.outputs]
+            if e.primitive.multiple_results:
+                lhs = ", ".join(outs) + ("," if len(outs) == 1 else "")
+                lines.append(f"    {lhs} = {f}({args})")
+            else:
+                lines.append(f"    {outs[0]} = {f}({args})")
+        outs = ", ".join(name(a) for a in prog.outvars)
+        lines.append(f"    return [{outs}]")
+        header = f"def program({', '.join(ins)}):"
+        self.source = "\n".join([header] + lines) + "\n"
+        exec(compile(self.source, "<fnarray numpy program>", "exec"), glb)  # noqa: S102 (our own codegen)
+        self.fn = glb["program"]
+
+
+_compiled: "weakref.WeakKeyDictionary[Program, object]" = weakref.WeakKeyDictionary()
+
+
+def compile_numpy(prog: Program):
+    """A callable ``list of NumPy values -> list of NumPy values`` for ``prog`` (cached per program)."""
+    exe = _compiled.get(prog)
+    if exe is None:
+        fn = _Generated(prog).fn
+        errstate = np.errstate(all="ignore")
+
+        def exe(bufs, fn=fn):
+            with errstate:
+                return fn(*bufs)
+        _compiled[prog] = exe
+    return exe
+
+
+class NumpyLowered(Lowered):
+    def as_text(self) -> str:
+        return _Generated(self.program).source
+
+    def compile(self):
+        return compile_numpy(self.program)
+
+
+class NumpyBackend(Backend):
+    name = "numpy"
+
+    def __init__(self):
+        self._devices = [Device("numpy", 0, "cpu", f"NumPy {np.__version__} on the host CPU")]
+
+    def devices(self):
+        return self._devices
+
+    def capabilities(self, device):
+        return _CAPS
+
+    def supports(self, eqn, device):
+        return None
+
+    def lower(self, program, device):
+        return NumpyLowered(program, device)
+
+    def eager_fast(self, primitive, params, in_avals, device):
+        out = primitive.abstract_eval(*in_avals, **params)
+        outs = list(out) if primitive.multiple_results else [out]
+        fn = IMPLS[primitive](params, list(in_avals), outs)
+        errstate = np.errstate(all="ignore")
+        if primitive.multiple_results:
+            def exe(bufs):
+                with errstate:
+                    return list(fn(*bufs))
+        else:
+            def exe(bufs):
+                with errstate:
+                    return [fn(*bufs)]
+        return exe
+
+    def to_device(self, array, device):
+        a = np.array(array, copy=True)
+        a.flags.writeable = False
+        return a
+
+    def to_host(self, buf):
+        return np.asarray(buf)
+
+
+def make_backend():
+    return NumpyBackend()
+
+
+def _fold(primitive, vals, params):
+    """Evaluate a primitive on literal scalars (constant folding at trace time)."""
+    avals = [Literal(v, _aval(v)).aval for v in vals]
+    out = primitive.abstract_eval(*avals, **params)
+    fn = IMPLS[primitive](params, avals, [out])
+    with np.errstate(all="ignore"):
+        r = np.asarray(fn(*[np.asarray(v) for v in vals]))
+    return r.astype(out.dtype)[()]
+
+
+def _aval(v):
+    from fnarray.core.shaped import ShapedArray
+    return ShapedArray((), np.asarray(v).dtype)
+
+
+set_literal_folder(_fold)

@@ -1,0 +1,295 @@
+"""Array creation functions of the array API standard (2024.12) and NumPy's common extras.
+
+Defaults are 32-bit (DESIGN.md): ``arange(5)`` is ``int32``, ``zeros(3)`` is
+``float32``. ``device`` places the result (committed) on a device.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fnarray.core import dtypes, lax
+from fnarray.core.array import Array
+from fnarray.core.errors import ShapeError
+from fnarray.core.tracing import Tracer, is_scalar
+from fnarray.numpy._util import asarray_internal, aval_of
+
+__all__ = ["asarray", "array", "zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like",
+           "empty_like", "arange", "linspace", "logspace", "eye", "identity", "meshgrid", "tril", "triu",
+           "from_dlpack", "diag", "diagflat", "tri", "indices"]
+
+
+def _shape(shape, name):
+    if isinstance(shape, (int, np.integer)):
+        shape = (shape,)
+    try:
+        shape = tuple(int(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"{name}: shape must be an int or a tuple of ints, got {shape!r}") from None
+    if any(s < 0 for s in shape):
+        raise ShapeError(f"{name}: negative dimensions are not allowed, got {shape}")
+    return shape
+
+
+def _place(x, device):
+    if device is None:
+        return x
+    from fnarray.devices.placement import device_put
+    return device_put(x, device)
+
+
+def asarray(obj, /, dtype=None, device=None, copy=None):
+    """Convert ``obj`` (array, NumPy array, scalar, nested sequence, DLPack capsule holder) to an ``Array``.
+
+    Mirrors the array API ``asarray``. Python floats become ``float32`` and ints
+    ``int32`` (weak-typed when a bare scalar); NumPy arrays keep their dtype
+    (``float64`` stays ``float64``). ``copy=False`` raises when a copy is needed.
+
+    Raises ``DTypeError`` for objects that hold no numbers, ``OverflowError`` for
+    Python ints outside ``int32`` without an explicit dtype.
+    """
+    if copy is False and not isinstance(obj, Array):
+        raise ValueError("asarray(copy=False) cannot wrap a non-fnarray object without a copy; "
+                         "fnarray arrays own their buffers")
+    if not isinstance(obj, (Array, np.ndarray, list, tuple)) and not is_scalar(obj) and hasattr(obj, "__dlpack__"):
+        obj = np.from_dlpack(obj)
+    elif not isinstance(obj, (Array, np.ndarray, list, tuple)) and not is_scalar(obj) and hasattr(obj, "__array__"):
+        obj = np.asarray(obj)
+    x = asarray_internal(obj, dtype)
+    return _place(x, device)
+
+
+def array(obj, dtype=None, copy=True, ndmin: int = 0, device=None):
+    """``numpy.array``: like ``asarray``, with ``ndmin`` leading unit dimensions."""
+    x = asarray(obj, dtype=dtype, device=device)
+    if x.ndim < ndmin:
+        x = lax.reshape(x, (1,) * (ndmin - x.ndim) + x.shape)
+    return x
+
+
+def _default_float(dtype):
+    return dtypes.canonicalize(dtype) if dtype is not None else dtypes.float32
+
+
+def full(shape, fill_value, *, dtype=None, device=None):
+    """An array of ``shape`` filled with ``fill_value`` (array API ``full``).
+
+    Without ``dtype``, the dtype is the fill value's (a Python float gives ``float32``).
+    """
+    shape = _shape(shape, "full")
+    if dtype is None:
+        a = aval_of(fill_value) if not isinstance(fill_value, (list, tuple)) else None
+        dtype = a.dtype if a is not None else dtypes.float32
+    d = dtypes.canonicalize(dtype)
+    if isinstance(fill_value, Array):
+        v = lax.convert_element_type(fill_value, d)
+        return _place(lax.broadcast_to_rank_shape(v, shape), device)
+    return _place(lax.full(shape, fill_value, d), device)
+
+
+def zeros(shape, *, dtype=None, device=None):
+    """An array of zeros (array API ``zeros``); default dtype ``float32``."""
+    return full(shape, 0, dtype=_default_float(dtype), device=device)
+
+
+def ones(shape, *, dtype=None, device=None):
+    """An array of ones (array API ``ones``); default dtype ``float32``."""
+    return full(shape, 1, dtype=_default_float(dtype), device=device)
+
+
+def empty(shape, *, dtype=None, device=None):
+    """An array of ``shape`` (array API ``empty``); its values are zeros, as immutable arrays need some."""
+    return zeros(shape, dtype=dtype, device=device)
+
+
+def _like(x, dtype, shape):
+    a = aval_of(asarray_internal(x) if not isinstance(x, Array) else x)
+    return (a.shape if shape is None else shape), (a.dtype if dtype is None else dtype)
+
+
+def full_like(x, /, fill_value, *, dtype=None, device=None, shape=None):
+    """An array like ``x`` (shape, dtype) filled with ``fill_value`` (array API ``full_like``)."""
+    s, d = _like(x, dtype, shape)
+    return full(s, fill_value, dtype=d, device=device)
+
+
+def zeros_like(x, /, *, dtype=None, device=None, shape=None):
+    """Zeros shaped like ``x`` (array API ``zeros_like``)."""
+    s, d = _like(x, dtype, shape)
+    return full(s, 0, dtype=d, device=device)
+
+
+def ones_like(x, /, *, dtype=None, device=None, shape=None):
+    """Ones shaped like ``x`` (array API ``ones_like``)."""
+    s, d = _like(x, dtype, shape)
+    return full(s, 1, dtype=d, device=device)
+
+
+def empty_like(x, /, *, dtype=None, device=None, shape=None):
+    """An array shaped like ``x`` (array API ``empty_like``); zeros."""
+    return zeros_like(x, dtype=dtype, device=device, shape=shape)
+
+
+def _static(v, name):
+    if isinstance(v, Tracer):
+        raise TypeError(f"{name} needs concrete numbers for its bounds (the output shape depends on them); "
+                        "pass Python numbers, or mark the argument static in jit")
+    if isinstance(v, Array):
+        return v.item()
+    return v
+
+
+def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
+    """Evenly spaced values in ``[start, stop)`` (array API ``arange``).
+
+    Integer arguments give ``int32``, float ones ``float32``. Raises ``ValueError``
+    for ``step == 0``.
+    """
+    start, stop, step = (_static(v, "arange") for v in (start, stop, step))
+    if stop is None:
+        start, stop = 0, start
+    if step == 0:
+        raise ValueError("arange: step must not be zero")
+    if dtype is None:
+        if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (start, stop, step)):
+            dtype = dtypes.int32
+        else:
+            dtype = dtypes.float32
+    d = dtypes.canonicalize(dtype)
+    n = max(0, math.ceil((stop - start) / step))
+    if dtypes.is_int(d):
+        vals = np.arange(n, dtype=np.int64) * step + start
+        x = asarray_internal(vals.astype(d))
+    else:
+        idx = lax.iota(d, n) if n else asarray_internal(np.zeros(0, d))
+        x = lax.add(lax.mul(idx, np.asarray(step, d)[()]), np.asarray(start, d)[()]) if n else idx
+    return _place(x, device)
+
+
+def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
+    """``num`` evenly spaced values from ``start`` to ``stop`` (array API ``linspace``)."""
+    start, stop = _static(start, "linspace"), _static(stop, "linspace")
+    num = int(num)
+    if num < 0:
+        raise ValueError(f"linspace: num must be >= 0, got {num}")
+    if dtype is None:
+        dtype = dtypes.complex64 if isinstance(start, complex) or isinstance(stop, complex) else dtypes.float32
+    d = dtypes.canonicalize(dtype)
+    vals = np.linspace(start, stop, num, endpoint=endpoint, dtype=np.complex128 if dtypes.is_complex(d)
+                       else np.float64)
+    return _place(asarray_internal(vals.astype(d)), device)
+
+
+def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, device=None):
+    """``base ** linspace(start, stop, num)`` (``numpy.logspace``)."""
+    d = dtypes.canonicalize(dtype) if dtype is not None else dtypes.float32
+    vals = np.logspace(_static(start, "logspace"), _static(stop, "logspace"), int(num), endpoint=endpoint, base=base)
+    return _place(asarray_internal(vals.astype(d)), device)
+
+
+def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None):
+    """A matrix with ones on the ``k``-th diagonal (array API ``eye``)."""
+    n_cols = n_rows if n_cols is None else n_cols
+    d = _default_float(dtype)
+    r = lax.iota(dtypes.int32, (n_rows, n_cols), 0)
+    c = lax.iota(dtypes.int32, (n_rows, n_cols), 1)
+    mask = lax.eq(lax.add(r, np.int32(k)), c)
+    return _place(lax.convert_element_type(mask, d), device)
+
+
+def identity(n, dtype=None, device=None):
+    """The ``n`` x ``n`` identity matrix (``numpy.identity``)."""
+    return eye(n, dtype=dtype, device=device)
+
+
+def tri(N, M=None, k=0, dtype=None):
+    """Ones at and below the ``k``-th diagonal (``numpy.tri``)."""
+    M = N if M is None else M
+    r = lax.iota(dtypes.int32, (N, M), 0)
+    c = lax.iota(dtypes.int32, (N, M), 1)
+    return lax.convert_element_type(lax.le(c, lax.add(r, np.int32(k))), _default_float(dtype))
+
+
+def _tri_mask(x, k, lower):
+    x = asarray_internal(x)
+    if x.ndim < 2:
+        raise ShapeError(f"{'tril' if lower else 'triu'} needs an array of rank >= 2, got shape {x.shape}")
+    n, m = x.shape[-2:]
+    r = lax.iota(dtypes.int32, (n, m), 0)
+    c = lax.iota(dtypes.int32, (n, m), 1)
+    mask = lax.le(c, lax.add(r, np.int32(k))) if lower else lax.ge(c, lax.add(r, np.int32(k)))
+    mask = lax.broadcast_to_rank_shape(mask, x.shape)
+    return lax.select(mask, x, lax.zeros_like(x))
+
+
+def tril(x, /, *, k: int = 0):
+    """The lower triangle of the last two axes, zeros above diagonal ``k`` (array API ``tril``)."""
+    return _tri_mask(x, k, True)
+
+
+def triu(x, /, *, k: int = 0):
+    """The upper triangle of the last two axes, zeros below diagonal ``k`` (array API ``triu``)."""
+    return _tri_mask(x, k, False)
+
+
+def meshgrid(*arrays, indexing: str = "xy"):
+    """Coordinate grids from 1-d arrays (array API ``meshgrid``; ``indexing`` is ``'xy'`` or ``'ij'``)."""
+    if indexing not in ("xy", "ij"):
+        raise ValueError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
+    arrays = [asarray_internal(a) for a in arrays]
+    for a in arrays:
+        if a.ndim != 1:
+            raise ShapeError(f"meshgrid takes 1-d arrays, got shape {a.shape}")
+    if not arrays:
+        return []
+    from fnarray.numpy._util import result_aval
+    d, _ = result_aval(*arrays)
+    shape = [a.shape[0] for a in arrays]
+    if indexing == "xy" and len(arrays) > 1:
+        shape[0], shape[1] = shape[1], shape[0]
+    out = []
+    for i, a in enumerate(arrays):
+        dim = i
+        if indexing == "xy" and len(arrays) > 1 and i < 2:
+            dim = 1 - i
+        out.append(lax.broadcast_in_dim(lax.convert_element_type(a, d), tuple(shape), (dim,)))
+    return out
+
+
+def from_dlpack(x, /, *, device=None, copy=None):
+    """An ``Array`` from any object with ``__dlpack__`` (array API ``from_dlpack``); copies."""
+    return asarray(np.from_dlpack(x), device=device)
+
+
+def diag(v, k: int = 0):
+    """The ``k``-th diagonal of a matrix, or a matrix with ``v`` on it (``numpy.diag``)."""
+    v = asarray_internal(v)
+    if v.ndim == 1:
+        n = v.shape[0] + abs(k)
+        r = lax.iota(dtypes.int32, (n, n), 0)
+        c = lax.iota(dtypes.int32, (n, n), 1)
+        mask = lax.eq(lax.add(r, np.int32(k)), c)
+        padded = lax.pad(v, np.asarray(0, v.dtype)[()], [(max(0, -k) if k < 0 else 0, max(0, k), 0)])
+        rows = lax.broadcast_in_dim(padded, (n, n), (1,)) if k >= 0 else lax.broadcast_in_dim(padded, (n, n), (0,))
+        return lax.select(mask, rows, lax.zeros_like(rows))
+    if v.ndim == 2:
+        from fnarray.numpy._linalg import diagonal
+        return diagonal(v, offset=k)
+    raise ShapeError(f"diag needs a 1-d or 2-d array, got shape {v.shape}")
+
+
+def diagflat(v, k: int = 0):
+    """``diag`` of the flattened input (``numpy.diagflat``)."""
+    v = asarray_internal(v)
+    return diag(lax.reshape(v, (v.size,)), k)
+
+
+def indices(dimensions, dtype=None):
+    """A grid of indices, shape ``(len(dimensions), *dimensions)`` (``numpy.indices``)."""
+    d = dtypes.canonicalize(dtype) if dtype is not None else dtypes.int32
+    dims = tuple(int(n) for n in dimensions)
+    from fnarray.numpy._manipulation import stack
+    return stack([lax.iota(d, dims, i) for i in range(len(dims))]) if dims else asarray_internal(
+        np.zeros((0,), d))

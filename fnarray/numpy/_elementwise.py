@@ -1,0 +1,754 @@
+"""Elementwise functions of the array API standard (2024.12), with NumPy aliases.
+
+Arguments are promoted with JAX's lattice and weak types and broadcast as in
+NumPy; see ``fnarray.core.dtypes``. Integer inputs to functions defined on
+floats (``exp``, ``sqrt``, ``divide``...) are promoted to the default float
+dtype, as ``jax.numpy`` does. Pinned edge cases (DESIGN.md): integer division
+and remainder by zero give 0, shifts past the bit width give 0 (or -1),
+``maximum``/``minimum`` propagate NaN, ``0 ** 0 == 1``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fnarray.core import dtypes, lax
+from fnarray.core.errors import DTypeError
+from fnarray.numpy._util import aval_of, check_arraylike, elementwise, promote
+
+__all__ = [
+    "abs", "absolute", "acos", "arccos", "acosh", "arccosh", "add", "asin", "arcsin", "asinh", "arcsinh",
+    "atan", "arctan", "atan2", "arctan2", "atanh", "arctanh", "bitwise_and", "bitwise_left_shift",
+    "left_shift", "bitwise_invert", "invert", "bitwise_not", "bitwise_or", "bitwise_right_shift",
+    "right_shift", "bitwise_xor", "ceil", "clip", "conj", "conjugate", "copysign", "cos", "cosh",
+    "divide", "true_divide", "equal", "exp", "exp2", "expm1", "floor", "floor_divide", "greater",
+    "greater_equal", "hypot", "imag", "isfinite", "isinf", "isnan", "less", "less_equal", "log",
+    "log1p", "log2", "log10", "logaddexp", "logaddexp2", "logical_and", "logical_not", "logical_or",
+    "logical_xor", "maximum", "minimum", "multiply", "negative", "nextafter", "not_equal", "positive",
+    "pow", "power", "real", "reciprocal", "remainder", "mod", "fmod", "round", "sign", "signbit", "sin",
+    "sinh", "square", "sqrt", "subtract", "tan", "tanh", "trunc", "cbrt", "deg2rad", "rad2deg",
+    "degrees", "radians", "fmax", "fmin", "sinc", "float_power", "heaviside", "isclose", "nan_to_num",
+    "angle", "isreal", "iscomplex", "frexp", "ldexp", "gcd", "lcm", "erf", "erfc", "erfinv",
+]
+
+
+def _not_bool(name):
+    def check(d):
+        if dtypes.is_bool(d):
+            raise DTypeError(f"{name} does not accept bool arrays; convert with .astype(int) first")
+    return check
+
+
+def _int_or_bool(name):
+    def check(d):
+        if not (dtypes.is_int(d) or dtypes.is_bool(d)):
+            raise DTypeError(f"{name} accepts integer or boolean arrays, got {d.name}")
+    return check
+
+
+def _int_only(name):
+    def check(d):
+        if not dtypes.is_int(d):
+            raise DTypeError(f"{name} accepts integer arrays, got {d.name}")
+    return check
+
+
+def _real_only(name):
+    def check(d):
+        if dtypes.is_complex(d):
+            raise DTypeError(f"{name} is not defined for complex arrays ({d.name})")
+    return check
+
+
+def _to_inexact(x):
+    """Promote integer/bool operands to the default float, keeping weak types."""
+    a = aval_of(x)
+    if dtypes.is_inexact(a.dtype):
+        return x
+    if isinstance(x, (bool, int)) and not isinstance(x, np.generic):
+        return float(x)
+    return lax.convert_element_type(x, dtypes.float32, weak_type=a.weak_type)
+
+
+def _float_unary(name, fn, real_only=False):
+    def f(x, /):
+        check_arraylike(name, x)
+        x = _to_inexact(x)
+        if real_only and dtypes.is_complex(aval_of(x).dtype):
+            raise DTypeError(f"{name} is not defined for complex arrays")
+        return elementwise(name, fn, x)
+    f.__name__ = name
+    f.__doc__ = (f"Elementwise {name} (array API ``{name}``; NumPy's ``{name}``).\n\n"
+                 "Args: x: array; integer inputs are promoted to the default float.\n"
+                 "Returns: an array of x's (floating) dtype and shape.")
+    return f
+
+
+exp = _float_unary("exp", lax.exp)
+exp2 = _float_unary("exp2", lax.exp2)
+expm1 = _float_unary("expm1", lax.expm1)
+log = _float_unary("log", lax.log)
+log1p = _float_unary("log1p", lax.log1p)
+sin, cos, tan = _float_unary("sin", lax.sin), _float_unary("cos", lax.cos), _float_unary("tan", lax.tan)
+asin, acos, atan = _float_unary("asin", lax.asin), _float_unary("acos", lax.acos), _float_unary("atan", lax.atan)
+sinh, cosh, tanh = _float_unary("sinh", lax.sinh), _float_unary("cosh", lax.cosh), _float_unary("tanh", lax.tanh)
+asinh = _float_unary("asinh", lax.asinh)
+acosh = _float_unary("acosh", lax.acosh)
+atanh = _float_unary("atanh", lax.atanh)
+sqrt = _float_unary("sqrt", lax.sqrt)
+cbrt = _float_unary("cbrt", lax.cbrt, real_only=True)
+erf = _float_unary("erf", lax.erf, real_only=True)
+erfinv = _float_unary("erfinv", lax.erf_inv, real_only=True)
+arcsin, arccos, arctan, arcsinh, arccosh, arctanh = asin, acos, atan, asinh, acosh, atanh
+
+
+def erfc(x, /):
+    """Complementary error function ``1 - erf(x)`` (``scipy.special.erfc``)."""
+    return subtract(1, erf(x))
+
+
+def log2(x, /):
+    """Base-2 logarithm (array API ``log2``)."""
+    x = _to_inexact(x)
+    return divide(log(x), np.log(2).astype(_real_dtype(x)))
+
+
+def log10(x, /):
+    """Base-10 logarithm (array API ``log10``)."""
+    x = _to_inexact(x)
+    return divide(log(x), np.log(10).astype(_real_dtype(x)))
+
+
+def _real_dtype(x):
+    d = aval_of(x).dtype
+    return {dtypes.complex64: dtypes.float32, dtypes.complex128: dtypes.float64}.get(d, d)
+
+
+def _arith(name, fn, bool_fn=None):
+    def f(x1, x2, /):
+        check_arraylike(name, x1, x2)
+        a = promote(name, x1, x2)
+        if dtypes.is_bool(aval_of(a[0]).dtype):
+            if bool_fn is None:
+                raise DTypeError(f"{name} does not accept bool arrays; convert with .astype(int) first")
+            return elementwise(name, bool_fn, *a)
+        return elementwise(name, fn, *a)
+    f.__name__ = name
+    f.__doc__ = (f"Elementwise {name} (array API ``{name}``). Args: x1, x2: arrays or scalars, promoted "
+                 "and broadcast. Returns: an array of the promoted dtype and the broadcast shape.")
+    return f
+
+
+add = _arith("add", lax.add, lax.bitwise_or)
+subtract = _arith("subtract", lax.sub)
+multiply = _arith("multiply", lax.mul, lax.bitwise_and)
+
+
+def divide(x1, x2, /):
+    """True division (array API ``divide``); integer operands give the default float."""
+    check_arraylike("divide", x1, x2)
+    a = promote("divide", x1, x2)
+    if not dtypes.is_inexact(aval_of(a[0]).dtype):
+        a = [_to_inexact(v) for v in a]
+    return elementwise("divide", lax.div, *a)
+
+
+true_divide = divide
+
+
+def floor_divide(x1, x2, /):
+    """Floor division (array API ``floor_divide``); integer division by zero gives 0."""
+    check_arraylike("floor_divide", x1, x2)
+    a = promote("floor_divide", x1, x2)
+    d = aval_of(a[0]).dtype
+    if dtypes.is_complex(d):
+        raise DTypeError("floor_divide is not defined for complex arrays")
+    if dtypes.is_bool(d):
+        a = [lax.convert_element_type(v, dtypes.int8) if not isinstance(v, bool) else int(v) for v in a]
+        d = dtypes.int8
+    if dtypes.is_unsigned(d):
+        return elementwise("floor_divide", lax.div, *a)
+    if dtypes.is_int(d):
+        return elementwise("floor_divide", _int_floor_div, *a)
+    return elementwise("floor_divide", _float_floor_div, *a)
+
+
+def _int_floor_div(x, y):
+    q = lax.div(x, y)
+    r = lax.rem(x, y)
+    zero = lax.zeros_like(r)
+    adjust = lax.bitwise_and(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(y, lax.zeros_like(y))))
+    one = lax.full(aval_of(q).shape, 1, aval_of(q).dtype)
+    return lax.select(adjust, lax.sub(q, one), q)
+
+
+def _float_floor_div(x, y):
+    # As NumPy: (x - fmod(x, y)) / y, corrected toward -inf and rounded to the nearest integer.
+    mod = lax.rem(x, y)
+    div = lax.div(lax.sub(x, mod), y)
+    zero = lax.zeros_like(mod)
+    adjust = lax.bitwise_and(lax.ne(mod, zero), lax.ne(lax.lt(y, lax.zeros_like(y)), lax.lt(mod, zero)))
+    one = lax.full(aval_of(div).shape, 1, aval_of(div).dtype)
+    div = lax.select(adjust, lax.sub(div, one), div)
+    fl = lax.floor(div)
+    half = lax.full(aval_of(div).shape, 0.5, aval_of(div).dtype)
+    fl = lax.select(lax.gt(lax.sub(div, fl), half), lax.add(fl, one), fl)
+    # Division by zero (and inf operands) follow true division, as NumPy.
+    plain = lax.div(x, y)
+    use_plain = lax.bitwise_or(lax.eq(y, lax.zeros_like(y)), lax.bitwise_not(lax.is_finite(div)))
+    return lax.select(use_plain, lax.floor(plain), fl)
+
+
+def remainder(x1, x2, /):
+    """Remainder with the sign of the divisor (array API ``remainder``; Python's ``%``).
+
+    Integer remainder by zero gives 0.
+    """
+    check_arraylike("remainder", x1, x2)
+    a = promote("remainder", x1, x2)
+    d = aval_of(a[0]).dtype
+    if dtypes.is_complex(d) or dtypes.is_bool(d):
+        raise DTypeError(f"remainder is not defined for {d.name} arrays")
+    return elementwise("remainder", _py_mod, *a)
+
+
+mod = remainder
+
+
+def _py_mod(x, y):
+    r = lax.rem(x, y)
+    d = aval_of(r).dtype
+    if dtypes.is_unsigned(d):
+        return r
+    zero = lax.zeros_like(r)
+    fix = lax.bitwise_and(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(y, lax.zeros_like(y))))
+    out = lax.select(fix, lax.add(r, lax.broadcast_to_rank_shape(y, aval_of(r).shape)), r)
+    if dtypes.is_float(d):
+        # A zero result takes the divisor's sign, as in Python and NumPy.
+        out = lax.select(lax.eq(out, zero), copysign(zero, lax.broadcast_to_rank_shape(y, aval_of(r).shape)),
+                         out)
+    return out
+
+
+def fmod(x1, x2, /):
+    """C ``fmod``: remainder with the sign of the dividend (``numpy.fmod``)."""
+    return elementwise("fmod", lax.rem, x1, x2, check=_real_only("fmod"))
+
+
+def pow(x1, x2, /):  # noqa: A001 (array API name)
+    """``x1 ** x2`` (array API ``pow``); ``0 ** 0 == 1``.
+
+    Integer powers use binary exponentiation; a negative integer exponent gives 0
+    unless the base is 1 or -1 (as ``jax.numpy.power``).
+    """
+    check_arraylike("pow", x1, x2)
+    if isinstance(x2, int) and not isinstance(x2, bool) and not isinstance(x1, (int, float, complex)):
+        d = aval_of(x1).dtype
+        if dtypes.is_bool(d):
+            raise DTypeError("pow does not accept bool arrays")
+        if x2 >= 0 or dtypes.is_inexact(d):
+            return lax.integer_pow(x1, x2)
+    a = promote("pow", x1, x2)
+    d = aval_of(a[0]).dtype
+    if dtypes.is_bool(d):
+        raise DTypeError("pow does not accept bool arrays")
+    if dtypes.is_int(d):
+        return elementwise("pow", _int_pow, *a)
+    return elementwise("pow", lax.pow, *a)
+
+
+power = pow
+
+
+def _int_pow(x, y):
+    d = aval_of(x).dtype
+    shape = aval_of(x).shape or aval_of(y).shape
+    x = lax.broadcast_to_rank_shape(x, shape)
+    y = lax.broadcast_to_rank_shape(y, shape)
+    one = lax.full(shape, 1, d)
+    zero = lax.full(shape, 0, d)
+    acc, base, e = one, x, y
+    for _ in range(d.itemsize * 8):
+        bit = lax.ne(lax.bitwise_and(e, one), zero)
+        acc = lax.select(bit, lax.mul(acc, base), acc)
+        base = lax.mul(base, base)
+        e = lax.shift_right_logical(e, one)
+    if dtypes.is_signed(d):
+        neg = lax.lt(y, zero)
+        minus_one = lax.full(shape, -1, d)
+        odd = lax.ne(lax.bitwise_and(y, one), zero)
+        neg_val = lax.select(lax.eq(x, one), one,
+                             lax.select(lax.eq(x, minus_one), lax.select(odd, minus_one, one), zero))
+        acc = lax.select(neg, neg_val, acc)
+    return acc
+
+
+def float_power(x1, x2, /):
+    """``x1 ** x2`` computed in float64 (``numpy.float_power``)."""
+    return pow(asarray_f64(x1), asarray_f64(x2))
+
+
+def asarray_f64(x):
+    from fnarray.numpy._util import asarray_internal
+    return lax.convert_element_type(asarray_internal(x), dtypes.float64)
+
+
+def _cmp(name, fn, real_only=True):
+    def f(x1, x2, /):
+        return elementwise(name, fn, x1, x2, check=_real_only(name) if real_only else None)
+    f.__name__ = name
+    f.__doc__ = f"Elementwise ``{name}`` comparison (array API); returns a bool array of the broadcast shape."
+    return f
+
+
+equal = _cmp("equal", lax.eq, False)
+not_equal = _cmp("not_equal", lax.ne, False)
+less = _cmp("less", lax.lt)
+less_equal = _cmp("less_equal", lax.le)
+greater = _cmp("greater", lax.gt)
+greater_equal = _cmp("greater_equal", lax.ge)
+
+
+def maximum(x1, x2, /):
+    """Elementwise maximum (array API ``maximum``); propagates NaN."""
+    return elementwise("maximum", lax.max, x1, x2, check=_real_only("maximum"))
+
+
+def minimum(x1, x2, /):
+    """Elementwise minimum (array API ``minimum``); propagates NaN."""
+    return elementwise("minimum", lax.min, x1, x2, check=_real_only("minimum"))
+
+
+def fmax(x1, x2, /):
+    """Elementwise maximum ignoring NaN (``numpy.fmax``)."""
+    return elementwise("fmax", lambda a, b: lax.select(lax.ne(a, a), b, lax.select(lax.ne(b, b), a, lax.max(a, b))),
+                       x1, x2)
+
+
+def fmin(x1, x2, /):
+    """Elementwise minimum ignoring NaN (``numpy.fmin``)."""
+    return elementwise("fmin", lambda a, b: lax.select(lax.ne(a, a), b, lax.select(lax.ne(b, b), a, lax.min(a, b))),
+                       x1, x2)
+
+
+def atan2(x1, x2, /):
+    """Four-quadrant arctangent of ``x1 / x2`` (array API ``atan2``)."""
+    check_arraylike("atan2", x1, x2)
+    a = [_to_inexact(v) for v in promote("atan2", x1, x2)]
+    return elementwise("atan2", lax.atan2, *a, check=_real_only("atan2"))
+
+
+arctan2 = atan2
+
+
+def hypot(x1, x2, /):
+    """``sqrt(x1**2 + x2**2)`` without undue overflow (array API ``hypot``)."""
+    check_arraylike("hypot", x1, x2)
+    a = [_to_inexact(v) for v in promote("hypot", x1, x2)]
+
+    def f(x, y):
+        ax, ay = lax.abs(x), lax.abs(y)
+        hi, lo = lax.max(ax, ay), lax.min(ax, ay)
+        zero = lax.zeros_like(hi)
+        safe = lax.select(lax.eq(hi, zero), lax.full(aval_of(hi).shape, 1, aval_of(hi).dtype), hi)
+        r = lax.div(lo, safe)
+        out = lax.mul(hi, lax.sqrt(lax.add(lax.full(aval_of(r).shape, 1, aval_of(r).dtype), lax.mul(r, r))))
+        inf = lax.full(aval_of(hi).shape, np.inf, aval_of(hi).dtype)
+        return lax.select(lax.bitwise_or(lax.eq(ax, inf), lax.eq(ay, inf)), inf, out)
+    return elementwise("hypot", f, *a, check=_real_only("hypot"))
+
+
+def logaddexp(x1, x2, /):
+    """``log(exp(x1) + exp(x2))``, computed stably (array API ``logaddexp``)."""
+    check_arraylike("logaddexp", x1, x2)
+    a = [_to_inexact(v) for v in promote("logaddexp", x1, x2)]
+
+    def f(x, y):
+        amax = lax.max(x, y)
+        delta = lax.sub(x, y)
+        isnan = lax.ne(delta, delta)
+        out = lax.add(amax, lax.log1p(lax.exp(lax.neg(lax.abs(delta)))))
+        # Equal infinities give nan deltas; the result is then amax (or nan for nan inputs).
+        return lax.select(isnan, lax.add(x, y), out)
+    return elementwise("logaddexp", f, *a, check=_real_only("logaddexp"))
+
+
+def logaddexp2(x1, x2, /):
+    """``log2(2**x1 + 2**x2)`` (``numpy.logaddexp2``)."""
+    ln2 = np.log(2)
+    x1, x2 = [_to_inexact(v) for v in promote("logaddexp2", x1, x2)]
+    return divide(logaddexp(multiply(x1, ln2), multiply(x2, ln2)), ln2)
+
+
+def _logical(name, fn):
+    def f(x1, x2, /):
+        check_arraylike(name, x1, x2)
+        a = [_as_bool(v) for v in (x1, x2)]
+        return elementwise(name, fn, *a)
+    f.__name__ = name
+    f.__doc__ = f"Elementwise logical {name[8:]} (array API ``{name}``); non-bool inputs are tested != 0."
+    return f
+
+
+def _as_bool(x):
+    if isinstance(x, (bool, int, float, complex, np.generic)):
+        return bool(x)
+    if aval_of(x).dtype == dtypes.bool_:
+        return x
+    return lax.ne(x, lax.zeros_like(x))
+
+
+logical_and = _logical("logical_and", lax.bitwise_and)
+logical_or = _logical("logical_or", lax.bitwise_or)
+logical_xor = _logical("logical_xor", lax.bitwise_xor)
+
+
+def logical_not(x, /):
+    """Elementwise logical not (array API ``logical_not``)."""
+    check_arraylike("logical_not", x)
+    return elementwise("logical_not", lax.bitwise_not, _as_bool(x))
+
+
+def bitwise_and(x1, x2, /):
+    """Elementwise bitwise and (array API ``bitwise_and``); integer or bool arrays."""
+    return elementwise("bitwise_and", lax.bitwise_and, x1, x2, check=_int_or_bool("bitwise_and"))
+
+
+def bitwise_or(x1, x2, /):
+    """Elementwise bitwise or (array API ``bitwise_or``); integer or bool arrays."""
+    return elementwise("bitwise_or", lax.bitwise_or, x1, x2, check=_int_or_bool("bitwise_or"))
+
+
+def bitwise_xor(x1, x2, /):
+    """Elementwise bitwise xor (array API ``bitwise_xor``); integer or bool arrays."""
+    return elementwise("bitwise_xor", lax.bitwise_xor, x1, x2, check=_int_or_bool("bitwise_xor"))
+
+
+def bitwise_invert(x, /):
+    """Elementwise bitwise not (array API ``bitwise_invert``); logical not on bool."""
+    return elementwise("bitwise_invert", lax.bitwise_not, x, check=_int_or_bool("bitwise_invert"))
+
+
+invert = bitwise_not = bitwise_invert
+
+
+def bitwise_left_shift(x1, x2, /):
+    """``x1 << x2`` (array API); shifts by >= the bit width (or negative) give 0."""
+    return elementwise("bitwise_left_shift", lax.shift_left, x1, x2, check=_int_only("bitwise_left_shift"))
+
+
+def bitwise_right_shift(x1, x2, /):
+    """``x1 >> x2`` (array API): arithmetic for signed, logical for unsigned integers.
+
+    Shifts by >= the bit width give 0 (or -1 for a negative signed ``x1``).
+    """
+    def f(x, y):
+        if dtypes.is_unsigned(aval_of(x).dtype):
+            return lax.shift_right_logical(x, y)
+        return lax.shift_right_arithmetic(x, y)
+    return elementwise("bitwise_right_shift", f, x1, x2, check=_int_only("bitwise_right_shift"))
+
+
+left_shift, right_shift = bitwise_left_shift, bitwise_right_shift
+
+
+def abs(x, /):  # noqa: A001 (array API name)
+    """Absolute value (array API ``abs``); complex input gives its real dtype."""
+    def f(v):
+        return v if dtypes.is_unsigned(aval_of(v).dtype) else lax.abs(v)
+    return elementwise("abs", f, x, check=_not_bool("abs"))
+
+
+absolute = abs
+
+
+def negative(x, /):
+    """Elementwise negation (array API ``negative``)."""
+    return elementwise("negative", lax.neg, x, check=_not_bool("negative"))
+
+
+def positive(x, /):
+    """Elementwise ``+x`` (array API ``positive``): the same values."""
+    return elementwise("positive", lambda v: v, x, check=_not_bool("positive"))
+
+
+def sign(x, /):
+    """-1, 0 or 1 (``x/|x|`` for complex) (array API ``sign``); NaN gives NaN."""
+    def f(v):
+        d = aval_of(v).dtype
+        if dtypes.is_unsigned(d):
+            return lax.convert_element_type(lax.ne(v, lax.zeros_like(v)), d)
+        return lax.sign(v)
+    return elementwise("sign", f, x, check=_not_bool("sign"))
+
+
+def _int_identity(name, fn):
+    def f(x, /):
+        def g(v):
+            return v if not dtypes.is_inexact(aval_of(v).dtype) else fn(v)
+        return elementwise(name, g, x, check=_real_only(name))
+    f.__name__ = name
+    f.__doc__ = f"Elementwise {name} (array API ``{name}``); integers are returned unchanged."
+    return f
+
+
+floor = _int_identity("floor", lax.floor)
+ceil = _int_identity("ceil", lax.ceil)
+trunc = _int_identity("trunc", lambda v: lax.select(lax.lt(v, lax.zeros_like(v)), lax.ceil(v), lax.floor(v)))
+
+
+def round(x, /, decimals: int = 0):  # noqa: A001 (array API name)
+    """Round half to even (array API ``round``; ``numpy.round`` with ``decimals``)."""
+    def g(v):
+        d = aval_of(v).dtype
+        if dtypes.is_complex(d):
+            return lax.complex(g(lax.real(v)), g(lax.imag(v)))
+        if not dtypes.is_inexact(d):
+            return v
+        if decimals == 0:
+            return lax.round(v)
+        f = np.asarray(10.0 ** decimals, d)[()]
+        return lax.div(lax.round(lax.mul(v, f)), f)
+    return elementwise("round", g, x)
+
+
+def isnan(x, /):
+    """Elementwise NaN test (array API ``isnan``); False for integers."""
+    def f(v):
+        if not dtypes.is_inexact(aval_of(v).dtype):
+            return lax.full(aval_of(v).shape, False, dtypes.bool_)
+        if dtypes.is_complex(aval_of(v).dtype):
+            return lax.bitwise_or(f(lax.real(v)), f(lax.imag(v)))
+        return lax.ne(v, v)
+    return elementwise("isnan", f, x)
+
+
+def isinf(x, /):
+    """Elementwise infinity test (array API ``isinf``); False for integers."""
+    def f(v):
+        d = aval_of(v).dtype
+        if not dtypes.is_inexact(d):
+            return lax.full(aval_of(v).shape, False, dtypes.bool_)
+        if dtypes.is_complex(d):
+            return lax.bitwise_or(f(lax.real(v)), f(lax.imag(v)))
+        return lax.eq(lax.abs(v), lax.full(aval_of(v).shape, np.inf, d))
+    return elementwise("isinf", f, x)
+
+
+def isfinite(x, /):
+    """Elementwise finiteness test (array API ``isfinite``); True for integers."""
+    def f(v):
+        d = aval_of(v).dtype
+        if not dtypes.is_inexact(d):
+            return lax.full(aval_of(v).shape, True, dtypes.bool_)
+        if dtypes.is_complex(d):
+            return lax.bitwise_and(f(lax.real(v)), f(lax.imag(v)))
+        return lax.is_finite(v)
+    return elementwise("isfinite", f, x)
+
+
+def signbit(x, /):
+    """True where the sign bit is set, -0.0 and negative NaN included (array API ``signbit``)."""
+    def f(v):
+        d = aval_of(v).dtype
+        if dtypes.is_int(d):
+            return lax.lt(v, lax.zeros_like(v)) if dtypes.is_signed(d) else lax.full(aval_of(v).shape, False,
+                                                                                    dtypes.bool_)
+        idt = np.dtype(f"i{d.itemsize}")
+        bits = lax.bitcast_convert_type(v, idt)
+        return lax.lt(bits, lax.zeros_like(bits))
+    return elementwise("signbit", f, x, check=_real_only("signbit"))
+
+
+def copysign(x1, x2, /):
+    """``x1`` with the sign of ``x2`` (array API ``copysign``)."""
+    check_arraylike("copysign", x1, x2)
+    a = [_to_inexact(v) for v in promote("copysign", x1, x2)]
+
+    def f(x, y):
+        ax = lax.abs(x)
+        return lax.select(signbit(y), lax.neg(ax), ax)
+    return elementwise("copysign", f, *a, check=_real_only("copysign"))
+
+
+def nextafter(x1, x2, /):
+    """The next float after ``x1`` toward ``x2`` (array API ``nextafter``)."""
+    check_arraylike("nextafter", x1, x2)
+    a = [_to_inexact(v) for v in promote("nextafter", x1, x2)]
+    return elementwise("nextafter", lax.nextafter, *a, check=_real_only("nextafter"))
+
+
+def reciprocal(x, /):
+    """``1 / x`` (array API ``reciprocal``)."""
+    x = _to_inexact(x)
+    return divide(1, x)
+
+
+def square(x, /):
+    """``x * x`` (array API ``square``)."""
+    return elementwise("square", lambda v: lax.integer_pow(v, 2), x, check=_not_bool("square"))
+
+
+def real(x, /):
+    """Real part (array API ``real``); real input is returned as is."""
+    return elementwise("real", lambda v: lax.real(v) if dtypes.is_complex(aval_of(v).dtype) else v, x)
+
+
+def imag(x, /):
+    """Imaginary part (array API ``imag``); zeros for real input."""
+    return elementwise("imag", lambda v: lax.imag(v) if dtypes.is_complex(aval_of(v).dtype) else lax.zeros_like(v),
+                       x)
+
+
+def conj(x, /):
+    """Complex conjugate (array API ``conj``); real input is returned as is."""
+    return elementwise("conj", lambda v: lax.conj(v) if dtypes.is_complex(aval_of(v).dtype) else v, x)
+
+
+conjugate = conj
+
+
+def angle(z, deg: bool = False):
+    """Argument of complex numbers, in radians (or degrees) (``numpy.angle``)."""
+    z = _to_inexact(z)
+    a = atan2(imag(z), real(z))
+    return rad2deg(a) if deg else a
+
+
+def isreal(x, /):
+    """True where the imaginary part is zero (``numpy.isreal``)."""
+    return equal(imag(x), 0)
+
+
+def iscomplex(x, /):
+    """True where the imaginary part is non-zero (``numpy.iscomplex``)."""
+    return not_equal(imag(x), 0)
+
+
+def deg2rad(x, /):
+    """Degrees to radians (``numpy.deg2rad``)."""
+    x = _to_inexact(x)
+    return multiply(x, np.pi / 180)
+
+
+def rad2deg(x, /):
+    """Radians to degrees (``numpy.rad2deg``)."""
+    x = _to_inexact(x)
+    return multiply(x, 180 / np.pi)
+
+
+radians, degrees = deg2rad, rad2deg
+
+
+def sinc(x, /):
+    """``sin(pi x) / (pi x)``, 1 at 0 (``numpy.sinc``)."""
+    from fnarray.numpy._manipulation import where
+    x = _to_inexact(x)
+    px = multiply(x, np.pi)
+    safe = where(equal(x, 0), 1, px)
+    return where(equal(x, 0), 1, divide(sin(safe), safe))
+
+
+def heaviside(x1, x2, /):
+    """0 where ``x1 < 0``, ``x2`` where ``x1 == 0``, 1 where ``x1 > 0`` (``numpy.heaviside``)."""
+    from fnarray.numpy._manipulation import where
+    return where(less(x1, 0), 0, where(equal(x1, 0), x2, 1))
+
+
+def clip(x, /, min=None, max=None):  # noqa: A002 (array API names)
+    """Clamp ``x`` to ``[min, max]`` (array API ``clip``); the result has x's dtype.
+
+    NaN in ``x`` stays NaN; ``min``/``max`` may be ``None``, scalars or arrays.
+    """
+    check_arraylike("clip", x)
+    from fnarray.numpy._util import asarray_internal
+    x = asarray_internal(x)
+    d = x.dtype
+    out = x
+    if min is not None:
+        m = min if not hasattr(min, "dtype") else lax.convert_element_type(min, d)
+        out = maximum(out, m)
+    if max is not None:
+        m = max if not hasattr(max, "dtype") else lax.convert_element_type(max, d)
+        out = minimum(out, m)
+    if out.dtype != d:
+        out = lax.convert_element_type(out, d)
+    return out
+
+
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """``|a - b| <= atol + rtol * |b|`` elementwise (``numpy.isclose``)."""
+    check_arraylike("isclose", a, b)
+    a, b = promote("isclose", a, b)
+    if not dtypes.is_inexact(aval_of(a).dtype):
+        return equal(a, b)
+    out = less_equal(abs(subtract(a, b)), add(atol, multiply(rtol, abs(b))))
+    out = logical_or(out, equal(a, b))  # equal infinities
+    if equal_nan:
+        out = logical_or(out, logical_and(isnan(a), isnan(b)))
+    return out
+
+
+def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    """Replace NaN and infinities by finite numbers (``numpy.nan_to_num``)."""
+    from fnarray.numpy._manipulation import where
+    from fnarray.numpy._util import asarray_internal
+    x = asarray_internal(x)
+    if not dtypes.is_inexact(x.dtype):
+        return x
+    if dtypes.is_complex(x.dtype):
+        return lax.complex(nan_to_num(real(x), nan=nan, posinf=posinf, neginf=neginf),
+                           nan_to_num(imag(x), nan=nan, posinf=posinf, neginf=neginf))
+    fi = dtypes.finfo(x.dtype)
+    posinf = fi.max if posinf is None else posinf
+    neginf = fi.min if neginf is None else neginf
+    out = where(isnan(x), nan, x)
+    out = where(equal(out, np.inf), posinf, out)
+    out = where(equal(out, -np.inf), neginf, out)
+    return lax.convert_element_type(out, x.dtype)
+
+
+def frexp(x, /):
+    """Mantissa in [0.5, 1) and integer exponent with ``x = m * 2**e`` (``numpy.frexp``)."""
+    from fnarray.numpy._manipulation import where
+    x = _to_inexact(x)
+    ax = abs(x)
+    e = where(equal(ax, 0), 0, floor(log2(where(equal(ax, 0), 1, ax))) + 1)
+    m = divide(x, exp2(e))
+    fix = greater_equal(abs(m), 1)
+    m = where(fix, divide(m, 2), m)
+    e = where(fix, e + 1, e)
+    finite = isfinite(x)
+    return where(finite, m, x), lax.convert_element_type(where(finite, e, 0), dtypes.int32)
+
+
+def ldexp(x1, x2, /):
+    """``x1 * 2**x2`` (``numpy.ldexp``)."""
+    x1 = _to_inexact(x1)
+    return multiply(x1, exp2(lax.convert_element_type(x2, aval_of(x1).dtype)
+                             if hasattr(x2, "dtype") else float(x2)))
+
+
+def gcd(x1, x2, /):
+    """Greatest common divisor of integers (``numpy.gcd``), by Euclid's algorithm."""
+    from fnarray.transforms.control_flow import while_loop
+    check_arraylike("gcd", x1, x2)
+    a, b = promote("gcd", x1, x2)
+    from fnarray.numpy._util import broadcast_arrays_, asarray_internal
+    (a, b), _ = broadcast_arrays_([asarray_internal(abs(a)), asarray_internal(abs(b))], "gcd")
+
+    def cond(c):
+        return lax.reduce_or(lax.ne(c[1], lax.zeros_like(c[1])), range(len(c[1].shape)))
+
+    def body(c):
+        x, y = c
+        nz = lax.ne(y, lax.zeros_like(y))
+        return (lax.select(nz, y, x), lax.select(nz, lax.rem(x, y), y))
+    return while_loop(cond, body, (a, b))[0]
+
+
+def lcm(x1, x2, /):
+    """Least common multiple of integers (``numpy.lcm``)."""
+    g = gcd(x1, x2)
+    from fnarray.numpy._manipulation import where
+    return where(equal(g, 0), 0, abs(multiply(floor_divide(x1, where(equal(g, 0), 1, g)), x2)))

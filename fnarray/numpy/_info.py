@@ -1,0 +1,145 @@
+"""Dtypes and data-type functions of the array API standard (2024.12)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fnarray.core import dtypes
+from fnarray.core.array import Array
+from fnarray.numpy._util import aval_of
+
+__all__ = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
+           "bfloat16", "float32", "float64", "complex64", "complex128", "float0", "finfo", "iinfo",
+           "isdtype", "result_type", "can_cast", "promote_types", "astype", "dtype",
+           "__array_namespace_info__", "__array_api_version__", "e", "pi", "inf", "nan", "newaxis",
+           "euler_gamma", "issubdtype"]
+
+__array_api_version__ = "2024.12"
+
+bool = dtypes.bool_  # noqa: A001 (array API name)
+int8, int16, int32, int64 = dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64
+uint8, uint16, uint32, uint64 = dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64
+float16, bfloat16, float32, float64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64
+complex64, complex128 = dtypes.complex64, dtypes.complex128
+float0 = dtypes.float0
+finfo, iinfo = dtypes.finfo, dtypes.iinfo
+e, pi, inf, nan, euler_gamma = np.e, np.pi, np.inf, np.nan, float(np.euler_gamma)
+newaxis = None
+
+
+def dtype(x):
+    """``numpy.dtype``-like constructor: the fnarray dtype for a name, type or dtype."""
+    return dtypes.canonicalize(x)
+
+
+_KINDS = {
+    "bool": dtypes.is_bool,
+    "signed integer": dtypes.is_signed,
+    "unsigned integer": dtypes.is_unsigned,
+    "integral": dtypes.is_int,
+    "real floating": dtypes.is_float,
+    "complex floating": dtypes.is_complex,
+    "numeric": lambda d: not dtypes.is_bool(d),
+}
+
+
+def isdtype(dtype, kind) -> bool:
+    """Whether ``dtype`` is of ``kind`` (array API ``isdtype``).
+
+    ``kind`` is a dtype, one of ``'bool'``, ``'signed integer'``, ``'unsigned integer'``,
+    ``'integral'``, ``'real floating'``, ``'complex floating'``, ``'numeric'``, or a tuple of these.
+    """
+    d = dtypes.canonicalize(dtype)
+    if isinstance(kind, tuple):
+        return any(isdtype(d, k) for k in kind)
+    if isinstance(kind, str):
+        if kind not in _KINDS:
+            raise ValueError(f"isdtype: unknown kind {kind!r}; expected one of {', '.join(_KINDS)}")
+        return _KINDS[kind](d)
+    return d == dtypes.canonicalize(kind)
+
+
+def _pair(x):
+    if isinstance(x, Array):
+        return x.dtype, x.weak_type
+    if isinstance(x, (np.dtype, type)) or isinstance(x, str):
+        return dtypes.canonicalize(x), False
+    a = aval_of(x)
+    return a.dtype, a.weak_type
+
+
+def result_type(*arrays_and_dtypes):
+    """The dtype that the arguments promote to (array API ``result_type``; JAX's lattice)."""
+    if not arrays_and_dtypes:
+        raise ValueError("result_type needs at least one array or dtype")
+    d, w = dtypes.result_type(*[_pair(x) for x in arrays_and_dtypes])
+    return d
+
+
+def promote_types(type1, type2):
+    """``jax.numpy.promote_types``: the promoted dtype of two dtypes."""
+    return dtypes.promote_types(type1, type2)[0]
+
+
+def can_cast(from_, to, /) -> "bool":
+    """Whether ``from_`` promotes to ``to`` without changing kind illegally (array API ``can_cast``)."""
+    f = from_.dtype if isinstance(from_, Array) else dtypes.canonicalize(from_)
+    t = dtypes.canonicalize(to)
+    return dtypes.promote_types(f, t)[0] == t
+
+
+def issubdtype(arg1, arg2) -> "bool":
+    """``numpy.issubdtype`` over fnarray dtypes (bfloat16 counts as floating)."""
+    d = dtypes.canonicalize(arg1)
+    if arg2 in (np.floating, np.inexact) and d == dtypes.bfloat16:
+        return True
+    return np.issubdtype(d, arg2)
+
+
+def astype(x, dtype, /, *, copy: "bool" = True, device=None):
+    """``x`` converted to ``dtype`` (array API ``astype``); float -> int saturates, NaN -> 0."""
+    from fnarray.core import lax
+    from fnarray.numpy._util import asarray_internal
+    x = asarray_internal(x)
+    d = dtypes.canonicalize(dtype)
+    if dtypes.is_complex(x.dtype) and not dtypes.is_complex(d):
+        pass  # keeps the real part, as the convert_element_type primitive defines
+    out = lax.convert_element_type(x, d)
+    if device is not None:
+        from fnarray.devices.placement import device_put
+        out = device_put(out, device)
+    return out
+
+
+class _NamespaceInfo:
+    """The array API inspection object (``__array_namespace_info__()``)."""
+
+    def capabilities(self):
+        return {"boolean indexing": True, "data-dependent shapes": True, "max dimensions": 64}
+
+    def default_device(self):
+        from fnarray.devices.placement import default_device
+        return default_device()
+
+    def devices(self):
+        from fnarray.devices.placement import devices
+        return devices()
+
+    def default_dtypes(self, *, device=None):
+        return {"real floating": dtypes.float32, "complex floating": dtypes.complex64,
+                "integral": dtypes.int32, "indexing": dtypes.int32}
+
+    def dtypes(self, *, device=None, kind=None):
+        names = {"bool": bool, "int8": int8, "int16": int16, "int32": int32, "int64": int64,
+                 "uint8": uint8, "uint16": uint16, "uint32": uint32, "uint64": uint64,
+                 "float32": float32, "float64": float64, "complex64": complex64, "complex128": complex128}
+        if kind is None:
+            return names
+        return {k: v for k, v in names.items() if isdtype(v, kind)}
+
+
+def __array_namespace_info__():
+    """The array API ``__array_namespace_info__``: devices, default dtypes, capabilities."""
+    return _NamespaceInfo()
+
+

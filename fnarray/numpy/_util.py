@@ -1,0 +1,183 @@
+"""Shared helpers of the namespace: conversion, promotion, broadcasting, axes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fnarray.core import dtypes, lax
+from fnarray.core.array import Array
+from fnarray.core.errors import DTypeError, ShapeError
+from fnarray.core.shaped import ShapedArray
+from fnarray.core.tracing import Tracer, is_scalar
+
+__all__ = ["aval_of", "asarray_internal", "promote", "broadcast_shapes", "broadcast_arrays_",
+           "elementwise", "normalize_axis", "normalize_axes", "check_arraylike", "result_aval"]
+
+
+def aval_of(x) -> ShapedArray:
+    if isinstance(x, Array):
+        return x.aval
+    if is_scalar(x):
+        d, w = dtypes.dtype_of_scalar(x)
+        return ShapedArray((), d, w)
+    if isinstance(x, np.ndarray):
+        return ShapedArray(x.shape, dtypes.canonicalize(x.dtype), False)
+    raise TypeError(f"expected an array or a scalar, got {type(x).__name__}")
+
+
+def check_arraylike(name, *args):
+    for a in args:
+        if not (isinstance(a, (Array, np.ndarray)) or is_scalar(a)):
+            raise TypeError(f"{name} requires arrays or scalars, got {type(a).__name__}; "
+                            "convert with fnarray.numpy.asarray first")
+
+
+def asarray_internal(x, dtype=None):
+    """An ``Array`` (or tracer) from an array, NumPy value, scalar or nested list."""
+    from fnarray.devices.placement import array_from_numpy
+    if isinstance(x, Array):
+        if dtype is not None and dtypes.canonicalize(dtype) != x.dtype:
+            return lax.convert_element_type(x, dtype)
+        return x
+    if is_scalar(x):
+        d, w = dtypes.dtype_of_scalar(x)
+        if dtype is not None:
+            d, w = dtypes.canonicalize(dtype), False
+        return array_from_numpy(np.asarray(x, d), weak_type=w)
+    if isinstance(x, (list, tuple)) and _has_array(x):
+        from fnarray.numpy._manipulation import stack
+        return stack([asarray_internal(e, dtype) for e in x])
+    v = np.asarray(x)
+    if v.dtype == np.float64 and not isinstance(x, np.ndarray):
+        v = v.astype(np.float32)   # Python floats in lists follow the 32-bit defaults
+    elif v.dtype == np.int64 and not isinstance(x, np.ndarray):
+        v = _int_default(v)
+    elif v.dtype == np.complex128 and not isinstance(x, np.ndarray):
+        v = v.astype(np.complex64)
+    if v.dtype.kind in "OUSMm":
+        raise DTypeError(f"cannot make an array from {type(x).__name__} of dtype {v.dtype}; "
+                         "fnarray arrays hold booleans and numbers")
+    if dtype is not None:
+        v = v.astype(dtypes.canonicalize(dtype))
+    return array_from_numpy(v)
+
+
+def _int_default(v):
+    info = np.iinfo(np.int32)
+    if v.size and (v.max() > info.max or v.min() < info.min):
+        raise OverflowError(f"Python int {v.max() if v.max() > info.max else v.min()} does not fit in "
+                            "int32, the default integer dtype; pass dtype=int64 (or uint32)")
+    return v.astype(np.int32)
+
+
+def _has_array(x):
+    return any(isinstance(e, Array) or (isinstance(e, (list, tuple)) and _has_array(e)) for e in x)
+
+
+def _scalar_to(x, d):
+    """A Python scalar as a literal of dtype ``d``: kept as a Python scalar (weak) when ``d`` is
+    its default dtype, else a NumPy scalar of ``d`` (raising OverflowError if it does not fit)."""
+    if isinstance(x, np.generic):
+        return x if x.dtype == d else _cast_scalar(x, d)
+    dd, _ = dtypes.dtype_of_scalar(x)
+    if dd == d:
+        return x
+    return _cast_scalar(x, d)
+
+
+def _cast_scalar(x, d):
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool) and dtypes.is_int(d):
+        info = np.iinfo(d)
+        if not info.min <= int(x) <= info.max:
+            raise OverflowError(f"Python int {int(x)} is out of range for {d.name} "
+                                f"([{info.min}, {info.max}])")
+    if isinstance(x, complex) and not dtypes.is_complex(d):
+        raise DTypeError(f"a complex scalar cannot be combined into a {d.name} result")
+    with np.errstate(all="ignore"):
+        return np.asarray(x).astype(d)[()]
+
+
+def result_aval(*args):
+    return dtypes.result_type(*[(a.dtype, a.weak_type) for a in map(aval_of, args)])
+
+
+def promote(name, *args, to=None):
+    """Convert ``args`` to one dtype (JAX's promotion with weak types); scalars stay literals.
+
+    Returns the list of converted args. ``to`` overrides the result dtype.
+    """
+    avals = [aval_of(a) for a in args]
+    if to is None:
+        d, weak = dtypes.result_type(*[(a.dtype, a.weak_type) for a in avals])
+    else:
+        d, weak = dtypes.canonicalize(to), False
+    out = []
+    for a, av in zip(args, avals, strict=True):
+        if is_scalar(a):
+            out.append(_scalar_to(a, d))
+        elif isinstance(a, np.ndarray):
+            out.append(asarray_internal(a.astype(d)))
+        elif av.dtype != d:
+            out.append(lax.convert_element_type(a, d, weak_type=weak))
+        else:
+            out.append(a)
+    return out
+
+
+def broadcast_shapes(*shapes, name="broadcast"):
+    """NumPy's broadcasting of shapes; ``ShapeError`` naming every shape when they do not fit."""
+    nd = max((len(s) for s in shapes), default=0)
+    out = []
+    for i in range(nd):
+        sizes = {s[i - nd + len(s)] for s in shapes if i - nd + len(s) >= 0}
+        sizes.discard(1)
+        if len(sizes) > 1:
+            raise ShapeError(f"{name}: shapes {', '.join(str(tuple(s)) for s in shapes)} cannot be "
+                             "broadcast together (sizes must match or be 1, aligned from the right)")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
+def broadcast_arrays_(args, name="broadcast"):
+    """Broadcast arrays to one shape; rank-0 operands and scalars are left as they are."""
+    shapes = [aval_of(a).shape for a in args]
+    shape = broadcast_shapes(*shapes, name=name)
+    return [a if (s == shape or s == ()) else lax.broadcast_to_rank_shape(a, shape)
+            for a, s in zip(args, shapes, strict=True)], shape
+
+
+def elementwise(name, fn, *args, check=None):
+    """Promote, broadcast and apply the lax function ``fn``; ``check(dtype)`` may raise."""
+    check_arraylike(name, *args)
+    args = promote(name, *args)
+    if check is not None:
+        check(aval_of(args[0]).dtype)
+    if len(args) > 1:
+        args, shape = broadcast_arrays_(args, name)
+        if shape == () and all(is_scalar(a) for a in args):
+            args = [asarray_internal(args[0])] + list(args[1:])
+    elif is_scalar(args[0]):
+        args = [asarray_internal(args[0])]
+    return fn(*args)
+
+
+def normalize_axis(axis, ndim, name="axis"):
+    """An axis in ``[-ndim, ndim)`` as a non-negative int; ``AxisError``-like ``ShapeError`` otherwise."""
+    try:
+        a = int(axis) if not isinstance(axis, Tracer) else axis.__index__()
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(axis).__name__}") from None
+    if not -ndim <= a < ndim:
+        raise ShapeError(f"{name} {axis} is out of bounds for an array of rank {ndim}")
+    return a % ndim if ndim else 0
+
+
+def normalize_axes(axis, ndim, name="axis"):
+    """``None`` -> all axes; int or tuple -> sorted non-negative tuple (duplicates raise)."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if not isinstance(axis, (tuple, list)) else tuple(axis)
+    out = tuple(normalize_axis(a, ndim, name) for a in axes)
+    if len(set(out)) != len(out):
+        raise ShapeError(f"repeated {name} in {axis}")
+    return tuple(sorted(out))

@@ -1,0 +1,1 @@
+"""Transforms: IR -> IR rewrites (autodiff, batching, control flow) and jit."""

@@ -1,0 +1,337 @@
+"""``jit``: trace once per input signature, lower for a device, run the executable.
+
+Staged as JAX's ahead-of-time API: ``jit(f).trace(*args)`` -> ``Traced``
+(``.program``), ``.lower(*args)`` -> ``Lowered`` (``.as_text()``,
+``.compile()``), ``.compile()`` -> ``Compiled``. The cache key is the input
+pytree structure, every input's ``ShapedArray`` (with ``weak_type``), the
+static argument values, the target device and the configuration that changes
+lowering. Inside another transformation, a jitted call is one ``call``
+equation holding the traced program, so ``grad(jit(f))`` and ``vmap(jit(f))``
+work on every backend.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import numpy as np
+
+from fnarray import tree_util
+from fnarray.core import dtypes, tracing
+from fnarray.core import primitives as P
+from fnarray.core.builder import trace_to_program
+from fnarray.core.config import config
+from fnarray.core.ir import Program
+from fnarray.core.passes import consts_as_inputs
+from fnarray.core.shaped import ShapedArray
+from fnarray.devices.array_impl import ArrayImpl
+from fnarray.devices.partition import compile_program
+from fnarray.devices.placement import default_device, parse_device, placement_device
+
+__all__ = ["jit", "make_ir", "Traced", "Lowered", "Compiled", "leaf_aval"]
+
+
+def leaf_aval(x, where="argument") -> ShapedArray:
+    """The abstract value of an argument leaf (array, tracer, NumPy value or Python scalar)."""
+    if isinstance(x, ArrayImpl) or isinstance(x, tracing.Tracer):
+        return x.aval
+    if isinstance(x, (bool, int, float, complex)):
+        d, w = dtypes.dtype_of_scalar(x)
+        return ShapedArray((), d, w)
+    if isinstance(x, (np.ndarray, np.generic)):
+        return ShapedArray(np.shape(x), dtypes.canonicalize(x.dtype), False)
+    raise TypeError(f"{where} is a {type(x).__name__}, which is not an array; jitted functions take "
+                    "arrays, scalars and pytrees of them. Mark it static with static_argnums or "
+                    "static_argnames if it is configuration.")
+
+
+def _hashable_static(v, name):
+    try:
+        hash(v)
+    except TypeError:
+        raise TypeError(f"static argument {name} has the unhashable type {type(v).__name__}; static "
+                        "arguments are part of the cache key and must be hashable (use a tuple "
+                        "instead of a list, or pass the value as a regular argument)") from None
+    return v
+
+
+class _Entry:
+    __slots__ = ("program", "consts", "out_tree", "out_avals", "device", "exe", "const_bufs", "closed")
+
+    def __init__(self, program, consts, out_tree):
+        self.program, self.consts, self.out_tree = program, consts, out_tree
+        self.out_avals = program.out_avals
+        self.device = self.exe = self.const_bufs = self.closed = None
+
+
+class Jitted:
+    """A function compiled by ``fnarray.jit``."""
+
+    def __init__(self, fun, static_argnums=(), static_argnames=(), donate_argnums=(), device=None):
+        if not callable(fun):
+            raise TypeError(f"jit needs a callable, got {type(fun).__name__}")
+        self.fun = fun
+        functools.update_wrapper(self, fun)
+        try:
+            self._sig = inspect.signature(fun)
+        except (TypeError, ValueError):
+            self._sig = None
+        static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+        static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+        params = list(self._sig.parameters) if self._sig else []
+        nums, names = set(static_argnums), set(static_argnames)
+        for n in static_argnames:  # as JAX: a name also makes its position static, and the reverse
+            if n in params:
+                nums.add(params.index(n))
+        for i in static_argnums:
+            if 0 <= i < len(params):
+                names.add(params[i])
+        self.static_argnums = tuple(sorted(nums))
+        self.static_argnames = tuple(sorted(names))
+        self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
+        self.device = parse_device(device) if device is not None else None
+        self._traces: dict = {}     # (treedef, avals, statics) -> _Entry (device-independent)
+        self._compiled: dict = {}   # (key, device, config) -> _Entry with exe
+
+    # ------------------------------------------------------------------ argument handling
+    def _split(self, args, kwargs):
+        nargs = len(args)
+        statics = []
+        dyn_args = []
+        for i, a in enumerate(args):
+            if i in self.static_argnums or i - nargs in self.static_argnums:
+                statics.append((i, _hashable_static(a, f"#{i}")))
+            else:
+                dyn_args.append(a)
+        dyn_kwargs = {}
+        for k, v in kwargs.items():
+            if k in self.static_argnames:
+                statics.append((k, _hashable_static(v, repr(k))))
+            else:
+                dyn_kwargs[k] = v
+        return tuple(statics), dyn_args, dyn_kwargs
+
+    def _flat_fun(self, statics, in_tree, nargs_dyn):
+        fun = self.fun
+        static_pos = {k: v for k, v in statics if isinstance(k, int)}
+        static_kw = {k: v for k, v in statics if isinstance(k, str)}
+        out_store = []
+
+        def flat(*leaves):
+            dyn_args, dyn_kwargs = tree_util.tree_unflatten(in_tree, leaves)
+            it = iter(dyn_args)
+            n = len(dyn_args) + len(static_pos)
+            full = [static_pos[i] if i in static_pos else next(it) for i in range(n)]
+            out = fun(*full, **dyn_kwargs, **static_kw)
+            out_leaves, out_tree = tree_util.tree_flatten(out)
+            out_store.append(out_tree)
+            return out_leaves
+        return flat, out_store
+
+    def _trace(self, statics, leaves, in_tree, avals):
+        key = (in_tree, avals, statics)
+        entry = self._traces.get(key)
+        if entry is None:
+            flat, out_store = self._flat_fun(statics, in_tree, len(leaves))
+            prog, consts = trace_to_program(flat, avals, debug_name=getattr(self.fun, "__name__", "fun"))
+            entry = _Entry(prog, consts, out_store[0])
+            if not any(isinstance(c, tracing.Tracer) for c in consts):
+                self._traces[key] = entry
+        return entry
+
+    def _prepare(self, args, kwargs):
+        statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
+        leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
+        avals = tuple(leaf_aval(x, f"argument {i} of {getattr(self.fun, '__name__', 'fun')}")
+                      for i, x in enumerate(leaves))
+        return statics, leaves, in_tree, avals
+
+    def _target_device(self, leaves):
+        arrays = [x for x in leaves if isinstance(x, ArrayImpl)]
+        if self.device is not None:
+            for a in arrays:
+                if a.committed and a.device != self.device:
+                    raise ValueError(f"jit(device={self.device}) got an argument committed to {a.device}; "
+                                     f"move it with fnarray.device_put(x, {str(self.device)!r}) first")
+            return self.device
+        return placement_device(arrays, f"jit({getattr(self.fun, '__name__', 'fun')})") if arrays \
+            else default_device()
+
+    def _executable(self, entry, key, device):
+        ckey = (key, device, config.lowering_key())
+        hit = self._compiled.get(ckey)
+        if hit is None:
+            hit = _Entry(entry.program, entry.consts, entry.out_tree)
+            hit.device = device
+            hit.exe = compile_program(entry.program, device)
+            hit.const_bufs = [_to(c, device) for c in entry.consts]
+            self._compiled[ckey] = hit
+        return hit
+
+    # ------------------------------------------------------------------ calling
+    def __call__(self, *args, **kwargs):
+        statics, leaves, in_tree, avals = self._prepare(args, kwargs)
+        traced = tracing.current_dynamic().level > 0 or any(isinstance(x, tracing.Tracer) for x in leaves)
+        entry = self._trace(statics, leaves, in_tree, avals)
+        if traced or any(isinstance(c, tracing.Tracer) for c in entry.consts):
+            closed = consts_as_inputs(entry.program)
+            outs = P.call.bind(*entry.consts, *leaves, program=closed,
+                               name=getattr(self.fun, "__name__", "fun"))
+            return tree_util.tree_unflatten(entry.out_tree, outs)
+        device = self._target_device(leaves)
+        ex = self._executable(entry, (in_tree, avals, statics), device)
+        bufs = [_to(x, device) for x in leaves]
+        out_bufs = ex.exe(ex.const_bufs + bufs)
+        committed = self.device is not None or any(isinstance(x, ArrayImpl) and x.committed for x in leaves)
+        outs = [ArrayImpl(av, device, b, committed) for av, b in zip(ex.out_avals, out_bufs, strict=True)]
+        if self.donate_argnums:
+            self._donate(args, leaves)
+        return tree_util.tree_unflatten(ex.out_tree, outs)
+
+    def _donate(self, args, leaves):
+        for i in self.donate_argnums:
+            if i < len(args):
+                for leaf in tree_util.tree_leaves(args[i]):
+                    if isinstance(leaf, ArrayImpl):
+                        leaf.delete()
+
+    # ------------------------------------------------------------------ ahead of time
+    def trace(self, *args, **kwargs) -> "Traced":
+        """Trace at the given arguments' types; returns a ``Traced`` with ``.program``."""
+        statics, leaves, in_tree, avals = self._prepare(args, kwargs)
+        entry = self._trace(statics, leaves, in_tree, avals)
+        return Traced(self, entry, (in_tree, avals, statics), leaves)
+
+    def lower(self, *args, **kwargs) -> "Lowered":
+        """Trace and lower for the target device; returns a ``Lowered``."""
+        return self.trace(*args, **kwargs).lower()
+
+    def eval_shape(self, *args, **kwargs):
+        """The output pytree of ``ShapedArray`` without running anything."""
+        t = self.trace(*args, **kwargs)
+        return tree_util.tree_unflatten(t.entry.out_tree, list(t.program.out_avals))
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+    def __repr__(self):
+        return f"<jitted {getattr(self.fun, '__name__', 'function')}>"
+
+
+def _to(x, device):
+    """A leaf (array or scalar) as a buffer on ``device``."""
+    if isinstance(x, ArrayImpl):
+        if x._device == device:
+            return x.buf()
+        return device.impl.to_device(x._device.impl.to_host(x.buf()), device)
+    if isinstance(x, (bool, int, float, complex)):
+        d, _ = dtypes.dtype_of_scalar(x)
+        return device.impl.to_device(np.asarray(x, d), device)
+    return device.impl.to_device(np.asarray(x), device)
+
+
+class Traced:
+    """A traced jitted function: ``.program`` (the IR) and ``.lower()``."""
+
+    def __init__(self, jitted, entry, key, leaves):
+        self.jitted, self.entry, self.key, self._leaves = jitted, entry, key, leaves
+
+    @property
+    def program(self) -> Program:
+        return self.entry.program
+
+    @property
+    def consts(self):
+        return list(self.entry.consts)
+
+    def lower(self, device=None) -> "Lowered":
+        dev = parse_device(device) if device is not None else self.jitted._target_device(self._leaves)
+        return Lowered(self, dev)
+
+    def __str__(self):
+        return str(self.program)
+
+
+class Lowered:
+    """A traced program lowered for one device: ``.as_text()``, ``.compile()``."""
+
+    def __init__(self, traced: Traced, device):
+        self.traced, self.device = traced, device
+        self._backend_lowered = device.impl.lower(traced.program, device)
+
+    @property
+    def program(self) -> Program:
+        return self.traced.program
+
+    def as_text(self) -> str:
+        """The backend's text: generated NumPy code, StableHLO, or kernel source."""
+        return self._backend_lowered.as_text()
+
+    def kernels(self):
+        """The generated kernels (kernel backends only)."""
+        k = getattr(self._backend_lowered, "kernels", None)
+        if k is None:
+            raise TypeError(f"the {self.device.backend} backend does not generate kernels")
+        return k()
+
+    def compile(self) -> "Compiled":
+        ex = self.traced.jitted._executable(self.traced.entry, self.traced.key, self.device)
+        return Compiled(self.traced.jitted, ex, self.traced.key)
+
+
+class Compiled:
+    """A compiled jitted function; call it with arguments of the traced types."""
+
+    def __init__(self, jitted, entry, key):
+        self.jitted, self.entry, self.key = jitted, entry, key
+
+    def __call__(self, *args, **kwargs):
+        statics, leaves, in_tree, avals = self.jitted._prepare(args, kwargs)
+        if (in_tree, avals, statics) != self.key:
+            raise TypeError(f"this Compiled was made for {self.key[1]}, called with {avals}; "
+                            "call the jitted function instead to retrace")
+        ex = self.entry
+        out_bufs = ex.exe(ex.const_bufs + [_to(x, ex.device) for x in leaves])
+        outs = [ArrayImpl(av, ex.device, b) for av, b in zip(ex.out_avals, out_bufs, strict=True)]
+        return tree_util.tree_unflatten(ex.out_tree, outs)
+
+    def as_text(self):
+        return self.entry.device.impl.lower(self.entry.program, self.entry.device).as_text()
+
+
+def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), device=None):
+    """Compile ``fun`` for a device, tracing once per input signature (mirrors ``jax.jit``).
+
+    Args:
+      fun: a function of arrays, scalars and pytrees of them, returning the same.
+      static_argnums / static_argnames: arguments that are configuration: hashable
+        values that become part of the cache key (a new value retraces).
+      donate_argnums: positional arguments whose buffers the call may reuse; the
+        donated arrays are deleted after the call and using them raises.
+      device: the device to run on (``Device`` or a string like ``"numpy:0"``);
+        default: the committed inputs' device, else the default device.
+    Returns: a ``Jitted`` callable with ``.trace``, ``.lower`` and ``.eval_shape``.
+    Raises: ``ConcretizationError`` when ``fun`` needs a concrete value of a traced
+      argument (``if x > 0:``); ``TypeError`` for an argument that is not an array.
+
+    Usable as a decorator, with or without arguments.
+    """
+    if fun is None:
+        return functools.partial(jit, static_argnums=static_argnums, static_argnames=static_argnames,
+                                 donate_argnums=donate_argnums, device=device)
+    return Jitted(fun, static_argnums, static_argnames, donate_argnums, device)
+
+
+def make_ir(fun, *, static_argnums=(), static_argnames=()):
+    """``make_ir(f)(*args)`` returns the ``Program`` that ``jit`` would run (as ``jax.make_jaxpr``)."""
+    j = Jitted(fun, static_argnums, static_argnames)
+
+    @functools.wraps(fun)
+    def traced(*args, **kwargs):
+        return j.trace(*args, **kwargs).program
+    return traced
+
+
