@@ -21,9 +21,38 @@ from fnarray.transforms.jit import jit, make_ir
 
 __version__ = "0.1.0"
 
+# Transforms and libraries, imported on first use so that `import fnarray` stays light.
+_LAZY = {
+    "grad": "fnarray.transforms.ad", "value_and_grad": "fnarray.transforms.ad", "jvp": "fnarray.transforms.ad",
+    "vjp": "fnarray.transforms.ad", "linearize": "fnarray.transforms.ad", "jacfwd": "fnarray.transforms.ad",
+    "jacrev": "fnarray.transforms.ad", "hessian": "fnarray.transforms.ad", "custom_jvp": "fnarray.transforms.ad",
+    "custom_vjp": "fnarray.transforms.ad", "checkpoint": "fnarray.transforms.ad", "remat": "fnarray.transforms.ad",
+    "stop_gradient": "fnarray.transforms.ad",
+    "vmap": "fnarray.transforms.batching",
+    "cond": "fnarray.transforms.control_flow", "switch": "fnarray.transforms.control_flow",
+    "while_loop": "fnarray.transforms.control_flow", "fori_loop": "fnarray.transforms.control_flow",
+    "scan": "fnarray.transforms.control_flow",
+    "random": None, "nn": None, "optim": None, "export": None,
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+        mod = _LAZY[name]
+        value = importlib.import_module(f"fnarray.{name}") if mod is None else getattr(
+            importlib.import_module(mod), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'fnarray' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 __all__ = [
     "Array", "ShapedArray", "Program", "Device", "config", "jit", "make_ir", "devices", "default_device",
     "device_put", "register_backend", "check_program", "numpy", "tree_util", "lax",
     "FnArrayError", "ShapeError", "DTypeError", "ConcretizationError", "UnsupportedOnDevice",
     "BackendUnavailable", "TracerLeakError", "FallbackWarning",
-]
+] + list(_LAZY)

@@ -638,3 +638,13 @@ def _remat_rule(*args, program, prevent_cse=True):
 
 remat = Primitive("remat", _remat_rule, multiple_results=True, kind="control",
                   doc="Runs program; its residuals are recomputed in the backward pass.")
+
+
+def _custom_lin_rule(*args, num_res, out_avals, bwd, in_tree=None):
+    return list(out_avals)
+
+
+custom_lin = Primitive(
+    "custom_lin", _custom_lin_rule, multiple_results=True, kind="control",
+    doc=("The linear part of a custom_vjp function inside reverse-mode differentiation: residuals + tangents "
+         "-> output tangents. It is only ever transposed (which calls the user's bwd), never evaluated."))

@@ -664,6 +664,15 @@ IMPLS[P.remat] = _call_factory("program")
 IMPLS[P.custom_jvp_call] = _call_factory("call_program")
 IMPLS[P.custom_vjp_call] = _call_factory("call_program")
 
+def _custom_lin(params, in_avals, out_avals):
+    def f(*args):
+        raise TypeError("a custom_vjp function cannot be forward-mode differentiated (jvp, jacfwd): it only "
+                        "defines reverse mode. Use fnarray.custom_jvp for forward mode, or grad/vjp/jacrev.")
+    return f
+
+
+IMPLS[P.custom_lin] = _custom_lin
+
 _missing = [p.name for p in P.PRIMITIVES.values() if p not in IMPLS]
 if _missing:  # every primitive needs a reference implementation
     raise RuntimeError(f"numpy backend lacks implementations for {_missing}")
