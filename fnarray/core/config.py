@@ -17,9 +17,19 @@ _FALLBACK_MODES = ("warn", "error", "silent")
 
 class Config:
     def __init__(self):
+        self.generation = 0  # bumped by every change, so caches keyed on the configuration can check it
         self._fallback = "warn"
-        self.default_device = os.environ.get("FNARRAY_DEVICE") or None
+        self._default_device = os.environ.get("FNARRAY_DEVICE") or None
         self.fallback = os.environ.get("FNARRAY_FALLBACK", "warn")
+
+    @property
+    def default_device(self):
+        return self._default_device
+
+    @default_device.setter
+    def default_device(self, device):
+        self._default_device = device
+        self.generation += 1
 
     @property
     def fallback(self) -> str:
@@ -30,6 +40,7 @@ class Config:
         if mode not in _FALLBACK_MODES:
             raise ValueError(f"fnarray.config.fallback must be one of {_FALLBACK_MODES}, got {mode!r}")
         self._fallback = mode
+        self.generation += 1
 
     def lowering_key(self) -> tuple:
         """The part of the configuration that changes lowering (a jit cache key component)."""

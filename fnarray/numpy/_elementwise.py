@@ -125,14 +125,10 @@ def _real_dtype(x):
 
 
 def _arith(name, fn, bool_fn=None):
+    no_bool = _not_bool(name) if bool_fn is None else None
+
     def f(x1, x2, /):
-        check_arraylike(name, x1, x2)
-        a = promote(name, x1, x2)
-        if dtypes.is_bool(aval_of(a[0]).dtype):
-            if bool_fn is None:
-                raise DTypeError(f"{name} does not accept bool arrays; convert with .astype(int) first")
-            return elementwise(name, bool_fn, *a)
-        return elementwise(name, fn, *a)
+        return elementwise(name, fn, x1, x2, check=no_bool, bool_fn=bool_fn)
     f.__name__ = name
     f.__doc__ = (f"Elementwise {name} (array API ``{name}``). Args: x1, x2: arrays or scalars, promoted "
                  "and broadcast. Returns: an array of the promoted dtype and the broadcast shape.")

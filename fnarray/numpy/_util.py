@@ -146,12 +146,25 @@ def broadcast_arrays_(args, name="broadcast"):
             for a, s in zip(args, shapes, strict=True)], shape
 
 
-def elementwise(name, fn, *args, check=None):
-    """Promote, broadcast and apply the lax function ``fn``; ``check(dtype)`` may raise."""
+def elementwise(name, fn, *args, check=None, bool_fn=None):
+    """Promote, broadcast and apply the lax function ``fn``; ``check(dtype)`` may raise.
+
+    ``bool_fn``, if given, replaces ``fn`` when the promoted dtype is bool (``add`` is ``or``).
+    """
+    if len(args) == 2:
+        fast = _fast_binary(args[0], args[1])
+        if fast is not None:
+            d = fast[0].aval.dtype if isinstance(fast[0], Array) else fast[1].aval.dtype
+            if check is not None:
+                check(d)
+            return (bool_fn if bool_fn is not None and d == dtypes.bool_ else fn)(*fast)
     check_arraylike(name, *args)
     args = promote(name, *args)
+    d = aval_of(args[0]).dtype
     if check is not None:
-        check(aval_of(args[0]).dtype)
+        check(d)
+    if bool_fn is not None and d == dtypes.bool_:
+        fn = bool_fn
     if len(args) > 1:
         args, shape = broadcast_arrays_(args, name)
         if shape == () and all(is_scalar(a) for a in args):
@@ -159,6 +172,38 @@ def elementwise(name, fn, *args, check=None):
     elif is_scalar(args[0]):
         args = [asarray_internal(args[0])]
     return fn(*args)
+
+
+_FLOAT_OK = {float: dtypes.is_inexact, int: lambda d: not dtypes.is_bool(d)}
+
+
+def _fast_binary(a, b):
+    """The common cases of promotion without the general machinery (the eager hot path):
+    two arrays of one dtype and shape, or an array with a Python float/int it absorbs."""
+    ta, tb = type(a), type(b)
+    if ta in _FLOAT_OK and isinstance(b, Array):
+        a, b, ta, tb, swap = b, a, tb, ta, True
+    else:
+        swap = False
+    if not isinstance(a, Array):
+        return None
+    av = a.aval
+    if tb in _FLOAT_OK:
+        d = av.dtype
+        if not _FLOAT_OK[tb](d):
+            return None
+        if d == dtypes.float32 or (tb is int and d == dtypes.int32):
+            lit = b
+        else:
+            if tb is int and dtypes.is_int(d):
+                return None  # range check needed: general path
+            lit = np.asarray(b, d)[()]
+        return (lit, a) if swap else (a, lit)
+    if isinstance(b, Array):
+        bv = b.aval
+        if av.dtype == bv.dtype and av.shape == bv.shape and av.weak_type == bv.weak_type:
+            return a, b
+    return None
 
 
 def normalize_axis(axis, ndim, name="axis"):

@@ -57,12 +57,12 @@ def _hashable_static(v, name):
 
 
 class _Entry:
-    __slots__ = ("program", "consts", "out_tree", "out_avals", "device", "exe", "const_bufs", "closed")
+    __slots__ = ("program", "consts", "out_tree", "out_avals", "device", "exe", "const_bufs", "generation")
 
     def __init__(self, program, consts, out_tree):
         self.program, self.consts, self.out_tree = program, consts, out_tree
         self.out_avals = program.out_avals
-        self.device = self.exe = self.const_bufs = self.closed = None
+        self.device = self.exe = self.const_bufs = self.generation = None
 
 
 class Jitted:
@@ -72,7 +72,7 @@ class Jitted:
         if not callable(fun):
             raise TypeError(f"jit needs a callable, got {type(fun).__name__}")
         self.fun = fun
-        functools.update_wrapper(self, fun)
+        functools.update_wrapper(self, fun, updated=())  # never copy fun.__dict__ over ours
         try:
             self._sig = inspect.signature(fun)
         except (TypeError, ValueError):
@@ -93,6 +93,7 @@ class Jitted:
         self.device = parse_device(device) if device is not None else None
         self._traces: dict = {}     # (treedef, avals, statics) -> _Entry (device-independent)
         self._compiled: dict = {}   # (key, device, config) -> _Entry with exe
+        self._fast: dict = {}       # key -> _Entry, for calls on the entry's device with the current config
 
     # ------------------------------------------------------------------ argument handling
     def _split(self, args, kwargs):
@@ -110,7 +111,7 @@ class Jitted:
                 statics.append((k, _hashable_static(v, repr(k))))
             else:
                 dyn_kwargs[k] = v
-        return tuple(statics), dyn_args, dyn_kwargs
+        return tuple(statics), tuple(dyn_args), dyn_kwargs
 
     def _flat_fun(self, statics, in_tree, nargs_dyn):
         fun = self.fun
@@ -171,8 +172,35 @@ class Jitted:
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
-        statics, leaves, in_tree, avals = self._prepare(args, kwargs)
-        traced = tracing.current_dynamic().level > 0 or any(isinstance(x, tracing.Tracer) for x in leaves)
+        # The hot path (DESIGN.md "The call path"): flatten, key, look up, place, launch.
+        if kwargs or self.static_argnums:
+            statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
+            leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
+        else:
+            statics = ()
+            leaves, in_tree = tree_util.tree_flatten((args, {}))
+        avals = []
+        traced = tracing.current_dynamic().level > 0
+        for x in leaves:
+            if type(x) is ArrayImpl:
+                avals.append(x.aval)
+            else:
+                if isinstance(x, tracing.Tracer):
+                    traced = True
+                avals.append(leaf_aval(x, f"an argument of {getattr(self.fun, '__name__', 'fun')}"))
+        avals = tuple(avals)
+        key = (in_tree, avals, statics)
+        if not traced:
+            fast = self._fast.get(key)
+            if fast is not None and fast.generation == config.generation:
+                device = fast.device
+                if self.device is None:
+                    for x in leaves:
+                        if type(x) is ArrayImpl and x._device is not device:
+                            device = None
+                            break
+                if device is not None:
+                    return self._run(fast, leaves, device, args)
         entry = self._trace(statics, leaves, in_tree, avals)
         if traced or any(isinstance(c, tracing.Tracer) for c in entry.consts):
             closed = consts_as_inputs(entry.program)
@@ -180,10 +208,27 @@ class Jitted:
                                name=getattr(self.fun, "__name__", "fun"))
             return tree_util.tree_unflatten(entry.out_tree, outs)
         device = self._target_device(leaves)
-        ex = self._executable(entry, (in_tree, avals, statics), device)
-        bufs = [_to(x, device) for x in leaves]
-        out_bufs = ex.exe(ex.const_bufs + bufs)
-        committed = self.device is not None or any(isinstance(x, ArrayImpl) and x.committed for x in leaves)
+        ex = self._executable(entry, key, device)
+        if device == default_device() or self.device is not None:
+            ex.generation = config.generation
+            self._fast[key] = ex
+        return self._run(ex, leaves, device, args)
+
+    def _run(self, ex, leaves, device, args):
+        bufs = list(ex.const_bufs)
+        committed = self.device is not None
+        for x in leaves:
+            if type(x) is ArrayImpl:
+                b = x._buf
+                if b is None:
+                    x.buf()  # raises: donated or deleted
+                if x._device is not device:
+                    b = _to(x, device)
+                committed = committed or x._committed
+                bufs.append(b)
+            else:
+                bufs.append(_to(x, device))
+        out_bufs = ex.exe(bufs)
         outs = [ArrayImpl(av, device, b, committed) for av, b in zip(ex.out_avals, out_bufs, strict=True)]
         if self.donate_argnums:
             self._donate(args, leaves)
