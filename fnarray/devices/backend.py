@@ -110,7 +110,9 @@ class Backend:
                 return f"{device.backend} has no {a.aval.dtype.name}"
         return None
 
-    def lower(self, program: Program, device: Device) -> Lowered:
+    def lower(self, program: Program, device: Device, donate=()) -> Lowered:
+        """Lower ``program``; ``donate`` lists input positions (constvars + invars) whose buffers
+        the executable may reuse."""
         raise NotImplementedError
 
     def eager_executable(self, primitive, params, in_avals, device):

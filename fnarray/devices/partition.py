@@ -55,15 +55,18 @@ def _report(eqn, device, reason):
         warnings.warn(f"{msg}; running it on numpy:0 instead", FallbackWarning, stacklevel=4)
 
 
-def lower_program(program: Program, device: Device):
+def lower_program(program: Program, device: Device, donate=()):
     """The backend's ``Lowered`` for the whole program (no partitioning)."""
+    if donate:
+        return device.impl.lower(program, device, donate=tuple(donate))
     return device.impl.lower(program, device)
 
 
-def compile_program(program: Program, device: Device):
+def compile_program(program: Program, device: Device, donate=()):
     """An executable ``bufs -> bufs`` for ``program`` on ``device`` (inputs: constvars + invars).
 
-    Falls back per segment when the device cannot run some equations.
+    Falls back per segment when the device cannot run some equations. ``donate``: input
+    positions whose buffers the executable may reuse (honoured when nothing falls back).
     """
     if device.backend == "numpy":
         return lower_program(program, device).compile()
@@ -74,7 +77,7 @@ def compile_program(program: Program, device: Device):
             _report(e, device, r)
         placements.append(r is None)
     if all(placements):
-        return lower_program(program, device).compile()
+        return lower_program(program, device, donate).compile()
     return _Partitioned(program, device, placements)
 
 

@@ -113,7 +113,7 @@ class NumpyBackend(Backend):
     def supports(self, eqn, device):
         return None
 
-    def lower(self, program, device):
+    def lower(self, program, device, donate=()):
         return NumpyLowered(program, device)
 
     def eager_fast(self, primitive, params, in_avals, device):

@@ -159,13 +159,29 @@ class Jitted:
         return placement_device(arrays, f"jit({getattr(self.fun, '__name__', 'fun')})") if arrays \
             else default_device()
 
-    def _executable(self, entry, key, device):
+    def _donated_positions(self, args):
+        """Leaf positions (among the dynamic leaves) of the donated positional arguments."""
+        if not self.donate_argnums:
+            return ()
+        donate = {i % len(args) for i in self.donate_argnums if -len(args) <= i < len(args)}
+        pos, off = [], 0
+        for i, a in enumerate(args):
+            if i in self.static_argnums:
+                continue
+            n = len(tree_util.tree_leaves(a))
+            if i in donate:
+                pos.extend(range(off, off + n))
+            off += n
+        return tuple(pos)
+
+    def _executable(self, entry, key, device, donated=()):
         ckey = (key, device, config.lowering_key())
         hit = self._compiled.get(ckey)
         if hit is None:
             hit = _Entry(entry.program, entry.consts, entry.out_tree)
             hit.device = device
-            hit.exe = compile_program(entry.program, device)
+            n = len(entry.consts)
+            hit.exe = compile_program(entry.program, device, donate=tuple(n + p for p in donated))
             hit.const_bufs = [_to(c, device) for c in entry.consts]
             self._compiled[ckey] = hit
         return hit
@@ -208,7 +224,7 @@ class Jitted:
                                name=getattr(self.fun, "__name__", "fun"))
             return tree_util.tree_unflatten(entry.out_tree, outs)
         device = self._target_device(leaves)
-        ex = self._executable(entry, key, device)
+        ex = self._executable(entry, key, device, self._donated_positions(args))
         if device == default_device() or self.device is not None:
             ex.generation = config.generation
             self._fast[key] = ex

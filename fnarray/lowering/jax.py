@@ -1,0 +1,397 @@
+"""The jax backend: the IR lowered to ``jax.lax``, one ``jax.jit`` per program.
+
+Devices ``jax:N`` are what ``jax.devices()`` reports (CPU here; CUDA GPUs and
+TPUs where JAX sees them). Every primitive has a rule in ``RULES`` that
+reproduces the reference semantics of ``numpy_impls`` (integer division by
+zero gives 0, saturating float->int casts, NaN sorting last...). Programs with
+64-bit types are lowered and run inside ``jax.enable_x64(True)`` so the user's
+own JAX configuration is never changed; programs without them do not pay for it.
+Random numbers come from fnarray's Threefry (plain uint32 primitives), so they
+equal the other backends' bit for bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import weakref
+
+import numpy as np
+
+from fnarray.core import dtypes
+from fnarray.core import primitives as P
+from fnarray.core.errors import BackendUnavailable
+from fnarray.core.ir import Literal, Program
+from fnarray.core.passes import dce, walk_eqns
+from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
+
+try:
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+except ImportError as e:  # pragma: no cover - exercised where jax is missing
+    raise BackendUnavailable("the jax backend needs JAX: not installed (to fix: pip install 'fnarray[jax]')") from e
+
+__all__ = ["make_backend", "RULES", "JaxBackend"]
+
+RULES: dict = {}
+
+
+def rule(prim):
+    def deco(fn):
+        RULES[prim] = fn
+        return fn
+    return deco
+
+
+def _direct(prim, fn):
+    RULES[prim] = lambda *args, **params: fn(*args)
+
+
+# ------------------------------------------------------------------------------ elementwise
+
+for _p, _f in [(P.neg, lax.neg), (P.sign, lax.sign), (P.floor, lax.floor), (P.ceil, lax.ceil),
+               (P.is_finite, lax.is_finite), (P.exp, lax.exp), (P.exp2, lax.exp2), (P.log, lax.log),
+               (P.log1p, lax.log1p), (P.expm1, lax.expm1), (P.tanh, lax.tanh), (P.logistic, lax.logistic),
+               (P.sin, lax.sin), (P.cos, lax.cos), (P.tan, lax.tan), (P.asin, lax.asin), (P.acos, lax.acos),
+               (P.atan, lax.atan), (P.sinh, lax.sinh), (P.cosh, lax.cosh), (P.asinh, lax.asinh),
+               (P.acosh, lax.acosh), (P.atanh, lax.atanh), (P.sqrt, lax.sqrt), (P.rsqrt, lax.rsqrt),
+               (P.cbrt, lax.cbrt), (P.erf, lax.erf), (P.erf_inv, lax.erf_inv), (P.lgamma, lax.lgamma),
+               (P.digamma, lax.digamma), (P.abs_p, lax.abs), (P.not_p, lax.bitwise_not), (P.real, lax.real),
+               (P.imag, lax.imag), (P.conj, lax.conj), (P.population_count, lax.population_count)]:
+    _direct(_p, _f)
+
+RULES[P.round_p] = lambda x: lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN)
+RULES[P.stop_gradient] = lambda x: x
+RULES[P.copy_p] = lambda x: x
+RULES[P.integer_pow] = lambda x, *, y: lax.integer_pow(x, y)
+
+
+def _bcast(x, y):
+    """Rank-0 operands broadcast in fnarray's binary primitives; lax wants equal shapes."""
+    sx, sy = jnp.shape(x), jnp.shape(y)
+    if sx == sy:
+        return x, y
+    if sx == ():
+        return lax.broadcast(x, sy), y
+    return x, lax.broadcast(y, sx)
+
+
+def _binary(prim, fn):
+    def f(x, y):
+        return fn(*_bcast(x, y))
+    RULES[prim] = f
+
+
+for _p, _f in [(P.add, lax.add), (P.sub, lax.sub), (P.mul, lax.mul), (P.pow_p, lax.pow), (P.max_p, lax.max),
+               (P.min_p, lax.min), (P.atan2, lax.atan2), (P.nextafter, lax.nextafter),
+               (P.and_p, lax.bitwise_and), (P.or_p, lax.bitwise_or), (P.xor_p, lax.bitwise_xor),
+               (P.shift_left, lax.shift_left), (P.shift_right_arithmetic, lax.shift_right_arithmetic),
+               (P.shift_right_logical, lax.shift_right_logical), (P.eq, lax.eq), (P.ne, lax.ne),
+               (P.lt, lax.lt), (P.le, lax.le), (P.gt, lax.gt), (P.ge, lax.ge), (P.complex_p, lax.complex)]:
+    _binary(_p, _f)
+
+
+def _int_safe(fn):
+    """Integer division/remainder by zero gives 0 (DESIGN.md), where XLA gives -1 or x."""
+    def f(x, y):
+        x, y = _bcast(x, y)
+        if not jnp.issubdtype(x.dtype, jnp.integer):
+            return fn(x, y)
+        zero = y == 0
+        return lax.select(zero, jnp.zeros_like(x), fn(x, lax.select(zero, jnp.ones_like(y), y)))
+    return f
+
+
+RULES[P.div] = _int_safe(lax.div)
+RULES[P.rem] = _int_safe(lax.rem)
+
+
+@rule(P.select_n)
+def _select_n(which, *cases):
+    if which.dtype == jnp.bool_ or len(cases) == 1:
+        return lax.select_n(which, *cases)
+    return lax.select_n(lax.clamp(jnp.int32(0), which, jnp.int32(len(cases) - 1)), *cases)
+
+
+@rule(P.convert_element_type)
+def _convert(x, *, new_dtype, weak_type=False):
+    src = x.dtype
+    if src == new_dtype:
+        return x
+    if new_dtype == np.bool_:
+        return x != 0
+    if jnp.issubdtype(src, jnp.complexfloating) and not dtypes.is_complex(new_dtype):
+        x = lax.real(x)
+        src = x.dtype
+    if jnp.issubdtype(src, jnp.floating) and dtypes.is_int(new_dtype):
+        info = np.iinfo(new_dtype)
+        hi = np.array(info.max, new_dtype)
+        lo = np.array(info.min, new_dtype)
+        xf = lax.convert_element_type(x, np.float32) if src in (dtypes.float16, dtypes.bfloat16) else x
+        t = jnp.where(jnp.isnan(xf), jnp.zeros_like(xf), xf)
+        conv = lax.convert_element_type(jnp.clip(t, float(info.min), float(info.max)), new_dtype)
+        return jnp.where(t >= float(info.max), hi, jnp.where(t <= float(info.min), lo, conv))
+    return lax.convert_element_type(x, new_dtype)
+
+
+RULES[P.bitcast_convert_type] = lambda x, *, new_dtype: lax.bitcast_convert_type(x, new_dtype)
+
+# ------------------------------------------------------------------------------ structural
+
+RULES[P.iota] = lambda *, dtype, shape, dimension: lax.broadcasted_iota(dtype, shape, dimension)
+RULES[P.broadcast_in_dim] = lambda x, *, shape, broadcast_dimensions: lax.broadcast_in_dim(
+    x, shape, broadcast_dimensions)
+RULES[P.reshape] = lambda x, *, new_sizes: lax.reshape(x, new_sizes)
+RULES[P.transpose] = lambda x, *, permutation: lax.transpose(x, permutation)
+RULES[P.rev] = lambda x, *, dimensions: lax.rev(x, dimensions)
+RULES[P.slice_p] = lambda x, *, start_indices, limit_indices, strides: lax.slice(
+    x, start_indices, limit_indices, strides)
+RULES[P.dynamic_slice] = lambda x, *starts, slice_sizes: lax.dynamic_slice(x, starts, slice_sizes)
+RULES[P.dynamic_update_slice] = lambda x, u, *starts: lax.dynamic_update_slice(x, u, starts)
+RULES[P.pad] = lambda x, v, *, padding_config: lax.pad(x, v, padding_config)
+RULES[P.concatenate] = lambda *xs, dimension: lax.concatenate(xs, dimension)
+
+
+def _moved(x, axes):
+    return jnp.moveaxis(x, axes, tuple(range(len(axes))))
+
+
+@rule(P.gather)
+def _gather(x, indices, *, axes):
+    if any(x.shape[a] == 0 for a in axes):
+        shape = indices.shape[:-1] + tuple(n for i, n in enumerate(x.shape) if i not in axes)
+        return jnp.zeros(shape, x.dtype)
+    idx = tuple(jnp.clip(indices[..., k], 0, x.shape[a] - 1) for k, a in enumerate(axes))
+    return _moved(x, axes)[idx]
+
+
+def _scatter(method):
+    def f(x, indices, updates, *, axes):
+        if indices.size == 0 or any(x.shape[a] == 0 for a in axes):
+            return x
+        idx = tuple(indices[..., k] for k in range(len(axes)))
+        out = getattr(_moved(x, axes).at[idx], method)(updates, mode="drop")
+        return jnp.moveaxis(out, tuple(range(len(axes))), axes)
+    return f
+
+
+RULES[P.scatter] = _scatter("set")
+RULES[P.scatter_add] = _scatter("add")
+RULES[P.scatter_mul] = _scatter("multiply")
+RULES[P.scatter_min] = _scatter("min")
+RULES[P.scatter_max] = _scatter("max")
+
+# ------------------------------------------------------------------------------ reductions
+
+RULES[P.reduce_sum] = lambda x, *, axes: lax.reduce_sum(x, axes) if x.dtype not in (
+    dtypes.float16, dtypes.bfloat16) else lax.convert_element_type(
+    lax.reduce_sum(lax.convert_element_type(x, np.float32), axes), x.dtype)
+RULES[P.reduce_prod] = lambda x, *, axes: lax.reduce_prod(x, axes)
+RULES[P.reduce_max] = lambda x, *, axes: lax.reduce_max(x, axes) if x.dtype != np.bool_ else lax.reduce_or(x, axes)
+RULES[P.reduce_min] = lambda x, *, axes: lax.reduce_min(x, axes) if x.dtype != np.bool_ else lax.reduce_and(
+    x, axes)
+RULES[P.reduce_and] = lambda x, *, axes: lax.reduce_and(x, axes)
+RULES[P.reduce_or] = lambda x, *, axes: lax.reduce_or(x, axes)
+RULES[P.argmax] = lambda x, *, axes, index_dtype: lax.argmax(x, axes[0], index_dtype)
+RULES[P.argmin] = lambda x, *, axes, index_dtype: lax.argmin(x, axes[0], index_dtype)
+RULES[P.cumsum] = lambda x, *, axis, reverse=False: lax.cumsum(x, axis, reverse)
+RULES[P.cumprod] = lambda x, *, axis, reverse=False: lax.cumprod(x, axis, reverse)
+RULES[P.cummax] = lambda x, *, axis, reverse=False: lax.cummax(x, axis, reverse)
+RULES[P.cummin] = lambda x, *, axis, reverse=False: lax.cummin(x, axis, reverse)
+RULES[P.cumlogsumexp] = lambda x, *, axis, reverse=False: lax.cumlogsumexp(x, axis, reverse)
+
+
+@rule(P.sort)
+def _sort(*xs, dimension, is_stable, num_keys):
+    if xs[0].ndim == 0:
+        return list(xs)
+    # fnarray sorts -0.0 equal to 0.0 and every NaN last; XLA's total order does neither.
+    keys = []
+    for k in xs[:num_keys]:
+        if jnp.issubdtype(k.dtype, jnp.floating):
+            k = jnp.where(jnp.isnan(k), jnp.array(np.nan, k.dtype), k + jnp.zeros((), k.dtype))
+        keys.append(k)
+    out = lax.sort(tuple(keys) + tuple(xs), dimension=dimension, is_stable=True, num_keys=num_keys)
+    return list(out[num_keys:])
+
+
+@rule(P.dot_general)
+def _dot_general(x, y, *, dimension_numbers, preferred_element_type=None):
+    if x.dtype == np.bool_:
+        r = lax.dot_general(x.astype(np.int32), y.astype(np.int32), dimension_numbers)
+        return r > 0
+    if x.dtype in (dtypes.float16, dtypes.bfloat16):
+        r = lax.dot_general(x, y, dimension_numbers, preferred_element_type=np.float32)
+        return r.astype(preferred_element_type or x.dtype)
+    return lax.dot_general(x, y, dimension_numbers, preferred_element_type=preferred_element_type)
+
+# ------------------------------------------------------------------------------ control flow
+
+
+def _interpret(prog: Program, args):
+    env = {}
+    for v, x in zip(list(prog.constvars) + list(prog.invars), args, strict=True):
+        env[v] = x
+
+    def read(a):
+        return np.asarray(a.val) if isinstance(a, Literal) else env[a]
+
+    for e in prog.eqns:
+        outs = RULES[e.primitive](*[read(a) for a in e.inputs], **e.params)
+        if not e.primitive.multiple_results:
+            outs = [outs]
+        for v, o in zip(e.outputs, outs, strict=True):
+            env[v] = o
+    return [read(a) for a in prog.outvars]
+
+
+@rule(P.cond)
+def _cond(index, *ops, branches):
+    fns = [functools.partial(_branch, b) for b in branches]
+    return lax.switch(index, fns, *ops)
+
+
+def _branch(prog, *ops):
+    return _interpret(prog, list(ops))
+
+
+@rule(P.while_p)
+def _while(*args, cond_program, body_program, cond_nconsts, body_nconsts):
+    cc = list(args[:cond_nconsts])
+    bc = list(args[cond_nconsts:cond_nconsts + body_nconsts])
+    init = tuple(args[cond_nconsts + body_nconsts:])
+    out = lax.while_loop(lambda c: _interpret(cond_program, cc + list(c))[0],
+                         lambda c: tuple(_interpret(body_program, bc + list(c))), init)
+    return list(out)
+
+
+@rule(P.scan)
+def _scan(*args, program, num_consts, num_carry, length, reverse, unroll=1):
+    consts = list(args[:num_consts])
+    carry = tuple(args[num_consts:num_consts + num_carry])
+    xs = tuple(args[num_consts + num_carry:])
+
+    def body(c, x):
+        outs = _interpret(program, consts + list(c) + list(x))
+        return tuple(outs[:num_carry]), tuple(outs[num_carry:])
+
+    c, ys = lax.scan(body, carry, xs, length=length, reverse=reverse, unroll=unroll)
+    return list(c) + list(ys)
+
+
+RULES[P.call] = lambda *args, program, name="call": _interpret(program, list(args))
+RULES[P.remat] = lambda *args, program, prevent_cse=True: _interpret(program, list(args))
+RULES[P.custom_jvp_call] = lambda *args, call_program, **kw: _interpret(call_program, list(args))
+RULES[P.custom_vjp_call] = lambda *args, call_program, **kw: _interpret(call_program, list(args))
+
+_UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that are transposed, never run"}
+
+# ------------------------------------------------------------------------------ backend
+
+_X64 = frozenset({dtypes.float64, dtypes.int64, dtypes.uint64, dtypes.complex128})
+
+
+def _needs_x64(prog: Program) -> bool:
+    """Whether the program holds any 64-bit type (then it runs inside ``jax.enable_x64``)."""
+    seen = {v.aval.dtype for v in list(prog.constvars) + list(prog.invars)}
+    for e in walk_eqns(prog):
+        seen.update(a.aval.dtype for a in e.inputs)
+        seen.update(o.aval.dtype for o in e.outputs)
+        seen.update(p for p in e.params.values() if isinstance(p, np.dtype))
+    return not seen.isdisjoint(_X64)
+
+
+def _x64(on: bool):
+    return jax.enable_x64(True) if on else contextlib.nullcontext()
+
+
+class JaxLowered(Lowered):
+    def __init__(self, program, device, donate=()):
+        super().__init__(program, device)
+        self.x64 = _needs_x64(program)
+        prog, _ = dce(program)
+        self._prog = prog
+        handle = device.handle
+
+        def fn(*args):
+            return _interpret(prog, list(args))
+
+        self._jitted = jax.jit(fn, donate_argnums=tuple(donate))
+        # A program without inputs has nothing to say where it runs: pin it to the device.
+        self._pin = None if (prog.invars or prog.constvars) else handle
+
+    def as_text(self) -> str:
+        """StableHLO of the program (as ``jax.jit(f).lower(...).as_text()``)."""
+        avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype)
+                 for v in list(self._prog.constvars) + list(self._prog.invars)]
+        with _x64(self.x64):
+            return self._jitted.lower(*avals).as_text()
+
+    def compile(self):
+        jitted, x64 = self._jitted, self.x64
+        if self._pin is not None:
+            pin = self._pin
+
+            def exe(bufs):
+                with jax.default_device(pin), _x64(x64):
+                    return list(jitted(*bufs))
+            return exe
+        if x64:
+            def exe(bufs):
+                with jax.enable_x64(True):
+                    return list(jitted(*bufs))
+        else:
+            def exe(bufs):
+                return list(jitted(*bufs))
+        return exe
+
+
+class JaxBackend(Backend):
+    name = "jax"
+
+    def __init__(self):
+        self._devices = []
+        for i, d in enumerate(jax.devices()):
+            platform = {"cuda": "gpu", "rocm": "gpu"}.get(d.platform, d.platform)
+            self._devices.append(Device("jax", i, platform, f"JAX {jax.__version__} {d.device_kind} ({d})",
+                                        handle=d))
+        self._caps = Capabilities(dtypes=frozenset(dtypes.ALL_DTYPES), control_flow="native")
+        self._eager: "weakref.WeakValueDictionary" = {}
+
+    def devices(self):
+        return self._devices
+
+    def capabilities(self, device):
+        return self._caps
+
+    def supports(self, eqn, device):
+        r = _UNSUPPORTED.get(eqn.primitive)
+        if r is not None:
+            return r
+        if eqn.primitive not in RULES:
+            return f"the jax backend has no rule for {eqn.primitive.name}"
+        return None
+
+    def lower(self, program, device, donate=()):
+        return JaxLowered(program, device, donate)
+
+    def to_device(self, array, device):
+        a = np.asarray(array)
+        with _x64(a.dtype in _X64):
+            return jax.device_put(a, device.handle)
+
+    def to_host(self, buf):
+        a = np.asarray(buf)
+        return a
+
+    def block_until_ready(self, buf):
+        return buf.block_until_ready()
+
+    def delete(self, buf):
+        if not buf.is_deleted():
+            buf.delete()
+
+
+def make_backend():
+    return JaxBackend()
