@@ -147,8 +147,15 @@ RULES[P.transpose] = lambda x, *, permutation: lax.transpose(x, permutation)
 RULES[P.rev] = lambda x, *, dimensions: lax.rev(x, dimensions)
 RULES[P.slice_p] = lambda x, *, start_indices, limit_indices, strides: lax.slice(
     x, start_indices, limit_indices, strides)
-RULES[P.dynamic_slice] = lambda x, *starts, slice_sizes: lax.dynamic_slice(x, starts, slice_sizes)
-RULES[P.dynamic_update_slice] = lambda x, u, *starts: lax.dynamic_update_slice(x, u, starts)
+def _clamp_starts(starts, sizes, shape):
+    # XLA clamps start indices into range; jax.lax would first wrap negative ones (NumPy style).
+    return [jnp.clip(s, 0, n - k).astype(s.dtype) for s, k, n in zip(starts, sizes, shape, strict=True)]
+
+
+RULES[P.dynamic_slice] = lambda x, *starts, slice_sizes: lax.dynamic_slice(
+    x, _clamp_starts(starts, slice_sizes, x.shape), slice_sizes)
+RULES[P.dynamic_update_slice] = lambda x, u, *starts: lax.dynamic_update_slice(
+    x, u, _clamp_starts(starts, u.shape, x.shape))
 RULES[P.pad] = lambda x, v, *, padding_config: lax.pad(x, v, padding_config)
 RULES[P.concatenate] = lambda *xs, dimension: lax.concatenate(xs, dimension)
 
@@ -170,7 +177,8 @@ def _scatter(method):
     def f(x, indices, updates, *, axes):
         if indices.size == 0 or any(x.shape[a] == 0 for a in axes):
             return x
-        idx = tuple(indices[..., k] for k in range(len(axes)))
+        # Negative indices are out of bounds (dropped), not counted from the end as jnp's would be.
+        idx = tuple(jnp.where(indices[..., k] < 0, x.shape[a], indices[..., k]) for k, a in enumerate(axes))
         out = getattr(_moved(x, axes).at[idx], method)(updates, mode="drop")
         return jnp.moveaxis(out, tuple(range(len(axes))), axes)
     return f

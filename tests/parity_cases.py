@@ -1,0 +1,203 @@
+"""One or more cases for every primitive, for the backend parity tier (DESIGN.md, "Testing").
+
+A case is ``(name, primitive, inputs, params)``: ``inputs`` are NumPy arrays
+(made from a fixed seed), ``params`` the primitive's static parameters. The
+parity tests run each case on a device and compare with the numpy backend.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fnarray.core import dtypes
+from fnarray.core import primitives as P
+from fnarray.core.builder import trace_to_program
+from fnarray.core.passes import consts_as_inputs
+from fnarray.core.shaped import ShapedArray
+
+rng = np.random.default_rng(0)
+
+
+def f32(*shape, lo=-2.0, hi=2.0):
+    return rng.uniform(lo, hi, shape).astype(np.float32)
+
+
+def i32(*shape, lo=-20, hi=20):
+    return rng.integers(lo, hi, shape).astype(np.int32)
+
+
+def u32(*shape):
+    return rng.integers(0, 2**32 - 1, shape, dtype=np.uint64).astype(np.uint32)
+
+
+def bools(*shape):
+    return rng.random(shape) < 0.5
+
+
+def _special_f32():
+    return np.array([0.0, -0.0, 1.5, -2.5, np.inf, -np.inf, np.nan, 3e9, -3e9, 0.5], np.float32)
+
+
+CASES = []
+
+
+def case(case_name, prim, inputs, **params):
+    CASES.append((case_name, prim, inputs, params))
+
+
+# Elementwise unary on floats (domains chosen so results are finite where the function is).
+for p, lo, hi in [(P.neg, -3, 3), (P.sign, -3, 3), (P.floor, -3, 3), (P.ceil, -3, 3), (P.round_p, -3, 3),
+                  (P.is_finite, -3, 3), (P.exp, -3, 3), (P.exp2, -3, 3), (P.log, 0.1, 3), (P.log1p, -0.5, 3),
+                  (P.expm1, -3, 3), (P.tanh, -3, 3), (P.logistic, -5, 5), (P.sin, -3, 3), (P.cos, -3, 3),
+                  (P.tan, -1, 1), (P.asin, -0.9, 0.9), (P.acos, -0.9, 0.9), (P.atan, -3, 3), (P.sinh, -2, 2),
+                  (P.cosh, -2, 2), (P.asinh, -3, 3), (P.acosh, 1.1, 3), (P.atanh, -0.9, 0.9), (P.sqrt, 0, 3),
+                  (P.rsqrt, 0.1, 3), (P.cbrt, -3, 3), (P.erf, -2, 2), (P.erf_inv, -0.9, 0.9),
+                  (P.lgamma, 0.5, 4), (P.digamma, 0.5, 4), (P.abs_p, -3, 3), (P.stop_gradient, -3, 3),
+                  (P.copy_p, -3, 3)]:
+    case(p.name, p, [f32(3, 4, lo=lo, hi=hi)])
+case("round_halves", P.round_p, [np.array([0.5, 1.5, 2.5, -0.5, -1.5], np.float32)])
+case("not_bool", P.not_p, [bools(5)])
+_c64 = (f32(5) + 1j * f32(5)).astype(np.complex64)
+case("complex", P.complex_p, [f32(5), f32(5)])
+for _p in (P.real, P.imag, P.conj, P.abs_p, P.exp, P.sign):
+    case(_p.name + "_c64", _p, [_c64])
+case("mul_c64", P.mul, [_c64, _c64[::-1].copy()])
+case("not_int", P.not_p, [i32(5)])
+case("population_count", P.population_count, [u32(6)])
+case("integer_pow", P.integer_pow, [f32(4)], y=3)
+case("integer_pow_neg", P.integer_pow, [f32(4, lo=0.5, hi=2)], y=-2)
+case("is_finite_special", P.is_finite, [_special_f32()])
+case("abs_int", P.abs_p, [i32(6)])
+case("neg_int", P.neg, [i32(6)])
+
+# Binary elementwise, floats, with a rank-0 operand too.
+for p, lo, hi in [(P.add, -3, 3), (P.sub, -3, 3), (P.mul, -3, 3), (P.div, 0.5, 3), (P.rem, 0.5, 3),
+                  (P.pow_p, 0.5, 2), (P.max_p, -3, 3), (P.min_p, -3, 3), (P.atan2, -3, 3),
+                  (P.nextafter, -3, 3), (P.eq, -1, 1), (P.ne, -1, 1), (P.lt, -1, 1), (P.le, -1, 1),
+                  (P.gt, -1, 1), (P.ge, -1, 1)]:
+    case(p.name, p, [f32(3, 4, lo=lo, hi=hi), f32(3, 4, lo=lo, hi=hi)])
+case("add_rank0", P.add, [f32(3, 4), np.float32(1.5)])
+case("mul_rank0_left", P.mul, [np.float32(-2.0), f32(5)])
+case("max_nan", P.max_p, [np.array([np.nan, 1, 2], np.float32), np.array([0, np.nan, 3], np.float32)])
+case("min_nan", P.min_p, [np.array([np.nan, 1, 2], np.float32), np.array([0, np.nan, 3], np.float32)])
+case("pow_zero_zero", P.pow_p, [np.array([0.0, 2.0], np.float32), np.array([0.0, 0.0], np.float32)])
+# Integer semantics pinned by DESIGN.md.
+case("div_int", P.div, [i32(8), np.array([3, -3, 0, 1, -1, 0, 7, -2], np.int32)])
+case("rem_int", P.rem, [i32(8), np.array([3, -3, 0, 1, -1, 0, 7, -2], np.int32)])
+for p in (P.add, P.sub, P.mul, P.max_p, P.min_p, P.eq, P.lt):
+    case(p.name + "_int", p, [i32(6), i32(6)])
+for p in (P.and_p, P.or_p, P.xor_p):
+    case(p.name + "_int", p, [i32(6), i32(6)])
+    case(p.name + "_bool", p, [bools(6), bools(6)])
+_shifts = np.array([0, 1, 5, 31, 32, 33, -1, 100], np.int32)
+_svals = np.array([1, -8, 12345, -1, 7, -7, 3, -100], np.int32)
+case("shift_left", P.shift_left, [_svals, _shifts])
+case("shift_right_arithmetic", P.shift_right_arithmetic, [_svals, _shifts])
+case("shift_right_logical", P.shift_right_logical, [_svals, _shifts])
+case("shift_left_u32", P.shift_left, [u32(8), _shifts.astype(np.uint32)])
+case("shift_right_logical_u32", P.shift_right_logical, [u32(8), np.array([0, 1, 5, 31, 32, 33, 3, 100],
+                                                                          np.uint32)])
+case("add_u32_wraps", P.add, [u32(6), u32(6)])
+case("mul_u32_wraps", P.mul, [u32(6), u32(6)])
+case("xor_u32", P.xor_p, [u32(6), u32(6)])
+
+case("select_n_bool", P.select_n, [bools(3, 4), f32(3, 4), f32(3, 4)])
+case("select_n_int", P.select_n, [np.array([0, 1, 2, 1], np.int32), f32(4), f32(4), f32(4)])
+case("select_n_scalar", P.select_n, [np.bool_(True), f32(4), f32(4)])
+
+# Conversions.
+case("f32_to_i32_saturates", P.convert_element_type, [_special_f32()], new_dtype=dtypes.int32, weak_type=False)
+case("f32_to_u8", P.convert_element_type, [_special_f32()], new_dtype=dtypes.uint8, weak_type=False)
+case("i32_to_f32", P.convert_element_type, [i32(6)], new_dtype=dtypes.float32, weak_type=False)
+case("f32_to_bool", P.convert_element_type, [_special_f32()], new_dtype=dtypes.bool_, weak_type=False)
+case("bool_to_f32", P.convert_element_type, [bools(6)], new_dtype=dtypes.float32, weak_type=False)
+case("i32_to_i8_wraps", P.convert_element_type, [i32(6, lo=-300, hi=300)], new_dtype=dtypes.int8,
+     weak_type=False)
+case("u32_to_f32", P.convert_element_type, [u32(6)], new_dtype=dtypes.float32, weak_type=False)
+case("bitcast_f32_u32", P.bitcast_convert_type, [f32(6)], new_dtype=dtypes.uint32)
+case("bitcast_u32_f32", P.bitcast_convert_type, [np.array([0x3F800000, 0x7FC00000, 0], np.uint32)],
+     new_dtype=dtypes.float32)
+
+# Structural.
+case("iota", P.iota, [], dtype=dtypes.int32, shape=(3, 4), dimension=1)
+case("iota_f32", P.iota, [], dtype=dtypes.float32, shape=(5,), dimension=0)
+case("broadcast_in_dim", P.broadcast_in_dim, [f32(4)], shape=(3, 4), broadcast_dimensions=(1,))
+case("broadcast_in_dim_ones", P.broadcast_in_dim, [f32(3, 1)], shape=(2, 3, 5), broadcast_dimensions=(1, 2))
+case("reshape", P.reshape, [f32(3, 4)], new_sizes=(2, 6))
+case("transpose", P.transpose, [f32(2, 3, 4)], permutation=(2, 0, 1))
+case("rev", P.rev, [f32(3, 4)], dimensions=(0, 1))
+case("slice", P.slice_p, [f32(5, 6)], start_indices=(1, 0), limit_indices=(4, 6), strides=(2, 3))
+case("dynamic_slice", P.dynamic_slice, [f32(5, 6), np.int32(3), np.int32(-2)], slice_sizes=(3, 2))
+case("dynamic_update_slice", P.dynamic_update_slice, [f32(5, 6), f32(2, 3), np.int32(4), np.int32(1)])
+case("pad", P.pad, [f32(3, 4), np.float32(0.5)], padding_config=((1, 2, 0), (-1, 1, 1)))
+case("concatenate", P.concatenate, [f32(2, 3), f32(4, 3)], dimension=0)
+case("gather", P.gather, [f32(5, 4), np.array([[0], [4], [7], [-3]], np.int32)], axes=(0,))
+case("gather_2axes", P.gather, [f32(3, 4, 5), np.array([[0, 1], [2, 9], [-1, 3]], np.int32)], axes=(2, 0))
+_sidx = np.array([[0], [2], [2], [9], [-1], [1]], np.int32)
+for p in (P.scatter_add, P.scatter_mul, P.scatter_min, P.scatter_max):
+    case(p.name, p, [f32(4, 3), _sidx, f32(6, 3)], axes=(0,))
+case("scatter_unique", P.scatter, [f32(4, 3), np.array([[0], [3], [9]], np.int32), f32(3, 3)], axes=(0,))
+
+# Reductions.
+for p in (P.reduce_sum, P.reduce_prod, P.reduce_max, P.reduce_min):
+    case(p.name, p, [f32(3, 4, 5, lo=0.5, hi=1.5)], axes=(0, 2))
+    case(p.name + "_int", p, [i32(3, 4, lo=-3, hi=4)], axes=(1,))
+case("reduce_max_nan", P.reduce_max, [np.array([[1, np.nan], [2, 3]], np.float32)], axes=(1,))
+case("reduce_max_empty", P.reduce_max, [np.zeros((0, 3), np.float32)], axes=(0,))
+case("reduce_and", P.reduce_and, [bools(3, 4)], axes=(1,))
+case("reduce_or", P.reduce_or, [bools(3, 4)], axes=(0,))
+case("reduce_or_int", P.reduce_or, [i32(3, 4)], axes=(0,))
+case("argmax", P.argmax, [f32(3, 5)], axes=(1,), index_dtype=dtypes.int32)
+case("argmin", P.argmin, [f32(3, 5)], axes=(0,), index_dtype=dtypes.int32)
+case("argmax_nan", P.argmax, [np.array([1, np.nan, 3, np.nan], np.float32)], axes=(0,), index_dtype=dtypes.int32)
+case("argmax_ties", P.argmax, [np.array([1, 3, 3, 2], np.float32)], axes=(0,), index_dtype=dtypes.int32)
+for p in (P.cumsum, P.cumprod, P.cummax, P.cummin, P.cumlogsumexp):
+    case(p.name, p, [f32(3, 5, lo=0.5, hi=1.5)], axis=1, reverse=False)
+    case(p.name + "_rev", p, [f32(4, 3, lo=0.5, hi=1.5)], axis=0, reverse=True)
+case("cumsum_int", P.cumsum, [i32(6)], axis=0, reverse=False)
+case("sort", P.sort, [f32(3, 6)], dimension=1, is_stable=True, num_keys=1)
+case("sort_nan_zero", P.sort, [np.array([3, np.nan, 0.0, -0.0, -1, np.nan, 0.0], np.float32),
+                               np.arange(7, dtype=np.int32)], dimension=0, is_stable=True, num_keys=1)
+case("sort_2keys", P.sort, [np.array([1, 0, 1, 0, 1], np.int32), np.array([5, 4, 3, 2, 1], np.int32),
+                            np.arange(5, dtype=np.int32)], dimension=0, is_stable=True, num_keys=2)
+case("dot_general_matmul", P.dot_general, [f32(3, 4), f32(4, 5)], dimension_numbers=(((1,), (0,)), ((), ())),
+     preferred_element_type=None)
+case("dot_general_batch", P.dot_general, [f32(2, 3, 4), f32(2, 5, 4)],
+     dimension_numbers=(((2,), (2,)), ((0,), (0,))), preferred_element_type=None)
+case("dot_general_int", P.dot_general, [i32(3, 4, lo=-5, hi=5), i32(4, 2, lo=-5, hi=5)],
+     dimension_numbers=(((1,), (0,)), ((), ())), preferred_element_type=None)
+
+
+def _closed(fun, avals):
+    prog, consts = trace_to_program(fun, avals)
+    assert not consts
+    return consts_as_inputs(prog)
+
+
+def _control_cases():
+    from fnarray.core import lax
+    s = ShapedArray((), dtypes.float32)
+    v = ShapedArray((4,), dtypes.float32)
+    i = ShapedArray((), dtypes.int32)
+    b1 = _closed(lambda x: [lax.mul(x, 2.0)], [v])
+    b2 = _closed(lambda x: [lax.sin(x)], [v])
+    case("cond", P.cond, [np.int32(1), f32(4)], branches=(b1, b2))
+    case("cond_clamped", P.cond, [np.int32(7), f32(4)], branches=(b1, b2))
+    cond_p = _closed(lambda k, x: [lax.lt(k, 5)], [i, v])
+    body_p = _closed(lambda k, x: [lax.add(k, 1), lax.mul(x, 1.5)], [i, v])
+    case("while", P.while_p, [np.int32(0), f32(4)], cond_program=cond_p, body_program=body_p,
+         cond_nconsts=0, body_nconsts=0)
+    scan_p = _closed(lambda c, x: [lax.add(c, x), lax.mul(c, x)], [s, s])
+    case("scan", P.scan, [np.float32(0.5), f32(6)], program=scan_p, num_consts=0, num_carry=1, length=6,
+         reverse=False, unroll=1)
+    case("scan_reverse", P.scan, [np.float32(0.5), f32(6)], program=scan_p, num_consts=0, num_carry=1,
+         length=6, reverse=True, unroll=1)
+    call_p = _closed(lambda x, y: [lax.add(lax.mul(x, y), 1.0)], [v, v])
+    case("call", P.call, [f32(4), f32(4)], program=call_p, name="f")
+    case("remat", P.remat, [f32(4), f32(4)], program=call_p, prevent_cse=True)
+
+
+_control_cases()
+
+# Primitives that only exist inside transformations and are never executed by a backend.
+NOT_EXECUTED = {P.custom_lin, P.custom_jvp_call, P.custom_vjp_call}
