@@ -21,19 +21,13 @@ from fnarray.transforms.jit import jit, make_ir
 
 __version__ = "0.1.0"
 
-# Transforms and libraries, imported on first use so that `import fnarray` stays light.
-_LAZY = {
-    "grad": "fnarray.transforms.ad", "value_and_grad": "fnarray.transforms.ad", "jvp": "fnarray.transforms.ad",
-    "vjp": "fnarray.transforms.ad", "linearize": "fnarray.transforms.ad", "jacfwd": "fnarray.transforms.ad",
-    "jacrev": "fnarray.transforms.ad", "hessian": "fnarray.transforms.ad", "custom_jvp": "fnarray.transforms.ad",
-    "custom_vjp": "fnarray.transforms.ad", "checkpoint": "fnarray.transforms.ad", "remat": "fnarray.transforms.ad",
-    "stop_gradient": "fnarray.transforms.ad",
-    "vmap": "fnarray.transforms.batching",
-    "cond": "fnarray.transforms.control_flow", "switch": "fnarray.transforms.control_flow",
-    "while_loop": "fnarray.transforms.control_flow", "fori_loop": "fnarray.transforms.control_flow",
-    "scan": "fnarray.transforms.control_flow",
-    "random": None, "nn": None, "optim": None, "export": None,
-}
+from fnarray.transforms.ad import (checkpoint, custom_jvp, custom_vjp, grad, hessian, jacfwd, jacrev, jvp,  # noqa: E402
+                                   linearize, remat, stop_gradient, value_and_grad, vjp)
+from fnarray.transforms.batching import vmap  # noqa: E402
+from fnarray.transforms.control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402
+
+# Libraries imported on first use, so that `import fnarray` stays light.
+_LAZY = {"random": None, "nn": None, "optim": None, "export": None}
 
 
 def __getattr__(name):
@@ -55,4 +49,7 @@ __all__ = [
     "device_put", "register_backend", "check_program", "numpy", "tree_util", "lax",
     "FnArrayError", "ShapeError", "DTypeError", "ConcretizationError", "UnsupportedOnDevice",
     "BackendUnavailable", "TracerLeakError", "FallbackWarning",
+    "grad", "value_and_grad", "jvp", "vjp", "linearize", "jacfwd", "jacrev", "hessian", "custom_jvp",
+    "custom_vjp", "checkpoint", "remat", "stop_gradient", "vmap", "cond", "switch", "while_loop",
+    "fori_loop", "scan",
 ] + list(_LAZY)

@@ -249,6 +249,9 @@ def full(shape, fill_value, dtype):
     """An array of ``shape`` filled with the scalar ``fill_value`` (cast to ``dtype``)."""
     d = dtypes.canonicalize(dtype)
     v = convert_element_type(fill_value, d) if not is_scalar(fill_value) else np.asarray(fill_value, d)[()]
+    if tuple(shape) == () and is_scalar(v):
+        # A scalar: under tracing this folds to a literal instead of a broadcast equation.
+        return P.convert_element_type.bind(v, new_dtype=d, weak_type=False)
     return broadcast_in_dim(v, tuple(shape), ())
 
 

@@ -187,7 +187,10 @@ def get_backend(name: str) -> Backend:
         _ERRORS[name] = f"{e}" + (f" (to fix: {hint})" if hint and "fix" not in str(e) else "")
         raise BackendUnavailable(_ERRORS[name]) from None
     except ImportError as e:
-        _ERRORS[name] = f"backend {name!r} needs {e.name or e}: not installed (to fix: {hint})"
+        if isinstance(factory, str) and e.name == factory:
+            _ERRORS[name] = f"backend {name!r} is not part of this fnarray version ({factory} is missing)"
+        else:
+            _ERRORS[name] = f"backend {name!r} needs {e.name or e}: not installed (to fix: {hint})"
         raise BackendUnavailable(_ERRORS[name]) from None
     except FnArrayError:
         raise

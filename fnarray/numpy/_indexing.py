@@ -1,3 +1,707 @@
-"""(in progress)"""
+"""Indexing: ``x[key]``, functional updates ``x.at[key].set(v)``, ``take`` and ``take_along_axis``.
 
-__all__ = []
+Semantics (DESIGN.md, "Indices"), as NumPy where NumPy is defined and as JAX beyond:
+
+- a static integer index out of bounds raises ``IndexError`` while tracing; slices clamp;
+- array indices (and traced scalar indices) are first normalised (a negative value counts
+  from the end), then clamped into bounds by ``gather``/``dynamic_slice`` and dropped by
+  the ``scatter`` family, in eager mode and under ``jit`` alike;
+- advanced indices follow NumPy's placement rule: the broadcast index dimensions replace
+  the indexed axes when the advanced indices are adjacent in the key, and go first when
+  a slice, ``None`` or ``...`` separates them;
+- a boolean mask needs concrete values (its number of ``True`` decides the shape), except
+  in ``x.at[mask].op(v)`` with a value that does not depend on that number, which is a
+  ``where``.
+
+Basic keys (ints, slices, ``None``, ``...``, traced scalars) lower to ``slice``, ``rev``,
+``dynamic_slice`` and ``reshape``; keys with arrays to one ``gather``; every ``.at`` update
+to one ``scatter*`` over the full index grid of the key.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+from fnarray.core import dtypes, lax
+from fnarray.core.array import Array
+from fnarray.core.errors import ConcretizationError, ShapeError
+from fnarray.core.tracing import Tracer, is_scalar
+from fnarray.numpy._util import asarray_internal, broadcast_shapes, normalize_axis
+
+__all__ = ["_IndexUpdateHelper", "_getitem", "take", "take_along_axis"]
+
+_I32 = dtypes.int32
+
+
+# ----------------------------------------------------------------------------- parsing the key
+
+_MASK_UNDER_JIT = (
+    "boolean mask indexing on a traced mask {aval}: the result's shape depends on how many "
+    "elements are True, which is unknown under jit. Keep the shape with fnarray.numpy.where(mask, x, "
+    "fill) (or x.at[mask].set(v) for updates), or get a fixed number of indices with "
+    "fnarray.numpy.where(mask, size=N, fill_value=...) and index with those.")
+
+
+def _slice_part(v, what):
+    if v is None:
+        return None
+    if isinstance(v, Tracer):
+        raise ConcretizationError(
+            f"slice {what} must be static, got a traced value {v.aval.str_short()}: the slice length "
+            "decides the result's shape. Use fnarray.lax.dynamic_slice(x, starts, sizes) for a "
+            "traced start with a static size.")
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise IndexError(f"slice {what} must be an int or None, got {type(v).__name__} {v!r}") from None
+
+
+def _static_slice(s):
+    out = slice(_slice_part(s.start, "start"), _slice_part(s.stop, "stop"), _slice_part(s.step, "step"))
+    if out.step == 0:
+        raise ValueError("slice step cannot be zero")
+    return out
+
+
+def _has_array(seq):
+    return any(isinstance(e, Array) or (isinstance(e, (list, tuple)) and _has_array(e)) for e in seq)
+
+
+def _bad_index(e):
+    what = f"an array of dtype {e.dtype}" if hasattr(e, "dtype") else f"{type(e).__name__} {e!r}"
+    return IndexError(f"only integers, slices (:), ellipsis (...), None and integer or boolean arrays are "
+                      f"valid indices; got {what}")
+
+
+def _parse_one(e):
+    """One element of a key as ``(kind, payload)``."""
+    if e is None:
+        return "none", None
+    if e is Ellipsis:
+        return "ellipsis", None
+    if isinstance(e, slice):
+        return "slice", _static_slice(e)
+    if isinstance(e, (bool, np.bool_)):
+        return "bool0", bool(e)
+    if isinstance(e, (int, np.integer)):
+        return "int", int(e)
+    if isinstance(e, (list, tuple)):
+        if _has_array(e):
+            return _parse_one(asarray_internal(e))
+        v = np.asarray(e)
+        if v.size == 0 and v.dtype.kind == "f":
+            v = v.astype(np.int32)  # [] is an empty integer index, as in NumPy
+        if v.dtype.kind not in "iub":
+            raise _bad_index(v)
+        e = v
+    if isinstance(e, Array):
+        if e.dtype == dtypes.bool_:
+            if isinstance(e, Tracer):
+                raise ConcretizationError(_MASK_UNDER_JIT.format(aval=e.aval.str_short()))
+            e = np.asarray(e)
+        elif dtypes.is_int(e.dtype):
+            return ("dyn" if e.ndim == 0 else "arr"), e
+        else:
+            raise _bad_index(e)
+    if isinstance(e, np.ndarray):
+        if e.dtype == np.bool_:
+            return ("bool0", bool(e)) if e.ndim == 0 else ("mask", e)
+        if e.dtype.kind in "iu":
+            return ("int", int(e)) if e.ndim == 0 else ("arr", e)
+    raise _bad_index(e)
+
+
+_CONSUMES = {"int": 1, "dyn": 1, "arr": 1, "slice": 1}
+_ADVANCED = ("int", "dyn", "arr", "bool0")
+
+
+def _resolve(shape, key):
+    """The key as a list of ``(kind, payload, axis)`` over ``shape``, and how many axes it indexes.
+
+    Kinds: ``slice`` (a static ``slice``), ``int`` (in bounds, non-negative), ``dyn`` (a 0-d
+    integer array), ``arr`` (an integer array), ``none``, ``bool0`` (a scalar boolean: a new
+    axis of length 1 or 0) and ``sep`` (where an ``...`` stood; it separates advanced
+    indices even when it covers no axis). Masks become one ``arr`` per masked axis.
+    """
+    if not isinstance(key, tuple):
+        key = (key,)
+    parsed = [_parse_one(e) for e in key]
+    ndim = len(shape)
+    if sum(k == "ellipsis" for k, _ in parsed) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    consumed = sum(_CONSUMES.get(k, 0) for k, _ in parsed) + sum(p.ndim for k, p in parsed if k == "mask")
+    if consumed > ndim:
+        raise IndexError(f"too many indices for array: array is {ndim}-dimensional, but {consumed} were indexed")
+    out, ax = [], 0
+    for kind, p in parsed:
+        if kind == "ellipsis":
+            out.append(("sep", None, None))
+            for _ in range(ndim - consumed):
+                out.append(("slice", slice(None), ax))
+                ax += 1
+        elif kind in ("none", "bool0"):
+            out.append((kind, p, None))
+        elif kind == "mask":
+            covered = shape[ax:ax + p.ndim]
+            if p.shape != covered:
+                raise IndexError(f"boolean index of shape {p.shape} does not match the indexed axes "
+                                 f"{tuple(range(ax, ax + p.ndim))} of shape {covered} (array shape {shape})")
+            for comp in np.nonzero(p):
+                out.append(("arr", comp, ax))
+                ax += 1
+        elif kind == "int":
+            n = shape[ax]
+            if not -n <= p < n:
+                raise IndexError(f"index {p} is out of bounds for axis {ax} with size {n}")
+            out.append(("int", p % n, ax))
+            ax += 1
+        else:
+            out.append((kind, p, ax))
+            ax += 1
+    return out, ax
+
+
+def _slice_bounds(s, n):
+    """``(lo, hi, stride, reversed, length)`` of a static slice over an axis of size ``n``."""
+    start, stop, step = s.indices(n)
+    m = len(range(start, stop, step))
+    if m == 0:
+        return 0, 0, 1, False, 0
+    if step > 0:
+        return start, start + (m - 1) * step + 1, step, False, m
+    return start + (m - 1) * step, start + 1, -step, True, m
+
+
+def _is_full(entry, shape):
+    kind, p, ax = entry
+    return kind == "sep" or (kind == "slice" and p.indices(shape[ax]) == (0, shape[ax], 1))
+
+
+def _strip_trailing_full(entries, shape):
+    """Drop trailing full slices (and a trailing ``...``): those axes are left as they are."""
+    entries = list(entries)
+    while entries and _is_full(entries[-1], shape):
+        entries.pop()
+    n_indexed = max((ax + 1 for _, _, ax in entries if ax is not None), default=0)
+    return entries, n_indexed
+
+
+# ----------------------------------------------------------------------------- index values
+
+
+def _normalize(i, n):
+    """An int32 index (array) over an axis of size ``n``: negative values count from the end;
+    values out of bounds stay out of bounds (``-1`` or ``n`` for the wide dtypes) so that
+    gathers clamp them and scatters drop them."""
+    if isinstance(i, (int, np.integer, np.ndarray)):
+        v = np.asarray(i)
+        if v.dtype.kind == "u":
+            return np.minimum(v, n).astype(np.int32)
+        v = v.astype(np.int64)
+        return np.clip(np.where(v < 0, v + n, v), -1, n).astype(np.int32)
+    d = i.dtype
+    if d.itemsize < 4:
+        i, d = lax.convert_element_type(i, _I32), _I32
+    if dtypes.is_signed(d):
+        nn = np.asarray(n, d)[()]
+        i = lax.select(lax.lt(i, np.asarray(0, d)[()]), lax.add(i, nn), i)
+        if d != _I32:
+            i = lax.max(lax.min(i, nn), np.asarray(-1, d)[()])
+    else:
+        i = lax.min(i, np.asarray(n, d)[()])
+    return i if (d == _I32 and not i.weak_type) else lax.convert_element_type(i, _I32)
+
+
+def _stack_columns(cols, shape):
+    """Index columns (each broadcastable to ``shape``, NumPy or traced) stacked on a new last axis."""
+    if all(isinstance(c, np.ndarray) for c in cols):
+        full = [np.broadcast_to(c, shape) for c in cols]
+        return asarray_internal(np.stack(full, -1).astype(np.int32).reshape(tuple(shape) + (len(cols),)))
+    parts = []
+    for c in cols:
+        c = asarray_internal(np.ascontiguousarray(c, np.int32)) if isinstance(c, np.ndarray) else c
+        c = lax.broadcast_to_rank_shape(c, shape)
+        parts.append(lax.reshape(c, tuple(shape) + (1,)))
+    return lax.concatenate(parts, len(shape))
+
+
+def _adv_shape(advs):
+    shapes = [i.shape if isinstance(i, Array) else np.shape(i) for _, i in advs]
+    try:
+        return broadcast_shapes(*shapes, name="indexing")
+    except ShapeError:
+        raise IndexError(f"shape mismatch: indexing arrays of shapes {', '.join(map(str, shapes))} "
+                         "could not be broadcast together") from None
+
+
+def _placed(c, lead, trail):
+    """``c`` with ``lead`` size-1 axes before and ``trail`` after."""
+    shape = (1,) * lead + tuple(np.shape(c) if isinstance(c, np.ndarray) else c.shape) + (1,) * trail
+    return c.reshape(shape) if isinstance(c, np.ndarray) else lax.reshape(c, shape)
+
+
+def _adjacent(entries):
+    pos = [k for k, e in enumerate(entries) if e[0] in _ADVANCED]
+    return bool(pos) and pos == list(range(pos[0], pos[-1] + 1))
+
+
+def _check_gather_axis(n, index_shape, ax):
+    if n == 0 and np.prod(index_shape, dtype=np.int64) > 0:
+        raise IndexError(f"cannot take indices from axis {ax} of size 0")
+
+
+# ----------------------------------------------------------------------------- x[key]
+
+
+def _basic_get(x, entries, n_indexed):
+    nd = x.ndim
+    starts, limits, strides = [0] * nd, list(x.shape), [1] * nd
+    revs, dyns, out_shape = [], {}, []
+    for kind, p, ax in entries:
+        if kind == "none":
+            out_shape.append(1)
+        elif kind == "slice":
+            lo, hi, st, rev, m = _slice_bounds(p, x.shape[ax])
+            starts[ax], limits[ax], strides[ax] = lo, hi, st
+            if rev:
+                revs.append(ax)
+            out_shape.append(m)
+        elif kind == "int":
+            starts[ax], limits[ax] = p, p + 1
+        elif kind == "dyn":
+            dyns[ax] = p
+    out_shape.extend(x.shape[n_indexed:])
+    y = lax.rev(lax.slice(x, starts, limits, strides), revs)
+    if dyns:
+        for ax in dyns:
+            if x.shape[ax] == 0:
+                raise IndexError(f"index into axis {ax} of size 0")
+        dstarts = [_normalize(dyns[a], x.shape[a]) if a in dyns else np.int32(0) for a in range(nd)]
+        sizes = [1 if a in dyns else y.shape[a] for a in range(nd)]
+        y = lax.dynamic_slice(y, dstarts, sizes)
+    return lax.reshape(y, out_shape)
+
+
+def _advanced_get(x, entries, n_indexed):
+    # 1. x' = x with a size-1 axis for every None / scalar bool, statically sliced on slice entries
+    xp_shape, entry_axis = [], []
+    for kind, p, ax in entries:
+        if kind in ("none", "bool0"):
+            entry_axis.append(len(xp_shape))
+            xp_shape.append(1)
+        elif kind == "sep":
+            entry_axis.append(None)
+        else:
+            entry_axis.append(len(xp_shape))
+            xp_shape.append(x.shape[ax])
+    xp_shape.extend(x.shape[n_indexed:])
+    y = lax.reshape(x, xp_shape)
+    nd = len(xp_shape)
+    starts, limits, strides, revs = [0] * nd, list(xp_shape), [1] * nd, []
+    advs = []
+    for (kind, p, _), a in zip(entries, entry_axis, strict=True):
+        if kind == "slice":
+            lo, hi, st, rev, _ = _slice_bounds(p, xp_shape[a])
+            starts[a], limits[a], strides[a] = lo, hi, st
+            if rev:
+                revs.append(a)
+        elif kind == "bool0":
+            advs.append((a, np.zeros((1 if p else 0,), np.int32)))
+        elif kind in ("int", "dyn", "arr"):
+            advs.append((a, p))
+    y = lax.rev(lax.slice(y, starts, limits, strides), revs)
+    # 2. one gather over the advanced axes
+    bshape = _adv_shape(advs)
+    cols = []
+    for a, i in advs:
+        _check_gather_axis(xp_shape[a], bshape, a)
+        cols.append(_normalize(i, xp_shape[a]))
+    idx = _stack_columns(cols, bshape)
+    g = lax.gather(y, idx, tuple(a for a, _ in advs))
+    # 3. NumPy's placement of the broadcast index dimensions
+    if _adjacent(entries):
+        first = min(a for a, _ in advs)
+        if first:
+            nb = len(bshape)
+            rest = g.ndim - nb
+            perm = [nb + j for j in range(first)] + list(range(nb)) + [nb + j for j in range(first, rest)]
+            g = lax.transpose(g, perm)
+    return g
+
+
+def _getitem(x, key):
+    """``x[key]`` with NumPy's basic and advanced indexing (see the module docstring)."""
+    if isinstance(key, tuple) and not key:
+        return x
+    entries, n_indexed = _resolve(x.shape, key)
+    if any(e[0] in ("arr", "bool0") for e in entries):
+        entries, n_indexed = _strip_trailing_full(entries, x.shape)
+        return _advanced_get(x, entries, n_indexed)
+    return _basic_get(x, entries, n_indexed)
+
+
+# ----------------------------------------------------------------------------- x.at[key]
+
+
+def _index_grid(shape, entries, n_indexed):
+    """``(axes, indices, out_shape)`` with ``x[key] == gather(x, indices, axes)`` of ``out_shape``.
+
+    Every indexed axis gets a column of the index grid: slices their positions, advanced
+    indices their normalised values, laid out in NumPy's order of result dimensions.
+    """
+    advs = [(ax, p) for kind, p, ax in entries if kind in ("int", "dyn", "arr")]
+    advs += [(None, np.zeros((1 if p else 0,), np.int32)) for kind, p, _ in entries if kind == "bool0"]
+    bshape = _adv_shape(advs) if advs else ()
+    slots = []  # ("B",) or ("slice", axis, positions) or ("one",)
+    if advs and not _adjacent(entries):
+        slots.append(("B",))
+    for kind, p, ax in entries:
+        if kind in _ADVANCED:
+            if ("B",) not in slots:
+                slots.append(("B",))
+        elif kind == "slice":
+            slots.append(("slice", ax, np.arange(*p.indices(shape[ax]), dtype=np.int32)))
+        elif kind == "none":
+            slots.append(("one",))
+    grid, where_b, slice_cols = [], 0, {}
+    for s in slots:
+        if s[0] == "B":
+            where_b = len(grid)
+            grid.extend(bshape)
+        elif s[0] == "one":
+            grid.append(1)
+        else:
+            slice_cols[s[1]] = (len(grid), s[2])
+            grid.append(len(s[2]))
+    nb = len(grid)
+    cols, axes = [], []
+    adv_of = {ax: i for ax, i in advs if ax is not None}
+    for ax in range(n_indexed):
+        if ax in adv_of:
+            col = _normalize(adv_of[ax], shape[ax])
+            col = np.broadcast_to(col, bshape) if isinstance(col, np.ndarray) else \
+                lax.broadcast_to_rank_shape(col, bshape)
+            col = _placed(col, where_b, nb - where_b - len(bshape))
+            cols.append(col)
+        else:
+            q, pos = slice_cols[ax]
+            cols.append(pos.reshape((1,) * q + (len(pos),) + (1,) * (nb - q - 1)))
+        axes.append(ax)
+    out_shape = tuple(grid) + tuple(shape[n_indexed:])
+    idx = _stack_columns(cols, tuple(grid)) if cols else None
+    return tuple(axes), idx, out_shape
+
+
+def _cast_value(values, d):
+    """Update values cast to ``d``: a Python or NumPy scalar stays a literal, the rest an Array."""
+    if is_scalar(values):
+        with np.errstate(all="ignore"):
+            return np.asarray(values).astype(d)[()]
+    v = values if isinstance(values, Array) else asarray_internal(values)
+    return lax.convert_element_type(v, d)
+
+
+def _prepare_values(x, values, out_shape):
+    """``values`` cast to ``x.dtype`` and broadcast to the indexed shape (leading 1s may be dropped)."""
+    v = _cast_value(values, x.dtype)
+    s = tuple(np.shape(v))
+    while len(s) > len(out_shape) and s[0] == 1:
+        s = s[1:]
+        v = lax.reshape(v, s)
+    k = len(out_shape) - len(s)
+    if k < 0 or any(n not in (1, out_shape[k + j]) for j, n in enumerate(s)):
+        raise ShapeError(f"x.at[...]: values of shape {s} cannot be broadcast to the indexed shape {out_shape}")
+    return lax.broadcast_in_dim(v, out_shape, tuple(range(k, len(out_shape)))) if s != out_shape else v
+
+
+_SCATTER = {"set": lax.scatter, "add": lax.scatter_add, "multiply": lax.scatter_mul,
+            "min": lax.scatter_min, "max": lax.scatter_max}
+_COMBINE = {"set": lambda old, new: new, "add": lax.add, "multiply": lax.mul, "min": lax.min, "max": lax.max}
+
+
+def _single_mask(key):
+    """The boolean mask if ``key`` is one boolean array of rank >= 1, else ``None``."""
+    k = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+    if isinstance(k, Array) and k.dtype == dtypes.bool_ and k.ndim >= 1:
+        return k
+    if isinstance(k, np.ndarray) and k.dtype == np.bool_ and k.ndim >= 1:
+        return asarray_internal(k)
+    return None
+
+
+def _update(x, key, values, op):
+    mask = _single_mask(key)
+    if mask is not None:
+        v = _cast_value(values, x.dtype)
+        vshape = tuple(np.shape(v))
+        k = mask.ndim
+        if mask.shape != x.shape[:k]:
+            raise IndexError(f"boolean index of shape {mask.shape} does not match the leading axes of "
+                             f"an array of shape {x.shape}")
+        trailing = x.shape[k:]
+        if len(vshape) <= len(trailing) and all(n in (1, trailing[len(trailing) - len(vshape) + j])
+                                                for j, n in enumerate(vshape)):
+            # The value does not depend on the number of True entries: an elementwise select,
+            # which also works on traced masks.
+            vv = lax.broadcast_in_dim(v, x.shape, tuple(range(x.ndim - len(vshape), x.ndim)))
+            m = lax.broadcast_in_dim(mask, x.shape, tuple(range(k)))
+            return _like(lax.select(m, _COMBINE[op](x, vv), x), x)
+        if isinstance(mask, Tracer):
+            raise ConcretizationError(_MASK_UNDER_JIT.format(aval=mask.aval.str_short()))
+    if isinstance(key, tuple) and not key:
+        key = (Ellipsis,)
+    entries, n_indexed = _resolve(x.shape, key)
+    entries, n_indexed = _strip_trailing_full(entries, x.shape)
+    axes, idx, out_shape = _index_grid(x.shape, entries, n_indexed)
+    v = _prepare_values(x, values, out_shape)
+    if idx is None:
+        # no axis is indexed (only None, ..., or scalar booleans): the update covers all of x,
+        # or nothing when a False made the index empty
+        if 0 in out_shape[:len(out_shape) - x.ndim]:
+            return x
+        return _like(_COMBINE[op](x, lax.reshape(v, x.shape)), x)
+    return _SCATTER[op](x, idx, v, axes)
+
+
+def _like(out, x):
+    """``out`` with ``x``'s weak type (an update never changes the array's type)."""
+    return out if out.weak_type == x.weak_type else lax.convert_element_type(out, x.dtype, weak_type=x.weak_type)
+
+
+_GET_MODES = (None, "clip", "promise_in_bounds")
+_SET_MODES = (None, "drop", "promise_in_bounds")
+
+
+def _check_mode(mode, allowed, what):
+    if mode not in allowed:
+        raise ValueError(f"x.at[...].{what}: mode {mode!r} is not supported; out-of-bounds array indices are "
+                         f"{'clamped' if what == 'get' else 'dropped'} (modes {allowed})")
+
+
+class _IndexUpdateRef:
+    """``x.at[key]``: the pending functional update of ``x`` at ``key`` (as ``jax.numpy.ndarray.at``)."""
+
+    __slots__ = ("array", "index")
+
+    def __init__(self, array, index):
+        self.array, self.index = array, index
+
+    def __repr__(self):
+        return f"_IndexUpdateRef({self.array.aval.str_short()}, {self.index!r})"
+
+    def get(self, *, mode=None, indices_are_sorted=False, unique_indices=False):
+        """``x[key]`` (array indices clamp)."""
+        _check_mode(mode, _GET_MODES, "get")
+        return _getitem(self.array, self.index)
+
+    def _apply(self, op, values, mode):
+        _check_mode(mode, _SET_MODES, op)
+        return _update(self.array, self.index, values, op)
+
+    def set(self, values, *, mode=None, indices_are_sorted=False, unique_indices=False):
+        """A copy of ``x`` with ``x[key] = values`` (cast to ``x.dtype``, broadcast to ``x[key]``'s shape).
+
+        Out-of-bounds array indices are dropped; with repeated indices one of the values wins.
+        """
+        return self._apply("set", values, mode)
+
+    def add(self, values, *, mode=None, indices_are_sorted=False, unique_indices=False):
+        """A copy of ``x`` with ``values`` added at ``key``; repeated indices add up (``numpy.add.at``)."""
+        return self._apply("add", values, mode)
+
+    def subtract(self, values, *, mode=None, indices_are_sorted=False, unique_indices=False):
+        """A copy of ``x`` with ``values`` subtracted at ``key`` (repeated indices accumulate)."""
+        v = _cast_value(values, self.array.dtype)
+        if isinstance(v, np.generic):
+            with np.errstate(all="ignore"):
+                v = (-v).astype(v.dtype)
+        else:
+            v = lax.neg(v)
+        return self._apply("add", v, mode)
+
+    def multiply(self, values, *, mode=None, indices_are_sorted=False, unique_indices=False):
+        """A copy of ``x`` multiplied by ``values`` at ``key``; repeats multiply (``numpy.multiply.at``)."""
+        return self._apply("multiply", values, mode)
+
+    mul = multiply
+
+    def min(self, values, *, mode=None, indices_are_sorted=False, unique_indices=False):
+        """A copy of ``x`` with ``minimum(x[key], values)`` at ``key`` (``numpy.minimum.at``)."""
+        return self._apply("min", values, mode)
+
+    def max(self, values, *, mode=None, indices_are_sorted=False, unique_indices=False):
+        """A copy of ``x`` with ``maximum(x[key], values)`` at ``key`` (``numpy.maximum.at``)."""
+        return self._apply("max", values, mode)
+
+
+class _IndexUpdateHelper:
+    """``x.at``: index it (``x.at[key]``) to get an object with ``set``, ``add``, ``subtract``,
+    ``multiply``, ``min``, ``max`` and ``get``; each returns a new array (``jax.numpy.ndarray.at``).
+
+    Example: ``x.at[0, 1:].set(0.0)``, ``x.at[idx].add(v)`` (repeated ``idx`` accumulate).
+    """
+
+    __slots__ = ("array",)
+
+    def __init__(self, array):
+        self.array = array
+
+    def __getitem__(self, index):
+        return _IndexUpdateRef(self.array, index)
+
+    def __repr__(self):
+        return f"_IndexUpdateHelper({self.array.aval.str_short()})"
+
+
+# ----------------------------------------------------------------------------- take
+
+
+def _index_operand(indices, what):
+    """Integer indices as a NumPy array (static) or an Array (traced or concrete)."""
+    if isinstance(indices, Array):
+        if not dtypes.is_int(indices.dtype):
+            raise IndexError(f"{what}: indices must be integers, got {indices.dtype.name}")
+        return indices
+    v = np.asarray(indices)
+    if v.size == 0 and v.dtype.kind == "f":
+        v = v.astype(np.int32)
+    if v.dtype.kind not in "iu":
+        raise IndexError(f"{what}: indices must be integers, got {v.dtype}")
+    return v
+
+
+def _fill_default(d):
+    if dtypes.is_inexact(d):
+        return np.nan
+    if dtypes.is_bool(d):
+        return True
+    info = np.iinfo(d)
+    return info.min if dtypes.is_signed(d) else info.max
+
+
+def _with_fill(out, ni, n, fill_value, oob_shape_to):
+    """``out`` with ``fill_value`` where the normalised index ``ni`` is out of ``[0, n)``."""
+    fill = _fill_default(out.dtype) if fill_value is None else fill_value
+    with np.errstate(all="ignore"):
+        fv = np.asarray(fill).astype(out.dtype)[()]
+    if isinstance(ni, np.ndarray):
+        bad = asarray_internal((ni < 0) | (ni >= n))
+    else:
+        bad = lax.bitwise_or(lax.lt(ni, np.int32(0)), lax.ge(ni, np.int32(n)))
+    bad = oob_shape_to(bad)
+    return lax.select(bad, lax.broadcast_in_dim(fv, out.shape, ()), out)
+
+
+def _index_mode(i, n, mode, what):
+    if mode in (None, "clip", "fill", "promise_in_bounds"):
+        return _normalize(i, n)
+    if mode == "wrap":
+        if n == 0:
+            raise IndexError(f"{what}: cannot wrap indices into an axis of size 0")
+        if isinstance(i, np.ndarray):
+            return np.mod(i.astype(np.int64), n).astype(np.int32)
+        d = i.dtype
+        r = lax.rem(i, np.asarray(n, d)[()])
+        if dtypes.is_signed(d):
+            r = lax.select(lax.lt(r, np.asarray(0, d)[()]), lax.add(r, np.asarray(n, d)[()]), r)
+        return lax.convert_element_type(r, _I32)
+    raise ValueError(f"{what}: mode must be None, 'clip', 'wrap' or 'fill', got {mode!r} ('raise' cannot "
+                     "be checked on traced values)")
+
+
+def take(a, indices, axis=None, mode=None, fill_value=None, *, unique_indices=False, indices_are_sorted=False):
+    """Elements of ``a`` at ``indices`` along ``axis`` (``numpy.take``, ``jax.numpy.take``).
+
+    Args:
+      a: array; ``axis=None`` takes from the flattened array.
+      indices: integer array (any shape) or int; negative values count from the end.
+      mode: ``None``/``"clip"`` (default: out-of-bounds indices are clamped, DESIGN.md),
+        ``"wrap"`` (modulo the axis size) or ``"fill"`` (out-of-bounds give ``fill_value``,
+        default NaN for floats, the lowest signed / highest unsigned integer, True).
+
+    Returns:
+      An array of ``a``'s dtype and shape ``a.shape[:axis] + indices.shape + a.shape[axis+1:]``.
+
+    Raises:
+      IndexError: non-integer indices, or non-empty indices into an empty axis.
+      ValueError: unknown mode.
+    """
+    a = a if isinstance(a, Array) else asarray_internal(a)
+    if axis is None:
+        a = lax.reshape(a, (a.size,))
+        ax = 0
+    else:
+        ax = normalize_axis(axis, a.ndim, "take axis")
+    i = _index_operand(indices, "take")
+    n = a.shape[ax]
+    ishape = np.shape(i) if isinstance(i, np.ndarray) else i.shape
+    _check_gather_axis(n, ishape, ax)
+    ni = _index_mode(i, n, mode, "take")
+    col = (asarray_internal(np.asarray(ni, np.int32).reshape(ishape + (1,))) if isinstance(ni, np.ndarray)
+           else lax.reshape(ni, ishape + (1,)))
+    out = _move_axes_block(lax.gather(a, col, (ax,)), len(ishape), ax)
+    if mode == "fill":
+        k = len(ishape)
+        out = _with_fill(out, ni, n, fill_value,
+                         lambda b: lax.broadcast_in_dim(b, out.shape, tuple(range(ax, ax + k))))
+    return out
+
+
+def _move_axes_block(g, k, pos):
+    """Move the first ``k`` axes of ``g`` to start at ``pos``."""
+    if k == 0 or pos == 0:
+        return g
+    perm = list(range(k, k + pos)) + list(range(k)) + list(range(k + pos, g.ndim))
+    return lax.transpose(g, perm)
+
+
+def take_along_axis(arr, indices, axis, mode=None, fill_value=None):
+    """``arr`` indexed along ``axis`` by ``indices`` of the same rank (``numpy.take_along_axis``).
+
+    The other axes of ``indices`` and ``arr`` broadcast; ``axis=None`` uses the flattened
+    array and 1-d indices. Negative indices count from the end; ``mode`` as ``take``.
+
+    Returns an array of ``arr``'s dtype and the broadcast shape (with ``indices.shape[axis]``
+    along ``axis``). Raises ``ShapeError`` for a rank mismatch or shapes that do not broadcast.
+    """
+    arr = arr if isinstance(arr, Array) else asarray_internal(arr)
+    i = _index_operand(indices, "take_along_axis")
+    ishape = np.shape(i) if isinstance(i, np.ndarray) else i.shape
+    if axis is None:
+        if len(ishape) != 1:
+            raise ShapeError(f"take_along_axis with axis=None needs 1-d indices, got shape {ishape}")
+        arr = lax.reshape(arr, (arr.size,))
+        axis = 0
+    if len(ishape) != arr.ndim:
+        raise ShapeError(f"take_along_axis: indices of rank {len(ishape)} do not match an array of rank "
+                         f"{arr.ndim}; they need the same number of dimensions")
+    ax = normalize_axis(axis, arr.ndim, "take_along_axis axis")
+    other = [1 if d == ax else n for d, n in enumerate(arr.shape)]
+    ioth = [1 if d == ax else n for d, n in enumerate(ishape)]
+    try:
+        grid = list(broadcast_shapes(tuple(other), tuple(ioth), name="take_along_axis"))
+    except ShapeError:
+        raise ShapeError(f"take_along_axis: indices of shape {ishape} do not broadcast with the array's "
+                         f"shape {arr.shape} outside axis {ax}") from None
+    grid[ax] = ishape[ax]
+    grid = tuple(grid)
+    n = arr.shape[ax]
+    _check_gather_axis(n, grid, ax)
+    ni = _index_mode(i, n, mode, "take_along_axis")
+    cols = []
+    for d in range(arr.ndim):
+        if d == ax:
+            cols.append(ni)
+        elif arr.shape[d] == 1:
+            cols.append(np.zeros((1,) * arr.ndim, np.int32))
+        else:
+            cols.append(np.arange(grid[d], dtype=np.int32).reshape(
+                tuple(grid[d] if k == d else 1 for k in range(arr.ndim))))
+    idx = _stack_columns(cols, grid)
+    out = lax.gather(arr, idx, tuple(range(arr.ndim)))
+    if mode == "fill":
+        out = _with_fill(out, ni, n, fill_value,
+                         lambda b: lax.broadcast_in_dim(b, grid, tuple(range(arr.ndim))))
+    return out
