@@ -1,6 +1,6 @@
 """Backend parity tier: every primitive on every device against the numpy backend.
 
-Each case of ``parity_cases.CASES`` is run eagerly and under ``jit`` on each
+Each case of ``fnarray.testing.cases.CASES`` is run eagerly and under ``jit`` on each
 available device and compared with the numpy backend (the reference).
 """
 
@@ -11,7 +11,7 @@ import fnarray as fa
 from fnarray.core import dtypes
 from fnarray.core.primitives import PRIMITIVES
 
-from parity_cases import CASES, NOT_EXECUTED
+from fnarray.testing.cases import CASES, NOT_EXECUTED
 
 REF = fa.devices("numpy")[0]
 

@@ -96,6 +96,8 @@ _direct(P.rsqrt, _upcast(lambda x: 1 / np.sqrt(x)))
 
 
 def _logistic(x):
+    if dtypes.is_complex(x.dtype):  # the stable real form below would drop the imaginary part
+        return (1 / (1 + np.exp(-x))).astype(x.dtype)
     e = np.exp(-np.abs(x))
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
 
@@ -327,7 +329,9 @@ def _convert(params, in_avals, out_avals):
 
 @_with_params(P.bitcast_convert_type)
 def _bitcast(x, *, new_dtype):
-    return np.ascontiguousarray(x).view(new_dtype)
+    x = np.asarray(x)
+    # np.ascontiguousarray makes 0-d arrays 1-d: keep the shape.
+    return np.ascontiguousarray(x).view(new_dtype).reshape(x.shape)
 
 # ----------------------------------------------------------------------------- structural
 

@@ -1,4 +1,4 @@
-"""One or more cases for every primitive, for the backend parity tier (DESIGN.md, "Testing").
+"""One or more cases for every primitive: the backend parity tier (DESIGN.md, "Testing") and `fnarray doctor`.
 
 A case is ``(name, primitive, inputs, params)``: ``inputs`` are NumPy arrays
 (made from a fixed seed), ``params`` the primitive's static parameters. The

@@ -1,0 +1,1 @@
+"""Reusable test material for backend authors: one case per primitive (``cases``)."""
