@@ -42,6 +42,12 @@ __all__ = ["jvp", "linearize", "vjp", "grad", "value_and_grad", "jacfwd", "jacre
            "partial_eval_program", "transpose_program", "backward_pass", "JVPTrace", "PartialEvalTrace"]
 
 
+def _arrays(leaves):
+    """NumPy arrays among the leaves become fnarray arrays (as JAX accepts NumPy inputs)."""
+    from fnarray.devices.placement import array_from_numpy
+    return [array_from_numpy(x) if isinstance(x, np.ndarray) else x for x in leaves]
+
+
 def _aval(x) -> ShapedArray:
     if isinstance(x, Array):
         return x.aval
@@ -152,6 +158,8 @@ def jvp(fun, primals, tangents, has_aux=False):
                         f"got {type(primals).__name__} and {type(tangents).__name__}")
     p_flat, p_tree = tree_util.tree_flatten(tuple(primals))
     t_flat, t_tree = tree_util.tree_flatten(tuple(tangents))
+    p_flat, t_flat = _arrays(p_flat), [t if (isinstance(t, np.ndarray) and t.dtype == dtypes.float0) else x
+                                       for t, x in zip(t_flat, _arrays(t_flat), strict=True)]
     if p_tree != t_tree:
         raise TypeError(f"jvp: primals and tangents must have the same structure, got {p_tree} and {t_tree}")
     t_flat = [_check_tangent(p, t, i) for i, (p, t) in enumerate(zip(p_flat, t_flat, strict=True))]
@@ -551,6 +559,7 @@ def linearize(fun, *primals):
     """``(fun(*primals), f_jvp)`` where ``f_jvp(*tangents)`` evaluates the linearization
     (mirrors ``jax.linearize``); the primal computation runs once."""
     p_flat, p_tree = tree_util.tree_flatten(primals)
+    p_flat = _arrays(p_flat)
     out_tree_store = []
 
     def flat(*xs):
@@ -615,6 +624,7 @@ def vjp(fun, *primals, has_aux=False):
     dtypes, and returns a tuple with one cotangent per primal argument.
     """
     p_flat, p_tree = tree_util.tree_flatten(primals)
+    p_flat = _arrays(p_flat)
     store = []
 
     def flat(*xs):
