@@ -1,0 +1,427 @@
+"""Activation functions, softmax, ``logsumexp``, ``one_hot`` and ``standardize`` (mirrors ``jax.nn``).
+
+The piecewise functions are written with ``select`` so that their derivative at the kinks is
+JAX's (``relu'(0) = 0``), NaN inputs give NaN, and the branch that is not taken is evaluated at a
+safe point (so that its derivative, multiplied by zero, never produces NaN).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fnarray.core import dtypes, lax
+from fnarray.core.errors import DTypeError
+from fnarray.core.tracing import is_scalar
+
+__all__ = [
+    "celu",
+    "elu",
+    "gelu",
+    "hard_sigmoid",
+    "hard_silu",
+    "hard_swish",
+    "hard_tanh",
+    "leaky_relu",
+    "log_sigmoid",
+    "log_softmax",
+    "logsumexp",
+    "one_hot",
+    "relu",
+    "relu6",
+    "selu",
+    "sigmoid",
+    "silu",
+    "soft_sign",
+    "softmax",
+    "softplus",
+    "standardize",
+    "swish",
+    "tanh",
+]
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _array(x, name):
+    from fnarray.numpy._util import asarray_internal, check_arraylike
+    check_arraylike(name, x)
+    return asarray_internal(x)
+
+
+def _real(x, name, allow_int=False):
+    """``x`` as an array of a real dtype; integers and bools become float32 unless ``allow_int``."""
+    x = _array(x, name)
+    if dtypes.is_complex(x.dtype):
+        raise DTypeError(f"{name} is defined for real inputs, got {x.dtype.name}")
+    if dtypes.is_bool(x.dtype) or (dtypes.is_int(x.dtype) and not allow_int):
+        x = lax.convert_element_type(x, dtypes.float32, weak_type=x.weak_type)
+    return x
+
+
+def _where(pred, on_true, on_false):
+    """``on_true`` where ``pred`` else ``on_false``, with NumPy promotion; ``pred`` has the result shape."""
+    from fnarray.numpy._util import promote
+    a, b = promote("where", on_true, on_false)
+    shape = pred.shape
+
+    def full(v):
+        if is_scalar(v):
+            d = v.dtype if isinstance(v, np.generic) else dtypes.dtype_of_scalar(v)[0]
+            return lax.full(shape, v, d)
+        return v if v.shape == shape else lax.broadcast_to_rank_shape(v, shape)
+
+    a, b = full(a), full(b)
+    if a.dtype != b.dtype:
+        b = lax.convert_element_type(b, a.dtype)
+    return lax.select(pred, a, b)
+
+
+def _const(v, x):
+    """A literal of ``x``'s dtype."""
+    return np.asarray(v, x.dtype)[()]
+
+
+def _axes(axis, ndim):
+    from fnarray.numpy._util import normalize_axes
+    return normalize_axes(axis, ndim)
+
+
+def _keep(r, shape, axes):
+    return lax.reshape(r, tuple(1 if i in axes else n for i, n in enumerate(shape)))
+
+
+def _max_keep(x, axes):
+    return _keep(lax.reduce_max(x, axes), x.shape, axes)
+
+
+def _sum_keep(x, axes):
+    return _keep(lax.reduce_sum(x, axes), x.shape, axes)
+
+
+def _bcast_to(v, shape):
+    return v if v.shape == tuple(shape) else lax.broadcast_to_rank_shape(v, shape)
+
+
+# ----------------------------------------------------------------------------- activations
+
+
+def relu(x):
+    """Rectified linear unit ``max(x, 0)`` (mirrors ``jax.nn.relu``).
+
+    Args: ``x``: a real array (integers keep their dtype).
+    Returns: an array of ``x``'s shape and dtype. The derivative at 0 is 0; NaN stays NaN.
+    Raises: ``DTypeError`` for complex input.
+    """
+    x = _real(x, "relu", allow_int=True)
+    return _where(x <= 0, 0, x)
+
+
+def relu6(x):
+    """``min(max(x, 0), 6)`` (mirrors ``jax.nn.relu6``); derivative 0 at 0 and at 6.
+
+    Args: ``x``: a real array (integers keep their dtype).
+    Returns: an array of ``x``'s shape and dtype.
+    """
+    x = _real(x, "relu6", allow_int=True)
+    return _where(x <= 0, 0, _where(x >= 6, 6, x))
+
+
+def leaky_relu(x, negative_slope=1e-2):
+    """``x`` where ``x >= 0`` else ``negative_slope * x`` (mirrors ``jax.nn.leaky_relu``).
+
+    Args: ``x``: a real array; ``negative_slope``: a scalar.
+    Returns: a float array of ``x``'s shape.
+    """
+    x = _real(x, "leaky_relu")
+    return _where(x >= 0, x, negative_slope * x)
+
+
+def elu(x, alpha=1.0):
+    """Exponential linear unit: ``x`` if ``x > 0`` else ``alpha * (exp(x) - 1)`` (mirrors ``jax.nn.elu``).
+
+    Args: ``x``: a real array; ``alpha``: a scalar.
+    Returns: a float array of ``x``'s shape.
+    """
+    x = _real(x, "elu")
+    safe = _where(x > 0, 0, x)
+    return _where(x > 0, x, alpha * lax.expm1(safe))
+
+
+def celu(x, alpha=1.0):
+    """Continuously-differentiable ELU: ``x`` if ``x > 0`` else ``alpha * expm1(x / alpha)``
+    (mirrors ``jax.nn.celu``).
+
+    Args: ``x``: a real array; ``alpha``: a non-zero scalar.
+    Returns: a float array of ``x``'s shape.
+    """
+    x = _real(x, "celu")
+    safe = _where(x > 0, 0, x)
+    return _where(x > 0, x, alpha * lax.expm1(safe / alpha))
+
+
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def selu(x):
+    """Scaled ELU with the self-normalizing constants of Klambauer et al. 2017 (mirrors ``jax.nn.selu``).
+
+    Args: ``x``: a real array.
+    Returns: a float array of ``x``'s shape.
+    """
+    return _SELU_SCALE * elu(x, _SELU_ALPHA)
+
+
+def gelu(x, approximate: bool = True):
+    """Gaussian error linear unit (mirrors ``jax.nn.gelu``).
+
+    ``approximate=True``: ``x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x**3)))``;
+    ``approximate=False``: ``x/2 * (1 + erf(x / sqrt(2)))``.
+
+    Args: ``x``: a real array; ``approximate``: which formula.
+    Returns: a float array of ``x``'s shape.
+    """
+    x = _real(x, "gelu")
+    if approximate:
+        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))
+        return 0.5 * x * (1.0 + lax.tanh(inner))
+    return 0.5 * x * (1.0 + lax.erf(x * (1.0 / math.sqrt(2.0))))
+
+
+def sigmoid(x):
+    """Logistic sigmoid ``1 / (1 + exp(-x))`` (mirrors ``jax.nn.sigmoid``).
+
+    Args: ``x``: a real array.
+    Returns: a float array of ``x``'s shape, in ``[0, 1]``.
+    """
+    return lax.logistic(_real(x, "sigmoid"))
+
+
+def softplus(x):
+    """``log(1 + exp(x))``, computed stably as ``max(x, 0) + log1p(exp(-|x|))`` (mirrors ``jax.nn.softplus``).
+
+    Args: ``x``: a real array.
+    Returns: a float array of ``x``'s shape; its derivative is ``sigmoid(x)`` (0.5 at 0).
+    """
+    x = _real(x, "softplus")
+    pos = x > 0
+    neg_abs = _where(pos, -x, x)
+    return _where(pos, x, 0) + lax.log1p(lax.exp(neg_abs))
+
+
+def log_sigmoid(x):
+    """``log(sigmoid(x)) = -softplus(-x)`` (mirrors ``jax.nn.log_sigmoid``).
+
+    Args: ``x``: a real array.
+    Returns: a float array of ``x``'s shape, finite for large ``|x|``.
+    """
+    x = _real(x, "log_sigmoid")
+    return -softplus(-x)
+
+
+def soft_sign(x):
+    """``x / (|x| + 1)`` (mirrors ``jax.nn.soft_sign``).
+
+    Args: ``x``: a real array.
+    Returns: a float array of ``x``'s shape.
+    """
+    x = _real(x, "soft_sign")
+    return x / (lax.abs(x) + 1)
+
+
+def silu(x):
+    """Sigmoid linear unit ``x * sigmoid(x)`` (mirrors ``jax.nn.silu``; ``swish`` is the same).
+
+    Args: ``x``: a real array.
+    Returns: a float array of ``x``'s shape.
+    """
+    x = _real(x, "silu")
+    return x * lax.logistic(x)
+
+
+swish = silu
+
+
+def hard_sigmoid(x):
+    """``relu6(x + 3) / 6`` (mirrors ``jax.nn.hard_sigmoid``).
+
+    Args: ``x``: a real array.
+    Returns: a float array of ``x``'s shape.
+    """
+    x = _real(x, "hard_sigmoid")
+    return relu6(x + 3.0) / 6.0
+
+
+def hard_silu(x):
+    """``x * hard_sigmoid(x)`` (mirrors ``jax.nn.hard_silu``; ``hard_swish`` is the same).
+
+    Args: ``x``: a real array.
+    Returns: a float array of ``x``'s shape.
+    """
+    x = _real(x, "hard_silu")
+    return x * hard_sigmoid(x)
+
+
+hard_swish = hard_silu
+
+
+def hard_tanh(x):
+    """``x`` clipped to ``[-1, 1]`` (mirrors ``jax.nn.hard_tanh``).
+
+    Args: ``x``: a real array.
+    Returns: a float array of ``x``'s shape.
+    """
+    x = _real(x, "hard_tanh")
+    return _where(x > 1, 1, _where(x < -1, -1, x))
+
+
+def tanh(x):
+    """Hyperbolic tangent (mirrors ``jax.nn.tanh``).
+
+    Args: ``x``: a real array.
+    Returns: a float array of ``x``'s shape.
+    """
+    return lax.tanh(_real(x, "tanh"))
+
+
+# ----------------------------------------------------------------------------- normalizations
+
+
+def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = False):
+    """``log(sum(b * exp(a)))`` over ``axis``, stable for large inputs (mirrors ``jax.nn.logsumexp``).
+
+    The maximum is subtracted before exponentiating and added back; it goes through
+    ``stop_gradient``, so the gradient is exactly ``softmax(a)`` (times ``b``) and stays finite
+    for inputs of any size. A maximum of ``±inf`` is replaced by 0 so that all-``-inf`` slices
+    give ``-inf`` and slices containing ``+inf`` give ``+inf``.
+
+    Args:
+      a: a real array.
+      axis: an int, a tuple of ints or ``None`` (all axes).
+      b: optional scaling factors, broadcastable to ``a``.
+      keepdims: keep the reduced axes with size 1.
+      return_sign: also return the sign of the sum; the result is then ``log|sum|``.
+    Returns:
+      a float array of the reduced shape (and the sign array of the same shape with
+      ``return_sign``). Without ``return_sign``, a negative sum gives NaN.
+    Raises:
+      ``ShapeError`` for an invalid axis or a ``b`` that does not broadcast.
+    """
+    from fnarray.numpy._util import broadcast_shapes, promote
+    a = _real(a, "logsumexp")
+    if b is not None:
+        a, b = promote("logsumexp", a, _real(b, "logsumexp"))
+        shape = broadcast_shapes(a.shape, b.shape, name="logsumexp")
+        a, b = _bcast_to(a, shape), _bcast_to(b, shape)
+    axes = _axes(axis, a.ndim)
+    amax = lax.stop_gradient(_max_keep(a, axes))
+    amax = _where(lax.is_finite(amax), amax, 0)
+    e = lax.exp(a - amax)
+    if b is not None:
+        e = e * b
+    s = _sum_keep(e, axes)
+    sign = None
+    if return_sign:
+        sign = lax.sign(s)
+        s = lax.abs(s)
+    out = lax.log(s) + amax
+    if not keepdims:
+        kept = tuple(n for i, n in enumerate(a.shape) if i not in axes)
+        out = lax.reshape(out, kept)
+        sign = lax.reshape(sign, kept) if sign is not None else None
+    return (out, sign) if return_sign else out
+
+
+def softmax(x, axis=-1):
+    """``exp(x) / sum(exp(x))`` over ``axis`` (mirrors ``jax.nn.softmax``).
+
+    Computed as ``exp(x - max)`` normalized, with the maximum under ``stop_gradient``.
+
+    Args:
+      x: a real array.
+      axis: an int, a tuple of ints or ``None``.
+    Returns: a float array of ``x``'s shape whose slices along ``axis`` sum to 1.
+    Raises: ``ShapeError`` for an invalid axis.
+    """
+    x = _real(x, "softmax")
+    axes = _axes(axis, x.ndim)
+    unnormalized = lax.exp(x - lax.stop_gradient(_max_keep(x, axes)))
+    return unnormalized / _sum_keep(unnormalized, axes)
+
+
+def log_softmax(x, axis=-1):
+    """``x - logsumexp(x)`` over ``axis`` (mirrors ``jax.nn.log_softmax``).
+
+    Args:
+      x: a real array.
+      axis: an int, a tuple of ints or ``None``.
+    Returns: a float array of ``x``'s shape.
+    Raises: ``ShapeError`` for an invalid axis.
+    """
+    x = _real(x, "log_softmax")
+    axes = _axes(axis, x.ndim)
+    shifted = x - lax.stop_gradient(_max_keep(x, axes))
+    return shifted - lax.log(_sum_keep(lax.exp(shifted), axes))
+
+
+def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5):
+    """``(x - mean) / sqrt(variance + epsilon)`` over ``axis`` (mirrors ``jax.nn.standardize``).
+
+    Without ``mean``/``variance`` they are computed over ``axis`` (the variance as the mean of
+    squared deviations, which is more accurate than JAX's ``E[x²] - E[x]²``).
+
+    Args:
+      x: a real array.
+      axis: an int, a tuple of ints or ``None``.
+      mean, variance: optional arrays broadcastable to ``x`` (for example running statistics).
+      epsilon: added to the variance.
+    Returns: a float array of ``x``'s shape.
+    Raises: ``ShapeError`` for an invalid axis.
+    """
+    x = _real(x, "standardize")
+    axes = _axes(axis, x.ndim)
+    count = math.prod(x.shape[i] for i in axes)
+    if mean is None:
+        mean = _sum_keep(x, axes) / float(max(count, 1))
+    centered = x - mean
+    if variance is None:
+        variance = _sum_keep(centered * centered, axes) / float(max(count, 1))
+    return centered * lax.rsqrt(variance + epsilon)
+
+
+def one_hot(x, num_classes: int, *, dtype=None, axis=-1):
+    """One-hot encoding: ``out[..., c, ...] = (x[...] == c)`` (mirrors ``jax.nn.one_hot``).
+
+    Args:
+      x: an array of class indices (integers; floats are compared as they are).
+      num_classes: a static non-negative int.
+      dtype: the result dtype (default float32).
+      axis: where the class axis goes in the result (an int in ``[-(x.ndim+1), x.ndim]``).
+    Returns:
+      an array of shape ``x.shape`` with ``num_classes`` inserted at ``axis``. Indices out of
+      ``[0, num_classes)`` give rows of zeros.
+    Raises:
+      ``TypeError`` for a non-int ``num_classes``; ``ShapeError`` for an invalid axis.
+    """
+    from fnarray.numpy._util import normalize_axis
+    if isinstance(num_classes, (bool, np.bool_)) or not isinstance(num_classes, (int, np.integer)):
+        raise TypeError(f"one_hot needs a static int num_classes, got {type(num_classes).__name__}; "
+                        "the number of classes fixes the result's shape")
+    n = int(num_classes)
+    if n < 0:
+        raise ValueError(f"one_hot: num_classes must be >= 0, got {n}")
+    x = _array(x, "one_hot")
+    d = dtypes.canonicalize(dtypes.float32 if dtype is None else dtype)
+    ax = normalize_axis(axis, x.ndim + 1)
+    out_shape = x.shape[:ax] + (n,) + x.shape[ax:]
+    cmp_dtype = x.dtype
+    if dtypes.is_bool(cmp_dtype) or (dtypes.is_int(cmp_dtype) and cmp_dtype.itemsize < 4):
+        cmp_dtype = dtypes.int32
+    if cmp_dtype != x.dtype:
+        x = lax.convert_element_type(x, cmp_dtype)
+    spread = lax.broadcast_in_dim(x, out_shape, tuple(i for i in range(len(out_shape)) if i != ax))
+    classes = lax.iota(cmp_dtype, out_shape, ax)
+    return lax.convert_element_type(lax.eq(spread, classes), d)

@@ -1,0 +1,204 @@
+"""Weight initializers (mirrors ``jax.nn.initializers``).
+
+An initializer is a function ``init(key, shape, dtype=float32) -> Array``. ``zeros`` and
+``ones`` are initializers themselves; the others are factories that return one
+(``glorot_uniform()(key, (784, 256))``). Fans follow JAX: ``fan_in = shape[in_axis] *
+receptive``, ``fan_out = shape[out_axis] * receptive``, where ``receptive`` is the product of
+the remaining (non-batch) dimensions; by default the last two dimensions are input and output.
+Only real floating dtypes are supported (JAX also initializes complex weights).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fnarray import random
+from fnarray.core import dtypes, lax
+from fnarray.core.errors import DTypeError, ShapeError
+
+__all__ = [
+    "constant",
+    "glorot_normal",
+    "glorot_uniform",
+    "he_normal",
+    "he_uniform",
+    "kaiming_normal",
+    "kaiming_uniform",
+    "lecun_normal",
+    "lecun_uniform",
+    "normal",
+    "ones",
+    "truncated_normal",
+    "uniform",
+    "variance_scaling",
+    "xavier_normal",
+    "xavier_uniform",
+    "zeros",
+]
+
+# The standard deviation of a standard normal truncated to [-2, 2]; dividing by it makes the
+# truncated samples have the requested variance.
+_TRUNC_STD = 0.87962566103423978
+
+
+def _shape(shape, name):
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        out = tuple(int(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"{name}: shape must be an int or a tuple of ints, got {shape!r}") from None
+    if any(d < 0 for d in out):
+        raise ShapeError(f"{name}: shape {out} has a negative dimension")
+    return out
+
+
+def _float(dtype, name):
+    d = dtypes.canonicalize(dtype)
+    if not dtypes.is_float(d):
+        raise DTypeError(f"{name} initializes floating weights, got dtype {d.name}")
+    return d
+
+
+def zeros(key, shape, dtype=dtypes.float32):
+    """All zeros (mirrors ``jax.nn.initializers.zeros``); ``key`` is ignored.
+
+    Returns: an array of ``shape`` and ``dtype``.
+    """
+    return lax.full(_shape(shape, "zeros"), 0, dtypes.canonicalize(dtype))
+
+
+def ones(key, shape, dtype=dtypes.float32):
+    """All ones (mirrors ``jax.nn.initializers.ones``); ``key`` is ignored.
+
+    Returns: an array of ``shape`` and ``dtype``.
+    """
+    return lax.full(_shape(shape, "ones"), 1, dtypes.canonicalize(dtype))
+
+
+def constant(value, dtype=dtypes.float32):
+    """An initializer filling with the scalar ``value`` (mirrors ``jax.nn.initializers.constant``)."""
+    default = dtype
+
+    def init(key, shape, dtype=default):
+        return lax.full(_shape(shape, "constant"), value, dtypes.canonicalize(dtype))
+    return init
+
+
+def normal(stddev=1e-2, dtype=dtypes.float32):
+    """An initializer drawing ``N(0, stddev**2)`` (mirrors ``jax.nn.initializers.normal``)."""
+    default = dtype
+
+    def init(key, shape, dtype=default):
+        d = _float(dtype, "normal")
+        return random.normal(key, _shape(shape, "normal"), d) * np.asarray(stddev, d)[()]
+    return init
+
+
+def uniform(scale=1e-2, dtype=dtypes.float32):
+    """An initializer drawing uniformly from ``[0, scale)`` (mirrors ``jax.nn.initializers.uniform``)."""
+    default = dtype
+
+    def init(key, shape, dtype=default):
+        d = _float(dtype, "uniform")
+        return random.uniform(key, _shape(shape, "uniform"), d) * np.asarray(scale, d)[()]
+    return init
+
+
+def truncated_normal(stddev=1e-2, dtype=dtypes.float32, lower=-2.0, upper=2.0):
+    """An initializer drawing ``stddev * N(0, 1)`` truncated to ``[lower, upper]``
+    (mirrors ``jax.nn.initializers.truncated_normal``)."""
+    default = dtype
+
+    def init(key, shape, dtype=default):
+        d = _float(dtype, "truncated_normal")
+        x = random.truncated_normal(key, lower, upper, _shape(shape, "truncated_normal"), d)
+        return x * np.asarray(stddev, d)[()]
+    return init
+
+
+def _fans(shape, in_axis, out_axis, batch_axis):
+    if len(shape) < 2:
+        raise ShapeError(f"cannot compute fan-in and fan-out of a weight of shape {shape}: it needs at least "
+                         "2 dimensions (input and output); use normal/uniform/zeros for biases")
+    nd = len(shape)
+    in_axis, out_axis = in_axis % nd, out_axis % nd
+    batch = {b % nd for b in ((batch_axis,) if isinstance(batch_axis, int) else batch_axis)}
+    receptive = math.prod(n for i, n in enumerate(shape) if i not in batch and i not in (in_axis, out_axis))
+    return shape[in_axis] * receptive, shape[out_axis] * receptive
+
+
+def variance_scaling(scale, mode: str, distribution: str, in_axis=-2, out_axis=-1, batch_axis=(),
+                     dtype=dtypes.float32):
+    """An initializer with variance ``scale / fan`` (mirrors ``jax.nn.initializers.variance_scaling``).
+
+    Args:
+      scale: the variance numerator.
+      mode: ``"fan_in"``, ``"fan_out"`` or ``"fan_avg"`` (the mean of both).
+      distribution: ``"truncated_normal"`` (normal truncated to ±2 standard deviations, rescaled to
+        the variance), ``"normal"`` or ``"uniform"`` (on ``[-limit, limit)``, ``limit = sqrt(3 var)``).
+      in_axis, out_axis, batch_axis: which dimensions of the weight are input, output and batch.
+      dtype: the default dtype of the returned initializer.
+    Returns:
+      ``init(key, shape, dtype=dtype)``.
+    Raises:
+      ``ValueError`` for an unknown mode or distribution (at once); ``ShapeError`` from ``init`` for
+      shapes of rank < 2.
+    """
+    if mode not in ("fan_in", "fan_out", "fan_avg"):
+        raise ValueError(f"variance_scaling: mode must be 'fan_in', 'fan_out' or 'fan_avg', got {mode!r}")
+    if distribution not in ("truncated_normal", "normal", "uniform"):
+        raise ValueError("variance_scaling: distribution must be 'truncated_normal', 'normal' or 'uniform', "
+                         f"got {distribution!r}")
+    default = dtype
+
+    def init(key, shape, dtype=default):
+        shape = _shape(shape, "variance_scaling")
+        d = _float(dtype, "variance_scaling")
+        fan_in, fan_out = _fans(shape, in_axis, out_axis, batch_axis)
+        fan = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2}[mode]
+        variance = scale / max(fan, 1)
+        if distribution == "truncated_normal":
+            x = random.truncated_normal(key, -2.0, 2.0, shape, d)
+            return x * np.asarray(math.sqrt(variance) / _TRUNC_STD, d)[()]
+        if distribution == "normal":
+            return random.normal(key, shape, d) * np.asarray(math.sqrt(variance), d)[()]
+        limit = math.sqrt(3.0 * variance)
+        return random.uniform(key, shape, d, -limit, limit)
+    return init
+
+
+def glorot_uniform(in_axis=-2, out_axis=-1, batch_axis=(), dtype=dtypes.float32):
+    """Glorot/Xavier uniform: variance ``1 / fan_avg`` (mirrors ``jax.nn.initializers.glorot_uniform``)."""
+    return variance_scaling(1.0, "fan_avg", "uniform", in_axis, out_axis, batch_axis, dtype)
+
+
+def glorot_normal(in_axis=-2, out_axis=-1, batch_axis=(), dtype=dtypes.float32):
+    """Glorot/Xavier truncated normal: variance ``1 / fan_avg`` (mirrors ``jax.nn.initializers.glorot_normal``)."""
+    return variance_scaling(1.0, "fan_avg", "truncated_normal", in_axis, out_axis, batch_axis, dtype)
+
+
+def he_uniform(in_axis=-2, out_axis=-1, batch_axis=(), dtype=dtypes.float32):
+    """He/Kaiming uniform: variance ``2 / fan_in`` (mirrors ``jax.nn.initializers.he_uniform``)."""
+    return variance_scaling(2.0, "fan_in", "uniform", in_axis, out_axis, batch_axis, dtype)
+
+
+def he_normal(in_axis=-2, out_axis=-1, batch_axis=(), dtype=dtypes.float32):
+    """He/Kaiming truncated normal: variance ``2 / fan_in`` (mirrors ``jax.nn.initializers.he_normal``)."""
+    return variance_scaling(2.0, "fan_in", "truncated_normal", in_axis, out_axis, batch_axis, dtype)
+
+
+def lecun_uniform(in_axis=-2, out_axis=-1, batch_axis=(), dtype=dtypes.float32):
+    """LeCun uniform: variance ``1 / fan_in`` (mirrors ``jax.nn.initializers.lecun_uniform``)."""
+    return variance_scaling(1.0, "fan_in", "uniform", in_axis, out_axis, batch_axis, dtype)
+
+
+def lecun_normal(in_axis=-2, out_axis=-1, batch_axis=(), dtype=dtypes.float32):
+    """LeCun truncated normal: variance ``1 / fan_in`` (mirrors ``jax.nn.initializers.lecun_normal``)."""
+    return variance_scaling(1.0, "fan_in", "truncated_normal", in_axis, out_axis, batch_axis, dtype)
+
+
+xavier_uniform, xavier_normal = glorot_uniform, glorot_normal
+kaiming_uniform, kaiming_normal = he_uniform, he_normal

@@ -1,0 +1,835 @@
+"""Counter-based pseudo-random numbers with explicit keys (mirrors ``jax.random``).
+
+A key is a ``uint32`` array of shape ``(2,)`` (DESIGN.md, "Random keys"). Every
+sampler is a pure function of its key: the same key gives the same numbers,
+eagerly, under ``jit`` and under ``vmap``, on every backend. To draw several
+independent streams, ``split`` the key (or ``fold_in`` a counter) and never
+reuse a key that was split.
+
+All randomness comes from the Threefry-2x32 block cipher with 20 rounds
+(Salmon, Moraes, Dror and Shaw, "Parallel random numbers: as easy as 1, 2, 3",
+SC'11), written with ``uint32`` additions, xors, shifts and ors only, so that
+it runs identically on every backend. Bits are derived from a key as JAX does
+by default (its "partitionable" Threefry mode): element ``i`` of a sample of
+shape ``s`` (in row-major order) is the cipher of the counter pair
+``(i >> 32, i & 0xFFFFFFFF)`` under the key. Consequently ``key``/``PRNGKey``,
+``split``, ``fold_in``, ``bits``, ``uniform`` on ``[0, 1)``, ``randint``,
+``bernoulli``, ``permutation`` and ``choice`` without ``p`` give bit for bit the
+numbers of ``jax.random`` (with ``jax_threefry_partitionable``, the default since
+JAX 0.5) for the same seed. ``uniform`` with other bounds may differ from JAX in
+the last bit: XLA fuses its ``u * (maxval - minval) + minval`` into one fused
+multiply-add, while fnarray rounds the product and the sum separately, as every
+backend can.
+Samplers that go through transcendental functions (``normal``, ``gumbel``,
+``categorical``, ``truncated_normal``, ``exponential``, ``laplace``) use JAX's
+formulas but agree with it only to float rounding, because ``log`` and
+``erf_inv`` are rounded differently by each backend.
+
+Example::
+
+    >>> import fnarray.random as fr
+    >>> k = fr.key(0)
+    >>> k1, k2 = fr.split(k)
+    >>> x = fr.normal(k1, (3,))   # float32[3]
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+from fnarray.core import dtypes, lax
+from fnarray.core.array import Array
+from fnarray.core.errors import DTypeError, ShapeError
+
+__all__ = [
+    "PRNGKey",
+    "bernoulli",
+    "bits",
+    "categorical",
+    "choice",
+    "exponential",
+    "fold_in",
+    "gumbel",
+    "key",
+    "key_data",
+    "laplace",
+    "normal",
+    "permutation",
+    "randint",
+    "split",
+    "threefry_2x32",
+    "truncated_normal",
+    "uniform",
+]
+
+_U32 = dtypes.uint32
+_UINT_OF_WIDTH = {8: dtypes.uint8, 16: dtypes.uint16, 32: dtypes.uint32, 64: dtypes.uint64}
+# Explicit mantissa bits of each floating dtype (what ``uniform`` randomizes).
+_MANTISSA_BITS = {dtypes.float16: 10, dtypes.bfloat16: 7, dtypes.float32: 23, dtypes.float64: 52}
+# Rotation distances of Threefry-2x32 (Salmon et al. 2011, table 4), used in groups of four rounds.
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+# The key-schedule parity constant of Threefry (from Threefish-256 / Skein).
+_PARITY = np.uint32(0x1BD11BDA)
+
+
+# ----------------------------------------------------------------------------- argument checks
+
+
+def _as_array(x):
+    from fnarray import numpy as fnp
+    return x if isinstance(x, Array) else fnp.asarray(x)
+
+
+def _check_key(k, name: str) -> Array:
+    """Validate a PRNG key; returns it as an ``Array``."""
+    if isinstance(k, np.ndarray):
+        k = _as_array(k)
+    if not isinstance(k, Array):
+        raise TypeError(f"{name} needs a PRNG key (a uint32 array of shape (2,), made by "
+                        f"fnarray.random.key(seed)), got {type(k).__name__}")
+    if k.dtype != _U32:
+        raise DTypeError(f"{name} needs a PRNG key of dtype uint32 and shape (2,), got an array of dtype "
+                         f"{k.dtype.name}; make keys with fnarray.random.key(seed)")
+    if k.shape != (2,):
+        hint = (" To use a batch of keys, map over them with fnarray.vmap." if k.ndim > 1 and k.shape[-1] == 2
+                else " Make keys with fnarray.random.key(seed).")
+        raise ShapeError(f"{name} needs a single PRNG key of shape (2,), got shape {k.shape}.{hint}")
+    return k
+
+
+def _shape_arg(shape, name: str) -> tuple:
+    """A static shape: an int or a sequence of non-negative ints."""
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        out = tuple(operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"{name}: shape must be an int or a tuple of ints, got {shape!r}") from None
+    if any(d < 0 for d in out):
+        raise ShapeError(f"{name}: shape {out} has a negative dimension")
+    return out
+
+
+def _float_dtype(dtype, name: str) -> np.dtype:
+    d = dtypes.canonicalize(dtypes.float32 if dtype is None else dtype)
+    if d not in _MANTISSA_BITS:
+        raise DTypeError(f"{name} samples floating dtypes (float16, bfloat16, float32, float64), got {d.name}")
+    return d
+
+
+def _broadcastable_to(param_shape, shape, name, what):
+    from fnarray.numpy._util import broadcast_shapes
+    try:
+        ok = broadcast_shapes(tuple(param_shape), tuple(shape), name=name) == tuple(shape)
+    except ShapeError:
+        ok = False
+    if not ok:
+        raise ShapeError(f"{name}: {what} of shape {tuple(param_shape)} does not broadcast to the sample "
+                         f"shape {tuple(shape)}; pass a shape that the parameters broadcast to")
+
+
+def _param(v, dtype, shape, name, what):
+    """A distribution parameter of ``dtype``: a NumPy scalar (a literal) for a Python or NumPy
+    scalar, else an array broadcast to ``shape`` (rank-0 arrays stay rank 0)."""
+    if isinstance(v, (bool, int, float, np.generic)) and not isinstance(v, np.ndarray):
+        return np.asarray(v, dtype)[()]
+    v = _as_array(v)
+    _broadcastable_to(v.shape, shape, name, what)
+    v = lax.convert_element_type(v, dtype)
+    return v if v.ndim == 0 else lax.broadcast_to_rank_shape(v, shape)
+
+
+def _is_static(v) -> bool:
+    return isinstance(v, np.generic)
+
+
+# ----------------------------------------------------------------------------- Threefry-2x32
+
+
+def _rotate_left(x, r: int):
+    return lax.bitwise_or(lax.shift_left(x, np.uint32(r)), lax.shift_right_logical(x, np.uint32(32 - r)))
+
+
+def _threefry2x32(k0, k1, x0, x1):
+    """Threefry-2x32 with 20 rounds: encrypt the counter pairs ``(x0, x1)`` under the key ``(k0, k1)``.
+
+    All four are ``uint32`` (arrays of one shape, or rank 0); returns the pair of ciphertext words.
+    A key injection follows every four rounds; the third key word is the xor of the other two
+    and the parity constant, and the injection number is added to the second word.
+    """
+    ks = (k0, k1, lax.bitwise_xor(lax.bitwise_xor(k0, k1), _PARITY))
+    # The counters' high words are often the constant 0: skip adding to it.
+    x0 = ks[0] if isinstance(x0, np.generic) and x0 == 0 else lax.add(x0, ks[0])
+    x1 = lax.add(x1, ks[1])
+    for group in range(5):
+        for r in _ROTATIONS[group % 2]:
+            x0 = lax.add(x0, x1)
+            x1 = lax.bitwise_xor(_rotate_left(x1, r), x0)
+        x0 = lax.add(x0, ks[(group + 1) % 3])
+        x1 = lax.add(lax.add(x1, ks[(group + 2) % 3]), np.uint32(group + 1))
+    return x0, x1
+
+
+def _key_words(k):
+    """The two ``uint32`` words of a key, as rank-0 arrays."""
+    return (lax.reshape(lax.slice(k, (0,), (1,)), ()), lax.reshape(lax.slice(k, (1,), (2,)), ()))
+
+
+def _hashed_counters(k, shape):
+    """Threefry of the counters ``(i >> 32, i & 0xFFFFFFFF)``, ``i`` the row-major index in ``shape``."""
+    size = math.prod(shape)
+    if size >= 2 ** 32:
+        raise ValueError(f"random samples of {size} elements (shape {shape}) exceed the 2**32 counters of one "
+                         "key; split the key and draw in parts")
+    lo = lax.reshape(lax.iota(_U32, size), shape)
+    k0, k1 = _key_words(k)
+    y0, y1 = _threefry2x32(k0, k1, np.uint32(0), lo)
+    if lax.shape(y0) != tuple(shape):   # the counters' high words are the constant 0
+        y0 = lax.broadcast_to_rank_shape(y0, shape)
+    return y0, y1
+
+
+def threefry_2x32(key, count):
+    """Apply Threefry-2x32 (20 rounds) to ``count`` under ``key`` (mirrors ``jax.prng.threefry_2x32``).
+
+    Args:
+      key: ``uint32[2]``, the cipher key.
+      count: ``uint32`` array of any shape; its flattened elements are padded with one 0 to an
+        even length if needed, and the first half and the second half form the counter pairs.
+    Returns:
+      ``uint32`` array of ``count``'s shape: the ciphertext words in the same arrangement.
+    Raises:
+      ``DTypeError``/``ShapeError`` for a bad key; ``DTypeError`` if ``count`` is not ``uint32``.
+    """
+    k = _check_key(key, "threefry_2x32")
+    c = _as_array(count)
+    if c.dtype != _U32:
+        raise DTypeError(f"threefry_2x32 needs uint32 counters, got {c.dtype.name}")
+    shape, n = c.shape, c.size
+    flat = lax.reshape(c, (n,))
+    if n % 2:
+        flat = lax.concatenate([flat, lax.full((1,), 0, _U32)], 0)
+    half = (n + 1) // 2
+    k0, k1 = _key_words(k)
+    y0, y1 = _threefry2x32(k0, k1, lax.slice(flat, (0,), (half,)), lax.slice(flat, (half,), (2 * half,)))
+    out = lax.concatenate([y0, y1], 0)
+    return lax.reshape(lax.slice(out, (0,), (n,)), shape)
+
+
+# ----------------------------------------------------------------------------- keys
+
+
+def _seed_words(seed):
+    """``(hi, lo)`` ``uint32`` words of a seed: a Python/NumPy integer or a 0-d integer array."""
+    if isinstance(seed, (bool, np.bool_)):
+        raise TypeError("a PRNG seed must be an integer, got a bool")
+    if isinstance(seed, (int, np.integer)):
+        s = int(seed)
+        if not -2 ** 63 <= s < 2 ** 64:
+            raise OverflowError(f"PRNG seed {s} does not fit in 64 bits; expected an integer in "
+                                "[-2**63, 2**64)")
+        s %= 2 ** 64
+        return np.uint32(s >> 32), np.uint32(s & 0xFFFFFFFF)
+    if isinstance(seed, (float, complex)):
+        raise TypeError(f"a PRNG seed must be an integer, got {type(seed).__name__} {seed!r}")
+    s = _as_array(seed)
+    if s.shape != ():
+        raise ShapeError(f"a PRNG seed must be a scalar, got an array of shape {s.shape}; to make a batch "
+                         "of keys, map key over the seeds with fnarray.vmap")
+    if not dtypes.is_int(s.dtype):
+        raise DTypeError(f"a PRNG seed must be an integer, got dtype {s.dtype.name}")
+    if s.dtype.itemsize == 8:
+        hi = lax.convert_element_type(lax.shift_right_logical(s, np.asarray(32, s.dtype)[()]), _U32)
+    else:
+        hi = np.uint32(0)
+    return hi, lax.convert_element_type(s, _U32)
+
+
+def _words_to_key(hi, lo):
+    if _is_static(hi) and _is_static(lo):
+        from fnarray import numpy as fnp
+        return fnp.asarray(np.array([hi, lo], _U32))
+    parts = [lax.broadcast_in_dim(w, (1,), ()) for w in (hi, lo)]
+    return lax.concatenate(parts, 0)
+
+
+def key(seed) -> Array:
+    """A PRNG key from an integer seed (mirrors ``jax.random.PRNGKey``; JAX's ``key`` makes typed keys).
+
+    Args:
+      seed: a Python or NumPy integer in ``[-2**63, 2**64)``, or a 0-d integer array (traced
+        values included). The seed is read as a 64-bit two's-complement integer and split into
+        its high and low 32-bit words; a 0-d array of 32 bits or fewer has a zero high word.
+    Returns:
+      ``uint32[2]``, the key ``[hi, lo]``.
+    Raises:
+      ``TypeError`` for a non-integer seed, ``ShapeError`` for an array seed that is not 0-d,
+      ``OverflowError`` for a Python int outside 64 bits.
+
+    Note: JAX in its default 32-bit mode first truncates Python ints to ``int32``, so its keys
+    for negative seeds or seeds of ``2**31`` and above differ from these (they agree with JAX
+    under ``jax_enable_x64``); seeds in ``[0, 2**31)`` agree in both modes.
+    """
+    return _words_to_key(*_seed_words(seed))
+
+
+def PRNGKey(seed) -> Array:
+    """Same as ``key`` (mirrors ``jax.random.PRNGKey``): ``uint32[2]`` from an integer seed."""
+    return key(seed)
+
+
+def key_data(keys) -> Array:
+    """The raw ``uint32`` words of a key (mirrors ``jax.random.key_data``); keys here are raw already."""
+    return _check_key(keys, "key_data")
+
+
+def split(key, num=2) -> Array:
+    """Split a key into ``num`` new keys (mirrors ``jax.random.split``).
+
+    Args:
+      key: ``uint32[2]``.
+      num: an int, or a shape tuple for an array of keys.
+    Returns:
+      ``uint32[num, 2]`` (or ``uint32[*num, 2]``): key ``i`` is Threefry of the counter ``(0, i)``.
+    Raises:
+      ``DTypeError``/``ShapeError`` for a bad key or shape.
+    """
+    k = _check_key(key, "split")
+    shape = _shape_arg(num, "split")
+    y0, y1 = _hashed_counters(k, shape)
+    col = shape + (1,)
+    return lax.concatenate([lax.reshape(y0, col), lax.reshape(y1, col)], len(shape))
+
+
+def _split2(k):
+    """Two keys from ``k``: rows 0 and 1 of ``split(k)``."""
+    s = split(k)
+    return (lax.reshape(lax.slice(s, (0, 0), (1, 2)), (2,)), lax.reshape(lax.slice(s, (1, 0), (2, 2)), (2,)))
+
+
+def fold_in(key, data) -> Array:
+    """A new key from ``key`` and an integer ``data`` (mirrors ``jax.random.fold_in``).
+
+    Args:
+      key: ``uint32[2]``.
+      data: a Python int in ``[-2**31, 2**32)`` or a 0-d integer array (traced values included),
+        taken modulo ``2**32``.
+    Returns:
+      ``uint32[2]``: Threefry of the counter pair ``(0, data)`` under ``key``.
+    Raises:
+      ``TypeError``/``ShapeError`` for non-integer or non-scalar data, ``OverflowError`` for an
+      int out of range, ``DTypeError``/``ShapeError`` for a bad key.
+    """
+    k = _check_key(key, "fold_in")
+    if isinstance(data, (bool, np.bool_, float, complex)):
+        raise TypeError(f"fold_in needs integer data, got {type(data).__name__}")
+    if isinstance(data, (int, np.integer)):
+        d = int(data)
+        if not -2 ** 31 <= d < 2 ** 32:
+            raise OverflowError(f"fold_in data {d} does not fit in 32 bits; expected [-2**31, 2**32)")
+        word = np.uint32(d % 2 ** 32)
+    else:
+        a = _as_array(data)
+        if a.shape != () or not dtypes.is_int(a.dtype):
+            raise TypeError(f"fold_in needs a scalar integer, got {a.dtype.name}{list(a.shape)}")
+        word = lax.convert_element_type(a, _U32)
+    k0, k1 = _key_words(k)
+    y0, y1 = _threefry2x32(k0, k1, np.uint32(0), word)
+    return _words_to_key(y0, y1)
+
+
+# ----------------------------------------------------------------------------- samplers
+
+
+def _random_bits(k, width: int, shape):
+    y0, y1 = _hashed_counters(k, shape)
+    if width == 64:
+        u64 = dtypes.uint64
+        hi = lax.convert_element_type(y0, u64)
+        return lax.bitwise_or(lax.shift_left(hi, np.uint64(32)), lax.convert_element_type(y1, u64))
+    mixed = lax.bitwise_xor(y0, y1)
+    return mixed if width == 32 else lax.convert_element_type(mixed, _UINT_OF_WIDTH[width])
+
+
+def bits(key, shape=(), dtype=None) -> Array:
+    """Uniformly random bits (mirrors ``jax.random.bits``).
+
+    Args:
+      key: ``uint32[2]``.
+      shape: the sample shape.
+      dtype: ``uint8``, ``uint16``, ``uint32`` (default) or ``uint64``.
+    Returns:
+      an array of ``shape`` and ``dtype``. 32-bit words are the xor of the two cipher words; 64-bit
+      words are their concatenation; narrower words are the low bits of the 32-bit word.
+    Raises:
+      ``DTypeError`` for another dtype or a bad key; ``ShapeError`` for a bad shape.
+    """
+    k = _check_key(key, "bits")
+    shape = _shape_arg(shape, "bits")
+    d = dtypes.canonicalize(_U32 if dtype is None else dtype)
+    if not dtypes.is_unsigned(d):
+        raise DTypeError(f"bits makes unsigned integers (uint8, uint16, uint32, uint64), got {d.name}")
+    return _random_bits(k, d.itemsize * 8, shape)
+
+
+def _uniform(k, shape, d, minval, maxval, name="uniform"):
+    nbits = d.itemsize * 8
+    nmant = _MANTISSA_BITS[d]
+    rng_bits = max(nbits, 8) if nmant >= 8 else 8
+    udtype = _UINT_OF_WIDTH[nbits]
+    raw = _random_bits(k, rng_bits, shape)
+    if rng_bits != nbits:
+        raw = lax.convert_element_type(raw, udtype)
+    # Keep the top mantissa bits under the exponent of 1.0: a float uniform in [1, 2).
+    one_bits = np.asarray(1.0, d).view(udtype)[()]
+    mant = lax.shift_right_logical(raw, np.asarray(rng_bits - nmant, udtype)[()])
+    unit = lax.sub(lax.bitcast_convert_type(lax.bitwise_or(mant, one_bits), d), np.asarray(1.0, d)[()])
+    lo = _param(minval, d, shape, name, "minval")
+    hi = _param(maxval, d, shape, name, "maxval")
+    if _is_static(lo) and _is_static(hi):
+        with np.errstate(all="ignore"):
+            span = (hi - lo).astype(d)
+    else:
+        span = lax.sub(hi, lo)
+    return lax.max(lo, lax.add(lax.mul(unit, span), lo))
+
+
+def uniform(key, shape=(), dtype=None, minval=0.0, maxval=1.0) -> Array:
+    """Uniform floats in ``[minval, maxval)`` (mirrors ``jax.random.uniform``).
+
+    The top mantissa bits of random words fill a float in ``[1, 2)``, which is shifted to
+    ``[0, 1)`` and scaled, as JAX does: bitwise equal to ``jax.random.uniform`` on ``[0, 1)``;
+    with other bounds within one rounding of the product (XLA fuses the scaling into a
+    multiply-add). A result equal to ``maxval`` can only come from rounding in the scaling,
+    as in JAX.
+
+    Args:
+      key: ``uint32[2]``.
+      shape: the sample shape; ``minval``/``maxval`` must broadcast to it.
+      dtype: float16, bfloat16, float32 (default) or float64.
+      minval, maxval: scalars or arrays, cast to ``dtype``.
+    Returns:
+      an array of ``shape`` and ``dtype``.
+    Raises:
+      ``DTypeError`` for a non-float dtype or a bad key; ``ShapeError`` when the bounds do not
+      broadcast to ``shape``.
+    """
+    k = _check_key(key, "uniform")
+    shape = _shape_arg(shape, "uniform")
+    d = _float_dtype(dtype, "uniform")
+    return _uniform(k, shape, d, minval, maxval)
+
+
+def _real_normal(k, shape, d):
+    lo = np.nextafter(np.asarray(-1.0, d), np.asarray(0.0, d))
+    u = _uniform(k, shape, d, lo, 1.0, "normal")
+    return lax.mul(np.asarray(math.sqrt(2.0), d)[()], lax.erf_inv(u))
+
+
+def normal(key, shape=(), dtype=None) -> Array:
+    """Standard normal samples (mirrors ``jax.random.normal``).
+
+    ``sqrt(2) * erf_inv(u)`` with ``u`` uniform in ``(-1, 1)``; complex dtypes get independent
+    real and imaginary parts of variance 1/2 each (total variance 1), as in JAX.
+
+    Args:
+      key: ``uint32[2]``.
+      shape: the sample shape.
+      dtype: a floating or complex dtype (default float32).
+    Returns:
+      an array of ``shape`` and ``dtype``.
+    Raises:
+      ``DTypeError`` for another dtype or a bad key.
+    """
+    k = _check_key(key, "normal")
+    shape = _shape_arg(shape, "normal")
+    d = dtypes.canonicalize(dtypes.float32 if dtype is None else dtype)
+    if dtypes.is_complex(d):
+        real_d = dtypes.float32 if d == dtypes.complex64 else dtypes.float64
+        k_re, k_im = _split2(k)
+        scale = np.asarray(1 / math.sqrt(2.0), real_d)[()]
+        re = lax.mul(_real_normal(k_re, shape, real_d), scale)
+        im = lax.mul(_real_normal(k_im, shape, real_d), scale)
+        return lax.complex(re, im)
+    d = _float_dtype(d, "normal")
+    return _real_normal(k, shape, d)
+
+
+def bernoulli(key, p=0.5, shape=None) -> Array:
+    """Booleans that are True with probability ``p`` (mirrors ``jax.random.bernoulli``).
+
+    ``uniform(key, shape, p.dtype) < p``.
+
+    Args:
+      key: ``uint32[2]``.
+      p: a float scalar or array of probabilities (Python floats are float32).
+      shape: the sample shape (default: ``p``'s shape); ``p`` must broadcast to it.
+    Returns:
+      ``bool`` array of ``shape``.
+    Raises:
+      ``DTypeError`` for a non-float ``p``; ``ShapeError`` when ``p`` does not broadcast to ``shape``.
+    """
+    k = _check_key(key, "bernoulli")
+    if isinstance(p, (float, int)) and not isinstance(p, bool):
+        pd, pshape = dtypes.float32, ()
+    else:
+        p = _as_array(p)
+        pd, pshape = p.dtype, p.shape
+    if not dtypes.is_float(pd):
+        raise DTypeError(f"bernoulli's probability p must be floating, got {pd.name}")
+    shape = pshape if shape is None else _shape_arg(shape, "bernoulli")
+    u = _uniform(k, shape, pd, 0.0, 1.0, "bernoulli")
+    return lax.lt(u, _param(p, pd, shape, "bernoulli", "p"))
+
+
+def _gumbel(k, shape, d):
+    u = _uniform(k, shape, d, dtypes.finfo(d).tiny, 1.0, "gumbel")
+    return lax.neg(lax.log(lax.neg(lax.log(u))))
+
+
+def gumbel(key, shape=(), dtype=None) -> Array:
+    """Standard Gumbel samples, ``-log(-log(u))`` (mirrors ``jax.random.gumbel``).
+
+    Args: ``key`` ``uint32[2]``; ``shape``; ``dtype`` a float dtype (default float32).
+    Returns: an array of ``shape`` and ``dtype``.
+    Raises: ``DTypeError`` for a non-float dtype or a bad key.
+    """
+    k = _check_key(key, "gumbel")
+    return _gumbel(k, _shape_arg(shape, "gumbel"), _float_dtype(dtype, "gumbel"))
+
+
+def exponential(key, shape=(), dtype=None) -> Array:
+    """Standard exponential samples, ``-log1p(-u)`` (mirrors ``jax.random.exponential``).
+
+    Args: ``key`` ``uint32[2]``; ``shape``; ``dtype`` a float dtype (default float32).
+    Returns: an array of ``shape`` and ``dtype`` (non-negative, finite).
+    Raises: ``DTypeError`` for a non-float dtype or a bad key.
+    """
+    k = _check_key(key, "exponential")
+    d = _float_dtype(dtype, "exponential")
+    u = _uniform(k, _shape_arg(shape, "exponential"), d, 0.0, 1.0, "exponential")
+    return lax.neg(lax.log1p(lax.neg(u)))
+
+
+def laplace(key, shape=(), dtype=None) -> Array:
+    """Standard Laplace samples (density ``exp(-|x|) / 2``; mirrors ``jax.random.laplace``).
+
+    From ``u`` uniform in ``(-1, 1)``: ``sign(u) * log1p(-|u|)`` (JAX's formula).
+
+    Args: ``key`` ``uint32[2]``; ``shape``; ``dtype`` a float dtype (default float32).
+    Returns: an array of ``shape`` and ``dtype``.
+    Raises: ``DTypeError`` for a non-float dtype or a bad key.
+    """
+    k = _check_key(key, "laplace")
+    d = _float_dtype(dtype, "laplace")
+    lo = np.nextafter(np.asarray(-1.0, d), np.asarray(0.0, d))
+    u = _uniform(k, _shape_arg(shape, "laplace"), d, lo, 1.0, "laplace")
+    return lax.mul(lax.sign(u), lax.log1p(lax.neg(lax.abs(u))))
+
+
+def truncated_normal(key, lower, upper, shape=None, dtype=None) -> Array:
+    """Standard normal samples truncated to ``(lower, upper)`` (mirrors ``jax.random.truncated_normal``).
+
+    Inverse-CDF method: ``u`` uniform between ``erf(lower/√2)`` and ``erf(upper/√2)``, then
+    ``√2 · erf_inv(u)``, clipped into the open interval so that rounding never leaves it.
+
+    Args:
+      key: ``uint32[2]``.
+      lower, upper: scalars or arrays (infinite bounds allowed).
+      shape: the sample shape (default: the broadcast shape of ``lower`` and ``upper``).
+      dtype: a float dtype (default float32).
+    Returns:
+      an array of ``shape`` and ``dtype`` with ``lower < x < upper``.
+    Raises:
+      ``DTypeError`` for a non-float dtype; ``ShapeError`` when the bounds do not broadcast.
+    """
+    from fnarray.numpy._util import broadcast_shapes
+    k = _check_key(key, "truncated_normal")
+    d = _float_dtype(dtype, "truncated_normal")
+    lower, upper = _as_array(lower), _as_array(upper)
+    if shape is None:
+        shape = broadcast_shapes(lower.shape, upper.shape, name="truncated_normal")
+    shape = _shape_arg(shape, "truncated_normal")
+    lo = _param(lower, d, shape, "truncated_normal", "lower")
+    hi = _param(upper, d, shape, "truncated_normal", "upper")
+    sqrt2 = np.asarray(math.sqrt(2.0), d)[()]
+    a = lax.erf(lax.div(lo, sqrt2))
+    b = lax.erf(lax.div(hi, sqrt2))
+    u = _uniform(k, shape, d, a, b, "truncated_normal")
+    x = lax.mul(sqrt2, lax.erf_inv(u))
+    inf = np.asarray(np.inf, d)[()]
+    above = lax.nextafter(lax.stop_gradient(lo), inf)
+    below = lax.nextafter(lax.stop_gradient(hi), lax.neg(inf))
+    return lax.min(lax.max(x, above), below)
+
+
+def categorical(key, logits, axis: int = -1, shape=None) -> Array:
+    """Sample category indices from unnormalized log-probabilities (mirrors ``jax.random.categorical``).
+
+    Gumbel-max: ``argmax(logits + gumbel)`` along ``axis``.
+
+    Args:
+      key: ``uint32[2]``.
+      logits: a float array; ``axis`` indexes the categories, the other axes are a batch.
+      axis: the category axis.
+      shape: the sample shape (default: the batch shape); it must end with the batch shape.
+    Returns:
+      ``int32`` array of ``shape``.
+    Raises:
+      ``DTypeError`` for non-float logits; ``ShapeError`` for a bad axis or shape.
+    """
+    from fnarray.numpy._util import normalize_axis
+    k = _check_key(key, "categorical")
+    logits = _as_array(logits)
+    if not dtypes.is_float(logits.dtype):
+        raise DTypeError(f"categorical needs floating logits, got {logits.dtype.name}")
+    if logits.ndim == 0:
+        raise ShapeError("categorical needs logits with at least one axis (the categories)")
+    ax = normalize_axis(axis, logits.ndim)
+    batch = logits.shape[:ax] + logits.shape[ax + 1:]
+    shape = batch if shape is None else _shape_arg(shape, "categorical")
+    if len(shape) < len(batch) or shape[len(shape) - len(batch):] != batch:
+        raise ShapeError(f"categorical: the sample shape {shape} must end with the batch shape {batch} of "
+                         f"logits {logits.shape} (axis {axis})")
+    prefix = shape[:len(shape) - len(batch)]
+    full = prefix + logits.shape
+    noisy = lax.add(_gumbel(k, full, logits.dtype), lax.broadcast_to_rank_shape(logits, full))
+    return lax.argmax(noisy, len(prefix) + ax, dtypes.int32)
+
+
+# ----------------------------------------------------------------------------- integers
+
+
+def _clip_to(v, d, name, what):
+    """``v`` clipped into ``d``'s range and cast; returns ``(value, above)`` where ``above`` says
+    whether ``v`` exceeded ``d``'s maximum (a Python bool or a bool array)."""
+    info = np.iinfo(d)
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        iv = int(v)
+        return np.asarray(min(max(iv, int(info.min)), int(info.max)), d)[()], iv > info.max
+    a = _as_array(v)
+    if not dtypes.is_int(a.dtype):
+        raise DTypeError(f"{name}: {what} must be an integer, got {a.dtype.name}")
+    src = np.iinfo(a.dtype)
+    top, bottom = min(int(info.max), int(src.max)), max(int(info.min), int(src.min))
+    above = False
+    if src.max > info.max:
+        above = lax.gt(a, np.asarray(top, a.dtype)[()])
+        a = lax.min(a, np.asarray(top, a.dtype)[()])
+    if src.min < info.min:
+        a = lax.max(a, np.asarray(bottom, a.dtype)[()])
+    return lax.convert_element_type(a, d), above
+
+
+def _full(v, d, shape):
+    """``v`` (a static scalar or an array broadcastable to ``shape``) as an array of ``shape``."""
+    if _is_static(v) or isinstance(v, (bool, int, float)):
+        return lax.full(shape, v, d)
+    return v if lax.shape(v) == tuple(shape) else lax.broadcast_to_rank_shape(v, shape)
+
+
+def randint(key, shape, minval, maxval, dtype=None) -> Array:
+    """Uniform integers in ``[minval, maxval)`` (mirrors ``jax.random.randint``; bitwise equal to it).
+
+    Method (JAX's): two independent words ``hi``, ``lo`` of the dtype's width are combined as
+    ``(hi mod span) * (2**nbits mod span) + lo mod span``, taken mod ``span``: the offset of a
+    ``2 * nbits``-bit random number modulo ``span``, whose bias is below ``span / 2**(2*nbits)``
+    when no product wraps (spans below ``2**(nbits/2)``); for wider spans the products wrap
+    modulo ``2**nbits`` and the distribution is only approximately uniform, as in JAX.
+    A ``maxval`` above the dtype's maximum counts as one past it (``randint(k, s, 0, 256,
+    uint8)`` covers all bytes); where ``maxval <= minval`` the result is ``minval``.
+
+    Args:
+      key: ``uint32[2]``.
+      shape: the sample shape; ``minval``/``maxval`` must broadcast to it.
+      minval, maxval: integer scalars or arrays (clipped into the dtype's range).
+      dtype: an integer dtype (default int32).
+    Returns:
+      an array of ``shape`` and ``dtype``.
+    Raises:
+      ``DTypeError`` for a non-integer dtype or bound; ``ShapeError`` for bounds that do not
+      broadcast to ``shape``.
+    """
+    k = _check_key(key, "randint")
+    shape = _shape_arg(shape, "randint")
+    d = dtypes.canonicalize(dtypes.int32 if dtype is None else dtype)
+    if not dtypes.is_int(d):
+        raise DTypeError(f"randint makes integers, got dtype {d.name}; use uniform for floats")
+    for v, what in ((minval, "minval"), (maxval, "maxval")):
+        if isinstance(v, (Array, np.ndarray)):
+            _broadcastable_to(np.shape(v), shape, "randint", what)
+    if d.itemsize < 4:
+        # Narrow dtypes are sampled as int32 (span <= 2**16 is then nearly unbiased), with the
+        # bounds clipped into [min, max + 1] of the requested dtype, and cast at the end.
+        info = np.iinfo(d)
+        lo_v, _ = _clip_to(minval, dtypes.int32, "randint", "minval")
+        hi_v, _ = _clip_to(maxval, dtypes.int32, "randint", "maxval")
+        lo_v = _clamp(lo_v, int(info.min), int(info.max))
+        hi_v = _clamp(hi_v, int(info.min), int(info.max) + 1)
+        out = _randint(k, shape, lo_v, hi_v, False, dtypes.int32)
+        return lax.convert_element_type(out, d)
+    lo_v, _ = _clip_to(minval, d, "randint", "minval")
+    hi_v, above = _clip_to(maxval, d, "randint", "maxval")
+    return _randint(k, shape, lo_v, hi_v, above, d)
+
+
+def _clamp(v, lo: int, hi: int):
+    if _is_static(v):
+        return np.asarray(min(max(int(v), lo), hi), v.dtype)[()]
+    return lax.min(lax.max(v, np.asarray(lo, v.dtype)[()]), np.asarray(hi, v.dtype)[()])
+
+
+def _randint(k, shape, lo_v, hi_v, above, d):
+    """The sampler of ``randint`` for 32- and 64-bit ``d``; bounds already clipped into ``d``, and
+    ``above`` true where the caller's maxval exceeded ``d``'s maximum."""
+    nbits = d.itemsize * 8
+    ud = _UINT_OF_WIDTH[nbits]
+    lo_v, hi_v = _full(lo_v, d, shape), _full(hi_v, d, shape)
+    above = _full(above, dtypes.bool_, shape)
+
+    k_hi, k_lo = _split2(k)
+    hi_bits = _random_bits(k_hi, nbits, shape)
+    lo_bits = _random_bits(k_lo, nbits, shape)
+
+    ones = lax.full(shape, 1, ud)
+    empty = lax.le(hi_v, lo_v)
+    span = lax.select(empty, ones, lax.convert_element_type(lax.sub(hi_v, lo_v), ud))
+    # A maxval above the dtype's range means one past its maximum: the span grows by one,
+    # wrapping to 0 when it covers all 2**nbits values.
+    span = lax.select(lax.bitwise_and(above, lax.bitwise_not(empty)), lax.add(span, np.asarray(1, ud)[()]), span)
+    full_range = lax.eq(span, np.asarray(0, ud)[()])
+    safe_span = lax.select(full_range, ones, span)
+    # (hi * 2**nbits + lo) mod span, without leaving nbits: 2**nbits mod span = (2**(nbits/2) mod span)**2.
+    mult = lax.rem(np.asarray(2 ** (nbits // 2), ud)[()], safe_span)
+    mult = lax.rem(lax.mul(mult, mult), safe_span)
+    offset = lax.add(lax.mul(lax.rem(hi_bits, safe_span), mult), lax.rem(lo_bits, safe_span))
+    offset = lax.select(full_range, lo_bits, lax.rem(offset, safe_span))
+    return lax.add(lo_v, lax.convert_element_type(offset, d))
+
+
+def _shuffle(k, x, axis: int):
+    """Sort ``x`` along ``axis`` by fresh random 32-bit words, for enough rounds that ties are
+    unlikely (about ``3 log(n) / log(2**32)`` rounds, as JAX)."""
+    size = max(1, math.prod(lax.shape(x)))
+    rounds = math.ceil(3 * math.log(size) / math.log(2 ** 32 - 1))
+    for _ in range(rounds):
+        k, sub = _split2(k)
+        sort_keys = _random_bits(sub, 32, lax.shape(x))
+        _, x = lax.sort((sort_keys, x), dimension=axis, num_keys=1)
+    return x
+
+
+def _take(a, ind, axis: int):
+    """``a`` indexed along ``axis`` by the int32 array ``ind``: shape ``a.shape[:axis] + ind.shape +
+    a.shape[axis+1:]`` (as ``numpy.take``)."""
+    flat = lax.reshape(ind, (ind.size, 1))
+    g = lax.gather(a, flat, (axis,))                    # (m,) + other axes
+    g = lax.reshape(g, ind.shape + a.shape[:axis] + a.shape[axis + 1:])
+    m, before = ind.ndim, axis
+    perm = tuple(range(m, m + before)) + tuple(range(m)) + tuple(range(m + before, g.ndim))
+    return lax.transpose(g, perm)
+
+
+def permutation(key, x, axis: int = 0, independent: bool = False) -> Array:
+    """A random permutation of ``range(x)`` or of ``x`` along ``axis`` (mirrors ``jax.random.permutation``).
+
+    Sorts by random 32-bit keys (repeated for large inputs, so that ties are negligible).
+
+    Args:
+      key: ``uint32[2]``.
+      x: an int ``n`` (permute ``arange(n)``, int32) or an array of rank >= 1.
+      axis: the axis to permute.
+      independent: permute each 1-d slice along ``axis`` independently (default: permute whole
+        slices, the same reordering for all).
+    Returns:
+      ``int32[n]``, or an array of ``x``'s shape and dtype.
+    Raises:
+      ``ShapeError`` for a 0-d array or a bad axis; ``ValueError`` for a negative ``n``.
+    """
+    from fnarray.numpy._util import normalize_axis
+    k = _check_key(key, "permutation")
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        n = int(x)
+        if n < 0:
+            raise ValueError(f"permutation of a negative count {n}")
+        return _shuffle(k, lax.iota(dtypes.int32, n), 0)
+    x = _as_array(x)
+    if x.ndim == 0:
+        raise ShapeError("permutation needs an int or an array of rank >= 1, got a 0-d array")
+    ax = normalize_axis(axis, x.ndim)
+    if independent or x.ndim == 1:
+        return _shuffle(k, x, ax)
+    ind = _shuffle(k, lax.iota(dtypes.int32, x.shape[ax]), 0)
+    return _take(x, ind, ax)
+
+
+def choice(key, a, shape=(), replace: bool = True, p=None, axis: int = 0) -> Array:
+    """Random elements of ``a`` (mirrors ``jax.random.choice``).
+
+    With ``p=None`` and ``replace``: ``randint`` indices (bitwise as JAX). Without replacement: the
+    first entries of a ``permutation``. With ``p`` and replacement: inverse CDF (``u`` against the
+    cumulative sum of ``p``, by counting; memory ``O(size * n)``). With ``p`` and no replacement:
+    Gumbel top-k.
+
+    Args:
+      key: ``uint32[2]``.
+      a: an int ``n`` (choose from ``arange(n)``) or an array (choose slices along ``axis``).
+      shape: the sample shape.
+      replace: sample with replacement.
+      p: optional probabilities, shape ``(n,)`` (need not sum to 1; they are normalized).
+      axis: the axis of ``a`` to choose along.
+    Returns:
+      for an int, ``int32`` of ``shape``; for an array, ``a.shape[:axis] + shape + a.shape[axis+1:]``.
+    Raises:
+      ``ValueError`` when drawing more than ``n`` without replacement or from an empty ``a``;
+      ``ShapeError`` for ``p`` of the wrong shape.
+    """
+    from fnarray.numpy._util import normalize_axis
+    k = _check_key(key, "choice")
+    shape = _shape_arg(shape, "choice")
+    if isinstance(a, (int, np.integer)) and not isinstance(a, bool):
+        n, arr, ax = int(a), None, 0
+        if n < 0:
+            raise ValueError(f"choice from a negative count {n}")
+    else:
+        arr = _as_array(a)
+        if arr.ndim == 0:
+            raise ShapeError("choice needs an int or an array of rank >= 1, got a 0-d array")
+        ax = normalize_axis(axis, arr.ndim)
+        n = arr.shape[ax]
+    m = math.prod(shape)
+    if n == 0 and m > 0:
+        raise ValueError("choice cannot draw from an empty population")
+    if not replace and m > n:
+        raise ValueError(f"choice cannot draw {m} samples from {n} without replacement; "
+                         "pass replace=True or a smaller shape")
+    if p is None:
+        if replace:
+            ind = randint(k, shape, 0, n)
+        else:
+            ind = lax.reshape(lax.slice(permutation(k, n), (0,), (m,)), shape)
+    else:
+        p = _as_array(p)
+        if p.shape != (n,):
+            raise ShapeError(f"choice: p must have shape ({n},) to match the population, got {p.shape}")
+        if not dtypes.is_float(p.dtype):
+            raise DTypeError(f"choice: p must be floating, got {p.dtype.name}")
+        if replace:
+            cdf = lax.cumsum(p, 0)
+            total = lax.reshape(lax.slice(cdf, (n - 1,), (n,)), ())
+            u = _uniform(k, shape, p.dtype, 0.0, 1.0, "choice")
+            r = lax.mul(total, lax.sub(np.asarray(1.0, p.dtype)[()], u))   # in (0, total]
+            below = lax.lt(lax.broadcast_in_dim(cdf, shape + (n,), (len(shape),)),
+                           lax.broadcast_in_dim(r, shape + (n,), tuple(range(len(shape)))))
+            ind = lax.reduce_sum(lax.convert_element_type(below, dtypes.int32), (len(shape),))
+            ind = lax.min(ind, np.int32(n - 1))
+        else:
+            scores = lax.add(_gumbel(k, (n,), p.dtype), lax.log(p))
+            _, order = lax.sort((lax.neg(scores), lax.iota(dtypes.int32, n)), dimension=0, num_keys=1)
+            ind = lax.reshape(lax.slice(order, (0,), (m,)), shape)
+    if arr is None:
+        return ind
+    return _take(arr, ind, ax)
