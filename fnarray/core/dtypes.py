@@ -174,23 +174,22 @@ def default_for_kind(kind) -> np.dtype:
 
 @functools.lru_cache(maxsize=None)
 def _promote(a, aw, b, bw):
+    if aw and bw:
+        # Two weak values (as JAX): join their dtypes as if strong; the result stays weak.
+        return _promote(a, False, b, False)[0], True
     na = _weak_kind(a) if aw else a
     nb = _weak_kind(b) if bw else b
     j = _join(na, nb)
-    if isinstance(j, str):
-        if aw and bw:
-            # Two Python scalars: keep the wider of the two concrete dtypes of that kind.
-            return default_for_kind(j) if _weak_kind(a) != _weak_kind(b) else _wider(a, b), True
-        if not aw and not bw:
-            # Two strong types meeting at a weak kind (uint64 with a signed int): float64.
-            return float64, False
-        # A strong int meeting a weak float lands on the default float, still weak.
-        return default_for_kind(j), True
-    return j, False
-
-
-def _wider(a, b):
-    return a if a.itemsize >= b.itemsize else b
+    if not isinstance(j, str):
+        return j, False
+    if not aw and not bw:
+        # Two strong types meeting at a weak kind (uint64 with a signed int): float64, weak as in
+        # JAX, so that a strong float met later decides and n-ary promotion stays order-independent.
+        return float64, True
+    # A strong value meeting a weak one of a higher kind (int array + Python float): the weak
+    # value's dtype, which for a Python scalar is the 32-bit default of its kind.
+    w = a if aw else b
+    return (w if _weak_kind(w) == j else default_for_kind(j)), True
 
 
 def promote_types(a, b, a_weak: bool = False, b_weak: bool = False) -> tuple[np.dtype, bool]:

@@ -76,6 +76,10 @@ def compile_program(program: Program, device: Device, donate=()):
         if r is not None:
             _report(e, device, r)
         placements.append(r is None)
+    if device.impl.capabilities(device).control_flow == "host":
+        from fnarray.devices import host_control
+        if host_control.needs_host_driving(program, placements):
+            return host_control.HostDriven(program, device, placements)
     if all(placements):
         return lower_program(program, device, donate).compile()
     return _Partitioned(program, device, placements)
@@ -84,12 +88,14 @@ def compile_program(program: Program, device: Device, donate=()):
 def compile_eqn(primitive, params, in_avals, out_avals, device: Device):
     """An executable for one primitive (eager execution), through the same fallback."""
     backend = device.impl
+    prog = program_from_eqn(primitive, params, in_avals, out_avals)
     fast = getattr(backend, "eager_fast", None)
-    if fast is not None:
+    # The fast path skips partitioning: only for what the device supports (fallback needs the slow one).
+    if fast is not None and (device.backend == "numpy" or unsupported_reason(prog.eqns[0], device) is None):
         exe = fast(primitive, params, in_avals, device)
         if exe is not None:
             return exe
-    return compile_program(program_from_eqn(primitive, params, in_avals, out_avals), device)
+    return compile_program(prog, device)
 
 
 class _Partitioned:

@@ -174,7 +174,7 @@ _eager_cache: dict = {}
 
 
 def _eager_executable(primitive, params, avals, device):
-    key = (primitive, params, avals, device)
+    key = (primitive, params, avals, device, config.fallback)  # the fallback mode changes what compiles
     hit = _eager_cache.get(key)
     if hit is None:
         from fnarray.devices.partition import compile_eqn

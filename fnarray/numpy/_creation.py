@@ -7,6 +7,7 @@ Defaults are 32-bit (DESIGN.md): ``arange(5)`` is ``int32``, ``zeros(3)`` is
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
@@ -25,8 +26,10 @@ def _shape(shape, name):
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)
     try:
-        shape = tuple(int(s) for s in shape)
-    except TypeError:
+        if isinstance(shape, str):
+            raise TypeError(shape)
+        shape = tuple(operator.index(s) for s in shape)
+    except (TypeError, ValueError):
         raise TypeError(f"{name}: shape must be an int or a tuple of ints, got {shape!r}") from None
     if any(s < 0 for s in shape):
         raise ShapeError(f"{name}: negative dimensions are not allowed, got {shape}")
@@ -193,6 +196,8 @@ def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None):
     """A matrix with ones on the ``k``-th diagonal (array API ``eye``)."""
     n_cols = n_rows if n_cols is None else n_cols
     d = _default_float(dtype)
+    # A diagonal past either edge is empty: clamping keeps huge k within int32 index math.
+    k = max(-n_rows, min(operator.index(k), n_cols))
     r = lax.iota(dtypes.int32, (n_rows, n_cols), 0)
     c = lax.iota(dtypes.int32, (n_rows, n_cols), 1)
     mask = lax.eq(lax.add(r, np.int32(k)), c)
@@ -207,6 +212,7 @@ def identity(n, dtype=None, device=None):
 def tri(N, M=None, k=0, dtype=None):
     """Ones at and below the ``k``-th diagonal (``numpy.tri``)."""
     M = N if M is None else M
+    k = max(-N, min(operator.index(k), M))
     r = lax.iota(dtypes.int32, (N, M), 0)
     c = lax.iota(dtypes.int32, (N, M), 1)
     return lax.convert_element_type(lax.le(c, lax.add(r, np.int32(k))), _default_float(dtype))
@@ -217,6 +223,7 @@ def _tri_mask(x, k, lower):
     if x.ndim < 2:
         raise ShapeError(f"{'tril' if lower else 'triu'} needs an array of rank >= 2, got shape {x.shape}")
     n, m = x.shape[-2:]
+    k = max(-n, min(operator.index(k), m))
     r = lax.iota(dtypes.int32, (n, m), 0)
     c = lax.iota(dtypes.int32, (n, m), 1)
     mask = lax.le(c, lax.add(r, np.int32(k))) if lower else lax.ge(c, lax.add(r, np.int32(k)))
@@ -271,7 +278,8 @@ def diag(v, k: int = 0):
         r = lax.iota(dtypes.int32, (n, n), 0)
         c = lax.iota(dtypes.int32, (n, n), 1)
         mask = lax.eq(lax.add(r, np.int32(k)), c)
-        padded = lax.pad(v, np.asarray(0, v.dtype)[()], [(max(0, -k) if k < 0 else 0, max(0, k), 0)])
+        # padded[i] = v[i - |k|]: read along columns (k >= 0) or rows (k < 0) it lands on the diagonal.
+        padded = lax.pad(v, np.asarray(0, v.dtype)[()], [(abs(k), 0, 0)])
         rows = lax.broadcast_in_dim(padded, (n, n), (1,)) if k >= 0 else lax.broadcast_in_dim(padded, (n, n), (0,))
         return lax.select(mask, rows, lax.zeros_like(rows))
     if v.ndim == 2:

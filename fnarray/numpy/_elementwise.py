@@ -67,6 +67,9 @@ def _to_inexact(x):
         return x
     if isinstance(x, (bool, int)) and not isinstance(x, np.generic):
         return float(x)
+    if isinstance(x, np.ndarray):
+        from fnarray.numpy._util import asarray_internal
+        x = asarray_internal(x)
     return lax.convert_element_type(x, dtypes.float32, weak_type=a.weak_type)
 
 
@@ -86,7 +89,30 @@ def _float_unary(name, fn, real_only=False):
 
 exp = _float_unary("exp", lax.exp)
 exp2 = _float_unary("exp2", lax.exp2)
-expm1 = _float_unary("expm1", lax.expm1)
+
+
+def _expm1(x):
+    if not dtypes.is_complex(aval_of(x).dtype):
+        return lax.expm1(x)
+    # exp(a + ib) - 1 = expm1(a) cos b - 2 sin^2(b/2) + i e^a sin b keeps precision near 0; the
+    # selects give the array API's special cases at infinities and NaNs, where NumPy's complex
+    # expm1 gives NaN parts (expm1(inf + 0j) is inf + 0j, expm1(-inf + nan j) is -1 + 0j).
+    a, b = lax.real(x), lax.imag(x)
+    shape, f = aval_of(a).shape, aval_of(a).dtype
+    zero = lax.zeros_like(a)
+    s = lax.sin(lax.mul(b, np.asarray(0.5, f)[()]))
+    re = lax.sub(lax.mul(lax.expm1(a), lax.cos(b)), lax.mul(lax.add(s, s), s))
+    im = lax.select(lax.eq(b, zero), b, lax.mul(lax.exp(a), lax.sin(b)))
+    b_nonfinite = lax.bitwise_not(lax.is_finite(b))
+    a_neg_inf = lax.eq(a, np.asarray(-np.inf, f)[()])
+    a_pos_inf = lax.eq(a, np.asarray(np.inf, f)[()])
+    re = lax.select(a_neg_inf, lax.full(shape, -1, f), re)
+    im = lax.select(lax.bitwise_and(a_neg_inf, b_nonfinite), zero, im)
+    re = lax.select(lax.bitwise_and(a_pos_inf, b_nonfinite), lax.full(shape, np.inf, f), re)
+    return lax.complex(re, im)
+
+
+expm1 = _float_unary("expm1", _expm1)
 log = _float_unary("log", lax.log)
 log1p = _float_unary("log1p", lax.log1p)
 sin, cos, tan = _float_unary("sin", lax.sin), _float_unary("cos", lax.cos), _float_unary("tan", lax.tan)
@@ -189,10 +215,14 @@ def _float_floor_div(x, y):
     fl = lax.floor(div)
     half = lax.full(aval_of(div).shape, 0.5, aval_of(div).dtype)
     fl = lax.select(lax.gt(lax.sub(div, fl), half), lax.add(fl, one), fl)
-    # Division by zero (and inf operands) follow true division, as NumPy.
+    # Division by zero and inf operands follow true division (the array API's special cases:
+    # 1 // -inf is -0, not NumPy's -1).
     plain = lax.div(x, y)
-    use_plain = lax.bitwise_or(lax.eq(y, lax.zeros_like(y)), lax.bitwise_not(lax.is_finite(div)))
-    return lax.select(use_plain, lax.floor(plain), fl)
+    use_plain = lax.bitwise_or(lax.eq(y, lax.zeros_like(y)),
+                               lax.bitwise_not(lax.bitwise_and(lax.is_finite(div), lax.is_finite(y))))
+    out = lax.select(use_plain, lax.floor(plain), fl)
+    # A zero quotient carries the sign of x / y (-0 // 2 is -0, -0 // -2 is +0).
+    return lax.select(lax.eq(out, zero), lax.mul(zero, plain), out)
 
 
 def remainder(x1, x2, /):
@@ -243,6 +273,9 @@ def pow(x1, x2, /):  # noqa: A001 (array API name)
         if dtypes.is_bool(d):
             raise DTypeError("pow does not accept bool arrays")
         if x2 >= 0 or dtypes.is_inexact(d):
+            if isinstance(x1, np.ndarray):
+                from fnarray.numpy._util import asarray_internal
+                x1 = asarray_internal(x1)
             return lax.integer_pow(x1, x2)
     a = promote("pow", x1, x2)
     d = aval_of(a[0]).dtype
@@ -315,16 +348,32 @@ def minimum(x1, x2, /):
     return elementwise("minimum", lax.min, x1, x2, check=_real_only("minimum"))
 
 
+def _same_shape(*xs):
+    """Broadcast rank-0 operands (which ``elementwise`` leaves as they are) to the common shape, as
+    ``lax.select`` needs cases of one shape."""
+    from fnarray.numpy._util import broadcast_shapes
+    shape = broadcast_shapes(*[aval_of(x).shape for x in xs])
+    return [lax.broadcast_to_rank_shape(x, shape) for x in xs]
+
+
+def _fmax(a, b):
+    a, b = _same_shape(a, b)
+    return lax.select(lax.ne(a, a), b, lax.select(lax.ne(b, b), a, lax.max(a, b)))
+
+
+def _fmin(a, b):
+    a, b = _same_shape(a, b)
+    return lax.select(lax.ne(a, a), b, lax.select(lax.ne(b, b), a, lax.min(a, b)))
+
+
 def fmax(x1, x2, /):
     """Elementwise maximum ignoring NaN (``numpy.fmax``)."""
-    return elementwise("fmax", lambda a, b: lax.select(lax.ne(a, a), b, lax.select(lax.ne(b, b), a, lax.max(a, b))),
-                       x1, x2)
+    return elementwise("fmax", _fmax, x1, x2)
 
 
 def fmin(x1, x2, /):
     """Elementwise minimum ignoring NaN (``numpy.fmin``)."""
-    return elementwise("fmin", lambda a, b: lax.select(lax.ne(a, a), b, lax.select(lax.ne(b, b), a, lax.min(a, b))),
-                       x1, x2)
+    return elementwise("fmin", _fmin, x1, x2)
 
 
 def atan2(x1, x2, /):
@@ -371,7 +420,7 @@ def logaddexp(x1, x2, /):
 
 def logaddexp2(x1, x2, /):
     """``log2(2**x1 + 2**x2)`` (``numpy.logaddexp2``)."""
-    ln2 = np.log(2)
+    ln2 = float(np.log(2))  # a Python float: weak, so that float32 stays float32
     x1, x2 = [_to_inexact(v) for v in promote("logaddexp2", x1, x2)]
     return divide(logaddexp(multiply(x1, ln2), multiply(x2, ln2)), ln2)
 
@@ -562,6 +611,7 @@ def copysign(x1, x2, /):
     a = [_to_inexact(v) for v in promote("copysign", x1, x2)]
 
     def f(x, y):
+        x, y = _same_shape(x, y)
         ax = lax.abs(x)
         return lax.select(signbit(y), lax.neg(ax), ax)
     return elementwise("copysign", f, *a, check=_real_only("copysign"))
@@ -648,7 +698,11 @@ def sinc(x, /):
 def heaviside(x1, x2, /):
     """0 where ``x1 < 0``, ``x2`` where ``x1 == 0``, 1 where ``x1 > 0`` (``numpy.heaviside``)."""
     from fnarray.numpy._manipulation import where
-    return where(less(x1, 0), 0, where(equal(x1, 0), x2, 1))
+    check_arraylike("heaviside", x1, x2)
+    x1, x2 = [_to_inexact(v) for v in promote("heaviside", x1, x2)]  # the result has their dtype
+    x1, x2 = _same_shape(x1, x2)
+    return where(less(x1, 0), lax.zeros_like(x1), where(equal(x1, 0), x2, lax.full(aval_of(x1).shape, 1,
+                                                                                      aval_of(x1).dtype)))
 
 
 def clip(x, /, min=None, max=None):  # noqa: A002 (array API names)
@@ -679,6 +733,7 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     if not dtypes.is_inexact(aval_of(a).dtype):
         return equal(a, b)
     out = less_equal(abs(subtract(a, b)), add(atol, multiply(rtol, abs(b))))
+    out = logical_and(out, logical_and(isfinite(a), isfinite(b)))  # an infinity is close only to itself
     out = logical_or(out, equal(a, b))  # equal infinities
     if equal_nan:
         out = logical_or(out, logical_and(isnan(a), isnan(b)))
@@ -720,8 +775,10 @@ def frexp(x, /):
 
 def ldexp(x1, x2, /):
     """``x1 * 2**x2`` (``numpy.ldexp``)."""
+    from fnarray.numpy._util import asarray_internal
     x1 = _to_inexact(x1)
-    return multiply(x1, exp2(lax.convert_element_type(x2, aval_of(x1).dtype)
+    # NumPy exponent arrays become arrays first (lax takes Arrays and scalars only).
+    return multiply(x1, exp2(lax.convert_element_type(asarray_internal(x2), aval_of(x1).dtype)
                              if hasattr(x2, "dtype") else float(x2)))
 
 
@@ -732,6 +789,7 @@ def gcd(x1, x2, /):
     a, b = promote("gcd", x1, x2)
     from fnarray.numpy._util import broadcast_arrays_, asarray_internal
     (a, b), _ = broadcast_arrays_([asarray_internal(abs(a)), asarray_internal(abs(b))], "gcd")
+    a, b = _same_shape(a, b)  # the loop carry needs both at the full shape
 
     def cond(c):
         return lax.reduce_or(lax.ne(c[1], lax.zeros_like(c[1])), range(len(c[1].shape)))

@@ -6,7 +6,7 @@ import numpy as np
 
 from fnarray.core import dtypes, lax
 from fnarray.core.array import Array
-from fnarray.core.errors import DTypeError, ShapeError
+from fnarray.core.errors import AxisError, DTypeError, ShapeError
 from fnarray.core.shaped import ShapedArray
 from fnarray.core.tracing import Tracer, is_scalar
 
@@ -48,11 +48,13 @@ def asarray_internal(x, dtype=None):
         from fnarray.numpy._manipulation import stack
         return stack([asarray_internal(e, dtype) for e in x])
     v = np.asarray(x)
-    if v.dtype == np.float64 and not isinstance(x, np.ndarray):
+    if dtype is not None or isinstance(x, np.ndarray):
+        pass  # an explicit dtype (applied below) or a NumPy array's own dtype: no 32-bit default
+    elif v.dtype == np.float64:
         v = v.astype(np.float32)   # Python floats in lists follow the 32-bit defaults
-    elif v.dtype == np.int64 and not isinstance(x, np.ndarray):
+    elif v.dtype == np.int64:
         v = _int_default(v)
-    elif v.dtype == np.complex128 and not isinstance(x, np.ndarray):
+    elif v.dtype == np.complex128:
         v = v.astype(np.complex64)
     if v.dtype.kind in "OUSMm":
         raise DTypeError(f"cannot make an array from {type(x).__name__} of dtype {v.dtype}; "
@@ -74,14 +76,23 @@ def _has_array(x):
     return any(isinstance(e, Array) or (isinstance(e, (list, tuple)) and _has_array(e)) for e in x)
 
 
-def _scalar_to(x, d):
+_PY_TYPE_OF_DEFAULT = {dtypes.float32: float, dtypes.int32: int, dtypes.complex64: complex}
+
+
+def _scalar_to(x, d, weak=False):
     """A Python scalar as a literal of dtype ``d``: kept as a Python scalar (weak) when ``d`` is
-    its default dtype, else a NumPy scalar of ``d`` (raising OverflowError if it does not fit)."""
+    its default dtype, else a NumPy scalar of ``d`` (raising OverflowError if it does not fit).
+    For a ``weak`` result the literal stays weak, so that the operation's result is weak too."""
     if isinstance(x, np.generic):
         return x if x.dtype == d else _cast_scalar(x, d)
     dd, _ = dtypes.dtype_of_scalar(x)
     if dd == d:
         return x
+    if weak:
+        py = _PY_TYPE_OF_DEFAULT.get(d)
+        if py is not None:
+            return py(x)
+        return lax.convert_element_type(_cast_scalar(x, d), d, weak_type=True)
     return _cast_scalar(x, d)
 
 
@@ -114,9 +125,9 @@ def promote(name, *args, to=None):
     out = []
     for a, av in zip(args, avals, strict=True):
         if is_scalar(a):
-            out.append(_scalar_to(a, d))
+            out.append(_scalar_to(a, d, weak))
         elif isinstance(a, np.ndarray):
-            out.append(asarray_internal(a.astype(d)))
+            out.append(lax.convert_element_type(asarray_internal(a), d, weak_type=weak))
         elif av.dtype != d:
             out.append(lax.convert_element_type(a, d, weak_type=weak))
         else:
@@ -159,6 +170,7 @@ def elementwise(name, fn, *args, check=None, bool_fn=None):
                 check(d)
             return (bool_fn if bool_fn is not None and d == dtypes.bool_ else fn)(*fast)
     check_arraylike(name, *args)
+    _, weak = result_aval(*args)
     args = promote(name, *args)
     d = aval_of(args[0]).dtype
     if check is not None:
@@ -171,7 +183,11 @@ def elementwise(name, fn, *args, check=None, bool_fn=None):
             args = [asarray_internal(args[0])] + list(args[1:])
     elif is_scalar(args[0]):
         args = [asarray_internal(args[0])]
-    return fn(*args)
+    out = fn(*args)
+    if weak and isinstance(out, Array) and out.aval.dtype == d and not out.aval.weak_type:
+        # A composite mixed in strong constants; the result of weak operands stays weak (as JAX).
+        out = lax.convert_element_type(out, d, weak_type=True)
+    return out
 
 
 _FLOAT_OK = {float: dtypes.is_inexact, int: lambda d: not dtypes.is_bool(d)}
@@ -188,15 +204,17 @@ def _fast_binary(a, b):
     if not isinstance(a, Array):
         return None
     av = a.aval
+    if av.weak_type:
+        return None  # weak results: the general path keeps them weak
     if tb in _FLOAT_OK:
         d = av.dtype
         if not _FLOAT_OK[tb](d):
             return None
-        if d == dtypes.float32 or (tb is int and d == dtypes.int32):
+        if (tb is float and d == dtypes.float32) or (tb is int and d == dtypes.int32):
             lit = b
         else:
-            if tb is int and dtypes.is_int(d):
-                return None  # range check needed: general path
+            if av.weak_type or (tb is int and dtypes.is_int(d)):
+                return None  # a weak result, or a range check: general path
             lit = np.asarray(b, d)[()]
         return (lit, a) if swap else (a, lit)
     if isinstance(b, Array):
@@ -207,13 +225,14 @@ def _fast_binary(a, b):
 
 
 def normalize_axis(axis, ndim, name="axis"):
-    """An axis in ``[-ndim, ndim)`` as a non-negative int; ``AxisError``-like ``ShapeError`` otherwise."""
+    """An axis in ``[-ndim, ndim)`` as a non-negative int; ``AxisError`` (a ``ShapeError``) otherwise."""
     try:
         a = int(axis) if not isinstance(axis, Tracer) else axis.__index__()
     except TypeError:
         raise TypeError(f"{name} must be an int, got {type(axis).__name__}") from None
     if not -ndim <= a < ndim:
-        raise ShapeError(f"{name} {axis} is out of bounds for an array of rank {ndim}")
+        raise AxisError(f"{name} {axis} is out of bounds for an array of rank {ndim}; "
+                        f"give an axis in [{-ndim}, {ndim})")
     return a % ndim if ndim else 0
 
 

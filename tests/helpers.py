@@ -1,0 +1,289 @@
+"""Test utilities: the NumPy float64 oracle, per-dtype tolerances and IR checks.
+
+The oracle is independent of fnarray: values come from NumPy in float64 (or
+complex128, or the exact integer dtype), dtypes from JAX's promotion rules
+(``jax.numpy`` under ``jax.enable_x64``). It applies only the differences that
+DESIGN.md pins on purpose:
+
+- 32-bit defaults: a *weak* result (one decided by Python scalars) takes the
+  32-bit default of its kind, where 64-bit JAX would take the 64-bit one; integer
+  inputs of floating functions give ``float32``;
+- integer division and remainder by zero give 0;
+- shifts by >= the bit width give 0 (or -1 for a negative arithmetic right shift);
+- float -> int conversion saturates, NaN -> 0.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fnarray as fa
+
+__all__ = [
+    "BACKEND_UNAVAILABLE", "require_backend", "needs_namespace", "tolerance", "jax_promote",
+    "oracle_promote", "to_inexact", "reference", "assert_close", "assert_same", "check_traced",
+    "eager_and_jit", "random_array", "on_device", "int_div_ref", "int_rem_ref", "shift_ref",
+    "saturating_cast_ref", "ALL_DTYPES", "DTYPE_NAMES",
+]
+
+BACKEND_UNAVAILABLE = "backend unavailable"
+
+# The dtypes fnarray has, spelled with NumPy / ml_dtypes (not with fnarray's own objects).
+DTYPE_NAMES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+               "float16", "bfloat16", "float32", "float64", "complex64", "complex128")
+ALL_DTYPES = tuple(np.dtype(ml_dtypes.bfloat16) if n == "bfloat16" else np.dtype(n) for n in DTYPE_NAMES)
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+# ------------------------------------------------------------------------------------- skips
+
+
+def require_backend(name: str):
+    """The devices of backend ``name``; skips the test when the backend cannot start.
+
+    The skip reason starts with ``"backend unavailable"``, which
+    ``FNARRAY_REQUIRE_ALL_BACKENDS=1`` turns into a failure (see ``conftest.py``).
+    """
+    from fnarray.devices.backend import backend_error
+    reason = backend_error(name)
+    if reason is not None:
+        pytest.skip(f"{BACKEND_UNAVAILABLE}: {reason}")
+    return fa.devices(name)
+
+
+def needs_namespace(*names: str) -> None:
+    """Skip while a ``fnarray.numpy`` function that another module provides is not written yet."""
+    missing = [n for n in names if not hasattr(fa.numpy, n)]
+    if missing:
+        pytest.skip(f"fnarray.numpy lacks {', '.join(missing)} (module in progress)")
+
+
+# ------------------------------------------------------------------------------------- dtypes
+
+_TOL = {
+    np.dtype("float16"): (5e-3, 5e-3),
+    _BF16: (4e-2, 4e-2),
+    np.dtype("float32"): (2e-5, 2e-6),
+    np.dtype("float64"): (1e-11, 1e-12),
+    np.dtype("complex64"): (2e-5, 2e-6),
+    np.dtype("complex128"): (1e-11, 1e-12),
+}
+
+
+def tolerance(dtype) -> tuple[float, float]:
+    """``(rtol, atol)`` for results of ``dtype``; ``(0, 0)`` for integers and bool."""
+    return _TOL.get(np.dtype(dtype), (0.0, 0.0))
+
+
+def _is_inexact(d) -> bool:
+    d = np.dtype(d)
+    return d.kind in "fc" or d == _BF16
+
+
+_WEAK_TO_32 = {np.dtype("float64"): np.dtype("float32"), np.dtype("complex128"): np.dtype("complex64"),
+               np.dtype("int64"): np.dtype("int32")}
+
+
+@functools.lru_cache(maxsize=None)
+def jax_promote(*operands) -> tuple[np.dtype, bool]:
+    """JAX's (64-bit mode) result dtype and weak flag for ``operands``.
+
+    Each operand is a NumPy dtype (a strong array of it) or a Python scalar (weak).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    def f(*xs):
+        out = xs[0]
+        for x in xs[1:]:
+            out = jnp.add(out, x)
+        return jnp.asarray(out)
+
+    args = [jax.ShapeDtypeStruct((), d) if isinstance(d, np.dtype) else d for d in operands]
+    with jax.enable_x64(True):
+        if len(args) == 1 and not isinstance(operands[0], np.dtype):
+            s = jax.eval_shape(lambda: jnp.asarray(operands[0]))
+        else:
+            s = jax.eval_shape(f, *args)
+    return np.dtype(s.dtype), bool(s.weak_type)
+
+
+def oracle_promote(*operands) -> tuple[np.dtype, bool]:
+    """``jax_promote`` with fnarray's pinned difference: a weak result takes the 32-bit default.
+
+    The exception is a weak result that the arrays alone already give (uint64 with a signed
+    integer: float64, weak, in JAX and in fnarray); Python scalars then do not narrow it.
+    """
+    d, weak = jax_promote(*operands)
+    strong = tuple(o for o in operands if isinstance(o, np.dtype))
+    if weak and not (strong and jax_promote(*strong)[1]):
+        d = _WEAK_TO_32.get(d, d)
+    return d, weak
+
+
+def to_inexact(d) -> np.dtype:
+    """The dtype a floating function returns for input ``d``: integers and bool give float32."""
+    d = np.dtype(d)
+    return d if _is_inexact(d) else np.dtype("float32")
+
+
+# ------------------------------------------------------------------------------------- values
+
+
+def _wide(a: np.ndarray) -> np.ndarray:
+    a = np.asarray(a)
+    if a.dtype.kind == "c":
+        return a.astype(np.complex128)
+    if _is_inexact(a.dtype):
+        return a.astype(np.float64)
+    return a
+
+
+def reference(np_fn, *operands, dtype, compute_in=None):
+    """``np_fn`` on NumPy ``operands``, computed wide, cast to ``dtype``.
+
+    Floating results are computed in float64/complex128 (``compute_in`` overrides),
+    integer and bool results in ``dtype`` itself (so wrap-around matches).
+    """
+    dtype = np.dtype(dtype)
+    with np.errstate(all="ignore"):
+        if compute_in is not None:
+            ops = [np.asarray(o).astype(compute_in) for o in operands]
+        elif _is_inexact(dtype):
+            ops = [_wide(o) if _is_inexact(np.asarray(o).dtype) else np.asarray(o).astype(
+                np.complex128 if dtype.kind == "c" else np.float64) for o in operands]
+        else:
+            ops = [np.asarray(o) if np.asarray(o).dtype == np.bool_ else np.asarray(o).astype(dtype)
+                   for o in operands]
+        out = np.asarray(np_fn(*ops))
+        return out.astype(dtype)
+
+
+def int_div_ref(x, y):
+    """Floor division of integers with ``x // 0 == 0`` (the pinned semantics)."""
+    x, y = np.asarray(x), np.asarray(y)
+    with np.errstate(all="ignore"):
+        safe = np.where(y == 0, 1, y).astype(y.dtype)
+        return np.where(y == 0, 0, np.floor_divide(x, safe)).astype(np.result_type(x, y))
+
+
+def int_rem_ref(x, y):
+    """Python-style remainder of integers with ``x % 0 == 0``."""
+    x, y = np.asarray(x), np.asarray(y)
+    with np.errstate(all="ignore"):
+        safe = np.where(y == 0, 1, y).astype(y.dtype)
+        return np.where(y == 0, 0, np.remainder(x, safe)).astype(np.result_type(x, y))
+
+
+def shift_ref(x, y, direction):
+    """Shifts on Python ints: by >= the bit width (or < 0) give 0, or -1 for negative ``x`` shifted right."""
+    x, y = np.asarray(x), np.asarray(y)
+    d = x.dtype
+    bits = d.itemsize * 8
+    out = np.empty(np.broadcast_shapes(x.shape, y.shape), d)
+    for idx in np.ndindex(out.shape):
+        xv = int(np.broadcast_to(x, out.shape)[idx])
+        yv = int(np.broadcast_to(y, out.shape)[idx])
+        if direction == "left":
+            r = 0 if not 0 <= yv < bits else (xv << yv)
+        elif not 0 <= yv < bits:
+            r = -1 if xv < 0 else 0
+        else:
+            r = xv >> yv  # Python's >> is arithmetic; unsigned values are non-negative
+        out[idx] = np.array(r & ((1 << bits) - 1), dtype=np.uint64).astype(np.dtype(f"u{d.itemsize}")).view(d)
+    return out
+
+
+def saturating_cast_ref(x, dtype):
+    """Float -> int: truncate toward zero, clamp to the dtype's range, NaN -> 0."""
+    dtype = np.dtype(dtype)
+    info = np.iinfo(dtype)
+    out = []
+    for v in np.asarray(x, np.float64).ravel():
+        if np.isnan(v):
+            out.append(0)
+        elif v >= info.max:
+            out.append(info.max)
+        elif v <= info.min:
+            out.append(info.min)
+        else:
+            out.append(int(np.trunc(v)))
+    return np.array(out, dtype=object).reshape(np.shape(x)).astype(dtype)
+
+
+def random_array(rng: np.random.Generator, shape, dtype, low=-3.0, high=3.0) -> np.ndarray:
+    """Random NumPy values of ``dtype``: uniform floats in ``[low, high)``, integers in ``[low, high]``."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        lo = max(int(np.floor(low)), int(np.iinfo(dtype).min))
+        hi = min(int(np.ceil(high)), int(np.iinfo(dtype).max))
+        return rng.integers(lo, hi, size=shape, endpoint=True).astype(dtype)
+    if dtype.kind == "c":
+        part = np.float32 if dtype == np.complex64 else np.float64
+        re, im = rng.uniform(low, high, shape).astype(part), rng.uniform(low, high, shape).astype(part)
+        return (re + 1j * im).astype(dtype)
+    return rng.uniform(low, high, shape).astype(dtype)
+
+
+# ------------------------------------------------------------------------------------- checks
+
+
+def _as_numpy(x) -> np.ndarray:
+    if isinstance(x, fa.Array):
+        return np.asarray(x)
+    return np.asarray(x)
+
+
+def assert_close(actual, expected, dtype=None, *, rtol=None, atol=None, weak_type=None, msg=""):
+    """``actual`` (an fnarray ``Array``) equals ``expected`` (NumPy) within the tolerance of its dtype.
+
+    Checks the dtype (``dtype``, default ``expected.dtype``), the shape and, if
+    given, the weak type. NaN matches NaN; integers and bools must be exact.
+    """
+    assert isinstance(actual, fa.Array), f"{msg}: expected an fnarray Array, got {type(actual).__name__}"
+    expected = np.asarray(expected)
+    want = np.dtype(dtype) if dtype is not None else expected.dtype
+    assert actual.dtype == want, f"{msg}: dtype {actual.dtype}, expected {want}"
+    assert actual.shape == expected.shape, f"{msg}: shape {actual.shape}, expected {expected.shape}"
+    if weak_type is not None:
+        assert actual.weak_type == weak_type, f"{msg}: weak_type {actual.weak_type}, expected {weak_type}"
+    got = _as_numpy(actual)
+    if _is_inexact(want):
+        r, a = tolerance(want)
+        r, a = (rtol if rtol is not None else r), (atol if atol is not None else a)
+        np.testing.assert_allclose(_wide(got), _wide(expected.astype(want)), rtol=r, atol=a, equal_nan=True,
+                                   err_msg=msg)
+    else:
+        np.testing.assert_array_equal(got, expected.astype(want), err_msg=msg)
+
+
+def assert_same(a, b, msg=""):
+    """Two fnarray results agree exactly: dtype, shape, weak type and values (NaN == NaN)."""
+    assert isinstance(a, fa.Array) and isinstance(b, fa.Array), msg
+    assert (a.dtype, a.shape, a.weak_type) == (b.dtype, b.shape, b.weak_type), \
+        f"{msg}: {a.dtype}{a.shape} weak={a.weak_type} vs {b.dtype}{b.shape} weak={b.weak_type}"
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=msg)
+
+
+def check_traced(f, *args, **kwargs):
+    """Trace ``f`` with ``fa.make_ir`` and run the verifier on the program; returns the program."""
+    prog = fa.make_ir(f)(*args, **kwargs)
+    fa.check_program(prog)
+    return prog
+
+
+def eager_and_jit(f, *args):
+    """``[f(*args), jit(f)(*args)]`` after checking that the traced program verifies."""
+    check_traced(f, *args)
+    return [f(*args), fa.jit(f)(*args)]
+
+
+def on_device(value, device):
+    """``value`` (NumPy array or scalar) as an fnarray array committed to ``device``."""
+    return fa.device_put(fa.numpy.asarray(value), device)
