@@ -15,6 +15,7 @@ import weakref
 import numpy as np
 
 from fnarray.core import dtypes
+from fnarray.core import primitives as P
 from fnarray.core.builder import set_literal_folder
 from fnarray.core.ir import Literal, Program
 from fnarray.core.passes import dce
@@ -27,6 +28,9 @@ __all__ = ["make_backend", "compile_numpy", "NumpyBackend"]
 # about them are noise for users. Silenced for this backend's own modules only (np.errstate per call
 # costs ~3 us, a third of the call-path budget).
 warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fnarray\.lowering\.numpy")
+
+# Equations whose NumPy implementations broadcast their operands natively.
+_ELEMENTWISE = frozenset({"select_n"})
 
 _CAPS = Capabilities(dtypes=frozenset(dtypes.ALL_DTYPES), control_flow="native")
 
@@ -56,19 +60,50 @@ class _Generated:
             return names[a]
 
         ins = [name(v) for v in list(prog.constvars) + list(prog.invars)]
+        # Lazy broadcasting: `broadcast_in_dim` only reshapes (a view) and NumPy's own
+        # broadcasting does the rest inside elementwise consumers; a value is materialized to
+        # its full shape (np.broadcast_to, ~10 us) only where a non-elementwise equation or the
+        # caller reads it. `lazy` holds the variables whose runtime shape may be smaller.
+        lazy: set = set()
+        full: dict = {}
+        glb["_materialize"] = np.broadcast_to
+
+        def arg(a, elementwise):
+            n = name(a)
+            if elementwise or a not in lazy:
+                return n
+            if a not in full:
+                full[a] = f"{n}_full"
+                lines.append(f"    {full[a]} = _materialize({n}, {a.aval.shape!r})")
+            return full[a]
+
         for i, e in enumerate(prog.eqns):
-            fn = IMPLS[e.primitive](e.params, [a.aval for a in e.inputs], [o.aval for o in e.outputs])
             f = f"f{i}_{e.primitive.name}"
-            glb[f] = fn
-            args = ", ".join(name(a) for a in e.inputs)
             outs = [name(o) for o in e.outputs]
+            if e.primitive is P.broadcast_in_dim and e.inputs[0].aval.shape != e.outputs[0].aval.shape:
+                shape, dims = e.params["shape"], e.params["broadcast_dimensions"]
+                inter = [1] * len(shape)
+                for k, d in enumerate(dims):
+                    inter[d] = e.inputs[0].aval.shape[k]
+                glb[f] = np.reshape
+                lines.append(f"    {outs[0]} = {f}({arg(e.inputs[0], False)}, {tuple(inter)!r})")
+                lazy.add(e.outputs[0])
+                continue
+            ew = e.primitive.name in _ELEMENTWISE or e.primitive.kind in ("unary", "binary")
+            fn = IMPLS[e.primitive](e.params, [a.aval for a in e.inputs], [o.aval for o in e.outputs])
+            glb[f] = fn
+            args = ", ".join(arg(a, ew) for a in e.inputs)
+            if ew and e.outputs[0].aval.shape != () and not any(
+                    a not in lazy and a.aval.shape == e.outputs[0].aval.shape for a in e.inputs
+                    if not isinstance(a, Literal)):
+                lazy.add(e.outputs[0])
             if e.primitive.multiple_results:
                 lhs = ", ".join(outs) + ("," if len(outs) == 1 else "")
                 lines.append(f"    {lhs} = {f}({args})")
             else:
                 lines.append(f"    {outs[0]} = {f}({args})")
-        outs = ", ".join(name(a) for a in prog.outvars)
-        lines.append(f"    return [{outs}]")
+        ret = ", ".join(arg(a, False) if not isinstance(a, Literal) else name(a) for a in prog.outvars)
+        lines.append(f"    return [{ret}]")
         header = f"def program({', '.join(ins)}):"
         self.source = "\n".join([header] + lines) + "\n"
         exec(compile(self.source, "<fnarray numpy program>", "exec"), glb)  # noqa: S102 (our own codegen)

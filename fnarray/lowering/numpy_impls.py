@@ -25,7 +25,12 @@ IMPLS: dict = {}
 
 
 def _direct(prim, fn):
-    IMPLS[prim] = lambda params, in_avals, out_avals: fn
+    plain = getattr(fn, "plain", None)
+    if plain is None:
+        IMPLS[prim] = lambda params, in_avals, out_avals: fn
+    else:
+        # Dispatch on the dtype once, when the equation is compiled, not on every call.
+        IMPLS[prim] = lambda params, in_avals, out_avals: fn if in_avals[0].dtype in _LOW else plain
 
 
 def _with_params(prim):
@@ -53,6 +58,7 @@ def _upcast(fn):
         if x.dtype in _LOW:
             return np.asarray(fn(x.astype(np.float32))).astype(x.dtype)
         return fn(x)
+    f.plain = fn
     return f
 
 
@@ -230,8 +236,12 @@ def _pow(x, y):
     return np.power(x, y)
 
 
-_direct(P.div, _div)
-_direct(P.rem, _rem)
+def _by_kind(int_fn, float_fn):
+    return lambda params, in_avals, out_avals: int_fn if dtypes.is_int(in_avals[0].dtype) else float_fn
+
+
+IMPLS[P.div] = _by_kind(_int_div, np.true_divide)
+IMPLS[P.rem] = _by_kind(_rem, np.fmod)
 _direct(P.pow_p, _pow)
 
 
@@ -475,6 +485,9 @@ def _acc_dtype(d):
 def _reduce_sum(params, in_avals, out_avals):
     axes, d = params["axes"], in_avals[0].dtype
     acc = _acc_dtype(d)
+    if acc == d:
+        add_reduce = np.add.reduce
+        return lambda x: add_reduce(x, axis=axes, dtype=acc)
     return lambda x: np.asarray(np.sum(x, axis=axes, dtype=acc)).astype(d, copy=False)
 
 
@@ -602,6 +615,17 @@ def _dot_general(params, in_avals, out_avals):
     compute = np.float32 if la.dtype in _LOW else la.dtype
     if dtypes.is_int(la.dtype) or la.dtype == np.bool_:
         compute = la.dtype
+
+    if not lb and la.ndim == 2 and ra.ndim == 2 and compute == la.dtype == out_d:
+        # The common 2-d cases: a matmul of (transposed) views, no copies.
+        lt, rt = lc == (0,), rc == (1,)
+        if not lt and not rt:
+            return np.matmul
+        if lt and not rt:
+            return lambda x, y: np.matmul(x.T, y)
+        if rt and not lt:
+            return lambda x, y: np.matmul(x, y.T)
+        return lambda x, y: np.matmul(x.T, y.T)
 
     def f(x, y):
         a = np.transpose(x, lperm).reshape(B, M, K).astype(compute, copy=False)
