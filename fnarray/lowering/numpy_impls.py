@@ -269,7 +269,7 @@ def _shift_right_arithmetic(x, y):
     else:
         r = np.right_shift(x, np.where(ok, y, 0).astype(d))
         neg = np.asarray(x) < 0
-    fill = np.where(neg, np.array(-1).astype(d) if dtypes.is_signed(d) else np.iinfo(d).max, 0)
+    fill = np.where(neg, np.array(-1).astype(d) if dtypes.is_signed(d) else np.array(np.iinfo(d).max, d), 0)
     return np.where(ok, r, fill).astype(d)
 
 
@@ -616,8 +616,9 @@ def _dot_general(params, in_avals, out_avals):
     if dtypes.is_int(la.dtype) or la.dtype == np.bool_:
         compute = la.dtype
 
-    if not lb and la.ndim == 2 and ra.ndim == 2 and compute == la.dtype == out_d:
-        # The common 2-d cases: a matmul of (transposed) views, no copies.
+    if not lb and len(lc) == 1 and la.ndim == 2 and ra.ndim == 2 and compute == la.dtype == out_d:
+        # The common 2-d cases: a matmul of (transposed) views, no copies. (Outer products of two
+        # matrices, with no contracting dimension, take the general path below.)
         lt, rt = lc == (0,), rc == (1,)
         if not lt and not rt:
             return np.matmul
