@@ -110,6 +110,8 @@ def _fallbacks(device):
         avals = [ShapedArray(np.shape(x), dtypes.canonicalize(np.asarray(x).dtype)) for x in inputs]
         out = prim.abstract_eval(*avals, **params)
         outs = out if prim.multiple_results else [out]
+        if any(a.dtype not in backend.capabilities(device).dtypes for a in list(avals) + list(outs)):
+            continue  # a dtype the device lacks: reported under dtypes, not as a primitive
         eqn = Eqn(prim, tuple(Var(a) for a in avals), Params(params), tuple(Var(a) for a in outs))
         reason = backend.supports(eqn, device)
         seen.add(prim)

@@ -1,0 +1,178 @@
+"""The C-style renderer that the OpenCL C and WGSL renderers share.
+
+``CStyleRenderer.render(kernel)`` first runs the subclass's rewrite pass
+(``rewrite_expr``: what the target cannot express is replaced by what it can,
+before printing), then prints statements and expressions through a few tables
+and hooks that each target fills: type names, operator spellings, function
+names, literals, declarations, loops, casts and the kernel signature. Nothing
+in this base class asks which target it prints for.
+
+Every operator is parenthesised, so the printed text does not depend on
+precedence tables; one statement per line, four spaces of indentation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fnarray.lowering.kernels.ir import (OPS, ArrayDecl, Assign, Barrier, Bitcast, Cast, Comment, Const, Decl, For,
+                                         If, Kernel, Let, Load, Op, Select, Special, Store, Sym, map_exprs)
+
+__all__ = ["CStyleRenderer"]
+
+_C_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "rem": "%", "and": "&", "or": "|", "xor": "^",
+            "shl": "<<", "shr": ">>", "land": "&&", "lor": "||", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
+            "gt": ">", "ge": ">="}
+_C_PREFIX = {"neg": "-", "not": "~", "lnot": "!"}
+
+
+class CStyleRenderer:
+    """Prints a ``Kernel`` as C-like source; subclasses declare only what differs."""
+
+    infix: dict = _C_INFIX
+    prefix: dict = _C_PREFIX
+    functions: dict = {}        # kernel-IR func op -> target function name
+    types: dict = {}            # value dtype -> type name
+    storage_types: dict = {}    # dtype -> type name in buffers, where it differs from the value type
+    indent = "    "
+
+    # ------------------------------------------------------------------ hooks for subclasses
+    def rewrite_expr(self, e):
+        """Replace an expression the target cannot print (called bottom-up); default: keep it."""
+        return e
+
+    def type_name(self, dtype) -> str:
+        name = self.types.get(np.dtype(dtype))
+        if name is None:
+            raise TypeError(f"{type(self).__name__} cannot print the dtype {np.dtype(dtype).name}")
+        return name
+
+    def storage_name(self, dtype) -> str:
+        return self.storage_types.get(np.dtype(dtype)) or self.type_name(dtype)
+
+    def literal(self, c: Const) -> str:
+        raise NotImplementedError
+
+    def special(self, e: Special) -> str:
+        raise NotImplementedError
+
+    def cast(self, x: str, dtype) -> str:
+        raise NotImplementedError
+
+    def bitcast(self, x: str, dtype) -> str:
+        raise NotImplementedError
+
+    def select(self, cond: str, a: str, b: str, dtype) -> str:
+        raise NotImplementedError
+
+    def complex_op(self, op: str, args: list, dtype) -> str:
+        raise NotImplementedError
+
+    def let(self, name: str, dtype, value: str) -> str:
+        raise NotImplementedError
+
+    def decl(self, name: str, dtype, value: str) -> str:
+        raise NotImplementedError
+
+    def array_decl(self, s: ArrayDecl) -> str:
+        raise NotImplementedError
+
+    def for_header(self, var: str, start: str, stop: str, step: str) -> str:
+        raise NotImplementedError
+
+    def barrier(self) -> str:
+        raise NotImplementedError
+
+    def signature(self, kernel: Kernel) -> str:
+        raise NotImplementedError
+
+    def prelude(self, kernel: Kernel) -> list:
+        return []
+
+    def from_storage(self, text: str, dtype) -> str:
+        """A buffer element (of ``storage_types[dtype]``) as a value of ``dtype``."""
+        return self.cast(text, dtype)
+
+    def to_storage(self, value: str, dtype) -> str:
+        """A value of ``dtype`` as a buffer element of ``storage_types[dtype]``."""
+        raise NotImplementedError
+
+    def load(self, space: str, name: str, index: str, dtype) -> str:
+        text = f"{name}[{index}]"
+        if space == "global" and np.dtype(dtype) in self.storage_types:
+            return self.from_storage(text, dtype)
+        return text
+
+    def store(self, space: str, name: str, index: str, value: str, dtype) -> str:
+        if space == "global" and np.dtype(dtype) in self.storage_types:
+            value = self.to_storage(value, dtype)
+        return f"{name}[{index}] = {value};"
+
+    # ------------------------------------------------------------------ printing
+    def render(self, kernel: Kernel) -> str:
+        kernel = map_exprs(kernel, self.rewrite_expr)
+        lines = list(self.prelude(kernel))
+        lines.append(self.signature(kernel) + " {")
+        self._stmts(kernel.body, 1, lines)
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def _stmts(self, stmts, depth, lines):
+        pad = self.indent * depth
+        for s in stmts:
+            if isinstance(s, Let):
+                lines.append(pad + self.let(s.name, s.value.dtype, self.expr(s.value)))
+            elif isinstance(s, Decl):
+                lines.append(pad + self.decl(s.name, s.dtype, self.expr(s.value)))
+            elif isinstance(s, Assign):
+                lines.append(pad + f"{s.name} = {self.expr(s.value)};")
+            elif isinstance(s, Store):
+                lines.append(pad + self.store(s.space, s.name, self.expr(s.index), self.expr(s.value),
+                                              s.value.dtype))
+            elif isinstance(s, For):
+                lines.append(pad + self.for_header(s.var, self.expr(s.start), self.expr(s.stop),
+                                                   self.expr(s.step)) + " {")
+                self._stmts(s.body, depth + 1, lines)
+                lines.append(pad + "}")
+            elif isinstance(s, If):
+                lines.append(pad + f"if ({self.expr(s.cond)}) {{")
+                self._stmts(s.then, depth + 1, lines)
+                if s.orelse:
+                    lines.append(pad + "} else {")
+                    self._stmts(s.orelse, depth + 1, lines)
+                lines.append(pad + "}")
+            elif isinstance(s, Barrier):
+                lines.append(pad + self.barrier())
+            elif isinstance(s, ArrayDecl):
+                lines.append(pad + self.array_decl(s))
+            elif isinstance(s, Comment):
+                lines.append(pad + f"// {s.text}")
+            else:
+                raise TypeError(f"unknown kernel statement {s!r}")
+
+    def expr(self, e) -> str:
+        if isinstance(e, Sym):
+            return e.name
+        if isinstance(e, Const):
+            return self.literal(e)
+        if isinstance(e, Special):
+            return self.special(e)
+        if isinstance(e, Load):
+            return self.load(e.space, e.name, self.expr(e.index), e.dtype)
+        if isinstance(e, Cast):
+            return self.cast(self.expr(e.x), e.dtype)
+        if isinstance(e, Bitcast):
+            return self.bitcast(self.expr(e.x), e.dtype)
+        if isinstance(e, Select):
+            return self.select(self.expr(e.cond), self.expr(e.a), self.expr(e.b), e.dtype)
+        if isinstance(e, Op):
+            kind = OPS[e.op][1]
+            args = [self.expr(a) for a in e.args]
+            if kind in ("infix", "compare"):
+                return f"({args[0]} {self.infix[e.op]} {args[1]})"
+            if kind == "prefix":
+                return f"({self.prefix[e.op]}{args[0]})"
+            if kind == "complex":
+                return self.complex_op(e.op, args, e.dtype)
+            return f"{self.functions.get(e.op, e.op)}({', '.join(args)})"
+        raise TypeError(f"unknown kernel expression {e!r}")

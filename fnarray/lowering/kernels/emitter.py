@@ -1,0 +1,339 @@
+"""``Emitter``: the value of an IR variable at an index, with its producers inlined.
+
+Inside a kernel, ``emitter.val(var, idx)`` returns a kernel-IR expression for
+element ``idx`` of ``var``. A variable held in a buffer (an input, or one the
+scheduler materialises) is loaded; any other is computed from its producer's
+inputs, recursively: elementwise ops apply their rule (``rules.ELEMENTWISE``)
+at the same index, and the structural ops are index arithmetic
+(``STRUCTURAL``): broadcasts, reshapes, transposes, reversals, slices, pads,
+concatenations, dynamic slices and updates, iota and gathers change the index
+at which their operand is read. That is how a chain of them fuses into one
+kernel.
+
+An index is either a tuple of ``Ix`` affine forms (one per dimension of the
+variable) or a ``Flat`` linear index, which the scheduler tries first: a
+kernel whose every access is "the same element" or "the only element" needs no
+shape in its text, takes the element count as an argument, and so one
+compiled kernel serves every shape. Rules that need the shape raise
+``NotFlat`` and the scheduler retries with shaped indices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fnarray.core import primitives as P
+from fnarray.core.ir import Literal
+from fnarray.lowering.kernels.index import Ix, ix_const, ix_data, linearize, to_expr, unravel
+from fnarray.lowering.kernels.ir import INT32, Cast, Expr, const
+from fnarray.lowering.kernels.rules import ELEMENTWISE, convert, op, select
+
+__all__ = ["Emitter", "Flat", "NotFlat", "STRUCTURAL", "INJECTIVE", "zero_index", "shaped_index"]
+
+
+class NotFlat(Exception):
+    """A rule needs the shaped index; the kernel is rebuilt with one."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Flat:
+    """Element ``expr`` (an int32 kernel expression) of a variable, counted row-major."""
+
+    expr: Expr
+
+
+def zero_index(aval):
+    return tuple(ix_const(0) for _ in aval.shape)
+
+
+def shaped_index(shape, prefix="i"):
+    """The index variables ``i0, i1, ...`` of an iteration over ``shape``."""
+    from fnarray.lowering.kernels.index import ix_var
+    return tuple(ix_var(f"{prefix}{d}", n) for d, n in enumerate(shape))
+
+
+class Emitter:
+    """Emits values of IR variables into a ``KernelBuilder``.
+
+    ``buffer_of(var)`` gives the buffer a materialised variable lives in (or ``None``
+    when it is computed inline); ``producer`` maps variables to their equations.
+    ``on_read(var, key)`` is called for every buffer read (the scheduler's analysis).
+    """
+
+    def __init__(self, builder, producer, buffer_of, on_read=None):
+        self.b = builder
+        self.producer = producer
+        self.buffer_of = buffer_of
+        self.on_read = on_read
+        self._memo: dict = {}
+
+    # ------------------------------------------------------------------ keys
+    @staticmethod
+    def key(aval, idx):
+        """A canonical key of element ``idx`` of a variable (equal keys: the same element)."""
+        if aval.size == 1:
+            return "zero"
+        if isinstance(idx, Flat):
+            return ("flat", idx.expr)
+        return linearize(idx, aval.shape)
+
+    def seed(self, var, idx, value):
+        """Declare that element ``idx`` of ``var`` is ``value`` in the current scope."""
+        self._memo[(var, self.key(var.aval, idx))] = (value, self.b.scope_token())
+
+    def _lookup(self, k):
+        hit = self._memo.get(k)
+        if hit is not None and self.b.scope_alive(hit[1]):
+            return hit[0]
+        return None
+
+    # ------------------------------------------------------------------ values
+    def val(self, a, idx):
+        if isinstance(a, Literal):
+            return const(a.val, a.aval.dtype)
+        aval = a.aval
+        if aval.size == 1:
+            idx = zero_index(aval)
+        k = (a, self.key(aval, idx))
+        hit = self._lookup(k)
+        if hit is not None:
+            return hit
+        buf = self.buffer_of(a)
+        if buf is not None:
+            if self.on_read is not None:
+                self.on_read(a, k[1])
+            if isinstance(idx, Flat):
+                index = idx.expr
+            else:
+                index = to_expr(linearize(idx, aval.shape))
+            v = self.b.load(buf, index, aval.dtype)
+        else:
+            e = self.producer[a]
+            v = self.b.let(self._apply(e, idx))
+        self._memo[k] = (v, self.b.scope_token())
+        return v
+
+    def _apply(self, e, idx):
+        prim = e.primitive
+        rule = STRUCTURAL.get(prim)
+        if rule is not None:
+            return rule(self, e, idx)
+        out = e.outputs[0].aval
+        xs = []
+        for a in e.inputs:
+            xs.append(self.val(a, () if a.aval.ndim == 0 else idx))
+        return ELEMENTWISE[prim](self.b, xs, e.params, [a.aval for a in e.inputs], out)
+
+    # ------------------------------------------------------------------ helpers for rules
+    def index_expr(self, ix: Ix):
+        return to_expr(ix)
+
+    def clamp_index(self, value, lo: int, hi: int) -> Ix:
+        """A data index (any integer dtype) clamped into ``[lo, hi]``, as an ``Ix``."""
+        d = value.dtype
+        v = value
+        if lo == hi:
+            return ix_const(lo)
+        if not (d.kind == "u" and lo == 0):
+            v = self.b.let(select(op("lt", v, const(lo, d)), const(lo, d), v))
+        v = self.b.let(select(op("gt", v, const(hi, d)), const(hi, d), v))
+        if d != INT32:
+            v = self.b.let(Cast(v, INT32))
+        return ix_data(v, lo, hi)
+
+
+# ------------------------------------------------------------------------------------------ structural rules
+
+STRUCTURAL: dict = {}
+
+
+def _rule(prim):
+    def deco(fn):
+        STRUCTURAL[prim] = fn
+        return fn
+    return deco
+
+
+@_rule(P.broadcast_in_dim)
+def _broadcast(em, e, idx):
+    x = e.inputs[0]
+    out = e.outputs[0].aval
+    if isinstance(idx, Flat):
+        if x.aval.size == out.size:
+            return em.val(x, idx)
+        if x.aval.size == 1:
+            return em.val(x, zero_index(x.aval))
+        raise NotFlat
+    bd = e.params["broadcast_dimensions"]
+    in_idx = tuple(ix_const(0) if x.aval.shape[i] == 1 else idx[d] for i, d in enumerate(bd))
+    return em.val(x, in_idx)
+
+
+@_rule(P.reshape)
+def _reshape(em, e, idx):
+    x = e.inputs[0]
+    if isinstance(idx, Flat):
+        return em.val(x, idx)
+    return em.val(x, unravel(linearize(idx, e.outputs[0].aval.shape), x.aval.shape))
+
+
+@_rule(P.transpose)
+def _transpose(em, e, idx):
+    if isinstance(idx, Flat):
+        raise NotFlat
+    perm = e.params["permutation"]
+    in_idx = [None] * len(perm)
+    for j, p in enumerate(perm):
+        in_idx[p] = idx[j]
+    return em.val(e.inputs[0], tuple(in_idx))
+
+
+@_rule(P.rev)
+def _rev(em, e, idx):
+    if isinstance(idx, Flat):
+        raise NotFlat
+    x = e.inputs[0]
+    dims = set(e.params["dimensions"])
+    in_idx = tuple((x.aval.shape[d] - 1) - i if d in dims else i for d, i in enumerate(idx))
+    return em.val(x, in_idx)
+
+
+@_rule(P.slice_p)
+def _slice(em, e, idx):
+    if isinstance(idx, Flat):
+        raise NotFlat
+    in_idx = tuple(i * st + s for i, s, st in zip(idx, e.params["start_indices"], e.params["strides"],
+                                                    strict=True))
+    return em.val(e.inputs[0], in_idx)
+
+
+@_rule(P.iota)
+def _iota(em, e, idx):
+    out = e.outputs[0].aval
+    dim = e.params["dimension"]
+    if isinstance(idx, Flat):
+        if out.ndim != 1:
+            raise NotFlat
+        i = idx.expr
+    else:
+        i = em.index_expr(idx[dim])
+    return convert(em.b, i, out.dtype)
+
+
+def _starts(em, e, first, sizes, shape):
+    """The clamped start indices (``Ix``) of a dynamic slice or update."""
+    out = []
+    for a, k, n in zip(e.inputs[first:], sizes, shape, strict=True):
+        out.append(em.clamp_index(em.val(a, ()), 0, n - k))
+    return out
+
+
+@_rule(P.dynamic_slice)
+def _dynamic_slice(em, e, idx):
+    if isinstance(idx, Flat):
+        raise NotFlat
+    x = e.inputs[0]
+    starts = _starts(em, e, 1, e.params["slice_sizes"], x.aval.shape)
+    return em.val(x, tuple(i + s for i, s in zip(idx, starts, strict=True)))
+
+
+def _all(em, conds):
+    acc = None
+    for c in conds:
+        acc = c if acc is None else em.b.let(op("land", acc, c))
+    return acc
+
+
+@_rule(P.dynamic_update_slice)
+def _dynamic_update_slice(em, e, idx):
+    if isinstance(idx, Flat):
+        raise NotFlat
+    x, u = e.inputs[0], e.inputs[1]
+    starts = _starts(em, e, 2, u.aval.shape, x.aval.shape)
+    inside, rel = [], []
+    for i, s, k in zip(idx, starts, u.aval.shape, strict=True):
+        r = em.b.let(em.index_expr(i - s))
+        ok = em.b.let(op("land", op("ge", r, const(0, INT32)), op("lt", r, const(k, INT32))))
+        inside.append(ok)
+        rel.append(ix_data(em.b.let(select(ok, r, const(0, INT32))), 0, k - 1) if k > 1 else ix_const(0))
+    if u.aval.size == 0:
+        return em.val(x, idx)
+    cond = _all(em, inside)
+    return select(cond, em.val(u, tuple(rel)), em.val(x, idx))
+
+
+@_rule(P.pad)
+def _pad(em, e, idx):
+    if isinstance(idx, Flat):
+        raise NotFlat
+    x, pv = e.inputs
+    conds, in_idx = [], []
+    for i, (lo, hi, interior), n in zip(idx, e.params["padding_config"], x.aval.shape, strict=True):
+        lo_b, hi_b = (i - lo).bounds()
+        step = interior + 1
+        if interior == 0 and lo_b >= 0 and hi_b <= n - 1:
+            in_idx.append(i - lo)
+            continue
+        t = em.b.let(em.index_expr(i - lo))
+        q = t if step == 1 else em.b.let(op("div", t, const(step, INT32)))
+        ok = op("land", op("ge", t, const(0, INT32)), op("lt", q, const(n, INT32)))
+        if step > 1:
+            ok = op("land", ok, op("eq", op("rem", t, const(step, INT32)), const(0, INT32)))
+        ok = em.b.let(ok)
+        conds.append(ok)
+        in_idx.append(ix_data(em.b.let(select(ok, q, const(0, INT32))), 0, n - 1) if n > 1 else ix_const(0))
+    fill = em.val(pv, ())
+    if x.aval.size == 0:
+        return fill
+    inner = em.val(x, tuple(in_idx))
+    return select(_all(em, conds), inner, fill) if conds else inner
+
+
+@_rule(P.concatenate)
+def _concatenate(em, e, idx):
+    if isinstance(idx, Flat):
+        raise NotFlat
+    dim = e.params["dimension"]
+    pieces = [a for a in e.inputs if a.aval.shape[dim] > 0]
+    offsets, o = [], 0
+    for a in pieces:
+        offsets.append(o)
+        o += a.aval.shape[dim]
+    i = em.b.let(em.index_expr(idx[dim]))
+    result = None
+    for a, off in reversed(list(zip(pieces, offsets, strict=True))):
+        n = a.aval.shape[dim]
+        local = em.b.let(op("sub", i, const(off, INT32))) if off else i
+        local = em.b.let(select(op("lt", local, const(0, INT32)), const(0, INT32), local))
+        local = em.b.let(select(op("gt", local, const(n - 1, INT32)), const(n - 1, INT32), local))
+        sub = tuple(ix_data(local, 0, n - 1) if d == dim and n > 1 else (ix_const(0) if d == dim else j)
+                    for d, j in enumerate(idx))
+        v = em.val(a, sub)
+        result = v if result is None else em.b.let(select(op("lt", i, const(off + n, INT32)), v, result))
+    return result
+
+
+@_rule(P.gather)
+def _gather(em, e, idx):
+    if isinstance(idx, Flat):
+        raise NotFlat
+    x, indices = e.inputs
+    axes = e.params["axes"]
+    out = e.outputs[0].aval
+    if any(x.aval.shape[a] == 0 for a in axes):
+        return const(0, out.dtype)
+    nb = indices.aval.ndim - 1
+    batch, rest = idx[:nb], list(idx[nb:])
+    pos = {}
+    for k, a in enumerate(axes):
+        v = em.val(indices, tuple(batch) + (ix_const(k),))
+        pos[a] = em.clamp_index(v, 0, x.aval.shape[a] - 1)
+    in_idx = []
+    for d in range(x.aval.ndim):
+        in_idx.append(pos[d] if d in pos else rest.pop(0))
+    return em.val(x, tuple(in_idx))
+
+
+# The primitives computed per output element (fusable into any kernel as index arithmetic).
+INJECTIVE = frozenset(ELEMENTWISE) | frozenset(STRUCTURAL)
+

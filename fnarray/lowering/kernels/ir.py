@@ -1,0 +1,338 @@
+"""The loop-level kernel IR that the kernel backends' renderers print.
+
+A ``Kernel`` is a list of parameters (global buffers and scalar arguments), a
+body of statements and an optional fixed work-group size. Statements are few:
+immutable locals (``Let``), mutable locals (``Decl``/``Assign``), stores to
+global, work-group (``local``) or private arrays, counted ``For`` loops,
+``If``, ``Barrier`` and array declarations. Expressions are immutable and
+compare structurally, so builders deduplicate them with a dict.
+
+The op set is closed (``OPS``); every renderer prints each op, or rewrites it
+into others before printing (WGSL has no ``erf``; a renderer without 64-bit
+types is never given them: the scheduler only uses the dtypes of the target's
+``Capabilities``). There is no pointer arithmetic and no ``goto``: buffers are
+indexed with int32 expressions and control flow is structured.
+
+Complex values (``complex64``/``complex128``) are two-component vectors; only
+``cmake``, ``creal`` and ``cimag`` touch them, everything else is expanded into
+real arithmetic by the rules that build the kernel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Expr", "Const", "Sym", "Special", "Load", "Op", "Cast", "Bitcast", "Select", "Let", "Decl",
+           "Assign", "Store", "For", "If", "Barrier", "ArrayDecl", "Comment", "BufferParam", "ScalarParam",
+           "Kernel", "OPS", "const", "INT32", "BOOL", "UINT32", "walk_exprs", "map_exprs"]
+
+INT32 = np.dtype(np.int32)
+UINT32 = np.dtype(np.uint32)
+BOOL = np.dtype(np.bool_)
+
+# The closed op set: name -> (arity, kind). "infix"/"prefix" ops are C operators with C semantics on the
+# operand type (integer division truncates; shifts need 0 <= amount < width: the rules guard them);
+# "func" ops are math functions of OpenCL C's names; comparisons yield bool.
+OPS: dict[str, tuple[int, str]] = {}
+for _n in ("add", "sub", "mul", "div", "rem", "and", "or", "xor", "shl", "shr", "land", "lor"):
+    OPS[_n] = (2, "infix")
+for _n in ("eq", "ne", "lt", "le", "gt", "ge"):
+    OPS[_n] = (2, "compare")
+for _n in ("neg", "not", "lnot"):
+    OPS[_n] = (1, "prefix")
+for _n in ("exp", "exp2", "log", "log1p", "expm1", "tanh", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
+           "cosh", "asinh", "acosh", "atanh", "sqrt", "rsqrt", "cbrt", "erf", "lgamma", "floor", "ceil", "rint",
+           "trunc", "fabs", "popcount", "isnan", "isinf", "isfinite"):
+    OPS[_n] = (1, "func")
+for _n in ("pow", "atan2", "nextafter", "hypot", "fmod", "copysign", "min", "max"):
+    OPS[_n] = (2, "func")
+OPS["cmake"] = (2, "complex")
+OPS["creal"] = (1, "complex")
+OPS["cimag"] = (1, "complex")
+
+
+class Expr:
+    """Base of expressions; every expression has a ``dtype``."""
+
+    __slots__ = ()
+
+
+def _frozen(cls):
+    return dataclasses.dataclass(frozen=True, slots=True)(cls)
+
+
+@_frozen
+class Const(Expr):
+    """A scalar constant, kept as its bit pattern so that -0.0 and NaNs stay distinct keys."""
+
+    bits: bytes
+    dtype: np.dtype
+
+    @property
+    def value(self):
+        return np.frombuffer(self.bits, self.dtype)[0]
+
+
+def const(value, dtype) -> Const:
+    """``Const`` of a Python or NumPy scalar converted to ``dtype``."""
+    dtype = np.dtype(dtype)
+    return Const(np.asarray(value, dtype).tobytes(), dtype)
+
+
+@_frozen
+class Sym(Expr):
+    """A named value: a scalar kernel argument, a loop counter or a local."""
+
+    name: str
+    dtype: np.dtype
+
+
+@_frozen
+class Special(Expr):
+    """A work-item builtin: ``global_id``, ``local_id``, ``group_id``, ``global_size`` of ``dim``."""
+
+    kind: str
+    dim: int
+    dtype: np.dtype = INT32
+
+
+@_frozen
+class Load(Expr):
+    """Element ``index`` of a ``global``, ``local`` or ``private`` array."""
+
+    space: str
+    name: str
+    index: Expr
+    dtype: np.dtype
+
+
+@_frozen
+class Op(Expr):
+    op: str
+    args: tuple
+    dtype: np.dtype
+
+
+@_frozen
+class Cast(Expr):
+    """A value conversion (C cast semantics: float -> int truncates; the rules guard the range)."""
+
+    x: Expr
+    dtype: np.dtype
+
+
+@_frozen
+class Bitcast(Expr):
+    """The same bits read as another type of the same width."""
+
+    x: Expr
+    dtype: np.dtype
+
+
+@_frozen
+class Select(Expr):
+    """``a`` where ``cond`` else ``b`` (both evaluated)."""
+
+    cond: Expr
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self):
+        return self.a.dtype
+
+
+# ------------------------------------------------------------------------------------------ statements
+
+
+@_frozen
+class Let:
+    """An immutable local ``name = value``."""
+
+    name: str
+    value: Expr
+
+
+@_frozen
+class Decl:
+    """A mutable local of ``dtype``, initialised to ``value``."""
+
+    name: str
+    dtype: np.dtype
+    value: Expr
+
+
+@_frozen
+class Assign:
+    name: str
+    value: Expr
+
+
+@_frozen
+class Store:
+    space: str
+    name: str
+    index: Expr
+    value: Expr
+
+
+@_frozen
+class For:
+    """``for (var = start; var < stop; var += step) body`` over int32."""
+
+    var: str
+    start: Expr
+    stop: Expr
+    step: Expr
+    body: tuple
+
+
+@_frozen
+class If:
+    cond: Expr
+    then: tuple
+    orelse: tuple = ()
+
+
+@_frozen
+class Barrier:
+    """A work-group barrier over local memory."""
+
+
+@_frozen
+class ArrayDecl:
+    """An array in ``local`` (work-group) or ``private`` memory, of constant ``size``."""
+
+    space: str
+    name: str
+    dtype: np.dtype
+    size: int
+
+
+@_frozen
+class Comment:
+    text: str
+
+
+@_frozen
+class BufferParam:
+    """A global buffer argument; ``writes`` says whether the kernel stores to it."""
+
+    name: str
+    dtype: np.dtype
+    writes: bool
+
+
+@_frozen
+class ScalarParam:
+    name: str
+    dtype: np.dtype
+
+
+@_frozen
+class Kernel:
+    """One kernel: ``name``, ``params`` (in launch order), ``body``; ``local_size`` fixed or ``None``."""
+
+    name: str
+    params: tuple
+    body: tuple
+    local_size: Any = None
+
+
+# ------------------------------------------------------------------------------------------ traversal
+
+
+def _children(e):
+    if isinstance(e, Op):
+        return e.args
+    if isinstance(e, (Cast, Bitcast)):
+        return (e.x,)
+    if isinstance(e, Select):
+        return (e.cond, e.a, e.b)
+    if isinstance(e, Load):
+        return (e.index,)
+    return ()
+
+
+def walk_exprs(stmts):
+    """Every expression (and sub-expression) of the statements, depth first."""
+    def visit(e):
+        yield e
+        for c in _children(e):
+            yield from visit(c)
+
+    for s in stmts:
+        if isinstance(s, (Let, Assign, Decl)):
+            yield from visit(s.value)
+        elif isinstance(s, Store):
+            yield from visit(s.index)
+            yield from visit(s.value)
+        elif isinstance(s, For):
+            yield from visit(s.start)
+            yield from visit(s.stop)
+            yield from visit(s.step)
+            yield from walk_exprs(s.body)
+        elif isinstance(s, If):
+            yield from visit(s.cond)
+            yield from walk_exprs(s.then)
+            yield from walk_exprs(s.orelse)
+
+
+def _rebuild(e, kids):
+    if isinstance(e, Op):
+        return Op(e.op, tuple(kids), e.dtype)
+    if isinstance(e, Cast):
+        return Cast(kids[0], e.dtype)
+    if isinstance(e, Bitcast):
+        return Bitcast(kids[0], e.dtype)
+    if isinstance(e, Select):
+        return Select(*kids)
+    if isinstance(e, Load):
+        return Load(e.space, e.name, kids[0], e.dtype)
+    return e
+
+
+def map_exprs(kernel: Kernel, fn) -> Kernel:
+    """The kernel with every expression rewritten bottom-up by ``fn(expr) -> expr`` (a renderer's
+    rewrite pass: what a target cannot express is replaced before printing)."""
+    memo: dict = {}
+
+    def rw(e):
+        r = memo.get(e)
+        if r is None:
+            kids = _children(e)
+            r = fn(_rebuild(e, [rw(c) for c in kids]) if kids else e)
+            memo[e] = r
+        return r
+
+    def stmts(ss):
+        out = []
+        for s in ss:
+            if isinstance(s, Let):
+                out.append(Let(s.name, rw(s.value)))
+            elif isinstance(s, Decl):
+                out.append(Decl(s.name, s.dtype, rw(s.value)))
+            elif isinstance(s, Assign):
+                out.append(Assign(s.name, rw(s.value)))
+            elif isinstance(s, Store):
+                out.append(Store(s.space, s.name, rw(s.index), rw(s.value)))
+            elif isinstance(s, For):
+                out.append(For(s.var, rw(s.start), rw(s.stop), rw(s.step), stmts(s.body)))
+            elif isinstance(s, If):
+                out.append(If(rw(s.cond), stmts(s.then), stmts(s.orelse)))
+            else:
+                out.append(s)
+        return tuple(out)
+
+    return dataclasses.replace(kernel, body=stmts(kernel.body))
+
+
+def float_bits(x: float, dtype) -> int:
+    """The IEEE bit pattern of ``x`` as ``dtype`` (float32 or float64)."""
+    fmt = "<f" if np.dtype(dtype).itemsize == 4 else "<d"
+    ifmt = "<I" if np.dtype(dtype).itemsize == 4 else "<Q"
+    return struct.unpack(ifmt, struct.pack(fmt, x))[0]

@@ -1,0 +1,128 @@
+"""OpenCL C from the kernel IR: a thin subclass of the C-style renderer.
+
+It declares OpenCL C's type names (``bool`` buffers are ``uchar``; complex
+values are ``float2``/``double2``), literals, work-item builtins, casts
+(``convert_<type>``) and bit casts (``as_<type>``), and the kernel signature.
+Kernels with ``float64``/``int64`` need the device's ``cl_khr_fp64``; the
+``#pragma`` is printed when a kernel uses ``double``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fnarray.lowering.kernels.cstyle import CStyleRenderer
+from fnarray.lowering.kernels.ir import ArrayDecl, BufferParam, Const, Kernel, walk_exprs
+
+__all__ = ["OpenCLRenderer", "render_opencl"]
+
+_TYPES = {
+    np.dtype(np.bool_): "bool", np.dtype(np.int8): "char", np.dtype(np.uint8): "uchar",
+    np.dtype(np.int16): "short", np.dtype(np.uint16): "ushort", np.dtype(np.int32): "int",
+    np.dtype(np.uint32): "uint", np.dtype(np.int64): "long", np.dtype(np.uint64): "ulong",
+    np.dtype(np.float16): "half", np.dtype(np.float32): "float", np.dtype(np.float64): "double",
+    np.dtype(np.complex64): "float2", np.dtype(np.complex128): "double2",
+}
+_INT_SUFFIX = {np.dtype(np.int32): "", np.dtype(np.uint32): "u", np.dtype(np.int64): "L",
+               np.dtype(np.uint64): "UL"}
+_SPECIALS = {"global_id": "get_global_id", "local_id": "get_local_id", "group_id": "get_group_id",
+             "global_size": "get_global_size"}
+
+
+class OpenCLRenderer(CStyleRenderer):
+    types = _TYPES
+    storage_types = {np.dtype(np.bool_): "uchar"}
+    functions = {"min": "min", "max": "max", "fabs": "fabs"}
+
+    def literal(self, c: Const) -> str:
+        d, v = c.dtype, c.value
+        if d == np.bool_:
+            return "true" if v else "false"
+        if d.kind in "iu":
+            v = int(v)
+            if d in _INT_SUFFIX:
+                if d.kind == "i" and v == int(np.iinfo(d).min):
+                    return f"({v + 1}{_INT_SUFFIX[d]} - 1{_INT_SUFFIX[d]})"
+                return f"{v}{_INT_SUFFIX[d]}" if v >= 0 else f"({v}{_INT_SUFFIX[d]})"
+            return f"(({self.type_name(d)}){v})"
+        if d.kind == "f":
+            x = float(v)
+            name = self.type_name(d)
+            if np.isnan(x):
+                return f"(({name})NAN)"
+            if np.isinf(x):
+                return f"(({name})INFINITY)" if x > 0 else f"(-({name})INFINITY)"
+            text = str(np.float32(x)) if d == np.float32 else repr(x)
+            if "e" not in text and "." not in text:
+                text += ".0"
+            text += "f" if d == np.float32 else ""
+            return text if x >= 0 and not text.startswith("-") else f"({text})"
+        raise TypeError(f"no OpenCL literal for {d.name}")
+
+    def special(self, e) -> str:
+        return f"((int){_SPECIALS[e.kind]}({e.dim}))"
+
+    def cast(self, x: str, dtype) -> str:
+        return f"(({self.type_name(dtype)})({x}))"
+
+    def to_storage(self, value: str, dtype) -> str:
+        return f"(({self.storage_name(dtype)})({value}))"
+
+    def from_storage(self, text: str, dtype) -> str:
+        return f"({text} != 0)"
+
+    def bitcast(self, x: str, dtype) -> str:
+        return f"as_{self.type_name(dtype)}({x})"
+
+    def select(self, cond: str, a: str, b: str, dtype) -> str:
+        return f"({cond} ? {a} : {b})"
+
+    def complex_op(self, op: str, args: list, dtype) -> str:
+        if op == "cmake":
+            return f"(({self.type_name(dtype)})({args[0]}, {args[1]}))"
+        return f"({args[0]}).{'x' if op == 'creal' else 'y'}"
+
+    def let(self, name, dtype, value) -> str:
+        return f"const {self.type_name(dtype)} {name} = {value};"
+
+    def decl(self, name, dtype, value) -> str:
+        return f"{self.type_name(dtype)} {name} = {value};"
+
+    def array_decl(self, s: ArrayDecl) -> str:
+        space = "__local " if s.space == "local" else ""
+        return f"{space}{self.type_name(s.dtype)} {s.name}[{s.size}];"
+
+    def for_header(self, var, start, stop, step) -> str:
+        inc = f"{var}++" if step == "1" else f"{var} += {step}"
+        return f"for (int {var} = {start}; {var} < {stop}; {inc})"
+
+    def barrier(self) -> str:
+        return "barrier(CLK_LOCAL_MEM_FENCE);"
+
+    def signature(self, kernel: Kernel) -> str:
+        params = []
+        for p in kernel.params:
+            if isinstance(p, BufferParam):
+                const = "" if p.writes else "const "
+                params.append(f"__global {const}{self.storage_name(p.dtype)}* restrict {p.name}")
+            else:
+                params.append(f"const {self.type_name(p.dtype)} {p.name}")
+        attr = ""
+        if kernel.local_size is not None:
+            dims = tuple(kernel.local_size) + (1,) * (3 - len(kernel.local_size))
+            attr = f"__attribute__((reqd_work_group_size({dims[0]}, {dims[1]}, {dims[2]}))) "
+        return f"__kernel {attr}void {kernel.name}({', '.join(params)})"
+
+    def prelude(self, kernel: Kernel) -> list:
+        wide = {np.dtype(np.float64), np.dtype(np.complex128)}
+        uses = any(getattr(p, "dtype", None) in wide for p in kernel.params) or any(
+            e.dtype in wide for e in walk_exprs(kernel.body))
+        return ["#pragma OPENCL EXTENSION cl_khr_fp64 : enable"] if uses else []
+
+
+_RENDERER = OpenCLRenderer()
+
+
+def render_opencl(kernel: Kernel) -> str:
+    """OpenCL C source of ``kernel`` (deterministic: the same kernel gives the same text)."""
+    return _RENDERER.render(kernel)

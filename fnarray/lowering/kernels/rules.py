@@ -1,0 +1,709 @@
+"""Elementwise primitives as kernel-IR expressions, with fnarray's pinned semantics.
+
+``ELEMENTWISE[primitive](b, xs, params, in_avals, out_aval) -> Expr`` builds the
+value of one output element from its inputs' values ``xs`` (kernel-IR
+expressions), binding intermediate values through the ``KernelBuilder`` ``b``.
+The rules reproduce ``numpy_impls`` (the reference): integer division and
+remainder by zero give 0 (and never trap: ``INT_MIN / -1`` is guarded), shifts
+past the bit width give 0 or -1, float-to-int casts saturate with NaN -> 0,
+``max``/``min`` propagate NaN, signed integer arithmetic wraps (it is computed
+in the unsigned type, where C defines wrap-around). Complex values are
+expanded into real arithmetic on their two components.
+
+Everything here is target-neutral: the same expressions print as OpenCL C or
+WGSL.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fnarray.core import primitives as P
+from fnarray.lowering.kernels.ir import BOOL, OPS, UINT32, Bitcast, Cast, Const, Op, Select, const
+
+__all__ = ["ELEMENTWISE", "op", "select", "convert", "max_of", "min_of", "add_of", "mul_of", "lowest",
+           "highest", "float_math_dtype", "logaddexp", "COMPLEX_OK"]
+
+ELEMENTWISE: dict = {}
+
+F32 = np.dtype(np.float32)
+F16 = np.dtype(np.float16)
+
+
+def op(name, *args, dtype=None):
+    """``Op(name, args)``; the dtype is bool for comparisons and ``isnan``/``isinf``/``isfinite``, else the
+    first argument's."""
+    if dtype is None:
+        dtype = BOOL if OPS[name][1] == "compare" or name in ("isnan", "isinf", "isfinite") else args[0].dtype
+    if dtype.kind in "iu" and name in ("add", "sub", "mul") and len(args) == 2:
+        folded = _fold_int(name, args[0], args[1], dtype)
+        if folded is not None:
+            return folded
+    return Op(name, tuple(args), dtype)
+
+
+def _int_value(x):
+    return int(x.value) if isinstance(x, Const) and x.dtype.kind in "iu" else None
+
+
+def _fold_int(name, a, b, dtype):
+    """Integer ``add``/``sub``/``mul`` with constant operands, or a 0 or 1 operand, folded (index math)."""
+    va, vb = _int_value(a), _int_value(b)
+    if va is not None and vb is not None and dtype == np.int32:
+        r = {"add": va + vb, "sub": va - vb, "mul": va * vb}[name]
+        if -2**31 <= r < 2**31:
+            return const(r, dtype)
+    if name == "mul":
+        if va == 0 or vb == 0:
+            return const(0, dtype)
+        if va == 1:
+            return b
+        if vb == 1:
+            return a
+    elif vb == 0:
+        return a
+    elif name == "add" and va == 0:
+        return b
+    return None
+
+
+def bitcast(x, dtype):
+    """``x``'s bits as ``dtype`` (a constant is converted here, not in the kernel)."""
+    dtype = np.dtype(dtype)
+    if isinstance(x, Const):
+        return Const(x.bits, dtype)
+    return Bitcast(x, dtype)
+
+
+def select(cond, a, b):
+    return Select(cond, a, b)
+
+
+def _kind(d):
+    return np.dtype(d).kind
+
+
+def _is_float(d):
+    return _kind(d) == "f"
+
+
+def _is_complex(d):
+    return _kind(d) == "c"
+
+
+def _is_signed(d):
+    return _kind(d) == "i"
+
+
+def _unsigned(d):
+    return np.dtype(f"u{np.dtype(d).itemsize}")
+
+
+def _signed(d):
+    return np.dtype(f"i{np.dtype(d).itemsize}")
+
+
+def _part(d):
+    return np.dtype(np.float32) if np.dtype(d) == np.complex64 else np.dtype(np.float64)
+
+
+def float_math_dtype(d):
+    """The dtype transcendental functions compute in: float16 computes in float32 (as the reference)."""
+    return F32 if np.dtype(d) == F16 else np.dtype(d)
+
+
+def _zero(d):
+    return const(0, d)
+
+
+def _one(d):
+    return const(1, d)
+
+
+def lowest(d):
+    """The identity of ``max``: -inf, the smallest integer, or False."""
+    d = np.dtype(d)
+    if d == np.bool_:
+        return const(False, d)
+    if d.kind in "iu":
+        return const(np.iinfo(d).min, d)
+    return const(-np.inf, d)
+
+
+def highest(d):
+    d = np.dtype(d)
+    if d == np.bool_:
+        return const(True, d)
+    if d.kind in "iu":
+        return const(np.iinfo(d).max, d)
+    return const(np.inf, d)
+
+
+def _wrapping(name, a, b=None):
+    """Integer ``add``/``sub``/``mul``/``neg`` with wrap-around: computed in an unsigned type."""
+    d = a.dtype
+    args = (a,) if b is None else (a, b)
+    if d.itemsize < 4:
+        wide = tuple(Cast(x, UINT32) for x in args)
+        return Cast(_apply(name, wide, UINT32), d)
+    if _is_signed(d):
+        u = _unsigned(d)
+        return Bitcast(_apply(name, tuple(bitcast(x, u) for x in args), u), d)
+    return _apply(name, args, d)
+
+
+def _apply(name, args, d):
+    if name == "neg":
+        return Op("sub", (_zero(d), args[0]), d)
+    return Op(name, args, d)
+
+
+def _cparts(b, z):
+    z = b.let(z)
+    p = _part(z.dtype)
+    return b.let(op("creal", z, dtype=p)), b.let(op("cimag", z, dtype=p))
+
+
+def _cmake(re, im, d):
+    return Op("cmake", (re, im), d)
+
+
+# ------------------------------------------------------------------------------------------ arithmetic
+
+
+def add_of(b, x, y):
+    d = x.dtype
+    if _is_complex(d):
+        (xr, xi), (yr, yi) = _cparts(b, x), _cparts(b, y)
+        return _cmake(op("add", xr, yr), op("add", xi, yi), d)
+    if d == np.bool_:
+        return op("lor", x, y)
+    if _kind(d) in "iu":
+        return _wrapping("add", x, y)
+    return op("add", x, y)
+
+
+def _sub(b, x, y):
+    d = x.dtype
+    if _is_complex(d):
+        (xr, xi), (yr, yi) = _cparts(b, x), _cparts(b, y)
+        return _cmake(op("sub", xr, yr), op("sub", xi, yi), d)
+    if _kind(d) in "iu":
+        return _wrapping("sub", x, y)
+    return op("sub", x, y)
+
+
+def mul_of(b, x, y):
+    d = x.dtype
+    if _is_complex(d):
+        (xr, xi), (yr, yi) = _cparts(b, x), _cparts(b, y)
+        re = op("sub", b.let(op("mul", xr, yr)), b.let(op("mul", xi, yi)))
+        im = op("add", b.let(op("mul", xr, yi)), b.let(op("mul", xi, yr)))
+        return _cmake(b.let(re), b.let(im), d)
+    if d == np.bool_:
+        return op("land", x, y)
+    if _kind(d) in "iu":
+        return _wrapping("mul", x, y)
+    return op("mul", x, y)
+
+
+def _neg(b, x):
+    d = x.dtype
+    if _is_complex(d):
+        xr, xi = _cparts(b, x)
+        return _cmake(op("neg", xr), op("neg", xi), d)
+    if _kind(d) in "iu":
+        return _wrapping("neg", x)
+    return op("neg", x)
+
+
+def _int_div(b, x, y):
+    d = x.dtype
+    zero = b.let(op("eq", y, _zero(d)))
+    if _is_signed(d) and d.itemsize >= 4:
+        # INT_MIN / -1 traps on some hardware: divide by 1 there and negate (wrapping) instead.
+        minus1 = b.let(op("eq", y, const(-1, d)))
+        safe = b.let(select(op("lor", zero, minus1), _one(d), y))
+        q = b.let(op("div", x, safe))
+        return select(zero, _zero(d), select(minus1, b.let(_wrapping("neg", x)), q))
+    safe = b.let(select(zero, _one(d), y))
+    return select(zero, _zero(d), op("div", x, safe))
+
+
+def _int_rem(b, x, y):
+    d = x.dtype
+    bad = op("eq", y, _zero(d))
+    if _is_signed(d):
+        bad = op("lor", bad, op("eq", y, const(-1, d)))
+    bad = b.let(bad)
+    safe = b.let(select(bad, _one(d), y))
+    return select(bad, _zero(d), op("rem", x, safe))
+
+
+def _div(b, x, y):
+    d = x.dtype
+    if _kind(d) in "iu":
+        return _int_div(b, x, y)
+    if _is_complex(d):
+        return _cdiv(b, x, y)
+    return op("div", x, y)
+
+
+def _cdiv(b, x, y):
+    # Smith's algorithm (as NumPy): scale by the larger component of the divisor.
+    d = x.dtype
+    (xr, xi), (yr, yi) = _cparts(b, x), _cparts(b, y)
+    big = b.let(op("ge", op("fabs", yr), op("fabs", yi)))
+    r1 = b.let(op("div", yi, yr))
+    den1 = b.let(op("add", yr, op("mul", yi, r1)))
+    r2 = b.let(op("div", yr, yi))
+    den2 = b.let(op("add", op("mul", yr, r2), yi))
+    re = select(big, op("div", op("add", xr, op("mul", xi, r1)), den1),
+                op("div", op("add", op("mul", xr, r2), xi), den2))
+    im = select(big, op("div", op("sub", xi, op("mul", xr, r1)), den1),
+                op("div", op("sub", op("mul", xi, r2), xr), den2))
+    return _cmake(b.let(re), b.let(im), d)
+
+
+def _rem(b, x, y):
+    if _kind(x.dtype) in "iu":
+        return _int_rem(b, x, y)
+    return _float_fn(b, "fmod", x, y)
+
+
+def _float_fn(b, name, *xs):
+    """A float math function, computed in float32 for float16 operands."""
+    d = xs[0].dtype
+    m = float_math_dtype(d)
+    if m != d:
+        return Cast(b.let(op(name, *(Cast(x, m) for x in xs))), d)
+    return op(name, *xs)
+
+
+def max_of(b, x, y):
+    """``max`` with NaN propagation; on ties the second operand (as ``numpy.maximum``)."""
+    d = x.dtype
+    if d == np.bool_:
+        return op("lor", x, y)
+    if _is_float(d):
+        return select(op("lor", op("gt", x, y), op("isnan", x, dtype=BOOL)), x, y)
+    return select(op("gt", x, y), x, y)
+
+
+def min_of(b, x, y):
+    d = x.dtype
+    if d == np.bool_:
+        return op("land", x, y)
+    if _is_float(d):
+        return select(op("lor", op("lt", x, y), op("isnan", x, dtype=BOOL)), x, y)
+    return select(op("lt", x, y), x, y)
+
+
+def _compare(name):
+    def rule(b, xs, params, in_avals, out_aval):
+        x, y = xs
+        if _is_complex(x.dtype):
+            (xr, xi), (yr, yi) = _cparts(b, x), _cparts(b, y)
+            both = op("land", op("eq", xr, yr), op("eq", xi, yi))
+            return both if name == "eq" else op("lnot", both)
+        return op(name, x, y)
+    return rule
+
+
+def _bitwise(name):
+    def rule(b, xs, params, in_avals, out_aval):
+        x, y = xs
+        if x.dtype == np.bool_:
+            return op({"and": "land", "or": "lor", "xor": "ne"}[name], x, y)
+        return op(name, x, y)
+    return rule
+
+
+def _shift_ok(b, y, bits):
+    """Whether the shift amount is in ``[0, bits)``: a Python bool for a constant amount, else an expression."""
+    if isinstance(y, Const):
+        return 0 <= int(y.value) < bits
+    d = y.dtype
+    below = op("lt", y, const(bits, d))
+    return b.let(below if d.kind == "u" else op("land", op("ge", y, _zero(d)), below))
+
+
+def _pick(ok, a, b_):
+    """``a`` where ``ok`` else ``b_``, folded when ``ok`` is known."""
+    if ok is True:
+        return a
+    if ok is False:
+        return b_
+    return select(ok, a, b_)
+
+
+def _shift_left(b, xs, params, in_avals, out_aval):
+    x, y = xs
+    d = x.dtype
+    ok = _shift_ok(b, y, d.itemsize * 8)
+    if ok is False:
+        return _zero(d)
+    u = UINT32 if d.itemsize < 4 else _unsigned(d)
+    amount = Cast(_pick(ok, y, _zero(d)), u)
+    shifted = Cast(op("shl", Cast(x, u), amount), d) if u != d else op("shl", x, amount)
+    return _pick(ok, b.let(shifted), _zero(d))
+
+
+def _shift_right_arithmetic(b, xs, params, in_avals, out_aval):
+    x, y = xs
+    d = x.dtype
+    ok = _shift_ok(b, y, d.itemsize * 8)
+    s = _signed(d)
+    sx = b.let(Bitcast(x, s) if s != d else x)
+    fill = select(op("lt", sx, _zero(s)), const(-1, s), _zero(s))
+    if ok is False:
+        r = b.let(fill)
+    else:
+        amount = b.let(Cast(_pick(ok, y, _zero(d)), s))
+        r = b.let(_pick(ok, op("shr", sx, amount), fill), "v")
+    return Bitcast(r, d) if s != d else r
+
+
+def _shift_right_logical(b, xs, params, in_avals, out_aval):
+    x, y = xs
+    d = x.dtype
+    ok = _shift_ok(b, y, d.itemsize * 8)
+    if ok is False:
+        return _zero(d)
+    u = _unsigned(d)
+    ux = b.let(Bitcast(x, u) if u != d else x)
+    amount = Cast(_pick(ok, y, _zero(d)), u)
+    r = b.let(_pick(ok, op("shr", ux, amount), _zero(u)))
+    return Bitcast(r, d) if u != d else r
+
+
+def _pow(b, xs, params, in_avals, out_aval):
+    return _float_fn(b, "pow", *xs)
+
+
+def _binary(fn):
+    def rule(b, xs, params, in_avals, out_aval):
+        return fn(b, *xs)
+    return rule
+
+
+ELEMENTWISE[P.add] = _binary(add_of)
+ELEMENTWISE[P.sub] = _binary(_sub)
+ELEMENTWISE[P.mul] = _binary(mul_of)
+ELEMENTWISE[P.div] = _binary(_div)
+ELEMENTWISE[P.rem] = _binary(_rem)
+ELEMENTWISE[P.pow_p] = _pow
+ELEMENTWISE[P.max_p] = _binary(max_of)
+ELEMENTWISE[P.min_p] = _binary(min_of)
+ELEMENTWISE[P.atan2] = lambda b, xs, params, ia, oa: _float_fn(b, "atan2", *xs)
+ELEMENTWISE[P.nextafter] = lambda b, xs, params, ia, oa: _float_fn(b, "nextafter", *xs)
+for _p, _n in [(P.eq, "eq"), (P.ne, "ne"), (P.lt, "lt"), (P.le, "le"), (P.gt, "gt"), (P.ge, "ge")]:
+    ELEMENTWISE[_p] = _compare(_n)
+for _p, _n in [(P.and_p, "and"), (P.or_p, "or"), (P.xor_p, "xor")]:
+    ELEMENTWISE[_p] = _bitwise(_n)
+ELEMENTWISE[P.shift_left] = _shift_left
+ELEMENTWISE[P.shift_right_arithmetic] = _shift_right_arithmetic
+ELEMENTWISE[P.shift_right_logical] = _shift_right_logical
+
+
+def _complex(b, xs, params, in_avals, out_aval):
+    return _cmake(xs[0], xs[1], out_aval.dtype)
+
+
+ELEMENTWISE[P.complex_p] = _complex
+
+# ------------------------------------------------------------------------------------------ unary
+
+
+def _unary_fn(name):
+    def rule(b, xs, params, in_avals, out_aval):
+        return _float_fn(b, name, xs[0])
+    return rule
+
+
+for _p, _n in [(P.floor, "floor"), (P.ceil, "ceil"), (P.round_p, "rint"), (P.exp2, "exp2"), (P.log, "log"),
+               (P.log1p, "log1p"), (P.expm1, "expm1"), (P.tanh, "tanh"), (P.sin, "sin"), (P.cos, "cos"),
+               (P.tan, "tan"), (P.asin, "asin"), (P.acos, "acos"), (P.atan, "atan"), (P.sinh, "sinh"),
+               (P.cosh, "cosh"), (P.asinh, "asinh"), (P.acosh, "acosh"), (P.atanh, "atanh"), (P.sqrt, "sqrt"),
+               (P.rsqrt, "rsqrt"), (P.cbrt, "cbrt"), (P.erf, "erf"), (P.lgamma, "lgamma")]:
+    ELEMENTWISE[_p] = _unary_fn(_n)
+
+
+def _exp(b, xs, params, in_avals, out_aval):
+    x = xs[0]
+    if _is_complex(x.dtype):
+        xr, xi = _cparts(b, x)
+        m = b.let(op("exp", xr))
+        return _cmake(op("mul", m, op("cos", xi)), op("mul", m, op("sin", xi)), x.dtype)
+    return _float_fn(b, "exp", x)
+
+
+ELEMENTWISE[P.exp] = _exp
+ELEMENTWISE[P.is_finite] = lambda b, xs, params, ia, oa: op("isfinite", xs[0], dtype=BOOL)
+ELEMENTWISE[P.neg] = lambda b, xs, params, ia, oa: _neg(b, xs[0])
+ELEMENTWISE[P.stop_gradient] = lambda b, xs, params, ia, oa: xs[0]
+ELEMENTWISE[P.copy_p] = lambda b, xs, params, ia, oa: xs[0]
+ELEMENTWISE[P.population_count] = lambda b, xs, params, ia, oa: op("popcount", xs[0])
+
+
+def _sign(b, xs, params, in_avals, out_aval):
+    x = xs[0]
+    d = x.dtype
+    if _is_complex(d):
+        xr, xi = _cparts(b, x)
+        a = b.let(op("hypot", xr, xi))
+        zero = b.let(op("eq", a, _zero(a.dtype)))
+        safe = b.let(select(zero, _one(a.dtype), a))
+        p = _part(d)
+        return _cmake(select(zero, _zero(p), op("div", xr, safe)), select(zero, _zero(p), op("div", xi, safe)), d)
+    if _is_float(d):
+        return select(op("gt", x, _zero(d)), _one(d), select(op("lt", x, _zero(d)), const(-1, d), x))
+    if _is_signed(d):
+        return select(op("gt", x, _zero(d)), _one(d), select(op("lt", x, _zero(d)), const(-1, d), _zero(d)))
+    return select(op("gt", x, _zero(d)), _one(d), _zero(d))
+
+
+ELEMENTWISE[P.sign] = _sign
+
+
+def _abs(b, xs, params, in_avals, out_aval):
+    x = xs[0]
+    d = x.dtype
+    if _is_complex(d):
+        xr, xi = _cparts(b, x)
+        return op("hypot", xr, xi)
+    if _is_float(d):
+        return op("fabs", x)
+    if _is_signed(d):
+        return select(op("lt", x, _zero(d)), b.let(_wrapping("neg", x)), x)
+    return x
+
+
+ELEMENTWISE[P.abs_p] = _abs
+
+
+def _not(b, xs, params, in_avals, out_aval):
+    x = xs[0]
+    return op("lnot", x) if x.dtype == np.bool_ else op("not", x)
+
+
+ELEMENTWISE[P.not_p] = _not
+
+
+def _logistic(b, xs, params, in_avals, out_aval):
+    x = xs[0]
+    d = x.dtype
+    m = float_math_dtype(d)
+    xm = b.let(Cast(x, m)) if m != d else x
+    e = b.let(op("exp", op("neg", op("fabs", xm))))
+    den = b.let(op("add", _one(m), e))
+    r = select(op("ge", xm, _zero(m)), op("div", _one(m), den), op("div", e, den))
+    return Cast(b.let(r), d) if m != d else r
+
+
+ELEMENTWISE[P.logistic] = _logistic
+
+
+def _integer_pow(b, xs, params, in_avals, out_aval):
+    x, y = xs[0], params["y"]
+    d = x.dtype
+    if y == 0:
+        return _one(d)
+    n = abs(y)
+    acc, base = None, x
+    while n:
+        if n & 1:
+            acc = base if acc is None else b.let(mul_of(b, acc, base))
+        n >>= 1
+        if n:
+            base = b.let(mul_of(b, base, base))
+    if y < 0:
+        return _div(b, _one(d), acc)
+    return acc
+
+
+ELEMENTWISE[P.integer_pow] = _integer_pow
+
+
+def _erf_inv(b, xs, params, in_avals, out_aval):
+    # Giles (2010), "Approximating the erfinv function" (single-precision branches), then one Newton step
+    # on erf; +-1 give +-inf and |y| > 1 NaN, as the reference.
+    y0 = xs[0]
+    d = y0.dtype
+    m = float_math_dtype(d)
+    y = b.let(Cast(y0, m)) if m != d else y0
+
+    def c(v):
+        return const(v, m)
+
+    w = b.let(op("neg", op("log", op("mul", op("sub", c(1.0), y), op("add", c(1.0), y)))))
+    ws = b.let(op("sub", w, c(2.5)))
+    p1 = c(2.81022636e-08)
+    for k in (3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
+              -0.00417768164, 0.246640727, 1.50140941):
+        p1 = b.let(op("add", c(k), op("mul", p1, ws)))
+    wl = b.let(op("sub", op("sqrt", select(op("gt", w, c(5.0)), w, c(5.0))), c(3.0)))
+    p2 = c(-0.000200214257)
+    for k in (0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
+              0.00943887047, 1.00167406, 2.83297682):
+        p2 = b.let(op("add", c(k), op("mul", p2, wl)))
+    x = b.let(op("mul", select(op("lt", w, c(5.0)), p1, p2), y))
+    # One Newton step: x -= (erf(x) - y) / (2/sqrt(pi) * exp(-x^2)).
+    fx = b.let(op("sub", op("erf", x), y))
+    slope = b.let(op("mul", c(2.0 / math.sqrt(math.pi)), op("exp", op("neg", op("mul", x, x)))))
+    x = b.let(op("sub", x, op("div", fx, slope)))
+    x = b.let(select(op("eq", y, c(1.0)), c(np.inf), select(op("eq", y, c(-1.0)), c(-np.inf), x)))
+    r = b.let(select(op("gt", op("fabs", y), c(1.0)), c(np.nan), x))
+    return Cast(r, d) if m != d else r
+
+
+ELEMENTWISE[P.erf_inv] = _erf_inv
+
+
+def _digamma(b, xs, params, in_avals, out_aval):
+    # Reflection below 1/2, six recurrence steps up to >= 6, then the asymptotic series (as the reference).
+    x0 = xs[0]
+    d = x0.dtype
+    m = float_math_dtype(d)
+    x = b.let(Cast(x0, m)) if m != d else x0
+
+    def c(v):
+        return const(v, m)
+
+    reflect = b.let(op("lt", x, c(0.5)))
+    xr = b.let(select(reflect, op("sub", c(1.0), x), x))
+    acc = c(0.0)
+    for _ in range(6):
+        small = b.let(op("lt", xr, c(6.0)))
+        acc = b.let(op("sub", acc, select(small, op("div", c(1.0), xr), c(0.0))))
+        xr = b.let(select(small, op("add", xr, c(1.0)), xr))
+    inv = b.let(op("div", c(1.0), xr))
+    inv2 = b.let(op("mul", inv, inv))
+    t = op("sub", c(1 / 240), op("mul", inv2, c(1 / 132)))
+    t = op("sub", c(1 / 252), op("mul", inv2, b.let(t)))
+    t = op("sub", c(1 / 120), op("mul", inv2, b.let(t)))
+    t = op("sub", c(1 / 12), op("mul", inv2, b.let(t)))
+    series = b.let(op("sub", op("sub", op("log", xr), op("mul", c(0.5), inv)), op("mul", inv2, b.let(t))))
+    res = b.let(op("add", acc, series))
+    pi = c(math.pi)
+    res = b.let(select(reflect, op("sub", res, op("div", pi, op("tan", op("mul", pi, x)))), res))
+    pole = op("land", op("le", x, c(0.0)), op("eq", x, op("floor", x)))
+    r = b.let(select(pole, c(np.nan), res))
+    return Cast(r, d) if m != d else r
+
+
+ELEMENTWISE[P.digamma] = _digamma
+
+# ------------------------------------------------------------------------------------------ complex parts
+
+
+def _real(b, xs, params, in_avals, out_aval):
+    return op("creal", xs[0], dtype=out_aval.dtype)
+
+
+def _imag(b, xs, params, in_avals, out_aval):
+    return op("cimag", xs[0], dtype=out_aval.dtype)
+
+
+def _conj(b, xs, params, in_avals, out_aval):
+    xr, xi = _cparts(b, xs[0])
+    return _cmake(xr, op("neg", xi), xs[0].dtype)
+
+
+ELEMENTWISE[P.real] = _real
+ELEMENTWISE[P.imag] = _imag
+ELEMENTWISE[P.conj] = _conj
+
+# ------------------------------------------------------------------------------------------ select, casts
+
+
+def _select_n(b, xs, params, in_avals, out_aval):
+    which, cases = xs[0], xs[1:]
+    if len(cases) == 1:
+        return cases[0]
+    if which.dtype == np.bool_:
+        return select(which, cases[1], cases[0])
+    # An int32 selector is clamped into range: <= 0 picks the first case, >= n-1 the last.
+    r = cases[-1]
+    for k in range(len(cases) - 2, -1, -1):
+        r = b.let(select(op("le", which, const(k, which.dtype)), cases[k], r))
+    return r
+
+
+ELEMENTWISE[P.select_n] = _select_n
+
+
+def convert(b, x, dst):
+    """``x`` converted to ``dst`` with the reference semantics (saturating float -> int, NaN -> 0)."""
+    src = x.dtype
+    dst = np.dtype(dst)
+    if src == dst:
+        return x
+    if dst == np.bool_:
+        if _is_complex(src):
+            xr, xi = _cparts(b, x)
+            return op("lor", op("ne", xr, _zero(xr.dtype)), op("ne", xi, _zero(xi.dtype)))
+        return op("ne", x, _zero(src))
+    if src == np.bool_:
+        return select(x, _one(dst), _zero(dst)) if not _is_complex(dst) else _cmake(
+            select(x, _one(_part(dst)), _zero(_part(dst))), _zero(_part(dst)), dst)
+    if _is_complex(src):
+        if _is_complex(dst):
+            xr, xi = _cparts(b, x)
+            p = _part(dst)
+            return _cmake(Cast(xr, p), Cast(xi, p), dst)
+        return convert(b, b.let(op("creal", x, dtype=_part(src))), dst)
+    if _is_complex(dst):
+        p = _part(dst)
+        return _cmake(b.let(convert(b, x, p)), _zero(p), dst)
+    if _is_float(src) and _kind(dst) in "iu":
+        xf = b.let(Cast(x, F32)) if src == F16 else x
+        info = np.iinfo(dst)
+        f = xf.dtype
+        lo, hi = float(info.min), float(info.max)
+        t = b.let(select(op("isnan", xf, dtype=BOOL), _zero(f), xf))
+        # The largest float <= hi may round up past it (2**31 - 1 -> 2**31 in float32): compare against
+        # the bound as a float, and saturate both at and beyond it.
+        return select(op("ge", t, const(hi, f)), const(info.max, dst),
+                      select(op("le", t, const(lo, f)), const(info.min, dst), Cast(t, dst)))
+    return Cast(x, dst)
+
+
+def _convert(b, xs, params, in_avals, out_aval):
+    return convert(b, xs[0], params["new_dtype"])
+
+
+ELEMENTWISE[P.convert_element_type] = _convert
+
+
+def _bitcast(b, xs, params, in_avals, out_aval):
+    x, dst = xs[0], np.dtype(params["new_dtype"])
+    if x.dtype == dst:
+        return x
+    if x.dtype == np.bool_ or dst == np.bool_:
+        return convert(b, x, dst)
+    return Bitcast(x, dst)
+
+
+ELEMENTWISE[P.bitcast_convert_type] = _bitcast
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def logaddexp(b, x, y):
+    """``log(exp(x) + exp(y))`` as ``numpy.logaddexp`` (equal infinities give that infinity)."""
+    d = x.dtype
+    same = b.let(op("eq", x, y))
+    t = b.let(op("sub", x, y))
+    big = b.let(op("add", x, op("log1p", op("exp", op("neg", t)))))
+    small = b.let(op("add", y, op("log1p", op("exp", t))))
+    r = select(op("gt", t, _zero(d)), big, select(op("le", t, _zero(d)), small, t))
+    return select(same, op("add", x, const(math.log(2.0), d)), b.let(r))
+
+
+# Primitives whose rules accept complex operands.
+COMPLEX_OK = frozenset({P.add, P.sub, P.mul, P.div, P.neg, P.exp, P.abs_p, P.sign, P.real, P.imag, P.conj,
+                        P.complex_p, P.eq, P.ne, P.select_n, P.convert_element_type, P.copy_p, P.stop_gradient})
+

@@ -1,0 +1,401 @@
+"""The opencl backend: fused OpenCL C kernels run through PyOpenCL.
+
+Devices ``opencl:N`` are the OpenCL devices that open a context, GPUs first, so
+``opencl:0`` is the first GPU, else a CPU device (PoCL's ``pthread`` device on a
+machine without a GPU). A device that fails to open is skipped; a machine with
+none (or without PyOpenCL) makes the backend unavailable with the reason, never
+a crash.
+
+Programs go through the kernel scheduler (``fnarray.lowering.kernels``), which
+groups them into fused kernels for the device's ``Capabilities``; each kernel
+is printed as OpenCL C by ``render_opencl``. Here lives the runtime:
+
+- buffers (``CLBuffer``) stay on the device between kernels and calls;
+  ``bool`` is stored as ``uchar`` and complex values as ``float2``/``double2``.
+  Intermediate and output buffers come from a memory pool; one in-order queue
+  per device makes reuse safe without waiting;
+- programs are built once per kernel source (all new kernels of a lowering in
+  one build) and cached by source, so the same kernel in another program,
+  shape or eager call is not built again;
+- a jitted call enqueues all its kernels without a host round trip; only
+  reading values (``to_host``), ``block_until_ready``, a host-driven loop's
+  predicate and fallback transfers wait for the queue.
+
+dtypes: ``bool``, ``int8``/``uint8``, ``int16``/``uint16``, ``int32``/``uint32``,
+``float32`` and ``complex64`` everywhere; ``int64``/``uint64`` on full-profile
+devices; ``float64``/``complex128`` where the device has ``cl_khr_fp64``;
+``float16`` where it has ``cl_khr_fp16``. ``bfloat16`` is not supported (its
+equations take the partitioner's fallback path).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import warnings
+
+import numpy as np
+
+from fnarray.core import dtypes
+from fnarray.core import primitives as P
+from fnarray.core.errors import BackendUnavailable
+from fnarray.core.ir import Literal, Program
+from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
+from fnarray.lowering.kernels import KernelList, render_opencl, schedule_program
+from fnarray.lowering.kernels.ir import BufferParam
+from fnarray.lowering.kernels.rules import COMPLEX_OK
+from fnarray.lowering.kernels.schedule import CALLS, INJECTIVE, REDUCTIONS, SCHEDULED
+
+try:
+    import pyopencl as cl
+    import pyopencl.tools as cl_tools
+except ImportError as e:  # pragma: no cover - exercised where pyopencl is missing
+    raise BackendUnavailable("the opencl backend needs PyOpenCL: not installed (to fix: pip install pyopencl, "
+                             "and an OpenCL driver, e.g. pip install pocl-binary-distribution)") from e
+
+__all__ = ["make_backend", "OpenCLBackend", "CLBuffer", "OpenCLLowered"]
+
+_CONTROL = frozenset({P.cond, P.while_p, P.scan})
+_UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that are transposed, never run"}
+# Primitives whose kernels have no complex form.
+_COMPLEX_BAD = (frozenset(INJECTIVE) - COMPLEX_OK - {P.broadcast_in_dim, P.reshape, P.transpose, P.rev, P.slice_p,
+                                                     P.dynamic_slice, P.dynamic_update_slice, P.pad, P.concatenate,
+                                                     P.gather, P.iota}) | {
+    P.reduce_max, P.reduce_min, P.argmax, P.argmin, P.cummax, P.cummin, P.cumlogsumexp, P.scatter_min,
+    P.scatter_max, P.sort, P.reduce_and, P.reduce_or}
+_MAX_ELEMENTS = 2**31 - 1
+
+
+class CLBuffer:
+    """A device array: an OpenCL buffer holding ``shape`` elements of ``dtype`` (row-major).
+
+    ``bool`` is stored as one byte per element; a zero-size array holds a small dummy buffer.
+    """
+
+    __slots__ = ("mem", "shape", "dtype", "owner", "__weakref__")
+
+    def __init__(self, mem, shape, dtype, owner):
+        self.mem, self.shape, self.dtype, self.owner = mem, tuple(shape), np.dtype(dtype), owner
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __repr__(self):
+        return f"CLBuffer({self.dtype.name}{list(self.shape)})"
+
+
+def _storage(dtype):
+    return np.dtype(np.uint8) if dtype == np.bool_ else np.dtype(dtype)
+
+
+class _DeviceState:
+    """One OpenCL device: context, in-order queue, memory pool, program cache and capabilities."""
+
+    def __init__(self, cl_device):
+        self.cl_device = cl_device
+        self.context = cl.Context([cl_device])
+        self.queue = cl.CommandQueue(self.context)
+        self.pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(self.queue))
+        self.programs: dict = {}      # kernel source -> built cl.Program
+        self.scalars: dict = {}       # (dtype, bytes) -> CLBuffer of a 0-d value (arrays are immutable)
+        ext = cl_device.extensions.split()
+        self.fp64 = "cl_khr_fp64" in ext
+        self.fp16 = "cl_khr_fp16" in ext
+        full = cl_device.profile == "FULL_PROFILE"
+        ds = {dtypes.bool_, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
+              dtypes.float32, dtypes.complex64}
+        if full:
+            ds |= {dtypes.int64, dtypes.uint64}
+        if self.fp64:
+            ds |= {dtypes.float64, dtypes.complex128}
+        if self.fp16:
+            ds.add(dtypes.float16)
+        is_gpu = bool(cl_device.type & cl.device_type.GPU)
+        self.caps = Capabilities(
+            dtypes=frozenset(ds),
+            max_buffers_per_kernel=max(8, cl_device.max_parameter_size // 8 - 24),
+            max_workgroup_size=int(cl_device.max_work_group_size),
+            max_dispatch=None,
+            local_memory=cl_device.local_mem_size >= 16384,
+            atomics="cl_khr_global_int32_base_atomics" in ext or cl_device.version >= "OpenCL 1.1",
+            tiling_pays=True,
+            control_flow="host")
+        self.workgroup = 128 if is_gpu else 64
+        self.missing_reason = {
+            dtypes.float64: "cl_khr_fp64 is absent", dtypes.complex128: "cl_khr_fp64 is absent",
+            dtypes.float16: "cl_khr_fp16 is absent", dtypes.bfloat16: "OpenCL C has no bfloat16",
+            dtypes.int64: "an embedded-profile device has no 64-bit integers",
+            dtypes.uint64: "an embedded-profile device has no 64-bit integers",
+        }
+
+    # ------------------------------------------------------------------ buffers
+    def alloc(self, shape, dtype) -> CLBuffer:
+        n = max(math.prod(shape) * _storage(dtype).itemsize, 16)
+        return CLBuffer(self.pool.allocate(n), shape, dtype, self)
+
+    def upload(self, array) -> CLBuffer:
+        a = np.asarray(array)
+        if a.dtype == np.bool_:
+            host = np.ascontiguousarray(a).view(np.uint8)
+        else:
+            host = np.ascontiguousarray(a)
+        if a.ndim == 0:
+            key = (a.dtype, host.tobytes())
+            hit = self.scalars.get(key)
+            if hit is not None:
+                return hit
+        flags = cl.mem_flags.READ_WRITE
+        if host.nbytes:
+            mem = cl.Buffer(self.context, flags | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
+        else:
+            mem = cl.Buffer(self.context, flags, 16)
+        buf = CLBuffer(mem, a.shape, a.dtype, self)
+        if a.ndim == 0 and len(self.scalars) < 4096:
+            self.scalars[key] = buf
+        return buf
+
+    def download(self, buf: CLBuffer) -> np.ndarray:
+        host = np.empty(buf.shape, _storage(buf.dtype))
+        if host.nbytes:
+            cl.enqueue_copy(self.queue, host, buf.mem, is_blocking=True)
+        return host.view(np.bool_) if buf.dtype == np.bool_ else host
+
+    # ------------------------------------------------------------------ programs
+    def build(self, sources):
+        """Build the sources not built yet, all in one program; returns ``{source: cl.Program}``."""
+        new = [s for s in dict.fromkeys(sources) if s not in self.programs]
+        if new:
+            text = "\n".join(new)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    prog = cl.Program(self.context, text).build()
+            except cl.Error as e:
+                raise RuntimeError(f"the OpenCL compiler rejected fnarray's generated kernels (a bug in fnarray; "
+                                   f"please report it): {e}\n--- source ---\n{text}") from None
+            for s in new:
+                self.programs[s] = prog
+        return {s: self.programs[s] for s in sources}
+
+
+# ------------------------------------------------------------------------------------------ kernels
+
+
+def _named_source(kernel):
+    """The kernel's OpenCL C with a name made unique by a digest of its text (kernels built together)."""
+    text = render_opencl(kernel)
+    digest = hashlib.sha1(text.encode()).hexdigest()[:8]
+    name = f"{kernel.name}_{digest}"
+    return name, render_opencl(_renamed(kernel, name))
+
+
+def _renamed(kernel, name):
+    return dataclasses.replace(kernel, name=name)
+
+
+class _Step:
+    __slots__ = ("kernel", "gsize", "lsize", "bufargs", "allocs")
+
+
+class _Executable:
+    """Runs a schedule: allocates its buffers from the pool and enqueues its launches in order."""
+
+    def __init__(self, state: _DeviceState, sched, named):
+        self.state = state
+        slots: dict = {}
+
+        def slot(spec):
+            if spec not in slots:
+                slots[spec] = len(slots)
+            return slots[spec]
+
+        self.in_slots = [slot(s) for s in sched.inputs]
+        inputs = set(sched.inputs)
+        built = state.build([src for _, src in named])
+        self.steps = []
+        allocated = set(inputs)
+        for launch, (name, src) in zip(sched.launches, named, strict=True):
+            st = _Step()
+            knl = cl.Kernel(built[src], name)
+            st.bufargs, st.allocs = [], []
+            for i, (p, a) in enumerate(zip(launch.kernel.params, launch.args, strict=True)):
+                if isinstance(p, BufferParam):
+                    s = slot(a)
+                    st.bufargs.append((i, s))
+                    if a not in allocated:
+                        allocated.add(a)
+                        st.allocs.append((s, a.shape, a.dtype))
+                else:
+                    knl.set_arg(i, np.asarray(a, dtype=p.dtype))
+            st.kernel = knl
+            st.gsize, st.lsize = launch.global_size, launch.local_size
+            self.steps.append(st)
+        self.outs = []
+        for o in sched.outputs:
+            if isinstance(o, Literal):
+                self.outs.append(("const", state.upload(np.asarray(o.val, o.aval.dtype))))
+            elif o in allocated:
+                self.outs.append(("slot", slot(o)))
+            else:  # an output no kernel writes (zero-size): a fresh empty buffer
+                self.outs.append(("empty", o))
+        self.nslots = len(slots)
+
+    def __call__(self, bufs):
+        env = [None] * self.nslots
+        for s, b in zip(self.in_slots, bufs, strict=True):
+            env[s] = b
+        state = self.state
+        queue = state.queue
+        enqueue = cl.enqueue_nd_range_kernel
+        for st in self.steps:
+            for s, shape, dt in st.allocs:
+                env[s] = state.alloc(shape, dt)
+            knl = st.kernel
+            for i, s in st.bufargs:
+                knl.set_arg(i, env[s].mem)
+            enqueue(queue, knl, st.gsize, st.lsize)
+        out = []
+        for kind, v in self.outs:
+            if kind == "slot":
+                out.append(env[v])
+            elif kind == "const":
+                out.append(v)
+            else:
+                out.append(state.alloc(v.shape, v.dtype))
+        return out
+
+
+class OpenCLLowered(Lowered):
+    """A program scheduled into OpenCL C kernels for one device."""
+
+    def __init__(self, program: Program, device: Device, state: _DeviceState):
+        super().__init__(program, device)
+        self.state = state
+        self._kernels = None
+
+    def _schedules(self):
+        if self._kernels is None:
+            self._kernels = schedule_program(self.program, self.state.caps, workgroup=self.state.workgroup)
+        return self._kernels
+
+    def kernels(self) -> KernelList:
+        """The generated kernels in launch order: each with its OpenCL C source, work sizes and the IR
+        equations it fused (``print`` shows them)."""
+        return self._schedules().listing(_named_source)
+
+    def as_text(self) -> str:
+        """The OpenCL C source of every kernel, in launch order."""
+        return str(self.kernels())
+
+    def compile(self):
+        plan = self._schedules()
+        if plan.host_driven:
+            from fnarray.devices import host_control
+            return host_control.HostDriven(self.program, self.device, [True] * len(self.program.eqns))
+        sched = plan.schedule
+        named = [_named_source(launch.kernel) for launch in sched.launches]
+        return _Executable(self.state, sched, named)
+
+
+class OpenCLBackend(Backend):
+    name = "opencl"
+
+    def __init__(self):
+        self._devices = []
+        self._states = {}
+        errors = []
+        found = []
+        try:
+            platforms = cl.get_platforms()
+        except cl.Error as e:  # no ICD loader configuration, or no platform at all
+            raise BackendUnavailable(f"opencl: no OpenCL platform ({e}) (to fix: install an OpenCL driver, e.g. "
+                                     "pip install pocl-binary-distribution)") from None
+        for platform in platforms:
+            try:
+                devs = platform.get_devices()
+            except cl.Error as e:
+                errors.append(f"{platform.name}: {e}")
+                continue
+            for d in devs:
+                found.append((0 if d.type & cl.device_type.GPU else 1, len(found), platform, d))
+        for _, _, platform, d in sorted(found, key=lambda t: (t[0], t[1])):
+            try:
+                state = _DeviceState(d)
+            except Exception as e:  # noqa: BLE001 (a broken driver must not crash the caller)
+                errors.append(f"{d.name.strip()}: {type(e).__name__}: {e}")
+                continue
+            i = len(self._devices)
+            kind = "gpu" if d.type & cl.device_type.GPU else "cpu"
+            desc = f"{platform.name.strip()} {d.name.strip()} ({d.version.strip()})"
+            dev = Device("opencl", i, kind, desc, handle=d)
+            self._devices.append(dev)
+            self._states[dev] = state
+        if not self._devices:
+            why = "; ".join(errors) if errors else "no OpenCL platform or device found"
+            raise BackendUnavailable(f"opencl: {why} (to fix: install an OpenCL driver, e.g. "
+                                     "pip install pocl-binary-distribution)")
+
+    def devices(self):
+        return self._devices
+
+    def state(self, device) -> _DeviceState:
+        return self._states[device]
+
+    def capabilities(self, device):
+        return self._states[device].caps
+
+    def supports(self, eqn, device):
+        prim = eqn.primitive
+        r = _UNSUPPORTED.get(prim)
+        if r is not None:
+            return r
+        state = self._states[device]
+        for a in list(eqn.inputs) + list(eqn.outputs):
+            d = a.aval.dtype
+            if d not in state.caps.dtypes:
+                why = state.missing_reason.get(d, "OpenCL C has no such type")
+                return f"{device} ({device.description}) has no {d.name}: {why}"
+            if a.aval.size > _MAX_ELEMENTS:
+                return f"kernels index with int32: {a.aval.str_short()} has more than 2**31 - 1 elements"
+        if prim in _CONTROL or prim in CALLS:
+            return None  # driven from the host / inlined; their sub-programs are checked by the partitioner
+        if prim not in SCHEDULED:
+            return f"the opencl backend has no kernel for {prim.name}"
+        if prim in _COMPLEX_BAD and any(dtypes.is_complex(a.aval.dtype) for a in eqn.inputs):
+            return f"the opencl kernels have no complex form of {prim.name}"
+        if prim == P.dot_general and any(isinstance(a, Literal) for a in eqn.inputs):
+            return "dot_general of a literal operand (an array of it is needed)"
+        if prim in REDUCTIONS and dtypes.is_complex(eqn.inputs[0].aval.dtype) and prim not in (
+                P.reduce_sum, P.reduce_prod):
+            return f"{prim.name} of complex values"
+        return None
+
+    def lower(self, program, device, donate=()):
+        return OpenCLLowered(program, device, self._states[device])
+
+    def to_device(self, array, device):
+        return self._states[device].upload(array)
+
+    def to_host(self, buf):
+        return buf.owner.download(buf)
+
+    def block_until_ready(self, buf):
+        buf.owner.queue.finish()
+        return buf
+
+    def delete(self, buf):
+        # Several arrays may share one buffer (device_put to the same device, cached scalars, an output
+        # that is an input): the memory goes back to the pool when the last reference goes, not here.
+        pass
+
+
+def make_backend():
+    """The opencl backend on the devices that open (GPUs first); ``BackendUnavailable`` if none does."""
+    return OpenCLBackend()
+

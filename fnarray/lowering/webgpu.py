@@ -1,0 +1,565 @@
+"""The webgpu backend: WGSL kernels run through wgpu-py (Vulkan, Metal, D3D12 or OpenGL).
+
+Device ``webgpu:0`` is the first adapter that gives a working device: the one
+``WGPU_BACKEND_TYPE`` names (``Vulkan``, ``OpenGL``, ``Metal``, ``D3D12``), else
+the adapter wgpu prefers (a discrete GPU first; here Mesa's lavapipe on Vulkan,
+then llvmpipe on OpenGL). Its description names the adapter, its backend and driver.
+
+Programs go through the shared kernel scheduler (``fnarray.lowering.kernels``):
+the same kernels as the opencl backend, printed as WGSL by ``render_wgsl``. The
+runtime here holds:
+
+- storage buffers (``bool`` stored as ``u32``; ``float16`` only where the
+  adapter has ``shader-f16``), created from NumPy arrays and read back only when
+  the user reads values (``__array__``, ``.item()``, ``block_until_ready``);
+- a buffer pool: a buffer whose array is gone serves the next array of its size
+  (no allocation, no zero-fill), safe because one in-order queue runs all work;
+- a pipeline cache keyed by WGSL source, so one compiled pipeline serves every
+  program that schedules the same kernel, and per launch a small cache of bind
+  groups (pooled buffers recur from call to call);
+- one command encoder and one submit per jitted call: no host round trip between
+  kernels (host-driven control flow adds one predicate readback per iteration).
+
+Limits are read from the device, never assumed. The device is requested with
+WebGPU's default compute limits (``PORTABLE_LIMITS``: 8 storage buffers per
+stage, 256 invocations per work-group...), what every browser gives, even where
+the native adapter allows more, so that an exported bundle runs everywhere; only
+buffer sizes are the adapter's. The scheduler never binds more storage buffers
+than ``maxStorageBuffersPerShaderStage``, a dispatch of more than
+``maxComputeWorkgroupsPerDimension`` work-groups folds into a second dimension,
+and an array larger than ``maxStorageBufferBindingSize`` cannot be bound: its
+equations fall back to numpy (or raise ``UnsupportedOnDevice`` with
+``fnarray.config.fallback = "error"``). Donated inputs are not reused (a kernel
+never writes a buffer it also reads, which WebGPU forbids within one dispatch).
+
+Only standard WebGPU is used (no ``shader-f64``/``shader-int64`` of native wgpu), so
+native and browser results agree: ``float32``, ``int32``, ``uint32``, ``bool`` and,
+with ``shader-f16``, ``float16``. Other dtypes go through the partitioner's fallback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import weakref
+
+import numpy as np
+
+from fnarray.core import dtypes
+from fnarray.core import primitives as P
+from fnarray.core.errors import BackendUnavailable
+from fnarray.core.ir import Literal
+from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
+from fnarray.devices.host_control import CONTROL_PRIMITIVES
+from fnarray.lowering.kernels import KernelList, schedule_program
+from fnarray.lowering.kernels.ir import BufferParam
+from fnarray.lowering.kernels.schedule import CALLS, SCHEDULED
+from fnarray.lowering.kernels.wgsl import DEFAULT_GROUP_SIZE, render_wgsl, uniform_bytes, wgsl_layout
+
+__all__ = ["make_backend", "WebGPUBackend", "WGBuffer", "PORTABLE_LIMITS"]
+
+_HINT = ("pip install wgpu (and a Vulkan, Metal, D3D12 or OpenGL driver; on Debian/Ubuntu without a GPU: "
+         "apt-get install mesa-vulkan-drivers)")
+_F16 = np.dtype(np.float16)
+_BASE_DTYPES = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool_})
+_MAX_ELEMENTS = 2**31 - 1
+_CACHED_BIND_GROUPS = 4         # bind groups remembered per kernel launch
+_CACHED_BIND_BYTES = 1 << 20    # only for launches binding at most this many bytes
+#: The compute limits WebGPU gives by default on every adapter (browsers included); the device asks
+#: for these, not for what a native adapter could give, so that kernels are portable.
+PORTABLE_LIMITS = {
+    "max-storage-buffers-per-shader-stage": 8,
+    "max-uniform-buffers-per-shader-stage": 12,
+    "max-compute-invocations-per-workgroup": 256,
+    "max-compute-workgroup-size-x": 256,
+    "max-compute-workgroup-size-y": 256,
+    "max-compute-workgroup-size-z": 64,
+    "max-compute-workgroup-storage-size": 16384,
+    "max-compute-workgroups-per-dimension": 65535,
+    "max-bind-groups": 4,
+}
+
+
+def _import_wgpu():
+    try:
+        import wgpu
+    except ImportError as e:
+        raise BackendUnavailable(f"the webgpu backend needs wgpu-py: not installed (to fix: {_HINT})") from e
+    return wgpu
+
+
+# ------------------------------------------------------------------------------------------- buffers
+
+
+class WGBuffer:
+    """A device array: a wgpu storage buffer holding ``size`` elements of ``dtype`` (row-major ``shape``).
+
+    ``bool`` elements are stored as ``u32``. The wgpu buffer is at least 4 bytes and a multiple
+    of 4 (WebGPU's binding rules), so a zero-size or odd-size array still binds.
+    """
+
+    __slots__ = ("buffer", "dtype", "shape", "gpu", "__weakref__")
+
+    def __init__(self, buffer, dtype, shape, gpu):
+        self.buffer, self.dtype, self.shape, self.gpu = buffer, np.dtype(dtype), tuple(shape), gpu
+
+    def __del__(self):
+        # The wgpu buffer goes back to its GPU's pool: the next array of that size reuses it without a new
+        # allocation (and without the zero-fill WebGPU gives a fresh buffer). One in-order queue makes this
+        # safe: work already submitted on the buffer runs before any later use.
+        b = self.buffer
+        if b is not None:
+            try:
+                self.gpu.release(b)
+            except Exception:  # noqa: BLE001 (interpreter shutdown: the device may be gone)
+                pass
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * storage_itemsize(self.dtype)
+
+    def __repr__(self):
+        return f"WGBuffer({self.dtype.name}{list(self.shape)})"
+
+
+def storage_itemsize(dtype) -> int:
+    """Bytes per element in a WGSL buffer (``bool`` is a ``u32``)."""
+    d = np.dtype(dtype)
+    return 4 if d == np.bool_ else d.itemsize
+
+
+def _padded(nbytes: int) -> int:
+    return max(4, (nbytes + 3) // 4 * 4)
+
+
+# ------------------------------------------------------------------------------------------- the GPU
+
+
+class _GPU:
+    """One wgpu adapter, its device and queue, the buffer pool and the pipeline cache."""
+
+    def __init__(self, wgpu, adapter):
+        self.wgpu = wgpu
+        self.adapter = adapter
+        info = adapter.info
+        self.info = info
+        self.backend_type = str(info.get("backend_type", "?"))
+        self.adapter_type = str(info.get("adapter_type", "?"))
+        self.has_f16 = "shader-f16" in adapter.features
+        self._device = None
+        self.limits = dict(adapter.limits)
+        self.pipelines: dict = {}
+        self.layouts: dict = {}
+        self.pool: dict = {}            # padded byte size -> free wgpu buffers
+        self.pool_bytes = 0
+        self.pool_limit = 256 << 20
+        self.usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+
+    def describe(self) -> str:
+        i = self.info
+        driver = i.get("description") or ""
+        return (f"{i.get('device', '?')} via {self.backend_type} ({self.adapter_type.lower()})"
+                + (f", {driver}" if driver else "") + (", shader-f16" if self.has_f16 else ""))
+
+    @property
+    def device(self):
+        d = self._device
+        if d is None:
+            d = self._open()
+        return d
+
+    def _open(self):
+        lim = self.adapter.limits
+        # The compute limits every WebGPU implementation (a browser included) gives by default: the device
+        # is made with those, so kernels that run here run everywhere. Buffer sizes are the adapter's.
+        want = {k: min(v, lim[k]) for k, v in PORTABLE_LIMITS.items() if k in lim}
+        want.update({k: lim[k] for k in ("max-storage-buffer-binding-size", "max-buffer-size") if k in lim})
+        feats = ["shader-f16"] if self.has_f16 else []
+        try:
+            dev = self.adapter.request_device_sync(required_features=feats, required_limits=want)
+        except Exception as e:  # noqa: BLE001 (a broken driver may raise anything)
+            raise BackendUnavailable(f"webgpu adapter {self.describe()} gave no device: {type(e).__name__}: {e} "
+                                     f"(to fix: {_HINT}, or pick another adapter with WGPU_BACKEND_TYPE)") from e
+        self._device = dev
+        self.queue = dev.queue
+        self.limits = dict(dev.limits)
+        return dev
+
+    # ------------------------------------------------------------------ buffers
+    def alloc(self, dtype, shape) -> WGBuffer:
+        n = math.prod(shape) * storage_itemsize(dtype)
+        self._check_size(n, dtype, shape)
+        size = _padded(n)
+        free = self.pool.get(size)
+        if free:
+            self.pool_bytes -= size
+            return WGBuffer(free.pop(), dtype, shape, self)
+        return WGBuffer(self.device.create_buffer(size=size, usage=self.usage), dtype, shape, self)
+
+    def release(self, buffer):
+        """Keep ``buffer`` for reuse by ``alloc`` (up to ``pool_limit`` bytes in all), else let it go."""
+        size = buffer.size
+        if self.pool_bytes + size <= self.pool_limit:
+            self.pool.setdefault(size, []).append(buffer)
+            self.pool_bytes += size
+
+    def _check_size(self, nbytes, dtype, shape):
+        cap = self.limits.get("max-buffer-size")
+        if cap is not None and nbytes > cap:
+            raise ValueError(f"an array of {np.dtype(dtype).name}{list(shape)} ({nbytes} bytes) exceeds this "
+                             f"webgpu device's maxBufferSize ({cap} bytes); keep it on another device "
+                             "(fnarray.device_put(x, 'numpy')) or split it")
+
+    def upload(self, array: np.ndarray) -> WGBuffer:
+        a = np.asarray(array)
+        d = a.dtype
+        if d == np.bool_:
+            data = a.astype(np.uint32)
+        else:
+            data = np.ascontiguousarray(a, dtype=d.newbyteorder("="))
+        raw = data.tobytes()
+        self._check_size(len(raw), d, a.shape)
+        pad = _padded(len(raw)) - len(raw)
+        if pad:
+            raw += b"\0" * pad
+        buf = self.device.create_buffer_with_data(data=raw, usage=self.usage)
+        return WGBuffer(buf, d, a.shape, self)
+
+    def download(self, b: WGBuffer) -> np.ndarray:
+        n = b.nbytes
+        if n == 0:
+            return np.zeros(b.shape, b.dtype)
+        raw = self.queue.read_buffer(b.buffer, 0, _padded(n))
+        if b.dtype == np.bool_:
+            return np.frombuffer(raw, np.uint32, b.size).astype(np.bool_).reshape(b.shape)
+        return np.frombuffer(raw, b.dtype, b.size).reshape(b.shape)
+
+    def wait(self, b: WGBuffer):
+        """Block until the queued work that writes ``b`` is done (a 4-byte readback: see TRAPS.md)."""
+        self.queue.read_buffer(b.buffer, 0, 4)
+
+    # ------------------------------------------------------------------ pipelines
+    def bind_group_layout(self, rw: tuple, uniform: bool):
+        """The layout of storage buffers (``rw[k]``: written) then, if ``uniform``, one uniform buffer."""
+        key = (rw, uniform)
+        bgl = self.layouts.get(key)
+        if bgl is None:
+            wgpu = self.wgpu
+            entries = [{"binding": k, "visibility": wgpu.ShaderStage.COMPUTE,
+                        "buffer": {"type": "storage" if w else "read-only-storage"}}
+                       for k, w in enumerate(rw)]
+            if uniform:
+                entries.append({"binding": len(rw), "visibility": wgpu.ShaderStage.COMPUTE,
+                                "buffer": {"type": "uniform"}})
+            bgl = self.device.create_bind_group_layout(entries=entries)
+            self.layouts[key] = bgl
+        return bgl
+
+    def pipeline(self, source: str, entry: str, rw: tuple, uniform: bool):
+        """The compute pipeline of WGSL ``source`` and its bind-group layout (cached by source text)."""
+        hit = self.pipelines.get(source)
+        if hit is None:
+            dev = self.device
+            bgl = self.bind_group_layout(rw, uniform)
+            try:
+                module = dev.create_shader_module(code=source)
+                layout = dev.create_pipeline_layout(bind_group_layouts=[bgl])
+                pipe = dev.create_compute_pipeline(layout=layout, compute={"module": module, "entry_point": entry})
+            except Exception as e:  # noqa: BLE001 (wgpu reports validation errors with several classes)
+                raise RuntimeError(f"the WGSL compiler rejected fnarray's generated kernel {entry} (a bug in "
+                                   f"fnarray; please report it): {e}\n--- source ---\n{source}") from None
+            hit = (pipe, bgl)
+            self.pipelines[source] = hit
+        return hit
+
+    def uniform(self, raw: bytes):
+        usage = self.wgpu.BufferUsage.UNIFORM | self.wgpu.BufferUsage.COPY_DST
+        raw = raw + b"\0" * (-len(raw) % 16)
+        return self.device.create_buffer_with_data(data=raw, usage=usage)
+
+    def bind_group(self, bgl, buffers, uniform):
+        entries = [{"binding": k, "resource": {"buffer": b}} for k, b in enumerate(buffers)]
+        if uniform is not None:
+            entries.append({"binding": len(buffers), "resource": {"buffer": uniform}})
+        return self.device.create_bind_group(layout=bgl, entries=entries)
+
+
+def _adapters(wgpu):
+    """Adapters to try, best first: the one wgpu prefers (``WGPU_BACKEND_TYPE`` if set), then the others."""
+    try:
+        a = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    except Exception:  # noqa: BLE001 (no adapter or a broken driver: try the list)
+        a = None
+    if a is not None:
+        yield a
+    try:
+        others = wgpu.gpu.enumerate_adapters_sync()
+    except Exception as e:  # noqa: BLE001
+        raise BackendUnavailable(f"wgpu could not list adapters: {type(e).__name__}: {e} (to fix: {_HINT})") from e
+    seen = {_adapter_key(a)} if a is not None else set()
+    for b in others:
+        if _adapter_key(b) not in seen:
+            seen.add(_adapter_key(b))
+            yield b
+
+
+def _adapter_key(a):
+    i = a.info
+    return (i.get("device"), i.get("backend_type"), i.get("vendor_id"), i.get("device_id"))
+
+
+# ------------------------------------------------------------------------------------------- backend
+
+
+class _Step:
+    """One kernel launch of a plan: pipeline, what it binds (value slots), uniform, work-groups.
+
+    ``bind_groups`` caches the bind groups of recent buffer combinations (a bind group costs more
+    than the rest of a small launch, and pooled buffers recur from call to call); only small buffers
+    are cached, since a cached bind group keeps its buffers' memory alive.
+    """
+
+    __slots__ = ("source", "entry", "pipeline", "bgl", "slots", "uniform", "groups", "launch", "bind_groups")
+
+    def __init__(self, source, entry, pipeline, bgl, slots, uniform, groups, launch):
+        self.source, self.entry, self.pipeline, self.bgl = source, entry, pipeline, bgl
+        self.slots, self.uniform, self.groups, self.launch = slots, uniform, groups, launch
+        self.bind_groups: dict = {}
+
+    def bind_group(self, gpu, buffers):
+        key = tuple(map(id, buffers))
+        hit = self.bind_groups.get(key)
+        if hit is not None:
+            bg, refs = hit
+            if all(r() is b for r, b in zip(refs, buffers, strict=True)):
+                return bg
+        bg = gpu.bind_group(self.bgl, buffers, self.uniform)
+        if sum(b.size for b in buffers) <= _CACHED_BIND_BYTES:
+            cache = self.bind_groups
+            if len(cache) >= _CACHED_BIND_GROUPS:
+                del cache[next(iter(cache))]
+            cache[key] = (bg, tuple(weakref.ref(b) for b in buffers))
+        return bg
+
+
+class _Plan:
+    """A schedule bound to one GPU: value slots (inputs first, then buffers made per call) and steps."""
+
+    def __init__(self, gpu: _GPU, sched):
+        self.gpu = gpu
+        self.schedule = sched
+        slot_of: dict = {}
+        for i, spec in enumerate(sched.inputs):
+            slot_of.setdefault(spec, i)
+        self.n_inputs = len(sched.inputs)
+        allocs = []
+
+        def slot(spec):
+            k = slot_of.get(spec)
+            if k is None:
+                k = self.n_inputs + len(allocs)
+                slot_of[spec] = k
+                allocs.append(spec)
+            return k
+
+        self.steps = []
+        for launch in sched.launches:
+            kernel = launch.kernel
+            if kernel.local_size is None:
+                kernel = dataclasses.replace(kernel, local_size=tuple(launch.local_size))
+            layout = wgsl_layout(kernel)
+            source = render_wgsl(kernel)
+            slots, rw, scalars = [], [], {}
+            for p, a in zip(kernel.params, launch.args, strict=True):
+                if isinstance(p, BufferParam):
+                    slots.append(slot(a))
+                    rw.append(bool(p.writes))
+                else:
+                    scalars[p.name] = a
+            gs = tuple(launch.global_size) + (1,) * (3 - len(launch.global_size))
+            ls = layout.group_size
+            if any(g % l for g, l in zip(gs, ls, strict=True)):
+                raise ValueError(f"kernel {kernel.name}: global size {gs} is not a multiple of the work-group "
+                                 f"size {ls}")
+            groups = tuple(g // l for g, l in zip(gs, ls, strict=True))
+            lim = gpu.limits.get("max-compute-workgroups-per-dimension", 65535)
+            if max(groups) > lim:
+                raise ValueError(f"kernel {kernel.name} needs {groups} work-groups; this adapter allows {lim} "
+                                 "per dimension (the scheduler folds larger launches: was max_dispatch set?)")
+            if min(groups) == 0:
+                continue
+            pipe, bgl = gpu.pipeline(source, kernel.name, tuple(rw), layout.uniform_binding is not None)
+            uni = gpu.uniform(uniform_bytes(layout, scalars)) if layout.uniform_fields else None
+            self.steps.append(_Step(source, kernel.name, pipe, bgl, tuple(slots), uni, groups, launch))
+        self.outputs = []
+        for o in sched.outputs:
+            if isinstance(o, Literal):
+                self.outputs.append(gpu.upload(np.asarray(o.val, o.aval.dtype)))
+            else:
+                self.outputs.append(slot(o))
+        self.n_slots = self.n_inputs + len(allocs)
+        self.allocs = [(self.n_inputs + i, spec) for i, spec in enumerate(allocs)]
+
+    def executable(self):
+        gpu, steps, allocs, outputs = self.gpu, self.steps, self.allocs, self.outputs
+        n_inputs, n_slots = self.n_inputs, self.n_slots
+
+        def run(bufs):
+            if len(bufs) != n_inputs:
+                raise ValueError(f"this webgpu executable takes {n_inputs} buffers, got {len(bufs)}")
+            vals = list(bufs) + [None] * (n_slots - n_inputs)
+            for k, spec in allocs:
+                vals[k] = gpu.alloc(spec.dtype, spec.shape)
+            if steps:
+                dev = gpu.device
+                enc = dev.create_command_encoder()
+                cp = enc.begin_compute_pass()
+                for st in steps:
+                    bg = st.bind_group(gpu, [vals[k].buffer for k in st.slots])
+                    cp.set_pipeline(st.pipeline)
+                    cp.set_bind_group(0, bg)
+                    cp.dispatch_workgroups(*st.groups)
+                cp.end()
+                gpu.queue.submit([enc.finish()])
+            return [vals[o] if isinstance(o, int) else o for o in outputs]
+
+        return run
+
+
+class WebGPULowered(Lowered):
+    """A program scheduled into WGSL kernels for one webgpu device."""
+
+    def __init__(self, program, device, backend):
+        super().__init__(program, device)
+        self.backend = backend
+        self._plan = None
+
+    def _schedules(self):
+        if self._plan is None:
+            self._plan = schedule_program(self.program, self.backend.capabilities(self.device),
+                                          workgroup=DEFAULT_GROUP_SIZE)
+        return self._plan
+
+    def kernels(self) -> KernelList:
+        """The generated kernels in launch order: each with its WGSL source, work sizes and the IR
+        equations it fused (``print`` shows them)."""
+        return self._schedules().listing(_named_source)
+
+    def as_text(self) -> str:
+        """The WGSL source of every kernel, in launch order."""
+        return str(self.kernels())
+
+    def compile(self):
+        plan = self._schedules()
+        if plan.host_driven:
+            from fnarray.devices import host_control
+            return host_control.HostDriven(self.program, self.device, [True] * len(self.program.eqns))
+        return _Plan(self.backend.gpu, plan.schedule).executable()
+
+
+def _named_source(kernel):
+    return kernel.name, render_wgsl(kernel)
+
+
+class WebGPUBackend(Backend):
+    name = "webgpu"
+
+    def __init__(self, wgpu, gpu: _GPU):
+        self.wgpu = wgpu
+        self.gpu = gpu
+        platform = "cpu" if gpu.adapter_type.lower() == "cpu" else "gpu"
+        self._devices = [Device("webgpu", 0, platform, gpu.describe(), handle=gpu)]
+        self._caps = None
+
+    def devices(self):
+        return self._devices
+
+    def capabilities(self, device=None) -> Capabilities:
+        caps = self._caps
+        if caps is None:
+            lim = self.gpu.limits
+            ds = set(_BASE_DTYPES)
+            if self.gpu.has_f16:
+                ds.add(_F16)
+            caps = Capabilities(
+                dtypes=frozenset(ds),
+                max_buffers_per_kernel=lim["max-storage-buffers-per-shader-stage"],
+                max_workgroup_size=min(lim["max-compute-invocations-per-workgroup"],
+                                       lim["max-compute-workgroup-size-x"]),
+                max_dispatch=lim["max-compute-workgroups-per-dimension"],
+                local_memory=True, atomics=False, tiling_pays=self.gpu.adapter_type.lower() != "cpu",
+                control_flow="host")
+            self._caps = caps
+        return caps
+
+    def supports(self, eqn, device):
+        prim = eqn.primitive
+        if prim is P.custom_lin:
+            return "custom_lin only appears in linear programs that are transposed, never run"
+        caps = self.capabilities(device)
+        cap = self.gpu.limits.get("max-storage-buffer-binding-size")
+        for a in list(eqn.inputs) + list(eqn.outputs):
+            d = a.aval.dtype
+            if d not in caps.dtypes:
+                f16 = "float16" if self.gpu.has_f16 else "float16 where the adapter has shader-f16"
+                return f"WebGPU has no {d.name} (it computes in float32, int32, uint32, bool and {f16})"
+            n = a.aval.size * storage_itemsize(d)
+            if cap is not None and n > cap:
+                return (f"an operand {a.aval.str_short()} of {n} bytes exceeds the maxStorageBufferBindingSize "
+                        f"of {device} ({cap} bytes)")
+            if a.aval.size > _MAX_ELEMENTS:
+                return f"kernels index with int32: {a.aval.str_short()} has more than 2**31 - 1 elements"
+        if prim in CONTROL_PRIMITIVES or prim in CALLS:
+            return None  # driven from the host / inlined; the partitioner checks their sub-programs
+        if prim not in SCHEDULED:
+            return f"the webgpu backend has no kernel for {prim.name}"
+        if prim is P.dot_general and any(isinstance(a, Literal) for a in eqn.inputs):
+            return "dot_general of a literal operand (an array of it is needed)"
+        return None
+
+    def lower(self, program, device, donate=()):
+        return WebGPULowered(program, device, self)
+
+    def to_device(self, array, device):
+        return self.gpu.upload(np.asarray(array))
+
+    def to_host(self, buf):
+        return self.gpu.download(buf)
+
+    def block_until_ready(self, buf):
+        if buf.nbytes:
+            self.gpu.wait(buf)
+        return buf
+
+    def delete(self, buf):
+        # Back to the pool rather than destroyed: work already queued on it may still read it, and the
+        # in-order queue runs that work before any later use of the recycled buffer.
+        b, buf.buffer = buf.buffer, None
+        if b is not None:
+            self.gpu.release(b)
+
+
+def make_backend():
+    """The webgpu backend on the first working adapter.
+
+    Raises ``BackendUnavailable`` (with the fix) when wgpu-py is missing, no
+    adapter is found, or the driver fails.
+    """
+    wgpu = _import_wgpu()
+    errors = []
+    for adapter in _adapters(wgpu):
+        gpu = _GPU(wgpu, adapter)
+        try:
+            gpu.device  # noqa: B018 (opening the device is the check that the driver works)
+        except BackendUnavailable as e:
+            errors.append(str(e))
+            continue
+        return WebGPUBackend(wgpu, gpu)
+    want = os.environ.get("WGPU_BACKEND_TYPE")
+    why = "; ".join(errors) if errors else "no adapter found" + (f" for WGPU_BACKEND_TYPE={want}" if want else "")
+    raise BackendUnavailable(f"webgpu: {why} (to fix: {_HINT})")

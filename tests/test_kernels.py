@@ -1,0 +1,279 @@
+"""The kernel compiler without a device: index algebra, scheduling (fusion, limits), rendering, golden kernels.
+
+Kernel counts are checked on the schedule of traced programs for fixed
+capabilities, so these tests run where no OpenCL driver is installed. Golden
+files under ``tests/golden/`` hold the OpenCL C of a few kernels; set
+``FNARRAY_REGEN_GOLDEN=1`` to rewrite them after an intended change (and review
+the diff).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from fnarray.core import dtypes
+from fnarray.core import primitives as P
+from fnarray.devices.backend import Capabilities
+from fnarray.lowering.kernels import render_opencl, schedule
+from fnarray.lowering.kernels.index import ix_const, ix_data, ix_var, linearize, to_expr, unravel
+from fnarray.lowering.kernels.ir import BufferParam, Const, Load, Sym, const
+from fnarray.lowering.kernels.opencl_c import OpenCLRenderer
+from fnarray.lowering.kernels.wgsl import render_wgsl
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+from backend_vs_raw import fn_init, fn_loss  # noqa: E402
+
+GOLDEN = pathlib.Path(__file__).parent / "golden"
+CAPS = Capabilities(dtypes=frozenset(dtypes.ALL_DTYPES), max_workgroup_size=256, local_memory=True,
+                    tiling_pays=True, control_flow="host")
+WEBGPU_LIKE = Capabilities(dtypes=frozenset({dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool_}),
+                           max_buffers_per_kernel=8, max_workgroup_size=256, max_dispatch=65535,
+                           local_memory=True, tiling_pays=True, control_flow="host")
+# The fusion tests run for both kernel backends: their capabilities and their renderer.
+TARGETS = {"opencl": (CAPS, render_opencl), "webgpu": (WEBGPU_LIKE, render_wgsl)}
+
+
+@pytest.fixture(params=sorted(TARGETS))
+def target(request):
+    return TARGETS[request.param]
+
+
+def traced(f, *args):
+    prog = fa.make_ir(f)(*args)
+    fa.check_program(prog)
+    return prog
+
+
+def kernels(f, *args, caps=CAPS, target=None):
+    """The launches of ``f``'s schedule; with a ``target``, for its capabilities, each kernel printed by its
+    renderer (which raises on what the target cannot express)."""
+    if target is not None:
+        caps, render = target
+    launches = schedule(traced(f, *args), caps, workgroup=64).launches
+    if target is not None:
+        for launch in launches:
+            render(launch.kernel)
+    return launches
+
+
+def f32(*shape, seed=0):
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
+
+
+# ------------------------------------------------------------------------------------- index algebra
+
+
+def test_reshape_round_trip_reads_the_same_element():
+    i, j = ix_var("i0", 3), ix_var("i1", 4)
+    flat = linearize((i, j), (3, 4))
+    assert unravel(flat, (3, 4)) == (i, j)
+    # Through a different shape and back: still the identity.
+    mid = unravel(flat, (2, 6))
+    assert linearize(unravel(linearize(mid, (2, 6)), (3, 4)), (3, 4)) == flat
+
+
+def test_division_and_remainder_use_bounds():
+    i, j = ix_var("i", 5), ix_var("j", 4)
+    assert (i * 4 + j) // 4 == i
+    assert (i * 4 + j) % 4 == j
+    assert (i * 8 + j) // 4 == i * 2
+    assert ((i * 4 + j) // 2).bounds() == (0, 9)
+    d = ix_data(Sym("k", np.dtype(np.int32)), 0, 2)
+    assert (d * 6 + j) % 6 == j
+    assert ix_const(7) // 2 == ix_const(3) and ix_const(7) % 2 == ix_const(1)
+
+
+def test_index_expression_matches_python():
+    i, j = ix_var("i", 6), ix_var("j", 5)
+    form = ((i * 5 + j) // 3) % 4 + 2
+    e = to_expr(form)
+    rendered = OpenCLRenderer().expr(e)
+    for iv in range(6):
+        for jv in range(5):
+            want = ((iv * 5 + jv) // 3) % 4 + 2
+            got = eval(rendered.replace("/", "//"), {"i": iv, "j": jv})  # noqa: S307 (our own int expression)
+            assert got == want
+
+
+# ------------------------------------------------------------------------------------- rendering
+
+
+@pytest.mark.parametrize("value,dtype,text", [
+    (1.5, np.float32, "1.5f"), (-0.0, np.float32, "(-0.0f)"), (np.inf, np.float32, "((float)INFINITY)"),
+    (-np.inf, np.float32, "(-(float)INFINITY)"), (np.nan, np.float32, "((float)NAN)"),
+    (0.1, np.float64, "0.1"), (-2147483648, np.int32, "(-2147483647 - 1)"), (7, np.uint32, "7u"),
+    (-3, np.int8, "((char)-3)"), (True, np.bool_, "true"), (2**40, np.int64, "1099511627776L"),
+])
+def test_literals(value, dtype, text):
+    assert OpenCLRenderer().literal(const(value, dtype)) == text
+
+
+def test_float32_literal_round_trips():
+    for v in np.random.default_rng(0).standard_normal(200).astype(np.float32):
+        text = OpenCLRenderer().literal(const(v, np.float32))
+        assert np.float32(float(text.strip("()").rstrip("f"))) == v
+
+
+def test_constants_keep_sign_of_zero_and_nan_apart():
+    assert const(0.0, np.float32) != const(-0.0, np.float32)
+    assert const(np.nan, np.float32) == const(np.nan, np.float32)
+    assert isinstance(Load("global", "x", const(0, np.int32), np.dtype(np.float32)).index, Const)
+
+
+def test_generated_source_is_deterministic(target):
+    def f(x, y):
+        return fnp.sum(fnp.exp(x - fnp.max(x, axis=1, keepdims=True)) * y, axis=1)
+    x, y = f32(8, 20), f32(8, 20, seed=1)
+    render = target[1]
+    first = [render(launch.kernel) for launch in kernels(f, x, y, target=target)]
+    second = [render(launch.kernel) for launch in kernels(f, x, y, target=target)]
+    assert first == second
+
+
+def test_flat_kernels_take_the_size_as_an_argument(target):
+    # One compiled kernel serves every shape: the source of add on (3, 4) and on (7,) is the same.
+    render = target[1]
+    a = [render(k.kernel) for k in kernels(lambda x, y: x + y, f32(3, 4), f32(3, 4), target=target)]
+    b = [render(k.kernel) for k in kernels(lambda x, y: x + y, f32(7), f32(7), target=target)]
+    assert a == b and len(a) == 1
+    r1 = [render(k.kernel) for k in kernels(lambda x: fnp.sum(x, axis=1), f32(3, 40), target=target)]
+    r2 = [render(k.kernel) for k in kernels(lambda x: fnp.sum(x, axis=1), f32(5, 50), target=target)]
+    assert r1 == r2
+
+
+# ------------------------------------------------------------------------------------- fusion
+
+
+def test_elementwise_chain_is_one_kernel(target):
+    a, x, b = f32(1000), f32(1000, seed=1), f32(1000, seed=2)
+    ks = kernels(lambda a, x, b: fnp.tanh(a * x + b) * x + 1.0, a, x, b, target=target)
+    assert len(ks) == 1
+    assert {e.primitive for e in ks[0].eqns} == {P.mul, P.add, P.tanh}
+
+
+def test_broadcasts_transposes_and_slices_fuse(target):
+    def f(x, y, z):
+        return (x.T[1:, ::2] * y[None, :] + z[:, None]).reshape(-1)
+    x, y, z = f32(6, 5), f32(3), f32(4)
+    ks = kernels(f, x, y, z, target=target)
+    assert len(ks) == 1
+    assert {P.transpose, P.slice_p, P.broadcast_in_dim, P.reshape} <= {e.primitive for e in ks[0].eqns}
+
+
+def test_softmax_normaliser_is_at_most_two_kernels(target):
+    ks = kernels(lambda x: fnp.sum(fnp.exp(x - fnp.max(x))), f32(1000), target=target)
+    assert len(ks) <= 2
+    assert all(k.kind == "reduce" for k in ks)
+
+
+def test_matmul_bias_relu_is_one_matmul_kernel(target):
+    x, w, b = f32(64, 32), f32(32, 48, seed=1), f32(48, seed=2)
+    ks = kernels(lambda x, w, b: fa.nn.relu(x @ w + b), x, w, b, target=target)
+    assert len(ks) == 1 and ks[0].kind == "dot"
+    prims = {e.primitive for e in ks[0].eqns}
+    assert P.dot_general in prims and P.add in prims and P.max_p in prims
+    # The product itself is not written: only the activation is.
+    writes = [p for p in ks[0].kernel.params if isinstance(p, BufferParam) and p.writes]
+    assert len(writes) == 1
+
+
+def test_mlp_gradient_runs_in_fewer_kernels_than_primitives(target):
+    params = fn_init()
+    x = f32(64, 64)
+    y = np.eye(10, dtype=np.float32)[np.random.default_rng(0).integers(0, 10, 64)]
+    prog = traced(fa.grad(fn_loss), params, x, y)
+    ks = kernels(fa.grad(fn_loss), params, x, y, target=target)
+    assert len(ks) < len(prog.eqns) / 2, (len(ks), len(prog.eqns))
+
+
+def test_multi_output_elementwise_shares_a_kernel(target):
+    def adam_like(m, v, g):
+        m2 = 0.9 * m + 0.1 * g
+        v2 = 0.999 * v + 0.001 * g * g
+        return m2, v2, m2 / (fnp.sqrt(v2) + 1e-8)
+    ks = kernels(adam_like, f32(100), f32(100, seed=1), f32(100, seed=2), target=target)
+    assert len(ks) == 1
+    assert sum(isinstance(p, BufferParam) and p.writes for p in ks[0].kernel.params) == 3
+
+
+def test_weight_gradient_transpose_folds_into_the_matmul(target):
+    x, g = f32(64, 32), f32(64, 16, seed=1)
+    ks = kernels(lambda x, g: (x.T @ g).T, x, g, target=target)
+    assert len(ks) == 1 and ks[0].kind == "dot"
+
+
+def test_reduction_epilogue_fuses(target):
+    ks = kernels(lambda x: fnp.mean(x, axis=1) * 2.0 + 1.0, f32(16, 50), target=target)
+    assert len(ks) == 1 and ks[0].kind == "reduce"
+
+
+# ------------------------------------------------------------------------------------- target limits
+
+
+def test_buffer_limit_is_respected():
+    xs = [f32(16, seed=i) for i in range(12)]
+
+    def f(*xs):
+        acc = xs[0]
+        for x in xs[1:]:
+            acc = acc * 0.5 + x
+        return acc
+    for launch in kernels(f, *xs, caps=WEBGPU_LIKE):
+        assert sum(isinstance(p, BufferParam) for p in launch.kernel.params) <= 8
+    assert len(kernels(f, *xs)) == 1  # without the limit: one kernel
+
+
+def test_large_dispatch_folds_into_two_dimensions():
+    caps = Capabilities(dtypes=CAPS.dtypes, max_workgroup_size=64, max_dispatch=16, control_flow="host")
+    ks = kernels(lambda x: x * 2.0, f32(64 * 40), caps=caps)
+    assert len(ks[0].global_size) == 2 and ks[0].global_size[0] // 64 <= 16
+    assert ks[0].global_size[0] * ks[0].global_size[1] >= 64 * 40
+
+
+def test_no_local_memory_means_serial_reductions_and_untiled_matmuls():
+    caps = Capabilities(dtypes=CAPS.dtypes, max_workgroup_size=64, local_memory=False, control_flow="host")
+    ks = kernels(lambda x, w: fnp.sum(x @ w, axis=0), f32(128, 128), f32(128, 128, seed=1), caps=caps)
+    assert "__local" not in "".join(render_opencl(k.kernel) for k in ks)
+
+
+# ------------------------------------------------------------------------------------- golden kernels
+
+
+def _golden_programs():
+    rng = np.random.default_rng(0)
+    a, x, b = f32(1000), f32(1000, seed=1), f32(1000, seed=2)
+    yield "chain", (lambda a, x, b: fnp.tanh(a * x + b) * x + 1.0), (a, x, b)
+    yield "logsumexp_rows", (lambda x: fnp.log(fnp.sum(fnp.exp(x - fnp.max(x, axis=1, keepdims=True)), axis=1))), (
+        f32(8, 300),)
+    yield "matmul_bias_relu", (lambda x, w, b: fa.nn.relu(x @ w + b)), (f32(64, 64), f32(64, 128, seed=1),
+                                                                         f32(128, seed=2))
+    yield "gather_transpose", (lambda x, i: x[i].T * 2.0), (f32(10, 3), rng.integers(0, 10, 7).astype(np.int32))
+    yield "scatter_add", (lambda x, i, u: x.at[i].add(u)), (f32(10, 3), rng.integers(0, 10, 7).astype(np.int32),
+                                                             f32(7, 3, seed=3))
+    yield "argsort", (lambda x: fnp.argsort(x)), (f32(20),)
+    yield "cumsum_rows", (lambda x: fnp.cumsum(x, axis=0)), (f32(5, 4),)
+
+
+@pytest.mark.parametrize("name,f,args", list(_golden_programs()), ids=[g[0] for g in _golden_programs()])
+def test_golden_kernels(name, f, args):
+    seen, parts = set(), []
+    for launch in schedule(traced(f, *args), CAPS, workgroup=64).launches:
+        src = render_opencl(launch.kernel)
+        if src not in seen:  # a sort's compare-exchange kernel is launched once per stage
+            seen.add(src)
+            parts.append(src)
+    text = "\n".join(parts)
+    path = GOLDEN / f"{name}.cl"
+    if os.environ.get("FNARRAY_REGEN_GOLDEN"):
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"{path} is missing: run with FNARRAY_REGEN_GOLDEN=1 to create it"
+    assert text == path.read_text(), (f"generated kernels for {name!r} changed; review the difference and "
+                                      "run with FNARRAY_REGEN_GOLDEN=1 if it is intended")

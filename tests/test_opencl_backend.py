@@ -1,0 +1,384 @@
+"""The opencl backend on its device (PoCL here): fusion, no silent fallback, dtypes, kernels, runtime.
+
+Results are compared with NumPy (in float64 where it matters) or with the numpy
+backend; kernel counts come from ``fa.jit(f, device=...).lower(...).kernels()``.
+The parity tier (``tests/test_parity.py``) runs every primitive on this device too.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from fnarray.core import dtypes
+from fnarray.core import primitives as P
+from fnarray.core.config import config
+from fnarray.core.errors import BackendUnavailable, FallbackWarning, UnsupportedOnDevice
+from fnarray.testing.cases import CASES, NOT_EXECUTED
+
+from helpers import require_backend
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+from backend_vs_raw import fn_init, fn_loss, make_fn_step  # noqa: E402
+
+REF = fa.devices("numpy")[0]
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return require_backend("opencl")[0]
+
+
+@pytest.fixture
+def no_fallback():
+    old = config.fallback
+    config.fallback = "error"
+    try:
+        yield
+    finally:
+        config.fallback = old
+
+
+def put(x, device):
+    return fa.device_put(fnp.asarray(x), device)
+
+
+def f32(*shape, seed=0, lo=-1.0, hi=1.0):
+    return np.random.default_rng(seed).uniform(lo, hi, shape).astype(np.float32)
+
+
+def lowered_kernels(f, device, *args):
+    return fa.jit(f, device=device).lower(*[put(a, device) for a in args]).kernels()
+
+
+# ------------------------------------------------------------------------------------- the device
+
+
+def test_device_is_listed_with_a_description(dev):
+    assert str(dev) == "opencl:0" and dev.platform in ("gpu", "cpu")
+    assert dev.description
+    caps = dev.impl.capabilities(dev)
+    assert caps.control_flow == "host" and dtypes.float32 in caps.dtypes and dtypes.bfloat16 not in caps.dtypes
+
+
+def test_broken_driver_makes_the_backend_unavailable(monkeypatch):
+    cl = pytest.importorskip("pyopencl")
+    from fnarray.lowering import opencl as backend
+
+    def no_platform():
+        raise cl.Error("clGetPlatformIDs failed: PLATFORM_NOT_FOUND_KHR")
+    monkeypatch.setattr(backend.cl, "get_platforms", no_platform)
+    with pytest.raises(BackendUnavailable, match="pocl-binary-distribution"):
+        backend.make_backend()
+    monkeypatch.undo()
+
+    def broken_device(cl_device):
+        raise cl.Error("clCreateContext failed: OUT_OF_HOST_MEMORY")
+    monkeypatch.setattr(backend, "_DeviceState", broken_device)
+    with pytest.raises(BackendUnavailable, match="OUT_OF_HOST_MEMORY"):
+        backend.make_backend()
+
+
+# ------------------------------------------------------------------------------------- fusion
+
+
+def test_chain_is_one_kernel_and_correct(dev):
+    a, x, b = f32(1000), f32(1000, seed=1), f32(1000, seed=2)
+
+    def chain(a, x, b):
+        return fnp.tanh(a * x + b) * x + 1.0
+    ks = lowered_kernels(chain, dev, a, x, b)
+    assert len(ks) == 1
+    got = np.asarray(fa.jit(chain, device=dev)(put(a, dev), put(x, dev), put(b, dev)))
+    want = np.tanh(a.astype(np.float64) * x + b) * x + 1
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_sum_exp_shifted_is_at_most_two_kernels(dev):
+    x = f32(5000, lo=-5, hi=5)
+
+    def f(x):
+        return fnp.sum(fnp.exp(x - fnp.max(x)))
+    assert len(lowered_kernels(f, dev, x)) <= 2
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(float(fa.jit(f, device=dev)(put(x, dev))), np.sum(np.exp(x64 - x64.max())),
+                               rtol=1e-5)
+
+
+def test_matmul_bias_relu_is_one_matmul_kernel(dev):
+    x, w, b = f32(100, 70), f32(70, 90, seed=1), f32(90, seed=2)
+
+    def f(x, w, b):
+        return fa.nn.relu(x @ w + b)
+    ks = lowered_kernels(f, dev, x, w, b)
+    assert len(ks) == 1 and ks[0].kind == "dot"
+    assert {P.dot_general, P.add, P.max_p} <= {e.primitive for e in ks[0].eqns}
+    got = np.asarray(fa.jit(f, device=dev)(put(x, dev), put(w, dev), put(b, dev)))
+    want = np.maximum(x.astype(np.float64) @ w + b, 0)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_mlp_gradient_in_fewer_kernels_than_primitives(dev):
+    params = fn_init()
+    x = f32(64, 64)
+    y = np.eye(10, dtype=np.float32)[np.random.default_rng(0).integers(0, 10, 64)]
+    g = fa.jit(fa.grad(fn_loss), device=dev)
+    lowered = g.lower({k: put(v, dev) for k, v in params.items()}, put(x, dev), put(y, dev))
+    n_prims, n_kernels = len(lowered.program.eqns), len(lowered.kernels())
+    assert n_kernels < n_prims, (n_kernels, n_prims)
+    got = g({k: put(v, dev) for k, v in params.items()}, put(x, dev), put(y, dev))
+    want = fa.jit(fa.grad(fn_loss), device=REF)(params, x, y)
+    for k in params:
+        np.testing.assert_allclose(np.asarray(got[k]), np.asarray(want[k]), rtol=2e-4, atol=2e-6, err_msg=k)
+
+
+def test_kernel_listing_shows_the_fused_equations(dev):
+    text = str(lowered_kernels(lambda x, y: fnp.exp(x) * y + 1.0, dev, f32(8), f32(8, seed=1)))
+    assert "fuses" in text and "exp" in text and "mul" in text and "__kernel" in text
+
+
+# ------------------------------------------------------------------------------------- no silent fallback
+
+
+def test_digits_training_step_runs_without_fallback(dev, no_fallback):
+    opt, step = make_fn_step()
+    params = fn_init()
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0, 1, (64, 64)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 64)]
+    results = {}
+    for d in (dev, REF):
+        p = {k: put(v, d) for k, v in params.items()}
+        state = opt.init(p)
+        js = fa.jit(step, device=d)
+        losses = []
+        for _ in range(3):
+            p, state, loss = js(p, state, put(x, d), put(y, d))
+            losses.append(float(loss))
+        results[d] = (losses, {k: np.asarray(v) for k, v in p.items()})
+    (l_dev, p_dev), (l_ref, p_ref) = results[dev], results[REF]
+    np.testing.assert_allclose(l_dev, l_ref, rtol=1e-4)
+    assert l_dev[2] < l_dev[0]
+    for k in p_ref:
+        np.testing.assert_allclose(p_dev[k], p_ref[k], rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+_RUNNABLE = [c for c in CASES if c[1] not in NOT_EXECUTED]
+
+
+@pytest.mark.parametrize("name,prim,inputs,params", _RUNNABLE, ids=[c[0] for c in _RUNNABLE])
+def test_parity_primitive_runs_on_the_device(dev, no_fallback, name, prim, inputs, params):
+    args = [put(x, dev) for x in inputs]
+    out = fa.jit(lambda *a: prim.bind(*a, **params), device=dev)(*args)
+    for o in (out if isinstance(out, (list, tuple)) else [out]):
+        assert o.device == dev
+        np.asarray(o)
+
+
+def test_unsupported_dtype_falls_back_or_raises(dev):
+    x = put(np.arange(4, dtype=np.float32), dev)
+
+    def f(x):
+        return (x.astype(dtypes.bfloat16) * 2).astype(fnp.float32)
+    old = config.fallback
+    try:
+        config.fallback = "warn"
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            out = fa.jit(f, device=dev)(x)
+        np.testing.assert_allclose(np.asarray(out), [0, 2, 4, 6])
+        assert out.device == dev
+        assert any(issubclass(w.category, FallbackWarning) and "bfloat16" in str(w.message) for w in rec)
+        config.fallback = "error"
+        with pytest.raises(UnsupportedOnDevice, match="bfloat16"):
+            fa.jit(f, device=dev)(x)
+    finally:
+        config.fallback = old
+
+
+# ------------------------------------------------------------------------------------- dtypes
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "uint32", "int64", "int8", "uint8", "int16"])
+def test_dtype_arithmetic(dev, no_fallback, dtype):
+    d = np.dtype(dtype)
+    if d not in dev.impl.capabilities(dev).dtypes:
+        pytest.skip(f"{dev} has no {dtype}")
+    rng = np.random.default_rng(0)
+    if d.kind == "f":
+        x, y = rng.uniform(-3, 3, 50).astype(d), rng.uniform(0.5, 3, 50).astype(d)
+    else:
+        info = np.iinfo(d)
+        x = rng.integers(info.min, info.max, 50, endpoint=True).astype(d)
+        y = rng.integers(info.min, info.max, 50, endpoint=True).astype(d)
+        y[:5] = 0
+
+    def f(x, y):
+        return x * y + x, x // y if d.kind != "f" else x / y, fnp.maximum(x, y), fnp.sum(x)
+    got = fa.jit(f, device=dev)(put(x, dev), put(y, dev))
+    want = fa.jit(f, device=REF)(x, y)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype == (d if d.itemsize >= 4 or g.ndim else g.dtype)
+        if d.kind == "f":
+            np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6 if d == np.float32 else 1e-13)
+        else:
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+def test_bool_arrays(dev, no_fallback):
+    a, b = np.random.default_rng(0).random((2, 40)) < 0.5
+    got = fa.jit(lambda a, b: (a & ~b, fnp.any(a), fnp.sum(a)), device=dev)(put(a, dev), put(b, dev))
+    np.testing.assert_array_equal(np.asarray(got[0]), a & ~b)
+    assert bool(got[1]) == a.any() and int(got[2]) == a.sum()
+
+
+def test_float16_needs_cl_khr_fp16(dev, no_fallback):
+    if dtypes.float16 not in dev.impl.capabilities(dev).dtypes:
+        pytest.skip(f"{dev} lacks cl_khr_fp16 (float16 runs where the device has it)")
+    x = np.linspace(-2, 2, 33).astype(np.float16)
+    got = fa.jit(lambda x: fnp.exp(x) * 2, device=dev)(put(x, dev))
+    np.testing.assert_allclose(np.asarray(got).astype(np.float32), np.exp(x.astype(np.float32)) * 2, rtol=2e-3)
+
+
+def test_complex64(dev, no_fallback):
+    rng = np.random.default_rng(0)
+    z = (rng.standard_normal(20) + 1j * rng.standard_normal(20)).astype(np.complex64)
+    w = (rng.standard_normal(20) + 1j * rng.standard_normal(20)).astype(np.complex64)
+    got = fa.jit(lambda z, w: (z * w + z / w, fnp.exp(z), fnp.abs(z)), device=dev)(put(z, dev), put(w, dev))
+    z64, w64 = z.astype(np.complex128), w.astype(np.complex128)
+    for g, want in zip(got, (z64 * w64 + z64 / w64, np.exp(z64), np.abs(z64)), strict=True):
+        np.testing.assert_allclose(np.asarray(g), want, rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------- kernels at size
+
+
+def _same_as_numpy_backend(f, device, *args, rtol=2e-5, atol=1e-5):
+    got = fa.jit(f, device=device)(*[put(a, device) for a in args])
+    want = fa.jit(f, device=REF)(*args)
+    got = got if isinstance(got, (list, tuple)) else [got]
+    want = want if isinstance(want, (list, tuple)) else [want]
+    for g, w in zip(got, want, strict=True):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.shape == w.shape and g.dtype == w.dtype
+        if w.dtype.kind in "fc":
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+def test_work_group_reductions(dev, no_fallback):
+    x = f32(3, 5000)
+    x[1, 3000] = np.nan
+    ties = np.round(f32(4, 3000, seed=1) * 3)
+    ties[2, 100] = np.nan
+    ties[2, 2000] = np.nan
+    _same_as_numpy_backend(lambda x: (fnp.sum(x, axis=1), fnp.max(x, axis=1), fnp.min(x, axis=1)), dev, x,
+                           rtol=1e-4, atol=1e-4)
+    _same_as_numpy_backend(lambda t: (fnp.argmax(t, axis=1), fnp.argmin(t, axis=1), fnp.argmax(t.T, axis=0)),
+                           dev, ties)
+    ints = np.random.default_rng(2).integers(-100, 100, (7, 300, 5)).astype(np.int32)
+    _same_as_numpy_backend(lambda v: (fnp.sum(v, axis=1), fnp.sum(v, axis=(0, 2)), fnp.max(v)), dev, ints)
+
+
+@pytest.mark.parametrize("m,k,n", [(70, 33, 129), (130, 257, 65), (5, 7, 3)])
+def test_matmul_shapes(dev, no_fallback, m, k, n):
+    a, b = f32(m, k), f32(k, n, seed=1)
+    _same_as_numpy_backend(lambda a, b: (a @ b, b.T @ a.T), dev, a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_batched_and_integer_matmuls(dev, no_fallback):
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(-5, 5, (3, 70, 40)).astype(np.int32), rng.integers(-5, 5, (3, 40, 90)).astype(np.int32)
+    _same_as_numpy_backend(lambda a, b: a @ b, dev, a, b)
+    x, y = f32(2, 3, 4, 5), f32(4, 6, 5, 2, seed=1)
+    _same_as_numpy_backend(lambda x, y: fnp.einsum("bmkl,knlb->bmn", x, y), dev, x, y, rtol=1e-4)
+
+
+def test_sort_is_stable_with_nans_last(dev, no_fallback):
+    rng = np.random.default_rng(0)
+    v = rng.uniform(-1, 1, (5, 1000)).astype(np.float32)
+    v[0, ::7] = np.nan
+    v[1, :500] = 0.25
+    v[2, ::3] = -0.0
+    _same_as_numpy_backend(lambda v: (fnp.sort(v, axis=1), fnp.argsort(v, axis=1), fnp.argsort(v.T, axis=0)),
+                           dev, v)
+    keys = rng.integers(0, 4, (300,)).astype(np.int32)
+    _same_as_numpy_backend(lambda k: fnp.argsort(k, stable=True), dev, keys)
+
+
+def test_cumulative_ops(dev, no_fallback):
+    a = f32(4, 50, 3, lo=0.5, hi=1.5)
+    _same_as_numpy_backend(lambda a: (fnp.cumsum(a, axis=1), fnp.cumprod(a, axis=0), fnp.cumsum(a[::-1], axis=2)),
+                           dev, a, rtol=1e-4)
+
+
+def test_scatter_add_is_deterministic(dev, no_fallback):
+    rng = np.random.default_rng(0)
+    idx = rng.integers(0, 10, 500).astype(np.int32)
+    upd = f32(500, 4, seed=1)
+
+    def f(x, i, u):
+        return x.at[i].add(u)
+    x = f32(10, 4, seed=2)
+    outs = [np.asarray(fa.jit(f, device=dev)(put(x, dev), put(idx, dev), put(upd, dev))) for _ in range(2)]
+    np.testing.assert_array_equal(outs[0], outs[1])
+    want = x.astype(np.float64).copy()
+    np.add.at(want, idx, upd)
+    np.testing.assert_allclose(outs[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_gathers_and_dynamic_slices(dev, no_fallback):
+    x = f32(10, 4, 3)
+    i = np.random.default_rng(0).integers(-5, 15, (6, 7)).astype(np.int32)
+    _same_as_numpy_backend(lambda x, i: (x[i], fnp.take(x, i, axis=2), x[2:9:3, ::-1]), dev, x, i)
+
+
+def test_host_driven_control_flow(dev, no_fallback):
+    def f(x, n):
+        y = fa.fori_loop(0, n, lambda i, c: c * 0.5 + 1.0, x)
+        z = fa.cond(n > 3, lambda v: v * 2.0, lambda v: v - 1.0, y)
+        c, ys = fa.scan(lambda c, e: (c + e, c * e), 0.0, x)
+        return y, z, c, ys
+    x = f32(6)
+    _same_as_numpy_backend(f, dev, x, np.int32(5))
+
+
+def test_zero_size_and_rank0(dev, no_fallback):
+    _same_as_numpy_backend(lambda x: (x * 2, fnp.sum(x, axis=0), fnp.max(x, axis=0, initial=-1.0)), dev,
+                           np.zeros((0, 3), np.float32))
+    _same_as_numpy_backend(lambda s: s * s + 1.0, dev, np.float32(3.0))
+
+
+# ------------------------------------------------------------------------------------- runtime
+
+
+def test_buffers_stay_on_the_device(dev):
+    from fnarray.lowering.opencl import CLBuffer
+    f = fa.jit(lambda x: x * 2.0 + 1.0, device=dev)
+    y = f(put(f32(16), dev))
+    assert isinstance(y._buf, CLBuffer) and y._host is None
+    z = f(y)
+    assert isinstance(z._buf, CLBuffer) and y._host is None
+
+
+def test_programs_are_cached_by_source(dev):
+    state = dev.impl.state(dev)
+    f = fa.jit(lambda x, y: x * y - 3.0, device=dev)
+    f(put(f32(10), dev), put(f32(10, seed=1), dev)).block_until_ready()
+    before = len(state.programs)
+    f(put(f32(3, 7), dev), put(f32(3, 7, seed=1), dev)).block_until_ready()  # another shape: same kernel
+    assert len(state.programs) == before
+
+
+def test_eager_operations_on_device_arrays(dev):
+    x = put(f32(5), dev)
+    y = fnp.exp(x) + x * 2
+    assert y.device == dev
+    np.testing.assert_allclose(np.asarray(y), np.exp(np.asarray(x)) + np.asarray(x) * 2, rtol=1e-6)

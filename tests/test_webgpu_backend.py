@@ -1,0 +1,649 @@
+"""The webgpu backend's own guarantees (the parity tier covers every primitive against numpy).
+
+- ``render_wgsl``: WGSL's helper functions (erf, lgamma, pow, fmod, atan2...) against
+  NumPy/``math`` in float64, and the IEEE edge cases WGSL leaves open (NaN, infinities,
+  signed zeros) on every special value;
+- the runtime: the adapter's limits are read and obeyed (storage buffers per kernel,
+  work-groups per dimension, storage binding size), one submit per call, readback only
+  when values are read, the pipeline cache;
+- dtypes: float32/int32/uint32/bool on the device, float16 with ``shader-f16``, everything
+  else through the partitioner's fallback in both fallback modes;
+- the digits training step with ``fallback = "error"``; a backend that cannot start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import sys
+import types
+import warnings
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from fnarray.core.errors import BackendUnavailable, FallbackWarning, UnsupportedOnDevice
+from helpers import check_traced, require_backend
+
+
+@pytest.fixture(scope="module")
+def wdev():
+    return require_backend("webgpu")[0]
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return fa.devices("numpy")[0]
+
+
+@pytest.fixture
+def fallback_mode():
+    """Set ``fa.config.fallback`` inside a test; the previous mode comes back afterwards."""
+    old = fa.config.fallback
+
+    def set_mode(mode):
+        fa.config.fallback = mode
+    yield set_mode
+    fa.config.fallback = old
+
+
+@pytest.fixture
+def patched_caps(wdev):
+    """Replace fields of the device's ``Capabilities`` for one test (the scheduler reads them)."""
+    be = wdev.impl
+    old = be.capabilities(wdev)
+
+    def patch(**kw):
+        be._caps = dataclasses.replace(old, **kw)
+    yield patch
+    be._caps = old
+
+
+def _on(dev, *xs):
+    return [fa.device_put(fnp.asarray(x), dev) for x in xs]
+
+
+# ------------------------------------------------------------------------------------------ device
+
+
+def test_device_names_its_adapter(wdev):
+    gpu = wdev.impl.gpu
+    assert str(wdev) == "webgpu:0" and fa.devices("webgpu") == [wdev]
+    assert gpu.backend_type in wdev.description and str(gpu.info["device"]) in wdev.description
+    assert wdev.platform in ("cpu", "gpu")
+    assert fa.devices()[0].backend == "numpy"
+
+
+def test_capabilities_come_from_the_device_limits(wdev):
+    caps = wdev.impl.capabilities(wdev)
+    lim = wdev.impl.gpu.limits
+    # The device asks for WebGPU's portable defaults, whatever the native adapter offers.
+    assert lim["max-storage-buffers-per-shader-stage"] == 8
+    assert lim["max-compute-invocations-per-workgroup"] == 256
+    assert caps.max_buffers_per_kernel == lim["max-storage-buffers-per-shader-stage"]
+    assert caps.max_dispatch == lim["max-compute-workgroups-per-dimension"]
+    assert caps.max_workgroup_size == lim["max-compute-invocations-per-workgroup"]
+    assert caps.control_flow == "host"
+    assert {np.dtype(d).name for d in caps.dtypes} >= {"float32", "int32", "uint32", "bool"}
+    assert not {np.dtype(d).name for d in caps.dtypes} & {"float64", "int64", "int8", "complex64"}
+    assert (np.dtype(np.float16) in caps.dtypes) == wdev.impl.gpu.has_f16
+
+
+# ------------------------------------------------------------------------------------------ render_wgsl
+
+
+def _run_kernel_op(dev, name, arrays, out_dtype=None):
+    """One kernel ``out[i] = name(arrays[0][i], ...)`` written in the kernel IR, rendered and run."""
+    from fnarray.lowering.kernels.builder import KernelBuilder
+    from fnarray.lowering.kernels.ir import Op, Special
+    from fnarray.lowering.kernels.rules import op
+    from fnarray.lowering.kernels.schedule import BufSpec, Launch, Schedule
+    from fnarray.lowering.webgpu import _Plan
+
+    gpu = dev.impl.gpu
+    n = arrays[0].size
+    out_dtype = np.dtype(out_dtype or arrays[0].dtype)
+    b = KernelBuilder(f"k_{name}")
+    ins = [BufSpec(a.shape, a.dtype, f"i{k}") for k, a in enumerate(arrays)]
+    out = BufSpec(arrays[0].shape, out_dtype, "o")
+    args = {}
+    names = []
+    for s in ins:
+        nm = b.buffer(s, s.dtype, False, "in")
+        args[nm] = s
+        names.append(nm)
+    on = b.buffer(out, out_dtype, True, "out")
+    args[on] = out
+    count = b.scalar("n")
+    gid = Special("global_id", 0)
+    with b.when(op("lt", gid, count)):
+        xs = [b.load(nm, gid, s.dtype) for nm, s in zip(names, ins)]
+        b.store(on, gid, b.let(Op(name, tuple(xs), out_dtype)))
+    k = b.build()
+    vals = [args[p.name] if hasattr(p, "writes") else n for p in k.params]
+    launch = Launch(k, vals, (max(1, -(-n // 64)) * 64,), (64,), (), "test")
+    plan = _Plan(gpu, Schedule(ins, [launch], [out], None))
+    return gpu.download(plan.executable()([gpu.upload(a) for a in arrays])[0])
+
+
+def _ufunc(fn):
+    return lambda *xs: np.frompyfunc(fn, len(xs), 1)(*[x.astype(np.float64) for x in xs]).astype(np.float64)
+
+
+_LIN = np.linspace(-4, 4, 1001).astype(np.float32)
+_POS = np.linspace(0.01, 6, 1001).astype(np.float32)
+_UNIT = np.linspace(-0.999, 0.999, 1001).astype(np.float32)
+_Y = np.linspace(-3, 3, 1001).astype(np.float32)
+
+# op, inputs, float64 reference, tolerance (rtol = atol)
+HELPER_CASES = [
+    ("erf", [_LIN], _ufunc(math.erf), 1e-5),
+    ("lgamma", [_POS], _ufunc(math.lgamma), 2e-5),
+    ("lgamma", [np.linspace(-3.9, 0.4, 1001).astype(np.float32) + np.float32(1e-3)], _ufunc(math.lgamma), 5e-5),
+    ("log1p", [_POS - 0.5], np.log1p, 1e-5),
+    ("expm1", [_LIN], np.expm1, 1e-5),
+    ("cbrt", [_LIN], np.cbrt, 1e-5),
+    ("asin", [_UNIT], np.arcsin, 1e-5),
+    ("acos", [_UNIT], np.arccos, 1e-5),
+    ("atan", [_LIN * 10], np.arctan, 1e-5),
+    ("acosh", [_POS + 1], np.arccosh, 1e-5),
+    ("tanh", [_LIN], np.tanh, 1e-5),
+    ("pow", [np.abs(_LIN) + np.float32(0.1), _Y], np.power, 1e-5),
+    ("fmod", [_LIN * 100, _Y + np.float32(1e-3)], np.fmod, 0.0),
+    ("atan2", [_LIN, _Y], np.arctan2, 1e-5),
+    ("hypot", [_LIN, _Y], np.hypot, 1e-5),
+    ("copysign", [_LIN, _Y], np.copysign, 0.0),
+    ("max", [_LIN, _Y], np.maximum, 0.0),
+    ("min", [_LIN, _Y], np.minimum, 0.0),
+]
+
+
+@pytest.mark.parametrize("name,inputs,reference,tol", HELPER_CASES,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(HELPER_CASES)])
+def test_wgsl_helpers_match_float64_reference(wdev, name, inputs, reference, tol):
+    got = _run_kernel_op(wdev, name, inputs)
+    want = reference(*[x.astype(np.float64) for x in inputs])
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def test_wgsl_nextafter_is_bit_exact(wdev):
+    got = _run_kernel_op(wdev, "nextafter", [_LIN, _Y])
+    np.testing.assert_array_equal(got, np.nextafter(_LIN, _Y))
+
+
+def _lgamma_ref(v):
+    """C's lgamma: +inf at the poles and at +-inf, NaN for NaN."""
+    if math.isnan(v):
+        return v
+    if math.isinf(v) or (v <= 0 and v == math.floor(v)):
+        return math.inf
+    return math.lgamma(v)
+
+
+_SPECIAL = np.array([0.0, -0.0, 1.5, -2.5, np.inf, -np.inf, np.nan, 3e9, -3e9, 0.5, 1.0, -1.0], np.float32)
+
+
+@pytest.mark.parametrize("name,reference", [
+    ("pow", np.power), ("fmod", np.fmod), ("max", np.maximum), ("min", np.minimum), ("nextafter", np.nextafter),
+    ("hypot", np.hypot), ("atan2", np.arctan2), ("copysign", np.copysign)])
+def test_wgsl_binary_special_values(wdev, name, reference):
+    a, b = (g.ravel().copy() for g in np.meshgrid(_SPECIAL, _SPECIAL))
+    got = _run_kernel_op(wdev, name, [a, b])
+    with np.errstate(all="ignore"):
+        want = reference(a, b)
+    # Same NaNs, same infinities and signed zeros, finite values to float32 rounding.
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
+    ok = ~np.isnan(want)
+    np.testing.assert_array_equal(np.signbit(got[ok]), np.signbit(want[ok]), err_msg=name)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-6, atol=0, err_msg=name)
+
+
+@pytest.mark.parametrize("name,reference", [
+    ("erf", _ufunc(math.erf)), ("lgamma", _ufunc(_lgamma_ref)),
+    ("log1p", np.log1p), ("expm1", np.expm1), ("cbrt", np.cbrt), ("tanh", np.tanh), ("asin", np.arcsin),
+    ("acos", np.arccos), ("atan", np.arctan), ("acosh", np.arccosh), ("exp", np.exp), ("log", np.log),
+    ("sqrt", np.sqrt), ("rint", np.rint), ("trunc", np.trunc), ("floor", np.floor), ("fabs", np.abs)])
+def test_wgsl_unary_special_values(wdev, name, reference):
+    got = _run_kernel_op(wdev, name, [_SPECIAL])
+    with np.errstate(all="ignore"):
+        want = reference(_SPECIAL.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
+    ok = ~np.isnan(want)
+    tol = 2e-5 if name == "lgamma" else 1e-6  # lgamma(1) = lgamma(2) = 0 only to float32 rounding
+    np.testing.assert_allclose(got[ok], want[ok], rtol=tol, atol=tol, err_msg=name)
+    if name != "lgamma":
+        np.testing.assert_array_equal(np.signbit(got[ok]), np.signbit(want[ok]), err_msg=name)
+
+
+@pytest.mark.parametrize("name,reference", [("isnan", np.isnan), ("isinf", np.isinf), ("isfinite", np.isfinite)])
+def test_wgsl_class_tests_are_bit_tests(wdev, name, reference):
+    np.testing.assert_array_equal(_run_kernel_op(wdev, name, [_SPECIAL], np.bool_), reference(_SPECIAL))
+
+
+def test_render_wgsl_writes_no_float_specials_and_is_deterministic(wdev):
+    x = np.array([1.0, np.nan, -np.inf, 0.0], np.float32)
+
+    def f(a):
+        big = fnp.where(a > 0, fnp.inf, -fnp.inf)
+        return fnp.maximum(a, 0.5) + fnp.where(fnp.isnan(a), 0.0, big), a != 0
+
+    check_traced(f, x)
+    (xd,) = _on(wdev, x)
+    text = fa.jit(f).lower(xd).as_text()
+    assert text == fa.jit(f).lower(xd).as_text()  # the same program prints the same WGSL
+    assert "bitcast<f32>(0x7f800000u)" in text and "bitcast<f32>(0xff800000u)" in text
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("//"))
+    assert not re.search(r"\binf\b|\bnan\b|\binfinity\b", code.lower())
+    assert "f64" not in text  # standard WebGPU only: no shader-f64
+    m, ne = fa.jit(f)(xd)
+    with np.errstate(invalid="ignore"):
+        want = np.maximum(x, 0.5) + np.where(np.isnan(x), 0, np.where(x > 0, np.inf, -np.inf))
+    np.testing.assert_array_equal(np.asarray(m), want)  # [inf, nan, -inf, -inf]
+    np.testing.assert_array_equal(np.asarray(ne), x != 0)  # NaN != 0 is true
+
+
+def test_nan_propagates_through_max_min_and_reductions(wdev, ref):
+    x = np.array([[1.0, np.nan, 3.0], [2.0, -1.0, 0.5]], np.float32)
+    y = np.array([[np.nan, 0.0, 4.0], [1.0, np.nan, 0.25]], np.float32)
+
+    def f(a, b):
+        return (fnp.maximum(a, b), fnp.minimum(a, b), fnp.max(a, axis=1), fnp.min(b, axis=0),
+                fnp.argmax(a, axis=1), fnp.isnan(a + b), fa.nn.relu(a))
+
+    check_traced(f, x, y)
+    got = fa.jit(f, device=wdev)(*_on(wdev, x, y))
+    want = fa.jit(f, device=ref)(x, y)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    np.testing.assert_array_equal(np.asarray(got[0]), np.maximum(x, y))
+    np.testing.assert_array_equal(np.asarray(got[4]), np.argmax(x, axis=1))
+
+
+# ------------------------------------------------------------------------------------------ fusion on the device
+
+
+def _f32(*shape, seed=0):
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
+
+
+def _adam_like(m, v, g):
+    m2 = 0.9 * m + 0.1 * g
+    v2 = 0.999 * v + 0.001 * g * g
+    return m2, v2, m2 / (fnp.sqrt(v2) + 1e-8)
+
+
+# The programs of tests/test_kernels.py's fusion tests, run as WGSL: (name, f, args, most kernels).
+FUSED = [
+    ("chain", lambda a, x, b: fnp.tanh(a * x + b) * x + 1.0, (_f32(1000), _f32(1000, seed=1), _f32(1000, seed=2)), 1),
+    ("views", lambda x, y, z: (x.T[1:, ::2] * y[None, :] + z[:, None]).reshape(-1), (_f32(6, 5), _f32(3), _f32(4)),
+     1),
+    ("softmax_normaliser", lambda x: fnp.sum(fnp.exp(x - fnp.max(x))), (_f32(1000),), 2),
+    ("matmul_bias_relu", lambda x, w, b: fa.nn.relu(x @ w + b), (_f32(64, 32), _f32(32, 48, seed=1), _f32(48, seed=2)),
+     1),
+    ("adam_like", _adam_like, (_f32(100), _f32(100, seed=1), _f32(100, seed=2)), 1),
+    ("weight_gradient", lambda x, g: (x.T @ g).T, (_f32(64, 32), _f32(64, 16, seed=1)), 1),
+    ("reduction_epilogue", lambda x: fnp.mean(x, axis=1) * 2.0 + 1.0, (_f32(16, 50),), 1),
+]
+
+
+@pytest.mark.parametrize("name,f,args,most", FUSED, ids=[c[0] for c in FUSED])
+def test_fused_programs_run_as_wgsl(wdev, ref, name, f, args, most):
+    check_traced(f, *args)
+    dargs = _on(wdev, *args)
+    assert len(fa.jit(f).lower(*dargs).kernels()) <= most
+    got = fa.jit(f)(*dargs)
+    want = fa.jit(f, device=ref)(*args)
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,),
+                    strict=True):
+        assert g.device == wdev
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-5)
+
+
+# ------------------------------------------------------------------------------------------ fallback
+
+
+def test_float64_falls_back_with_a_warning(wdev, fallback_mode):
+    fallback_mode("warn")
+    x64 = np.linspace(-1, 1, 7)
+    (xd,) = _on(wdev, x64)
+    assert xd.dtype == np.float64 and xd.device == wdev
+    f = fa.jit(lambda a: fnp.sin(a) * 2.0 + a)
+    with pytest.warns(FallbackWarning, match=r"float64.*webgpu:0"):
+        y = f(xd)
+    assert y.dtype == np.float64 and y.device == wdev
+    np.testing.assert_allclose(np.asarray(y), np.sin(x64) * 2.0 + x64, rtol=1e-15)
+    # eager operations take the same path
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        z = fnp.exp(xd)
+    np.testing.assert_allclose(np.asarray(z), np.exp(x64), rtol=1e-15)
+
+
+def test_float64_raises_with_fallback_error(wdev, fallback_mode):
+    fallback_mode("error")
+    (xd,) = _on(wdev, np.linspace(-1, 1, 7))
+    with pytest.raises(UnsupportedOnDevice, match=r"float64.*webgpu:0.*float32, int32, uint32, bool"):
+        fa.jit(lambda a: fnp.sin(a) * 2.0)(xd)
+    with pytest.raises(UnsupportedOnDevice):
+        fnp.cos(xd)
+
+
+def test_mixed_program_runs_its_float32_part_on_the_device(wdev, fallback_mode):
+    fallback_mode("silent")
+    x = np.arange(6, dtype=np.float32)
+    f = fa.jit(lambda a: (a * 2.0).astype(np.int8).astype(np.float32) + a)
+    (xd,) = _on(wdev, x)
+    y = f(xd)
+    assert y.device == wdev and y.dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(y), (x * 2).astype(np.int8).astype(np.float32) + x)
+
+
+# ------------------------------------------------------------------------------------------ limits
+
+
+def _storage_bindings(source: str) -> int:
+    return len(re.findall(r"var<storage", source))
+
+
+def test_kernels_bind_at_most_eight_storage_buffers(wdev, ref):
+    xs = [np.full(5, k + 1, np.float32) for k in range(12)]
+
+    def f(*a):
+        acc = a[0]
+        for v in a[1:]:
+            acc = acc * 0.5 + v
+        return acc
+
+    args = _on(wdev, *xs)
+    kernels = fa.jit(f).lower(*args).kernels()
+    assert len(kernels) >= 2 and all(_storage_bindings(k.source) <= 8 for k in kernels)
+    np.testing.assert_allclose(np.asarray(fa.jit(f)(*args)), np.asarray(fa.jit(f, device=ref)(*xs)), rtol=1e-6)
+
+
+def test_a_lower_buffer_limit_splits_further(wdev, ref, patched_caps):
+    patched_caps(max_buffers_per_kernel=4)
+    xs = [np.arange(5, dtype=np.float32) * (k + 1) for k in range(7)]
+
+    def f(*a):
+        return sum(a[1:], a[0] * 3.0), a[0] - a[1]
+
+    args = _on(wdev, *xs)
+    kernels = fa.jit(f).lower(*args).kernels()
+    assert all(_storage_bindings(k.source) <= 4 for k in kernels)
+    for g, w in zip(fa.jit(f)(*args), fa.jit(f, device=ref)(*xs), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
+
+
+def test_dispatch_folds_into_a_second_dimension(wdev, ref, patched_caps):
+    patched_caps(max_dispatch=8)
+    x = np.arange(1000, dtype=np.float32)  # 16 work-groups of 64: folded into 8 x 2
+
+    def g(a):
+        return fnp.tanh(a * 0.01) + fnp.sum(a)
+
+    (xd,) = _on(wdev, x)
+    kernels = fa.jit(g).lower(xd).kernels()
+    assert any(len(k.global_size) == 2 for k in kernels)
+    for k in kernels:
+        assert all(gs // ls <= 8 for gs, ls in zip(k.global_size, k.local_size, strict=True))
+    np.testing.assert_allclose(np.asarray(fa.jit(g)(xd)), np.asarray(fa.jit(g, device=ref)(x)), rtol=1e-5)
+
+
+def test_dispatch_past_65535_workgroups_on_the_adapter(wdev):
+    lim = wdev.impl.gpu.limits["max-compute-workgroups-per-dimension"]
+    n = lim * 64 + 129  # more work-groups of 64 than one dimension allows
+    f = fa.jit(lambda: fnp.arange(n, dtype=np.int32) * 3 + 1, device=wdev)
+    y = np.asarray(f())
+    assert y.shape == (n,) and y[0] == 1 and y[-1] == 3 * (n - 1) + 1
+    np.testing.assert_array_equal(y[:: 4099], np.arange(0, n, 4099, dtype=np.int32) * 3 + 1)
+
+
+def test_operands_past_the_binding_size_fall_back(wdev, fallback_mode):
+    gpu = wdev.impl.gpu
+    old = gpu.limits["max-storage-buffer-binding-size"]
+    gpu.limits["max-storage-buffer-binding-size"] = 256
+    try:
+        x = np.arange(100, dtype=np.float32)  # 400 bytes > 256
+        (xd,) = _on(wdev, x)
+        fallback_mode("error")
+        with pytest.raises(UnsupportedOnDevice, match="maxStorageBufferBindingSize"):
+            fa.jit(lambda a: a * 2.0)(xd)
+        fallback_mode("warn")
+        with pytest.warns(FallbackWarning, match="maxStorageBufferBindingSize"):
+            y = fa.jit(lambda a: a * 3.0)(xd)
+        np.testing.assert_array_equal(np.asarray(y), x * 3)
+        assert y.device == wdev
+    finally:
+        gpu.limits["max-storage-buffer-binding-size"] = old
+
+
+# ------------------------------------------------------------------------------------------ runtime
+
+
+class _Counting:
+    """A stand-in for the wgpu queue that counts submits and readbacks."""
+
+    def __init__(self, queue):
+        self._q, self.submits, self.reads = queue, 0, 0
+
+    def submit(self, bufs):
+        self.submits += 1
+        return self._q.submit(bufs)
+
+    def read_buffer(self, *a, **k):
+        self.reads += 1
+        return self._q.read_buffer(*a, **k)
+
+    def __getattr__(self, name):
+        return getattr(self._q, name)
+
+
+def test_one_submit_per_call_and_readback_only_on_read(wdev, ref, monkeypatch):
+    gpu = wdev.impl.gpu
+
+    def step(p, x):
+        h = fnp.tanh(x @ p["w"] + p["b"])
+        return fnp.sum(h * h), {"w": p["w"] * 0.5, "b": p["b"] + fnp.mean(h)}
+
+    rng = np.random.default_rng(1)
+    p = {"w": rng.standard_normal((8, 4)).astype(np.float32), "b": np.zeros(4, np.float32)}
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    pd, (xd,) = fa.device_put(p, wdev), _on(wdev, x)
+    f = fa.jit(step)
+    assert len(f.lower(pd, xd).kernels()) >= 3
+    f(pd, xd)  # compile
+    counting = _Counting(gpu.queue)
+    monkeypatch.setattr(gpu, "queue", counting)
+    loss, newp = f(pd, xd)
+    loss2, _ = f(newp, xd)
+    assert counting.submits == 2 and counting.reads == 0
+    got = float(loss2)
+    assert counting.reads == 1
+    want = fa.jit(step, device=ref)(fa.jit(step, device=ref)(p, x)[1], x)[0]
+    np.testing.assert_allclose(got, float(want), rtol=1e-5)
+
+
+def test_pipelines_are_cached_by_source_across_shapes(wdev):
+    gpu = wdev.impl.gpu
+    f = fa.jit(lambda a: fnp.exp(a) * 0.75 - 0.125)
+    f(*_on(wdev, np.ones(3, np.float32)))
+    n = len(gpu.pipelines)
+    for size in (5, 17, 300):
+        x = np.linspace(0, 1, size, dtype=np.float32)
+        np.testing.assert_allclose(np.asarray(f(*_on(wdev, x))), np.exp(x) * 0.75 - 0.125, rtol=1e-6)
+    assert len(gpu.pipelines) == n  # a flat elementwise kernel takes its size as an argument
+
+
+def test_dtypes_round_trip_including_odd_and_empty_sizes(wdev):
+    for x in [np.array([True, False, True]), np.array([1, 2**32 - 1, 7], np.uint32),
+              np.array([-(2**31), 5, 2**31 - 1], np.int32), np.zeros((0, 3), np.float32),
+              np.array(2.5, np.float32), np.array(False)]:
+        (xd,) = _on(wdev, x)
+        back = np.asarray(xd)
+        assert back.dtype == x.dtype and back.shape == x.shape
+        np.testing.assert_array_equal(back, x)
+        y = np.asarray(fa.jit(lambda a: a)(xd))
+        np.testing.assert_array_equal(y, x)
+    b = np.array([True, False, True, True, False])
+    (bd,) = _on(wdev, b)
+    np.testing.assert_array_equal(np.asarray(fa.jit(lambda a: ~a | (a ^ a[::-1]))(bd)), ~b | (b ^ b[::-1]))
+    u = np.array([1, 2**31, 2**32 - 1], np.uint32)
+    (ud,) = _on(wdev, u)
+    np.testing.assert_array_equal(np.asarray(fa.jit(lambda a: (a >> 1) + a * 3)(ud)), (u >> 1) + u * np.uint32(3))
+    e = fa.jit(lambda a: fnp.sum(a, axis=0) + 1.0)(*_on(wdev, np.zeros((0, 3), np.float32)))
+    np.testing.assert_array_equal(np.asarray(e), np.ones(3, np.float32))
+
+
+def test_float16_with_shader_f16(wdev, ref, fallback_mode):
+    if not wdev.impl.gpu.has_f16:
+        pytest.skip("this adapter has no shader-f16 (hardware this machine lacks)")
+    fallback_mode("error")
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-2, 2, (5, 7)).astype(np.float16)
+    y = rng.uniform(-2, 2, (5, 7)).astype(np.float16)
+
+    def f(a, b):
+        return (a * b + 1.0, fnp.exp(a), fnp.sum(a * b, axis=1), fnp.maximum(a, b), a @ b.T,
+                (a > b).astype(np.float32) + a.astype(np.float32), fnp.sort(a, axis=1))
+
+    got = fa.jit(f)(*_on(wdev, x, y))
+    want = fa.jit(f, device=ref)(x, y)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=1e-2, atol=1e-2)
+    assert "enable f16;" in fa.jit(f).lower(*_on(wdev, x, y)).as_text()
+
+
+def test_host_driven_control_flow(wdev, ref):
+    def f(x):
+        def body(c):
+            k, v = c
+            return k + 1, v * 0.5 + fnp.sin(v)
+        k, v = fa.while_loop(lambda c: c[0] < 4, body, (0, x))
+        s, ys = fa.scan(lambda c, t: (c + t, c * t), 0.0, v)
+        return fa.cond(s > 0, lambda: ys * 2.0, lambda: ys - 1.0), k
+
+    x = np.linspace(-1, 2, 6, dtype=np.float32)
+    got = fa.jit(f)(*_on(wdev, x))
+    want = fa.jit(f, device=ref)(x)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6)
+    assert got[0].device == wdev
+
+
+def test_random_bits_equal_the_reference_bit_for_bit(wdev, ref, fallback_mode):
+    fallback_mode("error")  # Threefry is uint32 arithmetic: all of it runs as WGSL
+
+    def draws(k):
+        return (fa.random.bits(k, (5,)), fa.random.uniform(k, (4,)), fa.random.randint(k, (4,), 0, 10),
+                fa.random.permutation(k, 8), fa.random.normal(fa.random.split(k)[1], (3,)))
+
+    got = fa.jit(draws)(fa.device_put(fa.random.key(42), wdev))
+    want = fa.jit(draws, device=ref)(fa.random.key(42))
+    for g, w in zip(got[:4], want[:4], strict=True):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    np.testing.assert_allclose(np.asarray(got[4]), np.asarray(want[4]), rtol=1e-6)
+
+
+def test_block_until_ready_and_delete(wdev):
+    (xd,) = _on(wdev, np.arange(4, dtype=np.float32))
+    y = fa.jit(lambda a: a + 1.0)(xd)
+    assert y.block_until_ready() is y
+    y.delete()
+    with pytest.raises(RuntimeError, match="deleted"):
+        np.asarray(y)
+
+
+def test_donated_inputs_are_deleted_and_results_stay_right(wdev):
+    f = fa.jit(lambda p, g: p - 0.5 * g, donate_argnums=0)
+    p = fa.device_put(np.arange(6, dtype=np.float32), wdev)
+    g = fa.device_put(np.ones(6, np.float32), wdev)
+    for k in range(3):
+        new = f(p, g)
+        assert p.is_deleted()
+        p = new
+        np.testing.assert_allclose(np.asarray(p), np.arange(6) - 0.5 * (k + 1))
+
+
+def test_digits_training_step_runs_without_fallback(wdev, ref, fallback_mode):
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "benchmarks"))
+    from backend_vs_raw import fn_init, make_fn_step
+
+    fallback_mode("error")
+    rng = np.random.default_rng(0)
+    x = rng.random((16, 64)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 16)]
+    results = {}
+    for dev in (wdev, ref):
+        opt, step = make_fn_step()
+        params = fa.device_put(fn_init(), dev)
+        state = opt.init(params)
+        xd, yd = fa.device_put(x, dev), fa.device_put(y, dev)
+        jstep = fa.jit(step)
+        losses = []
+        for _ in range(3):
+            params, state, loss = jstep(params, state, xd, yd)
+            losses.append(float(loss))
+        results[dev.backend] = (losses, {k: np.asarray(v) for k, v in params.items()})
+    (lw, pw), (ln, pn) = results["webgpu"], results["numpy"]
+    np.testing.assert_allclose(lw, ln, rtol=1e-5)
+    assert lw[-1] < lw[0]
+    for k in pn:
+        np.testing.assert_allclose(pw[k], pn[k], rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+# ------------------------------------------------------------------------------------------ availability
+
+
+@pytest.mark.parametrize("backend_type", ["Vulkan", "OpenGL"])
+def test_wgpu_backend_type_picks_the_adapter(wdev, backend_type):
+    import os
+    import subprocess
+
+    import wgpu
+    kinds = {str(a.info.get("backend_type")) for a in wgpu.gpu.enumerate_adapters_sync()}
+    if backend_type not in kinds:
+        pytest.skip(f"no {backend_type} adapter on this machine (hardware this machine lacks)")
+    code = ("import numpy as np, fnarray as fa; d = fa.devices('webgpu')[0]; print(d.description); "
+            "x = fa.device_put(np.array([1.5, -2.0, np.nan], np.float32), d); "
+            "print(np.asarray(fa.jit(lambda a: fa.numpy.maximum(a * 2.0, 0.0))(x)).tolist())")
+    env = dict(os.environ, WGPU_BACKEND_TYPE=backend_type)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    desc, values = out.stdout.strip().splitlines()[-2:]
+    assert f"via {backend_type}" in desc
+    assert values == "[3.0, 0.0, nan]"
+
+
+
+def test_missing_wgpu_is_reported_with_the_fix(monkeypatch):
+    from fnarray.lowering import webgpu
+    monkeypatch.setitem(sys.modules, "wgpu", None)
+    with pytest.raises(BackendUnavailable, match="pip install wgpu"):
+        webgpu.make_backend()
+
+
+def test_a_broken_driver_does_not_crash(monkeypatch):
+    from fnarray.lowering import webgpu
+
+    class BrokenAdapter:
+        info = {"device": "fake", "backend_type": "Vulkan", "adapter_type": "CPU"}
+        features = set()
+        limits = {}
+
+        def request_device_sync(self, **kw):
+            raise OSError("driver exploded")
+
+    gpu_ns = types.SimpleNamespace(request_adapter_sync=lambda **kw: BrokenAdapter(),
+                                   enumerate_adapters_sync=lambda: [BrokenAdapter()])
+    fake = types.SimpleNamespace(gpu=gpu_ns, BufferUsage=types.SimpleNamespace(STORAGE=1, COPY_SRC=2, COPY_DST=4))
+    monkeypatch.setattr(webgpu, "_import_wgpu", lambda: fake)
+    with pytest.raises(BackendUnavailable, match="driver exploded.*to fix"):
+        webgpu.make_backend()
+    gpu_ns.request_adapter_sync = lambda **kw: None
+    gpu_ns.enumerate_adapters_sync = lambda: []
+    with pytest.raises(BackendUnavailable, match="no adapter"):
+        webgpu.make_backend()
