@@ -171,10 +171,42 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
     return _place(x, device)
 
 
+def _linspace_arrays(start, stop, num, dtype, endpoint):
+    """``linspace`` with array bounds (traceable: differentiable in, and mappable over, the bounds).
+
+    The result has shape ``(num,) + broadcast(start, stop).shape``, as ``jax.numpy.linspace`` with ``axis=0``.
+    """
+    from fnarray.numpy._elementwise import add, divide, multiply, subtract
+    from fnarray.numpy._manipulation import broadcast_arrays, where
+    lo, hi = (asarray_internal(v) for v in (start, stop))
+    if dtype is None:
+        d, _ = dtypes.result_type((aval_of(lo).dtype, False), (aval_of(hi).dtype, False))
+        d = d if dtypes.is_inexact(d) else dtypes.float32
+    else:
+        d = dtypes.canonicalize(dtype)
+    lo, hi = broadcast_arrays(lax.convert_element_type(lo, d), lax.convert_element_type(hi, d))
+    rest = tuple(lo.shape)
+    step = lax.iota(dtypes.int32, (num,) + rest, 0)
+    div = num - 1 if endpoint else num
+    frac = divide(lax.convert_element_type(step, d), max(div, 1))
+    out = add(lo, multiply(subtract(hi, lo), frac))
+    if endpoint and num > 1:
+        out = where(lax.eq(step, np.int32(num - 1)), hi, out)  # the last value is exactly ``stop``
+    return lax.convert_element_type(out, d)
+
+
 def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
-    """``num`` evenly spaced values from ``start`` to ``stop`` (array API ``linspace``)."""
-    start, stop = _static(start, "linspace"), _static(stop, "linspace")
+    """``num`` evenly spaced values from ``start`` to ``stop`` (array API ``linspace``).
+
+    Python-number bounds are computed in float64 and rounded to ``dtype``; array bounds (which
+    may be traced, so ``grad``/``vmap`` reach them) give shape ``(num,) + bounds' shape``.
+    """
     num = int(num)
+    if num < 0:
+        raise ValueError(f"linspace: num must be >= 0, got {num}")
+    if isinstance(start, (Array, np.ndarray)) or isinstance(stop, (Array, np.ndarray)):
+        return _place(_linspace_arrays(start, stop, num, dtype, endpoint), device)
+    start, stop = _static(start, "linspace"), _static(stop, "linspace")
     if num < 0:
         raise ValueError(f"linspace: num must be >= 0, got {num}")
     if dtype is None:
@@ -187,6 +219,10 @@ def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
 
 def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, device=None):
     """``base ** linspace(start, stop, num)`` (``numpy.logspace``)."""
+    if isinstance(start, (Array, np.ndarray)) or isinstance(stop, (Array, np.ndarray)):
+        from fnarray.numpy._elementwise import power
+        exps = _linspace_arrays(start, stop, int(num), dtype, endpoint)
+        return _place(lax.convert_element_type(power(base, exps), exps.dtype), device)
     d = dtypes.canonicalize(dtype) if dtype is not None else dtypes.float32
     vals = np.logspace(_static(start, "logspace"), _static(stop, "logspace"), int(num), endpoint=endpoint, base=base)
     return _place(asarray_internal(vals.astype(d)), device)

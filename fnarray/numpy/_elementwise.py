@@ -101,7 +101,8 @@ def _expm1(x):
     shape, f = aval_of(a).shape, aval_of(a).dtype
     zero = lax.zeros_like(a)
     s = lax.sin(lax.mul(b, np.asarray(0.5, f)[()]))
-    re = lax.sub(lax.mul(lax.expm1(a), lax.cos(b)), lax.mul(lax.add(s, s), s))
+    # (+ 0 makes expm1(-0 + 0j) +0 + 0j, as the standard asks; no other value changes.)
+    re = lax.add(lax.sub(lax.mul(lax.expm1(a), lax.cos(b)), lax.mul(lax.add(s, s), s)), zero)
     im = lax.select(lax.eq(b, zero), b, lax.mul(lax.exp(a), lax.sin(b)))
     b_nonfinite = lax.bitwise_not(lax.is_finite(b))
     a_neg_inf = lax.eq(a, np.asarray(-np.inf, f)[()])
@@ -117,7 +118,22 @@ log = _float_unary("log", lax.log)
 log1p = _float_unary("log1p", lax.log1p)
 sin, cos, tan = _float_unary("sin", lax.sin), _float_unary("cos", lax.cos), _float_unary("tan", lax.tan)
 asin, acos, atan = _float_unary("asin", lax.asin), _float_unary("acos", lax.acos), _float_unary("atan", lax.atan)
-sinh, cosh, tanh = _float_unary("sinh", lax.sinh), _float_unary("cosh", lax.cosh), _float_unary("tanh", lax.tanh)
+sinh, cosh = _float_unary("sinh", lax.sinh), _float_unary("cosh", lax.cosh)
+
+
+def _tanh(x):
+    y = lax.tanh(x)
+    if not dtypes.is_complex(aval_of(x).dtype):
+        return y
+    # At real part +-inf and a finite imaginary part b, NumPy's (C99's) ctanh gives +-1 + 0 sin(2b) j;
+    # the array API asks for a zero with b's sign (tanh(inf + 3j) is 1 + 0j, not 1 - 0j).
+    a, b = lax.real(x), lax.imag(x)
+    at_inf = lax.bitwise_and(lax.eq(lax.abs(a), np.asarray(np.inf, aval_of(a).dtype)[()]), lax.is_finite(b))
+    im = lax.select(at_inf, lax.mul(lax.zeros_like(b), b), lax.imag(y))
+    return lax.complex(lax.real(y), im)
+
+
+tanh = _float_unary("tanh", _tanh)
 asinh = _float_unary("asinh", lax.asinh)
 acosh = _float_unary("acosh", lax.acosh)
 atanh = _float_unary("atanh", lax.atanh)
@@ -523,6 +539,9 @@ def sign(x, /):
         d = aval_of(v).dtype
         if dtypes.is_unsigned(d):
             return lax.convert_element_type(lax.ne(v, lax.zeros_like(v)), d)
+        if dtypes.is_inexact(d):
+            # The sign primitive keeps -0 (as XLA); the array API (and NumPy) give +0 for -0.
+            return lax.add(lax.sign(v), np.asarray(0, d)[()])
         return lax.sign(v)
     return elementwise("sign", f, x, check=_not_bool("sign"))
 

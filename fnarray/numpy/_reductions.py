@@ -748,7 +748,8 @@ def _quantile(name, a, q, axis, out, method, keepdims, scale):
     d_out = _float_dtype(x.dtype)
     d = dtypes.float32 if d_out in _LOW_FLOATS else d_out
     x = _convert(x, d)
-    qa = _convert(asarray_internal(q), d)
+    # Python q goes straight to the compute dtype: a float32 detour would round 0.3 in float64 inputs.
+    qa = asarray_internal(q, d)
     if scale != 1:
         qa = lax.div(qa, _scalar(scale, d))
     q_shape = qa.shape

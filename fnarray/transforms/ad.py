@@ -945,6 +945,14 @@ class custom_jvp:
         def jvp_flat(primals, tangents):
             ps = tree_util.tree_unflatten(in_tree, list(primals[n_consts:]))
             ts = tree_util.tree_unflatten(in_tree, [instantiate_zeros(t) for t in tangents[n_consts:]])
+            # Closed-over values that this JVP differentiates (tracers of the calling JVP level) are
+            # constants for the rule: it runs with their primals, so no tangent reaches them and none
+            # of them leaks out through the rule's Python closure (or re-enters this rule forever).
+            own = {c._trace.main for c, p in zip(consts, primals[:n_consts], strict=True)
+                   if isinstance(c, JVPTracer) and c.primal is p}
+            if own:
+                return _rule_with_constant_closure(lambda p, t: user_jvp(*static, p, t), (tuple(ps), tuple(ts)),
+                                                   own, out_tree)
             out, t_out = user_jvp(*static, tuple(ps), tuple(ts)) if static else user_jvp(tuple(ps), tuple(ts))
             o_flat, o_tree = tree_util.tree_flatten(out)
             t_flat, t_tree = tree_util.tree_flatten(t_out)
@@ -957,6 +965,19 @@ class custom_jvp:
         outs = P.custom_jvp_call.bind(*consts, *flat, call_program=consts_as_inputs(prog), jvp=jvp_flat,
                                       num_consts=n_consts, symbolic_zeros=False)
         return tree_util.tree_unflatten(out_tree, outs)
+
+
+def _rule_with_constant_closure(rule, args, mains, out_tree):
+    """``rule(*args)`` traced, then run with its captured tracers of ``mains`` replaced by their primals."""
+    prog, consts, _, rule_tree, flat = _trace_flat(rule, args)
+    consts = [c.primal if isinstance(c, JVPTracer) and c._trace.main in mains else c for c in consts]
+    out, t_out = tree_util.tree_unflatten(rule_tree, eval_program(prog, consts, flat))
+    o_flat, o_tree = tree_util.tree_flatten(out)
+    t_flat, t_tree = tree_util.tree_flatten(t_out)
+    if o_tree != out_tree or t_tree != out_tree:
+        raise TypeError(f"custom_jvp rule must return (primal_out, tangent_out) of the function's output "
+                        f"structure {out_tree}; got {o_tree} and {t_tree}")
+    return o_flat, t_flat
 
 
 def _custom_jvp_call_jvp(primals, tangents, *, call_program, jvp, num_consts, symbolic_zeros):

@@ -702,8 +702,16 @@ def custom_vjp_call_batch(vals, dims, *, call_program, fwd, bwd, num_consts, **p
     return outs, [0] * len(outs)
 
 
+def custom_lin_batch(vals, dims, **params):
+    # custom_lin is only reached by vmap when a custom_vjp function's forward-mode tangent is computed
+    # (jacfwd is vmap of jvp); reverse mode transposes it instead. Say so rather than "no batching rule".
+    raise TypeError("a custom_vjp function cannot be forward-mode differentiated (jvp, jacfwd): it only "
+                    "defines reverse mode. Use fnarray.custom_jvp for forward mode, or grad/vjp/jacrev.")
+
+
 primitive_batchers[P.custom_jvp_call] = custom_jvp_call_batch
 primitive_batchers[P.custom_vjp_call] = custom_vjp_call_batch
+primitive_batchers[P.custom_lin] = custom_lin_batch
 
 # ----------------------------------------------------------------------------- vmap
 
