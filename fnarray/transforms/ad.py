@@ -675,6 +675,20 @@ def _check_diff_args(args, argnums, name, allow_int=False):
                     ".astype(float) or pass allow_int=True to get float0 zeros.")
 
 
+def _argnums_partial(fun, args, kwargs, nums):
+    """``(f, diff_args)``: ``f(*diff_args)`` is ``fun(*args, **kwargs)`` with the arguments at
+    ``nums`` replaced by ``f``'s own (the other arguments are held fixed)."""
+    nums_n = tuple(i % len(args) for i in nums)
+
+    def f(*dargs):
+        full = list(args)
+        for i, d in zip(nums_n, dargs, strict=True):
+            full[i] = d
+        return fun(*full, **kwargs)
+
+    return f, tuple(args[i] for i in nums_n)
+
+
 def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
     """``(fun(*args), grad of fun)`` in one pass (mirrors ``jax.value_and_grad``).
 
@@ -692,15 +706,7 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
     @functools.wraps(fun)
     def vg(*args, **kwargs):
         _check_diff_args(args, nums, "grad", allow_int)
-        nums_n = tuple(i % len(args) for i in nums)
-        diff_args = tuple(args[i] for i in nums_n)
-
-        def f(*dargs):
-            full = list(args)
-            for i, d in zip(nums_n, dargs, strict=True):
-                full[i] = d
-            return fun(*full, **kwargs)
-
+        f, diff_args = _argnums_partial(fun, args, kwargs, nums)
         if has_aux:
             out, f_vjp, aux = vjp(f, *diff_args, has_aux=True)
         else:
@@ -824,15 +830,7 @@ def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
 
     def jac(*args, **kwargs):
         _check_diff_args(args, nums, "jacrev", allow_int)
-        nums_n = tuple(i % len(args) for i in nums)
-        dargs = tuple(args[i] for i in nums_n)
-
-        def f(*ds):
-            full = list(args)
-            for i, d in zip(nums_n, ds, strict=True):
-                full[i] = d
-            return fun(*full, **kwargs)
-
+        f, dargs = _argnums_partial(fun, args, kwargs, nums)
         if has_aux:
             out, f_vjp, aux = vjp(f, *dargs, has_aux=True)
         else:
