@@ -30,6 +30,7 @@ import time
 import numpy as np
 
 import fnarray as fa
+from _cli import device_from_arg
 import fnarray.numpy as fnp
 
 LAYER_SIZES = (64, 128, 128, 10)
@@ -122,14 +123,6 @@ def make_train_step(optimizer, device):
     return fa.jit(train_step, device=device)
 
 
-def _find_device(name):
-    """The usable device called ``name`` (``numpy:0``, or a backend name like ``numpy``), else None."""
-    for d in fa.devices():
-        if name in (str(d), d.backend, f"{d.backend}:{d.platform}"):
-            return d
-    return None
-
-
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default=None,
@@ -143,14 +136,7 @@ def parse_args(argv=None):
     parser.add_argument("--save", metavar="PATH", help="write the trained parameters as .npz (w1 b1 w2 b2 w3 b3)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
-    if args.device is None:
-        args.device = fa.default_device()
-    else:
-        dev = _find_device(args.device)
-        if dev is None:
-            avail = ", ".join(str(d) for d in fa.devices())
-            parser.error(f"unknown or unusable device {args.device!r}; available devices: {avail}")
-        args.device = dev
+    args.device = device_from_arg(parser, args.device)
     if args.epochs < 1:
         parser.error(f"--epochs must be a positive number of passes over the data, got {args.epochs}")
     if args.batch_size < 1:

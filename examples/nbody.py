@@ -26,6 +26,7 @@ import time
 import numpy as np
 
 import fnarray as fa
+from _cli import device_from_arg
 import fnarray.numpy as fnp
 
 G = 1.0
@@ -93,13 +94,6 @@ def simulate(pos, vel, masses, dt, steps):
     return pos, vel, energies
 
 
-def _find_device(name):
-    for d in fa.devices():
-        if name in (str(d), d.backend, f"{d.backend}:{d.platform}"):
-            return d
-    return None
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bodies", type=int, default=5, help="number of bodies, star included, >= 2 (default 5)")
@@ -108,14 +102,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0, help="seed of the orbital phases (default 0)")
     p.add_argument("--device", default=None, help="a name from fnarray.devices() (default: the default device)")
     args = p.parse_args(argv)
-    if args.device is None:
-        args.device = fa.default_device()
-    else:
-        dev = _find_device(args.device)
-        if dev is None:
-            p.error(f"unknown or unusable device {args.device!r}; available devices: "
-                    f"{', '.join(str(d) for d in fa.devices())}")
-        args.device = dev
+    args.device = device_from_arg(p, args.device)
     if args.bodies < 2:
         p.error(f"--bodies must be >= 2 (a star and at least one planet), got {args.bodies}")
     if args.steps < 1:

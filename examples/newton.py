@@ -36,6 +36,7 @@ import time
 import numpy as np
 
 import fnarray as fa
+from _cli import device_from_arg
 import fnarray.numpy as fnp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -138,13 +139,6 @@ def newton_direction(loss, w, solver, cg_iterations):
     return value, g, d
 
 
-def _find_device(name):
-    for d in fa.devices():
-        if name in (str(d), d.backend, f"{d.backend}:{d.platform}"):
-            return d
-    return None
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--digit", type=int, default=8, help="the class to tell apart from the rest, 0-9 (default 8)")
@@ -155,14 +149,7 @@ def parse_args(argv=None):
     p.add_argument("--l2", type=float, default=1e-3, help="L2 regularisation lam (default 1e-3)")
     p.add_argument("--device", default=None, help="a name from fnarray.devices() (default: the default device)")
     args = p.parse_args(argv)
-    if args.device is None:
-        args.device = fa.default_device()
-    else:
-        dev = _find_device(args.device)
-        if dev is None:
-            p.error(f"unknown or unusable device {args.device!r}; available devices: "
-                    f"{', '.join(str(d) for d in fa.devices())}")
-        args.device = dev
+    args.device = device_from_arg(p, args.device)
     if not 0 <= args.digit <= 9:
         p.error(f"--digit must be a digit class 0-9, got {args.digit}")
     if args.steps < 1:

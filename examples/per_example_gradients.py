@@ -33,6 +33,7 @@ import time
 import numpy as np
 
 import fnarray as fa
+from _cli import device_from_arg
 import fnarray.numpy as fnp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -108,13 +109,6 @@ def best_of(fn, repeat):
     return out, min(times)
 
 
-def _find_device(name):
-    for d in fa.devices():
-        if name in (str(d), d.backend, f"{d.backend}:{d.platform}"):
-            return d
-    return None
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default=None, help="a name from fnarray.devices() (default: the default device)")
@@ -126,14 +120,7 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=0.5, help="SGD learning rate (default 0.5)")
     p.add_argument("--seed", type=int, default=0, help="seed of initialisation, batches and noise (default 0)")
     args = p.parse_args(argv)
-    if args.device is None:
-        args.device = fa.default_device()
-    else:
-        dev = _find_device(args.device)
-        if dev is None:
-            p.error(f"unknown or unusable device {args.device!r}; available devices: "
-                    f"{', '.join(str(d) for d in fa.devices())}")
-        args.device = dev
+    args.device = device_from_arg(p, args.device)
     if args.steps < 0:
         p.error(f"--steps must be >= 0, got {args.steps}")
     if args.batch_size < 1:

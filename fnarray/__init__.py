@@ -14,6 +14,7 @@ from fnarray.core.ir import Program, check_program
 from fnarray.core.shaped import ShapedArray
 from fnarray.devices.backend import Device, register_backend
 from fnarray.devices.placement import default_device, device_put, devices
+from fnarray.devices.placement import parse_device as get_device
 from fnarray.lowering import numpy as _numpy_backend  # noqa: F401  (installs the literal folder)
 from fnarray import numpy  # noqa: F401  (installs Array's operators)
 from fnarray import tree_util  # noqa: F401
@@ -45,7 +46,7 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
-    "Array", "ShapedArray", "Program", "Device", "config", "jit", "make_ir", "devices", "default_device",
+    "Array", "ShapedArray", "Program", "Device", "config", "jit", "make_ir", "devices", "default_device", "get_device",
     "device_put", "register_backend", "check_program", "numpy", "tree_util", "lax",
     "FnArrayError", "ShapeError", "DTypeError", "ConcretizationError", "UnsupportedOnDevice",
     "BackendUnavailable", "TracerLeakError", "FallbackWarning",
