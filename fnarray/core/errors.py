@@ -5,7 +5,7 @@ keeps working for users who do not know fnarray's classes.
 """
 
 __all__ = [
-    "FnArrayError", "ShapeError", "DTypeError", "ConcretizationError",
+    "FnArrayError", "ShapeError", "AxisError", "DTypeError", "ConcretizationError",
     "UnsupportedOnDevice", "BackendUnavailable", "TracerLeakError",
     "FallbackWarning",
 ]
@@ -17,6 +17,10 @@ class FnArrayError(Exception):
 
 class ShapeError(FnArrayError, ValueError):
     """Shapes that do not fit together (broadcasting, contraction, reshape)."""
+
+
+class AxisError(ShapeError, IndexError):
+    """An axis outside an array's rank; also an ``IndexError``, as NumPy's ``AxisError``."""
 
 
 class DTypeError(FnArrayError, TypeError):

@@ -111,7 +111,8 @@ def _logistic(x):
 
 _direct(P.logistic, _upcast(_logistic))
 _direct(P.erf, _upcast(_pyfunc(math.erf)))
-_direct(P.lgamma, _upcast(_pyfunc(lambda v: math.lgamma(v) if v > 0 or v != math.floor(v) else math.inf)))
+_direct(P.lgamma, _upcast(_pyfunc(
+    lambda v: math.lgamma(v) if v > 0 or not math.isfinite(v) or v != math.floor(v) else math.inf)))
 
 
 def _erf_inv64(y):
@@ -439,7 +440,7 @@ def _gather(x, indices, *, axes):
     if any(x.shape[a] == 0 for a in axes):
         shape = np.shape(indices)[:-1] + tuple(n for i, n in enumerate(x.shape) if i not in axes)
         return np.zeros(shape, x.dtype)
-    if len(axes) == 1:
+    if len(axes) == 1 and np.asarray(indices).dtype != np.uint64:  # take casts uint64 to intp: may wrap
         # NOTE: fast path (~5x faster on small batches): np.take's mode="clip" clamps to [0, n-1],
         # exactly the gather semantics; it puts the batch dims at the axis, so move them to the front.
         idx = np.asarray(indices)[..., 0]

@@ -145,7 +145,9 @@ def _resolve(shape, key):
             out.append((kind, p, None))
         elif kind == "mask":
             covered = shape[ax:ax + p.ndim]
-            if p.shape != covered:
+            # A mask axis of length 0 selects nothing whatever the array's length (NumPy, JAX and the
+            # array API test suite accept it).
+            if len(covered) != p.ndim or any(k not in (s, 0) for k, s in zip(p.shape, covered)):
                 raise IndexError(f"boolean index of shape {p.shape} does not match the indexed axes "
                                  f"{tuple(range(ax, ax + p.ndim))} of shape {covered} (array shape {shape})")
             for comp in np.nonzero(p):
@@ -438,6 +440,8 @@ def _update(x, key, values, op):
         vshape = tuple(np.shape(v))
         k = mask.ndim
         if mask.shape != x.shape[:k]:
+            if k <= x.ndim and all(m in (s, 0) for m, s in zip(mask.shape, x.shape)):
+                return x  # a mask axis of length 0 selects nothing, as in x[mask]
             raise IndexError(f"boolean index of shape {mask.shape} does not match the leading axes of "
                              f"an array of shape {x.shape}")
         trailing = x.shape[k:]
@@ -657,8 +661,10 @@ def _move_axes_block(g, k, pos):
     return lax.transpose(g, perm)
 
 
-def take_along_axis(arr, indices, axis, mode=None, fill_value=None):
+def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None):
     """``arr`` indexed along ``axis`` by ``indices`` of the same rank (``numpy.take_along_axis``).
+
+    ``axis`` defaults to -1 (the last axis), as the array API 2024.12 and NumPy 2.3.
 
     The other axes of ``indices`` and ``arr`` broadcast; ``axis=None`` uses the flattened
     array and 1-d indices. Negative indices count from the end; ``mode`` as ``take``.
