@@ -376,6 +376,32 @@ def test_compile_modes_agree(mdev, mode, monkeypatch):
     upd = rng.standard_normal((4, 4)).astype(np.float32)
     got, want = _both(f, x, idx, upd, dev=mdev)
     _close(got, want, rtol=1e-5, atol=1e-5)
+    exe = fa.jit(f, device=mdev).lower(*[_put(v, mdev) for v in (x, idx, upd)]).compile().entry.exe
+    if mode == "always":
+        exe([_put(v, mdev).buf() for v in (x, idx, upd)])
+        assert exe.fn is not exe.raw  # MLX compiled it (no silent eager fallback)
+    else:
+        assert not isinstance(exe, mlx_lowering._WarmCompile)
+
+
+def test_composed_functions_at_special_values(mdev):
+    special = np.array([0.0, -0.0, 1.0, 2.0, -1.0, -2.5, 0.5, 1e-30, -1e-30, 1e30, 3e38, np.inf, -np.inf, np.nan],
+                       np.float32)
+    for prim in (P.lgamma, P.digamma, P.cbrt, P.sign, P.exp2, P.logistic, P.round_p):
+        got = prim.bind(_put(special, mdev))
+        want = prim.bind(fnp.asarray(special))
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=1e-6, equal_nan=True,
+                                   err_msg=prim.name)
+    for prim in (P.nextafter, P.rem, P.max_p, P.min_p, P.atan2):
+        got = prim.bind(_put(special, mdev), _put(special[::-1].copy(), mdev))
+        want = prim.bind(fnp.asarray(special), fnp.asarray(special[::-1].copy()))
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=0, equal_nan=True,
+                                   err_msg=prim.name)
+    bits = np.array([0, 1, 0xFF, 0x80000000, 0xFFFFFFFF, 0x12345678], np.uint32)
+    for d in (np.uint32, np.int32, np.int8, np.uint16, np.int64):
+        x = bits.astype(d)
+        np.testing.assert_array_equal(np.asarray(P.population_count.bind(_put(x, mdev))),
+                                      [bin(int(v) & ((1 << (8 * x.itemsize)) - 1)).count("1") for v in x])
 
 
 def test_warm_compile_switches_after_calls(mdev, monkeypatch):

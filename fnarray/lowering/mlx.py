@@ -39,24 +39,25 @@ makes the partitioner run ``while``, ``scan`` and ``cond`` from the host
 (``fnarray.devices.host_control``), with the straight-line code around them
 lowered here. ``call``, ``remat`` and custom-derivative calls are inlined.
 
-``mx.compile``, measured on this machine (Linux, ``mlx[cpu]`` 0.32, 2 shared cores,
-loaded; best of 5):
+``mx.compile``, measured on this machine (Linux, ``mlx[cpu]`` 0.32.4, 2 cores shared
+with other jobs; best of 4 interleaved rounds, two runs; with ``mx.eval`` of the result):
 
-==============================================  ==========  ==========
-                                                eager       mx.compile
-==============================================  ==========  ==========
-``tanh(a*x+b)*x+1``, f32, 4M elements            148 ms      310 ms
-same, 16K elements                               0.85 ms     0.89 ms
-same, 1K elements                                71 us       46 us
-``a*2+1`` on f32[4], per call (with ``mx.eval``)  71 us       28 us
-digits MLP train step (batch 64)                 9.1 ms      8.8 ms
-first call of that step (cold C++ compile)       16 ms       8.1 s
-==============================================  ==========  ==========
+==============================================  ===============  ===============
+                                                eager            mx.compile
+==============================================  ===============  ===============
+``tanh(a*x+b)*x+1``, f32, 4M elements            86-92 ms         88-96 ms
+same, 16K elements                               322-342 us       351-384 us
+same, 1K elements                                26 us            20-21 us
+same, 4 elements (one call's dispatch)           26-27 us         14 us
+digits MLP train step (64-128-128-10, batch 64)  2.4-2.9 ms       2.1-2.4 ms
+first call of that step, kernels not on disk     5-16 ms          ~1 s per fused kernel (8 s)
+==============================================  ===============  ===============
 
-On the Linux CPU a compiled elementwise kernel is slower per element than MLX's
-eager vectorised kernels, but saves ~15-30 us of dispatch per operation, and a
-cold compile generates and builds C++ (~1 s per fused kernel, cached on disk in
-``/tmp/mlx``). So the policy (``COMPILE_MODE = "auto"``) is per platform:
+(Single unrepeated runs on the loaded machine scattered by 2x either way, e.g. 148 vs 310 ms for
+the 4M chain; the table keeps the interleaved minima.) On the Linux CPU a compiled program saves
+the per-operation dispatch (~6-10 us each) but its fused C++ kernels are no faster per element
+than MLX's eager ones, and a cold compile generates and builds C++ (~1 s per fused kernel, cached
+on disk under ``/tmp/mlx``). So the policy (``COMPILE_MODE = "auto"``) is per platform:
 
 - ``gpu``: every program is wrapped in ``mx.compile`` from its first call
   (fusion saves memory traffic and kernel launches; Metal kernels build in ms);
@@ -177,26 +178,30 @@ def _upcast(fn):
     return factory
 
 
-def _mx_fn(name):
-    return lambda *xs: getattr(mx, name)(*xs)
+def _mx_op(name, upcast):
+    """The factory of an MLX function used as it is (resolved when a program is lowered, not per call)."""
+    def factory(params, in_avals, out_avals):
+        fn = getattr(mx, name)
+        return _upcast(fn)(params, in_avals, out_avals) if upcast else fn
+    return factory
 
 
 # ------------------------------------------------------------------------------ elementwise
 
 for _p, _name in [(P.floor, "floor"), (P.ceil, "ceil"), (P.round_p, "round"), (P.exp, "exp"), (P.log, "log"),
-                  (P.log1p, "log1p"), (P.expm1, "expm1"), (P.tanh, "tanh"), (P.logistic, "sigmoid"),
+                  (P.log1p, "log1p"), (P.expm1, "expm1"), (P.tanh, "tanh"),
                   (P.sin, "sin"), (P.cos, "cos"), (P.tan, "tan"), (P.asin, "arcsin"), (P.acos, "arccos"),
                   (P.atan, "arctan"), (P.sinh, "sinh"), (P.cosh, "cosh"), (P.asinh, "arcsinh"),
                   (P.acosh, "arccosh"), (P.atanh, "arctanh"), (P.sqrt, "sqrt"), (P.rsqrt, "rsqrt"),
                   (P.erf, "erf"), (P.erf_inv, "erfinv"), (P.pow_p, "power"), (P.atan2, "arctan2")]:
-    RULES[_p] = _upcast(_mx_fn(_name))
+    RULES[_p] = _mx_op(_name, upcast=True)
 
 for _p, _name in [(P.neg, "negative"), (P.is_finite, "isfinite"), (P.real, "real"), (P.imag, "imag"),
                   (P.conj, "conj"), (P.abs_p, "abs"), (P.add, "add"), (P.sub, "subtract"), (P.mul, "multiply"),
                   (P.max_p, "maximum"), (P.min_p, "minimum"), (P.eq, "equal"), (P.ne, "not_equal"),
                   (P.lt, "less"), (P.le, "less_equal"), (P.gt, "greater"), (P.ge, "greater_equal"),
                   (P.and_p, "bitwise_and"), (P.or_p, "bitwise_or"), (P.xor_p, "bitwise_xor")]:
-    RULES[_p] = (lambda f: lambda params, in_avals, out_avals: f)(_mx_fn(_name))
+    RULES[_p] = _mx_op(_name, upcast=False)
 
 
 def _identity(params, in_avals, out_avals):
@@ -215,6 +220,15 @@ def _exp2(params, in_avals, out_avals):
         return lambda x: mx.exp(x * ln2)
     two = _const(2.0, _F32 if d in _LOW else d)
     return _upcast(lambda x: mx.power(two, x))(params, in_avals, out_avals)
+
+
+@rule(P.logistic)
+def _logistic(params, in_avals, out_avals):
+    d = in_avals[0].dtype
+    if dtypes.is_complex(d):  # MLX's sigmoid is real-only; the reference's complex form is this one
+        one = _const(1, d)
+        return lambda x: one / (one + mx.exp(-x))
+    return _upcast(lambda x: mx.sigmoid(x))(params, in_avals, out_avals)
 
 
 @rule(P.sign)
@@ -297,7 +311,7 @@ def _lgamma(params, in_avals, out_avals):
         s = mx.abs(mx.sin(pi * (x - mx.round(x))))
         refl = mx.log(pi / s) - pos
         r = mx.where(reflect, refl, pos)
-        return mx.where(reflect & (x == mx.floor(x)), inf, r)
+        return mx.where((reflect & (x == mx.floor(x))) | (x == inf), inf, r)
     return _upcast(f)(params, in_avals, out_avals)
 
 
@@ -353,11 +367,6 @@ def _population_count(params, in_avals, out_avals):
             u = mx.right_shift(u * h01, top)
         return mx.view(u, md) if d != ud else u
     return f
-
-
-def _bcast_shape(in_avals):
-    shapes = [a.shape for a in in_avals if a.shape != ()]
-    return shapes[0] if shapes else ()
 
 
 def _trunc_div_signed(x, y, zero, one, minus_one):
@@ -1038,11 +1047,13 @@ _UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that a
 _F64_APPROXIMATE = frozenset({P.exp, P.logistic, P.sin, P.cos, P.erf, P.erf_inv, P.lgamma, P.cumlogsumexp})
 # What MLX implements for complex64 (everything else with a complex64 operand falls back).
 _COMPLEX_OK = frozenset({
-    P.neg, P.add, P.sub, P.mul, P.div, P.exp, P.log, P.sqrt, P.sin, P.cos, P.abs_p, P.sign, P.real, P.imag,
-    P.conj, P.eq, P.ne, P.complex_p, P.select_n, P.convert_element_type, P.broadcast_in_dim, P.reshape,
-    P.transpose, P.rev, P.slice_p, P.dynamic_slice, P.dynamic_update_slice, P.pad, P.concatenate, P.gather,
-    P.scatter, P.scatter_add, P.reduce_sum, P.dot_general, P.stop_gradient, P.copy_p, P.integer_pow,
-    P.call, P.remat, P.custom_jvp_call, P.custom_vjp_call, P.while_p, P.scan, P.cond, P.iota,
+    P.neg, P.add, P.sub, P.mul, P.div, P.pow_p, P.integer_pow, P.exp, P.exp2, P.log, P.log1p, P.sqrt, P.rsqrt,
+    P.sin, P.cos, P.tan, P.asin, P.acos, P.atan, P.sinh, P.cosh, P.tanh, P.asinh, P.acosh, P.atanh, P.logistic,
+    P.abs_p, P.sign, P.real, P.imag, P.conj, P.eq, P.ne, P.complex_p, P.select_n, P.convert_element_type,
+    P.iota, P.broadcast_in_dim, P.reshape, P.transpose, P.rev, P.slice_p, P.dynamic_slice, P.dynamic_update_slice,
+    P.pad, P.concatenate, P.gather, P.scatter, P.scatter_add, P.scatter_mul, P.reduce_sum, P.reduce_prod,
+    P.cumsum, P.cumprod, P.dot_general, P.stop_gradient, P.copy_p, P.call, P.remat, P.custom_jvp_call,
+    P.custom_vjp_call, P.while_p, P.scan, P.cond,
 })
 
 
@@ -1110,7 +1121,7 @@ class _Generated:
             else:
                 lines.append(f"    {outs[0]} = {f}({args})")
         lines.append(f"    return [{', '.join(name(a) for a in prog.outvars)}]")
-        header = ([f"# MLX program; constants:"] + consts) if consts else []
+        header = (["# MLX program; constants:"] + consts) if consts else []
         self.source = "\n".join(header + [f"def program({', '.join(ins)}):"] + lines) + "\n"
         self.n_eqns = len(prog.eqns)
         self.fn = None
@@ -1143,7 +1154,10 @@ def _on_stream(handle, fn):
 
 
 class _WarmCompile:
-    """Runs a program eagerly, and through ``mx.compile`` from its ``after``-th call on."""
+    """Runs a program eagerly, and through ``mx.compile`` from its ``after``-th call on.
+
+    Should MLX fail to compile the program, it keeps running eagerly (same operations, same results).
+    """
 
     __slots__ = ("fn", "raw", "left", "handle")
 
@@ -1154,11 +1168,21 @@ class _WarmCompile:
         if self.left:
             self.left -= 1
             if not self.left:
-                self.fn = mx.compile(self.raw)
+                return self._switch(bufs)
         if mx.default_device() == self.handle:
             return self.fn(*bufs)
         with mx.stream(self.handle):
             return self.fn(*bufs)
+
+    def _switch(self, bufs):
+        compiled = mx.compile(self.raw)
+        with mx.stream(self.handle):
+            try:
+                out = compiled(*bufs)
+            except Exception:  # an MLX compile limitation: stay eager
+                return self.raw(*bufs)
+        self.fn = compiled
+        return out
 
 
 def _compile_policy(gen: _Generated, device: Device) -> int | None:
@@ -1191,8 +1215,6 @@ class MlxLowered(Lowered):
         handle = self.device.handle
         if after is None:
             return _on_stream(handle, gen.fn)
-        if after <= 1:
-            return _on_stream(handle, mx.compile(gen.fn))
         return _WarmCompile(gen.fn, after, handle)
 
 
