@@ -202,9 +202,12 @@ def full_lower(val):
     return val
 
 
+_NO_PARAMS = Params()
+
+
 def bind(primitive, *args, **params):
     """Apply ``primitive`` to ``args`` in the innermost trace; the entry point of every op."""
-    p = Params(params)
+    p = Params(params) if params else _NO_PARAMS
     top = _dynamic[-1]
     traced = False
     for a in args:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 
+import numpy as np
+
 from fnarray.core.errors import BackendUnavailable, FnArrayError
 from fnarray.core.ir import Eqn, Program
 
@@ -126,6 +128,10 @@ class Backend:
     def to_host(self, buf):
         """A buffer into a NumPy array (read-only where no copy was made)."""
         raise NotImplementedError
+
+    def scalar_to_device(self, value, dtype, device):
+        """A Python or NumPy scalar as a rank-0 buffer of ``dtype`` on ``device``."""
+        return self.to_device(np.asarray(value, dtype), device)
 
     def block_until_ready(self, buf):
         return buf

@@ -185,25 +185,53 @@ def _eager_executable(primitive, params, avals, device):
     return hit
 
 
+_SCALAR_AVALS: dict = {}
+
+
+def _scalar_aval(a):
+    key = type(a) if not isinstance(a, np.generic) else a.dtype
+    av = _SCALAR_AVALS.get(key)
+    if av is None:
+        d, w = dtypes.dtype_of_scalar(a)
+        av = _SCALAR_AVALS[key] = ShapedArray((), d, w)
+    return av
+
+
 def eager_apply(primitive, args, params):
     """Evaluate one primitive on concrete arguments (arrays or scalars)."""
-    arrays = [a for a in args if isinstance(a, ArrayImpl)]
-    device = placement_device(arrays, primitive.name) if arrays else default_device()
+    device = None
+    committed = False
+    for a in args:
+        if type(a) is ArrayImpl:
+            if a._committed:
+                committed = True
+            if device is None:
+                device = a._device
+            elif a._device is not device:
+                device = placement_device([x for x in args if isinstance(x, ArrayImpl)], primitive.name)
+                break
+    if device is None:
+        device = default_device()
     avals, bufs = [], []
     for a in args:
-        if isinstance(a, ArrayImpl):
+        if type(a) is ArrayImpl:
             avals.append(a.aval)
-            bufs.append(a.buf() if a._device == device else _transfer(a.buf(), a._device, device))
+            b = a._buf
+            if b is None:
+                a.buf()  # raises: donated or deleted
+            bufs.append(b if a._device is device else _transfer(b, a._device, device))
         elif tracing.is_scalar(a):
-            d, w = dtypes.dtype_of_scalar(a)
-            avals.append(ShapedArray((), d, w))
-            bufs.append(device.impl.to_device(np.asarray(a, d), device))
+            av = _scalar_aval(a)
+            avals.append(av)
+            bufs.append(device.impl.scalar_to_device(a, av.dtype, device))
+        elif isinstance(a, ArrayImpl):  # a subclass
+            avals.append(a.aval)
+            bufs.append(a.buf() if a._device is device else _transfer(a.buf(), a._device, device))
         else:
             raise TypeError(f"{primitive.name} got {type(a).__name__}; expected an fnarray Array or a scalar. "
                             "Wrap NumPy arrays with fnarray.numpy.asarray.")
     exe, out_avals = _eager_executable(primitive, params, tuple(avals), device)
     outs = exe(bufs)
-    committed = any(a._committed for a in arrays)
     res = [ArrayImpl(av, device, b, committed) for av, b in zip(out_avals, outs, strict=True)]
     return res if primitive.multiple_results else res[0]
 

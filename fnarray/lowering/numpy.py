@@ -171,6 +171,11 @@ class NumpyBackend(Backend):
     def to_host(self, buf):
         return np.asarray(buf)
 
+    def scalar_to_device(self, value, dtype, device):
+        if type(self).to_device is not NumpyBackend.to_device:  # a subclass with its own buffers
+            return self.to_device(np.asarray(value, dtype), device)
+        return dtype.type(value)  # NumPy scalars are immutable: no copy, no flags
+
 
 def make_backend():
     return NumpyBackend()

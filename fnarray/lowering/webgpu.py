@@ -461,6 +461,13 @@ class WebGPULowered(Lowered):
             return host_control.HostDriven(self.program, self.device, [True] * len(self.program.eqns))
         return _Plan(self.backend.gpu, plan.schedule).executable()
 
+    def launch_plan(self):
+        """What ``compile()`` runs, for a straight-line program: a plan with value slots (``n_inputs``,
+        ``allocs``), ``steps`` in dispatch order (WGSL source, entry, bound slots, work-groups, launch) and
+        ``outputs``; ``None`` when the host drives control flow. The browser export reads it."""
+        plan = self._schedules()
+        return None if plan.host_driven else _Plan(self.backend.gpu, plan.schedule)
+
 
 def _named_source(kernel):
     return kernel.name, render_wgsl(kernel)

@@ -16,8 +16,10 @@ rewritten before printing:
   (``Capabilities.max_dispatch``), as for OpenCL.
 - WGSL does not promise IEEE infinities and NaN: a constant expression that
   overflows is a compile error and drivers may fold ``x != x`` to false (Mesa
-  does). Infinities and NaNs are written as bit patterns
-  (``bitcast<f32>(0x7f800000u)``), ``isnan``/``isinf``/``isfinite`` are tests on
+  does). Infinities and NaNs are written as bit patterns passed through a
+  function (``fa_f32_bits(0x7f800000u)``: a call is a run-time value, while Tint,
+  Chromium's compiler, rejects a constant ``bitcast`` whose value is not finite),
+  ``isnan``/``isinf``/``isfinite`` are tests on
   the bits, ``max``/``min`` on floats propagate NaN through an explicit select.
 - Functions WGSL lacks, or whose precision or edge cases WGSL leaves open
   (``erf``, ``lgamma``, ``log1p``, ``expm1``, ``cbrt``, ``pow`` at 0 and for
@@ -34,6 +36,7 @@ rewritten before printing:
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 
@@ -355,7 +358,26 @@ fn fa_atan2_f32(y: f32, x: f32) -> f32 {
 fn fa_acosh_f32(x: f32) -> f32 {
     return select(acosh(x), bitcast<f32>(0x7fc00000u), x < 1.0f || fa_isnan_f32(x));
 }"""),
+    "bits": ((), """
+fn fa_f32_bits(b: u32) -> f32 {
+    return bitcast<f32>(b);
+}"""),
 }
+
+
+def _runtime_special(m) -> str:
+    bits = int(m.group(1), 16)
+    return f"fa_f32_bits({m.group(1)}u)" if (bits >> 23) & 0xFF == 0xFF else m.group(0)
+
+
+def _with_runtime_specials(deps, src):
+    # Infinities and NaNs become calls of fa_f32_bits: WGSL const-evaluation (Tint's, in Chromium) rejects a
+    # non-finite constant such as bitcast<f32>(0x7f800000u), and a function call is never a constant expression.
+    new = re.sub(r"bitcast<f32>\((0x[0-9a-f]{8})u\)", _runtime_special, src)
+    return (tuple(deps) + ("bits",) if new != src else tuple(deps)), new
+
+
+_HELPER_SRC = {name: _with_runtime_specials(*v) for name, v in _HELPER_SRC.items()}
 
 
 def _helper_closure(names) -> list:
@@ -383,7 +405,9 @@ def _float_literal(x, d) -> str:
             return text + "h" if h >= 0 else f"({text}h)"
         return f"f16({_float_literal(float(h), F32)})"
     bits = int(np.asarray(x, F32).view(np.uint32))
-    if not np.isfinite(x) or (x != 0 and abs(x) < np.finfo(F32).tiny) or bits == 0x80000000:
+    if not np.isfinite(x):
+        return f"fa_f32_bits({bits:#010x}u)"
+    if (x != 0 and abs(x) < np.finfo(F32).tiny) or bits == 0x80000000:
         return f"bitcast<f32>({bits:#010x}u)"
     text = str(np.float32(x))
     if "e" not in text and "." not in text:
@@ -552,6 +576,8 @@ class WGSLRenderer(CStyleRenderer):
             lines.append(f"var<workgroup> {s.name}: array<{self.type_name(s.dtype)}, {s.size}>;")
         helpers = {e.op for e in exprs if isinstance(e, Op) and e.op in _HELPED and e.dtype.kind == "f"}
         helpers |= {e.op for e in exprs if isinstance(e, Op) and e.op in ("isnan", "isinf", "isfinite")}
+        if any(isinstance(e, Const) and e.dtype.kind == "f" and not np.isfinite(e.value) for e in exprs):
+            helpers.add("bits")
         for name in _helper_closure(helpers):
             lines.extend(_HELPER_SRC[name][1].splitlines())
         lines.append("")

@@ -1,0 +1,96 @@
+"""Export the digits classifier of ``examples/digits_mlp.py`` as a web page that classifies in the browser.
+
+The page (``index.html`` + ``app.js`` beside this script) lets you draw a digit
+on a canvas, or pick one of the held-out test images, and shows the class
+probabilities as a bar chart. They are computed in the browser through WebGPU by
+the WGSL kernels that ``fnarray.export.webgpu`` writes: the trained parameters
+are baked into the bundle, the only run-time input is the image ``x``
+(float32[1, 64], pixels 0..16 divided by 16, as in training).
+
+Usage::
+
+    python examples/digits_mlp.py --epochs 30 --save digits.npz
+    python examples/browser_digits/export_digits.py --params digits.npz --out digits_site
+    python -m fnarray.export.serve digits_site          # then open http://127.0.0.1:8000/
+
+Without ``--params`` the script trains the model first (``--epochs``, on the numpy backend).
+The export schedules the kernels with the webgpu backend, so it needs ``wgpu`` and a driver
+(on Debian/Ubuntu without a GPU: ``apt-get install mesa-vulkan-drivers``).
+
+Importable: ``build_site(out_dir, params, n_test_images=24) -> dict`` (the manifest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # examples/, for digits_mlp
+
+import digits_mlp  # noqa: E402
+
+import fnarray as fa  # noqa: E402
+
+PAGE_FILES = ("index.html", "app.js")
+MODEL_DIR = "model"
+TEST_IMAGES = "test_images.json"
+
+
+def load_params(path) -> dict:
+    """The parameters written by ``digits_mlp.py --save`` as float32 NumPy arrays."""
+    with np.load(path) as data:
+        missing = [k for k in digits_mlp.PARAM_NAMES if k not in data]
+        if missing:
+            raise ValueError(f"{path} lacks {', '.join(missing)}; write it with examples/digits_mlp.py --save")
+        return {k: np.asarray(data[k], np.float32) for k in digits_mlp.PARAM_NAMES}
+
+
+def build_site(out_dir, params, n_test_images: int = 24) -> dict:
+    """Write the page, the exported model (``out_dir/model``) and some held-out test images.
+
+    Args:
+      out_dir: the site folder (created; the page files and the model there are replaced).
+      params: ``{"w1": f32[64, 128], ..., "b3": f32[10]}`` (``digits_mlp.PARAM_NAMES``).
+      n_test_images: how many test-set images the page offers to pick.
+    Returns: the export's manifest.
+    """
+    params = {k: np.asarray(params[k], np.float32) for k in digits_mlp.PARAM_NAMES}
+    os.makedirs(out_dir, exist_ok=True)
+    x_example = np.zeros((1, 64), np.float32)
+    manifest = fa.export.webgpu(digits_mlp.predict, params, x_example, path=os.path.join(out_dir, MODEL_DIR),
+                                bake_argnums=(0,))
+    for name in PAGE_FILES:
+        shutil.copyfile(os.path.join(HERE, name), os.path.join(out_dir, name))
+    _, x_test, _, y_test = digits_mlp.load_data()
+    pixels = np.rint(x_test[:n_test_images] * 16).astype(int)  # back to the data set's 0..16 counts
+    images = [{"pixels": p.tolist(), "label": int(y)} for p, y in zip(pixels, y_test[:n_test_images], strict=True)]
+    with open(os.path.join(out_dir, TEST_IMAGES), "w", encoding="utf-8") as fh:
+        json.dump(images, fh)
+    return manifest
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", metavar="PATH", help="parameters from digits_mlp.py --save (default: train now)")
+    parser.add_argument("--epochs", type=int, default=30, help="epochs to train when --params is not given")
+    parser.add_argument("--out", default="digits_site", help="the site folder to write (default digits_site)")
+    parser.add_argument("--test-images", type=int, default=24, help="test images the page offers (default 24)")
+    args = parser.parse_args(argv)
+    if args.params:
+        params = load_params(args.params)
+    else:
+        params = digits_mlp.main(["--epochs", str(args.epochs), "--device", "numpy:0", "--quiet"])["params"]
+    manifest = build_site(args.out, params, args.test_images)
+    print(f"wrote {args.out}/: index.html, app.js, {TEST_IMAGES} and {MODEL_DIR}/ ({len(manifest['kernels'])} "
+          f"WGSL kernels, {len(manifest['dispatches'])} dispatches, {manifest['weights']['bytes']} bytes of weights)")
+    print(f"view it with: python -m fnarray.export.serve {args.out}   (then open http://127.0.0.1:8000/)")
+
+
+if __name__ == "__main__":
+    main()

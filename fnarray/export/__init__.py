@@ -1,0 +1,13 @@
+"""Exporting jitted functions to run outside Python.
+
+``fnarray.export.webgpu(f, *example_args, path, bake_argnums=())`` writes a folder
+that runs ``f`` in a web page through WebGPU: the WGSL kernels of the webgpu
+backend's schedule, a JSON manifest, the baked weights and the dependency-free
+ES module ``fnarray-webgpu.js`` (``loadModel(url)`` -> ``model.run({...})``).
+``python -m fnarray.export.serve DIR`` serves such a folder on 127.0.0.1.
+See ``docs/export.md``.
+"""
+
+from fnarray.export._webgpu import MANIFEST_VERSION, runtime_source, webgpu
+
+__all__ = ["webgpu", "MANIFEST_VERSION", "runtime_source"]

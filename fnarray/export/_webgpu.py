@@ -1,0 +1,368 @@
+"""``fnarray.export.webgpu``: a jitted function as a folder that runs in a web page through WebGPU.
+
+The export does not generate code of its own. It traces ``f``, makes the program
+straight-line (``_flatten.straight_line``: calls inlined, scans unrolled), checks
+every equation against the ``webgpu`` device with fallback ``"error"``, lowers it
+there and reads the launch plan that the native runtime would run
+(``WebGPULowered.launch_plan``): the same WGSL kernels, value slots, uniform
+arguments and work-group counts. The bundle is that plan written down:
+
+- ``kernels/NNN_<entry>.wgsl``: each distinct kernel source once;
+- ``weights.bin``: the baked arguments and captured constants, each at a
+  16-byte-aligned offset, little-endian (``bool`` as ``u32``, as the kernels read it);
+- ``model.json``: the manifest (format, version, inputs, outputs, buffers,
+  kernels, dispatches in order, required limits and features);
+- ``fnarray-webgpu.js``: the runtime that replays the manifest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import json
+import math
+import os
+import shutil
+from importlib import resources
+
+import numpy as np
+import optree
+
+from fnarray.core.config import config
+from fnarray.core.errors import BackendUnavailable, UnsupportedOnDevice
+from fnarray.core.ir import Literal, check_program
+from fnarray.export._flatten import straight_line
+from fnarray.lowering.kernels.ir import ArrayDecl, BufferParam, For, If, ScalarParam
+from fnarray.lowering.kernels.wgsl import uniform_bytes, wgsl_layout
+
+__all__ = ["webgpu", "MANIFEST_VERSION", "FORMAT", "MANIFEST_FILE", "WEIGHTS_FILE", "RUNTIME_FILE", "KERNEL_DIR",
+           "runtime_source"]
+
+FORMAT = "fnarray-webgpu"
+#: Bumped whenever the manifest changes incompatibly; the JS runtime refuses other versions.
+MANIFEST_VERSION = 1
+MANIFEST_FILE = "model.json"
+WEIGHTS_FILE = "weights.bin"
+RUNTIME_FILE = "fnarray-webgpu.js"
+KERNEL_DIR = "kernels"
+_ALIGN = 16
+# The dtypes the JS runtime reads and writes (as Float32Array, Int32Array, Uint32Array, Uint8Array, Uint16Array).
+_DTYPE_NAMES = {"float32", "int32", "uint32", "bool", "float16"}
+
+
+def runtime_source() -> str:
+    """The text of the JS runtime ``fnarray-webgpu.js`` shipped with fnarray."""
+    return resources.files("fnarray.export").joinpath(RUNTIME_FILE).read_text(encoding="utf-8")
+
+
+# ------------------------------------------------------------------------------------------- names
+
+
+def _entry_name(e) -> str:
+    for attr in ("field", "key", "name"):
+        if hasattr(e, attr):
+            return str(getattr(e, attr))
+    return str(e.entry)
+
+
+def _leaf_names(prefix: str, tree) -> list[tuple[str, object]]:
+    accessors, leaves, _ = optree.tree_flatten_with_accessor(tree, none_is_leaf=False, namespace="fnarray")
+    return [(".".join([prefix] + [_entry_name(e) for e in acc]), leaf)
+            for acc, leaf in zip(accessors, leaves, strict=True)]
+
+
+def _param_names(f, nargs: int) -> list[str]:
+    """The name of each positional argument: the parameter's, ``args.<i>`` past a ``*args``."""
+    try:
+        params = list(inspect.signature(f).parameters.values())
+    except (TypeError, ValueError):
+        return [f"arg{i}" for i in range(nargs)]
+    names = []
+    for i in range(nargs):
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if i < len(positional):
+            names.append(positional[i].name)
+            continue
+        star = next((p for p in params if p.kind == p.VAR_POSITIONAL), None)
+        if star is None:
+            raise TypeError(f"fnarray.export.webgpu: {_fname(f)} takes {len(positional)} positional arguments, "
+                            f"{nargs} example arguments were given")
+        names.append(f"{star.name}.{i - len(positional)}")
+    return names
+
+
+def _fname(f) -> str:
+    return getattr(f, "__name__", type(f).__name__)
+
+
+def _out_names(treedef) -> list[str]:
+    paths = treedef.paths()
+    if len(paths) == 1 and paths[0] == ():
+        return ["out"]
+    return [".".join(["out"] + [str(k) for k in p]) for p in paths]
+
+
+# ------------------------------------------------------------------------------------------- device
+
+
+def _webgpu_device():
+    from fnarray.devices.backend import get_backend
+    try:
+        backend = get_backend("webgpu")
+    except BackendUnavailable as e:
+        raise BackendUnavailable(f"fnarray.export.webgpu schedules the browser's kernels with the webgpu backend "
+                                 f"(the same WGSL that runs natively), which cannot start here: {e}") from None
+    return backend.devices()[0]
+
+
+@contextlib.contextmanager
+def _fallback_error():
+    old = config.fallback
+    config.fallback = "error"
+    try:
+        yield
+    finally:
+        config.fallback = old
+
+
+def _check_supported(program, device) -> None:
+    from fnarray.devices.partition import unsupported_reason
+    for e in program.eqns:
+        reason = unsupported_reason(e, device)
+        if reason is not None:
+            dts = sorted({a.aval.dtype.name for a in list(e.inputs) + list(e.outputs)})
+            raise UnsupportedOnDevice(
+                f"fnarray.export.webgpu: {e.primitive.name} ({', '.join(dts)}) cannot run in the browser: {reason}. "
+                "A browser bundle runs every equation on WebGPU (there is no numpy fallback in a web page): "
+                "use float32/int32/uint32/bool arrays and the operations the webgpu backend has "
+                "(fnarray.config.fallback = 'error' on the webgpu device finds them natively).")
+
+
+# ------------------------------------------------------------------------------------------- bundle
+
+
+def _storage_bytes(dtype, shape) -> int:
+    d = np.dtype(dtype)
+    return math.prod(shape) * (4 if d == np.bool_ else d.itemsize)
+
+
+def _padded(n: int) -> int:
+    return max(4, (n + 3) // 4 * 4)
+
+
+def _raw(value, dtype, shape) -> bytes:
+    a = np.asarray(value)
+    if a.shape != tuple(shape):
+        raise ValueError(f"a baked value has shape {a.shape}, the program expects {tuple(shape)}")
+    d = np.dtype(dtype)
+    if d == np.bool_:
+        return a.astype("<u4").tobytes()
+    return np.ascontiguousarray(a, dtype=d.newbyteorder("<")).tobytes()
+
+
+def _local_bytes(stmts) -> int:
+    total = 0
+    for s in stmts:
+        if isinstance(s, ArrayDecl) and s.space == "local":
+            d = np.dtype(s.dtype)
+            total += s.size * (4 if d == np.bool_ else d.itemsize)
+        elif isinstance(s, For):
+            total += _local_bytes(s.body)
+        elif isinstance(s, If):
+            total += _local_bytes(s.then) + _local_bytes(s.orelse)
+    return total
+
+
+def _dtype_name(d) -> str:
+    name = np.dtype(d).name
+    if name not in _DTYPE_NAMES:
+        raise UnsupportedOnDevice(f"fnarray.export.webgpu: a value of dtype {name} cannot cross into the browser "
+                                  f"runtime (it reads {', '.join(sorted(_DTYPE_NAMES))}); cast it first")
+    return name
+
+
+def webgpu(f, *example_args, path, bake_argnums=()):
+    """Export ``f`` as a folder that runs in a web page through WebGPU (``navigator.gpu``).
+
+    The function is traced at the types of ``example_args`` and lowered for the
+    ``webgpu`` backend with ``fnarray.config.fallback = "error"``; the folder holds
+    its WGSL kernels, a manifest, the baked weights and the JS runtime
+    ``fnarray-webgpu.js``. In a page::
+
+        import { loadModel } from "./model/fnarray-webgpu.js";
+        const model = await loadModel("./model/");
+        const [probs] = await model.run({ x: new Float32Array(64) });
+
+    Args:
+      f: a function of arrays and pytrees of arrays returning the same (a ``jit`` function is fine).
+      *example_args: positional arguments whose shapes and dtypes the bundle is made for;
+        the browser passes arrays of exactly these shapes.
+      path: the folder to write (created if missing; files of an earlier export there are replaced).
+      bake_argnums: positions of arguments (a trained model's parameters) stored in
+        ``weights.bin`` with their example values; they are not run-time inputs.
+    Returns:
+      the manifest (a dict, also written as ``model.json``). Run-time inputs are named by
+      ``f``'s parameter names, pytree leaves by dotted paths (``params.w1``); outputs come
+      back in the order of ``f``'s flattened outputs (named ``out``, ``out.0``...).
+    Raises:
+      UnsupportedOnDevice: naming the primitive, for anything the browser cannot run: a
+        dtype WebGPU lacks (float64, int64, complex), a ``while_loop`` or a ``cond`` on a
+        computed value (a ``scan`` of static length is unrolled into the dispatch list).
+      BackendUnavailable: when the webgpu backend (wgpu-py and a driver) cannot start:
+        the kernels are scheduled for it.
+      ValueError / TypeError: for a bad ``bake_argnums`` or argument count.
+
+    Mirrors no NumPy/JAX function; JAX's closest relative is ``jax.export``.
+    """
+    from fnarray.transforms.jit import Jitted
+
+    if not callable(f):
+        raise TypeError(f"fnarray.export.webgpu needs a callable, got {type(f).__name__}")
+    nargs = len(example_args)
+    bake = set()
+    for i in ((bake_argnums,) if isinstance(bake_argnums, int) else tuple(bake_argnums)):
+        if not isinstance(i, int) or not -nargs <= i < nargs:
+            raise ValueError(f"fnarray.export.webgpu: bake_argnums holds {i!r}, which is not the position of one of "
+                             f"the {nargs} example arguments")
+        bake.add(i % nargs)
+
+    fun = f.fun if isinstance(f, Jitted) else f
+    names = _param_names(fun, nargs)
+    leaves = []  # (name, value, baked) per flattened argument leaf, in the order jit flattens them
+    for i, (name, arg) in enumerate(zip(names, example_args, strict=True)):
+        leaves.extend((n, v, i in bake) for n, v in _leaf_names(name, arg))
+
+    device = _webgpu_device()
+    with _fallback_error():
+        traced = Jitted(fun).trace(*example_args)
+        program, consts = traced.program, traced.consts
+        if len(program.invars) != len(leaves):
+            raise RuntimeError(f"fnarray.export.webgpu: the traced program has {len(program.invars)} inputs for "
+                               f"{len(leaves)} argument leaves")
+        caps = device.impl.capabilities(device)
+        flat = straight_line(program, stack_group=max(2, (caps.max_buffers_per_kernel or 8) - 1))
+        check_program(flat)
+        _check_supported(flat, device)
+        for v in list(flat.constvars) + list(flat.invars):
+            _dtype_name(v.aval.dtype)
+        plan = device.impl.lower(flat, device).launch_plan()
+    if plan is None:
+        raise RuntimeError("fnarray.export.webgpu: the webgpu backend planned host-driven control flow for a "
+                           "straight-line program")
+    return _write(path, fun, plan, consts, leaves, traced.entry.out_tree)
+
+
+def _write(path, fun, plan, consts, leaves, out_tree):
+    sched = plan.schedule
+    buffers, inputs, outputs = [], [], []
+    weights = bytearray()
+
+    def add_buffer(kind, dtype, shape, name=None, value=None):
+        nbytes = _storage_bytes(dtype, shape)
+        entry = {"id": len(buffers), "kind": kind, "dtype": _dtype_name(dtype), "shape": list(shape),
+                 "size": _padded(nbytes)}
+        if name is not None:
+            entry["name"] = name
+        if value is not None:
+            weights.extend(b"\0" * (-len(weights) % _ALIGN))
+            entry["offset"], entry["nbytes"] = len(weights), nbytes
+            weights.extend(_raw(value, dtype, shape))
+        buffers.append(entry)
+        return entry["id"]
+
+    slot_buffer = {}
+    n_consts = len(consts)
+    if plan.n_inputs != n_consts + len(leaves):
+        raise RuntimeError(f"fnarray.export.webgpu: the webgpu plan takes {plan.n_inputs} inputs, the program has "
+                           f"{n_consts} constants and {len(leaves)} arguments")
+    for k, spec in enumerate(sched.inputs[:plan.n_inputs]):
+        if k < n_consts:
+            slot_buffer[k] = add_buffer("weight", spec.dtype, spec.shape, f"const.{k}", np.asarray(consts[k]))
+            continue
+        name, value, baked = leaves[k - n_consts]
+        if baked:
+            slot_buffer[k] = add_buffer("weight", spec.dtype, spec.shape, name, np.asarray(value))
+        else:
+            bid = add_buffer("input", spec.dtype, spec.shape, name)
+            slot_buffer[k] = bid
+            inputs.append({"name": name, "dtype": _dtype_name(spec.dtype), "shape": list(spec.shape),
+                           "buffer": bid})
+    for k, spec in plan.allocs:
+        slot_buffer[k] = add_buffer("temp", spec.dtype, spec.shape)
+
+    for name, slot, spec in zip(_out_names(out_tree), plan.outputs, sched.outputs, strict=True):
+        if isinstance(spec, Literal):
+            bid = add_buffer("constant", spec.aval.dtype, (), name, np.asarray(spec.val, spec.aval.dtype))
+            dtype, shape = spec.aval.dtype, ()
+        else:
+            bid, dtype, shape = slot_buffer[slot], spec.dtype, spec.shape
+        outputs.append({"name": name, "dtype": _dtype_name(dtype), "shape": list(shape), "buffer": bid})
+
+    kernels, kernel_of, dispatches = [], {}, []
+    need = {"maxStorageBuffersPerShaderStage": 0, "maxComputeWorkgroupSizeX": 1, "maxComputeWorkgroupSizeY": 1,
+            "maxComputeWorkgroupSizeZ": 1, "maxComputeInvocationsPerWorkgroup": 1,
+            "maxComputeWorkgroupsPerDimension": 1, "maxComputeWorkgroupStorageSize": 0,
+            "maxStorageBufferBindingSize": 4, "maxBufferSize": max([4] + [b["size"] for b in buffers])}
+    features = set()
+    for st in plan.steps:
+        kernel = st.launch.kernel
+        k = kernel_of.get(st.source)
+        if k is None:
+            k = kernel_of[st.source] = len(kernels)
+            kernels.append({"name": st.entry, "entry": st.entry,
+                            "file": f"{KERNEL_DIR}/{k:03d}_{st.entry}.wgsl", "source": st.source})
+            if "enable f16;" in st.source:
+                features.add("shader-f16")
+        bparams = [p for p in kernel.params if isinstance(p, BufferParam)]
+        scalars = {p.name: a for p, a in zip(kernel.params, st.launch.args, strict=True) if isinstance(p, ScalarParam)}
+        layout = wgsl_layout(kernel)
+        bindings = [{"buffer": slot_buffer[s], "write": bool(p.writes)}
+                    for s, p in zip(st.slots, bparams, strict=True)]
+        d = {"kernel": k, "bindings": bindings, "workgroups": list(st.groups)}
+        if layout.uniform_fields:
+            d["uniform"] = np.frombuffer(uniform_bytes(layout, scalars), "<u4").tolist()
+        dispatches.append(d)
+        group = wgsl_layout(_with_local_size(st.launch)).group_size
+        need["maxStorageBuffersPerShaderStage"] = max(need["maxStorageBuffersPerShaderStage"], len(bindings))
+        for axis, g in zip("XYZ", group, strict=True):
+            need[f"maxComputeWorkgroupSize{axis}"] = max(need[f"maxComputeWorkgroupSize{axis}"], g)
+        need["maxComputeInvocationsPerWorkgroup"] = max(need["maxComputeInvocationsPerWorkgroup"], math.prod(group))
+        need["maxComputeWorkgroupsPerDimension"] = max([need["maxComputeWorkgroupsPerDimension"]] + list(st.groups))
+        need["maxComputeWorkgroupStorageSize"] = max(need["maxComputeWorkgroupStorageSize"],
+                                                     _local_bytes(kernel.body))
+        for bnd in bindings:
+            need["maxStorageBufferBindingSize"] = max(need["maxStorageBufferBindingSize"],
+                                                      buffers[bnd["buffer"]]["size"])
+    if any(b["dtype"] == "float16" for b in buffers):
+        features.add("shader-f16")
+
+    manifest = {
+        "format": FORMAT, "version": MANIFEST_VERSION, "name": _fname(fun),
+        "runtime": RUNTIME_FILE, "weights": {"file": WEIGHTS_FILE, "bytes": len(weights)},
+        "inputs": inputs, "outputs": outputs, "buffers": buffers,
+        "kernels": [{k2: v for k2, v in kern.items() if k2 != "source"} for kern in kernels],
+        "dispatches": dispatches, "limits": need, "features": sorted(features),
+    }
+    os.makedirs(path, exist_ok=True)
+    kdir = os.path.join(path, KERNEL_DIR)
+    if os.path.isdir(kdir):
+        shutil.rmtree(kdir)
+    os.makedirs(kdir)
+    for kern in kernels:
+        with open(os.path.join(path, kern["file"]), "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(kern["source"])
+    with open(os.path.join(path, WEIGHTS_FILE), "wb") as fh:
+        fh.write(bytes(weights))
+    with open(os.path.join(path, RUNTIME_FILE), "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(runtime_source())
+    with open(os.path.join(path, MANIFEST_FILE), "w", encoding="utf-8", newline="\n") as fh:
+        json.dump(manifest, fh, indent=1)
+        fh.write("\n")
+    return manifest
+
+
+def _with_local_size(launch):
+    """The launch's kernel with its work-group size fixed, as the runtime renders and compiles it."""
+    k = launch.kernel
+    return k if k.local_size is not None else dataclasses.replace(k, local_size=tuple(launch.local_size))

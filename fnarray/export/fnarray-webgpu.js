@@ -1,0 +1,369 @@
+// fnarray-webgpu.js: runs a function exported by fnarray.export.webgpu in a web page through WebGPU.
+//
+// An ES module with no dependencies and no build step:
+//
+//   import { loadModel } from "./model/fnarray-webgpu.js";
+//   const model = await loadModel("./model/");          // the folder, or the URL of its model.json
+//   const [probs] = await model.run({ x: new Float32Array(64) });
+//
+// Inputs are keyed by the Python parameter names of the exported function (pytree leaves by dotted
+// paths, e.g. "params.w1"); each is a typed array of exactly the exported shape, flattened row-major:
+// Float32Array for float32, Int32Array for int32, Uint32Array for uint32, Uint8Array (0 or 1) for
+// bool and Uint16Array (IEEE half bits) for float16. `run` resolves to the outputs as typed arrays,
+// in the order of the function's flattened outputs. A bad input rejects the promise with a message
+// that names the input, the expected shape and the length given.
+//
+// The manifest (model.json) lists buffers, WGSL kernels and the dispatches in order; loading creates
+// every buffer, pipeline and bind group once, and a run is: write the inputs, one compute pass with
+// the dispatches, copy the outputs to staging buffers, map them. Runs of one model are serialised.
+
+export const FORMAT = "fnarray-webgpu";
+export const MANIFEST_VERSION = 1;
+
+export const ENABLE_WEBGPU_HELP =
+  "WebGPU is not available: this browser does not expose navigator.gpu. " +
+  "Use a browser with WebGPU enabled: Chrome or Edge 113 or later on Windows, macOS and ChromeOS " +
+  "(on Linux, turn on chrome://flags/#enable-unsafe-webgpu and chrome://flags/#enable-vulkan if WebGPU " +
+  "is not on by default), Safari 26 or later, or Firefox 141 or later on Windows (elsewhere set " +
+  "dom.webgpu.enabled to true in about:config). WebGPU also needs a secure context: open the page " +
+  "over https:// or from http://127.0.0.1 or http://localhost (python -m fnarray.export.serve DIR), " +
+  "not as a file:// URL.";
+
+/** Thrown (as a rejection) when the browser has no WebGPU or gives no adapter. */
+export class WebGPUUnavailableError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "WebGPUUnavailableError";
+  }
+}
+
+const ARRAY_TYPES = {
+  float32: Float32Array,
+  int32: Int32Array,
+  uint32: Uint32Array,
+  bool: Uint8Array,
+  float16: Uint16Array,
+};
+const ITEM_BYTES = { float32: 4, int32: 4, uint32: 4, bool: 4, float16: 2 };
+
+// WebGPU's default limits: only what a bundle needs beyond them is requested from the adapter.
+const DEFAULT_LIMITS = {
+  maxStorageBuffersPerShaderStage: 8,
+  maxComputeWorkgroupSizeX: 256,
+  maxComputeWorkgroupSizeY: 256,
+  maxComputeWorkgroupSizeZ: 64,
+  maxComputeInvocationsPerWorkgroup: 256,
+  maxComputeWorkgroupsPerDimension: 65535,
+  maxComputeWorkgroupStorageSize: 16384,
+  maxStorageBufferBindingSize: 134217728,
+  maxBufferSize: 268435456,
+};
+
+/** Whether this page can use WebGPU at all (navigator.gpu exists). */
+export function webgpuAvailable() {
+  return typeof navigator !== "undefined" && !!navigator.gpu;
+}
+
+function elementCount(shape) {
+  return shape.reduce((a, b) => a * b, 1);
+}
+
+function shapeText(dtype, shape) {
+  return `${dtype}[${shape.join(", ")}]`;
+}
+
+function describe(value) {
+  if (value === undefined) return "undefined";
+  if (value === null) return "null";
+  if (ArrayBuffer.isView(value)) return `a ${value.constructor.name} of length ${value.length}`;
+  if (Array.isArray(value)) return `an Array of length ${value.length}`;
+  if (typeof value === "object") return `a ${value.constructor ? value.constructor.name : "object"}`;
+  return `a ${typeof value} (${String(value)})`;
+}
+
+function baseUrl() {
+  if (typeof document !== "undefined" && document.baseURI) return document.baseURI;
+  if (typeof location !== "undefined") return location.href;
+  return undefined;
+}
+
+function manifestUrl(url) {
+  const u = new URL(String(url), baseUrl());
+  if (u.pathname.endsWith(".json")) return u;
+  if (!u.pathname.endsWith("/")) u.pathname += "/";
+  return new URL("model.json", u);
+}
+
+async function fetchOk(url) {
+  let res;
+  try {
+    res = await fetch(url);
+  } catch (e) {
+    throw new Error(`could not load ${url}: ${e.message}`);
+  }
+  if (!res.ok) throw new Error(`could not load ${url}: HTTP ${res.status} ${res.statusText}`);
+  return res;
+}
+
+function checkManifest(m, url) {
+  if (!m || typeof m !== "object" || m.format !== FORMAT) {
+    throw new Error(`${url} is not an fnarray WebGPU manifest (format ${JSON.stringify(m && m.format)}, ` +
+      `expected "${FORMAT}")`);
+  }
+  if (m.version !== MANIFEST_VERSION) {
+    throw new Error(`${url} has manifest version ${JSON.stringify(m.version)}, but this fnarray-webgpu.js reads ` +
+      `version ${MANIFEST_VERSION}: use the fnarray-webgpu.js that the same export wrote next to it, ` +
+      `or export the model again with this fnarray`);
+  }
+}
+
+function requirements(manifest, adapter) {
+  const requiredLimits = {};
+  for (const [name, value] of Object.entries(manifest.limits || {})) {
+    const have = adapter.limits[name];
+    if (have === undefined) continue;
+    if (value > have) {
+      throw new Error(`this model needs the WebGPU limit ${name} = ${value}, but this browser's adapter ` +
+        `gives ${have}; export it with smaller arrays, or use a device with a larger limit`);
+    }
+    if (name in DEFAULT_LIMITS && value > DEFAULT_LIMITS[name]) requiredLimits[name] = value;
+  }
+  const requiredFeatures = [];
+  for (const f of manifest.features || []) {
+    if (!adapter.features.has(f)) {
+      throw new Error(`this model needs the WebGPU feature "${f}"` +
+        (f === "shader-f16" ? " (it computes in float16)" : "") +
+        `, which this browser's adapter lacks; export it with float32 arrays instead`);
+    }
+    requiredFeatures.push(f);
+  }
+  return { requiredLimits, requiredFeatures };
+}
+
+/**
+ * Load an exported model.
+ *
+ * @param {string|URL} url the bundle's folder (or its model.json), relative to the page.
+ * @param {{adapter?: GPUAdapter, device?: GPUDevice, powerPreference?: string}} [options]
+ * @returns {Promise<Model>} rejects with WebGPUUnavailableError without WebGPU, and with an Error
+ *   naming the file for a missing file, a manifest of another version or a kernel the browser rejects.
+ */
+export async function loadModel(url, options = {}) {
+  if (!webgpuAvailable()) throw new WebGPUUnavailableError(ENABLE_WEBGPU_HELP);
+  const murl = manifestUrl(url);
+  const manifest = await (await fetchOk(murl)).json();
+  checkManifest(manifest, murl);
+  let device = options.device;
+  if (!device) {
+    const adapter = options.adapter ||
+      await navigator.gpu.requestAdapter(options.powerPreference ? { powerPreference: options.powerPreference } : {});
+    if (!adapter) {
+      throw new WebGPUUnavailableError("navigator.gpu exists but gave no GPU adapter (the GPU may be " +
+        "blocklisted or its driver missing). " + ENABLE_WEBGPU_HELP);
+    }
+    device = await adapter.requestDevice(requirements(manifest, adapter));
+  }
+  const [sources, weights] = await Promise.all([
+    Promise.all(manifest.kernels.map(async (k) => (await fetchOk(new URL(k.file, murl))).text())),
+    manifest.weights.bytes > 0
+      ? fetchOk(new URL(manifest.weights.file, murl)).then((r) => r.arrayBuffer())
+      : Promise.resolve(new ArrayBuffer(0)),
+  ]);
+  if (weights.byteLength !== manifest.weights.bytes) {
+    throw new Error(`${new URL(manifest.weights.file, murl)} has ${weights.byteLength} bytes, the manifest ` +
+      `says ${manifest.weights.bytes}: the bundle's files are from different exports`);
+  }
+  const model = new Model(manifest, device, !options.device);
+  await model._build(sources, weights, murl);
+  return model;
+}
+
+/** A loaded model: `run(inputs)`, `inputs`, `outputs`, `manifest`, `device`, `destroy()`. */
+export class Model {
+  constructor(manifest, device, ownsDevice) {
+    this.manifest = manifest;
+    this.device = device;
+    this._ownsDevice = ownsDevice;
+    this._lost = null;
+    this._last = Promise.resolve();
+    device.lost.then((info) => { this._lost = info; });
+  }
+
+  /** The run-time inputs: [{name, dtype, shape}], in the order of the function's arguments. */
+  get inputs() {
+    return this.manifest.inputs.map(({ name, dtype, shape }) => ({ name, dtype, shape: shape.slice() }));
+  }
+
+  /** The outputs: [{name, dtype, shape}], in the order `run` returns them. */
+  get outputs() {
+    return this.manifest.outputs.map(({ name, dtype, shape }) => ({ name, dtype, shape: shape.slice() }));
+  }
+
+  async _build(sources, weights, murl) {
+    const m = this.manifest;
+    const d = this.device;
+    d.pushErrorScope("validation");
+    const modules = m.kernels.map((k, i) => d.createShaderModule({ code: sources[i], label: k.name }));
+    const infos = await Promise.all(modules.map((mod) => mod.getCompilationInfo()));
+    infos.forEach((info, i) => {
+      const errors = info.messages.filter((msg) => msg.type === "error");
+      if (errors.length) {
+        const text = errors.map((e) => `line ${e.lineNum}:${e.linePos}: ${e.message}`).join("; ");
+        throw new Error(`this browser's WGSL compiler rejected ${new URL(m.kernels[i].file, murl)}: ${text}`);
+      }
+    });
+    const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
+    this._buffers = m.buffers.map((b) => d.createBuffer({ size: b.size, usage, label: b.name || `${b.kind}${b.id}` }));
+    for (const b of m.buffers) {
+      if (b.offset === undefined || b.nbytes === 0) continue;
+      const padded = new Uint8Array(b.size);
+      padded.set(new Uint8Array(weights, b.offset, b.nbytes));
+      d.queue.writeBuffer(this._buffers[b.id], 0, padded);
+    }
+    const layouts = new Map();
+    const layoutOf = (bindings, uniform) => {
+      const key = bindings.map((b) => (b.write ? "w" : "r")).join("") + (uniform ? "u" : "");
+      let hit = layouts.get(key);
+      if (!hit) {
+        const entries = bindings.map((b, i) => ({
+          binding: i, visibility: GPUShaderStage.COMPUTE,
+          buffer: { type: b.write ? "storage" : "read-only-storage" },
+        }));
+        if (uniform) entries.push({ binding: bindings.length, visibility: GPUShaderStage.COMPUTE, buffer: { type: "uniform" } });
+        const bgl = d.createBindGroupLayout({ entries });
+        hit = { bgl, layout: d.createPipelineLayout({ bindGroupLayouts: [bgl] }) };
+        layouts.set(key, hit);
+      }
+      return hit;
+    };
+    const pipelines = new Map();
+    const pending = [];
+    this._steps = m.dispatches.map((disp) => {
+      const { bgl, layout } = layoutOf(disp.bindings, !!disp.uniform);
+      const pkey = `${disp.kernel}|${disp.bindings.map((b) => (b.write ? "w" : "r")).join("")}|${!!disp.uniform}`;
+      let pipe = pipelines.get(pkey);
+      if (!pipe) {
+        const k = m.kernels[disp.kernel];
+        pipe = d.createComputePipelineAsync({ layout, compute: { module: modules[disp.kernel], entryPoint: k.entry } });
+        pipelines.set(pkey, pipe);
+        pending.push(pipe);
+      }
+      const entries = disp.bindings.map((b, i) => ({ binding: i, resource: { buffer: this._buffers[b.buffer] } }));
+      if (disp.uniform) {
+        const words = new Uint32Array(Math.max(4, Math.ceil(disp.uniform.length / 4) * 4));
+        words.set(disp.uniform);
+        const ub = d.createBuffer({ size: words.byteLength, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
+        d.queue.writeBuffer(ub, 0, words);
+        entries.push({ binding: disp.bindings.length, resource: { buffer: ub } });
+      }
+      return { pipeline: pipe, bindGroup: d.createBindGroup({ layout: bgl, entries }), workgroups: disp.workgroups };
+    });
+    const resolved = await Promise.all(pending);
+    const byPromise = new Map(pending.map((p, i) => [p, resolved[i]]));
+    for (const st of this._steps) st.pipeline = byPromise.get(st.pipeline);
+    this._staging = m.outputs.map((o) => d.createBuffer({
+      size: m.buffers[o.buffer].size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+    }));
+    const err = await d.popErrorScope();
+    if (err) throw new Error(`WebGPU rejected the bundle ${murl}: ${err.message}`);
+  }
+
+  _encodeInputs(inputs) {
+    const specs = this.manifest.inputs;
+    const names = specs.map((s) => `"${s.name}"`).join(", ") || "none";
+    if (inputs === null || typeof inputs !== "object" || Array.isArray(inputs) || ArrayBuffer.isView(inputs)) {
+      throw new TypeError(`model.run takes an object mapping input names (${names}) to typed arrays, ` +
+        `got ${describe(inputs)}`);
+    }
+    for (const key of Object.keys(inputs)) {
+      if (!specs.some((s) => s.name === key)) {
+        throw new TypeError(`unknown input "${key}": this model's inputs are ${names}`);
+      }
+    }
+    return specs.map((s) => {
+      const value = inputs[s.name];
+      const n = elementCount(s.shape);
+      const Type = ARRAY_TYPES[s.dtype];
+      const want = `${shapeText(s.dtype, s.shape)} (${n} element${n === 1 ? "" : "s"}) as a ${Type.name}`;
+      if (value === undefined) throw new TypeError(`missing input "${s.name}": expected ${want}`);
+      if (!(value instanceof Type)) {
+        throw new TypeError(`input "${s.name}": expected ${want}, got ${describe(value)}`);
+      }
+      if (value.length !== n) {
+        throw new RangeError(`input "${s.name}": expected ${want}, got ${describe(value)}`);
+      }
+      let bytes;
+      if (s.dtype === "bool") {
+        bytes = new Uint8Array(Uint32Array.from(value, (v) => (v ? 1 : 0)).buffer);
+      } else {
+        bytes = new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
+      }
+      const size = this.manifest.buffers[s.buffer].size;
+      if (bytes.byteLength !== size) {
+        const padded = new Uint8Array(size);
+        padded.set(bytes);
+        bytes = padded;
+      }
+      return [this._buffers[s.buffer], bytes];
+    });
+  }
+
+  /**
+   * Run the function on `inputs` ({name: typed array}).
+   * @returns {Promise<Array<TypedArray>>} the outputs in the order of the function's flattened outputs.
+   */
+  run(inputs) {
+    const result = this._last.then(() => this._run(inputs));
+    this._last = result.catch(() => undefined);
+    return result;
+  }
+
+  async _run(inputs) {
+    if (this._lost) throw new Error(`the WebGPU device was lost (${this._lost.message}); load the model again`);
+    if (!this._steps) throw new Error("this model was destroyed; load it again");
+    const writes = this._encodeInputs(inputs);
+    const d = this.device;
+    d.pushErrorScope("validation");
+    for (const [buffer, bytes] of writes) {
+      if (bytes.byteLength) d.queue.writeBuffer(buffer, 0, bytes);
+    }
+    const encoder = d.createCommandEncoder();
+    if (this._steps.length) {
+      const pass = encoder.beginComputePass();
+      for (const st of this._steps) {
+        pass.setPipeline(st.pipeline);
+        pass.setBindGroup(0, st.bindGroup);
+        pass.dispatchWorkgroups(st.workgroups[0], st.workgroups[1], st.workgroups[2]);
+      }
+      pass.end();
+    }
+    const outs = this.manifest.outputs;
+    outs.forEach((o, i) => {
+      encoder.copyBufferToBuffer(this._buffers[o.buffer], 0, this._staging[i], 0, this._staging[i].size);
+    });
+    d.queue.submit([encoder.finish()]);
+    const err = await d.popErrorScope();
+    if (err) throw new Error(`WebGPU rejected a run of ${this.manifest.name}: ${err.message}`);
+    await Promise.all(this._staging.map((s) => s.mapAsync(GPUMapMode.READ)));
+    return outs.map((o, i) => {
+      const n = elementCount(o.shape);
+      const raw = this._staging[i].getMappedRange();
+      let out;
+      if (o.dtype === "bool") {
+        out = Uint8Array.from(new Uint32Array(raw, 0, n), (v) => (v ? 1 : 0));
+      } else {
+        out = new ARRAY_TYPES[o.dtype](raw.slice(0, n * ITEM_BYTES[o.dtype]));
+      }
+      this._staging[i].unmap();
+      return out;
+    });
+  }
+
+  /** Free the model's GPU buffers (and its device, when loadModel made it). */
+  destroy() {
+    for (const b of this._buffers || []) b.destroy();
+    for (const b of this._staging || []) b.destroy();
+    this._steps = null;
+    if (this._ownsDevice) this.device.destroy();
+  }
+}

@@ -1,0 +1,428 @@
+"""Exported bundles in a real browser: Debian's Chromium, headless, WebGPU on SwiftShader, driven by Playwright.
+
+One browser for the module; bundles are served from 127.0.0.1 (WebGPU needs a
+secure context, which loopback is) and nothing else is contacted. The tests:
+
+- exported functions (elementwise, reductions, matmul, the digits MLP with baked
+  parameters, a ``vmap``-ed and a ``grad`` function, an unrolled ``scan``, int/bool
+  inputs) run through ``fnarray-webgpu.js`` on random inputs and agree with the
+  numpy backend at float32 tolerance;
+- the runtime rejects bad inputs naming the input, the shape and the length, refuses
+  another manifest version, and says how to enable WebGPU when ``navigator.gpu`` is missing;
+- every WGSL kernel that the webgpu parity cases generate compiles in Chromium's Tint
+  (Naga, which the native backend uses, accepts more);
+- the digits demo page: a digit drawn with the mouse is classified in the page as
+  Python classifies the same 8x8 input; a screenshot is saved
+  (into ``$FNARRAY_BROWSER_ARTIFACTS`` when set, else the test's temporary folder).
+
+Without playwright or chromium the tests skip with "backend unavailable" (a failure
+under ``FNARRAY_REQUIRE_ALL_BACKENDS=1``): ``apt-get install chromium`` and
+``pip install playwright`` (no ``playwright install``: Debian's chromium is used).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from fnarray.export.serve import serve_in_thread
+from helpers import BACKEND_UNAVAILABLE, require_backend
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+sys.path.insert(0, EXAMPLES)
+sys.path.insert(0, os.path.join(EXAMPLES, "browser_digits"))
+import digits_mlp  # noqa: E402
+
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--enable-unsafe-webgpu", "--use-webgpu-adapter=swiftshader",
+                 "--disable-background-networking", "--disable-component-update", "--no-first-run", "--disable-sync"]
+REF = fa.devices("numpy")[0]
+TIMEOUT_MS = 30_000
+
+HARNESS = """<!doctype html><html><body><p>fnarray export harness</p><script type="module">
+const TYPES = { float32: Float32Array, int32: Int32Array, uint32: Uint32Array, bool: Uint8Array };
+const models = {};
+async function model(dir) {
+  if (!models[dir]) {
+    const { loadModel } = await import(`./${dir}/fnarray-webgpu.js`);
+    models[dir] = await loadModel(`./${dir}/`);
+  }
+  return models[dir];
+}
+window.runBundle = async (dir, inputs) => {
+  const m = await model(dir);
+  const typed = {};
+  for (const [name, { dtype, data }] of Object.entries(inputs)) typed[name] = TYPES[dtype].from(data);
+  return (await m.run(typed)).map((o) => Array.from(o));
+};
+window.model = model;
+window.harnessReady = true;
+</script></body></html>
+"""
+
+
+def _chromium() -> str:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        pytest.skip(f"{BACKEND_UNAVAILABLE}: the browser tests need Python's playwright package "
+                    "(pip install playwright; no 'playwright install': they drive Debian's chromium)")
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip(f"{BACKEND_UNAVAILABLE}: no chromium executable on PATH (apt-get install chromium)")
+    return exe
+
+
+@pytest.fixture(scope="module")
+def browser():
+    exe = _chromium()
+    from playwright.sync_api import sync_playwright
+    pw = sync_playwright().start()
+    try:
+        b = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS)
+    except Exception as e:  # noqa: BLE001 (a chromium that cannot start is a missing browser)
+        pw.stop()
+        pytest.skip(f"{BACKEND_UNAVAILABLE}: chromium at {exe} did not start under playwright: {e}")
+    yield b
+    b.close()
+    pw.stop()
+
+
+@pytest.fixture(scope="module")
+def wdev():
+    return require_backend("webgpu")[0]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    root = tmp_path_factory.mktemp("site")
+    (root / "harness.html").write_text(HARNESS)
+    server, url = serve_in_thread(root)
+    yield root, url
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def page(browser, site):
+    root, url = site
+    p = browser.new_page()
+    p.set_default_timeout(TIMEOUT_MS)
+    p.goto(url + "harness.html")
+    p.wait_for_function("window.harnessReady === true")
+    yield p
+    p.close()
+
+
+# ------------------------------------------------------------------------------------------- functions
+
+rng = np.random.default_rng(11)
+
+
+def _f32(*shape, lo=-2.0, hi=2.0):
+    return rng.uniform(lo, hi, shape).astype(np.float32)
+
+
+def _mlp_params(sizes):
+    params = {}
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        params[f"w{i + 1}"] = rng.normal(0, 1 / np.sqrt(a), (a, b)).astype(np.float32)
+        params[f"b{i + 1}"] = rng.normal(0, 0.1, (b,)).astype(np.float32)
+    return params
+
+
+def _loss(params, x, y):
+    h = fa.nn.relu(x @ params["w1"] + params["b1"]) @ params["w2"] + params["b2"]
+    return -fnp.mean(fnp.sum(fa.nn.one_hot(y, 4) * fa.nn.log_softmax(h, axis=-1), axis=-1))
+
+
+def _cases():
+    digits = _mlp_params(digits_mlp.LAYER_SIZES)
+    small = _mlp_params((8, 16, 4))
+    return {
+        "elementwise": (lambda x, y: fnp.tanh(x) * y + fnp.exp(-x * x) - fnp.sqrt(fnp.abs(y)) / (1.0 + x * x)
+                        + fnp.log1p(y * y), (_f32(37, 5), _f32(37, 5)), ()),
+        # WGSL lets sin/cos be off by 2**-11 absolute on [-pi, pi] (SwiftShader is, ~2e-4): that bound, not float32's.
+        "trig": (lambda x: (fnp.sin(x), fnp.cos(x) * 2.0), (_f32(40, lo=-3.1, hi=3.1),), (), 2.0**-11),
+        "reductions": (lambda a: (fnp.sum(a, axis=0), fnp.max(a, axis=1), fnp.mean(a), fnp.argmax(a, axis=1),
+                                  fa.nn.logsumexp(a, axis=-1)), (_f32(29, 11),), ()),
+        "matmul": (lambda a, b: a @ b, (_f32(33, 17), _f32(17, 9)), ()),
+        # Exported with tiling_pays (as on a GPU adapter): the tiled kernel with work-group memory and barriers.
+        "matmul_tiled": (lambda a, b: fa.nn.relu(a @ b + 0.5), (_f32(64, 80), _f32(80, 48)), ()),
+        "mlp": (digits_mlp.predict, (digits, _f32(4, 64, lo=0.0, hi=1.0)), (0,)),
+        "vmap": (fa.vmap(lambda a, b: fnp.dot(a, b) + fnp.tanh(a).sum(), in_axes=(0, None)),
+                 (_f32(7, 5), _f32(5)), ()),
+        "grad": (fa.grad(_loss), (small, _f32(5, 8), rng.integers(0, 4, (5,)).astype(np.int32)), ()),
+        "scan": (lambda h0, xs: fa.scan(lambda h, x: (fnp.tanh(0.5 * h + x), h.sum()), h0, xs),
+                 (_f32(6), _f32(9, 6)), ()),
+        "int_bool": (lambda k, m: (fnp.where(m, k * 3, -k), m & (k > 0)),
+                     (rng.integers(-9, 9, (4, 6)).astype(np.int32), rng.random((4, 6)) < 0.5), ()),
+    }
+
+
+CASES = _cases()
+
+
+@pytest.fixture(scope="module")
+def bundles(wdev, site):
+    root, _ = site
+    out = {}
+    for name, (f, args, bake, *_) in CASES.items():
+        with _tiling(wdev, name == "matmul_tiled"):
+            out[name] = fa.export.webgpu(f, *args, path=root / name, bake_argnums=bake)
+    assert any(k["name"].startswith("dot_tiled") for k in out["matmul_tiled"]["kernels"])
+    return out
+
+
+@contextlib.contextmanager
+def _tiling(wdev, on=True):
+    """Schedule as for a GPU adapter (``tiling_pays``), where this machine's CPU adapter says it does not pay."""
+    be = wdev.impl
+    old = be.capabilities(wdev)
+    if on:
+        be._caps = dataclasses.replace(old, tiling_pays=True)
+    try:
+        yield
+    finally:
+        be._caps = old
+
+
+def _inputs(manifest, f, args, bake):
+    """The run-time inputs of ``manifest``: the example leaves that were not baked, by dotted name."""
+    leaves = []
+    for i, a in enumerate(args):
+        if i not in bake:
+            leaves.extend(fa.tree_util.tree_leaves(a))
+    assert len(leaves) == len(manifest["inputs"])
+    return {spec["name"]: {"dtype": spec["dtype"], "data": np.asarray(v).astype(
+        np.uint8 if spec["dtype"] == "bool" else np.asarray(v).dtype).ravel().tolist()}
+        for spec, v in zip(manifest["inputs"], leaves, strict=True)}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_exported_function_matches_the_numpy_backend(page, bundles, name):
+    f, args, bake, *tol = CASES[name]
+    atol = tol[0] if tol else 3e-5
+    m = bundles[name]
+    got = page.evaluate("([dir, inputs]) => window.runBundle(dir, inputs)", [name, _inputs(m, f, args, bake)])
+    want = [np.asarray(x) for x in fa.tree_util.tree_leaves(fa.jit(f, device=REF)(*args))]
+    assert len(got) == len(want) == len(m["outputs"])
+    for g, w, spec in zip(got, want, m["outputs"], strict=True):
+        assert spec["shape"] == list(w.shape) and spec["dtype"] == w.dtype.name, (spec, w.shape, w.dtype)
+        g = np.asarray(g).reshape(w.shape)
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(g, w, rtol=3e-5, atol=atol, err_msg=f"{name}: {spec['name']}")
+        else:
+            np.testing.assert_array_equal(g.astype(w.dtype), w, err_msg=f"{name}: {spec['name']}")
+
+
+# ------------------------------------------------------------------------------------------- runtime errors
+
+
+def _rejection(page, script):
+    return page.evaluate(f"async () => {{ try {{ {script}; return 'resolved'; }} "
+                         "catch (e) { return `${e.name}: ${e.message}`; } }")
+
+
+def test_bad_inputs_reject_naming_input_shape_and_length(page, bundles):
+    run = "const m = await window.model('mlp'); await m.run"
+    msg = _rejection(page, f"{run}({{x: new Float32Array(10)}})")
+    assert msg == ('RangeError: input "x": expected float32[4, 64] (256 elements) as a Float32Array, '
+                   'got a Float32Array of length 10')
+    msg = _rejection(page, f"{run}({{x: new Float64Array(256)}})")
+    assert msg.startswith('TypeError: input "x": expected float32[4, 64]') and "Float64Array of length 256" in msg
+    msg = _rejection(page, f"{run}({{x: Array(256).fill(0)}})")
+    assert "an Array of length 256" in msg
+    assert _rejection(page, f"{run}({{}})") == ('TypeError: missing input "x": expected float32[4, 64] '
+                                                '(256 elements) as a Float32Array')
+    msg = _rejection(page, f"{run}({{x: new Float32Array(256), y: new Float32Array(1)}})")
+    assert msg == 'TypeError: unknown input "y": this model\'s inputs are "x"'
+    msg = _rejection(page, f"{run}(new Float32Array(256))")
+    assert msg.startswith("TypeError: model.run takes an object mapping input names")
+    # A rejected run does not break the next one.
+    ok = page.evaluate("async () => (await (await window.model('mlp')).run({x: new Float32Array(256)}))[0].length")
+    assert ok == 40
+
+
+def test_manifest_version_is_checked(page, bundles, site):
+    root, _ = site
+    shutil.copytree(root / "matmul", root / "future")
+    m = json.loads((root / "future" / "model.json").read_text())
+    m["version"] = 999
+    (root / "future" / "model.json").write_text(json.dumps(m))
+    msg = _rejection(page, "await window.model('future')")
+    assert "has manifest version 999, but this fnarray-webgpu.js reads version 1" in msg
+
+
+@contextlib.contextmanager
+def _page_without_webgpu(browser):
+    """A page of a browser context in which ``navigator.gpu`` is undefined (as in a browser without WebGPU)."""
+    context = browser.new_context()
+    context.add_init_script("Object.defineProperty(Navigator.prototype, 'gpu', "
+                            "{ get() { return undefined; }, configurable: true });")
+    p = context.new_page()
+    p.set_default_timeout(TIMEOUT_MS)
+    try:
+        yield p
+    finally:
+        context.close()
+
+
+def test_without_webgpu_loading_rejects_saying_how_to_enable_it(browser, bundles, site):
+    _, url = site
+    with _page_without_webgpu(browser) as p:
+        p.goto(url + "harness.html")
+        p.wait_for_function("window.harnessReady === true")
+        msg = _rejection(p, "await window.model('matmul')")
+        assert msg.startswith("WebGPUUnavailableError: WebGPU is not available") and "chrome://flags" in msg
+
+
+# ------------------------------------------------------------------------------------------- WGSL in Tint
+
+
+def _parity_kernels(wdev):
+    """Every distinct WGSL source the webgpu backend generates for the parity cases it runs (as scheduled for
+    this machine's adapter), and for matrix products large enough to be tiled where tiling pays (a GPU's)."""
+    from fnarray.core import primitives as P
+    from fnarray.devices.partition import unsupported_reason
+    from fnarray.testing.cases import CASES as PARITY
+    mm = dict(dimension_numbers=(((1,), (0,)), ((), ())), preferred_element_type=None)
+    bmm = dict(dimension_numbers=(((2,), (1,)), ((0,), (0,))), preferred_element_type=None)
+    tiled = [("dot_tiled", P.dot_general, [_f32(64, 96), _f32(96, 80)], mm),
+             ("dot_tiled_batch", P.dot_general, [_f32(2, 40, 72), _f32(2, 72, 36)], bmm),
+             ("dot_tiled_int", P.dot_general, [rng.integers(-5, 5, (64, 64)).astype(np.int32),
+                                               rng.integers(-5, 5, (64, 64)).astype(np.int32)], mm)]
+    sources = {}
+    for cases, tiling in ((PARITY, False), (tiled, True)):
+        with _tiling(wdev, tiling):
+            for name, prim, inputs, params in cases:
+                fn = lambda *a, prim=prim, params=params: prim.bind(*a, **params)  # noqa: E731
+                if any(unsupported_reason(e, wdev) is not None for e in fa.make_ir(fn)(*inputs).eqns):
+                    continue  # runs on numpy through the fallback: no kernel
+                for k in fa.jit(fn, device=wdev).lower(*inputs).kernels():
+                    sources.setdefault(k.source, f"{name}: {k.name}")
+    assert sum(label.startswith("dot_tiled") and ": dot_tiled" in label for label in sources.values()) >= 3
+    return sources
+
+
+def test_every_parity_kernel_compiles_in_chromium(page, wdev):
+    sources = _parity_kernels(wdev)
+    assert len(sources) > 100
+    result = page.evaluate("""async (kernels) => {
+      const adapter = await navigator.gpu.requestAdapter();
+      const f16 = adapter.features.has("shader-f16");
+      const device = await adapter.requestDevice({ requiredFeatures: f16 ? ["shader-f16"] : [] });
+      const failures = [], skipped = [];
+      for (const [label, code] of kernels) {
+        if (!f16 && code.includes("enable f16;")) { skipped.push(label); continue; }
+        const module = device.createShaderModule({ code });
+        const info = await module.getCompilationInfo();
+        const errors = info.messages.filter((m) => m.type === "error");
+        if (errors.length) {
+          failures.push(`${label}: ` + errors.map((e) => `${e.lineNum}:${e.linePos} ${e.message}`).join("; "));
+          continue;
+        }
+        device.pushErrorScope("validation");
+        const entryPoint = code.match(/@compute[^]*?fn ([A-Za-z0-9_]+)\\(/)[1];
+        try {
+          await device.createComputePipelineAsync({ layout: "auto", compute: { module, entryPoint } });
+        } catch (e) {
+          failures.push(`${label}: pipeline: ${e.message}`);
+        }
+        const err = await device.popErrorScope();
+        if (err) failures.push(`${label}: pipeline: ${err.message}`);
+      }
+      return { failures, skipped, f16 };
+    }""", [[label, code] for code, label in sources.items()])
+    assert result["failures"] == [], "\n".join(result["failures"])
+    # SwiftShader has no shader-f16: only float16 kernels may be left out, and the parity cases have none.
+    assert all("f16" in s or "float16" in s for s in result["skipped"]), result["skipped"]
+
+
+# ------------------------------------------------------------------------------------------- the demo page
+
+
+@pytest.fixture(scope="module")
+def digits_site(wdev, site):
+    pytest.importorskip("sklearn", reason="the digits demo needs scikit-learn's data set (pip install scikit-learn)")
+    import export_digits
+    root, _ = site
+    trained = digits_mlp.main(["--epochs", "4", "--device", "numpy:0", "--quiet"])["params"]
+    export_digits.build_site(root / "digits", trained, n_test_images=16)
+    return trained
+
+
+def _python_probs(params, counts):
+    x = (np.asarray(counts, np.float32) / 16.0).reshape(1, 64)
+    return np.asarray(fa.jit(digits_mlp.predict, device=REF)(params, x))[0]
+
+
+def _artifact(tmp_path, name):
+    folder = os.environ.get("FNARRAY_BROWSER_ARTIFACTS")
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        return os.path.join(folder, name)
+    return str(tmp_path / name)
+
+
+def test_demo_page_without_webgpu_shows_how_to_enable_it(browser, digits_site, site):
+    _, url = site
+    with _page_without_webgpu(browser) as p:
+        p.goto(url + "digits/index.html")
+        p.wait_for_function("document.body.dataset.ready === 'no-webgpu'")
+        status = p.locator("#status")
+        assert status.is_visible() and "error" in status.get_attribute("class")
+        text = status.inner_text()
+        assert text.startswith("WebGPU is not available") and "secure context" in text
+
+
+def test_demo_page_classifies_a_drawn_digit_as_python_does(browser, digits_site, site, tmp_path):
+    _, url = site
+    p = browser.new_page(viewport={"width": 1280, "height": 760})
+    p.set_default_timeout(TIMEOUT_MS)
+    try:
+        p.goto(url + "digits/index.html")
+        p.wait_for_function("['yes', 'error'].includes(document.body.dataset.ready)")
+        assert p.evaluate("document.body.dataset.ready") == "yes", p.inner_text("#status")
+        box = p.locator("#pad").bounding_box()
+
+        def at(u, v):
+            return box["x"] + u * box["width"], box["y"] + v * box["height"]
+
+        # A "7": the top bar, then the diagonal down to the bottom.
+        p.mouse.move(*at(0.25, 0.2))
+        p.mouse.down()
+        p.mouse.move(*at(0.75, 0.2), steps=12)
+        p.mouse.move(*at(0.42, 0.85), steps=16)
+        p.mouse.up()
+        p.wait_for_function("document.querySelector('#prediction').dataset.runs === '1'")
+        counts = json.loads(p.get_attribute("#input-grid", "data-values"))
+        assert len(counts) == 64 and 0 < sum(counts) and max(counts) <= 16
+        label = int(p.inner_text("#prediction"))
+        probs = np.asarray(json.loads(p.get_attribute("#prediction", "data-probs")), np.float32)
+        want = _python_probs(digits_site, counts)
+        assert label == int(np.argmax(want))
+        np.testing.assert_allclose(probs, want, rtol=3e-5, atol=3e-6)
+        shot = _artifact(tmp_path, "browser_digits_drawn.png")
+        p.screenshot(path=shot, full_page=True)
+        assert os.path.getsize(shot) > 10_000
+
+        # Picking a test image classifies its 0..16 pixels the same way.
+        p.locator("#gallery canvas").nth(3).click()
+        p.wait_for_function("document.querySelector('#prediction').dataset.runs === '2'")
+        counts = json.loads(p.get_attribute("#input-grid", "data-values"))
+        probs = np.asarray(json.loads(p.get_attribute("#prediction", "data-probs")), np.float32)
+        np.testing.assert_allclose(probs, _python_probs(digits_site, counts), rtol=3e-5, atol=3e-6)
+        assert int(p.inner_text("#prediction")) == int(np.argmax(probs))
+        assert "true label" in p.inner_text("#picked-label")
+        p.screenshot(path=_artifact(tmp_path, "browser_digits_test_image.png"), full_page=True)
+    finally:
+        p.close()

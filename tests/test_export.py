@@ -1,0 +1,342 @@
+"""``fnarray.export.webgpu`` without a browser: the bundle's files and manifest, and the bundle replayed.
+
+The replay (``_replay``) is an interpreter of the bundle written here with wgpu-py
+directly: it reads only the folder (manifest, WGSL files, weights) and does what
+the JS runtime does (buffers, bind groups, dispatches in order, read back), on a
+device with WebGPU's default limits. Its results are compared with the numpy
+backend, so a manifest that misstates a binding, a uniform or a dispatch size
+fails here even where no browser is installed. ``test_browser.py`` runs the same
+bundles in Chromium.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.request
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from fnarray.core import primitives as P
+from fnarray.core.errors import UnsupportedOnDevice
+from fnarray.export import MANIFEST_VERSION, runtime_source
+from fnarray.export.serve import MIME_TYPES, serve_in_thread
+from helpers import check_traced, require_backend
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+import digits_mlp  # noqa: E402
+
+rng = np.random.default_rng(7)
+REF = fa.devices("numpy")[0]
+
+
+@pytest.fixture(scope="module")
+def wdev():
+    return require_backend("webgpu")[0]
+
+
+@pytest.fixture(scope="module")
+def replay(wdev):
+    """``replay(path, inputs) -> [ndarray]`` on a fresh device of the webgpu adapter with default limits."""
+    import wgpu
+    device = wdev.impl.gpu.adapter.request_device_sync()
+    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+    np_types = {"float32": "<f4", "int32": "<i4", "uint32": "<u4", "bool": "<u4", "float16": "<f2"}
+
+    def run(path, inputs):
+        with open(os.path.join(path, "model.json"), encoding="utf-8") as fh:
+            m = json.load(fh)
+        with open(os.path.join(path, m["weights"]["file"]), "rb") as fh:
+            weights = fh.read()
+        assert len(weights) == m["weights"]["bytes"]
+        bufs = [device.create_buffer(size=b["size"], usage=usage) for b in m["buffers"]]
+        for b in m["buffers"]:
+            if "offset" in b and b["nbytes"]:
+                raw = weights[b["offset"]:b["offset"] + b["nbytes"]]
+                device.queue.write_buffer(bufs[b["id"]], 0, raw + b"\0" * (b["size"] - len(raw)))
+        for spec in m["inputs"]:
+            a = np.asarray(inputs[spec["name"]])
+            assert list(a.shape) == spec["shape"], spec
+            raw = a.astype(np_types[spec["dtype"]]).tobytes()
+            if raw:
+                device.queue.write_buffer(bufs[spec["buffer"]], 0, raw + b"\0" * (-len(raw) % 4))
+        modules = []
+        for k in m["kernels"]:
+            with open(os.path.join(path, k["file"]), encoding="utf-8") as fh:
+                modules.append(device.create_shader_module(code=fh.read()))
+        enc = device.create_command_encoder()
+        cp = enc.begin_compute_pass()
+        for d in m["dispatches"]:
+            entries = [{"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
+                        "buffer": {"type": "storage" if b["write"] else "read-only-storage"}}
+                       for i, b in enumerate(d["bindings"])]
+            res = [{"binding": i, "resource": {"buffer": bufs[b["buffer"]]}} for i, b in enumerate(d["bindings"])]
+            if "uniform" in d:
+                words = np.asarray(d["uniform"], "<u4").tobytes()
+                ub = device.create_buffer_with_data(data=words + b"\0" * (-len(words) % 16),
+                                                    usage=wgpu.BufferUsage.UNIFORM)
+                entries.append({"binding": len(res), "visibility": wgpu.ShaderStage.COMPUTE,
+                                "buffer": {"type": "uniform"}})
+                res.append({"binding": len(res), "resource": {"buffer": ub}})
+            bgl = device.create_bind_group_layout(entries=entries)
+            pipe = device.create_compute_pipeline(
+                layout=device.create_pipeline_layout(bind_group_layouts=[bgl]),
+                compute={"module": modules[d["kernel"]], "entry_point": m["kernels"][d["kernel"]]["entry"]})
+            cp.set_pipeline(pipe)
+            cp.set_bind_group(0, device.create_bind_group(layout=bgl, entries=res))
+            cp.dispatch_workgroups(*d["workgroups"])
+        cp.end()
+        device.queue.submit([enc.finish()])
+        outs = []
+        for o in m["outputs"]:
+            b = m["buffers"][o["buffer"]]
+            n = int(np.prod(o["shape"], dtype=np.int64))
+            raw = device.queue.read_buffer(bufs[o["buffer"]], 0, b["size"])
+            a = np.frombuffer(raw, np_types[o["dtype"]], n).reshape(o["shape"])
+            outs.append(a.astype(bool) if o["dtype"] == "bool" else a)
+        return outs
+
+    return run
+
+
+def _reference(f, *args):
+    check_traced(f, *args)
+    out = fa.jit(f, device=REF)(*args)
+    return [np.asarray(x) for x in fa.tree_util.tree_leaves(out)]
+
+
+def _mlp_params(sizes=digits_mlp.LAYER_SIZES):
+    params = {}
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        params[f"w{i + 1}"] = rng.normal(0, 1 / np.sqrt(a), (a, b)).astype(np.float32)
+        params[f"b{i + 1}"] = rng.normal(0, 0.1, (b,)).astype(np.float32)
+    return params
+
+
+def _assert_outputs(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(g, w, rtol=3e-5, atol=3e-5)
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+# ------------------------------------------------------------------------------------ the bundle's files
+
+
+def test_mlp_bundle_bakes_parameters_and_reuses_the_webgpu_kernels(wdev, tmp_path, replay):
+    params = _mlp_params()
+    x = rng.uniform(0, 1, (3, 64)).astype(np.float32)
+    m = fa.export.webgpu(digits_mlp.predict, params, x, path=tmp_path, bake_argnums=(0,))
+    assert sorted(os.listdir(tmp_path)) == ["fnarray-webgpu.js", "kernels", "model.json", "weights.bin"]
+    assert m == json.loads((tmp_path / "model.json").read_text())
+    assert (m["format"], m["version"], m["name"]) == ("fnarray-webgpu", MANIFEST_VERSION, "predict")
+    assert m["inputs"] == [{"name": "x", "dtype": "float32", "shape": [3, 64], "buffer": m["inputs"][0]["buffer"]}]
+    assert [(o["name"], o["dtype"], o["shape"]) for o in m["outputs"]] == [("out", "float32", [3, 10])]
+    # The parameters are in weights.bin under their dotted names, bit for bit.
+    weights = (tmp_path / "weights.bin").read_bytes()
+    baked = {b["name"]: b for b in m["buffers"] if b["kind"] == "weight"}
+    assert set(baked) == {f"params.{k}" for k in digits_mlp.PARAM_NAMES}
+    for k in digits_mlp.PARAM_NAMES:
+        b = baked[f"params.{k}"]
+        assert b["offset"] % 16 == 0 and b["shape"] == list(params[k].shape)
+        np.testing.assert_array_equal(np.frombuffer(weights, "<f4", params[k].size, b["offset"]),
+                                      params[k].ravel())
+    # The kernels are the webgpu backend's for the same program, not a second code generator.
+    lowered = fa.jit(digits_mlp.predict, device=wdev).lower(params, x)
+    native = [k.source for k in lowered.kernels()]
+    files = [(tmp_path / k["file"]).read_text() for k in m["kernels"]]
+    assert files == list(dict.fromkeys(native))
+    assert [m["kernels"][d["kernel"]]["entry"] for d in m["dispatches"]] == [k.name for k in lowered.kernels()]
+    assert m["limits"]["maxStorageBuffersPerShaderStage"] <= 8 and m["features"] == []
+    assert (tmp_path / "fnarray-webgpu.js").read_text() == runtime_source()
+    _assert_outputs(replay(tmp_path, {"x": x}), _reference(digits_mlp.predict, params, x))
+
+
+def test_pytree_inputs_flatten_to_dotted_names_in_jit_order(tmp_path, replay):
+    def f(params, x, *rest):
+        h = x @ params["w"][0] + params["b"]
+        return {"h": h, "s": fnp.sum(h * rest[0]["scale"]) + rest[1]}
+
+    params = {"w": [rng.normal(size=(4, 3)).astype(np.float32)], "b": rng.normal(size=(3,)).astype(np.float32)}
+    x = rng.normal(size=(2, 4)).astype(np.float32)
+    rest = ({"scale": np.float32(0.5)}, np.float32(2.0))
+    m = fa.export.webgpu(f, params, x, *rest, path=tmp_path)
+    names = [i["name"] for i in m["inputs"]]
+    assert names == ["params.b", "params.w.0", "x", "rest.0.scale", "rest.1"]
+    assert [o["name"] for o in m["outputs"]] == ["out.h", "out.s"]
+    inputs = dict(zip(names, [params["b"], params["w"][0], x, rest[0]["scale"], rest[1]], strict=True))
+    _assert_outputs(replay(tmp_path, inputs), _reference(f, params, x, *rest))
+
+
+def test_captured_constants_and_literal_outputs_are_weights(tmp_path, replay):
+    table = rng.normal(size=(5,)).astype(np.float32)
+    t = fnp.asarray(table)
+
+    def f(x):
+        return x * t, 3.0, x > 0
+
+    x = rng.normal(size=(5,)).astype(np.float32)
+    m = fa.export.webgpu(f, x, path=tmp_path)
+    kinds = {b.get("name"): b["kind"] for b in m["buffers"]}
+    assert kinds["const.0"] == "weight" and kinds["out.1"] == "constant"
+    assert [o["dtype"] for o in m["outputs"]] == ["float32", "float32", "bool"]
+    _assert_outputs(replay(tmp_path, {"x": x}), _reference(f, x))
+
+
+def test_int_bool_reduction_and_matmul_bundles_replay(tmp_path, replay):
+    cases = {
+        "where": (lambda k, m: fnp.where(m, k * 3, -k), [rng.integers(-9, 9, (4, 6)).astype(np.int32),
+                                                         rng.random((4, 6)) < 0.5]),
+        "reduce": (lambda a: (fnp.sum(a, axis=0), fnp.max(a, axis=1), fnp.argmax(a, axis=1),
+                              fa.nn.logsumexp(a, axis=-1)), [rng.normal(size=(37, 9)).astype(np.float32)]),
+        "matmul": (lambda a, b: a @ b, [rng.normal(size=(33, 17)).astype(np.float32),
+                                        rng.normal(size=(17, 9)).astype(np.float32)]),
+    }
+    for name, (f, args) in cases.items():
+        m = fa.export.webgpu(f, *args, path=tmp_path / name)
+        inputs = dict(zip([i["name"] for i in m["inputs"]], args, strict=True))
+        _assert_outputs(replay(tmp_path / name, inputs), _reference(f, *args))
+    # max starts from -inf: written as a call, since browsers reject a constant bitcast to a non-finite float.
+    wgsl = "".join((tmp_path / "reduce" / k["file"]).read_text()
+                   for k in json.loads((tmp_path / "reduce" / "model.json").read_text())["kernels"])
+    assert "fa_f32_bits(0xff800000u)" in wgsl and not re.search(r"bitcast<f32>\(0x[7f]f[89a-f]", wgsl)
+
+
+def test_scan_unrolls_into_the_dispatch_list(tmp_path, replay):
+    w = rng.normal(0, 0.3, (6, 6)).astype(np.float32)
+
+    def rnn(h0, xs, w):
+        def step(h, x):
+            h = fnp.tanh(h @ w + x)
+            return h, fnp.sum(h)
+        return fa.scan(step, h0, xs)
+
+    h0 = rng.normal(size=(6,)).astype(np.float32)
+    for length in (3, 20):
+        xs = rng.normal(size=(length, 6)).astype(np.float32)
+        path = tmp_path / f"len{length}"
+        m = fa.export.webgpu(rnn, h0, xs, w, path=path, bake_argnums=(2,))
+        assert [i["name"] for i in m["inputs"]] == ["h0", "xs"]
+        assert len(m["dispatches"]) >= length  # one matrix-vector product per step at least
+        assert m["limits"]["maxStorageBuffersPerShaderStage"] <= 8  # 20 ys stacked in groups
+        _assert_outputs(replay(path, {"h0": h0, "xs": xs}), _reference(rnn, h0, xs, w))
+    m = fa.export.webgpu(lambda xs: fa.scan(lambda c, x: (c + x, c), 0.0, xs, reverse=True),
+                         np.arange(4, dtype=np.float32), path=tmp_path / "rev")
+    xs = np.arange(4, dtype=np.float32)
+    _assert_outputs(replay(tmp_path / "rev", {"xs": xs}),
+                    _reference(lambda xs: fa.scan(lambda c, x: (c + x, c), 0.0, xs, reverse=True), xs))
+
+
+def test_vmap_and_grad_bundles_replay(tmp_path, replay):
+    params = _mlp_params((8, 16, 4))
+
+    def loss(params, x, y):
+        h = fa.nn.relu(x @ params["w1"] + params["b1"]) @ params["w2"] + params["b2"]
+        return -fnp.mean(fnp.sum(fa.nn.one_hot(y, 4) * fa.nn.log_softmax(h, axis=-1), axis=-1))
+
+    x = rng.normal(size=(5, 8)).astype(np.float32)
+    y = rng.integers(0, 4, (5,)).astype(np.int32)
+    g = fa.grad(loss)
+    m = fa.export.webgpu(g, params, x, y, path=tmp_path / "grad")
+    assert [o["name"] for o in m["outputs"]] == ["out.b1", "out.b2", "out.w1", "out.w2"]
+    inputs = {f"params.{k}": v for k, v in params.items()} | {"x": x, "y": y}
+    _assert_outputs(replay(tmp_path / "grad", inputs), _reference(g, params, x, y))
+
+    vf = fa.vmap(lambda a, b: fnp.dot(a, b) + fnp.tanh(a).sum(), in_axes=(0, None))
+    a, b = rng.normal(size=(7, 5)).astype(np.float32), rng.normal(size=(5,)).astype(np.float32)
+    fa.export.webgpu(vf, a, b, path=tmp_path / "vmap")
+    _assert_outputs(replay(tmp_path / "vmap", {"a": a, "b": b}), _reference(vf, a, b))
+
+
+def test_literal_cond_is_resolved_and_a_reexport_replaces_old_kernels(tmp_path, replay):
+    branches = tuple(fa.make_ir(fn)(np.zeros(4, np.float32)) for fn in (lambda x: [x * 2.0], lambda x: [fnp.sin(x)]))
+    f = lambda x: P.cond.bind(np.int32(1), x, branches=branches)[0]  # noqa: E731
+    x = rng.normal(size=(4,)).astype(np.float32)
+    fa.export.webgpu(lambda x: (x + 1.0) * fnp.exp(x) - fnp.log1p(x * x), x, path=tmp_path)
+    m = fa.export.webgpu(f, x, path=tmp_path)
+    assert sorted(os.listdir(tmp_path / "kernels")) == sorted(os.path.basename(k["file"]) for k in m["kernels"])
+    _assert_outputs(replay(tmp_path, {"x": x}), [np.sin(x)])
+
+
+# ------------------------------------------------------------------------------------ what cannot be exported
+
+
+def test_while_loop_fails_at_export_naming_the_primitive(wdev, tmp_path):
+    f = lambda x: fa.while_loop(lambda c: c[0] < 5, lambda c: (c[0] + 1, c[1] * 2.0), (0, x))[1]  # noqa: E731
+    with pytest.raises(UnsupportedOnDevice, match=r"while cannot run in the browser.*scan"):
+        fa.export.webgpu(f, np.ones(3, np.float32), path=tmp_path / "w")
+    g = lambda p, x: fa.cond(fnp.sum(x) > p, lambda v: v * 2.0, lambda v: -v, x)  # noqa: E731
+    with pytest.raises(UnsupportedOnDevice, match=r"cond cannot run in the browser.*where"):
+        fa.export.webgpu(g, np.float32(0), np.ones(3, np.float32), path=tmp_path / "c")
+    assert not (tmp_path / "w").exists() and not (tmp_path / "c").exists()
+
+
+def test_a_dtype_webgpu_lacks_fails_naming_the_primitive(wdev, tmp_path):
+    before = fa.config.fallback
+    with pytest.raises(UnsupportedOnDevice, match=r"sin \(float64\) cannot run in the browser: WebGPU has no float64"):
+        fa.export.webgpu(lambda x: fnp.sin(x) * 2, np.ones(3, np.float64), path=tmp_path)
+    assert fa.config.fallback == before  # the export lowers with "error" and restores the mode
+
+
+def test_bad_bake_argnums_and_argument_counts(tmp_path):
+    with pytest.raises(ValueError, match="bake_argnums holds 2"):
+        fa.export.webgpu(lambda a, b: a + b, np.ones(2, np.float32), np.ones(2, np.float32), path=tmp_path,
+                         bake_argnums=(2,))
+    with pytest.raises(TypeError, match="takes 1 positional arguments, 2 example arguments"):
+        fa.export.webgpu(lambda a: a, np.ones(2, np.float32), np.ones(2, np.float32), path=tmp_path)
+
+
+# ------------------------------------------------------------------------------------ runtime and server
+
+
+def test_runtime_checks_the_same_manifest_version():
+    src = runtime_source()
+    assert f"export const MANIFEST_VERSION = {MANIFEST_VERSION};" in src
+    assert "export async function loadModel(" in src
+    assert not [line for line in src.splitlines() if line.startswith(("import", "export * from"))]  # no dependencies
+
+
+def test_serve_gives_mime_types_on_loopback_only(tmp_path):
+    files = {"a.js": b"export const x = 1;\n", "k.wgsl": b"fn f() {}\n", "m.json": b"{}", "w.bin": b"\0\1",
+             "index.html": b"<p>hi</p>"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    server, url = serve_in_thread(tmp_path)
+    try:
+        assert server.server_address[0] == "127.0.0.1" and url.startswith("http://127.0.0.1:")
+        for name, data in files.items():
+            with urllib.request.urlopen(url + name, timeout=10) as r:
+                assert r.read() == data
+                assert r.headers["Content-Type"] == MIME_TYPES[os.path.splitext(name)[1]], name
+                assert r.headers["Cache-Control"] == "no-store"
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert MIME_TYPES[".js"] == "text/javascript" and MIME_TYPES[".wgsl"] == "text/wgsl"
+
+
+def test_serve_command_line(tmp_path):
+    (tmp_path / "m.json").write_text("{}")
+    proc = subprocess.Popen([sys.executable, "-m", "fnarray.export.serve", str(tmp_path), "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "http://127.0.0.1:" in line, line
+        url = line.split(" at ", 1)[1].split()[0]
+        with urllib.request.urlopen(url + "m.json", timeout=10) as r:
+            assert r.headers["Content-Type"] == "application/json" and r.read() == b"{}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    bad = subprocess.run([sys.executable, "-m", "fnarray.export.serve", str(tmp_path / "missing")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "is not a folder" in bad.stderr
