@@ -214,6 +214,22 @@ def test_reduction_epilogue_fuses(target):
     assert len(ks) == 1 and ks[0].kind == "reduce"
 
 
+def test_reductions_over_one_iteration_space_share_a_kernel(target):
+    # Mean and variance as two independent sums: one pass over x. A sum that reads the max must wait for it.
+    ks = kernels(lambda x: (fnp.sum(x, axis=1), fnp.sum(x * x, axis=1)), f32(16, 50), target=target)
+    assert len(ks) == 1
+    ks = kernels(lambda x: fnp.sum(fnp.exp(x - fnp.max(x, axis=1, keepdims=True)), axis=1), f32(16, 50),
+                 target=target)
+    assert len(ks) == 2
+
+
+def test_small_independent_values_ride_along(target):
+    # A loop body's counter beside its array: one launch, in either order.
+    for f in (lambda i, x: (i + 1, fnp.tanh(x) * 0.5), lambda i, x: (fnp.tanh(x) * 0.5, i + 1)):
+        ks = kernels(f, np.int32(3), f32(100), target=target)
+        assert len(ks) == 1 and ks[0].kind == "map"
+
+
 # ------------------------------------------------------------------------------------- target limits
 
 
@@ -241,6 +257,17 @@ def test_no_local_memory_means_serial_reductions_and_untiled_matmuls():
     caps = Capabilities(dtypes=CAPS.dtypes, max_workgroup_size=64, local_memory=False, control_flow="host")
     ks = kernels(lambda x, w: fnp.sum(x @ w, axis=0), f32(128, 128), f32(128, 128, seed=1), caps=caps)
     assert "__local" not in "".join(render_opencl(k.kernel) for k in ks)
+
+
+def test_64_bit_and_half_kernels_enable_their_extensions():
+    x64 = np.linspace(0, 1, 16)
+    src = "".join(render_opencl(k.kernel) for k in kernels(lambda x: fnp.exp(x) * 2.0, x64))
+    assert "#pragma OPENCL EXTENSION cl_khr_fp64 : enable" in src and "double" in src
+    x16 = np.linspace(0, 1, 16).astype(np.float16)
+    src = "".join(render_opencl(k.kernel) for k in kernels(lambda x: fnp.exp(x) * 2.0, x16))
+    assert "#pragma OPENCL EXTENSION cl_khr_fp16 : enable" in src
+    # float16 math computes in float32 and rounds back, as the reference does.
+    assert "exp(((float)(" in src and "((half)(" in src
 
 
 # ------------------------------------------------------------------------------------- golden kernels

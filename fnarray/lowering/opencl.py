@@ -123,7 +123,7 @@ class _DeviceState:
             max_workgroup_size=int(cl_device.max_work_group_size),
             max_dispatch=None,
             local_memory=cl_device.local_mem_size >= 16384,
-            atomics="cl_khr_global_int32_base_atomics" in ext or cl_device.version >= "OpenCL 1.1",
+            atomics="cl_khr_global_int32_base_atomics" in ext or not cl_device.version.startswith("OpenCL 1.0"),
             tiling_pays=True,
             control_flow="host")
         self.workgroup = 128 if is_gpu else 64
@@ -141,6 +141,8 @@ class _DeviceState:
 
     def upload(self, array) -> CLBuffer:
         a = np.asarray(array)
+        if not a.dtype.isnative:
+            a = a.astype(a.dtype.newbyteorder("="))
         if a.dtype == np.bool_:
             host = np.ascontiguousarray(a).view(np.uint8)
         else:

@@ -1062,16 +1062,28 @@ def _dot_operand_ct(ct, other, this_aval, other_aval, this_dims, other_dims, thi
         ct_other_free = tuple(range(nb, nb + len(o_free)))
     if _aval(ct).dtype != other_aval.dtype:
         ct = lax.convert_element_type(ct, other_aval.dtype)
+    paired = [tc[list(oc).index(o)] for o in sorted(oc)]
+    # dot(ct, other)'s dims: batch (tb order), the remaining ct dims (this operand's free dims), then
+    # other's remaining dims = its contracting dims in ascending order, each paired with one of tc.
+    # dot(other, ct) puts those two groups the other way round; take whichever needs no transpose
+    # (a weight gradient x^T @ ct comes out in place), else the first and transpose it.
+    r_dims = list(tb) + t_free + paired
+    swapped_dims = list(tb) + paired + t_free
+    if swapped_dims == list(range(this_aval.ndim)) and r_dims != swapped_dims:
+        dn = ((tuple(o_free), ct_other_free), (tuple(ob), tuple(range(nb))))
+        return _cast(P.dot_general.bind(other, ct, dimension_numbers=dn, preferred_element_type=None),
+                     this_aval.dtype)
     dn = ((ct_other_free, tuple(o_free)), (tuple(range(nb)), tuple(ob)))
     r = P.dot_general.bind(ct, other, dimension_numbers=dn, preferred_element_type=None)
-    # r's dims: batch (tb order), the remaining ct dims (this operand's free dims), then other's
-    # remaining dims = its contracting dims in ascending order, each paired with one of tc
-    r_dims = list(tb) + t_free + [tc[list(oc).index(o)] for o in sorted(oc)]
     perm = [r_dims.index(d) for d in range(this_aval.ndim)]
     r = lax.transpose(r, perm)
     if _aval(r).dtype != this_aval.dtype:
         r = lax.convert_element_type(r, this_aval.dtype)
     return r
+
+
+def _cast(x, dtype):
+    return x if _aval(x).dtype == dtype else lax.convert_element_type(x, dtype)
 
 
 def dot_general_transpose(ct, lhs, rhs, *, dimension_numbers, preferred_element_type=None):

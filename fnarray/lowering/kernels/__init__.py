@@ -88,17 +88,26 @@ class Plan:
         return out
 
     def _list_program(self, prog, named_source, names, out, where):
-        segment = []
+        # As HostDriven cuts it: straight-line segments between the control-flow equations, each
+        # returning what later equations (or the program) read.
+        later: list = []
+        live = {a for a in prog.outvars if isinstance(a, Var)}
+        for e in reversed(prog.eqns):
+            later.append(set(live))
+            live.update(a for a in e.inputs if isinstance(a, Var))
+        later.reverse()
+        segment: list = []
+        live_after: set = set()   # what is read after the segment's last equation
 
         def flush():
             if segment:
                 ins = _free_vars(segment)
-                outs = [o for e in segment for o in e.outputs]
+                outs = [o for e in segment for o in e.outputs if o in live_after]
                 sched = schedule(Program([], ins, list(segment), outs), self.caps, **self.opts)
                 _list(sched, named_source, names, out, where)
                 segment.clear()
 
-        for e in prog.eqns:
+        for e, after in zip(prog.eqns, later, strict=True):
             if _needs_host(e):
                 flush()
                 for k, sub in enumerate(subprograms(e)):
@@ -106,6 +115,7 @@ class Plan:
                     self._list_program(sub, named_source, names, out, f"{label}{e.primitive.name}#{k}")
             else:
                 segment.append(e)
+                live_after = after
         flush()
 
 

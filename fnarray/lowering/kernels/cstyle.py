@@ -13,6 +13,8 @@ precedence tables; one statement per line, four spaces of indentation.
 
 from __future__ import annotations
 
+import abc
+
 import numpy as np
 
 from fnarray.lowering.kernels.ir import (OPS, ArrayDecl, Assign, Barrier, Bitcast, Cast, Comment, Const, Decl, For,
@@ -26,7 +28,7 @@ _C_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "rem": "%", "and": "
 _C_PREFIX = {"neg": "-", "not": "~", "lnot": "!"}
 
 
-class CStyleRenderer:
+class CStyleRenderer(abc.ABC):
     """Prints a ``Kernel`` as C-like source; subclasses declare only what differs."""
 
     infix: dict = _C_INFIX
@@ -50,52 +52,65 @@ class CStyleRenderer:
     def storage_name(self, dtype) -> str:
         return self.storage_types.get(np.dtype(dtype)) or self.type_name(dtype)
 
+    @abc.abstractmethod
     def literal(self, c: Const) -> str:
-        raise NotImplementedError
+        """A constant, exactly (bit patterns for NaN and infinities where the target needs them)."""
 
+    @abc.abstractmethod
     def special(self, e: Special) -> str:
-        raise NotImplementedError
+        """A work-item builtin (global, local, group id; global size) as an int32 value."""
 
+    @abc.abstractmethod
     def cast(self, x: str, dtype) -> str:
-        raise NotImplementedError
+        """A value conversion to ``dtype``."""
 
+    @abc.abstractmethod
     def bitcast(self, x: str, dtype) -> str:
-        raise NotImplementedError
+        """The same bits read as ``dtype``."""
 
+    @abc.abstractmethod
     def select(self, cond: str, a: str, b: str, dtype) -> str:
-        raise NotImplementedError
+        """``a`` where ``cond`` else ``b``."""
 
+    @abc.abstractmethod
     def complex_op(self, op: str, args: list, dtype) -> str:
-        raise NotImplementedError
+        """``cmake(re, im)``, ``creal(z)``, ``cimag(z)`` on the target's two-component vectors."""
 
+    @abc.abstractmethod
     def let(self, name: str, dtype, value: str) -> str:
-        raise NotImplementedError
+        """The declaration of an immutable local."""
 
+    @abc.abstractmethod
     def decl(self, name: str, dtype, value: str) -> str:
-        raise NotImplementedError
+        """The declaration of a mutable local."""
 
+    @abc.abstractmethod
     def array_decl(self, s: ArrayDecl) -> str:
-        raise NotImplementedError
+        """The declaration of a work-group (``local``) or ``private`` array."""
 
+    @abc.abstractmethod
     def for_header(self, var: str, start: str, stop: str, step: str) -> str:
-        raise NotImplementedError
+        """The head of a counted int32 loop (the body follows in braces)."""
 
+    @abc.abstractmethod
     def barrier(self) -> str:
-        raise NotImplementedError
+        """A work-group barrier over local memory."""
 
+    @abc.abstractmethod
     def signature(self, kernel: Kernel) -> str:
-        raise NotImplementedError
+        """The kernel's entry point up to its opening brace."""
 
     def prelude(self, kernel: Kernel) -> list:
+        """Lines printed before the kernel (extensions, helper functions); default none."""
         return []
 
     def from_storage(self, text: str, dtype) -> str:
         """A buffer element (of ``storage_types[dtype]``) as a value of ``dtype``."""
         return self.cast(text, dtype)
 
+    @abc.abstractmethod
     def to_storage(self, value: str, dtype) -> str:
         """A value of ``dtype`` as a buffer element of ``storage_types[dtype]``."""
-        raise NotImplementedError
 
     def load(self, space: str, name: str, index: str, dtype) -> str:
         text = f"{name}[{index}]"

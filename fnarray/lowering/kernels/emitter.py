@@ -57,14 +57,16 @@ class Emitter:
 
     ``buffer_of(var)`` gives the buffer a materialised variable lives in (or ``None``
     when it is computed inline); ``producer`` maps variables to their equations.
-    ``on_read(var, key)`` is called for every buffer read (the scheduler's analysis).
+    ``on_read(var, key)`` is called for every buffer read (the scheduler's analysis),
+    ``on_apply(eqn)`` for every equation inlined (the kernel listing).
     """
 
-    def __init__(self, builder, producer, buffer_of, on_read=None):
+    def __init__(self, builder, producer, buffer_of, on_read=None, on_apply=None):
         self.b = builder
         self.producer = producer
         self.buffer_of = buffer_of
         self.on_read = on_read
+        self.on_apply = on_apply
         self._memo: dict = {}
 
     # ------------------------------------------------------------------ keys
@@ -109,6 +111,8 @@ class Emitter:
             v = self.b.load(buf, index, aval.dtype)
         else:
             e = self.producer[a]
+            if self.on_apply is not None:
+                self.on_apply(e)
             v = self.b.let(self._apply(e, idx))
         self._memo[k] = (v, self.b.scope_token())
         return v
@@ -268,7 +272,7 @@ def _pad(em, e, idx):
         raise NotFlat
     x, pv = e.inputs
     conds, in_idx = [], []
-    for i, (lo, hi, interior), n in zip(idx, e.params["padding_config"], x.aval.shape, strict=True):
+    for i, (lo, _hi, interior), n in zip(idx, e.params["padding_config"], x.aval.shape, strict=True):
         lo_b, hi_b = (i - lo).bounds()
         step = interior + 1
         if interior == 0 and lo_b >= 0 and hi_b <= n - 1:

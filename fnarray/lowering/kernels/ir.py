@@ -21,7 +21,6 @@ real arithmetic by the rules that build the kernel.
 from __future__ import annotations
 
 import dataclasses
-import struct
 from typing import Any
 
 import numpy as np
@@ -330,9 +329,3 @@ def map_exprs(kernel: Kernel, fn) -> Kernel:
 
     return dataclasses.replace(kernel, body=stmts(kernel.body))
 
-
-def float_bits(x: float, dtype) -> int:
-    """The IEEE bit pattern of ``x`` as ``dtype`` (float32 or float64)."""
-    fmt = "<f" if np.dtype(dtype).itemsize == 4 else "<d"
-    ifmt = "<I" if np.dtype(dtype).itemsize == 4 else "<Q"
-    return struct.unpack(ifmt, struct.pack(fmt, x))[0]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from fnarray.lowering.kernels.cstyle import CStyleRenderer
-from fnarray.lowering.kernels.ir import ArrayDecl, BufferParam, Const, Kernel, walk_exprs
+from fnarray.lowering.kernels.ir import ArrayDecl, BufferParam, Const, For, If, Kernel, walk_exprs
 
 __all__ = ["OpenCLRenderer", "render_opencl"]
 
@@ -57,6 +57,11 @@ class OpenCLRenderer(CStyleRenderer):
                 text += ".0"
             text += "f" if d == np.float32 else ""
             return text if x >= 0 and not text.startswith("-") else f"({text})"
+        if d.kind == "c":
+            part = np.dtype(np.float32) if d == np.complex64 else np.dtype(np.float64)
+            z = complex(v)
+            re, im = (self.literal(Const(np.asarray(t, part).tobytes(), part)) for t in (z.real, z.imag))
+            return f"(({self.type_name(d)})({re}, {im}))"
         raise TypeError(f"no OpenCL literal for {d.name}")
 
     def special(self, e) -> str:
@@ -114,10 +119,25 @@ class OpenCLRenderer(CStyleRenderer):
         return f"__kernel {attr}void {kernel.name}({', '.join(params)})"
 
     def prelude(self, kernel: Kernel) -> list:
-        wide = {np.dtype(np.float64), np.dtype(np.complex128)}
-        uses = any(getattr(p, "dtype", None) in wide for p in kernel.params) or any(
-            e.dtype in wide for e in walk_exprs(kernel.body))
-        return ["#pragma OPENCL EXTENSION cl_khr_fp64 : enable"] if uses else []
+        used = {p.dtype for p in kernel.params} | {e.dtype for e in walk_exprs(kernel.body)}
+        used |= {s.dtype for s in _array_decls(kernel.body)}
+        lines = []
+        if used & {np.dtype(np.float64), np.dtype(np.complex128)}:
+            lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+        if np.dtype(np.float16) in used:
+            lines.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
+        return lines
+
+
+def _array_decls(stmts):
+    for s in stmts:
+        if isinstance(s, ArrayDecl):
+            yield s
+        elif isinstance(s, For):
+            yield from _array_decls(s.body)
+        elif isinstance(s, If):
+            yield from _array_decls(s.then)
+            yield from _array_decls(s.orelse)
 
 
 _RENDERER = OpenCLRenderer()

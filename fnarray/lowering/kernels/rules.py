@@ -282,21 +282,36 @@ def _float_fn(b, name, *xs):
     return op(name, *xs)
 
 
+def _number(e) -> bool:
+    """Whether ``e`` is a constant that is not NaN."""
+    return isinstance(e, Const) and not np.isnan(e.value)
+
+
 def max_of(b, x, y):
     """``max`` with NaN propagation; on ties the second operand (as ``numpy.maximum``)."""
     d = x.dtype
     if d == np.bool_:
         return op("lor", x, y)
     if _is_float(d):
+        # Against a constant one comparison does it (it is false for NaN): relu and clip stay cheap.
+        if _number(y):
+            return select(op("le", x, y), y, x)
+        if _number(x):
+            return select(op("gt", x, y), x, y)
         return select(op("lor", op("gt", x, y), op("isnan", x, dtype=BOOL)), x, y)
     return select(op("gt", x, y), x, y)
 
 
 def min_of(b, x, y):
+    """``min`` with NaN propagation; on ties the second operand (as ``numpy.minimum``)."""
     d = x.dtype
     if d == np.bool_:
         return op("land", x, y)
     if _is_float(d):
+        if _number(y):
+            return select(op("ge", x, y), y, x)
+        if _number(x):
+            return select(op("lt", x, y), x, y)
         return select(op("lor", op("lt", x, y), op("isnan", x, dtype=BOOL)), x, y)
     return select(op("lt", x, y), x, y)
 

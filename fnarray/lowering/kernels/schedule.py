@@ -17,7 +17,10 @@ Steps (``schedule(program, caps)``):
    several outputs of one shape share a kernel, and a reduction or a matrix
    multiply takes the elementwise ops on its result as an epilogue (bias + relu
    after a matmul is one kernel). A root reads a value of its own kernel only
-   at its own element; anything else must come from an earlier kernel.
+   at its own element; anything else must come from an earlier kernel. A map
+   kernel also computes independent elementwise values of another shape on its
+   first work items (a loop counter beside the loop's arrays), and reductions
+   over the same iteration space share one kernel.
 4. *Code*: each group writes its kernels in the kernel IR, with sizes and
    strides as scalar arguments where that costs nothing (flat elementwise
    kernels, reductions, matrix multiplies), so one compiled kernel serves many
@@ -29,6 +32,7 @@ work sizes, the IR equations each kernel fused) and the outputs.
 
 from __future__ import annotations
 
+import abc
 import math
 
 import numpy as np
@@ -38,7 +42,7 @@ from fnarray.core.ir import Eqn, Literal, Program, Var
 from fnarray.core.passes import dce
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import INJECTIVE, Emitter, Flat, NotFlat, shaped_index
-from fnarray.lowering.kernels.index import ix_data, ix_var, linearize, unravel
+from fnarray.lowering.kernels.index import ix_const, ix_data, ix_var, linearize, to_expr, unravel
 from fnarray.lowering.kernels.ir import INT32, BufferParam, Cast, Let, Special, Sym, const
 from fnarray.lowering.kernels.rules import (add_of, convert, highest, logaddexp, lowest, max_of, min_of, mul_of,
                                             op, select)
@@ -255,9 +259,10 @@ class _Ctx:
     def in_buffer(self, v) -> bool:
         return v in self.input_set or v in self.materialized
 
-    def emitter(self, b, on_read=None, args=None, computes=()):
+    def emitter(self, b, on_read=None, args=None, computes=(), tracker=None):
         """An ``Emitter`` over ``b``; buffer reads become parameters recorded in ``args``. Variables in
-        ``computes`` are computed by this kernel even when materialised."""
+        ``computes`` are computed by this kernel even when materialised; ``tracker`` records the
+        equations inlined."""
         def buffer_of(v):
             if v in computes or not self.in_buffer(v):
                 return None
@@ -267,7 +272,7 @@ class _Ctx:
             name = b.buffer(spec, v.aval.dtype, False, "in")
             args[name] = spec
             return name
-        return Emitter(b, self.producer, buffer_of, on_read)
+        return Emitter(b, self.producer, buffer_of, on_read, tracker.add if tracker is not None else None)
 
     def output(self, b, args, v, hint="out") -> str:
         spec = self.spec(v)
@@ -307,28 +312,18 @@ def _kernel_name(kind, eqns):
 
 
 class _Tracker:
-    """Records the equations an emitter applies (printed with the kernel, in program order)."""
+    """Records the equations a kernel fuses (printed with the kernel, in program order)."""
 
     def __init__(self, ctx):
         self.ctx = ctx
-        self._eqns: list = []
-        self._seen: set = set()
+        self._eqns: dict = {}
+
+    def add(self, e):
+        self._eqns.setdefault(id(e), e)
 
     @property
     def eqns(self):
-        return sorted(self._eqns, key=lambda e: self.ctx.order.get(id(e), 0))
-
-    def wrap(self, em):
-        orig = em._apply
-        tracker = self
-
-        def apply(e, idx):
-            if id(e) not in tracker._seen:
-                tracker._seen.add(id(e))
-                tracker._eqns.append(e)
-            return orig(e, idx)
-        em._apply = apply
-        return em
+        return sorted(self._eqns.values(), key=lambda e: self.ctx.order.get(id(e), 0))
 
 
 def _index_vars(b, gid, shape, prefix="i"):
@@ -347,7 +342,7 @@ def _index_vars(b, gid, shape, prefix="i"):
 # ------------------------------------------------------------------------------------------ groups
 
 
-class _Group:
+class _Group(abc.ABC):
     kind = "?"
     accepts_roots = False
 
@@ -356,6 +351,7 @@ class _Group:
         self.shape = tuple(shape)
         self.products: list = []   # materialised variables this group computes
         self.roots: list = []      # elementwise variables computed at the group's own element
+        self.guests: list = []     # smaller elementwise variables computed beside them (map kernels)
         self.reads: set = set()    # materialised variables read
         self.index = -1
 
@@ -363,6 +359,18 @@ class _Group:
         self.roots.append(v)
         self.products.append(v)
         self.reads |= {r for r in reads if r not in self.products}
+
+    def regrow(self, shape):
+        """Iterate over the larger ``shape``: the current roots become guests."""
+        self.guests.extend(self.roots)
+        self.roots = []
+        self.shape = tuple(shape)
+
+    def add_guest(self, v, reads):
+        """``v`` (smaller than the group's shape) is computed by the first ``v.size`` work items."""
+        self.guests.append(v)
+        self.products.append(v)
+        self.reads |= set(reads)
 
     def root_reads(self, v):
         """The buffer reads of root ``v``'s inlined expression: ``{var: keys}``."""
@@ -374,16 +382,20 @@ class _Group:
 
     def emit_roots(self, b, em, args, idx, store_index):
         for r in self.roots:
-            v = em.val(r, idx)
-            em.seed(r, idx, v)
+            ridx = idx
+            if not isinstance(idx, Flat) and r.aval.shape != self.shape:  # same size, other shape
+                ridx = unravel(linearize(idx, self.shape), r.aval.shape)
+            v = em.val(r, ridx)
+            em.seed(r, ridx, v)
             if r in self.ctx.needed:
                 b.store(self.ctx.output(b, args, r), store_index, v)
 
-    def analyse(self):
+    def analyse(self):  # noqa: B027 (map kernels compute only roots, which add their reads when they join)
         """Set ``self.reads`` for the group's own computation (roots add theirs when they join)."""
 
+    @abc.abstractmethod
     def codegen(self) -> list:
-        raise NotImplementedError
+        """The group's launches, in order."""
 
 
 class _MapGroup(_Group):
@@ -402,7 +414,7 @@ class _MapGroup(_Group):
         b = KernelBuilder("k")
         args: dict = {}
         tracker = _Tracker(ctx)
-        em = tracker.wrap(ctx.emitter(b, args=args, computes=set(self.roots)))
+        em = ctx.emitter(b, args=args, computes=set(self.roots) | set(self.guests), tracker=tracker)
         gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
         scalars = {}
         if flat:
@@ -414,6 +426,17 @@ class _MapGroup(_Group):
             with b.when(op("lt", gid, const(n, INT32))):
                 idx = _index_vars(b, gid, self.shape)
                 self.emit_roots(b, em, args, idx, gid)
+        by_shape: dict = {}
+        for v in self.guests:
+            by_shape.setdefault(v.aval.shape, []).append(v)
+        for k, (shape, vs) in enumerate(by_shape.items()):
+            size = math.prod(shape)
+            with b.when(op("lt", gid, const(size, INT32))):
+                idx = Flat(gid) if flat else _index_vars(b, gid, shape, f"g{k}_")
+                for v in vs:
+                    val = em.val(v, idx)
+                    if v in ctx.needed:
+                        b.store(ctx.output(b, args, v), gid, val)
         b.name = _kernel_name("map", tracker.eqns)
         return [_launch(b, args, scalars, gsize, lsize, tracker.eqns, "map")]
 
@@ -538,8 +561,8 @@ class _ReduceGroup(_Group):
         args: dict = {}
         tracker = _Tracker(ctx)
         for e, _, _ in self.parts:
-            tracker._eqns.append(e)
-        em = tracker.wrap(ctx.emitter(b, args=args, computes=set(self.roots)))
+            tracker.add(e)
+        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
         scalars = {}
         if parallel:
             wg = 1 << min(int(math.log2(ctx.wg * 2)), (R - 1).bit_length())
@@ -690,7 +713,7 @@ class _DotGroup(_Group):
         b = KernelBuilder("dot_operand_copy")
         args: dict = {}
         tracker = _Tracker(ctx)
-        em = tracker.wrap(ctx.emitter(b, args=args, computes=set(self.roots)))
+        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
         n = math.prod(sizes)
         gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
         with b.when(op("lt", gid, const(n, INT32))):
@@ -776,8 +799,8 @@ class _DotGroup(_Group):
         b = KernelBuilder("k")
         args, scalars = {}, {}
         tracker = _Tracker(ctx)
-        tracker._eqns.append(self.eqn)
-        em = tracker.wrap(ctx.emitter(b, args=args, computes=set(self.roots)))
+        tracker.add(self.eqn)
+        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
         a, bb, s = self._params(b, lp, rp, args, scalars)
         total = self.B * self.M * self.N
         gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
@@ -808,8 +831,8 @@ class _DotGroup(_Group):
         b = KernelBuilder("k")
         args, scalars = {}, {}
         tracker = _Tracker(ctx)
-        tracker._eqns.append(self.eqn)
-        em = tracker.wrap(ctx.emitter(b, args=args, computes=set(self.roots)))
+        tracker.add(self.eqn)
+        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
         a, bb, s = self._params(b, lp, rp, args, scalars)
         dt = self.eqn.inputs[0].aval.dtype
         c0 = const(0, INT32)
@@ -949,8 +972,8 @@ class _CumGroup(_Group):
         b = KernelBuilder("k")
         args, scalars = {}, {}
         tracker = _Tracker(ctx)
-        tracker._eqns.append(self.eqn)
-        em = tracker.wrap(ctx.emitter(b, args=args, computes=set(self.roots)))
+        tracker.add(self.eqn)
+        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
         out = self.eqn.outputs[0]
         reverse = self.eqn.params.get("reverse", False)
         axis = self.eqn.params["axis"]
@@ -971,19 +994,22 @@ class _CumGroup(_Group):
                 oidx = _index_vars(b, gid, other) if other else ()
 
                 def at(t):
-                    tix = ix_data(t, 0, L - 1) if L > 1 else ix_var("unused", 1)
+                    tix = ix_data(t, 0, L - 1) if L > 1 else ix_const(0)
                     it = iter(oidx)
                     idx = tuple(tix if d == axis else next(it) for d in range(len(self.shape)))
                     return idx, b.let(_lin(linearize(idx, self.shape)), "pos")
 
+            length = b.scalar("L") if flat else const(L, INT32)
+            last = b.let(op("sub", length, const(1, INT32)), "last") if reverse else None
+
             def position(t):
-                return b.let(op("sub", const(L - 1, INT32), t)) if reverse else t
+                return b.let(op("sub", last, t)) if reverse else t
 
             idx0, pos0 = at(position(const(0, INT32)))
             acc = b.var(dt, em.val(self.x, idx0))
             name = ctx.output(b, args, out)
             b.store(name, pos0, acc)
-            with b.loop(const(1, INT32), const(L, INT32)) as t:
+            with b.loop(const(1, INT32), length) as t:
                 idx, pos = at(position(t))
                 b.assign(acc, self._combine(b, acc, em.val(self.x, idx)))
                 b.store(name, pos, acc)
@@ -992,7 +1018,6 @@ class _CumGroup(_Group):
 
 
 def _lin(ix):
-    from fnarray.lowering.kernels.index import to_expr
     return to_expr(ix)
 
 
@@ -1050,8 +1075,8 @@ class _SortGroup(_Group):
         b = KernelBuilder("sort_init")
         args: dict = {}
         tracker = _Tracker(ctx)
-        tracker._eqns.append(e)
-        em = tracker.wrap(ctx.emitter(b, args=args, computes=set(self.roots)))
+        tracker.add(e)
+        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
         total = lines * Pn
         gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
         with b.when(op("lt", gid, const(total, INT32))):
@@ -1062,8 +1087,8 @@ class _SortGroup(_Group):
             b.store(iname, gid, p)
             inside = b.let(op("lt", p, const(L, INT32)))
             pc = b.let(select(inside, p, const(L - 1, INT32)))
-            idx = full_index(line_index(b, row), ix_data(pc, 0, L - 1) if L > 1 else ix_var("unused", 1))
-            for k, (kv, spec) in enumerate(zip(keys, key_specs, strict=True)):
+            idx = full_index(line_index(b, row), ix_data(pc, 0, L - 1) if L > 1 else ix_const(0))
+            for kv, spec in zip(keys, key_specs, strict=True):
                 v = em.val(kv, idx)
                 kname = b.buffer(spec, kv.aval.dtype, True, "key")
                 args[kname] = spec
@@ -1078,9 +1103,9 @@ class _SortGroup(_Group):
             while k <= Pn:
                 j = k // 2
                 while j >= 1:
-                    launches.append(Launch(step.kernel, [a if not isinstance(a, str) else
-                                                         {"jj": j, "kk": k}[a] for a in step.args],
-                                           step.global_size, step.local_size, (e,), "sort"))
+                    stage = {"jj": j, "kk": k}
+                    args = [stage[a] if isinstance(a, str) else a for a in step.args]
+                    launches.append(Launch(step.kernel, args, step.global_size, step.local_size, (e,), "sort"))
                     j //= 2
                 k *= 2
 
@@ -1097,8 +1122,8 @@ class _SortGroup(_Group):
             args[iname] = idx_spec
             src = b.load(iname, op("add", op("mul", row, const(Pn, INT32)), t), INT32)
             oidx = line_index(b, row)
-            idx = full_index(oidx, ix_data(src, 0, L - 1) if L > 1 else ix_var("unused", 1))
-            dest_idx = full_index(oidx, ix_data(t, 0, L - 1) if L > 1 else ix_var("unused", 1))
+            idx = full_index(oidx, ix_data(src, 0, L - 1) if L > 1 else ix_const(0))
+            dest_idx = full_index(oidx, ix_data(t, 0, L - 1) if L > 1 else ix_const(0))
             dest = b.let(_lin(linearize(dest_idx, shape)), "dest")
             for x, o in zip(e.inputs, e.outputs, strict=True):
                 v = em.val(x, idx)
@@ -1215,8 +1240,8 @@ class _ScatterGroup(_Group):
         b = KernelBuilder("k")
         args: dict = {}
         tracker = _Tracker(ctx)
-        tracker._eqns.append(e)
-        em = tracker.wrap(ctx.emitter(b, args=args, computes=set(self.roots)))
+        tracker.add(e)
+        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
         gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
         dt = out.aval.dtype
         with b.when(op("lt", gid, const(n, INT32))):
@@ -1357,19 +1382,45 @@ def _place(ctx, groups, e):
         probe = _MapGroup(ctx, v.aval.shape)
         reads = probe.root_reads(v)
         own = linearize(shaped_index(v.aval.shape), v.aval.shape)
-        target = None
+        target = guest_of = None
         for g in reversed(groups):
-            if g.accepts_roots and g.shape == v.aval.shape and _can_join(ctx, g, reads, own, v):
+            if g.accepts_roots and math.prod(g.shape) == v.aval.size and _can_join(ctx, g, reads, own, v):
                 target = g
                 break
+            if guest_of is None and _can_host(ctx, g, reads, v):
+                guest_of = g
             if any(producer_group.get(r) is g for r in reads):
                 break
+        if target is None and guest_of is not None:
+            if math.prod(guest_of.shape) < v.aval.size:
+                guest_of.regrow(v.aval.shape)
+                guest_of.add_root(v, set(reads))
+            else:
+                guest_of.add_guest(v, set(reads))
+            producer_group[v] = guest_of
+            continue
         if target is None:
             target = _MapGroup(ctx, v.aval.shape)
             target.index = len(groups)
             groups.append(target)
         target.add_root(v, set(reads))
         producer_group[v] = target
+
+
+def _can_host(ctx, g, reads, v):
+    """Whether map kernel ``g`` can also compute ``v``, an elementwise value of another shape that reads
+    nothing ``g`` computes (a loop counter beside the loop's arrays): one launch instead of two. The
+    larger of the two shapes becomes the kernel's."""
+    if not isinstance(g, _MapGroup) or math.prod(g.shape) in (v.aval.size, 0) or v.aval.size == 0:
+        return False
+    limit = ctx.caps.max_buffers_per_kernel
+    if limit is not None and len(g.reads | set(reads)) + len(g.products) + 1 > limit:
+        return False
+    for r in reads:
+        pg = ctx.group_of.get(r)
+        if pg is not None and pg.index >= g.index:
+            return False
+    return True
 
 
 def _sibling_reduction(ctx, groups, e):
