@@ -4,7 +4,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
     for (int r2 = ((int)get_local_id(0)); r2 < R; r2 += 128) {
         const int v3 = (base0 + (r2 * I));
         const float v4 = in0[v3];
-        acc1 = (((acc1 > v4) || isnan(acc1)) ? acc1 : v4);
+        acc1 = ((((acc1 > v4) && (!isnan(v4))) || isnan(acc1)) ? acc1 : v4);
     }
     __local float red5[128];
     red5[((int)get_local_id(0))] = acc1;
@@ -13,7 +13,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         const int v6 = (((int)get_local_id(0)) + 64);
         const float v7 = red5[((int)get_local_id(0))];
         const float v8 = red5[v6];
-        const float v9 = (((v7 > v8) || isnan(v7)) ? v7 : v8);
+        const float v9 = ((((v7 > v8) && (!isnan(v8))) || isnan(v7)) ? v7 : v8);
         red5[((int)get_local_id(0))] = v9;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -21,7 +21,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         const int v10 = (((int)get_local_id(0)) + 32);
         const float v11 = red5[((int)get_local_id(0))];
         const float v12 = red5[v10];
-        const float v13 = (((v11 > v12) || isnan(v11)) ? v11 : v12);
+        const float v13 = ((((v11 > v12) && (!isnan(v12))) || isnan(v11)) ? v11 : v12);
         red5[((int)get_local_id(0))] = v13;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -29,7 +29,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         const int v14 = (((int)get_local_id(0)) + 16);
         const float v15 = red5[((int)get_local_id(0))];
         const float v16 = red5[v14];
-        const float v17 = (((v15 > v16) || isnan(v15)) ? v15 : v16);
+        const float v17 = ((((v15 > v16) && (!isnan(v16))) || isnan(v15)) ? v15 : v16);
         red5[((int)get_local_id(0))] = v17;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -37,7 +37,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         const int v18 = (((int)get_local_id(0)) + 8);
         const float v19 = red5[((int)get_local_id(0))];
         const float v20 = red5[v18];
-        const float v21 = (((v19 > v20) || isnan(v19)) ? v19 : v20);
+        const float v21 = ((((v19 > v20) && (!isnan(v20))) || isnan(v19)) ? v19 : v20);
         red5[((int)get_local_id(0))] = v21;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -45,7 +45,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         const int v22 = (((int)get_local_id(0)) + 4);
         const float v23 = red5[((int)get_local_id(0))];
         const float v24 = red5[v22];
-        const float v25 = (((v23 > v24) || isnan(v23)) ? v23 : v24);
+        const float v25 = ((((v23 > v24) && (!isnan(v24))) || isnan(v23)) ? v23 : v24);
         red5[((int)get_local_id(0))] = v25;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -53,7 +53,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         const int v26 = (((int)get_local_id(0)) + 2);
         const float v27 = red5[((int)get_local_id(0))];
         const float v28 = red5[v26];
-        const float v29 = (((v27 > v28) || isnan(v27)) ? v27 : v28);
+        const float v29 = ((((v27 > v28) && (!isnan(v28))) || isnan(v27)) ? v27 : v28);
         red5[((int)get_local_id(0))] = v29;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -61,7 +61,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         const int v30 = (((int)get_local_id(0)) + 1);
         const float v31 = red5[((int)get_local_id(0))];
         const float v32 = red5[v30];
-        const float v33 = (((v31 > v32) || isnan(v31)) ? v31 : v32);
+        const float v33 = ((((v31 > v32) && (!isnan(v32))) || isnan(v31)) ? v31 : v32);
         red5[((int)get_local_id(0))] = v33;
     }
     barrier(CLK_LOCAL_MEM_FENCE);

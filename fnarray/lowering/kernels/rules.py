@@ -293,12 +293,15 @@ def max_of(b, x, y):
     if d == np.bool_:
         return op("lor", x, y)
     if _is_float(d):
-        # Against a constant one comparison does it (it is false for NaN): relu and clip stay cheap.
+        # Against a constant: one comparison plus a NaN bit test (relu and clip stay cheap). The
+        # test is explicit because WGSL promises nothing for NaN comparisons (Mesa's GL takes
+        # NaN <= 0 as true).
         if _number(y):
-            return select(op("le", x, y), y, x)
+            return select(op("land", op("le", x, y), op("lnot", op("isnan", x, dtype=BOOL))), y, x)
         if _number(x):
-            return select(op("gt", x, y), x, y)
-        return select(op("lor", op("gt", x, y), op("isnan", x, dtype=BOOL)), x, y)
+            return select(op("land", op("gt", x, y), op("lnot", op("isnan", y, dtype=BOOL))), x, y)
+        gt = op("land", op("gt", x, y), op("lnot", op("isnan", y, dtype=BOOL)))
+        return select(op("lor", gt, op("isnan", x, dtype=BOOL)), x, y)
     return select(op("gt", x, y), x, y)
 
 
@@ -309,10 +312,11 @@ def min_of(b, x, y):
         return op("land", x, y)
     if _is_float(d):
         if _number(y):
-            return select(op("ge", x, y), y, x)
+            return select(op("land", op("ge", x, y), op("lnot", op("isnan", x, dtype=BOOL))), y, x)
         if _number(x):
-            return select(op("lt", x, y), x, y)
-        return select(op("lor", op("lt", x, y), op("isnan", x, dtype=BOOL)), x, y)
+            return select(op("land", op("lt", x, y), op("lnot", op("isnan", y, dtype=BOOL))), x, y)
+        lt = op("land", op("lt", x, y), op("lnot", op("isnan", y, dtype=BOOL)))
+        return select(op("lor", lt, op("isnan", x, dtype=BOOL)), x, y)
     return select(op("lt", x, y), x, y)
 
 
