@@ -103,7 +103,7 @@ def _fallbacks(device):
     from fnarray.testing.cases import CASES, NOT_EXECUTED
     backend = device.impl
     prims, seen = {}, set()
-    for name, prim, inputs, params in CASES:
+    for _name, prim, inputs, params in CASES:
         if prim in seen or prim in NOT_EXECUTED:
             continue
         import numpy as np

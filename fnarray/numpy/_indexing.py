@@ -289,7 +289,7 @@ def _basic_get(x, entries, n_indexed):
 def _advanced_get(x, entries, n_indexed):
     # 1. x' = x with a size-1 axis for every None / scalar bool, statically sliced on slice entries
     xp_shape, entry_axis = [], []
-    for kind, p, ax in entries:
+    for kind, _p, ax in entries:
         if kind in ("none", "bool0"):
             entry_axis.append(len(xp_shape))
             xp_shape.append(1)

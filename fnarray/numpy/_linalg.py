@@ -350,7 +350,7 @@ def _parse_einsum(subscripts, shapes):
         ell_rank = max(ell_rank, k if has_ell else 0)
     ell = list(range(-ell_rank, 0))
     in_labels = []
-    for term, letters, k in parsed:
+    for term, _letters, k in parsed:
         head, _, tail = term.partition("...")
         labels = [ord(c) for c in head]
         if "..." in term:
