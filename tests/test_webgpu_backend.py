@@ -647,3 +647,19 @@ def test_a_broken_driver_does_not_crash(monkeypatch):
     gpu_ns.enumerate_adapters_sync = lambda: []
     with pytest.raises(BackendUnavailable, match="no adapter"):
         webgpu.make_backend()
+
+
+def test_pooled_buffers_survive_gc_cycles(wdev):
+    # A buffer captured by a jitted function that is then collected (a reference cycle) used to go
+    # back to the pool after wgpu-py had already released it; the next launch then panicked in
+    # wgpu and aborted the process. Run in a subprocess so that a regression fails instead of aborting.
+    import subprocess
+    code = ("import gc, numpy as np, fnarray as fa\n"
+            "a = np.array([1, 2], np.int32)\n"
+            "for i in range(3):\n"
+            "    print(np.asarray(fa.jit(lambda: fa.device_put(a, 'webgpu:0') + 1)()).tolist()); gc.collect()\n"
+            "    y = fa.device_put(np.array([5, 6], np.int32), 'webgpu:0')\n"
+            "    print(np.asarray(y + 1).tolist())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["[2,", "3]", "[6,", "7]"] * 3

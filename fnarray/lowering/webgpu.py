@@ -196,15 +196,19 @@ class _GPU:
         self._check_size(n, dtype, shape)
         size = _padded(n)
         free = self.pool.get(size)
-        if free:
+        while free:
             self.pool_bytes -= size
-            return WGBuffer(free.pop(), dtype, shape, self)
+            b = free.pop()
+            if _alive(b):
+                return WGBuffer(b, dtype, shape, self)
         return WGBuffer(self.device.create_buffer(size=size, usage=self.usage), dtype, shape, self)
 
     def release(self, buffer):
         """Keep ``buffer`` for reuse by ``alloc`` (up to ``pool_limit`` bytes in all), else let it go."""
         size = buffer.size
-        if self.pool_bytes + size <= self.pool_limit:
+        # A buffer finalized in the same garbage-collection cycle as its WGBuffer may already be
+        # released by wgpu-py; pooling it would hand a dead buffer to a later bind group (a wgpu panic).
+        if _alive(buffer) and self.pool_bytes + size <= self.pool_limit:
             self.pool.setdefault(size, []).append(buffer)
             self.pool_bytes += size
 
@@ -287,6 +291,11 @@ class _GPU:
         if uniform is not None:
             entries.append({"binding": len(buffers), "resource": {"buffer": uniform}})
         return self.device.create_bind_group(layout=bgl, entries=entries)
+
+
+def _alive(buffer) -> bool:
+    """Whether wgpu-py still holds the native buffer behind ``buffer``."""
+    return getattr(buffer, "_internal", True) is not None
 
 
 def _adapters(wgpu):
