@@ -113,7 +113,8 @@ class Tracer(Array):
             "argument static (jit's static_argnums).")
 
     def __array__(self, dtype=None, copy=None):
-        self._concrete("converting to a NumPy array")
+        v = np.asarray(self._concrete("converting to a NumPy array"))
+        return v if dtype is None else v.astype(dtype)
 
     def __repr__(self):
         return f"Traced<{self.aval.str_short()}>with<{type(self._trace).__name__}>"

@@ -23,8 +23,11 @@ __all__ = ["asarray", "array", "zeros", "ones", "full", "empty", "zeros_like", "
 
 
 def _shape(shape, name):
-    if isinstance(shape, (int, np.integer)):
+    if isinstance(shape, (int, np.integer, Array)):
         shape = (shape,)
+    for s in shape if isinstance(shape, (tuple, list)) else ():
+        if isinstance(s, Tracer):  # names the user's line, and points to static_argnums
+            s._concrete(f"{name}: a shape from a traced value (array shapes must be known when tracing)")
     try:
         if isinstance(shape, str):
             raise TypeError(shape)
@@ -137,8 +140,8 @@ def empty_like(x, /, *, dtype=None, device=None, shape=None):
 
 def _static(v, name):
     if isinstance(v, Tracer):
-        raise TypeError(f"{name} needs concrete numbers for its bounds (the output shape depends on them); "
-                        "pass Python numbers, or mark the argument static in jit")
+        v._concrete(f"{name}'s bounds from a traced value (the output shape depends on them; pass Python "
+                    "numbers)")
     if isinstance(v, Array):
         return v.item()
     return v

@@ -43,11 +43,23 @@ def asarray_internal(x, dtype=None):
         d, w = dtypes.dtype_of_scalar(x)
         if dtype is not None:
             d, w = dtypes.canonicalize(dtype), False
+        if isinstance(x, int) and not isinstance(x, bool) and dtypes.is_int(d):
+            info = np.iinfo(d)
+            if not info.min <= x <= info.max:
+                hint = " (the default integer dtype); pass dtype=int64 or uint64" if dtype is None else ""
+                raise OverflowError(f"Python int {x} does not fit in {d.name}{hint}")
         return array_from_numpy(np.asarray(x, d), weak_type=w)
     if isinstance(x, (list, tuple)) and _has_array(x):
         from fnarray.numpy._manipulation import stack
         return stack([asarray_internal(e, dtype) for e in x])
-    v = np.asarray(x)
+    try:
+        v = np.asarray(x)
+    except ValueError as e:  # ragged nesting
+        raise ShapeError(f"cannot make an array from a nested sequence of uneven lengths ({e}); every "
+                         "row must have the same length") from None
+    except OverflowError:
+        raise OverflowError("a Python int in this sequence does not fit in 64 bits; fnarray integers are at "
+                            "most int64/uint64") from None
     if dtype is not None or isinstance(x, np.ndarray):
         pass  # an explicit dtype (applied below) or a NumPy array's own dtype: no 32-bit default
     elif v.dtype == np.float64:

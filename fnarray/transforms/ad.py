@@ -185,8 +185,8 @@ def jvp(fun, primals, tangents, has_aux=False):
 
 def _split_aux(out):
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
-        raise TypeError("has_aux=True needs the function to return a pair (output, aux), "
-                        f"got {type(out).__name__}")
+        kind = "an array" if isinstance(out, Array) else type(out).__name__
+        raise TypeError(f"has_aux=True needs the function to return a pair (output, aux), got {kind}")
     return out[0], out[1]
 
 
@@ -700,6 +700,8 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
     Raises: ``TypeError`` naming ``jacrev``/``vjp`` for a non-scalar output;
     ``DTypeError`` for integer arguments.
     """
+    if not callable(fun):
+        raise TypeError(f"grad needs a callable, got {type(fun).__name__} {fun!r}")
     multiple = not isinstance(argnums, int)
     nums = _argnums_tuple(argnums)
 
@@ -717,7 +719,9 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
             raise TypeError(f"grad requires a scalar output (shape ()), got {shape}. For a non-scalar output "
                             "use fnarray.jacrev or fnarray.vjp, or reduce it (e.g. .sum()) first.")
         if not dtypes.is_inexact(oa.dtype):
-            raise DTypeError(f"grad requires a floating output, got {oa.dtype.name}")
+            raise DTypeError(f"grad requires a floating output, got {oa.dtype.name}: an integer or boolean "
+                             "function is piecewise constant. Differentiate a float expression instead (for "
+                             "example before a comparison or a cast).")
         if dtypes.is_complex(oa.dtype) and not holomorphic:
             raise DTypeError("grad of a complex output needs holomorphic=True (as in JAX)")
         g = f_vjp(lax.full((), 1, oa.dtype))

@@ -80,6 +80,7 @@ class Jitted:
         static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
         static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
         params = list(self._sig.parameters) if self._sig else []
+        self._check_argnums(static_argnums, static_argnames, donate_argnums, params)
         nums, names = set(static_argnums), set(static_argnames)
         for n in static_argnames:  # as JAX: a name also makes its position static, and the reverse
             if n in params:
@@ -94,6 +95,32 @@ class Jitted:
         self._traces: dict = {}     # (treedef, avals, statics) -> _Entry (device-independent)
         self._compiled: dict = {}   # (key, device, config) -> _Entry with exe
         self._fast: dict = {}       # key -> _Entry, for calls on the entry's device with the current config
+
+    def _check_argnums(self, static_argnums, static_argnames, donate_argnums, params):
+        """As jax.jit: argument numbers and names that cannot refer to a parameter are errors."""
+        if self._sig is None:
+            return
+        kinds = [p.kind for p in self._sig.parameters.values()]
+        if inspect.Parameter.VAR_POSITIONAL in kinds:
+            return
+        n_pos = sum(k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                    for k in kinds)
+        name = getattr(self.fun, "__name__", "fun")
+        donate = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
+        for what, nums in (("static_argnums", static_argnums), ("donate_argnums", donate)):
+            for i in nums:
+                if not -n_pos <= i < n_pos:
+                    raise ValueError(f"jit: {what} {i} does not refer to a positional parameter of {name}, "
+                                     f"which has {n_pos} ({', '.join(params[:n_pos]) or 'none'})")
+        if inspect.Parameter.VAR_KEYWORD not in kinds:
+            for n in static_argnames:
+                if n not in params:
+                    raise ValueError(f"jit: static_argnames {n!r} is not a parameter of {name}; its parameters "
+                                     f"are {', '.join(params) or 'none'}")
+        both = {i % n_pos for i in static_argnums} & {i % n_pos for i in donate} if n_pos else set()
+        if both:
+            raise ValueError(f"jit: argument {sorted(both)[0]} of {name} is both static and donated; a static "
+                             "argument is a hashable Python value, not a buffer to donate")
 
     # ------------------------------------------------------------------ argument handling
     def _split(self, args, kwargs):
