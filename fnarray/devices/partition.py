@@ -44,6 +44,17 @@ def _dtype_of(eqn):
     return "-"
 
 
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that attributes a warning to the first frame outside fnarray."""
+    import os
+    import sys
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    f, level = sys._getframe(2), 2
+    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(pkg):
+        f, level = f.f_back, level + 1
+    return level
+
+
 def _report(eqn, device, reason):
     msg = (f"{eqn.primitive.name} ({_dtype_of(eqn)}) cannot run on {device}: {reason}")
     if config.fallback == "error":
@@ -52,7 +63,7 @@ def _report(eqn, device, reason):
     key = (eqn.primitive.name, _dtype_of(eqn), str(device), reason)
     if config.fallback == "warn" and key not in _warned:
         _warned.add(key)
-        warnings.warn(f"{msg}; running it on numpy:0 instead", FallbackWarning, stacklevel=4)
+        warnings.warn(f"{msg}; running it on numpy:0 instead", FallbackWarning, stacklevel=_user_stacklevel())
 
 
 def lower_program(program: Program, device: Device, donate=()):
