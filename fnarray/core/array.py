@@ -32,12 +32,21 @@ def set_ops(namespace) -> None:
     ops = namespace
 
 
+_OPERAND_TYPES = (bool, int, float, complex, np.generic, np.ndarray, list, tuple)
+
+
 def _binop(name, reflected=False):
+    # An operand that is no array and no number (None, a string, another library's object) gives
+    # NotImplemented, so Python tries the other side and `x == None` is False, as in JAX.
     if reflected:
         def method(self, other):
+            if not isinstance(other, (Array,) + _OPERAND_TYPES):
+                return NotImplemented
             return getattr(ops, name)(other, self)
     else:
         def method(self, other):
+            if not isinstance(other, (Array,) + _OPERAND_TYPES):
+                return NotImplemented
             return getattr(ops, name)(self, other)
     method.__name__ = f"__{'r' if reflected else ''}{name}__"
     return method
