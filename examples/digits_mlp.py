@@ -23,6 +23,7 @@ and ``main(argv) -> dict``.
 from __future__ import annotations
 
 import argparse
+import os
 import math
 import sys
 import time
@@ -143,6 +144,11 @@ def parse_args(argv=None):
         parser.error(f"--batch-size must be a positive number of images, got {args.batch_size}")
     if not (math.isfinite(args.lr) and args.lr > 0):
         parser.error(f"--lr must be a positive finite learning rate, got {args.lr}")
+    for opt in ("plot", "save"):
+        path = getattr(args, opt)
+        folder = os.path.dirname(os.path.abspath(path)) if path else None
+        if folder and not os.path.isdir(folder):
+            parser.error(f"--{opt} {path}: the folder {folder} does not exist (training would run, then fail to write)")
     return args
 
 
