@@ -214,7 +214,7 @@ def _fmt(rep) -> str:
                     lines.append(f"             fallback probe failed: {fb}")
         else:
             lines.append(f"  {name:10s} unusable: {e['reason']}")
-            if e.get("fix"):
+            if e.get("fix") and "to fix" not in e["reason"]:
                 lines.append(f"             to fix: {e['fix']}")
     return "\n".join(lines)
 
