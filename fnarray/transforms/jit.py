@@ -222,12 +222,26 @@ class Jitted:
         else:
             statics = ()
             leaves, in_tree = tree_util.tree_flatten((args, {}))
-        avals = []
-        traced = tracing.current_dynamic().level > 0
+        # One pass over the leaves: abstract values for the key, and for the common case (every leaf an
+        # array on one device, none deleted) the buffers and the committed flag as well.
+        avals, bufs = [], []
+        traced = tracing._dynamic[-1].level > 0
+        plain = True
+        committed = self.device is not None
+        dev = None
         for x in leaves:
             if type(x) is ArrayImpl:
                 avals.append(x.aval)
+                b = x._buf
+                if dev is None:
+                    dev = x._device
+                if b is None or x._device is not dev:
+                    plain = False
+                if x._committed:
+                    committed = True
+                bufs.append(b)
             else:
+                plain = False
                 if isinstance(x, tracing.Tracer):
                     traced = True
                 avals.append(leaf_aval(x, f"an argument of {getattr(self.fun, '__name__', 'fun')}"))
@@ -237,6 +251,10 @@ class Jitted:
             fast = self._fast.get(key)
             if fast is not None and fast.generation == config.generation:
                 device = fast.device
+                if plain and (dev is None or dev is device) and not self.donate_argnums:
+                    out_bufs = fast.exe(fast.const_bufs + bufs if fast.const_bufs else bufs)
+                    return tree_util.tree_unflatten(fast.out_tree, [
+                        ArrayImpl(av, device, b, committed) for av, b in zip(fast.out_avals, out_bufs)])
                 if self.device is None:
                     for x in leaves:
                         if type(x) is ArrayImpl and x._device is not device:
