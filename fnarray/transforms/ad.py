@@ -893,6 +893,20 @@ def _trace_flat(fun, args, kwargs=None):
     return prog, consts, in_tree, store[0], flat
 
 
+def _split_nondiff(args, nondiff_argnums):
+    """``(static, dyn, rebuild)``: the arguments at ``nondiff_argnums``, the others, and a function
+    putting a new list of the others back among the static ones in their original positions."""
+    nd = {i % len(args) for i in nondiff_argnums} if args else set()
+    static = [args[i] for i in sorted(nd)]
+    dyn = [a for i, a in enumerate(args) if i not in nd]
+
+    def rebuild(dyn_args):
+        it = iter(dyn_args)
+        return [args[i] if i in nd else next(it) for i in range(len(args))]
+
+    return static, dyn, rebuild
+
+
 class custom_jvp:
     """A function with a user-defined JVP rule (mirrors ``jax.custom_jvp``).
 
@@ -929,13 +943,7 @@ class custom_jvp:
         if self.jvp is None:
             raise TypeError(f"custom_jvp function {getattr(self.fun, '__name__', '')} has no JVP rule: define one "
                             "with @f.defjvp before calling it")
-        nd = {i % len(args) for i in self.nondiff_argnums} if args else set()
-        static = [args[i] for i in sorted(nd)]
-        dyn = [a for i, a in enumerate(args) if i not in nd]
-
-        def rebuild(dyn_args):
-            it = iter(dyn_args)
-            return [args[i] if i in nd else next(it) for i in range(len(args))]
+        static, dyn, rebuild = _split_nondiff(args, self.nondiff_argnums)
 
         def f(*d):
             return self.fun(*rebuild(d))
@@ -1011,13 +1019,7 @@ class custom_vjp:
         if self.fwd is None:
             raise TypeError(f"custom_vjp function {getattr(self.fun, '__name__', '')} has no rule: define one "
                             "with f.defvjp(fwd, bwd) before calling it")
-        nd = {i % len(args) for i in self.nondiff_argnums} if args else set()
-        static = [args[i] for i in sorted(nd)]
-        dyn = [a for i, a in enumerate(args) if i not in nd]
-
-        def rebuild(dyn_args):
-            it = iter(dyn_args)
-            return [args[i] if i in nd else next(it) for i in range(len(args))]
+        static, dyn, rebuild = _split_nondiff(args, self.nondiff_argnums)
 
         prog, consts, in_tree, out_tree, flat = _trace_flat(lambda *d: self.fun(*rebuild(d)), dyn)
         fwd, bwd, n_consts = self.fwd, self.bwd, len(consts)
