@@ -327,3 +327,36 @@ def test_traced_values_do_not_leak():
     fa.jit(f)(fnp.ones(2))
     with pytest.raises(fa.TracerLeakError):
         fa.jit(lambda y: y + leaked[0])(fnp.ones(2))
+
+
+def test_changing_pytree_structures_between_calls_retrace_correctly():
+    # The call path flattens along the previous call's structure first (fast); a container where an
+    # array was, other dict keys or another container type must still be seen as a new structure.
+    import fnarray.numpy as fnp
+    calls = []
+
+    def f(a, b):
+        calls.append(1)
+        return a, b
+
+    g = fa.jit(f)
+    x, y = fnp.ones(2), fnp.zeros(1)
+    cases = [
+        (x, y),
+        ((x, fnp.ones(3)), y),
+        ({"k": x}, y),
+        ({"j": x}, y),
+        ([x], y),
+        ((x,), y),
+        (x, 3.0),
+        (x, np.float32(2.0)),
+        (x, y),
+    ]
+    for a, b in cases:
+        out = g(a, b)
+        want_leaves = fa.tree_util.tree_leaves((a, b))
+        got_leaves = fa.tree_util.tree_leaves(out)
+        assert fa.tree_util.tree_structure(out) == fa.tree_util.tree_structure((a, b))
+        for w, gl in zip(want_leaves, got_leaves):
+            np.testing.assert_array_equal(np.asarray(gl), np.asarray(w))
+    assert len(calls) == len(cases) - 1  # the last case repeats the first: no new trace

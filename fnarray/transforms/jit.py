@@ -95,6 +95,7 @@ class Jitted:
         self._traces: dict = {}     # (treedef, avals, statics) -> _Entry (device-independent)
         self._compiled: dict = {}   # (key, device, config) -> _Entry with exe
         self._fast: dict = {}       # key -> _Entry, for calls on the entry's device with the current config
+        self._last_tree = None      # the input structure of the last call without kwargs or statics
 
     def _check_argnums(self, static_argnums, static_argnames, donate_argnums, params):
         """As jax.jit: argument numbers and names that cannot refer to a parameter are errors."""
@@ -216,12 +217,24 @@ class Jitted:
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
         # The hot path (DESIGN.md "The call path"): flatten, key, look up, place, launch.
+        leaves, guessed = None, False
         if kwargs or self.static_argnums:
             statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
             leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
         else:
             statics = ()
-            leaves, in_tree = tree_util.tree_flatten((args, {}))
+            last = self._last_tree
+            if last is not None:
+                # Flattening along the last call's structure costs ~1 us where a full flatten costs ~9 us
+                # (optree, 21 leaves); a structure that differs raises, and a container where the last
+                # call had an array shows up as a non-array leaf (checked below), both then re-flattened.
+                try:
+                    leaves, in_tree, guessed = last.flatten_up_to((args, {})), last, True
+                except ValueError:
+                    leaves = None
+            if leaves is None:
+                leaves, in_tree = tree_util.tree_flatten((args, {}))
+                self._last_tree = in_tree
         # One pass over the leaves: abstract values for the key, and for the common case (every leaf an
         # array on one device, none deleted) the buffers and the committed flag as well.
         avals, bufs = [], []
@@ -241,6 +254,12 @@ class Jitted:
                     committed = True
                 bufs.append(b)
             else:
+                if guessed:
+                    # The structure was guessed: re-flatten properly before judging this leaf.
+                    guessed = False
+                    if tree_util.tree_structure((args, {})) != in_tree:
+                        self._last_tree = None
+                        return self(*args)
                 plain = False
                 if isinstance(x, tracing.Tracer):
                     traced = True
