@@ -505,7 +505,8 @@ def _scan_impl(where, f, init, xs, length, reverse, unroll, fname="f"):
         def call(leaves, trees=trees):
             out = f(tree_util.tree_unflatten(carry_tree, leaves[:nk]), tree_util.tree_unflatten(xs_tree, leaves[nk:]))
             if not isinstance(out, (tuple, list)) or len(out) != 2:
-                raise TypeError(f"{where}: {fname} must return a pair (carry, y), got {type(out).__name__}"
+                kind = "an array" if isinstance(out, Array) else type(out).__name__
+                raise TypeError(f"{where}: {fname} must return a pair (carry, y), got {kind}"
                                 + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else ""))
             c_leaves, c_tree = tree_util.tree_flatten(out[0])
             y_leaves, y_tree = tree_util.tree_flatten(out[1])
