@@ -98,9 +98,13 @@ class HostDriven:
       device: a device whose capabilities say ``control_flow="host"``.
       placements: one bool per equation of ``program``: whether it runs on ``device``
         (false: on the numpy backend, after ``partition._report``).
+      drive_control: drive control-flow equations from the host (false: keep them in the device's
+        segments, for backends whose library has loops).
     """
 
-    def __init__(self, program: Program, device: Device, placements):
+    def __init__(self, program: Program, device: Device, placements, drive_control: bool = True):
+        # drive_control=False: only cut between device and numpy segments (the partitioner's
+        # fallback on a backend with native control flow); loops stay inside device segments.
         self.device = device
         self.numpy_device = get_backend("numpy").devices()[0]
         placed = {id(e): p for e, p in zip(program.eqns, placements, strict=True)}
@@ -110,7 +114,7 @@ class HostDriven:
         groups = []  # (kind, eqns): kind "device", "numpy" or "host"
         for e in live.eqns:
             on_dev = placed[id(e)]
-            kind = "host" if on_dev and needs_host(e) else ("device" if on_dev else "numpy")
+            kind = "host" if drive_control and on_dev and needs_host(e) else ("device" if on_dev else "numpy")
             if kind != "host" and groups and groups[-1][0] == kind:
                 groups[-1][1].append(e)
             else:

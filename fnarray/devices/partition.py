@@ -4,7 +4,8 @@ Before lowering, every equation is checked with its backend's ``supports``
 (an equation holding sub-programs is supported only if all of theirs are, so
 an unsupported equation inside a loop body moves the whole loop). Unsupported
 equations are cut into segments that run on the numpy backend, with explicit
-transfers between devices. ``fnarray.config.fallback`` chooses between a
+transfers between devices (``host_control.HostDriven`` runs the segments; on a
+backend without loops it also drives control flow from the host). ``fnarray.config.fallback`` chooses between a
 ``FallbackWarning`` (once per primitive, dtype and device) and raising
 ``UnsupportedOnDevice``.
 """
@@ -15,9 +16,9 @@ import warnings
 
 from fnarray.core.config import config
 from fnarray.core.errors import FallbackWarning, UnsupportedOnDevice
-from fnarray.core.ir import Literal, Program, Var
+from fnarray.core.ir import Program
 from fnarray.core.passes import program_from_eqn, subprograms
-from fnarray.devices.backend import Device, get_backend
+from fnarray.devices.backend import Device
 
 __all__ = ["compile_program", "compile_eqn", "unsupported_reason", "lower_program"]
 
@@ -93,7 +94,8 @@ def compile_program(program: Program, device: Device, donate=()):
             return host_control.HostDriven(program, device, placements)
     if all(placements):
         return lower_program(program, device, donate).compile()
-    return _Partitioned(program, device, placements)
+    from fnarray.devices.host_control import HostDriven
+    return HostDriven(program, device, placements, drive_control=False)
 
 
 def compile_eqn(primitive, params, in_avals, out_avals, device: Device):
@@ -107,60 +109,3 @@ def compile_eqn(primitive, params, in_avals, out_avals, device: Device):
         if exe is not None:
             return exe
     return compile_program(prog, device)
-
-
-class _Partitioned:
-    """Runs a program as segments on the device and on numpy, moving values between them."""
-
-    def __init__(self, program: Program, device: Device, placements):
-        self.device = device
-        self.numpy_device = get_backend("numpy").devices()[0]
-        self.inputs = list(program.constvars) + list(program.invars)
-        self.outvars = program.outvars
-        segs = []
-        for e, on_dev in zip(program.eqns, placements, strict=True):
-            if segs and segs[-1][0] == on_dev:
-                segs[-1][1].append(e)
-            else:
-                segs.append((on_dev, [e]))
-        later_uses = [set() for _ in segs]
-        needed = {v for v in program.outvars if isinstance(v, Var)}
-        for i in range(len(segs) - 1, -1, -1):
-            later_uses[i] = set(needed)
-            for e in segs[i][1]:
-                needed.update(a for a in e.inputs if isinstance(a, Var))
-        self.segments = []
-        for (on_dev, eqns), after in zip(segs, later_uses, strict=True):
-            defined = {o for e in eqns for o in e.outputs}
-            ins, seen = [], set()
-            for e in eqns:
-                for a in e.inputs:
-                    if isinstance(a, Var) and a not in defined and a not in seen:
-                        seen.add(a)
-                        ins.append(a)
-            outs = [o for e in eqns for o in e.outputs if o in after]
-            dev = device if on_dev else self.numpy_device
-            exe = compile_program(Program([], ins, eqns, outs), dev)
-            self.segments.append((dev, exe, ins, outs))
-
-    def __call__(self, bufs):
-        env = {v: (b, self.device) for v, b in zip(self.inputs, bufs, strict=True)}
-        for dev, exe, ins, outs in self.segments:
-            args = []
-            for v in ins:
-                b, where = env[v]
-                if where != dev:
-                    b = dev.impl.to_device(where.impl.to_host(b), dev)
-                args.append(b)
-            for v, b in zip(outs, exe(args), strict=True):
-                env[v] = (b, dev)
-        res = []
-        for v in self.outvars:
-            if isinstance(v, Literal):
-                res.append(self.device.impl.to_device(v.val, self.device))
-                continue
-            b, where = env[v]
-            if where != self.device:
-                b = self.device.impl.to_device(where.impl.to_host(b), self.device)
-            res.append(b)
-        return res
