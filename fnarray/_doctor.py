@@ -56,7 +56,8 @@ def _opencl():
 
 
 def _wgpu():
-    import wgpu
+    from fnarray.lowering.webgpu import _import_wgpu  # sets a private XDG_RUNTIME_DIR first (Mesa's noise)
+    wgpu = _import_wgpu()
     out = []
     for a in wgpu.gpu.enumerate_adapters_sync():
         info = a.info

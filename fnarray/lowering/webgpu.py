@@ -42,6 +42,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import sys
+import tempfile
 import weakref
 
 import numpy as np
@@ -82,6 +84,10 @@ PORTABLE_LIMITS = {
 
 
 def _import_wgpu():
+    if not os.environ.get("XDG_RUNTIME_DIR") and sys.platform.startswith("linux"):
+        # Mesa's drivers print "XDG_RUNTIME_DIR is invalid or not set" on every start of a headless
+        # process; a private runtime folder (mode 0700, as the spec asks) keeps that noise away.
+        os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="fnarray-xdg-")
     try:
         import wgpu
     except ImportError as e:
