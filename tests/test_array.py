@@ -237,3 +237,15 @@ def test_mismatched_shapes_raise_shape_error_naming_both():
     assert "(3,)" in str(e.value) and "(4,)" in str(e.value)
     with pytest.raises(fa.ShapeError, match=r"\(2, 3\).*\(2,\)"):
         fa.jit(lambda a, b: a * b)(fnp.ones((2, 3)), fnp.ones(2))
+
+
+def test_copy_and_pickle_keep_device_and_placement():
+    import copy
+    import pickle
+    for dev in fa.devices():
+        x = fa.device_put(fa.numpy.arange(4.0), dev)
+        for y in (copy.deepcopy(x), copy.copy(x), pickle.loads(pickle.dumps(x))):
+            assert y.device == dev and y.committed and y.dtype == x.dtype
+            np.testing.assert_array_equal(np.asarray(y), np.asarray(x))
+    w = pickle.loads(pickle.dumps(fa.numpy.asarray(2.0)))
+    assert w.weak_type and not w.committed

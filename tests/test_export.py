@@ -340,3 +340,9 @@ def test_serve_command_line(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "fnarray.export.serve", str(tmp_path / "missing")],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "is not a folder" in bad.stderr
+
+
+def test_colliding_input_names_are_rejected(tmp_path):
+    p = {"a.b": np.ones(2, np.float32), "a": {"b": np.full(2, 5.0, np.float32)}}
+    with pytest.raises(ValueError, match="both be named 'p.a.b'"):
+        fa.export.webgpu(lambda p: p["a.b"] - p["a"]["b"], p, path=str(tmp_path / "bundle"))

@@ -663,3 +663,24 @@ def test_pooled_buffers_survive_gc_cycles(wdev):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["[2,", "3]", "[6,", "7]"] * 3
+
+
+def test_float_division_by_zero_is_ieee_under_jit(wdev):
+    # WGSL leaves x / 0.0 indeterminate (Mesa folded it to 0); the renderer spells IEEE results out.
+    x = fa.device_put(np.array([1.0, -1.0, 0.0, np.nan, np.inf, 6.0], np.float32), wdev)
+    y = fa.device_put(np.array([0.0, 0.0, 0.0, 0.0, 0.0, 3.0], np.float32), wdev)
+    with np.errstate(all="ignore"):
+        want = np.asarray(x) / np.asarray(y)
+        want0 = np.asarray(x) / np.float32(0.0)
+    np.testing.assert_array_equal(np.asarray(fa.jit(lambda a, b: a / b)(x, y)), want)
+    np.testing.assert_array_equal(np.asarray(fa.jit(lambda a: a / 0.0)(x)), want0)
+    empty = fa.device_put(np.zeros(0, np.float32), wdev)
+    assert np.isnan(float(fa.jit(fa.numpy.mean)(empty)))
+
+
+def test_concatenate_of_more_arrays_than_a_kernel_binds_falls_back(wdev):
+    parts = [fa.device_put(np.full(3, i, np.float32), wdev) for i in range(9)]
+    with pytest.warns(fa.FallbackWarning, match="storage buffers"):
+        out = fa.numpy.concatenate(parts)
+    assert out.device == wdev
+    np.testing.assert_array_equal(np.asarray(out), np.repeat(np.arange(9, dtype=np.float32), 3))

@@ -129,9 +129,23 @@ class ArrayImpl(Array):
         return format(str(self), spec)
 
     def __reduce__(self):
-        return (_rebuild, (np.array(self._value()), self.aval.weak_type))
+        return (_rebuild, (np.array(self._value()), self.aval.weak_type, str(self._device), self._committed))
+
+    def __deepcopy__(self, memo):
+        # A new buffer on the same device, same placement (a donation of one must not delete the other).
+        dev = self._device
+        return ArrayImpl(self.aval, dev, dev.impl.to_device(self._value(), dev), self._committed)
+
+    __copy__ = lambda self: self.__deepcopy__({})  # noqa: E731
 
 
-def _rebuild(value, weak):
-    from fnarray.devices.placement import array_from_numpy
-    return array_from_numpy(value, weak_type=weak)
+def _rebuild(value, weak, device=None, committed=False):
+    """Unpickle: on the same device where this process has it, else uncommitted on the default device."""
+    from fnarray.devices.placement import array_from_numpy, parse_device
+    dev = None
+    if device is not None:
+        try:
+            dev = parse_device(device)
+        except Exception:  # noqa: BLE001 (another machine: that backend may not exist here)
+            dev, committed = None, False
+    return array_from_numpy(value, dev, weak_type=weak, committed=bool(committed and dev is not None))

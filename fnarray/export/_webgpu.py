@@ -232,6 +232,13 @@ def webgpu(f, *example_args, path, bake_argnums=()):
     leaves = []  # (name, value, baked) per flattened argument leaf, in the order jit flattens them
     for i, (name, arg) in enumerate(zip(names, example_args, strict=True)):
         leaves.extend((n, v, i in bake) for n, v in _leaf_names(name, arg))
+    seen: dict = {}
+    for n, _, baked in leaves:
+        if n in seen and not (baked and seen[n]):
+            raise ValueError(f"fnarray.export.webgpu: two inputs would both be named {n!r} (a dict key with a dot "
+                             "in it collides with a nested path); rename the key so that every input has its "
+                             "own name in the page's model.run({...})")
+        seen[n] = baked
 
     device = _webgpu_device()
     with _fallback_error():

@@ -542,6 +542,13 @@ class WebGPUBackend(Backend):
             return f"the webgpu backend has no kernel for {prim.name}"
         if prim is P.dot_general and any(isinstance(a, Literal) for a in eqn.inputs):
             return "dot_general of a literal operand (an array of it is needed)"
+        limit = caps.max_buffers_per_kernel
+        arrays = sum(1 for a in list(eqn.inputs) + list(eqn.outputs) if not isinstance(a, Literal))
+        if limit is not None and arrays > limit:
+            # One kernel reads every operand of a concatenate (or sort); more storage buffers than a
+            # shader stage may bind cannot run as one kernel.
+            return (f"{prim.name} of {arrays} arrays needs more than the {limit} storage buffers a WebGPU "
+                    "shader stage may bind")
         return None
 
     def lower(self, program, device, donate=()):

@@ -67,7 +67,7 @@ _BUILTINS = {"exp": "exp", "exp2": "exp2", "log": "log", "sin": "sin", "cos": "c
              "rsqrt": "inverseSqrt", "floor": "floor", "ceil": "ceil", "rint": "round", "trunc": "trunc",
              "fabs": "abs", "popcount": "countOneBits"}
 # Ops that are helper functions for floats (min/max: NaN-propagating; integers use the builtins).
-_HELPED = {"isnan", "isinf", "isfinite", "erf", "lgamma", "log1p", "expm1", "cbrt", "pow", "fmod", "nextafter",
+_HELPED = {"div", "isnan", "isinf", "isfinite", "erf", "lgamma", "log1p", "expm1", "cbrt", "pow", "fmod", "nextafter",
            "hypot", "copysign", "min", "max", "asin", "acos", "atan", "atan2", "acosh", "tanh"}
 
 # ----------------------------------------------------------------------------------------- helpers
@@ -88,6 +88,17 @@ fn fa_isinf_f32(x: f32) -> bool {
 fn fa_isfinite_f32(x: f32) -> bool {
     return (bitcast<u32>(x) & 0x7f800000u) != 0x7f800000u;
 }"""),
+    # WGSL leaves a float division by zero indeterminate (Mesa folds x / 0.0 to 0): IEEE results explicitly.
+    "div": (("isnan",), f"""
+fn fa_div_f32(x: f32, y: f32) -> f32 {{
+    if (y == 0.0f) {{
+        if (x == 0.0f || fa_isnan_f32(x)) {{
+            return {_NAN};
+        }}
+        return bitcast<f32>(((bitcast<u32>(x) ^ bitcast<u32>(y)) & 0x80000000u) | 0x7f800000u);
+    }}
+    return x / y;
+}}"""),
     "copysign": ((), """
 fn fa_copysign_f32(x: f32, y: f32) -> f32 {
     return bitcast<f32>((bitcast<u32>(x) & 0x7fffffffu) | (bitcast<u32>(y) & 0x80000000u));
@@ -587,6 +598,11 @@ class WGSLRenderer(CStyleRenderer):
     def expr(self, e) -> str:
         if isinstance(e, Op) and OPS[e.op][1] == "func":
             return self._func(e, [self.expr(a) for a in e.args])
+        if isinstance(e, Op) and e.op == "div" and e.dtype.kind == "f":
+            a, b = (self.expr(x) for x in e.args)
+            if e.dtype == F16:
+                return f"f16(fa_div_f32(f32({a}), f32({b})))"
+            return f"fa_div_f32({a}, {b})"
         return super().expr(e)
 
     def _func(self, e: Op, args: list) -> str:
