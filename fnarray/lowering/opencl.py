@@ -41,8 +41,9 @@ from fnarray.core import dtypes
 from fnarray.core import primitives as P
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal, Program
-from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
-from fnarray.lowering.kernels import KernelList, render_opencl, schedule_program
+from fnarray.devices.backend import Backend, Capabilities, Device
+from fnarray.lowering.kernels import render_opencl, schedule_program
+from fnarray.lowering.kernels.lowered import KernelLowered
 from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.lowering.kernels.rules import COMPLEX_OK
 from fnarray.lowering.kernels.schedule import CALLS, INJECTIVE, REDUCTIONS, SCHEDULED
@@ -273,34 +274,20 @@ class _Executable:
         return out
 
 
-class OpenCLLowered(Lowered):
+class OpenCLLowered(KernelLowered):
     """A program scheduled into OpenCL C kernels for one device."""
 
     def __init__(self, program: Program, device: Device, state: _DeviceState):
         super().__init__(program, device)
         self.state = state
-        self._kernels = None
 
-    def _schedules(self):
-        if self._kernels is None:
-            self._kernels = schedule_program(self.program, self.state.caps, workgroup=self.state.workgroup)
-        return self._kernels
+    def _schedule_now(self):
+        return schedule_program(self.program, self.state.caps, workgroup=self.state.workgroup)
 
-    def kernels(self) -> KernelList:
-        """The generated kernels in launch order: each with its OpenCL C source, work sizes and the IR
-        equations it fused (``print`` shows them)."""
-        return self._schedules().listing(_named_source)
+    def _named_source(self, kernel):
+        return _named_source(kernel)
 
-    def as_text(self) -> str:
-        """The OpenCL C source of every kernel, in launch order."""
-        return str(self.kernels())
-
-    def compile(self):
-        plan = self._schedules()
-        if plan.host_driven:
-            from fnarray.devices import host_control
-            return host_control.HostDriven(self.program, self.device, [True] * len(self.program.eqns))
-        sched = plan.schedule
+    def _compile_schedule(self, sched):
         named = [_named_source(launch.kernel) for launch in sched.launches]
         return _Executable(self.state, sched, named)
 

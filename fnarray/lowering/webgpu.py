@@ -52,9 +52,10 @@ from fnarray.core import dtypes
 from fnarray.core import primitives as P
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal
-from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
+from fnarray.devices.backend import Backend, Capabilities, Device
 from fnarray.devices.host_control import CONTROL_PRIMITIVES
-from fnarray.lowering.kernels import KernelList, schedule_program
+from fnarray.lowering.kernels import schedule_program
+from fnarray.lowering.kernels.lowered import KernelLowered
 from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.lowering.kernels.schedule import CALLS, SCHEDULED
 from fnarray.lowering.kernels.wgsl import DEFAULT_GROUP_SIZE, render_wgsl, uniform_bytes, wgsl_layout
@@ -446,35 +447,21 @@ class _Plan:
         return run
 
 
-class WebGPULowered(Lowered):
+class WebGPULowered(KernelLowered):
     """A program scheduled into WGSL kernels for one webgpu device."""
 
     def __init__(self, program, device, backend):
         super().__init__(program, device)
         self.backend = backend
-        self._plan = None
 
-    def _schedules(self):
-        if self._plan is None:
-            self._plan = schedule_program(self.program, self.backend.capabilities(self.device),
-                                          workgroup=DEFAULT_GROUP_SIZE)
-        return self._plan
+    def _schedule_now(self):
+        return schedule_program(self.program, self.backend.capabilities(self.device), workgroup=DEFAULT_GROUP_SIZE)
 
-    def kernels(self) -> KernelList:
-        """The generated kernels in launch order: each with its WGSL source, work sizes and the IR
-        equations it fused (``print`` shows them)."""
-        return self._schedules().listing(_named_source)
+    def _named_source(self, kernel):
+        return _named_source(kernel)
 
-    def as_text(self) -> str:
-        """The WGSL source of every kernel, in launch order."""
-        return str(self.kernels())
-
-    def compile(self):
-        plan = self._schedules()
-        if plan.host_driven:
-            from fnarray.devices import host_control
-            return host_control.HostDriven(self.program, self.device, [True] * len(self.program.eqns))
-        return _Plan(self.backend.gpu, plan.schedule).executable()
+    def _compile_schedule(self, sched):
+        return _Plan(self.backend.gpu, sched).executable()
 
     def launch_plan(self):
         """What ``compile()`` runs, for a straight-line program: a plan with value slots (``n_inputs``,
