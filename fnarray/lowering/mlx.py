@@ -79,6 +79,7 @@ import ml_dtypes
 import numpy as np
 
 from fnarray.core import dtypes
+from fnarray.lowering.common import dot_general_as_matmul
 from fnarray.core import primitives as P
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal, Program
@@ -984,14 +985,7 @@ def _dot_general(params, in_avals, out_avals):
     out_d = out_avals[0].dtype
     out_shape = list(out_avals[0].shape)
     mo = _md(out_d)
-    lfree = [i for i in range(la.ndim) if i not in lc and i not in lb]
-    rfree = [i for i in range(ra.ndim) if i not in rc and i not in rb]
-    lperm = list(lb) + lfree + list(lc)
-    rperm = list(rb) + list(rc) + rfree
-    B = math.prod(la.shape[i] for i in lb)
-    M = math.prod(la.shape[i] for i in lfree)
-    K = math.prod(la.shape[i] for i in lc)
-    N = math.prod(ra.shape[i] for i in rfree)
+    lperm, rperm, B, M, K, N = dot_general_as_matmul(params["dimension_numbers"], la.shape, ra.shape)
     l_ident, r_ident = lperm == list(range(la.ndim)), rperm == list(range(ra.ndim))
     if B * M * N == 0:
         return lambda x, y: mx.zeros(out_shape, mo)

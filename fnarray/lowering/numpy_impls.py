@@ -18,6 +18,7 @@ import numpy as np
 
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
+from fnarray.lowering.common import dot_general_as_matmul
 
 __all__ = ["IMPLS", "run_program"]
 
@@ -604,14 +605,7 @@ def _dot_general(params, in_avals, out_avals):
     (lc, rc), (lb, rb) = params["dimension_numbers"]
     la, ra = in_avals
     out_d = out_avals[0].dtype
-    lfree = [i for i in range(la.ndim) if i not in lc and i not in lb]
-    rfree = [i for i in range(ra.ndim) if i not in rc and i not in rb]
-    lperm = list(lb) + lfree + list(lc)
-    rperm = list(rb) + list(rc) + rfree
-    B = math.prod(la.shape[i] for i in lb)
-    M = math.prod(la.shape[i] for i in lfree)
-    K = math.prod(la.shape[i] for i in lc)
-    N = math.prod(ra.shape[i] for i in rfree)
+    lperm, rperm, B, M, K, N = dot_general_as_matmul(params["dimension_numbers"], la.shape, ra.shape)
     out_shape = out_avals[0].shape
     compute = np.float32 if la.dtype in _LOW else la.dtype
     if dtypes.is_int(la.dtype) or la.dtype == np.bool_:
