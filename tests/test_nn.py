@@ -19,30 +19,6 @@ jax = pytest.importorskip("jax")
 jnn = jax.nn
 
 
-def _grad():
-    if hasattr(fa, "grad"):
-        return fa.grad
-    try:
-        from fnarray.transforms.ad import grad
-    except ImportError:
-        return None
-    return grad
-
-
-def _vmap():
-    if hasattr(fa, "vmap"):
-        return fa.vmap
-    try:
-        from fnarray.transforms.batching import vmap
-    except ImportError:
-        return None
-    return vmap
-
-
-needs_grad = pytest.mark.skipif(_grad() is None, reason="fnarray.transforms.ad.grad does not exist yet")
-needs_vmap = pytest.mark.skipif(_vmap() is None, reason="fnarray.transforms.batching.vmap does not exist yet")
-
-
 # ----------------------------------------------------------------------------- NumPy float64 references
 
 
@@ -270,9 +246,8 @@ def _fd(f, x, eps=1e-6):
     return g
 
 
-@needs_grad
 def test_logsumexp_gradient_stable_at_large_inputs():
-    grad = _grad()
+    grad = fa.grad
     a = np.array([1e4, 1e4 - 1.0, 1e4 - 50.0], np.float32)
     g = np.asarray(grad(lambda x: nn.logsumexp(x))(fnp.asarray(a)))
     assert np.all(np.isfinite(g))
@@ -280,10 +255,9 @@ def test_logsumexp_gradient_stable_at_large_inputs():
     np.testing.assert_allclose(g, p / p.sum(), rtol=1e-5, atol=1e-7)
 
 
-@needs_grad
 @pytest.mark.parametrize("name", ["gelu", "softplus", "log_sigmoid", "elu", "silu", "selu", "sigmoid", "tanh"])
 def test_activation_gradients_against_finite_differences(name):
-    grad = _grad()
+    grad = fa.grad
     x = np.array([-30.0, -2.0, -0.3, 0.4, 1.7, 30.0])
     f = getattr(nn, name)
 
@@ -295,9 +269,8 @@ def test_activation_gradients_against_finite_differences(name):
     np.testing.assert_allclose(g, ref, rtol=1e-6, atol=1e-8)
 
 
-@needs_grad
 def test_gradients_at_kinks_follow_jax():
-    grad = _grad()
+    grad = fa.grad
     for name in ("relu", "relu6", "softplus", "leaky_relu", "hard_tanh", "elu"):
         for x0 in (0.0, 6.0, -1.0, 1.0):
             g = float(np.asarray(grad(getattr(nn, name))(fnp.asarray(np.float32(x0)))))
@@ -305,9 +278,8 @@ def test_gradients_at_kinks_follow_jax():
             assert abs(g - want) < 1e-6, (name, x0, g, want)
 
 
-@needs_grad
 def test_softmax_cross_entropy_gradient():
-    grad = _grad()
+    grad = fa.grad
     logits = A[0].astype(np.float64)
     labels = np.array([1, 0, 3, 4])
 
@@ -319,9 +291,8 @@ def test_softmax_cross_entropy_gradient():
     np.testing.assert_allclose(g, p - np.eye(5)[labels], rtol=1e-9, atol=1e-12)
 
 
-@needs_vmap
 def test_vmap_softmax_equals_loop():
-    vmap = _vmap()
+    vmap = fa.vmap
     got = np.asarray(vmap(nn.softmax)(fnp.asarray(A)))
     want = np.stack([np.asarray(nn.softmax(fnp.asarray(r))) for r in A])
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)

@@ -13,19 +13,6 @@ import fnarray.numpy as fnp
 from fnarray import lax, optim, tree_util
 
 
-def _grad():
-    if hasattr(fa, "grad"):
-        return fa.grad
-    try:
-        from fnarray.transforms.ad import grad
-    except ImportError:
-        return None
-    return grad
-
-
-needs_grad = pytest.mark.skipif(_grad() is None, reason="fnarray.transforms.ad.grad does not exist yet")
-
-
 # ----------------------------------------------------------------------------- NumPy references
 
 
@@ -251,9 +238,8 @@ def test_least_squares_converges_with_hand_gradients(opt):
     np.testing.assert_allclose(np.asarray(w, np.float64), w_star, atol=2e-3)
 
 
-@needs_grad
 def test_least_squares_converges_with_fa_grad():
-    grad = _grad()
+    grad = fa.grad
     A, y, w_star = _least_squares_problem()
     An, yn = fnp.asarray(A), fnp.asarray(y)
 

@@ -22,31 +22,6 @@ jr = jax.random
 jnp = jax.numpy
 
 
-def _vmap():
-    """``fa.vmap`` (or the batching module's) when it exists, else None."""
-    if hasattr(fa, "vmap"):
-        return fa.vmap
-    try:
-        from fnarray.transforms.batching import vmap
-    except ImportError:
-        return None
-    return vmap
-
-
-def _grad():
-    if hasattr(fa, "grad"):
-        return fa.grad
-    try:
-        from fnarray.transforms.ad import grad
-    except ImportError:
-        return None
-    return grad
-
-
-needs_vmap = pytest.mark.skipif(_vmap() is None, reason="fnarray.transforms.batching.vmap does not exist yet")
-needs_grad = pytest.mark.skipif(_grad() is None, reason="fnarray.transforms.ad.grad does not exist yet")
-
-
 def _bits_equal(a, b):
     a, b = np.asarray(a), np.asarray(b)
     assert a.shape == b.shape, (a.shape, b.shape)
@@ -463,9 +438,8 @@ def test_choice_variants():
 # ----------------------------------------------------------------------------- transforms
 
 
-@needs_vmap
 def test_vmap_over_keys_equals_loop():
-    vmap = _vmap()
+    vmap = fa.vmap
     keys = fr.split(fr.key(0), 4)
     for f in (lambda k: fr.uniform(k, (3,)), lambda k: fr.normal(k, (2, 2)), lambda k: fr.randint(k, (5,), 0, 7),
               lambda k: fr.split(k, 2), lambda k: fr.fold_in(k, 3)):
@@ -474,9 +448,8 @@ def test_vmap_over_keys_equals_loop():
         _bits_equal(batched, loop)
 
 
-@needs_vmap
 def test_vmap_over_seeds_and_fold_in_data():
-    vmap = _vmap()
+    vmap = fa.vmap
     seeds = fnp.asarray(np.array([0, 1, 2, 3], np.int32))
     _bits_equal(vmap(fr.key)(seeds), np.stack([np.asarray(jr.PRNGKey(s)) for s in range(4)]))
     data = fnp.asarray(np.array([5, 6, 7], np.int32))
@@ -484,9 +457,8 @@ def test_vmap_over_seeds_and_fold_in_data():
     _bits_equal(got, np.stack([np.asarray(jr.fold_in(jr.PRNGKey(1), d)) for d in (5, 6, 7)]))
 
 
-@needs_grad
 def test_grad_through_reparameterized_uniform():
-    grad = _grad()
+    grad = fa.grad
     k = fr.key(2)
     u01 = np.asarray(fr.uniform(k, (50,)), np.float64)
 
