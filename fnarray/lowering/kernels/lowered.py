@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fnarray.core import profile as _profile
 from fnarray.devices.backend import Lowered
 
 __all__ = ["KernelLowered"]
@@ -21,7 +22,8 @@ class KernelLowered(Lowered):
 
     def _schedules(self):
         if self._plan is None:
-            self._plan = self._schedule_now()
+            with _profile.span("lower", f"schedule kernels for {self.device}", eqns=len(self.program.eqns)):
+                self._plan = self._schedule_now()
         return self._plan
 
     def kernels(self):
