@@ -24,6 +24,7 @@ from fnarray.core import primitives as P
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal, Program
 from fnarray.core.passes import dce, walk_eqns
+from fnarray.devices import compile_cache
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
 
 try:
@@ -318,6 +319,7 @@ def _x64(on: bool):
 class JaxLowered(Lowered):
     def __init__(self, program, device, donate=()):
         super().__init__(program, device)
+        compile_cache.configure_jax()
         self.x64 = _needs_x64(program)
         prog, _ = dce(program)
         self._prog = prog

@@ -42,6 +42,7 @@ from fnarray.core import profile as _profile
 from fnarray.core import primitives as P
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal, Program
+from fnarray.devices import compile_cache
 from fnarray.devices.backend import Backend, Capabilities, Device
 from fnarray.lowering.kernels import render_opencl, schedule_program
 from fnarray.lowering.kernels.lowered import KernelLowered
@@ -188,13 +189,32 @@ class _DeviceState:
             try:
                 with warnings.catch_warnings(), _profile.span("compile", "OpenCL program build", kernels=len(new)):
                     warnings.simplefilter("ignore")
-                    prog = cl.Program(self.context, text).build()
+                    prog = self._build(text)
             except cl.Error as e:
                 raise RuntimeError(f"the OpenCL compiler rejected fnarray's generated kernels (a bug in fnarray; "
                                    f"please report it): {e}\n--- source ---\n{text}") from None
             for s in new:
                 self.programs[s] = prog
         return {s: self.programs[s] for s in sources}
+
+    def _build(self, text):
+        """``cl.Program(text).build()``, through the persistent cache of program binaries when it is on."""
+        if compile_cache.cache_dir() is None:
+            return cl.Program(self.context, text).build()
+        d = self.cl_device
+        k = compile_cache.key(text, cl.VERSION_TEXT, d.platform.name, d.platform.version, d.name, d.version,
+                              d.driver_version)
+        binary = compile_cache.get("opencl", k)
+        if binary is not None:
+            try:
+                return cl.Program(self.context, [d], [binary]).build()
+            except cl.Error:  # a binary the driver no longer accepts: compile the source again
+                pass
+        prog = cl.Program(self.context, text).build()
+        binaries = prog.binaries
+        if binaries and binaries[0]:
+            compile_cache.put("opencl", k, bytes(binaries[0]))
+        return prog
 
 
 # ------------------------------------------------------------------------------------------ kernels
