@@ -62,7 +62,8 @@ def test_truncated_opencl_entry_warns_is_rebuilt_and_correct(cache_dir):
     require_backend("opencl")
     dev = fa.devices("opencl")[0]
     state = dev.impl.state(dev)
-    src = "__kernel void fnarray_cache_probe(__global float *x) { x[get_global_id(0)] = 2.0f * x[get_global_id(0)] + 1.0f; }"
+    src = ("__kernel void fnarray_cache_probe(__global float *x) "
+           "{ x[get_global_id(0)] = 2.0f * x[get_global_id(0)] + 1.0f; }")
     state._build(src)
     (path,) = _entries(cache_dir, "opencl")
     full = open(path, "rb").read()
