@@ -92,12 +92,21 @@ def _timed(exe, label, device):
     def run(bufs):
         with _core.span("kernel", label, device=str(device)) as sp:
             outs = exe(bufs)
-            for b in outs:
-                impl.block_until_ready(b)
-            if sp.kernels:  # the kernels are spans of their own: what is left is launching them
+            # Kernels and fallback segments that were spans of their own were waited for: what is still
+            # pending is copies into the results' buffers; otherwise the wait is the computation itself.
+            waited = bool(sp.kids & _WAITED)
+            with _core.span("transfer" if waited else "kernel", "wait for results"):
+                for b in outs:
+                    impl.block_until_ready(b)
+            if waited:  # what is left of this span is launching the kernels
                 sp.kind = "dispatch"
+                if "fallback" in sp.kids:
+                    sp.args["fallback"] = True
         return outs
     return run
+
+
+_WAITED = frozenset({"kernel", "fallback"})
 
 
 def _eager(primitive, args, params):
@@ -319,6 +328,11 @@ class Summary:
         # Tracing, lowering and compiling are one cost for the verdict: what a cache miss pays.
         groups = {k: v for k, v in self.totals_ns.items() if k not in _COMPILING}
         groups["compile"] = sum(self.totals_ns[k] for k in _COMPILING)
+        # Copies made because a segment fell back to numpy:0 are the fallback's cost, for the verdict.
+        moved = sum(r.self_ns for r in recs if r.kind == "transfer" and _under_fallback(r))
+        groups["transfer"] -= moved
+        groups["fallback"] += moved
+        self.fallback_transfer_ns = moved
         self.dominant = max(groups, key=groups.get) if total else None
         self.dominant_share = groups[self.dominant] / total if total else 0.0
         self.verdict = _verdict(self, recs) if total else "nothing was recorded"
@@ -344,6 +358,15 @@ def _top(counter: dict, n=3):
 
 
 _COMPILING = ("trace", "lower", "compile")
+
+
+def _under_fallback(r) -> bool:
+    p = r.parent
+    while p is not None:
+        if p.kind == "fallback" or p.args.get("fallback"):
+            return True
+        p = p.parent
+    return False
 
 
 def _verdict(s: Summary, recs) -> str:
@@ -439,7 +462,8 @@ def _kernel_verdict(s, recs, share):
 
 
 def _fallback_verdict(s, recs, share):
-    from fnarray.devices.backend import _BACKENDS
+    from fnarray.core.errors import BackendUnavailable
+    from fnarray.devices.backend import backend_names, get_backend
     by: dict = {}
     eqns: dict = {}
     for r in recs:
@@ -448,8 +472,12 @@ def _fallback_verdict(s, recs, share):
             eqns.setdefault(r.name, r.args.get("_eqns") or [])
     name, _ = _top(by, 1)[0]
     native = []
-    for b in list(_BACKENDS.values()):
-        if b.name == "numpy":
+    for bname in backend_names():
+        if bname == "numpy":
+            continue
+        try:
+            b = get_backend(bname)
+        except BackendUnavailable:
             continue
         for d in b.devices():
             try:
@@ -459,7 +487,9 @@ def _fallback_verdict(s, recs, share):
                 continue
     where = (f"; {', '.join(native)} would run it natively" if native else
              "; no other loaded device runs it natively (numpy:0 does)")
-    return (f"fallback dominates ({share}): {name}{where}. Move that computation to a device with the primitive "
+    moved = f", with {s.fallback_transfer_ns / 1e6:.1f} ms of copies to and from numpy:0" \
+        if s.fallback_transfer_ns else ""
+    return (f"fallback dominates ({share}{moved}): {name}{where}. Move that computation to a device with the primitive "
             "and dtype (fa.device_put / jit(device=...)), or change the dtype (float64 -> float32 on webgpu).")
 
 

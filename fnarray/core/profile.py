@@ -29,13 +29,13 @@ _clock = time.perf_counter_ns
 class Span:
     """One open span; ``__exit__`` records it. ``args`` may be added to until then."""
 
-    __slots__ = ("rec", "kind", "name", "args", "start", "child_ns", "children", "kernels", "parent", "index")
+    __slots__ = ("rec", "kind", "name", "args", "start", "child_ns", "children", "kids", "parent", "index")
 
     def __init__(self, rec, kind, name, args):
         self.rec, self.kind, self.name, self.args = rec, kind, name, args
         self.child_ns = 0
         self.children = 0
-        self.kernels = 0  # children of kind "kernel"
+        self.kids = set()  # the kinds of its children
         self.parent = None
         self.index = -1
 
@@ -123,8 +123,7 @@ class Recorder:
         if parent is not None:
             parent.child_ns += dur
             parent.children += 1
-            if sp.kind == "kernel":
-                parent.kernels += 1
+            parent.kids.add(sp.kind)
         rec = Record(sp.kind, sp.name, sp.args, sp.start - self.t0, dur, max(dur - sp.child_ns, 0),
                      self._local.tid, None)
         sp.index = rec  # children closed earlier point at their parent Span; resolved in ``finish``
