@@ -1,4 +1,5 @@
-"""The persistent compilation cache: atomic entries, checksums, two writers at once, a truncated entry."""
+"""The persistent compilation cache: atomic entries, checksums, two writers at once, a truncated entry,
+and the kernel schedules a later process reads back."""
 
 from __future__ import annotations
 
@@ -94,7 +95,7 @@ _WORKER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("backend", ["opencl", "jax"])
+@pytest.mark.parametrize("backend", ["opencl", "webgpu", "jax"])
 def test_two_processes_compile_the_same_program_at_once(tmp_path, backend):
     require_backend(backend)
     dev = str(fa.devices(backend)[0])
@@ -110,11 +111,13 @@ def test_two_processes_compile_the_same_program_at_once(tmp_path, backend):
     for p, (out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err
         np.testing.assert_allclose(eval(out.strip().splitlines()[-1]), want, rtol=1e-5, atol=1e-6)
-    if backend == "opencl":
-        entries = _entries(root, "opencl")
-        assert entries and not [e for e in entries if os.path.basename(e).startswith(".tmp-")]
-        for e in entries:
-            assert compile_cache._unpack(open(e, "rb").read()) is not None, e
+    if backend in ("opencl", "webgpu"):
+        spaces = ["opencl", "schedule"] if backend == "opencl" else ["schedule"]
+        for ns in spaces:  # program binaries, and the kernel schedules both backends share
+            entries = _entries(root, ns)
+            assert entries and not [e for e in entries if os.path.basename(e).startswith(".tmp-")]
+            for e in entries:
+                assert compile_cache._unpack(open(e, "rb").read()) is not None, e
     else:
         assert os.listdir(root / "jax")  # JAX's own persistent cache wrote its executables there
     # A third process finds the entries and computes the same.
@@ -144,3 +147,33 @@ def test_concurrent_writers_of_one_key_never_leave_a_bad_entry(tmp_path):
         assert p.returncode == 0 and out.strip() == "ok", err
     (entry,) = _entries(tmp_path, "t")
     assert compile_cache._unpack(open(entry, "rb").read()) in (b"\x01" * (1 << 16), b"\x02" * (1 << 16))
+
+
+def test_a_cached_schedule_is_read_back_and_runs_the_same(cache_dir):
+    require_backend("webgpu")
+    from fnarray.core import primitives as P
+    import pickle
+    assert pickle.loads(pickle.dumps(P.sin)) is P.sin  # primitives pickle by name
+    dev = fa.devices("webgpu")[0]
+    import fnarray.numpy as fnp
+
+    def f(a):
+        return fnp.cumsum(fnp.exp(a) * -0.0, axis=0) + fnp.max(a)
+    x = fa.device_put(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4), dev)
+    lowered = fa.jit(f).lower(x)
+    first = lowered._backend_lowered._schedules()
+    (entry,) = _entries(cache_dir, "schedule")
+    fresh = dev.impl.lower(lowered.program, dev)
+
+    def no_scheduling():
+        raise AssertionError("scheduled again although the cache holds this program's schedule")
+    fresh._schedule_now = no_scheduling
+    again = fresh._schedules()   # a fresh lowering: read from the cache
+    assert again is not first and str(again.listing(lowered._backend_lowered._named_source)) == str(
+        first.listing(lowered._backend_lowered._named_source))
+    exe = dev.impl.lower(lowered.program, dev).compile()
+    out = exe([dev.impl.to_device(np.asarray(x), dev)])
+    np.testing.assert_allclose(dev.impl.to_host(out[0]), np.cumsum(np.exp(np.asarray(x)) * -0.0, axis=0) + 1.0)
+    # A schedule from another program never answers: the key holds the program's text and literal bits.
+    fa.jit(lambda a: fnp.cumsum(fnp.exp(a) * 0.0, axis=0) + fnp.max(a)).lower(x)._backend_lowered._schedules()
+    assert len(_entries(cache_dir, "schedule")) == 2

@@ -347,6 +347,9 @@ class OpenCLLowered(KernelLowered):
     def _schedule_now(self):
         return schedule_program(self.program, self.state.caps, workgroup=self.state.workgroup)
 
+    def _cache_identity(self):
+        return f"{super()._cache_identity()}|workgroup={self.state.workgroup}"
+
     def _named_source(self, kernel):
         return _named_source(kernel)
 
