@@ -451,12 +451,18 @@ def _kernel_verdict(s, recs, share):
                 dev[r.name] = dev.get(r.name, 0.0) + r.args["device_us"]
     top = _top(by)
     parts = []
+    first_launch = False
     for name, t in top:
         d = f", device {dev[name] / 1e3:.2f} ms" if name in dev else ""
+        if name in dev and t / 1e3 > 5 * dev[name] + 10_000:
+            first_launch = True
         parts.append(f"{name} {t / 1e6:.2f} ms{d}")
     src = [n for n, _ in top if n in s.profile.sources]
     hint = (f" Their generated source: fa.profiler.source({src[0]!r})." if src else
             " Look at the program with fa.jit(f).lower(*args).as_text().")
+    if first_launch:
+        hint += (" Where the wall time far exceeds the device time, the driver compiled the kernel at its first "
+                 "launch (PoCL, Mesa): a one-time cost; profile after a warm-up call.")
     return (f"kernel time dominates ({share}): the computation itself; by time: {'; '.join(parts)}.{hint} "
             "Use a device that computes faster, fewer or smaller operations, or a better-fusing formulation.")
 

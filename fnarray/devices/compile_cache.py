@@ -5,6 +5,9 @@ What is kept there:
 
 - OpenCL program binaries (``Program.binaries``), rebuilt from the binary in a later process
   instead of compiling the OpenCL C again;
+- kernel schedules of the opencl and webgpu backends (the fused kernels, their generated source and
+  launch plans, pickled), so a later process neither schedules nor renders them again (the WGSL
+  pipelines themselves are created anew: wgpu-py 0.32 has no pipeline cache);
 - JAX's own persistent cache (XLA executables), in the ``jax`` subfolder, with JAX's minimum
   compile time and entry size thresholds lowered to zero so that small programs are kept too.
 
@@ -12,7 +15,10 @@ Entries are keyed by a digest of the program's text, the library versions and th
 (``key``). An entry is written to a temporary file in the same folder and renamed into place
 (``os.replace``), so concurrent writers never leave a partial entry; each entry carries a SHA-256
 of its payload, and an entry that does not match it (truncated, corrupted) is ignored with a
-``CacheWarning``, deleted, and rebuilt by the caller.
+``CacheWarning``, deleted, and rebuilt by the caller. Entries are read with ``pickle`` (schedules):
+the folder must be writable only by its user, as any cache of code is. Nothing is evicted: delete the
+folder to reclaim its space. Generated numpy-backend code is not kept: generating it costs less
+than reading it back (well under a millisecond per program).
 """
 
 from __future__ import annotations
