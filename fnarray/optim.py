@@ -468,7 +468,7 @@ def global_norm(tree):
     """The l2 norm of all leaves of ``tree`` together (mirrors ``optax.global_norm``).
 
     Args:
-      tree: a pytree of arrays.
+      tree: a pytree of arrays; complex leaves count with their modulus ``|x|²``.
 
     Returns:
       A scalar: ``float64`` when any leaf is ``float64``, else ``float32`` (``0.0`` for an empty tree).
@@ -483,7 +483,9 @@ def global_norm(tree):
         return fnp.asarray(0.0)
     total = None
     for leaf in leaves:
-        s = lax.reduce_sum(fnp.asarray(leaf) * fnp.asarray(leaf), tuple(range(fnp.asarray(leaf).ndim)))
+        a = fnp.asarray(leaf)
+        sq = fnp.real(a * fnp.conj(a)) if dtypes.is_complex(a.dtype) else a * a  # |x|², as optax
+        s = lax.reduce_sum(sq, tuple(range(a.ndim)))
         s = lax.convert_element_type(s, dtypes.float32) if s.dtype != dtypes.float64 else s
         total = s if total is None else total + s
     return fnp.sqrt(total)
