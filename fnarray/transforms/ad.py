@@ -1072,11 +1072,38 @@ class custom_jvp:
         functools.update_wrapper(self, fun)
 
     def defjvp(self, jvp_fn):
+        """Set the JVP rule (mirrors ``jax.custom_jvp.defjvp``); usable as a decorator.
+
+        Args:
+          jvp_fn: ``jvp_fn(*nondiff_args, primals, tangents) -> (primal_out, tangent_out)``; ``primals``
+            and ``tangents`` are tuples of the differentiable arguments (tangents with their primals'
+            shapes and dtypes, zeros instantiated); ``tangent_out`` has ``primal_out``'s structure.
+
+        Returns:
+          ``jvp_fn`` itself.
+
+        Raises:
+          Nothing here; a rule that returns the wrong structure raises ``TypeError`` when the
+          function is differentiated.
+        """
         self.jvp = jvp_fn
         return jvp_fn
 
     def defjvps(self, *tangent_fns):
-        """One function per argument: ``fn(t, primal_out, *primals)`` (as ``jax.custom_jvp.defjvps``)."""
+        """One tangent function per argument (as ``jax.custom_jvp.defjvps``); their results are summed.
+
+        Args:
+          *tangent_fns: for argument ``i``, ``fn(t_i, primal_out, *primals)`` returning its tangent
+            contribution (of ``primal_out``'s structure and shapes), or ``None`` for an argument
+            with no contribution.
+
+        Returns:
+          The assembled JVP rule.
+
+        Raises:
+          Nothing here; contributions of mismatched structure raise from ``tree_util.tree_map``
+          when the function is differentiated.
+        """
         def jvp_fn(primals, tangents):
             out = self.fun(*primals)
             acc = None
@@ -1177,6 +1204,21 @@ class custom_vjp:
         functools.update_wrapper(self, fun)
 
     def defvjp(self, fwd, bwd):
+        """Set the forward and backward rules (mirrors ``jax.custom_vjp.defvjp``).
+
+        Args:
+          fwd: ``fwd(*args) -> (out, residuals)``, ``out`` with the function's output structure;
+            ``residuals`` any pytree of arrays.
+          bwd: ``bwd(*nondiff_args, residuals, ct_out) -> tuple`` with one cotangent per
+            differentiable argument (each of that argument's shape; ``None`` for zero).
+
+        Returns:
+          None.
+
+        Raises:
+          Nothing here; rules of the wrong structure raise ``TypeError`` when the function is
+          called or differentiated.
+        """
         self.fwd, self.bwd = fwd, bwd
 
     def __call__(self, *args):
