@@ -722,7 +722,9 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", 
     Args:
       a: real array of shape ``S``. q: scalar or array of quantiles in [0, 1] (shape ``Q``).
       axis: int, tuple or None (all axes). keepdims: as ``sum``.
-      method: ``'linear'`` (default), ``'lower'``, ``'higher'``, ``'nearest'`` or ``'midpoint'``.
+      method: ``'linear'`` (default), ``'lower'``, ``'higher'``, ``'nearest'`` or ``'midpoint'``;
+        NumPy's other methods (such as ``'inverted_cdf'``) raise ``ValueError``.
+      overwrite_input: ignored, as arrays are immutable.
 
     Returns: an array of shape ``Q + S without axis`` in ``a``'s floating dtype (``float32``
     for integers). A slice containing NaN gives NaN; an empty slice gives NaN.
