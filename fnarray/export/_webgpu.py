@@ -51,7 +51,17 @@ _DTYPE_NAMES = {"float32", "int32", "uint32", "bool", "float16"}
 
 
 def runtime_source() -> str:
-    """The text of the JS runtime ``fnarray-webgpu.js`` shipped with fnarray."""
+    """The text of the JS runtime ``fnarray-webgpu.js`` shipped with fnarray (what ``webgpu`` copies into a bundle).
+
+    Args:
+      (none)
+    Returns:
+      the ES module's source as a ``str``.
+    Raises:
+      OSError: the packaged file is missing (a broken installation).
+
+    Mirrors no NumPy/JAX function.
+    """
     return resources.files("fnarray.export").joinpath(RUNTIME_FILE).read_text(encoding="utf-8")
 
 
