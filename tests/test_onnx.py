@@ -340,3 +340,12 @@ def test_opset_17_model_runs(tmp_path, digits_params):
     model = fa.export.onnx(f, digits_params, x, path=tmp_path / "m.onnx", bake_argnums=0, opset=17)
     assert model.opset_import[0].version == 17
     _close(_ort_run(model, {"x": x}), _ref(f, digits_params, x), "opset 17")
+
+
+def test_float16_model(tmp_path):
+    x = np.linspace(-1, 1, 12, dtype=np.float16).reshape(3, 4)
+
+    def f(x):
+        return fnp.tanh(x @ x.T + 1), fnp.max(x, axis=0), fnp.sum(x, axis=1)
+    model = fa.export.onnx(f, x, path=tmp_path / "f16.onnx")
+    _close(_ort_run(model, {"x": x}), _ref(f, x), "float16")
