@@ -454,27 +454,29 @@ def _int_pow(x, y):
 def float_power(x1, x2, /):
     """``x1 ** x2`` computed in float64 (``numpy.float_power``; not in the array API).
 
-    As NumPy, the result is ``float64`` even for ``float32`` inputs (backends without float64
-    run it on the numpy backend, DESIGN.md). Differences from NumPy: complex inputs are not
-    supported: they are cast to ``float64``, which drops the imaginary part (NumPy computes in
-    ``complex128``).
+    As NumPy, the result is ``float64`` even for ``float32`` inputs, and ``complex128`` when
+    either input is complex (backends without 64-bit floats run it on the numpy backend,
+    DESIGN.md).
 
     Args:
       x1, x2: arrays, scalars or nested sequences (converted as by ``asarray``), broadcast.
 
     Returns:
-      A ``float64`` array of the broadcast shape.
+      A ``float64`` (or ``complex128``) array of the broadcast shape.
 
     Raises:
       ShapeError: the shapes do not broadcast.
       DTypeError: an argument that holds no numbers.
     """
-    return pow(asarray_f64(x1), asarray_f64(x2))
+    check_arraylike("float_power", x1, x2)
+    complex_ = any(dtypes.is_complex(aval_of(v).dtype) for v in (x1, x2))
+    d = dtypes.complex128 if complex_ else dtypes.float64
+    return pow(_asarray_as(x1, d), _asarray_as(x2, d))
 
 
-def asarray_f64(x):
+def _asarray_as(x, d):
     from fnarray.numpy._util import asarray_internal
-    return lax.convert_element_type(asarray_internal(x), dtypes.float64)
+    return lax.convert_element_type(asarray_internal(x), d)
 
 
 def _cmp(name, fn, real_only=True):
@@ -968,9 +970,10 @@ trunc = _int_identity("trunc", lambda v: lax.select(lax.lt(v, lax.zeros_like(v))
 def round(x, /, decimals: int = 0):  # noqa: A001 (array API name)
     """Round half to even (array API ``round``; ``numpy.round`` with ``decimals``).
 
-    Differences from NumPy: integer inputs are returned unchanged whatever ``decimals``
-    (NumPy rounds them to ``10**-decimals`` for negative ``decimals``; JAX raises); complex
-    inputs round both parts; lists are not accepted, as in ``jax.numpy``.
+    Integer inputs are returned unchanged for ``decimals >= 0`` and rounded half to even to a
+    multiple of ``10**-decimals`` otherwise, in integer arithmetic, as NumPy does (JAX raises);
+    a multiple beyond the dtype's range gives 0. Complex inputs round both parts. Differences
+    from NumPy: lists are not accepted, as in ``jax.numpy``.
 
     Args:
       x: an array or a scalar.
@@ -987,12 +990,33 @@ def round(x, /, decimals: int = 0):  # noqa: A001 (array API name)
         if dtypes.is_complex(d):
             return lax.complex(g(lax.real(v)), g(lax.imag(v)))
         if not dtypes.is_inexact(d):
-            return v
+            return v if decimals >= 0 or d == dtypes.bool_ else _round_int(v, -decimals)
         if decimals == 0:
             return lax.round(v)
         f = np.asarray(10.0 ** decimals, d)[()]
         return lax.div(lax.round(lax.mul(v, f)), f)
     return elementwise("round", g, x)
+
+
+def _round_int(v, digits):
+    """Round an integer array half to even to a multiple of ``10**digits`` (``digits > 0``)."""
+    d = aval_of(v).dtype
+    f = 10 ** digits
+    if f > int(np.iinfo(d).max):
+        return lax.zeros_like(v)  # |v| < f: every value rounds to 0 (half to even at +-f/2 too)
+    f_ = lax.full(aval_of(v).shape, f, d)
+    q = lax.div(v, f_)            # truncating division
+    r = lax.sub(v, lax.mul(q, f_))  # remainder with v's sign, |r| < f
+    zero = lax.zeros_like(v)
+    neg = lax.lt(r, zero) if dtypes.is_signed(d) else lax.ne(zero, zero)
+    mag = lax.select(neg, lax.neg(r), r)
+    half = lax.sub(f_, mag)       # compare 2|r| with f without overflowing: |r| vs f - |r|
+    odd = lax.ne(lax.rem(q, lax.full(aval_of(v).shape, 2, d)), zero)
+    up = lax.bitwise_or(lax.gt(mag, half), lax.bitwise_and(lax.eq(mag, half), odd))
+    one = lax.full(aval_of(v).shape, 1, d)
+    step = lax.select(neg, lax.neg(one), one) if dtypes.is_signed(d) else one
+    q = lax.select(up, lax.add(q, step), q)
+    return lax.mul(q, f_)
 
 
 def isnan(x, /):
@@ -1366,9 +1390,9 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     """``|a - b| <= atol + rtol * |b|`` elementwise (``numpy.isclose``; not in the array API).
 
     An infinity is close only to an infinity of the same sign; NaN is close to NaN only with
-    ``equal_nan``. Differences from NumPy: integer (and bool) inputs are compared for
-    equality, ignoring ``rtol``/``atol`` (NumPy and JAX apply the tolerances in float); JAX's promotion (weak Python
-    scalars; ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``).
+    ``equal_nan``. Integer and bool inputs are compared in ``float32`` (as ``jax.numpy.isclose``;
+    NumPy uses ``float64``). Differences from NumPy: JAX's promotion (weak Python scalars;
+    ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``).
 
     Args:
       a, b: arrays or scalars, promoted and broadcast.
@@ -1385,7 +1409,8 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     check_arraylike("isclose", a, b)
     a, b = promote("isclose", a, b)
     if not dtypes.is_inexact(aval_of(a).dtype):
-        return equal(a, b)
+        # As NumPy and jax.numpy: integers and bools are compared in the default float dtype.
+        a, b = promote("isclose", a, b, to=dtypes.float32)
     out = less_equal(abs(subtract(a, b)), add(atol, multiply(rtol, abs(b))))
     out = logical_and(out, logical_and(isfinite(a), isfinite(b)))  # an infinity is close only to itself
     out = logical_or(out, equal(a, b))  # equal infinities
@@ -1487,7 +1512,7 @@ def gcd(x1, x2, /):
 
     Runs as a ``while_loop`` (so reverse-mode ``grad`` does not apply). JAX's promotion (weak Python scalars;
     ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``). Floating inputs are
-    not rejected (NumPy raises ``TypeError``, JAX ``ValueError``) and give a float Euclid result.
+    rejected with ``DTypeError`` (a ``TypeError``, as NumPy raises).
 
     Args:
       x1, x2: integer arrays or scalars, promoted and broadcast.
@@ -1497,11 +1522,13 @@ def gcd(x1, x2, /):
 
     Raises:
       TypeError: an argument is not an array or a scalar.
+      DTypeError: the promoted dtype is not an integer type.
       ShapeError: the shapes do not broadcast.
     """
     from fnarray.transforms.control_flow import while_loop
     check_arraylike("gcd", x1, x2)
     a, b = promote("gcd", x1, x2)
+    _check_integer("gcd", aval_of(a).dtype)
     from fnarray.numpy._util import broadcast_arrays_, asarray_internal
     (a, b), _ = broadcast_arrays_([asarray_internal(abs(a)), asarray_internal(abs(b))], "gcd")
     a, b = _same_shape(a, b)  # the loop carry needs both at the full shape
@@ -1516,11 +1543,16 @@ def gcd(x1, x2, /):
     return while_loop(cond, body, (a, b))[0]
 
 
+def _check_integer(name, d):
+    if not dtypes.is_int(d):
+        raise DTypeError(f"{name} needs integer arguments, got {np.dtype(d).name} (as numpy.{name}); "
+                         "convert with astype(int32) first if the values are whole numbers")
+
+
 def lcm(x1, x2, /):
     """Least common multiple of integers (``numpy.lcm``; not in the array API); 0 where either is 0.
 
-    JAX's promotion (weak Python scalars; ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``); as
-    ``gcd``, floating inputs are not rejected.
+    JAX's promotion (weak Python scalars); as ``gcd``, floating and bool inputs raise ``DTypeError``.
 
     Args:
       x1, x2: integer arrays or scalars, promoted and broadcast.
@@ -1530,6 +1562,7 @@ def lcm(x1, x2, /):
 
     Raises:
       TypeError: an argument is not an array or a scalar.
+      DTypeError: the promoted dtype is not an integer type.
       ShapeError: the shapes do not broadcast.
     """
     g = gcd(x1, x2)
