@@ -349,3 +349,56 @@ def test_float16_model(tmp_path):
         return fnp.tanh(x @ x.T + 1), fnp.max(x, axis=0), fnp.sum(x, axis=1)
     model = fa.export.onnx(f, x, path=tmp_path / "f16.onnx")
     _close(_ort_run(model, {"x": x}), _ref(f, x), "float16")
+
+
+# ------------------------------------------------------------------------------------------- the other examples
+
+import nbody  # noqa: E402
+import newton  # noqa: E402
+import per_example_gradients as peg  # noqa: E402
+
+
+def test_nbody_scan(tmp_path):
+    pos, vel, masses = nbody.initial_state(fa.random.key(1), 4)
+
+    def run(pos, vel, masses):
+        return nbody.simulate(pos, vel, masses, 0.01, 20)
+    model = fa.export.onnx(run, pos, vel, masses, path=tmp_path / "nbody.onnx")
+    _close(_ort_run(model, {"pos": pos, "vel": vel, "masses": masses}), _ref(run, pos, vel, masses), "nbody")
+
+
+def test_newton_cholesky_and_hessian(tmp_path):
+    x = newton.with_bias(rng.uniform(0, 1, (20, 8)).astype(np.float32)[:, :7])
+    t = (rng.random(20) < 0.5).astype(np.float32)
+    w = (rng.standard_normal(8) * 0.1).astype(np.float32)
+
+    def step(x, t, w):
+        loss = newton.make_loss(x, t, 1e-2)
+        h = fa.hessian(loss)(w)
+        return newton.cholesky_solve(newton.cholesky(h), fa.grad(loss)(w)), newton.hvp(loss, w, w)
+    model = fa.export.onnx(step, x, t, w, path=tmp_path / "newton.onnx")
+    got = _ort_run(model, {"x": x, "t": t, "w": w})
+    want = _ref(step, x, t, w)
+    for g, r in zip(got, want):
+        np.testing.assert_allclose(g, r, rtol=2e-4, atol=2e-5)  # a triangular solve amplifies rounding
+
+
+def test_per_example_gradients_and_dp_sgd(tmp_path):
+    params = {k: np.asarray(v) for k, v in peg.init_params(fa.random.key(2)).items()}
+    x = rng.uniform(0, 1, (5, 64)).astype(np.float32)
+    y = rng.integers(0, 10, 5).astype(np.int32)
+    model = fa.export.onnx(peg.per_example_grads, params, x, y, path=tmp_path / "peg.onnx", bake_argnums=0)
+    _close(_ort_run(model, {"x": x, "y": y}), _ref(peg.per_example_grads, params, x, y), "per-example grads")
+
+    key = np.asarray(fa.random.key(3))
+
+    def step(params, x, y, key):
+        return peg.dp_sgd_step(params, x, y, key, 1.0, 1.0, 0.5)
+    # fa.random.normal turns Threefry bits into floats with a bitcast, which ONNX lacks: named at export.
+    with pytest.raises(UnsupportedOnDevice, match=r"bitcast_convert_type \(uint32, float32\)"):
+        fa.export.onnx(step, params, x, y, key, path=tmp_path / "dp.onnx", bake_argnums=0)
+
+    def bits(key):  # the Threefry half of it (uint32 shifts, rotations, xor, adds) does export
+        return fa.random.bits(key, (7,))
+    model = fa.export.onnx(bits, key, path=tmp_path / "bits.onnx")
+    _close(_ort_run(model, {"key": key}), _ref(bits, key), "threefry bits")

@@ -52,7 +52,7 @@ UNSUPPORTED = {
     P.digamma: "ONNX has no digamma function",
     P.nextafter: "ONNX has no nextafter",
     P.population_count: "ONNX has no population count",
-    P.bitcast_convert_type: "ONNX has no bitcast before opset 24",
+    P.bitcast_convert_type: "ONNX has no bitcast operator (fnarray.random's uniform and normal use one)",
     P.complex_p: "ONNX Runtime has no complex tensors",
     P.real: "ONNX Runtime has no complex tensors",
     P.imag: "ONNX Runtime has no complex tensors",
@@ -143,7 +143,8 @@ def _rule_for(e):
     rule = RULES.get(prim)
     if rule is None:
         why = UNSUPPORTED.get(prim, "no rule in fnarray.export._onnx.RULES")
-        raise UnsupportedOnDevice(f"fnarray.export.onnx: {prim.name} cannot be exported to ONNX: {why}. "
+        dts = ", ".join(dict.fromkeys(np.dtype(a.aval.dtype).name for a in list(e.inputs) + list(e.outputs)))
+        raise UnsupportedOnDevice(f"fnarray.export.onnx: {prim.name} ({dts}) cannot be exported to ONNX: {why}. "
                                   "Rewrite the function without it, or compute that part before the export.")
     _check_dtypes(e)
     return rule
