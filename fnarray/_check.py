@@ -201,8 +201,18 @@ def check(f, *args, devices=None, rtol=None, atol=None, static_argnums=(), **kwa
       rtol, atol: tolerances; default by dtype (float32: rtol 1e-4, float16: 1e-2, float64: 1e-9;
         integers and bools exact) with ``atol = rtol * max |reference|`` per leaf.
       static_argnums: passed to ``jit``.
-    Returns: a ``CheckReport`` (prints as a table; ``.ok``, ``.first_failure``, ``.rows``).
-    Raises: whatever ``f`` raises on numpy:0 (the reference must run).
+
+    Returns:
+      A ``CheckReport``: prints as a table (device x mode: max abs and relative error, NaN/inf
+      agreement, fallback primitives, compile and run time) and names the first device and output
+      leaf that disagree; ``.ok``, ``.first_failure`` and ``.rows`` for programs. A device that
+      raises is a row with its error, not an exception.
+
+    Raises:
+      Exception: whatever ``f`` raises on numpy:0 (the reference must run).
+      ValueError: an unknown device name in ``devices``.
+
+    No JAX counterpart (``jax.test_util.check_grads`` checks gradients, not devices).
     """
     import fnarray as fa
     name = getattr(f, "__name__", repr(f))

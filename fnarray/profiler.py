@@ -260,8 +260,13 @@ def trace(path=None):
     Args:
       path: where to write the Chrome/Perfetto trace-event JSON at the end (``None``: nowhere; the
         ``Profile`` is still available to ``summary()``).
-    Yields: a ``Holder`` whose ``.profile`` is the ``Profile`` once the block has ended.
-    Raises: ``RuntimeError`` when a trace is already being recorded.
+
+    Returns:
+      A context manager; ``as h`` gives a holder whose ``h.profile`` is the ``Profile`` once the block
+      has ended (as ``jax.profiler.trace``, which writes a TensorBoard trace instead).
+
+    Raises:
+      RuntimeError: a trace is already being recorded (traces do not nest).
 
     Example::
 
