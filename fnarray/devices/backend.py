@@ -115,6 +115,10 @@ class Backend:
     def capabilities(self, device: Device) -> Capabilities:
         raise NotImplementedError
 
+    #: Whether compiled programs can call Python host callbacks in place (``debug_callback``); when not,
+    #: the partitioner cuts the program there and runs the callback on numpy:0.
+    host_callbacks = False
+
     def supports(self, eqn: Eqn, device: Device) -> str | None:
         """``None`` if the device runs ``eqn``, else the reason it cannot."""
         caps = self.capabilities(device)

@@ -19,6 +19,7 @@ from fnarray.core.config import config
 from fnarray.core.errors import FallbackWarning, UnsupportedOnDevice
 from fnarray.core.ir import Program
 from fnarray.core.passes import program_from_eqn, subprograms
+from fnarray.core.primitives import EFFECTS
 from fnarray.devices.backend import Device
 
 __all__ = ["compile_program", "compile_eqn", "unsupported_reason", "lower_program"]
@@ -29,11 +30,19 @@ _warned: set = set()
 def unsupported_reason(eqn, device: Device) -> str | None:
     """Why ``device`` cannot run ``eqn`` (checking its sub-programs too), or ``None``."""
     backend = device.impl
+    if eqn.primitive in EFFECTS:
+        if getattr(backend, "host_callbacks", False):
+            return None
+        return (f"{eqn.primitive.name} (fnarray.debug.print / fnarray.debug.callback) calls Python on the host: "
+                "the program is cut there and the callback runs on numpy:0")
     r = backend.supports(eqn, device)
     if r is not None:
         return r
+    host_driven = backend.capabilities(device).control_flow == "host"
     for sub in subprograms(eqn):
         for e in sub.eqns:
+            if host_driven and e.primitive in EFFECTS:
+                continue  # the host drives this sub-program and cuts it at the callback
             r = unsupported_reason(e, device)
             if r is not None:
                 return r
@@ -58,6 +67,8 @@ def _user_stacklevel() -> int:
 
 
 def _report(eqn, device, reason):
+    if eqn.primitive in EFFECTS:
+        return  # a host callback is expected to run on the host: neither a warning nor an error
     msg = (f"{eqn.primitive.name} ({_dtype_of(eqn)}) cannot run on {device}: {reason}")
     if config.fallback == "error":
         raise UnsupportedOnDevice(f"{msg}. Set fnarray.config.fallback = 'warn' (or FNARRAY_FALLBACK=warn) to run "
