@@ -4,6 +4,10 @@
   backend with a ``FallbackWarning``), ``"error"`` (raise
   ``UnsupportedOnDevice``) or ``"silent"``. Env: ``FNARRAY_FALLBACK``.
 - ``default_device``: a device string, or ``None`` to pick one. Env: ``FNARRAY_DEVICE``.
+- ``debug_nans`` / ``debug_infs``: when a jitted call or an eager op produces a NaN (an inf) in a
+  floating output, raise ``FloatingPointError`` naming the first primitive that made it and the user's
+  source line (a jitted call is re-run op by op to find it). Off by default; when off the call path
+  is unchanged. Env: ``FNARRAY_DEBUG_NANS=1``, ``FNARRAY_DEBUG_INFS=1``.
 - ``compilation_cache_dir``: a folder for the persistent compilation cache (OpenCL program binaries,
   JAX's XLA executables; ``fnarray.devices.compile_cache``), or ``None`` (default): off.
   Env: ``FNARRAY_CACHE_DIR``.
@@ -18,6 +22,10 @@ __all__ = ["config"]
 _FALLBACK_MODES = ("warn", "error", "silent")
 
 
+def _env_flag(name) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 class Config:
     def __init__(self):
         self.generation = 0  # bumped by every change, so caches keyed on the configuration can check it
@@ -26,6 +34,32 @@ class Config:
         self.fallback = os.environ.get("FNARRAY_FALLBACK", "warn")
         self._cache_dir = None
         self.compilation_cache_dir = os.environ.get("FNARRAY_CACHE_DIR") or None
+        self._debug_nans = _env_flag("FNARRAY_DEBUG_NANS")
+        self._debug_infs = _env_flag("FNARRAY_DEBUG_INFS")
+        self.debug_hook = None  # set by fnarray.devices.nan_check: called when debug_nans/debug_infs change
+
+    @property
+    def debug_nans(self) -> bool:
+        return self._debug_nans
+
+    @debug_nans.setter
+    def debug_nans(self, on):
+        self._debug_nans = bool(on)
+        self._debug_changed()
+
+    @property
+    def debug_infs(self) -> bool:
+        return self._debug_infs
+
+    @debug_infs.setter
+    def debug_infs(self, on):
+        self._debug_infs = bool(on)
+        self._debug_changed()
+
+    def _debug_changed(self):
+        self.generation += 1
+        if self.debug_hook is not None:
+            self.debug_hook()
 
     @property
     def compilation_cache_dir(self):
@@ -59,7 +93,7 @@ class Config:
 
     def lowering_key(self) -> tuple:
         """The part of the configuration that changes lowering (a jit cache key component)."""
-        return (self._fallback,)
+        return (self._fallback, self._debug_nans, self._debug_infs)
 
     def __repr__(self):
         return f"Config(fallback={self.fallback!r}, default_device={self.default_device!r})"

@@ -18,7 +18,7 @@ from fnarray.core import profile as _profile
 from fnarray.core.config import config
 from fnarray.core.errors import FallbackWarning, UnsupportedOnDevice
 from fnarray.core.ir import Program
-from fnarray.core.passes import program_from_eqn, subprograms
+from fnarray.core.passes import has_effect, program_from_eqn, subprograms
 from fnarray.core.primitives import EFFECTS
 from fnarray.devices.backend import Device
 
@@ -127,7 +127,10 @@ def _compile_eqn(primitive, params, in_avals, out_avals, device: Device):
     prog = program_from_eqn(primitive, params, in_avals, out_avals)
     fast = getattr(backend, "eager_fast", None)
     # The fast path skips partitioning: only for what the device supports (fallback needs the slow one).
-    if fast is not None and (device.backend == "numpy" or unsupported_reason(prog.eqns[0], device) is None):
+    # An equation holding a host callback goes through partitioning too, unless the backend calls it in place.
+    if fast is not None and (device.backend == "numpy" or (
+            unsupported_reason(prog.eqns[0], device) is None
+            and (getattr(backend, "host_callbacks", False) or not has_effect(prog.eqns[0])))):
         exe = fast(primitive, params, in_avals, device)
         if exe is not None:
             return exe
