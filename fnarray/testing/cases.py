@@ -199,5 +199,22 @@ def _control_cases():
 
 _control_cases()
 
+
+def _check_callback_args(x, k):
+    if np.shape(x) != (3,) or np.shape(k) != ():
+        raise AssertionError(f"debug_callback passed shapes {np.shape(x)} and {np.shape(k)}, expected (3,) and ()")
+
+
+def _effect_cases():
+    # No outputs to compare: the case checks that every backend runs the callback with the right values' shapes.
+    from fnarray import tree_util
+    from fnarray.debug import _HostCallback
+    tree = tree_util.tree_structure(((0, 0), {}))
+    case("debug_callback", P.debug_callback, [f32(3), np.int32(4)],
+         callback=_HostCallback(_check_callback_args, ()), in_tree=tree)
+
+
+_effect_cases()
+
 # Primitives that only exist inside transformations and are never executed by a backend.
 NOT_EXECUTED = {P.custom_lin, P.custom_jvp_call, P.custom_vjp_call}
