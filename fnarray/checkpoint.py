@@ -53,6 +53,12 @@ class CheckpointError(FnArrayError, ValueError):
     """A checkpoint file that cannot be read (truncated, corrupted, not safetensors) or does not fit ``like``."""
 
 
+def _contiguous(a) -> np.ndarray:
+    """``a`` as a C-contiguous ndarray of its own shape (``np.ascontiguousarray`` makes 0-d arrays 1-d)."""
+    a = np.asarray(a)
+    return a if a.flags.c_contiguous else a.copy(order="C")
+
+
 def _safetensors():
     try:
         import safetensors
@@ -229,12 +235,12 @@ def _host(leaf, name):
     if isinstance(leaf, tracing.Tracer):
         raise TypeError(f"fa.save: the leaf {name} is a traced value; save outside jit/grad/vmap")
     if isinstance(leaf, Array):
-        return np.ascontiguousarray(np.asarray(leaf)), leaf.dtype.name, bool(leaf.weak_type)
+        return _contiguous(np.asarray(leaf)), leaf.dtype.name, bool(leaf.weak_type)
     if isinstance(leaf, (bool, int, float, complex)) and not isinstance(leaf, np.generic):
         d, w = dtypes.dtype_of_scalar(leaf)
         return np.asarray(leaf, d), d.name, w
     if isinstance(leaf, (np.ndarray, np.generic)):
-        a = np.ascontiguousarray(leaf)
+        a = _contiguous(leaf)
         return a, a.dtype.name, False
     raise TypeError(f"fa.save: the leaf {name} is a {type(leaf).__name__}; checkpoints hold arrays and scalars "
                     "(keep other values out of the tree, or make them static fields of a Module)")
@@ -246,7 +252,7 @@ def _stored(a: np.ndarray, name: str):
     if dn in _NATIVE:
         return dn, a, None
     if dn in _REAL_OF:
-        r = a.view(_REAL_OF[dn]).reshape(a.shape + (2,))
+        r = a.reshape(-1).view(_REAL_OF[dn]).reshape(a.shape + (2,))
         return _REAL_OF[dn], r, "complex"
     if a.dtype.kind in "biufcV" or a.dtype.name.startswith("float8"):
         return "uint8", a.reshape(-1).view(np.uint8).reshape(a.shape + (a.dtype.itemsize,)), "bytes"
@@ -285,11 +291,11 @@ def save(path, tree) -> None:
         if sys.byteorder == "big" and a.dtype.byteorder != "|":
             a = a.byteswap().view(a.dtype.newbyteorder("<"))
         sdt, stored, view = _stored(a, name)
-        stored = np.ascontiguousarray(stored)
+        stored = _contiguous(stored)
         keep.append(stored)
         specs[name] = st.TensorSpec(dtype=sdt, shape=list(stored.shape), data_ptr=stored.ctypes.data,
                                     data_len=stored.nbytes)
-        info[name] = {"dtype": dname, "weak": weak, "crc32": zlib.crc32(memoryview(stored).cast("B")),
+        info[name] = {"dtype": dname, "weak": weak, "crc32": _crc(stored),
                       **({"view": view} if view else {})}
     metadata = {"fnarray.format": FORMAT, "fnarray.tree": json.dumps(structure),
                 "fnarray.leaves": json.dumps(info)}
@@ -347,21 +353,25 @@ def _decode(path, name, entry, info):
     stored = np.frombuffer(entry["data"], dtype=dtypes.canonicalize(_FROM_CODE[code])).reshape(entry["shape"])
     if info is None:
         return stored, False
-    if "crc32" in info and zlib.crc32(memoryview(np.ascontiguousarray(stored)).cast("B")) != info["crc32"]:
+    if "crc32" in info and _crc(stored) != info["crc32"]:
         raise CheckpointError(f"{path}: the data of tensor {name!r} do not match its checksum: the file is "
                               "corrupted; restore it from a copy")
     dt = dtypes.canonicalize(info["dtype"])
     view = info.get("view")
     if view == "complex":
-        out = np.ascontiguousarray(stored).view(dt).reshape(stored.shape[:-1])
+        out = _contiguous(stored).reshape(-1).view(dt).reshape(stored.shape[:-1])
     elif view == "bytes":
-        out = np.ascontiguousarray(stored).reshape(-1).view(dt).reshape(stored.shape[:-1])
+        out = _contiguous(stored).reshape(-1).view(dt).reshape(stored.shape[:-1])
     else:
         out = stored
     if out.dtype != dt:
         raise CheckpointError(f"{path}: tensor {name!r} is stored as {out.dtype.name} but its metadata says "
                               f"{dt.name}: the file is corrupted")
     return out, bool(info.get("weak", False))
+
+
+def _crc(a: np.ndarray) -> int:
+    return zlib.crc32(_contiguous(a).reshape(-1).view(np.uint8))
 
 
 def _fmt(shape, dtype):
@@ -412,7 +422,7 @@ def load(path, like=None, device=None):
 
     if like is not None:
         named = []
-        _walk_like(like, "", named)
+        treedef = _walk_like(like, "", named)
         seen = set()
         for name, leaf in named:
             if name not in host:
@@ -430,9 +440,6 @@ def load(path, like=None, device=None):
             raise CheckpointError(f"{path}: the checkpoint has tensor {extra[0]!r} "
                                   f"({_fmt(host[extra[0]][0].shape, host[extra[0]][0].dtype)}) that like= has no "
                                   f"leaf for ({len(extra)} such tensors)")
-        leaves_like, treedef = tree_util.tree_flatten(like)
-        if len(leaves_like) != len(named):
-            raise CheckpointError("fa.load: like= has leaves that are not arrays")
         return tree_util.tree_unflatten(treedef, [put(name) for name, _ in named])
     if "fnarray.tree" not in meta:
         raise CheckpointError(f"{path} has no fnarray structure in its metadata (written by another safetensors "
@@ -468,12 +475,16 @@ def _collect_names(s, out):
 
 def _walk_like(like, prefix, out):
     """``(name, leaf)`` of ``like`` in its flatten order, named as ``save`` names them."""
-    pairs, _ = tree_util.tree_flatten_with_path(like)
+    from fnarray.core.shaped import ShapedArray
+    pairs, treedef = tree_util.tree_flatten_with_path(like, is_leaf=lambda x: isinstance(x, ShapedArray))
     for path, leaf in pairs:
+        if isinstance(leaf, (bool, int, float, complex)):
+            leaf = ShapedArray((), *dtypes.dtype_of_scalar(leaf))
         if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
             raise TypeError(f"fa.load: like= leaf {tree_util.keystr(path)} is a {type(leaf).__name__}; its leaves "
                             "must have .shape and .dtype (arrays or ShapedArray)")
         out.append((_dotted(path), leaf))
+    return treedef
 
 
 def _dotted(path) -> str:

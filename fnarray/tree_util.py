@@ -97,12 +97,15 @@ class FlattenedIndexKey:
 
 def _key_of(entry):
     """The JAX-style key object of one optree accessor entry."""
+    # NamedTupleEntry is a SequenceEntry in optree: test the attribute kinds first.
+    if isinstance(entry, optree.NamedTupleEntry):
+        return GetAttrKey(entry.field)
+    if isinstance(entry, optree.GetAttrEntry):
+        return GetAttrKey(entry.name)
     if isinstance(entry, optree.MappingEntry):
         return DictKey(entry.entry)
     if isinstance(entry, optree.SequenceEntry):
         return SequenceKey(entry.entry)
-    if isinstance(entry, (optree.NamedTupleEntry, optree.GetAttrEntry)):
-        return GetAttrKey(entry.name)
     return FlattenedIndexKey(entry.entry)
 
 
