@@ -33,7 +33,7 @@ def _large_negative(dtype):
 def _seq_mask(lengths, size, name, batch):
     fnp = _np()
     lengths = fnp.asarray(lengths)
-    if lengths.ndim != 1 or lengths.shape[0] != batch or not dtypes.is_integer(lengths.dtype):
+    if lengths.ndim != 1 or lengths.shape[0] != batch or not dtypes.is_int(lengths.dtype):
         raise ShapeError(f"dot_product_attention: {name} must be an int array of shape ({batch},), got "
                          f"{lengths.dtype.name}{list(lengths.shape)}")
     return fnp.arange(size, dtype=dtypes.int32)[None, :] < lengths.astype(dtypes.int32)[:, None]   # (B, size)

@@ -123,7 +123,7 @@ class Embedding(Module):
     def __call__(self, ids, *, key=None):
         fnp = _np()
         ids = fnp.asarray(ids)
-        if not dtypes.is_integer(ids.dtype):
+        if not dtypes.is_int(ids.dtype):
             raise TypeError(f"Embedding takes integer ids, got dtype {ids.dtype.name}")
         return fnp.take(self.weight, ids, axis=0)
 

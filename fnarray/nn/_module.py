@@ -126,7 +126,7 @@ class Module:
                                     namespace=tree_util.NAMESPACE)
 
     # -- construction helpers ------------------------------------------------------------------
-    def _fa_finish(self):
+    def _fa_finish(self, keep=()):
         missing = [f.name for f in dataclasses.fields(self) if not hasattr(self, f.name)]
         if missing:
             raise TypeError(f"{type(self).__name__}.__init__ did not set the field(s) {', '.join(missing)}; "
@@ -135,7 +135,7 @@ class Module:
         for f in dataclasses.fields(self):
             static = f.metadata.get("static")
             v = object.__getattribute__(self, f.name)
-            if static is False or (static is None and _holds_arrays(v)):
+            if static is False or (static is None and (f.name in keep or _holds_arrays(v))):
                 dyn.append(f.name)
         object.__setattr__(self, "_fa_dynamic", tuple(dyn))
         check = getattr(self, "__check_init__", None)
@@ -201,7 +201,9 @@ class Module:
                 object.__setattr__(obj, n, changes[n] if n in changes else object.__getattribute__(self, n))
         finally:
             ids.discard(id(obj))
-        obj._fa_finish()
+        # A field that was a child stays one (so a filter spec made with replace(layers=(True, False))
+        # keeps the model's structure); a changed field becomes a child if it now holds arrays.
+        obj._fa_finish(keep=self._fa_dynamic)
         return obj
 
     def __repr__(self):

@@ -70,7 +70,7 @@ def cross_entropy(logits, labels, *, axis: int = -1, label_smoothing: float = 0.
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must lie in [0, 1), got {label_smoothing}")
     logp = log_softmax(logits, axis=ax)
-    if dtypes.is_integer(labels.dtype):
+    if dtypes.is_int(labels.dtype):
         batch = tuple(logits.shape[:ax] + logits.shape[ax + 1:])
         if tuple(labels.shape) != batch:
             raise ShapeError(f"cross_entropy: integer labels must have the logits' shape without the class axis, "
