@@ -435,3 +435,15 @@ def test_loss_errors_and_extremes():
     assert np.isfinite(float(losses.binary_cross_entropy(fnp.asarray([1.0, 0.0]), fnp.asarray([0.0, 1.0]))))
     g = fa.grad(lambda z: losses.cross_entropy(z, fnp.asarray([1], dtype=fnp.int32)))(fnp.asarray([[1000.0, 0.0]]))
     assert np.all(np.isfinite(np.asarray(g)))
+
+
+def test_linear_on_3d_input_every_backend(device):
+    """Regression: on the kernel backends a matmul whose bias epilogue is reshaped (``Linear`` on
+    ``(B, T, D)``, which multiplies ``(B*T, D)`` and reshapes back) read its own never-written output
+    buffer, because the reshape's index expression was not recognised as the matmul's element."""
+    r = np.random.RandomState(5)
+    x = r.randn(4, 16, 16).astype(np.float32)
+    lin = nn.Linear(16, 64, key=fa.random.key(0)).replace(bias=fnp.asarray(r.randn(64).astype(np.float32)))
+    ref = x @ _np(lin.weight).T + _np(lin.bias)
+    f = fa.jit(lambda m, x: fnp.tanh(m(x)))
+    _close(f(fa.device_put(lin, device), fa.device_put(x, device)), np.tanh(ref), rtol=1e-5, atol=1e-5)

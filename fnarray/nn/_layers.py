@@ -96,8 +96,15 @@ class Linear(Module):
         fnp = _np()
         x = fnp.asarray(x)
         _check_last(x, self.in_features, "Linear")
+        lead = tuple(x.shape[:-1])
+        if len(lead) > 1:
+            # One 2-d product over all leading axes (not a batched one against a broadcast weight):
+            # the weight's gradient is then one product too, not a batch of them summed.
+            x = fnp.reshape(x, (-1, self.in_features))
         y = fnp.matmul(x, fnp.matrix_transpose(self.weight))
-        return y + self.bias if self.bias is not None else y
+        if self.bias is not None:
+            y = y + self.bias
+        return fnp.reshape(y, lead + (self.out_features,)) if len(lead) > 1 else y
 
 
 class Embedding(Module):
@@ -130,7 +137,10 @@ class Embedding(Module):
     def attend(self, x):
         """Logits against every embedding, ``x @ weight.T`` (a tied output layer): ``(..., d) -> (..., n)``."""
         fnp = _np()
-        return fnp.matmul(fnp.asarray(x), fnp.matrix_transpose(self.weight))
+        x = fnp.asarray(x)
+        lead = tuple(x.shape[:-1])
+        y = fnp.matmul(fnp.reshape(x, (-1, x.shape[-1])), fnp.matrix_transpose(self.weight))
+        return fnp.reshape(y, lead + (self.num_embeddings,))
 
 
 def _norm_shape(shape, what):

@@ -385,6 +385,16 @@ class _Group(abc.ABC):
             ridx = idx
             if not isinstance(idx, Flat) and r.aval.shape != self.shape:  # same size, other shape
                 ridx = unravel(linearize(idx, self.shape), r.aval.shape)
+                # A reshape on the way back maps ridx to an index expression of the group's shape that
+                # the index algebra need not simplify to idx: seed the group's products (the matmul's
+                # accumulator, a reduction's result) at that expression too, or the reshape would read
+                # them from a buffer that is never written when they are not needed outside.
+                back = unravel(linearize(ridx, r.aval.shape), self.shape)
+                for p in self.products:
+                    if p.aval.shape == self.shape:
+                        known = em.known(p, idx)
+                        if known is not None:
+                            em.seed(p, back, known)
             v = em.val(r, ridx)
             em.seed(r, ridx, v)
             if r in self.ctx.needed:
