@@ -447,3 +447,22 @@ def test_linear_on_3d_input_every_backend(device):
     ref = x @ _np(lin.weight).T + _np(lin.bias)
     f = fa.jit(lambda m, x: fnp.tanh(m(x)))
     _close(f(fa.device_put(lin, device), fa.device_put(x, device)), np.tanh(ref), rtol=1e-5, atol=1e-5)
+
+
+def test_scatter_with_fused_operands_fits_the_buffer_limit(device):
+    """Regression: a scatter-add (an embedding's gradient) inlined the producers of its indices and of
+    its updates together, 10 storage buffers on webgpu where a shader stage may bind 8."""
+    r = np.random.RandomState(6)
+    n = 7
+    x = r.randn(n, 3).astype(np.float32)
+    i0, i1, i2 = (r.randint(0, n, 20).astype(np.int32) for _ in range(3))
+    us = [r.randn(20, 3).astype(np.float32) for _ in range(6)]
+
+    def f(x, i0, i1, i2, *u):
+        idx = (i0 + i1 * 2 + i2 * 3) % n
+        return x.at[idx].add(u[0] * u[1] + u[2] * u[3] - u[4] * u[5])
+
+    want = x.copy()
+    np.add.at(want, (i0 + i1 * 2 + i2 * 3) % n, us[0] * us[1] + us[2] * us[3] - us[4] * us[5])
+    args = [fa.device_put(a, device) for a in [x, i0, i1, i2, *us]]
+    _close(fa.jit(f)(*args), want, rtol=1e-5, atol=1e-5)

@@ -1335,6 +1335,16 @@ def _materialize(ctx):
 
     for e in prog.eqns:
         if e.primitive not in INJECTIVE:
+            # A kernel of its own (scatter, reduction, sort, matmul) inlines the producers of all its
+            # operands at once: their buffers together, plus its outputs, must fit the limit too.
+            while limit is not None:
+                lv = frozenset().union(*(leaves_of(a) for a in e.inputs)) if e.inputs else frozenset()
+                if len(lv) + len(e.outputs) + 1 <= limit:
+                    break
+                inner = [a for a in e.inputs if isinstance(a, Var) and not ctx.in_buffer(a)]
+                if not inner:
+                    break
+                M.add(max(inner, key=lambda a: len(leaves_of(a))))
             continue
         v = e.outputs[0]
         own = _EXPENSIVE_COST if e.primitive in _EXPENSIVE else (0 if e.primitive in _FREE else 1)
