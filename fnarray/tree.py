@@ -12,17 +12,15 @@ from fnarray import tree_util as _tu
 __all__ = ["all", "flatten", "flatten_with_path", "leaves", "leaves_with_path", "map", "map_with_path", "reduce",
            "structure", "transpose", "unflatten"]
 
-# Assigned, not defined with `def`, so the module does not shadow builtins in its own body.
-globals().update({
-    "all": _tu.tree_all,
-    "flatten": _tu.tree_flatten,
-    "flatten_with_path": _tu.tree_flatten_with_path,
-    "leaves": _tu.tree_leaves,
-    "leaves_with_path": _tu.tree_leaves_with_path,
-    "map": _tu.tree_map,
-    "map_with_path": _tu.tree_map_with_path,
-    "reduce": _tu.tree_reduce,
-    "structure": _tu.tree_structure,
-    "transpose": _tu.tree_transpose,
-    "unflatten": _tu.tree_unflatten,
-})
+# Plain assignments (no `def`): one implementation per function, the one in tree_util.
+all = _tu.tree_all  # noqa: A001 (jax.tree.all)
+flatten = _tu.tree_flatten
+flatten_with_path = _tu.tree_flatten_with_path
+leaves = _tu.tree_leaves
+leaves_with_path = _tu.tree_leaves_with_path
+map = _tu.tree_map  # noqa: A001 (jax.tree.map)
+map_with_path = _tu.tree_map_with_path
+reduce = _tu.tree_reduce
+structure = _tu.tree_structure
+transpose = _tu.tree_transpose
+unflatten = _tu.tree_unflatten

@@ -295,7 +295,7 @@ def combine(*trees, is_leaf: Callable[[Any], bool] | None = None):
     leaf_pred = _is_none if is_leaf is None else (lambda x: x is None or is_leaf(x))
     flat = [optree.tree_flatten(t, is_leaf=leaf_pred, **_KW) for t in trees]
     treedef = flat[0][1]
-    for leaves, td in flat[1:]:
+    for _, td in flat[1:]:
         if td != treedef:
             raise ValueError(f"combine: the trees have different structures: {treedef} and {td}")
     out = []

@@ -134,7 +134,8 @@ def test_make_jaxpr_and_jacobian():
     g_fa = lambda x: fnp.stack([fnp.sum(x ** 2), fnp.prod(x)])
     g_jax = lambda x: jnp.stack([jnp.sum(x ** 2), jnp.prod(x)])
     _same(fa.jacobian(g_fa)(X[1]), jax.jacobian(g_jax)(X[1]))
-    _same(fa.jacobian(lambda x, y: x * y, argnums=1)(X[1], X[2]), jax.jacobian(lambda x, y: x * y, argnums=1)(X[1], X[2]))
+    _same(fa.jacobian(lambda x, y: x * y, argnums=1)(X[1], X[2]),
+          jax.jacobian(lambda x, y: x * y, argnums=1)(X[1], X[2]))
 
 
 # ----------------------------------------------------------------------------- fa.tree and paths
