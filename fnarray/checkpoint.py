@@ -270,6 +270,8 @@ def save(path, tree) -> None:
         NumPy arrays or Python scalars, of any dtype (bool, int8..uint64, float16, bfloat16,
         float32/64, complex64/128; complex and other dtypes safetensors lacks are stored as a
         view and restored at load).
+    Returns:
+      ``None``; the file at ``path`` holds the tree.
     Raises:
       TypeError: a leaf that is not an array (or a traced one); a dict key that is not str/int.
       ValueError: two leaves whose dotted names collide (``{"a.b": x}`` beside ``{"a": {"b": y}}``).

@@ -282,9 +282,14 @@ tracing.set_eager_apply(eager_apply)
 
 
 def block_until_ready(x):
-    """Wait until every array in the pytree ``x`` is computed (``jax.block_until_ready``); returns ``x``.
+    """Wait until every array in the pytree ``x`` is computed (``jax.block_until_ready``).
 
-    Leaves that are not fnarray arrays (NumPy values, scalars, tracers) are passed over.
+    Args:
+      x: any pytree; leaves that are not fnarray arrays (NumPy values, scalars, tracers) are passed over.
+    Returns:
+      ``x`` itself.
+    Raises:
+      RuntimeError: a leaf was donated (deleted) before.
     """
     import optree
     for leaf in optree.tree_leaves(x, none_is_leaf=False, namespace="fnarray"):
@@ -296,9 +301,13 @@ def block_until_ready(x):
 def device_get(x):
     """The pytree ``x`` with every fnarray array copied to a NumPy array on the host (``jax.device_get``).
 
-    Returns: the same structure; ``Array`` leaves become read-only ``numpy.ndarray`` of the same
-    shape and dtype (bfloat16 as ``ml_dtypes.bfloat16``); other leaves are returned as they are.
-    Raises: ``ConcretizationError`` for a traced leaf (inside ``jit``/``grad``/``vmap``).
+    Args:
+      x: any pytree.
+    Returns:
+      the same structure; ``Array`` leaves become read-only ``numpy.ndarray`` of the same shape and
+      dtype (bfloat16 as ``ml_dtypes.bfloat16``); other leaves are returned as they are.
+    Raises:
+      ConcretizationError: a traced leaf (inside ``jit``/``grad``/``vmap``).
     """
     import optree
 

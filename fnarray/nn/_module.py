@@ -40,7 +40,10 @@ def field(*, static: bool | None = None, **kwargs):
         child even if it is a Python number; ``None`` (the default) decides by the value: arrays,
         Modules and containers of arrays are children, everything else is static.
       kwargs: passed to ``dataclasses.field`` (``default``, ``default_factory``, ``repr``...).
-    Returns: a ``dataclasses.Field``.
+    Returns:
+      a ``dataclasses.Field`` carrying ``metadata["static"]``.
+    Raises:
+      TypeError: an argument ``dataclasses.field`` does not take.
     """
     metadata = dict(kwargs.pop("metadata", None) or {})
     if static is not None:
@@ -49,7 +52,15 @@ def field(*, static: bool | None = None, **kwargs):
 
 
 def static_field(**kwargs):
-    """``field(static=True, ...)`` (Equinox's spelling)."""
+    """``field(static=True, ...)`` (Equinox's spelling).
+
+    Args:
+      kwargs: passed to ``dataclasses.field``.
+    Returns:
+      a ``dataclasses.Field`` that is always static (part of the tree structure, never a leaf).
+    Raises:
+      TypeError: an argument ``dataclasses.field`` does not take.
+    """
     return field(static=True, **kwargs)
 
 
