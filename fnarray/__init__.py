@@ -27,7 +27,8 @@ from fnarray.transforms.ad import (checkpoint, custom_jvp, custom_vjp, grad, hes
 from fnarray.transforms.batching import vmap  # noqa: E402
 from fnarray.transforms.control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402
 from fnarray import lax  # noqa: E402,F401  (fnarray.lax: core/lax.py's wrappers plus control flow)
-from fnarray.checkpoint import load, save  # noqa: E402
+# (fa.checkpoint is remat's JAX name: the checkpoint files' module is fnarray.serialization)
+from fnarray.serialization import CheckpointError, load, save  # noqa: E402
 
 make_jaxpr = make_ir  # JAX's name for the program printer
 jacobian = jacrev     # JAX's name (jax.jacobian is jacrev)
@@ -58,5 +59,5 @@ __all__ = [
     "grad", "value_and_grad", "jvp", "vjp", "linearize", "jacfwd", "jacrev", "hessian", "custom_jvp",
     "custom_vjp", "checkpoint", "remat", "stop_gradient", "vmap", "cond", "switch", "while_loop",
     "fori_loop", "scan", "ContractionShapeError", "tree", "block_until_ready", "device_get", "make_jaxpr",
-    "jacobian", "save", "load",
+    "jacobian", "save", "load", "CheckpointError",
 ] + list(_LAZY)

@@ -21,7 +21,7 @@ import pytest
 
 import fnarray as fa
 import fnarray.numpy as fnp
-from fnarray.checkpoint import CheckpointError
+from fnarray.serialization import CheckpointError
 
 safetensors = pytest.importorskip("safetensors", reason="checkpoints need safetensors (pip install safetensors)")
 
@@ -274,3 +274,9 @@ def test_metadata_layout(tmp_path):
     assert json.loads(meta["fnarray.tree"]) == {"dict": [["z", {"leaf": "z"}]]}
     assert json.loads(meta["fnarray.leaves"])["z"]["dtype"] == "complex64"
     assert header["z"]["dtype"] == "F32" and header["z"]["shape"] == [1, 2]   # complex stored as pairs
+
+
+def test_checkpoint_names_do_not_shadow_remat():
+    """``fa.checkpoint`` stays remat (JAX's name); the checkpoint files live in ``fnarray.serialization``."""
+    from fnarray.transforms.ad import checkpoint
+    assert fa.checkpoint is checkpoint and fa.CheckpointError is CheckpointError
