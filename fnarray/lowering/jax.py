@@ -196,9 +196,35 @@ RULES[P.reduce_sum] = lambda x, *, axes: lax.reduce_sum(x, axes) if x.dtype not 
     dtypes.float16, dtypes.bfloat16) else lax.convert_element_type(
     lax.reduce_sum(lax.convert_element_type(x, np.float32), axes), x.dtype)
 RULES[P.reduce_prod] = lambda x, *, axes: lax.reduce_prod(x, axes)
-RULES[P.reduce_max] = lambda x, *, axes: lax.reduce_max(x, axes) if x.dtype != np.bool_ else lax.reduce_or(x, axes)
-RULES[P.reduce_min] = lambda x, *, axes: lax.reduce_min(x, axes) if x.dtype != np.bool_ else lax.reduce_and(
-    x, axes)
+
+
+def _nan_first_max(a, b):
+    return lax.select(lax.ne(a, a) | lax.gt(a, b), a, b)
+
+
+def _nan_first_min(a, b):
+    return lax.select(lax.ne(a, a) | lax.lt(a, b), a, b)
+
+
+def _reduce_extreme(plain, nan_first, bool_reduce, identity):
+    """max/min reductions that propagate NaN (DESIGN.md "Edge cases").
+
+    XLA's CPU reduce_max/reduce_min lose a NaN in arrays longer than ~2048 elements (its
+    vectorized loop uses maxps/minps, which return the second operand on NaN), so float
+    reductions use a comparator that keeps a NaN operand: measured ~1.7x the plain
+    reduction on 10M float32 elements, where an extra isnan any-reduction cost ~4.5x.
+    """
+    def f(x, *, axes):
+        if x.dtype == np.bool_:
+            return bool_reduce(x, axes)
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            return plain(x, axes)
+        return lax.reduce(x, np.array(identity, x.dtype), nan_first, axes)
+    return f
+
+
+RULES[P.reduce_max] = _reduce_extreme(lax.reduce_max, _nan_first_max, lax.reduce_or, -np.inf)
+RULES[P.reduce_min] = _reduce_extreme(lax.reduce_min, _nan_first_min, lax.reduce_and, np.inf)
 RULES[P.reduce_and] = lambda x, *, axes: lax.reduce_and(x, axes)
 RULES[P.reduce_or] = lambda x, *, axes: lax.reduce_or(x, axes)
 RULES[P.argmax] = lambda x, *, axes, index_dtype: lax.argmax(x, axes[0], index_dtype)
