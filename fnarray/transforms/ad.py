@@ -893,6 +893,28 @@ def _trace_flat(fun, args, kwargs=None):
     return prog, consts, in_tree, store[0], flat
 
 
+def _check_rule_avals(rule, what, expected, got):
+    """Raise naming ``rule`` when a custom rule's outputs differ in shape or dtype from ``expected``
+    (as JAX checks custom_jvp tangents and custom_vjp cotangents). Python scalars stand for any
+    inexact dtype (they are weak); ``None`` and symbolic zeros are accepted."""
+    name = getattr(rule, "__name__", repr(rule))
+    for i, (want, x) in enumerate(zip(expected, got, strict=True)):
+        if x is None or isinstance(x, Zero):
+            continue
+        if isinstance(x, np.ndarray) and x.dtype == dtypes.float0:
+            have = ShapedArray(x.shape, dtypes.float0)
+        else:
+            have = _aval(x)
+        same_dtype = have.dtype == want.dtype or (have.weak_type and is_scalar(x) and dtypes.is_inexact(want.dtype))
+        if want.dtype == dtypes.float0:
+            same_dtype = have.dtype == dtypes.float0 or not dtypes.is_inexact(have.dtype) or is_scalar(x)
+        if have.shape != want.shape or not same_dtype:
+            raise TypeError(f"custom rule {name} returned {what} {i} of type {have.dtype.name}{list(have.shape)}, "
+                            f"expected {want.dtype.name}{list(want.shape)} (the shape and dtype of the "
+                            f"corresponding {'input' if what == 'cotangent' else 'primal output'})"
+                            "; fix the rule so that its outputs match")
+
+
 def _split_nondiff(args, nondiff_argnums):
     """``(static, dyn, rebuild)``: the arguments at ``nondiff_argnums``, the others, and a function
     putting a new list of the others back among the static ones in their original positions."""
@@ -969,12 +991,19 @@ class custom_jvp:
             if o_tree != out_tree or t_tree != out_tree:
                 raise TypeError(f"custom_jvp rule must return (primal_out, tangent_out) of the function's output "
                                 f"structure {out_tree}; got {o_tree} and {t_tree}")
+            _check_jvp_rule_outputs(user_jvp, prog, o_flat, t_flat)
             return o_flat, t_flat
 
         jvp_flat.__name__ = getattr(user_jvp, "__name__", "jvp")
         outs = P.custom_jvp_call.bind(*consts, *flat, call_program=consts_as_inputs(prog), jvp=jvp_flat,
                                       num_consts=n_consts, symbolic_zeros=False)
         return tree_util.tree_unflatten(out_tree, outs)
+
+
+def _check_jvp_rule_outputs(rule, prog, o_flat, t_flat):
+    out_avals = [v.aval for v in prog.outvars]
+    _check_rule_avals(rule, "primal output", [ShapedArray(a.shape, a.dtype) for a in out_avals], o_flat)
+    _check_rule_avals(rule, "tangent output", [tangent_aval(a) for a in out_avals], t_flat)
 
 
 def _rule_with_constant_closure(rule, args, mains, out_tree):
@@ -1023,6 +1052,7 @@ class custom_vjp:
 
         prog, consts, in_tree, out_tree, flat = _trace_flat(lambda *d: self.fun(*rebuild(d)), dyn)
         fwd, bwd, n_consts = self.fwd, self.bwd, len(consts)
+        ct_avals = [tangent_aval(_aval(x)) for x in flat]
 
         def fwd_flat(primals):
             out, res = fwd(*rebuild(tree_util.tree_unflatten(in_tree, list(primals[n_consts:]))))
@@ -1041,7 +1071,8 @@ class custom_vjp:
                 raise TypeError(f"custom_vjp bwd must return a tuple of {len(dyn)} cotangents (one per "
                                 f"differentiable argument), got {type(cts).__name__}"
                                 f"{'' if not isinstance(cts, (tuple, list)) else f' of length {len(cts)}'}")
-            c_flat, c_tree = tree_util.tree_flatten(tuple(cts), is_leaf=lambda x: x is None)
+            c_flat = _bwd_cotangents(bwd, dyn, cts)
+            _check_rule_avals(bwd, "cotangent", ct_avals, c_flat)
             return c_flat
 
         fwd_flat.__name__ = getattr(fwd, "__name__", "fwd")
@@ -1049,6 +1080,23 @@ class custom_vjp:
         outs = P.custom_vjp_call.bind(*consts, *flat, call_program=consts_as_inputs(prog), fwd=fwd_flat,
                                       bwd=bwd_flat, num_consts=n_consts, in_tree=in_tree)
         return tree_util.tree_unflatten(out_tree, outs)
+
+
+def _bwd_cotangents(bwd, args, cts):
+    """The flat cotangents of ``bwd``'s result, one per leaf of ``args`` (``None`` for a whole argument
+    stands for zeros of every leaf, as in JAX); a structure that differs from the argument's raises."""
+    out = []
+    for i, (a, c) in enumerate(zip(args, cts, strict=True)):
+        a_leaves, a_tree = tree_util.tree_flatten(a)
+        if c is None:
+            out.extend([None] * len(a_leaves))
+            continue
+        c_leaves, c_tree = tree_util.tree_flatten(c, is_leaf=lambda x: x is None)
+        if c_tree != a_tree and len(c_leaves) != len(a_leaves):
+            raise TypeError(f"custom_vjp bwd {getattr(bwd, '__name__', 'bwd')} returned a cotangent for argument "
+                            f"{i} with structure {c_tree}, expected the argument's structure {a_tree}")
+        out.extend(c_leaves)
+    return out
 
 
 def _custom_vjp_call_jvp(primals, tangents, *, call_program, fwd, bwd, num_consts, in_tree):
