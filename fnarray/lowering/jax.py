@@ -61,6 +61,7 @@ for _p, _f in [(P.neg, lax.neg), (P.sign, lax.sign), (P.floor, lax.floor), (P.ce
                (P.imag, lax.imag), (P.conj, lax.conj), (P.population_count, lax.population_count)]:
     _direct(_p, _f)
 
+RULES[P.abs_p] = lambda x: x if jnp.issubdtype(x.dtype, jnp.unsignedinteger) else lax.abs(x)
 RULES[P.round_p] = lambda x: lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN)
 RULES[P.stop_gradient] = lambda x: x
 RULES[P.copy_p] = lambda x: x
@@ -173,13 +174,19 @@ def _gather(x, indices, *, axes):
     return _moved(x, axes)[idx]
 
 
+# Booleans add as logical or and multiply as logical and (NumPy's bool arithmetic); jnp's .at[].add
+# rejects bool, so those scatters use max and min, which are or and and on booleans.
+_BOOL_SCATTER = {"add": "max", "multiply": "min"}
+
+
 def _scatter(method):
     def f(x, indices, updates, *, axes):
         if indices.size == 0 or any(x.shape[a] == 0 for a in axes):
             return x
+        m = _BOOL_SCATTER.get(method, method) if x.dtype == np.bool_ else method
         # Negative indices are out of bounds (dropped), not counted from the end as jnp's would be.
         idx = tuple(jnp.where(indices[..., k] < 0, x.shape[a], indices[..., k]) for k, a in enumerate(axes))
-        out = getattr(_moved(x, axes).at[idx], method)(updates, mode="drop")
+        out = getattr(_moved(x, axes).at[idx], m)(updates, mode="drop")
         return jnp.moveaxis(out, tuple(range(len(axes))), axes)
     return f
 
@@ -231,8 +238,18 @@ RULES[P.argmax] = lambda x, *, axes, index_dtype: lax.argmax(x, axes[0], index_d
 RULES[P.argmin] = lambda x, *, axes, index_dtype: lax.argmin(x, axes[0], index_dtype)
 RULES[P.cumsum] = lambda x, *, axis, reverse=False: lax.cumsum(x, axis, reverse)
 RULES[P.cumprod] = lambda x, *, axis, reverse=False: lax.cumprod(x, axis, reverse)
-RULES[P.cummax] = lambda x, *, axis, reverse=False: lax.cummax(x, axis, reverse)
-RULES[P.cummin] = lambda x, *, axis, reverse=False: lax.cummin(x, axis, reverse)
+
+
+def _cum_extreme(fn):
+    def f(x, *, axis, reverse=False):
+        if x.dtype == np.bool_:  # lax.cummax/cummin take numbers only; on booleans they are or/and
+            return fn(x.astype(np.uint8), axis, reverse).astype(np.bool_)
+        return fn(x, axis, reverse)
+    return f
+
+
+RULES[P.cummax] = _cum_extreme(lax.cummax)
+RULES[P.cummin] = _cum_extreme(lax.cummin)
 RULES[P.cumlogsumexp] = lambda x, *, axis, reverse=False: lax.cumlogsumexp(x, axis, reverse)
 
 
