@@ -1241,11 +1241,30 @@ def _remat_partial_eval(trace, tracers, *, program, prevent_cse=True):
 
 
 def _remat_transpose(cts, *args, program, prevent_cse=True):
+    # The staged program is the whole JVP (primal and tangent equations together, loops with primal
+    # and tangent carries in one scan), so it is not linear as a whole: split it by the linear inputs
+    # first, then the backward pass reruns the known (primal) part from the saved inputs and transposes
+    # only the linear part. Transposing the mixed program directly failed on every loop
+    # ("mul is linear in one operand at a time", "select_n is not linear in its selector").
     linear = [isinstance(a, UndefinedPrimal) for a in args]
-    tprog = transpose_program(program, linear)
+    kprog, uprog, out_unknowns, num_res, kconsts = partial_eval_program(program, linear)
+    n_known = sum(1 for u in out_unknowns if not u)
+    n_lin = sum(linear)
+    tuprog = transpose_program(uprog, [False] * num_res + [True] * n_lin)
     nonlin = [a for a in args if not isinstance(a, UndefinedPrimal)]
-    cts = [instantiate_zeros(c) for c in cts]
-    outs = iter(P.remat.bind(*nonlin, *cts, program=tprog, prevent_cse=prevent_cse))
+    u_cts = [instantiate_zeros(c) if c is not None else zeros_like_aval(v.aval.strip_weak())
+             for c, v, u in zip(cts, program.outvars, out_unknowns, strict=True) if u]
+    nonlin_avals = [_aval(a) for a in nonlin]
+    ct_avals = [_aval(c) for c in u_cts]
+
+    def backward(*xs):
+        known_in, cts_in = list(xs[:len(nonlin)]), list(xs[len(nonlin):])
+        res = eval_program(kprog, [], list(kconsts) + known_in)[n_known:]
+        return eval_program(tuprog, [], list(res) + cts_in)
+
+    bprog, bconsts = trace_to_program(backward, nonlin_avals + ct_avals)
+    outs = iter(P.remat.bind(*bconsts, *nonlin, *u_cts, program=consts_as_inputs(bprog),
+                             prevent_cse=prevent_cse))
     return [next(outs) if l else None for l in linear]
 
 
