@@ -31,7 +31,7 @@ from fnarray.core.interpreter import eval_program, literal_value
 from fnarray.core.ir import Eqn, Literal, Program, Var
 from fnarray.core.passes import consts_as_inputs, dce
 from fnarray.core.shaped import ShapedArray
-from fnarray.core.tracing import Trace, Tracer, is_scalar, new_main
+from fnarray.core.tracing import Trace, Tracer, find_top_trace, is_scalar, new_main
 from fnarray.transforms import ad_rules  # noqa: F401  (fills the rule tables)
 from fnarray.transforms.ad_tables import (UndefinedPrimal, Zero, add_tangents, instantiate_zeros,
                                           partial_eval_rules, primitive_jvps, primitive_transposes,
@@ -966,6 +966,9 @@ class custom_jvp:
             raise TypeError(f"custom_jvp function {getattr(self.fun, '__name__', '')} has no JVP rule: define one "
                             "with @f.defjvp before calling it")
         static, dyn, rebuild = _split_nondiff(args, self.nondiff_argnums)
+        direct = self._call_directly(args, static, dyn, rebuild)
+        if direct is not None:
+            return direct[0]
 
         def f(*d):
             return self.fun(*rebuild(d))
@@ -999,11 +1002,64 @@ class custom_jvp:
                                       num_consts=n_consts, symbolic_zeros=False)
         return tree_util.tree_unflatten(out_tree, outs)
 
+    def _call_directly(self, args, static, dyn, rebuild):
+        """``(result,)`` computed without tracing ``fun``, as JAX does, or ``None`` for the staged path.
+
+        With concrete arguments and no transformation, ``fun`` itself runs (once, on concrete values, so
+        Python control flow on them works). When the innermost transformation is a JVP, only the rule
+        runs, on the primals (concrete under ``grad``/``jvp`` outside ``jit``). A result that still holds
+        a tracer of that level (``fun`` or the rule closes over a value being transformed) falls back
+        to the staged path, which treats closed-over values as constants.
+        """
+        flat, _ = tree_util.tree_flatten(tuple(dyn))
+        top = find_top_trace(flat)
+        if top.main.level == 0:
+            out = self.fun(*args)
+            if not any(isinstance(o, Tracer) for o in tree_util.tree_leaves(out)):
+                return (out,)
+            return None
+        in_tree = tree_util.tree_structure(tuple(dyn))
+        if isinstance(top, PartialEvalTrace):
+            # Known values of a partial evaluation (the primal side of grad) are computed one level down.
+            tracers = [top.full_raise(a) for a in flat]
+            if not all(t.is_known for t in tracers):
+                return None
+            out = self(*rebuild(tree_util.tree_unflatten(in_tree, [t.value for t in tracers])))
+            return (tree_util.tree_map(top.known, out),)
+        if not isinstance(top, JVPTrace):
+            return None
+        tracers = [top.full_raise(a) for a in flat]
+        ps = tree_util.tree_unflatten(in_tree, [t.primal for t in tracers])
+        ts = tree_util.tree_unflatten(in_tree, [instantiate_zeros(t.tangent) for t in tracers])
+        out, t_out = self.jvp(*static, tuple(ps), tuple(ts)) if static else self.jvp(tuple(ps), tuple(ts))
+        o_flat, o_tree = tree_util.tree_flatten(out)
+        t_flat, t_tree = tree_util.tree_flatten(t_out)
+        if any(isinstance(x, JVPTracer) and x._trace.main is top.main for x in o_flat + t_flat):
+            return None
+        if t_tree != o_tree:
+            raise TypeError(f"custom_jvp rule {getattr(self.jvp, '__name__', 'jvp')} must return (primal_out, "
+                            f"tangent_out) of one structure; got {o_tree} and {t_tree}")
+        o_avals = [_aval(o) for o in o_flat]
+        _check_rule_avals(self.jvp, "tangent output", [tangent_aval(a.strip_weak()) for a in o_avals], t_flat)
+        outs = [JVPTracer(top, o, _rule_tangent(t, a)) for o, t, a in zip(o_flat, t_flat, o_avals, strict=True)]
+        return (tree_util.tree_unflatten(o_tree, outs),)
+
 
 def _check_jvp_rule_outputs(rule, prog, o_flat, t_flat):
     out_avals = [v.aval for v in prog.outvars]
     _check_rule_avals(rule, "primal output", [ShapedArray(a.shape, a.dtype) for a in out_avals], o_flat)
     _check_rule_avals(rule, "tangent output", [tangent_aval(a) for a in out_avals], t_flat)
+
+
+
+def _rule_tangent(t, aval):
+    """A custom rule's tangent for a primal of ``aval``: symbolic zero for integer primals, scalars cast."""
+    want = tangent_aval(aval)
+    if want.dtype == dtypes.float0 or t is None:
+        return Zero(want)
+    if is_scalar(t) or isinstance(t, np.ndarray):
+        return lax.convert_element_type(np.asarray(t, want.dtype) if is_scalar(t) else t, want.dtype)
+    return t
 
 
 def _rule_with_constant_closure(rule, args, mains, out_tree):
