@@ -454,3 +454,13 @@ def test_custom_jvp_without_control_flow_is_called_as_often_as_in_jax(device):
         else:
             fa.vmap(fa.grad(f))(x), jax.vmap(jax.grad(fj))(xj)
         assert c == cj, what
+
+
+@pytest.mark.parametrize("dt", ["uint8", "uint16", "uint32", "int8", "int32"])
+def test_bitwise_reductions_of_every_integer_dtype_match_numpy0(device, dt):
+    # the kernel backends' identity of reduce_and was a literal -1, which overflows unsigned types
+    a = np.array([[7, 3, 12], [5, 5, 1]]).astype(dt)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        for f in (lambda v: lax.reduce_and(v, (1,)), lambda v: lax.reduce_or(v, (0, 1))):
+            np.testing.assert_array_equal(_on(device, f, a), _on(NUMPY, f, a))
