@@ -184,7 +184,7 @@ def device_put(x, device=None):
             return array_from_numpy(np.asarray(leaf, d), target, weak_type=w, committed=dev is not None)
         return array_from_numpy(leaf, target, committed=dev is not None)
 
-    return optree.tree_map(put, x, none_is_leaf=False)
+    return optree.tree_map(put, x, none_is_leaf=False, namespace="fnarray")
 
 
 def _transfer(buf, src: Device, dst: Device):
@@ -279,3 +279,45 @@ def eager_apply(primitive, args, params):
 
 
 tracing.set_eager_apply(eager_apply)
+
+
+def block_until_ready(x):
+    """Wait until every array in the pytree ``x`` is computed (``jax.block_until_ready``).
+
+    Args:
+      x: any pytree; leaves that are not fnarray arrays (NumPy values, scalars, tracers) are passed over.
+    Returns:
+      ``x`` itself.
+    Raises:
+      RuntimeError: a leaf was donated (deleted) before.
+    """
+    import optree
+    for leaf in optree.tree_leaves(x, none_is_leaf=False, namespace="fnarray"):
+        if isinstance(leaf, ArrayImpl):
+            leaf.block_until_ready()
+    return x
+
+
+def device_get(x):
+    """The pytree ``x`` with every fnarray array copied to a NumPy array on the host (``jax.device_get``).
+
+    Args:
+      x: any pytree.
+    Returns:
+      the same structure; ``Array`` leaves become read-only ``numpy.ndarray`` of the same shape and
+      dtype (bfloat16 as ``ml_dtypes.bfloat16``); other leaves are returned as they are.
+    Raises:
+      ConcretizationError: a traced leaf (inside ``jit``/``grad``/``vmap``).
+    """
+    import optree
+
+    def get(leaf):
+        if isinstance(leaf, tracing.Tracer):
+            from fnarray.core.errors import ConcretizationError
+            raise ConcretizationError("device_get needs concrete arrays; it was given a traced value "
+                                      "(call it outside jit/grad/vmap)")
+        if isinstance(leaf, ArrayImpl):
+            return np.asarray(leaf)
+        return leaf
+
+    return optree.tree_map(get, x, none_is_leaf=False, namespace="fnarray")
