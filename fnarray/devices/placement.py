@@ -16,6 +16,7 @@ import sys
 import numpy as np
 
 from fnarray.core import dtypes, tracing
+from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.shaped import ShapedArray
@@ -78,7 +79,9 @@ def default_device() -> Device:
     if config.default_device is not None:
         return parse_device(config.default_device)
     if not _default:
-        _default.append(_accelerator_default() or get_backend("numpy").devices()[0])
+        d = _accelerator_default() or get_backend("numpy").devices()[0]
+        if not _default:  # another thread may have chosen meanwhile (the same device): keep one
+            _default.append(d)
     return _default[0]
 
 
@@ -170,22 +173,34 @@ def placement_device(arrays, where: str) -> Device:
 
 # ------------------------------------------------------------------------------- eager
 
-_eager_cache: dict = {}
+def _eager_cache_size() -> int:
+    return config.eager_cache_size
+
+
+# (primitive, params, input types, device, fallback mode) -> (executable, output types); an LRU of
+# fnarray.config.eager_cache_size entries. Lookups take no lock; a miss compiles outside the lock and
+# the first insert wins, so threads share one executable.
+_eager_cache = LRUCache(_eager_cache_size)
+_eager_d = _eager_cache._d
 
 
 def _eager_executable(primitive, params, avals, device):
     key = (primitive, params, avals, device, config.fallback)  # the fallback mode changes what compiles
-    hit = _eager_cache.get(key)
+    hit = _eager_d.get(key)
     if hit is None:
         from fnarray.devices.partition import compile_eqn
         out = primitive.abstract_eval(*avals, **params)
         out_avals = tuple(out) if primitive.multiple_results else (out,)
-        hit = (compile_eqn(primitive, params, avals, out_avals, device), out_avals)
-        _eager_cache[key] = hit
+        hit = _eager_cache.put(key, (compile_eqn(primitive, params, avals, out_avals, device), out_avals))
+    else:
+        try:
+            _eager_d.move_to_end(key)
+        except KeyError:  # evicted by another thread meanwhile: still valid for this call
+            pass
     return hit
 
 
-_SCALAR_AVALS: dict = {}
+_SCALAR_AVALS: dict = {}  # a few entries: one per Python scalar type and NumPy scalar dtype
 
 
 def _scalar_aval(a):
