@@ -42,6 +42,11 @@ def _call(f, n, device):
     np.testing.assert_allclose(np.asarray(f(fa.device_put(x, device))), x * 2.0 + 1.0)
 
 
+def _order(f):
+    """The input shapes of ``f``'s executables, least recently used first."""
+    return [e.ckey[0][1][0].shape for e in f._compiled.values()]
+
+
 def test_jit_cache_is_an_lru_per_function(device, sizes):
     sizes.jit_cache_size = 3
     f, traces = _counting(device)
@@ -50,18 +55,18 @@ def test_jit_cache_is_an_lru_per_function(device, sizes):
     _call(f, 1, device)          # a hit: 1 becomes the most recently used
     _call(f, 4, device)          # evicts 2, the least recently used
     assert traces == [(1,), (2,), (3,)] + [(4,)]
-    assert len(f._compiled) == 3 and len(f._traces) == 3 and len(f._fast) <= 3
-    assert [k[0][1][0].shape for k in f._compiled.keys()] == [(3,), (1,), (4,)]
+    assert len(f._compiled) == 3 and len(f._traces) == 3 and len(f._fast) <= 3 and len(f._by_ckey) == 3
+    assert _order(f) == [(3,), (1,), (4,)]
     _call(f, 1, device)
     _call(f, 3, device)
     assert len(traces) == 4      # both still cached
-    assert [k[0][1][0].shape for k in f._compiled.keys()] == [(4,), (1,), (3,)]
+    assert _order(f) == [(4,), (1,), (3,)]
     _call(f, 2, device)          # evicted before: compiled again (traced again unless its trace survived)
-    assert [k[0][1][0].shape for k in f._compiled.keys()] == [(1,), (3,), (2,)]
+    assert _order(f) == [(1,), (3,), (2,)]
     assert len(traces) in (4, 5)
     for n in range(5, 12):
         _call(f, n, device)
-        assert len(f._compiled) <= 3 and len(f._traces) <= 3 and len(f._fast) <= 3
+        assert len(f._compiled) <= 3 and len(f._traces) <= 3 and len(f._fast) <= 3 and len(f._by_ckey) <= 3
     assert f.cache_info() == {"traces": 3, "executables": 3, "bound": 3}
 
 
@@ -74,7 +79,7 @@ def test_jit_global_cache_bounds_all_functions(device, sizes):
             _call(f, n, device)
             assert len(jit_mod._GLOBAL) <= 4
     live = sum(len(f._compiled) for f in fs)
-    assert live <= 4
+    assert live <= 4 and sum(len(f._by_ckey) for f in fs) <= 4 and sum(len(f._fast) for f in fs) <= 4
     assert jit_mod.jit_cache_info()["global"][1] == 4
     # the most recent ones survive; the oldest (fs[0]'s) were evicted from their function
     assert len(fs[2]._compiled) == 3 and len(fs[0]._compiled) == 0
@@ -208,3 +213,39 @@ def test_lru_cache_under_threads():
         th.join()
     assert not errors
     assert len(c) == 16
+
+
+def test_lru_cache_second_chance():
+    """A cache whose hits only mark the value evicts unmarked entries first (CLOCK)."""
+    marks = {}
+
+    def used(v):
+        u, marks[v] = marks.get(v, False), False
+        return u
+
+    c = LRUCache(3, second_chance=used)
+    for k in "abc":
+        c.put(k, k)
+    marks["a"] = True               # a hit on a
+    c.put("d", "d")                 # b goes (a had its second chance)
+    assert sorted(c.keys()) == ["a", "c", "d"]
+    c.put("e", "e")                 # a's mark was cleared: now c, the oldest unmarked... a or c
+    assert len(c) == 3 and "e" in c
+    marks.update(a=True, c=True, d=True, e=True)
+    c.put("f", "f")                 # every entry marked: one pass clears the marks, then one goes
+    assert len(c) == 3 and "f" in c
+
+
+def test_cache_size_zero_keeps_nothing(sizes):
+    sizes.jit_cache_size = 0
+    f, traces = _counting("numpy:0")
+    for _ in range(3):
+        _call(f, 2, "numpy:0")
+    assert len(traces) == 3  # traced every call
+    assert len(f._compiled) == len(f._by_ckey) == len(f._fast) == len(f._traces) == 0
+    sizes.jit_cache_size = 8
+    sizes.jit_global_cache_size = 0
+    g, _ = _counting("numpy:0")
+    _call(g, 2, "numpy:0")
+    _call(g, 2, "numpy:0")
+    assert len(g._compiled) == len(g._by_ckey) == len(g._fast) == 0

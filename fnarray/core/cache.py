@@ -26,15 +26,20 @@ class LRUCache:
       maxsize: a callable returning the bound (read at every insert, so a change of
         ``fnarray.config`` applies at the next insert), or an int.
       on_evict: called as ``on_evict(key, value)`` for every evicted entry, outside the lock.
+      second_chance: for caches whose hits do not call ``get`` (re-hashing a large key costs more
+        than the hit): ``second_chance(value)`` is asked before evicting an entry; when it returns
+        true (the value was used since it last came up, and the callable clears that mark) the entry
+        moves to the most recent end instead (the CLOCK approximation of LRU).
     """
 
-    __slots__ = ("_d", "_lock", "_maxsize", "_on_evict", "__weakref__")
+    __slots__ = ("_d", "_lock", "_maxsize", "_on_evict", "_second_chance", "__weakref__")
 
-    def __init__(self, maxsize, on_evict=None):
+    def __init__(self, maxsize, on_evict=None, second_chance=None):
         self._d: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.Lock()
         self._maxsize = maxsize if callable(maxsize) else (lambda n=int(maxsize): n)
         self._on_evict = on_evict
+        self._second_chance = second_chance
 
     @property
     def maxsize(self) -> int:
@@ -74,10 +79,10 @@ class LRUCache:
             if old is not None:
                 d.move_to_end(key)
                 return old
-            d[key] = value
             limit = max(0, self._maxsize())
-            while len(d) > limit:
-                evicted.append(d.popitem(last=False))
+            self._evict(d, limit - 1, evicted)  # first make room: the length never exceeds the bound
+            if limit:
+                d[key] = value
         if evicted and self._on_evict is not None:
             for k, v in evicted:
                 self._on_evict(k, v)
@@ -88,16 +93,26 @@ class LRUCache:
         evicted = []
         with self._lock:
             d = self._d
-            old = d.get(key)
-            d[key] = value
-            d.move_to_end(key)
+            old = d.pop(key, None)
             limit = max(0, self._maxsize())
-            while len(d) > limit:
-                evicted.append(d.popitem(last=False))
+            self._evict(d, limit - 1, evicted)
+            if limit:
+                d[key] = value
         if self._on_evict is not None:
             for k, v in evicted:
                 self._on_evict(k, v)
         del old  # a replaced value is dropped outside the lock (its finalizers may use other caches)
+
+    def _evict(self, d, limit, evicted):
+        """Pop least recently used entries into ``evicted`` until ``limit`` remain (lock held)."""
+        chances = len(d) if self._second_chance is not None else 0
+        while d and len(d) > limit:
+            k, v = d.popitem(last=False)
+            if chances > 0 and self._second_chance(v):
+                chances -= 1
+                d[k] = v
+                continue
+            evicted.append((k, v))
 
     def pop(self, key, default=None):
         """Remove ``key`` (no ``on_evict`` call); returns its value or ``default``."""
@@ -115,9 +130,7 @@ class LRUCache:
         evicted = []
         with self._lock:
             d = self._d
-            limit = max(0, self._maxsize())
-            while len(d) > limit:
-                evicted.append(d.popitem(last=False))
+            self._evict(d, max(0, self._maxsize()), evicted)
         if self._on_evict is not None:
             for k, v in evicted:
                 self._on_evict(k, v)

@@ -25,6 +25,7 @@ import collections
 import functools
 import inspect
 import itertools
+import threading
 import weakref
 
 import numpy as np
@@ -91,9 +92,16 @@ def _global_size() -> int:
 
 
 def _unfast(fast, ckey, ex):
-    """``_compiled`` evicted ``ex``: drop it from the fast table too (which holds a subset of it)."""
+    """Drop ``ex`` from the fast table (which holds a subset of the executables)."""
     if fast.get(ckey[0]) is ex:
         fast.pop(ckey[0], None)
+
+
+def _unindex(by_ckey, fast, gid, ex):
+    """The function's LRU evicted ``ex``: drop it from the lookup tables too."""
+    if by_ckey.get(ex.ckey) is ex:
+        by_ckey.pop(ex.ckey, None)
+    _unfast(fast, ex.ckey, ex)
 
 
 def _evict_from_owner(gid, ref):
@@ -108,6 +116,7 @@ def _evict_from_owner(gid, ref):
 
 # Executables of every jitted function, least recently used first: id -> weakref to the _Entry. Only weak
 # references, so an executable lives exactly as long as its function keeps it; a dead one is dropped.
+# The ids are ints (their hash costs nothing), so the call path's LRU touches stay cheap.
 _GLOBAL = LRUCache(_global_size, on_evict=_evict_from_owner)
 _GLOBAL_D = _GLOBAL._d          # the call path touches it directly (one GIL-atomic move_to_end)
 _GIDS = itertools.count()
@@ -125,7 +134,7 @@ def _register_global(ex) -> None:
             _GLOBAL.pop(_DEAD.popleft())
         except IndexError:
             break
-    gid = ex.gid = next(_GIDS)
+    gid = ex.gid
     _GLOBAL.put(gid, weakref.ref(ex, lambda _, gid=gid: _died(gid)))
 
 
@@ -163,9 +172,15 @@ class Jitted:
         self.device = parse_device(device) if device is not None else None
         # LRUs of config.jit_cache_size entries each, on this object so that they die with it.
         self._traces = LRUCache(_per_function_size)    # (treedef, avals, statics) -> _Entry (device-independent)
-        self._fast: dict = {}  # key -> an _Entry of _compiled, for calls on its device with the current config
-        self._compiled = LRUCache(_per_function_size, on_evict=functools.partial(_unfast, self._fast))
+        # Executables: looked up by (key, device, config) in _by_ckey, ordered by their int id in the LRU
+        # _compiled (evicting from it drops them from the lookup tables); _fast: key -> one of them, for
+        # calls on its device with the current config.
+        self._by_ckey: dict = {}
+        self._fast: dict = {}
+        self._compiled = LRUCache(_per_function_size,
+                                  on_evict=functools.partial(_unindex, self._by_ckey, self._fast))
         self._compiled_d = self._compiled._d           # the call path touches it directly (GIL-atomic)
+        self._lock = threading.Lock()                  # first insert wins (slow path only)
         self._last_tree = None      # the input structure of the last call without kwargs or statics
 
     def _check_argnums(self, static_argnums, static_argnames, donate_argnums, params):
@@ -275,7 +290,7 @@ class Jitted:
 
     def _executable(self, entry, key, device, donated=()):
         ckey = (key, device, config.lowering_key())
-        hit = self._compiled.get(ckey)
+        hit = self._by_ckey.get(ckey)
         if hit is None:
             # Compiled outside any lock (it may take long, and other threads go on); the first insert wins.
             hit = _Entry(entry.program, entry.consts, entry.out_tree)
@@ -283,20 +298,25 @@ class Jitted:
             n = len(entry.consts)
             hit.exe = compile_program(entry.program, device, donate=tuple(n + p for p in donated))
             hit.const_bufs = [_to(c, device) for c in entry.consts]
-            hit.owner, hit.ckey = weakref.ref(self), ckey
-            cached = self._compiled.put(ckey, hit)
+            hit.owner, hit.ckey, hit.gid = weakref.ref(self), ckey, next(_GIDS)
+            with self._lock:
+                cached = self._by_ckey.setdefault(ckey, hit)
             if cached is hit:
+                self._compiled.put(hit.gid, hit)  # may evict (and so unindex) the least recently used
                 _register_global(hit)
+                if hit.gid not in self._compiled_d or hit.gid not in _GLOBAL_D:  # a bound of 0: keep nothing
+                    self._compiled.pop(hit.gid)
+                    _unindex(self._by_ckey, self._fast, hit.gid, hit)
             hit = cached
         else:
+            self._compiled.touch(hit.gid)
             _GLOBAL.touch(hit.gid)
         return hit
 
     def _forget(self, ex):
         """Drop executable ``ex`` from this function's caches (the global LRU evicted it)."""
-        if self._compiled.peek(ex.ckey) is ex:
-            self._compiled.pop(ex.ckey)
-        _unfast(self._fast, ex.ckey, ex)
+        if self._compiled.pop(ex.gid) is not None:
+            _unindex(self._by_ckey, self._fast, ex.gid, ex)
 
     def cache_info(self):
         """Entries in this function's caches: ``{"traces": n, "executables": n, "bound": n}``."""
@@ -357,9 +377,10 @@ class Jitted:
         if not traced:
             fast = self._fast.get(key)
             if fast is not None and fast.generation == config.generation:
-                try:  # LRU order, per function and global: two GIL-atomic moves, no lock
-                    self._compiled_d.move_to_end(fast.ckey)
-                    _GLOBAL_D.move_to_end(fast.gid)
+                try:  # LRU order, per function and global: two GIL-atomic moves of int keys, no lock
+                    gid = fast.gid
+                    self._compiled_d.move_to_end(gid)
+                    _GLOBAL_D.move_to_end(gid)
                 except KeyError:  # evicted meanwhile (by another thread): still valid for this call,
                     _unfast(self._fast, fast.ckey, fast)  # and the next one compiles again
                 device = fast.device
@@ -385,7 +406,7 @@ class Jitted:
         if device == default_device() or self.device is not None:
             ex.generation = config.generation
             self._fast[key] = ex
-            if self._compiled.peek(ex.ckey) is not ex:  # evicted meanwhile: keep the tables consistent
+            if ex.gid not in self._compiled_d:  # evicted meanwhile: keep the tables consistent
                 _unfast(self._fast, ex.ckey, ex)
         return self._run(ex, leaves, device, args)
 
