@@ -47,8 +47,11 @@ class Config:
       backend with a ``FallbackWarning``), ``"error"`` (raise
       ``UnsupportedOnDevice``) or ``"silent"``. Env: ``FNARRAY_FALLBACK``.
     - ``default_device``: a device string, or ``None`` to pick one. Env: ``FNARRAY_DEVICE``.
+    - ``compilation_cache_dir``: a folder for the persistent compilation cache (OpenCL program binaries,
+      JAX's XLA executables; ``fnarray.devices.compile_cache``), or ``None`` (default): off.
+      Env: ``FNARRAY_CACHE_DIR``.
 
-    Cache sizes (every cache is an LRU: the least recently used entry goes first; a change
+    In-memory cache sizes (every cache is an LRU: the least recently used entry goes first; a change
     applies at the next insert; 0 keeps nothing). As JAX bounds its in-memory executable
     caches, so that a program that calls with ever new shapes runs in bounded memory:
 
@@ -72,12 +75,24 @@ class Config:
         self.fallback = os.environ.get("FNARRAY_FALLBACK", "warn")
         for name, (env, default) in _CACHE_SIZES.items():
             setattr(self, "_" + name, _cache_size(name, os.environ.get(env, default)))
+        self._cache_dir = None
+        self.compilation_cache_dir = os.environ.get("FNARRAY_CACHE_DIR") or None
 
     # Cache sizes do not change lowering: setting them bumps no generation.
     jit_cache_size = _size_property("jit_cache_size")
     jit_global_cache_size = _size_property("jit_global_cache_size")
     eager_cache_size = _size_property("eager_cache_size")
     kernel_cache_size = _size_property("kernel_cache_size")
+
+    @property
+    def compilation_cache_dir(self):
+        return self._cache_dir
+
+    @compilation_cache_dir.setter
+    def compilation_cache_dir(self, path):
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"fnarray.config.compilation_cache_dir is a folder path or None, got {type(path).__name__}")
+        self._cache_dir = None if path is None else os.path.abspath(os.path.expanduser(os.fspath(path)))
 
     @property
     def default_device(self):
