@@ -18,7 +18,7 @@ from fnarray.core import profile as _profile
 from fnarray.core.config import config
 from fnarray.core.errors import FallbackWarning, UnsupportedOnDevice
 from fnarray.core.ir import Program
-from fnarray.core.passes import has_effect, program_from_eqn, subprograms
+from fnarray.core.passes import has_effect, program_from_eqn, subprograms, walk_eqns
 from fnarray.core.primitives import EFFECTS
 from fnarray.devices.backend import Device
 
@@ -79,6 +79,22 @@ def _report(eqn, device, reason):
         warnings.warn(f"{msg}; running it on numpy:0 instead", FallbackWarning, stacklevel=_user_stacklevel())
 
 
+# Primitives that only ever appear in programs that are transformed further, never run. Running one is
+# a user error with its own message, raised before partitioning: falling back to numpy:0 first would
+# print a FallbackWarning about an internal primitive before the real error.
+_NOT_RUNNABLE = {
+    "custom_lin": ("a custom_vjp function cannot be forward-mode differentiated (jvp, jacfwd): it only defines "
+                   "reverse mode. Use fnarray.custom_jvp for forward mode, or grad/vjp/jacrev."),
+}
+
+
+def _check_runnable(program: Program):
+    for e in walk_eqns(program):
+        msg = _NOT_RUNNABLE.get(e.primitive.name)
+        if msg is not None:
+            raise TypeError(msg)
+
+
 def lower_program(program: Program, device: Device, donate=()):
     """The backend's ``Lowered`` for the whole program (no partitioning)."""
     with _profile.span("lower", f"lower for {device}", device=str(device), eqns=len(program.eqns)):
@@ -98,6 +114,7 @@ def compile_program(program: Program, device: Device, donate=()):
     Falls back per segment when the device cannot run some equations. ``donate``: input
     positions whose buffers the executable may reuse (honoured when nothing falls back).
     """
+    _check_runnable(program)
     if device.backend == "numpy":
         return _compiled(lower_program(program, device), device)
     placements = []
