@@ -218,3 +218,16 @@ def test_flag_off_leaves_the_call_path_as_it_was():
     f(x)
     (again,) = f._fast.values()
     assert again.exe is exe_off and placement.debug_check is None
+
+
+def test_debug_nans_from_the_environment():
+    import os
+    import subprocess
+    import sys
+    code = ("import fnarray as fa, fnarray.numpy as fnp\n"
+            "try:\n    fa.jit(lambda v: fnp.sqrt(v))(fnp.asarray([-1.0]))\n"
+            "except FloatingPointError as e:\n    print('raised:', str(e).split(' at ')[0])\n")
+    env = dict(os.environ, FNARRAY_DEBUG_NANS="1", FNARRAY_DEVICE="numpy:0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert out.stdout.strip() == "raised: invalid value (nan) encountered in sqrt", out.stderr[-2000:]
