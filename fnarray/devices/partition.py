@@ -18,6 +18,7 @@ from fnarray.core.config import config
 from fnarray.core.errors import FallbackWarning, UnsupportedOnDevice
 from fnarray.core.ir import Program
 from fnarray.core.passes import program_from_eqn, subprograms
+from fnarray.devices import memory
 from fnarray.devices.backend import Device
 
 __all__ = ["compile_program", "compile_eqn", "unsupported_reason", "lower_program"]
@@ -79,7 +80,29 @@ def compile_program(program: Program, device: Device, donate=()):
 
     Falls back per segment when the device cannot run some equations. ``donate``: input
     positions whose buffers the executable may reuse (honoured when nothing falls back).
+    A value larger than the device can hold raises ``ResourceExhaustedError`` here, before
+    anything is allocated; an out-of-memory error of the backend at run time is translated
+    into the same error.
     """
+    memory.check_program(program, device)
+    return _translating(_compile_program(program, device, donate), program, device)
+
+
+def _translating(exe, program, device):
+    """``exe`` raising fnarray's ``ResourceExhaustedError`` for its backend's out-of-memory errors."""
+    def run(bufs):
+        try:
+            return exe(bufs)
+        except Exception as e:
+            err = memory.translate(e, device, program.out_avals)
+            if err is None:
+                raise
+            raise err from e
+    run.__wrapped__ = exe
+    return run
+
+
+def _compile_program(program: Program, device: Device, donate=()):
     if device.backend == "numpy":
         return lower_program(program, device).compile()
     placements = []
@@ -102,10 +125,11 @@ def compile_eqn(primitive, params, in_avals, out_avals, device: Device):
     """An executable for one primitive (eager execution), through the same fallback."""
     backend = device.impl
     prog = program_from_eqn(primitive, params, in_avals, out_avals)
+    memory.check_avals(out_avals, device, f"the operation {primitive.name}")
     fast = getattr(backend, "eager_fast", None)
     # The fast path skips partitioning: only for what the device supports (fallback needs the slow one).
     if fast is not None and (device.backend == "numpy" or unsupported_reason(prog.eqns[0], device) is None):
         exe = fast(primitive, params, in_avals, device)
         if exe is not None:
-            return exe
+            return _translating(exe, prog, device)
     return compile_program(prog, device)
