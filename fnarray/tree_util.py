@@ -41,7 +41,7 @@ def tree_unflatten(treedef, leaves):
     """
     try:
         return optree.tree_unflatten(treedef, leaves)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, AttributeError) as e:
         if not isinstance(treedef, optree.PyTreeSpec):
             raise TypeError(f"tree_unflatten: treedef must be a tree structure (from tree_flatten or "
                             f"tree_structure), got {type(treedef).__name__}") from e

@@ -233,7 +233,8 @@ def step_binary(b):
     v = _pick(b)
     if b.rng.rand() < 0.15:  # a Python scalar operand (weak type)
         if v.kind == "f":
-            c = _choice(b.rng, ("2.0", "-0.5", "0.0", "float('inf')", "float('nan')", "1e-45", "3"))
+            c = _choice(b.rng, ("2.0", "-0.5", "0.0", "float('inf')", "float('nan')", "3")
+                        + (("1e-45",) if b.subnormals else ()))
             tmpl = _choice(b.rng, ("({} + %s)", "({} * %s)", "fnp.maximum({}, %s)", "({} - %s)"))
             if not v.exact and c in ("float('inf')", "float('nan')"):
                 c = "2.0"

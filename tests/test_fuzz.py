@@ -155,3 +155,23 @@ def test_fuzz_generator_covers_the_primitives():
     assert not missing, f"never generated: {sorted(missing)}; seen {sorted(seen)}"
     assert modes == {"jit", "eager", "vmap", "grad"}, modes
     assert zero >= 10 and nan >= 25, f"{zero} programs with zero-size values, {nan} with NaN inputs"
+
+
+# ------------------------------------------------------------------------------------ found by the fuzzer
+
+
+def test_scatter_max_min_propagate_nan(device):
+    """Seed 20000683 on mlx:0: ``x.at[i].max(1.5)`` of a NaN gave 1.5, and a NaN update followed by a 0 at
+    the same index gave 0 (MLX's scatter compares with NaN losing); DESIGN.md pins NaN propagation."""
+    x = np.array([np.nan, 1.0, 2.0, 3.0, -1.0], np.float32)
+    idx = np.array([0, 1, 1, 2, 7, -9, 4], np.int32)       # duplicates, and two out of bounds (dropped)
+    upd = np.array([1.5, np.nan, 0.0, np.nan, np.nan, np.nan, -2.0], np.float32)
+    a = fa.device_put(fnp.asarray(x), device)
+    for name, ref in (("max", np.fmax), ("min", np.fmin)):
+        want = x.copy()
+        for i, u in zip(idx, upd, strict=True):
+            j = i + len(x) if i < 0 else i
+            if 0 <= j < len(x):
+                want[j] = np.nan if np.isnan(want[j]) or np.isnan(u) else ref(want[j], u)
+        for got in (getattr(a.at[idx], name)(upd), fa.jit(lambda a, u, n=name: getattr(a.at[idx], n)(u))(a, upd)):
+            np.testing.assert_array_equal(np.asarray(got), want, err_msg=f"{name} on {device}")
