@@ -309,7 +309,8 @@ def add_decayed_weights(weight_decay: float = 0.0, mask=None) -> GradientTransfo
         m = mask(params) if callable(mask) else mask
         if m is None:
             return _tree_map(lambda u, p: u + weight_decay * p, updates, params, names=("updates", "params")), state
-        return _tree_map(lambda u, p, keep: u + weight_decay * p if keep else u, updates, params, m, names=("updates", "params", "mask")), state
+        return _tree_map(lambda u, p, keep: u + weight_decay * p if keep else u, updates, params, m,
+                         names=("updates", "params", "mask")), state
     return GradientTransformation(lambda params: EmptyState(), update)
 
 

@@ -39,8 +39,8 @@ import fuzz_programs as F
 pytestmark = pytest.mark.filterwarnings("ignore::fnarray.core.errors.FallbackWarning")
 
 # Programs per CI run, per backend: what each costs here (2 cores; a compile per group on jax,
-# PoCL's first-launch kernel compile on opencl) sets the split; 2,500 in all.
-CI_PROGRAMS = {"numpy": 300, "jax": 600, "mlx": 800, "webgpu": 500, "opencl": 300}
+# PoCL's first-launch kernel compile on opencl) sets the split; 2,400 in all.
+CI_PROGRAMS = {"numpy": 300, "jax": 600, "mlx": 800, "webgpu": 500, "opencl": 200}
 CHUNK = 100
 GROUP = 20
 SCALE = int(os.environ.get("FNARRAY_FUZZ_PROGRAMS", "0") or 0) / sum(CI_PROGRAMS.values()) or 1.0
@@ -53,7 +53,15 @@ def _count(backend):
 
 
 def _has_zero_size(prog):
-    return any(0 in v.shape for v in prog.values.values())
+    """Whether any value of ``prog``, or of its traced program (empty slices inside composites), is empty."""
+    if any(0 in v.shape for v in prog.values.values()):
+        return True
+    try:
+        traced = fa.jit(F._transformed(prog)).trace(*[fnp.asarray(x) for x in prog.inputs]).program
+    except Exception:  # noqa: BLE001 - not traceable here: the run itself will tell
+        return False
+    return any(0 in a.aval.shape for e in walk_eqns(traced) for a in (*e.inputs, *e.outputs)
+               if hasattr(a.aval, "shape"))
 
 
 # Known classes of bugs that other branches fix now (issue 12), excluded from the default run by
@@ -73,9 +81,11 @@ def _excluded(prog, backend):
 
 @functools.cache
 def _subnormals_ok(device):
-    # XLA on the CPU flushes float32 subnormals to zero inside fused ops (TRAPS.md); DESIGN.md does not
-    # pin denormals, so on such a device the inputs hold none (the flush is excluded, not tested here).
-    return not F.flushes_subnormals(device)
+    # XLA on the CPU flushes float32 subnormals to zero inside fused ops (TRAPS.md), and WGSL lets an
+    # implementation flush them (lavapipe's log10 and lgamma of 1e-40 are off by 2 and give inf).
+    # DESIGN.md does not pin denormals (issue 12 item 6 decides), so these devices get inputs without
+    # subnormals: the flush is excluded here, not tested.
+    return device.backend != "webgpu" and not F.flushes_subnormals(device)
 
 
 def _chunks():
