@@ -88,18 +88,31 @@ def compile_program(program: Program, device: Device, donate=()):
     return _translating(_compile_program(program, device, donate), program, device)
 
 
-def _translating(exe, program, device):
-    """``exe`` raising fnarray's ``ResourceExhaustedError`` for its backend's out-of-memory errors."""
-    def run(bufs):
+class _Translating:
+    """An executable whose backend's out-of-memory errors become fnarray's ``ResourceExhaustedError``.
+
+    Transparent otherwise: attributes are the wrapped executable's (``__wrapped__`` is it).
+    """
+
+    __slots__ = ("__wrapped__", "_program", "_device")
+
+    def __init__(self, exe, program, device):
+        self.__wrapped__, self._program, self._device = exe, program, device
+
+    def __call__(self, bufs):
         try:
-            return exe(bufs)
+            return self.__wrapped__(bufs)
         except Exception as e:
-            err = memory.translate(e, device, program.out_avals)
+            err = memory.translate(e, self._device, self._program.out_avals)
             if err is None:
                 raise
             raise err from e
-    run.__wrapped__ = exe
-    return run
+
+    def __getattr__(self, name):
+        return getattr(self.__wrapped__, name)
+
+
+_translating = _Translating
 
 
 def _compile_program(program: Program, device: Device, donate=()):
