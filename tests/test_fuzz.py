@@ -185,3 +185,18 @@ def test_scatter_max_min_propagate_nan(device):
                 want[j] = np.nan if np.isnan(want[j]) or np.isnan(u) else ref(want[j], u)
         for got in (getattr(a.at[idx], name)(upd), fa.jit(lambda a, u, n=name: getattr(a.at[idx], n)(u))(a, upd)):
             np.testing.assert_array_equal(np.asarray(got), want, err_msg=f"{name} on {device}")
+
+
+def test_complex_exp_special_values(device):
+    """The array-API suite on jax:0 and opencl:0: complex ``exp`` at infinities and NaN (``exp(inf + 0j)``
+    gave ``inf + NaN j``, ``exp(-inf + inf j)`` NaN) must follow C99 Annex G, as NumPy and numpy:0."""
+    import itertools
+    v = [0.0, -0.0, 1.5, -2.0, np.inf, -np.inf, np.nan]
+    z = np.array([complex(a, b) for a, b in itertools.product(v, v)], np.complex64)
+    with np.errstate(all="ignore"):
+        want = np.exp(z)
+    for got in (fnp.exp(fa.device_put(fnp.asarray(z), device)), fa.jit(fnp.exp, device=device)(z)):
+        g = np.asarray(got)
+        for part in (np.real, np.imag):
+            np.testing.assert_array_equal(np.isnan(part(g)), np.isnan(part(want)), err_msg=f"NaN at {z}")
+            np.testing.assert_allclose(part(g), part(want), rtol=1e-6, atol=0, err_msg=str(device))
