@@ -200,3 +200,22 @@ def test_complex_exp_special_values(device):
         for part in (np.real, np.imag):
             np.testing.assert_array_equal(np.isnan(part(g)), np.isnan(part(want)), err_msg=f"NaN at {z}")
             np.testing.assert_allclose(part(g), part(want), rtol=1e-6, atol=0, err_msg=str(device))
+
+
+def test_multiply_by_constant_zero_keeps_nan(device):
+    """Seed 30000377 on webgpu:0: ``x * 0.0`` of a NaN gave 0 (Mesa folds a product with a constant zero);
+    IEEE gives NaN for NaN and inf, and a zero with the product's sign otherwise."""
+    x = np.array([0.0, -0.0, 2.5, -3.0, np.nan, np.inf, -np.inf], np.float32)
+    for c in (0.0, -0.0):
+        forms = [(lambda a, c=c: a * c, lambda a, c=c: a * np.float32(c)),
+                 (lambda a, c=c: (a + 1.0) * c - a * 0.0,
+                  lambda a, c=c: (a + np.float32(1)) * np.float32(c) - a * np.float32(0))]
+        for ours, ref in forms:
+            with np.errstate(invalid="ignore"):
+                want = ref(x)
+            for got in (ours(fa.device_put(fnp.asarray(x), device)), fa.jit(ours, device=device)(x)):
+                g = np.asarray(got)
+                np.testing.assert_array_equal(np.isnan(g), np.isnan(want), err_msg=f"{device}: {g} vs {want}")
+                fin = ~np.isnan(want)
+                np.testing.assert_array_equal(g[fin], want[fin], err_msg=str(device))
+                np.testing.assert_array_equal(np.signbit(g[fin]), np.signbit(want[fin]), err_msg=str(device))
