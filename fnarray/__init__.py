@@ -5,19 +5,19 @@ Public surface: ``fnarray.numpy`` (the array namespace), the transforms
 ``make_ir``. See DESIGN.md for the architecture.
 """
 
-from fnarray.core import lax  # noqa: F401  (fnarray.lax)
 from fnarray.core.array import Array
 from fnarray.core.config import config
-from fnarray.core.errors import (BackendUnavailable, ConcretizationError, DTypeError, FallbackWarning,
-                                 FnArrayError, ShapeError, TracerLeakError, UnsupportedOnDevice)
+from fnarray.core.errors import (BackendUnavailable, ConcretizationError, ContractionShapeError, DTypeError,
+                                 FallbackWarning, FnArrayError, ShapeError, TracerLeakError, UnsupportedOnDevice)
 from fnarray.core.ir import Program, check_program
 from fnarray.core.shaped import ShapedArray
 from fnarray.devices.backend import Device, register_backend
-from fnarray.devices.placement import default_device, device_put, devices
+from fnarray.devices.placement import block_until_ready, default_device, device_get, device_put, devices
 from fnarray.devices.placement import parse_device as get_device
 from fnarray.lowering import numpy as _numpy_backend  # noqa: F401  (installs the literal folder)
 from fnarray import numpy  # noqa: F401  (installs Array's operators)
 from fnarray import tree_util  # noqa: F401
+from fnarray import tree  # noqa: F401  (fa.tree.map, as jax.tree)
 from fnarray.transforms.jit import jit, make_ir
 
 __version__ = "0.1.0"
@@ -26,6 +26,12 @@ from fnarray.transforms.ad import (checkpoint, custom_jvp, custom_vjp, grad, hes
                                    linearize, remat, stop_gradient, value_and_grad, vjp)
 from fnarray.transforms.batching import vmap  # noqa: E402
 from fnarray.transforms.control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402
+from fnarray import lax  # noqa: E402,F401  (fnarray.lax: core/lax.py's wrappers plus control flow)
+# (fa.checkpoint is remat's JAX name: the checkpoint files' module is fnarray.serialization)
+from fnarray.serialization import CheckpointError, load, save  # noqa: E402
+
+make_jaxpr = make_ir  # JAX's name for the program printer
+jacobian = jacrev     # JAX's name (jax.jacobian is jacrev)
 
 # Libraries imported on first use, so that `import fnarray` stays light.
 _LAZY = {"random": None, "nn": None, "optim": None, "export": None, "profiler": None, "doctor": "fnarray._doctor",
@@ -53,5 +59,6 @@ __all__ = [
     "BackendUnavailable", "TracerLeakError", "FallbackWarning",
     "grad", "value_and_grad", "jvp", "vjp", "linearize", "jacfwd", "jacrev", "hessian", "custom_jvp",
     "custom_vjp", "checkpoint", "remat", "stop_gradient", "vmap", "cond", "switch", "while_loop",
-    "fori_loop", "scan",
+    "fori_loop", "scan", "ContractionShapeError", "tree", "block_until_ready", "device_get", "make_jaxpr",
+    "jacobian", "save", "load", "CheckpointError",
 ] + list(_LAZY)

@@ -63,7 +63,7 @@ def _jit_call(self, *args, **kwargs):
     name = getattr(self.fun, "__name__", "fun")
     with _core.span("dispatch", f"jit({name})", where=_core.user_frame()) as sp:
         statics, leaves, in_tree, avals = self._prepare(args, kwargs)
-        traced = tracing._dynamic[-1].level > 0 or any(isinstance(x, tracing.Tracer) for x in leaves)
+        traced = tracing.trace_level() > 0 or any(isinstance(x, tracing.Tracer) for x in leaves)
         entry = self._trace(statics, leaves, in_tree, avals)
         if traced or any(isinstance(c, tracing.Tracer) for c in entry.consts):
             closed = consts_as_inputs(entry.program)

@@ -20,7 +20,8 @@ from fnarray.core.errors import PyTreeError
 __all__ = ["tree_map", "tree_leaves", "tree_flatten", "tree_unflatten", "tree_structure",
            "tree_reduce", "tree_all", "tree_transpose", "register_pytree_node", "register_dataclass",
            "register_pytree_node_class", "treedef_is_leaf", "PyTreeDef", "NAMESPACE", "tree_map_with_path",
-           "keystr"]
+           "tree_flatten_with_path", "tree_leaves_with_path", "keystr", "DictKey", "SequenceKey", "GetAttrKey",
+           "FlattenedIndexKey", "is_array", "is_inexact_array", "partition", "combine"]
 
 NAMESPACE = "fnarray"
 PyTreeDef = optree.PyTreeSpec
@@ -87,12 +88,108 @@ def tree_map(f: Callable, tree, *rest, is_leaf=None):
     return optree.tree_map(f, tree, *rest, is_leaf=is_leaf, **_KW)
 
 
+# ----------------------------------------------------------------------------- paths (as jax.tree_util)
+
+
+@dataclasses.dataclass(frozen=True)
+class DictKey:
+    """A path entry for a mapping's key (``jax.tree_util.DictKey``); prints ``['key']``."""
+
+    key: Any
+
+    def __str__(self):
+        return f"[{self.key!r}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceKey:
+    """A path entry for a list or tuple position (``jax.tree_util.SequenceKey``); prints ``[0]``."""
+
+    idx: int
+
+    def __str__(self):
+        return f"[{self.idx}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class GetAttrKey:
+    """A path entry for an attribute: a namedtuple or module field (``jax.tree_util.GetAttrKey``); prints ``.name``."""
+
+    name: str
+
+    def __str__(self):
+        return f".{self.name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class FlattenedIndexKey:
+    """A path entry for the i-th child of a custom node (``jax.tree_util.FlattenedIndexKey``); prints ``[i]``."""
+
+    key: int
+
+    def __str__(self):
+        return f"[{self.key}]"
+
+
+def _key_of(entry):
+    """The JAX-style key object of one optree accessor entry."""
+    # NamedTupleEntry is a SequenceEntry in optree: test the attribute kinds first.
+    if isinstance(entry, optree.NamedTupleEntry):
+        return GetAttrKey(entry.field)
+    if isinstance(entry, optree.GetAttrEntry):
+        return GetAttrKey(entry.name)
+    if isinstance(entry, optree.MappingEntry):
+        return DictKey(entry.entry)
+    if isinstance(entry, optree.SequenceEntry):
+        return SequenceKey(entry.entry)
+    return FlattenedIndexKey(entry.entry)
+
+
+def tree_flatten_with_path(tree, is_leaf: Callable[[Any], bool] | None = None):
+    """``([(path, leaf), ...], treedef)``, as ``jax.tree_util.tree_flatten_with_path``.
+
+    Args:
+      tree: any pytree.
+      is_leaf: an optional predicate that stops the flattening at a subtree.
+    Returns:
+      the list of ``(path, leaf)`` in ``tree_leaves`` order, each ``path`` a tuple of key objects
+      (``DictKey``, ``SequenceKey``, ``GetAttrKey`` for namedtuple and ``fnarray.nn.Module``
+      fields, ``FlattenedIndexKey`` for other custom nodes), and the treedef.
+    Source: optree's ``tree_flatten_with_accessor``, its entries mapped to JAX's key classes.
+    """
+    accessors, leaves, treedef = optree.tree_flatten_with_accessor(tree, is_leaf=is_leaf, **_KW)
+    paths = [tuple(_key_of(e) for e in acc) for acc in accessors]
+    return list(zip(paths, leaves, strict=True)), treedef
+
+
+def tree_leaves_with_path(tree, is_leaf: Callable[[Any], bool] | None = None) -> list:
+    """``[(path, leaf), ...]`` of ``tree`` (``jax.tree_util.tree_leaves_with_path``); see ``tree_flatten_with_path``."""
+    return tree_flatten_with_path(tree, is_leaf)[0]
+
+
 def tree_map_with_path(f: Callable, tree, *rest, is_leaf=None):
-    return optree.tree_map_with_path(f, tree, *rest, is_leaf=is_leaf, **_KW)
+    """``f(path, leaf, *rest_leaves)`` at every leaf of ``tree`` (``jax.tree_util.tree_map_with_path``).
+
+    Args:
+      f: called with the leaf's path (a tuple of key objects, see ``tree_flatten_with_path``), the
+        leaf, and the corresponding leaves of ``rest``.
+      tree: the pytree whose structure the result has.
+      rest: pytrees with ``tree``'s structure (or with ``tree``'s leaves as subtrees).
+    Returns:
+      a pytree of ``tree``'s structure holding ``f``'s results.
+    Raises:
+      ValueError: when a tree of ``rest`` does not have ``tree``'s structure.
+    """
+    pairs, treedef = tree_flatten_with_path(tree, is_leaf)
+    others = [treedef.flatten_up_to(r) for r in rest]
+    outs = [f(path, leaf, *(o[i] for o in others)) for i, (path, leaf) in enumerate(pairs)]
+    return optree.tree_unflatten(treedef, outs)
 
 
 def keystr(path) -> str:
-    return "".join(f"[{k!r}]" for k in path)
+    """A path as text, ``['a'][0].w`` (``jax.tree_util.keystr``); raw keys print as ``[key]``."""
+    return "".join(str(k) if isinstance(k, (DictKey, SequenceKey, GetAttrKey, FlattenedIndexKey))
+                   else f"[{k!r}]" for k in path)
 
 
 _NO_INIT = object()
@@ -155,3 +252,89 @@ def register_dataclass(cls: type, data_fields=None, meta_fields=None):
         return cls(**dict(zip(data_fields, children, strict=True)), **dict(zip(meta_fields, aux, strict=True)))
 
     return register_pytree_node(cls, flatten, unflatten)
+
+
+# ----------------------------------------------------------------------------- filtering (as Equinox)
+
+
+def is_array(x) -> bool:
+    """Whether ``x`` is an array leaf: an fnarray ``Array`` (or tracer) or a NumPy array (``equinox.is_array``)."""
+    import numpy as np
+    from fnarray.core.array import Array
+    return isinstance(x, (Array, np.ndarray))
+
+
+def is_inexact_array(x) -> bool:
+    """Whether ``x`` is an array of a floating or complex dtype: what a gradient is taken with respect to."""
+    import numpy as np
+    return is_array(x) and (np.issubdtype(x.dtype, np.inexact) or x.dtype.name == "bfloat16")
+
+
+def _is_none(x) -> bool:
+    return x is None
+
+
+def partition(tree, filter_spec, replace=None, is_leaf: Callable[[Any], bool] | None = None):
+    """Split ``tree`` into ``(selected, rest)`` of the same structure (``equinox.partition``).
+
+    Args:
+      tree: a pytree (a model).
+      filter_spec: a predicate ``leaf -> bool`` (``is_array``, ``is_inexact_array``...), or a pytree
+        that is a prefix of ``tree`` whose leaves are bools or predicates (``True`` for a whole
+        submodule).
+      replace: what stands in for the leaves that were not selected (default ``None``, an empty
+        node, which ``grad``, ``jit`` and ``fa.optim`` pass over).
+      is_leaf: an optional predicate that stops the flattening at a subtree.
+    Returns:
+      ``(selected, rest)``: ``selected`` keeps the leaves where the filter holds and has ``replace``
+      elsewhere; ``rest`` the opposite. ``combine(selected, rest)`` is ``tree`` again.
+    Raises:
+      ValueError: ``filter_spec`` is a pytree that is not a prefix of ``tree``.
+
+    Freezing part of a model is one call: differentiate only ``trainable`` and recombine::
+
+        trainable, frozen = partition(model, spec)
+        grads = fa.grad(lambda t: loss(combine(t, frozen)))(trainable)
+    """
+    flags = _filter_flags(tree, filter_spec, is_leaf)
+    leaves, treedef = tree_flatten(tree, is_leaf)
+    keep = [x if f else replace for x, f in zip(leaves, flags, strict=True)]
+    drop = [replace if f else x for x, f in zip(leaves, flags, strict=True)]
+    return tree_unflatten(treedef, keep), tree_unflatten(treedef, drop)
+
+
+def _filter_flags(tree, filter_spec, is_leaf):
+    leaves = tree_leaves(tree, is_leaf)
+    if callable(filter_spec) and not isinstance(filter_spec, (bool, list, tuple, dict)) and \
+            treedef_is_leaf(tree_structure(filter_spec)):
+        return [bool(filter_spec(x)) for x in leaves]
+    try:
+        specs = optree.tree_broadcast_prefix(filter_spec, tree, is_leaf=is_leaf, **_KW)
+    except ValueError as e:
+        raise ValueError(f"partition: filter_spec must be a predicate or a pytree prefix of the tree ({e})") from None
+    spec_leaves = tree_leaves(specs, is_leaf)
+    return [bool(s(x)) if callable(s) else bool(s) for s, x in zip(spec_leaves, leaves, strict=True)]
+
+
+def combine(*trees, is_leaf: Callable[[Any], bool] | None = None):
+    """Merge trees of one structure: at each leaf the first that is not ``None`` (``equinox.combine``).
+
+    Args:
+      trees: pytrees of the same structure in which ``None`` marks a missing leaf (as
+        ``partition`` makes them).
+      is_leaf: an optional extra leaf predicate.
+    Returns: the combined pytree (``None`` where every tree has ``None``).
+    Raises: ValueError: the trees' structures differ.
+    """
+    if not trees:
+        raise TypeError("combine needs at least one tree")
+    leaf_pred = _is_none if is_leaf is None else (lambda x: x is None or is_leaf(x))
+    flat = [optree.tree_flatten(t, is_leaf=leaf_pred, **_KW) for t in trees]
+    treedef = flat[0][1]
+    for _, td in flat[1:]:
+        if td != treedef:
+            raise ValueError(f"combine: the trees have different structures: {treedef} and {td}")
+    out = []
+    for items in zip(*(leaves for leaves, _ in flat), strict=True):
+        out.append(next((x for x in items if x is not None), None))
+    return optree.tree_unflatten(treedef, out)

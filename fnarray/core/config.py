@@ -1,13 +1,4 @@
-"""Run-time configuration (``fnarray.config``), read from the environment at import.
-
-- ``fallback``: ``"warn"`` (default; unsupported equations run on the numpy
-  backend with a ``FallbackWarning``), ``"error"`` (raise
-  ``UnsupportedOnDevice``) or ``"silent"``. Env: ``FNARRAY_FALLBACK``.
-- ``default_device``: a device string, or ``None`` to pick one. Env: ``FNARRAY_DEVICE``.
-- ``compilation_cache_dir``: a folder for the persistent compilation cache (OpenCL program binaries,
-  JAX's XLA executables; ``fnarray.devices.compile_cache``), or ``None`` (default): off.
-  Env: ``FNARRAY_CACHE_DIR``.
-"""
+"""Run-time configuration, ``fnarray.config`` (one ``Config``, read from the environment at import)."""
 
 from __future__ import annotations
 
@@ -16,16 +7,82 @@ import os
 __all__ = ["config"]
 
 _FALLBACK_MODES = ("warn", "error", "silent")
+#: cache-size settings: name -> (environment variable, default)
+_CACHE_SIZES = {
+    "jit_cache_size": ("FNARRAY_JIT_CACHE_SIZE", 128),
+    "jit_global_cache_size": ("FNARRAY_JIT_GLOBAL_CACHE_SIZE", 512),
+    "eager_cache_size": ("FNARRAY_EAGER_CACHE_SIZE", 1024),
+    "kernel_cache_size": ("FNARRAY_KERNEL_CACHE_SIZE", 1024),
+}
+
+
+def _cache_size(name, value) -> int:
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise ValueError(f"fnarray.config.{name} (env {_CACHE_SIZES[name][0]}) must be an integer >= 0, "
+                             f"got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"fnarray.config.{name} must be an integer >= 0 (a number of cache entries), "
+                         f"got {value!r}")
+    return value
+
+
+def _size_property(name):
+    attr = "_" + name
+
+    def get(self) -> int:
+        return getattr(self, attr)
+
+    def set_(self, value):
+        setattr(self, attr, _cache_size(name, value))
+    return property(get, set_, doc=f"Cache size (entries); env {_CACHE_SIZES[name][0]}.")
 
 
 class Config:
+    """``fnarray.config``: the run-time settings, each also read from an environment variable at import.
+
+    - ``fallback``: ``"warn"`` (default; unsupported equations run on the numpy
+      backend with a ``FallbackWarning``), ``"error"`` (raise
+      ``UnsupportedOnDevice``) or ``"silent"``. Env: ``FNARRAY_FALLBACK``.
+    - ``default_device``: a device string, or ``None`` to pick one. Env: ``FNARRAY_DEVICE``.
+    - ``compilation_cache_dir``: a folder for the persistent compilation cache (OpenCL program binaries,
+      JAX's XLA executables; ``fnarray.devices.compile_cache``), or ``None`` (default): off.
+      Env: ``FNARRAY_CACHE_DIR``.
+
+    In-memory cache sizes (every cache is an LRU: the least recently used entry goes first; a change
+    applies at the next insert; 0 keeps nothing). As JAX bounds its in-memory executable
+    caches, so that a program that calls with ever new shapes runs in bounded memory:
+
+    - ``jit_cache_size``: traced programs, and compiled executables, kept per jitted
+      function (each its own LRU). Default 128. Env: ``FNARRAY_JIT_CACHE_SIZE``.
+    - ``jit_global_cache_size``: compiled executables kept over all jitted functions
+      together. Default 512. Env: ``FNARRAY_JIT_GLOBAL_CACHE_SIZE``.
+    - ``eager_cache_size``: compiled eager operations, one per (primitive, params,
+      input types, device). Default 1024. Env: ``FNARRAY_EAGER_CACHE_SIZE``.
+    - ``kernel_cache_size``: built OpenCL programs and WebGPU pipelines kept per device
+      (keyed by kernel source). Default 1024. Env: ``FNARRAY_KERNEL_CACHE_SIZE``.
+
+    A jitted function's entries die with it: its caches live on the function object, and
+    the global LRU only holds weak references.
+    """
+
     def __init__(self):
         self.generation = 0  # bumped by every change, so caches keyed on the configuration can check it
         self._fallback = "warn"
         self._default_device = os.environ.get("FNARRAY_DEVICE") or None
         self.fallback = os.environ.get("FNARRAY_FALLBACK", "warn")
+        for name, (env, default) in _CACHE_SIZES.items():
+            setattr(self, "_" + name, _cache_size(name, os.environ.get(env, default)))
         self._cache_dir = None
         self.compilation_cache_dir = os.environ.get("FNARRAY_CACHE_DIR") or None
+
+    # Cache sizes do not change lowering: setting them bumps no generation.
+    jit_cache_size = _size_property("jit_cache_size")
+    jit_global_cache_size = _size_property("jit_global_cache_size")
+    eager_cache_size = _size_property("eager_cache_size")
+    kernel_cache_size = _size_property("kernel_cache_size")
 
     @property
     def compilation_cache_dir(self):
@@ -62,7 +119,8 @@ class Config:
         return (self._fallback,)
 
     def __repr__(self):
-        return f"Config(fallback={self.fallback!r}, default_device={self.default_device!r})"
+        sizes = ", ".join(f"{n}={getattr(self, n)}" for n in _CACHE_SIZES)
+        return f"Config(fallback={self.fallback!r}, default_device={self.default_device!r}, {sizes})"
 
 
 config = Config()

@@ -5,7 +5,7 @@ keeps working for users who do not know fnarray's classes.
 """
 
 __all__ = [
-    "FnArrayError", "ShapeError", "AxisError", "DTypeError", "ConcretizationError",
+    "FnArrayError", "ShapeError", "AxisError", "ContractionShapeError", "DTypeError", "ConcretizationError",
     "UnsupportedOnDevice", "BackendUnavailable", "TracerLeakError", "ResourceExhaustedError",
     "PyTreeError", "ExportError", "FallbackWarning",
 ]
@@ -21,6 +21,14 @@ class ShapeError(FnArrayError, ValueError):
 
 class AxisError(ShapeError, IndexError):
     """An axis outside an array's rank; also an ``IndexError``, as NumPy's ``AxisError``."""
+
+
+class ContractionShapeError(ShapeError, TypeError):
+    """Contracting (or batch) dimensions of a product that differ (``dot``, ``matmul``, ``dot_general``).
+
+    A ``ShapeError`` (so a ``ValueError``, as NumPy raises) and also a ``TypeError``, which is
+    what JAX raises there: ``except TypeError`` code written for JAX keeps working.
+    """
 
 
 class DTypeError(FnArrayError, TypeError):

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from fnarray.core import dtypes
-from fnarray.core.errors import DTypeError, ShapeError
+from fnarray.core.errors import ContractionShapeError, DTypeError, ShapeError
 from fnarray.core.shaped import ShapedArray
 
 __all__ = ["Primitive", "PRIMITIVES"]
@@ -525,11 +525,13 @@ def _dot_general_rule(lhs, rhs, *, dimension_numbers, preferred_element_type=Non
         raise ShapeError(f"dot_general: mismatched dimension_numbers {dimension_numbers}")
     for a, b in zip(lc, rc, strict=True):
         if lhs.shape[a] != rhs.shape[b]:
-            raise ShapeError(f"dot_general: contracting dimension {a} of lhs {lhs.shape} (size {lhs.shape[a]}) "
-                             f"!= dimension {b} of rhs {rhs.shape} (size {rhs.shape[b]})")
+            raise ContractionShapeError(
+                f"dot_general: contracting dimension {a} of lhs {lhs.shape} (size {lhs.shape[a]}) "
+                f"!= dimension {b} of rhs {rhs.shape} (size {rhs.shape[b]})")
     for a, b in zip(lb, rb, strict=True):
         if lhs.shape[a] != rhs.shape[b]:
-            raise ShapeError(f"dot_general: batch dimension {a} of lhs {lhs.shape} != {b} of rhs {rhs.shape}")
+            raise ContractionShapeError(
+                f"dot_general: batch dimension {a} of lhs {lhs.shape} != {b} of rhs {rhs.shape}")
     if lhs.dtype != rhs.dtype:
         raise DTypeError(f"dot_general needs one dtype, got {lhs.dtype.name} and {rhs.dtype.name}")
     _check_axes("dot_general", lhs, tuple(lc) + tuple(lb))

@@ -5,6 +5,10 @@ arguments (a stack of ``MainTrace`` levels, plus an optional *dynamic* trace
 that stages everything, for ``jit``), raises every argument into it and lets
 it process the primitive. The bottom of the stack is evaluation on devices,
 which ``fnarray.devices`` installs through ``set_eager_apply``.
+
+The trace stack and the dynamic trace are per thread (``threading.local``), as
+JAX keeps its trace state: a function traced in one thread never sees another
+thread's levels, so several threads may trace, ``jit`` and run at once.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 
 import numpy as np
 
@@ -22,7 +27,7 @@ from fnarray.core.ir import Params
 
 __all__ = ["MainTrace", "Trace", "Tracer", "EvalTrace", "bind", "new_main", "new_dynamic",
            "full_raise", "full_lower", "find_top_trace", "user_frame", "is_scalar",
-           "set_eager_apply", "current_dynamic"]
+           "set_eager_apply", "current_dynamic", "trace_level"]
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -151,38 +156,57 @@ def set_eager_apply(fn) -> None:
     _eager_apply = fn
 
 
-_trace_stack: list[MainTrace] = [MainTrace(0, EvalTrace, None)]
-_dynamic: list[MainTrace] = [_trace_stack[0]]
+class _TraceState(threading.local):
+    """One thread's trace state: the stack of levels (evaluation at the bottom) and the dynamic traces.
+
+    ``threading.local`` runs ``__init__`` once in every thread that touches it, so a new thread starts
+    with only the evaluation level, whatever other threads are tracing.
+    """
+
+    def __init__(self):
+        self.stack: list[MainTrace] = [MainTrace(0, EvalTrace, None)]
+        self.dynamic: list[MainTrace] = [self.stack[0]]
+
+
+_state = _TraceState()
 
 
 def current_dynamic() -> MainTrace:
-    return _dynamic[-1]
+    """This thread's innermost dynamic trace (the evaluation level when nothing is staged)."""
+    return _state.dynamic[-1]
+
+
+def trace_level() -> int:
+    """This thread's dynamic trace level: 0 when primitives on plain values evaluate eagerly."""
+    return _state.dynamic[-1].level
 
 
 @contextlib.contextmanager
 def new_main(trace_type, global_data=None):
-    """Push a new level of ``trace_type``; it is marked dead when the block ends."""
-    main = MainTrace(len(_trace_stack), trace_type, global_data)
-    _trace_stack.append(main)
+    """Push a new level of ``trace_type`` (this thread's stack); it is marked dead when the block ends."""
+    stack = _state.stack
+    main = MainTrace(len(stack), trace_type, global_data)
+    stack.append(main)
     try:
         yield main
     finally:
-        _trace_stack.pop()
+        stack.pop()
         main.alive = False
 
 
 @contextlib.contextmanager
 def new_dynamic(main: MainTrace):
-    """Make ``main`` the dynamic trace: primitives on plain values are staged into it."""
-    _dynamic.append(main)
+    """Make ``main`` this thread's dynamic trace: primitives on plain values are staged into it."""
+    dynamic = _state.dynamic
+    dynamic.append(main)
     try:
         yield
     finally:
-        _dynamic.pop()
+        dynamic.pop()
 
 
 def find_top_trace(args) -> Trace:
-    top = _dynamic[-1]
+    top = _state.dynamic[-1]
     for a in args:
         if isinstance(a, Tracer):
             m = a._trace.main
@@ -209,7 +233,7 @@ _NO_PARAMS = Params()
 def bind(primitive, *args, **params):
     """Apply ``primitive`` to ``args`` in the innermost trace; the entry point of every op."""
     p = Params(params) if params else _NO_PARAMS
-    top = _dynamic[-1]
+    top = _state.dynamic[-1]
     traced = False
     for a in args:
         if isinstance(a, Tracer):

@@ -104,6 +104,12 @@ class ArrayImpl(Array):
         from fnarray.devices.placement import device_put
         return device_put(self, device)
 
+    @property
+    def sharding(self):
+        """The array's ``SingleDeviceSharding`` (``jax.Array.sharding``): whole on ``self.device``."""
+        from fnarray.devices.sharding import SingleDeviceSharding
+        return SingleDeviceSharding(self._device)
+
     def block_until_ready(self):
         """Wait until the value is computed; returns ``self``."""
         self._device.impl.block_until_ready(self.buf())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import threading
 
 import numpy as np
 
@@ -164,6 +165,10 @@ _LOADERS = {
 }
 _BACKENDS: dict[str, Backend] = {}
 _ERRORS: dict[str, str] = {}
+# Starting a backend happens once even when several threads ask at once: two instances would mean two
+# device handles (two wgpu devices, two OpenCL contexts) whose buffers must never meet. Reentrant,
+# since a backend's start may ask for another backend.
+_START_LOCK = threading.RLock()
 
 
 def register_backend(name: str, factory, install_hint: str = "") -> None:
@@ -210,6 +215,14 @@ def get_backend(name: str) -> Backend:
     """
     b = _BACKENDS.get(name)
     if b is not None:
+        return b
+    with _START_LOCK:
+        return _start_backend(name)
+
+
+def _start_backend(name: str) -> Backend:
+    b = _BACKENDS.get(name)
+    if b is not None:  # started by another thread while this one waited
         return b
     if name not in _LOADERS:
         raise ValueError(f"unknown backend {name!r}; known backends: {', '.join(_LOADERS)}")

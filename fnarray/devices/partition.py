@@ -20,6 +20,7 @@ from fnarray.core.errors import FallbackWarning, UnsupportedOnDevice
 from fnarray.core.ir import Program
 from fnarray.core.passes import program_from_eqn, subprograms
 from fnarray.devices import memory
+from fnarray.core.passes import program_from_eqn, subprograms, walk_eqns
 from fnarray.devices.backend import Device
 
 __all__ = ["compile_program", "compile_eqn", "unsupported_reason", "lower_program"]
@@ -67,6 +68,22 @@ def _report(eqn, device, reason):
     if config.fallback == "warn" and key not in _warned:
         _warned.add(key)
         warnings.warn(f"{msg}; running it on numpy:0 instead", FallbackWarning, stacklevel=_user_stacklevel())
+
+
+# Primitives that only ever appear in programs that are transformed further, never run. Running one is
+# a user error with its own message, raised before partitioning: falling back to numpy:0 first would
+# print a FallbackWarning about an internal primitive before the real error.
+_NOT_RUNNABLE = {
+    "custom_lin": ("a custom_vjp function cannot be forward-mode differentiated (jvp, jacfwd): it only defines "
+                   "reverse mode. Use fnarray.custom_jvp for forward mode, or grad/vjp/jacrev."),
+}
+
+
+def _check_runnable(program: Program):
+    for e in walk_eqns(program):
+        msg = _NOT_RUNNABLE.get(e.primitive.name)
+        if msg is not None:
+            raise TypeError(msg)
 
 
 def lower_program(program: Program, device: Device, donate=()):
@@ -123,6 +140,7 @@ _translating = _Translating
 
 
 def _compile_program(program: Program, device: Device, donate=()):
+    _check_runnable(program)
     if device.backend == "numpy":
         return _compiled(lower_program(program, device), device)
     placements = []

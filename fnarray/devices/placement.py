@@ -16,6 +16,7 @@ import sys
 import numpy as np
 
 from fnarray.core import dtypes, tracing
+from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
 from fnarray.core.errors import BackendUnavailable, DTypeError
 from fnarray.core.shaped import ShapedArray
@@ -92,7 +93,9 @@ def default_device() -> Device:
     if config.default_device is not None:
         return parse_device(config.default_device)
     if not _default:
-        _default.append(_accelerator_default() or get_backend("numpy").devices()[0])
+        d = _accelerator_default() or get_backend("numpy").devices()[0]
+        if not _default:  # another thread may have chosen meanwhile (the same device): keep one
+            _default.append(d)
     return _default[0]
 
 
@@ -208,7 +211,7 @@ def device_put(x, device=None):
         _check_leaf(leaf, "fnarray.device_put")
         return array_from_numpy(leaf, target, committed=dev is not None)
 
-    return optree.tree_map(put, x, none_is_leaf=False)
+    return optree.tree_map(put, x, none_is_leaf=False, namespace="fnarray")
 
 
 def _transfer(buf, src: Device, dst: Device):
@@ -236,22 +239,46 @@ def placement_device(arrays, where: str) -> Device:
 
 # ------------------------------------------------------------------------------- eager
 
-_eager_cache: dict = {}
+def _eager_cache_size() -> int:
+    return config.eager_cache_size
+
+
+class _EagerEntry:
+    __slots__ = ("exe", "out_avals", "used")
+
+    def __init__(self, exe, out_avals):
+        self.exe, self.out_avals, self.used = exe, out_avals, False
+
+
+def _used_since(entry) -> bool:
+    used, entry.used = entry.used, False
+    return used
+
+
+# (primitive, params, input types, device, fallback mode) -> _EagerEntry; at most
+# fnarray.config.eager_cache_size entries. A hit only marks its entry used (re-hashing the key to
+# reorder an LRU costs ~0.5 us here, a tenth of an eager call's own time), and eviction gives used
+# entries a second chance (CLOCK). Lookups take no lock; a miss compiles outside the lock and the first
+# insert wins, so threads share one executable.
+_eager_cache = LRUCache(_eager_cache_size, second_chance=_used_since)
+_eager_d = _eager_cache._d
 
 
 def _eager_executable(primitive, params, avals, device):
     key = (primitive, params, avals, device, config.fallback)  # the fallback mode changes what compiles
-    hit = _eager_cache.get(key)
+    hit = _eager_d.get(key)
     if hit is None:
         from fnarray.devices.partition import compile_eqn
         out = primitive.abstract_eval(*avals, **params)
         out_avals = tuple(out) if primitive.multiple_results else (out,)
-        hit = (compile_eqn(primitive, params, avals, out_avals, device), out_avals)
-        _eager_cache[key] = hit
-    return hit
+        hit = _eager_cache.put(key, _EagerEntry(compile_eqn(primitive, params, avals, out_avals, device),
+                                                out_avals))
+    else:
+        hit.used = True
+    return hit.exe, hit.out_avals
 
 
-_SCALAR_AVALS: dict = {}
+_SCALAR_AVALS: dict = {}  # a few entries: one per Python scalar type and NumPy scalar dtype
 
 
 def _scalar_aval(a):
@@ -303,3 +330,45 @@ def eager_apply(primitive, args, params):
 
 
 tracing.set_eager_apply(eager_apply)
+
+
+def block_until_ready(x):
+    """Wait until every array in the pytree ``x`` is computed (``jax.block_until_ready``).
+
+    Args:
+      x: any pytree; leaves that are not fnarray arrays (NumPy values, scalars, tracers) are passed over.
+    Returns:
+      ``x`` itself.
+    Raises:
+      RuntimeError: a leaf was donated (deleted) before.
+    """
+    import optree
+    for leaf in optree.tree_leaves(x, none_is_leaf=False, namespace="fnarray"):
+        if isinstance(leaf, ArrayImpl):
+            leaf.block_until_ready()
+    return x
+
+
+def device_get(x):
+    """The pytree ``x`` with every fnarray array copied to a NumPy array on the host (``jax.device_get``).
+
+    Args:
+      x: any pytree.
+    Returns:
+      the same structure; ``Array`` leaves become read-only ``numpy.ndarray`` of the same shape and
+      dtype (bfloat16 as ``ml_dtypes.bfloat16``); other leaves are returned as they are.
+    Raises:
+      ConcretizationError: a traced leaf (inside ``jit``/``grad``/``vmap``).
+    """
+    import optree
+
+    def get(leaf):
+        if isinstance(leaf, tracing.Tracer):
+            from fnarray.core.errors import ConcretizationError
+            raise ConcretizationError("device_get needs concrete arrays; it was given a traced value "
+                                      "(call it outside jit/grad/vmap)")
+        if isinstance(leaf, ArrayImpl):
+            return np.asarray(leaf)
+        return leaf
+
+    return optree.tree_map(get, x, none_is_leaf=False, namespace="fnarray")

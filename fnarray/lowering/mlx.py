@@ -1183,9 +1183,9 @@ class _WarmCompile:
         self.raw, self.fn, self.left, self.handle = fn, fn, after, handle
 
     def __call__(self, bufs):
-        if self.left:
+        if self.left > 0:  # > 0, not truthy: two threads may both decrement past zero
             self.left -= 1
-            if not self.left:
+            if self.left == 0:
                 return self._switch(bufs)
         if mx.default_device() == self.handle:
             return self.fn(*bufs)

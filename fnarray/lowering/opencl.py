@@ -21,6 +21,13 @@ is printed as OpenCL C by ``render_opencl``. Here lives the runtime:
   reading values (``to_host``), ``block_until_ready``, a host-driven loop's
   predicate and fallback transfers wait for the queue.
 
+Threads: a ``cl.Kernel`` holds its arguments, so setting them and enqueueing is
+one step under the device's lock (an executable, and its kernels, may be shared
+by threads: one jitted function, or an eager operation); building programs
+takes the lock too. The program cache is an LRU of
+``fnarray.config.kernel_cache_size`` sources per device (an executable keeps
+its own kernels alive, so an evicted program only gets rebuilt if asked again).
+
 dtypes: ``bool``, ``int8``/``uint8``, ``int16``/``uint16``, ``int32``/``uint32``,
 ``float32`` and ``complex64`` everywhere; ``int64``/``uint64`` on full-profile
 devices; ``float64``/``complex128`` where the device has ``cl_khr_fp64``;
@@ -33,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import threading
 import warnings
 
 import numpy as np
@@ -40,6 +48,8 @@ import numpy as np
 from fnarray.core import dtypes
 from fnarray.core import profile as _profile
 from fnarray.core import primitives as P
+from fnarray.core.cache import LRUCache
+from fnarray.core.config import config
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal, Program
 from fnarray.devices import compile_cache
@@ -93,6 +103,10 @@ class CLBuffer:
         return f"CLBuffer({self.dtype.name}{list(self.shape)})"
 
 
+def _kernel_cache_size() -> int:
+    return config.kernel_cache_size
+
+
 def _storage(dtype):
     return np.dtype(np.uint8) if dtype == np.bool_ else np.dtype(dtype)
 
@@ -106,7 +120,8 @@ class _DeviceState:
         self.queue = cl.CommandQueue(self.context)
         self._profiling_queue = None
         self.pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(self.queue))
-        self.programs: dict = {}      # kernel source -> built cl.Program
+        self.lock = threading.RLock()  # kernel arguments + enqueue, builds, pool allocation
+        self.programs = LRUCache(_kernel_cache_size)  # kernel source -> built cl.Program
         self.scalars: dict = {}       # (dtype, bytes) -> CLBuffer of a 0-d value (arrays are immutable)
         ext = cl_device.extensions.split()
         self.fp64 = "cl_khr_fp64" in ext
@@ -151,7 +166,9 @@ class _DeviceState:
     # ------------------------------------------------------------------ buffers
     def alloc(self, shape, dtype) -> CLBuffer:
         n = max(math.prod(shape) * _storage(dtype).itemsize, 16)
-        return CLBuffer(self.pool.allocate(n), shape, dtype, self)
+        with self.lock:
+            mem = self.pool.allocate(n)
+        return CLBuffer(mem, shape, dtype, self)
 
     def upload(self, array) -> CLBuffer:
         a = np.asarray(array)
@@ -185,19 +202,22 @@ class _DeviceState:
     # ------------------------------------------------------------------ programs
     def build(self, sources):
         """Build the sources not built yet, all in one program; returns ``{source: cl.Program}``."""
-        new = [s for s in dict.fromkeys(sources) if s not in self.programs]
-        if new:
-            text = "\n".join(new)
-            try:
-                with warnings.catch_warnings(), _profile.span("compile", "OpenCL program build", kernels=len(new)):
-                    warnings.simplefilter("ignore")
-                    prog = self._build(text)
-            except cl.Error as e:
-                raise RuntimeError(f"the OpenCL compiler rejected fnarray's generated kernels (a bug in fnarray; "
-                                   f"please report it): {e}\n--- source ---\n{text}") from None
-            for s in new:
-                self.programs[s] = prog
-        return {s: self.programs[s] for s in sources}
+        with self.lock:
+            got = {s: self.programs.get(s) for s in dict.fromkeys(sources)}
+            new = [s for s, p in got.items() if p is None]
+            if new:
+                text = "\n".join(new)
+                try:
+                    with warnings.catch_warnings(), _profile.span("compile", "OpenCL program build",
+                                                                  kernels=len(new)):
+                        warnings.simplefilter("ignore")
+                        prog = self._build(text)
+                except cl.Error as e:
+                    raise RuntimeError(f"the OpenCL compiler rejected fnarray's generated kernels (a bug in "
+                                       f"fnarray; please report it): {e}\n--- source ---\n{text}") from None
+                for s in new:
+                    got[s] = self.programs.put(s, prog)
+        return got
 
     def _build(self, text):
         """``cl.Program(text).build()``, through the persistent cache of program binaries when it is on."""
@@ -290,13 +310,14 @@ class _Executable:
         state = self.state
         queue = state.queue
         enqueue = cl.enqueue_nd_range_kernel
-        for st in self.steps:
-            for s, shape, dt in st.allocs:
-                env[s] = state.alloc(shape, dt)
-            knl = st.kernel
-            for i, s in st.bufargs:
-                knl.set_arg(i, env[s].mem)
-            enqueue(queue, knl, st.gsize, st.lsize)
+        with state.lock:  # this executable's kernels may be shared with another thread: args + enqueue at once
+            for st in self.steps:
+                for s, shape, dt in st.allocs:
+                    env[s] = state.alloc(shape, dt)
+                knl = st.kernel
+                for i, s in st.bufargs:
+                    knl.set_arg(i, env[s].mem)
+                enqueue(queue, knl, st.gsize, st.lsize)
         return self._outputs(env)
 
     def _profiled(self, bufs):
@@ -311,14 +332,15 @@ class _Executable:
         for st in self.steps:
             for s, shape, dt in st.allocs:
                 env[s] = state.alloc(shape, dt)
-            knl = st.kernel
-            for i, s in st.bufargs:
-                knl.set_arg(i, env[s].mem)
             if rec is not None:
                 rec.sources.setdefault(st.name, st.source)
             with _profile.span("kernel", st.name, global_size=tuple(st.gsize),
                                local_size=tuple(st.lsize) if st.lsize else None) as sp:
-                evt = cl.enqueue_nd_range_kernel(queue, knl, st.gsize, st.lsize)
+                with state.lock:  # shared kernel objects: their arguments and the enqueue at once
+                    knl = st.kernel
+                    for i, s in st.bufargs:
+                        knl.set_arg(i, env[s].mem)
+                    evt = cl.enqueue_nd_range_kernel(queue, knl, st.gsize, st.lsize)
                 evt.wait()
                 try:
                     sp.args["device_us"] = (evt.profile.end - evt.profile.start) / 1e3

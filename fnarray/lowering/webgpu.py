@@ -20,6 +20,12 @@ runtime here holds:
 - one command encoder and one submit per jitted call: no host round trip between
   kernels (host-driven control flow adds one predicate readback per iteration).
 
+Threads: wgpu-py objects are not safe to use from several threads at once, so every
+use of one GPU's device and queue (allocation, upload, launch, readback, pipeline
+creation) holds that GPU's lock; a buffer whose array is collected (in any thread,
+inside any code) is only queued for the pool, which takes it back under the lock.
+The pipeline and layout caches are LRUs of ``fnarray.config.kernel_cache_size``.
+
 Limits are read from the device, never assumed. The device is requested with
 WebGPU's default compute limits (``PORTABLE_LIMITS``: 8 storage buffers per
 stage, 256 invocations per work-group...), what every browser gives, even where
@@ -39,11 +45,14 @@ with ``shader-f16``, ``float16``. Other dtypes go through the partitioner's fall
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import math
 import os
 import sys
 import tempfile
+import threading
 import weakref
 
 import numpy as np
@@ -51,6 +60,8 @@ import numpy as np
 from fnarray.core import dtypes
 from fnarray.core import profile as _profile
 from fnarray.core import primitives as P
+from fnarray.core.cache import LRUCache
+from fnarray.core.config import config
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal
 from fnarray.devices.backend import Backend, Capabilities, Device
@@ -70,6 +81,7 @@ _BASE_DTYPES = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bo
 _MAX_ELEMENTS = 2**31 - 1
 _CACHED_BIND_GROUPS = 4         # bind groups remembered per kernel launch
 _CACHED_BIND_BYTES = 1 << 20    # only for launches binding at most this many bytes
+_POOLED_PER_SIZE = 64           # free buffers kept per byte size (each wgpu-py buffer costs ~1.5 KB of host memory)
 #: The compute limits WebGPU gives by default on every adapter (browsers included); the device asks
 #: for these, not for what a native adapter could give, so that kernels are portable.
 PORTABLE_LIMITS = {
@@ -148,6 +160,19 @@ def _padded(nbytes: int) -> int:
 # ------------------------------------------------------------------------------------------- the GPU
 
 
+def _kernel_cache_size() -> int:
+    return config.kernel_cache_size
+
+
+def _locked(method):
+    """Run ``method`` holding its GPU's lock (wgpu-py objects are not thread-safe)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self.lock:
+            return method(self, *args, **kwargs)
+    return run
+
+
 class _GPU:
     """One wgpu adapter, its device and queue, the buffer pool and the pipeline cache."""
 
@@ -161,11 +186,13 @@ class _GPU:
         self.has_f16 = "shader-f16" in adapter.features
         self._device = None
         self.limits = dict(adapter.limits)
-        self.pipelines: dict = {}
-        self.layouts: dict = {}
+        self.lock = threading.RLock()   # held for every use of the wgpu device and queue
+        self.pipelines = LRUCache(_kernel_cache_size)   # WGSL source -> (pipeline, bind-group layout)
+        self.layouts = LRUCache(_kernel_cache_size)     # (written flags, uniform) -> bind-group layout
         self.pool: dict = {}            # padded byte size -> free wgpu buffers
         self.pool_bytes = 0
         self.pool_limit = 256 << 20
+        self._returned = collections.deque()  # buffers given back by finalizers, pooled at the next alloc
         self.usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
     def describe(self) -> str:
@@ -181,7 +208,10 @@ class _GPU:
             d = self._open()
         return d
 
+    @_locked
     def _open(self):
+        if self._device is not None:  # opened by another thread meanwhile
+            return self._device
         lim = self.adapter.limits
         # The compute limits every WebGPU implementation (a browser included) gives by default: the device
         # is made with those, so kernels that run here run everywhere. Buffer sizes are the adapter's.
@@ -203,26 +233,46 @@ class _GPU:
         return dev
 
     # ------------------------------------------------------------------ buffers
+    @_locked
     def alloc(self, dtype, shape) -> WGBuffer:
         n = math.prod(shape) * storage_itemsize(dtype)
         self._check_size(n, dtype, shape)
-        size = _padded(n)
+        return WGBuffer(self._pooled(_padded(n)), dtype, shape, self)
+
+    def _pooled(self, size):
+        """A wgpu buffer of ``size`` bytes: a free one from the pool, else a new one (lock held)."""
+        self._take_returned()
         free = self.pool.get(size)
         while free:
             self.pool_bytes -= size
             b = free.pop()
             if _alive(b):
-                return WGBuffer(b, dtype, shape, self)
-        return WGBuffer(self.device.create_buffer(size=size, usage=self.usage), dtype, shape, self)
+                return b
+        return self.device.create_buffer(size=size, usage=self.usage)
 
     def release(self, buffer):
-        """Keep ``buffer`` for reuse by ``alloc`` (up to ``pool_limit`` bytes in all), else let it go."""
-        size = buffer.size
-        # A buffer finalized in the same garbage-collection cycle as its WGBuffer may already be
-        # released by wgpu-py; pooling it would hand a dead buffer to a later bind group (a wgpu panic).
-        if _alive(buffer) and self.pool_bytes + size <= self.pool_limit:
-            self.pool.setdefault(size, []).append(buffer)
-            self.pool_bytes += size
+        """Give ``buffer`` back for reuse by ``alloc``; pooled at the next allocation.
+
+        Called from finalizers, at any point of any thread: only an atomic append here, no lock.
+        """
+        self._returned.append(buffer)
+
+    def _take_returned(self):
+        """Pool the returned buffers: up to ``pool_limit`` bytes and ``_POOLED_PER_SIZE`` per size (lock held)."""
+        returned = self._returned
+        while returned:
+            try:
+                buffer = returned.popleft()
+            except IndexError:
+                break
+            size = buffer.size
+            # A buffer finalized in the same garbage-collection cycle as its WGBuffer may already be
+            # released by wgpu-py; pooling it would hand a dead buffer to a later bind group (a wgpu panic).
+            # Buffers beyond the bounds are let go (wgpu-py frees them with the last reference).
+            free = self.pool.setdefault(size, [])
+            if _alive(buffer) and self.pool_bytes + size <= self.pool_limit and len(free) < _POOLED_PER_SIZE:
+                free.append(buffer)
+                self.pool_bytes += size
 
     def _check_size(self, nbytes, dtype, shape):
         cap = self.limits.get("max-buffer-size")
@@ -231,6 +281,7 @@ class _GPU:
                              f"webgpu device's maxBufferSize ({cap} bytes); keep it on another device "
                              "(fnarray.device_put(x, 'numpy')) or split it")
 
+    @_locked
     def upload(self, array: np.ndarray) -> WGBuffer:
         a = np.asarray(array)
         d = a.dtype
@@ -243,9 +294,14 @@ class _GPU:
         pad = _padded(len(raw)) - len(raw)
         if pad:
             raw += b"\0" * pad
-        buf = self.device.create_buffer_with_data(data=raw, usage=self.usage)
+        # A pooled buffer written through the queue: queue order runs the write after the work already
+        # submitted on that buffer. A new buffer per upload (create_buffer_with_data) grew the pool by one
+        # wgpu-py buffer object per call, since uploads never drew from it (issue 12).
+        buf = self._pooled(len(raw))
+        self.queue.write_buffer(buf, 0, raw)
         return WGBuffer(buf, d, a.shape, self)
 
+    @_locked
     def download(self, b: WGBuffer) -> np.ndarray:
         n = b.nbytes
         if n == 0:
@@ -255,11 +311,13 @@ class _GPU:
             return np.frombuffer(raw, np.uint32, b.size).astype(np.bool_).reshape(b.shape)
         return np.frombuffer(raw, b.dtype, b.size).reshape(b.shape)
 
+    @_locked
     def wait(self, b: WGBuffer):
         """Block until the queued work that writes ``b`` is done (a 4-byte readback: see TRAPS.md)."""
         self.queue.read_buffer(b.buffer, 0, 4)
 
     # ------------------------------------------------------------------ pipelines
+    @_locked
     def bind_group_layout(self, rw: tuple, uniform: bool):
         """The layout of storage buffers (``rw[k]``: written) then, if ``uniform``, one uniform buffer."""
         key = (rw, uniform)
@@ -272,17 +330,17 @@ class _GPU:
             if uniform:
                 entries.append({"binding": len(rw), "visibility": wgpu.ShaderStage.COMPUTE,
                                 "buffer": {"type": "uniform"}})
-            bgl = self.device.create_bind_group_layout(entries=entries)
-            self.layouts[key] = bgl
+            bgl = self.layouts.put(key, self.device.create_bind_group_layout(entries=entries))
         return bgl
 
+    @_locked
     def pipeline(self, source: str, entry: str, rw: tuple, uniform: bool):
         """The compute pipeline of WGSL ``source`` and its bind-group layout (cached by source text)."""
         hit = self.pipelines.get(source)
         if hit is None:
             with _profile.span("compile", f"WGSL pipeline {entry}"):
                 hit = self._new_pipeline(source, entry, rw, uniform)
-            self.pipelines[source] = hit
+            hit = self.pipelines.put(source, hit)
         return hit
 
     def _new_pipeline(self, source, entry, rw, uniform):
@@ -297,6 +355,7 @@ class _GPU:
                                f"fnarray; please report it): {e}\n--- source ---\n{source}") from None
         return (pipe, bgl)
 
+    @_locked
     def dispatch_timed(self, step, buffers):
         """Run one launch alone and wait for it; its device time in microseconds from timestamp queries,
         or ``None`` where the device has none (the profiler's path; never on the call path)."""
@@ -325,11 +384,13 @@ class _GPU:
         t0, t1 = np.frombuffer(self.queue.read_buffer(out, 0, 16), np.uint64)
         return float(t1 - t0) / 1e3 if t1 >= t0 else None
 
+    @_locked
     def uniform(self, raw: bytes):
         usage = self.wgpu.BufferUsage.UNIFORM | self.wgpu.BufferUsage.COPY_DST
         raw = raw + b"\0" * (-len(raw) % 16)
         return self.device.create_buffer_with_data(data=raw, usage=usage)
 
+    @_locked
     def bind_group(self, bgl, buffers, uniform):
         entries = [{"binding": k, "resource": {"buffer": b}} for k, b in enumerate(buffers)]
         if uniform is not None:
@@ -468,19 +529,20 @@ class _Plan:
             if len(bufs) != n_inputs:
                 raise ValueError(f"this webgpu executable takes {n_inputs} buffers, got {len(bufs)}")
             vals = list(bufs) + [None] * (n_slots - n_inputs)
-            for k, spec in allocs:
-                vals[k] = gpu.alloc(spec.dtype, spec.shape)
-            if steps:
-                dev = gpu.device
-                enc = dev.create_command_encoder()
-                cp = enc.begin_compute_pass()
-                for st in steps:
-                    bg = st.bind_group(gpu, [vals[k].buffer for k in st.slots])
-                    cp.set_pipeline(st.pipeline)
-                    cp.set_bind_group(0, bg)
-                    cp.dispatch_workgroups(*st.groups)
-                cp.end()
-                gpu.queue.submit([enc.finish()])
+            with gpu.lock:  # one launch batch at a time per GPU (the bind-group caches too)
+                for k, spec in allocs:
+                    vals[k] = gpu.alloc(spec.dtype, spec.shape)
+                if steps:
+                    dev = gpu.device
+                    enc = dev.create_command_encoder()
+                    cp = enc.begin_compute_pass()
+                    for st in steps:
+                        bg = st.bind_group(gpu, [vals[k].buffer for k in st.slots])
+                        cp.set_pipeline(st.pipeline)
+                        cp.set_bind_group(0, bg)
+                        cp.dispatch_workgroups(*st.groups)
+                    cp.end()
+                    gpu.queue.submit([enc.finish()])
             return [vals[o] if isinstance(o, int) else o for o in outputs]
 
         def run_profiled(bufs):

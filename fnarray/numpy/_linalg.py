@@ -3,8 +3,8 @@
 Every product promotes its operands to one dtype (JAX's lattice) and lowers to the
 ``dot_general`` primitive, whose output lists batch dimensions first, then the free
 dimensions of the left operand, then those of the right (as XLA). Boolean products are
-logical (or of ands), as in NumPy. Mismatched contracting dimensions raise ``ShapeError``
-naming both operands.
+logical (or of ands), as in NumPy. Mismatched contracting dimensions raise ``ContractionShapeError``
+naming both operands: a ``ShapeError`` (``ValueError``) that is also the ``TypeError`` JAX raises.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from fnarray.core import dtypes, lax
-from fnarray.core.errors import ShapeError
+from fnarray.core.errors import ContractionShapeError, ShapeError
 from fnarray.numpy._manipulation import matrix_transpose  # noqa: F401  (one definition, re-exported here)
 from fnarray.numpy._util import asarray_internal, aval_of, broadcast_shapes, check_arraylike, normalize_axis, promote
 
@@ -108,9 +108,10 @@ def matmul(x1, x2, /, *, precision=None, preferred_element_type=None):
     if vec_b:
         b = lax.reshape(b, b.shape + (1,))
     if a.shape[-1] != b.shape[-2]:
-        raise ShapeError(f"matmul: contracting dimension of {a0.str_short()} (size {a.shape[-1]}) does not match "
-                         f"{b0.str_short()} (size {b.shape[-2]}); the last axis of x1 must equal the "
-                         "second-to-last axis of x2 (the only axis of a 1-d operand)")
+        raise ContractionShapeError(
+            f"matmul: contracting dimension of {a0.str_short()} (size {a.shape[-1]}) does not match "
+            f"{b0.str_short()} (size {b.shape[-2]}); the last axis of x1 must equal the "
+            "second-to-last axis of x2 (the only axis of a 1-d operand)")
     batch = broadcast_shapes(a.shape[:-2], b.shape[:-2], name="matmul (batch dimensions)")
     nb = len(batch)
     if b.ndim == 2:
@@ -147,7 +148,7 @@ def dot(a, b, *, precision=None, preferred_element_type=None):
     x, y = _arrays("dot", a, b)
     yk = 0 if y.ndim == 1 else y.ndim - 2
     if x.shape[-1] != y.shape[yk]:
-        raise ShapeError(f"dot: shapes {x.shape} and {y.shape} are not aligned: the last axis of a (size "
+        raise ContractionShapeError(f"dot: shapes {x.shape} and {y.shape} are not aligned: the last axis of a (size "
                          f"{x.shape[-1]}) must equal axis {yk} of b (size {y.shape[yk]})")
     return _dot(x, y, ((x.ndim - 1,), (yk,)), preferred_element_type=preferred_element_type)
 
@@ -159,8 +160,8 @@ def vdot(a, b, *, precision=None, preferred_element_type=None):
     """
     x, y = _arrays("vdot", a, b)
     if x.size != y.size:
-        raise ShapeError(f"vdot: arrays of {x.size} and {y.size} elements (shapes {x.shape}, {y.shape}); "
-                         "vdot needs equal sizes")
+        raise ContractionShapeError(f"vdot: arrays of {x.size} and {y.size} elements (shapes {x.shape}, "
+                                    f"{y.shape}); vdot needs equal sizes")
     x, y = lax.reshape(_conj(x), (x.size,)), lax.reshape(y, (y.size,))
     return _dot(x, y, ((0,), (0,)), preferred_element_type=preferred_element_type)
 
@@ -175,7 +176,7 @@ def inner(a, b, *, precision=None, preferred_element_type=None):
         return _multiply(a, b)
     x, y = _arrays("inner", a, b)
     if x.shape[-1] != y.shape[-1]:
-        raise ShapeError(f"inner: the last axes of {x.shape} and {y.shape} differ in size")
+        raise ContractionShapeError(f"inner: the last axes of {x.shape} and {y.shape} differ in size")
     return _dot(x, y, ((x.ndim - 1,), (y.ndim - 1,)), preferred_element_type=preferred_element_type)
 
 
@@ -218,8 +219,8 @@ def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None):
             raise ShapeError(f"tensordot: repeated axes in {axes}")
     for i, j in zip(ax_a, ax_b, strict=True):
         if x.shape[i] != y.shape[j]:
-            raise ShapeError(f"tensordot: axis {i} of a {x.shape} (size {x.shape[i]}) does not match axis {j} "
-                             f"of b {y.shape} (size {y.shape[j]})")
+            raise ContractionShapeError(f"tensordot: axis {i} of a {x.shape} (size {x.shape[i]}) does not match "
+                                        f"axis {j} of b {y.shape} (size {y.shape[j]})")
     return _dot(x, y, (ax_a, ax_b), preferred_element_type=preferred_element_type)
 
 

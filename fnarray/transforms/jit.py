@@ -8,12 +8,25 @@ static argument values, the target device and the configuration that changes
 lowering. Inside another transformation, a jitted call is one ``call``
 equation holding the traced program, so ``grad(jit(f))`` and ``vmap(jit(f))``
 work on every backend.
+
+Caches (DESIGN.md, "State and memory"): each jitted function keeps its traced
+programs and its executables in LRUs of ``fnarray.config.jit_cache_size``
+entries that live on the function object, so they die with it; a global LRU of
+``fnarray.config.jit_global_cache_size`` executables over all functions holds
+only weak references and, when full, evicts the least recently used executable
+from its function. Lookups are GIL-atomic dictionary operations (no lock on the
+call path); inserts take the cache's lock and keep the first value, so threads
+that miss together share one executable.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import inspect
+import itertools
+import threading
+import weakref
 
 import numpy as np
 
@@ -21,6 +34,7 @@ from fnarray import tree_util
 from fnarray.core import dtypes, tracing
 from fnarray.core import primitives as P
 from fnarray.core.builder import trace_to_program
+from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
 from fnarray.core.ir import Program
 from fnarray.core.passes import consts_as_inputs
@@ -57,12 +71,76 @@ def _hashable_static(v, name):
 
 
 class _Entry:
-    __slots__ = ("program", "consts", "out_tree", "out_avals", "device", "exe", "const_bufs", "generation")
+    """A traced program (``exe is None``) or an executable for one device: the cached value of jit."""
+
+    __slots__ = ("program", "consts", "out_tree", "out_avals", "device", "exe", "const_bufs", "generation",
+                 "owner", "ckey", "gid", "__weakref__")
 
     def __init__(self, program, consts, out_tree):
         self.program, self.consts, self.out_tree = program, consts, out_tree
         self.out_avals = program.out_avals
         self.device = self.exe = self.const_bufs = self.generation = None
+        self.owner = self.ckey = self.gid = None
+
+
+def _per_function_size() -> int:
+    return config.jit_cache_size
+
+
+def _global_size() -> int:
+    return config.jit_global_cache_size
+
+
+def _unfast(fast, ckey, ex):
+    """Drop ``ex`` from the fast table (which holds a subset of the executables)."""
+    if fast.get(ckey[0]) is ex:
+        fast.pop(ckey[0], None)
+
+
+def _unindex(by_ckey, fast, gid, ex):
+    """The function's LRU evicted ``ex``: drop it from the lookup tables too."""
+    if by_ckey.get(ex.ckey) is ex:
+        by_ckey.pop(ex.ckey, None)
+    _unfast(fast, ex.ckey, ex)
+
+
+def _evict_from_owner(gid, ref):
+    """The global LRU dropped ``gid``: remove that executable from its jitted function's caches."""
+    ex = ref()
+    if ex is None:
+        return
+    j = ex.owner() if ex.owner is not None else None
+    if j is not None:
+        j._forget(ex)
+
+
+# Executables of every jitted function, least recently used first: id -> weakref to the _Entry. Only weak
+# references, so an executable lives exactly as long as its function keeps it; a dead one is dropped.
+# The ids are ints (their hash costs nothing), so the call path's LRU touches stay cheap.
+_GLOBAL = LRUCache(_global_size, on_evict=_evict_from_owner)
+_GLOBAL_D = _GLOBAL._d          # the call path touches it directly (one GIL-atomic move_to_end)
+_GIDS = itertools.count()
+_DEAD: collections.deque = collections.deque()  # ids of collected executables, removed at the next insert
+
+
+def _died(gid):
+    # A weakref callback may run inside any code (garbage collection): only an atomic append here.
+    _DEAD.append(gid)
+
+
+def _register_global(ex) -> None:
+    while _DEAD:
+        try:
+            _GLOBAL.pop(_DEAD.popleft())
+        except IndexError:
+            break
+    gid = ex.gid
+    _GLOBAL.put(gid, weakref.ref(ex, lambda _, gid=gid: _died(gid)))
+
+
+def jit_cache_info():
+    """Sizes of jit's global executable cache: ``{"global": (entries, bound)}`` (for tests and benchmarks)."""
+    return {"global": (len(_GLOBAL), config.jit_global_cache_size)}
 
 
 class Jitted:
@@ -92,9 +170,17 @@ class Jitted:
         self.static_argnames = tuple(sorted(names))
         self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
         self.device = parse_device(device) if device is not None else None
-        self._traces: dict = {}     # (treedef, avals, statics) -> _Entry (device-independent)
-        self._compiled: dict = {}   # (key, device, config) -> _Entry with exe
-        self._fast: dict = {}       # key -> _Entry, for calls on the entry's device with the current config
+        # LRUs of config.jit_cache_size entries each, on this object so that they die with it.
+        self._traces = LRUCache(_per_function_size)    # (treedef, avals, statics) -> _Entry (device-independent)
+        # Executables: looked up by (key, device, config) in _by_ckey, ordered by their int id in the LRU
+        # _compiled (evicting from it drops them from the lookup tables); _fast: key -> one of them, for
+        # calls on its device with the current config.
+        self._by_ckey: dict = {}
+        self._fast: dict = {}
+        self._compiled = LRUCache(_per_function_size,
+                                  on_evict=functools.partial(_unindex, self._by_ckey, self._fast))
+        self._compiled_d = self._compiled._d           # the call path touches it directly (GIL-atomic)
+        self._lock = threading.Lock()                  # first insert wins (slow path only)
         self._last_tree = None      # the input structure of the last call without kwargs or statics
 
     def _check_argnums(self, static_argnums, static_argnames, donate_argnums, params):
@@ -166,7 +252,7 @@ class Jitted:
             prog, consts = trace_to_program(flat, avals, debug_name=getattr(self.fun, "__name__", "fun"))
             entry = _Entry(prog, consts, out_store[0])
             if not any(isinstance(c, tracing.Tracer) for c in consts):
-                self._traces[key] = entry
+                entry = self._traces.put(key, entry)  # another thread's trace, if it finished first
         return entry
 
     def _prepare(self, args, kwargs):
@@ -204,15 +290,37 @@ class Jitted:
 
     def _executable(self, entry, key, device, donated=()):
         ckey = (key, device, config.lowering_key())
-        hit = self._compiled.get(ckey)
+        hit = self._by_ckey.get(ckey)
         if hit is None:
+            # Compiled outside any lock (it may take long, and other threads go on); the first insert wins.
             hit = _Entry(entry.program, entry.consts, entry.out_tree)
             hit.device = device
             n = len(entry.consts)
             hit.exe = compile_program(entry.program, device, donate=tuple(n + p for p in donated))
             hit.const_bufs = [_to(c, device) for c in entry.consts]
-            self._compiled[ckey] = hit
+            hit.owner, hit.ckey, hit.gid = weakref.ref(self), ckey, next(_GIDS)
+            with self._lock:
+                cached = self._by_ckey.setdefault(ckey, hit)
+            if cached is hit:
+                self._compiled.put(hit.gid, hit)  # may evict (and so unindex) the least recently used
+                _register_global(hit)
+                if hit.gid not in self._compiled_d or hit.gid not in _GLOBAL_D:  # a bound of 0: keep nothing
+                    self._compiled.pop(hit.gid)
+                    _unindex(self._by_ckey, self._fast, hit.gid, hit)
+            hit = cached
+        else:
+            self._compiled.touch(hit.gid)
+            _GLOBAL.touch(hit.gid)
         return hit
+
+    def _forget(self, ex):
+        """Drop executable ``ex`` from this function's caches (the global LRU evicted it)."""
+        if self._compiled.pop(ex.gid) is not None:
+            _unindex(self._by_ckey, self._fast, ex.gid, ex)
+
+    def cache_info(self):
+        """Entries in this function's caches: ``{"traces": n, "executables": n, "bound": n}``."""
+        return {"traces": len(self._traces), "executables": len(self._compiled), "bound": config.jit_cache_size}
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
@@ -238,7 +346,7 @@ class Jitted:
         # One pass over the leaves: abstract values for the key, and for the common case (every leaf an
         # array on one device, none deleted) the buffers and the committed flag as well.
         avals, bufs = [], []
-        traced = tracing._dynamic[-1].level > 0
+        traced = tracing._state.dynamic[-1].level > 0
         plain = True
         committed = self.device is not None
         dev = None
@@ -269,6 +377,12 @@ class Jitted:
         if not traced:
             fast = self._fast.get(key)
             if fast is not None and fast.generation == config.generation:
+                try:  # LRU order, per function and global: two GIL-atomic moves of int keys, no lock
+                    gid = fast.gid
+                    self._compiled_d.move_to_end(gid)
+                    _GLOBAL_D.move_to_end(gid)
+                except KeyError:  # evicted meanwhile (by another thread): still valid for this call,
+                    _unfast(self._fast, fast.ckey, fast)  # and the next one compiles again
                 device = fast.device
                 if plain and (dev is None or dev is device) and not self.donate_argnums:
                     out_bufs = fast.exe(fast.const_bufs + bufs if fast.const_bufs else bufs)
@@ -292,6 +406,8 @@ class Jitted:
         if device == default_device() or self.device is not None:
             ex.generation = config.generation
             self._fast[key] = ex
+            if ex.gid not in self._compiled_d:  # evicted meanwhile: keep the tables consistent
+                _unfast(self._fast, ex.ckey, ex)
         return self._run(ex, leaves, device, args)
 
     def _run(self, ex, leaves, device, args):

@@ -83,6 +83,10 @@ class Emitter:
         """Declare that element ``idx`` of ``var`` is ``value`` in the current scope."""
         self._memo[(var, self.key(var.aval, idx))] = (value, self.b.scope_token())
 
+    def known(self, var, idx):
+        """The value seeded or computed for element ``idx`` of ``var`` in a live scope, else ``None``."""
+        return self._lookup((var, self.key(var.aval, idx)))
+
     def _lookup(self, k):
         hit = self._memo.get(k)
         if hit is not None and self.b.scope_alive(hit[1]):

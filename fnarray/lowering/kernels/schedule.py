@@ -385,6 +385,16 @@ class _Group(abc.ABC):
             ridx = idx
             if not isinstance(idx, Flat) and r.aval.shape != self.shape:  # same size, other shape
                 ridx = unravel(linearize(idx, self.shape), r.aval.shape)
+                # A reshape on the way back maps ridx to an index expression of the group's shape that
+                # the index algebra need not simplify to idx: seed the group's products (the matmul's
+                # accumulator, a reduction's result) at that expression too, or the reshape would read
+                # them from a buffer that is never written when they are not needed outside.
+                back = unravel(linearize(ridx, r.aval.shape), self.shape)
+                for p in self.products:
+                    if p.aval.shape == self.shape:
+                        known = em.known(p, idx)
+                        if known is not None:
+                            em.seed(p, back, known)
             v = em.val(r, ridx)
             em.seed(r, ridx, v)
             if r in self.ctx.needed:
@@ -465,7 +475,8 @@ class _Monoid:
         if p == P.reduce_min:
             return [highest(d)]
         if p == P.reduce_and:
-            return [const(True, d) if d == np.bool_ else const(-1, d)]
+            # all bits set: -1 for signed types, the maximum for unsigned ones (a literal -1 overflows them)
+            return [const(True, d) if d == np.bool_ else const(int(np.array(-1).astype(d)), d)]
         return [const(False, d) if d == np.bool_ else const(0, d)]
 
     def combine(self, b, acc, new):
@@ -1325,6 +1336,16 @@ def _materialize(ctx):
 
     for e in prog.eqns:
         if e.primitive not in INJECTIVE:
+            # A kernel of its own (scatter, reduction, sort, matmul) inlines the producers of all its
+            # operands at once: their buffers together, plus its outputs, must fit the limit too.
+            while limit is not None:
+                lv = frozenset().union(*(leaves_of(a) for a in e.inputs)) if e.inputs else frozenset()
+                if len(lv) + len(e.outputs) + 1 <= limit:
+                    break
+                inner = [a for a in e.inputs if isinstance(a, Var) and not ctx.in_buffer(a)]
+                if not inner:
+                    break
+                M.add(max(inner, key=lambda a: len(leaves_of(a))))
             continue
         v = e.outputs[0]
         own = _EXPENSIVE_COST if e.primitive in _EXPENSIVE else (0 if e.primitive in _FREE else 1)

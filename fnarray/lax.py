@@ -1,0 +1,38 @@
+"""``fnarray.lax``: the primitives' thin wrappers and structured control flow (as ``jax.lax``).
+
+This module is wiring only. The wrappers live in ``fnarray/core/lax.py`` (which the rest of
+the library imports as ``fnarray.core.lax``; its ``__all__`` is the list re-exported here),
+and control flow lives in ``fnarray/transforms/``. ``core/`` may not import ``transforms/``
+(DESIGN.md, "Layers"), so the public ``fnarray.lax`` is this package-level module that
+imports both.
+"""
+
+from __future__ import annotations
+
+from fnarray.core import lax as _core_lax
+from fnarray.transforms.associative_scan import associative_scan
+from fnarray.transforms.control_flow import cond, fori_loop, scan, switch, while_loop
+from fnarray.transforms.lax_map import map  # noqa: A004  (jax.lax.map)
+
+_CONTROL = ["associative_scan", "cond", "fori_loop", "map", "scan", "switch", "while_loop"]
+_CORE = [n for n in _core_lax.__all__ if n not in _CONTROL]
+globals().update({n: getattr(_core_lax, n) for n in _CORE})
+
+__all__ = sorted(_CORE + _CONTROL)
+
+
+def __getattr__(name):
+    # Names of core/lax.py outside its __all__ (helpers a caller reached through fnarray.lax before).
+    if not name.startswith("__"):
+        try:
+            return getattr(_core_lax, name)
+        except AttributeError:
+            pass
+    raise AttributeError(f"module 'fnarray.lax' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
+_ = (associative_scan, cond, fori_loop, map, scan, switch, while_loop)

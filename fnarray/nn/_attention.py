@@ -1,0 +1,132 @@
+"""``dot_product_attention`` (mirrors ``jax.nn.dot_product_attention``): scaled dot-product attention.
+
+Layout ``(B, T, N, H)``: batch, sequence, heads, head size (the batch axis may be left out).
+Written as two ``einsum`` contractions and a float32 softmax, so it runs on every backend and
+under every transform; there is no fused kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fnarray.core import dtypes
+from fnarray.core.errors import DTypeError, ShapeError
+
+__all__ = ["dot_product_attention"]
+
+
+def _np():
+    from fnarray import numpy as fnp
+    return fnp
+
+
+def _large_negative(dtype):
+    # As JAX: a finite stand-in for -inf, so that a row with every key masked out gives a
+    # uniform average instead of NaN.
+    # Capped at the float32 range: the softmax runs in float32.
+    top = min(float(np.finfo(dtype).max), float(np.finfo(np.float32).max))
+    return np.asarray(-0.7 * top, dtype=dtype)
+
+
+def _seq_mask(lengths, size, name, batch):
+    fnp = _np()
+    lengths = fnp.asarray(lengths)
+    if lengths.ndim != 1 or lengths.shape[0] != batch or not dtypes.is_int(lengths.dtype):
+        raise ShapeError(f"dot_product_attention: {name} must be an int array of shape ({batch},), got "
+                         f"{lengths.dtype.name}{list(lengths.shape)}")
+    return fnp.arange(size, dtype=dtypes.int32)[None, :] < lengths.astype(dtypes.int32)[:, None]   # (B, size)
+
+
+def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal: bool = False,
+                          query_seq_lengths=None, key_value_seq_lengths=None, implementation=None):
+    """Scaled dot-product attention, ``softmax(q k^T * scale + bias, masked) v`` (``jax.nn.dot_product_attention``).
+
+    Args:
+      query: ``(B, T, N, H)`` or ``(T, N, H)``, a floating dtype.
+      key: ``(B, S, K, H)`` or ``(S, K, H)``, query's dtype; ``K`` must divide ``N`` (grouped-query
+        attention: query head ``n`` uses key/value head ``n // (N // K)``).
+      value: the shape and dtype of ``key``.
+      bias: optional, broadcastable to ``(B, N, T, S)``; added to the scaled logits.
+      mask: optional boolean, broadcastable to ``(B, N, T, S)``; ``False`` masks a key out.
+      scale: the logits' factor; default ``1 / sqrt(H)``.
+      is_causal: mask out keys after the query position (a lower-triangular ``(T, S)`` mask,
+        aligned at the top left, as JAX's).
+      query_seq_lengths: optional ``int[B]``: query positions at or past it are padding (their
+        rows mask every key, as JAX's).
+      key_value_seq_lengths: optional ``int[B]``: key positions at or past it are masked out.
+      implementation: ``None`` or ``"xla"`` (accepted for JAX compatibility; there is one
+        implementation).
+    Returns:
+      ``(B, T, N, H)`` (or ``(T, N, H)``) of query's dtype. Logits and the softmax are computed
+      in float32 (float64 for float64 inputs), the probabilities cast to the inputs' dtype;
+      masked logits are ``-0.7 * finfo.max`` (as JAX), so a fully masked row averages every
+      value uniformly; padding query rows (``query_seq_lengths``) are zeros.
+    Raises:
+      ShapeError: inconsistent ranks or sizes; DTypeError: non-floating inputs or a non-boolean mask;
+      ValueError: another ``implementation``.
+    Source: Vaswani et al., "Attention is all you need" (2017), eq. 1; JAX's masking conventions.
+    """
+    fnp = _np()
+    if implementation not in (None, "xla"):
+        raise ValueError(f"dot_product_attention: implementation={implementation!r}; fnarray has one "
+                         "implementation (None or 'xla')")
+    q, k, v = fnp.asarray(query), fnp.asarray(key), fnp.asarray(value)
+    if not (q.ndim == k.ndim == v.ndim and q.ndim in (3, 4)):
+        raise ShapeError(f"dot_product_attention: query, key and value must all be (B, T, N, H) or (T, N, H); "
+                         f"got shapes {q.shape}, {k.shape}, {v.shape}")
+    unbatched = q.ndim == 3
+    if unbatched:
+        q, k, v = q[None], k[None], v[None]
+    for name, x in (("query", q), ("key", k), ("value", v)):
+        if not dtypes.is_float(x.dtype):
+            raise DTypeError(f"dot_product_attention: {name} must be floating, got {x.dtype.name}")
+    if k.shape != v.shape:
+        raise ShapeError(f"dot_product_attention: key {k.shape} and value {v.shape} must have one shape")
+    B, T, N, H = q.shape
+    _, S, K, Hk = k.shape
+    if k.shape[0] != B or Hk != H:
+        raise ShapeError(f"dot_product_attention: key {k.shape} must be (B={B}, S, K, H={H}) for query {q.shape}")
+    if K == 0 or N % K:
+        raise ShapeError(f"dot_product_attention: the {N} query heads must be a multiple of the {K} key heads")
+    if q.dtype != k.dtype or q.dtype != v.dtype:
+        raise DTypeError(f"dot_product_attention: query, key and value need one dtype, got {q.dtype.name}, "
+                         f"{k.dtype.name}, {v.dtype.name}")
+    if K != N:
+        k = fnp.repeat(k, N // K, axis=2)
+        v = fnp.repeat(v, N // K, axis=2)
+    scale = 1.0 / math.sqrt(H) if scale is None else scale
+    # Logits in at least float32 (as JAX's preferred_element_type), whatever the inputs' precision.
+    ld = dtypes.float64 if q.dtype == dtypes.float64 else dtypes.float32
+    logits = fnp.einsum("btnh,bsnh->bnts", q.astype(ld), k.astype(ld)) * fnp.asarray(scale, dtype=ld)
+    if bias is not None:
+        logits = (logits + fnp.asarray(bias)).astype(ld)
+    keep = None
+    if mask is not None:
+        mask = fnp.asarray(mask)
+        if mask.dtype != dtypes.bool_:
+            raise DTypeError(f"dot_product_attention: mask must be boolean (True keeps a key), got {mask.dtype.name}")
+        keep = mask
+    if is_causal:
+        causal = fnp.tril(fnp.ones((T, S), dtype=dtypes.bool_))
+        keep = causal if keep is None else fnp.logical_and(keep, causal)
+    if query_seq_lengths is not None:
+        qm = _seq_mask(query_seq_lengths, T, "query_seq_lengths", B)[:, None, :, None]
+        keep = qm if keep is None else fnp.logical_and(keep, qm)
+    if key_value_seq_lengths is not None:
+        km = _seq_mask(key_value_seq_lengths, S, "key_value_seq_lengths", B)[:, None, None, :]
+        keep = km if keep is None else fnp.logical_and(keep, km)
+    if keep is not None:
+        try:
+            keep = fnp.broadcast_to(keep, logits.shape)
+        except (ValueError, ShapeError):
+            raise ShapeError(f"dot_product_attention: the mask of shape {keep.shape} does not broadcast to "
+                             f"(B, N, T, S) = {logits.shape}") from None
+        logits = fnp.where(keep, logits, _large_negative(ld))
+    from fnarray.nn._functions import softmax
+    probs = softmax(logits.astype(dtypes.float32), axis=-1).astype(k.dtype)
+    out = fnp.einsum("bnts,bsnh->btnh", probs, v)
+    if query_seq_lengths is not None:  # padding queries give zeros, as JAX's
+        out = fnp.where(qm[:, 0, :, :, None], out, fnp.zeros((), dtype=out.dtype))
+    return out[0] if unbatched else out

@@ -1,0 +1,242 @@
+"""``Module``: a neural-network layer as an immutable dataclass that is a pytree (in the style of Equinox).
+
+A subclass declares its fields as class annotations; it becomes a dataclass whose instances
+cannot be changed after ``__init__``. Each instance is a pytree registered in fnarray's optree
+namespace, so ``grad``, ``jit``, ``vmap``, ``fa.optim`` and ``fa.save`` take a model as it is:
+
+* a field holding an array, a ``Module``, or a list/tuple/dict containing arrays is a *child*
+  (its arrays are leaves: differentiated, traced, updated);
+* every other field (ints, floats, strings, dtypes, activation functions, shapes) is *static*:
+  part of the tree's structure, so it is hashed into ``jit``'s cache key and never traced;
+* ``field(static=True)`` forces a field static, ``field(static=False)`` forces it a child
+  (a float hyperparameter you want to differentiate).
+
+Which fields are children is decided once per instance, after ``__init__``, and kept by every
+tree operation, so ``tree_map(lambda x: None, model)`` or ``partition`` keeps the structure.
+There is no global state: parameters live in the module object, randomness comes from
+explicit keys, and mutable statistics (``BatchNorm``'s) are passed in and returned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import numpy as np
+import optree
+
+from fnarray import tree_util
+
+__all__ = ["Module", "field", "static_field"]
+
+_INIT = threading.local()   # ids of the objects whose __init__ is running, per thread
+
+
+def field(*, static: bool | None = None, **kwargs):
+    """A dataclass field of a ``Module`` (``dataclasses.field`` plus ``static``).
+
+    Args:
+      static: ``True`` keeps the value in the tree structure (never a leaf); ``False`` makes it a
+        child even if it is a Python number; ``None`` (the default) decides by the value: arrays,
+        Modules and containers of arrays are children, everything else is static.
+      kwargs: passed to ``dataclasses.field`` (``default``, ``default_factory``, ``repr``...).
+    Returns:
+      a ``dataclasses.Field`` carrying ``metadata["static"]``.
+    Raises:
+      TypeError: an argument ``dataclasses.field`` does not take.
+    """
+    metadata = dict(kwargs.pop("metadata", None) or {})
+    if static is not None:
+        metadata["static"] = bool(static)
+    return dataclasses.field(metadata=metadata, **kwargs)
+
+
+def static_field(**kwargs):
+    """``field(static=True, ...)`` (Equinox's spelling).
+
+    Args:
+      kwargs: passed to ``dataclasses.field``.
+    Returns:
+      a ``dataclasses.Field`` that is always static (part of the tree structure, never a leaf).
+    Raises:
+      TypeError: an argument ``dataclasses.field`` does not take.
+    """
+    return field(static=True, **kwargs)
+
+
+def _in_init(obj) -> bool:
+    return id(obj) in getattr(_INIT, "ids", ())
+
+
+def _holds_arrays(value) -> bool:
+    from fnarray.core.array import Array
+    if isinstance(value, (Array, np.ndarray, Module)):
+        return True
+    if isinstance(value, (list, tuple, dict)):
+        return any(isinstance(x, (Array, np.ndarray)) for x in tree_util.tree_leaves(value))
+    return False
+
+
+def _wrap_init(init):
+    def __init__(self, *args, **kwargs):
+        ids = getattr(_INIT, "ids", None)
+        if ids is None:
+            ids = _INIT.ids = set()
+        outer = id(self) in ids
+        ids.add(id(self))
+        try:
+            init(self, *args, **kwargs)
+        finally:
+            if not outer:
+                ids.discard(id(self))
+        if not outer:
+            self._fa_finish()
+    __init__.__wrapped__ = init
+    __init__.__qualname__ = getattr(init, "__qualname__", "__init__")
+    __init__.__doc__ = getattr(init, "__doc__", None)
+    return __init__
+
+
+def _flatten(m):
+    dyn = m._fa_dynamic
+    return [object.__getattribute__(m, n) for n in dyn], (type(m), dyn, m._fa_static_items()), dyn
+
+
+def _unflatten(aux, children):
+    cls, dyn, static = aux
+    return cls._fa_from_fields(list(zip(dyn, children, strict=True)), list(static))
+
+
+class Module:
+    """Base class of the layers: an immutable dataclass that is a pytree (see the module docstring).
+
+    Subclass it with annotated fields and either let the dataclass write ``__init__`` or write
+    your own, which may assign ``self.name = value`` (only inside ``__init__``)::
+
+        class Affine(fa.nn.Module):
+            weight: fa.Array
+            bias: fa.Array
+            def __init__(self, n, *, key):
+                self.weight = fa.random.normal(key, (n, n))
+                self.bias = fnp.zeros(n)
+            def __call__(self, x):
+                return x @ self.weight.T + self.bias
+
+    Instances compare by identity and hash by identity, like functions; two modules with equal
+    arrays are different objects. ``replace(**changes)`` returns a copy with fields changed.
+    """
+
+    _fa_is_module = True
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        own_init = "__init__" in cls.__dict__
+        dataclasses.dataclass(init=not own_init, repr=False, eq=False)(cls)
+        cls.__init__ = _wrap_init(cls.__init__)
+        optree.register_pytree_node(cls, _flatten, _unflatten, path_entry_type=optree.GetAttrEntry,
+                                    namespace=tree_util.NAMESPACE)
+
+    # -- construction helpers ------------------------------------------------------------------
+    def _fa_finish(self, keep=()):
+        missing = [f.name for f in dataclasses.fields(self) if not hasattr(self, f.name)]
+        if missing:
+            raise TypeError(f"{type(self).__name__}.__init__ did not set the field(s) {', '.join(missing)}; "
+                            "every annotated field needs a value")
+        dyn = []
+        for f in dataclasses.fields(self):
+            static = f.metadata.get("static")
+            v = object.__getattribute__(self, f.name)
+            if static is False or (static is None and (f.name in keep or _holds_arrays(v))):
+                dyn.append(f.name)
+        object.__setattr__(self, "_fa_dynamic", tuple(dyn))
+        check = getattr(self, "__check_init__", None)
+        if check is not None:
+            check()
+
+    def _fa_static_items(self):
+        dyn = self._fa_dynamic
+        items = []
+        for f in dataclasses.fields(self):
+            if f.name not in dyn:
+                v = object.__getattribute__(self, f.name)
+                try:
+                    hash(v)
+                except TypeError:
+                    raise TypeError(f"{type(self).__name__}.{f.name} is a static field (not an array) holding the "
+                                    f"unhashable {type(v).__name__}; static fields are part of jit's cache key: "
+                                    "use a tuple instead of a list, or field(static=False) for array data") from None
+                items.append((f.name, v))
+        return tuple(items)
+
+    def _fa_fields(self):
+        """``(children, static)``: lists of ``(name, value)``, children in flatten order."""
+        return ([(n, object.__getattribute__(self, n)) for n in self._fa_dynamic], list(self._fa_static_items()))
+
+    @classmethod
+    def _fa_from_fields(cls, dynamic, static):
+        """A new instance with these field values, without running ``__init__`` (as unflattening does)."""
+        obj = object.__new__(cls)
+        for name, v in list(dynamic) + list(static):
+            object.__setattr__(obj, name, v)
+        object.__setattr__(obj, "_fa_dynamic", tuple(n for n, _ in dynamic))
+        return obj
+
+    # -- immutability --------------------------------------------------------------------------
+    def __setattr__(self, name, value):
+        if _in_init(self):
+            object.__setattr__(self, name, value)
+            return
+        raise dataclasses.FrozenInstanceError(
+            f"cannot assign {type(self).__name__}.{name}: modules are immutable; make a changed copy with "
+            f"model.replace({name}=...) or fa.tree.map")
+
+    def __delattr__(self, name):
+        raise dataclasses.FrozenInstanceError(f"cannot delete {type(self).__name__}.{name}: modules are immutable")
+
+    def replace(self, **changes):
+        """A copy with the named fields replaced (``__init__`` is not run again).
+
+        Raises: ``TypeError`` for a name that is not a field.
+        """
+        names = [f.name for f in dataclasses.fields(self)]
+        for k in changes:
+            if k not in names:
+                raise TypeError(f"{type(self).__name__} has no field {k!r}; its fields are {names}")
+        obj = object.__new__(type(self))
+        ids = getattr(_INIT, "ids", None)
+        if ids is None:
+            ids = _INIT.ids = set()
+        ids.add(id(obj))
+        try:
+            for n in names:
+                object.__setattr__(obj, n, changes[n] if n in changes else object.__getattribute__(self, n))
+        finally:
+            ids.discard(id(obj))
+        # A field that was a child stays one (so a filter spec made with replace(layers=(True, False))
+        # keeps the model's structure); a changed field becomes a child if it now holds arrays.
+        obj._fa_finish(keep=self._fa_dynamic)
+        return obj
+
+    def __repr__(self):
+        parts = []
+        for f in dataclasses.fields(self):
+            if not f.repr:
+                continue
+            parts.append(f"{f.name}={_short(object.__getattribute__(self, f.name))}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+
+def _short(v):
+    from fnarray.core.array import Array
+    if isinstance(v, Array):
+        try:
+            return v.aval.str_short()
+        except AttributeError:
+            return f"{v.dtype.name}{list(v.shape)}"
+    if isinstance(v, np.ndarray):
+        return f"np.{v.dtype.name}{list(v.shape)}"
+    if isinstance(v, tuple) and v and isinstance(v[0], Module):
+        return "(" + ", ".join(_short(x) for x in v) + ("," if len(v) == 1 else "") + ")"
+    if callable(v) and hasattr(v, "__name__") and not isinstance(v, Module):
+        return v.__name__
+    return repr(v)

@@ -1,0 +1,253 @@
+"""Bounded caches (issue 12): jit per function and global, eager, kernels; entries die with their function."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from fnarray.core.cache import LRUCache
+from fnarray.core.config import Config
+from fnarray.devices import placement
+from fnarray.transforms import jit as jit_mod
+
+
+@pytest.fixture
+def sizes():
+    """Restore the cache sizes a test changes."""
+    names = ("jit_cache_size", "jit_global_cache_size", "eager_cache_size", "kernel_cache_size")
+    old = {n: getattr(fa.config, n) for n in names}
+    yield fa.config
+    for n, v in old.items():
+        setattr(fa.config, n, v)
+    placement._eager_cache.trim()
+
+
+def _counting(device):
+    traces = []
+
+    def fun(x):
+        traces.append(x.shape)
+        return x * 2.0 + 1.0
+    return fa.jit(fun, device=device), traces
+
+
+def _call(f, n, device):
+    x = np.arange(n, dtype=np.float32)
+    np.testing.assert_allclose(np.asarray(f(fa.device_put(x, device))), x * 2.0 + 1.0)
+
+
+def _order(f):
+    """The input shapes of ``f``'s executables, least recently used first."""
+    return [e.ckey[0][1][0].shape for e in f._compiled.values()]
+
+
+def test_jit_cache_is_an_lru_per_function(device, sizes):
+    sizes.jit_cache_size = 3
+    f, traces = _counting(device)
+    for n in (1, 2, 3):
+        _call(f, n, device)
+    _call(f, 1, device)          # a hit: 1 becomes the most recently used
+    _call(f, 4, device)          # evicts 2, the least recently used
+    assert traces == [(1,), (2,), (3,)] + [(4,)]
+    assert len(f._compiled) == 3 and len(f._traces) == 3 and len(f._fast) <= 3 and len(f._by_ckey) == 3
+    assert _order(f) == [(3,), (1,), (4,)]
+    _call(f, 1, device)
+    _call(f, 3, device)
+    assert len(traces) == 4      # both still cached
+    assert _order(f) == [(4,), (1,), (3,)]
+    _call(f, 2, device)          # evicted before: compiled again (traced again unless its trace survived)
+    assert _order(f) == [(1,), (3,), (2,)]
+    assert len(traces) in (4, 5)
+    for n in range(5, 12):
+        _call(f, n, device)
+        assert len(f._compiled) <= 3 and len(f._traces) <= 3 and len(f._fast) <= 3 and len(f._by_ckey) <= 3
+    assert f.cache_info() == {"traces": 3, "executables": 3, "bound": 3}
+
+
+def test_jit_global_cache_bounds_all_functions(device, sizes):
+    sizes.jit_cache_size = 10
+    sizes.jit_global_cache_size = 4
+    fs = [_counting(device)[0] for _ in range(3)]
+    for f in fs:
+        for n in (1, 2, 3):
+            _call(f, n, device)
+            assert len(jit_mod._GLOBAL) <= 4
+    live = sum(len(f._compiled) for f in fs)
+    assert live <= 4 and sum(len(f._by_ckey) for f in fs) <= 4 and sum(len(f._fast) for f in fs) <= 4
+    assert jit_mod.jit_cache_info()["global"][1] == 4
+    # the most recent ones survive; the oldest (fs[0]'s) were evicted from their function
+    assert len(fs[2]._compiled) == 3 and len(fs[0]._compiled) == 0
+    _call(fs[0], 1, device)  # still correct after eviction: compiles again
+
+
+def test_executables_die_with_their_function(device):
+    f, _ = _counting(device)
+    _call(f, 3, device)
+    _call(f, 4, device)
+    entries = [weakref.ref(e) for e in f._compiled.values()]
+    exes = []
+    for e in f._compiled.values():
+        try:
+            exes.append(weakref.ref(e.exe))
+        except TypeError:  # an executable type without weak references: its entry is checked
+            pass
+    traces = [weakref.ref(e) for e in f._traces.values()]
+    assert entries and traces
+    n_global = len(jit_mod._GLOBAL)
+    del f, e
+    gc.collect()
+    assert all(r() is None for r in entries + exes + traces)
+    _call(fa.jit(lambda x: x * 2.0 + 1.0, device=device), 2, device)  # the next insert drops dead ids
+    assert len(jit_mod._GLOBAL) <= n_global - 1
+
+
+def test_eager_cache_is_bounded(device, sizes):
+    sizes.eager_cache_size = 5
+    for n in range(1, 12):
+        x = np.arange(n, dtype=np.float32)
+        np.testing.assert_allclose(np.asarray(fa.device_put(x, device) * 3.0), x * 3.0)
+        assert len(placement._eager_cache) <= 5
+    keys = placement._eager_cache.keys()
+    assert keys[-1][2][0].shape == (11,)  # the most recent operation is the last in LRU order
+
+
+def test_kernel_caches_are_bounded(sizes):
+    from helpers import require_backend
+    fns = [fnp.sin, fnp.cos, fnp.exp, fnp.tanh, fnp.sqrt]
+    x = np.linspace(0.1, 1.0, 6, dtype=np.float32)
+    sizes.kernel_cache_size = 2
+    checked = 0
+    for name in ("opencl", "webgpu"):
+        for device in require_backend(name)[:1]:
+            if name == "opencl":
+                cache = device.impl.state(device).programs
+            else:
+                cache = device.impl.gpu.pipelines
+            cache.trim()  # a new size applies at the next insert; earlier tests may have filled it
+            assert len(cache) <= 2
+            for fn in fns + fns[:1]:  # the first again after eviction: rebuilt, still right
+                got = np.asarray(fa.jit(fn, device=device)(fa.device_put(x, device)))
+                np.testing.assert_allclose(got, getattr(np, fn.__name__)(x.astype(np.float64)), rtol=1e-5)
+                assert len(cache) <= 2
+            checked += 1
+    assert checked == 2
+
+
+def test_webgpu_pool_does_not_grow_on_cached_calls():
+    """Cached calls that upload their inputs reuse pooled buffers (before: one more wgpu buffer per call)."""
+    from helpers import require_backend
+    device = require_backend("webgpu")[0]
+    gpu = device.impl.gpu
+    f = fa.jit(lambda x: x * 2.0 + 1.0, device=device)
+    x = np.arange(16, dtype=np.float32)
+
+    def pooled():
+        gpu.alloc(np.float32, (1,))  # an allocation takes back the buffers returned meanwhile
+        return sum(len(v) for v in gpu.pool.values())
+
+    for _ in range(20):
+        f(x)
+    before = pooled()
+    for _ in range(200):
+        y = f(x)  # a NumPy input: uploaded on every call
+        z = fa.device_put(x, device) * 2.0  # an eager operation with an uploaded scalar
+    np.testing.assert_allclose(np.asarray(y), x * 2.0 + 1.0)
+    np.testing.assert_allclose(np.asarray(z), x * 2.0)
+    assert pooled() <= before + 4
+
+
+def test_config_cache_sizes(monkeypatch):
+    monkeypatch.setenv("FNARRAY_JIT_CACHE_SIZE", "7")
+    monkeypatch.setenv("FNARRAY_KERNEL_CACHE_SIZE", "0")
+    c = Config()
+    assert c.jit_cache_size == 7 and c.kernel_cache_size == 0
+    assert c.jit_global_cache_size == 512 and c.eager_cache_size == 1024
+    for bad in (-1, 2.5, "many", True):
+        with pytest.raises(ValueError, match="jit_cache_size"):
+            c.jit_cache_size = bad
+    monkeypatch.setenv("FNARRAY_EAGER_CACHE_SIZE", "lots")
+    with pytest.raises(ValueError, match="FNARRAY_EAGER_CACHE_SIZE"):
+        Config()
+
+
+def test_lru_cache_order_and_bound():
+    evicted = []
+    c = LRUCache(3, on_evict=lambda k, v: evicted.append(k))
+    for k in "abc":
+        c.put(k, k.upper())
+    assert c.get("a") == "A"          # a: most recent
+    c.put("d", "D")                   # evicts b
+    assert c.keys() == ["c", "a", "d"] and evicted == ["b"]
+    assert c.put("c", "other") == "C"  # put keeps the first value
+    c.set("c", "new")
+    assert c.peek("c") == "new" and c.keys() == ["a", "d", "c"]
+    assert c.get("b") is None
+
+
+def test_lru_cache_under_threads():
+    c = LRUCache(16)
+    errors = []
+
+    def work(t):
+        try:
+            for i in range(5000):
+                k = (t * 7 + i) % 40
+                v = c.get(k)
+                if v is None:
+                    v = c.put(k, ("v", k))
+                if v != ("v", k):
+                    errors.append((k, v))
+                if len(c) > 16:
+                    errors.append(("len", len(c)))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join()
+    assert not errors
+    assert len(c) == 16
+
+
+def test_lru_cache_second_chance():
+    """A cache whose hits only mark the value evicts unmarked entries first (CLOCK)."""
+    marks = {}
+
+    def used(v):
+        u, marks[v] = marks.get(v, False), False
+        return u
+
+    c = LRUCache(3, second_chance=used)
+    for k in "abc":
+        c.put(k, k)
+    marks["a"] = True               # a hit on a
+    c.put("d", "d")                 # b goes (a had its second chance)
+    assert sorted(c.keys()) == ["a", "c", "d"]
+    c.put("e", "e")                 # a's mark was cleared: now c, the oldest unmarked... a or c
+    assert len(c) == 3 and "e" in c
+    marks.update(a=True, c=True, d=True, e=True)
+    c.put("f", "f")                 # every entry marked: one pass clears the marks, then one goes
+    assert len(c) == 3 and "f" in c
+
+
+def test_cache_size_zero_keeps_nothing(sizes):
+    sizes.jit_cache_size = 0
+    f, traces = _counting("numpy:0")
+    for _ in range(3):
+        _call(f, 2, "numpy:0")
+    assert len(traces) == 3  # traced every call
+    assert len(f._compiled) == len(f._by_ckey) == len(f._fast) == len(f._traces) == 0
+    sizes.jit_cache_size = 8
+    sizes.jit_global_cache_size = 0
+    g, _ = _counting("numpy:0")
+    _call(g, 2, "numpy:0")
+    _call(g, 2, "numpy:0")
+    assert len(g._compiled) == len(g._by_ckey) == len(g._fast) == 0
