@@ -18,9 +18,8 @@ from fnarray.core import profile as _profile
 from fnarray.core.config import config
 from fnarray.core.errors import FallbackWarning, UnsupportedOnDevice
 from fnarray.core.ir import Program
-from fnarray.core.passes import program_from_eqn, subprograms
-from fnarray.devices import memory
 from fnarray.core.passes import program_from_eqn, subprograms, walk_eqns
+from fnarray.devices import memory
 from fnarray.devices.backend import Device
 
 __all__ = ["compile_program", "compile_eqn", "unsupported_reason", "lower_program"]
