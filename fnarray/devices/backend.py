@@ -77,6 +77,8 @@ class Capabilities:
     ``local_memory``, ``atomics``, ``tiling_pays``: kernel-scheduler hints.
     ``control_flow``: ``"native"`` (the library has loops) or ``"host"``
     (the partitioner drives loops from Python).
+    ``max_buffer_bytes``, ``memory_bytes``: the largest single buffer and the device's memory
+    (``None`` = the host's physical memory); ``devices.memory`` checks allocations against them.
     """
 
     dtypes: frozenset
@@ -87,6 +89,8 @@ class Capabilities:
     atomics: bool = False
     tiling_pays: bool = False
     control_flow: str = "native"
+    max_buffer_bytes: int | None = None
+    memory_bytes: int | None = None
 
 
 class Lowered:

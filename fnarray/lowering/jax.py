@@ -64,6 +64,26 @@ for _p, _f in [(P.neg, lax.neg), (P.sign, lax.sign), (P.floor, lax.floor), (P.ce
     _direct(_p, _f)
 
 RULES[P.abs_p] = lambda x: x if jnp.issubdtype(x.dtype, jnp.unsignedinteger) else lax.abs(x)
+
+
+def _exp(x):
+    out = lax.exp(x)
+    if not jnp.iscomplexobj(x):
+        return out
+    # XLA's complex exp gives NaN + NaN j at several C99 Annex G cases (the array API's, NumPy's):
+    # a zero imaginary part stays zero, and an infinite real part with an infinite or NaN imaginary part
+    # gives 0 + 0j (at -inf) or inf + NaN j (at +inf). The same fix-up as the kernel backends' rule.
+    a, b = lax.real(x), lax.imag(x)
+    m = lax.exp(a)
+    odd = ~lax.is_finite(b)
+    ninf, pinf = (a == -jnp.inf) & odd, (a == jnp.inf) & odd
+    zero = b == 0
+    re = jnp.where(zero, m, jnp.where(ninf, 0.0, jnp.where(pinf, jnp.inf, lax.real(out)))).astype(a.dtype)
+    im = jnp.where(zero, b, jnp.where(ninf, 0.0, jnp.where(pinf, jnp.nan, lax.imag(out)))).astype(a.dtype)
+    return lax.complex(re, im)
+
+
+RULES[P.exp] = lambda x: _exp(x)
 RULES[P.round_p] = lambda x: lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN)
 RULES[P.stop_gradient] = lambda x: x
 RULES[P.copy_p] = lambda x: x

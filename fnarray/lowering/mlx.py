@@ -777,6 +777,7 @@ def _scatter(kind):
         zero_i = _const(0, idt)
         bounds = [_const(n, idt) if n <= np.iinfo(idt).max else None for n in sizes]
         fill = _const(_scatter_identity(k, d), d) if k != "set" else None
+        nan_propagating = k in ("maximum", "minimum") and dtypes.is_float(d)  # DESIGN.md: max/min propagate NaN
 
         def valid(indices):
             ok = None
@@ -802,8 +803,17 @@ def _scatter(kind):
             else:
                 okb = ok.reshape(ok.shape + (1,) * (updates.ndim - ok.ndim))
                 upd = mx.where(okb, updates, fill)
-                at = moved.at[tuple(parts) if len(parts) > 1 else parts[0]]
-                out = getattr(at, k)(upd)
+                where = tuple(parts) if len(parts) > 1 else parts[0]
+                if nan_propagating:
+                    # MLX's scatter maximum/minimum compare with a NaN losing (x.at[i].maximum(1.5) of a NaN
+                    # gives 1.5, and a NaN update followed by 0 gives 0): scatter without NaNs, then put
+                    # a NaN where the operand had one or any in-bounds update to that element was one.
+                    u_nan = mx.isnan(upd)
+                    hits = mx.zeros(moved.shape, dtype=mx.int32).at[where].add(u_nan.astype(mx.int32))
+                    out = getattr(moved.at[where], k)(mx.where(u_nan, fill, upd))
+                    out = mx.where(mx.isnan(moved) | (hits > 0), _const(np.nan, d), out)
+                else:
+                    out = getattr(moved.at[where], k)(upd)
             return out if ident else mx.transpose(out, inv)
         return f
     return factory

@@ -619,7 +619,7 @@ class WebGPUBackend(Backend):
                                        lim["max-compute-workgroup-size-x"]),
                 max_dispatch=lim["max-compute-workgroups-per-dimension"],
                 local_memory=True, atomics=False, tiling_pays=self.gpu.adapter_type.lower() != "cpu",
-                control_flow="host")
+                control_flow="host", max_buffer_bytes=int(lim["max-buffer-size"]))
             self._caps = caps
         return caps
 
