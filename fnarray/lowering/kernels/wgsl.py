@@ -679,9 +679,6 @@ def _array_decls(stmts):
             yield from _array_decls(s.orelse)
 
 
-_RENDERER = WGSLRenderer()
-
-
 def render_wgsl(kernel: Kernel) -> str:
     """WGSL source of ``kernel`` (deterministic: the same kernel gives the same text).
 
@@ -689,4 +686,4 @@ def render_wgsl(kernel: Kernel) -> str:
     for a dtype or op WGSL cannot express (the scheduler never gives it one for a webgpu
     device: it only uses the dtypes of the device's ``Capabilities``).
     """
-    return _RENDERER.render(kernel)
+    return WGSLRenderer().render(kernel)  # a renderer per call: it holds the kernel's layout while it prints
