@@ -42,6 +42,7 @@ from fnarray.core.ir import Eqn, Literal, Program, Var
 from fnarray.core.passes import dce
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import INJECTIVE, Emitter, Flat, NotFlat, shaped_index
+from fnarray.lowering.kernels.long_scans import split_long_scans
 from fnarray.lowering.kernels.index import ix_const, ix_data, ix_var, linearize, to_expr, unravel
 from fnarray.lowering.kernels.ir import INT32, BufferParam, Cast, Let, Special, Sym, const
 from fnarray.lowering.kernels.rules import (add_of, convert, highest, logaddexp, lowest, max_of, min_of, mul_of,
@@ -1476,7 +1477,7 @@ def _can_join(ctx, g, reads, own, v):
 
 def schedule(program: Program, caps, **opts) -> Schedule:
     """Group ``program`` (straight-line: no ``cond``/``while``/``scan``) into kernels for ``caps``."""
-    prog = inline_calls(program)
+    prog = inline_calls(split_long_scans(program, getattr(caps, "max_loop_iterations", None)))
     prog, _ = dce(prog)
     prog = _fold_dot_transposes(prog)
     ctx = _Ctx(prog, caps, opts)
