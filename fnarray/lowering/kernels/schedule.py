@@ -44,6 +44,7 @@ from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import INJECTIVE, Emitter, Flat, NotFlat, shaped_index
 from fnarray.lowering.kernels.index import ix_const, ix_data, ix_var, linearize, to_expr, unravel
 from fnarray.lowering.kernels.ir import INT32, BufferParam, Cast, Let, Special, Sym, const
+from fnarray.lowering.zero_size import drop_zero_size
 from fnarray.lowering.kernels.rules import (add_of, convert, highest, logaddexp, lowest, max_of, min_of, mul_of,
                                             op, select)
 
@@ -1359,6 +1360,8 @@ def _materialize(ctx):
 
 def _place(ctx, groups, e):
     """Put equation ``e``'s materialised outputs into groups."""
+    if all(o.aval.size == 0 for o in e.outputs):
+        return   # a zero-size fill (``zero_size.is_fill``): nothing to launch
     cls = _GROUPS.get(e.primitive)
     if cls is _ReduceGroup:
         target = _sibling_reduction(ctx, groups, e)
@@ -1457,6 +1460,9 @@ def schedule(program: Program, caps, **opts) -> Schedule:
     """Group ``program`` (straight-line: no ``cond``/``while``/``scan``) into kernels for ``caps``."""
     prog = inline_calls(program)
     prog, _ = dce(prog)
+    # No kernel ever sees a zero-size array: empty results need no launch (the runtimes allocate an
+    # empty buffer for an output no kernel writes) and results of empty operands are constants.
+    prog, _ = dce(drop_zero_size(prog))
     prog = _fold_dot_transposes(prog)
     ctx = _Ctx(prog, caps, opts)
     _materialize(ctx)
