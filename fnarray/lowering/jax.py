@@ -157,7 +157,22 @@ RULES[P.dynamic_slice] = lambda x, *starts, slice_sizes: lax.dynamic_slice(
 RULES[P.dynamic_update_slice] = lambda x, u, *starts: lax.dynamic_update_slice(
     x, u, _clamp_starts(starts, u.shape, x.shape))
 RULES[P.pad] = lambda x, v, *, padding_config: lax.pad(x, v, padding_config)
-RULES[P.concatenate] = lambda *xs, dimension: lax.concatenate(xs, dimension)
+#: From this many operands a concatenate is lowered flat (see ``_concatenate``).
+FLAT_CONCATENATE_FROM = 32
+
+
+@rule(P.concatenate)
+def _concatenate(*xs, dimension):
+    # NOTE: XLA's CPU compiler takes time superlinear in the operand count for a concatenate along a
+    # leading dimension of 2-d pieces (1,000 pieces of (1, 3): 105 s measured) but not for 1-d pieces
+    # (1.7 s); row-major, concatenating along the leading axis is concatenating the flat arrays.
+    if len(xs) < FLAT_CONCATENATE_FROM or xs[0].ndim < 2:
+        return lax.concatenate(xs, dimension)
+    moved = [jnp.moveaxis(x, dimension, 0) if dimension else x for x in xs]
+    rest = moved[0].shape[1:]
+    flat = lax.concatenate([x.reshape(-1) for x in moved], 0)
+    out = flat.reshape((sum(x.shape[0] for x in moved),) + rest)
+    return jnp.moveaxis(out, 0, dimension) if dimension else out
 
 
 def _moved(x, axes):
@@ -314,6 +329,25 @@ def _x64(on: bool):
     return jax.enable_x64(True) if on else contextlib.nullcontext()
 
 
+#: Programs with more inputs than this take their small inputs packed, one flat array per dtype: XLA's
+#: compile time grows faster than linearly in the number of parameters (measured on the CPU:
+#: ``jnp.concatenate`` of 2,000 small arrays under ``jax.jit`` compiles in 24 s; packed, 2.8 s).
+PACK_INPUTS_ABOVE = 128
+_PACK_MAX_ELEMENTS = 4096
+
+
+def _packing(prog: Program, donate):
+    """``{dtype: [input positions]}`` of the small inputs to pack, or ``None``."""
+    ins = list(prog.constvars) + list(prog.invars)
+    if len(ins) <= PACK_INPUTS_ABOVE or donate:
+        return None
+    groups: dict = {}
+    for i, v in enumerate(ins):
+        if v.aval.size <= _PACK_MAX_ELEMENTS:
+            groups.setdefault(v.aval.dtype, []).append(i)
+    return {d: pos for d, pos in groups.items() if len(pos) > 1} or None
+
+
 class JaxLowered(Lowered):
     def __init__(self, program, device, donate=()):
         super().__init__(program, device)
@@ -321,9 +355,29 @@ class JaxLowered(Lowered):
         prog, _ = dce(program)
         self._prog = prog
         handle = device.handle
+        ins = list(prog.constvars) + list(prog.invars)
+        self._packing = packing = _packing(prog, donate)
 
-        def fn(*args):
-            return _interpret(prog, list(args))
+        if packing is None:
+            def fn(*args):
+                return _interpret(prog, list(args))
+        else:
+            packed_pos = {i for pos in packing.values() for i in pos}
+            rest = [i for i in range(len(ins)) if i not in packed_pos]
+            self._rest = rest
+
+            def fn(*args):
+                # args: one flat array per packed dtype (in ``packing`` order), then the other inputs.
+                vals = [None] * len(ins)
+                for flat, pos in zip(args, packing.values(), strict=False):
+                    off = 0
+                    for i in pos:
+                        aval = ins[i].aval
+                        vals[i] = lax.slice(flat, (off,), (off + aval.size,)).reshape(aval.shape)
+                        off += aval.size
+                for i, a in zip(rest, args[len(packing):], strict=True):
+                    vals[i] = a
+                return _interpret(prog, vals)
 
         self._jitted = jax.jit(fn, donate_argnums=tuple(donate))
         # A program without inputs has nothing to say where it runs: pin it to the device.
@@ -338,6 +392,8 @@ class JaxLowered(Lowered):
 
     def compile(self):
         jitted, x64 = self._jitted, self.x64
+        if self._packing is not None:
+            jitted = self._packed_call(jitted)
         if self._pin is not None:
             pin = self._pin
 
@@ -353,6 +409,22 @@ class JaxLowered(Lowered):
             def exe(bufs):
                 return list(jitted(*bufs))
         return exe
+
+
+    def _packed_call(self, jitted):
+        """``jitted`` called on the inputs with the small ones of each dtype packed on the host (one
+        transfer per dtype rather than one XLA parameter per array)."""
+        groups = [(d, pos) for d, pos in self._packing.items()]
+        rest, handle, x64 = self._rest, self.device.handle, self.x64
+
+        def call(*bufs):
+            packed = []
+            with jax.default_device(handle), _x64(x64):
+                for d, pos in groups:
+                    flat = np.concatenate([np.asarray(bufs[i]).reshape(-1) for i in pos]).astype(d, copy=False)
+                    packed.append(jnp.array(flat, copy=True))
+            return jitted(*packed, *[bufs[i] for i in rest])
+        return call
 
 
 class JaxBackend(Backend):
