@@ -172,6 +172,18 @@ def test_every_kernel_fits_the_buffer_limit(name, f, args, limit):
     assert max(_buffers(launch) for launch in _launches(f, *args, caps=_caps(None))) > 4 or name.startswith("sort")
 
 
+def test_matmul_work_groups_fit_the_dispatch_limit():
+    rng = np.random.default_rng(2)
+    a = rng.uniform(-1, 1, (70, 32, 64)).astype(np.float32)
+    b = rng.uniform(-1, 1, (70, 64, 32)).astype(np.float32)
+    caps = Capabilities(**{**_caps(8).__dict__, "max_dispatch": 64})
+    f = lambda x, y: fnp.matmul(x, y)  # noqa: E731
+    for launch in _launches(f, a, b, caps=caps):
+        local = launch.local_size or (1,) * len(launch.global_size)
+        assert all(g // max(k, 1) <= 64 for g, k in zip(launch.global_size, local))
+    assert any(len(launch.global_size) == 3 for launch in _launches(f, a, b, caps=_caps(8)))  # tiled there
+
+
 def _forced_caps(monkeypatch, device, limit):
     impl = device.impl
     caps = impl.capabilities(device)

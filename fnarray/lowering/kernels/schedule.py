@@ -783,9 +783,19 @@ class _DotGroup(_Group):
             return launches
         dt = lhs.aval.dtype
         tiled = (ctx.caps.tiling_pays and ctx.caps.local_memory and dt != np.bool_ and M * N * K >= (1 << 16)
-                 and min(M, N) >= 8 and (ctx.caps.max_workgroup_size or 1024) >= self.TX * self.TY)
+                 and min(M, N) >= 8 and (ctx.caps.max_workgroup_size or 1024) >= self.TX * self.TY
+                 and self._tiled_groups_fit())
         launches.append(self._tiled(lp, rp) if tiled else self._simple(lp, rp))
         return launches
+
+    def _tiled_groups_fit(self) -> bool:
+        """Whether the tiled kernel's work-groups per dimension (columns, rows, batch) stay within the
+        target's dispatch limit; else the simple kernel runs, whose linear launch folds to fit."""
+        lim = self.ctx.caps.max_dispatch
+        if lim is None:
+            return True
+        groups = (-(-self.N // (self.TX * self.RX)), -(-self.M // (self.TY * self.RY)), self.B)
+        return max(groups) <= lim
 
     def _params(self, b, lp, rp, args, scalars):
         lspec, loff, (lsb, lsm, lsk) = lp
