@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import warnings
 
+from fnarray.core import profile as _profile
 from fnarray.core.config import config
 from fnarray.core.errors import FallbackWarning, UnsupportedOnDevice
 from fnarray.core.ir import Program
-from fnarray.core.passes import program_from_eqn, subprograms
+from fnarray.core.passes import program_from_eqn, subprograms, walk_eqns
 from fnarray.devices.backend import Device
 
 __all__ = ["compile_program", "compile_eqn", "unsupported_reason", "lower_program"]
@@ -67,11 +68,33 @@ def _report(eqn, device, reason):
         warnings.warn(f"{msg}; running it on numpy:0 instead", FallbackWarning, stacklevel=_user_stacklevel())
 
 
+# Primitives that only ever appear in programs that are transformed further, never run. Running one is
+# a user error with its own message, raised before partitioning: falling back to numpy:0 first would
+# print a FallbackWarning about an internal primitive before the real error.
+_NOT_RUNNABLE = {
+    "custom_lin": ("a custom_vjp function cannot be forward-mode differentiated (jvp, jacfwd): it only defines "
+                   "reverse mode. Use fnarray.custom_jvp for forward mode, or grad/vjp/jacrev."),
+}
+
+
+def _check_runnable(program: Program):
+    for e in walk_eqns(program):
+        msg = _NOT_RUNNABLE.get(e.primitive.name)
+        if msg is not None:
+            raise TypeError(msg)
+
+
 def lower_program(program: Program, device: Device, donate=()):
     """The backend's ``Lowered`` for the whole program (no partitioning)."""
-    if donate:
-        return device.impl.lower(program, device, donate=tuple(donate))
-    return device.impl.lower(program, device)
+    with _profile.span("lower", f"lower for {device}", device=str(device), eqns=len(program.eqns)):
+        if donate:
+            return device.impl.lower(program, device, donate=tuple(donate))
+        return device.impl.lower(program, device)
+
+
+def _compiled(lowered, device):
+    with _profile.span("compile", f"compile for {device}", device=str(device)):
+        return lowered.compile()
 
 
 def compile_program(program: Program, device: Device, donate=()):
@@ -80,8 +103,9 @@ def compile_program(program: Program, device: Device, donate=()):
     Falls back per segment when the device cannot run some equations. ``donate``: input
     positions whose buffers the executable may reuse (honoured when nothing falls back).
     """
+    _check_runnable(program)
     if device.backend == "numpy":
-        return lower_program(program, device).compile()
+        return _compiled(lower_program(program, device), device)
     placements = []
     for e in program.eqns:
         r = unsupported_reason(e, device)
@@ -93,13 +117,18 @@ def compile_program(program: Program, device: Device, donate=()):
         if host_control.needs_host_driving(program, placements):
             return host_control.HostDriven(program, device, placements)
     if all(placements):
-        return lower_program(program, device, donate).compile()
+        return _compiled(lower_program(program, device, donate), device)
     from fnarray.devices.host_control import HostDriven
     return HostDriven(program, device, placements, drive_control=False)
 
 
 def compile_eqn(primitive, params, in_avals, out_avals, device: Device):
     """An executable for one primitive (eager execution), through the same fallback."""
+    with _profile.span("compile", f"eager {primitive.name} for {device}", device=str(device)):
+        return _compile_eqn(primitive, params, in_avals, out_avals, device)
+
+
+def _compile_eqn(primitive, params, in_avals, out_avals, device: Device):
     backend = device.impl
     prog = program_from_eqn(primitive, params, in_avals, out_avals)
     fast = getattr(backend, "eager_fast", None)

@@ -111,10 +111,13 @@ def full(shape, fill_value, *, dtype=None, device=None):
       OverflowError: a Python int that does not fit ``dtype``.
     """
     shape = _shape(shape, "full")
+    dtype_given = dtype is not None
     if dtype is None:
         a = aval_of(fill_value) if not isinstance(fill_value, (list, tuple)) else None
         dtype = a.dtype if a is not None else dtypes.float32
     d = dtypes.canonicalize(dtype)
+    if isinstance(fill_value, int) and not isinstance(fill_value, bool) and dtypes.is_int(d):
+        _check_int_bounds("full", (fill_value,), d, dtype_given)
     if isinstance(fill_value, Array):
         v = lax.convert_element_type(fill_value, d)
         return _place(lax.broadcast_to_rank_shape(v, shape), device)
@@ -311,12 +314,15 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
     Raises:
       ValueError: ``step == 0``.
       ConcretizationError: a traced bound.
+      OverflowError: an integer result does not fit in the dtype (``arange(2**31 - 3, 2**31 + 2)``
+        in ``int32``), as ``asarray(2**40)``; pass ``dtype=int64`` for such ranges.
     """
     start, stop, step = (_static(v, "arange") for v in (start, stop, step))
     if stop is None:
         start, stop = 0, start
     if step == 0:
         raise ValueError("arange: step must not be zero")
+    d_given = dtype is not None
     if dtype is None:
         if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (start, stop, step)):
             dtype = dtypes.int32
@@ -325,12 +331,26 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
     d = dtypes.canonicalize(dtype)
     n = max(0, math.ceil((stop - start) / step))
     if dtypes.is_int(d):
+        if n:
+            # The ends in exact Python ints: int64 arithmetic and the cast below would wrap silently.
+            _check_int_bounds("arange", (int(start), int(start) + (n - 1) * int(step)), d, d_given)
         vals = np.arange(n, dtype=np.int64) * step + start
         x = asarray_internal(vals.astype(d))
     else:
         idx = lax.iota(d, n) if n else asarray_internal(np.zeros(0, d))
         x = lax.add(lax.mul(idx, np.asarray(step, d)[()]), np.asarray(start, d)[()]) if n else idx
     return _place(x, device)
+
+
+def _check_int_bounds(name, values, d, dtype_given):
+    """Raise the ``OverflowError`` of ``asarray(2**40)`` when a creation function's integer values
+    do not fit in ``d`` (NumPy would wrap them around silently)."""
+    info = np.iinfo(d)
+    for v in values:
+        if not info.min <= v <= info.max:
+            hint = "" if dtype_given else " (the default integer dtype); pass dtype=int64 or uint64"
+            raise OverflowError(f"{name}: Python int {v} does not fit in {d.name}{hint}; expected values in "
+                                f"[{info.min}, {info.max}]")
 
 
 def _linspace_arrays(start, stop, num, dtype, endpoint):
@@ -391,6 +411,8 @@ def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
     d = dtypes.canonicalize(dtype)
     vals = np.linspace(start, stop, num, endpoint=endpoint, dtype=np.complex128 if dtypes.is_complex(d)
                        else np.float64)
+    if dtypes.is_int(d) and vals.size:
+        _check_int_bounds("linspace", (math.floor(vals.min()), math.ceil(vals.max())), d, True)
     return _place(asarray_internal(vals.astype(d)), device)
 
 

@@ -31,7 +31,7 @@ from fnarray.core.interpreter import eval_program, literal_value
 from fnarray.core.ir import Eqn, Literal, Program, Var
 from fnarray.core.passes import consts_as_inputs, dce
 from fnarray.core.shaped import ShapedArray
-from fnarray.core.tracing import Trace, Tracer, is_scalar, new_main
+from fnarray.core.tracing import Trace, Tracer, find_top_trace, is_scalar, new_main
 from fnarray.transforms import ad_rules  # noqa: F401  (fills the rule tables)
 from fnarray.transforms.ad_tables import (UndefinedPrimal, Zero, add_tangents, instantiate_zeros,
                                           partial_eval_rules, primitive_jvps, primitive_transposes,
@@ -1029,6 +1029,28 @@ def _trace_flat(fun, args, kwargs=None):
     return prog, consts, in_tree, store[0], flat
 
 
+def _check_rule_avals(rule, what, expected, got):
+    """Raise naming ``rule`` when a custom rule's outputs differ in shape or dtype from ``expected``
+    (as JAX checks custom_jvp tangents and custom_vjp cotangents). Python scalars stand for any
+    inexact dtype (they are weak); ``None`` and symbolic zeros are accepted."""
+    name = getattr(rule, "__name__", repr(rule))
+    for i, (want, x) in enumerate(zip(expected, got, strict=True)):
+        if x is None or isinstance(x, Zero):
+            continue
+        if isinstance(x, np.ndarray) and x.dtype == dtypes.float0:
+            have = ShapedArray(x.shape, dtypes.float0)
+        else:
+            have = _aval(x)
+        same_dtype = have.dtype == want.dtype or (have.weak_type and is_scalar(x) and dtypes.is_inexact(want.dtype))
+        if want.dtype == dtypes.float0:
+            same_dtype = have.dtype == dtypes.float0 or not dtypes.is_inexact(have.dtype) or is_scalar(x)
+        if have.shape != want.shape or not same_dtype:
+            raise TypeError(f"custom rule {name} returned {what} {i} of type {have.dtype.name}{list(have.shape)}, "
+                            f"expected {want.dtype.name}{list(want.shape)} (the shape and dtype of the "
+                            f"corresponding {'input' if what == 'cotangent' else 'primal output'})"
+                            "; fix the rule so that its outputs match")
+
+
 def _split_nondiff(args, nondiff_argnums):
     """``(static, dyn, rebuild)``: the arguments at ``nondiff_argnums``, the others, and a function
     putting a new list of the others back among the static ones in their original positions."""
@@ -1121,6 +1143,9 @@ class custom_jvp:
             raise TypeError(f"custom_jvp function {getattr(self.fun, '__name__', '')} has no JVP rule: define one "
                             "with @f.defjvp before calling it")
         static, dyn, rebuild = _split_nondiff(args, self.nondiff_argnums)
+        direct = self._call_directly(args, static, dyn, rebuild)
+        if direct is not None:
+            return direct[0]
 
         def f(*d):
             return self.fun(*rebuild(d))
@@ -1146,12 +1171,72 @@ class custom_jvp:
             if o_tree != out_tree or t_tree != out_tree:
                 raise TypeError(f"custom_jvp rule must return (primal_out, tangent_out) of the function's output "
                                 f"structure {out_tree}; got {o_tree} and {t_tree}")
+            _check_jvp_rule_outputs(user_jvp, prog, o_flat, t_flat)
             return o_flat, t_flat
 
         jvp_flat.__name__ = getattr(user_jvp, "__name__", "jvp")
         outs = P.custom_jvp_call.bind(*consts, *flat, call_program=consts_as_inputs(prog), jvp=jvp_flat,
                                       num_consts=n_consts, symbolic_zeros=False)
         return tree_util.tree_unflatten(out_tree, outs)
+
+    def _call_directly(self, args, static, dyn, rebuild):
+        """``(result,)`` computed without tracing ``fun``, as JAX does, or ``None`` for the staged path.
+
+        With concrete arguments and no transformation, ``fun`` itself runs (once, on concrete values, so
+        Python control flow on them works). When the innermost transformation is a JVP, only the rule
+        runs, on the primals (concrete under ``grad``/``jvp`` outside ``jit``). A result that still holds
+        a tracer of that level (``fun`` or the rule closes over a value being transformed) falls back
+        to the staged path, which treats closed-over values as constants.
+        """
+        flat, _ = tree_util.tree_flatten(tuple(dyn))
+        top = find_top_trace(flat)
+        if top.main.level == 0:
+            out = self.fun(*args)
+            if not any(isinstance(o, Tracer) for o in tree_util.tree_leaves(out)):
+                return (out,)
+            return None
+        in_tree = tree_util.tree_structure(tuple(dyn))
+        if isinstance(top, PartialEvalTrace):
+            # Known values of a partial evaluation (the primal side of grad) are computed one level down.
+            tracers = [top.full_raise(a) for a in flat]
+            if not all(t.is_known for t in tracers):
+                return None
+            out = self(*rebuild(tree_util.tree_unflatten(in_tree, [t.value for t in tracers])))
+            return (tree_util.tree_map(top.known, out),)
+        if not isinstance(top, JVPTrace):
+            return None
+        tracers = [top.full_raise(a) for a in flat]
+        ps = tree_util.tree_unflatten(in_tree, [t.primal for t in tracers])
+        ts = tree_util.tree_unflatten(in_tree, [instantiate_zeros(t.tangent) for t in tracers])
+        out, t_out = self.jvp(*static, tuple(ps), tuple(ts)) if static else self.jvp(tuple(ps), tuple(ts))
+        o_flat, o_tree = tree_util.tree_flatten(out)
+        t_flat, t_tree = tree_util.tree_flatten(t_out)
+        if any(isinstance(x, JVPTracer) and x._trace.main is top.main for x in o_flat + t_flat):
+            return None
+        if t_tree != o_tree:
+            raise TypeError(f"custom_jvp rule {getattr(self.jvp, '__name__', 'jvp')} must return (primal_out, "
+                            f"tangent_out) of one structure; got {o_tree} and {t_tree}")
+        o_avals = [_aval(o) for o in o_flat]
+        _check_rule_avals(self.jvp, "tangent output", [tangent_aval(a.strip_weak()) for a in o_avals], t_flat)
+        outs = [JVPTracer(top, o, _rule_tangent(t, a)) for o, t, a in zip(o_flat, t_flat, o_avals, strict=True)]
+        return (tree_util.tree_unflatten(o_tree, outs),)
+
+
+def _check_jvp_rule_outputs(rule, prog, o_flat, t_flat):
+    out_avals = [v.aval for v in prog.outvars]
+    _check_rule_avals(rule, "primal output", [ShapedArray(a.shape, a.dtype) for a in out_avals], o_flat)
+    _check_rule_avals(rule, "tangent output", [tangent_aval(a) for a in out_avals], t_flat)
+
+
+
+def _rule_tangent(t, aval):
+    """A custom rule's tangent for a primal of ``aval``: symbolic zero for integer primals, scalars cast."""
+    want = tangent_aval(aval)
+    if want.dtype == dtypes.float0 or t is None:
+        return Zero(want)
+    if is_scalar(t) or isinstance(t, np.ndarray):
+        return lax.convert_element_type(np.asarray(t, want.dtype) if is_scalar(t) else t, want.dtype)
+    return t
 
 
 def _rule_with_constant_closure(rule, args, mains, out_tree):
@@ -1229,6 +1314,7 @@ class custom_vjp:
 
         prog, consts, in_tree, out_tree, flat = _trace_flat(lambda *d: self.fun(*rebuild(d)), dyn)
         fwd, bwd, n_consts = self.fwd, self.bwd, len(consts)
+        ct_avals = [tangent_aval(_aval(x)) for x in flat]
 
         def fwd_flat(primals):
             out, res = fwd(*rebuild(tree_util.tree_unflatten(in_tree, list(primals[n_consts:]))))
@@ -1247,7 +1333,8 @@ class custom_vjp:
                 raise TypeError(f"custom_vjp bwd must return a tuple of {len(dyn)} cotangents (one per "
                                 f"differentiable argument), got {type(cts).__name__}"
                                 f"{'' if not isinstance(cts, (tuple, list)) else f' of length {len(cts)}'}")
-            c_flat, c_tree = tree_util.tree_flatten(tuple(cts), is_leaf=lambda x: x is None)
+            c_flat = _bwd_cotangents(bwd, dyn, cts)
+            _check_rule_avals(bwd, "cotangent", ct_avals, c_flat)
             return c_flat
 
         fwd_flat.__name__ = getattr(fwd, "__name__", "fwd")
@@ -1255,6 +1342,23 @@ class custom_vjp:
         outs = P.custom_vjp_call.bind(*consts, *flat, call_program=consts_as_inputs(prog), fwd=fwd_flat,
                                       bwd=bwd_flat, num_consts=n_consts, in_tree=in_tree)
         return tree_util.tree_unflatten(out_tree, outs)
+
+
+def _bwd_cotangents(bwd, args, cts):
+    """The flat cotangents of ``bwd``'s result, one per leaf of ``args`` (``None`` for a whole argument
+    stands for zeros of every leaf, as in JAX); a structure that differs from the argument's raises."""
+    out = []
+    for i, (a, c) in enumerate(zip(args, cts, strict=True)):
+        a_leaves, a_tree = tree_util.tree_flatten(a)
+        if c is None:
+            out.extend([None] * len(a_leaves))
+            continue
+        c_leaves, c_tree = tree_util.tree_flatten(c, is_leaf=lambda x: x is None)
+        if c_tree != a_tree and len(c_leaves) != len(a_leaves):
+            raise TypeError(f"custom_vjp bwd {getattr(bwd, '__name__', 'bwd')} returned a cotangent for argument "
+                            f"{i} with structure {c_tree}, expected the argument's structure {a_tree}")
+        out.extend(c_leaves)
+    return out
 
 
 def _custom_vjp_call_jvp(primals, tangents, *, call_program, fwd, bwd, num_consts, in_tree):
@@ -1416,11 +1520,30 @@ def _remat_partial_eval(trace, tracers, *, program, prevent_cse=True):
 
 
 def _remat_transpose(cts, *args, program, prevent_cse=True):
+    # The staged program is the whole JVP (primal and tangent equations together, loops with primal
+    # and tangent carries in one scan), so it is not linear as a whole: split it by the linear inputs
+    # first, then the backward pass reruns the known (primal) part from the saved inputs and transposes
+    # only the linear part. Transposing the mixed program directly failed on every loop
+    # ("mul is linear in one operand at a time", "select_n is not linear in its selector").
     linear = [isinstance(a, UndefinedPrimal) for a in args]
-    tprog = transpose_program(program, linear)
+    kprog, uprog, out_unknowns, num_res, kconsts = partial_eval_program(program, linear)
+    n_known = sum(1 for u in out_unknowns if not u)
+    n_lin = sum(linear)
+    tuprog = transpose_program(uprog, [False] * num_res + [True] * n_lin)
     nonlin = [a for a in args if not isinstance(a, UndefinedPrimal)]
-    cts = [instantiate_zeros(c) for c in cts]
-    outs = iter(P.remat.bind(*nonlin, *cts, program=tprog, prevent_cse=prevent_cse))
+    u_cts = [instantiate_zeros(c) if c is not None else zeros_like_aval(v.aval.strip_weak())
+             for c, v, u in zip(cts, program.outvars, out_unknowns, strict=True) if u]
+    nonlin_avals = [_aval(a) for a in nonlin]
+    ct_avals = [_aval(c) for c in u_cts]
+
+    def backward(*xs):
+        known_in, cts_in = list(xs[:len(nonlin)]), list(xs[len(nonlin):])
+        res = eval_program(kprog, [], list(kconsts) + known_in)[n_known:]
+        return eval_program(tuprog, [], list(res) + cts_in)
+
+    bprog, bconsts = trace_to_program(backward, nonlin_avals + ct_avals)
+    outs = iter(P.remat.bind(*bconsts, *nonlin, *u_cts, program=consts_as_inputs(bprog),
+                             prevent_cse=prevent_cse))
     return [next(outs) if l else None for l in linear]
 
 

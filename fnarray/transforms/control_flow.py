@@ -688,12 +688,16 @@ def _cond_batch(args, dims, *, branches):
     moved = [_to_batched(x, d, size, False) for x, d in zip(ops, odims, strict=True)]
     if idim is not None:
         # A batched predicate: run every branch on the whole batch, then select per element.
-        results = []
-        for br in branches:
-            bp, _ = batch_program(br, size, ops_b, [True] * n_out)
-            results.append(eval_program(bp, [], moved))
         idx = _moveaxis(index, idim, 0)
         idx = lax.max(lax.min(idx, np.int32(len(branches) - 1)), np.int32(0))
+        # Each branch sees its operands only where it is taken and a stop_gradient copy elsewhere (as
+        # JAX's cond batching does): reverse mode then sends no cotangent into an untaken branch, whose
+        # own derivative may be inf or NaN there (log at 0), so 0 * inf cannot leak into the result.
+        full = [_to_batched(x, d, size, True) for x, d in zip(ops, odims, strict=True)]
+        results = []
+        for i, br in enumerate(branches):
+            bp, _ = batch_program(br, size, [True] * len(ops), [True] * n_out)
+            results.append(eval_program(bp, [], [_taken_only(x, idx, i) for x in full]))
         outs = []
         for k in range(n_out):
             cases = [r[k] for r in results]
@@ -708,6 +712,17 @@ def _cond_batch(args, dims, *, branches):
     new_branches = tuple(batch_program(br, size, ops_b, out_b)[0] for br in branches)
     outs = P.cond.bind(index, *moved, branches=new_branches)
     return outs, [0 if b else None for b in out_b]
+
+
+def _taken_only(x, idx, i):
+    """``x`` where branch ``i`` is taken (``idx == i``, batch axis 0), ``stop_gradient(x)`` elsewhere."""
+    a = aval_of(x)
+    if not dtypes.is_inexact(a.dtype):
+        return x
+    taken = lax.eq(idx, np.int32(i))
+    if a.ndim > 1:
+        taken = lax.broadcast_in_dim(taken, tuple(a.shape), (0,))
+    return lax.select_n(taken, lax.stop_gradient(x), x)
 
 
 def _while_batch(args, dims, *, cond_program, body_program, cond_nconsts, body_nconsts):

@@ -498,7 +498,8 @@ class _Monoid:
         if p == P.reduce_min:
             return [highest(d)]
         if p == P.reduce_and:
-            return [const(True, d) if d == np.bool_ else const(-1, d)]
+            # all bits set: -1 for signed types, the maximum for unsigned ones (a literal -1 overflows them)
+            return [const(True, d) if d == np.bool_ else const(int(np.array(-1).astype(d)), d)]
         return [const(False, d) if d == np.bool_ else const(0, d)]
 
     def combine(self, b, acc, new):
