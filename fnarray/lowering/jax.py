@@ -429,27 +429,28 @@ class JaxLowered(Lowered):
         # A program without inputs has nothing to say where it runs: pin it to the device.
         self._pin = None if (prog.invars or prog.constvars) else handle
 
+    def _jit_avals(self):
+        """The abstract arguments of the jitted function (packed inputs first where they are packed)."""
+        ins = list(self._prog.constvars) + list(self._prog.invars)
+        if self._packing is None:
+            return [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in ins]
+        packed = [jax.ShapeDtypeStruct((sum(ins[i].aval.size for i in pos),), d) for d, pos in self._packing.items()]
+        return packed + [jax.ShapeDtypeStruct(ins[i].aval.shape, ins[i].aval.dtype) for i in self._rest]
+
     def as_text(self) -> str:
         """StableHLO of the program (as ``jax.jit(f).lower(...).as_text()``)."""
-        avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype)
-                 for v in list(self._prog.constvars) + list(self._prog.invars)]
         with _x64(self.x64):
-            return self._jitted.lower(*avals).as_text()
+            return self._jitted.lower(*self._jit_avals()).as_text()
 
     def compile(self):
         jitted, x64 = self._jitted, self.x64
-<<<<<<< HEAD
-        if self._packing is not None:
-            jitted = self._packed_call(jitted)
-=======
         if _profile.recorder is not None:
             # XLA compiles on the first call; under the profiler it compiles here, ahead of time, so that
             # its time is a span of its own (the first call then finds JAX's cache warm).
-            avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype)
-                     for v in list(self._prog.constvars) + list(self._prog.invars)]
             with _profile.span("compile", "XLA compile", device=str(self.device)), _x64(x64):
-                jitted.lower(*avals).compile()
->>>>>>> main
+                jitted.lower(*self._jit_avals()).compile()
+        if self._packing is not None:
+            jitted = self._packed_call(jitted)
         if self._pin is not None:
             pin = self._pin
 
@@ -465,7 +466,6 @@ class JaxLowered(Lowered):
             def exe(bufs):
                 return list(jitted(*bufs))
         return exe
-
 
     def _packed_call(self, jitted):
         """``jitted`` called on the inputs with the small ones of each dtype packed on the host (one
