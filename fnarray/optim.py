@@ -28,6 +28,7 @@ import numpy as np
 
 from fnarray import tree_util
 from fnarray.core import dtypes, lax
+from fnarray.core.errors import PyTreeError
 
 __all__ = [
     "EmptyState",
@@ -122,8 +123,19 @@ def _np():
     return fnp
 
 
-def _tree_map(f, tree, *rest):
-    return tree_util.tree_map(f, tree, *rest)
+def _tree_map(f, tree, *rest, names=None):
+    """``tree_map`` whose structure mismatch names the trees (``names``, default: updates vs optimizer state)."""
+    try:
+        return tree_util.tree_map(f, tree, *rest)
+    except ValueError as e:
+        if not rest:
+            raise
+        names = names or ("updates", *(["the optimizer state (made by init)"] * len(rest)))
+        why = tree_util.describe_mismatch(names, (tree, *rest))
+        if why is None:
+            raise
+        raise PyTreeError(f"fnarray.optim: {why}. Pass updates (gradients) with the structure of the params that "
+                          "init(params) was called with, or call init again for the new params.") from e
 
 
 def _zeros_like_tree(params):
@@ -459,8 +471,9 @@ def add_decayed_weights(weight_decay: float = 0.0, mask=None) -> GradientTransfo
                              "update(grads, state, params)")
         m = mask(params) if callable(mask) else mask
         if m is None:
-            return _tree_map(lambda u, p: u + weight_decay * p, updates, params), state
-        return _tree_map(lambda u, p, keep: u + weight_decay * p if keep else u, updates, params, m), state
+            return _tree_map(lambda u, p: u + weight_decay * p, updates, params, names=("updates", "params")), state
+        return _tree_map(lambda u, p, keep: u + weight_decay * p if keep else u, updates, params, m,
+                         names=("updates", "params", "mask")), state
     return GradientTransformation(lambda params: EmptyState(), update)
 
 
@@ -660,7 +673,7 @@ def apply_updates(params, updates):
       parameter's dtype.
 
     Raises:
-      ValueError: the two pytrees have different structures.
+      PyTreeError: (a ``ValueError``) the two pytrees have different structures; names both.
       ShapeError: a leaf of ``updates`` does not broadcast with its parameter.
     """
     fnp = _np()
@@ -669,7 +682,7 @@ def apply_updates(params, updates):
         p = fnp.asarray(p)
         s = p + u
         return s.astype(p.dtype) if s.dtype != p.dtype else s
-    return _tree_map(add, params, updates)
+    return _tree_map(add, params, updates, names=("params", "updates"))
 
 
 # ----------------------------------------------------------------------------- schedules

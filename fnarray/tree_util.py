@@ -15,6 +15,8 @@ from typing import Any, Callable
 
 import optree
 
+from fnarray.core.errors import PyTreeError
+
 __all__ = ["tree_map", "tree_leaves", "tree_flatten", "tree_unflatten", "tree_structure",
            "tree_reduce", "tree_all", "tree_transpose", "register_pytree_node", "register_dataclass",
            "register_pytree_node_class", "treedef_is_leaf", "PyTreeDef", "NAMESPACE", "tree_map_with_path",
@@ -32,8 +34,42 @@ def tree_flatten(tree, is_leaf: Callable[[Any], bool] | None = None):
 
 
 def tree_unflatten(treedef, leaves):
-    """Rebuild a pytree of structure ``treedef`` from ``leaves``."""
-    return optree.tree_unflatten(treedef, leaves)
+    """Rebuild a pytree of structure ``treedef`` from ``leaves``.
+
+    Raises:
+      PyTreeError: ``leaves`` is not a sequence of exactly ``treedef.num_leaves`` leaves.
+      TypeError: ``treedef`` is not a tree structure.
+    """
+    try:
+        return optree.tree_unflatten(treedef, leaves)
+    except (ValueError, TypeError, AttributeError) as e:
+        if not isinstance(treedef, optree.PyTreeSpec):
+            raise TypeError(f"tree_unflatten: treedef must be a tree structure (from tree_flatten or "
+                            f"tree_structure), got {type(treedef).__name__}") from e
+        try:
+            n = len(leaves)
+        except TypeError:
+            raise PyTreeError(f"tree_unflatten: leaves must be a list of leaves, got {type(leaves).__name__}; "
+                              f"{treedef} takes {treedef.num_leaves}") from e
+        raise PyTreeError(f"tree_unflatten: {treedef} takes {treedef.num_leaves} leaves, got {n} "
+                          f"({type(leaves).__name__}); pass the leaves of a tree of this structure, in "
+                          f"tree_flatten's order") from e
+
+
+def describe_mismatch(names, trees) -> str | None:
+    """``None`` when every tree has the structure of the first, else a sentence naming the first that differs.
+
+    Args:
+      names: a name per tree for the message (``"updates"``, ``"params"``).
+      trees: the pytrees to compare.
+    """
+    first = optree.tree_structure(trees[0], **_KW)
+    for name, t in zip(names[1:], trees[1:], strict=True):
+        s = optree.tree_structure(t, **_KW)
+        if s != first:
+            return (f"{names[0]} has structure {first} ({first.num_leaves} leaves) but {name} has {s} "
+                    f"({s.num_leaves} leaves)")
+    return None
 
 
 def tree_leaves(tree, is_leaf=None) -> list:

@@ -43,6 +43,21 @@ def test_every_primitive_has_a_parity_case():
     assert not missing, f"primitives without a parity case: {missing}"
 
 
+def _has_zero_size(prim, inputs, params):
+    from fnarray.core.shaped import ShapedArray
+    avals = [ShapedArray(np.shape(a), np.asarray(a).dtype) for a in inputs]
+    out = prim.abstract_eval(*avals, **params)
+    outs = list(out) if prim.multiple_results else [out]
+    return any(a.size == 0 for a in avals + outs)
+
+
+def test_every_primitive_has_a_zero_size_case():
+    # DESIGN.md: zero-size operands and outputs are legal for every primitive on every backend.
+    covered = {p for _, p, inputs, params in CASES if _has_zero_size(p, inputs, params)} | NOT_EXECUTED
+    missing = sorted(p.name for p in PRIMITIVES.values() if p not in covered)
+    assert not missing, f"primitives without a zero-size parity case: {missing}"
+
+
 @pytest.mark.parametrize("name,prim,inputs,params", CASES, ids=[c[0] for c in CASES])
 def test_parity(device, name, prim, inputs, params):
     want = _run(prim, inputs, params, REF, jit=True)

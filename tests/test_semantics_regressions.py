@@ -247,8 +247,6 @@ def test_bool_cumulative_and_unsigned_abs_match_numpy0(device):
 
 
 def test_argmin_argmax_over_an_empty_axis_give_numpy0s_answer(device):
-    if device.backend == "mlx":
-        pytest.xfail("zero-size work is kept from MLX by the zero-size branch (issue 12 item 3/4), not merged yet")
     z = fnp.zeros((0, 3), device=device)
     for fn in (fnp.argmin, fnp.argmax):
         with pytest.raises(ValueError, match="empty sequence"):

@@ -678,9 +678,11 @@ def test_float_division_by_zero_is_ieee_under_jit(wdev):
     assert np.isnan(float(fa.jit(fa.numpy.mean)(empty)))
 
 
-def test_concatenate_of_more_arrays_than_a_kernel_binds_falls_back(wdev):
+def test_concatenate_of_more_arrays_than_a_kernel_binds_runs_split(wdev):
+    # The scheduler splits it into a tree of concatenates that each fit the 8 storage buffers.
     parts = [fa.device_put(np.full(3, i, np.float32), wdev) for i in range(9)]
-    with pytest.warns(fa.FallbackWarning, match="storage buffers"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fa.FallbackWarning)
         out = fa.numpy.concatenate(parts)
     assert out.device == wdev
     np.testing.assert_array_equal(np.asarray(out), np.repeat(np.arange(9, dtype=np.float32), 3))

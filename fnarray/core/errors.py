@@ -6,8 +6,8 @@ keeps working for users who do not know fnarray's classes.
 
 __all__ = [
     "FnArrayError", "ShapeError", "AxisError", "ContractionShapeError", "DTypeError", "ConcretizationError",
-    "UnsupportedOnDevice", "BackendUnavailable", "TracerLeakError",
-    "FallbackWarning",
+    "UnsupportedOnDevice", "BackendUnavailable", "TracerLeakError", "ResourceExhaustedError",
+    "PyTreeError", "ExportError", "FallbackWarning",
 ]
 
 
@@ -49,6 +49,18 @@ class BackendUnavailable(FnArrayError, RuntimeError):
 
 class TracerLeakError(FnArrayError, RuntimeError):
     """A tracer was used after the transformation that made it had finished."""
+
+
+class ResourceExhaustedError(FnArrayError, MemoryError):
+    """An array (or a program's results) larger than its device can hold; names shape, dtype, bytes, device."""
+
+
+class PyTreeError(FnArrayError, ValueError):
+    """Pytrees whose structures (or leaf counts) do not match where they must."""
+
+
+class ExportError(FnArrayError, OSError):
+    """An export destination that cannot be written (a file where a folder is needed, no permission)."""
 
 
 class FallbackWarning(UserWarning):

@@ -76,7 +76,11 @@ class Capabilities:
     ``max_workgroup_size``, ``max_dispatch``: kernel limits (``None`` = no limit).
     ``local_memory``, ``atomics``, ``tiling_pays``: kernel-scheduler hints.
     ``control_flow``: ``"native"`` (the library has loops) or ``"host"``
-    (the partitioner drives loops from Python).
+    (the partitioner drives loops from Python). ``max_loop_iterations``: the most
+    loop iterations one kernel invocation may run (Mesa's lavapipe stops at 65,535
+    silently); longer cumulative lines are split into blocked scans.
+    ``max_buffer_bytes``, ``memory_bytes``: the largest single buffer and the device's memory
+    (``None`` = the host's physical memory); ``devices.memory`` checks allocations against them.
     """
 
     dtypes: frozenset
@@ -87,6 +91,9 @@ class Capabilities:
     atomics: bool = False
     tiling_pays: bool = False
     control_flow: str = "native"
+    max_loop_iterations: int | None = None
+    max_buffer_bytes: int | None = None
+    memory_bytes: int | None = None
 
 
 class Lowered:

@@ -20,6 +20,7 @@ from fnarray.core.errors import FallbackWarning, UnsupportedOnDevice
 from fnarray.core.ir import Program
 from fnarray.core.passes import has_effect, program_from_eqn, subprograms, walk_eqns
 from fnarray.core.primitives import EFFECTS
+from fnarray.devices import memory
 from fnarray.devices.backend import Device
 
 __all__ = ["compile_program", "compile_eqn", "unsupported_reason", "lower_program"]
@@ -113,7 +114,42 @@ def compile_program(program: Program, device: Device, donate=()):
 
     Falls back per segment when the device cannot run some equations. ``donate``: input
     positions whose buffers the executable may reuse (honoured when nothing falls back).
+    A value larger than the device can hold raises ``ResourceExhaustedError`` here, before
+    anything is allocated; an out-of-memory error of the backend at run time is translated
+    into the same error.
     """
+    memory.check_program(program, device)
+    return _translating(_compile_program(program, device, donate), program, device)
+
+
+class _Translating:
+    """An executable whose backend's out-of-memory errors become fnarray's ``ResourceExhaustedError``.
+
+    Transparent otherwise: attributes are the wrapped executable's (``__wrapped__`` is it).
+    """
+
+    __slots__ = ("__wrapped__", "_program", "_device")
+
+    def __init__(self, exe, program, device):
+        self.__wrapped__, self._program, self._device = exe, program, device
+
+    def __call__(self, bufs):
+        try:
+            return self.__wrapped__(bufs)
+        except Exception as e:
+            err = memory.translate(e, self._device, self._program.out_avals)
+            if err is None:
+                raise
+            raise err from e
+
+    def __getattr__(self, name):
+        return getattr(self.__wrapped__, name)
+
+
+_translating = _Translating
+
+
+def _compile_program(program: Program, device: Device, donate=()):
     _check_runnable(program)
     if device.backend == "numpy":
         return _compiled(lower_program(program, device), device)
@@ -142,6 +178,7 @@ def compile_eqn(primitive, params, in_avals, out_avals, device: Device):
 def _compile_eqn(primitive, params, in_avals, out_avals, device: Device):
     backend = device.impl
     prog = program_from_eqn(primitive, params, in_avals, out_avals)
+    memory.check_avals(out_avals, device, f"the operation {primitive.name}")
     fast = getattr(backend, "eager_fast", None)
     # The fast path skips partitioning: only for what the device supports (fallback needs the slow one).
     # An equation holding a host callback goes through partitioning too, unless the backend calls it in place.
@@ -150,5 +187,5 @@ def _compile_eqn(primitive, params, in_avals, out_avals, device: Device):
             and (getattr(backend, "host_callbacks", False) or not has_effect(prog.eqns[0])))):
         exe = fast(primitive, params, in_avals, device)
         if exe is not None:
-            return exe
+            return _translating(exe, prog, device)
     return compile_program(prog, device)

@@ -18,7 +18,7 @@ import numpy as np
 from fnarray.core import dtypes, tracing
 from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
-from fnarray.core.errors import BackendUnavailable
+from fnarray.core.errors import BackendUnavailable, DTypeError
 from fnarray.core.shaped import ShapedArray
 from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.backend import Device, backend_names, get_backend
@@ -138,12 +138,35 @@ def parse_device(spec) -> Device:
                      f"All available devices: {', '.join(str(d) for d in devices())}")
 
 
+_CHECKED_BYTES = 1 << 26
+
+# Leaf types device_put turns into arrays besides ndarrays, NumPy scalars and Python numbers.
+_NOT_ARRAYS = (str, bytes, bytearray, memoryview, type(Ellipsis), slice, type)
+
+
+def _check_leaf(leaf, where):
+    """A ``DTypeError`` naming the type of a leaf that is not an array nor a number."""
+    if isinstance(leaf, _NOT_ARRAYS) or not (isinstance(leaf, (np.ndarray, np.generic))
+                                             or hasattr(leaf, "__array__") or hasattr(leaf, "__dlpack__")):
+        raise DTypeError(f"{where} got a {type(leaf).__name__} ({_short_repr(leaf)}); it places arrays: NumPy "
+                         "arrays, fnarray Arrays and Python or NumPy numbers and bools (lists, tuples, dicts and "
+                         "None are walked as pytrees, as in jax.device_put). Convert the value to numbers first.")
+
+
+def _short_repr(x):
+    r = repr(x)
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
 def array_from_numpy(value, device: Device | None = None, *, weak_type: bool = False,
                      committed: bool = False) -> ArrayImpl:
     """Wrap a NumPy array (copied if writeable) as an ``ArrayImpl`` on ``device``."""
     v = np.asarray(value)
     d = dtypes.canonicalize(v.dtype)
     dev = device if device is not None else default_device()
+    if v.nbytes > _CHECKED_BYTES:  # small arrays fit everywhere: keep the common path free of the check
+        from fnarray.devices import memory
+        memory.check_avals([ShapedArray(v.shape, d, weak_type)], dev, "fnarray.device_put")
     buf = dev.impl.to_device(v, dev)
     return ArrayImpl(ShapedArray(v.shape, d, weak_type), dev, buf, committed)
 
@@ -185,6 +208,7 @@ def device_put(x, device=None):
         if tracing.is_scalar(leaf):
             d, w = dtypes.dtype_of_scalar(leaf)
             return array_from_numpy(np.asarray(leaf, d), target, weak_type=w, committed=dev is not None)
+        _check_leaf(leaf, "fnarray.device_put")
         return array_from_numpy(leaf, target, committed=dev is not None)
 
     return optree.tree_map(put, x, none_is_leaf=False, namespace="fnarray")

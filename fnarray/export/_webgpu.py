@@ -28,7 +28,7 @@ from importlib import resources
 import numpy as np
 
 from fnarray.core.config import config
-from fnarray.core.errors import BackendUnavailable, UnsupportedOnDevice
+from fnarray.core.errors import BackendUnavailable, ExportError, UnsupportedOnDevice
 from fnarray.core.ir import Literal, check_program
 from fnarray.export._flatten import straight_line
 from fnarray.export._names import export_leaves, fname as _fname, out_names as _out_names
@@ -173,12 +173,16 @@ def webgpu(f, *example_args, path, bake_argnums=()):
         computed value (a ``scan`` of static length is unrolled into the dispatch list).
       BackendUnavailable: when the webgpu backend (wgpu-py and a driver) cannot start:
         the kernels are scheduled for it.
-      ValueError / TypeError: for a bad ``bake_argnums`` or argument count.
+      ValueError / TypeError: for a bad ``bake_argnums`` or argument count, or a ``path`` that is
+        not a string or ``os.PathLike`` (``TypeError`` naming its type).
+      ExportError: (an ``OSError``) for a ``path`` that cannot be a folder (an existing file, or
+        a file among its parents) or cannot be written (permissions, read-only file system).
 
     Mirrors no NumPy/JAX function; JAX's closest relative is ``jax.export``.
     """
     from fnarray.transforms.jit import Jitted
 
+    path = _check_path(path)
     fun, leaves = export_leaves("fnarray.export.webgpu", f, example_args, bake_argnums, "the page's model.run({...})")
     device = _webgpu_device()
     with _fallback_error():
@@ -197,7 +201,38 @@ def webgpu(f, *example_args, path, bake_argnums=()):
     if plan is None:
         raise RuntimeError("fnarray.export.webgpu: the webgpu backend planned host-driven control flow for a "
                            "straight-line program")
-    return _write(path, fun, plan, consts, leaves, traced.entry.out_tree)
+    try:
+        return _write(path, fun, plan, consts, leaves, traced.entry.out_tree)
+    except ExportError:
+        raise
+    except OSError as e:
+        raise ExportError(f"fnarray.export.webgpu: could not write the bundle to {path!r}: {e.strerror or e} "
+                          f"({type(e).__name__}); give a folder you can write, with free space") from e
+
+
+def _check_path(path) -> str:
+    """``path`` as a string, checked before any tracing: a folder that exists or can be made."""
+    if not isinstance(path, (str, os.PathLike)) or isinstance(path, bytes):
+        raise TypeError(f"fnarray.export.webgpu: path must be a folder name (str or os.PathLike), got "
+                        f"{type(path).__name__} {path!r:.60}")
+    path = os.fspath(path)
+    if not path:
+        raise ExportError("fnarray.export.webgpu: path is empty; give the folder to write the bundle to, "
+                          "e.g. path='model'")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ExportError(f"fnarray.export.webgpu: path {path!r} is an existing file, not a folder; give a folder "
+                          "name (it is created if missing) or remove the file")
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise ExportError(f"fnarray.export.webgpu: path {path!r} cannot be made: {parent!r} is a file, not a "
+                          "folder; give a path under an existing folder")
+    target = path if os.path.isdir(path) else parent
+    if not os.access(target, os.W_OK | os.X_OK):
+        raise ExportError(f"fnarray.export.webgpu: cannot write to {target!r} (no permission) for path "
+                          f"{path!r}; give a folder you can write")
+    return path
 
 
 def _write(path, fun, plan, consts, leaves, out_tree):

@@ -86,6 +86,7 @@ from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal, Program
 from fnarray.core.passes import dce, program_from_eqn, subprograms
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
+from fnarray.lowering.zero_size import drop_zero_size, has_zero_size, is_fill
 
 try:
     import mlx.core as mx
@@ -133,10 +134,13 @@ def from_numpy(a):
     """A NumPy array (or scalar) as an ``mx.array`` of the same dtype (a copy).
 
     A dtype MLX cannot hold (complex128) stays a read-only NumPy array: equations on it fall back to
-    numpy, which takes such buffers as they are.
+    numpy, which takes such buffers as they are. So does a zero-size array, which no MLX operation
+    receives (the zero-size pass rewrites every program first).
     """
     a = np.asarray(a)
-    if a.dtype not in _MX:
+    if a.dtype not in _MX or a.size == 0:
+        # MLX 0.32 can hang on empty arrays (a reduction of one blocks in a later evaluation): an
+        # empty buffer stays a NumPy array, and no MLX operation ever receives one (``zero_size``).
         a = np.array(a, copy=True)
         a.flags.writeable = False
         return a
@@ -777,6 +781,7 @@ def _scatter(kind):
         zero_i = _const(0, idt)
         bounds = [_const(n, idt) if n <= np.iinfo(idt).max else None for n in sizes]
         fill = _const(_scatter_identity(k, d), d) if k != "set" else None
+        nan_propagating = k in ("maximum", "minimum") and dtypes.is_float(d)  # DESIGN.md: max/min propagate NaN
 
         def valid(indices):
             ok = None
@@ -802,8 +807,17 @@ def _scatter(kind):
             else:
                 okb = ok.reshape(ok.shape + (1,) * (updates.ndim - ok.ndim))
                 upd = mx.where(okb, updates, fill)
-                at = moved.at[tuple(parts) if len(parts) > 1 else parts[0]]
-                out = getattr(at, k)(upd)
+                where = tuple(parts) if len(parts) > 1 else parts[0]
+                if nan_propagating:
+                    # MLX's scatter maximum/minimum compare with a NaN losing (x.at[i].maximum(1.5) of a NaN
+                    # gives 1.5, and a NaN update followed by 0 gives 0): scatter without NaNs, then put
+                    # a NaN where the operand had one or any in-bounds update to that element was one.
+                    u_nan = mx.isnan(upd)
+                    hits = mx.zeros(moved.shape, dtype=mx.int32).at[where].add(u_nan.astype(mx.int32))
+                    out = getattr(moved.at[where], k)(mx.where(u_nan, fill, upd))
+                    out = mx.where(mx.isnan(moved) | (hits > 0), _const(np.nan, d), out)
+                else:
+                    out = getattr(moved.at[where], k)(upd)
             return out if ident else mx.transpose(out, inv)
         return f
     return factory
@@ -1094,9 +1108,12 @@ class _Generated:
 
     def __init__(self, prog: Program, execute: bool = True):
         prog, _ = dce(prog)
+        prog, _ = dce(drop_zero_size(prog))
         names: dict = {}
         glb: dict = {"__name__": "fnarray.lowering.mlx_program"}
         consts, lines = [], []
+        # mx.compile is never given empty (NumPy) buffers: such programs stay eager.
+        self.has_empty = has_zero_size(prog)
         self.max_elements = max([v.aval.size for v in list(prog.constvars) + list(prog.invars)] +
                                 [o.aval.size for e in prog.eqns for o in e.outputs] + [0])
 
@@ -1114,6 +1131,14 @@ class _Generated:
         ins = [name(v) for v in list(prog.constvars) + list(prog.invars)]
         for i, e in enumerate(prog.eqns):
             f = f"f{i}_{e.primitive.name}"
+            if is_fill(e):  # a zero-size value: an empty NumPy buffer, made once, never given to MLX
+                k = f"e{i}"
+                o = e.outputs[0].aval
+                consts.append(f"#   {k} = empty {o.str_short()}")
+                if execute:
+                    glb[k] = from_numpy(np.zeros(o.shape, o.dtype))
+                lines.append(f"    {name(e.outputs[0])} = {k}")
+                continue
             if execute:
                 if e.primitive in _HOST:
                     raise ValueError(f"{e.primitive.name} runs from the host; compile it through "
@@ -1195,7 +1220,7 @@ class _WarmCompile:
 
 def _compile_policy(gen: _Generated, device: Device) -> int | None:
     """Call number from which ``mx.compile`` is used (1: from the first call), or ``None``: never."""
-    if COMPILE_MODE == "never" or gen.n_eqns < 2:
+    if COMPILE_MODE == "never" or gen.n_eqns < 2 or gen.has_empty:
         return None
     if COMPILE_MODE == "always" or device.platform != "cpu":
         return 1
@@ -1279,6 +1304,8 @@ class MlxBackend(Backend):
             return None
         out = primitive.abstract_eval(*in_avals, **params)
         outs = list(out) if primitive.multiple_results else [out]
+        if any(a.size == 0 for a in list(in_avals) + outs):
+            return None   # the general path runs the zero-size pass: no MLX call on an empty array
         if primitive in (P.call, P.remat, P.custom_jvp_call, P.custom_vjp_call) or any(
                 isinstance(p, Program) for p in params.values()):
             from fnarray.devices.partition import unsupported_reason

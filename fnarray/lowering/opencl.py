@@ -144,7 +144,9 @@ class _DeviceState:
             local_memory=cl_device.local_mem_size >= 16384,
             atomics="cl_khr_global_int32_base_atomics" in ext or not cl_device.version.startswith("OpenCL 1.0"),
             tiling_pays=True,
-            control_flow="host")
+            control_flow="host",
+            max_buffer_bytes=int(cl_device.max_mem_alloc_size),
+            memory_bytes=int(cl_device.global_mem_size))
         self.workgroup = 128 if is_gpu else 64
         self.missing_reason = {
             dtypes.float64: "cl_khr_fp64 is absent", dtypes.complex128: "cl_khr_fp64 is absent",

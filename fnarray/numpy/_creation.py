@@ -121,6 +121,11 @@ def full(shape, fill_value, *, dtype=None, device=None):
     if isinstance(fill_value, Array):
         v = lax.convert_element_type(fill_value, d)
         return _place(lax.broadcast_to_rank_shape(v, shape), device)
+    if device is not None and not isinstance(fill_value, (list, tuple)):
+        # Filled on the device itself (a committed scalar broadcast there), not made on the default
+        # device and copied over: no host-sized intermediate, and a size check against the right device.
+        v = _place(lax.convert_element_type(lax.full((), fill_value, d), d), device)
+        return lax.broadcast_to_rank_shape(v, shape)
     return _place(lax.full(shape, fill_value, d), device)
 
 

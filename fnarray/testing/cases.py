@@ -218,3 +218,109 @@ _effect_cases()
 
 # Primitives that only exist inside transformations and are never executed by a backend.
 NOT_EXECUTED = {P.custom_lin, P.custom_jvp_call, P.custom_vjp_call}
+
+
+# ---------------------------------------------------------------------------------- zero-size operands
+# Every executed primitive once more with zero-size dimensions (DESIGN.md: zero-size operands and
+# outputs are legal everywhere and launch nothing): empty results, and non-empty results of empty
+# operands (a reduction's identity, a matmul over an empty contraction, the padding of an empty array).
+
+def _emptied(a):
+    """``a``'s dtype with a zero-size shape: ``(0,)`` for a vector, ``(n, 0, ...)`` otherwise."""
+    a = np.asarray(a)
+    if a.ndim == 0:
+        return a
+    shape = (0,) if a.ndim == 1 else (a.shape[0], 0) + a.shape[2:]
+    return np.zeros(shape, a.dtype)
+
+
+def _elementwise_empty_cases():
+    seen = set()
+    for name, prim, inputs, params in list(CASES):
+        if prim.kind not in ("unary", "binary") or prim in seen or not any(np.ndim(a) for a in inputs):
+            continue
+        seen.add(prim)
+        case(name + "_empty", prim, [_emptied(a) for a in inputs], **params)
+
+
+_elementwise_empty_cases()
+case("select_n_empty", P.select_n, [bools(0, 3), f32(0, 3), f32(0, 3)])
+case("select_n_scalar_empty", P.select_n, [np.bool_(False), f32(2, 0), f32(2, 0)])
+case("iota_empty", P.iota, [], dtype=dtypes.int32, shape=(0, 3), dimension=1)
+case("broadcast_in_dim_empty", P.broadcast_in_dim, [f32(0)], shape=(2, 0), broadcast_dimensions=(1,))
+case("broadcast_in_dim_to_empty", P.broadcast_in_dim, [f32(3, 1)], shape=(0, 3, 5), broadcast_dimensions=(1, 2))
+case("reshape_empty", P.reshape, [f32(3, 0)], new_sizes=(0, 5))
+case("reshape_empty_1d", P.reshape, [f32(0)], new_sizes=(0, 3))
+case("transpose_empty", P.transpose, [f32(2, 0, 3)], permutation=(2, 0, 1))
+case("rev_empty", P.rev, [f32(0, 4)], dimensions=(0, 1))
+case("slice_to_empty", P.slice_p, [f32(5, 6)], start_indices=(2, 0), limit_indices=(2, 6), strides=(1, 1))
+case("slice_empty", P.slice_p, [f32(4, 0)], start_indices=(1, 0), limit_indices=(3, 0), strides=(1, 1))
+case("dynamic_slice_to_empty", P.dynamic_slice, [f32(5, 6), np.int32(3), np.int32(1)], slice_sizes=(0, 2))
+case("dynamic_update_slice_empty_update", P.dynamic_update_slice, [f32(5, 6), f32(0, 3), np.int32(4),
+                                                                    np.int32(1)])
+case("dynamic_update_slice_empty", P.dynamic_update_slice, [f32(0, 6), f32(0, 3), np.int32(0), np.int32(1)])
+case("pad_empty", P.pad, [f32(0, 3), np.float32(0.5)], padding_config=((1, 2, 0), (0, 1, 1)))
+case("pad_empty_to_empty", P.pad, [f32(0, 3), np.float32(0.5)], padding_config=((0, 0, 0), (1, 1, 0)))
+case("concatenate_empty_pieces", P.concatenate, [f32(0, 3), f32(2, 3), f32(0, 3)], dimension=0)
+case("concatenate_empty", P.concatenate, [f32(0, 3), f32(0, 3)], dimension=0)
+case("concatenate_empty_dim1", P.concatenate, [f32(2, 0), f32(2, 3), f32(2, 0), f32(2, 1)], dimension=1)
+case("gather_from_empty_axis", P.gather, [f32(0, 4), np.array([[0], [2], [-1]], np.int32)], axes=(0,))
+case("gather_no_indices", P.gather, [f32(5, 4), np.zeros((0, 1), np.int32)], axes=(0,))
+for _p in (P.scatter, P.scatter_add, P.scatter_mul, P.scatter_min, P.scatter_max):
+    case(_p.name + "_no_updates", _p, [f32(4, 3), np.zeros((0, 1), np.int32), f32(0, 3)], axes=(0,))
+case("scatter_add_into_empty", P.scatter_add, [f32(4, 0), np.array([[1], [3]], np.int32), f32(2, 0)], axes=(0,))
+for _p in (P.reduce_sum, P.reduce_prod, P.reduce_max, P.reduce_min):
+    case(_p.name + "_empty_axis", _p, [f32(0, 3)], axes=(0,))
+    case(_p.name + "_empty_all_int", _p, [i32(0)], axes=(0,))
+    case(_p.name + "_empty_kept_axis", _p, [f32(0, 3)], axes=(1,))
+for _p in (P.reduce_and, P.reduce_or):
+    case(_p.name + "_empty_axis", _p, [bools(3, 0)], axes=(1,))
+    case(_p.name + "_empty_axis_u32", _p, [u32(0, 2)], axes=(0,))
+case("argmax_empty", P.argmax, [f32(0, 3)], axes=(1,), index_dtype=dtypes.int32)
+case("argmin_empty", P.argmin, [i32(4, 0, 2)], axes=(2,), index_dtype=dtypes.int32)
+for _p in (P.cumsum, P.cumprod, P.cummax, P.cummin, P.cumlogsumexp):
+    case(_p.name + "_empty", _p, [f32(0, 3)], axis=1, reverse=False)
+    case(_p.name + "_empty_axis_rev", _p, [f32(3, 0)], axis=1, reverse=True)
+case("sort_empty", P.sort, [f32(3, 0)], dimension=1, is_stable=True, num_keys=1)
+case("sort_empty_2ops", P.sort, [f32(0), i32(0)], dimension=0, is_stable=True, num_keys=1)
+case("dot_general_empty_contraction", P.dot_general, [f32(3, 0), f32(0, 4)],
+     dimension_numbers=(((1,), (0,)), ((), ())), preferred_element_type=None)
+case("dot_general_empty_rows", P.dot_general, [f32(0, 4), f32(4, 5)], dimension_numbers=(((1,), (0,)), ((), ())),
+     preferred_element_type=None)
+case("dot_general_empty_batch_int", P.dot_general, [i32(0, 3, 4), i32(0, 4, 2)],
+     dimension_numbers=(((2,), (1,)), ((0,), (0,))), preferred_element_type=None)
+
+# Reductions past the sizes where libraries switch algorithms (TRAPS.md: 2048 on XLA's CPU; a parallel
+# tree in the kernel backends from 64 elements): 4097 and 100003 elements.
+_big = rng.uniform(-1, 1, 100003).astype(np.float32)
+_big_ties = np.concatenate([_big[:50000], [2.0], _big[50001:70000], [2.0], _big[70001:]]).astype(np.float32)
+case("reduce_sum_4097", P.reduce_sum, [_big[:4097].reshape(1, 4097)], axes=(1,))
+case("reduce_sum_100003", P.reduce_sum, [_big], axes=(0,))
+case("reduce_max_4097", P.reduce_max, [_big[:4097]], axes=(0,))
+case("reduce_min_100003", P.reduce_min, [_big], axes=(0,))
+case("argmax_ties_100003", P.argmax, [_big_ties], axes=(0,), index_dtype=dtypes.int32)
+case("argmin_4097", P.argmin, [_big[:4097]], axes=(0,), index_dtype=dtypes.int32)
+case("reduce_or_4097", P.reduce_or, [np.arange(4097, dtype=np.int32)], axes=(0,))
+
+
+def _control_empty_cases():
+    from fnarray.core import lax
+    e = ShapedArray((0,), dtypes.float32)
+    i = ShapedArray((), dtypes.int32)
+    s = ShapedArray((), dtypes.float32)
+    b1 = _closed(lambda x: [lax.mul(x, 2.0)], [e])
+    b2 = _closed(lambda x: [lax.sin(x)], [e])
+    case("cond_empty", P.cond, [np.int32(0), f32(0)], branches=(b1, b2))
+    cond_p = _closed(lambda k, x: [lax.lt(k, 3)], [i, e])
+    body_p = _closed(lambda k, x: [lax.add(k, 1), lax.mul(x, 1.5)], [i, e])
+    case("while_empty_carry", P.while_p, [np.int32(0), f32(0)], cond_program=cond_p, body_program=body_p,
+         cond_nconsts=0, body_nconsts=0)
+    scan_p = _closed(lambda c, x: [lax.add(c, x), lax.mul(c, x)], [s, s])
+    case("scan_length_0", P.scan, [np.float32(0.5), f32(0)], program=scan_p, num_consts=0, num_carry=1, length=0,
+         reverse=False, unroll=1)
+    call_p = _closed(lambda x, y: [lax.add(lax.mul(x, y), 1.0), lax.reduce_sum(x, (0,))], [e, e])
+    case("call_empty", P.call, [f32(0), f32(0)], program=call_p, name="f")
+    case("remat_empty", P.remat, [f32(0), f32(0)], program=call_p, prevent_cse=True)
+
+
+_control_empty_cases()

@@ -47,12 +47,12 @@ __kernel void sort_step(const int jj, const int kk, __global int* restrict idx0,
     }
 }
 
-__kernel void sort_gather(__global const int* restrict idx0, __global int* restrict out2) {
+__kernel void sort_gather(__global const int* restrict idx0, __global int* restrict out1) {
     const int gid = ((int)get_global_id(0));
     if ((gid < 20)) {
         const int row0 = (gid / 20);
         const int t1 = (gid % 20);
         const int v2 = idx0[((row0 * 32) + t1)];
-        out2[t1] = v2;
+        out1[t1] = v2;
     }
 }

@@ -228,7 +228,11 @@ def linearize(idx, shape) -> Ix:
 
 
 def unravel(flat: Ix, shape) -> tuple:
-    """The multi-index of row-major ``flat`` in ``shape``."""
+    """The multi-index of row-major ``flat`` in ``shape`` (zeros for a zero-size shape, which has no
+    element to address: the zero-size pass keeps such shapes out of kernels, this keeps the arithmetic
+    total)."""
+    if 0 in shape:
+        return tuple(ix_const(0) for _ in shape)
     out = []
     for s, n in zip(_strides(shape), shape, strict=True):
         out.append(ix_const(0) if n == 1 else (flat // s) % n)

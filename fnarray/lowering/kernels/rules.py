@@ -454,8 +454,20 @@ def _exp(b, xs, params, in_avals, out_aval):
     x = xs[0]
     if _is_complex(x.dtype):
         xr, xi = _cparts(b, x)
+        pd = _part(x.dtype)
         m = b.let(op("exp", xr))
-        return _cmake(op("mul", m, op("cos", xi)), op("mul", m, op("sin", xi)), x.dtype)
+        re = b.let(op("mul", m, op("cos", xi)))
+        im = b.let(op("mul", m, op("sin", xi)))
+        # C99 Annex G (the array API's special cases, NumPy): a zero imaginary part stays exactly zero
+        # (exp(inf + 0j) = inf + 0j, not inf * sin 0 = NaN), and an infinite real part with an infinite or
+        # NaN imaginary part gives 0 + 0j (at -inf) or inf + NaN j (at +inf).
+        zero_im = b.let(op("eq", xi, const(0.0, pd)))
+        odd_im = b.let(op("lnot", op("isfinite", xi, dtype=BOOL)))
+        at_ninf = b.let(op("land", op("eq", xr, const(-np.inf, pd)), odd_im))
+        at_pinf = b.let(op("land", op("eq", xr, const(np.inf, pd)), odd_im))
+        re = select(zero_im, m, select(at_ninf, const(0.0, pd), select(at_pinf, const(np.inf, pd), re)))
+        im = select(zero_im, xi, select(at_ninf, const(0.0, pd), select(at_pinf, const(np.nan, pd), im)))
+        return _cmake(b.let(re), b.let(im), x.dtype)
     return _float_fn(b, "exp", x)
 
 

@@ -42,8 +42,10 @@ from fnarray.core.ir import Eqn, Literal, Program, Var
 from fnarray.core.passes import dce
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import INJECTIVE, Emitter, Flat, NotFlat, shaped_index
+from fnarray.lowering.kernels.long_scans import split_long_scans
 from fnarray.lowering.kernels.index import ix_const, ix_data, ix_var, linearize, to_expr, unravel
 from fnarray.lowering.kernels.ir import INT32, BufferParam, Cast, Let, Special, Sym, const
+from fnarray.lowering.zero_size import drop_zero_size
 from fnarray.lowering.kernels.rules import (add_of, convert, highest, logaddexp, lowest, max_of, min_of, mul_of,
                                             op, select)
 
@@ -67,6 +69,7 @@ _FREE = frozenset({P.reshape, P.broadcast_in_dim, P.transpose, P.copy_p, P.stop_
 _COST_LIMIT = 240      # largest inlined expression tree (duplicates counted) before a value is materialised
 _EXPENSIVE_COST = 10
 _VIEW_OPS = frozenset({P.transpose, P.reshape, P.broadcast_in_dim})
+_JOIN_WINDOW = 64    # how many of the latest kernels a new elementwise root may join or ride along with
 _HOIST_SIZE = 1024  # elements of a kernel from which one-element expensive values get their own kernel
 
 
@@ -174,6 +177,37 @@ def _fold_dot_transposes(prog: Program) -> Program:
         return prog
     eqns = [replace.get(id(e), e) for e in prog.eqns if id(e) not in drop]
     return Program(prog.constvars, prog.invars, eqns, prog.outvars)
+
+
+def _split_wide(prog: Program, limit) -> Program:
+    """``concatenate`` of more operands than a kernel may bind becomes a tree of concatenates of at
+    most ``limit - 2`` operands each (one buffer is the output; one spare for a fused producer), so
+    the scheduler gives each level its own kernels. Linear in the number of operands."""
+    if limit is None or not any(e.primitive == P.concatenate and len(e.inputs) > limit - 2 for e in prog.eqns):
+        return prog
+    k = max(2, limit - 2)
+    out = []
+    for e in prog.eqns:
+        if e.primitive != P.concatenate or len(e.inputs) <= k:
+            out.append(e)
+            continue
+        dim = e.params["dimension"]
+        pieces = list(e.inputs)
+        while len(pieces) > k:
+            level = []
+            for i in range(0, len(pieces), k):
+                chunk = tuple(pieces[i:i + k])
+                if len(chunk) == 1:
+                    level.append(chunk[0])
+                    continue
+                shape = list(chunk[0].aval.shape)
+                shape[dim] = sum(a.aval.shape[dim] for a in chunk)
+                v = Var(chunk[0].aval.update(shape=tuple(shape)))
+                out.append(Eqn(P.concatenate, chunk, e.params, (v,)))
+                level.append(v)
+            pieces = level
+        out.append(Eqn(P.concatenate, tuple(pieces), e.params, e.outputs))
+    return Program(prog.constvars, prog.invars, out, prog.outvars)
 
 
 # ------------------------------------------------------------------------------------------ dot views
@@ -761,9 +795,19 @@ class _DotGroup(_Group):
             return launches
         dt = lhs.aval.dtype
         tiled = (ctx.caps.tiling_pays and ctx.caps.local_memory and dt != np.bool_ and M * N * K >= (1 << 16)
-                 and min(M, N) >= 8 and (ctx.caps.max_workgroup_size or 1024) >= self.TX * self.TY)
+                 and min(M, N) >= 8 and (ctx.caps.max_workgroup_size or 1024) >= self.TX * self.TY
+                 and self._tiled_groups_fit())
         launches.append(self._tiled(lp, rp) if tiled else self._simple(lp, rp))
         return launches
+
+    def _tiled_groups_fit(self) -> bool:
+        """Whether the tiled kernel's work-groups per dimension (columns, rows, batch) stay within the
+        target's dispatch limit; else the simple kernel runs, whose linear launch folds to fit."""
+        lim = self.ctx.caps.max_dispatch
+        if lim is None:
+            return True
+        groups = (-(-self.N // (self.TX * self.RX)), -(-self.M // (self.TY * self.RY)), self.B)
+        return max(groups) <= lim
 
     def _params(self, b, lp, rp, args, scalars):
         lspec, loff, (lsb, lsm, lsk) = lp
@@ -1032,6 +1076,17 @@ def _lin(ix):
     return to_expr(ix)
 
 
+def _reads(ctx, atom) -> set:
+    """The buffers that computing ``atom`` inline reads."""
+    if not isinstance(atom, Var):
+        return set()
+    b = KernelBuilder("analysis")
+    reads: dict = {}
+    em = ctx.emitter(b, on_read=lambda var, key: reads.setdefault(var, set()).add(key))
+    em.val(atom, shaped_index(atom.aval.shape))
+    return set(reads)
+
+
 def _analyse_val(group, *atoms):
     b = KernelBuilder("analysis")
     reads: dict = {}
@@ -1082,30 +1137,34 @@ class _SortGroup(_Group):
         def line_index(b, row):
             return _index_vars(b, row, other, "o") if other else ()
 
-        # 1. Copy the keys and positions into padded scratch lines.
-        b = KernelBuilder("sort_init")
-        args: dict = {}
-        tracker = _Tracker(ctx)
-        tracker.add(e)
-        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
-        total = lines * Pn
-        gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
-        with b.when(op("lt", gid, const(total, INT32))):
-            row = b.let(op("div", gid, const(Pn, INT32)), "row")
-            p = b.let(op("rem", gid, const(Pn, INT32)), "p")
-            iname = b.buffer(idx_spec, INT32, True, "idx")
-            args[iname] = idx_spec
-            b.store(iname, gid, p)
-            inside = b.let(op("lt", p, const(L, INT32)))
-            pc = b.let(select(inside, p, const(L - 1, INT32)))
-            idx = full_index(line_index(b, row), ix_data(pc, 0, L - 1) if L > 1 else ix_const(0))
-            for kv, spec in zip(keys, key_specs, strict=True):
-                v = em.val(kv, idx)
-                kname = b.buffer(spec, kv.aval.dtype, True, "key")
-                args[kname] = spec
-                b.store(kname, gid, select(inside, v, const(0, kv.aval.dtype)))
-        b.name = "sort_init"
-        launches.append(_launch(b, args, {}, gsize, lsize, tracker.eqns, "sort"))
+        # 1. Copy the keys and positions into padded scratch lines (in as many kernels as the
+        #    buffer limit needs; the first also writes the positions).
+        for chunk_no, chunk in enumerate(self._chunks(list(zip(keys, key_specs, strict=True)),
+                                                      lambda kv: kv[0], 2)):
+            b = KernelBuilder("sort_init")
+            args: dict = {}
+            tracker = _Tracker(ctx)
+            tracker.add(e)
+            em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
+            total = lines * Pn
+            gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
+            with b.when(op("lt", gid, const(total, INT32))):
+                row = b.let(op("div", gid, const(Pn, INT32)), "row")
+                p = b.let(op("rem", gid, const(Pn, INT32)), "p")
+                if chunk_no == 0:
+                    iname = b.buffer(idx_spec, INT32, True, "idx")
+                    args[iname] = idx_spec
+                    b.store(iname, gid, p)
+                inside = b.let(op("lt", p, const(L, INT32)))
+                pc = b.let(select(inside, p, const(L - 1, INT32)))
+                idx = full_index(line_index(b, row), ix_data(pc, 0, L - 1) if L > 1 else ix_const(0))
+                for kv, spec in chunk:
+                    v = em.val(kv, idx)
+                    kname = b.buffer(spec, kv.aval.dtype, True, "key")
+                    args[kname] = spec
+                    b.store(kname, gid, select(inside, v, const(0, kv.aval.dtype)))
+            b.name = "sort_init"
+            launches.append(_launch(b, args, {}, gsize, lsize, tracker.eqns, "sort"))
 
         # 2. The bitonic network: one kernel, launched once per (k, j) stage.
         if Pn > 1:
@@ -1120,29 +1179,47 @@ class _SortGroup(_Group):
                     j //= 2
                 k *= 2
 
-        # 3. Gather every operand in sorted order.
-        b = KernelBuilder("sort_gather")
-        args = {}
-        em = ctx.emitter(b, args=args)
-        total = lines * L
-        gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
-        with b.when(op("lt", gid, const(total, INT32))):
-            row = b.let(op("div", gid, const(L, INT32)), "row")
-            t = b.let(op("rem", gid, const(L, INT32)), "t")
-            iname = b.buffer(idx_spec, INT32, False, "idx")
-            args[iname] = idx_spec
-            src = b.load(iname, op("add", op("mul", row, const(Pn, INT32)), t), INT32)
-            oidx = line_index(b, row)
-            idx = full_index(oidx, ix_data(src, 0, L - 1) if L > 1 else ix_const(0))
-            dest_idx = full_index(oidx, ix_data(t, 0, L - 1) if L > 1 else ix_const(0))
-            dest = b.let(_lin(linearize(dest_idx, shape)), "dest")
-            for x, o in zip(e.inputs, e.outputs, strict=True):
-                v = em.val(x, idx)
-                if o in ctx.needed:
-                    b.store(ctx.output(b, args, o), dest, v)
-        b.name = "sort_gather"
-        launches.append(_launch(b, args, {}, gsize, lsize, (e,), "sort"))
+        # 3. Gather every operand in sorted order (in chunks that fit the buffer limit).
+        wanted = [(x, o) for x, o in zip(e.inputs, e.outputs, strict=True) if o in ctx.needed]
+        for chunk in self._chunks(wanted, lambda xo: xo[0], 2):
+            b = KernelBuilder("sort_gather")
+            args = {}
+            em = ctx.emitter(b, args=args)
+            total = lines * L
+            gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
+            with b.when(op("lt", gid, const(total, INT32))):
+                row = b.let(op("div", gid, const(L, INT32)), "row")
+                t = b.let(op("rem", gid, const(L, INT32)), "t")
+                iname = b.buffer(idx_spec, INT32, False, "idx")
+                args[iname] = idx_spec
+                src = b.load(iname, op("add", op("mul", row, const(Pn, INT32)), t), INT32)
+                oidx = line_index(b, row)
+                idx = full_index(oidx, ix_data(src, 0, L - 1) if L > 1 else ix_const(0))
+                dest_idx = full_index(oidx, ix_data(t, 0, L - 1) if L > 1 else ix_const(0))
+                dest = b.let(_lin(linearize(dest_idx, shape)), "dest")
+                for x, o in chunk:
+                    b.store(ctx.output(b, args, o), dest, em.val(x, idx))
+            b.name = "sort_gather"
+            launches.append(_launch(b, args, {}, gsize, lsize, (e,), "sort"))
         return launches
+
+    def _chunks(self, items, atom_of, per_item):
+        """``items`` in runs whose kernels fit the buffer limit: one index buffer, ``per_item - 1``
+        buffers written per item, and the buffers each item's operand reads."""
+        limit = self.ctx.caps.max_buffers_per_kernel
+        if limit is None:
+            return [items] if items else []
+        out, run, reads = [], [], set()
+        for it in items:
+            r = _reads(self.ctx, atom_of(it))
+            if run and len(reads | r) + (len(run) + 1) * (per_item - 1) + 1 > limit:
+                out.append(run)
+                run, reads = [], set()
+            run.append(it)
+            reads |= r
+        if run:
+            out.append(run)
+        return out
 
     def _less(self, b, ka, kb, ia, ib, L):
         """Whether element a sorts before b: real before padding, then keys (NaN last), then position."""
@@ -1334,18 +1411,30 @@ def _materialize(ctx):
             return frozenset([a])
         return leaves[a]
 
+    def fit(atoms, reserved):
+        """Materialise operands of ``atoms`` (those reading the most buffers first) until the buffers
+        they read, plus ``reserved`` others (outputs, scratch), fit in one kernel."""
+        lv = frozenset().union(*(leaves_of(a) for a in atoms)) if atoms else frozenset()
+        if len(lv) + reserved <= limit:
+            return lv
+        inner = sorted({a for a in atoms if isinstance(a, Var) and not ctx.in_buffer(a)},
+                       key=lambda a: len(leaves_of(a)), reverse=True)
+        for a in inner:
+            M.add(a)
+            lv = frozenset().union(*(leaves_of(b) for b in atoms))
+            if len(lv) + reserved <= limit:
+                break
+        return lv
+
     for e in prog.eqns:
         if e.primitive not in INJECTIVE:
-            # A kernel of its own (scatter, reduction, sort, matmul) inlines the producers of all its
-            # operands at once: their buffers together, plus its outputs, must fit the limit too.
-            while limit is not None:
-                lv = frozenset().union(*(leaves_of(a) for a in e.inputs)) if e.inputs else frozenset()
-                if len(lv) + len(e.outputs) + 1 <= limit:
-                    break
-                inner = [a for a in e.inputs if isinstance(a, Var) and not ctx.in_buffer(a)]
-                if not inner:
-                    break
-                M.add(max(inner, key=lambda a: len(leaves_of(a))))
+            # A kernel of its own inlines the producers of all its operands at once: their buffers
+            # together, plus its outputs (and a sort's index and scratch), must fit the limit.
+            if limit is not None and e.primitive == P.sort:
+                for a in e.inputs:   # the sort kernels read each operand beside the index and scratch
+                    fit((a,), 3)
+            elif limit is not None:
+                fit(e.inputs, len(e.outputs) + (0 if e.primitive in SCATTERS else 1))
             continue
         v = e.outputs[0]
         own = _EXPENSIVE_COST if e.primitive in _EXPENSIVE else (0 if e.primitive in _FREE else 1)
@@ -1355,20 +1444,22 @@ def _materialize(ctx):
             for a in e.inputs:
                 if isinstance(a, Var) and a.aval.size == 1 and cost_of(a) >= _EXPENSIVE_COST:
                     M.add(a)
-        while True:
+        total = own + sum(cost_of(a) for a in e.inputs)
+        if total > _COST_LIMIT:
+            # The costliest operands get buffers first (one pass: linear in the number of operands).
+            uses: dict = {}
+            for a in e.inputs:
+                if isinstance(a, Var) and not ctx.in_buffer(a):
+                    uses[a] = uses.get(a, 0) + 1
+            for a in sorted(uses, key=cost_of, reverse=True):
+                if total <= _COST_LIMIT:
+                    break
+                total -= cost_of(a) * uses[a]
+                M.add(a)
+        # Leaves are tracked only against a limit (unbounded sets would make long chains quadratic).
+        lv = fit(e.inputs, 2) if limit is not None else frozenset()
+        if limit is not None:
             total = own + sum(cost_of(a) for a in e.inputs)
-            lv = frozenset().union(*(leaves_of(a) for a in e.inputs)) if e.inputs else frozenset()
-            over_cost = total > _COST_LIMIT
-            over_buffers = limit is not None and len(lv) + 2 > limit
-            if not (over_cost or over_buffers):
-                break
-            inner = [a for a in e.inputs if isinstance(a, Var) and not ctx.in_buffer(a)]
-            if not inner:
-                break
-            if over_cost:
-                M.add(max(inner, key=cost_of))
-            else:
-                M.add(max(inner, key=lambda a: len(leaves_of(a))))
         if e.primitive == P.broadcast_in_dim:
             x = e.inputs[0]
             if isinstance(x, Var) and v.aval.size >= 4 * max(x.aval.size, 1) and cost_of(x) >= _EXPENSIVE_COST:
@@ -1380,6 +1471,8 @@ def _materialize(ctx):
 
 def _place(ctx, groups, e):
     """Put equation ``e``'s materialised outputs into groups."""
+    if all(o.aval.size == 0 for o in e.outputs):
+        return   # a zero-size fill (``zero_size.is_fill``): nothing to launch
     cls = _GROUPS.get(e.primitive)
     if cls is _ReduceGroup:
         target = _sibling_reduction(ctx, groups, e)
@@ -1404,7 +1497,9 @@ def _place(ctx, groups, e):
         reads = probe.root_reads(v)
         own = linearize(shaped_index(v.aval.shape), v.aval.shape)
         target = guest_of = None
-        for g in reversed(groups):
+        # Only the latest groups are candidates: a program of thousands of kernels (a concatenate of
+        # thousands of arrays) would otherwise cost quadratic time here.
+        for g in reversed(groups[-_JOIN_WINDOW:]):
             if g.accepts_roots and math.prod(g.shape) == v.aval.size and _can_join(ctx, g, reads, own, v):
                 target = g
                 break
@@ -1449,7 +1544,7 @@ def _sibling_reduction(ctx, groups, e):
     probe = _ReduceGroup(ctx, e)
     reads = probe.operand_reads(e.inputs[0])
     limit = ctx.caps.max_buffers_per_kernel
-    for g in reversed(groups):
+    for g in reversed(groups[-_JOIN_WINDOW:]):
         if any(ctx.group_of.get(r) is g for r in reads):
             return None
         if isinstance(g, _ReduceGroup) and g.matches(e):
@@ -1476,8 +1571,12 @@ def _can_join(ctx, g, reads, own, v):
 
 def schedule(program: Program, caps, **opts) -> Schedule:
     """Group ``program`` (straight-line: no ``cond``/``while``/``scan``) into kernels for ``caps``."""
-    prog = inline_calls(program)
+    prog = inline_calls(split_long_scans(program, getattr(caps, "max_loop_iterations", None)))
     prog, _ = dce(prog)
+    # No kernel ever sees a zero-size array: empty results need no launch (the runtimes allocate an
+    # empty buffer for an output no kernel writes) and results of empty operands are constants.
+    prog, _ = dce(drop_zero_size(prog))
+    prog = _split_wide(prog, caps.max_buffers_per_kernel)
     prog = _fold_dot_transposes(prog)
     ctx = _Ctx(prog, caps, opts)
     _materialize(ctx)

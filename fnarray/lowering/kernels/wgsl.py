@@ -99,6 +99,18 @@ fn fa_div_f32(x: f32, y: f32) -> f32 {{
     }}
     return x / y;
 }}"""),
+    # Mesa folds x * 0.0 to 0.0 (found by the fuzzer: NaN * 0.0 gave 0 on webgpu:0); a product with a
+    # constant zero factor goes through this helper: NaN for a NaN or infinite factor, else a signed zero.
+    "mulz": (("isfinite",), f"""
+fn fa_mulz_f32(x: f32, y: f32) -> f32 {{
+    if (x == 0.0f || y == 0.0f) {{
+        if (!fa_isfinite_f32(x) || !fa_isfinite_f32(y)) {{
+            return {_NAN};
+        }}
+        return bitcast<f32>((bitcast<u32>(x) ^ bitcast<u32>(y)) & 0x80000000u);
+    }}
+    return x * y;
+}}"""),
     "copysign": ((), """
 fn fa_copysign_f32(x: f32, y: f32) -> f32 {
     return bitcast<f32>((bitcast<u32>(x) & 0x7fffffffu) | (bitcast<u32>(y) & 0x80000000u));
@@ -587,6 +599,8 @@ class WGSLRenderer(CStyleRenderer):
             lines.append(f"var<workgroup> {s.name}: array<{self.type_name(s.dtype)}, {s.size}>;")
         helpers = {e.op for e in exprs if isinstance(e, Op) and e.op in _HELPED and e.dtype.kind == "f"}
         helpers |= {e.op for e in exprs if isinstance(e, Op) and e.op in ("isnan", "isinf", "isfinite")}
+        if any(_is_mul_by_zero(e) for e in exprs):
+            helpers.add("mulz")
         if any(isinstance(e, Const) and e.dtype.kind == "f" and not np.isfinite(e.value) for e in exprs):
             helpers.add("bits")
         for name in _helper_closure(helpers):
@@ -603,6 +617,11 @@ class WGSLRenderer(CStyleRenderer):
             if e.dtype == F16:
                 return f"f16(fa_div_f32(f32({a}), f32({b})))"
             return f"fa_div_f32({a}, {b})"
+        if _is_mul_by_zero(e):
+            a, b = (self.expr(x) for x in e.args)
+            if e.dtype == F16:
+                return f"f16(fa_mulz_f32(f32({a}), f32({b})))"
+            return f"fa_mulz_f32({a}, {b})"
         return super().expr(e)
 
     def _func(self, e: Op, args: list) -> str:
@@ -623,6 +642,12 @@ class WGSLRenderer(CStyleRenderer):
         if name is None:
             raise TypeError(f"WGSL renderer has no rule for the kernel op {op!r}")
         return f"{name}({', '.join(args)})"
+
+
+def _is_mul_by_zero(e) -> bool:
+    """A float product with a constant zero factor (which Mesa folds to 0.0, losing NaN and inf)."""
+    return (isinstance(e, Op) and e.op == "mul" and e.dtype.kind == "f"
+            and any(isinstance(a, Const) and a.value == 0 for a in e.args))
 
 
 def _without_local_arrays(stmts) -> tuple:
@@ -654,9 +679,6 @@ def _array_decls(stmts):
             yield from _array_decls(s.orelse)
 
 
-_RENDERER = WGSLRenderer()
-
-
 def render_wgsl(kernel: Kernel) -> str:
     """WGSL source of ``kernel`` (deterministic: the same kernel gives the same text).
 
@@ -664,4 +686,4 @@ def render_wgsl(kernel: Kernel) -> str:
     for a dtype or op WGSL cannot express (the scheduler never gives it one for a webgpu
     device: it only uses the dtypes of the device's ``Capabilities``).
     """
-    return _RENDERER.render(kernel)
+    return WGSLRenderer().render(kernel)  # a renderer per call: it holds the kernel's layout while it prints

@@ -1,0 +1,116 @@
+"""Allocation limits: fnarray's own error for arrays larger than their device can hold.
+
+Checked where sizes are known, before anything is allocated: when a program (or one eager
+operation) is compiled for a device, every value it makes is measured against the device's
+``Capabilities.max_buffer_bytes`` (one buffer) and ``memory_bytes`` (the outputs together); a
+device that declares neither is held to the host's physical memory. What a backend reports at run
+time (XLA's ``RESOURCE_EXHAUSTED``, NumPy's ``MemoryError``) is translated into the same
+``ResourceExhaustedError`` by ``translate``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+
+from fnarray.core.errors import ResourceExhaustedError
+
+__all__ = ["host_memory_bytes", "limits", "check_avals", "check_program", "translate", "format_bytes"]
+
+
+@functools.cache
+def host_memory_bytes() -> int:
+    """The host's physical memory in bytes (``sysconf``), or 2**63 where it cannot be read."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 2 ** 63
+
+
+def format_bytes(n: int) -> str:
+    """``n`` bytes in binary units (``4.00 TiB``)."""
+    for unit, k in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << k:
+            return f"{n / (1 << k):.2f} {unit}"
+    return f"{n} B"
+
+
+def limits(device) -> tuple[int, int]:
+    """``(max bytes of one buffer, bytes of device memory)`` for ``device``."""
+    caps = device.impl.capabilities(device)
+    host = host_memory_bytes()
+    memory = caps.memory_bytes or host
+    return min(caps.max_buffer_bytes or memory, memory), memory
+
+
+def _nbytes(aval) -> int:
+    return math.prod(aval.shape) * aval.dtype.itemsize
+
+
+def _advice(device) -> str:
+    return ("Use smaller arrays (process the data in chunks, e.g. with fnarray.lax.map or a scan over "
+            "batches), a smaller dtype, or a device with more memory; fnarray.devices() lists them.")
+
+
+def check_avals(avals, device, what: str = "this operation") -> None:
+    """Raise ``ResourceExhaustedError`` if ``avals`` (values to allocate) cannot fit on ``device``.
+
+    Args:
+      avals: ``ShapedArray``-like values (``shape``, ``dtype``) to be allocated together.
+      device: the target ``Device``.
+      what: who allocates, for the message (``"fnarray.device_put"``, ``"jit(f)"``...).
+    Raises:
+      ResourceExhaustedError: one value larger than the device's largest buffer, or all together
+        larger than its memory; the message names shape, dtype, bytes, device and what to do.
+    """
+    per_buffer, memory = limits(device)
+    total = 0
+    for av in avals:
+        n = _nbytes(av)
+        total += n
+        if n > per_buffer:
+            raise ResourceExhaustedError(
+                f"{what} would allocate {av.dtype}{list(av.shape)} ({format_bytes(n)}) on {device}, which holds "
+                f"at most {format_bytes(per_buffer)} in one buffer (device memory {format_bytes(memory)}). "
+                + _advice(device))
+    if total > memory:
+        raise ResourceExhaustedError(
+            f"{what} would allocate {format_bytes(total)} on {device} (its results: "
+            f"{', '.join(f'{av.dtype}{list(av.shape)}' for av in avals)}), more than its memory "
+            f"({format_bytes(memory)}). " + _advice(device))
+
+
+def check_program(program, device, what: str = "this program") -> None:
+    """``check_avals`` for every value ``program`` makes at its top level and for its outputs together."""
+    per_buffer, _ = limits(device)
+    for e in program.eqns:
+        for v in e.outputs:
+            if _nbytes(v.aval) > per_buffer:
+                check_avals([v.aval], device, f"{what} ({e.primitive.name})")
+    outs = [getattr(o, "aval", None) for o in program.outvars]
+    check_avals([a for a in outs if a is not None and hasattr(a, "shape")], device, what)
+
+
+def _is_memory_error(e: BaseException) -> bool:
+    if isinstance(e, ResourceExhaustedError):
+        return False
+    if isinstance(e, MemoryError):
+        return True
+    text = str(e)
+    # XLA (JaxRuntimeError), PyOpenCL (MEM_OBJECT_ALLOCATION_FAILURE / OUT_OF_RESOURCES), MLX, wgpu
+    return any(k in text for k in ("RESOURCE_EXHAUSTED", "MEM_OBJECT_ALLOCATION_FAILURE", "OUT_OF_RESOURCES",
+                                   "OUT_OF_HOST_MEMORY", "Out of memory", "out of memory"))
+
+
+def translate(e: BaseException, device, avals=(), what: str = "this operation"):
+    """The ``ResourceExhaustedError`` for a backend's out-of-memory error ``e``, else ``None``."""
+    if not _is_memory_error(e):
+        return None
+    shapes = ", ".join(f"{av.dtype}{list(av.shape)}" for av in avals)
+    total = sum(_nbytes(av) for av in avals)
+    _, memory = limits(device)
+    return ResourceExhaustedError(
+        f"{what} ran out of memory on {device} (device memory {format_bytes(memory)})"
+        + (f" making {shapes} ({format_bytes(total)})" if avals else "")
+        + f"; the backend said: {type(e).__name__}: {str(e)[:300]}. " + _advice(device))

@@ -1,0 +1,141 @@
+"""Bad input gets fnarray's own errors, naming what was given and what to do (issue 12, item 8)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from fnarray.core.errors import DTypeError, ExportError, PyTreeError, ResourceExhaustedError
+from fnarray.devices import memory
+from fnarray.devices import placement as placement
+
+HUGE = (2**20, 2**20)  # 4 TiB of float32: more than any device here holds
+
+
+def _assert_names(msg, *parts):
+    for p in parts:
+        assert p in msg, f"{p!r} not in message: {msg}"
+
+
+def test_zeros_beyond_device_memory(device):
+    """``zeros`` of 4 TiB raises before allocating, on the device asked for (not on the host first)."""
+    with pytest.raises(ResourceExhaustedError) as e:
+        fnp.zeros(HUGE, device=device)
+    assert isinstance(e.value, MemoryError)
+    _assert_names(str(e.value), "float32[1048576, 1048576]", "4.00 TiB", str(device), "smaller")
+    ones = fnp.ones((2, 3), dtype=fnp.int32, device=device)  # the fill-on-device path still gives values
+    assert ones.device == device and ones.dtype == fnp.int32
+    np.testing.assert_array_equal(np.asarray(ones), np.ones((2, 3), np.int32))
+
+
+def test_jitted_huge_output(device):
+    """A jitted op whose result cannot fit raises at compile time, naming the primitive and the device."""
+    f = fa.jit(lambda x: fnp.broadcast_to(x, HUGE) * 2.0, device=device)
+    with pytest.raises(ResourceExhaustedError) as e:
+        f(fnp.ones(HUGE[1]))
+    _assert_names(str(e.value), "float32[1048576, 1048576]", "4.00 TiB", str(device))
+    # eager, on a committed array
+    x = fa.device_put(fnp.ones((HUGE[1],)), device)
+    with pytest.raises(MemoryError):
+        x[None, :] * fnp.ones((HUGE[0], 1), device=device)
+
+
+def test_limits_are_read_from_the_device(device, monkeypatch):
+    """The check uses the device's limits: with a 1 MiB buffer limit, device_put and results past it raise."""
+    monkeypatch.setattr(memory, "limits", lambda dev: (1 << 20, 3 << 20))
+    monkeypatch.setattr(placement, "_CHECKED_BYTES", 0)
+    big = np.zeros((512, 1024), np.float32)  # 2 MiB
+    with pytest.raises(ResourceExhaustedError, match=r"float32\[512, 1024\] \(2.00 MiB\).*at most 1.00 MiB"):
+        fa.device_put(big, device)
+    f = fa.jit(lambda x: (x + 1.0, x + 2.0, x + 3.0, x + 4.0), device=device)
+    with pytest.raises(ResourceExhaustedError, match="more than its memory"):
+        f(fa.device_put(np.zeros((256, 1024), np.float32), device))  # 4 x 1 MiB results > 3 MiB
+
+
+def test_backend_out_of_memory_is_translated(device):
+    """What a backend raises when memory runs out at run time becomes ``ResourceExhaustedError``."""
+    av = fa.ShapedArray((1000, 1000), fnp.float32)
+    for raw in (MemoryError("Unable to allocate 3.64 TiB"),
+                RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 4398046511104 bytes")):
+        err = memory.translate(raw, device, [av])
+        assert isinstance(err, ResourceExhaustedError)
+        _assert_names(str(err), str(device), "float32[1000, 1000]", type(raw).__name__, "smaller")
+    assert memory.translate(ValueError("bad shape"), device, [av]) is None
+
+
+@pytest.mark.parametrize("value", ["hello", b"bytes", object(), Ellipsis, [1, "a"]],
+                         ids=["str", "bytes", "object", "ellipsis", "list-with-str"])
+def test_device_put_non_arrays(device, value):
+    with pytest.raises(TypeError) as e:
+        fa.device_put(value, device)
+    assert isinstance(e.value, DTypeError)
+    leaf = value[1] if isinstance(value, list) else value
+    _assert_names(str(e.value), f"got a {type(leaf).__name__}", "fnarray.device_put")
+
+
+def test_device_put_pytrees_follow_jax(device):
+    """None is an empty pytree and a ragged list a list of leaves, in jax.device_put as here."""
+    jax = pytest.importorskip("jax")
+    assert fa.device_put(None, device) is None and jax.device_put(None) is None
+    ragged = [[1, 2], [3]]
+    ours, theirs = fa.device_put(ragged, device), jax.device_put(ragged)
+    assert [[int(v) for v in row] for row in ours] == [[int(v) for v in row] for row in theirs]
+    assert all(isinstance(v, fa.Array) and v.device == device for row in ours for v in row)
+    with pytest.raises(ValueError, match="uneven lengths"):
+        fnp.asarray(ragged, device=device)
+
+
+def test_tree_unflatten_mismatch():
+    tu = fa.tree_util
+    spec = tu.tree_structure({"a": 1, "b": (2, 3)})
+    with pytest.raises(PyTreeError) as e:
+        tu.tree_unflatten(spec, [1, 2])
+    _assert_names(str(e.value), "takes 3 leaves, got 2", "'a'")
+    assert isinstance(e.value, ValueError)
+    with pytest.raises(TypeError, match="treedef must be a tree structure"):
+        tu.tree_unflatten([1, 2], [1, 2])
+    assert tu.tree_unflatten(spec, [1, 2, 3]) == {"a": 1, "b": (2, 3)}
+
+
+@pytest.mark.parametrize("make", [lambda: fa.optim.adam(1e-3), lambda: fa.optim.sgd(0.1, momentum=0.9),
+                                  lambda: fa.optim.rmsprop(1e-3)], ids=["adam", "sgd-momentum", "rmsprop"])
+def test_optim_pytree_mismatch(device, make):
+    opt = make()
+    params = {"w": fnp.ones(3, device=device), "b": fnp.zeros(2, device=device)}
+    state = opt.init(params)
+    with pytest.raises(PyTreeError) as e:
+        opt.update({"w": fnp.ones(3, device=device)}, state, params)
+    _assert_names(str(e.value), "updates has structure", "{'w': *}", "(1 leaves)", "'b': *", "(2 leaves)", "init")
+    with pytest.raises(PyTreeError, match=r"params has structure .* but updates has"):
+        fa.optim.apply_updates(params, [fnp.ones(3, device=device)])
+    upd, _ = opt.update(params, state, params)  # the matching call still works
+    assert set(upd) == {"w", "b"}
+
+
+def test_export_bad_paths(tmp_path):
+    f = fa.jit(lambda x: x * 2.0)
+    x = np.ones(3, np.float32)
+    with pytest.raises(TypeError, match="path must be a folder name .* got int"):
+        fa.export.webgpu(f, x, path=42)
+    with pytest.raises(ExportError, match="empty"):
+        fa.export.webgpu(f, x, path="")
+    a_file = tmp_path / "model.txt"
+    a_file.write_text("x")
+    with pytest.raises(ExportError, match="is an existing file, not a folder"):
+        fa.export.webgpu(f, x, path=a_file)
+    with pytest.raises(ExportError, match="is a file, not a folder") as e:
+        fa.export.webgpu(f, x, path=a_file / "sub" / "model")
+    assert isinstance(e.value, OSError)
+    if os.geteuid() != 0:  # root may write anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o500)
+        try:
+            with pytest.raises(ExportError, match="no permission"):
+                fa.export.webgpu(f, x, path=locked / "model")
+        finally:
+            locked.chmod(0o700)
