@@ -231,3 +231,12 @@ def test_debug_nans_from_the_environment():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert out.stdout.strip() == "raised: invalid value (nan) encountered in sqrt", out.stderr[-2000:]
+
+
+def test_debug_nans_inside_a_loop_names_the_loop_and_its_line(device, debug_nans):
+    def f(xs):
+        return fa.scan(lambda c, x: (c + fnp.log(x), c), 0.0, xs)[0]  # the scan line
+    line = inspect.getsourcelines(f)[1] + 1
+    for g in (f, fa.jit(f)):
+        with pytest.raises(FloatingPointError, match=rf"in scan at .*test_debug.py:{line}:.*inside the scan's body"):
+            g(_put([1.0, -1.0], device))

@@ -51,10 +51,14 @@ def check_outputs(primitive, args, outs) -> None:
             continue
         if any(_is_inexact(a) and _bad(a, test) for a in args):
             continue  # not new: it came in through an input
+        inside = ""
+        if primitive.kind == "control":
+            inside = (f"; it happened inside the {primitive.name}'s body, which runs as one operation: put "
+                      "fnarray.debug.print calls in the body to see its values")
         raise FloatingPointError(
             f"invalid value ({name}) encountered in {primitive.name} at {user_frame()}: the first primitive "
             f"whose output has a {name} that its inputs did not have (fnarray.config.debug_{name}s is on; "
-            f"set it to False to let {name}s through)")
+            f"set it to False to let {name}s through){inside}")
 
 
 def _is_inexact(x) -> bool:
