@@ -18,7 +18,7 @@ from fnarray.core.config import config
 from fnarray.core.errors import FallbackWarning, UnsupportedOnDevice
 from fnarray.core.ir import Program
 from fnarray.core.passes import program_from_eqn, subprograms
-from fnarray.devices.backend import Device
+from fnarray.devices.backend import Device, decompose_for
 
 __all__ = ["compile_program", "compile_eqn", "unsupported_reason", "lower_program"]
 
@@ -82,6 +82,8 @@ def compile_program(program: Program, device: Device, donate=()):
     """
     if device.backend == "numpy":
         return lower_program(program, device).compile()
+    # Decomposed first, so that a primitive the backend lowers as a composite does not fall back.
+    program = decompose_for(program, device)
     placements = []
     for e in program.eqns:
         r = unsupported_reason(e, device)
@@ -104,7 +106,8 @@ def compile_eqn(primitive, params, in_avals, out_avals, device: Device):
     prog = program_from_eqn(primitive, params, in_avals, out_avals)
     fast = getattr(backend, "eager_fast", None)
     # The fast path skips partitioning: only for what the device supports (fallback needs the slow one).
-    if fast is not None and (device.backend == "numpy" or unsupported_reason(prog.eqns[0], device) is None):
+    if fast is not None and (device.backend == "numpy" or (backend.lowers_natively(prog.eqns[0], device) and
+                                                           unsupported_reason(prog.eqns[0], device) is None)):
         exe = fast(primitive, params, in_avals, device)
         if exe is not None:
             return exe

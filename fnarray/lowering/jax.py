@@ -373,6 +373,9 @@ class JaxBackend(Backend):
     def capabilities(self, device):
         return self._caps
 
+    def lowers_natively(self, eqn, device):
+        return eqn.primitive in RULES
+
     def supports(self, eqn, device):
         r = _UNSUPPORTED.get(eqn.primitive)
         if r is not None:

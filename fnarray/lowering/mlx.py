@@ -1258,6 +1258,9 @@ class MlxBackend(Backend):
     def capabilities(self, device):
         return self._caps["cpu" if device.platform == "cpu" else "gpu"]
 
+    def lowers_natively(self, eqn, device):
+        return eqn.primitive in RULES or eqn.primitive in _HOST
+
     def supports(self, eqn, device):
         prim = eqn.primitive
         r = _UNSUPPORTED.get(prim)

@@ -339,6 +339,9 @@ class OpenCLBackend(Backend):
     def capabilities(self, device):
         return self._states[device].caps
 
+    def lowers_natively(self, eqn, device):
+        return eqn.primitive in SCHEDULED or eqn.primitive in _CONTROL or eqn.primitive in CALLS
+
     def supports(self, eqn, device):
         prim = eqn.primitive
         r = _UNSUPPORTED.get(prim)

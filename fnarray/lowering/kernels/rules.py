@@ -23,7 +23,7 @@ import numpy as np
 from fnarray.core import primitives as P
 from fnarray.lowering.kernels.ir import BOOL, OPS, UINT32, Bitcast, Cast, Const, Op, Select, const
 
-__all__ = ["ELEMENTWISE", "op", "select", "convert", "max_of", "min_of", "add_of", "mul_of", "lowest",
+__all__ = ["ELEMENTWISE", "UNARY_FUNCS", "op", "select", "convert", "max_of", "min_of", "add_of", "mul_of", "lowest",
            "highest", "float_math_dtype", "logaddexp", "COMPLEX_OK"]
 
 ELEMENTWISE: dict = {}
@@ -442,11 +442,14 @@ def _unary_fn(name):
     return rule
 
 
-for _p, _n in [(P.floor, "floor"), (P.ceil, "ceil"), (P.round_p, "rint"), (P.exp2, "exp2"), (P.log, "log"),
-               (P.log1p, "log1p"), (P.expm1, "expm1"), (P.tanh, "tanh"), (P.sin, "sin"), (P.cos, "cos"),
-               (P.tan, "tan"), (P.asin, "asin"), (P.acos, "acos"), (P.atan, "atan"), (P.sinh, "sinh"),
-               (P.cosh, "cosh"), (P.asinh, "asinh"), (P.acosh, "acosh"), (P.atanh, "atanh"), (P.sqrt, "sqrt"),
-               (P.rsqrt, "rsqrt"), (P.cbrt, "cbrt"), (P.erf, "erf"), (P.lgamma, "lgamma")]:
+# Unary primitives that are one math function of the kernel IR (a renderer without that function leaves the
+# primitive to its decomposition: ``fnarray.lowering.kernels.wgsl.renders_primitive``).
+UNARY_FUNCS = {P.floor: "floor", P.ceil: "ceil", P.round_p: "rint", P.exp2: "exp2", P.log: "log",
+               P.log1p: "log1p", P.expm1: "expm1", P.tanh: "tanh", P.sin: "sin", P.cos: "cos",
+               P.tan: "tan", P.asin: "asin", P.acos: "acos", P.atan: "atan", P.sinh: "sinh",
+               P.cosh: "cosh", P.asinh: "asinh", P.acosh: "acosh", P.atanh: "atanh", P.sqrt: "sqrt",
+               P.rsqrt: "rsqrt", P.cbrt: "cbrt", P.erf: "erf", P.lgamma: "lgamma"}
+for _p, _n in UNARY_FUNCS.items():
     ELEMENTWISE[_p] = _unary_fn(_n)
 
 

@@ -70,6 +70,14 @@ _BUILTINS = {"exp": "exp", "exp2": "exp2", "log": "log", "sin": "sin", "cos": "c
 _HELPED = {"div", "isnan", "isinf", "isfinite", "erf", "lgamma", "log1p", "expm1", "cbrt", "pow", "fmod", "nextafter",
            "hypot", "copysign", "min", "max", "asin", "acos", "atan", "atan2", "acosh", "tanh"}
 
+
+
+def renders_primitive(prim) -> bool:
+    """Whether WGSL prints the kernel op of a one-function unary primitive (else it is decomposed)."""
+    from fnarray.lowering.kernels.rules import UNARY_FUNCS
+    name = UNARY_FUNCS.get(prim)
+    return name is None or name in _BUILTINS or name in _HELPED
+
 # ----------------------------------------------------------------------------------------- helpers
 # WGSL source of each float32 helper and the helpers it calls. NaN and infinity come from bit patterns.
 
