@@ -15,6 +15,7 @@ Everything here is IR -> IR: it knows no backend; backends say what they lower n
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from typing import Callable, NamedTuple
 
@@ -153,3 +154,94 @@ def decompose(program: Program, native: Callable) -> Program:
         return program
     return Program(program.constvars, program.invars, eqns, program.outvars)
 
+
+# ------------------------------------------------------------------------------------------ special functions
+# Each is written in fnarray.core.lax for the real floating dtypes, computing float16/bfloat16 in float32 (as
+# the reference does). Their accuracy is tested against the numpy reference on every backend that uses them.
+
+
+def _float32_only(x, **params):
+    if x.dtype.itemsize > 4:
+        return (f"the {x.dtype.name} form needs more accuracy than the float32 formula gives: "
+                "it falls back where there is no native lowering")
+    return None
+
+
+def _horner(lax, x, coefs, dtype):
+    """``coefs[0] + x * (coefs[1] + x * (...))``."""
+    acc = dtype.type(coefs[-1])
+    for c in coefs[-2::-1]:
+        acc = lax.add(lax.mul(acc, x), dtype.type(c))
+    return acc
+
+
+# Least-squares (Chebyshev-weighted, relative) fits made for fnarray in float64:
+# erf(z) / z as a polynomial in z**2 on [0, 0.5];
+_ERFC_SMALL = (1.12837917, -0.376126386, 0.11283776, -0.026863338, 0.00520122611, -0.000770668437)
+# erfc(z) * exp(z**2) as a polynomial in z - 1.5 on [0.5, 2.5];
+_ERFC_MID = (0.321585415, -0.163622922, 0.076151122, -0.0329308304, 0.0133763507, -0.0051462351, 0.00189043086,
+             -0.00066185962, 0.000215027594, -7.16026436e-05, 3.00058803e-05, -8.53909611e-06)
+# z * erfc(z) * exp(z**2) as a polynomial in 1 / z**2 on [2.5, 10.5] (erfc(10.5) underflows float32).
+_ERFC_LARGE = (0.564189564, -0.282090376, 0.422763512, -1.04157781, 3.29980446, -10.3784077, 24.0865349,
+               -27.5850888)
+
+
+def _exp_neg_square(lax, z, m):
+    """``exp(-z**2)`` for ``0 <= z <= 10.5`` within about 2 float32 ulps, whatever the accuracy of the
+    backend's ``exp`` at large arguments (MLX's and WGSL's lose 60-120 ulps near exp(-80)).
+
+    ``z**2 = h*h + (z-h)(z+h)`` with ``h`` = z rounded down to 8 fraction bits (``h*h`` is exact), and
+    ``h*h = k ln2 + r`` (Cody-Waite: ``ln2`` in two parts, ``k*LN2_HI`` exact), so that the result is
+    ``2**-k * exp(-r - (z-h)(z+h))``: one ``exp`` of a small argument and a power of two made from its bits.
+    """
+    import numpy as np
+    f = m.type
+    h = lax.div(lax.floor(lax.mul(z, f(256))), f(256))
+    hh = lax.mul(h, h)
+    k = lax.floor(lax.add(lax.mul(hh, f(1 / math.log(2))), f(0.5)))
+    r = lax.sub(lax.sub(hh, lax.mul(k, f(_LN2_HI))), lax.mul(k, f(_LN2_LO)))
+    small = lax.exp(lax.neg(lax.add(r, lax.mul(lax.sub(z, h), lax.add(z, h)))))
+    # 2**-k as two factors 2**-k1 * 2**-k2 (each a normal float32 for k <= 160), from their exponent bits.
+    i32 = np.dtype(np.int32)
+    ki = lax.convert_element_type(k, i32)
+    k1 = lax.shift_right_arithmetic(ki, np.int32(1))
+    k2 = lax.sub(ki, k1)
+
+    def pow2_neg(n):
+        return lax.bitcast_convert_type(lax.shift_left(lax.sub(np.int32(127), n), np.int32(23)), m)
+
+    return lax.mul(lax.mul(small, pow2_neg(k1)), pow2_neg(k2))
+
+
+_LN2_HI = 0.693145751953125  # ln 2 to 16 bits: k * _LN2_HI is exact in float32 for k < 2**8
+_LN2_LO = 1.4286068202862268e-06  # ln 2 - _LN2_HI
+
+
+def erfc_float32(x):
+    """``erfc`` within a few float32 ulps (relative) on the whole line, from exp and polynomials.
+
+    |x| < 0.5: ``1 - x * S(x**2)``. Above, ``erfc(z) = exp(-z**2) * g(z)`` with ``g`` a polynomial (in
+    ``z - 1.5`` up to 2.5, in ``1/z**2`` beyond) and ``exp(-z**2)`` from ``_exp_neg_square``: a plain
+    ``exp(-z*z)`` would lose ``z**2 * 2**-24`` relative (about 80 ulps at z = 9). Negative x: ``2 - erfc(-x)``.
+    """
+    import numpy as np
+
+    from fnarray.core import lax
+    d = lax._aval(x).dtype
+    m = np.dtype(np.float32)
+    xm = lax.convert_element_type(x, m) if d != m else x
+    f = m.type
+    z = lax.abs(xm)
+    small = lax.sub(f(1), lax.mul(xm, _horner(lax, lax.mul(xm, xm), _ERFC_SMALL, m)))
+    mid = _horner(lax, lax.sub(z, f(1.5)), _ERFC_MID, m)
+    zl = lax.min(lax.max(z, f(2.5)), f(10.5))
+    large = lax.div(_horner(lax, lax.div(f(1), lax.mul(zl, zl)), _ERFC_LARGE, m), zl)
+    is_mid = lax.lt(z, f(2.5))
+    zc = lax.select(is_mid, z, zl)  # bounded (infinities give 0 through the clamp, not inf - inf)
+    r = lax.mul(_exp_neg_square(lax, zc, m), lax.select(is_mid, mid, large))
+    r = lax.select(lax.lt(xm, f(0)), lax.sub(f(2), r), r)
+    r = lax.select(lax.lt(z, f(0.5)), small, r)
+    return lax.convert_element_type(r, d) if d != m else r
+
+
+defdecomposition(P.erfc, unusable=_float32_only)(erfc_float32)

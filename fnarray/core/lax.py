@@ -49,6 +49,7 @@ sin, cos, tan, asin, acos, atan = map(_un, (P.sin, P.cos, P.tan, P.asin, P.acos,
 sinh, cosh, asinh, acosh, atanh = map(_un, (P.sinh, P.cosh, P.asinh, P.acosh, P.atanh))
 sqrt, rsqrt, cbrt, erf, erf_inv, lgamma, digamma = map(_un, (P.sqrt, P.rsqrt, P.cbrt, P.erf, P.erf_inv,
                                                              P.lgamma, P.digamma))
+erfc = _un(P.erfc)
 abs, bitwise_not, real, imag, conj, population_count = map(_un, (P.abs_p, P.not_p, P.real, P.imag, P.conj,
                                                                  P.population_count))
 stop_gradient_p_bind = _un(P.stop_gradient)

@@ -146,6 +146,8 @@ sqrt = unary("sqrt")
 rsqrt = unary("rsqrt")
 cbrt = unary("cbrt", _FLOAT)
 erf = unary("erf", _FLOAT)
+erfc = unary("erfc", _FLOAT, doc="1 - erf(x), computed without the cancellation: accurate in relative terms "
+                                "for large x (erfc(4) is about 1.5e-8 in float32, where 1 - erf(4) rounds to 0).")
 erf_inv = unary("erf_inv", _FLOAT)
 lgamma = unary("lgamma", _FLOAT)
 digamma = unary("digamma", _FLOAT)

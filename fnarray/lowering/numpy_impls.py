@@ -112,6 +112,7 @@ def _logistic(x):
 
 _direct(P.logistic, _upcast(_logistic))
 _direct(P.erf, _upcast(_pyfunc(math.erf)))
+_direct(P.erfc, _upcast(_pyfunc(math.erfc)))
 _direct(P.lgamma, _upcast(_pyfunc(
     lambda v: math.lgamma(v) if v > 0 or not math.isfinite(v) or v != math.floor(v) else math.inf)))
 

@@ -144,9 +144,19 @@ erfinv = _float_unary("erfinv", lax.erf_inv, real_only=True)
 arcsin, arccos, arctan, arcsinh, arccosh, arctanh = asin, acos, atan, asinh, acosh, atanh
 
 
+_erfc = _float_unary("erfc", lax.erfc, real_only=True)
+
+
 def erfc(x, /):
-    """Complementary error function ``1 - erf(x)`` (``scipy.special.erfc``)."""
-    return subtract(1, erf(x))
+    """Complementary error function ``1 - erf(x)`` (``scipy.special.erfc``), accurate for large ``x``.
+
+    Computed by the ``erfc`` primitive, not as ``1 - erf(x)`` (which is 0 in float32 from x of about 3.9).
+
+    Args: x: real array; integer inputs are promoted to the default float.
+    Returns: an array of x's (floating) dtype and shape.
+    Raises: DTypeError for complex input.
+    """
+    return _erfc(x)
 
 
 def log2(x, /):

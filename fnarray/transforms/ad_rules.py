@@ -239,6 +239,7 @@ _unary(P.sqrt, lambda x, out: lax.div(_const(out, 0.5), out))
 _unary(P.rsqrt, lambda x, out: lax.mul(_const(out, -0.5), lax.div(out, x)))
 _unary(P.cbrt, lambda x, out: lax.div(_const(out, 1 / 3), _sq(out)))
 _unary(P.erf, lambda x, out: lax.mul(_const(x, 2 / math.sqrt(math.pi)), lax.exp(lax.neg(_sq(x)))))
+_unary(P.erfc, lambda x, out: lax.mul(_const(x, -2 / math.sqrt(math.pi)), lax.exp(lax.neg(_sq(x)))))
 _unary(P.erf_inv, lambda x, out: lax.mul(_const(x, math.sqrt(math.pi) / 2), lax.exp(_sq(out))))
 _unary(P.lgamma, lambda x, out: lax.digamma(x))
 

@@ -315,7 +315,7 @@ def _all_at_front(vals, dims):
 
 for _p in (P.neg, P.sign, P.floor, P.ceil, P.round_p, P.is_finite, P.exp, P.exp2, P.log, P.log1p,
            P.expm1, P.tanh, P.logistic, P.sin, P.cos, P.tan, P.asin, P.acos, P.atan, P.sinh, P.cosh,
-           P.asinh, P.acosh, P.atanh, P.sqrt, P.rsqrt, P.cbrt, P.erf, P.erf_inv, P.lgamma, P.digamma,
+           P.asinh, P.acosh, P.atanh, P.sqrt, P.rsqrt, P.cbrt, P.erf, P.erfc, P.erf_inv, P.lgamma, P.digamma,
            P.abs_p, P.not_p, P.real, P.imag, P.conj, P.population_count, P.stop_gradient, P.copy_p,
            P.integer_pow, P.convert_element_type, P.bitcast_convert_type):
     defvectorized(_p)

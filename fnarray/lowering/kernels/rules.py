@@ -448,7 +448,7 @@ UNARY_FUNCS = {P.floor: "floor", P.ceil: "ceil", P.round_p: "rint", P.exp2: "exp
                P.log1p: "log1p", P.expm1: "expm1", P.tanh: "tanh", P.sin: "sin", P.cos: "cos",
                P.tan: "tan", P.asin: "asin", P.acos: "acos", P.atan: "atan", P.sinh: "sinh",
                P.cosh: "cosh", P.asinh: "asinh", P.acosh: "acosh", P.atanh: "atanh", P.sqrt: "sqrt",
-               P.rsqrt: "rsqrt", P.cbrt: "cbrt", P.erf: "erf", P.lgamma: "lgamma"}
+               P.rsqrt: "rsqrt", P.cbrt: "cbrt", P.erf: "erf", P.erfc: "erfc", P.lgamma: "lgamma"}
 for _p, _n in UNARY_FUNCS.items():
     ELEMENTWISE[_p] = _unary_fn(_n)
 

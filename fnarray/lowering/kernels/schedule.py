@@ -61,7 +61,7 @@ OPAQUE = frozenset({P.dot_general, P.sort}) | CUMULATIVE | SCATTERS
 SCHEDULED = INJECTIVE | REDUCTIONS | OPAQUE | frozenset(CALLS)
 
 _EXPENSIVE = frozenset({P.exp, P.exp2, P.log, P.log1p, P.expm1, P.tanh, P.logistic, P.sin, P.cos, P.tan, P.asin,
-                        P.acos, P.atan, P.sinh, P.cosh, P.asinh, P.acosh, P.atanh, P.pow_p, P.erf, P.erf_inv,
+                        P.acos, P.atan, P.sinh, P.cosh, P.asinh, P.acosh, P.atanh, P.pow_p, P.erf, P.erfc, P.erf_inv,
                         P.lgamma, P.digamma, P.atan2, P.cbrt, P.sqrt, P.rsqrt})
 _FREE = frozenset({P.reshape, P.broadcast_in_dim, P.transpose, P.copy_p, P.stop_gradient, P.convert_element_type})
 _COST_LIMIT = 240      # largest inlined expression tree (duplicates counted) before a value is materialised
