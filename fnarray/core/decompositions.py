@@ -245,3 +245,110 @@ def erfc_float32(x):
 
 
 defdecomposition(P.erfc, unusable=_float32_only)(erfc_float32)
+
+
+def _math_dtype(lax, x):
+    """The dtype special functions compute in: float32 for float16/bfloat16 (as the reference), else x's."""
+    import numpy as np
+    d = lax._aval(x).dtype
+    return d, (np.dtype(np.float32) if d.itemsize < 4 else d)
+
+
+def _in_dtype(lax, x, m):
+    return lax.convert_element_type(x, m) if lax._aval(x).dtype != m else x
+
+
+def _where(lax, pred, a, b):
+    """``lax.select`` with rank-0 cases broadcast to the predicate's shape."""
+    shape = lax._aval(pred).shape
+
+    def full(v):
+        return lax.broadcast_in_dim(v, shape, ()) if lax._aval(v).shape != shape else v
+    return lax.select(pred, full(a), full(b))
+
+
+@defdecomposition(P.digamma)
+def digamma_composite(x):
+    """``digamma``: reflection below 1/2 (``- pi / tan(pi x)``, the argument reduced to the nearest integer),
+    six recurrence steps up to >= 6, then the asymptotic series; NaN at the poles (as the reference)."""
+    import numpy as np
+
+    from fnarray.core import lax
+    d, m = _math_dtype(lax, x)
+    f = m.type
+    x = _in_dtype(lax, x, m)
+    reflect = lax.lt(x, f(0.5))
+    z = _where(lax, reflect, lax.sub(f(1), x), x)
+    acc = f(0)
+    for _ in range(6):
+        small = lax.lt(z, f(6))
+        acc = _where(lax, small, lax.sub(acc, lax.div(f(1), z)), acc)
+        z = _where(lax, small, lax.add(z, f(1)), z)
+    inv = lax.div(f(1), z)
+    inv2 = lax.mul(inv, inv)
+    t = lax.sub(f(1 / 240), lax.mul(inv2, f(1 / 132)))
+    t = lax.sub(f(1 / 252), lax.mul(inv2, t))
+    t = lax.sub(f(1 / 120), lax.mul(inv2, t))
+    t = lax.sub(f(1 / 12), lax.mul(inv2, t))
+    r = lax.add(acc, lax.sub(lax.sub(lax.log(z), lax.mul(f(0.5), inv)), lax.mul(inv2, t)))
+    pi = f(math.pi)
+    r = _where(lax, reflect, lax.sub(r, lax.div(pi, lax.tan(lax.mul(pi, lax.sub(x, lax.round(x)))))), r)
+    pole = lax.bitwise_and(lax.le(x, f(0)), lax.eq(x, lax.floor(x)))
+    return _in_dtype(lax, _where(lax, pole, f(np.nan), r), d)
+
+
+@defdecomposition(P.lgamma)
+def lgamma_composite(x):
+    """``lgamma``: for ``z >= 1/2`` eight steps of ``Gamma(z+1) = z Gamma(z)`` up to >= 8, then Stirling's
+    series; below, the reflection ``log(pi / |sin(pi x)|) - lgamma(1 - x)`` with ``sin`` of the argument
+    reduced to the nearest integer; +inf at the poles and at +inf (as the reference)."""
+    import numpy as np
+
+    from fnarray.core import lax
+    d, m = _math_dtype(lax, x)
+    f = m.type
+    x = _in_dtype(lax, x, m)
+    reflect = lax.lt(x, f(0.5))
+    z = _where(lax, reflect, lax.sub(f(1), x), x)
+    prod = f(1)
+    for _ in range(8):
+        small = lax.lt(z, f(8))
+        prod = _where(lax, small, lax.mul(prod, z), prod)
+        z = _where(lax, small, lax.add(z, f(1)), z)
+    inv = lax.div(f(1), z)
+    inv2 = lax.mul(inv, inv)
+    series = lax.mul(inv, lax.sub(f(1 / 12), lax.mul(inv2, lax.sub(f(1 / 360), lax.mul(inv2, f(1 / 1260))))))
+    pos = lax.sub(lax.add(lax.sub(lax.mul(lax.sub(z, f(0.5)), lax.log(z)), z),
+                          lax.add(f(0.5 * math.log(2 * math.pi)), series)), lax.log(prod))
+    pi = f(math.pi)
+    s = lax.abs(lax.sin(lax.mul(pi, lax.sub(x, lax.round(x)))))
+    r = _where(lax, reflect, lax.sub(lax.log(lax.div(pi, s)), pos), pos)
+    pole = lax.bitwise_or(lax.bitwise_and(reflect, lax.eq(x, lax.floor(x))), lax.eq(x, f(np.inf)))
+    return _in_dtype(lax, _where(lax, pole, f(np.inf), r), d)
+
+
+_ERF_INV_SMALL = (1.50140941, 0.246640727, -0.00417768164, -0.00125372503, 0.00021858087, -4.39150654e-06,
+                  -3.5233877e-06, 3.43273939e-07, 2.81022636e-08)
+_ERF_INV_LARGE = (2.83297682, 1.00167406, 0.00943887047, -0.0076224613, 0.00573950773, -0.00367342844,
+                  0.00134934322, 0.000100950558, -0.000200214257)
+
+
+@defdecomposition(P.erf_inv)
+def erf_inv_composite(y):
+    """``erf_inv``: Giles (2010), "Approximating the erfinv function" (its single-precision branches), then one
+    Newton step on ``erf``; +-1 give +-inf and ``|y| > 1`` NaN (as the reference)."""
+    import numpy as np
+
+    from fnarray.core import lax
+    d, m = _math_dtype(lax, y)
+    f = m.type
+    y = _in_dtype(lax, y, m)
+    w = lax.neg(lax.log(lax.mul(lax.sub(f(1), y), lax.add(f(1), y))))
+    p1 = _horner(lax, lax.sub(w, f(2.5)), _ERF_INV_SMALL, m)
+    p2 = _horner(lax, lax.sub(lax.sqrt(lax.max(w, f(5))), f(3)), _ERF_INV_LARGE, m)
+    x = lax.mul(lax.select(lax.lt(w, f(5)), p1, p2), y)
+    # One Newton step: x -= (erf(x) - y) / (2/sqrt(pi) * exp(-x^2)).
+    slope = lax.mul(f(2 / math.sqrt(math.pi)), lax.exp(lax.neg(lax.mul(x, x))))
+    x = lax.sub(x, lax.div(lax.sub(lax.erf(x), y), slope))
+    x = _where(lax, lax.eq(y, f(1)), f(np.inf), _where(lax, lax.eq(y, f(-1)), f(-np.inf), x))
+    return _in_dtype(lax, _where(lax, lax.gt(lax.abs(y), f(1)), f(np.nan), x), d)

@@ -11,8 +11,9 @@ operations: integer division and remainder by zero give 0 (and ``INT_MIN // -1``
 never reaches MLX, where it would trap), shifts past the bit width give 0 or -1,
 float -> int casts saturate with NaN -> 0, gathers clamp and scatters drop
 out-of-bounds indices, NaN sorts last, ``max``/``min`` propagate NaN, ``sign(NaN)``
-is NaN. What MLX lacks is composed: ``lgamma`` and ``digamma`` (recurrence plus
-asymptotic series), ``population_count`` (bit slicing), ``nextafter`` (bit
+is NaN. ``lgamma``, ``digamma`` and ``erfc``, which MLX lacks, come from their
+decompositions (``fnarray.core.decompositions``); other things MLX lacks are composed
+here: ``population_count`` (bit slicing), ``nextafter`` (bit
 arithmetic), padding with interior/negative widths, bitwise reductions (a tree of
 halvings), integer ``dot_general`` (products summed in blocks; MLX's matmul is
 floating-point only), multi-key ``sort`` (successive stable argsorts).
@@ -71,7 +72,6 @@ on disk under ``/tmp/mlx``). So the policy (``COMPILE_MODE = "auto"``) is per pl
 
 from __future__ import annotations
 
-import functools
 import math
 import weakref
 
@@ -293,66 +293,7 @@ def _integer_pow(params, in_avals, out_avals):
     return lambda x: one / positive(x, -y)
 
 
-def _lgamma_pos(z, one, half, cutoff, steps, consts):
-    """log Gamma(z) for z >= 0.5: shift z above ``cutoff`` with Gamma(z+1) = z Gamma(z), then Stirling."""
-    prod = mx.ones_like(z)
-    for _ in range(steps):
-        small = z < cutoff
-        prod = mx.where(small, prod * z, prod)
-        z = mx.where(small, z + one, z)
-    c_half_log2pi, c12, c360, c1260 = consts
-    inv = one / z
-    inv2 = inv * inv
-    series = inv * (c12 - inv2 * (c360 - inv2 * c1260))
-    return (z - half) * mx.log(z) - z + c_half_log2pi + series - mx.log(prod)
-
-
-@rule(P.lgamma)
-def _lgamma(params, in_avals, out_avals):
-    d = in_avals[0].dtype
-    cd = _F32 if d in _LOW else d
-    k = functools.partial(_const, d=cd)
-    one, half, pi = k(1.0), k(0.5), k(math.pi)
-    cutoff = k(8.0)
-    consts = (k(0.5 * math.log(2 * math.pi)), k(1 / 12), k(1 / 360), k(1 / 1260))
-    inf = k(np.inf)
-
-    def f(x):
-        reflect = x < half
-        xr = mx.where(reflect, one - x, x)
-        pos = _lgamma_pos(xr, one, half, cutoff, 8, consts)
-        # |sin(pi x)| through the distance to the nearest integer, exact in floating point.
-        s = mx.abs(mx.sin(pi * (x - mx.round(x))))
-        refl = mx.log(pi / s) - pos
-        r = mx.where(reflect, refl, pos)
-        return mx.where((reflect & (x == mx.floor(x))) | (x == inf), inf, r)
-    return _upcast(f)(params, in_avals, out_avals)
-
-
-@rule(P.digamma)
-def _digamma(params, in_avals, out_avals):
-    d = in_avals[0].dtype
-    cd = _F32 if d in _LOW else d
-    k = functools.partial(_const, d=cd)
-    one, half, pi, six, nan = k(1.0), k(0.5), k(math.pi), k(6.0), k(np.nan)
-    coef = [k(c) for c in (1 / 12, 1 / 120, 1 / 252, 1 / 240, 1 / 132)]
-
-    def f(x):
-        reflect = x < half
-        z = mx.where(reflect, one - x, x)
-        acc = mx.zeros_like(z)
-        for _ in range(6):
-            small = z < six
-            acc = mx.where(small, acc - one / z, acc)
-            z = mx.where(small, z + one, z)
-        inv = one / z
-        inv2 = inv * inv
-        c12, c120, c252, c240, c132 = coef
-        tail = inv2 * (c12 - inv2 * (c120 - inv2 * (c252 - inv2 * (c240 - inv2 * c132))))
-        r = acc + mx.log(z) - half * inv - tail
-        r = mx.where(reflect, r - pi / mx.tan(pi * (x - mx.round(x))), r)
-        return mx.where((x <= 0) & (x == mx.floor(x)), nan, r)
-    return _upcast(f)(params, in_avals, out_avals)
+# lgamma and digamma (which MLX lacks) are written once, in fnarray.core.decompositions.
 
 
 _UNSIGNED_OF = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
