@@ -43,7 +43,7 @@ def _case_eqn(prim):
     # The first case in the 32-bit dtypes every backend has, else the first case.
     plain = [c for c in cases if all(np.asarray(x).dtype.name in ("float32", "int32", "uint32", "bool")
                                      for x in c[2])]
-    for _name, p, inputs, params in plain[:1] or cases[:1]:
+    for _name, _p, inputs, params in plain[:1] or cases[:1]:
         avals = []
         for x in inputs:
             a = np.asarray(x)

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from fnarray.core import dtypes
+from fnarray.core import dtypes, families
 from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.core.shaped import ShapedArray
 
@@ -46,6 +46,7 @@ class Primitive:
         self.doc = doc
         self.kind = kind  # "unary", "binary", "reduce", "cumulative", "structural", "control", "other"
         PRIMITIVES[name] = self
+        families.announce(self)  # the family's uniform rules (fnarray.core.families)
 
     def bind(self, *args, **params):
         return _bind(self, *args, **params)

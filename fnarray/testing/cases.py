@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fnarray.core import dtypes
+from fnarray.core import dtypes, families
 from fnarray.core import primitives as P
 from fnarray.core.builder import trace_to_program
 from fnarray.core.passes import consts_as_inputs
@@ -51,7 +51,7 @@ for p, lo, hi in [(P.neg, -3, 3), (P.sign, -3, 3), (P.floor, -3, 3), (P.ceil, -3
                   (P.expm1, -3, 3), (P.tanh, -3, 3), (P.logistic, -5, 5), (P.sin, -3, 3), (P.cos, -3, 3),
                   (P.tan, -1, 1), (P.asin, -0.9, 0.9), (P.acos, -0.9, 0.9), (P.atan, -3, 3), (P.sinh, -2, 2),
                   (P.cosh, -2, 2), (P.asinh, -3, 3), (P.acosh, 1.1, 3), (P.atanh, -0.9, 0.9), (P.sqrt, 0, 3),
-                  (P.rsqrt, 0.1, 3), (P.cbrt, -3, 3), (P.erf, -2, 2), (P.erfc, -2, 6), (P.erf_inv, -0.9, 0.9),
+                  (P.rsqrt, 0.1, 3), (P.cbrt, -3, 3), (P.erf, -2, 2), (P.erf_inv, -0.9, 0.9),
                   (P.lgamma, 0.5, 4), (P.digamma, 0.5, 4), (P.abs_p, -3, 3), (P.stop_gradient, -3, 3),
                   (P.copy_p, -3, 3)]:
     case(p.name, p, [f32(3, 4, lo=lo, hi=hi)])
@@ -198,6 +198,19 @@ def _control_cases():
 
 
 _control_cases()
+
+
+def _family_cases():
+    """Every elementwise primitive without a case above gets its family's: float32 operands in [0.5, 2]
+    (inside the domain of the usual float functions), so a new member needs no line here."""
+    have = {c[1] for c in CASES}
+    for kind, arity in (("unary", 1), ("binary", 2)):
+        for p in families.members(kind):
+            if p not in have:
+                case(p.name, p, [f32(3, 4, lo=0.5, hi=2.0) for _ in range(arity)])
+
+
+_family_cases()
 
 # Primitives that only exist inside transformations and are never executed by a backend.
 NOT_EXECUTED = {P.custom_lin, P.custom_jvp_call, P.custom_vjp_call}

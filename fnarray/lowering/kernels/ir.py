@@ -44,7 +44,7 @@ for _n in ("eq", "ne", "lt", "le", "gt", "ge"):
 for _n in ("neg", "not", "lnot"):
     OPS[_n] = (1, "prefix")
 for _n in ("exp", "exp2", "log", "log1p", "expm1", "tanh", "sin", "cos", "tan", "asin", "acos", "atan", "sinh",
-           "cosh", "asinh", "acosh", "atanh", "sqrt", "rsqrt", "cbrt", "erf", "erfc", "lgamma", "floor", "ceil", "rint",
+           "cosh", "asinh", "acosh", "atanh", "sqrt", "rsqrt", "cbrt", "erf", "lgamma", "floor", "ceil", "rint",
            "trunc", "fabs", "popcount", "isnan", "isinf", "isfinite"):
     OPS[_n] = (1, "func")
 for _n in ("pow", "atan2", "nextafter", "hypot", "fmod", "copysign", "min", "max"):

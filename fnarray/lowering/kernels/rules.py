@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from fnarray.core import primitives as P
+from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.ir import BOOL, OPS, UINT32, Bitcast, Cast, Const, Op, Select, const
 
 __all__ = ["ELEMENTWISE", "UNARY_FUNCS", "op", "select", "convert", "max_of", "min_of", "add_of", "mul_of", "lowest",
@@ -442,14 +443,11 @@ def _unary_fn(name):
     return rule
 
 
-# Unary primitives that are one math function of the kernel IR (a renderer without that function leaves the
-# primitive to its decomposition: ``fnarray.lowering.kernels.wgsl.renders_primitive``).
-UNARY_FUNCS = {P.floor: "floor", P.ceil: "ceil", P.round_p: "rint", P.exp2: "exp2", P.log: "log",
-               P.log1p: "log1p", P.expm1: "expm1", P.tanh: "tanh", P.sin: "sin", P.cos: "cos",
-               P.tan: "tan", P.asin: "asin", P.acos: "acos", P.atan: "atan", P.sinh: "sinh",
-               P.cosh: "cosh", P.asinh: "asinh", P.acosh: "acosh", P.atanh: "atanh", P.sqrt: "sqrt",
-               P.rsqrt: "rsqrt", P.cbrt: "cbrt", P.erf: "erf", P.erfc: "erfc", P.lgamma: "lgamma"}
+# Unary primitives that are one math function of the kernel IR, from the kernel facts (a renderer without that
+# function leaves the primitive to its decomposition: ``fnarray.lowering.kernels.wgsl.renders_primitive``).
+UNARY_FUNCS = facts.funcs()
 for _p, _n in UNARY_FUNCS.items():
+    OPS.setdefault(_n, (1, "func"))
     ELEMENTWISE[_p] = _unary_fn(_n)
 
 
@@ -658,7 +656,6 @@ def logaddexp(b, x, y):
     return select(same, op("add", x, const(math.log(2.0), d)), b.let(r))
 
 
-# Primitives whose rules accept complex operands.
-COMPLEX_OK = frozenset({P.add, P.sub, P.mul, P.div, P.neg, P.exp, P.abs_p, P.sign, P.real, P.imag, P.conj,
-                        P.complex_p, P.eq, P.ne, P.select_n, P.convert_element_type, P.copy_p, P.stop_gradient})
+# Primitives whose rules accept complex operands (from the kernel facts).
+COMPLEX_OK = facts.complex_ok() & frozenset(ELEMENTWISE)
 

@@ -40,6 +40,7 @@ import numpy as np
 from fnarray.core import primitives as P
 from fnarray.core.ir import Eqn, Literal, Program, Var
 from fnarray.core.passes import dce
+from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import INJECTIVE, Emitter, Flat, NotFlat, shaped_index
 from fnarray.lowering.kernels.index import ix_const, ix_data, ix_var, linearize, to_expr, unravel
@@ -60,10 +61,9 @@ OPAQUE = frozenset({P.dot_general, P.sort}) | CUMULATIVE | SCATTERS
 # Every primitive the scheduler turns into kernels (control flow is driven from the host).
 SCHEDULED = INJECTIVE | REDUCTIONS | OPAQUE | frozenset(CALLS)
 
-_EXPENSIVE = frozenset({P.exp, P.exp2, P.log, P.log1p, P.expm1, P.tanh, P.logistic, P.sin, P.cos, P.tan, P.asin,
-                        P.acos, P.atan, P.sinh, P.cosh, P.asinh, P.acosh, P.atanh, P.pow_p, P.erf, P.erfc, P.erf_inv,
-                        P.lgamma, P.digamma, P.atan2, P.cbrt, P.sqrt, P.rsqrt})
-_FREE = frozenset({P.reshape, P.broadcast_in_dim, P.transpose, P.copy_p, P.stop_gradient, P.convert_element_type})
+# Cost classes from the kernel facts (fnarray.lowering.kernels.facts).
+_EXPENSIVE = facts.with_cost("expensive")
+_FREE = facts.with_cost("free")
 _COST_LIMIT = 240      # largest inlined expression tree (duplicates counted) before a value is materialised
 _EXPENSIVE_COST = 10
 _VIEW_OPS = frozenset({P.transpose, P.reshape, P.broadcast_in_dim})

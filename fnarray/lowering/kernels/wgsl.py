@@ -74,8 +74,9 @@ _HELPED = {"div", "isnan", "isinf", "isfinite", "erf", "lgamma", "log1p", "expm1
 
 def renders_primitive(prim) -> bool:
     """Whether WGSL prints the kernel op of a one-function unary primitive (else it is decomposed)."""
-    from fnarray.lowering.kernels.rules import UNARY_FUNCS
-    name = UNARY_FUNCS.get(prim)
+    from fnarray.lowering.kernels.facts import FACTS
+    fact = FACTS.get(prim)
+    name = fact.func if fact is not None else None
     return name is None or name in _BUILTINS or name in _HELPED
 
 # ----------------------------------------------------------------------------------------- helpers
