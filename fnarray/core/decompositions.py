@@ -21,6 +21,7 @@ from typing import Callable, NamedTuple
 
 from fnarray.core import primitives as P
 from fnarray.core.ir import Eqn, IRError, Literal, Params, Program, Var
+from fnarray.core.subprograms import map_subprograms
 
 __all__ = ["Decomposition", "DECOMPOSITIONS", "defdecomposition", "decomposition_for", "decompose"]
 
@@ -119,20 +120,6 @@ def _expand(eqn: Eqn) -> list:
     return out
 
 
-def _map_subprograms(eqn: Eqn, fn) -> Eqn:
-    new = {}
-    for k, v in eqn.params.items():
-        if isinstance(v, Program):
-            w = fn(v)
-            if w is not v:
-                new[k] = w
-        elif isinstance(v, tuple) and any(isinstance(p, Program) for p in v):
-            w = tuple(fn(p) if isinstance(p, Program) else p for p in v)
-            if any(a is not b for a, b in zip(w, v, strict=True)):
-                new[k] = w
-    return eqn._replace(params=eqn.params.replace(**new)) if new else eqn
-
-
 def decompose(program: Program, native: Callable) -> Program:
     """``program`` with every equation that ``native(eqn)`` rejects and that has a usable decomposition
     expanded into it (in sub-programs too). Returns ``program`` itself when nothing changes."""
@@ -147,7 +134,7 @@ def decompose(program: Program, native: Callable) -> Program:
                 work.extend(reversed(_expand(e)))
                 changed = True
                 continue
-        f = _map_subprograms(e, lambda p: decompose(p, native))
+        f = map_subprograms(e, lambda p: decompose(p, native))
         changed = changed or f is not e
         eqns.append(f)
     if not changed:

@@ -83,7 +83,8 @@ from fnarray.lowering.common import dot_general_as_matmul
 from fnarray.core import primitives as P
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal, Program
-from fnarray.core.passes import dce, program_from_eqn, subprograms
+from fnarray.core.passes import dce, program_from_eqn
+from fnarray.core.subprograms import CALL_PROGRAM, CONTROL_FLOW, subprograms
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
 
 try:
@@ -978,13 +979,11 @@ def _call(key):
     return factory
 
 
-RULES[P.call] = _call("program")
-RULES[P.remat] = _call("program")
-RULES[P.custom_jvp_call] = _call("call_program")
-RULES[P.custom_vjp_call] = _call("call_program")
+for _p, _k in CALL_PROGRAM.items():
+    RULES[_p] = _call(_k)
 
 # while, scan and cond run from the host (fnarray.devices.host_control); custom_lin never runs.
-_HOST = frozenset({P.while_p, P.scan, P.cond})
+_HOST = CONTROL_FLOW
 _UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that are transposed, never run"}
 
 # ------------------------------------------------------------------------------ what falls back
@@ -1222,7 +1221,7 @@ class MlxBackend(Backend):
             return None
         out = primitive.abstract_eval(*in_avals, **params)
         outs = list(out) if primitive.multiple_results else [out]
-        if primitive in (P.call, P.remat, P.custom_jvp_call, P.custom_vjp_call) or any(
+        if primitive in CALL_PROGRAM or any(
                 isinstance(p, Program) for p in params.values()):
             from fnarray.devices.partition import unsupported_reason
             eqn = program_from_eqn(primitive, params, in_avals, outs).eqns[0]

@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 
 from fnarray.core import dtypes
+from fnarray.core.subprograms import CALL_PROGRAM
 from fnarray.core import primitives as P
 from fnarray.lowering.common import dot_general_as_matmul
 
@@ -692,10 +693,8 @@ def _call_factory(key):
     return factory
 
 
-IMPLS[P.call] = _call_factory("program")
-IMPLS[P.remat] = _call_factory("program")
-IMPLS[P.custom_jvp_call] = _call_factory("call_program")
-IMPLS[P.custom_vjp_call] = _call_factory("call_program")
+for _p, _k in CALL_PROGRAM.items():
+    IMPLS[_p] = _call_factory(_k)
 
 def _custom_lin(params, in_avals, out_avals):
     def f(*args):

@@ -45,6 +45,7 @@ from fnarray.devices.backend import Backend, Capabilities, Device
 from fnarray.lowering.kernels import render_opencl, schedule_program
 from fnarray.lowering.kernels.lowered import KernelLowered
 from fnarray.lowering.kernels.ir import BufferParam
+from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
 
@@ -57,7 +58,7 @@ except ImportError as e:  # pragma: no cover - exercised where pyopencl is missi
 
 __all__ = ["make_backend", "OpenCLBackend", "CLBuffer", "OpenCLLowered"]
 
-_CONTROL = frozenset({P.cond, P.while_p, P.scan})
+_CONTROL = CONTROL_FLOW
 _UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that are transposed, never run"}
 # Primitives whose kernels have no complex form (from the kernel facts).
 _COMPLEX_BAD = frozenset(p for p in SCHEDULED if p not in facts.complex_ok() and p not in CALLS)

@@ -40,6 +40,7 @@ import numpy as np
 from fnarray.core import primitives as P
 from fnarray.core.ir import Eqn, Literal, Program, Var
 from fnarray.core.passes import dce
+from fnarray.core.subprograms import CALL_PROGRAM
 from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import INJECTIVE, Emitter, Flat, NotFlat, shaped_index
@@ -51,8 +52,7 @@ from fnarray.lowering.kernels.rules import (add_of, convert, highest, logaddexp,
 __all__ = ["schedule", "Schedule", "Launch", "BufSpec", "inline_calls", "SCHEDULED", "REDUCTIONS", "OPAQUE",
            "CALLS"]
 
-CALLS = {P.call: "program", P.remat: "program", P.custom_jvp_call: "call_program",
-         P.custom_vjp_call: "call_program"}
+CALLS = CALL_PROGRAM  # the call-like primitives and the param of the program each runs (core/subprograms.py)
 REDUCTIONS = frozenset({P.reduce_sum, P.reduce_prod, P.reduce_max, P.reduce_min, P.reduce_and, P.reduce_or,
                         P.argmax, P.argmin})
 CUMULATIVE = frozenset({P.cumsum, P.cumprod, P.cummax, P.cummin, P.cumlogsumexp})
