@@ -5,7 +5,7 @@ Public surface: ``fnarray.numpy`` (the array namespace), the transforms
 ``make_ir``. See DESIGN.md for the architecture.
 """
 
-from fnarray.core import lax  # noqa: F401  (fnarray.lax)
+from fnarray import lax  # noqa: F401  (fnarray.lax: the public names of fnarray.core.lax)
 from fnarray.core.array import Array
 from fnarray.core.config import config
 from fnarray.core.errors import (BackendUnavailable, ConcretizationError, DTypeError, FallbackWarning,

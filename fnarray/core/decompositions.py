@@ -20,6 +20,7 @@ import threading
 from typing import Callable, NamedTuple
 
 from fnarray.core import primitives as P
+from fnarray.core.avals import get_aval
 from fnarray.core.ir import Eqn, IRError, Literal, Params, Program, Var
 from fnarray.core.subprograms import map_subprograms
 
@@ -64,7 +65,6 @@ _lock = threading.Lock()
 
 @functools.lru_cache(maxsize=512)
 def _traced(prim, params, in_avals, out_avals) -> Program:
-    from fnarray.core import lax
     from fnarray.core.builder import trace_to_program
     fn = DECOMPOSITIONS[prim].fn
 
@@ -73,7 +73,7 @@ def _traced(prim, params, in_avals, out_avals) -> Program:
         outs = list(outs) if prim.multiple_results else [outs]
         fixed = []
         for o, want in zip(outs, out_avals, strict=True):
-            got = lax._aval(o)
+            got = get_aval(o)
             if (got.shape, got.dtype) != (want.shape, want.dtype):
                 raise IRError(f"the decomposition of {prim.name} returned {got.str_short()} where the primitive "
                               f"gives {want.str_short()}: fix {fn.__name__}")
@@ -214,7 +214,7 @@ def erfc_float32(x):
     import numpy as np
 
     from fnarray.core import lax
-    d = lax._aval(x).dtype
+    d = get_aval(x).dtype
     m = np.dtype(np.float32)
     xm = lax.convert_element_type(x, m) if d != m else x
     f = m.type
@@ -237,20 +237,20 @@ defdecomposition(P.erfc, unusable=_float32_only)(erfc_float32)
 def _math_dtype(lax, x):
     """The dtype special functions compute in: float32 for float16/bfloat16 (as the reference), else x's."""
     import numpy as np
-    d = lax._aval(x).dtype
+    d = get_aval(x).dtype
     return d, (np.dtype(np.float32) if d.itemsize < 4 else d)
 
 
 def _in_dtype(lax, x, m):
-    return lax.convert_element_type(x, m) if lax._aval(x).dtype != m else x
+    return lax.convert_element_type(x, m) if get_aval(x).dtype != m else x
 
 
 def _where(lax, pred, a, b):
     """``lax.select`` with rank-0 cases broadcast to the predicate's shape."""
-    shape = lax._aval(pred).shape
+    shape = get_aval(pred).shape
 
     def full(v):
-        return lax.broadcast_in_dim(v, shape, ()) if lax._aval(v).shape != shape else v
+        return lax.broadcast_in_dim(v, shape, ()) if get_aval(v).shape != shape else v
     return lax.select(pred, full(a), full(b))
 
 

@@ -11,18 +11,14 @@ import numpy as np
 
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
+from fnarray.core.avals import get_aval
 from fnarray.core.tracing import is_scalar
 
 __all__ = [name for name in dir() if False]  # filled at the end
 
 
 def _aval(x):
-    from fnarray.core.array import Array
-    if isinstance(x, Array):
-        return x.aval
-    from fnarray.core.shaped import ShapedArray
-    d, w = dtypes.dtype_of_scalar(x)
-    return ShapedArray((), d, w)
+    return get_aval(x)
 
 
 def shape(x):

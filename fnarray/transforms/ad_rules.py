@@ -36,10 +36,9 @@ import numpy as np
 
 from fnarray.core import dtypes, lax
 from fnarray.core import primitives as P
-from fnarray.core.array import Array
+from fnarray.core.avals import get_aval
 from fnarray.core.shaped import ShapedArray
 from fnarray.transforms.ad_tables import (
-    UndefinedPrimal,
     Zero,
     add_tangents,
     defjvp,
@@ -62,13 +61,7 @@ NO_JVP: dict[str, str] = {}
 # ----------------------------------------------------------------------------- helpers
 
 
-def _aval(x) -> ShapedArray:
-    if isinstance(x, (Array, UndefinedPrimal, Zero)):
-        return x.aval
-    if isinstance(x, np.ndarray):
-        return ShapedArray(x.shape, dtypes.canonicalize(x.dtype), False)
-    d, w = dtypes.dtype_of_scalar(x)
-    return ShapedArray((), d, w)
+_aval = get_aval  # fnarray.core.avals
 
 
 def _is_pynum(v) -> bool:

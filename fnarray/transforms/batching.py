@@ -32,7 +32,8 @@ import numpy as np
 import optree
 
 from fnarray import tree_util
-from fnarray.core import dtypes, families, lax
+from fnarray.core import avals, dtypes, families, lax
+from fnarray.core.avals import get_aval
 from fnarray.core import primitives as P
 from fnarray.core.array import Array
 from fnarray.core.builder import trace_to_program
@@ -61,11 +62,7 @@ __all__ = [
 # ----------------------------------------------------------------------------- values and axes
 
 
-def _aval(x) -> ShapedArray:
-    if isinstance(x, Array):
-        return x.aval
-    d, w = dtypes.dtype_of_scalar(x)
-    return ShapedArray((), d, w)
+_aval = get_aval  # fnarray.core.avals
 
 
 def _shape(x) -> tuple:
@@ -766,8 +763,7 @@ def _arg_names(fun, nargs):
 
 def _to_array(x):
     if isinstance(x, np.ndarray):
-        from fnarray.numpy._util import asarray_internal
-        return asarray_internal(x)
+        return avals.asarray(x)
     return x
 
 
@@ -915,6 +911,5 @@ def _place_output(val, d, ax, size, name):
 
 def _to_array_out(val):
     if is_scalar(val):
-        from fnarray.numpy._util import asarray_internal
-        return asarray_internal(val)
+        return avals.asarray(val)
     return val
