@@ -339,3 +339,13 @@ def erf_inv_composite(y):
     x = lax.sub(x, lax.div(lax.sub(lax.erf(x), y), slope))
     x = _where(lax, lax.eq(y, f(1)), f(np.inf), _where(lax, lax.eq(y, f(-1)), f(-np.inf), x))
     return _in_dtype(lax, _where(lax, lax.gt(lax.abs(y), f(1)), f(np.nan), x), d)
+
+
+@defdecomposition(P.log2)
+def log2_composite(x):
+    """``log2`` as ``log(x) / log(2)`` (for backends without a base-2 logarithm: XLA has none); within about
+    2 ulps, but not exact at every power of two."""
+    from fnarray.core import lax
+    d, m = _math_dtype(lax, x)
+    r = lax.mul(lax.log(_in_dtype(lax, x, m)), m.type(1 / math.log(2)))
+    return _in_dtype(lax, r, d)

@@ -46,6 +46,7 @@ sinh, cosh, asinh, acosh, atanh = map(_un, (P.sinh, P.cosh, P.asinh, P.acosh, P.
 sqrt, rsqrt, cbrt, erf, erf_inv, lgamma, digamma = map(_un, (P.sqrt, P.rsqrt, P.cbrt, P.erf, P.erf_inv,
                                                              P.lgamma, P.digamma))
 erfc = _un(P.erfc)
+log2 = _un(P.log2)
 abs, bitwise_not, real, imag, conj, population_count = map(_un, (P.abs_p, P.not_p, P.real, P.imag, P.conj,
                                                                  P.population_count))
 stop_gradient_p_bind = _un(P.stop_gradient)

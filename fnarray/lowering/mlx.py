@@ -191,7 +191,7 @@ def _mx_op(name, upcast):
 # ------------------------------------------------------------------------------ elementwise
 
 for _p, _name in [(P.floor, "floor"), (P.ceil, "ceil"), (P.round_p, "round"), (P.exp, "exp"), (P.log, "log"),
-                  (P.log1p, "log1p"), (P.expm1, "expm1"), (P.tanh, "tanh"),
+                  (P.log2, "log2"), (P.log1p, "log1p"), (P.expm1, "expm1"), (P.tanh, "tanh"),
                   (P.sin, "sin"), (P.cos, "cos"), (P.tan, "tan"), (P.asin, "arcsin"), (P.acos, "arccos"),
                   (P.atan, "arctan"), (P.sinh, "sinh"), (P.cosh, "cosh"), (P.asinh, "arcsinh"),
                   (P.acosh, "arccosh"), (P.atanh, "arctanh"), (P.sqrt, "sqrt"), (P.rsqrt, "rsqrt"),

@@ -84,7 +84,7 @@ for _p, _f in [(P.neg, np.negative), (P.floor, np.floor), (P.ceil, np.ceil), (P.
 # np.bitwise_count counts the bits of |x|; the primitive counts the two's-complement bits (as XLA).
 _direct(P.population_count, lambda x: np.bitwise_count(x.view(f"u{x.dtype.itemsize}")).astype(x.dtype))
 
-for _p, _f in [(P.exp, np.exp), (P.exp2, np.exp2), (P.log, np.log), (P.log1p, np.log1p),
+for _p, _f in [(P.exp, np.exp), (P.exp2, np.exp2), (P.log, np.log), (P.log2, np.log2), (P.log1p, np.log1p),
                (P.expm1, np.expm1), (P.tanh, np.tanh), (P.sin, np.sin), (P.cos, np.cos), (P.tan, np.tan),
                (P.asin, np.arcsin), (P.acos, np.arccos), (P.atan, np.arctan), (P.sinh, np.sinh),
                (P.cosh, np.cosh), (P.asinh, np.arcsinh), (P.acosh, np.arccosh), (P.atanh, np.arctanh),

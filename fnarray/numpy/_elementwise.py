@@ -160,8 +160,15 @@ def erfc(x, /):
 
 
 def log2(x, /):
-    """Base-2 logarithm (array API ``log2``)."""
+    """Base-2 logarithm (array API ``log2``): the ``log2`` primitive for real arrays, exact at powers of two
+    (``log(x) / log(2)`` is not: log2(2**k) came out one ulp off k); complex arrays as ``log(x) / log(2)``.
+
+    Args: x: array; integer inputs are promoted to the default float.
+    Returns: an array of x's (floating) dtype and shape.
+    """
     x = _to_inexact(x)
+    if not dtypes.is_complex(aval_of(x).dtype):
+        return elementwise("log2", lax.log2, x)
     return divide(log(x), np.log(2).astype(_real_dtype(x)))
 
 

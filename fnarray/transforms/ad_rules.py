@@ -213,6 +213,7 @@ def _sq(x):
 _unary(P.exp, lambda x, out: out)
 _unary(P.exp2, lambda x, out: lax.mul(out, _const(out, math.log(2.0))))
 _unary(P.log, lambda x, out: lax.div(_const(x, 1), x))
+_unary(P.log2, lambda x, out: lax.div(_const(x, 1 / math.log(2)), x))
 _unary(P.log1p, lambda x, out: lax.div(_const(x, 1), lax.add(x, _const(x, 1))))
 _unary(P.expm1, lambda x, out: lax.add(out, _const(out, 1)))
 _unary(P.tanh, lambda x, out: lax.sub(_const(out, 1), _sq(out)))

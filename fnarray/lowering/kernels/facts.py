@@ -56,7 +56,7 @@ def _set(prims, **changes):
 
 
 # One kernel-IR math function each (OpenCL C's names); expensive but for the roundings.
-for _p, _f in {P.floor: "floor", P.ceil: "ceil", P.round_p: "rint", P.exp2: "exp2", P.log: "log",
+for _p, _f in {P.floor: "floor", P.ceil: "ceil", P.round_p: "rint", P.exp2: "exp2", P.log: "log", P.log2: "log2",
                P.log1p: "log1p", P.expm1: "expm1", P.tanh: "tanh", P.sin: "sin", P.cos: "cos",
                P.tan: "tan", P.asin: "asin", P.acos: "acos", P.atan: "atan", P.sinh: "sinh",
                P.cosh: "cosh", P.asinh: "asinh", P.acosh: "acosh", P.atanh: "atanh", P.sqrt: "sqrt",

@@ -62,7 +62,7 @@ _SPECIAL_BUILTINS = {"global_id": "fa_gid", "local_id": "fa_lid", "group_id": "f
 _XYZ = "xyz"
 
 # Kernel-IR func op -> WGSL builtin, where the builtin does what the op means for every input.
-_BUILTINS = {"exp": "exp", "exp2": "exp2", "log": "log", "sin": "sin", "cos": "cos", "tan": "tan",
+_BUILTINS = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sin": "sin", "cos": "cos", "tan": "tan",
              "sinh": "sinh", "cosh": "cosh", "asinh": "asinh", "atanh": "atanh", "sqrt": "sqrt",
              "rsqrt": "inverseSqrt", "floor": "floor", "ceil": "ceil", "rint": "round", "trunc": "trunc",
              "fabs": "abs", "popcount": "countOneBits"}
