@@ -221,7 +221,24 @@ def _fmt(rep) -> str:
 
 
 def doctor(json_output: bool = False, file=None) -> dict:
-    """Print the report (text, or JSON with ``json_output``) and return it as a dict."""
+    """Print the report (text, or JSON with ``json_output``) and return it as a dict.
+
+    ``fnarray.doctor()`` (also ``python -m fnarray doctor``) probes the installed
+    libraries, drivers and hardware and tries to start every backend; it has no
+    JAX counterpart (it plays the part of ``jax.print_environment_info``).
+
+    Args:
+      json_output: print JSON instead of the text table.
+      file: a text stream to print to (default ``sys.stdout``).
+
+    Returns:
+      The JSON-serializable report: ``system``, ``libraries`` (versions),
+      ``hardware``, ``drivers`` and ``backends`` (each with ``usable`` and the
+      reason when not).
+
+    Raises:
+      Nothing: a backend that fails to start is reported, not raised.
+    """
     rep = report()
     out = file or sys.stdout
     print(json.dumps(rep, indent=2, default=str) if json_output else _fmt(rep), file=out)

@@ -63,35 +63,53 @@ __all__ = [
 
 
 class GradientTransformation(NamedTuple):
-    """A pure optimizer: ``init(params) -> state`` and ``update(grads, state, params=None) -> (updates, state)``."""
+    """A pure optimizer: ``init(params) -> state`` and ``update(grads, state, params=None) -> (updates, state)``.
+
+    Mirrors ``optax.GradientTransformation`` (a NamedTuple of the two functions).
+    """
 
     init: Callable[[Any], Any]
     update: Callable[..., tuple]
 
 
 class EmptyState(NamedTuple):
-    """The state of a stateless transformation."""
+    """The state of a stateless transformation (mirrors ``optax.EmptyState``): an empty NamedTuple."""
 
 
 class ScaleByScheduleState(NamedTuple):
+    """State of ``scale_by_schedule`` (mirrors ``optax.ScaleByScheduleState``):
+    ``count``, ``int32[]``, the updates so far.
+    """
     count: Any   # int32[]: the number of updates so far
 
 
 class TraceState(NamedTuple):
+    """State of ``trace`` (mirrors ``optax.TraceState``): ``trace``, the momentum buffer, a pytree like the params."""
     trace: Any   # pytree like the params: the momentum buffer
 
 
 class ScaleByAdamState(NamedTuple):
+    """State of ``scale_by_adam`` (mirrors ``optax.ScaleByAdamState``).
+
+    Fields: ``count`` (``int32[]``, saturating at the int32 maximum), ``mu`` and ``nu`` (first and
+    second moments, pytrees like the params).
+    """
     count: Any   # int32[]
     mu: Any      # first moments, like the params
     nu: Any      # second moments, like the params
 
 
 class ScaleByRmsState(NamedTuple):
+    """State of ``scale_by_rms`` (mirrors ``optax.ScaleByRmsState``):
+    ``nu``, the running mean of ``g²``, like the params.
+    """
     nu: Any
 
 
 class ScaleByRStdDevState(NamedTuple):
+    """State of ``scale_by_stddev`` (mirrors ``optax.ScaleByRStdDevState``):
+    running means ``mu`` of ``g`` and ``nu`` of ``g²``.
+    """
     mu: Any
     nu: Any
 
@@ -156,12 +174,37 @@ def _bias_correction(moment, decay, count):
 
 
 def identity() -> GradientTransformation:
-    """Leaves the updates unchanged (mirrors ``optax.identity``)."""
+    """Leaves the updates unchanged (mirrors ``optax.identity``).
+
+    Returns:
+      A ``GradientTransformation``: ``init(params)`` returns the
+      state ``EmptyState()``;
+      ``update(grads, state, params=None)`` returns ``(updates, new_state)``, the updates
+      with the grads' structure, shapes and dtypes.
+
+    Raises:
+      Nothing: ``update`` returns its inputs.
+    """
     return GradientTransformation(lambda params: EmptyState(), lambda updates, state, params=None: (updates, state))
 
 
 def chain(*transforms: GradientTransformation) -> GradientTransformation:
-    """Apply ``transforms`` in sequence (mirrors ``optax.chain``); the state is a tuple of their states."""
+    """Apply ``transforms`` in sequence (mirrors ``optax.chain``); the state is a tuple of their states.
+
+    Args:
+      *transforms: ``GradientTransformation`` s, applied left to right.
+
+    Returns:
+      A ``GradientTransformation``: ``init(params)`` returns the
+      state, a tuple with one state per transform;
+      ``update(grads, state, params=None)`` returns ``(updates, new_state)``, the updates
+      with the grads' structure, shapes and dtypes.
+
+    Raises:
+      TypeError: an argument is not a ``GradientTransformation``.
+      ValueError: (from ``update``) a state that is not a tuple of one state per transform, and the
+        errors of the chained transforms.
+    """
     for i, t in enumerate(transforms):
         if not isinstance(t, GradientTransformation):
             raise TypeError(f"chain: argument {i} is a {type(t).__name__}, not a GradientTransformation")
@@ -183,7 +226,20 @@ def chain(*transforms: GradientTransformation) -> GradientTransformation:
 
 
 def scale(step_size) -> GradientTransformation:
-    """Multiply the updates by the scalar ``step_size`` (mirrors ``optax.scale``)."""
+    """Multiply the updates by the scalar ``step_size`` (mirrors ``optax.scale``).
+
+    Args:
+      step_size: a Python number (keeps each update's dtype) or an array scalar (cast to it).
+
+    Returns:
+      A ``GradientTransformation``: ``init(params)`` returns the
+      state ``EmptyState()``;
+      ``update(grads, state, params=None)`` returns ``(updates, new_state)``, the updates
+      with the grads' structure, shapes and dtypes.
+
+    Raises:
+      ValueError, ShapeError: (from ``update``) mismatched pytrees; see ``tree_util.tree_map``.
+    """
     def update(updates, state, params=None):
         return _tree_map(lambda u: u * _as_dtype(step_size, u), updates), state
     return GradientTransformation(lambda params: EmptyState(), update)
@@ -191,7 +247,20 @@ def scale(step_size) -> GradientTransformation:
 
 def scale_by_schedule(step_size_fn: Callable) -> GradientTransformation:
     """Multiply the updates by ``step_size_fn(count)``, ``count`` the number of earlier updates
-    (mirrors ``optax.scale_by_schedule``)."""
+    (mirrors ``optax.scale_by_schedule``).
+
+    Args:
+      step_size_fn: ``count -> step size``; ``count`` is an ``int32`` scalar array.
+
+    Returns:
+      A ``GradientTransformation``: ``init(params)`` returns the
+      state, ``ScaleByScheduleState(count=int32[])``;
+      ``update(grads, state, params=None)`` returns ``(updates, new_state)``, the updates
+      with the grads' structure, shapes and dtypes.
+
+    Raises:
+      TypeError: ``step_size_fn`` is not callable.
+    """
     if not callable(step_size_fn):
         raise TypeError(f"scale_by_schedule needs a function of the step count, got {type(step_size_fn).__name__}")
 
@@ -207,7 +276,21 @@ def scale_by_schedule(step_size_fn: Callable) -> GradientTransformation:
 
 
 def scale_by_learning_rate(learning_rate, *, flip_sign: bool = True) -> GradientTransformation:
-    """Multiply by ``-learning_rate`` (a number or a schedule) (mirrors ``optax.scale_by_learning_rate``)."""
+    """Multiply by ``-learning_rate`` (a number or a schedule) (mirrors ``optax.scale_by_learning_rate``).
+
+    Args:
+      learning_rate: a number or a schedule ``count -> rate`` (``count`` an ``int32`` scalar from 0).
+      flip_sign: multiply by ``-learning_rate`` (descent) rather than ``learning_rate``.
+
+    Returns:
+      A ``GradientTransformation``: ``init(params)`` returns the
+      state (``EmptyState()`` for a number, ``ScaleByScheduleState`` for a schedule);
+      ``update(grads, state, params=None)`` returns ``(updates, new_state)``, the updates
+      with the grads' structure, shapes and dtypes.
+
+    Raises:
+      TypeError: ``learning_rate`` is neither a number, an array nor a function.
+    """
     _check_rate(learning_rate, "learning_rate")
     sign = -1.0 if flip_sign else 1.0
     if callable(learning_rate):
@@ -217,7 +300,23 @@ def scale_by_learning_rate(learning_rate, *, flip_sign: bool = True) -> Gradient
 
 def trace(decay: float, nesterov: bool = False) -> GradientTransformation:
     """Momentum: ``t = g + decay * t``; the update is ``t`` (or ``g + decay * t`` with Nesterov)
-    (mirrors ``optax.trace``)."""
+    (mirrors ``optax.trace``; Polyak 1964 heavy ball, Nesterov 1983 / Sutskever et al. 2013).
+
+    Args:
+      decay: the momentum coefficient (a Python number).
+      nesterov: use Nesterov's momentum.
+
+    Returns:
+      A ``GradientTransformation``: ``init(params)`` returns the
+      state, ``TraceState`` with zeros like the params;
+      ``update(grads, state, params=None)`` returns ``(updates, new_state)``, the updates
+      with the grads' structure, shapes and dtypes.
+
+    Raises:
+      ValueError: (from ``update``) grads whose pytree structure differs from the state's
+        (the params' given to ``init``).
+      ShapeError: (from ``update``) a grad whose shape does not broadcast with its state leaf.
+    """
     def init(params):
         return TraceState(trace=_zeros_like_tree(params))
 
@@ -235,6 +334,22 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_roo
 
     ``mu = b1 mu + (1-b1) g``, ``nu = b2 nu + (1-b2) g²``, bias-corrected by ``1 - b**t``; the
     update is ``mu_hat / (sqrt(nu_hat + eps_root) + eps)``.
+
+    Args:
+      b1, b2: decay rates of the first and second moments.
+      eps: added to the root of the second moment.
+      eps_root: added inside the root.
+
+    Returns:
+      A ``GradientTransformation``: ``init(params)`` returns the
+      state, ``ScaleByAdamState`` (``count`` ``int32[]``, zeros like the params);
+      ``update(grads, state, params=None)`` returns ``(updates, new_state)``, the updates
+      with the grads' structure, shapes and dtypes.
+
+    Raises:
+      ValueError: (from ``update``) grads whose pytree structure differs from the state's
+        (the params' given to ``init``).
+      ShapeError: (from ``update``) a grad whose shape does not broadcast with its state leaf.
     """
     def init(params):
         return ScaleByAdamState(count=_count0(), mu=_zeros_like_tree(params), nu=_zeros_like_tree(params))
@@ -254,7 +369,24 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_roo
 
 def scale_by_rms(decay: float = 0.9, eps: float = 1e-8, initial_scale: float = 0.0) -> GradientTransformation:
     """RMSProp's rescaling: ``nu = decay nu + (1-decay) g²``, update ``g / sqrt(nu + eps)``
-    (mirrors ``optax.scale_by_rms`` with its default ``eps_in_sqrt=True``)."""
+    (mirrors ``optax.scale_by_rms`` with its default ``eps_in_sqrt=True``; Tieleman and Hinton 2012).
+
+    Args:
+      decay: the decay of the running mean of ``g²``.
+      eps: added inside the root.
+      initial_scale: the initial value of ``nu``.
+
+    Returns:
+      A ``GradientTransformation``: ``init(params)`` returns the
+      state, ``ScaleByRmsState`` (``nu`` filled with ``initial_scale``, like the params);
+      ``update(grads, state, params=None)`` returns ``(updates, new_state)``, the updates
+      with the grads' structure, shapes and dtypes.
+
+    Raises:
+      ValueError: (from ``update``) grads whose pytree structure differs from the state's
+        (the params' given to ``init``).
+      ShapeError: (from ``update``) a grad whose shape does not broadcast with its state leaf.
+    """
     fnp = _np()
 
     def init(params):
@@ -270,7 +402,24 @@ def scale_by_rms(decay: float = 0.9, eps: float = 1e-8, initial_scale: float = 0
 
 def scale_by_stddev(decay: float = 0.9, eps: float = 1e-8, initial_scale: float = 0.0) -> GradientTransformation:
     """Centered RMSProp's rescaling: ``g / sqrt(nu - mu² + eps)`` with running means ``mu`` of ``g``
-    and ``nu`` of ``g²`` (mirrors ``optax.scale_by_stddev``)."""
+    and ``nu`` of ``g²`` (mirrors ``optax.scale_by_stddev``; Graves 2013).
+
+    Args:
+      decay: the decay of the running means.
+      eps: added inside the root.
+      initial_scale: the initial value of ``nu``.
+
+    Returns:
+      A ``GradientTransformation``: ``init(params)`` returns the
+      state, ``ScaleByRStdDevState``;
+      ``update(grads, state, params=None)`` returns ``(updates, new_state)``, the updates
+      with the grads' structure, shapes and dtypes.
+
+    Raises:
+      ValueError: (from ``update``) grads whose pytree structure differs from the state's
+        (the params' given to ``init``).
+      ShapeError: (from ``update``) a grad whose shape does not broadcast with its state leaf.
+    """
     fnp = _np()
 
     def init(params):
@@ -287,9 +436,23 @@ def scale_by_stddev(decay: float = 0.9, eps: float = 1e-8, initial_scale: float 
 
 
 def add_decayed_weights(weight_decay: float = 0.0, mask=None) -> GradientTransformation:
-    """Add ``weight_decay * params`` to the updates (decoupled weight decay; mirrors
-    ``optax.add_decayed_weights``). ``mask``: a pytree of bools like the params (or a function of
-    the params returning one) choosing which leaves decay."""
+    """Add ``weight_decay * params`` to the updates (decoupled weight decay, Loshchilov and Hutter
+    2019; mirrors ``optax.add_decayed_weights``).
+
+    Args:
+      weight_decay: the coefficient (a Python number).
+      mask: a pytree of bools like the params (or a function of the params returning one)
+        choosing which leaves decay; ``None``: all.
+
+    Returns:
+      A ``GradientTransformation``: ``init(params)`` returns the
+      state ``EmptyState()``;
+      ``update(grads, state, params=None)`` returns ``(updates, new_state)``, the updates
+      with the grads' structure, shapes and dtypes.
+
+    Raises:
+      ValueError: (from ``update``) ``params`` is not given, or pytrees whose structures differ.
+    """
     def update(updates, state, params=None):
         if params is None:
             raise ValueError("add_decayed_weights (and adamw) needs the params: call "
@@ -302,14 +465,27 @@ def add_decayed_weights(weight_decay: float = 0.0, mask=None) -> GradientTransfo
 
 
 def global_norm(tree):
-    """The l2 norm of all leaves of ``tree`` together (mirrors ``optax.global_norm``); a float scalar."""
+    """The l2 norm of all leaves of ``tree`` together (mirrors ``optax.global_norm``).
+
+    Args:
+      tree: a pytree of arrays; complex leaves count with their modulus ``|x|²``.
+
+    Returns:
+      A scalar: ``float64`` when any leaf is ``float64``, else ``float32`` (``0.0`` for an empty tree).
+
+    Raises:
+      Nothing of its own; a leaf that is not array-like raises ``TypeError`` from
+      ``fnarray.numpy.asarray``.
+    """
     fnp = _np()
     leaves = tree_util.tree_leaves(tree)
     if not leaves:
         return fnp.asarray(0.0)
     total = None
     for leaf in leaves:
-        s = lax.reduce_sum(fnp.asarray(leaf) * fnp.asarray(leaf), tuple(range(fnp.asarray(leaf).ndim)))
+        a = fnp.asarray(leaf)
+        sq = fnp.real(a * fnp.conj(a)) if dtypes.is_complex(a.dtype) else a * a  # |x|², as optax
+        s = lax.reduce_sum(sq, tuple(range(a.ndim)))
         s = lax.convert_element_type(s, dtypes.float32) if s.dtype != dtypes.float64 else s
         total = s if total is None else total + s
     return fnp.sqrt(total)
@@ -317,7 +493,20 @@ def global_norm(tree):
 
 def clip_by_global_norm(max_norm: float) -> GradientTransformation:
     """Scale the updates down so that their global norm is at most ``max_norm``
-    (mirrors ``optax.clip_by_global_norm``)."""
+    (mirrors ``optax.clip_by_global_norm``; Pascanu et al. 2013).
+
+    Args:
+      max_norm: the largest global l2 norm of the updates (a Python number).
+
+    Returns:
+      A ``GradientTransformation``: ``init(params)`` returns the
+      state ``EmptyState()``;
+      ``update(grads, state, params=None)`` returns ``(updates, new_state)``, the updates
+      with the grads' structure, shapes and dtypes.
+
+    Raises:
+      Nothing of its own: updates whose norm is below ``max_norm`` pass unchanged.
+    """
     def update(updates, state, params=None):
         norm = global_norm(updates)
         limit = np.asarray(max_norm, norm.dtype)[()]
@@ -330,17 +519,24 @@ def clip_by_global_norm(max_norm: float) -> GradientTransformation:
 
 
 def sgd(learning_rate, momentum: float | None = None, nesterov: bool = False) -> GradientTransformation:
-    """Stochastic gradient descent, with optional (Nesterov) momentum (mirrors ``optax.sgd``).
+    """Stochastic gradient descent, with optional (Nesterov) momentum (mirrors ``optax.sgd``; Robbins and Monro 1951).
 
     ``updates = -learning_rate * g`` or, with momentum, ``-learning_rate * t`` where
     ``t = g + momentum * t``.
 
     Args:
-      learning_rate: a number or a schedule ``step -> rate``.
+      learning_rate: a number or a schedule ``count -> rate`` (``count`` an ``int32`` scalar from 0).
       momentum: the momentum decay, or ``None`` for plain SGD.
       nesterov: use Nesterov's momentum.
-    Returns: a ``GradientTransformation``.
-    Raises: ``TypeError`` for a learning rate that is neither a number nor a function.
+
+    Returns:
+      A ``GradientTransformation``: ``init(params)`` returns the
+      state, a tuple of the chained states;
+      ``update(grads, state, params=None)`` returns ``(updates, new_state)``, the updates
+      with the grads' structure, shapes and dtypes.
+
+    Raises:
+      TypeError: a learning rate that is neither a number nor a function.
     """
     _check_rate(learning_rate, "learning_rate")
     parts = [trace(momentum, nesterov)] if momentum is not None else []
@@ -348,19 +544,46 @@ def sgd(learning_rate, momentum: float | None = None, nesterov: bool = False) ->
 
 
 def momentum(learning_rate, beta: float = 0.9, nesterov: bool = False) -> GradientTransformation:
-    """SGD with (Nesterov) momentum ``beta``: same as ``sgd(learning_rate, beta, nesterov)``."""
+    """SGD with (Nesterov) momentum ``beta``: same as ``sgd(learning_rate, beta, nesterov)`` (no optax counterpart).
+
+    Args:
+      learning_rate: a number or a schedule ``count -> rate`` (``count`` an ``int32`` scalar from 0).
+      beta: the momentum decay.
+      nesterov: use Nesterov's momentum.
+
+    Returns:
+      A ``GradientTransformation``: ``init(params)`` returns the
+      state ``(TraceState, ...)``;
+      ``update(grads, state, params=None)`` returns ``(updates, new_state)``, the updates
+      with the grads' structure, shapes and dtypes.
+
+    Raises:
+      TypeError: a learning rate that is neither a number nor a function.
+    """
     return sgd(learning_rate, momentum=beta, nesterov=nesterov)
 
 
 def adam(learning_rate, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0
          ) -> GradientTransformation:
-    """Adam (Kingma and Ba 2015; mirrors ``optax.adam``).
+    """Adam (Kingma and Ba 2015, "Adam: a method for stochastic optimization"; mirrors ``optax.adam``).
 
     Args:
-      learning_rate: a number or a schedule.
+      learning_rate: a number or a schedule ``count -> rate`` (``count`` an ``int32`` scalar from 0).
       b1, b2: decay rates of the first and second moments.
-      eps: added to the root of the second moment; eps_root: added inside the root.
-    Returns: a ``GradientTransformation`` whose state is ``(ScaleByAdamState, ...)``.
+      eps: added to the root of the second moment.
+      eps_root: added inside the root.
+
+    Returns:
+      A ``GradientTransformation``: ``init(params)`` returns the
+      state ``(ScaleByAdamState, EmptyState | ScaleByScheduleState)``;
+      ``update(grads, state, params=None)`` returns ``(updates, new_state)``, the updates
+      with the grads' structure, shapes and dtypes.
+
+    Raises:
+      TypeError: a learning rate that is neither a number nor a function.
+      ValueError: (from ``update``) grads whose pytree structure differs from the state's
+        (the params' given to ``init``).
+      ShapeError: (from ``update``) a grad whose shape does not broadcast with its state leaf.
     """
     _check_rate(learning_rate, "learning_rate")
     return chain(scale_by_adam(b1, b2, eps, eps_root), scale_by_learning_rate(learning_rate))
@@ -373,9 +596,21 @@ def adamw(learning_rate, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, 
     The update is ``-learning_rate * (adam_direction + weight_decay * params)``; ``update`` needs
     ``params``.
 
-    Args: as ``adam``, plus ``weight_decay`` and an optional ``mask`` (see ``add_decayed_weights``).
-    Returns: a ``GradientTransformation``.
-    Raises: ``ValueError`` from ``update`` when ``params`` is not given.
+    Args:
+      learning_rate: a number or a schedule ``count -> rate`` (``count`` an ``int32`` scalar from 0).
+      b1, b2, eps, eps_root: as ``adam``.
+      weight_decay: the decoupled decay coefficient.
+      mask: which leaves decay (see ``add_decayed_weights``).
+
+    Returns:
+      A ``GradientTransformation``: ``init(params)`` returns the
+      state ``(ScaleByAdamState, EmptyState, EmptyState | ScaleByScheduleState)``;
+      ``update(grads, state, params=None)`` returns ``(updates, new_state)``, the updates
+      with the grads' structure, shapes and dtypes.
+
+    Raises:
+      TypeError: a learning rate that is neither a number nor a function.
+      ValueError: (from ``update``) ``params`` is not given.
     """
     _check_rate(learning_rate, "learning_rate")
     return chain(scale_by_adam(b1, b2, eps, eps_root), add_decayed_weights(weight_decay, mask),
@@ -385,12 +620,27 @@ def adamw(learning_rate, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, 
 def rmsprop(learning_rate, decay: float = 0.9, eps: float = 1e-8, initial_scale: float = 0.0,
             centered: bool = False, momentum: float | None = None, nesterov: bool = False
             ) -> GradientTransformation:
-    """RMSProp (Tieleman and Hinton 2012; mirrors ``optax.rmsprop``).
+    """RMSProp (Tieleman and Hinton 2012, Coursera lecture 6.5; mirrors ``optax.rmsprop``).
 
     ``nu = decay nu + (1-decay) g²``; the direction is ``g / sqrt(nu + eps)`` (centered:
     ``g / sqrt(nu - mu² + eps)``), optionally followed by momentum, times ``-learning_rate``.
 
-    Returns: a ``GradientTransformation``.
+    Args:
+      learning_rate: a number or a schedule ``count -> rate`` (``count`` an ``int32`` scalar from 0).
+      decay: the decay of the running mean of ``g²``.
+      eps: added inside the root.
+      initial_scale: the initial value of the running mean.
+      centered: subtract the squared running mean of ``g`` (Graves 2013).
+      momentum: optional momentum decay applied after the rescaling; nesterov: Nesterov's.
+
+    Returns:
+      A ``GradientTransformation``: ``init(params)`` returns the
+      state, a tuple of the chained states;
+      ``update(grads, state, params=None)`` returns ``(updates, new_state)``, the updates
+      with the grads' structure, shapes and dtypes.
+
+    Raises:
+      TypeError: a learning rate that is neither a number nor a function.
     """
     _check_rate(learning_rate, "learning_rate")
     first = scale_by_stddev(decay, eps, initial_scale) if centered else scale_by_rms(decay, eps, initial_scale)
@@ -401,7 +651,17 @@ def rmsprop(learning_rate, decay: float = 0.9, eps: float = 1e-8, initial_scale:
 def apply_updates(params, updates):
     """``params + updates`` leaf by leaf, keeping each parameter's dtype (mirrors ``optax.apply_updates``).
 
-    Raises: ``ValueError`` when the two pytrees have different structures.
+    Args:
+      params: a pytree of arrays (or array-likes).
+      updates: a pytree of the same structure, each leaf broadcastable to its parameter.
+
+    Returns:
+      The new params: same structure, each leaf ``params + updates`` cast back to the
+      parameter's dtype.
+
+    Raises:
+      ValueError: the two pytrees have different structures.
+      ShapeError: a leaf of ``updates`` does not broadcast with its parameter.
     """
     fnp = _np()
 
@@ -420,7 +680,17 @@ def _step(count):
 
 
 def constant_schedule(value: float) -> Callable:
-    """``step -> value`` (mirrors ``optax.constant_schedule``)."""
+    """``step -> value`` (mirrors ``optax.constant_schedule``).
+
+    Args:
+      value: the constant learning rate.
+
+    Returns:
+      ``schedule(count) -> float32[]``; ``count`` is ignored.
+
+    Raises:
+      Nothing.
+    """
     def schedule(count):
         return _np().full((), value, dtype=dtypes.float32)
     return schedule
@@ -429,7 +699,20 @@ def constant_schedule(value: float) -> Callable:
 def linear_schedule(init_value: float, end_value: float, transition_steps: int, transition_begin: int = 0
                     ) -> Callable:
     """Linear interpolation from ``init_value`` to ``end_value`` over ``transition_steps`` steps
-    starting at ``transition_begin``, constant outside (mirrors ``optax.linear_schedule``)."""
+    starting at ``transition_begin``, constant outside (mirrors ``optax.linear_schedule``).
+
+    Args:
+      init_value, end_value: the values before and after the transition.
+      transition_steps: its length; ``<= 0`` gives ``constant_schedule(init_value)``.
+      transition_begin: the step it starts at.
+
+    Returns:
+      ``schedule(count) -> float32[]``: ``count`` is an integer scalar or array (step numbers from
+      0); the result has ``count``'s shape.
+
+    Raises:
+      Nothing of its own; the schedule raises ``TypeError`` for a ``count`` that is not array-like.
+    """
     if transition_steps <= 0:
         return constant_schedule(init_value)
 
@@ -444,7 +727,24 @@ def exponential_decay(init_value: float, transition_steps: int, decay_rate: floa
                       staircase: bool = False, end_value: float | None = None) -> Callable:
     """``init_value * decay_rate ** ((step - transition_begin) / transition_steps)`` from
     ``transition_begin`` on (floored exponent with ``staircase``), bounded by ``end_value``
-    (mirrors ``optax.exponential_decay``)."""
+    (mirrors ``optax.exponential_decay``).
+
+    Args:
+      init_value: the value up to ``transition_begin``.
+      transition_steps: the steps per factor of ``decay_rate``; ``<= 0`` gives
+        ``constant_schedule(init_value)``.
+      decay_rate: the factor per ``transition_steps``.
+      transition_begin: the step decay starts at.
+      staircase: decay in whole steps of ``transition_steps``.
+      end_value: a lower bound (an upper bound when ``decay_rate > 1``), or ``None``.
+
+    Returns:
+      ``schedule(count) -> float32[]``: ``count`` is an integer scalar or array (step numbers from
+      0); the result has ``count``'s shape.
+
+    Raises:
+      Nothing of its own; the schedule raises ``TypeError`` for a ``count`` that is not array-like.
+    """
     if transition_steps <= 0:
         return constant_schedule(init_value)
 
@@ -463,7 +763,21 @@ def exponential_decay(init_value: float, transition_steps: int, decay_rate: floa
 def cosine_decay_schedule(init_value: float, decay_steps: int, alpha: float = 0.0, exponent: float = 1.0
                           ) -> Callable:
     """Cosine decay from ``init_value`` to ``alpha * init_value`` over ``decay_steps`` steps
-    (mirrors ``optax.cosine_decay_schedule``)."""
+    (mirrors ``optax.cosine_decay_schedule``; Loshchilov and Hutter 2017, SGDR).
+
+    Args:
+      init_value: the value at step 0.
+      decay_steps: the steps to decay over (> 0); later steps keep the final value.
+      alpha: the final value as a fraction of ``init_value``.
+      exponent: the power applied to the cosine factor.
+
+    Returns:
+      ``schedule(count) -> float32[]``: ``count`` is an integer scalar or array (step numbers from
+      0); the result has ``count``'s shape.
+
+    Raises:
+      ValueError: ``decay_steps <= 0``.
+    """
     if decay_steps <= 0:
         raise ValueError(f"cosine_decay_schedule needs decay_steps > 0, got {decay_steps}")
 

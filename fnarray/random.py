@@ -277,12 +277,38 @@ def key(seed) -> Array:
 
 
 def PRNGKey(seed) -> Array:
-    """Same as ``key`` (mirrors ``jax.random.PRNGKey``): ``uint32[2]`` from an integer seed."""
+    """Same as ``key`` (mirrors ``jax.random.PRNGKey``): ``uint32[2]`` from an integer seed.
+
+    Args:
+      seed: a Python or NumPy integer in ``[-2**63, 2**64)``, or a 0-d integer array.
+
+    Returns:
+      ``uint32[2]``, the key ``[hi, lo]`` of the 64-bit seed.
+
+    Raises:
+      TypeError: a non-integer seed (bool, float, complex).
+      ShapeError: an array seed that is not 0-d.
+      DTypeError: an array seed of a non-integer dtype.
+      OverflowError: a Python int outside 64 bits.
+    """
     return key(seed)
 
 
 def key_data(keys) -> Array:
-    """The raw ``uint32`` words of a key (mirrors ``jax.random.key_data``); keys here are raw already."""
+    """The raw ``uint32`` words of a key (mirrors ``jax.random.key_data``); keys here are raw already.
+
+    Args:
+      keys: a key, ``uint32[2]`` (a NumPy array is converted).
+
+    Returns:
+      The same key as an ``Array`` of ``uint32[2]``.
+
+    Raises:
+      TypeError: ``keys`` is not an array.
+      DTypeError: ``keys`` is not ``uint32``.
+      ShapeError: ``keys`` is not of shape ``(2,)`` (batches of keys go through ``vmap``, unlike
+        JAX's ``key_data``, which takes arrays of typed keys).
+    """
     return _check_key(keys, "key_data")
 
 
@@ -493,9 +519,21 @@ def _gumbel(k, shape, d):
 def gumbel(key, shape=(), dtype=None) -> Array:
     """Standard Gumbel samples, ``-log(-log(u))`` (mirrors ``jax.random.gumbel``).
 
-    Args: ``key`` ``uint32[2]``; ``shape``; ``dtype`` a float dtype (default float32).
-    Returns: an array of ``shape`` and ``dtype``.
-    Raises: ``DTypeError`` for a non-float dtype or a bad key.
+    ``u`` is uniform on ``[tiny, 1)`` (``tiny`` the smallest normal number of ``dtype``).
+
+    Args:
+      key: ``uint32[2]``, a PRNG key.
+      shape: the sample shape (an int or a tuple of non-negative ints).
+      dtype: float16, bfloat16, float32 (default) or float64.
+
+    Returns:
+      An array of ``shape`` and ``dtype``.
+
+    Raises:
+      TypeError: ``key`` is not an array, or ``shape`` is not ints.
+      DTypeError: a non-floating ``dtype``, or a key that is not ``uint32``.
+      ShapeError: a key not of shape ``(2,)``, or a negative dimension in ``shape``.
+      ValueError: a sample of ``2**32`` elements or more (split the key instead).
     """
     k = _check_key(key, "gumbel")
     return _gumbel(k, _shape_arg(shape, "gumbel"), _float_dtype(dtype, "gumbel"))
@@ -504,9 +542,21 @@ def gumbel(key, shape=(), dtype=None) -> Array:
 def exponential(key, shape=(), dtype=None) -> Array:
     """Standard exponential samples, ``-log1p(-u)`` (mirrors ``jax.random.exponential``).
 
-    Args: ``key`` ``uint32[2]``; ``shape``; ``dtype`` a float dtype (default float32).
-    Returns: an array of ``shape`` and ``dtype`` (non-negative, finite).
-    Raises: ``DTypeError`` for a non-float dtype or a bad key.
+    ``u`` is uniform on ``[0, 1)``; the inverse-CDF method, as in JAX.
+
+    Args:
+      key: ``uint32[2]``, a PRNG key.
+      shape: the sample shape (an int or a tuple of non-negative ints).
+      dtype: float16, bfloat16, float32 (default) or float64.
+
+    Returns:
+      An array of ``shape`` and ``dtype`` (non-negative, finite).
+
+    Raises:
+      TypeError: ``key`` is not an array, or ``shape`` is not ints.
+      DTypeError: a non-floating ``dtype``, or a key that is not ``uint32``.
+      ShapeError: a key not of shape ``(2,)``, or a negative dimension in ``shape``.
+      ValueError: a sample of ``2**32`` elements or more (split the key instead).
     """
     k = _check_key(key, "exponential")
     d = _float_dtype(dtype, "exponential")
@@ -519,9 +569,19 @@ def laplace(key, shape=(), dtype=None) -> Array:
 
     From ``u`` uniform in ``(-1, 1)``: ``sign(u) * log1p(-|u|)`` (JAX's formula).
 
-    Args: ``key`` ``uint32[2]``; ``shape``; ``dtype`` a float dtype (default float32).
-    Returns: an array of ``shape`` and ``dtype``.
-    Raises: ``DTypeError`` for a non-float dtype or a bad key.
+    Args:
+      key: ``uint32[2]``, a PRNG key.
+      shape: the sample shape (an int or a tuple of non-negative ints).
+      dtype: float16, bfloat16, float32 (default) or float64.
+
+    Returns:
+      An array of ``shape`` and ``dtype``.
+
+    Raises:
+      TypeError: ``key`` is not an array, or ``shape`` is not ints.
+      DTypeError: a non-floating ``dtype``, or a key that is not ``uint32``.
+      ShapeError: a key not of shape ``(2,)``, or a negative dimension in ``shape``.
+      ValueError: a sample of ``2**32`` elements or more (split the key instead).
     """
     k = _check_key(key, "laplace")
     d = _float_dtype(dtype, "laplace")

@@ -553,3 +553,39 @@ def test_primitive_edge_cases_match_jax_lax(case):
     if want.dtype.kind == "f":
         np.testing.assert_array_equal(np.signbit(np.asarray(got)), np.signbit(want), err_msg=f"{name}: signs")
     assert_same(fa.jit(ours)(*[fnp.asarray(a) for a in inputs]), got, msg=name)
+
+
+def test_isclose_on_integers_applies_the_tolerances():
+    # NumPy and jax.numpy compare integers in float with the tolerances (was: plain equality).
+    a, b = np.array([1, 5, 100], np.int32), np.array([2, 5, 103], np.int32)
+    for kw in ({"atol": 1}, {"rtol": 0.02}, {}):
+        assert_close(fnp.isclose(fnp.asarray(a), fnp.asarray(b), **kw), np.isclose(a, b, **kw))
+    assert bool(fnp.isclose(True, False, atol=1)) == bool(np.isclose(True, False, atol=1))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int16", "int32", "uint32"])
+@pytest.mark.parametrize("decimals", [-1, -2, -3, -12])
+def test_round_integers_with_negative_decimals(dtype, decimals):
+    info = np.iinfo(dtype)
+    vals = np.array([-250, -150, -125, -25, -15, -5, 0, 5, 15, 25, 35, 45, 50, 94, 95, 96, 125, 150, 250, 1000, 2500],
+                    np.int64)
+    x = np.clip(vals, info.min, info.max).astype(dtype)  # (the dtype's extremes would overflow when rounded up)
+    want = np.round(x, decimals)  # NumPy: half to even in integer arithmetic
+    assert_close(fnp.round(fnp.asarray(x), decimals=decimals), want, rtol=0, atol=0)
+    assert_close(fa.jit(lambda v: fnp.round(v, decimals=decimals))(fnp.asarray(x)), want, rtol=0, atol=0)
+
+
+def test_gcd_lcm_reject_floats():
+    for f in (fnp.gcd, fnp.lcm):
+        with pytest.raises(fa.DTypeError, match="integer"):
+            f(1.5, 18)
+        with pytest.raises(fa.DTypeError, match="integer"):
+            f(fnp.asarray([True]), fnp.asarray([False]))
+
+
+def test_float_power_keeps_complex():
+    z = np.array([1j, 1 + 2j, -3.0 + 0j], np.complex64)
+    out = fnp.float_power(fnp.asarray(z), 2)
+    assert out.dtype == np.complex128
+    assert_close(out, np.float_power(z, 2))
+    assert fnp.float_power(fnp.asarray(np.float32(2.0)), 3).dtype == np.float64

@@ -184,6 +184,18 @@ def test_clip_by_global_norm():
     np.testing.assert_allclose(np.asarray(out["b"]), [4.0], rtol=1e-6)
 
 
+def test_global_norm_of_complex_leaves_is_the_modulus():
+    # Regression: the norm summed x * x, so 1j-valued leaves gave sqrt(-2) = NaN (optax sums |x|²).
+    z = np.array([3 + 4j, 1j], np.complex64)
+    g = {"z": fnp.asarray(z), "r": fnp.asarray(np.array([2.0], np.float32))}
+    want = math.sqrt(float(np.sum(np.abs(z.astype(np.complex128)) ** 2)) + 4.0)
+    norm = optim.global_norm(g)
+    assert norm.dtype == np.float32
+    np.testing.assert_allclose(float(np.asarray(norm)), want, rtol=1e-6)
+    out, _ = optim.clip_by_global_norm(1.0).update(g, optim.EmptyState())
+    np.testing.assert_allclose(np.asarray(out["z"]), z / want, rtol=1e-6)
+
+
 @pytest.mark.parametrize("step", [0, 1, 5, 10, 25])
 def test_schedules_against_formulas(step):
     c = fnp.asarray(np.int32(step))

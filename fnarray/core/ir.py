@@ -112,7 +112,14 @@ class Program:
 
     Attributes: ``constvars`` (bound to captured arrays at call time),
     ``invars``, ``eqns``, ``outvars`` (``Var`` or ``Literal``). Hashes by
-    identity, as programs are built once and shared.
+    identity, as programs are built once and shared. The counterpart of JAX's
+    ``ClosedJaxpr``; made by tracing (``make_ir``, ``jit(f).trace``), printed by ``str``.
+
+    Args:
+      constvars: ``Var`` s bound to captured arrays at call time.
+      invars: ``Var`` s of the inputs.
+      eqns: the equations (``Eqn``), in a valid execution order.
+      outvars: the outputs, ``Var`` or ``Literal``.
     """
 
     __slots__ = ("constvars", "invars", "eqns", "outvars", "__weakref__")
@@ -214,7 +221,20 @@ def check_program(prog: Program) -> None:
     Raises ``IRError`` naming the equation when a variable is used before it
     is defined, defined twice, or typed differently from what its primitive's
     shape/dtype rule gives. Sub-programs in params are checked by their
-    primitive's rule, which calls this function.
+    primitive's rule, which calls this function. (The counterpart of JAX's
+    ``core.check_jaxpr`` and Autodidax's ``typecheck_jaxpr``.)
+
+    Args:
+      prog: the ``Program`` to verify.
+
+    Returns:
+      None when the program is well formed.
+
+    Raises:
+      IRError: a binder that is not a ``Var``, a variable defined twice or used
+        before its definition, an atom that is neither ``Var`` nor ``Literal``, an
+        equation whose primitive's shape/dtype rule rejects its inputs (the rule's
+        error is chained), or whose output count or types differ from the rule's.
     """
     defined = set()
 

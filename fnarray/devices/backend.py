@@ -26,6 +26,17 @@ class Device:
 
     Attributes: ``backend`` (name), ``id`` (int), ``platform`` (``cpu``,
     ``gpu``, ``tpu``...), ``description`` (what the library reports).
+    Made by the backends (``fnarray.devices()``, ``fnarray.get_device``); as
+    ``jax.Device``, users do not construct it.
+
+    Args:
+      backend: the backend's registered name.
+      id: the device's index within its backend.
+      platform: ``"cpu"``, ``"gpu"``, ``"tpu"``, ...
+      description: a human-readable description (default: built from the above).
+      handle: the backend library's own device object.
+      reason: for a device listed by ``devices(all=True)`` whose backend cannot
+        start, why and how to fix it; ``None`` for a usable device.
     """
 
     __slots__ = ("backend", "id", "platform", "description", "handle", "reason", "_key")
@@ -179,7 +190,26 @@ _ERRORS: dict[str, str] = {}
 
 
 def register_backend(name: str, factory, install_hint: str = "") -> None:
-    """Register a backend by name: ``factory()`` returns a ``Backend`` (or a module path)."""
+    """Register a backend by name: ``factory()`` returns a ``Backend`` (or a module path).
+
+    The factory runs on first use of the backend; registering an existing name
+    replaces it and forgets its started instance and any recorded start error.
+
+    Args:
+      name: the backend's name, the ``backend`` part of device strings (``"name:0"``).
+      factory: a zero-argument callable returning a ``Backend``, or the dotted path
+        of a module whose ``make_backend()`` does.
+      install_hint: what to install when the factory fails (shown in
+        ``BackendUnavailable`` messages).
+
+    Returns:
+      None.
+
+    Raises:
+      Nothing at registration. On first use, a factory that raises (an
+      ``ImportError`` or any other error) or finds no devices makes
+      ``get_device`` raise ``BackendUnavailable`` (``devices`` skips the backend).
+    """
     _LOADERS[name] = (factory, install_hint)
     _BACKENDS.pop(name, None)
     _ERRORS.pop(name, None)

@@ -33,7 +33,14 @@ def devices(backend: str | None = None, *, all: bool = False) -> list[Device]:  
       backend: only this backend's devices.
       all: also list devices of unusable backends, each a ``Device`` whose
         ``reason`` says why it cannot be used and how to fix it.
-    Returns: a list of ``Device``.
+
+    Returns:
+      A list of ``Device`` (mirrors ``jax.devices``); backends whose library or
+      driver is missing are skipped unless ``all``.
+
+    Raises:
+      ValueError: ``backend`` is not a registered backend name (a registered
+        backend that cannot start is skipped, not raised).
     """
     out = []
     for name in ([backend] if backend else backend_names()):
@@ -70,10 +77,17 @@ def _accelerator_default() -> Device | None:
 
 
 def default_device() -> Device:
-    """The device for arrays and calls that name none.
+    """The device for arrays and calls that name none (as ``jax.devices()[0]``).
 
     ``fnarray.config.default_device`` (env ``FNARRAY_DEVICE``) if set; else an
     accelerator (MLX on Metal, JAX on CUDA/ROCm/TPU) if one is found; else ``numpy:0``.
+
+    Returns:
+      A ``Device``; the probe result is cached for the process.
+
+    Raises:
+      ValueError, TypeError, BackendUnavailable: only for a configured
+        ``default_device`` that ``get_device`` rejects (see there).
     """
     if config.default_device is not None:
         return parse_device(config.default_device)
@@ -85,8 +99,20 @@ def default_device() -> Device:
 def parse_device(spec) -> Device:
     """A ``Device`` from a ``Device`` or a string ``backend``, ``backend:id`` or ``backend:platform``.
 
-    Raises ``ValueError`` listing the available devices for an unknown name, and
-    ``BackendUnavailable`` (with the fix) for a known backend that cannot start.
+    Exported as ``fnarray.get_device`` (no JAX counterpart; JAX takes ``Device`` objects only).
+
+    Args:
+      spec: a ``Device`` (returned as is), ``None`` (the default device), or a
+        string such as ``"numpy"``, ``"opencl:0"``, ``"jax:gpu"``.
+
+    Returns:
+      The ``Device``; a bare backend name gives its first device.
+
+    Raises:
+      TypeError: ``spec`` is neither a ``Device``, ``None`` nor a string.
+      ValueError: an unknown backend name, or no device with that id or platform
+        (the message lists the available devices).
+      BackendUnavailable: a known backend that cannot start (the message has the fix).
     """
     if isinstance(spec, Device):
         return spec
@@ -122,8 +148,24 @@ def array_from_numpy(value, device: Device | None = None, *, weak_type: bool = F
 def device_put(x, device=None):
     """Place ``x`` (an array, NumPy value or pytree of them) on ``device``, committed.
 
-    Mirrors ``jax.device_put``. With ``device=None`` the values go to the
-    default device uncommitted. Returns the same structure with ``Array`` leaves.
+    Mirrors ``jax.device_put``. Operations on committed arrays run on their device;
+    uncommitted ones follow committed operands (DESIGN.md, placement).
+
+    Args:
+      x: an ``Array``, NumPy array, Python or NumPy scalar, or a pytree of them.
+        Inside a transform, traced leaves are returned unchanged.
+      device: a ``Device`` or a string such as ``"opencl:0"``; ``None`` puts the
+        values on the default device uncommitted.
+
+    Returns:
+      The same structure with ``Array`` leaves of the same shapes. NumPy arrays
+      keep their dtype (``float64`` stays ``float64``, unlike JAX without x64);
+      Python scalars become weakly-typed ``float32``/``int32``/``complex64``/``bool``.
+
+    Raises:
+      DTypeError: a leaf whose dtype fnarray does not have (strings, objects...).
+      TypeError, ValueError, BackendUnavailable: an invalid ``device`` (see ``get_device``).
+      RuntimeError: ``x`` holds an array that was donated or deleted.
     """
     import optree
     dev = parse_device(device) if device is not None else None

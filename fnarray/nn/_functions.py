@@ -109,11 +109,19 @@ def _bcast_to(v, shape):
 
 
 def relu(x):
-    """Rectified linear unit ``max(x, 0)`` (mirrors ``jax.nn.relu``).
+    """Rectified linear unit ``max(x, 0)`` (mirrors ``jax.nn.relu``; Nair & Hinton 2010).
 
-    Args: ``x``: a real array (integers keep their dtype).
-    Returns: an array of ``x``'s shape and dtype. The derivative at 0 is 0; NaN stays NaN.
-    Raises: ``DTypeError`` for complex input.
+    The derivative at 0 is 0, as in JAX; NaN stays NaN.
+
+    Args:
+      x: a real array or scalar. Integers keep their dtype; bool becomes ``float32``.
+
+    Returns:
+      An array of ``x``'s shape and dtype.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
     """
     x = _real(x, "relu", allow_int=True)
     if not dtypes.is_inexact(x.dtype):
@@ -146,28 +154,52 @@ _relu = _make_relu()
 def relu6(x):
     """``min(max(x, 0), 6)`` (mirrors ``jax.nn.relu6``); derivative 0 at 0 and at 6.
 
-    Args: ``x``: a real array (integers keep their dtype).
-    Returns: an array of ``x``'s shape and dtype.
+    Args:
+      x: a real array or scalar. Integers keep their dtype; bool becomes ``float32``.
+
+    Returns:
+      An array of ``x``'s shape and dtype.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
     """
     x = _real(x, "relu6", allow_int=True)
     return _where(x <= 0, 0, _where(x >= 6, 6, x))
 
 
 def leaky_relu(x, negative_slope=1e-2):
-    """``x`` where ``x >= 0`` else ``negative_slope * x`` (mirrors ``jax.nn.leaky_relu``).
+    """``x`` where ``x >= 0`` else ``negative_slope * x`` (mirrors ``jax.nn.leaky_relu``; Maas et al. 2013).
 
-    Args: ``x``: a real array; ``negative_slope``: a scalar.
-    Returns: a float array of ``x``'s shape.
+    Args:
+      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+      negative_slope: a scalar (a Python float keeps ``x``'s dtype).
+
+    Returns:
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input).
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
     """
     x = _real(x, "leaky_relu")
     return _where(x >= 0, x, negative_slope * x)
 
 
 def elu(x, alpha=1.0):
-    """Exponential linear unit: ``x`` if ``x > 0`` else ``alpha * (exp(x) - 1)`` (mirrors ``jax.nn.elu``).
+    """Exponential linear unit: ``x`` if ``x > 0`` else ``alpha * (exp(x) - 1)``
+    (mirrors ``jax.nn.elu``; Clevert et al. 2016).
 
-    Args: ``x``: a real array; ``alpha``: a scalar.
-    Returns: a float array of ``x``'s shape.
+    Args:
+      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+      alpha: a scalar.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input).
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
     """
     x = _real(x, "elu")
     safe = _where(x > 0, 0, x)
@@ -176,10 +208,18 @@ def elu(x, alpha=1.0):
 
 def celu(x, alpha=1.0):
     """Continuously-differentiable ELU: ``x`` if ``x > 0`` else ``alpha * expm1(x / alpha)``
-    (mirrors ``jax.nn.celu``).
+    (mirrors ``jax.nn.celu``; Barron 2017).
 
-    Args: ``x``: a real array; ``alpha``: a non-zero scalar.
-    Returns: a float array of ``x``'s shape.
+    Args:
+      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+      alpha: a non-zero scalar (0 gives NaN for negative ``x``).
+
+    Returns:
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input).
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
     """
     x = _real(x, "celu")
     safe = _where(x > 0, 0, x)
@@ -193,20 +233,35 @@ _SELU_SCALE = 1.0507009873554804934193349852946
 def selu(x):
     """Scaled ELU with the self-normalizing constants of Klambauer et al. 2017 (mirrors ``jax.nn.selu``).
 
-    Args: ``x``: a real array.
-    Returns: a float array of ``x``'s shape.
+    Args:
+      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input).
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
     """
     return _SELU_SCALE * elu(x, _SELU_ALPHA)
 
 
 def gelu(x, approximate: bool = True):
-    """Gaussian error linear unit (mirrors ``jax.nn.gelu``).
+    """Gaussian error linear unit (mirrors ``jax.nn.gelu``; Hendrycks & Gimpel 2016).
 
     ``approximate=True``: ``x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x**3)))``;
     ``approximate=False``: ``x/2 * (1 + erf(x / sqrt(2)))``.
 
-    Args: ``x``: a real array; ``approximate``: which formula.
-    Returns: a float array of ``x``'s shape.
+    Args:
+      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+      approximate: use the ``tanh`` formula (JAX's default) instead of ``erf``.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input).
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
     """
     x = _real(x, "gelu")
     if approximate:
@@ -218,8 +273,15 @@ def gelu(x, approximate: bool = True):
 def sigmoid(x):
     """Logistic sigmoid ``1 / (1 + exp(-x))`` (mirrors ``jax.nn.sigmoid``).
 
-    Args: ``x``: a real array.
-    Returns: a float array of ``x``'s shape, in ``[0, 1]``.
+    Args:
+      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input), in ``[0, 1]``.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
     """
     return lax.logistic(_real(x, "sigmoid"))
 
@@ -227,8 +289,16 @@ def sigmoid(x):
 def softplus(x):
     """``log(1 + exp(x))``, computed stably as ``max(x, 0) + log1p(exp(-|x|))`` (mirrors ``jax.nn.softplus``).
 
-    Args: ``x``: a real array.
-    Returns: a float array of ``x``'s shape; its derivative is ``sigmoid(x)`` (0.5 at 0).
+    Args:
+      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input);
+      its derivative is ``sigmoid(x)`` (0.5 at 0).
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
     """
     x = _real(x, "softplus")
     pos = x > 0
@@ -239,8 +309,15 @@ def softplus(x):
 def log_sigmoid(x):
     """``log(sigmoid(x)) = -softplus(-x)`` (mirrors ``jax.nn.log_sigmoid``).
 
-    Args: ``x``: a real array.
-    Returns: a float array of ``x``'s shape, finite for large ``|x|``.
+    Args:
+      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input), finite for large ``|x|``.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
     """
     x = _real(x, "log_sigmoid")
     return -softplus(-x)
@@ -249,18 +326,33 @@ def log_sigmoid(x):
 def soft_sign(x):
     """``x / (|x| + 1)`` (mirrors ``jax.nn.soft_sign``).
 
-    Args: ``x``: a real array.
-    Returns: a float array of ``x``'s shape.
+    Args:
+      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input).
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
     """
     x = _real(x, "soft_sign")
     return x / (lax.abs(x) + 1)
 
 
 def silu(x):
-    """Sigmoid linear unit ``x * sigmoid(x)`` (mirrors ``jax.nn.silu``; ``swish`` is the same).
+    """Sigmoid linear unit ``x * sigmoid(x)`` (mirrors ``jax.nn.silu``; ``swish`` is the same; Elfwing et al. 2018,
+    Ramachandran et al. 2017).
 
-    Args: ``x``: a real array.
-    Returns: a float array of ``x``'s shape.
+    Args:
+      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input).
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
     """
     x = _real(x, "silu")
     return x * lax.logistic(x)
@@ -272,18 +364,32 @@ swish = silu
 def hard_sigmoid(x):
     """``relu6(x + 3) / 6`` (mirrors ``jax.nn.hard_sigmoid``).
 
-    Args: ``x``: a real array.
-    Returns: a float array of ``x``'s shape.
+    Args:
+      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input), in ``[0, 1]``.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
     """
     x = _real(x, "hard_sigmoid")
     return relu6(x + 3.0) / 6.0
 
 
 def hard_silu(x):
-    """``x * hard_sigmoid(x)`` (mirrors ``jax.nn.hard_silu``; ``hard_swish`` is the same).
+    """``x * hard_sigmoid(x)`` (mirrors ``jax.nn.hard_silu``; ``hard_swish`` is the same; Howard et al. 2019).
 
-    Args: ``x``: a real array.
-    Returns: a float array of ``x``'s shape.
+    Args:
+      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input).
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
     """
     x = _real(x, "hard_silu")
     return x * hard_sigmoid(x)
@@ -295,8 +401,15 @@ hard_swish = hard_silu
 def hard_tanh(x):
     """``x`` clipped to ``[-1, 1]`` (mirrors ``jax.nn.hard_tanh``).
 
-    Args: ``x``: a real array.
-    Returns: a float array of ``x``'s shape.
+    Args:
+      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input).
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
     """
     x = _real(x, "hard_tanh")
     return _where(x > 1, 1, _where(x < -1, -1, x))
@@ -305,8 +418,15 @@ def hard_tanh(x):
 def tanh(x):
     """Hyperbolic tangent (mirrors ``jax.nn.tanh``).
 
-    Args: ``x``: a real array.
-    Returns: a float array of ``x``'s shape.
+    Args:
+      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input).
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
     """
     return lax.tanh(_real(x, "tanh"))
 
@@ -329,10 +449,14 @@ def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = 
       keepdims: keep the reduced axes with size 1.
       return_sign: also return the sign of the sum; the result is then ``log|sum|``.
     Returns:
-      a float array of the reduced shape (and the sign array of the same shape with
-      ``return_sign``). Without ``return_sign``, a negative sum gives NaN.
+      A float array of the reduced shape (and the sign array of the same shape with
+      ``return_sign``). Without ``return_sign``, a negative sum gives NaN. The dtype
+      is ``a``'s floating dtype (promoted with ``b``'s), ``float32`` for integer input.
+
     Raises:
-      ``ShapeError`` for an invalid axis or a ``b`` that does not broadcast.
+      ShapeError: an axis out of range or repeated, or a ``b`` that does not broadcast.
+      TypeError: ``a`` or ``b`` is not an array or a scalar.
+      DTypeError: ``a`` or ``b`` is complex.
     """
     from fnarray.numpy._util import broadcast_shapes, promote
     a = _real(a, "logsumexp")
@@ -367,8 +491,15 @@ def softmax(x, axis=-1):
     Args:
       x: a real array.
       axis: an int, a tuple of ints or ``None``.
-    Returns: a float array of ``x``'s shape whose slices along ``axis`` sum to 1.
-    Raises: ``ShapeError`` for an invalid axis.
+
+    Returns:
+      A float array of ``x``'s shape (``float32`` for integer input) whose slices
+      along ``axis`` sum to 1.
+
+    Raises:
+      ShapeError: an axis out of range or repeated (``AxisError``, a ``ShapeError``).
+      TypeError: ``x`` is not an array or a scalar, or ``axis`` is not an int or tuple.
+      DTypeError: ``x`` is complex.
     """
     x = _real(x, "softmax")
     axes = _axes(axis, x.ndim)
@@ -382,8 +513,14 @@ def log_softmax(x, axis=-1):
     Args:
       x: a real array.
       axis: an int, a tuple of ints or ``None``.
-    Returns: a float array of ``x``'s shape.
-    Raises: ``ShapeError`` for an invalid axis.
+
+    Returns:
+      A float array of ``x``'s shape (``float32`` for integer input).
+
+    Raises:
+      ShapeError: an axis out of range or repeated (``AxisError``, a ``ShapeError``).
+      TypeError: ``x`` is not an array or a scalar, or ``axis`` is not an int or tuple.
+      DTypeError: ``x`` is complex.
     """
     x = _real(x, "log_softmax")
     axes = _axes(axis, x.ndim)
@@ -402,8 +539,14 @@ def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5):
       axis: an int, a tuple of ints or ``None``.
       mean, variance: optional arrays broadcastable to ``x`` (for example running statistics).
       epsilon: added to the variance.
-    Returns: a float array of ``x``'s shape.
-    Raises: ``ShapeError`` for an invalid axis.
+
+    Returns:
+      A float array of ``x``'s shape (``float32`` for integer input).
+
+    Raises:
+      ShapeError: an axis out of range or repeated (``AxisError``, a ``ShapeError``).
+      TypeError: ``x`` is not an array or a scalar, or ``axis`` is not an int or tuple.
+      DTypeError: ``x`` is complex.
     """
     x = _real(x, "standardize")
     axes = _axes(axis, x.ndim)
@@ -425,10 +568,14 @@ def one_hot(x, num_classes: int, *, dtype=None, axis=-1):
       dtype: the result dtype (default float32).
       axis: where the class axis goes in the result (an int in ``[-(x.ndim+1), x.ndim]``).
     Returns:
-      an array of shape ``x.shape`` with ``num_classes`` inserted at ``axis``. Indices out of
+      An array of shape ``x.shape`` with ``num_classes`` inserted at ``axis``. Indices out of
       ``[0, num_classes)`` give rows of zeros.
+
     Raises:
-      ``TypeError`` for a non-int ``num_classes``; ``ShapeError`` for an invalid axis.
+      TypeError: a non-int ``num_classes``, or ``x`` not an array or a scalar.
+      ValueError: a negative ``num_classes``.
+      ShapeError: ``axis`` out of range (``AxisError``).
+      DTypeError: an unsupported ``dtype``.
     """
     from fnarray.numpy._util import normalize_axis
     if isinstance(num_classes, (bool, np.bool_)) or not isinstance(num_classes, (int, np.integer)):

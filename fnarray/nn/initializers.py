@@ -65,7 +65,18 @@ def _float(dtype, name):
 def zeros(key, shape, dtype=dtypes.float32):
     """All zeros (mirrors ``jax.nn.initializers.zeros``); ``key`` is ignored.
 
-    Returns: an array of ``shape`` and ``dtype``.
+    Args:
+      key: ignored (accepted so that every initializer has the same signature).
+      shape: an int or a tuple of non-negative ints.
+      dtype: the result dtype (any fnarray dtype).
+
+    Returns:
+      An array of ``shape`` and ``dtype``.
+
+    Raises:
+      TypeError: ``shape`` is not an int or a tuple of ints.
+      ShapeError: ``shape`` has a negative dimension.
+      DTypeError: ``dtype`` is not an fnarray dtype.
     """
     return lax.full(_shape(shape, "zeros"), 0, dtypes.canonicalize(dtype))
 
@@ -73,13 +84,39 @@ def zeros(key, shape, dtype=dtypes.float32):
 def ones(key, shape, dtype=dtypes.float32):
     """All ones (mirrors ``jax.nn.initializers.ones``); ``key`` is ignored.
 
-    Returns: an array of ``shape`` and ``dtype``.
+    Args:
+      key: ignored (accepted so that every initializer has the same signature).
+      shape: an int or a tuple of non-negative ints.
+      dtype: the result dtype (any fnarray dtype).
+
+    Returns:
+      An array of ``shape`` and ``dtype``.
+
+    Raises:
+      TypeError: ``shape`` is not an int or a tuple of ints.
+      ShapeError: ``shape`` has a negative dimension.
+      DTypeError: ``dtype`` is not an fnarray dtype.
     """
     return lax.full(_shape(shape, "ones"), 1, dtypes.canonicalize(dtype))
 
 
 def constant(value, dtype=dtypes.float32):
-    """An initializer filling with the scalar ``value`` (mirrors ``jax.nn.initializers.constant``)."""
+    """An initializer filling with the scalar ``value`` (mirrors ``jax.nn.initializers.constant``).
+
+    Args:
+      value: a Python or NumPy scalar.
+      dtype: the default dtype of the returned initializer (any fnarray dtype; not
+        restricted to floats).
+
+    Returns:
+      ``init(key, shape, dtype=dtype)``: an array of ``shape`` and ``dtype`` filled with
+      ``value``; ``key`` is ignored.
+
+    Raises:
+      Nothing when the initializer is made. ``init`` raises ``TypeError`` for a shape that
+      is not ints, ``ShapeError`` for a negative dimension, ``DTypeError`` for a dtype
+      fnarray does not have.
+    """
     default = dtype
 
     def init(key, shape, dtype=default):
@@ -88,7 +125,24 @@ def constant(value, dtype=dtypes.float32):
 
 
 def normal(stddev=1e-2, dtype=dtypes.float32):
-    """An initializer drawing ``N(0, stddev**2)`` (mirrors ``jax.nn.initializers.normal``)."""
+    """An initializer drawing ``N(0, stddev**2)`` (mirrors ``jax.nn.initializers.normal``).
+
+    Args:
+      stddev: the standard deviation (a scalar).
+      dtype: the default dtype of the returned initializer (a real floating dtype).
+
+    Returns:
+      ``init(key, shape, dtype=dtype)``: an array of ``shape`` and ``dtype`` drawn from ``N(0, stddev**2)``
+      with ``key`` (a ``uint32[2]`` PRNG key; see ``fnarray.random``).
+
+    Raises:
+      TypeError: (from ``init``) ``shape`` is not an int or a tuple of ints, or ``key`` is
+        not an array.
+      ShapeError: (from ``init``) ``shape`` has a negative dimension, or ``key`` is not of
+        shape ``(2,)``.
+      DTypeError: (from ``init``) ``dtype`` is not a real floating dtype, or ``key`` is not
+        ``uint32``.
+    """
     default = dtype
 
     def init(key, shape, dtype=default):
@@ -98,7 +152,24 @@ def normal(stddev=1e-2, dtype=dtypes.float32):
 
 
 def uniform(scale=1e-2, dtype=dtypes.float32):
-    """An initializer drawing uniformly from ``[0, scale)`` (mirrors ``jax.nn.initializers.uniform``)."""
+    """An initializer drawing uniformly from ``[0, scale)`` (mirrors ``jax.nn.initializers.uniform``).
+
+    Args:
+      scale: the upper bound (a scalar).
+      dtype: the default dtype of the returned initializer (a real floating dtype).
+
+    Returns:
+      ``init(key, shape, dtype=dtype)``: an array of ``shape`` and ``dtype`` drawn uniformly on ``[0, scale)``
+      with ``key`` (a ``uint32[2]`` PRNG key; see ``fnarray.random``).
+
+    Raises:
+      TypeError: (from ``init``) ``shape`` is not an int or a tuple of ints, or ``key`` is
+        not an array.
+      ShapeError: (from ``init``) ``shape`` has a negative dimension, or ``key`` is not of
+        shape ``(2,)``.
+      DTypeError: (from ``init``) ``dtype`` is not a real floating dtype, or ``key`` is not
+        ``uint32``.
+    """
     default = dtype
 
     def init(key, shape, dtype=default):
@@ -109,7 +180,25 @@ def uniform(scale=1e-2, dtype=dtypes.float32):
 
 def truncated_normal(stddev=1e-2, dtype=dtypes.float32, lower=-2.0, upper=2.0):
     """An initializer drawing ``stddev * N(0, 1)`` truncated to ``[lower, upper]``
-    (mirrors ``jax.nn.initializers.truncated_normal``)."""
+    (mirrors ``jax.nn.initializers.truncated_normal``).
+
+    Args:
+      stddev: the scale applied to the truncated standard normal (a scalar).
+      lower, upper: the truncation bounds, in units of the standard normal.
+      dtype: the default dtype of the returned initializer (a real floating dtype).
+
+    Returns:
+      ``init(key, shape, dtype=dtype)``: an array of ``shape`` and ``dtype`` drawn
+      as ``stddev * truncated_normal(lower, upper)`` with ``key`` (a ``uint32[2]`` PRNG key; see ``fnarray.random``).
+
+    Raises:
+      TypeError: (from ``init``) ``shape`` is not an int or a tuple of ints, or ``key`` is
+        not an array.
+      ShapeError: (from ``init``) ``shape`` has a negative dimension, or ``key`` is not of
+        shape ``(2,)``.
+      DTypeError: (from ``init``) ``dtype`` is not a real floating dtype, or ``key`` is not
+        ``uint32``.
+    """
     default = dtype
 
     def init(key, shape, dtype=default):
@@ -141,11 +230,16 @@ def variance_scaling(scale, mode: str, distribution: str, in_axis=-2, out_axis=-
         the variance), ``"normal"`` or ``"uniform"`` (on ``[-limit, limit)``, ``limit = sqrt(3 var)``).
       in_axis, out_axis, batch_axis: which dimensions of the weight are input, output and batch.
       dtype: the default dtype of the returned initializer.
+
     Returns:
-      ``init(key, shape, dtype=dtype)``.
+      ``init(key, shape, dtype=dtype)``: an array of ``shape`` and ``dtype`` drawn from
+      ``key`` (a ``uint32[2]`` PRNG key).
+
     Raises:
-      ``ValueError`` for an unknown mode or distribution (at once); ``ShapeError`` from ``init`` for
-      shapes of rank < 2.
+      ValueError: an unknown ``mode`` or ``distribution`` (when the initializer is made).
+      ShapeError: (from ``init``) a ``shape`` of rank < 2 or with a negative dimension.
+      TypeError: (from ``init``) a ``shape`` that is not ints, or a ``key`` that is not an array.
+      DTypeError: (from ``init``) a non-floating ``dtype`` or a key that is not ``uint32``.
     """
     if mode not in ("fan_in", "fan_out", "fan_avg"):
         raise ValueError(f"variance_scaling: mode must be 'fan_in', 'fan_out' or 'fan_avg', got {mode!r}")
@@ -171,32 +265,134 @@ def variance_scaling(scale, mode: str, distribution: str, in_axis=-2, out_axis=-
 
 
 def glorot_uniform(in_axis=-2, out_axis=-1, batch_axis=(), dtype=dtypes.float32):
-    """Glorot/Xavier uniform: variance ``1 / fan_avg`` (mirrors ``jax.nn.initializers.glorot_uniform``)."""
+    """Glorot/Xavier uniform: variance ``1 / fan_avg`` (mirrors ``jax.nn.initializers.glorot_uniform``).
+
+    Glorot & Bengio 2010, "Understanding the difficulty of training deep feedforward neural networks".
+
+    Args:
+      in_axis, out_axis: the input and output dimensions of the weight (default: the last two).
+      batch_axis: an int or tuple of dimensions excluded from the fans.
+      dtype: the default dtype of the returned initializer (a real floating dtype).
+
+    Returns:
+      ``init(key, shape, dtype=dtype)`` (see ``variance_scaling``).
+
+    Raises:
+      Nothing when the initializer is made. ``init`` raises ``ShapeError`` for a
+      ``shape`` of rank < 2 or with a negative dimension, ``TypeError`` for a shape
+      that is not ints, ``DTypeError`` for a non-floating ``dtype``, and the key errors
+      of ``fnarray.random``.
+    """
     return variance_scaling(1.0, "fan_avg", "uniform", in_axis, out_axis, batch_axis, dtype)
 
 
 def glorot_normal(in_axis=-2, out_axis=-1, batch_axis=(), dtype=dtypes.float32):
-    """Glorot/Xavier truncated normal: variance ``1 / fan_avg`` (mirrors ``jax.nn.initializers.glorot_normal``)."""
+    """Glorot/Xavier truncated normal: variance ``1 / fan_avg`` (mirrors ``jax.nn.initializers.glorot_normal``).
+
+    Glorot & Bengio 2010, "Understanding the difficulty of training deep feedforward neural networks".
+
+    Args:
+      in_axis, out_axis: the input and output dimensions of the weight (default: the last two).
+      batch_axis: an int or tuple of dimensions excluded from the fans.
+      dtype: the default dtype of the returned initializer (a real floating dtype).
+
+    Returns:
+      ``init(key, shape, dtype=dtype)`` (see ``variance_scaling``).
+
+    Raises:
+      Nothing when the initializer is made. ``init`` raises ``ShapeError`` for a
+      ``shape`` of rank < 2 or with a negative dimension, ``TypeError`` for a shape
+      that is not ints, ``DTypeError`` for a non-floating ``dtype``, and the key errors
+      of ``fnarray.random``.
+    """
     return variance_scaling(1.0, "fan_avg", "truncated_normal", in_axis, out_axis, batch_axis, dtype)
 
 
 def he_uniform(in_axis=-2, out_axis=-1, batch_axis=(), dtype=dtypes.float32):
-    """He/Kaiming uniform: variance ``2 / fan_in`` (mirrors ``jax.nn.initializers.he_uniform``)."""
+    """He/Kaiming uniform: variance ``2 / fan_in`` (mirrors ``jax.nn.initializers.he_uniform``).
+
+    He, Zhang, Ren & Sun 2015, "Delving deep into rectifiers".
+
+    Args:
+      in_axis, out_axis: the input and output dimensions of the weight (default: the last two).
+      batch_axis: an int or tuple of dimensions excluded from the fans.
+      dtype: the default dtype of the returned initializer (a real floating dtype).
+
+    Returns:
+      ``init(key, shape, dtype=dtype)`` (see ``variance_scaling``).
+
+    Raises:
+      Nothing when the initializer is made. ``init`` raises ``ShapeError`` for a
+      ``shape`` of rank < 2 or with a negative dimension, ``TypeError`` for a shape
+      that is not ints, ``DTypeError`` for a non-floating ``dtype``, and the key errors
+      of ``fnarray.random``.
+    """
     return variance_scaling(2.0, "fan_in", "uniform", in_axis, out_axis, batch_axis, dtype)
 
 
 def he_normal(in_axis=-2, out_axis=-1, batch_axis=(), dtype=dtypes.float32):
-    """He/Kaiming truncated normal: variance ``2 / fan_in`` (mirrors ``jax.nn.initializers.he_normal``)."""
+    """He/Kaiming truncated normal: variance ``2 / fan_in`` (mirrors ``jax.nn.initializers.he_normal``).
+
+    He, Zhang, Ren & Sun 2015, "Delving deep into rectifiers".
+
+    Args:
+      in_axis, out_axis: the input and output dimensions of the weight (default: the last two).
+      batch_axis: an int or tuple of dimensions excluded from the fans.
+      dtype: the default dtype of the returned initializer (a real floating dtype).
+
+    Returns:
+      ``init(key, shape, dtype=dtype)`` (see ``variance_scaling``).
+
+    Raises:
+      Nothing when the initializer is made. ``init`` raises ``ShapeError`` for a
+      ``shape`` of rank < 2 or with a negative dimension, ``TypeError`` for a shape
+      that is not ints, ``DTypeError`` for a non-floating ``dtype``, and the key errors
+      of ``fnarray.random``.
+    """
     return variance_scaling(2.0, "fan_in", "truncated_normal", in_axis, out_axis, batch_axis, dtype)
 
 
 def lecun_uniform(in_axis=-2, out_axis=-1, batch_axis=(), dtype=dtypes.float32):
-    """LeCun uniform: variance ``1 / fan_in`` (mirrors ``jax.nn.initializers.lecun_uniform``)."""
+    """LeCun uniform: variance ``1 / fan_in`` (mirrors ``jax.nn.initializers.lecun_uniform``).
+
+    LeCun, Bottou, Orr & Mueller 1998, "Efficient BackProp".
+
+    Args:
+      in_axis, out_axis: the input and output dimensions of the weight (default: the last two).
+      batch_axis: an int or tuple of dimensions excluded from the fans.
+      dtype: the default dtype of the returned initializer (a real floating dtype).
+
+    Returns:
+      ``init(key, shape, dtype=dtype)`` (see ``variance_scaling``).
+
+    Raises:
+      Nothing when the initializer is made. ``init`` raises ``ShapeError`` for a
+      ``shape`` of rank < 2 or with a negative dimension, ``TypeError`` for a shape
+      that is not ints, ``DTypeError`` for a non-floating ``dtype``, and the key errors
+      of ``fnarray.random``.
+    """
     return variance_scaling(1.0, "fan_in", "uniform", in_axis, out_axis, batch_axis, dtype)
 
 
 def lecun_normal(in_axis=-2, out_axis=-1, batch_axis=(), dtype=dtypes.float32):
-    """LeCun truncated normal: variance ``1 / fan_in`` (mirrors ``jax.nn.initializers.lecun_normal``)."""
+    """LeCun truncated normal: variance ``1 / fan_in`` (mirrors ``jax.nn.initializers.lecun_normal``).
+
+    LeCun, Bottou, Orr & Mueller 1998, "Efficient BackProp".
+
+    Args:
+      in_axis, out_axis: the input and output dimensions of the weight (default: the last two).
+      batch_axis: an int or tuple of dimensions excluded from the fans.
+      dtype: the default dtype of the returned initializer (a real floating dtype).
+
+    Returns:
+      ``init(key, shape, dtype=dtype)`` (see ``variance_scaling``).
+
+    Raises:
+      Nothing when the initializer is made. ``init`` raises ``ShapeError`` for a
+      ``shape`` of rank < 2 or with a negative dimension, ``TypeError`` for a shape
+      that is not ints, ``DTypeError`` for a non-floating ``dtype``, and the key errors
+      of ``fnarray.random``.
+    """
     return variance_scaling(1.0, "fan_in", "truncated_normal", in_axis, out_axis, batch_axis, dtype)
 
 

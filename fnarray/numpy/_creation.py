@@ -68,7 +68,14 @@ def asarray(obj, /, dtype=None, device=None, copy=None):
 
 
 def array(obj, dtype=None, copy=True, ndmin: int = 0, device=None):
-    """``numpy.array``: like ``asarray``, with ``ndmin`` leading unit dimensions."""
+    """``numpy.array``: like ``asarray``, with ``ndmin`` leading unit dimensions (not in the array API).
+
+    Differences from NumPy: the dtype rules of ``asarray`` (Python floats ``float32``, ints
+    ``int32``); ``copy`` is ignored, as arrays are immutable; no ``order``/``subok``.
+
+    Raises:
+      The errors of ``asarray``.
+    """
     x = asarray(obj, dtype=dtype, device=device)
     if x.ndim < ndmin:
         x = lax.reshape(x, (1,) * (ndmin - x.ndim) + x.shape)
@@ -80,9 +87,25 @@ def _default_float(dtype):
 
 
 def full(shape, fill_value, *, dtype=None, device=None):
-    """An array of ``shape`` filled with ``fill_value`` (array API ``full``).
+    """An array of ``shape`` filled with ``fill_value`` (array API ``full``; ``numpy.full``).
 
-    Without ``dtype``, the dtype is the fill value's (a Python float gives ``float32``).
+    Differences from NumPy: without ``dtype``, a Python float gives ``float32`` and a Python int ``int32`` (NumPy:
+    ``float64``/``int64``); an array ``fill_value`` keeps its dtype and may be traced.
+
+    Args:
+      shape: an int or a tuple of non-negative ints (static).
+      fill_value: a scalar or a 0-d array (cast to ``dtype``).
+      dtype: the result dtype; default the fill value's.
+      device: a ``Device`` or a string; the result is committed there (default: the default device, uncommitted).
+
+    Returns:
+      An array of ``shape`` and ``dtype``.
+
+    Raises:
+      TypeError: ``shape`` is not an int or a tuple of ints.
+      ShapeError: a negative dimension.
+      DTypeError: a ``dtype`` fnarray does not have.
+      OverflowError: a Python int that does not fit ``dtype``.
     """
     shape = _shape(shape, "full")
     if dtype is None:
@@ -96,17 +119,66 @@ def full(shape, fill_value, *, dtype=None, device=None):
 
 
 def zeros(shape, *, dtype=None, device=None):
-    """An array of zeros (array API ``zeros``); default dtype ``float32``."""
+    """An array of zeros (array API ``zeros``; ``numpy.zeros``).
+
+    Differences from NumPy: the default dtype is ``float32`` (NumPy: ``float64``).
+
+    Args:
+      shape: an int or a tuple of non-negative ints (static).
+      dtype: the result dtype; default ``float32``.
+      device: a ``Device`` or a string; the result is committed there (default: the default device, uncommitted).
+
+    Returns:
+      An array of ``shape`` and ``dtype``.
+
+    Raises:
+      TypeError: ``shape`` is not an int or a tuple of ints.
+      ShapeError: a negative dimension.
+      DTypeError: a ``dtype`` fnarray does not have.
+    """
     return full(shape, 0, dtype=_default_float(dtype), device=device)
 
 
 def ones(shape, *, dtype=None, device=None):
-    """An array of ones (array API ``ones``); default dtype ``float32``."""
+    """An array of ones (array API ``ones``; ``numpy.ones``).
+
+    Differences from NumPy: the default dtype is ``float32`` (NumPy: ``float64``).
+
+    Args:
+      shape: an int or a tuple of non-negative ints (static).
+      dtype: the result dtype; default ``float32``.
+      device: a ``Device`` or a string; the result is committed there (default: the default device, uncommitted).
+
+    Returns:
+      An array of ``shape`` and ``dtype``.
+
+    Raises:
+      TypeError: ``shape`` is not an int or a tuple of ints.
+      ShapeError: a negative dimension.
+      DTypeError: a ``dtype`` fnarray does not have.
+    """
     return full(shape, 1, dtype=_default_float(dtype), device=device)
 
 
 def empty(shape, *, dtype=None, device=None):
-    """An array of ``shape`` (array API ``empty``); its values are zeros, as immutable arrays need some."""
+    """An array of ``shape`` (array API ``empty``; ``numpy.empty``).
+
+    Differences from NumPy: the values are zeros, not uninitialized memory (immutable arrays need some values); the
+    default dtype is ``float32`` (NumPy: ``float64``).
+
+    Args:
+      shape: an int or a tuple of non-negative ints (static).
+      dtype: the result dtype; default ``float32``.
+      device: a ``Device`` or a string; the result is committed there (default: the default device, uncommitted).
+
+    Returns:
+      An array of zeros of ``shape`` and ``dtype``.
+
+    Raises:
+      TypeError: ``shape`` is not an int or a tuple of ints.
+      ShapeError: a negative dimension.
+      DTypeError: a ``dtype`` fnarray does not have.
+    """
     return zeros(shape, dtype=dtype, device=device)
 
 
@@ -116,25 +188,94 @@ def _like(x, dtype, shape):
 
 
 def full_like(x, /, fill_value, *, dtype=None, device=None, shape=None):
-    """An array like ``x`` (shape, dtype) filled with ``fill_value`` (array API ``full_like``)."""
+    """An array like ``x`` (shape, dtype) filled with ``fill_value`` (array API ``full_like``; ``numpy.full_like``).
+
+    Differences from NumPy: none beyond the ``device`` argument; no ``order``/``subok``.
+
+    Args:
+      x: an array (or array-like) giving the default shape and dtype.
+      fill_value: a scalar or 0-d array, cast to the dtype.
+      dtype: the result dtype; default ``x``'s.
+      shape: the result shape; default ``x``'s.
+      device: a ``Device`` or a string; the result is committed there (default: the default device, uncommitted).
+
+    Returns:
+      An array filled with ``fill_value``.
+
+    Raises:
+      TypeError: ``shape`` is not an int or a tuple of ints.
+      ShapeError: a negative dimension.
+      DTypeError: a ``dtype`` fnarray does not have.
+    """
     s, d = _like(x, dtype, shape)
     return full(s, fill_value, dtype=d, device=device)
 
 
 def zeros_like(x, /, *, dtype=None, device=None, shape=None):
-    """Zeros shaped like ``x`` (array API ``zeros_like``)."""
+    """Zeros shaped like ``x`` (array API ``zeros_like``; ``numpy.zeros_like``).
+
+    Differences from NumPy: none beyond the ``device`` argument; no ``order``/``subok``.
+
+    Args:
+      x: an array (or array-like) giving the default shape and dtype.
+      dtype: the result dtype; default ``x``'s.
+      shape: the result shape; default ``x``'s.
+      device: a ``Device`` or a string; the result is committed there (default: the default device, uncommitted).
+
+    Returns:
+      An array of zeros.
+
+    Raises:
+      TypeError: ``shape`` is not an int or a tuple of ints.
+      ShapeError: a negative dimension.
+      DTypeError: a ``dtype`` fnarray does not have.
+    """
     s, d = _like(x, dtype, shape)
     return full(s, 0, dtype=d, device=device)
 
 
 def ones_like(x, /, *, dtype=None, device=None, shape=None):
-    """Ones shaped like ``x`` (array API ``ones_like``)."""
+    """Ones shaped like ``x`` (array API ``ones_like``; ``numpy.ones_like``).
+
+    Differences from NumPy: none beyond the ``device`` argument; no ``order``/``subok``.
+
+    Args:
+      x: an array (or array-like) giving the default shape and dtype.
+      dtype: the result dtype; default ``x``'s.
+      shape: the result shape; default ``x``'s.
+      device: a ``Device`` or a string; the result is committed there (default: the default device, uncommitted).
+
+    Returns:
+      An array of ones.
+
+    Raises:
+      TypeError: ``shape`` is not an int or a tuple of ints.
+      ShapeError: a negative dimension.
+      DTypeError: a ``dtype`` fnarray does not have.
+    """
     s, d = _like(x, dtype, shape)
     return full(s, 1, dtype=d, device=device)
 
 
 def empty_like(x, /, *, dtype=None, device=None, shape=None):
-    """An array shaped like ``x`` (array API ``empty_like``); zeros."""
+    """An array shaped like ``x`` (array API ``empty_like``; ``numpy.empty_like``).
+
+    Differences from NumPy: the values are zeros, not uninitialized memory.
+
+    Args:
+      x: an array (or array-like) giving the default shape and dtype.
+      dtype: the result dtype; default ``x``'s.
+      shape: the result shape; default ``x``'s.
+      device: a ``Device`` or a string; the result is committed there (default: the default device, uncommitted).
+
+    Returns:
+      An array of zeros.
+
+    Raises:
+      TypeError: ``shape`` is not an int or a tuple of ints.
+      ShapeError: a negative dimension.
+      DTypeError: a ``dtype`` fnarray does not have.
+    """
     return zeros_like(x, dtype=dtype, device=device, shape=shape)
 
 
@@ -148,10 +289,25 @@ def _static(v, name):
 
 
 def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
-    """Evenly spaced values in ``[start, stop)`` (array API ``arange``).
+    """Evenly spaced values in ``[start, stop)`` (array API ``arange``; ``numpy.arange``).
 
-    Integer arguments give ``int32``, float ones ``float32``. Raises ``ValueError``
-    for ``step == 0``.
+    Differences from NumPy: integer arguments give ``int32`` and float ones ``float32`` (NumPy:
+    ``int64``/``float64``); the bounds must be concrete (the length decides the shape); float values are ``start + i
+    * step`` in ``dtype``.
+
+    Args:
+      start: the first value (or ``stop`` when ``stop`` is None).
+      stop: the end (excluded).
+      step: the spacing (non-zero).
+      dtype: the result dtype.
+      device: a ``Device`` or a string; the result is committed there (default: the default device, uncommitted).
+
+    Returns:
+      A 1-d array of ``max(0, ceil((stop - start) / step))`` elements.
+
+    Raises:
+      ValueError: ``step == 0``.
+      ConcretizationError: a traced bound.
     """
     start, stop, step = (_static(v, "arange") for v in (start, stop, step))
     if stop is None:
@@ -199,10 +355,25 @@ def _linspace_arrays(start, stop, num, dtype, endpoint):
 
 
 def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
-    """``num`` evenly spaced values from ``start`` to ``stop`` (array API ``linspace``).
+    """``num`` evenly spaced values from ``start`` to ``stop`` (array API ``linspace``; ``numpy.linspace``).
 
-    Python-number bounds are computed in float64 and rounded to ``dtype``; array bounds (which
-    may be traced, so ``grad``/``vmap`` reach them) give shape ``(num,) + bounds' shape``.
+    Differences from NumPy: the default dtype is ``float32`` (``complex64`` for complex bounds; NumPy: ``float64``);
+    ``num`` is required (as in the array API); array bounds (which may be traced, so ``grad``/``vmap`` reach them)
+    give shape ``(num,) + bounds' shape``, as ``jax.numpy.linspace``; no ``retstep``/``axis``. Python-number bounds
+    are computed in float64 and rounded to ``dtype``.
+
+    Args:
+      start, stop: the end points (Python numbers, or arrays).
+      num: the number of values (>= 0).
+      dtype: the result dtype.
+      endpoint: include ``stop``.
+      device: a ``Device`` or a string; the result is committed there (default: the default device, uncommitted).
+
+    Returns:
+      An array of ``num`` values (times the bounds' shape).
+
+    Raises:
+      ValueError: ``num < 0``.
     """
     num = int(num)
     if num < 0:
@@ -221,7 +392,25 @@ def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
 
 
 def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, device=None):
-    """``base ** linspace(start, stop, num)`` (``numpy.logspace``)."""
+    """``base ** linspace(start, stop, num)`` (``numpy.logspace``; not in the array API).
+
+    Differences from NumPy: the default dtype is ``float32`` (NumPy: ``float64``); array bounds are traceable, as in
+    ``linspace``.
+
+    Args:
+      start, stop: the exponents' end points.
+      num: the number of values.
+      endpoint: include ``stop``.
+      base: the base.
+      dtype: the result dtype.
+      device: a ``Device`` or a string; the result is committed there (default: the default device, uncommitted).
+
+    Returns:
+      An array of ``num`` values.
+
+    Raises:
+      ValueError: ``num < 0``.
+    """
     if isinstance(start, (Array, np.ndarray)) or isinstance(stop, (Array, np.ndarray)):
         from fnarray.numpy._elementwise import power
         exps = _linspace_arrays(start, stop, int(num), dtype, endpoint)
@@ -232,7 +421,22 @@ def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, device=N
 
 
 def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None):
-    """A matrix with ones on the ``k``-th diagonal (array API ``eye``)."""
+    """A matrix with ones on the ``k``-th diagonal (array API ``eye``; ``numpy.eye``).
+
+    Differences from NumPy: the default dtype is ``float32`` (NumPy: ``float64``).
+
+    Args:
+      n_rows, n_cols: the shape (``n_cols`` defaults to ``n_rows``).
+      k: the diagonal (> 0 above, < 0 below).
+      dtype: the result dtype; default ``float32``.
+      device: a ``Device`` or a string; the result is committed there (default: the default device, uncommitted).
+
+    Returns:
+      An array of shape ``(n_rows, n_cols)``.
+
+    Raises:
+      TypeError: a non-integer ``k``.
+    """
     n_cols = n_rows if n_cols is None else n_cols
     d = _default_float(dtype)
     # A diagonal past either edge is empty: clamping keeps huge k within int32 index math.
@@ -244,12 +448,40 @@ def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None):
 
 
 def identity(n, dtype=None, device=None):
-    """The ``n`` x ``n`` identity matrix (``numpy.identity``)."""
+    """The ``n`` x ``n`` identity matrix (``numpy.identity``; not in the array API).
+
+    Differences from NumPy: the default dtype is ``float32`` (NumPy: ``float64``).
+
+    Args:
+      n: the size.
+      dtype: the result dtype; default ``float32``.
+      device: a ``Device`` or a string; the result is committed there (default: the default device, uncommitted).
+
+    Returns:
+      An array of shape ``(n, n)``.
+
+    Raises:
+      TypeError: a non-integer ``n``.
+    """
     return eye(n, dtype=dtype, device=device)
 
 
 def tri(N, M=None, k=0, dtype=None):
-    """Ones at and below the ``k``-th diagonal (``numpy.tri``)."""
+    """Ones at and below the ``k``-th diagonal (``numpy.tri``; not in the array API).
+
+    Differences from NumPy: the default dtype is ``float32`` (NumPy: ``float64``).
+
+    Args:
+      N, M: the shape (``M`` defaults to ``N``).
+      k: the diagonal.
+      dtype: the result dtype; default ``float32``.
+
+    Returns:
+      An array of shape ``(N, M)``.
+
+    Raises:
+      TypeError: a non-integer ``k``.
+    """
     M = N if M is None else M
     k = max(-N, min(operator.index(k), M))
     r = lax.iota(dtypes.int32, (N, M), 0)
@@ -305,7 +537,23 @@ def meshgrid(*arrays, indexing: str = "xy"):
 
 
 def from_dlpack(x, /, *, device=None, copy=None):
-    """An ``Array`` from any object with ``__dlpack__`` (array API ``from_dlpack``); copies."""
+    """An ``Array`` from any object with ``__dlpack__`` (array API ``from_dlpack``; ``numpy.from_dlpack``).
+
+    Differences from NumPy: the data is always copied (fnarray arrays own their buffers and are
+    immutable), so ``copy`` is ignored; ``device`` places the result.
+
+    Args:
+      x: an object implementing ``__dlpack__``.
+      device: where to place the result.
+      copy: ignored (a copy is always made).
+
+    Returns:
+      An ``Array`` of ``x``'s shape and dtype.
+
+    Raises:
+      AttributeError, TypeError: ``x`` does not implement DLPack (raised by ``numpy.from_dlpack``).
+      DTypeError: a dtype fnarray does not have.
+    """
     return asarray(np.from_dlpack(x), device=device)
 
 
@@ -334,7 +582,20 @@ def diagflat(v, k: int = 0):
 
 
 def indices(dimensions, dtype=None):
-    """A grid of indices, shape ``(len(dimensions), *dimensions)`` (``numpy.indices``)."""
+    """A grid of indices, shape ``(len(dimensions), *dimensions)`` (``numpy.indices``; not in the array API).
+
+    Differences from NumPy: the default dtype is ``int32`` (NumPy: ``int64``); no ``sparse``.
+
+    Args:
+      dimensions: a sequence of ints (each converted with ``int()``, so ``2.5`` counts as 2).
+      dtype: the result dtype; default ``int32``.
+
+    Returns:
+      An array of shape ``(len(dimensions),) + tuple(dimensions)``.
+
+    Raises:
+      TypeError: ``dimensions`` is not a sequence of numbers.
+    """
     d = dtypes.canonicalize(dtype) if dtype is not None else dtypes.int32
     dims = tuple(int(n) for n in dimensions)
     from fnarray.numpy._manipulation import stack

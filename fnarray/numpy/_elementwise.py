@@ -73,6 +73,15 @@ def _to_inexact(x):
     return lax.convert_element_type(x, dtypes.float32, weak_type=a.weak_type)
 
 
+# What each generated function mirrors, where it is not "array API ``name``; ``numpy.name``".
+_UNARY_SOURCE = {
+    "exp2": "``numpy.exp2``; not in the array API",
+    "cbrt": "``numpy.cbrt``; not in the array API",
+    "erf": "``jax.scipy.special.erf``, ``scipy.special.erf``; not in NumPy or the array API",
+    "erfinv": "``jax.scipy.special.erfinv``, ``scipy.special.erfinv``; not in NumPy or the array API",
+}
+
+
 def _float_unary(name, fn, real_only=False):
     def f(x, /):
         check_arraylike(name, x)
@@ -81,9 +90,14 @@ def _float_unary(name, fn, real_only=False):
             raise DTypeError(f"{name} is not defined for complex arrays")
         return elementwise(name, fn, x)
     f.__name__ = name
-    f.__doc__ = (f"Elementwise {name} (array API ``{name}``; NumPy's ``{name}``).\n\n"
-                 "Args: x: array; integer inputs are promoted to the default float.\n"
-                 "Returns: an array of x's (floating) dtype and shape.")
+    source = _UNARY_SOURCE.get(name, f"array API ``{name}``; ``numpy.{name}``")
+    f.__doc__ = (f"Elementwise {name} ({source}).\n\n"
+                 "Differences from NumPy: integer and bool inputs give ``float32`` (NumPy: ``float64``); lists "
+                 "are not accepted, as in ``jax.numpy``.\n\n"
+                 "Args:\n  x: an array or a scalar.\n\n"
+                 "Returns:\n  An array of ``x``'s shape and floating (or complex) dtype.\n\n"
+                 "Raises:\n  TypeError: ``x`` is not an array or a scalar."
+                 + ("\n  DTypeError: ``x`` is complex." if real_only else ""))
     return f
 
 
@@ -150,21 +164,36 @@ _erfc = _float_unary("erfc", lax.erfc, real_only=True)
 def erfc(x, /):
     """Complementary error function ``1 - erf(x)`` (``scipy.special.erfc``), accurate for large ``x``.
 
-    Computed by the ``erfc`` primitive, not as ``1 - erf(x)`` (which is 0 in float32 from x of about 3.9).
+    Computed by the ``erfc`` primitive (within a few float32 ulps up to x = 9), not as ``1 - erf(x)``, which is
+    0 in float32 from x of about 3.9. Integer and bool inputs give ``float32``.
 
-    Args: x: real array; integer inputs are promoted to the default float.
-    Returns: an array of x's (floating) dtype and shape.
-    Raises: DTypeError for complex input.
+    Args:
+      x: a real array or a scalar.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype.
+
+    Raises:
+      DTypeError: ``x`` is complex.
     """
     return _erfc(x)
 
 
 def log2(x, /):
-    """Base-2 logarithm (array API ``log2``): the ``log2`` primitive for real arrays, exact at powers of two
-    (``log(x) / log(2)`` is not: log2(2**k) came out one ulp off k); complex arrays as ``log(x) / log(2)``.
+    """Base-2 logarithm (array API ``log2``; ``numpy.log2``).
 
-    Args: x: array; integer inputs are promoted to the default float.
-    Returns: an array of x's (floating) dtype and shape.
+    Differences from NumPy: integer and bool inputs give ``float32`` (NumPy: ``float64``). Real arrays use the
+    ``log2`` primitive, exact at powers of two (``log(x) / log(2)`` was one ulp off at some); complex arrays are
+    computed as ``log(x) / log(2)`` (may differ from NumPy in the last place).
+
+    Args:
+      x: an array or a scalar.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
     """
     x = _to_inexact(x)
     if not dtypes.is_complex(aval_of(x).dtype):
@@ -173,7 +202,20 @@ def log2(x, /):
 
 
 def log10(x, /):
-    """Base-10 logarithm (array API ``log10``)."""
+    """Base-10 logarithm (array API ``log10``; ``numpy.log10``).
+
+    Differences from NumPy: integer and bool inputs give ``float32`` (NumPy: ``float64``); computed as ``log(x) /
+    log(10)`` (may differ from NumPy in the last place).
+
+    Args:
+      x: an array or a scalar.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+    """
     x = _to_inexact(x)
     return divide(log(x), np.log(10).astype(_real_dtype(x)))
 
@@ -189,8 +231,17 @@ def _arith(name, fn, bool_fn=None):
     def f(x1, x2, /):
         return elementwise(name, fn, x1, x2, check=no_bool, bool_fn=bool_fn)
     f.__name__ = name
-    f.__doc__ = (f"Elementwise {name} (array API ``{name}``). Args: x1, x2: arrays or scalars, promoted "
-                 "and broadcast. Returns: an array of the promoted dtype and the broadcast shape.")
+    on_bool = (f"On bool arrays it is logical {'or' if name == 'add' else 'and'}, as in NumPy."
+               if bool_fn is not None else "Bool arrays raise ``DTypeError``, as NumPy raises ``TypeError``.")
+    f.__doc__ = (f"Elementwise {name} (array API ``{name}``; ``numpy.{name}``).\n\n"
+                 "Differences from NumPy: JAX's promotion (weak Python scalars; ``float16`` with ``int32`` gives "
+                 "``float16``, NumPy ``float64``; a Python int outside the other operand's integer range raises); "
+                 f"lists are not accepted, as in ``jax.numpy``. {on_bool}\n\n"
+                 "Args:\n  x1, x2: arrays or scalars, promoted and broadcast.\n\n"
+                 "Returns:\n  An array of the promoted dtype and the broadcast shape.\n\n"
+                 "Raises:\n  TypeError: an argument is not an array or a scalar.\n"
+                 "  ShapeError: the shapes do not broadcast.\n"
+                 "  OverflowError: a Python int out of range of the other operand's integer dtype.")
     return f
 
 
@@ -200,7 +251,22 @@ multiply = _arith("multiply", lax.mul, lax.bitwise_and)
 
 
 def divide(x1, x2, /):
-    """True division (array API ``divide``); integer operands give the default float."""
+    """True division (array API ``divide``; ``numpy.divide``).
+
+    Differences from NumPy: integer and bool inputs give ``float32`` (NumPy: ``float64``); JAX's promotion (weak
+    Python scalars; ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``); lists are not accepted, as in
+    ``jax.numpy``.
+
+    Args:
+      x1, x2: arrays or scalars, promoted and broadcast.
+
+    Returns:
+      A floating (or complex) array of the broadcast shape; ``x / 0`` is ``±inf`` or NaN.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+    """
     check_arraylike("divide", x1, x2)
     a = promote("divide", x1, x2)
     if not dtypes.is_inexact(aval_of(a[0]).dtype):
@@ -212,7 +278,24 @@ true_divide = divide
 
 
 def floor_divide(x1, x2, /):
-    """Floor division (array API ``floor_divide``); integer division by zero gives 0."""
+    """Floor division ``x1 // x2`` (array API ``floor_divide``; ``numpy.floor_divide``).
+
+    Differences from NumPy: integer division by zero gives 0 without a warning (DESIGN.md);
+    float special cases follow the array API (``1 // -inf`` is ``-0.0``, NumPy ``-1.0``); bool
+    operands are computed in ``int8``; JAX's promotion (weak Python scalars; ``float16`` with ``int32`` gives
+    ``float16``, NumPy ``float64``); lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x1, x2: real arrays or scalars, promoted and broadcast.
+
+    Returns:
+      An array of the promoted dtype (``int8`` for bool) and the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+      DTypeError: a complex argument.
+    """
     check_arraylike("floor_divide", x1, x2)
     a = promote("floor_divide", x1, x2)
     d = aval_of(a[0]).dtype
@@ -259,9 +342,22 @@ def _float_floor_div(x, y):
 
 
 def remainder(x1, x2, /):
-    """Remainder with the sign of the divisor (array API ``remainder``; Python's ``%``).
+    """Remainder with the sign of the divisor (array API ``remainder``; ``numpy.remainder``, Python's ``%``).
 
-    Integer remainder by zero gives 0.
+    Differences from NumPy: integer remainder by zero gives 0 without a warning (DESIGN.md);
+    bool arrays raise (NumPy computes them in ``int8``); JAX's promotion (weak Python scalars; ``float16`` with
+    ``int32`` gives ``float16``, NumPy ``float64``); lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x1, x2: integer or real floating arrays or scalars, promoted and broadcast.
+
+    Returns:
+      An array of the promoted dtype and the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+      DTypeError: a bool or complex argument.
     """
     check_arraylike("remainder", x1, x2)
     a = promote("remainder", x1, x2)
@@ -290,15 +386,44 @@ def _py_mod(x, y):
 
 
 def fmod(x1, x2, /):
-    """C ``fmod``: remainder with the sign of the dividend (``numpy.fmod``)."""
+    """C ``fmod``: remainder with the sign of the dividend (``numpy.fmod``; not in the array API).
+
+    Differences from NumPy: integer ``fmod`` by zero gives 0 (DESIGN.md); JAX's promotion (weak Python scalars;
+    ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``); lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x1, x2: real arrays or scalars, promoted and broadcast.
+
+    Returns:
+      An array of the promoted dtype and the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+      DTypeError: a complex argument.
+    """
     return elementwise("fmod", lax.rem, x1, x2, check=_real_only("fmod"))
 
 
 def pow(x1, x2, /):  # noqa: A001 (array API name)
-    """``x1 ** x2`` (array API ``pow``); ``0 ** 0 == 1``.
+    """``x1 ** x2`` (array API ``pow``; ``numpy.power``); ``0 ** 0 == 1``.
 
     Integer powers use binary exponentiation; a negative integer exponent gives 0
-    unless the base is 1 or -1 (as ``jax.numpy.power``).
+    unless the base is 1 or -1 (as ``jax.numpy.power``; NumPy raises ``ValueError``). A Python
+    int exponent with an array base keeps the base's dtype (``lax.integer_pow``). Otherwise
+    JAX's promotion (weak Python scalars; ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``); lists
+    are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x1, x2: arrays or scalars, promoted and broadcast.
+
+    Returns:
+      An array of the promoted dtype and the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+      DTypeError: a bool argument.
     """
     check_arraylike("pow", x1, x2)
     if isinstance(x2, int) and not isinstance(x2, bool) and not isinstance(x1, (int, float, complex)):
@@ -346,20 +471,41 @@ def _int_pow(x, y):
 
 
 def float_power(x1, x2, /):
-    """``x1 ** x2`` computed in float64 (``numpy.float_power``)."""
-    return pow(asarray_f64(x1), asarray_f64(x2))
+    """``x1 ** x2`` computed in float64 (``numpy.float_power``; not in the array API).
+
+    As NumPy, the result is ``float64`` even for ``float32`` inputs, and ``complex128`` when
+    either input is complex (backends without 64-bit floats run it on the numpy backend,
+    DESIGN.md).
+
+    Args:
+      x1, x2: arrays, scalars or nested sequences (converted as by ``asarray``), broadcast.
+
+    Returns:
+      A ``float64`` (or ``complex128``) array of the broadcast shape.
+
+    Raises:
+      ShapeError: the shapes do not broadcast.
+      DTypeError: an argument that holds no numbers.
+    """
+    check_arraylike("float_power", x1, x2)
+    complex_ = any(dtypes.is_complex(aval_of(v).dtype) for v in (x1, x2))
+    d = dtypes.complex128 if complex_ else dtypes.float64
+    return pow(_asarray_as(x1, d), _asarray_as(x2, d))
 
 
-def asarray_f64(x):
+def _asarray_as(x, d):
     from fnarray.numpy._util import asarray_internal
-    return lax.convert_element_type(asarray_internal(x), dtypes.float64)
+    return lax.convert_element_type(asarray_internal(x), d)
 
 
 def _cmp(name, fn, real_only=True):
     def f(x1, x2, /):
         return elementwise(name, fn, x1, x2, check=_real_only(name) if real_only else None)
     f.__name__ = name
-    f.__doc__ = f"Elementwise ``{name}`` comparison (array API); returns a bool array of the broadcast shape."
+    f.__doc__ = (f"Elementwise ``{name}`` comparison (array API ``{name}``; ``numpy.{name}``); returns a bool array "
+                 "of the broadcast shape.\n\nDifferences from NumPy: JAX's promotion; lists are not accepted"
+                 + ("; complex arguments raise ``DTypeError`` (NumPy orders them lexicographically)."
+                    if real_only else "."))
     return f
 
 
@@ -372,12 +518,44 @@ greater_equal = _cmp("greater_equal", lax.ge)
 
 
 def maximum(x1, x2, /):
-    """Elementwise maximum (array API ``maximum``); propagates NaN."""
+    """Elementwise maximum (array API ``maximum``; ``numpy.maximum``); propagates NaN.
+
+    Differences from NumPy: complex arrays raise (NumPy orders them lexicographically);
+    JAX's promotion (weak Python scalars; ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``); lists
+    are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x1, x2: real arrays or scalars, promoted and broadcast.
+
+    Returns:
+      An array of the promoted dtype and the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+      DTypeError: a complex argument.
+    """
     return elementwise("maximum", lax.max, x1, x2, check=_real_only("maximum"))
 
 
 def minimum(x1, x2, /):
-    """Elementwise minimum (array API ``minimum``); propagates NaN."""
+    """Elementwise minimum (array API ``minimum``; ``numpy.minimum``); propagates NaN.
+
+    Differences from NumPy: complex arrays raise (NumPy orders them lexicographically);
+    JAX's promotion (weak Python scalars; ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``); lists
+    are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x1, x2: real arrays or scalars, promoted and broadcast.
+
+    Returns:
+      An array of the promoted dtype and the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+      DTypeError: a complex argument.
+    """
     return elementwise("minimum", lax.min, x1, x2, check=_real_only("minimum"))
 
 
@@ -400,17 +578,39 @@ def _fmin(a, b):
 
 
 def fmax(x1, x2, /):
-    """Elementwise maximum ignoring NaN (``numpy.fmax``)."""
+    """Elementwise maximum ignoring NaN (``numpy.fmax``; not in the array API); JAX's promotion (weak Python
+    scalars; ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``); lists are not accepted, as in
+    ``jax.numpy``.
+    """
     return elementwise("fmax", _fmax, x1, x2)
 
 
 def fmin(x1, x2, /):
-    """Elementwise minimum ignoring NaN (``numpy.fmin``)."""
+    """Elementwise minimum ignoring NaN (``numpy.fmin``; not in the array API); JAX's promotion (weak Python
+    scalars; ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``); lists are not accepted, as in
+    ``jax.numpy``.
+    """
     return elementwise("fmin", _fmin, x1, x2)
 
 
 def atan2(x1, x2, /):
-    """Four-quadrant arctangent of ``x1 / x2`` (array API ``atan2``)."""
+    """Four-quadrant arctangent of ``x1 / x2`` (array API ``atan2``; ``numpy.arctan2``).
+
+    Differences from NumPy: integer and bool inputs give ``float32`` (NumPy: ``float64``); JAX's promotion (weak
+    Python scalars; ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``); lists are not accepted, as in
+    ``jax.numpy``; complex inputs raise.
+
+    Args:
+      x1, x2: arrays or scalars, promoted and broadcast.
+
+    Returns:
+      A floating array of the promoted dtype and the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+      DTypeError: a complex argument.
+    """
     check_arraylike("atan2", x1, x2)
     a = [_to_inexact(v) for v in promote("atan2", x1, x2)]
     return elementwise("atan2", lax.atan2, *a, check=_real_only("atan2"))
@@ -420,7 +620,23 @@ arctan2 = atan2
 
 
 def hypot(x1, x2, /):
-    """``sqrt(x1**2 + x2**2)`` without undue overflow (array API ``hypot``)."""
+    """``sqrt(x1**2 + x2**2)`` without undue overflow (array API ``hypot``; ``numpy.hypot``).
+
+    Differences from NumPy: integer and bool inputs give ``float32`` (NumPy: ``float64``); JAX's promotion (weak
+    Python scalars; ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``); lists are not accepted, as in
+    ``jax.numpy``; complex inputs raise. ``hypot(inf, nan)`` is ``inf``, as in NumPy.
+
+    Args:
+      x1, x2: arrays or scalars, promoted and broadcast.
+
+    Returns:
+      A floating array of the promoted dtype and the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+      DTypeError: a complex argument.
+    """
     check_arraylike("hypot", x1, x2)
     a = [_to_inexact(v) for v in promote("hypot", x1, x2)]
 
@@ -437,7 +653,23 @@ def hypot(x1, x2, /):
 
 
 def logaddexp(x1, x2, /):
-    """``log(exp(x1) + exp(x2))``, computed stably (array API ``logaddexp``)."""
+    """``log(exp(x1) + exp(x2))``, computed stably (array API ``logaddexp``; ``numpy.logaddexp``).
+
+    Differences from NumPy: integer and bool inputs give ``float32`` (NumPy: ``float64``); JAX's promotion (weak
+    Python scalars; ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``); lists are not accepted, as in
+    ``jax.numpy``; complex inputs raise.
+
+    Args:
+      x1, x2: arrays or scalars, promoted and broadcast.
+
+    Returns:
+      A floating array of the promoted dtype and the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+      DTypeError: a complex argument.
+    """
     check_arraylike("logaddexp", x1, x2)
     a = [_to_inexact(v) for v in promote("logaddexp", x1, x2)]
 
@@ -452,7 +684,23 @@ def logaddexp(x1, x2, /):
 
 
 def logaddexp2(x1, x2, /):
-    """``log2(2**x1 + 2**x2)`` (``numpy.logaddexp2``)."""
+    """``log2(2**x1 + 2**x2)`` (``numpy.logaddexp2``; not in the array API).
+
+    Differences from NumPy: integer and bool inputs give ``float32`` (NumPy: ``float64``); JAX's promotion (weak
+    Python scalars; ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``); computed through ``logaddexp``
+    scaled by ``ln 2``.
+
+    Args:
+      x1, x2: real arrays or scalars, promoted and broadcast.
+
+    Returns:
+      A floating array of the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+      DTypeError: a complex argument.
+    """
     ln2 = float(np.log(2))  # a Python float: weak, so that float32 stays float32
     x1, x2 = [_to_inexact(v) for v in promote("logaddexp2", x1, x2)]
     return divide(logaddexp(multiply(x1, ln2), multiply(x2, ln2)), ln2)
@@ -464,7 +712,9 @@ def _logical(name, fn):
         a = [_as_bool(v) for v in (x1, x2)]
         return elementwise(name, fn, *a)
     f.__name__ = name
-    f.__doc__ = f"Elementwise logical {name[8:]} (array API ``{name}``); non-bool inputs are tested != 0."
+    f.__doc__ = (f"Elementwise logical {name[8:]} (array API ``{name}``; ``numpy.{name}``); non-bool inputs are "
+                 "tested != 0, as in NumPy. Lists are not accepted (as in ``jax.numpy``); returns a bool array of "
+                 "the broadcast shape.")
     return f
 
 
@@ -482,28 +732,99 @@ logical_xor = _logical("logical_xor", lax.bitwise_xor)
 
 
 def logical_not(x, /):
-    """Elementwise logical not (array API ``logical_not``)."""
+    """Elementwise logical not (array API ``logical_not``; ``numpy.logical_not``).
+
+    Differences from NumPy: none beyond lists are not accepted, as in ``jax.numpy`` (non-bool inputs are tested ``!=
+    0``, as in NumPy).
+
+    Args:
+      x: an array or a scalar.
+
+    Returns:
+      A bool array of ``x``'s shape.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+    """
     check_arraylike("logical_not", x)
     return elementwise("logical_not", lax.bitwise_not, _as_bool(x))
 
 
 def bitwise_and(x1, x2, /):
-    """Elementwise bitwise and (array API ``bitwise_and``); integer or bool arrays."""
+    """Elementwise bitwise and (array API ``bitwise_and``; ``numpy.bitwise_and``).
+
+    Differences from NumPy: JAX's promotion (weak Python scalars; ``float16`` with ``int32`` gives ``float16``,
+    NumPy ``float64``); lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x1, x2: integer or bool arrays or scalars, promoted and broadcast.
+
+    Returns:
+      An array of the promoted dtype and the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+      DTypeError: an argument that is not integer or bool.
+    """
     return elementwise("bitwise_and", lax.bitwise_and, x1, x2, check=_int_or_bool("bitwise_and"))
 
 
 def bitwise_or(x1, x2, /):
-    """Elementwise bitwise or (array API ``bitwise_or``); integer or bool arrays."""
+    """Elementwise bitwise or (array API ``bitwise_or``; ``numpy.bitwise_or``).
+
+    Differences from NumPy: JAX's promotion (weak Python scalars; ``float16`` with ``int32`` gives ``float16``,
+    NumPy ``float64``); lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x1, x2: integer or bool arrays or scalars, promoted and broadcast.
+
+    Returns:
+      An array of the promoted dtype and the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+      DTypeError: an argument that is not integer or bool.
+    """
     return elementwise("bitwise_or", lax.bitwise_or, x1, x2, check=_int_or_bool("bitwise_or"))
 
 
 def bitwise_xor(x1, x2, /):
-    """Elementwise bitwise xor (array API ``bitwise_xor``); integer or bool arrays."""
+    """Elementwise bitwise xor (array API ``bitwise_xor``; ``numpy.bitwise_xor``).
+
+    Differences from NumPy: JAX's promotion (weak Python scalars; ``float16`` with ``int32`` gives ``float16``,
+    NumPy ``float64``); lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x1, x2: integer or bool arrays or scalars, promoted and broadcast.
+
+    Returns:
+      An array of the promoted dtype and the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+      DTypeError: an argument that is not integer or bool.
+    """
     return elementwise("bitwise_xor", lax.bitwise_xor, x1, x2, check=_int_or_bool("bitwise_xor"))
 
 
 def bitwise_invert(x, /):
-    """Elementwise bitwise not (array API ``bitwise_invert``); logical not on bool."""
+    """Elementwise bitwise not; logical not on bool (array API ``bitwise_invert``; ``numpy.invert``).
+
+    Differences from NumPy: none beyond lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x: an array or a scalar.
+
+    Returns:
+      An array of ``x``'s shape and dtype.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is floating or complex.
+    """
     return elementwise("bitwise_invert", lax.bitwise_not, x, check=_int_or_bool("bitwise_invert"))
 
 
@@ -511,14 +832,44 @@ invert = bitwise_not = bitwise_invert
 
 
 def bitwise_left_shift(x1, x2, /):
-    """``x1 << x2`` (array API); shifts by >= the bit width (or negative) give 0."""
+    """``x1 << x2`` (array API ``bitwise_left_shift``; ``numpy.left_shift``).
+
+    Differences from NumPy: shifts by ``>=`` the bit width or by a negative amount give 0 on every backend
+    (DESIGN.md); JAX's promotion (weak Python scalars; ``float16`` with ``int32`` gives ``float16``, NumPy
+    ``float64``); lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x1, x2: integer arrays or scalars, promoted and broadcast.
+
+    Returns:
+      An array of the promoted dtype and the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+      DTypeError: an argument that is not an integer.
+    """
     return elementwise("bitwise_left_shift", lax.shift_left, x1, x2, check=_int_only("bitwise_left_shift"))
 
 
 def bitwise_right_shift(x1, x2, /):
-    """``x1 >> x2`` (array API): arithmetic for signed, logical for unsigned integers.
+    """``x1 >> x2``: arithmetic for signed, logical for unsigned integers (array API ``bitwise_right_shift``;
+    ``numpy.right_shift``).
 
-    Shifts by >= the bit width give 0 (or -1 for a negative signed ``x1``).
+    Differences from NumPy: shifts by ``>=`` the bit width give 0 (or -1 for a negative signed ``x1``) on every
+    backend (DESIGN.md); JAX's promotion (weak Python scalars; ``float16`` with ``int32`` gives ``float16``, NumPy
+    ``float64``); lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x1, x2: integer arrays or scalars, promoted and broadcast.
+
+    Returns:
+      An array of the promoted dtype and the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+      DTypeError: an argument that is not an integer.
     """
     def f(x, y):
         if dtypes.is_unsigned(aval_of(x).dtype):
@@ -531,7 +882,22 @@ left_shift, right_shift = bitwise_left_shift, bitwise_right_shift
 
 
 def abs(x, /):  # noqa: A001 (array API name)
-    """Absolute value (array API ``abs``); complex input gives its real dtype."""
+    """Absolute value; complex input gives its real dtype (array API ``abs``; ``numpy.abs``).
+
+    Differences from NumPy: bool arrays raise (as the array API; NumPy returns them unchanged); lists are not
+    accepted, as in ``jax.numpy``.
+
+    Args:
+      x: an array or a scalar.
+
+    Returns:
+      An array of ``x``'s shape and dtype (the real dtype for complex ``x``); ``abs`` of the minimum signed integer
+      wraps to itself, as in NumPy.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is bool.
+    """
     def f(v):
         return v if dtypes.is_unsigned(aval_of(v).dtype) else lax.abs(v)
     return elementwise("abs", f, x, check=_not_bool("abs"))
@@ -541,17 +907,57 @@ absolute = abs
 
 
 def negative(x, /):
-    """Elementwise negation (array API ``negative``)."""
+    """Elementwise negation (array API ``negative``; ``numpy.negative``).
+
+    Differences from NumPy: lists are not accepted, as in ``jax.numpy``; integer negation wraps.
+
+    Args:
+      x: an array or a scalar.
+
+    Returns:
+      An array of ``x``'s shape and dtype.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is bool.
+    """
     return elementwise("negative", lax.neg, x, check=_not_bool("negative"))
 
 
 def positive(x, /):
-    """Elementwise ``+x`` (array API ``positive``): the same values."""
+    """Elementwise ``+x``: the same values (array API ``positive``; ``numpy.positive``).
+
+    Differences from NumPy: lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x: an array or a scalar.
+
+    Returns:
+      An array of ``x``'s shape and dtype.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is bool.
+    """
     return elementwise("positive", lambda v: v, x, check=_not_bool("positive"))
 
 
 def sign(x, /):
-    """-1, 0 or 1 (``x/|x|`` for complex) (array API ``sign``); NaN gives NaN."""
+    """-1, 0 or 1 (``x/|x|`` for complex); NaN gives NaN (array API ``sign``; ``numpy.sign``).
+
+    Differences from NumPy: ``sign(-0.0)`` is ``+0.0``; complex ``x`` gives ``x / |x|`` (the array API's; NumPy 2
+    agrees); lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x: an array or a scalar.
+
+    Returns:
+      An array of ``x``'s shape and dtype.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is bool.
+    """
     def f(v):
         d = aval_of(v).dtype
         if dtypes.is_unsigned(d):
@@ -569,7 +975,9 @@ def _int_identity(name, fn):
             return v if not dtypes.is_inexact(aval_of(v).dtype) else fn(v)
         return elementwise(name, g, x, check=_real_only(name))
     f.__name__ = name
-    f.__doc__ = f"Elementwise {name} (array API ``{name}``); integers are returned unchanged."
+    f.__doc__ = (f"Elementwise {name} (array API ``{name}``; ``numpy.{name}``); integers and bools are returned "
+                 "unchanged, with their dtype (as the array API and NumPy 2). Complex arguments raise ``DTypeError``; "
+                 "lists are not accepted.")
     return f
 
 
@@ -579,13 +987,29 @@ trunc = _int_identity("trunc", lambda v: lax.select(lax.lt(v, lax.zeros_like(v))
 
 
 def round(x, /, decimals: int = 0):  # noqa: A001 (array API name)
-    """Round half to even (array API ``round``; ``numpy.round`` with ``decimals``)."""
+    """Round half to even (array API ``round``; ``numpy.round`` with ``decimals``).
+
+    Integer inputs are returned unchanged for ``decimals >= 0`` and rounded half to even to a
+    multiple of ``10**-decimals`` otherwise, in integer arithmetic, as NumPy does (JAX raises);
+    a multiple beyond the dtype's range gives 0. Complex inputs round both parts. Differences
+    from NumPy: lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x: an array or a scalar.
+      decimals: the number of decimal places (a Python int; negative rounds to tens...).
+
+    Returns:
+      An array of ``x``'s shape and dtype.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+    """
     def g(v):
         d = aval_of(v).dtype
         if dtypes.is_complex(d):
             return lax.complex(g(lax.real(v)), g(lax.imag(v)))
         if not dtypes.is_inexact(d):
-            return v
+            return v if decimals >= 0 or d == dtypes.bool_ else _round_int(v, -decimals)
         if decimals == 0:
             return lax.round(v)
         f = np.asarray(10.0 ** decimals, d)[()]
@@ -593,8 +1017,41 @@ def round(x, /, decimals: int = 0):  # noqa: A001 (array API name)
     return elementwise("round", g, x)
 
 
+def _round_int(v, digits):
+    """Round an integer array half to even to a multiple of ``10**digits`` (``digits > 0``)."""
+    d = aval_of(v).dtype
+    f = 10 ** digits
+    if f > int(np.iinfo(d).max):
+        return lax.zeros_like(v)  # |v| < f: every value rounds to 0 (half to even at +-f/2 too)
+    f_ = lax.full(aval_of(v).shape, f, d)
+    q = lax.div(v, f_)            # truncating division
+    r = lax.sub(v, lax.mul(q, f_))  # remainder with v's sign, |r| < f
+    zero = lax.zeros_like(v)
+    neg = lax.lt(r, zero) if dtypes.is_signed(d) else lax.ne(zero, zero)
+    mag = lax.select(neg, lax.neg(r), r)
+    half = lax.sub(f_, mag)       # compare 2|r| with f without overflowing: |r| vs f - |r|
+    odd = lax.ne(lax.rem(q, lax.full(aval_of(v).shape, 2, d)), zero)
+    up = lax.bitwise_or(lax.gt(mag, half), lax.bitwise_and(lax.eq(mag, half), odd))
+    one = lax.full(aval_of(v).shape, 1, d)
+    step = lax.select(neg, lax.neg(one), one) if dtypes.is_signed(d) else one
+    q = lax.select(up, lax.add(q, step), q)
+    return lax.mul(q, f_)
+
+
 def isnan(x, /):
-    """Elementwise NaN test (array API ``isnan``); False for integers."""
+    """Elementwise NaN test; False for integers (array API ``isnan``; ``numpy.isnan``).
+
+    Differences from NumPy: lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x: an array or a scalar.
+
+    Returns:
+      A bool array of ``x``'s shape.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+    """
     def f(v):
         if not dtypes.is_inexact(aval_of(v).dtype):
             return lax.full(aval_of(v).shape, False, dtypes.bool_)
@@ -605,7 +1062,19 @@ def isnan(x, /):
 
 
 def isinf(x, /):
-    """Elementwise infinity test (array API ``isinf``); False for integers."""
+    """Elementwise infinity test; False for integers (array API ``isinf``; ``numpy.isinf``).
+
+    Differences from NumPy: lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x: an array or a scalar.
+
+    Returns:
+      A bool array of ``x``'s shape.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+    """
     def f(v):
         d = aval_of(v).dtype
         if not dtypes.is_inexact(d):
@@ -617,7 +1086,19 @@ def isinf(x, /):
 
 
 def isfinite(x, /):
-    """Elementwise finiteness test (array API ``isfinite``); True for integers."""
+    """Elementwise finiteness test; True for integers (array API ``isfinite``; ``numpy.isfinite``).
+
+    Differences from NumPy: lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x: an array or a scalar.
+
+    Returns:
+      A bool array of ``x``'s shape.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+    """
     def f(v):
         d = aval_of(v).dtype
         if not dtypes.is_inexact(d):
@@ -629,7 +1110,20 @@ def isfinite(x, /):
 
 
 def signbit(x, /):
-    """True where the sign bit is set, -0.0 and negative NaN included (array API ``signbit``)."""
+    """True where the sign bit is set, -0.0 and negative NaN included (array API ``signbit``; ``numpy.signbit``).
+
+    Differences from NumPy: lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x: an array or a scalar.
+
+    Returns:
+      A bool array of ``x``'s shape.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
+    """
     def f(v):
         d = aval_of(v).dtype
         if dtypes.is_int(d):
@@ -642,7 +1136,23 @@ def signbit(x, /):
 
 
 def copysign(x1, x2, /):
-    """``x1`` with the sign of ``x2`` (array API ``copysign``)."""
+    """``x1`` with the sign of ``x2`` (array API ``copysign``; ``numpy.copysign``).
+
+    Differences from NumPy: integer and bool inputs give ``float32`` (NumPy: ``float64``); JAX's promotion (weak
+    Python scalars; ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``); lists are not accepted, as in
+    ``jax.numpy``; complex inputs raise.
+
+    Args:
+      x1, x2: arrays or scalars, promoted and broadcast.
+
+    Returns:
+      A floating array of the promoted dtype and the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+      DTypeError: a complex argument.
+    """
     check_arraylike("copysign", x1, x2)
     a = [_to_inexact(v) for v in promote("copysign", x1, x2)]
 
@@ -654,36 +1164,115 @@ def copysign(x1, x2, /):
 
 
 def nextafter(x1, x2, /):
-    """The next float after ``x1`` toward ``x2`` (array API ``nextafter``)."""
+    """The next float after ``x1`` toward ``x2`` (array API ``nextafter``; ``numpy.nextafter``).
+
+    Differences from NumPy: integer and bool inputs give ``float32`` (NumPy: ``float64``); JAX's promotion (weak
+    Python scalars; ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``); lists are not accepted, as in
+    ``jax.numpy``; complex inputs raise.
+
+    Args:
+      x1, x2: arrays or scalars, promoted and broadcast.
+
+    Returns:
+      A floating array of the promoted dtype and the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+      DTypeError: a complex argument.
+    """
     check_arraylike("nextafter", x1, x2)
     a = [_to_inexact(v) for v in promote("nextafter", x1, x2)]
     return elementwise("nextafter", lax.nextafter, *a, check=_real_only("nextafter"))
 
 
 def reciprocal(x, /):
-    """``1 / x`` (array API ``reciprocal``)."""
+    """``1 / x`` (array API ``reciprocal``; ``numpy.reciprocal``).
+
+    Differences from NumPy: integer inputs give ``float32`` reciprocals (NumPy's integer ``reciprocal`` truncates,
+    ``1 // x``); lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x: an array or a scalar.
+
+    Returns:
+      A floating array of ``x``'s shape.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+    """
     x = _to_inexact(x)
     return divide(1, x)
 
 
 def square(x, /):
-    """``x * x`` (array API ``square``)."""
+    """``x * x`` (array API ``square``; ``numpy.square``).
+
+    Differences from NumPy: bool arrays raise (as the array API; NumPy gives ``int8``); lists are not accepted, as
+    in ``jax.numpy``.
+
+    Args:
+      x: an array or a scalar.
+
+    Returns:
+      An array of ``x``'s shape and dtype.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is bool.
+    """
     return elementwise("square", lambda v: lax.integer_pow(v, 2), x, check=_not_bool("square"))
 
 
 def real(x, /):
-    """Real part (array API ``real``); real input is returned as is."""
+    """Real part; real input is returned as is (array API ``real``; ``numpy.real``).
+
+    Differences from NumPy: lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x: an array or a scalar.
+
+    Returns:
+      An array of ``x``'s shape and real dtype.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+    """
     return elementwise("real", lambda v: lax.real(v) if dtypes.is_complex(aval_of(v).dtype) else v, x)
 
 
 def imag(x, /):
-    """Imaginary part (array API ``imag``); zeros for real input."""
+    """Imaginary part; zeros for real input (array API ``imag``; ``numpy.imag``).
+
+    Differences from NumPy: lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x: an array or a scalar.
+
+    Returns:
+      An array of ``x``'s shape and real dtype.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+    """
     return elementwise("imag", lambda v: lax.imag(v) if dtypes.is_complex(aval_of(v).dtype) else lax.zeros_like(v),
                        x)
 
 
 def conj(x, /):
-    """Complex conjugate (array API ``conj``); real input is returned as is."""
+    """Complex conjugate; real input is returned as is (array API ``conj``; ``numpy.conj``).
+
+    Differences from NumPy: lists are not accepted, as in ``jax.numpy``.
+
+    Args:
+      x: an array or a scalar.
+
+    Returns:
+      An array of ``x``'s shape and dtype.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+    """
     return elementwise("conj", lambda v: lax.conj(v) if dtypes.is_complex(aval_of(v).dtype) else v, x)
 
 
@@ -691,30 +1280,51 @@ conjugate = conj
 
 
 def angle(z, deg: bool = False):
-    """Argument of complex numbers, in radians (or degrees) (``numpy.angle``)."""
+    """Argument of complex numbers, in radians (or degrees) (``numpy.angle``; not in the array API).
+
+    Differences from NumPy: integer and bool inputs give ``float32`` (NumPy: ``float64``).
+
+    Args:
+      z: an array or a scalar (real inputs give 0 or pi).
+      deg: return degrees instead of radians.
+
+    Returns:
+      A real floating array of ``z``'s shape.
+
+    Raises:
+      TypeError: ``z`` is not an array or a scalar.
+    """
     z = _to_inexact(z)
     a = atan2(imag(z), real(z))
     return rad2deg(a) if deg else a
 
 
 def isreal(x, /):
-    """True where the imaginary part is zero (``numpy.isreal``)."""
+    """True where the imaginary part is zero (``numpy.isreal``; not in the array API); a bool array of ``x``'s
+    shape.
+    """
     return equal(imag(x), 0)
 
 
 def iscomplex(x, /):
-    """True where the imaginary part is non-zero (``numpy.iscomplex``)."""
+    """True where the imaginary part is non-zero (``numpy.iscomplex``; not in the array API); a bool array of
+    ``x``'s shape.
+    """
     return not_equal(imag(x), 0)
 
 
 def deg2rad(x, /):
-    """Degrees to radians (``numpy.deg2rad``)."""
+    """Degrees to radians (``numpy.deg2rad``; not in the array API); integer and bool inputs give ``float32``
+    (NumPy: ``float64``).
+    """
     x = _to_inexact(x)
     return multiply(x, np.pi / 180)
 
 
 def rad2deg(x, /):
-    """Radians to degrees (``numpy.rad2deg``)."""
+    """Radians to degrees (``numpy.rad2deg``; not in the array API); integer and bool inputs give ``float32``
+    (NumPy: ``float64``).
+    """
     x = _to_inexact(x)
     return multiply(x, 180 / np.pi)
 
@@ -723,7 +1333,9 @@ radians, degrees = deg2rad, rad2deg
 
 
 def sinc(x, /):
-    """``sin(pi x) / (pi x)``, 1 at 0 (``numpy.sinc``)."""
+    """``sin(pi x) / (pi x)``, 1 at 0 (``numpy.sinc``; not in the array API); integer and bool inputs give
+    ``float32`` (NumPy: ``float64``).
+    """
     from fnarray.numpy._manipulation import where
     x = _to_inexact(x)
     px = multiply(x, np.pi)
@@ -732,7 +1344,23 @@ def sinc(x, /):
 
 
 def heaviside(x1, x2, /):
-    """0 where ``x1 < 0``, ``x2`` where ``x1 == 0``, 1 where ``x1 > 0`` (``numpy.heaviside``)."""
+    """0 where ``x1 < 0``, ``x2`` where ``x1 == 0``, 1 where ``x1 > 0`` (``numpy.heaviside``).
+
+    Differences from NumPy: integer and bool inputs give ``float32`` (NumPy: ``float64``); JAX's promotion (weak
+    Python scalars; ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``); lists are not accepted, as in
+    ``jax.numpy``; complex inputs raise.
+
+    Args:
+      x1, x2: arrays or scalars, promoted and broadcast.
+
+    Returns:
+      A floating array of the promoted dtype and the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+      DTypeError: a complex argument.
+    """
     from fnarray.numpy._manipulation import where
     check_arraylike("heaviside", x1, x2)
     x1, x2 = [_to_inexact(v) for v in promote("heaviside", x1, x2)]  # the result has their dtype
@@ -742,9 +1370,24 @@ def heaviside(x1, x2, /):
 
 
 def clip(x, /, min=None, max=None):  # noqa: A002 (array API names)
-    """Clamp ``x`` to ``[min, max]`` (array API ``clip``); the result has x's dtype.
+    """Clamp ``x`` to ``[min, max]`` (array API ``clip``; ``numpy.clip``); the result has x's dtype.
 
     NaN in ``x`` stays NaN; ``min``/``max`` may be ``None``, scalars or arrays.
+    Differences from NumPy: the result keeps ``x``'s dtype, as the array API asks (NumPy 2
+    promotes: ``clip(int array, 2.5, 7)`` is ``float64`` there, ``int32`` here; array bounds
+    are cast to ``x``'s dtype first); no ``out=``.
+
+    Args:
+      x: an array or a scalar.
+      min, max: the bounds, or ``None`` for no bound; broadcast with ``x``.
+
+    Returns:
+      An array of ``x``'s dtype and the broadcast shape.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      ShapeError: the bounds do not broadcast with ``x``.
+      DTypeError: complex arguments.
     """
     check_arraylike("clip", x)
     from fnarray.numpy._util import asarray_internal
@@ -763,11 +1406,30 @@ def clip(x, /, min=None, max=None):  # noqa: A002 (array API names)
 
 
 def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
-    """``|a - b| <= atol + rtol * |b|`` elementwise (``numpy.isclose``)."""
+    """``|a - b| <= atol + rtol * |b|`` elementwise (``numpy.isclose``; not in the array API).
+
+    An infinity is close only to an infinity of the same sign; NaN is close to NaN only with
+    ``equal_nan``. Integer and bool inputs are compared in ``float32`` (as ``jax.numpy.isclose``;
+    NumPy uses ``float64``). Differences from NumPy: JAX's promotion (weak Python scalars;
+    ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``).
+
+    Args:
+      a, b: arrays or scalars, promoted and broadcast.
+      rtol, atol: relative and absolute tolerances.
+      equal_nan: treat NaNs as equal.
+
+    Returns:
+      A bool array of the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+    """
     check_arraylike("isclose", a, b)
     a, b = promote("isclose", a, b)
     if not dtypes.is_inexact(aval_of(a).dtype):
-        return equal(a, b)
+        # As NumPy and jax.numpy: integers and bools are compared in the default float dtype.
+        a, b = promote("isclose", a, b, to=dtypes.float32)
     out = less_equal(abs(subtract(a, b)), add(atol, multiply(rtol, abs(b))))
     out = logical_and(out, logical_and(isfinite(a), isfinite(b)))  # an infinity is close only to itself
     out = logical_or(out, equal(a, b))  # equal infinities
@@ -777,7 +1439,23 @@ def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
 
 
 def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
-    """Replace NaN and infinities by finite numbers (``numpy.nan_to_num``)."""
+    """Replace NaN and infinities by finite numbers (``numpy.nan_to_num``; not in the array API).
+
+    Differences from NumPy: ``copy`` is ignored (arrays are immutable: the result is always a
+    new array); lists are accepted as by ``asarray``.
+
+    Args:
+      x: an array, scalar or nested sequence; integer inputs are returned unchanged.
+      copy: ignored.
+      nan: the value for NaN.
+      posinf, neginf: the values for ``±inf`` (default: the dtype's largest / lowest finite value).
+
+    Returns:
+      An array of ``x``'s shape and dtype (complex: real and imaginary parts replaced separately).
+
+    Raises:
+      DTypeError: ``x`` holds no numbers.
+    """
     from fnarray.numpy._manipulation import where
     from fnarray.numpy._util import asarray_internal
     x = asarray_internal(x)
@@ -796,7 +1474,21 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
 
 
 def frexp(x, /):
-    """Mantissa in [0.5, 1) and integer exponent with ``x = m * 2**e`` (``numpy.frexp``)."""
+    """Mantissa in [0.5, 1) and integer exponent with ``x = m * 2**e`` (``numpy.frexp``; not in the array API).
+
+    Differences from NumPy: integer and bool inputs give ``float32`` (NumPy: ``float64``); computed from ``log2``
+    and ``exp2`` rather than read from the bits;
+    non-finite ``x`` gives ``(x, 0)``.
+
+    Args:
+      x: a real array or scalar.
+
+    Returns:
+      ``(mantissa, exponent)``: a floating array and an ``int32`` array of ``x``'s shape.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+    """
     from fnarray.numpy._manipulation import where
     x = _to_inexact(x)
     ax = abs(x)
@@ -810,7 +1502,23 @@ def frexp(x, /):
 
 
 def ldexp(x1, x2, /):
-    """``x1 * 2**x2`` (``numpy.ldexp``)."""
+    """``x1 * 2**x2`` (``numpy.ldexp``; not in the array API).
+
+    Differences from NumPy: integer and bool inputs give ``float32`` (NumPy: ``float64``); computed as ``x1 *
+    exp2(x2)`` (so results that underflow
+    ``2**x2`` alone may differ from NumPy's exact scaling).
+
+    Args:
+      x1: a real array or scalar.
+      x2: integer exponents (an array or a scalar), broadcast with ``x1``.
+
+    Returns:
+      A floating array of the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      ShapeError: the shapes do not broadcast.
+    """
     from fnarray.numpy._util import asarray_internal
     x1 = _to_inexact(x1)
     # NumPy exponent arrays become arrays first (lax takes Arrays and scalars only).
@@ -819,10 +1527,27 @@ def ldexp(x1, x2, /):
 
 
 def gcd(x1, x2, /):
-    """Greatest common divisor of integers (``numpy.gcd``), by Euclid's algorithm."""
+    """Greatest common divisor of integers (``numpy.gcd``; not in the array API), by Euclid's algorithm.
+
+    Runs as a ``while_loop`` (so reverse-mode ``grad`` does not apply). JAX's promotion (weak Python scalars;
+    ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``). Floating inputs are
+    rejected with ``DTypeError`` (a ``TypeError``, as NumPy raises).
+
+    Args:
+      x1, x2: integer arrays or scalars, promoted and broadcast.
+
+    Returns:
+      A non-negative array of the promoted dtype and the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      DTypeError: the promoted dtype is not an integer type.
+      ShapeError: the shapes do not broadcast.
+    """
     from fnarray.transforms.control_flow import while_loop
     check_arraylike("gcd", x1, x2)
     a, b = promote("gcd", x1, x2)
+    _check_integer("gcd", aval_of(a).dtype)
     from fnarray.numpy._util import broadcast_arrays_, asarray_internal
     (a, b), _ = broadcast_arrays_([asarray_internal(abs(a)), asarray_internal(abs(b))], "gcd")
     a, b = _same_shape(a, b)  # the loop carry needs both at the full shape
@@ -837,8 +1562,28 @@ def gcd(x1, x2, /):
     return while_loop(cond, body, (a, b))[0]
 
 
+def _check_integer(name, d):
+    if not dtypes.is_int(d):
+        raise DTypeError(f"{name} needs integer arguments, got {np.dtype(d).name} (as numpy.{name}); "
+                         "convert with astype(int32) first if the values are whole numbers")
+
+
 def lcm(x1, x2, /):
-    """Least common multiple of integers (``numpy.lcm``)."""
+    """Least common multiple of integers (``numpy.lcm``; not in the array API); 0 where either is 0.
+
+    JAX's promotion (weak Python scalars); as ``gcd``, floating and bool inputs raise ``DTypeError``.
+
+    Args:
+      x1, x2: integer arrays or scalars, promoted and broadcast.
+
+    Returns:
+      A non-negative array of the promoted dtype and the broadcast shape.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      DTypeError: the promoted dtype is not an integer type.
+      ShapeError: the shapes do not broadcast.
+    """
     g = gcd(x1, x2)
     from fnarray.numpy._manipulation import where
     return where(equal(g, 0), 0, abs(multiply(floor_divide(x1, where(equal(g, 0), 1, g)), x2)))

@@ -616,7 +616,10 @@ def _index_mode(i, n, mode, what):
 
 
 def take(a, indices, axis=None, mode=None, fill_value=None, *, unique_indices=False, indices_are_sorted=False):
-    """Elements of ``a`` at ``indices`` along ``axis`` (``numpy.take``, ``jax.numpy.take``).
+    """Elements of ``a`` at ``indices`` along ``axis`` (array API ``take``; ``numpy.take``, ``jax.numpy.take``).
+
+    Differences from NumPy: out-of-bounds indices are clamped by default (NumPy raises
+    ``IndexError``), as in ``jax.numpy``; ``mode="fill"`` is JAX's.
 
     Args:
       a: array; ``axis=None`` takes from the flattened array.
@@ -662,7 +665,11 @@ def _move_axes_block(g, k, pos):
 
 
 def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None):
-    """``arr`` indexed along ``axis`` by ``indices`` of the same rank (``numpy.take_along_axis``).
+    """``arr`` indexed along ``axis`` by ``indices`` of the same rank (array API ``take_along_axis``;
+    ``numpy.take_along_axis``).
+
+    Differences from NumPy: out-of-bounds indices are clamped by default (NumPy raises
+    ``IndexError``), as in ``jax.numpy``.
 
     ``axis`` defaults to -1 (the last axis), as the array API 2024.12 and NumPy 2.3.
 

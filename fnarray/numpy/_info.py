@@ -28,7 +28,11 @@ newaxis = None
 
 
 def dtype(x):
-    """``numpy.dtype``-like constructor: the fnarray dtype for a name, type or dtype."""
+    """``numpy.dtype``-like constructor: the fnarray dtype for a name, type or dtype (not in the array API).
+
+    Differences from NumPy: Python ``float``/``int``/``complex`` give the 32-bit defaults
+    (``float32``/``int32``/``complex64``); dtypes fnarray does not have raise ``DTypeError``.
+    """
     return dtypes.canonicalize(x)
 
 
@@ -69,7 +73,15 @@ def _pair(x):
 
 
 def result_type(*arrays_and_dtypes):
-    """The dtype that the arguments promote to (array API ``result_type``; JAX's lattice)."""
+    """The dtype that the arguments promote to (array API ``result_type``; ``jax.numpy.result_type``).
+
+    Differences from NumPy: JAX's lattice with weak Python scalars (``float16`` with ``int32``
+    gives ``float16`` and ``int32`` with ``1.0`` gives ``float32``; NumPy gives ``float64`` for
+    both).
+
+    Raises:
+      ValueError: no arguments.
+    """
     if not arrays_and_dtypes:
         raise ValueError("result_type needs at least one array or dtype")
     d, w = dtypes.result_type(*[_pair(x) for x in arrays_and_dtypes])
@@ -82,14 +94,20 @@ def promote_types(type1, type2):
 
 
 def can_cast(from_, to, /) -> "bool":
-    """Whether ``from_`` promotes to ``to`` without changing kind illegally (array API ``can_cast``)."""
+    """Whether ``from_`` promotes to ``to`` without changing kind illegally (array API ``can_cast``).
+
+    True exactly when ``promote_types(from_, to) == to`` in JAX's lattice. Differences from
+    NumPy (and from ``jax.numpy.can_cast``, which uses NumPy's ``"safe"`` rule): integers cast
+    to every floating dtype (``can_cast(int64, float32)`` is True here, False there); no
+    ``casting=`` argument.
+    """
     f = from_.dtype if isinstance(from_, Array) else dtypes.canonicalize(from_)
     t = dtypes.canonicalize(to)
     return dtypes.promote_types(f, t)[0] == t
 
 
 def issubdtype(arg1, arg2) -> "bool":
-    """``numpy.issubdtype`` over fnarray dtypes (bfloat16 counts as floating)."""
+    """``numpy.issubdtype`` over fnarray dtypes; bfloat16 counts as floating (NumPy: it does not)."""
     d = dtypes.canonicalize(arg1)
     if arg2 in (np.floating, np.inexact) and d == dtypes.bfloat16:
         return True
@@ -97,7 +115,15 @@ def issubdtype(arg1, arg2) -> "bool":
 
 
 def astype(x, dtype, /, *, copy: "bool" = True, device=None):
-    """``x`` converted to ``dtype`` (array API ``astype``); float -> int saturates, NaN -> 0."""
+    """``x`` converted to ``dtype`` (array API ``astype``; ``numpy.ndarray.astype``); float -> int saturates, NaN -> 0.
+
+    Differences from NumPy: out-of-range float -> int conversions saturate and NaN gives 0 on
+    every backend (DESIGN.md; NumPy's result is platform-defined); complex -> real keeps the
+    real part without a warning; ``copy`` is ignored (arrays are immutable).
+
+    Raises:
+      DTypeError: a ``dtype`` fnarray does not have.
+    """
     from fnarray.core import lax
     from fnarray.numpy._util import asarray_internal
     x = asarray_internal(x)

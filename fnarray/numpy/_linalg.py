@@ -79,7 +79,10 @@ def _diagonal_last2(x):
 
 
 def matmul(x1, x2, /, *, precision=None, preferred_element_type=None):
-    """Matrix product with broadcasting of batch dimensions (array API ``matmul``; the ``@`` operator).
+    """Matrix product with broadcasting of batch dimensions (array API ``matmul``; ``numpy.matmul``, ``@``).
+
+    Differences from NumPy: JAX's promotion of the operands; ``precision`` and
+    ``preferred_element_type`` are ``jax.numpy``'s; no ``out=``.
 
     Args:
       x1: array of shape ``(..., M, K)``, or ``(K,)`` (treated as a row, the row axis dropped after).
@@ -221,7 +224,9 @@ def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None):
 
 
 def vecdot(x1, x2, /, *, axis=-1, precision=None, preferred_element_type=None):
-    """Vector dot product ``sum(conj(x1) * x2)`` over ``axis`` (array API ``vecdot``).
+    """Vector dot product ``sum(conj(x1) * x2)`` over ``axis`` (array API ``vecdot``; ``numpy.vecdot``).
+
+    Differences from NumPy: JAX's promotion; a non-negative ``axis`` counts in the broadcast shape.
 
     Args:
       x1, x2: arrays whose other axes broadcast together.

@@ -252,9 +252,14 @@ def _reshape_method(self, *shape, order="C", copy=None):
 
 
 def moveaxis(a, source, destination):
-    """``a`` with axes ``source`` moved to positions ``destination`` (``numpy.moveaxis``).
+    """``a`` with axes ``source`` moved to positions ``destination`` (array API ``moveaxis``; ``numpy.moveaxis``).
 
-    ``source`` and ``destination`` are ints or equal-length sequences of distinct axes.
+    ``source`` and ``destination`` are ints or equal-length sequences of distinct axes. No
+    difference from NumPy beyond immutability (the result is a new array, not a view).
+
+    Raises:
+      ShapeError: an axis out of range (``AxisError``), ``source`` and ``destination`` of
+        different lengths, or a repeated axis.
     """
     a = _arr(a)
     src = tuple(normalize_axis(s, a.ndim, "moveaxis source") for s in _static_ints(source, "source"))
@@ -347,7 +352,11 @@ def broadcast_to(x, /, shape):
 
 
 def broadcast_arrays(*arrays):
-    """The arrays broadcast to their common shape, as a list (array API ``broadcast_arrays``)."""
+    """The arrays broadcast to their common shape (array API ``broadcast_arrays``; ``numpy.broadcast_arrays``).
+
+    Differences from NumPy: a list, as the array API specifies (NumPy 2 returns a tuple); the
+    results are new immutable arrays, not read-only views.
+    """
     arrays = [_arr(a) for a in arrays]
     shape = _broadcast_shapes(*[a.shape for a in arrays], name="broadcast_arrays")
     return [broadcast_to(a, shape) for a in arrays]
@@ -608,11 +617,15 @@ def _roll_axis(x, shift, ax):
 
 
 def roll(a, shift, axis=None):
-    """``a`` with elements shifted cyclically by ``shift`` along ``axis`` (``numpy.roll``).
+    """``a`` with elements shifted cyclically by ``shift`` along ``axis`` (array API ``roll``; ``numpy.roll``).
 
     ``shift`` and ``axis`` are ints or sequences broadcast together; ``axis=None`` rolls the
     flattened array and restores the shape. A traced scalar ``shift`` is allowed (one
-    ``dynamic_slice`` of the doubled axis).
+    ``dynamic_slice`` of the doubled axis), as in ``jax.numpy.roll``.
+
+    Raises:
+      TypeError: a traced ``shift`` that is not an integer scalar.
+      ShapeError: ``shift`` and ``axis`` sequences of different lengths, or an axis out of range.
     """
     a = _arr(a)
     if axis is None:
@@ -660,10 +673,14 @@ def rot90(m, k=1, axes=(0, 1)):
 
 
 def tile(A, reps):
-    """``A`` repeated ``reps`` times along each axis (``numpy.tile``).
+    """``A`` repeated ``reps`` times along each axis (array API ``tile``; ``numpy.tile``).
 
     ``reps`` is an int or tuple of non-negative ints; the shorter of ``A.shape`` and
-    ``reps`` is padded with leading ones. Result shape: ``A.shape[i] * reps[i]``.
+    ``reps`` is padded with leading ones. Result shape: ``A.shape[i] * reps[i]``. ``reps``
+    must be static (Python ints), as in ``jax.numpy.tile``.
+
+    Raises:
+      ValueError: a negative entry in ``reps``.
     """
     A = _arr(A)
     reps = _static_ints(reps, "tile reps")
@@ -700,7 +717,7 @@ def _take_static_axis(x, idx_col, ax):
 
 
 def repeat(a, repeats, axis=None, *, total_repeat_length=None):
-    """Each element of ``a`` repeated along ``axis`` (``numpy.repeat``, ``jax.numpy.repeat``).
+    """Each element of ``a`` repeated along ``axis`` (array API ``repeat``; ``numpy.repeat``, ``jax.numpy.repeat``).
 
     Args:
       a: array; ``axis=None`` repeats the flattened array.

@@ -232,6 +232,9 @@ def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=
 
     Returns: the reduced array (``S`` without ``axis``). An empty sum is 0.
 
+    Differences from NumPy: small integers accumulate in 32 bits (NumPy uses the platform
+    integer, ``int64``); ``out=`` raises, as arrays are immutable.
+
     Raises: ``ShapeError`` for an axis out of range or repeated; ``TypeError`` for ``out=``.
     """
     return _sum_like("sum", lax.reduce_sum, lax.reduce_or, 0, a, axis, dtype, out, keepdims, initial, where,
@@ -323,7 +326,8 @@ def argmax(a, axis=None, out=None, keepdims=False):
       a: real or bool array. axis: int, or None to search the flattened array.
       keepdims: keep the reduced axis (all axes for ``axis=None``) as size 1.
 
-    Returns: an ``int32`` array; a NaN counts as the maximum, so the first NaN wins.
+    Returns: an ``int32`` array (NumPy: ``int64``); a NaN counts as the maximum, so the first
+    NaN wins, as in NumPy.
 
     Raises: ``ValueError`` for an empty axis; ``DTypeError`` for complex input.
     """
@@ -369,7 +373,10 @@ def any(a, axis=None, out=None, keepdims=False, *, where=None):
 
 
 def count_nonzero(a, axis=None, keepdims=False):
-    """Number of non-zero elements over ``axis`` (``numpy.count_nonzero``); an ``int32`` array."""
+    """Number of non-zero elements over ``axis`` (array API ``count_nonzero``; ``numpy.count_nonzero``).
+
+    The result is an ``int32`` array (NumPy: ``intp``, a Python int for ``axis=None``).
+    """
     x = _prep("count_nonzero", a)
     b = x if dtypes.is_bool(x.dtype) else lax.ne(x, lax.zeros_like(x))
     return sum(b, axis=axis, dtype=dtypes.int32, keepdims=keepdims)
@@ -415,7 +422,8 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=None):
         Half-precision inputs are accumulated in ``float32``.
       where: bool array broadcastable to ``S``; only those elements are averaged.
 
-    Returns: the mean; NaN for an empty reduction.
+    Returns: the mean; NaN for an empty reduction. Integer and bool inputs give ``float32``
+    (NumPy: ``float64``).
     """
     x = _prep("mean", a, out)
     axes = normalize_axes(axis, x.ndim)
@@ -613,7 +621,8 @@ def cumsum(a, axis=None, dtype=None, out=None):
     """Cumulative sum along ``axis`` (``numpy.cumsum``; ``jax.numpy.cumsum``).
 
     Args: a: numeric or bool array; axis: int, or None to work on the flattened array;
-    dtype: result dtype, default ``a``'s (bool gives ``int32``, as ``jax.numpy``).
+    dtype: result dtype, default ``a``'s (bool gives ``int32``, as ``jax.numpy``; NumPy
+    accumulates bool and small integers in ``int64``).
     Returns: an array of ``a``'s shape (1-d of ``a.size`` for ``axis=None``).
     """
     x = _prep("cumsum", a, out)
@@ -713,7 +722,9 @@ def quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", 
     Args:
       a: real array of shape ``S``. q: scalar or array of quantiles in [0, 1] (shape ``Q``).
       axis: int, tuple or None (all axes). keepdims: as ``sum``.
-      method: ``'linear'`` (default), ``'lower'``, ``'higher'``, ``'nearest'`` or ``'midpoint'``.
+      method: ``'linear'`` (default), ``'lower'``, ``'higher'``, ``'nearest'`` or ``'midpoint'``;
+        NumPy's other methods (such as ``'inverted_cdf'``) raise ``ValueError``.
+      overwrite_input: ignored, as arrays are immutable.
 
     Returns: an array of shape ``Q + S without axis`` in ``a``'s floating dtype (``float32``
     for integers). A slice containing NaN gives NaN; an empty slice gives NaN.
@@ -733,7 +744,11 @@ def percentile(a, q, axis=None, out=None, overwrite_input=False, method="linear"
 
 
 def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
-    """Median over ``axis`` (``numpy.median``): ``quantile(a, 0.5, ...)``; NaN propagates."""
+    """Median over ``axis`` (``numpy.median``): ``quantile(a, 0.5, ...)``; NaN propagates.
+
+    ``overwrite_input`` is ignored (arrays are immutable); integers give ``float32`` (NumPy:
+    ``float64``).
+    """
     return _quantile("median", a, 0.5, axis, out, "linear", keepdims, scale=1)
 
 

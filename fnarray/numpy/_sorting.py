@@ -48,7 +48,11 @@ __all__ = [
 
 
 class UniqueAllResult(NamedTuple):
-    """Result of ``unique_all``: values, first indices, inverse indices and counts."""
+    """Result of ``unique_all`` (the array API's ``unique_all`` result; ``numpy.lib.UniqueAllResult``).
+
+    Fields: ``values``, ``indices`` (first occurrences), ``inverse_indices`` and ``counts``, the
+    index arrays ``int32`` (NumPy: ``int64``).
+    """
     values: Array
     indices: Array
     inverse_indices: Array
@@ -56,13 +60,13 @@ class UniqueAllResult(NamedTuple):
 
 
 class UniqueCountsResult(NamedTuple):
-    """Result of ``unique_counts``."""
+    """Result of ``unique_counts`` (array API; ``numpy.lib.UniqueCountsResult``): ``values``, ``counts`` (``int32``)."""
     values: Array
     counts: Array
 
 
 class UniqueInverseResult(NamedTuple):
-    """Result of ``unique_inverse``."""
+    """Result of ``unique_inverse`` (array API; ``numpy.lib.UniqueInverseResult``): ``values``, ``inverse_indices``."""
     values: Array
     inverse_indices: Array
 
@@ -164,7 +168,7 @@ def argsort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False)
 
     Args: as ``sort``. Equal elements keep their original order, also when descending.
 
-    Returns: an ``int32`` array of ``a``'s shape (1-d for ``axis=None``).
+    Returns: an ``int32`` array of ``a``'s shape (1-d for ``axis=None``); NumPy returns ``int64``.
     """
     if order is not None:
         raise TypeError("argsort: order= (structured arrays) is not supported; fnarray arrays hold numbers")

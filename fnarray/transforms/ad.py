@@ -143,8 +143,20 @@ def jvp(fun, primals, tangents, has_aux=False):
       primals: a tuple or list of the arguments.
       tangents: the same structure; each tangent has its primal's shape and dtype
         (integer and bool primals take ``float0`` tangents or zeros).
-    Returns: ``(fun(*primals), J @ tangents)``, and ``aux`` third with ``has_aux``.
-    Raises: ``TypeError``/``ShapeError``/``DTypeError`` for mismatched tangents.
+      has_aux: if true, ``fun`` returns ``(output, aux)``; ``aux`` is returned
+        undifferentiated.
+
+    Returns:
+      ``(primals_out, tangents_out)``: ``fun(*primals)`` and the Jacobian applied to
+      ``tangents``, with the output's structure, shapes and dtypes (integer and bool
+      outputs get ``float0`` tangents); ``(primals_out, tangents_out, aux)`` with
+      ``has_aux``.
+
+    Raises:
+      TypeError: ``primals``/``tangents`` are not tuples or lists, their structures
+        differ, or with ``has_aux`` ``fun`` does not return a pair.
+      ShapeError: a tangent's shape differs from its primal's.
+      DTypeError: a tangent's dtype differs from its primal's.
     """
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
         raise TypeError("jvp takes primals and tangents as tuples or lists of arguments, "
@@ -549,8 +561,25 @@ def _linearize_flat(fun_flat, primals):
 
 
 def linearize(fun, *primals):
-    """``(fun(*primals), f_jvp)`` where ``f_jvp(*tangents)`` evaluates the linearization
-    (mirrors ``jax.linearize``); the primal computation runs once."""
+    """Evaluate ``fun`` and its linearization at ``primals`` (mirrors ``jax.linearize``).
+
+    The primal computation runs once; ``f_jvp`` replays only the linear part
+    (JVP followed by partial evaluation, as in JAX).
+
+    Args:
+      fun: a function of arrays (pytrees) returning arrays (pytrees).
+      *primals: the point to linearize at.
+
+    Returns:
+      ``(fun(*primals), f_jvp)``: ``f_jvp(*tangents)`` takes tangents with the
+      primals' structure, shapes and dtypes and returns the output tangents with
+      the output's structure, shapes and dtypes (``float0`` for integer outputs).
+
+    Raises:
+      TypeError: (from ``f_jvp``) tangents whose structure differs from the primals'.
+      ShapeError, DTypeError: (from ``f_jvp``) a tangent whose shape or dtype differs
+        from its primal's.
+    """
     p_flat, p_tree = tree_util.tree_flatten(primals)
     p_flat = _arrays(p_flat)
     out_tree_store = []
@@ -612,9 +641,23 @@ def _vjp_flat(fun_flat, primals):
 def vjp(fun, *primals, has_aux=False):
     """Reverse-mode derivative (mirrors ``jax.vjp``).
 
-    Returns ``(fun(*primals), f_vjp)`` (and ``aux`` with ``has_aux``), where
-    ``f_vjp(cotangent)`` takes a cotangent of the output's structure, shapes and
-    dtypes, and returns a tuple with one cotangent per primal argument.
+    Args:
+      fun: a function of arrays (pytrees) returning arrays (pytrees).
+      *primals: the point at which to differentiate.
+      has_aux: if true, ``fun`` returns ``(output, aux)``; ``aux`` is returned
+        undifferentiated.
+
+    Returns:
+      ``(fun(*primals), f_vjp)``, and ``aux`` third with ``has_aux``.
+      ``f_vjp(cotangent)`` takes a cotangent with the output's structure and
+      shapes and returns a tuple with one cotangent per primal argument, each with
+      that argument's structure, shape and dtype (``float0`` zeros for integer and
+      bool arguments).
+
+    Raises:
+      TypeError: with ``has_aux``, ``fun`` does not return a pair; (from ``f_vjp``)
+        the cotangent's structure differs from the output's.
+      ShapeError: (from ``f_vjp``) a cotangent's shape differs from its output's.
     """
     p_flat, p_tree = tree_util.tree_flatten(primals)
     p_flat = _arrays(p_flat)
@@ -685,13 +728,27 @@ def _argnums_partial(fun, args, kwargs, nums):
 def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
     """``(fun(*args), grad of fun)`` in one pass (mirrors ``jax.value_and_grad``).
 
-    ``fun`` must return a real scalar (float dtype, shape ``()``); ``argnums``
-    (int or tuple) selects the differentiated positional arguments; with
-    ``has_aux`` ``fun`` returns ``(value, aux)`` and the result is
-    ``((value, aux), grad)``.
+    Args:
+      fun: a function returning a scalar (shape ``()``) of a floating dtype.
+      argnums: an int or a tuple of ints: the positional arguments to differentiate.
+      has_aux: if true, ``fun`` returns ``(value, aux)``.
+      holomorphic: allow a complex output (``fun`` is assumed holomorphic).
+      allow_int: allow integer/bool differentiated arguments (their gradient is
+        ``float0`` zeros).
 
-    Raises: ``TypeError`` naming ``jacrev``/``vjp`` for a non-scalar output;
-    ``DTypeError`` for integer arguments.
+    Returns:
+      A function with ``fun``'s signature returning ``(value, grad)``, or
+      ``((value, aux), grad)`` with ``has_aux``. ``grad`` has the structure, shapes
+      and dtypes of the argument at ``argnums`` (a tuple of them when ``argnums``
+      is a tuple).
+
+    Raises:
+      TypeError: ``fun`` is not callable; (when called) the output is not a scalar
+        (the message names ``jacrev``/``vjp``), or with ``has_aux`` not a pair.
+      ValueError: (when called) an ``argnums`` entry is out of range.
+      DTypeError: (when called) a differentiated argument is not floating (without
+        ``allow_int``), the output is integer or bool, or it is complex without
+        ``holomorphic``.
     """
     if not callable(fun):
         raise TypeError(f"grad needs a callable, got {type(fun).__name__} {fun!r}")
@@ -725,11 +782,25 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
 
 
 def grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
-    """The gradient of a scalar function (mirrors ``jax.grad``).
+    """The gradient of a scalar function, by reverse mode (mirrors ``jax.grad``).
 
-    Returns a function with ``fun``'s signature giving the gradient with
-    respect to the arguments at ``argnums`` (same structure, shapes and
-    dtypes); with ``has_aux``, ``(grad, aux)``.
+    Args:
+      fun: a function returning a scalar (shape ``()``) of a floating dtype.
+      argnums: an int or a tuple of ints: the positional arguments to differentiate.
+      has_aux: if true, ``fun`` returns ``(value, aux)``.
+      holomorphic: allow a complex output (``fun`` is assumed holomorphic).
+      allow_int: allow integer/bool differentiated arguments (their gradient is
+        ``float0`` zeros).
+
+    Returns:
+      A function with ``fun``'s signature giving the gradient with respect to the
+      arguments at ``argnums`` (same structure, shapes and dtypes; a tuple when
+      ``argnums`` is a tuple); ``(grad, aux)`` with ``has_aux``.
+
+    Raises:
+      The errors of ``value_and_grad``: ``TypeError`` for a non-callable ``fun`` or
+      a non-scalar output, ``ValueError`` for an out-of-range ``argnums``,
+      ``DTypeError`` for non-floating arguments or outputs.
     """
     vg = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int)
 
@@ -767,7 +838,24 @@ def _std_basis(leaves):
 def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
     """The Jacobian by forward mode, one JVP per input element, vectorized (mirrors ``jax.jacfwd``).
 
-    For output leaf of shape ``O`` and input leaf of shape ``I`` the block has shape ``O + I``.
+    Args:
+      fun: a function of arrays (pytrees) returning arrays (pytrees).
+      argnums: an int or a tuple of ints: the positional arguments to differentiate.
+      has_aux: if true, ``fun`` returns ``(output, aux)``.
+      holomorphic: accepted for JAX compatibility and ignored.
+
+    Returns:
+      A function with ``fun``'s signature returning the Jacobian: for an output leaf
+      of shape ``O`` and an input leaf of shape ``I``, a block of shape ``O + I``
+      in the output's dtype, nested as output structure over input structure (a
+      tuple of inputs when ``argnums`` is a tuple); ``(jacobian, aux)`` with
+      ``has_aux``.
+
+    Raises:
+      DTypeError: (when called) a differentiated argument is not floating.
+      ValueError: (when called) an ``argnums`` entry is out of range.
+      TypeError: (when called) ``fun`` is a ``custom_vjp`` function (forward mode is
+        not defined for it), or with ``has_aux`` does not return a pair.
     """
     from fnarray.transforms.batching import vmap
     nums = _argnums_tuple(argnums)
@@ -819,7 +907,26 @@ def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
 def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
     """The Jacobian by reverse mode, one VJP per output element, vectorized (mirrors ``jax.jacrev``).
 
-    For output leaf of shape ``O`` and input leaf of shape ``I`` the block has shape ``O + I``.
+    Args:
+      fun: a function of arrays (pytrees) returning arrays (pytrees).
+      argnums: an int or a tuple of ints: the positional arguments to differentiate.
+      has_aux: if true, ``fun`` returns ``(output, aux)``.
+      holomorphic: accepted for JAX compatibility and ignored.
+      allow_int: allow integer/bool differentiated arguments (their blocks are
+        ``float0`` zeros).
+
+    Returns:
+      A function with ``fun``'s signature returning the Jacobian: for an output leaf
+      of shape ``O`` and an input leaf of shape ``I``, a block of shape ``O + I``
+      in the input's dtype, nested as output structure over input structure (a
+      tuple of inputs when ``argnums`` is a tuple); ``(jacobian, aux)`` with
+      ``has_aux``.
+
+    Raises:
+      DTypeError: (when called) a differentiated argument is not floating (without
+        ``allow_int``).
+      ValueError: (when called) an ``argnums`` entry is out of range.
+      TypeError: (when called) with ``has_aux`` ``fun`` does not return a pair.
     """
     from fnarray.transforms.batching import vmap
     nums = _argnums_tuple(argnums)
@@ -856,12 +963,41 @@ def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
 
 
 def hessian(fun, argnums=0, has_aux=False, holomorphic=False):
-    """The Hessian, ``jacfwd(jacrev(fun))`` (mirrors ``jax.hessian``)."""
+    """The Hessian, ``jacfwd(jacrev(fun))`` (mirrors ``jax.hessian``).
+
+    Args:
+      fun: a function of arrays (pytrees) returning arrays (pytrees), usually a scalar.
+      argnums: an int or a tuple of ints: the positional arguments to differentiate.
+      has_aux: if true, ``fun`` returns ``(output, aux)``.
+      holomorphic: accepted for JAX compatibility and ignored.
+
+    Returns:
+      A function with ``fun``'s signature returning blocks of shape ``O + I + I``
+      (output leaf shape ``O``, input leaf shape ``I``); for a scalar ``fun`` of one
+      array of shape ``(n,)``, an ``(n, n)`` array.
+
+    Raises:
+      The errors of ``jacfwd`` and ``jacrev``: ``DTypeError`` for non-floating
+      arguments, ``ValueError`` for an out-of-range ``argnums``, ``TypeError`` for a
+      ``custom_vjp`` function (forward mode over it is not defined).
+    """
     return jacfwd(jacrev(fun, argnums, has_aux=has_aux), argnums, has_aux=has_aux)
 
 
 def stop_gradient(x):
-    """Identity whose derivative is zero; works on pytrees (mirrors ``jax.lax.stop_gradient``)."""
+    """Identity whose derivative is zero; works on pytrees (mirrors ``jax.lax.stop_gradient``).
+
+    Args:
+      x: an array or a pytree of arrays; non-floating leaves pass through.
+
+    Returns:
+      ``x`` with the same structure, shapes and dtypes, treated as a constant by
+      every differentiation transform.
+
+    Raises:
+      Nothing beyond the pytree errors of ``tree_util.tree_map`` (an unregistered
+      container is a leaf and passes through).
+    """
     return lax.stop_gradient(x)
 
 
@@ -905,6 +1041,20 @@ class custom_jvp:
     Use as a decorator, then ``@f.defjvp`` on ``jvp(primals, tangents) -> (primal_out, tangent_out)``.
     ``nondiff_argnums`` are passed first to the rule and get no tangents. Values the
     function closes over are treated as constants (no tangent flows to them).
+    Reverse mode (``grad``, ``vjp``) transposes the linear part of the rule, as in JAX.
+
+    Args:
+      fun: the function (of arrays or pytrees, positional arguments only).
+      nondiff_argnums: positions of arguments that are not differentiated (static
+        Python values or arrays); they are passed first to the rule.
+
+    Calling the wrapped function returns ``fun``'s output (same structure, shapes
+    and dtypes).
+
+    Raises:
+      TypeError: (when called) no rule was defined with ``defjvp``/``defjvps``, or
+        the rule does not return ``(primal_out, tangent_out)`` with the function's
+        output structure.
     """
 
     def __init__(self, fun, nondiff_argnums=()):
@@ -914,11 +1064,38 @@ class custom_jvp:
         functools.update_wrapper(self, fun)
 
     def defjvp(self, jvp_fn):
+        """Set the JVP rule (mirrors ``jax.custom_jvp.defjvp``); usable as a decorator.
+
+        Args:
+          jvp_fn: ``jvp_fn(*nondiff_args, primals, tangents) -> (primal_out, tangent_out)``; ``primals``
+            and ``tangents`` are tuples of the differentiable arguments (tangents with their primals'
+            shapes and dtypes, zeros instantiated); ``tangent_out`` has ``primal_out``'s structure.
+
+        Returns:
+          ``jvp_fn`` itself.
+
+        Raises:
+          Nothing here; a rule that returns the wrong structure raises ``TypeError`` when the
+          function is differentiated.
+        """
         self.jvp = jvp_fn
         return jvp_fn
 
     def defjvps(self, *tangent_fns):
-        """One function per argument: ``fn(t, primal_out, *primals)`` (as ``jax.custom_jvp.defjvps``)."""
+        """One tangent function per argument (as ``jax.custom_jvp.defjvps``); their results are summed.
+
+        Args:
+          *tangent_fns: for argument ``i``, ``fn(t_i, primal_out, *primals)`` returning its tangent
+            contribution (of ``primal_out``'s structure and shapes), or ``None`` for an argument
+            with no contribution.
+
+        Returns:
+          The assembled JVP rule.
+
+        Raises:
+          Nothing here; contributions of mismatched structure raise from ``tree_util.tree_map``
+          when the function is differentiated.
+        """
         def jvp_fn(primals, tangents):
             out = self.fun(*primals)
             acc = None
@@ -996,6 +1173,20 @@ class custom_vjp:
     ``f.defvjp(fwd, bwd)``: ``fwd(*args) -> (out, residuals)``,
     ``bwd(residuals, ct_out) -> tuple of cotangents, one per argument``.
     Forward mode (``jvp``, ``jacfwd``) of such a function raises, as in JAX.
+
+    Args:
+      fun: the function (of arrays or pytrees, positional arguments only).
+      nondiff_argnums: positions of arguments that are not differentiated; they are
+        passed first to ``bwd`` and get no cotangent.
+
+    Calling the wrapped function returns ``fun``'s output (same structure, shapes
+    and dtypes); ``bwd`` must return cotangents with each argument's shape.
+
+    Raises:
+      TypeError: (when called) no rule was defined with ``defvjp``; ``fwd`` does not
+        return the function's output structure; ``bwd`` does not return a tuple of
+        one cotangent per differentiable argument; the function is differentiated in
+        forward mode.
     """
 
     def __init__(self, fun, nondiff_argnums=()):
@@ -1005,6 +1196,21 @@ class custom_vjp:
         functools.update_wrapper(self, fun)
 
     def defvjp(self, fwd, bwd):
+        """Set the forward and backward rules (mirrors ``jax.custom_vjp.defvjp``).
+
+        Args:
+          fwd: ``fwd(*args) -> (out, residuals)``, ``out`` with the function's output structure;
+            ``residuals`` any pytree of arrays.
+          bwd: ``bwd(*nondiff_args, residuals, ct_out) -> tuple`` with one cotangent per
+            differentiable argument (each of that argument's shape; ``None`` for zero).
+
+        Returns:
+          None.
+
+        Raises:
+          Nothing here; rules of the wrong structure raise ``TypeError`` when the function is
+          called or differentiated.
+        """
         self.fwd, self.bwd = fwd, bwd
 
     def __call__(self, *args):
@@ -1134,7 +1340,24 @@ primitive_transposes[P.call] = _call_transpose
 def checkpoint(fun, *, prevent_cse=True, static_argnums=()):
     """Rematerialization (mirrors ``jax.checkpoint``): in reverse mode, ``fun``'s
     intermediate values are recomputed in the backward pass instead of stored;
-    only its inputs are kept as residuals."""
+    only its inputs are kept as residuals (Griewank 1992's checkpointing; JAX's ``remat``).
+
+    Args:
+      fun: a function of arrays (pytrees), positional arguments only.
+      prevent_cse: kept as a parameter of the ``remat`` primitive (as in JAX, it
+        asks compilers not to merge the recomputation with the forward pass).
+      static_argnums: an int or tuple of ints: positional arguments passed through
+        as Python values (not traced).
+
+    Returns:
+      A function with ``fun``'s signature and outputs (same structure, shapes and
+      dtypes).
+
+    Raises:
+      Nothing of its own; the wrapped function raises what ``fun`` raises while it
+      is traced (e.g. ``ConcretizationError`` for Python control flow on a traced
+      value).
+    """
     static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
     @functools.wraps(fun)

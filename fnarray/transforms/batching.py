@@ -784,8 +784,11 @@ def vmap(fun, in_axes=0, out_axes=0, axis_size=None):
         from the end of the output), ``None`` (only for outputs that are the same
         for every example) or a pytree prefix of the output.
       axis_size: the number of examples; needed only when no argument is mapped.
-    Returns: a function with ``fun``'s arguments whose outputs have an extra axis of
-      the mapped size at ``out_axes``.
+
+    Returns:
+      A function with ``fun``'s arguments whose outputs have an extra axis of
+      the mapped size at ``out_axes`` (dtypes unchanged).
+
     Raises:
       ``ValueError`` (``ShapeError``) when mapped axes have different sizes (naming each
       argument and size), when an axis is out of range for its argument (naming the

@@ -273,10 +273,14 @@ def cond(pred, true_fun, false_fun, *operands):
       true_fun, false_fun: functions of ``*operands`` returning the same pytree of
         arrays (same structure, shapes and dtypes).
       operands: pytrees of arrays or scalars passed to the branch taken.
-    Returns: the chosen branch's output pytree (weak types dropped). A weak-typed
+
+    Returns:
+      the chosen branch's output pytree (weak types dropped). A weak-typed
       output (a Python scalar) takes the dtype of the other branches' output when
       that is a dtype of the same kind (``1.0`` next to float64 becomes float64).
-    Raises: ``ShapeError`` when ``pred`` is not a scalar or the branches return
+
+    Raises:
+      ``ShapeError`` when ``pred`` is not a scalar or the branches return
       different shapes; ``DTypeError`` when they return different dtypes (or
       ``pred`` is complex); ``TypeError`` when they return different pytree structures.
 
@@ -296,8 +300,12 @@ def switch(index, branches, *operands):
       branches: a non-empty sequence of functions of ``*operands`` that all return
         the same pytree of arrays (structure, shapes and dtypes).
       operands: pytrees of arrays or scalars.
-    Returns: the chosen branch's output pytree.
-    Raises: ``ValueError`` for an empty ``branches``; ``ShapeError``/``DTypeError``
+
+    Returns:
+      the chosen branch's output pytree.
+
+    Raises:
+      ``ValueError`` for an empty ``branches``; ``ShapeError``/``DTypeError``
       for a non-scalar or non-integer index or branches whose outputs differ;
       ``TypeError`` for differing output structures.
 
@@ -362,8 +370,12 @@ def while_loop(cond_fun, body_fun, init_val):
         Python scalar) takes the type of the body's output when that is strong or a wider
         dtype of the same kind (``0.0`` with a float64 body becomes float64), as in JAX;
         a change of kind (an int carry becoming float) is an error.
-    Returns: the final carry.
-    Raises: ``DTypeError`` when ``cond_fun`` does not return a boolean scalar or
+
+    Returns:
+      the final carry.
+
+    Raises:
+      ``DTypeError`` when ``cond_fun`` does not return a boolean scalar or
       ``body_fun`` changes a carry's dtype (an int carry becoming float included);
       ``ShapeError`` when it changes a shape; ``TypeError`` when it changes the
       pytree structure. Reverse-mode differentiation (``grad``) raises
@@ -400,8 +412,12 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
       body_fun: ``(i, carry) -> carry`` with the same structure, shapes and dtypes.
       init_val: the initial carry (pytree of arrays or scalars).
       unroll: with static bounds, how many iterations one step of the scan runs.
-    Returns: the final carry.
-    Raises: ``TypeError`` for non-integer bounds; the errors of ``while_loop``
+
+    Returns:
+      the final carry.
+
+    Raises:
+      ``TypeError`` for non-integer bounds; the errors of ``while_loop``
       when ``body_fun`` changes the carry's type.
 
     Example::
@@ -546,8 +562,12 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
       length: the number of iterations (checked against ``xs``).
       reverse: iterate from the end.
       unroll: iterations per loop step (an int >= 1, or ``True`` for all).
-    Returns: ``(final carry, ys)`` with every leaf of ``ys`` stacked along a new leading axis.
-    Raises: ``ShapeError`` for inconsistent leading dimensions or a carry whose
+
+    Returns:
+      ``(final carry, ys)`` with every leaf of ``ys`` stacked along a new leading axis.
+
+    Raises:
+      ``ShapeError`` for inconsistent leading dimensions or a carry whose
       shape changes; ``DTypeError`` for a carry whose dtype changes; ``TypeError``
       when ``f`` does not return a pair or changes the carry's structure;
       ``ValueError`` when neither ``xs`` nor ``length`` gives the length.

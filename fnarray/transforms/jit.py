@@ -438,9 +438,20 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), d
         donated arrays are deleted after the call and using them raises.
       device: the device to run on (``Device`` or a string like ``"numpy:0"``);
         default: the committed inputs' device, else the default device.
-    Returns: a ``Jitted`` callable with ``.trace``, ``.lower`` and ``.eval_shape``.
-    Raises: ``ConcretizationError`` when ``fun`` needs a concrete value of a traced
-      argument (``if x > 0:``); ``TypeError`` for an argument that is not an array.
+
+    Returns:
+      A ``Jitted`` callable with ``fun``'s signature and outputs (same structure,
+      shapes and dtypes), and ``.trace``, ``.lower`` and ``.eval_shape``; with
+      ``fun=None``, a decorator taking ``fun``.
+
+    Raises:
+      TypeError: ``fun`` is not callable; (when called) an argument is not an array
+        or scalar, or a static argument is unhashable.
+      ValueError: ``static_argnums``/``static_argnames``/``donate_argnums`` name no
+        parameter of ``fun`` or an argument both static and donated; (when called)
+        with ``device=``, an argument committed to another device.
+      ConcretizationError: (when called) ``fun`` needs a concrete value of a traced
+        argument (``if x > 0:``).
 
     Usable as a decorator, with or without arguments.
     """
@@ -451,7 +462,22 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), d
 
 
 def make_ir(fun, *, static_argnums=(), static_argnames=()):
-    """``make_ir(f)(*args)`` returns the ``Program`` that ``jit`` would run (as ``jax.make_jaxpr``)."""
+    """``make_ir(f)(*args)`` returns the ``Program`` that ``jit`` would run (as ``jax.make_jaxpr``).
+
+    Args:
+      fun: a function of arrays, scalars and pytrees of them.
+      static_argnums / static_argnames: arguments held as Python values (as in ``jit``).
+
+    Returns:
+      A function with ``fun``'s signature returning the traced ``Program`` (its
+      input and output variables carry the flattened arguments' and outputs'
+      shapes and dtypes); ``print`` it for the text form.
+
+    Raises:
+      The errors of ``jit``: ``TypeError`` for a non-callable ``fun`` or a non-array
+      argument, ``ValueError`` for static arguments that name no parameter,
+      ``ConcretizationError`` when ``fun`` needs a concrete value of a traced one.
+    """
     j = Jitted(fun, static_argnums, static_argnames)
 
     @functools.wraps(fun)
