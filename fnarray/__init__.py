@@ -28,7 +28,8 @@ from fnarray.transforms.batching import vmap  # noqa: E402
 from fnarray.transforms.control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402
 
 # Libraries imported on first use, so that `import fnarray` stays light.
-_LAZY = {"random": None, "nn": None, "optim": None, "export": None, "doctor": "fnarray._doctor"}
+_LAZY = {"random": None, "nn": None, "optim": None, "export": None, "profiler": None, "doctor": "fnarray._doctor",
+         "check": "fnarray._check"}
 
 
 def __getattr__(name):

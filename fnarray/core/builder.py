@@ -10,6 +10,7 @@ whose inputs are all literals are folded at trace time.
 
 from __future__ import annotations
 
+from fnarray.core import profile as _profile
 from fnarray.core.array import Array
 from fnarray.core.dtypes import dtype_of_scalar
 from fnarray.core.ir import Eqn, Literal, Program, Var
@@ -125,7 +126,7 @@ def trace_to_program(flat_fun, in_avals, *, debug_name="fun"):
     of ``program.constvars``.
     """
     builder = Builder()
-    with new_main(BuilderTrace, builder) as main:
+    with _profile.span("trace", debug_name, inputs=tuple(in_avals)), new_main(BuilderTrace, builder) as main:
         with new_dynamic(main):
             trace = BuilderTrace(main)
             in_tracers = [trace.new_arg(a) for a in in_avals]

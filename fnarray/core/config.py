@@ -4,6 +4,9 @@
   backend with a ``FallbackWarning``), ``"error"`` (raise
   ``UnsupportedOnDevice``) or ``"silent"``. Env: ``FNARRAY_FALLBACK``.
 - ``default_device``: a device string, or ``None`` to pick one. Env: ``FNARRAY_DEVICE``.
+- ``compilation_cache_dir``: a folder for the persistent compilation cache (OpenCL program binaries,
+  JAX's XLA executables; ``fnarray.devices.compile_cache``), or ``None`` (default): off.
+  Env: ``FNARRAY_CACHE_DIR``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,18 @@ class Config:
         self._fallback = "warn"
         self._default_device = os.environ.get("FNARRAY_DEVICE") or None
         self.fallback = os.environ.get("FNARRAY_FALLBACK", "warn")
+        self._cache_dir = None
+        self.compilation_cache_dir = os.environ.get("FNARRAY_CACHE_DIR") or None
+
+    @property
+    def compilation_cache_dir(self):
+        return self._cache_dir
+
+    @compilation_cache_dir.setter
+    def compilation_cache_dir(self, path):
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"fnarray.config.compilation_cache_dir is a folder path or None, got {type(path).__name__}")
+        self._cache_dir = None if path is None else os.path.abspath(os.path.expanduser(os.fspath(path)))
 
     @property
     def default_device(self):

@@ -54,6 +54,15 @@ class Primitive:
     def __repr__(self):
         return self.name
 
+    def __reduce__(self):
+        # Pickled by name (one object per primitive): what the persistent cache of kernel schedules needs.
+        return (primitive_named, (self.name,))
+
+
+def primitive_named(name: str) -> "Primitive":
+    """The primitive called ``name``; ``KeyError`` if there is none."""
+    return PRIMITIVES[name]
+
 
 def _bind(prim, *args, **params):  # replaced by fnarray.core.tracing at import
     raise RuntimeError("tracing machinery not loaded")

@@ -9,6 +9,8 @@ from fnarray.core.shaped import ShapedArray
 
 __all__ = ["ArrayImpl"]
 
+_ABSENT = object()
+
 
 class ArrayImpl(Array):
     """A concrete, immutable array: an abstract value, a device and its buffer.
@@ -84,25 +86,22 @@ class ArrayImpl(Array):
             return v.copy()
         return v
 
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        v = self._value()
-        kw = {}
-        if max_version is not None:
-            kw["max_version"] = max_version
-        if dl_device is not None:
-            kw["dl_device"] = dl_device
-        if copy is not None:
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=_ABSENT):
+        """DLPack export: the buffer itself for consumers that keep it read-only, else a copy.
+
+        NumPy (DLPack >= 1.0 with ``copy=``) shares; PyTorch (which ignores the read-only flag)
+        and legacy consumers (JAX 0.10) get a copy, on the device for a jax:0 array; an
+        explicit ``copy=False`` shares. See ``fnarray.devices.dlpack``.
+        """
+        from fnarray.devices.dlpack import export_capsule
+        kw = {"stream": stream, "max_version": max_version, "dl_device": dl_device}
+        if copy is not _ABSENT:  # whether the consumer speaks the 2023.12 protocol (passes copy=) matters
             kw["copy"] = copy
-        try:
-            return v.__dlpack__(**kw)
-        except BufferError:
-            # The consumer cannot take a read-only capsule (DLPack < 1.0): hand it a copy.
-            if copy is False:
-                raise
-            kw["copy"] = None
-            return v.copy().__dlpack__(**kw)
+        return export_capsule(self, kw)
 
     def __dlpack_device__(self):
+        if self._device.backend == "jax":
+            return self.buf().__dlpack_device__()
         return self._value().__dlpack_device__()
 
     def to_device(self, device, /, *, stream=None):

@@ -39,9 +39,12 @@ measured 30 us per iteration when scheduling each one, 17-20 us without.)
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from fnarray.core import dtypes
+from fnarray.core import profile as _profile
 from fnarray.core import primitives as P
 from fnarray.core.ir import Eqn, Literal, Params, Program, Var
 from fnarray.core.passes import consts_as_inputs, dce
@@ -58,6 +61,7 @@ _CALL_PROGRAM = CALL_PROGRAM
 _STACK_GROUP = 64  # most operands of one stacking program (fewer where the device allows fewer buffers)
 #: Iterations between two ``schedule`` calls of a host-driven loop.
 SCHEDULE_EVERY = 64
+_NO_SPAN = contextlib.nullcontext()
 
 
 def needs_host(eqn) -> bool:
@@ -127,6 +131,7 @@ class HostDriven:
                 needed.update(a for a in e.inputs if isinstance(a, Var))
         later.reverse()
         self.steps = []
+        self.fallbacks = {}  # step index -> the equations of a segment that falls back to numpy
         for (kind, eqns), after in zip(groups, later, strict=True):
             dev = self.numpy_device if kind == "numpy" else device
             if kind == "host":
@@ -143,23 +148,39 @@ class HostDriven:
                         seen.add(a)
                         ins.append(a)
             outs = [o for e in eqns for o in e.outputs if o in after]
+            if kind == "numpy" and device != self.numpy_device:
+                self.fallbacks[len(self.steps)] = eqns
             self.steps.append((dev, _compile(Program([], ins, eqns, outs), dev), ins, outs))
 
     def __call__(self, bufs):
         device = self.device
         env = {v: (b, device) for v, b in zip(self.inputs, bufs, strict=True)}
-        for dev, exe, ins, outs in self.steps:
-            args = []
-            for a in ins:
-                if type(a) is _Const:
-                    args.append(a.buf)
-                    continue
-                b, where = env[a]
-                if where != dev:
-                    b = dev.impl.to_device(where.impl.to_host(b), dev)
-                args.append(b)
-            for v, b in zip(outs, exe(args), strict=True):
-                env[v] = (b, dev)
+        profiling = _profile.recorder is not None
+        for k, (dev, exe, ins, outs) in enumerate(self.steps):
+            if profiling and k in self.fallbacks:
+                with _profile.span("fallback", _fallback_label(self.fallbacks[k], device), device=str(device),
+                                   _eqns=self.fallbacks[k]):
+                    self._step(env, dev, exe, ins, outs)
+            else:
+                self._step(env, dev, exe, ins, outs)
+        return self._results(env)
+
+    @staticmethod
+    def _step(env, dev, exe, ins, outs):
+        args = []
+        for a in ins:
+            if type(a) is _Const:
+                args.append(a.buf)
+                continue
+            b, where = env[a]
+            if where != dev:
+                b = dev.impl.to_device(where.impl.to_host(b), dev)
+            args.append(b)
+        for v, b in zip(outs, exe(args), strict=True):
+            env[v] = (b, dev)
+
+    def _results(self, env):
+        device = self.device
         res = []
         for v in self.outvars:
             if isinstance(v, Literal):
@@ -170,6 +191,18 @@ class HostDriven:
                 b = device.impl.to_device(where.impl.to_host(b), device)
             res.append(b)
         return res
+
+
+def _fallback_label(eqns, device) -> str:
+    """``sin (float64), cos (float64) on numpy:0 for webgpu:0``: what a fallback segment runs."""
+    seen = []
+    for e in eqns:
+        a = (list(e.inputs) + list(e.outputs))[:1]
+        item = f"{e.primitive.name} ({a[0].aval.dtype.name})" if a else e.primitive.name
+        if item not in seen:
+            seen.append(item)
+    more = f" +{len(seen) - 4} more" if len(seen) > 4 else ""
+    return f"{', '.join(seen[:4])}{more} on numpy:0 for {device}"
 
 
 def compile_control_eqn(eqn, device: Device):
@@ -206,8 +239,12 @@ class _While:
         cc, bc, carry = list(bufs[:cn]), list(bufs[cn:cn + bn]), list(bufs[cn + bn:])
         cond, body, schedule, device = self.cond, self.body, self.schedule, self.device
         n = 0
-        while _read_scalar(device, cond(cc + carry)[0]):
-            carry = list(body(bc + carry))
+        profiling = _profile.recorder is not None
+        while True:
+            with _profile.span("loop", "while iteration", iteration=n) if profiling else _NO_SPAN:
+                if not _read_scalar(device, cond(cc + carry)[0]):
+                    break
+                carry = list(body(bc + carry))
             n += 1
             if schedule is not None and n % SCHEDULE_EVERY == 0:
                 schedule(carry)
@@ -253,8 +290,10 @@ class _Scan:
         ys = [[None] * self.length for _ in self.y_avals]
         order = range(self.length - 1, -1, -1) if self.reverse else range(self.length)
         step, schedule, nk = self.step, self.schedule, self.nk
+        profiling = _profile.recorder is not None
         for n, i in enumerate(order, 1):
-            outs = step(consts + carry + xs + [dev.impl.to_device(np.int32(i), dev)])
+            with _profile.span("loop", "scan step", iteration=i) if profiling else _NO_SPAN:
+                outs = step(consts + carry + xs + [dev.impl.to_device(np.int32(i), dev)])
             carry = list(outs[:nk])
             for col, y in zip(ys, outs[nk:], strict=True):
                 col[i] = y

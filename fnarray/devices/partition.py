@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import warnings
 
+from fnarray.core import profile as _profile
 from fnarray.core.config import config
 from fnarray.core.errors import FallbackWarning, UnsupportedOnDevice
 from fnarray.core.ir import Program
@@ -69,9 +70,15 @@ def _report(eqn, device, reason):
 
 def lower_program(program: Program, device: Device, donate=()):
     """The backend's ``Lowered`` for the whole program (no partitioning)."""
-    if donate:
-        return device.impl.lower(program, device, donate=tuple(donate))
-    return device.impl.lower(program, device)
+    with _profile.span("lower", f"lower for {device}", device=str(device), eqns=len(program.eqns)):
+        if donate:
+            return device.impl.lower(program, device, donate=tuple(donate))
+        return device.impl.lower(program, device)
+
+
+def _compiled(lowered, device):
+    with _profile.span("compile", f"compile for {device}", device=str(device)):
+        return lowered.compile()
 
 
 def compile_program(program: Program, device: Device, donate=()):
@@ -81,7 +88,7 @@ def compile_program(program: Program, device: Device, donate=()):
     positions whose buffers the executable may reuse (honoured when nothing falls back).
     """
     if device.backend == "numpy":
-        return lower_program(program, device).compile()
+        return _compiled(lower_program(program, device), device)
     # Decomposed first, so that a primitive the backend lowers as a composite does not fall back.
     program = decompose_for(program, device)
     placements = []
@@ -95,13 +102,18 @@ def compile_program(program: Program, device: Device, donate=()):
         if host_control.needs_host_driving(program, placements):
             return host_control.HostDriven(program, device, placements)
     if all(placements):
-        return lower_program(program, device, donate).compile()
+        return _compiled(lower_program(program, device, donate), device)
     from fnarray.devices.host_control import HostDriven
     return HostDriven(program, device, placements, drive_control=False)
 
 
 def compile_eqn(primitive, params, in_avals, out_avals, device: Device):
     """An executable for one primitive (eager execution), through the same fallback."""
+    with _profile.span("compile", f"eager {primitive.name} for {device}", device=str(device)):
+        return _compile_eqn(primitive, params, in_avals, out_avals, device)
+
+
+def _compile_eqn(primitive, params, in_avals, out_avals, device: Device):
     backend = device.impl
     prog = program_from_eqn(primitive, params, in_avals, out_avals)
     fast = getattr(backend, "eager_fast", None)

@@ -5,9 +5,12 @@ that runs ``f`` in a web page through WebGPU: the WGSL kernels of the webgpu
 backend's schedule, a JSON manifest, the baked weights and the dependency-free
 ES module ``fnarray-webgpu.js`` (``loadModel(url)`` -> ``model.run({...})``).
 ``python -m fnarray.export.serve DIR`` serves such a folder on 127.0.0.1.
+``fnarray.export.onnx(f, *example_args, path, bake_argnums=(), opset=None)`` writes
+an ONNX model for ONNX Runtime (and TensorRT, OpenVINO, ...).
 See ``docs/export.md``.
 """
 
+from fnarray.export._onnx import onnx
 from fnarray.export._webgpu import MANIFEST_VERSION, runtime_source, webgpu
 
-__all__ = ["webgpu", "MANIFEST_VERSION", "runtime_source"]
+__all__ = ["webgpu", "onnx", "MANIFEST_VERSION", "runtime_source"]

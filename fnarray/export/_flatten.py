@@ -11,6 +11,10 @@ dispatches), so every equation must become kernels known at export time:
 - ``cond`` whose branch index is a literal is replaced by that branch;
 - ``while`` and a ``cond`` on a computed index cannot be replayed: they raise
   ``UnsupportedOnDevice`` naming the primitive and the way out.
+
+A target with control flow of its own (ONNX's ``Loop`` and ``If``) passes
+``keep_control=True``: then only the calls are inlined, and ``scan``, ``cond``
+and ``while`` stay, each with its sub-programs made straight-line the same way.
 """
 
 from __future__ import annotations
@@ -72,15 +76,32 @@ class _Builder:
         return level[0]
 
 
-def straight_line(program: Program, stack_group: int = 7) -> Program:
+_SUB_PROGRAMS = {P.scan: ("program",), P.cond: ("branches",), P.while_p: ("cond_program", "body_program")}
+
+
+def _inline_calls_in(e: Eqn, ins) -> dict:
+    """The params of a kept control-flow equation, its sub-programs made straight-line (calls inlined)."""
+    params = dict(e.params)
+    for key in _SUB_PROGRAMS[e.primitive]:
+        v = params[key]
+        params[key] = tuple(straight_line(b, keep_control=True) for b in v) if isinstance(v, tuple) else \
+            straight_line(v, keep_control=True)
+    return params
+
+
+def straight_line(program: Program, stack_group: int = 7, *, keep_control: bool = False) -> Program:
     """``program`` with calls inlined, scans unrolled and literal conds resolved (same constvars, invars).
 
     Args:
       program: a traced program (constvars, invars, equations, outputs).
       stack_group: the most operands of one ``concatenate`` that stacks a scan's outputs
         (one less than the target's storage buffers per kernel).
-    Returns: a ``Program`` without ``call``/``remat``/custom calls, ``scan`` or ``cond``.
-    Raises: ``UnsupportedOnDevice`` for a ``while`` or a ``cond`` on a computed index.
+      keep_control: keep ``scan``, ``cond`` and ``while`` (their sub-programs with calls
+        inlined) for a target that has loops and conditionals of its own.
+    Returns: a ``Program`` without ``call``/``remat``/custom calls, and (unless ``keep_control``)
+      without ``scan`` or ``cond``.
+    Raises: ``UnsupportedOnDevice`` for a ``while`` or a ``cond`` on a computed index
+      (unless ``keep_control``).
     """
     b = _Builder(stack_group)
     env: dict = {}
@@ -94,6 +115,8 @@ def straight_line(program: Program, stack_group: int = 7) -> Program:
             prim = e.primitive
             if prim in _CALLS:
                 outs = _inline(e.params[_CALLS[prim]], ins)
+            elif keep_control and prim in _SUB_PROGRAMS:
+                outs = list(b.emit(prim, ins, **_inline_calls_in(e, ins)))
             elif prim is P.scan:
                 outs = _unroll(e, ins)
             elif prim is P.cond:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import json
 import math
 import os
@@ -27,12 +26,12 @@ import shutil
 from importlib import resources
 
 import numpy as np
-import optree
 
 from fnarray.core.config import config
 from fnarray.core.errors import BackendUnavailable, UnsupportedOnDevice
 from fnarray.core.ir import Literal, check_program
 from fnarray.export._flatten import straight_line
+from fnarray.export._names import export_leaves, fname as _fname, out_names as _out_names
 from fnarray.lowering.kernels.ir import ArrayDecl, BufferParam, For, If, ScalarParam
 from fnarray.lowering.kernels.wgsl import uniform_bytes, wgsl_layout
 
@@ -52,55 +51,18 @@ _DTYPE_NAMES = {"float32", "int32", "uint32", "bool", "float16"}
 
 
 def runtime_source() -> str:
-    """The text of the JS runtime ``fnarray-webgpu.js`` shipped with fnarray."""
+    """The text of the JS runtime ``fnarray-webgpu.js`` shipped with fnarray (what ``webgpu`` copies into a bundle).
+
+    Args:
+      (none)
+    Returns:
+      the ES module's source as a ``str``.
+    Raises:
+      OSError: the packaged file is missing (a broken installation).
+
+    Mirrors no NumPy/JAX function.
+    """
     return resources.files("fnarray.export").joinpath(RUNTIME_FILE).read_text(encoding="utf-8")
-
-
-# ------------------------------------------------------------------------------------------- names
-
-
-def _entry_name(e) -> str:
-    for attr in ("field", "key", "name"):
-        if hasattr(e, attr):
-            return str(getattr(e, attr))
-    return str(e.entry)
-
-
-def _leaf_names(prefix: str, tree) -> list[tuple[str, object]]:
-    accessors, leaves, _ = optree.tree_flatten_with_accessor(tree, none_is_leaf=False, namespace="fnarray")
-    return [(".".join([prefix] + [_entry_name(e) for e in acc]), leaf)
-            for acc, leaf in zip(accessors, leaves, strict=True)]
-
-
-def _param_names(f, nargs: int) -> list[str]:
-    """The name of each positional argument: the parameter's, ``args.<i>`` past a ``*args``."""
-    try:
-        params = list(inspect.signature(f).parameters.values())
-    except (TypeError, ValueError):
-        return [f"arg{i}" for i in range(nargs)]
-    names = []
-    for i in range(nargs):
-        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        if i < len(positional):
-            names.append(positional[i].name)
-            continue
-        star = next((p for p in params if p.kind == p.VAR_POSITIONAL), None)
-        if star is None:
-            raise TypeError(f"fnarray.export.webgpu: {_fname(f)} takes {len(positional)} positional arguments, "
-                            f"{nargs} example arguments were given")
-        names.append(f"{star.name}.{i - len(positional)}")
-    return names
-
-
-def _fname(f) -> str:
-    return getattr(f, "__name__", type(f).__name__)
-
-
-def _out_names(treedef) -> list[str]:
-    paths = treedef.paths()
-    if len(paths) == 1 and paths[0] == ():
-        return ["out"]
-    return [".".join(["out"] + [str(k) for k in p]) for p in paths]
 
 
 # ------------------------------------------------------------------------------------------- device
@@ -217,29 +179,7 @@ def webgpu(f, *example_args, path, bake_argnums=()):
     """
     from fnarray.transforms.jit import Jitted
 
-    if not callable(f):
-        raise TypeError(f"fnarray.export.webgpu needs a callable, got {type(f).__name__}")
-    nargs = len(example_args)
-    bake = set()
-    for i in ((bake_argnums,) if isinstance(bake_argnums, int) else tuple(bake_argnums)):
-        if not isinstance(i, int) or not -nargs <= i < nargs:
-            raise ValueError(f"fnarray.export.webgpu: bake_argnums holds {i!r}, which is not the position of one of "
-                             f"the {nargs} example arguments")
-        bake.add(i % nargs)
-
-    fun = f.fun if isinstance(f, Jitted) else f
-    names = _param_names(fun, nargs)
-    leaves = []  # (name, value, baked) per flattened argument leaf, in the order jit flattens them
-    for i, (name, arg) in enumerate(zip(names, example_args, strict=True)):
-        leaves.extend((n, v, i in bake) for n, v in _leaf_names(name, arg))
-    seen: dict = {}
-    for n, _, baked in leaves:
-        if n in seen and not (baked and seen[n]):
-            raise ValueError(f"fnarray.export.webgpu: two inputs would both be named {n!r} (a dict key with a dot "
-                             "in it collides with a nested path); rename the key so that every input has its "
-                             "own name in the page's model.run({...})")
-        seen[n] = baked
-
+    fun, leaves = export_leaves("fnarray.export.webgpu", f, example_args, bake_argnums, "the page's model.run({...})")
     device = _webgpu_device()
     with _fallback_error():
         traced = Jitted(fun).trace(*example_args)

@@ -78,6 +78,7 @@ import weakref
 import ml_dtypes
 import numpy as np
 
+from fnarray.core import profile as _profile
 from fnarray.core import dtypes
 from fnarray.lowering.common import dot_general_as_matmul
 from fnarray.core import primitives as P
@@ -1123,7 +1124,7 @@ class _WarmCompile:
 
     def _switch(self, bufs):
         compiled = mx.compile(self.raw)
-        with mx.stream(self.handle):
+        with mx.stream(self.handle), _profile.span("compile", "mx.compile (and its first run)"):
             try:
                 out = compiled(*bufs)
             except Exception:  # an MLX compile limitation: stay eager

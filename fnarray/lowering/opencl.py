@@ -38,9 +38,11 @@ import warnings
 import numpy as np
 
 from fnarray.core import dtypes
+from fnarray.core import profile as _profile
 from fnarray.core import primitives as P
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal, Program
+from fnarray.devices import compile_cache
 from fnarray.devices.backend import Backend, Capabilities, Device
 from fnarray.lowering.kernels import render_opencl, schedule_program
 from fnarray.lowering.kernels.lowered import KernelLowered
@@ -99,6 +101,7 @@ class _DeviceState:
         self.cl_device = cl_device
         self.context = cl.Context([cl_device])
         self.queue = cl.CommandQueue(self.context)
+        self._profiling_queue = None
         self.pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(self.queue))
         self.programs: dict = {}      # kernel source -> built cl.Program
         self.scalars: dict = {}       # (dtype, bytes) -> CLBuffer of a 0-d value (arrays are immutable)
@@ -131,6 +134,14 @@ class _DeviceState:
             dtypes.int64: "an embedded-profile device has no 64-bit integers",
             dtypes.uint64: "an embedded-profile device has no 64-bit integers",
         }
+
+    def profiling_queue(self):
+        """A second in-order queue with profiling events, made on first use (only the profiler uses it)."""
+        q = self._profiling_queue
+        if q is None:
+            q = self._profiling_queue = cl.CommandQueue(
+                self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        return q
 
     # ------------------------------------------------------------------ buffers
     def alloc(self, shape, dtype) -> CLBuffer:
@@ -173,15 +184,34 @@ class _DeviceState:
         if new:
             text = "\n".join(new)
             try:
-                with warnings.catch_warnings():
+                with warnings.catch_warnings(), _profile.span("compile", "OpenCL program build", kernels=len(new)):
                     warnings.simplefilter("ignore")
-                    prog = cl.Program(self.context, text).build()
+                    prog = self._build(text)
             except cl.Error as e:
                 raise RuntimeError(f"the OpenCL compiler rejected fnarray's generated kernels (a bug in fnarray; "
                                    f"please report it): {e}\n--- source ---\n{text}") from None
             for s in new:
                 self.programs[s] = prog
         return {s: self.programs[s] for s in sources}
+
+    def _build(self, text):
+        """``cl.Program(text).build()``, through the persistent cache of program binaries when it is on."""
+        if compile_cache.cache_dir() is None:
+            return cl.Program(self.context, text).build()
+        d = self.cl_device
+        k = compile_cache.key(text, cl.VERSION_TEXT, d.platform.name, d.platform.version, d.name, d.version,
+                              d.driver_version)
+        binary = compile_cache.get("opencl", k)
+        if binary is not None:
+            try:
+                return cl.Program(self.context, [d], [binary]).build()
+            except cl.Error:  # a binary the driver no longer accepts: compile the source again
+                pass
+        prog = cl.Program(self.context, text).build()
+        binaries = prog.binaries
+        if binaries and binaries[0]:
+            compile_cache.put("opencl", k, bytes(binaries[0]))
+        return prog
 
 
 # ------------------------------------------------------------------------------------------ kernels
@@ -200,7 +230,7 @@ def _renamed(kernel, name):
 
 
 class _Step:
-    __slots__ = ("kernel", "gsize", "lsize", "bufargs", "allocs")
+    __slots__ = ("kernel", "gsize", "lsize", "bufargs", "allocs", "name", "source")
 
 
 class _Executable:
@@ -233,7 +263,7 @@ class _Executable:
                         st.allocs.append((s, a.shape, a.dtype))
                 else:
                     knl.set_arg(i, np.asarray(a, dtype=p.dtype))
-            st.kernel = knl
+            st.kernel, st.name, st.source = knl, name, src
             st.gsize, st.lsize = launch.global_size, launch.local_size
             self.steps.append(st)
         self.outs = []
@@ -247,6 +277,8 @@ class _Executable:
         self.nslots = len(slots)
 
     def __call__(self, bufs):
+        if _profile.recorder is not None:
+            return self._profiled(bufs)
         env = [None] * self.nslots
         for s, b in zip(self.in_slots, bufs, strict=True):
             env[s] = b
@@ -260,6 +292,37 @@ class _Executable:
             for i, s in st.bufargs:
                 knl.set_arg(i, env[s].mem)
             enqueue(queue, knl, st.gsize, st.lsize)
+        return self._outputs(env)
+
+    def _profiled(self, bufs):
+        """``__call__`` under the profiler: each kernel on a profiling queue, timed by its event."""
+        env = [None] * self.nslots
+        for s, b in zip(self.in_slots, bufs, strict=True):
+            env[s] = b
+        state = self.state
+        state.queue.finish()  # earlier work first: the profiling queue is a second in-order queue
+        queue = state.profiling_queue()
+        rec = _profile.recorder
+        for st in self.steps:
+            for s, shape, dt in st.allocs:
+                env[s] = state.alloc(shape, dt)
+            knl = st.kernel
+            for i, s in st.bufargs:
+                knl.set_arg(i, env[s].mem)
+            if rec is not None:
+                rec.sources.setdefault(st.name, st.source)
+            with _profile.span("kernel", st.name, global_size=tuple(st.gsize),
+                               local_size=tuple(st.lsize) if st.lsize else None) as sp:
+                evt = cl.enqueue_nd_range_kernel(queue, knl, st.gsize, st.lsize)
+                evt.wait()
+                try:
+                    sp.args["device_us"] = (evt.profile.end - evt.profile.start) / 1e3
+                except (cl.Error, AttributeError):  # a device without profiling information: wall time only
+                    pass
+        return self._outputs(env)
+
+    def _outputs(self, env):
+        state = self.state
         out = []
         for kind, v in self.outs:
             if kind == "slot":
@@ -280,6 +343,9 @@ class OpenCLLowered(KernelLowered):
 
     def _schedule_now(self):
         return schedule_program(self.program, self.state.caps, workgroup=self.state.workgroup)
+
+    def _cache_identity(self):
+        return f"{super()._cache_identity()}|workgroup={self.state.workgroup}"
 
     def _named_source(self, kernel):
         return _named_source(kernel)

@@ -49,6 +49,7 @@ import weakref
 import numpy as np
 
 from fnarray.core import dtypes
+from fnarray.core import profile as _profile
 from fnarray.core import primitives as P
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal
@@ -188,6 +189,10 @@ class _GPU:
         want = {k: min(v, lim[k]) for k, v in PORTABLE_LIMITS.items() if k in lim}
         want.update({k: lim[k] for k in ("max-storage-buffer-binding-size", "max-buffer-size") if k in lim})
         feats = ["shader-f16"] if self.has_f16 else []
+        # Timestamp queries only serve the profiler (kernel device times); asked for where offered.
+        self.has_timestamps = "timestamp-query" in self.adapter.features
+        if self.has_timestamps:
+            feats.append("timestamp-query")
         try:
             dev = self.adapter.request_device_sync(required_features=feats, required_limits=want)
         except Exception as e:  # noqa: BLE001 (a broken driver may raise anything)
@@ -276,18 +281,50 @@ class _GPU:
         """The compute pipeline of WGSL ``source`` and its bind-group layout (cached by source text)."""
         hit = self.pipelines.get(source)
         if hit is None:
-            dev = self.device
-            bgl = self.bind_group_layout(rw, uniform)
-            try:
-                module = dev.create_shader_module(code=source)
-                layout = dev.create_pipeline_layout(bind_group_layouts=[bgl])
-                pipe = dev.create_compute_pipeline(layout=layout, compute={"module": module, "entry_point": entry})
-            except Exception as e:  # noqa: BLE001 (wgpu reports validation errors with several classes)
-                raise RuntimeError(f"the WGSL compiler rejected fnarray's generated kernel {entry} (a bug in "
-                                   f"fnarray; please report it): {e}\n--- source ---\n{source}") from None
-            hit = (pipe, bgl)
+            with _profile.span("compile", f"WGSL pipeline {entry}"):
+                hit = self._new_pipeline(source, entry, rw, uniform)
             self.pipelines[source] = hit
         return hit
+
+    def _new_pipeline(self, source, entry, rw, uniform):
+        dev = self.device
+        bgl = self.bind_group_layout(rw, uniform)
+        try:
+            module = dev.create_shader_module(code=source)
+            layout = dev.create_pipeline_layout(bind_group_layouts=[bgl])
+            pipe = dev.create_compute_pipeline(layout=layout, compute={"module": module, "entry_point": entry})
+        except Exception as e:  # noqa: BLE001 (wgpu reports validation errors with several classes)
+            raise RuntimeError(f"the WGSL compiler rejected fnarray's generated kernel {entry} (a bug in "
+                               f"fnarray; please report it): {e}\n--- source ---\n{source}") from None
+        return (pipe, bgl)
+
+    def dispatch_timed(self, step, buffers):
+        """Run one launch alone and wait for it; its device time in microseconds from timestamp queries,
+        or ``None`` where the device has none (the profiler's path; never on the call path)."""
+        wgpu, dev = self.wgpu, self.device
+        bg = step.bind_group(self, buffers)
+        enc = dev.create_command_encoder()
+        qs = None
+        if self.has_timestamps:
+            qs = dev.create_query_set(type=wgpu.QueryType.timestamp, count=2)
+            cp = enc.begin_compute_pass(timestamp_writes={
+                "query_set": qs, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1})
+        else:
+            cp = enc.begin_compute_pass()
+        cp.set_pipeline(step.pipeline)
+        cp.set_bind_group(0, bg)
+        cp.dispatch_workgroups(*step.groups)
+        cp.end()
+        if qs is not None:
+            out = dev.create_buffer(size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+            enc.resolve_query_set(qs, 0, 2, out, 0)
+        self.queue.submit([enc.finish()])
+        if qs is None:
+            if buffers:
+                self.queue.read_buffer(buffers[0], 0, 4)  # waits for the launch (TRAPS.md: no work-done wait)
+            return None
+        t0, t1 = np.frombuffer(self.queue.read_buffer(out, 0, 16), np.uint64)
+        return float(t1 - t0) / 1e3 if t1 >= t0 else None
 
     def uniform(self, raw: bytes):
         usage = self.wgpu.BufferUsage.UNIFORM | self.wgpu.BufferUsage.COPY_DST
@@ -427,6 +464,8 @@ class _Plan:
         n_inputs, n_slots = self.n_inputs, self.n_slots
 
         def run(bufs):
+            if _profile.recorder is not None:
+                return run_profiled(bufs)
             if len(bufs) != n_inputs:
                 raise ValueError(f"this webgpu executable takes {n_inputs} buffers, got {len(bufs)}")
             vals = list(bufs) + [None] * (n_slots - n_inputs)
@@ -443,6 +482,22 @@ class _Plan:
                     cp.dispatch_workgroups(*st.groups)
                 cp.end()
                 gpu.queue.submit([enc.finish()])
+            return [vals[o] if isinstance(o, int) else o for o in outputs]
+
+        def run_profiled(bufs):
+            # Under the profiler: one submit per kernel, waited for, with the pass's timestamps where the
+            # device has timestamp queries (else the span's wall time after the wait is all there is).
+            vals = list(bufs) + [None] * (n_slots - n_inputs)
+            for k, spec in allocs:
+                vals[k] = gpu.alloc(spec.dtype, spec.shape)
+            rec = _profile.recorder
+            for st in steps:
+                if rec is not None:
+                    rec.sources.setdefault(st.entry, st.source)
+                with _profile.span("kernel", st.entry, workgroups=st.groups) as sp:
+                    t = gpu.dispatch_timed(st, [vals[k].buffer for k in st.slots])
+                    if t is not None:
+                        sp.args["device_us"] = t
             return [vals[o] if isinstance(o, int) else o for o in outputs]
 
         return run

@@ -57,8 +57,11 @@ def asarray(obj, /, dtype=None, device=None, copy=None):
     Python ints outside ``int32`` without an explicit dtype.
     """
     if copy is False and not isinstance(obj, Array):
+        if hasattr(obj, "__dlpack__") and not isinstance(obj, np.ndarray) and dtype is None:
+            return from_dlpack(obj, device=device, copy=False)  # shares the producer's memory
         raise ValueError("asarray(copy=False) cannot wrap a non-fnarray object without a copy; "
-                         "fnarray arrays own their buffers")
+                         "fnarray arrays own their buffers (only DLPack producers such as torch and jax "
+                         "arrays can be shared, through fnarray.numpy.from_dlpack)")
     if not isinstance(obj, (Array, np.ndarray, list, tuple)) and not is_scalar(obj) and hasattr(obj, "__dlpack__"):
         obj = np.from_dlpack(obj)
     elif not isinstance(obj, (Array, np.ndarray, list, tuple)) and not is_scalar(obj) and hasattr(obj, "__array__"):
@@ -539,21 +542,36 @@ def meshgrid(*arrays, indexing: str = "xy"):
 def from_dlpack(x, /, *, device=None, copy=None):
     """An ``Array`` from any object with ``__dlpack__`` (array API ``from_dlpack``; ``numpy.from_dlpack``).
 
-    Differences from NumPy: the data is always copied (fnarray arrays own their buffers and are
-    immutable), so ``copy`` is ignored; ``device`` places the result.
+    Zero-copy where the target allows (the array API's ``copy=None``, as
+    ``jax.numpy.from_dlpack``): on ``numpy:0`` the array is a read-only NumPy view of the
+    producer's memory, on ``jax:0`` a ``jax.Array`` over it (a ``jax.Array`` is taken as
+    it is). The fnarray array never writes the memory, but a mutable producer (a
+    ``torch.Tensor``) still can: do not write the tensor afterwards, or pass
+    ``copy=True``. Other backends (mlx, opencl, webgpu) copy. ``docs/interop.md``
+    says which exchange copies.
 
     Args:
-      x: an object implementing ``__dlpack__``.
-      device: where to place the result.
-      copy: ignored (a copy is always made).
+      x: an object implementing ``__dlpack__`` (a ``torch.Tensor``, ``jax.Array``, NumPy array...).
+      device: where to place the result (default: the default device, uncommitted).
+      copy: ``True`` always copies; ``False`` never copies (``BufferError`` if it must);
+        ``None`` shares where possible.
 
     Returns:
       An ``Array`` of ``x``'s shape and dtype.
 
     Raises:
       AttributeError, TypeError: ``x`` does not implement DLPack (raised by ``numpy.from_dlpack``).
+      BufferError: ``copy=False`` where the memory cannot be shared (another device, a read-only
+        legacy producer).
       DTypeError: a dtype fnarray does not have.
     """
+    from fnarray.devices.dlpack import import_dlpack
+    shared = import_dlpack(x, device=device, copy=copy)
+    if shared is not None:
+        return shared
+    if copy is False:
+        raise BufferError(f"from_dlpack(copy=False): a {type(x).__name__} cannot be shared with "
+                          f"{device or 'the default device'}; allow a copy (copy=None)")
     return asarray(np.from_dlpack(x), device=device)
 
 

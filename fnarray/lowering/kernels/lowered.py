@@ -2,6 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import hashlib
+import os
+import pickle
+import warnings
+
+import numpy as np
+
+from fnarray.core import profile as _profile
+from fnarray.core.ir import Literal, pp_program
+from fnarray.core.passes import walk_eqns
+from fnarray.devices import compile_cache
 from fnarray.devices.backend import Lowered
 
 __all__ = ["KernelLowered"]
@@ -21,8 +34,38 @@ class KernelLowered(Lowered):
 
     def _schedules(self):
         if self._plan is None:
-            self._plan = self._schedule_now()
+            with _profile.span("lower", f"schedule kernels for {self.device}", eqns=len(self.program.eqns)):
+                self._plan = self._cached_schedule()
         return self._plan
+
+    def _cache_identity(self) -> str:
+        """What besides the program decides the schedule: the target's capabilities (subclasses add more)."""
+        caps = self.device.impl.capabilities(self.device)
+        fields = {f.name: getattr(caps, f.name) for f in dataclasses.fields(caps)}
+        fields["dtypes"] = sorted(d.name for d in caps.dtypes)
+        return f"{self.device.backend}|{self.device.description}|{sorted(fields.items())}"
+
+    def _cached_schedule(self):
+        """The schedule, from the persistent compilation cache when it is on (keyed by the program's text,
+        its literals' bits, the target and the scheduler's own code), else made now."""
+        if compile_cache.cache_dir() is None:
+            return self._schedule_now()
+        k = compile_cache.key(pp_program(self.program), _literal_bits(self.program), self._cache_identity(),
+                              _code_digest())
+        data = compile_cache.get("schedule", k)
+        if data is not None:
+            try:
+                return pickle.loads(data)  # noqa: S301 (fnarray's own cache folder; see compile_cache)
+            except Exception as e:  # noqa: BLE001 (an entry from an incompatible build: rebuild it)
+                warnings.warn(f"fnarray's cached kernel schedule could not be read ({type(e).__name__}: {e}); "
+                              "it is rebuilt", compile_cache.CacheWarning, stacklevel=2)
+        plan = self._schedule_now()
+        try:
+            data = pickle.dumps(plan, protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            return plan  # something in this schedule does not pickle: it is simply not kept
+        compile_cache.put("schedule", k, data)
+        return plan
 
     def kernels(self):
         """The generated kernels in launch order: each with its source, work sizes and the IR equations it
@@ -39,3 +82,31 @@ class KernelLowered(Lowered):
             from fnarray.devices import host_control
             return host_control.HostDriven(self.program, self.device, [True] * len(self.program.eqns))
         return self._compile_schedule(plan.schedule)
+
+
+def _literal_bits(program) -> bytes:
+    """Every literal's dtype, weak type and bit pattern, in order (the printed program shows values only)."""
+    parts = []
+    for e in walk_eqns(program):
+        for a in e.inputs:
+            if isinstance(a, Literal):
+                v = np.asarray(a.val, a.aval.dtype)
+                parts.append(f"{a.aval.dtype.name}{int(a.aval.weak_type)}".encode() + v.tobytes())
+    for a in program.outvars:
+        if isinstance(a, Literal):
+            parts.append(np.asarray(a.val, a.aval.dtype).tobytes())
+    return b"|".join(parts)
+
+
+@functools.lru_cache(maxsize=1)
+def _code_digest() -> str:
+    """A digest of the scheduler's and the IR's source files: a changed fnarray never reads an old schedule."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    core = os.path.join(os.path.dirname(os.path.dirname(here)), "core")
+    h = hashlib.sha256()
+    for folder in (here, core):
+        for name in sorted(os.listdir(folder)):
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name), "rb") as f:
+                    h.update(name.encode() + f.read())
+    return h.hexdigest()

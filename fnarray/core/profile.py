@@ -1,0 +1,157 @@
+"""The profiler's recording core: spans on per-thread stacks (``fnarray.profiler`` is the public side).
+
+Every layer below ``fnarray.profiler`` may record here without importing upward. When nothing
+records, ``recorder`` is ``None``: a hook costs one global lookup, and the slow paths (tracing,
+lowering, compiling) call ``span`` unconditionally, which then returns a shared do-nothing context.
+
+A span has a kind (its layer: ``dispatch``, ``trace``, ``lower``, ``compile``, ``transfer``,
+``kernel``, ``fallback``, ``loop``), a name and arguments. Spans nest per thread; a span's *self*
+time is its duration less its children's, so the layers' self times add up to the time covered.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+__all__ = ["recorder", "span", "Recorder", "Span", "KINDS", "user_frame"]
+
+#: The layers, in the order the summary lists them.
+KINDS = ("dispatch", "trace", "lower", "compile", "transfer", "kernel", "fallback", "loop")
+#: Most spans one recording keeps (memory stays bounded in a long loop); later ones are counted only.
+MAX_SPANS = 2_000_000
+
+recorder: "Recorder | None" = None
+_clock = time.perf_counter_ns
+
+
+class Span:
+    """One open span; ``__exit__`` records it. ``args`` may be added to until then."""
+
+    __slots__ = ("rec", "kind", "name", "args", "start", "child_ns", "children", "kids", "parent", "index")
+
+    def __init__(self, rec, kind, name, args):
+        self.rec, self.kind, self.name, self.args = rec, kind, name, args
+        self.child_ns = 0
+        self.children = 0
+        self.kids = set()  # the kinds of its children
+        self.parent = None
+        self.index = -1
+
+    def __enter__(self):
+        stack = self.rec._stack()
+        self.parent = stack[-1] if stack else None
+        stack.append(self)
+        self.start = _clock()
+        return self
+
+    def __exit__(self, *exc):
+        end = _clock()
+        self.rec._close(self, end)
+        return False
+
+
+class _Null:
+    """The context ``span`` returns when nothing records."""
+
+    args: dict = {}
+    kind = name = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NULL = _Null()
+
+
+def span(kind: str, name: str, **args):
+    """A context manager recording a span of ``kind`` (one of ``KINDS``) when a recorder is active."""
+    rec = recorder
+    if rec is None:
+        return _NULL
+    return Span(rec, kind, name, args)
+
+
+class Record:
+    """A finished span: what the trace file and the summary read."""
+
+    __slots__ = ("kind", "name", "args", "start", "dur", "self_ns", "tid", "parent")
+
+    def __init__(self, kind, name, args, start, dur, self_ns, tid, parent):
+        self.kind, self.name, self.args = kind, name, args
+        self.start, self.dur, self.self_ns, self.tid, self.parent = start, dur, self_ns, tid, parent
+
+
+class Recorder:
+    """Collects spans from every thread (thread-safe: one stack per thread, one lock for the list)."""
+
+    def __init__(self):
+        self.records: list[Record] = []
+        self.dropped = 0
+        self.t0 = _clock()
+        self.t_end = None
+        self.pid = os.getpid()
+        self.sources: dict = {}     # kernel name -> generated source
+        self.eqns: dict = {}        # fallback span name -> the equations it ran (for the native-device advice)
+        self._lock = threading.Lock()
+        self._local = threading.local()
+        self._tids: dict = {}
+
+    def _stack(self):
+        s = getattr(self._local, "stack", None)
+        if s is None:
+            s = self._local.stack = []
+            with self._lock:
+                self._tids[threading.get_ident()] = len(self._tids) + 1
+            self._local.tid = self._tids[threading.get_ident()]
+        return s
+
+    def _close(self, sp: Span, end: int):
+        stack = self._stack()
+        # Spans close in reverse order of opening (they are context managers); tolerate an exception that
+        # unwound through a span whose __exit__ did not run by dropping everything above this one.
+        while stack and stack[-1] is not sp:
+            stack.pop()
+        if stack:
+            stack.pop()
+        dur = end - sp.start
+        parent = sp.parent
+        if parent is not None:
+            parent.child_ns += dur
+            parent.children += 1
+            parent.kids.add(sp.kind)
+        rec = Record(sp.kind, sp.name, sp.args, sp.start - self.t0, dur, max(dur - sp.child_ns, 0),
+                     self._local.tid, None)
+        sp.index = rec  # children closed earlier point at their parent Span; resolved in ``finish``
+        with self._lock:
+            if len(self.records) < MAX_SPANS:
+                self.records.append((rec, sp, parent))
+            else:
+                self.dropped += 1
+
+    def finish(self):
+        """Stop recording: resolve parents; returns the list of ``Record``."""
+        self.t_end = _clock()
+        out = []
+        with self._lock:
+            for rec, _sp, parent in self.records:
+                rec.parent = parent.index if parent is not None and isinstance(parent.index, Record) else None
+                out.append(rec)
+            self.records = out
+        return out
+
+
+def user_frame() -> str:
+    """``file:line`` of the innermost frame outside the fnarray package (where the user's code called in)."""
+    import sys
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    f = sys._getframe(1)
+    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(pkg):
+        f = f.f_back
+    if f is None:
+        return "?"
+    return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"

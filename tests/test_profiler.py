@@ -1,0 +1,235 @@
+"""fnarray.profiler: spans of every layer on every backend, well nested, and the summary's verdicts."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from fnarray.core import profile as core_profile
+from fnarray.transforms.jit import Jitted
+
+BASE_KINDS = {"dispatch", "trace", "lower", "compile", "transfer", "kernel"}
+
+
+def _mlp_step():
+    def loss(params, x, y):
+        h = fnp.maximum(x @ params["w1"] + params["b1"], 0.0)
+        out = h @ params["w2"]
+        return fnp.mean((out - y) ** 2)
+
+    @fa.jit
+    def step(params, x, y):
+        value, grads = fa.value_and_grad(loss)(params, x, y)
+        # A loop with a static trip count: the host drives it on mlx, opencl and webgpu.
+        new = fa.tree_util.tree_map(lambda p, g: fa.fori_loop(0, 2, lambda i, q: q - 0.05 * g, p), params, grads)
+        return new, value
+    return step
+
+
+def _params(rng, device):
+    p = {"w1": rng.standard_normal((4, 8)).astype(np.float32) * 0.5, "b1": np.zeros(8, np.float32),
+         "w2": rng.standard_normal((8, 2)).astype(np.float32) * 0.5}
+    return fa.device_put(p, device)
+
+
+def _check_nesting(events):
+    """Complete events on one thread never overlap partially: each lies inside the span open around it."""
+    by_tid: dict = {}
+    for e in events:
+        if e["ph"] == "X":
+            assert e["dur"] >= 0, e
+            assert e["ts"] >= 0, e
+            by_tid.setdefault(e["tid"], []).append(e)
+    eps = 1e-3  # microseconds: float rounding of ns / 1e3
+    for evs in by_tid.values():
+        evs.sort(key=lambda e: (e["ts"], -e["dur"]))
+        stack = []
+        for e in evs:
+            while stack and stack[-1]["ts"] + stack[-1]["dur"] <= e["ts"] + eps:
+                stack.pop()
+            if stack:
+                top = stack[-1]
+                assert e["ts"] + e["dur"] <= top["ts"] + top["dur"] + eps, (
+                    f"{e['cat']} {e['name']} overlaps its parent {top['cat']} {top['name']} without nesting")
+            stack.append(e)
+
+
+def test_trace_of_a_training_step_on_every_backend(device, tmp_path):
+    rng = np.random.default_rng(0)
+    step = _mlp_step()
+    params = _params(rng, device)
+    x = fa.device_put(rng.standard_normal((16, 4)).astype(np.float32), device)
+    y = fa.device_put(rng.standard_normal((16, 2)).astype(np.float32), device)
+    path = tmp_path / "trace.json"
+    losses = []
+    with fa.profiler.trace(str(path)) as h:
+        for _ in range(3):
+            params, loss = step(params, x, y)
+            losses.append(float(loss))
+    assert core_profile.recorder is None
+    assert h.profile is not None
+    data = json.loads(path.read_text())
+    events = data["traceEvents"]
+    kinds = {e.get("cat") for e in events if e["ph"] == "X"}
+    want = set(BASE_KINDS)
+    if device.impl.capabilities(device).control_flow == "host":
+        want.add("loop")
+    assert want <= kinds, f"missing span kinds on {device}: {want - kinds}"
+    for e in events:
+        if e["ph"] == "X":
+            assert e["pid"] == events[1]["pid"] and isinstance(e["tid"], int)
+            assert isinstance(e["args"], dict)
+    _check_nesting(events)
+    transfers = [e for e in events if e.get("cat") == "transfer"]
+    assert any(e["name"].endswith("->host") and e["args"]["bytes"] == 4 for e in transfers)  # float(loss)
+    if device.backend in ("opencl", "webgpu"):
+        kernels = [e for e in events if e.get("cat") == "kernel"]
+        names = {e["name"] for e in kernels}
+        assert len(names) >= 3, names  # named kernels, not one span per program
+        assert any("device_us" in e["args"] and e["args"]["device_us"] >= 0 for e in kernels)
+        some = sorted(names)[0]
+        src = fa.profiler.source(some)
+        assert ("__kernel" in src) if device.backend == "opencl" else ("@compute" in src)
+    # Three steps of a training loop are a first call (compile) and two cached calls: one trace only.
+    assert sum(1 for e in events if e.get("cat") == "trace" and e["name"] == "step") == 1
+    # The results under the profiler are those without it.
+    params2 = _params(np.random.default_rng(0), device)
+    ref = []
+    for _ in range(3):
+        params2, loss = step(params2, x, y)
+        ref.append(float(loss))
+    np.testing.assert_allclose(losses, ref, rtol=1e-6)
+    s = fa.profiler.summary(h.profile, file=open(tmp_path / "summary.txt", "w"))
+    assert abs(sum(s.shares.values()) - 1.0) < 1e-9
+    text = str(s)
+    for layer in fa.profiler.LAYERS:
+        assert layer in text
+    assert "verdict:" in text
+
+
+def test_profiler_off_restores_the_call_path():
+    call = Jitted.__call__
+    f = fa.jit(lambda a: a + 1.0)
+    x = fnp.ones(3)
+    with fa.profiler.trace():
+        assert Jitted.__call__ is not call
+        f(x)
+        with pytest.raises(RuntimeError, match="already being recorded"):
+            with fa.profiler.trace():
+                pass
+    assert Jitted.__call__ is call and core_profile.recorder is None
+    from fnarray.devices.backend import get_backend
+    assert "to_host" not in vars(get_backend("numpy"))
+    np.testing.assert_allclose(np.asarray(f(x)), [2.0, 2.0, 2.0])
+
+
+def test_spans_from_two_threads_keep_their_own_nesting(tmp_path):
+    f = fa.jit(lambda a: fnp.sin(a) * 2.0)
+    xs = [fnp.ones(5) * i for i in range(2)]
+    out = {}
+
+    def work(i):
+        for _ in range(20):
+            out[i] = np.asarray(f(xs[i]) + 1.0)
+
+    with fa.profiler.trace(str(tmp_path / "t.json")):
+        ts = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    assert len({e["tid"] for e in events if e["ph"] == "X"}) == 2
+    _check_nesting(events)
+    np.testing.assert_allclose(out[1], np.sin(1.0) * 2 + 1, rtol=1e-6)
+
+
+def test_fallback_segments_are_spans(tmp_path):
+    from test_devices import _TestDevBackend  # the test-only backend without sin
+    from fnarray.devices import partition
+    from fnarray.devices.backend import unregister_backend
+    backend = _TestDevBackend()
+    fa.register_backend("testdev", lambda: backend)
+    partition._warned.clear()
+    try:
+        x = fa.device_put(np.linspace(0, 1, 5, dtype=np.float32), "testdev:0")
+        f = fa.jit(lambda a: fnp.sin(a * 2.0) + 1.0)
+        with pytest.warns(fa.FallbackWarning):
+            with fa.profiler.trace(str(tmp_path / "t.json")) as h:
+                for _ in range(3):
+                    y = f(x)
+        np.testing.assert_allclose(np.asarray(y), np.sin(np.linspace(0, 1, 5) * 2.0) + 1.0, rtol=1e-6)
+        events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+        fb = [e for e in events if e.get("cat") == "fallback"]
+        assert len(fb) == 3 and all("sin (float32)" in e["name"] and "testdev:0" in e["name"] for e in fb)
+        _check_nesting(events)
+        # Crafted so that the fallback dominates: the verdict names the primitive and dtype.
+        s = h.profile.summary()
+        text = fa.profiler._VERDICTS["fallback"](s, h.profile.records, "x%")
+        assert "sin (float32)" in text
+    finally:
+        unregister_backend("testdev")
+        partition._warned.clear()
+
+
+# ------------------------------------------------------------------------------ the verdicts
+
+
+def test_verdict_many_tiny_eager_ops_is_dispatch():
+    x = fnp.ones(4)
+    y = x * 1.0001 + 0.5  # compile the two eager executables before recording
+    with fa.profiler.trace() as h:
+        for _ in range(300):
+            y = y * 1.0001 + 0.5
+    s = h.profile.summary()
+    assert s.dominant == "dispatch", str(s)
+    assert s.counts["dispatch"] >= 600
+    assert "jit a larger function" in s.verdict and "test_profiler.py" in s.verdict
+
+
+def test_verdict_retraced_every_call_is_compile():
+    def grow(a):
+        return fnp.sum(fnp.cos(a) * a)
+    f = fa.jit(grow)
+    with fa.profiler.trace() as h:
+        for n in range(1, 13):
+            f(fnp.ones(n))
+    s = h.profile.summary()
+    assert s.dominant == "compile", str(s)
+    assert "grow was traced and compiled 12 times" in s.verdict
+    assert "f32[1]" in s.verdict and "f32[2]" in s.verdict and "shapes change" in s.verdict
+
+
+def test_verdict_changing_static_argument_is_compile():
+    f = fa.jit(lambda a, k: a * k, static_argnums=1)
+    x = fnp.ones(3)
+    with fa.profiler.trace() as h:
+        for k in range(10):
+            f(x, k)
+    s = h.profile.summary()
+    assert s.dominant == "compile", str(s)
+    assert "static arguments change" in s.verdict
+
+
+def test_verdict_pulling_to_the_host_each_step_is_transfer():
+    # On opencl:0 a copy between host and device costs more than a cheap kernel over the same data.
+    from helpers import require_backend
+    require_backend("opencl")
+    dev = fa.devices("opencl")[0]
+    step = fa.jit(lambda a: a[:4] * 2.0)
+    x = fa.device_put(np.ones(1 << 20, np.float32), dev)
+    step(x).block_until_ready()
+    with fa.profiler.trace() as h:
+        for _ in range(6):
+            host = np.asarray(x)          # the whole state pulled to the host each step ...
+            x = fa.device_put(host + 0, dev)  # ... and pushed back
+            step(x)
+    s = h.profile.summary()
+    assert s.dominant == "transfer", str(s)
+    assert "device->host" in s.verdict and "test_profiler.py" in s.verdict
+    assert "keep values on the device" in s.verdict
