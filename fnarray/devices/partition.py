@@ -20,7 +20,7 @@ from fnarray.core.errors import FallbackWarning, UnsupportedOnDevice
 from fnarray.core.ir import Program
 from fnarray.core.passes import program_from_eqn, subprograms, walk_eqns
 from fnarray.devices import memory
-from fnarray.devices.backend import Device
+from fnarray.devices.backend import Device, decompose_for
 
 __all__ = ["compile_program", "compile_eqn", "unsupported_reason", "lower_program"]
 
@@ -142,6 +142,8 @@ def _compile_program(program: Program, device: Device, donate=()):
     _check_runnable(program)
     if device.backend == "numpy":
         return _compiled(lower_program(program, device), device)
+    # Decomposed first, so that a primitive the backend lowers as a composite does not fall back.
+    program = decompose_for(program, device)
     placements = []
     for e in program.eqns:
         r = unsupported_reason(e, device)
@@ -170,7 +172,8 @@ def _compile_eqn(primitive, params, in_avals, out_avals, device: Device):
     memory.check_avals(out_avals, device, f"the operation {primitive.name}")
     fast = getattr(backend, "eager_fast", None)
     # The fast path skips partitioning: only for what the device supports (fallback needs the slow one).
-    if fast is not None and (device.backend == "numpy" or unsupported_reason(prog.eqns[0], device) is None):
+    if fast is not None and (device.backend == "numpy" or (backend.lowers_natively(prog.eqns[0], device) and
+                                                           unsupported_reason(prog.eqns[0], device) is None)):
         exe = fast(primitive, params, in_avals, device)
         if exe is not None:
             return _translating(exe, prog, device)
