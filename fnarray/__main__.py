@@ -4,6 +4,8 @@
 - ``python -m fnarray check module:function [--device D ...] [--rtol R]``: ``fa.check`` of a function on the
   example inputs it declares (``@fa.check.example(*args)`` or a ``function.example_args`` tuple); exits 1
   when a device disagrees with numpy:0.
+- ``python -m fnarray primitives [NAME] [--write]``: every primitive's rules and per-backend status
+  (``docs/primitives.md``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ def main(argv=None) -> int:
                                   "@fa.check.example(*args) or an example_args attribute)")
     c.add_argument("--device", action="append", default=None, help="a device to check (repeatable; default: all)")
     c.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: by dtype)")
+    sub.add_parser("primitives", add_help=False,
+                   help="every primitive's rules and per-backend status (NAME: one primitive, --write: the docs)")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["primitives"]:
+        from fnarray._primitives_cmd import main as primitives_main
+        return primitives_main(argv[1:])
     args = ap.parse_args(argv)
     if args.command == "doctor":
         from fnarray._doctor import doctor

@@ -10,9 +10,9 @@ imports both.
 from __future__ import annotations
 
 from fnarray.core import lax as _core_lax
-from fnarray.transforms.associative_scan import associative_scan
-from fnarray.transforms.control_flow import cond, fori_loop, scan, switch, while_loop
-from fnarray.transforms.lax_map import map  # noqa: A004  (jax.lax.map)
+from fnarray._associative_scan import associative_scan  # noqa: F401
+from fnarray.transforms.control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: F401
+from fnarray._lax_map import map  # noqa: A004,F401  (jax.lax.map)
 
 _CONTROL = ["associative_scan", "cond", "fori_loop", "map", "scan", "switch", "while_loop"]
 _CORE = [n for n in _core_lax.__all__ if n not in _CONTROL]
@@ -32,7 +32,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(__all__))
-
-
-_ = (associative_scan, cond, fori_loop, map, scan, switch, while_loop)
+    return list(__all__)  # only the public names (the helpers above stay reachable by attribute)

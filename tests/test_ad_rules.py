@@ -107,13 +107,15 @@ def _i(*v):
 
 UNARY = [
     ("exp", P.exp, u(-2, 2)), ("exp2", P.exp2, u(-2, 2)), ("log", P.log, u(0.2, 3)),
+    ("log2", P.log2, u(0.1, 4)),
     ("log1p", P.log1p, u(-0.8, 3)), ("expm1", P.expm1, u(-2, 2)), ("tanh", P.tanh, u(-2, 2)),
     ("logistic", P.logistic, u(-4, 4)), ("sin", P.sin, u(-3, 3)), ("cos", P.cos, u(-3, 3)),
     ("tan", P.tan, u(-1.2, 1.2)), ("asin", P.asin, u(-0.9, 0.9)), ("acos", P.acos, u(-0.9, 0.9)),
     ("atan", P.atan, u(-3, 3)), ("sinh", P.sinh, u(-2, 2)), ("cosh", P.cosh, u(-2, 2)),
     ("asinh", P.asinh, u(-3, 3)), ("acosh", P.acosh, u(1.1, 4)), ("atanh", P.atanh, u(-0.9, 0.9)),
     ("sqrt", P.sqrt, u(0.1, 4)), ("rsqrt", P.rsqrt, u(0.1, 4)), ("cbrt", P.cbrt, away(-4, 4, 0.2)),
-    ("erf", P.erf, u(-2, 2)), ("erf_inv", P.erf_inv, u(-0.9, 0.9)), ("lgamma", P.lgamma, u(0.1, 6)),
+    ("erf", P.erf, u(-2, 2)), ("erfc", P.erfc, u(-2, 4)), ("erf_inv", P.erf_inv, u(-0.9, 0.9)),
+    ("lgamma", P.lgamma, u(0.1, 6)),
     ("lgamma_neg", P.lgamma, lambda rng: -rng.integers(0, 4, (3, 4)) - rng.uniform(0.1, 0.9, (3, 4))),
     ("digamma", P.digamma, u(0.05, 30)),
     ("digamma_neg", P.digamma, lambda rng: -rng.integers(0, 4, (3, 4)) - rng.uniform(0.1, 0.9, (3, 4))),

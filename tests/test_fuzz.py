@@ -66,11 +66,9 @@ def _has_zero_size(prog):
 
 # Known classes of bugs that other branches fix now (issue 12), excluded from the default run by
 # narrow filters; FNARRAY_FUZZ_ALL=1 runs everything. Each filter: (reason, applies to backend, predicate).
-KNOWN = [
-    ("zero-size operands/results on the kernel backends and mlx (issue 12 item 3/4, branch empty): "
-     "ZeroDivisionError in kernels/index.py, MLX hangs on empty work",
-     lambda backend: backend in ("opencl", "webgpu", "mlx"), _has_zero_size),
-]
+# Classes of mismatch excluded from the default run while their fix is open: (reason, backends, predicate).
+# Empty now: the zero-size class (issue 12 items 3 and 4) was fixed in lowering/zero_size.py.
+KNOWN: list = []
 
 
 def _excluded(prog, backend):

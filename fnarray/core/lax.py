@@ -11,18 +11,14 @@ import numpy as np
 
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
+from fnarray.core.avals import get_aval
 from fnarray.core.tracing import is_scalar
 
 __all__ = [name for name in dir() if False]  # filled at the end
 
 
 def _aval(x):
-    from fnarray.core.array import Array
-    if isinstance(x, Array):
-        return x.aval
-    from fnarray.core.shaped import ShapedArray
-    d, w = dtypes.dtype_of_scalar(x)
-    return ShapedArray((), d, w)
+    return get_aval(x)
 
 
 def shape(x):
@@ -49,6 +45,8 @@ sin, cos, tan, asin, acos, atan = map(_un, (P.sin, P.cos, P.tan, P.asin, P.acos,
 sinh, cosh, asinh, acosh, atanh = map(_un, (P.sinh, P.cosh, P.asinh, P.acosh, P.atanh))
 sqrt, rsqrt, cbrt, erf, erf_inv, lgamma, digamma = map(_un, (P.sqrt, P.rsqrt, P.cbrt, P.erf, P.erf_inv,
                                                              P.lgamma, P.digamma))
+erfc = _un(P.erfc)
+log2 = _un(P.log2)
 abs, bitwise_not, real, imag, conj, population_count = map(_un, (P.abs_p, P.not_p, P.real, P.imag, P.conj,
                                                                  P.population_count))
 stop_gradient_p_bind = _un(P.stop_gradient)

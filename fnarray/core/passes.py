@@ -6,6 +6,7 @@ import weakref
 
 from fnarray.core.ir import Eqn, Literal, Program, Var
 from fnarray.core.primitives import EFFECTS
+from fnarray.core.subprograms import subprograms  # noqa: F401  (one definition; re-exported)
 
 __all__ = ["dce", "has_effect", "program_from_eqn", "subprograms", "walk_eqns"]
 
@@ -57,17 +58,6 @@ def program_from_eqn(primitive, params, in_avals, out_avals) -> Program:
     ins = [Var(a) for a in in_avals]
     outs = [Var(a) for a in out_avals]
     return Program([], ins, [Eqn(primitive, tuple(ins), params, tuple(outs))], outs)
-
-
-def subprograms(eqn: Eqn):
-    """The sub-programs held in an equation's params (branches, bodies)."""
-    for v in eqn.params.values():
-        if isinstance(v, Program):
-            yield v
-        elif isinstance(v, tuple):
-            for p in v:
-                if isinstance(p, Program):
-                    yield p
 
 
 def walk_eqns(prog: Program):

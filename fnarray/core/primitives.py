@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from fnarray.core import dtypes
+from fnarray.core import dtypes, families
 from fnarray.core.errors import ContractionShapeError, DTypeError, ShapeError
 from fnarray.core.shaped import ShapedArray
 
@@ -46,6 +46,7 @@ class Primitive:
         self.doc = doc
         self.kind = kind  # "unary", "binary", "reduce", "cumulative", "structural", "control", "other"
         PRIMITIVES[name] = self
+        families.announce(self)  # the family's uniform rules (fnarray.core.families)
 
     def bind(self, *args, **params):
         return _bind(self, *args, **params)
@@ -144,6 +145,7 @@ exp = unary("exp")
 exp2 = unary("exp2")
 log = unary("log")
 log1p = unary("log1p")
+log2 = unary("log2", _FLOAT, doc="Base-2 logarithm, exact at powers of two (log2(2**k) == k).")
 expm1 = unary("expm1")
 tanh = unary("tanh")
 logistic = unary("logistic", doc="1 / (1 + exp(-x)).")
@@ -155,6 +157,8 @@ sqrt = unary("sqrt")
 rsqrt = unary("rsqrt")
 cbrt = unary("cbrt", _FLOAT)
 erf = unary("erf", _FLOAT)
+erfc = unary("erfc", _FLOAT, doc="1 - erf(x), computed without the cancellation: accurate in relative terms "
+                                "for large x (erfc(4) is about 1.5e-8 in float32, where 1 - erf(4) rounds to 0).")
 erf_inv = unary("erf_inv", _FLOAT)
 lgamma = unary("lgamma", _FLOAT)
 digamma = unary("digamma", _FLOAT)

@@ -19,7 +19,7 @@ from fnarray.core.errors import BackendUnavailable, FnArrayError
 from fnarray.core.ir import Eqn, Program
 
 __all__ = ["Device", "Capabilities", "Backend", "Lowered", "register_backend", "get_backend",
-           "backend_names", "backend_error"]
+           "backend_names", "backend_error", "decompose_for"]
 
 
 class Device:
@@ -127,6 +127,18 @@ class Backend:
     #: the partitioner cuts the program there and runs the callback on numpy:0.
     host_callbacks = False
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # Every way into a backend's ``lower`` (jit's stages, the partitioner, the browser export) first expands
+        # the primitives it does not lower natively into their decompositions (fnarray.core.decompositions).
+        if "lower" in cls.__dict__:
+            cls.lower = _decomposing(cls.__dict__["lower"])
+
+    def lowers_natively(self, eqn: Eqn, device: Device) -> bool:
+        """Whether this backend has its own lowering of ``eqn``'s primitive at its dtypes (else the primitive's
+        decomposition is used, where there is one, and otherwise it falls back)."""
+        return True
+
     def supports(self, eqn: Eqn, device: Device) -> str | None:
         """``None`` if the device runs ``eqn``, else the reason it cannot."""
         caps = self.capabilities(device)
@@ -161,6 +173,21 @@ class Backend:
 
     def delete(self, buf):
         pass
+
+
+def decompose_for(program: Program, device: Device) -> Program:
+    """``program`` with what ``device``'s backend does not lower natively expanded into its decompositions."""
+    from fnarray.core.decompositions import decompose
+    backend = device.impl
+    return decompose(program, lambda eqn: backend.lowers_natively(eqn, device))
+
+
+def _decomposing(lower):
+    def lower_decomposed(self, program, device, *args, **kwargs):
+        return lower(self, decompose_for(program, device), device, *args, **kwargs)
+    lower_decomposed.__doc__ = lower.__doc__
+    lower_decomposed.__wrapped__ = lower
+    return lower_decomposed
 
 
 _LOADERS = {

@@ -47,18 +47,18 @@ from fnarray.core import dtypes
 from fnarray.core import profile as _profile
 from fnarray.core import primitives as P
 from fnarray.core.ir import Eqn, Literal, Params, Program, Var
-from fnarray.core.passes import consts_as_inputs, dce, subprograms
+from fnarray.core.passes import consts_as_inputs, dce
 from fnarray.core.primitives import EFFECTS
+from fnarray.core.subprograms import CALL_PROGRAM, CONTROL_FLOW, subprograms
 from fnarray.core.shaped import ShapedArray
 from fnarray.devices.backend import Device, get_backend
 
 __all__ = ["CONTROL_PRIMITIVES", "needs_host", "needs_host_driving", "HostDriven", "compile_control_eqn"]
 
 #: Primitives the host drives on a ``control_flow="host"`` device.
-CONTROL_PRIMITIVES = frozenset({P.while_p, P.scan, P.cond})
+CONTROL_PRIMITIVES = CONTROL_FLOW
 # Equations that only call a sub-program: cut out when the sub-program needs the host.
-_CALL_PROGRAM = {P.call: "program", P.remat: "program", P.custom_jvp_call: "call_program",
-                 P.custom_vjp_call: "call_program"}
+_CALL_PROGRAM = CALL_PROGRAM
 _STACK_GROUP = 64  # most operands of one stacking program (fewer where the device allows fewer buffers)
 #: Iterations between two ``schedule`` calls of a host-driven loop.
 SCHEDULE_EVERY = 64

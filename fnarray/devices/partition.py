@@ -21,7 +21,7 @@ from fnarray.core.ir import Program
 from fnarray.core.passes import has_effect, program_from_eqn, subprograms, walk_eqns
 from fnarray.core.primitives import EFFECTS
 from fnarray.devices import memory
-from fnarray.devices.backend import Device
+from fnarray.devices.backend import Device, decompose_for
 
 __all__ = ["compile_program", "compile_eqn", "unsupported_reason", "lower_program"]
 
@@ -153,6 +153,8 @@ def _compile_program(program: Program, device: Device, donate=()):
     _check_runnable(program)
     if device.backend == "numpy":
         return _compiled(lower_program(program, device), device)
+    # Decomposed first, so that a primitive the backend lowers as a composite does not fall back.
+    program = decompose_for(program, device)
     placements = []
     for e in program.eqns:
         r = unsupported_reason(e, device)
@@ -183,8 +185,9 @@ def _compile_eqn(primitive, params, in_avals, out_avals, device: Device):
     # The fast path skips partitioning: only for what the device supports (fallback needs the slow one).
     # An equation holding a host callback goes through partitioning too, unless the backend calls it in place.
     if fast is not None and (device.backend == "numpy" or (
-            unsupported_reason(prog.eqns[0], device) is None
-            and (getattr(backend, "host_callbacks", False) or not has_effect(prog.eqns[0])))):
+            backend.lowers_natively(prog.eqns[0], device)
+            and unsupported_reason(prog.eqns[0], device) is None
+            and (backend.host_callbacks or not has_effect(prog.eqns[0])))):
         exe = fast(primitive, params, in_avals, device)
         if exe is not None:
             return _translating(exe, prog, device)

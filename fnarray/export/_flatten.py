@@ -25,11 +25,11 @@ from fnarray.core import primitives as P
 from fnarray.core.errors import UnsupportedOnDevice
 from fnarray.core.ir import Eqn, Literal, Params, Program, Var
 from fnarray.core.shaped import ShapedArray
+from fnarray.core.subprograms import CALL_PROGRAM
 
 __all__ = ["straight_line"]
 
-_CALLS = {P.call: "program", P.remat: "program", P.custom_jvp_call: "call_program",
-          P.custom_vjp_call: "call_program"}
+_CALLS = CALL_PROGRAM
 
 _WHILE_HINT = ("a while_loop's trip count depends on values computed at run time, and the exported bundle is a "
                "fixed list of GPU dispatches with no host loop. Use fnarray.scan, or fori_loop with static Python "

@@ -48,6 +48,8 @@ RULES: dict = {}
 #: Primitives without an ONNX lowering, each with the reason given at export.
 UNSUPPORTED = {
     P.erf_inv: "ONNX has no inverse error function",
+    P.erfc: "ONNX has no complementary error function (and 1 - Erf loses it above x of about 3.9 in float32)",
+    P.log2: "ONNX has no base-2 logarithm",
     P.lgamma: "ONNX has no log-gamma function",
     P.digamma: "ONNX has no digamma function",
     P.nextafter: "ONNX has no nextafter",

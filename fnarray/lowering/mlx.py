@@ -11,8 +11,9 @@ operations: integer division and remainder by zero give 0 (and ``INT_MIN // -1``
 never reaches MLX, where it would trap), shifts past the bit width give 0 or -1,
 float -> int casts saturate with NaN -> 0, gathers clamp and scatters drop
 out-of-bounds indices, NaN sorts last, ``max``/``min`` propagate NaN, ``sign(NaN)``
-is NaN. What MLX lacks is composed: ``lgamma`` and ``digamma`` (recurrence plus
-asymptotic series), ``population_count`` (bit slicing), ``nextafter`` (bit
+is NaN. ``lgamma``, ``digamma`` and ``erfc``, which MLX lacks, come from their
+decompositions (``fnarray.core.decompositions``); other things MLX lacks are composed
+here: ``population_count`` (bit slicing), ``nextafter`` (bit
 arithmetic), padding with interior/negative widths, bitwise reductions (a tree of
 halvings), integer ``dot_general`` (products summed in blocks; MLX's matmul is
 floating-point only), multi-key ``sort`` (successive stable argsorts).
@@ -71,7 +72,6 @@ on disk under ``/tmp/mlx``). So the policy (``COMPILE_MODE = "auto"``) is per pl
 
 from __future__ import annotations
 
-import functools
 import math
 import weakref
 
@@ -84,7 +84,8 @@ from fnarray.lowering.common import dot_general_as_matmul
 from fnarray.core import primitives as P
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal, Program
-from fnarray.core.passes import dce, program_from_eqn, subprograms
+from fnarray.core.passes import dce, program_from_eqn
+from fnarray.core.subprograms import CALL_PROGRAM, CONTROL_FLOW, subprograms
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
 from fnarray.lowering.zero_size import drop_zero_size, has_zero_size, is_fill
 
@@ -195,7 +196,7 @@ def _mx_op(name, upcast):
 # ------------------------------------------------------------------------------ elementwise
 
 for _p, _name in [(P.floor, "floor"), (P.ceil, "ceil"), (P.round_p, "round"), (P.exp, "exp"), (P.log, "log"),
-                  (P.log1p, "log1p"), (P.expm1, "expm1"), (P.tanh, "tanh"),
+                  (P.log2, "log2"), (P.log1p, "log1p"), (P.expm1, "expm1"), (P.tanh, "tanh"),
                   (P.sin, "sin"), (P.cos, "cos"), (P.tan, "tan"), (P.asin, "arcsin"), (P.acos, "arccos"),
                   (P.atan, "arctan"), (P.sinh, "sinh"), (P.cosh, "cosh"), (P.asinh, "arcsinh"),
                   (P.acosh, "arccosh"), (P.atanh, "arctanh"), (P.sqrt, "sqrt"), (P.rsqrt, "rsqrt"),
@@ -298,66 +299,7 @@ def _integer_pow(params, in_avals, out_avals):
     return lambda x: one / positive(x, -y)
 
 
-def _lgamma_pos(z, one, half, cutoff, steps, consts):
-    """log Gamma(z) for z >= 0.5: shift z above ``cutoff`` with Gamma(z+1) = z Gamma(z), then Stirling."""
-    prod = mx.ones_like(z)
-    for _ in range(steps):
-        small = z < cutoff
-        prod = mx.where(small, prod * z, prod)
-        z = mx.where(small, z + one, z)
-    c_half_log2pi, c12, c360, c1260 = consts
-    inv = one / z
-    inv2 = inv * inv
-    series = inv * (c12 - inv2 * (c360 - inv2 * c1260))
-    return (z - half) * mx.log(z) - z + c_half_log2pi + series - mx.log(prod)
-
-
-@rule(P.lgamma)
-def _lgamma(params, in_avals, out_avals):
-    d = in_avals[0].dtype
-    cd = _F32 if d in _LOW else d
-    k = functools.partial(_const, d=cd)
-    one, half, pi = k(1.0), k(0.5), k(math.pi)
-    cutoff = k(8.0)
-    consts = (k(0.5 * math.log(2 * math.pi)), k(1 / 12), k(1 / 360), k(1 / 1260))
-    inf = k(np.inf)
-
-    def f(x):
-        reflect = x < half
-        xr = mx.where(reflect, one - x, x)
-        pos = _lgamma_pos(xr, one, half, cutoff, 8, consts)
-        # |sin(pi x)| through the distance to the nearest integer, exact in floating point.
-        s = mx.abs(mx.sin(pi * (x - mx.round(x))))
-        refl = mx.log(pi / s) - pos
-        r = mx.where(reflect, refl, pos)
-        return mx.where((reflect & (x == mx.floor(x))) | (x == inf), inf, r)
-    return _upcast(f)(params, in_avals, out_avals)
-
-
-@rule(P.digamma)
-def _digamma(params, in_avals, out_avals):
-    d = in_avals[0].dtype
-    cd = _F32 if d in _LOW else d
-    k = functools.partial(_const, d=cd)
-    one, half, pi, six, nan = k(1.0), k(0.5), k(math.pi), k(6.0), k(np.nan)
-    coef = [k(c) for c in (1 / 12, 1 / 120, 1 / 252, 1 / 240, 1 / 132)]
-
-    def f(x):
-        reflect = x < half
-        z = mx.where(reflect, one - x, x)
-        acc = mx.zeros_like(z)
-        for _ in range(6):
-            small = z < six
-            acc = mx.where(small, acc - one / z, acc)
-            z = mx.where(small, z + one, z)
-        inv = one / z
-        inv2 = inv * inv
-        c12, c120, c252, c240, c132 = coef
-        tail = inv2 * (c12 - inv2 * (c120 - inv2 * (c252 - inv2 * (c240 - inv2 * c132))))
-        r = acc + mx.log(z) - half * inv - tail
-        r = mx.where(reflect, r - pi / mx.tan(pi * (x - mx.round(x))), r)
-        return mx.where((x <= 0) & (x == mx.floor(x)), nan, r)
-    return _upcast(f)(params, in_avals, out_avals)
+# lgamma and digamma (which MLX lacks) are written once, in fnarray.core.decompositions.
 
 
 _UNSIGNED_OF = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
@@ -1052,13 +994,11 @@ def _call(key):
     return factory
 
 
-RULES[P.call] = _call("program")
-RULES[P.remat] = _call("program")
-RULES[P.custom_jvp_call] = _call("call_program")
-RULES[P.custom_vjp_call] = _call("call_program")
+for _p, _k in CALL_PROGRAM.items():
+    RULES[_p] = _call(_k)
 
 # while, scan and cond run from the host (fnarray.devices.host_control); custom_lin never runs.
-_HOST = frozenset({P.while_p, P.scan, P.cond})
+_HOST = CONTROL_FLOW
 _UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that are transposed, never run"}
 
 # ------------------------------------------------------------------------------ what falls back
@@ -1284,6 +1224,9 @@ class MlxBackend(Backend):
     def capabilities(self, device):
         return self._caps["cpu" if device.platform == "cpu" else "gpu"]
 
+    def lowers_natively(self, eqn, device):
+        return eqn.primitive in RULES or eqn.primitive in _HOST
+
     def supports(self, eqn, device):
         prim = eqn.primitive
         r = _UNSUPPORTED.get(prim)
@@ -1306,7 +1249,7 @@ class MlxBackend(Backend):
         outs = list(out) if primitive.multiple_results else [out]
         if any(a.size == 0 for a in list(in_avals) + outs):
             return None   # the general path runs the zero-size pass: no MLX call on an empty array
-        if primitive in (P.call, P.remat, P.custom_jvp_call, P.custom_vjp_call) or any(
+        if primitive in CALL_PROGRAM or any(
                 isinstance(p, Program) for p in params.values()):
             from fnarray.devices.partition import unsupported_reason
             eqn = program_from_eqn(primitive, params, in_avals, outs).eqns[0]

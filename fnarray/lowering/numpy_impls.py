@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 
 from fnarray.core import dtypes
+from fnarray.core.subprograms import CALL_PROGRAM
 from fnarray.core import primitives as P
 from fnarray.lowering.common import dot_general_as_matmul
 
@@ -83,7 +84,7 @@ for _p, _f in [(P.neg, np.negative), (P.floor, np.floor), (P.ceil, np.ceil), (P.
 # np.bitwise_count counts the bits of |x|; the primitive counts the two's-complement bits (as XLA).
 _direct(P.population_count, lambda x: np.bitwise_count(x.view(f"u{x.dtype.itemsize}")).astype(x.dtype))
 
-for _p, _f in [(P.exp, np.exp), (P.exp2, np.exp2), (P.log, np.log), (P.log1p, np.log1p),
+for _p, _f in [(P.exp, np.exp), (P.exp2, np.exp2), (P.log, np.log), (P.log2, np.log2), (P.log1p, np.log1p),
                (P.expm1, np.expm1), (P.tanh, np.tanh), (P.sin, np.sin), (P.cos, np.cos), (P.tan, np.tan),
                (P.asin, np.arcsin), (P.acos, np.arccos), (P.atan, np.arctan), (P.sinh, np.sinh),
                (P.cosh, np.cosh), (P.asinh, np.arcsinh), (P.acosh, np.arccosh), (P.atanh, np.arctanh),
@@ -112,6 +113,7 @@ def _logistic(x):
 
 _direct(P.logistic, _upcast(_logistic))
 _direct(P.erf, _upcast(_pyfunc(math.erf)))
+_direct(P.erfc, _upcast(_pyfunc(math.erfc)))
 _direct(P.lgamma, _upcast(_pyfunc(
     lambda v: math.lgamma(v) if v > 0 or not math.isfinite(v) or v != math.floor(v) else math.inf)))
 
@@ -691,10 +693,8 @@ def _call_factory(key):
     return factory
 
 
-IMPLS[P.call] = _call_factory("program")
-IMPLS[P.remat] = _call_factory("program")
-IMPLS[P.custom_jvp_call] = _call_factory("call_program")
-IMPLS[P.custom_vjp_call] = _call_factory("call_program")
+for _p, _k in CALL_PROGRAM.items():
+    IMPLS[_p] = _call_factory(_k)
 
 def _custom_lin(params, in_avals, out_avals):
     def f(*args):

@@ -57,8 +57,9 @@ from fnarray.devices.backend import Backend, Capabilities, Device
 from fnarray.lowering.kernels import render_opencl, schedule_program
 from fnarray.lowering.kernels.lowered import KernelLowered
 from fnarray.lowering.kernels.ir import BufferParam
-from fnarray.lowering.kernels.rules import COMPLEX_OK
-from fnarray.lowering.kernels.schedule import CALLS, INJECTIVE, REDUCTIONS, SCHEDULED
+from fnarray.core.subprograms import CONTROL_FLOW
+from fnarray.lowering.kernels import facts
+from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
 
 try:
     import pyopencl as cl
@@ -69,14 +70,10 @@ except ImportError as e:  # pragma: no cover - exercised where pyopencl is missi
 
 __all__ = ["make_backend", "OpenCLBackend", "CLBuffer", "OpenCLLowered"]
 
-_CONTROL = frozenset({P.cond, P.while_p, P.scan})
+_CONTROL = CONTROL_FLOW
 _UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that are transposed, never run"}
-# Primitives whose kernels have no complex form.
-_COMPLEX_BAD = (frozenset(INJECTIVE) - COMPLEX_OK - {P.broadcast_in_dim, P.reshape, P.transpose, P.rev, P.slice_p,
-                                                     P.dynamic_slice, P.dynamic_update_slice, P.pad, P.concatenate,
-                                                     P.gather, P.iota}) | {
-    P.reduce_max, P.reduce_min, P.argmax, P.argmin, P.cummax, P.cummin, P.cumlogsumexp, P.scatter_min,
-    P.scatter_max, P.sort, P.reduce_and, P.reduce_or}
+# Primitives whose kernels have no complex form (from the kernel facts).
+_COMPLEX_BAD = frozenset(p for p in SCHEDULED if p not in facts.complex_ok() and p not in CALLS)
 _MAX_ELEMENTS = 2**31 - 1
 
 
@@ -428,6 +425,9 @@ class OpenCLBackend(Backend):
 
     def capabilities(self, device):
         return self._states[device].caps
+
+    def lowers_natively(self, eqn, device):
+        return eqn.primitive in SCHEDULED or eqn.primitive in _CONTROL or eqn.primitive in CALLS
 
     def supports(self, eqn, device):
         prim = eqn.primitive

@@ -70,6 +70,7 @@ from fnarray.lowering.kernels import schedule_program
 from fnarray.lowering.kernels.lowered import KernelLowered
 from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.lowering.kernels.schedule import CALLS, SCHEDULED
+from fnarray.lowering.kernels import wgsl
 from fnarray.lowering.kernels.wgsl import DEFAULT_GROUP_SIZE, render_wgsl, uniform_bytes, wgsl_layout
 
 __all__ = ["make_backend", "WebGPUBackend", "WGBuffer", "PORTABLE_LIMITS"]
@@ -631,6 +632,12 @@ class WebGPUBackend(Backend):
                 max_loop_iterations=_loop_cap(self.gpu.info))
             self._caps = caps
         return caps
+
+    def lowers_natively(self, eqn, device):
+        prim = eqn.primitive
+        if prim in CONTROL_PRIMITIVES or prim in CALLS:
+            return True
+        return prim in SCHEDULED and wgsl.renders_primitive(prim)
 
     def supports(self, eqn, device):
         prim = eqn.primitive

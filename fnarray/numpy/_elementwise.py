@@ -158,16 +158,33 @@ erfinv = _float_unary("erfinv", lax.erf_inv, real_only=True)
 arcsin, arccos, arctan, arcsinh, arccosh, arctanh = asin, acos, atan, asinh, acosh, atanh
 
 
+_erfc = _float_unary("erfc", lax.erfc, real_only=True)
+
+
 def erfc(x, /):
-    """Complementary error function ``1 - erf(x)`` (``scipy.special.erfc``)."""
-    return subtract(1, erf(x))
+    """Complementary error function ``1 - erf(x)`` (``scipy.special.erfc``), accurate for large ``x``.
+
+    Computed by the ``erfc`` primitive (within a few float32 ulps up to x = 9), not as ``1 - erf(x)``, which is
+    0 in float32 from x of about 3.9. Integer and bool inputs give ``float32``.
+
+    Args:
+      x: a real array or a scalar.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype.
+
+    Raises:
+      DTypeError: ``x`` is complex.
+    """
+    return _erfc(x)
 
 
 def log2(x, /):
     """Base-2 logarithm (array API ``log2``; ``numpy.log2``).
 
-    Differences from NumPy: integer and bool inputs give ``float32`` (NumPy: ``float64``); computed as ``log(x) /
-    log(2)`` (may differ from NumPy in the last place).
+    Differences from NumPy: integer and bool inputs give ``float32`` (NumPy: ``float64``). Real arrays use the
+    ``log2`` primitive, exact at powers of two (``log(x) / log(2)`` was one ulp off at some); complex arrays are
+    computed as ``log(x) / log(2)`` (may differ from NumPy in the last place).
 
     Args:
       x: an array or a scalar.
@@ -179,6 +196,8 @@ def log2(x, /):
       TypeError: ``x`` is not an array or a scalar.
     """
     x = _to_inexact(x)
+    if not dtypes.is_complex(aval_of(x).dtype):
+        return elementwise("log2", lax.log2, x)
     return divide(log(x), np.log(2).astype(_real_dtype(x)))
 
 

@@ -6,23 +6,15 @@ import numpy as np
 
 from fnarray.core import dtypes, lax
 from fnarray.core.array import Array
+from fnarray.core.avals import get_aval, set_asarray
 from fnarray.core.errors import AxisError, DTypeError, ShapeError
-from fnarray.core.shaped import ShapedArray
 from fnarray.core.tracing import Tracer, is_scalar
 
 __all__ = ["aval_of", "asarray_internal", "promote", "broadcast_shapes", "broadcast_arrays_",
            "elementwise", "normalize_axis", "normalize_axes", "check_arraylike", "result_aval"]
 
 
-def aval_of(x) -> ShapedArray:
-    if isinstance(x, Array):
-        return x.aval
-    if is_scalar(x):
-        d, w = dtypes.dtype_of_scalar(x)
-        return ShapedArray((), d, w)
-    if isinstance(x, np.ndarray):
-        return ShapedArray(x.shape, dtypes.canonicalize(x.dtype), False)
-    raise TypeError(f"expected an array or a scalar, got {type(x).__name__}")
+aval_of = get_aval  # one definition, in fnarray.core.avals
 
 
 def check_arraylike(name, *args):
@@ -74,6 +66,9 @@ def asarray_internal(x, dtype=None):
     if dtype is not None:
         v = v.astype(dtypes.canonicalize(dtype))
     return array_from_numpy(v)
+
+
+set_asarray(asarray_internal)
 
 
 def _int_default(v):

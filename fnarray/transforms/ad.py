@@ -25,6 +25,7 @@ from fnarray import tree_util
 from fnarray.core import dtypes, lax
 from fnarray.core import primitives as P
 from fnarray.core.array import Array
+from fnarray.core.avals import get_aval
 from fnarray.core.builder import trace_to_program
 from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.core.interpreter import eval_program, literal_value
@@ -48,15 +49,7 @@ def _arrays(leaves):
     return [array_from_numpy(x) if isinstance(x, np.ndarray) else x for x in leaves]
 
 
-def _aval(x) -> ShapedArray:
-    if isinstance(x, Array):
-        return x.aval
-    if is_scalar(x):
-        d, w = dtypes.dtype_of_scalar(x)
-        return ShapedArray((), d, w)
-    if isinstance(x, np.ndarray):
-        return ShapedArray(x.shape, dtypes.canonicalize(x.dtype))
-    raise TypeError(f"expected an array, got {type(x).__name__}")
+_aval = get_aval  # fnarray.core.avals
 
 
 # ================================================================================ forward mode
@@ -897,11 +890,11 @@ def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
         in_shapes = [_aval(x).shape for x in d_flat]
 
         def split(leaf):
-            from fnarray.numpy import reshape, split as fsplit
             o_shape = leaf.shape[:-1]
-            sizes = np.cumsum([int(np.prod(s)) for s in in_shapes])[:-1]
-            parts = fsplit(leaf, [int(s) for s in sizes], axis=-1) if len(in_shapes) > 1 else [leaf]
-            blocks = [reshape(p, o_shape + s) for p, s in zip(parts, in_shapes, strict=True)]
+            ends = np.cumsum([int(np.prod(s)) for s in in_shapes])
+            parts = [lax.slice_in_dim(leaf, int(e - int(np.prod(s))), int(e), axis=leaf.ndim - 1)
+                     for e, s in zip(ends, in_shapes, strict=True)] if len(in_shapes) > 1 else [leaf]
+            blocks = [lax.reshape(p, o_shape + s) for p, s in zip(parts, in_shapes, strict=True)]
             tree = tree_util.tree_unflatten(d_tree, blocks)
             return tree if multiple else tree[0]
 
@@ -958,9 +951,8 @@ def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
 
         def block(k):
             def f_leaf(leaf):
-                from fnarray.numpy import reshape
-                part = leaf[int(offsets[k]):int(offsets[k + 1])]
-                return reshape(part, o_shapes[k] + leaf.shape[1:])
+                part = lax.slice_in_dim(leaf, int(offsets[k]), int(offsets[k + 1]), axis=0)
+                return lax.reshape(part, o_shapes[k] + leaf.shape[1:])
             t = tree_util.tree_map(f_leaf, cts)
             return t if multiple else t[0]
 

@@ -36,10 +36,9 @@ import numpy as np
 
 from fnarray.core import dtypes, lax
 from fnarray.core import primitives as P
-from fnarray.core.array import Array
+from fnarray.core.avals import get_aval
 from fnarray.core.shaped import ShapedArray
 from fnarray.transforms.ad_tables import (
-    UndefinedPrimal,
     Zero,
     add_tangents,
     defjvp,
@@ -62,13 +61,7 @@ NO_JVP: dict[str, str] = {}
 # ----------------------------------------------------------------------------- helpers
 
 
-def _aval(x) -> ShapedArray:
-    if isinstance(x, (Array, UndefinedPrimal, Zero)):
-        return x.aval
-    if isinstance(x, np.ndarray):
-        return ShapedArray(x.shape, dtypes.canonicalize(x.dtype), False)
-    d, w = dtypes.dtype_of_scalar(x)
-    return ShapedArray((), d, w)
+_aval = get_aval  # fnarray.core.avals
 
 
 def _is_pynum(v) -> bool:
@@ -220,6 +213,7 @@ def _sq(x):
 _unary(P.exp, lambda x, out: out)
 _unary(P.exp2, lambda x, out: lax.mul(out, _const(out, math.log(2.0))))
 _unary(P.log, lambda x, out: lax.div(_const(x, 1), x))
+_unary(P.log2, lambda x, out: lax.div(_const(x, 1 / math.log(2)), x))
 _unary(P.log1p, lambda x, out: lax.div(_const(x, 1), lax.add(x, _const(x, 1))))
 _unary(P.expm1, lambda x, out: lax.add(out, _const(out, 1)))
 _unary(P.tanh, lambda x, out: lax.sub(_const(out, 1), _sq(out)))
@@ -239,6 +233,7 @@ _unary(P.sqrt, lambda x, out: lax.div(_const(out, 0.5), out))
 _unary(P.rsqrt, lambda x, out: lax.mul(_const(out, -0.5), lax.div(out, x)))
 _unary(P.cbrt, lambda x, out: lax.div(_const(out, 1 / 3), _sq(out)))
 _unary(P.erf, lambda x, out: lax.mul(_const(x, 2 / math.sqrt(math.pi)), lax.exp(lax.neg(_sq(x)))))
+_unary(P.erfc, lambda x, out: lax.mul(_const(x, -2 / math.sqrt(math.pi)), lax.exp(lax.neg(_sq(x)))))
 _unary(P.erf_inv, lambda x, out: lax.mul(_const(x, math.sqrt(math.pi) / 2), lax.exp(_sq(out))))
 _unary(P.lgamma, lambda x, out: lax.digamma(x))
 

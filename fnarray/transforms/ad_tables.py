@@ -18,6 +18,7 @@ are always ``Zero``.
 from __future__ import annotations
 
 from fnarray.core import dtypes
+from fnarray.core.avals import get_aval
 from fnarray.core.shaped import ShapedArray
 
 __all__ = ["Zero", "UndefinedPrimal", "primitive_jvps", "primitive_transposes", "partial_eval_rules",
@@ -72,9 +73,7 @@ def is_undefined(x) -> bool:
     return isinstance(x, UndefinedPrimal)
 
 
-def _aval(x):
-    from fnarray.numpy._util import aval_of
-    return aval_of(x)
+_aval = get_aval  # fnarray.core.avals
 
 
 def zeros_like_aval(aval: ShapedArray):

@@ -32,7 +32,8 @@ import numpy as np
 import optree
 
 from fnarray import tree_util
-from fnarray.core import dtypes, lax
+from fnarray.core import avals, dtypes, families, lax
+from fnarray.core.avals import get_aval
 from fnarray.core import primitives as P
 from fnarray.core.array import Array
 from fnarray.core.builder import trace_to_program
@@ -61,11 +62,7 @@ __all__ = [
 # ----------------------------------------------------------------------------- values and axes
 
 
-def _aval(x) -> ShapedArray:
-    if isinstance(x, Array):
-        return x.aval
-    d, w = dtypes.dtype_of_scalar(x)
-    return ShapedArray((), d, w)
+_aval = get_aval  # fnarray.core.avals
 
 
 def _shape(x) -> tuple:
@@ -313,24 +310,11 @@ def _all_at_front(vals, dims):
 
 # ----------------------------------------------------------------------------- elementwise
 
-for _p in (P.neg, P.sign, P.floor, P.ceil, P.round_p, P.is_finite, P.exp, P.exp2, P.log, P.log1p,
-           P.expm1, P.tanh, P.logistic, P.sin, P.cos, P.tan, P.asin, P.acos, P.atan, P.sinh, P.cosh,
-           P.asinh, P.acosh, P.atanh, P.sqrt, P.rsqrt, P.cbrt, P.erf, P.erf_inv, P.lgamma, P.digamma,
-           P.abs_p, P.not_p, P.real, P.imag, P.conj, P.population_count, P.stop_gradient, P.copy_p,
-           P.integer_pow, P.convert_element_type, P.bitcast_convert_type):
-    defvectorized(_p)
-
-for _p in (P.add, P.sub, P.mul, P.div, P.rem, P.pow_p, P.max_p, P.min_p, P.atan2, P.nextafter,
-           P.and_p, P.or_p, P.xor_p, P.shift_left, P.shift_right_arithmetic, P.shift_right_logical,
-           P.eq, P.ne, P.lt, P.le, P.gt, P.ge, P.complex_p):
-    defbroadcasting(_p)
-
-for _p in (P.reduce_sum, P.reduce_prod, P.reduce_max, P.reduce_min, P.reduce_and, P.reduce_or,
-           P.argmax, P.argmin):
-    defreducer(_p)
-
-for _p in (P.cumsum, P.cumprod, P.cummax, P.cummin, P.cumlogsumexp):
-    primitive_batchers[_p] = _cumulative(_p)
+# Registered per family (fnarray.core.families): every member, present and future, gets the rule.
+families.on_family("unary", defvectorized)
+families.on_family("binary", defbroadcasting)
+families.on_family("reduce", defreducer)
+families.on_family("cumulative", lambda p: primitive_batchers.__setitem__(p, _cumulative(p)))
 
 
 def select_n_batch(vals, dims):
@@ -779,8 +763,7 @@ def _arg_names(fun, nargs):
 
 def _to_array(x):
     if isinstance(x, np.ndarray):
-        from fnarray.numpy._util import asarray_internal
-        return asarray_internal(x)
+        return avals.asarray(x)
     return x
 
 
@@ -931,8 +914,7 @@ def _place_output(val, d, ax, size, name):
 
 def _to_array_out(val):
     if is_scalar(val):
-        from fnarray.numpy._util import asarray_internal
-        return asarray_internal(val)
+        return avals.asarray(val)
     return val
 
 

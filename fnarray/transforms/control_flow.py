@@ -39,7 +39,8 @@ from fnarray.core.ir import Eqn, Literal, Params, Program, Var
 from fnarray.core.passes import consts_as_inputs
 from fnarray.core.shaped import ShapedArray
 from fnarray.core.tracing import Tracer, is_scalar
-from fnarray.numpy._util import asarray_internal, aval_of
+from fnarray.core.avals import asarray as asarray_internal
+from fnarray.core.avals import get_aval as aval_of
 from fnarray.transforms.ad_tables import (Zero, instantiate_zeros, is_undefined, partial_eval_rules,
                                           primitive_jvps, primitive_transposes, tangent_aval, zeros_like_aval)
 from fnarray.transforms.batching_tables import primitive_batchers

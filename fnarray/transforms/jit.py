@@ -359,12 +359,12 @@ class Jitted:
         for x in leaves:
             if type(x) is ArrayImpl:
                 avals.append(x.aval)
-                b = x._buf
+                b, x_dev, x_committed = x.call_view()
                 if dev is None:
-                    dev = x._device
-                if b is None or x._device is not dev:
+                    dev = x_dev
+                if b is None or x_dev is not dev:
                     plain = False
-                if x._committed:
+                if x_committed:
                     committed = True
                 bufs.append(b)
             else:
@@ -396,7 +396,7 @@ class Jitted:
                         ArrayImpl(av, device, b, committed) for av, b in zip(fast.out_avals, out_bufs)])
                 if self.device is None:
                     for x in leaves:
-                        if type(x) is ArrayImpl and x._device is not device:
+                        if type(x) is ArrayImpl and x.device is not device:
                             device = None
                             break
                 if device is not None:
@@ -421,12 +421,12 @@ class Jitted:
         committed = self.device is not None
         for x in leaves:
             if type(x) is ArrayImpl:
-                b = x._buf
+                b, x_dev, x_committed = x.call_view()
                 if b is None:
                     x.buf()  # raises: donated or deleted
-                if x._device is not device:
+                if x_dev is not device:
                     b = _to(x, device)
-                committed = committed or x._committed
+                committed = committed or x_committed
                 bufs.append(b)
             else:
                 bufs.append(_to(x, device))
@@ -471,9 +471,9 @@ class Jitted:
 def _to(x, device):
     """A leaf (array or scalar) as a buffer on ``device``."""
     if isinstance(x, ArrayImpl):
-        if x._device == device:
+        if x.device == device:
             return x.buf()
-        return device.impl.to_device(x._device.impl.to_host(x.buf()), device)
+        return device.impl.to_device(x.device.impl.to_host(x.buf()), device)
     if isinstance(x, (bool, int, float, complex)):
         d, _ = dtypes.dtype_of_scalar(x)
         return device.impl.to_device(np.asarray(x, d), device)

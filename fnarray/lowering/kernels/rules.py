@@ -21,9 +21,10 @@ import math
 import numpy as np
 
 from fnarray.core import primitives as P
+from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.ir import BOOL, OPS, UINT32, Bitcast, Cast, Const, Op, Select, const
 
-__all__ = ["ELEMENTWISE", "op", "select", "convert", "max_of", "min_of", "add_of", "mul_of", "lowest",
+__all__ = ["ELEMENTWISE", "UNARY_FUNCS", "op", "select", "convert", "max_of", "min_of", "add_of", "mul_of", "lowest",
            "highest", "float_math_dtype", "logaddexp", "COMPLEX_OK"]
 
 ELEMENTWISE: dict = {}
@@ -442,11 +443,11 @@ def _unary_fn(name):
     return rule
 
 
-for _p, _n in [(P.floor, "floor"), (P.ceil, "ceil"), (P.round_p, "rint"), (P.exp2, "exp2"), (P.log, "log"),
-               (P.log1p, "log1p"), (P.expm1, "expm1"), (P.tanh, "tanh"), (P.sin, "sin"), (P.cos, "cos"),
-               (P.tan, "tan"), (P.asin, "asin"), (P.acos, "acos"), (P.atan, "atan"), (P.sinh, "sinh"),
-               (P.cosh, "cosh"), (P.asinh, "asinh"), (P.acosh, "acosh"), (P.atanh, "atanh"), (P.sqrt, "sqrt"),
-               (P.rsqrt, "rsqrt"), (P.cbrt, "cbrt"), (P.erf, "erf"), (P.lgamma, "lgamma")]:
+# Unary primitives that are one math function of the kernel IR, from the kernel facts (a renderer without that
+# function leaves the primitive to its decomposition: ``fnarray.lowering.kernels.wgsl.renders_primitive``).
+UNARY_FUNCS = facts.funcs()
+for _p, _n in UNARY_FUNCS.items():
+    OPS.setdefault(_n, (1, "func"))
     ELEMENTWISE[_p] = _unary_fn(_n)
 
 
@@ -558,74 +559,7 @@ def _integer_pow(b, xs, params, in_avals, out_aval):
 ELEMENTWISE[P.integer_pow] = _integer_pow
 
 
-def _erf_inv(b, xs, params, in_avals, out_aval):
-    # Giles (2010), "Approximating the erfinv function" (single-precision branches), then one Newton step
-    # on erf; +-1 give +-inf and |y| > 1 NaN, as the reference.
-    y0 = xs[0]
-    d = y0.dtype
-    m = float_math_dtype(d)
-    y = b.let(Cast(y0, m)) if m != d else y0
-
-    def c(v):
-        return const(v, m)
-
-    w = b.let(op("neg", op("log", op("mul", op("sub", c(1.0), y), op("add", c(1.0), y)))))
-    ws = b.let(op("sub", w, c(2.5)))
-    p1 = c(2.81022636e-08)
-    for k in (3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087, -0.00125372503,
-              -0.00417768164, 0.246640727, 1.50140941):
-        p1 = b.let(op("add", c(k), op("mul", p1, ws)))
-    wl = b.let(op("sub", op("sqrt", select(op("gt", w, c(5.0)), w, c(5.0))), c(3.0)))
-    p2 = c(-0.000200214257)
-    for k in (0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773, -0.0076224613,
-              0.00943887047, 1.00167406, 2.83297682):
-        p2 = b.let(op("add", c(k), op("mul", p2, wl)))
-    x = b.let(op("mul", select(op("lt", w, c(5.0)), p1, p2), y))
-    # One Newton step: x -= (erf(x) - y) / (2/sqrt(pi) * exp(-x^2)).
-    fx = b.let(op("sub", op("erf", x), y))
-    slope = b.let(op("mul", c(2.0 / math.sqrt(math.pi)), op("exp", op("neg", op("mul", x, x)))))
-    x = b.let(op("sub", x, op("div", fx, slope)))
-    x = b.let(select(op("eq", y, c(1.0)), c(np.inf), select(op("eq", y, c(-1.0)), c(-np.inf), x)))
-    r = b.let(select(op("gt", op("fabs", y), c(1.0)), c(np.nan), x))
-    return Cast(r, d) if m != d else r
-
-
-ELEMENTWISE[P.erf_inv] = _erf_inv
-
-
-def _digamma(b, xs, params, in_avals, out_aval):
-    # Reflection below 1/2, six recurrence steps up to >= 6, then the asymptotic series (as the reference).
-    x0 = xs[0]
-    d = x0.dtype
-    m = float_math_dtype(d)
-    x = b.let(Cast(x0, m)) if m != d else x0
-
-    def c(v):
-        return const(v, m)
-
-    reflect = b.let(op("lt", x, c(0.5)))
-    xr = b.let(select(reflect, op("sub", c(1.0), x), x))
-    acc = c(0.0)
-    for _ in range(6):
-        small = b.let(op("lt", xr, c(6.0)))
-        acc = b.let(op("sub", acc, select(small, op("div", c(1.0), xr), c(0.0))))
-        xr = b.let(select(small, op("add", xr, c(1.0)), xr))
-    inv = b.let(op("div", c(1.0), xr))
-    inv2 = b.let(op("mul", inv, inv))
-    t = op("sub", c(1 / 240), op("mul", inv2, c(1 / 132)))
-    t = op("sub", c(1 / 252), op("mul", inv2, b.let(t)))
-    t = op("sub", c(1 / 120), op("mul", inv2, b.let(t)))
-    t = op("sub", c(1 / 12), op("mul", inv2, b.let(t)))
-    series = b.let(op("sub", op("sub", op("log", xr), op("mul", c(0.5), inv)), op("mul", inv2, b.let(t))))
-    res = b.let(op("add", acc, series))
-    pi = c(math.pi)
-    res = b.let(select(reflect, op("sub", res, op("div", pi, op("tan", op("mul", pi, x)))), res))
-    pole = op("land", op("le", x, c(0.0)), op("eq", x, op("floor", x)))
-    r = b.let(select(pole, c(np.nan), res))
-    return Cast(r, d) if m != d else r
-
-
-ELEMENTWISE[P.digamma] = _digamma
+# erf_inv and digamma are written once, in fnarray.core.decompositions.
 
 # ------------------------------------------------------------------------------------------ complex parts
 
@@ -734,7 +668,6 @@ def logaddexp(b, x, y):
     return select(same, op("add", x, const(math.log(2.0), d)), b.let(r))
 
 
-# Primitives whose rules accept complex operands.
-COMPLEX_OK = frozenset({P.add, P.sub, P.mul, P.div, P.neg, P.exp, P.abs_p, P.sign, P.real, P.imag, P.conj,
-                        P.complex_p, P.eq, P.ne, P.select_n, P.convert_element_type, P.copy_p, P.stop_gradient})
+# Primitives whose rules accept complex operands (from the kernel facts).
+COMPLEX_OK = facts.complex_ok() & frozenset(ELEMENTWISE)
 

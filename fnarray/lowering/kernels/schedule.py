@@ -40,6 +40,8 @@ import numpy as np
 from fnarray.core import primitives as P
 from fnarray.core.ir import Eqn, Literal, Program, Var
 from fnarray.core.passes import dce
+from fnarray.core.subprograms import CALL_PROGRAM
+from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import INJECTIVE, Emitter, Flat, NotFlat, shaped_index
 from fnarray.lowering.kernels.long_scans import split_long_scans
@@ -52,8 +54,7 @@ from fnarray.lowering.kernels.rules import (add_of, convert, highest, logaddexp,
 __all__ = ["schedule", "Schedule", "Launch", "BufSpec", "inline_calls", "SCHEDULED", "REDUCTIONS", "OPAQUE",
            "CALLS"]
 
-CALLS = {P.call: "program", P.remat: "program", P.custom_jvp_call: "call_program",
-         P.custom_vjp_call: "call_program"}
+CALLS = CALL_PROGRAM  # the call-like primitives and the param of the program each runs (core/subprograms.py)
 REDUCTIONS = frozenset({P.reduce_sum, P.reduce_prod, P.reduce_max, P.reduce_min, P.reduce_and, P.reduce_or,
                         P.argmax, P.argmin})
 CUMULATIVE = frozenset({P.cumsum, P.cumprod, P.cummax, P.cummin, P.cumlogsumexp})
@@ -62,10 +63,9 @@ OPAQUE = frozenset({P.dot_general, P.sort}) | CUMULATIVE | SCATTERS
 # Every primitive the scheduler turns into kernels (control flow is driven from the host).
 SCHEDULED = INJECTIVE | REDUCTIONS | OPAQUE | frozenset(CALLS)
 
-_EXPENSIVE = frozenset({P.exp, P.exp2, P.log, P.log1p, P.expm1, P.tanh, P.logistic, P.sin, P.cos, P.tan, P.asin,
-                        P.acos, P.atan, P.sinh, P.cosh, P.asinh, P.acosh, P.atanh, P.pow_p, P.erf, P.erf_inv,
-                        P.lgamma, P.digamma, P.atan2, P.cbrt, P.sqrt, P.rsqrt})
-_FREE = frozenset({P.reshape, P.broadcast_in_dim, P.transpose, P.copy_p, P.stop_gradient, P.convert_element_type})
+# Cost classes from the kernel facts (fnarray.lowering.kernels.facts).
+_EXPENSIVE = facts.with_cost("expensive")
+_FREE = facts.with_cost("free")
 _COST_LIMIT = 240      # largest inlined expression tree (duplicates counted) before a value is materialised
 _EXPENSIVE_COST = 10
 _VIEW_OPS = frozenset({P.transpose, P.reshape, P.broadcast_in_dim})

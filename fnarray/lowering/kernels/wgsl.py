@@ -62,13 +62,22 @@ _SPECIAL_BUILTINS = {"global_id": "fa_gid", "local_id": "fa_lid", "group_id": "f
 _XYZ = "xyz"
 
 # Kernel-IR func op -> WGSL builtin, where the builtin does what the op means for every input.
-_BUILTINS = {"exp": "exp", "exp2": "exp2", "log": "log", "sin": "sin", "cos": "cos", "tan": "tan",
+_BUILTINS = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sin": "sin", "cos": "cos", "tan": "tan",
              "sinh": "sinh", "cosh": "cosh", "asinh": "asinh", "atanh": "atanh", "sqrt": "sqrt",
              "rsqrt": "inverseSqrt", "floor": "floor", "ceil": "ceil", "rint": "round", "trunc": "trunc",
              "fabs": "abs", "popcount": "countOneBits"}
 # Ops that are helper functions for floats (min/max: NaN-propagating; integers use the builtins).
 _HELPED = {"div", "isnan", "isinf", "isfinite", "erf", "lgamma", "log1p", "expm1", "cbrt", "pow", "fmod", "nextafter",
            "hypot", "copysign", "min", "max", "asin", "acos", "atan", "atan2", "acosh", "tanh"}
+
+
+
+def renders_primitive(prim) -> bool:
+    """Whether WGSL prints the kernel op of a one-function unary primitive (else it is decomposed)."""
+    from fnarray.lowering.kernels.facts import FACTS
+    fact = FACTS.get(prim)
+    name = fact.func if fact is not None else None
+    return name is None or name in _BUILTINS or name in _HELPED
 
 # ----------------------------------------------------------------------------------------- helpers
 # WGSL source of each float32 helper and the helpers it calls. NaN and infinity come from bit patterns.

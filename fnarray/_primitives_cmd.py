@@ -1,0 +1,320 @@
+"""``python -m fnarray primitives [NAME] [--write]``: what every primitive has, computed from the code.
+
+The matrix has one row per primitive and one column per rule table (abstract evaluation, JVP, transpose,
+batching) and per backend (plus the browser export). A backend's cell comes from its own tables: the
+primitive's first parity case (``fnarray.testing.cases``) is made into an equation, and the backend's
+``lowers_natively`` and ``supports`` and the decomposition table (``fnarray.core.decompositions``) say whether
+it is ``native``, ``decomposed``, ``falls back (reason)`` (to numpy) or ``unsupported (reason)``. Backends are
+started lazily; one whose library or driver is missing reads ``backend unavailable (reason)``.
+
+``NAME`` prints one primitive: its documented semantics, every rule registered for it with the file and line
+that defines it, and the same per-backend status. ``--write`` regenerates ``docs/primitives.md``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+__all__ = ["matrix_rows", "matrix_markdown", "describe", "main", "BACKENDS", "COLUMNS"]
+
+BACKENDS = ("numpy", "jax", "mlx", "opencl", "webgpu")
+COLUMNS = ("primitive", "kind", "abstract eval", "JVP", "transpose", "batching") + BACKENDS + ("browser",)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _tables():
+    import fnarray  # noqa: F401  (registers every rule)
+    from fnarray.transforms import ad_rules
+    from fnarray.transforms.ad_tables import partial_eval_rules, primitive_jvps, primitive_transposes
+    from fnarray.transforms.batching_tables import primitive_batchers
+    return ad_rules, primitive_jvps, primitive_transposes, partial_eval_rules, primitive_batchers
+
+
+def _case_eqn(prim):
+    """An equation of ``prim`` at its first parity case's types, or ``None`` if it has no case."""
+    import numpy as np
+
+    from fnarray.core.dtypes import dtype_of_scalar
+    from fnarray.core.ir import Eqn, Params, Var
+    from fnarray.core.shaped import ShapedArray
+    from fnarray.testing.cases import CASES
+    cases = [c for c in CASES if c[1] is prim]
+    # The first case in the 32-bit dtypes every backend has, else the first case.
+    plain = [c for c in cases if all(np.asarray(x).dtype.name in ("float32", "int32", "uint32", "bool")
+                                     for x in c[2])]
+    for _name, _p, inputs, params in plain[:1] or cases[:1]:
+        avals = []
+        for x in inputs:
+            a = np.asarray(x)
+            avals.append(ShapedArray(a.shape, a.dtype) if not np.isscalar(x) or isinstance(x, np.generic)
+                         else ShapedArray((), *dtype_of_scalar(x)))
+        out = prim.abstract_eval(*avals, **params)
+        outs = list(out) if prim.multiple_results else [out]
+        return Eqn(prim, tuple(Var(a) for a in avals), Params(params), tuple(Var(a) for a in outs))
+    return None
+
+
+_DEVICES: dict = {}
+
+
+def _device(name):
+    """``(device, None)`` or ``(None, reason)``; the backend is started here, on first use."""
+    if name not in _DEVICES:
+        from fnarray.core.errors import BackendUnavailable
+        from fnarray.devices.backend import get_backend
+        try:
+            devs = [d for d in get_backend(name).devices() if d.reason is None]
+            _DEVICES[name] = (devs[0], None) if devs else (None, f"{name} has no usable device")
+        except BackendUnavailable as e:
+            _DEVICES[name] = (None, str(e))
+    return _DEVICES[name]
+
+
+def _clean(reason: str, device) -> str:
+    """A reason without the machine's device description, so that the matrix reads the same everywhere."""
+    reason = reason.replace(f" ({device.description})", "")
+    return reason.replace("|", "/").replace("\n", " ")
+
+
+def _unsupported_kind(prim) -> bool:
+    from fnarray.core import primitives as P
+    return prim is P.custom_lin
+
+
+def _probe_eqn(prim):
+    """The parity case's equation, or for the custom-derivative calls (which have none) an empty one."""
+    from fnarray.core import primitives as P
+    from fnarray.core.ir import Eqn, Params
+    eqn = _case_eqn(prim)
+    if eqn is None and prim in (P.custom_jvp_call, P.custom_vjp_call):
+        eqn = Eqn(prim, (), Params(), ())
+    return eqn
+
+
+def backend_status(prim, name: str) -> str:
+    """``native``, ``decomposed``, ``falls back (reason)``, ``unsupported (reason)`` or ``backend unavailable``."""
+    from fnarray.core.decompositions import decomposition_for
+    if _unsupported_kind(prim):
+        return "unsupported (never executed: it only exists inside transformations)"
+    device, why = _device(name)
+    if device is None:
+        return f"backend unavailable ({why})"
+    from fnarray.core import primitives as P
+    from fnarray.devices.host_control import CONTROL_PRIMITIVES
+    eqn = _probe_eqn(prim)
+    if eqn is None:
+        return "unsupported (no parity case to probe it with: add one to fnarray/testing/cases.py)"
+    backend = device.impl
+    if prim in P.EFFECTS:  # a host callback: called in place, or the partitioner cuts the program there
+        if backend.host_callbacks:
+            return "native"
+        from fnarray.devices.partition import unsupported_reason
+        return f"falls back ({_clean(unsupported_reason(eqn, device), device)}; expected: no FallbackWarning)"
+    note = ""
+    if backend.lowers_natively(eqn, device):
+        r = backend.supports(eqn, device)
+        status = "native"
+        if r is None and prim in CONTROL_PRIMITIVES and backend.capabilities(device).control_flow == "host":
+            note = " (driven from the host)"
+        elif r is None and prim in (P.custom_jvp_call, P.custom_vjp_call):
+            note = " (runs its primal program as a call)"
+    else:
+        d, no = decomposition_for(eqn)
+        if d is not None:
+            return "decomposed"
+        r = backend.supports(eqn, device) or no
+        status = "native"
+    if r is None:
+        return status + note
+    return f"falls back ({_clean(r, device)})"
+
+
+def browser_status(prim) -> str:
+    from fnarray.core import primitives as P
+    web = backend_status(prim, "webgpu")
+    if web.startswith("backend unavailable") or web.startswith("unsupported"):
+        return web
+    if prim in P.EFFECTS:
+        return "unsupported (a web page has no Python to call: fnarray.export.webgpu raises naming it)"
+    if prim is P.while_p:
+        return "unsupported (a while loop cannot be unrolled into a web page's fixed launches)"
+    if prim in (P.scan, P.call, P.remat):
+        return "native (inlined or unrolled by the export)"
+    if prim is P.cond:
+        return "native (a literal index only: a computed index is unsupported)"
+    if web.startswith("falls back"):
+        return "unsupported" + web[len("falls back"):] + " (a web page has no numpy fallback)"
+    return web
+
+
+def _rule_cells(prim, tables):
+    ad_rules, jvps, transposes, _pe, batchers = tables
+    from fnarray.core import primitives as P
+    if prim in jvps:
+        jvp = "yes"
+    elif prim.name in ad_rules.NO_JVP:
+        jvp = f"none ({ad_rules.NO_JVP[prim.name]})"
+    else:
+        jvp = "missing"
+    if prim in transposes:
+        tr = "yes"
+    elif prim in ad_rules.ZERO_TANGENT_PRIMITIVES:
+        tr = "n/a (zero tangent)"
+    else:
+        tr = "n/a (not linear)"
+    if prim in batchers:
+        bt = "yes"
+    elif prim is P.iota:
+        bt = "n/a (no operands)"
+    else:
+        bt = "missing"
+    return ["yes", jvp, tr, bt]
+
+
+def matrix_rows():
+    """One list of cells per primitive, in ``COLUMNS`` order."""
+    from fnarray.core.primitives import PRIMITIVES
+    tables = _tables()
+    rows = []
+    for prim in PRIMITIVES.values():
+        cells = [prim.name, prim.kind] + _rule_cells(prim, tables)
+        cells += [backend_status(prim, b) for b in BACKENDS]
+        cells.append(browser_status(prim))
+        rows.append(cells)
+    return rows
+
+
+def matrix_markdown(rows=None) -> str:
+    rows = matrix_rows() if rows is None else rows
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _where(fn) -> str:
+    """``path:line`` of the function that implements a rule (through closures' ``__wrapped__``/partials)."""
+    import functools
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    fn = inspect.unwrap(fn)
+    try:
+        path = inspect.getsourcefile(fn)
+        line = inspect.getsourcelines(fn)[1]
+    except (TypeError, OSError):
+        return f"{getattr(fn, '__module__', '?')} (no Python source)"
+    rel = os.path.relpath(path, _ROOT) if path.startswith(_ROOT) else path
+    return f"{rel}:{line}"
+
+
+def _backend_rules(prim):
+    """``[(what, function)]`` of the backends' tables that have ``prim`` (the importable ones)."""
+    out = []
+    from fnarray.lowering.numpy_impls import IMPLS
+    if prim in IMPLS:
+        out.append(("numpy reference (numpy_impls.IMPLS)", IMPLS[prim]))
+    for name, mod, table in (("jax", "fnarray.lowering.jax", "RULES"), ("mlx", "fnarray.lowering.mlx", "RULES")):
+        try:
+            import importlib
+            t = getattr(importlib.import_module(mod), table)
+        except Exception as e:  # an optional library is missing
+            out.append((f"{name} lowering", f"backend unavailable ({type(e).__name__}: {e})"))
+            continue
+        if prim in t:
+            out.append((f"{name} lowering ({mod.rsplit('.', 1)[1]}.{table})", t[prim]))
+    from fnarray.lowering.kernels.emitter import STRUCTURAL
+    from fnarray.lowering.kernels.rules import ELEMENTWISE
+    if prim in ELEMENTWISE:
+        out.append(("kernel element rule, opencl and webgpu (kernels/rules.ELEMENTWISE)", ELEMENTWISE[prim]))
+    if prim in STRUCTURAL:
+        out.append(("kernel index rule, opencl and webgpu (kernels/emitter.STRUCTURAL)", STRUCTURAL[prim]))
+    from fnarray.lowering.kernels import schedule
+    group = getattr(schedule, "_GROUPS", {}).get(prim)
+    if group is not None:
+        out.append(("kernel group, opencl and webgpu (kernels/schedule._GROUPS)", group))
+    return out
+
+
+def _parts(fn):
+    """The per-operand functions a family helper closes over (``defjvp``'s ``jvp_fns``...), if any."""
+    try:
+        nonlocals = inspect.getclosurevars(fn).nonlocals
+    except (TypeError, ValueError):
+        return []
+    parts = []
+    for v in nonlocals.values():
+        for f in (v if isinstance(v, tuple) else (v,)):
+            if inspect.isfunction(f) and f is not fn and f.__module__.startswith("fnarray"):
+                parts.append(f)
+    return parts
+
+
+def describe(name: str) -> str:
+    """Everything registered for the primitive called ``name``, as text."""
+    from fnarray.core.decompositions import DECOMPOSITIONS
+    from fnarray.core.primitives import PRIMITIVES
+    prim = PRIMITIVES.get(name)
+    if prim is None:
+        raise SystemExit(f"no primitive {name!r}; known: {', '.join(sorted(PRIMITIVES))}")
+    ad_rules, jvps, transposes, pe, batchers = _tables()
+    lines = [f"{prim.name}  (family: {prim.kind}{', multiple results' if prim.multiple_results else ''})", ""]
+    lines.append("semantics: " + (prim.doc or "(no documented semantics beyond the shape/dtype rule)"))
+    lines += ["", "rules:"]
+    rules = [("abstract eval (core/primitives.py)", prim.abstract_eval)]
+    for what, table in (("JVP", jvps), ("transpose", transposes), ("partial evaluation", pe),
+                        ("batching", batchers)):
+        if prim in table:
+            rules.append((what, table[prim]))
+    if prim in DECOMPOSITIONS:
+        rules.append(("decomposition (core/decompositions.py)", DECOMPOSITIONS[prim].fn))
+    rules += _backend_rules(prim)
+    for what, fn in rules:
+        if isinstance(fn, str):
+            lines.append(f"  {what:<62} {fn}")
+            continue
+        lines.append(f"  {what:<62} {getattr(inspect.unwrap(fn), '__name__', '?')}  {_where(fn)}")
+        for part in _parts(fn) if what == "JVP" else ():
+            lines.append(f"  {'':<62}   via {part.__name__}  {_where(part)}")
+    from fnarray.testing.cases import CASES
+    names = [c[0] for c in CASES if c[1] is prim]
+    lines.append(f"  {'parity cases (testing/cases.py)':<62} {', '.join(names) if names else '(none)'}")
+    lines += ["", "backends:"]
+    for b in BACKENDS:
+        lines.append(f"  {b:<8} {backend_status(prim, b)}")
+    lines.append(f"  {'browser':<8} {browser_status(prim)}")
+    return "\n".join(lines) + "\n"
+
+
+def primitives_md() -> str:
+    return ("# Primitives: rules and backend support\n\n"
+            "Generated by `python -m fnarray primitives --write` from the code (do not edit by hand; "
+            "`tests/test_primitives_cmd.py` fails when it is out of date). A backend's cell is computed for "
+            "the primitive's first parity case in `fnarray/testing/cases.py` (mostly float32): `native`, "
+            "`decomposed` (expanded into other primitives before lowering, `fnarray/core/decompositions.py`), "
+            "`falls back (reason)` to the numpy backend, or `unsupported (reason)`.\n\n"
+            + matrix_markdown() +
+            "\n## One primitive: `python -m fnarray primitives dot_general`\n\n```\n"
+            + describe("dot_general") + "```\n")
+
+
+def main(argv) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(prog="fnarray primitives",
+                                 description="every primitive's rules and per-backend status, from the code")
+    ap.add_argument("name", nargs="?", help="one primitive: its rules with file and line, semantics, status")
+    ap.add_argument("--write", action="store_true", help="regenerate docs/primitives.md")
+    args = ap.parse_args(argv)
+    if args.write or os.environ.get("FNARRAY_REGEN_DOCS"):
+        path = os.path.join(_ROOT, "docs", "primitives.md")
+        with open(path, "w") as f:
+            f.write(primitives_md())
+        print(f"wrote {path}")
+        return 0
+    if args.name:
+        print(describe(args.name), end="")
+        return 0
+    rows = matrix_rows()
+    widths = [max(len(c) for c in col) for col in zip(COLUMNS, *rows, strict=True)]
+    for r in [list(COLUMNS)] + rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return 0

@@ -1,0 +1,51 @@
+"""The sub-programs of the control-flow and call primitives: which params hold them and how to walk them.
+
+One definition for every pass that looks inside them (the kernel scheduler, the host driver, the browser
+export, the decomposition pass, the mlx and numpy backends): ``SUBPROGRAM_PARAMS`` names, per primitive, the
+params that hold a ``Program`` or a tuple of them; ``CALL_PROGRAM`` names the one program a call-like
+primitive runs (``call``, ``remat`` and the custom-derivative calls, which run their primal program).
+``subprograms(eqn)`` yields them and ``map_subprograms(eqn, fn)`` rebuilds an equation with them replaced.
+Both also handle programs held by params not listed here (a primitive added later), so a walk never misses one.
+"""
+
+from __future__ import annotations
+
+from fnarray.core import primitives as P
+from fnarray.core.ir import Eqn, Program
+
+__all__ = ["SUBPROGRAM_PARAMS", "CALL_PROGRAM", "CONTROL_FLOW", "subprograms", "map_subprograms"]
+
+#: The program a call-like primitive runs, by param name.
+CALL_PROGRAM = {P.call: "program", P.remat: "program", P.custom_jvp_call: "call_program",
+                P.custom_vjp_call: "call_program"}
+#: Control flow proper (loops and branches), as opposed to calls.
+CONTROL_FLOW = frozenset({P.cond, P.while_p, P.scan})
+#: Every param that holds a sub-program (``branches`` holds a tuple of them).
+SUBPROGRAM_PARAMS = {P.cond: ("branches",), P.while_p: ("cond_program", "body_program"), P.scan: ("program",),
+                     **{p: (k,) for p, k in CALL_PROGRAM.items()}}
+
+
+def subprograms(eqn: Eqn):
+    """The sub-programs held in an equation's params (branches, bodies, called programs), in param order."""
+    for v in eqn.params.values():
+        if isinstance(v, Program):
+            yield v
+        elif isinstance(v, tuple):
+            for p in v:
+                if isinstance(p, Program):
+                    yield p
+
+
+def map_subprograms(eqn: Eqn, fn) -> Eqn:
+    """``eqn`` with each sub-program ``p`` replaced by ``fn(p)``; ``eqn`` itself when nothing changes."""
+    new = {}
+    for k, v in eqn.params.items():
+        if isinstance(v, Program):
+            w = fn(v)
+            if w is not v:
+                new[k] = w
+        elif isinstance(v, tuple) and any(isinstance(p, Program) for p in v):
+            w = tuple(fn(p) if isinstance(p, Program) else p for p in v)
+            if any(a is not b for a, b in zip(w, v, strict=True)):
+                new[k] = w
+    return eqn._replace(params=eqn.params.replace(**new)) if new else eqn

@@ -1,0 +1,82 @@
+"""``python -m fnarray primitives``: the support matrix is computed from the code and the docs copy is current."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from fnarray import _primitives_cmd as cmd
+from fnarray.core.primitives import PRIMITIVES
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_STATUS = re.compile(r"^(native|decomposed|falls back \(.+\)|unsupported \(.+\)|backend unavailable \(.+\))")
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return cmd.matrix_rows()
+
+
+def test_every_primitive_has_a_row_without_an_empty_cell(rows):
+    assert [r[0] for r in rows] == list(PRIMITIVES)
+    for r in rows:
+        assert len(r) == len(cmd.COLUMNS)
+        assert all(c.strip() for c in r), f"{r[0]} has an empty cell: {r}"
+        assert "missing" not in r[2:6], f"{r[0]} lacks a rule: {dict(zip(cmd.COLUMNS, r, strict=True))}"
+        for col, c in zip(cmd.COLUMNS[6:], r[6:], strict=True):
+            assert _STATUS.match(c), f"{r[0]} on {col}: {c!r}"
+
+
+def test_status_follows_the_backend_tables(rows):
+    by_name = {r[0]: dict(zip(cmd.COLUMNS, r, strict=True)) for r in rows}
+    assert by_name["erfc"]["numpy"] == "native"
+    for b in ("mlx", "webgpu"):
+        if not by_name["erfc"][b].startswith("backend unavailable"):
+            assert by_name["erfc"][b] == "decomposed"
+    if not by_name["digamma"]["opencl"].startswith("backend unavailable"):
+        assert by_name["digamma"]["opencl"] == "decomposed"
+    assert by_name["custom_lin"]["numpy"].startswith("unsupported")
+    if not by_name["while"]["browser"].startswith("backend unavailable"):
+        assert by_name["while"]["browser"].startswith("unsupported")
+
+
+def test_docs_copy_is_current(rows):
+    if any(c.startswith("backend unavailable") for r in rows for c in r):
+        if os.environ.get("FNARRAY_REQUIRE_ALL_BACKENDS"):
+            pytest.fail("a backend is unavailable, so docs/primitives.md cannot be checked")
+        pytest.skip("a backend is unavailable here: the matrix differs from the committed one")
+    with open(os.path.join(_ROOT, "docs", "primitives.md")) as f:
+        committed = f.read()
+    if os.environ.get("FNARRAY_REGEN_DOCS"):
+        cmd.main(["--write"])
+        return
+    # Line numbers move with every edit of a rule's module: compared without them (the rest exactly).
+    def lines_free(text):
+        return re.sub(r"(\.py):\d+", r"\1:N", text)
+    assert lines_free(committed) == lines_free(cmd.primitives_md()), (
+        "docs/primitives.md is out of date: run `python -m fnarray primitives --write` (or FNARRAY_REGEN_DOCS=1)")
+
+
+def test_one_primitive_lists_its_rules_with_file_and_line():
+    text = cmd.describe("dot_general")
+    assert "semantics: " in text
+    places = re.findall(r"(fnarray/[\w/]+\.py):(\d+)", text)
+    kinds = ("abstract eval", "JVP", "transpose", "batching", "numpy reference")
+    for k in kinds:
+        assert k in text
+    assert len(places) >= 6
+    for path, line in places:
+        with open(os.path.join(_ROOT, path)) as f:
+            src = f.readlines()
+        assert re.match(r"\s*(@|def|class|.*lambda)", src[int(line) - 1]), (path, line, src[int(line) - 1])
+
+
+def test_command_line(capsys):
+    from fnarray.__main__ import main
+    assert main(["primitives", "erfc"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("erfc  (family: unary)") and "erfc_float32" in out and "backends:" in out
+    with pytest.raises(SystemExit):
+        cmd.describe("no_such_primitive")
