@@ -200,9 +200,22 @@ def _control_cases():
 _control_cases()
 
 
-def _check_callback_args(x, k):
-    if np.shape(x) != (3,) or np.shape(k) != ():
-        raise AssertionError(f"debug_callback passed shapes {np.shape(x)} and {np.shape(k)}, expected (3,) and ()")
+class _ShapeCheck:
+    """A callback that checks the shapes it is given (hashable by them, as a ``debug_callback`` param)."""
+
+    def __init__(self, *shapes):
+        self.shapes = shapes
+
+    def __call__(self, *args):
+        got = tuple(np.shape(a) for a in args)
+        if got != self.shapes:
+            raise AssertionError(f"debug_callback passed shapes {got}, expected {self.shapes}")
+
+    def __hash__(self):
+        return hash(self.shapes)
+
+    def __eq__(self, other):
+        return isinstance(other, _ShapeCheck) and other.shapes == self.shapes
 
 
 def _effect_cases():
@@ -211,7 +224,9 @@ def _effect_cases():
     from fnarray.debug import _HostCallback
     tree = tree_util.tree_structure(((0, 0), {}))
     case("debug_callback", P.debug_callback, [f32(3), np.int32(4)],
-         callback=_HostCallback(_check_callback_args, ()), in_tree=tree)
+         callback=_HostCallback(_ShapeCheck((3,), ()), ()), in_tree=tree)
+    case("debug_callback_empty", P.debug_callback, [f32(0, 2), np.int32(4)],
+         callback=_HostCallback(_ShapeCheck((0, 2), ()), ()), in_tree=tree)
 
 
 _effect_cases()
