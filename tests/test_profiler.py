@@ -180,6 +180,26 @@ def test_fallback_segments_are_spans(tmp_path):
 # ------------------------------------------------------------------------------ the verdicts
 
 
+# Which layer dominates is a matter of measured time, which a loaded machine can swing (no timed assertions in
+# tests): each crafted workload below is checked for what it records (span kinds, counts, bytes) and for the advice
+# its layer gets; the choice of the dominant layer from the layer totals is checked on fixed totals.
+
+def _advice(profile, layer):
+    """The summary's verdict for ``profile`` as if ``layer`` dominated (what the summary says when it does)."""
+    s = profile.summary()
+    s.dominant, s.dominant_share = layer, 0.5
+    return fa.profiler._verdict(s, profile.records)
+
+
+def test_dominant_layer_is_the_largest_total():
+    rec = core_profile.Recorder()
+    for kind, ns in (("dispatch", 5_000), ("trace", 2_000), ("lower", 2_000), ("compile", 2_000), ("transfer", 1_000)):
+        rec.records.append((core_profile.Record(kind, kind, {}, 0, ns, ns, 1, None), None, None))
+    s = fa.profiler.Profile(rec).summary()
+    assert s.dominant == "compile"  # trace + lower + compile count together: 6 us against dispatch's 5 us
+    assert s.counts["dispatch"] == 1 and abs(s.shares["dispatch"] - 5 / 12) < 1e-12
+
+
 def test_verdict_many_tiny_eager_ops_is_dispatch():
     x = fnp.ones(4)
     y = x * 1.0001 + 0.5  # compile the two eager executables before recording
@@ -187,9 +207,9 @@ def test_verdict_many_tiny_eager_ops_is_dispatch():
         for _ in range(300):
             y = y * 1.0001 + 0.5
     s = h.profile.summary()
-    assert s.dominant == "dispatch", str(s)
-    assert s.counts["dispatch"] >= 600
-    assert "jit a larger function" in s.verdict and "test_profiler.py" in s.verdict
+    assert s.counts["dispatch"] >= 600 and s.counts["compile"] == 0 and s.counts["trace"] == 0, str(s)
+    verdict = _advice(h.profile, "dispatch")
+    assert "jit a larger function" in verdict and "test_profiler.py" in verdict
 
 
 def test_verdict_retraced_every_call_is_compile():
@@ -200,9 +220,10 @@ def test_verdict_retraced_every_call_is_compile():
         for n in range(1, 13):
             f(fnp.ones(n))
     s = h.profile.summary()
-    assert s.dominant == "compile", str(s)
-    assert "grow was traced and compiled 12 times" in s.verdict
-    assert "f32[1]" in s.verdict and "f32[2]" in s.verdict and "shapes change" in s.verdict
+    assert s.counts["trace"] >= 12, str(s)
+    verdict = _advice(h.profile, "compile")
+    assert "grow was traced and compiled 12 times" in verdict
+    assert "f32[1]" in verdict and "f32[2]" in verdict and "shapes change" in verdict
 
 
 def test_verdict_changing_static_argument_is_compile():
@@ -211,13 +232,11 @@ def test_verdict_changing_static_argument_is_compile():
     with fa.profiler.trace() as h:
         for k in range(10):
             f(x, k)
-    s = h.profile.summary()
-    assert s.dominant == "compile", str(s)
-    assert "static arguments change" in s.verdict
+    assert h.profile.summary().counts["trace"] >= 10
+    assert "static arguments change" in _advice(h.profile, "compile")
 
 
 def test_verdict_pulling_to_the_host_each_step_is_transfer():
-    # On opencl:0 a copy between host and device costs more than a cheap kernel over the same data.
     from helpers import require_backend
     require_backend("opencl")
     dev = fa.devices("opencl")[0]
@@ -229,7 +248,8 @@ def test_verdict_pulling_to_the_host_each_step_is_transfer():
             host = np.asarray(x)          # the whole state pulled to the host each step ...
             x = fa.device_put(host + 0, dev)  # ... and pushed back
             step(x)
-    s = h.profile.summary()
-    assert s.dominant == "transfer", str(s)
-    assert "device->host" in s.verdict and "test_profiler.py" in s.verdict
-    assert "keep values on the device" in s.verdict
+    moved = [r for r in h.profile.records if r.kind == "transfer"]
+    assert sum(r.args.get("bytes", 0) for r in moved) >= 12 * (4 << 20), [r.args for r in moved]
+    verdict = _advice(h.profile, "transfer")
+    assert "device->host" in verdict and "test_profiler.py" in verdict
+    assert "keep values on the device" in verdict
