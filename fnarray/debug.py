@@ -117,12 +117,12 @@ def callback(fn, *args, **kwargs) -> None:
     if tracing.current_dynamic().level == 0 and not any(isinstance(x, tracing.Tracer) for x in dyn):
         cb.run(in_tree, [np.asarray(x) for x in dyn])  # eager: call now, nothing to stage
         return None
-    dyn = [numpy_asarray(x) if isinstance(x, np.ndarray) else x for x in dyn]
+    dyn = [_to_array(x) if isinstance(x, np.ndarray) else x for x in dyn]
     P.debug_callback.bind(*dyn, callback=cb, in_tree=in_tree)
     return None
 
 
-def numpy_asarray(x):
+def _to_array(x):
     import fnarray.numpy as fnp
     return fnp.asarray(x)
 
