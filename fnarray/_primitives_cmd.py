@@ -106,6 +106,11 @@ def backend_status(prim, name: str) -> str:
     if eqn is None:
         return "unsupported (no parity case to probe it with: add one to fnarray/testing/cases.py)"
     backend = device.impl
+    if prim in P.EFFECTS:  # a host callback: called in place, or the partitioner cuts the program there
+        if backend.host_callbacks:
+            return "native"
+        from fnarray.devices.partition import unsupported_reason
+        return f"falls back ({_clean(unsupported_reason(eqn, device), device)}; expected: no FallbackWarning)"
     note = ""
     if backend.lowers_natively(eqn, device):
         r = backend.supports(eqn, device)
@@ -130,6 +135,8 @@ def browser_status(prim) -> str:
     web = backend_status(prim, "webgpu")
     if web.startswith("backend unavailable") or web.startswith("unsupported"):
         return web
+    if prim in P.EFFECTS:
+        return "unsupported (a web page has no Python to call: fnarray.export.webgpu raises naming it)"
     if prim is P.while_p:
         return "unsupported (a while loop cannot be unrolled into a web page's fixed launches)"
     if prim in (P.scan, P.call, P.remat):

@@ -40,6 +40,10 @@ def _size_property(name):
     return property(get, set_, doc=f"Cache size (entries); env {_CACHE_SIZES[name][0]}.")
 
 
+def _env_flag(name) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 class Config:
     """``fnarray.config``: the run-time settings, each also read from an environment variable at import.
 
@@ -50,6 +54,11 @@ class Config:
     - ``compilation_cache_dir``: a folder for the persistent compilation cache (OpenCL program binaries,
       JAX's XLA executables; ``fnarray.devices.compile_cache``), or ``None`` (default): off.
       Env: ``FNARRAY_CACHE_DIR``.
+    - ``debug_nans`` / ``debug_infs``: when a jitted call or an eager op produces a NaN (an inf) in a
+      floating output, raise ``FloatingPointError`` naming the first primitive that made it and the
+      user's source line (a jitted call is re-run op by op to find it; ``fnarray.devices.nan_check``).
+      Off by default; when off the call path is unchanged. Env: ``FNARRAY_DEBUG_NANS=1``,
+      ``FNARRAY_DEBUG_INFS=1``.
 
     In-memory cache sizes (every cache is an LRU: the least recently used entry goes first; a change
     applies at the next insert; 0 keeps nothing). As JAX bounds its in-memory executable
@@ -77,6 +86,32 @@ class Config:
             setattr(self, "_" + name, _cache_size(name, os.environ.get(env, default)))
         self._cache_dir = None
         self.compilation_cache_dir = os.environ.get("FNARRAY_CACHE_DIR") or None
+        self._debug_nans = _env_flag("FNARRAY_DEBUG_NANS")
+        self._debug_infs = _env_flag("FNARRAY_DEBUG_INFS")
+        self.debug_hook = None  # set by fnarray.devices.nan_check: called when debug_nans/debug_infs change
+
+    @property
+    def debug_nans(self) -> bool:
+        return self._debug_nans
+
+    @debug_nans.setter
+    def debug_nans(self, on):
+        self._debug_nans = bool(on)
+        self._debug_changed()
+
+    @property
+    def debug_infs(self) -> bool:
+        return self._debug_infs
+
+    @debug_infs.setter
+    def debug_infs(self, on):
+        self._debug_infs = bool(on)
+        self._debug_changed()
+
+    def _debug_changed(self):
+        self.generation += 1
+        if self.debug_hook is not None:
+            self.debug_hook()
 
     # Cache sizes do not change lowering: setting them bumps no generation.
     jit_cache_size = _size_property("jit_cache_size")
@@ -116,7 +151,7 @@ class Config:
 
     def lowering_key(self) -> tuple:
         """The part of the configuration that changes lowering (a jit cache key component)."""
-        return (self._fallback,)
+        return (self._fallback, self._debug_nans, self._debug_infs)
 
     def __repr__(self):
         sizes = ", ".join(f"{n}={getattr(self, n)}" for n in _CACHE_SIZES)

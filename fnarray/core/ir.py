@@ -200,7 +200,8 @@ def _pp(prog: Program, indent: int, names) -> str:
         ps = f"[{ps}]" if ps else ""
         outs = " ".join(map(decl, e.outputs))
         ins = " ".join(map(name, e.inputs))
-        lines.append(f"{pad}    {outs} = {e.primitive.name}{ps} {ins}".rstrip())
+        lhs = f"{outs} = " if outs else ""  # an effect (debug_callback) has no outputs
+        lines.append(f"{pad}    {lhs}{e.primitive.name}{ps} {ins}".rstrip())
     outs = ", ".join(map(name, prog.outvars))
     trail = "," if len(prog.outvars) == 1 else ""
     lines.append(f"{pad}  in ({outs}{trail}) }}")

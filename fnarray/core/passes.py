@@ -2,14 +2,36 @@
 
 from __future__ import annotations
 
+import weakref
+
 from fnarray.core.ir import Eqn, Literal, Program, Var
+from fnarray.core.primitives import EFFECTS
 from fnarray.core.subprograms import subprograms  # noqa: F401  (one definition; re-exported)
 
-__all__ = ["dce", "program_from_eqn", "subprograms", "walk_eqns"]
+__all__ = ["dce", "has_effect", "program_from_eqn", "subprograms", "walk_eqns"]
+
+_effectful: "weakref.WeakKeyDictionary[Program, bool]" = weakref.WeakKeyDictionary()
+
+
+def _program_has_effect(prog: Program) -> bool:
+    hit = _effectful.get(prog)
+    if hit is None:
+        hit = _effectful[prog] = any(has_effect(e) for e in prog.eqns)
+    return hit
+
+
+def has_effect(eqn: Eqn) -> bool:
+    """Whether ``eqn`` is, or holds in a sub-program, an effect (``primitives.EFFECTS``: a host callback)."""
+    if eqn.primitive in EFFECTS:
+        return True
+    for sub in subprograms(eqn):
+        if _program_has_effect(sub):
+            return True
+    return False
 
 
 def dce(prog: Program, used_outputs=None) -> tuple[Program, list[bool]]:
-    """Dead-code elimination (no primitive has side effects).
+    """Dead-code elimination; equations with effects (``has_effect``) are always kept.
 
     Args:
       used_outputs: booleans, one per output, or ``None`` for all.
@@ -23,7 +45,7 @@ def dce(prog: Program, used_outputs=None) -> tuple[Program, list[bool]]:
     live = {v for v in outvars if isinstance(v, Var)}
     kept = []
     for e in reversed(prog.eqns):
-        if any(o in live for o in e.outputs):
+        if any(o in live for o in e.outputs) or has_effect(e):
             kept.append(e)
             live.update(a for a in e.inputs if isinstance(a, Var))
     kept.reverse()

@@ -663,3 +663,21 @@ custom_lin = Primitive(
     "custom_lin", _custom_lin_rule, multiple_results=True, kind="control",
     doc=("The linear part of a custom_vjp function inside reverse-mode differentiation: residuals + tangents "
          "-> output tangents. It is only ever transposed (which calls the user's bwd), never evaluated."))
+
+
+# ----------------------------------------------------------------------------- effects
+
+
+def _debug_callback_rule(*args, callback, in_tree, nbatch=0):
+    return []
+
+
+debug_callback = Primitive(
+    "debug_callback", _debug_callback_rule, multiple_results=True, kind="effect",
+    doc=("Calls a Python function on the host with its inputs as NumPy arrays (fnarray.debug.callback/print); "
+         "no outputs. An effect: dead-code elimination keeps it, it runs in program order. ``callback`` is a "
+         "hashable wrapper, ``in_tree`` the pytree structure of the call's arguments, ``nbatch`` the number of "
+         "leading axes that vmap added (the callback runs once per index, in C order)."))
+
+#: Primitives with effects: never removed by dead-code elimination, never folded or reordered.
+EFFECTS = frozenset({debug_callback})

@@ -123,6 +123,10 @@ class Backend:
     def capabilities(self, device: Device) -> Capabilities:
         raise NotImplementedError
 
+    #: Whether compiled programs can call Python host callbacks in place (``debug_callback``); when not,
+    #: the partitioner cuts the program there and runs the callback on numpy:0.
+    host_callbacks = False
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         # Every way into a backend's ``lower`` (jit's stages, the partitioner, the browser export) first expands

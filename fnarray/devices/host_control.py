@@ -48,6 +48,7 @@ from fnarray.core import profile as _profile
 from fnarray.core import primitives as P
 from fnarray.core.ir import Eqn, Literal, Params, Program, Var
 from fnarray.core.passes import consts_as_inputs, dce
+from fnarray.core.primitives import EFFECTS
 from fnarray.core.subprograms import CALL_PROGRAM, CONTROL_FLOW, subprograms
 from fnarray.core.shaped import ShapedArray
 from fnarray.devices.backend import Device, get_backend
@@ -66,8 +67,8 @@ _NO_SPAN = contextlib.nullcontext()
 
 def needs_host(eqn) -> bool:
     """Whether ``eqn`` is, or (through its sub-programs) holds, a control-flow equation."""
-    if eqn.primitive in CONTROL_PRIMITIVES:
-        return True
+    if eqn.primitive in CONTROL_PRIMITIVES or eqn.primitive in EFFECTS:
+        return True  # a host callback inside a sub-program: the host runs that sub-program's segments
     return any(needs_host(e) for sub in subprograms(eqn) for e in sub.eqns)
 
 

@@ -18,7 +18,8 @@ from fnarray.core import profile as _profile
 from fnarray.core.config import config
 from fnarray.core.errors import FallbackWarning, UnsupportedOnDevice
 from fnarray.core.ir import Program
-from fnarray.core.passes import program_from_eqn, subprograms, walk_eqns
+from fnarray.core.passes import has_effect, program_from_eqn, subprograms, walk_eqns
+from fnarray.core.primitives import EFFECTS
 from fnarray.devices import memory
 from fnarray.devices.backend import Device, decompose_for
 
@@ -30,11 +31,19 @@ _warned: set = set()
 def unsupported_reason(eqn, device: Device) -> str | None:
     """Why ``device`` cannot run ``eqn`` (checking its sub-programs too), or ``None``."""
     backend = device.impl
+    if eqn.primitive in EFFECTS:
+        if getattr(backend, "host_callbacks", False):
+            return None
+        return (f"{eqn.primitive.name} (fnarray.debug.print / fnarray.debug.callback) calls Python on the host: "
+                "the program is cut there and the callback runs on numpy:0")
     r = backend.supports(eqn, device)
     if r is not None:
         return r
+    host_driven = backend.capabilities(device).control_flow == "host"
     for sub in subprograms(eqn):
         for e in sub.eqns:
+            if host_driven and e.primitive in EFFECTS:
+                continue  # the host drives this sub-program and cuts it at the callback
             r = unsupported_reason(e, device)
             if r is not None:
                 return r
@@ -59,6 +68,8 @@ def _user_stacklevel() -> int:
 
 
 def _report(eqn, device, reason):
+    if eqn.primitive in EFFECTS:
+        return  # a host callback is expected to run on the host: neither a warning nor an error
     msg = (f"{eqn.primitive.name} ({_dtype_of(eqn)}) cannot run on {device}: {reason}")
     if config.fallback == "error":
         raise UnsupportedOnDevice(f"{msg}. Set fnarray.config.fallback = 'warn' (or FNARRAY_FALLBACK=warn) to run "
@@ -172,8 +183,11 @@ def _compile_eqn(primitive, params, in_avals, out_avals, device: Device):
     memory.check_avals(out_avals, device, f"the operation {primitive.name}")
     fast = getattr(backend, "eager_fast", None)
     # The fast path skips partitioning: only for what the device supports (fallback needs the slow one).
-    if fast is not None and (device.backend == "numpy" or (backend.lowers_natively(prog.eqns[0], device) and
-                                                           unsupported_reason(prog.eqns[0], device) is None)):
+    # An equation holding a host callback goes through partitioning too, unless the backend calls it in place.
+    if fast is not None and (device.backend == "numpy" or (
+            backend.lowers_natively(prog.eqns[0], device)
+            and unsupported_reason(prog.eqns[0], device) is None
+            and (backend.host_callbacks or not has_effect(prog.eqns[0])))):
         exe = fast(primitive, params, in_avals, device)
         if exe is not None:
             return _translating(exe, prog, device)

@@ -326,7 +326,13 @@ def eager_apply(primitive, args, params):
     exe, out_avals = _eager_executable(primitive, params, tuple(avals), device)
     outs = exe(bufs)
     res = [ArrayImpl(av, device, b, committed) for av, b in zip(out_avals, outs, strict=True)]
+    if debug_check is not None:  # fnarray.config.debug_nans / debug_infs (fnarray.devices.nan_check)
+        debug_check(primitive, args, res)
     return res if primitive.multiple_results else res[0]
+
+
+#: ``check(primitive, args, outs)`` while ``config.debug_nans`` or ``debug_infs`` is on, else ``None``.
+debug_check = None
 
 
 tracing.set_eager_apply(eager_apply)

@@ -60,6 +60,8 @@ UNSUPPORTED = {
     P.imag: "ONNX Runtime has no complex tensors",
     P.conj: "ONNX Runtime has no complex tensors",
     P.custom_lin: "it only exists inside reverse-mode differentiation",
+    P.debug_callback: ("fnarray.debug.print / fnarray.debug.callback call Python, which an ONNX model cannot; "
+                       "remove the debug call before exporting"),
 }
 
 

@@ -379,6 +379,15 @@ RULES[P.remat] = lambda *args, program, prevent_cse=True: _interpret(program, li
 RULES[P.custom_jvp_call] = lambda *args, call_program, **kw: _interpret(call_program, list(args))
 RULES[P.custom_vjp_call] = lambda *args, call_program, **kw: _interpret(call_program, list(args))
 
+def _debug_callback(*args, callback, in_tree, nbatch=0):
+    def host(*xs):
+        callback.run(in_tree, [np.asarray(x) for x in xs], nbatch)
+    jax.debug.callback(host, *args, ordered=True)
+    return []
+
+
+RULES[P.debug_callback] = _debug_callback
+
 _UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that are transposed, never run"}
 
 # ------------------------------------------------------------------------------ backend
@@ -510,6 +519,7 @@ class JaxLowered(Lowered):
 
 
 class JaxBackend(Backend):
+    host_callbacks = True  # jax.debug.callback(ordered=True) inside the XLA program
     name = "jax"
 
     def __init__(self):

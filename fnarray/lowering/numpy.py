@@ -97,7 +97,9 @@ class _Generated:
                     a not in lazy and a.aval.shape == e.outputs[0].aval.shape for a in e.inputs
                     if not isinstance(a, Literal)):
                 lazy.add(e.outputs[0])
-            if e.primitive.multiple_results:
+            if e.primitive.multiple_results and not outs:
+                lines.append(f"    {f}({args})")
+            elif e.primitive.multiple_results:
                 lhs = ", ".join(outs) + ("," if len(outs) == 1 else "")
                 lines.append(f"    {lhs} = {f}({args})")
             else:
@@ -135,6 +137,7 @@ class NumpyLowered(Lowered):
 
 class NumpyBackend(Backend):
     name = "numpy"
+    host_callbacks = True
 
     def __init__(self):
         self._devices = [Device("numpy", 0, "cpu", f"NumPy {np.__version__} on the host CPU")]

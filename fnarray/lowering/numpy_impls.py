@@ -705,6 +705,18 @@ def _custom_lin(params, in_avals, out_avals):
 
 IMPLS[P.custom_lin] = _custom_lin
 
+
+def _debug_callback(params, in_avals, out_avals):
+    callback, in_tree, nbatch = params["callback"], params["in_tree"], params.get("nbatch", 0)
+
+    def f(*args):
+        callback.run(in_tree, [np.asarray(a) for a in args], nbatch)
+        return []
+    return f
+
+
+IMPLS[P.debug_callback] = _debug_callback
+
 _missing = [p.name for p in P.PRIMITIVES.values() if p not in IMPLS]
 if _missing:  # every primitive needs a reference implementation
     raise RuntimeError(f"numpy backend lacks implementations for {_missing}")

@@ -200,6 +200,38 @@ def _control_cases():
 _control_cases()
 
 
+class _ShapeCheck:
+    """A callback that checks the shapes it is given (hashable by them, as a ``debug_callback`` param)."""
+
+    def __init__(self, *shapes):
+        self.shapes = shapes
+
+    def __call__(self, *args):
+        got = tuple(np.shape(a) for a in args)
+        if got != self.shapes:
+            raise AssertionError(f"debug_callback passed shapes {got}, expected {self.shapes}")
+
+    def __hash__(self):
+        return hash(self.shapes)
+
+    def __eq__(self, other):
+        return isinstance(other, _ShapeCheck) and other.shapes == self.shapes
+
+
+def _effect_cases():
+    # No outputs to compare: the case checks that every backend runs the callback with the right values' shapes.
+    from fnarray import tree_util
+    from fnarray.debug import _HostCallback
+    tree = tree_util.tree_structure(((0, 0), {}))
+    case("debug_callback", P.debug_callback, [f32(3), np.int32(4)],
+         callback=_HostCallback(_ShapeCheck((3,), ()), ()), in_tree=tree)
+    case("debug_callback_empty", P.debug_callback, [f32(0, 2), np.int32(4)],
+         callback=_HostCallback(_ShapeCheck((0, 2), ()), ()), in_tree=tree)
+
+
+_effect_cases()
+
+
 def _family_cases():
     """Every elementwise primitive without a case above gets its family's: float32 operands in [0.5, 2]
     (inside the domain of the usual float functions), so a new member needs no line here."""

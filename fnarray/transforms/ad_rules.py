@@ -1098,3 +1098,14 @@ primitive_transposes[P.dot_general] = dot_general_transpose
 
 
 del _p
+
+
+# ----------------------------------------------------------------------------- effects
+
+
+def _debug_callback_jvp(primals, tangents, **params):
+    """A host callback sees the primal values; tangents pass it by (it has no outputs to differentiate)."""
+    return P.debug_callback.bind(*primals, **params), []
+
+
+primitive_jvps[P.debug_callback] = _debug_callback_jvp

@@ -916,3 +916,19 @@ def _to_array_out(val):
     if is_scalar(val):
         return avals.asarray(val)
     return val
+
+
+# ----------------------------------------------------------------------------- effects
+
+
+def _debug_callback_batch(vals, dims, *, callback, in_tree, nbatch=0):
+    """As JAX's ``debug.callback`` under ``vmap``: one call per example, in index order. Every argument
+    gets the examples along a new leading axis (unbatched ones are broadcast); the callback's ``nbatch``
+    counts those axes, outermost ``vmap`` first."""
+    size = _axis_size(vals, dims)
+    moved = [move_batch_dim(v, d, 0, size) for v, d in zip(vals, dims, strict=True)]
+    P.debug_callback.bind(*moved, callback=callback, in_tree=in_tree, nbatch=nbatch + 1)
+    return [], []
+
+
+primitive_batchers[P.debug_callback] = _debug_callback_batch

@@ -39,6 +39,7 @@ from fnarray.core.config import config
 from fnarray.core.ir import Program
 from fnarray.core.passes import consts_as_inputs
 from fnarray.core.shaped import ShapedArray
+from fnarray.devices import nan_check
 from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.partition import compile_program
 from fnarray.devices.placement import default_device, parse_device, placement_device
@@ -296,7 +297,12 @@ class Jitted:
             hit = _Entry(entry.program, entry.consts, entry.out_tree)
             hit.device = device
             n = len(entry.consts)
+            debugging = config.debug_nans or config.debug_infs
+            if debugging:
+                donated = ()  # the inputs are needed again to re-run the call op by op
             hit.exe = compile_program(entry.program, device, donate=tuple(n + p for p in donated))
+            if debugging:
+                hit.exe = nan_check.wrap_executable(hit.exe, self, key, entry.program, device)
             hit.const_bufs = [_to(c, device) for c in entry.consts]
             hit.owner, hit.ckey, hit.gid = weakref.ref(self), ckey, next(_GIDS)
             with self._lock:

@@ -1,0 +1,142 @@
+"""Debugging inside transformed code: ``fnarray.debug.print`` and ``fnarray.debug.callback``.
+
+As ``jax.debug.print`` / ``jax.debug.callback``: the call becomes one ``debug_callback`` equation, an
+*effect* with no outputs that dead-code elimination keeps and every backend runs in program order:
+the numpy backend calls the function in its generated code, the jax backend through
+``jax.debug.callback(ordered=True)``, and mlx, opencl and webgpu cut the program at the callback and
+run it on the host (no ``FallbackWarning``: that is where a callback belongs; host-driven loops call it
+every iteration). Under ``vmap`` the function is called once per example, in index order; under
+``grad`` it sees the primal values of the forward pass. The function receives NumPy arrays.
+A browser bundle (``fnarray.export.webgpu``) has no Python to call: exporting a function that uses
+these raises ``UnsupportedOnDevice`` naming ``debug_callback``.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from fnarray import tree_util
+from fnarray.core import primitives as P
+from fnarray.core import tracing
+from fnarray.core.array import Array
+
+__all__ = ["print", "callback"]
+
+
+class _HostCallback:
+    """The hashable ``callback`` param of a ``debug_callback`` equation.
+
+    Equal when the function and the non-array leaves are equal, so that re-tracing the same code gives
+    equal programs (and eager caches stay bounded).
+    """
+
+    __slots__ = ("fn", "static", "_key")
+
+    def __init__(self, fn, static):
+        self.fn, self.static = fn, static  # static: ((leaf position, value), ...) of the non-array leaves
+        try:
+            hash(static)
+            self._key = (fn, static)
+        except TypeError:
+            self._key = (fn, id(self))
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def __eq__(self, other):
+        return type(other) is _HostCallback and self._key == other._key
+
+    def __repr__(self):
+        return getattr(self.fn, "__name__", type(self.fn).__name__)
+
+    def _call(self, in_tree, arrays):
+        leaves, it, n = [], iter(arrays), len(arrays) + len(self.static)
+        static = dict(self.static)
+        for i in range(n):
+            leaves.append(static[i] if i in static else next(it))
+        args, kwargs = tree_util.tree_unflatten(in_tree, leaves)
+        self.fn(*args, **kwargs)
+
+    def run(self, in_tree, arrays, nbatch=0):
+        """Call the function on NumPy ``arrays``; ``nbatch`` leading axes are iterated (vmap), C order."""
+        if nbatch == 0:
+            self._call(in_tree, arrays)
+            return
+        batch = arrays[0].shape[:nbatch] if arrays else ()
+        for idx in np.ndindex(*batch):
+            self._call(in_tree, [a[idx] for a in arrays])
+
+
+class _Format:
+    """``print(fmt.format(*args, **kwargs))``; hashable by the format string."""
+
+    __slots__ = ("fmt", "__name__")
+
+    def __init__(self, fmt):
+        self.fmt = fmt
+        self.__name__ = f"print {fmt!r}"
+
+    def __call__(self, *args, **kwargs):
+        builtins.print(self.fmt.format(*args, **kwargs), flush=True)
+
+    def __hash__(self):
+        return hash((_Format, self.fmt))
+
+    def __eq__(self, other):
+        return type(other) is _Format and other.fmt == self.fmt
+
+
+def _is_value(x) -> bool:
+    return isinstance(x, Array) or tracing.is_scalar(x) or isinstance(x, np.ndarray)
+
+
+def callback(fn, *args, **kwargs) -> None:
+    """Call ``fn(*args, **kwargs)`` on the host with concrete values, from inside ``jit``, ``vmap``,
+    ``grad`` and control-flow bodies, in program order (``jax.debug.callback``).
+
+    Args:
+      fn: a Python callable; its return value is ignored. It receives NumPy arrays where ``args`` and
+        ``kwargs`` (pytrees) hold arrays, and the other leaves unchanged.
+      *args, **kwargs: pytrees of arrays, scalars and other (hashable) Python values.
+    Returns: ``None``.
+    Raises: ``TypeError`` if ``fn`` is not callable. Under ``vmap`` ``fn`` runs once per example (index
+      order); under ``grad`` it sees the forward pass's primal values and does not change derivatives.
+    """
+    if not callable(fn):
+        raise TypeError(f"fnarray.debug.callback needs a callable, got {type(fn).__name__}")
+    leaves, in_tree = tree_util.tree_flatten((args, kwargs))
+    static, dyn = [], []
+    for i, x in enumerate(leaves):
+        if _is_value(x):
+            dyn.append(np.asarray(x) if isinstance(x, np.ndarray) else x)
+        else:
+            static.append((i, x))
+    cb = _HostCallback(fn, tuple(static))
+    if tracing.current_dynamic().level == 0 and not any(isinstance(x, tracing.Tracer) for x in dyn):
+        cb.run(in_tree, [np.asarray(x) for x in dyn])  # eager: call now, nothing to stage
+        return None
+    dyn = [_to_array(x) if isinstance(x, np.ndarray) else x for x in dyn]
+    P.debug_callback.bind(*dyn, callback=cb, in_tree=in_tree)
+    return None
+
+
+def _to_array(x):
+    import fnarray.numpy as fnp
+    return fnp.asarray(x)
+
+
+def print(fmt: str, *args, **kwargs) -> None:  # noqa: A001 (JAX's name)
+    """Print ``fmt.format(*args, **kwargs)`` with concrete values from inside transformed code
+    (``jax.debug.print``).
+
+    Args:
+      fmt: a ``str.format`` string, e.g. ``"x = {x}, sum = {}"``.
+      *args, **kwargs: the values (pytrees of arrays); arrays arrive as NumPy arrays.
+    Returns: ``None``.
+    Raises: ``TypeError`` if ``fmt`` is not a string. Under ``vmap`` one line per example, in index order.
+    """
+    if not isinstance(fmt, str):
+        raise TypeError(f"fnarray.debug.print needs a format string first, got {type(fmt).__name__}")
+    callback(_Format(fmt), *args, **kwargs)
