@@ -340,8 +340,10 @@ def test_a_second_device_and_kind_warns_again(testdev):
 
 def test_fallback_error_mode(testdev, monkeypatch):
     # The warning comes once per primitive, dtype and device per process: forget earlier tests' warnings.
-    from fnarray.devices import partition
+    # An eager op compiled by an earlier test on testdev:0 is cached, and a cached op does not warn again.
+    from fnarray.devices import partition, placement
     monkeypatch.setattr(partition, "_warned", set())
+    placement._eager_cache.clear()
     x = fa.device_put(fnp.ones(3), "testdev:0")
     with pytest.warns(fa.FallbackWarning):
         fnp.sin(x)  # cached in "warn" mode first: the mode must still be honoured afterwards

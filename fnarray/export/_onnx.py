@@ -165,6 +165,11 @@ def _lower(g: _Graph, program, in_names) -> list[str]:
 
     for e in program.eqns:
         rule = _rule_for(e)
+        if e.outputs and all(0 in v.aval.shape for v in e.outputs) and not e.primitive.multiple_results:
+            # A zero-size result is a constant (and ONNX Runtime's Expand to a 0 dimension gives size 1).
+            v = e.outputs[0]
+            env[v] = g.const(np.zeros(v.aval.shape, v.aval.dtype))
+            continue
         outs = rule(g, e, [read(a) for a in e.inputs])
         outs = [outs] if isinstance(outs, str) else list(outs)
         for v, n in zip(e.outputs, outs, strict=True):
