@@ -197,7 +197,8 @@ def test_where_promotes_like_jax():
              ((2.0, 3), (2.0, 3)), ((np.dtype(np.float16), 2.0), (f, 2.0))]
     for ops, (a, b) in cases:
         want, weak = oracle_promote(*ops)
-        out = fnp.where(fnp.asarray(c), a if np.isscalar(a) else fnp.asarray(a), b if np.isscalar(b) else fnp.asarray(b))
+        out = fnp.where(fnp.asarray(c), a if np.isscalar(a) else fnp.asarray(a),
+                        b if np.isscalar(b) else fnp.asarray(b))
         ref = np.where(c, np.asarray(a).astype(np.float64), np.asarray(b).astype(np.float64))
         assert_close(out, ref.astype(want), dtype=want, weak_type=weak, msg=str(ops))
 

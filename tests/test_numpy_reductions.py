@@ -275,7 +275,8 @@ def test_empty_reductions_raise():
 
 def test_keepdims_argmax_and_0d():
     x = random_array(np.random.default_rng(4), (2, 3, 4), np.float32)
-    assert_close(fnp.argmax(fnp.asarray(x), axis=-2, keepdims=True), np.argmax(x, axis=-2, keepdims=True).astype(np.int32))
+    assert_close(fnp.argmax(fnp.asarray(x), axis=-2, keepdims=True),
+                 np.argmax(x, axis=-2, keepdims=True).astype(np.int32))
     assert_close(fnp.argmin(fnp.asarray(x), keepdims=True), np.argmin(x, keepdims=True).astype(np.int32))
     s = fnp.asarray(np.float32(2.5))
     assert_close(fnp.argmax(s), np.array(0, np.int32))

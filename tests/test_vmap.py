@@ -210,7 +210,8 @@ def test_pad():
     x = rand((B, 3, 4))
     config = ((1, 2, 1), (-1, 0, 0))
     check(lambda a, v: lax.pad(a, v, config), x, np.float32(7.0), in_axes=(0, None))
-    check(lambda a, v: lax.pad(a, v, config), np.moveaxis(x, 0, 1), rand((B,)), in_axes=(1, 0))      # batched padding value
+    # batched padding value
+    check(lambda a, v: lax.pad(a, v, config), np.moveaxis(x, 0, 1), rand((B,)), in_axes=(1, 0))
     check(lambda a, v: lax.pad(a, v, config), x[0], rand((B,)), in_axes=(None, 0))
     check(lambda a, v: lax.pad(a, v, ((0, 0, 2),)), rand((4, B)), rand((B,)), in_axes=(1, 0))
 
