@@ -462,3 +462,12 @@ def test_bitwise_reductions_of_every_integer_dtype_match_numpy0(device, dt):
         warnings.simplefilter("ignore", FallbackWarning)
         for f in (lambda v: lax.reduce_and(v, (1,)), lambda v: lax.reduce_or(v, (0, 1))):
             np.testing.assert_array_equal(_on(device, f, a), _on(NUMPY, f, a))
+
+
+def test_exp_of_log_keeps_the_nan_of_a_negative_argument(device):
+    # Mesa folded exp(log(v)) to v in WGSL: exp(log(-1)) gave -1 on webgpu:0 instead of NaN.
+    x = fa.device_put(fnp.asarray(np.array([1.0, 2.0, 0.0, 1.5, -0.0], np.float32)), device)
+    out = np.asarray(fa.jit(lambda v: fnp.exp(fnp.log(v * 2 - 3)))(x))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        want = np.exp(np.log(np.array([1.0, 2.0, 0.0, 1.5, -0.0], np.float32) * 2 - 3))
+    np.testing.assert_array_equal(out, want)

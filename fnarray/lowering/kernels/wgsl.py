@@ -62,13 +62,13 @@ _SPECIAL_BUILTINS = {"global_id": "fa_gid", "local_id": "fa_lid", "group_id": "f
 _XYZ = "xyz"
 
 # Kernel-IR func op -> WGSL builtin, where the builtin does what the op means for every input.
-_BUILTINS = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sin": "sin", "cos": "cos", "tan": "tan",
+_BUILTINS = {"exp": "exp", "exp2": "exp2", "log2": "log2", "sin": "sin", "cos": "cos", "tan": "tan",
              "sinh": "sinh", "cosh": "cosh", "asinh": "asinh", "atanh": "atanh", "sqrt": "sqrt",
              "rsqrt": "inverseSqrt", "floor": "floor", "ceil": "ceil", "rint": "round", "trunc": "trunc",
              "fabs": "abs", "popcount": "countOneBits"}
 # Ops that are helper functions for floats (min/max: NaN-propagating; integers use the builtins).
-_HELPED = {"div", "isnan", "isinf", "isfinite", "erf", "lgamma", "log1p", "expm1", "cbrt", "pow", "fmod", "nextafter",
-           "hypot", "copysign", "min", "max", "asin", "acos", "atan", "atan2", "acosh", "tanh"}
+_HELPED = {"div", "log", "isnan", "isinf", "isfinite", "erf", "lgamma", "log1p", "expm1", "cbrt", "pow", "fmod",
+           "nextafter", "hypot", "copysign", "min", "max", "asin", "acos", "atan", "atan2", "acosh", "tanh"}
 
 
 
@@ -119,6 +119,11 @@ fn fa_mulz_f32(x: f32, y: f32) -> f32 {{
         return bitcast<f32>((bitcast<u32>(x) ^ bitcast<u32>(y)) & 0x80000000u);
     }}
     return x * y;
+}}"""),
+    # Mesa folds exp(log(x)) to x, so exp(log(-1)) gave -1: log states its negative-argument NaN explicitly.
+    "log": ((), f"""
+fn fa_log_f32(x: f32) -> f32 {{
+    return select(log(x), {_NAN}, x < 0.0f);
 }}"""),
     "copysign": ((), """
 fn fa_copysign_f32(x: f32, y: f32) -> f32 {
