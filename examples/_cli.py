@@ -1,5 +1,7 @@
 """What the examples' command lines share."""
 
+import os
+
 import fnarray as fa
 
 
@@ -13,3 +15,13 @@ def device_from_arg(parser, name):
         return fa.get_device(name)
     except (ValueError, TypeError, fa.BackendUnavailable) as e:
         parser.error(f"unknown or unusable device {name!r}: {e}")
+
+
+def check_output_folders(parser, args, options):
+    """``parser.error`` (exit status 2) for an output path among ``options`` whose folder does not exist,
+    before any training runs (rather than failing to write at the end)."""
+    for opt in options:
+        path = getattr(args, opt)
+        folder = os.path.dirname(os.path.abspath(path)) if path else None
+        if folder and not os.path.isdir(folder):
+            parser.error(f"--{opt} {path}: the folder {folder} does not exist (training would run, then fail to write)")

@@ -23,7 +23,6 @@ and ``main(argv) -> dict``.
 from __future__ import annotations
 
 import argparse
-import os
 import math
 import sys
 import time
@@ -31,7 +30,7 @@ import time
 import numpy as np
 
 import fnarray as fa
-from _cli import device_from_arg
+from _cli import check_output_folders, device_from_arg
 import fnarray.numpy as fnp
 
 LAYER_SIZES = (64, 128, 128, 10)
@@ -144,11 +143,7 @@ def parse_args(argv=None):
         parser.error(f"--batch-size must be a positive number of images, got {args.batch_size}")
     if not (math.isfinite(args.lr) and args.lr > 0):
         parser.error(f"--lr must be a positive finite learning rate, got {args.lr}")
-    for opt in ("plot", "save"):
-        path = getattr(args, opt)
-        folder = os.path.dirname(os.path.abspath(path)) if path else None
-        if folder and not os.path.isdir(folder):
-            parser.error(f"--{opt} {path}: the folder {folder} does not exist (training would run, then fail to write)")
+    check_output_folders(parser, args, ("plot", "save"))
     return args
 
 

@@ -28,7 +28,6 @@ import argparse
 import ast
 import importlib.util
 import math
-import os
 import sys
 import time
 
@@ -36,7 +35,7 @@ import numpy as np
 
 import fnarray as fa
 import fnarray.numpy as fnp
-from _cli import device_from_arg
+from _cli import check_output_folders, device_from_arg
 from fnarray import nn
 
 # Pure-Python modules whose docstrings make the corpus (those missing from a Python are skipped).
@@ -223,11 +222,7 @@ def parse_args(argv=None):
         parser.error(f"--lr must be a positive finite learning rate, got {args.lr}")
     if not (math.isfinite(args.temperature) and args.temperature > 0):
         parser.error(f"--temperature must be positive, got {args.temperature}")
-    for opt in ("plot", "save"):
-        path = getattr(args, opt)
-        folder = os.path.dirname(os.path.abspath(path)) if path else None
-        if folder and not os.path.isdir(folder):
-            parser.error(f"--{opt} {path}: the folder {folder} does not exist (training would run, then fail to write)")
+    check_output_folders(parser, args, ("plot", "save"))
     return args
 
 
