@@ -180,13 +180,7 @@ class LayerNorm(Module):
 
     def __call__(self, x, *, key=None):
         fnp = _np()
-        x = fnp.asarray(x)
-        n = len(self.shape)
-        if tuple(x.shape[x.ndim - n:]) != self.shape or x.ndim < n:
-            raise ShapeError(f"LayerNorm{self.shape}: the input's trailing axes must be {self.shape}, got "
-                             f"shape {tuple(x.shape)}")
-        axes = tuple(range(x.ndim - n, x.ndim))
-        xc = x.astype(_compute_dtype(x))
+        x, xc, axes = _normalized_axes("LayerNorm", self.shape, x)
         mean = fnp.mean(xc, axis=axes, keepdims=True)
         var = fnp.mean(fnp.square(xc - mean), axis=axes, keepdims=True)
         y = ((xc - mean) / fnp.sqrt(var + self.eps)).astype(x.dtype)
@@ -195,6 +189,15 @@ class LayerNorm(Module):
         if self.bias is not None:
             y = y + self.bias
         return y
+
+
+def _normalized_axes(name, shape, x):
+    """``(x, x in its compute dtype, the trailing axes of shape)``; ``ShapeError`` when x does not end in ``shape``."""
+    x = _np().asarray(x)
+    n = len(shape)
+    if x.ndim < n or tuple(x.shape[x.ndim - n:]) != shape:
+        raise ShapeError(f"{name}{shape}: the input's trailing axes must be {shape}, got shape {tuple(x.shape)}")
+    return x, x.astype(_compute_dtype(x)), tuple(range(x.ndim - n, x.ndim))
 
 
 class RMSNorm(Module):
@@ -217,13 +220,7 @@ class RMSNorm(Module):
 
     def __call__(self, x, *, key=None):
         fnp = _np()
-        x = fnp.asarray(x)
-        n = len(self.shape)
-        if tuple(x.shape[x.ndim - n:]) != self.shape or x.ndim < n:
-            raise ShapeError(f"RMSNorm{self.shape}: the input's trailing axes must be {self.shape}, got "
-                             f"shape {tuple(x.shape)}")
-        axes = tuple(range(x.ndim - n, x.ndim))
-        xc = x.astype(_compute_dtype(x))
+        x, xc, axes = _normalized_axes("RMSNorm", self.shape, x)
         ms = fnp.mean(fnp.square(xc), axis=axes, keepdims=True)
         y = (xc / fnp.sqrt(ms + self.eps)).astype(x.dtype)
         return y * self.weight if self.weight is not None else y
