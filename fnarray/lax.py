@@ -13,12 +13,17 @@ from fnarray.core import lax as _core_lax
 from fnarray._associative_scan import associative_scan  # noqa: F401
 from fnarray.transforms.control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: F401
 from fnarray._lax_map import map  # noqa: A004,F401  (jax.lax.map)
+from fnarray.core import collectives as _collectives
+from fnarray.transforms import collective_rules as _collective_rules  # noqa: F401  (registers their rules)
 
 _CONTROL = ["associative_scan", "cond", "fori_loop", "map", "scan", "switch", "while_loop"]
 _CORE = [n for n in _core_lax.__all__ if n not in _CONTROL]
 globals().update({n: getattr(_core_lax, n) for n in _CORE})
+_COLLECTIVES = ["all_gather", "all_to_all", "axis_index", "axis_size", "pmax", "pmean", "pmin", "ppermute", "psum",
+                "psum_scatter"]
+globals().update({n: getattr(_collectives, n) for n in _COLLECTIVES})
 
-__all__ = sorted(_CORE + _CONTROL)
+__all__ = sorted(_CORE + _CONTROL + _COLLECTIVES)
 
 
 def __getattr__(name):
