@@ -518,6 +518,11 @@ class JaxLowered(Lowered):
         return call
 
 
+@functools.lru_cache(maxsize=1)
+def _default_handle():
+    return jax.devices()[0]
+
+
 class JaxBackend(Backend):
     host_callbacks = True  # jax.debug.callback(ordered=True) inside the XLA program
     name = "jax"
@@ -560,6 +565,11 @@ class JaxBackend(Backend):
             # buffer instead, and every later call then pays for it (a jitted MLP step measured 1.8x
             # slower with such inputs). may_alias=False copies without compiling anything; jnp.array(
             # copy=True) compiled and cached an XLA copy per new shape (~1.5 MiB each, never freed).
+            if device.handle == _default_handle():
+                # Uncommitted on JAX's default device, so that XLA may combine it with a global array
+                # sharded over several devices (fa.device_put(x, NamedSharding)); a committed one would be
+                # "incompatible devices" there. Where it runs is the same.
+                return jax.device_put(a, may_alias=False)
             return jax.device_put(a, device.handle, may_alias=False)
 
     def to_host(self, buf):
@@ -576,3 +586,6 @@ class JaxBackend(Backend):
 
 def make_backend():
     return JaxBackend()
+
+
+from fnarray.lowering import jax_spmd  # noqa: E402,F401  (the collectives and shard_map, registered into RULES)
