@@ -77,3 +77,12 @@ def _constraint_rule(x, *, sharding):
 
 sharding_constraint_p = Primitive("sharding_constraint", _constraint_rule, kind="other",
                                   doc="The identity; on jax a layout for XLA (jax.lax.with_sharding_constraint).")
+
+
+from fnarray.core.decompositions import defdecomposition  # noqa: E402
+
+
+@defdecomposition(sharding_constraint_p)
+def sharding_constraint_decomposed(x, *, sharding):
+    """Backends without GSPMD: the values, copied (only meshes of one device reach them)."""
+    return x
