@@ -267,7 +267,7 @@ class NamedSharding(Sharding):
       ``ValueError`` when ``spec`` names an axis the mesh lacks or one twice.
     """
 
-    def __init__(self, mesh: Mesh, spec=PartitionSpec(), *, memory_kind=None):
+    def __init__(self, mesh: Mesh, spec=None, *, memory_kind=None):
         if not isinstance(mesh, Mesh):
             raise TypeError(f"NamedSharding: expected a fnarray.sharding.Mesh, got {type(mesh).__name__}")
         if memory_kind is not None:

@@ -21,7 +21,9 @@ Semantics (those of ``jax.lax``; ``n`` is the axis size, ``i`` the position alon
 - ``psum_scatter(x, scatter_dimension=d, tiled=False)``: the sum, of which position ``i`` keeps block
   ``i`` along ``d`` (``x.shape[d] == n`` and the axis is removed; ``tiled``: ``x.shape[d] % n == 0``).
 - ``all_to_all(x, split_axis=s, concat_axis=c, tiled=False)``: position ``i`` receives block ``i`` of every
-  position's ``x`` along ``s``, ordered by sender along ``c``.
+  position's ``x`` along ``s``, ordered by sender along ``c`` (untiled: ``x.shape[s] == n``, axis ``s`` is
+  removed and the senders' axis is inserted at ``c`` of the result; tiled: ``s`` shrinks and ``c`` grows ``n``
+  times).
 - ``ppermute(x, perm)``: ``perm`` is pairs ``(source, destination)``; a destination that no pair names
   gets zeros.
 - ``axis_index``: ``i`` (int32); ``axis_size``: ``n`` (a Python int).
@@ -175,9 +177,12 @@ def _all_to_all_rule(x, *, axis_name, split_axis, concat_axis, tiled, axis_size)
                              f"by the axis size {axis_size}")
         s[split_axis] //= axis_size
         s[concat_axis] *= axis_size
-    elif s[split_axis] != axis_size:
-        raise ShapeError(f"all_to_all: dimension {split_axis} of {x.str_short()} must equal the axis size "
-                         f"{axis_size} (or pass tiled=True to split it into {axis_size} blocks)")
+    else:
+        if s[split_axis] != axis_size:
+            raise ShapeError(f"all_to_all: dimension {split_axis} of {x.str_short()} must equal the axis size "
+                             f"{axis_size} (or pass tiled=True to split it into {axis_size} blocks)")
+        del s[split_axis]  # the receivers' axis goes; the senders' axis comes at concat_axis (jax.vmap's shapes)
+        s.insert(concat_axis, axis_size)
     return ShapedArray(tuple(s), x.dtype, x.weak_type)
 
 
@@ -197,7 +202,25 @@ def _axis_index_rule(*, axis_name, axis_size):
     return ShapedArray((), dtypes.int32, False)
 
 
-axis_index_p = _collective("axis_index", _axis_index_rule, "The position along the named axis (int32).")
+class _AxisIndexPrimitive(Primitive):
+    """``axis_index`` has no operand to carry it to its named vmap level, so its ``bind`` goes there itself
+    (also when an interpreter re-binds a staged one, as ``batch_program`` does)."""
+
+    __slots__ = ()
+
+    def bind(self, *args, axis_name, axis_size):
+        f = axis_frame(axis_name, "axis_index")
+        if f.main is not None:
+            from fnarray.core.tracing import trace_level
+            if trace_level() <= f.main.level:
+                from fnarray.core import lax
+                return f.main.with_cur_sublevel().new_batched(lax.iota(dtypes.int32, f.size), 0)
+        return super().bind(*args, axis_name=axis_name, axis_size=axis_size)
+
+
+axis_index_p = _AxisIndexPrimitive("axis_index", _axis_index_rule, kind="collective",
+                                   doc="The position along the named axis (int32).")
+COLLECTIVES[axis_index_p] = "axis_index"
 
 
 # ----------------------------------------------------------------------------- binding with lifting
@@ -226,7 +249,9 @@ def _lift(args, names):
 
 def bind_collective(prim, *args, **params):
     """``prim.bind`` after lifting the operands into the named axis' vmap level (see ``_lift``)."""
+    from fnarray.core.avals import get_aval
     names = names_of(params["axis_name"])
+    prim.abstract_eval(*[get_aval(a) for a in args], **params)  # the shape checks, also where a rule runs eagerly
     return prim.bind(*_lift(args, names), **params)
 
 
@@ -411,14 +436,7 @@ def axis_index(axis_name):
     Raises: ``NameError`` when the name is not bound.
     """
     name = _one_name(axis_name, "axis_index")
-    f = axis_frame(name)
-    if f.main is not None:
-        from fnarray.core.tracing import trace_level
-        if trace_level() <= f.main.level:
-            from fnarray.core import lax
-            trace = f.main.with_cur_sublevel()
-            return trace.new_batched(lax.iota(dtypes.int32, f.size), 0)
-    return axis_index_p.bind(axis_name=name, axis_size=f.size)
+    return axis_index_p.bind(axis_name=name, axis_size=axis_frame(name).size)
 
 
 def axis_size(axis_name) -> int:

@@ -31,8 +31,18 @@ RULES[C.all_gather_p] = lambda x, *, axis_name, axis, tiled, axis_size: lax.all_
     x, axis_name, axis=axis, tiled=tiled)
 RULES[C.psum_scatter_p] = lambda x, *, axis_name, scatter_dimension, tiled, axis_size: lax.psum_scatter(
     x, axis_name, scatter_dimension=scatter_dimension, tiled=tiled)
-RULES[C.all_to_all_p] = lambda x, *, axis_name, split_axis, concat_axis, tiled, axis_size: lax.all_to_all(
-    x, axis_name, split_axis, concat_axis, tiled=tiled)
+def _all_to_all(x, *, axis_name, split_axis, concat_axis, tiled, axis_size):
+    if tiled:
+        return lax.all_to_all(x, axis_name, split_axis, concat_axis, tiled=True)
+    # Untiled, with jax.vmap's shapes (the receivers' axis removed, the senders' inserted at concat_axis):
+    # as a tiled exchange of blocks of one along a leading axis.
+    import jax.numpy as jnp
+    y = jnp.expand_dims(jnp.moveaxis(x, split_axis, 0), 1)         # (receiver, 1, rest)
+    y = lax.all_to_all(y, axis_name, 0, 1, tiled=True)             # (1, sender, rest)
+    return jnp.moveaxis(y[0], 0, concat_axis)
+
+
+RULES[C.all_to_all_p] = _all_to_all
 RULES[C.ppermute_p] = lambda x, *, axis_name, perm, axis_size: lax.ppermute(x, axis_name, perm)
 RULES[C.axis_index_p] = lambda *, axis_name, axis_size: lax.axis_index(axis_name)
 

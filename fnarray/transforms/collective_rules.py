@@ -128,7 +128,7 @@ def _all_to_all_batch(vals, dims, level, *, axis_name, split_axis, concat_axis, 
     xs = _front(x, d, level)                      # (sender j, *x.shape)
     if tiled:
         xs = _split(xs, 1 + s, n)                 # (j, ..., receiver i, block, ...)
-    xs = _move(xs, 1 + s, 0)                      # (i, j, rest): rest is x's shape with ``s`` removed (tiled: the block)
+    xs = _move(xs, 1 + s, 0)                      # (i, j, rest): x's shape without ``s`` (tiled: the block)
     xs = _move(xs, 1, 1 + c)                      # the senders at ``c`` of the rest
     return (_merge(xs, 1 + c) if tiled else xs), 0
 

@@ -37,7 +37,7 @@ from fnarray.core.errors import FnArrayError
 from fnarray.core.interpreter import eval_program
 from fnarray.core.ir import Params, Program, Var
 from fnarray.core.passes import consts_as_inputs
-from fnarray.core.spmd import global_aval, local_aval, shard_map_p, sharding_constraint_p
+from fnarray.core.spmd import local_aval, shard_map_p, sharding_constraint_p
 from fnarray.core.tracing import Tracer
 from fnarray.sharding import Mesh, NamedSharding, PartitionSpec, check_spec
 from fnarray.transforms import ad
