@@ -113,8 +113,6 @@ class Mesh:
         if len(set(self.axis_names)) != len(self.axis_names):
             raise ValueError(f"Mesh: axis names {self.axis_names!r} repeat a name")
         flat = list(devs.flat)
-        if len(set(flat)) != len(flat):
-            raise ValueError(f"Mesh: a device appears twice in {[str(d) for d in flat]}")
         backends = sorted({d.backend for d in flat})
         if len(backends) != 1:
             raise ValueError(f"Mesh: devices of several backends ({', '.join(backends)}); a mesh holds one "
@@ -122,6 +120,8 @@ class Mesh:
         self.backend = backends[0]
         if len(flat) > 1 and self.backend not in ENGINE_BACKENDS:
             raise _no_engine(self.backend, len(flat))
+        if len(set(flat)) != len(flat):
+            raise ValueError(f"Mesh: a device appears twice in {[str(d) for d in flat]}")
         self.devices = devs
         self._jax = None
 

@@ -39,6 +39,7 @@ from fnarray.core.ir import Params, Program, Var
 from fnarray.core.passes import consts_as_inputs
 from fnarray.core.spmd import local_aval, shard_map_p, sharding_constraint_p
 from fnarray.core.tracing import Tracer
+from fnarray.devices.placement import device_put
 from fnarray.sharding import Mesh, NamedSharding, PartitionSpec, check_spec
 from fnarray.transforms import ad
 from fnarray.transforms.ad_tables import (UndefinedPrimal, Zero, instantiate_zeros, partial_eval_rules,
@@ -188,6 +189,11 @@ def shard_map(f, *, mesh, in_specs, out_specs, check_vma=True, axis_names=None, 
             names = [f"output {i}" for i in range(len(o_specs))]
             _check_vma(program, c_specs + specs, o_specs, names)
         if mesh.backend == "jax":
+            # Concrete inputs elsewhere (a NumPy value, an array on numpy:0) are placed on the mesh first, as
+            # jax.shard_map places its inputs; traced ones are where their jit runs.
+            leaves = [x if isinstance(x, Tracer) or getattr(x, "device", None) is not None and
+                      x.device.backend == "jax" else device_put(x, NamedSharding(mesh, s))
+                      for x, s in zip(leaves, specs, strict=True)]
             outs = shard_map_p.bind(*consts, *leaves, program=program, mesh=mesh,
                                     in_specs=tuple(c_specs + specs), out_specs=tuple(o_specs))
         elif mesh.size == 1:
