@@ -118,5 +118,13 @@ raises(ValueError, "divisible", lambda: fa.shard_map(lambda v: v, mesh=mesh, in_
 raises(ValueError, "leave out the mesh axis 'x'", lambda: fa.shard_map(lambda v: v * 2, mesh=mesh, in_specs=P("x"),
                                                                        out_specs=P())(np.ones((8,), np.float32)))
 raises(ValueError, "needs 16 devices", lambda: fa.make_mesh((4, 4), ("a", "b"), devices=devs))
+# examples/data_parallel.py: both modes equal one-device training (it exits non-zero otherwise)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+import data_parallel  # noqa: E402
+
+for mode in ("dp", "tp"):
+    res = data_parallel.main(["--devices", "8", "--mode", mode, "--steps", "8"])
+    assert res["relative_difference"] < 1e-4 and res["losses"][-1] < res["losses"][0], res
+    print("ok example", mode, flush=True)
 print("done", flush=True)
 sys.exit(0)

@@ -61,3 +61,4 @@ def test_a_failing_process_stops_the_run(tmp_path):
     r = _launch("-n", "2", "--timeout", "50", str(script), timeout=40)
     assert r.returncode == 3, r.stdout + r.stderr
     assert "process 1 exited with status 3" in r.stderr
+

@@ -33,6 +33,12 @@ if backend == "jax":
                             mesh=mesh, in_specs=P("x"), out_specs=P("x")))
     np.testing.assert_allclose(np.asarray(g(xs).addressable_shards[0].data), X[2 * (1 - me):2 * (1 - me) + 2] + me)
     print("ok jax collectives across processes", flush=True)
+    import sys  # examples/data_parallel.py over the two processes equals one-device training
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+    import data_parallel
+    res = data_parallel.main(["--steps", "4"])
+    assert res["relative_difference"] < 1e-4, res
+    print("ok example over two processes", flush=True)
 else:
     import mlx.core as mx
     group = fa.distributed.mlx_group()
