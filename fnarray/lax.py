@@ -22,8 +22,9 @@ globals().update({n: getattr(_core_lax, n) for n in _CORE})
 _COLLECTIVES = ["all_gather", "all_to_all", "axis_index", "axis_size", "pmax", "pmean", "pmin", "ppermute", "psum",
                 "psum_scatter"]
 globals().update({n: getattr(_collectives, n) for n in _COLLECTIVES})
+from fnarray.transforms.shard_map import with_sharding_constraint  # noqa: E402,F401  (jax.lax's)
 
-__all__ = sorted(_CORE + _CONTROL + _COLLECTIVES)
+__all__ = sorted(_CORE + _CONTROL + _COLLECTIVES + ["with_sharding_constraint"])
 
 
 def __getattr__(name):

@@ -91,7 +91,14 @@ def shutdown() -> None:
 
 
 def process_index() -> int:
-    """This process's index in the run (0 without ``initialize``; ``jax.process_index``)."""
+    """This process's index in the run (``jax.process_index``).
+
+    Returns:
+      an int in ``[0, process_count())``; 0 without ``initialize``.
+
+    Raises:
+      Nothing of its own; the engine's errors (``jax.process_index``) pass through.
+    """
     b = _state["backend"]
     if b == "jax":
         import jax
@@ -102,7 +109,14 @@ def process_index() -> int:
 
 
 def process_count() -> int:
-    """How many processes take part (1 without ``initialize``; ``jax.process_count``)."""
+    """How many processes take part (``jax.process_count``).
+
+    Returns:
+      an int >= 1; 1 without ``initialize``.
+
+    Raises:
+      Nothing of its own; the engine's errors (``jax.process_index``) pass through.
+    """
     b = _state["backend"]
     if b == "jax":
         import jax
