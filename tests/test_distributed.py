@@ -62,3 +62,29 @@ def test_a_failing_process_stops_the_run(tmp_path):
     assert r.returncode == 3, r.stdout + r.stderr
     assert "process 1 exited with status 3" in r.stderr
 
+
+
+def test_mismatched_device_counts_are_an_error():
+    pytest.importorskip("jax")
+    from fnarray.distributed.launch import free_ports
+    (port,) = free_ports(1)
+    code = ("import fnarray as fa\n"
+            "try:\n"
+            "    fa.distributed.initialize(timeout=60)\n"
+            "except ValueError as e:\n"
+            "    print('MISMATCH', e)\n")
+    procs = []
+    for i in range(2):
+        env = _env()
+        env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={i + 1}", FNARRAY_COORDINATOR=f"127.0.0.1:{port}",
+                   FNARRAY_NUM_PROCESSES="2", FNARRAY_PROCESS_ID=str(i))
+        procs.append(subprocess.Popen([sys.executable, "-c", code], env=env, cwd=_ROOT, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=120)[0])
+        finally:
+            p.kill()
+    for out in outs:
+        assert "MISMATCH" in out and "same number of devices" in out, out[-2000:]
