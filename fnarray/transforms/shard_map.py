@@ -41,7 +41,9 @@ from fnarray.core.spmd import local_aval, shard_map_p, sharding_constraint_p
 from fnarray.core.tracing import Tracer
 from fnarray.devices.placement import device_put
 from fnarray.sharding import Mesh, NamedSharding, PartitionSpec, check_spec
-from fnarray.transforms import ad
+from fnarray.transforms.jvp import jvp_program
+from fnarray.transforms.partial_eval import partial_eval_program
+from fnarray.transforms.transpose import transpose_program
 from fnarray.transforms.ad_tables import (UndefinedPrimal, Zero, instantiate_zeros, partial_eval_rules,
                                           primitive_jvps, primitive_transposes, tangent_aval)
 from fnarray.transforms.batching import batch_program, move_batch_dim, vmap
@@ -247,7 +249,7 @@ def shard_map_batch(vals, dims, *, program, mesh, in_specs, out_specs):
 def shard_map_jvp(primals, tangents, *, program, mesh, in_specs, out_specs):
     nz = [not isinstance(t, Zero) for t in tangents]
     with mesh_axes(mesh):
-        jprog, out_nz = ad.jvp_program(program, nz)
+        jprog, out_nz = jvp_program(program, nz)
     t_in = [instantiate_zeros(t) for t in tangents if not isinstance(t, Zero)]
     t_specs = [s for s, z in zip(in_specs, nz, strict=True) if z]
     to_specs = [s for s, z in zip(out_specs, out_nz, strict=True) if z]
@@ -273,7 +275,7 @@ def _all_axes(mesh):
 def shard_map_partial_eval(trace, tracers, *, program, mesh, in_specs, out_specs):
     unknowns = [not trace.is_known(t) for t in tracers]
     with mesh_axes(mesh):
-        kprog, uprog, out_unknowns, num_res, kconsts = ad.partial_eval_program(program, unknowns)
+        kprog, uprog, out_unknowns, num_res, kconsts = partial_eval_program(program, unknowns)
     n_k_out = len(kprog.outvars) - num_res
     # Residuals differ per device: each leaves as one block of a global array stacked over every device.
     res_avals = [v.aval for v in kprog.outvars[n_k_out:]]
@@ -312,7 +314,7 @@ def _replicated_size(spec, mesh) -> int:
 def shard_map_transpose(cts, *args, program, mesh, in_specs, out_specs):
     linear = [isinstance(a, UndefinedPrimal) for a in args]
     with mesh_axes(mesh):
-        tprog = ad.transpose_program(program, linear)
+        tprog = transpose_program(program, linear)
     nonlin = [a for a in args if not isinstance(a, UndefinedPrimal)]
     n_nl = len(nonlin)
     lin_specs = [s for s, lin in zip(in_specs, linear, strict=True) if lin]
