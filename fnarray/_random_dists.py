@@ -443,13 +443,14 @@ def multivariate_normal(key, mean, cov, shape=None, dtype=None, method="cholesky
                          f"{mean.shape}, got {cov.shape}")
     batch = broadcast_shapes(mean.shape[:-1], cov.shape[:-2], name="multivariate_normal")
     shape = _sample_shape("multivariate_normal", shape, batch)
+    from fnarray.core import linalg as lax_linalg
     if method == "cholesky":
-        factor = fnp.linalg.cholesky(cov)
+        factor = lax_linalg.cholesky(cov)
     elif method == "eigh":
-        w, v = fnp.linalg.eigh(cov)
+        v, w = lax_linalg.eigh(cov)
         factor = v * fnp.sqrt(fnp.maximum(w, 0.0))[..., None, :]
     else:
-        u, s, _ = fnp.linalg.svd(cov)
+        u, s, _ = lax_linalg.svd(cov)
         factor = u * fnp.sqrt(fnp.maximum(s, 0.0))[..., None, :]
     z = r.normal(k, tuple(shape) + (n,), m)
     out = mean + fnp.matmul(factor, z[..., None])[..., 0]

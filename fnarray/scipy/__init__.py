@@ -5,6 +5,6 @@ differentiates (``grad``) and vectorizes (``vmap``) on every backend. SciPy itse
 (the tests use it as their oracle).
 """
 
-from fnarray.scipy import special, stats
+from fnarray.scipy import linalg, special, stats
 
-__all__ = ["special", "stats"]
+__all__ = ["linalg", "special", "stats"]
