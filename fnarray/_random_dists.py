@@ -21,6 +21,7 @@ import numpy as np
 
 from fnarray.core import dtypes, lax
 from fnarray.core.errors import DTypeError, ShapeError
+from fnarray.scipy._util import log1p as _log1p
 from fnarray.transforms.ad import custom_jvp
 
 __all__ = ["beta", "dirichlet", "gamma", "loggamma", "multivariate_normal", "poisson"]
@@ -295,7 +296,7 @@ def _log_pmf_unnormalized(k, lam):
     big = k >= 8.0
     kb = fnp.where(big, k, 8.0)
     e = (kb - lam) / lam
-    stirling = -lam * ((1.0 + e) * fnp.log1p(e) - e) - 0.5 * fnp.log(2 * math.pi * kb) - _stirling_correction(kb)
+    stirling = -lam * ((1.0 + e) * _log1p(e) - e) - 0.5 * fnp.log(2 * math.pi * kb) - _stirling_correction(kb)
     return fnp.where(big, stirling, plain)
 
 
@@ -326,7 +327,7 @@ def _poisson_loop(key, lam, shape, m):
         u = r.uniform(ku, shape, m)
         v = r.uniform(kv, shape, m)
         # Knuth: t accumulates exponential arrival times; stop once it passes lam.
-        t_new = t - fnp.log1p(-u)
+        t_new = t - _log1p(-u)
         knuth_done = t_new > lam
         # PTRS
         uu = u - 0.5

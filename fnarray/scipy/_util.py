@@ -56,3 +56,21 @@ def from_math(r, d):
 def const(x, v):
     """``v`` as a NumPy scalar of ``x``'s dtype (a strong literal)."""
     return np.asarray(v, x.dtype)[()]
+
+
+def log1p(x):
+    """``log1p(x)`` that keeps its relative accuracy for small ``|x|`` on every backend: there the Taylor series
+    (to ``x**9`` below 0.1 in float32, to ``x**6`` below 1e-3 in float64), else the primitive. (WGSL's
+    ``log`` may be off by 2**-21 absolute near 1, as Vulkan allows, which makes the primitive's
+    ``log1p(-1e-7)`` 3% off on Mesa's lavapipe.)"""
+    import fnarray.numpy as fnp
+    if x.dtype == dtypes.float64:
+        bound, terms = 1e-3, 6
+    else:
+        bound, terms = 0.1, 9
+    small = fnp.abs(x) < bound
+    xs = fnp.where(small, x, 0.0)
+    acc = fnp.full_like(xs, (-1) ** (terms + 1) / terms)
+    for k in range(terms - 1, 0, -1):
+        acc = (-1) ** (k + 1) / k + xs * acc
+    return fnp.where(small, xs * acc, fnp.log1p(x))

@@ -18,6 +18,7 @@ import numpy as np
 
 from fnarray.core import dtypes, lax
 from fnarray.scipy._util import floats, from_math, to_math
+from fnarray.scipy._util import log1p as _log1p
 from fnarray.transforms.ad import custom_jvp
 
 __all__ = [
@@ -126,7 +127,7 @@ def _log_ndtr_value(x, series_order):
     mid = fnp.log(0.5 * lax.erfc(x_mid * -math.sqrt(0.5)))
     # Above 0, log1p(-ndtr(-x)): log(ndtr(x)) would round ndtr(x) near 1 first (4% off at x = 5 in float32).
     x_hi = fnp.maximum(x, 0.0)
-    hi = fnp.log1p(-0.5 * lax.erfc(x_hi * math.sqrt(0.5)))
+    hi = _log1p(-0.5 * lax.erfc(x_hi * math.sqrt(0.5)))
     x_lo = fnp.minimum(x, lower)
     # log Phi(x) = -x^2/2 - log(-x) - log(sqrt(2 pi)) + log(1 + sum_k (-1)^k (2k-1)!! / x^(2k)) (Abramowitz
     # and Stegun 26.2.12, asymptotic for x -> -inf).
@@ -136,7 +137,7 @@ def _log_ndtr_value(x, series_order):
     for k in range(1, series_order + 1):
         term = term * (-(2 * k - 1)) * inv2
         series = series + term
-    lo = -0.5 * x_lo * x_lo - fnp.log(-x_lo) - _LOG_SQRT_2PI + fnp.log(series)
+    lo = -0.5 * x_lo * x_lo - fnp.log(-x_lo) - _LOG_SQRT_2PI + _log1p(series - 1.0)
     return fnp.where(x > 0.0, hi, fnp.where(x > lower, mid, lo))
 
 
@@ -280,7 +281,7 @@ def logit(x):
     """
     fnp = _fnp()
     x, _ = _unary("logit", x)
-    return fnp.log(x) - fnp.log1p(-x)
+    return fnp.log(x) - _log1p(-x)
 
 
 # ----------------------------------------------------------------------------- gamma family
@@ -358,11 +359,11 @@ def betaln(a, b):
     pb, qb = fnp.maximum(p, 8.0), fnp.maximum(q, 8.0)
     ratio = pb / (pb + qb)
     big = (-0.5 * fnp.log(qb) + _LOG_SQRT_2PI + _stirling_correction(pb) + _stirling_correction(qb)
-           - _stirling_correction(pb + qb) + (pb - 0.5) * fnp.log(ratio) + qb * fnp.log1p(-ratio))
+           - _stirling_correction(pb + qb) + (pb - 0.5) * fnp.log(ratio) + qb * _log1p(-ratio))
     ps = fnp.where(one, p, 1.0)
     r1 = ps / (ps + qb)
     mixed = (lax.lgamma(ps) + _stirling_correction(qb) - _stirling_correction(ps + qb) + ps
-             - ps * fnp.log(ps + qb) + (qb - 0.5) * fnp.log1p(-r1))
+             - ps * fnp.log(ps + qb) + (qb - 0.5) * _log1p(-r1))
     return from_math(fnp.where(both, big, fnp.where(one, mixed, plain)), d)
 
 
@@ -379,7 +380,7 @@ def _prefix(a, x, shift):
     big = a >= 8.0
     ab = fnp.where(big, a, 8.0)
     e = (x - ab) / ab
-    stirling = ab * (fnp.log1p(e) - e) - 0.5 * fnp.log(2 * math.pi * ab) - _stirling_correction(ab)
+    stirling = ab * (_log1p(e) - e) - 0.5 * fnp.log(2 * math.pi * ab) - _stirling_correction(ab)
     log_pre = fnp.where(big, stirling, plain)
     if shift == 0.0:
         log_pre = log_pre + fnp.log(a)
@@ -423,7 +424,9 @@ def _igamma_parts(a, x):
         u_new = u - 1.0 / (a + n)
         S_new = S + t_new
         dS_new = dS + t_new * u_new
-        series_done = t_new <= eps * S_new
+        # Done when both the sum and its derivative have stopped changing (for an integer a the fraction's
+        # value terminates exactly, a_i = 0 at i = a, while its derivative in a does not).
+        series_done = (t_new <= eps * S_new) & (fnp.abs(t_new * u_new) <= eps * fnp.abs(dS_new))
         # continued fraction; the derivatives in a of d, c and h (dd holds d itself, ddd its derivative)
         an = -n * (n - a)
         dan = n
@@ -442,7 +445,7 @@ def _igamma_parts(a, x):
         ddelta = dc_new * d_new + c_new * dd_new
         h_new = h * delta
         dh_new = dh * delta + h * ddelta
-        cf_done = fnp.abs(delta - 1.0) <= eps
+        cf_done = (fnp.abs(delta - 1.0) <= eps) & (fnp.abs(dh_new - dh) <= eps * fnp.abs(dh_new))
         newly = fnp.where(use_series, series_done, cf_done)
         keep = done
 
@@ -581,14 +584,13 @@ def _xlogy_jvp(primals, tangents):
 @custom_jvp
 def _xlog1py(x, y):
     fnp = _fnp()
-    return fnp.where(x == 0.0, 0.0, x * fnp.log1p(fnp.where(x == 0.0, 0.0, y)))
+    return fnp.where(x == 0.0, 0.0, x * _log1p(fnp.where(x == 0.0, 0.0, y)))
 
 
 @_xlog1py.defjvp
 def _xlog1py_jvp(primals, tangents):
-    fnp = _fnp()
     (x, y), (tx, ty) = primals, tangents
-    return _xlog1py(x, y), tx * fnp.log1p(y) + ty * x / (1.0 + y)
+    return _xlog1py(x, y), tx * _log1p(y) + ty * x / (1.0 + y)
 
 
 def xlogy(x, y):

@@ -46,5 +46,5 @@ def ppf(q, p):
     """The smallest ``k`` with ``cdf(k) >= q`` (SciPy's: -1 at ``q = 0``); NaN outside ``[0, 1]``."""
     import fnarray.numpy as fnp
     q, p = floats("bernoulli.ppf", q, p)
-    out = fnp.where(q == 0, -1.0, fnp.where(q <= 1.0 - p, 0.0, 1.0))
+    out = fnp.where(q == 0, -1.0, fnp.where(q <= 1.0 - p, 0.0, 1.0)).astype(q.dtype)
     return fnp.where((p < 0) | (p > 1) | (q < 0) | (q > 1) | fnp.isnan(q), np.nan, out)

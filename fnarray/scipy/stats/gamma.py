@@ -16,6 +16,7 @@ import numpy as np
 from fnarray.core import lax
 from fnarray.scipy import special
 from fnarray.scipy._util import floats
+from fnarray.scipy._util import log1p as _log1p
 
 __all__ = ["cdf", "logcdf", "logpdf", "logsf", "pdf", "sf"]
 
@@ -49,9 +50,10 @@ def cdf(x, a, loc=0, scale=1):
 
 
 def logcdf(x, a, loc=0, scale=1):
-    """``log`` of ``cdf``."""
+    """``log`` of ``cdf``: ``log(cdf)`` below 1/2, else ``log1p(-sf)`` (accurate as ``cdf`` nears 1)."""
     import fnarray.numpy as fnp
-    return fnp.log(cdf(x, a, loc, scale))
+    p, q = cdf(x, a, loc, scale), sf(x, a, loc, scale)
+    return fnp.where(p < 0.5, fnp.log(p), _log1p(-q))
 
 
 def sf(x, a, loc=0, scale=1):
@@ -61,6 +63,7 @@ def sf(x, a, loc=0, scale=1):
 
 
 def logsf(x, a, loc=0, scale=1):
-    """``log`` of ``sf``."""
+    """``log`` of ``sf``: ``log(sf)`` below 1/2, else ``log1p(-cdf)``."""
     import fnarray.numpy as fnp
-    return fnp.log(sf(x, a, loc, scale))
+    p, q = cdf(x, a, loc, scale), sf(x, a, loc, scale)
+    return fnp.where(q < 0.5, fnp.log(q), _log1p(-p))

@@ -15,6 +15,7 @@ import math
 
 from fnarray.core import lax
 from fnarray.scipy._util import floats
+from fnarray.scipy._util import log1p as _log1p
 
 __all__ = ["logpdf", "pdf"]
 
@@ -27,7 +28,7 @@ def logpdf(x, df, loc=0, scale=1):
     z = (x - loc) / scale
     half = 0.5 * (df + 1.0)
     return (lax.lgamma(half) - lax.lgamma(0.5 * df) - 0.5 * fnp.log(df * math.pi) - fnp.log(scale)
-            - half * fnp.log1p(z * z / df))
+            - half * _log1p(z * z / df))
 
 
 def pdf(x, df, loc=0, scale=1):
