@@ -7,8 +7,8 @@ from fnarray.core import linalg as L
 
 __all__ = ["NO_KERNEL", "no_kernel_reason"]
 
-_ITERATIVE = ("{name} has no kernel by design: LAPACK's algorithm for it is iterative and sequential, "
-              "so it runs on numpy (the issue's plan); a GPU kernel would not beat the host for the sizes used")
+_ITERATIVE = ("{name} has no kernel: it runs on numpy (LAPACK) by design, its algorithm (Householder sweeps, "
+              "iterative eigen/singular solvers) being sequential over the columns")
 
 #: Primitives that deliberately have no kernel, with the reason.
 NO_KERNEL = {p: _ITERATIVE.format(name=p.name) for p in (L.qr_p, L.eigh_p, L.svd_p)}
