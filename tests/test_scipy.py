@@ -463,3 +463,36 @@ def test_linalg_bad_input():
         fl.qr(np.eye(3), pivoting=True)
     # integers are promoted to float32
     assert fl.inv(np.eye(2, dtype=np.int32)).dtype == np.float32
+
+
+# name: (function of one float64 matrix or vector argument, its point)
+_RNG = np.random.default_rng(7)
+_A = _RNG.normal(size=(3, 3))
+_S = _A @ _A.T + 3 * np.eye(3)
+_B = _RNG.normal(size=(3, 2))
+LINALG_GRADS = [
+    ("cho_solve", lambda s: fnp.sum(fl.cho_solve(fl.cho_factor(s), _B) ** 2), _S),
+    ("cholesky_logdet", lambda s: fnp.sum(fnp.log(fnp.diagonal(fl.cholesky(s, lower=True)))), _S),
+    ("solve", lambda a: fnp.sum(fl.solve(a, _B) * _B), _A),
+    ("solve_pos", lambda s: fnp.sum(fl.solve(s, _B, assume_a="pos") * _B), _S),
+    ("inv", lambda a: fnp.sum(fl.inv(a) ** 2), _A),
+    ("det", lambda a: fl.det(a), _A),
+    ("expm", lambda a: fnp.sum(fl.expm(0.7 * a) * _S), _A),
+    ("lu_solve", lambda b: fnp.sum(fl.lu_solve(fl.lu_factor(_A), b) ** 2), _B),
+    ("solve_triangular", lambda a: fnp.sum(fl.solve_triangular(a, _B, lower=True, trans=1) ** 2), _S),
+]
+
+
+@pytest.mark.parametrize("name,f,x0", LINALG_GRADS, ids=[g[0] for g in LINALG_GRADS])
+def test_linalg_grad_against_finite_differences(name, f, x0):
+    g = np.asarray(fa.jit(fa.grad(f))(x0))
+    want = np.zeros_like(x0)
+    h = 1e-6
+    for idx in np.ndindex(*x0.shape):
+        e = np.zeros_like(x0)
+        e[idx] = h
+        want[idx] = (float(f(x0 + e)) - float(f(x0 - e))) / (2 * h)
+    if name in ("cho_solve", "cholesky_logdet", "solve_pos"):
+        # The symmetric part is what these read: compare the gradients of the symmetrized function.
+        g, want = (g + g.T) / 2, (want + want.T) / 2
+    np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-7, err_msg=name)

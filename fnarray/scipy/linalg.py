@@ -8,8 +8,8 @@ through those primitives' rules and runs on every backend. Integer and bool inpu
 As in JAX, SciPy's ``overwrite_*`` and ``check_finite`` arguments are accepted and ignored (arrays are
 immutable, and a finiteness check would read every input back to the host); a matrix that is not positive
 definite gives a ``cholesky`` of NaNs and a singular ``solve``/``inv`` gives inf/NaN, never an error. For an
-eager error, ``cholesky``/``cho_factor`` take ``check_pd=True``: it raises ``numpy.linalg.LinAlgError``
-naming the first matrix of the batch that is not positive definite.
+eager error, ``cholesky``/``cho_factor`` take ``check_pd=True``: it raises ``LinAlgError`` (a
+``numpy.linalg.LinAlgError``) naming the first matrix of the batch that is not positive definite.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 
 from fnarray.core import dtypes, lax
 from fnarray.core import linalg as lax_linalg
-from fnarray.core.errors import ConcretizationError, DTypeError, ShapeError
+from fnarray.core.errors import ConcretizationError, DTypeError, LinAlgError, ShapeError
 
 __all__ = ["block_diag", "cho_factor", "cho_solve", "cholesky", "det", "eigh", "expm", "inv", "lu", "lu_factor",
            "lu_solve", "qr", "solve", "solve_triangular", "svd"]
@@ -90,7 +90,7 @@ def _check_pd(name, factor):
     bad = np.isnan(f).any(axis=(-2, -1))
     if bad.any():
         where = "" if bad.ndim == 0 else f" (batch element {tuple(int(i) for i in np.argwhere(bad)[0])})"
-        raise np.linalg.LinAlgError(f"{name}: the matrix is not positive definite{where}; the factor would be "
+        raise LinAlgError(f"{name}: the matrix is not positive definite{where}; the factor would be "
                                     "NaN. Add a small multiple of the identity (jitter) or check the input")
 
 
@@ -105,7 +105,7 @@ def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, check_pd=F
       lower: return the lower factor ``L`` (``a = L L^H``); by default the upper ``U = L^H`` (``a = U^H U``),
         as SciPy and JAX.
       overwrite_a, check_finite: accepted for SciPy compatibility and ignored (as JAX).
-      check_pd: raise ``numpy.linalg.LinAlgError`` for a matrix that is not positive definite (eager only).
+      check_pd: raise ``LinAlgError`` for a matrix that is not positive definite (eager only).
 
     Returns:
       The triangular factor, of ``a``'s shape and dtype, zero in the other triangle; NaN for a matrix
@@ -114,7 +114,7 @@ def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, check_pd=F
     Raises:
       ShapeError: ``a`` is not a batch of square matrices.
       DTypeError: ``a`` has no float or complex dtype.
-      numpy.linalg.LinAlgError: with ``check_pd``, a matrix that is not positive definite.
+      LinAlgError: (a ``numpy.linalg.LinAlgError``) with ``check_pd``, a matrix that is not positive definite.
       ConcretizationError: ``check_pd`` under a transform.
     """
     del overwrite_a, check_finite
