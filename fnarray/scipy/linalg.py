@@ -108,8 +108,8 @@ def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, check_pd=F
       check_pd: raise ``LinAlgError`` for a matrix that is not positive definite (eager only).
 
     Returns:
-      The triangular factor, of ``a``'s shape and dtype, zero in the other triangle; NaN for a matrix
-      that is not positive definite (unless ``check_pd``).
+      The triangular factor, of ``a``'s shape and dtype, zero in the other triangle; for a matrix that is not
+      positive definite NaN in the factor's triangle, as JAX (or an error with ``check_pd``).
 
     Raises:
       ShapeError: ``a`` is not a batch of square matrices.
