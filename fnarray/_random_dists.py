@@ -83,9 +83,11 @@ def _marsaglia_tsang(key, a, shape, m):
 
     def body(s):
         i, x, done = s
-        kn, ku = r._split2(r.fold_in(key, i))
-        z = r.normal(kn, shape, m)
-        u = r.uniform(ku, shape, m)
+        # One Threefry pass per round (what the loop body costs to compile dominates on XLA): two uniforms per
+        # element, the first turned into the normal z by the inverse CDF (-inf at 0 is simply rejected).
+        uu = r.uniform(r.fold_in(key, i), (2,) + tuple(shape), m)
+        z = math.sqrt(2.0) * lax.erf_inv(2.0 * uu[0] - 1.0)
+        u = uu[1]
         v = 1.0 + c * z
         v3 = v * v * v
         pos = v3 > 0
@@ -323,9 +325,8 @@ def _poisson_loop(key, lam, shape, m):
 
     def body(s):
         i, k, t, done = s
-        ku, kv = r._split2(r.fold_in(key, i))
-        u = r.uniform(ku, shape, m)
-        v = r.uniform(kv, shape, m)
+        uv = r.uniform(r.fold_in(key, i), (2,) + tuple(shape), m)   # one Threefry pass per round
+        u, v = uv[0], uv[1]
         # Knuth: t accumulates exponential arrival times; stop once it passes lam.
         t_new = t - _log1p(-u)
         knuth_done = t_new > lam
