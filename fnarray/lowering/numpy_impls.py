@@ -717,6 +717,11 @@ def _debug_callback(params, in_avals, out_avals):
 
 IMPLS[P.debug_callback] = _debug_callback
 
+# The linear-algebra primitives have their own module (fnarray/lowering/linalg_numpy.py).
+from fnarray.lowering.linalg_numpy import register as _register_linalg  # noqa: E402
+
+_register_linalg(IMPLS)
+
 # The collectives and the SPMD primitives (fnarray.core.collectives, fnarray.core.spmd). A collective has no
 # meaning on one device outside a named axis: under vmap(axis_name=) its batching rule replaces it before any
 # backend sees it, and shard_map over a mesh of one device runs as such a vmap.
@@ -730,7 +735,7 @@ def _no_collective(params, in_avals, out_avals):
         raise UnsupportedOnDevice(
             f"a collective over axis {params['axis_name']!r} reached the numpy backend outside a named axis: run it "
             "inside fnarray.vmap(f, axis_name=...) (every backend), or in fnarray.shard_map over a mesh of the jax "
-            "backend (or mlx processes); numpy, opencl and webgpu have no distributed engine")
+            "backend; numpy, opencl and webgpu have no distributed engine")
     return f
 
 
