@@ -59,7 +59,7 @@ REDUCTIONS = frozenset({P.reduce_sum, P.reduce_prod, P.reduce_max, P.reduce_min,
                         P.argmax, P.argmin})
 CUMULATIVE = frozenset({P.cumsum, P.cumprod, P.cummax, P.cummin, P.cumlogsumexp})
 SCATTERS = frozenset({P.scatter, P.scatter_add, P.scatter_mul, P.scatter_min, P.scatter_max})
-OPAQUE = frozenset({P.dot_general, P.sort}) | CUMULATIVE | SCATTERS
+OPAQUE = frozenset({P.dot_general, P.sort}) | CUMULATIVE | SCATTERS | facts.in_group("linalg")
 # Every primitive the scheduler turns into kernels (control flow is driven from the host).
 SCHEDULED = INJECTIVE | REDUCTIONS | OPAQUE | frozenset(CALLS)
 
@@ -1597,3 +1597,8 @@ def schedule(program: Program, caps, **opts) -> Schedule:
     outputs = [a if isinstance(a, Literal) else ctx.spec(a) for a in prog.outvars]
     return Schedule(inputs, launches, outputs, prog)
 
+
+# Kernel groups of their own modules, which build on the classes above (imported last for that reason).
+from fnarray.lowering.kernels import linalg as _linalg  # noqa: E402
+
+_GROUPS.update(_linalg.GROUPS)
