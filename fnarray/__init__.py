@@ -25,6 +25,7 @@ __version__ = "0.1.0"
 from fnarray.transforms.ad import (checkpoint, custom_jvp, custom_vjp, grad, hessian, jacfwd, jacrev, jvp,  # noqa: E402
                                    linearize, remat, stop_gradient, value_and_grad, vjp)
 from fnarray.transforms.batching import vmap  # noqa: E402
+from fnarray.transforms import linalg_rules  # noqa: E402,F401  (the linear-algebra primitives' rules)
 from fnarray.transforms.control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402
 from fnarray import lax  # noqa: E402,F401  (fnarray.lax: core/lax.py's wrappers plus control flow)
 # (fa.checkpoint is remat's JAX name: the checkpoint files' module is fnarray.serialization)
