@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from fnarray.core import families
+from fnarray.core import linalg as LA
 from fnarray.core import primitives as P
 
 __all__ = ["KernelFact", "FACTS", "funcs", "with_cost", "complex_ok", "in_group"]
@@ -78,9 +79,8 @@ for _p in (P.call, P.remat, P.custom_jvp_call, P.custom_vjp_call):
 
 # Linear algebra with kernels of its own (lowering/kernels/linalg.py), real dtypes only; qr, eigh and svd have
 # none (linalg.FALLBACK_REASONS says why).
-for _name in ("cholesky", "triangular_solve", "lu"):
-    if _name in P.PRIMITIVES:
-        FACTS[P.PRIMITIVES[_name]] = KernelFact("group", "linalg")
+for _p in (LA.cholesky_p, LA.triangular_solve_p, LA.lu_p):
+    FACTS[_p] = KernelFact("group", "linalg")
 
 _set([P.exp, P.logistic, P.pow_p, P.erf_inv, P.digamma, P.atan2], cost="expensive")
 _set([P.reshape, P.broadcast_in_dim, P.transpose, P.copy_p, P.stop_gradient, P.convert_element_type], cost="free")

@@ -39,7 +39,7 @@ import math
 
 import numpy as np
 
-from fnarray.core import primitives as P
+from fnarray.core import linalg as LA
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.index import ix_const, ix_data, unravel
 from fnarray.lowering.kernels.ir import INT32, Barrier, BufferParam, Let, Load, Special, Sym, const
@@ -49,10 +49,6 @@ from fnarray.lowering.kernels.schedule import Launch, _analyse_val, _Group, _lau
 __all__ = ["GROUPS", "PRIMITIVES", "FALLBACK_REASONS", "oversize_reason", "fallback_reason"]
 
 _MAX_WG = 256          # the browsers' default maxComputeInvocationsPerWorkgroup
-
-
-def _prim(name):
-    return P.PRIMITIVES.get(name)
 
 
 def _pow2(n):
@@ -557,7 +553,6 @@ def fallback_reason(eqn, caps) -> str | None:
     return None
 
 
-_NAMES = {"cholesky": _CholeskyGroup, "triangular_solve": _TriangularSolveGroup, "lu": _LUGroup}
-#: ``{primitive: group class}`` for the primitives defined (the schedule's ``_GROUPS`` takes them).
-GROUPS = {_prim(k): v for k, v in _NAMES.items() if _prim(k) is not None}
+#: ``{primitive: group class}`` (the schedule's ``_GROUPS`` takes them).
+GROUPS = {LA.cholesky_p: _CholeskyGroup, LA.triangular_solve_p: _TriangularSolveGroup, LA.lu_p: _LUGroup}
 PRIMITIVES = frozenset(GROUPS)
