@@ -51,15 +51,14 @@ __all__ = ["GROUPS", "PRIMITIVES", "FALLBACK_REASONS", "oversize_reason", "fallb
 _MAX_WG = 256          # the browsers' default maxComputeInvocationsPerWorkgroup
 
 
-def _pow2(n):
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
-def _wg(ctx, items):
-    """Work items per group: a power of two, enough for ``items`` parallel updates, within the limits."""
-    cap = min(_MAX_WG, ctx.caps.max_workgroup_size or _MAX_WG)
+def _wg(caps, items):
+    """Work items per group for ``items`` parallel updates per step: 16, 64 or 256 (within the device's
+    limit), so that kernels of similar sizes share one source (sizes are scalar arguments) and PoCL
+    compiles fewer of them."""
+    cap = min(_MAX_WG, caps.max_workgroup_size or _MAX_WG)
     cap = 1 << (cap.bit_length() - 1)
-    return max(1, min(cap, _pow2(items)))
+    want = 16 if items <= 16 else 64 if items <= 64 else 256
+    return min(cap, want)
 
 
 def _cdiv(a, b):
@@ -135,6 +134,7 @@ class _LinalgGroup(_Group):
         tracker = _Tracker(ctx)
         tracker.add(self.eqn)
         em = ctx.emitter(b, args=args, tracker=tracker)
+        self._scalars = {}
         lim = ctx.caps.max_dispatch
         if lim is None or groups <= lim:
             g, gsize, lsize, guard = Special("group_id", 0), (groups * wg,), (wg,), None
@@ -144,9 +144,14 @@ class _LinalgGroup(_Group):
             gsize, lsize, guard = (lim * wg, rows), (wg, 1), op("lt", g, _i(groups))
         return b, args, tracker, em, g, gsize, lsize, guard
 
+    def _size(self, b, name, value):
+        """A size as a scalar argument (one compiled kernel serves every shape of its work-group size)."""
+        self._scalars[name] = int(value)
+        return b.scalar(name)
+
     def _launches(self, b, args, gsize, lsize, tracker, ranges):
-        launch = _launch(b, args, {"s0": ranges[0][0], "s1": ranges[0][1]}, gsize, lsize, tracker.eqns, "linalg",
-                         fixed_local=True)
+        scalars = dict(self._scalars, s0=ranges[0][0], s1=ranges[0][1])
+        launch = _launch(b, args, scalars, gsize, lsize, tracker.eqns, "linalg", fixed_local=True)
         out = [launch]
         names = [p.name for p in launch.kernel.params]
         for s0, s1 in ranges[1:]:
@@ -189,28 +194,33 @@ class _CholeskyGroup(_LinalgGroup):
         if G * n == 0:
             return []
         dt = out.aval.dtype
-        wg = _wg(ctx, n)
+        wg = _wg(ctx.caps, n)
         b, args, tracker, em, g, gsize, lsize, guard = self._start("cholesky", G, wg)
+        nn, nsq, nlast = self._size(b, "n", n), self._size(b, "nn", n * n), self._size(b, "last", n * n - 1)
+        direct = ctx.in_buffer(x)
         s0, s1 = b.scalar("s0"), b.scalar("s1")
         lid = Special("local_id", 0)
         L = ctx.output(b, args, out)
         diag = b.array("local", dt, 1, "diag")
-        nn = _i(n)
         zero = const(0, dt)
         body = b.when(guard) if guard is not None else _nullscope()
         with body:
-            base = b.let(_mul(g, _i(n * n)), "base")
+            base = b.let(_mul(g, nsq), "base")
             bidx = _batch_index(g, batch)
 
             def at(i, j):
                 return b.let(_add(base, _mul(i, nn), j))
 
             with b.when(op("eq", s0, _i(0))):
-                with b.loop(lid, _i(n * n), _i(wg)) as t:
+                with b.loop(lid, nsq, _i(wg)) as t:
                     i = b.let(op("div", t, nn), "i")
                     j = b.let(op("rem", t, nn), "j")
-                    v = em.val(x, bidx + (_dim(i, n), _dim(j, n)))
-                    b.store(L, b.let(_add(base, t)), select(op("le", j, i), v, zero))
+                    pos = b.let(_add(base, t))
+                    if direct:   # the input's own buffer, row-major: the same flat position
+                        v = _read(b, em.buffer_of(x), pos, dt)
+                    else:
+                        v = em.val(x, bidx + (_dim(i, n), _dim(j, n)))
+                    b.store(L, pos, select(op("le", j, i), v, zero))
             b.emit(Barrier("global"))
             with b.loop(s0, s1) as j:
                 # Phase 1: s_i = A[i, j] - L[i, :j] . L[j, :j] for the rows i >= j.
@@ -236,10 +246,10 @@ class _CholeskyGroup(_LinalgGroup):
                 b.emit(Barrier("global"))
             # The last launch: a failed pivot anywhere made L[n-1, n-1] NaN; the whole matrix is NaN then.
             with b.when(op("eq", s1, nn)):
-                last = _read(b, L, at(_i(n - 1), _i(n - 1)), dt)
-                b.emit(Barrier("global"))
+                # (No barrier: a work item that reads the NaN it or another wrote fills as well.)
+                last = _read(b, L, b.let(_add(base, nlast)), dt)
                 with b.when(op("isnan", last)):
-                    with b.loop(lid, _i(n * n), _i(wg)) as t:
+                    with b.loop(lid, nsq, _i(wg)) as t:
                         b.store(L, b.let(_add(base, t)), const(np.nan, dt))
         steps, first, last = _cholesky_costs(n, wg)
         ranges = _chunks(steps, first, last, _budget(ctx.caps))
@@ -271,10 +281,11 @@ def _solve_layout(eqn):
 
 
 def _solve_block(m, nr):
-    """Right-hand sides per work-group: all of them for small problems, else about 1024 elements."""
-    if m * nr <= 4 * _MAX_WG:
+    """Right-hand sides per work-group: all of them for small problems, else about 4096 elements (16 per
+    work item and step: fewer groups, and so fewer barriers, measured faster on PoCL than 4 per item)."""
+    if m * nr <= 16 * _MAX_WG:
         return nr
-    return max(1, min(nr, _cdiv(4 * _MAX_WG, m)))
+    return max(1, min(nr, _cdiv(16 * _MAX_WG, m)))
 
 
 def _solve_costs(m, cb, wg):
@@ -297,7 +308,7 @@ class _TriangularSolveGroup(_LinalgGroup):
         cb = _solve_block(m, nr)
         nblk = _cdiv(nr, cb)
         G = nbatch * nblk
-        wg = _wg(ctx, m * cb)
+        wg = _wg(ctx.caps, m * cb)
         launches = []
         if not ctx.in_buffer(a):
             launches.append(self._copy_a(a))
@@ -305,6 +316,9 @@ class _TriangularSolveGroup(_LinalgGroup):
         else:
             aspec = ctx.spec(a)
         b, args, tracker, em, g, gsize, lsize, guard = self._start("triangular_solve", G, wg)
+        ms, nrs, cbs, nblks = (self._size(b, k, v) for k, v in (("m", m), ("nr", nr), ("cb", cb), ("nblk", nblk)))
+        mm, mnr, mlast = self._size(b, "mm", m * m), self._size(b, "mnr", m * nr), self._size(b, "mlast", m - 1)
+        direct = ctx.in_buffer(rhs)
         A = b.buffer(aspec, dt, False, "a")
         args[A] = aspec
         s0, s1 = b.scalar("s0"), b.scalar("s1")
@@ -312,24 +326,24 @@ class _TriangularSolveGroup(_LinalgGroup):
         X = ctx.output(b, args, out)
         body = b.when(guard) if guard is not None else _nullscope()
         with body:
-            bi = b.let(op("div", g, _i(nblk)), "bi") if nblk > 1 else g
-            blk = b.let(op("rem", g, _i(nblk)), "blk") if nblk > 1 else _i(0)
-            col0 = b.let(_mul(blk, _i(cb)), "col0")
-            width = b.let(op("min", _i(cb), op("sub", _i(nr), col0)), "w") if nr % cb else _i(cb)
-            abase = b.let(_mul(bi, _i(m * m)), "abase")
-            xbase = b.let(_mul(bi, _i(m * nr)), "xbase")
+            bi = b.let(op("div", g, nblks), "bi")
+            blk = b.let(op("rem", g, nblks), "blk")
+            col0 = b.let(_mul(blk, cbs), "col0")
+            width = b.let(op("min", cbs, op("sub", nrs, col0)), "w")    # the last block may be narrower
+            abase = b.let(_mul(bi, mm), "abase")
+            xbase = b.let(_mul(bi, mnr), "xbase")
             bidx = _batch_index(bi, batch)
 
             def t_at(i, k):
                 # T[i, k]: a[i, k], or a[k, i] where T is a transposed.
-                return b.let(_add(abase, _mul(k, _i(m)), i) if trans else _add(abase, _mul(i, _i(m)), k))
+                return b.let(_add(abase, _mul(k, ms), i) if trans else _add(abase, _mul(i, ms), k))
 
             def x_at(q, r):
                 col = b.let(_add(col0, r))
-                return b.let(_add(xbase, _mul(q, _i(nr)), col) if left else _add(xbase, _mul(col, _i(m)), q))
+                return b.let(_add(xbase, _mul(q, nrs), col) if left else _add(xbase, _mul(col, ms), q))
 
             def row_of(s):
-                return s if forward else b.let(op("sub", _i(m - 1), s))
+                return s if forward else b.let(op("sub", mlast, s))
 
             def divided(q, v):
                 if unit:
@@ -337,13 +351,16 @@ class _TriangularSolveGroup(_LinalgGroup):
                 return op("div", v, _read(b, A, t_at(q, q), dt))
 
             with b.when(op("eq", s0, _i(0))):
-                first = _i(0) if forward else _i(m - 1)
-                with b.loop(lid, b.let(_mul(_i(m), width)), _i(wg)) as t:
+                first = _i(0) if forward else mlast
+                with b.loop(lid, b.let(_mul(ms, width)), _i(wg)) as t:
                     q = b.let(op("div", t, width), "q")
                     r = b.let(op("rem", t, width), "r")
-                    col = b.let(_add(col0, r))
-                    idx = bidx + ((_dim(q, m), _dim(col, nr)) if left else (_dim(col, nr), _dim(q, m)))
-                    v = b.let(em.val(rhs, idx))
+                    if direct:   # b's own buffer has the layout of x
+                        v = _read(b, em.buffer_of(rhs), x_at(q, r), dt)
+                    else:
+                        col = b.let(_add(col0, r))
+                        idx = bidx + ((_dim(q, m), _dim(col, nr)) if left else (_dim(col, nr), _dim(q, m)))
+                        v = b.let(em.val(rhs, idx))
                     xv = b.var(dt, v)
                     with b.when(op("eq", q, first)):
                         b.assign(xv, divided(q, xv))
@@ -351,7 +368,7 @@ class _TriangularSolveGroup(_LinalgGroup):
             b.emit(Barrier("global"))
             with b.loop(s0, s1) as s:
                 i = row_of(s)
-                rest = b.let(op("sub", _i(m - 1), s), "rest")    # rows still to finish
+                rest = b.let(op("sub", mlast, s), "rest")    # rows still to finish
                 nxt = b.let(op("add", i, _i(1)) if forward else op("sub", i, _i(1)), "next")
                 with b.loop(lid, b.let(_mul(rest, width)), _i(wg)) as t:
                     off = b.let(op("div", t, width))
@@ -414,8 +431,11 @@ class _LUGroup(_LinalgGroup):
         if G * m == 0:
             return []
         dt = lu_v.aval.dtype
-        wg = _wg(ctx, max(m, n))
+        wg = _wg(ctx.caps, max(m, n))
         b, args, tracker, em, g, gsize, lsize, guard = self._start("lu", G, wg)
+        ms, ns, Ks, mn = (self._size(b, k, v) for k, v in (("m", m), ("n", n), ("k", K), ("mn", m * n)))
+        mlast, nlast = self._size(b, "mlast", m - 1), self._size(b, "nlast", n - 1)
+        direct = ctx.in_buffer(x)
         s0, s1 = b.scalar("s0"), b.scalar("s1")
         lid = Special("local_id", 0)
         A = ctx.output(b, args, lu_v)
@@ -426,27 +446,32 @@ class _LUGroup(_LinalgGroup):
         zero = const(0, dt)
         body = b.when(guard) if guard is not None else _nullscope()
         with body:
-            base = b.let(_mul(g, _i(m * n)), "base")
-            pbase = b.let(_mul(g, _i(K)), "pbase")
-            mbase = b.let(_mul(g, _i(m)), "mbase")
+            base = b.let(_mul(g, mn), "base")
+            pbase = b.let(_mul(g, Ks), "pbase")
+            mbase = b.let(_mul(g, ms), "mbase")
             bidx = _batch_index(g, batch)
 
             def at(i, j):
-                return b.let(_add(base, _mul(i, _i(n)), j))
+                return b.let(_add(base, _mul(i, ns), j))
 
             with b.when(op("eq", s0, _i(0))):
-                with b.loop(lid, _i(m * n), _i(wg)) as t:
-                    i = b.let(op("div", t, _i(n)), "i")
-                    j = b.let(op("rem", t, _i(n)), "j")
-                    b.store(A, b.let(_add(base, t)), em.val(x, bidx + (_dim(i, m), _dim(j, n))))
-                with b.loop(lid, _i(m), _i(wg)) as t:
+                with b.loop(lid, mn, _i(wg)) as t:
+                    pos = b.let(_add(base, t))
+                    if direct:
+                        v = _read(b, em.buffer_of(x), pos, dt)
+                    else:
+                        i = b.let(op("div", t, ns), "i")
+                        j = b.let(op("rem", t, ns), "j")
+                        v = em.val(x, bidx + (_dim(i, m), _dim(j, n)))
+                    b.store(A, pos, v)
+                with b.loop(lid, ms, _i(wg)) as t:
                     b.store(PM, b.let(_add(mbase, t)), t)
             b.emit(Barrier("global"))
             with b.loop(s0, s1) as k:
                 # The pivot: the first largest |a[i, k]|, i >= k (NaN never wins, as LAPACK's i?amax).
                 bv = b.var(dt, const(-1, dt), "bestv")
                 bix = b.var(INT32, k, "besti")
-                with b.loop(b.let(_add(k, lid)), _i(m), _i(wg)) as i:
+                with b.loop(b.let(_add(k, lid)), ms, _i(wg)) as i:
                     v = b.let(op("fabs", _read(b, A, at(i, k), dt)))
                     better = b.let(op("gt", v, bv))
                     b.assign(bv, select(better, v, bv))
@@ -467,7 +492,7 @@ class _LUGroup(_LinalgGroup):
                     half //= 2
                 p = _read(b, best_i, _i(0), INT32, "local")
                 # Rows k and p swap in every column; the pivots and the permutation follow.
-                with b.loop(lid, _i(n), _i(wg)) as c:
+                with b.loop(lid, ns, _i(wg)) as c:
                     akc = _read(b, A, at(k, c), dt)
                     apc = _read(b, A, at(p, c), dt)
                     b.store(A, at(k, c), apc)
@@ -482,13 +507,13 @@ class _LUGroup(_LinalgGroup):
                 # The multipliers (a zero pivot leaves its column as it is).
                 pivot = _read(b, A, at(k, k), dt)
                 with b.when(op("ne", pivot, zero)):
-                    with b.loop(b.let(_add(k, _i(1), lid)), _i(m), _i(wg)) as i:
+                    with b.loop(b.let(_add(k, _i(1), lid)), ms, _i(wg)) as i:
                         aik = _read(b, A, at(i, k), dt)
                         b.store(A, at(i, k), op("div", aik, pivot))
                 b.emit(Barrier("global"))
                 # The rank-one update of the trailing block, its elements split over the work items.
-                rows = b.let(op("sub", _i(m - 1), k), "rows")
-                cols = b.let(op("sub", _i(n - 1), k), "cols")
+                rows = b.let(op("sub", mlast, k), "rows")
+                cols = b.let(op("sub", nlast, k), "cols")
                 safe = b.let(select(op("gt", cols, _i(0)), cols, _i(1)))
                 with b.loop(lid, b.let(_mul(rows, cols)), _i(wg)) as t:
                     i = b.let(_add(k, _i(1), op("div", t, safe)), "i")
@@ -513,16 +538,15 @@ def oversize_reason(eqn, caps) -> str | None:
         return None
     name = eqn.primitive.name
     shape = eqn.inputs[0].aval.shape
-    wgcap = min(_MAX_WG, caps.max_workgroup_size or _MAX_WG)
     if name == "cholesky":
-        steps, first, last = _cholesky_costs(shape[-1], min(wgcap, _pow2(shape[-1])))
+        steps, first, last = _cholesky_costs(shape[-1], _wg(caps, shape[-1]))
     elif name == "lu":
         m, n = shape[-2], shape[-1]
-        steps, first, last = _lu_costs(m, n, min(wgcap, _pow2(max(m, n))))
+        steps, first, last = _lu_costs(m, n, _wg(caps, max(m, n)))
     else:
         m, nr, _, _, _ = _solve_layout(eqn)
         cb = _solve_block(m, nr)
-        steps, first, last = _solve_costs(m, cb, min(wgcap, _pow2(m * cb)))
+        steps, first, last = _solve_costs(m, cb, _wg(caps, m * cb))
     worst = max([first, last] + steps)
     if worst <= budget:
         return None
@@ -533,12 +557,11 @@ def oversize_reason(eqn, caps) -> str | None:
 # Why the other decompositions run on numpy from the kernel backends (the FallbackWarning and the support
 # matrix print it).
 FALLBACK_REASONS = {
-    "qr": "the kernel backends have no QR kernel: Householder QR runs on numpy (LAPACK geqrf/orgqr); "
+    "qr": "no qr kernel: Householder QR is left to LAPACK (geqrf/orgqr) on the host; of the decompositions, "
           "cholesky, triangular_solve and lu have kernels",
-    "eigh": "the kernel backends have no eigh kernel: the symmetric eigensolver iterates until it converges "
-            "(LAPACK syevd: tridiagonal reduction, then divide and conquer) and runs on numpy",
-    "svd": "the kernel backends have no svd kernel: the SVD iterates until it converges (LAPACK gesdd: "
-           "bidiagonal reduction, then divide and conquer) and runs on numpy",
+    "eigh": "no eigh kernel: the symmetric eigensolver iterates until it converges (LAPACK syevd), which is "
+            "left to the host",
+    "svd": "no svd kernel: the SVD iterates until it converges (LAPACK gesdd), which is left to the host",
 }
 
 
