@@ -272,20 +272,20 @@ def test_vmap_of_cholesky_solve_against_a_loop(kdev):
 
 
 @contextlib.contextmanager
-def _loop_cap(dev, cap):
-    """The device's capabilities with ``max_loop_iterations=cap`` (as lavapipe's 65,535, but small)."""
+def _caps(dev, **changes):
+    """The device's capabilities with ``changes`` (``max_loop_iterations``: as lavapipe's 65,535, but small)."""
     be = dev.impl
     if dev.backend == "opencl":
         st = be.state(dev)
         old = st.caps
-        st.caps = dataclasses.replace(old, max_loop_iterations=cap)
+        st.caps = dataclasses.replace(old, **changes)
         try:
             yield
         finally:
             st.caps = old
     else:
         old = be.capabilities(dev)
-        be._caps = dataclasses.replace(old, max_loop_iterations=cap)
+        be._caps = dataclasses.replace(old, **changes)
         try:
             yield
         finally:
@@ -295,7 +295,7 @@ def _loop_cap(dev, cap):
 def test_steps_split_into_launches_within_the_loop_limit(kdev):
     x = _spd(40, 40)
     a, b = _trsm_case(40, 60, (), True)
-    with _loop_cap(kdev, 200):
+    with _caps(kdev, max_loop_iterations=200):
         f = fa.jit(lambda x, a, b: (LA.cholesky_p.bind(x), LA.triangular_solve(a, b, left_side=True, lower=True),
                                     LA.lu_p.bind(a)), device=kdev)
         args = (x.astype(np.float32), a.astype(np.float32), b.astype(np.float32))
@@ -312,9 +312,23 @@ def test_steps_split_into_launches_within_the_loop_limit(kdev):
 
 def test_a_step_over_the_loop_limit_falls_back_with_the_reason(kdev):
     x = _spd(40, 40).astype(np.float32)
-    with _loop_cap(kdev, 20):
+    with _caps(kdev, max_loop_iterations=20):
         with pytest.raises(UnsupportedOnDevice, match="loop iterations"):
             fa.jit(LA.cholesky_p.bind, device=kdev)(x)
+
+
+def test_more_matrices_than_one_dispatch_dimension_takes(kdev):
+    # With at most 3 work-groups per dimension, 7 matrices need a second dimension and a guard.
+    x = _spd(7, 3, 3)
+    a, b = _trsm_case(3, 2, (7,), True)
+    with _caps(kdev, max_dispatch=3):
+        c, s, (lu, piv, perm) = fa.jit(lambda x, a, b: (LA.cholesky_p.bind(x), LA.triangular_solve(
+            a, b, left_side=True, lower=True), LA.lu_p.bind(a)), device=kdev)(
+            x.astype(np.float32), a.astype(np.float32), b.astype(np.float32))
+    np.testing.assert_allclose(np.asarray(c), np.linalg.cholesky(x), rtol=2e-4, atol=2e-4)
+    want = _trsm_ref(a, b, left_side=True, lower=True, transpose_a=False, conjugate_a=False, unit_diagonal=False)
+    np.testing.assert_allclose(np.asarray(s), want, rtol=2e-4, atol=2e-4)
+    _check_lu(a.astype(np.float32).astype(np.float64), np.asarray(lu), np.asarray(piv), np.asarray(perm), 1e-4)
 
 
 # ------------------------------------------------------------------------------------------- no kernels
@@ -338,3 +352,25 @@ def test_qr_eigh_svd_fall_back_with_the_reason(kdev, name):
     want = fa.jit(fn, device=fa.devices("numpy")[0])(x)
     for g, w in zip(fa.tree_util.tree_leaves(outs), fa.tree_util.tree_leaves(want), strict=True):
         np.testing.assert_allclose(np.abs(np.asarray(g)), np.abs(np.asarray(w)), rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------------------------------------- browser export
+
+
+def test_browser_export_has_the_kernels_and_names_the_primitive_without_one(tmp_path):
+    # The bundle's run in Chromium is tests/test_browser.py's "cholesky_solve" case.
+    require_backend("webgpu")
+    x = _spd(2, 5, 5).astype(np.float32)
+    y = rng.normal(size=(2, 5, 1)).astype(np.float32)
+
+    def cho_solve(x, y):
+        c = LA.cholesky(x)
+        z = LA.triangular_solve(c, y, left_side=True, lower=True)
+        return LA.triangular_solve(c, z, left_side=True, lower=True, transpose_a=True), LA.lu(x)[0]
+
+    manifest = fa.export.webgpu(cho_solve, x, y, path=tmp_path / "ok")
+    names = [k["name"] for k in manifest["kernels"]]
+    for name in ("cholesky", "triangular_solve", "lu"):
+        assert any(n.startswith(name) for n in names), names
+    with pytest.raises(UnsupportedOnDevice, match=r"qr \(float32\) cannot run in the browser: no qr kernel"):
+        fa.export.webgpu(lambda x: LA.qr(x)[1], x, path=tmp_path / "qr")
