@@ -5,11 +5,12 @@ Each primitive works on the last two axes and is batched over every leading axis
 parameters and the order of the results are JAX's (``jax/_src/lax/linalg.py``):
 
 - ``cholesky(x)``: the lower factor ``L`` (``L @ L^H == x``), reading only the lower triangle of ``x``; its
-  strict upper triangle is zero. A matrix that is not positive definite gives NaN everywhere (that batch
-  element only), as JAX does; nothing raises.
+  strict upper triangle is zero. A matrix that is not positive definite gives NaN in its whole lower
+  triangle (that batch element only; the upper stays zero), as JAX does; nothing raises.
 - ``triangular_solve(a, b, left_side, lower, transpose_a, conjugate_a, unit_diagonal)``: ``op(a) @ x = b``
   (``left_side``) or ``x @ op(a) = b``; reads only the triangle of ``a`` named by ``lower`` (and not its
-  diagonal with ``unit_diagonal``); a zero on the diagonal gives inf/NaN by IEEE arithmetic.
+  diagonal with ``unit_diagonal``); a zero on the diagonal makes that matrix's solution non-finite
+  (inf/NaN; the numpy reference substitutes row by row with IEEE arithmetic, mlx gives NaN).
 - ``lu(x)``: LAPACK's ``getrf`` with partial pivoting: ``(lu, pivots, permutation)``, ``pivots`` and
   ``permutation`` ``int32``, ``x[..., permutation, :] == L @ U`` (``L`` unit lower in ``lu``'s strict lower
   triangle, ``U`` in its upper triangle). A singular matrix is factored (``U`` has a zero pivot).
@@ -109,11 +110,11 @@ def _svd_rule(x, *, full_matrices, compute_uv):
 cholesky_p = Primitive(
     "cholesky", _cholesky_rule, kind="linalg",
     doc=("Lower Cholesky factor of each matrix of the batch, from its lower triangle only; strict upper "
-         "triangle zero; NaN everywhere for a matrix that is not positive definite (as JAX)."))
+         "triangle zero; NaN in the lower triangle of a matrix that is not positive definite (as JAX)."))
 triangular_solve_p = Primitive(
     "triangular_solve", _triangular_solve_rule, kind="linalg",
     doc=("Solves op(a) x = b (left_side) or x op(a) = b reading only a's lower/upper triangle (no diagonal "
-         "with unit_diagonal); op transposes/conjugates; a zero pivot gives inf/NaN (IEEE), never raises."))
+         "with unit_diagonal); op transposes/conjugates; a zero pivot gives a non-finite solution, never raises."))
 lu_p = Primitive(
     "lu", _lu_rule, multiple_results=True, kind="linalg",
     doc=("LU with partial pivoting (LAPACK getrf: first largest |re|+|im| in the column): lu, pivots int32, "
@@ -164,8 +165,8 @@ def cholesky(x, *, symmetrize_input: bool = True):
             the lower triangle of ``x`` is read.
 
     Returns:
-        ``L`` of ``x``'s shape and dtype, lower triangular, ``L @ L^H == x``; NaN everywhere for a matrix that
-        is not positive definite (no error is raised, as in JAX).
+        ``L`` of ``x``'s shape and dtype, lower triangular, ``L @ L^H == x``; a matrix that is not positive
+        definite gives NaN in its lower triangle (no error is raised, as in JAX).
 
     Raises:
         ShapeError: not a batch of square matrices. DTypeError: not a float or complex dtype.

@@ -57,7 +57,8 @@ def _cholesky_impl(params, in_avals, out_avals):
         if x.size == 0:
             return np.zeros(out_avals[0].shape, out_avals[0].dtype)
         x3 = x.reshape((-1,) + x.shape[-2:])
-        return _finish(_per_matrix(_cholesky, x3, out_avals, nbatch), out_avals)[0]
+        # A failed matrix is NaN in its lower triangle; the strict upper triangle stays zero (as JAX).
+        return np.tril(_finish(_per_matrix(_cholesky, x3, out_avals, nbatch), out_avals)[0])
     return f
 
 

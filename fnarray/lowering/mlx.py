@@ -1288,6 +1288,12 @@ class MlxBackend(Backend):
             mx.async_eval(*arrays)
 
 
+# The linear-algebra primitives' rules (mx.linalg on the CPU stream) live in their own module.
+from fnarray.lowering.linalg_mlx import register as _register_linalg  # noqa: E402
+
+_COMPLEX_OK = _COMPLEX_OK | _register_linalg(RULES)
+
+
 def make_backend():
     """The mlx backend; raises ``BackendUnavailable`` (with the fix) when ``mlx.core`` cannot be imported."""
     if mx is None:

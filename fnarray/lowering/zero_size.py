@@ -13,7 +13,7 @@ need it (the kernel scheduler, the mlx lowering) run this pass first:
   ``dot_general`` over an empty contraction is zero, a ``pad`` of an empty array is
   its padding value, ``concatenate`` drops its empty pieces, a gather from an empty
   axis is zero (as ``numpy_impls``), a scatter of no updates and a dynamic update of
-  an empty slice are their operand; an ``lu`` of ``m x 0`` matrices has the identity permutation;
+  an empty slice are their operand;
 - a zero-size value that is still needed (a program output, an operand of a
   control-flow or call equation the backend runs from the host) is defined by a
   *fill*: ``broadcast_in_dim`` of a scalar literal to the empty shape, which
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from fnarray.core import linalg
 from fnarray.core import primitives as P
 from fnarray.core.ir import Eqn, Literal, Params, Program, Var
 from fnarray.core.shaped import ShapedArray
@@ -149,21 +148,17 @@ def _dynamic_update_slice(e):
     return None
 
 
-def _lu(e):
-    # A batch of m x 0 matrices: no column to eliminate, so no swap: the permutation is the identity.
-    lu, pivots, perm = e.outputs
-    shape = perm.aval.shape
-    iota = Eqn(P.iota, (), Params(dtype=perm.aval.dtype, shape=shape, dimension=len(shape) - 1), (perm,))
-    return [fill(lu), fill(pivots), iota], {}
-
-
 _REWRITES = {P.dot_general: _dot_general, P.pad: _pad, P.concatenate: _concatenate, P.gather: _gather,
              P.dynamic_update_slice: _dynamic_update_slice}
-_REWRITES[linalg.lu_p] = _lu
 for _p in _IDENTITY:
     _REWRITES[_p] = _reduction
 for _p in (P.scatter, P.scatter_add, P.scatter_mul, P.scatter_min, P.scatter_max):
     _REWRITES[_p] = _scatter
+
+# The linear-algebra primitives' rewrites live in their own module.
+from fnarray.lowering.linalg_zero_size import register as _register_linalg  # noqa: E402
+
+_register_linalg(_REWRITES, fill)
 
 
 # ------------------------------------------------------------------------------ the pass

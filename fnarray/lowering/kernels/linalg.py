@@ -46,7 +46,7 @@ from fnarray.lowering.kernels.ir import INT32, Barrier, BufferParam, Let, Load, 
 from fnarray.lowering.kernels.rules import op, select
 from fnarray.lowering.kernels.schedule import Launch, _analyse_val, _Group, _launch, _Tracker
 
-__all__ = ["GROUPS", "PRIMITIVES", "FALLBACK_REASONS", "oversize_reason", "fallback_reason"]
+__all__ = ["GROUPS", "PRIMITIVES", "oversize_reason"]
 
 _MAX_WG = 256          # the browsers' default maxComputeInvocationsPerWorkgroup
 
@@ -532,9 +532,10 @@ class _LUGroup(_LinalgGroup):
 
 
 def oversize_reason(eqn, caps) -> str | None:
-    """Why one step of ``eqn``'s kernel would pass the device's loop limit (``None`` when it fits)."""
+    """Why one step of ``eqn``'s kernel would pass the device's loop limit (``None`` when it fits, and for
+    every primitive without a kernel here: ``kernels/no_kernel.py`` says why ``qr``/``eigh``/``svd`` have none)."""
     budget = _budget(caps)
-    if budget is None:
+    if budget is None or eqn.primitive not in PRIMITIVES:
         return None
     name = eqn.primitive.name
     shape = eqn.inputs[0].aval.shape
@@ -552,28 +553,6 @@ def oversize_reason(eqn, caps) -> str | None:
         return None
     return (f"one step of the {name} kernel on {eqn.inputs[0].aval.str_short()} runs {worst} loop iterations "
             f"per work item, more than half the device's limit of {caps.max_loop_iterations}")
-
-
-# Why the other decompositions run on numpy from the kernel backends (the FallbackWarning and the support
-# matrix print it).
-FALLBACK_REASONS = {
-    "qr": "no qr kernel: Householder QR is left to LAPACK (geqrf/orgqr) on the host; of the decompositions, "
-          "cholesky, triangular_solve and lu have kernels",
-    "eigh": "no eigh kernel: the symmetric eigensolver iterates until it converges (LAPACK syevd), which is "
-            "left to the host",
-    "svd": "no svd kernel: the SVD iterates until it converges (LAPACK gesdd), which is left to the host",
-}
-
-
-def fallback_reason(eqn, caps) -> str | None:
-    """Why ``eqn`` (a linear-algebra primitive) does not run on a kernel backend, or ``None`` if it does
-    (any other primitive: ``None``)."""
-    name = eqn.primitive.name
-    if name in FALLBACK_REASONS:
-        return FALLBACK_REASONS[name]
-    if eqn.primitive in PRIMITIVES:
-        return oversize_reason(eqn, caps)
-    return None
 
 
 #: ``{primitive: group class}`` (the schedule's ``_GROUPS`` takes them).
