@@ -174,7 +174,7 @@ def _cases():
         "grad": (fa.grad(_loss), (small, _f32(5, 8), rng.integers(0, 4, (5,)).astype(np.int32)), ()),
         "scan": (lambda h0, xs: fa.scan(lambda h, x: (fnp.tanh(0.5 * h + x), h.sum()), h0, xs),
                  (_f32(6), _f32(9, 6)), ()),
-        # The linear-algebra kernels (lowering/kernels/linalg.py): a Cholesky solve of a batch of SPD systems.
+        # The linear-algebra kernels (lowering/kernels/groups/linalg.py): a Cholesky solve of a batch of SPD systems.
         "cholesky_solve": (_cho_solve, (_spd_batch(3, 6), _f32(3, 6, 2)), (), 1e-4),
         "int_bool": (lambda k, m: (fnp.where(m, k * 3, -k), m & (k > 0)),
                      (rng.integers(-9, 9, (4, 6)).astype(np.int32), rng.random((4, 6)) < 0.5), ()),

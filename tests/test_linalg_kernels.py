@@ -1,5 +1,5 @@
 """The kernels of ``cholesky``, ``triangular_solve`` and ``lu`` on opencl:0 and webgpu:0
-(``fnarray/lowering/kernels/linalg.py``), with ``fallback="error"`` so that nothing runs on numpy, against
+(``fnarray/lowering/kernels/groups/linalg.py``), with ``fallback="error"`` so that nothing runs on numpy, against
 NumPy in float64 and against Python loops written here (LU with partial pivoting as LAPACK's ``getf2``):
 sizes 1, small, odd, over 64 and batched; every parameter combination of the triangular solve, both sides;
 non-positive-definite and singular inputs; zero-size inputs; gradients through them (their rules are these

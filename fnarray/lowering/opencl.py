@@ -58,7 +58,8 @@ from fnarray.lowering.kernels import render_opencl, schedule_program
 from fnarray.lowering.kernels.lowered import KernelLowered
 from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.core.subprograms import CONTROL_FLOW
-from fnarray.lowering.kernels import facts, linalg
+from fnarray.lowering.kernels import facts
+from fnarray.lowering.kernels.groups import linalg
 from fnarray.lowering.kernels.no_kernel import no_kernel_reason
 from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
 

@@ -70,7 +70,8 @@ from fnarray.lowering.kernels import schedule_program
 from fnarray.lowering.kernels.lowered import KernelLowered
 from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.lowering.kernels.schedule import CALLS, SCHEDULED
-from fnarray.lowering.kernels import linalg, wgsl
+from fnarray.lowering.kernels import wgsl
+from fnarray.lowering.kernels.groups import linalg
 from fnarray.lowering.kernels.no_kernel import no_kernel_reason
 from fnarray.lowering.kernels.wgsl import DEFAULT_GROUP_SIZE, render_wgsl, uniform_bytes, wgsl_layout
 

@@ -77,7 +77,7 @@ for _p in (P.scatter_min, P.scatter_max):
 for _p in (P.call, P.remat, P.custom_jvp_call, P.custom_vjp_call):
     FACTS[_p] = KernelFact("inline", "call")
 
-# Linear algebra with kernels of its own (lowering/kernels/linalg.py), real dtypes only; qr, eigh and svd have
+# Linear algebra with kernels of its own (lowering/kernels/groups/linalg.py), real dtypes only; qr, eigh and svd have
 # none (kernels/no_kernel.py says why).
 for _p in (LA.cholesky_p, LA.triangular_solve_p, LA.lu_p):
     FACTS[_p] = KernelFact("group", "linalg")

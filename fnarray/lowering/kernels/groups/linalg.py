@@ -44,7 +44,7 @@ from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.index import ix_const, ix_data, unravel
 from fnarray.lowering.kernels.ir import INT32, Barrier, BufferParam, Let, Load, Special, Sym, const
 from fnarray.lowering.kernels.rules import op, select
-from fnarray.lowering.kernels.schedule import Launch, _analyse_val, _Group, _launch, _Tracker
+from fnarray.lowering.kernels.groups.base import Launch, _analyse_val, _Group, _index_vars, _launch, _Tracker
 
 __all__ = ["GROUPS", "PRIMITIVES", "oversize_reason"]
 
@@ -400,7 +400,6 @@ class _TriangularSolveGroup(_LinalgGroup):
         gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
         with b.when(op("lt", gid, _i(n))):
             shape = a.aval.shape
-            from fnarray.lowering.kernels.schedule import _index_vars
             idx = _index_vars(b, gid, shape, "c")
             name = b.buffer(spec, a.aval.dtype, True, "out")
             args[name] = spec
