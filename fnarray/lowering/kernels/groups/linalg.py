@@ -9,9 +9,10 @@ memory between the phases of a step. The algorithms (Golub & Van Loan, *Matrix C
 - ``cholesky``: the left-looking (Cholesky-Crout) column form. Column ``j`` is
   ``s_i = A[i, j] - sum_{k<j} L[i, k] L[j, k]`` for ``i >= j`` (one dot product per row, rows split
   over the work items), then ``L[j, j] = sqrt(s_j)`` and ``L[i, j] = s_i / L[j, j]``. The upper
-  triangle is zero. A matrix that is not positive definite gives NaN everywhere, as JAX: a failing
-  pivot ``s_j <= 0`` is stored as NaN, which reaches ``L[n-1, n-1]`` through the later dot products,
-  and the last launch fills a matrix whose last diagonal element is NaN with NaN.
+  triangle is zero. A matrix that is not positive definite gives NaN in its whole lower triangle (the
+  upper stays zero), as JAX: a failing pivot ``s_j <= 0`` is stored as NaN, which reaches
+  ``L[n-1, n-1]`` through the later dot products, and the last launch fills the lower triangle of a
+  matrix whose last diagonal element is NaN with NaN.
 - ``triangular_solve``: the column-oriented substitution on ``op(a) x = b`` (a right-side solve
   ``x op(a) = b`` is the left-side solve ``op(a)^T x^T = b^T``, read through strides). Step ``s``
   subtracts the finished row ``i`` of ``x`` from every remaining row, ``x[q] -= T[q, i] x[i]``, and
@@ -244,13 +245,15 @@ class _CholeskyGroup(_LinalgGroup):
                 with b.when(op("eq", lid, _i(0))):
                     b.store(L, at(j, j), r)
                 b.emit(Barrier("global"))
-            # The last launch: a failed pivot anywhere made L[n-1, n-1] NaN; the whole matrix is NaN then.
+            # The last launch: a failed pivot anywhere made L[n-1, n-1] NaN; the lower triangle is NaN then.
             with b.when(op("eq", s1, nn)):
                 # (No barrier: a work item that reads the NaN it or another wrote fills as well.)
                 last = _read(b, L, b.let(_add(base, nlast)), dt)
                 with b.when(op("isnan", last)):
                     with b.loop(lid, nsq, _i(wg)) as t:
-                        b.store(L, b.let(_add(base, t)), const(np.nan, dt))
+                        lower = op("le", b.let(op("rem", t, nn)), b.let(op("div", t, nn)))
+                        with b.when(lower):
+                            b.store(L, b.let(_add(base, t)), const(np.nan, dt))
         steps, first, last = _cholesky_costs(n, wg)
         ranges = _chunks(steps, first, last, _budget(ctx.caps))
         return self._launches(b, args, gsize, lsize, tracker, ranges)
