@@ -7,11 +7,15 @@ from fnarray.core import linalg as L
 
 __all__ = ["NO_KERNEL", "no_kernel_reason"]
 
-_ITERATIVE = ("{name} has no kernel: it runs on numpy (LAPACK) by design, its algorithm (Householder sweeps, "
-              "iterative eigen/singular solvers) being sequential over the columns")
-
-#: Primitives that deliberately have no kernel, with the reason.
-NO_KERNEL = {p: _ITERATIVE.format(name=p.name) for p in (L.qr_p, L.eigh_p, L.svd_p)}
+#: Primitives that have no kernel, with the reason (a primitive that gets a kernel is scheduled, and its
+#: backend's ``supports`` no longer reaches this table).
+NO_KERNEL = {
+    L.qr_p: ("qr runs on numpy (LAPACK) by design: Householder QR is a chain of dependent column steps, "
+             "too sequential for a kernel to pay"),
+    L.eigh_p: "eigh runs on numpy (LAPACK) by design: an iterative eigensolver, too sequential for a kernel to pay",
+    L.svd_p: "svd runs on numpy (LAPACK) by design: an iterative SVD, too sequential for a kernel to pay",
+}
+# cholesky, triangular_solve and lu have kernels (kernels/groups/linalg.py).
 
 
 def no_kernel_reason(prim, backend: str) -> str:
