@@ -8,7 +8,8 @@ Public surface: ``fnarray.numpy`` (the array namespace), the transforms
 from fnarray.core.array import Array
 from fnarray.core.config import config
 from fnarray.core.errors import (BackendUnavailable, ConcretizationError, ContractionShapeError, DTypeError,
-                                 FallbackWarning, FnArrayError, ShapeError, TracerLeakError, UnsupportedOnDevice)
+                                 FallbackWarning, FnArrayError, LinAlgError, ShapeError, TracerLeakError,
+                                 UnsupportedOnDevice)
 from fnarray.core.ir import Program, check_program
 from fnarray.core.shaped import ShapedArray
 from fnarray.devices.backend import Device, register_backend
@@ -57,7 +58,7 @@ __all__ = [
     "Array", "ShapedArray", "Program", "Device", "config", "jit", "make_ir", "devices", "default_device", "get_device",
     "device_put", "register_backend", "check_program", "numpy", "tree_util", "lax",
     "FnArrayError", "ShapeError", "DTypeError", "ConcretizationError", "UnsupportedOnDevice",
-    "BackendUnavailable", "TracerLeakError", "FallbackWarning",
+    "BackendUnavailable", "TracerLeakError", "FallbackWarning", "LinAlgError",
     "grad", "value_and_grad", "jvp", "vjp", "linearize", "jacfwd", "jacrev", "hessian", "custom_jvp",
     "custom_vjp", "checkpoint", "remat", "stop_gradient", "vmap", "cond", "switch", "while_loop",
     "fori_loop", "scan", "ContractionShapeError", "tree", "block_until_ready", "device_get", "make_jaxpr",
