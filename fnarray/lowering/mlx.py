@@ -622,11 +622,6 @@ _COMPLEX_OK = frozenset({
     P.custom_vjp_call, P.while_p, P.scan, P.cond,
 })
 
-# The linear-algebra primitives' rules (mx.linalg on the CPU stream) live in their own module.
-from fnarray.lowering.linalg_mlx import register as _register_linalg  # noqa: E402
-
-_COMPLEX_OK = _COMPLEX_OK | _register_linalg(RULES)
-
 
 def _dtype_reason(prim, eqn_dtypes, platform):
     if dtypes.complex128 in eqn_dtypes:
@@ -721,3 +716,9 @@ def _generated(prog: Program) -> _Generated:
         g = _Generated(prog)
         _generated_cache[prog] = g
     return g
+
+
+# The linear-algebra primitives' rules (mx.linalg on the CPU stream) live in their own module.
+from fnarray.lowering.linalg_mlx import register as _register_linalg  # noqa: E402
+
+_COMPLEX_OK = _COMPLEX_OK | _register_linalg(RULES)
