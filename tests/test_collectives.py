@@ -196,3 +196,11 @@ def test_partial_ppermute_gradient():
     for src, dst in perm:
         want[src] = W[dst]
     np.testing.assert_allclose(g, want, rtol=1e-6)
+
+
+def test_jit_of_values_every_example_shares():
+    # A jitted function called inside the named vmap with operands that do not vary still meets the axis.
+    c = np.float32(2.0)
+    f = fa.jit(lambda k: lax.psum(k, "i"))
+    out = fa.vmap(lambda v, k: f(k) + v, in_axes=(0, None), axis_name="i")(np.zeros(3, np.float32), c)
+    np.testing.assert_allclose(np.asarray(out), np.full(3, 6.0))

@@ -455,3 +455,17 @@ def program_axis_names(program) -> set:
         if e.primitive in COLLECTIVES:
             names.update(names_of(e.params["axis_name"]))
     return names
+
+
+def lift_for_program(args: list, program) -> list | None:
+    """``args`` lifted into the innermost named-vmap level whose axis ``program``'s collectives name, or ``None``
+    when there is nothing to lift (no bound axis, none named, no operand): what ``jit`` needs when it is called
+    inside a named ``vmap`` with operands that do not vary (its program would otherwise run outside the axis)."""
+    if not _env.frames or not args:
+        return None
+    used = program_axis_names(program)
+    names = [f.name for f in _env.frames if f.main is not None and f.name in used]
+    if not names:
+        return None
+    lifted = _lift(args, names)
+    return None if all(a is b for a, b in zip(lifted, args, strict=True)) else lifted

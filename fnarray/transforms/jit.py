@@ -32,6 +32,7 @@ import numpy as np
 
 from fnarray import tree_util
 from fnarray.core import dtypes, tracing
+from fnarray.core.collectives import lift_for_program
 from fnarray.core import primitives as P
 from fnarray.core.builder import trace_to_program
 from fnarray.core.cache import LRUCache
@@ -402,6 +403,10 @@ class Jitted:
                 if device is not None:
                     return self._run(fast, leaves, device, args)
         entry = self._trace(statics, leaves, in_tree, avals)
+        if not traced:  # inside a named vmap, a program with collectives over its axis is batched over it
+            lifted = lift_for_program(leaves, entry.program)
+            if lifted is not None:
+                leaves, traced = lifted, True
         if traced or any(isinstance(c, tracing.Tracer) for c in entry.consts):
             closed = consts_as_inputs(entry.program)
             outs = P.call.bind(*entry.consts, *leaves, program=closed,
