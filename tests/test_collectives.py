@@ -204,3 +204,14 @@ def test_jit_of_values_every_example_shares():
     f = fa.jit(lambda k: lax.psum(k, "i"))
     out = fa.vmap(lambda v, k: f(k) + v, in_axes=(0, None), axis_name="i")(np.zeros(3, np.float32), c)
     np.testing.assert_allclose(np.asarray(out), np.full(3, 6.0))
+
+
+def test_control_flow_on_values_every_example_shares():
+    c = np.float32(2.0)
+    z = np.zeros(3, np.float32)
+    out = fa.vmap(lambda v, k: fa.lax.cond(k > 0, lambda k: lax.psum(k, "i"), lambda k: k, k) + v,
+                  in_axes=(0, None), axis_name="i")(z, c)
+    np.testing.assert_allclose(np.asarray(out), np.full(3, 6.0))
+    out = fa.vmap(lambda v, k: fa.lax.fori_loop(0, 2, lambda i, a: a + lax.psum(k, "i"), k) + v,
+                  in_axes=(0, None), axis_name="i")(z, c)
+    np.testing.assert_allclose(np.asarray(out), np.full(3, 14.0))
