@@ -81,6 +81,8 @@ CASES = [
     Case("2d_depthwise_nchw", (2, 4, 6, 5), (4, 1, 3, 3), (1, 1), "SAME", groups=4),
     Case("2d_batch_groups_nhwc", (4, 6, 5, 3), (2, 3, 3, 6), (1, 1), ((1, 1), (0, 2)), (1, 2), None,
          ("NHWC", "HWIO", "NHWC"), batch_groups=2),
+    Case("2d_kernel_larger_than_output", (2, 2, 6, 5), (3, 2, 5, 4), (1, 2), ((0, 0), (1, 0)), None, (1, 1),
+         ("NCHW", "OIHW", "NHWC")),
     Case("2d_permuted_layout", (5, 3, 2, 6), (2, 3, 4, 3), (1, 2), ((0, 1), (1, 1)), None, (2, 1),
          ("HCNW", "WIHO", "CWHN")),
     Case("3d_ndhwc", (1, 5, 4, 6, 2), (2, 2, 3, 2, 3), (1, 2, 1), ((1, 0), (0, 1), (1, 1)), None, (1, 1, 2),
