@@ -59,7 +59,9 @@ REDUCTIONS = frozenset({P.reduce_sum, P.reduce_prod, P.reduce_max, P.reduce_min,
                         P.argmax, P.argmin})
 CUMULATIVE = frozenset({P.cumsum, P.cumprod, P.cummax, P.cummin, P.cumlogsumexp})
 SCATTERS = frozenset({P.scatter, P.scatter_add, P.scatter_mul, P.scatter_min, P.scatter_max})
-OPAQUE = frozenset({P.dot_general, P.sort}) | CUMULATIVE | SCATTERS
+# The kernel groups of their own modules (conv.py, windows.py), named by their kernel facts.
+GROUPED = frozenset(p for p, f in facts.FACTS.items() if f.group in ("conv", "window"))
+OPAQUE = frozenset({P.dot_general, P.sort}) | CUMULATIVE | SCATTERS | GROUPED
 # Every primitive the scheduler turns into kernels (control flow is driven from the host).
 SCHEDULED = INJECTIVE | REDUCTIONS | OPAQUE | frozenset(CALLS)
 
@@ -1371,6 +1373,9 @@ for _p in CUMULATIVE:
     _GROUPS[_p] = _CumGroup
 for _p in SCATTERS:
     _GROUPS[_p] = _ScatterGroup
+# Kernel groups that read their operands in place: primitive -> ``view(ctx, operand)`` giving
+# ``(base var, offset, strides)``; the bases get buffers (``_materialize``).
+OPERAND_VIEWS: dict = {P.dot_general: lambda ctx, a: _view(ctx, a)}
 
 
 # ------------------------------------------------------------------------------------------ the passes
@@ -1390,9 +1395,10 @@ def _materialize(ctx):
         if e.primitive not in INJECTIVE:
             M.update(e.outputs)
     for e in prog.eqns:
-        if e.primitive == P.dot_general:
+        view_of = OPERAND_VIEWS.get(e.primitive)
+        if view_of is not None:
             for a in e.inputs:
-                view = _view(ctx, a)
+                view = view_of(ctx, a)
                 if view is not None and view[0] not in ctx.input_set:
                     M.add(view[0])
     limit = ctx.caps.max_buffers_per_kernel
@@ -1597,3 +1603,7 @@ def schedule(program: Program, caps, **opts) -> Schedule:
     outputs = [a if isinstance(a, Literal) else ctx.spec(a) for a in prog.outvars]
     return Schedule(inputs, launches, outputs, prog)
 
+
+
+# The groups in modules of their own register into _GROUPS and OPERAND_VIEWS (they import this module).
+from fnarray.lowering.kernels import conv as _conv, windows as _windows  # noqa: E402,F401
