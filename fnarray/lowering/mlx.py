@@ -82,6 +82,8 @@ from fnarray.core import profile as _profile
 from fnarray.core import dtypes
 from fnarray.lowering.common import dot_general_as_matmul
 from fnarray.core import primitives as P
+from fnarray.core.conv import conv_general_dilated_p
+from fnarray.lowering import mlx_conv as _mlx_conv
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal, Program
 from fnarray.core.passes import dce, program_from_eqn
@@ -1001,6 +1003,12 @@ for _p, _k in CALL_PROGRAM.items():
 _HOST = CONTROL_FLOW
 _UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that are transposed, never run"}
 
+# Convolutions: mx.conv_general through mlx_conv.py, which also says which equations it cannot run.
+RULES[conv_general_dilated_p] = _mlx_conv.conv_general_dilated_factory
+#: ``prim -> check(in_avals, params) -> reason | None``: equations of a primitive that has a rule but not for
+#: these operands (they fall back to numpy with that reason).
+_EQN_CHECKS = {conv_general_dilated_p: _mlx_conv.unsupported_reason}
+
 # ------------------------------------------------------------------------------ what falls back
 
 # MLX's CPU kernels compute these in float32 precision even for float64 inputs (measured against NumPy
@@ -1234,6 +1242,11 @@ class MlxBackend(Backend):
             return r
         if prim not in RULES and prim not in _HOST:
             return f"the mlx backend has no rule for {prim.name}"
+        check = _EQN_CHECKS.get(prim)
+        if check is not None:
+            r = check([a.aval for a in eqn.inputs], eqn.params)
+            if r is not None:
+                return r
         return _dtype_reason(prim, _eqn_dtypes(eqn), device.platform)
 
     def lower(self, program, device, donate=()):
@@ -1244,6 +1257,9 @@ class MlxBackend(Backend):
     def eager_fast(self, primitive, params, in_avals, device):
         """One primitive applied directly with MLX, or ``None`` where the general path is needed."""
         if primitive in _HOST or primitive not in RULES:
+            return None
+        check = _EQN_CHECKS.get(primitive)
+        if check is not None and check(list(in_avals), params) is not None:
             return None
         out = primitive.abstract_eval(*in_avals, **params)
         outs = list(out) if primitive.multiple_results else [out]
