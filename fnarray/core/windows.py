@@ -32,6 +32,8 @@ argument, so gradients of any order follow. Unlike JAX's, both take ``base_dilat
 
 from __future__ import annotations
 
+import itertools
+
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
 from fnarray.core.errors import DTypeError, ShapeError
@@ -40,12 +42,19 @@ from fnarray.core.shaped import ShapedArray
 
 __all__ = ["reduce_window_sum_p", "reduce_window_max_p", "reduce_window_min_p", "select_and_gather_add_p",
            "select_and_scatter_add_p", "REDUCE_WINDOW", "WINDOW_PRIMITIVES", "dilate_dim", "window_out_shape",
-           "SELECT_PRIMS"]
+           "SELECT_PRIMS", "tap_slices"]
 
 
 def dilate_dim(n: int, d: int) -> int:
     """The extent of ``n`` elements with ``d - 1`` holes between neighbours (0 stays 0)."""
     return 0 if n == 0 else 1 + d * (n - 1)
+
+
+def tap_slices(out_shape, window_dimensions, window_strides, window_dilation):
+    """For every window tap (row-major), the slices of the padded operand it reads, of shape ``out_shape``."""
+    for tap in itertools.product(*(range(w) for w in window_dimensions)):
+        yield tuple(slice(k * wd, k * wd + (m - 1) * s + 1, s) if m else slice(0, 0)
+                    for k, wd, s, m in zip(tap, window_dilation, window_strides, out_shape, strict=True))
 
 
 def _int_tuple(name, what, value, rank, minimum):

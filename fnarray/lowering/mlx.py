@@ -90,6 +90,7 @@ from fnarray.core.passes import dce, program_from_eqn
 from fnarray.core.subprograms import CALL_PROGRAM, CONTROL_FLOW, subprograms
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
 from fnarray.lowering.zero_size import drop_zero_size, has_zero_size, is_fill
+from fnarray.lowering import mlx_windows
 
 try:
     import mlx.core as mx
@@ -1000,6 +1001,8 @@ for _p, _k in CALL_PROGRAM.items():
     RULES[_p] = _call(_k)
 
 # while, scan and cond run from the host (fnarray.devices.host_control); custom_lin never runs.
+RULES.update(mlx_windows.RULES)  # reduce_window and the max/min gradients' selections
+
 _HOST = CONTROL_FLOW
 _UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that are transposed, never run"}
 

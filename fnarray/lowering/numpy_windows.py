@@ -10,8 +10,6 @@ a window, a NaN counting as maximal") is written once, in ``_selected_tap``.
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
 from fnarray.core import dtypes
@@ -54,13 +52,6 @@ def padded_operand(x, fill, padding, base_dilation, dtype=None):
     return out[crops]
 
 
-def _tap_views(padded, out_shape, window_dimensions, window_strides, window_dilation):
-    """For every window tap (row-major), the strided view of ``padded`` it reads, of shape ``out_shape``."""
-    for tap in itertools.product(*(range(w) for w in window_dimensions)):
-        yield tuple(slice(k * wd, k * wd + (m - 1) * s + 1, s) if m else slice(0, 0)
-                    for k, wd, s, m in zip(tap, window_dilation, window_strides, out_shape, strict=True))
-
-
 def reduce_window(x, op, *, window_dimensions, window_strides, padding, base_dilation, window_dilation):
     """The reference of ``reduce_window_{sum,max,min}``; ``op`` is ``"add"``, ``"max"`` or ``"min"``."""
     x = np.asarray(x)
@@ -75,7 +66,7 @@ def reduce_window(x, op, *, window_dimensions, window_strides, padding, base_dil
         return np.zeros(out_shape, d)
     padded = padded_operand(x, fill, padding, base_dilation, acc)
     out = None
-    for view in _tap_views(padded, out_shape, window_dimensions, window_strides, window_dilation):
+    for view in W.tap_slices(out_shape, window_dimensions, window_strides, window_dilation):
         if out is None:
             out = padded[view].copy()
         else:
@@ -92,7 +83,7 @@ def _selected_tap(operand, select_prim, out_shape, window):
     padded = padded_operand(operand, fill, window["padding"], window["base_dilation"])
     floating = dtypes.is_inexact(d)
     best = index = best_nan = None
-    views = _tap_views(padded, out_shape, window["window_dimensions"], window["window_strides"],
+    views = W.tap_slices(out_shape, window["window_dimensions"], window["window_strides"],
                        window["window_dilation"])
     for k, view in enumerate(views):
         v = padded[view]
@@ -124,7 +115,7 @@ def select_and_gather_add(tangents, operand, *, select_prim, **window):
     index = _selected_tap(operand, select_prim, out_shape, window)
     padded_t = padded_operand(tangents, 0, window["padding"], window["base_dilation"])
     out = np.zeros(out_shape, tangents.dtype)
-    views = _tap_views(padded_t, out_shape, window["window_dimensions"], window["window_strides"],
+    views = W.tap_slices(out_shape, window["window_dimensions"], window["window_strides"],
                        window["window_dilation"])
     for k, view in enumerate(views):
         np.copyto(out, padded_t[view], where=index == k)
@@ -144,7 +135,7 @@ def select_and_scatter_add(source, operand, *, select_prim, **window):
     pos, crops, full_shape = _full_layout(operand.shape, window["padding"], window["base_dilation"])
     full = np.zeros(full_shape, acc)
     padded = full[crops]  # a view: adding into it adds into ``full``
-    views = _tap_views(padded, out_shape, window["window_dimensions"], window["window_strides"],
+    views = W.tap_slices(out_shape, window["window_dimensions"], window["window_strides"],
                        window["window_dilation"])
     for k, view in enumerate(views):
         padded[view] += np.where(index == k, source, 0).astype(acc, copy=False)
