@@ -44,7 +44,6 @@ from fnarray.lowering.kernels.ir import INT32, Special, const
 from fnarray.lowering.kernels.rules import add_of, convert, mul_of, op, select
 from fnarray.lowering.kernels.schedule import (_GROUPS, _VIEW_OPS, OPERAND_VIEWS, _contiguous, _Group,
                                                _kernel_name, _launch, _reshape_strides, _Tracker)
-from fnarray.lowering.zero_size import _REWRITES, fill
 
 __all__ = ["CONV", "ConvGroup", "strided_view"]
 
@@ -479,11 +478,5 @@ class ConvGroup(_Group):
         return _launch(b, args, scalars, gsize, (TX, TY, 1), tracker.eqns, "conv", fixed_local=True)
 
 
-def _zero_size(e):
-    """A convolution with an empty operand and a non-empty result (an empty contraction): zeros."""
-    return [fill(e.outputs[0], 0)], {}
-
-
 _GROUPS[CONV] = ConvGroup
 OPERAND_VIEWS[CONV] = strided_view
-_REWRITES[CONV] = _zero_size
