@@ -259,48 +259,72 @@ class ConvGroup(_Group):
         em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
         return b, args, scalars, tracker, em
 
+    # Output features per work item of the direct kernel: one input load serves RO multiply-adds.
+    RO = 4
+
     def _direct(self, plans):
-        """One work item per output element."""
-        ctx = self.ctx
+        """One work item per output position and ``RO`` consecutive output features of one group."""
+        ctx, g = self.ctx, self.geo
+        ro = self.RO if g.Og >= self.RO else 1
         b, args, scalars, tracker, em = self._begin("k")
         lname, rname, s = self._scalars(b, args, scalars, plans)
-        total = math.prod(self.shape)
-        gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
-        scalars["total"] = total
-        with b.when(op("lt", gid, b.scalar("total"))):
-            n, o, ys = self._coords(b, s, gid)
-            acc = self._accumulate(b, lname, rname, s, n, o, ys, None)
-            self._finish(b, em, args, s, n, o, ys, acc, flat=gid)
+        nblk = -(-g.Og // ro)
+        items = math.prod(self.shape) // g.O * g.Gt * nblk
+        gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
+        scalars.update(items=items, nblk=nblk, OB=g.Gt * nblk)
+        with b.when(op("lt", gid, b.scalar("items"))):
+            n, fb, ys = self._coords(b, s, gid, b.scalar("OB"))
+            grp = b.let(op("div", fb, b.scalar("nblk")), "grp")
+            j0 = b.let(op("mul", op("rem", fb, b.scalar("nblk")), const(ro, INT32)), "j0")
+            o0 = b.let(op("add", op("mul", grp, s["Og"]), j0), "o0")
+            outs, valid = [], []
+            for r in range(ro):
+                ok = b.let(op("lt", op("add", j0, const(r, INT32)), s["Og"])) if r else None
+                o = b.let(op("add", o0, const(r, INT32))) if r else o0
+                outs.append(o)
+                valid.append(ok)
+            safe = [o if ok is None else b.let(select(ok, o, o0)) for o, ok in zip(outs, valid, strict=True)]
+            accs = self._accumulate(b, lname, rname, s, n, grp, safe, ys, None)
+            for o, ok, acc in zip(outs, valid, accs, strict=True):
+                if ok is None:
+                    self._finish(b, em, args, s, n, o, ys, acc, flat=gid if ro == 1 else None)
+                else:
+                    with b.when(ok):
+                        self._finish(b, em, args, s, n, o, ys, acc)
         b.name = _kernel_name("conv", tracker.eqns)
         return _launch(b, args, scalars, gsize, lsize, tracker.eqns, "conv")
 
-    def _coords(self, b, s, lin):
-        """``n``, ``o`` and the output positions of output element ``lin`` (row-major in the output)."""
+    def _coords(self, b, s, lin, features=None):
+        """``n``, ``o`` and the output positions of output element ``lin`` (row-major in the output, whose
+        feature dimension has ``features`` entries: ``O``, or the direct kernel's feature blocks)."""
         g = self.geo
         sizes = [None] * len(self.shape)
-        sizes[g.ospec[0]], sizes[g.ospec[1]] = s["Nout"], s["O"]
+        sizes[g.ospec[0]], sizes[g.ospec[1]] = s["Nout"], s["O"] if features is None else features
         for d in range(g.nsp):
             sizes[g.ospec[2 + d]] = s[f"y{d}"]
         coords = _decode(b, lin, sizes, "c")
         return coords[g.ospec[0]], coords[g.ospec[1]], [coords[g.ospec[2 + d]] for d in range(g.nsp)]
 
-    def _accumulate(self, b, lname, rname, s, n, o, ys, chunk):
-        """The sum over the window (all of it, or kernel-flat positions ``chunk = (start, stop)``)."""
+    def _accumulate(self, b, lname, rname, s, n, grp, outs, ys, chunk):
+        """The sums over the window for output features ``outs`` of group ``grp`` (all of the window, or
+        kernel-flat positions ``chunk = (start, stop)``); one accumulator per feature."""
         g = self.geo
         ldt, rdt = (a.aval.dtype for a in self.eqn.inputs)
         adt = self._acc_dtype()
-        grp = b.let(op("div", o, s["Og"]), "grp")
         nb = b.let(op("add", n, op("mul", grp, s["bmul"])))
         lbase = b.let(op("add", op("add", s["l_off"], op("mul", nb, s["l_b"])),
                          op("mul", op("mul", grp, s["fmul"]), s["l_f"])), "lbase")
-        rbase = b.let(op("add", s["r_off"], op("mul", o, s["r_o"])), "rbase")
-        acc = b.var(adt, const(0, adt))
+        rbases = [b.let(op("add", s["r_off"], op("mul", o, s["r_o"])), "rbase") for o in outs]
+        accs = [b.var(adt, const(0, adt)) for _ in outs]
 
-        def inner(la, ra):
-            with b.loop(const(0, INT32), s["Cg"]) as c:
-                x = b.load(lname, op("add", la, op("mul", c, s["l_f"])), ldt)
-                w = b.load(rname, op("add", ra, op("mul", c, s["r_i"])), rdt)
-                b.assign(acc, add_of(b, acc, b.let(mul_of(b, b.let(convert(b, x, adt)), b.let(convert(b, w, adt))))))
+        def madd(x, ra, c, guard=None):
+            xv = b.let(convert(b, x, adt))
+            for acc, rb in zip(accs, ra, strict=True):
+                w = b.load(rname, b.let(op("add", rb, op("mul", c, s["r_i"]))), rdt)
+                prod = b.let(mul_of(b, xv, b.let(convert(b, w, adt))))
+                if guard is not None:
+                    prod = b.let(select(guard, prod, const(0, adt)))
+                b.assign(acc, add_of(b, acc, prod))
 
         if chunk is not None:
             # One flat loop over (window position, feature) pairs [start, stop): the split kernel.
@@ -309,33 +333,30 @@ class ConvGroup(_Group):
                 wc = b.let(op("div", t, s["Cg"]))
                 c = b.let(op("rem", t, s["Cg"]))
                 ws = _decode(b, wc, [s[f"k{d}"] for d in range(g.nsp)], "w")
-                ok, la, ra = None, lbase, rbase
+                ok, la, ra = None, lbase, list(rbases)
                 for d in range(g.nsp):
                     okd, p = self._position(b, s, d, ys[d], ws[d])
                     ok = okd if ok is None else b.let(op("land", ok, okd))
                     la = op("add", la, op("mul", p, s[f"l_s{d}"]))
-                    ra = op("add", ra, op("mul", ws[d], s[f"r_s{d}"]))
+                    ra = [op("add", r, op("mul", ws[d], s[f"r_s{d}"])) for r in ra]
                 la = b.let(select(ok, la, s["l_off"])) if ok is not None else b.let(la)
                 x = b.load(lname, op("add", la, op("mul", c, s["l_f"])), ldt)
-                w = b.load(rname, b.let(op("add", ra, op("mul", c, s["r_i"]))), rdt)
-                prod = b.let(mul_of(b, b.let(convert(b, x, adt)), b.let(convert(b, w, adt))))
-                if ok is not None:
-                    prod = b.let(select(ok, prod, const(0, adt)))
-                b.assign(acc, add_of(b, acc, prod))
-            return acc
+                madd(x, [b.let(r) for r in ra], c, ok)
+            return accs
 
         def level(d, la, ra):
             if d == g.nsp:
-                inner(b.let(la), b.let(ra))
+                with b.loop(const(0, INT32), s["Cg"]) as c:
+                    madd(b.load(lname, op("add", la, op("mul", c, s["l_f"])), ldt), ra, c)
                 return
             with b.loop(const(0, INT32), s[f"k{d}"]) as w:
                 ok, p = self._position(b, s, d, ys[d], w)
                 with b.when(ok):
                     level(d + 1, b.let(op("add", la, op("mul", p, s[f"l_s{d}"]))),
-                          b.let(op("add", ra, op("mul", w, s[f"r_s{d}"]))))
+                          [b.let(op("add", r, op("mul", w, s[f"r_s{d}"]))) for r in ra])
 
-        level(0, lbase, rbase)
-        return acc
+        level(0, lbase, rbases)
+        return accs
 
     def _split(self, plans, chunks):
         """Partial sums over ``chunks`` pieces of the contraction (a scratch buffer), then a kernel that
@@ -357,7 +378,8 @@ class ConvGroup(_Group):
             start = b.let(op("mul", piece, b.scalar("step")))
             stop = b.let(op("min", op("add", start, b.scalar("step")), b.scalar("flat_k")))
             n, o, ys = self._coords(b, s, e)
-            acc = self._accumulate(b, lname, rname, s, n, o, ys, (start, stop))
+            grp = b.let(op("div", o, s["Og"]), "grp")
+            (acc,) = self._accumulate(b, lname, rname, s, n, grp, [o], ys, (start, stop))
             pname = b.buffer(part, adt, True, "part")
             args[pname] = part
             b.store(pname, gid, acc)
