@@ -105,18 +105,18 @@ def np_pool_step(y, ct):
 
 # ------------------------------------------------------------------------ tinygrad
 
-def tinygrad_steps(x, w, ct, y, ctp):
-    """``(conv step, pool step, sync)`` on tinygrad's OpenCL device, or a reason string."""
+def tinygrad_worker():
+    """``--tinygrad-worker``: tinygrad in its own process (once fnarray's OpenCL backend has started,
+    tinygrad's ``clGetPlatformIDs`` fails with -1001 in the same process). Reads ``conv`` / ``pool`` /
+    ``save PATH`` lines, runs and synchronises, answers the seconds taken (or ``ok``)."""
+    import sys
     os.environ.setdefault("DEV", "CL")
-    try:
-        from tinygrad import Device, Tensor, TinyJit
-    except ImportError as e:
-        return f"tinygrad is not installed ({e}); pip install tinygrad"
-    tx = Tensor(np.ascontiguousarray(x.transpose(0, 3, 1, 2))).realize()
-    tw = Tensor(np.ascontiguousarray(w.transpose(3, 2, 0, 1))).realize()
-    tct = Tensor(np.ascontiguousarray(ct.transpose(0, 3, 1, 2))).realize()
-    ty = Tensor(np.ascontiguousarray(y.transpose(0, 3, 1, 2))).realize()
-    tctp = Tensor(np.ascontiguousarray(ctp.transpose(0, 3, 1, 2))).realize()
+    from tinygrad import Device, Tensor, TinyJit
+    x, w, ct, ctp = inputs()
+    y = np_conv_step(x, w, ct)[0]
+    t = {k: Tensor(np.ascontiguousarray(v.transpose(p))).realize() for k, v, p in (
+        ("x", x, (0, 3, 1, 2)), ("w", w, (3, 2, 0, 1)), ("ct", ct, (0, 3, 1, 2)), ("y", y, (0, 3, 1, 2)),
+        ("ctp", ctp, (0, 3, 1, 2)))}
 
     @TinyJit
     def conv(a, b, g):
@@ -129,9 +129,53 @@ def tinygrad_steps(x, w, ct, y, ctp):
         out = a.max_pool2d((2, 2), stride=2)
         return out.realize(), out.gradient(a, gradient=g)[0].realize()
 
-    def sync():
+    runs = {"conv": lambda: conv(t["x"], t["w"], t["ct"]), "pool": lambda: pool(t["y"], t["ctp"])}
+    last = {}
+    print(f"ready {Device.DEFAULT}", flush=True)
+    for line in sys.stdin:
+        cmd, *rest = line.split()
+        if cmd == "save":
+            # NCHW / OIHW back to NHWC / HWIO
+            perms = {"conv": [(0, 2, 3, 1), (0, 2, 3, 1), (2, 3, 1, 0)], "pool": [(0, 2, 3, 1)] * 2}
+            np.savez(rest[0], **{f"{k}{i}": o.numpy().transpose(p) for k, outs in last.items()
+                                 for i, (o, p) in enumerate(zip(outs, perms[k], strict=True))})
+            print("ok", flush=True)
+            continue
+        t0 = time.perf_counter()
+        last[cmd] = runs[cmd]()
         Device[Device.DEFAULT].synchronize()
-    return (lambda: conv(tx, tw, tct)), (lambda: pool(ty, tctp)), sync, Device.DEFAULT
+        print(time.perf_counter() - t0, flush=True)
+
+
+class _Tinygrad:
+    """The worker process, driven one run at a time (so its runs interleave with the others)."""
+
+    def __init__(self):
+        import subprocess
+        import sys
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--tinygrad-worker"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        first = self.proc.stdout.readline().split()
+        if not first or first[0] != "ready":
+            raise RuntimeError("the tinygrad worker did not start (is tinygrad installed? pip install tinygrad)")
+        self.device = first[1]
+
+    def ask(self, line):
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline().strip()
+
+    def run(self, work):
+        return float(self.ask(work))
+
+    def results(self, work, path):
+        self.ask(f"save {path}")
+        with np.load(path) as z:
+            return [z[k] for k in sorted(z.files) if k.startswith(work)]
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
 # ------------------------------------------------------------------------ the run
@@ -139,6 +183,8 @@ def tinygrad_steps(x, w, ct, y, ctp):
 def timed(fn, sync=None):
     t = time.perf_counter()
     out = fn()
+    if sync == "external":
+        return out   # the worker's own measurement
     if sync is not None:
         sync(out)
     return time.perf_counter() - t
@@ -155,10 +201,14 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--webgpu-rounds", type=int, default=2, help="rounds on webgpu (lavapipe is ~30x slower)")
     ap.add_argument("--no-tinygrad", action="store_true")
+    ap.add_argument("--tinygrad-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.tinygrad_worker:
+        return tinygrad_worker()
     fa.config.fallback = "error"
     x, w, ct, ctp = inputs()
     y_ref, *_ = np_conv_step(x, w, ct)
+    tg = None
     rows = []   # (workload, device, rival name, fnarray median s, rival median s, max abs error vs rival)
     for dev in args.devices.split(","):
         rounds = args.webgpu_rounds if dev.startswith("webgpu") else args.rounds
@@ -183,22 +233,22 @@ def main(argv=None):
             variants[("pool", "NumPy reshape + mask")] = (lambda: np_pool_step(y_ref, ctp), None)
             rivals = {"conv": ["NumPy im2col + BLAS"], "pool": ["NumPy reshape + mask"]}
             if dev.startswith("opencl") and not args.no_tinygrad:
-                tg = tinygrad_steps(x, w, ct, y_ref, ctp)
-                if isinstance(tg, str):
-                    print(f"tinygrad left out: {tg}")
-                else:
-                    tconv, tpool, tsync, tdev = tg
-                    name = f"tinygrad 0.14 DEV={tdev}"
-                    variants[("conv", name)] = (tconv, lambda _out: tsync())
-                    variants[("pool", name)] = (tpool, lambda _out: tsync())
-                    rivals["conv"].append(name)
-                    rivals["pool"].append(name)
+                try:
+                    tg = _Tinygrad()
+                except (RuntimeError, OSError) as e:
+                    print(f"tinygrad left out: {e}")
+                    tg = None
+                if tg is not None:
+                    name = f"tinygrad DEV={tg.device} (same PoCL device, own process)"
+                    for work in ("conv", "pool"):
+                        variants[(work, name)] = (lambda work=work, tg=tg: tg.run(work), "external")
+                        rivals[work].append(name)
         # Warm-up (compiles), and the results that the table's error column compares.
         results = {}
         for key, (fn, sync) in variants.items():
             t0 = time.perf_counter()
             out = fn()
-            if sync is not None:
+            if sync not in (None, "external"):
                 sync(out)
             print(f"{dev} {key[0]} {key[1]}: first call {time.perf_counter() - t0:.1f} s", flush=True)
             results[key] = out
@@ -210,13 +260,17 @@ def main(argv=None):
             mine = statistics.median(times[(work, "fnarray")])
             ours = [np.asarray(a) for a in fa.tree_util.tree_leaves(results[(work, "fnarray")])]
             for rival in rivals[work]:
-                theirs = results[(work, rival)]
-                theirs = [np.asarray(a.numpy() if hasattr(a, "numpy") else a) for a in theirs]
-                if rival.startswith("tinygrad"):   # NCHW / OIHW back to NHWC / HWIO
-                    perms = [(0, 2, 3, 1), (0, 2, 3, 1), (2, 3, 1, 0)] if work == "conv" else [(0, 2, 3, 1)] * 2
-                    theirs = [t.transpose(p) for t, p in zip(theirs, perms, strict=True)]
+                if rival.startswith("tinygrad"):
+                    import tempfile
+                    with tempfile.TemporaryDirectory() as tmp:
+                        theirs = tg.results(work, os.path.join(tmp, "tg.npz"))
+                else:
+                    theirs = [np.asarray(a) for a in results[(work, rival)]]
                 err = max(float(np.abs(a - b).max()) for a, b in zip(ours, theirs, strict=True))
                 rows.append((work, dev, rival, mine, statistics.median(times[(work, rival)]), err, rounds))
+        if tg is not None:
+            tg.close()
+            tg = None
     print()
     print("| workload | device | fnarray (ms) | rival | rival (ms) | ratio rival/fnarray | max abs diff | rounds |")
     print("|---|---|---:|---|---:|---:|---:|---:|")
