@@ -23,6 +23,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
+from fnarray.core import windows as W
 from fnarray.transforms import ad_rules
 from fnarray.transforms.ad_tables import UndefinedPrimal, Zero, primitive_jvps, primitive_transposes, tangent_aval
 
@@ -236,6 +237,19 @@ CASES += [
          args(u(-2, 2, (2, 3, 4, 5)), u(-2, 2, (2, 6, 3, 4)))),
     Case("dot_c", P.dot_general, {"dimension_numbers": (((0,), (1,)), ((), ())), "preferred_element_type": None},
          args(cplx((3, 2)), cplx((4, 3)))),
+]
+
+# window reductions and the max/min gradients' selections (fnarray.core.windows); more in tests/test_windows.py
+_WIN = {"window_dimensions": (2, 3), "window_strides": (2, 1), "padding": ((1, 0), (-1, 2)),
+        "base_dilation": (1, 2), "window_dilation": (2, 1)}
+CASES += [
+    Case("reduce_window_sum", W.reduce_window_sum_p, _WIN, args(u(-2, 2, (5, 4))), h=1e-2),
+    Case("reduce_window_max", W.reduce_window_max_p, _WIN, args(distinct((5, 4)))),
+    Case("reduce_window_min", W.reduce_window_min_p, _WIN, args(distinct((5, 4)))),
+    Case("select_and_gather_add", W.select_and_gather_add_p, {"select_prim": P.ge, **_WIN},
+         args(u(-2, 2, (5, 4)), distinct((5, 4))), h=1e-2),
+    Case("select_and_scatter_add", W.select_and_scatter_add_p, {"select_prim": P.le, **_WIN},
+         args(u(-2, 2, (2, 6)), distinct((5, 4))), h=1e-2),
 ]
 
 # float32 rules against float64 finite differences
@@ -643,6 +657,16 @@ TCASES = [
           args(u(-1, 1, (3, 4), F32), u(-1, 1, (4, 2), F32)), (1,)),
     TCase("dot_c_lhs", P.dot_general, {"dimension_numbers": (((1,), (0,)), ((), ())),
                                        "preferred_element_type": None}, args(cplx((3, 4)), cplx((4, 2))), (0,)),
+]
+TCASES += [
+    TCase("reduce_window_sum", W.reduce_window_sum_p, _WIN, args(u(-1, 1, (5, 4))), (0,)),
+    TCase("reduce_window_sum_same", W.reduce_window_sum_p,
+          {"window_dimensions": (3, 1), "window_strides": (2, 1), "padding": ((1, 1), (0, 0)),
+           "base_dilation": (1, 1), "window_dilation": (1, 1)}, args(u(-1, 1, (6, 2))), (0,)),
+    TCase("select_and_gather_add", W.select_and_gather_add_p, {"select_prim": P.ge, **_WIN},
+          args(u(-1, 1, (5, 4)), distinct((5, 4))), (0,)),
+    TCase("select_and_scatter_add", W.select_and_scatter_add_p, {"select_prim": P.le, **_WIN},
+          args(u(-1, 1, (2, 6)), distinct((5, 4))), (0,)),
 ]
 
 

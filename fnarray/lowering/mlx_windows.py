@@ -1,4 +1,4 @@
-"""The mlx backend's rules for the window primitives (``fnarray.core.windows``); ``mlx.py`` merges ``RULES``.
+"""The mlx backend's rules for the window primitives (``fnarray.core.windows``), registered in ``mlx_common.RULES``.
 
 MLX has no window reduction, so every window primitive is the tap formulation of ``window_taps``: the
 operand padded and dilated once (``mx.pad``, interior padding by expand + pad + reshape), one strided slice
@@ -14,15 +14,9 @@ import numpy as np
 from fnarray.core import dtypes
 from fnarray.core import windows as W
 from fnarray.lowering import window_taps
+from fnarray.lowering.mlx_common import RULES, mx
 
-try:
-    import mlx.core as mx
-except ImportError:  # pragma: no cover - mlx.py reports the missing backend
-    mx = None
-
-__all__ = ["RULES"]
-
-RULES: dict = {}
+__all__ = []
 
 _WINDOW = ("window_dimensions", "window_strides", "padding", "base_dilation", "window_dilation")
 _LOW = (dtypes.float16, dtypes.bfloat16)

@@ -377,3 +377,39 @@ def _conv_cases():
 
 
 _conv_cases()
+
+
+def _window_cases():
+    """reduce_window and the max/min gradients' selections (fnarray.core.windows): strides, padding (negative
+    too), both dilations, ties, NaN, integers and empty operands."""
+    from fnarray.core import windows as W
+
+    def win(rank, w, s=None, pad=None, bd=None, wd=None):
+        return dict(window_dimensions=w, window_strides=s or (1,) * rank, padding=pad or ((0, 0),) * rank,
+                    base_dilation=bd or (1,) * rank, window_dilation=wd or (1,) * rank)
+
+    pool = win(4, (1, 2, 2, 1), (1, 2, 2, 1))
+    general = win(3, (2, 3, 1), (1, 2, 1), ((1, 0), (2, -1), (0, 0)), (2, 1, 1), (1, 2, 1))
+    ties = np.array([[1, 3, 3, 0], [3, 2, 3, 3], [0, 3, 1, 3]], np.float32)
+    nan = np.array([[1, np.nan, 2, 5], [np.nan, 0, 7, np.nan]], np.float32)
+    for p in (W.reduce_window_sum_p, W.reduce_window_max_p, W.reduce_window_min_p):
+        case(p.name + "_pool", p, [f32(2, 4, 6, 3)], **pool)
+        case(p.name + "_general", p, [f32(3, 6, 2)], **general)
+        case(p.name + "_int", p, [i32(5, 4)], **win(2, (2, 2), (1, 2), ((1, 1), (0, 1))))
+        case(p.name + "_nan", p, [nan], **win(2, (1, 2)))
+        case(p.name + "_empty", p, [f32(0, 4)], **win(2, (1, 2)))
+    sel = [(P.ge, "max"), (P.le, "min")]
+    for p in (W.select_and_gather_add_p, W.select_and_scatter_add_p):
+        for prim, what in sel:
+            def first(x, params, p=p):
+                if p is W.select_and_gather_add_p:
+                    return f32(*x.shape)
+                return f32(*W.window_out_shape(p.name, x.shape, **params))
+            for tag, x, params in [("pool", f32(2, 4, 6, 3), pool), ("general", f32(3, 6, 2), general),
+                                   ("ties", ties, win(2, (2, 2), (1, 1), ((0, 1), (1, 0)))),
+                                   ("int", i32(4, 5, lo=-3, hi=3), win(2, (2, 3), (2, 1))),
+                                   ("empty", f32(0, 4), win(2, (1, 2)))]:
+                case(f"{p.name}_{what}_{tag}", p, [first(x, params), x], select_prim=prim, **params)
+
+
+_window_cases()

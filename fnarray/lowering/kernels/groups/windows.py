@@ -30,11 +30,11 @@ from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.index import ix_const, ix_data
 from fnarray.lowering.kernels.ir import BOOL, INT32, const
 from fnarray.lowering.kernels.rules import add_of, convert, highest, lowest, max_of, min_of, op, select
-from fnarray.lowering.kernels.schedule import (_GROUPS, OPERAND_VIEWS, _analyse_val, _contiguous, _Group,
+from fnarray.lowering.kernels.groups.base import (_analyse_val, _contiguous, _Group,
                                                _index_vars, _kernel_name, _launch, _Tracker)
 from fnarray.lowering.zero_size import _REWRITES, _IDENTITY, fill
 
-__all__ = ["WindowGroup", "SelectGroup"]
+__all__ = ["WindowGroup", "SelectGroup", "GROUPS", "OPERAND_VIEWS"]
 
 _REDUCE = {W.reduce_window_sum_p: "add", W.reduce_window_max_p: "max", W.reduce_window_min_p: "min"}
 
@@ -320,10 +320,13 @@ def _select_zero_size(e):
     return [fill(e.outputs[0], 0)], {}
 
 
+#: What ``schedule`` adds to its tables ``_GROUPS`` and ``OPERAND_VIEWS``.
+GROUPS: dict = {}
+OPERAND_VIEWS: dict = {}
 for _p in _REDUCE:
-    _GROUPS[_p] = WindowGroup
-    _REWRITES[_p] = _reduce_zero_size
+    GROUPS[_p] = WindowGroup
+    _REWRITES.setdefault(_p, _reduce_zero_size)
 for _p in (W.select_and_gather_add_p, W.select_and_scatter_add_p):
-    _GROUPS[_p] = SelectGroup
+    GROUPS[_p] = SelectGroup
     OPERAND_VIEWS[_p] = _operand_buffer
-    _REWRITES[_p] = _select_zero_size
+    _REWRITES.setdefault(_p, _select_zero_size)

@@ -42,10 +42,10 @@ from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.index import ix_const, ix_data
 from fnarray.lowering.kernels.ir import INT32, Special, const
 from fnarray.lowering.kernels.rules import add_of, convert, mul_of, op, select
-from fnarray.lowering.kernels.schedule import (_GROUPS, _VIEW_OPS, OPERAND_VIEWS, _contiguous, _Group,
+from fnarray.lowering.kernels.groups.base import (_VIEW_OPS, _contiguous, _Group,
                                                _kernel_name, _launch, _reshape_strides, _Tracker)
 
-__all__ = ["CONV", "ConvGroup", "strided_view"]
+__all__ = ["CONV", "ConvGroup", "strided_view", "GROUPS", "OPERAND_VIEWS"]
 
 CONV = conv_general_dilated_p
 
@@ -500,5 +500,6 @@ class ConvGroup(_Group):
         return _launch(b, args, scalars, gsize, (TX, TY, 1), tracker.eqns, "conv", fixed_local=True)
 
 
-_GROUPS[CONV] = ConvGroup
-OPERAND_VIEWS[CONV] = strided_view
+#: What ``schedule`` adds to its tables ``_GROUPS`` and ``OPERAND_VIEWS``.
+GROUPS = {CONV: ConvGroup}
+OPERAND_VIEWS = {CONV: strided_view}
