@@ -32,6 +32,7 @@ import numpy as np
 
 import fnarray as fa
 import fnarray.lax as lax
+from fnarray.devices.placement import parse_device
 
 N, H, W, C, O, K = 32, 32, 32, 32, 64, 3
 DN = ("NHWC", "HWIO", "NHWC")
@@ -212,7 +213,7 @@ def main(argv=None):
     rows = []   # (workload, device, rival name, fnarray median s, rival median s, max abs error vs rival)
     for dev in args.devices.split(","):
         rounds = args.webgpu_rounds if dev.startswith("webgpu") else args.rounds
-        d = fa.devices(dev.split(":")[0])[int(dev.split(":")[1])] if ":" in dev else fa.devices(dev)[0]
+        d = parse_device(dev)
         fconv = fa.jit(fn_conv_step, device=d)
         fpool = fa.jit(fn_pool_step, device=d)
         fx, fw, fct, fctp = (fa.device_put(a, d) for a in (x, w, ct, ctp))

@@ -26,7 +26,7 @@ jnp = jax.numpy
 
 #: How opencl and webgpu may run these primitives: "error" now that the kernel compiler has window kernels
 #: (branch convkern); "warn" would let them fall back to numpy.
-KERNEL_FALLBACK = "warn"
+KERNEL_FALLBACK = "error"
 
 rng = np.random.default_rng(14)
 
