@@ -132,7 +132,7 @@ def tinygrad_worker():
 
     runs = {"conv": lambda: conv(t["x"], t["w"], t["ct"]), "pool": lambda: pool(t["y"], t["ctp"])}
     last = {}
-    print(f"ready {Device.DEFAULT}", flush=True)
+    print(f"ready {Device.DEFAULT} {getattr(Device[Device.DEFAULT], 'device_name', '?')}", flush=True)
     for line in sys.stdin:
         cmd, *rest = line.split()
         if cmd == "save":
@@ -151,15 +151,26 @@ def tinygrad_worker():
 class _Tinygrad:
     """The worker process, driven one run at a time (so its runs interleave with the others)."""
 
-    def __init__(self):
+    def __init__(self, device, tmp):
         import subprocess
         import sys
+        env = dict(os.environ)
+        if "+debian" not in device.description:
+            # fnarray's device is the PoCL that pyopencl's wheel ships: point the system's ICD loader (which
+            # tinygrad uses) at that library, so both run on the same OpenCL implementation.
+            import pyopencl
+            libs = os.path.join(os.path.dirname(pyopencl.__file__), ".libs")
+            lib = next((f for f in os.listdir(libs) if f.startswith("libpocl")), None)
+            if lib is not None:
+                with open(os.path.join(tmp, "pocl.icd"), "w") as f:
+                    f.write(os.path.join(libs, lib) + "\n")
+                env["OCL_ICD_VENDORS"] = tmp
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--tinygrad-worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        first = self.proc.stdout.readline().split()
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        first = self.proc.stdout.readline().split(maxsplit=2)
         if not first or first[0] != "ready":
             raise RuntimeError("the tinygrad worker did not start (is tinygrad installed? pip install tinygrad)")
-        self.device = first[1]
+        self.device, self.device_name = first[1], first[2].strip()
 
     def ask(self, line):
         self.proc.stdin.write(line + "\n")
@@ -209,6 +220,8 @@ def main(argv=None):
     fa.config.fallback = "error"
     x, w, ct, ctp = inputs()
     y_ref, *_ = np_conv_step(x, w, ct)
+    import tempfile
+    icd_dir = tempfile.mkdtemp(prefix="fnarray-bench-icd-")
     tg = None
     rows = []   # (workload, device, rival name, fnarray median s, rival median s, max abs error vs rival)
     for dev in args.devices.split(","):
@@ -235,12 +248,13 @@ def main(argv=None):
             rivals = {"conv": ["NumPy im2col + BLAS"], "pool": ["NumPy reshape + mask"]}
             if dev.startswith("opencl") and not args.no_tinygrad:
                 try:
-                    tg = _Tinygrad()
+                    tg = _Tinygrad(d, icd_dir)
                 except (RuntimeError, OSError) as e:
                     print(f"tinygrad left out: {e}")
                     tg = None
                 if tg is not None:
-                    name = f"tinygrad DEV={tg.device} (same PoCL device, own process)"
+                    same = "same device" if tg.device_name in d.description else f"device {tg.device_name}"
+                    name = f"tinygrad DEV={tg.device} ({same}, own process)"
                     for work in ("conv", "pool"):
                         variants[(work, name)] = (lambda work=work, tg=tg: tg.run(work), "external")
                         rivals[work].append(name)
