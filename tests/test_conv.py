@@ -11,9 +11,8 @@
   bad input, ``fa.nn.Conv`` (against ``jax.lax`` with the layer's weights, under ``jit(grad)`` and ``vmap``)
   and the ONNX export (onnxruntime against numpy:0).
 
-On opencl and webgpu the primitive has no kernel yet and runs through the numpy fallback: ``KERNELS`` names
-the backends whose kernels must run it (``fallback="error"``); add "opencl" and "webgpu" there once their
-convolution kernels land.
+Every backend runs it with its own kernels (``fallback="error"``; opencl and webgpu since branch convkern's
+kernels, ``fnarray/lowering/kernels/groups/conv.py``): ``KERNELS`` names the backends.
 """
 
 from __future__ import annotations
@@ -34,8 +33,8 @@ jax = pytest.importorskip("jax", reason="jax is the oracle of these tests (pip i
 jlax = jax.lax
 
 #: Backends whose own kernels must run convolutions (tests there use ``fallback="error"``). The kernel backends
-#: join when their convolution kernels land: KERNELS = {"numpy", "jax", "mlx", "opencl", "webgpu"}.
-KERNELS = {"numpy", "jax", "mlx"}
+#: joined when their convolution kernels landed.
+KERNELS = {"numpy", "jax", "mlx", "opencl", "webgpu"}
 
 NUMPY = fa.devices("numpy")[0]
 rng = np.random.default_rng(1234)
