@@ -21,11 +21,13 @@ import numpy as np
 from fnarray.core import profile as _profile
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
+from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal, Program
 from fnarray.core.passes import dce, walk_eqns
 from fnarray.devices import compile_cache
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
+from fnarray.lowering.jax_conv import conv_general_dilated_rule
 
 try:
     import jax
@@ -321,6 +323,9 @@ def _dot_general(x, y, *, dimension_numbers, preferred_element_type=None):
         r = lax.dot_general(x, y, dimension_numbers, preferred_element_type=np.float32)
         return r.astype(preferred_element_type or x.dtype)
     return lax.dot_general(x, y, dimension_numbers, preferred_element_type=preferred_element_type)
+
+# Convolutions: their rule lives in jax_conv.py.
+RULES[conv_general_dilated_p] = conv_general_dilated_rule
 
 # ------------------------------------------------------------------------------ control flow
 

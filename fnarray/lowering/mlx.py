@@ -40,6 +40,8 @@ import numpy as np
 
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
+from fnarray.core.conv import conv_general_dilated_p
+from fnarray.lowering import mlx_conv as _mlx_conv
 from fnarray.core.ir import Literal, Program
 from fnarray.core.passes import dce
 from fnarray.core.subprograms import CALL_PROGRAM, CONTROL_FLOW
@@ -606,6 +608,18 @@ for _p, _k in CALL_PROGRAM.items():
 
 _HOST = CONTROL_FLOW
 _UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that are transposed, never run"}
+
+# Convolutions: mx.conv_general through mlx_conv.py, which also says which equations it cannot run.
+RULES[conv_general_dilated_p] = _mlx_conv.conv_general_dilated_factory
+#: ``prim -> check(in_avals, params) -> reason | None``: equations of a primitive that has a rule but not for
+#: these operands (they fall back to numpy with that reason).
+_EQN_CHECKS = {conv_general_dilated_p: _mlx_conv.unsupported_reason}
+
+# Convolutions: mx.conv_general through mlx_conv.py, which also says which equations it cannot run.
+RULES[conv_general_dilated_p] = _mlx_conv.conv_general_dilated_factory
+#: ``prim -> check(in_avals, params) -> reason | None``: equations of a primitive that has a rule but not for
+#: these operands (they fall back to numpy with that reason).
+_EQN_CHECKS = {conv_general_dilated_p: _mlx_conv.unsupported_reason}
 
 # ------------------------------------------------------------------------------ what falls back
 
