@@ -354,6 +354,31 @@ def _control_empty_cases():
 _control_empty_cases()
 
 
+def _conv_cases():
+    from fnarray.core.conv import ConvDimensionNumbers, conv_general_dilated_p as conv
+    nchw = ConvDimensionNumbers((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3))
+    nhwc = ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))   # NHWC, HWIO, NHWC
+    plain = dict(lhs_dilation=(1, 1), rhs_dilation=(1, 1), feature_group_count=1, batch_group_count=1,
+                 precision=None, preferred_element_type=None)
+    case("conv_general_dilated_nchw", conv, [f32(2, 3, 6, 5), f32(4, 3, 3, 2)], window_strides=(1, 2),
+         padding=((1, 1), (0, 1)), dimension_numbers=nchw, **plain)
+    case("conv_general_dilated_nhwc_groups_dilated", conv, [f32(2, 7, 6, 4), f32(2, 3, 2, 6)],
+         window_strides=(2, 1), padding=((1, -1), (2, 0)), dimension_numbers=nhwc,
+         **{**plain, "lhs_dilation": (1, 2), "rhs_dilation": (2, 1), "feature_group_count": 2})
+    case("conv_general_dilated_1d_batch_groups", conv, [f32(4, 2, 9), f32(6, 2, 3)], window_strides=(2,),
+         padding=((1, 2),), dimension_numbers=ConvDimensionNumbers((0, 1, 2), (0, 1, 2), (0, 1, 2)),
+         **{**plain, "lhs_dilation": (1,), "rhs_dilation": (1,), "batch_group_count": 2})
+    case("conv_general_dilated_int", conv, [i32(1, 2, 5, 4, lo=-5, hi=5), i32(3, 2, 2, 2, lo=-5, hi=5)],
+         window_strides=(1, 1), padding=((0, 0), (1, 0)), dimension_numbers=nchw, **plain)
+    case("conv_general_dilated_empty_features", conv, [f32(2, 0, 4, 4), f32(3, 0, 2, 2)], window_strides=(1, 1),
+         padding=((0, 0), (0, 0)), dimension_numbers=nchw, **plain)
+    case("conv_general_dilated_empty_batch", conv, [f32(0, 2, 4, 4), f32(3, 2, 2, 2)], window_strides=(1, 1),
+         padding=((0, 0), (0, 0)), dimension_numbers=nchw, **plain)
+
+
+_conv_cases()
+
+
 def _window_cases():
     """reduce_window and the max/min gradients' selections (fnarray.core.windows): strides, padding (negative
     too), both dilations, ties, NaN, integers and empty operands."""
@@ -388,28 +413,3 @@ def _window_cases():
 
 
 _window_cases()
-
-
-def _conv_cases():
-    from fnarray.core.conv import ConvDimensionNumbers, conv_general_dilated_p as conv
-    nchw = ConvDimensionNumbers((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3))
-    nhwc = ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))   # NHWC, HWIO, NHWC
-    plain = dict(lhs_dilation=(1, 1), rhs_dilation=(1, 1), feature_group_count=1, batch_group_count=1,
-                 precision=None, preferred_element_type=None)
-    case("conv_general_dilated_nchw", conv, [f32(2, 3, 6, 5), f32(4, 3, 3, 2)], window_strides=(1, 2),
-         padding=((1, 1), (0, 1)), dimension_numbers=nchw, **plain)
-    case("conv_general_dilated_nhwc_groups_dilated", conv, [f32(2, 7, 6, 4), f32(2, 3, 2, 6)],
-         window_strides=(2, 1), padding=((1, -1), (2, 0)), dimension_numbers=nhwc,
-         **{**plain, "lhs_dilation": (1, 2), "rhs_dilation": (2, 1), "feature_group_count": 2})
-    case("conv_general_dilated_1d_batch_groups", conv, [f32(4, 2, 9), f32(6, 2, 3)], window_strides=(2,),
-         padding=((1, 2),), dimension_numbers=ConvDimensionNumbers((0, 1, 2), (0, 1, 2), (0, 1, 2)),
-         **{**plain, "lhs_dilation": (1,), "rhs_dilation": (1,), "batch_group_count": 2})
-    case("conv_general_dilated_int", conv, [i32(1, 2, 5, 4, lo=-5, hi=5), i32(3, 2, 2, 2, lo=-5, hi=5)],
-         window_strides=(1, 1), padding=((0, 0), (1, 0)), dimension_numbers=nchw, **plain)
-    case("conv_general_dilated_empty_features", conv, [f32(2, 0, 4, 4), f32(3, 0, 2, 2)], window_strides=(1, 1),
-         padding=((0, 0), (0, 0)), dimension_numbers=nchw, **plain)
-    case("conv_general_dilated_empty_batch", conv, [f32(0, 2, 4, 4), f32(3, 2, 2, 2)], window_strides=(1, 1),
-         padding=((0, 0), (0, 0)), dimension_numbers=nchw, **plain)
-
-
-_conv_cases()

@@ -14,6 +14,7 @@ import numpy as np
 from fnarray.core import primitives as P
 from fnarray.core.ir import Var
 from fnarray.core.subprograms import CALL_PROGRAM
+from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import INJECTIVE, Flat, NotFlat, shaped_index
 from fnarray.lowering.kernels.index import linearize, to_expr, unravel
@@ -27,7 +28,9 @@ REDUCTIONS = frozenset({P.reduce_sum, P.reduce_prod, P.reduce_max, P.reduce_min,
                         P.argmax, P.argmin})
 CUMULATIVE = frozenset({P.cumsum, P.cumprod, P.cummax, P.cummin, P.cumlogsumexp})
 SCATTERS = frozenset({P.scatter, P.scatter_add, P.scatter_mul, P.scatter_min, P.scatter_max})
-OPAQUE = frozenset({P.dot_general, P.sort}) | CUMULATIVE | SCATTERS
+# The groups named by their kernel facts (groups/conv.py, groups/windows.py).
+GROUPED = frozenset(p for p, f in facts.FACTS.items() if f.group in ("conv", "window"))
+OPAQUE = frozenset({P.dot_general, P.sort}) | CUMULATIVE | SCATTERS | GROUPED
 # Every primitive the scheduler turns into kernels (control flow is driven from the host).
 SCHEDULED = INJECTIVE | REDUCTIONS | OPAQUE | frozenset(CALLS)
 
