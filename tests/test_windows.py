@@ -26,7 +26,7 @@ jnp = jax.numpy
 
 #: How opencl and webgpu may run these primitives: "error" now that the kernel compiler has window kernels
 #: (branch convkern); "warn" would let them fall back to numpy.
-KERNEL_FALLBACK = "warn"
+KERNEL_FALLBACK = "error"
 
 rng = np.random.default_rng(14)
 
@@ -356,7 +356,7 @@ def test_avg_pool_of_integers_is_float32():
 # ------------------------------------------------------------------------------------ every device
 
 
-DEVICE_CASES = [TABLE[1], TABLE[2]]
+DEVICE_CASES = [TABLE[2]]  # both dilations, padding, strides: the richest case
 
 
 @pytest.mark.parametrize("case", DEVICE_CASES, ids=[c[0] for c in DEVICE_CASES])
