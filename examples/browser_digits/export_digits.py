@@ -50,7 +50,7 @@ CNN_MODEL_DIR = "model_cnn"
 MODELS = "models.json"
 TEST_IMAGES = "test_images.json"
 MLP_LABEL = "MLP (64-128-128-10 perceptron)"
-CNN_LABEL = "CNN (2 convolutions + max pooling, 128-64-10)"
+CNN_LABEL = "CNN (2 convolutions + max pooling, 256-128-10)"
 
 
 def load_params(path, module=digits_mlp) -> dict:
