@@ -177,8 +177,8 @@ def test_max_pool_ties_send_the_gradient_to_the_first_maximum():
     g = fa.grad(lambda a: fnp.sum(nn.max_pool(a, (2, 2), (2, 2))))(fnp.asarray(x))
     want = np.array([[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]], np.float32)[None, :, :, None]
     np.testing.assert_array_equal(np.asarray(g), want)
-    jg = jax.grad(lambda a: jnp.sum(jax.lax.reduce_window(a, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1),
-                                                          "VALID")))(x)
+    jg = jax.jit(jax.grad(lambda a: jnp.sum(jax.lax.reduce_window(a, -jnp.inf, jax.lax.max, (1, 2, 2, 1),
+                                                                  (1, 2, 2, 1), "VALID"))))(x)
     np.testing.assert_array_equal(np.asarray(g), np.asarray(jg))
 
 
@@ -204,7 +204,7 @@ def test_reduce_window_computations_and_init_values(comp, init, jcomp):
     x = rng.standard_normal((4, 5)).astype(np.float32)
     args = ((2, 3), (1, 2), ((1, 0), (0, 2)), (2, 1), (1, 1))
     got = lax.reduce_window(fnp.asarray(x), init, comp, *args)
-    want = jax.lax.reduce_window(x, np.float32(init), jcomp, *args)
+    want = jax.jit(lambda a: jax.lax.reduce_window(a, np.float32(init), jcomp, *args))(x)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
 
 
@@ -218,7 +218,7 @@ def test_reduce_window_init_can_be_traced_and_differentiated():
         return jnp.sum(jnp.maximum(jax.lax.reduce_window(a, -jnp.inf, jax.lax.max, (2, 2), (1, 1), "VALID"), c))
 
     g = fa.jit(fa.grad(f, argnums=(0, 1)))(fnp.asarray(x), fnp.asarray(np.float32(0.3)))
-    jg = jax.grad(jf, argnums=(0, 1))(x, np.float32(0.3))
+    jg = jax.jit(jax.grad(jf, argnums=(0, 1)))(x, np.float32(0.3))
     for a, b in zip(g, jg, strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
 
@@ -228,7 +228,8 @@ def test_integer_windows():
     for op, (f, jop, _) in OPS.items():
         init = {"sum": 0, "max": np.iinfo(np.int32).min, "min": np.iinfo(np.int32).max}[op]
         got = f(x, (2, 3), (2, 1), "SAME")
-        want = jax.lax.reduce_window(x, np.int32(init), jop, (2, 3), (2, 1), "SAME")
+        want = jax.jit(lambda a, jop=jop, init=init: jax.lax.reduce_window(a, np.int32(init), jop, (2, 3), (2, 1),
+                                                                          "SAME"))(x)
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
         assert got.dtype == np.int32
 
@@ -261,7 +262,7 @@ def test_padtype_to_pads_matches_jax():
     (lambda x: lax.reduce_window_sum(x, (2,)), ShapeError, "window_dimensions has 1 entries .* rank 2"),
     (lambda x: lax.reduce_window_sum(x, (2, 2), (1, 1, 1)), ShapeError, "window_strides has 3"),
     (lambda x: lax.reduce_window_sum(x, (2, 2), padding=((1, 1),)), ShapeError, "padding"),
-    (lambda x: lax.reduce_window_sum(x, (2, 2), padding="FULL"), ValueError, "'VALID', 'SAME', 'SAME_LOWER'"),
+    (lambda x: lax.reduce_window_sum(x, (2, 2), padding="FULL"), ValueError, "SAME_LOWER"),
     (lambda x: lax.reduce_window_sum(x, (2, 2), padding=((-5, 0), (0, 0))), ShapeError, "crops more"),
     (lambda x: lax.reduce_window_sum(x > 0, (2, 2)), DTypeError, "not bool"),
     (lambda x: nn.max_pool(x, (2, 2)), ShapeError, "no room for 2 spatial axes"),
@@ -343,7 +344,7 @@ def test_pooling_grads_match_jax():
     for f, jf in ((lambda a: nn.max_pool(a, (3, 3), (2, 2), "SAME"), jmax),
                   (lambda a: nn.avg_pool(a, (2, 2), (2, 2)), javg)):
         g = fa.jit(fa.grad(lambda a, f=f: fnp.sum(f(a) ** 2)))(fnp.asarray(x))
-        jg = jax.grad(lambda a, jf=jf: jnp.sum(jf(a) ** 2))(x)
+        jg = jax.jit(jax.grad(lambda a, jf=jf: jnp.sum(jf(a) ** 2)))(x)
         np.testing.assert_allclose(np.asarray(g), np.asarray(jg), rtol=1e-6, atol=1e-6)
 
 
@@ -356,7 +357,7 @@ def test_avg_pool_of_integers_is_float32():
 # ------------------------------------------------------------------------------------ every device
 
 
-DEVICE_CASES = [TABLE[1], TABLE[2]]
+DEVICE_CASES = [TABLE[2]]  # both dilations, padding, strides: the richest case
 
 
 @pytest.mark.parametrize("case", DEVICE_CASES, ids=[c[0] for c in DEVICE_CASES])
@@ -397,14 +398,14 @@ def test_pooling_on_every_device(device):
 # ------------------------------------------------------------------------------------ dot_product_attention
 
 
-@pytest.mark.parametrize("kw", [dict(local_window_size=2), dict(local_window_size=(3, 0), is_causal=True),
+@pytest.mark.parametrize("kw", [dict(local_window_size=(3, 0), is_causal=True),
                                 dict(return_residual=True, local_window_size=(1, 2),
                                      key_value_seq_lengths=np.array([4, 6], np.int32))])
 def test_dot_product_attention_local_window_and_residual_match_jax(kw):
     q = rng.standard_normal((2, 7, 4, 8)).astype(np.float32)
     k, v = (rng.standard_normal((2, 6, 2, 8)).astype(np.float32) for _ in range(2))
     got = nn.dot_product_attention(q, k, v, **kw)
-    want = jax.nn.dot_product_attention(q, k, v, **kw)
+    want = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, **kw))(q, k, v)
     got, want = (got, want) if kw.get("return_residual") else ((got,), (want,))
     for a, b in zip(got, want, strict=True):
         assert a.shape == b.shape

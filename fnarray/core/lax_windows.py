@@ -18,50 +18,14 @@ from fnarray.core import dtypes
 from fnarray.core import lax
 from fnarray.core import primitives as P
 from fnarray.core import windows as W
+from fnarray.core.conv import padtype_to_pads  # one definition (fnarray.lax exports it from lax_conv)
 from fnarray.core.avals import asarray, get_aval
 from fnarray.core.errors import ShapeError
 from fnarray.core.ir import Var
 from fnarray.core.shaped import ShapedArray
 from fnarray.core.tracing import is_scalar
 
-__all__ = ["reduce_window", "reduce_window_sum", "reduce_window_max", "reduce_window_min", "padtype_to_pads"]
-
-_PADDINGS = ("VALID", "SAME", "SAME_LOWER")
-
-
-def padtype_to_pads(in_shape, window_shape, window_strides, padding) -> list[tuple[int, int]]:
-    """``(lo, hi)`` padding per dimension for a padding string (as ``jax.lax.padtype_to_pads``).
-
-    Args:
-      in_shape: the input's extents (ints).
-      window_shape: the (dilated) window's extents, one per input dimension.
-      window_strides: the strides, one per input dimension.
-      padding: ``"VALID"`` (no padding), ``"SAME"`` (output extent ``ceil(n / stride)``, an odd total
-        padding puts the extra element at the end) or ``"SAME_LOWER"`` (the extra element at the start);
-        case-insensitive.
-
-    Returns:
-      A list of ``(lo, hi)`` int pairs.
-
-    Raises:
-      ValueError: an unknown padding string, or sequences of different lengths.
-    """
-    if not isinstance(padding, str) or padding.upper() not in _PADDINGS:
-        raise ValueError(f"padding must be one of {', '.join(map(repr, _PADDINGS))} or a sequence of (lo, hi) "
-                         f"pairs, got {padding!r}")
-    in_shape, window_shape, window_strides = tuple(in_shape), tuple(window_shape), tuple(window_strides)
-    if not len(in_shape) == len(window_shape) == len(window_strides):
-        raise ValueError(f"padtype_to_pads: in_shape {in_shape}, window_shape {window_shape} and window_strides "
-                         f"{window_strides} must have one length")
-    mode = padding.upper()
-    if mode == "VALID":
-        return [(0, 0)] * len(in_shape)
-    pads = []
-    for n, w, s in zip(in_shape, window_shape, window_strides, strict=True):
-        total = max(0, (-(-n // s) - 1) * s + w - n)
-        small, large = total // 2, total - total // 2
-        pads.append((small, large) if mode == "SAME" else (large, small))
-    return pads
+__all__ = ["reduce_window", "reduce_window_sum", "reduce_window_max", "reduce_window_min"]
 
 
 def _ints(name, value, rank, default):

@@ -36,6 +36,7 @@ import itertools
 
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
+from fnarray.core.conv import dilate_dim  # one definition, shared with the convolutions
 from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.core.primitives import Primitive
 from fnarray.core.shaped import ShapedArray
@@ -43,11 +44,6 @@ from fnarray.core.shaped import ShapedArray
 __all__ = ["reduce_window_sum_p", "reduce_window_max_p", "reduce_window_min_p", "select_and_gather_add_p",
            "select_and_scatter_add_p", "REDUCE_WINDOW", "WINDOW_PRIMITIVES", "dilate_dim", "window_out_shape",
            "SELECT_PRIMS", "tap_slices"]
-
-
-def dilate_dim(n: int, d: int) -> int:
-    """The extent of ``n`` elements with ``d - 1`` holes between neighbours (0 stays 0)."""
-    return 0 if n == 0 else 1 + d * (n - 1)
 
 
 def tap_slices(out_shape, window_dimensions, window_strides, window_dilation):

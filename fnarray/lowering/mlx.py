@@ -615,6 +615,12 @@ RULES[conv_general_dilated_p] = _mlx_conv.conv_general_dilated_factory
 #: these operands (they fall back to numpy with that reason).
 _EQN_CHECKS = {conv_general_dilated_p: _mlx_conv.unsupported_reason}
 
+# Convolutions: mx.conv_general through mlx_conv.py, which also says which equations it cannot run.
+RULES[conv_general_dilated_p] = _mlx_conv.conv_general_dilated_factory
+#: ``prim -> check(in_avals, params) -> reason | None``: equations of a primitive that has a rule but not for
+#: these operands (they fall back to numpy with that reason).
+_EQN_CHECKS = {conv_general_dilated_p: _mlx_conv.unsupported_reason}
+
 # ------------------------------------------------------------------------------ what falls back
 
 # MLX's CPU kernels compute these in float32 precision even for float64 inputs (measured against NumPy

@@ -392,24 +392,26 @@ def _window_cases():
     general = win(3, (2, 3, 1), (1, 2, 1), ((1, 0), (2, -1), (0, 0)), (2, 1, 1), (1, 2, 1))
     ties = np.array([[1, 3, 3, 0], [3, 2, 3, 3], [0, 3, 1, 3]], np.float32)
     nan = np.array([[1, np.nan, 2, 5], [np.nan, 0, 7, np.nan]], np.float32)
-    for p in (W.reduce_window_sum_p, W.reduce_window_max_p, W.reduce_window_min_p):
-        case(p.name + "_pool", p, [f32(2, 4, 6, 3)], **pool)
-        case(p.name + "_general", p, [f32(3, 6, 2)], **general)
-        case(p.name + "_int", p, [i32(5, 4)], **win(2, (2, 2), (1, 2), ((1, 1), (0, 1))))
-        case(p.name + "_nan", p, [nan], **win(2, (1, 2)))
+    # A few cases per primitive (each is a kernel compile on opencl/webgpu); tests/test_windows.py has the table.
+    S, M, N = W.reduce_window_sum_p, W.reduce_window_max_p, W.reduce_window_min_p
+    case("reduce_window_sum_general", S, [f32(3, 6, 2)], **general)
+    case("reduce_window_sum_int", S, [i32(5, 4)], **win(2, (2, 2), (1, 2), ((1, 1), (0, 1))))
+    case("reduce_window_max_pool", M, [f32(2, 4, 6, 3)], **pool)
+    case("reduce_window_max_nan", M, [nan], **win(2, (1, 2)))
+    case("reduce_window_min_general", N, [f32(3, 6, 2)], **general)
+    case("reduce_window_min_int", N, [i32(5, 4)], **win(2, (2, 2), (1, 2), ((1, 1), (0, 1))))
+    for p in (S, M, N):
         case(p.name + "_empty", p, [f32(0, 4)], **win(2, (1, 2)))
-    sel = [(P.ge, "max"), (P.le, "min")]
     for p in (W.select_and_gather_add_p, W.select_and_scatter_add_p):
-        for prim, what in sel:
-            def first(x, params, p=p):
-                if p is W.select_and_gather_add_p:
-                    return f32(*x.shape)
-                return f32(*W.window_out_shape(p.name, x.shape, **params))
-            for tag, x, params in [("pool", f32(2, 4, 6, 3), pool), ("general", f32(3, 6, 2), general),
-                                   ("ties", ties, win(2, (2, 2), (1, 1), ((0, 1), (1, 0)))),
-                                   ("int", i32(4, 5, lo=-3, hi=3), win(2, (2, 3), (2, 1))),
-                                   ("empty", f32(0, 4), win(2, (1, 2)))]:
-                case(f"{p.name}_{what}_{tag}", p, [first(x, params), x], select_prim=prim, **params)
+        def first(x, params, p=p):
+            if p is W.select_and_gather_add_p:
+                return f32(*x.shape)
+            return f32(*W.window_out_shape(p.name, x.shape, **params))
+        for tag, prim, x, params in [("max_general", P.ge, f32(3, 6, 2), general),
+                                     ("min_ties", P.le, ties, win(2, (2, 2), (1, 1), ((0, 1), (1, 0)))),
+                                     ("max_int_pool", P.ge, i32(4, 6, lo=-3, hi=3), win(2, (2, 2), (2, 2))),
+                                     ("max_empty", P.ge, f32(0, 4), win(2, (1, 2)))]:
+            case(f"{p.name}_{tag}", p, [first(x, params), x], select_prim=prim, **params)
 
 
 _window_cases()
