@@ -67,7 +67,21 @@ def max_pool(inputs, window_shape, strides=None, padding="VALID"):
 
 
 def min_pool(inputs, window_shape, strides=None, padding="VALID"):
-    """Min pooling (``flax.linen.min_pool``): as ``max_pool`` with the minimum."""
+    """Min pooling (``flax.linen.min_pool``): as ``max_pool`` with the minimum.
+
+    Args:
+      inputs: ``(*batch, *spatial, features)``, a real dtype.
+      window_shape: the window's extent along each spatial axis, e.g. ``(2, 2)``.
+      strides: one per spatial axis (default 1).
+      padding: ``"VALID"``, ``"SAME"`` or one ``(lo, hi)`` pair per spatial axis; padding never wins.
+    Returns:
+      ``(*batch, *pooled, features)`` of the inputs' dtype. NaN propagates. The gradient goes to the
+      first minimal element of each window (row-major), as XLA's.
+    Raises:
+      ShapeError: a window rank that does not fit the inputs, wrong-length strides or padding, a window
+        larger than the padded input; DTypeError: complex inputs.
+    Source: ``flax.linen.pooling``; the reduction is ``lax.reduce_window`` with ``min``.
+    """
     from fnarray import numpy as fnp
     from fnarray.core.lax_windows import reduce_window_min
     x = fnp.asarray(inputs)
