@@ -69,6 +69,7 @@ from fnarray.lowering.kernels.groups import conv as conv_group
 from fnarray.lowering.kernels.groups import windows as window_groups
 from fnarray.lowering.kernels.groups.cumulative import _CumGroup  # noqa: F401
 from fnarray.lowering.kernels.groups.dot import _DotGroup, _view  # noqa: F401
+from fnarray.lowering.kernels.groups.linalg import GROUPS as _LINALG_GROUPS
 from fnarray.lowering.kernels.groups.reduce import _ReduceGroup  # noqa: F401
 from fnarray.lowering.kernels.groups.scatter import _ScatterGroup  # noqa: F401
 from fnarray.lowering.kernels.groups.sort import _SortGroup  # noqa: F401
@@ -268,6 +269,7 @@ for _p in CUMULATIVE:
     _GROUPS[_p] = _CumGroup
 for _p in SCATTERS:
     _GROUPS[_p] = _ScatterGroup
+_GROUPS.update(_LINALG_GROUPS)   # cholesky, triangular_solve, lu
 _GROUPS.update(conv_group.GROUPS)
 _GROUPS.update(window_groups.GROUPS)
 # Kernel groups that read their operands in place: primitive -> ``view(ctx, operand)`` giving
