@@ -24,6 +24,7 @@ import fnarray.numpy as fnp
 from fnarray.core import dtypes
 from fnarray.core import linalg as LA
 from fnarray.core import primitives as P
+from fnarray.core import windows as W
 from fnarray.transforms import ad_rules
 from fnarray.transforms.ad_tables import UndefinedPrimal, Zero, primitive_jvps, primitive_transposes, tangent_aval
 
@@ -252,6 +253,18 @@ CASES += [
          args(cplx((3, 2)), cplx((4, 3)))),
 ]
 
+# window reductions and the max/min gradients' selections (fnarray.core.windows); more in tests/test_windows.py
+_WIN = {"window_dimensions": (2, 3), "window_strides": (2, 1), "padding": ((1, 0), (-1, 2)),
+        "base_dilation": (1, 2), "window_dilation": (2, 1)}
+CASES += [
+    Case("reduce_window_sum", W.reduce_window_sum_p, _WIN, args(u(-2, 2, (5, 4))), h=1e-2),
+    Case("reduce_window_max", W.reduce_window_max_p, _WIN, args(distinct((5, 4)))),
+    Case("reduce_window_min", W.reduce_window_min_p, _WIN, args(distinct((5, 4)))),
+    Case("select_and_gather_add", W.select_and_gather_add_p, {"select_prim": P.ge, **_WIN},
+         args(u(-2, 2, (5, 4)), distinct((5, 4))), h=1e-2),
+    Case("select_and_scatter_add", W.select_and_scatter_add_p, {"select_prim": P.le, **_WIN},
+         args(u(-2, 2, (2, 6)), distinct((5, 4))), h=1e-2),
+]
 CASES += [
     Case("conv_strided_dilated", _CONV, _conv_params((2, 1), ((1, -1), (0, 1)), (1, 2), (2, 1), _NCHW),
          args(u(-1, 1, (2, 3, 5, 4)), u(-1, 1, (4, 3, 2, 2)))),
@@ -700,6 +713,14 @@ TCASES = [
                                        "preferred_element_type": None}, args(cplx((3, 4)), cplx((4, 2))), (0,)),
 ]
 TCASES += [
+    TCase("reduce_window_sum", W.reduce_window_sum_p, _WIN, args(u(-1, 1, (5, 4))), (0,)),
+    TCase("reduce_window_sum_same", W.reduce_window_sum_p,
+          {"window_dimensions": (3, 1), "window_strides": (2, 1), "padding": ((1, 1), (0, 0)),
+           "base_dilation": (1, 1), "window_dilation": (1, 1)}, args(u(-1, 1, (6, 2))), (0,)),
+    TCase("select_and_gather_add", W.select_and_gather_add_p, {"select_prim": P.ge, **_WIN},
+          args(u(-1, 1, (5, 4)), distinct((5, 4))), (0,)),
+    TCase("select_and_scatter_add", W.select_and_scatter_add_p, {"select_prim": P.le, **_WIN},
+          args(u(-1, 1, (2, 6)), distinct((5, 4))), (0,)),
     TCase("conv_lhs", _CONV, _conv_params((2, 1), ((1, -1), (0, 1)), (1, 2), (2, 1), _NCHW),
           args(u(-1, 1, (2, 3, 5, 4)), u(-1, 1, (4, 3, 2, 2))), (0,)),
     TCase("conv_rhs", _CONV, _conv_params((2, 1), ((1, -1), (0, 1)), (1, 2), (2, 1), _NCHW),

@@ -549,9 +549,14 @@ def _dynamic_update_slice(g, e, ins):
 
 @_rule(P.pad)
 def _pad(g, e, ins):
-    x, pv = ins
-    cfg = e.params["padding_config"]
-    shape = list(_av(e).shape)
+    x = pad_node(g, ins[0], _av(e).shape, e.params["padding_config"], ins[1])
+    return g.node("Identity", [x]) if x == ins[0] else x
+
+
+def pad_node(g, x, shape, cfg, pv):
+    """``x`` (of ``shape``) padded by ``cfg``'s ``(lo, hi, interior)`` triples with the scalar named ``pv``;
+    negative lo/hi crop. Returns ``x`` itself when there is nothing to do."""
+    shape = list(shape)
     for d, (_, _, interior) in enumerate(cfg):
         n = shape[d]
         if interior <= 0 or n <= 1:
@@ -574,7 +579,7 @@ def _pad(g, e, ins):
         starts = [-lo if lo < 0 else 0 for lo in lows]
         limits = [n + hi if hi < 0 else n for n, hi in zip(padded, highs, strict=True)]
         x = _slice(g, x, starts, limits)
-    return g.node("Identity", [x]) if x == ins[0] else x
+    return x
 
 
 @_rule(P.concatenate)

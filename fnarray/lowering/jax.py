@@ -36,6 +36,8 @@ try:
 except ImportError as e:  # pragma: no cover - exercised where jax is missing
     raise BackendUnavailable("the jax backend needs JAX: not installed (to fix: pip install 'fnarray[jax]')") from e
 
+from fnarray.lowering import jax_windows  # noqa: E402  (imports jax: after the check above)
+
 __all__ = ["make_backend", "RULES", "JaxBackend"]
 
 RULES: dict = {}
@@ -392,6 +394,8 @@ def _debug_callback(*args, callback, in_tree, nbatch=0):
 
 
 RULES[P.debug_callback] = _debug_callback
+
+RULES.update(jax_windows.RULES)  # reduce_window and the max/min gradients' selections
 
 _UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that are transposed, never run"}
 

@@ -46,6 +46,7 @@ from fnarray.core.passes import dce
 from fnarray.core.subprograms import CALL_PROGRAM, CONTROL_FLOW
 from fnarray.lowering import mlx_conv as _mlx_conv
 from fnarray.lowering import mlx_structural  # noqa: F401  (registers the structural rules)
+from fnarray.lowering import mlx_windows  # noqa: F401  (registers the window primitives' rules)
 from fnarray.lowering.common import dot_general_as_matmul
 from fnarray.lowering.mlx_common import _F32, _LOW, RULES, _const, _md, _mx_op, _upcast, from_numpy, mx, rule, to_numpy
 from fnarray.lowering.zero_size import drop_zero_size, has_zero_size, is_fill
@@ -604,6 +605,7 @@ for _p, _k in CALL_PROGRAM.items():
     RULES[_p] = _call(_k)
 
 # while, scan and cond run from the host (fnarray.devices.host_control); custom_lin never runs.
+
 _HOST = CONTROL_FLOW
 _UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that are transposed, never run"}
 

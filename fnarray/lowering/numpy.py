@@ -21,6 +21,7 @@ from fnarray.core.ir import Literal, Program
 from fnarray.core.passes import dce
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
 from fnarray.lowering.numpy_impls import IMPLS
+from fnarray.lowering import numpy_windows  # noqa: F401  (registers the window primitives' references)
 
 __all__ = ["make_backend", "compile_numpy", "NumpyBackend"]
 

@@ -1,6 +1,7 @@
 """Neural networks (mirrors ``jax.nn``, with Equinox-style layers): functions, modules, losses, initializers.
 
-* Functions: activations, softmax, ``logsumexp``, ``one_hot``, ``dot_product_attention``. Each is a
+* Functions: activations, softmax, ``logsumexp``, ``one_hot``, ``dot_product_attention``, pooling
+  (``max_pool``, ``avg_pool``, ``min_pool``, as flax's). Each is a
   composite of fnarray primitives, so it works eagerly and under ``jit``, ``grad`` and ``vmap`` on
   every backend; integer and boolean inputs are promoted to float32 where the function is defined
   on reals.
@@ -19,6 +20,7 @@ from fnarray.nn._functions import (celu, elu, gelu, hard_sigmoid, hard_silu, har
 from fnarray.nn._layers import (MLP, BatchNorm, BatchNormState, Dropout, Embedding, Identity, Lambda, LayerNorm,
                                 Linear, MultiHeadAttention, RMSNorm, Sequential)
 from fnarray.nn._module import Module, field, static_field
+from fnarray.nn._pooling import avg_pool, max_pool, min_pool
 
 __all__ = [
     "celu", "elu", "gelu", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh", "initializers", "leaky_relu",
@@ -26,5 +28,6 @@ __all__ = [
     "softmax", "softplus", "standardize", "swish", "tanh",
     "dot_product_attention", "losses", "Module", "field", "static_field",
     "BatchNorm", "BatchNormState", "Dropout", "Embedding", "Identity", "Lambda", "LayerNorm", "Linear", "MLP",
-    "MultiHeadAttention", "RMSNorm", "Sequential", "Conv", "Conv1d", "Conv2d", "Conv3d",
+    "MultiHeadAttention", "RMSNorm", "Sequential", "avg_pool", "max_pool", "min_pool", "Conv", "Conv1d", "Conv2d",
+    "Conv3d",
 ]
