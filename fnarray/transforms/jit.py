@@ -428,6 +428,10 @@ class Jitted:
                     b = _to(x, device)
                 committed = committed or x_committed
                 bufs.append(b)
+            elif type(x) in _PY_SCALARS and not self.donate_argnums:
+                # a device scalar the backend may keep (jax:0 caches them: no upload per call); a donated
+                # call gets a buffer of its own, which XLA may reuse for an output
+                bufs.append(device.impl.scalar_to_device(x, dtypes.dtype_of_scalar(x)[0], device))
             else:
                 bufs.append(_to(x, device))
         out_bufs = ex.exe(bufs)
@@ -466,6 +470,9 @@ class Jitted:
 
     def __repr__(self):
         return f"<jitted {getattr(self.fun, '__name__', 'function')}>"
+
+
+_PY_SCALARS = (bool, int, float, complex)
 
 
 def _to(x, device):
