@@ -85,3 +85,37 @@ def test_scalar_cache_is_bounded():
         x * (i + 0.5)
     impl = fa.devices("jax")[0].impl
     assert len(impl._scalars._d) <= jax_lowering._SCALAR_CACHE_SIZE
+
+
+def test_cached_call_on_a_non_default_device_skips_the_trace_lookup(monkeypatch):
+    """Arrays on jax:0 with numpy:0 the default: a repeated call is a hit of the per-function table."""
+    pytest.importorskip("jax")
+    x = fa.device_put(fnp.arange(4, dtype=fnp.float32), "jax:0")
+    f = fa.jit(lambda a: a * 2.0 + 1.0)
+    f(x)
+    looked_up = [0]
+    orig = type(f)._trace
+
+    def counting(self, *a, **k):
+        looked_up[0] += 1
+        return orig(self, *a, **k)
+
+    monkeypatch.setattr(type(f), "_trace", counting)
+    for _ in range(20):
+        y = f(x)
+    assert looked_up[0] == 0
+    assert str(y.device) == "jax:0"
+    np.testing.assert_array_equal(np.asarray(y), np.arange(4, dtype=np.float32) * 2 + 1)
+
+
+def test_a_call_without_arrays_runs_on_the_default_device():
+    """An entry made for jax:0 arrays never decides where a call without array arguments runs."""
+    pytest.importorskip("jax")
+    f = fa.jit(lambda s: fnp.full((3,), 1.0) * s)
+    a = fa.device_put(fnp.asarray(2.0, dtype=fnp.float32), "jax:0")
+    assert str(f(a).device) == "jax:0"
+    y = f(np.float32(3.0))
+    assert y.device == fa.devices()[0]
+    np.testing.assert_array_equal(np.asarray(y), np.full(3, 3.0, np.float32))
+    b = fa.device_put(fnp.asarray(2.0, dtype=fnp.float32), "numpy:0")
+    assert str(f(b).device) == "numpy:0" and str(f(a).device) == "jax:0"
