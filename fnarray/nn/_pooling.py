@@ -67,7 +67,18 @@ def max_pool(inputs, window_shape, strides=None, padding="VALID"):
 
 
 def min_pool(inputs, window_shape, strides=None, padding="VALID"):
-    """Min pooling (``flax.linen.min_pool``): as ``max_pool`` with the minimum."""
+    """Min pooling (``flax.linen.min_pool``): as ``max_pool`` with the minimum.
+
+    Args:
+      inputs: ``(*batch, *spatial, features)``, a real dtype.
+      window_shape, strides, padding: as ``max_pool``'s; padding never wins.
+    Returns:
+      ``(*batch, *pooled, features)`` of the inputs' dtype; NaN propagates; the gradient goes to the first
+      minimal element of each window.
+    Raises:
+      ShapeError: a window rank that does not fit the inputs, wrong-length strides or padding, a window
+        larger than the padded input; DTypeError: complex inputs.
+    """
     from fnarray import numpy as fnp
     from fnarray.core.lax_windows import reduce_window_min
     x = fnp.asarray(inputs)
@@ -86,7 +97,8 @@ def avg_pool(inputs, window_shape, strides=None, padding="VALID", count_include_
     Returns:
       ``(*batch, *pooled, features)``, floating.
     Raises:
-      As ``max_pool``.
+      ShapeError: a window rank that does not fit the inputs, wrong-length strides or padding, a window
+        larger than the padded input; DTypeError: complex inputs.
     Source: ``flax.linen.pooling``: a sum window divided by the window size or by the sum window of ones.
     """
     from fnarray import numpy as fnp
