@@ -71,6 +71,7 @@ from fnarray.lowering.kernels.lowered import KernelLowered
 from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.lowering.kernels.schedule import CALLS, SCHEDULED
 from fnarray.lowering.kernels import wgsl
+from fnarray.lowering.kernels.no_kernel import no_kernel_reason
 from fnarray.lowering.kernels.wgsl import DEFAULT_GROUP_SIZE, render_wgsl, uniform_bytes, wgsl_layout
 
 __all__ = ["make_backend", "WebGPUBackend", "WGBuffer", "PORTABLE_LIMITS"]
@@ -659,7 +660,7 @@ class WebGPUBackend(Backend):
         if prim in CONTROL_PRIMITIVES or prim in CALLS:
             return None  # driven from the host / inlined; the partitioner checks their sub-programs
         if prim not in SCHEDULED:
-            return f"the webgpu backend has no kernel for {prim.name}"
+            return no_kernel_reason(prim, "webgpu")
         if prim is P.dot_general and any(isinstance(a, Literal) for a in eqn.inputs):
             return "dot_general of a literal operand (an array of it is needed)"
         limit = caps.max_buffers_per_kernel

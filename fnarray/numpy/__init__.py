@@ -23,3 +23,5 @@ import sys as _sys  # noqa: E402
 
 set_ops(_sys.modules[__name__])
 del _m, _name, _sys
+
+from fnarray.numpy import linalg  # noqa: E402,F401  (the array API's linalg extension, fnp.linalg)
