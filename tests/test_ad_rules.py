@@ -131,6 +131,17 @@ UNARY = [
     ("real", P.real, cplx()), ("imag", P.imag, cplx()), ("conj", P.conj, cplx()),
 ]
 
+def _conv_params(strides, padding, lhs_dil, rhs_dil, dn, g=1, b=1):
+    from fnarray.core.conv import ConvDimensionNumbers
+    return {"window_strides": strides, "padding": padding, "lhs_dilation": lhs_dil, "rhs_dilation": rhs_dil,
+            "dimension_numbers": ConvDimensionNumbers(*dn), "feature_group_count": g, "batch_group_count": b,
+            "precision": None, "preferred_element_type": None}
+
+
+_NCHW = ((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3))
+_NHWC = ((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
+_CONV = P.PRIMITIVES["conv_general_dilated"]   # fnarray.core.conv (tests/test_conv.py has the full table)
+
 CASES = [Case(n, p, {}, args(m)) for n, p, m in UNARY]
 
 CASES += [Case(f"integer_pow_{y}", P.integer_pow, {"y": y}, args(away(-2, 2, 0.3))) for y in (1, 2, 3, -2)]
@@ -253,6 +264,14 @@ CASES += [
          args(u(-2, 2, (5, 4)), distinct((5, 4))), h=1e-2),
     Case("select_and_scatter_add", W.select_and_scatter_add_p, {"select_prim": P.le, **_WIN},
          args(u(-2, 2, (2, 6)), distinct((5, 4))), h=1e-2),
+]
+CASES += [
+    Case("conv_strided_dilated", _CONV, _conv_params((2, 1), ((1, -1), (0, 1)), (1, 2), (2, 1), _NCHW),
+         args(u(-1, 1, (2, 3, 5, 4)), u(-1, 1, (4, 3, 2, 2)))),
+    Case("conv_groups_nhwc", _CONV, _conv_params((1, 1), ((0, 0), (1, 1)), (1, 1), (1, 1), _NHWC, g=2),
+         args(u(-1, 1, (2, 4, 5, 4)), u(-1, 1, (3, 2, 2, 4)))),
+    Case("conv_batch_groups", _CONV, _conv_params((1,), ((1, 0),), (1,), (1,), ((0, 1, 2),) * 3, b=2),
+         args(u(-1, 1, (4, 2, 6)), u(-1, 1, (4, 2, 3)))),
 ]
 
 
@@ -702,6 +721,14 @@ TCASES += [
           args(u(-1, 1, (5, 4)), distinct((5, 4))), (0,)),
     TCase("select_and_scatter_add", W.select_and_scatter_add_p, {"select_prim": P.le, **_WIN},
           args(u(-1, 1, (2, 6)), distinct((5, 4))), (0,)),
+    TCase("conv_lhs", _CONV, _conv_params((2, 1), ((1, -1), (0, 1)), (1, 2), (2, 1), _NCHW),
+          args(u(-1, 1, (2, 3, 5, 4)), u(-1, 1, (4, 3, 2, 2))), (0,)),
+    TCase("conv_rhs", _CONV, _conv_params((2, 1), ((1, -1), (0, 1)), (1, 2), (2, 1), _NCHW),
+          args(u(-1, 1, (2, 3, 5, 4)), u(-1, 1, (4, 3, 2, 2))), (1,)),
+    TCase("conv_lhs_groups", _CONV, _conv_params((1, 1), ((0, 0), (1, 1)), (1, 1), (1, 1), _NHWC, g=2),
+          args(u(-1, 1, (2, 4, 5, 4)), u(-1, 1, (3, 2, 2, 4))), (0,)),
+    TCase("conv_rhs_batch_groups", _CONV, _conv_params((1,), ((1, 0),), (1,), (1,), ((0, 1, 2),) * 3, b=2),
+          args(u(-1, 1, (4, 2, 6)), u(-1, 1, (4, 2, 3))), (1,)),
 ]
 
 

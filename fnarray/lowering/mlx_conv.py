@@ -8,6 +8,7 @@ input and kernel dilation, and feature groups in 1-D and 2-D. What it lacks is w
 - ``batch_group_count``: the batch groups become feature groups (``(B * NB, C) -> (NB, B * C)``, the kernel's
   output features already grouped), exact;
 - feature groups in 3-D: one ``conv_general`` per group, concatenated along the features;
+- negative padding with input dilation (MLX crops before it dilates): the crop as a slice of the input;
 - float16/bfloat16: computed in float32 and rounded once, as the reference; ``preferred_element_type`` is the
   compute dtype.
 
@@ -37,6 +38,37 @@ def unsupported_reason(in_avals, params):
     return None
 
 
+def _crops(shape, lhs_spec, padding, lhs_dilation):
+    """Negative padding as a slice of the input plus non-negative padding.
+
+    MLX 0.32 crops before it dilates (a negative pad with ``input_dilation`` > 1 gives the wrong size), so the
+    crop is done here: cutting ``c = q * d + r`` elements off the front of the dilated input is the input from
+    element ``q`` (``r == 0``), or from ``q + 1`` behind ``d - r`` zeros of padding; the end likewise.
+    Returns ``(crop, lo, hi)``: ``crop`` is ``None`` (no negative pads), ``"empty"`` (nothing is left) or a
+    tuple of spatial slices.
+    """
+    lo, hi, slices, cut = [], [], [], False
+    for k, ((a, b), d) in enumerate(zip(padding, lhs_dilation, strict=True)):
+        n = shape[lhs_spec[2 + k]]
+        start, stop = 0, n
+        if a < 0:
+            q, r = divmod(-a, d)
+            start, a = (q + 1, d - r) if r else (q, 0)
+            cut = True
+        if b < 0:
+            q, r = divmod(-b, d)
+            stop, b = (n - q - 1, d - r) if r else (n - q, 0)
+            cut = True
+        lo.append(a)
+        hi.append(b)
+        slices.append(slice(start, stop))
+    if not cut:
+        return None, lo, hi
+    if any(s.start >= s.stop for s in slices):
+        return "empty", lo, hi
+    return tuple(slices) + (slice(None),), lo, hi
+
+
 def conv_general_dilated_factory(params, in_avals, out_avals):
     import mlx.core as mx  # noqa: PLC0415 (imported only when the mlx backend lowers a program)
     ls, rs, os_ = params["dimension_numbers"]
@@ -54,10 +86,10 @@ def conv_general_dilated_factory(params, in_avals, out_avals):
     for i in range(nsp):
         out_perm[os_[2 + i]] = 1 + i
     ident = list(range(nsp + 2))
-    lo = [p[0] for p in params["padding"]]
-    hi = [p[1] for p in params["padding"]]
+    crop, lo, hi = _crops(in_avals[0].shape, ls, params["padding"], params["lhs_dilation"])
     kw = dict(stride=list(params["window_strides"]), padding=(lo, hi), kernel_dilation=list(params["rhs_dilation"]),
               input_dilation=list(params["lhs_dilation"]))
+    out_shape = [out_avals[0].shape[d] for d in [os_[0]] + list(os_[2:]) + [os_[1]]]
     groups = max(G, B)
     split_groups = groups > 1 and nsp == 3
 
@@ -66,6 +98,12 @@ def conv_general_dilated_factory(params, in_avals, out_avals):
             x, w = x.astype(mc), w.astype(mc)
         x = x if x_perm == ident else mx.transpose(x, x_perm)
         w = w if w_perm == ident else mx.transpose(w, w_perm)
+        if crop is not None:
+            if crop == "empty":   # the padding crops every input element away: zeros
+                r = mx.zeros(out_shape, mc)
+                r = r if out_perm == ident else mx.transpose(r, out_perm)
+                return r.astype(mo)
+            x = x[(slice(None),) + crop]
         if B > 1:   # (B * NB, *S, C) -> (NB, *S, B * C): the batch groups as feature groups
             n = x.shape[0] // B
             x = x.reshape([B, n] + list(x.shape[1:]))

@@ -4,7 +4,9 @@ Method: bring the operands to ``lhs[N, C, *S]`` and ``rhs[O, I, *K]``, dilate an
 linear in the padded input), then loop over the kernel's positions: each position ``k`` reads a strided view of
 the padded input (the elements that kernel tap ``k`` meets at every output position) and adds
 ``rhs[:, :, k] @ view`` to the result. So memory stays linear in the input and output (no im2col matrix of
-``prod(K)`` times the input), and every product is a BLAS matmul over the features.
+``prod(K)`` times the input), and every product is a BLAS matmul over the features. When the kernel has more
+taps than the result has positions (the kernel gradient, whose kernel is the cotangent), the loop runs over
+the output positions instead, each one matmul over the features and the whole (strided) window.
 Groups are axes of that matmul: feature groups split ``C`` and ``O``, batch groups split ``N`` and ``O``.
 """
 
@@ -46,6 +48,30 @@ def _compute_dtype(in_dtype, out_dtype):
     return np.dtype(np.float32) if d in _LOW else d
 
 
+def _by_taps(res, x, w, out_sp, strides, rhs_dil):
+    """One matmul per kernel tap over every output position (the common case: small kernels)."""
+    for k in product(*(range(n) for n in w.shape[5:])):
+        view = x[(Ellipsis,) + tuple(slice(ki * rd, ki * rd + (n - 1) * s + 1, s)
+                                     for ki, rd, n, s in zip(k, rhs_dil, out_sp, strides, strict=True))]
+        view = view.reshape(view.shape[:4] + (-1,))            # (B, NB, G, I, P)
+        tap = w[(Ellipsis,) + k]                                # (B|1, 1, G, OG, I)
+        res += np.matmul(tap, view)                             # (B, NB, G, OG, P)
+
+
+def _by_positions(res, x, w, out_sp, strides, rhs_dil):
+    """One matmul per output position over the whole kernel, for kernels with more taps than the result has
+    positions (a kernel gradient, whose "kernel" is the cotangent): ``(OG, I * K) @ (I * K, NB)``."""
+    B, NB, G, I = x.shape[:4]
+    ksp = w.shape[5:]
+    wk = w.reshape(w.shape[0], G, w.shape[3], -1)               # (B|1, G, OG, I * K)
+    nk = len(ksp)
+    for flat, pos in enumerate(product(*(range(n) for n in out_sp))):
+        win = x[(Ellipsis,) + tuple(slice(pi * s, pi * s + (k - 1) * rd + 1, rd)
+                                    for pi, s, k, rd in zip(pos, strides, ksp, rhs_dil, strict=True))]
+        win = win.transpose((0, 2, 3) + tuple(range(4, 4 + nk)) + (1,)).reshape(B, G, -1, NB)
+        res[..., flat] = np.moveaxis(np.matmul(wk, win), 3, 1)   # (B, G, OG, NB) -> (B, NB, G, OG)
+
+
 def conv_general_dilated_impl(params, in_avals, out_avals):
     """``IMPLS`` factory: ``f(lhs, rhs) -> out`` for one equation's params."""
     dn = params["dimension_numbers"]
@@ -72,13 +98,10 @@ def conv_general_dilated_impl(params, in_avals, out_avals):
             # x: (B, NB, G, I, *S); w: (B or G groups, OG, I, *K) -> one group axis for each count.
             x = x.reshape((B, NB, G, I) + x.shape[2:])
             w = w.reshape((B, 1, G, OG, I) + w.shape[2:]) if B > 1 else w.reshape((1, 1, G, OG, I) + w.shape[2:])
-            for k in product(*(range(n) for n in w.shape[5:])):
-                view = x[(Ellipsis,) + tuple(
-                    slice(ki * rd, ki * rd + (n - 1) * s + 1, s)
-                    for ki, rd, n, s in zip(k, rhs_dil, out_sp, strides, strict=True))]
-                view = view.reshape(view.shape[:4] + (-1,))            # (B, NB, G, I, P)
-                tap = w[(Ellipsis,) + k]                                # (B|1, 1, G, OG, I)
-                res += np.matmul(tap, view)                             # (B, NB, G, OG, P)
+            if math.prod(w.shape[5:]) <= math.prod(out_sp):
+                _by_taps(res, x, w, out_sp, strides, rhs_dil)
+            else:
+                _by_positions(res, x, w, out_sp, strides, rhs_dil)
         # (B, NB, G, OG, P) -> (NB, B * G * OG = O, *S'): output feature o = (b * G + g) * OG + j.
         res = np.moveaxis(res, 0, 1).reshape((NB, O) + out_sp)
         return np.transpose(res, to_out).astype(out_dtype, copy=False)

@@ -721,6 +721,7 @@ IMPLS[P.debug_callback] = _debug_callback
 
 # Convolutions: the reference lives in its own module (numpy_conv.py).
 IMPLS[conv_general_dilated_p] = conv_general_dilated_impl
+
 # The linear-algebra primitives have their own module (fnarray/lowering/linalg_numpy.py).
 from fnarray.lowering.linalg_numpy import register as _register_linalg  # noqa: E402
 

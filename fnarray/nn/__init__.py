@@ -5,14 +5,15 @@
   composite of fnarray primitives, so it works eagerly and under ``jit``, ``grad`` and ``vmap`` on
   every backend; integer and boolean inputs are promoted to float32 where the function is defined
   on reals.
-* Modules (``Module``, ``Linear``, ``Embedding``, ``LayerNorm``, ``RMSNorm``, ``BatchNorm``,
-  ``Dropout``, ``MultiHeadAttention``, ``MLP``, ``Sequential``): immutable pytrees, so
+* Modules (``Module``, ``Linear``, ``Conv`` (``Conv1d``/``2d``/``3d``), ``Embedding``, ``LayerNorm``,
+  ``RMSNorm``, ``BatchNorm``, ``Dropout``, ``MultiHeadAttention``, ``MLP``, ``Sequential``): immutable pytrees, so
   ``fa.value_and_grad(loss)(model, x, y)`` differentiates a whole model.
 * ``fnarray.nn.losses`` and ``fnarray.nn.initializers``.
 """
 
 from fnarray.nn import initializers, losses
 from fnarray.nn._attention import dot_product_attention
+from fnarray.nn._conv import Conv, Conv1d, Conv2d, Conv3d
 from fnarray.nn._functions import (celu, elu, gelu, hard_sigmoid, hard_silu, hard_swish, hard_tanh, leaky_relu,
                                    log_sigmoid, log_softmax, logsumexp, one_hot, relu, relu6, selu, sigmoid, silu,
                                    soft_sign, softmax, softplus, standardize, swish, tanh)
@@ -27,5 +28,6 @@ __all__ = [
     "softmax", "softplus", "standardize", "swish", "tanh",
     "dot_product_attention", "losses", "Module", "field", "static_field",
     "BatchNorm", "BatchNormState", "Dropout", "Embedding", "Identity", "Lambda", "LayerNorm", "Linear", "MLP",
-    "MultiHeadAttention", "RMSNorm", "Sequential", "avg_pool", "max_pool", "min_pool",
+    "MultiHeadAttention", "RMSNorm", "Sequential", "Conv", "Conv1d", "Conv2d", "Conv3d", "avg_pool", "max_pool",
+    "min_pool",
 ]

@@ -415,6 +415,7 @@ def _window_cases():
 
 
 _window_cases()
+
 # The linear-algebra primitives' cases live beside their definitions' tests (fnarray/testing/linalg_cases.py).
 from fnarray.testing.linalg_cases import add_cases as _add_linalg_cases  # noqa: E402
 
