@@ -32,6 +32,7 @@ import numpy as np
 
 import fnarray as fa
 import fnarray.lax as lax
+from fnarray.devices.placement import parse_device
 
 N, H, W, C, O, K = 32, 32, 32, 32, 64, 3
 DN = ("NHWC", "HWIO", "NHWC")
@@ -131,15 +132,19 @@ def tinygrad_worker():
 
     runs = {"conv": lambda: conv(t["x"], t["w"], t["ct"]), "pool": lambda: pool(t["y"], t["ctp"])}
     last = {}
-    print(f"ready {Device.DEFAULT}", flush=True)
+    print(f"ready {Device.DEFAULT} {getattr(Device[Device.DEFAULT], 'device_name', '?')}", flush=True)
     for line in sys.stdin:
         cmd, *rest = line.split()
         if cmd == "save":
             # NCHW / OIHW back to NHWC / HWIO
             perms = {"conv": [(0, 2, 3, 1), (0, 2, 3, 1), (2, 3, 1, 0)], "pool": [(0, 2, 3, 1)] * 2}
-            np.savez(rest[0], **{f"{k}{i}": o.numpy().transpose(p) for k, outs in last.items()
-                                 for i, (o, p) in enumerate(zip(outs, perms[k], strict=True))})
-            print("ok", flush=True)
+            try:
+                np.savez(rest[0], **{f"{k}{i}": o.contiguous().realize().numpy().transpose(p)
+                                     for k, outs in last.items()
+                                     for i, (o, p) in enumerate(zip(outs, perms[k], strict=True))})
+                print("ok", flush=True)
+            except Exception as e:  # noqa: BLE001 (reading back can need tinygrad's CPU compiler, clang)
+                print(f"unreadable {type(e).__name__}", flush=True)
             continue
         t0 = time.perf_counter()
         last[cmd] = runs[cmd]()
@@ -150,15 +155,26 @@ def tinygrad_worker():
 class _Tinygrad:
     """The worker process, driven one run at a time (so its runs interleave with the others)."""
 
-    def __init__(self):
+    def __init__(self, device, tmp):
         import subprocess
         import sys
+        env = dict(os.environ)
+        if "+debian" not in device.description:
+            # fnarray's device is the PoCL that pyopencl's wheel ships: point the system's ICD loader (which
+            # tinygrad uses) at that library, so both run on the same OpenCL implementation.
+            import pyopencl
+            libs = os.path.join(os.path.dirname(pyopencl.__file__), ".libs")
+            lib = next((f for f in os.listdir(libs) if f.startswith("libpocl")), None)
+            if lib is not None:
+                with open(os.path.join(tmp, "pocl.icd"), "w") as f:
+                    f.write(os.path.join(libs, lib) + "\n")
+                env["OCL_ICD_VENDORS"] = tmp
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--tinygrad-worker"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        first = self.proc.stdout.readline().split()
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        first = self.proc.stdout.readline().split(maxsplit=2)
         if not first or first[0] != "ready":
             raise RuntimeError("the tinygrad worker did not start (is tinygrad installed? pip install tinygrad)")
-        self.device = first[1]
+        self.device, self.device_name = first[1], first[2].strip()
 
     def ask(self, line):
         self.proc.stdin.write(line + "\n")
@@ -169,7 +185,9 @@ class _Tinygrad:
         return float(self.ask(work))
 
     def results(self, work, path):
-        self.ask(f"save {path}")
+        """The worker's last results of ``work`` in NHWC/HWIO, or ``None`` where it could not read them."""
+        if self.ask(f"save {path}") != "ok":
+            return None
         with np.load(path) as z:
             return [z[k] for k in sorted(z.files) if k.startswith(work)]
 
@@ -208,11 +226,13 @@ def main(argv=None):
     fa.config.fallback = "error"
     x, w, ct, ctp = inputs()
     y_ref, *_ = np_conv_step(x, w, ct)
+    import tempfile
+    icd_dir = tempfile.mkdtemp(prefix="fnarray-bench-icd-")
     tg = None
     rows = []   # (workload, device, rival name, fnarray median s, rival median s, max abs error vs rival)
     for dev in args.devices.split(","):
         rounds = args.webgpu_rounds if dev.startswith("webgpu") else args.rounds
-        d = fa.devices(dev.split(":")[0])[int(dev.split(":")[1])] if ":" in dev else fa.devices(dev)[0]
+        d = parse_device(dev)
         fconv = fa.jit(fn_conv_step, device=d)
         fpool = fa.jit(fn_pool_step, device=d)
         fx, fw, fct, fctp = (fa.device_put(a, d) for a in (x, w, ct, ctp))
@@ -234,12 +254,13 @@ def main(argv=None):
             rivals = {"conv": ["NumPy im2col + BLAS"], "pool": ["NumPy reshape + mask"]}
             if dev.startswith("opencl") and not args.no_tinygrad:
                 try:
-                    tg = _Tinygrad()
+                    tg = _Tinygrad(d, icd_dir)
                 except (RuntimeError, OSError) as e:
                     print(f"tinygrad left out: {e}")
                     tg = None
                 if tg is not None:
-                    name = f"tinygrad DEV={tg.device} (same PoCL device, own process)"
+                    same = "same device" if tg.device_name in d.description else f"device {tg.device_name}"
+                    name = f"tinygrad DEV={tg.device} ({same}, own process)"
                     for work in ("conv", "pool"):
                         variants[(work, name)] = (lambda work=work, tg=tg: tg.run(work), "external")
                         rivals[work].append(name)
@@ -266,7 +287,8 @@ def main(argv=None):
                         theirs = tg.results(work, os.path.join(tmp, "tg.npz"))
                 else:
                     theirs = [np.asarray(a) for a in results[(work, rival)]]
-                err = max(float(np.abs(a - b).max()) for a, b in zip(ours, theirs, strict=True))
+                err = (float("nan") if theirs is None else
+                       max(float(np.abs(a - b).max()) for a, b in zip(ours, theirs, strict=True)))
                 rows.append((work, dev, rival, mine, statistics.median(times[(work, rival)]), err, rounds))
         if tg is not None:
             tg.close()

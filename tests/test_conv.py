@@ -11,9 +11,8 @@
   bad input, ``fa.nn.Conv`` (against ``jax.lax`` with the layer's weights, under ``jit(grad)`` and ``vmap``)
   and the ONNX export (onnxruntime against numpy:0).
 
-On opencl and webgpu the primitive has no kernel yet and runs through the numpy fallback: ``KERNELS`` names
-the backends whose kernels must run it (``fallback="error"``); add "opencl" and "webgpu" there once their
-convolution kernels land.
+Every backend runs it with its own kernels (``fallback="error"``; opencl and webgpu since branch convkern's
+kernels, ``fnarray/lowering/kernels/groups/conv.py``): ``KERNELS`` names the backends.
 """
 
 from __future__ import annotations
@@ -34,8 +33,8 @@ jax = pytest.importorskip("jax", reason="jax is the oracle of these tests (pip i
 jlax = jax.lax
 
 #: Backends whose own kernels must run convolutions (tests there use ``fallback="error"``). The kernel backends
-#: join when their convolution kernels land: KERNELS = {"numpy", "jax", "mlx", "opencl", "webgpu"}.
-KERNELS = {"numpy", "jax", "mlx"}
+#: joined when their convolution kernels landed.
+KERNELS = {"numpy", "jax", "mlx", "opencl", "webgpu"}
 
 NUMPY = fa.devices("numpy")[0]
 rng = np.random.default_rng(1234)
@@ -263,7 +262,8 @@ def test_bfloat16_accumulates_in_float32(device):
     def f(a, b):
         return fa.lax.conv_general_dilated(a, b, c.strides, c.padding, dimension_numbers=c.dn,
                                            preferred_element_type=fnp.float32)
-    with _fallback(device) if device.backend != "webgpu" else _quiet():
+    # OpenCL C and WGSL have no bfloat16: there the equations fall back to numpy:0 (the dtype is the reason).
+    with _fallback(device) if device.backend not in ("webgpu", "opencl") else _quiet():
         out = f(_put(xb, device), _put(wb, device))
         assert out.dtype == np.float32
         _close(out, want, f"bf16 -> f32 on {device}", tol=1e-5)

@@ -201,6 +201,19 @@ def test_selection_ties_nans_and_padding_match_the_reference(kdev):
             np.testing.assert_array_equal(np.asarray(g), np.asarray(w), err_msg=str(sp))
 
 
+def test_large_window_gradient_writes_the_selections_first(kdev):
+    """Windows of more than 16 taps: one kernel writes every window's selected tap, the next scatters."""
+    x = _ties((2, 9, 8))
+    kw = dict(window_dimensions=(1, 5, 4), window_strides=(1, 1, 2), padding=((0, 0), (2, 2), (1, 2)),
+              base_dilation=(1, 1, 2), window_dilation=(1, 1, 1))
+    src = _f32(*W.window_out_shape("t", x.shape, **kw))
+    for sp in (P.ge, P.le):
+        jf = fa.jit(lambda s, a, sp=sp: W.select_and_scatter_add_p.bind(s, a, select_prim=sp, **kw), device=kdev)
+        assert [k.name.split("_select_and")[0] for k in jf.lower(src, x).kernels()] == ["select_taps", "select"]
+        ref = fa.jit(lambda s, a, sp=sp: W.select_and_scatter_add_p.bind(s, a, select_prim=sp, **kw), device=REF)
+        np.testing.assert_array_equal(np.asarray(jf(src, x)), np.asarray(ref(src, x)), err_msg=str(sp))
+
+
 # ------------------------------------------------------------------------------------------- the schedule
 
 CAPS = Capabilities(dtypes=frozenset(dtypes.ALL_DTYPES), max_workgroup_size=256, local_memory=True,

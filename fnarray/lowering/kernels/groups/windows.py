@@ -246,6 +246,11 @@ class SelectGroup(_Group):
         gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
         dt = out.aval.dtype
         adt = np.dtype(np.float32) if dt == np.float16 else dt
+        launches = []
+        selected = None
+        if e.primitive is W.select_and_scatter_add_p and self._two_pass():
+            selected, first_launch = self._selections()
+            launches.append(first_launch)
         with b.when(op("lt", gid, const(n, INT32))):
             idx = _index_vars(b, gid, self.shape)
             here = _coords(idx)
@@ -260,18 +265,46 @@ class SelectGroup(_Group):
 
                 self._scan(b, em, here, on_tap)
             else:
-                acc = self._scatter(b, em, first, here, adt)
+                acc = self._scatter(b, em, first, here, adt, selected, args)
             res = b.let(convert(b, acc, dt))
             em.seed(out, idx, res)
             if out in ctx.needed:
                 b.store(ctx.output(b, args, out), gid, res)
             self.emit_roots(b, em, args, idx, gid)
         b.name = _kernel_name("select", tracker.eqns)
-        return [_launch(b, args, {}, gsize, lsize, tracker.eqns, "window")]
+        return launches + [_launch(b, args, {}, gsize, lsize, tracker.eqns, "window")]
 
-    def _scatter(self, b, em, source, ps, adt):
+    def _two_pass(self) -> bool:
+        """Whether the scatter first writes every window's selected tap (``taps`` loop iterations per work
+        item twice) rather than repeating the scans (``taps**2``): for large windows, and where the target
+        caps loop lengths below the one-pass count."""
+        taps = self.win.taps
+        cap = getattr(self.ctx.caps, "max_loop_iterations", None)
+        return taps > 16 or (cap is not None and 2 * taps * (taps + 1) > cap)
+
+    def _selections(self):
+        """``(buffer, launch)``: a kernel writing each window's selected tap number (int32, -1: none)."""
+        ctx = self.ctx
+        m = math.prod(self.wshape)
+        spec = ctx.spec(("selected", id(self)), self.wshape, INT32)
+        b = KernelBuilder("k")
+        args: dict = {}
+        tracker = _Tracker(ctx)
+        tracker.add(self.eqn)
+        em = ctx.emitter(b, args=args, tracker=tracker)
+        gid, gsize, lsize = ctx.gid(b, m, ctx.wg)
+        with b.when(op("lt", gid, const(m, INT32))):
+            ys = _coords(_index_vars(b, gid, self.wshape))
+            sel = self._scan(b, em, ys, None)
+            name = b.buffer(spec, INT32, True, "sel")
+            args[name] = spec
+            b.store(name, gid, sel)
+        b.name = _kernel_name("select_taps", tracker.eqns)
+        return spec, _launch(b, args, {}, gsize, lsize, tracker.eqns, "window")
+
+    def _scatter(self, b, em, source, ps, adt, selected=None, args=None):
         """The sum, over the windows that contain operand element ``ps``, of their source value where
-        their scan selects it."""
+        their scan selects it (the scan repeated here, or its result read from buffer ``selected``)."""
         win = self.win
         acc = b.var(adt, const(0, adt), "grad")
 
@@ -292,10 +325,19 @@ class SelectGroup(_Group):
                 ys.append(y)
             flat = b.let(_flat_tap(win, taps), "mine")
             with b.when(ok):
-                sel = self._scan(b, em, ys, None)
+                yidx = tuple(ix_data(b.let(select(op("lt", y, const(m - 1, INT32)), y, const(m - 1, INT32))), 0,
+                                     m - 1) if m > 1 else ix_const(0) for y, m in zip(ys, self.wshape, strict=True))
+                if selected is None:
+                    sel = self._scan(b, em, ys, None)
+                else:
+                    name = b.buffer(selected, INT32, False, "sel")
+                    args[name] = selected
+                    lin = const(0, INT32)
+                    for y, m in zip(ys, self.wshape, strict=True):
+                        ym = b.let(select(op("lt", y, const(m - 1, INT32)), y, const(m - 1, INT32)))
+                        lin = op("add", op("mul", lin, const(m, INT32)), ym)
+                    sel = b.load(name, b.let(lin), INT32)
                 with b.when(op("eq", sel, flat)):
-                    yidx = tuple(ix_data(b.let(select(op("lt", y, const(m - 1, INT32)), y, const(m - 1, INT32))), 0,
-                                         m - 1) if m > 1 else ix_const(0) for y, m in zip(ys, self.wshape, strict=True))
                     v = b.let(convert(b, em.val(source, yidx), adt))
                     b.assign(acc, add_of(b, acc, v))
 
