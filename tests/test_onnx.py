@@ -372,15 +372,21 @@ def test_newton_cholesky_and_hessian(tmp_path):
     t = (rng.random(20) < 0.5).astype(np.float32)
     w = (rng.standard_normal(8) * 0.1).astype(np.float32)
 
-    def step(x, t, w):
+    def step(x, t, w):  # the Hessian, the gradient and a Hessian-vector product: what a Newton step needs
         loss = newton.make_loss(x, t, 1e-2)
-        h = fa.hessian(loss)(w)
-        return newton.cholesky_solve(newton.cholesky(h), fa.grad(loss)(w)), newton.hvp(loss, w, w)
+        return fa.hessian(loss)(w), fa.grad(loss)(w), newton.hvp(loss, w, w)
     model = fa.export.onnx(step, x, t, w, path=tmp_path / "newton.onnx")
     got = _ort_run(model, {"x": x, "t": t, "w": w})
     want = _ref(step, x, t, w)
     for g, r in zip(got, want):
-        np.testing.assert_allclose(g, r, rtol=2e-4, atol=2e-5)  # a triangular solve amplifies rounding
+        np.testing.assert_allclose(g, r, rtol=2e-4, atol=2e-5)
+
+    # The example's Cholesky solve is fnarray.scipy.linalg's now; ONNX has no factorization operator.
+    def solve(x, t, w):
+        _, _, d = newton.newton_direction(newton.make_loss(x, t, 1e-2), w, "cholesky", 0)
+        return d
+    with pytest.raises(fa.UnsupportedOnDevice, match="cholesky"):
+        fa.export.onnx(solve, x, t, w, path=tmp_path / "newton_solve.onnx")
 
 
 def test_per_example_gradients_and_dp_sgd(tmp_path):

@@ -71,6 +71,7 @@ from fnarray.lowering.kernels.lowered import KernelLowered
 from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.lowering.kernels.schedule import CALLS, SCHEDULED
 from fnarray.lowering.kernels import wgsl
+from fnarray.lowering.kernels.groups import linalg
 from fnarray.lowering.kernels.no_kernel import no_kernel_reason
 from fnarray.lowering.kernels.wgsl import DEFAULT_GROUP_SIZE, render_wgsl, uniform_bytes, wgsl_layout
 
@@ -659,6 +660,9 @@ class WebGPUBackend(Backend):
                 return f"kernels index with int32: {a.aval.str_short()} has more than 2**31 - 1 elements"
         if prim in CONTROL_PRIMITIVES or prim in CALLS:
             return None  # driven from the host / inlined; the partitioner checks their sub-programs
+        why = linalg.oversize_reason(eqn, caps)
+        if why is not None:
+            return why
         if prim not in SCHEDULED:
             return no_kernel_reason(prim, "webgpu")
         if prim is P.dot_general and any(isinstance(a, Literal) for a in eqn.inputs):

@@ -71,13 +71,16 @@ def min_pool(inputs, window_shape, strides=None, padding="VALID"):
 
     Args:
       inputs: ``(*batch, *spatial, features)``, a real dtype.
-      window_shape, strides, padding: as ``max_pool``'s; padding never wins.
+      window_shape: the window's extent along each spatial axis, e.g. ``(2, 2)``.
+      strides: one per spatial axis (default 1).
+      padding: ``"VALID"``, ``"SAME"`` or one ``(lo, hi)`` pair per spatial axis; padding never wins.
     Returns:
-      ``(*batch, *pooled, features)`` of the inputs' dtype; NaN propagates; the gradient goes to the first
-      minimal element of each window.
+      ``(*batch, *pooled, features)`` of the inputs' dtype. NaN propagates. The gradient goes to the
+      first minimal element of each window (row-major), as XLA's.
     Raises:
       ShapeError: a window rank that does not fit the inputs, wrong-length strides or padding, a window
         larger than the padded input; DTypeError: complex inputs.
+    Source: ``flax.linen.pooling``; the reduction is ``lax.reduce_window`` with ``min``.
     """
     from fnarray import numpy as fnp
     from fnarray.core.lax_windows import reduce_window_min
@@ -97,8 +100,7 @@ def avg_pool(inputs, window_shape, strides=None, padding="VALID", count_include_
     Returns:
       ``(*batch, *pooled, features)``, floating.
     Raises:
-      ShapeError: a window rank that does not fit the inputs, wrong-length strides or padding, a window
-        larger than the padded input; DTypeError: complex inputs.
+      As ``max_pool``.
     Source: ``flax.linen.pooling``: a sum window divided by the window size or by the sum window of ones.
     """
     from fnarray import numpy as fnp

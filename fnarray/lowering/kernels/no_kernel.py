@@ -15,8 +15,7 @@ NO_KERNEL = {
     L.eigh_p: "eigh runs on numpy (LAPACK) by design: an iterative eigensolver, too sequential for a kernel to pay",
     L.svd_p: "svd runs on numpy (LAPACK) by design: an iterative SVD, too sequential for a kernel to pay",
 }
-for _p in (L.cholesky_p, L.triangular_solve_p, L.lu_p):
-    NO_KERNEL[_p] = f"no kernel for {_p.name} yet (planned: one work-group per matrix); it runs on numpy meanwhile"
+# cholesky, triangular_solve and lu have kernels (kernels/groups/linalg.py).
 
 
 def no_kernel_reason(prim, backend: str) -> str:

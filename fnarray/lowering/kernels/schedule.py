@@ -69,6 +69,7 @@ from fnarray.lowering.kernels.groups import conv as conv_group
 from fnarray.lowering.kernels.groups import windows as window_groups
 from fnarray.lowering.kernels.groups.cumulative import _CumGroup  # noqa: F401
 from fnarray.lowering.kernels.groups.dot import _DotGroup, _view  # noqa: F401
+from fnarray.lowering.kernels.groups.linalg import GROUPS as _LINALG_GROUPS
 from fnarray.lowering.kernels.groups.reduce import _ReduceGroup  # noqa: F401
 from fnarray.lowering.kernels.groups.scatter import _ScatterGroup  # noqa: F401
 from fnarray.lowering.kernels.groups.sort import _SortGroup  # noqa: F401
@@ -268,6 +269,7 @@ for _p in CUMULATIVE:
     _GROUPS[_p] = _CumGroup
 for _p in SCATTERS:
     _GROUPS[_p] = _ScatterGroup
+_GROUPS.update(_LINALG_GROUPS)   # cholesky, triangular_solve, lu
 _GROUPS.update(conv_group.GROUPS)
 _GROUPS.update(window_groups.GROUPS)
 # Kernel groups that read their operands in place: primitive -> ``view(ctx, operand)`` giving
@@ -381,8 +383,8 @@ def _place(ctx, groups, e):
     if cls is _ReduceGroup:
         target = _sibling_reduction(ctx, groups, e)
         if target is not None:
+            target.reads |= target.operand_reads(e.inputs[0]) - set(target.products)  # own results: registers
             target.add_reduction(e)
-            target.reads |= target.operand_reads(e.inputs[0])
             ctx.group_of[e.outputs[0]] = target
             return
     if cls is not None:
@@ -444,13 +446,23 @@ def _can_host(ctx, g, reads, v):
 
 
 def _sibling_reduction(ctx, groups, e):
-    """An earlier reduction kernel over the same iteration space that ``e`` can share, or ``None``."""
+    """An earlier reduction kernel over the same iteration space that ``e`` can share, or ``None``.
+
+    ``e`` may also read results of that kernel at its own output element (a softmax's sum of
+    ``exp(x - max)``): it then runs in the same kernel, in a loop after theirs (``_ReduceGroup.stages``).
+    """
     probe = _ReduceGroup(ctx, e)
-    reads = probe.operand_reads(e.inputs[0])
+    read_keys = probe.operand_read_keys(e.inputs[0])
+    reads = set(read_keys)
     limit = ctx.caps.max_buffers_per_kernel
     for g in reversed(groups[-_JOIN_WINDOW:]):
-        if any(ctx.group_of.get(r) is g for r in reads):
-            return None
+        dep = {r: keys for r, keys in read_keys.items() if ctx.group_of.get(r) is g}
+        if dep:
+            if not (isinstance(g, _ReduceGroup) and g.can_chain(e, dep)):
+                return None
+            if limit is not None and len(g.reads | (reads - set(dep))) + len(g.products) + 1 > limit:
+                return None
+            return g
         if isinstance(g, _ReduceGroup) and g.matches(e):
             if limit is not None and len(g.reads | reads) + len(g.products) + 1 > limit:
                 return None
