@@ -22,4 +22,5 @@ ndarray = Array
 import sys as _sys  # noqa: E402
 
 set_ops(_sys.modules[__name__])
+from fnarray.numpy import fft  # noqa: E402,F401  (the fft extension: fnp.fft.fft...)
 del _m, _name, _sys

@@ -34,6 +34,7 @@ from fnarray.core.passes import consts_as_inputs, dce
 from fnarray.core.shaped import ShapedArray
 from fnarray.core.tracing import Trace, Tracer, find_top_trace, is_scalar, new_main
 from fnarray.transforms import ad_rules  # noqa: F401  (fills the rule tables)
+from fnarray.transforms import fft_rules  # noqa: F401  (the fft primitive's rules)
 from fnarray.transforms.ad_tables import (UndefinedPrimal, Zero, add_tangents, instantiate_zeros,
                                           partial_eval_rules, primitive_jvps, primitive_transposes,
                                           tangent_aval, zeros_like_aval)
