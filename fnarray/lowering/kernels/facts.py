@@ -8,7 +8,7 @@
   group of its own in ``schedule._GROUPS``), ``"inline"`` (a call: its program is inlined) or ``"host"``
   (control flow driven from the host).
 - ``group``: the kernel group it joins: ``"map"`` (fused into any elementwise kernel), ``"reduce"``,
-  ``"dot"``, ``"sort"``, ``"cumulative"``, ``"scatter"``, ``"call"``, ``"control"``.
+  ``"dot"``, ``"sort"``, ``"cumulative"``, ``"scatter"``, ``"fft"``, ``"call"``, ``"control"``.
 - ``cost``: ``"free"`` (a view or a cast: inlined anywhere), ``"cheap"`` or ``"expensive"`` (a
   transcendental: materialised rather than recomputed under a broadcast).
 - ``complex_ok``: whether its kernels accept complex operands.
@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 from fnarray.core import families
 from fnarray.core import primitives as P
+from fnarray.core.fft import fft_p
 
 __all__ = ["KernelFact", "FACTS", "funcs", "with_cost", "complex_ok"]
 
@@ -73,6 +74,7 @@ for _p in (P.scatter, P.scatter_add, P.scatter_mul):
     FACTS[_p] = KernelFact("group", "scatter", complex_ok=True)
 for _p in (P.scatter_min, P.scatter_max):
     FACTS[_p] = KernelFact("group", "scatter")
+FACTS[fft_p] = KernelFact("group", "fft", complex_ok=True)   # kernels/fft.py: Stockham and Bluestein
 for _p in (P.call, P.remat, P.custom_jvp_call, P.custom_vjp_call):
     FACTS[_p] = KernelFact("inline", "call")
 

@@ -38,6 +38,7 @@ import math
 import numpy as np
 
 from fnarray.core import primitives as P
+from fnarray.core.fft import fft_p
 from fnarray.core.ir import Eqn, Literal, Program, Var
 from fnarray.core.passes import dce
 from fnarray.core.subprograms import CALL_PROGRAM
@@ -59,7 +60,7 @@ REDUCTIONS = frozenset({P.reduce_sum, P.reduce_prod, P.reduce_max, P.reduce_min,
                         P.argmax, P.argmin})
 CUMULATIVE = frozenset({P.cumsum, P.cumprod, P.cummax, P.cummin, P.cumlogsumexp})
 SCATTERS = frozenset({P.scatter, P.scatter_add, P.scatter_mul, P.scatter_min, P.scatter_max})
-OPAQUE = frozenset({P.dot_general, P.sort}) | CUMULATIVE | SCATTERS
+OPAQUE = frozenset({P.dot_general, P.sort, fft_p}) | CUMULATIVE | SCATTERS
 # Every primitive the scheduler turns into kernels (control flow is driven from the host).
 SCHEDULED = INJECTIVE | REDUCTIONS | OPAQUE | frozenset(CALLS)
 
@@ -1597,3 +1598,8 @@ def schedule(program: Program, caps, **opts) -> Schedule:
     outputs = [a if isinstance(a, Literal) else ctx.spec(a) for a in prog.outvars]
     return Schedule(inputs, launches, outputs, prog)
 
+
+# The fft kernels (Stockham and Bluestein) are their own module; it builds on the groups above.
+from fnarray.lowering.kernels.fft import FftGroup as _FftGroup  # noqa: E402
+
+_GROUPS[fft_p] = _FftGroup
