@@ -69,8 +69,10 @@ from fnarray.devices.host_control import CONTROL_PRIMITIVES
 from fnarray.lowering.kernels import schedule_program
 from fnarray.lowering.kernels.lowered import KernelLowered
 from fnarray.lowering.kernels.ir import BufferParam
-from fnarray.lowering.kernels.schedule import CALLS, SCHEDULED
-from fnarray.lowering.kernels import wgsl
+from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
+from fnarray.lowering.kernels import facts, wgsl
+from fnarray.core.fft import fft_p
+from fnarray.lowering.kernels.fft import unsupported_reason as fft_unsupported_reason
 from fnarray.lowering.kernels.wgsl import DEFAULT_GROUP_SIZE, render_wgsl, uniform_bytes, wgsl_layout
 
 __all__ = ["make_backend", "WebGPUBackend", "WGBuffer", "PORTABLE_LIMITS"]
@@ -78,7 +80,9 @@ __all__ = ["make_backend", "WebGPUBackend", "WGBuffer", "PORTABLE_LIMITS"]
 _HINT = ("pip install wgpu (and a Vulkan, Metal, D3D12 or OpenGL driver; on Debian/Ubuntu without a GPU: "
          "apt-get install mesa-vulkan-drivers)")
 _F16 = np.dtype(np.float16)
-_BASE_DTYPES = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool_})
+_BASE_DTYPES = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool_, dtypes.complex64})
+# Primitives whose kernels have no complex form (from the kernel facts): complex64 is vec2<f32> in WGSL.
+_COMPLEX_BAD = frozenset(p for p in SCHEDULED if p not in facts.complex_ok() and p not in CALLS)
 _MAX_ELEMENTS = 2**31 - 1
 _CACHED_BIND_GROUPS = 4         # bind groups remembered per kernel launch
 _CACHED_BIND_BYTES = 1 << 20    # only for launches binding at most this many bytes
@@ -649,7 +653,7 @@ class WebGPUBackend(Backend):
             d = a.aval.dtype
             if d not in caps.dtypes:
                 f16 = "float16" if self.gpu.has_f16 else "float16 where the adapter has shader-f16"
-                return f"WebGPU has no {d.name} (it computes in float32, int32, uint32, bool and {f16})"
+                return f"WebGPU has no {d.name} (it computes in float32, int32, uint32, bool, complex64 and {f16})"
             n = a.aval.size * storage_itemsize(d)
             if cap is not None and n > cap:
                 return (f"an operand {a.aval.str_short()} of {n} bytes exceeds the maxStorageBufferBindingSize "
@@ -662,6 +666,13 @@ class WebGPUBackend(Backend):
             return f"the webgpu backend has no kernel for {prim.name}"
         if prim is P.dot_general and any(isinstance(a, Literal) for a in eqn.inputs):
             return "dot_general of a literal operand (an array of it is needed)"
+        if prim in _COMPLEX_BAD and any(dtypes.is_complex(a.aval.dtype) for a in eqn.inputs):
+            return f"the webgpu kernels have no complex form of {prim.name}"
+        if prim in REDUCTIONS and dtypes.is_complex(eqn.inputs[0].aval.dtype) and prim not in (
+                P.reduce_sum, P.reduce_prod):
+            return f"{prim.name} of complex values"
+        if prim is fft_p:
+            return fft_unsupported_reason(eqn)
         limit = caps.max_buffers_per_kernel
         if prim is P.sort and limit is not None and eqn.params["num_keys"] + 1 > limit:
             # The scheduler splits every other kernel to fit the limit (a concatenate into a tree, a
