@@ -29,6 +29,7 @@ import numpy as np
 
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
+from fnarray.core.fft import fft_p
 from fnarray.core.errors import UnsupportedOnDevice
 from fnarray.core.ir import Literal, Program, check_program
 from fnarray.core.shaped import ShapedArray
@@ -59,6 +60,7 @@ UNSUPPORTED = {
     P.real: "ONNX Runtime has no complex tensors",
     P.imag: "ONNX Runtime has no complex tensors",
     P.conj: "ONNX Runtime has no complex tensors",
+    fft_p: "ONNX Runtime has no complex tensors (ONNX's DFT holds (re, im) pairs in a real tensor)",
     P.custom_lin: "it only exists inside reverse-mode differentiation",
     P.debug_callback: ("fnarray.debug.print / fnarray.debug.callback call Python, which an ONNX model cannot; "
                        "remove the debug call before exporting"),
