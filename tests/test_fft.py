@@ -136,7 +136,7 @@ def _real_loss(f, w):
 
 
 def _jax_loss(f, w):
-    import jax.numpy as jnp
+    import jax.numpy as jnp  # noqa: PLC0415
 
     def loss(x):
         y = f(x)
@@ -158,42 +158,66 @@ GRAD_CASES = [
 ]
 
 
-@pytest.mark.parametrize("name,kw,real,shape", GRAD_CASES, ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(GRAD_CASES)])
-def test_grad_vs_jax_and_finite_differences(name, kw, real, shape):
-    import jax
-    import jax.numpy as jnp
-    x = _r(shape, np.float64) if real else _c(shape, np.complex128)
-    with jax.enable_x64(True):
-        ref_out = getattr(jnp.fft, name)(jnp.asarray(x), **kw)
-        w = RNG.standard_normal(ref_out.shape)
-        want = np.asarray(jax.grad(_jax_loss(lambda v: getattr(jnp.fft, name)(v, **kw), jnp.asarray(w)))(
-            jnp.asarray(x)))
-    loss = _real_loss(lambda v: getattr(fnp.fft, name)(v, **kw), fnp.asarray(w))
-    got = fa.grad(loss)(fnp.asarray(x))
-    assert_close(got, want, x.dtype, rtol=1e-9, atol=1e-9, msg=f"grad {name} {kw} vs jax.grad")
-    # Central finite differences in float64 along a random direction (real and imaginary parts).
-    v = _r(shape, np.float64) if real else _c(shape, np.complex128)
+def _fd_check(loss, x, got, real, msg):
+    """Central finite differences in float64 along a random direction (real and imaginary parts)."""
+    v = _r(x.shape, np.float64) if real else _c(x.shape, np.complex128)
     eps = 1e-6
     fd = (float(loss(fnp.asarray(x + eps * v))) - float(loss(fnp.asarray(x - eps * v)))) / (2 * eps)
     # JAX's convention: the cotangent of z is d/dre - i d/dim, so the directional derivative is re(g * v).
     dd = float(np.sum(np.real(np.asarray(got) * v)))
-    assert abs(fd - dd) <= 1e-6 * max(1.0, abs(fd)), f"{name} {kw}: finite difference {fd} vs grad {dd}"
+    assert abs(fd - dd) <= 1e-6 * max(1.0, abs(fd)), f"{msg}: finite difference {fd} vs grad {dd}"
 
 
-def test_second_order_and_jit_grad():
-    x = fnp.asarray(_r((6,), np.float64))
+@pytest.mark.filterwarnings("ignore:`axes` should not be `None`:DeprecationWarning")
+@pytest.mark.parametrize("name,kw,real,shape", GRAD_CASES, ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(GRAD_CASES)])
+def test_grad_vs_finite_differences(name, kw, real, shape):
+    x = _r(shape, np.float64) if real else _c(shape, np.complex128)
+    w = RNG.standard_normal(getattr(np.fft, name)(x, **kw).shape)
+    loss = _real_loss(lambda v: getattr(fnp.fft, name)(v, **kw), fnp.asarray(w))
+    got = fa.jit(fa.grad(loss))(fnp.asarray(x))
+    assert got.dtype == x.dtype
+    _fd_check(loss, x, got, real, f"grad {name} {kw}")
+
+
+# Against jax.grad (one jitted JAX function for several transforms: JAX's eager grads cost seconds each here).
+JAX_GRAD_CASES = [("rfft", {}, True, (2, 8)), ("rfft", {}, True, (7,)), ("irfft", {}, False, (5,)),
+                  ("irfft", {"n": 9}, False, (2, 5)), ("rfftn", {}, True, (3, 5)), ("irfftn", {}, False, (4, 3)),
+                  ("fft", {"norm": "ortho"}, False, (3, 5)), ("ihfft", {}, True, (6,)), ("hfft", {}, False, (4,))]
+
+
+def test_grad_vs_jax():
+    import jax
+    import jax.numpy as jnp
+    xs = [_r(shape, np.float64) if real else _c(shape, np.complex128) for _, _, real, shape in JAX_GRAD_CASES]
+    ws = [RNG.standard_normal(getattr(np.fft, n)(x, **kw).shape) for (n, kw, _, _), x in zip(JAX_GRAD_CASES, xs,
+                                                                                            strict=True)]
+    with jax.enable_x64(True):
+        def total(args):
+            return sum(_jax_loss(lambda v, n=n, kw=kw: getattr(jnp.fft, n)(v, **kw), jnp.asarray(w))(x)
+                       for (n, kw, _, _), x, w in zip(JAX_GRAD_CASES, args, ws, strict=True))
+        want = [np.asarray(g) for g in jax.jit(jax.grad(total))([jnp.asarray(x) for x in xs])]
+
+    def fa_total(args):
+        return sum(_real_loss(lambda v, n=n, kw=kw: getattr(fnp.fft, n)(v, **kw), fnp.asarray(w))(x)
+                   for (n, kw, _, _), x, w in zip(JAX_GRAD_CASES, args, ws, strict=True))
+    got = fa.jit(fa.grad(fa_total))([fnp.asarray(x) for x in xs])
+    for (n, kw, _, _), g, w in zip(JAX_GRAD_CASES, got, want, strict=True):
+        assert_close(g, w, w.dtype, rtol=1e-9, atol=1e-9, msg=f"grad {n} {kw} vs jax.grad")
+
+
+def test_second_order():
+    x = _r((6,), np.float64)
 
     def f(v):
         return fnp.sum(fnp.fft.irfft(fnp.fft.rfft(v) ** 2, n=6) ** 2)
-    g = fa.jit(fa.grad(f))(x)
-    assert_close(g, np.asarray(fa.grad(f)(x)), np.float64, rtol=1e-12, atol=1e-12)
-    import jax
-    import jax.numpy as jnp
-    with jax.enable_x64(True):
-        def jf(v):
-            return jnp.sum(jnp.fft.irfft(jnp.fft.rfft(v) ** 2, n=6) ** 2)
-        want = np.asarray(jax.hessian(jf)(jnp.asarray(np.asarray(x))))
-    assert_close(fa.hessian(f)(x), want, np.float64, rtol=1e-9, atol=1e-9)
+    g = fa.jit(fa.grad(f))
+    h = np.asarray(fa.jit(fa.hessian(f))(fnp.asarray(x)))
+    eps = 1e-6
+    for i in range(6):
+        e = np.zeros(6)
+        e[i] = eps
+        col = (np.asarray(g(fnp.asarray(x + e))) - np.asarray(g(fnp.asarray(x - e)))) / (2 * eps)
+        np.testing.assert_allclose(h[:, i], col, rtol=1e-6, atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------------ vmap
@@ -219,11 +243,9 @@ def _kernel_backend(device):
 
 # A parity selection: power-of-two (Stockham), other (Bluestein) and prime lengths, batched, n-D, real.
 DEVICE_CASES = [
-    ("fft", (3, 16), False, {}), ("fft", (2, 12), False, {}), ("ifft", (13,), False, {}),
-    ("fft", (4, 1), False, {}), ("fft", (2, 64), False, {"norm": "ortho"}),
-    ("rfft", (3, 8), True, {}), ("rfft", (2, 9), True, {}), ("irfft", (2, 5), False, {"n": 8}),
-    ("irfft", (3, 4), False, {"n": 7}), ("fftn", (4, 8), False, {}), ("ifftn", (3, 5, 4), False, {}),
-    ("rfftn", (6, 4), True, {}), ("irfftn", (5, 3), False, {}), ("fft", (2, 1000), False, {}),
+    ("fft", (3, 16), False, {}), ("fft", (2, 8), False, {"norm": "ortho"}), ("ifft", (13,), False, {}),
+    ("rfft", (2, 9), True, {}), ("irfft", (3, 4), False, {"n": 7}), ("fftn", (4, 8), False, {}),
+    ("irfftn", (5, 3), False, {}), ("fft", (2, 1000), False, {}),
 ]
 
 
