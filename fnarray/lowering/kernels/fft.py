@@ -12,7 +12,8 @@ interleaved (re, im) pairs of the real dtype (so the kernels use real arithmetic
    ``base(l) + t * inner``, so no transpose is needed):
    - power-of-two lengths: the Stockham autosort FFT, radix-4 stages and one radix-2 stage for odd powers,
      out of place between two buffers (one kernel per radix, launched once per stage with the stage's span
-     ``ns`` as a scalar argument). Stage ``j`` of ``N/R`` butterflies reads ``x[j + r N/R]``, multiplies by
+     ``ns`` as a scalar argument); the twiddle factors come from a table of ``exp(sign 2 pi i t / N)``
+     written once per call. Stage ``j`` of ``N/R`` butterflies reads ``x[j + r N/R]``, multiplies by
      ``exp(sign 2 pi i r (j mod ns) / (ns R))``, does an ``R``-point DFT and writes
      ``y[(j div ns) ns R + j mod ns + r ns]`` (the formulation of Govindaraju et al., "High performance
      discrete Fourier transforms on graphics processors", SC 2008);
@@ -117,7 +118,7 @@ class FftGroup(_Group):
         self.full = tuple(lead) + self.lengths
         self.total = math.prod(self.full)
         self.launches = []
-        self._nbuf = 0
+        self._tables: dict = {}
         work = [self._spec("w0", 2 * self.total), self._spec("w1", 2 * self.total)]
         self._load(work[0])
         cur = 0
@@ -185,28 +186,47 @@ class FftGroup(_Group):
 
     # ------------------------------------------------------------------ 2a. Stockham
 
+    def _twiddles(self, n, sign):
+        """The buffer of ``exp(sign 2 pi i t / n)``, ``t < n``, written once per call (the stages index it,
+        so no stage computes a sine or cosine)."""
+        key = (n, sign)
+        spec = self._tables.get(key)
+        if spec is None:
+            spec = self._tables[key] = self._spec(f"tw{n}_{sign}", 2 * n)
+            b = KernelBuilder(f"fft_twiddles_{'inv' if sign > 0 else 'fwd'}")
+            args: dict = {}
+            gid, gsize, lsize = self.ctx.gid(b, n, self.ctx.wg)
+            nn = b.scalar("n")
+            with b.when(op("lt", gid, nn)):
+                a = b.let(op("div", op("mul", Cast(gid, self.rdt), _c(sign * 2 * math.pi, self.rdt)),
+                             Cast(nn, self.rdt)))
+                self._put(b, self._buf(b, args, spec, True, "tw"), gid, op("cos", a), op("sin", a))
+            self.launches.append(_launch(b, args, {"n": n}, gsize, lsize, (self.eqn,), "fft"))
+        return spec
+
     def _stockham(self, bufs, cur, n, outer, inner, sign):
         """Transform every line of length ``n`` (a power of two) from ``bufs[cur]``; returns the index of
         the buffer holding the result. Sizes are scalar arguments: one compiled kernel per radix and
         direction serves every length and batch."""
         log = int(math.log2(n))
         radices = [4] * (log // 2) + ([2] if log % 2 else [])
+        table = self._twiddles(n, sign)
         ns = 1
         for r in radices:
-            b, args, gsize, lsize = self._stage_kernel(r, n, outer, inner, sign, bufs[cur], bufs[1 - cur])
-            scalars = {"ns": ns, "n": n, "q": n // r, "inner": inner, "items": outer * inner * (n // r)}
+            b, args, gsize, lsize = self._stage_kernel(r, n, outer, inner, sign, bufs[cur], bufs[1 - cur], table)
+            scalars = {"ns": ns, "n": n, "q": n // r, "inner": inner, "items": outer * inner * (n // r),
+                       "tstride": n // (ns * r)}
             self.launches.append(_launch(b, args, scalars, gsize, lsize, (self.eqn,), "fft"))
             ns *= r
             cur = 1 - cur
         return cur
 
-    def _stage_kernel(self, radix, n, outer, inner, sign, src, dst):
-        rdt = self.rdt
+    def _stage_kernel(self, radix, n, outer, inner, sign, src, dst, table):
         b = KernelBuilder(f"fft_radix{radix}_{'inv' if sign > 0 else 'fwd'}")
         args: dict = {}
         items = outer * inner * (n // radix)
         gid, gsize, lsize = self.ctx.gid(b, items, self.ctx.wg)
-        ns, nn, q, inn, cnt = (b.scalar(v) for v in ("ns", "n", "q", "inner", "items"))
+        ns, nn, q, inn, cnt, ts = (b.scalar(v) for v in ("ns", "n", "q", "inner", "items", "tstride"))
         with b.when(op("lt", gid, cnt)):
             j = b.let(op("rem", gid, q), "j")
             line = b.let(op("div", gid, q), "l")
@@ -214,14 +234,15 @@ class FftGroup(_Group):
             kk = b.let(op("rem", j, ns), "k")
             sname = self._buf(b, args, src, False, "src")
             dname = self._buf(b, args, dst, True, "dst")
-            angle = b.let(op("div", op("mul", Cast(kk, rdt), _c(sign * 2 * math.pi / radix, rdt)), Cast(ns, rdt)))
+            tname = self._buf(b, args, table, False, "tw")
+            step = b.let(op("mul", kk, ts))   # exp(sign 2 pi i r k / (ns R)) is table entry r * k * n / (ns R)
             vs = []
             for r in range(radix):
                 pos = op("add", base, op("mul", op("add", j, op("mul", q, _c(r, INT32))), inn))
                 re, im = self._pair(b, sname, b.let(pos))
                 if r:
-                    a = b.let(op("mul", angle, _c(float(r), rdt))) if r > 1 else angle
-                    re, im = _cmul(b, re, im, b.let(op("cos", a)), b.let(op("sin", a)))
+                    wr, wi = self._pair(b, tname, b.let(op("mul", step, _c(r, INT32))))
+                    re, im = _cmul(b, re, im, wr, wi)
                 vs.append((re, im))
             ys = _dft2(b, vs) if radix == 2 else _dft4(b, vs, sign)
             dbase = b.let(op("add", op("mul", op("div", j, ns), op("mul", ns, _c(radix, INT32))), kk))
