@@ -193,7 +193,7 @@ def _decomposing(lower):
 _LOADERS = {
     "numpy": ("fnarray.lowering.numpy", "pip install fnarray"),
     "jax": ("fnarray.lowering.jax", "pip install 'fnarray[jax]'"),
-    "mlx": ("fnarray.lowering.mlx", "pip install 'fnarray[mlx]'"),
+    "mlx": ("fnarray.lowering.mlx_backend", "pip install 'fnarray[mlx]'"),
     "opencl": ("fnarray.lowering.opencl", "pip install 'fnarray[opencl]'"),
     "webgpu": ("fnarray.lowering.webgpu", "pip install 'fnarray[webgpu]'"),
 }

@@ -2,7 +2,7 @@
 
 Each function is registered in its backend's rule table by that backend's module (``numpy_impls.IMPLS``,
 ``jax.RULES``, ``mlx.RULES``), so this module imports no backend library at import time. The kernel
-backends' FFT (Stockham and Bluestein kernels) is ``fnarray.lowering.kernels.fft``.
+backends' FFT (Stockham and Bluestein kernels) is ``fnarray.lowering.kernels.groups.fft``.
 """
 
 from __future__ import annotations

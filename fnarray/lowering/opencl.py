@@ -49,7 +49,7 @@ from fnarray.core import dtypes
 from fnarray.core import profile as _profile
 from fnarray.core import primitives as P
 from fnarray.core.fft import fft_p
-from fnarray.lowering.kernels.fft import unsupported_reason as fft_unsupported_reason
+from fnarray.lowering.kernels.groups.fft import unsupported_reason as fft_unsupported_reason
 from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
 from fnarray.core.errors import BackendUnavailable

@@ -74,7 +74,7 @@ for _p in (P.scatter, P.scatter_add, P.scatter_mul):
     FACTS[_p] = KernelFact("group", "scatter", complex_ok=True)
 for _p in (P.scatter_min, P.scatter_max):
     FACTS[_p] = KernelFact("group", "scatter")
-FACTS[fft_p] = KernelFact("group", "fft", complex_ok=True)   # kernels/fft.py: Stockham and Bluestein
+FACTS[fft_p] = KernelFact("group", "fft", complex_ok=True)   # kernels/groups/fft.py: Stockham and Bluestein
 for _p in (P.call, P.remat, P.custom_jvp_call, P.custom_vjp_call):
     FACTS[_p] = KernelFact("inline", "call")
 

@@ -36,7 +36,7 @@ from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.index import ix_const, ix_data
 from fnarray.lowering.kernels.ir import INT32, UINT32, Cast, Op, const
 from fnarray.lowering.kernels.rules import op, select
-from fnarray.lowering.kernels.schedule import _analyse_val, _Group, _launch, _Tracker
+from fnarray.lowering.kernels.groups.base import _analyse_val, _Group, _launch, _Tracker
 
 __all__ = ["FftGroup", "unsupported_reason", "MAX_BLUESTEIN_LENGTH"]
 

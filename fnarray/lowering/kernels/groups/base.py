@@ -1,0 +1,303 @@
+"""What every kernel group shares: the primitive sets, the schedule's data types, views and launches.
+
+``_Group`` is the interface of a kernel group (its roots, the values it reads, the kernels it writes);
+``_MapGroup`` is the elementwise kernel that every other group's epilogue builds on.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+
+import numpy as np
+
+from fnarray.core import primitives as P
+from fnarray.core.fft import fft_p
+from fnarray.core.ir import Var
+from fnarray.core.subprograms import CALL_PROGRAM
+from fnarray.lowering.kernels.builder import KernelBuilder
+from fnarray.lowering.kernels.emitter import INJECTIVE, Flat, NotFlat, shaped_index
+from fnarray.lowering.kernels.index import linearize, to_expr, unravel
+from fnarray.lowering.kernels.ir import INT32, BufferParam, Let, const
+from fnarray.lowering.kernels.rules import (
+    op,
+)
+
+CALLS = CALL_PROGRAM  # the call-like primitives and the param of the program each runs (core/subprograms.py)
+REDUCTIONS = frozenset({P.reduce_sum, P.reduce_prod, P.reduce_max, P.reduce_min, P.reduce_and, P.reduce_or,
+                        P.argmax, P.argmin})
+CUMULATIVE = frozenset({P.cumsum, P.cumprod, P.cummax, P.cummin, P.cumlogsumexp})
+SCATTERS = frozenset({P.scatter, P.scatter_add, P.scatter_mul, P.scatter_min, P.scatter_max})
+OPAQUE = frozenset({P.dot_general, P.sort, fft_p}) | CUMULATIVE | SCATTERS
+# Every primitive the scheduler turns into kernels (control flow is driven from the host).
+SCHEDULED = INJECTIVE | REDUCTIONS | OPAQUE | frozenset(CALLS)
+
+# Cost classes from the kernel facts (fnarray.lowering.kernels.facts).
+_VIEW_OPS = frozenset({P.transpose, P.reshape, P.broadcast_in_dim})
+
+
+class BufSpec:
+    """A buffer of the schedule: ``shape`` and ``dtype`` (identity-hashed)."""
+
+    __slots__ = ("shape", "dtype", "name")
+
+    def __init__(self, shape, dtype, name):
+        self.shape, self.dtype, self.name = tuple(shape), np.dtype(dtype), name
+
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
+    def __repr__(self):
+        return f"BufSpec({self.name}:{self.dtype.name}{list(self.shape)})"
+
+
+class Launch:
+    """One kernel launch: the kernel IR, its arguments (``BufSpec`` or Python scalar per parameter),
+    work sizes, and the IR equations it fused (for inspection)."""
+
+    __slots__ = ("kernel", "args", "global_size", "local_size", "eqns", "kind")
+
+    def __init__(self, kernel, args, global_size, local_size, eqns, kind):
+        self.kernel, self.args = kernel, tuple(args)
+        self.global_size, self.local_size = tuple(global_size), local_size
+        self.eqns, self.kind = tuple(eqns), kind
+
+
+class Schedule:
+    """Inputs (``BufSpec`` per constvar + invar), launches in order, outputs (``BufSpec`` or ``Literal``)."""
+
+    def __init__(self, inputs, launches, outputs, program):
+        self.inputs, self.launches, self.outputs, self.program = inputs, launches, outputs, program
+
+
+# ------------------------------------------------------------------------------------------ dot views
+
+
+def _contiguous(shape):
+    out, s = [], 1
+    for n in reversed(shape):
+        out.append(s)
+        s *= n
+    return tuple(out[::-1])
+
+
+def _reshape_strides(old_shape, old_strides, new_shape):
+    """Strides that read ``new_shape`` from a strided ``old_shape`` without a copy, or ``None``."""
+    old = [(n, s) for n, s in zip(old_shape, old_strides, strict=True) if n != 1]
+    new_idx = [i for i, n in enumerate(new_shape) if n != 1]
+    out = [0] * len(new_shape)
+    oi = ni = 0
+    while oi < len(old) and ni < len(new_idx):
+        op_, np_ = old[oi][0], new_shape[new_idx[ni]]
+        oj, nj = oi + 1, ni + 1
+        while op_ != np_:
+            if np_ < op_:
+                np_ *= new_shape[new_idx[nj]]
+                nj += 1
+            else:
+                op_ *= old[oj][0]
+                oj += 1
+        for k in range(oi, oj - 1):
+            if old[k][1] != old[k + 1][0] * old[k + 1][1]:
+                return None
+        stride = old[oj - 1][1]
+        for k in range(nj - 1, ni - 1, -1):
+            out[new_idx[k]] = stride
+            stride *= new_shape[new_idx[k]]
+        oi, ni = oj, nj
+    return tuple(out)
+
+
+def _collapse(dims, shape, strides):
+    """One stride for iterating ``dims`` (row-major, in that order) as one index, or ``None``."""
+    live = [d for d in dims if shape[d] != 1]
+    if not live:
+        return 0
+    for a, c in zip(live[:-1], live[1:], strict=True):
+        if strides[a] != strides[c] * shape[c]:
+            return None
+    return strides[live[-1]]
+
+
+def _launch(b, args, scalars, global_size, local_size, eqns, kind, fixed_local=False):
+    kernel = b.build(local_size if fixed_local else None)
+    vals = []
+    for p in kernel.params:
+        vals.append(args[p.name] if isinstance(p, BufferParam) else scalars[p.name])
+    return Launch(kernel, vals, global_size, local_size, eqns, kind)
+
+
+def _kernel_name(kind, eqns):
+    names = []
+    for e in eqns:
+        n = e.primitive.name
+        if n not in names and e.primitive not in (P.copy_p, P.stop_gradient):
+            names.append(n)
+    tail = "_".join(names[:4]) if names else "copy"
+    return f"{kind}_{tail}"
+
+
+class _Tracker:
+    """Records the equations a kernel fuses (printed with the kernel, in program order)."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self._eqns: dict = {}
+
+    def add(self, e):
+        self._eqns.setdefault(id(e), e)
+
+    @property
+    def eqns(self):
+        return sorted(self._eqns.values(), key=lambda e: self.ctx.order.get(id(e), 0))
+
+
+def _index_vars(b, gid, shape, prefix="i"):
+    """Let-bind ``i0, i1, ...`` (row-major coordinates of ``gid`` in ``shape``); returns the ``Ix`` tuple."""
+    strides = _contiguous(shape)
+    for d, (n, s) in enumerate(zip(shape, strides, strict=True)):
+        if n == 1:
+            continue
+        e = gid if s == 1 else op("div", gid, const(s, INT32))
+        if d > 0:
+            e = op("rem", e, const(n, INT32))
+        b.emit(Let(f"{prefix}{d}", e))
+    return shaped_index(shape, prefix)
+
+
+# ------------------------------------------------------------------------------------------ groups
+
+
+class _Group(abc.ABC):
+    kind = "?"
+    accepts_roots = False
+
+    def __init__(self, ctx, shape):
+        self.ctx = ctx
+        self.shape = tuple(shape)
+        self.products: list = []   # materialised variables this group computes
+        self.roots: list = []      # elementwise variables computed at the group's own element
+        self.guests: list = []     # smaller elementwise variables computed beside them (map kernels)
+        self.reads: set = set()    # materialised variables read
+        self.index = -1
+
+    def add_root(self, v, reads):
+        self.roots.append(v)
+        self.products.append(v)
+        self.reads |= {r for r in reads if r not in self.products}
+
+    def regrow(self, shape):
+        """Iterate over the larger ``shape``: the current roots become guests."""
+        self.guests.extend(self.roots)
+        self.roots = []
+        self.shape = tuple(shape)
+
+    def add_guest(self, v, reads):
+        """``v`` (smaller than the group's shape) is computed by the first ``v.size`` work items."""
+        self.guests.append(v)
+        self.products.append(v)
+        self.reads |= set(reads)
+
+    def root_reads(self, v):
+        """The buffer reads of root ``v``'s inlined expression: ``{var: keys}``."""
+        b = KernelBuilder("analysis")
+        reads: dict = {}
+        em = self.ctx.emitter(b, on_read=lambda var, key: reads.setdefault(var, set()).add(key), computes={v})
+        em.val(v, shaped_index(v.aval.shape))
+        return reads
+
+    def emit_roots(self, b, em, args, idx, store_index):
+        for r in self.roots:
+            ridx = idx
+            if not isinstance(idx, Flat) and r.aval.shape != self.shape:  # same size, other shape
+                ridx = unravel(linearize(idx, self.shape), r.aval.shape)
+                # A reshape on the way back maps ridx to an index expression of the group's shape that
+                # the index algebra need not simplify to idx: seed the group's products (the matmul's
+                # accumulator, a reduction's result) at that expression too, or the reshape would read
+                # them from a buffer that is never written when they are not needed outside.
+                back = unravel(linearize(ridx, r.aval.shape), self.shape)
+                for p in self.products:
+                    if p.aval.shape == self.shape:
+                        known = em.known(p, idx)
+                        if known is not None:
+                            em.seed(p, back, known)
+            v = em.val(r, ridx)
+            em.seed(r, ridx, v)
+            if r in self.ctx.needed:
+                b.store(self.ctx.output(b, args, r), store_index, v)
+
+    def analyse(self):  # noqa: B027 (map kernels compute only roots, which add their reads when they join)
+        """Set ``self.reads`` for the group's own computation (roots add theirs when they join)."""
+
+    @abc.abstractmethod
+    def codegen(self) -> list:
+        """The group's launches, in order."""
+
+
+class _MapGroup(_Group):
+    kind = "map"
+    accepts_roots = True
+
+    def codegen(self):
+        try:
+            return self._gen(flat=True)
+        except NotFlat:
+            return self._gen(flat=False)
+
+    def _gen(self, flat):
+        ctx = self.ctx
+        n = math.prod(self.shape)
+        b = KernelBuilder("k")
+        args: dict = {}
+        tracker = _Tracker(ctx)
+        em = ctx.emitter(b, args=args, computes=set(self.roots) | set(self.guests), tracker=tracker)
+        gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
+        scalars = {}
+        if flat:
+            limit = b.scalar("n")
+            scalars["n"] = n
+            with b.when(op("lt", gid, limit)):
+                self.emit_roots(b, em, args, Flat(gid), gid)
+        else:
+            with b.when(op("lt", gid, const(n, INT32))):
+                idx = _index_vars(b, gid, self.shape)
+                self.emit_roots(b, em, args, idx, gid)
+        by_shape: dict = {}
+        for v in self.guests:
+            by_shape.setdefault(v.aval.shape, []).append(v)
+        for k, (shape, vs) in enumerate(by_shape.items()):
+            size = math.prod(shape)
+            with b.when(op("lt", gid, const(size, INT32))):
+                idx = Flat(gid) if flat else _index_vars(b, gid, shape, f"g{k}_")
+                for v in vs:
+                    val = em.val(v, idx)
+                    if v in ctx.needed:
+                        b.store(ctx.output(b, args, v), gid, val)
+        b.name = _kernel_name("map", tracker.eqns)
+        return [_launch(b, args, scalars, gsize, lsize, tracker.eqns, "map")]
+
+
+def _lin(ix):
+    return to_expr(ix)
+
+
+def _reads(ctx, atom) -> set:
+    """The buffers that computing ``atom`` inline reads."""
+    if not isinstance(atom, Var):
+        return set()
+    b = KernelBuilder("analysis")
+    reads: dict = {}
+    em = ctx.emitter(b, on_read=lambda var, key: reads.setdefault(var, set()).add(key))
+    em.val(atom, shaped_index(atom.aval.shape))
+    return set(reads)
+
+
+def _analyse_val(group, *atoms):
+    b = KernelBuilder("analysis")
+    reads: dict = {}
+    em = group.ctx.emitter(b, on_read=lambda var, key: reads.setdefault(var, set()).add(key))
+    for a in atoms:
+        if isinstance(a, Var):
+            em.val(a, shaped_index(a.aval.shape))
+    group.reads |= set(reads)

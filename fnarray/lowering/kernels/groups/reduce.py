@@ -1,0 +1,236 @@
+"""Reduction kernels: the monoids and ``_ReduceGroup``.
+
+One work-item per output, or, for long reductions into few outputs, a work-group per output
+cooperating in local memory where the target has it; the elementwise epilogue is fused.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fnarray.core import primitives as P
+from fnarray.lowering.kernels.builder import KernelBuilder
+from fnarray.lowering.kernels.emitter import Flat, NotFlat, shaped_index
+from fnarray.lowering.kernels.groups.base import REDUCTIONS, _Group, _index_vars, _kernel_name, _launch, _Tracker
+from fnarray.lowering.kernels.index import ix_var, unravel
+from fnarray.lowering.kernels.ir import INT32, Special, const
+from fnarray.lowering.kernels.rules import (
+    add_of,
+    convert,
+    highest,
+    lowest,
+    max_of,
+    min_of,
+    mul_of,
+    op,
+    select,
+)
+
+# ---------------------------------------------------------------------------- reductions
+
+
+class _Monoid:
+    """A reduction: accumulator dtypes, initial values and how to combine (value, position) pairs."""
+
+    def __init__(self, prim, dtype):
+        self.prim, self.dtype = prim, np.dtype(dtype)
+        self.arg = prim in (P.argmax, P.argmin)
+
+    def init(self):
+        d = self.dtype
+        p = self.prim
+        if self.arg:
+            return [const(0, d), const(-1, INT32)]
+        if p == P.reduce_sum:
+            return [const(0, d)]
+        if p == P.reduce_prod:
+            return [const(1, d)]
+        if p == P.reduce_max:
+            return [lowest(d)]
+        if p == P.reduce_min:
+            return [highest(d)]
+        if p == P.reduce_and:
+            # all bits set: -1 for signed types, the maximum for unsigned ones (a literal -1 overflows them)
+            return [const(True, d) if d == np.bool_ else const(int(np.array(-1).astype(d)), d)]
+        return [const(False, d) if d == np.bool_ else const(0, d)]
+
+    def combine(self, b, acc, new):
+        """New accumulator values from ``acc`` and ``new`` (lists); for arg-reductions the second entry
+        is the position, and ties and NaNs go to the smaller position."""
+        p = self.prim
+        if self.arg:
+            (av, ai), (nv, ni) = acc, new
+            empty = op("lt", ai, const(0, INT32))
+            better = op("gt", nv, av) if p == P.argmax else op("lt", nv, av)
+            tie = op("eq", nv, av)
+            if self.dtype.kind == "f":
+                nn, an = b.let(op("isnan", nv)), b.let(op("isnan", av))
+                better = op("lor", op("land", nn, op("lnot", an)), op("land", op("lnot", an), better))
+                tie = op("lor", op("land", nn, an), tie)
+            take = b.let(op("lor", empty, op("lor", better, op("land", tie, op("lt", ni, ai)))))
+            return [select(take, nv, av), select(take, ni, ai)]
+        a, x = acc[0], new[0]
+        if p == P.reduce_sum:
+            return [add_of(b, a, x)]
+        if p == P.reduce_prod:
+            return [mul_of(b, a, x)]
+        if p == P.reduce_max:
+            return [max_of(b, a, x)]
+        if p == P.reduce_min:
+            return [min_of(b, a, x)]
+        if p == P.reduce_and:
+            return [op("land" if a.dtype == np.bool_ else "and", a, x)]
+        return [op("lor" if a.dtype == np.bool_ else "or", a, x)]
+
+    def dtypes(self):
+        return [self.dtype, INT32] if self.arg else [self.dtype]
+
+
+class _ReduceGroup(_Group):
+    """Reductions over the same iteration space (input shape and axes), one accumulator each, with their
+    elementwise producers inlined and the elementwise ops on their results as an epilogue."""
+
+    kind = "reduce"
+    accepts_roots = True
+
+    def __init__(self, ctx, eqn):
+        out = eqn.outputs[0]
+        super().__init__(ctx, out.aval.shape)
+        self.x_shape = eqn.inputs[0].aval.shape
+        self.axes = tuple(sorted(eqn.params["axes"]))
+        self.parts: list = []   # (eqn, operand, monoid)
+        self.add_reduction(eqn)
+
+    def add_reduction(self, eqn):
+        self.parts.append((eqn, eqn.inputs[0], _Monoid(eqn.primitive, eqn.inputs[0].aval.dtype)))
+        self.products.append(eqn.outputs[0])
+
+    def matches(self, eqn) -> bool:
+        """Whether ``eqn`` reduces over this group's iteration space."""
+        return (eqn.primitive in REDUCTIONS and eqn.inputs[0].aval.shape == self.x_shape
+                and tuple(sorted(eqn.params["axes"])) == self.axes)
+
+    def operand_reads(self, x):
+        b = KernelBuilder("analysis")
+        reads: dict = {}
+        em = self.ctx.emitter(b, on_read=lambda var, key: reads.setdefault(var, set()).add(key))
+        em.val(x, shaped_index(x.aval.shape))
+        return set(reads)
+
+    def analyse(self):
+        for _, x, _ in self.parts:
+            self.reads |= self.operand_reads(x)
+
+    def _sizes(self):
+        shape = self.x_shape
+        R = math.prod(shape[a] for a in self.axes)
+        O = math.prod(self.shape)
+        contiguous = all(b - a == 1 for a, b in zip(self.axes[:-1], self.axes[1:], strict=True))
+        inner = math.prod(shape[self.axes[-1] + 1:]) if self.axes and contiguous else None
+        return O, R, inner
+
+    def codegen(self):
+        O, R, inner = self._sizes()
+        if O == 0:
+            return []
+        parallel = R > 64 and O < 1024 and self.ctx.caps.local_memory
+        if inner is not None:
+            try:
+                return self._gen(O, R, inner, parallel, flat=True)
+            except NotFlat:
+                pass
+        return self._gen(O, R, inner, parallel, flat=False)
+
+    def _gen(self, O, R, inner, parallel, flat):
+        ctx = self.ctx
+        b = KernelBuilder("k")
+        args: dict = {}
+        tracker = _Tracker(ctx)
+        for e, _, _ in self.parts:
+            tracker.add(e)
+        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
+        scalars = {}
+        if parallel:
+            wg = 1 << min(int(math.log2(ctx.wg * 2)), (R - 1).bit_length())
+            wg = min(wg, ctx.caps.max_workgroup_size or wg)
+            o, lid = Special("group_id", 0), Special("local_id", 0)
+            gsize, lsize = (O * wg,), (wg,)
+        else:
+            o, gsize, lsize = ctx.gid(b, O, ctx.wg)
+        shape = self.x_shape
+        red_shape = tuple(shape[a] for a in self.axes)
+        state = {}
+
+        def x_at(x, r):
+            if flat:
+                return em.val(x, Flat(b.let(op("add", state["base"], op("mul", r, state["I"])))))
+            kidx = iter(unravel(ix_var(r.name, R), red_shape) if red_shape else ())
+            oidx = iter(state["out"])
+            return em.val(x, tuple(next(kidx) if d in self.axes else next(oidx) for d in range(len(shape))))
+
+        def setup():
+            # The output element's coordinates (shaped) or its first input element (flat).
+            if flat:
+                Rs, Is = b.scalar("R"), b.scalar("I")
+                scalars.update(R=R, I=inner)
+                state["I"], state["R"] = Is, Rs
+                state["base"] = b.let(op("add", op("mul", op("mul", op("div", o, Is), Rs), Is), op("rem", o, Is)),
+                                      "base")
+                state["out"] = Flat(o)
+            else:
+                state["R"] = const(R, INT32)
+                state["out"] = _index_vars(b, o, self.shape)
+
+        def accumulate(start, step):
+            accs = [[b.var(d, v) for d, v in zip(m.dtypes(), m.init(), strict=True)] for _, _, m in self.parts]
+            with b.loop(start, state["R"], step) as r:
+                for (_, x, m), acc in zip(self.parts, accs, strict=True):
+                    xv = x_at(x, r)
+                    for a, v in zip(acc, m.combine(b, acc, [xv, r] if m.arg else [xv]), strict=True):
+                        b.assign(a, v)
+            return accs
+
+        def finish(results):
+            for (e, _, m), vals in zip(self.parts, results, strict=True):
+                outv = e.outputs[0]
+                res = b.let(convert(b, vals[1], outv.aval.dtype)) if m.arg else b.let(vals[0])
+                em.seed(outv, state["out"], res)
+                if outv in ctx.needed:
+                    b.store(ctx.output(b, args, outv), o, res)
+            self.emit_roots(b, em, args, state["out"], o)
+
+        if parallel:
+            setup()
+            accs = accumulate(lid, const(wg, INT32))
+            arrays = []
+            for (_, _, m), acc in zip(self.parts, accs, strict=True):
+                arrs = [b.array("local", d, wg, "red") for d in m.dtypes()]
+                for arr, a in zip(arrs, acc, strict=True):
+                    b.store(arr, lid, a, space="local")
+                arrays.append(arrs)
+            b.barrier()
+            s = wg // 2
+            while s >= 1:
+                with b.when(op("lt", lid, const(s, INT32))):
+                    other = b.let(op("add", lid, const(s, INT32)))
+                    for (_, _, m), arrs in zip(self.parts, arrays, strict=True):
+                        ds = m.dtypes()
+                        mine = [b.load(arr, lid, d, "local") for arr, d in zip(arrs, ds, strict=True)]
+                        theirs = [b.load(arr, other, d, "local") for arr, d in zip(arrs, ds, strict=True)]
+                        new = [b.let(v) for v in m.combine(b, mine, theirs)]
+                        for arr, v in zip(arrs, new, strict=True):
+                            b.store(arr, lid, v, space="local")
+                b.barrier()
+                s //= 2
+            with b.when(op("eq", lid, const(0, INT32))):
+                finish([[b.load(arr, const(0, INT32), d, "local") for arr, d in zip(arrs, m.dtypes(), strict=True)]
+                        for (_, _, m), arrs in zip(self.parts, arrays, strict=True)])
+        else:
+            scalars["O"] = O
+            with b.when(op("lt", o, b.scalar("O"))):
+                setup()
+                finish(accumulate(const(0, INT32), None))
+        b.name = _kernel_name("reduce", tracker.eqns)
+        return [_launch(b, args, scalars, gsize, lsize, tracker.eqns, "reduce", fixed_local=parallel)]

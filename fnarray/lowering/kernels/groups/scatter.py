@@ -1,0 +1,86 @@
+"""Scatter kernels (``scatter``, ``scatter_add``/``mul``/``min``/``max``): ``_ScatterGroup``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fnarray.core import primitives as P
+from fnarray.lowering.kernels.builder import KernelBuilder
+from fnarray.lowering.kernels.groups.base import _analyse_val, _Group, _index_vars, _kernel_name, _launch, _Tracker
+from fnarray.lowering.kernels.index import ix_data, ix_var, unravel
+from fnarray.lowering.kernels.ir import INT32, Cast, const
+from fnarray.lowering.kernels.rules import (
+    add_of,
+    max_of,
+    min_of,
+    mul_of,
+    op,
+)
+
+# ---------------------------------------------------------------------------- scatter
+
+
+class _ScatterGroup(_Group):
+    """Each work item owns one output element and walks the updates in order: deterministic, no atomics."""
+
+    kind = "scatter"
+
+    def __init__(self, ctx, eqn):
+        super().__init__(ctx, eqn.outputs[0].aval.shape)
+        self.eqn = eqn
+        self.products.append(eqn.outputs[0])
+
+    def analyse(self):
+        _analyse_val(self, *self.eqn.inputs)
+
+    def codegen(self):
+        ctx = self.ctx
+        e = self.eqn
+        x, indices, updates = e.inputs
+        axes = e.params["axes"]
+        out = e.outputs[0]
+        n = out.aval.size
+        if n == 0:
+            return []
+        batch = indices.aval.shape[:-1]
+        nb = math.prod(batch)
+        b = KernelBuilder("k")
+        args: dict = {}
+        tracker = _Tracker(ctx)
+        tracker.add(e)
+        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
+        gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
+        dt = out.aval.dtype
+        with b.when(op("lt", gid, const(n, INT32))):
+            idx = _index_vars(b, gid, self.shape)
+            acc = b.var(dt, em.val(x, idx))
+            rest = tuple(i for d, i in enumerate(idx) if d not in axes)
+            with b.loop(const(0, INT32), const(nb, INT32)) as bi:
+                bidx = unravel(ix_var(bi.name, nb), batch) if batch else ()
+                match = None
+                for k, a in enumerate(axes):
+                    pos = em.val(indices, tuple(bidx) + (ix_data(const(k, INT32), k, k),))
+                    here = Cast(em.index_expr(idx[a]), pos.dtype) if pos.dtype != INT32 else em.index_expr(idx[a])
+                    m = b.let(op("eq", pos, here))
+                    match = m if match is None else b.let(op("land", match, m))
+                with b.when(match if match is not None else const(True, np.bool_)):
+                    u = em.val(updates, tuple(bidx) + rest)
+                    b.assign(acc, self._combine(b, acc, u))
+            b.store(ctx.output(b, args, out), gid, acc)
+        b.name = _kernel_name("scatter", tracker.eqns)
+        return [_launch(b, args, {}, gsize, lsize, tracker.eqns, "scatter")]
+
+    def _combine(self, b, acc, u):
+        p = self.eqn.primitive
+        if p == P.scatter:
+            return u
+        if p == P.scatter_add:
+            return add_of(b, acc, u)
+        if p == P.scatter_mul:
+            return mul_of(b, acc, u)
+        if p == P.scatter_min:
+            return min_of(b, acc, u)
+        return max_of(b, acc, u)

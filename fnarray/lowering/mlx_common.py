@@ -1,0 +1,106 @@
+"""What every part of the mlx backend shares: the MLX import, the rule table, dtypes and transfers.
+
+``RULES`` maps a primitive to ``factory(params, in_avals, out_avals) -> fn(*arrays)``; the rules are
+in ``mlx.py`` (elementwise, reductions, linear algebra) and ``mlx_structural.py`` (shapes,
+slicing, gathers and scatters), the backend and its compile policy in ``mlx_backend.py``.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from fnarray.core import dtypes
+
+try:
+    import mlx.core as mx
+except ImportError as _e:  # pragma: no cover - exercised where mlx is missing
+    mx = None
+    _IMPORT_ERROR = f"the mlx backend needs MLX: {_e} (to fix: pip install 'mlx[cpu]' on Linux, 'mlx' on macOS)"
+else:
+    _IMPORT_ERROR = None
+
+RULES: dict = {}
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_LOW = (dtypes.float16, dtypes.bfloat16)
+_F32 = dtypes.float32
+
+
+def _mx_dtypes():
+    return {
+        dtypes.bool_: mx.bool_, dtypes.int8: mx.int8, dtypes.int16: mx.int16, dtypes.int32: mx.int32,
+        dtypes.int64: mx.int64, dtypes.uint8: mx.uint8, dtypes.uint16: mx.uint16, dtypes.uint32: mx.uint32,
+        dtypes.uint64: mx.uint64, dtypes.float16: mx.float16, dtypes.bfloat16: mx.bfloat16,
+        dtypes.float32: mx.float32, dtypes.float64: mx.float64, dtypes.complex64: mx.complex64,
+    }
+
+
+_MX: dict = _mx_dtypes() if mx is not None else {}
+
+
+def _md(d):
+    """The MLX dtype of a NumPy dtype."""
+    return _MX[np.dtype(d)]
+
+
+def from_numpy(a):
+    """A NumPy array (or scalar) as an ``mx.array`` of the same dtype (a copy).
+
+    A dtype MLX cannot hold (complex128) stays a read-only NumPy array: equations on it fall back to
+    numpy, which takes such buffers as they are. So does a zero-size array, which no MLX operation
+    receives (the zero-size pass rewrites every program first).
+    """
+    a = np.asarray(a)
+    if a.dtype not in _MX or a.size == 0:
+        # MLX 0.32 can hang on empty arrays (a reduction of one blocks in a later evaluation): an
+        # empty buffer stays a NumPy array, and no MLX operation ever receives one (``zero_size``).
+        a = np.array(a, copy=True)
+        a.flags.writeable = False
+        return a
+    if a.dtype == _BF16:  # NumPy's buffer protocol cannot describe bfloat16: move the bits
+        return mx.view(mx.array(a.view(np.uint16)), mx.bfloat16)
+    if a.ndim and not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    return mx.array(a, dtype=_md(a.dtype))
+
+
+def to_numpy(buf):
+    """An ``mx.array`` as a NumPy array: a view of MLX's buffer (evaluating it first)."""
+    if isinstance(buf, np.ndarray):
+        return buf
+    if buf.dtype == mx.bfloat16:
+        return np.asarray(mx.view(buf, mx.uint16)).view(_BF16)
+    return np.asarray(buf)
+
+
+def _const(value, d):
+    """A rank-0 MLX constant of dtype ``d``."""
+    return from_numpy(np.asarray(value, dtype=d))
+
+
+def rule(prim):
+    """Register ``factory(params, in_avals, out_avals) -> fn(*arrays)`` for ``prim``."""
+    def deco(fn):
+        RULES[prim] = fn
+        return fn
+    return deco
+
+
+def _upcast(fn):
+    """Compute float16/bfloat16 in float32 and round back (the reference does so)."""
+    def factory(params, in_avals, out_avals):
+        d = in_avals[0].dtype
+        if d in _LOW:
+            md = _md(d)
+            return lambda *xs: fn(*[x.astype(mx.float32) for x in xs]).astype(md)
+        return fn
+    return factory
+
+
+def _mx_op(name, upcast):
+    """The factory of an MLX function used as it is (resolved when a program is lowered, not per call)."""
+    def factory(params, in_avals, out_avals):
+        fn = getattr(mx, name)
+        return _upcast(fn)(params, in_avals, out_avals) if upcast else fn
+    return factory

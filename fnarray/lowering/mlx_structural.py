@@ -1,0 +1,266 @@
+"""MLX rules of the structural primitives: shapes, slices, padding, concatenation, gathers, scatters.
+
+They register into ``mlx_common.RULES``; semantics as ``numpy_impls`` (gathers clamp, scatters drop
+out-of-bounds indices, padding with interior and negative widths).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fnarray.core import dtypes
+from fnarray.core import primitives as P
+from fnarray.lowering.mlx_common import RULES, _const, _md, mx, rule
+
+# ------------------------------------------------------------------------------ structural
+
+@rule(P.iota)
+def _iota(params, in_avals, out_avals):
+    d, shape, dim = params["dtype"], params["shape"], params["dimension"]
+    md = _md(d)
+    inter = [1] * len(shape)
+    inter[dim] = shape[dim]
+    count_dtype = mx.int64 if d in (dtypes.int64, dtypes.uint64) else mx.int32
+
+    def f():
+        r = mx.arange(shape[dim], dtype=count_dtype).astype(md)
+        return mx.broadcast_to(r.reshape(inter), shape)
+    return f
+
+
+@rule(P.broadcast_in_dim)
+def _broadcast_in_dim(params, in_avals, out_avals):
+    shape, bd = params["shape"], params["broadcast_dimensions"]
+    inter = [1] * len(shape)
+    for i, dim in enumerate(bd):
+        inter[dim] = in_avals[0].shape[i]
+    if tuple(inter) == tuple(in_avals[0].shape):
+        return lambda x: mx.broadcast_to(x, shape)
+    return lambda x: mx.broadcast_to(x.reshape(inter), shape)
+
+
+@rule(P.reshape)
+def _reshape(params, in_avals, out_avals):
+    shape = list(params["new_sizes"])
+    return lambda x: x.reshape(shape)
+
+
+@rule(P.transpose)
+def _transpose(params, in_avals, out_avals):
+    perm = list(params["permutation"])
+    return lambda x: mx.transpose(x, perm)
+
+
+@rule(P.rev)
+def _rev(params, in_avals, out_avals):
+    dims = set(params["dimensions"])
+    if not dims:
+        return lambda x: x
+    idx = tuple(slice(None, None, -1) if i in dims else slice(None) for i in range(in_avals[0].ndim))
+    return lambda x: x[idx]
+
+
+@rule(P.slice_p)
+def _slice(params, in_avals, out_avals):
+    idx = tuple(slice(s, l, st) for s, l, st in zip(params["start_indices"], params["limit_indices"],
+                                                     params["strides"], strict=True))
+    if out_avals[0].size == 0:
+        md, shape = _md(out_avals[0].dtype), out_avals[0].shape
+        return lambda x: mx.zeros(shape, md)
+    return lambda x: x[idx]
+
+
+def _clamped_index(s, d, hi):
+    """A rank-0 integer index clamped into [0, hi], as int32 (clamped in its own dtype when wide)."""
+    if d.itemsize >= 4:
+        return mx.clip(s, 0, hi).astype(mx.int32)
+    return mx.clip(s.astype(mx.int32), 0, hi)
+
+
+@rule(P.dynamic_slice)
+def _dynamic_slice(params, in_avals, out_avals):
+    sizes = tuple(params["slice_sizes"])
+    x_aval = in_avals[0]
+    if x_aval.ndim == 0:
+        return lambda x: x
+    if out_avals[0].size == 0:
+        md = _md(x_aval.dtype)
+        return lambda x, *starts: mx.zeros(sizes, md)
+    his = [n - k for n, k in zip(x_aval.shape, sizes, strict=True)]
+    sdt = [a.dtype for a in in_avals[1:]]
+    axes = tuple(range(x_aval.ndim))
+
+    def f(x, *starts):
+        st = mx.stack([_clamped_index(s, d, h) for s, d, h in zip(starts, sdt, his, strict=True)])
+        return mx.slice(x, st, axes, sizes)
+    return f
+
+
+@rule(P.dynamic_update_slice)
+def _dynamic_update_slice(params, in_avals, out_avals):
+    x_aval, u_aval = in_avals[0], in_avals[1]
+    if x_aval.ndim == 0:
+        return lambda x, u: u
+    if u_aval.size == 0:
+        return lambda x, u, *starts: x
+    his = [n - k for n, k in zip(x_aval.shape, u_aval.shape, strict=True)]
+    sdt = [a.dtype for a in in_avals[2:]]
+    axes = tuple(range(x_aval.ndim))
+
+    def f(x, u, *starts):
+        st = mx.stack([_clamped_index(s, d, h) for s, d, h in zip(starts, sdt, his, strict=True)])
+        return mx.slice_update(x, u, st, axes)
+    return f
+
+
+@rule(P.pad)
+def _pad(params, in_avals, out_avals):
+    config = params["padding_config"]
+    shape = in_avals[0].shape
+    out_shape = out_avals[0].shape
+    md = _md(in_avals[0].dtype)
+    widths = [(max(lo, 0), max(hi, 0)) for lo, hi, _ in config]
+    if out_avals[0].size == 0:
+        return lambda x, pv: mx.zeros(out_shape, md)
+
+    def f(x, pv):
+        cur = list(shape)
+        for a, (_, _, interior) in enumerate(config):
+            n = cur[a]
+            if interior and n > 1:
+                # (.., n, ..) -> (.., n, 1 + interior, ..) padded with pv -> merged -> last gap cut off
+                y = mx.expand_dims(x, a + 1)
+                pw = [(0, 0)] * (len(cur) + 1)
+                pw[a + 1] = (0, interior)
+                y = mx.pad(y, pw, constant_values=pv)
+                merged = cur[:a] + [n * (1 + interior)] + cur[a + 1:]
+                y = y.reshape(merged)
+                cur[a] = n + (n - 1) * interior
+                x = y[tuple(slice(0, cur[a]) if i == a else slice(None) for i in range(len(cur)))]
+        if any(w != (0, 0) for w in widths):
+            x = mx.pad(x, widths, constant_values=pv)
+            cur = [n + lo + hi for n, (lo, hi) in zip(cur, widths, strict=True)]
+        crop = tuple(slice(-lo if lo < 0 else 0, n + hi if hi < 0 else n)
+                     for n, (lo, hi, _) in zip(cur, config, strict=True))
+        if any(lo < 0 or hi < 0 for lo, hi, _ in config):
+            x = x[crop]
+        return x
+    return f
+
+
+@rule(P.concatenate)
+def _concatenate(params, in_avals, out_avals):
+    dim = params["dimension"]
+    return lambda *xs: mx.concatenate(list(xs), axis=dim)
+
+
+def _front(ndim, axes):
+    """The permutation that moves ``axes`` to the front (in order), and its inverse."""
+    perm = list(axes) + [i for i in range(ndim) if i not in axes]
+    inv = [0] * ndim
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return perm, inv, perm == list(range(ndim))
+
+
+def _index_parts(indices, idx_dtype, axes, shape):
+    """The clamped per-axis index arrays (int32) of a gather's ``indices``."""
+    parts = []
+    for k, a in enumerate(axes):
+        col = indices[..., k]
+        parts.append(_clamped_index(col, idx_dtype, shape[a] - 1))
+    return parts
+
+
+@rule(P.gather)
+def _gather(params, in_avals, out_avals):
+    axes = tuple(params["axes"])
+    x_aval, i_aval = in_avals
+    out_shape = out_avals[0].shape
+    md = _md(x_aval.dtype)
+    if any(x_aval.shape[a] == 0 for a in axes) or out_avals[0].size == 0:
+        return lambda x, indices: mx.zeros(out_shape, md)
+    perm, _, ident = _front(x_aval.ndim, axes)
+
+    def f(x, indices):
+        parts = _index_parts(indices, i_aval.dtype, axes, x_aval.shape)
+        moved = x if ident else mx.transpose(x, perm)
+        if len(parts) == 1:
+            return mx.take(moved, parts[0], axis=0)
+        return moved[tuple(parts)]
+    return f
+
+
+def _scatter_identity(kind, d):
+    if kind == "add":
+        return complex(-0.0, -0.0) if dtypes.is_complex(d) else (-0.0 if dtypes.is_float(d) else 0)
+    if kind == "multiply":
+        return 1
+    if kind == "minimum":
+        return True if d == dtypes.bool_ else (np.inf if dtypes.is_inexact(d) else np.iinfo(d).max)
+    return False if d == dtypes.bool_ else (-np.inf if dtypes.is_inexact(d) else np.iinfo(d).min)
+
+
+def _scatter(kind):
+    def factory(params, in_avals, out_avals):
+        axes = tuple(params["axes"])
+        x_aval, i_aval, u_aval = in_avals
+        d = x_aval.dtype
+        if i_aval.size == 0 or u_aval.size == 0 or any(x_aval.shape[a] == 0 for a in axes):
+            return lambda x, indices, updates: x
+        k = kind
+        if d == dtypes.bool_ and kind in ("add", "multiply"):
+            k = "maximum" if kind == "add" else "minimum"  # bool add is or, bool multiply is and
+        perm, inv, ident = _front(x_aval.ndim, axes)
+        sizes = [x_aval.shape[a] for a in axes]
+        idt = i_aval.dtype
+        zero_i = _const(0, idt)
+        bounds = [_const(n, idt) if n <= np.iinfo(idt).max else None for n in sizes]
+        fill = _const(_scatter_identity(k, d), d) if k != "set" else None
+        nan_propagating = k in ("maximum", "minimum") and dtypes.is_float(d)  # DESIGN.md: max/min propagate NaN
+
+        def valid(indices):
+            ok = None
+            for j, b in enumerate(bounds):
+                col = indices[..., j]
+                c = col >= zero_i
+                if b is not None:
+                    c = c & (col < b)
+                ok = c if ok is None else ok & c
+            return ok
+
+        def f(x, indices, updates):
+            ok = valid(indices)
+            parts = _index_parts(indices, idt, axes, x_aval.shape)
+            moved = x if ident else mx.transpose(x, perm)
+            if k == "set":
+                # Out-of-bounds updates go to an extra slot past the end of each axis, cut off afterwards.
+                pw = [(0, 1) if i < len(axes) else (0, 0) for i in range(x_aval.ndim)]
+                padded = mx.pad(moved, pw)
+                parts = [mx.where(ok, p, n) for p, n in zip(parts, sizes, strict=True)]
+                padded[tuple(parts)] = updates
+                out = padded[tuple(slice(0, n) for n in sizes)]
+            else:
+                okb = ok.reshape(ok.shape + (1,) * (updates.ndim - ok.ndim))
+                upd = mx.where(okb, updates, fill)
+                where = tuple(parts) if len(parts) > 1 else parts[0]
+                if nan_propagating:
+                    # MLX's scatter maximum/minimum compare with a NaN losing (x.at[i].maximum(1.5) of a NaN
+                    # gives 1.5, and a NaN update followed by 0 gives 0): scatter without NaNs, then put
+                    # a NaN where the operand had one or any in-bounds update to that element was one.
+                    u_nan = mx.isnan(upd)
+                    hits = mx.zeros(moved.shape, dtype=mx.int32).at[where].add(u_nan.astype(mx.int32))
+                    out = getattr(moved.at[where], k)(mx.where(u_nan, fill, upd))
+                    out = mx.where(mx.isnan(moved) | (hits > 0), _const(np.nan, d), out)
+                else:
+                    out = getattr(moved.at[where], k)(upd)
+            return out if ident else mx.transpose(out, inv)
+        return f
+    return factory
+
+
+RULES[P.scatter] = _scatter("set")
+RULES[P.scatter_add] = _scatter("add")
+RULES[P.scatter_mul] = _scatter("multiply")
+RULES[P.scatter_min] = _scatter("minimum")
+RULES[P.scatter_max] = _scatter("maximum")
