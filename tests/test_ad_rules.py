@@ -23,6 +23,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
+from fnarray.core.fft import FftType, fft_p
 from fnarray.transforms import ad_rules
 from fnarray.transforms.ad_tables import UndefinedPrimal, Zero, primitive_jvps, primitive_transposes, tangent_aval
 
@@ -237,6 +238,14 @@ CASES += [
     Case("dot_c", P.dot_general, {"dimension_numbers": (((0,), (1,)), ((), ())), "preferred_element_type": None},
          args(cplx((3, 2)), cplx((4, 3)))),
 ]
+
+# The fft primitive (fnarray.core.fft): each type, odd and even lengths, 2-D; linear, so exact to rounding.
+_FFT = [("fft_c2c", FftType.FFT, (5,), cplx((2, 5))), ("fft_ifft_2d", FftType.IFFT, (3, 4), cplx((3, 4))),
+        ("fft_rfft_even", FftType.RFFT, (6,), u(-1, 1, (2, 6))), ("fft_rfft_odd_2d", FftType.RFFT, (3, 5),
+                                                                   u(-1, 1, (3, 5))),
+        ("fft_irfft_even", FftType.IRFFT, (6,), cplx((2, 4))), ("fft_irfft_odd_2d", FftType.IRFFT, (3, 5),
+                                                                   cplx((3, 3)))]
+CASES += [Case(n, fft_p, {"fft_type": t, "fft_lengths": k}, args(m), h=1e-2) for n, t, k, m in _FFT]
 
 # float32 rules against float64 finite differences
 CASES32 = [
@@ -644,6 +653,7 @@ TCASES = [
     TCase("dot_c_lhs", P.dot_general, {"dimension_numbers": (((1,), (0,)), ((), ())),
                                        "preferred_element_type": None}, args(cplx((3, 4)), cplx((4, 2))), (0,)),
 ]
+TCASES += [TCase(n, fft_p, {"fft_type": t, "fft_lengths": k}, args(m), (0,)) for n, t, k, m in _FFT]
 
 
 def _pair(a, b) -> float:
@@ -766,8 +776,8 @@ def test_jvp_rules_keep_narrow_dtypes(real):
         if case.prim is P.convert_element_type:
             continue   # its dtypes are its parameters
         if real != dtypes.float32 and (case.prim is P.complex_p or case.name.endswith("_c") or
-                                       case.prim in (P.real, P.imag, P.conj) or "wide" in case.name):
-            continue   # no complex type has float16 parts; the wide case overflows float16
+                                       case.prim in (P.real, P.imag, P.conj, fft_p) or "wide" in case.name):
+            continue   # no complex type has float16 parts (nor fft: float32/64); the wide case overflows float16
         rng = _rng(case.name)
         xs64 = case.make(rng)
         ts64 = _tangents(rng, xs64)
