@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from fnarray.core import lax
 from fnarray.core.avals import get_aval
 from fnarray.core.fft import FftType, fft_p
@@ -38,7 +40,6 @@ def _rfft_transpose(ct, fft_lengths):
 
 
 def _zero(x):
-    import numpy as np
     return np.zeros((), get_aval(x).dtype)[()]
 
 
