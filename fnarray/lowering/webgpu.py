@@ -39,8 +39,10 @@ equations fall back to numpy (or raise ``UnsupportedOnDevice`` with
 never writes a buffer it also reads, which WebGPU forbids within one dispatch).
 
 Only standard WebGPU is used (no ``shader-f64``/``shader-int64`` of native wgpu), so
-native and browser results agree: ``float32``, ``int32``, ``uint32``, ``bool`` and,
-with ``shader-f16``, ``float16``. Other dtypes go through the partitioner's fallback.
+native and browser results agree: ``float32``, ``int32``, ``uint32``, ``bool``, ``complex64`` (a
+``vec2<f32>``, for the kernels that have a complex form: the element rules that expand it into real
+arithmetic, sums, products, matrix products, additive scatters and ``fft``; the others fall back naming the
+primitive) and, with ``shader-f16``, ``float16``. Other dtypes go through the partitioner's fallback.
 """
 
 from __future__ import annotations
