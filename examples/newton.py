@@ -9,9 +9,9 @@ convergence is quadratic).
 
 Two ways to solve ``H d = g`` (``--solver``):
 
-* ``cholesky`` (default): the full Hessian from ``fa.hessian``, factorised by a
-  Cholesky decomposition written with ``fa.fori_loop`` (no LAPACK needed, so it runs
-  on every backend), then two triangular solves;
+* ``cholesky`` (default): the full Hessian from ``fa.hessian``, factorised by
+  ``fnarray.scipy.linalg.cho_factor`` (the ``cholesky`` primitive) and solved by ``cho_solve``
+  (two ``triangular_solve`` calls), on every backend;
 * ``cg``: matrix-free conjugate gradient that only uses Hessian-vector products,
   ``fa.jvp(fa.grad(loss), (w,), (v,))`` (forward-over-reverse), never forming ``H``.
 
@@ -38,6 +38,7 @@ import numpy as np
 import fnarray as fa
 from _cli import device_from_arg
 import fnarray.numpy as fnp
+from fnarray.scipy.linalg import cho_factor, cho_solve
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from digits_mlp import load_data  # noqa: E402  (the same data and split)
@@ -66,47 +67,6 @@ def hvp(f, w, v):
     return fa.jvp(fa.grad(f), (w,), (v,))[1]
 
 
-def cholesky(a):
-    """The lower-triangular ``L`` with ``L @ L.T == a`` for a symmetric positive-definite ``a: f[n, n]``.
-
-    Column by column (``fa.fori_loop``); one-hot vectors select the column, so no
-    dynamic indexing is needed. Mirrors ``numpy.linalg.cholesky``.
-    """
-    n = a.shape[0]
-    rows = fnp.arange(n)
-
-    def column(j, low):
-        e = (rows == j).astype(a.dtype)                 # selects column j
-        lj = e @ low                                    # row j of L: only entries k < j are set yet
-        diag = fnp.sqrt(e @ a @ e - lj @ lj)
-        col = (a @ e - low @ lj) / diag
-        col = fnp.where(rows > j, col, 0.0) + diag * e  # below the diagonal, and the diagonal
-        return low + col[:, None] * e[None, :]
-
-    return fa.fori_loop(0, n, column, fnp.zeros_like(a))
-
-
-def cholesky_solve(low, b):
-    """``x`` with ``(L @ L.T) x = b``, by forward then backward substitution (``fa.fori_loop``)."""
-    n = low.shape[0]
-    rows = fnp.arange(n)
-
-    def forward(j, y):        # L y = b, top to bottom; y[k] is still 0 for k >= j
-        e = (rows == j).astype(low.dtype)
-        lj = e @ low          # row j of L
-        return y + e * ((e @ b - lj @ y) / (lj @ e))
-
-    y = fa.fori_loop(0, n, forward, fnp.zeros_like(b))
-
-    def backward(i, x):       # L^T x = y, bottom to top; x[k] is still 0 for k <= j
-        j = n - 1 - i
-        e = (rows == j).astype(low.dtype)
-        cj = low @ e          # column j of L, i.e. row j of L^T
-        return x + e * ((e @ y - cj @ x) / (cj @ e))
-
-    return fa.fori_loop(0, n, backward, fnp.zeros_like(b))
-
-
 def conjugate_gradient(matvec, b, iterations):
     """Approximately solve ``A x = b`` for symmetric positive-definite ``A`` given only ``matvec``.
 
@@ -133,7 +93,7 @@ def newton_direction(loss, w, solver, cg_iterations):
     """``(loss, gradient, d)`` at ``w`` with ``d = H^-1 g`` (the step is ``w - d``)."""
     value, g = fa.value_and_grad(loss)(w)
     if solver == "cholesky":
-        d = cholesky_solve(cholesky(fa.hessian(loss)(w)), g)
+        d = cho_solve(cho_factor(fa.hessian(loss)(w), lower=True), g)
     else:
         d = conjugate_gradient(lambda v: hvp(loss, w, v), g, cg_iterations)
     return value, g, d

@@ -8,7 +8,8 @@ Public surface: ``fnarray.numpy`` (the array namespace), the transforms
 from fnarray.core.array import Array
 from fnarray.core.config import config
 from fnarray.core.errors import (BackendUnavailable, ConcretizationError, ContractionShapeError, DTypeError,
-                                 FallbackWarning, FnArrayError, ShapeError, TracerLeakError, UnsupportedOnDevice)
+                                 FallbackWarning, FnArrayError, LinAlgError, ShapeError, TracerLeakError,
+                                 UnsupportedOnDevice)
 from fnarray.core.ir import Program, check_program
 from fnarray.core.shaped import ShapedArray
 from fnarray.devices.backend import Device, register_backend
@@ -25,6 +26,7 @@ __version__ = "0.1.0"
 from fnarray.transforms.ad import (checkpoint, custom_jvp, custom_vjp, grad, hessian, jacfwd, jacrev, jvp,  # noqa: E402
                                    linearize, remat, stop_gradient, value_and_grad, vjp)
 from fnarray.transforms.batching import vmap  # noqa: E402
+from fnarray.transforms import linalg_rules  # noqa: E402,F401  (the linear-algebra primitives' rules)
 from fnarray.transforms.control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402
 from fnarray import lax  # noqa: E402,F401  (fnarray.lax: core/lax.py's wrappers plus control flow)
 # (fa.checkpoint is remat's JAX name: the checkpoint files' module is fnarray.serialization)
@@ -56,7 +58,7 @@ __all__ = [
     "Array", "ShapedArray", "Program", "Device", "config", "jit", "make_ir", "devices", "default_device", "get_device",
     "device_put", "register_backend", "check_program", "numpy", "tree_util", "lax",
     "FnArrayError", "ShapeError", "DTypeError", "ConcretizationError", "UnsupportedOnDevice",
-    "BackendUnavailable", "TracerLeakError", "FallbackWarning",
+    "BackendUnavailable", "TracerLeakError", "FallbackWarning", "LinAlgError",
     "grad", "value_and_grad", "jvp", "vjp", "linearize", "jacfwd", "jacrev", "hessian", "custom_jvp",
     "custom_vjp", "checkpoint", "remat", "stop_gradient", "vmap", "cond", "switch", "while_loop",
     "fori_loop", "scan", "ContractionShapeError", "tree", "block_until_ready", "device_get", "make_jaxpr",

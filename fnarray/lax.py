@@ -13,6 +13,7 @@ from fnarray.core import lax as _core_lax
 from fnarray._associative_scan import associative_scan  # noqa: F401
 from fnarray.transforms.control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: F401
 from fnarray._lax_map import map  # noqa: A004,F401  (jax.lax.map)
+from fnarray.core import linalg  # noqa: F401  (fnarray.lax.linalg, as jax.lax.linalg)
 
 _CONTROL = ["associative_scan", "cond", "fori_loop", "map", "scan", "switch", "while_loop"]
 _CORE = [n for n in _core_lax.__all__ if n not in _CONTROL]

@@ -47,17 +47,23 @@ from fnarray.core.errors import DTypeError, ShapeError
 __all__ = [
     "PRNGKey",
     "bernoulli",
+    "beta",
     "bits",
     "categorical",
     "choice",
+    "dirichlet",
     "exponential",
     "fold_in",
+    "gamma",
     "gumbel",
     "key",
     "key_data",
     "laplace",
+    "loggamma",
+    "multivariate_normal",
     "normal",
     "permutation",
+    "poisson",
     "randint",
     "split",
     "threefry_2x32",
@@ -893,3 +899,7 @@ def choice(key, a, shape=(), replace: bool = True, p=None, axis: int = 0) -> Arr
     if arr is None:
         return ind
     return _take(arr, ind, ax)
+
+
+# The samplers with rejection loops or linear algebra live in their own module (it uses the helpers above).
+from fnarray._random_dists import beta, dirichlet, gamma, loggamma, multivariate_normal, poisson  # noqa: E402

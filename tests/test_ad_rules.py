@@ -22,6 +22,7 @@ from helpers import check_traced
 import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core import dtypes
+from fnarray.core import linalg as LA
 from fnarray.core import primitives as P
 from fnarray.core.fft import FftType, fft_p
 from fnarray.transforms import ad_rules
@@ -62,6 +63,8 @@ class Case(NamedTuple):
     make: Callable            # rng -> list of NumPy inputs
     h: float = 1e-6           # finite-difference step (linear functions take larger ones)
     rtol: float = 1e-5
+    hermitian: bool = False   # Hermitian tangents (cholesky, eigh read one triangle; their rules, as JAX's,
+                              # take the tangent of the whole Hermitian matrix)
 
 
 def u(lo, hi, shape=(3, 4), dtype=F64):
@@ -239,6 +242,33 @@ CASES += [
          args(cplx((3, 2)), cplx((4, 3)))),
 ]
 
+
+
+def _spd(n, batch=()):
+    def f(rng):
+        a = rng.standard_normal(batch + (n, n))
+        return a @ np.swapaxes(a, -1, -2) + n * np.eye(n)
+    return f
+
+
+def _lower(n, batch=()):
+    return lambda rng: np.tril(rng.standard_normal(batch + (n, n))) + 3 * np.eye(n)
+
+
+_TS = dict(left_side=True, lower=True, transpose_a=False, conjugate_a=False, unit_diagonal=False)
+# The linear-algebra primitives (fnarray/core/linalg.py; more cases, and JAX as a second reference, in
+# tests/test_linalg.py).
+CASES += [
+    Case("cholesky", LA.cholesky_p, {}, args(_spd(3, (2,))), hermitian=True),
+    Case("triangular_solve", LA.triangular_solve_p, _TS, args(_lower(3, (2,)), u(-1, 1, (2, 3, 2)))),
+    Case("triangular_solve_right_t", LA.triangular_solve_p, dict(_TS, left_side=False, transpose_a=True),
+         args(_lower(3), u(-1, 1, (2, 3)))),
+    Case("lu", LA.lu_p, {}, args(u(-1, 1, (2, 3, 3)))),
+    Case("qr", LA.qr_p, {"full_matrices": False}, args(u(-1, 1, (4, 3)))),
+    Case("eigh", LA.eigh_p, {"lower": True}, args(_spd(3)), hermitian=True),
+    Case("svd", LA.svd_p, {"full_matrices": False, "compute_uv": True}, args(u(-1, 1, (3, 2)))),
+]
+
 # The fft primitive (fnarray.core.fft): each type, odd and even lengths, 2-D; linear, so exact to rounding.
 _FFT = [("fft_c2c", FftType.FFT, (5,), cplx((2, 5))), ("fft_ifft_2d", FftType.IFFT, (3, 4), cplx((3, 4))),
         ("fft_rfft_even", FftType.RFFT, (6,), u(-1, 1, (2, 6))), ("fft_rfft_odd_2d", FftType.RFFT, (3, 5),
@@ -371,6 +401,8 @@ def _check_case(case, wide=False):
     rng = _rng(case.name)
     xs = case.make(rng)
     ts = _tangents(rng, xs)
+    if case.hermitian:
+        ts = [None if t is None else (t + np.conj(np.swapaxes(t, -1, -2))) / 2 for t in ts]
     out, tan = _run_rule(case.prim, case.params, xs, ts)
     want_out = _bind_np(case.prim, case.params, xs)
     fd = _finite_difference(case.prim, case.params, xs, ts, case.h, wide)
@@ -573,6 +605,10 @@ class TCase(NamedTuple):
 
 
 TCASES = [
+    TCase("triangular_solve_b", LA.triangular_solve_p, _TS, args(_lower(3, (2,)), u(-1, 1, (2, 3, 2))), (1,)),
+    TCase("triangular_solve_b_right_conj", LA.triangular_solve_p,
+          dict(_TS, left_side=False, lower=False, transpose_a=True, conjugate_a=True, unit_diagonal=True),
+          lambda rng: [np.triu(cplx((3, 3))(rng)) + 3 * np.eye(3), cplx((2, 3))(rng)], (1,)),
     TCase("neg", P.neg, {}, args(u(-1, 1)), (0,)),
     TCase("copy", P.copy_p, {}, args(u(-1, 1)), (0,)),
     TCase("real", P.real, {}, args(cplx()), (0,)),
@@ -776,8 +812,10 @@ def test_jvp_rules_keep_narrow_dtypes(real):
         if case.prim is P.convert_element_type:
             continue   # its dtypes are its parameters
         if real != dtypes.float32 and (case.prim is P.complex_p or case.name.endswith("_c") or
-                                       case.prim in (P.real, P.imag, P.conj, fft_p) or "wide" in case.name):
-            continue   # no complex type has float16 parts (nor fft: float32/64); the wide case overflows float16
+                                       case.prim in (P.real, P.imag, P.conj, fft_p) or "wide" in case.name or
+                                       case.prim.kind == "linalg"):
+            continue   # no complex type has float16 parts (nor fft: float32/64); the wide case overflows float16;
+            #            LAPACK has no halves
         rng = _rng(case.name)
         xs64 = case.make(rng)
         ts64 = _tangents(rng, xs64)

@@ -144,6 +144,17 @@ def _loss(params, x, y):
     return -fnp.mean(fnp.sum(fa.nn.one_hot(y, 4) * fa.nn.log_softmax(h, axis=-1), axis=-1))
 
 
+def _spd_batch(b, n):
+    m = rng.normal(size=(b, n, n))
+    return (m @ np.swapaxes(m, -1, -2) / n + np.eye(n)).astype(np.float32)
+
+
+def _cho_solve(x, y):
+    c = fa.lax.linalg.cholesky(x)
+    z = fa.lax.linalg.triangular_solve(c, y, left_side=True, lower=True)
+    return fa.lax.linalg.triangular_solve(c, z, left_side=True, lower=True, transpose_a=True), c
+
+
 def _cases():
     digits = _mlp_params(digits_mlp.LAYER_SIZES)
     small = _mlp_params((8, 16, 4))
@@ -163,6 +174,8 @@ def _cases():
         "grad": (fa.grad(_loss), (small, _f32(5, 8), rng.integers(0, 4, (5,)).astype(np.int32)), ()),
         "scan": (lambda h0, xs: fa.scan(lambda h, x: (fnp.tanh(0.5 * h + x), h.sum()), h0, xs),
                  (_f32(6), _f32(9, 6)), ()),
+        # The linear-algebra kernels (lowering/kernels/groups/linalg.py): a Cholesky solve of a batch of SPD systems.
+        "cholesky_solve": (_cho_solve, (_spd_batch(3, 6), _f32(3, 6, 2)), (), 1e-4),
         "int_bool": (lambda k, m: (fnp.where(m, k * 3, -k), m & (k > 0)),
                      (rng.integers(-9, 9, (4, 6)).astype(np.int32), rng.random((4, 6)) < 0.5), ()),
         # The fft kernels: Bluestein (24 points) inside a real filter, Stockham (8 x 16) in a 2-D power spectrum.

@@ -20,7 +20,8 @@ if __name__ == "__main__":  # run as a script: import this checkout's fnarray, n
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # Modules whose public functions need Args / Returns / Raises sections.
-_SECTIONED = ("fnarray", "fnarray.nn", "fnarray.nn.initializers", "fnarray.random", "fnarray.optim", "fnarray.export")
+_SECTIONED = ("fnarray", "fnarray.nn", "fnarray.nn.initializers", "fnarray.random", "fnarray.optim", "fnarray.export",
+              "fnarray.scipy.special", "fnarray.scipy.linalg")
 _SECTION = {name: re.compile(rf"^\s*{name}:\s*$", re.MULTILINE) for name in ("Args", "Returns", "Raises")}
 # A docstring in fnarray.numpy must say what it mirrors.
 _MIRRORS = re.compile(r"array API|array-API|numpy\.|NumPy|jax\.|scipy\.", re.IGNORECASE)

@@ -70,9 +70,12 @@ def test_lax_shows_only_public_names():
 def test_one_get_aval():
     from fnarray.core.avals import get_aval
     from fnarray.numpy import _util
-    from fnarray.transforms import ad, ad_rules, ad_tables, batching
-    for mod in (ad, ad_rules, ad_tables, batching):
+    from fnarray.transforms import (ad, ad_rules, ad_tables, batching, custom_derivatives, jvp, partial_eval,
+                                    remat, transpose)
+    for mod in (ad_rules, ad_tables, batching):
         assert mod._aval is get_aval
+    for mod in (ad, jvp, partial_eval, transpose, custom_derivatives, remat):  # no copy of their own
+        assert getattr(mod, "_aval", get_aval) is get_aval
     assert _util.aval_of is get_aval
     assert get_aval(fa.numpy.ones((2, 3))).shape == (2, 3)
     assert get_aval(1.5).weak_type and get_aval(1.5).dtype == fa.numpy.float32

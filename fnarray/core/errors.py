@@ -7,8 +7,10 @@ keeps working for users who do not know fnarray's classes.
 __all__ = [
     "FnArrayError", "ShapeError", "AxisError", "ContractionShapeError", "DTypeError", "ConcretizationError",
     "UnsupportedOnDevice", "BackendUnavailable", "TracerLeakError", "ResourceExhaustedError",
-    "PyTreeError", "ExportError", "FallbackWarning",
+    "PyTreeError", "ExportError", "LinAlgError", "FallbackWarning",
 ]
+
+import numpy as _np
 
 
 class FnArrayError(Exception):
@@ -61,6 +63,12 @@ class PyTreeError(FnArrayError, ValueError):
 
 class ExportError(FnArrayError, OSError):
     """An export destination that cannot be written (a file where a folder is needed, no permission)."""
+
+
+class LinAlgError(FnArrayError, _np.linalg.LinAlgError):
+    """A linear-algebra function that cannot give a result (a singular matrix for ``solve``/``inv``), raised
+    eagerly as NumPy does; also ``numpy.linalg.LinAlgError`` (a ``ValueError``). Under ``jit`` and the other
+    transformations nothing is checked: the result has inf/NaN (``fnarray.numpy.linalg`` says which)."""
 
 
 class FallbackWarning(UserWarning):

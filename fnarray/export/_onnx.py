@@ -28,6 +28,7 @@ import tempfile
 import numpy as np
 
 from fnarray.core import dtypes
+from fnarray.core import linalg as _L
 from fnarray.core import primitives as P
 from fnarray.core.fft import fft_p
 from fnarray.core.errors import UnsupportedOnDevice
@@ -65,6 +66,8 @@ UNSUPPORTED = {
     P.debug_callback: ("fnarray.debug.print / fnarray.debug.callback call Python, which an ONNX model cannot; "
                        "remove the debug call before exporting"),
 }
+UNSUPPORTED.update({p: f"ONNX has no matrix factorizations ({p.name}); only Det among linear algebra"
+                    for p in (_L.cholesky_p, _L.triangular_solve_p, _L.lu_p, _L.qr_p, _L.eigh_p, _L.svd_p)})
 
 
 def _rule(*prims):

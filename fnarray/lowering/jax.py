@@ -581,5 +581,11 @@ class JaxBackend(Backend):
             buf.delete()
 
 
+# The linear-algebra primitives' rules (jax.lax.linalg) live in their own module.
+from fnarray.lowering.linalg_jax import register as _register_linalg  # noqa: E402
+
+_register_linalg(RULES)
+
+
 def make_backend():
     return JaxBackend()

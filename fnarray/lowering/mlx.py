@@ -723,3 +723,9 @@ def _generated(prog: Program) -> _Generated:
         g = _Generated(prog)
         _generated_cache[prog] = g
     return g
+
+
+# The linear-algebra primitives' rules (mx.linalg on the CPU stream) live in their own module.
+from fnarray.lowering.linalg_mlx import register as _register_linalg  # noqa: E402
+
+_COMPLEX_OK = _COMPLEX_OK | _register_linalg(RULES)

@@ -717,6 +717,11 @@ def _debug_callback(params, in_avals, out_avals):
 
 IMPLS[P.debug_callback] = _debug_callback
 
+# The linear-algebra primitives have their own module (fnarray/lowering/linalg_numpy.py).
+from fnarray.lowering.linalg_numpy import register as _register_linalg  # noqa: E402
+
+_register_linalg(IMPLS)
+
 _missing = [p.name for p in P.PRIMITIVES.values() if p not in IMPLS]
 if _missing:  # every primitive needs a reference implementation
     raise RuntimeError(f"numpy backend lacks implementations for {_missing}")

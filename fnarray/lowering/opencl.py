@@ -61,6 +61,8 @@ from fnarray.lowering.kernels.lowered import KernelLowered
 from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.lowering.kernels import facts
+from fnarray.lowering.kernels.groups import linalg
+from fnarray.lowering.kernels.no_kernel import no_kernel_reason
 from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
 
 try:
@@ -446,8 +448,11 @@ class OpenCLBackend(Backend):
                 return f"kernels index with int32: {a.aval.str_short()} has more than 2**31 - 1 elements"
         if prim in _CONTROL or prim in CALLS:
             return None  # driven from the host / inlined; their sub-programs are checked by the partitioner
+        why = linalg.oversize_reason(eqn, state.caps)
+        if why is not None:
+            return why
         if prim not in SCHEDULED:
-            return f"the opencl backend has no kernel for {prim.name}"
+            return no_kernel_reason(prim, "opencl")
         if prim in _COMPLEX_BAD and any(dtypes.is_complex(a.aval.dtype) for a in eqn.inputs):
             return f"the opencl kernels have no complex form of {prim.name}"
         if prim == P.dot_general and any(isinstance(a, Literal) for a in eqn.inputs):

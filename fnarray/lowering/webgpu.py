@@ -75,6 +75,8 @@ from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
 from fnarray.lowering.kernels import facts, wgsl
 from fnarray.core.fft import fft_p
 from fnarray.lowering.kernels.groups.fft import unsupported_reason as fft_unsupported_reason
+from fnarray.lowering.kernels.groups import linalg
+from fnarray.lowering.kernels.no_kernel import no_kernel_reason
 from fnarray.lowering.kernels.wgsl import DEFAULT_GROUP_SIZE, render_wgsl, uniform_bytes, wgsl_layout
 
 __all__ = ["make_backend", "WebGPUBackend", "WGBuffer", "PORTABLE_LIMITS"]
@@ -664,8 +666,11 @@ class WebGPUBackend(Backend):
                 return f"kernels index with int32: {a.aval.str_short()} has more than 2**31 - 1 elements"
         if prim in CONTROL_PRIMITIVES or prim in CALLS:
             return None  # driven from the host / inlined; the partitioner checks their sub-programs
+        why = linalg.oversize_reason(eqn, caps)
+        if why is not None:
+            return why
         if prim not in SCHEDULED:
-            return f"the webgpu backend has no kernel for {prim.name}"
+            return no_kernel_reason(prim, "webgpu")
         if prim is P.dot_general and any(isinstance(a, Literal) for a in eqn.inputs):
             return "dot_general of a literal operand (an array of it is needed)"
         if prim in _COMPLEX_BAD and any(dtypes.is_complex(a.aval.dtype) for a in eqn.inputs):

@@ -155,6 +155,11 @@ for _p in _IDENTITY:
 for _p in (P.scatter, P.scatter_add, P.scatter_mul, P.scatter_min, P.scatter_max):
     _REWRITES[_p] = _scatter
 
+# The linear-algebra primitives' rewrites live in their own module.
+from fnarray.lowering.linalg_zero_size import register as _register_linalg  # noqa: E402
+
+_register_linalg(_REWRITES, fill)
+
 
 # ------------------------------------------------------------------------------ the pass
 

@@ -368,3 +368,8 @@ def _fft_cases():
 
 
 _fft_cases()
+
+# The linear-algebra primitives' cases live beside their definitions' tests (fnarray/testing/linalg_cases.py).
+from fnarray.testing.linalg_cases import add_cases as _add_linalg_cases  # noqa: E402
+
+_add_linalg_cases(case)

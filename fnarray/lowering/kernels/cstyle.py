@@ -93,8 +93,8 @@ class CStyleRenderer(abc.ABC):
         """The head of a counted int32 loop (the body follows in braces)."""
 
     @abc.abstractmethod
-    def barrier(self) -> str:
-        """A work-group barrier over local memory."""
+    def barrier(self, space: str = "local") -> str:
+        """A work-group barrier over local memory (``space="global"``: over buffers too)."""
 
     @abc.abstractmethod
     def signature(self, kernel: Kernel) -> str:
@@ -157,7 +157,7 @@ class CStyleRenderer(abc.ABC):
                     self._stmts(s.orelse, depth + 1, lines)
                 lines.append(pad + "}")
             elif isinstance(s, Barrier):
-                lines.append(pad + self.barrier())
+                lines.append(pad + self.barrier(s.space))
             elif isinstance(s, ArrayDecl):
                 lines.append(pad + self.array_decl(s))
             elif isinstance(s, Comment):

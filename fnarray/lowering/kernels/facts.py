@@ -8,7 +8,7 @@
   group of its own in ``schedule._GROUPS``), ``"inline"`` (a call: its program is inlined) or ``"host"``
   (control flow driven from the host).
 - ``group``: the kernel group it joins: ``"map"`` (fused into any elementwise kernel), ``"reduce"``,
-  ``"dot"``, ``"sort"``, ``"cumulative"``, ``"scatter"``, ``"fft"``, ``"call"``, ``"control"``.
+  ``"dot"``, ``"sort"``, ``"cumulative"``, ``"scatter"``, ``"linalg"``, ``"fft"``, ``"call"``, ``"control"``.
 - ``cost``: ``"free"`` (a view or a cast: inlined anywhere), ``"cheap"`` or ``"expensive"`` (a
   transcendental: materialised rather than recomputed under a broadcast).
 - ``complex_ok``: whether its kernels accept complex operands.
@@ -23,10 +23,11 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from fnarray.core import families
+from fnarray.core import linalg as LA
 from fnarray.core import primitives as P
 from fnarray.core.fft import fft_p
 
-__all__ = ["KernelFact", "FACTS", "funcs", "with_cost", "complex_ok"]
+__all__ = ["KernelFact", "FACTS", "funcs", "with_cost", "complex_ok", "in_group"]
 
 
 class KernelFact(NamedTuple):
@@ -78,6 +79,11 @@ FACTS[fft_p] = KernelFact("group", "fft", complex_ok=True)   # kernels/groups/ff
 for _p in (P.call, P.remat, P.custom_jvp_call, P.custom_vjp_call):
     FACTS[_p] = KernelFact("inline", "call")
 
+# Linear algebra with kernels of its own (lowering/kernels/groups/linalg.py), real dtypes only; qr, eigh and svd have
+# none (kernels/no_kernel.py says why).
+for _p in (LA.cholesky_p, LA.triangular_solve_p, LA.lu_p):
+    FACTS[_p] = KernelFact("group", "linalg")
+
 _set([P.exp, P.logistic, P.pow_p, P.erf_inv, P.digamma, P.atan2], cost="expensive")
 _set([P.reshape, P.broadcast_in_dim, P.transpose, P.copy_p, P.stop_gradient, P.convert_element_type], cost="free")
 # Complex operands: what the element rules expand into real arithmetic (structural ops move complex values as
@@ -95,6 +101,11 @@ def funcs() -> dict:
 
 def with_cost(cost: str) -> frozenset:
     return frozenset(p for p, f in FACTS.items() if f.cost == cost)
+
+
+def in_group(group: str) -> frozenset:
+    """The primitives that join kernel group ``group``."""
+    return frozenset(p for p, f in FACTS.items() if f.group == group)
 
 
 def complex_ok() -> frozenset:

@@ -199,7 +199,10 @@ class If:
 
 @_frozen
 class Barrier:
-    """A work-group barrier over local memory."""
+    """A work-group barrier over local memory, or (``space="global"``) over global and local memory:
+    the work-group's stores to its buffers are visible to the whole group after it."""
+
+    space: str = "local"
 
 
 @_frozen

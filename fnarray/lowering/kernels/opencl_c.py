@@ -101,7 +101,9 @@ class OpenCLRenderer(CStyleRenderer):
         inc = f"{var}++" if step == "1" else f"{var} += {step}"
         return f"for (int {var} = {start}; {var} < {stop}; {inc})"
 
-    def barrier(self) -> str:
+    def barrier(self, space: str = "local") -> str:
+        if space == "global":
+            return "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"
         return "barrier(CLK_LOCAL_MEM_FENCE);"
 
     def signature(self, kernel: Kernel) -> str:

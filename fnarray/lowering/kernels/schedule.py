@@ -68,6 +68,7 @@ from fnarray.lowering.kernels.groups.base import (  # noqa: F401
 from fnarray.lowering.kernels.groups.cumulative import _CumGroup  # noqa: F401
 from fnarray.lowering.kernels.groups.dot import _DotGroup, _view  # noqa: F401
 from fnarray.lowering.kernels.groups.fft import FftGroup
+from fnarray.lowering.kernels.groups.linalg import GROUPS as _LINALG_GROUPS
 from fnarray.lowering.kernels.groups.reduce import _ReduceGroup  # noqa: F401
 from fnarray.lowering.kernels.groups.scatter import _ScatterGroup  # noqa: F401
 from fnarray.lowering.kernels.groups.sort import _SortGroup  # noqa: F401
@@ -268,6 +269,7 @@ for _p in CUMULATIVE:
 for _p in SCATTERS:
     _GROUPS[_p] = _ScatterGroup
 _GROUPS[fft_p] = FftGroup   # Stockham and Bluestein (groups/fft.py)
+_GROUPS.update(_LINALG_GROUPS)   # cholesky, triangular_solve, lu
 
 
 # ------------------------------------------------------------------------------------------ the passes

@@ -590,7 +590,9 @@ class WGSLRenderer(CStyleRenderer):
     def for_header(self, var, start, stop, step) -> str:
         return f"for (var {var}: i32 = {start}; {var} < {stop}; {var} += {step})"
 
-    def barrier(self) -> str:
+    def barrier(self, space: str = "local") -> str:
+        if space == "global":  # storageBarrier orders the buffers only; the second one the workgroup arrays
+            return "storageBarrier(); workgroupBarrier();"
         return "workgroupBarrier();"
 
     def signature(self, kernel: Kernel) -> str:

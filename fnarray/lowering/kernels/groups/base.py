@@ -15,6 +15,7 @@ from fnarray.core import primitives as P
 from fnarray.core.fft import fft_p
 from fnarray.core.ir import Var
 from fnarray.core.subprograms import CALL_PROGRAM
+from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import INJECTIVE, Flat, NotFlat, shaped_index
 from fnarray.lowering.kernels.index import linearize, to_expr, unravel
@@ -28,7 +29,7 @@ REDUCTIONS = frozenset({P.reduce_sum, P.reduce_prod, P.reduce_max, P.reduce_min,
                         P.argmax, P.argmin})
 CUMULATIVE = frozenset({P.cumsum, P.cumprod, P.cummax, P.cummin, P.cumlogsumexp})
 SCATTERS = frozenset({P.scatter, P.scatter_add, P.scatter_mul, P.scatter_min, P.scatter_max})
-OPAQUE = frozenset({P.dot_general, P.sort, fft_p}) | CUMULATIVE | SCATTERS
+OPAQUE = frozenset({P.dot_general, P.sort, fft_p}) | CUMULATIVE | SCATTERS | facts.in_group("linalg")
 # Every primitive the scheduler turns into kernels (control flow is driven from the host).
 SCHEDULED = INJECTIVE | REDUCTIONS | OPAQUE | frozenset(CALLS)
 

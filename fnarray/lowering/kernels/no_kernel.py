@@ -1,0 +1,24 @@
+"""Why a primitive has no kernel on the kernel backends (opencl, webgpu): the reason their ``supports`` gives,
+which the FallbackWarning and the support matrix (``python -m fnarray primitives``) show."""
+
+from __future__ import annotations
+
+from fnarray.core import linalg as L
+
+__all__ = ["NO_KERNEL", "no_kernel_reason"]
+
+#: Primitives that have no kernel, with the reason (a primitive that gets a kernel is scheduled, and its
+#: backend's ``supports`` no longer reaches this table).
+NO_KERNEL = {
+    L.qr_p: ("qr runs on numpy (LAPACK) by design: Householder QR is a chain of dependent column steps, "
+             "too sequential for a kernel to pay"),
+    L.eigh_p: "eigh runs on numpy (LAPACK) by design: an iterative eigensolver, too sequential for a kernel to pay",
+    L.svd_p: "svd runs on numpy (LAPACK) by design: an iterative SVD, too sequential for a kernel to pay",
+}
+# cholesky, triangular_solve and lu have kernels (kernels/groups/linalg.py).
+
+
+def no_kernel_reason(prim, backend: str) -> str:
+    """The reason ``backend`` gives for running ``prim`` (which it has no kernel for) on numpy."""
+    r = NO_KERNEL.get(prim)
+    return r if r is not None else f"the {backend} backend has no kernel for {prim.name}"
