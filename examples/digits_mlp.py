@@ -107,13 +107,14 @@ def accuracy_fn(params, x, y):
     return fnp.mean((guess == y).astype(fnp.float32))
 
 
-def make_train_step(optimizer, device):
+def make_train_step(optimizer, device, loss=None):
     """A jitted step ``(params, opt_state, x_all, y_all, idx) -> (params, opt_state, loss)``.
 
     ``idx`` (int32[b]) picks the mini-batch out of the training set, which stays
-    on the device; the step returns the batch's loss before the update.
+    on the device; the step returns the batch's loss before the update. ``loss``
+    is ``loss_fn`` unless given (``digits_cnn.py`` passes its own).
     """
-    loss_and_grads = fa.value_and_grad(loss_fn)
+    loss_and_grads = fa.value_and_grad(loss_fn if loss is None else loss)
 
     def train_step(params, opt_state, x_all, y_all, idx):
         loss, grads = loss_and_grads(params, x_all[idx], y_all[idx])
@@ -123,8 +124,9 @@ def make_train_step(optimizer, device):
     return fa.jit(train_step, device=device)
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv=None, description=None, saved="w1 b1 w2 b2 w3 b3"):
+    """The command line shared by the digits examples (``digits_cnn.py`` passes its description and names)."""
+    parser = argparse.ArgumentParser(description=description or __doc__.splitlines()[0])
     parser.add_argument("--device", default=None,
                         help="device to train on, a name from fnarray.devices() such as numpy:0 "
                              "(default: the default device)")
@@ -133,7 +135,7 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="seed of the initialisation and shuffling (default 0)")
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
     parser.add_argument("--plot", metavar="PATH", help="write a PNG of training loss and test accuracy per epoch")
-    parser.add_argument("--save", metavar="PATH", help="write the trained parameters as .npz (w1 b1 w2 b2 w3 b3)")
+    parser.add_argument("--save", metavar="PATH", help=f"write the trained parameters as .npz ({saved})")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     args.device = device_from_arg(parser, args.device)
@@ -152,7 +154,7 @@ def save_params(path, params):
     np.savez(path, **{k: np.asarray(params[k], dtype=np.float32) for k in PARAM_NAMES})
 
 
-def plot_history(path, losses, accuracies):
+def plot_history(path, losses, accuracies, title="fnarray: 64-128-128-10 MLP on scikit-learn digits"):
     """A PNG with the mean training loss and the test accuracy of every epoch."""
     import matplotlib
     matplotlib.use("Agg")
@@ -171,34 +173,33 @@ def plot_history(path, losses, accuracies):
     ax_acc.set_ylabel("test accuracy (%)")
     ax_acc.set_title("test accuracy (360 held-out images)")
     ax_acc.grid(True, alpha=0.3)
-    fig.suptitle("fnarray: 64-128-128-10 MLP on scikit-learn digits")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
-def main(argv=None) -> dict:
-    """Train and evaluate; returns a dict.
+def train(args, params, loss_of, accuracy_of, key_shuffle):
+    """Adam on ``loss(params, x, y)`` over the digits' training set, ``args.epochs`` passes of mini-batches.
 
-    Keys: ``accuracy`` (final test accuracy, 0..1), ``losses`` (mean training loss of
-    every epoch), ``test_accuracies`` (every epoch), ``epoch_time`` (seconds per epoch
-    of training steps without the first epoch, which includes compilation; the
-    first epoch's time when there is only one), ``first_epoch_time``, ``device``
-    (its name), ``params`` (the trained parameters as NumPy arrays).
+    Args:
+      args: the parsed command line (``device``, ``epochs``, ``batch_size``, ``lr``, ``quiet``).
+      params: the initial parameters (a pytree of arrays on ``args.device``).
+      loss_of: ``(params, x: f32[n, 64], y: int32[n]) -> f32[]``.
+      accuracy_of: ``(params, x, y) -> f32[]``, evaluated on the test set after every epoch.
+      key_shuffle: the key of the per-epoch shuffles.
+    Returns:
+      ``(params, losses, test_accuracies, epoch_times, batches_per_epoch)``.
     """
     from tqdm import tqdm
 
-    args = parse_args(argv)
     device = args.device
     x_train, x_test, y_train, y_test = load_data()
     n_train = x_train.shape[0]
-
-    key_init, key_shuffle = fa.random.split(fa.random.key(args.seed))
-    params = fa.device_put(init_params(key_init), device)
     optimizer = fa.optim.adam(args.lr)
     opt_state = optimizer.init(params)
-    train_step = make_train_step(optimizer, device)
-    accuracy = fa.jit(accuracy_fn, device=device)
+    train_step = make_train_step(optimizer, device, loss_of)
+    accuracy = fa.jit(accuracy_of, device=device)
     x_tr, y_tr = fa.device_put(fnp.asarray(x_train), device), fa.device_put(fnp.asarray(y_train), device)
     x_te, y_te = fa.device_put(fnp.asarray(x_test), device), fa.device_put(fnp.asarray(y_test), device)
 
@@ -230,6 +231,11 @@ def main(argv=None) -> dict:
         bar.set_postfix(loss=f"{losses[-1]:.4f}", test_acc=f"{test_accs[-1]:.3f}")
         bar.close()
 
+    return params, losses, test_accs, epoch_times, n_batches
+
+
+def summarize(args, losses, test_accs, epoch_times, n_batches, n_test) -> float:
+    """Print the final accuracy, the time per epoch and the device; returns the steady-state epoch time."""
     if len(epoch_times) > 1:
         epoch_time = float(np.mean(epoch_times[1:]))
         timing = (f"{epoch_time * 1e3:.1f} ms per epoch of {n_batches} steps (mean of epochs 2-{args.epochs}; "
@@ -238,10 +244,30 @@ def main(argv=None) -> dict:
         epoch_time = epoch_times[0]
         timing = (f"{epoch_time * 1e3:.1f} ms for the only epoch of {n_batches} steps "
                   "(this includes compilation: run 2 or more epochs for the steady-state time)")
-    print(f"test accuracy: {100 * test_accs[-1]:.2f}% on {x_test.shape[0]} held-out images "
+    print(f"test accuracy: {100 * test_accs[-1]:.2f}% on {n_test} held-out images "
           f"(final training loss {losses[-1]:.4f})")
     print(f"time: {timing}")
-    print(f"device: {device} ({device.description})")
+    print(f"device: {args.device} ({args.device.description})")
+    return epoch_time
+
+
+def main(argv=None) -> dict:
+    """Train and evaluate; returns a dict.
+
+    Keys: ``accuracy`` (final test accuracy, 0..1), ``losses`` (mean training loss of
+    every epoch), ``test_accuracies`` (every epoch), ``epoch_time`` (seconds per epoch
+    of training steps without the first epoch, which includes compilation; the
+    first epoch's time when there is only one), ``first_epoch_time``, ``device``
+    (its name), ``params`` (the trained parameters as NumPy arrays).
+    """
+    args = parse_args(argv)
+    device = args.device
+    x_test = load_data()[1]
+    key_init, key_shuffle = fa.random.split(fa.random.key(args.seed))
+    params = fa.device_put(init_params(key_init), device)
+    params, losses, test_accs, epoch_times, n_batches = train(args, params, loss_fn, accuracy_fn, key_shuffle)
+
+    epoch_time = summarize(args, losses, test_accs, epoch_times, n_batches, x_test.shape[0])
 
     host_params = {k: np.asarray(params[k]) for k in PARAM_NAMES}
     if args.plot:

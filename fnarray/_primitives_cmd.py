@@ -228,7 +228,9 @@ def _backend_rules(prim):
         out.append(("kernel element rule, opencl and webgpu (kernels/rules.ELEMENTWISE)", ELEMENTWISE[prim]))
     if prim in STRUCTURAL:
         out.append(("kernel index rule, opencl and webgpu (kernels/emitter.STRUCTURAL)", STRUCTURAL[prim]))
-    from fnarray.lowering.kernels import schedule
+    import importlib
+    # The module, not the function ``kernels.schedule`` that the package exports under the same name.
+    schedule = importlib.import_module("fnarray.lowering.kernels.schedule")
     group = getattr(schedule, "_GROUPS", {}).get(prim)
     if group is not None:
         out.append(("kernel group, opencl and webgpu (kernels/schedule._GROUPS)", group))

@@ -10,6 +10,8 @@ imports both.
 from __future__ import annotations
 
 from fnarray.core import lax as _core_lax
+from fnarray.core import lax_conv as _lax_conv
+from fnarray.core import lax_windows as _lax_windows
 from fnarray._associative_scan import associative_scan  # noqa: F401
 from fnarray.transforms.control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: F401
 from fnarray._lax_map import map  # noqa: A004,F401  (jax.lax.map)
@@ -18,8 +20,12 @@ from fnarray.core import linalg  # noqa: F401  (fnarray.lax.linalg, as jax.lax.l
 _CONTROL = ["associative_scan", "cond", "fori_loop", "map", "scan", "switch", "while_loop"]
 _CORE = [n for n in _core_lax.__all__ if n not in _CONTROL]
 globals().update({n: getattr(_core_lax, n) for n in _CORE})
+_CONV = list(_lax_conv.__all__)  # convolutions (fnarray/core/lax_conv.py)
+globals().update({n: getattr(_lax_conv, n) for n in _CONV})
+_WINDOWS = list(_lax_windows.__all__)  # reduce_window and its shortcuts (core/lax_windows.py)
+globals().update({n: getattr(_lax_windows, n) for n in _WINDOWS})
 
-__all__ = sorted(_CORE + _CONTROL)
+__all__ = sorted(set(_CORE + _CONTROL + _CONV + _WINDOWS))
 
 
 def __getattr__(name):

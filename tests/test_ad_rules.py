@@ -25,6 +25,7 @@ from fnarray.core import dtypes
 from fnarray.core import linalg as LA
 from fnarray.core import primitives as P
 from fnarray.core.fft import FftType, fft_p
+from fnarray.core import windows as W
 from fnarray.transforms import ad_rules
 from fnarray.transforms.ad_tables import UndefinedPrimal, Zero, primitive_jvps, primitive_transposes, tangent_aval
 
@@ -130,6 +131,17 @@ UNARY = [
     ("atan_c", P.atan, cplx(scale=0.5)), ("rsqrt_c", P.rsqrt, cplx()), ("abs_c", P.abs_p, cplx()),
     ("real", P.real, cplx()), ("imag", P.imag, cplx()), ("conj", P.conj, cplx()),
 ]
+
+def _conv_params(strides, padding, lhs_dil, rhs_dil, dn, g=1, b=1):
+    from fnarray.core.conv import ConvDimensionNumbers
+    return {"window_strides": strides, "padding": padding, "lhs_dilation": lhs_dil, "rhs_dilation": rhs_dil,
+            "dimension_numbers": ConvDimensionNumbers(*dn), "feature_group_count": g, "batch_group_count": b,
+            "precision": None, "preferred_element_type": None}
+
+
+_NCHW = ((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3))
+_NHWC = ((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
+_CONV = P.PRIMITIVES["conv_general_dilated"]   # fnarray.core.conv (tests/test_conv.py has the full table)
 
 CASES = [Case(n, p, {}, args(m)) for n, p, m in UNARY]
 
@@ -242,6 +254,26 @@ CASES += [
          args(cplx((3, 2)), cplx((4, 3)))),
 ]
 
+# window reductions and the max/min gradients' selections (fnarray.core.windows); more in tests/test_windows.py
+_WIN = {"window_dimensions": (2, 3), "window_strides": (2, 1), "padding": ((1, 0), (-1, 2)),
+        "base_dilation": (1, 2), "window_dilation": (2, 1)}
+CASES += [
+    Case("reduce_window_sum", W.reduce_window_sum_p, _WIN, args(u(-2, 2, (5, 4))), h=1e-2),
+    Case("reduce_window_max", W.reduce_window_max_p, _WIN, args(distinct((5, 4)))),
+    Case("reduce_window_min", W.reduce_window_min_p, _WIN, args(distinct((5, 4)))),
+    Case("select_and_gather_add", W.select_and_gather_add_p, {"select_prim": P.ge, **_WIN},
+         args(u(-2, 2, (5, 4)), distinct((5, 4))), h=1e-2),
+    Case("select_and_scatter_add", W.select_and_scatter_add_p, {"select_prim": P.le, **_WIN},
+         args(u(-2, 2, (2, 6)), distinct((5, 4))), h=1e-2),
+]
+CASES += [
+    Case("conv_strided_dilated", _CONV, _conv_params((2, 1), ((1, -1), (0, 1)), (1, 2), (2, 1), _NCHW),
+         args(u(-1, 1, (2, 3, 5, 4)), u(-1, 1, (4, 3, 2, 2)))),
+    Case("conv_groups_nhwc", _CONV, _conv_params((1, 1), ((0, 0), (1, 1)), (1, 1), (1, 1), _NHWC, g=2),
+         args(u(-1, 1, (2, 4, 5, 4)), u(-1, 1, (3, 2, 2, 4)))),
+    Case("conv_batch_groups", _CONV, _conv_params((1,), ((1, 0),), (1,), (1,), ((0, 1, 2),) * 3, b=2),
+         args(u(-1, 1, (4, 2, 6)), u(-1, 1, (4, 2, 3)))),
+]
 
 
 def _spd(n, batch=()):
@@ -688,6 +720,24 @@ TCASES = [
           args(u(-1, 1, (3, 4), F32), u(-1, 1, (4, 2), F32)), (1,)),
     TCase("dot_c_lhs", P.dot_general, {"dimension_numbers": (((1,), (0,)), ((), ())),
                                        "preferred_element_type": None}, args(cplx((3, 4)), cplx((4, 2))), (0,)),
+]
+TCASES += [
+    TCase("reduce_window_sum", W.reduce_window_sum_p, _WIN, args(u(-1, 1, (5, 4))), (0,)),
+    TCase("reduce_window_sum_same", W.reduce_window_sum_p,
+          {"window_dimensions": (3, 1), "window_strides": (2, 1), "padding": ((1, 1), (0, 0)),
+           "base_dilation": (1, 1), "window_dilation": (1, 1)}, args(u(-1, 1, (6, 2))), (0,)),
+    TCase("select_and_gather_add", W.select_and_gather_add_p, {"select_prim": P.ge, **_WIN},
+          args(u(-1, 1, (5, 4)), distinct((5, 4))), (0,)),
+    TCase("select_and_scatter_add", W.select_and_scatter_add_p, {"select_prim": P.le, **_WIN},
+          args(u(-1, 1, (2, 6)), distinct((5, 4))), (0,)),
+    TCase("conv_lhs", _CONV, _conv_params((2, 1), ((1, -1), (0, 1)), (1, 2), (2, 1), _NCHW),
+          args(u(-1, 1, (2, 3, 5, 4)), u(-1, 1, (4, 3, 2, 2))), (0,)),
+    TCase("conv_rhs", _CONV, _conv_params((2, 1), ((1, -1), (0, 1)), (1, 2), (2, 1), _NCHW),
+          args(u(-1, 1, (2, 3, 5, 4)), u(-1, 1, (4, 3, 2, 2))), (1,)),
+    TCase("conv_lhs_groups", _CONV, _conv_params((1, 1), ((0, 0), (1, 1)), (1, 1), (1, 1), _NHWC, g=2),
+          args(u(-1, 1, (2, 4, 5, 4)), u(-1, 1, (3, 2, 2, 4))), (0,)),
+    TCase("conv_rhs_batch_groups", _CONV, _conv_params((1,), ((1, 0),), (1,), (1,), ((0, 1, 2),) * 3, b=2),
+          args(u(-1, 1, (4, 2, 6)), u(-1, 1, (4, 2, 3))), (1,)),
 ]
 TCASES += [TCase(n, fft_p, {"fft_type": t, "fft_lengths": k}, args(m), (0,)) for n, t, k, m in _FFT]
 

@@ -369,18 +369,26 @@ def test_every_parity_kernel_compiles_in_chromium(page, wdev):
 
 
 @pytest.fixture(scope="module")
-def digits_site(wdev, site):
+def digits_models(wdev, site):
+    """The demo site with both models (briefly trained): ``{"mlp": params, "cnn": params}``."""
     pytest.importorskip("sklearn", reason="the digits demo needs scikit-learn's data set (pip install scikit-learn)")
+    import digits_cnn
     import export_digits
     root, _ = site
     trained = digits_mlp.main(["--epochs", "4", "--device", "numpy:0", "--quiet"])["params"]
-    export_digits.build_site(root / "digits", trained, n_test_images=16)
-    return trained
+    cnn = digits_cnn.main(["--epochs", "1", "--device", "numpy:0", "--quiet"])["params"]
+    export_digits.build_site(root / "digits", trained, n_test_images=16, cnn_params=cnn)
+    return {"mlp": trained, "cnn": cnn}
 
 
-def _python_probs(params, counts):
+@pytest.fixture(scope="module")
+def digits_site(digits_models):
+    return digits_models["mlp"]
+
+
+def _python_probs(params, counts, module=digits_mlp):
     x = (np.asarray(counts, np.float32) / 16.0).reshape(1, 64)
-    return np.asarray(fa.jit(digits_mlp.predict, device=REF)(params, x))[0]
+    return np.asarray(fa.jit(module.predict, device=REF)(params, x))[0]
 
 
 def _artifact(tmp_path, name):
@@ -442,5 +450,42 @@ def test_demo_page_classifies_a_drawn_digit_as_python_does(browser, digits_site,
         assert int(p.inner_text("#prediction")) == int(np.argmax(probs))
         assert "true label" in p.inner_text("#picked-label")
         p.screenshot(path=_artifact(tmp_path, "browser_digits_test_image.png"), full_page=True)
+    finally:
+        p.close()
+
+
+def test_demo_page_classifies_with_the_cnn_as_python_does(browser, digits_models, site):
+    import digits_cnn
+    _, url = site
+    p = browser.new_page(viewport={"width": 1280, "height": 760})
+    p.set_default_timeout(TIMEOUT_MS)
+    try:
+        p.goto(url + "digits/index.html")
+        p.wait_for_function("['yes', 'error'].includes(document.body.dataset.ready)")
+        assert p.evaluate("document.body.dataset.ready") == "yes", p.inner_text("#status")
+        assert p.locator("#model-choice option").count() == 2
+        p.locator("#gallery canvas").nth(5).click()            # with the default model, the MLP
+        p.wait_for_function("document.querySelector('#prediction').dataset.runs === '1'")
+        assert p.get_attribute("#prediction", "data-model") == "mlp" and "MLP" in p.inner_text("#answered-by")
+        counts = json.loads(p.get_attribute("#input-grid", "data-values"))
+        p.select_option("#model-choice", "cnn")                # switching re-classifies the same image
+        p.wait_for_function("document.querySelector('#prediction').dataset.runs === '2'")
+        assert p.get_attribute("#prediction", "data-model") == "cnn" and "CNN" in p.inner_text("#answered-by")
+        probs = np.asarray(json.loads(p.get_attribute("#prediction", "data-probs")), np.float32)
+        want = _python_probs(digits_models["cnn"], counts, digits_cnn)
+        np.testing.assert_allclose(probs, want, rtol=3e-5, atol=3e-6)
+        assert int(p.inner_text("#prediction")) == int(np.argmax(want))
+
+        box = p.locator("#pad").bounding_box()                 # a drawn "1", classified by the CNN
+        p.mouse.move(box["x"] + 0.5 * box["width"], box["y"] + 0.15 * box["height"])
+        p.mouse.down()
+        p.mouse.move(box["x"] + 0.5 * box["width"], box["y"] + 0.85 * box["height"], steps=16)
+        p.mouse.up()
+        p.wait_for_function("document.querySelector('#prediction').dataset.runs === '3'")
+        counts = json.loads(p.get_attribute("#input-grid", "data-values"))
+        probs = np.asarray(json.loads(p.get_attribute("#prediction", "data-probs")), np.float32)
+        np.testing.assert_allclose(probs, _python_probs(digits_models["cnn"], counts, digits_cnn), rtol=3e-5,
+                                   atol=3e-6)
+        assert p.get_attribute("#prediction", "data-model") == "cnn"
     finally:
         p.close()

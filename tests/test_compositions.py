@@ -527,3 +527,20 @@ def test_docs_transforms_examples_run():
     gx, gy = fa_.grad(g, argnums=(0, 1))(0.5, 3.0)
     np.testing.assert_allclose(float(gx), 3 * np.cos(0.5), rtol=1e-6)
     assert float(gy) == 0.0
+
+
+def test_has_aux_that_depends_on_the_input_is_returned_as_values():
+    # Regression: aux outputs computed from the differentiated input leaked as tracers of the finished
+    # linearization (TracerLeakError), eagerly and under jit, in vjp/grad/value_and_grad.
+    x = fnp.asarray(np.arange(6.0, dtype=np.float32).reshape(2, 3))
+
+    def f(a, label=None):
+        aux = {"double": a * 2, "total": fnp.sum(a)}
+        return fnp.sum(a * a), (aux if label is None else dict(aux, label=label))
+
+    for g in (fa.value_and_grad(f, has_aux=True), fa.jit(fa.value_and_grad(f, has_aux=True))):
+        (v, aux), grad = g(x)
+        np.testing.assert_allclose(np.asarray(grad), 2 * np.asarray(x))
+        np.testing.assert_allclose(np.asarray(aux["double"]), 2 * np.asarray(x))
+        assert float(aux["total"]) == 15.0 and float(v) == 55.0
+    assert fa.grad(f, has_aux=True)(x, "kept")[1]["label"] == "kept"  # a non-array aux leaf stays as it is

@@ -215,12 +215,17 @@ def test_reduction_epilogue_fuses(target):
 
 
 def test_reductions_over_one_iteration_space_share_a_kernel(target):
-    # Mean and variance as two independent sums: one pass over x. A sum that reads the max must wait for it.
+    # Mean and variance as two independent sums: one pass over x. A sum that reads the max at its own row
+    # runs in the same kernel, in a second loop over the row; one that reads another row's max waits.
     ks = kernels(lambda x: (fnp.sum(x, axis=1), fnp.sum(x * x, axis=1)), f32(16, 50), target=target)
     assert len(ks) == 1
-    ks = kernels(lambda x: fnp.sum(fnp.exp(x - fnp.max(x, axis=1, keepdims=True)), axis=1), f32(16, 50),
-                 target=target)
-    assert len(ks) == 2
+    for rows in (16, 2048):  # a work-group per row, and a work-item per row
+        ks = kernels(lambda x: fnp.sum(fnp.exp(x - fnp.max(x, axis=1, keepdims=True)), axis=1), f32(rows, 90),
+                     target=target)
+        assert len(ks) == 1
+        ks = kernels(lambda x: fnp.sum(x - fnp.max(x, axis=1, keepdims=True)[::-1], axis=1), f32(rows, 90),
+                     target=target)
+        assert len(ks) == 2
 
 
 def test_small_independent_values_ride_along(target):

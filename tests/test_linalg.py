@@ -22,9 +22,9 @@ from fnarray.testing.linalg_cases import canonical, spd, well_separated
 
 from helpers import check_traced
 
-#: Set to True (one line) once opencl and webgpu have kernels for these primitives (issue 15 item 4,
-#: branch ``linkern``): their device tests then run with ``fa.config.fallback = "error"`` there.
-KERNELS_REQUIRED = False
+#: opencl and webgpu have kernels for these primitives (``kernels/groups/linalg.py``): their device tests
+#: run with ``fa.config.fallback = "error"`` there.
+KERNELS_REQUIRED = True
 KERNEL_PRIMITIVES = ("cholesky", "triangular_solve", "lu")
 
 jax = pytest.importorskip("jax")

@@ -16,9 +16,17 @@ const barLabels = document.getElementById("bar-labels");
 const gallery = document.getElementById("gallery");
 const pickedLabel = document.getElementById("picked-label");
 const ctx = pad.getContext("2d", { willReadFrequently: true });
+const choice = document.getElementById("model-choice");
+const answeredBy = document.getElementById("answered-by");
 
 const INK_THRESHOLD = 0.3;  // fraction of a 32x32 cell that ink must cover for the cell to be on
-let model = null;
+// The exported models (models.json, written by export_digits.py): name -> {label, dir, model once loaded}.
+const models = new Map();
+let lastCounts = null;
+
+function currentModel() {
+  return models.get(choice.value);
+}
 
 function setStatus(text, kind) {
   status.textContent = text;
@@ -113,10 +121,14 @@ function drawingToCounts() {
 
 async function classify(counts) {
   showInput(counts);
-  if (!model) return;
+  lastCounts = counts;
+  const entry = currentModel();
+  if (!entry || !entry.model) return;
   try {
     const x = Float32Array.from(counts, (v) => v / 16);
-    const [probs] = await model.run({ x });
+    const [probs] = await entry.model.run({ x });
+    answeredBy.textContent = `Answered by the ${entry.label}.`;
+    prediction.dataset.model = choice.value;
     showProbabilities(probs);
   } catch (e) {
     setStatus(`Classification failed: ${e.message}`, "error");
@@ -197,14 +209,31 @@ if (!webgpuAvailable()) {
   setStatus(ENABLE_WEBGPU_HELP, "error");
   document.body.dataset.ready = "no-webgpu";
 } else {
-  loadModel("./model/")
-    .then((m) => {
-      model = m;
-      setStatus("Model loaded: draw a digit (release the mouse to classify) or pick a test image.", "ready");
+  loadModels()
+    .then(() => {
+      setStatus("Models loaded: draw a digit (release the mouse to classify) or pick a test image; choose the " +
+                "model above the chart.", "ready");
       document.body.dataset.ready = "yes";
     })
     .catch((e) => {
       setStatus(`Could not load the model: ${e.message}`, "error");
       document.body.dataset.ready = "error";
     });
+}
+
+async function loadModels() {
+  let list = [{ name: "mlp", label: "MLP (64-128-128-10 perceptron)", dir: "./model/" }];
+  const listed = await fetch("./models.json");
+  if (listed.ok) list = await listed.json();
+  for (const entry of list) {
+    entry.model = await loadModel(entry.dir);
+    models.set(entry.name, entry);
+    const option = document.createElement("option");
+    option.value = entry.name;
+    option.textContent = entry.label;
+    choice.appendChild(option);
+  }
+  choice.addEventListener("change", () => {
+    if (lastCounts) classify(lastCounts);
+  });
 }

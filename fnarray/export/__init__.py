@@ -11,6 +11,7 @@ See ``docs/export.md``.
 """
 
 from fnarray.export._onnx import onnx
+from fnarray.export import _onnx_windows  # noqa: F401  (the window primitives' ONNX rules)
 from fnarray.export._webgpu import MANIFEST_VERSION, runtime_source, webgpu
 
 __all__ = ["webgpu", "onnx", "MANIFEST_VERSION", "runtime_source"]

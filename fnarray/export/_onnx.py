@@ -31,6 +31,7 @@ from fnarray.core import dtypes
 from fnarray.core import linalg as _L
 from fnarray.core import primitives as P
 from fnarray.core.fft import fft_p
+from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.errors import UnsupportedOnDevice
 from fnarray.core.ir import Literal, Program, check_program
 from fnarray.core.shaped import ShapedArray
@@ -550,9 +551,14 @@ def _dynamic_update_slice(g, e, ins):
 
 @_rule(P.pad)
 def _pad(g, e, ins):
-    x, pv = ins
-    cfg = e.params["padding_config"]
-    shape = list(_av(e).shape)
+    x = pad_node(g, ins[0], _av(e).shape, e.params["padding_config"], ins[1])
+    return g.node("Identity", [x]) if x == ins[0] else x
+
+
+def pad_node(g, x, shape, cfg, pv):
+    """``x`` (of ``shape``) padded by ``cfg``'s ``(lo, hi, interior)`` triples with the scalar named ``pv``;
+    negative lo/hi crop. Returns ``x`` itself when there is nothing to do."""
+    shape = list(shape)
     for d, (_, _, interior) in enumerate(cfg):
         n = shape[d]
         if interior <= 0 or n <= 1:
@@ -575,7 +581,7 @@ def _pad(g, e, ins):
         starts = [-lo if lo < 0 else 0 for lo in lows]
         limits = [n + hi if hi < 0 else n for n, hi in zip(padded, highs, strict=True)]
         x = _slice(g, x, starts, limits)
-    return g.node("Identity", [x]) if x == ins[0] else x
+    return x
 
 
 @_rule(P.concatenate)
@@ -871,6 +877,132 @@ def _dot_general(g, e, ins):
             [rsub[i] for i in range(ra.ndim) if i not in rc and i not in rb]
         r = g.node("Einsum", [x, y], equation=f"{''.join(lsub)},{''.join(rsub)}->{''.join(osub)}")
     return r if work == out else g.node("Cast", [r], to=_elem_type(g.onnx, out))
+
+
+# ------------------------------------------------------------------------------------------- convolutions
+
+
+def _conv_prepare(g, e, x):
+    """The input as ``(N, C, *S)``: transposed, dilated by ``lhs_dilation`` (zeros between elements) and cropped
+    by the negative pads; returns it with its spatial sizes and the positive pads still to apply."""
+    p = e.params
+    ls = p["dimension_numbers"].lhs_spec
+    shape = [_av(e).shape[d] for d in ls]
+    if list(ls) != list(range(len(ls))):
+        x = g.node("Transpose", [x], perm=list(ls))
+    zero = g.scalar(0, _av(e).dtype)
+    for k, ld in enumerate(p["lhs_dilation"]):
+        d, n = 2 + k, shape[2 + k]
+        if ld == 1 or n <= 1:
+            continue
+        # (.., n, 1, ..) padded to (.., n, ld, ..), flattened to n * ld, the trailing ld - 1 zeros cropped.
+        x = g.node("Reshape", [x, g.i64(shape[:d + 1] + [1] + shape[d + 1:])], allowzero=1)
+        pads = [0] * (2 * (len(shape) + 1))
+        pads[len(shape) + 1 + d + 1] = ld - 1
+        x = g.node("Pad", [x, g.i64(pads), zero], mode="constant")
+        x = g.node("Reshape", [x, g.i64(shape[:d] + [n * ld] + shape[d + 1:])], allowzero=1)
+        shape[d] = (n - 1) * ld + 1
+        x = _slice(g, x, [0] * len(shape), shape)
+    crop_lo = [max(0, -lo) for lo, _ in p["padding"]]
+    crop_hi = [max(0, -hi) for _, hi in p["padding"]]
+    if any(crop_lo) or any(crop_hi):
+        limits = [n - c for n, c in zip(shape[2:], crop_hi, strict=True)]
+        x = _slice(g, x, [0, 0] + crop_lo, shape[:2] + limits)
+        shape = shape[:2] + [n - a for n, a in zip(limits, crop_lo, strict=True)]
+    grow = [(max(0, lo), max(0, hi)) for lo, hi in p["padding"]]
+    return x, shape, grow
+
+
+def _conv_out(g, e, r):
+    """``r`` in the canonical ``(N, O, *S')`` layout as the output spec's."""
+    os_ = e.params["dimension_numbers"].out_spec
+    perm = [int(i) for i in np.argsort(os_)]
+    return r if perm == list(range(len(perm))) else g.node("Transpose", [r], perm=perm)
+
+
+def _conv_taps(g, e, x, w, shape, grow, work):
+    """Exact for every dtype MatMul takes: per kernel tap, a strided slice of the input times the tap's matrix
+    (the numpy reference's method)."""
+    p = e.params
+    G, B = p["feature_group_count"], p["batch_group_count"]
+    rs = p["dimension_numbers"].rhs_spec
+    wshape = [_av(e, 1).shape[d] for d in rs]
+    out_canon = [_out(e).shape[d] for d in p["dimension_numbers"].out_spec]
+    nsp = len(shape) - 2
+    if any(lo or hi for lo, hi in grow):
+        pads = [0, 0] + [lo for lo, _ in grow] + [0, 0] + [hi for _, hi in grow]
+        x = g.node("Pad", [x, g.i64(pads), g.scalar(0, work)], mode="constant")
+        shape = shape[:2] + [n + lo + hi for n, (lo, hi) in zip(shape[2:], grow, strict=True)]
+    N, O, I = shape[0], wshape[0], wshape[1]
+    NB, OG, P = N // B, O // max(G, B), math.prod(out_canon[2:])
+    x = g.node("Reshape", [x, g.i64([B, NB, G, I] + shape[2:])], allowzero=1)
+    if list(rs) != list(range(len(rs))):
+        w = g.node("Transpose", [w], perm=list(rs))
+    wg = [B, 1, 1, OG, I] if B > 1 else [1, 1, G, OG, I]
+    acc = None
+    for k in np.ndindex(*wshape[2:]):
+        starts = [ki * rd for ki, rd in zip(k, p["rhs_dilation"], strict=True)]
+        limits = [s + (n - 1) * st + 1 for s, n, st in zip(starts, out_canon[2:], p["window_strides"], strict=True)]
+        view = x
+        if nsp:
+            view = g.node("Slice", [x, g.i64(starts), g.i64(limits), g.i64(range(4, 4 + nsp)),
+                                    g.i64(p["window_strides"])])
+        view = g.node("Reshape", [view, g.i64([B, NB, G, I, P])], allowzero=1)
+        tap = w
+        if nsp:
+            tap = g.node("Slice", [w, g.i64(k), g.i64([ki + 1 for ki in k]), g.i64(range(2, 2 + nsp))])
+        tap = g.node("Reshape", [tap, g.i64(wg)], allowzero=1)
+        prod = g.node("MatMul", [tap, view])
+        acc = prod if acc is None else g.node("Add", [acc, prod])
+    acc = g.node("Transpose", [acc], perm=[1, 0, 2, 3, 4])
+    return g.node("Reshape", [acc, g.i64([NB, O] + out_canon[2:])], allowzero=1)
+
+
+@_rule(conv_general_dilated_p)
+def _conv_general_dilated(g, e, ins):
+    p = e.params
+    d, out = np.dtype(_av(e).dtype), np.dtype(_out(e).dtype)
+    x, w = ins
+    if d == np.float16 or d.itemsize < 4 and dtypes.is_int(d) or (out != d and dtypes.is_float(out)):
+        work = np.dtype(np.float32) if dtypes.is_float(d) else np.dtype(np.int32)
+        work = np.promote_types(work, out) if dtypes.is_float(out) or dtypes.is_int(out) else work
+        x, w = (g.node("Cast", [v], to=_elem_type(g.onnx, work)) for v in (x, w))
+    else:
+        work = d
+    # Cast first so that the dilation's zeros and the padding are of the working dtype.
+    e_work = e if work == d else _WorkEqn(e, work)
+    x, shape, grow = _conv_prepare(g, e_work, x)
+    G, B = p["feature_group_count"], p["batch_group_count"]
+    nsp = len(shape) - 2
+    if not dtypes.is_float(work) or nsp == 0:
+        r = _conv_taps(g, e_work, x, w, shape, grow, work)
+    else:
+        if B > 1:   # batch groups as feature groups: (B * NB, C) -> (NB, B * C)
+            nb = shape[0] // B
+            x = g.node("Reshape", [x, g.i64([B, nb] + shape[1:])], allowzero=1)
+            x = g.node("Transpose", [x], perm=[1, 0] + list(range(2, len(shape) + 1)))
+            x = g.node("Reshape", [x, g.i64([nb, B * shape[1]] + shape[2:])], allowzero=1)
+        rs = p["dimension_numbers"].rhs_spec
+        if list(rs) != list(range(len(rs))):
+            w = g.node("Transpose", [w], perm=list(rs))
+        r = g.node("Conv", [x, w], group=max(G, B), strides=list(p["window_strides"]),
+                   dilations=list(p["rhs_dilation"]), pads=[lo for lo, _ in grow] + [hi for _, hi in grow],
+                   kernel_shape=[_av(e, 1).shape[dd] for dd in rs[2:]])
+    r = _conv_out(g, e, r)
+    return r if work == out else g.node("Cast", [r], to=_elem_type(g.onnx, out))
+
+
+class _WorkEqn:
+    """An equation seen with its operands in the working dtype (what the conversion casts gave)."""
+
+    def __init__(self, e, work):
+        self.params, self.outputs = e.params, e.outputs
+        self.inputs = [_Retyped(a, work) for a in e.inputs]
+
+
+class _Retyped:
+    def __init__(self, atom, dtype):
+        self.aval = ShapedArray(atom.aval.shape, dtype)
 
 
 # ------------------------------------------------------------------------------------------- control flow

@@ -21,11 +21,14 @@ import numpy as np
 from fnarray.core import profile as _profile
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
+from fnarray.core.cache import LRUCache
+from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal, Program
 from fnarray.core.passes import dce, walk_eqns
 from fnarray.devices import compile_cache
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
+from fnarray.lowering.jax_conv import conv_general_dilated_rule
 
 try:
     import jax
@@ -33,6 +36,8 @@ try:
     from jax import lax
 except ImportError as e:  # pragma: no cover - exercised where jax is missing
     raise BackendUnavailable("the jax backend needs JAX: not installed (to fix: pip install 'fnarray[jax]')") from e
+
+from fnarray.lowering import jax_windows  # noqa: E402  (imports jax: after the check above)
 
 __all__ = ["make_backend", "RULES", "JaxBackend"]
 
@@ -327,6 +332,9 @@ def _dot_general(x, y, *, dimension_numbers, preferred_element_type=None):
         return r.astype(preferred_element_type or x.dtype)
     return lax.dot_general(x, y, dimension_numbers, preferred_element_type=preferred_element_type)
 
+# Convolutions: their rule lives in jax_conv.py.
+RULES[conv_general_dilated_p] = conv_general_dilated_rule
+
 # ------------------------------------------------------------------------------ control flow
 
 
@@ -394,6 +402,8 @@ def _debug_callback(*args, callback, in_tree, nbatch=0):
 
 
 RULES[P.debug_callback] = _debug_callback
+
+RULES.update(jax_windows.RULES)  # reduce_window and the max/min gradients' selections
 
 _UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that are transposed, never run"}
 
@@ -525,11 +535,16 @@ class JaxLowered(Lowered):
         return call
 
 
+#: Device scalars kept for eager operations with Python or NumPy scalar operands (``scalar_to_device``).
+_SCALAR_CACHE_SIZE = 256
+
+
 class JaxBackend(Backend):
     host_callbacks = True  # jax.debug.callback(ordered=True) inside the XLA program
     name = "jax"
 
     def __init__(self):
+        self._scalars = LRUCache(_SCALAR_CACHE_SIZE)
         self._devices = []
         for i, d in enumerate(jax.devices()):
             platform = {"cuda": "gpu", "rocm": "gpu"}.get(d.platform, d.platform)
@@ -559,6 +574,22 @@ class JaxBackend(Backend):
 
     def lower(self, program, device, donate=()):
         return JaxLowered(program, device, donate)
+
+    def scalar_to_device(self, value, dtype, device):
+        """A Python or NumPy scalar as a rank-0 JAX array, from a bounded cache of device scalars.
+
+        An eager ``x * 2`` otherwise uploads its ``2.0`` on every call (64% of the op's time measured on
+        jax:0). JAX arrays are immutable, so one buffer serves every use. NaN and signed zeros are not
+        cached (their keys would compare equal to other values); nor is anything once the cache holds
+        ``_SCALAR_CACHE_SIZE`` entries of other values (least recently used are evicted).
+        """
+        if value != value or value == 0:
+            return self.to_device(np.asarray(value, dtype), device)
+        key = (type(value), value, dtype, device)
+        buf = self._scalars.get(key)
+        if buf is None:
+            buf = self._scalars.put(key, self.to_device(np.asarray(value, dtype), device))
+        return buf
 
     def to_device(self, array, device):
         a = np.asarray(array)

@@ -40,10 +40,13 @@ import numpy as np
 
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
+from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.ir import Literal, Program
 from fnarray.core.passes import dce
 from fnarray.core.subprograms import CALL_PROGRAM, CONTROL_FLOW
+from fnarray.lowering import mlx_conv as _mlx_conv
 from fnarray.lowering import mlx_structural  # noqa: F401  (registers the structural rules)
+from fnarray.lowering import mlx_windows  # noqa: F401  (registers the window primitives' rules)
 from fnarray.lowering.common import dot_general_as_matmul
 from fnarray.lowering.mlx_common import _F32, _LOW, RULES, _const, _md, _mx_op, _upcast, from_numpy, mx, rule, to_numpy
 from fnarray.lowering.zero_size import drop_zero_size, has_zero_size, is_fill
@@ -602,8 +605,15 @@ for _p, _k in CALL_PROGRAM.items():
     RULES[_p] = _call(_k)
 
 # while, scan and cond run from the host (fnarray.devices.host_control); custom_lin never runs.
+
 _HOST = CONTROL_FLOW
 _UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that are transposed, never run"}
+
+# Convolutions: mx.conv_general through mlx_conv.py, which also says which equations it cannot run.
+RULES[conv_general_dilated_p] = _mlx_conv.conv_general_dilated_factory
+#: ``prim -> check(in_avals, params) -> reason | None``: equations of a primitive that has a rule but not for
+#: these operands (they fall back to numpy with that reason; ``mlx_backend`` asks before it runs one).
+_EQN_CHECKS = {conv_general_dilated_p: _mlx_conv.unsupported_reason}
 
 # ------------------------------------------------------------------------------ what falls back
 

@@ -57,7 +57,7 @@ from fnarray.core.ir import Program
 from fnarray.core.passes import program_from_eqn
 from fnarray.core.subprograms import CALL_PROGRAM, subprograms
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
-from fnarray.lowering.mlx import _HOST, _UNSUPPORTED, _dtype_reason, _eqn_dtypes, _Generated
+from fnarray.lowering.mlx import _EQN_CHECKS, _HOST, _UNSUPPORTED, _dtype_reason, _eqn_dtypes, _Generated
 from fnarray.lowering.mlx_common import _IMPORT_ERROR, RULES, from_numpy, mx, to_numpy
 
 __all__ = ["make_backend", "MlxBackend", "MlxLowered", "COMPILE_MODE", "CPU_COMPILE_MAX_ELEMENTS",
@@ -190,6 +190,11 @@ class MlxBackend(Backend):
             return r
         if prim not in RULES and prim not in _HOST:
             return f"the mlx backend has no rule for {prim.name}"
+        check = _EQN_CHECKS.get(prim)
+        if check is not None:
+            r = check([a.aval for a in eqn.inputs], eqn.params)
+            if r is not None:
+                return r
         return _dtype_reason(prim, _eqn_dtypes(eqn), device.platform)
 
     def lower(self, program, device, donate=()):
@@ -200,6 +205,9 @@ class MlxBackend(Backend):
     def eager_fast(self, primitive, params, in_avals, device):
         """One primitive applied directly with MLX, or ``None`` where the general path is needed."""
         if primitive in _HOST or primitive not in RULES:
+            return None
+        check = _EQN_CHECKS.get(primitive)
+        if check is not None and check(list(in_avals), params) is not None:
             return None
         out = primitive.abstract_eval(*in_avals, **params)
         outs = list(out) if primitive.multiple_results else [out]

@@ -2,8 +2,11 @@
 
 A program compiles to generated Python source: one line per equation calling
 that equation's NumPy implementation (``numpy_impls.IMPLS``), after dead-code
-elimination. Values that depend only on captured constants are computed once,
-on the first call, and reused (DESIGN.md, "The IR"). ``Lowered.as_text()``
+elimination. Where that implementation is a NumPy ufunc and one of its operands
+is a temporary of the output's shape and dtype that nothing reads afterwards,
+the ufunc writes into it (``out=``), so a chain of elementwise operations reuses
+its buffers as NumPy's own single-expression evaluation does. Values that depend
+only on captured constants are computed once, on the first call, and reused (DESIGN.md, "The IR"). ``Lowered.as_text()``
 returns the generated source.
 """
 
@@ -21,6 +24,7 @@ from fnarray.core.ir import Literal, Program
 from fnarray.core.passes import dce
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
 from fnarray.lowering.numpy_impls import IMPLS
+from fnarray.lowering import numpy_windows  # noqa: F401  (registers the window primitives' references)
 
 __all__ = ["make_backend", "compile_numpy", "NumpyBackend"]
 
@@ -77,6 +81,8 @@ class _Generated:
                 lines.append(f"    {full[a]} = _materialize({n}, {a.aval.shape!r})")
             return full[a]
 
+        reusable = _reusable_temporaries(prog)
+
         for i, e in enumerate(prog.eqns):
             f = f"f{i}_{e.primitive.name}"
             outs = [name(o) for o in e.outputs]
@@ -103,13 +109,70 @@ class _Generated:
                 lhs = ", ".join(outs) + ("," if len(outs) == 1 else "")
                 lines.append(f"    {lhs} = {f}({args})")
             else:
-                lines.append(f"    {outs[0]} = {f}({args})")
+                victim = reusable.get(i) if isinstance(fn, np.ufunc) else None
+                if victim is not None and victim not in lazy and _dtypes_match(e):
+                    lines.append(f"    {outs[0]} = {f}({args}, out={name(victim)})")
+                else:
+                    lines.append(f"    {outs[0]} = {f}({args})")
         ret = ", ".join(arg(a, False) if not isinstance(a, Literal) else name(a) for a in prog.outvars)
         lines.append(f"    return [{ret}]")
         header = f"def program({', '.join(ins)}):"
         self.source = "\n".join([header] + lines) + "\n"
         exec(compile(self.source, "<fnarray numpy program>", "exec"), glb)  # noqa: S102 (our own codegen)
         self.fn = glb["program"]
+
+
+def _is_ufunc_eqn(e) -> bool:
+    """Whether ``e``'s NumPy implementation is a plain one-output ufunc (a fresh result, never a view)."""
+    if e.primitive.multiple_results or len(e.outputs) != 1:
+        return False
+    fn = IMPLS[e.primitive](e.params, [a.aval for a in e.inputs], [o.aval for o in e.outputs])
+    return isinstance(fn, np.ufunc) and fn.nout == 1
+
+
+def _reusable_temporaries(prog: Program) -> dict:
+    """``{equation index: input Var}``: an operand that equation may overwrite with its result.
+
+    The operand must be a temporary made by an earlier ufunc equation (so a fresh array that no view
+    shares), read only by ufunc equations (none of which returns a view of it), not a program output,
+    of the output's shape (non-scalar) and dtype, and this equation must be its last reader.
+    """
+    ufunc_eqn = [_is_ufunc_eqn(e) for e in prog.eqns]
+    made_by_ufunc: set = set()
+    only_ufunc_readers: dict = {}
+    last_reader: dict = {}
+    for i, e in enumerate(prog.eqns):
+        for a in e.inputs:
+            if isinstance(a, Literal):
+                continue
+            last_reader[a] = i
+            only_ufunc_readers[a] = only_ufunc_readers.get(a, True) and ufunc_eqn[i]
+        if ufunc_eqn[i]:
+            made_by_ufunc.add(e.outputs[0])
+    outs = {v for v in prog.outvars if not isinstance(v, Literal)}
+    plan: dict = {}
+    for i, e in enumerate(prog.eqns):
+        if not ufunc_eqn[i]:
+            continue
+        o = e.outputs[0].aval
+        if o.shape == ():  # a rank-0 ufunc result is a NumPy scalar, which cannot be written into
+            continue
+        for a in e.inputs:
+            if (not isinstance(a, Literal) and a in made_by_ufunc and a not in outs and only_ufunc_readers[a]
+                    and last_reader[a] == i and a.aval.shape == o.shape and a.aval.dtype == o.dtype):
+                plan[i] = a
+                break
+    return plan
+
+
+def _dtypes_match(e) -> bool:
+    """Whether every operand of ``e`` has the output's dtype at run time (so ``out=`` changes no loop)."""
+    want = e.outputs[0].aval.dtype
+    for a in e.inputs:
+        d = np.asarray(a.val).dtype if isinstance(a, Literal) else a.aval.dtype
+        if d != want:
+            return False
+    return True
 
 
 _compiled: "weakref.WeakKeyDictionary[Program, object]" = weakref.WeakKeyDictionary()

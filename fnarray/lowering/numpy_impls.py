@@ -20,6 +20,8 @@ from fnarray.core import dtypes
 from fnarray.core.subprograms import CALL_PROGRAM
 from fnarray.core import primitives as P
 from fnarray.lowering.common import dot_general_as_matmul
+from fnarray.core.conv import conv_general_dilated_p
+from fnarray.lowering.numpy_conv import conv_general_dilated_impl
 
 __all__ = ["IMPLS", "run_program"]
 
@@ -716,6 +718,9 @@ def _debug_callback(params, in_avals, out_avals):
 
 
 IMPLS[P.debug_callback] = _debug_callback
+
+# Convolutions: the reference lives in its own module (numpy_conv.py).
+IMPLS[conv_general_dilated_p] = conv_general_dilated_impl
 
 # The linear-algebra primitives have their own module (fnarray/lowering/linalg_numpy.py).
 from fnarray.lowering.linalg_numpy import register as _register_linalg  # noqa: E402

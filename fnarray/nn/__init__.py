@@ -1,23 +1,26 @@
 """Neural networks (mirrors ``jax.nn``, with Equinox-style layers): functions, modules, losses, initializers.
 
-* Functions: activations, softmax, ``logsumexp``, ``one_hot``, ``dot_product_attention``. Each is a
+* Functions: activations, softmax, ``logsumexp``, ``one_hot``, ``dot_product_attention``, pooling
+  (``max_pool``, ``avg_pool``, ``min_pool``, as flax's). Each is a
   composite of fnarray primitives, so it works eagerly and under ``jit``, ``grad`` and ``vmap`` on
   every backend; integer and boolean inputs are promoted to float32 where the function is defined
   on reals.
-* Modules (``Module``, ``Linear``, ``Embedding``, ``LayerNorm``, ``RMSNorm``, ``BatchNorm``,
-  ``Dropout``, ``MultiHeadAttention``, ``MLP``, ``Sequential``): immutable pytrees, so
+* Modules (``Module``, ``Linear``, ``Conv`` (``Conv1d``/``2d``/``3d``), ``Embedding``, ``LayerNorm``,
+  ``RMSNorm``, ``BatchNorm``, ``Dropout``, ``MultiHeadAttention``, ``MLP``, ``Sequential``): immutable pytrees, so
   ``fa.value_and_grad(loss)(model, x, y)`` differentiates a whole model.
 * ``fnarray.nn.losses`` and ``fnarray.nn.initializers``.
 """
 
 from fnarray.nn import initializers, losses
 from fnarray.nn._attention import dot_product_attention
+from fnarray.nn._conv import Conv, Conv1d, Conv2d, Conv3d
 from fnarray.nn._functions import (celu, elu, gelu, hard_sigmoid, hard_silu, hard_swish, hard_tanh, leaky_relu,
                                    log_sigmoid, log_softmax, logsumexp, one_hot, relu, relu6, selu, sigmoid, silu,
                                    soft_sign, softmax, softplus, standardize, swish, tanh)
 from fnarray.nn._layers import (MLP, BatchNorm, BatchNormState, Dropout, Embedding, Identity, Lambda, LayerNorm,
                                 Linear, MultiHeadAttention, RMSNorm, Sequential)
 from fnarray.nn._module import Module, field, static_field
+from fnarray.nn._pooling import avg_pool, max_pool, min_pool
 
 __all__ = [
     "celu", "elu", "gelu", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh", "initializers", "leaky_relu",
@@ -25,5 +28,6 @@ __all__ = [
     "softmax", "softplus", "standardize", "swish", "tanh",
     "dot_product_attention", "losses", "Module", "field", "static_field",
     "BatchNorm", "BatchNormState", "Dropout", "Embedding", "Identity", "Lambda", "LayerNorm", "Linear", "MLP",
-    "MultiHeadAttention", "RMSNorm", "Sequential",
+    "MultiHeadAttention", "RMSNorm", "Sequential", "avg_pool", "max_pool", "min_pool", "Conv", "Conv1d", "Conv2d",
+    "Conv3d",
 ]

@@ -40,7 +40,8 @@ def _seq_mask(lengths, size, name, batch):
 
 
 def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal: bool = False,
-                          query_seq_lengths=None, key_value_seq_lengths=None, implementation=None):
+                          query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
+                          implementation=None, return_residual: bool = False):
     """Scaled dot-product attention, ``softmax(q k^T * scale + bias, masked) v`` (``jax.nn.dot_product_attention``).
 
     Args:
@@ -56,10 +57,15 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
       query_seq_lengths: optional ``int[B]``: query positions at or past it are padding (their
         rows mask every key, as JAX's).
       key_value_seq_lengths: optional ``int[B]``: key positions at or past it are masked out.
+      local_window_size: optional ``int`` or ``(left, right)``: query ``t`` attends to keys ``s`` with
+        ``t - left <= s <= t + right`` (an int ``w`` means ``(w, w)``), as JAX's.
       implementation: ``None`` or ``"xla"`` (accepted for JAX compatibility; there is one
         implementation).
+      return_residual: also return the log-sum-exp of each query's masked logits, ``(B, T, N)`` (or
+        ``(T, N)``) in the inputs' dtype, without gradient (JAX's residual).
     Returns:
-      ``(B, T, N, H)`` (or ``(T, N, H)``) of query's dtype. Logits and the softmax are computed
+      ``(B, T, N, H)`` (or ``(T, N, H)``) of query's dtype (with ``return_residual``, the pair
+      ``(output, residual)``). Logits and the softmax are computed
       in float32 (float64 for float64 inputs), the probabilities cast to the inputs' dtype;
       masked logits are ``-0.7 * finfo.max`` (as JAX), so a fully masked row averages every
       value uniformly; padding query rows (``query_seq_lengths``) are zeros.
@@ -111,6 +117,8 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     if is_causal:
         causal = fnp.tril(fnp.ones((T, S), dtype=dtypes.bool_))
         keep = causal if keep is None else fnp.logical_and(keep, causal)
+    if local_window_size is not None:
+        keep = _and(keep, _window_mask(local_window_size, T, S))
     if query_seq_lengths is not None:
         qm = _seq_mask(query_seq_lengths, T, "query_seq_lengths", B)[:, None, :, None]
         keep = qm if keep is None else fnp.logical_and(keep, qm)
@@ -124,9 +132,34 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
             raise ShapeError(f"dot_product_attention: the mask of shape {keep.shape} does not broadcast to "
                              f"(B, N, T, S) = {logits.shape}") from None
         logits = fnp.where(keep, logits, _large_negative(ld))
-    from fnarray.nn._functions import softmax
+    from fnarray.nn._functions import logsumexp, softmax
     probs = softmax(logits.astype(dtypes.float32), axis=-1).astype(k.dtype)
     out = fnp.einsum("bnts,bsnh->btnh", probs, v)
     if query_seq_lengths is not None:  # padding queries give zeros, as JAX's
         out = fnp.where(qm[:, 0, :, :, None], out, fnp.zeros((), dtype=out.dtype))
+    if return_residual:
+        from fnarray.transforms.ad import stop_gradient
+        lse = fnp.transpose(logsumexp(logits.astype(dtypes.float32), axis=-1).astype(k.dtype), (0, 2, 1))
+        lse = stop_gradient(lse)
+        return (out[0], lse[0]) if unbatched else (out, lse)
     return out[0] if unbatched else out
+
+
+def _and(keep, mask):
+    return mask if keep is None else _np().logical_and(keep, mask)
+
+
+def _window_mask(local_window_size, T, S):
+    """JAX's local window: query ``t`` sees keys ``t - left <= s <= t + right``; shape ``(1, 1, T, S)``."""
+    fnp = _np()
+    if isinstance(local_window_size, (int, np.integer)) and not isinstance(local_window_size, bool):
+        left = right = int(local_window_size)
+    else:
+        try:
+            left, right = (int(w) for w in local_window_size)
+        except (TypeError, ValueError):
+            raise ValueError(f"dot_product_attention: local_window_size must be an int or a (left, right) pair of "
+                             f"ints, got {local_window_size!r}") from None
+    t = fnp.arange(T, dtype=dtypes.int32)[:, None]
+    s = fnp.arange(S, dtype=dtypes.int32)[None, :]
+    return fnp.logical_and(t <= s + left, t >= s - right)[None, None]

@@ -369,6 +369,69 @@ def _fft_cases():
 
 _fft_cases()
 
+
+def _conv_cases():
+    from fnarray.core.conv import ConvDimensionNumbers, conv_general_dilated_p as conv
+    nchw = ConvDimensionNumbers((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3))
+    nhwc = ConvDimensionNumbers((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))   # NHWC, HWIO, NHWC
+    plain = dict(lhs_dilation=(1, 1), rhs_dilation=(1, 1), feature_group_count=1, batch_group_count=1,
+                 precision=None, preferred_element_type=None)
+    case("conv_general_dilated_nchw", conv, [f32(2, 3, 6, 5), f32(4, 3, 3, 2)], window_strides=(1, 2),
+         padding=((1, 1), (0, 1)), dimension_numbers=nchw, **plain)
+    case("conv_general_dilated_nhwc_groups_dilated", conv, [f32(2, 7, 6, 4), f32(2, 3, 2, 6)],
+         window_strides=(2, 1), padding=((1, -1), (2, 0)), dimension_numbers=nhwc,
+         **{**plain, "lhs_dilation": (1, 2), "rhs_dilation": (2, 1), "feature_group_count": 2})
+    case("conv_general_dilated_1d_batch_groups", conv, [f32(4, 2, 9), f32(6, 2, 3)], window_strides=(2,),
+         padding=((1, 2),), dimension_numbers=ConvDimensionNumbers((0, 1, 2), (0, 1, 2), (0, 1, 2)),
+         **{**plain, "lhs_dilation": (1,), "rhs_dilation": (1,), "batch_group_count": 2})
+    case("conv_general_dilated_int", conv, [i32(1, 2, 5, 4, lo=-5, hi=5), i32(3, 2, 2, 2, lo=-5, hi=5)],
+         window_strides=(1, 1), padding=((0, 0), (1, 0)), dimension_numbers=nchw, **plain)
+    case("conv_general_dilated_empty_features", conv, [f32(2, 0, 4, 4), f32(3, 0, 2, 2)], window_strides=(1, 1),
+         padding=((0, 0), (0, 0)), dimension_numbers=nchw, **plain)
+    case("conv_general_dilated_empty_batch", conv, [f32(0, 2, 4, 4), f32(3, 2, 2, 2)], window_strides=(1, 1),
+         padding=((0, 0), (0, 0)), dimension_numbers=nchw, **plain)
+
+
+_conv_cases()
+
+
+def _window_cases():
+    """reduce_window and the max/min gradients' selections (fnarray.core.windows): strides, padding (negative
+    too), both dilations, ties, NaN, integers and empty operands."""
+    from fnarray.core import windows as W
+
+    def win(rank, w, s=None, pad=None, bd=None, wd=None):
+        return dict(window_dimensions=w, window_strides=s or (1,) * rank, padding=pad or ((0, 0),) * rank,
+                    base_dilation=bd or (1,) * rank, window_dilation=wd or (1,) * rank)
+
+    pool = win(4, (1, 2, 2, 1), (1, 2, 2, 1))
+    general = win(3, (2, 3, 1), (1, 2, 1), ((1, 0), (2, -1), (0, 0)), (2, 1, 1), (1, 2, 1))
+    ties = np.array([[1, 3, 3, 0], [3, 2, 3, 3], [0, 3, 1, 3]], np.float32)
+    nan = np.array([[1, np.nan, 2, 5], [np.nan, 0, 7, np.nan]], np.float32)
+    # A few cases per primitive (each is a kernel compile on opencl/webgpu); tests/test_windows.py has the table.
+    S, M, N = W.reduce_window_sum_p, W.reduce_window_max_p, W.reduce_window_min_p
+    case("reduce_window_sum_general", S, [f32(3, 6, 2)], **general)
+    case("reduce_window_sum_int", S, [i32(5, 4)], **win(2, (2, 2), (1, 2), ((1, 1), (0, 1))))
+    case("reduce_window_max_pool", M, [f32(2, 4, 6, 3)], **pool)
+    case("reduce_window_max_nan", M, [nan], **win(2, (1, 2)))
+    case("reduce_window_min_general", N, [f32(3, 6, 2)], **general)
+    case("reduce_window_min_int", N, [i32(5, 4)], **win(2, (2, 2), (1, 2), ((1, 1), (0, 1))))
+    for p in (S, M, N):
+        case(p.name + "_empty", p, [f32(0, 4)], **win(2, (1, 2)))
+    for p in (W.select_and_gather_add_p, W.select_and_scatter_add_p):
+        def first(x, params, p=p):
+            if p is W.select_and_gather_add_p:
+                return f32(*x.shape)
+            return f32(*W.window_out_shape(p.name, x.shape, **params))
+        for tag, prim, x, params in [("max_general", P.ge, f32(3, 6, 2), general),
+                                     ("min_ties", P.le, ties, win(2, (2, 2), (1, 1), ((0, 1), (1, 0)))),
+                                     ("max_int_pool", P.ge, i32(4, 6, lo=-3, hi=3), win(2, (2, 2), (2, 2))),
+                                     ("max_empty", P.ge, f32(0, 4), win(2, (1, 2)))]:
+            case(f"{p.name}_{tag}", p, [first(x, params), x], select_prim=prim, **params)
+
+
+_window_cases()
+
 # The linear-algebra primitives' cases live beside their definitions' tests (fnarray/testing/linalg_cases.py).
 from fnarray.testing.linalg_cases import add_cases as _add_linalg_cases  # noqa: E402
 

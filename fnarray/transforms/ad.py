@@ -32,6 +32,7 @@ from fnarray.core.interpreter import eval_program
 from fnarray.core.tracing import is_scalar
 from fnarray.transforms import ad_rules  # noqa: F401  (fills the rule tables)
 from fnarray.transforms import fft_rules  # noqa: F401  (the fft primitive's rules)
+from fnarray.transforms import ad_windows  # noqa: F401  (the window primitives' rules)
 from fnarray.transforms.ad_tables import (
     UndefinedPrimal,
     Zero,
@@ -194,15 +195,24 @@ def vjp(fun, *primals, has_aux=False):
 
     def flat(*xs):
         out = fun(*tree_util.tree_unflatten(p_tree, list(xs)))
+        aux_leaves = []
         if has_aux:
             out, aux = _split_aux(out)
-            store.append(("aux", aux))
+            # aux leaves are outputs of the linearized function too, so that they leave its traces as values
+            # (kept in the store, they were tracers of a finished trace); their cotangents are zero.
+            aux_all, aux_tree = tree_util.tree_flatten(aux)
+            aux_leaves = [a for a in aux_all if isinstance(a, Array)]
+            store.append(("aux", (aux_tree, [None if isinstance(a, Array) else a for a in aux_all])))
         leaves, tree = tree_util.tree_flatten(out)
         store.append(("tree", tree))
-        return leaves
+        store.append(("n", len(leaves)))
+        return leaves + aux_leaves
 
-    outs, f_flat = _vjp_flat(flat, p_flat)
-    out_tree = dict(store)["tree"]
+    all_outs, f_flat = _vjp_flat(flat, p_flat)
+    info = dict(store)
+    out_tree, n = info["tree"], info["n"]
+    outs, aux_outs = all_outs[:n], all_outs[n:]
+    aux_zeros = [Zero(tangent_aval(get_aval(a))) for a in aux_outs]
 
     def f_vjp(ct):
         ct_flat, ct_tree = tree_util.tree_flatten(ct)
@@ -212,11 +222,14 @@ def vjp(fun, *primals, has_aux=False):
             ca, oa = get_aval(c), get_aval(o)
             if ca.shape != oa.shape:
                 raise ShapeError(f"vjp: cotangent {i} has shape {ca.shape}, the output has shape {oa.shape}")
-        return tuple(tree_util.tree_unflatten(p_tree, f_flat(ct_flat)))
+        return tuple(tree_util.tree_unflatten(p_tree, f_flat(list(ct_flat) + aux_zeros)))
 
     primal_out = tree_util.tree_unflatten(out_tree, outs)
     if has_aux:
-        return primal_out, f_vjp, _lower_aux(dict(store)["aux"])
+        aux_tree, others = info["aux"]
+        arrays = iter(aux_outs)
+        return primal_out, f_vjp, tree_util.tree_unflatten(aux_tree, [next(arrays) if o is None else o
+                                                                      for o in others])
     return primal_out, f_vjp
 
 

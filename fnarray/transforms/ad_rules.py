@@ -1109,3 +1109,7 @@ def _debug_callback_jvp(primals, tangents, **params):
 
 
 primitive_jvps[P.debug_callback] = _debug_callback_jvp
+
+
+# Convolutions have a module of their own (its JVP, transposes and batching rule fill the same tables).
+from fnarray.transforms import conv_rules  # noqa: E402,F401

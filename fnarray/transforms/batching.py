@@ -43,6 +43,7 @@ from fnarray.core.ir import Program
 from fnarray.core.shaped import ShapedArray
 from fnarray.core.tracing import Trace, Tracer, is_scalar, new_main, user_frame
 from fnarray.transforms.batching_tables import not_mapped, primitive_batchers
+from fnarray.transforms import batching_windows  # noqa: F401  (the window primitives' rules)
 
 __all__ = [
     "BatchTrace",

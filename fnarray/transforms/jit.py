@@ -390,11 +390,13 @@ class Jitted:
                 except KeyError:  # evicted meanwhile (by another thread): still valid for this call,
                     _unfast(self._fast, fast.ckey, fast)  # and the next one compiles again
                 device = fast.device
-                if plain and (dev is None or dev is device) and not self.donate_argnums:
+                if dev is None and self.device is None and device is not default_device():
+                    device = None  # no array argument: the default device decides, and it is not this entry's
+                elif plain and (dev is None or dev is device) and not self.donate_argnums:
                     out_bufs = fast.exe(fast.const_bufs + bufs if fast.const_bufs else bufs)
                     return tree_util.tree_unflatten(fast.out_tree, [
                         ArrayImpl(av, device, b, committed) for av, b in zip(fast.out_avals, out_bufs)])
-                if self.device is None:
+                if self.device is None and device is not None:
                     for x in leaves:
                         if type(x) is ArrayImpl and x.device is not device:
                             device = None
@@ -409,11 +411,12 @@ class Jitted:
             return tree_util.tree_unflatten(entry.out_tree, outs)
         device = self._target_device(leaves)
         ex = self._executable(entry, key, device, self._donated_positions(args))
-        if device == default_device() or self.device is not None:
-            ex.generation = config.generation
-            self._fast[key] = ex
-            if ex.gid not in self._compiled_d:  # evicted meanwhile: keep the tables consistent
-                _unfast(self._fast, ex.ckey, ex)
+        # The entry serves later calls on any device: a hit checks that its arrays are on the entry's
+        # device, or, with no array argument, that the entry's device is the default one.
+        ex.generation = config.generation
+        self._fast[key] = ex
+        if ex.gid not in self._compiled_d:  # evicted meanwhile: keep the tables consistent
+            _unfast(self._fast, ex.ckey, ex)
         return self._run(ex, leaves, device, args)
 
     def _run(self, ex, leaves, device, args):
@@ -428,6 +431,10 @@ class Jitted:
                     b = _to(x, device)
                 committed = committed or x_committed
                 bufs.append(b)
+            elif type(x) in _PY_SCALARS and not self.donate_argnums:
+                # a device scalar the backend may keep (jax:0 caches them: no upload per call); a donated
+                # call gets a buffer of its own, which XLA may reuse for an output
+                bufs.append(device.impl.scalar_to_device(x, dtypes.dtype_of_scalar(x)[0], device))
             else:
                 bufs.append(_to(x, device))
         out_bufs = ex.exe(bufs)
@@ -466,6 +473,9 @@ class Jitted:
 
     def __repr__(self):
         return f"<jitted {getattr(self.fun, '__name__', 'function')}>"
+
+
+_PY_SCALARS = (bool, int, float, complex)
 
 
 def _to(x, device):

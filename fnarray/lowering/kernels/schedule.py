@@ -30,8 +30,9 @@ The result is a ``Schedule``: buffers, launches in order (kernel, arguments,
 work sizes, the IR equations each kernel fused) and the outputs.
 
 The kernel groups are in ``groups/`` (one module per kind: ``base`` with the elementwise map kernel,
-``reduce``, ``dot``, ``cumulative``, ``sort``, ``scatter``); this module holds the preparation passes, the
-context of one scheduling run, the table ``_GROUPS`` and the materialisation and grouping passes.
+``reduce``, ``dot``, ``cumulative``, ``sort``, ``scatter``, ``conv``, ``windows``); this module holds the
+preparation passes, the context of one scheduling run, the table ``_GROUPS`` and the materialisation and
+grouping passes.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ from fnarray.lowering.kernels.groups.base import (  # noqa: F401
     _reads,
     _Tracker,
 )
+from fnarray.lowering.kernels.groups import conv as conv_group
+from fnarray.lowering.kernels.groups import windows as window_groups
 from fnarray.lowering.kernels.groups.cumulative import _CumGroup  # noqa: F401
 from fnarray.lowering.kernels.groups.dot import _DotGroup, _view  # noqa: F401
 from fnarray.lowering.kernels.groups.fft import FftGroup
@@ -270,6 +273,12 @@ for _p in SCATTERS:
     _GROUPS[_p] = _ScatterGroup
 _GROUPS[fft_p] = FftGroup   # Stockham and Bluestein (groups/fft.py)
 _GROUPS.update(_LINALG_GROUPS)   # cholesky, triangular_solve, lu
+_GROUPS.update(conv_group.GROUPS)
+_GROUPS.update(window_groups.GROUPS)
+# Kernel groups that read their operands in place: primitive -> ``view(ctx, operand)`` giving
+# ``(base var, offset, strides)``; the bases get buffers (``_materialize``).
+OPERAND_VIEWS: dict = {P.dot_general: lambda ctx, a: _view(ctx, a), **conv_group.OPERAND_VIEWS,
+                       **window_groups.OPERAND_VIEWS}
 
 
 # ------------------------------------------------------------------------------------------ the passes
@@ -289,9 +298,10 @@ def _materialize(ctx):
         if e.primitive not in INJECTIVE:
             M.update(e.outputs)
     for e in prog.eqns:
-        if e.primitive == P.dot_general:
+        view_of = OPERAND_VIEWS.get(e.primitive)
+        if view_of is not None:
             for a in e.inputs:
-                view = _view(ctx, a)
+                view = view_of(ctx, a)
                 if view is not None and view[0] not in ctx.input_set:
                     M.add(view[0])
     limit = ctx.caps.max_buffers_per_kernel
@@ -376,8 +386,8 @@ def _place(ctx, groups, e):
     if cls is _ReduceGroup:
         target = _sibling_reduction(ctx, groups, e)
         if target is not None:
+            target.reads |= target.operand_reads(e.inputs[0]) - set(target.products)  # own results: registers
             target.add_reduction(e)
-            target.reads |= target.operand_reads(e.inputs[0])
             ctx.group_of[e.outputs[0]] = target
             return
     if cls is not None:
@@ -439,13 +449,23 @@ def _can_host(ctx, g, reads, v):
 
 
 def _sibling_reduction(ctx, groups, e):
-    """An earlier reduction kernel over the same iteration space that ``e`` can share, or ``None``."""
+    """An earlier reduction kernel over the same iteration space that ``e`` can share, or ``None``.
+
+    ``e`` may also read results of that kernel at its own output element (a softmax's sum of
+    ``exp(x - max)``): it then runs in the same kernel, in a loop after theirs (``_ReduceGroup.stages``).
+    """
     probe = _ReduceGroup(ctx, e)
-    reads = probe.operand_reads(e.inputs[0])
+    read_keys = probe.operand_read_keys(e.inputs[0])
+    reads = set(read_keys)
     limit = ctx.caps.max_buffers_per_kernel
     for g in reversed(groups[-_JOIN_WINDOW:]):
-        if any(ctx.group_of.get(r) is g for r in reads):
-            return None
+        dep = {r: keys for r, keys in read_keys.items() if ctx.group_of.get(r) is g}
+        if dep:
+            if not (isinstance(g, _ReduceGroup) and g.can_chain(e, dep)):
+                return None
+            if limit is not None and len(g.reads | (reads - set(dep))) + len(g.products) + 1 > limit:
+                return None
+            return g
         if isinstance(g, _ReduceGroup) and g.matches(e):
             if limit is not None and len(g.reads | reads) + len(g.products) + 1 > limit:
                 return None

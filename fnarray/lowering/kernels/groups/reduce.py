@@ -12,7 +12,7 @@ import numpy as np
 
 from fnarray.core import primitives as P
 from fnarray.lowering.kernels.builder import KernelBuilder
-from fnarray.lowering.kernels.emitter import Flat, NotFlat, shaped_index
+from fnarray.lowering.kernels.emitter import Emitter, Flat, NotFlat, shaped_index
 from fnarray.lowering.kernels.groups.base import REDUCTIONS, _Group, _index_vars, _kernel_name, _launch, _Tracker
 from fnarray.lowering.kernels.index import ix_var, unravel
 from fnarray.lowering.kernels.ir import INT32, Special, const
@@ -113,11 +113,47 @@ class _ReduceGroup(_Group):
                 and tuple(sorted(eqn.params["axes"])) == self.axes)
 
     def operand_reads(self, x):
+        return set(self.operand_read_keys(x))
+
+    def operand_read_keys(self, x) -> dict:
+        """``{buffer var: element keys}`` that computing operand ``x`` inline reads."""
         b = KernelBuilder("analysis")
         reads: dict = {}
         em = self.ctx.emitter(b, on_read=lambda var, key: reads.setdefault(var, set()).add(key))
         em.val(x, shaped_index(x.aval.shape))
-        return set(reads)
+        return reads
+
+    def own_key(self, aval):
+        """The key of element "this output element" of a value of ``aval`` (the group's output shape), in
+        the index variables that ``operand_read_keys`` uses."""
+        si = shaped_index(self.x_shape)
+        return Emitter.key(aval, tuple(si[d] for d in range(len(self.x_shape)) if d not in self.axes))
+
+    def cooperative(self) -> bool:
+        """Whether the kernel is a work-group per output element (long reductions into few outputs)."""
+        O, R, _ = self._sizes()
+        return bool(R > 64 and O < 1024 and self.ctx.caps.local_memory)
+
+    def can_chain(self, eqn, dep_keys) -> bool:
+        """Whether reduction ``eqn``, whose operand reads the results ``dep_keys`` (var -> keys) of this
+        group, can run in this kernel after them: it reads each only at its own output element and none
+        is an epilogue value (those are computed after every reduction). The next reduction's loop then
+        reads them from a register (a work-item per output) or from the work-group's local memory."""
+        if not self.matches(eqn):
+            return False
+        outs = {e.outputs[0] for e, _, _ in self.parts}
+        return all(v in outs and all(k == self.own_key(v.aval) for k in keys) for v, keys in dep_keys.items())
+
+    def stages(self):
+        """Stage of each part: 0, or one more than the latest stage of a part whose result it reads."""
+        out_stage: dict = {}
+        stages = []
+        for e, x, _ in self.parts:
+            reads = self.operand_reads(x)
+            st = max((out_stage[v] + 1 for v in reads if v in out_stage), default=0)
+            stages.append(st)
+            out_stage[e.outputs[0]] = st
+        return stages
 
     def analyse(self):
         for _, x, _ in self.parts:
@@ -135,8 +171,10 @@ class _ReduceGroup(_Group):
         O, R, inner = self._sizes()
         if O == 0:
             return []
-        parallel = R > 64 and O < 1024 and self.ctx.caps.local_memory
-        if inner is not None:
+        stages = self.stages()
+        chained = max(stages) > 0
+        parallel = self.cooperative()
+        if inner is not None and not chained:  # chained: shaped indices, so a result read back is the register
             try:
                 return self._gen(O, R, inner, parallel, flat=True)
             except NotFlat:
@@ -145,6 +183,8 @@ class _ReduceGroup(_Group):
 
     def _gen(self, O, R, inner, parallel, flat):
         ctx = self.ctx
+        stages = self.stages()
+        chained = max(stages) > 0
         b = KernelBuilder("k")
         args: dict = {}
         tracker = _Tracker(ctx)
@@ -183,29 +223,41 @@ class _ReduceGroup(_Group):
                 state["R"] = const(R, INT32)
                 state["out"] = _index_vars(b, o, self.shape)
 
-        def accumulate(start, step):
-            accs = [[b.var(d, v) for d, v in zip(m.dtypes(), m.init(), strict=True)] for _, _, m in self.parts]
+        def accumulate(start, step, parts=None):
+            parts = self.parts if parts is None else parts
+            accs = [[b.var(d, v) for d, v in zip(m.dtypes(), m.init(), strict=True)] for _, _, m in parts]
             with b.loop(start, state["R"], step) as r:
-                for (_, x, m), acc in zip(self.parts, accs, strict=True):
+                for (_, x, m), acc in zip(parts, accs, strict=True):
                     xv = x_at(x, r)
                     for a, v in zip(acc, m.combine(b, acc, [xv, r] if m.arg else [xv]), strict=True):
                         b.assign(a, v)
             return accs
 
-        def finish(results):
-            for (e, _, m), vals in zip(self.parts, results, strict=True):
+        def results(parts, accs):
+            for (e, _, m), vals in zip(parts, accs, strict=True):
                 outv = e.outputs[0]
                 res = b.let(convert(b, vals[1], outv.aval.dtype)) if m.arg else b.let(vals[0])
-                em.seed(outv, state["out"], res)
+                em.seed(outv, state["out"], res)  # a later stage's operand reads it here, from the register
                 if outv in ctx.needed:
                     b.store(ctx.output(b, args, outv), o, res)
+
+        def finish(accs):
+            results(self.parts, accs)
             self.emit_roots(b, em, args, state["out"], o)
 
-        if parallel:
-            setup()
-            accs = accumulate(lid, const(wg, INT32))
+        def staged():
+            # Dependent reductions (softmax's max, then its sum of exp(x - max)): one loop over the row per
+            # stage, each stage's results seeded before the next stage's loop reads them.
+            stages = self.stages()
+            for st in range(max(stages) + 1):
+                parts = [p for p, s in zip(self.parts, stages, strict=True) if s == st]
+                results(parts, accumulate(const(0, INT32), None, parts))
+            self.emit_roots(b, em, args, state["out"], o)
+
+        def tree(parts, accs):
+            """The work-group's accumulators combined in local memory; returns the arrays (slot 0: result)."""
             arrays = []
-            for (_, _, m), acc in zip(self.parts, accs, strict=True):
+            for (_, _, m), acc in zip(parts, accs, strict=True):
                 arrs = [b.array("local", d, wg, "red") for d in m.dtypes()]
                 for arr, a in zip(arrs, acc, strict=True):
                     b.store(arr, lid, a, space="local")
@@ -215,7 +267,7 @@ class _ReduceGroup(_Group):
             while s >= 1:
                 with b.when(op("lt", lid, const(s, INT32))):
                     other = b.let(op("add", lid, const(s, INT32)))
-                    for (_, _, m), arrs in zip(self.parts, arrays, strict=True):
+                    for (_, _, m), arrs in zip(parts, arrays, strict=True):
                         ds = m.dtypes()
                         mine = [b.load(arr, lid, d, "local") for arr, d in zip(arrs, ds, strict=True)]
                         theirs = [b.load(arr, other, d, "local") for arr, d in zip(arrs, ds, strict=True)]
@@ -224,13 +276,37 @@ class _ReduceGroup(_Group):
                             b.store(arr, lid, v, space="local")
                 b.barrier()
                 s //= 2
+            return arrays
+
+        def slot0(parts, arrays):
+            return [[b.load(arr, const(0, INT32), d, "local") for arr, d in zip(arrs, m.dtypes(), strict=True)]
+                    for (_, _, m), arrs in zip(parts, arrays, strict=True)]
+
+        if parallel and not chained:
+            setup()
+            arrays = tree(self.parts, accumulate(lid, const(wg, INT32)))
             with b.when(op("eq", lid, const(0, INT32))):
-                finish([[b.load(arr, const(0, INT32), d, "local") for arr, d in zip(arrs, m.dtypes(), strict=True)]
-                        for (_, _, m), arrs in zip(self.parts, arrays, strict=True)])
+                finish(slot0(self.parts, arrays))
+        elif parallel:
+            # Dependent reductions, cooperatively: every work-item reads a stage's results from local
+            # memory (after the tree's last barrier) before the next stage's loop; work-item 0 stores them.
+            setup()
+            for st in range(max(stages) + 1):
+                parts = [p for p, s_ in zip(self.parts, stages, strict=True) if s_ == st]
+                vals = slot0(parts, tree(parts, accumulate(lid, const(wg, INT32), parts)))
+                for (e, _, m), v in zip(parts, vals, strict=True):
+                    outv = e.outputs[0]
+                    res = b.let(convert(b, v[1], outv.aval.dtype)) if m.arg else b.let(v[0])
+                    em.seed(outv, state["out"], res)
+                    if outv in ctx.needed:
+                        with b.when(op("eq", lid, const(0, INT32))):
+                            b.store(ctx.output(b, args, outv), o, res)
+            with b.when(op("eq", lid, const(0, INT32))):
+                self.emit_roots(b, em, args, state["out"], o)
         else:
             scalars["O"] = O
             with b.when(op("lt", o, b.scalar("O"))):
                 setup()
-                finish(accumulate(const(0, INT32), None))
+                staged()
         b.name = _kernel_name("reduce", tracker.eqns)
         return [_launch(b, args, scalars, gsize, lsize, tracker.eqns, "reduce", fixed_local=parallel)]

@@ -1,0 +1,505 @@
+"""The convolution kernels: ``conv_general_dilated`` as one kernel on the kernel backends.
+
+A convolution is a matrix product over an implicit im2col matrix. With ``Gt`` groups
+(``feature_group_count`` or ``batch_group_count``, at most one above 1, as in XLA), group ``g``
+multiplies
+
+- ``A[m, k]``: rows ``m`` = (output batch ``n``, output position ``y``), columns ``k`` = (kernel
+  position ``w``, input feature ``c``); the lhs element at batch ``n + g * Nout`` (batch groups),
+  feature ``c + g * Cg`` (feature groups) and position ``q = y * stride - pad_lo + w * rhs_dilation``
+  of the ``lhs_dilation``-dilated input, zero where ``q`` is in the padding or between dilated
+  elements;
+- ``B[k, j]``: the rhs element at output feature ``o = g * Og + j``, input feature ``c``, position ``w``.
+
+Two kernels compute it (written here in the kernel IR):
+
+- the *direct* kernel: one work item per output element, loops over the kernel window and the
+  group's input features, skipping the window positions that fall into padding or dilation holes;
+  where the target stops long loops (``Capabilities.max_loop_iterations``: Mesa's lavapipe) the
+  contraction is split into chunks whose partial sums a second kernel adds;
+- the *tiled* kernel (where ``Capabilities.tiling_pays``): the matrix product of
+  ``fnarray.lowering.kernels.schedule``'s ``dot_general`` tiles, ``A`` and ``B`` tiles loaded into
+  local memory by computing each element's im2col address.
+
+Both read the operands where they lie, through transposes, reshapes, broadcasts and reversals (the
+kernel flip of the input gradient) expressed as strides; sizes, strides, paddings and dilations are
+scalar arguments, so one compiled kernel serves every shape of the same rank and layout. Both end
+with the elementwise epilogue (bias, activation) that the scheduler fuses into them, as a matrix
+product's. The gradients of a convolution are convolutions (with ``lhs_dilation`` or swapped group
+counts), so they are these kernels too.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fnarray.core import primitives as P
+from fnarray.core.conv import conv_general_dilated_p
+from fnarray.core.ir import Literal
+from fnarray.lowering.kernels.builder import KernelBuilder
+from fnarray.lowering.kernels.index import ix_const, ix_data
+from fnarray.lowering.kernels.ir import INT32, Special, const
+from fnarray.lowering.kernels.rules import add_of, convert, mul_of, op, select
+from fnarray.lowering.kernels.groups.base import (_VIEW_OPS, _contiguous, _Group,
+                                               _kernel_name, _launch, _reshape_strides, _Tracker)
+
+__all__ = ["CONV", "ConvGroup", "strided_view", "GROUPS", "OPERAND_VIEWS"]
+
+CONV = conv_general_dilated_p
+
+
+def strided_view(ctx, v):
+    """``(base var, offset, strides)`` reading ``v`` from ``base``'s buffer without a copy, through
+    ``transpose``, ``reshape``, ``broadcast_in_dim`` and ``rev`` (a negative stride); ``v`` itself
+    (which then gets a buffer) where no such view exists."""
+    own = (v, 0, _contiguous(v.aval.shape))
+    if ctx.in_buffer(v) or v not in ctx.producer:
+        return own
+    e = ctx.producer[v]
+    if e.primitive not in _VIEW_OPS and e.primitive != P.rev:
+        return own
+    x = e.inputs[0]
+    if isinstance(x, Literal):
+        return own
+    base, off, st = strided_view(ctx, x)
+    shape = x.aval.shape
+    if e.primitive == P.rev:
+        dims = set(e.params["dimensions"])
+        off += sum((shape[d] - 1) * st[d] for d in dims)
+        return base, off, tuple(-s if d in dims else s for d, s in enumerate(st))
+    if e.primitive == P.transpose:
+        return base, off, tuple(st[p] for p in e.params["permutation"])
+    if e.primitive == P.reshape:
+        ns = _reshape_strides(shape, st, v.aval.shape)
+        return (base, off, ns) if ns is not None else own
+    out = [0] * v.aval.ndim
+    for i, d in enumerate(e.params["broadcast_dimensions"]):
+        out[d] = st[i] if shape[i] == v.aval.shape[d] else 0
+    return base, off, tuple(out)
+
+
+class _Geometry:
+    """The static description of one convolution equation (Python ints)."""
+
+    def __init__(self, eqn):
+        lhs, rhs = eqn.inputs
+        out = eqn.outputs[0]
+        p = eqn.params
+        nsp = lhs.aval.ndim - 2
+        dn = p.get("dimension_numbers")
+        if dn is None:
+            dn = (tuple(range(nsp + 2)),) * 3
+        self.lspec, self.rspec, self.ospec = (tuple(s) for s in dn)
+        ls, rs, os_ = lhs.aval.shape, rhs.aval.shape, out.aval.shape
+        self.nsp = nsp
+        self.N, self.C = ls[self.lspec[0]], ls[self.lspec[1]]
+        self.O, self.Cg = rs[self.rspec[0]], rs[self.rspec[1]]
+        self.Nout = os_[self.ospec[0]]
+        self.in_sp = tuple(ls[d] for d in self.lspec[2:])
+        self.k_sp = tuple(rs[d] for d in self.rspec[2:])
+        self.out_sp = tuple(os_[d] for d in self.ospec[2:])
+        self.G = int(p.get("feature_group_count", 1) or 1)
+        self.BG = int(p.get("batch_group_count", 1) or 1)
+        self.Gt = self.G * self.BG
+        self.Og = self.O // self.Gt
+        ones = (1,) * nsp
+        self.strides = tuple(p.get("window_strides") or ones)
+        self.pad_lo = tuple(lo for lo, _ in (p.get("padding") or ((0, 0),) * nsp))
+        self.ldil = tuple(p.get("lhs_dilation") or ones)
+        self.rdil = tuple(p.get("rhs_dilation") or ones)
+        self.M = self.Nout * math.prod(self.out_sp)          # rows of one group's matrix product
+        self.K = self.Cg * math.prod(self.k_sp)              # its contraction
+        self.window = math.prod(self.k_sp)
+
+    @property
+    def dilated(self) -> bool:
+        return any(d != 1 for d in self.ldil)
+
+
+def _decode(b, lin, sizes, hint="y"):
+    """Row-major coordinates of ``lin`` in ``sizes`` (kernel expressions), outermost first."""
+    out = []
+    for k in range(len(sizes) - 1, -1, -1):
+        if k == 0:
+            out.append(lin)
+            break
+        out.append(b.let(op("rem", lin, sizes[k]), f"{hint}{k}"))
+        lin = b.let(op("div", lin, sizes[k]))
+    return out[::-1]
+
+
+class ConvGroup(_Group):
+    """One ``conv_general_dilated`` with the elementwise ops on its result as an epilogue."""
+
+    kind = "conv"
+    accepts_roots = True
+    # Tile shape of the local-memory kernel, as the matrix product's: (TX, TY) work items, RY x RX outputs each.
+    TX, TY, RX, RY, BK = 16, 8, 4, 8, 16
+
+    def __init__(self, ctx, eqn):
+        out = eqn.outputs[0]
+        super().__init__(ctx, out.aval.shape)
+        self.eqn = eqn
+        self.products.append(out)
+        self.geo = _Geometry(eqn)
+
+    def plans(self):
+        return [strided_view(self.ctx, a) for a in self.eqn.inputs]
+
+    def analyse(self):
+        for base, _, _ in self.plans():
+            self.reads.add(base)
+
+    # ------------------------------------------------------------------ arguments
+    def _scalars(self, b, args, scalars, plans):
+        """The operand buffers and every size, stride, padding and dilation as scalar arguments."""
+        g = self.geo
+        ctx = self.ctx
+        (lb, loff, lst), (rb, roff, rst) = plans
+        dt = self.eqn.inputs[0].aval.dtype
+        lname = b.buffer(ctx.spec(lb), dt, False, "lhs")
+        args[lname] = ctx.spec(lb)
+        rname = b.buffer(ctx.spec(rb), self.eqn.inputs[1].aval.dtype, False, "rhs")
+        args[rname] = ctx.spec(rb)
+        ost = _contiguous(self.shape)
+        names = dict(l_off=loff, l_b=lst[g.lspec[0]], l_f=lst[g.lspec[1]], r_off=roff, r_o=rst[g.rspec[0]],
+                     r_i=rst[g.rspec[1]], o_b=ost[g.ospec[0]], o_f=ost[g.ospec[1]], Cg=g.Cg, Og=g.Og,
+                     Nout=g.Nout, O=g.O, bmul=g.Nout if g.BG > 1 else 0, fmul=g.Cg if g.G > 1 else 0)
+        for d in range(g.nsp):
+            names.update({f"l_s{d}": lst[g.lspec[2 + d]], f"r_s{d}": rst[g.rspec[2 + d]],
+                          f"o_s{d}": ost[g.ospec[2 + d]], f"in{d}": g.in_sp[d], f"k{d}": g.k_sp[d],
+                          f"y{d}": g.out_sp[d], f"st{d}": g.strides[d], f"pl{d}": g.pad_lo[d],
+                          f"rd{d}": g.rdil[d], f"ld{d}": g.ldil[d]})
+        syms = {k: b.scalar(k) for k in names}
+        scalars.update(names)
+        return lname, rname, syms
+
+    def _position(self, b, s, d, y, w):
+        """``(ok, p)``: whether kernel position ``w`` over output position ``y`` (dimension ``d``) reads
+        an input element, and which."""
+        q = b.let(op("add", op("sub", op("mul", y, s[f"st{d}"]), s[f"pl{d}"]), op("mul", w, s[f"rd{d}"])))
+        if self.geo.dilated:
+            ld = s[f"ld{d}"]
+            qc = b.let(select(op("lt", q, const(0, INT32)), const(0, INT32), q))
+            p = b.let(op("div", qc, ld))
+            ok = op("land", op("land", op("ge", q, const(0, INT32)), op("eq", op("rem", qc, ld), const(0, INT32))),
+                    op("lt", p, s[f"in{d}"]))
+            return b.let(ok), p
+        return b.let(op("land", op("ge", q, const(0, INT32)), op("lt", q, s[f"in{d}"]))), q
+
+    def _out_index(self, n, o, ys):
+        """The output multi-index (``Ix``) of kernel values ``n``, ``o``, ``ys`` (for the epilogue)."""
+        g = self.geo
+        idx = [None] * len(self.shape)
+        for d, e in zip(g.ospec, [n, o, *ys], strict=True):
+            size = self.shape[d]
+            idx[d] = ix_data(e, 0, size - 1) if size > 1 else ix_const(0)
+        return tuple(idx)
+
+    def _finish(self, b, em, args, s, n, o, ys, acc, flat=None):
+        ctx = self.ctx
+        out = self.eqn.outputs[0]
+        v = b.let(convert(b, acc, out.aval.dtype))
+        idx = self._out_index(n, o, ys)
+        em.seed(out, idx, v)
+        if flat is None:
+            e = op("add", op("mul", n, s["o_b"]), op("mul", o, s["o_f"]))
+            for d, y in enumerate(ys):
+                e = op("add", e, op("mul", y, s[f"o_s{d}"]))
+            flat = b.let(e, "o")
+        if out in ctx.needed:
+            b.store(ctx.output(b, args, out), flat, v)
+        self.emit_roots(b, em, args, idx, flat)
+
+    def _acc_dtype(self):
+        out = self.eqn.outputs[0].aval.dtype
+        return np.dtype(np.float32) if out == np.float16 else out
+
+    # ------------------------------------------------------------------ code
+    def codegen(self):
+        g = self.geo
+        if math.prod(self.shape) == 0:
+            return []
+        caps = self.ctx.caps
+        dt = self.eqn.inputs[0].aval.dtype
+        plans = self.plans()
+        tiled = (caps.tiling_pays and caps.local_memory and dt != np.bool_ and g.M * g.Og * g.K >= (1 << 16)
+                 and min(g.M, g.Og) >= 8 and (caps.max_workgroup_size or 1024) >= self.TX * self.TY
+                 and self._tiled_fits())
+        if tiled:
+            return [self._tiled(plans)]
+        cap = getattr(caps, "max_loop_iterations", None)
+        # Loop iterations of one work item of the direct kernel: the window loops and the feature loop.
+        iters = g.window * (g.Cg + 1) + sum(math.prod(g.k_sp[:d + 1]) for d in range(g.nsp))
+        if cap is not None and iters > cap // 2:
+            chunks = -(-g.window * g.Cg // (cap // 4))
+            return self._split(plans, chunks)
+        return [self._direct(plans)]
+
+    def _tiled_fits(self) -> bool:
+        g = self.geo
+        caps = self.ctx.caps
+        lim = caps.max_dispatch
+        groups = (-(-g.Og // (self.TX * self.RX)), -(-g.M // (self.TY * self.RY)), g.Gt)
+        if lim is not None and max(groups) > lim:
+            return False
+        cap = getattr(caps, "max_loop_iterations", None)
+        per_step = ((self.TY * self.RY + self.TX * self.RX) * self.BK // (self.TX * self.TY)
+                    + self.BK * (1 + self.RY + self.RX + self.RY * (1 + self.RX)))
+        return cap is None or -(-g.K // self.BK) * (per_step + 8) + 64 < cap
+
+    def _begin(self, name):
+        ctx = self.ctx
+        b = KernelBuilder(name)
+        args, scalars = {}, {}
+        tracker = _Tracker(ctx)
+        tracker.add(self.eqn)
+        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
+        return b, args, scalars, tracker, em
+
+    # Output features per work item of the direct kernel: one input load serves RO multiply-adds.
+    RO = 4
+
+    def _direct(self, plans):
+        """One work item per output position and ``RO`` consecutive output features of one group."""
+        ctx, g = self.ctx, self.geo
+        ro = self.RO if g.Og >= self.RO else 1
+        b, args, scalars, tracker, em = self._begin("k")
+        lname, rname, s = self._scalars(b, args, scalars, plans)
+        nblk = -(-g.Og // ro)
+        items = math.prod(self.shape) // g.O * g.Gt * nblk
+        gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
+        scalars.update(items=items, nblk=nblk, OB=g.Gt * nblk)
+        with b.when(op("lt", gid, b.scalar("items"))):
+            n, fb, ys = self._coords(b, s, gid, b.scalar("OB"))
+            grp = b.let(op("div", fb, b.scalar("nblk")), "grp")
+            j0 = b.let(op("mul", op("rem", fb, b.scalar("nblk")), const(ro, INT32)), "j0")
+            o0 = b.let(op("add", op("mul", grp, s["Og"]), j0), "o0")
+            outs, valid = [], []
+            for r in range(ro):
+                ok = b.let(op("lt", op("add", j0, const(r, INT32)), s["Og"])) if r else None
+                o = b.let(op("add", o0, const(r, INT32))) if r else o0
+                outs.append(o)
+                valid.append(ok)
+            safe = [o if ok is None else b.let(select(ok, o, o0)) for o, ok in zip(outs, valid, strict=True)]
+            accs = self._accumulate(b, lname, rname, s, n, grp, safe, ys, None)
+            for o, ok, acc in zip(outs, valid, accs, strict=True):
+                if ok is None:
+                    self._finish(b, em, args, s, n, o, ys, acc, flat=gid if ro == 1 else None)
+                else:
+                    with b.when(ok):
+                        self._finish(b, em, args, s, n, o, ys, acc)
+        b.name = _kernel_name("conv", tracker.eqns)
+        return _launch(b, args, scalars, gsize, lsize, tracker.eqns, "conv")
+
+    def _coords(self, b, s, lin, features=None):
+        """``n``, ``o`` and the output positions of output element ``lin`` (row-major in the output, whose
+        feature dimension has ``features`` entries: ``O``, or the direct kernel's feature blocks)."""
+        g = self.geo
+        sizes = [None] * len(self.shape)
+        sizes[g.ospec[0]], sizes[g.ospec[1]] = s["Nout"], s["O"] if features is None else features
+        for d in range(g.nsp):
+            sizes[g.ospec[2 + d]] = s[f"y{d}"]
+        coords = _decode(b, lin, sizes, "c")
+        return coords[g.ospec[0]], coords[g.ospec[1]], [coords[g.ospec[2 + d]] for d in range(g.nsp)]
+
+    def _accumulate(self, b, lname, rname, s, n, grp, outs, ys, chunk):
+        """The sums over the window for output features ``outs`` of group ``grp`` (all of the window, or
+        kernel-flat positions ``chunk = (start, stop)``); one accumulator per feature."""
+        g = self.geo
+        ldt, rdt = (a.aval.dtype for a in self.eqn.inputs)
+        adt = self._acc_dtype()
+        nb = b.let(op("add", n, op("mul", grp, s["bmul"])))
+        lbase = b.let(op("add", op("add", s["l_off"], op("mul", nb, s["l_b"])),
+                         op("mul", op("mul", grp, s["fmul"]), s["l_f"])), "lbase")
+        rbases = [b.let(op("add", s["r_off"], op("mul", o, s["r_o"])), "rbase") for o in outs]
+        accs = [b.var(adt, const(0, adt)) for _ in outs]
+
+        def madd(x, ra, c, guard=None):
+            xv = b.let(convert(b, x, adt))
+            for acc, rb in zip(accs, ra, strict=True):
+                w = b.load(rname, b.let(op("add", rb, op("mul", c, s["r_i"]))), rdt)
+                prod = b.let(mul_of(b, xv, b.let(convert(b, w, adt))))
+                if guard is not None:
+                    prod = b.let(select(guard, prod, const(0, adt)))
+                b.assign(acc, add_of(b, acc, prod))
+
+        if chunk is not None:
+            # One flat loop over (window position, feature) pairs [start, stop): the split kernel.
+            start, stop = chunk
+            with b.loop(start, stop) as t:
+                wc = b.let(op("div", t, s["Cg"]))
+                c = b.let(op("rem", t, s["Cg"]))
+                ws = _decode(b, wc, [s[f"k{d}"] for d in range(g.nsp)], "w")
+                ok, la, ra = None, lbase, list(rbases)
+                for d in range(g.nsp):
+                    okd, p = self._position(b, s, d, ys[d], ws[d])
+                    ok = okd if ok is None else b.let(op("land", ok, okd))
+                    la = op("add", la, op("mul", p, s[f"l_s{d}"]))
+                    ra = [op("add", r, op("mul", ws[d], s[f"r_s{d}"])) for r in ra]
+                la = b.let(select(ok, la, s["l_off"])) if ok is not None else b.let(la)
+                x = b.load(lname, op("add", la, op("mul", c, s["l_f"])), ldt)
+                madd(x, [b.let(r) for r in ra], c, ok)
+            return accs
+
+        def level(d, la, ra):
+            if d == g.nsp:
+                with b.loop(const(0, INT32), s["Cg"]) as c:
+                    madd(b.load(lname, op("add", la, op("mul", c, s["l_f"])), ldt), ra, c)
+                return
+            with b.loop(const(0, INT32), s[f"k{d}"]) as w:
+                ok, p = self._position(b, s, d, ys[d], w)
+                with b.when(ok):
+                    level(d + 1, b.let(op("add", la, op("mul", p, s[f"l_s{d}"]))),
+                          [b.let(op("add", r, op("mul", w, s[f"r_s{d}"]))) for r in ra])
+
+        level(0, lbase, rbases)
+        return accs
+
+    def _split(self, plans, chunks):
+        """Partial sums over ``chunks`` pieces of the contraction (a scratch buffer), then a kernel that
+        adds them and runs the epilogue: no work item loops longer than the target allows."""
+        ctx, g = self.ctx, self.geo
+        total = math.prod(self.shape)
+        adt = self._acc_dtype()
+        part = ctx.spec(("convpart", id(self)), (chunks, total), adt)
+        flat_k = g.window * g.Cg
+        step = -(-flat_k // chunks)
+        b, args, scalars, tracker, em = self._begin("k")
+        lname, rname, s = self._scalars(b, args, scalars, plans)
+        gid, gsize, lsize = ctx.gid(b, total * chunks, ctx.wg)
+        scalars.update(total=total, step=step, flat_k=flat_k)
+        tot = b.scalar("total")
+        with b.when(op("lt", gid, op("mul", tot, const(chunks, INT32)))):
+            e = b.let(op("rem", gid, tot), "e")
+            piece = b.let(op("div", gid, tot), "piece")
+            start = b.let(op("mul", piece, b.scalar("step")))
+            stop = b.let(op("min", op("add", start, b.scalar("step")), b.scalar("flat_k")))
+            n, o, ys = self._coords(b, s, e)
+            grp = b.let(op("div", o, s["Og"]), "grp")
+            (acc,) = self._accumulate(b, lname, rname, s, n, grp, [o], ys, (start, stop))
+            pname = b.buffer(part, adt, True, "part")
+            args[pname] = part
+            b.store(pname, gid, acc)
+        b.name = _kernel_name("conv_part", tracker.eqns)
+        first = _launch(b, args, scalars, gsize, lsize, tracker.eqns, "conv")
+
+        b, args, scalars, tracker, em = self._begin("k")
+        _, _, s = self._scalars(b, args, scalars, plans)
+        gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
+        scalars["total"] = total
+        with b.when(op("lt", gid, b.scalar("total"))):
+            n, o, ys = self._coords(b, s, gid)
+            pname = b.buffer(part, adt, False, "part")
+            args[pname] = part
+            acc = b.var(adt, const(0, adt))
+            with b.loop(const(0, INT32), const(chunks, INT32)) as k:
+                b.assign(acc, add_of(b, acc, b.load(pname, op("add", op("mul", k, b.scalar("total")), gid), adt)))
+            self._finish(b, em, args, s, n, o, ys, acc, flat=gid)
+        b.name = _kernel_name("conv_sum", tracker.eqns)
+        return [first, _launch(b, args, scalars, gsize, lsize, tracker.eqns, "conv")]
+
+    def _tiled(self, plans):
+        """The implicit-GEMM kernel: ``A`` and ``B`` tiles of each group's product in local memory."""
+        g = self.geo
+        TX, TY, RX, RY, BK = self.TX, self.TY, self.RX, self.RY, self.BK
+        BM, BN = TY * RY, TX * RX
+        b, args, scalars, tracker, em = self._begin("k")
+        lname, rname, s = self._scalars(b, args, scalars, plans)
+        scalars.update(M=g.M, K=g.K)
+        M, K = b.scalar("M"), b.scalar("K")
+        ldt, rdt = (a.aval.dtype for a in self.eqn.inputs)
+        adt = self._acc_dtype()
+        c0 = const(0, INT32)
+        tx, ty = Special("local_id", 0), Special("local_id", 1)
+        grp = b.let(Special("group_id", 2), "grp")
+        row0 = b.let(op("mul", Special("group_id", 1), const(BM, INT32)), "row0")
+        col0 = b.let(op("mul", Special("group_id", 0), const(BN, INT32)), "col0")
+        tid = b.let(op("add", op("mul", ty, const(TX, INT32)), tx), "tid")
+        ysizes = [s[f"y{d}"] for d in range(g.nsp)]
+        ksizes = [s[f"k{d}"] for d in range(g.nsp)]
+        lgrp = b.let(op("add", s["l_off"], op("add", op("mul", op("mul", grp, s["bmul"]), s["l_b"]),
+                                                   op("mul", op("mul", grp, s["fmul"]), s["l_f"]))), "lgrp")
+        ogrp = b.let(op("mul", grp, s["Og"]), "ogrp")
+        As = b.array("local", adt, BK * BM, "As")
+        Bs = b.array("local", adt, BK * BN, "Bs")
+        acc = b.array("private", adt, RY * RX, "acc")
+        av = b.array("private", adt, RY, "a")
+        bv = b.array("private", adt, RX, "b")
+        with b.loop(c0, const(RY * RX, INT32)) as i:
+            b.store(acc, i, const(0, adt), space="private")
+        with b.loop(c0, K, const(BK, INT32)) as k0:
+            with b.loop(tid, const(BM * BK, INT32), const(TX * TY, INT32)) as l:
+                r = b.let(op("div", l, const(BK, INT32)))
+                c = b.let(op("rem", l, const(BK, INT32)))
+                gm = b.let(op("add", row0, r))
+                gk = b.let(op("add", k0, c))
+                inside = b.let(op("land", op("lt", gm, M), op("lt", gk, K)))
+                gm_c = b.let(select(op("lt", gm, M), gm, c0))
+                gk_c = b.let(select(op("lt", gk, K), gk, c0))
+                yn = _decode(b, gm_c, [s["Nout"], *ysizes], "m")
+                wc = b.let(op("div", gk_c, s["Cg"]))
+                ci = b.let(op("rem", gk_c, s["Cg"]))
+                ws = _decode(b, wc, ksizes, "w") if g.nsp else []
+                ok = inside
+                addr = op("add", lgrp, op("add", op("mul", yn[0], s["l_b"]), op("mul", ci, s["l_f"])))
+                for d in range(g.nsp):
+                    okd, p = self._position(b, s, d, yn[1 + d], ws[d])
+                    ok = b.let(op("land", ok, okd))
+                    addr = op("add", addr, op("mul", p, s[f"l_s{d}"]))
+                addr = b.let(select(ok, addr, s["l_off"]))
+                x = b.let(convert(b, b.load(lname, addr, ldt), adt))
+                b.store(As, op("add", op("mul", c, const(BM, INT32)), r), select(ok, x, const(0, adt)), space="local")
+            with b.loop(tid, const(BK * BN, INT32), const(TX * TY, INT32)) as l:
+                r = b.let(op("div", l, const(BN, INT32)))
+                c = b.let(op("rem", l, const(BN, INT32)))
+                gk = b.let(op("add", k0, r))
+                gj = b.let(op("add", col0, c))
+                ok = b.let(op("land", op("lt", gk, K), op("lt", gj, s["Og"])))
+                gk_c = b.let(select(op("lt", gk, K), gk, c0))
+                gj_c = b.let(select(op("lt", gj, s["Og"]), gj, c0))
+                wc = b.let(op("div", gk_c, s["Cg"]))
+                ci = b.let(op("rem", gk_c, s["Cg"]))
+                ws = _decode(b, wc, ksizes, "w") if g.nsp else []
+                addr = op("add", s["r_off"], op("add", op("mul", op("add", ogrp, gj_c), s["r_o"]),
+                                                op("mul", ci, s["r_i"])))
+                for d in range(g.nsp):
+                    addr = op("add", addr, op("mul", ws[d], s[f"r_s{d}"]))
+                y = b.let(convert(b, b.load(rname, b.let(addr), rdt), adt))
+                b.store(Bs, op("add", op("mul", r, const(BN, INT32)), c), select(ok, y, const(0, adt)), space="local")
+            b.barrier()
+            with b.loop(c0, const(BK, INT32)) as k:
+                with b.loop(c0, const(RY, INT32)) as yy:
+                    b.store(av, yy, b.load(As, op("add", op("mul", k, const(BM, INT32)),
+                                                   op("add", op("mul", ty, const(RY, INT32)), yy)), adt, "local"),
+                            space="private")
+                with b.loop(c0, const(RX, INT32)) as xx:
+                    b.store(bv, xx, b.load(Bs, op("add", op("mul", k, const(BN, INT32)),
+                                                   op("add", tx, op("mul", xx, const(TX, INT32)))), adt, "local"),
+                            space="private")
+                with b.loop(c0, const(RY, INT32)) as yy:
+                    with b.loop(c0, const(RX, INT32)) as xx:
+                        slot = b.let(op("add", op("mul", yy, const(RX, INT32)), xx))
+                        prod = b.let(mul_of(b, b.load(av, yy, adt, "private"), b.load(bv, xx, adt, "private")))
+                        cur = b.load(acc, slot, adt, "private")
+                        b.store(acc, slot, add_of(b, cur, prod), space="private")
+            b.barrier()
+        with b.loop(c0, const(RY, INT32)) as yy:
+            with b.loop(c0, const(RX, INT32)) as xx:
+                gm = b.let(op("add", row0, op("add", op("mul", ty, const(RY, INT32)), yy)), "gm")
+                gj = b.let(op("add", col0, op("add", tx, op("mul", xx, const(TX, INT32)))), "gj")
+                with b.when(op("land", op("lt", gm, M), op("lt", gj, s["Og"]))):
+                    v = b.load(acc, op("add", op("mul", yy, const(RX, INT32)), xx), adt, "private")
+                    yn = _decode(b, gm, [s["Nout"], *ysizes], "m")
+                    o = b.let(op("add", ogrp, gj), "oc")
+                    self._finish(b, em, args, s, yn[0], o, yn[1:], v)
+        b.name = _kernel_name("conv_tiled", tracker.eqns)
+        gsize = (-(-g.Og // BN) * TX, -(-g.M // BM) * TY, g.Gt)
+        return _launch(b, args, scalars, gsize, (TX, TY, 1), tracker.eqns, "conv", fixed_local=True)
+
+
+#: What ``schedule`` adds to its tables ``_GROUPS`` and ``OPERAND_VIEWS``.
+GROUPS = {CONV: ConvGroup}
+OPERAND_VIEWS = {CONV: strided_view}
