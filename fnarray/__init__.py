@@ -31,6 +31,11 @@ from fnarray.transforms.control_flow import cond, fori_loop, scan, switch, while
 from fnarray import lax  # noqa: E402,F401  (fnarray.lax: core/lax.py's wrappers plus control flow)
 # (fa.checkpoint is remat's JAX name: the checkpoint files' module is fnarray.serialization)
 from fnarray.serialization import CheckpointError, load, save  # noqa: E402
+from fnarray import sharding  # noqa: E402,F401  (Mesh, PartitionSpec/P, NamedSharding: jax.sharding's names)
+from fnarray.sharding import make_mesh  # noqa: E402
+from fnarray.transforms.shard_map import shard_map  # noqa: E402
+from fnarray import distributed  # noqa: E402,F401  (initialize, process_index...: jax.distributed's names)
+from fnarray.distributed import process_count, process_index  # noqa: E402
 
 make_jaxpr = make_ir  # JAX's name for the program printer
 jacobian = jacrev     # JAX's name (jax.jacobian is jacrev)
@@ -62,5 +67,6 @@ __all__ = [
     "grad", "value_and_grad", "jvp", "vjp", "linearize", "jacfwd", "jacrev", "hessian", "custom_jvp",
     "custom_vjp", "checkpoint", "remat", "stop_gradient", "vmap", "cond", "switch", "while_loop",
     "fori_loop", "scan", "ContractionShapeError", "tree", "block_until_ready", "device_get", "make_jaxpr",
-    "jacobian", "save", "load", "CheckpointError",
+    "jacobian", "save", "load", "CheckpointError", "sharding", "make_mesh", "shard_map", "distributed",
+    "process_index", "process_count",
 ] + list(_LAZY)

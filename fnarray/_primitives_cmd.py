@@ -92,9 +92,27 @@ def _probe_eqn(prim):
     return eqn
 
 
+def _spmd_status(prim, name: str):
+    """The collectives and ``shard_map``: what runs them does not depend on a probe equation."""
+    from fnarray.core.spmd import shard_map_p
+    if prim.kind == "collective":
+        if name == "jax":
+            return f"native (jax.lax.{prim.name} inside shard_map; under vmap(axis_name=) its batching rule)"
+        return "native (under vmap(axis_name=) its batching rule; outside a named axis it raises)"
+    if prim is shard_map_p:
+        if name == "jax":
+            return "native (jax.shard_map)"
+        return ("unsupported (no distributed engine: a mesh of one device runs shard_map as a named vmap, "
+                "larger meshes need jax or mlx)")
+    return None
+
+
 def backend_status(prim, name: str) -> str:
     """``native``, ``decomposed``, ``falls back (reason)``, ``unsupported (reason)`` or ``backend unavailable``."""
     from fnarray.core.decompositions import decomposition_for
+    spmd = _spmd_status(prim, name)
+    if spmd is not None:
+        return spmd
     if _unsupported_kind(prim):
         return "unsupported (never executed: it only exists inside transformations)"
     device, why = _device(name)
@@ -163,7 +181,8 @@ def _rule_cells(prim, tables):
         tr = "n/a (zero tangent)"
     else:
         tr = "n/a (not linear)"
-    if prim in batchers:
+    from fnarray.transforms.batching_tables import collective_batchers
+    if prim in batchers or prim in collective_batchers:
         bt = "yes"
     elif prim is P.iota:
         bt = "n/a (no operands)"

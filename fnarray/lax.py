@@ -16,6 +16,8 @@ from fnarray._associative_scan import associative_scan  # noqa: F401
 from fnarray.transforms.control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: F401
 from fnarray._lax_map import map  # noqa: A004,F401  (jax.lax.map)
 from fnarray.core import linalg  # noqa: F401  (fnarray.lax.linalg, as jax.lax.linalg)
+from fnarray.core import collectives as _collectives
+from fnarray.transforms import collective_rules as _collective_rules  # noqa: F401  (registers their rules)
 
 _CONTROL = ["associative_scan", "cond", "fori_loop", "map", "scan", "switch", "while_loop"]
 _CORE = [n for n in _core_lax.__all__ if n not in _CONTROL]
@@ -24,8 +26,12 @@ _CONV = list(_lax_conv.__all__)  # convolutions (fnarray/core/lax_conv.py)
 globals().update({n: getattr(_lax_conv, n) for n in _CONV})
 _WINDOWS = list(_lax_windows.__all__)  # reduce_window and its shortcuts (core/lax_windows.py)
 globals().update({n: getattr(_lax_windows, n) for n in _WINDOWS})
+_COLLECTIVES = ["all_gather", "all_to_all", "axis_index", "axis_size", "pmax", "pmean", "pmin", "ppermute", "psum",
+                "psum_scatter"]
+globals().update({n: getattr(_collectives, n) for n in _COLLECTIVES})
+from fnarray.transforms.shard_map import with_sharding_constraint  # noqa: E402,F401  (jax.lax's)
 
-__all__ = sorted(set(_CORE + _CONTROL + _CONV + _WINDOWS))
+__all__ = sorted(set(_CORE + _CONTROL + _CONV + _WINDOWS + _COLLECTIVES + ["with_sharding_constraint"]))
 
 
 def __getattr__(name):

@@ -24,6 +24,7 @@ import fnarray.numpy as fnp
 from fnarray.core import dtypes
 from fnarray.core import linalg as LA
 from fnarray.core import primitives as P
+from fnarray.core import spmd as _spmd
 from fnarray.core.fft import FftType, fft_p
 from fnarray.core import windows as W
 from fnarray.transforms import ad_rules
@@ -146,6 +147,15 @@ _CONV = P.PRIMITIVES["conv_general_dilated"]   # fnarray.core.conv (tests/test_c
 CASES = [Case(n, p, {}, args(m)) for n, p, m in UNARY]
 
 CASES += [Case(f"integer_pow_{y}", P.integer_pow, {"y": y}, args(away(-2, 2, 0.3))) for y in (1, 2, 3, -2)]
+
+
+def _one_device_sharding():
+    from fnarray.testing.cases import _one_device_sharding as s
+    return s()
+
+
+CASES += [Case("sharding_constraint", _spmd.sharding_constraint_p, {"sharding": _one_device_sharding()},
+               args(u(-3, 3, (3, 4))))]
 
 CASES += [
     Case("convert_f64_c128", P.convert_element_type, {"new_dtype": dtypes.complex128, "weak_type": False},
@@ -480,7 +490,8 @@ def test_jvp_zero(case):
 
 def test_every_first_order_primitive_has_a_jvp_rule():
     # Effects (debug_callback) have no outputs to differentiate: tests/test_debug.py checks their rules under grad.
-    first_order = [p for p in P.PRIMITIVES.values() if p.kind not in ("control", "effect")]
+    # Collectives need a named axis: tests/test_collectives.py checks their rules against JAX under vmap.
+    first_order = [p for p in P.PRIMITIVES.values() if p.kind not in ("control", "effect", "collective")]
     missing = [p.name for p in first_order if p not in primitive_jvps and p.name not in ad_rules.NO_JVP]
     assert not missing, f"no JVP rule and no stated reason: {missing}"
     for name, reason in ad_rules.NO_JVP.items():
@@ -642,6 +653,8 @@ TCASES = [
           dict(_TS, left_side=False, lower=False, transpose_a=True, conjugate_a=True, unit_diagonal=True),
           lambda rng: [np.triu(cplx((3, 3))(rng)) + 3 * np.eye(3), cplx((2, 3))(rng)], (1,)),
     TCase("neg", P.neg, {}, args(u(-1, 1)), (0,)),
+    TCase("sharding_constraint", _spmd.sharding_constraint_p, {"sharding": _one_device_sharding()},
+          args(u(-1, 1, (3, 4))), (0,)),
     TCase("copy", P.copy_p, {}, args(u(-1, 1)), (0,)),
     TCase("real", P.real, {}, args(cplx()), (0,)),
     TCase("imag", P.imag, {}, args(cplx()), (0,)),
@@ -808,7 +821,8 @@ def test_transpose_rejects_nonlinear_use():
 
 
 def test_every_transpose_rule_is_tested():
-    ours = {p for p in primitive_transposes if p.kind != "control"}
+    # collectives: tests/test_collectives.py checks their transposes under vmap against JAX
+    ours = {p for p in primitive_transposes if p.kind not in ("control", "collective")}
     tested = {c.prim for c in TCASES}
     assert not [p.name for p in ours - tested]
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 __all__ = ["FAMILIES", "on_family", "members", "announce"]
 
 #: The families, in the order the matrix of ``python -m fnarray primitives`` groups them.
-FAMILIES = ("unary", "binary", "reduce", "cumulative", "structural", "other", "linalg", "control", "effect")
+FAMILIES = ("unary", "binary", "reduce", "cumulative", "structural", "other", "linalg", "control", "collective",
+            "effect")
 
 _MEMBERS: dict = {k: [] for k in FAMILIES}
 _HOOKS: dict = {k: [] for k in FAMILIES}

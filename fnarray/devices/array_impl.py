@@ -111,9 +111,22 @@ class ArrayImpl(Array):
 
     @property
     def sharding(self):
-        """The array's ``SingleDeviceSharding`` (``jax.Array.sharding``): whole on ``self.device``."""
-        from fnarray.devices.sharding import SingleDeviceSharding
-        return SingleDeviceSharding(self._device)
+        """How the array is laid out (``jax.Array.sharding``): a ``SingleDeviceSharding`` (whole on
+        ``self.device``), or a ``NamedSharding`` for a global jax array over several devices."""
+        from fnarray.sharding import array_sharding
+        return array_sharding(self)
+
+    @property
+    def addressable_shards(self) -> list:
+        """The shards on this process's devices (``jax.Array.addressable_shards``), each a ``Shard``."""
+        from fnarray.sharding import addressable_shards
+        return addressable_shards(self)
+
+    @property
+    def is_fully_addressable(self) -> bool:
+        """Whether every shard is on this process's devices (``jax.Array.is_fully_addressable``)."""
+        from fnarray.sharding import is_fully_addressable
+        return is_fully_addressable(self)
 
     def block_until_ready(self):
         """Wait until the value is computed; returns ``self``."""

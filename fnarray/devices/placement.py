@@ -181,7 +181,8 @@ def device_put(x, device=None):
       x: an ``Array``, NumPy array, Python or NumPy scalar, or a pytree of them.
         Inside a transform, traced leaves are returned unchanged.
       device: a ``Device`` or a string such as ``"opencl:0"``; ``None`` puts the
-        values on the default device uncommitted.
+        values on the default device uncommitted; a ``fnarray.sharding.NamedSharding`` makes global
+        arrays split over its mesh (``x.sharding``, ``x.addressable_shards``, as JAX).
 
     Returns:
       The same structure with ``Array`` leaves of the same shapes. NumPy arrays
@@ -194,6 +195,10 @@ def device_put(x, device=None):
       RuntimeError: ``x`` holds an array that was donated or deleted.
     """
     import optree
+    if _is_sharding(device):  # a global array laid out over a mesh (fnarray.sharding)
+        from fnarray.sharding import device_put_sharded
+        return optree.tree_map(lambda leaf: leaf if isinstance(leaf, tracing.Tracer) else
+                               device_put_sharded(leaf, device), x, none_is_leaf=False, namespace="fnarray")
     dev = parse_device(device) if device is not None else None
 
     def put(leaf):
@@ -212,6 +217,11 @@ def device_put(x, device=None):
         return array_from_numpy(leaf, target, committed=dev is not None)
 
     return optree.tree_map(put, x, none_is_leaf=False, namespace="fnarray")
+
+
+def _is_sharding(x) -> bool:
+    from fnarray.devices.sharding import Sharding
+    return isinstance(x, Sharding)
 
 
 def _transfer(buf, src: Device, dst: Device):

@@ -1,15 +1,22 @@
 """``SingleDeviceSharding``: where an array lives, in JAX's vocabulary (``Array.sharding``).
 
-Until distributed arrays land, every fnarray array lives whole on one device, so its
-sharding is always this one (``jax.sharding.SingleDeviceSharding``'s attributes).
+An array on one device has this sharding (``jax.sharding.SingleDeviceSharding``'s attributes); a global
+array over a mesh has a ``fnarray.sharding.NamedSharding``.
 """
 
 from __future__ import annotations
 
-__all__ = ["SingleDeviceSharding"]
+__all__ = ["Sharding", "SingleDeviceSharding"]
 
 
-class SingleDeviceSharding:
+class Sharding:
+    """The base of the shardings (``jax.sharding.Sharding``): ``SingleDeviceSharding`` and
+    ``fnarray.sharding.NamedSharding``."""
+
+    __slots__ = ()
+
+
+class SingleDeviceSharding(Sharding):
     """The whole array on one device (``jax.sharding.SingleDeviceSharding``).
 
     Attributes:

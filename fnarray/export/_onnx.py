@@ -46,6 +46,9 @@ _DTYPES = {"float16", "float32", "float64", "int8", "int16", "int32", "int64", "
            "uint64", "bool"}
 _I64_MIN = np.iinfo(np.int64).min
 
+from fnarray.core import collectives as _collectives  # noqa: E402
+from fnarray.core import spmd as _spmd  # noqa: E402
+
 #: ``rule(g, eqn, ins) -> name or list of names`` per primitive.
 RULES: dict = {}
 #: Primitives without an ONNX lowering, each with the reason given at export.
@@ -66,6 +69,9 @@ UNSUPPORTED = {
     P.custom_lin: "it only exists inside reverse-mode differentiation",
     P.debug_callback: ("fnarray.debug.print / fnarray.debug.callback call Python, which an ONNX model cannot; "
                        "remove the debug call before exporting"),
+    **{p: "a collective needs a named axis: inside vmap(axis_name=) its batching rule replaces it before export"
+       for p in _collectives.COLLECTIVES},
+    _spmd.shard_map_p: "an ONNX model runs on one device: export the per-device function instead",
 }
 UNSUPPORTED.update({p: f"ONNX has no matrix factorizations ({p.name}); only Det among linear algebra"
                     for p in (_L.cholesky_p, _L.triangular_solve_p, _L.lu_p, _L.qr_p, _L.eigh_p, _L.svd_p)})
@@ -220,6 +226,7 @@ for _p, _op in [(P.exp, "Exp"), (P.log, "Log"), (P.tanh, "Tanh"), (P.sin, "Sin")
                 (P.cosh, "Cosh"), (P.asinh, "Asinh"), (P.acosh, "Acosh"), (P.atanh, "Atanh"), (P.sqrt, "Sqrt"),
                 (P.erf, "Erf"), (P.floor, "Floor"), (P.ceil, "Ceil"), (P.round_p, "Round"),
                 (P.logistic, "Sigmoid"), (P.stop_gradient, "Identity"), (P.copy_p, "Identity"),
+                (_spmd.sharding_constraint_p, "Identity"),
                 (P.abs_p, "Abs"), (P.sign, "Sign"), (P.add, "Add"), (P.sub, "Sub"), (P.mul, "Mul"),
                 (P.pow_p, "Pow"), (P.eq, "Equal"), (P.lt, "Less"), (P.le, "LessOrEqual"), (P.gt, "Greater"),
                 (P.ge, "GreaterOrEqual")]:

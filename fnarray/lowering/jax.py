@@ -535,6 +535,11 @@ class JaxLowered(Lowered):
         return call
 
 
+@functools.lru_cache(maxsize=1)
+def _default_handle():
+    return jax.devices()[0]
+
+
 #: Device scalars kept for eager operations with Python or NumPy scalar operands (``scalar_to_device``).
 _SCALAR_CACHE_SIZE = 256
 
@@ -598,6 +603,11 @@ class JaxBackend(Backend):
             # buffer instead, and every later call then pays for it (a jitted MLP step measured 1.8x
             # slower with such inputs). may_alias=False copies without compiling anything; jnp.array(
             # copy=True) compiled and cached an XLA copy per new shape (~1.5 MiB each, never freed).
+            if device.handle == _default_handle():
+                # Uncommitted on JAX's default device, so that XLA may combine it with a global array
+                # sharded over several devices (fa.device_put(x, NamedSharding)); a committed one would be
+                # "incompatible devices" there. Where it runs is the same.
+                return jax.device_put(a, may_alias=False)
             return jax.device_put(a, device.handle, may_alias=False)
 
     def to_host(self, buf):
@@ -620,3 +630,6 @@ _register_linalg(RULES)
 
 def make_backend():
     return JaxBackend()
+
+
+from fnarray.lowering import jax_spmd  # noqa: E402,F401  (the collectives and shard_map, registered into RULES)

@@ -727,6 +727,35 @@ from fnarray.lowering.linalg_numpy import register as _register_linalg  # noqa: 
 
 _register_linalg(IMPLS)
 
+# The collectives and the SPMD primitives (fnarray.core.collectives, fnarray.core.spmd). A collective has no
+# meaning on one device outside a named axis: under vmap(axis_name=) its batching rule replaces it before any
+# backend sees it, and shard_map over a mesh of one device runs as such a vmap.
+from fnarray.core import collectives as _coll  # noqa: E402
+from fnarray.core import spmd as _spmd  # noqa: E402
+
+
+def _no_collective(params, in_avals, out_avals):
+    def f(*args):
+        from fnarray.core.errors import UnsupportedOnDevice
+        raise UnsupportedOnDevice(
+            f"a collective over axis {params['axis_name']!r} reached the numpy backend outside a named axis: run it "
+            "inside fnarray.vmap(f, axis_name=...) (every backend), or in fnarray.shard_map over a mesh of the jax "
+            "backend; numpy, opencl and webgpu have no distributed engine")
+    return f
+
+
+def _no_shard_map(params, in_avals, out_avals):
+    def f(*args):
+        from fnarray.core.errors import UnsupportedOnDevice
+        raise UnsupportedOnDevice(f"shard_map over {params['mesh']!r} runs on the jax backend only")
+    return f
+
+
+for _p in _coll.COLLECTIVES:
+    IMPLS[_p] = _no_collective
+IMPLS[_spmd.shard_map_p] = _no_shard_map
+_direct(_spmd.sharding_constraint_p, lambda x: x)
+
 _missing = [p.name for p in P.PRIMITIVES.values() if p not in IMPLS]
 if _missing:  # every primitive needs a reference implementation
     raise RuntimeError(f"numpy backend lacks implementations for {_missing}")

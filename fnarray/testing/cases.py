@@ -41,6 +41,11 @@ def _special_f32():
 CASES = []
 
 
+def _spmd_p():
+    from fnarray.core import spmd
+    return spmd
+
+
 def case(case_name, prim, inputs, **params):
     CASES.append((case_name, prim, inputs, params))
 
@@ -244,8 +249,20 @@ def _family_cases():
 
 _family_cases()
 
-# Primitives that only exist inside transformations and are never executed by a backend.
-NOT_EXECUTED = {P.custom_lin, P.custom_jvp_call, P.custom_vjp_call}
+def _one_device_sharding():
+    from fnarray.sharding import Mesh, NamedSharding, P as PSpec
+    return NamedSharding(Mesh(["numpy:0"], ("x",)), PSpec("x"))
+
+
+case("sharding_constraint", _spmd_p().sharding_constraint_p, [f32(3, 4)], sharding=_one_device_sharding())
+case("sharding_constraint_empty", _spmd_p().sharding_constraint_p, [f32(0, 4)], sharding=_one_device_sharding())
+
+# Primitives that only exist inside transformations and are never executed by a backend as one equation: the
+# collectives need a named axis and shard_map a mesh (tests/test_collectives.py, tests/test_sharding.py).
+from fnarray.core import collectives as _collectives  # noqa: E402
+from fnarray.core import spmd as _spmd  # noqa: E402
+
+NOT_EXECUTED = {P.custom_lin, P.custom_jvp_call, P.custom_vjp_call, *_collectives.COLLECTIVES, _spmd.shard_map_p}
 
 
 # ---------------------------------------------------------------------------------- zero-size operands

@@ -24,15 +24,18 @@ sub-programs with it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import threading
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import optree
 
 from fnarray import tree_util
-from fnarray.core import avals, dtypes, families, lax
+from fnarray.core import avals, collectives, dtypes, families, lax
 from fnarray.core.avals import get_aval
 from fnarray.core import primitives as P
 from fnarray.core.array import Array
@@ -42,7 +45,7 @@ from fnarray.core.interpreter import eval_program
 from fnarray.core.ir import Program
 from fnarray.core.shaped import ShapedArray
 from fnarray.core.tracing import Trace, Tracer, is_scalar, new_main, user_frame
-from fnarray.transforms.batching_tables import not_mapped, primitive_batchers
+from fnarray.transforms.batching_tables import collective_batchers, not_mapped, primitive_batchers
 from fnarray.transforms import batching_windows  # noqa: F401  (the window primitives' rules)
 
 __all__ = [
@@ -146,23 +149,57 @@ class BatchTracer(Tracer):
         return np.asarray(self._concrete("converting to a NumPy array"), dtype)
 
 
+class BatchAxis(NamedTuple):
+    """What a ``vmap`` level maps over: ``size`` examples, and the axis ``name`` (``None``: unnamed)."""
+    size: int
+    name: object = None
+
+
+class _RuleAxis(threading.local):
+    """The axis of the batching rule running in this thread: ``batch_program`` batches sub-programs
+    over it, so a collective inside a ``jit`` or a loop body meets the named axis it names."""
+
+    def __init__(self):
+        self.stack: list = [None]
+
+
+_rule_axis = _RuleAxis()
+
+
 class BatchTrace(Trace):
-    """The trace of one ``vmap`` level; ``main.global_data`` is the axis size."""
+    """The trace of one ``vmap`` level; ``main.global_data`` is its ``BatchAxis``."""
 
     __slots__ = ()
 
     @property
     def axis_size(self) -> int:
-        return self.main.global_data
+        return self.main.global_data.size
+
+    @property
+    def axis_name(self):
+        return self.main.global_data.name
 
     def pure(self, val):
         return BatchTracer(self, val, not_mapped)
 
     lift = pure
 
+    def new_batched(self, val, dim):
+        """A tracer of this level holding ``val`` batched along ``dim`` (``axis_index`` makes one)."""
+        return BatchTracer(self, val, dim)
+
     def process_primitive(self, primitive, tracers, params):
         vals = [t.val for t in tracers]
         dims = [t.batch_dim for t in tracers]
+        name = self.main.global_data.name
+        if primitive in collective_batchers:
+            # A collective: the reduction it means over this level's axis if it names it, else a
+            # value passed through per example (collective_rules).
+            out, out_dim = collective_batchers[primitive](vals, dims, self.main.global_data, **params)
+            return BatchTracer(self, out, out_dim)
+        if all(d is None for d in dims) and name is not None and vals and _uses_axis(params, name):
+            # A sub-program names this axis: batch it even though no operand varies.
+            vals[0], dims[0] = move_batch_dim(vals[0], None, 0, self.axis_size), 0
         if all(d is None for d in dims):
             out = primitive.bind(*vals, **params)
             if primitive.multiple_results:
@@ -174,17 +211,45 @@ class BatchTrace(Trace):
                 f"vmap has no batching rule for the primitive {primitive.name!r}, so it cannot be "
                 "vectorized. Pass the arguments it depends on with in_axes=None, or compute it with "
                 "a Python loop over the examples and fnarray.numpy.stack.")
-        out, out_dim = rule(vals, dims, **params)
+        _rule_axis.stack.append(self.main.global_data)
+        try:
+            out, out_dim = rule(vals, dims, **params)
+        finally:
+            _rule_axis.stack.pop()
         if primitive.multiple_results:
             return [BatchTracer(self, o, d) for o, d in zip(out, out_dim, strict=True)]
         return BatchTracer(self, out, out_dim)
+
+
+def _uses_axis(params, name) -> bool:
+    """Whether a sub-program among ``params`` holds a collective over ``name``."""
+    for v in params.values():
+        progs = (v,) if isinstance(v, Program) else v if isinstance(v, tuple) else ()
+        for p in progs:
+            if isinstance(p, Program) and name in collectives.program_axis_names(p):
+                return True
+    return False
+
+
+@contextlib.contextmanager
+def _named_main(size, name):
+    """A new batch level over ``size`` examples; a named one is bound in the axis environment too."""
+    with new_main(BatchTrace, BatchAxis(size, name)) as main:
+        if name is None:
+            yield main
+            return
+        collectives.push_axis(collectives.AxisFrame(name, size, main))
+        try:
+            yield main
+        finally:
+            collectives.pop_axis()
 
 
 # ----------------------------------------------------------------------------- batching programs
 
 
 def batch_program(program: Program, axis_size: int, in_batched: Sequence[bool],
-                  instantiate: bool | Sequence[bool]) -> tuple[Program, list[bool]]:
+                  instantiate: bool | Sequence[bool], axis_name=None) -> tuple[Program, list[bool]]:
     """Batch a closed program: batched inputs and outputs get a leading axis of ``axis_size``.
 
     Args:
@@ -193,6 +258,8 @@ def batch_program(program: Program, axis_size: int, in_batched: Sequence[bool],
       in_batched: one bool per input; a batched input has shape ``(axis_size,) + aval.shape``.
       instantiate: a bool, or one per output: outputs marked True are batched (broadcast)
         even when they do not depend on a batched input.
+      axis_name: the name of the axis (collectives over it become its reductions); by default the
+        axis of the batching rule that calls ``batch_program``, if it is named.
     Returns: ``(batched_program, out_batched)``: the new closed program and, per output,
       whether it is batched (its batch axis is 0).
     Raises: ``ValueError`` when the program has constvars or a length does not match.
@@ -213,9 +280,12 @@ def batch_program(program: Program, axis_size: int, in_batched: Sequence[bool],
     in_avals = [ShapedArray((axis_size,) + a.shape, a.dtype, a.weak_type) if b else a
                 for a, b in zip(program.in_avals, in_batched, strict=True)]
     out_batched: list[bool] = []
+    if axis_name is None:
+        ctx = _rule_axis.stack[-1]
+        axis_name = ctx.name if ctx is not None and ctx.size == axis_size else None
 
     def batched_fun(*args):
-        with new_main(BatchTrace, axis_size) as main:
+        with _named_main(axis_size, axis_name) as main:
             trace = BatchTrace(main)
             tracers = [BatchTracer(trace, a, 0 if b else None)
                        for a, b in zip(args, in_batched, strict=True)]
@@ -627,7 +697,7 @@ def _batched_jvp(jvp, size, in_batched):
         return _leave(trace, t, size)
 
     def jvp_batched(primals, tangents):
-        with new_main(BatchTrace, size) as main:
+        with new_main(BatchTrace, BatchAxis(size)) as main:
             trace = BatchTrace(main)
             ps = [_enter(trace, p, b) for p, b in zip(primals, in_batched, strict=True)]
             ts = [enter_tangent(trace, t, b) for t, b in zip(tangents, in_batched, strict=True)]
@@ -649,7 +719,7 @@ def custom_jvp_call_batch(vals, dims, *, call_program, jvp, **params):
 
 def _batched_fwd_bwd(fwd, bwd, size, in_batched, num_consts):
     def fwd_batched(primals):
-        with new_main(BatchTrace, size) as main:
+        with new_main(BatchTrace, BatchAxis(size)) as main:
             trace = BatchTrace(main)
             outs, res, r_tree = fwd([_enter(trace, p, b) for p, b in zip(primals, in_batched, strict=True)])
             flags = tuple(_is_value(r) for r in res)
@@ -658,7 +728,7 @@ def _batched_fwd_bwd(fwd, bwd, size, in_batched, num_consts):
 
     def bwd_batched(res, packed, cts):
         r_tree, flags = packed
-        with new_main(BatchTrace, size) as main:
+        with new_main(BatchTrace, BatchAxis(size)) as main:
             trace = BatchTrace(main)
             rs = [_enter(trace, r, f) for r, f in zip(res, flags, strict=True)]
             c_in = bwd(rs, r_tree, [BatchTracer(trace, c, 0) for c in cts])
@@ -768,7 +838,7 @@ def _to_array(x):
     return x
 
 
-def vmap(fun, in_axes=0, out_axes=0, axis_size=None):
+def vmap(fun, in_axes=0, out_axes=0, axis_size=None, axis_name=None, spmd_axis_name=None):
     """Vectorize ``fun`` over an axis of its arguments (mirrors ``jax.vmap``).
 
     ``vmap(f)(xs)`` equals stacking ``f(x)`` for every slice ``x`` of ``xs``
@@ -785,6 +855,10 @@ def vmap(fun, in_axes=0, out_axes=0, axis_size=None):
         from the end of the output), ``None`` (only for outputs that are the same
         for every example) or a pytree prefix of the output.
       axis_size: the number of examples; needed only when no argument is mapped.
+      axis_name: a hashable name for the mapped axis: the collectives of ``fnarray.lax`` (``psum``,
+        ``all_gather``, ``ppermute``, ``axis_index``...) inside ``fun`` combine the examples along it
+        (``jax.vmap``'s ``axis_name``; nested vmaps bind nested names). Every backend runs them.
+      spmd_axis_name: accepted for ``jax.vmap``'s signature; only ``None`` (there is no implicit sharding).
 
     Returns:
       A function with ``fun``'s arguments whose outputs have an extra axis of
@@ -816,6 +890,11 @@ def vmap(fun, in_axes=0, out_axes=0, axis_size=None):
     _check_axes_spec(out_axes, "out_axes")
     if axis_size is not None and (not isinstance(axis_size, (int, np.integer)) or axis_size < 0):
         raise TypeError(f"vmap axis_size must be a non-negative int, got {axis_size!r}")
+    if spmd_axis_name is not None:
+        raise NotImplementedError("vmap spmd_axis_name is not supported; shard the batch with "
+                                  "fnarray.shard_map or jit(in_shardings=...) instead")
+    if axis_name is not None:
+        hash(axis_name)  # TypeError for an unhashable name, as jax.vmap
 
     @functools.wraps(fun, updated=())
     def vmapped(*args, **kwargs):
@@ -849,7 +928,7 @@ def vmap(fun, in_axes=0, out_axes=0, axis_size=None):
             axes.append(ax)
         size = _common_size(leaves_info, flat, axes, axis_size)
 
-        with new_main(BatchTrace, size) as main:
+        with _named_main(size, axis_name) as main:
             trace = BatchTrace(main)
             tracers = [x if ax is None else BatchTracer(trace, x, ax) for x, ax in zip(flat, axes, strict=True)]
             it = iter(tracers)

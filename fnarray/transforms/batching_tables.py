@@ -9,7 +9,12 @@ is not ``None``). For ``multiple_results`` primitives it returns
 
 from __future__ import annotations
 
-__all__ = ["primitive_batchers", "not_mapped"]
+__all__ = ["primitive_batchers", "collective_batchers", "not_mapped"]
 
 not_mapped = None
 primitive_batchers: dict = {}
+
+#: Collectives (``fnarray.core.collectives``): ``rule(vals, dims, axis, **params) -> (out, out_dim)`` where
+#: ``axis`` is the batch level's ``BatchAxis(size, name)``; called even when no operand is batched (a
+#: collective over the level's own axis acts on values every example shares).
+collective_batchers: dict = {}

@@ -29,6 +29,7 @@ import operator
 import numpy as np
 
 from fnarray import tree_util
+from fnarray.core.collectives import lift_for_program
 from fnarray.core import dtypes, lax
 from fnarray.core import primitives as P
 from fnarray.core.array import Array
@@ -258,8 +259,18 @@ def _cond_impl(where, index, funs, names, operands):
         _check_match(where, f"{names[0]}'s output", tree0, prog0.out_avals, f"{name}'s output", tree,
                      prog.out_avals, "Every branch must return the same pytree of the same shapes and dtypes.")
     all_consts, branches = _merge_consts([(prog, consts) for prog, consts, _ in traced])
-    outs = P.cond.bind(index, *all_consts, *ops, branches=tuple(branches))
+    outs = P.cond.bind(*_named_axes([index, *all_consts, *ops], branches), branches=tuple(branches))
     return tree_util.tree_unflatten(tree0, outs)
+
+
+def _named_axes(args, programs):
+    """Inside a named vmap, operands lifted into it when a body's collectives name its axis (else as given),
+    so that the loop or branch is batched over the axis even if no operand varies."""
+    for prog in programs:
+        lifted = lift_for_program(list(args), prog)
+        if lifted is not None:
+            return lifted
+    return args
 
 
 def cond(pred, true_fun, false_fun, *operands):
@@ -355,8 +366,8 @@ def _while_impl(where, cond_fun, body_fun, init_val, body_name="body_fun", init_
         init, changed = _strengthen(init, avals, bprog.out_avals)
         if not changed:
             break
-    outs = P.while_p.bind(*cconsts, *bconsts, *init, cond_program=cprog, body_program=bprog,
-                          cond_nconsts=len(cconsts), body_nconsts=len(bconsts))
+    outs = P.while_p.bind(*_named_axes([*cconsts, *bconsts, *init], (cprog, bprog)), cond_program=cprog,
+                          body_program=bprog, cond_nconsts=len(cconsts), body_nconsts=len(bconsts))
     return tree_util.tree_unflatten(tree, outs)
 
 
@@ -536,8 +547,8 @@ def _scan_impl(where, f, init, xs, length, reverse, unroll, fname="f"):
         carry, changed = _strengthen(carry, c_avals, prog.out_avals[:nk])
         if not changed:
             break
-    outs = P.scan.bind(*consts, *carry, *xs_leaves, program=prog, num_consts=len(consts), num_carry=nk,
-                       length=n, reverse=bool(reverse), unroll=unroll)
+    outs = P.scan.bind(*_named_axes([*consts, *carry, *xs_leaves], (prog,)), program=prog, num_consts=len(consts),
+                       num_carry=nk, length=n, reverse=bool(reverse), unroll=unroll)
     return tree_util.tree_unflatten(carry_tree, outs[:nk]), tree_util.tree_unflatten(y_tree, outs[nk:])
 
 

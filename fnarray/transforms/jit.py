@@ -32,6 +32,7 @@ import numpy as np
 
 from fnarray import tree_util
 from fnarray.core import dtypes, tracing
+from fnarray.core.collectives import lift_for_program
 from fnarray.core import primitives as P
 from fnarray.core.builder import trace_to_program
 from fnarray.core.cache import LRUCache
@@ -404,6 +405,10 @@ class Jitted:
                 if device is not None:
                     return self._run(fast, leaves, device, args)
         entry = self._trace(statics, leaves, in_tree, avals)
+        if not traced:  # inside a named vmap, a program with collectives over its axis is batched over it
+            lifted = lift_for_program(leaves, entry.program)
+            if lifted is not None:
+                leaves, traced = lifted, True
         if traced or any(isinstance(c, tracing.Tracer) for c in entry.consts):
             closed = consts_as_inputs(entry.program)
             outs = P.call.bind(*entry.consts, *leaves, program=closed,
@@ -559,7 +564,8 @@ class Compiled:
         return self.entry.device.impl.lower(self.entry.program, self.entry.device).as_text()
 
 
-def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), device=None):
+def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), device=None, in_shardings=None,
+        out_shardings=None):
     """Compile ``fun`` for a device, tracing once per input signature (mirrors ``jax.jit``).
 
     Args:
@@ -570,6 +576,9 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), d
         donated arrays are deleted after the call and using them raises.
       device: the device to run on (``Device`` or a string like ``"numpy:0"``);
         default: the committed inputs' device, else the default device.
+      in_shardings / out_shardings: ``fnarray.sharding`` shardings (a pytree prefix of the positional
+        arguments / of the outputs; ``None`` leaves one free): inputs are placed so before the call, outputs
+        are constrained so inside the program, and XLA (GSPMD) propagates the rest (``jax.jit``'s).
 
     Returns:
       A ``Jitted`` callable with ``fun``'s signature and outputs (same structure,
@@ -589,7 +598,12 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), d
     """
     if fun is None:
         return functools.partial(jit, static_argnums=static_argnums, static_argnames=static_argnames,
-                                 donate_argnums=donate_argnums, device=device)
+                                 donate_argnums=donate_argnums, device=device, in_shardings=in_shardings,
+                                 out_shardings=out_shardings)
+    if in_shardings is not None or out_shardings is not None:
+        from fnarray.transforms.shard_map import jit_with_shardings
+        return jit_with_shardings(lambda f: Jitted(f, static_argnums, static_argnames, donate_argnums, device),
+                                  fun, in_shardings, out_shardings)
     return Jitted(fun, static_argnums, static_argnames, donate_argnums, device)
 
 

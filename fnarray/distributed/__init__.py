@@ -1,0 +1,134 @@
+"""Several processes, one program: ``initialize``, ``process_index``, ``process_count`` (``jax.distributed``).
+
+fnarray builds no transport: ``initialize`` starts the engine of the chosen backend.
+
+- jax: ``jax.distributed.initialize`` (the coordinator at ``coordinator_address`` is process 0's); on CPUs
+  the collectives go through gloo (``jax_cpu_collectives_implementation``), on NVIDIA GPUs through NCCL,
+  on TPUs over ICI. Afterwards ``fnarray.devices("jax")`` lists every process's devices and a mesh over
+  them spans the processes.
+- mlx: ``mx.distributed.init`` (ring over TCP from ``MLX_HOSTFILE``/``MLX_RANK``, MPI or NCCL, as
+  ``mlx.launch`` sets up); the group is ``fnarray.distributed.mlx_group()``.
+
+Arguments left ``None`` come from the environment that ``python -m fnarray.distributed.launch`` sets
+(``FNARRAY_COORDINATOR``, ``FNARRAY_NUM_PROCESSES``, ``FNARRAY_PROCESS_ID``, ``FNARRAY_DISTRIBUTED_BACKEND``),
+or from the engine's own launcher (SLURM, Open MPI, TPU slices for JAX; ``mlx.launch`` for MLX).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+__all__ = ["initialize", "shutdown", "is_initialized", "process_index", "process_count", "mlx_group"]
+
+_state: dict = {"backend": None, "group": None}
+_lock = threading.Lock()
+_ENGINES = ("jax", "mlx")
+
+
+def _env_int(name):
+    v = os.environ.get(name)
+    return None if v in (None, "") else int(v)
+
+
+def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
+               process_id: int | None = None, backend: str | None = None, *, timeout: float = 60.0,
+               local_device_ids=None):
+    """Start the distributed engine of ``backend`` in this process (``jax.distributed.initialize``).
+
+    Call it once, first thing, in every process (before any array is made on that backend).
+
+    Args:
+      coordinator_address: ``host:port`` of process 0's coordinator (jax).
+      num_processes: how many processes take part.
+      process_id: this process's index, ``0 <= process_id < num_processes``.
+      backend: ``"jax"`` or ``"mlx"`` (default: ``FNARRAY_DISTRIBUTED_BACKEND``, else ``jax``).
+      timeout: seconds to wait for the other processes before raising (never a hang).
+      local_device_ids: jax's, passed through.
+    Returns:
+      ``None``.
+    Raises:
+      ``ValueError`` for a backend without a distributed engine (naming jax and mlx), a bad process id, a
+      second initialization, or device counts that differ across processes; ``TimeoutError`` when the
+      coordinator or the other processes cannot be reached within ``timeout``.
+    """
+    backend = backend or os.environ.get("FNARRAY_DISTRIBUTED_BACKEND") or "jax"
+    if backend not in _ENGINES:
+        raise ValueError(f"fnarray.distributed.initialize(backend={backend!r}): the {backend} backend has no "
+                         f"distributed engine; use backend='jax' (jax.distributed: gloo, NCCL, ICI) or "
+                         "backend='mlx' (mx.distributed: ring, MPI, NCCL)")
+    coordinator_address = coordinator_address or os.environ.get("FNARRAY_COORDINATOR") or None
+    num_processes = num_processes if num_processes is not None else _env_int("FNARRAY_NUM_PROCESSES")
+    process_id = process_id if process_id is not None else _env_int("FNARRAY_PROCESS_ID")
+    if num_processes is not None and num_processes < 1:
+        raise ValueError(f"initialize: num_processes must be >= 1, got {num_processes}")
+    if process_id is not None and num_processes is not None and not 0 <= process_id < num_processes:
+        raise ValueError(f"initialize: process_id {process_id} is outside [0, {num_processes})")
+    with _lock:
+        if _state["backend"] is not None:
+            raise ValueError(f"fnarray.distributed.initialize was already called (backend {_state['backend']}); "
+                             "call it once per process")
+        if backend == "jax":
+            from fnarray.distributed import _jax
+            _jax.initialize(coordinator_address, num_processes, process_id, timeout, local_device_ids)
+        else:
+            from fnarray.distributed import _mlx
+            _state["group"] = _mlx.initialize(num_processes, process_id, timeout)
+        _state["backend"] = backend
+
+
+def is_initialized() -> bool:
+    return _state["backend"] is not None
+
+
+def shutdown() -> None:
+    """Leave the distributed run (``jax.distributed.shutdown``); a no-op when not initialized."""
+    with _lock:
+        if _state["backend"] == "jax":
+            import jax
+            jax.distributed.shutdown()
+        _state["backend"], _state["group"] = None, None
+
+
+def process_index() -> int:
+    """This process's index in the run (``jax.process_index``).
+
+    Returns:
+      an int in ``[0, process_count())``; 0 without ``initialize``.
+
+    Raises:
+      Nothing of its own; the engine's errors (``jax.process_index``) pass through.
+    """
+    b = _state["backend"]
+    if b == "jax":
+        import jax
+        return int(jax.process_index())
+    if b == "mlx":
+        return int(_state["group"].rank())
+    return 0
+
+
+def process_count() -> int:
+    """How many processes take part (``jax.process_count``).
+
+    Returns:
+      an int >= 1; 1 without ``initialize``.
+
+    Raises:
+      Nothing of its own; the engine's errors (``jax.process_index``) pass through.
+    """
+    b = _state["backend"]
+    if b == "jax":
+        import jax
+        return int(jax.process_count())
+    if b == "mlx":
+        return int(_state["group"].size())
+    return 1
+
+
+def mlx_group():
+    """The ``mx.distributed.Group`` of an mlx run; ``RuntimeError`` before ``initialize(backend="mlx")``."""
+    if _state["backend"] != "mlx":
+        raise RuntimeError("fnarray.distributed.mlx_group(): call fnarray.distributed.initialize(backend='mlx') "
+                           "first")
+    return _state["group"]

@@ -1,0 +1,47 @@
+"""``initialize`` on the jax backend: ``jax.distributed.initialize`` with a bounded wait."""
+
+from __future__ import annotations
+
+import threading
+
+
+def initialize(coordinator_address, num_processes, process_id, timeout, local_device_ids):
+    from fnarray.devices import backend as _backend
+    if "jax" in _backend._BACKENDS:
+        raise ValueError("fnarray.distributed.initialize must run before the jax backend starts (before any "
+                         "array is made on jax or fa.devices('jax') is listed): call it first thing")
+    import jax
+    if coordinator_address is not None and not _is_tpu_or_gpu():
+        # CPU processes exchange data through gloo (XLA's CPU collectives); GPUs use NCCL, TPUs ICI.
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    err: list = []
+
+    def start():
+        try:
+            jax.distributed.initialize(coordinator_address=coordinator_address, num_processes=num_processes,
+                                       process_id=process_id, local_device_ids=local_device_ids,
+                                       initialization_timeout=max(1, int(timeout)))
+        except Exception as e:  # noqa: BLE001 (re-raised below with what to do)
+            err.append(e)
+
+    t = threading.Thread(target=start, daemon=True, name="fnarray-jax-distributed-init")
+    t.start()
+    t.join(timeout + 5)
+    if t.is_alive() or err:
+        why = f": {err[0]}" if err else ""
+        raise TimeoutError(
+            f"fnarray.distributed.initialize(backend='jax'): process {process_id} of {num_processes} could not join "
+            f"the coordinator at {coordinator_address!r} within {timeout:g} s{why}. Check that process 0 runs and "
+            "listens there (same address and port in every process), that every process was started, and that "
+            "the port is not blocked.") from (err[0] if err else None)
+    local, total, count = len(jax.local_devices()), len(jax.devices()), jax.process_count()
+    if total != local * count:
+        raise ValueError(f"fnarray.distributed.initialize: this process has {local} devices, but the run has {total} "
+                         f"over {count} processes: every process must have the same number of devices (set "
+                         "XLA_FLAGS / CUDA_VISIBLE_DEVICES alike in each)")
+
+
+def _is_tpu_or_gpu() -> bool:
+    import os
+    p = os.environ.get("JAX_PLATFORMS", "")
+    return any(k in p for k in ("cuda", "gpu", "tpu", "rocm"))

@@ -1,0 +1,36 @@
+"""``initialize`` on the mlx backend: ``mx.distributed.init`` with a bounded wait."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+
+def initialize(num_processes, process_id, timeout):
+    import mlx.core as mx
+    if process_id is not None and "MLX_RANK" not in os.environ:
+        os.environ["MLX_RANK"] = str(process_id)
+    backend = os.environ.get("FNARRAY_MLX_BACKEND", "ring" if "MLX_HOSTFILE" in os.environ else "any")
+    out: list = []
+    err: list = []
+
+    def start():
+        try:
+            out.append(mx.distributed.init(strict=True, backend=backend))
+        except Exception as e:  # noqa: BLE001 (re-raised below with what to do)
+            err.append(e)
+
+    t = threading.Thread(target=start, daemon=True, name="fnarray-mlx-distributed-init")
+    t.start()
+    t.join(timeout)
+    if t.is_alive() or err:
+        why = f": {err[0]}" if err else f": no answer within {timeout:g} s"
+        raise TimeoutError(
+            f"fnarray.distributed.initialize(backend='mlx'): mx.distributed.init(backend={backend!r}) failed for rank "
+            f"{os.environ.get('MLX_RANK')} with hostfile {os.environ.get('MLX_HOSTFILE')!r}{why}. Start every "
+            "process (python -m fnarray.distributed.launch --backend mlx, or mlx.launch), with the same hostfile.")
+    group = out[0]
+    if num_processes is not None and group.size() != num_processes:
+        raise ValueError(f"fnarray.distributed.initialize: num_processes={num_processes}, but the mlx group has "
+                         f"{group.size()} processes (MLX_HOSTFILE lists that many); make them agree")
+    return group

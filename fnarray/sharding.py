@@ -1,0 +1,442 @@
+"""Meshes and shardings with JAX's names (``jax.sharding``): ``Mesh``, ``PartitionSpec`` (``P``),
+``NamedSharding``, ``SingleDeviceSharding``, and ``make_mesh``.
+
+A ``Mesh`` is an n-dimensional array of fnarray devices with a name per dimension. A ``NamedSharding``
+splits each dimension of an array over the mesh axes its ``PartitionSpec`` names (``P("x", None)``: rows
+over ``x``, columns whole) and replicates it over the others. On the jax backend these become JAX's own
+``jax.sharding.Mesh`` / ``NamedSharding`` (``Mesh.jax_mesh``, ``NamedSharding.jax_sharding``), so
+``fa.device_put(x, sharding)`` gives a global ``jax.Array`` that XLA partitions (GSPMD).
+
+Backends without a distributed engine (numpy, opencl, webgpu) have one device: a mesh of one device works
+there (every axis of size 1: ``shard_map`` is then a ``vmap`` over size-1 named axes); a larger mesh raises
+naming the backends that can (jax: ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` on a CPU, GPUs,
+TPUs, several processes with ``fnarray.distributed``; mlx: several processes with ``mx.distributed``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from fnarray.core.errors import ShapeError
+from fnarray.devices.sharding import Sharding, SingleDeviceSharding
+
+__all__ = ["Mesh", "PartitionSpec", "P", "Sharding", "NamedSharding", "SingleDeviceSharding", "Shard", "make_mesh",
+           "ENGINE_BACKENDS"]
+
+#: Backends whose engine runs programs over many devices or processes.
+ENGINE_BACKENDS = ("jax", "mlx")
+_HOW = ("the jax backend (several XLA devices: GPUs, TPUs, or CPU devices with "
+        "XLA_FLAGS=--xla_force_host_platform_device_count=N; or processes started with fnarray.distributed) or "
+        "the mlx backend (processes started with fnarray.distributed / mlx.launch)")
+
+
+def _no_engine(backend: str, n: int) -> ValueError:
+    return ValueError(f"a mesh of {n} devices on the {backend} backend: {backend} has no distributed engine and "
+                      f"one device, so only a mesh of one device works there. Use {_HOW}.")
+
+
+class PartitionSpec(tuple):
+    """How each dimension of an array is split over mesh axes (``jax.sharding.PartitionSpec``).
+
+    Each entry is ``None`` (not split), a mesh axis name, or a tuple of names (split over their product,
+    the first major). Missing trailing entries mean ``None``.
+    """
+
+    def __new__(cls, *parts):
+        norm = []
+        for p in parts:
+            if isinstance(p, list):
+                p = tuple(p)
+            if isinstance(p, tuple) and len(p) == 1:
+                p = p[0]
+            norm.append(p)
+        return super().__new__(cls, norm)
+
+    def __repr__(self):
+        return "PartitionSpec(" + ", ".join(repr(p) for p in self) + ")"
+
+    def axis_names(self) -> tuple:
+        """Every mesh axis name this spec uses, in order."""
+        out = []
+        for p in self:
+            if p is None:
+                continue
+            out.extend(p if isinstance(p, tuple) else (p,))
+        return tuple(out)
+
+    def padded(self, ndim: int) -> "PartitionSpec":
+        return PartitionSpec(*(tuple(self) + (None,) * (ndim - len(self))))
+
+    def __reduce__(self):
+        return (PartitionSpec, tuple(self))
+
+
+P = PartitionSpec
+
+
+def _to_devices(devices):
+    from fnarray.devices.placement import parse_device
+    arr = np.asarray(devices, dtype=object)
+    flat = [parse_device(d) if not hasattr(d, "backend") or isinstance(d, str) else d for d in arr.flat]
+    out = np.empty(len(flat), dtype=object)
+    out[:] = flat
+    return out.reshape(arr.shape)
+
+
+class Mesh:
+    """An n-dimensional array of devices with named axes (``jax.sharding.Mesh``).
+
+    Args:
+      devices: an array (nested lists or ``np.ndarray``) of fnarray ``Device`` objects or device strings,
+        one dimension per axis name; every device once, all of one backend.
+      axis_names: one hashable name per dimension.
+    Attributes:
+      devices, axis_names, shape (``{name: size}``), axis_sizes, size, backend, jax_mesh (jax only).
+    Raises:
+      ``ValueError`` for a repeated device or name, a dimension/name count mismatch, devices of several
+      backends, or more than one device on a backend without a distributed engine.
+    """
+
+    def __init__(self, devices, axis_names):
+        if isinstance(axis_names, str):
+            axis_names = (axis_names,)
+        self.axis_names = tuple(axis_names)
+        devs = _to_devices(devices)
+        if devs.ndim == 0:
+            devs = devs.reshape(1)
+        if devs.ndim != len(self.axis_names):
+            raise ValueError(f"Mesh: devices of shape {devs.shape} need {devs.ndim} axis names, got "
+                             f"{self.axis_names!r}")
+        if len(set(self.axis_names)) != len(self.axis_names):
+            raise ValueError(f"Mesh: axis names {self.axis_names!r} repeat a name")
+        flat = list(devs.flat)
+        backends = sorted({d.backend for d in flat})
+        if len(backends) != 1:
+            raise ValueError(f"Mesh: devices of several backends ({', '.join(backends)}); a mesh holds one "
+                             "backend's devices")
+        self.backend = backends[0]
+        if len(flat) > 1 and self.backend not in ENGINE_BACKENDS:
+            raise _no_engine(self.backend, len(flat))
+        if len(set(flat)) != len(flat):
+            raise ValueError(f"Mesh: a device appears twice in {[str(d) for d in flat]}")
+        self.devices = devs
+        self._jax = None
+
+    @property
+    def shape(self) -> dict:
+        return dict(zip(self.axis_names, self.devices.shape, strict=True))
+
+    @property
+    def axis_sizes(self) -> tuple:
+        return tuple(self.devices.shape)
+
+    @property
+    def size(self) -> int:
+        return int(self.devices.size)
+
+    @property
+    def device_ids(self):
+        return np.vectorize(lambda d: d.id, otypes=[int])(self.devices)
+
+    @property
+    def jax_mesh(self):
+        """The same mesh as a ``jax.sharding.Mesh`` (jax backend only)."""
+        if self.backend != "jax":
+            raise ValueError(f"Mesh.jax_mesh: this mesh holds {self.backend} devices, not jax ones")
+        if self._jax is None:
+            import jax
+            handles = np.vectorize(lambda d: d.handle, otypes=[object])(self.devices)
+            self._jax = jax.sharding.Mesh(handles, self.axis_names)
+        return self._jax
+
+    def _key(self):
+        return (self.axis_names, self.devices.shape, tuple(str(d) for d in self.devices.flat))
+
+    def __eq__(self, other):
+        return isinstance(other, Mesh) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        shape = ", ".join(f"'{n}': {s}" for n, s in self.shape.items())
+        return f"Mesh({shape}, backend={self.backend})"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def make_mesh(axis_shapes, axis_names, *, devices=None):
+    """A mesh of the given shape over the first devices (``jax.make_mesh``).
+
+    Args:
+      axis_shapes: the size of each axis, e.g. ``(4, 2)``.
+      axis_names: a name per axis, e.g. ``("data", "model")``.
+      devices: the devices to use (default: the devices of the default device's backend,
+        ``fnarray.devices(backend)``, in order).
+    Returns:
+      A ``Mesh``.
+    Raises:
+      ``ValueError`` when there are fewer devices than ``prod(axis_shapes)`` (naming how to get more), or
+      for a backend without a distributed engine and more than one device.
+    """
+    from fnarray.devices import placement
+    axis_shapes = tuple(int(s) for s in axis_shapes)
+    if isinstance(axis_names, str):
+        axis_names = (axis_names,)
+    if len(axis_shapes) != len(axis_names):
+        raise ValueError(f"make_mesh: {len(axis_shapes)} axis sizes {axis_shapes} for {len(axis_names)} names "
+                         f"{tuple(axis_names)!r}")
+    n = math.prod(axis_shapes)
+    if devices is None:
+        backend = placement.default_device().backend
+        devices = placement.devices(backend)
+        if n > 1 and backend not in ENGINE_BACKENDS:
+            raise _no_engine(backend, n)
+    devs = list(_to_devices(devices).flat)
+    if len(devs) < n:
+        raise ValueError(f"make_mesh: a mesh of shape {axis_shapes} needs {n} devices, but only {len(devs)} are "
+                         f"given ({', '.join(str(d) for d in devs)}). On a CPU, start Python with "
+                         f"XLA_FLAGS=--xla_force_host_platform_device_count={n} for {n} jax devices.")
+    arr = np.empty(n, dtype=object)
+    arr[:] = devs[:n]
+    return Mesh(arr.reshape(axis_shapes), axis_names)
+
+
+def check_spec(spec, mesh: Mesh, shape=None, what="PartitionSpec") -> PartitionSpec:
+    """``spec`` checked against ``mesh`` (names exist, each once) and, given ``shape``, divisibility.
+
+    Raises: ``ValueError`` naming the axis and the mesh's axes; ``ShapeError`` for a dimension that its mesh
+    axes do not divide.
+    """
+    if not isinstance(spec, PartitionSpec):
+        if spec is None:
+            spec = PartitionSpec()
+        elif isinstance(spec, tuple):
+            spec = PartitionSpec(*spec)
+        else:
+            raise TypeError(f"{what}: expected a PartitionSpec (fnarray.sharding.P(...)), got {spec!r}")
+    names = spec.axis_names()
+    for n in names:
+        if n not in mesh.axis_names:
+            raise ValueError(f"{what} {spec!r} names the axis {n!r}, which the mesh does not have (its axes: "
+                             f"{mesh.axis_names!r}); use one of those names or None")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{what} {spec!r} uses a mesh axis twice; each axis may split one dimension")
+    if shape is not None:
+        if len(spec) > len(shape):
+            raise ShapeError(f"{what} {spec!r} has {len(spec)} entries for an array of rank {len(shape)} "
+                             f"(shape {tuple(shape)})")
+        for dim, (size, part) in enumerate(zip(shape, spec.padded(len(shape)), strict=True)):
+            k = parts_size(part, mesh)
+            if size % k:
+                raise ShapeError(f"{what} {spec!r}: dimension {dim} of shape {tuple(shape)} has size {size}, not "
+                                 f"divisible by {k} (the size of mesh axes {part!r}); pad the array or choose "
+                                 "another axis")
+    return spec
+
+
+def parts_size(part, mesh: Mesh) -> int:
+    """How many pieces one spec entry splits a dimension into."""
+    if part is None:
+        return 1
+    names = part if isinstance(part, tuple) else (part,)
+    return math.prod(mesh.shape[n] for n in names)
+
+
+class Shard(NamedTuple):
+    """One addressable piece of a global array (``jax.Shard``): its device, index (slices) and data."""
+    device: object
+    index: tuple
+    replica_id: int
+    data: object
+
+
+class NamedSharding(Sharding):
+    """An array split over ``mesh`` as ``spec`` says (``jax.sharding.NamedSharding``).
+
+    Args:
+      mesh: a ``Mesh``; spec: a ``PartitionSpec``.
+    Raises:
+      ``ValueError`` when ``spec`` names an axis the mesh lacks or one twice.
+    """
+
+    def __init__(self, mesh: Mesh, spec=None, *, memory_kind=None):
+        if not isinstance(mesh, Mesh):
+            raise TypeError(f"NamedSharding: expected a fnarray.sharding.Mesh, got {type(mesh).__name__}")
+        if memory_kind is not None:
+            raise ValueError(f"NamedSharding: fnarray has no memory kinds, got memory_kind={memory_kind!r}")
+        self.mesh = mesh
+        self.spec = check_spec(spec, mesh, what="NamedSharding spec")
+        self._jax = None
+
+    @property
+    def device_set(self) -> set:
+        return set(self.mesh.devices.flat)
+
+    @property
+    def addressable_devices(self) -> set:
+        if self.mesh.backend == "jax":
+            from fnarray.distributed import process_index
+            me = process_index()
+            return {d for d in self.mesh.devices.flat if getattr(d.handle, "process_index", 0) == me}
+        return self.device_set
+
+    @property
+    def is_fully_addressable(self) -> bool:
+        return self.addressable_devices == self.device_set
+
+    @property
+    def is_fully_replicated(self) -> bool:
+        return all(parts_size(p, self.mesh) == 1 for p in self.spec)
+
+    @property
+    def num_devices(self) -> int:
+        return self.mesh.size
+
+    @property
+    def memory_kind(self):
+        return None
+
+    def shard_shape(self, global_shape) -> tuple:
+        """The shape of each shard of an array of ``global_shape``."""
+        spec = check_spec(self.spec, self.mesh, global_shape, "NamedSharding spec")
+        return tuple(s // parts_size(p, self.mesh) for s, p in zip(global_shape, spec.padded(len(global_shape)),
+                                                                   strict=True))
+
+    def devices_indices_map(self, global_shape) -> dict:
+        """``{device: index}``: the slices of the global array each device holds."""
+        shard = self.shard_shape(global_shape)
+        spec = self.spec.padded(len(global_shape))
+        out = {}
+        for pos in np.ndindex(*self.mesh.axis_sizes):
+            coord = dict(zip(self.mesh.axis_names, pos, strict=True))
+            index = []
+            for dim, part in enumerate(spec):
+                names = () if part is None else part if isinstance(part, tuple) else (part,)
+                k = 0
+                for n in names:  # the first name is the major one
+                    k = k * self.mesh.shape[n] + coord[n]
+                index.append(slice(k * shard[dim], (k + 1) * shard[dim]) if names else slice(None))
+            out[self.mesh.devices[pos]] = tuple(index)
+        return out
+
+    def addressable_devices_indices_map(self, global_shape) -> dict:
+        mine = self.addressable_devices
+        return {d: i for d, i in self.devices_indices_map(global_shape).items() if d in mine}
+
+    @property
+    def jax_sharding(self):
+        """The same sharding as a ``jax.sharding.NamedSharding`` (jax meshes only)."""
+        if self._jax is None:
+            import jax
+            self._jax = jax.sharding.NamedSharding(self.mesh.jax_mesh, jax.sharding.PartitionSpec(*self.spec))
+        return self._jax
+
+    def is_equivalent_to(self, other, ndim: int) -> bool:
+        if isinstance(other, NamedSharding):
+            return other.mesh == self.mesh and other.spec.padded(ndim) == self.spec.padded(ndim)
+        return self.mesh.size == 1 and isinstance(other, SingleDeviceSharding) and \
+            other.device_set == self.device_set
+
+    def __eq__(self, other):
+        return isinstance(other, NamedSharding) and other.mesh == self.mesh and tuple(other.spec) == tuple(self.spec)
+
+    def __hash__(self):
+        return hash(("NamedSharding", self.mesh, tuple(self.spec)))
+
+    def __repr__(self):
+        return f"NamedSharding(mesh={self.mesh!r}, spec={self.spec!r})"
+
+
+# ----------------------------------------------------------------------------- global arrays
+
+
+def device_put_sharded(x, sharding):
+    """``x`` (an array or NumPy value, not a pytree) placed as ``sharding`` says: a global array.
+
+    On the jax backend: ``jax.device_put`` with the JAX sharding (each device receives its shard). On a
+    mesh of one device: the array committed to that device.
+    """
+    from fnarray.devices.array_impl import ArrayImpl
+    from fnarray.devices.placement import device_put
+    if isinstance(sharding, SingleDeviceSharding):
+        (dev,) = sharding.device_set
+        return device_put(x, dev)
+    if not isinstance(x, ArrayImpl):
+        x = device_put(x)  # dtype and weak-type rules of fnarray (float64 kept, scalars weak)
+    check_spec(sharding.spec, sharding.mesh, x.shape, "device_put: NamedSharding spec")
+    mesh = sharding.mesh
+    first = mesh.devices.flat[0]
+    if mesh.size == 1:
+        return device_put(x, first)
+    if mesh.backend != "jax":  # pragma: no cover - Mesh refuses such meshes
+        raise _no_engine(mesh.backend, mesh.size)
+    import jax
+    value = x.buf() if x.device.backend == "jax" else np.asarray(x)
+    x64 = np.dtype(x.dtype).itemsize == 8
+    ctx = jax.enable_x64(True) if x64 else _null()
+    with ctx:
+        buf = jax.device_put(value, sharding.jax_sharding, may_alias=False)
+    return ArrayImpl(x.aval, first, buf, committed=True)
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def array_sharding(arr):
+    """``arr.sharding``: a ``NamedSharding`` for a jax array over several devices, else its device's."""
+    dev = arr.device
+    if dev.backend == "jax":
+        s = arr.buf().sharding
+        if len(s.device_set) > 1:
+            return from_jax_sharding(s, dev.impl)
+    return SingleDeviceSharding(dev)
+
+
+def from_jax_sharding(s, backend):
+    """A fnarray ``NamedSharding`` for JAX's sharding ``s`` (a ``NamedSharding`` or any ``Sharding``)."""
+    import jax
+    by_handle = {d.handle: d for d in backend.devices()}
+    if isinstance(s, jax.sharding.NamedSharding):
+        devs = np.vectorize(lambda h: by_handle[h], otypes=[object])(s.mesh.devices)
+        mesh = Mesh(devs, s.mesh.axis_names)
+        out = NamedSharding(mesh, PartitionSpec(*s.spec))
+        out._jax = s
+        return out
+    # Another kind (GSPMD's positional sharding): a 1-D mesh over its devices, replicated.
+    devs = [by_handle[h] for h in sorted(s.device_set, key=lambda h: h.id)]
+    return NamedSharding(Mesh(devs, ("devices",)), PartitionSpec())
+
+
+def addressable_shards(arr) -> list:
+    """``arr.addressable_shards``: a ``Shard`` per device of this process (``jax.Array.addressable_shards``)."""
+    from fnarray.core.shaped import ShapedArray
+    from fnarray.devices.array_impl import ArrayImpl
+    dev = arr.device
+    if dev.backend != "jax":
+        return [Shard(dev, tuple(slice(None) for _ in arr.shape), 0, arr)]
+    by_handle = {d.handle: d for d in dev.impl.devices()}
+    out = []
+    for sh in arr.buf().addressable_shards:
+        d = by_handle[sh.device]
+        aval = ShapedArray(tuple(sh.data.shape), arr.dtype, arr.aval.weak_type)
+        out.append(Shard(d, tuple(sh.index), sh.replica_id, ArrayImpl(aval, d, sh.data, committed=True)))
+    return out
+
+
+def is_fully_addressable(arr) -> bool:
+    if arr.device.backend == "jax":
+        return bool(arr.buf().is_fully_addressable)
+    return True

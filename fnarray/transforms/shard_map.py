@@ -1,0 +1,483 @@
+"""``shard_map``, ``with_sharding_constraint`` and ``jit``'s shardings (``jax.shard_map``, ``jax.jit``).
+
+``shard_map(f, mesh=, in_specs=, out_specs=)`` runs ``f`` on each device's shard of its arguments, with
+the mesh axes bound as named axes (so ``psum(x, "data")`` sums over the devices along ``data``).
+``f`` is traced once into a per-shard program, which is checked as JAX checks it (``check_vma``: an output
+whose ``out_specs`` leave out a mesh axis must not vary over that axis, i.e. a collective made it
+the same on every device), then:
+
+- on a mesh of jax devices, the program becomes one ``shard_map`` equation, which the jax backend lowers
+  to ``jax.shard_map`` with the collectives as ``jax.lax`` collectives (inside or outside ``jit``);
+- on a mesh of one device (any backend), ``f`` runs under a ``vmap`` of size 1 per mesh axis, with the
+  mesh's axis names: the collectives' batching rules give their meaning on every backend.
+
+The equation has every rule: batching (a ``None`` dimension in front of each spec), JVP (the JVP program
+with the primals' specs for the tangents), partial evaluation (residuals leave the known half stacked
+over every device, ``P(all mesh axes)``) and transposition. The transpose follows JAX's ``shard_map``:
+the cotangent of an output replicated over mesh axes is handed out once (divided over those devices,
+since ``psum`` transposes to ``psum`` here as under ``vmap``), and the cotangent of an input replicated
+over mesh axes is summed over them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+
+import numpy as np
+import optree
+
+from fnarray import tree_util
+from fnarray.core import collectives as C
+from fnarray.core import lax
+from fnarray.core.array import Array
+from fnarray.core.builder import trace_to_program
+from fnarray.core.errors import FnArrayError
+from fnarray.core.interpreter import eval_program
+from fnarray.core.ir import Params, Program, Var
+from fnarray.core.passes import consts_as_inputs
+from fnarray.core.spmd import local_aval, shard_map_p, sharding_constraint_p
+from fnarray.core.tracing import Tracer
+from fnarray.devices.placement import device_put
+from fnarray.sharding import Mesh, NamedSharding, PartitionSpec, check_spec
+from fnarray.transforms.jvp import jvp_program
+from fnarray.transforms.partial_eval import partial_eval_program
+from fnarray.transforms.transpose import transpose_program
+from fnarray.transforms.ad_tables import (UndefinedPrimal, Zero, instantiate_zeros, partial_eval_rules,
+                                          primitive_jvps, primitive_transposes, tangent_aval)
+from fnarray.transforms.batching import batch_program, move_batch_dim, vmap
+from fnarray.transforms.batching_tables import primitive_batchers
+
+__all__ = ["shard_map", "with_sharding_constraint", "jit_with_shardings"]
+
+
+@contextlib.contextmanager
+def mesh_axes(mesh: Mesh):
+    """Bind the mesh's axes (without a vmap level: their collectives are staged) while tracing a body."""
+    for name, size in mesh.shape.items():
+        C.push_axis(C.AxisFrame(name, size, None))
+    try:
+        yield
+    finally:
+        for _ in mesh.axis_names:
+            C.pop_axis()
+
+
+# ----------------------------------------------------------------------------- specs as pytree prefixes
+
+
+def _is_spec(x) -> bool:
+    return x is None or isinstance(x, PartitionSpec)
+
+
+def _spec_leaves(spec, tree, what) -> list:
+    """One ``PartitionSpec`` per leaf of ``tree``, from ``spec``, a pytree prefix of ``tree``."""
+    if _is_spec(spec):
+        return [PartitionSpec() if spec is None else spec] * len(tree_util.tree_leaves(tree))
+    treedef = tree_util.tree_structure(tree)
+    if tree_util.treedef_is_leaf(treedef):
+        raise ValueError(f"shard_map {what} {spec!r} does not match a single array; give a PartitionSpec")
+    s = optree.tree_flatten_one_level(spec, none_is_leaf=True, namespace=tree_util.NAMESPACE)
+    t = optree.tree_flatten_one_level(tree, none_is_leaf=False, namespace=tree_util.NAMESPACE)
+    if type(spec) is not type(tree) or tuple(s.entries) != tuple(t.entries):
+        raise ValueError(f"shard_map {what} {spec!r} does not match the structure {treedef}: give a PartitionSpec, "
+                         "or a container of the same type and keys holding PartitionSpecs (a pytree prefix)")
+    out = []
+    for sc, tc in zip(s.children, t.children, strict=True):
+        out.extend(_spec_leaves(sc, tc, what))
+    return out
+
+
+def _axes_of(spec) -> set:
+    return set(PartitionSpec(*spec).axis_names())
+
+
+# ----------------------------------------------------------------------------- the check of JAX's check_vma
+
+_VARIES = {C.psum_p: "minus", C.pmax_p: "minus", C.pmin_p: "minus", C.all_gather_p: "minus",
+           C.psum_scatter_p: "plus", C.all_to_all_p: "plus", C.ppermute_p: "plus", C.axis_index_p: "plus"}
+
+
+def _varying(program, in_vary: list) -> list:
+    """Per output of ``program``, the mesh axes its value may differ over (inputs vary as ``in_vary``)."""
+    env = {v: set(s) for v, s in zip(program.invars, in_vary, strict=True)}
+
+    def read(a):
+        return env.get(a, set()) if not hasattr(a, "val") else set()
+
+    for e in program.eqns:
+        ins = set().union(*[read(a) for a in e.inputs]) if e.inputs else set()
+        how = _VARIES.get(e.primitive)
+        if how is not None:
+            names = set(C.names_of(e.params["axis_name"]))
+            ins = ins - names if how == "minus" else ins | names
+        for o in e.outputs:
+            env[o] = ins
+    return [read(a) for a in program.outvars]
+
+
+def _check_vma(program, in_specs, out_specs, out_names):
+    vary = _varying(program, [_axes_of(s) for s in in_specs])
+    for name, v, spec in zip(out_names, vary, out_specs, strict=True):
+        missing = sorted(v - _axes_of(spec), key=str)
+        if missing:
+            ax = missing[0]
+            raise ValueError(
+                f"shard_map out_specs {spec!r} for {name} leave out the mesh axis {ax!r}, but that output varies "
+                f"over {ax!r} (it depends on a value split or indexed over {ax!r}, and no psum, pmean, pmax, pmin "
+                f"or all_gather over {ax!r} makes it the same on every device). Reduce it with "
+                f"fnarray.lax.psum(..., {ax!r}) (or pmean/all_gather), or name {ax!r} in its out_specs; "
+                "check_vma=False skips this check (JAX's).")
+
+
+# ----------------------------------------------------------------------------- shard_map
+
+
+def shard_map(f, *, mesh, in_specs, out_specs, check_vma=True, axis_names=None, check_rep=None):
+    """Map ``f`` over the shards of its arguments on every device of ``mesh`` (``jax.shard_map``).
+
+    Args:
+      f: a function of arrays (pytrees) returning arrays; inside it the mesh axis names are bound for the
+        collectives of ``fnarray.lax`` (``psum``, ``all_gather``, ``ppermute``, ``axis_index``...).
+      mesh: a ``fnarray.sharding.Mesh``.
+      in_specs: a ``PartitionSpec`` per argument (a pytree prefix of the arguments tuple): how each global
+        argument is split into the shard that ``f`` sees.
+      out_specs: a ``PartitionSpec`` per output (a pytree prefix): how the shards are assembled.
+      check_vma: check that outputs replicated over a mesh axis do not vary over it (as JAX).
+      axis_names, check_rep: JAX's; ``axis_names`` must be ``None`` (all mesh axes are manual).
+    Returns:
+      A function of global arrays returning global arrays (on jax: sharded over the mesh).
+    Raises:
+      ``ValueError`` for a spec naming an axis the mesh lacks, for ``out_specs`` that leave out an axis an
+      output varies over; ``ShapeError`` for a dimension its mesh axes do not divide.
+    """
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"shard_map: mesh must be a fnarray.sharding.Mesh (fnarray.make_mesh), got "
+                        f"{type(mesh).__name__}")
+    if axis_names is not None and set(axis_names) != set(mesh.axis_names):
+        raise NotImplementedError("shard_map: axis_names (partially manual meshes) is not supported; every mesh "
+                                  "axis is manual")
+    if check_rep is not None:
+        check_vma = bool(check_rep)
+
+    @functools.wraps(f)
+    def mapped(*args):
+        from fnarray.core.avals import asarray, get_aval
+        leaves, in_tree = tree_util.tree_flatten(args)
+        leaves = [x if isinstance(x, Array) else asarray(x) for x in leaves]
+        specs = _spec_leaves(tuple(in_specs) if isinstance(in_specs, list) else in_specs, args, "in_specs")
+        specs = [check_spec(s, mesh, get_aval(x).shape, "shard_map in_specs") for s, x in zip(specs, leaves,
+                                                                                             strict=True)]
+        local = [local_aval(get_aval(x), s, mesh) for x, s in zip(leaves, specs, strict=True)]
+        store = {}
+
+        def flat_body(*xs):
+            out = f(*tree_util.tree_unflatten(in_tree, list(xs)))
+            o_leaves, o_tree = tree_util.tree_flatten(out)
+            store["tree"], store["out"] = o_tree, out
+            return [x if isinstance(x, Array) else asarray(x) for x in o_leaves]
+
+        with mesh_axes(mesh):
+            program, consts = trace_to_program(flat_body, local, debug_name=getattr(f, "__name__", "shard_map"))
+        program = consts_as_inputs(program)
+        o_tree = store["tree"]
+        out_struct = tree_util.tree_unflatten(o_tree, [0] * o_tree.num_leaves)
+        o_specs = _spec_leaves(tuple(out_specs) if isinstance(out_specs, list) else out_specs, out_struct,
+                               "out_specs")
+        o_specs = [check_spec(s, mesh, None, "shard_map out_specs") for s in o_specs]
+        c_specs = [PartitionSpec()] * len(consts)
+        if check_vma:
+            names = [f"output {i}" for i in range(len(o_specs))]
+            _check_vma(program, c_specs + specs, o_specs, names)
+        if mesh.backend == "jax":
+            # Concrete inputs elsewhere (a NumPy value, an array on numpy:0) are placed on the mesh first, as
+            # jax.shard_map places its inputs; traced ones are where their jit runs.
+            leaves = [x if isinstance(x, Tracer) or getattr(x, "device", None) is not None and
+                      x.device.backend == "jax" else device_put(x, NamedSharding(mesh, s))
+                      for x, s in zip(leaves, specs, strict=True)]
+            outs = shard_map_p.bind(*consts, *leaves, program=program, mesh=mesh,
+                                    in_specs=tuple(c_specs + specs), out_specs=tuple(o_specs))
+        elif mesh.size == 1:
+            outs = _as_named_vmap(flat_body, mesh, leaves)
+        else:  # pragma: no cover - Mesh refuses larger meshes on these backends
+            raise FnArrayError(f"shard_map over {mesh!r}: the {mesh.backend} backend cannot run it")
+        return tree_util.tree_unflatten(o_tree, list(outs))
+
+    return mapped
+
+
+def _as_named_vmap(flat_body, mesh, leaves):
+    """A mesh of one device: ``f`` under one ``vmap`` of size 1 per mesh axis, named as the axis."""
+    k = len(mesh.axis_names)
+    fn = flat_body
+    for name in reversed(mesh.axis_names):
+        fn = vmap(fn, axis_name=name)
+    xs = [lax.reshape(x, (1,) * k + tuple(x.shape)) for x in leaves]
+    outs = fn(*xs)
+    return [lax.reshape(o, tuple(o.shape)[k:]) for o in outs]
+
+
+# ----------------------------------------------------------------------------- rules of the equation
+
+
+def _bind(args, program, mesh, in_specs, out_specs):
+    if not program.outvars:
+        return []
+    if not any(isinstance(a, Tracer) or getattr(getattr(a, "device", None), "backend", None) == mesh.backend
+               for a in args):
+        # Nothing says where an eager equation runs (no operand on the mesh, e.g. the known half of a
+        # partial evaluation without inputs): an unused scalar on the mesh's first device does.
+        from fnarray.devices.placement import device_put
+        anchor = device_put(np.zeros((), np.float32), mesh.devices.flat[0])
+        program = Program([], [Var(anchor.aval)] + list(program.invars), program.eqns, program.outvars)
+        args, in_specs = [anchor, *args], [PartitionSpec(), *in_specs]
+    return shard_map_p.bind(*args, program=program, mesh=mesh, in_specs=tuple(in_specs), out_specs=tuple(out_specs))
+
+
+def shard_map_batch(vals, dims, *, program, mesh, in_specs, out_specs):
+    size = next(v.shape[d] for v, d in zip(vals, dims, strict=True) if d is not None)
+    args = [v if d is None else move_batch_dim(v, d, 0, size) for v, d in zip(vals, dims, strict=True)]
+    with mesh_axes(mesh):
+        prog, _ = batch_program(program, size, [d is not None for d in dims], True)
+    i_specs = [PartitionSpec(None, *s) if d is not None else s for s, d in zip(in_specs, dims, strict=True)]
+    o_specs = [PartitionSpec(None, *s) for s in out_specs]
+    outs = _bind(args, prog, mesh, i_specs, o_specs)
+    return outs, [0] * len(outs)
+
+
+def shard_map_jvp(primals, tangents, *, program, mesh, in_specs, out_specs):
+    nz = [not isinstance(t, Zero) for t in tangents]
+    with mesh_axes(mesh):
+        jprog, out_nz = jvp_program(program, nz)
+    t_in = [instantiate_zeros(t) for t in tangents if not isinstance(t, Zero)]
+    t_specs = [s for s, z in zip(in_specs, nz, strict=True) if z]
+    to_specs = [s for s, z in zip(out_specs, out_nz, strict=True) if z]
+    outs = _bind(list(primals) + t_in, jprog, mesh, list(in_specs) + t_specs, list(out_specs) + to_specs)
+    n = len(program.outvars)
+    it = iter(outs[n:])
+    t_out = [next(it) if z else Zero(tangent_aval(v.aval)) for z, v in zip(out_nz, program.outvars, strict=True)]
+    return outs[:n], t_out
+
+
+def _retrace(fn, in_avals, mesh):
+    with mesh_axes(mesh):
+        prog, consts = trace_to_program(fn, in_avals, debug_name="shard_map")
+    if consts:
+        raise FnArrayError("shard_map: a rule's program captured values; it must be closed")
+    return prog
+
+
+def _all_axes(mesh):
+    return PartitionSpec(tuple(mesh.axis_names))
+
+
+def shard_map_partial_eval(trace, tracers, *, program, mesh, in_specs, out_specs):
+    unknowns = [not trace.is_known(t) for t in tracers]
+    with mesh_axes(mesh):
+        kprog, uprog, out_unknowns, num_res, kconsts = partial_eval_program(program, unknowns)
+    n_k_out = len(kprog.outvars) - num_res
+    # Residuals differ per device: each leaves as one block of a global array stacked over every device.
+    res_avals = [v.aval for v in kprog.outvars[n_k_out:]]
+
+    def known_fn(*xs):
+        outs = eval_program(kprog, [], list(xs))
+        return outs[:n_k_out] + [lax.reshape(r, (1,) + tuple(a.shape)) for r, a in zip(outs[n_k_out:], res_avals,
+                                                                                         strict=True)]
+    kprog2 = _retrace(known_fn, [v.aval for v in kprog.invars], mesh)
+
+    def unknown_fn(*xs):
+        res = [lax.reshape(r, tuple(a.shape)) for r, a in zip(xs[:num_res], res_avals, strict=True)]
+        return eval_program(uprog, [], res + list(xs[num_res:]))
+    stacked = [a.update(shape=(1,) + tuple(a.shape)) for a in res_avals]
+    uprog2 = _retrace(unknown_fn, stacked + [v.aval for v in uprog.invars[num_res:]], mesh)
+
+    known_in = [trace.known_value(t) for t in tracers if trace.is_known(t)]
+    k_specs = [PartitionSpec()] * len(kconsts) + [s for s, u in zip(in_specs, unknowns, strict=True) if not u]
+    ko_specs = [s for s, u in zip(out_specs, out_unknowns, strict=True) if not u] + [_all_axes(mesh)] * num_res
+    kouts = _bind(list(kconsts) + known_in, kprog2, mesh, k_specs, ko_specs)
+    known_outs, res = kouts[:n_k_out], kouts[n_k_out:]
+    unknown_in = [t for t in tracers if not trace.is_known(t)]
+    u_specs = [_all_axes(mesh)] * num_res + [s for s, u in zip(in_specs, unknowns, strict=True) if u]
+    uo_specs = [s for s, u in zip(out_specs, out_unknowns, strict=True) if u]
+    u_outs = trace.stage(shard_map_p, [trace.known(r) for r in res] + unknown_in,
+                         Params(program=uprog2, mesh=mesh, in_specs=tuple(u_specs), out_specs=tuple(uo_specs)))
+    ki, ui = iter(known_outs), iter(u_outs)
+    return [next(ui) if u else trace.known(next(ki)) for u in out_unknowns]
+
+
+def _replicated_size(spec, mesh) -> int:
+    used = _axes_of(spec)
+    return math.prod(s for n, s in mesh.shape.items() if n not in used)
+
+
+def shard_map_transpose(cts, *args, program, mesh, in_specs, out_specs):
+    linear = [isinstance(a, UndefinedPrimal) for a in args]
+    with mesh_axes(mesh):
+        tprog = transpose_program(program, linear)
+    nonlin = [a for a in args if not isinstance(a, UndefinedPrimal)]
+    n_nl = len(nonlin)
+    lin_specs = [s for s, lin in zip(in_specs, linear, strict=True) if lin]
+    scales = [_replicated_size(s, mesh) for s in out_specs]
+
+    def body(*xs):
+        cts_in = [c if k == 1 else lax.div(c, lax.full((), k, c.aval.dtype))
+                  for c, k in zip(xs[n_nl:], scales, strict=True)]
+        outs = eval_program(tprog, [], list(xs[:n_nl]) + cts_in)
+        res = []
+        for o, s in zip(outs, lin_specs, strict=True):
+            rest = tuple(n for n in mesh.axis_names if n not in _axes_of(s))
+            res.append(C.psum_p.bind(o, axis_name=rest if len(rest) > 1 else rest[0]) if rest else o)
+        return res
+
+    local_nl = [local_aval(a.aval if isinstance(a, Tracer) else _aval(a), s, mesh)
+                for a, s in zip(nonlin, [s for s, lin in zip(in_specs, linear, strict=True) if not lin], strict=True)]
+    local_ct = [v.aval.strip_weak() for v in program.outvars]
+    prog = _retrace(body, local_nl + local_ct, mesh)
+    cts = [instantiate_zeros(c) if not isinstance(c, Zero) else lax.full(c.aval.shape, 0, c.aval.dtype) for c in cts]
+    nl_specs = [s for s, lin in zip(in_specs, linear, strict=True) if not lin]
+    outs = iter(_bind(nonlin + cts, prog, mesh, nl_specs + list(out_specs), lin_specs))
+    return [next(outs) if lin else None for lin in linear]
+
+
+def _aval(x):
+    from fnarray.core.avals import get_aval
+    return get_aval(x)
+
+
+primitive_batchers[shard_map_p] = shard_map_batch
+primitive_jvps[shard_map_p] = shard_map_jvp
+partial_eval_rules[shard_map_p] = shard_map_partial_eval
+primitive_transposes[shard_map_p] = shard_map_transpose
+
+
+# ----------------------------------------------------------------------------- sharding constraints
+
+
+def with_sharding_constraint(x, shardings):
+    """Ask for ``x`` laid out as ``shardings`` says (``jax.lax.with_sharding_constraint``); the identity on
+    values. On jax, XLA (GSPMD) places the value so; on a mesh of one device it is a copy.
+
+    Args:
+      x: an array or pytree; shardings: a ``NamedSharding`` (or a pytree prefix of them).
+    Returns:
+      ``x``'s values.
+    Raises:
+      ``ValueError``/``ShapeError`` for a spec that does not fit the mesh or the shape.
+    """
+    from fnarray.core.avals import asarray, get_aval
+    leaves, tree = tree_util.tree_flatten(x)
+    if isinstance(shardings, NamedSharding):
+        shs = [shardings] * len(leaves)
+    else:
+        shs = tree_util.tree_leaves(shardings, is_leaf=lambda s: isinstance(s, NamedSharding))
+        if len(shs) != len(leaves):
+            raise ValueError(f"with_sharding_constraint: {len(shs)} shardings for {len(leaves)} arrays")
+    out = []
+    for v, s in zip(leaves, shs, strict=True):
+        v = v if isinstance(v, Array) else asarray(v)
+        if not isinstance(s, NamedSharding):
+            raise TypeError(f"with_sharding_constraint: expected a NamedSharding, got {s!r}")
+        check_spec(s.spec, s.mesh, get_aval(v).shape, "with_sharding_constraint")
+        out.append(sharding_constraint_p.bind(v, sharding=s))
+    return tree_util.tree_unflatten(tree, out)
+
+
+def _constraint_jvp(primals, tangents, *, sharding):
+    out = sharding_constraint_p.bind(primals[0], sharding=sharding)
+    t = tangents[0]
+    return out, t if isinstance(t, Zero) else sharding_constraint_p.bind(instantiate_zeros(t), sharding=sharding)
+
+
+def _constraint_transpose(ct, x, *, sharding):
+    return [Zero(x.aval) if isinstance(ct, Zero) else sharding_constraint_p.bind(ct, sharding=sharding)]
+
+
+def _constraint_batch(vals, dims, *, sharding):
+    (x,), (d,) = vals, dims
+    spec = sharding.spec.padded(x.ndim - 1)
+    new = NamedSharding(sharding.mesh, PartitionSpec(*spec[:d], None, *spec[d:]))
+    return sharding_constraint_p.bind(x, sharding=new), d
+
+
+primitive_jvps[sharding_constraint_p] = _constraint_jvp
+primitive_transposes[sharding_constraint_p] = _constraint_transpose
+primitive_batchers[sharding_constraint_p] = _constraint_batch
+
+
+# ----------------------------------------------------------------------------- jit(in_shardings, out_shardings)
+
+
+def _sharding_leaves(shardings, tree, what):
+    from fnarray.devices.sharding import Sharding
+    if shardings is None or isinstance(shardings, Sharding):
+        return [shardings] * len(tree_util.tree_leaves(tree))
+    treedef = tree_util.tree_structure(tree)
+    s = optree.tree_flatten_one_level(shardings, none_is_leaf=True, namespace=tree_util.NAMESPACE)
+    t = optree.tree_flatten_one_level(tree, none_is_leaf=False, namespace=tree_util.NAMESPACE)
+    if tree_util.treedef_is_leaf(treedef) or type(shardings) is not type(tree) or tuple(s.entries) != tuple(t.entries):
+        raise ValueError(f"jit {what} {shardings!r} does not match the structure {treedef} (a pytree prefix of "
+                         "shardings is expected)")
+    out = []
+    for sc, tc in zip(s.children, t.children, strict=True):
+        out.extend(_sharding_leaves(sc, tc, what))
+    return out
+
+
+class ShardedJitted:
+    """``jit(f, in_shardings=, out_shardings=)``: the inputs placed as ``in_shardings`` say, the outputs
+    constrained to ``out_shardings`` inside the compiled program (XLA propagates the rest)."""
+
+    def __init__(self, jitted, in_shardings, out_shardings):
+        self._jitted, self._in, self._out = jitted, in_shardings, out_shardings
+        functools.update_wrapper(self, jitted.fun, updated=())
+
+    def _place(self, args):
+        if self._in is None:
+            return args
+        from fnarray.devices.placement import device_put
+        ins = tuple(self._in) if isinstance(self._in, (tuple, list)) else (self._in,) * len(args)
+        if len(ins) != len(args):
+            raise ValueError(f"jit in_shardings has {len(ins)} entries for {len(args)} positional arguments")
+        out = []
+        for a, s in zip(args, ins, strict=True):
+            leaves, tree = tree_util.tree_flatten(a)
+            shs = _sharding_leaves(s, a, "in_shardings")
+            out.append(tree_util.tree_unflatten(tree, [x if sh is None or isinstance(x, Tracer) or
+                                                       _same_sharding(x, sh) else device_put(x, sh)
+                                                       for x, sh in zip(leaves, shs, strict=True)]))
+        return tuple(out)
+
+    def __call__(self, *args, **kwargs):
+        return self._jitted(*self._place(args), **kwargs)
+
+    def lower(self, *args, **kwargs):
+        return self._jitted.lower(*self._place(args), **kwargs)
+
+    def trace(self, *args, **kwargs):
+        return self._jitted.trace(*self._place(args), **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._jitted, name)
+
+
+def _same_sharding(x, sh) -> bool:
+    s = getattr(x, "sharding", None)
+    return s is not None and s.is_equivalent_to(sh, x.ndim)
+
+
+def jit_with_shardings(make_jitted, fun, in_shardings, out_shardings):
+    """The callable ``jit`` returns when given shardings (``make_jitted(f)`` builds the ``Jitted``)."""
+    if out_shardings is not None:
+        inner = fun
+
+        @functools.wraps(inner)
+        def constrained(*args, **kwargs):
+            out = inner(*args, **kwargs)
+            leaves, tree = tree_util.tree_flatten(out)
+            shs = _sharding_leaves(out_shardings, out, "out_shardings")
+            return tree_util.tree_unflatten(tree, [v if s is None or not isinstance(s, NamedSharding) else
+                                                   sharding_constraint_p.bind(v, sharding=s)
+                                                   for v, s in zip(leaves, shs, strict=True)])
+        fun = constrained
+    return ShardedJitted(make_jitted(fun), in_shardings, out_shardings)

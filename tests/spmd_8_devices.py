@@ -1,0 +1,130 @@
+"""Run by tests/test_sharding.py in a subprocess with 8 forced XLA host devices: fnarray's sharding against raw
+JAX writing the same program. Prints one ``ok NAME`` line per check; any failure raises (non-zero exit)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+import fnarray as fa
+from fnarray import lax
+from fnarray.sharding import NamedSharding, P
+
+import jax
+import jax.numpy as jnp
+
+assert len(jax.devices()) == 8, (jax.devices(), os.environ.get("XLA_FLAGS"))
+R = np.random.RandomState(0)
+devs = fa.devices("jax")
+mesh = fa.make_mesh((4, 2), ("x", "y"), devices=devs)
+jm = mesh.jax_mesh
+JP = jax.sharding.PartitionSpec
+
+
+def close(a, b, what, tol=1e-5):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape, (what, a.shape, b.shape)
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol, err_msg=what)
+    print("ok", what, flush=True)
+
+
+X = R.randn(8, 6).astype(np.float32)
+
+# device_put: a global array with JAX's sharding, shards and addressability
+xs = fa.device_put(X, NamedSharding(mesh, P("x", "y")))
+jx = jax.device_put(X, jax.sharding.NamedSharding(jm, JP("x", "y")))
+assert xs.sharding == NamedSharding(mesh, P("x", "y")) and xs.is_fully_addressable
+assert [(str(s.device), s.index) for s in xs.addressable_shards] == \
+    [(f"jax:{s.device.id}", s.index) for s in jx.addressable_shards]
+for s, t in zip(xs.addressable_shards, jx.addressable_shards, strict=True):
+    assert s.data.shape == (2, 3) and s.data.device == fa.get_device(f"jax:{t.device.id}")
+    close(s.data, t.data, f"shard {s.device}")
+close(xs * 2 + 1, X * 2 + 1, "eager op on a global array")
+assert (xs * 2).sharding.spec == P("x", "y"), (xs * 2).sharding
+
+# shard_map of each collective, eager and under jit, against jax.shard_map
+CASES = [
+    ("psum", lambda L, v: L.psum(v, "x"), JP("x", "y"), JP(None, "y")),
+    ("pmean2", lambda L, v: L.pmean(v, ("x", "y")), JP("x", "y"), JP()),
+    ("pmax", lambda L, v: L.pmax(v, "y"), JP("x", "y"), JP("x")),
+    ("all_gather", lambda L, v: L.all_gather(v, "x", axis=1), JP("x", "y"), JP(None, None, "y")),
+    ("all_gather_tiled", lambda L, v: L.all_gather(v, "x", tiled=True), JP("x", "y"), JP(None, "y")),
+    ("psum_scatter", lambda L, v: L.psum_scatter(v, "y", scatter_dimension=1, tiled=True), JP("x", None),
+     JP("x", "y")),
+    ("all_to_all_tiled", lambda L, v: L.all_to_all(v, "x", 1, 0, tiled=True), JP("x", None), JP("x", None)),
+    ("ppermute", lambda L, v: L.ppermute(v, "x", [(i, (i + 1) % 4) for i in range(4)]), JP("x", "y"),
+     JP("x", "y")),
+    ("axis_index", lambda L, v: v * L.axis_index("x").astype(v.dtype) + L.axis_index("y").astype(v.dtype),
+     JP("x", "y"), JP("x", "y")),
+]
+Xb = R.randn(8, 8).astype(np.float32)
+for name, f, ins, outs in CASES:
+    fsm = fa.shard_map(lambda v, f=f: f(lax, v), mesh=mesh, in_specs=P(*ins), out_specs=P(*outs))
+    # check_vma=False: JAX counts all_gather results as varying (all_gather_invariant is its replicated form)
+    jsm = jax.shard_map(lambda v, f=f: f(jax.lax, v), mesh=jm, in_specs=ins, out_specs=outs, check_vma=False)
+    want = jax.jit(jsm)(Xb)
+    got = fa.jit(fsm)(Xb)
+    close(got, want, f"jit(shard_map) {name}")
+    if name in ("psum", "all_to_all_tiled"):  # outside jit too (one XLA compile each: a selection)
+        close(fsm(fa.device_put(Xb, "jax:0")), want, f"shard_map {name}")
+    assert got.sharding.is_equivalent_to(NamedSharding(mesh, P(*outs)), got.ndim), (name, got.sharding)
+
+# grad through shard_map (outside and inside jit) against JAX's: a data-parallel loss
+W = R.randn(6, 3).astype(np.float32) * 0.3
+Y = R.randn(8, 3).astype(np.float32)
+
+
+def loss(L, w, x, y):
+    return L.pmean(((jnp.tanh(x @ w) if L is jax.lax else fa.numpy.tanh(x @ w)) - y) ** 2, "x").mean()
+
+
+fl = fa.shard_map(lambda w, x, y: loss(lax, w, x, y), mesh=mesh, in_specs=(P(), P("x"), P("x")), out_specs=P())
+jl = jax.shard_map(lambda w, x, y: loss(jax.lax, w, x, y), mesh=jm, in_specs=(JP(), JP("x"), JP("x")),
+                   out_specs=JP())
+gw = jax.jit(jax.grad(jl))(W, X, Y)
+close(fa.grad(fl)(W, X, Y), gw, "grad(shard_map)")
+close(fa.jit(fa.grad(fl))(W, X, Y), gw, "jit(grad(shard_map))")
+close(fa.grad(fl, argnums=1)(W, X, Y), jax.grad(jl, argnums=1)(W, X, Y), "grad(shard_map) wrt a sharded input")
+close(fa.vmap(fl, in_axes=(0, None, None))(np.stack([W, 2 * W]), X, Y),
+      jax.vmap(jl, in_axes=(0, None, None))(np.stack([W, 2 * W]), X, Y), "vmap(shard_map)")
+
+# jit with in_shardings / out_shardings: the placement is JAX's
+s_in, s_out = NamedSharding(mesh, P("x", None)), NamedSharding(mesh, P(None, "y"))
+fj = fa.jit(lambda a: fa.numpy.sin(a) * 2, in_shardings=s_in, out_shardings=s_out)
+jj = jax.jit(lambda a: jnp.sin(a) * 2, in_shardings=s_in.jax_sharding, out_shardings=s_out.jax_sharding)
+got, want = fj(X), jj(X)
+close(got, want, "jit(in_shardings, out_shardings)")
+assert got.sharding == s_out, got.sharding
+assert want.sharding.spec == JP(None, "y")
+print("ok sharding of jit outputs", flush=True)
+
+# bad input: never a hang, a clear error
+def raises(exc, match, fn):
+    try:
+        fn()
+    except exc as e:
+        assert match in str(e), (match, str(e))
+        print("ok error:", match, flush=True)
+        return
+    raise AssertionError(f"no {exc.__name__} ({match})")
+
+
+raises(ValueError, "does not have", lambda: NamedSharding(mesh, P("z")))
+raises(ValueError, "divisible", lambda: fa.device_put(np.ones((6, 4), np.float32), NamedSharding(mesh, P("x"))))
+raises(ValueError, "divisible", lambda: fa.shard_map(lambda v: v, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(
+    np.ones((6,), np.float32)))
+raises(ValueError, "leave out the mesh axis 'x'", lambda: fa.shard_map(lambda v: v * 2, mesh=mesh, in_specs=P("x"),
+                                                                       out_specs=P())(np.ones((8,), np.float32)))
+raises(ValueError, "needs 16 devices", lambda: fa.make_mesh((4, 4), ("a", "b"), devices=devs))
+# examples/data_parallel.py: both modes equal one-device training (it exits non-zero otherwise)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+import data_parallel  # noqa: E402
+
+for mode in ("dp", "tp"):
+    res = data_parallel.main(["--devices", "8", "--mode", mode, "--steps", "8"])
+    assert res["relative_difference"] < 1e-4 and res["losses"][-1] < res["losses"][0], res
+    print("ok example", mode, flush=True)
+print("done", flush=True)
+sys.exit(0)

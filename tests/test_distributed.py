@@ -1,0 +1,90 @@
+"""Multi-process runs on 127.0.0.1 through ``python -m fnarray.distributed.launch`` (jax over gloo, mlx over
+its ring), and the bounded failures: an unreachable coordinator, a process that fails. Every run has a hard
+timeout, so a broken transport fails the test instead of hanging CI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SCRIPT = os.path.join(_ROOT, "tests", "two_processes.py")
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = _ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.pop("XLA_FLAGS", None)
+    env["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
+def _launch(*args, timeout=150):
+    return subprocess.run([sys.executable, "-m", "fnarray.distributed.launch", *args], env=_env(), cwd=_ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("backend", ["jax", "mlx"])
+def test_two_processes(backend):
+    pytest.importorskip("jax" if backend == "jax" else "mlx.core")
+    r = _launch("-n", "2", "--backend", backend, "--timeout", "120", _SCRIPT)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    for rank in (0, 1):
+        assert f"[{rank}] done {rank}" in out, out[-4000:]
+    assert out.count("ok ") >= 4, out
+
+
+def test_unreachable_coordinator_times_out(tmp_path):
+    pytest.importorskip("jax")
+    from fnarray.distributed.launch import free_ports
+    (port,) = free_ports(1)
+    code = ("import fnarray as fa\n"
+            "try:\n"
+            f"    fa.distributed.initialize('127.0.0.1:{port}', num_processes=2, process_id=1, timeout=3)\n"
+            "except TimeoutError as e:\n"
+            "    print('TIMEOUT', e)\n")
+    r = subprocess.run([sys.executable, "-c", code], env=_env(), cwd=_ROOT, capture_output=True, text=True,
+                       timeout=90)
+    assert "TIMEOUT" in r.stdout and "could not join the coordinator" in r.stdout, r.stdout + r.stderr[-2000:]
+
+
+def test_a_failing_process_stops_the_run(tmp_path):
+    script = tmp_path / "fail.py"
+    script.write_text("import os, sys, time\n"
+                      "if os.environ['FNARRAY_PROCESS_ID'] == '1':\n"
+                      "    sys.exit(3)\n"
+                      "time.sleep(60)\n")
+    r = _launch("-n", "2", "--timeout", "50", str(script), timeout=40)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "process 1 exited with status 3" in r.stderr
+
+
+
+def test_mismatched_device_counts_are_an_error():
+    pytest.importorskip("jax")
+    from fnarray.distributed.launch import free_ports
+    (port,) = free_ports(1)
+    code = ("import fnarray as fa\n"
+            "try:\n"
+            "    fa.distributed.initialize(timeout=60)\n"
+            "except ValueError as e:\n"
+            "    print('MISMATCH', e)\n")
+    procs = []
+    for i in range(2):
+        env = _env()
+        env.update(XLA_FLAGS=f"--xla_force_host_platform_device_count={i + 1}", FNARRAY_COORDINATOR=f"127.0.0.1:{port}",
+                   FNARRAY_NUM_PROCESSES="2", FNARRAY_PROCESS_ID=str(i))
+        procs.append(subprocess.Popen([sys.executable, "-c", code], env=env, cwd=_ROOT, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=120)[0])
+        finally:
+            p.kill()
+    for out in outs:
+        assert "MISMATCH" in out and "same number of devices" in out, out[-2000:]

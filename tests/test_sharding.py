@@ -1,0 +1,83 @@
+"""Meshes, shardings and ``shard_map``: 8 forced XLA host devices in a subprocess against raw JAX
+(``tests/spmd_8_devices.py``), and meshes of one device on every backend (a named vmap of size 1)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+from fnarray import lax
+from fnarray.sharding import Mesh, NamedSharding, P, PartitionSpec
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _env(**extra):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = _ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+def test_eight_host_devices_against_raw_jax():
+    pytest.importorskip("jax")
+    env = _env(XLA_FLAGS="--xla_force_host_platform_device_count=8", FNARRAY_DEVICE="jax:0",
+               JAX_PLATFORMS="cpu")
+    r = subprocess.run([sys.executable, os.path.join(_ROOT, "tests", "spmd_8_devices.py")], env=env, cwd=_ROOT,
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("done"), r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.stdout.count("ok ") >= 30, r.stdout
+
+
+def test_one_device_mesh_on_every_backend(device):
+    mesh = Mesh([device], ("x",))
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    f = fa.shard_map(lambda v: lax.psum(v, "x") + lax.axis_index("x").astype(v.dtype), mesh=mesh,
+                     in_specs=P("x"), out_specs=P("x"))
+    np.testing.assert_allclose(np.asarray(fa.jit(f)(fa.device_put(x, device))), x)
+    g = fa.shard_map(lambda v: lax.all_gather(v, "x", tiled=True), mesh=mesh, in_specs=P(None, "x"),
+                     out_specs=P(None, "x"))
+    np.testing.assert_allclose(np.asarray(g(fa.device_put(x, device))), x)
+    if device.backend == "numpy":  # the transforms through it: grad and vmap
+        loss = fa.shard_map(lambda w, v: lax.pmean((v @ w) ** 2, "x").sum(), mesh=mesh, in_specs=(P(), P("x")),
+                            out_specs=P())
+        w = np.ones((4, 2), np.float32) * 0.5
+        np.testing.assert_allclose(np.asarray(fa.grad(loss)(w, x)), 2 * x.T @ (x @ w), rtol=1e-5)
+        xs = fa.device_put(x, NamedSharding(mesh, P("x")))
+        assert xs.device == device and xs.sharding.device_set == {device}
+        assert len(xs.addressable_shards) == 1 and xs.is_fully_addressable
+
+
+def test_engineless_backends_refuse_larger_meshes():
+    with pytest.raises(ValueError, match="jax backend"):
+        fa.make_mesh((2,), ("x",), devices=["numpy:0", "numpy:0"])
+    with pytest.raises(ValueError, match="no distributed engine"):
+        Mesh(np.array([fa.get_device("numpy:0"), fa.get_device("numpy:0")]), ("x",))
+    if fa.default_device().backend == "numpy":
+        with pytest.raises(ValueError, match="mlx backend"):
+            fa.make_mesh((2, 2), ("x", "y"))
+    assert fa.make_mesh((1,), ("x",), devices=["numpy:0"]).size == 1
+
+
+def test_bad_specs_on_one_device():
+    mesh = Mesh(["numpy:0"], ("x",))
+    with pytest.raises(ValueError, match="names the axis 'z', which the mesh does not have"):
+        NamedSharding(mesh, P("z"))
+    with pytest.raises(ValueError, match="uses a mesh axis twice"):
+        NamedSharding(mesh, P("x", "x"))
+    with pytest.raises(ValueError, match="leave out the mesh axis 'x'"):
+        fa.shard_map(lambda v: v, mesh=mesh, in_specs=P("x"), out_specs=P())(np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="does not match"):
+        fa.shard_map(lambda a, b: a, mesh=mesh, in_specs=({"k": P()},), out_specs=P())(np.ones(3), np.ones(3))
+    assert PartitionSpec("x", ["a"]) == ("x", "a") and P("x").padded(3) == P("x", None, None)
+
+
+def test_distributed_without_initialize():
+    assert fa.process_index() == 0 and fa.process_count() == 1
+    with pytest.raises(ValueError, match="no distributed engine"):
+        fa.distributed.initialize(backend="numpy")
