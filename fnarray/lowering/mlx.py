@@ -605,7 +605,6 @@ for _p, _k in CALL_PROGRAM.items():
     RULES[_p] = _call(_k)
 
 # while, scan and cond run from the host (fnarray.devices.host_control); custom_lin never runs.
-
 _HOST = CONTROL_FLOW
 _UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that are transposed, never run"}
 

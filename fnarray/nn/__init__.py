@@ -28,6 +28,6 @@ __all__ = [
     "softmax", "softplus", "standardize", "swish", "tanh",
     "dot_product_attention", "losses", "Module", "field", "static_field",
     "BatchNorm", "BatchNormState", "Dropout", "Embedding", "Identity", "Lambda", "LayerNorm", "Linear", "MLP",
-    "MultiHeadAttention", "RMSNorm", "Sequential", "avg_pool", "max_pool", "min_pool", "Conv", "Conv1d", "Conv2d",
-    "Conv3d",
+    "MultiHeadAttention", "RMSNorm", "Sequential", "Conv", "Conv1d", "Conv2d", "Conv3d", "avg_pool", "max_pool",
+    "min_pool",
 ]
