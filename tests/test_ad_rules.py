@@ -25,6 +25,7 @@ from fnarray.core import dtypes
 from fnarray.core import linalg as LA
 from fnarray.core import primitives as P
 from fnarray.core import spmd as _spmd
+from fnarray.core.fft import FftType, fft_p
 from fnarray.core import windows as W
 from fnarray.transforms import ad_rules
 from fnarray.transforms.ad_tables import UndefinedPrimal, Zero, primitive_jvps, primitive_transposes, tangent_aval
@@ -309,6 +310,14 @@ CASES += [
     Case("eigh", LA.eigh_p, {"lower": True}, args(_spd(3)), hermitian=True),
     Case("svd", LA.svd_p, {"full_matrices": False, "compute_uv": True}, args(u(-1, 1, (3, 2)))),
 ]
+
+# The fft primitive (fnarray.core.fft): each type, odd and even lengths, 2-D; linear, so exact to rounding.
+_FFT = [("fft_c2c", FftType.FFT, (5,), cplx((2, 5))), ("fft_ifft_2d", FftType.IFFT, (3, 4), cplx((3, 4))),
+        ("fft_rfft_even", FftType.RFFT, (6,), u(-1, 1, (2, 6))), ("fft_rfft_odd_2d", FftType.RFFT, (3, 5),
+                                                                   u(-1, 1, (3, 5))),
+        ("fft_irfft_even", FftType.IRFFT, (6,), cplx((2, 4))), ("fft_irfft_odd_2d", FftType.IRFFT, (3, 5),
+                                                                   cplx((3, 3)))]
+CASES += [Case(n, fft_p, {"fft_type": t, "fft_lengths": k}, args(m), h=1e-2) for n, t, k, m in _FFT]
 
 # float32 rules against float64 finite differences
 CASES32 = [
@@ -743,6 +752,7 @@ TCASES += [
     TCase("conv_rhs_batch_groups", _CONV, _conv_params((1,), ((1, 0),), (1,), (1,), ((0, 1, 2),) * 3, b=2),
           args(u(-1, 1, (4, 2, 6)), u(-1, 1, (4, 2, 3))), (1,)),
 ]
+TCASES += [TCase(n, fft_p, {"fft_type": t, "fft_lengths": k}, args(m), (0,)) for n, t, k, m in _FFT]
 
 
 def _pair(a, b) -> float:
@@ -866,9 +876,10 @@ def test_jvp_rules_keep_narrow_dtypes(real):
         if case.prim is P.convert_element_type:
             continue   # its dtypes are its parameters
         if real != dtypes.float32 and (case.prim is P.complex_p or case.name.endswith("_c") or
-                                       case.prim in (P.real, P.imag, P.conj) or "wide" in case.name or
+                                       case.prim in (P.real, P.imag, P.conj, fft_p) or "wide" in case.name or
                                        case.prim.kind == "linalg"):
-            continue   # no complex type has float16 parts; the wide case overflows float16; LAPACK has no halves
+            continue   # no complex type has float16 parts (nor fft: float32/64); the wide case overflows float16;
+            #            LAPACK has no halves
         rng = _rng(case.name)
         xs64 = case.make(rng)
         ts64 = _tangents(rng, xs64)

@@ -426,3 +426,24 @@ def test_xfails_file_is_well_formed():
             assert commented, f"{line}: no '#' comment with its reason above it"
             ids.append(line)
     assert ids and len(ids) == len(set(ids))
+
+
+# ------------------------------------------------------------------ the fft extension (fnarray.numpy.fft)
+
+FFT_EXTENSION = ("fft", "ifft", "fftn", "ifftn", "rfft", "irfft", "rfftn", "irfftn", "hfft", "ihfft", "fftfreq",
+                 "rfftfreq", "fftshift", "ifftshift")
+
+
+def test_fft_extension_has_every_name_and_keeps_precision():
+    import inspect
+    missing = [n for n in FFT_EXTENSION if not callable(getattr(fnp.fft, n, None))]
+    assert not missing, f"fnarray.numpy.fft lacks {missing}"
+    for n in FFT_EXTENSION[:10]:
+        params = inspect.signature(getattr(fnp.fft, n)).parameters
+        assert list(params)[0] == "x" and params["x"].kind == inspect.Parameter.POSITIONAL_ONLY, n
+        assert params["norm"].default == "backward", n
+    # complex64 in, complex64 out; a real float64 input to rfft gives complex128 (the standard's rule)
+    z = fnp.asarray(np.ones((4,), np.complex64))
+    assert fnp.fft.fft(z).dtype == fnp.complex64 and fnp.fft.ifftn(z).dtype == fnp.complex64
+    assert fnp.fft.rfft(fnp.asarray(np.ones((4,)))).dtype == fnp.complex128
+    assert fnp.fft.fftfreq(4, device=fa.default_device()).dtype == fnp.float32

@@ -178,6 +178,11 @@ def _cases():
         "cholesky_solve": (_cho_solve, (_spd_batch(3, 6), _f32(3, 6, 2)), (), 1e-4),
         "int_bool": (lambda k, m: (fnp.where(m, k * 3, -k), m & (k > 0)),
                      (rng.integers(-9, 9, (4, 6)).astype(np.int32), rng.random((4, 6)) < 0.5), ()),
+        # The fft kernels: Bluestein (24 points) inside a real filter, Stockham (8 x 16) in a 2-D power spectrum.
+        # Their twiddles come from sin/cos (SwiftShader's are off by up to 2**-11): a bound scaled by the sums.
+        "fft": (lambda x, y: (fnp.fft.irfft(fnp.fft.rfft(x) * fnp.exp(-0.1 * fnp.arange(13.0)), n=24),
+                              fnp.abs(fnp.fft.fft2(y)) / 16.0),
+                (_f32(3, 24), _f32(8, 16)), (), 2e-3),
     }
 
 

@@ -284,3 +284,7 @@ def stop_gradient(x):
 
 __all__ = [n for n, v in list(globals().items()) if callable(v) and not n.startswith("_")
            and getattr(v, "__module__", None) == __name__]
+
+from fnarray.core.fft import FftType, fft  # noqa: E402  (the fft primitive lives in its own module)
+
+__all__ += ["FftType", "fft"]

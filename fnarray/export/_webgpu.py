@@ -47,7 +47,7 @@ RUNTIME_FILE = "fnarray-webgpu.js"
 KERNEL_DIR = "kernels"
 _ALIGN = 16
 # The dtypes the JS runtime reads and writes (as Float32Array, Int32Array, Uint32Array, Uint8Array, Uint16Array).
-_DTYPE_NAMES = {"float32", "int32", "uint32", "bool", "float16"}
+_DTYPE_NAMES = {"float32", "int32", "uint32", "bool", "float16", "complex64"}  # complex64: (re, im) float32 pairs
 
 
 def runtime_source() -> str:

@@ -9,7 +9,8 @@
 // Inputs are keyed by the Python parameter names of the exported function (pytree leaves by dotted
 // paths, e.g. "params.w1"); each is a typed array of exactly the exported shape, flattened row-major:
 // Float32Array for float32, Int32Array for int32, Uint32Array for uint32, Uint8Array (0 or 1) for
-// bool and Uint16Array (IEEE half bits) for float16. `run` resolves to the outputs as typed arrays,
+// bool, Uint16Array (IEEE half bits) for float16 and Float32Array of (re, im) pairs (twice the element
+// count) for complex64. `run` resolves to the outputs as typed arrays,
 // in the order of the function's flattened outputs. A bad input rejects the promise with a message
 // that names the input, the expected shape and the length given.
 //
@@ -43,8 +44,11 @@ const ARRAY_TYPES = {
   uint32: Uint32Array,
   bool: Uint8Array,
   float16: Uint16Array,
+  complex64: Float32Array,
 };
-const ITEM_BYTES = { float32: 4, int32: 4, uint32: 4, bool: 4, float16: 2 };
+const ITEM_BYTES = { float32: 4, int32: 4, uint32: 4, bool: 4, float16: 2, complex64: 8 };
+// Typed-array entries per element: complex64 is an interleaved (re, im) pair of float32.
+const PARTS = { complex64: 2 };
 
 // WebGPU's default limits: only what a bundle needs beyond them is requested from the adapter.
 const DEFAULT_LIMITS = {
@@ -282,7 +286,7 @@ export class Model {
     }
     return specs.map((s) => {
       const value = inputs[s.name];
-      const n = elementCount(s.shape);
+      const n = elementCount(s.shape) * (PARTS[s.dtype] || 1);
       const Type = ARRAY_TYPES[s.dtype];
       const want = `${shapeText(s.dtype, s.shape)} (${n} element${n === 1 ? "" : "s"}) as a ${Type.name}`;
       if (value === undefined) throw new TypeError(`missing input "${s.name}": expected ${want}`);

@@ -315,6 +315,13 @@ def _sort(*xs, dimension, is_stable, num_keys):
     return list(out[num_keys:])
 
 
+# fft (its own module, fnarray.lowering.fft_impls): jax.lax.fft.
+from fnarray.core.fft import fft_p as _fft_p  # noqa: E402
+from fnarray.lowering.fft_impls import jax_fft as _jax_fft  # noqa: E402
+
+RULES[_fft_p] = _jax_fft
+
+
 @rule(P.dot_general)
 def _dot_general(x, y, *, dimension_numbers, preferred_element_type=None):
     if x.dtype == np.bool_:

@@ -631,6 +631,13 @@ _COMPLEX_OK = frozenset({
     P.custom_vjp_call, P.while_p, P.scan, P.cond,
 })
 
+# fft (its own module, fnarray.lowering.fft_impls): mx.fft in complex64/float32.
+from fnarray.core.fft import fft_p as _fft_p  # noqa: E402
+from fnarray.lowering import fft_impls as _fft_impls  # noqa: E402
+
+RULES[_fft_p] = _fft_impls.mlx_fft
+_COMPLEX_OK = _COMPLEX_OK | {_fft_p}
+
 
 def _dtype_reason(prim, eqn_dtypes, platform):
     if dtypes.complex128 in eqn_dtypes:

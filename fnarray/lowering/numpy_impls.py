@@ -761,3 +761,11 @@ if _missing:  # every primitive needs a reference implementation
     raise RuntimeError(f"numpy backend lacks implementations for {_missing}")
 
 del ml_dtypes
+
+
+# ----------------------------------------------------------------------------- fft (its own module)
+
+from fnarray.core.fft import fft_p as _fft_p  # noqa: E402
+from fnarray.lowering.fft_impls import numpy_fft as _numpy_fft  # noqa: E402
+
+IMPLS[_fft_p] = _numpy_fft

@@ -48,6 +48,8 @@ import numpy as np
 from fnarray.core import dtypes
 from fnarray.core import profile as _profile
 from fnarray.core import primitives as P
+from fnarray.core.fft import fft_p
+from fnarray.lowering.kernels.groups.fft import unsupported_reason as fft_unsupported_reason
 from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
 from fnarray.core.errors import BackendUnavailable
@@ -455,6 +457,8 @@ class OpenCLBackend(Backend):
             return f"the opencl kernels have no complex form of {prim.name}"
         if prim == P.dot_general and any(isinstance(a, Literal) for a in eqn.inputs):
             return "dot_general of a literal operand (an array of it is needed)"
+        if prim is fft_p:
+            return fft_unsupported_reason(eqn)
         if prim in REDUCTIONS and dtypes.is_complex(eqn.inputs[0].aval.dtype) and prim not in (
                 P.reduce_sum, P.reduce_prod):
             return f"{prim.name} of complex values"

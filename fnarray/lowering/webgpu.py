@@ -39,8 +39,10 @@ equations fall back to numpy (or raise ``UnsupportedOnDevice`` with
 never writes a buffer it also reads, which WebGPU forbids within one dispatch).
 
 Only standard WebGPU is used (no ``shader-f64``/``shader-int64`` of native wgpu), so
-native and browser results agree: ``float32``, ``int32``, ``uint32``, ``bool`` and,
-with ``shader-f16``, ``float16``. Other dtypes go through the partitioner's fallback.
+native and browser results agree: ``float32``, ``int32``, ``uint32``, ``bool``, ``complex64`` (a
+``vec2<f32>``, for the kernels that have a complex form: the element rules that expand it into real
+arithmetic, sums, products, matrix products, additive scatters and ``fft``; the others fall back naming the
+primitive) and, with ``shader-f16``, ``float16``. Other dtypes go through the partitioner's fallback.
 """
 
 from __future__ import annotations
@@ -69,8 +71,10 @@ from fnarray.devices.host_control import CONTROL_PRIMITIVES
 from fnarray.lowering.kernels import schedule_program
 from fnarray.lowering.kernels.lowered import KernelLowered
 from fnarray.lowering.kernels.ir import BufferParam
-from fnarray.lowering.kernels.schedule import CALLS, SCHEDULED
-from fnarray.lowering.kernels import wgsl
+from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
+from fnarray.lowering.kernels import facts, wgsl
+from fnarray.core.fft import fft_p
+from fnarray.lowering.kernels.groups.fft import unsupported_reason as fft_unsupported_reason
 from fnarray.lowering.kernels.groups import linalg
 from fnarray.lowering.kernels.no_kernel import no_kernel_reason
 from fnarray.lowering.kernels.wgsl import DEFAULT_GROUP_SIZE, render_wgsl, uniform_bytes, wgsl_layout
@@ -80,7 +84,9 @@ __all__ = ["make_backend", "WebGPUBackend", "WGBuffer", "PORTABLE_LIMITS"]
 _HINT = ("pip install wgpu (and a Vulkan, Metal, D3D12 or OpenGL driver; on Debian/Ubuntu without a GPU: "
          "apt-get install mesa-vulkan-drivers)")
 _F16 = np.dtype(np.float16)
-_BASE_DTYPES = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool_})
+_BASE_DTYPES = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool_, dtypes.complex64})
+# Primitives whose kernels have no complex form (from the kernel facts): complex64 is vec2<f32> in WGSL.
+_COMPLEX_BAD = frozenset(p for p in SCHEDULED if p not in facts.complex_ok() and p not in CALLS)
 _MAX_ELEMENTS = 2**31 - 1
 _CACHED_BIND_GROUPS = 4         # bind groups remembered per kernel launch
 _CACHED_BIND_BYTES = 1 << 20    # only for launches binding at most this many bytes
@@ -651,7 +657,7 @@ class WebGPUBackend(Backend):
             d = a.aval.dtype
             if d not in caps.dtypes:
                 f16 = "float16" if self.gpu.has_f16 else "float16 where the adapter has shader-f16"
-                return f"WebGPU has no {d.name} (it computes in float32, int32, uint32, bool and {f16})"
+                return f"WebGPU has no {d.name} (it computes in float32, int32, uint32, bool, complex64 and {f16})"
             n = a.aval.size * storage_itemsize(d)
             if cap is not None and n > cap:
                 return (f"an operand {a.aval.str_short()} of {n} bytes exceeds the maxStorageBufferBindingSize "
@@ -667,6 +673,13 @@ class WebGPUBackend(Backend):
             return no_kernel_reason(prim, "webgpu")
         if prim is P.dot_general and any(isinstance(a, Literal) for a in eqn.inputs):
             return "dot_general of a literal operand (an array of it is needed)"
+        if prim in _COMPLEX_BAD and any(dtypes.is_complex(a.aval.dtype) for a in eqn.inputs):
+            return f"the webgpu kernels have no complex form of {prim.name}"
+        if prim in REDUCTIONS and dtypes.is_complex(eqn.inputs[0].aval.dtype) and prim not in (
+                P.reduce_sum, P.reduce_prod):
+            return f"{prim.name} of complex values"
+        if prim is fft_p:
+            return fft_unsupported_reason(eqn)
         limit = caps.max_buffers_per_kernel
         if prim is P.sort and limit is not None and eqn.params["num_keys"] + 1 > limit:
             # The scheduler splits every other kernel to fit the limit (a concatenate into a tree, a

@@ -22,6 +22,7 @@ ndarray = Array
 import sys as _sys  # noqa: E402
 
 set_ops(_sys.modules[__name__])
+from fnarray.numpy import fft  # noqa: E402,F401  (the fft extension: fnp.fft.fft...)
 del _m, _name, _sys
 
 from fnarray.numpy import linalg  # noqa: E402,F401  (the array API's linalg extension, fnp.linalg)

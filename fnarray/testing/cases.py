@@ -371,6 +371,22 @@ def _control_empty_cases():
 _control_empty_cases()
 
 
+def _fft_cases():
+    """The fft primitive (fnarray.core.fft): each type, power-of-two (Stockham) and other (Bluestein) lengths."""
+    from fnarray.core.fft import FftType, fft_p
+
+    def c64(*shape):
+        return (f32(*shape) + 1j * f32(*shape)).astype(np.complex64)
+    case("fft_rfft", fft_p, [f32(3, 8)], fft_type=FftType.RFFT, fft_lengths=(8,))
+    case("fft_fft_bluestein", fft_p, [c64(2, 12)], fft_type=FftType.FFT, fft_lengths=(12,))
+    case("fft_ifft_2d", fft_p, [c64(2, 4, 5)], fft_type=FftType.IFFT, fft_lengths=(4, 5))
+    case("fft_irfft_odd", fft_p, [c64(3, 4)], fft_type=FftType.IRFFT, fft_lengths=(7,))
+    case("fft_empty_batch", fft_p, [c64(0, 8)], fft_type=FftType.FFT, fft_lengths=(8,))
+
+
+_fft_cases()
+
+
 def _conv_cases():
     from fnarray.core.conv import ConvDimensionNumbers, conv_general_dilated_p as conv
     nchw = ConvDimensionNumbers((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3))

@@ -9,7 +9,7 @@
   (control flow driven from the host).
 - ``group``: the kernel group it joins: ``"map"`` (fused into any elementwise kernel), ``"reduce"``,
   ``"dot"``, ``"sort"``, ``"cumulative"``, ``"scatter"``, ``"linalg"``, ``"conv"`` (``kernels/groups/conv.py``),
-  ``"window"`` (``kernels/groups/windows.py``), ``"call"``, ``"control"``.
+  ``"window"`` (``kernels/groups/windows.py``), ``"fft"`` (``kernels/groups/fft.py``), ``"call"``, ``"control"``.
 - ``cost``: ``"free"`` (a view or a cast: inlined anywhere), ``"cheap"`` or ``"expensive"`` (a
   transcendental: materialised rather than recomputed under a broadcast).
 - ``complex_ok``: whether its kernels accept complex operands.
@@ -26,6 +26,7 @@ from typing import NamedTuple
 from fnarray.core import families
 from fnarray.core import linalg as LA
 from fnarray.core import primitives as P
+from fnarray.core.fft import fft_p
 from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.windows import WINDOW_PRIMITIVES
 
@@ -77,6 +78,7 @@ for _p in (P.scatter, P.scatter_add, P.scatter_mul):
     FACTS[_p] = KernelFact("group", "scatter", complex_ok=True)
 for _p in (P.scatter_min, P.scatter_max):
     FACTS[_p] = KernelFact("group", "scatter")
+FACTS[fft_p] = KernelFact("group", "fft", complex_ok=True)   # kernels/groups/fft.py: Stockham and Bluestein
 FACTS[conv_general_dilated_p] = KernelFact("group", "conv")
 for _p in WINDOW_PRIMITIVES:
     FACTS[_p] = KernelFact("group", "window")

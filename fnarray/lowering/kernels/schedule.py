@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 
 from fnarray.core import primitives as P
+from fnarray.core.fft import fft_p
 from fnarray.core.ir import Eqn, Literal, Program, Var
 from fnarray.core.passes import dce
 from fnarray.lowering.kernels import facts
@@ -69,6 +70,7 @@ from fnarray.lowering.kernels.groups import conv as conv_group
 from fnarray.lowering.kernels.groups import windows as window_groups
 from fnarray.lowering.kernels.groups.cumulative import _CumGroup  # noqa: F401
 from fnarray.lowering.kernels.groups.dot import _DotGroup, _view  # noqa: F401
+from fnarray.lowering.kernels.groups.fft import FftGroup
 from fnarray.lowering.kernels.groups.linalg import GROUPS as _LINALG_GROUPS
 from fnarray.lowering.kernels.groups.reduce import _ReduceGroup  # noqa: F401
 from fnarray.lowering.kernels.groups.scatter import _ScatterGroup  # noqa: F401
@@ -269,6 +271,7 @@ for _p in CUMULATIVE:
     _GROUPS[_p] = _CumGroup
 for _p in SCATTERS:
     _GROUPS[_p] = _ScatterGroup
+_GROUPS[fft_p] = FftGroup   # Stockham and Bluestein (groups/fft.py)
 _GROUPS.update(_LINALG_GROUPS)   # cholesky, triangular_solve, lu
 _GROUPS.update(conv_group.GROUPS)
 _GROUPS.update(window_groups.GROUPS)

@@ -49,13 +49,15 @@ __all__ = ["WGSLRenderer", "render_wgsl", "wgsl_layout", "uniform_bytes", "WGSLL
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 I32, U32, BOOL = np.dtype(np.int32), np.dtype(np.uint32), np.dtype(np.bool_)
+C64 = np.dtype(np.complex64)
 
-#: The dtypes WGSL computes in (``float16`` only where the adapter has ``shader-f16``).
-DTYPES = frozenset({F32, I32, U32, BOOL, F16})
+#: The dtypes WGSL computes in (``float16`` only where the adapter has ``shader-f16``); complex64 values are
+#: ``vec2<f32>`` (re, im), touched only by the kernel IR's ``cmake``/``creal``/``cimag``.
+DTYPES = frozenset({F32, I32, U32, BOOL, F16, C64})
 #: Work-group size of kernels that do not fix one.
 DEFAULT_GROUP_SIZE = 64
 
-_TYPES = {F32: "f32", I32: "i32", U32: "u32", BOOL: "bool", F16: "f16"}
+_TYPES = {F32: "f32", I32: "i32", U32: "u32", BOOL: "bool", F16: "f16", C64: "vec2<f32>"}
 # Uniform (host-shareable) types of scalar parameters: bool as u32, f16 as f32.
 _UNIFORM_TYPES = {F32: "f32", I32: "i32", U32: "u32", BOOL: "u32", F16: "f32"}
 _SPECIAL_BUILTINS = {"global_id": "fa_gid", "local_id": "fa_lid", "group_id": "fa_wid"}
@@ -545,6 +547,9 @@ class WGSLRenderer(CStyleRenderer):
             return f"{int(v)}u"
         if d in (F32, F16):
             return _float_literal(float(v), d)
+        if d == C64:
+            z = complex(v)
+            return f"vec2<f32>({_float_literal(z.real, F32)}, {_float_literal(z.imag, F32)})"
         raise TypeError(f"WGSL has no {d.name} literal (the webgpu backend computes in "
                         f"{', '.join(sorted(t.name for t in DTYPES))})")
 
@@ -569,7 +574,9 @@ class WGSLRenderer(CStyleRenderer):
         return f"select({b}, {a}, {cond})"
 
     def complex_op(self, op: str, args: list, dtype) -> str:
-        raise TypeError("WGSL has no complex numbers; the webgpu backend runs complex dtypes on numpy")
+        if op == "cmake":
+            return f"vec2<f32>({args[0]}, {args[1]})"
+        return f"({args[0]}).{'x' if op == 'creal' else 'y'}"
 
     def let(self, name, dtype, value) -> str:
         return f"let {name}: {self.type_name(dtype)} = {value};"
