@@ -820,9 +820,13 @@ def betainc(a, b, x):
 
     Method: the continued fraction of Abramowitz and Stegun 26.5.8 (as in Numerical Recipes' ``betai`` and
     Cephes' ``incbet``), evaluated by the modified Lentz method in one bounded ``while_loop`` (at most 2,000
-    terms, ample for ``a, b`` up to about 1e5; never a hang), where ``x <= (a + 1) / (a + b + 2)``, else
-    ``1 - I_{1-x}(b, a)``. The prefactor ``x**a (1-x)**b / B(a, b)`` is computed in log space, by Stirling's
-    series where ``a, b >= 8``, so that large ``a, b`` keep their relative accuracy in float32.
+    terms; never a hang), where ``x <= (a + 1) / (a + b + 2)``, else ``1 - I_{1-x}(b, a)``. The prefactor
+    ``x**a (1-x)**b / B(a, b)`` is computed in log space, by Stirling's series where ``a, b >= 8`` (20 in
+    float64), so that large ``a, b`` keep their relative accuracy in float32.
+    Accuracy (against SciPy): float64 within 1e-13 for ``a, b`` up to 1e7 (the cap is reached beyond:
+    1e-4 off at ``a = b = 1e8``); float32 within 1e-5 absolute for ``a, b`` up to 1e3 (the fraction's
+    rounding grows with its length: 8e-5 at ``a = b = 1e6``). Where ``1 - I_{1-x}(b, a)`` is small (small
+    ``b``, ``x`` near 1) it keeps the absolute, not the relative, accuracy.
 
     Derivatives (forward and reverse mode: the rule is a ``custom_jvp``): in ``x`` the beta density
     ``x**(a-1) (1-x)**(b-1) / B(a, b)``; in ``a`` and ``b`` (which JAX does not differentiate) the derivatives
