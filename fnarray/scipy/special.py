@@ -5,7 +5,7 @@ backend. Integer and bool inputs are computed in ``float32``; float16 and bfloat
 The formulas are chosen to stay accurate in float32 in the tails (``log_ndtr(-40)``, ``ndtri(1e-30)``,
 ``gammaln(1e30)``, ``i0e(1e4)``); each function's docstring names its method. Derivatives are the
 analytic ones (``custom_jvp``) where differentiating the formula would be inaccurate or NaN at a boundary
-(``xlogy(0, y)``, ``log_ndtr`` in the tails, ``ndtri``, ``gammainc``).
+(``xlogy(0, y)``, ``log_ndtr`` in the tails, ``ndtri``, ``gammainc``, ``betainc``).
 
 SciPy is used only as the tests' oracle, never imported here.
 """
@@ -22,7 +22,7 @@ from fnarray.scipy._util import log1p as _log1p
 from fnarray.transforms.ad import custom_jvp
 
 __all__ = [
-    "betaln", "digamma", "entr", "erf", "erfc", "erfinv", "expit", "gammainc", "gammaincc", "gammaln", "i0e",
+    "betainc", "betaln", "digamma", "entr", "erf", "erfc", "erfinv", "expit", "gammainc", "gammaincc", "gammaln", "i0e",
     "i1e", "log_ndtr", "log_softmax", "logit", "logsumexp", "ndtr", "ndtri", "softmax", "xlog1py", "xlogy",
 ]
 
@@ -333,8 +333,8 @@ def betaln(a, b):
     """``log|B(a, b)| = gammaln(a) + gammaln(b) - gammaln(a + b)`` (``scipy.special.betaln``).
 
     For positive arguments the cancellation of the three ``lgamma``s at large arguments is avoided as in
-    R's ``lbeta`` (from the Stirling series: with ``p = min(a, b)``, ``q = max(a, b)``, ``q >= 8``), so that
-    ``betaln(1e6, 1e6)`` keeps its relative accuracy in float32; otherwise the three ``lgamma``s.
+    R's ``lbeta`` (from the Stirling series: with ``p = min(a, b)``, ``q = max(a, b)``, ``q >= 8``, 20 in
+    float64), so that ``betaln(1e6, 1e6)`` keeps its relative accuracy in float32; otherwise the three ``lgamma``s.
 
     Args:
       a, b: real arrays or scalars, broadcast together.
@@ -353,10 +353,12 @@ def betaln(a, b):
     a, b = to_math(a, b)
     p, q = fnp.minimum(a, b), fnp.maximum(a, b)
     plain = lax.lgamma(a) + lax.lgamma(b) - lax.lgamma(a + b)
-    both = p >= 8.0
-    one = (q >= 8.0) & (p > 0.0)
+    # Stirling's series to x**-9 is 6e-12 off at 8 (enough for float32), 1e-17 at 20.
+    lo = 20.0 if a.dtype == dtypes.float64 else 8.0
+    both = p >= lo
+    one = (q >= lo) & (p > 0.0)
     # Each branch is evaluated on clamped arguments, so that the others' derivatives stay finite.
-    pb, qb = fnp.maximum(p, 8.0), fnp.maximum(q, 8.0)
+    pb, qb = fnp.maximum(p, lo), fnp.maximum(q, lo)
     ratio = pb / (pb + qb)
     big = (-0.5 * fnp.log(qb) + _LOG_SQRT_2PI + _stirling_correction(pb) + _stirling_correction(qb)
            - _stirling_correction(pb + qb) + (pb - 0.5) * fnp.log(ratio) + qb * _log1p(-ratio))
@@ -647,6 +649,206 @@ def entr(x):
     fnp = _fnp()
     x, _ = _unary("entr", x)
     return fnp.where(x < 0.0, -np.inf, -_xlogy(x, x))
+
+
+# ----------------------------------------------------------------------------- incomplete beta
+
+
+_IBETA_MAX_ITERATIONS = 1000
+
+
+def _ibeta_log_front(a, b, x, y, log_x, log_y):
+    """``log(x**a y**b / B(a, b))`` (``y = 1 - x``), for valid ``a, b > 0`` and ``0 < x < 1``.
+
+    Where both ``a, b >= 8`` (20 in float64) from Stirling's series (the idea of Boost's
+    ``ibeta_power_terms``): with ``dx = x b - y a = (a + b) (x - a / (a + b))`` it is
+    ``a (log1p(dx/a) - dx/a) + b (log1p(-dx/b) + dx/b) + log sqrt(a b / (2 pi (a + b))) - stirling(a)
+    - stirling(b) + stirling(a + b)``, which avoids the cancellation of ``a log x`` against ``betaln`` (in
+    float32 it costs 1e-4 relative at ``a = b = 1000``); ``log1p(dx/a)`` is ``log x + log1p(b/a)`` where
+    ``dx/a < -1/2`` (small ``x``, where ``1 + dx/a`` cancels). Elsewhere ``a log x + b log y - betaln(a, b)``.
+    """
+    fnp = _fnp()
+    # Stirling's series to x**-9 is 6e-12 off at 8 (enough for float32), 1e-17 at 20.
+    lo = 20.0 if a.dtype == dtypes.float64 else 8.0
+    big = (a >= lo) & (b >= lo)
+    ab, bb = fnp.where(big, a, lo), fnp.where(big, b, lo)
+    dx = x * bb - y * ab
+    ea, eb = dx / ab, -dx / bb
+    # log1p(ea) = log(x (a + b) / a): directly from log x where ea nears -1 (small x), as 1 + ea cancels there.
+    la = fnp.where(ea < -0.5, log_x + _log1p(bb / ab), _log1p(fnp.maximum(ea, -0.5)))
+    lb = fnp.where(eb < -0.5, log_y + _log1p(ab / bb), _log1p(fnp.maximum(eb, -0.5)))
+    stirling = (ab * (la - ea) + bb * (lb - eb)
+                + 0.5 * fnp.log(ab * bb / (ab + bb)) - _LOG_SQRT_2PI
+                - _stirling_correction(ab) - _stirling_correction(bb) + _stirling_correction(ab + bb))
+    plain = a * log_x + b * log_y - betaln(a, b)
+    return fnp.where(big, stirling, plain)
+
+
+def _ibeta_fraction(a, b, x):
+    """The continued fraction ``h`` with ``I_x(a, b) = x**a (1-x)**b / (a B(a, b)) * h`` and its derivatives
+    in ``a`` and ``b``, for valid ``a, b > 0``, ``0 < x <= (a + 1) / (a + b + 2)`` (where it converges fast).
+
+    ``h = 1 / (1 + d_1 / (1 + d_2 / (1 + ...)))`` with ``d_{2m} = m (b - m) x / ((a + 2m - 1)(a + 2m))`` and
+    ``d_{2m+1} = -(a + m)(a + b + m) x / ((a + 2m)(a + 2m + 1))`` (Abramowitz and Stegun 26.5.8; Numerical
+    Recipes' ``betacf``; Cephes' ``incbcf``), evaluated by the modified Lentz method in one ``while_loop``
+    (two terms an iteration, at most 1,000 iterations), the derivatives carried alongside, until the value
+    and both derivatives change by less than the dtype's epsilon.
+    """
+    from fnarray.transforms.control_flow import while_loop
+    fnp = _fnp()
+    d = a.dtype
+    eps = float(dtypes.finfo(d).eps)
+    tiny = float(dtypes.finfo(d).tiny) * 16
+    zero = fnp.zeros_like(a)
+
+    def step(state, al, al_a, al_b):
+        c, dd, h, c_a, c_b, d_a, d_b, h_a, h_b = state
+        den = 1.0 + al * dd
+        den = fnp.where(fnp.abs(den) < tiny, tiny, den)
+        dn = 1.0 / den
+        dn_a = -(al_a * dd + al * d_a) * dn * dn
+        dn_b = -(al_b * dd + al * d_b) * dn * dn
+        cn = 1.0 + al / c
+        cn_a = al_a / c - al * c_a / (c * c)
+        cn_b = al_b / c - al * c_b / (c * c)
+        small = fnp.abs(cn) < tiny
+        cn = fnp.where(small, tiny, cn)
+        cn_a, cn_b = fnp.where(small, 0.0, cn_a), fnp.where(small, 0.0, cn_b)
+        delta = cn * dn
+        hn = h * delta
+        hn_a = h_a * delta + h * (cn_a * dn + cn * dn_a)
+        hn_b = h_b * delta + h * (cn_b * dn + cn * dn_b)
+        return (cn, dn, hn, cn_a, cn_b, dn_a, dn_b, hn_a, hn_b), delta
+
+    # The first term: h = 1 / (1 + d_1), d_1 = -(a + b) x / (a + 1).
+    al1 = -(a + b) * x / (a + 1.0)
+    den = 1.0 + al1
+    den = fnp.where(fnp.abs(den) < tiny, tiny, den)
+    d0 = 1.0 / den
+    d0_a = x * (1.0 - b) / ((a + 1.0) * (a + 1.0)) * d0 * d0
+    d0_b = x / (a + 1.0) * d0 * d0
+    init = (np.int32(0), (zero + 1.0, d0, d0, zero, zero, d0_a, d0_b, d0_a, d0_b),
+            fnp.zeros(a.shape, dtype=dtypes.bool_))
+
+    def cond(s):
+        return (s[0] < _IBETA_MAX_ITERATIONS) & ~fnp.all(s[-1])
+
+    def body(s):
+        i, state, done = s
+        m = (i + 1).astype(d)
+        a2m = a + 2.0 * m
+        # even term d_{2m}
+        q = x / ((a2m - 1.0) * a2m)
+        al = m * (b - m) * q
+        new, _ = step(state, al, -al * (1.0 / (a2m - 1.0) + 1.0 / a2m), m * q)
+        # odd term d_{2m+1}
+        q = x / (a2m * (a2m + 1.0))
+        al = -(a + m) * (a + b + m) * q
+        al_a = al * (1.0 / (a + m) + 1.0 / (a + b + m) - 1.0 / a2m - 1.0 / (a2m + 1.0))
+        new, delta = step(new, al, al_a, -(a + m) * q)
+        h_a, h_b = state[7], state[8]
+        newly = ((fnp.abs(delta - 1.0) <= eps) & (fnp.abs(new[7] - h_a) <= eps * fnp.abs(new[7]))
+                 & (fnp.abs(new[8] - h_b) <= eps * fnp.abs(new[8])))
+        kept = tuple(fnp.where(done, o, n) for o, n in zip(state, new, strict=True))
+        return i + 1, kept, done | newly
+
+    _, (_, _, h, _, _, _, _, h_a, h_b), _ = while_loop(cond, body, init)
+    return h, h_a, h_b
+
+
+def _ibeta_all(a, b, x):
+    """``(I, dI/da, dI/db, dI/dx)`` of ``I_x(a, b)`` everywhere (SciPy's and JAX's values at the edges)."""
+    fnp = _fnp()
+    nan = fnp.isnan(a) | fnp.isnan(b) | fnp.isnan(x)
+    bad = (nan | (a < 0.0) | (b < 0.0) | (x < 0.0) | (x > 1.0) | ((a == 0.0) & (b == 0.0))
+           | (fnp.isinf(a) & fnp.isinf(b)))
+    edge = (x == 0.0) | (x == 1.0) | (a == 0.0) | (b == 0.0) | fnp.isinf(a) | fnp.isinf(b)
+    ok = ~(bad | edge)
+    a_s, b_s, x_s = fnp.where(ok, a, 1.0), fnp.where(ok, b, 1.0), fnp.where(ok, x, 0.5)
+    y_s = 1.0 - x_s
+    log_x, log_y = fnp.log(x_s), _log1p(-x_s)
+    # Symmetry: I_x(a, b) = 1 - I_{1-x}(b, a) where the fraction converges slowly (x > (a + 1) / (a + b + 2)).
+    flip = x_s * (a_s + b_s + 2.0) > a_s + 1.0
+    fa_, fb_ = fnp.where(flip, b_s, a_s), fnp.where(flip, a_s, b_s)
+    fx, fy = fnp.where(flip, y_s, x_s), fnp.where(flip, x_s, y_s)
+    flx, fly = fnp.where(flip, log_y, log_x), fnp.where(flip, log_x, log_y)
+    log_front = _ibeta_log_front(fa_, fb_, fx, fy, flx, fly)
+    h, h_a, h_b = _ibeta_fraction(fa_, fb_, fx)
+    front = fnp.exp(log_front - fnp.log(fa_))
+    j = front * h
+    # d/da log front = log x - digamma(a) + digamma(a + b); the 1/a of the prefactor's 1/a.
+    dig_ab = lax.digamma(fa_ + fb_)
+    j_a = j * (flx - lax.digamma(fa_) + dig_ab - 1.0 / fa_) + front * h_a
+    j_b = j * (fly - lax.digamma(fb_) + dig_ab) + front * h_b
+    p = fnp.where(flip, 1.0 - j, j)
+    dpda = fnp.where(flip, -j_b, j_a)
+    dpdb = fnp.where(flip, -j_a, j_b)
+    # dI/dx is the beta density (the front is symmetric, so the flipped one serves).
+    dpdx = fnp.exp(log_front - log_x - log_y)
+    # Edges: 0 at x = 0 (or a = inf, or b = 0), else 1; the density by xlogy at x = 0 and 1.
+    p_edge = fnp.where((x == 0.0) | fnp.isinf(a) | ((b == 0.0) & (x < 1.0)), 0.0, 1.0)
+    a_e, b_e = fnp.where(ok | bad, 1.0, a), fnp.where(ok | bad, 1.0, b)
+    x_e = fnp.where(ok | bad, 0.5, x)
+    pdf_edge = fnp.exp(xlogy(a_e - 1.0, x_e) + xlog1py(b_e - 1.0, -x_e) - betaln(a_e, b_e))
+    pdf_edge = fnp.where(fnp.isinf(a) | fnp.isinf(b) | (a == 0.0) | (b == 0.0), 0.0, pdf_edge)
+    p = fnp.where(ok, p, fnp.where(bad, np.nan, p_edge))
+    dpda = fnp.where(ok, dpda, fnp.where(bad, np.nan, 0.0))
+    dpdb = fnp.where(ok, dpdb, fnp.where(bad, np.nan, 0.0))
+    dpdx = fnp.where(ok, dpdx, fnp.where(bad, np.nan, pdf_edge))
+    return p, dpda, dpdb, dpdx
+
+
+@custom_jvp
+def _betainc(a, b, x):
+    d = a.dtype
+    a, b, x = to_math(a, b, x)
+    return from_math(_ibeta_all(a, b, x)[0], d)
+
+
+@_betainc.defjvp
+def _betainc_jvp(primals, tangents):
+    (a, b, x), (ta, tb, tx) = primals, tangents
+    d = a.dtype
+    p, dpda, dpdb, dpdx = _ibeta_all(*to_math(a, b, x))
+    return (from_math(p, d),
+            ta * from_math(dpda, d) + tb * from_math(dpdb, d) + tx * from_math(dpdx, d))
+
+
+def betainc(a, b, x):
+    """The regularized incomplete beta function ``I_x(a, b) = B(x; a, b) / B(a, b)``
+    (``jax.scipy.special.betainc``, ``scipy.special.betainc``).
+
+    Method: the continued fraction of Abramowitz and Stegun 26.5.8 (as in Numerical Recipes' ``betai`` and
+    Cephes' ``incbet``), evaluated by the modified Lentz method in one bounded ``while_loop`` (at most 2,000
+    terms; never a hang), where ``x <= (a + 1) / (a + b + 2)``, else ``1 - I_{1-x}(b, a)``. The prefactor
+    ``x**a (1-x)**b / B(a, b)`` is computed in log space, by Stirling's series where ``a, b >= 8`` (20 in
+    float64), so that large ``a, b`` keep their relative accuracy in float32.
+    Accuracy (against SciPy): float64 within 1e-13 for ``a, b`` up to 1e7 (the cap is reached beyond:
+    1e-4 off at ``a = b = 1e8``); float32 within 1e-5 absolute for ``a, b`` up to 1e3 (the fraction's
+    rounding grows with its length: 8e-5 at ``a = b = 1e6``). Where ``1 - I_{1-x}(b, a)`` is small (small
+    ``b``, ``x`` near 1) it keeps the absolute, not the relative, accuracy.
+
+    Derivatives (forward and reverse mode: the rule is a ``custom_jvp``): in ``x`` the beta density
+    ``x**(a-1) (1-x)**(b-1) / B(a, b)``; in ``a`` and ``b`` (which JAX does not differentiate) the derivatives
+    carried through the same continued fraction and the prefactor's ``log x - digamma(a) + digamma(a + b)``.
+
+    Values at the edges are SciPy's and JAX's: ``I_0 = 0``, ``I_1 = 1``; ``a = 0`` gives 1 and ``b = 0``
+    gives 0 inside ``(0, 1)``; ``a < 0``, ``b < 0``, ``a = b = 0``, ``x < 0``, ``x > 1`` or a NaN give NaN.
+
+    Args:
+      a, b: non-negative real arrays or scalars (the shape parameters).
+      x: real array or scalar in ``[0, 1]``; broadcast with ``a`` and ``b``.
+
+    Returns:
+      An array of the broadcast shape and the promoted floating dtype, in ``[0, 1]``.
+
+    Raises:
+      TypeError: an argument is not an array or a scalar.
+      DTypeError: an argument is complex.
+      ShapeError: the shapes do not broadcast.
+    """
+    a, b, x = floats("betainc", a, b, x)
+    return _betainc(a, b, x)
 
 
 # ----------------------------------------------------------------------------- Bessel functions
