@@ -496,3 +496,14 @@ def test_linalg_grad_against_finite_differences(name, f, x0):
         # The symmetric part is what these read: compare the gradients of the symmetrized function.
         g, want = (g + g.T) / 2, (want + want.T) / 2
     np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+def test_python_scalars_promote_weakly_beside_float64():
+    """0.7 beside a float64 argument is the float64 0.7 (not 0.7 rounded to float32), as JAX promotes."""
+    import scipy.special as ss
+    from fnarray.scipy.special import betainc, gammainc, xlogy
+    x = np.float64(0.2)
+    assert float(betainc(2.5, 0.7, x)) == pytest.approx(ss.betainc(2.5, 0.7, 0.2), rel=1e-13)
+    assert float(gammainc(0.7, fnp.asarray(x))) == pytest.approx(ss.gammainc(0.7, 0.2), rel=1e-13)
+    assert betainc(2.5, 0.7, np.float32(0.2)).dtype == np.float32
+    assert xlogy(2, np.arange(3)).dtype == np.float32

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fnarray.core import dtypes, lax
+from fnarray.core.array import Array
 from fnarray.core.errors import DTypeError
 
 __all__ = ["floats", "math_dtype", "to_math", "from_math", "const"]
@@ -21,6 +22,15 @@ def floats(name, *xs, shape=True):
     """
     from fnarray.numpy._util import asarray_internal, broadcast_shapes, check_arraylike, promote
     check_arraylike(name, *xs)
+    if len(xs) > 1 and any(type(x) in (bool, int, float) for x in xs) and not all(
+            type(x) in (bool, int, float) for x in xs):
+        # Python scalars are weak: promoted with the arrays first, so 0.7 beside a float64 array is the
+        # float64 0.7, not 0.7 rounded to float32 and widened (JAX's promote_dtypes_inexact)
+        others = [x for x in xs if type(x) not in (bool, int, float)]
+        done = floats(name, *others, shape=False)
+        it = iter(done)
+        mixed = [x if type(x) in (bool, int, float) else next(it) for x in xs]
+        xs = tuple(v if isinstance(v, Array) else asarray_internal(v) for v in promote(name, *mixed))
     arrs = []
     for x in xs:
         a = asarray_internal(x)
