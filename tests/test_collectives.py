@@ -215,3 +215,15 @@ def test_control_flow_on_values_every_example_shares():
     out = fa.vmap(lambda v, k: fa.lax.fori_loop(0, 2, lambda i, a: a + lax.psum(k, "i"), k) + v,
                   in_axes=(0, None), axis_name="i")(z, c)
     np.testing.assert_allclose(np.asarray(out), np.full(3, 14.0))
+
+
+def test_jit_trace_from_inside_a_named_vmap_called_outside_raises_name_error():
+    """jit's trace cache is keyed by the arguments, not by the bound axes: a program traced inside
+    vmap(axis_name="i") and then called with the same shapes outside any vmap raises the collective's
+    NameError (as a fresh trace would), not a lowering error."""
+    import fnarray.numpy as fnp
+    f = fa.jit(lambda x: fa.lax.psum(x, "i"))
+    np.testing.assert_array_equal(np.asarray(fa.vmap(f, axis_name="i")(fnp.ones((3, 4)))), np.full((3, 4), 3.0))
+    with pytest.raises(NameError, match="'i'"):
+        f(fnp.ones(4))
+    np.testing.assert_array_equal(np.asarray(fa.vmap(f, axis_name="i")(fnp.ones((2, 4)))), np.full((2, 4), 2.0))

@@ -457,6 +457,23 @@ def program_axis_names(program) -> set:
     return names
 
 
+def free_axis_names(program) -> set:
+    """The axis names that ``program``'s collectives name and no ``shard_map`` inside it binds (its mesh's axes):
+    the names the caller's context must bind."""
+    from fnarray.core.subprograms import subprograms
+    names: set = set()
+    for e in program.eqns:
+        if e.primitive in COLLECTIVES:
+            names.update(names_of(e.params["axis_name"]))
+        inner: set = set()
+        for sub in subprograms(e):
+            inner |= free_axis_names(sub)
+        if e.primitive.name == "shard_map":
+            inner -= set(e.params["mesh"].axis_names)
+        names |= inner
+    return names
+
+
 def lift_for_program(args: list, program) -> list | None:
     """``args`` lifted into the innermost named-vmap level whose axis ``program``'s collectives name, or ``None``
     when there is nothing to lift (no bound axis, none named, no operand): what ``jit`` needs when it is called

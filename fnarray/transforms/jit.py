@@ -32,7 +32,7 @@ import numpy as np
 
 from fnarray import tree_util
 from fnarray.core import dtypes, tracing
-from fnarray.core.collectives import lift_for_program
+from fnarray.core.collectives import axis_frame, free_axis_names, lift_for_program
 from fnarray.core import primitives as P
 from fnarray.core.builder import trace_to_program
 from fnarray.core.cache import LRUCache
@@ -76,13 +76,13 @@ class _Entry:
     """A traced program (``exe is None``) or an executable for one device: the cached value of jit."""
 
     __slots__ = ("program", "consts", "out_tree", "out_avals", "device", "exe", "const_bufs", "generation",
-                 "owner", "ckey", "gid", "__weakref__")
+                 "owner", "ckey", "gid", "axis_names", "__weakref__")
 
     def __init__(self, program, consts, out_tree):
         self.program, self.consts, self.out_tree = program, consts, out_tree
         self.out_avals = program.out_avals
         self.device = self.exe = self.const_bufs = self.generation = None
-        self.owner = self.ckey = self.gid = None
+        self.owner = self.ckey = self.gid = self.axis_names = None
 
 
 def _per_function_size() -> int:
@@ -409,6 +409,13 @@ class Jitted:
             lifted = lift_for_program(leaves, entry.program)
             if lifted is not None:
                 leaves, traced = lifted, True
+            else:
+                # A trace made inside a named vmap may name axes that are not bound at this call: the
+                # collective's NameError, not a lowering error (the trace cache does not key on axes).
+                if entry.axis_names is None:
+                    entry.axis_names = tuple(free_axis_names(entry.program))
+                for n in entry.axis_names:
+                    axis_frame(n, f"jit({getattr(self.fun, '__name__', 'fun')}) runs a collective")
         if traced or any(isinstance(c, tracing.Tracer) for c in entry.consts):
             closed = consts_as_inputs(entry.program)
             outs = P.call.bind(*entry.consts, *leaves, program=closed,
