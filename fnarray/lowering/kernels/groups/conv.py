@@ -42,6 +42,7 @@ from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.index import ix_const, ix_data
 from fnarray.lowering.kernels.ir import INT32, Special, const
 from fnarray.lowering.kernels.rules import add_of, convert, mul_of, op, select
+from fnarray.lowering.kernels.groups.dot import TILE, tile_arrays, tile_product
 from fnarray.lowering.kernels.groups.base import (_VIEW_OPS, _contiguous, _Group,
                                                _kernel_name, _launch, _reshape_strides, _Tracker)
 
@@ -135,8 +136,7 @@ class ConvGroup(_Group):
 
     kind = "conv"
     accepts_roots = True
-    # Tile shape of the local-memory kernel, as the matrix product's: (TX, TY) work items, RY x RX outputs each.
-    TX, TY, RX, RY, BK = 16, 8, 4, 8, 16
+    TX, TY, RX, RY, BK = TILE  # the matrix product's tile shape
 
     def __init__(self, ctx, eqn):
         out = eqn.outputs[0]
@@ -423,13 +423,8 @@ class ConvGroup(_Group):
         lgrp = b.let(op("add", s["l_off"], op("add", op("mul", op("mul", grp, s["bmul"]), s["l_b"]),
                                                    op("mul", op("mul", grp, s["fmul"]), s["l_f"]))), "lgrp")
         ogrp = b.let(op("mul", grp, s["Og"]), "ogrp")
-        As = b.array("local", adt, BK * BM, "As")
-        Bs = b.array("local", adt, BK * BN, "Bs")
-        acc = b.array("private", adt, RY * RX, "acc")
-        av = b.array("private", adt, RY, "a")
-        bv = b.array("private", adt, RX, "b")
-        with b.loop(c0, const(RY * RX, INT32)) as i:
-            b.store(acc, i, const(0, adt), space="private")
+        tiles = tile_arrays(b, adt, TILE)
+        As, Bs, acc = tiles[:3]
         with b.loop(c0, K, const(BK, INT32)) as k0:
             with b.loop(tid, const(BM * BK, INT32), const(TX * TY, INT32)) as l:
                 r = b.let(op("div", l, const(BK, INT32)))
@@ -470,21 +465,7 @@ class ConvGroup(_Group):
                 y = b.let(convert(b, b.load(rname, b.let(addr), rdt), adt))
                 b.store(Bs, op("add", op("mul", r, const(BN, INT32)), c), select(ok, y, const(0, adt)), space="local")
             b.barrier()
-            with b.loop(c0, const(BK, INT32)) as k:
-                with b.loop(c0, const(RY, INT32)) as yy:
-                    b.store(av, yy, b.load(As, op("add", op("mul", k, const(BM, INT32)),
-                                                   op("add", op("mul", ty, const(RY, INT32)), yy)), adt, "local"),
-                            space="private")
-                with b.loop(c0, const(RX, INT32)) as xx:
-                    b.store(bv, xx, b.load(Bs, op("add", op("mul", k, const(BN, INT32)),
-                                                   op("add", tx, op("mul", xx, const(TX, INT32)))), adt, "local"),
-                            space="private")
-                with b.loop(c0, const(RY, INT32)) as yy:
-                    with b.loop(c0, const(RX, INT32)) as xx:
-                        slot = b.let(op("add", op("mul", yy, const(RX, INT32)), xx))
-                        prod = b.let(mul_of(b, b.load(av, yy, adt, "private"), b.load(bv, xx, adt, "private")))
-                        cur = b.load(acc, slot, adt, "private")
-                        b.store(acc, slot, add_of(b, cur, prod), space="private")
+            tile_product(b, tiles, adt, tx, ty, TILE)
             b.barrier()
         with b.loop(c0, const(RY, INT32)) as yy:
             with b.loop(c0, const(RX, INT32)) as xx:

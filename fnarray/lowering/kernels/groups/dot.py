@@ -36,6 +36,49 @@ from fnarray.lowering.kernels.rules import (
 # ---------------------------------------------------------------------------- matrix multiply
 
 
+#: Tile shape of the local-memory kernels (matrix product, implicit-GEMM convolution): (TX, TY) work items,
+#: each computing RY x RX outputs, over BK-deep slices of the contraction.
+TILE = (16, 8, 4, 8, 16)  # TX, TY, RX, RY, BK
+
+
+def tile_arrays(b, dt, tile):
+    """The tiled kernel's arrays ``(As, Bs, acc, av, bv)``: the ``BK x BM`` and ``BK x BN`` operand tiles in local
+    memory, a work item's ``RY x RX`` accumulators (set to zero) and its row and column registers."""
+    TX, TY, RX, RY, BK = tile
+    As = b.array("local", dt, BK * TY * RY, "As")
+    Bs = b.array("local", dt, BK * TX * RX, "Bs")
+    acc = b.array("private", dt, RY * RX, "acc")
+    av = b.array("private", dt, RY, "a")
+    bv = b.array("private", dt, RX, "b")
+    with b.loop(const(0, INT32), const(RY * RX, INT32)) as i:
+        b.store(acc, i, const(0, dt), space="private")
+    return As, Bs, acc, av, bv
+
+
+def tile_product(b, tiles, dt, tx, ty, tile):
+    """``acc += As^T Bs`` for work item ``(tx, ty)``: its ``RY`` rows and ``RX`` columns (``TX`` apart) of the
+    staged tiles, one ``k`` of the ``BK``-deep slice at a time through the row and column registers."""
+    TX, TY, RX, RY, BK = tile
+    BM, BN = TY * RY, TX * RX
+    As, Bs, acc, av, bv = tiles
+    c0 = const(0, INT32)
+    with b.loop(c0, const(BK, INT32)) as k:
+        with b.loop(c0, const(RY, INT32)) as yy:
+            b.store(av, yy, b.load(As, op("add", op("mul", k, const(BM, INT32)),
+                                           op("add", op("mul", ty, const(RY, INT32)), yy)), dt, "local"),
+                    space="private")
+        with b.loop(c0, const(RX, INT32)) as xx:
+            b.store(bv, xx, b.load(Bs, op("add", op("mul", k, const(BN, INT32)),
+                                           op("add", tx, op("mul", xx, const(TX, INT32)))), dt, "local"),
+                    space="private")
+        with b.loop(c0, const(RY, INT32)) as yy:
+            with b.loop(c0, const(RX, INT32)) as xx:
+                slot = b.let(op("add", op("mul", yy, const(RX, INT32)), xx))
+                prod = b.let(mul_of(b, b.load(av, yy, dt, "private"), b.load(bv, xx, dt, "private")))
+                cur = b.load(acc, slot, dt, "private")
+                b.store(acc, slot, add_of(b, cur, prod), space="private")
+
+
 class _DotGroup(_Group):
     kind = "dot"
     accepts_roots = True
@@ -216,8 +259,7 @@ class _DotGroup(_Group):
         b.name = _kernel_name("dot", tracker.eqns)
         return _launch(b, args, scalars, gsize, lsize, tracker.eqns, "dot")
 
-    # Tile shape of the local-memory kernel: (TX, TY) work items, each computing RY x RX outputs.
-    TX, TY, RX, RY, BK = 16, 8, 4, 8, 16
+    TX, TY, RX, RY, BK = TILE
 
     def _tiled(self, lp, rp):
         ctx = self.ctx
@@ -237,13 +279,8 @@ class _DotGroup(_Group):
         tid = b.let(op("add", op("mul", ty, const(TX, INT32)), tx), "tid")
         abase = b.let(op("add", s["a_off"], op("mul", bz, s["a_sb"])))
         bbase = b.let(op("add", s["b_off"], op("mul", bz, s["b_sb"])))
-        As = b.array("local", dt, BK * BM, "As")
-        Bs = b.array("local", dt, BK * BN, "Bs")
-        acc = b.array("private", dt, RY * RX, "acc")
-        av = b.array("private", dt, RY, "a")
-        bv = b.array("private", dt, RX, "b")
-        with b.loop(c0, const(RY * RX, INT32)) as i:
-            b.store(acc, i, const(0, dt), space="private")
+        tiles = tile_arrays(b, dt, TILE)
+        As, Bs, acc = tiles[:3]
         mlast, nlast, klast = (b.let(op("sub", s[k], const(1, INT32))) for k in ("M", "N", "K"))
         with b.loop(c0, s["K"], const(BK, INT32)) as k0:
             with b.loop(tid, const(BM * BK, INT32), const(TX * TY, INT32)) as l:
@@ -267,21 +304,7 @@ class _DotGroup(_Group):
                 y = b.load(bb, op("add", bbase, op("add", op("mul", gk_c, s["b_sk"]), op("mul", gj_c, s["b_sn"]))), dt)
                 b.store(Bs, op("add", op("mul", r, const(BN, INT32)), c), select(ok, y, const(0, dt)), space="local")
             b.barrier()
-            with b.loop(c0, const(BK, INT32)) as k:
-                with b.loop(c0, const(RY, INT32)) as yy:
-                    b.store(av, yy, b.load(As, op("add", op("mul", k, const(BM, INT32)),
-                                                   op("add", op("mul", ty, const(RY, INT32)), yy)), dt, "local"),
-                            space="private")
-                with b.loop(c0, const(RX, INT32)) as xx:
-                    b.store(bv, xx, b.load(Bs, op("add", op("mul", k, const(BN, INT32)),
-                                                   op("add", tx, op("mul", xx, const(TX, INT32)))), dt, "local"),
-                            space="private")
-                with b.loop(c0, const(RY, INT32)) as yy:
-                    with b.loop(c0, const(RX, INT32)) as xx:
-                        slot = b.let(op("add", op("mul", yy, const(RX, INT32)), xx))
-                        prod = b.let(mul_of(b, b.load(av, yy, dt, "private"), b.load(bv, xx, dt, "private")))
-                        cur = b.load(acc, slot, dt, "private")
-                        b.store(acc, slot, add_of(b, cur, prod), space="private")
+            tile_product(b, tiles, dt, tx, ty, TILE)
             b.barrier()
         with b.loop(c0, const(RY, INT32)) as yy:
             with b.loop(c0, const(RX, INT32)) as xx:
