@@ -15,6 +15,7 @@ DESIGN.md pins on purpose:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import ml_dtypes
@@ -27,10 +28,22 @@ __all__ = [
     "BACKEND_UNAVAILABLE", "require_backend", "needs_namespace", "tolerance", "jax_promote",
     "oracle_promote", "to_inexact", "reference", "assert_close", "assert_same", "check_traced",
     "eager_and_jit", "random_array", "on_device", "int_div_ref", "int_rem_ref", "shift_ref",
-    "saturating_cast_ref", "ALL_DTYPES", "DTYPE_NAMES",
+    "saturating_cast_ref", "ALL_DTYPES", "DTYPE_NAMES", "fallback_mode",
 ]
 
 BACKEND_UNAVAILABLE = "backend unavailable"
+
+
+@contextlib.contextmanager
+def fallback_mode(mode):
+    """``fa.config.fallback`` set to ``mode`` ("error": an equation the device cannot run raises instead of
+    running on numpy) for the block, and restored after it, also when the block raises."""
+    old = fa.config.fallback
+    fa.config.fallback = mode
+    try:
+        yield
+    finally:
+        fa.config.fallback = old
 
 # The dtypes fnarray has, spelled with NumPy / ml_dtypes (not with fnarray's own objects).
 DTYPE_NAMES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",

@@ -28,7 +28,7 @@ from fnarray.core import primitives as P
 from fnarray.core import windows as W
 from fnarray.devices.backend import Capabilities
 from fnarray.lowering.kernels import render_opencl, render_wgsl, schedule
-from helpers import require_backend
+from helpers import fallback_mode, require_backend
 from test_browser import _inputs, browser, page, site, wdev  # noqa: F401  (the browser fixtures)
 
 REF = fa.devices("numpy")[0]
@@ -46,10 +46,8 @@ def kdev(request):
 
 @pytest.fixture(autouse=True)
 def _no_fallback():
-    old = fa.config.fallback
-    fa.config.fallback = "error"
-    yield
-    fa.config.fallback = old
+    with fallback_mode("error"):
+        yield
 
 
 @contextlib.contextmanager

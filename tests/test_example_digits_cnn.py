@@ -12,7 +12,7 @@ import pytest
 
 import fnarray as fa
 
-from helpers import check_traced
+from helpers import check_traced, fallback_mode
 
 pytest.importorskip("sklearn", reason="the examples need scikit-learn (pip install scikit-learn)")
 jax = pytest.importorskip("jax")
@@ -121,13 +121,9 @@ def test_on_every_device(device, digits):
         new, _, loss = step(p, opt.init(p), fa.device_put(x_train, dev), fa.device_put(y_train, dev), idx)
         return {k: np.asarray(v) for k, v in new.items()}, float(loss)
 
-    old = fa.config.fallback
-    fa.config.fallback = "error"   # convolutions, pools and their gradients are native on every backend
-    try:
+    with fallback_mode("error"):   # convolutions, pools and their gradients are native on every backend
         probs = np.asarray(fa.jit(digits_cnn.predict, device=device)(params, x_test[:16]))
         got = step_on(device) if device.backend in ("numpy", "jax", "mlx") else None
-    finally:
-        fa.config.fallback = old
     want_probs = np.asarray(fa.jit(digits_cnn.predict, device=ref)(params, x_test[:16]))
     np.testing.assert_allclose(probs, want_probs, rtol=1e-5, atol=1e-6)
     if got is not None:

@@ -12,9 +12,8 @@ import pytest
 import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray import lax
-from fnarray.core.config import config
 
-from helpers import assert_close, check_traced
+from helpers import assert_close, check_traced, fallback_mode
 
 RNG = np.random.default_rng(15)
 
@@ -27,14 +26,6 @@ def _r(shape, dtype=np.float32):
     return RNG.standard_normal(shape).astype(dtype)
 
 
-@contextlib.contextmanager
-def _no_fallback():
-    old = config.fallback
-    config.fallback = "error"
-    try:
-        yield
-    finally:
-        config.fallback = old
 
 
 # ------------------------------------------------------------------------------------------ values vs NumPy
@@ -254,7 +245,7 @@ def test_every_backend(device, name, shape, real, kw):
     x = _r(shape) if real else _c(shape)
     want = getattr(np.fft, name)(x.astype(np.float64 if real else np.complex128), **kw)
     f = fa.jit(lambda v: getattr(fnp.fft, name)(v, **kw), device=device)
-    ctx = _no_fallback() if _kernel_backend(device) else contextlib.nullcontext()
+    ctx = fallback_mode("error") if _kernel_backend(device) else contextlib.nullcontext()
     with ctx:
         got = f(fa.device_put(fnp.asarray(x), device))
     assert_close(got, want, _expected_dtype(name, x), rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()),
@@ -269,7 +260,7 @@ def test_every_backend_grad(device):
         return fnp.sum(fnp.abs(fnp.fft.rfft(v)) * w) + fnp.sum(fnp.fft.irfft(fnp.fft.rfft(v) * w, n=12) ** 2)
     want = np.asarray(fa.jit(fa.grad(loss), device="numpy:0")(fnp.asarray(x)))
     g = fa.jit(fa.grad(loss), device=device)
-    ctx = _no_fallback() if _kernel_backend(device) else contextlib.nullcontext()
+    ctx = fallback_mode("error") if _kernel_backend(device) else contextlib.nullcontext()
     with ctx:
         got = g(fa.device_put(fnp.asarray(x), device))
     assert_close(got, want, np.float32, rtol=1e-4, atol=1e-4, msg=str(device))

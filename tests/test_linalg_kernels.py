@@ -21,7 +21,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core import linalg as LA
 from fnarray.core.errors import FallbackWarning, UnsupportedOnDevice
-from helpers import require_backend
+from helpers import fallback_mode, require_backend
 
 KERNEL_DEVICES = ("opencl", "webgpu")
 
@@ -33,10 +33,8 @@ def kdev(request):
 
 @pytest.fixture(autouse=True)
 def no_fallback():
-    before = fa.config.fallback
-    fa.config.fallback = "error"
-    yield
-    fa.config.fallback = before
+    with fallback_mode("error"):
+        yield
 
 
 def _dtypes(dev):

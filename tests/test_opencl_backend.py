@@ -22,7 +22,7 @@ from fnarray.core.config import config
 from fnarray.core.errors import BackendUnavailable, FallbackWarning, UnsupportedOnDevice
 from fnarray.testing.cases import CASES, NOT_EXECUTED
 
-from helpers import require_backend
+from helpers import fallback_mode, require_backend
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 from backend_vs_raw import fn_init, fn_loss, make_fn_step  # noqa: E402
@@ -37,12 +37,8 @@ def dev():
 
 @pytest.fixture
 def no_fallback():
-    old = config.fallback
-    config.fallback = "error"
-    try:
+    with fallback_mode("error"):
         yield
-    finally:
-        config.fallback = old
 
 
 def put(x, device):

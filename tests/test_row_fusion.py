@@ -12,6 +12,8 @@ import pytest
 import fnarray as fa
 import fnarray.numpy as fnp
 
+from helpers import fallback_mode
+
 
 def _layernorm(v):
     mu = fnp.mean(v, axis=-1, keepdims=True)
@@ -48,13 +50,10 @@ def test_row_normalisations(target, rows, name):
     x = np.random.default_rng(rows).standard_normal((rows, 130)).astype(np.float32) * 3
     x[0, 5] = 40.0  # a large entry: the max must really be subtracted
     z = fa.device_put(fnp.asarray(x), target)
-    old, fa.config.fallback = fa.config.fallback, "error"
-    try:
+    with fallback_mode("error"):
         jf = fa.jit(f)
         text = jf.lower(z).as_text()
         got = np.asarray(jf(z))
-    finally:
-        fa.config.fallback = old
     n_kernels = text.count("__kernel ") + text.count("@compute")
     assert n_kernels <= 2, text
     want = ref(x.astype(np.float64))
