@@ -81,7 +81,9 @@ class _Generated:
                 lines.append(f"    {full[a]} = _materialize({n}, {a.aval.shape!r})")
             return full[a]
 
-        reusable = _reusable_temporaries(prog)
+        impls = [IMPLS[e.primitive](e.params, [a.aval for a in e.inputs], [o.aval for o in e.outputs])
+                 for e in prog.eqns]
+        reusable = _reusable_temporaries(prog, impls)
 
         for i, e in enumerate(prog.eqns):
             f = f"f{i}_{e.primitive.name}"
@@ -96,7 +98,7 @@ class _Generated:
                 lazy.add(e.outputs[0])
                 continue
             ew = e.primitive.name in _ELEMENTWISE or e.primitive.kind in ("unary", "binary")
-            fn = IMPLS[e.primitive](e.params, [a.aval for a in e.inputs], [o.aval for o in e.outputs])
+            fn = impls[i]
             glb[f] = fn
             args = ", ".join(arg(a, ew) for a in e.inputs)
             if ew and e.outputs[0].aval.shape != () and not any(
@@ -109,7 +111,7 @@ class _Generated:
                 lhs = ", ".join(outs) + ("," if len(outs) == 1 else "")
                 lines.append(f"    {lhs} = {f}({args})")
             else:
-                victim = reusable.get(i) if isinstance(fn, np.ufunc) else None
+                victim = reusable.get(i)
                 if victim is not None and victim not in lazy and _dtypes_match(e):
                     lines.append(f"    {outs[0]} = {f}({args}, out={name(victim)})")
                 else:
@@ -122,22 +124,16 @@ class _Generated:
         self.fn = glb["program"]
 
 
-def _is_ufunc_eqn(e) -> bool:
-    """Whether ``e``'s NumPy implementation is a plain one-output ufunc (a fresh result, never a view)."""
-    if e.primitive.multiple_results or len(e.outputs) != 1:
-        return False
-    fn = IMPLS[e.primitive](e.params, [a.aval for a in e.inputs], [o.aval for o in e.outputs])
-    return isinstance(fn, np.ufunc) and fn.nout == 1
-
-
-def _reusable_temporaries(prog: Program) -> dict:
+def _reusable_temporaries(prog: Program, impls) -> dict:
     """``{equation index: input Var}``: an operand that equation may overwrite with its result.
 
     The operand must be a temporary made by an earlier ufunc equation (so a fresh array that no view
     shares), read only by ufunc equations (none of which returns a view of it), not a program output,
     of the output's shape (non-scalar) and dtype, and this equation must be its last reader.
     """
-    ufunc_eqn = [_is_ufunc_eqn(e) for e in prog.eqns]
+    # a plain one-output ufunc: a fresh result, never a view of an operand
+    ufunc_eqn = [not e.primitive.multiple_results and isinstance(fn, np.ufunc) and fn.nout == 1
+                 for e, fn in zip(prog.eqns, impls, strict=True)]
     made_by_ufunc: set = set()
     only_ufunc_readers: dict = {}
     last_reader: dict = {}
