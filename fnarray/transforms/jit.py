@@ -496,7 +496,7 @@ def _to(x, device):
         if x.device == device:
             return x.buf()
         return device.impl.to_device(x.device.impl.to_host(x.buf()), device)
-    if isinstance(x, (bool, int, float, complex)):
+    if isinstance(x, _PY_SCALARS):
         d, _ = dtypes.dtype_of_scalar(x)
         return device.impl.to_device(np.asarray(x, d), device)
     return device.impl.to_device(np.asarray(x), device)

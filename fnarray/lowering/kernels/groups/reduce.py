@@ -233,13 +233,17 @@ class _ReduceGroup(_Group):
                         b.assign(a, v)
             return accs
 
-        def results(parts, accs):
+        def results(parts, accs, store_if=None):
             for (e, _, m), vals in zip(parts, accs, strict=True):
                 outv = e.outputs[0]
                 res = b.let(convert(b, vals[1], outv.aval.dtype)) if m.arg else b.let(vals[0])
                 em.seed(outv, state["out"], res)  # a later stage's operand reads it here, from the register
                 if outv in ctx.needed:
-                    b.store(ctx.output(b, args, outv), o, res)
+                    if store_if is None:
+                        b.store(ctx.output(b, args, outv), o, res)
+                    else:
+                        with b.when(store_if):
+                            b.store(ctx.output(b, args, outv), o, res)
 
         def finish(accs):
             results(self.parts, accs)
@@ -294,13 +298,7 @@ class _ReduceGroup(_Group):
             for st in range(max(stages) + 1):
                 parts = [p for p, s_ in zip(self.parts, stages, strict=True) if s_ == st]
                 vals = slot0(parts, tree(parts, accumulate(lid, const(wg, INT32), parts)))
-                for (e, _, m), v in zip(parts, vals, strict=True):
-                    outv = e.outputs[0]
-                    res = b.let(convert(b, v[1], outv.aval.dtype)) if m.arg else b.let(v[0])
-                    em.seed(outv, state["out"], res)
-                    if outv in ctx.needed:
-                        with b.when(op("eq", lid, const(0, INT32))):
-                            b.store(ctx.output(b, args, outv), o, res)
+                results(parts, vals, store_if=op("eq", lid, const(0, INT32)))
             with b.when(op("eq", lid, const(0, INT32))):
                 self.emit_roots(b, em, args, state["out"], o)
         else:
