@@ -81,6 +81,9 @@ class Capabilities:
     silently); longer cumulative lines are split into blocked scans.
     ``max_buffer_bytes``, ``memory_bytes``: the largest single buffer and the device's memory
     (``None`` = the host's physical memory); ``devices.memory`` checks allocations against them.
+    ``uniform_guard``: elementwise kernels test their bounds once per work-group (full work-groups
+    run the body unconditionally, the last one element by element): CPU OpenCL compilers such as
+    PoCL vectorise across work items only where the body is not under a per-item branch.
     """
 
     dtypes: frozenset
@@ -94,6 +97,7 @@ class Capabilities:
     max_loop_iterations: int | None = None
     max_buffer_bytes: int | None = None
     memory_bytes: int | None = None
+    uniform_guard: bool = False
 
 
 class Lowered:

@@ -147,7 +147,8 @@ class _DeviceState:
             tiling_pays=True,
             control_flow="host",
             max_buffer_bytes=int(cl_device.max_mem_alloc_size),
-            memory_bytes=int(cl_device.global_mem_size))
+            memory_bytes=int(cl_device.global_mem_size),
+            uniform_guard=not is_gpu)
         self.workgroup = 128 if is_gpu else 64
         self.missing_reason = {
             dtypes.float64: "cl_khr_fp64 is absent", dtypes.complex128: "cl_khr_fp64 is absent",

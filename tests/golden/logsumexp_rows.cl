@@ -3,7 +3,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
     float acc0 = (-(float)INFINITY);
     for (int r1 = ((int)get_local_id(0)); r1 < 300; r1 += 128) {
         const float v2 = in0[((i0 * 300) + r1)];
-        acc0 = ((((acc0 > v2) && (!isnan(v2))) || isnan(acc0)) ? acc0 : v2);
+        acc0 = (((acc0 > v2) || (acc0 != acc0)) ? acc0 : v2);
     }
     __local float red3[128];
     red3[((int)get_local_id(0))] = acc0;
@@ -12,7 +12,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         const int v4 = (((int)get_local_id(0)) + 64);
         const float v5 = red3[((int)get_local_id(0))];
         const float v6 = red3[v4];
-        const float v7 = ((((v5 > v6) && (!isnan(v6))) || isnan(v5)) ? v5 : v6);
+        const float v7 = (((v5 > v6) || (v5 != v5)) ? v5 : v6);
         red3[((int)get_local_id(0))] = v7;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -20,7 +20,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         const int v8 = (((int)get_local_id(0)) + 32);
         const float v9 = red3[((int)get_local_id(0))];
         const float v10 = red3[v8];
-        const float v11 = ((((v9 > v10) && (!isnan(v10))) || isnan(v9)) ? v9 : v10);
+        const float v11 = (((v9 > v10) || (v9 != v9)) ? v9 : v10);
         red3[((int)get_local_id(0))] = v11;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -28,7 +28,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         const int v12 = (((int)get_local_id(0)) + 16);
         const float v13 = red3[((int)get_local_id(0))];
         const float v14 = red3[v12];
-        const float v15 = ((((v13 > v14) && (!isnan(v14))) || isnan(v13)) ? v13 : v14);
+        const float v15 = (((v13 > v14) || (v13 != v13)) ? v13 : v14);
         red3[((int)get_local_id(0))] = v15;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -36,7 +36,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         const int v16 = (((int)get_local_id(0)) + 8);
         const float v17 = red3[((int)get_local_id(0))];
         const float v18 = red3[v16];
-        const float v19 = ((((v17 > v18) && (!isnan(v18))) || isnan(v17)) ? v17 : v18);
+        const float v19 = (((v17 > v18) || (v17 != v17)) ? v17 : v18);
         red3[((int)get_local_id(0))] = v19;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -44,7 +44,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         const int v20 = (((int)get_local_id(0)) + 4);
         const float v21 = red3[((int)get_local_id(0))];
         const float v22 = red3[v20];
-        const float v23 = ((((v21 > v22) && (!isnan(v22))) || isnan(v21)) ? v21 : v22);
+        const float v23 = (((v21 > v22) || (v21 != v21)) ? v21 : v22);
         red3[((int)get_local_id(0))] = v23;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -52,7 +52,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         const int v24 = (((int)get_local_id(0)) + 2);
         const float v25 = red3[((int)get_local_id(0))];
         const float v26 = red3[v24];
-        const float v27 = ((((v25 > v26) && (!isnan(v26))) || isnan(v25)) ? v25 : v26);
+        const float v27 = (((v25 > v26) || (v25 != v25)) ? v25 : v26);
         red3[((int)get_local_id(0))] = v27;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -60,7 +60,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         const int v28 = (((int)get_local_id(0)) + 1);
         const float v29 = red3[((int)get_local_id(0))];
         const float v30 = red3[v28];
-        const float v31 = ((((v29 > v30) && (!isnan(v30))) || isnan(v29)) ? v29 : v30);
+        const float v31 = (((v29 > v30) || (v29 != v29)) ? v29 : v30);
         red3[((int)get_local_id(0))] = v31;
     }
     barrier(CLK_LOCAL_MEM_FENCE);

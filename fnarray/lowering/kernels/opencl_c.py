@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from fnarray.lowering.kernels.cstyle import CStyleRenderer
-from fnarray.lowering.kernels.ir import ArrayDecl, BufferParam, Const, For, If, Kernel, walk_exprs
+from fnarray.lowering.kernels.ir import ArrayDecl, BufferParam, Const, For, If, Kernel, Op, walk_exprs
 
 __all__ = ["OpenCLRenderer", "render_opencl"]
 
@@ -25,6 +25,35 @@ _TYPES = {
 }
 _INT_SUFFIX = {np.dtype(np.int32): "", np.dtype(np.uint32): "u", np.dtype(np.int64): "L",
                np.dtype(np.uint64): "UL"}
+_ORDERED = frozenset({"lt", "le", "gt", "ge"})
+_F32 = np.dtype(np.float32)
+
+# float32 tanh without library calls: PoCL's tanh (and exp, rint, copysign...) are calls that keep its
+# work-group vectoriser off the whole kernel (a 4M chain: ~10x slower than this form). |x| < 0.625: an
+# odd polynomial (least-squares fit of (tanh(x) - x) / x^3 in x^2, relative weights); beyond it
+# (1 - e) / (1 + e) with e = exp(-2|x|) = 2^y, 2^y split as 2^k (exponent bits) times a degree-6
+# polynomial of the fraction in [-0.5, 0.5]. Measured against float64 tanh: at most 1.8 ulp (OpenCL
+# allows its own tanh 5). y is clamped by a select (NaN -> -126), so the float-to-int conversion never
+# sees NaN; NaN comes back through the final select, and the sign bit is restored (tanh(-0) = -0).
+# Guarded, as the runtime builds several kernels' sources as one program.
+_TANH_F32 = """#ifndef FA_TANH_F32
+#define FA_TANH_F32
+float fa_tanh_f32(const float x) {
+    const float ax = as_float(as_int(x) & 0x7fffffff);
+    const float x2 = x * x;
+    const float p = ax + ax * x2 * (-0.33333281f + x2 * (0.13331382f + x2 * (-0.05373532f
+                    + x2 * (0.020626292f + x2 * (-0.0056919856f)))));
+    const float y0 = -2.8853900817779268f * ax;
+    const float y = (y0 >= -126.0f) ? y0 : -126.0f;
+    const int k = (int)(y - 0.5f);
+    const float f = y - (float)k;
+    const float q = 1.0f + f * (0.6931472f + f * (0.24022646f + f * (0.05550329f + f * (0.00961852f
+                    + f * (0.001339986f + f * 0.00015337577f)))));
+    const float e = q * as_float((k + 127) << 23);
+    const float r = (ax < 0.625f) ? p : (1.0f - e) / (1.0f + e);
+    return (x != x) ? x : as_float(as_int(r) | (as_int(x) & (int)0x80000000));
+}
+#endif"""
 _SPECIALS = {"global_id": "get_global_id", "local_id": "get_local_id", "group_id": "get_group_id",
              "global_size": "get_global_size"}
 
@@ -33,6 +62,26 @@ class OpenCLRenderer(CStyleRenderer):
     types = _TYPES
     storage_types = {np.dtype(np.bool_): "uchar"}
     functions = {"min": "min", "max": "max", "fabs": "fabs"}
+
+    def expr(self, e) -> str:
+        if isinstance(e, Op) and e.op == "tanh" and e.dtype == _F32:
+            return f"fa_tanh_f32({self.expr(e.args[0])})"
+        return super().expr(e)
+
+    def rewrite_expr(self, e):
+        # OpenCL C's ordered comparisons are IEEE's (false where an operand is NaN), so the explicit
+        # "and not NaN" that the NaN-propagating min/max/clip rules add for WGSL's sake
+        # (``rules.max_of``) is dropped: a select on one comparison, which PoCL vectorises.
+        if isinstance(e, Op) and e.op == "isnan" and e.args[0].dtype.kind == "f":
+            # x != x: a comparison PoCL vectorises (its isnan is a call per element).
+            return Op("ne", (e.args[0], e.args[0]), e.dtype)
+        if isinstance(e, Op) and e.op == "land":
+            a, b = e.args
+            if _not_nan_of(b, a):
+                return a
+            if _not_nan_of(a, b):
+                return b
+        return e
 
     def literal(self, c: Const) -> str:
         d, v = c.dtype, c.value
@@ -128,7 +177,19 @@ class OpenCLRenderer(CStyleRenderer):
             lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
         if np.dtype(np.float16) in used:
             lines.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
+        if any(isinstance(e, Op) and e.op == "tanh" and e.dtype == _F32 for e in walk_exprs(kernel.body)):
+            lines.append(_TANH_F32)
         return lines
+
+
+def _not_nan_of(term, cmp) -> bool:
+    """Whether ``term`` is ``!isnan(z)`` (rewritten: ``!(z != z)``) for an operand ``z`` of the ordered
+    float comparison ``cmp``."""
+    if not (isinstance(term, Op) and term.op == "lnot" and isinstance(cmp, Op) and cmp.op in _ORDERED):
+        return False
+    inner = term.args[0]
+    return (isinstance(inner, Op) and inner.op == "ne" and inner.args[0] == inner.args[1]
+            and inner.args[0] in cmp.args and inner.args[0].dtype.kind == "f")
 
 
 def _array_decls(stmts):

@@ -18,7 +18,7 @@ from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import INJECTIVE, Flat, NotFlat, shaped_index
 from fnarray.lowering.kernels.index import linearize, to_expr, unravel
-from fnarray.lowering.kernels.ir import INT32, BufferParam, Let, const
+from fnarray.lowering.kernels.ir import INT32, BufferParam, Let, Special, const
 from fnarray.lowering.kernels.rules import (
     op,
 )
@@ -259,8 +259,16 @@ class _MapGroup(_Group):
         if flat:
             limit = b.scalar("n")
             scalars["n"] = n
-            with b.when(op("lt", gid, limit)):
-                self.emit_roots(b, em, args, Flat(gid), gid)
+            if ctx.caps.uniform_guard and self.roots and len(gsize) == 1:
+                # Work-groups wholly inside run the body unconditionally (a branch uniform over the
+                # group, which the CPU compilers vectorise across items); the last one item by item.
+                with b.when(op("lt", Special("group_id", 0), op("div", limit, const(lsize[0], INT32)))):
+                    self.emit_roots(b, em, args, Flat(gid), gid)
+                with b.otherwise(), b.when(op("lt", gid, limit)):
+                    self.emit_roots(b, em, args, Flat(gid), gid)
+            else:
+                with b.when(op("lt", gid, limit)):
+                    self.emit_roots(b, em, args, Flat(gid), gid)
         else:
             with b.when(op("lt", gid, const(n, INT32))):
                 idx = _index_vars(b, gid, self.shape)
