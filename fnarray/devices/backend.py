@@ -84,6 +84,8 @@ class Capabilities:
     ``uniform_guard``: elementwise kernels test their bounds once per work-group (full work-groups
     run the body unconditionally, the last one element by element): CPU OpenCL compilers such as
     PoCL vectorise across work items only where the body is not under a per-item branch.
+    ``items_per_work_item``: elements each work item of a flat elementwise kernel computes (4 on
+    Mesa's lavapipe, where fewer, fuller invocations run faster).
     """
 
     dtypes: frozenset
@@ -98,6 +100,7 @@ class Capabilities:
     max_buffer_bytes: int | None = None
     memory_bytes: int | None = None
     uniform_guard: bool = False
+    items_per_work_item: int = 1
 
 
 class Lowered:

@@ -254,9 +254,20 @@ class _MapGroup(_Group):
         args: dict = {}
         tracker = _Tracker(ctx)
         em = ctx.emitter(b, args=args, computes=set(self.roots) | set(self.guests), tracker=tracker)
-        gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
+        per = ctx.caps.items_per_work_item
+        if not (flat and per > 1 and self.roots and not self.guests and n + per * ctx.wg < 2 ** 31):
+            per = 1
+        gid, gsize, lsize = ctx.gid(b, -(-n // per), ctx.wg)
         scalars = {}
-        if flat:
+        if per > 1:
+            # Elements per * gid + k (k < per) of every root, each lane under its own bound test.
+            limit = b.scalar("n")
+            scalars["n"] = n
+            for k in range(per):
+                e = b.let(op("add", op("mul", gid, const(per, INT32)), const(k, INT32)), "e")
+                with b.when(op("lt", e, limit)):
+                    self.emit_roots(b, em, args, Flat(e), e)
+        elif flat:
             limit = b.scalar("n")
             scalars["n"] = n
             if ctx.caps.uniform_guard and self.roots and len(gsize) == 1:
