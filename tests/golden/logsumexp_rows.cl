@@ -1,3 +1,17 @@
+#ifndef FA_EXP_F32
+#define FA_EXP_F32
+float fa_exp_f32(const float x) {
+    const float xc = (x >= -104.0f) ? ((x <= 89.0f) ? x : 89.0f) : -104.0f;
+    const float t = xc * 1.44269504f;
+    const int k = (int)(t + ((t < 0.0f) ? -0.5f : 0.5f));
+    const float r = (xc - (float)k * 0.693145752f) - (float)k * 1.42860677e-6f;
+    const float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.166666672f + r * (0.0416666456f
+                    + r * (0.00833336077f + r * (0.00138888892f + r * 0.000198412701f))))));
+    const int k1 = k >> 1;
+    const float e = (p * as_float((k1 + 127) << 23)) * as_float((k - k1 + 127) << 23);
+    return (x != x) ? x : e;
+}
+#endif
 __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max_reshape_broadcast_in_dim_sub(__global const float* restrict in0, __global float* restrict out1) {
     const int i0 = ((int)get_group_id(0));
     float acc0 = (-(float)INFINITY);
@@ -69,7 +83,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
     for (int r34 = ((int)get_local_id(0)); r34 < 300; r34 += 128) {
         const float v35 = in0[((i0 * 300) + r34)];
         const float v36 = (v35 - v32);
-        const float v37 = exp(v36);
+        const float v37 = fa_exp_f32(v36);
         acc33 = (acc33 + v37);
     }
     __local float red38[128];

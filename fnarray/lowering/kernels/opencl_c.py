@@ -28,15 +28,23 @@ _INT_SUFFIX = {np.dtype(np.int32): "", np.dtype(np.uint32): "u", np.dtype(np.int
 _ORDERED = frozenset({"lt", "le", "gt", "ge"})
 _F32 = np.dtype(np.float32)
 
-# float32 tanh without library calls: PoCL's tanh (and exp, rint, copysign...) are calls that keep its
-# work-group vectoriser off the whole kernel (a 4M chain: ~10x slower than this form). |x| < 0.625: an
-# odd polynomial (least-squares fit of (tanh(x) - x) / x^3 in x^2, relative weights); beyond it
-# (1 - e) / (1 + e) with e = exp(-2|x|) = 2^y, 2^y split as 2^k (exponent bits) times a degree-6
-# polynomial of the fraction in [-0.5, 0.5]. Measured against float64 tanh: at most 1.8 ulp (OpenCL
-# allows its own tanh 5). y is clamped by a select (NaN -> -126), so the float-to-int conversion never
-# sees NaN; NaN comes back through the final select, and the sign bit is restored (tanh(-0) = -0).
-# Guarded, as the runtime builds several kernels' sources as one program.
-_TANH_F32 = """#ifndef FA_TANH_F32
+# float32 tanh and exp without library calls: PoCL's tanh and exp (and rint, copysign...) are calls
+# that keep its work-group vectoriser off the whole kernel (a 4M chain: ~10x slower than these forms).
+# Each helper is guarded, as the runtime builds several kernels' sources as one program.
+#
+# tanh: |x| < 0.625: an odd polynomial (least-squares fit of (tanh(x) - x) / x^3 in x^2, relative
+# weights); beyond it (1 - e) / (1 + e) with e = exp(-2|x|) = 2^y, 2^y split as 2^k (exponent bits)
+# times a degree-6 polynomial of the fraction in [-0.5, 0.5]. Measured against float64 tanh: at most
+# 1.8 ulp (OpenCL allows its own tanh 5). y is clamped by a select (NaN -> -126), so the float-to-int
+# conversion never sees NaN; NaN comes back through the final select, and the sign bit is restored
+# (tanh(-0) = -0).
+#
+# exp: x clamped into [-104, 89] (past both ends the result is 0 or inf anyway; NaN -> 89, restored at
+# the end), k = round(x / ln 2), r = x - k ln 2 in two parts (Cody and Waite), e^r by its Taylor
+# polynomial of degree 7 (|r| <= 0.35), times 2^k applied in two halves so that subnormal results
+# round once. Measured against float64 exp over [-110, 90]: at most 0.92 ulp (OpenCL allows 3).
+_HELPERS = {
+    "tanh": ("fa_tanh_f32", """#ifndef FA_TANH_F32
 #define FA_TANH_F32
 float fa_tanh_f32(const float x) {
     const float ax = as_float(as_int(x) & 0x7fffffff);
@@ -53,7 +61,22 @@ float fa_tanh_f32(const float x) {
     const float r = (ax < 0.625f) ? p : (1.0f - e) / (1.0f + e);
     return (x != x) ? x : as_float(as_int(r) | (as_int(x) & (int)0x80000000));
 }
-#endif"""
+#endif"""),
+    "exp": ("fa_exp_f32", """#ifndef FA_EXP_F32
+#define FA_EXP_F32
+float fa_exp_f32(const float x) {
+    const float xc = (x >= -104.0f) ? ((x <= 89.0f) ? x : 89.0f) : -104.0f;
+    const float t = xc * 1.44269504f;
+    const int k = (int)(t + ((t < 0.0f) ? -0.5f : 0.5f));
+    const float r = (xc - (float)k * 0.693145752f) - (float)k * 1.42860677e-6f;
+    const float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.166666672f + r * (0.0416666456f
+                    + r * (0.00833336077f + r * (0.00138888892f + r * 0.000198412701f))))));
+    const int k1 = k >> 1;
+    const float e = (p * as_float((k1 + 127) << 23)) * as_float((k - k1 + 127) << 23);
+    return (x != x) ? x : e;
+}
+#endif"""),
+}
 _SPECIALS = {"global_id": "get_global_id", "local_id": "get_local_id", "group_id": "get_group_id",
              "global_size": "get_global_size"}
 
@@ -64,8 +87,8 @@ class OpenCLRenderer(CStyleRenderer):
     functions = {"min": "min", "max": "max", "fabs": "fabs"}
 
     def expr(self, e) -> str:
-        if isinstance(e, Op) and e.op == "tanh" and e.dtype == _F32:
-            return f"fa_tanh_f32({self.expr(e.args[0])})"
+        if isinstance(e, Op) and e.op in _HELPERS and e.dtype == _F32:
+            return f"{_HELPERS[e.op][0]}({self.expr(e.args[0])})"
         return super().expr(e)
 
     def rewrite_expr(self, e):
@@ -177,8 +200,8 @@ class OpenCLRenderer(CStyleRenderer):
             lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
         if np.dtype(np.float16) in used:
             lines.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
-        if any(isinstance(e, Op) and e.op == "tanh" and e.dtype == _F32 for e in walk_exprs(kernel.body)):
-            lines.append(_TANH_F32)
+        helped = {e.op for e in walk_exprs(kernel.body) if isinstance(e, Op) and e.op in _HELPERS and e.dtype == _F32}
+        lines.extend(_HELPERS[name][1] for name in sorted(helped))
         return lines
 
 
