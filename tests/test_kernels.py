@@ -273,7 +273,7 @@ def test_64_bit_and_half_kernels_enable_their_extensions():
     src = "".join(render_opencl(k.kernel) for k in kernels(lambda x: fnp.exp(x) * 2.0, x16))
     assert "#pragma OPENCL EXTENSION cl_khr_fp16 : enable" in src
     # float16 math computes in float32 and rounds back, as the reference does.
-    assert "exp(((float)(" in src and "((half)(" in src
+    assert "fa_exp_f32(((float)(" in src and "((half)(" in src   # the float32 exp helper (opencl_c.py)
 
 
 # ------------------------------------------------------------------------------------- golden kernels
