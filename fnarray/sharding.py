@@ -122,6 +122,9 @@ class Mesh:
             raise _no_engine(self.backend, len(flat))
         if len(set(flat)) != len(flat):
             raise ValueError(f"Mesh: a device appears twice in {[str(d) for d in flat]}")
+        if self.backend == "mlx":  # one device per process, on mx.distributed (fnarray.lowering.mlx_spmd)
+            from fnarray.lowering.mlx_spmd import check_mesh
+            check_mesh(devs)
         self.devices = devs
         self._jax = None
 
@@ -196,10 +199,18 @@ def make_mesh(axis_shapes, axis_names, *, devices=None):
     n = math.prod(axis_shapes)
     if devices is None:
         backend = placement.default_device().backend
+        if n > 1 and backend not in ENGINE_BACKENDS:
+            from fnarray import distributed
+            backend = distributed._state["backend"] or backend  # the devices of the distributed run
         devices = placement.devices(backend)
         if n > 1 and backend not in ENGINE_BACKENDS:
             raise _no_engine(backend, n)
     devs = list(_to_devices(devices).flat)
+    if devs and devs[0].backend == "mlx" and len(devs) != n and n > 1:
+        raise ValueError(f"make_mesh: a mesh of shape {axis_shapes} over {len(devs)} mlx devices; on the mlx "
+                         f"backend a mesh over processes holds every process once: make_mesh(({len(devs)},), "
+                         f"(name,)) here, or start {n} processes (python -m fnarray.distributed.launch -n {n} "
+                         "--backend mlx, or mlx.launch)")
     if len(devs) < n:
         raise ValueError(f"make_mesh: a mesh of shape {axis_shapes} needs {n} devices, but only {len(devs)} are "
                          f"given ({', '.join(str(d) for d in devs)}). On a CPU, start Python with "
@@ -286,7 +297,7 @@ class NamedSharding(Sharding):
             from fnarray.distributed import process_index
             me = process_index()
             return {d for d in self.mesh.devices.flat if getattr(d.handle, "process_index", 0) == me}
-        return self.device_set
+        return {d for d in self.mesh.devices.flat if not getattr(d, "remote", False)}
 
     @property
     def is_fully_addressable(self) -> bool:
@@ -376,6 +387,9 @@ def device_put_sharded(x, sharding):
     first = mesh.devices.flat[0]
     if mesh.size == 1:
         return device_put(x, first)
+    if mesh.backend == "mlx":
+        from fnarray.lowering.mlx_spmd import put_global
+        return put_global(x, sharding)
     if mesh.backend != "jax":  # pragma: no cover - Mesh refuses such meshes
         raise _no_engine(mesh.backend, mesh.size)
     import jax
@@ -402,7 +416,19 @@ def array_sharding(arr):
         s = arr.buf().sharding
         if len(s.device_set) > 1:
             return from_jax_sharding(s, dev.impl)
+    g = _mlx_global(arr)
+    if g is not None:
+        return g.sharding
     return SingleDeviceSharding(dev)
+
+
+def _mlx_global(arr):
+    """The ``GlobalBuffer`` of a global array over mlx processes, else ``None``."""
+    if arr.device.backend != "mlx" or not hasattr(arr.device, "process_index"):
+        return None
+    from fnarray.lowering.mlx_spmd import GlobalBuffer
+    b = arr.buf()
+    return b if isinstance(b, GlobalBuffer) else None
 
 
 def from_jax_sharding(s, backend):
@@ -425,6 +451,14 @@ def addressable_shards(arr) -> list:
     from fnarray.core.shaped import ShapedArray
     from fnarray.devices.array_impl import ArrayImpl
     dev = arr.device
+    g = _mlx_global(arr)
+    if g is not None:
+        me = dev.process_index
+        spec = g.sharding.spec.padded(arr.ndim)
+        split = bool(spec.axis_names())
+        aval = ShapedArray(tuple(g.local.shape), arr.dtype, arr.aval.weak_type)
+        index = g.sharding.devices_indices_map(arr.shape)[dev]
+        return [Shard(dev, index, 0 if split else me, ArrayImpl(aval, dev, g.local, committed=True))]
     if dev.backend != "jax":
         return [Shard(dev, tuple(slice(None) for _ in arr.shape), 0, arr)]
     by_handle = {d.handle: d for d in dev.impl.devices()}
@@ -439,4 +473,4 @@ def addressable_shards(arr) -> list:
 def is_fully_addressable(arr) -> bool:
     if arr.device.backend == "jax":
         return bool(arr.buf().is_fully_addressable)
-    return True
+    return _mlx_global(arr) is None

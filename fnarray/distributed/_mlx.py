@@ -7,6 +7,11 @@ import threading
 
 
 def initialize(num_processes, process_id, timeout):
+    from fnarray.devices import backend as _backend
+    if "mlx" in _backend._BACKENDS:
+        raise ValueError("fnarray.distributed.initialize(backend='mlx') must run before the mlx backend starts "
+                         "(before any array is made on mlx or fa.devices('mlx') is listed): call it first thing, "
+                         "since afterwards the mlx backend has one device per process")
     import mlx.core as mx
     if process_id is not None and "MLX_RANK" not in os.environ:
         os.environ["MLX_RANK"] = str(process_id)
