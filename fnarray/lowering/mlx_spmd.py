@@ -335,8 +335,8 @@ def _ppermute(params, in_avals, out_avals):
             src = {int(d): int(s) for s, d in perm}.get(r)
             return zeros if src is None else mx.take(_gathered(x), src, axis=0)
         src, dst, recv_first = plan
-        if src == r:  # a process sending to itself
-            return x
+        if src == r or aval.size == 0:  # a process sending to itself; nothing to move
+            return x if src is not None else zeros
         flat = x.reshape(-1)
         got = None
 
