@@ -7,6 +7,10 @@ over ``x``, columns whole) and replicates it over the others. On the jax backend
 ``jax.sharding.Mesh`` / ``NamedSharding`` (``Mesh.jax_mesh``, ``NamedSharding.jax_sharding``), so
 ``fa.device_put(x, sharding)`` gives a global ``jax.Array`` that XLA partitions (GSPMD).
 
+On the mlx backend a mesh spans the processes of an mlx run, one device per process, 1-D
+(``fnarray.lowering.mlx_spmd``: global arrays hold this process's shard; ``shard_map`` runs on
+``mx.distributed``).
+
 Backends without a distributed engine (numpy, opencl, webgpu) have one device: a mesh of one device works
 there (every axis of size 1: ``shard_map`` is then a ``vmap`` over size-1 named axes); a larger mesh raises
 naming the backends that can (jax: ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` on a CPU, GPUs,
@@ -97,7 +101,8 @@ class Mesh:
       devices, axis_names, shape (``{name: size}``), axis_sizes, size, backend, jax_mesh (jax only).
     Raises:
       ``ValueError`` for a repeated device or name, a dimension/name count mismatch, devices of several
-      backends, or more than one device on a backend without a distributed engine.
+      backends, more than one device on a backend without a distributed engine, or, on mlx, a mesh that is
+      not 1-D over every process of the run in order (or one of another process's device).
     """
 
     def __init__(self, devices, axis_names):
