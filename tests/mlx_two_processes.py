@@ -77,6 +77,10 @@ check("ppermute one way", lambda v: lax.ppermute(v, "x", [(0, 1)]), P("x"),
       np.concatenate([np.zeros_like(shards[0]), shards[0]]))
 check("axis_index", lambda v: v * 0 + lax.axis_index("x"), P("x"),
       np.concatenate([np.zeros((2, 6)), np.ones((2, 6))]).astype(np.int32), x=ints)
+X3 = np.nan_to_num(X).reshape(2, 4, 3)  # vmap of a shard_map: a batch dimension in front of each spec
+out = fa.vmap(fa.shard_map(lambda v: lax.psum(v, "x"), mesh=mesh, in_specs=P("x"), out_specs=P()))(
+    fa.device_put(X3, NamedSharding(mesh, P(None, "x"))))
+np.testing.assert_allclose(np.asarray(out), X3[:, :2] + X3[:, 2:], rtol=1e-6)
 print("ok collectives vs NumPy, eager and jit", flush=True)
 
 # Large enough that two processes sending first would hang in the ring backend (measured at 4 elements already).
@@ -121,6 +125,7 @@ def raises(what, fn, *words):
 
 
 raises("np.asarray of a split array", lambda: np.asarray(xg), "addressable_shards")
+assert "split over processes" in repr(xg) and "shape=(4, 6)" in repr(xg), repr(xg)
 raises("a reduction of a split array", lambda: fnp.sum(xg), "inside the shard_map")
 raises("a 2-D mesh", lambda: fa.make_mesh((2, 1), ("a", "b")), "1-D")
 raises("a mesh of 3 over 2 processes", lambda: fa.make_mesh((3,), ("a",)), "every process once")
