@@ -211,6 +211,8 @@ def make_mesh(axis_shapes, axis_names, *, devices=None):
         if n > 1 and backend not in ENGINE_BACKENDS:
             raise _no_engine(backend, n)
     devs = list(_to_devices(devices).flat)
+    if n == 1 and devs and getattr(devs[0], "remote", False):  # a mesh of one device: this process's
+        devs = [d for d in devs if not getattr(d, "remote", False)]
     if devs and devs[0].backend == "mlx" and len(devs) != n and n > 1:
         raise ValueError(f"make_mesh: a mesh of shape {axis_shapes} over {len(devs)} mlx devices; on the mlx "
                          f"backend a mesh over processes holds every process once: make_mesh(({len(devs)},), "
