@@ -132,7 +132,7 @@ raises("a mesh of 3 over 2 processes", lambda: fa.make_mesh((3,), ("a",)), "ever
 raises("a mesh in another order", lambda: Mesh(np.array(devs[::-1]), ("a",)), "process order")
 raises("another process's device", lambda: Mesh(np.array([devs[1 - me]]), ("a",)), "this process's own")
 raises("placing on another process's device", lambda: fa.device_put(np.ones(2), devs[1 - me]), "not of this process")
-assert fa.make_mesh((1,), ("a",)).devices[0] == devs[me]  # a mesh of one device is this process's
+assert fa.make_mesh((1,), ("a",), devices=devs).devices[0] == devs[me]  # one device: this process's
 print("ok errors", flush=True)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
