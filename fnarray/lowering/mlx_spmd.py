@@ -41,7 +41,7 @@ from fnarray.core import dtypes
 from fnarray.core import primitives as P
 from fnarray.core.errors import FnArrayError
 from fnarray.core.ir import Literal
-from fnarray.core.passes import dce
+from fnarray.core.passes import dce, walk_eqns
 from fnarray.core.spmd import shard_map_p
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.devices.backend import Device
@@ -103,7 +103,16 @@ def process_devices(group, local_handle, platform, label) -> list:
 
 
 def check_mesh(devs) -> None:
-    """Raise unless ``devs`` (the mesh's device array) is a mesh the mlx backend runs over processes."""
+    """Check a mesh of mlx devices (``Mesh.__init__`` calls it).
+
+    Args:
+      devs: the mesh's ``np.ndarray`` of ``Device``.
+    Returns:
+      ``None``.
+    Raises:
+      ``ValueError`` for more than one device outside an mlx run of several processes, a mesh over processes
+      that is not 1-D, that does not hold every process once in order, or a mesh of another process's device.
+    """
     g = process_group()
     flat = list(devs.flat)
     if g is None:
@@ -200,8 +209,14 @@ def _local_of(buf, spec, mesh, what):
 def put_global(x, sharding):
     """``fa.device_put(x, NamedSharding(mesh over processes, spec))``: this process's shard of ``x``.
 
-    ``x`` is an ``ArrayImpl`` holding the full value (the same in every process, as JAX assumes for a host
-    value) or a global array of this mesh (kept when already so split, re-split when replicated).
+    Args:
+      x: an ``ArrayImpl`` holding the full value (the same in every process, as JAX assumes for a host
+        value), or a global array of this mesh (kept when already so split, re-split when replicated).
+      sharding: a ``NamedSharding`` over a mesh of the run's processes.
+    Returns:
+      A global ``ArrayImpl`` of ``x``'s shape on this process's device, its buffer a ``GlobalBuffer``.
+    Raises:
+      ``FnArrayError`` for a global array split otherwise (shards do not move between processes here).
     """
     from fnarray.devices.array_impl import ArrayImpl
     mesh = sharding.mesh
@@ -210,17 +225,21 @@ def put_global(x, sharding):
     if isinstance(b, GlobalBuffer):
         local = _local_of(b, sharding.spec, mesh, "device_put")
     else:
-        full = b if isinstance(b, mx.array) and x.device.backend == "mlx" else from_numpy(np_value(x))
+        full = b if isinstance(b, mx.array) and x.device.backend == "mlx" else from_numpy(np.asarray(x))
         local = _split(full, sharding.spec.padded(x.ndim), mesh)
     return ArrayImpl(x.aval, dev, GlobalBuffer(local, sharding), committed=True)
 
 
-def np_value(x):
-    return np.asarray(x)
-
-
 def host_value(buf):
-    """``np.asarray`` of a global array: this process's copy when replicated (as JAX's), else an error."""
+    """``np.asarray`` of a global array (as JAX's).
+
+    Args:
+      buf: a ``GlobalBuffer``.
+    Returns:
+      This process's copy (a NumPy array) when the array is fully replicated.
+    Raises:
+      ``FnArrayError`` for an array split over the processes, naming ``addressable_shards``.
+    """
     if buf.replicated:
         return to_numpy(buf.local)
     raise FnArrayError(f"this global array is split over the processes of an mlx run ({buf.sharding!r}) and this "
@@ -380,7 +399,7 @@ RULES[C.axis_index_p] = _axis_index
 
 
 def _check_body(program):
-    for e in program.eqns:
+    for e in walk_eqns(program):
         if e.primitive in CONTROL_FLOW or e.primitive is shard_map_p:
             raise FnArrayError(f"shard_map over mlx processes: the body holds {e.primitive.name}, which the mlx "
                                "backend runs from the host and cannot run inside a shard_map over processes; keep "
@@ -485,9 +504,16 @@ def _has_process_shard_map(program) -> bool:
 def distributed_executable(program, normal):
     """The executable of ``program`` in an mlx run of several processes.
 
-    ``normal()`` builds the usual one (generated source, ``mx.compile`` policy); it serves calls whose
-    buffers are all plain in programs without a ``shard_map`` over processes. The others run through the
-    interpreter above, never compiled (see the module docstring: the order of collectives).
+    Args:
+      program: the program (decomposed, as ``MlxLowered`` receives it).
+      normal: a function of no argument building the usual executable (generated source, ``mx.compile``
+        policy); it serves calls whose buffers are all plain in programs without a ``shard_map`` over
+        processes. The others run through ``_Interpreted``, never compiled (the module docstring: the order
+        of collectives).
+    Returns:
+      A function ``bufs -> bufs``.
+    Raises:
+      ``FnArrayError`` (when run) for operations on split global arrays that need other processes' shards.
     """
     if _has_process_shard_map(program):
         interp = _Interpreted(program)
