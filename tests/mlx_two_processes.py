@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+
+_T0 = time.perf_counter()
 
 import mlx.core as mx
 import numpy as np
@@ -37,7 +40,7 @@ assert not xs.is_fully_addressable and len(xs.addressable_shards) == 1 and xs.sh
 (sh,) = xs.addressable_shards
 assert sh.device == devs[me] and sh.index[0] == slice(2 * me, 2 * me + 2), sh
 np.testing.assert_array_equal(np.asarray(sh.data), shards[me])
-print("ok device_put", flush=True)
+print("ok device_put", f"({time.perf_counter() - _T0:.1f} s)", flush=True)
 
 
 def local(a):
@@ -81,14 +84,14 @@ X3 = np.nan_to_num(X).reshape(2, 4, 3)  # vmap of a shard_map: a batch dimension
 out = fa.vmap(fa.shard_map(lambda v: lax.psum(v, "x"), mesh=mesh, in_specs=P("x"), out_specs=P()))(
     fa.device_put(X3, NamedSharding(mesh, P(None, "x"))))
 np.testing.assert_allclose(np.asarray(out), X3[:, :2] + X3[:, 2:], rtol=1e-6)
-print("ok collectives vs NumPy, eager and jit", flush=True)
+print("ok collectives vs NumPy, eager and jit", f"({time.perf_counter() - _T0:.1f} s)", flush=True)
 
 # Large enough that two processes sending first would hang in the ring backend (measured at 4 elements already).
 big = fa.device_put(np.arange(2 * 300_000, dtype=np.float32), NamedSharding(mesh, P("x")))
 got, _ = local(fa.jit(fa.shard_map(lambda v: lax.ppermute(v, "x", [(0, 1), (1, 0)]), mesh=mesh, in_specs=P("x"),
                                    out_specs=P("x")))(big))
 np.testing.assert_array_equal(got, np.arange(600_000, dtype=np.float32)[300_000 * (1 - me):300_000 * (2 - me)])
-print("ok ppermute of 1.2 MB", flush=True)
+print("ok ppermute of 1.2 MB", f"({time.perf_counter() - _T0:.1f} s)", flush=True)
 
 # grad of a pmean'd loss: against the formula on the global arrays.
 Xg = np.nan_to_num(X)
@@ -106,7 +109,7 @@ for how, g in (("eager", fa.grad(loss, argnums=(0, 1))), ("jit", fa.jit(fa.grad(
     np.testing.assert_allclose(got, dx[index], rtol=1e-4, atol=1e-5, err_msg=how)
     val = loss(wg, xg)
     np.testing.assert_allclose(float(val), np.tanh(Xg.astype(np.float64) @ W).sum() / n, rtol=1e-5)
-print("ok grad through shard_map", flush=True)
+print("ok grad through shard_map", f"({time.perf_counter() - _T0:.1f} s)", flush=True)
 
 # Replicated global arrays work outside shard_map; split ones only elementwise alike; the rest is an error.
 tot = fa.jit(fa.shard_map(lambda v: lax.psum(v, "x"), mesh=mesh, in_specs=P("x"), out_specs=P()))(xg)
@@ -133,12 +136,12 @@ raises("a mesh in another order", lambda: Mesh(np.array(devs[::-1]), ("a",)), "p
 raises("another process's device", lambda: Mesh(np.array([devs[1 - me]]), ("a",)), "this process's own")
 raises("placing on another process's device", lambda: fa.device_put(np.ones(2), devs[1 - me]), "not of this process")
 assert fa.make_mesh((1,), ("a",), devices=devs).devices[0] == devs[me]  # one device: this process's
-print("ok errors", flush=True)
+print("ok errors", f"({time.perf_counter() - _T0:.1f} s)", flush=True)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 import data_parallel  # noqa: E402
 
 res = data_parallel.main(["--steps", "4"])
 assert res["relative_difference"] < 1e-4, res
-print("ok example over two mlx processes", res["relative_difference"], flush=True)
+print("ok example over two mlx processes", res["relative_difference"], f"({time.perf_counter() - _T0:.1f} s)", flush=True)
 print("done", me, flush=True)
