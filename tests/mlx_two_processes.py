@@ -9,8 +9,6 @@ import os
 import sys
 import time
 
-_T0 = time.perf_counter()
-
 import mlx.core as mx
 import numpy as np
 
@@ -19,6 +17,7 @@ import fnarray.numpy as fnp
 from fnarray import lax
 from fnarray.sharding import Mesh, NamedSharding, P
 
+_T0 = time.perf_counter()  # after the imports
 fa.distributed.initialize(timeout=60)
 me, n = fa.process_index(), fa.process_count()
 assert n == 2, n
@@ -143,5 +142,6 @@ import data_parallel  # noqa: E402
 
 res = data_parallel.main(["--steps", "4"])
 assert res["relative_difference"] < 1e-4, res
-print("ok example over two mlx processes", res["relative_difference"], f"({time.perf_counter() - _T0:.1f} s)", flush=True)
+print("ok example over two mlx processes", res["relative_difference"], f"({time.perf_counter() - _T0:.1f} s)",
+      flush=True)
 print("done", me, flush=True)

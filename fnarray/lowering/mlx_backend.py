@@ -247,7 +247,7 @@ class MlxBackend(Backend):
         return _on_stream(handle, apply)
 
     def to_device(self, array, device):
-        if device.handle is None:
+        if device is not None and device.handle is None:
             raise ValueError(f"{device} is the device of process {device.id} of this mlx run, not of this process "
                              f"({_spmd.process_group().rank()}): place arrays on this process's device, or split "
                              "them over the processes with fa.device_put(x, NamedSharding(mesh, spec))")
