@@ -44,7 +44,9 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
       process_id: this process's index, ``0 <= process_id < num_processes``.
       backend: ``"jax"`` or ``"mlx"`` (default: ``FNARRAY_DISTRIBUTED_BACKEND``, else ``mlx`` under
         ``mlx.launch`` (``MLX_HOSTFILE``/``MLX_RANK`` set), else ``jax``).
-      timeout: seconds to wait for the other processes before raising (never a hang).
+      timeout: seconds to wait for the other processes before raising (never a hang). On mlx the ring
+        backend's own connection retries (~30 s, during which ``mx.distributed.init`` holds the GIL) bound
+        the wait instead when they are longer.
       local_device_ids: jax's, passed through.
     Returns:
       ``None``.
