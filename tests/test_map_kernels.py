@@ -85,6 +85,18 @@ def test_min_max_clip_propagate_nan_and_keep_ties(device):
         _close(g, w.astype(np.float64), f"{device} output {k}", zero_signs=signs)
 
 
+def test_abs_and_copysign_keep_signed_zeros_and_nan(device):
+    x = np.repeat(_SPECIALS, len(_SPECIALS))
+    y = np.tile(_SPECIALS, len(_SPECIALS))
+    f = fa.jit(lambda a, b: (fnp.abs(a), fnp.copysign(a, b), fnp.exp(-2.0 * fnp.abs(a)) * fnp.copysign(1.0, b)),
+               device=device)
+    got = f(*(fa.device_put(fnp.asarray(v), device) for v in (x, y)))
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    wants = (np.abs(x64), np.copysign(x64, y64), np.exp(-2.0 * np.abs(x64)) * np.copysign(1.0, y64))
+    for k, (g, w) in enumerate(zip(got, wants, strict=True)):
+        _close(g, w, f"{device} output {k}")
+
+
 def test_tanh_accuracy_and_special_values(device):
     x = np.concatenate([_SPECIALS, np.linspace(-12, 12, 4001, dtype=np.float32),
                         np.geomspace(1e-30, 30, 2001).astype(np.float32),

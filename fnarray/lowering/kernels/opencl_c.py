@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from fnarray.lowering.kernels.cstyle import CStyleRenderer
-from fnarray.lowering.kernels.ir import ArrayDecl, BufferParam, Const, For, If, Kernel, Op, walk_exprs
+from fnarray.lowering.kernels.ir import (INT32, ArrayDecl, Bitcast, BufferParam, Const, For, If, Kernel, Op, const,
+                                         walk_exprs)
 
 __all__ = ["OpenCLRenderer", "render_opencl"]
 
@@ -95,6 +96,13 @@ class OpenCLRenderer(CStyleRenderer):
         # OpenCL C's ordered comparisons are IEEE's (false where an operand is NaN), so the explicit
         # "and not NaN" that the NaN-propagating min/max/clip rules add for WGSL's sake
         # (``rules.max_of``) is dropped: a select on one comparison, which PoCL vectorises.
+        if isinstance(e, Op) and e.op in ("fabs", "copysign") and e.dtype == _F32:
+            # The sign bit cleared (and copied): exact, and not a library call (see _HELPERS).
+            mag = Op("and", (Bitcast(e.args[0], INT32), const(0x7fffffff, INT32)), INT32)
+            if e.op == "copysign":
+                sign = Op("and", (Bitcast(e.args[1], INT32), const(-2 ** 31, INT32)), INT32)
+                mag = Op("or", (mag, sign), INT32)
+            return Bitcast(mag, _F32)
         if isinstance(e, Op) and e.op == "isnan" and e.args[0].dtype.kind == "f":
             # x != x: a comparison PoCL vectorises (its isnan is a call per element).
             return Op("ne", (e.args[0], e.args[0]), e.dtype)
