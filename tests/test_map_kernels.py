@@ -134,6 +134,26 @@ def test_exp_accuracy_overflow_and_subnormal_results(device):
         assert np.max(np.abs(got[sub] - want[sub])) <= 2 * 2.0 ** -149
 
 
+def test_log_accuracy_and_special_values(device):
+    rng = np.random.default_rng(5)
+    x = np.concatenate([np.float32([np.nan, np.inf, -np.inf, 0.0, -0.0, -1.0, 1.0, 1e-45, 1e-40, 3.4e38,
+                                    1.4142135, 1.4142137, 0.70710677]),
+                        np.geomspace(1e-45, 3.4e38, 3001).astype(np.float32),
+                        (1 + rng.uniform(-1e-3, 1e-3, 1001)).astype(np.float32)]).astype(np.float32)
+    got = np.asarray(fa.jit(fnp.log, device=device)(fa.device_put(fnp.asarray(x), device)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = np.log(x.astype(np.float64))
+    # XLA, MLX and lavapipe's WGSL treat subnormal inputs their own way (WGSL promises nothing for them).
+    keep = np.ones(x.shape, bool) if device.backend in ("numpy", "opencl") else \
+        np.abs(x) >= np.finfo(np.float32).tiny
+    _close(got[keep], want[keep], str(device), zero_signs=False)
+    if device.backend == "opencl":
+        # fnarray's float32 log helper there: within 3 ulp (OpenCL's own bound).
+        fin = np.isfinite(want) & (want != 0)
+        ulp = np.spacing(np.abs(want[fin]).astype(np.float32)).astype(np.float64)
+        assert np.max(np.abs(got[fin] - want[fin]) / ulp) <= 3.0
+
+
 def test_broadcast_operands_and_views_at_odd_offsets(device):
     rng = np.random.default_rng(3)
     m = rng.uniform(-3, 3, (7, 13)).astype(np.float32)

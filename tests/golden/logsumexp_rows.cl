@@ -12,6 +12,22 @@ float fa_exp_f32(const float x) {
     return (x != x) ? x : e;
 }
 #endif
+#ifndef FA_LOG_F32
+#define FA_LOG_F32
+float fa_log_f32(const float x) {
+    const int sub = x < 1.17549435e-38f;
+    const int bits = as_int(sub ? x * 8388608.0f : x);
+    const int big = (bits & 0x007fffff) > 0x003504f3;
+    const float m = as_float((bits & 0x007fffff) | (big ? 0x3f000000 : 0x3f800000));
+    const float e = (float)(((bits >> 23) & 0xff) - 127 + big - (sub ? 23 : 0));
+    const float s = (m - 1.0f) / (m + 1.0f);
+    const float s2 = s * s;
+    const float lm = 2.0f * s + 2.0f * s * s2 * (0.333333343f + s2 * (0.2f + s2 * (0.142857149f
+                     + s2 * 0.111111112f)));
+    const float r = e * 0.693145752f + (lm + e * 1.42860677e-6f);
+    return (x > 0.0f) ? ((x < INFINITY) ? r : x) : ((x == 0.0f) ? (-INFINITY) : NAN);
+}
+#endif
 __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max_reshape_broadcast_in_dim_sub(__global const float* restrict in0, __global float* restrict out1) {
     const int i0 = ((int)get_group_id(0));
     float acc0 = (-(float)INFINITY);
@@ -147,7 +163,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
     barrier(CLK_LOCAL_MEM_FENCE);
     const float v67 = red38[0];
     if ((((int)get_local_id(0)) == 0)) {
-        const float v68 = log(v67);
+        const float v68 = fa_log_f32(v67);
         out1[((int)get_group_id(0))] = v68;
     }
 }
