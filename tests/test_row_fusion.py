@@ -61,3 +61,82 @@ def test_row_normalisations(target, rows, name):
         np.testing.assert_array_equal(got, want)
     else:
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+
+
+# --------------------------------------------------------------------- the row values in the reduction's kernel
+# Elementwise values over the rows that read the rows' statistics (softmax's exp(x - max) / sum) run in the
+# reduction's kernel, in one more loop over each row (``_ReduceGroup.can_take_row_root``): one kernel. Rows
+# of 3 x 130 take the cooperative work-group per row (few long rows), 700 x 130 a work-item per row.
+
+ONE_KERNEL = ["softmax", "log_softmax", "layernorm", "rmsnorm"]
+
+
+@pytest.mark.parametrize("target", ["opencl:0", "webgpu:0"])
+@pytest.mark.parametrize("rows", [3, 700])
+@pytest.mark.parametrize("name", ONE_KERNEL)
+def test_row_normalisations_are_one_kernel(target, rows, name):
+    f, _ = CASES[name]
+    z = fa.device_put(np.zeros((rows, 130), np.float32), target)
+    with fallback_mode("error"):
+        text = fa.jit(f).lower(z).as_text()
+    assert text.count("__kernel ") + text.count("@compute") == 1, text
+
+
+def _softmax_f64(x, axis=-1):
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - x.max(axis, keepdims=True))
+        return e / e.sum(axis, keepdims=True)
+
+
+def _edge_rows(shape, seed=0):
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * 4
+    if x.ndim == 2 and x.shape[0] >= 4 and x.shape[1] >= 3:
+        x[1, 2] = np.nan                  # a NaN row: NaN throughout, as NumPy
+        x[2, :] = -np.inf                 # max -inf: exp(-inf - -inf) is NaN, as NumPy
+        x[3, 0] = np.inf                  # +inf in a row: NaN where inf - inf, as NumPy
+    return x
+
+
+EDGE_SHAPES = [(5, 1), (6, 3), (4, 1000), (700, 7), (1, 513)]   # length 1, short, longer than the work-group,
+                                                                  # odd lengths, one row
+
+
+@pytest.mark.parametrize("target", ["opencl:0", "webgpu:0"])
+@pytest.mark.parametrize("shape", EDGE_SHAPES, ids=str)
+def test_row_values_on_edge_rows_match_float64(target, shape):
+    x = _edge_rows(shape)
+    z = fa.device_put(fnp.asarray(x), target)
+
+    def f(v):   # softmax, a second row value reading the first at its own element, and a layernorm
+        s = fa.nn.softmax(v, axis=-1)
+        return s, s * v + 1.0, _layernorm(v)
+
+    with fallback_mode("error"):
+        got = [np.asarray(g) for g in fa.jit(f)(z)]
+    x64 = x.astype(np.float64)
+    s = _softmax_f64(x64)
+    with np.errstate(invalid="ignore"):
+        want = [s, s * x64 + 1.0, _ref_layernorm(x64)]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=3e-5, atol=3e-6)
+
+
+@pytest.mark.parametrize("target", ["opencl:0", "webgpu:0"])
+def test_row_values_over_a_leading_axis_and_other_rows(target):
+    """Softmax over axis 0 (strided rows), and a value reading another row's statistics (not its own),
+    which must not join the reduction's kernel."""
+    x = np.random.default_rng(3).standard_normal((37, 9)).astype(np.float32) * 3
+    z = fa.device_put(fnp.asarray(x), target)
+
+    def f(v):
+        m = fnp.max(v, axis=-1, keepdims=True)
+        return fa.nn.softmax(v, axis=0), v - fnp.flip(m, axis=0), fnp.exp(v - m) / fnp.sum(fnp.exp(v - m), axis=-1,
+                                                                                          keepdims=True)
+
+    with fallback_mode("error"):
+        got = [np.asarray(g) for g in fa.jit(f)(z)]
+    x64 = x.astype(np.float64)
+    m = x64.max(-1, keepdims=True)
+    want = [_softmax_f64(x64, 0), x64 - m[::-1], _softmax_f64(x64)]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=3e-5, atol=3e-6)
