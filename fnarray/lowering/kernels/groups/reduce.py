@@ -11,6 +11,8 @@ import math
 import numpy as np
 
 from fnarray.core import primitives as P
+from fnarray.core.ir import Var
+from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import Emitter, Flat, NotFlat, shaped_index
 from fnarray.lowering.kernels.groups.base import REDUCTIONS, _Group, _index_vars, _kernel_name, _launch, _Tracker
@@ -36,6 +38,9 @@ from fnarray.lowering.kernels.rules import (
 #: and the row statistics never reach a buffer. Measured on both CPU adapters here, interleaved: softmax
 #: and layernorm over 4096x1024 1.1-2x faster than the two-kernel form (docs/performance.md).
 ROW_VALUES = True
+
+
+_NO_FACT = facts.KernelFact("group", "other")
 
 
 class _Monoid:
@@ -189,6 +194,43 @@ class _ReduceGroup(_Group):
                 return False
         return True
 
+    def kept_operands(self) -> dict:
+        """``{operand: row value}``: reduction operands that a row value reads at its own element and that
+        cost a transcendental to compute (softmax's ``exp(x - max)``, read by ``exp(x - max) / sum``). Their
+        reduction's loop stores each into the row value's output buffer, whose loop reads it back there
+        instead of computing it again (one ``exp`` per element, not two); the row value then overwrites it."""
+        ctx = self.ctx
+        kept, taken = {}, set()
+        for _, x, m in self.parts:
+            e = ctx.producer.get(x) if isinstance(x, Var) else None
+            if (e is None or m.arg or x in kept or ctx.in_buffer(x) or x.aval.shape != self.x_shape
+                    or facts.FACTS.get(e.primitive, _NO_FACT).cost != "expensive"):
+                continue
+            for v in self.row_roots:
+                if v in ctx.needed and v not in taken and v.aval.dtype == x.aval.dtype and self._uses(v, x):
+                    kept[x] = v
+                    taken.add(v)
+                    break
+        return kept
+
+    def _uses(self, v, x) -> bool:
+        """Whether ``v``'s inlined expression reads ``x`` at its own element (through elementwise ops
+        whose operands all have ``v``'s shape, so that no index changes on the way)."""
+        seen, todo = set(), [v]
+        while todo:
+            u = todo.pop()
+            if u is x:
+                return True
+            e = self.ctx.producer.get(u)
+            if u in seen or e is None or (u is not v and self.ctx.in_buffer(u)):
+                continue
+            seen.add(u)
+            if facts.FACTS.get(e.primitive, _NO_FACT).emit not in ("rule", "func"):
+                continue
+            if all(not isinstance(a, Var) or a.aval.shape == u.aval.shape for a in e.inputs):
+                todo.extend(a for a in e.inputs if isinstance(a, Var))
+        return False
+
     def add_row_root(self, v, reads):
         self.row_roots.append(v)
         self.products.append(v)
@@ -263,6 +305,8 @@ class _ReduceGroup(_Group):
                 return em.val(x, Flat(b.let(op("add", state["base"], op("mul", r, state["I"])))))
             return em.val(x, x_index(r))
 
+        kept = self.kept_operands() if self.row_roots else {}
+
         def row_values(start, step):
             # The row values (softmax's exp(x - max) / sum), one more loop over the row after the reductions.
             if not self.row_roots:
@@ -270,6 +314,8 @@ class _ReduceGroup(_Group):
             with b.loop(start, state["R"], step) as r:
                 xi = x_index(r)
                 pos = b.let(to_expr(linearize(xi, shape)))
+                for x, v in kept.items():   # stored there by the reduction's loop, by this work-item
+                    em.seed(x, xi, b.let(b.load(ctx.output(b, args, v), pos, x.aval.dtype), "kept"))
                 for v in self.row_roots:
                     val = em.val(v, xi)
                     em.seed(v, xi, val)
@@ -295,6 +341,8 @@ class _ReduceGroup(_Group):
             with b.loop(start, state["R"], step) as r:
                 for (_, x, m), acc in zip(parts, accs, strict=True):
                     xv = x_at(x, r)
+                    if x in kept:
+                        b.store(ctx.output(b, args, kept[x]), b.let(to_expr(linearize(x_index(r), shape))), xv)
                     for a, v in zip(acc, m.combine(b, acc, [xv, r] if m.arg else [xv]), strict=True):
                         b.assign(a, v)
             return accs
