@@ -140,3 +140,46 @@ def test_row_values_over_a_leading_axis_and_other_rows(target):
     want = [_softmax_f64(x64, 0), x64 - m[::-1], _softmax_f64(x64)]
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=3e-5, atol=3e-6)
+
+
+# --------------------------------------------------------------------- every reduction kind, cooperatively
+# Three rows of 1,000 (few long rows: a work-group per row, combined by a tree in local memory), along the
+# last axis and along the first (strided rows); argmax/argmin carry (value, index) pairs through the tree
+# with NumPy's rules: the first maximal index wins a tie, the first NaN wins over any number.
+
+def _coop_input(axis):
+    rng = np.random.default_rng(7)
+    x = rng.integers(-20, 20, (3, 1000)).astype(np.float32)   # many ties
+    x[1, 600] = np.nan
+    x[1, 900] = np.nan
+    x[2, :] = 5.0                                                # all tied: index 0
+    x[0, 999] = 100.0                                            # the maximum at the end of the row
+    return x if axis == 1 else np.ascontiguousarray(x.T)
+
+
+@pytest.mark.parametrize("target", ["opencl:0", "webgpu:0"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_every_reduction_kind_cooperatively(target, axis):
+    x = _coop_input(axis)
+    z = fa.device_put(fnp.asarray(x), target)
+
+    def f(v):
+        w = fnp.where(fnp.isnan(v), 0.0, v)
+        return (fnp.argmax(v, axis=axis), fnp.argmin(v, axis=axis), fnp.max(v, axis=axis), fnp.min(w, axis=axis),
+                fnp.sum(w, axis=axis), fnp.prod(1.0 + w / 4096.0, axis=axis),
+                fnp.all(w > -20, axis=axis), fnp.any(w > 18, axis=axis))
+
+    with fallback_mode("error"):
+        jf = fa.jit(f)
+        text = jf.lower(z).as_text()
+        got = [np.asarray(g) for g in jf(z)]
+    assert "barrier(" in text or "workgroupBarrier" in text, text   # the cooperative form
+    x64 = x.astype(np.float64)
+    w = np.where(np.isnan(x64), 0.0, x64)
+    want = [np.argmax(x64, axis), np.argmin(x64, axis), np.max(x64, axis), np.min(w, axis), np.sum(w, axis),
+            np.prod(1.0 + w / 4096.0, axis), np.all(w > -20, axis), np.any(w > 18, axis)]
+    for g, wv in zip(got, want, strict=True):
+        if g.dtype.kind in "iub":
+            np.testing.assert_array_equal(g, wv)
+        else:
+            np.testing.assert_allclose(g, wv, rtol=2e-5, atol=1e-4)
