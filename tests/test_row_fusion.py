@@ -183,3 +183,51 @@ def test_every_reduction_kind_cooperatively(target, axis):
             np.testing.assert_array_equal(g, wv)
         else:
             np.testing.assert_allclose(g, wv, rtol=2e-5, atol=1e-4)
+
+
+# --------------------------------------------------------------------- cumulative ops, a work-group per line
+# Few long lines (fewer than 1,024, longer than 64) take the work-group scan (groups/cumulative.py): each
+# work-item scans a chunk, work-item 0 the chunks' aggregates, each chunk again from its prefix. Lengths
+# just past the threshold, past the work-group, odd; along the last axis, the first (strided), reversed.
+
+def _np_cum(name, x, axis, reverse):
+    v = np.flip(x, axis) if reverse else x
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = {"cumsum": np.cumsum, "cumprod": np.cumprod, "cummax": np.maximum.accumulate,
+               "cummin": np.minimum.accumulate, "cumlogsumexp": np.logaddexp.accumulate}[name](v, axis=axis)
+    return np.flip(out, axis) if reverse else out
+
+
+@pytest.mark.parametrize("target", ["opencl:0", "webgpu:0"])
+@pytest.mark.parametrize("shape,axis,reverse", [((3, 1000), 1, False), ((2, 65), 1, True), ((4097, 2), 0, False)],
+                         ids=str)
+def test_cumulative_ops_by_work_group_match_float64(target, shape, axis, reverse):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.flat[shape[0] * shape[1] // 3] = np.nan       # cummax/cummin carry the NaN on, as NumPy
+    xi = rng.integers(-9, 9, shape).astype(np.int32)
+    z, zi = fa.device_put(fnp.asarray(x), target), fa.device_put(fnp.asarray(xi), target)
+    names = ["cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"]
+
+    def f(v, vi):
+        w = fnp.where(fnp.isnan(v), 0.5, v)
+        outs = [getattr(fa.lax, n)(1.0 + w / 64.0 if n == "cumprod" else (v if n in ("cummax", "cummin") else w),
+                                   axis=axis % v.ndim, reverse=reverse) for n in names]
+        return (*outs, fa.lax.cumsum(vi, axis=axis % v.ndim, reverse=reverse),
+                fa.lax.cummax(vi, axis=axis % v.ndim, reverse=reverse))
+
+    with fallback_mode("error"):
+        jf = fa.jit(f)
+        text = jf.lower(z, zi).as_text()
+        got = [np.asarray(g) for g in jf(z, zi)]
+    assert "barrier(" in text or "workgroupBarrier" in text, text
+    x64 = x.astype(np.float64)
+    w = np.where(np.isnan(x64), 0.5, x64)
+    ins = {"cumsum": w, "cumprod": 1.0 + w / 64.0, "cummax": x64, "cummin": x64, "cumlogsumexp": w}
+    want = [_np_cum(n, ins[n], axis, reverse) for n in names]
+    want += [_np_cum("cumsum", xi, axis, reverse), _np_cum("cummax", xi, axis, reverse)]
+    for name, g, wv in zip(names + ["int cumsum", "int cummax"], got, want, strict=True):
+        if g.dtype.kind in "iu":
+            np.testing.assert_array_equal(g, wv, err_msg=name)
+        else:
+            np.testing.assert_allclose(g, wv, rtol=2e-5, atol=2e-4, err_msg=name)
