@@ -15,7 +15,7 @@ same formulas in float32. Timed interleaved (fnarray, hand, NumPy in turn), best
 ratios fnarray / hand and fnarray / NumPy (> 1: fnarray slower). Prints a Markdown table and the load
 average; asserts nothing (the values are checked against NumPy before timing).
 
-Usage: python benchmarks/webgpu_rows.py [--rows 4096] [--cols 1024] [--repeat 7]
+Usage: python benchmarks/webgpu_rows.py [--rows 4096] [--cols 1024] [--repeat 7] [--wg 16]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import numpy as np
 import fnarray as fa
 import fnarray.numpy as fnp
 
-WG = 256
+WG = 16   # the hand kernels' workgroup (--wg): 8-16 measured fastest on lavapipe, 256 2-4x slower
 
 _TREE = """
     workgroupBarrier();
@@ -182,6 +182,7 @@ def main(argv=None):
     ap.add_argument("--rows", type=int, default=4096)
     ap.add_argument("--cols", type=int, default=1024)
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--wg", type=int, default=WG, help="the hand kernels' workgroup size (a power of two)")
     args = ap.parse_args(argv)
     dev = fa.devices("webgpu")[0]
     gpu = dev.impl.gpu
@@ -193,10 +194,10 @@ def main(argv=None):
 
     cases = []
     f_sm = fa.jit(lambda v: fa.nn.softmax(v, axis=-1))
-    h_sm = Hand(gpu, _softmax_source(args.cols), [x], args.rows, args.cols)
+    h_sm = Hand(gpu, _softmax_source(args.cols, args.wg), [x], args.rows, args.cols)
     cases.append(("row softmax", f_sm, (xd,), h_sm, lambda: _np_softmax(x), 1e-5, 1e-7))
     f_ln = fa.jit(_fa_layernorm)
-    h_ln = Hand(gpu, _layernorm_source(args.cols), [x, g, b], args.rows, args.cols)
+    h_ln = Hand(gpu, _layernorm_source(args.cols, args.wg), [x, g, b], args.rows, args.cols)
     cases.append(("layernorm (* g + b)", f_ln, (xd, gd, bd), h_ln, lambda: _np_layernorm(x, g, b), 1e-3, 1e-4))
 
     rows = []
@@ -210,6 +211,7 @@ def main(argv=None):
         rows.append((name, n_kernels, t_f, t_h, t_n))
 
     print(f"device: {dev} — {dev.description}; {args.rows}x{args.cols} float32, best of {args.repeat}; "
+          f"hand workgroup {args.wg}; "
           f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     print("| case | fnarray kernels | fnarray (ms) | hand WGSL (ms) | NumPy (ms) | fnarray / hand | fnarray / NumPy |")
     print("|---|---:|---:|---:|---:|---:|---:|")

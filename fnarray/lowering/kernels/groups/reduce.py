@@ -231,6 +231,48 @@ class _ReduceGroup(_Group):
                 todo.extend(a for a in e.inputs if isinstance(a, Var))
         return False
 
+    def row_invariants(self) -> dict:
+        """``{stage: [values]}``: elementwise values of the output's shape that the later loops read and that
+        depend only on this group's reductions (layernorm's mean ``sum / n``), by the stage after whose
+        results they can be computed: once per row before the loops, not once per element inside them."""
+        ctx = self.ctx
+        red_stage = {e.outputs[0]: st for (e, _, _), st in zip(self.parts, self.stages(), strict=True)}
+        memo: dict = {}
+
+        def stage_of(u):   # the latest reduction stage u depends on, or None if u is not row-invariant
+            if not isinstance(u, Var):
+                return -1
+            if u in red_stage:
+                return red_stage[u]
+            if u in memo:
+                return memo[u]
+            memo[u] = None
+            e = ctx.producer.get(u)
+            if (e is not None and u.aval.shape == self.shape and not ctx.in_buffer(u)
+                    and facts.FACTS.get(e.primitive, _NO_FACT).emit in ("rule", "func")):
+                sts = [stage_of(a) for a in e.inputs]
+                if all(st is not None for st in sts):
+                    memo[u] = max(sts)
+            return memo[u]
+
+        found: dict = {}
+        starts = [x for _, x, _ in self.parts] + list(self.row_roots)
+        seen, todo = set(), list(starts)
+        while todo:
+            u = todo.pop()
+            if not isinstance(u, Var) or u in seen:
+                continue
+            seen.add(u)
+            st = stage_of(u)
+            if st is not None and st >= 0 and u not in red_stage:
+                found.setdefault(st, []).append(u)
+                continue
+            e = ctx.producer.get(u)
+            if e is not None and (u in starts or not ctx.in_buffer(u)):
+                todo.extend(e.inputs)
+        order = ctx.order
+        return {st: sorted(vs, key=lambda v: order.get(id(ctx.producer[v]), 0)) for st, vs in found.items()}
+
     def add_row_root(self, v, reads):
         self.row_roots.append(v)
         self.products.append(v)
@@ -306,6 +348,11 @@ class _ReduceGroup(_Group):
             return em.val(x, x_index(r))
 
         kept = self.kept_operands() if self.row_roots else {}
+        invariants = self.row_invariants()
+
+        def hoist(st):
+            for u in invariants.get(st, ()):
+                em.seed(u, state["out"], em.val(u, state["out"]))
 
         def row_values(start, step):
             # The row values (softmax's exp(x - max) / sum), one more loop over the row after the reductions.
@@ -387,6 +434,7 @@ class _ReduceGroup(_Group):
             for st in range(max(stages) + 1):
                 parts = [p for p, s in zip(self.parts, stages, strict=True) if s == st]
                 results(parts, accumulate(const(0, INT32), None, parts))
+                hoist(st)
             self.emit_roots(b, em, args, state["out"], o)
 
         def tree(parts, accs):
@@ -430,6 +478,7 @@ class _ReduceGroup(_Group):
                 parts = [p for p, s_ in zip(self.parts, stages, strict=True) if s_ == st]
                 vals = slot0(parts, tree(parts, accumulate(lid, const(wg, INT32), parts)))
                 results(parts, vals, store_if=op("eq", lid, const(0, INT32)))
+                hoist(st)
             if self.row_roots:
                 roots_everywhere(op("eq", lid, const(0, INT32)))
                 row_values(lid, const(wg, INT32))
