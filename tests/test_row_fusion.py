@@ -231,3 +231,36 @@ def test_cumulative_ops_by_work_group_match_float64(target, shape, axis, reverse
             np.testing.assert_array_equal(g, wv, err_msg=name)
         else:
             np.testing.assert_allclose(g, wv, rtol=2e-5, atol=2e-4, err_msg=name)
+
+
+@pytest.mark.parametrize("target", ["opencl:0", "webgpu:0"])
+def test_row_values_stay_within_the_loop_limit(target):
+    """A work-item per row runs one loop per stage and one for the row values: where that would pass the
+    driver's loop limit (lavapipe stops an invocation after 65,535 iterations, silently), the row values
+    take a kernel of their own, and the results stay right. Here a small limit stands in for it."""
+    import dataclasses
+    import importlib
+    dev = fa.devices(target.split(":")[0])[0]
+    be = dev.impl
+    x = np.random.default_rng(5).standard_normal((1100, 40)).astype(np.float32)
+    z = fa.device_put(fnp.asarray(x), dev)
+    st = be.state(dev) if dev.backend == "opencl" else None
+    old = st.caps if st is not None else be.capabilities(dev)
+    new = dataclasses.replace(old, max_loop_iterations=100)   # 3 loops of 40 pass it, 2 do not
+    if st is not None:
+        st.caps = new
+    else:
+        be._caps = new
+    try:
+        with fallback_mode("error"):
+            jf = fa.jit(lambda v: fa.nn.softmax(v, axis=-1))
+            text = jf.lower(z).as_text()
+            got = np.asarray(jf(z))
+    finally:
+        if st is not None:
+            st.caps = old
+        else:
+            be._caps = old
+    assert importlib.import_module("fnarray.lowering.kernels.groups.reduce").ROW_VALUES
+    assert text.count("__kernel ") + text.count("@compute") == 2, text
+    np.testing.assert_allclose(got, _softmax_f64(x.astype(np.float64)), rtol=3e-5, atol=3e-6)

@@ -174,6 +174,9 @@ class _ReduceGroup(_Group):
         if not ROW_VALUES or v.aval.shape != self.x_shape or not self.parts or math.prod(self.shape) == 0:
             return False
         limit = self.ctx.caps.max_buffers_per_kernel
+        cap = getattr(self.ctx.caps, "max_loop_iterations", None)
+        if cap is not None and not self.cooperative() and (max(self.stages()) + 2) * self._sizes()[1] > cap:
+            return False   # a work-item per row would loop past the driver's limit (lavapipe: 65,535 in all)
         outside = {r for r in reads if r not in self.products}
         if limit is not None and len(self.reads | outside) + len(self.products) + 1 > limit:
             return False
