@@ -263,3 +263,23 @@ def test_row_values_stay_within_the_loop_limit(target):
     assert importlib.import_module("fnarray.lowering.kernels.groups.reduce").ROW_VALUES
     assert text.count("__kernel ") + text.count("@compute") == 2, text
     np.testing.assert_allclose(got, _softmax_f64(x.astype(np.float64)), rtol=3e-5, atol=3e-6)
+
+
+@pytest.mark.parametrize("target", ["opencl:0", "webgpu:0"])
+def test_reductions_by_work_item_with_several_accumulators(target):
+    """Many short rows: a work-item per row, on opencl:0 with 4 accumulators over ``r = 4j + k`` and a tail
+    (37 = 4 * 9 + 1); ties, NaN, and the maximum in the tail or in every lane."""
+    rng = np.random.default_rng(9)
+    x = rng.integers(-5, 5, (1100, 37)).astype(np.float32)
+    x[0, 36] = 50.0            # in the tail
+    x[1, :] = 2.0              # a tie in every lane: index 0
+    x[2, [3, 6]] = np.nan      # NaN in lanes 3 and 2: the first NaN
+    x[3, [5, 9]] = -50.0       # the minimum twice in lane 1: the first
+    z = fa.device_put(fnp.asarray(x), target)
+    with fallback_mode("error"):
+        got = [np.asarray(g) for g in fa.jit(lambda v: (fnp.argmax(v, axis=1), fnp.argmin(v, axis=1),
+                                                        fnp.max(v, axis=1), fnp.sum(v, axis=1)))(z)]
+    x64 = x.astype(np.float64)
+    want = [np.argmax(x64, 1), np.argmin(x64, 1), np.max(x64, 1), np.sum(x64, 1)]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-5)
