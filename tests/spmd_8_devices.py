@@ -58,6 +58,12 @@ CASES = [
      JP("x", "y")),
     ("axis_index", lambda L, v: v * L.axis_index("x").astype(v.dtype) + L.axis_index("y").astype(v.dtype),
      JP("x", "y"), JP("x", "y")),
+    # axis_index_groups (a grouped result still varies over the axis: its out_specs name it)
+    ("psum_groups", lambda L, v: L.psum(v, "x", axis_index_groups=[[0, 2], [1, 3]]), JP("x", "y"), JP("x", "y")),
+    ("pmax_groups", lambda L, v: L.pmax(v, "x", axis_index_groups=[[3], [0, 1, 2]]), JP("x", "y"), JP("x", "y")),
+    ("pmean_groups", lambda L, v: L.pmean(v, "x", axis_index_groups=[[3, 1], [0, 2]]), JP("x", "y"), JP("x", "y")),
+    ("all_gather_groups", lambda L, v: L.all_gather(v, "x", axis=1, tiled=True, axis_index_groups=[[3, 0], [1, 2]]),
+     JP("x", "y"), JP("x", "y")),
 ]
 Xb = R.randn(8, 8).astype(np.float32)
 for name, f, ins, outs in CASES:
@@ -87,6 +93,14 @@ gw = jax.jit(jax.grad(jl))(W, X, Y)
 close(fa.grad(fl)(W, X, Y), gw, "grad(shard_map)")
 close(fa.jit(fa.grad(fl))(W, X, Y), gw, "jit(grad(shard_map))")
 close(fa.grad(fl, argnums=1)(W, X, Y), jax.grad(jl, argnums=1)(W, X, Y), "grad(shard_map) wrt a sharded input")
+G = [[3, 0], [1, 2]]
+fg = fa.shard_map(lambda v: lax.all_gather(v, "x", tiled=True, axis_index_groups=G), mesh=mesh, in_specs=P("x"),
+                  out_specs=P("x"))
+jg = jax.shard_map(lambda v: jax.lax.all_gather(v, "x", tiled=True, axis_index_groups=G), mesh=jm, in_specs=JP("x"),
+                   out_specs=JP("x"), check_vma=False)
+Wg = R.randn(16, 6).astype(np.float32)
+close(fa.jit(fa.grad(lambda v: (fg(v) * Wg).sum()))(X), jax.jit(jax.grad(lambda v: (jg(v) * Wg).sum()))(X),
+      "grad(shard_map(all_gather with axis_index_groups))")
 close(fa.vmap(fl, in_axes=(0, None, None))(np.stack([W, 2 * W]), X, Y),
       jax.vmap(jl, in_axes=(0, None, None))(np.stack([W, 2 * W]), X, Y), "vmap(shard_map)")
 

@@ -109,6 +109,8 @@ def _varying(program, in_vary: list) -> list:
     for e in program.eqns:
         ins = set().union(*[read(a) for a in e.inputs]) if e.inputs else set()
         how = _VARIES.get(e.primitive)
+        if how == "minus" and e.params.get("axis_index_groups") is not None:
+            how = None  # a reduction within groups: the groups' results differ
         if how is not None:
             names = set(C.names_of(e.params["axis_name"]))
             ins = ins - names if how == "minus" else ins | names
