@@ -267,14 +267,14 @@ GROUPED = [
 GROUPED_SELECTION = {"psum", "all_gather"}
 
 
-@pytest.mark.parametrize("how", ["eager", "jit"])
+@pytest.mark.parametrize("how", ["eager", "jit", "jit_inside"])
 def test_axis_index_groups_against_numpy_loop(device, how):
     if device.backend == "numpy" or (device.backend == "jax" and how == "jit"):
         cases = GROUPED
     elif how == "jit":
         cases = [c for c in GROUPED if c[0] in GROUPED_SELECTION]
     else:
-        pytest.skip(f"the parity tier runs {device.backend} compiled only")
+        pytest.skip(f"the parity tier runs {device.backend} compiled only (jit of the vmap)")
     for name, f, groups, shape, ref in cases:
         X = _x(*shape)
         got = _run_fa(lambda L, v, f=f, groups=groups: f(L, v, groups), X, device, how)
