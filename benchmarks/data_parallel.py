@@ -22,13 +22,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The fnarray of this checkout (run as a script, Python puts benchmarks/ first on sys.path, not the checkout: an
+# installed fnarray, e.g. another checkout's editable install, would be measured instead).
+sys.path.insert(0, _ROOT)
 
 import numpy as np  # noqa: E402
 
-_EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "data_parallel.py")
+_EXAMPLE = os.path.join(_ROOT, "examples", "data_parallel.py")
 
 
 def _example():
