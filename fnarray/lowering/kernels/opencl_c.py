@@ -114,9 +114,6 @@ class OpenCLRenderer(CStyleRenderer):
         return super().expr(e)
 
     def rewrite_expr(self, e):
-        # OpenCL C's ordered comparisons are IEEE's (false where an operand is NaN), so the explicit
-        # "and not NaN" that the NaN-propagating min/max/clip rules add for WGSL's sake
-        # (``rules.max_of``) is dropped: a select on one comparison, which PoCL vectorises.
         if isinstance(e, Op) and e.op in ("fabs", "copysign") and e.dtype == _F32:
             # The sign bit cleared (and copied): exact, and not a library call (see _HELPERS).
             mag = Op("and", (Bitcast(e.args[0], INT32), const(0x7fffffff, INT32)), INT32)
@@ -128,6 +125,9 @@ class OpenCLRenderer(CStyleRenderer):
             # x != x: a comparison PoCL vectorises (its isnan is a call per element).
             return Op("ne", (e.args[0], e.args[0]), e.dtype)
         if isinstance(e, Op) and e.op == "land":
+            # OpenCL C's ordered comparisons are IEEE's (false where an operand is NaN), so the explicit
+            # "and not NaN" that the NaN-propagating min/max/clip rules add for WGSL's sake
+            # (``rules.max_of``) is dropped: a select on one comparison, which PoCL vectorises.
             a, b = e.args
             if _not_nan_of(b, a):
                 return a
