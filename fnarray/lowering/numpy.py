@@ -182,6 +182,7 @@ def compile_numpy(prog: Program):
 
         def exe(bufs, fn=fn):
             return fn(*bufs)
+        exe.call_args = fn  # the generated function itself (jit's hot path calls it without the list)
         _compiled[prog] = exe
     return exe
 
@@ -225,6 +226,16 @@ class NumpyBackend(Backend):
                 return [fn(*bufs)]
         return exe
 
+    def eager_call(self, primitive, params, in_avals, out_avals):
+        """The implementation ``fn(*bufs) -> buf`` of a one-output primitive itself: what ``eager_fast``'s
+        executable calls, without the list around it (``fnarray.devices.eager_ops``). ``None`` for a subclass
+        with executables or buffers of its own."""
+        cls = type(self)
+        if (primitive.multiple_results or cls.eager_fast is not NumpyBackend.eager_fast
+                or cls.to_device is not NumpyBackend.to_device):
+            return None
+        return IMPLS[primitive](params, list(in_avals), list(out_avals))
+
     def to_device(self, array, device):
         a = np.array(array, copy=True)
         a.flags.writeable = False
@@ -237,6 +248,12 @@ class NumpyBackend(Backend):
         if type(self).to_device is not NumpyBackend.to_device:  # a subclass with its own buffers
             return self.to_device(np.asarray(value, dtype), device)
         return dtype.type(value)  # NumPy scalars are immutable: no copy, no flags
+
+    def scalar_converter(self, dtype, device):
+        if type(self).scalar_to_device is not NumpyBackend.scalar_to_device or \
+                type(self).to_device is not NumpyBackend.to_device:
+            return super().scalar_converter(dtype, device)
+        return dtype.type  # what scalar_to_device returns, without the call around it
 
 
 def make_backend():
