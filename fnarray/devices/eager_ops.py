@@ -78,6 +78,12 @@ _BINARY = {
 _UNARY = {"neg": (P.neg, _not_bool)}
 
 
+def _fast_now() -> bool:
+    """This thread stages nothing and the unprofiled eager apply is installed (``tracing.plain`` says so for
+    every thread at once, and is read first)."""
+    return _STATE.dynamic[-1].level == 0 and tracing._eager_apply is _APPLY
+
+
 class _OpEntry:
     """A fast operator's cached implementation (an eager-cache value beside the general ``_EagerEntry``)."""
 
@@ -99,7 +105,7 @@ def _binary(code, general):
     def method(self, other):
         t = type(other)
         if t is float or t is int:
-            if _STATE.dynamic[-1].level == 0 and tracing._eager_apply is _APPLY:
+            if tracing.plain or _fast_now():
                 dev = self._device
                 e = _D.get((code, self.aval, t))
                 if e is not None and e.device is not dev:
@@ -115,7 +121,7 @@ def _binary(code, general):
                     r.aval, r._device, r._buf, r._committed, r._host = e.out_aval, dev, out, self._committed, None
                     return r
         elif t is ArrayImpl:
-            if _STATE.dynamic[-1].level == 0 and tracing._eager_apply is _APPLY:
+            if tracing.plain or _fast_now():
                 dev = self._device
                 e = _D.get((code, self.aval, other.aval))
                 if e is not None and e.device is not dev:
@@ -141,7 +147,7 @@ def _binary(code, general):
 def _reflected(code, general):
     def method(self, other):
         t = type(other)
-        if (t is float or t is int) and _STATE.dynamic[-1].level == 0 and tracing._eager_apply is _APPLY:
+        if (t is float or t is int) and (tracing.plain or _fast_now()):
             dev = self._device
             e = _D.get((code, self.aval, t))
             if e is not None and e.device is not dev:
@@ -164,7 +170,7 @@ def _reflected(code, general):
 
 def _unary(code, general):
     def method(self):
-        if _STATE.dynamic[-1].level == 0 and tracing._eager_apply is _APPLY:
+        if tracing.plain or _fast_now():
             dev = self._device
             e = _D.get((code, self.aval))
             if e is not None and e.device is not dev:
@@ -234,6 +240,8 @@ def _learn(code, x, other, binary, out):
     fn = dev.impl.eager_call(prim, _PARAMS, in_avals, general.out_avals)
     if fn is None:
         fn = _one_output(general.exe, len(in_avals))
+        if fn is None:
+            return
     entry = _OpEntry(fn, conv, out_aval, dev)
     old = _D.get(key)
     if old is not None and old.device is not dev and old.generation == config.generation:
@@ -257,7 +265,18 @@ def _converter(dev, d, weak, quiet):
 
 
 def _one_output(exe, n):
-    if n == 1:
+    """``fn(*bufs) -> buf`` over a one-output executable: through its direct entry (``call_args``, as jit's hot
+    path) where it has one, else the executable itself."""
+    call = getattr(exe, "call_args", None)
+    if call is not None and getattr(exe, "reraise", None) is not None:
+        # Errors are not translated here: any error of a fast call re-runs the general path, which does.
+        if n == 1:
+            def fn(a):
+                return call(a)[0]
+        else:
+            def fn(a, b):
+                return call(a, b)[0]
+    elif n == 1:
         def fn(a):
             return exe([a])[0]
     else:

@@ -370,7 +370,7 @@ class Jitted:
         # aval is compared by identity first (arrays made by one executable share their aval objects).
         hot = self._hot[0]
         if hot is not None and not kwargs and hot.generation == config.generation and \
-                _TRACE_STATE.dynamic[-1].level == 0:
+                (tracing.plain or _TRACE_STATE.dynamic[-1].level == 0):
             tree = hot.tree
             if tree is None:
                 leaves = args
