@@ -32,6 +32,7 @@ entry used, as a general hit does (second-chance eviction). Lookups take no lock
 
 from __future__ import annotations
 
+import math
 import warnings
 
 from fnarray.core import dtypes, tracing
@@ -254,14 +255,30 @@ def _learn(code, x, other, binary, out):
 
 
 def _converter(dev, d, weak, quiet):
-    """``conv(value)``: the device scalar the general path passes for a Python scalar ``value`` of this case."""
+    """``conv(value)``: a device scalar of the value the general path passes for a Python scalar ``value`` of
+    this case. The last value's buffer is kept: a loop's ``x * 2.0`` passes the same float object every time
+    (an identity test, so ``0.0``/``-0.0``, ``1``/``True`` and NaNs are never confused); buffers are immutable."""
     to_device = dev.impl.scalar_converter(d, dev)
     if weak:
-        return to_device
+        make = to_device
+    else:
+        def make(value):
+            return to_device(dtypes.scalar_literal(value, d, quiet))
+    last = [None]
+    quiet_cast = not weak and d in (dtypes.float64, dtypes.complex128)  # a float or int converts without warning
 
     def conv(value):
-        return to_device(dtypes.scalar_literal(value, d, quiet))
+        hit = last[0]
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        buf = make(value)
+        if quiet_cast or (weak and (type(value) is int or not _F32_MAX < abs(value) < math.inf)):
+            last[0] = (value, buf)  # only values whose conversion cannot warn: a cached one would warn once
+        return buf
     return conv
+
+
+_F32_MAX = float(dtypes.finfo(dtypes.float32).max)
 
 
 def _one_output(exe, n):

