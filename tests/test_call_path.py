@@ -242,7 +242,6 @@ def test_hot_path_inside_a_transformation_stages_a_call():
 
 
 def test_hot_record_dies_with_its_executable():
-    import gc
     import weakref
     old = fa.config.jit_cache_size
     fa.config.jit_cache_size = 1
@@ -251,10 +250,12 @@ def test_hot_record_dies_with_its_executable():
         x3, x4 = fnp.ones(3, dtype=fnp.float32), fnp.ones(4, dtype=fnp.float32)
         f(x3)
         f(x3)
-        first = weakref.ref(_hot(f).ex)
-        f(x4)  # evicts the executable of f32[3] (a bound of 1)
+        (ex,) = f._compiled.values()
+        assert _hot(f).gid == ex.gid
+        first = weakref.ref(ex)
+        del ex
+        f(x4)  # evicts the executable of f32[3] (a bound of 1): freed at once, without a garbage collection
         f(x4)
-        gc.collect()
         assert first() is None
         assert _hot(f) is None or _hot(f).in_avals == (x4.aval,)
         np.testing.assert_array_equal(np.asarray(f(x3)), np.full(3, 2.0, np.float32))

@@ -132,7 +132,10 @@ class ArrayImpl(Array):
 
     def block_until_ready(self):
         """Wait until the value is computed; returns ``self``."""
-        self._device.impl.block_until_ready(self.buf())
+        b = self._buf
+        if b is None:
+            self.buf()  # raises: donated or deleted
+        self._device.impl.block_until_ready(b)
         return self
 
     def __repr__(self):

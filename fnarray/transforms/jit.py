@@ -101,7 +101,7 @@ def _unfast(fast, ckey, ex, hot=None):
         fast.pop(ckey[0], None)
     if hot is not None:
         h = hot[0]
-        if h is not None and h.ex is ex:
+        if h is not None and h.gid == ex.gid:
             hot[0] = None
 
 
@@ -120,11 +120,13 @@ class _Hot:
     argument is an array) to arrays of exactly ``in_avals`` on ``device`` and the configuration is unchanged.
     """
 
-    __slots__ = ("ex", "tree", "n", "in_avals", "device", "generation", "const_bufs", "committed", "call", "star",
-                 "reraise", "out_avals", "out_tree", "single")
+    __slots__ = ("gid", "ckey", "tree", "n", "in_avals", "device", "generation", "const_bufs", "committed", "call",
+                 "star", "reraise", "out_avals", "out_tree", "single")
 
     def __init__(self, ex, tree, in_avals, device, committed):
-        self.ex, self.tree, self.n, self.in_avals, self.device = ex, tree, len(in_avals), in_avals, device
+        # No reference to ``ex`` itself (which holds this record): an evicted executable is freed at once.
+        self.gid, self.ckey = ex.gid, ex.ckey
+        self.tree, self.n, self.in_avals, self.device = tree, len(in_avals), in_avals, device
         self.generation = config.generation
         self.const_bufs = tuple(ex.const_bufs)
         self.committed = committed
@@ -393,12 +395,16 @@ class Jitted:
                     if x_committed:
                         committed = True
                 else:
-                    gid = hot.ex.gid
+                    gid = hot.gid
                     try:  # LRU order, per function and global: two GIL-atomic moves of int keys, no lock
                         self._compiled_d.move_to_end(gid)
                         _GLOBAL_D.move_to_end(gid)
                     except KeyError:  # evicted meanwhile (by another thread): still valid for this call
-                        _unfast(self._fast, hot.ex.ckey, hot.ex, self._hot)
+                        ex = self._fast.get(hot.ckey[0])
+                        if ex is not None and ex.gid == gid:
+                            _unfast(self._fast, hot.ckey, ex, self._hot)
+                        elif self._hot[0] is hot:
+                            self._hot[0] = None
                     if hot.star:
                         try:
                             outs = hot.call(*bufs)
