@@ -73,7 +73,7 @@ def _operand_values(d):
 def _key(code, x, other):
     if other is None:
         return (code, x.aval)
-    return (code, x.aval, other.aval if isinstance(other, fa.Array) else type(other))
+    return (code, x.aval, type(other))  # an array operand: ArrayImpl (its aval must equal x's)
 
 
 def _check(code, x, other, learned):

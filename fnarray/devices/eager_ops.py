@@ -3,8 +3,9 @@
 Through the namespace, ``x * 2.0`` is ~40 Python calls (``multiply``, ``elementwise``, promotion,
 ``lax.mul``, ``bind``, ``eager_apply``, the eager cache, the executable) around a NumPy call that costs
 ~1 us by itself. The operators of ``ArrayImpl`` (``+ - * /``, the six comparisons, unary ``-``) first
-look for an entry of the eager cache keyed by (operator, the array's aval, the other operand's aval or
-Python type, device) that holds the primitive's implementation itself (the NumPy function on numpy:0, the
+look for an entry of the eager cache keyed by (operator, the array's aval, the other operand's Python
+type: ``ArrayImpl`` for an array of the same aval), with the device's id added for a second device. It
+holds the primitive's implementation itself (the NumPy function on numpy:0, ``jax.jit``'s callable or the
 eager executable on other backends), the output's aval and the backend's conversion of a Python scalar.
 
 An entry is made only after the general path ran the same operation, and only where that path's
@@ -123,13 +124,14 @@ def _binary(code, general):
                     return r
         elif t is ArrayImpl:
             if tracing.plain or _fast_now():
-                dev = self._device
-                e = _D.get((code, self.aval, other.aval))
+                # Keyed by this array's aval alone (the other's must equal it): one aval hashed, not two.
+                dev, av, oav = self._device, self.aval, other.aval
+                e = _D.get((code, av, ArrayImpl))
                 if e is not None and e.device is not dev:
-                    e = _lookup((code, self.aval, other.aval), dev)
+                    e = _lookup((code, av, ArrayImpl), dev)
                 a, b = self._buf, other._buf
-                if (e is not None and other._device is dev and e.generation == config.generation
-                        and a is not None and b is not None):
+                if (e is not None and other._device is dev and (oav is av or oav == av)
+                        and e.generation == config.generation and a is not None and b is not None):
                     e.used = True
                     try:
                         out = e.fn(a, b)
@@ -214,7 +216,7 @@ def _learn(code, x, other, binary, out):
         if t is ArrayImpl:
             if reflected or other.aval != av or other._device is not dev:
                 return
-            in_avals, key = (av, other.aval), (code, av, other.aval)
+            in_avals, key = (av, other.aval), (code, av, ArrayImpl)
         elif t is float or t is int:
             rule = dtypes.scalar_operand_dtype(av.dtype, t)
             if rule is None:
