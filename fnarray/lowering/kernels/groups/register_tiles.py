@@ -37,6 +37,7 @@ from fnarray.lowering.kernels.index import ix_data, unravel
 from fnarray.lowering.kernels.ir import INT32, Cast, Special, const
 from fnarray.lowering.kernels.rules import add_of, mul_of, op, select
 
+#: Panel offsets are 64-bit (see ``register_dot``).
 INT64 = np.dtype(np.int64)
 
 __all__ = ["RM", "RN", "UK", "register_dtype", "panels", "padded_k", "pack_launch", "register_product",
