@@ -126,6 +126,7 @@ def _conv_f64(x, w, kw):
 _NHWC = ("NHWC", "HWIO", "NHWC")
 _CONVS = [
     ("same_nhwc", (2, 9, 10, 8), (3, 3, 8, 16), dict(window_strides=(1, 1), padding="SAME", dimension_numbers=_NHWC)),
+    ("cin_1", (16, 8, 8, 1), (3, 3, 1, 32), dict(window_strides=(1, 1), padding="SAME", dimension_numbers=_NHWC)),
     ("cin_5_stride", (2, 13, 12, 5), (3, 3, 5, 12), dict(window_strides=(2, 1), padding="SAME",
                                                           dimension_numbers=_NHWC)),
     ("nchw_dilated", (2, 8, 9, 7), (16, 8, 3, 2), dict(window_strides=(1, 1), padding=((1, 2), (2, 0)),

@@ -511,11 +511,12 @@ class ConvGroup(_Group):
         total = g.Gt * np_ * g.K * RN
         gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
         with b.when(op("lt", gid, const(total, INT32))):
-            c = b.let(op("rem", gid, const(RN, INT32)), "c")
-            k = b.let(op("rem", op("div", gid, const(RN, INT32)), const(g.K, INT32)), "k")
+            # (Local names must not meet the scalars': a local "k1" hid the kernel size k1.)
+            c = b.let(op("rem", gid, const(RN, INT32)), "pc")
+            k = b.let(op("rem", op("div", gid, const(RN, INT32)), const(g.K, INT32)), "pk")
             rest = b.let(op("div", gid, const(RN * g.K, INT32)))
-            p = b.let(op("rem", rest, const(np_, INT32)), "p")
-            grp = b.let(op("div", rest, const(np_, INT32)), "grp")
+            p = b.let(op("rem", rest, const(np_, INT32)), "pp")
+            grp = b.let(op("div", rest, const(np_, INT32)), "pg")
             j = b.let(op("add", op("mul", p, const(RN, INT32)), c))
             ok = b.let(op("lt", j, s["Og"]))
             o = b.let(op("add", op("mul", grp, s["Og"]), select(ok, j, const(0, INT32))))
