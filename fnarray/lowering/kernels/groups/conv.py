@@ -423,7 +423,7 @@ class ConvGroup(_Group):
         g = self.geo
         dt = self.eqn.inputs[0].aval.dtype
         wx, wy, mp, np_ = panels(g.M, g.Og)
-        pack = self._pack_weights(plans, np_)
+        pack_launch, pack = self._pack_weights(plans, np_)
         b, args, scalars, tracker, em = self._begin("k")
         lname, rname, s = self._scalars(b, args, scalars, plans)
         pname = b.buffer(pack, dt, False, "wp")
@@ -497,11 +497,11 @@ class ConvGroup(_Group):
                 self._finish(b, em, args, s, yn[0], b.let(op("add", ogrp, gj), "oc"), yn[1:], v)
         b.name = _kernel_name("conv_reg", tracker.eqns)
         main = _launch(b, args, scalars, (np_, mp, g.Gt), (wx, wy, 1), tracker.eqns, "conv", fixed_local=True)
-        return [self._pack_launch, main]
+        return [pack_launch, main]
 
     def _pack_weights(self, plans, np_):
-        """The weights as zero-padded panels ``[group][np_][K][RN]`` (a copy kernel; its launch is kept in
-        ``self._pack_launch``); returns the scratch buffer's spec."""
+        """``(launch, spec)``: a copy kernel writing the weights as zero-padded panels ``[group][np_][K][RN]``
+        into a scratch buffer, and the buffer's spec."""
         g = self.geo
         ctx = self.ctx
         dt = self.eqn.inputs[1].aval.dtype
@@ -529,8 +529,7 @@ class ConvGroup(_Group):
             args[out] = spec
             b.store(out, gid, b.let(select(ok, w, const(0, dt))))
         b.name = "conv_pack"
-        self._pack_launch = _launch(b, args, scalars, gsize, lsize, [], "copy")
-        return spec
+        return _launch(b, args, scalars, gsize, lsize, [], "copy"), spec
 
     def _tiled(self, plans):
         """The implicit-GEMM kernel: ``A`` and ``B`` tiles of each group's product in local memory."""
