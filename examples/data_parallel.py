@@ -17,6 +17,7 @@ float32 tolerance, printed). Usage::
     python examples/data_parallel.py --devices 8                 # 8 forced XLA host devices (jax)
     python examples/data_parallel.py --devices 8 --mode tp       # a (4, 2) mesh
     python -m fnarray.distributed.launch -n 2 examples/data_parallel.py   # 2 processes, one device each
+    python -m fnarray.distributed.launch -n 2 --backend mlx examples/data_parallel.py   # mx.distributed ring
     python examples/data_parallel.py --devices 1 --device numpy:0          # a mesh of one device, any backend
 """
 
@@ -131,10 +132,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--lr", type=float, default=0.3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", default=None, help="backend of the mesh (default: jax)")
+    ap.add_argument("--device", default=None, help="backend of the mesh (default: the launcher's, else jax)")
     a = ap.parse_args(argv)
     launched = "FNARRAY_DISTRIBUTED_BACKEND" in os.environ
-    backend = (a.device or "jax").split(":")[0]
+    backend = (a.device or os.environ.get("FNARRAY_DISTRIBUTED_BACKEND") or "jax").split(":")[0]
     if backend == "jax" and not launched and (a.devices or 1) > 1 and "XLA_FLAGS" not in os.environ:
         # Forced host devices: read by XLA when the jax backend starts, so set before anything uses it.
         os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={a.devices}"

@@ -7,6 +7,10 @@ over ``x``, columns whole) and replicates it over the others. On the jax backend
 ``jax.sharding.Mesh`` / ``NamedSharding`` (``Mesh.jax_mesh``, ``NamedSharding.jax_sharding``), so
 ``fa.device_put(x, sharding)`` gives a global ``jax.Array`` that XLA partitions (GSPMD).
 
+On the mlx backend a mesh spans the processes of an mlx run, one device per process, 1-D
+(``fnarray.lowering.mlx_spmd``: global arrays hold this process's shard; ``shard_map`` runs on
+``mx.distributed``).
+
 Backends without a distributed engine (numpy, opencl, webgpu) have one device: a mesh of one device works
 there (every axis of size 1: ``shard_map`` is then a ``vmap`` over size-1 named axes); a larger mesh raises
 naming the backends that can (jax: ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` on a CPU, GPUs,
@@ -97,7 +101,8 @@ class Mesh:
       devices, axis_names, shape (``{name: size}``), axis_sizes, size, backend, jax_mesh (jax only).
     Raises:
       ``ValueError`` for a repeated device or name, a dimension/name count mismatch, devices of several
-      backends, or more than one device on a backend without a distributed engine.
+      backends, more than one device on a backend without a distributed engine, or, on mlx, a mesh that is
+      not 1-D over every process of the run in order (or one of another process's device).
     """
 
     def __init__(self, devices, axis_names):
@@ -122,6 +127,9 @@ class Mesh:
             raise _no_engine(self.backend, len(flat))
         if len(set(flat)) != len(flat):
             raise ValueError(f"Mesh: a device appears twice in {[str(d) for d in flat]}")
+        if self.backend == "mlx":  # one device per process, on mx.distributed (fnarray.lowering.mlx_spmd)
+            from fnarray.lowering.mlx_spmd import check_mesh
+            check_mesh(devs)
         self.devices = devs
         self._jax = None
 
@@ -196,10 +204,20 @@ def make_mesh(axis_shapes, axis_names, *, devices=None):
     n = math.prod(axis_shapes)
     if devices is None:
         backend = placement.default_device().backend
+        if n > 1 and backend not in ENGINE_BACKENDS:
+            from fnarray import distributed
+            backend = distributed._state["backend"] or backend  # the devices of the distributed run
         devices = placement.devices(backend)
         if n > 1 and backend not in ENGINE_BACKENDS:
             raise _no_engine(backend, n)
     devs = list(_to_devices(devices).flat)
+    if n == 1 and devs and getattr(devs[0], "remote", False):  # a mesh of one device: this process's
+        devs = [d for d in devs if not getattr(d, "remote", False)]
+    if devs and devs[0].backend == "mlx" and len(devs) != n and n > 1:
+        raise ValueError(f"make_mesh: a mesh of shape {axis_shapes} over {len(devs)} mlx devices; on the mlx "
+                         f"backend a mesh over processes holds every process once: make_mesh(({len(devs)},), "
+                         f"(name,)) here, or start {n} processes (python -m fnarray.distributed.launch -n {n} "
+                         "--backend mlx, or mlx.launch)")
     if len(devs) < n:
         raise ValueError(f"make_mesh: a mesh of shape {axis_shapes} needs {n} devices, but only {len(devs)} are "
                          f"given ({', '.join(str(d) for d in devs)}). On a CPU, start Python with "
@@ -286,7 +304,7 @@ class NamedSharding(Sharding):
             from fnarray.distributed import process_index
             me = process_index()
             return {d for d in self.mesh.devices.flat if getattr(d.handle, "process_index", 0) == me}
-        return self.device_set
+        return {d for d in self.mesh.devices.flat if not getattr(d, "remote", False)}
 
     @property
     def is_fully_addressable(self) -> bool:
@@ -376,6 +394,9 @@ def device_put_sharded(x, sharding):
     first = mesh.devices.flat[0]
     if mesh.size == 1:
         return device_put(x, first)
+    if mesh.backend == "mlx":
+        from fnarray.lowering.mlx_spmd import put_global
+        return put_global(x, sharding)
     if mesh.backend != "jax":  # pragma: no cover - Mesh refuses such meshes
         raise _no_engine(mesh.backend, mesh.size)
     import jax
@@ -402,7 +423,19 @@ def array_sharding(arr):
         s = arr.buf().sharding
         if len(s.device_set) > 1:
             return from_jax_sharding(s, dev.impl)
+    g = _mlx_global(arr)
+    if g is not None:
+        return g.sharding
     return SingleDeviceSharding(dev)
+
+
+def _mlx_global(arr):
+    """The ``GlobalBuffer`` of a global array over mlx processes, else ``None``."""
+    if arr.device.backend != "mlx" or not hasattr(arr.device, "process_index"):
+        return None
+    from fnarray.lowering.mlx_spmd import GlobalBuffer
+    b = arr.buf()
+    return b if isinstance(b, GlobalBuffer) else None
 
 
 def from_jax_sharding(s, backend):
@@ -425,6 +458,14 @@ def addressable_shards(arr) -> list:
     from fnarray.core.shaped import ShapedArray
     from fnarray.devices.array_impl import ArrayImpl
     dev = arr.device
+    g = _mlx_global(arr)
+    if g is not None:
+        me = dev.process_index
+        spec = g.sharding.spec.padded(arr.ndim)
+        split = bool(spec.axis_names())
+        aval = ShapedArray(tuple(g.local.shape), arr.dtype, arr.aval.weak_type)
+        index = g.sharding.devices_indices_map(arr.shape)[dev]
+        return [Shard(dev, index, 0 if split else me, ArrayImpl(aval, dev, g.local, committed=True))]
     if dev.backend != "jax":
         return [Shard(dev, tuple(slice(None) for _ in arr.shape), 0, arr)]
     by_handle = {d.handle: d for d in dev.impl.devices()}
@@ -439,4 +480,4 @@ def addressable_shards(arr) -> list:
 def is_fully_addressable(arr) -> bool:
     if arr.device.backend == "jax":
         return bool(arr.buf().is_fully_addressable)
-    return True
+    return _mlx_global(arr) is None

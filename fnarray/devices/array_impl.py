@@ -136,6 +136,9 @@ class ArrayImpl(Array):
     def __repr__(self):
         if self._buf is None:
             return f"Array(<deleted>, shape={self.shape}, dtype={self.dtype.name})"
+        if not self.is_fully_addressable and not self.sharding.is_fully_replicated:
+            return (f"Array(<split over processes: this one holds {len(self.addressable_shards)} shard(s)>, "
+                    f"shape={self.shape}, dtype={self.dtype.name}, sharding={self.sharding!r})")
         v = self._value()
         body = np.array2string(v, separator=", ", prefix="Array(")
         weak = ", weak_type=True" if self.aval.weak_type else ""

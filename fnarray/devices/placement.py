@@ -129,9 +129,9 @@ def parse_device(spec) -> Device:
         raise ValueError(f"unknown device {spec!r}; available devices: {avail} "
                          f"(backends: {', '.join(backend_names())})")
     devs = get_backend(name).devices()
-    if not rest:
-        return devs[0]
-    for d in devs:
+    if not rest:  # this process's first device (the others' in a run of several mlx processes are names only)
+        return next((d for d in devs if not getattr(d, "remote", False)), devs[0])
+    for d in sorted(devs, key=lambda d: getattr(d, "remote", False)):
         if (rest.isdigit() and d.id == int(rest)) or d.platform == rest:
             return d
     raise ValueError(f"no device {spec!r}; {name} has {', '.join(f'{d} ({d.platform})' for d in devs)}. "

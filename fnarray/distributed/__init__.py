@@ -42,8 +42,11 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
       coordinator_address: ``host:port`` of process 0's coordinator (jax).
       num_processes: how many processes take part.
       process_id: this process's index, ``0 <= process_id < num_processes``.
-      backend: ``"jax"`` or ``"mlx"`` (default: ``FNARRAY_DISTRIBUTED_BACKEND``, else ``jax``).
-      timeout: seconds to wait for the other processes before raising (never a hang).
+      backend: ``"jax"`` or ``"mlx"`` (default: ``FNARRAY_DISTRIBUTED_BACKEND``, else ``mlx`` under
+        ``mlx.launch`` (``MLX_HOSTFILE``/``MLX_RANK`` set), else ``jax``).
+      timeout: seconds to wait for the other processes before raising (never a hang). On mlx the ring
+        backend's own connection retries (~30 s, during which ``mx.distributed.init`` holds the GIL) bound
+        the wait instead when they are longer.
       local_device_ids: jax's, passed through.
     Returns:
       ``None``.
@@ -52,7 +55,8 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
       second initialization, or device counts that differ across processes; ``TimeoutError`` when the
       coordinator or the other processes cannot be reached within ``timeout``.
     """
-    backend = backend or os.environ.get("FNARRAY_DISTRIBUTED_BACKEND") or "jax"
+    backend = backend or os.environ.get("FNARRAY_DISTRIBUTED_BACKEND") or (
+        "mlx" if "MLX_HOSTFILE" in os.environ or "MLX_RANK" in os.environ else "jax")  # mlx.launch sets them
     if backend not in _ENGINES:
         raise ValueError(f"fnarray.distributed.initialize(backend={backend!r}): the {backend} backend has no "
                          f"distributed engine; use backend='jax' (jax.distributed: gloo, NCCL, ICI) or "

@@ -1,4 +1,10 @@
-"""``initialize`` on the mlx backend: ``mx.distributed.init`` with a bounded wait."""
+"""``initialize`` on the mlx backend: ``mx.distributed.init`` with a bounded wait.
+
+Measured with MLX 0.32 (Linux, ring): ``mx.distributed.init`` holds the GIL while it connects, so the
+``timeout`` thread below cannot cut it short; the ring backend gives up by itself after ~30 s of
+connection retries ("[ring] Couldn't connect"), which is then the bound. ``strict=True`` matters: without it
+a process whose ``MLX_RANK``/``MLX_HOSTFILE`` are missing silently gets a group of size 1 and trains alone.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,11 @@ import threading
 
 
 def initialize(num_processes, process_id, timeout):
+    from fnarray.devices import backend as _backend
+    if "mlx" in _backend._BACKENDS:
+        raise ValueError("fnarray.distributed.initialize(backend='mlx') must run before the mlx backend starts "
+                         "(before any array is made on mlx or fa.devices('mlx') is listed): call it first thing, "
+                         "since afterwards the mlx backend has one device per process")
     import mlx.core as mx
     if process_id is not None and "MLX_RANK" not in os.environ:
         os.environ["MLX_RANK"] = str(process_id)

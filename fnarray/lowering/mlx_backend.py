@@ -60,6 +60,9 @@ from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
 from fnarray.lowering.mlx import _EQN_CHECKS, _HOST, _UNSUPPORTED, _dtype_reason, _eqn_dtypes, _Generated
 from fnarray.lowering.mlx_common import _IMPORT_ERROR, RULES, from_numpy, mx, to_numpy
 
+if mx is not None:
+    from fnarray.lowering import mlx_spmd as _spmd  # registers the collectives' and shard_map's rules
+
 __all__ = ["make_backend", "MlxBackend", "MlxLowered", "COMPILE_MODE", "CPU_COMPILE_MAX_ELEMENTS",
            "CPU_COMPILE_AFTER_CALLS"]
 
@@ -136,6 +139,11 @@ class MlxLowered(Lowered):
         return _Generated(self.program, execute=False).source
 
     def compile(self):
+        if _spmd.active():  # one process of several: global buffers and shard_map over processes
+            return _spmd.distributed_executable(self.program, self._compile)
+        return self._compile()
+
+    def _compile(self):
         if self._host:
             from fnarray.devices.host_control import HostDriven
             return HostDriven(self.program, self.device, [True] * len(self.program.eqns))
@@ -168,6 +176,10 @@ class MlxBackend(Backend):
                 label = kind
             self._devices.append(Device("mlx", 0, "gpu", f"MLX {version} {kind} GPU ({label})", handle=mx.gpu))
         self._devices.append(Device("mlx", len(self._devices), "cpu", f"MLX {version} CPU", handle=mx.cpu))
+        group = _spmd.process_group()
+        if group is not None:  # a run of several processes: one device per process (fnarray.lowering.mlx_spmd)
+            mine = self._devices[0]
+            self._devices = _spmd.process_devices(group, mine.handle, mine.platform, mine.description)
         all_but = frozenset(dtypes.ALL_DTYPES) - {dtypes.complex128}
         self._caps = {
             "cpu": Capabilities(dtypes=all_but, control_flow="host"),
@@ -204,7 +216,7 @@ class MlxBackend(Backend):
 
     def eager_fast(self, primitive, params, in_avals, device):
         """One primitive applied directly with MLX, or ``None`` where the general path is needed."""
-        if primitive in _HOST or primitive not in RULES:
+        if primitive in _HOST or primitive not in RULES or _spmd.active():
             return None
         check = _EQN_CHECKS.get(primitive)
         if check is not None and check(list(in_avals), params) is not None:
@@ -235,19 +247,27 @@ class MlxBackend(Backend):
         return _on_stream(handle, apply)
 
     def to_device(self, array, device):
+        if device is not None and device.handle is None:
+            raise ValueError(f"{device} is the device of process {device.id} of this mlx run, not of this process "
+                             f"({_spmd.process_group().rank()}): place arrays on this process's device, or split "
+                             "them over the processes with fa.device_put(x, NamedSharding(mesh, spec))")
         return from_numpy(array)
 
     def to_host(self, buf):
+        if isinstance(buf, _spmd.GlobalBuffer):
+            return _spmd.host_value(buf)
         return to_numpy(buf)
 
     def block_until_ready(self, buf):
-        if isinstance(buf, mx.array):
-            mx.eval(buf)
+        b = buf.local if isinstance(buf, _spmd.GlobalBuffer) else buf
+        if isinstance(b, mx.array):
+            mx.eval(b)
         return buf
 
     def schedule(self, bufs):
         """Start evaluating ``bufs`` without waiting (host-driven loops keep MLX's graphs short)."""
-        arrays = [b for b in bufs if isinstance(b, mx.array)]
+        arrays = [b.local if isinstance(b, _spmd.GlobalBuffer) else b for b in bufs]
+        arrays = [b for b in arrays if isinstance(b, mx.array)]
         if arrays:
             mx.async_eval(*arrays)
 

@@ -740,14 +740,18 @@ def _no_collective(params, in_avals, out_avals):
         raise UnsupportedOnDevice(
             f"a collective over axis {params['axis_name']!r} reached the numpy backend outside a named axis: run it "
             "inside fnarray.vmap(f, axis_name=...) (every backend), or in fnarray.shard_map over a mesh of the jax "
-            "backend; numpy, opencl and webgpu have no distributed engine")
+            "or mlx backend; numpy, opencl and webgpu have no distributed engine")
     return f
 
 
 def _no_shard_map(params, in_avals, out_avals):
     def f(*args):
         from fnarray.core.errors import UnsupportedOnDevice
-        raise UnsupportedOnDevice(f"shard_map over {params['mesh']!r} runs on the jax backend only")
+        mesh = params["mesh"]
+        raise UnsupportedOnDevice(
+            f"shard_map over {mesh!r} reached the numpy backend: it runs on the {mesh.backend} backend, where a "
+            f"jitted function holding it runs when its inputs are there (fa.device_put(x, NamedSharding(mesh, "
+            f"spec))) or FNARRAY_DEVICE={mesh.backend} is set")
     return f
 
 

@@ -8,6 +8,8 @@ the same on every device), then:
 
 - on a mesh of jax devices, the program becomes one ``shard_map`` equation, which the jax backend lowers
   to ``jax.shard_map`` with the collectives as ``jax.lax`` collectives (inside or outside ``jit``);
+- on a mesh over the processes of an mlx run, the same equation, which the mlx backend runs on each
+  process's shard with the collectives on ``mx.distributed`` (``fnarray.lowering.mlx_spmd``);
 - on a mesh of one device (any backend), ``f`` runs under a ``vmap`` of size 1 per mesh axis, with the
   mesh's axis names: the collectives' batching rules give their meaning on every backend.
 
@@ -190,11 +192,12 @@ def shard_map(f, *, mesh, in_specs, out_specs, check_vma=True, axis_names=None, 
         if check_vma:
             names = [f"output {i}" for i in range(len(o_specs))]
             _check_vma(program, c_specs + specs, o_specs, names)
-        if mesh.backend == "jax":
+        if mesh.backend == "jax" or mesh.backend == "mlx" and mesh.size > 1:
             # Concrete inputs elsewhere (a NumPy value, an array on numpy:0) are placed on the mesh first, as
-            # jax.shard_map places its inputs; traced ones are where their jit runs.
+            # jax.shard_map places its inputs; traced ones are where their jit runs. (On mlx over processes,
+            # an mlx array that is not global is a full value, split by the shard_map rule: mlx_spmd.)
             leaves = [x if isinstance(x, Tracer) or getattr(x, "device", None) is not None and
-                      x.device.backend == "jax" else device_put(x, NamedSharding(mesh, s))
+                      x.device.backend == mesh.backend else device_put(x, NamedSharding(mesh, s))
                       for x, s in zip(leaves, specs, strict=True)]
             outs = shard_map_p.bind(*consts, *leaves, program=program, mesh=mesh,
                                     in_specs=tuple(c_specs + specs), out_specs=tuple(o_specs))
@@ -229,10 +232,15 @@ def _bind(args, program, mesh, in_specs, out_specs):
         # Nothing says where an eager equation runs (no operand on the mesh, e.g. the known half of a
         # partial evaluation without inputs): an unused scalar on the mesh's first device does.
         from fnarray.devices.placement import device_put
-        anchor = device_put(np.zeros((), np.float32), mesh.devices.flat[0])
+        anchor = device_put(np.zeros((), np.float32), _local_device(mesh))
         program = Program([], [Var(anchor.aval)] + list(program.invars), program.eqns, program.outvars)
         args, in_specs = [anchor, *args], [PartitionSpec(), *in_specs]
     return shard_map_p.bind(*args, program=program, mesh=mesh, in_specs=tuple(in_specs), out_specs=tuple(out_specs))
+
+
+def _local_device(mesh):
+    """The mesh's first device that this process holds (a mesh over mlx processes names the others')."""
+    return next((d for d in mesh.devices.flat if not getattr(d, "remote", False)), mesh.devices.flat[0])
 
 
 def shard_map_batch(vals, dims, *, program, mesh, in_specs, out_specs):
