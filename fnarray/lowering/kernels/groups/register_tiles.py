@@ -41,7 +41,7 @@ from fnarray.lowering.kernels.rules import add_of, mul_of, op, select
 INT64 = np.dtype(np.int64)
 
 __all__ = ["RM", "RN", "UK", "register_dtype", "panels", "padded_k", "pack_launch", "register_product",
-           "store_loop", "register_dot"]
+           "store_loop", "packed_product", "register_dot"]
 
 #: Outputs per work item along rows (the lhs panel width) and along columns (the rhs panel width), and
 #: contraction steps per loop iteration. 4 x 8 measured best of 2x8, 4x4, 8x4, 4x8, 8x8, 4x16 on PoCL
@@ -162,6 +162,27 @@ def store_loop(b, accs, dt):
             yield i, j, b.load(arr, op("add", op("mul", i, const(cols, INT32)), j), dt, "private")
 
 
+def packed_product(b, a, bb, dt, scalars, kp, mp, np_):
+    """The accumulators ``[RM][RN]`` of work item ``(column panel, row panel, batch)`` = (global id 0, global
+    id 1, group id 2) over packed operand buffers ``a`` ``[B][Mp][Kp][RM]`` and ``bb`` ``[B][Np][Kp][RN]``
+    (parameter names; the sizes become the scalar arguments ``Kp``, ``Mp``, ``Np``)."""
+    scalars.update(Kp=kp, Mp=mp, Np=np_)
+    Kp, Mp, Np = b.scalar("Kp"), b.scalar("Mp"), b.scalar("Np")
+    cp, rp, bz = Special("global_id", 0), Special("global_id", 1), Special("group_id", 2)
+    sm, sn = const(RM, INT32), const(RN, INT32)
+    # The panel offsets in 64 bits: with int32 indices (``a[base + k*4 + c]``) PoCL did not vectorize the
+    # loop (the sign extension of each index hides that they are consecutive): 10-15x slower.
+    abase = b.let(Cast(op("mul", op("add", op("mul", bz, Mp), rp), op("mul", Kp, sm)), INT64), "abase")
+    bbase = b.let(Cast(op("mul", op("add", op("mul", bz, Np), cp), op("mul", Kp, sn)), INT64), "bbase")
+    accs = [[b.var(dt, const(0, dt)) for _ in range(RN)] for _ in range(RM)]
+    with b.loop(const(0, INT32), Kp, const(UK, INT32)) as k:
+        ak = b.let(op("add", abase, Cast(op("mul", k, sm), INT64)), "ak")
+        bk = b.let(op("add", bbase, Cast(op("mul", k, sn), INT64)), "bk")
+        register_product(b, lambda u, i: b.load(a, op("add", ak, const(u * RM + i, INT64)), dt),
+                         lambda u, j: b.load(bb, op("add", bk, const(u * RN + j, INT64)), dt), UK, accs)
+    return accs
+
+
 def register_dot(group, lspec, rspec, layout):
     """The product kernel of ``_DotGroup`` ``group`` over packed operands ``lspec`` ``[B][Mp][Kp][RM]`` and
     ``rspec`` ``[B][Np][Kp][RN]``; ``layout = (wx, wy, Mp, Np, Kp)``. Returns its launch."""
@@ -177,26 +198,13 @@ def register_dot(group, lspec, rspec, layout):
     args[a] = lspec
     bb = b.buffer(rspec, dt, False, "rhs")
     args[bb] = rspec
-    scalars.update(Kp=kp, Mp=mp, Np=np_)
-    Kp, Mp, Np = b.scalar("Kp"), b.scalar("Mp"), b.scalar("Np")
-    cp, rp, bz = Special("global_id", 0), Special("global_id", 1), Special("group_id", 2)
-    sm, sn = const(RM, INT32), const(RN, INT32)
-    # The panel offsets in 64 bits: with int32 indices (``a[base + k*4 + c]``) PoCL did not vectorize the
-    # loop (the sign extension of each index hides that they are consecutive): 10-15x slower.
-    abase = b.let(Cast(op("mul", op("add", op("mul", bz, Mp), rp), op("mul", Kp, sm)), INT64), "abase")
-    bbase = b.let(Cast(op("mul", op("add", op("mul", bz, Np), cp), op("mul", Kp, sn)), INT64), "bbase")
-    accs = [[b.var(dt, const(0, dt)) for _ in range(RN)] for _ in range(RM)]
-    with b.loop(const(0, INT32), Kp, const(UK, INT32)) as k:
-        ak = b.let(op("add", abase, Cast(op("mul", k, sm), INT64)), "ak")
-        bk = b.let(op("add", bbase, Cast(op("mul", k, sn), INT64)), "bk")
-        register_product(b, lambda u, i: b.load(a, op("add", ak, const(u * RM + i, INT64)), dt),
-                         lambda u, j: b.load(bb, op("add", bk, const(u * RN + j, INT64)), dt), UK, accs)
-    row0 = b.let(op("mul", rp, sm), "row0")
-    col0 = b.let(op("mul", cp, sn), "col0")
+    accs = packed_product(b, a, bb, dt, scalars, kp, mp, np_)
+    row0 = b.let(op("mul", Special("global_id", 1), const(RM, INT32)), "row0")
+    col0 = b.let(op("mul", Special("global_id", 0), const(RN, INT32)), "col0")
     with store_loop(b, accs, dt) as (i, j, v):
         gi = b.let(op("add", row0, i), "gi")
         gj = b.let(op("add", col0, j), "gj")
         with b.when(op("land", op("lt", gi, const(group.M, INT32)), op("lt", gj, const(group.N, INT32)))):
-            group._finish(b, em, args, bz, gi, gj, v)
+            group._finish(b, em, args, Special("group_id", 2), gi, gj, v)
     b.name = _kernel_name("dot_reg", tracker.eqns)
     return _launch(b, args, scalars, (np_, mp, group.B), (wx, wy, 1), tracker.eqns, "dot", fixed_local=True)
