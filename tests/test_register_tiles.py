@@ -132,6 +132,8 @@ _CONVS = [
     ("nchw_dilated", (2, 8, 9, 7), (16, 8, 3, 2), dict(window_strides=(1, 1), padding=((1, 2), (2, 0)),
                                                        lhs_dilation=(2, 1), rhs_dilation=(1, 2))),
     ("groups", (4, 12, 12, 12), (16, 6, 3, 3), dict(window_strides=(1, 1), padding="VALID", feature_group_count=2)),
+    ("batch_minor", (5, 6, 8, 12), (3, 3, 8, 16), dict(window_strides=(1, 1), padding="SAME",
+                                                       dimension_numbers=("HWCN", "HWIO", "NHWC"))),
     ("conv1d", (3, 40, 6), (5, 6, 20), dict(window_strides=(1,), padding="SAME",
                                           dimension_numbers=("NWC", "WIO", "NWC"))),
 ]

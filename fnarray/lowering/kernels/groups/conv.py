@@ -433,17 +433,25 @@ class ConvGroup(_Group):
         M = b.scalar("M")
         c0 = const(0, INT32)
         cp, rp, grp = Special("global_id", 0), Special("global_id", 1), b.let(Special("group_id", 2), "grp")
-        ysizes = [s[f"y{d}"] for d in range(g.nsp)]
         lgrp = b.let(op("add", s["l_off"], op("add", op("mul", op("mul", grp, s["bmul"]), s["l_b"]),
                                                    op("mul", op("mul", grp, s["fmul"]), s["l_f"]))), "lgrp")
         # The input feature stride at its value when it is 1 (a channels-last input): the loads of
         # consecutive features then sit at constant offsets, which the device compiler merges.
         lf = const(1, INT64) if plans[0][2][g.lspec[1]] == 1 else Cast(s["l_f"], INT64)
+        # Rows run over (batch, positions), the batch outermost; where the batch is the input's unit stride
+        # (a weight gradient: the input's features are the "batch") and a multiple of RM, the batch runs
+        # innermost instead, so that a work item's RM rows are consecutive elements at the same positions
+        # (one bounds test, loads at constant offsets that merge).
+        nfast = plans[0][2][g.lspec[0]] == 1 and g.Nout % RM == 0
+        order = self._row_order(nfast, s)
         rows = []
         for i in range(RM):
             gm = b.let(op("add", op("mul", rp, const(RM, INT32)), const(i, INT32)), "gm")
-            yn = _decode(b, b.let(select(op("lt", gm, M), gm, c0)), [s["Nout"], *ysizes], "m")
-            rows.append((b.let(op("add", lgrp, op("mul", yn[0], s["l_b"])), "lrow"), yn[1:]))
+            if nfast and i:
+                rows.append((op("add", rows[0][0], const(i, INT32)), rows[0][1]))
+                continue
+            n, ys = order(_decode(b, b.let(select(op("lt", gm, M), gm, c0)), order.sizes, "m"))
+            rows.append((b.let(op("add", lgrp, op("mul", n, s["l_b"])), "lrow"), ys))
         wbase = b.let(Cast(op("mul", op("add", op("mul", grp, b.scalar("Np")), cp),
                               op("mul", b.scalar("K"), const(RN, INT32))), INT64), "wbase")
         accs = [[b.var(dt, const(0, dt)) for _ in range(RN)] for _ in range(RM)]
@@ -455,7 +463,11 @@ class ConvGroup(_Group):
                 return
             with b.loop(c0, s[f"k{d}"]) as w:
                 nb, no = [], []
-                for (_, ys), okr, cur in zip(rows, oks, bases, strict=True):
+                for i, ((_, ys), okr, cur) in enumerate(zip(rows, oks, bases, strict=True)):
+                    if nfast and i:  # the same positions as row 0, the next element
+                        no.append(no[0])
+                        nb.append(op("add", nb[0], const(i, INT32)))
+                        continue
                     okd, p = self._position(b, s, d, ys[d], w)
                     no.append(okd if okr is None else b.let(op("land", okr, okd)))
                     nb.append(b.let(op("add", cur, op("mul", p, s[f"l_s{d}"]))))
@@ -465,6 +477,8 @@ class ConvGroup(_Group):
             # Rows outside the input read element l_off (any valid one) and multiply by zero.
             safe = [b.let(Cast(select(ok, base, s["l_off"]), INT64)) if ok is not None else
                     b.let(Cast(base, INT64)) for base, ok in zip(bases, oks, strict=True)]
+            if nfast:  # one bounds test for the RM rows, at constant offsets from row 0
+                safe = [safe[0]] + [b.let(op("add", safe[0], const(i, INT64))) for i in range(1, RM)]
             zero = const(0, dt)
             kt = b.let(op("mul", t, const(g.Cg, INT32)))
 
@@ -494,11 +508,22 @@ class ConvGroup(_Group):
             gm = b.let(op("add", row0, i), "gm")
             gj = b.let(op("add", col0, j), "gj")
             with b.when(op("land", op("lt", gm, M), op("lt", gj, s["Og"]))):
-                yn = _decode(b, gm, [s["Nout"], *ysizes], "m")
-                self._finish(b, em, args, s, yn[0], b.let(op("add", ogrp, gj), "oc"), yn[1:], v)
+                n, ys = order(_decode(b, gm, order.sizes, "m"))
+                self._finish(b, em, args, s, n, b.let(op("add", ogrp, gj), "oc"), ys, v)
         b.name = _kernel_name("conv_reg", tracker.eqns)
         main = _launch(b, args, scalars, (np_, mp, g.Gt), (wx, wy, 1), tracker.eqns, "conv", fixed_local=True)
         return [pack_launch, main]
+
+    def _row_order(self, nfast, s):
+        """The register kernel's row order: a function from a row's decoded coordinates to ``(n, ys)``, with
+        ``.sizes`` the sizes to decode by (batch outermost, or innermost when ``nfast``)."""
+        ysizes = [s[f"y{d}"] for d in range(self.geo.nsp)]
+
+        def order(coords):
+            return (coords[-1], coords[:-1]) if nfast else (coords[0], coords[1:])
+
+        order.sizes = [*ysizes, s["Nout"]] if nfast else [s["Nout"], *ysizes]
+        return order
 
     def _pack_weights(self, plans, np_, kp):
         """``(launch, spec)``: a copy kernel writing the weights as zero-padded panels ``[group][np_][K][RN]``
