@@ -11,7 +11,7 @@ multiplies
   elements;
 - ``B[k, j]``: the rhs element at output feature ``o = g * Og + j``, input feature ``c``, position ``w``.
 
-Two kernels compute it (written here in the kernel IR):
+Three kernels compute it (written here in the kernel IR):
 
 - the *direct* kernel: one work item per output element, loops over the kernel window and the
   group's input features, skipping the window positions that fall into padding or dilation holes;
@@ -20,10 +20,14 @@ Two kernels compute it (written here in the kernel IR):
 - the *tiled* kernel (where ``Capabilities.tiling_pays``): the matrix product of
   ``fnarray.lowering.kernels.schedule``'s ``dot_general`` tiles, ``A`` and ``B`` tiles loaded into
   local memory by computing each element's im2col address.
+- the *register-tiled* kernel (where ``Capabilities.matmul_tiling == "register"``: CPU OpenCL devices,
+  ``register_tiles.py``): the weights packed into zero-padded panels of 8 output features by a copy
+  kernel, the input read where it lies, 4 x 8 outputs per work item in registers, no local memory.
 
-Both read the operands where they lie, through transposes, reshapes, broadcasts and reversals (the
+All read the operands where they lie, through transposes, reshapes, broadcasts and reversals (the
 kernel flip of the input gradient) expressed as strides; sizes, strides, paddings and dilations are
-scalar arguments, so one compiled kernel serves every shape of the same rank and layout. Both end
+scalar arguments, so one compiled kernel serves every shape of the same rank and layout (the register
+kernel also bakes the input-feature count and whether the feature stride is 1). All end
 with the elementwise epilogue (bias, activation) that the scheduler fuses into them, as a matrix
 product's. The gradients of a convolution are convolutions (with ``lhs_dilation`` or swapped group
 counts), so they are these kernels too.
