@@ -5,25 +5,35 @@ share of the step.
 One process with 8 forced host devices (``XLA_FLAGS=--xla_force_host_platform_device_count=8``, set here
 before JAX starts); the mesh of each size takes the first devices. Both sides train the same 64-64-10
 perceptron on the same global batch (``--batch``, split over the devices) with SGD, and each step's
-gradients are ``pmean``'ed over the mesh. Each side runs ``--warmup`` steps, then ``--steps`` timed steps,
-interleaved over ``--repeat`` rounds; the best round is reported (a busy machine disturbs less). The
-communication share is ``1 - t(step without the pmean) / t(step)`` on the raw JAX side. The target is
-fnarray >= 0.9 of raw JAX's speed (the ``raw/fa`` column). Asserts nothing.
+gradients are ``pmean``'ed over the mesh. Same batch, dtypes (float32, int32 labels), placement (parameters
+replicated, batch split) and no donation on both sides. Each side runs ``--warmup`` steps, then ``--steps``
+timed steps (the parameters of one step feed the next; every output waited for at the end), interleaved over
+``--repeat`` rounds in alternating order; the best round is reported (a busy machine disturbs less), and the
+``raw/fa`` ratio of the round medians next to it, and the ratio of the best rounds' CPU time (``cpu``: the
+work each side does, which a busy machine hardly changes). The communication share is
+``1 - t(step without the pmean) / t(step)`` on the raw JAX side. The target is fnarray >= 0.9 of raw JAX's
+speed (the ``raw/fa`` column). The load average is printed with each size (the machine may be shared).
+Asserts nothing.
 
-Usage: python benchmarks/data_parallel.py [--batch 512] [--steps 20] [--repeat 3]
+Usage: python benchmarks/data_parallel.py [--batch 512] [--steps 20] [--repeat 7]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The fnarray of this checkout (run as a script, Python puts benchmarks/ first on sys.path, not the checkout: an
+# installed fnarray, e.g. another checkout's editable install, would be measured instead).
+sys.path.insert(0, _ROOT)
 
 import numpy as np  # noqa: E402
 
-_EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "data_parallel.py")
+_EXAMPLE = os.path.join(_ROOT, "examples", "data_parallel.py")
 
 
 def _example():
@@ -58,11 +68,14 @@ def raw_jax_step(mesh, lr, comm=True):
 
 
 def timed(step, params, x, y, n):
-    t0 = time.perf_counter()
+    """Seconds per step, wall clock and this process's CPU time (all its threads: a shared machine slows
+    the first, hardly the second)."""
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(n):
         params, loss = step(params, x, y)
-    loss.block_until_ready()
-    return (time.perf_counter() - t0) / n, params
+    for v in (*params.values(), loss):
+        v.block_until_ready()
+    return (time.perf_counter() - t0) / n, (time.process_time() - c0) / n
 
 
 def main(argv=None):
@@ -70,7 +83,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=7)
     a = ap.parse_args(argv)
     import jax
 
@@ -84,7 +97,8 @@ def main(argv=None):
     x, y = x_all[idx], y_all[idx]
     p0 = ex.init_params(0)
     print(f"global batch {a.batch}, {a.steps} steps per round, best of {a.repeat}; {jax.__version__}")
-    print(f"{'devices':>7} {'fnarray ms':>11} {'raw JAX ms':>11} {'raw/fa':>7} {'comm share':>11}")
+    print(f"{'devices':>7} {'fnarray ms':>11} {'raw JAX ms':>11} {'raw/fa':>7} {'median':>7} {'cpu':>7} "
+          f"{'comm share':>11} {'load':>5}")
     for n in (1, 2, 4, 8):
         mesh = fa.make_mesh((n,), ("data",), devices=fa.devices("jax")[:n])
         fa_step = ex.data_parallel_step(mesh, 0.1)
@@ -94,16 +108,23 @@ def main(argv=None):
         jp = {k: jax.device_put(v, rep.jax_sharding) for k, v in p0.items()}
         fx, fy = fa.device_put(x, dat), fa.device_put(y, dat)
         jx, jy = jax.device_put(x, dat.jax_sharding), jax.device_put(y, dat.jax_sharding)
-        for step, p, xx, yy in ((fa_step, fp, fx, fy), (raw, jp, jx, jy), (raw_nocomm, jp, jx, jy)):
+        sides = ((fa_step, fp, fx, fy), (raw, jp, jx, jy), (raw_nocomm, jp, jx, jy))
+        for step, p, xx, yy in sides:
             timed(step, p, xx, yy, a.warmup)
-        best = [float("inf")] * 3
-        for _ in range(a.repeat):
-            for i, (step, p, xx, yy) in enumerate(((fa_step, fp, fx, fy), (raw, jp, jx, jy),
-                                                    (raw_nocomm, jp, jx, jy))):
-                best[i] = min(best[i], timed(step, p, xx, yy, a.steps)[0])
-        t_fa, t_raw, t_nc = best
+        times, cpus = [[], [], []], [[], [], []]
+        for r in range(a.repeat):
+            order = range(3) if r % 2 == 0 else reversed(range(3))  # neither side always runs first
+            for i in order:
+                step, p, xx, yy = sides[i]
+                t, c = timed(step, p, xx, yy, a.steps)
+                times[i].append(t)
+                cpus[i].append(c)
+        t_fa, t_raw, t_nc = (min(t) for t in times)
+        med = [sorted(t)[len(t) // 2] for t in times]
+        c_fa, c_raw = min(cpus[0]), min(cpus[1])
         share = max(0.0, 1 - t_nc / t_raw)
-        print(f"{n:>7} {t_fa * 1e3:>11.3f} {t_raw * 1e3:>11.3f} {t_raw / t_fa:>7.2f} {share:>10.0%}", flush=True)
+        print(f"{n:>7} {t_fa * 1e3:>11.3f} {t_raw * 1e3:>11.3f} {t_raw / t_fa:>7.2f} {med[1] / med[0]:>7.2f} "
+              f"{c_raw / c_fa:>7.2f} {share:>10.0%} {os.getloadavg()[0]:>5.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,14 @@ check("pmax int32", lambda v: lax.pmax(v, "x"), P(), np.maximum(I[:2], I[2:]), x
 check("all_gather", lambda v: lax.all_gather(v, "x"), P(), np.stack(shards))
 check("all_gather axis=1", lambda v: lax.all_gather(v, "x", axis=1), P(), np.stack(shards, 1))
 check("all_gather tiled", lambda v: lax.all_gather(v, "x", axis=1, tiled=True), P(), np.concatenate(shards, 1))
+# axis_index_groups: a group per process (each keeps its own), one group in reverse order
+check("psum groups", lambda v: lax.psum(v, "x", axis_index_groups=[[0], [1]]), P("x"), X)
+check("pmax groups", lambda v: lax.pmax(v, "x", axis_index_groups=[[1, 0]]), P("x"),
+      np.concatenate([np.maximum(*shards)] * 2))
+check("all_gather groups", lambda v: lax.all_gather(v, "x", axis_index_groups=[[1, 0]]), P("x"),
+      np.concatenate([np.stack(shards[::-1])] * 2))
+check("all_gather tiled groups", lambda v: lax.all_gather(v, "x", axis=1, tiled=True, axis_index_groups=[[1, 0]]),
+      P("x"), np.concatenate([np.concatenate(shards[::-1], 1)] * 2))
 check("psum_scatter", lambda v: lax.psum_scatter(v, "x"), P("x"), S.reshape(-1))
 check("psum_scatter tiled", lambda v: lax.psum_scatter(v, "x", scatter_dimension=1, tiled=True), P(None, "x"), S)
 a2a = np.concatenate([np.stack([shards[s][q] for s in range(2)]) for q in range(2)])

@@ -227,3 +227,107 @@ def test_jit_trace_from_inside_a_named_vmap_called_outside_raises_name_error():
     with pytest.raises(NameError, match="'i'"):
         f(fnp.ones(4))
     np.testing.assert_array_equal(np.asarray(fa.vmap(f, axis_name="i")(fnp.ones((2, 4)))), np.full((2, 4), 2.0))
+
+
+# ----------------------------------------------------------------------------- axis_index_groups
+
+EVEN, UNEVEN, ORDERED = ((0, 2), (1, 3)), ((3,), (0, 1, 2)), ((3, 0), (1, 2))
+
+
+def _group_of(groups):
+    return {i: list(g) for g in groups for i in g}
+
+
+def _grouped(reduce):
+    return lambda X, groups: np.stack([reduce(X[_group_of(groups)[i]]) for i in range(N)])
+
+
+def _gathered(X, groups, axis, tiled):
+    out = []
+    for i in range(N):
+        members = [X[j] for j in _group_of(groups)[i]]
+        out.append(np.concatenate(members, axis) if tiled else np.stack(members, axis))
+    return np.stack(out)
+
+
+# name, f(lax module, x, groups), groups, per-example shape, NumPy reference(X, groups)
+GROUPED = [
+    ("psum", lambda L, x, g: L.psum(x, "i", axis_index_groups=g), UNEVEN, (3,), _grouped(lambda m: m.sum(0))),
+    ("psum_even", lambda L, x, g: L.psum(x, "i", axis_index_groups=g), EVEN, (2, 3), _grouped(lambda m: m.sum(0))),
+    ("pmean", lambda L, x, g: L.pmean(x, "i", axis_index_groups=g), EVEN, (3,), _grouped(lambda m: m.mean(0))),
+    ("pmax", lambda L, x, g: L.pmax(x, "i", axis_index_groups=g), UNEVEN, (3,), _grouped(lambda m: m.max(0))),
+    ("pmin", lambda L, x, g: L.pmin(x, "i", axis_index_groups=g), EVEN, (3,), _grouped(lambda m: m.min(0))),
+    ("psum_shared", lambda L, x, g: x + L.psum(2.0, "i", axis_index_groups=g), UNEVEN, (3,),
+     lambda X, g: X + 2.0 * np.array([len(_group_of(g)[i]) for i in range(N)], np.float32)[:, None]),
+    ("all_gather", lambda L, x, g: L.all_gather(x, "i", axis=1, axis_index_groups=g), ORDERED, (2, 3),
+     lambda X, g: _gathered(X, g, 1, False)),
+    ("all_gather_tiled", lambda L, x, g: L.all_gather(x, "i", tiled=True, axis_index_groups=g), ORDERED, (2,),
+     lambda X, g: _gathered(X, g, 0, True)),
+]
+GROUPED_SELECTION = {"psum", "all_gather"}
+
+
+@pytest.mark.parametrize("how", ["eager", "jit", "jit_inside"])
+def test_axis_index_groups_against_numpy_loop(device, how):
+    if device.backend == "numpy" or (device.backend == "jax" and how == "jit"):
+        cases = GROUPED
+    elif how == "jit":
+        cases = [c for c in GROUPED if c[0] in GROUPED_SELECTION]
+    else:
+        pytest.skip(f"the parity tier runs {device.backend} compiled only (jit of the vmap)")
+    for name, f, groups, shape, ref in cases:
+        X = _x(*shape)
+        got = _run_fa(lambda L, v, f=f, groups=groups: f(L, v, groups), X, device, how)
+        np.testing.assert_allclose(got, ref(X, groups), rtol=1e-5, atol=1e-5,
+                                   err_msg=f"{name} with groups {groups} on {device} ({how})")
+
+
+def test_axis_index_groups_gradients():
+    # The references: d/dx_j of sum_i W_i * y_i, by hand. psum within groups: the group's sum of W; all_gather
+    # within groups: the group's sum of the W blocks at x_j's place in its group; pmax: the maximum's position.
+    X = _x(2, 3)
+    for name, f, want in [
+            ("psum", lambda a: lax.psum(a, "i", axis_index_groups=UNEVEN),
+             lambda W: _grouped(lambda m: m.sum(0))(W, UNEVEN)),
+            ("all_gather", lambda a: lax.all_gather(a, "i", axis_index_groups=ORDERED),
+             lambda W: np.stack([sum(W[i][_group_of(ORDERED)[j].index(j)] for i in _group_of(ORDERED)[j])
+                                 for j in range(N)])),
+            ("all_gather_tiled", lambda a: lax.all_gather(a, "i", axis=1, tiled=True, axis_index_groups=ORDERED),
+             lambda W: np.stack([sum(W[i][:, 3 * p:3 * p + 3] for i in _group_of(ORDERED)[j])
+                                          for j in range(N) for p in [_group_of(ORDERED)[j].index(j)]])),
+            ("pmax", lambda a: lax.pmax(a, "i", axis_index_groups=EVEN),
+             lambda W: np.stack([(X[j] == X[_group_of(EVEN)[j]].max(0)) * W[_group_of(EVEN)[j]].sum(0)
+                                 for j in range(N)]))]:
+        out_shape = fa.vmap(f, axis_name="i")(X).shape
+        W = R.uniform(-1, 1, out_shape).astype(np.float32)
+        g = fa.grad(lambda v, f=f, W=W: (fa.vmap(f, axis_name="i")(v) * W).sum())(X)
+        np.testing.assert_allclose(np.asarray(g), want(W), rtol=1e-5, atol=1e-6, err_msg=f"grad of vmap({name})")
+        gj = fa.jit(fa.grad(lambda v, f=f, W=W: (fa.vmap(f, axis_name="i")(v) * W).sum()))(X)
+        np.testing.assert_allclose(np.asarray(gj), want(W), rtol=1e-5, atol=1e-6, err_msg=f"jit(grad(vmap({name})))")
+    # per-example gradients (the transpose runs inside the named vmap): every example's loss weighted alike
+    w1 = R.uniform(-1, 1, (2, 2, 3)).astype(np.float32)
+    pe = fa.vmap(fa.grad(lambda a: (lax.all_gather(a, "i", axis_index_groups=ORDERED) * w1).sum()), axis_name="i")(X)
+    want = np.stack([len(ORDERED[0]) * w1[_group_of(ORDERED)[j].index(j)] for j in range(N)])
+    np.testing.assert_allclose(np.asarray(pe), want, rtol=1e-5, atol=1e-6)
+
+
+def test_axis_index_groups_bad_input():
+    x = np.ones((N, 3), np.float32)
+
+    def run(f):
+        return fa.vmap(f, axis_name="i")(x)
+    with pytest.raises(ValueError, match="exactly once"):
+        run(lambda v: lax.psum(v, "i", axis_index_groups=[[0, 1], [1, 2, 3]]))
+    with pytest.raises(ValueError, match="exactly once"):
+        run(lambda v: lax.psum(v, "i", axis_index_groups=[[0, 1]]))
+    with pytest.raises(ValueError, match="same size"):
+        run(lambda v: lax.all_gather(v, "i", axis_index_groups=UNEVEN))
+    with pytest.raises(ValueError, match="same size"):
+        run(lambda v: lax.pmean(v, "i", axis_index_groups=UNEVEN))
+    with pytest.raises(TypeError, match="lists of axis positions"):
+        run(lambda v: lax.psum(v, "i", axis_index_groups=[0, 1, 2, 3]))
+    with pytest.raises(ValueError, match="one axis"):
+        fa.vmap(fa.vmap(lambda v: lax.psum(v, ("i", "j"), axis_index_groups=[[0], [1]]), axis_name="j"),
+                axis_name="i")(np.ones((2, 2), np.float32))
+    with pytest.raises(NotImplementedError, match="all_gather take it"):
+        run(lambda v: lax.psum_scatter(v, "i", axis_index_groups=EVEN))

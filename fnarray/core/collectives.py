@@ -16,8 +16,11 @@ under ``vmap``; outside any named axis they raise ``NameError`` naming the axes 
 Semantics (those of ``jax.lax``; ``n`` is the axis size, ``i`` the position along it):
 
 - ``psum``/``pmax``/``pmin``: the sum/max/min over the axis (every position gets it); ``pmean = psum / n``.
+  With ``axis_index_groups`` (a partition of the axis positions, e.g. ``[[0, 2], [1, 3]]``), each position
+  gets the reduction over its own group only (``pmean``: divided by the group size; equal sizes).
 - ``all_gather(x, axis=a, tiled=False)``: the values of every position stacked along a new axis ``a``
-  (``tiled=True``: concatenated along the existing axis ``a``).
+  (``tiled=True``: concatenated along the existing axis ``a``); with ``axis_index_groups`` (groups of one
+  size ``k``), the values of the position's group, in the group's order (``k`` of them).
 - ``psum_scatter(x, scatter_dimension=d, tiled=False)``: the sum, of which position ``i`` keeps block
   ``i`` along ``d`` (``x.shape[d] == n`` and the axis is removed; ``tiled``: ``x.shape[d] % n == 0``).
 - ``all_to_all(x, split_axis=s, concat_axis=c, tiled=False)``: position ``i`` receives block ``i`` of every
@@ -133,7 +136,7 @@ def _axis_in_range(name, axis, ndim):
         raise ShapeError(f"{name}: axis {axis} is out of range for rank {ndim}")
 
 
-def _all_gather_rule(x, *, axis_name, axis, tiled, axis_size):
+def _all_gather_rule(x, *, axis_name, axis, tiled, axis_size, axis_index_groups=None):
     if tiled:
         _axis_in_range("all_gather", axis, x.ndim)
         shape = x.shape[:axis] + (x.shape[axis] * axis_size,) + x.shape[axis + 1:]
@@ -271,13 +274,40 @@ def _map_leaves(fn, x):
     return tree_util.tree_unflatten(tree, [fn(v if hasattr(v, "aval") else asarray(v)) for v in leaves])
 
 
+def check_groups(axis_index_groups, names, what, equal=False):
+    """``axis_index_groups`` as a tuple of tuples of positions (``None`` stays ``None``), checked as JAX checks it.
+
+    Raises:
+      ``ValueError`` for several axis names, groups that do not hold every position of the axis exactly
+      once, or (``equal``) groups of different sizes; ``TypeError`` for anything but lists of integers.
+    """
+    if axis_index_groups is None:
+        return None
+    if len(names) != 1:
+        raise ValueError(f"{what}: axis_index_groups groups the positions of one axis, got the axis names "
+                         f"{tuple(names)!r}; give one name (nest calls for several axes)")
+    n = axis_frame(names[0], what).size
+    try:
+        groups = tuple(tuple(int(i) for i in g) for g in axis_index_groups)
+    except TypeError:
+        raise TypeError(f"{what}: axis_index_groups must be a list of lists of axis positions, got "
+                        f"{axis_index_groups!r}") from None
+    if sorted(i for g in groups for i in g) != list(range(n)):
+        raise ValueError(f"{what}: axis_index_groups {axis_index_groups!r} must hold every position 0..{n - 1} of "
+                         f"axis {names[0]!r} (size {n}) exactly once")
+    if equal and len({len(g) for g in groups}) != 1:
+        raise ValueError(f"{what}: axis_index_groups {axis_index_groups!r} must all have the same size (the "
+                         "result's shape or divisor depends on it)")
+    return groups
+
+
 def _reducer(prim, what):
     def fn(x, axis_name, *, axis_index_groups=None):
-        if axis_index_groups is not None:
-            raise NotImplementedError(f"{what}: axis_index_groups is not supported; use nested axes instead")
         names = _check_names(axis_name, what)
         key = names[0] if len(names) == 1 else names
-        return _map_leaves(lambda v: bind_collective(prim, v, axis_name=key), x)
+        groups = check_groups(axis_index_groups, names, what)
+        extra = {} if groups is None else {"axis_index_groups": groups}
+        return _map_leaves(lambda v: bind_collective(prim, v, axis_name=key, **extra), x)
     return fn
 
 
@@ -292,10 +322,14 @@ def psum(x, axis_name, *, axis_index_groups=None):
     Args:
       x: an array or a pytree of arrays (numeric dtypes).
       axis_name: a name bound by ``vmap(axis_name=)`` or ``shard_map``, or a tuple of names.
+      axis_index_groups: ``None``, or a partition of the positions of one axis into groups (lists of
+        positions): each position then gets the sum over its group (JAX's; fnarray also runs it under a
+        named ``vmap``, where JAX does not).
     Returns:
-      The same structure, shapes and dtypes: every position holds the sum.
+      The same structure, shapes and dtypes: every position holds the sum (of its group).
     Raises:
-      ``NameError`` when a name is not bound; ``TypeError`` for bool.
+      ``NameError`` when a name is not bound; ``TypeError`` for bool; ``ValueError`` for groups that are
+      not a partition of the axis positions, or groups with several axis names.
     """
     return _psum(x, axis_name, axis_index_groups=axis_index_groups)
 
@@ -311,9 +345,12 @@ def pmin(x, axis_name, *, axis_index_groups=None):
 
 
 def pmean(x, axis_name, *, axis_index_groups=None):
-    """The mean over the named axis: ``psum(x) / axis_size`` (``jax.lax.pmean``); as ``psum`` otherwise."""
+    """The mean over the named axis: ``psum(x) / axis_size`` (``jax.lax.pmean``); as ``psum`` otherwise (with
+    ``axis_index_groups``, of one size ``k``: the mean over the group, ``psum / k``)."""
     from fnarray.core import lax
-    n = _size(_check_names(axis_name, "pmean"))
+    names = _check_names(axis_name, "pmean")
+    groups = check_groups(axis_index_groups, names, "pmean", equal=True)
+    n = _size(names) if groups is None else len(groups[0])
     s = _psum(x, axis_name, axis_index_groups=axis_index_groups)
 
     def mean(v):
@@ -343,19 +380,22 @@ def all_gather(x, axis_name, *, axis=0, tiled=False, axis_index_groups=None):
       x: an array or pytree of arrays; axis_name: one bound name.
       axis: where the gathered axis goes (``tiled``: the existing axis to concatenate along).
       tiled: concatenate instead of stacking.
+      axis_index_groups: ``None``, or a partition of the axis positions into groups of one size ``k``: each
+        position gathers the values of its group, in the group's order.
     Returns:
-      ``x.shape`` with ``n`` inserted at ``axis`` (``tiled``: ``x.shape[axis] * n``), same dtype.
+      ``x.shape`` with ``n`` (``k``) inserted at ``axis`` (``tiled``: ``x.shape[axis] * n``), same dtype.
     Raises:
-      ``NameError`` for an unbound name; ``ShapeError`` for an axis out of range.
+      ``NameError`` for an unbound name; ``ShapeError`` for an axis out of range; ``ValueError`` for groups
+      that are not a partition of the positions into groups of one size.
     """
-    if axis_index_groups is not None:
-        raise NotImplementedError("all_gather: axis_index_groups is not supported")
     name = _one_name(axis_name, "all_gather")
-    n = axis_frame(name).size
+    groups = check_groups(axis_index_groups, (name,), "all_gather", equal=True)
+    n = axis_frame(name).size if groups is None else len(groups[0])
+    extra = {} if groups is None else {"axis_index_groups": groups}
 
     def one(v):
         a = _norm_axis(axis, v.ndim if tiled else v.ndim + 1, "all_gather")
-        return bind_collective(all_gather_p, v, axis_name=name, axis=a, tiled=bool(tiled), axis_size=n)
+        return bind_collective(all_gather_p, v, axis_name=name, axis=a, tiled=bool(tiled), axis_size=n, **extra)
     return _map_leaves(one, x)
 
 
@@ -372,7 +412,8 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, tiled=False, axis_index_g
       ``NameError`` for an unbound name; ``ShapeError`` for sizes that do not fit.
     """
     if axis_index_groups is not None:
-        raise NotImplementedError("psum_scatter: axis_index_groups is not supported")
+        raise NotImplementedError("psum_scatter: axis_index_groups is not supported (psum, pmean, pmax, pmin and "
+                                  "all_gather take it); split the axis into two named axes instead")
     name = _one_name(axis_name, "psum_scatter")
     n = axis_frame(name).size
 
@@ -396,7 +437,8 @@ def all_to_all(x, axis_name, split_axis, concat_axis, *, tiled=False, axis_index
       ``NameError`` for an unbound name; ``ShapeError`` for sizes that do not fit.
     """
     if axis_index_groups is not None:
-        raise NotImplementedError("all_to_all: axis_index_groups is not supported")
+        raise NotImplementedError("all_to_all: axis_index_groups is not supported (psum, pmean, pmax, pmin and "
+                                  "all_gather take it); split the axis into two named axes instead")
     name = _one_name(axis_name, "all_to_all")
     n = axis_frame(name).size
 

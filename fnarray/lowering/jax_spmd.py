@@ -24,11 +24,18 @@ def _name(axis_name):
     return tuple(axis_name) if isinstance(axis_name, tuple) else axis_name
 
 
-RULES[C.psum_p] = lambda x, *, axis_name: lax.psum(x, _name(axis_name))
-RULES[C.pmax_p] = lambda x, *, axis_name: lax.pmax(x, _name(axis_name))
-RULES[C.pmin_p] = lambda x, *, axis_name: lax.pmin(x, _name(axis_name))
-RULES[C.all_gather_p] = lambda x, *, axis_name, axis, tiled, axis_size: lax.all_gather(
-    x, axis_name, axis=axis, tiled=tiled)
+def _groups(g):
+    return None if g is None else [list(x) for x in g]
+
+
+RULES[C.psum_p] = lambda x, *, axis_name, axis_index_groups=None: lax.psum(
+    x, _name(axis_name), axis_index_groups=_groups(axis_index_groups))
+RULES[C.pmax_p] = lambda x, *, axis_name, axis_index_groups=None: lax.pmax(
+    x, _name(axis_name), axis_index_groups=_groups(axis_index_groups))
+RULES[C.pmin_p] = lambda x, *, axis_name, axis_index_groups=None: lax.pmin(
+    x, _name(axis_name), axis_index_groups=_groups(axis_index_groups))
+RULES[C.all_gather_p] = lambda x, *, axis_name, axis, tiled, axis_size, axis_index_groups=None: lax.all_gather(
+    x, axis_name, axis=axis, tiled=tiled, axis_index_groups=_groups(axis_index_groups))
 RULES[C.psum_scatter_p] = lambda x, *, axis_name, scatter_dimension, tiled, axis_size: lax.psum_scatter(
     x, axis_name, scatter_dimension=scatter_dimension, tiled=tiled)
 def _all_to_all(x, *, axis_name, split_axis, concat_axis, tiled, axis_size):

@@ -18,7 +18,9 @@ local shard with the mlx rules, its collectives lowered to ``mx.distributed`` ov
   each cycle of the permutation its lowest rank sends first and every other rank receives first (a path
   starts at its head). The ring backend only sends between ring neighbours, so a permutation with another
   pair (4 or more processes) goes through ``all_gather`` instead;
-- ``axis_index`` -> the rank; ``axis_size`` is the group size (a Python int, no equation).
+- ``axis_index`` -> the rank; ``axis_size`` is the group size (a Python int, no equation);
+- with ``axis_index_groups``, ``psum``/``pmax``/``pmin``/``all_gather`` -> ``all_gather`` and the local
+  reduction or stack of this process's group (MLX's groups are made once per run, not per collective).
 
 Order. Every process must run the same collectives in the same order. MLX evaluates lazily, and a graph
 holding two collectives would run them in whichever order each process's ``mx.eval`` reaches them; so
@@ -250,7 +252,19 @@ def host_value(buf):
 # ----------------------------------------------------------------------------- the collectives
 
 
+def _members(params):
+    """The ranks of this process's group of ``axis_index_groups`` (in the group's order), or ``None``."""
+    groups = params.get("axis_index_groups")
+    if groups is None:
+        return None
+    r = mesh_rank()
+    return next(list(g) for g in groups if r in g)
+
+
 def _psum(params, in_avals, out_avals):
+    if params.get("axis_index_groups") is not None:
+        return lambda x: mx.sum(mx.take(_gathered(x), mx.array(_members(params)), axis=0), axis=0)
+
     def f(x):
         return mx.distributed.all_sum(x, group=_group(), stream=mx.cpu)
     return f
@@ -264,6 +278,12 @@ def _gathered(x):
 def _extremum(prim, native):
     def factory(params, in_avals, out_avals):
         aval = in_avals[0]
+        if params.get("axis_index_groups") is not None:
+            def grouped(x):  # this group's values, reduced as the reference reduces them (NaN propagates)
+                m = _members(params)
+                reduce = RULES[prim]({"axes": (0,)}, [aval.update(shape=(len(m),) + tuple(aval.shape))], out_avals)
+                return reduce(mx.take(_gathered(x), mx.array(m), axis=0))
+            return grouped
         if dtypes.is_int(aval.dtype):
             fn = getattr(mx.distributed, native)
             return lambda x: fn(x, group=_group(), stream=mx.cpu)
@@ -276,6 +296,14 @@ def _extremum(prim, native):
 
 def _all_gather(params, in_avals, out_avals):
     axis, tiled = params["axis"], params["tiled"]
+    if params.get("axis_index_groups") is not None:
+        def grouped(x):
+            y = mx.moveaxis(mx.take(_gathered(x), mx.array(_members(params)), axis=0), 0, axis)  # (..., k, x[axis]...)
+            if not tiled:
+                return y
+            s = y.shape
+            return y.reshape(s[:axis] + (s[axis] * s[axis + 1],) + s[axis + 2:])
+        return grouped
 
     def f(x):
         if tiled:

@@ -703,15 +703,20 @@ def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None):
     n = arr.shape[ax]
     _check_gather_axis(n, grid, ax)
     ni = _index_mode(i, n, mode, "take_along_axis")
+    traced = not isinstance(ni, np.ndarray)
     cols = []
     for d in range(arr.ndim):
+        shape_d = tuple(grid[d] if k == d else 1 for k in range(arr.ndim))
         if d == ax:
             cols.append(ni)
         elif arr.shape[d] == 1:
             cols.append(np.zeros((1,) * arr.ndim, np.int32))
+        elif traced:
+            # Made in the program (as jax.numpy does), not a NumPy constant: a constant becomes an input of the
+            # compiled program that is uploaded, and inside a shard_map, placed on every device.
+            cols.append(lax.iota(np.int32, shape_d, d))
         else:
-            cols.append(np.arange(grid[d], dtype=np.int32).reshape(
-                tuple(grid[d] if k == d else 1 for k in range(arr.ndim))))
+            cols.append(np.arange(grid[d], dtype=np.int32).reshape(shape_d))
     idx = _stack_columns(cols, grid)
     out = lax.gather(arr, idx, tuple(range(arr.ndim)))
     if mode == "fill":

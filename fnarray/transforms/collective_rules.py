@@ -4,17 +4,23 @@
 the batch axis: ``psum`` a ``reduce_sum`` over it, ``all_gather`` moving it into place, ``psum_scatter`` a
 sum whose blocks become the new batch axis, ``all_to_all`` a transpose of the batch axis with the split
 axis, ``ppermute`` a reordering of the batch, ``axis_index`` an ``iota``. So every backend runs them with
-its ordinary primitives. Under a level of another axis the collective acts on each example alone (its
-axis params shift past the batch axis). Rules: ``rule(vals, dims, axis, **params)`` in
-``batching_tables.collective_batchers``; ``axis`` is the level's ``BatchAxis(size, name)``.
+its ordinary primitives. With ``axis_index_groups`` the reduction or gather runs over each group's examples
+(slices of the batch) and each example takes its group's result. Under a level of another axis the
+collective acts on each example alone (its axis params shift past the batch axis). Rules:
+``rule(vals, dims, axis, **params)`` in ``batching_tables.collective_batchers``; ``axis`` is the level's
+``BatchAxis(size, name)``.
 
 **Differentiation** (JAX's rules): the sum, gather, scatter, all-to-all and permutation are linear;
 their transposes are ``psum`` (as ``jax.vmap`` transposes it), ``psum_scatter`` for ``all_gather`` and back,
 the all-to-all with its axes swapped, and the inverse permutation. ``pmax``/``pmin`` pass the tangent of
-the positions that hold the extreme, ties sharing it equally.
+the positions that hold the extreme, ties sharing it equally. With ``axis_index_groups`` the same rules
+hold within each group; the transpose of a grouped ``all_gather`` is the grouped ``psum`` of the
+cotangent, of which each position keeps its own block (its place in its group).
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from fnarray.core import collectives as C
 from fnarray.core import dtypes, lax
@@ -65,12 +71,36 @@ def _move(x, src, dst):
 # ----------------------------------------------------------------------------- batching
 
 
+def _extra(groups) -> dict:
+    return {} if groups is None else {"axis_index_groups": groups}
+
+
+def _by_group(xs, groups, n, fn):
+    """``fn`` applied to each group's examples (``xs``: the examples along axis 0; ``fn`` gets them stacked
+    along axis 0 and returns one value), every example then taking its group's value: stacked along axis 0."""
+    results, of = [], {}
+    for k, g in enumerate(groups):
+        members = [lax.slice_in_dim(xs, i, i + 1, axis=0) for i in g]
+        r = fn(members[0] if len(members) == 1 else lax.concatenate(members, 0))
+        results.append(lax.reshape(r, (1,) + tuple(_shape(r))))
+        of.update((i, k) for i in g)
+    return lax.concatenate([results[of[i]] for i in range(n)], 0)
+
+
 def _reduction(prim, reduce, shared):
     """psum / pmax / pmin: ``reduce`` over the batch axis; ``shared(x, n)`` for a value all examples share."""
-    def rule(vals, dims, axis, *, axis_name):
+    def rule(vals, dims, axis, *, axis_name, axis_index_groups=None):
         (x,), (d,) = vals, dims
+        groups = axis_index_groups
         if not _own(axis, axis_name):
-            return C.bind_collective(prim, x, axis_name=axis_name), d
+            return C.bind_collective(prim, x, axis_name=axis_name, **_extra(groups)), d
+        if groups is not None:  # one axis name (checked where the collective is called)
+            sizes = {len(g) for g in groups}
+            if d is None and len(sizes) == 1:
+                return shared(x, sizes.pop()), None
+            xs = _front(x, d, axis) if d is not None else lax.broadcast_in_dim(
+                x, (axis.size,) + tuple(_shape(x)), tuple(range(1, len(_shape(x)) + 1)))
+            return _by_group(xs, groups, axis.size, lambda m: reduce(m, (0,))), 0
         out = shared(x, axis.size) if d is None else reduce(x, (d,))
         rest = _rest(axis, axis_name)
         if rest is not None:
@@ -92,10 +122,22 @@ collective_batchers[C.pmin_p] = _reduction(C.pmin_p, lax.reduce_min, lambda x, n
 def _all_gather_batch(vals, dims, level, **params):
     (x,), (d,) = vals, dims
     a, tiled = params["axis"], params["tiled"]
+    groups = params.get("axis_index_groups")
     if not _own(level, params["axis_name"]):
         if d is None:
             return C.bind_collective(C.all_gather_p, x, **params), None
         return C.bind_collective(C.all_gather_p, _front(x, d, level), **{**params, "axis": a + 1}), 0
+    if groups is not None:
+        k = len(groups[0])
+        if d is None:  # every member holds x: k copies of it, stacked at ``a``
+            s = tuple(_shape(x))
+            out = lax.broadcast_in_dim(x, s[:a] + (k,) + s[a:], tuple(i for i in range(len(s) + 1) if i != a))
+            return (_merge(out, a) if tiled else out), None
+
+        def gather(m):  # m: the group's examples along axis 0
+            out = _move(m, 0, a)
+            return _merge(out, a) if tiled else out
+        return _by_group(_front(x, d, level), groups, level.size, gather), 0
     out = move_batch_dim(x, d, a, level.size)  # the examples, stacked at ``a``
     return (_merge(out, a) if tiled else out), None
 
@@ -180,15 +222,34 @@ def _linear(prim, transpose):
     primitive_transposes[prim] = tr
 
 
-def psum_transpose(ct, *, axis_name):
+def psum_transpose(ct, *, axis_name, axis_index_groups=None):
     # As jax.vmap: the cotangent of a sum every position holds is summed back (shard_map's transpose
     # rescales its replicated outputs, so that it agrees with JAX's shard_map; transforms/shard_map.py).
-    return C.bind_collective(C.psum_p, ct, axis_name=axis_name)
+    return C.bind_collective(C.psum_p, ct, axis_name=axis_name, **_extra(axis_index_groups))
 
 
-def all_gather_transpose(ct, *, axis_name, axis, tiled, axis_size):
-    return C.bind_collective(C.psum_scatter_p, ct, axis_name=axis_name, scatter_dimension=axis, tiled=tiled,
-                             axis_size=axis_size)
+def all_gather_transpose(ct, *, axis_name, axis, tiled, axis_size, axis_index_groups=None):
+    if axis_index_groups is None:
+        return C.bind_collective(C.psum_scatter_p, ct, axis_name=axis_name, scatter_dimension=axis, tiled=tiled,
+                                 axis_size=axis_size)
+    # Position j's value sits at block place(j) of every gather of its group: the group's sum of the
+    # cotangents, at that block.
+    total = C.bind_collective(C.psum_p, ct, axis_name=axis_name, axis_index_groups=axis_index_groups)
+    place = np.zeros(sum(len(g) for g in axis_index_groups), np.int32)
+    for g in axis_index_groups:
+        place[list(g)] = np.arange(len(g), dtype=np.int32)
+    here = C.axis_index(axis_name)
+    block = lax.full((), 0, dtypes.int32)
+    for j in np.flatnonzero(place):  # from scalars only: a transposed program may capture no array constant
+        block = lax.select(lax.eq(here, lax.full((), int(j), dtypes.int32)), lax.full((), int(place[j]), dtypes.int32),
+                           block)
+    s = tuple(_shape(total))
+    width = s[axis] // axis_size
+    zero = lax.full((), 0, dtypes.int32)
+    start = lax.mul(block, lax.full((), width, dtypes.int32))
+    out = lax.dynamic_slice(total, [start if i == axis else zero for i in range(len(s))],
+                            s[:axis] + (width,) + s[axis + 1:])
+    return out if tiled else lax.reshape(out, s[:axis] + s[axis + 1:])
 
 
 def psum_scatter_transpose(ct, *, axis_name, scatter_dimension, tiled, axis_size):
@@ -214,14 +275,15 @@ _linear(C.ppermute_p, ppermute_transpose)
 
 
 def _extreme_jvp(prim):
-    def jvp(primals, tangents, *, axis_name):
+    def jvp(primals, tangents, *, axis_name, axis_index_groups=None):
         (x,), (t,) = primals, tangents
-        out = C.bind_collective(prim, x, axis_name=axis_name)
+        extra = _extra(axis_index_groups)
+        out = C.bind_collective(prim, x, axis_name=axis_name, **extra)
         if isinstance(t, Zero):
             return out, Zero(tangent_aval(get_aval(out)))
         hit = lax.convert_element_type(lax.eq(x, out), get_aval(x).dtype)
-        num = C.bind_collective(C.psum_p, lax.mul(t, hit), axis_name=axis_name)
-        return out, lax.div(num, C.bind_collective(C.psum_p, hit, axis_name=axis_name))
+        num = C.bind_collective(C.psum_p, lax.mul(t, hit), axis_name=axis_name, **extra)
+        return out, lax.div(num, C.bind_collective(C.psum_p, hit, axis_name=axis_name, **extra))
     jvp.__name__ = f"{prim.name}_jvp"
     primitive_jvps[prim] = jvp
 
