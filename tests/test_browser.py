@@ -328,6 +328,18 @@ def _parity_kernels(wdev):
                 for k in fa.jit(fn, device=wdev).lower(*inputs).kernels():
                     sources.setdefault(k.source, f"{name}: {k.name}")
     assert sum(label.startswith("dot_tiled") and ": dot_tiled" in label for label in sources.values()) >= 3
+    # Row kernels: softmax and layernorm with their row values in the reduction's kernel (a work-group per row
+    # for few long rows, with barriers; a work-item per row), argmax by work-group, a work-group scan.
+    def layernorm(v):
+        mu = fnp.mean(v, axis=-1, keepdims=True)
+        return (v - mu) * fa.lax.rsqrt(fnp.mean(fnp.square(v - mu), axis=-1, keepdims=True) + 1e-5)
+
+    rows = [("softmax", lambda v: fa.nn.softmax(v, axis=-1)), ("layernorm", layernorm),
+            ("argmax", lambda v: fnp.argmax(v, axis=-1)), ("cumsum", lambda v: fnp.cumsum(v, axis=-1))]
+    for n_rows in (3, 700):
+        for name, fn in rows:
+            for k in fa.jit(fn, device=wdev).lower(_f32(n_rows, 130)).kernels():
+                sources.setdefault(k.source, f"{name} rows {n_rows}: {k.name}")
     return sources
 
 

@@ -82,6 +82,10 @@ class Capabilities:
     silently); longer cumulative lines are split into blocked scans.
     ``max_buffer_bytes``, ``memory_bytes``: the largest single buffer and the device's memory
     (``None`` = the host's physical memory); ``devices.memory`` checks allocations against them.
+    ``matmul_tiling``: the form of the large matrix-product and convolution kernels where
+    ``tiling_pays``: ``"local"`` (tiles staged in work-group memory, for GPUs) or ``"register"``
+    (operands packed into panels, register tiles, no work-group memory: CPU OpenCL devices, where
+    local memory is emulated and barriers cost; ``lowering/kernels/groups/register_tiles.py``).
     """
 
     dtypes: frozenset
@@ -95,6 +99,7 @@ class Capabilities:
     max_loop_iterations: int | None = None
     max_buffer_bytes: int | None = None
     memory_bytes: int | None = None
+    matmul_tiling: str = "local"
 
 
 class Lowered:

@@ -145,10 +145,12 @@ class _DeviceState:
             local_memory=cl_device.local_mem_size >= 16384,
             atomics="cl_khr_global_int32_base_atomics" in ext or not cl_device.version.startswith("OpenCL 1.0"),
             tiling_pays=True,
+            matmul_tiling="local" if is_gpu else "register",
             control_flow="host",
             max_buffer_bytes=int(cl_device.max_mem_alloc_size),
             memory_bytes=int(cl_device.global_mem_size))
         self.workgroup = 128 if is_gpu else 64
+        self.row_lanes = 1 if is_gpu else 4   # accumulators per work-item row loop (groups/reduce.py: lanes)
         self.missing_reason = {
             dtypes.float64: "cl_khr_fp64 is absent", dtypes.complex128: "cl_khr_fp64 is absent",
             dtypes.float16: "cl_khr_fp16 is absent", dtypes.bfloat16: "OpenCL C has no bfloat16",
@@ -370,7 +372,8 @@ class OpenCLLowered(KernelLowered):
         self.state = state
 
     def _schedule_now(self):
-        return schedule_program(self.program, self.state.caps, workgroup=self.state.workgroup)
+        return schedule_program(self.program, self.state.caps, workgroup=self.state.workgroup,
+                                row_lanes=self.state.row_lanes)
 
     def _cache_identity(self):
         return f"{super()._cache_identity()}|workgroup={self.state.workgroup}"

@@ -170,7 +170,8 @@ def _pp_eqn(e, names) -> str:
 def schedule_program(program: Program, caps, **opts) -> Plan:
     """The kernel plan of ``program`` for a target with capabilities ``caps``.
 
-    ``opts``: ``workgroup`` (work items per group of elementwise kernels).
+    ``opts``: ``workgroup`` (work items per group of elementwise kernels), ``row_lanes`` (independent
+    accumulators in a work-item's loop over a row: ``groups/reduce.py``).
     """
     return Plan(program, caps, opts)
 

@@ -405,17 +405,24 @@ def _place(ctx, groups, e):
         probe = _MapGroup(ctx, v.aval.shape)
         reads = probe.root_reads(v)
         own = linearize(shaped_index(v.aval.shape), v.aval.shape)
-        target = guest_of = None
+        target = guest_of = row_host = None
         # Only the latest groups are candidates: a program of thousands of kernels (a concatenate of
         # thousands of arrays) would otherwise cost quadratic time here.
         for g in reversed(groups[-_JOIN_WINDOW:]):
             if g.accepts_roots and math.prod(g.shape) == v.aval.size and _can_join(ctx, g, reads, own, v):
                 target = g
                 break
+            if isinstance(g, _ReduceGroup) and g.can_take_row_root(v, reads):   # a row after its statistics
+                row_host = g
+                break
             if guest_of is None and _can_host(ctx, g, reads, v):
                 guest_of = g
             if any(producer_group.get(r) is g for r in reads):
                 break
+        if row_host is not None:
+            row_host.add_row_root(v, reads)
+            producer_group[v] = row_host
+            continue
         if target is None and guest_of is not None:
             if math.prod(guest_of.shape) < v.aval.size:
                 guest_of.regrow(v.aval.shape)
