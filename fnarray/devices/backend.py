@@ -10,6 +10,7 @@ with the reason and the command that fixes it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import threading
 
@@ -113,7 +114,12 @@ class Lowered:
         raise NotImplementedError
 
     def compile(self):
-        """An executable: ``exe(bufs) -> bufs`` over constvars + invars in order."""
+        """An executable: ``exe(bufs) -> bufs`` over constvars + invars in order.
+
+        It may carry ``exe.call_args``: the same computation called as ``call_args(*bufs)``, returning a
+        sequence of output buffers, with nothing in between (``jax.jit``'s own callable, the generated NumPy
+        function): jit's hot path calls that directly.
+        """
         raise NotImplementedError
 
 
@@ -161,6 +167,12 @@ class Backend:
         """A callable ``bufs -> bufs`` applying one primitive (cached by the caller)."""
         raise NotImplementedError
 
+    def eager_call(self, primitive, params, in_avals, out_avals):
+        """Optionally, ``fn(*bufs) -> buf`` applying a one-output primitive to buffers of this backend with
+        nothing in between (the numpy backend's NumPy function), for ``Array``'s fast operators; ``None``
+        (the default): they call the eager executable."""
+        return None
+
     def to_device(self, array, device: Device):
         """A NumPy array (or scalar) into a buffer on ``device``."""
         raise NotImplementedError
@@ -172,6 +184,11 @@ class Backend:
     def scalar_to_device(self, value, dtype, device):
         """A Python or NumPy scalar as a rank-0 buffer of ``dtype`` on ``device``."""
         return self.to_device(np.asarray(value, dtype), device)
+
+    def scalar_converter(self, dtype, device):
+        """``conv(value)``: ``scalar_to_device(value, dtype, device)`` as one callable (``Array``'s fast
+        operators keep it per operation)."""
+        return functools.partial(self.scalar_to_device, dtype=dtype, device=device)
 
     def block_until_ready(self, buf):
         return buf
