@@ -25,6 +25,7 @@ def pytest_configure(config):
     # fnarray silences NumPy's RuntimeWarnings about the pinned edge cases (1/0, casts) in its numpy
     # backend with a filter set at import; pytest restores the filters after collection, so repeat it.
     config.addinivalue_line("filterwarnings", r"ignore::RuntimeWarning:fnarray\.lowering\.numpy")
+    config.addinivalue_line("filterwarnings", r"ignore::RuntimeWarning:fnarray\.devices\.eager_ops")
 
 
 def pytest_generate_tests(metafunc):

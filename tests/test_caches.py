@@ -114,7 +114,10 @@ def test_eager_cache_is_bounded(device, sizes):
         np.testing.assert_allclose(np.asarray(fa.device_put(x, device) * 3.0), x * 3.0)
         assert len(placement._eager_cache) <= 5
     keys = placement._eager_cache.keys()
-    assert keys[-1][2][0].shape == (11,)  # the most recent operation is the last in LRU order
+    # The most recent operation is the last in LRU order: its general entry (primitive, params, avals, ...),
+    # then the fast operator's entry (operator, aval, operand type) that fnarray.devices.eager_ops adds.
+    assert keys[-1][0] == "mul" and keys[-1][1].shape == (11,)
+    assert keys[-2][2][0].shape == (11,)
 
 
 def test_kernel_caches_are_bounded(sizes):

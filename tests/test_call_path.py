@@ -119,3 +119,196 @@ def test_a_call_without_arrays_runs_on_the_default_device():
     np.testing.assert_array_equal(np.asarray(y), np.full(3, 3.0, np.float32))
     b = fa.device_put(fnp.asarray(2.0, dtype=fnp.float32), "numpy:0")
     assert str(f(b).device) == "numpy:0" and str(f(a).device) == "jax:0"
+
+
+# ---------------------------------------------------------------------------------------------- jit's hot path
+
+
+class _CountingDict(dict):
+    """A jitted function's fast table that counts its look-ups (the hot path makes none)."""
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.gets = 0
+
+    def get(self, *a):
+        self.gets += 1
+        return super().get(*a)
+
+
+def _hot(f):
+    return f._hot[0]
+
+
+def test_hot_path_builds_no_key(device):
+    x = fa.device_put(fnp.arange(4, dtype=fnp.float32), device)
+    f = fa.jit(lambda a: a * 2.0 + 1.0)
+    f(x)
+    f(x)
+    assert _hot(f) is not None
+    counting = f._fast = _CountingDict(f._fast)
+    f._compiled._on_evict = None  # the partial holds the old table: nothing is evicted in this test
+    for _ in range(5):
+        y = f(x)
+    assert counting.gets == 0
+    assert y.device == device and y.committed
+    np.testing.assert_array_equal(np.asarray(y), np.arange(4, dtype=np.float32) * 2 + 1)
+
+
+def test_hot_path_checks_each_argument():
+    """Each call that differs from the hot record in any way the cache key sees takes the general path and is
+    right: another dtype, shape, weak type, structure, container for a leaf, NumPy or scalar argument, device."""
+    f = fa.jit(lambda p, s: {"y": p["w"] * s + p["b"], "n": fnp.sum(p["w"])})
+    w, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones(3, np.float32)
+
+    def args(w_, b_, s_):
+        return {"w": fnp.asarray(w_), "b": fnp.asarray(b_)}, s_
+
+    p, s = args(w, b, fnp.asarray(np.float32(2.0)))
+    for _ in range(3):
+        out = f(p, s)
+    assert _hot(f) is not None and _hot(f).tree is not None  # a pytree argument: flattened along the record
+    np.testing.assert_array_equal(np.asarray(out["y"]), w * 2 + b)
+    cases = [
+        (args(w.astype(np.float64), b.astype(np.float64), fnp.asarray(np.float64(2.0))), np.float64),
+        (args(w[:1], b, fnp.asarray(np.float32(2.0))), np.float32),
+        (args(w, b, fnp.asarray(2.0)), np.float32),                      # a weak scalar array
+        (args(w, b, 2.0), np.float32),                                   # a Python scalar
+        (({"w": w, "b": b}, np.float32(2.0)), np.float32),               # NumPy leaves
+        (args(w, b, fnp.asarray(np.float32(2.0))), np.float32),          # the hot case again
+    ]
+    for (p_, s_), want in cases:
+        out = f(p_, s_)
+        wn = np.asarray(p_["w"])
+        np.testing.assert_array_equal(np.asarray(out["y"]), wn * np.asarray(s_) + np.asarray(p_["b"]))
+        assert out["y"].dtype == want and out["n"].shape == ()
+    with pytest.raises(KeyError):
+        f({"w": fnp.asarray(w), "c": fnp.asarray(b)}, 2.0)  # another structure: retraced, the function's error
+    with pytest.raises((TypeError, KeyError)):
+        f({"w": [fnp.asarray(w)], "b": fnp.asarray(b)}, 2.0)  # a container where the record has an array
+
+
+def test_hot_path_follows_devices_and_placement():
+    pytest.importorskip("jax")
+    f = fa.jit(lambda a, b: a - b)
+    xn = np.arange(3, dtype=np.float32)
+    u = fnp.asarray(xn)                          # uncommitted on the default device
+    c = fa.device_put(xn, "numpy:0")             # committed there
+    j = fa.device_put(xn, "jax:0")
+    for _ in range(3):
+        assert not f(u, u).committed
+    assert f(u, c).committed and f(c, u).committed
+    assert str(f(j, j).device) == "jax:0" and str(f(u, u).device) == "numpy:0"
+    with pytest.raises(ValueError, match="committed to different devices"):
+        f(c, j)
+    g = fa.jit(lambda a: a + 1.0, device="numpy:0")
+    for _ in range(3):
+        assert g(u).committed  # jit(device=...) commits its outputs
+
+
+def test_hot_path_raises_for_a_deleted_argument():
+    f = fa.jit(lambda a: a * 2.0)
+    x = fnp.arange(3, dtype=fnp.float32)
+    f(x)
+    f(x)
+    fa.jit(lambda a: a + 1.0, donate_argnums=0)(x)
+    with pytest.raises(RuntimeError, match="donated"):
+        f(x)
+
+
+def test_hot_path_sees_configuration_changes():
+    f = fa.jit(lambda a: a / a)
+    x = fnp.asarray(np.array([0.0, 1.0], np.float32))
+    f(x)
+    f(x)
+    old = fa.config.debug_nans
+    fa.config.debug_nans = True
+    try:
+        with pytest.raises(FloatingPointError):
+            f(x)
+    finally:
+        fa.config.debug_nans = old
+    assert np.isnan(np.asarray(f(x))[0])
+
+
+def test_hot_path_inside_a_transformation_stages_a_call():
+    f = fa.jit(lambda a: a * 2.0)
+    x = fnp.arange(3, dtype=fnp.float32)
+    f(x)
+    f(x)
+    prog = fa.make_ir(lambda y: f(x) + f(y))(x)
+    assert [e.primitive.name for e in prog.eqns] == ["call", "call", "add"]
+    np.testing.assert_allclose(np.asarray(fa.grad(lambda y: fnp.sum(f(y)))(x)), 2.0)
+
+
+def test_hot_record_dies_with_its_executable():
+    import weakref
+    old = fa.config.jit_cache_size
+    fa.config.jit_cache_size = 1
+    try:
+        f = fa.jit(lambda a: a + 1.0)
+        x3, x4 = fnp.ones(3, dtype=fnp.float32), fnp.ones(4, dtype=fnp.float32)
+        f(x3)
+        f(x3)
+        (ex,) = f._compiled.values()
+        assert _hot(f).gid == ex.gid
+        first = weakref.ref(ex)
+        del ex
+        f(x4)  # evicts the executable of f32[3] (a bound of 1): freed at once, without a garbage collection
+        f(x4)
+        assert first() is None
+        assert _hot(f) is None or _hot(f).in_avals == (x4.aval,)
+        np.testing.assert_array_equal(np.asarray(f(x3)), np.full(3, 2.0, np.float32))
+    finally:
+        fa.config.jit_cache_size = old
+
+
+def test_hot_path_outputs_keep_their_structure(device):
+    f = fa.jit(lambda a: (a, {"s": a * 2.0, "t": [a + 1.0, None]}))
+    x = fa.device_put(fnp.arange(2, dtype=fnp.float32), device)
+    for _ in range(3):
+        a, d = f(x)
+    assert d["t"][1] is None and a.device == device
+    np.testing.assert_array_equal(np.asarray(d["t"][0]), [1.0, 2.0])
+
+
+def test_hot_path_is_thread_safe():
+    import threading
+    f = fa.jit(lambda a, b: a * b + 1.0)
+    errors = []
+
+    def work(k):
+        try:
+            for i in range(200):
+                n = 1 + (i + k) % 3  # three signatures, alternating: the hot record changes under the others
+                x = fnp.asarray(np.full(n, k, np.float32))
+                np.testing.assert_array_equal(np.asarray(f(x, x)), np.full(n, k * k + 1.0, np.float32))
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads) and not errors, errors[:1]
+
+
+def test_a_hot_call_takes_few_python_calls():
+    """Counted, not timed: a repeated jitted call is __call__, the executable and the result's creation."""
+    import sys
+    f = fa.jit(lambda a: a * 2.0 + 1.0)
+    x = fnp.arange(4, dtype=fnp.float32)
+    f(x)
+    f(x)
+    calls = []
+
+    def prof(frame, event, arg):
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+    sys.setprofile(prof)
+    try:
+        f(x)
+    finally:
+        sys.setprofile(None)
+    assert len(calls) <= 4, calls

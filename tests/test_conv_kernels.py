@@ -123,11 +123,12 @@ def test_conv_and_its_gradients_are_kernels(kdev, name, lhs_shape, rhs_shape, kw
 
 
 def test_tiled_conv_kernel(kdev):
-    """The implicit GEMM in local memory (webgpu:0 scheduled as for a GPU adapter), with its gradients."""
+    """The implicit GEMM in local memory (webgpu:0 scheduled as for a GPU adapter, opencl:0 as for a GPU
+    device), with its gradients."""
     kw = dict(window_strides=(1, 1), padding="SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
     x, w, ct = _conv_args((2, 9, 10, 8), (3, 3, 8, 16), kw)
     f = _conv_and_grads(kw, ct)
-    with _caps(kdev, tiling_pays=True):
+    with _caps(kdev, tiling_pays=True, matmul_tiling="local"):
         jf = fa.jit(f, device=kdev)
         kinds = [k.name for k in jf.lower(x, w).kernels()]
         got = jf(x, w)

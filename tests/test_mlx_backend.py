@@ -418,9 +418,17 @@ def test_warm_compile_switches_after_calls(mdev, monkeypatch):
     for _ in range(5):
         np.testing.assert_allclose(np.asarray(exe([a.buf(), b.buf()])[0]), want, rtol=1e-6)
     assert exe.fn is not exe.raw  # now compiled
-    big = _put(np.ones(mlx_lowering.CPU_COMPILE_MAX_ELEMENTS + 1, np.float32), cpu)
+    # Large programs are compiled too (memory-bound chains gain from fusion: benchmarks/mlx_compile.py), unless
+    # CPU_COMPILE_MAX_ELEMENTS bounds them.
+    big = _put(np.ones(20000, np.float32), cpu)
     exe_big = fa.jit(lambda a: a * 2.0 + 1.0, device=cpu).lower(big).compile().entry.exe.__wrapped__
-    assert not isinstance(exe_big, mlx_lowering._WarmCompile)  # large programs stay eager on the CPU
+    assert isinstance(exe_big, mlx_lowering._WarmCompile)
+    for _ in range(4):
+        np.testing.assert_array_equal(np.asarray(exe_big([big.buf()])[0]), np.full(20000, 3.0, np.float32))
+    assert exe_big.fn is not exe_big.raw
+    monkeypatch.setattr(mlx_lowering, "CPU_COMPILE_MAX_ELEMENTS", 16384)
+    exe_big = fa.jit(lambda a: a * 3.0 + 1.0, device=cpu).lower(big).compile().entry.exe.__wrapped__
+    assert not isinstance(exe_big, mlx_lowering._WarmCompile)  # over the bound: eager
 
 
 def test_as_text_is_the_generated_source(mdev):

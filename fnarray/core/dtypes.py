@@ -28,7 +28,7 @@ __all__ = [
     "complex128", "float0", "ALL_DTYPES", "canonicalize", "promote_types",
     "result_type", "is_float", "is_complex", "is_int", "is_unsigned",
     "is_signed", "is_bool", "is_inexact", "short_name", "default_for_kind",
-    "dtype_of_scalar", "finfo", "iinfo",
+    "dtype_of_scalar", "scalar_operand_dtype", "scalar_literal", "finfo", "iinfo",
 ]
 
 bool_ = np.dtype(np.bool_)
@@ -228,6 +228,41 @@ def dtype_of_scalar(x) -> tuple[np.dtype, bool]:
     if isinstance(x, complex):
         return complex64, True
     raise DTypeError(f"{type(x).__name__} is not a scalar type")
+
+
+def scalar_operand_dtype(d: np.dtype, pytype: type):
+    """How a strong array of dtype ``d`` absorbs a Python ``float`` or ``int`` operand, in the cases that need
+    neither a range check nor a weak result (the eager hot path, ``fnarray.numpy``'s and ``Array``'s operators).
+
+    Returns:
+      ``None`` where the general promotion must decide (``pytype`` is neither ``float`` nor ``int``, a float
+      beside an integer or bool array, an int beside a bool array or beside an integer array other than
+      ``int32``, which needs a range check); ``(d, True)`` where the scalar stays a weak literal (its default
+      dtype is ``d``: a float beside ``float32``, an int beside ``int32``); ``(d, False)`` where it becomes a
+      strong literal of ``d`` (a float beside ``float64``, ``float16``, ``bfloat16`` or complex, an int
+      beside a float or complex array). The result has dtype ``d`` either way.
+    """
+    if pytype is float:
+        if not is_inexact(d):
+            return None
+        return d, d == float32
+    if pytype is int:
+        if d == int32:
+            return d, True
+        if d == bool_ or is_int(d):
+            return None
+        return d, False
+    return None
+
+
+def scalar_literal(x, d: np.dtype, quiet: bool = False):
+    """The Python scalar ``x`` as a strong NumPy scalar of dtype ``d`` (where ``scalar_operand_dtype`` says
+    ``(d, False)``): NumPy's own conversion, with its ``RuntimeWarning`` where the value overflows ``d``, or
+    ``quiet``ly (a cast under ``np.errstate(all="ignore")``, as ``fnarray.numpy``'s general promotion does)."""
+    if quiet:
+        with np.errstate(all="ignore"):
+            return np.asarray(x).astype(d)[()]
+    return np.asarray(x, d)[()]
 
 
 class finfo:

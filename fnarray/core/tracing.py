@@ -148,12 +148,29 @@ def _no_eager(primitive, args, params):
 
 
 _eager_apply = _no_eager
+_first_apply = None  # the eager apply installed first (fnarray.devices'); the profiler swaps in its own
+
+#: True while no thread stages primitives (no ``new_dynamic`` block is open anywhere) and the eager apply is the
+#: one installed first: a concrete operation may then skip ``bind`` (``fnarray.devices.eager_ops``, jit's hot
+#: path) without reading this thread's trace state. When false, those paths check the thread's own state.
+plain = False
+_staging = 0  # new_dynamic blocks open, over all threads
+_staging_lock = threading.Lock()
+
+
+def _update_plain() -> None:
+    global plain
+    plain = _staging == 0 and _first_apply is not None and _eager_apply is _first_apply
 
 
 def set_eager_apply(fn) -> None:
-    """Install eager evaluation (``fnarray.devices`` does this at import)."""
-    global _eager_apply
-    _eager_apply = fn
+    """Install eager evaluation (``fnarray.devices`` does this at import; the profiler swaps its own in)."""
+    global _eager_apply, _first_apply
+    with _staging_lock:
+        _eager_apply = fn
+        if _first_apply is None:
+            _first_apply = fn
+        _update_plain()
 
 
 class _TraceState(threading.local):
@@ -197,12 +214,19 @@ def new_main(trace_type, global_data=None):
 @contextlib.contextmanager
 def new_dynamic(main: MainTrace):
     """Make ``main`` this thread's dynamic trace: primitives on plain values are staged into it."""
+    global _staging, plain
     dynamic = _state.dynamic
+    with _staging_lock:
+        _staging += 1
+        plain = False  # before this thread binds anything inside the block
     dynamic.append(main)
     try:
         yield
     finally:
         dynamic.pop()
+        with _staging_lock:
+            _staging -= 1
+            _update_plain()
 
 
 def find_top_trace(args) -> Trace:

@@ -10,6 +10,7 @@ with the reason and the command that fixes it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import threading
 
@@ -86,6 +87,10 @@ class Capabilities:
     PoCL vectorise across work items only where the body is not under a per-item branch.
     ``items_per_work_item``: elements each work item of a flat elementwise kernel computes (4 on
     Mesa's lavapipe, where fewer, fuller invocations run faster).
+    ``matmul_tiling``: the form of the large matrix-product and convolution kernels where
+    ``tiling_pays``: ``"local"`` (tiles staged in work-group memory, for GPUs) or ``"register"``
+    (operands packed into panels, register tiles, no work-group memory: CPU OpenCL devices, where
+    local memory is emulated and barriers cost; ``lowering/kernels/groups/register_tiles.py``).
     """
 
     dtypes: frozenset
@@ -101,6 +106,7 @@ class Capabilities:
     memory_bytes: int | None = None
     uniform_guard: bool = False
     items_per_work_item: int = 1
+    matmul_tiling: str = "local"
 
 
 class Lowered:
@@ -115,7 +121,12 @@ class Lowered:
         raise NotImplementedError
 
     def compile(self):
-        """An executable: ``exe(bufs) -> bufs`` over constvars + invars in order."""
+        """An executable: ``exe(bufs) -> bufs`` over constvars + invars in order.
+
+        It may carry ``exe.call_args``: the same computation called as ``call_args(*bufs)``, returning a
+        sequence of output buffers, with nothing in between (``jax.jit``'s own callable, the generated NumPy
+        function): jit's hot path calls that directly.
+        """
         raise NotImplementedError
 
 
@@ -163,6 +174,12 @@ class Backend:
         """A callable ``bufs -> bufs`` applying one primitive (cached by the caller)."""
         raise NotImplementedError
 
+    def eager_call(self, primitive, params, in_avals, out_avals):
+        """Optionally, ``fn(*bufs) -> buf`` applying a one-output primitive to buffers of this backend with
+        nothing in between (the numpy backend's NumPy function), for ``Array``'s fast operators; ``None``
+        (the default): they call the eager executable."""
+        return None
+
     def to_device(self, array, device: Device):
         """A NumPy array (or scalar) into a buffer on ``device``."""
         raise NotImplementedError
@@ -174,6 +191,11 @@ class Backend:
     def scalar_to_device(self, value, dtype, device):
         """A Python or NumPy scalar as a rank-0 buffer of ``dtype`` on ``device``."""
         return self.to_device(np.asarray(value, dtype), device)
+
+    def scalar_converter(self, dtype, device):
+        """``conv(value)``: ``scalar_to_device(value, dtype, device)`` as one callable (``Array``'s fast
+        operators keep it per operation)."""
+        return functools.partial(self.scalar_to_device, dtype=dtype, device=device)
 
     def block_until_ready(self, buf):
         return buf

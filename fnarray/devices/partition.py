@@ -137,10 +137,15 @@ class _Translating:
         try:
             return self.__wrapped__(bufs)
         except Exception as e:
-            err = memory.translate(e, self._device, self._program.out_avals)
-            if err is None:
-                raise
-            raise err from e
+            self.reraise(e)
+
+    def reraise(self, e: Exception):
+        """Raise ``e`` as fnarray's ``ResourceExhaustedError`` where it is an out-of-memory error, else as is
+        (for callers of ``call_args``, which bypasses ``__call__``)."""
+        err = memory.translate(e, self._device, self._program.out_avals)
+        if err is None:
+            raise e
+        raise err from e
 
     def __getattr__(self, name):
         return getattr(self.__wrapped__, name)

@@ -347,6 +347,8 @@ debug_check = None
 
 tracing.set_eager_apply(eager_apply)
 
+from fnarray.devices import eager_ops  # noqa: E402,F401  (ArrayImpl's fast operators, over the eager cache above)
+
 
 def block_until_ready(x):
     """Wait until every array in the pytree ``x`` is computed (``jax.block_until_ready``).

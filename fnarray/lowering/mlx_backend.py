@@ -32,16 +32,32 @@ first call of that step, kernels not on disk     5-16 ms          ~1 s per fused
 
 (Single unrepeated runs on the loaded machine scattered by 2x either way, e.g. 148 vs 310 ms for
 the 4M chain; the table keeps the interleaved minima.) On the Linux CPU a compiled program saves
-the per-operation dispatch (~6-10 us each) but its fused C++ kernels are no faster per element
-than MLX's eager ones, and a cold compile generates and builds C++ (~1 s per fused kernel, cached
-on disk under ``/tmp/mlx``). So the policy (``COMPILE_MODE = "auto"``) is per platform:
+the per-operation dispatch (~6-10 us each), and where the program is bound by memory traffic rather
+than arithmetic its fused kernels also save the intermediate arrays' reads and writes: measured again
+with ``benchmarks/mlx_compile.py`` (6 interleaved rounds, load average 5-8):
+
+==============================================  ===========  ============  ==================
+                                                raw eager    mx.compile    fnarray, compiled
+==============================================  ===========  ============  ==================
+``((a*x+b)*x+1)*0.5-a``, f32, 1M elements        2.7 ms       0.44 ms       0.62 ms
+same, 16M elements                               272 ms       188 ms        182 ms
+``tanh(a*x+b)*x+1``, f32, 1M elements            76 ms        71 ms         66 ms
+==============================================  ===========  ============  ==================
+
+The earlier policy left programs over 16K elements eager (from the ``tanh`` chain, bound by
+arithmetic, where compiling neither gains nor loses), which made the memory-bound arithmetic chain
+6.9x ``mx.compile`` at 1M and 1.7x at 16M. A cold compile still generates and builds C++ (~1 s per
+fused kernel, cached on disk under ``/tmp/mlx``). So the policy (``COMPILE_MODE = "auto"``) is per
+platform:
 
 - ``gpu``: every program is wrapped in ``mx.compile`` from its first call
   (fusion saves memory traffic and kernel launches; Metal kernels build in ms);
-- ``cpu``: a program is compiled only if its largest array has at most
-  ``CPU_COMPILE_MAX_ELEMENTS`` elements (below the measured crossover, where
-  dispatch dominates) and only from its ``CPU_COMPILE_AFTER_CALLS``-th call, so
-  that one-shot programs never pay the cold compile; large programs stay eager.
+- ``cpu``: every program is compiled from its ``CPU_COMPILE_AFTER_CALLS``-th call, so that one-shot
+  programs never pay the cold compile (``CPU_COMPILE_MAX_ELEMENTS``, ``None`` by default, bounds the
+  largest array of a program that is compiled, for those who want the old size limit back).
+
+Programs with fewer than 2 equations or with empty arrays stay eager, and a program MLX fails to
+compile keeps running eagerly (``_WarmCompile``).
 
 ``COMPILE_MODE = "always"`` or ``"never"`` overrides the policy (tests use it).
 """
@@ -68,8 +84,9 @@ __all__ = ["make_backend", "MlxBackend", "MlxLowered", "COMPILE_MODE", "CPU_COMP
 
 #: ``"auto"`` (the per-platform policy of the module docstring), ``"always"`` or ``"never"``.
 COMPILE_MODE = "auto"
-#: On the CPU, programs whose largest array is at most this big are compiled (measured crossover ~16K).
-CPU_COMPILE_MAX_ELEMENTS = 16384
+#: On the CPU, only programs whose largest array is at most this big are compiled; ``None``: any size (measured:
+#: memory-bound chains gain 1.5-7x from fusion at 1M-16M elements, arithmetic-bound ones neither gain nor lose).
+CPU_COMPILE_MAX_ELEMENTS = None
 #: On the CPU, a program is compiled from this call on (a cold compile costs ~1 s per fused kernel).
 CPU_COMPILE_AFTER_CALLS = 16
 
@@ -123,7 +140,7 @@ def _compile_policy(gen: _Generated, device: Device) -> int | None:
         return None
     if COMPILE_MODE == "always" or device.platform != "cpu":
         return 1
-    if gen.max_elements <= CPU_COMPILE_MAX_ELEMENTS:
+    if CPU_COMPILE_MAX_ELEMENTS is None or gen.max_elements <= CPU_COMPILE_MAX_ELEMENTS:
         return CPU_COMPILE_AFTER_CALLS
     return None
 

@@ -145,6 +145,7 @@ class _DeviceState:
             local_memory=cl_device.local_mem_size >= 16384,
             atomics="cl_khr_global_int32_base_atomics" in ext or not cl_device.version.startswith("OpenCL 1.0"),
             tiling_pays=True,
+            matmul_tiling="local" if is_gpu else "register",
             control_flow="host",
             max_buffer_bytes=int(cl_device.max_mem_alloc_size),
             memory_bytes=int(cl_device.global_mem_size),

@@ -111,8 +111,7 @@ def _cast_scalar(x, d):
                                 f"([{info.min}, {info.max}])")
     if isinstance(x, complex) and not dtypes.is_complex(d):
         raise DTypeError(f"a complex scalar cannot be combined into a {d.name} result")
-    with np.errstate(all="ignore"):
-        return np.asarray(x).astype(d)[()]
+    return dtypes.scalar_literal(x, d, quiet=True)
 
 
 def result_aval(*args):
@@ -197,14 +196,15 @@ def elementwise(name, fn, *args, check=None, bool_fn=None):
     return out
 
 
-_FLOAT_OK = {float: dtypes.is_inexact, int: lambda d: not dtypes.is_bool(d)}
+_PY_OPERANDS = (float, int)
 
 
 def _fast_binary(a, b):
     """The common cases of promotion without the general machinery (the eager hot path):
-    two arrays of one dtype and shape, or an array with a Python float/int it absorbs."""
+    two arrays of one dtype and shape, or an array with a Python float/int it absorbs
+    (``dtypes.scalar_operand_dtype``, whose rule ``Array``'s fast operators share)."""
     ta, tb = type(a), type(b)
-    if ta in _FLOAT_OK and isinstance(b, Array):
+    if ta in _PY_OPERANDS and isinstance(b, Array):
         a, b, ta, tb, swap = b, a, tb, ta, True
     else:
         swap = False
@@ -213,16 +213,11 @@ def _fast_binary(a, b):
     av = a.aval
     if av.weak_type:
         return None  # weak results: the general path keeps them weak
-    if tb in _FLOAT_OK:
-        d = av.dtype
-        if not _FLOAT_OK[tb](d):
-            return None
-        if (tb is float and d == dtypes.float32) or (tb is int and d == dtypes.int32):
-            lit = b
-        else:
-            if av.weak_type or (tb is int and dtypes.is_int(d)):
-                return None  # a weak result, or a range check: general path
-            lit = np.asarray(b, d)[()]
+    if tb in _PY_OPERANDS:
+        rule = dtypes.scalar_operand_dtype(av.dtype, tb)
+        if rule is None:
+            return None  # a weak result, or a range check: general path
+        lit = b if rule[1] else dtypes.scalar_literal(b, rule[0])
         return (lit, a) if swap else (a, lit)
     if isinstance(b, Array):
         bv = b.aval

@@ -41,11 +41,13 @@ from fnarray.core.ir import Program
 from fnarray.core.passes import consts_as_inputs
 from fnarray.core.shaped import ShapedArray
 from fnarray.devices import nan_check
-from fnarray.devices.array_impl import ArrayImpl
+from fnarray.devices.array_impl import ArrayImpl, call_fields as _call_fields
 from fnarray.devices.partition import compile_program
 from fnarray.devices.placement import default_device, parse_device, placement_device
 
 __all__ = ["jit", "make_ir", "Traced", "Lowered", "Compiled", "leaf_aval"]
+
+_TRACE_STATE = tracing._state  # this thread's trace levels (a threading.local)
 
 
 def leaf_aval(x, where="argument") -> ShapedArray:
@@ -76,13 +78,13 @@ class _Entry:
     """A traced program (``exe is None``) or an executable for one device: the cached value of jit."""
 
     __slots__ = ("program", "consts", "out_tree", "out_avals", "device", "exe", "const_bufs", "generation",
-                 "owner", "ckey", "gid", "axis_names", "__weakref__")
+                 "owner", "ckey", "gid", "axis_names", "hot", "__weakref__")
 
     def __init__(self, program, consts, out_tree):
         self.program, self.consts, self.out_tree = program, consts, out_tree
         self.out_avals = program.out_avals
         self.device = self.exe = self.const_bufs = self.generation = None
-        self.owner = self.ckey = self.gid = self.axis_names = None
+        self.owner = self.ckey = self.gid = self.axis_names = self.hot = None
 
 
 def _per_function_size() -> int:
@@ -93,17 +95,50 @@ def _global_size() -> int:
     return config.jit_global_cache_size
 
 
-def _unfast(fast, ckey, ex):
-    """Drop ``ex`` from the fast table (which holds a subset of the executables)."""
+def _unfast(fast, ckey, ex, hot=None):
+    """Drop ``ex`` from the fast table (which holds a subset of the executables) and from the hot record."""
     if fast.get(ckey[0]) is ex:
         fast.pop(ckey[0], None)
+    if hot is not None:
+        h = hot[0]
+        if h is not None and h.gid == ex.gid:
+            hot[0] = None
 
 
-def _unindex(by_ckey, fast, gid, ex):
+def _unindex(by_ckey, fast, hot, gid, ex):
     """The function's LRU evicted ``ex``: drop it from the lookup tables too."""
     if by_ckey.get(ex.ckey) is ex:
         by_ckey.pop(ex.ckey, None)
-    _unfast(fast, ex.ckey, ex)
+    _unfast(fast, ex.ckey, ex, hot)
+
+
+class _Hot:
+    """The last call's executable with what a repeated call needs, checked without building a key.
+
+    Made for calls without keyword or static arguments, without donation, whose leaves are all arrays on the
+    executable's device. A call hits when its positional arguments flatten along ``tree`` (``None``: every
+    argument is an array) to arrays of exactly ``in_avals`` on ``device`` and the configuration is unchanged.
+    """
+
+    __slots__ = ("gid", "ckey", "tree", "n", "in_avals", "device", "generation", "const_bufs", "committed", "call",
+                 "star", "reraise", "out_avals", "out_tree", "single")
+
+    def __init__(self, ex, tree, in_avals, device, committed):
+        # No reference to ``ex`` itself (which holds this record): an evicted executable is freed at once.
+        self.gid, self.ckey = ex.gid, ex.ckey
+        self.tree, self.n, self.in_avals, self.device = tree, len(in_avals), in_avals, device
+        self.generation = config.generation
+        self.const_bufs = tuple(ex.const_bufs)
+        self.committed = committed
+        # The backend's direct entry (jax.jit's callable, the generated NumPy function) where the executable
+        # offers one with its error translation beside it; else the executable itself.
+        call, reraise = getattr(ex.exe, "call_args", None), getattr(ex.exe, "reraise", None)
+        self.star = call is not None and reraise is not None
+        self.call = call if self.star else ex.exe
+        self.reraise = reraise
+        self.out_avals = tuple(ex.out_avals)
+        self.out_tree = ex.out_tree
+        self.single = ex.out_tree.num_nodes == 1 and ex.out_tree.num_leaves == 1  # the output is one array
 
 
 def _evict_from_owner(gid, ref):
@@ -179,8 +214,9 @@ class Jitted:
         # calls on its device with the current config.
         self._by_ckey: dict = {}
         self._fast: dict = {}
+        self._hot = [None]      # [_Hot or None]: the last call's executable, for the hot path
         self._compiled = LRUCache(_per_function_size,
-                                  on_evict=functools.partial(_unindex, self._by_ckey, self._fast))
+                                  on_evict=functools.partial(_unindex, self._by_ckey, self._fast, self._hot))
         self._compiled_d = self._compiled._d           # the call path touches it directly (GIL-atomic)
         self._lock = threading.Lock()                  # first insert wins (slow path only)
         self._last_tree = None      # the input structure of the last call without kwargs or statics
@@ -313,7 +349,7 @@ class Jitted:
                 _register_global(hit)
                 if hit.gid not in self._compiled_d or hit.gid not in _GLOBAL_D:  # a bound of 0: keep nothing
                     self._compiled.pop(hit.gid)
-                    _unindex(self._by_ckey, self._fast, hit.gid, hit)
+                    _unindex(self._by_ckey, self._fast, self._hot, hit.gid, hit)
             hit = cached
         else:
             self._compiled.touch(hit.gid)
@@ -323,7 +359,7 @@ class Jitted:
     def _forget(self, ex):
         """Drop executable ``ex`` from this function's caches (the global LRU evicted it)."""
         if self._compiled.pop(ex.gid) is not None:
-            _unindex(self._by_ckey, self._fast, ex.gid, ex)
+            _unindex(self._by_ckey, self._fast, self._hot, ex.gid, ex)
 
     def cache_info(self):
         """Entries in this function's caches: ``{"traces": n, "executables": n, "bound": n}``."""
@@ -331,7 +367,56 @@ class Jitted:
 
     # ------------------------------------------------------------------ calling
     def __call__(self, *args, **kwargs):
-        # The hot path (DESIGN.md "The call path"): flatten, key, look up, place, launch.
+        # The hot path (DESIGN.md "The call path"): the last call's executable, when this call's arrays have its
+        # types and device. No key is built or hashed (a PyTreeSpec's hash alone costs ~0.4 us); each leaf's
+        # aval is compared by identity first (arrays made by one executable share their aval objects).
+        hot = self._hot[0]
+        if hot is not None and not kwargs and hot.generation == config.generation and \
+                (tracing.plain or _TRACE_STATE.dynamic[-1].level == 0):
+            tree = hot.tree
+            if tree is None:
+                leaves = args
+            else:
+                try:
+                    leaves = tree.flatten_up_to(args)
+                except ValueError:
+                    leaves = ()
+            if len(leaves) == hot.n:
+                dev = hot.device
+                bufs = list(hot.const_bufs)
+                committed = hot.committed
+                for x, av in zip(leaves, hot.in_avals):
+                    if type(x) is not ArrayImpl:
+                        break
+                    xav, b, x_dev, x_committed = _call_fields(x)
+                    if b is None or x_dev is not dev or (xav is not av and xav != av):
+                        break
+                    bufs.append(b)
+                    if x_committed:
+                        committed = True
+                else:
+                    gid = hot.gid
+                    try:  # LRU order, per function and global: two GIL-atomic moves of int keys, no lock
+                        self._compiled_d.move_to_end(gid)
+                        _GLOBAL_D.move_to_end(gid)
+                    except KeyError:  # evicted meanwhile (by another thread): still valid for this call
+                        ex = self._fast.get(hot.ckey[0])
+                        if ex is not None and ex.gid == gid:
+                            _unfast(self._fast, hot.ckey, ex, self._hot)
+                        elif self._hot[0] is hot:
+                            self._hot[0] = None
+                    if hot.star:
+                        try:
+                            outs = hot.call(*bufs)
+                        except Exception as e:
+                            hot.reraise(e)
+                    else:
+                        outs = hot.call(bufs)
+                    if hot.single:
+                        return ArrayImpl(hot.out_avals[0], dev, outs[0], committed)
+                    return hot.out_tree.unflatten([ArrayImpl(av, dev, b, committed)
+                                                   for av, b in zip(hot.out_avals, outs)])
+        # The general path: flatten, key, look up, place, launch.
         leaves, guessed = None, False
         if kwargs or self.static_argnums:
             statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
@@ -389,12 +474,14 @@ class Jitted:
                     self._compiled_d.move_to_end(gid)
                     _GLOBAL_D.move_to_end(gid)
                 except KeyError:  # evicted meanwhile (by another thread): still valid for this call,
-                    _unfast(self._fast, fast.ckey, fast)  # and the next one compiles again
+                    _unfast(self._fast, fast.ckey, fast, self._hot)  # and the next one compiles again
                 device = fast.device
                 if dev is None and self.device is None and device is not default_device():
                     device = None  # no array argument: the default device decides, and it is not this entry's
                 elif plain and (dev is None or dev is device) and not self.donate_argnums:
                     out_bufs = fast.exe(fast.const_bufs + bufs if fast.const_bufs else bufs)
+                    if dev is not None and not kwargs and not self.static_argnums:
+                        self._make_hot(fast, len(args))
                     return tree_util.tree_unflatten(fast.out_tree, [
                         ArrayImpl(av, device, b, committed) for av, b in zip(fast.out_avals, out_bufs)])
                 if self.device is None and device is not None:
@@ -428,8 +515,20 @@ class Jitted:
         ex.generation = config.generation
         self._fast[key] = ex
         if ex.gid not in self._compiled_d:  # evicted meanwhile: keep the tables consistent
-            _unfast(self._fast, ex.ckey, ex)
+            _unfast(self._fast, ex.ckey, ex, self._hot)
         return self._run(ex, leaves, device, args)
+
+    def _make_hot(self, ex, nargs):
+        """Make ``ex`` (just run from the fast table, with array leaves on its device) the hot record."""
+        h = ex.hot
+        if h is None:
+            in_tree, avals, statics = ex.ckey[0]
+            args_tree = in_tree.children()[0]  # the structure of (args, {}): its first child is args'
+            flat = args_tree.num_leaves == nargs and args_tree.num_nodes == nargs + 1
+            h = ex.hot = _Hot(ex, None if flat else args_tree, avals, ex.device, self.device is not None)
+        h.generation = config.generation  # the fast table checked that ex is valid in this configuration
+        if ex.gid in self._compiled_d:  # not evicted meanwhile
+            self._hot[0] = h
 
     def _run(self, ex, leaves, device, args):
         bufs = list(ex.const_bufs)

@@ -11,7 +11,7 @@ multiplies
   elements;
 - ``B[k, j]``: the rhs element at output feature ``o = g * Og + j``, input feature ``c``, position ``w``.
 
-Two kernels compute it (written here in the kernel IR):
+Three kernels compute it (written here in the kernel IR):
 
 - the *direct* kernel: one work item per output element, loops over the kernel window and the
   group's input features, skipping the window positions that fall into padding or dilation holes;
@@ -20,10 +20,14 @@ Two kernels compute it (written here in the kernel IR):
 - the *tiled* kernel (where ``Capabilities.tiling_pays``): the matrix product of
   ``fnarray.lowering.kernels.schedule``'s ``dot_general`` tiles, ``A`` and ``B`` tiles loaded into
   local memory by computing each element's im2col address.
+- the *register-tiled* kernel (where ``Capabilities.matmul_tiling == "register"``: CPU OpenCL devices,
+  ``register_tiles.py``): the weights packed into zero-padded panels of 8 output features by a copy
+  kernel, the input read where it lies, 4 x 8 outputs per work item in registers, no local memory.
 
-Both read the operands where they lie, through transposes, reshapes, broadcasts and reversals (the
+All read the operands where they lie, through transposes, reshapes, broadcasts and reversals (the
 kernel flip of the input gradient) expressed as strides; sizes, strides, paddings and dilations are
-scalar arguments, so one compiled kernel serves every shape of the same rank and layout. Both end
+scalar arguments, so one compiled kernel serves every shape of the same rank and layout (the register
+kernel also bakes the input-feature count and whether the feature stride is 1). All end
 with the elementwise epilogue (bias, activation) that the scheduler fuses into them, as a matrix
 product's. The gradients of a convolution are convolutions (with ``lhs_dilation`` or swapped group
 counts), so they are these kernels too.
@@ -40,14 +44,15 @@ from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.ir import Literal
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.index import ix_const, ix_data
-from fnarray.lowering.kernels.ir import INT32, Special, const
+from fnarray.lowering.kernels.ir import INT32, Cast, Special, const
 from fnarray.lowering.kernels.rules import add_of, convert, mul_of, op, select
 from fnarray.lowering.kernels.groups.dot import TILE, tile_arrays, tile_product
+from fnarray.lowering.kernels.groups.register_tiles import (INT64, RM, RN, UK, panels,
+                                                            register_dtype, register_product, store_loop)
 from fnarray.lowering.kernels.groups.base import (_VIEW_OPS, _contiguous, _Group,
                                                _kernel_name, _launch, _reshape_strides, _Tracker)
 
 __all__ = ["CONV", "ConvGroup", "strided_view", "GROUPS", "OPERAND_VIEWS"]
-
 CONV = conv_general_dilated_p
 
 
@@ -228,6 +233,8 @@ class ConvGroup(_Group):
         tiled = (caps.tiling_pays and caps.local_memory and dt != np.bool_ and g.M * g.Og * g.K >= (1 << 16)
                  and min(g.M, g.Og) >= 8 and (caps.max_workgroup_size or 1024) >= self.TX * self.TY
                  and self._tiled_fits())
+        if tiled and self._register_tiled():
+            return self._register(plans)
         if tiled:
             return [self._tiled(plans)]
         cap = getattr(caps, "max_loop_iterations", None)
@@ -237,6 +244,16 @@ class ConvGroup(_Group):
             chunks = -(-g.window * g.Cg // (cap // 4))
             return self._split(plans, chunks)
         return [self._direct(plans)]
+
+    def _register_tiled(self) -> bool:
+        """Whether the register-tiled kernels run (``register_tiles``: the target asks for them; float32 or
+        float64 operands; at least ``RN / 2`` output features per group, so that the column panels are
+        not mostly padding)."""
+        caps = self.ctx.caps
+        ldt, rdt = (a.aval.dtype for a in self.eqn.inputs)
+        return (getattr(caps, "matmul_tiling", "local") == "register" and np.dtype(np.int64) in caps.dtypes
+                and register_dtype(ldt) and rdt == ldt and self.eqn.outputs[0].aval.dtype == ldt
+                and self.geo.Og >= RN // 2)
 
     def _tiled_fits(self) -> bool:
         g = self.geo
@@ -400,6 +417,151 @@ class ConvGroup(_Group):
             self._finish(b, em, args, s, n, o, ys, acc, flat=gid)
         b.name = _kernel_name("conv_sum", tracker.eqns)
         return [first, _launch(b, args, scalars, gsize, lsize, tracker.eqns, "conv")]
+
+    def _register(self, plans):
+        """The implicit GEMM with register tiles (``register_tiles``): the weights packed into panels of
+        ``RN`` output features ``[group][panel][k][RN]`` (``k`` = (window position, input feature), as the
+        tiled kernel's contraction), the input read where it lies, ``RM`` output positions per work item
+        each with its own window bounds, ``UK`` input features per loop step."""
+        g = self.geo
+        dt = self.eqn.inputs[0].aval.dtype
+        wx, wy, mp, np_ = panels(g.M, g.Og)
+        # (Packing the input too, as im2col panels, measured 2x slower for a channels-first forward conv and
+        # no faster for the weight gradient: the pack's gather costs what the merged loads save.)
+        pack_launch, pack = self._pack_weights(plans, np_, g.K)
+        b, args, scalars, tracker, em = self._begin("k")
+        lname, rname, s = self._scalars(b, args, scalars, plans)
+        pname = b.buffer(pack, dt, False, "wp")
+        args[pname] = pack
+        scalars.update(M=g.M, K=g.K, Np=np_)
+        M = b.scalar("M")
+        c0 = const(0, INT32)
+        cp, rp, grp = Special("global_id", 0), Special("global_id", 1), b.let(Special("group_id", 2), "grp")
+        lgrp = b.let(op("add", s["l_off"], op("add", op("mul", op("mul", grp, s["bmul"]), s["l_b"]),
+                                                   op("mul", op("mul", grp, s["fmul"]), s["l_f"]))), "lgrp")
+        # The input feature stride at its value when it is 1 (a channels-last input): the loads of
+        # consecutive features then sit at constant offsets, which the device compiler merges.
+        lf = const(1, INT64) if plans[0][2][g.lspec[1]] == 1 else Cast(s["l_f"], INT64)
+        # Rows run over (batch, positions), the batch outermost; where the batch is the input's unit stride
+        # (a weight gradient: the input's features are the "batch") and a multiple of RM, the batch runs
+        # innermost instead, so that a work item's RM rows are consecutive elements at the same positions
+        # (one bounds test, loads at constant offsets that merge).
+        nfast = plans[0][2][g.lspec[0]] == 1 and g.Nout % RM == 0
+        order = self._row_order(nfast, s)
+        rows = []
+        for i in range(RM):
+            gm = b.let(op("add", op("mul", rp, const(RM, INT32)), const(i, INT32)), "gm")
+            if nfast and i:
+                rows.append((op("add", rows[0][0], const(i, INT32)), rows[0][1]))
+                continue
+            n, ys = order(_decode(b, b.let(select(op("lt", gm, M), gm, c0)), order.sizes, "m"))
+            rows.append((b.let(op("add", lgrp, op("mul", n, s["l_b"])), "lrow"), ys))
+        wbase = b.let(Cast(op("mul", op("add", op("mul", grp, b.scalar("Np")), cp),
+                              op("mul", b.scalar("K"), const(RN, INT32))), INT64), "wbase")
+        accs = [[b.var(dt, const(0, dt)) for _ in range(RN)] for _ in range(RM)]
+        cmain = g.Cg // UK * UK
+
+        def taps(d, bases, oks, t):
+            if d == g.nsp:
+                features(bases, oks, t)
+                return
+            with b.loop(c0, s[f"k{d}"]) as w:
+                nb, no = [], []
+                for i, ((_, ys), okr, cur) in enumerate(zip(rows, oks, bases, strict=True)):
+                    if nfast and i:  # the same positions as row 0, the next element
+                        no.append(no[0])
+                        nb.append(op("add", nb[0], const(i, INT32)))
+                        continue
+                    okd, p = self._position(b, s, d, ys[d], w)
+                    no.append(okd if okr is None else b.let(op("land", okr, okd)))
+                    nb.append(b.let(op("add", cur, op("mul", p, s[f"l_s{d}"]))))
+                taps(d + 1, nb, no, b.let(op("add", op("mul", t, s[f"k{d}"]), w)) if d else w)
+
+        def features(bases, oks, t):
+            # Rows outside the input read element l_off (any valid one) and multiply by zero.
+            safe = [b.let(Cast(select(ok, base, s["l_off"]), INT64)) if ok is not None else
+                    b.let(Cast(base, INT64)) for base, ok in zip(bases, oks, strict=True)]
+            if nfast:  # one bounds test for the RM rows, at constant offsets from row 0
+                safe = [safe[0]] + [b.let(op("add", safe[0], const(i, INT64))) for i in range(1, RM)]
+            zero = const(0, dt)
+            kt = b.let(op("mul", t, const(g.Cg, INT32)))
+
+            def step(c, width):
+                wk = b.let(op("add", wbase, Cast(op("mul", op("add", kt, c), const(RN, INT32)), INT64)))
+                cl = b.let(op("mul", Cast(c, INT64), lf))
+
+                def load_a(u, i):
+                    x = b.load(lname, op("add", safe[i], op("add", cl, op("mul", const(u, INT64), lf))), dt)
+                    return x if oks[i] is None else b.let(select(oks[i], x, zero))
+
+                register_product(b, load_a, lambda u, j: b.load(pname, op("add", wk, const(u * RN + j, INT64)), dt),
+                                 width, accs)
+
+            if cmain:
+                with b.loop(c0, const(cmain, INT32), const(UK, INT32)) as c:
+                    step(c, UK)
+            if cmain < g.Cg:
+                with b.loop(const(cmain, INT32), const(g.Cg, INT32)) as c:
+                    step(c, 1)
+
+        taps(0, [r[0] for r in rows], [None] * RM, c0)
+        row0 = b.let(op("mul", rp, const(RM, INT32)), "row0")
+        col0 = b.let(op("mul", cp, const(RN, INT32)), "col0")
+        ogrp = b.let(op("mul", grp, s["Og"]), "ogrp")
+        with store_loop(b, accs, dt) as (i, j, v):
+            gm = b.let(op("add", row0, i), "gm")
+            gj = b.let(op("add", col0, j), "gj")
+            with b.when(op("land", op("lt", gm, M), op("lt", gj, s["Og"]))):
+                n, ys = order(_decode(b, gm, order.sizes, "m"))
+                self._finish(b, em, args, s, n, b.let(op("add", ogrp, gj), "oc"), ys, v)
+        b.name = _kernel_name("conv_reg", tracker.eqns)
+        main = _launch(b, args, scalars, (np_, mp, g.Gt), (wx, wy, 1), tracker.eqns, "conv", fixed_local=True)
+        return [pack_launch, main]
+
+    def _row_order(self, nfast, s):
+        """The register kernel's row order: a function from a row's decoded coordinates to ``(n, ys)``, with
+        ``.sizes`` the sizes to decode by (batch outermost, or innermost when ``nfast``)."""
+        ysizes = [s[f"y{d}"] for d in range(self.geo.nsp)]
+
+        def order(coords):
+            return (coords[-1], coords[:-1]) if nfast else (coords[0], coords[1:])
+
+        order.sizes = [*ysizes, s["Nout"]] if nfast else [s["Nout"], *ysizes]
+        return order
+
+    def _pack_weights(self, plans, np_, kp):
+        """``(launch, spec)``: a copy kernel writing the weights as zero-padded panels ``[group][np_][K][RN]``
+        into a scratch buffer, and the buffer's spec."""
+        g = self.geo
+        ctx = self.ctx
+        dt = self.eqn.inputs[1].aval.dtype
+        spec = ctx.spec(("convpack", id(self)), (g.Gt, np_, kp, RN), dt)
+        b, args, scalars, tracker, em = self._begin("k")
+        _, rname, s = self._scalars(b, args, scalars, plans)
+        total = g.Gt * np_ * kp * RN
+        gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
+        with b.when(op("lt", gid, const(total, INT32))):
+            # (Local names must not meet the scalars': a local "k1" hid the kernel size k1.)
+            c = b.let(op("rem", gid, const(RN, INT32)), "pc")
+            kq = b.let(op("rem", op("div", gid, const(RN, INT32)), const(kp, INT32)), "pk")
+            rest = b.let(op("div", gid, const(RN * kp, INT32)))
+            p = b.let(op("rem", rest, const(np_, INT32)), "pp")
+            grp = b.let(op("div", rest, const(np_, INT32)), "pg")
+            j = b.let(op("add", op("mul", p, const(RN, INT32)), c))
+            inside = b.let(op("lt", kq, const(g.K, INT32)))
+            k = b.let(select(inside, kq, const(0, INT32)))
+            ok = b.let(op("land", op("lt", j, s["Og"]), inside))
+            o = b.let(op("add", op("mul", grp, s["Og"]), select(ok, j, const(0, INT32))))
+            ws = _decode(b, b.let(op("div", k, s["Cg"])), [s[f"k{d}"] for d in range(g.nsp)], "w") if g.nsp else []
+            addr = op("add", s["r_off"], op("add", op("mul", o, s["r_o"]), op("mul", op("rem", k, s["Cg"]), s["r_i"])))
+            for d in range(g.nsp):
+                addr = op("add", addr, op("mul", ws[d], s[f"r_s{d}"]))
+            w = b.load(rname, b.let(addr), dt)
+            out = b.buffer(spec, dt, True, "out")
+            args[out] = spec
+            b.store(out, gid, b.let(select(ok, w, const(0, dt))))
+        b.name = "conv_pack"
+        return _launch(b, args, scalars, gsize, lsize, [], "copy"), spec
 
     def _tiled(self, plans):
         """The implicit-GEMM kernel: ``A`` and ``B`` tiles of each group's product in local memory."""

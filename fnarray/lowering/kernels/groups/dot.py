@@ -23,6 +23,13 @@ from fnarray.lowering.kernels.groups.base import (
     _reshape_strides,
     _Tracker,
 )
+from fnarray.lowering.kernels.groups.register_tiles import (
+    padded_k,
+    pack_launch,
+    panels,
+    register_dot,
+    register_dtype,
+)
 from fnarray.lowering.kernels.index import ix_data, unravel
 from fnarray.lowering.kernels.ir import INT32, Special, const
 from fnarray.lowering.kernels.rules import (
@@ -34,6 +41,9 @@ from fnarray.lowering.kernels.rules import (
 )
 
 # ---------------------------------------------------------------------------- matrix multiply
+
+#: The smallest ``M * N * K`` that takes the register-tiled kernels where the target asks for them.
+REGISTER_MIN_WORK = 1 << 16
 
 
 #: Tile shape of the local-memory kernels (matrix product, implicit-GEMM convolution): (TX, TY) work items,
@@ -162,6 +172,8 @@ class _DotGroup(_Group):
         ctx = self.ctx
         launches = []
         lhs, rhs = self.eqn.inputs
+        if self._register_tiled():
+            return self._register()
         lp, rp = self.operand_plans()
         if lp is None:
             launch, lp = self._copy_launch(lhs, (self.lb, self.lf, self.lc), "lhs")
@@ -182,6 +194,25 @@ class _DotGroup(_Group):
                  and self._tiled_groups_fit())
         launches.append(self._tiled(lp, rp) if tiled else self._simple(lp, rp))
         return launches
+
+    def _register_tiled(self) -> bool:
+        """Whether the packed register-tiled kernels run (``register_tiles``): a target that asks for them
+        (and has 64-bit integers, which their panel offsets use), a float32/float64 product large enough
+        that the two pack launches pay."""
+        caps = self.ctx.caps
+        dt = self.eqn.inputs[0].aval.dtype
+        return (caps.tiling_pays and getattr(caps, "matmul_tiling", "local") == "register"
+                and np.dtype(np.int64) in caps.dtypes and register_dtype(dt)
+                and self.eqn.outputs[0].aval.dtype == dt and self.eqn.inputs[1].aval.dtype == dt
+                and self.M * self.N * self.K >= REGISTER_MIN_WORK and min(self.M, self.N) >= 4)
+
+    def _register(self):
+        lhs, rhs = self.eqn.inputs
+        wx, wy, mp, np_ = panels(self.M, self.N)
+        kp = padded_k(self.K)
+        la, ls = pack_launch(self.ctx, self, lhs, (self.lb, self.lf, self.lc), 1, kp, mp, "lhs")
+        ra, rs = pack_launch(self.ctx, self, rhs, (self.rb, self.rc, self.rf), 2, kp, np_, "rhs")
+        return [la, ra, register_dot(self, ls, rs, (wx, wy, mp, np_, kp))]
 
     def _tiled_groups_fit(self) -> bool:
         """Whether the tiled kernel's work-groups per dimension (columns, rows, batch) stay within the

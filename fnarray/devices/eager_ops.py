@@ -1,0 +1,321 @@
+"""``Array``'s arithmetic and comparison operators on concrete arrays: the eager hot path.
+
+Through the namespace, ``x * 2.0`` is ~40 Python calls (``multiply``, ``elementwise``, promotion,
+``lax.mul``, ``bind``, ``eager_apply``, the eager cache, the executable) around a NumPy call that costs
+~1 us by itself. The operators of ``ArrayImpl`` (``+ - * /``, the six comparisons, unary ``-``) first
+look for an entry of the eager cache keyed by (operator, the array's aval, the other operand's Python
+type: ``ArrayImpl`` for an array of the same aval), with the device's id added for a second device. It
+holds the primitive's implementation itself (the NumPy function on numpy:0, ``jax.jit``'s callable or the
+eager executable on other backends), the output's aval and the backend's conversion of a Python scalar.
+
+An entry is made only after the general path ran the same operation, and only where that path's
+promotion is a fixed rule of the operand types:
+
+- two arrays of one aval (dtype, shape, strong type) on one device;
+- an array of a strong dtype ``d`` with a Python ``float`` or ``int`` that it absorbs
+  (``dtypes.scalar_operand_dtype``: the scalar stays a weak literal, or becomes a strong one of ``d``,
+  through the same ``dtypes.scalar_literal`` as the namespace's);
+
+and only where the operator is that one primitive at that dtype (``+`` of bools is ``or``, ``/`` of
+integers converts first: those stay general). Before an entry is kept, the general path's own eager
+cache must hold the same (primitive, input avals) and its result must have the entry's aval and device.
+
+Everything else takes the general path: tracers or a transformation in progress, NumPy operands,
+broadcasting, weak-typed arrays, the profiler recording, ``debug_nans``/``debug_infs`` on, a changed
+configuration (``config.generation``). So does any error of the fast call: the general path then runs
+the operation again and raises its own error. The NumPy functions' ``RuntimeWarning``s are silenced for
+this module as for the numpy backend's (``x / 0.0`` is pinned to ``inf``). ``tests/test_eager_ops.py``
+compares the two paths over dtypes, scalar kinds and values.
+
+Entries share the eager cache's bound (``config.eager_cache_size``) and its ``clear()``; a hit marks its
+entry used, as a general hit does (second-chance eviction). Lookups take no lock.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+from fnarray.core import dtypes, tracing
+from fnarray.core import primitives as P
+from fnarray.core.array import Array
+from fnarray.core.config import config
+from fnarray.devices import placement
+from fnarray.devices.array_impl import ArrayImpl
+
+__all__ = ["install"]
+
+warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fnarray\.devices\.eager_ops")
+
+_STATE = tracing._state          # this thread's trace levels
+_APPLY = placement.eager_apply   # the unprofiled eager apply: the fast path runs only while it is installed
+_D = placement._eager_d          # the eager cache's mapping (GIL-atomic gets, no lock)
+_PARAMS = tracing._NO_PARAMS     # what ``bind`` passes for a primitive without params
+_new = object.__new__
+
+
+def _not_bool(d) -> bool:
+    return d != dtypes.bool_
+
+
+def _real(d) -> bool:
+    return not dtypes.is_complex(d)
+
+
+def _any(d) -> bool:
+    return True
+
+
+# operator -> (primitive, the dtypes at which fnarray.numpy's function is exactly that primitive, reflected).
+# ``divide`` promotes before its elementwise step and so converts a scalar quietly (``_QUIET``).
+_QUIET = frozenset({"truediv", "rtruediv"})
+_BINARY = {
+    "add": (P.add, _not_bool, False), "radd": (P.add, _not_bool, True),
+    "sub": (P.sub, _not_bool, False), "rsub": (P.sub, _not_bool, True),
+    "mul": (P.mul, _not_bool, False), "rmul": (P.mul, _not_bool, True),
+    "truediv": (P.div, dtypes.is_inexact, False), "rtruediv": (P.div, dtypes.is_inexact, True),
+    "lt": (P.lt, _real, False), "le": (P.le, _real, False), "gt": (P.gt, _real, False),
+    "ge": (P.ge, _real, False), "eq": (P.eq, _any, False), "ne": (P.ne, _any, False),
+}
+_UNARY = {"neg": (P.neg, _not_bool)}
+
+
+def _fast_now() -> bool:
+    """This thread stages nothing and the unprofiled eager apply is installed (``tracing.plain`` says so for
+    every thread at once, and is read first)."""
+    return _STATE.dynamic[-1].level == 0 and tracing._eager_apply is _APPLY
+
+
+class _OpEntry:
+    """A fast operator's cached implementation (an eager-cache value beside the general ``_EagerEntry``)."""
+
+    __slots__ = ("fn", "conv", "out_aval", "device", "generation", "used")
+
+    def __init__(self, fn, conv, out_aval, device):
+        self.fn, self.conv, self.out_aval, self.device = fn, conv, out_aval, device
+        self.generation = config.generation
+        self.used = False
+
+
+def _lookup(key, dev):
+    """The entry for ``key`` on ``dev``: entries of a second device of one key are keyed with its id too."""
+    e = _D.get(key + (id(dev),))
+    return e if e is not None and e.device is dev else None
+
+
+def _binary(code, general):
+    def method(self, other):
+        t = type(other)
+        if t is float or t is int:
+            if tracing.plain or _fast_now():
+                dev = self._device
+                e = _D.get((code, self.aval, t))
+                if e is not None and e.device is not dev:
+                    e = _lookup((code, self.aval, t), dev)
+                a = self._buf
+                if e is not None and e.generation == config.generation and a is not None:
+                    e.used = True
+                    try:
+                        out = e.fn(a, e.conv(other))
+                    except Exception:  # the general path raises its own error (or succeeds: an OOM race)
+                        return general(self, other)
+                    r = _new(ArrayImpl)  # what ArrayImpl(...) does, without the __init__ call
+                    r.aval, r._device, r._buf, r._committed, r._host = e.out_aval, dev, out, self._committed, None
+                    return r
+        elif t is ArrayImpl:
+            if tracing.plain or _fast_now():
+                # Keyed by this array's aval alone (the other's must equal it): one aval hashed, not two.
+                dev, av, oav = self._device, self.aval, other.aval
+                e = _D.get((code, av, ArrayImpl))
+                if e is not None and e.device is not dev:
+                    e = _lookup((code, av, ArrayImpl), dev)
+                a, b = self._buf, other._buf
+                if (e is not None and other._device is dev and (oav is av or oav == av)
+                        and e.generation == config.generation and a is not None and b is not None):
+                    e.used = True
+                    try:
+                        out = e.fn(a, b)
+                    except Exception:
+                        return general(self, other)
+                    r = _new(ArrayImpl)
+                    r.aval, r._device, r._buf, r._host = e.out_aval, dev, out, None
+                    r._committed = self._committed or other._committed
+                    return r
+        return _miss(code, general, self, other)
+    method.__name__ = general.__name__
+    method.__doc__ = general.__doc__
+    return method
+
+
+def _reflected(code, general):
+    def method(self, other):
+        t = type(other)
+        if (t is float or t is int) and (tracing.plain or _fast_now()):
+            dev = self._device
+            e = _D.get((code, self.aval, t))
+            if e is not None and e.device is not dev:
+                e = _lookup((code, self.aval, t), dev)
+            a = self._buf
+            if e is not None and e.generation == config.generation and a is not None:
+                e.used = True
+                try:
+                    out = e.fn(e.conv(other), a)
+                except Exception:
+                    return general(self, other)
+                r = _new(ArrayImpl)
+                r.aval, r._device, r._buf, r._committed, r._host = e.out_aval, dev, out, self._committed, None
+                return r
+        return _miss(code, general, self, other)
+    method.__name__ = general.__name__
+    method.__doc__ = general.__doc__
+    return method
+
+
+def _unary(code, general):
+    def method(self):
+        if tracing.plain or _fast_now():
+            dev = self._device
+            e = _D.get((code, self.aval))
+            if e is not None and e.device is not dev:
+                e = _lookup((code, self.aval), dev)
+            a = self._buf
+            if e is not None and e.generation == config.generation and a is not None:
+                e.used = True
+                try:
+                    out = e.fn(a)
+                except Exception:
+                    return general(self)
+                r = _new(ArrayImpl)
+                r.aval, r._device, r._buf, r._committed, r._host = e.out_aval, dev, out, self._committed, None
+                return r
+        return _miss(code, general, self)
+    method.__name__ = general.__name__
+    method.__doc__ = general.__doc__
+    return method
+
+
+def _miss(code, general, x, *other):
+    """The general path, then (where the case is one of the fixed rules) an entry for the next call."""
+    out = general(x, *other)
+    if (type(x) is ArrayImpl and type(out) is ArrayImpl and _STATE.dynamic[-1].level == 0
+            and tracing._eager_apply is _APPLY and placement.debug_check is None):
+        _learn(code, x, other[0] if other else None, bool(other), out)
+    return out
+
+
+def _learn(code, x, other, binary, out):
+    av, dev = x.aval, x._device
+    if av.weak_type:
+        return
+    conv = None
+    if binary:
+        prim, accepts, reflected = _BINARY[code]
+        if not accepts(av.dtype):
+            return
+        t = type(other)
+        if t is ArrayImpl:
+            if reflected or other.aval != av or other._device is not dev:
+                return
+            in_avals, key = (av, other.aval), (code, av, ArrayImpl)
+        elif t is float or t is int:
+            rule = dtypes.scalar_operand_dtype(av.dtype, t)
+            if rule is None:
+                return
+            d, weak = rule
+            quiet = code in _QUIET
+            lit_aval = placement._scalar_aval(other if weak else dtypes.scalar_literal(other, d, quiet))
+            in_avals = (lit_aval, av) if reflected else (av, lit_aval)
+            key = (code, av, t)
+            conv = _converter(dev, lit_aval.dtype, weak, quiet)
+        else:
+            return
+    else:
+        prim, accepts = _UNARY[code]
+        if not accepts(av.dtype):
+            return
+        in_avals, key = (av,), (code, av)
+    general = _D.get((prim, _PARAMS, in_avals, dev, config.fallback))
+    if general is None or len(general.out_avals) != 1:
+        return  # the general path ran something else (or keeps nothing): no entry
+    out_aval = general.out_avals[0]
+    if out.aval != out_aval or out._device is not dev:
+        return
+    fn = dev.impl.eager_call(prim, _PARAMS, in_avals, general.out_avals)
+    if fn is None:
+        fn = _one_output(general.exe, len(in_avals))
+        if fn is None:
+            return
+    entry = _OpEntry(fn, conv, out_aval, dev)
+    old = _D.get(key)
+    if old is not None and old.device is not dev and old.generation == config.generation:
+        key = key + (id(dev),)  # the key's first device keeps the short key; others are looked up by id
+        old = _D.get(key)
+    if old is None:
+        placement._eager_cache.put(key, entry)
+    elif old.generation != config.generation or old.device is not dev:
+        placement._eager_cache.set(key, entry)  # stale: made in another configuration (or an id reused)
+
+
+def _converter(dev, d, weak, quiet):
+    """``conv(value)``: a device scalar of the value the general path passes for a Python scalar ``value`` of
+    this case. The last value's buffer is kept: a loop's ``x * 2.0`` passes the same float object every time
+    (an identity test, so ``0.0``/``-0.0``, ``1``/``True`` and NaNs are never confused); buffers are immutable."""
+    to_device = dev.impl.scalar_converter(d, dev)
+    if weak:
+        make = to_device
+    else:
+        def make(value):
+            return to_device(dtypes.scalar_literal(value, d, quiet))
+    last = [None]
+    quiet_cast = not weak and d in (dtypes.float64, dtypes.complex128)  # a float or int converts without warning
+
+    def conv(value):
+        hit = last[0]
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        buf = make(value)
+        if quiet_cast or (weak and (type(value) is int or not _F32_MAX < abs(value) < math.inf)):
+            last[0] = (value, buf)  # only values whose conversion cannot warn: a cached one would warn once
+        return buf
+    return conv
+
+
+_F32_MAX = float(dtypes.finfo(dtypes.float32).max)
+
+
+def _one_output(exe, n):
+    """``fn(*bufs) -> buf`` over a one-output executable: through its direct entry (``call_args``, as jit's hot
+    path) where it has one, else the executable itself."""
+    call = getattr(exe, "call_args", None)
+    if call is not None and getattr(exe, "reraise", None) is not None:
+        # Errors are not translated here: any error of a fast call re-runs the general path, which does.
+        if n == 1:
+            def fn(a):
+                return call(a)[0]
+        else:
+            def fn(a, b):
+                return call(a, b)[0]
+    elif n == 1:
+        def fn(a):
+            return exe([a])[0]
+    else:
+        def fn(a, b):
+            return exe([a, b])[0]
+    return fn
+
+
+_DUNDER = {"add": "__add__", "radd": "__radd__", "sub": "__sub__", "rsub": "__rsub__", "mul": "__mul__",
+           "rmul": "__rmul__", "truediv": "__truediv__", "rtruediv": "__rtruediv__", "lt": "__lt__",
+           "le": "__le__", "gt": "__gt__", "ge": "__ge__", "eq": "__eq__", "ne": "__ne__", "neg": "__neg__"}
+
+
+def install(cls=ArrayImpl) -> None:
+    """Give ``cls`` (``ArrayImpl``) the fast operators; each falls back to ``Array``'s own."""
+    for code, (_, _, reflected) in _BINARY.items():
+        general = getattr(Array, _DUNDER[code])
+        setattr(cls, _DUNDER[code], (_reflected if reflected else _binary)(code, general))
+    for code in _UNARY:
+        setattr(cls, _DUNDER[code], _unary(code, getattr(Array, _DUNDER[code])))
+
+
+install()

@@ -1,0 +1,210 @@
+"""Register-tiled matrix products without local memory, for devices where work-group memory is emulated
+(``Capabilities.matmul_tiling == "register"``: OpenCL on a CPU, PoCL here).
+
+On such a device a work-group is a loop over its work items and a barrier splits that loop, saving every
+work item's registers to memory and restoring them: the local-memory tiles of ``dot.py`` cost more than
+they save. What pays instead (measured with hand-written kernels on PoCL 3.0, the device of this
+machine; a 1024^2 float32 product: 7 GFLOP/s reading the operands where they lie, 20-38 GFLOP/s packed):
+
+- each work item computes a ``RM x RN`` (4 x 8) block of outputs in registers (scalar locals, the loops
+  unrolled: no private array), ``UK`` (4) contraction steps per loop iteration;
+- the operands are first *packed* by a copy kernel each into panels of ``RM`` rows (``RN`` columns)
+  interleaved along the contraction, ``Ap[b][p][k][r] = A[b, RM*p + r, k]`` and
+  ``Bp[b][p][k][c] = B[b, k, RN*p + c]``, zero-padded to whole panels, whole work-groups and a
+  contraction multiple of ``UK``. The product kernel then reads ``RM`` and ``RN`` consecutive values per
+  step at constant offsets (which the device's compiler merges into vector loads: as fast as explicit
+  ``float4`` loads here), needs no bounds test in its loop, and does not stride through an operand at
+  its row pitch (at power-of-two pitches, 1024 floats, the unpacked form thrashed the cache: 3x slower).
+  A pack is one pass over its operand, and it reads any strided view or fused producer of the operand
+  (transposes, broadcasts, elementwise chains), as the dot kernel's operand copy does.
+
+The elementwise epilogue stays fused into the product kernel (``RM * RN`` outputs per work item, each
+guarded by the output's bounds); a batched ``dot_general`` is one product launch (the batch is the third
+launch dimension). Work-groups shrink to the panel counts of small products, so the padding stays below
+one work-group's panels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+
+from fnarray.lowering.kernels.builder import KernelBuilder
+from fnarray.lowering.kernels.groups.base import _kernel_name, _launch, _Tracker
+from fnarray.lowering.kernels.index import ix_data, unravel
+from fnarray.lowering.kernels.ir import INT32, Cast, Special, const
+from fnarray.lowering.kernels.rules import add_of, mul_of, op, select
+
+#: Panel offsets are 64-bit (see ``register_dot``).
+INT64 = np.dtype(np.int64)
+
+__all__ = ["RM", "RN", "UK", "register_dtype", "panels", "padded_k", "pack_launch", "register_product",
+           "store_loop", "packed_product", "register_dot"]
+
+#: Outputs per work item along rows (the lhs panel width) and along columns (the rhs panel width), and
+#: contraction steps per loop iteration. 4 x 8 measured best of 2x8, 4x4, 8x4, 4x8, 8x8, 4x16 on PoCL
+#: (AVX2: a row of 8 accumulators is one vector register; 8x8 and 4x16 spilled, 10-20x slower), and
+#: 4 steps best of 2, 4, 8.
+RM, RN, UK = 4, 8, 4
+#: The most work items per work-group along columns and rows (8 x 8 measured best of 2x64 .. 16x16).
+WX, WY = 8, 8
+
+
+def register_dtype(dt) -> bool:
+    """Whether the register-tiled kernels compute in ``dt`` (float32 and float64: the accumulators
+    are ``dt``)."""
+    dt = np.dtype(dt)
+    return dt.kind == "f" and dt.itemsize >= 4
+
+
+def _pow2_at_least(n: int, cap: int) -> int:
+    p = 1
+    while p < n and p < cap:
+        p *= 2
+    return p
+
+
+def panels(rows: int, cols: int):
+    """``(wx, wy, row_panels, col_panels)``: the work-group shape and the padded panel counts of a
+    ``rows x cols`` output (panels of ``RM`` rows and ``RN`` columns, counts multiples of the
+    work-group's extent)."""
+    pr, pc = -(-rows // RM), -(-cols // RN)
+    wx, wy = _pow2_at_least(pc, WX), _pow2_at_least(pr, WY)
+    return wx, wy, -(-pr // wy) * wy, -(-pc // wx) * wx
+
+
+def padded_k(k: int) -> int:
+    """The contraction length rounded up to whole loop iterations."""
+    return -(-k // UK) * UK
+
+
+def pack_launch(ctx, group, operand, groups, across, kp, npanels, tag):
+    """A kernel writing ``operand`` as zero-padded panels into a scratch buffer.
+
+    Args:
+        groups: the operand's dimensions as (batch, rows, cols) of the matrix product.
+        across: 1 when the panels run across rows (the lhs: ``RM`` wide), 2 across columns (the rhs:
+            ``RN`` wide); the other non-batch group is the contraction.
+        kp, npanels: the padded contraction length and panel count.
+
+    Returns:
+        ``(launch, spec)``: the copy launch and the scratch buffer ``[batch][npanels][kp][width]``.
+    """
+    shape = operand.aval.shape
+    sizes = [math.prod(shape[d] for d in g) for g in groups]
+    nb = sizes[0]
+    kdim = 3 - across
+    nk, nr = sizes[kdim], sizes[across]
+    dt = operand.aval.dtype
+    width = RM if across == 1 else RN
+    total = nb * npanels * kp * width
+    spec = ctx.spec(("dotpack", id(group), tag), (nb, npanels, kp, width), dt)
+    b = KernelBuilder("dot_pack")
+    args: dict = {}
+    tracker = _Tracker(ctx)
+    em = ctx.emitter(b, args=args, computes=set(group.roots), tracker=tracker)
+    gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
+    with b.when(op("lt", gid, const(total, INT32))):
+        r = b.let(op("rem", gid, const(width, INT32)), "r")
+        k = b.let(op("rem", op("div", gid, const(width, INT32)), const(kp, INT32)), "k")
+        rest = b.let(op("div", gid, const(width * kp, INT32)))
+        p = b.let(op("rem", rest, const(npanels, INT32)), "p")
+        bi = b.let(op("div", rest, const(npanels, INT32)), "bi")
+        row = b.let(op("add", op("mul", p, const(width, INT32)), r))
+        inside = b.let(op("land", op("lt", row, const(nr, INT32)), op("lt", k, const(nk, INT32))))
+        coord = {0: bi, across: b.let(select(op("lt", row, const(nr, INT32)), row, const(nr - 1, INT32))),
+                 kdim: b.let(select(op("lt", k, const(nk, INT32)), k, const(nk - 1, INT32)))}
+        idx = [None] * len(shape)
+        for gi, g in enumerate(groups):
+            if not g:
+                continue
+            sub = unravel(ix_data(coord[gi], 0, sizes[gi] - 1), tuple(shape[d] for d in g))
+            for d, s in zip(g, sub, strict=True):
+                idx[d] = s
+        v = em.val(operand, tuple(idx))
+        name = b.buffer(spec, dt, True, "out")
+        args[name] = spec
+        b.store(name, gid, b.let(select(inside, v, const(0, dt))))
+    return _launch(b, args, {}, gsize, lsize, tracker.eqns, "copy"), spec
+
+
+def register_product(b, load_a, load_b, steps, accs):
+    """``accs[i][j] += sum_u a(u, i) * b(u, j)`` over the ``steps`` contraction offsets ``u`` of one loop
+    iteration; ``load_a(u, i)`` and ``load_b(u, j)`` give the operands' values (each loaded once)."""
+    av = [[load_a(u, i) for i in range(len(accs))] for u in range(steps)]
+    bv = [[load_b(u, j) for j in range(len(accs[0]))] for u in range(steps)]
+    for i, row in enumerate(accs):
+        for j, acc in enumerate(row):
+            e = acc
+            for u in range(steps):
+                # One expression per accumulator: OpenCL C contracts ``acc + a * b`` within an expression
+                # into fused multiply-adds (FP_CONTRACT is on by default), not across statements; bound
+                # to locals, the products made the kernel 4-8x slower on PoCL.
+                e = add_of(b, e, mul_of(b, av[u][i], bv[u][j]))
+            b.assign(acc, e)
+
+
+@contextlib.contextmanager
+def store_loop(b, accs, dt):
+    """Yields ``(i, j, value)`` in a loop over the accumulators' block (through a private array): the
+    epilogue is written once, not once per accumulator (unrolled 32 times, it made PoCL's kernel
+    1.3-1.7x slower)."""
+    rows, cols = len(accs), len(accs[0])
+    arr = b.array("private", dt, rows * cols, "accv")
+    for i, row in enumerate(accs):
+        for j, acc in enumerate(row):
+            b.store(arr, const(i * cols + j, INT32), acc, space="private")
+    c0 = const(0, INT32)
+    with b.loop(c0, const(rows, INT32)) as i:
+        with b.loop(c0, const(cols, INT32)) as j:
+            yield i, j, b.load(arr, op("add", op("mul", i, const(cols, INT32)), j), dt, "private")
+
+
+def packed_product(b, a, bb, dt, scalars, kp, mp, np_):
+    """The accumulators ``[RM][RN]`` of work item ``(column panel, row panel, batch)`` = (global id 0, global
+    id 1, group id 2) over packed operand buffers ``a`` ``[B][Mp][Kp][RM]`` and ``bb`` ``[B][Np][Kp][RN]``
+    (parameter names; the sizes become the scalar arguments ``Kp``, ``Mp``, ``Np``)."""
+    scalars.update(Kp=kp, Mp=mp, Np=np_)
+    Kp, Mp, Np = b.scalar("Kp"), b.scalar("Mp"), b.scalar("Np")
+    cp, rp, bz = Special("global_id", 0), Special("global_id", 1), Special("group_id", 2)
+    sm, sn = const(RM, INT32), const(RN, INT32)
+    # The panel offsets in 64 bits: with int32 indices (``a[base + k*4 + c]``) PoCL did not vectorize the
+    # loop (the sign extension of each index hides that they are consecutive): 10-15x slower.
+    abase = b.let(Cast(op("mul", op("add", op("mul", bz, Mp), rp), op("mul", Kp, sm)), INT64), "abase")
+    bbase = b.let(Cast(op("mul", op("add", op("mul", bz, Np), cp), op("mul", Kp, sn)), INT64), "bbase")
+    accs = [[b.var(dt, const(0, dt)) for _ in range(RN)] for _ in range(RM)]
+    with b.loop(const(0, INT32), Kp, const(UK, INT32)) as k:
+        ak = b.let(op("add", abase, Cast(op("mul", k, sm), INT64)), "ak")
+        bk = b.let(op("add", bbase, Cast(op("mul", k, sn), INT64)), "bk")
+        register_product(b, lambda u, i: b.load(a, op("add", ak, const(u * RM + i, INT64)), dt),
+                         lambda u, j: b.load(bb, op("add", bk, const(u * RN + j, INT64)), dt), UK, accs)
+    return accs
+
+
+def register_dot(group, lspec, rspec, layout):
+    """The product kernel of ``_DotGroup`` ``group`` over packed operands ``lspec`` ``[B][Mp][Kp][RM]`` and
+    ``rspec`` ``[B][Np][Kp][RN]``; ``layout = (wx, wy, Mp, Np, Kp)``. Returns its launch."""
+    ctx = group.ctx
+    wx, wy, mp, np_, kp = layout
+    dt = group.eqn.inputs[0].aval.dtype
+    b = KernelBuilder("k")
+    args, scalars = {}, {}
+    tracker = _Tracker(ctx)
+    tracker.add(group.eqn)
+    em = ctx.emitter(b, args=args, computes=set(group.roots), tracker=tracker)
+    a = b.buffer(lspec, dt, False, "lhs")
+    args[a] = lspec
+    bb = b.buffer(rspec, dt, False, "rhs")
+    args[bb] = rspec
+    accs = packed_product(b, a, bb, dt, scalars, kp, mp, np_)
+    row0 = b.let(op("mul", Special("global_id", 1), const(RM, INT32)), "row0")
+    col0 = b.let(op("mul", Special("global_id", 0), const(RN, INT32)), "col0")
+    with store_loop(b, accs, dt) as (i, j, v):
+        gi = b.let(op("add", row0, i), "gi")
+        gj = b.let(op("add", col0, j), "gj")
+        with b.when(op("land", op("lt", gi, const(group.M, INT32)), op("lt", gj, const(group.N, INT32)))):
+            group._finish(b, em, args, Special("group_id", 2), gi, gj, v)
+    b.name = _kernel_name("dot_reg", tracker.eqns)
+    return _launch(b, args, scalars, (np_, mp, group.B), (wx, wy, 1), tracker.eqns, "dot", fixed_local=True)
