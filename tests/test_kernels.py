@@ -9,6 +9,7 @@ the diff).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import sys
@@ -272,7 +273,7 @@ def test_64_bit_and_half_kernels_enable_their_extensions():
     src = "".join(render_opencl(k.kernel) for k in kernels(lambda x: fnp.exp(x) * 2.0, x16))
     assert "#pragma OPENCL EXTENSION cl_khr_fp16 : enable" in src
     # float16 math computes in float32 and rounds back, as the reference does.
-    assert "exp(((float)(" in src and "((half)(" in src
+    assert "fa_exp_f32(((float)(" in src and "((half)(" in src   # the float32 exp helper (opencl_c.py)
 
 
 # ------------------------------------------------------------------------------------- golden kernels
@@ -291,12 +292,19 @@ def _golden_programs():
                                                              f32(7, 3, seed=3))
     yield "argsort", (lambda x: fnp.argsort(x)), (f32(20),)
     yield "cumsum_rows", (lambda x: fnp.cumsum(x, axis=0)), (f32(5, 4),)
+    # CPU OpenCL's form (``uniform_guard``): full work-groups unguarded; the NaN-propagating clip as
+    # one IEEE comparison per bound, the maximum's NaN test as x != x.
+    yield "clip_max_cpu", (lambda a, x, b: fnp.maximum(fnp.clip(a * x + b, -4.0, 4.0), x)), (a, x, b)
+
+
+# Golden programs scheduled for other capabilities than CAPS.
+_GOLDEN_CAPS = {"clip_max_cpu": dataclasses.replace(CAPS, uniform_guard=True)}
 
 
 @pytest.mark.parametrize("name,f,args", list(_golden_programs()), ids=[g[0] for g in _golden_programs()])
 def test_golden_kernels(name, f, args):
     seen, parts = set(), []
-    for launch in schedule(traced(f, *args), CAPS, workgroup=64).launches:
+    for launch in schedule(traced(f, *args), _GOLDEN_CAPS.get(name, CAPS), workgroup=64).launches:
         src = render_opencl(launch.kernel)
         if src not in seen:  # a sort's compare-exchange kernel is launched once per stage
             seen.add(src)

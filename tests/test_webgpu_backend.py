@@ -383,17 +383,19 @@ def test_a_lower_buffer_limit_splits_further(wdev, ref, patched_caps):
 
 def test_dispatch_folds_into_a_second_dimension(wdev, ref, patched_caps):
     patched_caps(max_dispatch=8)
-    x = np.arange(1000, dtype=np.float32)  # 16 work-groups of 64: folded into 8 x 2
+    # 16 work-groups of 64 items of 4 elements on a CPU adapter (63 of one element on a GPU): folded
+    x = np.arange(4000, dtype=np.float32) * 0.25
 
-    def g(a):
-        return fnp.tanh(a * 0.01) + fnp.sum(a)
+    def g(a):   # two outputs: `tanh(a * 0.01) + sum(a)` is one single-group reduction kernel since wgpured
+        return fnp.tanh(a * 0.01) + 1.0, fnp.sum(a)
 
     (xd,) = _on(wdev, x)
     kernels = fa.jit(g).lower(xd).kernels()
     assert any(len(k.global_size) == 2 for k in kernels)
     for k in kernels:
         assert all(gs // ls <= 8 for gs, ls in zip(k.global_size, k.local_size, strict=True))
-    np.testing.assert_allclose(np.asarray(fa.jit(g)(xd)), np.asarray(fa.jit(g, device=ref)(x)), rtol=1e-5)
+    for got, want in zip(fa.jit(g)(xd), fa.jit(g, device=ref)(x), strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5)
 
 
 def test_dispatch_past_65535_workgroups_on_the_adapter(wdev):

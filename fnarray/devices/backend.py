@@ -82,6 +82,11 @@ class Capabilities:
     silently); longer cumulative lines are split into blocked scans.
     ``max_buffer_bytes``, ``memory_bytes``: the largest single buffer and the device's memory
     (``None`` = the host's physical memory); ``devices.memory`` checks allocations against them.
+    ``uniform_guard``: elementwise kernels test their bounds once per work-group (full work-groups
+    run the body unconditionally, the last one element by element): CPU OpenCL compilers such as
+    PoCL vectorise across work items only where the body is not under a per-item branch.
+    ``items_per_work_item``: elements each work item of a flat elementwise kernel computes (4 on
+    Mesa's lavapipe, where fewer, fuller invocations run faster).
     ``matmul_tiling``: the form of the large matrix-product and convolution kernels where
     ``tiling_pays``: ``"local"`` (tiles staged in work-group memory, for GPUs) or ``"register"``
     (operands packed into panels, register tiles, no work-group memory: CPU OpenCL devices, where
@@ -99,6 +104,8 @@ class Capabilities:
     max_loop_iterations: int | None = None
     max_buffer_bytes: int | None = None
     memory_bytes: int | None = None
+    uniform_guard: bool = False
+    items_per_work_item: int = 1
     matmul_tiling: str = "local"
 
 

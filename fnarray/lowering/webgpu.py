@@ -637,7 +637,11 @@ class WebGPUBackend(Backend):
                 max_dispatch=lim["max-compute-workgroups-per-dimension"],
                 local_memory=True, atomics=False, tiling_pays=self.gpu.adapter_type.lower() != "cpu",
                 control_flow="host", max_buffer_bytes=int(lim["max-buffer-size"]),
-                max_loop_iterations=_loop_cap(self.gpu.info))
+                max_loop_iterations=_loop_cap(self.gpu.info),
+                # A CPU adapter (lavapipe) runs 4 elements per invocation of a map kernel faster
+                # (docs/performance.md); a GPU keeps one, whose neighbouring invocations read
+                # neighbouring elements.
+                items_per_work_item=4 if self.gpu.adapter_type.lower() == "cpu" else 1)
             self._caps = caps
         return caps
 

@@ -25,8 +25,8 @@ __kernel void sort_step(const int jj, const int kk, __global int* restrict idx0,
         const float v9 = key1[v5];
         const float v10 = key1[v6];
         const bool v11 = ((i2 & kk) == 0);
-        const bool v12 = isnan(v10);
-        const bool v13 = isnan(v9);
+        const bool v12 = (v10 != v10);
+        const bool v13 = (v9 != v9);
         const bool v14 = (((!v12) && v13) || (v10 < v9));
         const bool v15 = ((v10 == v9) || (v12 && v13));
         const bool v16 = (v14 || (v15 && (v8 < v7)));

@@ -70,7 +70,7 @@ __kernel __attribute__((reqd_work_group_size(16, 8, 1))) void dot_tiled_dot_gene
                 const int o50 = ((((((int)get_group_id(2)) * 64) + gi47) * 128) + gj48);
                 const float v51 = in2[gj48];
                 const float v52 = (v49 + v51);
-                const float v53 = (((v52 <= 0.0f) && (!isnan(v52))) ? 0.0f : v52);
+                const float v53 = ((v52 <= 0.0f) ? 0.0f : v52);
                 out3[o50] = v53;
             }
         }

@@ -149,6 +149,18 @@ class KernelBuilder:
         if body:
             self.emit(If(cond, body))
 
+    @contextlib.contextmanager
+    def otherwise(self):
+        """Statements run where the condition of the ``when`` just closed does not hold (its ``else``)."""
+        scope = self._scopes[-1]
+        last = scope[-1] if scope else None
+        if not isinstance(last, If) or last.orelse:
+            raise RuntimeError("otherwise() must follow a when() block")
+        with self._scope():
+            yield
+        body = tuple(self._scopes.pop())
+        scope[-1] = If(last.cond, last.then, body)
+
     def build(self, local_size=None) -> Kernel:
         if len(self._scopes) != 1:
             raise RuntimeError("kernel built with open scopes")

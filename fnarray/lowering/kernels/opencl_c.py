@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from fnarray.lowering.kernels.cstyle import CStyleRenderer
-from fnarray.lowering.kernels.ir import ArrayDecl, BufferParam, Const, For, If, Kernel, walk_exprs
+from fnarray.lowering.kernels.ir import (INT32, ArrayDecl, Bitcast, BufferParam, Const, For, If, Kernel, Op, const,
+                                         walk_exprs)
 
 __all__ = ["OpenCLRenderer", "render_opencl"]
 
@@ -25,6 +26,79 @@ _TYPES = {
 }
 _INT_SUFFIX = {np.dtype(np.int32): "", np.dtype(np.uint32): "u", np.dtype(np.int64): "L",
                np.dtype(np.uint64): "UL"}
+_ORDERED = frozenset({"lt", "le", "gt", "ge"})
+_F32 = np.dtype(np.float32)
+
+# float32 tanh, exp and log without library calls: PoCL's tanh, exp and log (and rint, copysign...) are calls
+# that keep its work-group vectoriser off the whole kernel (a 4M chain: ~10x slower than these forms).
+# Each helper is guarded, as the runtime builds several kernels' sources as one program.
+#
+# tanh: |x| < 0.625: an odd polynomial (least-squares fit of (tanh(x) - x) / x^3 in x^2, relative
+# weights); beyond it (1 - e) / (1 + e) with e = exp(-2|x|) = 2^y, 2^y split as 2^k (exponent bits)
+# times a degree-6 polynomial of the fraction in [-0.5, 0.5]. Measured against float64 tanh: at most
+# 1.8 ulp (OpenCL allows its own tanh 5). y is clamped by a select (NaN -> -126), so the float-to-int
+# conversion never sees NaN; NaN comes back through the final select, and the sign bit is restored
+# (tanh(-0) = -0).
+#
+# exp: x clamped into [-104, 89] (past both ends the result is 0 or inf anyway; NaN -> 89, restored at
+# the end), k = round(x / ln 2), r = x - k ln 2 in two parts (Cody and Waite), e^r by its Taylor
+# polynomial of degree 7 (|r| <= 0.35), times 2^k applied in two halves so that subnormal results
+# round once. Measured against float64 exp over [-110, 90]: at most 0.92 ulp (OpenCL allows 3).
+#
+# log: x = m 2^e with m in [sqrt(1/2), sqrt(2)) read from the bits (a subnormal x scaled by 2^23 first),
+# log m = 2 atanh(s) with s = (m - 1) / (m + 1) (m - 1 exact; |s| <= 0.172, series to s^9), plus e ln 2 in
+# two parts. Measured against float64 log over all positive floats: at most 1.94 ulp (OpenCL allows 3);
+# 0 -> -inf, inf -> inf, negative and NaN -> NaN by the final selects.
+_HELPERS = {
+    "tanh": ("fa_tanh_f32", """#ifndef FA_TANH_F32
+#define FA_TANH_F32
+float fa_tanh_f32(const float x) {
+    const float ax = as_float(as_int(x) & 0x7fffffff);
+    const float x2 = x * x;
+    const float p = ax + ax * x2 * (-0.33333281f + x2 * (0.13331382f + x2 * (-0.05373532f
+                    + x2 * (0.020626292f + x2 * (-0.0056919856f)))));
+    const float y0 = -2.8853900817779268f * ax;
+    const float y = (y0 >= -126.0f) ? y0 : -126.0f;
+    const int k = (int)(y - 0.5f);
+    const float f = y - (float)k;
+    const float q = 1.0f + f * (0.6931472f + f * (0.24022646f + f * (0.05550329f + f * (0.00961852f
+                    + f * (0.001339986f + f * 0.00015337577f)))));
+    const float e = q * as_float((k + 127) << 23);
+    const float r = (ax < 0.625f) ? p : (1.0f - e) / (1.0f + e);
+    return (x != x) ? x : as_float(as_int(r) | (as_int(x) & (int)0x80000000));
+}
+#endif"""),
+    "exp": ("fa_exp_f32", """#ifndef FA_EXP_F32
+#define FA_EXP_F32
+float fa_exp_f32(const float x) {
+    const float xc = (x >= -104.0f) ? ((x <= 89.0f) ? x : 89.0f) : -104.0f;
+    const float t = xc * 1.44269504f;
+    const int k = (int)(t + ((t < 0.0f) ? -0.5f : 0.5f));
+    const float r = (xc - (float)k * 0.693145752f) - (float)k * 1.42860677e-6f;
+    const float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.166666672f + r * (0.0416666456f
+                    + r * (0.00833336077f + r * (0.00138888892f + r * 0.000198412701f))))));
+    const int k1 = k >> 1;
+    const float e = (p * as_float((k1 + 127) << 23)) * as_float((k - k1 + 127) << 23);
+    return (x != x) ? x : e;
+}
+#endif"""),
+    "log": ("fa_log_f32", """#ifndef FA_LOG_F32
+#define FA_LOG_F32
+float fa_log_f32(const float x) {
+    const int sub = x < 1.17549435e-38f;
+    const int bits = as_int(sub ? x * 8388608.0f : x);
+    const int big = (bits & 0x007fffff) > 0x003504f3;
+    const float m = as_float((bits & 0x007fffff) | (big ? 0x3f000000 : 0x3f800000));
+    const float e = (float)(((bits >> 23) & 0xff) - 127 + big - (sub ? 23 : 0));
+    const float s = (m - 1.0f) / (m + 1.0f);
+    const float s2 = s * s;
+    const float lm = 2.0f * s + 2.0f * s * s2 * (0.333333343f + s2 * (0.2f + s2 * (0.142857149f
+                     + s2 * 0.111111112f)));
+    const float r = e * 0.693145752f + (lm + e * 1.42860677e-6f);
+    return (x > 0.0f) ? ((x < INFINITY) ? r : x) : ((x == 0.0f) ? (-INFINITY) : NAN);
+}
+#endif"""),
+}
 _SPECIALS = {"global_id": "get_global_id", "local_id": "get_local_id", "group_id": "get_group_id",
              "global_size": "get_global_size"}
 
@@ -33,6 +107,33 @@ class OpenCLRenderer(CStyleRenderer):
     types = _TYPES
     storage_types = {np.dtype(np.bool_): "uchar"}
     functions = {"min": "min", "max": "max", "fabs": "fabs"}
+
+    def expr(self, e) -> str:
+        if isinstance(e, Op) and e.op in _HELPERS and e.dtype == _F32:
+            return f"{_HELPERS[e.op][0]}({self.expr(e.args[0])})"
+        return super().expr(e)
+
+    def rewrite_expr(self, e):
+        if isinstance(e, Op) and e.op in ("fabs", "copysign") and e.dtype == _F32:
+            # The sign bit cleared (and copied): exact, and not a library call (see _HELPERS).
+            mag = Op("and", (Bitcast(e.args[0], INT32), const(0x7fffffff, INT32)), INT32)
+            if e.op == "copysign":
+                sign = Op("and", (Bitcast(e.args[1], INT32), const(-2 ** 31, INT32)), INT32)
+                mag = Op("or", (mag, sign), INT32)
+            return Bitcast(mag, _F32)
+        if isinstance(e, Op) and e.op == "isnan" and e.args[0].dtype.kind == "f":
+            # x != x: a comparison PoCL vectorises (its isnan is a call per element).
+            return Op("ne", (e.args[0], e.args[0]), e.dtype)
+        if isinstance(e, Op) and e.op == "land":
+            # OpenCL C's ordered comparisons are IEEE's (false where an operand is NaN), so the explicit
+            # "and not NaN" that the NaN-propagating min/max/clip rules add for WGSL's sake
+            # (``rules.max_of``) is dropped: a select on one comparison, which PoCL vectorises.
+            a, b = e.args
+            if _not_nan_of(b, a):
+                return a
+            if _not_nan_of(a, b):
+                return b
+        return e
 
     def literal(self, c: Const) -> str:
         d, v = c.dtype, c.value
@@ -128,7 +229,19 @@ class OpenCLRenderer(CStyleRenderer):
             lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
         if np.dtype(np.float16) in used:
             lines.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
+        helped = {e.op for e in walk_exprs(kernel.body) if isinstance(e, Op) and e.op in _HELPERS and e.dtype == _F32}
+        lines.extend(_HELPERS[name][1] for name in sorted(helped))
         return lines
+
+
+def _not_nan_of(term, cmp) -> bool:
+    """Whether ``term`` is ``!isnan(z)`` (rewritten: ``!(z != z)``) for an operand ``z`` of the ordered
+    float comparison ``cmp``."""
+    if not (isinstance(term, Op) and term.op == "lnot" and isinstance(cmp, Op) and cmp.op in _ORDERED):
+        return False
+    inner = term.args[0]
+    return (isinstance(inner, Op) and inner.op == "ne" and inner.args[0] == inner.args[1]
+            and inner.args[0] in cmp.args and inner.args[0].dtype.kind == "f")
 
 
 def _array_decls(stmts):

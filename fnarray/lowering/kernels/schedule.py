@@ -259,9 +259,10 @@ class _Ctx:
             b.emit(Let("gid", Special("global_id", 0)))
             return Sym("gid", INT32), (groups * wg,), (wg,)
         rows = -(-groups // lim)
+        cols = -(-groups // rows)   # balanced: 65,536 groups run as 32,768 x 2, not 65,535 x 2
         b.emit(Let("gid", op("add", Special("global_id", 0), op("mul", Special("global_id", 1),
                                                                   Special("global_size", 0)))))
-        return Sym("gid", INT32), (lim * wg, rows), (wg, 1)
+        return Sym("gid", INT32), (cols * wg, rows), (wg, 1)
 
 
 _GROUPS = {P.dot_general: _DotGroup, P.sort: _SortGroup}

@@ -18,7 +18,7 @@ from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import INJECTIVE, Flat, NotFlat, shaped_index
 from fnarray.lowering.kernels.index import linearize, to_expr, unravel
-from fnarray.lowering.kernels.ir import INT32, BufferParam, Let, const
+from fnarray.lowering.kernels.ir import INT32, BufferParam, Let, Special, const
 from fnarray.lowering.kernels.rules import (
     op,
 )
@@ -254,13 +254,32 @@ class _MapGroup(_Group):
         args: dict = {}
         tracker = _Tracker(ctx)
         em = ctx.emitter(b, args=args, computes=set(self.roots) | set(self.guests), tracker=tracker)
-        gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
+        per = ctx.caps.items_per_work_item
+        if not (flat and per > 1 and self.roots and not self.guests and n + per * ctx.wg < 2 ** 31):
+            per = 1
+        gid, gsize, lsize = ctx.gid(b, -(-n // per), ctx.wg)
         scalars = {}
-        if flat:
+        if per > 1:
+            # Elements per * gid + k (k < per) of every root, each lane under its own bound test.
             limit = b.scalar("n")
             scalars["n"] = n
-            with b.when(op("lt", gid, limit)):
-                self.emit_roots(b, em, args, Flat(gid), gid)
+            for k in range(per):
+                e = b.let(op("add", op("mul", gid, const(per, INT32)), const(k, INT32)), "e")
+                with b.when(op("lt", e, limit)):
+                    self.emit_roots(b, em, args, Flat(e), e)
+        elif flat:
+            limit = b.scalar("n")
+            scalars["n"] = n
+            if ctx.caps.uniform_guard and self.roots and len(gsize) == 1:
+                # Work-groups wholly inside run the body unconditionally (a branch uniform over the
+                # group, which the CPU compilers vectorise across items); the last one item by item.
+                with b.when(op("lt", Special("group_id", 0), op("div", limit, const(lsize[0], INT32)))):
+                    self.emit_roots(b, em, args, Flat(gid), gid)
+                with b.otherwise(), b.when(op("lt", gid, limit)):
+                    self.emit_roots(b, em, args, Flat(gid), gid)
+            else:
+                with b.when(op("lt", gid, limit)):
+                    self.emit_roots(b, em, args, Flat(gid), gid)
         else:
             with b.when(op("lt", gid, const(n, INT32))):
                 idx = _index_vars(b, gid, self.shape)
