@@ -22,14 +22,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The fnarray of this checkout (run as a script, Python puts benchmarks/ first on sys.path, not the checkout: an
-# installed fnarray, e.g. another checkout's editable install, would be measured instead).
-sys.path.insert(0, _ROOT)
+from _checkout import ROOT as _ROOT  # noqa: E402  (this checkout's fnarray, not an installed one)
 
 import numpy as np  # noqa: E402
 

@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+import _checkout  # noqa: E402,F401  (this checkout's fnarray, not an installed one)
 import fnarray as fa
 from fnarray.devices.placement import parse_device
 

@@ -17,6 +17,7 @@ import sys
 
 import numpy as np
 
+import _checkout  # noqa: E402,F401  (this checkout's fnarray, not an installed one)
 import fnarray as fa
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

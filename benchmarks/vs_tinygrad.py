@@ -36,6 +36,8 @@ import time
 
 import numpy as np
 
+import _checkout  # noqa: E402,F401  (this checkout's fnarray, not an installed one)
+
 
 def _point_tinygrad_at_pyopencl_pocl():
     """An ICD vendors folder naming PyOpenCL's bundled PoCL, so tinygrad opens the same platform."""
