@@ -77,6 +77,26 @@ def test_bad_specs_on_one_device():
     assert PartitionSpec("x", ["a"]) == ("x", "a") and P("x").padded(3) == P("x", None, None)
 
 
+@pytest.mark.parametrize("case", ["jit", "cond", "while"])
+def test_check_vma_looks_inside_calls_and_control_flow(case):
+    """A collective inside a nested ``jit``, a ``cond`` branch or a loop body makes its result replicated, so an
+    ``out_specs`` of ``P()`` is accepted (it was refused: the check took the union of the call's inputs); the
+    same program without the collective is still refused."""
+    mesh = Mesh(["numpy:0"], ("x",))
+    x = np.arange(5, dtype=np.float32)
+    reduce_ = {
+        "jit": lambda v, red: fa.jit(red)(v),
+        "cond": lambda v, red: lax.cond(True, red, lambda u: red(u) + 1, v),
+        "while": lambda v, red: lax.fori_loop(0, 3, lambda i, c: c + red(v), red(v)),
+    }[case]
+    want = {"jit": x, "cond": x, "while": 4 * x}[case]  # a psum over one device is the identity
+    ok = fa.shard_map(lambda v: reduce_(v, lambda u: lax.psum(u, "x")), mesh=mesh, in_specs=P("x"), out_specs=P())
+    np.testing.assert_allclose(np.asarray(ok(x)), want)
+    bad = fa.shard_map(lambda v: reduce_(v, lambda u: u * 2), mesh=mesh, in_specs=P("x"), out_specs=P())
+    with pytest.raises(ValueError, match="leave out the mesh axis 'x'"):
+        bad(x)
+
+
 def test_distributed_without_initialize():
     assert fa.process_index() == 0 and fa.process_count() == 1
     with pytest.raises(ValueError, match="no distributed engine"):

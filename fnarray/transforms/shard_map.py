@@ -33,6 +33,7 @@ import optree
 from fnarray import tree_util
 from fnarray.core import collectives as C
 from fnarray.core import lax
+from fnarray.core import primitives as P
 from fnarray.core.array import Array
 from fnarray.core.builder import trace_to_program
 from fnarray.core.errors import FnArrayError
@@ -40,6 +41,7 @@ from fnarray.core.interpreter import eval_program
 from fnarray.core.ir import Params, Program, Var
 from fnarray.core.passes import consts_as_inputs
 from fnarray.core.spmd import local_aval, shard_map_p, sharding_constraint_p
+from fnarray.core.subprograms import CALL_PROGRAM
 from fnarray.core.tracing import Tracer
 from fnarray.devices.placement import device_put
 from fnarray.sharding import Mesh, NamedSharding, PartitionSpec, check_spec
@@ -109,6 +111,11 @@ def _varying(program, in_vary: list) -> list:
         return env.get(a, set()) if not hasattr(a, "val") else set()
 
     for e in program.eqns:
+        inner = _varying_inside(e, [read(a) for a in e.inputs])
+        if inner is not None:
+            for o, v in zip(e.outputs, inner, strict=True):
+                env[o] = v
+            continue
         ins = set().union(*[read(a) for a in e.inputs]) if e.inputs else set()
         how = _VARIES.get(e.primitive)
         if how == "minus" and e.params.get("axis_index_groups") is not None:
@@ -119,6 +126,44 @@ def _varying(program, in_vary: list) -> list:
         for o in e.outputs:
             env[o] = ins
     return [read(a) for a in program.outvars]
+
+
+def _varying_inside(e, in_vary: list):
+    """Per output of a call, ``cond``, ``while`` or ``scan`` equation, its varying axes from its sub-programs'
+    collectives (a ``psum`` inside a nested ``jit`` makes its result the same on every device); ``None`` for other
+    equations, which take the union of their inputs'."""
+    if e.primitive in CALL_PROGRAM:
+        prog = e.params[CALL_PROGRAM[e.primitive]]
+        if len(prog.invars) == len(in_vary) and len(prog.outvars) == len(e.outputs):
+            return _varying(prog, in_vary)
+    elif e.primitive is P.cond:
+        index, ops = in_vary[0], in_vary[1:]
+        outs = [set(index) for _ in e.outputs]  # a branch chosen differently per device: every output varies so
+        for b in e.params["branches"]:
+            for o, v in zip(outs, _varying(b, ops), strict=True):
+                o |= v
+        return outs
+    elif e.primitive is P.while_p:
+        cn, bn = e.params["cond_nconsts"], e.params["body_nconsts"]
+        cc, bc, carry = in_vary[:cn], in_vary[cn:cn + bn], [set(v) for v in in_vary[cn + bn:]]
+        while True:  # a fixed point: the axes a carry varies over only grow, and there are finitely many
+            new = _varying(e.params["body_program"], bc + carry)
+            grown = [c | n for c, n in zip(carry, new, strict=True)]
+            if grown == carry:
+                break
+            carry = grown
+        (pred,) = _varying(e.params["cond_program"], cc + carry)
+        return [c | pred for c in carry]  # trip counts that differ per device make every carry differ
+    elif e.primitive is P.scan:
+        nc, nk = e.params["num_consts"], e.params["num_carry"]
+        consts, carry, xs = in_vary[:nc], [set(v) for v in in_vary[nc:nc + nk]], in_vary[nc + nk:]
+        while True:  # the carries' fixed point, as for while
+            new = _varying(e.params["program"], consts + carry + xs)
+            grown = [c | n for c, n in zip(carry, new[:nk], strict=True)]
+            if grown == carry:
+                return carry + new[nk:]
+            carry = grown
+    return None
 
 
 def _check_vma(program, in_specs, out_specs, out_names):
