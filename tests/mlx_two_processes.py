@@ -118,6 +118,18 @@ for how, g in (("eager", fa.grad(loss, argnums=(0, 1))), ("jit", fa.jit(fa.grad(
     np.testing.assert_allclose(float(val), np.tanh(Xg.astype(np.float64) @ W).sum() / n, rtol=1e-5)
 print("ok grad through shard_map", f"({time.perf_counter() - _T0:.1f} s)", flush=True)
 
+# A ppermute of a lazy collective's result (both processes hung in send/recv while one forced its all_sum), and
+# grad through a ppermute, whose transpose puts a psum before the inverse ppermute.
+check("ppermute of a psum", lambda v: lax.all_gather(lax.ppermute(lax.psum(v, "x"), "x", [(0, 1)]), "x", tiled=True),
+      P(), np.concatenate([np.zeros_like(shards[0]), shards[0] + shards[1]]))
+cw = np.array([[1.0], [3.0]], np.float32)  # weighs a shard's 2 rows, the same on both processes
+perm_loss = fa.shard_map(lambda v: lax.psum(fnp.sum(lax.ppermute(v, "x", [(0, 1), (1, 0)]) ** 2 * cw), "x"),
+                         mesh=mesh, in_specs=P("x"), out_specs=P())
+for how, g in (("eager", fa.grad(perm_loss)), ("jit", fa.jit(fa.grad(perm_loss)))):
+    got, index = local(g(xg))
+    np.testing.assert_allclose(got, 2 * Xg.astype(np.float64)[index] * cw, rtol=1e-5, atol=1e-6, err_msg=how)
+print("ok ppermute after a collective, grad through ppermute", f"({time.perf_counter() - _T0:.1f} s)", flush=True)
+
 # Replicated global arrays work outside shard_map; split ones only elementwise alike; the rest is an error.
 tot = fa.jit(fa.shard_map(lambda v: lax.psum(v, "x"), mesh=mesh, in_specs=P("x"), out_specs=P()))(xg)
 np.testing.assert_allclose(np.asarray(fa.jit(lambda a: fnp.sum(a * 2))(tot)), 2 * (Xg[:2] + Xg[2:]).sum(), rtol=1e-5)

@@ -374,6 +374,10 @@ def _ppermute(params, in_avals, out_avals):
     aval = in_avals[0]
 
     def f(x):
+        # Every process evaluates x first: its graph may hold lazy collectives (a psum before the ppermute, as
+        # grad's transpose puts one), and a process blocked in send/recv would never run its half of them
+        # while the other forces its own (both hung, found by trying ppermute(psum(v))).
+        mx.eval(x)
         g = _group()
         r = g.rank()
         plan = ppermute_plan(perm, n, r)
