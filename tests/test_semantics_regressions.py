@@ -471,3 +471,21 @@ def test_exp_of_log_keeps_the_nan_of_a_negative_argument(device):
     with np.errstate(invalid="ignore", divide="ignore"):
         want = np.exp(np.log(np.array([1.0, 2.0, 0.0, 1.5, -0.0], np.float32) * 2 - 3))
     np.testing.assert_array_equal(out, want)
+
+
+# ------------------------------------------------------------------ signed zeros through a constant zero term
+
+def test_adding_a_constant_zero_gives_ieee_signed_zeros(device):
+    """``x + 0.0`` is +0.0 at x = -0.0 (IEEE 754 round-to-nearest). XLA's simplifier and Mesa's shader compiler
+    fold ``x + 0.0`` to ``x`` under jit and kept -0.0 (found by a new-user trial); ``x - 0.0`` must keep it."""
+    a = np.array([0.0, -0.0, 1.5, -2.0, np.nan, np.inf, -np.inf], np.float32)
+    x = fnp.asarray(a, device=device)
+    cases = [(lambda v: v + 0.0, a + np.float32(0.0)), (lambda v: 0.0 + v, np.float32(0.0) + a),
+             (lambda v: v - (-0.0), a - np.float32(-0.0)), (lambda v: v - 0.0, a - np.float32(0.0)),
+             (lambda v: v * -1.0 + 0.0, a * np.float32(-1.0) + np.float32(0.0))]
+    for k, (fn, want) in enumerate(cases):
+        for how, f in (("eager", fn), ("jit", fa.jit(fn))):
+            got = np.asarray(f(x))
+            np.testing.assert_array_equal(got, want, err_msg=f"case {k} {how}")
+            zero = want == 0  # the sign of a NaN result is not specified by IEEE 754
+            np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(want[zero]), err_msg=f"case {k} {how}")

@@ -117,7 +117,38 @@ def _binary(prim, fn):
     RULES[prim] = f
 
 
-for _p, _f in [(P.add, lax.add), (P.sub, lax.sub), (P.mul, lax.mul), (P.pow_p, lax.pow), (P.max_p, lax.max),
+def _is_zero_const(v, negative: bool) -> bool:
+    """A concrete float constant (a literal of the program, never a traced value) whose every element is +0.0
+    (``negative``: -0.0)."""
+    if isinstance(v, jax.core.Tracer) or not isinstance(v, (float, np.ndarray, np.generic)):
+        return False
+    a = np.asarray(v)
+    return a.dtype.kind == "f" and a.size > 0 and not np.any(a) and bool(np.all(np.signbit(a) == negative))
+
+
+def _plus_zero(x):
+    """``x + 0.0`` with IEEE's sign: XLA's simplifier folds ``x + 0.0`` to ``x``, which keeps -0.0 (IEEE: +0.0)."""
+    return lax.select(x == 0, jnp.zeros_like(x), x)
+
+
+def _add(x, y):
+    if jnp.shape(x) == jnp.shape(y) or jnp.shape(x) == ():  # the constant is tested before it is broadcast
+        if _is_zero_const(x, False):
+            return _plus_zero(lax.broadcast(y, jnp.shape(x)) if jnp.shape(y) == () else y)
+    if jnp.shape(x) == jnp.shape(y) or jnp.shape(y) == ():
+        if _is_zero_const(y, False):
+            return _plus_zero(lax.broadcast(x, jnp.shape(y)) if jnp.shape(x) == () else x)
+    return lax.add(*_bcast(x, y))
+
+
+def _sub(x, y):
+    if (jnp.shape(x) == jnp.shape(y) or jnp.shape(y) == ()) and _is_zero_const(y, True):
+        return _plus_zero(lax.broadcast(x, jnp.shape(y)) if jnp.shape(x) == () else x)  # x - (-0.0) = x + 0.0
+    return lax.sub(*_bcast(x, y))
+
+
+RULES[P.add], RULES[P.sub] = _add, _sub
+for _p, _f in [(P.mul, lax.mul), (P.pow_p, lax.pow), (P.max_p, lax.max),
                (P.min_p, lax.min), (P.atan2, lax.atan2), (P.nextafter, lax.nextafter),
                (P.and_p, lax.bitwise_and), (P.or_p, lax.bitwise_or), (P.xor_p, lax.bitwise_xor),
                (P.shift_left, lax.shift_left), (P.shift_right_arithmetic, lax.shift_right_arithmetic),

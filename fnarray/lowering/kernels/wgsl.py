@@ -122,6 +122,12 @@ fn fa_mulz_f32(x: f32, y: f32) -> f32 {{
     }}
     return x * y;
 }}"""),
+    # Mesa folds x + 0.0 to x, which keeps -0.0 (IEEE: -0.0 + 0.0 is +0.0): a sum with a constant +0.0 term
+    # (or a difference with a constant -0.0) clears the sign bit of a zero through its bits.
+    "addz": ((), """
+fn fa_addz_f32(x: f32) -> f32 {
+    return bitcast<f32>(select(bitcast<u32>(x), 0u, x == 0.0f));
+}"""),
     # Mesa folds exp(log(x)) to x, so exp(log(-1)) gave -1: log states its negative-argument NaN explicitly.
     "log": ((), f"""
 fn fa_log_f32(x: f32) -> f32 {{
@@ -624,6 +630,8 @@ class WGSLRenderer(CStyleRenderer):
         helpers |= {e.op for e in exprs if isinstance(e, Op) and e.op in ("isnan", "isinf", "isfinite")}
         if any(_is_mul_by_zero(e) for e in exprs):
             helpers.add("mulz")
+        if any(_zero_term(e) is not None for e in exprs):
+            helpers.add("addz")
         if any(isinstance(e, Const) and e.dtype.kind == "f" and not np.isfinite(e.value) for e in exprs):
             helpers.add("bits")
         for name in _helper_closure(helpers):
@@ -645,6 +653,10 @@ class WGSLRenderer(CStyleRenderer):
             if e.dtype == F16:
                 return f"f16(fa_mulz_f32(f32({a}), f32({b})))"
             return f"fa_mulz_f32({a}, {b})"
+        other = _zero_term(e)
+        if other is not None:
+            a = self.expr(other)
+            return f"f16(fa_addz_f32(f32({a})))" if e.dtype == F16 else f"fa_addz_f32({a})"
         return super().expr(e)
 
     def _func(self, e: Op, args: list) -> str:
@@ -671,6 +683,19 @@ def _is_mul_by_zero(e) -> bool:
     """A float product with a constant zero factor (which Mesa folds to 0.0, losing NaN and inf)."""
     return (isinstance(e, Op) and e.op == "mul" and e.dtype.kind == "f"
             and any(isinstance(a, Const) and a.value == 0 for a in e.args))
+
+
+def _zero_term(e):
+    """For ``x + 0.0``, ``0.0 + x`` or ``x - (-0.0)`` in floats (which Mesa folds to ``x``, keeping a -0.0 that
+    IEEE makes +0.0): ``x``; else ``None``."""
+    if not (isinstance(e, Op) and e.dtype.kind == "f" and e.op in ("add", "sub")):
+        return None
+    want = e.op == "sub"  # the sign bit of the zero that makes the operation x + 0.0
+    for k, a in enumerate(e.args):
+        if (isinstance(a, Const) and a.value == 0 and bool(np.signbit(a.value)) == want
+                and (e.op == "add" or k == 1)):
+            return e.args[1 - k]
+    return None
 
 
 def _without_local_arrays(stmts) -> tuple:
