@@ -47,7 +47,7 @@ from fnarray.lowering.kernels.index import ix_const, ix_data
 from fnarray.lowering.kernels.ir import INT32, Cast, Special, const
 from fnarray.lowering.kernels.rules import add_of, convert, mul_of, op, select
 from fnarray.lowering.kernels.groups.dot import TILE, tile_arrays, tile_product
-from fnarray.lowering.kernels.groups.register_tiles import (INT64, RM, RN, UK, panels,
+from fnarray.lowering.kernels.groups.register_tiles import (INT64, RM, RN, UK, panel_coords, panels,
                                                             register_dtype, register_product, store_loop)
 from fnarray.lowering.kernels.groups.base import (_VIEW_OPS, _contiguous, _Group,
                                                _kernel_name, _launch, _reshape_strides, _Tracker)
@@ -542,12 +542,7 @@ class ConvGroup(_Group):
         gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
         with b.when(op("lt", gid, const(total, INT32))):
             # (Local names must not meet the scalars': a local "k1" hid the kernel size k1.)
-            c = b.let(op("rem", gid, const(RN, INT32)), "pc")
-            kq = b.let(op("rem", op("div", gid, const(RN, INT32)), const(kp, INT32)), "pk")
-            rest = b.let(op("div", gid, const(RN * kp, INT32)))
-            p = b.let(op("rem", rest, const(np_, INT32)), "pp")
-            grp = b.let(op("div", rest, const(np_, INT32)), "pg")
-            j = b.let(op("add", op("mul", p, const(RN, INT32)), c))
+            c, kq, grp, j = panel_coords(b, gid, RN, kp, np_, ("pc", "pk", "pp", "pg"))
             inside = b.let(op("lt", kq, const(g.K, INT32)))
             k = b.let(select(inside, kq, const(0, INT32)))
             ok = b.let(op("land", op("lt", j, s["Og"]), inside))

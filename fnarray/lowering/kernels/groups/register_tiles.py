@@ -40,7 +40,7 @@ from fnarray.lowering.kernels.rules import add_of, mul_of, op, select
 #: Panel offsets are 64-bit (see ``register_dot``).
 INT64 = np.dtype(np.int64)
 
-__all__ = ["RM", "RN", "UK", "register_dtype", "panels", "padded_k", "pack_launch", "register_product",
+__all__ = ["RM", "RN", "UK", "register_dtype", "panels", "padded_k", "pack_launch", "panel_coords", "register_product",
            "store_loop", "packed_product", "register_dot"]
 
 #: Outputs per work item along rows (the lhs panel width) and along columns (the rhs panel width), and
@@ -107,12 +107,7 @@ def pack_launch(ctx, group, operand, groups, across, kp, npanels, tag):
     em = ctx.emitter(b, args=args, computes=set(group.roots), tracker=tracker)
     gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
     with b.when(op("lt", gid, const(total, INT32))):
-        r = b.let(op("rem", gid, const(width, INT32)), "r")
-        k = b.let(op("rem", op("div", gid, const(width, INT32)), const(kp, INT32)), "k")
-        rest = b.let(op("div", gid, const(width * kp, INT32)))
-        p = b.let(op("rem", rest, const(npanels, INT32)), "p")
-        bi = b.let(op("div", rest, const(npanels, INT32)), "bi")
-        row = b.let(op("add", op("mul", p, const(width, INT32)), r))
+        r, k, bi, row = panel_coords(b, gid, width, kp, npanels, ("r", "k", "p", "bi"))
         inside = b.let(op("land", op("lt", row, const(nr, INT32)), op("lt", k, const(nk, INT32))))
         coord = {0: bi, across: b.let(select(op("lt", row, const(nr, INT32)), row, const(nr - 1, INT32))),
                  kdim: b.let(select(op("lt", k, const(nk, INT32)), k, const(nk - 1, INT32)))}
@@ -128,6 +123,20 @@ def pack_launch(ctx, group, operand, groups, across, kp, npanels, tag):
         args[name] = spec
         b.store(name, gid, b.let(select(inside, v, const(0, dt))))
     return _launch(b, args, {}, gsize, lsize, tracker.eqns, "copy"), spec
+
+
+def panel_coords(b, gid, width, kp, npanels, names):
+    """A pack kernel's work item ``gid`` over ``[outer][npanels][kp][width]`` panels: ``(r, k, outer, row)``, its
+    lane within the panel, its contraction step, its outer index (batch or group) and its unpacked row
+    ``RM*panel + r`` (or column). ``names``: the locals of ``(r, k, panel, outer)`` (they must not meet the
+    kernel's scalar arguments' names)."""
+    rn, kn, pn, on = names
+    r = b.let(op("rem", gid, const(width, INT32)), rn)
+    k = b.let(op("rem", op("div", gid, const(width, INT32)), const(kp, INT32)), kn)
+    rest = b.let(op("div", gid, const(width * kp, INT32)))
+    p = b.let(op("rem", rest, const(npanels, INT32)), pn)
+    outer = b.let(op("div", rest, const(npanels, INT32)), on)
+    return r, k, outer, b.let(op("add", op("mul", p, const(width, INT32)), r))
 
 
 def register_product(b, load_a, load_b, steps, accs):
