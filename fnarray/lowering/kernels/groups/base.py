@@ -195,6 +195,15 @@ class _Group(abc.ABC):
         self.roots = []
         self.shape = tuple(shape)
 
+    def _kernel_start(self, name="k"):
+        """A kernel of this group's equation ``self.eqn``: ``(builder, args, tracker, emitter)``, the tracker
+        holding the equation and the emitter computing the group's roots."""
+        b = KernelBuilder(name)
+        args: dict = {}
+        tracker = _Tracker(self.ctx)
+        tracker.add(self.eqn)
+        return b, args, tracker, self.ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
+
     def add_guest(self, v, reads):
         """``v`` (smaller than the group's shape) is computed by the first ``v.size`` work items."""
         self.guests.append(v)

@@ -42,7 +42,6 @@ import numpy as np
 from fnarray.core import primitives as P
 from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.ir import Literal
-from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.index import ix_const, ix_data
 from fnarray.lowering.kernels.ir import INT32, Cast, Special, const
 from fnarray.lowering.kernels.rules import add_of, convert, mul_of, op, select
@@ -50,7 +49,7 @@ from fnarray.lowering.kernels.groups.dot import TILE, tile_arrays, tile_product
 from fnarray.lowering.kernels.groups.register_tiles import (INT64, RM, RN, UK, panel_coords, panels,
                                                             register_dtype, register_product, store_loop)
 from fnarray.lowering.kernels.groups.base import (_VIEW_OPS, _contiguous, _Group,
-                                               _kernel_name, _launch, _reshape_strides, _Tracker)
+                                               _kernel_name, _launch, _reshape_strides)
 
 __all__ = ["CONV", "ConvGroup", "strided_view", "GROUPS", "OPERAND_VIEWS"]
 CONV = conv_general_dilated_p
@@ -268,13 +267,9 @@ class ConvGroup(_Group):
         return cap is None or -(-g.K // self.BK) * (per_step + 8) + 64 < cap
 
     def _begin(self, name):
-        ctx = self.ctx
-        b = KernelBuilder(name)
-        args, scalars = {}, {}
-        tracker = _Tracker(ctx)
-        tracker.add(self.eqn)
-        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
-        return b, args, scalars, tracker, em
+        """``_kernel_start`` with the kernel's scalar arguments (``{}``)."""
+        b, args, tracker, em = self._kernel_start(name)
+        return b, args, {}, tracker, em
 
     # Output features per work item of the direct kernel: one input load serves RO multiply-adds.
     RO = 4

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 
 from fnarray.core import primitives as P
-from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import Flat, NotFlat
 from fnarray.lowering.kernels.groups.base import (
     _analyse_val,
@@ -20,7 +19,6 @@ from fnarray.lowering.kernels.groups.base import (
     _kernel_name,
     _launch,
     _lin,
-    _Tracker,
 )
 from fnarray.lowering.kernels.index import ix_const, ix_data, linearize
 from fnarray.lowering.kernels.ir import INT32, Special, const
@@ -91,11 +89,8 @@ class _CumGroup(_Group):
 
     def _gen(self, lines, L, inner, flat, wg=None):
         ctx = self.ctx
-        b = KernelBuilder("k")
-        args, scalars = {}, {}
-        tracker = _Tracker(ctx)
-        tracker.add(self.eqn)
-        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
+        b, args, tracker, em = self._kernel_start()
+        scalars = {}
         out = self.eqn.outputs[0]
         reverse = self.eqn.params.get("reverse", False)
         axis = self.eqn.params["axis"]

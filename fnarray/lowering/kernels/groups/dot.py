@@ -265,11 +265,8 @@ class _DotGroup(_Group):
 
     def _simple(self, lp, rp):
         ctx = self.ctx
-        b = KernelBuilder("k")
-        args, scalars = {}, {}
-        tracker = _Tracker(ctx)
-        tracker.add(self.eqn)
-        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
+        b, args, tracker, em = self._kernel_start()
+        scalars = {}
         a, bb, s = self._params(b, lp, rp, args, scalars)
         total = self.B * self.M * self.N
         gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
@@ -293,14 +290,10 @@ class _DotGroup(_Group):
     TX, TY, RX, RY, BK = TILE
 
     def _tiled(self, lp, rp):
-        ctx = self.ctx
         TX, TY, RX, RY, BK = self.TX, self.TY, self.RX, self.RY, self.BK
         BM, BN = TY * RY, TX * RX
-        b = KernelBuilder("k")
-        args, scalars = {}, {}
-        tracker = _Tracker(ctx)
-        tracker.add(self.eqn)
-        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
+        b, args, tracker, em = self._kernel_start()
+        scalars = {}
         a, bb, s = self._params(b, lp, rp, args, scalars)
         dt = self.eqn.inputs[0].aval.dtype
         c0 = const(0, INT32)

@@ -36,7 +36,7 @@ from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.index import ix_const, ix_data
 from fnarray.lowering.kernels.ir import INT32, UINT32, Cast, Op, const
 from fnarray.lowering.kernels.rules import op, select
-from fnarray.lowering.kernels.groups.base import _analyse_val, _Group, _launch, _Tracker
+from fnarray.lowering.kernels.groups.base import _analyse_val, _Group, _launch
 
 __all__ = ["FftGroup", "unsupported_reason", "MAX_BLUESTEIN_LENGTH"]
 
@@ -140,13 +140,8 @@ class FftGroup(_Group):
     # ------------------------------------------------------------------ 1. load
 
     def _load(self, dst):
-        ctx, e = self.ctx, self.eqn
-        x = e.inputs[0]
-        b = KernelBuilder("fft_load")
-        args: dict = {}
-        tracker = _Tracker(ctx)
-        tracker.add(e)
-        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
+        x = self.eqn.inputs[0]
+        b, args, tracker, em = self._kernel_start("fft_load")
         gid, gsize, lsize, ok = self._items(b, self.total)
         full, k = self.full, len(self.lengths)
         with b.when(ok):

@@ -195,14 +195,10 @@ def packed_product(b, a, bb, dt, scalars, kp, mp, np_):
 def register_dot(group, lspec, rspec, layout):
     """The product kernel of ``_DotGroup`` ``group`` over packed operands ``lspec`` ``[B][Mp][Kp][RM]`` and
     ``rspec`` ``[B][Np][Kp][RN]``; ``layout = (wx, wy, Mp, Np, Kp)``. Returns its launch."""
-    ctx = group.ctx
     wx, wy, mp, np_, kp = layout
     dt = group.eqn.inputs[0].aval.dtype
-    b = KernelBuilder("k")
-    args, scalars = {}, {}
-    tracker = _Tracker(ctx)
-    tracker.add(group.eqn)
-    em = ctx.emitter(b, args=args, computes=set(group.roots), tracker=tracker)
+    b, args, tracker, em = group._kernel_start()
+    scalars = {}
     a = b.buffer(lspec, dt, False, "lhs")
     args[a] = lspec
     bb = b.buffer(rspec, dt, False, "rhs")

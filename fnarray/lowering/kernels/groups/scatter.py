@@ -8,8 +8,7 @@ import math
 import numpy as np
 
 from fnarray.core import primitives as P
-from fnarray.lowering.kernels.builder import KernelBuilder
-from fnarray.lowering.kernels.groups.base import _analyse_val, _Group, _index_vars, _kernel_name, _launch, _Tracker
+from fnarray.lowering.kernels.groups.base import _analyse_val, _Group, _index_vars, _kernel_name, _launch
 from fnarray.lowering.kernels.index import ix_data, ix_var, unravel
 from fnarray.lowering.kernels.ir import INT32, Cast, const
 from fnarray.lowering.kernels.rules import (
@@ -47,11 +46,7 @@ class _ScatterGroup(_Group):
             return []
         batch = indices.aval.shape[:-1]
         nb = math.prod(batch)
-        b = KernelBuilder("k")
-        args: dict = {}
-        tracker = _Tracker(ctx)
-        tracker.add(e)
-        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
+        b, args, tracker, em = self._kernel_start()
         gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
         dt = out.aval.dtype
         with b.when(op("lt", gid, const(n, INT32))):

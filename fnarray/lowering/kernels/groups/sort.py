@@ -15,7 +15,6 @@ from fnarray.lowering.kernels.groups.base import (
     _launch,
     _lin,
     _reads,
-    _Tracker,
 )
 from fnarray.lowering.kernels.index import ix_const, ix_data, linearize
 from fnarray.lowering.kernels.ir import INT32, BufferParam, const
@@ -68,11 +67,7 @@ class _SortGroup(_Group):
         #    buffer limit needs; the first also writes the positions).
         for chunk_no, chunk in enumerate(self._chunks(list(zip(keys, key_specs, strict=True)),
                                                       lambda kv: kv[0], 2)):
-            b = KernelBuilder("sort_init")
-            args: dict = {}
-            tracker = _Tracker(ctx)
-            tracker.add(e)
-            em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
+            b, args, tracker, em = self._kernel_start("sort_init")
             total = lines * Pn
             gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
             with b.when(op("lt", gid, const(total, INT32))):

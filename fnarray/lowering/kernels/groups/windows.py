@@ -136,11 +136,7 @@ class WindowGroup(_Group):
         e = self.eqn
         x, out = e.inputs[0], e.outputs[0]
         kind = _REDUCE[e.primitive]
-        b = KernelBuilder("k")
-        args: dict = {}
-        tracker = _Tracker(ctx)
-        tracker.add(e)
-        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
+        b, args, tracker, em = self._kernel_start()
         gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
         d = x.aval.dtype
         adt = np.dtype(np.float32) if d == np.float16 else d
@@ -238,11 +234,7 @@ class SelectGroup(_Group):
         e = self.eqn
         first, _operand = e.inputs
         out = e.outputs[0]
-        b = KernelBuilder("k")
-        args: dict = {}
-        tracker = _Tracker(ctx)
-        tracker.add(e)
-        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
+        b, args, tracker, em = self._kernel_start()
         gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
         dt = out.aval.dtype
         adt = np.dtype(np.float32) if dt == np.float16 else dt
