@@ -55,8 +55,18 @@ def _outcome(fn):
                 res = ("NotImplemented",)
             else:
                 v = np.asarray(r)
+                if v.dtype.kind in "fc":  # a NaN's sign and payload are not values (XLA folds them its way)
+                    v = np.where(np.isnan(v), np.array(np.nan, v.dtype), v)
                 res = ("ok", r.dtype, r.weak_type, r.shape, r.committed, str(r.device), v.tobytes())
     return res, sorted((str(x.category), str(x.message)) for x in w)
+
+
+def _same(got, general, what):
+    """One outcome, and no warning the general path does not give. A repeated call may give fewer: from its
+    second call on, a function's call runs as one jitted program (fnarray.transforms.eager_jit) whose
+    constants were converted once, when it was traced (as Python shows a warning once per place anyway)."""
+    assert got[0] == general[0], what
+    assert set(got[1]) <= set(general[1]), what
 
 
 def _operand_values(d):
@@ -86,8 +96,8 @@ def _check(code, x, other, learned):
     second = _outcome(lambda: fn(x, *args))
     general = _outcome(lambda: _general(code, x, *args))
     what = f"{code} of {x.aval} on {x.device} with {other!r:.40}"
-    assert first == general, what
-    assert second == general, what
+    _same(first, general, what)
+    _same(second, general, what)
     key = _key(code, x, other)
     if _eligible(code, x, other) and general[0][0] == "ok":
         learned.add(key)
@@ -333,7 +343,7 @@ NAMESPACE_OTHERS = (2.5, -0.0, math.nan, 1e300, 3, -7, 2**31, 2**70, True, 1 + 2
 def _namespace_check(fn, args, what):
     general = _outcome(lambda: fn.__wrapped__(*args))
     for _ in range(2):  # the general path (which makes the entry), then the entry
-        assert _outcome(lambda: fn(*args)) == general, what
+        _same(_outcome(lambda: fn(*args)), general, what)
 
 
 @pytest.mark.parametrize("name", sorted(eager_ops._NAMESPACE_BINARY))

@@ -17,8 +17,9 @@ promotion is a fixed rule of the operand types:
   through the same ``dtypes.scalar_literal`` as the namespace's);
 
 and only where the operator is that one primitive at that dtype (``+`` of bools is ``or``, ``/`` of
-integers converts first: those stay general). Before an entry is kept, the general path's own eager
-cache must hold the same (primitive, input avals) and its result must have the entry's aval and device.
+integers converts first: those stay general). Before an entry is kept, the general path's result must have
+the aval and device of the primitive's own eager executable at those input avals (made here if the general
+path ran the whole function as one program, ``fnarray.transforms.eager_jit``).
 
 ``install_namespace`` gives ``fnarray.numpy``'s elementwise functions of the same primitives (``add`` ...
 ``not_equal``, ``maximum``, ``minimum``, ``negative``, ``abs``, ``exp``, ``log``, ``sqrt``, ``sin`` ... at the
@@ -303,15 +304,18 @@ def _learn(code, x, other, binary, out):
         if not accepts(av.dtype):
             return
         in_avals, key = (av,), (code, av)
-    general = _D.get((prim, _PARAMS, in_avals, dev, config.fallback))
-    if general is None or len(general.out_avals) != 1:
-        return  # the general path ran something else (or keeps nothing): no entry
-    out_aval = general.out_avals[0]
-    if out.aval != out_aval or out._device is not dev:
+    # The primitive's eager executable (the general path made it, unless it ran the whole function as a
+    # program: fnarray.transforms.eager_jit); its output must be what the general path returned.
+    try:
+        exe, out_avals = placement._eager_executable(prim, _PARAMS, in_avals, dev)
+    except Exception:  # noqa: BLE001 (no entry: the general path keeps serving this case)
         return
-    fn = dev.impl.eager_call(prim, _PARAMS, in_avals, general.out_avals)
+    if len(out_avals) != 1 or out.aval != out_avals[0] or out._device is not dev:
+        return
+    out_aval = out_avals[0]
+    fn = dev.impl.eager_call(prim, _PARAMS, in_avals, out_avals)
     if fn is None:
-        fn = _one_output(general.exe, len(in_avals))
+        fn = _one_output(exe, len(in_avals))
         if fn is None:
             return
     entry = _OpEntry(fn, conv, out_aval, dev)
