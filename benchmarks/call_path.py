@@ -52,7 +52,6 @@ def _rows(which):
                                                       lambda: jnp.sum(mj, axis=0).block_until_ready(), "jnp")
         rows["jax:0 eager x[1], waited"] = (lambda: mf[1].block_until_ready(),
                                             lambda: mj[1].block_until_ready(), "jnp")
-        del jnp
     if "numpy" in which:
         xn = fa.device_put(x4, "numpy:0")
         yn = fa.device_put(x4[::-1].copy(), "numpy:0")
