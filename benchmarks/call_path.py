@@ -3,7 +3,8 @@
 Rows (f32[4] operands, so that fnarray's own time per call dominates):
   jax:0   cached jitted ``a*2+1`` vs ``jax.jit`` (returning, and waited for with ``block_until_ready``);
           eager ``x * 2.0`` vs ``jax.numpy``'s;
-  numpy:0 eager ``x * 2.0`` and ``x * y`` vs NumPy's; cached jitted ``a*2+1`` vs NumPy's expression;
+  numpy:0 eager ``x * 2.0``, ``x * y``, ``fnp.multiply(x, y)`` and ``fnp.exp(x)`` vs NumPy's; cached jitted
+          ``a*2+1`` vs NumPy's expression;
   mlx:0   eager ``x * 2.0`` vs MLX's (both evaluated); cached jitted ``a*2+1`` vs ``mx.compile``.
 Each round times every variant for ``--number`` calls, alternating; a cell is the minimum over ``--rounds``.
 The machine is shared: read the ratios, with the load average printed beside them.
@@ -51,6 +52,10 @@ def _rows(which):
         rows["numpy:0 eager x*2.0"] = (lambda: xn * 2.0, lambda: x4 * 2.0, "NumPy")
         rows["numpy:0 eager x*y"] = (lambda: xn * yn, lambda: x4 * y4, "NumPy")
         rows["numpy:0 jitted a*2+1"] = (lambda: h(xn), lambda: x4 * 2.0 + 1.0, "NumPy")
+        import fnarray.numpy as fnp
+        rows["numpy:0 eager fnp.multiply(x, y)"] = (lambda: fnp.multiply(xn, yn), lambda: np.multiply(x4, y4),
+                                                    "NumPy")
+        rows["numpy:0 eager fnp.exp(x)"] = (lambda: fnp.exp(xn), lambda: np.exp(x4), "NumPy")
     if "mlx" in which:
         import mlx.core as mx
         xm = mx.array(x4)
