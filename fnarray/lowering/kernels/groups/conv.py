@@ -22,7 +22,10 @@ Three kernels compute it (written here in the kernel IR):
   local memory by computing each element's im2col address.
 - the *register-tiled* kernel (where ``Capabilities.matmul_tiling == "register"``: CPU OpenCL devices,
   ``register_tiles.py``): the weights packed into zero-padded panels of 8 output features by a copy
-  kernel, the input read where it lies, 4 x 8 outputs per work item in registers, no local memory.
+  kernel, the input read where it lies, 4 x 8 outputs per work item in registers, no local memory; where
+  the input's features are not its unit stride (a weight gradient, whose contracted "features" are the
+  batch) the contraction runs features outermost and the innermost window dimension innermost
+  (``_features_outer``).
 
 All read the operands where they lie, through transposes, reshapes, broadcasts and reversals (the
 kernel flip of the input gradient) expressed as strides; sizes, strides, paddings and dilations are
