@@ -24,7 +24,8 @@ from fnarray.transforms.jit import jit, make_ir
 
 from fnarray.transforms import eager_jit as _eager_jit  # noqa: E402
 
-_eager_jit.install(numpy)  # eager calls of fnp's functions run as cached jitted programs
+for _ns in (numpy, numpy.linalg, numpy.fft):  # eager calls of fnp's functions run as cached jitted programs
+    _eager_jit.install(_ns)
 _eager_ops.install_namespace(numpy)  # fnp.multiply(x, y) of concrete arrays takes the operators' fast path
 
 __version__ = "0.1.0"

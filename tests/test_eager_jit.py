@@ -180,3 +180,28 @@ def test_inside_transformations_the_calls_are_staged():
     assert [e.primitive.name for e in prog.eqns] == ["reduce_sum"]
     g = fa.grad(lambda t: fnp.sum(fnp.sum(t, axis=0) ** 2))(x)
     np.testing.assert_allclose(np.asarray(g), 2 * np.broadcast_to(A.sum(0), A.shape), rtol=1e-5)
+
+
+def test_the_wrapped_functions_keep_their_names_and_pickle():
+    import pickle
+
+    import fnarray.nn as nn
+    import fnarray.random as random
+    for f in (fnp.sum, fnp.multiply, fnp.absolute, fnp.linalg.norm, fnp.fft.fft, nn.relu, random.normal):
+        assert pickle.loads(pickle.dumps(f)) is f, f
+        assert "Raises:" in f.__doc__ and f.__wrapped__ is not f
+    assert fnp.sum.__name__ == "sum" and fnp.sum.__module__ == "fnarray.numpy"
+
+
+def test_random_and_nn_calls_match_the_general_path():
+    import fnarray.nn as nn
+    import fnarray.random as random
+    key = random.PRNGKey(3)
+    outs = []
+    for _ in range(3):
+        k1, k2 = random.split(key)
+        x = random.normal(k1, (5,))
+        outs.append((_observed(k2), _observed(x), _observed(nn.softmax(x)), _observed(nn.relu(x))))
+    assert outs[0] == outs[1] == outs[2]
+    e = np.exp(np.asarray(x, np.float64))
+    np.testing.assert_allclose(np.asarray(nn.softmax(x)), e / e.sum(), rtol=1e-6)

@@ -218,20 +218,35 @@ def _call(fn, args, kwargs):
         return fn(*args, **kwargs)
 
 
-def _wrap(fn):
+_WRAPPERS: dict = {}  # function -> its wrapper (a function exported by several modules is wrapped once)
+
+
+def _wrap(fn, module):
+    w = _WRAPPERS.get(fn)
+    if w is not None:
+        return w
+    if fn in _WRAPPERS.values():
+        return fn  # already a wrapper (imported from a module installed before)
+
     def f(*args, **kwargs):
         if (tracing.plain or _fast_now()) and placement.debug_check is None:
             return _call(fn, args, kwargs)
         return fn(*args, **kwargs)
-    return functools.update_wrapper(f, fn)
+    _WRAPPERS[fn] = functools.update_wrapper(f, fn)
+    # Named after the namespace that exports it, where pickle and checkpoints (which refer to functions by
+    # module and name, and check that the name gives the same object) find this wrapper.
+    f.__module__ = module
+    if "<" in f.__qualname__:  # made by a factory (``_arith.<locals>.f``): its public name
+        f.__qualname__ = f.__name__
+    return f
 
 
-def install(ns) -> None:
-    """Wrap ``ns``'s (``fnarray.numpy``'s) array functions, and their aliases, as the module docstring says."""
-    done = {}
+def install(ns, excluded=()) -> None:
+    """Wrap ``ns``'s array functions (those in its ``__all__``, and their aliases) as the module docstring says:
+    ``fnarray.numpy`` and its ``linalg`` and ``fft``, ``fnarray.nn``, ``fnarray.random``, ``fnarray.scipy``'s
+    ``special`` and ``linalg`` install themselves. ``excluded``: more names to leave alone."""
+    public = set(ns.__all__) | {"_getitem", "_reshape_method", "_transpose_method"}
     for name, value in list(vars(ns).items()):
-        if (isinstance(value, types.FunctionType) and name not in _EXCLUDED
-                and (name in ns.__all__ or name in ("_getitem", "_reshape_method", "_transpose_method"))):
-            if value not in done:
-                done[value] = _wrap(value)
-            setattr(ns, name, done[value])
+        if (isinstance(value, types.FunctionType) and name in public and name not in _EXCLUDED
+                and name not in excluded):
+            setattr(ns, name, _wrap(value, ns.__name__))
