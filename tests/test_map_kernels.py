@@ -21,7 +21,7 @@ import fnarray.numpy as fnp
 from fnarray.core import dtypes
 from fnarray.devices.backend import Capabilities
 from fnarray.lowering.kernels import render_opencl, schedule
-from fnarray.lowering.kernels.ir import If, Special, walk_exprs
+from fnarray.lowering.kernels.ir import If, Let, Special, Store, Sym, walk_exprs
 from fnarray.lowering.kernels.wgsl import render_wgsl
 
 _KERNEL_BACKENDS = ("opencl", "webgpu")
@@ -196,13 +196,20 @@ def _launches(f, n, caps):
     return schedule(fa.make_ir(f)(x, x), caps, workgroup=64).launches
 
 
-def test_uniform_guard_branches_on_the_work_group():
+def test_uniform_guard_computes_once_and_branches_on_the_work_group_for_the_stores():
     caps = dataclasses.replace(_CAPS, uniform_guard=True)
     (launch,) = _launches(lambda a, b: fnp.clip(a * b, -1.0, 1.0), 1000, caps)
-    top = [s for s in launch.kernel.body if isinstance(s, If)]
+    body = launch.kernel.body
+    top = [s for s in body if isinstance(s, If)]
     assert len(top) == 1 and top[0].orelse, "one work-group test with an item-by-item else branch"
-    assert any(isinstance(e, Special) and e.kind == "group_id" for e in walk_exprs([top[0]]))
+    lets = {s.name: s for s in body if isinstance(s, Let)}
+    assert isinstance(top[0].cond, Sym) and any(
+        isinstance(e, Special) and e.kind == "group_id" for e in walk_exprs([lets[top[0].cond.name]]))
+    # The values are computed once, outside the branches, which hold the stores only.
+    (inner,) = top[0].orelse
+    assert all(isinstance(s, Store) for s in top[0].then) and all(isinstance(s, Store) for s in inner.then)
     src = render_opencl(launch.kernel)
+    assert src.count("in0[") == 1 and src.count("in1[") == 1
     assert "isnan" not in src   # IEEE comparisons already fail on NaN
 
 

@@ -136,7 +136,17 @@ _CONVS = [
                                                        dimension_numbers=("HWCN", "HWIO", "NHWC"))),
     ("conv1d", (3, 40, 6), (5, 6, 20), dict(window_strides=(1,), padding="SAME",
                                           dimension_numbers=("NWC", "WIO", "NWC"))),
+    # Weight gradients over consecutive input features (a multiple of 4) of strided convolutions: their
+    # contraction loops over the in-bounds window range only (``ConvGroup._features_outer_ranged``).
+    ("stride_2_nhwc", (2, 11, 12, 8), (3, 3, 8, 16), dict(window_strides=(2, 2), padding="SAME",
+                                                          dimension_numbers=_NHWC)),
+    ("conv1d_stride_3", (8, 101, 8), (5, 8, 20), dict(window_strides=(3,), padding=((2, 1),),
+                                                     dimension_numbers=("NWC", "WIO", "NWC"))),
 ]
+# The weight gradient's contraction runs the input's features outermost where they are not its unit stride
+# (every case but batch_minor), over the in-bounds window range where 4 consecutive rows share positions.
+_FEATURES_OUTER = {"same_nhwc": "ranged", "cin_1": "tested", "cin_5_stride": "tested", "nchw_dilated": "tested",
+                   "groups": "tested", "conv1d": "tested", "stride_2_nhwc": "ranged", "conv1d_stride_3": "ranged"}
 
 
 @pytest.mark.parametrize("name,xs,ws,kw", _CONVS, ids=[c[0] for c in _CONVS])
@@ -152,8 +162,12 @@ def test_register_conv_and_gradients(cl, name, xs, ws, kw):
     with _register(cl):
         jf = fa.jit(f, device=cl)
         names = _kernels(jf, x, w)
+        src = "".join(str(k) for k in jf.lower(x, w).kernels())
         got = jf(x, w)
     assert any(n.startswith("conv_reg") for n in names), names
+    form = _FEATURES_OUTER.get(name)
+    assert any(n.startswith("conv_pack_fo") for n in names) == (form is not None), names
+    assert ("wlo" in src) == (form == "ranged")
     _check(got[0], np.maximum(y + 0.25, 0))
     # The gradients against the numpy backend's VJP (the transposed convolutions) in float64.
     def vjp64(a, b, c):

@@ -1,6 +1,6 @@
 #ifndef FA_TANH_F32
 #define FA_TANH_F32
-float fa_tanh_f32(const float x) {
+__attribute__((always_inline)) float fa_tanh_f32(const float x) {
     const float ax = as_float(as_int(x) & 0x7fffffff);
     const float x2 = x * x;
     const float p = ax + ax * x2 * (-0.33333281f + x2 * (0.13331382f + x2 * (-0.05373532f

@@ -1,6 +1,6 @@
 #ifndef FA_EXP_F32
 #define FA_EXP_F32
-float fa_exp_f32(const float x) {
+__attribute__((always_inline)) float fa_exp_f32(const float x) {
     const float xc = (x >= -104.0f) ? ((x <= 89.0f) ? x : 89.0f) : -104.0f;
     const float t = xc * 1.44269504f;
     const int k = (int)(t + ((t < 0.0f) ? -0.5f : 0.5f));
@@ -14,7 +14,7 @@ float fa_exp_f32(const float x) {
 #endif
 #ifndef FA_LOG_F32
 #define FA_LOG_F32
-float fa_log_f32(const float x) {
+__attribute__((always_inline)) float fa_log_f32(const float x) {
     const int sub = x < 1.17549435e-38f;
     const int bits = as_int(sub ? x * 8388608.0f : x);
     const int big = (bits & 0x007fffff) > 0x003504f3;

@@ -21,6 +21,7 @@ from fnarray.lowering.kernels.index import linearize, to_expr, unravel
 from fnarray.lowering.kernels.ir import INT32, BufferParam, Let, Special, const
 from fnarray.lowering.kernels.rules import (
     op,
+    select,
 )
 
 CALLS = CALL_PROGRAM  # the call-like primitives and the param of the program each runs (core/subprograms.py)
@@ -218,7 +219,11 @@ class _Group(abc.ABC):
         em.val(v, shaped_index(v.aval.shape))
         return reads
 
-    def emit_roots(self, b, em, args, idx, store_index):
+    def emit_roots(self, b, em, args, idx, store_index, store_guards=None):
+        """Compute the roots at ``idx`` and store the needed ones at ``store_index``; with ``store_guards``
+        ``(first, then)``, the values are computed where this is called and stored under ``first``, else
+        under ``then``."""
+        stores = []
         for r in self.roots:
             ridx = idx
             if not isinstance(idx, Flat) and r.aval.shape != self.shape:  # same size, other shape
@@ -236,7 +241,18 @@ class _Group(abc.ABC):
             v = em.val(r, ridx)
             em.seed(r, ridx, v)
             if r in self.ctx.needed:
-                b.store(self.ctx.output(b, args, r), store_index, v)
+                stores.append((self.ctx.output(b, args, r), v))
+        if store_guards is None:
+            for name, v in stores:
+                b.store(name, store_index, v)
+            return
+        first, then = store_guards
+        with b.when(first):
+            for name, v in stores:
+                b.store(name, store_index, v)
+        with b.otherwise(), b.when(then):
+            for name, v in stores:
+                b.store(name, store_index, v)
 
     def analyse(self):  # noqa: B027 (map kernels compute only roots, which add their reads when they join)
         """Set ``self.reads`` for the group's own computation (roots add theirs when they join)."""
@@ -280,12 +296,15 @@ class _MapGroup(_Group):
             limit = b.scalar("n")
             scalars["n"] = n
             if ctx.caps.uniform_guard and self.roots and len(gsize) == 1:
-                # Work-groups wholly inside run the body unconditionally (a branch uniform over the
-                # group, which the CPU compilers vectorise across items); the last one item by item.
-                with b.when(op("lt", Special("group_id", 0), op("div", limit, const(lsize[0], INT32)))):
-                    self.emit_roots(b, em, args, Flat(gid), gid)
-                with b.otherwise(), b.when(op("lt", gid, limit)):
-                    self.emit_roots(b, em, args, Flat(gid), gid)
+                # Every item computes, at its own element or (past the end, in the last work-group) at the
+                # last one, with no branch; the stores go in a branch uniform over the group for the
+                # work-groups wholly inside, item by item in the last one. The CPU compilers vectorise that
+                # across items: with the body in both branches (one copy per branch) PoCL did so only for
+                # small bodies (a 4M erf map 3-4x slower, expm1 3x).
+                full = b.let(op("lt", Special("group_id", 0), op("div", limit, const(lsize[0], INT32))), "full")
+                inside = b.let(op("lt", gid, limit), "inside")
+                e = b.let(select(op("lor", full, inside), gid, op("sub", limit, const(1, INT32))), "e")
+                self.emit_roots(b, em, args, Flat(e), e, store_guards=(full, inside))
             else:
                 with b.when(op("lt", gid, limit)):
                     self.emit_roots(b, em, args, Flat(gid), gid)
