@@ -163,6 +163,8 @@ def array_from_numpy(value, device: Device | None = None, *, weak_type: bool = F
     """Wrap a NumPy array (copied if writeable) as an ``ArrayImpl`` on ``device``."""
     v = np.asarray(value)
     d = dtypes.canonicalize(v.dtype)
+    if v.dtype != d and v.dtype.kind != "V":  # a non-native byte order: every backend gets native values
+        v = v.astype(d)
     dev = device if device is not None else default_device()
     if v.nbytes > _CHECKED_BYTES:  # small arrays fit everywhere: keep the common path free of the check
         from fnarray.devices import memory

@@ -301,11 +301,13 @@ class _GPU:
     @_locked
     def upload(self, array: np.ndarray) -> WGBuffer:
         a = np.asarray(array)
+        if not a.dtype.isnative:  # the buffer's dtype is its aval's, native ('>i2' was kept and read back so)
+            a = a.astype(a.dtype.newbyteorder("="))
         d = a.dtype
         if d == np.bool_:
             data = a.astype(np.uint32)
         else:
-            data = np.ascontiguousarray(a, dtype=d.newbyteorder("="))
+            data = np.ascontiguousarray(a)
         raw = data.tobytes()
         self._check_size(len(raw), d, a.shape)
         pad = _padded(len(raw)) - len(raw)
