@@ -52,6 +52,7 @@ from fnarray.core.fft import fft_p
 from fnarray.lowering.kernels.groups.fft import unsupported_reason as fft_unsupported_reason
 from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
+from fnarray.core.decompositions import accumulates_in_low_precision
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal, Program
 from fnarray.devices import compile_cache
@@ -446,6 +447,8 @@ class OpenCLBackend(Backend):
         return self._states[device].caps
 
     def lowers_natively(self, eqn, device):
+        if accumulates_in_low_precision(eqn):  # the kernels accumulate in the operand dtype
+            return False
         return eqn.primitive in SCHEDULED or eqn.primitive in _CONTROL or eqn.primitive in CALLS
 
     def supports(self, eqn, device):

@@ -64,6 +64,7 @@ from fnarray.core import profile as _profile
 from fnarray.core import primitives as P
 from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
+from fnarray.core.decompositions import accumulates_in_low_precision
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal
 from fnarray.devices.backend import Backend, Capabilities, Device
@@ -651,6 +652,8 @@ class WebGPUBackend(Backend):
         prim = eqn.primitive
         if prim in CONTROL_PRIMITIVES or prim in CALLS:
             return True
+        if accumulates_in_low_precision(eqn):  # the kernels accumulate in the operand dtype
+            return False
         return prim in SCHEDULED and wgsl.renders_primitive(prim)
 
     def supports(self, eqn, device):
