@@ -75,6 +75,7 @@ from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
 from fnarray.lowering.kernels import facts, wgsl
 from fnarray.core.fft import fft_p
+from fnarray.core.windows import reduce_window_max_p, reduce_window_min_p, reduce_window_sum_p
 from fnarray.lowering.kernels.groups.fft import unsupported_reason as fft_unsupported_reason
 from fnarray.lowering.kernels.groups import linalg
 from fnarray.lowering.kernels.no_kernel import no_kernel_reason
@@ -120,6 +121,9 @@ def _import_wgpu():
 
 
 # ------------------------------------------------------------------------------------------- buffers
+
+
+_WINDOW_REDUCTIONS = frozenset({reduce_window_sum_p, reduce_window_max_p, reduce_window_min_p})
 
 
 def _loop_cap(info) -> int | None:
@@ -689,6 +693,12 @@ class WebGPUBackend(Backend):
             return f"{prim.name} of complex values"
         if prim is fft_p:
             return fft_unsupported_reason(eqn)
+        loops = caps.max_loop_iterations
+        if prim in _WINDOW_REDUCTIONS and loops is not None and math.prod(eqn.params["window_dimensions"]) > loops:
+            # one work item walks every tap: past the driver's loop limit it stopped early, silently (a
+            # window sum of 90,000 taps was 32550.5, not 45000)
+            return (f"{prim.name} over a window of {math.prod(eqn.params['window_dimensions'])} taps: "
+                    f"{device} stops a shader invocation's loops after {loops} iterations")
         limit = caps.max_buffers_per_kernel
         if prim is P.sort and limit is not None and eqn.params["num_keys"] + 1 > limit:
             # The scheduler splits every other kernel to fit the limit (a concatenate into a tree, a
