@@ -75,7 +75,7 @@ from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
 from fnarray.lowering.kernels import facts, wgsl
 from fnarray.core.fft import fft_p
-from fnarray.core.windows import reduce_window_max_p, reduce_window_min_p, reduce_window_sum_p
+from fnarray.core.windows import WINDOW_PRIMITIVES
 from fnarray.lowering.kernels.groups.fft import unsupported_reason as fft_unsupported_reason
 from fnarray.lowering.kernels.groups import linalg
 from fnarray.lowering.kernels.no_kernel import no_kernel_reason
@@ -123,7 +123,7 @@ def _import_wgpu():
 # ------------------------------------------------------------------------------------------- buffers
 
 
-_WINDOW_REDUCTIONS = frozenset({reduce_window_sum_p, reduce_window_max_p, reduce_window_min_p})
+_WINDOW_REDUCTIONS = frozenset(WINDOW_PRIMITIVES)   # one work item walks every tap of its window
 
 
 def _loop_cap(info) -> int | None:
