@@ -139,3 +139,29 @@ def test_export_bad_paths(tmp_path):
                 fa.export.webgpu(f, x, path=locked / "model")
         finally:
             locked.chmod(0o700)
+
+
+@pytest.mark.parametrize("axis", [1.5, 1.0, np.float32(0.0)])
+def test_a_float_axis_raises(axis):
+    """``sum(x, axis=1.5)`` summed axis 1 (``int(axis)``); NumPy and JAX raise ``TypeError``."""
+    x = fnp.ones((2, 3))
+    for f in (fnp.sum, fnp.max, fnp.argmax, fnp.cumsum, fnp.sort, fnp.flip):
+        with pytest.raises(TypeError, match="axis must be an int, got float"):
+            f(x, axis=axis)
+    assert fnp.sum(x, axis=np.int64(1)).shape == (2,)   # NumPy integers are integers
+    with pytest.raises(TypeError, match="mark it static"):
+        fa.jit(lambda v, a: fnp.sum(v, axis=a))(x, 1)
+
+
+@pytest.mark.parametrize("name", ["fft", "ifft", "rfft", "irfft", "hfft", "ihfft"])
+def test_fft_length_must_be_a_positive_int(name):
+    """``fft(x, n=-1)`` returned the untransformed length (``-1`` means "the input's size" only in the
+    n-D functions' ``s``, as NumPy 2); ``n=1.5`` gave length 1. NumPy and JAX raise for both."""
+    f = getattr(fnp.fft, name)
+    x = fnp.ones(4, dtype=fnp.complex64) if name in ("irfft", "hfft") else fnp.ones(4)
+    with pytest.raises(ValueError, match=r"invalid number of FFT data points \(-1\)"):
+        f(x, n=-1)
+    with pytest.raises(TypeError, match="n must be an int"):
+        f(x, n=1.5)
+    assert f(x, n=3).shape == getattr(np.fft, name)(np.ones(4), n=3).shape
+    assert fnp.fft.fftn(fnp.ones((3, 3)), s=(-1, 2), axes=(0, 1)).shape == (3, 2)   # -1 in s: as the input

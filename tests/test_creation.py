@@ -290,3 +290,41 @@ def test_indices(dims):
     needs_namespace("stack")
     out = _jit_same(lambda: fnp.indices(dims))
     assert_close(out, np.indices(dims).astype(np.int32), I32)
+
+
+@pytest.mark.parametrize("values,dtype", [([300], "uint8"), ([-1], "uint32"), ([2**31], "int32"),
+                                          ([[1, 2], [3, 1e10]], "int32"), ([float("nan")], "int32")])
+def test_python_values_that_do_not_fit_the_dtype_raise(values, dtype):
+    """``asarray([300], dtype=uint8)`` was 44 (wrapped); NumPy 2 and JAX raise, as fnarray does for
+    ``asarray(300, dtype=uint8)`` and ``full(2, 300, dtype=uint8)``."""
+    with pytest.raises((OverflowError, ValueError)):
+        np.asarray(values, dtype=dtype)
+    with pytest.raises((OverflowError, ValueError), match=f"requested dtype {dtype}"):
+        fnp.asarray(values, dtype=dtype)
+
+
+def test_python_values_that_fit_convert_as_numpy():
+    for values, dtype in [([255, 0], "uint8"), ([1.5, -2.7], "int32"), ([[1, 2]], "float16"), ([1, 0], "bool"),
+                          ([1, 2], "bfloat16")]:
+        _equal(fnp.asarray(values, dtype=dtype), np.asarray(values, dtype=dtype))
+    _equal(fnp.asarray(np.array([300]), dtype="uint8"), np.array([300]).astype(np.uint8))  # astype: wraps
+
+
+def _equal(got, want):
+    got = np.asarray(got)
+    assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, got.shape, want.dtype, want.shape)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("args,dtype", [((70_000,), None), ((5, 200_000, 3), None), ((500_000, 5, -7), None),
+                                        ((-2**31 + 10, 2**31 - 10, 65_535), None),
+                                        ((200_000, 0, -1), "uint32"), ((2**40, 2**40 + 70_000), "int64")])
+def test_long_integer_ranges_are_counted_on_the_device(device, args, dtype):
+    """A long integer ``arange`` was built on the host in three int64 temporaries (``arange(2**31 - 1)``
+    needed ~50 GiB for an 8 GiB result, and was killed) and became a constant under ``jit``; now it is
+    an ``iota`` and its arithmetic, with NumPy's values on every backend."""
+    kw = {} if dtype is None else {"dtype": dtype}
+    want = np.arange(*args, dtype=dtype or np.int32)
+    prog = fa.make_ir(lambda: fnp.arange(*args, **kw))()
+    assert "iota" in str(prog) and not prog.constvars, prog
+    _equal(fa.jit(lambda: fnp.arange(*args, **kw), device=device)(), want)

@@ -172,3 +172,22 @@ def test_namespace_info_default_dtypes():
 def test_short_names_in_the_printer():
     assert [D.short_name(d) for d in (np.dtype("float32"), BF16, np.dtype("bool"), np.dtype("uint64"))] == \
         ["f32", "bf16", "bool", "u64"]
+
+
+@pytest.mark.filterwarnings("ignore::fnarray.FallbackWarning")  # webgpu:0 runs int16 on numpy:0
+@pytest.mark.parametrize("order", [">f4", ">i4", ">i2", ">u2"])
+def test_non_native_byte_order_is_the_native_dtype(device, order):
+    """A big-endian array (from a FITS or network file) is its native dtype, as in JAX: fnarray raised
+    ``DTypeError: fnarray has no dtype >f4``; the values arrive byteswapped correctly on every backend,
+    through ``device_put`` and as a raw NumPy argument of ``jit``."""
+    want = (np.arange(6).reshape(2, 3) * 3 - 4).astype(np.dtype(order).newbyteorder("="))
+    if want.dtype.kind == "u":
+        want = np.abs(want)
+    x = want.astype(order)
+    assert not x.dtype.isnative
+    a = fa.device_put(x, device)
+    assert a.dtype == want.dtype
+    np.testing.assert_array_equal(np.asarray(a), want)
+    np.testing.assert_array_equal(np.asarray(fa.jit(lambda v: v * 2 + 1, device=device)(x)), want * 2 + 1)
+    assert fnp.asarray(fnp.ones(2), dtype=order).dtype == want.dtype
+    assert fnp.dtype(order) == want.dtype

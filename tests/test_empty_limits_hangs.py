@@ -281,3 +281,33 @@ def test_stack_and_concatenate_of_6000_arrays_finish(device):
     # Quadratic before (over 4 minutes on jax:0 and opencl:0); linear now (seconds to tens of seconds
     # on this loaded 2-core machine). The limit only catches a return of the quadratic cost.
     assert "ok" in _run(_MANY, 400, str(device))
+
+
+# ------------------------------------------------------------------------------- past 2**31 elements
+
+_PAST_I32 = 2**31 + 64   # views with zero strides: traced, never allocated
+_INDEXED = {
+    "argmax": lambda v: fnp.argmax(v),
+    "argmin_axis": lambda v: fnp.argmin(v, axis=0),
+    "argsort": lambda v: fnp.argsort(v),
+    "traced_index": lambda v: v[fa.lax.convert_element_type(v[0], fnp.int32)],
+    "numpy_index": lambda v: v[np.array([-1])],
+    "take": lambda v: fnp.take(v, fnp.asarray([1])),
+    "scatter": lambda v: v.at[fnp.asarray([1])].set(1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_INDEXED))
+def test_int32_indices_past_2_31_elements_raise_instead_of_wrapping(name):
+    """On numpy:0 and opencl:0, ``argmax`` of 2**31 + 64 bytes returned -2147483587 and ``x[np.array([-1])]``
+    read a wrong element: int32 indices wrapped. Now every index-producing or index-consuming operation
+    over such an axis raises at trace time, naming the limit and what to do."""
+    big = np.broadcast_to(np.zeros((), np.uint8), (_PAST_I32,))
+    with pytest.raises(fa.ShapeError, match="int32"):
+        fa.make_ir(_INDEXED[name])(big)
+
+
+def test_past_2_31_elements_without_index_arithmetic_still_trace():
+    big = np.broadcast_to(np.zeros((), np.uint8), (_PAST_I32,))
+    fa.make_ir(lambda v: (v[-1] + v[2**31 + 5], v[2**31:], fnp.max(v), fnp.cumsum(v)))(big)
+    fa.make_ir(lambda v: fnp.argmax(v, axis=1))(np.broadcast_to(np.zeros((), np.uint8), (3, 2**31)))

@@ -489,3 +489,31 @@ def test_adding_a_constant_zero_gives_ieee_signed_zeros(device):
             np.testing.assert_array_equal(got, want, err_msg=f"case {k} {how}")
             zero = want == 0  # the sign of a NaN result is not specified by IEEE 754
             np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(want[zero]), err_msg=f"case {k} {how}")
+
+
+# ------------------------------------------------------------------ float16 accumulates in float32
+
+_F16_ACCUMULATIONS = {
+    "matmul": (lambda a, b: a @ b, lambda a, b: a @ b),
+    "sum": (lambda a, b: fnp.sum(a, axis=1), lambda a, b: a.sum(1)),
+    "cumsum": (lambda a, b: fnp.cumsum(a, axis=1)[:, -1], lambda a, b: a.sum(1)),
+    "cumprod": (lambda a, b: fnp.cumprod(a * 0.0 + (1 + 2**-10), axis=1)[:, -1],   # factors exact in float16
+                lambda a, b: np.full(2, (1 + 2**-10) ** 6001)),
+    "window_sum": (lambda a, b: fa.lax.reduce_window_sum(a, (1, 6001), (1, 1), "VALID")[:, 0],
+                   lambda a, b: a.sum(1)),
+}
+
+
+@pytest.mark.filterwarnings("ignore::fnarray.FallbackWarning")   # opencl:0 here has no cl_khr_fp16
+@pytest.mark.parametrize("name", sorted(_F16_ACCUMULATIONS))
+def test_float16_accumulates_in_float32(device, name):
+    """A float16 sum accumulated in float16 stalls (512 + 0.25 is 512): on webgpu:0 a matmul with 6,001
+    products 0.25 gave 512 instead of 1500, and sums and scans drifted. Every backend accumulates float16
+    in float32, as the reference and XLA do (float64 NumPy here)."""
+    f, ref = _F16_ACCUMULATIONS[name]
+    a = np.full((2, 6001), 0.5, np.float16)
+    b = np.full((6001, 2), 0.5, np.float16)
+    want = ref(a.astype(np.float64), b.astype(np.float64))
+    got = fa.jit(f, device=device)(fa.device_put(a, device), fa.device_put(b, device))
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=2e-3)

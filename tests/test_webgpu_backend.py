@@ -692,3 +692,27 @@ def test_concatenate_of_more_arrays_than_a_kernel_binds_runs_split(wdev):
         out = fa.numpy.concatenate(parts)
     assert out.device == wdev
     np.testing.assert_array_equal(np.asarray(out), np.repeat(np.arange(9, dtype=np.float32), 3))
+
+
+def test_window_reductions_past_the_loop_limit_fall_back(fallback_mode):
+    """lavapipe stops a shader invocation's loops after 65,535 iterations, silently: a window sum over
+    90,000 taps (one work item walks them all) came back 32550.5 instead of 45000. Such windows run on
+    numpy:0 now, with the warning; smaller ones stay on the device."""
+    dev = require_backend("webgpu")[0]
+    if dev.impl.capabilities(dev).max_loop_iterations is None:
+        pytest.skip("this adapter has no loop limit")
+    x = fa.device_put(np.arange(90_000, dtype=np.float32).reshape(1, 300, 300) / 90_000, dev)
+    for f, ref in [(fa.lax.reduce_window_sum, np.sum), (fa.lax.reduce_window_max, np.max)]:
+        def g(v, f=f):
+            return f(v, (1, 300, 300), (1, 1, 1), "VALID")
+        fallback_mode("error")
+        with pytest.raises(UnsupportedOnDevice, match="90000 taps"):
+            fa.jit(g, device=dev)(x)
+        fallback_mode("warn")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FallbackWarning)
+            got = fa.jit(g, device=dev)(x)
+        np.testing.assert_allclose(np.asarray(got).ravel(), [ref(np.asarray(x, np.float64))], rtol=1e-5)
+    small = fa.jit(lambda v: fa.lax.reduce_window_sum(v, (1, 100, 100), (1, 100, 100), "VALID"), device=dev)(x)
+    np.testing.assert_allclose(np.asarray(small), np.asarray(x).reshape(3, 100, 3, 100).sum((1, 3))[None],
+                               rtol=1e-5)

@@ -19,6 +19,9 @@ import math
 import threading
 from typing import Callable, NamedTuple
 
+import ml_dtypes
+import numpy as np
+
 from fnarray.core import primitives as P
 from fnarray.core.avals import get_aval
 from fnarray.core.ir import Eqn, IRError, Literal, Params, Program, Var
@@ -349,3 +352,42 @@ def log2_composite(x):
     d, m = _math_dtype(lax, x)
     r = lax.mul(lax.log(_in_dtype(lax, x, m)), m.type(1 / math.log(2)))
     return _in_dtype(lax, r, d)
+
+
+# ------------------------------------------------------------------------------- low-precision accumulations
+# A float16 sum accumulated in float16 stalls once its terms fall below half an ulp (512 + 0.25 is 512): a dot
+# of 6,001 products 0.25 gave 512 instead of 1500 on webgpu:0. The reference (as XLA) accumulates float16 and
+# bfloat16 in float32; a backend whose kernels accumulate in the operand dtype says that these equations are
+# not native (``accumulates_in_low_precision``) and gets them computed in float32 here.
+
+LOW_PRECISION = frozenset({np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)})
+ACCUMULATIONS = (P.dot_general, P.reduce_sum, P.reduce_prod, P.cumsum, P.cumprod, P.cumlogsumexp)
+
+
+def accumulates_in_low_precision(eqn: Eqn) -> bool:
+    """Whether ``eqn`` sums or multiplies many float16/bfloat16 terms (a product, reduction or scan)."""
+    return eqn.primitive in ACCUMULATIONS and any(a.aval.dtype in LOW_PRECISION for a in eqn.inputs)
+
+
+def _only_low_precision(*avals, **params):
+    if any(a.dtype in LOW_PRECISION for a in avals):
+        return None
+    return "only float16/bfloat16 accumulations are rewritten (into float32)"
+
+
+def _in_float32(prim):
+    def composite(*xs, **params):
+        want = prim.abstract_eval(*[get_aval(x) for x in xs], **params)
+        f32 = np.dtype(np.float32)
+        ys = [P.convert_element_type.bind(x, new_dtype=f32, weak_type=False) if get_aval(x).dtype in LOW_PRECISION
+              else x for x in xs]
+        if "preferred_element_type" in params:
+            params = dict(params, preferred_element_type=None)
+        out = prim.bind(*ys, **params)
+        return P.convert_element_type.bind(out, new_dtype=want.dtype, weak_type=want.weak_type)
+    composite.__name__ = f"{prim.name}_in_float32"
+    return composite
+
+
+for _p in ACCUMULATIONS:
+    defdecomposition(_p, _only_low_precision)(_in_float32(_p))

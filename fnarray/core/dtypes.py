@@ -61,7 +61,8 @@ def short_name(dtype: np.dtype) -> str:
 def canonicalize(dtype) -> np.dtype:
     """Turn anything NumPy accepts as a dtype (or a Python type) into one of ours.
 
-    Python ``float``/``int``/``complex`` map to the 32-bit defaults. Raises
+    Python ``float``/``int``/``complex`` map to the 32-bit defaults; a non-native byte order
+    (``'>f4'`` on a little-endian machine) maps to the native dtype. Raises
     ``DTypeError`` for dtypes fnarray does not have (strings, objects, datetimes).
     """
     if dtype is float:
@@ -79,6 +80,8 @@ def canonicalize(dtype) -> np.dtype:
                          f"{', '.join(d.name for d in ALL_DTYPES)}") from e
     if d == float0:
         return float0
+    if not d.isnative:   # a big-endian file's float32 is float32, as in JAX; buffers are converted on upload
+        d = d.newbyteorder("=")
     if d not in _KNOWN:
         raise DTypeError(f"fnarray has no dtype {d}; supported dtypes are "
                          f"{', '.join(x.name for x in ALL_DTYPES)}")

@@ -266,10 +266,20 @@ def _check_shape(shape, what):
         raise ShapeError(f"{what}: dimensions must be non-negative ints, got {shape}")
 
 
+def _check_indices_fit(name, size, dtype, fix):
+    """Indices ``0 .. size - 1`` in the integer ``dtype`` must not wrap: past 2**31 - 1 an int32 index
+    would silently be negative (an argmax of 2**31 + 64 elements gave -2147483587)."""
+    if dtypes.is_int(dtype) and size - 1 > np.iinfo(dtype).max:
+        raise ShapeError(f"{name}: the indices of an axis of {size} elements do not fit in {dtype.name} "
+                         f"(at most {np.iinfo(dtype).max}); {fix}")
+
+
 def _iota_rule(*, dtype, shape, dimension):
     _check_shape(shape, "iota")
     if not 0 <= dimension < len(shape):
         raise ShapeError(f"iota dimension {dimension} out of range for shape {shape}")
+    _check_indices_fit("iota", shape[dimension], dtype,
+                       "count in a wider dtype (int64 where the device has it) or along a shorter axis")
     return ShapedArray(tuple(shape), dtype)
 
 
@@ -479,6 +489,9 @@ def _arg_rule(name):
         if x.shape[axes[0]] == 0:
             raise ShapeError(f"{name} of an empty axis (shape {x.shape}, axis {axes[0]})")
         _dtype_check(name, x, *_NOT_COMPLEX)
+        _check_indices_fit(name, x.shape[axes[0]], index_dtype,
+                           f"pass index_dtype=int64 to fnarray.lax.{name} (where the device has int64), or "
+                           f"reduce pieces of the axis and combine them")
         return ShapedArray(tuple(n for i, n in enumerate(x.shape) if i != axes[0]), index_dtype)
     return rule
 

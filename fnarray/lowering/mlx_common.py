@@ -52,6 +52,8 @@ def from_numpy(a):
     receives (the zero-size pass rewrites every program first).
     """
     a = np.asarray(a)
+    if not a.dtype.isnative:  # '>f4' from a big-endian file is float32 (its aval), not a dtype MLX lacks
+        a = a.astype(a.dtype.newbyteorder("="))
     if a.dtype not in _MX or a.size == 0:
         # MLX 0.32 can hang on empty arrays (a reduction of one blocks in a later evaluation): an
         # empty buffer stays a NumPy array, and no MLX operation ever receives one (``zero_size``).

@@ -238,6 +238,8 @@ class NumpyBackend(Backend):
 
     def to_device(self, array, device):
         a = np.array(array, copy=True)
+        if not a.dtype.isnative:  # '>f4' from a big-endian file: the buffer holds its aval's native dtype
+            a = a.astype(a.dtype.newbyteorder("="))
         a.flags.writeable = False
         return a
 

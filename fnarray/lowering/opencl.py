@@ -52,6 +52,7 @@ from fnarray.core.fft import fft_p
 from fnarray.lowering.kernels.groups.fft import unsupported_reason as fft_unsupported_reason
 from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
+from fnarray.core.decompositions import accumulates_in_low_precision
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal, Program
 from fnarray.devices import compile_cache
@@ -102,6 +103,9 @@ class CLBuffer:
 
     def __repr__(self):
         return f"CLBuffer({self.dtype.name}{list(self.shape)})"
+
+
+_POOL_HELD_BYTES = 256 << 20   # free pooled memory always kept (as the webgpu backend's pool_limit)
 
 
 def _kernel_cache_size() -> int:
@@ -172,6 +176,14 @@ class _DeviceState:
         n = max(math.prod(shape) * _storage(dtype).itemsize, 16)
         with self.lock:
             mem = self.pool.allocate(n)
+            pool = self.pool
+            # PyOpenCL's pool keeps every freed block for reuse and never gives one back: arrays of ever new
+            # sizes grew the process without bound (40 arrays of 10-400 MB, each freed: 6 GB held). Free
+            # blocks stay only while they are at most the bytes in use (a loop's next step reuses them) or
+            # _POOL_HELD_BYTES.
+            held = pool.managed_bytes - pool.active_bytes
+            if held > _POOL_HELD_BYTES and held > pool.active_bytes:
+                pool.free_held()
         return CLBuffer(mem, shape, dtype, self)
 
     def upload(self, array) -> CLBuffer:
@@ -435,6 +447,8 @@ class OpenCLBackend(Backend):
         return self._states[device].caps
 
     def lowers_natively(self, eqn, device):
+        if accumulates_in_low_precision(eqn):  # the kernels accumulate in the operand dtype
+            return False
         return eqn.primitive in SCHEDULED or eqn.primitive in _CONTROL or eqn.primitive in CALLS
 
     def supports(self, eqn, device):

@@ -64,6 +64,7 @@ from fnarray.core import profile as _profile
 from fnarray.core import primitives as P
 from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
+from fnarray.core.decompositions import accumulates_in_low_precision
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal
 from fnarray.devices.backend import Backend, Capabilities, Device
@@ -74,6 +75,7 @@ from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
 from fnarray.lowering.kernels import facts, wgsl
 from fnarray.core.fft import fft_p
+from fnarray.core.windows import WINDOW_PRIMITIVES
 from fnarray.lowering.kernels.groups.fft import unsupported_reason as fft_unsupported_reason
 from fnarray.lowering.kernels.groups import linalg
 from fnarray.lowering.kernels.no_kernel import no_kernel_reason
@@ -119,6 +121,9 @@ def _import_wgpu():
 
 
 # ------------------------------------------------------------------------------------------- buffers
+
+
+_WINDOW_REDUCTIONS = frozenset(WINDOW_PRIMITIVES)   # one work item walks every tap of its window
 
 
 def _loop_cap(info) -> int | None:
@@ -301,11 +306,13 @@ class _GPU:
     @_locked
     def upload(self, array: np.ndarray) -> WGBuffer:
         a = np.asarray(array)
+        if not a.dtype.isnative:  # the buffer's dtype is its aval's, native ('>i2' was kept and read back so)
+            a = a.astype(a.dtype.newbyteorder("="))
         d = a.dtype
         if d == np.bool_:
             data = a.astype(np.uint32)
         else:
-            data = np.ascontiguousarray(a, dtype=d.newbyteorder("="))
+            data = np.ascontiguousarray(a)
         raw = data.tobytes()
         self._check_size(len(raw), d, a.shape)
         pad = _padded(len(raw)) - len(raw)
@@ -649,6 +656,8 @@ class WebGPUBackend(Backend):
         prim = eqn.primitive
         if prim in CONTROL_PRIMITIVES or prim in CALLS:
             return True
+        if accumulates_in_low_precision(eqn):  # the kernels accumulate in the operand dtype
+            return False
         return prim in SCHEDULED and wgsl.renders_primitive(prim)
 
     def supports(self, eqn, device):
@@ -684,6 +693,12 @@ class WebGPUBackend(Backend):
             return f"{prim.name} of complex values"
         if prim is fft_p:
             return fft_unsupported_reason(eqn)
+        loops = caps.max_loop_iterations
+        if prim in _WINDOW_REDUCTIONS and loops is not None and math.prod(eqn.params["window_dimensions"]) > loops:
+            # one work item walks every tap: past the driver's loop limit it stopped early, silently (a
+            # window sum of 90,000 taps was 32550.5, not 45000)
+            return (f"{prim.name} over a window of {math.prod(eqn.params['window_dimensions'])} taps: "
+                    f"{device} stops a shader invocation's loops after {loops} iterations")
         limit = caps.max_buffers_per_kernel
         if prim is P.sort and limit is not None and eqn.params["num_keys"] + 1 > limit:
             # The scheduler splits every other kernel to fit the limit (a concatenate into a tree, a

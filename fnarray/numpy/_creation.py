@@ -339,12 +339,31 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
         if n:
             # The ends in exact Python ints: int64 arithmetic and the cast below would wrap silently.
             _check_int_bounds("arange", (int(start), int(start) + (n - 1) * int(step)), d, d_given)
-        vals = np.arange(n, dtype=np.int64) * step + start
-        x = asarray_internal(vals.astype(d))
+        if n > _HOST_ARANGE:
+            x = _int_range(d, n, start, step)
+        else:
+            vals = np.arange(n, dtype=np.int64) * step + start
+            x = asarray_internal(vals.astype(d))
     else:
         idx = lax.iota(d, n) if n else asarray_internal(np.zeros(0, d))
         x = lax.add(lax.mul(idx, np.asarray(step, d)[()]), np.asarray(start, d)[()]) if n else idx
     return _place(x, device)
+
+
+# Longer integer ranges are counted on the device: built on the host they took three int64 temporaries
+# (arange(2**31 - 1) needed ~50 GiB for an 8 GiB result) and became a constant of the program under jit.
+_HOST_ARANGE = 1 << 16
+
+
+def _int_range(d, n, start, step):
+    """``start + i * step`` for ``i < n`` in ``d``'s wrapping integer arithmetic: exact, because every
+    value fits in ``d`` (``_check_int_bounds`` ran)."""
+    x = lax.iota(d, n)
+    if step != 1:
+        x = lax.mul(x, np.asarray(step).astype(d)[()])
+    if start != 0:
+        x = lax.add(x, np.asarray(start).astype(d)[()])
+    return x
 
 
 def _check_int_bounds(name, values, d, dtype_given):

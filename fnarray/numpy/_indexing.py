@@ -33,6 +33,7 @@ from fnarray.numpy._util import asarray_internal, broadcast_shapes, normalize_ax
 __all__ = ["_IndexUpdateHelper", "_getitem", "take", "take_along_axis"]
 
 _I32 = dtypes.int32
+_I32_MAX = int(np.iinfo(np.int32).max)
 
 
 # ----------------------------------------------------------------------------- parsing the key
@@ -197,6 +198,11 @@ def _normalize(i, n):
     """An int32 index (array) over an axis of size ``n``: negative values count from the end;
     values out of bounds stay out of bounds (``-1`` or ``n`` for the wide dtypes) so that
     gathers clamp them and scatters drop them."""
+    if n > _I32_MAX:  # an index past 2**31 - 1 would wrap: x[-1] read element 2**31 - 64 of 2**31 + 64
+        raise ShapeError(f"an array index over an axis of {n} elements: fnarray's index arithmetic is int32 "
+                         f"(DESIGN.md, as JAX without x64), which addresses at most {_I32_MAX + 1} elements "
+                         "per axis; reshape the array so that the indexed axis is shorter, or slice it with "
+                         "Python ints first (x[a:b] and x[k] with a Python int need no index arithmetic)")
     if isinstance(i, (int, np.integer, np.ndarray)):
         v = np.asarray(i)
         if v.dtype.kind == "u":

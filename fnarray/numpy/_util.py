@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from fnarray.core import dtypes, lax
@@ -64,8 +66,23 @@ def asarray_internal(x, dtype=None):
         raise DTypeError(f"cannot make an array from {type(x).__name__} of dtype {v.dtype}; "
                          "fnarray arrays hold booleans and numbers")
     if dtype is not None:
-        v = v.astype(dtypes.canonicalize(dtype))
+        d = dtypes.canonicalize(dtype)
+        if isinstance(x, (list, tuple)) and v.dtype != d:
+            v = _python_values_as(x, d)
+        else:
+            v = v.astype(d)
     return array_from_numpy(v)
+
+
+def _python_values_as(x, d):
+    """Python numbers converted to ``d`` by value: one that ``d`` cannot hold raises (as NumPy 2 and JAX do)
+    instead of wrapping (``asarray([300], dtype=uint8)`` was 44)."""
+    try:
+        return np.asarray(x, dtype=d)
+    except (OverflowError, ValueError) as e:
+        raise type(e)(f"asarray: {e} (the values of the given sequence do not fit the requested dtype "
+                      f"{d.name}); pass a dtype that holds them, or convert with .astype after making the "
+                      "array to get its wrapping or saturating conversion") from None
 
 
 set_asarray(asarray_internal)
@@ -229,9 +246,12 @@ def _fast_binary(a, b):
 def normalize_axis(axis, ndim, name="axis"):
     """An axis in ``[-ndim, ndim)`` as a non-negative int; ``AxisError`` (a ``ShapeError``) otherwise."""
     try:
-        a = int(axis) if not isinstance(axis, Tracer) else axis.__index__()
+        a = operator.index(axis)  # not int(): an axis of 1.5 is an error (NumPy, JAX), not axis 1
     except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(axis).__name__}") from None
+        hint = ("; an axis cannot be a traced value: mark it static (jit's static_argnums / static_argnames)"
+                if isinstance(axis, Tracer) else "")
+        raise TypeError(f"{name} must be an int, got {type(axis).__name__} {axis!r}; axes are Python ints "
+                        f"(or tuples of them){hint}") from None
     if not -ndim <= a < ndim:
         raise AxisError(f"{name} {axis} is out of bounds for an array of rank {ndim}; "
                         f"give an axis in [{-ndim}, {ndim})")

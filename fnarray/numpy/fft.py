@@ -17,6 +17,7 @@ before the transform (for ``irfft``/``hfft``, the half spectrum is cropped or pa
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
@@ -80,10 +81,20 @@ def _real_input(name, x):
 
 
 def _length(n, name, what="n"):
-    n = int(n)
+    try:
+        n = operator.index(n)
+    except TypeError:
+        raise TypeError(f"{name}: {what} must be an int, got {type(n).__name__} {n!r}") from None
     if n < 1:
         raise ValueError(f"{name}: invalid number of FFT data points ({n}) specified; {what} must be >= 1")
     return n
+
+
+
+def _n_as_s(n, name):
+    """A 1-D transform's length ``n`` as the ``s`` of the n-D code (where ``-1`` means "as the input",
+    as in NumPy 2's ``s``; ``n=-1`` is an error in NumPy and JAX)."""
+    return None if n is None else (_length(n, name),)
 
 
 def _resize(x, axis, n):
@@ -144,8 +155,12 @@ def _axes_and_sizes(name, x, s, axes):
         s = (s,) if isinstance(s, int) else tuple(s)
         if len(s) != len(axes):
             raise ShapeError(f"{name}: s={s} and axes={axes} must have the same length")
-        sizes = [None if int(k) == -1 else _length(k, name, "each entry of s") for k in s]
+        sizes = [None if _is_minus_one(k) else _length(k, name, "each entry of s") for k in s]
     return axes, sizes
+
+
+def _is_minus_one(k):
+    return not isinstance(k, float) and k == -1
 
 
 # ----------------------------------------------------------------------------- complex transforms
@@ -181,7 +196,7 @@ def fft(x, /, n=None, axis=-1, norm="backward"):
     Raises:
       ValueError: ``n < 1``, or an unknown ``norm``. AxisError: ``axis`` out of range.
     """
-    return _fftn("fft", x, None if n is None else (n,), (axis,), norm, False)
+    return _fftn("fft", x, _n_as_s(n, "fft"), (axis,), norm, False)
 
 
 def ifft(x, /, n=None, axis=-1, norm="backward"):
@@ -189,7 +204,7 @@ def ifft(x, /, n=None, axis=-1, norm="backward"):
 
     Args and Raises as ``fft``. Returns a complex array with ``n`` entries along ``axis``.
     """
-    return _fftn("ifft", x, None if n is None else (n,), (axis,), norm, True)
+    return _fftn("ifft", x, _n_as_s(n, "ifft"), (axis,), norm, True)
 
 
 def fftn(x, /, s=None, axes=None, norm="backward"):
@@ -283,7 +298,7 @@ def rfft(x, /, n=None, axis=-1, norm="backward"):
     Raises:
       DTypeError: a complex input. ValueError: ``n < 1`` or an unknown ``norm``.
     """
-    return _rfftn("rfft", x, None if n is None else (n,), (axis,), norm)
+    return _rfftn("rfft", x, _n_as_s(n, "rfft"), (axis,), norm)
 
 
 def irfft(x, /, n=None, axis=-1, norm="backward"):
@@ -301,7 +316,7 @@ def irfft(x, /, n=None, axis=-1, norm="backward"):
     Raises:
       ValueError: ``n < 1`` (or an input of one entry without ``n``), an unknown ``norm``.
     """
-    return _irfftn("irfft", x, None if n is None else (n,), (axis,), norm)
+    return _irfftn("irfft", x, _n_as_s(n, "irfft"), (axis,), norm)
 
 
 def rfftn(x, /, s=None, axes=None, norm="backward"):
@@ -338,7 +353,7 @@ def hfft(x, /, n=None, axis=-1, norm="backward"):
     Args, Raises as ``irfft``. Returns a real array with ``n`` (default ``2 * (m - 1)``) entries along ``axis``.
     """
     x = _complex_input("hfft", x)
-    return _irfftn("hfft", lax.conj(x), None if n is None else (n,), (axis,), _swap(_norm(norm, "hfft")))
+    return _irfftn("hfft", lax.conj(x), _n_as_s(n, "hfft"), (axis,), _swap(_norm(norm, "hfft")))
 
 
 def ihfft(x, /, n=None, axis=-1, norm="backward"):
@@ -347,7 +362,7 @@ def ihfft(x, /, n=None, axis=-1, norm="backward"):
 
     Args, Raises as ``rfft``. Returns a complex array with ``n//2 + 1`` entries along ``axis``.
     """
-    return lax.conj(_rfftn("ihfft", x, None if n is None else (n,), (axis,), _swap(_norm(norm, "ihfft"))))
+    return lax.conj(_rfftn("ihfft", x, _n_as_s(n, "ihfft"), (axis,), _swap(_norm(norm, "ihfft"))))
 
 
 # ----------------------------------------------------------------------------- frequencies and shifts
