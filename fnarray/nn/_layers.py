@@ -310,13 +310,21 @@ class Dropout(Module):
     Randomness comes only from the explicit ``key``; with ``training=False`` (or ``rate == 0``) the
     layer is the identity.
 
-    Args (constructor): ``rate`` in ``[0, 1)`` (default 0.5).
+    Args (constructor): ``p``, the drop probability in ``[0, 1)`` (default 0.5), by position or as
+      ``p=`` (the name of ``mlx.nn.Dropout``, Equinox and PyTorch) or ``rate=`` (Flax's); it is
+      stored as the field ``rate``.
     Call: ``drop(x, key=key, training=True)`` -> x's shape and dtype.
-    Raises (call): ``ValueError`` when training with ``rate > 0`` and no key.
+    Raises: ``TypeError`` (constructor) for both ``p`` and ``rate``; ``ValueError`` when training
+      with ``rate > 0`` and no key.
     Source: Srivastava et al., "Dropout" (JMLR 2014).
     """
 
     rate: float = 0.5
+
+    def __init__(self, p: float | None = None, *, rate: float | None = None):
+        if p is not None and rate is not None:
+            raise TypeError(f"Dropout: give the drop probability once, as p= or rate=, got p={p!r} and rate={rate!r}")
+        self.rate = p if p is not None else (rate if rate is not None else 0.5)
 
     def __check_init__(self):
         if not 0.0 <= float(self.rate) < 1.0:

@@ -12,7 +12,8 @@ __all__ = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32
            "bfloat16", "float32", "float64", "complex64", "complex128", "float0", "finfo", "iinfo",
            "isdtype", "result_type", "can_cast", "promote_types", "astype", "dtype",
            "__array_namespace_info__", "__array_api_version__", "e", "pi", "inf", "nan", "newaxis",
-           "euler_gamma", "issubdtype"]
+           "euler_gamma", "issubdtype", "bool_", "generic", "number", "integer", "signedinteger",
+           "unsignedinteger", "inexact", "floating", "complexfloating"]
 
 __array_api_version__ = "2024.12"
 
@@ -22,6 +23,11 @@ uint8, uint16, uint32, uint64 = dtypes.uint8, dtypes.uint16, dtypes.uint32, dtyp
 float16, bfloat16, float32, float64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64
 complex64, complex128 = dtypes.complex64, dtypes.complex128
 float0 = dtypes.float0
+bool_ = bool  # jnp.bool_ / mx.bool_
+# NumPy's abstract scalar types, for ``issubdtype(x.dtype, fnp.floating)`` as in jax.numpy
+generic, number, integer, inexact = np.generic, np.number, np.integer, np.inexact
+signedinteger, unsignedinteger, floating, complexfloating = (np.signedinteger, np.unsignedinteger, np.floating,
+                                                             np.complexfloating)
 finfo, iinfo = dtypes.finfo, dtypes.iinfo
 e, pi, inf, nan, euler_gamma = np.e, np.pi, np.inf, np.nan, float(np.euler_gamma)
 newaxis = None
