@@ -267,10 +267,7 @@ class Partial(functools.partial):
     def __new__(cls, func, *args, **kw):
         # a Partial of a Partial would hide the inner arguments from the tree: flatten it (as JAX)
         if isinstance(func, functools.partial) and type(func) is not functools.partial:
-            inner = func
-            out = super().__new__(cls, inner.func, *inner.args, *args, **{**inner.keywords, **kw})
-            out.func = inner.func
-            return out
+            return super().__new__(cls, func.func, *func.args, *args, **{**func.keywords, **kw})
         return super().__new__(cls, func, *args, **kw)
 
 
