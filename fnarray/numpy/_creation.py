@@ -434,7 +434,10 @@ def linspace(start, stop, /, num=50, endpoint=True, retstep=False, dtype=None, a
         return out
     div = (int(num) - 1) if endpoint else int(num)
     delta = lax.sub(asarray_internal(stop, dtype=out.dtype), asarray_internal(start, dtype=out.dtype))
-    step = lax.div(delta, np.asarray(div, out.dtype)[()]) if div > 0 else lax.mul(delta, np.asarray(np.nan, out.dtype)[()])
+    if div > 0:
+        step = lax.div(delta, np.asarray(div, out.dtype)[()])
+    else:  # NumPy: NaN
+        step = lax.mul(delta, np.asarray(np.nan, out.dtype)[()])
     return out, step
 
 

@@ -332,7 +332,7 @@ def isrealobj(x):
 
 
 def append(arr, values, axis=None):
-    """``concatenate`` of ``arr`` and ``values`` along ``axis``; both flattened when ``axis`` is None (``numpy.append``)."""
+    """``concatenate`` of ``arr`` and ``values`` along ``axis``; flattened if ``axis`` is None (``numpy.append``)."""
     fnp = _np()
     arr, values = fnp.asarray(arr), fnp.asarray(values)
     if axis is None:
@@ -355,7 +355,7 @@ def rollaxis(a, axis, start=0):
 
 
 def trapezoid(y, x=None, dx=1.0, axis=-1):
-    """The integral of ``y`` by the trapezoidal rule along ``axis`` (``numpy.trapezoid``), at ``x`` or spacing ``dx``."""
+    """The integral of ``y`` by the trapezoidal rule along ``axis`` at ``x`` or spacing ``dx`` (``numpy.trapezoid``)."""
     fnp = _np()
     y = fnp.moveaxis(fnp.asarray(y), axis, -1)
     if x is None:
