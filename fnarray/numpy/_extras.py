@@ -30,13 +30,13 @@ def _np():
 
 
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
-    """``all(isclose(a, b, ...))`` as a 0-d bool array (``jnp.allclose``; NumPy returns a Python bool)."""
+    """``all(isclose(a, b, ...))`` as a 0-d bool array (``jax.numpy.allclose``; NumPy returns a Python bool)."""
     fnp = _np()
     return fnp.all(fnp.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
 def array_equal(a1, a2, equal_nan=False):
-    """Whether two arrays have the same shape and elements (``jnp.array_equal``): a 0-d bool array.
+    """Whether two arrays have the same shape and elements (``jax.numpy.array_equal``): a 0-d bool array.
 
     Different shapes give ``False`` (a static answer, as in JAX); ``equal_nan`` counts NaNs equal.
     """
@@ -51,7 +51,7 @@ def array_equal(a1, a2, equal_nan=False):
 
 
 def array_equiv(a1, a2):
-    """Whether two arrays are equal after broadcasting (``jnp.array_equiv``); ``False`` if they do not broadcast."""
+    """Whether two arrays are equal after broadcasting (``jax.numpy.array_equiv``); ``False`` if they cannot."""
     fnp = _np()
     a1, a2 = fnp.asarray(a1), fnp.asarray(a2)
     try:
@@ -62,7 +62,7 @@ def array_equiv(a1, a2):
 
 
 def isin(element, test_elements, assume_unique=False, invert=False, *, method="auto"):
-    """Whether each element of ``element`` occurs in ``test_elements`` (``jnp.isin``), of ``element``'s shape.
+    """Whether each element of ``element`` occurs in ``test_elements`` (``jax.numpy.isin``), of ``element``'s shape.
 
     A comparison of every pair (``O(n m)`` memory, as JAX's default for small inputs).
     """
@@ -86,7 +86,7 @@ def _static_int(v, what):
 
 
 def tril_indices(n, k=0, m=None):
-    """Row and column indices of the lower triangle of an ``(n, m)`` matrix (``jnp.tril_indices``), ``int32``."""
+    """Row and column indices of the lower triangle of an ``(n, m)`` matrix (``jax.numpy.tril_indices``), ``int32``."""
     n = _static_int(n, "tril_indices")
     m = n if m is None else _static_int(m, "tril_indices")
     r, c = np.tril_indices(n, _static_int(k, "tril_indices"), m)
@@ -95,7 +95,7 @@ def tril_indices(n, k=0, m=None):
 
 
 def triu_indices(n, k=0, m=None):
-    """Row and column indices of the upper triangle of an ``(n, m)`` matrix (``jnp.triu_indices``), ``int32``."""
+    """Row and column indices of the upper triangle of an ``(n, m)`` matrix (``jax.numpy.triu_indices``), ``int32``."""
     n = _static_int(n, "triu_indices")
     m = n if m is None else _static_int(m, "triu_indices")
     r, c = np.triu_indices(n, _static_int(k, "triu_indices"), m)
@@ -104,7 +104,7 @@ def triu_indices(n, k=0, m=None):
 
 
 def diag_indices(n, ndim=2):
-    """``ndim`` copies of ``arange(n)`` (``jnp.diag_indices``): indices of the main diagonal."""
+    """``ndim`` copies of ``arange(n)`` (``jax.numpy.diag_indices``): indices of the main diagonal."""
     fnp = _np()
     i = fnp.arange(_static_int(n, "diag_indices"))
     return tuple(i for _ in range(_static_int(ndim, "diag_indices")))
@@ -116,26 +116,26 @@ def _square_2d(arr, what):
 
 
 def tril_indices_from(arr, k=0):
-    """``tril_indices`` for a 2-d array's shape."""
+    """``tril_indices`` for a 2-d array's shape (``numpy.tril_indices_from``)."""
     _square_2d(arr, "tril_indices_from")
     return tril_indices(arr.shape[0], k, arr.shape[1])
 
 
 def triu_indices_from(arr, k=0):
-    """``triu_indices`` for a 2-d array's shape."""
+    """``triu_indices`` for a 2-d array's shape (``numpy.triu_indices_from``)."""
     _square_2d(arr, "triu_indices_from")
     return triu_indices(arr.shape[0], k, arr.shape[1])
 
 
 def diag_indices_from(arr):
-    """``diag_indices`` for an array whose axes all have one length."""
+    """``diag_indices`` for an array whose axes all have one length (``numpy.diag_indices_from``)."""
     if arr.ndim < 2 or len(set(arr.shape)) != 1:
         raise ShapeError(f"diag_indices_from: expected an array of >= 2 equal axes, got shape {tuple(arr.shape)}")
     return diag_indices(arr.shape[0], arr.ndim)
 
 
 def unravel_index(indices, shape):
-    """Flat indices to a tuple of coordinate arrays for ``shape`` (``jnp.unravel_index``).
+    """Flat indices to a tuple of coordinate arrays for ``shape`` (``jax.numpy.unravel_index``).
 
     As JAX: out-of-range indices are clamped into ``[-size, size)`` and negative ones count from the end.
     """
@@ -153,7 +153,7 @@ def unravel_index(indices, shape):
 
 
 def ravel_multi_index(multi_index, dims, mode="raise", order="C"):
-    """A tuple of coordinate arrays to flat indices (``jnp.ravel_multi_index``); ``mode`` ``'clip'`` or ``'wrap'``.
+    """Coordinate arrays to flat indices (``jax.numpy.ravel_multi_index``); ``mode`` ``'clip'`` or ``'wrap'``.
 
     ``mode='raise'`` (NumPy's default) needs concrete indices, as in JAX.
     """
@@ -189,7 +189,7 @@ def _nan_mask(a):
 
 
 def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None):
-    """The variance ignoring NaNs (``jnp.nanvar``); an all-NaN slice gives NaN."""
+    """The variance ignoring NaNs (``jax.numpy.nanvar``); an all-NaN slice gives NaN."""
     fnp = _np()
     a, nan = _nan_mask(a)
     if where is not None:
@@ -206,7 +206,7 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=
 
 
 def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None):
-    """The standard deviation ignoring NaNs (``jnp.nanstd``)."""
+    """The standard deviation ignoring NaNs (``jax.numpy.nanstd``)."""
     return _np().sqrt(nanvar(a, axis, dtype, out, ddof, keepdims, where=where))
 
 
@@ -219,19 +219,19 @@ def _nanarg(a, axis, keepdims, fill, fn, what):
 
 
 def nanargmax(a, axis=None, out=None, keepdims=None):
-    """The index of the maximum ignoring NaNs (``jnp.nanargmax``); an all-NaN slice gives -1 (NumPy raises)."""
+    """The index of the maximum ignoring NaNs (``jax.numpy.nanargmax``); an all-NaN slice gives -1 (NumPy raises)."""
     fnp = _np()
     return _nanarg(a, axis, bool(keepdims), -np.inf, fnp.argmax, "nanargmax")
 
 
 def nanargmin(a, axis=None, out=None, keepdims=None):
-    """The index of the minimum ignoring NaNs (``jnp.nanargmin``); an all-NaN slice gives -1 (NumPy raises)."""
+    """The index of the minimum ignoring NaNs (``jax.numpy.nanargmin``); an all-NaN slice gives -1 (NumPy raises)."""
     fnp = _np()
     return _nanarg(a, axis, bool(keepdims), np.inf, fnp.argmin, "nanargmin")
 
 
 def nanprod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None):
-    """The product with NaNs counted as 1 (``jnp.nanprod``)."""
+    """The product with NaNs counted as 1 (``jax.numpy.nanprod``)."""
     fnp = _np()
     a, nan = _nan_mask(a)
     r = fnp.prod(fnp.where(nan, 1, a), axis=axis, dtype=dtype, keepdims=keepdims, where=where)
@@ -239,14 +239,14 @@ def nanprod(a, axis=None, dtype=None, out=None, keepdims=False, initial=None, wh
 
 
 def nancumsum(a, axis=None, dtype=None, out=None):
-    """The cumulative sum with NaNs counted as 0 (``jnp.nancumsum``)."""
+    """The cumulative sum with NaNs counted as 0 (``jax.numpy.nancumsum``)."""
     fnp = _np()
     a, nan = _nan_mask(a)
     return fnp.cumsum(fnp.where(nan, 0, a), axis=axis, dtype=dtype)
 
 
 def nancumprod(a, axis=None, dtype=None, out=None):
-    """The cumulative product with NaNs counted as 1 (``jnp.nancumprod``)."""
+    """The cumulative product with NaNs counted as 1 (``jax.numpy.nancumprod``)."""
     fnp = _np()
     a, nan = _nan_mask(a)
     return fnp.cumprod(fnp.where(nan, 1, a), axis=axis, dtype=dtype)
@@ -258,7 +258,7 @@ def rint(x, /):
 
 
 def fabs(x, /):
-    """The absolute value of a real array (``numpy.fabs``); integers and bools give ``float32`` (as ``jnp.fabs``)."""
+    """The absolute value of a real array (``numpy.fabs``); integers and bools give ``float32`` (as jax.numpy)."""
     fnp = _np()
     x = fnp.asarray(x)
     if fnp.iscomplexobj(x):
@@ -274,7 +274,7 @@ def around(a, decimals=0, out=None):
 
 
 def copy(a, order=None):
-    """An array equal to ``a`` (``jnp.copy``): arrays are immutable, so this is ``asarray(a)``."""
+    """An array equal to ``a`` (``jax.numpy.copy``): arrays are immutable, so this is ``asarray(a)``."""
     return _np().asarray(a)
 
 
@@ -295,24 +295,24 @@ def divmod(x1, x2, /):  # noqa: A001 (NumPy's name)
 
 
 def ndim(a):
-    """The number of axes of ``a`` (an array, scalar or nested list): a Python int."""
+    """The number of axes of ``a`` (an array, scalar or nested list): a Python int (``numpy.ndim``)."""
     return len(shape(a))
 
 
 def shape(a):
-    """The shape of ``a`` (an array, scalar or nested list): a tuple of ints."""
+    """The shape of ``a`` (an array, scalar or nested list): a tuple of ints (``numpy.shape``)."""
     s = getattr(a, "shape", None)
     return tuple(s) if s is not None else np.shape(a)
 
 
 def size(a, axis=None):
-    """The number of elements of ``a`` (or along ``axis``): a Python int."""
+    """The number of elements of ``a`` (or along ``axis``): a Python int (``numpy.size``)."""
     s = shape(a)
     return math.prod(s) if axis is None else s[axis]
 
 
 def isscalar(element):
-    """Whether ``element`` is a scalar (``jnp.isscalar``): Python and NumPy scalars and 0-d arrays count."""
+    """Whether ``element`` is a scalar (``jax.numpy.isscalar``): Python and NumPy scalars and 0-d arrays count."""
     if isinstance(element, (builtins.bool, int, float, complex, np.generic)):
         return True
     return isinstance(element, (Array, np.ndarray)) and element.ndim == 0
@@ -474,7 +474,7 @@ def isposinf(x, /, out=None):
 
 
 def polyval(p, x, *, unroll=16):
-    """The polynomial with coefficients ``p`` (highest power first) at ``x``, by Horner's rule (``jnp.polyval``)."""
+    """The polynomial ``p`` (highest power first) at ``x``, by Horner's rule (``jax.numpy.polyval``)."""
     fnp = _np()
     p = fnp.asarray(p)
     x = fnp.asarray(x)
