@@ -214,3 +214,48 @@ def test_partial_is_a_pytree():
     assert isinstance(g, fa.tree_util.Partial) and float(g.args[0]) == 5.0 and float(g.keywords["c"]) == 1.0
     nested = fa.tree_util.Partial(P, 1.0)
     assert nested.func is P.func and float(nested()) == 5.0 and len(fa.tree.leaves(nested)) == 3
+
+
+# ---------------------------------------------------------------- jax.lax conveniences (fnarray/_lax_more.py)
+
+LAX_CASES = ["dot(x, x.T)", "dot(x[0], x[1])", "dot(x, x[0])", "batch_matmul(x[None], x.T[None])",
+             "clamp(-0.5, x, 0.5)",
+             "square(x)", "reciprocal(x)", "full_like(x, 2.0)", "full_like(x, 2, shape=(2,))", "broadcast(x, (2,))",
+             "broadcasted_iota(np.int32, (2, 3), 1)", "collapse(x[None], 0, 2)", "collapse(x[None], 1)",
+             "sort_key_val(x, x * 2, 0)", "top_k(x, 3)", "dynamic_slice_in_dim(x, 2, 3, 1)",
+             "dynamic_slice_in_dim(x, 4, 3, 1)", "dynamic_index_in_dim(x, 1, 0, False)",
+             "dynamic_update_slice_in_dim(x, x[:1] * 0, 2, 0)", "dynamic_update_index_in_dim(x, x[0] * 0, 1, 0)",
+             "index_in_dim(x, -1, 1, False)", "index_in_dim(x, 0)", "full((2,), 3.0)",
+             "dot_general(x, x, (((1,), (1,)), ((), ())), precision=L.Precision.HIGHEST)"]
+XL = R.randn(3, 5).astype(np.float32)
+XL[1, 2] = XL[1, 4]    # a tie for top_k
+
+
+def _lax_eval(src, lax_mod, x):
+    return eval(src, {"L": lax_mod, "x": x, "np": np, **{n: getattr(lax_mod, n) for n in dir(lax_mod) if n[0] != "_"}})
+
+
+@pytest.mark.parametrize("src", LAX_CASES)
+def test_lax_conveniences_against_jax(src):
+    jax = pytest.importorskip("jax")
+    ref = _lax_eval(src, jax.lax, XL)
+    out = _lax_eval(src, fa.lax, fnp.asarray(XL))
+    for r, o in zip(*(((ref, out) if isinstance(ref, tuple) else ((ref,), (out,)))), strict=True):
+        assert np.asarray(o).dtype == np.asarray(r).dtype and np.asarray(o).shape == np.asarray(r).shape
+        np.testing.assert_allclose(np.asarray(o), np.asarray(r), rtol=1e-6)
+
+
+def test_lax_conveniences_jit_every_device(device):
+    def f(x, i):
+        v, idx = fa.lax.top_k(x, 2)
+        return (v, idx, fa.lax.dynamic_slice_in_dim(x, i, 2, 1), fa.lax.dynamic_update_index_in_dim(x, x[0] * 0, i, 0),
+                fa.lax.clamp(-0.5, x, 0.5))
+    out = fa.jit(f)(fa.device_put(fnp.asarray(XL), device), fa.device_put(fnp.asarray(1), device))
+    order = np.argsort(-XL, axis=1, kind="stable")[:, :2]
+    upd = XL.copy()
+    upd[1] = 0
+    for o, r in zip(out, [np.take_along_axis(XL, order, 1), order, XL[:, 1:3], upd, np.clip(XL, -0.5, 0.5)],
+                    strict=True):
+        np.testing.assert_allclose(np.asarray(o), r, rtol=1e-6)
+    with pytest.raises(ValueError, match="top_k"):
+        fa.lax.top_k(fnp.asarray(XL), 6)
