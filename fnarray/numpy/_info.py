@@ -17,11 +17,62 @@ __all__ = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32
 
 __array_api_version__ = "2024.12"
 
-bool = dtypes.bool_  # noqa: A001 (array API name)
-int8, int16, int32, int64 = dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64
-uint8, uint16, uint32, uint64 = dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64
-float16, bfloat16, float32, float64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64
-complex64, complex128 = dtypes.complex64, dtypes.complex128
+class _ScalarMeta(type):
+    """The type of ``fnp.float32`` and its siblings: scalar types as in ``jax.numpy``.
+
+    ``fnp.float32(x)`` makes a ``float32`` array (``jnp.float32(x)``), and the type stands wherever a
+    dtype does: it equals and hashes as its NumPy dtype (``x.dtype == fnp.float32``, dict keys),
+    ``np.dtype(fnp.float32)`` is that dtype, and it answers the dtype's attributes (``.itemsize``,
+    ``.name``, ``.kind``...).
+    """
+
+    def __hash__(cls):
+        return hash(cls.dtype)
+
+    def __eq__(cls, other):
+        if other is cls:
+            return True
+        if isinstance(other, _ScalarMeta):
+            return cls.dtype == other.dtype
+        if isinstance(other, (np.dtype, str)) or (isinstance(other, type) and issubclass(other, np.generic)):
+            try:
+                return cls.dtype == np.dtype(other)
+            except TypeError:
+                return False
+        return NotImplemented
+
+    def __ne__(cls, other):
+        eq = _ScalarMeta.__eq__(cls, other)
+        return eq if eq is NotImplemented else not eq
+
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(cls.dtype, name)
+
+    def __repr__(cls):
+        return f"fnarray.numpy.{cls.__name__}"
+
+
+def _scalar_type(name, d):
+    def __new__(cls, x=0):
+        from fnarray.numpy._creation import asarray
+        return asarray(x, dtype=cls.dtype)
+    doc = (f"The {d.name} scalar type (``jax.numpy.{name}``): ``{name}(x)`` is ``asarray(x, dtype={name})``; as a "
+           f"dtype it is ``{d.name}`` (a dtype of the array API where the standard has it).")
+    return _ScalarMeta(name, (), {"dtype": d, "__new__": __new__, "__module__": __name__, "__doc__": doc})
+
+
+bool = _scalar_type("bool", dtypes.bool_)  # noqa: A001 (array API name)
+int8, int16, int32, int64 = (_scalar_type(n, d) for n, d in (("int8", dtypes.int8), ("int16", dtypes.int16),
+                                                              ("int32", dtypes.int32), ("int64", dtypes.int64)))
+uint8, uint16, uint32, uint64 = (_scalar_type(n, d) for n, d in (("uint8", dtypes.uint8), ("uint16", dtypes.uint16),
+                                                                  ("uint32", dtypes.uint32),
+                                                                  ("uint64", dtypes.uint64)))
+float16, bfloat16, float32, float64 = (_scalar_type(n, d) for n, d in (
+    ("float16", dtypes.float16), ("bfloat16", dtypes.bfloat16), ("float32", dtypes.float32),
+    ("float64", dtypes.float64)))
+complex64, complex128 = _scalar_type("complex64", dtypes.complex64), _scalar_type("complex128", dtypes.complex128)
 float0 = dtypes.float0
 bool_ = bool  # jnp.bool_ / mx.bool_
 # NumPy's abstract scalar types, for ``issubdtype(x.dtype, fnp.floating)`` as in jax.numpy
@@ -73,7 +124,7 @@ def _pair(x):
     if isinstance(x, Array):
         return x.dtype, x.weak_type
     if isinstance(x, (np.dtype, type)) or isinstance(x, str):
-        return dtypes.canonicalize(x), False
+        return dtypes.canonicalize(x), False  # a _ScalarMeta type is a type
     a = aval_of(x)
     return a.dtype, a.weak_type
 
