@@ -444,12 +444,13 @@ def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
     Negative bounds (both negative) give negative values, as NumPy; a zero bound raises ``ValueError``.
     """
     fnp = _np()
-    s, e = np.asarray(start), np.asarray(stop)
-    if isinstance(start, Array) or isinstance(stop, Array):
+    host = (int, float, np.number, np.ndarray)
+    if not (isinstance(start, host) and isinstance(stop, host)):    # arrays and tracers: traced bounds
         s_, e_ = fnp.asarray(start), fnp.asarray(stop)
         sign = fnp.sign(s_)
         out = sign * fnp.logspace(fnp.log10(s_ * sign), fnp.log10(e_ * sign), num, endpoint=endpoint, base=10.0)
     else:
+        s, e = np.asarray(start), np.asarray(stop)
         if np.any(s == 0) or np.any(e == 0):
             raise ValueError("geomspace: a bound is zero (a geometric sequence cannot contain 0)")
         vals = np.geomspace(s.astype(np.float64), e.astype(np.float64), int(num), endpoint=endpoint)
