@@ -2,8 +2,9 @@
 
 Rows (f32[4] operands, so that fnarray's own time per call dominates):
   jax:0   cached jitted ``a*2+1`` vs ``jax.jit`` (returning, and waited for with ``block_until_ready``);
-          eager ``x * 2.0`` vs ``jax.numpy``'s;
-  numpy:0 eager ``x * 2.0`` and ``x * y`` vs NumPy's; cached jitted ``a*2+1`` vs NumPy's expression;
+          eager ``x * 2.0``, ``x @ y``, ``sum(x, axis=0)``, ``x[1]`` (f32[4, 4]) vs ``jax.numpy``'s;
+  numpy:0 eager ``x * 2.0``, ``x * y``, ``fnp.multiply(x, y)``, ``fnp.exp(x)``, and on f32[4, 4] ``x @ y``,
+          ``sum(x, axis=0)``, ``x[1]``, ``x + row`` vs NumPy's; cached jitted ``a*2+1`` vs NumPy's expression;
   mlx:0   eager ``x * 2.0`` vs MLX's (both evaluated); cached jitted ``a*2+1`` vs ``mx.compile``.
 Each round times every variant for ``--number`` calls, alternating; a cell is the minimum over ``--rounds``.
 The machine is shared: read the ratios, with the load average printed beside them.
@@ -23,10 +24,12 @@ import numpy as np
 
 import _checkout  # noqa: E402,F401  (this checkout's fnarray, not an installed one)
 import fnarray as fa
+import fnarray.numpy as fnp
 
 
 def _rows(which):
     x4 = np.arange(4, dtype=np.float32)
+    m44 = np.arange(16, dtype=np.float32).reshape(4, 4)
     rows = {}
     if "jax" in which:
         import jax
@@ -42,6 +45,13 @@ def _rows(which):
                                               lambda: g(xj).block_until_ready(), "jax.jit")
         rows["jax:0 eager x*2.0, waited"] = (lambda: (xf * 2.0).block_until_ready(),
                                              lambda: (xj * 2.0).block_until_ready(), "jnp")
+        mj, mf = jax.device_put(m44), fa.device_put(m44, "jax:0")
+        rows["jax:0 eager x @ y, waited"] = (lambda: (mf @ mf).block_until_ready(),
+                                             lambda: (mj @ mj).block_until_ready(), "jnp")
+        rows["jax:0 eager sum(x, axis=0), waited"] = (lambda: fnp.sum(mf, axis=0).block_until_ready(),
+                                                      lambda: jnp.sum(mj, axis=0).block_until_ready(), "jnp")
+        rows["jax:0 eager x[1], waited"] = (lambda: mf[1].block_until_ready(),
+                                            lambda: mj[1].block_until_ready(), "jnp")
         del jnp
     if "numpy" in which:
         xn = fa.device_put(x4, "numpy:0")
@@ -51,6 +61,14 @@ def _rows(which):
         rows["numpy:0 eager x*2.0"] = (lambda: xn * 2.0, lambda: x4 * 2.0, "NumPy")
         rows["numpy:0 eager x*y"] = (lambda: xn * yn, lambda: x4 * y4, "NumPy")
         rows["numpy:0 jitted a*2+1"] = (lambda: h(xn), lambda: x4 * 2.0 + 1.0, "NumPy")
+        rows["numpy:0 eager fnp.multiply(x, y)"] = (lambda: fnp.multiply(xn, yn), lambda: np.multiply(x4, y4),
+                                                    "NumPy")
+        rows["numpy:0 eager fnp.exp(x)"] = (lambda: fnp.exp(xn), lambda: np.exp(x4), "NumPy")
+        mn = fa.device_put(m44, "numpy:0")
+        rows["numpy:0 eager x @ y"] = (lambda: mn @ mn, lambda: m44 @ m44, "NumPy")
+        rows["numpy:0 eager sum(x, axis=0)"] = (lambda: fnp.sum(mn, axis=0), lambda: np.sum(m44, axis=0), "NumPy")
+        rows["numpy:0 eager x[1]"] = (lambda: mn[1], lambda: m44[1], "NumPy")
+        rows["numpy:0 eager x + row (broadcast)"] = (lambda: mn + xn, lambda: m44 + x4, "NumPy")
     if "mlx" in which:
         import mlx.core as mx
         xm = mx.array(x4)

@@ -17,9 +17,16 @@ from fnarray.devices.placement import block_until_ready, default_device, device_
 from fnarray.devices.placement import parse_device as get_device
 from fnarray.lowering import numpy as _numpy_backend  # noqa: F401  (installs the literal folder)
 from fnarray import numpy  # noqa: F401  (installs Array's operators)
+from fnarray.devices import eager_ops as _eager_ops
 from fnarray import tree_util  # noqa: F401
 from fnarray import tree  # noqa: F401  (fa.tree.map, as jax.tree)
 from fnarray.transforms.jit import jit, make_ir
+
+from fnarray.transforms import eager_jit as _eager_jit  # noqa: E402
+
+for _ns in (numpy, numpy.linalg, numpy.fft):  # eager calls of fnp's functions run as cached jitted programs
+    _eager_jit.install(_ns)
+_eager_ops.install_namespace(numpy)  # fnp.multiply(x, y) of concrete arrays takes the operators' fast path
 
 __version__ = "0.1.0"
 

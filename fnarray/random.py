@@ -903,3 +903,13 @@ def choice(key, a, shape=(), replace: bool = True, p=None, axis: int = 0) -> Arr
 
 # The samplers with rejection loops or linear algebra live in their own module (it uses the helpers above).
 from fnarray._random_dists import beta, dirichlet, gamma, loggamma, multivariate_normal, poisson  # noqa: E402
+
+
+def _install_eager_jit():
+    import sys
+
+    from fnarray.transforms import eager_jit  # eager calls run as cached jitted programs
+    eager_jit.install(sys.modules[__name__], excluded=("PRNGKey", "key"))
+
+
+_install_eager_jit()

@@ -405,7 +405,7 @@ def device_put_sharded(x, sharding):
     ctx = jax.enable_x64(True) if x64 else _null()
     with ctx:
         buf = jax.device_put(value, sharding.jax_sharding, may_alias=False)
-    return ArrayImpl(x.aval, first, buf, committed=True)
+    return ArrayImpl.make(x.aval, first, buf, committed=True)
 
 
 class _null:
@@ -465,7 +465,7 @@ def addressable_shards(arr) -> list:
         split = bool(spec.axis_names())
         aval = ShapedArray(tuple(g.local.shape), arr.dtype, arr.aval.weak_type)
         index = g.sharding.devices_indices_map(arr.shape)[dev]
-        return [Shard(dev, index, 0 if split else me, ArrayImpl(aval, dev, g.local, committed=True))]
+        return [Shard(dev, index, 0 if split else me, ArrayImpl.make(aval, dev, g.local, committed=True))]
     if dev.backend != "jax":
         return [Shard(dev, tuple(slice(None) for _ in arr.shape), 0, arr)]
     by_handle = {d.handle: d for d in dev.impl.devices()}
@@ -473,7 +473,7 @@ def addressable_shards(arr) -> list:
     for sh in arr.buf().addressable_shards:
         d = by_handle[sh.device]
         aval = ShapedArray(tuple(sh.data.shape), arr.dtype, arr.aval.weak_type)
-        out.append(Shard(d, tuple(sh.index), sh.replica_id, ArrayImpl(aval, d, sh.data, committed=True)))
+        out.append(Shard(d, tuple(sh.index), sh.replica_id, ArrayImpl.make(aval, d, sh.data, committed=True)))
     return out
 
 

@@ -28,10 +28,27 @@ __all__ = [
     "BACKEND_UNAVAILABLE", "require_backend", "needs_namespace", "tolerance", "jax_promote",
     "oracle_promote", "to_inexact", "reference", "assert_close", "assert_same", "check_traced",
     "eager_and_jit", "random_array", "on_device", "int_div_ref", "int_rem_ref", "shift_ref",
-    "saturating_cast_ref", "ALL_DTYPES", "DTYPE_NAMES", "fallback_mode",
+    "saturating_cast_ref", "ALL_DTYPES", "DTYPE_NAMES", "fallback_mode", "python_calls",
 ]
 
 BACKEND_UNAVAILABLE = "backend unavailable"
+
+
+def python_calls(fn) -> list:
+    """The names of the Python functions ``fn()`` calls (``fn`` itself first), counted with
+    ``sys.setprofile``: what the call-path tests bound, instead of timing."""
+    import sys
+    calls = []
+
+    def prof(frame, event, arg):
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+    sys.setprofile(prof)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
 
 
 @contextlib.contextmanager

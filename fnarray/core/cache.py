@@ -120,9 +120,13 @@ class LRUCache:
             return self._d.pop(key, default)
 
     def clear(self) -> None:
+        """Remove every entry, each passed to ``on_evict`` as an eviction is."""
         with self._lock:
-            old = list(self._d.values())  # the mapping object stays: callers may hold ``_d``
+            old = list(self._d.items())  # the mapping object stays: callers may hold ``_d``
             self._d.clear()
+        if self._on_evict is not None:
+            for k, v in old:
+                self._on_evict(k, v)
         del old  # values are dropped outside the lock (their finalizers may use other caches)
 
     def trim(self) -> None:

@@ -86,7 +86,7 @@ def import_dlpack(x, device=None, copy=None):
         if v.flags.writeable:
             v = v.view()
             v.flags.writeable = False
-        return ArrayImpl(ShapedArray(v.shape, dtypes.canonicalize(v.dtype)), dev, v, committed)
+        return ArrayImpl.make(ShapedArray(v.shape, dtypes.canonicalize(v.dtype)), dev, v, committed)
     if dev.backend == "jax":
         import jax
         import jax.dlpack
@@ -103,7 +103,7 @@ def import_dlpack(x, device=None, copy=None):
                 buf = jax.device_put(buf, dev.handle)
         if not _native(np.dtype(buf.dtype)):
             return None
-        return ArrayImpl(ShapedArray(tuple(buf.shape), dtypes.canonicalize(np.dtype(buf.dtype))), dev, buf,
+        return ArrayImpl.make(ShapedArray(tuple(buf.shape), dtypes.canonicalize(np.dtype(buf.dtype))), dev, buf,
                          committed)
     return None
 

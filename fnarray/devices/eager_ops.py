@@ -17,8 +17,14 @@ promotion is a fixed rule of the operand types:
   through the same ``dtypes.scalar_literal`` as the namespace's);
 
 and only where the operator is that one primitive at that dtype (``+`` of bools is ``or``, ``/`` of
-integers converts first: those stay general). Before an entry is kept, the general path's own eager
-cache must hold the same (primitive, input avals) and its result must have the entry's aval and device.
+integers converts first: those stay general). Before an entry is kept, the general path's result must have
+the aval and device of the primitive's own eager executable at those input avals (made here if the general
+path ran the whole function as one program, ``fnarray.transforms.eager_jit``).
+
+``install_namespace`` gives ``fnarray.numpy``'s elementwise functions of the same primitives (``add`` ...
+``not_equal``, ``maximum``, ``minimum``, ``negative``, ``abs``, ``exp``, ``log``, ``sqrt``, ``sin`` ... at the
+dtypes where each is exactly one primitive) the same entries, so ``fnp.multiply(x, y)`` costs one call more
+than ``x * y``.
 
 Everything else takes the general path: tracers or a transformation in progress, NumPy operands,
 broadcasting, weak-typed arrays, the profiler recording, ``debug_nans``/``debug_infs`` on, a changed
@@ -28,11 +34,14 @@ this module as for the numpy backend's (``x / 0.0`` is pinned to ``inf``). ``tes
 compares the two paths over dtypes, scalar kinds and values.
 
 Entries share the eager cache's bound (``config.eager_cache_size``) and its ``clear()``; a hit marks its
-entry used, as a general hit does (second-chance eviction). Lookups take no lock.
+entry used, as a general hit does (second-chance eviction). Lookups take no lock. Each operator first
+compares its last hit (aval, device, configuration) by identity, and hashes a key only when that differs;
+an evicted entry empties the last hit that holds it.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -43,7 +52,7 @@ from fnarray.core.config import config
 from fnarray.devices import placement
 from fnarray.devices.array_impl import ArrayImpl
 
-__all__ = ["install"]
+__all__ = ["install", "install_namespace"]
 
 warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fnarray\.devices\.eager_ops")
 
@@ -51,7 +60,6 @@ _STATE = tracing._state          # this thread's trace levels
 _APPLY = placement.eager_apply   # the unprofiled eager apply: the fast path runs only while it is installed
 _D = placement._eager_d          # the eager cache's mapping (GIL-atomic gets, no lock)
 _PARAMS = tracing._NO_PARAMS     # what ``bind`` passes for a primitive without params
-_new = object.__new__
 
 
 def _not_bool(d) -> bool:
@@ -66,6 +74,14 @@ def _any(d) -> bool:
     return True
 
 
+def _real_not_bool(d) -> bool:
+    return d != dtypes.bool_ and not dtypes.is_complex(d)
+
+
+def _has_abs(d) -> bool:
+    return d != dtypes.bool_ and not dtypes.is_unsigned(d)  # ``abs`` of an unsigned array is no primitive
+
+
 # operator -> (primitive, the dtypes at which fnarray.numpy's function is exactly that primitive, reflected).
 # ``divide`` promotes before its elementwise step and so converts a scalar quietly (``_QUIET``).
 _QUIET = frozenset({"truediv", "rtruediv"})
@@ -76,8 +92,24 @@ _BINARY = {
     "truediv": (P.div, dtypes.is_inexact, False), "rtruediv": (P.div, dtypes.is_inexact, True),
     "lt": (P.lt, _real, False), "le": (P.le, _real, False), "gt": (P.gt, _real, False),
     "ge": (P.ge, _real, False), "eq": (P.eq, _any, False), "ne": (P.ne, _any, False),
+    # fnarray.numpy's functions that are no operator
+    "maximum": (P.max_p, _real_not_bool, False), "minimum": (P.min_p, _real_not_bool, False),
 }
-_UNARY = {"neg": (P.neg, _not_bool)}
+# operator or fnarray.numpy function -> (primitive, the dtypes at which the function is exactly that primitive)
+_UNARY = {"neg": (P.neg, _not_bool), "abs": (P.abs_p, _has_abs)}
+_UNARY.update({name: (getattr(P, name), dtypes.is_float) for name in (
+    "exp", "exp2", "log", "log1p", "expm1", "tanh", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+    "asinh", "acosh", "atanh", "sqrt", "cbrt", "erf")})
+
+# fnarray.numpy's binary functions -> (the code of ``f(array, x2)``, of ``f(Python scalar, array)`` or None)
+_NAMESPACE_BINARY = {
+    "add": ("add", "radd"), "subtract": ("sub", "rsub"), "multiply": ("mul", "rmul"),
+    "divide": ("truediv", "rtruediv"), "less": ("lt", None), "less_equal": ("le", None),
+    "greater": ("gt", None), "greater_equal": ("ge", None), "equal": ("eq", None), "not_equal": ("ne", None),
+    "maximum": ("maximum", None), "minimum": ("minimum", None),
+}
+# fnarray.numpy's unary functions -> code (``_UNARY``)
+_NAMESPACE_UNARY = {"negative": "neg", **{name: name for name in _UNARY if name != "neg"}}
 
 
 def _fast_now() -> bool:
@@ -87,59 +119,93 @@ def _fast_now() -> bool:
 
 
 class _OpEntry:
-    """A fast operator's cached implementation (an eager-cache value beside the general ``_EagerEntry``)."""
+    """A fast operator's cached implementation (an eager-cache value beside the general ``_EagerEntry``).
 
-    __slots__ = ("fn", "conv", "out_aval", "device", "generation", "used")
+    ``memo`` is the one-element list of the operator's last hit that may hold this entry; ``forget`` (called
+    by the eager cache when it evicts or clears the entry) empties it, so an evicted entry is not served."""
+
+    __slots__ = ("fn", "conv", "out_aval", "device", "generation", "used", "memo")
 
     def __init__(self, fn, conv, out_aval, device):
         self.fn, self.conv, self.out_aval, self.device = fn, conv, out_aval, device
         self.generation = config.generation
         self.used = False
+        self.memo = None
+
+    def forget(self):
+        memo = self.memo
+        if memo is not None and memo[0][-1] is self:
+            memo[0] = _NO_MEMO  # (another thread may have just read the old hit: it is still correct)
+
+
+# An operator's last hit, ``(aval, [scalar type,] device, generation, fn, out_aval, conv, entry)``, compared
+# by identity before any key is hashed (hashing an aval's dtype is most of a lookup): a loop's ``x * y`` meets
+# the same aval objects every time (an executable's outputs share one, and so do placed arrays of one shape
+# and dtype). One tuple in a one-element list per operator and operand kind, replaced whole, so a thread
+# reads either the old hit or the new one.
+_NO_MEMO = (None,) * 8
 
 
 def _lookup(key, dev):
     """The entry for ``key`` on ``dev``: entries of a second device of one key are keyed with its id too."""
-    e = _D.get(key + (id(dev),))
-    return e if e is not None and e.device is dev else None
+    e = _D.get(key)
+    if e is not None and e.device is not dev:
+        e = _D.get(key + (id(dev),))
+        if e is not None and e.device is not dev:
+            return None
+    return e
+
+
+def _remember(memo, key, dev, *head):
+    """The last hit for ``key`` on ``dev`` if its entry is current (then kept in ``memo``), else None."""
+    e = _lookup(key, dev)
+    if e is None or e.generation != config.generation:
+        return None
+    e.memo = memo
+    m = memo[0] = head + (dev, e.generation, e.fn, e.out_aval, e.conv, e)
+    return m
 
 
 def _binary(code, general):
+    arrays, scalars = [_NO_MEMO], [_NO_MEMO]  # the last hits with an array operand and with a Python scalar
+
     def method(self, other):
         t = type(other)
-        if t is float or t is int:
+        if t is ArrayImpl:
             if tracing.plain or _fast_now():
-                dev = self._device
-                e = _D.get((code, self.aval, t))
-                if e is not None and e.device is not dev:
-                    e = _lookup((code, self.aval, t), dev)
-                a = self._buf
-                if e is not None and e.generation == config.generation and a is not None:
-                    e.used = True
+                # The entry is keyed by this array's aval alone (the other's must equal it).
+                av, dev = self.aval, self._device
+                m = arrays[0]
+                if m[0] is not av or m[1] is not dev or m[2] != config.generation:
+                    m = _remember(arrays, (code, av, ArrayImpl), dev, av)
+                oav = other.aval
+                a, b = self._buf, other._buf
+                if (m is not None and other._device is dev and (oav is av or oav == av)
+                        and a is not None and b is not None):
+                    m[6].used = True
                     try:
-                        out = e.fn(a, e.conv(other))
+                        out = m[3](a, b)
                     except Exception:  # the general path raises its own error (or succeeds: an OOM race)
                         return general(self, other)
-                    r = _new(ArrayImpl)  # what ArrayImpl(...) does, without the __init__ call
-                    r.aval, r._device, r._buf, r._committed, r._host = e.out_aval, dev, out, self._committed, None
+                    r = ArrayImpl()  # what ArrayImpl.make(...) does, inline
+                    r.aval, r._device, r._buf, r._host = m[4], dev, out, None
+                    r._committed = self._committed or other._committed
                     return r
-        elif t is ArrayImpl:
+        elif t is float or t is int:
             if tracing.plain or _fast_now():
-                # Keyed by this array's aval alone (the other's must equal it): one aval hashed, not two.
-                dev, av, oav = self._device, self.aval, other.aval
-                e = _D.get((code, av, ArrayImpl))
-                if e is not None and e.device is not dev:
-                    e = _lookup((code, av, ArrayImpl), dev)
-                a, b = self._buf, other._buf
-                if (e is not None and other._device is dev and (oav is av or oav == av)
-                        and e.generation == config.generation and a is not None and b is not None):
-                    e.used = True
+                av, dev = self.aval, self._device
+                m = scalars[0]
+                if m[0] is not av or m[1] is not t or m[2] is not dev or m[3] != config.generation:
+                    m = _remember(scalars, (code, av, t), dev, av, t)
+                a = self._buf
+                if m is not None and a is not None:
+                    m[7].used = True
                     try:
-                        out = e.fn(a, b)
+                        out = m[4](a, m[6](other))
                     except Exception:
                         return general(self, other)
-                    r = _new(ArrayImpl)
-                    r.aval, r._device, r._buf, r._host = e.out_aval, dev, out, None
-                    r._committed = self._committed or other._committed
+                    r = ArrayImpl()
+                    r.aval, r._device, r._buf, r._committed, r._host = m[5], dev, out, self._committed, None
                     return r
         return _miss(code, general, self, other)
     method.__name__ = general.__name__
@@ -148,22 +214,24 @@ def _binary(code, general):
 
 
 def _reflected(code, general):
+    scalars = [_NO_MEMO]
+
     def method(self, other):
         t = type(other)
         if (t is float or t is int) and (tracing.plain or _fast_now()):
-            dev = self._device
-            e = _D.get((code, self.aval, t))
-            if e is not None and e.device is not dev:
-                e = _lookup((code, self.aval, t), dev)
+            av, dev = self.aval, self._device
+            m = scalars[0]
+            if m[0] is not av or m[1] is not t or m[2] is not dev or m[3] != config.generation:
+                m = _remember(scalars, (code, av, t), dev, av, t)
             a = self._buf
-            if e is not None and e.generation == config.generation and a is not None:
-                e.used = True
+            if m is not None and a is not None:
+                m[7].used = True
                 try:
-                    out = e.fn(e.conv(other), a)
+                    out = m[4](m[6](other), a)
                 except Exception:
                     return general(self, other)
-                r = _new(ArrayImpl)
-                r.aval, r._device, r._buf, r._committed, r._host = e.out_aval, dev, out, self._committed, None
+                r = ArrayImpl()
+                r.aval, r._device, r._buf, r._committed, r._host = m[5], dev, out, self._committed, None
                 return r
         return _miss(code, general, self, other)
     method.__name__ = general.__name__
@@ -172,21 +240,23 @@ def _reflected(code, general):
 
 
 def _unary(code, general):
+    last = [_NO_MEMO]
+
     def method(self):
         if tracing.plain or _fast_now():
-            dev = self._device
-            e = _D.get((code, self.aval))
-            if e is not None and e.device is not dev:
-                e = _lookup((code, self.aval), dev)
+            av, dev = self.aval, self._device
+            m = last[0]
+            if m[0] is not av or m[1] is not dev or m[2] != config.generation:
+                m = _remember(last, (code, av), dev, av)
             a = self._buf
-            if e is not None and e.generation == config.generation and a is not None:
-                e.used = True
+            if m is not None and a is not None:
+                m[6].used = True
                 try:
-                    out = e.fn(a)
+                    out = m[3](a)
                 except Exception:
                     return general(self)
-                r = _new(ArrayImpl)
-                r.aval, r._device, r._buf, r._committed, r._host = e.out_aval, dev, out, self._committed, None
+                r = ArrayImpl()
+                r.aval, r._device, r._buf, r._committed, r._host = m[4], dev, out, self._committed, None
                 return r
         return _miss(code, general, self)
     method.__name__ = general.__name__
@@ -234,15 +304,18 @@ def _learn(code, x, other, binary, out):
         if not accepts(av.dtype):
             return
         in_avals, key = (av,), (code, av)
-    general = _D.get((prim, _PARAMS, in_avals, dev, config.fallback))
-    if general is None or len(general.out_avals) != 1:
-        return  # the general path ran something else (or keeps nothing): no entry
-    out_aval = general.out_avals[0]
-    if out.aval != out_aval or out._device is not dev:
+    # The primitive's eager executable (the general path made it, unless it ran the whole function as a
+    # program: fnarray.transforms.eager_jit); its output must be what the general path returned.
+    try:
+        exe, out_avals = placement._eager_executable(prim, _PARAMS, in_avals, dev)
+    except Exception:  # noqa: BLE001 (no entry: the general path keeps serving this case)
         return
-    fn = dev.impl.eager_call(prim, _PARAMS, in_avals, general.out_avals)
+    if len(out_avals) != 1 or out.aval != out_avals[0] or out._device is not dev:
+        return
+    out_aval = out_avals[0]
+    fn = dev.impl.eager_call(prim, _PARAMS, in_avals, out_avals)
     if fn is None:
-        fn = _one_output(general.exe, len(in_avals))
+        fn = _one_output(exe, len(in_avals))
         if fn is None:
             return
     entry = _OpEntry(fn, conv, out_aval, dev)
@@ -312,10 +385,54 @@ _DUNDER = {"add": "__add__", "radd": "__radd__", "sub": "__sub__", "rsub": "__rs
 def install(cls=ArrayImpl) -> None:
     """Give ``cls`` (``ArrayImpl``) the fast operators; each falls back to ``Array``'s own."""
     for code, (_, _, reflected) in _BINARY.items():
-        general = getattr(Array, _DUNDER[code])
-        setattr(cls, _DUNDER[code], (_reflected if reflected else _binary)(code, general))
-    for code in _UNARY:
-        setattr(cls, _DUNDER[code], _unary(code, getattr(Array, _DUNDER[code])))
+        if code in _DUNDER:
+            general = getattr(Array, _DUNDER[code])
+            setattr(cls, _DUNDER[code], (_reflected if reflected else _binary)(code, general))
+    cls.__neg__ = _unary("neg", Array.__neg__)
+
+
+def install_namespace(ns) -> None:
+    """Replace ``ns``'s (``fnarray.numpy``'s) elementwise functions of ``_NAMESPACE_BINARY`` and
+    ``_NAMESPACE_UNARY`` (and their aliases) by ones that take the fast operators' entries first.
+
+    ``fnp.multiply(x, y)`` of concrete arrays then costs what ``x * y`` does (plus a call), not the general
+    path's ~40 Python calls. A wrapper's own fast method falls back to the function it replaced (never to
+    ``Array``'s operator, which calls the namespace again); other operand types go to it directly.
+    """
+    for name, (code, rcode) in _NAMESPACE_BINARY.items():
+        _replace(ns, getattr(ns, name), _namespace_binary(getattr(ns, name), code, rcode))
+    for name, code in _NAMESPACE_UNARY.items():
+        _replace(ns, getattr(ns, name), _namespace_unary(getattr(ns, name), code))
+
+
+def _replace(ns, old, new):
+    functools.update_wrapper(new, old)
+    for attr, value in list(vars(ns).items()):
+        if value is old:  # the name and its aliases (``absolute``, ``arcsin``...)
+            setattr(ns, attr, new)
+
+
+def _namespace_binary(fn, code, rcode):
+    fast = _binary(code, fn)
+    rfast = _reflected(rcode, lambda x, s: fn(s, x)) if rcode is not None else None
+
+    def f(x1, x2, /):
+        if type(x1) is ArrayImpl:
+            return fast(x1, x2)
+        if rfast is not None and type(x2) is ArrayImpl:
+            t = type(x1)
+            if t is float or t is int:
+                return rfast(x2, x1)
+        return fn(x1, x2)
+    return f
+
+
+def _namespace_unary(fn, code):
+    fast = _unary(code, fn)
+
+    def f(x, /):
+        return fast(x) if type(x) is ArrayImpl else fn(x)
+    return f
 
 
 install()

@@ -81,7 +81,7 @@ def wrap_executable(exe, jitted, key, program, device):
             label, test = kind
             if not any(_bad(device.impl.to_host(b), test) for b in outs):
                 continue
-            inputs = [ArrayImpl(av, device, b, False) for av, b in zip(in_avals, bufs[n_consts:], strict=True)]
+            inputs = [ArrayImpl.make(av, device, b, False) for av, b in zip(in_avals, bufs[n_consts:], strict=True)]
             in_bad = any(_is_inexact(x) and _bad(x, test) for x in inputs)
             try:
                 _rerun(jitted, key, inputs)

@@ -158,17 +158,33 @@ def _short_repr(x):
     return r if len(r) <= 40 else r[:37] + "..."
 
 
+# Placed arrays of one shape and dtype share one ShapedArray (at most _AVALS_SIZE kept; cleared when full),
+# so that the eager operators' identity test of two operands' avals (eager_ops) holds for them as it does
+# for an executable's outputs. A lookup also costs less than building the named tuple.
+_AVALS: dict = {}
+_AVALS_SIZE = 256
+
+
+def _placed_aval(shape, d, weak_type) -> ShapedArray:
+    key = (shape, d, weak_type)
+    av = _AVALS.get(key)
+    if av is None:
+        if len(_AVALS) >= _AVALS_SIZE:
+            _AVALS.clear()
+        av = _AVALS[key] = ShapedArray(shape, d, weak_type)
+    return av
+
+
 def array_from_numpy(value, device: Device | None = None, *, weak_type: bool = False,
                      committed: bool = False) -> ArrayImpl:
     """Wrap a NumPy array (copied if writeable) as an ``ArrayImpl`` on ``device``."""
     v = np.asarray(value)
-    d = dtypes.canonicalize(v.dtype)
+    aval = _placed_aval(v.shape, dtypes.canonicalize(v.dtype), weak_type)
     dev = device if device is not None else default_device()
     if v.nbytes > _CHECKED_BYTES:  # small arrays fit everywhere: keep the common path free of the check
         from fnarray.devices import memory
-        memory.check_avals([ShapedArray(v.shape, d, weak_type)], dev, "fnarray.device_put")
-    buf = dev.impl.to_device(v, dev)
-    return ArrayImpl(ShapedArray(v.shape, d, weak_type), dev, buf, committed)
+        memory.check_avals([aval], dev, "fnarray.device_put")
+    return ArrayImpl.make(aval, dev, dev.impl.to_device(v, dev), committed)
 
 
 def device_put(x, device=None):
@@ -207,8 +223,8 @@ def device_put(x, device=None):
         target = dev or default_device()
         if isinstance(leaf, ArrayImpl):
             if leaf.device == target:
-                return ArrayImpl(leaf.aval, target, leaf.buf(), committed=dev is not None)
-            return ArrayImpl(leaf.aval, target, _transfer(leaf.buf(), leaf.device, target),
+                return ArrayImpl.make(leaf.aval, target, leaf.buf(), committed=dev is not None)
+            return ArrayImpl.make(leaf.aval, target, _transfer(leaf.buf(), leaf.device, target),
                              committed=dev is not None)
         if tracing.is_scalar(leaf):
             d, w = dtypes.dtype_of_scalar(leaf)
@@ -270,7 +286,13 @@ def _used_since(entry) -> bool:
 # reorder an LRU costs ~0.5 us here, a tenth of an eager call's own time), and eviction gives used
 # entries a second chance (CLOCK). Lookups take no lock; a miss compiles outside the lock and the first
 # insert wins, so threads share one executable.
-_eager_cache = LRUCache(_eager_cache_size, second_chance=_used_since)
+def _eager_dropped(key, entry) -> None:
+    forget = getattr(entry, "forget", None)  # the fast operators' entries (eager_ops) keep a last hit
+    if forget is not None:
+        forget()
+
+
+_eager_cache = LRUCache(_eager_cache_size, on_evict=_eager_dropped, second_chance=_used_since)
 _eager_d = _eager_cache._d
 
 
@@ -335,7 +357,7 @@ def eager_apply(primitive, args, params):
                             "Wrap NumPy arrays with fnarray.numpy.asarray.")
     exe, out_avals = _eager_executable(primitive, params, tuple(avals), device)
     outs = exe(bufs)
-    res = [ArrayImpl(av, device, b, committed) for av, b in zip(out_avals, outs, strict=True)]
+    res = [ArrayImpl.make(av, device, b, committed) for av, b in zip(out_avals, outs, strict=True)]
     if debug_check is not None:  # fnarray.config.debug_nans / debug_infs (fnarray.devices.nan_check)
         debug_check(primitive, args, res)
     return res if primitive.multiple_results else res[0]

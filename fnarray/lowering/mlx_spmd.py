@@ -229,7 +229,7 @@ def put_global(x, sharding):
     else:
         full = b if isinstance(b, mx.array) and x.device.backend == "mlx" else from_numpy(np.asarray(x))
         local = _split(full, sharding.spec.padded(x.ndim), mesh)
-    return ArrayImpl(x.aval, dev, GlobalBuffer(local, sharding), committed=True)
+    return ArrayImpl.make(x.aval, dev, GlobalBuffer(local, sharding), committed=True)
 
 
 def host_value(buf):

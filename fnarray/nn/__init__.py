@@ -31,3 +31,13 @@ __all__ = [
     "MultiHeadAttention", "RMSNorm", "Sequential", "Conv", "Conv1d", "Conv2d", "Conv3d", "avg_pool", "max_pool",
     "min_pool",
 ]
+
+
+def _install_eager_jit():
+    import sys
+
+    from fnarray.transforms import eager_jit  # eager calls run as cached jitted programs
+    eager_jit.install(sys.modules[__name__], excluded=("field", "static_field"))
+
+
+_install_eager_jit()

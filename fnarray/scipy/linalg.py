@@ -640,3 +640,13 @@ def block_diag(*arrs):
         rows.append(fnp.pad(b, ((0, 0), (col, total - col - b.shape[1]))))
         col += b.shape[1]
     return fnp.concatenate(rows, axis=0)
+
+
+def _install_eager_jit():
+    import sys
+
+    from fnarray.transforms import eager_jit  # eager calls run as cached jitted programs
+    eager_jit.install(sys.modules[__name__], excluded=())
+
+
+_install_eager_jit()

@@ -1004,3 +1004,13 @@ def log_softmax(x, /, *, axis=None):
     """
     from fnarray.nn._functions import log_softmax as _log_softmax
     return _log_softmax(x, axis=axis)
+
+
+def _install_eager_jit():
+    import sys
+
+    from fnarray.transforms import eager_jit  # eager calls run as cached jitted programs
+    eager_jit.install(sys.modules[__name__], excluded=())
+
+
+_install_eager_jit()

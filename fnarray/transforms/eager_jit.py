@@ -1,0 +1,252 @@
+"""Eager calls of ``fnarray.numpy``'s functions as cached jitted programs.
+
+Called eagerly, ``fnp.sum(x, axis=0)``, ``x @ y`` or ``x[1]`` run their primitives one by one through
+``bind`` and the eager cache: 50-100 Python calls and 30-90 us on numpy:0 for what NumPy does in 1-3 us.
+As ``jax.numpy`` jits its functions, ``install`` wraps each of ``fnarray.numpy``'s array functions so that
+a call on concrete arrays (``ArrayImpl``), from a thread that stages nothing, with the profiler off and
+``debug_nans``/``debug_infs`` off, is keyed by
+
+    (the function, the pytree structure of its arguments, each array's aval, each other leaf's value)
+
+and, from the second call of one key on, runs one jitted program of the whole function (``fnarray.jit``'s
+hot path: a few Python calls). The first call of a key takes the general path, so a loop over ever new
+static values (``x[i]`` for each ``i``) compiles nothing. Arrays are the program's arguments; every other
+leaf (ints, bools, strings, floats, complex and NumPy scalars, dtypes, slices, ``Ellipsis``) is a constant of
+it, compared by value and type (``1``, ``True`` and ``1.0`` are three keys; so are ``0.0`` and ``-0.0``).
+A call with any other leaf (a NumPy array, a callable, a tracer, an object of the user's), with arrays on
+two devices, or without an array takes the general path. So does a key whose program failed to trace or to
+compile (a data-dependent shape: ``nonzero``, ``unique``, boolean masks), from then on, and any error of a
+cached call: the general path then raises its own error (or succeeds).
+
+The programs are jitted on the device of their arrays, which is where the general path runs them, with
+the same committed flag (``tests/test_eager_jit.py`` compares both paths). Only backends whose programs
+compile in milliseconds take part (``_BACKENDS``: numpy, jax, mlx); opencl and webgpu keep running
+kernels per primitive.
+
+Memory: the programs are an ``LRUCache`` of at most half of ``config.jit_global_cache_size`` entries (each
+one jitted function holding one executable; half, so that the global LRU of executables does not evict
+them under this cache), the keys seen once another of ``config.eager_cache_size``.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+
+import numpy as np
+
+from fnarray.core import tracing
+from fnarray.core.cache import LRUCache
+from fnarray.core.config import config
+from fnarray.devices import placement
+from fnarray.devices.array_impl import ArrayImpl
+from fnarray.devices.eager_ops import _fast_now
+from fnarray.transforms.jit import jit
+
+__all__ = ["install", "cache_info"]
+
+_BACKENDS = frozenset({"numpy", "jax", "mlx"})
+
+# Functions left to the general path: they make arrays from non-arrays, return no array, return their input,
+# or have shapes that depend on values (tracing them would fail for every key).
+_EXCLUDED = frozenset({
+    "__array_namespace_info__", "arange", "array", "asarray", "broadcast_shapes", "can_cast", "empty", "eye",
+    "from_dlpack", "full", "identity", "indices", "isdtype", "issubdtype", "linspace", "logspace", "ones",
+    "promote_types", "result_type", "tri", "zeros", "argwhere", "flatnonzero", "nonzero", "unique",
+    "unique_all", "unique_counts", "unique_inverse", "unique_values", "bincount", "_copy", "_view",
+})
+
+_SLOT = object()     # where a program's template takes its next array
+_VALUE_LEAVES = frozenset({int, bool, str, type(None), type(Ellipsis), type})  # keyed by their value
+
+
+def _programs_size() -> int:
+    return config.jit_global_cache_size // 2
+
+
+def _seen_size() -> int:
+    return config.eager_cache_size
+
+
+class _Program:
+    __slots__ = ("jitted", "used")
+
+    def __init__(self, jitted):
+        self.jitted, self.used = jitted, False
+
+
+def _used_since(p) -> bool:
+    used, p.used = p.used, False
+    return used
+
+
+# A hit marks its program used (rehashing the key to reorder the LRU would cost more than the lookup);
+# eviction gives used programs a second chance (CLOCK), as the eager cache does.
+_programs = LRUCache(_programs_size, second_chance=_used_since)
+_programs_d = _programs._d
+_seen = LRUCache(_seen_size)
+
+
+def cache_info() -> dict:
+    """``{"programs": n, "seen": n, "bound": n}``: the cached programs, the keys seen once, the bound."""
+    return {"programs": len(_programs), "seen": len(_seen), "bound": _programs_size()}
+
+
+def _add(x, key, arrays) -> bool:
+    """Append ``x``'s part of a call's key (each value after its type, so the flat key reads one way only; an
+    array's aval) and its arrays; False where ``x`` has no key (the call takes the general path)."""
+    t = type(x)
+    if t is ArrayImpl:
+        key.append(x.aval)
+        arrays.append(x)
+    elif t in _VALUE_LEAVES:
+        key.append(t)
+        key.append(x)
+    elif t is tuple or t is list:
+        key.append(t)
+        key.append(len(x))
+        for y in x:
+            if not _add(y, key, arrays):
+                return False
+    elif t is float:
+        key.append(t)
+        key.append(x if x else str(x))  # 0.0 and -0.0 compare equal: their strings do not
+    elif t is slice:
+        key.append(t)
+        for p in (x.start, x.stop, x.step):
+            if p is not None and type(p) is not int:
+                return False
+            key.append(p)
+    elif isinstance(x, np.dtype):
+        key.append(np.dtype)
+        key.append(x)
+    elif t is complex:
+        key.append(t)
+        key.append(repr(x))
+    elif isinstance(x, np.generic):
+        key.append(t)
+        key.append(x.tobytes())
+    else:
+        return False
+    return True
+
+
+def _keyed(fn, args, kwargs):
+    """``(key, arrays)`` of a call, or None where the call takes the general path."""
+    key = [fn]
+    arrays = []
+    for x in args:
+        if type(x) is ArrayImpl:  # the common case inline
+            key.append(x.aval)
+            arrays.append(x)
+        elif not _add(x, key, arrays):
+            return None
+    if kwargs:
+        for name in sorted(kwargs):
+            key.append(name)
+            if not _add(kwargs[name], key, arrays):
+                return None
+    if not arrays:
+        return None
+    dev = arrays[0]._device
+    for a in arrays:
+        if a._device is not dev:
+            return None
+    if dev.backend not in _BACKENDS:
+        return None
+    key.append(id(dev))  # devices live as long as the process (a Device's own hash is a Python call)
+    key.append(config.generation)
+    return tuple(key), arrays
+
+
+def _template(x):
+    t = type(x)
+    if t is ArrayImpl:
+        return _SLOT
+    if t is tuple or t is list:
+        return t(_template(y) for y in x)
+    return x
+
+
+def _fill(x, arrays):
+    if x is _SLOT:
+        return next(arrays)
+    t = type(x)
+    if t is tuple or t is list:
+        return t(_fill(y, arrays) for y in x)
+    return x
+
+
+def _program(fn, args, kwargs):
+    """``g(*arrays)``: ``fn`` of the call's arguments with its arrays replaced by ``g``'s (in their order)."""
+    args_t, kwargs_t = _template(args), {name: _template(v) for name, v in sorted(kwargs.items())}
+
+    def program(*arrays):
+        it = iter(arrays)
+        a = _fill(args_t, it)
+        return fn(*a, **{name: _fill(v, it) for name, v in kwargs_t.items()})
+    program.__name__ = getattr(fn, "__name__", "program")
+    return program
+
+
+def _call(fn, args, kwargs):
+    keyed = _keyed(fn, args, kwargs)
+    if keyed is None:
+        return fn(*args, **kwargs)
+    key, arrays = keyed
+    p = _programs_d.get(key)
+    if p is None:
+        if _seen.peek(key) is None:  # the first call of this key: the general path, remembered
+            _seen.put(key, True)
+            return fn(*args, **kwargs)
+        jitted = jit(_program(fn, args, kwargs))
+        try:
+            with np.errstate(all="ignore"):  # tracing converts literals the general path converts quietly
+                out = jitted(*arrays)
+        except Exception:  # not traceable as a program (or an error): the general path, from now on
+            _programs.put(key, _Program(None))
+            return fn(*args, **kwargs)
+        _programs.put(key, _Program(jitted))
+        _seen.pop(key)
+        return out
+    p.used = True
+    if p.jitted is None:
+        return fn(*args, **kwargs)
+    try:
+        return p.jitted(*arrays)
+    except Exception:  # the general path raises its own error (or succeeds)
+        return fn(*args, **kwargs)
+
+
+_WRAPPERS: dict = {}  # function -> its wrapper (a function exported by several modules is wrapped once)
+
+
+def _wrap(fn, module):
+    w = _WRAPPERS.get(fn)
+    if w is not None:
+        return w
+    if fn in _WRAPPERS.values():
+        return fn  # already a wrapper (imported from a module installed before)
+
+    def f(*args, **kwargs):
+        if (tracing.plain or _fast_now()) and placement.debug_check is None:
+            return _call(fn, args, kwargs)
+        return fn(*args, **kwargs)
+    _WRAPPERS[fn] = functools.update_wrapper(f, fn)
+    # Named after the namespace that exports it, where pickle and checkpoints (which refer to functions by
+    # module and name, and check that the name gives the same object) find this wrapper.
+    f.__module__ = module
+    if "<" in f.__qualname__:  # made by a factory (``_arith.<locals>.f``): its public name
+        f.__qualname__ = f.__name__
+    return f
+
+
+def install(ns, excluded=()) -> None:
+    """Wrap ``ns``'s array functions (those in its ``__all__``, and their aliases) as the module docstring says:
+    ``fnarray.numpy`` and its ``linalg`` and ``fft``, ``fnarray.nn``, ``fnarray.random``, ``fnarray.scipy``'s
+    ``special`` and ``linalg`` install themselves. ``excluded``: more names to leave alone."""
+    public = set(ns.__all__) | {"_getitem", "_reshape_method", "_transpose_method"}
+    for name, value in list(vars(ns).items()):
+        if (isinstance(value, types.FunctionType) and name in public and name not in _EXCLUDED
+                and name not in excluded):
+            setattr(ns, name, _wrap(value, ns.__name__))

@@ -1,0 +1,207 @@
+"""Eager calls of fnarray.numpy's functions as cached jitted programs (fnarray/transforms/eager_jit.py).
+
+A call's first occurrence takes the general path (primitive by primitive); from its second on it runs one
+jitted program. Every case here compares the three calls with each other (value bits up to a NaN's sign,
+dtype, weak type, shape, committed flag, device) and, where cheap, with NumPy in float64.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from fnarray.core.errors import ShapeError
+from fnarray.transforms import eager_jit
+from helpers import python_calls
+
+RNG = np.random.default_rng(0)
+A = RNG.standard_normal((4, 6)).astype(np.float32)
+B = RNG.standard_normal((6, 3)).astype(np.float32)
+V = RNG.standard_normal(6).astype(np.float32)
+
+# name -> (fnarray call, NumPy float64 reference of the same)
+CASES = {
+    "matmul": (lambda a, b, v: a @ b, lambda a, b, v: a @ b),
+    "sum axis": (lambda a, b, v: fnp.sum(a, axis=0), lambda a, b, v: a.sum(axis=0)),
+    "mean keepdims": (lambda a, b, v: fnp.mean(a, axis=1, keepdims=True), lambda a, b, v: a.mean(1, keepdims=True)),
+    "getitem int": (lambda a, b, v: a[1], lambda a, b, v: a[1]),
+    "getitem slices": (lambda a, b, v: a[1:3, ::2], lambda a, b, v: a[1:3, ::2]),
+    "getitem none ellipsis": (lambda a, b, v: a[..., None, 2], lambda a, b, v: a[..., None, 2]),
+    "getitem array": (lambda a, b, v: a[fnp.asarray([0, 3, 3])], lambda a, b, v: a[[0, 3, 3]]),
+    "reshape": (lambda a, b, v: a.reshape((3, 8)), lambda a, b, v: a.reshape((3, 8))),
+    "transpose": (lambda a, b, v: a.T, lambda a, b, v: a.T),
+    "broadcast add": (lambda a, b, v: a + v, lambda a, b, v: a + v),
+    "where": (lambda a, b, v: fnp.where(a > 0.5, a, v), lambda a, b, v: np.where(a > 0.5, a, v)),
+    "astype": (lambda a, b, v: (a * 10).astype(fnp.int32), lambda a, b, v: (a * 10).astype(np.int32)),
+    "concatenate list": (lambda a, b, v: fnp.concatenate([a, a], axis=1), lambda a, b, v: np.concatenate([a, a], 1)),
+    "stack kwargs": (lambda a, b, v: fnp.stack((v, v), axis=-1), lambda a, b, v: np.stack((v, v), axis=-1)),
+    "pad": (lambda a, b, v: fnp.pad(a, ((1, 0), (0, 2))), lambda a, b, v: np.pad(a, ((1, 0), (0, 2)))),
+    "clip": (lambda a, b, v: fnp.clip(a, -0.5, 0.5), lambda a, b, v: np.clip(a, -0.5, 0.5)),
+    "einsum": (lambda a, b, v: fnp.einsum("ij,jk->ik", a, b), lambda a, b, v: np.einsum("ij,jk->ik", a, b)),
+    "split": (lambda a, b, v: fnp.split(a, 2, axis=0), lambda a, b, v: np.split(a, 2, axis=0)),
+    "cumsum": (lambda a, b, v: fnp.cumsum(v), lambda a, b, v: np.cumsum(v)),
+    "sort": (lambda a, b, v: fnp.sort(a, axis=1), lambda a, b, v: np.sort(a, axis=1)),
+    "mask (general path)": (lambda a, b, v: a[a > 0], lambda a, b, v: a[a > 0]),
+}
+
+
+def _observed(r):
+    if isinstance(r, (list, tuple)):
+        return [_observed(x) for x in r]
+    v = np.asarray(r)
+    if v.dtype.kind in "fc":
+        v = np.where(np.isnan(v), np.array(np.nan, v.dtype), v)
+    return (v.tobytes(), r.dtype, r.weak_type, r.shape, r.committed, str(r.device))
+
+
+def _check(name, device):
+    f, ref = CASES[name]
+    a, b, v = (fa.device_put(x, device) for x in (A, B, V))
+    outs = [_observed(f(a, b, v)) for _ in range(3)]
+    assert outs[0] == outs[1] == outs[2], name
+    got = f(a, b, v)
+    want = ref(A.astype(np.float64), B.astype(np.float64), V.astype(np.float64))
+    for g, w in zip(got if isinstance(got, list) else [got], want if isinstance(want, list) else [want]):
+        np.testing.assert_allclose(np.asarray(g), w, rtol=2e-6, atol=2e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_calls_match_the_general_path_and_numpy_numpy(name):
+    _check(name, "numpy:0")
+
+
+def test_calls_match_the_general_path_and_numpy(device):
+    """The parity selection on every device (opencl and webgpu take the general path every time)."""
+    for name in ("matmul", "sum axis", "getitem slices", "broadcast add", "where", "concatenate list",
+                 "mask (general path)"):
+        _check(name, device)
+
+
+def test_a_repeated_call_runs_one_cached_program():
+    a = fnp.asarray(A)
+    b = fnp.asarray(B)
+    for _ in range(3):
+        a @ b
+    n = eager_jit.cache_info()["programs"]
+    calls = python_calls(lambda: a @ b)
+    assert len(calls) <= 12, calls
+    assert eager_jit.cache_info()["programs"] == n
+
+
+def test_constants_are_keyed_by_type_and_sign():
+    x = fnp.asarray(np.array([1.0, -2.0, 0.0], np.float32))
+    i = fnp.asarray(np.array([1, 2, 3], np.int32))
+    for _ in range(3):
+        pos, neg = fnp.copysign(x, 0.0), fnp.copysign(x, -0.0)
+        np.testing.assert_array_equal(np.signbit(np.asarray(pos)), [False, False, False])
+        np.testing.assert_array_equal(np.signbit(np.asarray(neg)), [True, True, True])
+        assert fnp.power(i, 2).dtype == fnp.int32 and fnp.power(i, 2.0).dtype == fnp.float32
+        m = i > 1
+        assert fnp.where(m, 1, 0).dtype == fnp.int32 and fnp.where(m, True, False).dtype == fnp.bool
+        assert fnp.where(m, 1.0, 0).dtype == fnp.float32
+
+
+def test_placement_matches_the_general_path(device):
+    u = fnp.asarray(A)                        # uncommitted, on the default device
+    c = fa.device_put(A, device)              # committed
+    for _ in range(3):
+        r = fnp.sum(u, axis=1)
+        assert not r.committed and r.device == u.device
+        r = fnp.sum(c, axis=1)
+        assert r.committed and r.device == c.device
+
+
+def test_a_loop_over_new_constants_compiles_nothing():
+    x = fnp.asarray(np.arange(40, dtype=np.float32).reshape(20, 2))
+    n = eager_jit.cache_info()["programs"]
+    for i in range(20):
+        assert x[i].tolist() == [2 * i, 2 * i + 1]
+    assert eager_jit.cache_info()["programs"] == n
+
+
+def test_errors_are_the_general_paths():
+    a = fnp.asarray(A)
+    messages = set()
+    for _ in range(3):
+        with pytest.raises(ShapeError) as e:
+            a @ a
+        messages.add(str(e.value))
+    assert len(messages) == 1 and "f32[4,6]" in messages.pop()
+    x = fnp.asarray(np.arange(3, dtype=np.float32))
+    for _ in range(3):
+        fnp.sum(x, axis=0)
+    fa.jit(lambda t: t + 1.0, donate_argnums=0)(x)
+    with pytest.raises(RuntimeError, match="donated"):
+        fnp.sum(x, axis=0)
+
+
+def test_the_program_cache_is_bounded():
+    old = fa.config.jit_global_cache_size
+    fa.config.jit_global_cache_size = 8
+    try:
+        for n in range(1, 20):
+            x = fnp.asarray(np.arange(n, dtype=np.float32))
+            for _ in range(2):
+                assert float(fnp.sum(x, axis=0)) == n * (n - 1) / 2
+            assert eager_jit.cache_info()["programs"] <= 4
+    finally:
+        fa.config.jit_global_cache_size = old
+
+
+def test_calls_from_threads():
+    errors = []
+
+    def work(k):
+        try:
+            xs = RNG.standard_normal((3 + k, 4)).astype(np.float32) if k else A
+            x = fnp.asarray(xs)
+            for _ in range(100):
+                np.testing.assert_allclose(np.asarray(fnp.sum(x[1:], axis=0)), xs[1:].sum(0), rtol=1e-5)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads) and not errors, errors[:1]
+
+
+def test_inside_transformations_the_calls_are_staged():
+    x = fnp.asarray(A)
+    for _ in range(3):
+        fnp.sum(x, axis=0)
+    prog = fa.make_ir(lambda t: fnp.sum(t, axis=0))(x)
+    assert [e.primitive.name for e in prog.eqns] == ["reduce_sum"]
+    g = fa.grad(lambda t: fnp.sum(fnp.sum(t, axis=0) ** 2))(x)
+    np.testing.assert_allclose(np.asarray(g), 2 * np.broadcast_to(A.sum(0), A.shape), rtol=1e-5)
+
+
+def test_the_wrapped_functions_keep_their_names_and_pickle():
+    import pickle
+
+    import fnarray.nn as nn
+    import fnarray.random as random
+    for f in (fnp.sum, fnp.multiply, fnp.absolute, fnp.linalg.norm, fnp.fft.fft, nn.relu, random.normal):
+        assert pickle.loads(pickle.dumps(f)) is f, f
+        assert "Raises:" in f.__doc__ and f.__wrapped__ is not f
+    assert fnp.sum.__name__ == "sum" and fnp.sum.__module__ == "fnarray.numpy"
+
+
+def test_random_and_nn_calls_match_the_general_path():
+    import fnarray.nn as nn
+    import fnarray.random as random
+    key = random.PRNGKey(3)
+    outs = []
+    for _ in range(3):
+        k1, k2 = random.split(key)
+        x = random.normal(k1, (5,))
+        outs.append((_observed(k2), _observed(x), _observed(nn.softmax(x)), _observed(nn.relu(x))))
+    assert outs[0] == outs[1] == outs[2]
+    e = np.exp(np.asarray(x, np.float64))
+    np.testing.assert_allclose(np.asarray(nn.softmax(x)), e / e.sum(), rtol=1e-6)
