@@ -24,6 +24,13 @@ __all__ = ["allclose", "array_equal", "array_equiv", "isin", "tril_indices", "tr
            "isposinf", "polyval", "matvec", "vecmat", "ix_"]
 
 
+# Functions whose results are Python values or the shapes of their inputs: eager calls stay on the
+# general path (fnarray/transforms/eager_jit.py would turn their ints into arrays)
+NOT_ARRAY_RESULTS = ("ndim", "shape", "size", "isscalar", "iscomplexobj", "isrealobj", "copy", "tril_indices",
+                     "triu_indices", "diag_indices", "tril_indices_from", "triu_indices_from", "diag_indices_from",
+                     "ravel_multi_index")
+
+
 def _np():
     from fnarray import numpy as fnp
     return fnp
@@ -417,25 +424,18 @@ def digitize(x, bins, right=False):
     """The index of the bin each ``x`` falls in, for monotonic ``bins`` (``numpy.digitize``), ``int32``.
 
     Increasing bins: ``bins[i-1] <= x < bins[i]`` (``right=False``) or ``bins[i-1] < x <= bins[i]``;
-    decreasing bins mirror it. The direction is read from the concrete first and last bins.
+    decreasing bins mirror it. The direction is read from the first and last bins (which may be traced).
     """
     fnp = _np()
     bins = fnp.asarray(bins)
     if bins.ndim != 1:
         raise ShapeError(f"digitize: bins must be 1-d, got shape {tuple(bins.shape)}")
+    up = fnp.searchsorted(bins, x, side="left" if right else "right").astype(fnp.int32)
     if bins.shape[0] < 2:
-        decreasing = False
-    else:
-        try:
-            host = np.asarray(bins)
-        except Exception:
-            host = None
-        decreasing = bool(host[-1] < host[0]) if host is not None else False
-    side = "left" if right else "right"
-    if decreasing:
-        n = bins.shape[0]
-        return (n - fnp.searchsorted(bins[::-1], x, side="right" if right else "left")).astype(fnp.int32)
-    return fnp.searchsorted(bins, x, side=side).astype(fnp.int32)
+        return up
+    n = bins.shape[0]
+    down = (n - fnp.searchsorted(bins[::-1], x, side="right" if right else "left")).astype(fnp.int32)
+    return fnp.where(bins[-1] < bins[0], down, up)
 
 
 def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):

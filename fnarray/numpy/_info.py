@@ -17,50 +17,13 @@ __all__ = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32
 
 __array_api_version__ = "2024.12"
 
-class _ScalarMeta(type):
-    """The type of ``fnp.float32`` and its siblings: scalar types as in ``jax.numpy``.
-
-    ``fnp.float32(x)`` makes a ``float32`` array (``jnp.float32(x)``), and the type stands wherever a
-    dtype does: it equals and hashes as its NumPy dtype (``x.dtype == fnp.float32``, dict keys),
-    ``np.dtype(fnp.float32)`` is that dtype, and it answers the dtype's attributes (``.itemsize``,
-    ``.name``, ``.kind``...).
-    """
-
-    def __hash__(cls):
-        return hash(cls.dtype)
-
-    def __eq__(cls, other):
-        if other is cls:
-            return True
-        if isinstance(other, _ScalarMeta):
-            return cls.dtype == other.dtype
-        if isinstance(other, (np.dtype, str)) or (isinstance(other, type) and issubclass(other, np.generic)):
-            try:
-                return cls.dtype == np.dtype(other)
-            except TypeError:
-                return False
-        return NotImplemented
-
-    def __ne__(cls, other):
-        eq = _ScalarMeta.__eq__(cls, other)
-        return eq if eq is NotImplemented else not eq
-
-    def __getattr__(cls, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(cls.dtype, name)
-
-    def __repr__(cls):
-        return f"fnarray.numpy.{cls.__name__}"
-
-
 def _scalar_type(name, d):
     def __new__(cls, x=0):
         from fnarray.numpy._creation import asarray
         return asarray(x, dtype=cls.dtype)
     doc = (f"The {d.name} scalar type (``jax.numpy.{name}``): ``{name}(x)`` is ``asarray(x, dtype={name})``; as a "
            f"dtype it is ``{d.name}`` (a dtype of the array API where the standard has it).")
-    return _ScalarMeta(name, (), {"dtype": d, "__new__": __new__, "__module__": __name__, "__doc__": doc})
+    return dtypes.ScalarMeta(name, (), {"dtype": d, "__new__": __new__, "__module__": __name__, "__doc__": doc})
 
 
 bool = _scalar_type("bool", dtypes.bool_)  # noqa: A001 (array API name)
@@ -124,7 +87,7 @@ def _pair(x):
     if isinstance(x, Array):
         return x.dtype, x.weak_type
     if isinstance(x, (np.dtype, type)) or isinstance(x, str):
-        return dtypes.canonicalize(x), False  # a _ScalarMeta type is a type
+        return dtypes.canonicalize(x), False  # a dtypes.ScalarMeta type is a type
     a = aval_of(x)
     return a.dtype, a.weak_type
 
