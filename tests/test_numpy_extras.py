@@ -259,3 +259,15 @@ def test_lax_conveniences_jit_every_device(device):
         np.testing.assert_allclose(np.asarray(o), r, rtol=1e-6)
     with pytest.raises(ValueError, match="top_k"):
         fa.lax.top_k(fnp.asarray(XL), 6)
+
+
+def test_scalar_types_make_arrays_and_stand_for_dtypes():
+    a = fnp.float32(1.5)
+    assert isinstance(a, fa.Array) and a.dtype == np.float32 and not a.weak_type and float(a) == 1.5
+    assert fnp.int32(3).dtype == np.int32 and fnp.bool(1).dtype == np.bool_ and fnp.uint8([1, 2]).shape == (2,)
+    assert np.dtype(fnp.bfloat16) == fnp.bfloat16 and fnp.float16.itemsize == 2 and fnp.int8.name == "int8"
+    table = {np.dtype("float32"): "f4"}
+    assert table[fnp.float32] == "f4" and {fnp.int32: 1}[np.dtype("int32")] == 1
+    assert fnp.float32 == np.float32 and fnp.float32 != fnp.float64 and fnp.float32 != "nonsense"
+    assert fnp.zeros(2, fnp.float16).dtype == fnp.float16 and np.zeros(2, fnp.int8).dtype == np.int8
+    assert fa.jit(lambda x: x.astype(fnp.int32) + fnp.int32(1))(fnp.ones(2)).dtype == np.int32
