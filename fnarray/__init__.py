@@ -25,7 +25,7 @@ from fnarray.transforms.jit import jit, make_ir
 from fnarray.transforms import eager_jit as _eager_jit  # noqa: E402
 
 for _ns in (numpy, numpy.linalg, numpy.fft):  # eager calls of fnp's functions run as cached jitted programs
-    _eager_jit.install(_ns)
+    _eager_jit.install(_ns, excluded=numpy._extras.NOT_ARRAY_RESULTS if _ns is numpy else ())
 _eager_ops.install_namespace(numpy)  # fnp.multiply(x, y) of concrete arrays takes the operators' fast path
 
 __version__ = "0.1.0"
@@ -48,7 +48,7 @@ make_jaxpr = make_ir  # JAX's name for the program printer
 jacobian = jacrev     # JAX's name (jax.jacobian is jacrev)
 
 # Libraries imported on first use, so that `import fnarray` stays light.
-_LAZY = {"random": None, "nn": None, "optim": None, "export": None, "profiler": None, "debug": None,
+_LAZY = {"random": None, "nn": None, "optim": None, "export": None, "profiler": None, "debug": None, "ops": None,
          "doctor": "fnarray._doctor", "check": "fnarray._check"}
 
 

@@ -30,8 +30,12 @@ _COLLECTIVES = ["all_gather", "all_to_all", "axis_index", "axis_size", "pmax", "
                 "psum_scatter"]
 globals().update({n: getattr(_collectives, n) for n in _COLLECTIVES})
 from fnarray.transforms.shard_map import with_sharding_constraint  # noqa: E402,F401  (jax.lax's)
+from fnarray import _lax_more  # noqa: E402  (dynamic_slice_in_dim, top_k, Precision, ...: fnarray/_lax_more.py)
 
-__all__ = sorted(set(_CORE + _CONTROL + _CONV + _WINDOWS + _COLLECTIVES + ["with_sharding_constraint"]))
+_MORE = list(_lax_more.__all__)
+globals().update({n: getattr(_lax_more, n) for n in _MORE})
+
+__all__ = sorted(set(_CORE + _CONTROL + _CONV + _WINDOWS + _COLLECTIVES + _MORE + ["with_sharding_constraint"]))
 
 
 def __getattr__(name):

@@ -340,8 +340,8 @@ def trace(decay: float, nesterov: bool = False) -> GradientTransformation:
     return GradientTransformation(init, update)
 
 
-def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0
-                  ) -> GradientTransformation:
+def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0, *,
+                  bias_correction: bool = True) -> GradientTransformation:
     """Adam's rescaling (Kingma and Ba 2015; mirrors ``optax.scale_by_adam``).
 
     ``mu = b1 mu + (1-b1) g``, ``nu = b2 nu + (1-b2) g²``, bias-corrected by ``1 - b**t``; the
@@ -351,6 +351,8 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_roo
       b1, b2: decay rates of the first and second moments.
       eps: added to the root of the second moment.
       eps_root: added inside the root.
+      bias_correction: divide the moments by ``1 - b**t`` (optax, PyTorch); ``False`` uses the raw
+        moments, as ``mlx.optimizers.Adam``/``AdamW`` do by default.
 
     Returns:
       A ``GradientTransformation``: ``init(params)`` returns the
@@ -370,8 +372,8 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_roo
         mu = _tree_map(lambda g, m: (1 - b1) * g + b1 * m, updates, state.mu)
         nu = _tree_map(lambda g, v: (1 - b2) * (g * g) + b2 * v, updates, state.nu)
         count = _increment(state.count)
-        mu_hat = _bias_correction(mu, b1, count)
-        nu_hat = _bias_correction(nu, b2, count)
+        mu_hat = _bias_correction(mu, b1, count) if bias_correction else mu
+        nu_hat = _bias_correction(nu, b2, count) if bias_correction else nu
         fnp = _np()
         out = _tree_map(lambda m, v: m / (fnp.sqrt(v + eps_root) + eps), mu_hat, nu_hat)
         return out, ScaleByAdamState(count=count, mu=mu, nu=nu)
@@ -576,8 +578,8 @@ def momentum(learning_rate, beta: float = 0.9, nesterov: bool = False) -> Gradie
     return sgd(learning_rate, momentum=beta, nesterov=nesterov)
 
 
-def adam(learning_rate, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0
-         ) -> GradientTransformation:
+def adam(learning_rate, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0, *,
+         bias_correction: bool = True) -> GradientTransformation:
     """Adam (Kingma and Ba 2015, "Adam: a method for stochastic optimization"; mirrors ``optax.adam``).
 
     Args:
@@ -585,6 +587,8 @@ def adam(learning_rate, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, e
       b1, b2: decay rates of the first and second moments.
       eps: added to the root of the second moment.
       eps_root: added inside the root.
+      bias_correction: ``False`` for ``mlx.optimizers.Adam``'s default update (no ``1 - b**t``
+        correction of the moments; see ``scale_by_adam``).
 
     Returns:
       A ``GradientTransformation``: ``init(params)`` returns the
@@ -599,11 +603,12 @@ def adam(learning_rate, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, e
       ShapeError: (from ``update``) a grad whose shape does not broadcast with its state leaf.
     """
     _check_rate(learning_rate, "learning_rate")
-    return chain(scale_by_adam(b1, b2, eps, eps_root), scale_by_learning_rate(learning_rate))
+    return chain(scale_by_adam(b1, b2, eps, eps_root, bias_correction=bias_correction),
+                 scale_by_learning_rate(learning_rate))
 
 
 def adamw(learning_rate, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0,
-          weight_decay: float = 1e-4, mask=None) -> GradientTransformation:
+          weight_decay: float = 1e-4, mask=None, *, bias_correction: bool = True) -> GradientTransformation:
     """Adam with decoupled weight decay (Loshchilov and Hutter 2019; mirrors ``optax.adamw``).
 
     The update is ``-learning_rate * (adam_direction + weight_decay * params)``; ``update`` needs
@@ -611,7 +616,7 @@ def adamw(learning_rate, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, 
 
     Args:
       learning_rate: a number or a schedule ``count -> rate`` (``count`` an ``int32`` scalar from 0).
-      b1, b2, eps, eps_root: as ``adam``.
+      b1, b2, eps, eps_root, bias_correction: as ``adam``.
       weight_decay: the decoupled decay coefficient.
       mask: which leaves decay (see ``add_decayed_weights``).
 
@@ -626,7 +631,8 @@ def adamw(learning_rate, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, 
       ValueError: (from ``update``) ``params`` is not given.
     """
     _check_rate(learning_rate, "learning_rate")
-    return chain(scale_by_adam(b1, b2, eps, eps_root), add_decayed_weights(weight_decay, mask),
+    return chain(scale_by_adam(b1, b2, eps, eps_root, bias_correction=bias_correction),
+                 add_decayed_weights(weight_decay, mask),
                  scale_by_learning_rate(learning_rate))
 
 

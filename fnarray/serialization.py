@@ -380,7 +380,7 @@ def _fmt(shape, dtype):
     return f"{np.dtype(dtype).name}{list(shape)}"
 
 
-def load(path, like=None, device=None):
+def load(path, like=None, device=None, strict=True):
     """Read a checkpoint written by ``fa.save``.
 
     Args:
@@ -392,6 +392,9 @@ def load(path, like=None, device=None):
         Without ``like`` the structure stored in the file is rebuilt.
       device: where the arrays go: a ``Device`` or a name (committed there); ``None`` puts them
         on the default device uncommitted, as arrays made without a device.
+      strict: with ``like``, ``False`` ignores the file's tensors that ``like`` has no leaf for and
+        keeps ``like``'s own array for a leaf the file lacks (MLX's ``load_weights(strict=False)``:
+        an MLX checkpoint holds frozen arrays, such as masks, that a port keeps as static fields).
     Returns:
       the pytree, with fnarray ``Array`` leaves bit-identical to what was saved (weak types kept).
     Raises:
@@ -423,10 +426,15 @@ def load(path, like=None, device=None):
         return arr
 
     if like is not None:
+        from fnarray.core.array import Array
         named = []
         treedef = _walk_like(like, "", named)
         seen = set()
+        kept = {}
         for name, leaf in named:
+            if name not in host and not strict and isinstance(leaf, Array):
+                kept[name] = leaf
+                continue
             if name not in host:
                 raise CheckpointError(f"{path}: like= has a leaf {name} ({_fmt(leaf.shape, leaf.dtype)}) that the "
                                       f"checkpoint lacks; the checkpoint has {sorted(host)[:8]}"
@@ -438,11 +446,11 @@ def load(path, like=None, device=None):
                                       f"{_fmt(leaf.shape, want_dtype)} in like=")
             seen.add(name)
         extra = [n for n in host if n not in seen]
-        if extra:
+        if extra and strict:
             raise CheckpointError(f"{path}: the checkpoint has tensor {extra[0]!r} "
                                   f"({_fmt(host[extra[0]][0].shape, host[extra[0]][0].dtype)}) that like= has no "
                                   f"leaf for ({len(extra)} such tensors)")
-        return tree_util.tree_unflatten(treedef, [put(name) for name, _ in named])
+        return tree_util.tree_unflatten(treedef, [kept[name] if name in kept else put(name) for name, _ in named])
     if "fnarray.tree" not in meta:
         raise CheckpointError(f"{path} has no fnarray structure in its metadata (written by another safetensors "
                               f"writer?); pass like= to fa.load, or read its {len(host)} tensors with the "

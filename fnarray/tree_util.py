@@ -21,7 +21,7 @@ __all__ = ["tree_map", "tree_leaves", "tree_flatten", "tree_unflatten", "tree_st
            "tree_reduce", "tree_all", "tree_transpose", "register_pytree_node", "register_dataclass",
            "register_pytree_node_class", "treedef_is_leaf", "PyTreeDef", "NAMESPACE", "tree_map_with_path",
            "tree_flatten_with_path", "tree_leaves_with_path", "keystr", "DictKey", "SequenceKey", "GetAttrKey",
-           "FlattenedIndexKey", "is_array", "is_inexact_array", "partition", "combine"]
+           "FlattenedIndexKey", "is_array", "is_inexact_array", "partition", "combine", "Partial"]
 
 NAMESPACE = "fnarray"
 PyTreeDef = optree.PyTreeSpec
@@ -252,6 +252,27 @@ def register_dataclass(cls: type, data_fields=None, meta_fields=None):
         return cls(**dict(zip(data_fields, children, strict=True)), **dict(zip(meta_fields, aux, strict=True)))
 
     return register_pytree_node(cls, flatten, unflatten)
+
+
+class Partial(functools.partial):
+    """``functools.partial`` that is a pytree (``jax.tree_util.Partial``): the bound arguments are its
+    children, the function is static, so a ``Partial`` can be passed to and returned from ``jit``,
+    ``vmap`` and ``grad`` (a closure cannot).
+
+    Args (constructor): ``func`` (any callable: part of the tree structure, so hashable) and the
+      positional and keyword arguments to bind (pytrees).
+    Returns: a callable; ``Partial(f, a)(b) == f(a, b)``.
+    """
+
+    def __new__(cls, func, *args, **kw):
+        # a Partial of a Partial would hide the inner arguments from the tree: flatten it (as JAX)
+        if isinstance(func, functools.partial) and type(func) is not functools.partial:
+            return super().__new__(cls, func.func, *func.args, *args, **{**func.keywords, **kw})
+        return super().__new__(cls, func, *args, **kw)
+
+
+optree.register_pytree_node(Partial, lambda p: ((p.args, p.keywords), p.func),
+                            lambda func, children: Partial(func, *children[0], **children[1]), namespace=NAMESPACE)
 
 
 # ----------------------------------------------------------------------------- filtering (as Equinox)

@@ -284,6 +284,25 @@ GRAD_SPECS = [
     # the order after the kth element is unspecified: sort the tail before comparing
     Spec("partition", lambda m, x: m.sort(m.partition(x, 2, axis=1)[:, 2:], axis=1), ((2, 5),), SPREAD(-2, 2)),
     Spec("top_k", lambda m, x: m.top_k(x, 2)[0], ((2, 4),), SPREAD(-2, 2)),
+    # ---------------------------------------------------------------- NumPy names outside the array API (_extras)
+    un("rint", NONINT(-2, 2)), un("fabs", AWAY(-2, 2, 0.2)), un("copy"),
+    Spec("around", lambda m, x: m.around(x * 3, 1), (S,), NONINT(-2, 2)),
+    Spec("modf", lambda m, x: m.modf(x)[0] + 2 * m.modf(x)[1], (S,), NONINT(-2, 2)),
+    Spec("divmod", lambda m, x: m.divmod(x, 0.75)[1], (S,), NONINT(-2, 2)),
+    Spec("append", lambda m, x, y: m.append(x, y, axis=0), (S, (1, 3))),
+    Spec("rollaxis", lambda m, x: m.rollaxis(x, 2), ((2, 3, 4),)),
+    Spec("trapezoid", lambda m, y: m.trapezoid(y, dx=0.5), (S,)),
+    Spec("vander", lambda m, x: m.vander(x, 3), ((4,),)),
+    Spec("geomspace", lambda m, a: m.geomspace(a, 8.0, 4), ((),), U(1.0, 4.0)),
+    Spec("cov", lambda m, x: m.cov(x), ((2, 4),)), Spec("corrcoef", lambda m, x: m.corrcoef(x), ((2, 4),)),
+    Spec("polyval", lambda m, p, x: m.polyval(p, x), ((3,), S)),
+    Spec("matvec", lambda m, a, b: m.matvec(a, b), ((2, 3), (3,))),
+    Spec("vecmat", lambda m, a, b: m.vecmat(a, b), ((2,), (2, 3))),
+    Spec("nanvar", lambda m, x: m.nanvar(m.where(x > 1.5, m.nan, x), axis=1), (S,)),
+    Spec("nanstd", lambda m, x: m.nanstd(m.where(x > 1.5, m.nan, x), axis=0, ddof=1), ((3, 2),)),
+    Spec("nanprod", lambda m, x: m.nanprod(m.where(x > 1.5, m.nan, x), axis=1), (S,)),
+    Spec("nancumsum", lambda m, x: m.nancumsum(m.where(x > 1.5, m.nan, x), axis=1), (S,)),
+    Spec("nancumprod", lambda m, x: m.nancumprod(m.where(x > 1.5, m.nan, x)), (S,)),
 ]
 
 # Aliases that are the same function object as a name in the table (checked, not re-run).
@@ -300,16 +319,20 @@ NOT_DIFFERENTIABLE = {
         "bitwise_right_shift right_shift bitwise_xor equal greater greater_equal less less_equal not_equal "
         "isfinite isinf isnan isclose isreal iscomplex signbit logical_and logical_not logical_or logical_xor "
         "gcd lcm all any argmax argmin count_nonzero argpartition argsort argwhere bincount flatnonzero "
-        "lexsort nonzero searchsorted unique unique_all unique_counts unique_inverse unique_values"),
+        "lexsort nonzero searchsorted unique unique_all unique_counts unique_inverse unique_values "
+        "allclose array_equal array_equiv isin isneginf isposinf nanargmax nanargmin digitize unravel_index "
+        "ravel_multi_index"),
     "piecewise constant in ulps (no derivative in JAX either)": "nextafter frexp",
     "creates arrays from shapes or scalars": (
         "zeros ones full empty zeros_like ones_like full_like empty_like arange eye "
-        "identity tri indices from_dlpack broadcast_shapes"),
+        "identity tri indices from_dlpack broadcast_shapes tril_indices triu_indices diag_indices "
+        "tril_indices_from triu_indices_from diag_indices_from ix_"),
     "dtypes, constants and introspection": (
         "Array bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64 "
         "complex64 complex128 float0 finfo iinfo isdtype result_type can_cast promote_types dtype "
         "__array_namespace_info__ __array_api_version__ e pi inf nan newaxis euler_gamma issubdtype "
-        "UniqueAllResult UniqueCountsResult UniqueInverseResult"),
+        "UniqueAllResult UniqueCountsResult UniqueInverseResult bool_ generic number integer signedinteger "
+        "unsignedinteger inexact floating complexfloating ndim shape size isscalar iscomplexobj isrealobj"),
     "method implementations, covered through the methods in the table": (
         "_copy _reshape_method _transpose_method _view"),
 }

@@ -159,6 +159,34 @@ EXTRA = [
     V("meshgrid[xy]", lambda a, b: fnp.meshgrid(a, b), Arg((2,)), Arg((3,), "i")),
     V("concatenate[mixed dtypes]", lambda a, b: fnp.concatenate([a, b]), Arg((2,), "i"), Arg((3,))),
     V("stack[int]", lambda a, b: fnp.stack([a, b], axis=-1), I23, I23),
+    # ---------------------------------------------------------------- NumPy names outside the array API (_extras)
+    V("allclose", lambda a, b: fnp.allclose(a, fnp.round(b, decimals=1), atol=0.1), F23, F23),
+    V("array_equal", lambda a, b: fnp.array_equal(a, b), I23, Arg((2, 3), "i", -1, 1)),
+    V("array_equiv", lambda a, b: fnp.array_equiv(a, b), I23, Arg((3,), "i", -1, 1)),
+    V("isin", fnp.isin, I23, Arg((4,), "i", -3, 3)),
+    V("nanvar", lambda x: fnp.nanvar(x, axis=1), Arg((2, 3), "s")),
+    V("nanstd", lambda x: fnp.nanstd(x, axis=0, ddof=1), Arg((3, 2), "s")),
+    V("nanargmax", lambda x: fnp.nanargmax(x, axis=1), Arg((2, 3), "s")),
+    V("nanargmin", fnp.nanargmin, Arg((2, 3), "s")),
+    V("nanprod", lambda x: fnp.nanprod(x, axis=0), Arg((2, 3), "s")),
+    V("nancumsum", lambda x: fnp.nancumsum(x, axis=1), Arg((2, 3), "s")),
+    V("nancumprod", fnp.nancumprod, Arg((2, 3), "s")),
+    V("rint", fnp.rint, F23), V("fabs", fnp.fabs, I23), V("around", lambda x: fnp.around(x, 1), F23),
+    V("copy", fnp.copy, F23), V("modf", fnp.modf, F23), V("divmod", fnp.divmod, I23, Arg((3,), "i", 1, 3)),
+    V("append", lambda a, b: fnp.append(a, b, axis=0), F23, Arg((1, 3))),
+    V("rollaxis", lambda x: fnp.rollaxis(x, 1), Arg((2, 3, 4))),
+    V("trapezoid", lambda y, x: fnp.trapezoid(y, x), F23, Arg((3,), "o")),
+    V("vander", lambda x: fnp.vander(x, 3), Arg((4,))),
+    V("cov", fnp.cov, Arg((2, 4))), V("corrcoef", fnp.corrcoef, Arg((2, 4))),
+    V("digitize", lambda x: fnp.digitize(x, np.array([-1.0, 0.0, 1.0])), F23),
+    V("geomspace", lambda a: fnp.geomspace(a, 8.0, 4), Arg((), "f", 1.0, 4.0)),
+    V("isneginf", fnp.isneginf, Arg((2, 3), "s")), V("isposinf", fnp.isposinf, Arg((2, 3), "s")),
+    V("polyval", fnp.polyval, Arg((3,)), F23),
+    V("matvec", fnp.matvec, Arg((2, 3)), Arg((3,))), V("vecmat", fnp.vecmat, Arg((2,)), Arg((2, 3))),
+    V("unravel_index", lambda i: fnp.unravel_index(i, (3, 4)), Arg((3,), "i", -12, 15)),
+    V("ravel_multi_index", lambda i, j: fnp.ravel_multi_index((i, j), (3, 4), mode="clip"),
+      Arg((3,), "i", -1, 4), Arg((3,), "i", -1, 5)),
+    V("ix_", lambda x: x[fnp.ix_(fnp.asarray([0, 1]), fnp.asarray([2, 0]))], F23),
 ]
 
 # Public names that vmap cannot map, or that take no arrays, by reason.
@@ -174,6 +202,10 @@ NOT_MAPPED = {
         "__array_namespace_info__ __array_api_version__ e pi inf nan newaxis euler_gamma issubdtype "
         "UniqueAllResult UniqueCountsResult UniqueInverseResult"),
     "method implementations, covered through the methods": "_copy _reshape_method _transpose_method _view",
+    "static answers about shapes and dtypes, or index arrays from Python ints": (
+        "ndim shape size isscalar iscomplexobj isrealobj tril_indices triu_indices diag_indices tril_indices_from "
+        "triu_indices_from diag_indices_from bool_ generic number integer signedinteger unsignedinteger inexact "
+        "floating complexfloating"),
 }
 
 

@@ -58,6 +58,43 @@ def short_name(dtype: np.dtype) -> str:
     return _SHORT[dtype]
 
 
+class ScalarMeta(type):
+    """The type of ``fnp.float32`` and its siblings: scalar types as in ``jax.numpy``.
+
+    ``fnp.float32(x)`` makes a ``float32`` array (``jnp.float32(x)``), and the type stands wherever a
+    dtype does: it equals and hashes as its NumPy dtype (``x.dtype == fnp.float32``, dict keys),
+    ``np.dtype(fnp.float32)`` is that dtype, and it answers the dtype's attributes (``.itemsize``,
+    ``.name``, ``.kind``...).
+    """
+
+    def __hash__(cls):
+        return hash(cls.dtype)
+
+    def __eq__(cls, other):
+        if other is cls:
+            return True
+        if isinstance(other, ScalarMeta):
+            return cls.dtype == other.dtype
+        if isinstance(other, (np.dtype, str)) or (isinstance(other, type) and issubclass(other, np.generic)):
+            try:
+                return cls.dtype == np.dtype(other)
+            except TypeError:
+                return False
+        return NotImplemented
+
+    def __ne__(cls, other):
+        eq = ScalarMeta.__eq__(cls, other)
+        return eq if eq is NotImplemented else not eq
+
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(cls.dtype, name)
+
+    def __repr__(cls):
+        return f"fnarray.numpy.{cls.__name__}"  # the namespace makes them (fnarray/numpy/_info.py)
+
+
 def canonicalize(dtype) -> np.dtype:
     """Turn anything NumPy accepts as a dtype (or a Python type) into one of ours.
 

@@ -234,7 +234,8 @@ def sort(operands, dimension: int = -1, is_stable: bool = True, num_keys: int = 
     return outs[0] if single else tuple(outs)
 
 
-def dot_general(lhs, rhs, dimension_numbers, preferred_element_type=None):
+def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+    # ``precision`` (jax.lax.Precision) is accepted for JAX's signature; it changes nothing here
     (lc, rc), (lb, rb) = dimension_numbers
     dn = ((tuple(int(i) for i in lc), tuple(int(i) for i in rc)),
           (tuple(int(i) for i in lb), tuple(int(i) for i in rb)))
@@ -243,9 +244,9 @@ def dot_general(lhs, rhs, dimension_numbers, preferred_element_type=None):
 
 
 # Conveniences -------------------------------------------------------------------------------
-def full(shape, fill_value, dtype):
-    """An array of ``shape`` filled with the scalar ``fill_value`` (cast to ``dtype``)."""
-    d = dtypes.canonicalize(dtype)
+def full(shape, fill_value, dtype=None):
+    """An array of ``shape`` filled with the scalar ``fill_value`` (cast to ``dtype``; default its own)."""
+    d = dtypes.canonicalize(dtype if dtype is not None else _aval(fill_value).dtype)
     v = convert_element_type(fill_value, d) if not is_scalar(fill_value) else np.asarray(fill_value, d)[()]
     if tuple(shape) == () and is_scalar(v):
         # A scalar: under tracing this folds to a literal instead of a broadcast equation.

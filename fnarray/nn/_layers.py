@@ -248,7 +248,9 @@ class BatchNorm(Module):
     Call it on a whole batch (not under ``vmap``, which would see one example).
 
     Args (constructor): ``num_features``, ``eps`` (1e-5), ``momentum`` (0.99), ``use_weight``,
-      ``use_bias`` (True), ``dtype`` (float32).
+      ``use_bias`` (True), ``dtype`` (float32), ``running_var_ddof`` (0: the running variance
+      averages the batch's biased variance, as Flax and Equinox; 1: its unbiased variance, as
+      PyTorch and ``mlx.nn.BatchNorm``, whose ``momentum=0.1`` is ``momentum=0.9`` here).
     Call: ``x: (..., num_features)``, ``state`` -> ``(y of x's shape, new state)``.
     """
 
@@ -257,14 +259,18 @@ class BatchNorm(Module):
     num_features: int
     eps: float
     momentum: float
+    running_var_ddof: int
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.99, use_weight: bool = True,
-                 use_bias: bool = True, *, dtype=dtypes.float32):
+                 use_bias: bool = True, *, dtype=dtypes.float32, running_var_ddof: int = 0):
         fnp = _np()
         _positive(num_features, "num_features", "BatchNorm")
         if not 0.0 <= momentum <= 1.0:
             raise ValueError(f"BatchNorm: momentum must lie in [0, 1], got {momentum}")
         self.num_features, self.eps, self.momentum = num_features, float(eps), float(momentum)
+        if running_var_ddof not in (0, 1):
+            raise ValueError(f"BatchNorm: running_var_ddof must be 0 or 1, got {running_var_ddof!r}")
+        self.running_var_ddof = int(running_var_ddof)
         self.weight = fnp.ones((num_features,), dtype=dtype) if use_weight else None
         self.bias = fnp.zeros((num_features,), dtype=dtype) if use_bias else None
 
@@ -290,9 +296,11 @@ class BatchNorm(Module):
             mean = fnp.mean(xc, axis=axes)
             var = fnp.mean(fnp.square(xc - mean), axis=axes)
             m = self.momentum
+            n = x.size // self.num_features
+            run_var = var * (n / (n - 1)) if self.running_var_ddof and n > 1 else var
             new_state = BatchNormState(
                 stop_gradient(m * state.mean + (1 - m) * mean.astype(state.mean.dtype)),
-                stop_gradient(m * state.var + (1 - m) * var.astype(state.var.dtype)))
+                stop_gradient(m * state.var + (1 - m) * run_var.astype(state.var.dtype)))
         else:
             mean, var = state.mean.astype(xc.dtype), state.var.astype(xc.dtype)
             new_state = state
@@ -310,13 +318,21 @@ class Dropout(Module):
     Randomness comes only from the explicit ``key``; with ``training=False`` (or ``rate == 0``) the
     layer is the identity.
 
-    Args (constructor): ``rate`` in ``[0, 1)`` (default 0.5).
+    Args (constructor): ``p``, the drop probability in ``[0, 1)`` (default 0.5), by position or as
+      ``p=`` (the name of ``mlx.nn.Dropout``, Equinox and PyTorch) or ``rate=`` (Flax's); it is
+      stored as the field ``rate``.
     Call: ``drop(x, key=key, training=True)`` -> x's shape and dtype.
-    Raises (call): ``ValueError`` when training with ``rate > 0`` and no key.
+    Raises: ``TypeError`` (constructor) for both ``p`` and ``rate``; ``ValueError`` when training
+      with ``rate > 0`` and no key.
     Source: Srivastava et al., "Dropout" (JMLR 2014).
     """
 
     rate: float = 0.5
+
+    def __init__(self, p: float | None = None, *, rate: float | None = None):
+        if p is not None and rate is not None:
+            raise TypeError(f"Dropout: give the drop probability once, as p= or rate=, got p={p!r} and rate={rate!r}")
+        self.rate = p if p is not None else (rate if rate is not None else 0.5)
 
     def __check_init__(self):
         if not 0.0 <= float(self.rate) < 1.0:

@@ -89,7 +89,7 @@ def _default_float(dtype):
     return dtypes.canonicalize(dtype) if dtype is not None else dtypes.float32
 
 
-def full(shape, fill_value, *, dtype=None, device=None):
+def full(shape, fill_value, dtype=None, *, device=None):
     """An array of ``shape`` filled with ``fill_value`` (array API ``full``; ``numpy.full``).
 
     Differences from NumPy: without ``dtype``, a Python float gives ``float32`` and a Python int ``int32`` (NumPy:
@@ -129,7 +129,7 @@ def full(shape, fill_value, *, dtype=None, device=None):
     return _place(lax.full(shape, fill_value, d), device)
 
 
-def zeros(shape, *, dtype=None, device=None):
+def zeros(shape, dtype=None, *, device=None):
     """An array of zeros (array API ``zeros``; ``numpy.zeros``).
 
     Differences from NumPy: the default dtype is ``float32`` (NumPy: ``float64``).
@@ -150,7 +150,7 @@ def zeros(shape, *, dtype=None, device=None):
     return full(shape, 0, dtype=_default_float(dtype), device=device)
 
 
-def ones(shape, *, dtype=None, device=None):
+def ones(shape, dtype=None, *, device=None):
     """An array of ones (array API ``ones``; ``numpy.ones``).
 
     Differences from NumPy: the default dtype is ``float32`` (NumPy: ``float64``).
@@ -171,7 +171,7 @@ def ones(shape, *, dtype=None, device=None):
     return full(shape, 1, dtype=_default_float(dtype), device=device)
 
 
-def empty(shape, *, dtype=None, device=None):
+def empty(shape, dtype=None, *, device=None):
     """An array of ``shape`` (array API ``empty``; ``numpy.empty``).
 
     Differences from NumPy: the values are zeros, not uninitialized memory (immutable arrays need some values); the
@@ -198,7 +198,7 @@ def _like(x, dtype, shape):
     return (a.shape if shape is None else shape), (a.dtype if dtype is None else dtype)
 
 
-def full_like(x, /, fill_value, *, dtype=None, device=None, shape=None):
+def full_like(x, /, fill_value, dtype=None, *, device=None, shape=None):
     """An array like ``x`` (shape, dtype) filled with ``fill_value`` (array API ``full_like``; ``numpy.full_like``).
 
     Differences from NumPy: none beyond the ``device`` argument; no ``order``/``subok``.
@@ -222,7 +222,7 @@ def full_like(x, /, fill_value, *, dtype=None, device=None, shape=None):
     return full(s, fill_value, dtype=d, device=device)
 
 
-def zeros_like(x, /, *, dtype=None, device=None, shape=None):
+def zeros_like(x, /, dtype=None, *, device=None, shape=None):
     """Zeros shaped like ``x`` (array API ``zeros_like``; ``numpy.zeros_like``).
 
     Differences from NumPy: none beyond the ``device`` argument; no ``order``/``subok``.
@@ -245,7 +245,7 @@ def zeros_like(x, /, *, dtype=None, device=None, shape=None):
     return full(s, 0, dtype=d, device=device)
 
 
-def ones_like(x, /, *, dtype=None, device=None, shape=None):
+def ones_like(x, /, dtype=None, *, device=None, shape=None):
     """Ones shaped like ``x`` (array API ``ones_like``; ``numpy.ones_like``).
 
     Differences from NumPy: none beyond the ``device`` argument; no ``order``/``subok``.
@@ -268,7 +268,7 @@ def ones_like(x, /, *, dtype=None, device=None, shape=None):
     return full(s, 1, dtype=d, device=device)
 
 
-def empty_like(x, /, *, dtype=None, device=None, shape=None):
+def empty_like(x, /, dtype=None, *, device=None, shape=None):
     """An array shaped like ``x`` (array API ``empty_like``; ``numpy.empty_like``).
 
     Differences from NumPy: the values are zeros, not uninitialized memory.
@@ -299,7 +299,7 @@ def _static(v, name):
     return v
 
 
-def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
+def arange(start, /, stop=None, step=None, dtype=None, *, device=None):
     """Evenly spaced values in ``[start, stop)`` (array API ``arange``; ``numpy.arange``).
 
     Differences from NumPy: integer arguments give ``int32`` and float ones ``float32`` (NumPy:
@@ -322,6 +322,7 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
       OverflowError: an integer result does not fit in the dtype (``arange(2**31 - 3, 2**31 + 2)``
         in ``int32``), as ``asarray(2**40)``; pass ``dtype=int64`` for such ranges.
     """
+    step = 1 if step is None else step
     start, stop, step = (_static(v, "arange") for v in (start, stop, step))
     if stop is None:
         start, stop = 0, start
@@ -401,27 +402,8 @@ def _linspace_arrays(start, stop, num, dtype, endpoint):
     return lax.convert_element_type(out, d)
 
 
-def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
-    """``num`` evenly spaced values from ``start`` to ``stop`` (array API ``linspace``; ``numpy.linspace``).
-
-    Differences from NumPy: the default dtype is ``float32`` (``complex64`` for complex bounds; NumPy: ``float64``);
-    ``num`` is required (as in the array API); array bounds (which may be traced, so ``grad``/``vmap`` reach them)
-    give shape ``(num,) + bounds' shape``, as ``jax.numpy.linspace``; no ``retstep``/``axis``. Python-number bounds
-    are computed in float64 and rounded to ``dtype``.
-
-    Args:
-      start, stop: the end points (Python numbers, or arrays).
-      num: the number of values (>= 0).
-      dtype: the result dtype.
-      endpoint: include ``stop``.
-      device: a ``Device`` or a string; the result is committed there (default: the default device, uncommitted).
-
-    Returns:
-      An array of ``num`` values (times the bounds' shape).
-
-    Raises:
-      ValueError: ``num < 0``.
-    """
+def _linspace(start, stop, num, dtype, device, endpoint):
+    """The values of ``linspace`` along a new leading axis."""
     num = int(num)
     if num < 0:
         raise ValueError(f"linspace: num must be >= 0, got {num}")
@@ -438,6 +420,44 @@ def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
     if dtypes.is_int(d) and vals.size:
         _check_int_bounds("linspace", (math.floor(vals.min()), math.ceil(vals.max())), d, True)
     return _place(asarray_internal(vals.astype(d)), device)
+
+
+def linspace(start, stop, /, num=50, endpoint=True, retstep=False, dtype=None, axis=0, *, device=None):
+    """``num`` evenly spaced values from ``start`` to ``stop`` (array API ``linspace``; ``numpy.linspace``).
+
+    Differences from NumPy: the default dtype is ``float32`` (``complex64`` for complex bounds; NumPy: ``float64``);
+    array bounds (which may be traced, so ``grad``/``vmap`` reach them)
+    give shape ``(num,) + bounds' shape``, as ``jax.numpy.linspace``; Python-number bounds
+    are computed in float64 and rounded to ``dtype``.
+
+    Args:
+      start, stop: the end points (Python numbers, or arrays).
+      num: the number of values (>= 0; default 50, as NumPy and JAX; the array API requires it).
+      endpoint: include ``stop``.
+      retstep: also return the spacing (``(samples, step)``, ``step`` a 0-d array or of the bounds' shape).
+      dtype: the result dtype.
+      axis: where the samples' axis goes in the result, for array bounds (NumPy's ``axis``).
+      device: a ``Device`` or a string; the result is committed there (default: the default device, uncommitted).
+
+    Returns:
+      An array of ``num`` values (times the bounds' shape).
+
+    Raises:
+      ValueError: ``num < 0``.
+    """
+    out = _linspace(start, stop, num, dtype, device, endpoint)
+    if axis != 0:
+        from fnarray.numpy._manipulation import moveaxis
+        out = moveaxis(out, 0, axis)
+    if not retstep:
+        return out
+    div = (int(num) - 1) if endpoint else int(num)
+    delta = lax.sub(asarray_internal(stop, dtype=out.dtype), asarray_internal(start, dtype=out.dtype))
+    if div > 0:
+        step = lax.div(delta, np.asarray(div, out.dtype)[()])
+    else:  # NumPy: NaN
+        step = lax.mul(delta, np.asarray(np.nan, out.dtype)[()])
+    return out, step
 
 
 def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, device=None):
@@ -469,7 +489,7 @@ def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, device=N
     return _place(asarray_internal(vals.astype(d)), device)
 
 
-def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None):
+def eye(n_rows, n_cols=None, /, k=0, dtype=None, *, device=None):
     """A matrix with ones on the ``k``-th diagonal (array API ``eye``; ``numpy.eye``).
 
     Differences from NumPy: the default dtype is ``float32`` (NumPy: ``float64``).
@@ -551,12 +571,12 @@ def _tri_mask(x, k, lower):
     return lax.select(mask, x, lax.zeros_like(x))
 
 
-def tril(x, /, *, k: int = 0):
+def tril(x, /, k: int = 0):
     """The lower triangle of the last two axes, zeros above diagonal ``k`` (array API ``tril``)."""
     return _tri_mask(x, k, True)
 
 
-def triu(x, /, *, k: int = 0):
+def triu(x, /, k: int = 0):
     """The upper triangle of the last two axes, zeros below diagonal ``k`` (array API ``triu``)."""
     return _tri_mask(x, k, False)
 

@@ -12,16 +12,36 @@ __all__ = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32
            "bfloat16", "float32", "float64", "complex64", "complex128", "float0", "finfo", "iinfo",
            "isdtype", "result_type", "can_cast", "promote_types", "astype", "dtype",
            "__array_namespace_info__", "__array_api_version__", "e", "pi", "inf", "nan", "newaxis",
-           "euler_gamma", "issubdtype"]
+           "euler_gamma", "issubdtype", "bool_", "generic", "number", "integer", "signedinteger",
+           "unsignedinteger", "inexact", "floating", "complexfloating"]
 
 __array_api_version__ = "2024.12"
 
-bool = dtypes.bool_  # noqa: A001 (array API name)
-int8, int16, int32, int64 = dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64
-uint8, uint16, uint32, uint64 = dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64
-float16, bfloat16, float32, float64 = dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64
-complex64, complex128 = dtypes.complex64, dtypes.complex128
+def _scalar_type(name, d):
+    def __new__(cls, x=0):
+        from fnarray.numpy._creation import asarray
+        return asarray(x, dtype=cls.dtype)
+    doc = (f"The {d.name} scalar type (``jax.numpy.{name}``): ``{name}(x)`` is ``asarray(x, dtype={name})``; as a "
+           f"dtype it is ``{d.name}`` (a dtype of the array API where the standard has it).")
+    return dtypes.ScalarMeta(name, (), {"dtype": d, "__new__": __new__, "__module__": __name__, "__doc__": doc})
+
+
+bool = _scalar_type("bool", dtypes.bool_)  # noqa: A001 (array API name)
+int8, int16, int32, int64 = (_scalar_type(n, d) for n, d in (("int8", dtypes.int8), ("int16", dtypes.int16),
+                                                              ("int32", dtypes.int32), ("int64", dtypes.int64)))
+uint8, uint16, uint32, uint64 = (_scalar_type(n, d) for n, d in (("uint8", dtypes.uint8), ("uint16", dtypes.uint16),
+                                                                  ("uint32", dtypes.uint32),
+                                                                  ("uint64", dtypes.uint64)))
+float16, bfloat16, float32, float64 = (_scalar_type(n, d) for n, d in (
+    ("float16", dtypes.float16), ("bfloat16", dtypes.bfloat16), ("float32", dtypes.float32),
+    ("float64", dtypes.float64)))
+complex64, complex128 = _scalar_type("complex64", dtypes.complex64), _scalar_type("complex128", dtypes.complex128)
 float0 = dtypes.float0
+bool_ = bool  # jnp.bool_ / mx.bool_
+# NumPy's abstract scalar types, for ``issubdtype(x.dtype, fnp.floating)`` as in jax.numpy
+generic, number, integer, inexact = np.generic, np.number, np.integer, np.inexact
+signedinteger, unsignedinteger, floating, complexfloating = (np.signedinteger, np.unsignedinteger, np.floating,
+                                                             np.complexfloating)
 finfo, iinfo = dtypes.finfo, dtypes.iinfo
 e, pi, inf, nan, euler_gamma = np.e, np.pi, np.inf, np.nan, float(np.euler_gamma)
 newaxis = None
@@ -67,7 +87,7 @@ def _pair(x):
     if isinstance(x, Array):
         return x.dtype, x.weak_type
     if isinstance(x, (np.dtype, type)) or isinstance(x, str):
-        return dtypes.canonicalize(x), False
+        return dtypes.canonicalize(x), False  # a dtypes.ScalarMeta type is a type
     a = aval_of(x)
     return a.dtype, a.weak_type
 

@@ -35,7 +35,7 @@ import types
 
 import numpy as np
 
-from fnarray.core import tracing
+from fnarray.core import dtypes, tracing
 from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
 from fnarray.devices import placement
@@ -57,7 +57,8 @@ _EXCLUDED = frozenset({
 })
 
 _SLOT = object()     # where a program's template takes its next array
-_VALUE_LEAVES = frozenset({int, bool, str, type(None), type(Ellipsis), type})  # keyed by their value
+_VALUE_LEAVES = frozenset({int, bool, str, type(None), type(Ellipsis), type,
+                           dtypes.ScalarMeta})  # keyed by their value (ScalarMeta: fnp.float32...)
 
 
 def _programs_size() -> int:
