@@ -205,3 +205,18 @@ def test_random_and_nn_calls_match_the_general_path():
     assert outs[0] == outs[1] == outs[2]
     e = np.exp(np.asarray(x, np.float64))
     np.testing.assert_allclose(np.asarray(nn.softmax(x)), e / e.sum(), rtol=1e-6)
+
+
+def test_checks_of_concrete_values_stay_eager():
+    """Functions that test a concrete array's values (a singular matrix, q outside [0, 1]) raise on every call,
+    not only on the first (a jitted program would give inf/NaN)."""
+    sing = fnp.asarray([[1.0, 2.0], [2.0, 4.0]])
+    q = fnp.asarray(1.5)
+    x = fnp.asarray(A)
+    for _ in range(3):
+        with pytest.raises(fa.LinAlgError, match="singular"):
+            fnp.linalg.inv(sing)
+        with pytest.raises(fa.LinAlgError, match="singular"):
+            fnp.linalg.solve(sing, fnp.ones(2))
+        with pytest.raises(ValueError):
+            fnp.quantile(x, q)
