@@ -47,7 +47,7 @@ import warnings
 
 from fnarray.core import dtypes, tracing
 from fnarray.core import primitives as P
-from fnarray.core.array import Array
+from fnarray.core.array import _OPERAND_TYPES, Array
 from fnarray.core.config import config
 from fnarray.devices import placement
 from fnarray.devices.array_impl import ArrayImpl
@@ -400,9 +400,42 @@ def install_namespace(ns) -> None:
     ``Array``'s operator, which calls the namespace again); other operand types go to it directly.
     """
     for name, (code, rcode) in _NAMESPACE_BINARY.items():
-        _replace(ns, getattr(ns, name), _namespace_binary(getattr(ns, name), code, rcode))
+        fn = getattr(ns, name)
+        _replace(ns, fn, _namespace_binary(fn, code, rcode))
+        # ArrayImpl's operators, which tried the same entries already, fall back to the replaced function
+        # itself (Array's operator would call the new one, and so look them up a second time).
+        for c, reflected in ((code, False), (rcode, True)):
+            if c in _DUNDER:
+                _install_operator(c, (_reflected if reflected else _binary)(c, _operator(fn, reflected)))
     for name, code in _NAMESPACE_UNARY.items():
-        _replace(ns, getattr(ns, name), _namespace_unary(getattr(ns, name), code))
+        fn = getattr(ns, name)
+        _replace(ns, fn, _namespace_unary(fn, code))
+        if code in _DUNDER:
+            _install_operator(code, _unary(code, fn))
+
+
+def _install_operator(code, method):
+    dunder = _DUNDER[code]
+    method.__name__, method.__doc__ = dunder, getattr(Array, dunder).__doc__
+    setattr(ArrayImpl, dunder, method)
+
+
+_OPERANDS = (Array,) + _OPERAND_TYPES  # what Array's operators accept (others give NotImplemented)
+
+
+def _operator(fn, reflected):
+    """``Array``'s operator over ``fn`` (a namespace function): NotImplemented for other operand types."""
+    if reflected:
+        def general(self, other):
+            if not isinstance(other, _OPERANDS):
+                return NotImplemented
+            return fn(other, self)
+    else:
+        def general(self, other):
+            if not isinstance(other, _OPERANDS):
+                return NotImplemented
+            return fn(self, other)
+    return general
 
 
 def _replace(ns, old, new):
