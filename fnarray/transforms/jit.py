@@ -121,7 +121,7 @@ class _Hot:
     """
 
     __slots__ = ("gid", "ckey", "tree", "n", "in_avals", "device", "generation", "const_bufs", "committed", "call",
-                 "star", "reraise", "out_avals", "out_tree", "single")
+                 "star", "reraise", "out_avals", "out_tree", "single", "one")
 
     def __init__(self, ex, tree, in_avals, device, committed):
         # No reference to ``ex`` itself (which holds this record): an evicted executable is freed at once.
@@ -139,6 +139,8 @@ class _Hot:
         self.out_avals = tuple(ex.out_avals)
         self.out_tree = ex.out_tree
         self.single = ex.out_tree.num_nodes == 1 and ex.out_tree.num_leaves == 1  # the output is one array
+        # one array argument, no constants, one array out, a direct entry: __call__'s shortest path
+        self.one = tree is None and self.n == 1 and self.star and self.single and not self.const_bufs
 
 
 def _evict_from_owner(gid, ref):
@@ -366,6 +368,15 @@ class Jitted:
         return {"traces": len(self._traces), "executables": len(self._compiled), "bound": config.jit_cache_size}
 
     # ------------------------------------------------------------------ calling
+    def _hot_evicted(self, hot):
+        """``hot``'s executable was evicted meanwhile (by another thread): still valid for this call; drop it
+        from the lookup tables."""
+        ex = self._fast.get(hot.ckey[0])
+        if ex is not None and ex.gid == hot.gid:
+            _unfast(self._fast, hot.ckey, ex, self._hot)
+        elif self._hot[0] is hot:
+            self._hot[0] = None
+
     def __call__(self, *args, **kwargs):
         # The hot path (DESIGN.md "The call path"): the last call's executable, when this call's arrays have its
         # types and device. No key is built or hashed (a PyTreeSpec's hash alone costs ~0.4 us); each leaf's
@@ -373,6 +384,28 @@ class Jitted:
         hot = self._hot[0]
         if hot is not None and not kwargs and hot.generation == config.generation and \
                 (tracing.plain or _TRACE_STATE.dynamic[-1].level == 0):
+            if hot.one and len(args) == 1:
+                # One array in, one out, through jax.jit's callable (or the generated NumPy function): the
+                # commonest call, without the general loop and list (measured 1.55 -> 1.3x jax.jit on jax:0).
+                x = args[0]
+                if type(x) is ArrayImpl:
+                    xav, b, x_dev, x_committed = _call_fields(x)
+                    av, dev = hot.in_avals[0], hot.device
+                    if b is not None and x_dev is dev and (xav is av or xav == av):
+                        gid = hot.gid
+                        try:  # LRU order, per function and global (as below)
+                            self._compiled_d.move_to_end(gid)
+                            _GLOBAL_D.move_to_end(gid)
+                        except KeyError:
+                            self._hot_evicted(hot)
+                        try:
+                            outs = hot.call(b)
+                        except Exception as e:
+                            hot.reraise(e)
+                        r = ArrayImpl()
+                        r.aval, r._device, r._buf, r._host = hot.out_avals[0], dev, outs[0], None
+                        r._committed = hot.committed or x_committed
+                        return r
             tree = hot.tree
             if tree is None:
                 leaves = args
@@ -399,12 +432,8 @@ class Jitted:
                     try:  # LRU order, per function and global: two GIL-atomic moves of int keys, no lock
                         self._compiled_d.move_to_end(gid)
                         _GLOBAL_D.move_to_end(gid)
-                    except KeyError:  # evicted meanwhile (by another thread): still valid for this call
-                        ex = self._fast.get(hot.ckey[0])
-                        if ex is not None and ex.gid == gid:
-                            _unfast(self._fast, hot.ckey, ex, self._hot)
-                        elif self._hot[0] is hot:
-                            self._hot[0] = None
+                    except KeyError:
+                        self._hot_evicted(hot)
                     if hot.star:
                         try:
                             outs = hot.call(*bufs)
