@@ -204,6 +204,20 @@ class ConvGroup(_Group):
             return b.let(ok), p
         return b.let(op("land", op("ge", q, const(0, INT32)), op("lt", q, s[f"in{d}"]))), q
 
+    def _row_positions(self, b, s, rows, nfast, d, w, bases, oks):
+        """Each register row's input base and validity after window position ``w`` of dimension ``d`` (with
+        ``nfast``, rows after the first share row 0's positions, one element on)."""
+        nb, no = [], []
+        for i, ((_, ys), okr, cur) in enumerate(zip(rows, oks, bases, strict=True)):
+            if nfast and i:
+                no.append(no[0])
+                nb.append(op("add", nb[0], const(i, INT32)))
+                continue
+            okd, p = self._position(b, s, d, ys[d], w)
+            no.append(okd if okr is None else b.let(op("land", okr, okd)))
+            nb.append(b.let(op("add", cur, op("mul", p, s[f"l_s{d}"]))))
+        return nb, no
+
     def _out_index(self, n, o, ys):
         """The output multi-index (``Ix``) of kernel values ``n``, ``o``, ``ys`` (for the epilogue)."""
         g = self.geo
@@ -478,15 +492,7 @@ class ConvGroup(_Group):
                 features(bases, oks, t)
                 return
             with b.loop(c0, s[f"k{d}"]) as w:
-                nb, no = [], []
-                for i, ((_, ys), okr, cur) in enumerate(zip(rows, oks, bases, strict=True)):
-                    if nfast and i:  # the same positions as row 0, the next element
-                        no.append(no[0])
-                        nb.append(op("add", nb[0], const(i, INT32)))
-                        continue
-                    okd, p = self._position(b, s, d, ys[d], w)
-                    no.append(okd if okr is None else b.let(op("land", okr, okd)))
-                    nb.append(b.let(op("add", cur, op("mul", p, s[f"l_s{d}"]))))
+                nb, no = self._row_positions(b, s, rows, nfast, d, w, bases, oks)
                 taps(d + 1, nb, no, b.let(op("add", op("mul", t, s[f"k{d}"]), w)) if d else w)
 
         def features(bases, oks, t):
@@ -548,17 +554,7 @@ class ConvGroup(_Group):
         win = b.let(_window_size(ksizes), "win")
 
         def positions(d, w, bases, oks):
-            """Each row's base and validity after window position ``w`` of dimension ``d``."""
-            nb, no = [], []
-            for i, ((_, ys), okr, cur) in enumerate(zip(rows, oks, bases, strict=True)):
-                if nfast and i:  # the same positions as row 0, the next element
-                    no.append(no[0])
-                    nb.append(op("add", nb[0], const(i, INT32)))
-                    continue
-                okd, p = self._position(b, s, d, ys[d], w)
-                no.append(okd if okr is None else b.let(op("land", okr, okd)))
-                nb.append(b.let(op("add", cur, op("mul", p, s[f"l_s{d}"]))))
-            return nb, no
+            return self._row_positions(b, s, rows, nfast, d, w, bases, oks)
 
         def step(w, width, bases, oks, t):
             # k = (feature, window position): the packed weights of positions t + w + u (t: the feature's
