@@ -28,7 +28,7 @@ __all__ = [
     "BACKEND_UNAVAILABLE", "require_backend", "needs_namespace", "tolerance", "jax_promote",
     "oracle_promote", "to_inexact", "reference", "assert_close", "assert_same", "check_traced",
     "eager_and_jit", "random_array", "on_device", "int_div_ref", "int_rem_ref", "shift_ref",
-    "saturating_cast_ref", "ALL_DTYPES", "DTYPE_NAMES", "fallback_mode", "python_calls",
+    "saturating_cast_ref", "ALL_DTYPES", "DTYPE_NAMES", "fallback_mode", "python_calls", "run_threads",
 ]
 
 BACKEND_UNAVAILABLE = "backend unavailable"
@@ -49,6 +49,30 @@ def python_calls(fn) -> list:
     finally:
         sys.setprofile(None)
     return calls
+
+
+def run_threads(work, n=4, timeout=60.0) -> None:
+    """Run ``work(k)`` for ``k`` in ``range(n)`` in ``n`` threads started together; fail if one still runs after
+    ``timeout`` seconds (a hang), and re-raise the first failure."""
+    import threading
+    barrier = threading.Barrier(n)
+    errors = []
+
+    def target(k):
+        try:
+            barrier.wait()
+            work(k)
+        except BaseException as e:  # noqa: BLE001 (re-raised in the calling thread below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=target, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in threads), f"a thread still runs after {timeout} s"
+    if errors:
+        raise errors[0]
 
 
 @contextlib.contextmanager

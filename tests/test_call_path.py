@@ -12,7 +12,7 @@ import pytest
 
 import fnarray as fa
 import fnarray.numpy as fnp
-from helpers import python_calls
+from helpers import python_calls, run_threads
 
 
 def _count_uploads(monkeypatch, device):
@@ -274,25 +274,15 @@ def test_hot_path_outputs_keep_their_structure(device):
 
 
 def test_hot_path_is_thread_safe():
-    import threading
     f = fa.jit(lambda a, b: a * b + 1.0)
-    errors = []
 
     def work(k):
-        try:
-            for i in range(200):
-                n = 1 + (i + k) % 3  # three signatures, alternating: the hot record changes under the others
-                x = fnp.asarray(np.full(n, k, np.float32))
-                np.testing.assert_array_equal(np.asarray(f(x, x)), np.full(n, k * k + 1.0, np.float32))
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
+        for i in range(200):
+            n = 1 + (i + k) % 3  # three signatures, alternating: the hot record changes under the others
+            x = fnp.asarray(np.full(n, k, np.float32))
+            np.testing.assert_array_equal(np.asarray(f(x, x)), np.full(n, k * k + 1.0, np.float32))
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads) and not errors, errors[:1]
+    run_threads(work)
 
 
 def test_a_hot_call_takes_few_python_calls():

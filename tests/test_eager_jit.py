@@ -7,8 +7,6 @@ dtype, weak type, shape, committed flag, device) and, where cheap, with NumPy in
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
@@ -16,7 +14,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core.errors import ShapeError
 from fnarray.transforms import eager_jit
-from helpers import python_calls
+from helpers import python_calls, run_threads
 
 RNG = np.random.default_rng(0)
 A = RNG.standard_normal((4, 6)).astype(np.float32)
@@ -153,23 +151,13 @@ def test_the_program_cache_is_bounded():
 
 
 def test_calls_from_threads():
-    errors = []
-
     def work(k):
-        try:
-            xs = RNG.standard_normal((3 + k, 4)).astype(np.float32) if k else A
-            x = fnp.asarray(xs)
-            for _ in range(100):
-                np.testing.assert_allclose(np.asarray(fnp.sum(x[1:], axis=0)), xs[1:].sum(0), rtol=1e-5)
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
+        xs = np.random.default_rng(k).standard_normal((3 + k, 4)).astype(np.float32) if k else A
+        x = fnp.asarray(xs)
+        for _ in range(100):
+            np.testing.assert_allclose(np.asarray(fnp.sum(x[1:], axis=0)), xs[1:].sum(0), rtol=1e-5)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads) and not errors, errors[:1]
+    run_threads(work)
 
 
 def test_inside_transformations_the_calls_are_staged():

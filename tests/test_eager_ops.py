@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import operator
-import threading
 import warnings
 
 import numpy as np
@@ -22,7 +21,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core import dtypes
 from fnarray.devices import eager_ops, placement
-from helpers import python_calls
+from helpers import python_calls, run_threads
 
 BINARY = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,
@@ -289,32 +288,22 @@ def test_operators_are_thread_safe():
     """Threads on shapes of their own and on a shared one, with a cache small enough to evict meanwhile."""
     old = fa.config.eager_cache_size
     fa.config.eager_cache_size = 8
-    errors = []
 
     def work(k):
-        try:
-            rng = np.random.default_rng(k)
-            for i in range(150):
-                n = 1 + (k * 7 + i) % 5
-                xn = rng.standard_normal(n).astype(np.float32)
-                x = fnp.asarray(xn)
-                got = np.asarray((x * 2.0 + x) / 3.0 - 1)
-                np.testing.assert_array_equal(got, ((xn * np.float32(2.0) + xn) / np.float32(3.0)) - np.float32(1))
-                assert np.asarray(x < 0.5).tolist() == (xn < 0.5).tolist()
-        except Exception as e:  # noqa: BLE001 (reported below)
-            errors.append(e)
+        rng = np.random.default_rng(k)
+        for i in range(150):
+            n = 1 + (k * 7 + i) % 5
+            xn = rng.standard_normal(n).astype(np.float32)
+            x = fnp.asarray(xn)
+            got = np.asarray((x * 2.0 + x) / 3.0 - 1)
+            np.testing.assert_array_equal(got, ((xn * np.float32(2.0) + xn) / np.float32(3.0)) - np.float32(1))
+            assert np.asarray(x < 0.5).tolist() == (xn < 0.5).tolist()
 
     try:
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert not any(t.is_alive() for t in threads)
+        run_threads(work)
     finally:
         fa.config.eager_cache_size = old
         placement._eager_cache.trim()
-    assert not errors, errors[0]
     assert len(placement._eager_cache) <= old
 
 

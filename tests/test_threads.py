@@ -16,6 +16,7 @@ import numpy as np
 
 import fnarray as fa
 import fnarray.numpy as fnp
+from helpers import run_threads
 from fnarray.core import tracing
 
 N_THREADS = 4
@@ -26,27 +27,6 @@ SIZES = (3, 4, 5, 7)
 
 def _calls(device) -> int:
     return N_CALLS if device.backend in ("numpy", "jax") else SLOW_BACKEND_CALLS
-
-
-def _run_threads(work):
-    """Run ``work(t)`` in ``N_THREADS`` threads started together; re-raise the first failure."""
-    barrier = threading.Barrier(N_THREADS)
-    errors = []
-
-    def target(t):
-        try:
-            barrier.wait()
-            work(t)
-        except BaseException as e:  # noqa: BLE001 (reported in the main thread below)
-            errors.append(e)
-
-    ts = [threading.Thread(target=target, args=(t,)) for t in range(N_THREADS)]
-    for th in ts:
-        th.start()
-    for th in ts:
-        th.join()
-    if errors:
-        raise errors[0]
 
 
 def _inputs(t, i):
@@ -87,7 +67,7 @@ def test_threads_distinct_functions(device):
             _check(f(xa, ya), x, y, c, f"thread {t} call {i} on {device}")
             results[t] += 1
 
-    _run_threads(work)
+    run_threads(work, N_THREADS)
     assert results == [_calls(device)] * N_THREADS
 
 
@@ -103,7 +83,7 @@ def test_threads_shared_function(device):
                    f"thread {t} call {i} on {device}")
             results[t] += 1
 
-    _run_threads(work)
+    run_threads(work, N_THREADS)
     assert results == [_calls(device)] * N_THREADS
 
 
@@ -117,7 +97,7 @@ def test_threads_eager_ops_shared_cache(device):
             got = np.asarray(fnp.sin(a) * b + 1.0)
             np.testing.assert_allclose(got, np.sin(x.astype(np.float64)) * y + 1.0, rtol=1e-5, atol=1e-5)
 
-    _run_threads(work)
+    run_threads(work, N_THREADS)
 
 
 def test_trace_state_is_per_thread():
@@ -187,7 +167,7 @@ def test_backend_starts_once_under_threads():
     register_backend("slowstart", _Slow)
     try:
         got = []
-        _run_threads(lambda t: got.append(get_backend("slowstart")))
+        run_threads(lambda t: got.append(get_backend("slowstart")), N_THREADS)
         assert len(made) == 1
         assert all(b is made[0] for b in got)
     finally:

@@ -52,7 +52,7 @@ from fnarray.core.config import config
 from fnarray.devices import placement
 from fnarray.devices.array_impl import ArrayImpl
 
-__all__ = ["install", "install_namespace"]
+__all__ = ["install_namespace"]
 
 warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fnarray\.devices\.eager_ops")
 
@@ -382,18 +382,10 @@ _DUNDER = {"add": "__add__", "radd": "__radd__", "sub": "__sub__", "rsub": "__rs
            "le": "__le__", "gt": "__gt__", "ge": "__ge__", "eq": "__eq__", "ne": "__ne__", "neg": "__neg__"}
 
 
-def install(cls=ArrayImpl) -> None:
-    """Give ``cls`` (``ArrayImpl``) the fast operators; each falls back to ``Array``'s own."""
-    for code, (_, _, reflected) in _BINARY.items():
-        if code in _DUNDER:
-            general = getattr(Array, _DUNDER[code])
-            setattr(cls, _DUNDER[code], (_reflected if reflected else _binary)(code, general))
-    cls.__neg__ = _unary("neg", Array.__neg__)
-
-
 def install_namespace(ns) -> None:
-    """Replace ``ns``'s (``fnarray.numpy``'s) elementwise functions of ``_NAMESPACE_BINARY`` and
-    ``_NAMESPACE_UNARY`` (and their aliases) by ones that take the fast operators' entries first.
+    """Give ``ArrayImpl`` its fast operators, and replace ``ns``'s (``fnarray.numpy``'s) elementwise functions
+    of ``_NAMESPACE_BINARY`` and ``_NAMESPACE_UNARY`` (and their aliases) by ones that take the same entries
+    first.
 
     ``fnp.multiply(x, y)`` of concrete arrays then costs what ``x * y`` does (plus a call), not the general
     path's ~40 Python calls. A wrapper's own fast method falls back to the function it replaced (never to
@@ -467,5 +459,3 @@ def _namespace_unary(fn, code):
         return fast(x) if type(x) is ArrayImpl else fn(x)
     return f
 
-
-install()

@@ -369,7 +369,6 @@ debug_check = None
 
 tracing.set_eager_apply(eager_apply)
 
-from fnarray.devices import eager_ops  # noqa: E402,F401  (ArrayImpl's fast operators, over the eager cache above)
 
 
 def block_until_ready(x):

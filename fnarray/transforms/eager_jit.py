@@ -224,13 +224,14 @@ def _call(fn, args, kwargs):
 
 
 _WRAPPERS: dict = {}  # function -> its wrapper (a function exported by several modules is wrapped once)
+_WRAPPED: set = set()  # the wrappers themselves
 
 
 def _wrap(fn, module):
     w = _WRAPPERS.get(fn)
     if w is not None:
         return w
-    if fn in _WRAPPERS.values():
+    if fn in _WRAPPED:
         return fn  # already a wrapper (imported from a module installed before)
 
     def f(*args, **kwargs):
@@ -238,6 +239,7 @@ def _wrap(fn, module):
             return _call(fn, args, kwargs)
         return fn(*args, **kwargs)
     _WRAPPERS[fn] = functools.update_wrapper(f, fn)
+    _WRAPPED.add(f)
     # Named after the namespace that exports it, where pickle and checkpoints (which refer to functions by
     # module and name, and check that the name gives the same object) find this wrapper.
     f.__module__ = module
