@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 
 import numpy as np
 
@@ -51,16 +50,6 @@ def _np_parts(x, w, ct):
     def dw():
         return (cols().T @ g).reshape(K, K, C, O)
     return fwd, dx, dw
-
-
-def _best(fns, number):
-    best = [float("inf")] * len(fns)
-    for _ in range(number):
-        for k, fn in enumerate(fns):
-            t = time.perf_counter()
-            fn()
-            best[k] = min(best[k], time.perf_counter() - t)
-    return best
 
 
 def main(argv=None):
@@ -117,7 +106,7 @@ def main(argv=None):
         fns = [lambda k=k: fa_fns[k](*fa_args[k]).block_until_ready(), np_fns[k]]
         if tg_fns[k] is not None:
             fns.append(tg_fns[k])
-        reps = [_best(fns, args.number) for _ in range(args.repeat)]
+        reps = [vs_tinygrad._best(fns, args.number) for _ in range(args.repeat)]
         med = [statistics.median(r[i] for r in reps) * 1e3 for i in range(len(fns))]
         tg = f"{med[2]:.1f}" if len(med) > 2 else "-"
         tr = f"{med[0] / med[2]:.2f}" if len(med) > 2 else "-"

@@ -19,7 +19,6 @@ import argparse
 import importlib
 import os
 import statistics
-import time
 
 import numpy as np
 
@@ -46,18 +45,6 @@ def _cases(fa, fnp):
         "pow(|x|, 1.7)": (lambda v: fnp.power(v, 1.7), lambda v: np.power(v, np.float32(1.7)),
                           lambda t: t.pow(1.7), pos),
     }
-
-
-def _best(fns, number):
-    best = [float("inf")] * len(fns)
-    for fn in fns:
-        fn()
-    for _ in range(number):
-        for k, fn in enumerate(fns):
-            t = time.perf_counter()
-            fn()
-            best[k] = min(best[k], time.perf_counter() - t)
-    return best
 
 
 def main(argv=None):
@@ -106,7 +93,7 @@ def main(argv=None):
             tx = Tensor(x).realize()
             g = TinyJit(lambda t, tg=tg: tg(t).realize())
             fns.append(lambda: vs_tinygrad._sync(g(tx)))
-        reps = [_best(fns, args.number) for _ in range(args.repeat)]
+        reps = [vs_tinygrad._best(fns, args.number) for _ in range(args.repeat)]
         med = [statistics.median(r[k] for r in reps) * 1e3 for k in range(len(fns))]
         rows.append((name, med, ref is not None, len(fns) == 4))
     C._HELPERS.update(new_helpers)

@@ -54,16 +54,18 @@ def _point_tinygrad_at_pyopencl_pocl():
     os.environ["OCL_ICD_VENDORS"] = folder
 
 
-def _best_pair(ours, theirs, number):
-    ours()
-    theirs()
-    t_o, t_t = [], []
+def _best(fns, number):
+    """Each of ``fns`` called once to warm, then the best seconds of ``number`` calls of each, alternating
+    (also used by ``opencl_math.py`` and ``conv_parts.py``)."""
+    for fn in fns:
+        fn()
+    best = [float("inf")] * len(fns)
     for _ in range(number):
-        for fn, acc in ((ours, t_o), (theirs, t_t)):
+        for k, fn in enumerate(fns):
             t = time.perf_counter()
             fn()
-            acc.append(time.perf_counter() - t)
-    return min(t_o), min(t_t)
+            best[k] = min(best[k], time.perf_counter() - t)
+    return best
 
 
 def _cases(dev, fa, fnp, Tensor, TinyJit):
@@ -228,7 +230,7 @@ def main(argv=None):
             continue
         if check is not None:
             check()
-        pairs = [_best_pair(ours, theirs, args.number) for _ in range(args.repeat)]
+        pairs = [_best((ours, theirs), args.number) for _ in range(args.repeat)]
         ratios = [o / t for o, t in pairs]
         o_ms = statistics.median(o for o, _ in pairs) * 1e3
         t_ms = statistics.median(t for _, t in pairs) * 1e3
