@@ -1,0 +1,124 @@
+"""Run a JAX program as written and again after a mechanical import rewrite to fnarray, and compare
+what the two print.
+
+The rewrite touches import statements only (``import jax``, ``import jax.numpy as jnp``,
+``from jax import ...``, ``from jax.scipy... import``, ``jax.example_libraries``, ``jax.test_util``,
+``jax.ad_checkpoint``, ``jax.sharding``, ``jax.experimental.shard_map``): the rest of the program keeps
+the name ``jax`` and its attributes, so the port is exactly the change docs/from_jax.md promises. A
+program is a string of Python source; it runs in a fresh interpreter (so ``XLA_FLAGS`` such as 8 forced
+host devices and ``jax_enable_x64`` stay its own), and its standard output is compared number by number.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+
+__all__ = ["rewrite_imports", "run_program", "numbers", "compare_outputs", "assert_port_matches"]
+
+# module prefixes rewritten, longest first: jax.X -> fnarray.X
+_MODULES = ("jax.experimental.shard_map", "jax.example_libraries", "jax.test_util", "jax.ad_checkpoint",
+            "jax.sharding", "jax.scipy", "jax.numpy", "jax.random", "jax.lax", "jax.nn", "jax.tree_util",
+            "jax.tree", "jax.debug", "jax")
+
+_IMPORT = re.compile(r"^(?P<indent>[ \t]*)(?P<kw>import|from)[ \t]+(?P<rest>.*)$")
+
+
+def _rename(module: str) -> str:
+    for prefix in _MODULES:
+        if module == prefix or module.startswith(prefix + "."):
+            return "fnarray" + module[len("jax"):]
+    return module
+
+
+def _rewrite_import_names(rest: str) -> str:
+    """``import jax.numpy as jnp, jax`` -> ``import fnarray.numpy as jnp, fnarray as jax``: a bare
+    ``import jax`` keeps the name ``jax`` bound (to fnarray), so ``jax.grad`` reads as before."""
+    out = []
+    for part in rest.split(","):
+        name, _, alias = part.strip().partition(" as ")
+        name, alias = name.strip(), alias.strip()
+        new = _rename(name)
+        if new == name:
+            out.append(part.strip())
+        elif alias:
+            out.append(f"{new} as {alias}")
+        elif "." in name:
+            # `import jax.numpy` binds `jax`; bind it to fnarray and import the submodule too
+            out.append(f"{new}, fnarray as jax")
+        else:
+            out.append(f"{new} as {name}")
+    return ", ".join(out)
+
+
+def rewrite_imports(source: str) -> str:
+    """Rewrite the import statements of ``source`` from JAX to fnarray, and nothing else.
+
+    Args:
+      source: Python source of a program written for JAX.
+    Returns:
+      the same source with ``jax`` modules replaced by their ``fnarray`` counterparts in ``import`` and
+      ``from ... import`` lines (a bare ``import jax`` becomes ``import fnarray as jax``).
+    """
+    lines = []
+    for line in source.splitlines():
+        m = _IMPORT.match(line)
+        if m is None:
+            lines.append(line)
+            continue
+        indent, kw, rest = m["indent"], m["kw"], m["rest"]
+        if kw == "from":
+            module, sep, names = rest.partition(" import ")
+            if sep:
+                lines.append(f"{indent}from {_rename(module.strip())} import {names}")
+            else:
+                lines.append(line)
+        else:
+            lines.append(f"{indent}import {_rewrite_import_names(rest)}")
+    return "\n".join(lines) + ("\n" if source.endswith("\n") else "")
+
+
+def run_program(source: str, *, env: dict | None = None, timeout: float = 600.0) -> str:
+    """Run ``source`` in a fresh interpreter (this one's executable and ``sys.path``) and return its
+    standard output; raise ``AssertionError`` with its standard error if it fails."""
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    full_env.setdefault("OPENBLAS_NUM_THREADS", "1")
+    full_env.update(env or {})
+    proc = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True, env=full_env,
+                          timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError(f"program exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return proc.stdout
+
+
+_NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan")
+
+
+def numbers(text: str) -> np.ndarray:
+    """Every number printed in ``text``, in order, as float64 (``nan``/``inf`` included)."""
+    return np.array([float(t) for t in _NUMBER.findall(text)], dtype=np.float64)
+
+
+def compare_outputs(expected: str, got: str, *, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """Assert that two programs' outputs print the same numbers (within tolerance) in the same order,
+    and the same words around them."""
+    words_e, words_g = _NUMBER.sub("#", expected).split(), _NUMBER.sub("#", got).split()
+    if words_e != words_g:
+        raise AssertionError(f"the outputs differ in text:\n--- jax\n{expected}\n--- fnarray\n{got}")
+    np.testing.assert_allclose(numbers(got), numbers(expected), rtol=rtol, atol=atol,
+                               err_msg=f"\n--- jax\n{expected}\n--- fnarray\n{got}")
+
+
+def assert_port_matches(source: str, *, env: dict | None = None, rtol: float = 1e-5, atol: float = 1e-6,
+                        timeout: float = 600.0) -> tuple[str, str]:
+    """Run the JAX program ``source`` under JAX and, after ``rewrite_imports``, under fnarray; assert they
+    print the same numbers. Returns both outputs (JAX's first)."""
+    expected = run_program(source, env=env, timeout=timeout)
+    got = run_program(rewrite_imports(source), env=env, timeout=timeout)
+    compare_outputs(expected, got, rtol=rtol, atol=atol)
+    return expected, got
