@@ -10,7 +10,12 @@ thread (``OPENBLAS_NUM_THREADS=1``: tiny matrices on a busy machine).
 With ``--pocl-cache`` PoCL keeps its compiled kernels too (its default), in a fresh folder per
 measurement: then ``warm`` is what a user sees in a second process, with both caches filled.
 
-Usage: python benchmarks/first_call.py [--device numpy:0 --device jax:0 ...] [--pocl-cache]
+With ``--vs-jax`` it measures instead the first call (trace + lower + XLA compile + run, waited for) of whole
+programs on jax:0 against raw ``jax.jit`` of the same program, each in a fresh process, and prints the ratio
+and fnarray's build time per IR equation: the VAE example's 10x10 image grid of ``random.bernoulli`` samples
+(100 slices of one draw), the same grid of ``sin``, and a jitted ``grad`` of a 64-64-128-10 MLP.
+
+Usage: python benchmarks/first_call.py [--device numpy:0 --device jax:0 ...] [--pocl-cache] [--vs-jax]
 Prints a table in milliseconds; asserts nothing.
 """
 
@@ -55,6 +60,86 @@ def child(device):
     print(json.dumps({"first_ms": (t1 - t0) * 1e3, "second_ms": (t2 - t1) * 1e3}))
 
 
+def _programs(np_, random):
+    """The --vs-jax workloads, written once over a NumPy-like namespace and a random module."""
+    def image_grid(imagevecs):
+        images = iter(imagevecs.reshape((-1, 28, 28)))
+        return np_.vstack([np_.hstack([next(images).T for _ in range(10)][::-1]) for _ in range(10)]).T
+
+    def mlp_loss(params, x, y):
+        h = x
+        for w, b in params[:-1]:
+            h = np_.tanh(h @ w + b)
+        w, b = params[-1]
+        logits = h @ w + b
+        logits = logits - logits.max(axis=1, keepdims=True)
+        return -np_.mean(np_.sum(y * (logits - np_.log(np_.sum(np_.exp(logits), axis=1, keepdims=True))), axis=1))
+
+    return {"grid_bernoulli": lambda k, v: image_grid(random.bernoulli(k, v)),
+            "grid_sin": lambda k, v: image_grid(np_.sin(v)),
+            "mlp_grad": mlp_loss}
+
+
+def _args(np_, random, name):
+    import numpy as np
+    if name.startswith("grid"):
+        return random.key(0), np_.asarray(np.full((100, 784), 0.3, np.float32))
+    rng = np.random.default_rng(0)
+    sizes = (64, 64, 128, 10)
+    params = [(np_.asarray(rng.standard_normal((a, b), dtype=np.float32)), np_.zeros(b, dtype=np_.float32))
+              for a, b in zip(sizes[:-1], sizes[1:])]
+    return params, np_.asarray(rng.random((32, 64), dtype=np.float32)), np_.asarray(np.eye(10, dtype=np.float32)[
+        rng.integers(0, 10, 32)])
+
+
+def child_vs_jax(which, name):
+    if which == "jax":
+        import jax
+        import jax.numpy as jnp
+        f = _programs(jnp, jax.random)[name]
+        if name == "mlp_grad":
+            f = jax.grad(f)
+        args = _args(jnp, jax.random, name)
+        t0 = time.perf_counter()
+        jax.block_until_ready(jax.jit(f)(*args))
+        print(json.dumps({"ms": (time.perf_counter() - t0) * 1e3, "eqns": 0}))
+        return
+    import fnarray as fa
+    import fnarray.numpy as fnp
+    f = _programs(fnp, fa.random)[name]
+    if name == "mlp_grad":
+        f = fa.grad(f)
+    args = fa.device_put(_args(fnp, fa.random, name), "jax:0")
+    t0 = time.perf_counter()
+    for leaf in fa.tree_util.tree_leaves(fa.jit(f)(*args)):
+        leaf.block_until_ready()
+    ms = (time.perf_counter() - t0) * 1e3
+    print(json.dumps({"ms": ms, "eqns": len(fa.make_ir(f)(*args).eqns)}))
+
+
+def vs_jax(repeats=3):
+    env = dict(os.environ, PYTHONPATH=ROOT, OPENBLAS_NUM_THREADS="1")
+    env.pop("FNARRAY_CACHE_DIR", None)
+
+    def one(which, name):
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--vs-jax-child", which, name], env=env,
+                             cwd=ROOT, capture_output=True, text=True, timeout=900)
+        if out.returncode:
+            raise RuntimeError(f"{which} {name}: {out.stderr[-2000:]}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    print(f"{'program':16s} {'fnarray ms':>11s} {'raw jax ms':>11s} {'ratio':>6s} {'eqns':>5s} {'ms/eqn':>7s}")
+    for name in ("grid_bernoulli", "grid_sin", "mlp_grad"):
+        ours, raw = [], []
+        for _ in range(repeats):           # interleaved, best of each
+            ours.append(one("fnarray", name))
+            raw.append(one("jax", name))
+        o, r = min(x["ms"] for x in ours), min(x["ms"] for x in raw)
+        n = ours[0]["eqns"]
+        print(f"{name:16s} {o:11.0f} {r:11.0f} {o / r:6.2f} {n:5d} {o / n:7.2f}", flush=True)
+
+
 def run(device, cache, pocl_dir=None):
     env = dict(os.environ, POCL_KERNEL_CACHE="0", PYTHONPATH=ROOT, OPENBLAS_NUM_THREADS="1")
     if pocl_dir is not None:  # PoCL's own kernel cache on, in a folder of this measurement
@@ -74,10 +159,16 @@ def main(argv=None):
     ap.add_argument("--device", action="append", default=None)
     ap.add_argument("--pocl-cache", action="store_true",
                     help="keep PoCL's own kernel cache on (fresh for 'off' and 'cold', filled for 'warm')")
+    ap.add_argument("--vs-jax", action="store_true", help="build time of whole programs on jax:0 against raw JAX")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--vs-jax-child", nargs=2, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return child(args.child)
+    if args.vs_jax_child:
+        return child_vs_jax(*args.vs_jax_child)
+    if args.vs_jax:
+        return vs_jax()
     devices = args.device or ["numpy:0", "jax:0", "mlx:0", "opencl:0", "webgpu:0"]
     print(f"{'device':10s} {'off first ms':>13s} {'cold first ms':>14s} {'warm first ms':>14s} {'warm/cold':>9s} "
           f"{'steady ms':>10s}")

@@ -43,6 +43,7 @@ import numpy as np
 from fnarray.core import dtypes, lax
 from fnarray.core.array import Array
 from fnarray.core.errors import DTypeError, ShapeError
+from fnarray.core.prng import threefry2x32_p
 
 __all__ = [
     "PRNGKey",
@@ -75,10 +76,6 @@ _U32 = dtypes.uint32
 _UINT_OF_WIDTH = {8: dtypes.uint8, 16: dtypes.uint16, 32: dtypes.uint32, 64: dtypes.uint64}
 # Explicit mantissa bits of each floating dtype (what ``uniform`` randomizes).
 _MANTISSA_BITS = {dtypes.float16: 10, dtypes.bfloat16: 7, dtypes.float32: 23, dtypes.float64: 52}
-# Rotation distances of Threefry-2x32 (Salmon et al. 2011, table 4), used in groups of four rounds.
-_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
-# The key-schedule parity constant of Threefry (from Threefish-256 / Skein).
-_PARITY = np.uint32(0x1BD11BDA)
 
 
 # ----------------------------------------------------------------------------- argument checks
@@ -155,28 +152,13 @@ def _is_static(v) -> bool:
 # ----------------------------------------------------------------------------- Threefry-2x32
 
 
-def _rotate_left(x, r: int):
-    return lax.bitwise_or(lax.shift_left(x, np.uint32(r)), lax.shift_right_logical(x, np.uint32(32 - r)))
-
-
 def _threefry2x32(k0, k1, x0, x1):
     """Threefry-2x32 with 20 rounds: encrypt the counter pairs ``(x0, x1)`` under the key ``(k0, k1)``.
 
-    All four are ``uint32`` (arrays of one shape, or rank 0); returns the pair of ciphertext words.
-    A key injection follows every four rounds; the third key word is the xor of the other two
-    and the parity constant, and the injection number is added to the second word.
+    All four are ``uint32`` (arrays of one shape, or rank 0); returns the pair of ciphertext words, of the
+    operands' common shape. One ``threefry2x32`` equation (``fnarray.core.prng``).
     """
-    ks = (k0, k1, lax.bitwise_xor(lax.bitwise_xor(k0, k1), _PARITY))
-    # The counters' high words are often the constant 0: skip adding to it.
-    x0 = ks[0] if isinstance(x0, np.generic) and x0 == 0 else lax.add(x0, ks[0])
-    x1 = lax.add(x1, ks[1])
-    for group in range(5):
-        for r in _ROTATIONS[group % 2]:
-            x0 = lax.add(x0, x1)
-            x1 = lax.bitwise_xor(_rotate_left(x1, r), x0)
-        x0 = lax.add(x0, ks[(group + 1) % 3])
-        x1 = lax.add(lax.add(x1, ks[(group + 2) % 3]), np.uint32(group + 1))
-    return x0, x1
+    return threefry2x32_p.bind(k0, k1, x0, x1)
 
 
 def _key_words(k):

@@ -142,6 +142,8 @@ def _conv_params(strides, padding, lhs_dil, rhs_dil, dn, g=1, b=1):
 
 _NCHW = ((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3))
 _NHWC = ((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2))
+from fnarray.core.prng import threefry2x32_p  # noqa: E402
+
 _CONV = P.PRIMITIVES["conv_general_dilated"]   # fnarray.core.conv (tests/test_conv.py has the full table)
 
 CASES = [Case(n, p, {}, args(m)) for n, p, m in UNARY]
@@ -370,6 +372,8 @@ ZERO_CASES = [
     Case("reduce_or", P.reduce_or, {"axes": (0,)}, lambda rng: [rng.random(3) < .5]),
     Case("not", P.not_p, {}, args(ints(-3, 3, (3,)))),
     Case("population_count", P.population_count, {}, args(ints(0, 99, (3,)))),
+    Case("threefry2x32", threefry2x32_p, {},
+         lambda rng: [np.uint32(7), np.uint32(9), np.zeros(3, np.uint32), np.arange(3, dtype=np.uint32)]),
 ] + [Case(p.name, p, {}, args(u(-2, 2), u(-2, 2))) for p in (P.eq, P.ne, P.lt, P.le, P.gt, P.ge)] + [
     Case(p.name, p, {}, args(ints(0, 7, (3,)), ints(0, 7, (3,))))
     for p in (P.and_p, P.or_p, P.xor_p, P.shift_left, P.shift_right_arithmetic, P.shift_right_logical)]

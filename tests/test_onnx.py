@@ -75,8 +75,10 @@ def _case_fn(prim, params):
 def test_every_primitive_has_a_rule_or_a_reason():
     from fnarray.core.primitives import PRIMITIVES
     inlined = {"call", "remat", "custom_jvp_call", "custom_vjp_call"}
+    from fnarray.core.decompositions import DECOMPOSITIONS
+    # A primitive with neither is expanded into its decomposition at export (threefry2x32).
     missing = sorted(p.name for p in PRIMITIVES.values()
-                     if p not in RULES and p not in UNSUPPORTED and p.name not in inlined)
+                     if p not in RULES and p not in UNSUPPORTED and p not in DECOMPOSITIONS and p.name not in inlined)
     assert not missing, f"primitives with neither an ONNX rule nor a stated reason: {missing}"
     assert not set(RULES) & set(UNSUPPORTED)
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import weakref
 
+import numpy as np
+
 from fnarray.core.ir import Eqn, Literal, Program, Var
 from fnarray.core.primitives import EFFECTS
-from fnarray.core.subprograms import subprograms  # noqa: F401  (one definition; re-exported)
+from fnarray.core.subprograms import map_subprograms, subprograms
 
-__all__ = ["dce", "has_effect", "program_from_eqn", "subprograms", "walk_eqns"]
+__all__ = ["cse", "dce", "has_effect", "program_from_eqn", "subprograms", "walk_eqns"]
 
 _effectful: "weakref.WeakKeyDictionary[Program, bool]" = weakref.WeakKeyDictionary()
 
@@ -77,3 +79,77 @@ def consts_as_inputs(prog: Program) -> Program:
     if not prog.constvars:
         return prog
     return Program([], list(prog.constvars) + list(prog.invars), prog.eqns, prog.outvars)
+
+
+# ----------------------------------------------------------------------------- common subexpressions
+
+
+def _param_key(v):
+    """A cache-key form of one parameter value in which values that compare equal but differ in meaning stay
+    apart: ``0.0``/``-0.0``, ``1``/``True``/``1.0`` (the rule DESIGN.md states for literals)."""
+    if isinstance(v, bool):
+        return ("bool", v)
+    if isinstance(v, float):
+        return ("float", v.hex())
+    if isinstance(v, int):
+        return ("int", v)
+    if isinstance(v, complex):
+        return ("complex", v.real.hex(), v.imag.hex())
+    if isinstance(v, np.generic):
+        return ("scalar", v.dtype.str, v.tobytes())
+    if isinstance(v, tuple):
+        return ("tuple",) + tuple(_param_key(x) for x in v)
+    return v
+
+
+def _eqn_key(eqn: Eqn, inputs: tuple):
+    params = tuple((k, _param_key(v)) for k, v in sorted(eqn.params.items(), key=lambda kv: kv[0]))
+    return eqn.primitive, inputs, params
+
+
+def cse(prog: Program) -> Program:
+    """Common-subexpression elimination: an equation with the same primitive, parameters and inputs as an
+    earlier one is dropped and its outputs read the earlier outputs (sub-programs too, each on its own).
+
+    Equations with effects (``has_effect``) are never merged. Literals match by dtype, weak type and bit
+    pattern, and float parameters by bit pattern, so ``0.0``/``-0.0`` stay apart. Returns ``prog`` itself
+    when nothing changes, so caches keyed by program identity keep hitting. A program that grows with a
+    Python loop repeating the same work (random bits drawn twice from one key, a broadcast written in a
+    loop) then lowers and compiles its distinct work once.
+    """
+    return _cse(prog, {})
+
+
+def _cse(prog: Program, memo: dict) -> Program:
+    done = memo.get(id(prog))
+    if done is not None:
+        return done[1]
+    env: dict = {}
+    seen: dict = {}
+    eqns = []
+    changed = False
+    for e in prog.eqns:
+        ins = tuple(env.get(a, a) if isinstance(a, Var) else a for a in e.inputs)
+        new = map_subprograms(e, lambda p: _cse(p, memo))
+        if ins != e.inputs or new is not e:
+            new = new._replace(inputs=ins)
+            changed = True
+        if not has_effect(new):
+            try:
+                key = _eqn_key(new, ins)
+                hit = seen.get(key)
+            except TypeError:       # an unhashable parameter: keep the equation as it is
+                key = hit = None
+            if hit is not None and all(a.aval == b.aval for a, b in zip(hit, new.outputs, strict=True)):
+                env.update(zip(new.outputs, hit, strict=True))
+                changed = True
+                continue
+            if key is not None:
+                seen[key] = new.outputs
+        eqns.append(new)
+    out = prog
+    if changed:
+        outvars = [env.get(a, a) if isinstance(a, Var) else a for a in prog.outvars]
+        out = Program(prog.constvars, prog.invars, eqns, outvars)
+    memo[id(prog)] = (prog, out)    # the original is held so that its id is not reused meanwhile
+    return out

@@ -18,7 +18,7 @@ from fnarray.core import profile as _profile
 from fnarray.core.config import config
 from fnarray.core.errors import FallbackWarning, UnsupportedOnDevice
 from fnarray.core.ir import Program
-from fnarray.core.passes import has_effect, program_from_eqn, subprograms, walk_eqns
+from fnarray.core.passes import cse, has_effect, program_from_eqn, subprograms, walk_eqns
 from fnarray.core.primitives import EFFECTS
 from fnarray.devices import memory
 from fnarray.devices.backend import Device, decompose_for
@@ -118,6 +118,7 @@ def compile_program(program: Program, device: Device, donate=()):
     anything is allocated; an out-of-memory error of the backend at run time is translated
     into the same error.
     """
+    program = cse(program)
     memory.check_program(program, device)
     return _translating(_compile_program(program, device, donate), program, device)
 

@@ -32,6 +32,7 @@ from fnarray.core import linalg as _L
 from fnarray.core import primitives as P
 from fnarray.core.fft import fft_p
 from fnarray.core.conv import conv_general_dilated_p
+from fnarray.core.decompositions import decompose
 from fnarray.core.errors import UnsupportedOnDevice
 from fnarray.core.ir import Literal, Program, check_program
 from fnarray.core.shaped import ShapedArray
@@ -1163,6 +1164,8 @@ def onnx(f, *example_args, path, bake_argnums=(), opset=None):
         raise RuntimeError(f"fnarray.export.onnx: the traced program has {len(program.invars)} inputs for "
                            f"{len(leaves)} argument leaves")
     flat = straight_line(program, keep_control=True)
+    # What ONNX has no operator for but fnarray can write in others (threefry2x32, ...) is expanded first.
+    flat = decompose(flat, lambda e: e.primitive in RULES or e.primitive in UNSUPPORTED)
     check_program(flat)
 
     for e in flat.eqns:  # name the primitive before an input's dtype (the input may be what it consumes)

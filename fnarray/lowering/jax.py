@@ -27,6 +27,7 @@ from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal, Program
 from fnarray.core.passes import dce, walk_eqns
+from fnarray.core.prng import threefry2x32_p
 from fnarray.devices import compile_cache
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
 from fnarray.lowering.jax_conv import conv_general_dilated_rule
@@ -35,6 +36,7 @@ try:
     import jax
     import jax.numpy as jnp
     from jax import lax
+    import jax.extend.random as jax_random_ext
 except ImportError as e:  # pragma: no cover - exercised where jax is missing
     raise BackendUnavailable("the jax backend needs JAX: not installed (to fix: pip install 'fnarray[jax]')") from e
 
@@ -386,6 +388,15 @@ def _interpret(prog: Program, args):
         for v, o in zip(e.outputs, outs, strict=True):
             env[v] = o
     return [read(a) for a in prog.outvars]
+
+
+@rule(threefry2x32_p)
+def _threefry2x32(k0, k1, x0, x1):
+    # JAX's own primitive: a rolled loop on CPUs (which XLA's fusion cannot copy into every reader of the
+    # random bits), its own kernel on GPUs.
+    shape = jnp.broadcast_shapes(*(jnp.shape(a) for a in (k0, k1, x0, x1)))
+    ops = [jnp.broadcast_to(jnp.asarray(a, jnp.uint32), shape) for a in (k0, k1, x0, x1)]
+    return list(jax_random_ext.threefry2x32_p.bind(*ops))
 
 
 @rule(P.cond)

@@ -773,3 +773,10 @@ from fnarray.core.fft import fft_p as _fft_p  # noqa: E402
 from fnarray.lowering.fft_impls import numpy_fft as _numpy_fft  # noqa: E402
 
 IMPLS[_fft_p] = _numpy_fft
+
+
+# ----------------------------------------------------------------------------- threefry2x32
+
+from fnarray.core.prng import threefry2x32_p as _threefry2x32_p, threefry2x32_reference  # noqa: E402
+
+_direct(_threefry2x32_p, threefry2x32_reference)

@@ -449,6 +449,17 @@ def _window_cases():
 
 _window_cases()
 
+
+def _threefry_cases():
+    """The threefry2x32 primitive (fnarray.core.prng): one shape, a rank-0 high word as fnarray.random uses it."""
+    from fnarray.core.prng import threefry2x32_p
+    case("threefry2x32", threefry2x32_p, [u32(), u32(), u32(3, 5), u32(3, 5)])
+    case("threefry2x32_scalar_counter", threefry2x32_p, [u32(), u32(), np.uint32(0), u32(7)])
+    case("threefry2x32_empty", threefry2x32_p, [u32(), u32(), u32(0, 2), u32(0, 2)])
+
+
+_threefry_cases()
+
 # The linear-algebra primitives' cases live beside their definitions' tests (fnarray/testing/linalg_cases.py).
 from fnarray.testing.linalg_cases import add_cases as _add_linalg_cases  # noqa: E402
 

@@ -37,6 +37,7 @@ import numpy as np
 from fnarray.core import dtypes, lax
 from fnarray.core import primitives as P
 from fnarray.core.avals import get_aval
+from fnarray.core.prng import threefry2x32_p
 from fnarray.core.shaped import ShapedArray
 from fnarray.transforms.ad_tables import (
     Zero,
@@ -190,6 +191,7 @@ ZERO_TANGENT_PRIMITIVES = (
     P.stop_gradient,                             # by definition
     P.bitcast_convert_type,                      # reinterprets bits: not differentiable, zero (as JAX)
     P.iota,                                      # no inputs
+    threefry2x32_p,                              # integer bits
 )
 for _p in ZERO_TANGENT_PRIMITIVES:
     defjvp_zero(_p)

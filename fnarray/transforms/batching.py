@@ -43,6 +43,7 @@ from fnarray.core.builder import trace_to_program
 from fnarray.core.errors import ConcretizationError, FnArrayError, ShapeError
 from fnarray.core.interpreter import eval_program
 from fnarray.core.ir import Program
+from fnarray.core.prng import threefry2x32_p
 from fnarray.core.shaped import ShapedArray
 from fnarray.core.tracing import Trace, Tracer, is_scalar, new_main, user_frame
 from fnarray.transforms.batching_tables import collective_batchers, not_mapped, primitive_batchers
@@ -406,6 +407,14 @@ def select_n_batch(vals, dims):
 
 
 primitive_batchers[P.select_n] = select_n_batch
+
+
+def threefry2x32_batch(vals, dims):
+    outs, d = _broadcasting(threefry2x32_p)(vals, dims)
+    return outs, [d, d]
+
+
+primitive_batchers[threefry2x32_p] = threefry2x32_batch
 
 # iota takes no operands, so nothing it computes is ever batched: it needs no rule.
 

@@ -38,7 +38,7 @@ from fnarray.core.builder import trace_to_program
 from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
 from fnarray.core.ir import Program
-from fnarray.core.passes import consts_as_inputs
+from fnarray.core.passes import consts_as_inputs, cse
 from fnarray.core.shaped import ShapedArray
 from fnarray.devices import nan_check
 from fnarray.devices.array_impl import ArrayImpl, call_fields as _call_fields
@@ -660,7 +660,7 @@ class Lowered:
 
     def __init__(self, traced: Traced, device):
         self.traced, self.device = traced, device
-        self._backend_lowered = device.impl.lower(traced.program, device)
+        self._backend_lowered = device.impl.lower(cse(traced.program), device)
 
     @property
     def program(self) -> Program:
