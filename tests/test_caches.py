@@ -170,7 +170,7 @@ def test_config_cache_sizes(monkeypatch):
     monkeypatch.setenv("FNARRAY_KERNEL_CACHE_SIZE", "0")
     c = Config()
     assert c.jit_cache_size == 7 and c.kernel_cache_size == 0
-    assert c.jit_global_cache_size == 512 and c.eager_cache_size == 1024
+    assert c.jit_global_cache_size == 2048 and c.eager_cache_size == 1024
     for bad in (-1, 2.5, "many", True):
         with pytest.raises(ValueError, match="jit_cache_size"):
             c.jit_cache_size = bad

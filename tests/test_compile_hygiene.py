@@ -121,3 +121,57 @@ def test_xla_compiles_the_cipher_once_for_many_slices():
     raw = jax.jit(lambda k, v: _image_grid(jnp, jax.random.bernoulli(k, v))).lower(
         jax.random.key(0), jnp.full((25, 64), 0.3)).compile().as_text().count(" xor(")
     assert ours <= raw + 2, (ours, raw)
+
+
+def _count_lowerings(monkeypatch, device):
+    """A list that grows by one program's equation count each time ``device``'s backend lowers a program."""
+    impl = device.impl
+    lowered = []
+    real = impl.lower
+
+    def counting(program, dev, *args, **kwargs):
+        lowered.append(len(program.eqns))
+        return real(program, dev, *args, **kwargs)
+    monkeypatch.setattr(impl, "lower", counting)
+    return lowered
+
+
+def _decode_steps(cache, row, steps):
+    outs = []
+    for _ in range(steps):
+        cache = fnp.concatenate([cache, row], axis=0)      # the cache grows by one row a step
+        outs.append(float(fnp.sum(fnp.tanh(cache), axis=0)[0]))
+    return outs
+
+
+def test_eager_compiles_each_new_shape_once_on_jax(monkeypatch):
+    """A decode loop whose cache grows by one row a step: on jax:0 each step compiles each function once (the
+    whole function, as jax.numpy's jitted functions), and a second identical run compiles nothing."""
+    require_backend("jax")
+    cache = fa.device_put(fnp.zeros((3, 4)), "jax:0")
+    dev = cache.device
+    row = fa.device_put(fnp.ones((1, 4)), dev)
+    _decode_steps(cache, row, 2)                 # warm: the shapes of steps 1-2
+    lowered = _count_lowerings(monkeypatch, dev)
+    first = _decode_steps(cache, row, 6)
+    # steps 3-6 are new shapes: concatenate, tanh, sum and the index each compile once per step
+    assert len(lowered) <= 4 * 4, lowered
+    n = len(lowered)
+    second = _decode_steps(cache, row, 6)
+    assert len(lowered) == n, lowered[n:]        # nothing compiles the second time
+    assert first == second
+    want = [float(np.tanh(np.concatenate([np.zeros((3, 4))] + [np.ones((1, 4))] * k)).sum(0)[0])
+            for k in range(1, 7)]
+    np.testing.assert_allclose(first, want, rtol=1e-6)
+
+
+def test_eager_numpy_waits_for_the_second_call(monkeypatch):
+    x = fnp.ones((5, 3))
+    dev = x.device
+    fnp.sum(x, axis=1)                           # the general path's per-primitive programs, now cached
+    lowered = _count_lowerings(monkeypatch, dev)
+    y = fnp.ones((7, 3))
+    fnp.sum(y, axis=1)                           # first call of a new key: the general path (1 reduce)
+    fnp.sum(y, axis=1)                           # second: the whole function, once
+    fnp.sum(y, axis=1)
+    assert len(lowered) <= 2, lowered

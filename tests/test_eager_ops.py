@@ -121,7 +121,9 @@ def _eligible(code, x, other) -> bool:
     if aval.weak_type or not prim_ok:
         return False
     if other is None:
-        return True
+        # A device with a slow compiler (XLA) compiles no second program for a unary case: the whole-function
+        # program of fnarray.transforms.eager_jit serves it.
+        return x.device.impl.capabilities(x.device).eager_programs != "first_call"
     if isinstance(other, fa.Array):
         return not code.startswith("r") and other.aval == aval and other.device == x.device
     return dtypes.scalar_operand_dtype(d, type(other)) is not None

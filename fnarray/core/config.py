@@ -10,7 +10,7 @@ _FALLBACK_MODES = ("warn", "error", "silent")
 #: cache-size settings: name -> (environment variable, default)
 _CACHE_SIZES = {
     "jit_cache_size": ("FNARRAY_JIT_CACHE_SIZE", 128),
-    "jit_global_cache_size": ("FNARRAY_JIT_GLOBAL_CACHE_SIZE", 512),
+    "jit_global_cache_size": ("FNARRAY_JIT_GLOBAL_CACHE_SIZE", 2048),
     "eager_cache_size": ("FNARRAY_EAGER_CACHE_SIZE", 1024),
     "kernel_cache_size": ("FNARRAY_KERNEL_CACHE_SIZE", 1024),
 }
@@ -67,7 +67,9 @@ class Config:
     - ``jit_cache_size``: traced programs, and compiled executables, kept per jitted
       function (each its own LRU). Default 128. Env: ``FNARRAY_JIT_CACHE_SIZE``.
     - ``jit_global_cache_size``: compiled executables kept over all jitted functions
-      together. Default 512. Env: ``FNARRAY_JIT_GLOBAL_CACHE_SIZE``.
+      together; half of it bounds the whole-function programs of eager namespace calls. Default 2048 (a
+      decode loop of 40 growing shapes calls ~10 namespace functions a step: 400 programs, which the
+      former 512 evicted before the loop came round again). Env: ``FNARRAY_JIT_GLOBAL_CACHE_SIZE``.
     - ``eager_cache_size``: compiled eager operations, one per (primitive, params,
       input types, device). Default 1024. Env: ``FNARRAY_EAGER_CACHE_SIZE``.
     - ``kernel_cache_size``: built OpenCL programs and WebGPU pipelines kept per device

@@ -91,6 +91,12 @@ class Capabilities:
     ``tiling_pays``: ``"local"`` (tiles staged in work-group memory, for GPUs) or ``"register"``
     (operands packed into panels, register tiles, no work-group memory: CPU OpenCL devices, where
     local memory is emulated and barriers cost; ``lowering/kernels/groups/register_tiles.py``).
+    ``eager_programs``: when an eager call of a namespace function runs as one jitted program of the whole
+    function (``transforms/eager_jit.py``): ``"off"`` (never: every primitive is its own program, as kernel
+    backends, whose composites would compile kernels of their own), ``"second_call"`` (from a key's second
+    call on: compiles cost milliseconds, and a loop over new constants compiles nothing), ``"first_call"``
+    (from the first: a slow compiler, such as XLA, then compiles each new shape once, not per primitive and
+    then again for the whole function).
     """
 
     dtypes: frozenset
@@ -107,6 +113,7 @@ class Capabilities:
     uniform_guard: bool = False
     items_per_work_item: int = 1
     matmul_tiling: str = "local"
+    eager_programs: str = "off"
 
 
 class Lowered:

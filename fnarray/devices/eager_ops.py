@@ -305,11 +305,18 @@ def _learn(code, x, other, binary, out):
             return
         in_avals, key = (av,), (code, av)
     # The primitive's eager executable (the general path made it, unless it ran the whole function as a
-    # program: fnarray.transforms.eager_jit); its output must be what the general path returned.
+    # program: fnarray.transforms.eager_jit); its output must be what the general path returned. A device
+    # whose compiles are slow (eager_programs "first_call": XLA) compiles none for a unary function: its
+    # whole-function program serves the case, and a second compile of each new shape would cost more than
+    # the entry saves (operators keep their entries: x * 2.0 is the loop body everyone writes).
+    compile = binary or dev.impl.capabilities(dev).eager_programs != "first_call"
     try:
-        exe, out_avals = placement._eager_executable(prim, _PARAMS, in_avals, dev)
+        found = placement._eager_executable(prim, _PARAMS, in_avals, dev, compile=compile)
     except Exception:  # noqa: BLE001 (no entry: the general path keeps serving this case)
         return
+    if found is None:
+        return
+    exe, out_avals = found
     if len(out_avals) != 1 or out.aval != out_avals[0] or out._device is not dev:
         return
     out_aval = out_avals[0]

@@ -296,10 +296,14 @@ _eager_cache = LRUCache(_eager_cache_size, on_evict=_eager_dropped, second_chanc
 _eager_d = _eager_cache._d
 
 
-def _eager_executable(primitive, params, avals, device):
+def _eager_executable(primitive, params, avals, device, compile=True):
+    """``(executable, out_avals)`` of one primitive on ``device`` from the eager cache, compiled on a miss (or,
+    with ``compile=False``, ``None`` on a miss)."""
     key = (primitive, params, avals, device, config.fallback)  # the fallback mode changes what compiles
     hit = _eager_d.get(key)
     if hit is None:
+        if not compile:
+            return None
         from fnarray.devices.partition import compile_eqn
         out = primitive.abstract_eval(*avals, **params)
         out_avals = tuple(out) if primitive.multiple_results else (out,)

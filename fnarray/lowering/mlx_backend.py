@@ -199,8 +199,8 @@ class MlxBackend(Backend):
             self._devices = _spmd.process_devices(group, mine.handle, mine.platform, mine.description)
         all_but = frozenset(dtypes.ALL_DTYPES) - {dtypes.complex128}
         self._caps = {
-            "cpu": Capabilities(dtypes=all_but, control_flow="host"),
-            "gpu": Capabilities(dtypes=all_but - {dtypes.float64}, control_flow="host"),
+            "cpu": Capabilities(dtypes=all_but, control_flow="host", eager_programs="second_call"),
+            "gpu": Capabilities(dtypes=all_but - {dtypes.float64}, control_flow="host", eager_programs="second_call"),
         }
 
     def devices(self):

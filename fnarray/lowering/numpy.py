@@ -36,7 +36,7 @@ warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fnarray\.low
 # Equations whose NumPy implementations broadcast their operands natively.
 _ELEMENTWISE = frozenset({"select_n"})
 
-_CAPS = Capabilities(dtypes=frozenset(dtypes.ALL_DTYPES), control_flow="native")
+_CAPS = Capabilities(dtypes=frozenset(dtypes.ALL_DTYPES), control_flow="native", eager_programs="second_call")
 
 
 def _ident(i):

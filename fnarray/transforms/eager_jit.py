@@ -8,9 +8,13 @@ a call on concrete arrays (``ArrayImpl``), from a thread that stages nothing, wi
 
     (the function, the pytree structure of its arguments, each array's aval, each other leaf's value)
 
-and, from the second call of one key on, runs one jitted program of the whole function (``fnarray.jit``'s
-hot path: a few Python calls). The first call of a key takes the general path, so a loop over ever new
-static values (``x[i]`` for each ``i``) compiles nothing. Arrays are the program's arguments; every other
+and runs one jitted program of the whole function (``fnarray.jit``'s hot path: a few Python calls) from the
+call its device's ``Capabilities.eager_programs`` says. ``"second_call"`` (numpy, mlx: programs compile in
+milliseconds): the first call of a key takes the general path, so a loop over ever new static values
+(``x[i]`` for each ``i``) compiles nothing. ``"first_call"`` (jax: XLA takes 10-100 ms a program): the
+first call compiles the whole function, so each new shape costs one compile, not one per primitive and then
+one more for the whole function on the second call; a key holding a float or complex constant still waits
+for its second call (a loop over new step sizes would otherwise compile each). Arrays are the program's arguments; every other
 leaf (ints, bools, strings, floats, complex and NumPy scalars, dtypes, slices, ``Ellipsis``) is a constant of
 it, compared by value and type (``1``, ``True`` and ``1.0`` are three keys; so are ``0.0`` and ``-0.0``).
 A call with any other leaf (a NumPy array, a callable, a tracer, an object of the user's), with arrays on
@@ -19,9 +23,8 @@ compile (a data-dependent shape: ``nonzero``, ``unique``, boolean masks), from t
 cached call: the general path then raises its own error (or succeeds).
 
 The programs are jitted on the device of their arrays, which is where the general path runs them, with
-the same committed flag (``tests/test_eager_jit.py`` compares both paths). Only backends whose programs
-compile in milliseconds take part (``_BACKENDS``: numpy, jax, mlx); opencl and webgpu keep running
-kernels per primitive.
+the same committed flag (``tests/test_eager_jit.py`` compares both paths). Devices whose
+``eager_programs`` is ``"off"`` (opencl, webgpu) keep running kernels per primitive.
 
 Memory: the programs are an ``LRUCache`` of at most half of ``config.jit_global_cache_size`` entries (each
 one jitted function holding one executable; half, so that the global LRU of executables does not evict
@@ -45,7 +48,7 @@ from fnarray.transforms.jit import jit
 
 __all__ = ["install", "cache_info"]
 
-_BACKENDS = frozenset({"numpy", "jax", "mlx"})
+_POLICY: dict = {}   # id(device) -> its Capabilities.eager_programs (devices live as long as the process)
 
 # Functions left to the general path: they make arrays from non-arrays, return no array, return their input,
 # or have shapes that depend on values (tracing them would fail for every key).
@@ -157,8 +160,12 @@ def _keyed(fn, args, kwargs):
     for a in arrays:
         if a._device is not dev:
             return None
-    if dev.backend not in _BACKENDS:
+    policy = _POLICY.get(id(dev))
+    if policy is None:
+        policy = _POLICY[id(dev)] = dev.impl.capabilities(dev).eager_programs
+    if policy == "off":
         return None
+    key.append(policy)
     key.append(id(dev))  # devices live as long as the process (a Device's own hash is a Python call)
     key.append(config.generation)
     return tuple(key), arrays
@@ -194,6 +201,17 @@ def _program(fn, args, kwargs):
     return program
 
 
+_BY_VALUE = (float, complex)
+
+
+def _waits(key) -> bool:
+    """Whether a key's first call takes the general path: its device compiles programs cheaply, or the key
+    holds a float or complex constant (a NumPy one too), which a loop may change on every call."""
+    if key[-3] == "second_call":
+        return True
+    return any(type(k) is type and issubclass(k, _BY_VALUE + (np.inexact,)) for k in key)
+
+
 def _call(fn, args, kwargs):
     keyed = _keyed(fn, args, kwargs)
     if keyed is None:
@@ -201,7 +219,7 @@ def _call(fn, args, kwargs):
     key, arrays = keyed
     p = _programs_d.get(key)
     if p is None:
-        if _seen.peek(key) is None:  # the first call of this key: the general path, remembered
+        if _seen.peek(key) is None and _waits(key):  # the first call of this key: the general path, remembered
             _seen.put(key, True)
             return fn(*args, **kwargs)
         jitted = jit(_program(fn, args, kwargs))
