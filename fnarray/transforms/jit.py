@@ -335,7 +335,9 @@ def function_cache(fun) -> _FunctionCache:
 
 
 class Jitted:
-    """A function compiled by ``fnarray.jit``."""
+    """A function compiled by ``fnarray.jit``. Its caches are ``fun``'s (``function_cache``), shared with every
+    other ``Jitted`` of ``fun``; ``shared=False`` gives it caches of its own (for functions made per call, such
+    as ``eager_jit``'s programs, which would only crowd the table of functions)."""
 
     def __init__(self, fun, static_argnums=(), static_argnames=(), donate_argnums=(), device=None, shared=True):
         if not callable(fun):
