@@ -123,6 +123,7 @@ def test_the_policy_changes_what_the_backward_pass_recomputes():
         _, f_vjp = fa.vjp(fa.checkpoint(f, policy=policy), *args)
         prog = fa.make_ir(f_vjp)(fnp.float32(1.0))
         check_program(prog)
+        assert len(prog.constvars) == len(fa.tree_util.tree_leaves(f_vjp))  # the residuals, shown as constants
         sizes[name] = (len(fa.tree_util.tree_leaves(f_vjp)), _count_eqns(prog))
     _, plain = fa.vjp(f, *args)
     assert sizes["everything_saveable"][0] == len(fa.tree_util.tree_leaves(plain))

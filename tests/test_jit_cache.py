@@ -235,9 +235,17 @@ def test_the_table_of_functions_is_bounded(sizes):
     assert jit_mod.jit_cache_info()["functions"][0] == 0
 
 
-def test_first_call_from_8_threads_traces_once(device):
+def test_first_call_from_8_threads_traces_once(device, monkeypatch):
     """JAX traces once; so does fnarray (the other threads wait for the first one's trace and executable)."""
+    compiles = []
+
+    def counting_compile(program, device, **kw):
+        compiles.append(program)
+        return compile_program(program, device, **kw)
+    compile_program = jit_mod.compile_program
+    monkeypatch.setattr(jit_mod, "compile_program", counting_compile)
     for make in (lambda jit, f: [jit(f)] * 8, lambda jit, f: [None] * 8):   # one wrapper, or one per thread
+        compiles.clear()
         counts = {}
         for name, jit in _on(device).items():
             n = [0]
@@ -257,6 +265,7 @@ def test_first_call_from_8_threads_traces_once(device):
             np.testing.assert_allclose(outs, np.arange(8) * 2.0 + 1.0)
             counts[name] = n[0]
         assert counts["fa"] == counts["jax"] == 1
+        assert len(compiles) == 1  # and compiles once
 
 
 def test_a_failing_first_trace_does_not_block_the_waiters(device):
