@@ -14,7 +14,7 @@ from fnarray.core import primitives as P
 from fnarray.core.avals import get_aval
 from fnarray.core.builder import trace_to_program
 from fnarray.core.interpreter import eval_program
-from fnarray.core.passes import consts_as_inputs, dce
+from fnarray.core.passes import consts_as_inputs
 from fnarray.transforms.ad_tables import (
     UndefinedPrimal,
     Zero,
