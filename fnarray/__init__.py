@@ -49,7 +49,8 @@ jacobian = jacrev     # JAX's name (jax.jacobian is jacrev)
 
 # Libraries imported on first use, so that `import fnarray` stays light.
 _LAZY = {"random": None, "nn": None, "optim": None, "export": None, "profiler": None, "debug": None, "ops": None,
-         "doctor": "fnarray._doctor", "check": "fnarray._check"}
+         "doctor": "fnarray._doctor", "check": "fnarray._check", "ad_checkpoint": None,
+         "checkpoint_policies": "fnarray.ad_checkpoint"}
 
 
 def __getattr__(name):

@@ -221,15 +221,18 @@ def register_pytree_node(cls: type, flatten: Callable, unflatten: Callable):
     Args:
       flatten: ``obj -> (children, aux_data)``; ``aux_data`` must be hashable.
       unflatten: ``(aux_data, children) -> obj``.
+
+    Returns:
+      None (as JAX's).
     """
     optree.register_pytree_node(cls, flatten, lambda aux, children: unflatten(aux, list(children)),
                                 namespace=NAMESPACE)
-    return cls
 
 
 def register_pytree_node_class(cls: type):
-    """Class decorator using ``cls.tree_flatten`` and the classmethod ``cls.tree_unflatten``."""
-    return register_pytree_node(cls, lambda o: o.tree_flatten(), cls.tree_unflatten)
+    """Class decorator using ``cls.tree_flatten`` and the classmethod ``cls.tree_unflatten``; returns ``cls``."""
+    register_pytree_node(cls, lambda o: o.tree_flatten(), cls.tree_unflatten)
+    return cls
 
 
 def register_dataclass(cls: type, data_fields=None, meta_fields=None):
@@ -251,7 +254,8 @@ def register_dataclass(cls: type, data_fields=None, meta_fields=None):
     def unflatten(aux, children):
         return cls(**dict(zip(data_fields, children, strict=True)), **dict(zip(meta_fields, aux, strict=True)))
 
-    return register_pytree_node(cls, flatten, unflatten)
+    register_pytree_node(cls, flatten, unflatten)
+    return cls
 
 
 class Partial(functools.partial):

@@ -170,6 +170,8 @@ conj = unary("conj", (dtypes.is_complex, "complex dtypes"))
 population_count = unary("population_count", _INT)
 stop_gradient = unary("stop_gradient", _ANY, doc="Identity whose derivative is zero.")
 copy_p = unary("copy", _ANY)
+name_p = unary("name", _ANY, doc="Identity naming its operand (param name: str) for checkpoint policies "
+               "(jax.ad_checkpoint.checkpoint_name); its tangent is not named.")
 
 
 def _integer_pow_rule(x, *, y):
@@ -660,7 +662,7 @@ custom_vjp_call = Primitive("custom_vjp_call", _custom_call_rule, multiple_resul
                             doc="Runs call_program; reverse-mode uses the user's forward/backward rules.")
 
 
-def _remat_rule(*args, program, prevent_cse=True):
+def _remat_rule(*args, program, prevent_cse=True, policy=None):
     return _call_rule(*args, program=program, name="remat")
 
 

@@ -226,7 +226,7 @@ for _p, _op in [(P.exp, "Exp"), (P.log, "Log"), (P.tanh, "Tanh"), (P.sin, "Sin")
                 (P.tan, "Tan"), (P.asin, "Asin"), (P.acos, "Acos"), (P.atan, "Atan"), (P.sinh, "Sinh"),
                 (P.cosh, "Cosh"), (P.asinh, "Asinh"), (P.acosh, "Acosh"), (P.atanh, "Atanh"), (P.sqrt, "Sqrt"),
                 (P.erf, "Erf"), (P.floor, "Floor"), (P.ceil, "Ceil"), (P.round_p, "Round"),
-                (P.logistic, "Sigmoid"), (P.stop_gradient, "Identity"), (P.copy_p, "Identity"),
+                (P.logistic, "Sigmoid"), (P.stop_gradient, "Identity"), (P.copy_p, "Identity"), (P.name_p, "Identity"),
                 (_spmd.sharding_constraint_p, "Identity"),
                 (P.abs_p, "Abs"), (P.sign, "Sign"), (P.add, "Add"), (P.sub, "Sub"), (P.mul, "Mul"),
                 (P.pow_p, "Pow"), (P.eq, "Equal"), (P.lt, "Less"), (P.le, "LessOrEqual"), (P.gt, "Greater"),

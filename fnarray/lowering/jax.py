@@ -102,6 +102,7 @@ _SCANS = frozenset({P.cumsum, P.cumprod, P.cumlogsumexp})
 RULES[P.round_p] = lambda x: lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN)
 RULES[P.stop_gradient] = lambda x: x
 RULES[P.copy_p] = lambda x: x
+RULES[P.name_p] = lambda x, *, name: x
 RULES[P.integer_pow] = lambda x, *, y: lax.integer_pow(x, y)
 
 
@@ -434,7 +435,7 @@ def _scan(*args, program, num_consts, num_carry, length, reverse, unroll=1):
 
 
 RULES[P.call] = lambda *args, program, name="call": _interpret(program, list(args))
-RULES[P.remat] = lambda *args, program, prevent_cse=True: _interpret(program, list(args))
+RULES[P.remat] = lambda *args, program, prevent_cse=True, policy=None: _interpret(program, list(args))
 RULES[P.custom_jvp_call] = lambda *args, call_program, **kw: _interpret(call_program, list(args))
 RULES[P.custom_vjp_call] = lambda *args, call_program, **kw: _interpret(call_program, list(args))
 

@@ -91,6 +91,7 @@ def _identity(params, in_avals, out_avals):
 
 RULES[P.stop_gradient] = _identity
 RULES[P.copy_p] = _identity
+RULES[P.name_p] = _identity
 
 
 @rule(P.exp2)
@@ -627,7 +628,7 @@ _COMPLEX_OK = frozenset({
     P.abs_p, P.sign, P.real, P.imag, P.conj, P.eq, P.ne, P.complex_p, P.select_n, P.convert_element_type,
     P.iota, P.broadcast_in_dim, P.reshape, P.transpose, P.rev, P.slice_p, P.dynamic_slice, P.dynamic_update_slice,
     P.pad, P.concatenate, P.gather, P.scatter, P.scatter_add, P.scatter_mul, P.reduce_sum, P.reduce_prod,
-    P.cumsum, P.cumprod, P.dot_general, P.stop_gradient, P.copy_p, P.call, P.remat, P.custom_jvp_call,
+    P.cumsum, P.cumprod, P.dot_general, P.stop_gradient, P.copy_p, P.name_p, P.call, P.remat, P.custom_jvp_call,
     P.custom_vjp_call, P.while_p, P.scan, P.cond,
 })
 

@@ -176,6 +176,7 @@ def _not(x):
 _direct(P.not_p, _not)
 _direct(P.stop_gradient, lambda x: x)
 _direct(P.copy_p, lambda x: x)
+_direct(P.name_p, lambda x: x)
 
 
 @_with_params(P.integer_pow)

@@ -60,6 +60,7 @@ for p, lo, hi in [(P.neg, -3, 3), (P.sign, -3, 3), (P.floor, -3, 3), (P.ceil, -3
                   (P.lgamma, 0.5, 4), (P.digamma, 0.5, 4), (P.abs_p, -3, 3), (P.stop_gradient, -3, 3),
                   (P.copy_p, -3, 3)]:
     case(p.name, p, [f32(3, 4, lo=lo, hi=hi)])
+case("name", P.name_p, [f32(3, 4)], name="a")
 case("round_halves", P.round_p, [np.array([0.5, 1.5, 2.5, -0.5, -1.5], np.float32)])
 case("not_bool", P.not_p, [bools(5)])
 _c64 = (f32(5) + 1j * f32(5)).astype(np.complex64)

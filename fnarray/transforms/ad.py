@@ -25,6 +25,7 @@ import numpy as np
 
 from fnarray import tree_util
 from fnarray.core import dtypes, lax
+from fnarray.core import primitives as P
 from fnarray.core.array import Array
 from fnarray.core.avals import get_aval
 from fnarray.core.errors import DTypeError, ShapeError
@@ -123,13 +124,13 @@ def linearize(fun, *primals):
     outs, prog, res, zero, lin_known, diff = _linearize_flat(flat, p_flat)
     out_tree = out_tree_store[0]
 
-    def f_jvp(*tangents):
+    def pushforward(res, *tangents):
         t_flat, t_tree = tree_util.tree_flatten(tangents)
         if t_tree != p_tree:
             raise TypeError(f"linearize: tangents must have the primals' structure {p_tree}, got {t_tree}")
         t_in = [_check_tangent(p, t, i) for i, (p, t) in enumerate(zip(p_flat, t_flat, strict=True))]
         t_in = [instantiate_zeros(t) for t, d in zip(t_in, diff, strict=True) if d]
-        lin_outs = iter(eval_program(prog, [], res + t_in))
+        lin_outs = iter(eval_program(prog, [], list(res) + t_in))
         nz = iter(lin_known)
         out_t = []
         for z, p in zip(zero, outs, strict=True):
@@ -140,13 +141,16 @@ def linearize(fun, *primals):
                 out_t.append(_out_tangent(Zero(tangent_aval(get_aval(p))), p) if k else next(lin_outs))
         return tree_util.tree_unflatten(out_tree, out_t)
 
-    return tree_util.tree_unflatten(out_tree, outs), f_jvp
+    # A pytree (as JAX's): its leaves are the residuals, so it can be passed to jit and inspected.
+    return tree_util.tree_unflatten(out_tree, outs), tree_util.Partial(pushforward, tuple(res))
 
 
 def _vjp_flat(fun_flat, primals):
+    """``(outs, f_vjp_flat, residuals)``: ``f_vjp_flat(residuals, cts)`` maps output cotangents to input ones."""
     outs, prog, res, zero, lin_known, diff = _linearize_flat(fun_flat, primals)
+    ct_avals = [tangent_aval(get_aval(p)) for p in primals]  # avals, not values: f_vjp holds only residuals
 
-    def f_vjp_flat(cts):
+    def f_vjp_flat(res, cts):
         lin_cts = []
         nz = iter(lin_known)
         for z, c in zip(zero, cts, strict=True):
@@ -156,8 +160,7 @@ def _vjp_flat(fun_flat, primals):
         args = list(res) + [UndefinedPrimal(v.aval) for v in prog.invars[len(res):]]
         cts_in = iter(backward_pass(prog, args, lin_cts))
         out = []
-        for p, d in zip(primals, diff, strict=True):
-            a = tangent_aval(get_aval(p))
+        for a, d in zip(ct_avals, diff, strict=True):
             if d:
                 c = next(cts_in)
                 out.append(zeros_like_aval(a) if isinstance(c, Zero) else c)
@@ -165,7 +168,7 @@ def _vjp_flat(fun_flat, primals):
                 out.append(_float0_zeros(a))
         return out
 
-    return outs, f_vjp_flat
+    return outs, f_vjp_flat, tuple(res)
 
 
 def vjp(fun, *primals, has_aux=False):
@@ -208,22 +211,25 @@ def vjp(fun, *primals, has_aux=False):
         store.append(("n", len(leaves)))
         return leaves + aux_leaves
 
-    all_outs, f_flat = _vjp_flat(flat, p_flat)
+    all_outs, f_flat, res = _vjp_flat(flat, p_flat)
     info = dict(store)
     out_tree, n = info["tree"], info["n"]
     outs, aux_outs = all_outs[:n], all_outs[n:]
     aux_zeros = [Zero(tangent_aval(get_aval(a))) for a in aux_outs]
+    out_shapes = [get_aval(o).shape for o in outs]
 
-    def f_vjp(ct):
+    def pullback(res, ct):
         ct_flat, ct_tree = tree_util.tree_flatten(ct)
         if ct_tree != out_tree:
             raise TypeError(f"vjp: the cotangent must have the output's structure {out_tree}, got {ct_tree}")
-        for i, (c, o) in enumerate(zip(ct_flat, outs, strict=True)):
-            ca, oa = get_aval(c), get_aval(o)
-            if ca.shape != oa.shape:
-                raise ShapeError(f"vjp: cotangent {i} has shape {ca.shape}, the output has shape {oa.shape}")
-        return tuple(tree_util.tree_unflatten(p_tree, f_flat(list(ct_flat) + aux_zeros)))
+        for i, (c, shape) in enumerate(zip(ct_flat, out_shapes, strict=True)):
+            ca = get_aval(c)
+            if ca.shape != shape:
+                raise ShapeError(f"vjp: cotangent {i} has shape {ca.shape}, the output has shape {shape}")
+        return tuple(tree_util.tree_unflatten(p_tree, f_flat(res, list(ct_flat) + aux_zeros)))
 
+    # A pytree (as JAX's): its leaves are the residuals, so it can be passed to jit and inspected.
+    f_vjp = tree_util.Partial(pullback, res)
     primal_out = tree_util.tree_unflatten(out_tree, outs)
     if has_aux:
         aux_tree, others = info["aux"]
@@ -313,7 +319,8 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
                              "example before a comparison or a cast).")
         if dtypes.is_complex(oa.dtype) and not holomorphic:
             raise DTypeError("grad of a complex output needs holomorphic=True (as in JAX)")
-        g = f_vjp(lax.full((), 1, oa.dtype))
+        # the seed keeps the output's weak type (as JAX's): a weak output has weak gradients
+        g = f_vjp(P.convert_element_type.bind(np.ones((), oa.dtype)[()], new_dtype=oa.dtype, weak_type=oa.weak_type))
         g = g if multiple else g[0]
         return ((out, aux), g) if has_aux else (out, g)
 

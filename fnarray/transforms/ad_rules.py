@@ -314,6 +314,9 @@ def copy_transpose(ct, x):
 
 
 deflinear(P.copy_p, copy_transpose)
+# checkpoint_name: the primal is named (what policies see), the tangent passes as it is (as JAX's name_p)
+defjvp(P.name_p, lambda t, out, x, **params: t)
+primitive_transposes[P.name_p] = lambda ct, x, **params: copy_transpose(ct, x)
 
 
 def real_transpose(ct, x):

@@ -141,7 +141,7 @@ class custom_jvp:
             with no contribution.
 
         Returns:
-          The assembled JVP rule.
+          None (as JAX's).
 
         Raises:
           Nothing here; contributions of mismatched structure raise from ``tree_util.tree_map``
@@ -157,7 +157,6 @@ class custom_jvp:
                 acc = c if acc is None else tree_util.tree_map(lax.add, acc, c)
             return out, acc
         self.jvp = jvp_fn
-        return jvp_fn
 
     def __call__(self, *args):
         if self.jvp is None:
@@ -332,23 +331,49 @@ class custom_vjp:
             raise TypeError(f"custom_vjp function {getattr(self.fun, '__name__', '')} has no rule: define one "
                             "with f.defvjp(fwd, bwd) before calling it")
         static, dyn, rebuild = _split_nondiff(args, self.nondiff_argnums)
+        flat, in_tree = tree_util.tree_flatten(tuple(dyn))
+        top = find_top_trace(flat)
+        if top.main.level == 0:
+            # No transformation: the function itself on the arguments as given (as JAX: a Python float in
+            # gives what the function returns for it).
+            out = self.fun(*args)
+            if not any(isinstance(o, Tracer) for o in tree_util.tree_leaves(out)):
+                return out
+        out_tree = [None]  # the function's output structure: from its trace, or (differentiated) from fwd's
+        fwd_flat, bwd_flat = self._flat_rules(static, dyn, rebuild, in_tree, flat, out_tree)
+        if isinstance(top, JVPTrace):
+            direct = _custom_vjp_directly(top, flat, fwd_flat, bwd_flat, in_tree)
+            if direct is not None:
+                return tree_util.tree_unflatten(out_tree[0], direct)
 
-        prog, consts, in_tree, out_tree, flat = _trace_flat(lambda *d: self.fun(*rebuild(d)), dyn)
-        fwd, bwd, n_consts = self.fwd, self.bwd, len(consts)
+        prog, consts, _, out_tree[0], flat = _trace_flat(lambda *d: self.fun(*rebuild(d)), dyn)
+        outs = P.custom_vjp_call.bind(*consts, *flat, call_program=consts_as_inputs(prog), fwd=fwd_flat,
+                                      bwd=bwd_flat, num_consts=len(consts), in_tree=in_tree)
+        return tree_util.tree_unflatten(out_tree[0], outs)
+
+    def _flat_rules(self, static, dyn, rebuild, in_tree, flat, out_tree):
+        """``fwd`` and ``bwd`` on flat lists: ``fwd_flat(primals)`` (after ``num_consts`` constants) ->
+        ``(outs, residuals, residual tree)``, ``bwd_flat(residuals, residual tree, cts) -> cotangents``.
+        ``out_tree[0]``: the function's output structure, which fwd's output must have once it is known
+        (fwd sets it when the function was not traced: under ``grad`` only fwd and bwd run, as in JAX)."""
+        fwd, bwd = self.fwd, self.bwd
         ct_avals = [tangent_aval(get_aval(x)) for x in flat]
+        n_dyn = len(flat)
 
         def fwd_flat(primals):
-            out, res = fwd(*rebuild(tree_util.tree_unflatten(in_tree, list(primals[n_consts:]))))
+            out, res = fwd(*rebuild(tree_util.tree_unflatten(in_tree, list(primals[len(primals) - n_dyn:]))))
             o_flat, o_tree = tree_util.tree_flatten(out)
-            if o_tree != out_tree:
+            if out_tree[0] is None:
+                out_tree[0] = o_tree
+            elif o_tree != out_tree[0]:
                 raise TypeError(f"custom_vjp fwd must return (output, residuals) with the function's output "
-                                f"structure {out_tree}, got {o_tree}")
+                                f"structure {out_tree[0]}, got {o_tree}")
             r_flat, r_tree = tree_util.tree_flatten(res)
             return o_flat, r_flat, r_tree
 
         def bwd_flat(res_flat, r_tree, cts_flat):
             res = tree_util.tree_unflatten(r_tree, list(res_flat))
-            ct = tree_util.tree_unflatten(out_tree, list(cts_flat))
+            ct = tree_util.tree_unflatten(out_tree[0], list(cts_flat))
             cts = bwd(*static, res, ct) if static else bwd(res, ct)
             if not isinstance(cts, (tuple, list)) or len(cts) != len(dyn):
                 raise TypeError(f"custom_vjp bwd must return a tuple of {len(dyn)} cotangents (one per "
@@ -360,9 +385,21 @@ class custom_vjp:
 
         fwd_flat.__name__ = getattr(fwd, "__name__", "fwd")
         bwd_flat.__name__ = getattr(bwd, "__name__", "bwd")
-        outs = P.custom_vjp_call.bind(*consts, *flat, call_program=consts_as_inputs(prog), fwd=fwd_flat,
-                                      bwd=bwd_flat, num_consts=n_consts, in_tree=in_tree)
-        return tree_util.tree_unflatten(out_tree, outs)
+        return fwd_flat, bwd_flat
+
+
+def _custom_vjp_directly(top, flat, fwd_flat, bwd_flat, in_tree):
+    """The flat outputs (tracers of ``top``, a JVP) of a custom_vjp function computed by its rules alone: fwd
+    on the primals, the tangents through a ``custom_lin`` equation that transposes to bwd; the function
+    itself is not traced (JAX's sequence under ``grad``: fwd, bwd). ``None`` when fwd's results hold
+    tracers of ``top`` (fwd closes over a value being differentiated): then the staged path."""
+    tracers = [top.full_raise(a) for a in flat]
+    primals = [t.primal for t in tracers]
+    outs, t_outs = _custom_vjp_call_jvp(primals, [t.tangent for t in tracers], call_program=None, fwd=fwd_flat,
+                                        bwd=bwd_flat, num_consts=0, in_tree=in_tree)
+    if any(isinstance(x, JVPTracer) and x._trace.main is top.main for x in list(outs) + list(t_outs)):
+        return None
+    return [JVPTracer(top, o, t) for o, t in zip(outs, t_outs, strict=True)]
 
 
 def _bwd_cotangents(bwd, args, cts):

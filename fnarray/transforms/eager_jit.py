@@ -44,7 +44,7 @@ from fnarray.core.config import config
 from fnarray.devices import placement
 from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.eager_ops import _fast_now
-from fnarray.transforms.jit import jit
+from fnarray.transforms.jit import Jitted
 
 __all__ = ["install", "cache_info"]
 
@@ -222,7 +222,8 @@ def _call(fn, args, kwargs):
         if _seen.peek(key) is None and _waits(key):  # the first call of this key: the general path, remembered
             _seen.put(key, True)
             return fn(*args, **kwargs)
-        jitted = jit(_program(fn, args, kwargs))
+        # a fresh function per key: caches of its own, not an entry of jit's table of functions
+        jitted = Jitted(_program(fn, args, kwargs), shared=False)
         try:
             with np.errstate(all="ignore"):  # tracing converts literals the general path converts quietly
                 out = jitted(*arrays)

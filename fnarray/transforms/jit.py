@@ -9,14 +9,23 @@ lowering. Inside another transformation, a jitted call is one ``call``
 equation holding the traced program, so ``grad(jit(f))`` and ``vmap(jit(f))``
 work on every backend.
 
-Caches (DESIGN.md, "State and memory"): each jitted function keeps its traced
-programs and its executables in LRUs of ``fnarray.config.jit_cache_size``
-entries that live on the function object, so they die with it; a global LRU of
-``fnarray.config.jit_global_cache_size`` executables over all functions holds
-only weak references and, when full, evicts the least recently used executable
-from its function. Lookups are GIL-atomic dictionary operations (no lock on the
-call path); inserts take the cache's lock and keep the first value, so threads
-that miss together share one executable.
+Caches (DESIGN.md, "State and memory"): as JAX, the caches belong to the function,
+not to the wrapper: ``jit(f)`` made twice, or ``jit(f)(x)`` written in a loop, traces
+``f`` once per signature. ``_FUNCTIONS`` maps a function, held weakly and compared
+as JAX compares it (by ``==``: a bound method is its function and its object), to
+its ``_FunctionCache``: the traced programs (an LRU of ``config.jit_cache_size``;
+a trace does not depend on jit's options, whose effect is already in its key) and,
+per set of options (static arguments, donation, device), an ``_Executables``
+(an LRU of executables of the same size, the fast table and the hot record).
+Entries die with their function; ``_FUNCTIONS`` itself is an LRU of
+``config.jit_global_cache_size`` functions; a callable that cannot be held weakly
+or hashed gets caches of its own wrapper, as before. A global LRU of
+``config.jit_global_cache_size`` executables over all functions holds only weak
+references and, when full, evicts the least recently used executable from its
+function. Lookups are GIL-atomic dictionary operations (no lock on the call
+path); a miss traces (or compiles) in one thread per key while the others that
+missed the same key wait for it (``_once``), so a function first called from 8
+threads at once traces once, as in JAX.
 """
 
 from __future__ import annotations
@@ -178,22 +187,165 @@ def _register_global(ex) -> None:
 
 
 def jit_cache_info():
-    """Sizes of jit's global executable cache: ``{"global": (entries, bound)}`` (for tests and benchmarks)."""
-    return {"global": (len(_GLOBAL), config.jit_global_cache_size)}
+    """Sizes of jit's global caches: ``{"global": (executables, bound), "functions": (entries, bound)}``."""
+    _purge_functions()
+    return {"global": (len(_GLOBAL), config.jit_global_cache_size),
+            "functions": (len(_FUNCTIONS), config.jit_global_cache_size)}
+
+
+# ---------------------------------------------------------------------- one trace or compile per key at a time
+
+_WAIT_S = 10.0  # a waiter builds on its own after this long (a build that waits on the waiter never hangs)
+
+
+class _Building:
+    """A trace or compile in progress in ``thread``; ``done`` is set when it ends (well or not)."""
+
+    __slots__ = ("done", "thread")
+
+    def __init__(self, thread):
+        self.done, self.thread = threading.Event(), thread
+
+
+def _once(lock, building, key, lookup, build):
+    """``lookup()`` if it finds a value, else ``build()`` (which caches what it built), run by one thread per
+    ``key`` at a time: the threads that miss together wait for the first one's value instead of building
+    their own. A build that fails, or whose value is not cached, leaves the waiters to build in turn; the
+    builder's own thread re-entering (a recursive function) builds again; a wait longer than ``_WAIT_S``
+    builds independently (never a hang, even when the build waits on a waiter)."""
+    me = threading.get_ident()
+    while True:
+        with lock:
+            value = lookup()
+            if value is not None:
+                return value
+            b = building.get(key)
+            if b is None:
+                b = building[key] = _Building(me)
+                break
+        if b.thread == me or not b.done.wait(_WAIT_S):
+            return build()
+    try:
+        return build()
+    finally:
+        with lock:
+            if building.get(key) is b:
+                del building[key]
+        b.done.set()
+
+
+# ---------------------------------------------------------------------- the caches of one function
+
+class _Executables:
+    """One function's executables for one set of jit options, shared by every ``jit`` of it with those options.
+
+    ``compiled``: an LRU of ``config.jit_cache_size`` executables keyed by their int id; ``by_ckey``: the same
+    looked up by (trace key, device, configuration); ``fast``: trace key -> one of them, for calls on its
+    device with the current configuration; ``hot``: ``[_Hot or None]``, the last call's executable.
+    """
+
+    __slots__ = ("by_ckey", "fast", "hot", "compiled", "compiled_d", "lock", "building", "__weakref__")
+
+    def __init__(self):
+        self.by_ckey: dict = {}
+        self.fast: dict = {}
+        self.hot = [None]
+        self.compiled = LRUCache(_per_function_size,
+                                 on_evict=functools.partial(_unindex, self.by_ckey, self.fast, self.hot))
+        self.compiled_d = self.compiled._d
+        self.lock = threading.Lock()
+        self.building: dict = {}  # ckey -> _Building
+
+    def _forget(self, ex):
+        """Drop executable ``ex`` (the global LRU evicted it)."""
+        if self.compiled.pop(ex.gid) is not None:
+            _unindex(self.by_ckey, self.fast, self.hot, ex.gid, ex)
+
+
+class _FunctionCache:
+    """What jit keeps for one function: its traces (shared by all options: a trace's key holds the static
+    values and the structure, which is all the options change), its signature, and an ``_Executables`` per
+    options. Holds no reference to the function, so that an entry of ``_FUNCTIONS`` dies with it."""
+
+    __slots__ = ("traces", "signature", "options", "lock", "building", "__weakref__")
+
+    _NO_SIGNATURE = object()
+
+    def __init__(self):
+        self.traces = LRUCache(_per_function_size)  # (treedef, avals, statics) -> _Entry (device-independent)
+        self.signature = self._NO_SIGNATURE
+        self.options: dict = {}   # (static_argnums, static_argnames, donate_argnums, device) -> _Executables
+        self.lock = threading.Lock()
+        self.building: dict = {}  # trace key -> _Building
+
+    def signature_of(self, fun):
+        sig = self.signature
+        if sig is self._NO_SIGNATURE:
+            try:
+                sig = inspect.signature(fun)
+            except (TypeError, ValueError):
+                sig = None
+            self.signature = sig
+        return sig
+
+    def executables(self, options) -> _Executables:
+        ex = self.options.get(options)
+        if ex is None:
+            with self.lock:
+                ex = self.options.setdefault(options, _Executables())
+        return ex
+
+
+# Functions -> their _FunctionCache, keyed by a weak reference (equal when the functions are equal, as JAX's
+# weakref_lru_cache keys jit), least recently used evicted beyond config.jit_global_cache_size.
+_FUNCTIONS = LRUCache(_global_size)
+_FUNCTIONS_DEAD: collections.deque = collections.deque()  # keys of collected functions, to drop
+
+
+def _purge_functions():
+    while _FUNCTIONS_DEAD:
+        try:
+            ref = _FUNCTIONS_DEAD.popleft()
+        except IndexError:
+            break
+        _FUNCTIONS.pop(ref)
+
+
+def _function_died(ref):
+    # A weakref callback may run inside any code, the cache's own lock held by this very thread included:
+    # drop the entry now only when the lock is free, else at the next lookup.
+    _FUNCTIONS_DEAD.append(ref)
+    if _FUNCTIONS._lock.acquire(blocking=False):
+        _FUNCTIONS._lock.release()
+        _purge_functions()
+
+
+def function_cache(fun) -> _FunctionCache:
+    """``fun``'s caches, shared by every ``jit`` of ``fun`` (or of a function equal to it) while it lives; a
+    private one for callables that cannot be held weakly, hashed or compared."""
+    if _FUNCTIONS_DEAD:
+        _purge_functions()
+    try:
+        hit = _FUNCTIONS.get(weakref.ref(fun))
+        if hit is None:
+            hit = _FUNCTIONS.put(weakref.ref(fun, _function_died), _FunctionCache())
+    except Exception:  # noqa: BLE001 (not weakly referenceable, unhashable, or an __eq__ that raises)
+        return _FunctionCache()
+    return hit
 
 
 class Jitted:
-    """A function compiled by ``fnarray.jit``."""
+    """A function compiled by ``fnarray.jit``. Its caches are ``fun``'s (``function_cache``), shared with every
+    other ``Jitted`` of ``fun``; ``shared=False`` gives it caches of its own (for functions made per call, such
+    as ``eager_jit``'s programs, which would only crowd the table of functions)."""
 
-    def __init__(self, fun, static_argnums=(), static_argnames=(), donate_argnums=(), device=None):
+    def __init__(self, fun, static_argnums=(), static_argnames=(), donate_argnums=(), device=None, shared=True):
         if not callable(fun):
             raise TypeError(f"jit needs a callable, got {type(fun).__name__}")
         self.fun = fun
         functools.update_wrapper(self, fun, updated=())  # never copy fun.__dict__ over ours
-        try:
-            self._sig = inspect.signature(fun)
-        except (TypeError, ValueError):
-            self._sig = None
+        cache = function_cache(fun) if shared else _FunctionCache()
+        self._sig = cache.signature_of(fun)
         static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
         static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
         params = list(self._sig.parameters) if self._sig else []
@@ -209,18 +361,15 @@ class Jitted:
         self.static_argnames = tuple(sorted(names))
         self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
         self.device = parse_device(device) if device is not None else None
-        # LRUs of config.jit_cache_size entries each, on this object so that they die with it.
-        self._traces = LRUCache(_per_function_size)    # (treedef, avals, statics) -> _Entry (device-independent)
-        # Executables: looked up by (key, device, config) in _by_ckey, ordered by their int id in the LRU
-        # _compiled (evicting from it drops them from the lookup tables); _fast: key -> one of them, for
-        # calls on its device with the current config.
-        self._by_ckey: dict = {}
-        self._fast: dict = {}
-        self._hot = [None]      # [_Hot or None]: the last call's executable, for the hot path
-        self._compiled = LRUCache(_per_function_size,
-                                  on_evict=functools.partial(_unindex, self._by_ckey, self._fast, self._hot))
-        self._compiled_d = self._compiled._d           # the call path touches it directly (GIL-atomic)
-        self._lock = threading.Lock()                  # first insert wins (slow path only)
+        # The function's caches (module docstring), shared with every jit of it; the attributes below are
+        # their tables, so the call path reads them as plain attributes.
+        self._cache = cache
+        tables = self._tables = cache.executables(
+            (self.static_argnums, self.static_argnames, self.donate_argnums, self.device))
+        self._traces = cache.traces
+        self._by_ckey, self._fast, self._hot = tables.by_ckey, tables.fast, tables.hot
+        self._compiled = tables.compiled
+        self._compiled_d = tables.compiled_d            # the call path touches it directly (GIL-atomic)
         self._last_tree = None      # the input structure of the last call without kwargs or statics
 
     def _check_argnums(self, static_argnums, static_argnames, donate_argnums, params):
@@ -287,13 +436,18 @@ class Jitted:
     def _trace(self, statics, leaves, in_tree, avals):
         key = (in_tree, avals, statics)
         entry = self._traces.get(key)
-        if entry is None:
+        if entry is not None:
+            return entry
+
+        def build():
             flat, out_store = self._flat_fun(statics, in_tree, len(leaves))
             prog, consts = trace_to_program(flat, avals, debug_name=getattr(self.fun, "__name__", "fun"))
             entry = _Entry(prog, consts, out_store[0])
             if not any(isinstance(c, tracing.Tracer) for c in consts):
-                entry = self._traces.put(key, entry)  # another thread's trace, if it finished first
-        return entry
+                entry = self._traces.put(key, entry)
+            return entry
+        cache = self._cache
+        return _once(cache.lock, cache.building, key, lambda: self._traces.get(key), build)
 
     def _prepare(self, args, kwargs):
         statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
@@ -332,36 +486,36 @@ class Jitted:
         ckey = (key, device, config.lowering_key())
         hit = self._by_ckey.get(ckey)
         if hit is None:
-            # Compiled outside any lock (it may take long, and other threads go on); the first insert wins.
-            hit = _Entry(entry.program, entry.consts, entry.out_tree)
-            hit.device = device
-            n = len(entry.consts)
-            debugging = config.debug_nans or config.debug_infs
-            if debugging:
-                donated = ()  # the inputs are needed again to re-run the call op by op
-            hit.exe = compile_program(entry.program, device, donate=tuple(n + p for p in donated))
-            if debugging:
-                hit.exe = nan_check.wrap_executable(hit.exe, self, key, entry.program, device)
-            hit.const_bufs = [_to(c, device) for c in entry.consts]
-            hit.owner, hit.ckey, hit.gid = weakref.ref(self), ckey, next(_GIDS)
-            with self._lock:
-                cached = self._by_ckey.setdefault(ckey, hit)
-            if cached is hit:
-                self._compiled.put(hit.gid, hit)  # may evict (and so unindex) the least recently used
-                _register_global(hit)
-                if hit.gid not in self._compiled_d or hit.gid not in _GLOBAL_D:  # a bound of 0: keep nothing
-                    self._compiled.pop(hit.gid)
-                    _unindex(self._by_ckey, self._fast, self._hot, hit.gid, hit)
-            hit = cached
-        else:
-            self._compiled.touch(hit.gid)
-            _GLOBAL.touch(hit.gid)
+            tables = self._tables
+            return _once(tables.lock, tables.building, ckey, lambda: self._by_ckey.get(ckey),
+                         lambda: self._compile(entry, key, ckey, device, donated))
+        self._compiled.touch(hit.gid)
+        _GLOBAL.touch(hit.gid)
         return hit
 
-    def _forget(self, ex):
-        """Drop executable ``ex`` from this function's caches (the global LRU evicted it)."""
-        if self._compiled.pop(ex.gid) is not None:
-            _unindex(self._by_ckey, self._fast, self._hot, ex.gid, ex)
+    def _compile(self, entry, key, ckey, device, donated):
+        """Compile ``entry`` for ``device`` and insert it in the tables (outside the tables' lock: compiling
+        may take long; ``_once`` lets one thread per key do it)."""
+        hit = _Entry(entry.program, entry.consts, entry.out_tree)
+        hit.device = device
+        n = len(entry.consts)
+        debugging = config.debug_nans or config.debug_infs
+        if debugging:
+            donated = ()  # the inputs are needed again to re-run the call op by op
+        hit.exe = compile_program(entry.program, device, donate=tuple(n + p for p in donated))
+        if debugging:
+            hit.exe = nan_check.wrap_executable(hit.exe, self, key, entry.program, device)
+        hit.const_bufs = [_to(c, device) for c in entry.consts]
+        hit.owner, hit.ckey, hit.gid = weakref.ref(self._tables), ckey, next(_GIDS)
+        with self._tables.lock:
+            cached = self._by_ckey.setdefault(ckey, hit)
+        if cached is hit:
+            self._compiled.put(hit.gid, hit)  # may evict (and so unindex) the least recently used
+            _register_global(hit)
+            if hit.gid not in self._compiled_d or hit.gid not in _GLOBAL_D:  # a bound of 0: keep nothing
+                self._compiled.pop(hit.gid)
+                _unindex(self._by_ckey, self._fast, self._hot, hit.gid, hit)
+        return cached
 
     def cache_info(self):
         """Entries in this function's caches: ``{"traces": n, "executables": n, "bound": n}``."""
@@ -732,7 +886,10 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), d
       ConcretizationError: (when called) ``fun`` needs a concrete value of a traced
         argument (``if x > 0:``).
 
-    Usable as a decorator, with or without arguments.
+    Usable as a decorator, with or without arguments. As in JAX, the caches belong to ``fun`` (held weakly;
+    equal callables share them), not to the returned wrapper: ``jit(f)`` made twice, or ``jit(f)(x)`` in a
+    loop, traces ``f`` once per signature; the last ``fnarray.config.jit_global_cache_size`` functions keep
+    their caches.
     """
     if fun is None:
         return functools.partial(jit, static_argnums=static_argnums, static_argnames=static_argnames,

@@ -49,20 +49,47 @@ class PETracer(Tracer):
         return super()._concrete(what)
 
 
+class _Recipe:
+    """How a known value not saveable under a checkpoint policy was computed, so that the unknown side can
+    compute it again instead of reading it as a residual (``vars``: its outputs once staged)."""
+
+    __slots__ = ("primitive", "params", "inputs", "values", "vars")
+
+    def __init__(self, primitive, params, inputs, values):
+        self.primitive, self.params, self.inputs, self.values, self.vars = primitive, params, inputs, values, None
+
+
 class _PEBuilder:
-    def __init__(self):
+    """``saveable``: ``None`` (every known value the unknown side reads is a residual), or a checkpoint
+    policy's ``saveable(primitive, in_avals, params) -> bool``: a known value that is not saveable is
+    recomputed on the unknown side from its inputs (recursively, down to saveable values and the inputs)."""
+
+    def __init__(self, saveable=None):
         self.eqns = []
         self.vars = {}       # id(tracer) -> Var, for unknown tracers and residuals
         self.residuals = {}  # id(value) -> (Var, value)
         self.keep = []
+        self.saveable = saveable
+        self.recipes = {}    # id(known value) -> _Recipe (only with a policy)
 
     def var_of_unknown(self, t):
         return self.vars[id(t)]
+
+    def _recompute(self, recipe, value):
+        """The Var of ``value`` computed again on the unknown side (its equation staged once)."""
+        if recipe.vars is None:
+            ins = tuple(self.residual(t.value, t.aval) for t in recipe.inputs)
+            recipe.vars = [Var(get_aval(v)) for v in recipe.values]
+            self.eqns.append(Eqn(recipe.primitive, ins, recipe.params, tuple(recipe.vars)))
+        return recipe.vars[next(i for i, v in enumerate(recipe.values) if v is value)]
 
     def residual(self, value, aval):
         if is_scalar(value):
             d, w = dtypes.dtype_of_scalar(value)
             return Literal(value, ShapedArray((), d, w))
+        recipe = self.recipes.get(id(value))
+        if recipe is not None:
+            return self._recompute(recipe, value)
         hit = self.residuals.get(id(value))
         if hit is None:
             hit = (Var(aval), value)
@@ -137,6 +164,15 @@ class PartialEvalTrace(Trace):
     def process_primitive(self, primitive, tracers, params):
         if all(t.is_known for t in tracers):
             out = primitive.bind(*[t.value for t in tracers], **params)
+            b = self.builder
+            if b.saveable is not None and not b.saveable(primitive, [t.aval for t in tracers], params):
+                values = list(out) if primitive.multiple_results else [out]
+                recipe = _Recipe(primitive, params, list(tracers), values)
+                ins = {id(t.value) for t in tracers}
+                for v in values:  # a value handed through (an input, or one made before) keeps its own source
+                    if not is_scalar(v) and id(v) not in ins and id(v) not in b.recipes:
+                        b.recipes[id(v)] = recipe
+                        b.keep.append(v)  # the id stays this value's
             if primitive.multiple_results:
                 return [self.known(o) for o in out]
             return self.known(out)
@@ -152,13 +188,14 @@ def _params(**kw):
     return Params(kw)
 
 
-def _pe_flat(fun_flat, known_vals, unknown_avals, order):
+def _pe_flat(fun_flat, known_vals, unknown_avals, order, saveable=None):
     """Run ``fun_flat`` with known and unknown inputs (``order[i]`` True = unknown).
 
     Returns ``(outs_known: list[bool], known_out_values, program, residual_values)``
     where ``program`` takes ``[*residuals, *unknown inputs]`` and returns the unknown outputs.
+    ``saveable``: a checkpoint policy's test (``_PEBuilder``); values it refuses are recomputed in ``program``.
     """
-    builder = _PEBuilder()
+    builder = _PEBuilder(saveable)
     with new_main(PartialEvalTrace, builder) as main:
         trace = PartialEvalTrace(main)
         kv, ua = iter(known_vals), iter(unknown_avals)
@@ -180,12 +217,14 @@ def _pe_flat(fun_flat, known_vals, unknown_avals, order):
     return out_known, known_outs, prog, [res_vals[i] for i in keep]
 
 
-def partial_eval_program(program: Program, unknowns, instantiate=False):
+def partial_eval_program(program: Program, unknowns, instantiate=False, saveable=None):
     """Split a closed program by which inputs are unknown.
 
     Args:
       unknowns: one bool per input of ``program``.
       instantiate: bool or one bool per output: outputs to force unknown.
+      saveable: ``None`` (residuals: every known value the unknown side reads), or a checkpoint policy's
+        ``saveable(primitive, in_avals, params)``: the other known values are recomputed by the unknown side.
     Returns: ``(known_program, unknown_program, out_unknowns, num_res, known_consts)``.
     ``known_program`` maps ``[*known_consts, *known inputs]`` to ``[*known outputs, *residuals]``
     (``known_consts`` are arrays that the known side created, usually none);
@@ -204,7 +243,7 @@ def partial_eval_program(program: Program, unknowns, instantiate=False):
             outs = eval_program(program, [], list(xs))
             tr = _current_pe_trace(xs)
             return [tr.instantiate(tr.full_raise(o)) if i else o for o, i in zip(outs, inst, strict=True)]
-        out_known, known_outs, uprog, res = _pe_flat(body, list(known_vals), unknown_avals, unknowns)
+        out_known, known_outs, uprog, res = _pe_flat(body, list(known_vals), unknown_avals, unknowns, saveable)
         store["out_known"], store["uprog"], store["num_res"] = out_known, uprog, len(res)
         return list(known_outs) + list(res)
 

@@ -14,7 +14,7 @@ from fnarray.core import primitives as P
 from fnarray.core.avals import get_aval
 from fnarray.core.builder import trace_to_program
 from fnarray.core.interpreter import eval_program
-from fnarray.core.passes import consts_as_inputs, dce
+from fnarray.core.passes import consts_as_inputs
 from fnarray.transforms.ad_tables import (
     UndefinedPrimal,
     Zero,
@@ -71,10 +71,11 @@ partial_eval_rules[P.call] = _call_partial_eval
 primitive_transposes[P.call] = _call_transpose
 
 
-def checkpoint(fun, *, prevent_cse=True, static_argnums=()):
+def checkpoint(fun, *, prevent_cse=True, policy=None, static_argnums=()):
     """Rematerialization (mirrors ``jax.checkpoint``): in reverse mode, ``fun``'s
     intermediate values are recomputed in the backward pass instead of stored;
-    only its inputs are kept as residuals (Griewank 1992's checkpointing; JAX's ``remat``).
+    only its inputs, and the values ``policy`` saves, are kept as residuals
+    (Griewank 1992's checkpointing; JAX's ``remat``).
 
     Args:
       fun: a function of arrays (pytrees), positional arguments only.
@@ -82,6 +83,10 @@ def checkpoint(fun, *, prevent_cse=True, static_argnums=()):
         asks compilers not to merge the recomputation with the forward pass).
       static_argnums: an int or tuple of ints: positional arguments passed through
         as Python values (not traced).
+      policy: ``None`` (save only the inputs) or a policy of
+        ``fnarray.checkpoint_policies`` (``dots_saveable``, ``save_only_these_names(...)``...), or
+        any ``policy(primitive, *in_avals, **params) -> bool`` saying which equations' outputs of the
+        forward computation may be saved; the others are recomputed in the backward pass.
 
     Returns:
       A function with ``fun``'s signature and outputs (same structure, shapes and
@@ -90,8 +95,11 @@ def checkpoint(fun, *, prevent_cse=True, static_argnums=()):
     Raises:
       Nothing of its own; the wrapped function raises what ``fun`` raises while it
       is traced (e.g. ``ConcretizationError`` for Python control flow on a traced
-      value).
+      value). ``TypeError`` for a ``policy`` that is not callable.
     """
+    if policy is not None and not callable(policy):
+        raise TypeError(f"checkpoint: policy must be None or a callable (a fnarray.checkpoint_policies policy), "
+                        f"got {type(policy).__name__}")
     static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
     @functools.wraps(fun)
@@ -104,7 +112,8 @@ def checkpoint(fun, *, prevent_cse=True, static_argnums=()):
             return fun(*[args[i] if i in nd else next(it) for i in range(len(args))])
 
         prog, consts, in_tree, out_tree, flat = _trace_flat(f, dyn)
-        outs = P.remat.bind(*consts, *flat, program=consts_as_inputs(prog), prevent_cse=prevent_cse)
+        outs = P.remat.bind(*consts, *flat, program=consts_as_inputs(prog), prevent_cse=prevent_cse,
+                            policy=policy)
         return tree_util.tree_unflatten(out_tree, outs)
 
     return wrapped
@@ -113,35 +122,52 @@ def checkpoint(fun, *, prevent_cse=True, static_argnums=()):
 remat = checkpoint
 
 
-def _remat_jvp(primals, tangents, *, program, prevent_cse=True):
+def _remat_jvp(primals, tangents, *, program, prevent_cse=True, policy=None):
     nz = [not isinstance(t, Zero) for t in tangents]
     jprog, out_nz = jvp_program(program, nz)
     outs = P.remat.bind(*primals, *[t for t in tangents if not isinstance(t, Zero)], program=jprog,
-                        prevent_cse=prevent_cse)
+                        prevent_cse=prevent_cse, policy=policy)
     n = len(program.outvars)
     t_iter = iter(outs[n:])
     return outs[:n], [next(t_iter) if z else Zero(tangent_aval(v.aval))
                       for z, v in zip(out_nz, program.outvars, strict=True)]
 
 
-def _remat_partial_eval(trace, tracers, *, program, prevent_cse=True):
+def _saveable(policy):
+    """The policy as partial evaluation's ``saveable(primitive, in_avals, params)`` (``None``: nothing saved)."""
+    if policy is None:
+        return lambda prim, avals, params: False
+
+    def saveable(prim, avals, params):
+        return bool(policy(prim, *avals, **params))
+    return saveable
+
+
+def _remat_partial_eval(trace, tracers, *, program, prevent_cse=True, policy=None):
+    # The known part runs now; of the values the unknown part reads, only those the policy saves (and the
+    # inputs) become residuals: the unknown part computes the others again (rematerialization).
     unknowns = [not trace.is_known(t) for t in tracers]
-    kprog, uprog, out_unknowns, num_res, kconsts = partial_eval_program(program, unknowns)
+    kprog, uprog, out_unknowns, num_res, kconsts = partial_eval_program(program, unknowns,
+                                                                        saveable=_saveable(policy))
     known_in = [trace.known_value(t) for t in tracers if trace.is_known(t)]
-    # The known outputs are computed now; the residuals of the known part are NOT kept:
-    # the unknown part reruns the whole program from the inputs (rematerialization).
-    n_known = sum(1 for u in out_unknowns if not u)
-    kouts = P.remat.bind(*kconsts, *known_in, program=dce(kprog, [True] * n_known + [False] * num_res)[0],
-                         prevent_cse=prevent_cse)
-    full, _ = dce(program, out_unknowns)
-    u_outs = trace.stage(P.remat, [trace.instantiate(t) if not u else t for t, u in zip(tracers, unknowns,
-                                                                                          strict=True)],
-                         _params(program=full, prevent_cse=prevent_cse))
-    ki, ui = iter(kouts), iter(u_outs)
+    kouts = P.remat.bind(*kconsts, *known_in, program=kprog, prevent_cse=prevent_cse, policy=policy)
+    n_known = len(kouts) - num_res
+    known_outs, res = kouts[:n_known], list(kouts[n_known:])
+    # A residual that is an input of the known part is that input itself (so it is saved "from the
+    # argument", and no copy of it leaves the known program).
+    k_inputs = dict(zip(kprog.invars, list(kconsts) + known_in, strict=True))
+    for i, v in enumerate(kprog.outvars[n_known:]):
+        if v in k_inputs:
+            res[i] = k_inputs[v]
+    res_tracers = [trace.known(r) for r in res]
+    unknown_in = [t for t in tracers if not trace.is_known(t)]
+    u_outs = trace.stage(P.remat, res_tracers + unknown_in,
+                         _params(program=uprog, prevent_cse=prevent_cse, policy=policy))
+    ki, ui = iter(known_outs), iter(u_outs)
     return [next(ui) if u else trace.known(next(ki)) for u in out_unknowns]
 
 
-def _remat_transpose(cts, *args, program, prevent_cse=True):
+def _remat_transpose(cts, *args, program, prevent_cse=True, policy=None):
     # The staged program is the whole JVP (primal and tangent equations together, loops with primal
     # and tangent carries in one scan), so it is not linear as a whole: split it by the linear inputs
     # first, then the backward pass reruns the known (primal) part from the saved inputs and transposes
@@ -165,7 +191,7 @@ def _remat_transpose(cts, *args, program, prevent_cse=True):
 
     bprog, bconsts = trace_to_program(backward, nonlin_avals + ct_avals)
     outs = iter(P.remat.bind(*bconsts, *nonlin, *u_cts, program=consts_as_inputs(bprog),
-                             prevent_cse=prevent_cse))
+                             prevent_cse=prevent_cse, policy=policy))
     return [next(outs) if l else None for l in linear]
 
 

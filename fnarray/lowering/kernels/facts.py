@@ -91,11 +91,12 @@ for _p in (LA.cholesky_p, LA.triangular_solve_p, LA.lu_p):
     FACTS[_p] = KernelFact("group", "linalg")
 
 _set([P.exp, P.logistic, P.pow_p, P.erf_inv, P.digamma, P.atan2], cost="expensive")
-_set([P.reshape, P.broadcast_in_dim, P.transpose, P.copy_p, P.stop_gradient, P.convert_element_type], cost="free")
+_set([P.reshape, P.broadcast_in_dim, P.transpose, P.copy_p, P.name_p, P.stop_gradient, P.convert_element_type],
+     cost="free")
 # Complex operands: what the element rules expand into real arithmetic (structural ops move complex values as
 # they are; of the groups, the sums, products, matrix products and additive scatters).
 _set([P.add, P.sub, P.mul, P.div, P.neg, P.exp, P.abs_p, P.sign, P.real, P.imag, P.conj, P.complex_p, P.eq, P.ne,
-      P.convert_element_type, P.copy_p, P.stop_gradient, P.reduce_sum, P.reduce_prod, P.cumsum, P.cumprod],
+      P.convert_element_type, P.copy_p, P.name_p, P.stop_gradient, P.reduce_sum, P.reduce_prod, P.cumsum, P.cumprod],
      complex_ok=True)
 _set([P.iota], complex_ok=True)
 

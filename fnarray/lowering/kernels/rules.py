@@ -477,6 +477,7 @@ ELEMENTWISE[P.is_finite] = lambda b, xs, params, ia, oa: op("isfinite", xs[0], d
 ELEMENTWISE[P.neg] = lambda b, xs, params, ia, oa: _neg(b, xs[0])
 ELEMENTWISE[P.stop_gradient] = lambda b, xs, params, ia, oa: xs[0]
 ELEMENTWISE[P.copy_p] = lambda b, xs, params, ia, oa: xs[0]
+ELEMENTWISE[P.name_p] = lambda b, xs, params, ia, oa: xs[0]
 ELEMENTWISE[P.population_count] = lambda b, xs, params, ia, oa: op("popcount", xs[0])
 
 
