@@ -207,8 +207,45 @@ def tree_all(tree) -> bool:
     return all(tree_leaves(tree))
 
 
-def tree_transpose(outer_treedef, inner_treedef, pytree):
-    return optree.tree_transpose(outer_treedef, inner_treedef, pytree)
+def tree_transpose(outer_treedef, inner_treedef, pytree_to_transpose):
+    """A tree of structure ``outer`` of trees of structure ``inner`` turned into an ``inner`` of ``outer``s
+    (``jax.tree_util.tree_transpose``, JAX's argument names).
+
+    Args:
+      outer_treedef: the structure of the outer level; inner_treedef: the structure of each inner tree, or
+        ``None`` to take the first inner tree's; pytree_to_transpose: the tree to transpose.
+    Returns:
+      The transposed tree; its plain dicts in sorted key order, as JAX builds them.
+    Raises:
+      ``TypeError`` when an inner tree's structure differs from ``inner_treedef``; ``ValueError`` for a dict
+      whose keys do not sort (mixed types such as ``1`` and ``"a"``), as JAX refuses them.
+    """
+    subtrees = outer_treedef.flatten_up_to(pytree_to_transpose)
+    if inner_treedef is None:
+        inner_treedef = tree_structure(subtrees[0]) if subtrees else tree_structure(None)
+    for sub in subtrees:
+        if tree_structure(sub) != inner_treedef:
+            raise TypeError(f"tree_transpose: an inner tree has the structure {tree_structure(sub)}, not "
+                            f"{inner_treedef}; every tree at the outer level must share the inner structure")
+    out = optree.tree_transpose(outer_treedef, inner_treedef, pytree_to_transpose)
+    outer = tree_structure(_sorted_dicts(outer_treedef.unflatten([0] * outer_treedef.num_leaves)))
+    inner = tree_structure(_sorted_dicts(inner_treedef.unflatten([0] * inner_treedef.num_leaves)))
+    return inner.compose(outer).unflatten(tree_leaves(out))
+
+
+def _sorted_dicts(node):
+    """``node``'s structure rebuilt with every plain dict in sorted key order (JAX's order)."""
+    if type(node) is dict:
+        try:
+            keys = sorted(node)
+        except TypeError as e:
+            raise ValueError(f"Comparator raised exception while sorting pytree dictionary keys: the keys "
+                             f"{list(node)!r} do not sort (JAX refuses such dicts); use keys of one type") from e
+        return {k: _sorted_dicts(node[k]) for k in keys}
+    if optree.treespec_is_leaf(tree_structure(node)):
+        return node
+    children, metadata, _, unflatten = optree.tree_flatten_one_level(node, **_KW)
+    return unflatten(metadata, [_sorted_dicts(c) for c in children])
 
 
 def treedef_is_leaf(treedef) -> bool:

@@ -16,6 +16,8 @@ import contextlib
 import functools
 import weakref
 
+import threading
+
 import numpy as np
 
 from fnarray.core import profile as _profile
@@ -427,10 +429,16 @@ RULES[P.remat] = lambda *args, program, prevent_cse=True: _interpret(program, li
 RULES[P.custom_jvp_call] = lambda *args, call_program, **kw: _interpret(call_program, list(args))
 RULES[P.custom_vjp_call] = lambda *args, call_program, **kw: _interpret(call_program, list(args))
 
+#: per thread, how many ``shard_map`` bodies are being lowered around the current rule (lowering/jax_spmd.py)
+manual = threading.local()
+
+
 def _debug_callback(*args, callback, in_tree, nbatch=0):
     def host(*xs):
         callback.run(in_tree, [np.asarray(x) for x in xs], nbatch)
-    jax.debug.callback(host, *args, ordered=True)
+    # NOTE: JAX refuses ordered effects over several devices; inside a shard_map body each device calls the
+    # function with its block, unordered across devices (as jax.debug.print there)
+    jax.debug.callback(host, *args, ordered=not getattr(manual, "depth", 0))
     return []
 
 
