@@ -64,8 +64,8 @@ class PartitionSpec(tuple):
             norm.append(p)
         return super().__new__(cls, norm)
 
-    def __repr__(self):
-        return "PartitionSpec(" + ", ".join(repr(p) for p in self) + ")"
+    def __repr__(self):  # as JAX prints it: P('x',), P('x', None), P()
+        return "P" + repr(tuple(self))
 
     def axis_names(self) -> tuple:
         """Every mesh axis name this spec uses, in order."""

@@ -309,6 +309,11 @@ def _reduce_extreme(plain, nan_first, bool_reduce, identity):
             return bool_reduce(x, axes)
         if not jnp.issubdtype(x.dtype, jnp.floating):
             return plain(x, axes)
+        if getattr(manual, "gspmd", 0):
+            # XLA's SPMD partitioner refuses a reduction with a custom comparator over a sharded operand
+            # ("Unsupported reduction computation"): the plain reduction with the NaNs found apart
+            nan = lax.reduce_or(lax.ne(x, x), axes)
+            return lax.select(nan, jnp.full(nan.shape, np.nan, x.dtype), plain(x, axes))
         return lax.reduce(x, np.array(identity, x.dtype), nan_first, axes)
     return f
 
@@ -519,6 +524,15 @@ class JaxLowered(Lowered):
                 return _interpret(prog, vals)
 
         self._jitted = jax.jit(fn, donate_argnums=tuple(donate))
+        self._gspmd = None
+        if any(e.primitive in (P.reduce_max, P.reduce_min) for e in walk_eqns(prog)):
+            def fn_gspmd(*args):
+                manual.gspmd = getattr(manual, "gspmd", 0) + 1
+                try:
+                    return fn(*args)
+                finally:
+                    manual.gspmd -= 1
+            self._gspmd = jax.jit(fn_gspmd, donate_argnums=tuple(donate))
         # A program without inputs has nothing to say where it runs: pin it to the device.
         self._pin = None if (prog.invars or prog.constvars) else handle
 
@@ -550,6 +564,20 @@ class JaxLowered(Lowered):
             def exe(bufs):
                 with jax.default_device(pin), _x64(x64):
                     return list(jitted(*bufs))
+            return exe
+        if self._gspmd is not None:
+            # Float max/min reductions: their NaN-keeping comparator is refused by XLA's partitioner over
+            # arrays sharded across devices; such calls take the program traced with plain reductions.
+            gspmd = self._packed_call(self._gspmd) if self._packing is not None else self._gspmd
+
+            def exe(bufs):
+                with _x64(x64):
+                    try:
+                        return list(jitted(*bufs))
+                    except jax.errors.JaxRuntimeError as e:
+                        if "Unsupported reduction computation" not in str(e):
+                            raise
+                        return list(gspmd(*bufs))
             return exe
         if x64:
             def exe(bufs):
