@@ -49,6 +49,7 @@ jacobian = jacrev     # JAX's name (jax.jacobian is jacrev)
 
 # Libraries imported on first use, so that `import fnarray` stays light.
 _LAZY = {"random": None, "nn": None, "optim": None, "export": None, "profiler": None, "debug": None, "ops": None,
+         "utils": None,
          "doctor": "fnarray._doctor", "check": "fnarray._check"}
 
 

@@ -636,6 +636,8 @@ def typeof(x) -> ArrayType:
     Returns:
       An ``ArrayType``; ``sharding`` is the array's ``NamedSharding`` for a global array, else ``None`` (traced
       values carry no sharding in fnarray).
+    Raises:
+      ``TypeError`` for a value that is not an array (``get_aval``'s error).
     """
     from fnarray.core.avals import get_aval
     from fnarray.core.tracing import Tracer

@@ -28,18 +28,32 @@ PyTreeDef = optree.PyTreeSpec
 _KW = {"none_is_leaf": False, "namespace": NAMESPACE}
 
 
+_NO_LEAVES = object()
+
+
 def tree_flatten(tree, is_leaf: Callable[[Any], bool] | None = None):
     """``(leaves, treedef)`` of ``tree``, leaves in a deterministic order (dict keys sorted)."""
     return optree.tree_flatten(tree, is_leaf=is_leaf, **_KW)
 
 
-def tree_unflatten(treedef, leaves):
-    """Rebuild a pytree of structure ``treedef`` from ``leaves``.
+def tree_unflatten(treedef, leaves=_NO_LEAVES):
+    """Rebuild a pytree of structure ``treedef`` from ``leaves`` (``jax.tree_util.tree_unflatten``).
+
+    Called with one list of ``(dotted_name, value)`` pairs instead (``mlx.utils.tree_unflatten``, as MLX
+    checkpoints and ``Module.parameters()`` name arrays), it returns the nested dicts and lists those names
+    spell (``fnarray.utils.tree_unflatten``).
 
     Raises:
       PyTreeError: ``leaves`` is not a sequence of exactly ``treedef.num_leaves`` leaves.
       TypeError: ``treedef`` is not a tree structure.
     """
+    if leaves is _NO_LEAVES:
+        if isinstance(treedef, (list, tuple)) and all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)
+                                                     for p in treedef):
+            from fnarray.utils import tree_unflatten as named
+            return named(list(treedef))
+        raise TypeError("tree_unflatten(treedef, leaves): leaves missing (one argument is MLX's form: a list of "
+                        "(dotted_name, value) pairs)")
     try:
         return optree.tree_unflatten(treedef, leaves)
     except (ValueError, TypeError, AttributeError) as e:

@@ -19,6 +19,12 @@ from fnarray.nn._functions import (celu, elu, gelu, hard_sigmoid, hard_silu, har
                                    soft_sign, softmax, softplus, standardize, swish, tanh)
 from fnarray.nn._layers import (MLP, BatchNorm, BatchNormState, Dropout, Embedding, Identity, Lambda, LayerNorm,
                                 Linear, MultiHeadAttention, RMSNorm, Sequential)
+from fnarray.nn._mlx_layers import (ALiBi, AvgPool1d, AvgPool2d, AvgPool3d, CELU, ELU, GELU, GLU, GroupNorm, HardTanh,
+                                    Hardswish, InstanceNorm, LeakyReLU, LogSigmoid, LogSoftmax, MaxPool1d, MaxPool2d,
+                                    MaxPool3d, Mish, ReLU, ReLU6, RoPE, SELU, SiLU, Sigmoid,
+                                    SinusoidalPositionalEncoding, Softmax, Softplus, Softsign, Step, Tanh, Transformer,
+                                    TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
+                                    TransformerEncoderLayer)
 from fnarray.nn._module import Module, field, static_field
 from fnarray.nn._pooling import avg_pool, max_pool, min_pool
 
@@ -30,6 +36,12 @@ __all__ = [
     "BatchNorm", "BatchNormState", "Dropout", "Embedding", "Identity", "Lambda", "LayerNorm", "Linear", "MLP",
     "MultiHeadAttention", "RMSNorm", "Sequential", "Conv", "Conv1d", "Conv2d", "Conv3d", "avg_pool", "max_pool",
     "min_pool",
+    # mlx.nn's layers under its names and arguments (fnarray/nn/_mlx_layers.py)
+    "ALiBi", "AvgPool1d", "AvgPool2d", "AvgPool3d", "CELU", "ELU", "GELU", "GLU", "GroupNorm", "HardTanh", "Hardswish",
+    "InstanceNorm", "LeakyReLU", "LogSigmoid", "LogSoftmax", "MaxPool1d", "MaxPool2d", "MaxPool3d", "Mish", "ReLU",
+    "ReLU6", "RoPE", "SELU", "SiLU", "Sigmoid", "SinusoidalPositionalEncoding", "Softmax", "Softplus", "Softsign",
+    "Step", "Tanh", "Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
+    "TransformerEncoderLayer",
 ]
 
 

@@ -119,6 +119,15 @@ class Conv(Module):
         self.padding, self.groups, self.use_bias = _padding(padding, n), groups, use_bias
         self.channels_last = bool(channels_last)
 
+    def _to_mlx(self, name, value):
+        # MLX stores a convolution's weight (out, *kernel, in); fnarray (out, in, *kernel)
+        from fnarray import numpy as fnp
+        return fnp.moveaxis(value, 1, -1) if name == "weight" else value
+
+    def _from_mlx(self, name, value):
+        from fnarray import numpy as fnp
+        return fnp.moveaxis(value, -1, 1) if name == "weight" else value
+
     def __call__(self, x, *, key=None):
         from fnarray import numpy as fnp
         from fnarray.core.lax_conv import conv_general_dilated

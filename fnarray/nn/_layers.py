@@ -379,6 +379,16 @@ class MultiHeadAttention(Module):
     num_heads: int
     qk_size: int
     vo_size: int
+    _MLX_NAMES = {"output_proj": "out_proj"}  # mlx.nn.MultiHeadAttention's name: MLX checkpoints load by name
+
+    @staticmethod
+    def create_additive_causal_mask(N: int, dtype=dtypes.float32):
+        """``(N, N)``: 0 where a query may attend (key position <= query position), the dtype's lowest value
+        elsewhere (``mlx.nn.MultiHeadAttention.create_additive_causal_mask``); pass it as ``bias=``."""
+        import numpy as np
+        d = dtypes.canonicalize(dtype)
+        mask = np.arange(N)[:, None] < np.arange(N)[None]
+        return _np().asarray(mask.astype(d) * np.finfo(d).min, dtype=d)
 
     def __init__(self, num_heads: int, query_size: int, key_size: int | None = None, value_size: int | None = None,
                  output_size: int | None = None, qk_size: int | None = None, vo_size: int | None = None,
