@@ -32,13 +32,19 @@ def _ours(mlx_layer, ours):
 
 
 ACTIVATIONS = ["ReLU", "ReLU6", "GELU", "SiLU", "Tanh", "Sigmoid", "LeakyReLU", "ELU", "CELU", "SELU", "Softplus",
-               "Softsign", "Softmax", "LogSoftmax", "LogSigmoid", "Hardswish", "HardTanh", "Mish", "Step", "GLU"]
+               "Softsign", "Softmax", "LogSoftmax", "LogSigmoid", "Hardswish", "HardTanh", "Mish", "Step", "GLU",
+               "ReLU2", "Softmin", "HardShrink", "Softshrink"]
 
 
 @pytest.mark.parametrize("name", ACTIVATIONS)
 def test_activation_modules_match_mlx(name, device):
     x = fa.device_put(X3, device)
     _close(getattr(nn, name)()(x), getattr(mnn, name)()(mx.array(X3)), name)
+
+
+def test_prelu_loads_its_slopes_by_name(device):
+    theirs = mnn.PReLU(8, 0.1)
+    _close(_ours(theirs, nn.PReLU(8))(fa.device_put(X3, device)), theirs(mx.array(X3)), "PReLU")
 
 
 @pytest.mark.parametrize("approx", ["none", "precise", "tanh", "fast"])
@@ -108,6 +114,49 @@ def test_transformer_encoder_loads_mlx_weights_by_name(norm_first, device):
     ours = _ours(theirs, ours)
     mask = mnn.MultiHeadAttention.create_additive_causal_mask(5)
     _close(ours(fa.device_put(X3, device), np.asarray(mask)), theirs(mx.array(X3), mask), "encoder")
+
+
+@pytest.mark.parametrize("name", ["RNN", "GRU", "LSTM"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_recurrent_layers_match_mlx(name, bias, device):
+    mx.random.seed(5)
+    x, h = X3[..., :3], R.randn(2, 4).astype(np.float32)
+    theirs = getattr(mnn, name)(3, 4, bias=bias)
+    ours = _ours(theirs, getattr(nn, name)(3, 4, bias=bias, key=fa.random.key(0)))
+    for hidden in (None, h):
+        got = ours(fa.device_put(x, device), hidden)
+        want = theirs(mx.array(x), None if hidden is None else mx.array(hidden))
+        for g, w in (zip(got, want, strict=True) if name == "LSTM" else [(got, want)]):
+            _close(g, w, f"{name} hidden={hidden is not None}")
+    one = ours(x[0])  # (L, D) without a batch axis
+    _close(one[0] if name == "LSTM" else one, theirs(mx.array(x[0]))[0] if name == "LSTM" else
+           theirs(mx.array(x[0])), f"{name} unbatched")
+
+
+@pytest.mark.parametrize("rank", [1, 2, 3])
+def test_conv_transpose_matches_mlx(rank, device):
+    mx.random.seed(6)
+    x = R.randn(*((1,) + (4,) * rank + (3,))).astype(np.float32)
+    for kw in ({}, {"stride": 2, "padding": 1, "output_padding": 1, "dilation": 2}):
+        theirs = getattr(mnn, f"ConvTranspose{rank}d")(3, 5, 3, **kw)
+        theirs.update({"bias": mx.array(R.randn(5).astype(np.float32))})
+        ours = _ours(theirs, getattr(nn, f"ConvTranspose{rank}d")(3, 5, 3, **kw, key=fa.random.key(0)))
+        _close(ours(fa.device_put(x, device)), theirs(mx.array(x)), f"ConvTranspose{rank}d {kw}")
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_upsample_matches_mlx(mode, device):
+    for x in (X3, X4):
+        for scale, corners in ((2, False), (1.5, True), (0.6, False)):
+            _close(nn.Upsample(scale, mode, corners)(fa.device_put(x, device)),
+                   mnn.Upsample(scale, mode, corners)(mx.array(x)), f"{mode} {scale} {corners}")
+    with pytest.raises(NotImplementedError, match="cubic"):
+        nn.Upsample(2, "cubic")
+
+
+def test_bias_keyword_as_mlx():
+    assert nn.Linear(3, 2, bias=False, key=fa.random.key(0)).bias is None
+    assert nn.Conv2d(3, 2, 3, bias=False, key=fa.random.key(0)).bias is None
 
 
 def test_transformer_and_decoder_match_mlx():

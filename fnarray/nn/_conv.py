@@ -157,27 +157,28 @@ class Conv(Module):
 
 
 class Conv1d(Conv):
-    """``Conv(1, ...)``: inputs ``(..., length, in_channels)`` (or channels first). Args as ``Conv``'s."""
+    """``Conv(1, ...)``: inputs ``(..., length, in_channels)`` (or channels first). Args as ``Conv``'s; the
+    positional order and ``bias=`` (for ``use_bias``) are ``mlx.nn.Conv1d``'s, as in ``Conv2d`` and ``Conv3d``."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 use_bias=True, *, key, **kwargs):
-        super().__init__(1, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, use_bias,
-                         key=key, **kwargs)
+                 use_bias=True, *, key, bias=None, **kwargs):
+        super().__init__(1, in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+                         use_bias if bias is None else bias, key=key, **kwargs)
 
 
 class Conv2d(Conv):
     """``Conv(2, ...)``: inputs ``(..., height, width, in_channels)`` (or channels first). Args as ``Conv``'s."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 use_bias=True, *, key, **kwargs):
-        super().__init__(2, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, use_bias,
-                         key=key, **kwargs)
+                 use_bias=True, *, key, bias=None, **kwargs):
+        super().__init__(2, in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+                         use_bias if bias is None else bias, key=key, **kwargs)
 
 
 class Conv3d(Conv):
     """``Conv(3, ...)``: inputs ``(..., depth, height, width, in_channels)`` (or channels first). Args as ``Conv``'s."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 use_bias=True, *, key, **kwargs):
-        super().__init__(3, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, use_bias,
-                         key=key, **kwargs)
+                 use_bias=True, *, key, bias=None, **kwargs):
+        super().__init__(3, in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+                         use_bias if bias is None else bias, key=key, **kwargs)

@@ -83,7 +83,8 @@ class Linear(Module):
     use_bias: bool
 
     def __init__(self, in_features: int, out_features: int, use_bias: bool = True, *, key, dtype=dtypes.float32,
-                 weight_init=None, bias_init=None):
+                 weight_init=None, bias_init=None, bias: bool | None = None):
+        use_bias = use_bias if bias is None else bias  # mlx.nn.Linear(input_dims, output_dims, bias=True)
         _positive(in_features, "in_features", "Linear")
         _positive(out_features, "out_features", "Linear")
         winit = weight_init or initializers.variance_scaling(1 / 3, "fan_in", "uniform", in_axis=-1, out_axis=-2)

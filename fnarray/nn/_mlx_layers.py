@@ -4,7 +4,7 @@ Activation modules (``ReLU``, ``GELU(approx=)``, ``SiLU``...), positional encodi
 ``SinusoidalPositionalEncoding``, ``ALiBi``), ``GroupNorm`` and ``InstanceNorm`` (channels last, as MLX),
 pooling modules (``MaxPool1d``/``2d``/``3d``, ``AvgPool1d``/``2d``/``3d``) and the transformer
 (``TransformerEncoderLayer``, ``TransformerEncoder``, ``TransformerDecoderLayer``, ``TransformerDecoder``,
-``Transformer``). Each computes what the ``mlx.nn`` layer of the same name computes (tests compare them with
+``Transformer``), the recurrent layers (``RNN``, ``GRU``, ``LSTM``, over ``lax.scan``). Each computes what the ``mlx.nn`` layer of the same name computes (tests compare them with
 MLX's, weights loaded by name); where fnarray differs by design, a layer with parameters takes an explicit
 ``key=`` and dropout runs only when the call is given ``key=`` (MLX's ``model.train()`` flag does not exist).
 """
@@ -26,10 +26,12 @@ from fnarray.nn._pooling import avg_pool, max_pool
 
 __all__ = ["ReLU", "ReLU6", "GELU", "SiLU", "Tanh", "Sigmoid", "LeakyReLU", "ELU", "CELU", "SELU", "Softplus",
            "Softsign", "Softmax", "LogSoftmax", "LogSigmoid", "Hardswish", "HardTanh", "Mish", "Step", "GLU",
+           "ReLU2", "Softmin", "HardShrink", "Softshrink", "PReLU",
            "RoPE", "SinusoidalPositionalEncoding", "ALiBi", "GroupNorm", "InstanceNorm",
            "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
            "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer", "TransformerDecoder",
-           "Transformer"]
+           "Transformer", "RNN", "GRU", "LSTM", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
+           "Upsample"]
 
 
 def _np():
@@ -213,6 +215,57 @@ class GLU(Module):
             raise ShapeError(f"GLU: axis {self.axis} of shape {tuple(x.shape)} has an odd size; it is split in two")
         a, b = fnp.split(x, 2, axis=self.axis)
         return a * F.sigmoid(b)
+
+
+class ReLU2(Module):
+    """``relu(x) ** 2`` as a layer (``mlx.nn.ReLU2``)."""
+
+    def __call__(self, x):
+        return F.relu(x) ** 2
+
+
+class Softmin(Module):
+    """``softmax(-x)`` over the last axis (``mlx.nn.Softmin``)."""
+
+    def __call__(self, x):
+        return F.softmax(-_np().asarray(x), axis=-1)
+
+
+class HardShrink(Module):
+    """``x`` where ``|x| > lambd``, else 0 (``mlx.nn.HardShrink``, ``lambd=0.5``)."""
+
+    lambd: float = 0.5
+
+    def __call__(self, x):
+        fnp = _np()
+        x = fnp.asarray(x)
+        return fnp.where(fnp.abs(x) > self.lambd, x, fnp.zeros_like(x))
+
+
+class Softshrink(Module):
+    """``x - lambd`` above ``lambd``, ``x + lambd`` below ``-lambd``, else 0 (``mlx.nn.Softshrink``)."""
+
+    lambd: float = 0.5
+
+    def __call__(self, x):
+        fnp = _np()
+        x = fnp.asarray(x)
+        return fnp.where(x > self.lambd, x - self.lambd, fnp.where(x < -self.lambd, x + self.lambd, fnp.zeros_like(x)))
+
+
+class PReLU(Module):
+    """``max(0, x) + weight * min(0, x)`` with a learned ``weight`` of ``num_parameters`` slopes (one per
+    channel, or one shared), initialised to ``init`` (He et al., 2015; ``mlx.nn.PReLU``)."""
+
+    weight: Any
+
+    def __init__(self, num_parameters: int = 1, init: float = 0.25):
+        self.weight = _np().full((num_parameters,), init, dtype="float32")
+
+    def __call__(self, x):
+        fnp = _np()
+        x = fnp.asarray(x)
+        return fnp.maximum(x, 0) + self.weight * fnp.minimum(x, 0)
 
 
 # ----------------------------------------------------------------------------- positional encodings
@@ -653,3 +706,277 @@ class Transformer(Module):
         ke, kd = _keys(key, 2)
         memory = self.encoder(src, src_mask, key=ke)
         return self.decoder(tgt, memory, tgt_mask, memory_mask, key=kd)
+
+
+# ----------------------------------------------------------------------------- recurrent layers
+
+
+def _uniform(key, shape, hidden_size):
+    s = 1.0 / math.sqrt(hidden_size)
+    return random.uniform(key, shape, minval=-s, maxval=s)
+
+
+def _over_time(step, x, carry):
+    """``step(carry, x_t) -> (carry, outputs)`` over axis -2 of ``x`` (``(..., L, D)``) with ``lax.scan``; the
+    stacked outputs with time back at axis -2."""
+    from fnarray.transforms.control_flow import scan
+    fnp = _np()
+    from fnarray import tree_util
+    _, ys = scan(step, carry, fnp.moveaxis(x, -2, 0))
+    return tree_util.tree_map(lambda y: fnp.moveaxis(y, 0, -2), ys)
+
+
+def _check_seq(x, size, name):
+    x = _np().asarray(x)
+    if x.ndim < 2 or x.shape[-1] != size:
+        raise ShapeError(f"{name}: the input must be (..., L, {size}), got {tuple(x.shape)}")
+    return x
+
+
+class RNN(Module):
+    """An Elman recurrent layer (``mlx.nn.RNN``): ``h_t = nonlinearity(x_t Wxh^T + bias + h_{t-1} Whh^T)``.
+
+    Args (constructor): ``input_size``, ``hidden_size``, ``bias`` (True), ``nonlinearity`` (``tanh``); ``key``.
+      Weights uniform in ``±1/sqrt(hidden_size)`` as MLX's: ``Wxh (hidden, input)``, ``Whh (hidden, hidden)``.
+    Call: ``rnn(x, hidden=None)``: ``x: (..., L, input_size)``, ``hidden: (..., hidden_size)`` (zeros) ->
+      every step's hidden state ``(..., L, hidden_size)``.
+    """
+
+    Wxh: Any
+    Whh: Any
+    bias: Any
+    hidden_size: int
+    nonlinearity: Callable = field(static=True)
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity=None, *, key):
+        k1, k2, k3 = random.split(key, 3)
+        self.hidden_size = int(hidden_size)
+        self.Wxh = _uniform(k1, (hidden_size, input_size), hidden_size)
+        self.Whh = _uniform(k2, (hidden_size, hidden_size), hidden_size)
+        self.bias = _uniform(k3, (hidden_size,), hidden_size) if bias else None
+        self.nonlinearity = nonlinearity or F.tanh
+
+    def __call__(self, x, hidden=None):
+        fnp = _np()
+        x = _check_seq(x, self.Wxh.shape[1], "RNN") @ self.Wxh.T
+        if self.bias is not None:
+            x = x + self.bias
+        h0 = fnp.zeros(x.shape[:-2] + (self.hidden_size,), x.dtype) if hidden is None else fnp.asarray(hidden)
+
+        def step(h, xt):
+            h = self.nonlinearity(xt + h @ self.Whh.T)
+            return h, h
+        return _over_time(step, x, h0)
+
+
+class GRU(Module):
+    """A gated recurrent unit (Cho et al., 2014; ``mlx.nn.GRU``), gates ``r, z, n`` in that order:
+    ``r, z = sigmoid(x Wx_rz + b_rz + h Wh_rz)``, ``n = tanh(x Wx_n + b_n + r * (h Wh_n + bhn))``,
+    ``h = (1 - z) * n + z * h``.
+
+    Args (constructor): ``input_size``, ``hidden_size``, ``bias`` (True); ``key``. Weights ``Wx (3H, D)``,
+      ``Wh (3H, H)``, ``b (3H,)``, ``bhn (H,)``, uniform in ``±1/sqrt(H)``.
+    Call: ``gru(x, hidden=None)`` -> ``(..., L, H)``.
+    """
+
+    Wx: Any
+    Wh: Any
+    b: Any
+    bhn: Any
+    hidden_size: int
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, *, key):
+        k1, k2, k3, k4 = random.split(key, 4)
+        h = self.hidden_size = int(hidden_size)
+        self.Wx = _uniform(k1, (3 * h, input_size), h)
+        self.Wh = _uniform(k2, (3 * h, h), h)
+        self.b = _uniform(k3, (3 * h,), h) if bias else None
+        self.bhn = _uniform(k4, (h,), h) if bias else None
+
+    def __call__(self, x, hidden=None):
+        fnp = _np()
+        H = self.hidden_size
+        x = _check_seq(x, self.Wx.shape[1], "GRU") @ self.Wx.T
+        if self.b is not None:
+            x = x + self.b
+        h0 = fnp.zeros(x.shape[:-2] + (H,), x.dtype) if hidden is None else fnp.asarray(hidden)
+
+        def step(h, xt):
+            hp = h @ self.Wh.T
+            hp_n = hp[..., 2 * H:] + self.bhn if self.bhn is not None else hp[..., 2 * H:]
+            rz = F.sigmoid(xt[..., :2 * H] + hp[..., :2 * H])
+            r, z = rz[..., :H], rz[..., H:]
+            n = F.tanh(xt[..., 2 * H:] + r * hp_n)
+            h = (1 - z) * n + z * h
+            return h, h
+        return _over_time(step, x, h0)
+
+
+class LSTM(Module):
+    """Long short-term memory (Hochreiter & Schmidhuber, 1997; ``mlx.nn.LSTM``), gates ``i, f, g, o`` in that order:
+    ``c = f * c + i * g``, ``h = o * tanh(c)``.
+
+    Args (constructor): ``input_size``, ``hidden_size``, ``bias`` (True); ``key``. Weights ``Wx (4H, D)``,
+      ``Wh (4H, H)``, ``bias (4H,)``, uniform in ``±1/sqrt(H)``.
+    Call: ``lstm(x, hidden=None, cell=None)`` -> ``(hidden states, cell states)``, each ``(..., L, H)``.
+    """
+
+    Wx: Any
+    Wh: Any
+    bias: Any
+    hidden_size: int
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, *, key):
+        k1, k2, k3 = random.split(key, 3)
+        h = self.hidden_size = int(hidden_size)
+        self.Wx = _uniform(k1, (4 * h, input_size), h)
+        self.Wh = _uniform(k2, (4 * h, h), h)
+        self.bias = _uniform(k3, (4 * h,), h) if bias else None
+
+    def __call__(self, x, hidden=None, cell=None):
+        fnp = _np()
+        H = self.hidden_size
+        x = _check_seq(x, self.Wx.shape[1], "LSTM") @ self.Wx.T
+        if self.bias is not None:
+            x = x + self.bias
+        zeros = fnp.zeros(x.shape[:-2] + (H,), x.dtype)
+        h0 = zeros if hidden is None else fnp.asarray(hidden)
+        c0 = zeros if cell is None else fnp.asarray(cell)
+
+        def step(carry, xt):
+            h, c = carry
+            ifgo = xt + h @ self.Wh.T
+            i, f, o = (F.sigmoid(ifgo[..., k * H:(k + 1) * H]) for k in (0, 1, 3))
+            c = f * c + i * F.tanh(ifgo[..., 2 * H:3 * H])
+            h = o * F.tanh(c)
+            return (h, c), (h, c)
+        return _over_time(step, x, (h0, c0))
+
+
+# ----------------------------------------------------------------------------- transposed convolutions
+
+
+class _ConvTranspose(Module):
+    """A transposed convolution over channels-last inputs (``mlx.nn.ConvTranspose1d``/``2d``/``3d``), the
+    gradient of ``Conv`` with respect to its input: ``stride`` dilates the input, ``padding`` trims each side,
+    ``output_padding`` adds to the far side. Weight ``(out_channels, *kernel_size, in_channels)`` (MLX's layout),
+    uniform in ``±sqrt(1 / (in_channels * prod(kernel_size)))``; bias zeros.
+
+    Args (constructor): ``in_channels``, ``out_channels``, ``kernel_size``, ``stride`` (1), ``padding`` (0),
+      ``dilation`` (1), ``output_padding`` (0), ``bias`` (True); ``key``.
+    Call: ``x: (N, *spatial, in_channels)`` -> ``(N, *out_spatial, out_channels)`` with
+      ``out = (in - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1``.
+    Raises: ``ShapeError`` (call) for an input without that rank and ``in_channels`` features.
+    """
+
+    weight: Any
+    bias: Any
+    stride: tuple
+    padding: tuple
+    dilation: tuple
+    output_padding: tuple
+    _rank = 1
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
+                 output_padding=0, bias: bool = True, *, key):
+        n, name = self._rank, type(self).__name__
+        ks = _ints(kernel_size, n, name)
+        s = math.sqrt(1 / (in_channels * math.prod(ks)))
+        self.weight = random.uniform(key, (out_channels,) + ks + (in_channels,), minval=-s, maxval=s)
+        self.bias = _np().zeros((out_channels,)) if bias else None
+        self.stride, self.padding = _ints(stride, n, name), _ints(padding, n, name)
+        self.dilation, self.output_padding = _ints(dilation, n, name), _ints(output_padding, n, name)
+
+    def __call__(self, x):
+        from fnarray.core.conv import ConvDimensionNumbers
+        from fnarray.core.lax_conv import conv_general_dilated
+        fnp = _np()
+        n = self._rank
+        x = fnp.asarray(x)
+        if x.ndim != n + 2 or x.shape[-1] != self.weight.shape[-1]:
+            raise ShapeError(f"{type(self).__name__}: the input must be (N, {n} spatial, {self.weight.shape[-1]}), "
+                             f"got {tuple(x.shape)}")
+        ks = self.weight.shape[1:-1]
+        pads = [(d * (k - 1) - p, d * (k - 1) - p + o)
+                for k, d, p, o in zip(ks, self.dilation, self.padding, self.output_padding, strict=True)]
+        spec = (0, n + 1) + tuple(range(1, n + 1))
+        w = fnp.flip(self.weight, axis=tuple(range(1, n + 1)))
+        y = conv_general_dilated(x, w, (1,) * n, pads, lhs_dilation=self.stride, rhs_dilation=self.dilation,
+                                 dimension_numbers=ConvDimensionNumbers(spec, spec, spec))
+        return y + self.bias if self.bias is not None else y
+
+
+def _conv_transpose_class(rank):
+    name = f"ConvTranspose{rank}d"
+    return type(name, (_ConvTranspose,), {"_rank": rank, "__module__": __name__, "__annotations__": {},
+                                          "__doc__": _ConvTranspose.__doc__.replace("A transposed convolution",
+                                                                                   f"A {rank}-d transposed convolution"),
+                                          "__init__": _ConvTranspose.__init__.__wrapped__})
+
+
+ConvTranspose1d = _conv_transpose_class(1)
+ConvTranspose2d = _conv_transpose_class(2)
+ConvTranspose3d = _conv_transpose_class(3)
+
+
+# ----------------------------------------------------------------------------- upsampling
+
+
+def _nearest_positions(n, scale):
+    m = int(scale * n)
+    idx = np.arange(m, dtype=np.float32)
+    idx = np.round((idx + 0.5) * np.float32(n / m) - 0.5) if m > n else idx * np.float32(n / m)
+    return idx.astype(np.int32)
+
+
+def _linear_positions(n, scale, align_corners):
+    m = int(scale * n)
+    if align_corners:
+        idx = np.arange(m, dtype=np.float32) * np.float32((n - 1) / max(m - 1, 1))
+    else:
+        step = 1 / scale
+        idx = np.arange(m, dtype=np.float32) * np.float32(step) - np.float32(((m - 1) * step - n + 1) / 2)
+    idx = np.clip(idx, 0, n - 1)
+    lo, hi = np.floor(idx), np.ceil(idx)
+    return lo.astype(np.int32), hi.astype(np.int32), (idx - lo).astype(np.float32)
+
+
+class Upsample(Module):
+    """Upsampling of channels-last inputs ``(N, *spatial, C)`` by ``scale_factor`` per spatial axis
+    (``mlx.nn.Upsample``): ``mode="nearest"`` or ``"linear"`` (bi/trilinear, ``align_corners`` as MLX's); each
+    output size is ``int(scale * size)``.
+
+    Raises: ``NotImplementedError`` for ``mode="cubic"`` or ``antialias=True`` (not ported yet: nearest and linear
+    work); ``ValueError`` for another mode; ``ShapeError`` (call) for a rank that ``scale_factor`` does not fit.
+    """
+
+    scale_factor: Any
+    mode: str = "nearest"
+    align_corners: bool = False
+    antialias: bool = False
+
+    def __check_init__(self):
+        if self.mode == "cubic" or self.antialias:
+            raise NotImplementedError("Upsample: mode='cubic' and antialias=True are not supported; 'nearest' and "
+                                      "'linear' are")
+        if self.mode not in ("nearest", "linear"):
+            raise ValueError(f"Upsample: mode={self.mode!r}; use 'nearest' or 'linear' (MLX's)")
+
+    def __call__(self, x):
+        fnp = _np()
+        x = fnp.asarray(x)
+        dims = x.ndim - 2
+        scales = (self.scale_factor,) * dims if isinstance(self.scale_factor, (int, float)) else \
+            tuple(self.scale_factor)
+        if dims < 1 or len(scales) != dims:
+            raise ShapeError(f"Upsample: scale_factor {self.scale_factor!r} for an input of shape {tuple(x.shape)} "
+                             "(N, *spatial, C)")
+        for axis, s in enumerate(scales, start=1):
+            n = x.shape[axis]
+            if self.mode == "nearest":
+                x = fnp.take(x, fnp.asarray(_nearest_positions(n, s)), axis=axis)
+                continue
+            lo, hi, w = _linear_positions(n, s, self.align_corners)
+            w = fnp.asarray(w.reshape((-1,) + (1,) * (x.ndim - axis - 1)))
+            x = fnp.take(x, fnp.asarray(lo), axis=axis) * (1 - w) + fnp.take(x, fnp.asarray(hi), axis=axis) * w
+        return x
