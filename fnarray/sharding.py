@@ -33,7 +33,8 @@ from fnarray.core.errors import ShapeError
 from fnarray.devices.sharding import Sharding, SingleDeviceSharding
 
 __all__ = ["Mesh", "PartitionSpec", "P", "Sharding", "NamedSharding", "SingleDeviceSharding", "Shard", "make_mesh",
-           "ENGINE_BACKENDS", "AxisType", "set_mesh", "use_mesh", "get_mesh", "get_abstract_mesh", "typeof", "ArrayType"]
+           "ENGINE_BACKENDS", "AxisType", "set_mesh", "use_mesh", "get_mesh", "get_abstract_mesh", "typeof",
+           "ArrayType"]
 
 #: Backends whose engine runs programs over many devices or processes.
 ENGINE_BACKENDS = ("jax", "mlx")

@@ -4,7 +4,8 @@ Activation modules (``ReLU``, ``GELU(approx=)``, ``SiLU``...), positional encodi
 ``SinusoidalPositionalEncoding``, ``ALiBi``), ``GroupNorm`` and ``InstanceNorm`` (channels last, as MLX),
 pooling modules (``MaxPool1d``/``2d``/``3d``, ``AvgPool1d``/``2d``/``3d``) and the transformer
 (``TransformerEncoderLayer``, ``TransformerEncoder``, ``TransformerDecoderLayer``, ``TransformerDecoder``,
-``Transformer``), the recurrent layers (``RNN``, ``GRU``, ``LSTM``, over ``lax.scan``). Each computes what the ``mlx.nn`` layer of the same name computes (tests compare them with
+``Transformer``), the recurrent layers (``RNN``, ``GRU``, ``LSTM``, over ``lax.scan``), ``ConvTranspose1d``/``2d``/
+``3d`` and ``Upsample``. Each computes what the ``mlx.nn`` layer of the same name computes (tests compare them with
 MLX's, weights loaded by name); where fnarray differs by design, a layer with parameters takes an explicit
 ``key=`` and dropout runs only when the call is given ``key=`` (MLX's ``model.train()`` flag does not exist).
 """
@@ -907,11 +908,10 @@ class _ConvTranspose(Module):
 
 
 def _conv_transpose_class(rank):
-    name = f"ConvTranspose{rank}d"
-    return type(name, (_ConvTranspose,), {"_rank": rank, "__module__": __name__, "__annotations__": {},
-                                          "__doc__": _ConvTranspose.__doc__.replace("A transposed convolution",
-                                                                                   f"A {rank}-d transposed convolution"),
-                                          "__init__": _ConvTranspose.__init__.__wrapped__})
+    doc = _ConvTranspose.__doc__.replace("A transposed convolution", f"A {rank}-d transposed convolution")
+    return type(f"ConvTranspose{rank}d", (_ConvTranspose,), {"_rank": rank, "__module__": __name__,
+                                                             "__annotations__": {}, "__doc__": doc,
+                                                             "__init__": _ConvTranspose.__init__.__wrapped__})
 
 
 ConvTranspose1d = _conv_transpose_class(1)
