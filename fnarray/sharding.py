@@ -34,7 +34,7 @@ from fnarray.devices.sharding import Sharding, SingleDeviceSharding
 
 __all__ = ["Mesh", "PartitionSpec", "P", "Sharding", "NamedSharding", "SingleDeviceSharding", "Shard", "make_mesh",
            "ENGINE_BACKENDS", "AxisType", "set_mesh", "use_mesh", "get_mesh", "get_abstract_mesh", "typeof",
-           "ArrayType"]
+           "ArrayType", "reshard"]
 
 #: Backends whose engine runs programs over many devices or processes.
 ENGINE_BACKENDS = ("jax", "mlx")
@@ -595,6 +595,12 @@ def is_fully_addressable(arr) -> bool:
     if arr.device.backend == "jax":
         return bool(arr.buf().is_fully_addressable)
     return _mlx_global(arr) is None
+
+
+def reshard(xs, out_shardings):
+    """``jax.sharding.reshard``: see ``fnarray.transforms.shard_map.reshard``."""
+    from fnarray.transforms.shard_map import reshard as impl
+    return impl(xs, out_shardings)
 
 
 # ----------------------------------------------------------------------------- typeof

@@ -82,6 +82,8 @@ with jax.set_mesh(jmesh):
     jh = jax.shard_map(lambda u: jax.lax.pcast(u, "x", to="varying") * jax.lax.axis_index("x"), out_specs=JP("x"))
     want["pcast"] = jh(jax.device_put(C8, JP()))
     jw = jax.device_put(W, JP())
+    r = jax.sharding.reshard(ja, JP(None, "y"))
+    want["reshard"] = (str(jax.typeof(r)), str(jax.typeof(jax.jit(lambda v: jax.sharding.reshard(v * 2, JP("y")))(ja))))
     for name, jfn in [("dot", lambda p, q: jnp.dot(p, q, out_sharding=JP("x"))),
                       ("matmul", lambda p, q: jnp.matmul(p, q, out_sharding=JP("x", "y"))),
                       ("einsum", lambda p, q: jnp.einsum("ij,jk->ik", p, q, out_sharding=JP("x")))]:
@@ -125,6 +127,11 @@ with fa.sharding.set_mesh(mesh):
         got = fn(a, w)
         close(got, want[name][0], f"{name}(out_sharding=)")
         assert str(fa.typeof(got)) == want[name][1], (name, fa.typeof(got), want[name][1])
+
+    r = fa.sharding.reshard(a, P(None, "y"))
+    got = (str(fa.typeof(r)), str(fa.typeof(fa.jit(lambda v: fa.sharding.reshard(v * 2, P("y")))(a))))
+    assert got == want["reshard"], (got, want["reshard"])
+    close(r, X, "reshard")
 
     # debug.print inside shard_map: each device prints its block
     buf = io.StringIO()

@@ -53,7 +53,7 @@ from fnarray.transforms.ad_tables import (UndefinedPrimal, Zero, instantiate_zer
 from fnarray.transforms.batching import batch_program, move_batch_dim, vmap
 from fnarray.transforms.batching_tables import primitive_batchers
 
-__all__ = ["shard_map", "with_sharding_constraint", "jit_with_shardings"]
+__all__ = ["shard_map", "with_sharding_constraint", "jit_with_shardings", "reshard"]
 
 
 @contextlib.contextmanager
@@ -526,6 +526,36 @@ def with_sharding_constraint(x, shardings):
             raise TypeError(f"with_sharding_constraint: expected a NamedSharding, got {s!r}")
         check_spec(s.spec, s.mesh, get_aval(v).shape, "with_sharding_constraint")
         out.append(sharding_constraint_p.bind(v, sharding=s))
+    return tree_util.tree_unflatten(tree, out)
+
+
+def reshard(xs, out_shardings):
+    """``xs`` laid out as ``out_shardings`` say (``jax.sharding.reshard``): concrete arrays are moved
+    (``device_put``), traced ones constrained (``with_sharding_constraint``).
+
+    Args:
+      xs: an array or pytree; out_shardings: a ``NamedSharding``, a ``PartitionSpec`` over the ambient mesh
+        (``fnarray.sharding.set_mesh``), or a pytree prefix of them.
+    Returns:
+      ``xs``'s values with the new layout.
+    Raises:
+      ``ValueError`` for a ``PartitionSpec`` without an ambient mesh, a spec that does not fit the mesh or shape.
+    """
+    def named(s):
+        return s if isinstance(s, NamedSharding) else NamedSharding(ambient_mesh("reshard(x, PartitionSpec)"), s)
+
+    def is_spec(s):
+        return isinstance(s, (NamedSharding, PartitionSpec))
+
+    leaves, tree = tree_util.tree_flatten(xs)
+    if is_spec(out_shardings):
+        shs = [named(out_shardings)] * len(leaves)
+    else:
+        shs = [named(s) for s in tree_util.tree_leaves(out_shardings, is_leaf=is_spec)]
+        if len(shs) != len(leaves):
+            raise ValueError(f"reshard: {len(shs)} shardings for {len(leaves)} arrays")
+    out = [with_sharding_constraint(x, s) if isinstance(x, Tracer) else device_put(x, s)
+           for x, s in zip(leaves, shs, strict=True)]
     return tree_util.tree_unflatten(tree, out)
 
 
