@@ -56,8 +56,9 @@ def matmul_scatter(a_block, b_block):
 d = matmul_scatter(a, b)
 print("psum_scatter matmul", d.shape, float(d.sum()), float(jnp.abs(d - a @ b).max()) < 1e-4)
 
-gather = jax.jit(jax.shard_map(lambda v: jax.lax.all_gather(v, "x", tiled=True), mesh=mesh, in_specs=P("x"),
-                               out_specs=P(None), check_vma=False))
+from jax.experimental.shard_map import shard_map  # the spelling of programs written before jax.shard_map
+
+gather = jax.jit(shard_map(lambda v: jax.lax.all_gather(v, "x", tiled=True), mesh, P("x"), P(None), check_rep=False))
 g = gather(jnp.arange(8.0))
 print("all_gather", g.shape, g.tolist())
 
@@ -108,6 +109,7 @@ with jax.set_mesh(explicit):
 def test_rewrite_touches_imports_only():
     new = rewrite_imports(PROGRAM)
     assert "import fnarray as jax" in new and "from fnarray.sharding import AxisType, Mesh" in new
+    assert "from fnarray.experimental.shard_map import shard_map" in new
     assert [ln for ln in PROGRAM.splitlines() if "import" not in ln] == \
         [ln for ln in new.splitlines() if "import" not in ln]
 
