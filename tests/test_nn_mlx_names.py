@@ -247,3 +247,21 @@ def test_optimizer_classes_follow_mlx_trajectories(name, kw):
         ours = fa.optim.apply_updates(ours, updates)
     _close(ours.weight, theirs.weight, f"{name} {kw}")
     _close(ours.bias, theirs.bias, f"{name} {kw} bias")
+
+
+def test_value_and_grad_of_a_model_as_mlx():
+    mx.random.seed(7)
+    x, y = R.randn(8, 4).astype(np.float32), R.randn(8, 2).astype(np.float32)
+    theirs = mnn.Linear(4, 2)
+    ours = _ours(theirs, nn.Linear(4, 2, key=fa.random.key(0)))
+
+    def loss(model, x, y):
+        return ((model(x) - y) ** 2).mean()
+
+    want_value, want_grads = mnn.value_and_grad(theirs, loss)(theirs, mx.array(x), mx.array(y))
+    value, grads = nn.value_and_grad(ours, loss)(ours, x, y)
+    _close(value, want_value, "value")
+    for name, g in mlx_flatten(want_grads):
+        _close(dict(fa.utils.tree_flatten(grads.parameters()))[name], g, name)
+    with pytest.raises(TypeError, match="Module"):
+        nn.value_and_grad(loss, loss)

@@ -11,10 +11,9 @@ The changes that remain in the port (docs/from_mlx.md says why):
    ``mlx.optimizers``; ``mx.arange`` is ``fnp.arange``.
 2. Layers with parameters take ``key=`` (explicit randomness, no global generator), and a module's fields are
    annotated (fnarray modules are dataclasses).
-3. The step is pure: ``nn.value_and_grad(model, loss_fn)`` + ``optimizer.update(model, grads)`` become
-   ``fa.value_and_grad(loss_fn)(model, ...)``, ``optimizer.update(grads, state, model)`` and
+3. The step is pure: ``optimizer.update(model, grads)`` becomes ``optimizer.update(grads, state, model)`` and
    ``optim.apply_updates``, the model and the optimizer state passed in and returned (``mx.compile(...,
-   inputs=state, outputs=state)`` becomes ``fa.jit``).
+   inputs=state, outputs=state)`` becomes ``fa.jit``); ``nn.value_and_grad(model, loss_fn)`` stays.
 4. ``nn.losses.cross_entropy`` reduces with ``"mean"`` by default here; the example passes ``reduction="mean"``
    itself, so that line is unchanged.
 """
@@ -119,11 +118,12 @@ def fnarray_run(batches, weights, device):
         return nn.losses.cross_entropy(logits, y, reduction="mean")
 
     optimizer = optim.AdamW(learning_rate=LR, weight_decay=WEIGHT_DECAY)
+    loss_and_grad_fn = nn.value_and_grad(model, loss_fn)
     state = optimizer.init(model)
 
     @fa.jit
     def step(model, state, inputs, targets):
-        loss, grads = fa.value_and_grad(loss_fn)(model, inputs, targets)
+        loss, grads = loss_and_grad_fn(model, inputs, targets)
         updates, state = optimizer.update(grads, state, model)
         return optim.apply_updates(model, updates), state, loss
 

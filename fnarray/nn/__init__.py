@@ -24,7 +24,7 @@ from fnarray.nn._layers import (MLP, BatchNorm, BatchNormState, Dropout, Embeddi
                                 Linear, MultiHeadAttention, RMSNorm, Sequential)
 from fnarray.nn._mlx_layers import (ALiBi, AvgPool1d, AvgPool2d, AvgPool3d, CELU, ConvTranspose1d, ConvTranspose2d,
                                     ConvTranspose3d, ELU, GELU, GLU, GRU, LSTM, RNN, GroupNorm, HardShrink, HardTanh,
-                                    PReLU, ReLU2, Softmin, Softshrink, Upsample,
+                                    PReLU, ReLU2, Softmin, Softshrink, Upsample, value_and_grad,
                                     Hardswish, InstanceNorm, LeakyReLU, LogSigmoid, LogSoftmax, MaxPool1d, MaxPool2d,
                                     MaxPool3d, Mish, ReLU, ReLU6, RoPE, SELU, SiLU, Sigmoid,
                                     SinusoidalPositionalEncoding, Softmax, Softplus, Softsign, Step, Tanh, Transformer,
@@ -47,7 +47,7 @@ __all__ = [
     "ReLU6", "RoPE", "SELU", "SiLU", "Sigmoid", "SinusoidalPositionalEncoding", "Softmax", "Softplus", "Softsign",
     "Step", "Tanh", "Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
     "TransformerEncoderLayer", "RNN", "GRU", "LSTM", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "Upsample",
-    "HardShrink", "PReLU", "ReLU2", "Softmin", "Softshrink",
+    "HardShrink", "PReLU", "ReLU2", "Softmin", "Softshrink", "value_and_grad",
 ]
 
 
@@ -55,7 +55,7 @@ def _install_eager_jit():
     import sys
 
     from fnarray.transforms import eager_jit  # eager calls run as cached jitted programs
-    eager_jit.install(sys.modules[__name__], excluded=("field", "static_field"))
+    eager_jit.install(sys.modules[__name__], excluded=("field", "static_field", "value_and_grad"))
 
 
 _install_eager_jit()

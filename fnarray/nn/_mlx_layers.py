@@ -32,7 +32,7 @@ __all__ = ["ReLU", "ReLU6", "GELU", "SiLU", "Tanh", "Sigmoid", "LeakyReLU", "ELU
            "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d",
            "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer", "TransformerDecoder",
            "Transformer", "RNN", "GRU", "LSTM", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
-           "Upsample"]
+           "Upsample", "value_and_grad"]
 
 
 def _np():
@@ -980,3 +980,23 @@ class Upsample(Module):
             w = fnp.asarray(w.reshape((-1,) + (1,) * (x.ndim - axis - 1)))
             x = fnp.take(x, fnp.asarray(lo), axis=axis) * (1 - w) + fnp.take(x, fnp.asarray(hi), axis=axis) * w
         return x
+
+
+def value_and_grad(model, fn):
+    """``mlx.nn.value_and_grad(model, fn)``: a function of ``(model, *args)`` returning ``(fn(model, *args),
+    gradients)``, the gradients a model of the same structure (every array of it; fnarray freezes nothing in
+    place), ready for ``optimizer.update(grads, state, model)``. ``model`` is not captured: pass the current one
+    at each call (fnarray modules are values). The same as ``fa.value_and_grad(fn)``.
+
+    Args:
+      model: the module (MLX's argument; only its presence is checked); fn: ``fn(model, *args) -> scalar``.
+    Returns:
+      The function above.
+    Raises:
+      ``TypeError`` when ``model`` is not a ``Module`` or ``fn`` is not callable.
+    """
+    from fnarray.transforms.ad import value_and_grad as vg
+    if not isinstance(model, Module) or not callable(fn):
+        raise TypeError("nn.value_and_grad(model, fn): model must be a fnarray.nn.Module and fn callable, got "
+                        f"{type(model).__name__} and {type(fn).__name__}")
+    return vg(fn)
