@@ -6,7 +6,7 @@ import fnarray as fa
 
 
 def device_from_arg(parser, name):
-    """The device named ``name`` (any name ``fnarray.devices()`` prints, a backend name, or
+    """The device named ``name`` (any name ``fnarray.devices(all_backends=True)`` prints, a backend name, or
     ``backend:platform``), the default device for ``None``; else ``parser.error`` listing the
     available devices (exit status 2)."""
     if name is None:

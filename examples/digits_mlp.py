@@ -128,7 +128,7 @@ def parse_args(argv=None, description=None, saved="w1 b1 w2 b2 w3 b3"):
     """The command line shared by the digits examples (``digits_cnn.py`` passes its description and names)."""
     parser = argparse.ArgumentParser(description=description or __doc__.splitlines()[0])
     parser.add_argument("--device", default=None,
-                        help="device to train on, a name from fnarray.devices() such as numpy:0 "
+                        help="device to train on, a name from fnarray.devices(all_backends=True) such as numpy:0 "
                              "(default: the default device)")
     parser.add_argument("--epochs", type=int, default=30, help="passes over the training set (default 30)")
     parser.add_argument("--batch-size", type=int, default=64, help="images per step (default 64)")

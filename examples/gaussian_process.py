@@ -98,7 +98,8 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=150, help="Adam steps on the hyperparameters (default 150)")
     p.add_argument("--lr", type=float, default=0.05, help="Adam's learning rate (default 0.05)")
     p.add_argument("--test-size", type=int, default=100, help="held-out patients, 1-200 (default 100)")
-    p.add_argument("--device", default=None, help="a name from fnarray.devices() (default: the default device)")
+    p.add_argument("--device", default=None,
+                   help="a name from fnarray.devices(all_backends=True) (default: the default device)")
     args = p.parse_args(argv)
     args.device = device_from_arg(p, args.device)
     if args.steps < 0:

@@ -100,7 +100,8 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=2000, help="leapfrog steps (default 2000)")
     p.add_argument("--dt", type=float, default=0.01, help="time step (default 0.01; the inner orbit takes 6.28)")
     p.add_argument("--seed", type=int, default=0, help="seed of the orbital phases (default 0)")
-    p.add_argument("--device", default=None, help="a name from fnarray.devices() (default: the default device)")
+    p.add_argument("--device", default=None,
+                   help="a name from fnarray.devices(all_backends=True) (default: the default device)")
     args = p.parse_args(argv)
     args.device = device_from_arg(p, args.device)
     if args.bodies < 2:

@@ -107,7 +107,8 @@ def parse_args(argv=None):
                    help="cholesky of fa.hessian (default), or conjugate gradient with Hessian-vector products")
     p.add_argument("--cg-iterations", type=int, default=65, help="CG iterations per step (default 65)")
     p.add_argument("--l2", type=float, default=1e-3, help="L2 regularisation lam (default 1e-3)")
-    p.add_argument("--device", default=None, help="a name from fnarray.devices() (default: the default device)")
+    p.add_argument("--device", default=None,
+                   help="a name from fnarray.devices(all_backends=True) (default: the default device)")
     args = p.parse_args(argv)
     args.device = device_from_arg(p, args.device)
     if not 0 <= args.digit <= 9:

@@ -111,7 +111,8 @@ def best_of(fn, repeat):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default=None, help="a name from fnarray.devices() (default: the default device)")
+    p.add_argument("--device", default=None,
+                   help="a name from fnarray.devices(all_backends=True) (default: the default device)")
     p.add_argument("--steps", type=int, default=300, help="DP-SGD steps (default 300)")
     p.add_argument("--batch-size", type=int, default=64, help="examples per step (default 64)")
     p.add_argument("--clip", type=float, default=1.0, help="per-example gradient norm bound C (default 1.0)")

@@ -191,7 +191,7 @@ def sample(model, prompt: str, length: int, key, temperature: float = 0.8, devic
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default=None,
-                        help="device to train on, a name from fnarray.devices() such as numpy:0 "
+                        help="device to train on, a name from fnarray.devices(all_backends=True) such as numpy:0 "
                              "(default: the default device)")
     parser.add_argument("--steps", type=int, default=200, help="training steps (default 200)")
     parser.add_argument("--batch-size", type=int, default=16, help="windows per step (default 16)")

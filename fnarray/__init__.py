@@ -39,7 +39,7 @@ from fnarray import lax  # noqa: E402,F401  (fnarray.lax: core/lax.py's wrappers
 # (fa.checkpoint is remat's JAX name: the checkpoint files' module is fnarray.serialization)
 from fnarray.serialization import CheckpointError, load, save  # noqa: E402
 from fnarray import sharding  # noqa: E402,F401  (Mesh, PartitionSpec/P, NamedSharding: jax.sharding's names)
-from fnarray.sharding import make_mesh  # noqa: E402
+from fnarray.sharding import make_mesh, set_mesh, typeof  # noqa: E402
 from fnarray.transforms.shard_map import shard_map  # noqa: E402
 from fnarray import distributed  # noqa: E402,F401  (initialize, process_index...: jax.distributed's names)
 from fnarray.distributed import process_count, process_index  # noqa: E402
@@ -49,6 +49,7 @@ jacobian = jacrev     # JAX's name (jax.jacobian is jacrev)
 
 # Libraries imported on first use, so that `import fnarray` stays light.
 _LAZY = {"random": None, "nn": None, "optim": None, "export": None, "profiler": None, "debug": None, "ops": None,
+         "utils": None,
          "doctor": "fnarray._doctor", "check": "fnarray._check", "ad_checkpoint": None,
          "checkpoint_policies": "fnarray.ad_checkpoint"}
 
@@ -76,5 +77,5 @@ __all__ = [
     "custom_vjp", "checkpoint", "remat", "stop_gradient", "vmap", "cond", "switch", "while_loop",
     "fori_loop", "scan", "ContractionShapeError", "tree", "block_until_ready", "device_get", "make_jaxpr",
     "jacobian", "save", "load", "CheckpointError", "sharding", "make_mesh", "shard_map", "distributed",
-    "process_index", "process_count",
+    "process_index", "process_count", "set_mesh", "typeof",
 ] + list(_LAZY)

@@ -197,7 +197,7 @@ def check(f, *args, devices=None, rtol=None, atol=None, static_argnums=(), **kwa
       f: a function of arrays (pytrees of them) and scalars.
       *args, **kwargs: its inputs (NumPy arrays, fnarray arrays, scalars, pytrees of them); array
         leaves are placed on each device with ``device_put``.
-      devices: the devices to check (``Device`` or strings); default ``fa.devices()``.
+      devices: the devices to check (``Device`` or strings); default ``fa.devices(all_backends=True)``.
       rtol, atol: tolerances; default by dtype (float32: rtol 1e-4, float16: 1e-2, float64: 1e-9;
         integers and bools exact) with ``atol = rtol * max |reference|`` per leaf.
       static_argnums: passed to ``jit``.
@@ -221,7 +221,7 @@ def check(f, *args, devices=None, rtol=None, atol=None, static_argnums=(), **kwa
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", fa.FallbackWarning)
         ref, _, _ = _run(f, rargs, rkw)
-    devs = [fa.get_device(d) for d in devices] if devices is not None else fa.devices()
+    devs = [fa.get_device(d) for d in devices] if devices is not None else fa.devices(all_backends=True)
     rows = []
     for dev in devs:
         dargs, dkw = _place(args, kwargs, dev)

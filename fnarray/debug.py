@@ -22,7 +22,7 @@ from fnarray.core import primitives as P
 from fnarray.core import tracing
 from fnarray.core.array import Array
 
-__all__ = ["print", "callback"]
+__all__ = ["print", "callback", "visualize_array_sharding"]
 
 
 class _HostCallback:
@@ -140,3 +140,41 @@ def print(fmt: str, *args, **kwargs) -> None:  # noqa: A001 (JAX's name)
     if not isinstance(fmt, str):
         raise TypeError(f"fnarray.debug.print needs a format string first, got {type(fmt).__name__}")
     callback(_Format(fmt), *args, **kwargs)
+
+
+def visualize_array_sharding(arr, *, use_color: bool = False, scale: float = 1.0, min_width: int = 9,
+                             max_width: int = 80, color_map=None) -> None:
+    """Print which devices hold which block of a 1-d or 2-d array (``jax.debug.visualize_array_sharding``).
+
+    A grid of the array's blocks, rows and columns as its sharding splits them, each cell naming the devices
+    that hold that block (several for a replicated one). Plain text: JAX draws the same grid with ``rich``.
+
+    Args:
+      arr: an array of rank 1 or 2 (a global array or one on a single device).
+      use_color, scale, min_width, max_width, color_map: JAX's; only ``min_width``/``max_width`` (a cell's width
+        bounds in characters) are used.
+    Returns: ``None``.
+    Raises: ``ValueError`` for another rank.
+    """
+    shape = tuple(arr.shape)
+    if len(shape) not in (1, 2):
+        raise ValueError(f"visualize_array_sharding: an array of rank 1 or 2 is needed, got shape {shape}")
+    shape2 = shape if len(shape) == 2 else (1,) + shape
+    sharding = arr.sharding
+    index_map = sharding.devices_indices_map(shape) if hasattr(sharding, "devices_indices_map") else \
+        {next(iter(sharding.device_set)): tuple(slice(None) for _ in shape)}
+    cells: dict = {}
+    for dev, index in index_map.items():
+        index = ((slice(None),) if len(shape) == 1 else ()) + tuple(index)
+        key = tuple(s.indices(n)[:2] for s, n in zip(index, shape2, strict=True))
+        cells.setdefault(key, []).append(str(dev))
+    rows = sorted({k[0] for k in cells})
+    cols = sorted({k[1] for k in cells})
+    text = {k: ",".join(sorted(v, key=lambda d: (d.split(":")[0], int(d.split(":")[1])))) for k, v in cells.items()}
+    width = max(min_width, min(max_width, max(len(t) for t in text.values()) + 2))
+    line = "+" + "+".join("-" * width for _ in cols) + "+"
+    out = [line]
+    for r in rows:
+        out.append("|" + "|".join(text.get((r, c), "").center(width)[:width] for c in cols) + "|")
+        out.append(line)
+    builtins.print("\n".join(out), flush=True)

@@ -808,3 +808,72 @@ def cosine_decay_schedule(init_value: float, decay_steps: int, alpha: float = 0.
             cosine = cosine ** exponent
         return init_value * ((1.0 - alpha) * cosine + alpha)
     return schedule
+
+
+# ----------------------------------------------------------------------------- mlx.optimizers' names
+#
+# MLX's optimizers are classes whose ``update(model, grads)`` changes the model in place; fnarray's are pure
+# ``GradientTransformation``s. These classes take MLX's arguments and defaults and are those transformations
+# (``opt.init(params)``, ``opt.update(grads, state, params)``, then ``apply_updates``): the port keeps the
+# constructor line and replaces ``optimizer.update(model, grads)`` by two lines (docs/from_mlx.md).
+
+
+class SGD(GradientTransformation):
+    """``mlx.optimizers.SGD(learning_rate, momentum=0.0, weight_decay=0.0, dampening=0.0, nesterov=False)``.
+
+    ``v = momentum * v + (1 - dampening) * (g + weight_decay * p)``; the step is ``v`` (or
+    ``g + weight_decay * p + momentum * v`` with ``nesterov``); without momentum, the gradient itself.
+
+    Returns (constructing): a ``GradientTransformation``.
+    Raises: ``ValueError`` for ``nesterov`` with ``dampening`` or without momentum (as MLX and PyTorch).
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, learning_rate, momentum: float = 0.0, weight_decay: float = 0.0, dampening: float = 0.0,
+                nesterov: bool = False):
+        _check_rate(learning_rate, "learning_rate")
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("SGD: nesterov needs momentum > 0 and dampening == 0 (MLX's rule)")
+        parts = [add_decayed_weights(weight_decay)] if weight_decay else []
+        if momentum:
+            if dampening:
+                parts.append(scale(1.0 - dampening))
+            parts.append(trace(momentum, nesterov))
+        t = chain(*parts, scale_by_learning_rate(learning_rate))
+        return super().__new__(cls, t.init, t.update)
+
+
+class Adam(GradientTransformation):
+    """``mlx.optimizers.Adam(learning_rate, betas=(0.9, 0.999), eps=1e-8, bias_correction=False)``
+    (Kingma & Ba, 2015; MLX's default leaves the moments without bias correction).
+
+    Returns (constructing): a ``GradientTransformation`` (``adam(learning_rate, *betas, eps,
+    bias_correction=bias_correction)``).
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, learning_rate, betas=(0.9, 0.999), eps: float = 1e-8, bias_correction: bool = False):
+        b1, b2 = betas
+        t = adam(learning_rate, b1, b2, eps, bias_correction=bias_correction)
+        return super().__new__(cls, t.init, t.update)
+
+
+class AdamW(GradientTransformation):
+    """``mlx.optimizers.AdamW(learning_rate, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
+    bias_correction=False)`` (Loshchilov & Hutter, 2019): ``p * (1 - lr * weight_decay)`` then Adam's step.
+
+    Returns (constructing): a ``GradientTransformation`` (``adamw`` with these arguments).
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, learning_rate, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.01,
+                bias_correction: bool = False):
+        b1, b2 = betas
+        t = adamw(learning_rate, b1, b2, eps, weight_decay=weight_decay, bias_correction=bias_correction)
+        return super().__new__(cls, t.init, t.update)
+
+
+__all__ += ["SGD", "Adam", "AdamW"]

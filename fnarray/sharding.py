@@ -1,5 +1,6 @@
 """Meshes and shardings with JAX's names (``jax.sharding``): ``Mesh``, ``PartitionSpec`` (``P``),
-``NamedSharding``, ``SingleDeviceSharding``, and ``make_mesh``.
+``NamedSharding``, ``SingleDeviceSharding``, ``make_mesh``, ``AxisType``, and the ambient mesh of JAX 0.10
+(``set_mesh``/``use_mesh``/``get_mesh``: ``shard_map`` and ``device_put(x, P(...))`` then need no ``mesh=``).
 
 A ``Mesh`` is an n-dimensional array of fnarray devices with a name per dimension. A ``NamedSharding``
 splits each dimension of an array over the mesh axes its ``PartitionSpec`` names (``P("x", None)``: rows
@@ -19,7 +20,11 @@ TPUs, several processes with ``fnarray.distributed``; mlx: several processes wit
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import math
+import threading
+import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -28,7 +33,8 @@ from fnarray.core.errors import ShapeError
 from fnarray.devices.sharding import Sharding, SingleDeviceSharding
 
 __all__ = ["Mesh", "PartitionSpec", "P", "Sharding", "NamedSharding", "SingleDeviceSharding", "Shard", "make_mesh",
-           "ENGINE_BACKENDS"]
+           "ENGINE_BACKENDS", "AxisType", "set_mesh", "use_mesh", "get_mesh", "get_abstract_mesh", "typeof",
+           "ArrayType", "reshard"]
 
 #: Backends whose engine runs programs over many devices or processes.
 ENGINE_BACKENDS = ("jax", "mlx")
@@ -59,8 +65,8 @@ class PartitionSpec(tuple):
             norm.append(p)
         return super().__new__(cls, norm)
 
-    def __repr__(self):
-        return "PartitionSpec(" + ", ".join(repr(p) for p in self) + ")"
+    def __repr__(self):  # as JAX prints it: P('x',), P('x', None), P()
+        return "P" + repr(tuple(self))
 
     def axis_names(self) -> tuple:
         """Every mesh axis name this spec uses, in order."""
@@ -80,6 +86,24 @@ class PartitionSpec(tuple):
 
 P = PartitionSpec
 
+#: the last Mesh made per (names, shape, devices), weakly held (``from_jax_sharding`` returns it)
+_made: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+class AxisType(enum.Enum):
+    """How a mesh axis is used (``jax.sharding.AxisType``).
+
+    ``Explicit``: arrays carry their split over the axis in their type (``fa.typeof(x)`` prints
+    ``float32[8@x]``) and ``shard_map`` infers ``in_specs`` from it and refuses ``in_specs`` that contradict
+    it; ``Auto``: the compiler chooses (``in_specs`` must be given); ``Manual``: inside ``shard_map``.
+    """
+    Auto = "Auto"
+    Explicit = "Explicit"
+    Manual = "Manual"
+
+    def __repr__(self):
+        return self.value
+
 
 def _to_devices(devices):
     from fnarray.devices.placement import parse_device
@@ -97,18 +121,20 @@ class Mesh:
       devices: an array (nested lists or ``np.ndarray``) of fnarray ``Device`` objects or device strings,
         one dimension per axis name; every device once, all of one backend.
       axis_names: one hashable name per dimension.
+      axis_types: an ``AxisType`` per axis, or one for all (default ``AxisType.Auto``, as ``jax.sharding.Mesh``).
     Attributes:
-      devices, axis_names, shape (``{name: size}``), axis_sizes, size, backend, jax_mesh (jax only).
+      devices, axis_names, axis_types, shape (``{name: size}``), axis_sizes, size, backend, jax_mesh (jax only).
     Raises:
       ``ValueError`` for a repeated device or name, a dimension/name count mismatch, devices of several
       backends, more than one device on a backend without a distributed engine, or, on mlx, a mesh that is
       not 1-D over every process of the run in order (or one of another process's device).
     """
 
-    def __init__(self, devices, axis_names):
+    def __init__(self, devices, axis_names, axis_types=None):
         if isinstance(axis_names, str):
             axis_names = (axis_names,)
         self.axis_names = tuple(axis_names)
+        self.axis_types = _axis_types(axis_types, len(self.axis_names), AxisType.Auto)
         devs = _to_devices(devices)
         if devs.ndim == 0:
             devs = devs.reshape(1)
@@ -132,6 +158,7 @@ class Mesh:
             check_mesh(devs)
         self.devices = devs
         self._jax = None
+        _made[self._key()] = self  # so that a global array's mesh read back from JAX keeps these axis types
 
     @property
     def shape(self) -> dict:
@@ -157,10 +184,17 @@ class Mesh:
         if self._jax is None:
             import jax
             handles = np.vectorize(lambda d: d.handle, otypes=[object])(self.devices)
+            # NOTE: JAX's mesh is always Auto: fnarray's programs carry no shardings in their types, and JAX's
+            # Explicit mode would ask each traced operation for a sharding rule. The types act at fnarray's level.
             self._jax = jax.sharding.Mesh(handles, self.axis_names)
         return self._jax
 
+    def explicit(self, name) -> bool:
+        """Whether the axis ``name`` is ``AxisType.Explicit``."""
+        return self.axis_types[self.axis_names.index(name)] is AxisType.Explicit
+
     def _key(self):
+        # axis_types left out: a global array's mesh read back from JAX (always Auto there) equals the one made
         return (self.axis_names, self.devices.shape, tuple(str(d) for d in self.devices.flat))
 
     def __eq__(self, other):
@@ -174,18 +208,97 @@ class Mesh:
         return f"Mesh({shape}, backend={self.backend})"
 
     def __enter__(self):
+        _ambient().append(self)
         return self
 
     def __exit__(self, *exc):
+        _ambient().pop()
         return False
 
 
-def make_mesh(axis_shapes, axis_names, *, devices=None):
+def _axis_types(axis_types, n, default):
+    if axis_types is None:
+        return (default,) * n
+    if isinstance(axis_types, AxisType):
+        return (axis_types,) * n
+    types = tuple(axis_types)
+    if len(types) != n or not all(isinstance(t, AxisType) for t in types):
+        raise ValueError(f"Mesh: axis_types {axis_types!r} must be one fnarray.sharding.AxisType per axis ({n})")
+    return types
+
+
+# ----------------------------------------------------------------------------- the ambient mesh (per thread)
+
+_local = threading.local()
+
+
+def _ambient() -> list:
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    return stack
+
+
+def get_mesh():
+    """The ambient mesh of this thread (``jax.sharding.get_mesh``), or ``None`` when none is set."""
+    stack = _ambient()
+    return stack[-1] if stack else None
+
+
+def get_abstract_mesh():
+    """The ambient mesh (``jax.sharding.get_abstract_mesh``; fnarray has one mesh type), or ``None``."""
+    return get_mesh()
+
+
+class set_mesh(contextlib.AbstractContextManager):  # noqa: N801 (JAX's name, a function there)
+    """Make ``mesh`` this thread's ambient mesh (``jax.set_mesh`` / ``jax.sharding.set_mesh``).
+
+    ``set_mesh(mesh)`` sets it until changed; ``with set_mesh(mesh):`` sets it for the block and restores the
+    previous one after. ``shard_map`` without ``mesh=``, ``device_put(x, P(...))`` and ``make_mesh``-free
+    code read it. Each thread has its own (a new thread starts without one).
+
+    Args:
+      mesh: a ``Mesh``, or ``None`` to clear it.
+    Raises:
+      ``TypeError`` for anything else.
+    """
+
+    def __init__(self, mesh):
+        if mesh is not None and not isinstance(mesh, Mesh):
+            raise TypeError(f"set_mesh: expected a fnarray.sharding.Mesh (fnarray.make_mesh) or None, got "
+                            f"{type(mesh).__name__}")
+        stack = _ambient()
+        self._previous = list(stack)
+        stack[:] = [mesh] if mesh is not None else []
+        self.mesh = mesh
+
+    def __enter__(self):
+        return self.mesh
+
+    def __exit__(self, *exc):
+        _ambient()[:] = self._previous
+        return False
+
+
+use_mesh = set_mesh  # JAX 0.6's name for the context manager
+
+
+def ambient_mesh(what: str) -> Mesh:
+    """The ambient mesh, or a ``ValueError`` saying that ``what`` needs one."""
+    mesh = get_mesh()
+    if mesh is None:
+        raise ValueError(f"{what} needs a mesh: pass mesh=, or set one with fnarray.sharding.set_mesh(mesh) "
+                         "(a context manager too)")
+    return mesh
+
+
+def make_mesh(axis_shapes, axis_names, axis_types=None, *, devices=None):
     """A mesh of the given shape over the first devices (``jax.make_mesh``).
 
     Args:
       axis_shapes: the size of each axis, e.g. ``(4, 2)``.
       axis_names: a name per axis, e.g. ``("data", "model")``.
+      axis_types: an ``AxisType`` per axis (default ``AxisType.Explicit``, as JAX 0.10's ``make_mesh``).
       devices: the devices to use (default: the devices of the default device's backend,
         ``fnarray.devices(backend)``, in order).
     Returns:
@@ -224,7 +337,7 @@ def make_mesh(axis_shapes, axis_names, *, devices=None):
                          f"XLA_FLAGS=--xla_force_host_platform_device_count={n} for {n} jax devices.")
     arr = np.empty(n, dtype=object)
     arr[:] = devs[:n]
-    return Mesh(arr.reshape(axis_shapes), axis_names)
+    return Mesh(arr.reshape(axis_shapes), axis_names, _axis_types(axis_types, len(axis_shapes), AxisType.Explicit))
 
 
 def check_spec(spec, mesh: Mesh, shape=None, what="PartitionSpec") -> PartitionSpec:
@@ -444,7 +557,8 @@ def from_jax_sharding(s, backend):
     by_handle = {d.handle: d for d in backend.devices()}
     if isinstance(s, jax.sharding.NamedSharding):
         devs = np.vectorize(lambda h: by_handle[h], otypes=[object])(s.mesh.devices)
-        mesh = Mesh(devs, s.mesh.axis_names)
+        key = (tuple(s.mesh.axis_names), devs.shape, tuple(str(d) for d in devs.flat))
+        mesh = _made.get(key) or Mesh(devs, s.mesh.axis_names)
         out = NamedSharding(mesh, PartitionSpec(*s.spec))
         out._jax = s
         return out
@@ -481,3 +595,62 @@ def is_fully_addressable(arr) -> bool:
     if arr.device.backend == "jax":
         return bool(arr.buf().is_fully_addressable)
     return _mlx_global(arr) is None
+
+
+def reshard(xs, out_shardings):
+    """``jax.sharding.reshard``: see ``fnarray.transforms.shard_map.reshard``."""
+    from fnarray.transforms.shard_map import reshard as impl
+    return impl(xs, out_shardings)
+
+
+# ----------------------------------------------------------------------------- typeof
+
+
+class ArrayType(NamedTuple):
+    """What ``fa.typeof(x)`` returns (JAX's ``ShapedArray`` with its sharding): shape, dtype, weak type and, for a
+    global array, its ``NamedSharding``. Printed as JAX prints it: ``float32[8@x,2]`` names the Explicit mesh axes
+    each dimension is split over."""
+    shape: tuple
+    dtype: object
+    weak_type: bool
+    sharding: object
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __str__(self):
+        spec = ()
+        if isinstance(self.sharding, NamedSharding):
+            spec = self.sharding.spec.padded(len(self.shape))
+        dims = []
+        for i, size in enumerate(self.shape):
+            part = spec[i] if spec else None
+            names = () if part is None else part if isinstance(part, tuple) else (part,)
+            names = [n for n in names if self.sharding.mesh.explicit(n)]
+            at = "" if not names else "@" + (names[0] if len(names) == 1 else "(" + ",".join(map(str, names)) + ")")
+            dims.append(f"{size}{at}")
+        return f"{np.dtype(self.dtype).name}[{','.join(dims)}]"
+
+    __repr__ = __str__
+
+
+def typeof(x) -> ArrayType:
+    """The type of ``x`` (``jax.typeof``): its shape, dtype, weak type and sharding.
+
+    Args:
+      x: an array, a traced value, or a Python/NumPy value.
+    Returns:
+      An ``ArrayType``; ``sharding`` is the array's ``NamedSharding`` for a global array, else ``None`` (traced
+      values carry no sharding in fnarray).
+    Raises:
+      ``TypeError`` for a value that is not an array (``get_aval``'s error).
+    """
+    from fnarray.core.avals import get_aval
+    from fnarray.core.tracing import Tracer
+    aval = get_aval(x)
+    sharding = None
+    if not isinstance(x, Tracer) and hasattr(x, "sharding"):
+        s = x.sharding
+        sharding = s if isinstance(s, NamedSharding) else None
+    return ArrayType(tuple(aval.shape), aval.dtype, bool(aval.weak_type), sharding)

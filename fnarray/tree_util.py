@@ -28,18 +28,32 @@ PyTreeDef = optree.PyTreeSpec
 _KW = {"none_is_leaf": False, "namespace": NAMESPACE}
 
 
+_NO_LEAVES = object()
+
+
 def tree_flatten(tree, is_leaf: Callable[[Any], bool] | None = None):
     """``(leaves, treedef)`` of ``tree``, leaves in a deterministic order (dict keys sorted)."""
     return optree.tree_flatten(tree, is_leaf=is_leaf, **_KW)
 
 
-def tree_unflatten(treedef, leaves):
-    """Rebuild a pytree of structure ``treedef`` from ``leaves``.
+def tree_unflatten(treedef, leaves=_NO_LEAVES):
+    """Rebuild a pytree of structure ``treedef`` from ``leaves`` (``jax.tree_util.tree_unflatten``).
+
+    Called with one list of ``(dotted_name, value)`` pairs instead (``mlx.utils.tree_unflatten``, as MLX
+    checkpoints and ``Module.parameters()`` name arrays), it returns the nested dicts and lists those names
+    spell (``fnarray.utils.tree_unflatten``).
 
     Raises:
       PyTreeError: ``leaves`` is not a sequence of exactly ``treedef.num_leaves`` leaves.
       TypeError: ``treedef`` is not a tree structure.
     """
+    if leaves is _NO_LEAVES:
+        if isinstance(treedef, (list, tuple)) and all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)
+                                                     for p in treedef):
+            from fnarray.utils import tree_unflatten as named
+            return named(list(treedef))
+        raise TypeError("tree_unflatten(treedef, leaves): leaves missing (one argument is MLX's form: a list of "
+                        "(dotted_name, value) pairs)")
     try:
         return optree.tree_unflatten(treedef, leaves)
     except (ValueError, TypeError, AttributeError) as e:
@@ -207,8 +221,45 @@ def tree_all(tree) -> bool:
     return all(tree_leaves(tree))
 
 
-def tree_transpose(outer_treedef, inner_treedef, pytree):
-    return optree.tree_transpose(outer_treedef, inner_treedef, pytree)
+def tree_transpose(outer_treedef, inner_treedef, pytree_to_transpose):
+    """A tree of structure ``outer`` of trees of structure ``inner`` turned into an ``inner`` of ``outer``s
+    (``jax.tree_util.tree_transpose``, JAX's argument names).
+
+    Args:
+      outer_treedef: the structure of the outer level; inner_treedef: the structure of each inner tree, or
+        ``None`` to take the first inner tree's; pytree_to_transpose: the tree to transpose.
+    Returns:
+      The transposed tree; its plain dicts in sorted key order, as JAX builds them.
+    Raises:
+      ``TypeError`` when an inner tree's structure differs from ``inner_treedef``; ``ValueError`` for a dict
+      whose keys do not sort (mixed types such as ``1`` and ``"a"``), as JAX refuses them.
+    """
+    subtrees = outer_treedef.flatten_up_to(pytree_to_transpose)
+    if inner_treedef is None:
+        inner_treedef = tree_structure(subtrees[0]) if subtrees else tree_structure(None)
+    for sub in subtrees:
+        if tree_structure(sub) != inner_treedef:
+            raise TypeError(f"tree_transpose: an inner tree has the structure {tree_structure(sub)}, not "
+                            f"{inner_treedef}; every tree at the outer level must share the inner structure")
+    out = optree.tree_transpose(outer_treedef, inner_treedef, pytree_to_transpose)
+    outer = tree_structure(_sorted_dicts(outer_treedef.unflatten([0] * outer_treedef.num_leaves)))
+    inner = tree_structure(_sorted_dicts(inner_treedef.unflatten([0] * inner_treedef.num_leaves)))
+    return inner.compose(outer).unflatten(tree_leaves(out))
+
+
+def _sorted_dicts(node):
+    """``node``'s structure rebuilt with every plain dict in sorted key order (JAX's order)."""
+    if type(node) is dict:
+        try:
+            keys = sorted(node)
+        except TypeError as e:
+            raise ValueError(f"Comparator raised exception while sorting pytree dictionary keys: the keys "
+                             f"{list(node)!r} do not sort (JAX refuses such dicts); use keys of one type") from e
+        return {k: _sorted_dicts(node[k]) for k in keys}
+    if optree.treespec_is_leaf(tree_structure(node)):
+        return node
+    children, metadata, _, unflatten = optree.tree_flatten_one_level(node, **_KW)
+    return unflatten(metadata, [_sorted_dicts(c) for c in children])
 
 
 def treedef_is_leaf(treedef) -> bool:

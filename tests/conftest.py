@@ -1,6 +1,6 @@
 """Shared pytest configuration: the ``device`` fixture and the rule for missing backends.
 
-``device`` runs a test once per usable device (``fnarray.devices()``). A test that
+``device`` runs a test once per usable device (``fnarray.devices(all_backends=True)``: every backend's). A test that
 needs a backend this machine lacks calls ``helpers.require_backend(name)``, which
 skips with a reason starting ``"backend unavailable"``. CI sets
 ``FNARRAY_REQUIRE_ALL_BACKENDS=1``: such skips then count as failures, so that
@@ -30,7 +30,7 @@ def pytest_configure(config):
 
 def pytest_generate_tests(metafunc):
     if "device" in metafunc.fixturenames:
-        devs = fnarray.devices()
+        devs = fnarray.devices(all_backends=True)
         metafunc.parametrize("device", devs, ids=[str(d) for d in devs])
 
 

@@ -242,7 +242,7 @@ def test_mismatched_shapes_raise_shape_error_naming_both():
 def test_copy_and_pickle_keep_device_and_placement():
     import copy
     import pickle
-    for dev in fa.devices():
+    for dev in fa.devices(all_backends=True):
         x = fa.device_put(fa.numpy.arange(4.0), dev)
         for y in (copy.deepcopy(x), copy.copy(x), pickle.loads(pickle.dumps(x))):
             assert y.device == dev and y.committed and y.dtype == x.dtype

@@ -125,7 +125,7 @@ def _fallback_warnings(record):
 
 
 def test_devices_lists_usable_devices():
-    devs = fa.devices()
+    devs = fa.devices(all_backends=True)
     assert devs and devs[0] == Device("numpy", 0, "cpu")
     assert str(devs[0]) == "numpy:0" and devs[0].platform == "cpu" and devs[0].reason is None
     assert all(d.reason is None for d in devs)
@@ -133,10 +133,22 @@ def test_devices_lists_usable_devices():
     assert fa.default_device() in devs
 
 
+def test_devices_without_argument_lists_the_default_backend_as_jax():
+    """``fa.devices()`` is ``jax.devices()``: the default backend's devices only, so a mesh over
+    ``fa.devices()[:n]`` holds one backend; ``all_backends=True`` lists every backend's."""
+    default = fa.default_device()
+    assert fa.devices() == fa.devices(default.backend) and default in fa.devices()
+    assert {d.backend for d in fa.devices()} == {default.backend}
+    every = fa.devices(all_backends=True)
+    assert set(fa.devices()) <= set(every)
+    assert [d.backend for d in every] == sorted((d.backend for d in every),
+                                                key=[d.backend for d in every].index)  # grouped by backend
+
+
 def test_devices_all_gives_reasons(testdev):
     fa.register_backend("brokendev", _broken_factory, install_hint="pip install libbroken")
     try:
-        usable = fa.devices()
+        usable = fa.devices(all_backends=True)
         everything = fa.devices(all=True)
         assert [d for d in everything if d.reason is None] == usable
         assert {"numpy:0", "testdev:0", "testdev:1"} <= {str(d) for d in usable}

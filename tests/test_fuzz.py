@@ -88,7 +88,7 @@ def _subnormals_ok(device):
 
 def _chunks():
     out = []
-    for d in fa.devices():
+    for d in fa.devices(all_backends=True):
         n = _count(d.backend)
         out += [pytest.param(d, c, id=f"{d}-{c}") for c in range((n + CHUNK - 1) // CHUNK)]
     return out

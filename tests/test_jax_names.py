@@ -160,6 +160,44 @@ def test_tree_namespace_matches_jax_tree():
     assert fa.tree.transpose(outer, inner, xs) == jax.tree.transpose(jouter, jinner, xs)
 
 
+def _keys(tree):
+    """Every dict's key order in ``tree`` (a dict compares equal whatever its order)."""
+    if isinstance(tree, dict):
+        return [list(tree)] + [k for v in tree.values() for k in _keys(v)]
+    if isinstance(tree, (list, tuple)):
+        return [k for v in tree for k in _keys(v)]
+    return []
+
+
+@pytest.mark.parametrize("outer, inner, tree", [
+    ({"b": 0, "a": 0}, (0, 0), {"b": (1, 2), "a": (3, 4)}),
+    ([0, 0], {"z": 0, "y": 0}, [{"z": 1, "y": 2}, {"y": 3, "z": 4}]),
+    ({"k": 0, "c": 0}, {"z": 0, "b": [0]}, {"k": {"z": 1, "b": [2]}, "c": {"b": [3], "z": 4}}),
+    ([0, 0], None, [(1, 2), (3, 4)]),
+])
+def test_tree_transpose_as_jax_with_keywords_and_sorted_dicts(outer, inner, tree):
+    kw = dict(outer_treedef=fa.tree.structure(outer), pytree_to_transpose=tree,
+              inner_treedef=None if inner is None else fa.tree.structure(inner))
+    jkw = dict(outer_treedef=jax.tree.structure(outer), pytree_to_transpose=tree,
+               inner_treedef=None if inner is None else jax.tree.structure(inner))
+    got, want = fa.tree.transpose(**kw), jax.tree.transpose(**jkw)
+    assert got == want and _keys(got) == _keys(want)
+    assert fa.tree_util.tree_transpose(**kw) == want
+
+
+def test_tree_transpose_refuses_what_jax_refuses():
+    mixed = [{"b": 1, 1: 2}, {"b": 3, 1: 4}]
+    with pytest.raises(ValueError, match="Comparator raised exception while sorting pytree dictionary keys"):
+        jax.tree.transpose(jax.tree.structure([0, 0]), jax.tree.structure(mixed[0]), mixed)
+    with pytest.raises(ValueError, match="Comparator raised exception while sorting pytree dictionary keys"):
+        fa.tree.transpose(fa.tree.structure([0, 0]), fa.tree.structure(mixed[0]), mixed)
+    bad = {"a": (1, 2, 3), "b": (1, 2)}
+    with pytest.raises(TypeError):
+        jax.tree.transpose(jax.tree.structure({"a": 0, "b": 0}), jax.tree.structure((0, 0)), bad)
+    with pytest.raises(TypeError, match="inner structure"):
+        fa.tree.transpose(fa.tree.structure({"a": 0, "b": 0}), fa.tree.structure((0, 0)), bad)
+
+
 def test_with_path_functions_match_jax():
     pairs, _ = fa.tree.flatten_with_path(TREE)
     jpairs, _ = jax.tree.flatten_with_path(TREE)

@@ -59,7 +59,7 @@ def test_long_lines_on_the_kernel_devices(name):
     rng = np.random.default_rng(5)
     a = _data(name, (2, 70001), np.float32, rng)
     want = _reference(name, a.astype(np.float64), 1, False)
-    for dev in fa.devices():
+    for dev in fa.devices(all_backends=True):
         if dev.backend not in ("opencl", "webgpu"):
             continue
         out = np.asarray(fa.jit(lambda x: OPS[name][0](x, axis=1), device=dev)(fnp.asarray(a)))
@@ -68,6 +68,6 @@ def test_long_lines_on_the_kernel_devices(name):
 
 def test_integer_cumsum_of_a_long_line_is_exact():
     a = np.random.default_rng(1).integers(-5, 6, (70001,)).astype(np.int32)
-    for dev in fa.devices():
+    for dev in fa.devices(all_backends=True):
         out = np.asarray(fnp.cumsum(fa.device_put(fnp.asarray(a), dev)))
         np.testing.assert_array_equal(out, np.cumsum(a), err_msg=str(dev))

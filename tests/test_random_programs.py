@@ -8,7 +8,7 @@ constant), concatenation and ``where``. Inputs share one dtype (float32,
 float64 or int32) and have broadcast-compatible random shapes.
 
 Each program runs eagerly on the numpy backend (the reference) and, on every
-device of ``fnarray.devices()``, eagerly and under ``jit``; the results must
+device of ``fnarray.devices(all_backends=True)``, eagerly and under ``jit``; the results must
 agree (exactly for integers), the traced program must verify, and float64
 programs must also match NumPy itself. ``grad`` of random smooth float64
 programs matches central finite differences, and ``jit(grad)`` of float32 programs

@@ -16,7 +16,7 @@ from fnarray.core.errors import FallbackWarning
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
-NUMPY = fa.devices()[0]
+NUMPY = fa.devices("numpy")[0]
 
 # ------------------------------------------------------------------ NaN propagation past size thresholds
 

@@ -34,6 +34,31 @@ def test_eight_host_devices_against_raw_jax():
     assert r.stdout.count("ok ") >= 30, r.stdout
 
 
+def test_mesh_names_of_jax_0_10_against_raw_jax():
+    """set_mesh, shard_map as a decorator with inferred in_specs, device_put(x, P), AxisType, typeof, pcast,
+    out_sharding=, debug.print per device and fa.devices() as jax.devices(), on 8 host devices (only XLA_FLAGS
+    set: the forced host devices make jax:0 the default device)."""
+    pytest.importorskip("jax")
+    env = _env(XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    env.pop("FNARRAY_DEVICE", None)
+    r = subprocess.run([sys.executable, os.path.join(_ROOT, "tests", "spmd_mesh_names.py")], env=env, cwd=_ROOT,
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("done"), r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.stdout.count("ok ") >= 18, r.stdout
+
+
+def test_ambient_mesh_of_one_device_on_every_backend(device):
+    mesh = Mesh([device], ("x",), axis_types=fa.sharding.AxisType.Explicit)
+    x = np.arange(6, dtype=np.float32)
+    with fa.sharding.set_mesh(mesh):
+        @fa.shard_map(out_specs=P("x"))
+        def f(v):
+            return lax.pcast(v, "x", to="varying") * 2 + lax.axis_index("x").astype(v.dtype)
+        np.testing.assert_allclose(np.asarray(f(fa.device_put(x, P("x")))), 2 * x)
+        assert str(fa.typeof(fa.device_put(x, device))) == "float32[6]"
+    assert fa.sharding.get_mesh() is None
+
+
 def test_one_device_mesh_on_every_backend(device):
     mesh = Mesh([device], ("x",))
     x = np.arange(12, dtype=np.float32).reshape(3, 4)

@@ -46,7 +46,7 @@ from fnarray.core.shaped import ShapedArray
 
 __all__ = ["AxisFrame", "axis_frame", "bound_axes", "push_axis", "pop_axis", "COLLECTIVES", "names_of",
            "psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "all_to_all", "ppermute",
-           "axis_index", "axis_size",
+           "axis_index", "axis_size", "pcast",
            "psum_p", "pmax_p", "pmin_p", "all_gather_p", "psum_scatter_p", "all_to_all_p", "ppermute_p",
            "axis_index_p"]
 
@@ -487,6 +487,38 @@ def axis_size(axis_name) -> int:
     Raises: ``NameError`` when a name is not bound.
     """
     return _size(_check_names(axis_name, "axis_size"))
+
+
+def pcast(x, axis_name, *, to: str):
+    """Mark ``x`` (a pytree) as varying over the named axes (``jax.lax.pcast(x, name, to="varying")``).
+
+    The values are unchanged; the result counts as differing per device for ``shard_map``'s ``check_vma``
+    (an ``out_specs`` that leaves the axis out is refused), as JAX's ``pvary``. fnarray tracks which values
+    vary from the program itself, so a ``pcast`` is only needed where JAX programs need one.
+
+    Args:
+      x: arrays (a pytree); axis_name: a bound axis name or a tuple of them; to: ``"varying"``.
+    Raises:
+      ``NotImplementedError`` for ``to="reduced"``/``"unreduced"`` (JAX's unreduced arrays); ``NameError``
+      for an unbound name; ``TypeError`` for a set of names (as JAX).
+    """
+    if isinstance(axis_name, (set, frozenset)):
+        raise TypeError(f"pcast: axis_name={axis_name!r} must be a name or a tuple of names, not a set")
+    if to != "varying":
+        raise NotImplementedError(f"pcast(to={to!r}): fnarray has no reduced or unreduced arrays; to='varying' "
+                                  "works")
+    names = names_of(axis_name)
+    if not names:
+        return x
+    _check_names(names, "pcast")
+    from fnarray.core import lax
+
+    def one(v):
+        for n in names:  # a select on this position: the same values, now depending on the axis
+            keep = lax.ge(axis_index(n), lax.full((), 0, np.dtype(np.int32)))
+            v = lax.select(keep, v, v)
+        return v
+    return _map_leaves(one, x)
 
 
 def program_axis_names(program) -> set:

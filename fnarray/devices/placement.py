@@ -10,6 +10,8 @@ both. Eager execution is ``jit`` of a one-equation program, cached per
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
 import platform as _platform
 import sys
 
@@ -27,22 +29,26 @@ __all__ = ["devices", "default_device", "parse_device", "device_put", "array_fro
            "eager_apply", "placement_device"]
 
 
-def devices(backend: str | None = None, *, all: bool = False) -> list[Device]:  # noqa: A002 (JAX's name)
-    """The usable devices, in backend order (numpy first).
+def devices(backend: str | None = None, *, all_backends: bool = False, all: bool = False) -> list[Device]:  # noqa: A002
+    """The devices of one backend (``jax.devices``), or of every backend.
 
     Args:
-      backend: only this backend's devices.
-      all: also list devices of unusable backends, each a ``Device`` whose
-        ``reason`` says why it cannot be used and how to fix it.
+      backend: a backend name (``"jax"``, ``"opencl"``...): its devices. ``None``: the devices of the default
+        device's backend (``fa.default_device().backend``), as ``jax.devices()`` lists its default backend's, so
+        ``Mesh(np.array(fa.devices()[:2]), ("x",))`` holds devices of one backend.
+      all_backends: every usable backend's devices instead, in backend order (numpy first).
+      all: every backend's devices, and a ``Device`` per unusable backend whose ``reason`` says why it cannot be
+        used and how to fix it (implies ``all_backends`` when no ``backend`` is named).
 
     Returns:
-      A list of ``Device`` (mirrors ``jax.devices``); backends whose library or
-      driver is missing are skipped unless ``all``.
+      A list of ``Device``; backends whose library or driver is missing are skipped unless ``all``.
 
     Raises:
-      ValueError: ``backend`` is not a registered backend name (a registered
-        backend that cannot start is skipped, not raised).
+      ValueError: ``backend`` is not a registered backend name (a registered backend that cannot start is
+        skipped, not raised).
     """
+    if backend is None and not (all_backends or all):
+        backend = default_device().backend
     out = []
     for name in ([backend] if backend else backend_names()):
         try:
@@ -67,6 +73,13 @@ def _accelerator_default() -> Device | None:
             pass
     has_jax_accel = any(importlib.util.find_spec(m) for m in (
         "jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm_plugin", "libtpu"))
+    if _forced_host_devices() > 1 and importlib.util.find_spec("jax"):
+        # XLA_FLAGS asks for several XLA host devices: the program means JAX's devices (a JAX program's mesh over
+        # jax.devices() ports unchanged), so jax:0 is the default, as jax.devices()[0] is JAX's.
+        try:
+            return get_backend("jax").devices()[0]
+        except BackendUnavailable:
+            pass
     if has_jax_accel and importlib.util.find_spec("jax"):
         try:
             for d in get_backend("jax").devices():
@@ -77,11 +90,18 @@ def _accelerator_default() -> Device | None:
     return None
 
 
+def _forced_host_devices() -> int:
+    """N of ``--xla_force_host_platform_device_count=N`` in ``XLA_FLAGS`` (0 when absent)."""
+    m = re.search(r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
+    return int(m.group(1)) if m else 0
+
+
 def default_device() -> Device:
     """The device for arrays and calls that name none (as ``jax.devices()[0]``).
 
     ``fnarray.config.default_device`` (env ``FNARRAY_DEVICE``) if set; else an
-    accelerator (MLX on Metal, JAX on CUDA/ROCm/TPU) if one is found; else ``numpy:0``.
+    accelerator (MLX on Metal, JAX on CUDA/ROCm/TPU) if one is found, or ``jax:0`` when ``XLA_FLAGS`` forces
+    several XLA host devices (``--xla_force_host_platform_device_count=N``, N > 1); else ``numpy:0``.
 
     Returns:
       A ``Device``; the probe result is cached for the process.
@@ -125,7 +145,7 @@ def parse_device(spec) -> Device:
         raise TypeError(f"a device is a Device or a string like 'numpy:0', got {type(spec).__name__}")
     name, _, rest = spec.strip().partition(":")
     if name not in backend_names():
-        avail = ", ".join(str(d) for d in devices())
+        avail = ", ".join(str(d) for d in devices(all_backends=True))
         raise ValueError(f"unknown device {spec!r}; available devices: {avail} "
                          f"(backends: {', '.join(backend_names())})")
     devs = get_backend(name).devices()
@@ -135,7 +155,7 @@ def parse_device(spec) -> Device:
         if (rest.isdigit() and d.id == int(rest)) or d.platform == rest:
             return d
     raise ValueError(f"no device {spec!r}; {name} has {', '.join(f'{d} ({d.platform})' for d in devs)}. "
-                     f"All available devices: {', '.join(str(d) for d in devices())}")
+                     f"All available devices: {', '.join(str(d) for d in devices(all_backends=True))}")
 
 
 _CHECKED_BYTES = 1 << 26
@@ -198,7 +218,8 @@ def device_put(x, device=None):
         Inside a transform, traced leaves are returned unchanged.
       device: a ``Device`` or a string such as ``"opencl:0"``; ``None`` puts the
         values on the default device uncommitted; a ``fnarray.sharding.NamedSharding`` makes global
-        arrays split over its mesh (``x.sharding``, ``x.addressable_shards``, as JAX).
+        arrays split over its mesh (``x.sharding``, ``x.addressable_shards``, as JAX); a ``PartitionSpec``
+        splits them over the ambient mesh (``fnarray.sharding.set_mesh``; ``ValueError`` without one).
 
     Returns:
       The same structure with ``Array`` leaves of the same shapes. NumPy arrays
@@ -211,6 +232,9 @@ def device_put(x, device=None):
       RuntimeError: ``x`` holds an array that was donated or deleted.
     """
     import optree
+    if isinstance(device, tuple) and type(device).__name__ == "PartitionSpec":  # JAX 0.10: over the ambient mesh
+        from fnarray.sharding import NamedSharding, ambient_mesh
+        device = NamedSharding(ambient_mesh(f"device_put(x, {device!r})"), device)
     if _is_sharding(device):  # a global array laid out over a mesh (fnarray.sharding)
         from fnarray.sharding import device_put_sharded
         return optree.tree_map(lambda leaf: leaf if isinstance(leaf, tracing.Tracer) else

@@ -16,6 +16,8 @@ import contextlib
 import functools
 import weakref
 
+import threading
+
 import numpy as np
 
 from fnarray.core import profile as _profile
@@ -310,6 +312,11 @@ def _reduce_extreme(plain, nan_first, bool_reduce, identity):
             return bool_reduce(x, axes)
         if not jnp.issubdtype(x.dtype, jnp.floating):
             return plain(x, axes)
+        if getattr(manual, "gspmd", 0):
+            # XLA's SPMD partitioner refuses a reduction with a custom comparator over a sharded operand
+            # ("Unsupported reduction computation"): the plain reduction with the NaNs found apart
+            nan = lax.reduce_or(lax.ne(x, x), axes)
+            return lax.select(nan, jnp.full(nan.shape, np.nan, x.dtype), plain(x, axes))
         return lax.reduce(x, np.array(identity, x.dtype), nan_first, axes)
     return f
 
@@ -439,10 +446,16 @@ RULES[P.remat] = lambda *args, program, prevent_cse=True, policy=None: _interpre
 RULES[P.custom_jvp_call] = lambda *args, call_program, **kw: _interpret(call_program, list(args))
 RULES[P.custom_vjp_call] = lambda *args, call_program, **kw: _interpret(call_program, list(args))
 
+#: per thread, how many ``shard_map`` bodies are being lowered around the current rule (lowering/jax_spmd.py)
+manual = threading.local()
+
+
 def _debug_callback(*args, callback, in_tree, nbatch=0):
     def host(*xs):
         callback.run(in_tree, [np.asarray(x) for x in xs], nbatch)
-    jax.debug.callback(host, *args, ordered=True)
+    # NOTE: JAX refuses ordered effects over several devices; inside a shard_map body each device calls the
+    # function with its block, unordered across devices (as jax.debug.print there)
+    jax.debug.callback(host, *args, ordered=not getattr(manual, "depth", 0))
     return []
 
 
@@ -523,6 +536,15 @@ class JaxLowered(Lowered):
                 return _interpret(prog, vals)
 
         self._jitted = jax.jit(fn, donate_argnums=tuple(donate))
+        self._gspmd = None
+        if any(e.primitive in (P.reduce_max, P.reduce_min) for e in walk_eqns(prog)):
+            def fn_gspmd(*args):
+                manual.gspmd = getattr(manual, "gspmd", 0) + 1
+                try:
+                    return fn(*args)
+                finally:
+                    manual.gspmd -= 1
+            self._gspmd = jax.jit(fn_gspmd, donate_argnums=tuple(donate))
         # A program without inputs has nothing to say where it runs: pin it to the device.
         self._pin = None if (prog.invars or prog.constvars) else handle
 
@@ -554,6 +576,20 @@ class JaxLowered(Lowered):
             def exe(bufs):
                 with jax.default_device(pin), _x64(x64):
                     return list(jitted(*bufs))
+            return exe
+        if self._gspmd is not None:
+            # Float max/min reductions: their NaN-keeping comparator is refused by XLA's partitioner over
+            # arrays sharded across devices; such calls take the program traced with plain reductions.
+            gspmd = self._packed_call(self._gspmd) if self._packing is not None else self._gspmd
+
+            def exe(bufs):
+                with _x64(x64):
+                    try:
+                        return list(jitted(*bufs))
+                    except jax.errors.JaxRuntimeError as e:
+                        if "Unsupported reduction computation" not in str(e):
+                            raise
+                        return list(gspmd(*bufs))
             return exe
         if x64:
             def exe(bufs):

@@ -15,7 +15,7 @@ from jax import lax
 
 from fnarray.core import collectives as C
 from fnarray.core.spmd import sharding_constraint_p, shard_map_p
-from fnarray.lowering.jax import RULES, _interpret
+from fnarray.lowering.jax import RULES, _interpret, manual
 
 __all__: list = []
 
@@ -60,7 +60,11 @@ def _spec(s):
 
 def _shard_map(*args, program, mesh, in_specs, out_specs):
     def body(*xs):
-        return tuple(_interpret(program, list(xs)))
+        manual.depth = getattr(manual, "depth", 0) + 1
+        try:
+            return tuple(_interpret(program, list(xs)))
+        finally:
+            manual.depth -= 1
     fn = jax.shard_map(body, mesh=mesh.jax_mesh, in_specs=tuple(_spec(s) for s in in_specs),
                        out_specs=tuple(_spec(s) for s in out_specs), check_vma=False)
     return list(fn(*args))

@@ -8,6 +8,9 @@
 * Modules (``Module``, ``Linear``, ``Conv`` (``Conv1d``/``2d``/``3d``), ``Embedding``, ``LayerNorm``,
   ``RMSNorm``, ``BatchNorm``, ``Dropout``, ``MultiHeadAttention``, ``MLP``, ``Sequential``): immutable pytrees, so
   ``fa.value_and_grad(loss)(model, x, y)`` differentiates a whole model.
+* ``mlx.nn``'s layers under its names and arguments (``RoPE``, ``GELU``, ``GroupNorm``, ``MaxPool2d``,
+  ``TransformerEncoder``, ``LSTM``, ``ConvTranspose2d``, ``Upsample``...: ``_mlx_layers.py``), and
+  ``Module.parameters()``/``update``/``load_weights`` under MLX's dotted names, so MLX checkpoints load by name.
 * ``fnarray.nn.losses`` and ``fnarray.nn.initializers``.
 """
 
@@ -19,6 +22,14 @@ from fnarray.nn._functions import (celu, elu, gelu, hard_sigmoid, hard_silu, har
                                    soft_sign, softmax, softplus, standardize, swish, tanh)
 from fnarray.nn._layers import (MLP, BatchNorm, BatchNormState, Dropout, Embedding, Identity, Lambda, LayerNorm,
                                 Linear, MultiHeadAttention, RMSNorm, Sequential)
+from fnarray.nn._mlx_layers import (ALiBi, AvgPool1d, AvgPool2d, AvgPool3d, CELU, ConvTranspose1d, ConvTranspose2d,
+                                    ConvTranspose3d, ELU, GELU, GLU, GRU, LSTM, RNN, GroupNorm, HardShrink, HardTanh,
+                                    PReLU, ReLU2, Softmin, Softshrink, Upsample, value_and_grad,
+                                    Hardswish, InstanceNorm, LeakyReLU, LogSigmoid, LogSoftmax, MaxPool1d, MaxPool2d,
+                                    MaxPool3d, Mish, ReLU, ReLU6, RoPE, SELU, SiLU, Sigmoid,
+                                    SinusoidalPositionalEncoding, Softmax, Softplus, Softsign, Step, Tanh, Transformer,
+                                    TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
+                                    TransformerEncoderLayer)
 from fnarray.nn._module import Module, field, static_field
 from fnarray.nn._pooling import avg_pool, max_pool, min_pool
 
@@ -30,6 +41,13 @@ __all__ = [
     "BatchNorm", "BatchNormState", "Dropout", "Embedding", "Identity", "Lambda", "LayerNorm", "Linear", "MLP",
     "MultiHeadAttention", "RMSNorm", "Sequential", "Conv", "Conv1d", "Conv2d", "Conv3d", "avg_pool", "max_pool",
     "min_pool",
+    # mlx.nn's layers under its names and arguments (fnarray/nn/_mlx_layers.py)
+    "ALiBi", "AvgPool1d", "AvgPool2d", "AvgPool3d", "CELU", "ELU", "GELU", "GLU", "GroupNorm", "HardTanh", "Hardswish",
+    "InstanceNorm", "LeakyReLU", "LogSigmoid", "LogSoftmax", "MaxPool1d", "MaxPool2d", "MaxPool3d", "Mish", "ReLU",
+    "ReLU6", "RoPE", "SELU", "SiLU", "Sigmoid", "SinusoidalPositionalEncoding", "Softmax", "Softplus", "Softsign",
+    "Step", "Tanh", "Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
+    "TransformerEncoderLayer", "RNN", "GRU", "LSTM", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "Upsample",
+    "HardShrink", "PReLU", "ReLU2", "Softmin", "Softshrink", "value_and_grad",
 ]
 
 
@@ -37,7 +55,7 @@ def _install_eager_jit():
     import sys
 
     from fnarray.transforms import eager_jit  # eager calls run as cached jitted programs
-    eager_jit.install(sys.modules[__name__], excluded=("field", "static_field"))
+    eager_jit.install(sys.modules[__name__], excluded=("field", "static_field", "value_and_grad"))
 
 
 _install_eager_jit()

@@ -119,6 +119,15 @@ class Conv(Module):
         self.padding, self.groups, self.use_bias = _padding(padding, n), groups, use_bias
         self.channels_last = bool(channels_last)
 
+    def _to_mlx(self, name, value):
+        # MLX stores a convolution's weight (out, *kernel, in); fnarray (out, in, *kernel)
+        from fnarray import numpy as fnp
+        return fnp.moveaxis(value, 1, -1) if name == "weight" else value
+
+    def _from_mlx(self, name, value):
+        from fnarray import numpy as fnp
+        return fnp.moveaxis(value, -1, 1) if name == "weight" else value
+
     def __call__(self, x, *, key=None):
         from fnarray import numpy as fnp
         from fnarray.core.lax_conv import conv_general_dilated
@@ -148,27 +157,28 @@ class Conv(Module):
 
 
 class Conv1d(Conv):
-    """``Conv(1, ...)``: inputs ``(..., length, in_channels)`` (or channels first). Args as ``Conv``'s."""
+    """``Conv(1, ...)``: inputs ``(..., length, in_channels)`` (or channels first). Args as ``Conv``'s; the
+    positional order and ``bias=`` (for ``use_bias``) are ``mlx.nn.Conv1d``'s, as in ``Conv2d`` and ``Conv3d``."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 use_bias=True, *, key, **kwargs):
-        super().__init__(1, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, use_bias,
-                         key=key, **kwargs)
+                 use_bias=True, *, key, bias=None, **kwargs):
+        super().__init__(1, in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+                         use_bias if bias is None else bias, key=key, **kwargs)
 
 
 class Conv2d(Conv):
     """``Conv(2, ...)``: inputs ``(..., height, width, in_channels)`` (or channels first). Args as ``Conv``'s."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 use_bias=True, *, key, **kwargs):
-        super().__init__(2, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, use_bias,
-                         key=key, **kwargs)
+                 use_bias=True, *, key, bias=None, **kwargs):
+        super().__init__(2, in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+                         use_bias if bias is None else bias, key=key, **kwargs)
 
 
 class Conv3d(Conv):
     """``Conv(3, ...)``: inputs ``(..., depth, height, width, in_channels)`` (or channels first). Args as ``Conv``'s."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
-                 use_bias=True, *, key, **kwargs):
-        super().__init__(3, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, use_bias,
-                         key=key, **kwargs)
+                 use_bias=True, *, key, bias=None, **kwargs):
+        super().__init__(3, in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
+                         use_bias if bias is None else bias, key=key, **kwargs)

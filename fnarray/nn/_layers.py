@@ -83,7 +83,8 @@ class Linear(Module):
     use_bias: bool
 
     def __init__(self, in_features: int, out_features: int, use_bias: bool = True, *, key, dtype=dtypes.float32,
-                 weight_init=None, bias_init=None):
+                 weight_init=None, bias_init=None, bias: bool | None = None):
+        use_bias = use_bias if bias is None else bias  # mlx.nn.Linear(input_dims, output_dims, bias=True)
         _positive(in_features, "in_features", "Linear")
         _positive(out_features, "out_features", "Linear")
         winit = weight_init or initializers.variance_scaling(1 / 3, "fan_in", "uniform", in_axis=-1, out_axis=-2)
@@ -379,6 +380,16 @@ class MultiHeadAttention(Module):
     num_heads: int
     qk_size: int
     vo_size: int
+    _MLX_NAMES = {"output_proj": "out_proj"}  # mlx.nn.MultiHeadAttention's name: MLX checkpoints load by name
+
+    @staticmethod
+    def create_additive_causal_mask(N: int, dtype=dtypes.float32):
+        """``(N, N)``: 0 where a query may attend (key position <= query position), the dtype's lowest value
+        elsewhere (``mlx.nn.MultiHeadAttention.create_additive_causal_mask``); pass it as ``bias=``."""
+        import numpy as np
+        d = dtypes.canonicalize(dtype)
+        mask = np.arange(N)[:, None] < np.arange(N)[None]
+        return _np().asarray(mask.astype(d) * np.finfo(d).min, dtype=d)
 
     def __init__(self, num_heads: int, query_size: int, key_size: int | None = None, value_size: int | None = None,
                  output_size: int | None = None, qk_size: int | None = None, vo_size: int | None = None,

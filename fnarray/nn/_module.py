@@ -127,6 +127,9 @@ class Module:
     """
 
     _fa_is_module = True
+    #: fields whose MLX name differs (``{"output_proj": "out_proj"}``): ``parameters``, ``update`` and
+    #: ``load_weights`` speak MLX's names
+    _MLX_NAMES: dict = {}
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -217,6 +220,92 @@ class Module:
         obj._fa_finish(keep=self._fa_dynamic)
         return obj
 
+    # -- MLX's parameter dictionaries ----------------------------------------------------------
+    def _to_mlx(self, name, value):
+        """The array field ``name`` in MLX's layout (a layer whose layout differs overrides this)."""
+        return value
+
+    def _from_mlx(self, name, value):
+        """An array in MLX's layout for the field ``name``, in this layer's layout (inverse of ``_to_mlx``)."""
+        return value
+
+    def parameters(self) -> dict:
+        """Every array of the module as nested dicts and lists under MLX's names (``mlx.nn.Module.parameters``).
+
+        ``fnarray.utils.tree_flatten(model.parameters())`` gives the dotted names an MLX checkpoint uses
+        (``"layers.0.weight"``), arrays in MLX's layout (a convolution's weight ``(out, *kernel, in)``).
+        Returns: a dict (fields without arrays, and ``None`` biases, left out).
+        """
+        out = {}
+        for name in self._fa_dynamic:
+            value = _mlx_params(self, name, object.__getattribute__(self, name))
+            if value is not None:
+                out[self._MLX_NAMES.get(name, name)] = value
+        return out
+
+    def trainable_parameters(self) -> dict:
+        """``parameters()`` (``mlx.nn.Module.trainable_parameters``): fnarray modules freeze nothing in place
+        (``fa.tree_util.partition`` splits off frozen arrays), so every array is trainable."""
+        return self.parameters()
+
+    def update(self, parameters: dict, strict: bool = True):
+        """A copy with the arrays that ``parameters`` names replaced (``mlx.nn.Module.update``; MLX updates in
+        place, fnarray returns the new module).
+
+        Args:
+          parameters: nested dicts/lists under MLX's names, as ``parameters()`` gives (or
+            ``fnarray.utils.tree_unflatten`` of dotted names), arrays in MLX's layout (NumPy, MLX or fnarray).
+          strict: refuse names the module does not have.
+        Returns: the new module.
+        Raises: ``ValueError`` for an unknown name (``strict``) or an array whose shape differs from the one it
+          replaces.
+        """
+        return _update_module(self, parameters, strict, "")
+
+    def load_weights(self, file_or_weights, strict: bool = True):
+        """A copy with the weights of an MLX checkpoint (``mlx.nn.Module.load_weights``; returns the new module).
+
+        Args:
+          file_or_weights: a ``.npz`` or ``.safetensors`` path (as ``model.save_weights`` writes in MLX), or a
+            list of ``(dotted_name, array)`` pairs.
+          strict: every parameter of the module must be given, nothing else, each of the same shape.
+        Returns: the new module.
+        Raises: ``ValueError`` for missing or unexpected names (``strict``) or a shape that differs;
+          ``ValueError`` for a file that is neither ``.npz`` nor ``.safetensors``.
+        """
+        from fnarray.utils import tree_flatten, tree_unflatten
+        if isinstance(file_or_weights, (str, bytes)) or hasattr(file_or_weights, "__fspath__"):
+            weights = _read_weights(str(file_or_weights))
+        else:
+            weights = list(file_or_weights)
+        if strict:
+            have = dict(tree_flatten(self.parameters()))
+            given = {k for k, _ in weights}
+            extra, missing = sorted(given - set(have)), sorted(set(have) - given)
+            if extra:
+                raise ValueError(f"load_weights: received parameters not in the model: {', '.join(extra)}")
+            if missing:
+                raise ValueError(f"load_weights: missing parameters: {', '.join(missing)}")
+        return self.update(tree_unflatten(weights), strict=strict)
+
+    def save_weights(self, file: str) -> None:
+        """Write ``parameters()`` under their dotted names to ``file`` (``.npz`` or ``.safetensors``), as
+        ``mlx.nn.Module.save_weights``: MLX's ``load_weights`` reads it.
+
+        Raises: ``ValueError`` for another extension.
+        """
+        from fnarray.utils import tree_flatten
+        arrays = {k: np.ascontiguousarray(np.asarray(v)) for k, v in tree_flatten(self.parameters())}
+        if file.endswith(".npz"):
+            np.savez(file, **arrays)
+        elif file.endswith(".safetensors"):
+            from fnarray.serialization import _safetensors
+            _safetensors()
+            from safetensors.numpy import save_file
+            save_file(arrays, file)
+        else:
+            raise ValueError(f"save_weights: {file!r} is neither .npz nor .safetensors")
+
     def __repr__(self):
         parts = []
         for f in dataclasses.fields(self):
@@ -240,3 +329,88 @@ def _short(v):
     if callable(v) and hasattr(v, "__name__") and not isinstance(v, Module):
         return v.__name__
     return repr(v)
+
+
+def _mlx_params(owner, name, value):
+    from fnarray.core.array import Array
+    if isinstance(value, Module):
+        return value.parameters()
+    if isinstance(value, (Array, np.ndarray)):
+        return owner._to_mlx(name, value)
+    if isinstance(value, (list, tuple)):
+        return [_mlx_params(owner, name, v) for v in value]
+    if isinstance(value, dict):
+        return {k: _mlx_params(owner, name, v) for k, v in value.items()}
+    return None
+
+
+def _update_module(module, parameters, strict, path):
+    if not isinstance(parameters, dict):
+        raise ValueError(f"update: {path or 'the module'} takes a dict of parameters, got {type(parameters).__name__}")
+    names = {module._MLX_NAMES.get(f.name, f.name): f.name for f in dataclasses.fields(module)}
+    changes = {}
+    for key, value in parameters.items():
+        where = f"{path}.{key}" if path else key
+        if key not in names:
+            if strict:
+                have = sorted(k for k, n in names.items() if n in module._fa_dynamic)
+                raise ValueError(f"update: {type(module).__name__} has no parameter {where!r} (its parameters: "
+                                 f"{', '.join(have)})")
+            continue
+        field_name = names[key]
+        changes[field_name] = _updated(module, field_name, object.__getattribute__(module, field_name), value,
+                                       strict, where)
+    return module.replace(**changes) if changes else module
+
+
+def _updated(owner, name, current, value, strict, where):
+    from fnarray.core.array import Array
+    if isinstance(current, Module):
+        return _update_module(current, value, strict, where)
+    if isinstance(current, (list, tuple)):
+        items = dict(enumerate(value)) if isinstance(value, (list, tuple)) else {int(k): v for k, v in value.items()}
+        out = list(current)
+        for i, v in items.items():
+            if not 0 <= i < len(out):
+                if strict:
+                    raise ValueError(f"update: {where}.{i} is past the {len(out)} entries of {where}")
+                continue
+            if v is not None and not (isinstance(v, dict) and not v and not isinstance(out[i], Module)):
+                out[i] = _updated(owner, name, out[i], v, strict, f"{where}.{i}")
+        return type(current)(out)
+    if isinstance(current, dict):
+        out = dict(current)
+        for k, v in value.items():
+            if k in out:
+                out[k] = _updated(owner, name, out[k], v, strict, f"{where}.{k}")
+            elif strict:
+                raise ValueError(f"update: {where} has no entry {k!r}")
+        return out
+    new = owner._from_mlx(name, _as_array(value))
+    if isinstance(current, (Array, np.ndarray)) and tuple(new.shape) != tuple(current.shape):
+        raise ValueError(f"update: {where} has shape {tuple(current.shape)} here (fnarray's layout), got "
+                         f"{tuple(np.shape(value))}; load weights of the same model configuration")
+    if isinstance(current, Array) and getattr(current, "committed", False):
+        from fnarray.devices.placement import device_put
+        new = device_put(new, current.device)
+    return new
+
+
+def _as_array(value):
+    import fnarray.numpy as fnp
+    from fnarray.core.array import Array
+    if isinstance(value, Array):
+        return value
+    return fnp.asarray(np.asarray(value))
+
+
+def _read_weights(path: str) -> list:
+    if path.endswith(".npz"):
+        with np.load(path) as f:
+            return [(k, f[k]) for k in f.files]
+    if path.endswith(".safetensors"):
+        from fnarray.serialization import _safetensors
+        _safetensors()
+        from safetensors.numpy import load_file
+        return list(load_file(path).items())
+    raise ValueError(f"load_weights: {path!r} is neither .npz nor .safetensors (MLX's weight files)")

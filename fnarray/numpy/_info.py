@@ -169,7 +169,7 @@ class _NamespaceInfo:
 
     def devices(self):
         from fnarray.devices.placement import devices
-        return devices()
+        return devices(all_backends=True)
 
     def default_dtypes(self, *, device=None):
         return {"real floating": dtypes.float32, "complex floating": dtypes.complex64,

@@ -78,7 +78,20 @@ def _diagonal_last2(x):
 # ----------------------------------------------------------------------------- products
 
 
-def matmul(x1, x2, /, *, precision=None, preferred_element_type=None):
+def _out_sharding(x, out_sharding):
+    """``x`` laid out as ``out_sharding`` says (``jax.numpy``'s argument): a ``NamedSharding``, or a ``PartitionSpec``
+    over the ambient mesh (``fnarray.sharding.set_mesh``); ``None`` leaves it to the compiler."""
+    if out_sharding is None:
+        return x
+    from fnarray import sharding as sh
+    from fnarray.core.spmd import sharding_constraint_p
+    if not isinstance(out_sharding, sh.NamedSharding):
+        out_sharding = sh.NamedSharding(sh.ambient_mesh("out_sharding=PartitionSpec(...)"), out_sharding)
+    sh.check_spec(out_sharding.spec, out_sharding.mesh, x.shape, "out_sharding")
+    return sharding_constraint_p.bind(x, sharding=out_sharding)
+
+
+def matmul(x1, x2, /, *, precision=None, preferred_element_type=None, out_sharding=None):
     """Matrix product with broadcasting of batch dimensions (array API ``matmul``; ``numpy.matmul``, ``@``).
 
     Differences from NumPy: JAX's promotion of the operands; ``precision`` and
@@ -89,6 +102,8 @@ def matmul(x1, x2, /, *, precision=None, preferred_element_type=None):
       x2: array of shape ``(..., K, N)``, or ``(K,)`` (treated as a column, dropped after).
       precision: accepted for ``jax.numpy`` compatibility; ignored.
       preferred_element_type: dtype of the result (default: the promoted dtype).
+      out_sharding: the result's layout, a ``NamedSharding`` or a ``PartitionSpec`` over the ambient mesh
+        (``jax.numpy``'s; ``None``: the compiler chooses).
 
     Returns: shape ``broadcast(x1 batch, x2 batch) + (M, N)`` (without the dropped axes),
     dtype the promotion of ``x1`` and ``x2``.
@@ -130,27 +145,29 @@ def matmul(x1, x2, /, *, precision=None, preferred_element_type=None):
         out = lax.squeeze(out, (out.ndim - 2,))
     if vec_b:
         out = lax.squeeze(out, (out.ndim - 1,))
-    return out
+    return _out_sharding(out, out_sharding)
 
 
-def dot(a, b, *, precision=None, preferred_element_type=None):
+def dot(a, b, *, precision=None, preferred_element_type=None, out_sharding=None):
     """NumPy's ``dot`` (``jax.numpy.dot``).
 
     Scalars multiply; 1-d with 1-d is the inner product; otherwise the last axis of ``a`` is
     contracted with the only axis of a 1-d ``b`` or the second-to-last axis of ``b``. The
-    result's shape is ``a.shape[:-1] + b.shape[:-2] + b.shape[-1:]`` (for N-d ``b``).
+    result's shape is ``a.shape[:-1] + b.shape[:-2] + b.shape[-1:]`` (for N-d ``b``). ``out_sharding``: as
+    ``matmul``'s.
 
     Raises: ``ShapeError`` when the contracted sizes differ.
     """
     check_arraylike("dot", a, b)
     if aval_of(a).ndim == 0 or aval_of(b).ndim == 0:
-        return _multiply(a, b)
+        return _out_sharding(_multiply(a, b), out_sharding)
     x, y = _arrays("dot", a, b)
     yk = 0 if y.ndim == 1 else y.ndim - 2
     if x.shape[-1] != y.shape[yk]:
         raise ContractionShapeError(f"dot: shapes {x.shape} and {y.shape} are not aligned: the last axis of a (size "
                          f"{x.shape[-1]}) must equal axis {yk} of b (size {y.shape[yk]})")
-    return _dot(x, y, ((x.ndim - 1,), (yk,)), preferred_element_type=preferred_element_type)
+    return _out_sharding(_dot(x, y, ((x.ndim - 1,), (yk,)), preferred_element_type=preferred_element_type),
+                         out_sharding)
 
 
 def vdot(a, b, *, precision=None, preferred_element_type=None):
@@ -261,7 +278,8 @@ def vecdot(x1, x2, /, *, axis=-1, precision=None, preferred_element_type=None):
 # ----------------------------------------------------------------------------- einsum
 
 
-def einsum(subscripts, /, *operands, out=None, optimize="auto", precision=None, preferred_element_type=None):
+def einsum(subscripts, /, *operands, out=None, optimize="auto", precision=None, preferred_element_type=None,
+           out_sharding=None):
     """Einstein summation (``numpy.einsum``; ``jax.numpy.einsum``).
 
     ``subscripts`` names each operand's axes with letters, e.g. ``"ij,jk->ik"``. Supported:
@@ -270,7 +288,8 @@ def einsum(subscripts, /, *operands, out=None, optimize="auto", precision=None, 
     summed away, size-1 axes broadcasting against their label's size, any number of operands
     (contracted pairwise, cheapest pair first, through ``dot_general``), and NumPy's
     interleaved form ``einsum(op0, [0, 1], op1, [1, 2], [0, 2])``. ``optimize`` and ``precision``
-    are accepted for compatibility and ignored: the order is always the greedy one above.
+    are accepted for compatibility and ignored: the order is always the greedy one above. ``out_sharding``: as
+    ``matmul``'s.
 
     Returns: the promoted dtype of the operands (or ``preferred_element_type``), with the
     output's axes in the order named.
@@ -299,7 +318,7 @@ def einsum(subscripts, /, *operands, out=None, optimize="auto", precision=None, 
     x = lax.transpose(x, tuple(labels.index(lbl) for lbl in out_labels))
     if preferred_element_type is not None:
         x = lax.convert_element_type(x, preferred_element_type)
-    return x
+    return _out_sharding(x, out_sharding)
 
 
 def _interleaved_subscripts(args):

@@ -44,7 +44,7 @@ from fnarray.core.spmd import local_aval, shard_map_p, sharding_constraint_p
 from fnarray.core.subprograms import CALL_PROGRAM
 from fnarray.core.tracing import Tracer
 from fnarray.devices.placement import device_put
-from fnarray.sharding import Mesh, NamedSharding, PartitionSpec, check_spec
+from fnarray.sharding import AxisType, Mesh, NamedSharding, PartitionSpec, ambient_mesh, check_spec
 from fnarray.transforms.jvp import jvp_program
 from fnarray.transforms.partial_eval import partial_eval_program
 from fnarray.transforms.transpose import transpose_program
@@ -53,7 +53,7 @@ from fnarray.transforms.ad_tables import (UndefinedPrimal, Zero, instantiate_zer
 from fnarray.transforms.batching import batch_program, move_batch_dim, vmap
 from fnarray.transforms.batching_tables import primitive_batchers
 
-__all__ = ["shard_map", "with_sharding_constraint", "jit_with_shardings"]
+__all__ = ["shard_map", "with_sharding_constraint", "jit_with_shardings", "reshard"]
 
 
 @contextlib.contextmanager
@@ -183,39 +183,108 @@ def _check_vma(program, in_specs, out_specs, out_names):
 # ----------------------------------------------------------------------------- shard_map
 
 
-def shard_map(f, *, mesh, in_specs, out_specs, check_vma=True, axis_names=None, check_rep=None):
+class _Infer:
+    """The default of ``shard_map``'s ``in_specs`` (``jax.sharding.Infer``): from the arguments' shardings."""
+
+    def __repr__(self):
+        return "Infer"
+
+
+Infer = _Infer()
+
+
+def _explicit_spec(spec, mesh) -> PartitionSpec:
+    """``spec`` with only ``mesh``'s Explicit axes (those an array's type carries), trailing ``None``s dropped."""
+    keep = []
+    for part in spec:
+        names = () if part is None else part if isinstance(part, tuple) else (part,)
+        names = tuple(n for n in names if n in mesh.axis_names and mesh.explicit(n))
+        keep.append(None if not names else names[0] if len(names) == 1 else names)
+    while keep and keep[-1] is None:
+        keep.pop()
+    return PartitionSpec(*keep)
+
+
+def _type_spec(x, mesh):
+    """The spec over ``mesh``'s Explicit axes that a concrete array's sharding gives (JAX's ``typeof(x).sharding``);
+    ``None`` for a value that is not a global array of this mesh."""
+    sharding = getattr(x, "sharding", None) if not isinstance(x, Tracer) else None
+    if isinstance(sharding, NamedSharding) and sharding.mesh == mesh:
+        return _explicit_spec(sharding.spec, mesh)
+    return None
+
+
+def _in_specs(in_specs, args, leaves, mesh) -> list:
+    """One spec per leaf: given (checked against each input's sharding over Explicit axes, as JAX 0.10 checks
+    it), or inferred from the inputs' shardings (``P()`` for values that are not global arrays of the mesh)."""
+    if in_specs is Infer:
+        auto = [n for n, t in zip(mesh.axis_names, mesh.axis_types, strict=True) if t is not AxisType.Explicit]
+        if auto:
+            raise TypeError(f"shard_map: in_specs must be given (a PartitionSpec per argument) when mesh axes "
+                            f"{auto!r} are not AxisType.Explicit; in_specs are inferred from the arguments' "
+                            "shardings over Explicit axes only (fa.make_mesh's default)")
+        if any(isinstance(x, Tracer) for x in leaves):
+            raise ValueError("shard_map: in_specs cannot be inferred from traced arguments (under jit, grad or vmap "
+                             "fnarray's arrays carry no sharding in their type); pass in_specs=")
+        return [_type_spec(x, mesh) or PartitionSpec() for x in leaves]
+    specs = _spec_leaves(tuple(in_specs) if isinstance(in_specs, list) else in_specs, args, "in_specs")
+    if any(t is AxisType.Explicit for t in mesh.axis_types):
+        for spec, x in zip(specs, leaves, strict=True):
+            have = _type_spec(x, mesh)
+            if have is not None and have != _explicit_spec(spec, mesh):
+                raise ValueError(
+                    f"shard_map in_specs {spec!r} do not match the sharding of the input, {have!r} over the "
+                    f"Explicit mesh axes (an array of shape {tuple(x.shape)}). Omit in_specs to infer them from the "
+                    "arguments, or move the input first: fnarray.device_put(x, NamedSharding(mesh, spec)).")
+    return specs
+
+
+def shard_map(f=None, /, *, out_specs, in_specs=Infer, mesh=None, check_vma=True, axis_names=None,
+              check_rep=None):
     """Map ``f`` over the shards of its arguments on every device of ``mesh`` (``jax.shard_map``).
+
+    Usable as ``shard_map(f, mesh=..., in_specs=..., out_specs=...)``, as a decorator
+    ``@shard_map(out_specs=...)`` (JAX 0.10) and through ``functools.partial``.
 
     Args:
       f: a function of arrays (pytrees) returning arrays; inside it the mesh axis names are bound for the
-        collectives of ``fnarray.lax`` (``psum``, ``all_gather``, ``ppermute``, ``axis_index``...).
-      mesh: a ``fnarray.sharding.Mesh``.
-      in_specs: a ``PartitionSpec`` per argument (a pytree prefix of the arguments tuple): how each global
-        argument is split into the shard that ``f`` sees.
+        collectives of ``fnarray.lax`` (``psum``, ``all_gather``, ``ppermute``, ``axis_index``...). Omitted: a
+        decorator is returned.
       out_specs: a ``PartitionSpec`` per output (a pytree prefix): how the shards are assembled.
+      in_specs: a ``PartitionSpec`` per argument (a pytree prefix of the arguments tuple): how each global
+        argument is split into the shard that ``f`` sees. Omitted (JAX's ``Infer``): each argument's own spec
+        over the mesh's ``AxisType.Explicit`` axes (``P()`` for a value that is not a global array of the mesh).
+      mesh: a ``fnarray.sharding.Mesh``; ``None``: the ambient mesh at call time (``fnarray.sharding.set_mesh``).
       check_vma: check that outputs replicated over a mesh axis do not vary over it (as JAX).
-      axis_names, check_rep: JAX's; ``axis_names`` must be ``None`` (all mesh axes are manual).
+      axis_names, check_rep: JAX's; ``axis_names`` must name every mesh axis (all mesh axes are manual).
     Returns:
       A function of global arrays returning global arrays (on jax: sharded over the mesh).
     Raises:
-      ``ValueError`` for a spec naming an axis the mesh lacks, for ``out_specs`` that leave out an axis an
-      output varies over; ``ShapeError`` for a dimension its mesh axes do not divide.
+      ``ValueError`` for a spec naming an axis the mesh lacks, ``in_specs`` that contradict an argument's
+      sharding over Explicit axes, ``out_specs`` that leave out an axis an output varies over, no mesh;
+      ``TypeError`` for ``in_specs`` omitted over a mesh with Auto axes; ``ShapeError`` for a dimension its mesh
+      axes do not divide.
     """
-    if not isinstance(mesh, Mesh):
+    if f is None:
+        return functools.partial(shard_map, out_specs=out_specs, in_specs=in_specs, mesh=mesh, check_vma=check_vma,
+                                 axis_names=axis_names, check_rep=check_rep)
+    if mesh is not None and not isinstance(mesh, Mesh):
         raise TypeError(f"shard_map: mesh must be a fnarray.sharding.Mesh (fnarray.make_mesh), got "
                         f"{type(mesh).__name__}")
-    if axis_names is not None and set(axis_names) != set(mesh.axis_names):
-        raise NotImplementedError("shard_map: axis_names (partially manual meshes) is not supported; every mesh "
-                                  "axis is manual")
     if check_rep is not None:
         check_vma = bool(check_rep)
+    fixed_mesh = mesh
 
     @functools.wraps(f)
     def mapped(*args):
         from fnarray.core.avals import asarray, get_aval
+        mesh = fixed_mesh if fixed_mesh is not None else ambient_mesh("shard_map without mesh=")
+        if axis_names and set(axis_names) != set(mesh.axis_names):
+            raise NotImplementedError("shard_map: axis_names (partially manual meshes) is not supported; every "
+                                      "mesh axis is manual")
         leaves, in_tree = tree_util.tree_flatten(args)
         leaves = [x if isinstance(x, Array) else asarray(x) for x in leaves]
-        specs = _spec_leaves(tuple(in_specs) if isinstance(in_specs, list) else in_specs, args, "in_specs")
+        specs = _in_specs(in_specs, args, leaves, mesh)
         specs = [check_spec(s, mesh, get_aval(x).shape, "shard_map in_specs") for s, x in zip(specs, leaves,
                                                                                              strict=True)]
         local = [local_aval(get_aval(x), s, mesh) for x, s in zip(leaves, specs, strict=True)]
@@ -457,6 +526,36 @@ def with_sharding_constraint(x, shardings):
             raise TypeError(f"with_sharding_constraint: expected a NamedSharding, got {s!r}")
         check_spec(s.spec, s.mesh, get_aval(v).shape, "with_sharding_constraint")
         out.append(sharding_constraint_p.bind(v, sharding=s))
+    return tree_util.tree_unflatten(tree, out)
+
+
+def reshard(xs, out_shardings):
+    """``xs`` laid out as ``out_shardings`` say (``jax.sharding.reshard``): concrete arrays are moved
+    (``device_put``), traced ones constrained (``with_sharding_constraint``).
+
+    Args:
+      xs: an array or pytree; out_shardings: a ``NamedSharding``, a ``PartitionSpec`` over the ambient mesh
+        (``fnarray.sharding.set_mesh``), or a pytree prefix of them.
+    Returns:
+      ``xs``'s values with the new layout.
+    Raises:
+      ``ValueError`` for a ``PartitionSpec`` without an ambient mesh, a spec that does not fit the mesh or shape.
+    """
+    def named(s):
+        return s if isinstance(s, NamedSharding) else NamedSharding(ambient_mesh("reshard(x, PartitionSpec)"), s)
+
+    def is_spec(s):
+        return isinstance(s, (NamedSharding, PartitionSpec))
+
+    leaves, tree = tree_util.tree_flatten(xs)
+    if is_spec(out_shardings):
+        shs = [named(out_shardings)] * len(leaves)
+    else:
+        shs = [named(s) for s in tree_util.tree_leaves(out_shardings, is_leaf=is_spec)]
+        if len(shs) != len(leaves):
+            raise ValueError(f"reshard: {len(shs)} shardings for {len(leaves)} arrays")
+    out = [with_sharding_constraint(x, s) if isinstance(x, Tracer) else device_put(x, s)
+           for x, s in zip(leaves, shs, strict=True)]
     return tree_util.tree_unflatten(tree, out)
 
 
