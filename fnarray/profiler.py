@@ -298,8 +298,22 @@ def source(kernel_name: str) -> str:
         raise KeyError(f"no kernel {kernel_name!r} in the last profile; its kernels: {names}") from None
 
 
-def summary(profile: "Profile | None" = None, file=None) -> "Summary":
-    """Print (to ``file``, default stdout) and return the summary of ``profile`` (default: the last one).
+def summary(profile: "Profile | None" = None, file=None, print: bool = True) -> "Summary":  # noqa: A002
+    """Print the summary of ``profile`` (default: the last one recorded) once, and return it.
+
+    Args:
+      profile: a ``Profile`` (``trace(...) as h`` gives ``h.profile``); default the last trace's.
+      file: where to print (default ``sys.stdout``).
+      print: ``False`` to return the summary without printing it.
+
+    Returns:
+      A ``Summary``: ``str(s)`` (and ``s.text``) is the printed table; ``.dominant``, ``.verdict``,
+      ``.shares``, ``.totals_ns``, ``.counts`` for programs. Its ``repr`` is one line, so that calling
+      ``fa.profiler.summary()`` at a prompt shows the table once (as ``pstats.Stats.print_stats``,
+      which prints and returns its ``Stats``).
+
+    Raises:
+      RuntimeError: nothing was recorded yet and no ``profile`` was given.
 
     The table lists each layer's self time, its share of the recorded time, the number of spans
     and their mean; the verdict names the dominant layer and what to do about it.
@@ -309,7 +323,9 @@ def summary(profile: "Profile | None" = None, file=None) -> "Summary":
             raise RuntimeError("fnarray.profiler.summary: nothing was recorded yet (use fnarray.profiler.trace)")
         profile = _last[0]
     s = Summary(profile)
-    print(s, file=file if file is not None else sys.stdout)
+    if print:
+        out = file if file is not None else sys.stdout
+        out.write(s.text + "\n")
     return s
 
 
@@ -355,7 +371,14 @@ class Summary:
         lines.append(f"verdict: {self.verdict}")
         return "\n".join(lines)
 
-    __repr__ = __str__
+    @property
+    def text(self) -> str:
+        """The table that ``summary()`` prints."""
+        return str(self)
+
+    def __repr__(self):
+        lead = f"{self.dominant} {self.dominant_share * 100:.0f}%" if self.dominant else "nothing recorded"
+        return f"<fnarray.profiler.Summary: {lead} of {self.total_ns / 1e6:.1f} ms; print(s) for the table>"
 
 
 def _top(counter: dict, n=3):

@@ -253,3 +253,23 @@ def test_verdict_pulling_to_the_host_each_step_is_transfer():
     verdict = _advice(h.profile, "transfer")
     assert "device->host" in verdict and "test_profiler.py" in verdict
     assert "keep values on the device" in verdict
+
+
+def test_summary_prints_once_at_a_prompt_and_returns_the_table():
+    import contextlib
+    import io
+    import sys
+    f = fa.jit(lambda a: a * 2.0)
+    with fa.profiler.trace():
+        f(fnp.ones(3))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        s = fa.profiler.summary()
+        sys.__displayhook__(s)        # what a prompt does with the value of `fa.profiler.summary()`
+    text = out.getvalue()
+    assert text.count("verdict:") == 1 and s.text in text and str(s) == s.text
+    assert "\n" not in repr(s) and repr(s).startswith("<fnarray.profiler.Summary")
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet):
+        s2 = fa.profiler.summary(print=False)
+    assert quiet.getvalue() == "" and s2.text.splitlines()[1:] == s.text.splitlines()[1:]
