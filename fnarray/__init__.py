@@ -2,7 +2,7 @@
 
 Public surface: ``fnarray.numpy`` (the array namespace), the transforms
 (``jit``, ``grad``, ``vmap``...), control flow, devices and the IR printer
-``make_ir``. See DESIGN.md for the architecture.
+``make_ir``. See docs/design.md for the architecture.
 """
 
 from fnarray.core.array import Array

@@ -97,3 +97,23 @@ def test_markers_are_read():
             "```python\nprint(1)\n```\n")
     found = [(m.group(2), doc_blocks._MARK.findall(m.group(1))) for m in doc_blocks._BLOCK.finditer(text)]
     assert found == [("raise ValueError\n", [("raises", "ValueError"), ("prints", "hi")]), ("print(1)\n", [])]
+
+
+def test_documents_the_docs_cite_are_in_the_repository():
+    """Every ``docs/NAME.md`` or ``[text](NAME.md)`` the README, the docs and the code cite exists; the team's
+    notes outside the repository (DESIGN.md, TRAPS.md, STYLE.md) are cited as their docs/ pages."""
+    import re
+    import subprocess
+    files = subprocess.run(["git", "ls-files", "*.md", "*.py", ".ci/run"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for f in files:
+        if f == "tests/test_doc_blocks.py":   # this test names them
+            continue
+        with open(os.path.join(ROOT, f)) as fh:
+            text = fh.read()
+        assert not re.search(r"(?<![/\w])(DESIGN|TRAPS|STYLE)\.md", text), f"{f} cites a note not in the repository"
+        base = os.path.dirname(os.path.join(ROOT, f))
+        for target in re.findall(r"\]\(([\w./-]+\.md)\)", text):
+            assert os.path.exists(os.path.join(base, target)), f"{f} links to {target}, which does not exist"
+        for target in re.findall(r"(?<![\w/])(docs/[\w-]+\.md)", text):
+            assert os.path.exists(os.path.join(ROOT, target)), f"{f} cites {target}, which does not exist"

@@ -7,7 +7,7 @@ primitive: ``rule(g, eqn, ins) -> out names``, where ``g`` is the graph being
 built and ``ins`` the ONNX names of the equation's inputs. A new primitive
 (a convolution, a pooling window) is one more entry.
 
-The rules reproduce fnarray's semantics (DESIGN.md), not ONNX's defaults:
+The rules reproduce fnarray's semantics (docs/design.md), not ONNX's defaults:
 gather indices are clamped (``Min``/``Max`` before ``GatherND``), scatter drops
 out-of-bounds updates (they go to a padding row that is sliced off), integer
 division and remainder by zero give 0, float-to-int casts saturate with NaN -> 0,

@@ -9,7 +9,7 @@ lowering. Inside another transformation, a jitted call is one ``call``
 equation holding the traced program, so ``grad(jit(f))`` and ``vmap(jit(f))``
 work on every backend.
 
-Caches (DESIGN.md, "State and memory"): each jitted function keeps its traced
+Caches (docs/design.md, "State and memory"): each jitted function keeps its traced
 programs and its executables in LRUs of ``fnarray.config.jit_cache_size``
 entries that live on the function object, so they die with it; a global LRU of
 ``fnarray.config.jit_global_cache_size`` executables over all functions holds
@@ -378,7 +378,7 @@ class Jitted:
             self._hot[0] = None
 
     def __call__(self, *args, **kwargs):
-        # The hot path (DESIGN.md "The call path"): the last call's executable, when this call's arrays have its
+        # The hot path (docs/design.md "The call path"): the last call's executable, when this call's arrays have its
         # types and device. No key is built or hashed (a PyTreeSpec's hash alone costs ~0.4 us); each leaf's
         # aval is compared by identity first (arrays made by one executable share their aval objects).
         hot = self._hot[0]
