@@ -4,6 +4,11 @@ import contextlib
 import os
 
 import fnarray as fa
+from fnarray.core.log import configure_from_env
+
+# The examples report compiles and exports that run past 2 s (fnarray's log at INFO on standard error), unless
+# FNARRAY_LOG asks for another level.
+configure_from_env(os.environ.get("FNARRAY_LOG") or "info")
 
 
 def device_from_arg(parser, name):

@@ -27,6 +27,7 @@ import tempfile
 
 import numpy as np
 
+from fnarray.core.log import logged_step
 from fnarray.core import dtypes
 from fnarray.core import linalg as _L
 from fnarray.core import primitives as P
@@ -1105,6 +1106,7 @@ def _import_onnx():
     return onnx_mod
 
 
+@logged_step(lambda f, *a, path, **k: f"export of {getattr(f, '__name__', 'a function')} to {path} (onnx)")
 def onnx(f, *example_args, path, bake_argnums=(), opset=None):
     """Export ``f`` as an ONNX model (a ``.onnx`` file) for ONNX Runtime and the runtimes that read ONNX.
 
