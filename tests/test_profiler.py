@@ -273,3 +273,19 @@ def test_summary_prints_once_at_a_prompt_and_returns_the_table():
     with contextlib.redirect_stdout(quiet):
         s2 = fa.profiler.summary(print=False)
     assert quiet.getvalue() == "" and s2.text.splitlines()[1:] == s.text.splitlines()[1:]
+
+
+def test_tiny_eager_ops_get_the_jit_advice_on_every_device(device):
+    """A loop of tiny eager operations: whichever layer dominates (dispatch on numpy:0; on jax:0 each operation is
+    an XLA executable, so kernel launches may), the verdict says to jit or batch, never to find a faster device."""
+    x = fa.device_put(fnp.ones(4), device)
+    y = x * 1.0001 + 0.5
+    y = y * 1.0001 + 0.5
+    with fa.profiler.trace() as h:
+        for _ in range(100):
+            y = y * 1.0001 + 0.5
+    s = h.profile.summary()
+    assert s.dominant in ("dispatch", "kernel", "transfer"), s.text
+    if s.dominant in ("dispatch", "kernel"):
+        assert "Many tiny" in s.verdict and "faster" not in s.verdict.split("Many tiny")[1].replace(
+            "a faster device would not help", ""), s.verdict
