@@ -399,10 +399,11 @@ def load(path, like=None, device=None, strict=True, shardings=None):
         shardings: a global array's ``NamedSharding``, a committed array's device (a leaf with
         a ``.sharding`` attribute, such as ``jax.ShapeDtypeStruct``, gives that sharding).
         Without ``like`` the structure stored in the file is rebuilt.
-      device: where the arrays go: a ``Device`` or a name (committed there); ``None`` puts them
-        on the default device uncommitted, as arrays made without a device (or where ``like``
-        and ``shardings`` say).
-      shardings: where each array goes, before ``device`` and ``like``: one ``Sharding``
+      device: where the arrays go: a ``Device`` or a name (committed there; it takes precedence
+        over ``like``'s placements, not over ``shardings``); ``None`` puts the arrays that
+        ``shardings`` and ``like`` do not place on the default device uncommitted, as arrays made
+        without a device.
+      shardings: where each array goes, over ``device`` and ``like``: one ``Sharding``
         (``fnarray.sharding.NamedSharding``, ``SingleDeviceSharding``), ``Device`` or device name for
         every leaf; a pytree of them with the structure of ``like`` (or of the saved tree), whose
         ``None`` leaves keep the default; or ``"saved"``: where each array was when it was saved

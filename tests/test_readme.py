@@ -82,7 +82,7 @@ def test_first_command_is_fast_in_a_fresh_venv_without_environment_variables(tmp
     assert run[0] == ".venv/bin/python" and run[1] == "examples/digits_mlp.py", cmd
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)
-    py = env_dir / "bin" / "python"
+    py = env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              capture_output=True, text=True, check=True, env={}).stdout.strip()
     paths = [ROOT] + [p for p in site.getsitepackages() + sys.path if p.endswith("site-packages")]
