@@ -1,6 +1,6 @@
 """Call-path overhead of fnarray on a backend, against the raw library in the same run.
 
-Measures (DESIGN.md, "The call path is the product's hot loop"):
+Measures (docs/design.md, "The call path is the product's hot loop"):
   a) a cached jitted call of a 4-element function vs. the same NumPy expression;
   b) an eager operation (``x * 2.0``) vs. NumPy's;
   c) the per-equation cost of a jitted program of N chained ops vs. N NumPy calls;

@@ -1,8 +1,14 @@
 """What the examples' command lines share."""
 
+import contextlib
 import os
 
 import fnarray as fa
+from fnarray.core.log import configure_from_env
+
+# The examples report compiles and exports that run past 2 s (fnarray's log at INFO on standard error), unless
+# FNARRAY_LOG asks for another level.
+configure_from_env(os.environ.get("FNARRAY_LOG") or "info")
 
 
 def device_from_arg(parser, name):
@@ -25,3 +31,32 @@ def check_output_folders(parser, args, options):
         folder = os.path.dirname(os.path.abspath(path)) if path else None
         if folder and not os.path.isdir(folder):
             parser.error(f"--{opt} {path}: the folder {folder} does not exist (training would run, then fail to write)")
+
+
+def add_blas_threads_option(parser):
+    """``--blas-threads N`` (default 1), which ``blas_threads`` applies."""
+    parser.add_argument("--blas-threads", type=int, default=1,
+                        help="BLAS threads while training (default 1: the matrices are small, and more threads only "
+                             "add synchronisation, badly so on a busy machine; 0 keeps the library's default)")
+
+
+@contextlib.contextmanager
+def blas_threads(n):
+    """Limit the BLAS libraries loaded in this process (NumPy's OpenBLAS...) to ``n`` threads inside the block.
+
+    The examples' products are at most a few hundred wide: on the numpy backend several BLAS threads
+    cost more in synchronisation than they save, 10-40x per epoch on a busy 2-core machine, so the
+    examples run with one unless told otherwise. ``n <= 0`` keeps the library's own setting. Uses
+    ``threadpoolctl`` (a dependency of scikit-learn, listed in the ``examples`` extra); without it the
+    block runs unchanged and ``OPENBLAS_NUM_THREADS=1`` in the environment does the same.
+    """
+    if n <= 0:
+        yield
+        return
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        yield
+        return
+    with threadpool_limits(n, user_api="blas"):
+        yield

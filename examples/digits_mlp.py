@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 import fnarray as fa
-from _cli import check_output_folders, device_from_arg
+from _cli import add_blas_threads_option, blas_threads, check_output_folders, device_from_arg
 import fnarray.numpy as fnp
 
 LAYER_SIZES = (64, 128, 128, 10)
@@ -136,6 +136,7 @@ def parse_args(argv=None, description=None, saved="w1 b1 w2 b2 w3 b3"):
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
     parser.add_argument("--plot", metavar="PATH", help="write a PNG of training loss and test accuracy per epoch")
     parser.add_argument("--save", metavar="PATH", help=f"write the trained parameters as .npz ({saved})")
+    add_blas_threads_option(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     args.device = device_from_arg(parser, args.device)
@@ -183,7 +184,7 @@ def train(args, params, loss_of, accuracy_of, key_shuffle):
     """Adam on ``loss(params, x, y)`` over the digits' training set, ``args.epochs`` passes of mini-batches.
 
     Args:
-      args: the parsed command line (``device``, ``epochs``, ``batch_size``, ``lr``, ``quiet``).
+      args: the parsed command line (``device``, ``epochs``, ``batch_size``, ``lr``, ``blas_threads``, ``quiet``).
       params: the initial parameters (a pytree of arrays on ``args.device``).
       loss_of: ``(params, x: f32[n, 64], y: int32[n]) -> f32[]``.
       accuracy_of: ``(params, x, y) -> f32[]``, evaluated on the test set after every epoch.
@@ -191,6 +192,11 @@ def train(args, params, loss_of, accuracy_of, key_shuffle):
     Returns:
       ``(params, losses, test_accuracies, epoch_times, batches_per_epoch)``.
     """
+    with blas_threads(args.blas_threads):
+        return _train(args, params, loss_of, accuracy_of, key_shuffle)
+
+
+def _train(args, params, loss_of, accuracy_of, key_shuffle):
     from tqdm import tqdm
 
     device = args.device

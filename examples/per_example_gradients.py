@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 import fnarray as fa
-from _cli import device_from_arg
+from _cli import add_blas_threads_option, blas_threads, device_from_arg
 import fnarray.numpy as fnp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -120,6 +120,7 @@ def parse_args(argv=None):
                    help="noise standard deviation in units of C (default 1.0)")
     p.add_argument("--lr", type=float, default=0.5, help="SGD learning rate (default 0.5)")
     p.add_argument("--seed", type=int, default=0, help="seed of initialisation, batches and noise (default 0)")
+    add_blas_threads_option(p)
     args = p.parse_args(argv)
     args.device = device_from_arg(p, args.device)
     if args.steps < 0:
@@ -143,6 +144,11 @@ def main(argv=None) -> dict:
     ``losses`` (mean batch loss per step), ``accuracy`` (test), ``device``.
     """
     args = parse_args(argv)
+    with blas_threads(args.blas_threads):
+        return _run(args)
+
+
+def _run(args) -> dict:
     dev = args.device
     x_train, x_test, y_train, y_test = load_data()
     n_train = x_train.shape[0]

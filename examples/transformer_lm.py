@@ -35,7 +35,7 @@ import numpy as np
 
 import fnarray as fa
 import fnarray.numpy as fnp
-from _cli import check_output_folders, device_from_arg
+from _cli import add_blas_threads_option, blas_threads, check_output_folders, device_from_arg
 from fnarray import nn
 
 # Pure-Python modules whose docstrings make the corpus (those missing from a Python are skipped).
@@ -205,9 +205,7 @@ def parse_args(argv=None):
     parser.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (default 0.8)")
     parser.add_argument("--plot", metavar="PATH", help="write a PNG of the training and validation loss")
     parser.add_argument("--save", metavar="PATH", help="write model and optimizer state with fa.save (safetensors)")
-    parser.add_argument("--blas-threads", type=int, default=1,
-                        help="BLAS threads while training (default 1: the matrices are small, and more threads only "
-                             "add synchronisation, badly so on a busy machine; 0 keeps the library's default)")
+    add_blas_threads_option(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     args.device = device_from_arg(parser, args.device)
@@ -261,19 +259,8 @@ def main(argv=None) -> dict:
     ``corpus_chars``, ``device``, ``model`` (the trained model) and ``opt_state``.
     """
     args = parse_args(argv)
-    limiter = None
-    if args.blas_threads > 0:
-        try:
-            from threadpoolctl import threadpool_limits
-        except ImportError:   # an optional nicety: without threadpoolctl, BLAS keeps its default
-            threadpool_limits = None
-        if threadpool_limits is not None:
-            limiter = threadpool_limits(args.blas_threads, user_api="blas")
-    try:
+    with blas_threads(args.blas_threads):
         return _run(args)
-    finally:
-        if limiter is not None:
-            limiter.restore_original_limits()
 
 
 def _run(args) -> dict:

@@ -2,11 +2,12 @@
 
 Public surface: ``fnarray.numpy`` (the array namespace), the transforms
 (``jit``, ``grad``, ``vmap``...), control flow, devices and the IR printer
-``make_ir``. See DESIGN.md for the architecture.
+``make_ir``. See docs/design.md for the architecture.
 """
 
 from fnarray.core.array import Array
 from fnarray.core.config import config
+from fnarray.core.log import configure_from_env as _configure_log
 from fnarray.core.errors import (BackendUnavailable, ConcretizationError, ContractionShapeError, DTypeError,
                                  FallbackWarning, FnArrayError, LinAlgError, ShapeError, TracerLeakError,
                                  UnsupportedOnDevice)
@@ -79,3 +80,9 @@ __all__ = [
     "jacobian", "save", "load", "CheckpointError", "sharding", "make_mesh", "shard_map", "distributed",
     "process_index", "process_count", "set_mesh", "typeof",
 ] + list(_LAZY)
+
+try:   # FNARRAY_LOG=info|debug: the fnarray logger's records on standard error (docs/troubleshooting.md)
+    _configure_log()
+except ValueError as _e:
+    import warnings as _warnings
+    _warnings.warn(str(_e), stacklevel=2)

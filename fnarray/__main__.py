@@ -2,9 +2,9 @@
 
 - ``python -m fnarray doctor [--json]``: the installation, drivers and usable backends.
 - ``python -m fnarray check module:function [--device D ...] [--rtol R]``: ``fa.check`` of a function on the
-  example inputs it declares (``@fa.check.example(*args)`` or a ``function.example_args`` tuple); exits 1
-  when a device disagrees with numpy:0.
-- ``python -m fnarray primitives [NAME] [--write]``: every primitive's rules and per-backend status
+  example inputs it declares (``@fa.check.example(*args)`` or a ``function.example_args`` tuple); exits 0
+  when every device agrees with numpy:0, 1 when one disagrees, 2 on a usage error (``CHECK_EXIT_STATUS``).
+- ``python -m fnarray primitives [NAME] [--wide] [--write]``: every primitive's rules and per-backend status
   (``docs/primitives.md``).
 """
 
@@ -13,13 +13,20 @@ from __future__ import annotations
 import argparse
 import sys
 
+CHECK_EXIT_STATUS = ("exit status: 0 when every device agrees with numpy:0; 1 when a device disagrees or raises; "
+                     "2 on a usage error (a module that cannot be imported, a missing function, a function "
+                     "without example inputs, an unknown or unusable device)")
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="fnarray", description="fnarray command line tools")
     sub = ap.add_subparsers(dest="command", required=True)
     d = sub.add_parser("doctor", help="report the hardware, drivers, libraries and usable backends")
     d.add_argument("--json", action="store_true", help="print the report as JSON")
-    c = sub.add_parser("check", help="run a function eagerly and under jit on every device against numpy:0")
+    c = sub.add_parser("check", help="run a function eagerly and under jit on every device against numpy:0",
+                       description="Run module:function eagerly and under jit on every device (or each --device) "
+                                   "on its declared example inputs and compare each with numpy:0.",
+                       epilog=CHECK_EXIT_STATUS)
     c.add_argument("target", help="module:function (the function declares example inputs with "
                                   "@fa.check.example(*args) or an example_args attribute)")
     c.add_argument("--device", action="append", default=None, help="a device to check (repeatable; default: all)")
@@ -39,24 +46,48 @@ def main(argv=None) -> int:
     return 0
 
 
+def _usage_error(message: str) -> int:
+    print(f"fnarray check: {message}", file=sys.stderr)
+    return 2
+
+
 def _check_command(args) -> int:
+    """``python -m fnarray check``: see ``CHECK_EXIT_STATUS`` for what it returns."""
     import importlib
     import os
     modname, _, attr = args.target.partition(":")
     if not modname or not attr:
-        print(f"fnarray check: expected module:function, got {args.target!r}", file=sys.stderr)
-        return 2
+        return _usage_error(f"expected module:function, got {args.target!r}")
     sys.path.insert(0, os.getcwd())
-    fn = importlib.import_module(modname)
+    try:
+        fn = importlib.import_module(modname)
+    except ModuleNotFoundError as e:
+        if e.name is None or not (modname == e.name or modname.startswith(e.name + ".")):
+            raise  # the module exists but one of its own imports is missing: its traceback says which
+        return _usage_error(f"no module named {modname!r} (looked in the current folder {os.getcwd()} "
+                            "and on sys.path; give a module path such as mypkg.mymod:function)")
     for part in attr.split("."):
+        if not hasattr(fn, part):
+            names = sorted(n for n in dir(fn) if not n.startswith("_") and callable(getattr(fn, n, None)))
+            return _usage_error(f"{args.target}: {getattr(fn, '__name__', modname)!s} has no attribute {part!r} "
+                                f"(callables there: {', '.join(names[:20]) or 'none'})")
         fn = getattr(fn, part)
     ex_args = getattr(fn, "example_args", None)
     if ex_args is None:
-        print(f"fnarray check: {args.target} declares no example inputs; decorate it with "
-              "@fa.check.example(*args, **kwargs) or set its example_args attribute (a tuple)", file=sys.stderr)
-        return 2
+        return _usage_error(f"{args.target} declares no example inputs; decorate it with "
+                            "@fa.check.example(*args, **kwargs) or set its example_args attribute (a tuple)")
+    import fnarray as fa
+    devices = None
+    if args.device is not None:
+        devices = []
+        for name in args.device:
+            try:
+                devices.append(fa.get_device(name))
+            except (ValueError, TypeError, fa.BackendUnavailable) as e:
+                usable = ", ".join(str(d) for d in fa.devices())
+                return _usage_error(f"unknown or unusable device {name!r} ({e}); usable devices: {usable}")
     from fnarray._check import check
-    report = check(fn, *ex_args, devices=args.device, rtol=args.rtol, **getattr(fn, "example_kwargs", {}))
+    report = check(fn, *ex_args, devices=devices, rtol=args.rtol, **getattr(fn, "example_kwargs", {}))
     print(report)
     return 0 if report.ok else 1
 

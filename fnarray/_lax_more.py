@@ -66,7 +66,7 @@ def batch_matmul(lhs, rhs, precision=None):
 def clamp(min, x, max):  # noqa: A002 (JAX's argument names)
     """``jax.lax.clamp``: ``x`` limited to ``[min, max]`` (``min``/``max`` scalars or of ``x``'s shape).
 
-    NaN in ``x`` stays NaN (max/min propagate NaN, DESIGN.md).
+    NaN in ``x`` stays NaN (max/min propagate NaN, docs/design.md).
     """
     from fnarray import numpy as fnp
     x = fnp.asarray(x)
@@ -122,7 +122,7 @@ def sort_key_val(keys, values, dimension=-1, is_stable=True):
 def top_k(operand, k):
     """``jax.lax.top_k``: the ``k`` largest entries along the last axis, largest first, and their indices.
 
-    Ties keep the lower index first; NaN counts as the largest value (NaN sorts last, DESIGN.md).
+    Ties keep the lower index first; NaN counts as the largest value (NaN sorts last, docs/design.md).
     Returns ``(values, indices)`` of shape ``operand.shape[:-1] + (k,)``, indices ``int32``.
     Raises ValueError for ``k`` outside ``[0, operand.shape[-1]]``.
     """

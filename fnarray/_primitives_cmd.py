@@ -7,6 +7,10 @@ primitive's first parity case (``fnarray.testing.cases``) is made into an equati
 it is ``native``, ``decomposed``, ``falls back (reason)`` (to numpy) or ``unsupported (reason)``. Backends are
 started lazily; one whose library or driver is missing reads ``backend unavailable (reason)``.
 
+Without arguments it prints a report that fits ``WIDTH`` (120) columns: the unavailable backends once, with
+their reasons, then the matrix's status words (``--wide``: every cell with its reason). The report is the list
+``SECTIONS`` of functions ``(rows, wide) -> lines``; a new section is one more function there.
+
 ``NAME`` prints one primitive: its documented semantics, every rule registered for it with the file and line
 that defines it, and the same per-backend status. ``--write`` regenerates ``docs/primitives.md``.
 """
@@ -16,7 +20,7 @@ from __future__ import annotations
 import inspect
 import os
 
-__all__ = ["matrix_rows", "matrix_markdown", "describe", "main", "BACKENDS", "COLUMNS"]
+__all__ = ["matrix_rows", "matrix_markdown", "describe", "report", "main", "BACKENDS", "COLUMNS", "SECTIONS"]
 
 BACKENDS = ("numpy", "jax", "mlx", "opencl", "webgpu")
 COLUMNS = ("primitive", "kind", "abstract eval", "JVP", "transpose", "batching") + BACKENDS + ("browser",)
@@ -318,12 +322,86 @@ def primitives_md() -> str:
             + describe("dot_general") + "```\n")
 
 
+# ------------------------------------------------------------------------------ the terminal report
+
+# The compact matrix's cells: the status word before its reason (``python -m fnarray primitives NAME`` and
+# ``--wide`` give the reasons).
+_SHORT = {"native": "native", "decomposed": "decomp", "falls back": "fallback", "unsupported": "no",
+          "backend unavailable": "-", "yes": "yes", "none": "none", "n/a": "n/a", "missing": "MISSING"}
+_SHORT_HEADERS = {"abstract eval": "eval", "transpose": "T", "batching": "vmap"}
+WIDTH = 120  # the compact report's widest line
+
+
+def _short(cell: str) -> str:
+    for prefix in sorted(_SHORT, key=len, reverse=True):  # "backend unavailable" before "native"...
+        if cell == prefix or cell.startswith(prefix + " "):
+            return _SHORT[prefix]
+    return cell.split(" (")[0]
+
+
+def unavailable_backends(rows) -> dict:
+    """``{backend: reason}`` for the backends whose every cell reads ``backend unavailable (reason)``."""
+    out = {}
+    for i, col in enumerate(COLUMNS):
+        if col in BACKENDS:
+            cells = [r[i] for r in rows if r[i].startswith("backend unavailable")]
+            if cells:
+                out[col] = cells[0][len("backend unavailable ("):-1]
+    return out
+
+
+def _columns_text(header, rows) -> list:
+    widths = [max(len(c) for c in col) for col in zip(header, *rows, strict=True)]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [header] + rows]
+
+
+def unavailable_section(rows, wide=False) -> list:
+    """One line per unavailable backend with its reason (said once, not in every row)."""
+    gone = unavailable_backends(rows)
+    if not gone:
+        return []
+    lines = [f"{len(gone)} backend(s) unavailable here (their columns read '-'; `python -m fnarray doctor` says more):"]
+    for name, why in gone.items():
+        text = f"  {name}: {why}"
+        lines.append(text if wide or len(text) <= WIDTH else text[:WIDTH - 3] + "...")
+    return lines
+
+
+def matrix_section(rows, wide=False) -> list:
+    """The matrix: every cell in full with ``wide``, else its status word (``WIDTH`` columns at most)."""
+    if wide:
+        return _columns_text(list(COLUMNS), [list(r) for r in rows])
+    header = [_SHORT_HEADERS.get(c, c) for c in COLUMNS]
+    lines = _columns_text(header, [[r[0], r[1]] + [_short(c) for c in r[2:]] for r in rows])
+    legend = ("cells: native, decomp (expanded into other primitives), fallback (runs on numpy:0), no (unsupported), "
+              "- (backend unavailable); T = transpose. Reasons: `python -m fnarray primitives NAME` or --wide.")
+    return lines + [""] + _wrap(legend)
+
+
+def _wrap(text: str) -> list:
+    import textwrap
+    return textwrap.wrap(text, WIDTH)
+
+
+# The report's sections, in order: each takes (rows, wide) and returns its lines ([] to say nothing).
+SECTIONS = [unavailable_section, matrix_section]
+
+
+def report(rows=None, wide=False) -> str:
+    """The terminal report of ``python -m fnarray primitives``: the sections of ``SECTIONS``, a blank line apart."""
+    rows = matrix_rows() if rows is None else rows
+    parts = [lines for lines in (section(rows, wide) for section in SECTIONS) if lines]
+    return "\n\n".join("\n".join(lines) for lines in parts) + "\n"
+
+
 def main(argv) -> int:
     import argparse
     ap = argparse.ArgumentParser(prog="fnarray primitives",
                                  description="every primitive's rules and per-backend status, from the code")
     ap.add_argument("name", nargs="?", help="one primitive: its rules with file and line, semantics, status")
     ap.add_argument("--write", action="store_true", help="regenerate docs/primitives.md")
+    ap.add_argument("--wide", action="store_true",
+                    help=f"every cell with its reason (default: status words, at most {WIDTH} columns)")
     args = ap.parse_args(argv)
     if args.write or os.environ.get("FNARRAY_REGEN_DOCS"):
         path = os.path.join(_ROOT, "docs", "primitives.md")
@@ -334,8 +412,5 @@ def main(argv) -> int:
     if args.name:
         print(describe(args.name), end="")
         return 0
-    rows = matrix_rows()
-    widths = [max(len(c) for c in col) for col in zip(COLUMNS, *rows, strict=True)]
-    for r in [list(COLUMNS)] + rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    print(report(wide=args.wide), end="")
     return 0

@@ -3,7 +3,7 @@
 This module is wiring only. The wrappers live in ``fnarray/core/lax.py`` (which the rest of
 the library imports as ``fnarray.core.lax``; its ``__all__`` is the list re-exported here),
 and control flow lives in ``fnarray/transforms/``. ``core/`` may not import ``transforms/``
-(DESIGN.md, "Layers"), so the public ``fnarray.lax`` is this package-level module that
+(docs/design.md, "Layers"), so the public ``fnarray.lax`` is this package-level module that
 imports both.
 """
 

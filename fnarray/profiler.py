@@ -298,8 +298,22 @@ def source(kernel_name: str) -> str:
         raise KeyError(f"no kernel {kernel_name!r} in the last profile; its kernels: {names}") from None
 
 
-def summary(profile: "Profile | None" = None, file=None) -> "Summary":
-    """Print (to ``file``, default stdout) and return the summary of ``profile`` (default: the last one).
+def summary(profile: "Profile | None" = None, file=None, print: bool = True) -> "Summary":  # noqa: A002
+    """Print the summary of ``profile`` (default: the last one recorded) once, and return it.
+
+    Args:
+      profile: a ``Profile`` (``trace(...) as h`` gives ``h.profile``); default the last trace's.
+      file: where to print (default ``sys.stdout``).
+      print: ``False`` to return the summary without printing it.
+
+    Returns:
+      A ``Summary``: ``str(s)`` (and ``s.text``) is the printed table; ``.dominant``, ``.verdict``,
+      ``.shares``, ``.totals_ns``, ``.counts`` for programs. Its ``repr`` is one line, so that calling
+      ``fa.profiler.summary()`` at a prompt shows the table once (as ``pstats.Stats.print_stats``,
+      which prints and returns its ``Stats``).
+
+    Raises:
+      RuntimeError: nothing was recorded yet and no ``profile`` was given.
 
     The table lists each layer's self time, its share of the recorded time, the number of spans
     and their mean; the verdict names the dominant layer and what to do about it.
@@ -309,7 +323,9 @@ def summary(profile: "Profile | None" = None, file=None) -> "Summary":
             raise RuntimeError("fnarray.profiler.summary: nothing was recorded yet (use fnarray.profiler.trace)")
         profile = _last[0]
     s = Summary(profile)
-    print(s, file=file if file is not None else sys.stdout)
+    if print:
+        out = file if file is not None else sys.stdout
+        out.write(s.text + "\n")
     return s
 
 
@@ -355,7 +371,14 @@ class Summary:
         lines.append(f"verdict: {self.verdict}")
         return "\n".join(lines)
 
-    __repr__ = __str__
+    @property
+    def text(self) -> str:
+        """The table that ``summary()`` prints."""
+        return str(self)
+
+    def __repr__(self):
+        lead = f"{self.dominant} {self.dominant_share * 100:.0f}%" if self.dominant else "nothing recorded"
+        return f"<fnarray.profiler.Summary: {lead} of {self.total_ns / 1e6:.1f} ms; print(s) for the table>"
 
 
 def _top(counter: dict, n=3):
@@ -468,8 +491,31 @@ def _kernel_verdict(s, recs, share):
     if first_launch:
         hint += (" Where the wall time far exceeds the device time, the driver compiled the kernel at its first "
                  "launch (PoCL, Mesa): a one-time cost; profile after a warm-up call.")
+    kernels = [r for r in recs if r.kind == "kernel"]
+    n = len(kernels)
+    # The median launch, not the mean: a first launch that compiles (PoCL, Mesa) or one wait for a lazy
+    # backend's queue (mlx) is an outlier among hundreds of launches.
+    timed = sorted(r.args["device_us"] for r in kernels if "device_us" in r.args)
+    median_us = timed[len(timed) // 2] if timed else (
+        sorted(r.self_ns for r in kernels)[n // 2] / 1e3 if n else 0.0)
+    if n >= _TINY_LAUNCHES and median_us < _TINY_LAUNCH_US:
+        # Many launches that each do a few microseconds of work (jax:0 runs each eager operation as its own
+        # XLA executable, opencl and webgpu a kernel each): the fixed cost per launch dominates, not arithmetic.
+        return (f"kernel time dominates ({share}) in {n} launches of {median_us:.1f} us each "
+                f"({'measured by the device, ' if timed else ''}median; by time: {'; '.join(parts)}): the launches' "
+                "fixed cost, not the arithmetic. Many tiny operations: jit a larger function (put the whole loop "
+                "body or step under fa.jit) or batch the work (fa.vmap, larger arrays) so that each launch does "
+                "more; a faster device would not help.")
     return (f"kernel time dominates ({share}): the computation itself; by time: {'; '.join(parts)}.{hint} "
             "Use a device that computes faster, fewer or smaller operations, or a better-fusing formulation.")
+
+
+# A profile whose kernels are at least this many launches whose median takes less than this many microseconds
+# (the device's own time where it measures it, else the wall time of the launch and its wait) is dominated by
+# launches, not arithmetic. lavapipe's submit-and-wait alone is ~125-220 us (docs/traps.md) and its timestamps
+# give ~110 us to a kernel of 4 elements.
+_TINY_LAUNCHES = 50
+_TINY_LAUNCH_US = 300.0
 
 
 def _fallback_verdict(s, recs, share):

@@ -1,6 +1,6 @@
 """Counter-based pseudo-random numbers with explicit keys (mirrors ``jax.random``).
 
-A key is a ``uint32`` array of shape ``(2,)`` (DESIGN.md, "Random keys"). Every
+A key is a ``uint32`` array of shape ``(2,)`` (docs/design.md, "Random keys"). Every
 sampler is a pure function of its key: the same key gives the same numbers,
 eagerly, under ``jit`` and under ``vmap``, on every backend. To draw several
 independent streams, ``split`` the key (or ``fold_in`` a counter) and never

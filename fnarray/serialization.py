@@ -9,6 +9,9 @@ array leaf of the pytree is a tensor named by its dotted path (``layers.0.weight
   to rebuild the tree without ``like=``;
 * ``fnarray.leaves``: per tensor its fnarray dtype, weak type and CRC-32, so a flipped bit in the
   data is caught at load, and dtypes safetensors lacks (complex, float8) are stored as a view;
+* ``fnarray.shardings``: per committed array where it was (``{"device": "jax:0"}``) or how it was split
+  (``{"mesh": {"axis_names", "shape", "devices"}, "spec"}`` for a ``NamedSharding``): ``saved_shardings``
+  reads it back and ``load(..., shardings="saved")`` restores onto it;
 * ``fnarray.format``: the version of this layout.
 
 Other programs read the tensors with any safetensors reader. Saving writes a temporary file
@@ -35,7 +38,7 @@ from fnarray import tree_util
 from fnarray.core import dtypes
 from fnarray.core.errors import FnArrayError
 
-__all__ = ["CheckpointError", "save", "load"]
+__all__ = ["CheckpointError", "save", "load", "saved_shardings"]
 
 FORMAT = "1"
 
@@ -301,6 +304,9 @@ def save(path, tree) -> None:
                       **({"view": view} if view else {})}
     metadata = {"fnarray.format": FORMAT, "fnarray.tree": json.dumps(structure),
                 "fnarray.leaves": json.dumps(info)}
+    placements = {name: p for name, p in ((name, _placement_record(leaf)) for name, leaf in named) if p}
+    if placements:
+        metadata["fnarray.shardings"] = json.dumps(placements)
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     os.close(fd)
@@ -380,7 +386,7 @@ def _fmt(shape, dtype):
     return f"{np.dtype(dtype).name}{list(shape)}"
 
 
-def load(path, like=None, device=None, strict=True):
+def load(path, like=None, device=None, strict=True, shardings=None):
     """Read a checkpoint written by ``fa.save``.
 
     Args:
@@ -388,10 +394,20 @@ def load(path, like=None, device=None, strict=True):
       like: optional pytree of the expected structure, whose leaves have ``.shape`` and
         ``.dtype`` (arrays, ``fa.ShapedArray``, ``jax.ShapeDtypeStruct``-like objects): the result
         takes its structure (so Modules with lambdas, custom nodes and files from other
-        safetensors writers load too), and every leaf's shape and dtype must match.
+        safetensors writers load too), and every leaf's shape and dtype must match. Each array
+        is restored with its ``like`` leaf's placement, as Orbax restores into the target's
+        shardings: a global array's ``NamedSharding``, a committed array's device (a leaf with
+        a ``.sharding`` attribute, such as ``jax.ShapeDtypeStruct``, gives that sharding).
         Without ``like`` the structure stored in the file is rebuilt.
-      device: where the arrays go: a ``Device`` or a name (committed there); ``None`` puts them
-        on the default device uncommitted, as arrays made without a device.
+      device: where the arrays go: a ``Device`` or a name (committed there; it takes precedence
+        over ``like``'s placements, not over ``shardings``); ``None`` puts the arrays that
+        ``shardings`` and ``like`` do not place on the default device uncommitted, as arrays made
+        without a device.
+      shardings: where each array goes, over ``device`` and ``like``: one ``Sharding``
+        (``fnarray.sharding.NamedSharding``, ``SingleDeviceSharding``), ``Device`` or device name for
+        every leaf; a pytree of them with the structure of ``like`` (or of the saved tree), whose
+        ``None`` leaves keep the default; or ``"saved"``: where each array was when it was saved
+        (``saved_shardings``; the same devices must exist in this process).
       strict: with ``like``, ``False`` ignores the file's tensors that ``like`` has no leaf for and
         keeps ``like``'s own array for a leaf the file lacks (MLX's ``load_weights(strict=False)``:
         an MLX checkpoint holds frozen arrays, such as masks, that a port keeps as static fields).
@@ -402,8 +418,12 @@ def load(path, like=None, device=None, strict=True):
         that does not match) or not a safetensors file; with ``like``, the first leaf (in
         ``like``'s order) whose name is missing from the file or whose shape or dtype differs, or
         a tensor of the file that ``like`` has no leaf for; without ``like``, a file with no
-        fnarray structure or with a node it cannot rebuild (it says to pass ``like``).
+        fnarray structure or with a node it cannot rebuild (it says to pass ``like``); with
+        ``shardings="saved"``, a saved device this process lacks.
+      ValueError: a sharding that does not fit its array (a dimension its mesh axes do not divide).
       FileNotFoundError: no such file. ImportError: safetensors is not installed.
+    Source: ``orbax.checkpoint``'s restore into a target's shardings (``restore_args``/``like``
+    shardings); MLX's ``load_weights(strict=)``.
     """
     from fnarray.devices.placement import device_put
     path = os.fspath(path)
@@ -417,9 +437,11 @@ def load(path, like=None, device=None, strict=True):
                 from None
     host = {name: _decode(path, name, e, info.get(name)) for name, e in entries.items()}
 
+    where = _placements(path, meta, shardings, like, device)
+
     def put(name):
         value, weak = host[name]
-        arr = device_put(np.array(value), device)
+        arr = device_put(np.array(value), where.get(name, device))
         if weak:
             from fnarray.core import lax
             arr = lax.convert_element_type(arr, arr.dtype, weak_type=True)
@@ -467,6 +489,137 @@ def load(path, like=None, device=None, strict=True):
         raise CheckpointError(f"{path}: the structure names tensor {absent[0]!r}, which the file lacks: the file "
                               "is corrupted")
     return _rebuild(structure, {n: put(n) for n in missing})
+
+
+def _placement_record(leaf):
+    """What the metadata keeps of where ``leaf`` is: ``None`` for host values and uncommitted arrays."""
+    from fnarray.core.array import Array
+    if not isinstance(leaf, Array):
+        return None
+    from fnarray.sharding import NamedSharding
+    sh = leaf.sharding
+    if isinstance(sh, NamedSharding):
+        mesh = sh.mesh
+        spec = [list(p) if isinstance(p, tuple) else p for p in sh.spec]
+        return {"mesh": {"axis_names": [str(n) for n in mesh.axis_names], "shape": list(mesh.axis_sizes),
+                         "devices": [str(d) for d in mesh.devices.flat]}, "spec": spec}
+    return {"device": str(leaf.device)} if getattr(leaf, "committed", False) else None
+
+
+def _rebuild_placement(path, name, rec):
+    """The ``Device`` or ``NamedSharding`` that ``_placement_record`` described, from this process's devices."""
+    from fnarray.devices.placement import parse_device
+    from fnarray.sharding import Mesh, NamedSharding, PartitionSpec
+    names = rec["mesh"]["devices"] if "mesh" in rec else [rec["device"]]
+    devices = []
+    for d in names:
+        try:
+            devices.append(parse_device(d))
+        except Exception as e:  # noqa: BLE001 (unknown name, missing backend: one message naming the device)
+            raise CheckpointError(f"{path}: tensor {name!r} was saved on {d}, which this process lacks ({e}); "
+                                  "pass shardings= or device= to fa.load to place it elsewhere") from None
+    if "mesh" not in rec:
+        return devices[0]
+    grid = np.empty(len(devices), dtype=object)
+    grid[:] = devices
+    mesh = Mesh(grid.reshape(rec["mesh"]["shape"]), tuple(rec["mesh"]["axis_names"]))
+    spec = PartitionSpec(*(tuple(p) if isinstance(p, list) else p for p in rec["spec"]))
+    return NamedSharding(mesh, spec)
+
+
+def _saved_records(path, meta) -> dict:
+    try:
+        return json.loads(meta.get("fnarray.shardings", "{}"))
+    except ValueError as e:
+        raise CheckpointError(f"{path}: the saved shardings are not valid JSON ({e}): the file is corrupted") \
+            from None
+
+
+def saved_shardings(path) -> dict:
+    """Where each array of a checkpoint was when ``fa.save`` wrote it.
+
+    Args:
+      path: a checkpoint written by ``fa.save``.
+    Returns:
+      ``{dotted name: NamedSharding or Device}`` for every array that was committed to a device or split
+      over a mesh (arrays saved from the host or uncommitted have no entry), rebuilt from this process's
+      devices: pass it back as ``fa.load(path, shardings="saved")``.
+    Raises:
+      CheckpointError: a saved device this process lacks (its name and how to place the array instead), or
+        a corrupted file.
+    Source: Orbax keeps a checkpoint's shardings beside its arrays (its ``_sharding`` metadata) for the same
+    purpose.
+    """
+    path = os.fspath(path)
+    _, meta = _read(path)
+    return {name: _rebuild_placement(path, name, rec) for name, rec in _saved_records(path, meta).items()}
+
+
+def _as_placement(x):
+    """A ``Device``, ``NamedSharding`` or ``None`` for a ``shardings``/``like`` entry."""
+    from fnarray.devices.sharding import SingleDeviceSharding
+    if isinstance(x, SingleDeviceSharding):
+        return next(iter(x.device_set))
+    if type(x).__module__.startswith("jax"):   # a jax.sharding.Sharding (a jax.ShapeDtypeStruct's)
+        from fnarray.devices.backend import get_backend
+        from fnarray.sharding import from_jax_sharding
+        return _as_placement(from_jax_sharding(x, get_backend("jax")))
+    if isinstance(x, str):
+        from fnarray.devices.placement import parse_device
+        return parse_device(x)
+    return x
+
+
+def _is_placement(x) -> bool:
+    from fnarray.devices.backend import Device
+    from fnarray.devices.sharding import Sharding
+    return x is None or isinstance(x, (Sharding, Device, str))
+
+
+def _placements(path, meta, shardings, like, device) -> dict:
+    """``{dotted name: Device or NamedSharding}`` for the leaves ``shardings`` or ``like`` place; others take
+    ``device``."""
+    out = {}
+    if like is not None and device is None:
+        from fnarray.core.array import Array
+        named = []
+        _walk_like(like, "", named)
+        from fnarray.sharding import NamedSharding
+        for name, leaf in named:
+            if isinstance(leaf, Array):
+                sh = leaf.sharding
+                if isinstance(sh, NamedSharding):
+                    out[name] = sh
+                elif getattr(leaf, "committed", False):
+                    out[name] = leaf.device
+            elif getattr(leaf, "sharding", None) is not None:   # jax.ShapeDtypeStruct(..., sharding=)
+                out[name] = _as_placement(leaf.sharding)
+    if shardings is None:
+        return out
+    if isinstance(shardings, str) and shardings == "saved":
+        out.update({name: _rebuild_placement(path, name, rec) for name, rec in _saved_records(path, meta).items()})
+        return out
+    if _is_placement(shardings):
+        return _Every(_as_placement(shardings))
+    pairs, _ = tree_util.tree_flatten_with_path(shardings, is_leaf=_is_placement)
+    for p, sh in pairs:
+        if not _is_placement(sh):
+            raise TypeError(f"fa.load: shardings leaf {tree_util.keystr(p)} is a {type(sh).__name__}; expected a "
+                            "Sharding, a Device, a device name or None")
+        if sh is not None:
+            out[_dotted(p)] = _as_placement(sh)
+    return out
+
+
+class _Every(dict):
+    """One placement for every leaf."""
+
+    def __init__(self, where):
+        super().__init__()
+        self.where = where
+
+    def get(self, name, default=None):
+        return self.where
 
 
 def _collect_names(s, out):

@@ -4,7 +4,7 @@
 needs a backend this machine lacks calls ``helpers.require_backend(name)``, which
 skips with a reason starting ``"backend unavailable"``. CI sets
 ``FNARRAY_REQUIRE_ALL_BACKENDS=1``: such skips then count as failures, so that
-nothing this machine can run is silently skipped (DESIGN.md, "Testing").
+nothing this machine can run is silently skipped (docs/design.md, "Testing").
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The oracle is independent of fnarray: values come from NumPy in float64 (or
 complex128, or the exact integer dtype), dtypes from JAX's promotion rules
 (``jax.numpy`` under ``jax.enable_x64``). It applies only the differences that
-DESIGN.md pins on purpose:
+docs/design.md pins on purpose:
 
 - 32-bit defaults: a *weak* result (one decided by Python scalars) takes the
   32-bit default of its kind, where 64-bit JAX would take the 64-bit one; integer

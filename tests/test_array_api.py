@@ -5,7 +5,7 @@ is the thorough check; this file keeps a representative subset in the test suite
 it: the names of the main namespace, the inspection API, dtype objects and the
 data-type functions (against NumPy as the reference), the array object's namespace
 hook, and the special cases that the suite once found broken. Where fnarray differs
-from the standard on purpose (DESIGN.md) the tests check fnarray's pinned behaviour.
+from the standard on purpose (docs/design.md) the tests check fnarray's pinned behaviour.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def test_array_namespace_is_the_module():
 
 
 def test_setitem_is_refused_with_a_pointer_to_at():
-    # DESIGN.md: arrays are immutable; the one deliberate gap in the array object.
+    # docs/design.md: arrays are immutable; the one deliberate gap in the array object.
     x = fnp.zeros(3)
     with pytest.raises(TypeError, match=r"\.at\["):
         x[0] = 1.0
@@ -124,7 +124,7 @@ def test_namespace_info_answers():
     devs = info.devices()
     assert info.default_device() in devs
     assert fnp.ones(2).device == info.default_device()
-    # DESIGN.md: 32-bit defaults, indices int32.
+    # docs/design.md: 32-bit defaults, indices int32.
     assert info.default_dtypes() == {"real floating": fnp.float32, "complex floating": fnp.complex64,
                                      "integral": fnp.int32, "indexing": fnp.int32}
     assert info.default_dtypes(device=info.default_device()) == info.default_dtypes()

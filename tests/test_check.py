@@ -129,3 +129,41 @@ def test_check_command_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "fnarray", "check", "mymod:undeclared"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and "example_args" in r.stderr
+
+
+def test_check_command_exit_statuses(tmp_path):
+    """0: every device agrees; 1: a device disagrees; 2: a usage error, as `check --help` documents."""
+    (tmp_path / "exitmod.py").write_text(textwrap.dedent("""
+        import numpy as np
+        import fnarray as fa
+        import fnarray.numpy as fnp
+
+        @fa.check.example(np.arange(4, dtype=np.float32))
+        def agrees(x):
+            return fnp.tanh(x) * 2.0
+
+        @fa.check.example(np.array([-3e-39, 4.0], dtype=np.float32))
+        def disagrees(x):   # a subnormal operand: NaN on numpy:0, -0.0 on jax:0 (XLA flushes it; README)
+            return fnp.sqrt(x)
+    """))
+    import os
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+
+    def run(*argv):
+        r = subprocess.run([sys.executable, "-m", "fnarray", "check", *argv], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300)
+        return r.returncode, r.stdout + r.stderr
+
+    code, out = run("--help")
+    assert code == 0 and "0 when every device agrees" in " ".join(out.split()) and "2 on a usage error" in out
+    assert run("exitmod:agrees", "--device", "numpy:0")[0] == 0
+    code, out = run("exitmod:disagrees", "--device", "numpy:0", "--device", "jax:0")
+    assert code == 1, out
+    code, out = run("no_such_module:f")
+    assert code == 2 and "no module named 'no_such_module'" in out, out
+    code, out = run("exitmod:no_such_function")
+    assert code == 2 and "no attribute 'no_such_function'" in out and "agrees" in out, out
+    code, out = run("exitmod:agrees", "--device", "nosuchdevice:0")
+    assert code == 2 and "nosuchdevice:0" in out and "usable devices: numpy:0" in out, out
+    code, out = run("exitmod")
+    assert code == 2 and "expected module:function" in out, out

@@ -227,6 +227,8 @@ _CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"),
+                    reason="needs POSIX signals (signal.SIGKILL: an uncatchable kill mid-save); absent on Windows")
 @pytest.mark.parametrize("mode", ["block", "timed"])
 def test_kill_during_save_keeps_the_previous_file(tmp_path, mode):
     """SIGKILL a process in the middle of ``fa.save`` of a 192 MiB tree: the old checkpoint loads intact."""
@@ -280,3 +282,18 @@ def test_checkpoint_names_do_not_shadow_remat():
     """``fa.checkpoint`` stays remat (JAX's name); the checkpoint files live in ``fnarray.serialization``."""
     from fnarray.transforms.ad import checkpoint
     assert fa.checkpoint is checkpoint and fa.CheckpointError is CheckpointError
+
+
+def test_sharded_round_trip_on_8_host_devices():
+    """Save a tree of arrays split over a 4x2 mesh of 8 forced XLA host devices and load it back with like=,
+    shardings= (a tree, one sharding) and shardings="saved" (tests/checkpoint_8_devices.py, in a subprocess)."""
+    from helpers import require_backend
+    require_backend("jax")
+    pytest.importorskip("safetensors", reason="checkpoints need safetensors (pip install -e '.[io]')")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
+               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, os.path.join(root, "tests", "checkpoint_8_devices.py")], env=env, cwd=root,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("done"), r.stdout + r.stderr
+    assert r.stdout.count("ok ") >= 12, r.stdout

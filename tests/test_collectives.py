@@ -2,7 +2,7 @@
 examples on every backend (eager, jit outside and inside the vmap), and against ``jax.vmap(axis_name=)`` for
 the values and for the gradients (outer ``grad`` and per-example ``vmap(grad)``).
 
-Tiers (DESIGN.md): every case on numpy:0 and jax:0; a selection on mlx, opencl and webgpu.
+Tiers (docs/design.md): every case on numpy:0 and jax:0; a selection on mlx, opencl and webgpu.
 """
 
 from __future__ import annotations

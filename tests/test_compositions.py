@@ -1,6 +1,6 @@
 """Transforms nested in each other, against the same composition in JAX (64-bit) or a Python loop.
 
-Each composition named in DESIGN.md ("Transforms nest in any order") runs on the
+Each composition named in docs/design.md ("Transforms nest in any order") runs on the
 numpy backend: ``jit(vmap(grad(f)))``, ``vmap(jit(f))``, ``grad(jit(f))``,
 ``jit(grad(f))`` of a ``scan``, ``vmap(cond)``, ``grad(fori_loop)``,
 ``hessian(jit(f))`` and more (custom rules, checkpoint, random keys under vmap).

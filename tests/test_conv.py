@@ -277,7 +277,7 @@ def test_bfloat16_accumulates_in_float32(device):
 
 @contextlib.contextmanager
 def _quiet():
-    # webgpu has no bfloat16 at all: those equations fall back whatever the kernels (DESIGN.md).
+    # webgpu has no bfloat16 at all: those equations fall back whatever the kernels (docs/design.md).
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", fa.FallbackWarning)
         yield

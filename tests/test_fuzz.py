@@ -79,9 +79,9 @@ def _excluded(prog, backend):
 
 @functools.cache
 def _subnormals_ok(device):
-    # XLA on the CPU flushes float32 subnormals to zero inside fused ops (TRAPS.md), and WGSL lets an
+    # XLA on the CPU flushes float32 subnormals to zero inside fused ops (docs/traps.md), and WGSL lets an
     # implementation flush them (lavapipe's log10 and lgamma of 1e-40 are off by 2 and give inf).
-    # DESIGN.md does not pin denormals (issue 12 item 6 decides), so these devices get inputs without
+    # docs/design.md does not pin denormals (issue 12 item 6 decides), so these devices get inputs without
     # subnormals: the flush is excluded here, not tested.
     return device.backend != "webgpu" and not F.flushes_subnormals(device)
 
@@ -169,7 +169,7 @@ def test_fuzz_generator_covers_the_primitives():
 
 def test_scatter_max_min_propagate_nan(device):
     """Seed 20000683 on mlx:0: ``x.at[i].max(1.5)`` of a NaN gave 1.5, and a NaN update followed by a 0 at
-    the same index gave 0 (MLX's scatter compares with NaN losing); DESIGN.md pins NaN propagation."""
+    the same index gave 0 (MLX's scatter compares with NaN losing); docs/design.md pins NaN propagation."""
     x = np.array([np.nan, 1.0, 2.0, 3.0, -1.0], np.float32)
     idx = np.array([0, 1, 1, 2, 7, -9, 4], np.int32)       # duplicates, and two out of bounds (dropped)
     upd = np.array([1.5, np.nan, 0.0, np.nan, np.nan, np.nan, -2.0], np.float32)

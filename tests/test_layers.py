@@ -1,4 +1,4 @@
-"""The layers as DESIGN.md draws them: import rules checked on the source, and the public surface of fnarray.lax."""
+"""The layers as docs/design.md draws them: import rules checked on the source, and fnarray.lax's public surface."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 References: NumPy's ``linalg`` in float64 (float32 at float32 tolerances), JAX (``jax.lax.linalg`` /
 ``jax.numpy.linalg`` under ``jax.enable_x64``) for derivatives, central finite differences in float64, and a
 Python loop for ``vmap``. The full table runs on numpy:0; every other device gets a parity selection
-against numpy:0 (DESIGN.md test tiers). opencl and webgpu may run these primitives on numpy through the
+against numpy:0 (docs/design.md test tiers). opencl and webgpu may run these primitives on numpy through the
 fallback; ``KERNELS_REQUIRED`` (below) turns that into an error for the primitives that have kernels there.
 """
 

@@ -53,7 +53,7 @@ def _has_zero_size(prim, inputs, params):
 
 
 def test_every_primitive_has_a_zero_size_case():
-    # DESIGN.md: zero-size operands and outputs are legal for every primitive on every backend.
+    # docs/design.md: zero-size operands and outputs are legal for every primitive on every backend.
     covered = {p for _, p, inputs, params in CASES if _has_zero_size(p, inputs, params)} | NOT_EXECUTED
     missing = sorted(p.name for p in PRIMITIVES.values() if p not in covered)
     assert not missing, f"primitives without a zero-size parity case: {missing}"

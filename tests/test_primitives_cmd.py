@@ -80,3 +80,46 @@ def test_command_line(capsys):
     assert out.startswith("erfc  (family: unary)") and "erfc_float32" in out and "backends:" in out
     with pytest.raises(SystemExit):
         cmd.describe("no_such_primitive")
+
+
+def test_report_fits_120_columns_and_names_an_unavailable_backend_once(rows):
+    # The same rows as on a machine without mlx: its column reads '-' and its reason appears once.
+    why = ("the mlx library is not installed (No module named 'mlx'); to fix: pip install 'fnarray[mlx]', "
+           "then run `python -m fnarray doctor` to see what else this machine can use, and more words")
+    i = cmd.COLUMNS.index("mlx")
+    gone = [r[:i] + [f"backend unavailable ({why})"] + r[i + 1:] for r in rows]
+    text = cmd.report(gone)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= cmd.WIDTH, max(lines, key=len)
+    assert text.count("mlx library is not installed") == 1
+    assert cmd.unavailable_backends(gone) == {"mlx": why}
+    header = next(line for line in lines if line.startswith("primitive"))
+    mlx_at = header.index("mlx")
+    body = [line for line in lines if line.split() and line.split()[0] in PRIMITIVES]
+    assert len(body) == len(PRIMITIVES)
+    assert all(line[mlx_at] == "-" for line in body)
+    # --wide keeps every reason, in every row.
+    wide = cmd.report(gone, wide=True)
+    assert wide.count("mlx library is not installed") == len(PRIMITIVES) + 1
+    # The status words follow the full cells.
+    by_name = {r[0]: r for r in rows}
+    plain = {line.split()[0]: line.split() for line in body}
+    for name in ("neg", "erfc", "while"):
+        assert plain[name][6] == cmd._short(by_name[name][6])
+
+
+def test_report_sections_are_a_list_of_functions(rows):
+    extra = lambda rows, wide: ["an added section"]   # how another section joins the report
+    cmd.SECTIONS.append(extra)
+    try:
+        assert cmd.report(rows).rstrip().endswith("an added section")
+    finally:
+        cmd.SECTIONS.remove(extra)
+
+
+def test_short_cells():
+    assert cmd._short("native (driven from the host)") == "native"
+    assert cmd._short("falls back (no kernel rule)") == "fallback"
+    assert cmd._short("unsupported (a web page has no numpy fallback)") == "no"
+    assert cmd._short("backend unavailable (x)") == "-"
+    assert cmd._short("n/a (zero tangent)") == "n/a"

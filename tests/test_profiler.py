@@ -253,3 +253,39 @@ def test_verdict_pulling_to_the_host_each_step_is_transfer():
     verdict = _advice(h.profile, "transfer")
     assert "device->host" in verdict and "test_profiler.py" in verdict
     assert "keep values on the device" in verdict
+
+
+def test_summary_prints_once_at_a_prompt_and_returns_the_table():
+    import contextlib
+    import io
+    import sys
+    f = fa.jit(lambda a: a * 2.0)
+    with fa.profiler.trace():
+        f(fnp.ones(3))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        s = fa.profiler.summary()
+        sys.__displayhook__(s)        # what a prompt does with the value of `fa.profiler.summary()`
+    text = out.getvalue()
+    assert text.count("verdict:") == 1 and s.text in text and str(s) == s.text
+    assert "\n" not in repr(s) and repr(s).startswith("<fnarray.profiler.Summary")
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet):
+        s2 = fa.profiler.summary(print=False)
+    assert quiet.getvalue() == "" and s2.text.splitlines()[1:] == s.text.splitlines()[1:]
+
+
+def test_tiny_eager_ops_get_the_jit_advice_on_every_device(device):
+    """A loop of tiny eager operations: whichever layer dominates (dispatch on numpy:0; on jax:0 each operation is
+    an XLA executable, so kernel launches may), the verdict says to jit or batch, never to find a faster device."""
+    x = fa.device_put(fnp.ones(4), device)
+    y = x * 1.0001 + 0.5
+    y = y * 1.0001 + 0.5
+    with fa.profiler.trace() as h:
+        for _ in range(100):
+            y = y * 1.0001 + 0.5
+    s = h.profile.summary()
+    assert s.dominant in ("dispatch", "kernel", "transfer"), s.text
+    if s.dominant in ("dispatch", "kernel"):
+        assert "Many tiny" in s.verdict and "faster" not in s.verdict.split("Many tiny")[1].replace(
+            "a faster device would not help", ""), s.verdict

@@ -1,4 +1,4 @@
-"""The pinned semantics of DESIGN.md ("Semantics"), one test per row, on every device,
+"""The pinned semantics of docs/design.md ("Semantics"), one test per row, on every device,
 eagerly and under ``jit``. References are NumPy (float64 / exact integers), JAX's
 promotion, or the rule written out in ``helpers``."""
 

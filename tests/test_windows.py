@@ -3,7 +3,7 @@
 References: ``jax.lax.reduce_window`` and ``jax.grad`` (JAX is a test oracle), float64 central finite
 differences, a Python loop for ``vmap``, and a NumPy float64 loop over output positions for the pooling
 functions (flax's definitions). The full table runs on numpy:0; every device runs a smaller selection
-against numpy:0 (DESIGN.md test tiers).
+against numpy:0 (docs/design.md test tiers).
 """
 
 from __future__ import annotations

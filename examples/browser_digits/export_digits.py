@@ -105,15 +105,25 @@ def main(argv=None):
     parser.add_argument("--epochs", type=int, default=30, help="epochs to train a model whose parameters are not given")
     parser.add_argument("--out", default="digits_site", help="the site folder to write (default digits_site)")
     parser.add_argument("--test-images", type=int, default=24, help="test images the page offers (default 24)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars while training")
     args = parser.parse_args(argv)
+    quiet = ["--quiet"] if args.quiet else []
     if args.params:
         params = load_params(args.params)
     else:
-        params = digits_mlp.main(["--epochs", str(args.epochs), "--device", "numpy:0", "--quiet"])["params"]
+        print(f"no --params: training the MLP first ({args.epochs} epochs on numpy:0, a few seconds; "
+              "digits_mlp.py --save PATH makes a file to pass instead)", flush=True)
+        params = digits_mlp.main(["--epochs", str(args.epochs), "--device", "numpy:0"] + quiet)["params"]
     cnn = None
     if not args.no_cnn:
-        cnn = load_params(args.cnn_params, digits_cnn) if args.cnn_params else digits_cnn.main(
-            ["--epochs", str(args.epochs), "--device", "numpy:0", "--quiet"])["params"]
+        if args.cnn_params:
+            cnn = load_params(args.cnn_params, digits_cnn)
+        else:
+            print(f"no --cnn-params: training the CNN first ({args.epochs} epochs on numpy:0; 30 take about 2 minutes "
+                  "on 2 cores; digits_cnn.py --save PATH makes a file to pass instead, --no-cnn skips it)", flush=True)
+            cnn = digits_cnn.main(["--epochs", str(args.epochs), "--device", "numpy:0"] + quiet)["params"]
+    print(f"exporting the model{'s' if cnn is not None else ''} to {args.out}/ (tracing, WGSL kernels, weights)",
+          flush=True)
     manifest = build_site(args.out, params, args.test_images, cnn_params=cnn)
     for folder, m in [(MODEL_DIR, manifest)] + ([(CNN_MODEL_DIR, manifest["cnn"])] if cnn is not None else []):
         print(f"wrote {args.out}/{folder}/: {len(m['kernels'])} WGSL kernels, {len(m['dispatches'])} dispatches, "

@@ -3,7 +3,7 @@
 ``Array`` carries the operators and methods; ``ArrayImpl`` (a concrete array
 on a device) and ``Tracer`` (a value inside a transformation) derive from it.
 The operators come from ``fnarray.numpy``, which fills the ``ops`` hook at
-import (DESIGN.md: ``core/`` defines hooks that upper layers fill), so that
+import (docs/design.md: ``core/`` defines hooks that upper layers fill), so that
 ``core`` imports nothing above it.
 """
 
@@ -67,7 +67,7 @@ class Array:
     """An immutable n-dimensional array (the base of concrete arrays and tracers).
 
     Subclasses provide ``aval`` (a ``ShapedArray``). Indexing and operators
-    follow NumPy with fnarray's semantics (DESIGN.md, "Semantics"); updates
+    follow NumPy with fnarray's semantics (docs/design.md, "Semantics"); updates
     are functional: ``x.at[i].set(v)`` returns a new array.
     """
 

@@ -4,7 +4,7 @@
 tracer, anything else with an ``aval`` (the AD markers ``Zero`` and ``UndefinedPrimal``), a NumPy array
 (its dtype canonicalised, strong) or a Python/NumPy scalar (Python scalars weak, with the 32-bit defaults).
 
-``asarray(x)`` turns a NumPy array or scalar into an ``Array``. It is a hook (DESIGN.md: ``core/`` defines
+``asarray(x)`` turns a NumPy array or scalar into an ``Array``. It is a hook (docs/design.md: ``core/`` defines
 hooks that upper layers fill): ``fnarray.numpy`` fills it at import with its ``asarray`` rules, so that the
 transforms make arrays without importing the namespace.
 """

@@ -2,7 +2,7 @@
 
 Every cache of fnarray that grows with what users call (jit traces and executables, eager
 operations, kernel programs and pipelines) is an ``LRUCache`` whose size is read from
-``fnarray.config`` (DESIGN.md, "State and memory").
+``fnarray.config`` (docs/design.md, "State and memory").
 
 A lookup is one GIL-atomic ``OrderedDict`` operation pair (``get``, ``move_to_end``) and takes
 no lock, so the call path stays fast and several threads may look up at once; an insert takes

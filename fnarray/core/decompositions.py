@@ -1,4 +1,4 @@
-"""Decompositions: a primitive written once as a composite of other primitives (DESIGN.md, "Families and
+"""Decompositions: a primitive written once as a composite of other primitives (docs/design.md, "Families and
 decompositions").
 
 ``DECOMPOSITIONS[primitive]`` holds a function over ``fnarray.core.lax`` that computes the primitive from

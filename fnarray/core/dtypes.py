@@ -1,7 +1,7 @@
 """Dtypes, the type-promotion lattice and weak types.
 
 Dtypes are NumPy ``np.dtype`` objects (``bfloat16`` from ``ml_dtypes``), so they
-compare equal to NumPy's and hash alike. Defaults are 32-bit (DESIGN.md,
+compare equal to NumPy's and hash alike. Defaults are 32-bit (docs/design.md,
 "Semantics"): Python ``float`` is ``float32``, ``int`` is ``int32``,
 ``complex`` is ``complex64``.
 

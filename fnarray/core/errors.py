@@ -1,4 +1,4 @@
-"""The fnarray error hierarchy (DESIGN.md, "Errors").
+"""The fnarray error hierarchy (docs/design.md, "Errors").
 
 Every error is also the matching built-in exception, so ``except ValueError``
 keeps working for users who do not know fnarray's classes.

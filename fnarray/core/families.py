@@ -1,4 +1,4 @@
-"""Primitive families: what is uniform across a family is registered once, for every member (DESIGN.md,
+"""Primitive families: what is uniform across a family is registered once, for every member (docs/design.md,
 "Families and decompositions").
 
 A primitive is declared with its family (``Primitive(..., kind=...)``; ``primitives.unary``/``binary`` set

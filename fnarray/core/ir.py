@@ -1,4 +1,4 @@
-"""The IR: typed SSA programs, as JAX's jaxprs (DESIGN.md, "The IR").
+"""The IR: typed SSA programs, as JAX's jaxprs (docs/design.md, "The IR").
 
 A ``Program`` has constant variables (arrays captured from outside, bound at
 call time), input variables, equations ``outs = primitive[params] ins`` and
@@ -209,7 +209,7 @@ def _pp(prog: Program, indent: int, names) -> str:
 
 
 def pp_program(prog: Program) -> str:
-    """Print a program in the jaxpr-like text form of DESIGN.md."""
+    """Print a program in the jaxpr-like text form of docs/design.md."""
     return _pp(prog, 0, {"__gen__": _names()})
 
 

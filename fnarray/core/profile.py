@@ -15,6 +15,8 @@ import os
 import threading
 import time
 
+from fnarray.core import log as _log
+
 __all__ = ["recorder", "span", "Recorder", "Span", "KINDS", "user_frame"]
 
 #: The layers, in the order the summary lists them.
@@ -69,11 +71,40 @@ _NULL = _Null()
 
 
 def span(kind: str, name: str, **args):
-    """A context manager recording a span of ``kind`` (one of ``KINDS``) when a recorder is active."""
+    """A context manager recording a span of ``kind`` (one of ``KINDS``) when a recorder is active.
+
+    Lowering and compiling spans also report themselves on the ``fnarray`` logger when they run long
+    (``fnarray.core.log.slow_step``: ``FNARRAY_LOG=info``), recording or not."""
     rec = recorder
-    if rec is None:
-        return _NULL
-    return Span(rec, kind, name, args)
+    inner = _NULL if rec is None else Span(rec, kind, name, args)
+    if kind in _LOGGED and _log.logger.isEnabledFor(_log.logging.INFO):
+        return _Logged(inner, kind, name, args)
+    return inner
+
+
+#: The kinds of span that report a long run on the ``fnarray`` logger.
+_LOGGED = frozenset(("lower", "compile"))
+
+
+class _Logged:
+    """A span (or ``_NULL``) inside a ``slow_step`` that names it."""
+
+    __slots__ = ("inner", "step")
+
+    def __init__(self, inner, kind, name, args):
+        where = f" on {args['device']}" if "device" in args and str(args["device"]) not in name else ""
+        self.inner = inner
+        self.step = _log.slow_step(f"{kind}: {name}{where}")
+
+    def __enter__(self):
+        self.step.__enter__()
+        return self.inner.__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return self.inner.__exit__(*exc)
+        finally:
+            self.step.__exit__(*exc)
 
 
 class Record:

@@ -1,4 +1,4 @@
-"""Partitioning and fallback (DESIGN.md, "Partitioning and fallback").
+"""Partitioning and fallback (docs/design.md, "Partitioning and fallback").
 
 Before lowering, every equation is checked with its backend's ``supports``
 (an equation holding sub-programs is supported only if all of theirs are, so

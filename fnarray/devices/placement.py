@@ -4,7 +4,7 @@ Placement follows JAX: an array made without a device is *uncommitted* on the
 default device and follows committed operands; ``device_put`` commits.
 Operations on committed arrays of different devices raise an error naming
 both. Eager execution is ``jit`` of a one-equation program, cached per
-(primitive, params, input types, device) (DESIGN.md).
+(primitive, params, input types, device) (docs/design.md).
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def device_put(x, device=None):
     """Place ``x`` (an array, NumPy value or pytree of them) on ``device``, committed.
 
     Mirrors ``jax.device_put``. Operations on committed arrays run on their device;
-    uncommitted ones follow committed operands (DESIGN.md, placement).
+    uncommitted ones follow committed operands (docs/design.md, placement).
 
     Args:
       x: an ``Array``, NumPy array, Python or NumPy scalar, or a pytree of them.

@@ -7,7 +7,7 @@ primitive: ``rule(g, eqn, ins) -> out names``, where ``g`` is the graph being
 built and ``ins`` the ONNX names of the equation's inputs. A new primitive
 (a convolution, a pooling window) is one more entry.
 
-The rules reproduce fnarray's semantics (DESIGN.md), not ONNX's defaults:
+The rules reproduce fnarray's semantics (docs/design.md), not ONNX's defaults:
 gather indices are clamped (``Min``/``Max`` before ``GatherND``), scatter drops
 out-of-bounds updates (they go to a padding row that is sliced off), integer
 division and remainder by zero give 0, float-to-int casts saturate with NaN -> 0,
@@ -27,6 +27,7 @@ import tempfile
 
 import numpy as np
 
+from fnarray.core.log import logged_step
 from fnarray.core import dtypes
 from fnarray.core import linalg as _L
 from fnarray.core import primitives as P
@@ -1106,6 +1107,7 @@ def _import_onnx():
     return onnx_mod
 
 
+@logged_step(lambda f, *a, path, **k: f"export of {getattr(f, '__name__', 'a function')} to {path} (onnx)")
 def onnx(f, *example_args, path, bake_argnums=(), opset=None):
     """Export ``f`` as an ONNX model (a ``.onnx`` file) for ONNX Runtime and the runtimes that read ONNX.
 

@@ -27,6 +27,7 @@ from importlib import resources
 
 import numpy as np
 
+from fnarray.core.log import logged_step
 from fnarray.core.config import config
 from fnarray.core.errors import BackendUnavailable, ExportError, UnsupportedOnDevice
 from fnarray.core.ir import Literal, check_program
@@ -144,6 +145,7 @@ def _dtype_name(d) -> str:
     return name
 
 
+@logged_step(lambda f, *a, path, **k: f"export of {getattr(f, '__name__', 'a function')} to {path} (webgpu)")
 def webgpu(f, *example_args, path, bake_argnums=()):
     """Export ``f`` as a folder that runs in a web page through WebGPU (``navigator.gpu``).
 

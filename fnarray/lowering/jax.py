@@ -165,7 +165,7 @@ for _p, _f in [(P.mul, lax.mul), (P.pow_p, lax.pow), (P.max_p, lax.max),
 
 
 def _int_safe(fn):
-    """Integer division/remainder by zero gives 0 (DESIGN.md), where XLA gives -1 or x."""
+    """Integer division/remainder by zero gives 0 (docs/design.md), where XLA gives -1 or x."""
     def f(x, y):
         x, y = _bcast(x, y)
         if not jnp.issubdtype(x.dtype, jnp.integer):
@@ -300,7 +300,7 @@ def _nan_first_min(a, b):
 
 
 def _reduce_extreme(plain, nan_first, bool_reduce, identity):
-    """max/min reductions that propagate NaN (DESIGN.md "Edge cases").
+    """max/min reductions that propagate NaN (docs/design.md "Edge cases").
 
     XLA's CPU reduce_max/reduce_min lose a NaN in arrays longer than ~2048 elements (its
     vectorized loop uses maxps/minps, which return the second operand on NaN), so float

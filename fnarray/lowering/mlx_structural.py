@@ -217,7 +217,7 @@ def _scatter(kind):
         zero_i = _const(0, idt)
         bounds = [_const(n, idt) if n <= np.iinfo(idt).max else None for n in sizes]
         fill = _const(_scatter_identity(k, d), d) if k != "set" else None
-        nan_propagating = k in ("maximum", "minimum") and dtypes.is_float(d)  # DESIGN.md: max/min propagate NaN
+        nan_propagating = k in ("maximum", "minimum") and dtypes.is_float(d)  # docs/design.md: max/min propagate NaN
 
         def valid(indices):
             ok = None

@@ -6,7 +6,8 @@ elimination. Where that implementation is a NumPy ufunc and one of its operands
 is a temporary of the output's shape and dtype that nothing reads afterwards,
 the ufunc writes into it (``out=``), so a chain of elementwise operations reuses
 its buffers as NumPy's own single-expression evaluation does. Values that depend
-only on captured constants are computed once, on the first call, and reused (DESIGN.md, "The IR"). ``Lowered.as_text()``
+only on captured constants are computed once, on the first call, and reused (docs/design.md, "The IR").
+``Lowered.as_text()``
 returns the generated source.
 """
 
@@ -28,7 +29,7 @@ from fnarray.lowering import numpy_windows  # noqa: F401  (registers the window 
 
 __all__ = ["make_backend", "compile_numpy", "NumpyBackend"]
 
-# fnarray pins the results of 1/0, log(0), overflow... (DESIGN.md "Semantics"); NumPy's RuntimeWarnings
+# fnarray pins the results of 1/0, log(0), overflow... (docs/design.md "Semantics"); NumPy's RuntimeWarnings
 # about them are noise for users. Silenced for this backend's own modules only (np.errstate per call
 # costs ~3 us, a third of the call-path budget).
 warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fnarray\.lowering\.numpy")

@@ -1,7 +1,7 @@
 """NumPy implementations of every primitive: the reference semantics.
 
 ``IMPLS[primitive](params, in_avals, out_avals)`` returns a callable over NumPy
-arrays. These rules define what every other backend reproduces (DESIGN.md,
+arrays. These rules define what every other backend reproduces (docs/design.md,
 "The numpy backend defines the semantics"): integer division and remainder by
 zero give 0, shifts past the bit width give 0 (or -1), float-to-int casts
 saturate with NaN -> 0, gathers clamp and scatters drop out-of-bounds indices,

@@ -337,7 +337,7 @@ class _GPU:
 
     @_locked
     def wait(self, b: WGBuffer):
-        """Block until the queued work that writes ``b`` is done (a 4-byte readback: see TRAPS.md)."""
+        """Block until the queued work that writes ``b`` is done (a 4-byte readback: see docs/traps.md)."""
         self.queue.read_buffer(b.buffer, 0, 4)
 
     # ------------------------------------------------------------------ pipelines
@@ -403,7 +403,7 @@ class _GPU:
         self.queue.submit([enc.finish()])
         if qs is None:
             if buffers:
-                self.queue.read_buffer(buffers[0], 0, 4)  # waits for the launch (TRAPS.md: no work-done wait)
+                self.queue.read_buffer(buffers[0], 0, 4)  # waits for the launch (docs/traps.md: no work-done wait)
             return None
         t0, t1 = np.frombuffer(self.queue.read_buffer(out, 0, 16), np.uint64)
         return float(t1 - t0) / 1e3 if t1 >= t0 else None

@@ -1,6 +1,6 @@
 """The zero-size pass: a program rewritten so that no equation computes on an empty array.
 
-Zero-size operands and outputs are legal for every primitive (DESIGN.md, "State and
+Zero-size operands and outputs are legal for every primitive (docs/design.md, "State and
 memory"), and nothing is launched where nothing is done. Rather than teach every
 kernel group, index computation and MLX rule about empty shapes, the backends that
 need it (the kernel scheduler, the mlx lowering) run this pass first:

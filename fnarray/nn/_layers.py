@@ -115,7 +115,7 @@ class Embedding(Module):
       ``weight_init`` (default ``normal(1.0)``: N(0, 1), as PyTorch).
     Fields: ``weight: (num_embeddings, embedding_dim)``.
     Call: integer ``ids`` of any shape -> ``ids.shape + (embedding_dim,)``; out-of-range ids are
-      clamped, as every gather in fnarray (DESIGN.md, "Indices").
+      clamped, as every gather in fnarray (docs/design.md, "Indices").
     """
 
     weight: Any

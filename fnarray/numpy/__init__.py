@@ -2,7 +2,7 @@
 
 ``import fnarray.numpy as fnp``. Every function is a composite of fnarray's
 primitives, so it works eagerly, under ``jit``, ``grad`` and ``vmap``, on every
-backend. Semantics where the standard is silent follow DESIGN.md (32-bit
+backend. Semantics where the standard is silent follow docs/design.md (32-bit
 defaults, JAX's promotion with weak types, clamped gathers, dropped scatters).
 Each submodule's ``__all__`` is the public surface it contributes.
 """

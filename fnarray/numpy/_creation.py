@@ -1,6 +1,6 @@
 """Array creation functions of the array API standard (2024.12) and NumPy's common extras.
 
-Defaults are 32-bit (DESIGN.md): ``arange(5)`` is ``int32``, ``zeros(3)`` is
+Defaults are 32-bit (docs/design.md): ``arange(5)`` is ``int32``, ``zeros(3)`` is
 ``float32``. ``device`` places the result (committed) on a device.
 """
 

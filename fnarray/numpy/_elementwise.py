@@ -3,7 +3,7 @@
 Arguments are promoted with JAX's lattice and weak types and broadcast as in
 NumPy; see ``fnarray.core.dtypes``. Integer inputs to functions defined on
 floats (``exp``, ``sqrt``, ``divide``...) are promoted to the default float
-dtype, as ``jax.numpy`` does. Pinned edge cases (DESIGN.md): integer division
+dtype, as ``jax.numpy`` does. Pinned edge cases (docs/design.md): integer division
 and remainder by zero give 0, shifts past the bit width give 0 (or -1),
 ``maximum``/``minimum`` propagate NaN, ``0 ** 0 == 1``.
 """
@@ -280,7 +280,7 @@ true_divide = divide
 def floor_divide(x1, x2, /):
     """Floor division ``x1 // x2`` (array API ``floor_divide``; ``numpy.floor_divide``).
 
-    Differences from NumPy: integer division by zero gives 0 without a warning (DESIGN.md);
+    Differences from NumPy: integer division by zero gives 0 without a warning (docs/design.md);
     float special cases follow the array API (``1 // -inf`` is ``-0.0``, NumPy ``-1.0``); bool
     operands are computed in ``int8``; JAX's promotion (weak Python scalars; ``float16`` with ``int32`` gives
     ``float16``, NumPy ``float64``); lists are not accepted, as in ``jax.numpy``.
@@ -344,7 +344,7 @@ def _float_floor_div(x, y):
 def remainder(x1, x2, /):
     """Remainder with the sign of the divisor (array API ``remainder``; ``numpy.remainder``, Python's ``%``).
 
-    Differences from NumPy: integer remainder by zero gives 0 without a warning (DESIGN.md);
+    Differences from NumPy: integer remainder by zero gives 0 without a warning (docs/design.md);
     bool arrays raise (NumPy computes them in ``int8``); JAX's promotion (weak Python scalars; ``float16`` with
     ``int32`` gives ``float16``, NumPy ``float64``); lists are not accepted, as in ``jax.numpy``.
 
@@ -388,7 +388,7 @@ def _py_mod(x, y):
 def fmod(x1, x2, /):
     """C ``fmod``: remainder with the sign of the dividend (``numpy.fmod``; not in the array API).
 
-    Differences from NumPy: integer ``fmod`` by zero gives 0 (DESIGN.md); JAX's promotion (weak Python scalars;
+    Differences from NumPy: integer ``fmod`` by zero gives 0 (docs/design.md); JAX's promotion (weak Python scalars;
     ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``); lists are not accepted, as in ``jax.numpy``.
 
     Args:
@@ -475,7 +475,7 @@ def float_power(x1, x2, /):
 
     As NumPy, the result is ``float64`` even for ``float32`` inputs, and ``complex128`` when
     either input is complex (backends without 64-bit floats run it on the numpy backend,
-    DESIGN.md).
+    docs/design.md).
 
     Args:
       x1, x2: arrays, scalars or nested sequences (converted as by ``asarray``), broadcast.
@@ -835,7 +835,7 @@ def bitwise_left_shift(x1, x2, /):
     """``x1 << x2`` (array API ``bitwise_left_shift``; ``numpy.left_shift``).
 
     Differences from NumPy: shifts by ``>=`` the bit width or by a negative amount give 0 on every backend
-    (DESIGN.md); JAX's promotion (weak Python scalars; ``float16`` with ``int32`` gives ``float16``, NumPy
+    (docs/design.md); JAX's promotion (weak Python scalars; ``float16`` with ``int32`` gives ``float16``, NumPy
     ``float64``); lists are not accepted, as in ``jax.numpy``.
 
     Args:
@@ -857,7 +857,7 @@ def bitwise_right_shift(x1, x2, /):
     ``numpy.right_shift``).
 
     Differences from NumPy: shifts by ``>=`` the bit width give 0 (or -1 for a negative signed ``x1``) on every
-    backend (DESIGN.md); JAX's promotion (weak Python scalars; ``float16`` with ``int32`` gives ``float16``, NumPy
+    backend (docs/design.md); JAX's promotion (weak Python scalars; ``float16`` with ``int32`` gives ``float16``, NumPy
     ``float64``); lists are not accepted, as in ``jax.numpy``.
 
     Args:

@@ -1,6 +1,6 @@
 """Indexing: ``x[key]``, functional updates ``x.at[key].set(v)``, ``take`` and ``take_along_axis``.
 
-Semantics (DESIGN.md, "Indices"), as NumPy where NumPy is defined and as JAX beyond:
+Semantics (docs/design.md, "Indices"), as NumPy where NumPy is defined and as JAX beyond:
 
 - a static integer index out of bounds raises ``IndexError`` while tracing; slices clamp;
 - array indices (and traced scalar indices) are first normalised (a negative value counts
@@ -200,7 +200,7 @@ def _normalize(i, n):
     gathers clamp them and scatters drop them."""
     if n > _I32_MAX:  # an index past 2**31 - 1 would wrap: x[-1] read element 2**31 - 64 of 2**31 + 64
         raise ShapeError(f"an array index over an axis of {n} elements: fnarray's index arithmetic is int32 "
-                         f"(DESIGN.md, as JAX without x64), which addresses at most {_I32_MAX + 1} elements "
+                         f"(docs/design.md, as JAX without x64), which addresses at most {_I32_MAX + 1} elements "
                          "per axis; reshape the array so that the indexed axis is shorter, or slice it with "
                          "Python ints first (x[a:b] and x[k] with a Python int need no index arithmetic)")
     if isinstance(i, (int, np.integer, np.ndarray)):
@@ -630,7 +630,7 @@ def take(a, indices, axis=None, mode=None, fill_value=None, *, unique_indices=Fa
     Args:
       a: array; ``axis=None`` takes from the flattened array.
       indices: integer array (any shape) or int; negative values count from the end.
-      mode: ``None``/``"clip"`` (default: out-of-bounds indices are clamped, DESIGN.md),
+      mode: ``None``/``"clip"`` (default: out-of-bounds indices are clamped, docs/design.md),
         ``"wrap"`` (modulo the axis size) or ``"fill"`` (out-of-bounds give ``fill_value``,
         default NaN for floats, the lowest signed / highest unsigned integer, True).
 

@@ -138,7 +138,7 @@ def astype(x, dtype, /, *, copy: "bool" = True, device=None):
     """``x`` converted to ``dtype`` (array API ``astype``; ``numpy.ndarray.astype``); float -> int saturates, NaN -> 0.
 
     Differences from NumPy: out-of-range float -> int conversions saturate and NaN gives 0 on
-    every backend (DESIGN.md; NumPy's result is platform-defined); complex -> real keeps the
+    every backend (docs/design.md; NumPy's result is platform-defined); complex -> real keeps the
     real part without a warning; ``copy`` is ignored (arrays are immutable).
 
     Raises:

@@ -5,7 +5,7 @@ end, or ``None`` for all axes) and keeps the reduced axes as size 1 with ``keepd
 Default result dtypes follow ``jax.numpy``: ``sum``/``prod`` of bool and of integers narrower
 than 32 bits accumulate in the default ``int32`` (``uint32`` for unsigned), floats keep their
 dtype, and ``mean``/``var``/``std``/``median``/``quantile`` of integers give ``float32``.
-Pinned semantics (DESIGN.md): ``max``/``min`` propagate NaN, ``argmax``/``argmin`` return
+Pinned semantics (docs/design.md): ``max``/``min`` propagate NaN, ``argmax``/``argmin`` return
 the first NaN, and indices are ``int32``. Lists are not accepted (as ``jax.numpy``): convert
 them with ``fnarray.numpy.asarray``. NumPy's ``out=`` is accepted for signature compatibility
 but must be ``None`` (arrays are immutable).

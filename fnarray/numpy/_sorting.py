@@ -1,7 +1,7 @@
 """Sorting, searching and set functions (array API 2024.12, NumPy and JAX extras).
 
 Sorting lowers to the multi-operand ``sort`` primitive: ``argsort`` sorts ``(keys, iota)``
-and keeps the permuted iota. NaN sorts last (DESIGN.md), -0.0 sorts equal to 0.0, complex
+and keeps the permuted iota. NaN sorts last (docs/design.md), -0.0 sorts equal to 0.0, complex
 numbers sort by real part then imaginary part (as NumPy). A descending sort is the reverse of
 the ascending one, so NaN comes first there, and a stable descending ``argsort`` keeps equal
 elements in their original order (array API). Indices are ``int32``.

@@ -1,4 +1,4 @@
-"""One or more cases for every primitive: the backend parity tier (DESIGN.md, "Testing") and `fnarray doctor`.
+"""One or more cases for every primitive: the backend parity tier (docs/design.md, "Testing") and `fnarray doctor`.
 
 A case is ``(name, primitive, inputs, params)``: ``inputs`` are NumPy arrays
 (made from a fixed seed), ``params`` the primitive's static parameters. The
@@ -87,7 +87,7 @@ case("mul_rank0_left", P.mul, [np.float32(-2.0), f32(5)])
 case("max_nan", P.max_p, [np.array([np.nan, 1, 2], np.float32), np.array([0, np.nan, 3], np.float32)])
 case("min_nan", P.min_p, [np.array([np.nan, 1, 2], np.float32), np.array([0, np.nan, 3], np.float32)])
 case("pow_zero_zero", P.pow_p, [np.array([0.0, 2.0], np.float32), np.array([0.0, 0.0], np.float32)])
-# Integer semantics pinned by DESIGN.md.
+# Integer semantics pinned by docs/design.md.
 case("div_int", P.div, [i32(8), np.array([3, -3, 0, 1, -1, 0, 7, -2], np.int32)])
 case("rem_int", P.rem, [i32(8), np.array([3, -3, 0, 1, -1, 0, 7, -2], np.int32)])
 for p in (P.add, P.sub, P.mul, P.max_p, P.min_p, P.eq, P.lt):
@@ -267,7 +267,7 @@ NOT_EXECUTED = {P.custom_lin, P.custom_jvp_call, P.custom_vjp_call, *_collective
 
 
 # ---------------------------------------------------------------------------------- zero-size operands
-# Every executed primitive once more with zero-size dimensions (DESIGN.md: zero-size operands and
+# Every executed primitive once more with zero-size dimensions (docs/design.md: zero-size operands and
 # outputs are legal everywhere and launch nothing): empty results, and non-empty results of empty
 # operands (a reduction's identity, a matmul over an empty contraction, the padding of an empty array).
 
@@ -336,7 +336,7 @@ case("dot_general_empty_rows", P.dot_general, [f32(0, 4), f32(4, 5)], dimension_
 case("dot_general_empty_batch_int", P.dot_general, [i32(0, 3, 4), i32(0, 4, 2)],
      dimension_numbers=(((2,), (1,)), ((0,), (0,))), preferred_element_type=None)
 
-# Reductions past the sizes where libraries switch algorithms (TRAPS.md: 2048 on XLA's CPU; a parallel
+# Reductions past the sizes where libraries switch algorithms (docs/traps.md: 2048 on XLA's CPU; a parallel
 # tree in the kernel backends from 64 elements): 4097 and 100003 elements.
 _big = rng.uniform(-1, 1, 100003).astype(np.float32)
 _big_ties = np.concatenate([_big[:50000], [2.0], _big[50001:70000], [2.0], _big[70001:]]).astype(np.float32)

@@ -9,7 +9,7 @@ lowering. Inside another transformation, a jitted call is one ``call``
 equation holding the traced program, so ``grad(jit(f))`` and ``vmap(jit(f))``
 work on every backend.
 
-Caches (DESIGN.md, "State and memory"): as JAX, the caches belong to the function,
+Caches (docs/design.md, "State and memory"): as JAX, the caches belong to the function,
 not to the wrapper: ``jit(f)`` made twice, or ``jit(f)(x)`` written in a loop, traces
 ``f`` once per signature. ``_FUNCTIONS`` maps a function, held weakly and compared
 as JAX compares it (by ``==``: a bound method is its function and its object), to
@@ -532,7 +532,7 @@ class Jitted:
             self._hot[0] = None
 
     def __call__(self, *args, **kwargs):
-        # The hot path (DESIGN.md "The call path"): the last call's executable, when this call's arrays have its
+        # The hot path (docs/design.md "The call path"): the last call's executable, when this call's arrays have its
         # types and device. No key is built or hashed (a PyTreeSpec's hash alone costs ~0.4 us); each leaf's
         # aval is compared by identity first (arrays made by one executable share their aval objects).
         hot = self._hot[0]

@@ -1,0 +1,119 @@
+"""Every Python block of README.md and docs/*.md runs as written (``tests/doc_blocks.py`` says how the markers
+change that), on numpy:0 and on one other installed backend, and prints what its marker says."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from doc_blocks import ROOT, blocks, pages
+from helpers import BACKEND_UNAVAILABLE
+
+
+def _other_device():
+    """One usable device that is not numpy's: jax:0 if it runs here, else the first other one."""
+    import fnarray as fa
+    others = [str(d) for d in fa.devices() if d.backend != "numpy"]
+    return "jax:0" if "jax:0" in others else (others[0] if others else None)
+
+
+def _workdir(tmp_path):
+    os.symlink(os.path.join(ROOT, "examples"), tmp_path / "examples")
+    return tmp_path
+
+
+def _env(**extra):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), MPLBACKEND="Agg")
+    env.update(extra)
+    return env
+
+
+def _needs(marks):
+    from fnarray.devices.backend import backend_error
+    for name in marks.get("needs", []):
+        why = backend_error(name)
+        if why is not None:
+            return f"{BACKEND_UNAVAILABLE}: the block uses {name}: {why}"
+    return None
+
+
+@pytest.mark.parametrize("where", ["numpy:0", "other"])
+@pytest.mark.parametrize("page", pages())
+def test_page_blocks_run(page, where, tmp_path):
+    device = "numpy:0" if where == "numpy:0" else _other_device()
+    if device is None:
+        pytest.skip(f"{BACKEND_UNAVAILABLE}: no backend besides numpy is installed (pip install -e '.[jax]')")
+    todo = [(i, marks) for i, _code, marks in blocks(page) if "run with" not in marks]
+    if not todo:
+        pytest.skip(f"{page} has only blocks that run as scripts of their own (test_script_blocks_run)")
+    missing = [(i, _needs(marks)) for i, marks in todo if _needs(marks)]
+    if missing:   # a block names a backend this machine lacks: the page's later blocks may depend on it
+        pytest.skip(f"{missing[0][1]} ({page} block {missing[0][0]})")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "doc_blocks.py"), page],
+                       cwd=_workdir(tmp_path), env=_env(FNARRAY_DEVICE=device), capture_output=True, text=True,
+                       timeout=900)
+    results = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert r.returncode == 0 and len(results) == len(todo), r.stdout[-3000:] + r.stderr[-3000:]
+    bad = [res for res in results if not res["ok"]]
+    assert not bad, f"{page} on {device}: " + "\n".join(f"block {b['block']}: {b['error']}\n{b['out']}"
+                                                        for b in bad)
+
+
+def _script_blocks():
+    return [(page, i) for page in pages() for i, _code, marks in blocks(page) if "run with" in marks]
+
+
+@pytest.mark.parametrize("page,index", _script_blocks())
+def test_script_blocks_run(page, index, tmp_path):
+    _i, code, marks = blocks(page)[index]
+    why = _needs(marks)
+    if why:
+        pytest.skip(why)
+    words = shlex.split(marks["run with"][0])
+    env = {}
+    while words and "=" in words[0]:
+        k, v = words.pop(0).split("=", 1)
+        env[k] = v
+    words = words or ["python"]
+    assert words[0] == "python", f"{page} block {index}: a run-with command starts with python, got {words}"
+    script = _workdir(tmp_path) / "block.py"
+    script.write_text(code)
+    r = subprocess.run([sys.executable] + words[1:] + [str(script)], cwd=tmp_path, env=_env(**env),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"{page} block {index}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    for text in marks.get("prints", []):
+        assert text in r.stdout, (text, r.stdout[-3000:])
+
+
+def test_markers_are_read():
+    """The marker syntax itself: a page's comments reach the block below them and no other."""
+    import doc_blocks
+    text = ("x\n<!-- raises: ValueError -->\n<!-- prints: hi -->\n```python\nraise ValueError\n```\n\n"
+            "```python\nprint(1)\n```\n")
+    found = [(m.group(2), doc_blocks._MARK.findall(m.group(1))) for m in doc_blocks._BLOCK.finditer(text)]
+    assert found == [("raise ValueError\n", [("raises", "ValueError"), ("prints", "hi")]), ("print(1)\n", [])]
+
+
+def test_documents_the_docs_cite_are_in_the_repository():
+    """Every ``docs/NAME.md`` or ``[text](NAME.md)`` the README, the docs and the code cite exists; the team's
+    notes outside the repository (DESIGN.md, TRAPS.md, STYLE.md) are cited as their docs/ pages."""
+    import re
+    import subprocess
+    files = subprocess.run(["git", "ls-files", "*.md", "*.py", ".ci/run"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for f in files:
+        if f == "tests/test_doc_blocks.py":   # this test names them
+            continue
+        with open(os.path.join(ROOT, f)) as fh:
+            text = fh.read()
+        assert not re.search(r"(?<![/\w])(DESIGN|TRAPS|STYLE)\.md", text), f"{f} cites a note not in the repository"
+        base = os.path.dirname(os.path.join(ROOT, f))
+        for target in re.findall(r"\]\(([\w./-]+\.md)\)", text):
+            assert os.path.exists(os.path.join(base, target)), f"{f} links to {target}, which does not exist"
+        for target in re.findall(r"(?<![\w/])(docs/[\w-]+\.md)", text):
+            assert os.path.exists(os.path.join(ROOT, target)), f"{f} cites {target}, which does not exist"
