@@ -86,7 +86,7 @@ def consts_as_inputs(prog: Program) -> Program:
 
 def _param_key(v):
     """A cache-key form of one parameter value in which values that compare equal but differ in meaning stay
-    apart: ``0.0``/``-0.0``, ``1``/``True``/``1.0`` (the rule DESIGN.md states for literals)."""
+    apart: ``0.0``/``-0.0``, ``1``/``True``/``1.0`` (the rule docs/design.md states for literals)."""
     if isinstance(v, bool):
         return ("bool", v)
     if isinstance(v, float):
