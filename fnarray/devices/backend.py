@@ -91,6 +91,11 @@ class Capabilities:
     ``tiling_pays``: ``"local"`` (tiles staged in work-group memory, for GPUs) or ``"register"``
     (operands packed into panels, register tiles, no work-group memory: CPU OpenCL devices, where
     local memory is emulated and barriers cost; ``lowering/kernels/groups/register_tiles.py``).
+    ``memory_check``: how ``devices.memory`` sizes a program before it runs. ``"values"``: every value
+    at the program's top level is a buffer (numpy, mlx: each equation allocates its result).
+    ``"compiled"``: the backend's compiler decides which values get buffers (XLA fuses, the kernel
+    scheduler computes most values inline), so where the values do not fit, the lowered program's
+    own count after fusion (``Lowered.memory_use``) decides; the outputs are always counted.
     """
 
     dtypes: frozenset
@@ -107,6 +112,7 @@ class Capabilities:
     uniform_guard: bool = False
     items_per_work_item: int = 1
     matmul_tiling: str = "local"
+    memory_check: str = "values"
 
 
 class Lowered:
@@ -119,6 +125,13 @@ class Lowered:
     def as_text(self) -> str:
         """The backend's text for the program (NumPy code, StableHLO, kernel source)."""
         raise NotImplementedError
+
+    def memory_use(self):
+        """The buffers the compiled program allocates besides its inputs, after the backend's fusion:
+        a list of ``(what, bytes)`` (``what`` names the buffer for messages), or ``None`` where the
+        backend cannot tell (then the program's values are counted). Read by ``devices.memory`` for
+        backends with ``Capabilities(memory_check="compiled")``."""
+        return None
 
     def compile(self):
         """An executable: ``exe(bufs) -> bufs`` over constvars + invars in order.

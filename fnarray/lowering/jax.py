@@ -527,6 +527,16 @@ class JaxLowered(Lowered):
         with _x64(self.x64):
             return self._jitted.lower(*self._jit_avals()).as_text()
 
+    def memory_use(self):
+        """XLA's own count after fusion (``Compiled.memory_analysis``): its temporary buffer and the outputs.
+        Compiling here costs nothing later: the first call finds JAX's compilation cache warm."""
+        with jax.default_device(self.device.handle), _x64(self.x64):
+            m = self._jitted.lower(*self._jit_avals()).compile().memory_analysis()
+        if m is None:
+            return None
+        return [("XLA's temporary buffers", int(m.temp_size_in_bytes)),
+                ("the outputs", int(m.output_size_in_bytes) - int(m.alias_size_in_bytes))]
+
     def compile(self):
         jitted, x64 = self._jitted, self.x64
         if _profile.recorder is not None:
@@ -591,7 +601,8 @@ class JaxBackend(Backend):
             platform = {"cuda": "gpu", "rocm": "gpu"}.get(d.platform, d.platform)
             self._devices.append(Device("jax", i, platform, f"JAX {jax.__version__} {d.device_kind} ({d})",
                                         handle=d))
-        self._caps = Capabilities(dtypes=frozenset(dtypes.ALL_DTYPES), control_flow="native")
+        self._caps = Capabilities(dtypes=frozenset(dtypes.ALL_DTYPES), control_flow="native",
+                                  memory_check="compiled")
         self._eager: "weakref.WeakValueDictionary" = {}
 
     def devices(self):

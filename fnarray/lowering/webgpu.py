@@ -648,7 +648,8 @@ class WebGPUBackend(Backend):
                 # A CPU adapter (lavapipe) runs 4 elements per invocation of a map kernel faster
                 # (docs/performance.md); a GPU keeps one, whose neighbouring invocations read
                 # neighbouring elements.
-                items_per_work_item=4 if self.gpu.adapter_type.lower() == "cpu" else 1)
+                items_per_work_item=4 if self.gpu.adapter_type.lower() == "cpu" else 1,
+                memory_check="compiled")
             self._caps = caps
         return caps
 
