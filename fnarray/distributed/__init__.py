@@ -52,8 +52,11 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
       ``None``.
     Raises:
       ``ValueError`` for a backend without a distributed engine (naming jax and mlx), a bad process id, a
-      second initialization, or device counts that differ across processes; ``TimeoutError`` when the
-      coordinator or the other processes cannot be reached within ``timeout``.
+      second initialization, device counts or ``num_processes`` that differ across processes, or missing
+      arguments outside a launcher (``python -m fnarray.distributed.launch``, SLURM, Open MPI); ``TimeoutError``
+      when the coordinator or the other processes cannot be reached within ``timeout`` (on jax the processes
+      first meet over plain TCP on the coordinator's port, so this stays a Python exception: JAX's own client
+      would end the process); ``OSError`` when process 0 cannot listen on the coordinator's port.
     """
     backend = backend or os.environ.get("FNARRAY_DISTRIBUTED_BACKEND") or (
         "mlx" if "MLX_HOSTFILE" in os.environ or "MLX_RANK" in os.environ else "jax")  # mlx.launch sets them
