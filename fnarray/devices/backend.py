@@ -154,6 +154,13 @@ class Backend:
     def capabilities(self, device: Device) -> Capabilities:
         raise NotImplementedError
 
+    #: The parity cases (``fnarray.testing.cases``) this backend is expected to run on numpy:0, beyond the
+    #: dtypes its ``Capabilities.dtypes`` lack: ``{(primitive name, dtype name or "*"): reason}``, the dtype
+    #: being the equation's first operand's (as the ``FallbackWarning`` names it). ``tests/test_parity.py``
+    #: runs every other case with ``fallback="error"`` (so a deleted or broken native lowering fails) and
+    #: checks that each listed one still falls back; ``python -m fnarray primitives --fallbacks`` prints them.
+    expected_fallbacks: dict = {}
+
     #: Whether compiled programs can call Python host callbacks in place (``debug_callback``); when not,
     #: the partitioner cuts the program there and runs the callback on numpy:0.
     host_callbacks = False

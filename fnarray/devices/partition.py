@@ -72,8 +72,10 @@ def _report(eqn, device, reason):
         return  # a host callback is expected to run on the host: neither a warning nor an error
     msg = (f"{eqn.primitive.name} ({_dtype_of(eqn)}) cannot run on {device}: {reason}")
     if config.fallback == "error":
-        raise UnsupportedOnDevice(f"{msg}. Set fnarray.config.fallback = 'warn' (or FNARRAY_FALLBACK=warn) to run "
+        err = UnsupportedOnDevice(f"{msg}. Set fnarray.config.fallback = 'warn' (or FNARRAY_FALLBACK=warn) to run "
                                   "it on the numpy backend, or move the computation to a device that has it.")
+        err.primitive, err.dtype, err.reason = eqn.primitive.name, _dtype_of(eqn), reason
+        raise err
     key = (eqn.primitive.name, _dtype_of(eqn), str(device), reason)
     if config.fallback == "warn" and key not in _warned:
         _warned.add(key)
