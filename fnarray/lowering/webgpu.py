@@ -67,6 +67,7 @@ from fnarray.core.config import config
 from fnarray.core.decompositions import accumulates_in_low_precision
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal
+from fnarray.devices import teardown
 from fnarray.devices.backend import Backend, Capabilities, Device
 from fnarray.devices.host_control import CONTROL_PRIMITIVES
 from fnarray.lowering.kernels import schedule_program
@@ -252,7 +253,16 @@ class _GPU:
         self._device = dev
         self.queue = dev.queue
         self.limits = dict(dev.limits)
+        # At exit: wait for the queued work, and keep the device, queue and pool out of the interpreter's
+        # teardown (fnarray/devices/teardown.py).
+        self._exit_probe = dev.create_buffer(size=4, usage=self.usage)
+        teardown.keep_until_exit(self, self._finish)
         return dev
+
+    def _finish(self):
+        """Block until every queued command has run (a 4-byte readback after them: see TRAPS.md)."""
+        with self.lock:
+            self.queue.read_buffer(self._exit_probe, 0, 4)
 
     # ------------------------------------------------------------------ buffers
     @_locked
