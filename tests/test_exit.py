@@ -17,6 +17,8 @@ import pytest
 
 import fnarray as fa
 
+pytestmark = pytest.mark.slow  # 50 interpreter starts
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNS = 50
 AT_ONCE = 3

@@ -16,6 +16,8 @@ import pytest
 import fnarray as fa
 import fnarray.numpy as fnp
 
+pytestmark = pytest.mark.slow  # 5,000 transfers per case and device
+
 N = 5000
 
 
