@@ -321,6 +321,9 @@ def fallbacks_text(width: int = 120) -> str:
              "fallback='error'):"[:width]] + lines
     for b, prim, dt, reason in fallback_rows(backends):
         lines.append(f"{b:<8} {prim:<22} {dt:<10} {reason}"[:width])
+    lines.append("lowered through their decompositions, not natively (expected_decompositions):")
+    for b in backends:
+        lines.append(f"{b.name:<8} {', '.join(sorted(b.expected_decompositions)) or 'none'}"[:width])
     return "\n".join(lines) + "\n"
 
 

@@ -109,3 +109,21 @@ def test_expected_fallback_tables_name_real_primitives():
             assert prim in names, f"{dev.backend}: {prim} is no primitive"
             assert dt == "*" or dt in {d.name for d in dtypes.ALL_DTYPES}, f"{dev.backend}: {dt} is no dtype"
             assert len(reason) > 20, f"{dev.backend}: {prim} ({dt}) needs a reason"
+
+
+def test_decompositions_are_the_expected_ones():
+    """Each backend lowers natively every decomposable primitive except those its table lists: a native rule
+    deleted from a backend (which the decomposition would silently replace) fails here."""
+    from fnarray._primitives_cmd import _case_eqn
+    from fnarray.core.decompositions import DECOMPOSITIONS
+    from fnarray.devices.backend import get_backend
+    for dev in fa.devices():
+        backend = get_backend(dev.backend)
+        got = set()
+        for prim in DECOMPOSITIONS:
+            eqn = _case_eqn(prim)
+            if eqn is not None and not backend.lowers_natively(eqn, dev):
+                got.add(prim.name)
+        assert got == set(backend.expected_decompositions), (
+            f"{dev}: decomposed {sorted(got)}, its expected_decompositions table says "
+            f"{sorted(backend.expected_decompositions)}")

@@ -160,6 +160,11 @@ class Backend:
     #: runs every other case with ``fallback="error"`` (so a deleted or broken native lowering fails) and
     #: checks that each listed one still falls back; ``python -m fnarray primitives --fallbacks`` prints them.
     expected_fallbacks: dict = {}
+    #: The decomposable primitives (``core/decompositions.py``) this backend lowers through their decomposition
+    #: rather than natively (``lowers_natively`` false at their first parity case), by name: a native rule lost
+    #: from the backend's table would otherwise pass unnoticed through the decomposition
+    #: (``tests/test_parity.py::test_decompositions_are_the_expected_ones``).
+    expected_decompositions: frozenset = frozenset()
 
     #: Whether compiled programs can call Python host callbacks in place (``debug_callback``); when not,
     #: the partitioner cuts the program there and runs the callback on numpy:0.

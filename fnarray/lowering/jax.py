@@ -591,6 +591,8 @@ _SCALAR_CACHE_SIZE = 256
 
 
 class JaxBackend(Backend):
+    #: Lowered through their decompositions (``Backend.expected_decompositions``): XLA's own forms are no better.
+    expected_decompositions = frozenset({"erfc", "log2"})
     host_callbacks = True  # jax.debug.callback(ordered=True) inside the XLA program
     name = "jax"
 

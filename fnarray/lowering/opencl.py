@@ -63,7 +63,7 @@ from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.groups import linalg
-from fnarray.lowering.kernels.no_kernel import EXPECTED_FALLBACKS, no_kernel_reason
+from fnarray.lowering.kernels.no_kernel import EXPECTED_DECOMPOSITIONS, EXPECTED_FALLBACKS, no_kernel_reason
 from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
 
 try:
@@ -409,6 +409,7 @@ class OpenCLBackend(Backend):
     #: What the parity cases run on numpy:0 here, and why (``Backend.expected_fallbacks``, shared by the kernel
     #: backends: ``kernels/no_kernel.py``).
     expected_fallbacks = EXPECTED_FALLBACKS
+    expected_decompositions = EXPECTED_DECOMPOSITIONS
     name = "opencl"
 
     def __init__(self):

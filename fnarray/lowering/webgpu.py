@@ -79,7 +79,7 @@ from fnarray.core.fft import fft_p
 from fnarray.core.windows import WINDOW_PRIMITIVES
 from fnarray.lowering.kernels.groups.fft import unsupported_reason as fft_unsupported_reason
 from fnarray.lowering.kernels.groups import linalg
-from fnarray.lowering.kernels.no_kernel import EXPECTED_FALLBACKS, no_kernel_reason
+from fnarray.lowering.kernels.no_kernel import EXPECTED_DECOMPOSITIONS, EXPECTED_FALLBACKS, no_kernel_reason
 from fnarray.lowering.kernels.wgsl import DEFAULT_GROUP_SIZE, render_wgsl, uniform_bytes, wgsl_layout
 
 __all__ = ["make_backend", "WebGPUBackend", "WGBuffer", "PORTABLE_LIMITS"]
@@ -630,6 +630,7 @@ class WebGPUBackend(Backend):
     #: What the parity cases run on numpy:0 here, and why (``Backend.expected_fallbacks``, shared by the kernel
     #: backends: ``kernels/no_kernel.py``); uint8/int8 casts fall back through ``Capabilities.dtypes``.
     expected_fallbacks = EXPECTED_FALLBACKS
+    expected_decompositions = EXPECTED_DECOMPOSITIONS | {"erfc"}
     name = "webgpu"
 
     def __init__(self, wgpu, gpu: _GPU):
