@@ -135,10 +135,11 @@ def print(fmt: str, *args, **kwargs) -> None:  # noqa: A001 (JAX's name)
       fmt: a ``str.format`` string, e.g. ``"x = {x}, sum = {}"``.
       *args, **kwargs: the values (pytrees of arrays); arrays arrive as NumPy arrays.
     Returns: ``None``.
-    Raises: ``TypeError`` if ``fmt`` is not a string. Under ``vmap`` one line per example, in index order.
+    Raises: ``TypeError`` if ``fmt`` is not a string; ``ValueError`` if it names values not given. Under ``vmap`` one line per example, in index order.
     """
     if not isinstance(fmt, str):
         raise TypeError(f"fnarray.debug.print needs a format string first, got {type(fmt).__name__}")
+    _check_fields(fmt, args, kwargs)
     callback(_Format(fmt), *args, **kwargs)
 
 
@@ -178,3 +179,23 @@ def visualize_array_sharding(arr, *, use_color: bool = False, scale: float = 1.0
         out.append("|" + "|".join(text.get((r, c), "").center(width)[:width] for c in cols) + "|")
         out.append(line)
     builtins.print("\n".join(out), flush=True)
+
+
+def _check_fields(fmt, args, kwargs):
+    """Raise now (not when the program runs) where ``fmt`` names values that were not given."""
+    import string
+    auto = 0
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(fmt) if f is not None]
+    except ValueError as e:
+        raise ValueError(f"fnarray.debug.print: {fmt!r} is not a valid format string ({e})") from None
+    for f in fields:
+        head = f.split(".", 1)[0].split("[", 1)[0]
+        if head == "":
+            head, auto = str(auto), auto + 1
+        if head.isdigit() and int(head) >= len(args):
+            raise ValueError(f"fnarray.debug.print: the format {fmt!r} needs positional value {head}, but "
+                             f"{len(args)} were given")
+        if not head.isdigit() and head not in kwargs:
+            raise ValueError(f"fnarray.debug.print: the format {fmt!r} names {head!r}, which was not given as a "
+                             f"keyword (given: {sorted(kwargs)})")

@@ -28,7 +28,7 @@ import numpy as np
 
 from fnarray import tree_util
 from fnarray.core import dtypes, lax
-from fnarray.core.errors import PyTreeError
+from fnarray.core.errors import PyTreeError, ShapeError
 
 __all__ = [
     "EmptyState",
@@ -125,12 +125,24 @@ def _np():
 
 def _tree_map(f, tree, *rest, names=None):
     """``tree_map`` whose structure mismatch names the trees (``names``, default: updates vs optimizer state)."""
+    names = names or ("updates", *(["the optimizer state (made by init)"] * len(rest)))
+
+    def same_shapes(path, *leaves):
+        shapes = [getattr(x, "shape", np.shape(x)) for x in leaves]
+        for n, sh in zip(names[1:], shapes[1:], strict=False):
+            if sh != shapes[0] and sh != () and shapes[0] != ():
+                raise ShapeError(f"fnarray.optim: {names[0]} has shape {tuple(shapes[0])} at "
+                                 f"{tree_util.keystr(path) or 'the root'} where {n} has {tuple(sh)}. Pass updates "
+                                 "(gradients) shaped like the params that init(params) was called with, or call "
+                                 "init again for the new params.")
+        return f(*leaves)
     try:
-        return tree_util.tree_map(f, tree, *rest)
+        if rest:
+            return tree_util.tree_map_with_path(same_shapes, tree, *rest)
+        return tree_util.tree_map(f, tree)
     except ValueError as e:
-        if not rest:
+        if not rest or isinstance(e, ShapeError):
             raise
-        names = names or ("updates", *(["the optimizer state (made by init)"] * len(rest)))
         why = tree_util.describe_mismatch(names, (tree, *rest))
         if why is None:
             raise
@@ -520,8 +532,11 @@ def clip_by_global_norm(max_norm: float) -> GradientTransformation:
       with the grads' structure, shapes and dtypes.
 
     Raises:
-      Nothing of its own: updates whose norm is below ``max_norm`` pass unchanged.
+      ValueError: ``max_norm`` is not a positive number (a negative one would flip the updates' sign).
     """
+    if isinstance(max_norm, bool) or not isinstance(max_norm, (int, float, np.number)) or not max_norm > 0:
+        raise ValueError(f"clip_by_global_norm: max_norm must be a positive number, got {max_norm!r}")
+
     def update(updates, state, params=None):
         norm = global_norm(updates)
         limit = np.asarray(max_norm, norm.dtype)[()]

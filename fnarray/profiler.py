@@ -322,6 +322,9 @@ def summary(profile: "Profile | None" = None, file=None, print: bool = True) -> 
         if not _last:
             raise RuntimeError("fnarray.profiler.summary: nothing was recorded yet (use fnarray.profiler.trace)")
         profile = _last[0]
+    if not isinstance(profile, Profile):
+        raise TypeError(f"fnarray.profiler.summary: profile must be a Profile (what trace()'s holder or stop_trace() "
+                        f"gives), got {type(profile).__name__}; call summary() for the last one")
     s = Summary(profile)
     if print:
         out = file if file is not None else sys.stdout

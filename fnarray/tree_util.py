@@ -97,8 +97,11 @@ def tree_structure(tree, is_leaf=None):
 def tree_map(f: Callable, tree, *rest, is_leaf=None):
     """Apply ``f`` to corresponding leaves of ``tree`` and ``rest`` (which share its structure).
 
-    Raises ``ValueError`` naming both structures when they differ.
+    Raises ``ValueError`` naming both structures when they differ, ``TypeError`` when ``f`` is not callable.
     """
+    if not callable(f):
+        raise TypeError(f"tree_map: f must be a function of the leaves, got {type(f).__name__} {f!r:.40}; "
+                        "call it as tree_map(f, tree, *rest)")
     return optree.tree_map(f, tree, *rest, is_leaf=is_leaf, **_KW)
 
 

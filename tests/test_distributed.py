@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -39,7 +40,16 @@ def test_two_processes(backend):
     assert out.count("ok ") >= (4 if backend == "jax" else 12), out
 
 
+def _run_code(code, timeout=60):
+    t = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", code], env=_env(), cwd=_ROOT, capture_output=True, text=True,
+                       timeout=timeout)
+    return r, time.monotonic() - t
+
+
 def test_unreachable_coordinator_times_out(tmp_path):
+    """Process 1 against a port where nothing listens: the documented ``TimeoutError`` after ``timeout`` s, and
+    the process goes on and exits 0 (JAX's client used to abort it afterwards: exit 134)."""
     pytest.importorskip("jax")
     from fnarray.distributed.launch import free_ports
     (port,) = free_ports(1)
@@ -47,10 +57,54 @@ def test_unreachable_coordinator_times_out(tmp_path):
             "try:\n"
             f"    fa.distributed.initialize('127.0.0.1:{port}', num_processes=2, process_id=1, timeout=3)\n"
             "except TimeoutError as e:\n"
-            "    print('TIMEOUT', e)\n")
-    r = subprocess.run([sys.executable, "-c", code], env=_env(), cwd=_ROOT, capture_output=True, text=True,
-                       timeout=90)
-    assert "TIMEOUT" in r.stdout and "could not join the coordinator" in r.stdout, r.stdout + r.stderr[-2000:]
+            "    print('TIMEOUT', e)\n"
+            "import time; time.sleep(4)\n"   # past JAX's own deadline: the process must still be alive
+            "print('ALIVE', fa.numpy.ones(3).sum())\n")
+    r, took = _run_code(code)
+    out = r.stdout + r.stderr[-2000:]
+    assert r.returncode == 0, out
+    assert "TIMEOUT" in r.stdout and "could not reach the coordinator" in r.stdout and "within 3 s" in r.stdout, out
+    assert "ALIVE 3.0" in r.stdout, out
+    assert took < 45, took
+
+
+def test_coordinator_alone_times_out():
+    """Process 0 of 2 whose peer never comes: ``TimeoutError`` naming the missing process, exit code 0."""
+    pytest.importorskip("jax")
+    from fnarray.distributed.launch import free_ports
+    (port,) = free_ports(1)
+    code = ("import fnarray as fa, time\n"
+            "try:\n"
+            f"    fa.distributed.initialize('127.0.0.1:{port}', num_processes=2, process_id=0, timeout=2)\n"
+            "except TimeoutError as e:\n"
+            "    print('TIMEOUT', e)\n"
+            "time.sleep(4)\n"
+            "print('ALIVE')\n")
+    r, took = _run_code(code)
+    out = r.stdout + r.stderr[-2000:]
+    assert r.returncode == 0, out
+    assert "TIMEOUT" in r.stdout and "process(es) [1] of 2 never connected" in r.stdout and "ALIVE" in r.stdout, out
+    assert took < 45, took
+
+
+def test_outside_a_launcher_is_a_value_error_that_says_what_is_missing():
+    """``initialize()`` with nothing to go on: a ``ValueError`` at once naming the missing arguments and the
+    launcher, not a timeout it never waited for."""
+    pytest.importorskip("jax")
+    code = ("import fnarray as fa\n"
+            "try:\n"
+            "    fa.distributed.initialize()\n"
+            "except ValueError as e:\n"
+            "    print('VALUE', e)\n")
+    env_keys = ("FNARRAY_COORDINATOR", "FNARRAY_NUM_PROCESSES", "FNARRAY_PROCESS_ID", "SLURM_JOB_ID",
+                "OMPI_MCA_orte_hnp_uri", "JAX_COORDINATOR_ADDRESS")
+    assert not any(k in os.environ for k in env_keys), "run outside any launcher"
+    r, took = _run_code(code)
+    out = r.stdout + r.stderr[-2000:]
+    assert r.returncode == 0, out
+    assert "VALUE" in r.stdout and "coordinator_address=None" in r.stdout and "fnarray.distributed.launch" in r.stdout
+    assert "60 s" not in r.stdout, out
+    assert took < 45, took
 
 
 def test_a_failing_process_stops_the_run(tmp_path):

@@ -1,8 +1,12 @@
 """Backend parity tier: every primitive on every device against the numpy backend.
 
 Each case of ``fnarray.testing.cases.CASES`` is run eagerly and under ``jit`` on each
-available device and compared with the numpy backend (the reference).
+available device and compared with the numpy backend (the reference), with
+``fallback="error"`` unless the device's table says the case falls back
+(``fnarray.testing.fallbacks``): a deleted or broken native lowering fails here.
 """
+
+import warnings
 
 import numpy as np
 import pytest
@@ -11,7 +15,9 @@ import fnarray as fa
 from fnarray.core import dtypes
 from fnarray.core.primitives import PRIMITIVES
 
+from fnarray.core.errors import UnsupportedOnDevice
 from fnarray.testing.cases import CASES, NOT_EXECUTED
+from fnarray.testing.fallbacks import case_dtype, expected_fallback
 from fnarray.testing.linalg_cases import canonical
 
 REF = fa.devices("numpy")[0]
@@ -60,10 +66,30 @@ def test_every_primitive_has_a_zero_size_case():
 
 
 @pytest.mark.parametrize("name,prim,inputs,params", CASES, ids=[c[0] for c in CASES])
-def test_parity(device, name, prim, inputs, params):
+def test_parity(device, name, prim, inputs, params, monkeypatch):
     want = _run(prim, inputs, params, REF, jit=True)
+    expected = expected_fallback(device, prim, inputs, params)
+    monkeypatch.setattr(fa.config, "fallback", "error")
+    if expected is not None:
+        # The table must stay true: the case still falls back, under the primitive and dtype listed.
+        with pytest.raises(UnsupportedOnDevice) as e:
+            _run(prim, inputs, params, device, jit=True)
+        assert (e.value.primitive, e.value.dtype) == (prim.name, case_dtype(prim, inputs, params)), (
+            f"{name} on {device} is listed as falling back ({expected}) but {e.value.primitive} "
+            f"({e.value.dtype}) fell back: {e.value.reason}")
+        monkeypatch.setattr(fa.config, "fallback", "warn")
     for jit in (False, True):
-        got = _run(prim, inputs, params, device, jit)
+        if expected is None:
+            try:
+                got = _run(prim, inputs, params, device, jit)
+            except UnsupportedOnDevice as e:
+                pytest.fail(f"{name} fell back to numpy:0 on {device} (jit={jit}): {e.primitive} ({e.dtype}): "
+                            f"{e.reason}. Fix its lowering, or list it with the reason in the backend's "
+                            "expected_fallbacks table (fnarray/testing/fallbacks.py says where).")
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", fa.FallbackWarning)
+                got = _run(prim, inputs, params, device, jit)
         assert len(got) == len(want)
         for g, w in zip(got, want):
             assert g.shape == w.shape and g.dtype == w.dtype, (name, g.shape, g.dtype, w.shape, w.dtype)
@@ -72,3 +98,32 @@ def test_parity(device, name, prim, inputs, params):
                                            err_msg=f"{name} on {device} (jit={jit})")
             else:
                 np.testing.assert_array_equal(g, w, err_msg=f"{name} on {device} (jit={jit})")
+
+
+def test_expected_fallback_tables_name_real_primitives():
+    """Every entry of every backend's table names a primitive and a dtype (or ``*``) that exist, with a reason."""
+    from fnarray.devices.backend import get_backend
+    names = {p.name for p in PRIMITIVES.values()}
+    for dev in fa.devices():
+        for (prim, dt), reason in get_backend(dev.backend).expected_fallbacks.items():
+            assert prim in names, f"{dev.backend}: {prim} is no primitive"
+            assert dt == "*" or dt in {d.name for d in dtypes.ALL_DTYPES}, f"{dev.backend}: {dt} is no dtype"
+            assert len(reason) > 20, f"{dev.backend}: {prim} ({dt}) needs a reason"
+
+
+def test_decompositions_are_the_expected_ones():
+    """Each backend lowers natively every decomposable primitive except those its table lists: a native rule
+    deleted from a backend (which the decomposition would silently replace) fails here."""
+    from fnarray._primitives_cmd import _case_eqn
+    from fnarray.core.decompositions import DECOMPOSITIONS
+    from fnarray.devices.backend import get_backend
+    for dev in fa.devices():
+        backend = get_backend(dev.backend)
+        got = set()
+        for prim in DECOMPOSITIONS:
+            eqn = _case_eqn(prim)
+            if eqn is not None and not backend.lowers_natively(eqn, dev):
+                got.add(prim.name)
+        assert got == set(backend.expected_decompositions), (
+            f"{dev}: decomposed {sorted(got)}, its expected_decompositions table says "
+            f"{sorted(backend.expected_decompositions)}")

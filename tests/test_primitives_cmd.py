@@ -123,3 +123,22 @@ def test_short_cells():
     assert cmd._short("unsupported (a web page has no numpy fallback)") == "no"
     assert cmd._short("backend unavailable (x)") == "-"
     assert cmd._short("n/a (zero tangent)") == "n/a"
+
+
+def test_expected_fallbacks_are_printed(capsys):
+    """``python -m fnarray primitives --fallbacks`` prints every backend's table (``Backend.expected_fallbacks``),
+    one entry per line within 120 columns, each with its reason."""
+    import fnarray as fa
+    from fnarray._primitives_cmd import main
+    from fnarray.devices.backend import get_backend
+    assert main(["--fallbacks"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert all(len(line) <= 120 for line in lines), max(lines, key=len)
+    for dev in fa.devices():
+        table = get_backend(dev.backend).expected_fallbacks
+        for (prim, dt), reason in table.items():
+            assert any(line.split()[:3] == [dev.backend, prim, dt] and reason[:40] in line for line in lines), (
+                dev.backend, prim, dt, out)
+        if not table:
+            assert any(line.startswith(dev.backend) and "none" in line for line in lines), out

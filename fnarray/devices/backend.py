@@ -97,6 +97,11 @@ class Capabilities:
     call on: compiles cost milliseconds, and a loop over new constants compiles nothing), ``"first_call"``
     (from the first: a slow compiler, such as XLA, then compiles each new shape once, not per primitive and
     then again for the whole function).
+    ``memory_check``: how ``devices.memory`` sizes a program before it runs. ``"values"``: every value
+    at the program's top level is a buffer (numpy, mlx: each equation allocates its result).
+    ``"compiled"``: the backend's compiler decides which values get buffers (XLA fuses, the kernel
+    scheduler computes most values inline), so where the values do not fit, the lowered program's
+    own count after fusion (``Lowered.memory_use``) decides; the outputs are always counted.
     """
 
     dtypes: frozenset
@@ -114,6 +119,7 @@ class Capabilities:
     items_per_work_item: int = 1
     matmul_tiling: str = "local"
     eager_programs: str = "off"
+    memory_check: str = "values"
 
 
 class Lowered:
@@ -126,6 +132,13 @@ class Lowered:
     def as_text(self) -> str:
         """The backend's text for the program (NumPy code, StableHLO, kernel source)."""
         raise NotImplementedError
+
+    def memory_use(self):
+        """The buffers the compiled program allocates besides its inputs, after the backend's fusion:
+        a list of ``(what, bytes)`` (``what`` names the buffer for messages), or ``None`` where the
+        backend cannot tell (then the program's values are counted). Read by ``devices.memory`` for
+        backends with ``Capabilities(memory_check="compiled")``."""
+        return None
 
     def compile(self):
         """An executable: ``exe(bufs) -> bufs`` over constvars + invars in order.
@@ -147,6 +160,18 @@ class Backend:
 
     def capabilities(self, device: Device) -> Capabilities:
         raise NotImplementedError
+
+    #: The parity cases (``fnarray.testing.cases``) this backend is expected to run on numpy:0, beyond the
+    #: dtypes its ``Capabilities.dtypes`` lack: ``{(primitive name, dtype name or "*"): reason}``, the dtype
+    #: being the equation's first operand's (as the ``FallbackWarning`` names it). ``tests/test_parity.py``
+    #: runs every other case with ``fallback="error"`` (so a deleted or broken native lowering fails) and
+    #: checks that each listed one still falls back; ``python -m fnarray primitives --fallbacks`` prints them.
+    expected_fallbacks: dict = {}
+    #: The decomposable primitives (``core/decompositions.py``) this backend lowers through their decomposition
+    #: rather than natively (``lowers_natively`` false at their first parity case), by name: a native rule lost
+    #: from the backend's table would otherwise pass unnoticed through the decomposition
+    #: (``tests/test_parity.py::test_decompositions_are_the_expected_ones``).
+    expected_decompositions: frozenset = frozenset()
 
     #: Whether compiled programs can call Python host callbacks in place (``debug_callback``); when not,
     #: the partitioner cuts the program there and runs the callback on numpy:0.

@@ -3,7 +3,12 @@
 Checked where sizes are known, before anything is allocated: when a program (or one eager
 operation) is compiled for a device, every value it makes is measured against the device's
 ``Capabilities.max_buffer_bytes`` (one buffer) and ``memory_bytes`` (the outputs together); a
-device that declares neither is held to the host's physical memory. What a backend reports at run
+device that declares neither is held to the host's physical memory. On a backend whose compiler
+decides which values get buffers (``Capabilities.memory_check == "compiled"``: XLA's fusion, the
+kernel scheduler's inline values) a program whose values do not fit is not refused on that count:
+its outputs are checked, and then what the lowered program allocates after fusion
+(``Lowered.memory_use``, ``check_lowered``), so ``jit(lambda: ones((10**5, 10**5)).sum())`` runs
+on jax:0 as it does under ``jax.jit``. What a backend reports at run
 time (XLA's ``RESOURCE_EXHAUSTED``, NumPy's ``MemoryError``) is translated into the same
 ``ResourceExhaustedError`` by ``translate``.
 """
@@ -16,7 +21,8 @@ import os
 
 from fnarray.core.errors import ResourceExhaustedError
 
-__all__ = ["host_memory_bytes", "limits", "check_avals", "check_program", "translate", "format_bytes"]
+__all__ = ["host_memory_bytes", "limits", "check_avals", "check_program", "check_lowered", "translate",
+           "format_bytes"]
 
 
 @functools.cache
@@ -81,15 +87,44 @@ def check_avals(avals, device, what: str = "this operation") -> None:
             f"({format_bytes(memory)}). " + _advice(device))
 
 
-def check_program(program, device, what: str = "this program") -> None:
-    """``check_avals`` for every value ``program`` makes at its top level and for its outputs together."""
+def check_program(program, device, what: str = "this program") -> bool:
+    """``check_avals`` for every value ``program`` makes at its top level and for its outputs together.
+
+    Returns:
+      ``True`` where everything fits; ``False`` where an intermediate value does not fit but the device's
+      compiler decides what gets a buffer (``Capabilities.memory_check == "compiled"``): the caller then
+      checks the lowered program with ``check_lowered``.
+    Raises:
+      ResourceExhaustedError: the outputs together, or (``memory_check == "values"``) one value, do not fit.
+    """
+    outs = [getattr(o, "aval", None) for o in program.outvars]
+    check_avals([a for a in outs if a is not None and hasattr(a, "shape")], device, what)
     per_buffer, _ = limits(device)
+    deferred = device.impl.capabilities(device).memory_check == "compiled"
     for e in program.eqns:
         for v in e.outputs:
             if _nbytes(v.aval) > per_buffer:
+                if deferred:
+                    return False
                 check_avals([v.aval], device, f"{what} ({e.primitive.name})")
-    outs = [getattr(o, "aval", None) for o in program.outvars]
-    check_avals([a for a in outs if a is not None and hasattr(a, "shape")], device, what)
+    return True
+
+
+def check_lowered(lowered, device, what: str = "this program") -> None:
+    """Raise ``ResourceExhaustedError`` if the buffers ``lowered`` allocates after the backend's fusion
+    (``Lowered.memory_use``: one largest buffer, all together) do not fit on ``device``."""
+    use = lowered.memory_use()
+    if use is None:
+        return
+    per_buffer, memory = limits(device)
+    total = sum(n for _, n in use)
+    big = max(use, key=lambda u: u[1], default=("nothing", 0))
+    if big[1] > per_buffer or total > memory:
+        limit = (f"at most {format_bytes(per_buffer)} in one buffer" if big[1] > per_buffer
+                 else f"{format_bytes(memory)} of memory")
+        raise ResourceExhaustedError(
+            f"{what} would allocate {format_bytes(total)} on {device} after the {device.backend} backend fused "
+            f"it (largest: {big[0]}, {format_bytes(big[1])}), which holds {limit}. " + _advice(device))
 
 
 def _is_memory_error(e: BaseException) -> bool:

@@ -72,8 +72,10 @@ def _report(eqn, device, reason):
         return  # a host callback is expected to run on the host: neither a warning nor an error
     msg = (f"{eqn.primitive.name} ({_dtype_of(eqn)}) cannot run on {device}: {reason}")
     if config.fallback == "error":
-        raise UnsupportedOnDevice(f"{msg}. Set fnarray.config.fallback = 'warn' (or FNARRAY_FALLBACK=warn) to run "
+        err = UnsupportedOnDevice(f"{msg}. Set fnarray.config.fallback = 'warn' (or FNARRAY_FALLBACK=warn) to run "
                                   "it on the numpy backend, or move the computation to a device that has it.")
+        err.primitive, err.dtype, err.reason = eqn.primitive.name, _dtype_of(eqn), reason
+        raise err
     key = (eqn.primitive.name, _dtype_of(eqn), str(device), reason)
     if config.fallback == "warn" and key not in _warned:
         _warned.add(key)
@@ -119,8 +121,8 @@ def compile_program(program: Program, device: Device, donate=()):
     into the same error.
     """
     program = cse(program)
-    memory.check_program(program, device)
-    return _translating(_compile_program(program, device, donate), program, device)
+    fits = memory.check_program(program, device)
+    return _translating(_compile_program(program, device, donate, recount=not fits), program, device)
 
 
 class _Translating:
@@ -155,7 +157,9 @@ class _Translating:
 _translating = _Translating
 
 
-def _compile_program(program: Program, device: Device, donate=()):
+def _compile_program(program: Program, device: Device, donate=(), recount=False):
+    # recount: the program's values did not all fit, but the backend's compiler decides which get buffers;
+    # what the lowered program allocates decides (a host-driven program's segments are checked one by one).
     _check_runnable(program)
     if device.backend == "numpy":
         return _compiled(lower_program(program, device), device)
@@ -172,7 +176,10 @@ def _compile_program(program: Program, device: Device, donate=()):
         if host_control.needs_host_driving(program, placements):
             return host_control.HostDriven(program, device, placements)
     if all(placements):
-        return _compiled(lower_program(program, device, donate), device)
+        lowered = lower_program(program, device, donate)
+        if recount:
+            memory.check_lowered(lowered, device)
+        return _compiled(lowered, device)
     from fnarray.devices.host_control import HostDriven
     return HostDriven(program, device, placements, drive_control=False)
 
@@ -186,7 +193,8 @@ def compile_eqn(primitive, params, in_avals, out_avals, device: Device):
 def _compile_eqn(primitive, params, in_avals, out_avals, device: Device):
     backend = device.impl
     prog = program_from_eqn(primitive, params, in_avals, out_avals)
-    memory.check_avals(out_avals, device, f"the operation {primitive.name}")
+    memory.check_avals(out_avals, device, f"the operation {primitive.name} (eager: its result is a buffer of its "
+                       "own; under fnarray.jit a backend that fuses may need none)")
     fast = getattr(backend, "eager_fast", None)
     # The fast path skips partitioning: only for what the device supports (fallback needs the slow one).
     # An equation holding a host callback goes through partitioning too, unless the backend calls it in place.

@@ -52,8 +52,11 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
       ``None``.
     Raises:
       ``ValueError`` for a backend without a distributed engine (naming jax and mlx), a bad process id, a
-      second initialization, or device counts that differ across processes; ``TimeoutError`` when the
-      coordinator or the other processes cannot be reached within ``timeout``.
+      second initialization, device counts or ``num_processes`` that differ across processes, or missing
+      arguments outside a launcher (``python -m fnarray.distributed.launch``, SLURM, Open MPI); ``TimeoutError``
+      when the coordinator or the other processes cannot be reached within ``timeout`` (on jax the processes
+      first meet over plain TCP on the coordinator's port, so this stays a Python exception: JAX's own client
+      would end the process); ``OSError`` when process 0 cannot listen on the coordinator's port.
     """
     backend = backend or os.environ.get("FNARRAY_DISTRIBUTED_BACKEND") or (
         "mlx" if "MLX_HOSTFILE" in os.environ or "MLX_RANK" in os.environ else "jax")  # mlx.launch sets them
@@ -61,6 +64,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         raise ValueError(f"fnarray.distributed.initialize(backend={backend!r}): the {backend} backend has no "
                          f"distributed engine; use backend='jax' (jax.distributed: gloo, NCCL, ICI) or "
                          "backend='mlx' (mx.distributed: ring, MPI, NCCL)")
+    _check_types(coordinator_address, num_processes, process_id, timeout)
     coordinator_address = coordinator_address or os.environ.get("FNARRAY_COORDINATOR") or None
     num_processes = num_processes if num_processes is not None else _env_int("FNARRAY_NUM_PROCESSES")
     process_id = process_id if process_id is not None else _env_int("FNARRAY_PROCESS_ID")
@@ -79,6 +83,18 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
             from fnarray.distributed import _mlx
             _state["group"] = _mlx.initialize(num_processes, process_id, timeout)
         _state["backend"] = backend
+
+
+def _check_types(coordinator_address, num_processes, process_id, timeout):
+    if coordinator_address is not None and not isinstance(coordinator_address, str):
+        raise TypeError(f"fnarray.distributed.initialize: coordinator_address must be a 'host:port' string, got "
+                        f"{type(coordinator_address).__name__} {coordinator_address!r}")
+    for name, v in (("num_processes", num_processes), ("process_id", process_id)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise TypeError(f"fnarray.distributed.initialize: {name} must be an int, got {type(v).__name__} {v!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"fnarray.distributed.initialize: timeout must be a positive number of seconds, got "
+                         f"{timeout!r}")
 
 
 def is_initialized() -> bool:

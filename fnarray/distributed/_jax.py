@@ -1,8 +1,15 @@
-"""``initialize`` on the jax backend: ``jax.distributed.initialize`` with a bounded wait."""
+"""``initialize`` on the jax backend: ``jax.distributed.initialize`` with a bounded wait.
+
+The processes first meet through ``_rendezvous`` (plain TCP on the coordinator's port), so that a coordinator
+that cannot be reached or a process that never comes is a Python exception: once JAX's client is connecting,
+such a failure ends the process from C++ (exit 134) after the ``TimeoutError``.
+"""
 
 from __future__ import annotations
 
 import threading
+
+from fnarray.distributed import _rendezvous
 
 
 def initialize(coordinator_address, num_processes, process_id, timeout, local_device_ids):
@@ -10,6 +17,12 @@ def initialize(coordinator_address, num_processes, process_id, timeout, local_de
     if "jax" in _backend._BACKENDS:
         raise ValueError("fnarray.distributed.initialize must run before the jax backend starts (before any "
                          "array is made on jax or fa.devices('jax') is listed): call it first thing")
+    if coordinator_address is None and (num_processes or 1) > 1:
+        raise ValueError(
+            f"fnarray.distributed.initialize(backend='jax'): num_processes={num_processes} but no coordinator "
+            "address: pass coordinator_address='host:port' (process 0's) or set FNARRAY_COORDINATOR")
+    if None not in (coordinator_address, num_processes, process_id):
+        _rendezvous.rendezvous(coordinator_address, num_processes, process_id, timeout)
     import jax
     if coordinator_address is not None and not _is_tpu_or_gpu():
         # CPU processes exchange data through gloo (XLA's CPU collectives); GPUs use NCCL, TPUs ICI.
@@ -27,6 +40,13 @@ def initialize(coordinator_address, num_processes, process_id, timeout, local_de
     t = threading.Thread(target=start, daemon=True, name="fnarray-jax-distributed-init")
     t.start()
     t.join(timeout + 5)
+    if err and isinstance(err[0], (ValueError, TypeError)):
+        raise ValueError(
+            f"fnarray.distributed.initialize(backend='jax'): {err[0]} (given coordinator_address="
+            f"{coordinator_address!r}, num_processes={num_processes}, process_id={process_id}; JAX found no cluster "
+            "launcher such as SLURM, Open MPI or a TPU slice to fill them in). Start the processes with "
+            "`python -m fnarray.distributed.launch -n N script.py`, or pass all three arguments (or set "
+            "FNARRAY_COORDINATOR, FNARRAY_NUM_PROCESSES, FNARRAY_PROCESS_ID).") from err[0]
     if t.is_alive() or err:
         why = f": {err[0]}" if err else ""
         raise TimeoutError(

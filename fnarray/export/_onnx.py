@@ -1147,7 +1147,8 @@ def onnx(f, *example_args, path, bake_argnums=(), opset=None):
         reductions of integers.
       ImportError: the ``onnx`` package is not installed (``pip install 'fnarray[onnx]'``).
       ValueError: an ``opset`` below 17, a bad ``bake_argnums``, two inputs with one name.
-      TypeError: ``f`` is not callable or takes fewer positional arguments than given.
+      TypeError: ``f`` is not callable or takes fewer positional arguments than given; ``path`` is not a str
+        or ``os.PathLike``. IsADirectoryError: ``path`` is a folder.
       onnx.checker.ValidationError: the written graph does not validate (a bug: please report it).
 
     Mirrors no NumPy/JAX function; JAX's closest relative is ``jax.export`` (and
@@ -1155,6 +1156,10 @@ def onnx(f, *example_args, path, bake_argnums=(), opset=None):
     """
     from fnarray.transforms.jit import Jitted
 
+    if not isinstance(path, (str, os.PathLike)) or os.path.isdir(path):
+        what = "a folder" if isinstance(path, (str, os.PathLike)) else type(path).__name__
+        raise (IsADirectoryError if what == "a folder" else TypeError)(
+            f"fnarray.export.onnx: path must name the .onnx file to write, got {what} ({path!r})")
     onnx_mod = _import_onnx()
     opset = DEFAULT_OPSET if opset is None else int(opset)
     if opset < _MIN_OPSET:

@@ -561,6 +561,16 @@ class JaxLowered(Lowered):
         with _x64(self.x64):
             return self._jitted.lower(*self._jit_avals()).as_text()
 
+    def memory_use(self):
+        """XLA's own count after fusion (``Compiled.memory_analysis``): its temporary buffer and the outputs.
+        Compiling here costs nothing later: the first call finds JAX's compilation cache warm."""
+        with jax.default_device(self.device.handle), _x64(self.x64):
+            m = self._jitted.lower(*self._jit_avals()).compile().memory_analysis()
+        if m is None:
+            return None
+        return [("XLA's temporary buffers", int(m.temp_size_in_bytes)),
+                ("the outputs", int(m.output_size_in_bytes) - int(m.alias_size_in_bytes))]
+
     def compile(self):
         jitted, x64 = self._jitted, self.x64
         if _profile.recorder is not None:
@@ -629,6 +639,8 @@ _SCALAR_CACHE_SIZE = 256
 
 
 class JaxBackend(Backend):
+    #: Lowered through their decompositions (``Backend.expected_decompositions``): XLA's own forms are no better.
+    expected_decompositions = frozenset({"erfc", "log2"})
     host_callbacks = True  # jax.debug.callback(ordered=True) inside the XLA program
     name = "jax"
 
@@ -640,7 +652,7 @@ class JaxBackend(Backend):
             self._devices.append(Device("jax", i, platform, f"JAX {jax.__version__} {d.device_kind} ({d})",
                                         handle=d))
         self._caps = Capabilities(dtypes=frozenset(dtypes.ALL_DTYPES), control_flow="native",
-                                  eager_programs="first_call")
+                                  eager_programs="first_call", memory_check="compiled")
         self._eager: "weakref.WeakValueDictionary" = {}
 
     def devices(self):

@@ -55,7 +55,7 @@ from fnarray.core.config import config
 from fnarray.core.decompositions import accumulates_in_low_precision
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal, Program
-from fnarray.devices import compile_cache
+from fnarray.devices import compile_cache, teardown
 from fnarray.devices.backend import Backend, Capabilities, Device
 from fnarray.lowering.kernels import render_opencl, schedule_program
 from fnarray.lowering.kernels.lowered import KernelLowered
@@ -63,7 +63,7 @@ from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.groups import linalg
-from fnarray.lowering.kernels.no_kernel import no_kernel_reason
+from fnarray.lowering.kernels.no_kernel import EXPECTED_DECOMPOSITIONS, EXPECTED_FALLBACKS, no_kernel_reason
 from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
 
 try:
@@ -153,7 +153,7 @@ class _DeviceState:
             control_flow="host",
             max_buffer_bytes=int(cl_device.max_mem_alloc_size),
             memory_bytes=int(cl_device.global_mem_size),
-            uniform_guard=not is_gpu)
+            uniform_guard=not is_gpu, memory_check="compiled")
         self.workgroup = 128 if is_gpu else 64
         self.row_lanes = 1 if is_gpu else 4   # accumulators per work-item row loop (groups/reduce.py: lanes)
         self.missing_reason = {
@@ -162,6 +162,12 @@ class _DeviceState:
             dtypes.int64: "an embedded-profile device has no 64-bit integers",
             dtypes.uint64: "an embedded-profile device has no 64-bit integers",
         }
+
+    def finish(self):
+        """Block until every command queued on this device has run."""
+        self.queue.finish()
+        if self._profiling_queue is not None:
+            self._profiling_queue.finish()
 
     def profiling_queue(self):
         """A second in-order queue with profiling events, made on first use (only the profiler uses it)."""
@@ -400,6 +406,10 @@ class OpenCLLowered(KernelLowered):
 
 
 class OpenCLBackend(Backend):
+    #: What the parity cases run on numpy:0 here, and why (``Backend.expected_fallbacks``, shared by the kernel
+    #: backends: ``kernels/no_kernel.py``).
+    expected_fallbacks = EXPECTED_FALLBACKS
+    expected_decompositions = EXPECTED_DECOMPOSITIONS
     name = "opencl"
 
     def __init__(self):
@@ -426,6 +436,9 @@ class OpenCLBackend(Backend):
             except Exception as e:  # noqa: BLE001 (a broken driver must not crash the caller)
                 errors.append(f"{d.name.strip()}: {type(e).__name__}: {e}")
                 continue
+            # At exit: finish its queues, and keep context, queues, pool and programs out of the interpreter's
+            # teardown (fnarray/devices/teardown.py: the segfault at exit).
+            teardown.keep_until_exit(state, state.finish)
             i = len(self._devices)
             kind = "gpu" if d.type & cl.device_type.GPU else "cpu"
             desc = f"{platform.name.strip()} {d.name.strip()} ({d.version.strip()})"

@@ -67,6 +67,7 @@ from fnarray.core.config import config
 from fnarray.core.decompositions import accumulates_in_low_precision
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal
+from fnarray.devices import teardown
 from fnarray.devices.backend import Backend, Capabilities, Device
 from fnarray.devices.host_control import CONTROL_PRIMITIVES
 from fnarray.lowering.kernels import schedule_program
@@ -78,7 +79,7 @@ from fnarray.core.fft import fft_p
 from fnarray.core.windows import WINDOW_PRIMITIVES
 from fnarray.lowering.kernels.groups.fft import unsupported_reason as fft_unsupported_reason
 from fnarray.lowering.kernels.groups import linalg
-from fnarray.lowering.kernels.no_kernel import no_kernel_reason
+from fnarray.lowering.kernels.no_kernel import EXPECTED_DECOMPOSITIONS, EXPECTED_FALLBACKS, no_kernel_reason
 from fnarray.lowering.kernels.wgsl import DEFAULT_GROUP_SIZE, render_wgsl, uniform_bytes, wgsl_layout
 
 __all__ = ["make_backend", "WebGPUBackend", "WGBuffer", "PORTABLE_LIMITS"]
@@ -252,7 +253,16 @@ class _GPU:
         self._device = dev
         self.queue = dev.queue
         self.limits = dict(dev.limits)
+        # At exit: wait for the queued work, and keep the device, queue and pool out of the interpreter's
+        # teardown (fnarray/devices/teardown.py).
+        self._exit_probe = dev.create_buffer(size=4, usage=self.usage)
+        teardown.keep_until_exit(self, self._finish)
         return dev
+
+    def _finish(self):
+        """Block until every queued command has run (a 4-byte readback after them: see TRAPS.md)."""
+        with self.lock:
+            self.queue.read_buffer(self._exit_probe, 0, 4)
 
     # ------------------------------------------------------------------ buffers
     @_locked
@@ -617,6 +627,10 @@ def _named_source(kernel):
 
 
 class WebGPUBackend(Backend):
+    #: What the parity cases run on numpy:0 here, and why (``Backend.expected_fallbacks``, shared by the kernel
+    #: backends: ``kernels/no_kernel.py``); uint8/int8 casts fall back through ``Capabilities.dtypes``.
+    expected_fallbacks = EXPECTED_FALLBACKS
+    expected_decompositions = EXPECTED_DECOMPOSITIONS | {"erfc"}
     name = "webgpu"
 
     def __init__(self, wgpu, gpu: _GPU):
@@ -648,7 +662,8 @@ class WebGPUBackend(Backend):
                 # A CPU adapter (lavapipe) runs 4 elements per invocation of a map kernel faster
                 # (docs/performance.md); a GPU keeps one, whose neighbouring invocations read
                 # neighbouring elements.
-                items_per_work_item=4 if self.gpu.adapter_type.lower() == "cpu" else 1)
+                items_per_work_item=4 if self.gpu.adapter_type.lower() == "cpu" else 1,
+                memory_check="compiled")
             self._caps = caps
         return caps
 

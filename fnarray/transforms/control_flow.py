@@ -437,7 +437,11 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
     """
     if not callable(body_fun):
         raise TypeError(f"fori_loop: body_fun must be callable, got {type(body_fun).__name__}")
-    la, ua = aval_of(lower), aval_of(upper)
+    try:
+        la, ua = aval_of(lower), aval_of(upper)
+    except TypeError:
+        raise TypeError(f"fori_loop bounds must be integers (Python ints or integer scalars), got "
+                        f"{type(lower).__name__} {lower!r:.30} and {type(upper).__name__} {upper!r:.30}") from None
     if la.shape != () or ua.shape != ():
         raise ShapeError(f"fori_loop bounds must be scalars, got {la.str_short()} and {ua.str_short()}")
     if not dtypes.is_int(la.dtype) or not dtypes.is_int(ua.dtype) or isinstance(lower, bool) or \

@@ -16,6 +16,7 @@ from fnarray.core.ir import Literal, pp_program
 from fnarray.core.passes import walk_eqns
 from fnarray.devices import compile_cache
 from fnarray.devices.backend import Lowered
+from fnarray.lowering.kernels.groups.base import BufSpec
 
 __all__ = ["KernelLowered"]
 
@@ -75,6 +76,19 @@ class KernelLowered(Lowered):
     def as_text(self) -> str:
         """The source of every kernel, in launch order."""
         return str(self.kernels())
+
+    def memory_use(self):
+        """The schedule's buffers besides its inputs (intermediates the kernels pass on, and the outputs):
+        values computed inline inside a kernel have none. ``None`` for a host-driven program, whose
+        segments are checked as they compile."""
+        plan = self._schedules()
+        if plan.schedule is None:
+            return None
+        sched = plan.schedule
+        inputs = set(sched.inputs)
+        bufs = {a: None for launch in sched.launches for a in launch.args if isinstance(a, BufSpec)}
+        bufs.update((o, None) for o in sched.outputs if isinstance(o, BufSpec))
+        return [(f"{b.dtype.name}{list(b.shape)}", b.size * b.dtype.itemsize) for b in bufs if b not in inputs]
 
     def compile(self):
         plan = self._schedules()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fnarray.core import linalg as L
 
-__all__ = ["NO_KERNEL", "no_kernel_reason"]
+__all__ = ["NO_KERNEL", "no_kernel_reason", "EXPECTED_FALLBACKS", "EXPECTED_DECOMPOSITIONS"]
 
 #: Primitives that have no kernel, with the reason (a primitive that gets a kernel is scheduled, and its
 #: backend's ``supports`` no longer reaches this table).
@@ -16,6 +16,19 @@ NO_KERNEL = {
     L.svd_p: "svd runs on numpy (LAPACK) by design: an iterative SVD, too sequential for a kernel to pay",
 }
 # cholesky, triangular_solve and lu have kernels (kernels/groups/linalg.py).
+
+#: What the parity cases (``fnarray.testing.cases``) run on numpy:0 on the opencl and webgpu backends, and why
+#: (``Backend.expected_fallbacks``; written out by name, not derived from the tables ``supports`` reads, so that
+#: a kernel lost from those fails ``tests/test_parity.py`` instead of joining this list).
+#: ``Backend.expected_decompositions`` of the kernel backends (webgpu adds erfc: ``webgpu.py``).
+EXPECTED_DECOMPOSITIONS = frozenset({"digamma", "erf_inv", "sharding_constraint"})
+
+EXPECTED_FALLBACKS = {
+    ("qr", "*"): "by design: Householder QR is a chain of dependent column steps (NO_KERNEL)",
+    ("eigh", "*"): "by design: an iterative eigensolver, too sequential for a kernel (NO_KERNEL)",
+    ("svd", "*"): "by design: an iterative SVD, too sequential for a kernel (NO_KERNEL)",
+    ("cholesky", "complex64"): "the cholesky kernel has no complex form (kernels/facts.py)",
+}
 
 
 def no_kernel_reason(prim, backend: str) -> str:
