@@ -73,7 +73,7 @@ if ldconfig -p 2>/dev/null | grep -q libvulkan && ls /usr/share/vulkan/icd.d/nvi
 else
   note "- Vulkan: no loader or no NVIDIA ICD: the webgpu backend is not measured"
 fi
-note "- fnarray devices: $("$py" -c 'import fnarray as fa; print(fa.devices())' 2>&1 | tail -1)"
+note "- fnarray devices: $("$py" -c 'import fnarray as fa; print(fa.devices(all_backends=True))' 2>&1 | tail -1)"
 
 note ""
 note "## Steps"

@@ -84,7 +84,7 @@ def _check_command(args) -> int:
             try:
                 devices.append(fa.get_device(name))
             except (ValueError, TypeError, fa.BackendUnavailable) as e:
-                usable = ", ".join(str(d) for d in fa.devices())
+                usable = ", ".join(str(d) for d in fa.devices(all_backends=True))
                 return _usage_error(f"unknown or unusable device {name!r} ({e}); usable devices: {usable}")
     from fnarray._check import check
     report = check(fn, *ex_args, devices=devices, rtol=args.rtol, **getattr(fn, "example_kwargs", {}))

@@ -18,7 +18,7 @@ from helpers import BACKEND_UNAVAILABLE
 def _other_device():
     """One usable device that is not numpy's: jax:0 if it runs here, else the first other one."""
     import fnarray as fa
-    others = [str(d) for d in fa.devices() if d.backend != "numpy"]
+    others = [str(d) for d in fa.devices(all_backends=True) if d.backend != "numpy"]
     return "jax:0" if "jax:0" in others else (others[0] if others else None)
 
 

@@ -21,7 +21,7 @@ N = 10 ** 5  # ones((N, N)) is 37.25 GiB of float32: more than this machine's me
 
 
 def _jax():
-    devs = [d for d in fa.devices() if d.backend == "jax"]
+    devs = [d for d in fa.devices(all_backends=True) if d.backend == "jax"]
     if not devs:
         pytest.skip("backend unavailable: jax")
     return devs[0]

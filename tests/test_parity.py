@@ -104,7 +104,7 @@ def test_expected_fallback_tables_name_real_primitives():
     """Every entry of every backend's table names a primitive and a dtype (or ``*``) that exist, with a reason."""
     from fnarray.devices.backend import get_backend
     names = {p.name for p in PRIMITIVES.values()}
-    for dev in fa.devices():
+    for dev in fa.devices(all_backends=True):
         for (prim, dt), reason in get_backend(dev.backend).expected_fallbacks.items():
             assert prim in names, f"{dev.backend}: {prim} is no primitive"
             assert dt == "*" or dt in {d.name for d in dtypes.ALL_DTYPES}, f"{dev.backend}: {dt} is no dtype"
@@ -117,7 +117,7 @@ def test_decompositions_are_the_expected_ones():
     from fnarray._primitives_cmd import _case_eqn
     from fnarray.core.decompositions import DECOMPOSITIONS
     from fnarray.devices.backend import get_backend
-    for dev in fa.devices():
+    for dev in fa.devices(all_backends=True):
         backend = get_backend(dev.backend)
         got = set()
         for prim in DECOMPOSITIONS:

@@ -135,7 +135,7 @@ def test_expected_fallbacks_are_printed(capsys):
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert all(len(line) <= 120 for line in lines), max(lines, key=len)
-    for dev in fa.devices():
+    for dev in fa.devices(all_backends=True):
         table = get_backend(dev.backend).expected_fallbacks
         for (prim, dt), reason in table.items():
             assert any(line.split()[:3] == [dev.backend, prim, dt] and reason[:40] in line for line in lines), (

@@ -181,7 +181,7 @@ def _needs_host(eqn) -> bool:
 class MlxBackend(Backend):
     name = "mlx"
     #: What the parity cases run on numpy:0 here, and why (``Backend.expected_fallbacks``).
-    expected_decompositions = frozenset({"digamma", "erfc", "lgamma", "sharding_constraint"})
+    expected_decompositions = frozenset({"digamma", "erfc", "lgamma", "sharding_constraint", "threefry2x32"})
     expected_fallbacks = {
         ("cholesky", "complex64"): "MLX has no complex64 cholesky (mx.linalg.cholesky is real only)",
         ("conv_general_dilated", "int32"): "MLX's conv_general takes floating-point operands only",

@@ -21,7 +21,7 @@ NO_KERNEL = {
 #: (``Backend.expected_fallbacks``; written out by name, not derived from the tables ``supports`` reads, so that
 #: a kernel lost from those fails ``tests/test_parity.py`` instead of joining this list).
 #: ``Backend.expected_decompositions`` of the kernel backends (webgpu adds erfc: ``webgpu.py``).
-EXPECTED_DECOMPOSITIONS = frozenset({"digamma", "erf_inv", "sharding_constraint"})
+EXPECTED_DECOMPOSITIONS = frozenset({"digamma", "erf_inv", "sharding_constraint", "threefry2x32"})
 
 EXPECTED_FALLBACKS = {
     ("qr", "*"): "by design: Householder QR is a chain of dependent column steps (NO_KERNEL)",
