@@ -1,0 +1,199 @@
+"""The ``quantized_matmul`` kernels: packed weights loaded as words and dequantized in registers.
+
+The float weights never exist in memory: a work item loads the uint32 words of its weight row, takes the
+``bits``-bit integers apart with constant shifts and masks, and multiplies them into its accumulators
+(float32; float64 for float64). One work item computes one output column ``n`` for ``ROWS`` (up to 4)
+consecutive rows of ``x``, so each weight word is read once per ``ROWS`` rows: for decoding (1 to 4 rows)
+one pass over the weights computes every row, for longer inputs (prefill) the weights are read
+``M / ROWS`` times.
+
+- ``transpose=True`` (``x @ W.T``, a ``Linear`` layer): the work item walks weight row ``n`` a group at a
+  time; a group is ``group_size / 32`` chunks of 32 elements, each exactly ``bits`` words, whose element
+  ``j`` sits at bit ``j * bits`` of the chunk (unrolled at code generation, so every shift is a constant).
+  Per group and row, ``sum(x * q)`` and ``sum(x)`` accumulate, and the group adds
+  ``scale * sum(x * q) + bias * sum(x)``: two multiplies per group instead of two per element.
+- ``transpose=False`` (``x @ W``, the gradient of the first): the work item walks the ``k`` rows of the
+  weights, extracting its column's element at a bit offset known only at run time (shifts kept below 32:
+  ``(hi << 1) << (31 - s)``), dequantized as ``scale * q + bias`` per element.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fnarray.core.ir import Var
+from fnarray.core.quantized import quantized_matmul_p
+from fnarray.lowering.kernels.builder import KernelBuilder
+from fnarray.lowering.kernels.groups.base import _contiguous, _Group, _kernel_name, _launch
+from fnarray.lowering.kernels.ir import INT32, UINT32, Cast, const
+from fnarray.lowering.kernels.rules import op, select
+from fnarray.lowering.zero_size import _REWRITES, fill
+
+__all__ = ["QuantizedMatmulGroup", "GROUPS", "OPERAND_VIEWS", "ROWS"]
+
+#: The most rows of ``x`` one work item computes (the batch of a decode step: 1 to 4 rows in one pass).
+ROWS = 4
+
+
+def _acc_dtype(d):
+    return np.dtype(np.float64) if d == np.float64 else np.dtype(np.float32)
+
+
+class QuantizedMatmulGroup(_Group):
+    """One ``quantized_matmul`` equation: a work item per (block of ``ROWS`` rows of ``x``, output column)."""
+
+    kind = "quantized"
+
+    def __init__(self, ctx, eqn):
+        out = eqn.outputs[0]
+        super().__init__(ctx, out.aval.shape)
+        self.eqn = eqn
+        self.products.append(out)
+
+    def analyse(self):
+        self.reads |= {a for a in self.eqn.inputs if isinstance(a, Var)}
+
+    def _buffers(self, b, args):
+        names = []
+        for a in self.eqn.inputs:
+            spec = self.ctx.spec(a)
+            name = b.buffer(spec, a.aval.dtype, False, "in")
+            args[name] = spec
+            names.append(name)
+        return names
+
+    def codegen(self):
+        ctx = self.ctx
+        e = self.eqn
+        x, w, _, _ = e.inputs
+        out = e.outputs[0]
+        n_out = math.prod(out.aval.shape)
+        if n_out == 0:
+            return []
+        p = e.params
+        n = out.aval.shape[-1]
+        m = n_out // n
+        k = x.aval.shape[-1]
+        rows = min(ROWS, m)
+        blocks = -(-m // rows)
+        b = KernelBuilder("k")
+        args: dict = {}
+        xs, ws, ss, bs = self._buffers(b, args)
+        gid, gsize, lsize = ctx.gid(b, blocks * n, ctx.wg)
+        acc = _acc_dtype(out.aval.dtype)
+        with b.when(op("lt", gid, const(blocks * n, INT32))):
+            col = b.let(op("rem", gid, const(n, INT32)), "col")
+            first = b.let(op("mul", op("div", gid, const(n, INT32)), const(rows, INT32)), "row")
+            # Rows past the end (the last block) compute on the last row and store nothing.
+            row_ids = [b.let(select(op("lt", op("add", first, const(r, INT32)), const(m, INT32)),
+                                    op("add", first, const(r, INT32)), const(m - 1, INT32)), "rw")
+                       for r in range(rows)]
+            names = (xs, ws, ss, bs)
+            if p["transpose"]:
+                sums = self._rows_of_w(b, names, col, row_ids, k, p["group_size"], p["bits"], x.aval.dtype, acc)
+            else:
+                sums = self._columns_of_w(b, names, col, row_ids, k, n, p["group_size"], p["bits"],
+                                          x.aval.dtype, acc)
+            out_name = ctx.output(b, args, out)
+            for r in range(rows):
+                with b.when(op("lt", op("add", first, const(r, INT32)), const(m, INT32))):
+                    res = Cast(sums[r], out.aval.dtype) if acc != out.aval.dtype else sums[r]
+                    b.store(out_name, b.let(op("add", op("mul", row_ids[r], const(n, INT32)), col)), res)
+        b.name = _kernel_name("quantized", [e])
+        return [_launch(b, args, {}, gsize, lsize, [e], "quantized")]
+
+    def _load_f(self, b, name, index, dtype, acc):
+        v = b.load(name, index, dtype)
+        return b.let(Cast(v, acc)) if dtype != acc else v
+
+    def _rows_of_w(self, b, names, col, row_ids, k, gs, bits, xdt, acc):
+        xs, ws, ss, bs = names
+        words = k * bits // 32
+        groups = k // gs
+        total = [b.var(acc, const(0, acc), "acc") for _ in row_ids]
+        mask = const((1 << bits) - 1, UINT32)
+        wrow = b.let(op("mul", col, const(words, INT32)), "wrow")
+        grow = b.let(op("mul", col, const(groups, INT32)), "grow")
+        x_rows = [b.let(op("mul", r, const(k, INT32)), "xrow") for r in row_ids]
+        with b.loop(const(0, INT32), const(groups, INT32), hint="g") as g:
+            dots = [b.var(acc, const(0, acc), "dot") for _ in row_ids]
+            sums = [b.var(acc, const(0, acc), "xsum") for _ in row_ids]
+            with b.loop(const(0, INT32), const(gs // 32, INT32), hint="c") as c:
+                chunk = b.let(op("add", op("mul", g, const(gs // 32, INT32)), c), "chunk")
+                base_w = b.let(op("add", wrow, op("mul", chunk, const(bits, INT32))), "wb")
+                wd = [b.load(ws, b.let(op("add", base_w, const(t, INT32))), UINT32) for t in range(bits)]
+                base_x = b.let(op("mul", chunk, const(32, INT32)), "xb")
+                for j in range(32):
+                    qf = b.let(Cast(_element(b, wd, j * bits, bits, mask), acc), "q")
+                    for r, xr in enumerate(x_rows):
+                        xv = self._load_f(b, xs, b.let(op("add", xr, op("add", base_x, const(j, INT32)))), xdt,
+                                          acc)
+                        b.assign(dots[r], op("add", dots[r], op("mul", xv, qf)))
+                        b.assign(sums[r], op("add", sums[r], xv))
+            gi = b.let(op("add", grow, g), "gi")
+            sdt = xdt
+            scale = self._load_f(b, ss, gi, sdt, acc)
+            bias = self._load_f(b, bs, gi, sdt, acc)
+            for r in range(len(row_ids)):
+                b.assign(total[r], op("add", total[r], op("add", op("mul", scale, dots[r]),
+                                                          op("mul", bias, sums[r]))))
+        return total
+
+    def _columns_of_w(self, b, names, col, row_ids, k, n, gs, bits, xdt, acc):
+        xs, ws, ss, bs = names
+        words = n * bits // 32
+        groups = n // gs
+        total = [b.var(acc, const(0, acc), "acc") for _ in row_ids]
+        bit = b.let(op("mul", col, const(bits, INT32)), "bit")
+        word = b.let(op("div", bit, const(32, INT32)), "word")
+        shift = b.let(Cast(op("rem", bit, const(32, INT32)), UINT32), "sh")
+        nxt = b.let(select(op("lt", op("add", word, const(1, INT32)), const(words, INT32)),
+                           op("add", word, const(1, INT32)), word), "nw")
+        gcol = b.let(op("div", col, const(gs, INT32)), "gc")
+        mask = const((1 << bits) - 1, UINT32)
+        x_rows = [b.let(op("mul", r, const(k, INT32)), "xrow") for r in row_ids]
+        with b.loop(const(0, INT32), const(k, INT32), hint="kk") as kk:
+            wbase = b.let(op("mul", kk, const(words, INT32)), "wb")
+            lo = b.load(ws, b.let(op("add", wbase, word)), UINT32)
+            v = op("shr", lo, shift)
+            if 32 % bits:
+                hi = b.load(ws, b.let(op("add", wbase, nxt)), UINT32)
+                up = op("shl", op("shl", hi, const(1, UINT32)), op("sub", const(31, UINT32), shift))
+                v = op("or", v, up)
+            qf = b.let(Cast(b.let(op("and", v, mask)), acc), "q")
+            gi = b.let(op("add", op("mul", kk, const(groups, INT32)), gcol), "gi")
+            wv = b.let(op("add", op("mul", self._load_f(b, ss, gi, xdt, acc), qf), self._load_f(b, bs, gi, xdt, acc)),
+                       "wv")
+            for r, xr in enumerate(x_rows):
+                xv = self._load_f(b, xs, b.let(op("add", xr, kk)), xdt, acc)
+                b.assign(total[r], op("add", total[r], op("mul", xv, wv)))
+        return total
+
+
+def _element(b, words, start, bits, mask):
+    """The ``bits``-bit integer at bit ``start`` of a chunk held in ``words`` (constant shifts only)."""
+    t, s = divmod(start, 32)
+    v = words[t] if s == 0 else op("shr", words[t], const(s, UINT32))
+    if s + bits > 32:
+        v = op("or", v, op("shl", words[t + 1], const(32 - s, UINT32)))
+    if s + bits < 32 or s + bits > 32:
+        v = op("and", v, mask)
+    return b.let(v, "qi")
+
+
+def _operand_buffer(ctx, a):
+    """Every operand is read in place from a buffer (the packed words above all)."""
+    return (a, 0, _contiguous(a.aval.shape)) if isinstance(a, Var) else None
+
+
+def _zero_size(e):
+    """An empty contraction (no weight columns): the product is 0."""
+    return [fill(e.outputs[0], 0)], {}
+
+
+#: What ``schedule`` adds to its tables ``_GROUPS`` and ``OPERAND_VIEWS``.
+GROUPS = {quantized_matmul_p: QuantizedMatmulGroup}
+OPERAND_VIEWS = {quantized_matmul_p: _operand_buffer}
+_REWRITES.setdefault(quantized_matmul_p, _zero_size)
