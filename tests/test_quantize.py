@@ -1,0 +1,216 @@
+"""Quantization in MLX's affine format: ``fa.quantize``, ``fa.dequantize``, ``fa.quantized_matmul`` against MLX.
+
+MLX (``mlx.core``) is the oracle: the packed words, scales and biases must be bit-identical to
+``mx.quantize``'s and ``dequantize`` to ``mx.dequantize``'s on every device; ``quantized_matmul`` within float
+tolerance of ``mx.quantized_matmul`` (``dequantize`` within an ulp of the weights' magnitude where the compiler
+fuses ``scale * q + bias`` into one multiply-add: XLA does). opencl and webgpu run with ``fallback="error"``, so what is tested there
+is their own kernels (``lowering/kernels/groups/quantized.py``). Gradients with respect to ``x`` are checked
+against central finite differences of the float64 product with the dequantized weights, ``vmap`` against a
+Python loop.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from fnarray.core.errors import DTypeError, ShapeError
+from tests.helpers import fallback_mode
+
+mx = pytest.importorskip("mlx.core", reason="MLX is the oracle of these tests (pip install 'mlx[cpu]')")
+
+BITS = (2, 3, 4, 5, 6, 8)
+GROUP_SIZES = (32, 64, 128)
+
+
+@pytest.fixture
+def on(device):
+    """The device, with ``fallback="error"`` where it has kernels of its own (opencl, webgpu)."""
+    mode = "error" if device.backend in ("opencl", "webgpu") else fa.config.fallback
+    with fallback_mode(mode):
+        yield device
+
+
+def _weights(rows, cols, gs, seed=0):
+    """Random weights with an all-zero group and an all-positive one (the format's two special cases)."""
+    w = np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32)
+    w[0, :gs] = 0.0
+    w[1, :gs] = np.abs(w[1, :gs])
+    w[-1, -gs:] = -np.abs(w[-1, -gs:])
+    return w
+
+
+def _mlx(*arrays):
+    return [mx.array(np.asarray(a)) for a in arrays]
+
+
+@pytest.mark.parametrize("gs", GROUP_SIZES)
+@pytest.mark.parametrize("bits", BITS)
+def test_quantize_and_dequantize_are_bit_identical_to_mlx(on, bits, gs):
+    w = _weights(4, 256, gs, seed=bits * gs)
+    want = mx.quantize(mx.array(w), group_size=gs, bits=bits)
+    got = fa.jit(functools.partial(fa.quantize, group_size=gs, bits=bits))(fa.device_put(w, on))
+    for g, m, name in zip(got, want, ("w_q", "scales", "biases"), strict=True):
+        assert g.dtype == np.dtype(str(m.dtype).split(".")[-1]), name
+        np.testing.assert_array_equal(np.asarray(g), np.array(m), err_msg=name)
+    back = np.asarray(fa.jit(functools.partial(fa.dequantize, group_size=gs, bits=bits))(*got))
+    want_back = np.array(mx.dequantize(*want, group_size=gs, bits=bits))
+    if on.backend in ("numpy", "mlx"):
+        np.testing.assert_array_equal(back, want_back)
+    else:
+        # XLA and the OpenCL/WGSL compilers may contract scale * q + bias into one fused multiply-add.
+        np.testing.assert_allclose(back, want_back, rtol=0, atol=2 * np.finfo(np.float32).eps * np.abs(w).max())
+
+
+@pytest.mark.parametrize("transpose", [True, False])
+@pytest.mark.parametrize("gs", GROUP_SIZES)
+@pytest.mark.parametrize("bits", BITS)
+def test_quantized_matmul_matches_mlx(on, bits, gs, transpose):
+    rng = np.random.default_rng(bits + gs)
+    w_q, scales, biases = mx.quantize(mx.array(_weights(8, 256, gs)), group_size=gs, bits=bits)
+    k = 256 if transpose else 8
+    qmm = fa.jit(functools.partial(fa.quantized_matmul, transpose=transpose, group_size=gs, bits=bits))
+    args = [fa.device_put(np.array(a), on) for a in (w_q, scales, biases)]
+    for shape in ((k,), (3, k), (2, 3, k)):   # one row (decode), a few, and a batch past one work item's rows
+        x = rng.standard_normal(shape).astype(np.float32)
+        want = np.array(mx.quantized_matmul(mx.array(x), w_q, scales, biases, transpose=transpose,
+                                            group_size=gs, bits=bits))
+        got = qmm(fa.device_put(x, on), *args)
+        assert got.shape == want.shape and got.dtype == np.float32
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-5 * np.sqrt(k))
+
+
+def test_quantized_matmul_half_precision(on):
+    """float16 weights and inputs: float16 scales, a float16 result (accumulated in float32)."""
+    try:
+        fa.device_put(np.ones(2, np.float16), on) * 2
+    except fa.UnsupportedOnDevice as e:
+        pytest.skip(f"{on} has no float16 kernels (shader-f16 / cl_khr_fp16: hardware this machine lacks): {e}")
+    w = _weights(8, 128, 64).astype(np.float16)
+    x = np.random.default_rng(1).standard_normal((2, 128)).astype(np.float16)
+    w_q, scales, biases = mx.quantize(mx.array(w), group_size=64, bits=4)
+    mine = fa.quantize(fa.device_put(w, on), group_size=64, bits=4)
+    for g, m in zip(mine, (w_q, scales, biases), strict=True):
+        np.testing.assert_array_equal(np.asarray(g), np.array(m))
+    got = fa.quantized_matmul(fa.device_put(x, on), *mine, group_size=64, bits=4)
+    want = np.array(mx.quantized_matmul(mx.array(x), w_q, scales, biases, group_size=64, bits=4))
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(np.asarray(got, np.float32), want.astype(np.float32), rtol=5e-3, atol=5e-2)
+
+
+def _float64_product(x, w_q, scales, biases, gs, bits, transpose):
+    wd = np.asarray(fa.dequantize(w_q, scales, biases, group_size=gs, bits=bits), np.float64)
+    return np.asarray(x, np.float64) @ (wd.T if transpose else wd)
+
+
+@pytest.mark.parametrize("transpose", [True, False])
+@pytest.mark.parametrize("bits", [3, 4])
+def test_grad_wrt_x_matches_finite_differences(on, bits, transpose):
+    gs = 32
+    rng = np.random.default_rng(7)
+    w_q, scales, biases = fa.quantize(_weights(6, 64, gs), group_size=gs, bits=bits)
+    k = 64 if transpose else 6
+    x = rng.standard_normal((2, k)).astype(np.float32)
+    cot = rng.standard_normal((2, 6 if transpose else 64))
+    args = [fa.device_put(a, on) for a in (w_q, scales, biases)]
+
+    def loss(x):
+        y = fa.quantized_matmul(x, *args, transpose=transpose, group_size=gs, bits=bits)
+        return fnp.sum(y * fnp.asarray(cot.astype(np.float32)) ** 2)
+
+    got = np.asarray(fa.jit(fa.grad(loss))(fa.device_put(x, on)))
+    eps = 1e-3
+    want = np.zeros_like(x, np.float64)
+    for i in np.ndindex(x.shape):
+        up, down = x.astype(np.float64), x.astype(np.float64)
+        up[i] += eps
+        down[i] -= eps
+        f = [np.sum(_float64_product(v, w_q, scales, biases, gs, bits, transpose) * cot ** 2) for v in (up, down)]
+        want[i] = (f[0] - f[1]) / (2 * eps)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_jvp_is_the_product_of_the_tangent(on):
+    w_q, scales, biases = fa.quantize(_weights(8, 64, 32), group_size=32, bits=4)
+    args = [fa.device_put(a, on) for a in (w_q, scales, biases)]
+    x, t = np.random.default_rng(3).standard_normal((2, 2, 64)).astype(np.float32)
+    f = functools.partial(fa.quantized_matmul, group_size=32, bits=4)
+    y, ty = fa.jvp(lambda x: f(x, *args), (fa.device_put(x, on),), (fa.device_put(t, on),))
+    np.testing.assert_allclose(np.asarray(ty), np.asarray(f(t, w_q, scales, biases)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("in_axes", [0, 1])
+def test_vmap_over_x_matches_a_loop(on, in_axes):
+    w_q, scales, biases = fa.quantize(_weights(8, 64, 32), group_size=32, bits=6)
+    args = [fa.device_put(a, on) for a in (w_q, scales, biases)]
+    x = np.random.default_rng(4).standard_normal((3, 64) if in_axes == 0 else (64, 3)).astype(np.float32)
+
+    def f(xi):
+        return fa.quantized_matmul(xi, *args, group_size=32, bits=6)
+
+    got = fa.vmap(f, in_axes=in_axes)(fa.device_put(x, on))
+    want = np.stack([np.asarray(f(np.take(x, i, axis=in_axes))) for i in range(3)])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_grad_wrt_the_quantized_weights_raises_naming_dequantize():
+    w_q, scales, biases = fa.quantize(_weights(4, 64, 32), group_size=32, bits=4)
+    x = np.ones((1, 64), np.float32)
+    with pytest.raises(TypeError, match="dequantize"):
+        fa.grad(lambda s: fnp.sum(fa.quantized_matmul(x, w_q, s, biases, group_size=32, bits=4)))(scales)
+    with pytest.raises(TypeError, match="dequantize"):
+        fa.grad(lambda b: fnp.sum(fa.quantized_matmul(x, w_q, scales, b, group_size=32, bits=4)))(biases)
+    with pytest.raises(NotImplementedError, match="dequantize"):
+        fa.vmap(lambda s: fa.quantized_matmul(x, w_q, s, biases, group_size=32, bits=4))(fnp.stack([scales] * 2))
+
+
+def test_jax_program_keeps_the_packed_weights_as_its_only_weight_input():
+    jax_devices = fa.devices("jax")
+    if not jax_devices:
+        pytest.skip("backend unavailable: jax (pip install jax)")
+    w_q, scales, biases = fa.quantize(_weights(64, 256, 64), group_size=64, bits=4)
+    x = np.ones((1, 256), np.float32)
+    text = fa.jit(fa.quantized_matmul, device=jax_devices[0]).lower(x, w_q, scales, biases).as_text()
+    header = next(line for line in text.splitlines() if "func.func public @main" in line)
+    assert "tensor<64x32xui32>" in header            # the packed words go in as they are
+    assert "tensor<64x256xf32>" not in header         # no float weights in the inputs
+    assert "tensor<64x4xf32>" in header               # scales and biases
+
+
+def test_errors_name_what_was_given():
+    w = np.ones((4, 64), np.float32)
+    with pytest.raises(ValueError, match="bits=7"):
+        fa.quantize(w, bits=7)
+    with pytest.raises(ValueError, match="group_size=16"):
+        fa.quantize(w, group_size=16)
+    with pytest.raises(ShapeError, match="divisible by group_size=128"):
+        fa.quantize(w, group_size=128)
+    with pytest.raises(ShapeError, match="at least 2 dimensions"):
+        fa.quantize(np.ones(64, np.float32))
+    with pytest.raises(DTypeError, match="int32"):
+        fa.quantize(np.ones((4, 64), np.int32))
+    with pytest.raises(NotImplementedError, match="mxfp4"):
+        fa.quantize(w, mode="mxfp4")
+    w_q, scales, biases = fa.quantize(w, group_size=32, bits=4)
+    with pytest.raises(ShapeError, match="must be 64"):
+        fa.quantized_matmul(np.ones((2, 32), np.float32), w_q, scales, biases, group_size=32, bits=4)
+    with pytest.raises(ShapeError, match="scales and biases"):
+        fa.quantized_matmul(np.ones((2, 64), np.float32), w_q, scales, biases, group_size=64, bits=4)
+    with pytest.raises(DTypeError, match="uint32"):
+        fa.quantized_matmul(np.ones((2, 64), np.float32), np.asarray(w_q, np.int32), scales, biases,
+                            group_size=32, bits=4)
+    with pytest.raises(ShapeError, match="scales and biases"):
+        fa.dequantize(w_q, scales[:, :1], biases, group_size=32, bits=4)
+
+
+def test_integer_x_promotes_as_mlx():
+    w_q, scales, biases = fa.quantize(_weights(4, 64, 32), group_size=32, bits=8)
+    x = np.arange(64, dtype=np.int32)[None] % 5
+    got = fa.quantized_matmul(x, w_q, scales, biases, group_size=32, bits=8)
+    want = np.array(mx.quantized_matmul(mx.array(x), *_mlx(w_q, scales, biases), group_size=32, bits=8))
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-4)
