@@ -214,3 +214,106 @@ def test_integer_x_promotes_as_mlx():
     want = np.array(mx.quantized_matmul(mx.array(x), *_mlx(w_q, scales, biases), group_size=32, bits=8))
     assert got.dtype == want.dtype == np.float32
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------- fa.nn
+
+
+class _Net(fa.nn.Module):
+    emb: object
+    layers: tuple
+    head: object
+
+    def __init__(self, key):
+        k1, k2, k3, k4 = fa.random.split(key, 4)
+        self.emb = fa.nn.Embedding(50, 64, key=k1)
+        self.layers = (fa.nn.Linear(64, 128, key=k2), fa.nn.Linear(128, 64, key=k3))
+        self.head = fa.nn.Linear(64, 10, key=k4)
+
+    def __call__(self, ids):
+        h = self.emb(ids)
+        for layer in self.layers:
+            h = fa.nn.relu(layer(h))
+        return self.head(h)
+
+
+_IDS = np.array([[1, 2, 3], [4, 5, 39]], np.int32)
+
+
+def test_nn_quantize_returns_a_new_model_as_mlx_nn_quantize():
+    net = _Net(fa.random.key(0))
+    seen = []
+
+    def predicate(path, module):
+        seen.append(path)
+        if not isinstance(module, (fa.nn.Linear, fa.nn.Embedding)):
+            return False
+        return {"bits": 8} if path == "head" else True
+
+    q = fa.nn.quantize(net, group_size=64, bits=4, class_predicate=predicate)
+    assert seen == ["", "emb", "layers.0", "layers.1", "head"]   # MLX's dotted paths
+    assert isinstance(q.emb, fa.nn.QuantizedEmbedding) and isinstance(net.emb, fa.nn.Embedding)
+    assert [type(m) for m in q.layers] == [fa.nn.QuantizedLinear] * 2 and (q.layers[0].bits, q.head.bits) == (4, 8)
+    # The quantized model is the float model with dequantized weights, layer by layer.
+    h = q.emb(_IDS)
+    h_ref = fa.dequantize(q.emb.weight, q.emb.scales, q.emb.biases, group_size=64, bits=4)[_IDS]
+    np.testing.assert_array_equal(np.asarray(h), np.asarray(h_ref))
+    for layer, fl in zip(q.layers, net.layers, strict=True):
+        wd = np.asarray(fa.dequantize(layer.weight, layer.scales, layer.biases, group_size=64, bits=4))
+        want = np.asarray(h) @ wd.T + np.asarray(fl.bias)
+        h = layer(h)
+        np.testing.assert_allclose(np.asarray(h), want, rtol=1e-5, atol=1e-5)
+        h = fa.nn.relu(h)
+    # Default predicate: every Linear/Embedding whose rows split into groups (the head's 64 does, at 64).
+    q2 = fa.nn.quantize(net, group_size=128, bits=4)
+    assert isinstance(q2.layers[1], fa.nn.QuantizedLinear) and isinstance(q2.head, fa.nn.Linear)
+    np.testing.assert_array_equal(np.asarray(fa.jit(lambda m, i: m(i))(q, _IDS)), np.asarray(q(_IDS)))
+
+
+def test_from_linear_matches_mlx_quantized_linear():
+    import mlx.nn as mnn
+    lin = fa.nn.Linear(128, 16, key=fa.random.key(1))
+    q = fa.nn.QuantizedLinear.from_linear(lin, group_size=32, bits=3)
+    ml = mnn.Linear(128, 16)
+    ml.weight, ml.bias = mx.array(np.asarray(lin.weight)), mx.array(np.asarray(lin.bias))
+    mq = mnn.QuantizedLinear.from_linear(ml, group_size=32, bits=3)
+    for name in ("weight", "scales", "biases"):
+        np.testing.assert_array_equal(np.asarray(getattr(q, name)), np.array(getattr(mq, name)), err_msg=name)
+    x = np.random.default_rng(2).standard_normal((4, 128)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(q(x)), np.array(mq(mx.array(x))), rtol=1e-5, atol=1e-5)
+    assert (q.input_dims, q.output_dims) == (128, 16)
+
+
+def test_save_and_load_a_quantized_model(tmp_path):
+    q = fa.nn.quantize(_Net(fa.random.key(3)), group_size=32, bits=6)
+    path = tmp_path / "q.safetensors"
+    fa.save(path, q)
+    back = fa.load(path)
+    assert type(back.layers[0]) is fa.nn.QuantizedLinear and back.layers[0].bits == 6
+    assert back.layers[0].weight.dtype == np.uint32
+    np.testing.assert_array_equal(np.asarray(back(_IDS)), np.asarray(q(_IDS)))
+
+
+def test_reads_mlx_quantized_safetensors_by_their_names(tmp_path):
+    import mlx.nn as mnn
+    from mlx.utils import tree_flatten
+    key = fa.random.key(4)
+    ml = mnn.QuantizedLinear(128, 32, bias=True, group_size=64, bits=4)
+    mx.save_safetensors(str(tmp_path / "linear.safetensors"), dict(tree_flatten(ml.parameters())))
+    layer = fa.load(tmp_path / "linear.safetensors", like=fa.nn.QuantizedLinear(128, 32, True, 64, 4, key=key))
+    x = np.random.default_rng(5).standard_normal((3, 128)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(layer(x)), np.array(ml(mx.array(x))), rtol=1e-5, atol=1e-5)
+    me = mnn.QuantizedEmbedding(40, 64, group_size=32, bits=3)
+    mx.save_safetensors(str(tmp_path / "emb.safetensors"), dict(tree_flatten(me.parameters())))
+    emb = fa.load(tmp_path / "emb.safetensors", like=fa.nn.QuantizedEmbedding(40, 64, 32, 3, key=key))
+    np.testing.assert_array_equal(np.asarray(emb(_IDS)), np.array(me(mx.array(_IDS))))
+    np.testing.assert_allclose(np.asarray(emb.as_linear(x[:, :64])), np.array(me.as_linear(mx.array(x[:, :64]))),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_quantized_layers_on_every_device(on):
+    q = fa.nn.quantize(_Net(fa.random.key(6)), group_size=64, bits=4)
+    ref = np.asarray(q(_IDS))
+    qd = fa.device_put(q, on)
+    np.testing.assert_allclose(np.asarray(fa.jit(lambda m, i: m(i))(qd, fa.device_put(_IDS, on))), ref,
+                               rtol=1e-5, atol=1e-5)

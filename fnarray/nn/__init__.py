@@ -8,6 +8,7 @@
 * Modules (``Module``, ``Linear``, ``Conv`` (``Conv1d``/``2d``/``3d``), ``Embedding``, ``LayerNorm``,
   ``RMSNorm``, ``BatchNorm``, ``Dropout``, ``MultiHeadAttention``, ``MLP``, ``Sequential``): immutable pytrees, so
   ``fa.value_and_grad(loss)(model, x, y)`` differentiates a whole model.
+* Quantized layers (``QuantizedLinear``, ``QuantizedEmbedding``) and ``quantize(model)``, as ``mlx.nn``'s.
 * ``fnarray.nn.losses`` and ``fnarray.nn.initializers``.
 """
 
@@ -21,6 +22,7 @@ from fnarray.nn._layers import (MLP, BatchNorm, BatchNormState, Dropout, Embeddi
                                 Linear, MultiHeadAttention, RMSNorm, Sequential)
 from fnarray.nn._module import Module, field, static_field
 from fnarray.nn._pooling import avg_pool, max_pool, min_pool
+from fnarray.nn._quantized import QuantizedEmbedding, QuantizedLinear, quantize
 
 __all__ = [
     "celu", "elu", "gelu", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh", "initializers", "leaky_relu",
@@ -29,7 +31,7 @@ __all__ = [
     "dot_product_attention", "losses", "Module", "field", "static_field",
     "BatchNorm", "BatchNormState", "Dropout", "Embedding", "Identity", "Lambda", "LayerNorm", "Linear", "MLP",
     "MultiHeadAttention", "RMSNorm", "Sequential", "Conv", "Conv1d", "Conv2d", "Conv3d", "avg_pool", "max_pool",
-    "min_pool",
+    "min_pool", "QuantizedEmbedding", "QuantizedLinear", "quantize",
 ]
 
 
@@ -37,7 +39,7 @@ def _install_eager_jit():
     import sys
 
     from fnarray.transforms import eager_jit  # eager calls run as cached jitted programs
-    eager_jit.install(sys.modules[__name__], excluded=("field", "static_field"))
+    eager_jit.install(sys.modules[__name__], excluded=("field", "static_field", "quantize"))
 
 
 _install_eager_jit()
