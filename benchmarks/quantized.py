@@ -4,8 +4,9 @@ Decoding a language model multiplies one row (up to a few) by every weight matri
 the weights, and 4-bit weights (MLX's affine format, group size 64) are 6.4x fewer bytes than float32. Per
 device, in one interleaved run: ``x @ W.T`` with ``W`` float32 (``dot_general``'s kernels) against
 ``fa.quantized_matmul`` on the packed words (``kernels/groups/quantized.py``), for 1 and 4 rows; the ratio is
-float32 time / 4-bit time (above 1: 4-bit is faster). Both jitted, warmed, best of N alternating calls, with
-the result read back each call (so the time includes one transfer of the small result).
+float32 time / 4-bit time (above 1: 4-bit is faster), in wall time and in process CPU time. Both jitted,
+warmed, best of N alternating calls, with the result read back each call (so the time includes one transfer
+of the small result).
 
     PYTHONPATH=. python benchmarks/quantized.py [--size 4096] [--number 10] [--devices opencl:0,webgpu:0]
 
@@ -19,13 +20,29 @@ import argparse
 import os
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _checkout  # noqa: E402,F401  (this checkout's fnarray)
 
 import numpy as np  # noqa: E402
 
-from vs_tinygrad import _best  # noqa: E402
+
+
+def _best(fns, number):
+    """Each of ``fns`` warmed, then the best wall and process-CPU seconds of ``number`` alternating calls (CPU
+    time is steadier on a loaded machine: TRAPS.md; on a CPU device it counts the driver's threads too)."""
+    for fn in fns:
+        fn()
+    wall = [float("inf")] * len(fns)
+    cpu = [float("inf")] * len(fns)
+    for _ in range(number):
+        for k, fn in enumerate(fns):
+            t, c = time.perf_counter(), time.process_time()
+            fn()
+            wall[k] = min(wall[k], time.perf_counter() - t)
+            cpu[k] = min(cpu[k], time.process_time() - c)
+    return wall, cpu
 
 
 def _cases(fa, dev, n, rows, bits=4, group_size=64):
@@ -50,7 +67,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     import fnarray as fa
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
-    print(f"{'device':10} {'size':>6} {'rows':>4} {'float32 ms':>11} {'4-bit ms':>9} {'ratio':>6} {'rel. err':>9}")
+    print(f"{'device':10} {'size':>6} {'rows':>4} {'float32 ms':>11} {'4-bit ms':>9} {'ratio':>6} "
+          f"{'cpu f32':>8} {'cpu 4b':>7} {'ratio':>6} {'rel. err':>9}")
     for name in args.devices.split(","):
         try:
             dev = fa.get_device(name)
@@ -60,9 +78,9 @@ def main(argv=None):
         n = args.size or (2048 if dev.backend == "webgpu" else 4096)
         for rows in (1, 4):
             fns, err = _cases(fa, dev, n, rows)
-            t32, t4 = _best(fns, args.number)
-            print(f"{name:10} {n:6d} {rows:4d} {t32 * 1e3:11.2f} {t4 * 1e3:9.2f} {t32 / t4:6.2f} {err:9.1e}",
-                  flush=True)
+            (t32, t4), (c32, c4) = _best(fns, args.number)
+            print(f"{name:10} {n:6d} {rows:4d} {t32 * 1e3:11.2f} {t4 * 1e3:9.2f} {t32 / t4:6.2f} "
+                  f"{c32 * 1e3:8.2f} {c4 * 1e3:7.2f} {c32 / c4:6.2f} {err:9.1e}", flush=True)
 
 
 if __name__ == "__main__":
