@@ -317,3 +317,18 @@ def test_quantized_layers_on_every_device(on):
     qd = fa.device_put(q, on)
     np.testing.assert_allclose(np.asarray(fa.jit(lambda m, i: m(i))(qd, fa.device_put(_IDS, on))), ref,
                                rtol=1e-5, atol=1e-5)
+
+
+def test_kernels_refuse_a_walk_past_the_loop_limit():
+    """lavapipe stops a shader's loops after 65,535 iterations, silently: a longer walk is declared unsupported
+    (it falls back, or raises with fallback="error") rather than computed wrong."""
+    import types
+
+    from fnarray.lowering.kernels.groups.quantized import unsupported_reason
+    w_q, scales, biases = fa.quantize(_weights(32, 64, 32), group_size=32, bits=4)
+    prog = fa.make_ir(lambda x: fa.quantized_matmul(x, w_q, scales, biases, transpose=False, group_size=32,
+                                                     bits=4))(np.ones((1, 32), np.float32))
+    eqn = next(e for e in prog.eqns if e.primitive.name == "quantized_matmul")
+    assert unsupported_reason(eqn, types.SimpleNamespace(max_loop_iterations=None)) is None
+    assert unsupported_reason(eqn, types.SimpleNamespace(max_loop_iterations=32)) is None
+    assert "loop iterations" in unsupported_reason(eqn, types.SimpleNamespace(max_loop_iterations=31))

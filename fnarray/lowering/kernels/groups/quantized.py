@@ -32,7 +32,7 @@ from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Cast, const
 from fnarray.lowering.kernels.rules import op, select
 from fnarray.lowering.zero_size import _REWRITES, fill
 
-__all__ = ["QuantizedMatmulGroup", "GROUPS", "OPERAND_VIEWS", "ROWS"]
+__all__ = ["QuantizedMatmulGroup", "GROUPS", "OPERAND_VIEWS", "ROWS", "LANES", "unsupported_reason"]
 
 #: The most rows of ``x`` one work item computes (the batch of a decode step: 1 to 4 rows in one pass).
 ROWS = 4
@@ -203,6 +203,18 @@ def _element(b, words, start, bits, mask):
     if s + bits < 32 or s + bits > 32:
         v = op("and", v, mask)
     return b.let(v, "qi")
+
+
+def unsupported_reason(eqn, caps):
+    """Why the kernels cannot run this ``quantized_matmul`` equation on a target with ``caps``, or ``None``: a
+    work item's walk longer than the driver's loop limit (lavapipe stops loops silently past it)."""
+    limit = getattr(caps, "max_loop_iterations", None)
+    k = eqn.inputs[0].aval.shape[-1]
+    steps = k // 32 if eqn.params["transpose"] else k
+    if limit is not None and steps > limit:
+        return (f"quantized_matmul over a contraction of {k}: a work item walks {steps} steps, past this "
+                f"device's {limit} loop iterations per invocation")
+    return None
 
 
 def _operand_buffer(ctx, a):
