@@ -332,3 +332,21 @@ def test_kernels_refuse_a_walk_past_the_loop_limit():
     assert unsupported_reason(eqn, types.SimpleNamespace(max_loop_iterations=None)) is None
     assert unsupported_reason(eqn, types.SimpleNamespace(max_loop_iterations=32)) is None
     assert "loop iterations" in unsupported_reason(eqn, types.SimpleNamespace(max_loop_iterations=31))
+
+
+def test_a_layers_bias_and_activation_fuse_into_the_kernel(on):
+    """On the kernel backends, ``relu(x @ W.T + bias)`` is one kernel: the elementwise ops are its epilogue."""
+    rng = np.random.default_rng(8)
+    w_q, scales, biases = fa.quantize(rng.standard_normal((48, 128)).astype(np.float32), group_size=64, bits=4)
+    bias = rng.standard_normal(48).astype(np.float32)
+    x = rng.standard_normal((2, 3, 128)).astype(np.float32)
+
+    def layer(x, w_q, scales, biases, bias):
+        return fa.nn.relu(fa.quantized_matmul(x, w_q, scales, biases, group_size=64, bits=4) + bias)
+
+    f = fa.jit(layer, device=on)
+    wd = np.asarray(fa.dequantize(w_q, scales, biases, group_size=64, bits=4), np.float64)
+    np.testing.assert_allclose(np.asarray(f(x, w_q, scales, biases, bias)), np.maximum(x @ wd.T + bias, 0),
+                               rtol=1e-5, atol=1e-5)
+    if on.backend in ("opencl", "webgpu"):
+        assert len(f.lower(x, w_q, scales, biases, bias).kernels()) == 1

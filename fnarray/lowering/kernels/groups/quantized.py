@@ -16,6 +16,10 @@ one pass over the weights computes every row, for longer inputs (prefill) the we
 - ``transpose=False`` (``x @ W``, the gradient of the first): the work item walks the ``k`` rows of the
   weights, extracting its column's element at a bit offset known only at run time (shifts kept below 32:
   ``(hi << 1) << (31 - s)``), dequantized as ``scale * q + bias`` per element.
+
+The elementwise ops on the result (a layer's bias and activation) are the kernel's epilogue, so a quantized
+layer is one launch. Prefill (many rows) is not tiled yet: against PoCL's register-tiled float32 matmul, 64
+rows of a 2048 x 2048 4-bit product took 1.8x the float32 time (lavapipe: 0.8x).
 """
 
 from __future__ import annotations
@@ -26,8 +30,7 @@ import numpy as np
 
 from fnarray.core.ir import Var
 from fnarray.core.quantized import quantized_matmul_p
-from fnarray.lowering.kernels.builder import KernelBuilder
-from fnarray.lowering.kernels.groups.base import _contiguous, _Group, _kernel_name, _launch
+from fnarray.lowering.kernels.groups.base import _contiguous, _Group, _index_vars, _kernel_name, _launch
 from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Cast, const
 from fnarray.lowering.kernels.rules import op, select
 from fnarray.lowering.zero_size import _REWRITES, fill
@@ -49,6 +52,7 @@ class QuantizedMatmulGroup(_Group):
     """One ``quantized_matmul`` equation: a work item per (block of ``ROWS`` rows of ``x``, output column)."""
 
     kind = "quantized"
+    accepts_roots = True   # the elementwise ops on the result (a layer's bias, its activation) as an epilogue
 
     def __init__(self, ctx, eqn):
         out = eqn.outputs[0]
@@ -82,8 +86,7 @@ class QuantizedMatmulGroup(_Group):
         k = x.aval.shape[-1]
         rows = min(ROWS, m)
         blocks = -(-m // rows)
-        b = KernelBuilder("k")
-        args: dict = {}
+        b, args, tracker, em = self._kernel_start()
         xs, ws, ss, bs = self._buffers(b, args)
         items = blocks * n
         gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
@@ -106,14 +109,18 @@ class QuantizedMatmulGroup(_Group):
             else:
                 sums = self._columns_of_w(b, names, col, row_ids, k, n, p["group_size"], p["bits"],
                                           x.aval.dtype, acc)
-            out_name = ctx.output(b, args, out)
             for r in range(rows):
                 ok = op("lt", op("add", first, const(r, INT32)), const(m, INT32))
                 with b.when(op("land", inside, ok) if uniform else ok):
-                    res = Cast(sums[r], out.aval.dtype) if acc != out.aval.dtype else sums[r]
-                    b.store(out_name, b.let(op("add", op("mul", row_ids[r], const(n, INT32)), col)), res)
-        b.name = _kernel_name("quantized", [e])
-        return [_launch(b, args, {}, gsize, lsize, [e], "quantized")]
+                    res = b.let(Cast(sums[r], out.aval.dtype) if acc != out.aval.dtype else sums[r], "res")
+                    flat = b.let(op("add", op("mul", row_ids[r], const(n, INT32)), col), "o")
+                    idx = _index_vars(b, flat, self.shape, prefix=f"qo{r}_")
+                    em.seed(out, idx, res)
+                    if out in ctx.needed:
+                        b.store(ctx.output(b, args, out), flat, res)
+                    self.emit_roots(b, em, args, idx, flat)
+        b.name = _kernel_name("quantized", tracker.eqns)
+        return [_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized")]
 
     def _load_f(self, b, name, index, dtype, acc):
         v = b.load(name, index, dtype)
