@@ -84,22 +84,30 @@ def test_quantized_matmul_matches_mlx(on, bits, gs, transpose):
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-5 * np.sqrt(k))
 
 
-def test_quantized_matmul_half_precision(on):
-    """float16 weights and inputs: float16 scales, a float16 result (accumulated in float32)."""
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_quantized_matmul_half_precision(on, dtype):
+    """float16/bfloat16 weights and inputs: scales of that dtype bit-identical to MLX's, a result of that dtype
+    accumulated in float32 (MLX's CPU kernel sums in the half type: it is compared to float64 instead)."""
+    import ml_dtypes
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(np.float16)
     try:
-        fa.device_put(np.ones(2, np.float16), on) * 2
+        fa.device_put(np.ones(2, dt), on) * 2
     except fa.UnsupportedOnDevice as e:
-        pytest.skip(f"{on} has no float16 kernels (shader-f16 / cl_khr_fp16: hardware this machine lacks): {e}")
-    w = _weights(8, 128, 64).astype(np.float16)
-    x = np.random.default_rng(1).standard_normal((2, 128)).astype(np.float16)
-    w_q, scales, biases = mx.quantize(mx.array(w), group_size=64, bits=4)
+        # float16 needs shader-f16 / cl_khr_fp16 (hardware this machine lacks); OpenCL C and WGSL have no bfloat16.
+        pytest.skip(f"{on} has no {dtype} kernels: {e}")
+    w = _weights(8, 128, 64).astype(dt)
+    x = np.random.default_rng(1).standard_normal((2, 128)).astype(dt)
+    w_q, scales, biases = mx.quantize(mx.array(w.astype(np.float32)).astype(getattr(mx, dtype)), group_size=64,
+                                      bits=4)
     mine = fa.quantize(fa.device_put(w, on), group_size=64, bits=4)
     for g, m in zip(mine, (w_q, scales, biases), strict=True):
-        np.testing.assert_array_equal(np.asarray(g), np.array(m))
+        np.testing.assert_array_equal(np.asarray(g).astype(np.float64) if g.dtype != np.uint32 else np.asarray(g),
+                                      np.array(m.astype(mx.float32) if m.dtype != mx.uint32 else m))
     got = fa.quantized_matmul(fa.device_put(x, on), *mine, group_size=64, bits=4)
-    want = np.array(mx.quantized_matmul(mx.array(x), w_q, scales, biases, group_size=64, bits=4))
-    assert got.dtype == np.float16
-    np.testing.assert_allclose(np.asarray(got, np.float32), want.astype(np.float32), rtol=5e-3, atol=5e-2)
+    assert got.dtype == dt
+    want = _float64_product(x, *mine, 64, 4, True)
+    tol = 2 * float(ml_dtypes.finfo(dt).eps) * np.abs(want).max()
+    np.testing.assert_allclose(np.asarray(got).astype(np.float64), want, rtol=0, atol=tol)
 
 
 def _float64_product(x, w_q, scales, biases, gs, bits, transpose):
