@@ -358,3 +358,17 @@ def test_a_layers_bias_and_activation_fuse_into_the_kernel(on):
                                rtol=1e-5, atol=1e-5)
     if on.backend in ("opencl", "webgpu"):
         assert len(f.lower(x, w_q, scales, biases, bias).kernels()) == 1
+
+
+def test_the_quantization_page_runs():
+    """docs/quantization.md's code blocks run, in order, and give what the page says."""
+    import pathlib
+    import re
+    text = (pathlib.Path(__file__).parent.parent / "docs" / "quantization.md").read_text()
+    ns: dict = {}
+    for block in re.findall(r"```python\n(.*?)```", text, re.S):
+        exec(compile(block, "docs/quantization.md", "exec"), ns)  # noqa: S102 (our own documentation)
+    assert ns["w_q"].dtype == np.uint32 and ns["w_q"].shape == (256, 64) and ns["scales"].shape == (256, 8)
+    assert ns["y"].shape == (1, 256) and ns["w_back"].shape == (256, 512)
+    assert [type(m).__name__ for m in ns["small"].layers] == ["QuantizedLinear", "Lambda", "QuantizedLinear"]
+    assert [getattr(m, "bits", None) for m in ns["mixed"].layers] == [8, None, 8]
