@@ -372,3 +372,52 @@ def test_the_quantization_page_runs():
     assert ns["y"].shape == (1, 256) and ns["w_back"].shape == (256, 512)
     assert [type(m).__name__ for m in ns["small"].layers] == ["QuantizedLinear", "Lambda", "QuantizedLinear"]
     assert [getattr(m, "bits", None) for m in ns["mixed"].layers] == [8, None, 8]
+
+
+def _kernel_caps(device, **changes):
+    """The kernel backend's capabilities with ``changes`` for the duration (a GPU's, on this CPU-only machine)."""
+    import contextlib
+    import dataclasses
+
+    @contextlib.contextmanager
+    def swap():
+        be = device.impl
+        if device.backend == "opencl":
+            state = be.state(device)
+            old = state.caps
+            state.caps = dataclasses.replace(old, **changes)
+            try:
+                yield
+            finally:
+                state.caps = old
+        else:
+            old = be.capabilities(device)
+            be._caps = dataclasses.replace(old, **changes)
+            try:
+                yield
+            finally:
+                be._caps = old
+    return swap()
+
+
+@pytest.mark.parametrize("bits", [3, 4, 8])
+def test_the_gpu_form_matches_mlx(on, bits):
+    """The cooperative form GPUs take (a work-group per column, partial sums reduced in local memory), forced on
+    this machine's CPU devices, with a bias epilogue, 1 to 6 rows."""
+    if on.backend not in ("opencl", "webgpu"):
+        pytest.skip(f"{on} has no kernels of its own (the form is the kernel backends')")
+    from fnarray.lowering.kernels.groups.quantized import cooperative
+    rng = np.random.default_rng(bits)
+    w_q, scales, biases = mx.quantize(mx.array(rng.standard_normal((40, 320)).astype(np.float32)), group_size=64,
+                                      bits=bits)
+    bias = rng.standard_normal(40).astype(np.float32)
+    args = [fa.device_put(np.array(a), on) for a in (w_q, scales, biases)]
+    gpu = {"tiling_pays": True} if on.backend == "webgpu" else {"matmul_tiling": "local", "uniform_guard": False}
+    with _kernel_caps(on, **gpu):
+        caps = on.impl.state(on).caps if on.backend == "opencl" else on.impl.capabilities(on)
+        assert cooperative(caps)
+        for rows in (1, 3, 6):
+            x = rng.standard_normal((rows, 320)).astype(np.float32)
+            f = fa.jit(lambda x, w, s, b, c: fa.quantized_matmul(x, w, s, b, group_size=64, bits=bits) + c)
+            want = np.array(mx.quantized_matmul(mx.array(x), w_q, scales, biases, group_size=64, bits=bits)) + bias
+            np.testing.assert_allclose(np.asarray(f(fa.device_put(x, on), *args, bias)), want, rtol=1e-5, atol=1e-4)

@@ -17,6 +17,12 @@ one pass over the weights computes every row, for longer inputs (prefill) the we
   weights, extracting its column's element at a bit offset known only at run time (shifts kept below 32:
   ``(hi << 1) << (31 - s)``), dequantized as ``scale * q + bias`` per element.
 
+On GPUs (``cooperative(caps)``: work-group memory, local tiling, no CPU-style guards) ``transpose=True`` takes a
+cooperative form instead: a work-group of 64 per output column, its work items taking the row's chunks in
+turn (neighbouring work items read neighbouring words) and summing their parts in local memory. Forced on
+this machine's CPU devices it is correct and 2-3x slower than the form above (CPU adapters do not coalesce);
+its speed on a GPU is not measured yet.
+
 The elementwise ops on the result (a layer's bias and activation) are the kernel's epilogue, so a quantized
 layer is one launch. Prefill (many rows) is not tiled yet: against PoCL's register-tiled float32 matmul, 64
 rows of a 2048 x 2048 4-bit product took 1.8x the float32 time (lavapipe: 0.8x).
@@ -35,7 +41,7 @@ from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Cast, const
 from fnarray.lowering.kernels.rules import op, select
 from fnarray.lowering.zero_size import _REWRITES, fill
 
-__all__ = ["QuantizedMatmulGroup", "GROUPS", "OPERAND_VIEWS", "ROWS", "LANES", "unsupported_reason"]
+__all__ = ["QuantizedMatmulGroup", "GROUPS", "OPERAND_VIEWS", "ROWS", "LANES", "cooperative", "unsupported_reason"]
 
 #: The most rows of ``x`` one work item computes (the batch of a decode step: 1 to 4 rows in one pass).
 ROWS = 4
@@ -86,6 +92,8 @@ class QuantizedMatmulGroup(_Group):
         k = x.aval.shape[-1]
         rows = min(ROWS, m)
         blocks = -(-m // rows)
+        if p["transpose"] and cooperative(ctx.caps):
+            return self._cooperative(n, m, k, rows, blocks)
         b, args, tracker, em = self._kernel_start()
         xs, ws, ss, bs = self._buffers(b, args)
         items = blocks * n
@@ -109,18 +117,92 @@ class QuantizedMatmulGroup(_Group):
             else:
                 sums = self._columns_of_w(b, names, col, row_ids, k, n, p["group_size"], p["bits"],
                                           x.aval.dtype, acc)
-            for r in range(rows):
-                ok = op("lt", op("add", first, const(r, INT32)), const(m, INT32))
-                with b.when(op("land", inside, ok) if uniform else ok):
-                    res = b.let(Cast(sums[r], out.aval.dtype) if acc != out.aval.dtype else sums[r], "res")
-                    flat = b.let(op("add", op("mul", row_ids[r], const(n, INT32)), col), "o")
-                    idx = _index_vars(b, flat, self.shape, prefix=f"qo{r}_")
-                    em.seed(out, idx, res)
-                    if out in ctx.needed:
-                        b.store(ctx.output(b, args, out), flat, res)
-                    self.emit_roots(b, em, args, idx, flat)
+            self._store(b, em, args, sums, first, row_ids, col, m, n, inside if uniform else None)
         b.name = _kernel_name("quantized", tracker.eqns)
         return [_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized")]
+
+    def _store(self, b, em, args, sums, first, row_ids, col, m, n, guard):
+        """The results of rows ``first + r`` (those below ``m``, under ``guard``), and the epilogue."""
+        out = self.eqn.outputs[0]
+        for r, total in enumerate(sums):
+            ok = op("lt", op("add", first, const(r, INT32)), const(m, INT32))
+            with b.when(op("land", guard, ok) if guard is not None else ok):
+                res = b.let(Cast(total, out.aval.dtype) if total.dtype != out.aval.dtype else total, "res")
+                flat = b.let(op("add", op("mul", row_ids[r], const(n, INT32)), col), "o")
+                idx = _index_vars(b, flat, self.shape, prefix=f"qo{r}_")
+                em.seed(out, idx, res)
+                if out in self.ctx.needed:
+                    b.store(self.ctx.output(b, args, out), flat, res)
+                self.emit_roots(b, em, args, idx, flat)
+
+    def _cooperative(self, n, m, k, rows, blocks):
+        """A work-group per output column (and block of rows): its work items take the row's chunks in turn
+        (neighbours read neighbouring words, as a GPU's memory wants) and sum their parts in local memory."""
+        ctx = self.ctx
+        e = self.eqn
+        x = e.inputs[0]
+        p = e.params
+        gs, bits = p["group_size"], p["bits"]
+        wg = _COOPERATIVE_WG
+        acc = _acc_dtype(e.outputs[0].aval.dtype)
+        b, args, tracker, em = self._kernel_start()
+        xs, ws, ss, bs = self._buffers(b, args)
+        groups = blocks * n
+        gid, gsize, lsize = ctx.gid(b, groups * wg, wg)
+        lid = b.let(op("rem", gid, const(wg, INT32)), "lid")
+        grp = b.let(op("div", gid, const(wg, INT32)), "grp")
+        inside = b.let(op("lt", grp, const(groups, INT32)), "inside")
+        # Every work item reaches the barriers: past the end, a group works on the last column.
+        item = b.let(select(inside, grp, const(groups - 1, INT32)), "item")
+        col = b.let(op("rem", item, const(n, INT32)), "col")
+        first = b.let(op("mul", op("div", item, const(n, INT32)), const(rows, INT32)), "row")
+        row_ids = [b.let(select(op("lt", op("add", first, const(r, INT32)), const(m, INT32)),
+                                op("add", first, const(r, INT32)), const(m - 1, INT32)), "rw")
+                   for r in range(rows)]
+        words, chunks, per_group = k * bits // 32, k // 32, gs // 32
+        mask = const((1 << bits) - 1, UINT32)
+        wrow = b.let(op("mul", col, const(words, INT32)), "wrow")
+        grow = b.let(op("mul", col, const(k // gs, INT32)), "grow")
+        x_rows = [b.let(op("mul", r, const(k, INT32)), "xrow") for r in row_ids]
+        partial = [b.var(acc, const(0, acc), "part") for _ in row_ids]
+        with b.loop(lid, const(chunks, INT32), const(wg, INT32), hint="c") as c:
+            base_w = b.let(op("add", wrow, op("mul", c, const(bits, INT32))), "wb")
+            wd = [b.load(ws, b.let(op("add", base_w, const(t, INT32))), UINT32) for t in range(bits)]
+            gi = b.let(op("add", grow, op("div", c, const(per_group, INT32))), "gi")
+            scale = self._load_f(b, ss, gi, x.aval.dtype, acc)
+            bias = self._load_f(b, bs, gi, x.aval.dtype, acc)
+            base_x = b.let(op("mul", c, const(32, INT32)), "xb")
+            dots = [b.var(acc, const(0, acc), "dot") for _ in row_ids]
+            sums = [b.var(acc, const(0, acc), "xsum") for _ in row_ids]
+            for j in range(32):
+                qf = b.let(Cast(_element(b, wd, j * bits, bits, mask), acc), "q")
+                for r, xr in enumerate(x_rows):
+                    xv = self._load_f(b, xs, b.let(op("add", xr, op("add", base_x, const(j, INT32)))),
+                                      x.aval.dtype, acc)
+                    b.assign(dots[r], op("add", dots[r], op("mul", xv, qf)))
+                    b.assign(sums[r], op("add", sums[r], xv))
+            for r in range(rows):
+                b.assign(partial[r], op("add", partial[r], op("add", op("mul", scale, dots[r]),
+                                                              op("mul", bias, sums[r]))))
+        red = b.array("local", acc, rows * wg, "red")
+        for r in range(rows):
+            b.store(red, op("add", const(r * wg, INT32), lid), partial[r], space="local")
+        b.barrier()
+        step = wg // 2
+        while step:
+            with b.when(op("lt", lid, const(step, INT32))):
+                for r in range(rows):
+                    here = b.let(op("add", const(r * wg, INT32), lid))
+                    there = b.let(op("add", here, const(step, INT32)))
+                    b.store(red, here, op("add", b.load(red, here, acc, "local"), b.load(red, there, acc, "local")),
+                            space="local")
+            b.barrier()
+            step //= 2
+        totals = [b.load(red, const(r * wg, INT32), acc, "local") for r in range(rows)]
+        leader = b.let(op("land", inside, op("eq", lid, const(0, INT32))), "leader")
+        self._store(b, em, args, totals, first, row_ids, col, m, n, leader)
+        b.name = _kernel_name("quantized_wg", tracker.eqns)
+        return [_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized", fixed_local=True)]
 
     def _load_f(self, b, name, index, dtype, acc):
         v = b.load(name, index, dtype)
@@ -210,6 +292,18 @@ def _element(b, words, start, bits, mask):
     if s + bits < 32 or s + bits > 32:
         v = op("and", v, mask)
     return b.let(v, "qi")
+
+
+#: Work items per work-group of the cooperative form.
+_COOPERATIVE_WG = 64
+
+
+def cooperative(caps) -> bool:
+    """Whether ``transpose=True`` products take the cooperative form (GPUs: work-group memory, tiles that pay,
+    no CPU-style uniform guards); CPU devices take the work-item-per-column form."""
+    return (bool(caps.local_memory) and bool(caps.tiling_pays) and getattr(caps, "matmul_tiling", "local") == "local"
+            and not getattr(caps, "uniform_guard", False)
+            and (caps.max_workgroup_size is None or caps.max_workgroup_size >= _COOPERATIVE_WG))
 
 
 def unsupported_reason(eqn, caps):
