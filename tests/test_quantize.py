@@ -3,8 +3,8 @@
 MLX (``mlx.core``) is the oracle: the packed words, scales and biases must be bit-identical to
 ``mx.quantize``'s and ``dequantize`` to ``mx.dequantize``'s on every device; ``quantized_matmul`` within float
 tolerance of ``mx.quantized_matmul`` (``dequantize`` within an ulp of the weights' magnitude where the compiler
-fuses ``scale * q + bias`` into one multiply-add: XLA does). opencl and webgpu run with ``fallback="error"``, so what is tested there
-is their own kernels (``lowering/kernels/groups/quantized.py``). Gradients with respect to ``x`` are checked
+fuses ``scale * q + bias`` into one multiply-add: XLA does). opencl and webgpu run with ``fallback="error"``,
+so what is tested there is their own kernels (``lowering/kernels/groups/quantized.py``). Gradients with respect to ``x`` are checked
 against central finite differences of the float64 product with the dequantized weights, ``vmap`` against a
 Python loop.
 """
