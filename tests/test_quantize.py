@@ -174,6 +174,10 @@ def test_grad_wrt_the_quantized_weights_raises_naming_dequantize():
         fa.grad(lambda b: fnp.sum(fa.quantized_matmul(x, w_q, scales, b, group_size=32, bits=4)))(biases)
     with pytest.raises(NotImplementedError, match="dequantize"):
         fa.vmap(lambda s: fa.quantized_matmul(x, w_q, s, biases, group_size=32, bits=4))(fnp.stack([scales] * 2))
+    # The way the message names: through the float weights, d/dscale of sum(x @ (scale * q + bias).T) is sum(x * q).
+    g = fa.grad(lambda s: fnp.sum(x @ fa.dequantize(w_q, s, biases, group_size=32, bits=4).T))(scales)
+    q = (np.asarray(fa.dequantize(w_q, fnp.ones_like(scales), fnp.zeros_like(biases), group_size=32, bits=4)))
+    np.testing.assert_allclose(np.asarray(g), q.reshape(4, 2, 32).sum(-1), rtol=1e-6)
 
 
 def test_jax_program_keeps_the_packed_weights_as_its_only_weight_input():
