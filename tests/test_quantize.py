@@ -405,23 +405,22 @@ def _kernel_caps(device, **changes):
 
 
 @pytest.mark.parametrize("bits", [3, 4, 8])
-def test_the_gpu_form_matches_mlx(on, bits):
+@pytest.mark.parametrize("kdev", [d for d in fa.devices() if d.backend in ("opencl", "webgpu")], ids=str)
+def test_the_gpu_form_matches_mlx(kdev, bits):
     """The cooperative form GPUs take (a work-group per column, partial sums reduced in local memory), forced on
     this machine's CPU devices, with a bias epilogue, 1 to 6 rows."""
-    if on.backend not in ("opencl", "webgpu"):
-        pytest.skip(f"{on} has no kernels of its own (the form is the kernel backends')")
     from fnarray.lowering.kernels.groups.quantized import cooperative
     rng = np.random.default_rng(bits)
     w_q, scales, biases = mx.quantize(mx.array(rng.standard_normal((40, 320)).astype(np.float32)), group_size=64,
                                       bits=bits)
     bias = rng.standard_normal(40).astype(np.float32)
-    args = [fa.device_put(np.array(a), on) for a in (w_q, scales, biases)]
-    gpu = {"tiling_pays": True} if on.backend == "webgpu" else {"matmul_tiling": "local", "uniform_guard": False}
-    with _kernel_caps(on, **gpu):
-        caps = on.impl.state(on).caps if on.backend == "opencl" else on.impl.capabilities(on)
+    args = [fa.device_put(np.array(a), kdev) for a in (w_q, scales, biases)]
+    gpu = {"tiling_pays": True} if kdev.backend == "webgpu" else {"matmul_tiling": "local", "uniform_guard": False}
+    with _kernel_caps(kdev, **gpu), fallback_mode("error"):
+        caps = kdev.impl.state(kdev).caps if kdev.backend == "opencl" else kdev.impl.capabilities(kdev)
         assert cooperative(caps)
         for rows in (1, 3, 6):
             x = rng.standard_normal((rows, 320)).astype(np.float32)
             f = fa.jit(lambda x, w, s, b, c: fa.quantized_matmul(x, w, s, b, group_size=64, bits=bits) + c)
             want = np.array(mx.quantized_matmul(mx.array(x), w_q, scales, biases, group_size=64, bits=bits)) + bias
-            np.testing.assert_allclose(np.asarray(f(fa.device_put(x, on), *args, bias)), want, rtol=1e-5, atol=1e-4)
+            np.testing.assert_allclose(np.asarray(f(fa.device_put(x, kdev), *args, bias)), want, rtol=1e-5, atol=1e-4)
