@@ -13,6 +13,7 @@ float64 weights), ``n = 2**bits - 1``:
 - ``q0 = rint(edge / scale)``; where ``q0 != 0``: ``scale = edge / q0`` and ``bias = edge`` (so the group's
   largest magnitude is represented exactly), else ``bias = 0``;
 - ``q = clip(rint((w - bias) / scale), 0, n)``; the dequantized value is ``scale * q + bias``.
+- 1 bit (MLX's own rule): ``scale = max(max - min, 1e-7)``, ``bias = min``.
 
 Kernel backends divide with their own accuracy (OpenCL and WGSL allow 2.5 ulp): on a GPU, a value at a
 rounding tie may quantize one step apart from MLX's.
@@ -53,7 +54,7 @@ def quantize(w, group_size: int = 64, bits: int = 4, mode: str = "affine"):
       w: float array of shape ``(..., n, k)`` (float32, float16, bfloat16 or float64), ``k`` divisible by
         ``group_size``.
       group_size: 32, 64 or 128 consecutive elements share one scale and bias.
-      bits: 2, 3, 4, 5, 6 or 8 bits per element.
+      bits: 1, 2, 3, 4, 5, 6 or 8 bits per element.
       mode: ``"affine"`` (MLX's default; the only mode here).
 
     Returns:
@@ -89,6 +90,9 @@ def _quantize(w, group_size, bits):
     g = fnp.reshape(w.astype(md), lead + (k // group_size, group_size))
     n_bins = float((1 << bits) - 1)
     w_max, w_min = fnp.max(g, axis=-1), fnp.min(g, axis=-1)
+    if bits == 1:   # MLX: bit 0 stands for the group's minimum, bit 1 for its maximum
+        scale = fnp.maximum(w_max - w_min, np.asarray(1e-7, w_max.dtype))
+        return _round_and_pack(g, scale, w_min, n_bins, bits, lead, k, w.dtype)
     low_side = fnp.abs(w_min) > fnp.abs(w_max)
     scale = fnp.maximum((w_max - w_min) / n_bins, np.asarray(1e-7, md))
     scale = fnp.where(low_side, scale, -scale)
@@ -97,8 +101,13 @@ def _quantize(w, group_size, bits):
     exact = q0 != 0
     scale = fnp.where(exact, edge / fnp.where(exact, q0, 1.0), scale)
     bias = fnp.where(exact, edge, 0.0)
+    return _round_and_pack(g, scale, bias, n_bins, bits, lead, k, w.dtype)
+
+
+def _round_and_pack(g, scale, bias, n_bins, bits, lead, k, dtype):
+    """``(w_q, scales, biases)`` of groups ``g`` with their scales and biases (computed in float32/64)."""
     q = fnp.clip(fnp.rint((g - bias[..., None]) / scale[..., None]), 0.0, n_bins).astype(dtypes.uint32)
-    return _pack(fnp.reshape(q, lead + (k,)), bits), scale.astype(w.dtype), bias.astype(w.dtype)
+    return _pack(fnp.reshape(q, lead + (k,)), bits), scale.astype(dtype), bias.astype(dtype)
 
 
 def _pack(q, bits):

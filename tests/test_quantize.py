@@ -23,7 +23,7 @@ from tests.helpers import fallback_mode
 
 mx = pytest.importorskip("mlx.core", reason="MLX is the oracle of these tests (pip install 'mlx[cpu]')")
 
-BITS = (2, 3, 4, 5, 6, 8)
+BITS = (1, 2, 3, 4, 5, 6, 8)
 GROUP_SIZES = (32, 64, 128)
 
 

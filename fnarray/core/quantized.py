@@ -30,8 +30,8 @@ from fnarray.core.shaped import ShapedArray
 
 __all__ = ["quantized_matmul_p", "BITS", "GROUP_SIZES", "check_format", "weight_shape"]
 
-#: The bit widths and group sizes of MLX's affine format (MLX also has 1 and 5 bits; 5 is supported too).
-BITS = (2, 3, 4, 5, 6, 8)
+#: The bit widths and group sizes of MLX's affine format (mlx 0.32).
+BITS = (1, 2, 3, 4, 5, 6, 8)
 GROUP_SIZES = (32, 64, 128)
 
 
