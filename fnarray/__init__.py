@@ -39,6 +39,7 @@ from fnarray.transforms.control_flow import cond, fori_loop, scan, switch, while
 from fnarray import lax  # noqa: E402,F401  (fnarray.lax: core/lax.py's wrappers plus control flow)
 # (fa.checkpoint is remat's JAX name: the checkpoint files' module is fnarray.serialization)
 from fnarray.serialization import CheckpointError, load, save  # noqa: E402
+from fnarray._quantize import dequantize, quantize, quantized_matmul  # noqa: E402  (MLX's affine format)
 from fnarray import sharding  # noqa: E402,F401  (Mesh, PartitionSpec/P, NamedSharding: jax.sharding's names)
 from fnarray.sharding import make_mesh, set_mesh, typeof  # noqa: E402
 from fnarray.transforms.shard_map import shard_map  # noqa: E402
@@ -78,7 +79,7 @@ __all__ = [
     "custom_vjp", "checkpoint", "remat", "stop_gradient", "vmap", "cond", "switch", "while_loop",
     "fori_loop", "scan", "ContractionShapeError", "tree", "block_until_ready", "device_get", "make_jaxpr",
     "jacobian", "save", "load", "CheckpointError", "sharding", "make_mesh", "shard_map", "distributed",
-    "process_index", "process_count", "set_mesh", "typeof",
+    "process_index", "process_count", "set_mesh", "typeof", "quantize", "dequantize", "quantized_matmul",
 ] + list(_LAZY)
 
 try:   # FNARRAY_LOG=info|debug: the fnarray logger's records on standard error (docs/troubleshooting.md)

@@ -155,6 +155,13 @@ def _cho_solve(x, y):
     return fa.lax.linalg.triangular_solve(c, z, left_side=True, lower=True, transpose_a=True), c
 
 
+def _quantized_layer():
+    """A 4-bit layer (packed uint32 weights as inputs) with its bias and activation fused."""
+    packed = [np.asarray(a) for a in fa.quantize(_f32(24, 128), group_size=64, bits=4)]
+    return (lambda x, w, s, b: fa.nn.relu(fa.quantized_matmul(x, w, s, b, group_size=64, bits=4) + 0.25),
+            (_f32(3, 128), *packed), (), 1e-4)
+
+
 def _cases():
     digits = _mlp_params(digits_mlp.LAYER_SIZES)
     small = _mlp_params((8, 16, 4))
@@ -183,6 +190,10 @@ def _cases():
         "fft": (lambda x, y: (fnp.fft.irfft(fnp.fft.rfft(x) * fnp.exp(-0.1 * fnp.arange(13.0)), n=24),
                               fnp.abs(fnp.fft.fft2(y)) / 16.0),
                 (_f32(3, 24), _f32(8, 16)), (), 2e-3),
+        # quantized_matmul's kernels (lowering/kernels/groups/quantized.py): the CPU form, and the GPU form
+        # (exported with tiling_pays: a work-group per column reduced in work-group memory).
+        "quantized": _quantized_layer(),
+        "quantized_gpu": _quantized_layer(),
     }
 
 
@@ -194,9 +205,10 @@ def bundles(wdev, site):
     root, _ = site
     out = {}
     for name, (f, args, bake, *_) in CASES.items():
-        with _tiling(wdev, name == "matmul_tiled"):
+        with _tiling(wdev, name in ("matmul_tiled", "quantized_gpu")):
             out[name] = fa.export.webgpu(f, *args, path=root / name, bake_argnums=bake)
     assert any(k["name"].startswith("dot_tiled") for k in out["matmul_tiled"]["kernels"])
+    assert any(k["name"].startswith("quantized_wg") for k in out["quantized_gpu"]["kernels"])
     return out
 
 

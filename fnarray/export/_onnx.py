@@ -32,6 +32,7 @@ from fnarray.core import dtypes
 from fnarray.core import linalg as _L
 from fnarray.core import primitives as P
 from fnarray.core.fft import fft_p
+from fnarray.core.quantized import quantized_matmul_p
 from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.decompositions import decompose
 from fnarray.core.errors import UnsupportedOnDevice
@@ -68,6 +69,8 @@ UNSUPPORTED = {
     P.imag: "ONNX Runtime has no complex tensors",
     P.conj: "ONNX Runtime has no complex tensors",
     fft_p: "ONNX Runtime has no complex tensors (ONNX's DFT holds (re, im) pairs in a real tensor)",
+    quantized_matmul_p: ("not exported yet (issue 30: DequantizeLinear + MatMul or MatMulNBits); dequantize the "
+                         "weights (fnarray.dequantize) before exporting"),
     P.custom_lin: "it only exists inside reverse-mode differentiation",
     P.debug_callback: ("fnarray.debug.print / fnarray.debug.callback call Python, which an ONNX model cannot; "
                        "remove the debug call before exporting"),

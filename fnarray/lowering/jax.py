@@ -364,6 +364,12 @@ from fnarray.lowering.fft_impls import jax_fft as _jax_fft  # noqa: E402
 
 RULES[_fft_p] = _jax_fft
 
+# quantized_matmul (fnarray.lowering.quantized_impls): unpacking and scaling fused by XLA into one dot.
+from fnarray.core.quantized import quantized_matmul_p as _quantized_matmul_p  # noqa: E402
+from fnarray.lowering.quantized_impls import jax_quantized_matmul as _jax_qmm  # noqa: E402
+
+RULES[_quantized_matmul_p] = _jax_qmm
+
 
 @rule(P.dot_general)
 def _dot_general(x, y, *, dimension_numbers, preferred_element_type=None):

@@ -639,6 +639,12 @@ from fnarray.lowering import fft_impls as _fft_impls  # noqa: E402
 RULES[_fft_p] = _fft_impls.mlx_fft
 _COMPLEX_OK = _COMPLEX_OK | {_fft_p}
 
+# quantized_matmul (fnarray.lowering.quantized_impls): mx.quantized_matmul.
+from fnarray.core.quantized import quantized_matmul_p as _quantized_matmul_p  # noqa: E402
+from fnarray.lowering.quantized_impls import mlx_quantized_matmul as _mlx_qmm  # noqa: E402
+
+RULES[_quantized_matmul_p] = _mlx_qmm
+
 
 def _dtype_reason(prim, eqn_dtypes, platform):
     if dtypes.complex128 in eqn_dtypes:

@@ -781,3 +781,9 @@ IMPLS[_fft_p] = _numpy_fft
 from fnarray.core.prng import threefry2x32_p as _threefry2x32_p, threefry2x32_reference  # noqa: E402
 
 _direct(_threefry2x32_p, threefry2x32_reference)
+
+# quantized_matmul (its own module, fnarray.lowering.quantized_impls): weights dequantized in row blocks.
+from fnarray.core.quantized import quantized_matmul_p as _quantized_matmul_p  # noqa: E402
+from fnarray.lowering.quantized_impls import numpy_quantized_matmul as _numpy_qmm  # noqa: E402
+
+IMPLS[_quantized_matmul_p] = _numpy_qmm

@@ -11,6 +11,7 @@
 * ``mlx.nn``'s layers under its names and arguments (``RoPE``, ``GELU``, ``GroupNorm``, ``MaxPool2d``,
   ``TransformerEncoder``, ``LSTM``, ``ConvTranspose2d``, ``Upsample``...: ``_mlx_layers.py``), and
   ``Module.parameters()``/``update``/``load_weights`` under MLX's dotted names, so MLX checkpoints load by name.
+* Quantized layers (``QuantizedLinear``, ``QuantizedEmbedding``) and ``quantize(model)``, as ``mlx.nn``'s.
 * ``fnarray.nn.losses`` and ``fnarray.nn.initializers``.
 """
 
@@ -32,6 +33,7 @@ from fnarray.nn._mlx_layers import (ALiBi, AvgPool1d, AvgPool2d, AvgPool3d, CELU
                                     TransformerEncoderLayer)
 from fnarray.nn._module import Module, field, static_field
 from fnarray.nn._pooling import avg_pool, max_pool, min_pool
+from fnarray.nn._quantized import QuantizedEmbedding, QuantizedLinear, quantize
 
 __all__ = [
     "celu", "elu", "gelu", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh", "initializers", "leaky_relu",
@@ -40,7 +42,7 @@ __all__ = [
     "dot_product_attention", "losses", "Module", "field", "static_field",
     "BatchNorm", "BatchNormState", "Dropout", "Embedding", "Identity", "Lambda", "LayerNorm", "Linear", "MLP",
     "MultiHeadAttention", "RMSNorm", "Sequential", "Conv", "Conv1d", "Conv2d", "Conv3d", "avg_pool", "max_pool",
-    "min_pool",
+    "min_pool", "QuantizedEmbedding", "QuantizedLinear", "quantize",
     # mlx.nn's layers under its names and arguments (fnarray/nn/_mlx_layers.py)
     "ALiBi", "AvgPool1d", "AvgPool2d", "AvgPool3d", "CELU", "ELU", "GELU", "GLU", "GroupNorm", "HardTanh", "Hardswish",
     "InstanceNorm", "LeakyReLU", "LogSigmoid", "LogSoftmax", "MaxPool1d", "MaxPool2d", "MaxPool3d", "Mish", "ReLU",
@@ -55,7 +57,7 @@ def _install_eager_jit():
     import sys
 
     from fnarray.transforms import eager_jit  # eager calls run as cached jitted programs
-    eager_jit.install(sys.modules[__name__], excluded=("field", "static_field", "value_and_grad"))
+    eager_jit.install(sys.modules[__name__], excluded=("field", "static_field", "value_and_grad", "quantize"))
 
 
 _install_eager_jit()

@@ -388,6 +388,23 @@ def _fft_cases():
 _fft_cases()
 
 
+def _quantized_cases():
+    """quantized_matmul (fnarray.core.quantized): both layouts, a word-spanning width (3 bits), a batch of rows."""
+    from fnarray.core.quantized import quantized_matmul_p as qmm
+    packed = u32
+    case("quantized_matmul_4bit", qmm, [f32(2, 64), packed(6, 8), f32(6, 2), f32(6, 2)], transpose=True,
+         group_size=32, bits=4)
+    case("quantized_matmul_3bit_rows", qmm, [f32(5, 3, 64), packed(4, 6), f32(4, 1), f32(4, 1)], transpose=True,
+         group_size=64, bits=3)
+    case("quantized_matmul_no_transpose", qmm, [f32(3, 8), packed(8, 16), f32(8, 2), f32(8, 2)], transpose=False,
+         group_size=32, bits=8)
+    case("quantized_matmul_empty", qmm, [f32(0, 32), packed(4, 2), f32(4, 1), f32(4, 1)], transpose=True,
+         group_size=32, bits=2)
+
+
+_quantized_cases()
+
+
 def _conv_cases():
     from fnarray.core.conv import ConvDimensionNumbers, conv_general_dilated_p as conv
     nchw = ConvDimensionNumbers((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3))

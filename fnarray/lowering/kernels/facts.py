@@ -9,7 +9,8 @@
   (control flow driven from the host).
 - ``group``: the kernel group it joins: ``"map"`` (fused into any elementwise kernel), ``"reduce"``,
   ``"dot"``, ``"sort"``, ``"cumulative"``, ``"scatter"``, ``"linalg"``, ``"conv"`` (``kernels/groups/conv.py``),
-  ``"window"`` (``kernels/groups/windows.py``), ``"fft"`` (``kernels/groups/fft.py``), ``"call"``, ``"control"``.
+  ``"window"`` (``kernels/groups/windows.py``), ``"fft"`` (``kernels/groups/fft.py``), ``"quantized"``
+  (``kernels/groups/quantized.py``), ``"call"``, ``"control"``.
 - ``cost``: ``"free"`` (a view or a cast: inlined anywhere), ``"cheap"`` or ``"expensive"`` (a
   transcendental: materialised rather than recomputed under a broadcast).
 - ``complex_ok``: whether its kernels accept complex operands.
@@ -27,6 +28,7 @@ from fnarray.core import families
 from fnarray.core import linalg as LA
 from fnarray.core import primitives as P
 from fnarray.core.fft import fft_p
+from fnarray.core.quantized import quantized_matmul_p
 from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.windows import WINDOW_PRIMITIVES
 
@@ -79,6 +81,7 @@ for _p in (P.scatter, P.scatter_add, P.scatter_mul):
 for _p in (P.scatter_min, P.scatter_max):
     FACTS[_p] = KernelFact("group", "scatter")
 FACTS[fft_p] = KernelFact("group", "fft", complex_ok=True)   # kernels/groups/fft.py: Stockham and Bluestein
+FACTS[quantized_matmul_p] = KernelFact("group", "quantized")   # kernels/groups/quantized.py
 FACTS[conv_general_dilated_p] = KernelFact("group", "conv")
 for _p in WINDOW_PRIMITIVES:
     FACTS[_p] = KernelFact("group", "window")

@@ -1,0 +1,87 @@
+"""4-bit quantized against float32 matrix-vector products (a decode step's layer) on the kernel backends.
+
+Decoding a language model multiplies one row (up to a few) by every weight matrix: the time is the time to read
+the weights, and 4-bit weights (MLX's affine format, group size 64) are 6.4x fewer bytes than float32. Per
+device, in one interleaved run: ``x @ W.T`` with ``W`` float32 (``dot_general``'s kernels) against
+``fa.quantized_matmul`` on the packed words (``kernels/groups/quantized.py``), for 1 and 4 rows; the ratio is
+float32 time / 4-bit time (above 1: 4-bit is faster), in wall time and in process CPU time. Both jitted,
+warmed, best of N alternating calls, with the result read back each call (so the time includes one transfer
+of the small result).
+
+    PYTHONPATH=. python benchmarks/quantized.py [--size 4096] [--number 10] [--devices opencl:0,webgpu:0]
+
+``--size`` defaults to 4096 on opencl and 2048 on webgpu (Mesa lavapipe is a slow CPU rasteriser); the load
+average is printed first (``uptime``): compare runs at similar loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _checkout  # noqa: E402,F401  (this checkout's fnarray)
+
+import numpy as np  # noqa: E402
+
+
+
+def _best(fns, number):
+    """Each of ``fns`` warmed, then the best wall and process-CPU seconds of ``number`` alternating calls (CPU
+    time is steadier on a loaded machine: TRAPS.md; on a CPU device it counts the driver's threads too)."""
+    for fn in fns:
+        fn()
+    wall = [float("inf")] * len(fns)
+    cpu = [float("inf")] * len(fns)
+    for _ in range(number):
+        for k, fn in enumerate(fns):
+            t, c = time.perf_counter(), time.process_time()
+            fn()
+            wall[k] = min(wall[k], time.perf_counter() - t)
+            cpu[k] = min(cpu[k], time.process_time() - c)
+    return wall, cpu
+
+
+def _cases(fa, dev, n, rows, bits=4, group_size=64):
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
+    x = rng.standard_normal((rows, n)).astype(np.float32)
+    wd, xd = fa.device_put(w, dev), fa.device_put(x, dev)
+    packed = [fa.device_put(np.asarray(a), dev) for a in fa.quantize(w, group_size=group_size, bits=bits)]
+    f32 = fa.jit(lambda x, w: x @ w.T)
+    q4 = fa.jit(lambda x, wq, s, b: fa.quantized_matmul(x, wq, s, b, group_size=group_size, bits=bits))
+    ref = x @ w.T
+    got = np.asarray(q4(xd, *packed))
+    err = np.abs(got - ref).max() / np.abs(ref).max()   # quantization error, not a kernel error
+    return (lambda: np.asarray(f32(xd, wd)), lambda: np.asarray(q4(xd, *packed))), err
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, default=None)
+    ap.add_argument("--number", type=int, default=10)
+    ap.add_argument("--devices", default="opencl:0,webgpu:0")
+    args = ap.parse_args(argv)
+    import fnarray as fa
+    print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    print(f"{'device':10} {'size':>6} {'rows':>4} {'float32 ms':>11} {'4-bit ms':>9} {'ratio':>6} "
+          f"{'cpu f32':>8} {'cpu 4b':>7} {'ratio':>6} {'rel. err':>9}")
+    for name in args.devices.split(","):
+        try:
+            dev = fa.get_device(name)
+        except Exception as e:  # a device this machine lacks: say so and go on
+            print(f"{name:10} unavailable: {e}")
+            continue
+        n = args.size or (2048 if dev.backend == "webgpu" else 4096)
+        for rows in (1, 4):
+            fns, err = _cases(fa, dev, n, rows)
+            (t32, t4), (c32, c4) = _best(fns, args.number)
+            print(f"{name:10} {n:6d} {rows:4d} {t32 * 1e3:11.2f} {t4 * 1e3:9.2f} {t32 / t4:6.2f} "
+                  f"{c32 * 1e3:8.2f} {c4 * 1e3:7.2f} {c32 / c4:6.2f} {err:9.1e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""The ``quantized_matmul`` primitive: a matrix product with weights in MLX's affine quantized format.
+
+MLX's format (``mx.quantize(w, group_size, bits)``, mode ``"affine"``): a float matrix ``w`` of shape
+``(..., n, k)`` is cut into groups of ``group_size`` consecutive elements along its last axis; each group
+has a float ``scale`` and ``bias`` and holds integers ``q`` in ``[0, 2**bits - 1]`` with
+``w ~ scale * q + bias``. The integers of one row form one little-endian bit stream, element ``j`` at bits
+``[j * bits, (j + 1) * bits)``, stored in ``uint32`` words (so for 3, 5 and 6 bits an element may span two
+words): the packed row has ``k * bits // 32`` words, the scales and biases ``k // group_size`` entries.
+
+``quantized_matmul[transpose, group_size, bits] x w scales biases``:
+
+- ``transpose=True`` (a ``Linear`` layer's ``x @ W.T``): ``w`` is ``(n, k * bits / 32)`` uint32, ``scales``
+  and ``biases`` ``(n, k / group_size)``, ``x`` is ``(..., k)``; the result ``(..., n)``.
+- ``transpose=False`` (``x @ W``): ``w`` is ``(k, n * bits / 32)``, ``scales``/``biases``
+  ``(k, n / group_size)``, ``x`` is ``(..., k)``; the result ``(..., n)``.
+
+``x``, ``scales`` and ``biases`` share one float dtype, which is the result's. The product accumulates in
+float32 (float64 for float64), as ``mx.quantized_matmul``. It is linear in ``x``; the quantized weights are
+constants (no tangent: differentiate ``dequantize(w, scales, biases)`` instead). Every backend computes it
+without materialising the float weights in memory (``fnarray.lowering.quantized_impls``, the kernel group
+``fnarray.lowering.kernels.groups.quantized``).
+"""
+
+from __future__ import annotations
+
+from fnarray.core import dtypes
+from fnarray.core.errors import DTypeError, ShapeError
+from fnarray.core.primitives import Primitive
+from fnarray.core.shaped import ShapedArray
+
+__all__ = ["quantized_matmul_p", "BITS", "GROUP_SIZES", "check_format", "weight_shape"]
+
+#: The bit widths and group sizes of MLX's affine format (mlx 0.32).
+BITS = (1, 2, 3, 4, 5, 6, 8)
+GROUP_SIZES = (32, 64, 128)
+
+
+def check_format(group_size, bits, mode="affine", where="quantize"):
+    """Raise ``ValueError`` for a mode, group size or bit width MLX's affine format does not have."""
+    if mode != "affine":
+        raise NotImplementedError(f"[{where}] mode={mode!r} is not supported; fnarray has MLX's mode 'affine' "
+                                  f"(the 'mxfp4'/'nvfp4' modes are not implemented)")
+    if group_size not in GROUP_SIZES:
+        raise ValueError(f"[{where}] group_size={group_size!r} is not supported; use one of {GROUP_SIZES} "
+                         f"(as MLX)")
+    if bits not in BITS:
+        raise ValueError(f"[{where}] bits={bits!r} is not supported; use one of {BITS} (as MLX)")
+
+
+def weight_shape(w_shape, bits):
+    """The float shape ``(rows, cols)`` a packed ``(rows, words)`` matrix stands for."""
+    return tuple(w_shape[:-1]) + (w_shape[-1] * 32 // bits,)
+
+
+def _rule(x, w, scales, biases, *, transpose, group_size, bits):
+    check_format(group_size, bits, where="quantized_matmul")
+    if w.dtype != dtypes.uint32:
+        raise DTypeError(f"quantized_matmul needs packed uint32 weights, got {w.dtype.name} "
+                         f"(make them with fnarray.quantize)")
+    if not dtypes.is_float(x.dtype):
+        raise DTypeError(f"quantized_matmul needs a float x, got {x.dtype.name}")
+    if scales.dtype != x.dtype or biases.dtype != x.dtype:
+        raise DTypeError(f"quantized_matmul needs x, scales and biases of one dtype, got {x.dtype.name}, "
+                         f"{scales.dtype.name} and {biases.dtype.name} (fnarray.quantized_matmul promotes them)")
+    if w.ndim != 2 or scales.ndim != 2 or biases.ndim != 2:
+        raise ShapeError(f"quantized_matmul needs 2-d weights, scales and biases, got shapes {w.shape}, "
+                         f"{scales.shape} and {biases.shape}")
+    if x.ndim < 1:
+        raise ShapeError("quantized_matmul needs x of rank 1 or more, got a scalar")
+    rows, cols = weight_shape(w.shape, bits)
+    groups = (rows, cols // group_size)
+    if cols % group_size or scales.shape != groups or biases.shape != groups:
+        raise ShapeError(f"quantized_matmul: packed weights {w.shape} at bits={bits} stand for a ({rows}, {cols}) "
+                         f"matrix, whose scales and biases have shape {groups} for group_size={group_size}; "
+                         f"got {scales.shape} and {biases.shape}")
+    k, n = (cols, rows) if transpose else (rows, cols)
+    if x.shape[-1] != k:
+        raise ShapeError(f"quantized_matmul: the last axis of x {x.shape} must be {k}, the contraction of the "
+                         f"({rows}, {cols}) dequantized weights with transpose={transpose}")
+    return ShapedArray(x.shape[:-1] + (n,), x.dtype, x.weak_type)
+
+
+quantized_matmul_p = Primitive(
+    "quantized_matmul", _rule, kind="other",
+    doc="x @ W.T (transpose=True) or x @ W with W in MLX's affine format: packed uint32 words of `bits`-bit "
+        "integers, one scale and bias per group of group_size along W's rows; accumulates in float32; linear "
+        "in x, weights constant.")

@@ -1,0 +1,334 @@
+"""The ``quantized_matmul`` kernels: packed weights loaded as words and dequantized in registers.
+
+The float weights never exist in memory: a work item loads the uint32 words of its weight row, takes the
+``bits``-bit integers apart with constant shifts and masks, and multiplies them into its accumulators
+(float32; float64 for float64). One work item computes one output column ``n`` for ``ROWS`` (up to 4)
+consecutive rows of ``x``, so each weight word is read once per ``ROWS`` rows: for decoding (1 to 4 rows)
+one pass over the weights computes every row, for longer inputs (prefill) the weights are read
+``M / ROWS`` times.
+
+- ``transpose=True`` (``x @ W.T``, a ``Linear`` layer): the work item walks weight row ``n`` a group at a
+  time; a group is ``group_size / 32`` chunks of 32 elements, each exactly ``bits`` words, whose element
+  ``j`` sits at bit ``j * bits`` of the chunk (unrolled at code generation, so every shift is a constant).
+  Per group and row, ``sum(x * q)`` and ``sum(x)`` accumulate (in ``LANES`` independent partial sums, so
+  the adds do not wait on each other), and the group adds
+  ``scale * sum(x * q) + bias * sum(x)``: two multiplies per group instead of two per element.
+- ``transpose=False`` (``x @ W``, the gradient of the first): the work item walks the ``k`` rows of the
+  weights, extracting its column's element at a bit offset known only at run time (shifts kept below 32:
+  ``(hi << 1) << (31 - s)``), dequantized as ``scale * q + bias`` per element.
+
+On GPUs (``cooperative(caps)``: work-group memory, local tiling, no CPU-style guards) ``transpose=True`` takes a
+cooperative form instead: a work-group of 64 per output column, its work items taking the row's chunks in
+turn (neighbouring work items read neighbouring words) and summing their parts in local memory. Forced on
+this machine's CPU devices it is correct and 2-3x slower than the form above (CPU adapters do not coalesce);
+its speed on a GPU is not measured yet.
+
+The elementwise ops on the result (a layer's bias and activation) are the kernel's epilogue, so a quantized
+layer is one launch. Prefill (many rows) is not tiled yet: against PoCL's register-tiled float32 matmul, 64
+rows of a 2048 x 2048 4-bit product took 1.8x the float32 time (lavapipe: 0.8x).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fnarray.core.ir import Var
+from fnarray.core.quantized import quantized_matmul_p
+from fnarray.lowering.kernels.groups.base import _contiguous, _Group, _index_vars, _kernel_name, _launch
+from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Cast, const
+from fnarray.lowering.kernels.rules import op, select
+from fnarray.lowering.zero_size import _REWRITES, fill
+
+__all__ = ["QuantizedMatmulGroup", "GROUPS", "OPERAND_VIEWS", "ROWS", "LANES", "cooperative", "unsupported_reason"]
+
+#: The most rows of ``x`` one work item computes (the batch of a decode step: 1 to 4 rows in one pass).
+ROWS = 4
+#: Independent partial sums per row in the ``transpose=True`` walk, by rows per work item (PoCL, 4096 x 4096
+#: 4-bit: one row 14.1 ms with one sum, 6.8 with 4, 4.9 with 8; four rows 26.8, 8.9 with 4, 12.1 with 8).
+LANES = {1: 8}
+
+
+def _acc_dtype(d):
+    return np.dtype(np.float64) if d == np.float64 else np.dtype(np.float32)
+
+
+class QuantizedMatmulGroup(_Group):
+    """One ``quantized_matmul`` equation: a work item per (block of ``ROWS`` rows of ``x``, output column)."""
+
+    kind = "quantized"
+    accepts_roots = True   # the elementwise ops on the result (a layer's bias, its activation) as an epilogue
+
+    def __init__(self, ctx, eqn):
+        out = eqn.outputs[0]
+        super().__init__(ctx, out.aval.shape)
+        self.eqn = eqn
+        self.products.append(out)
+
+    def analyse(self):
+        self.reads |= {a for a in self.eqn.inputs if isinstance(a, Var)}
+
+    def _buffers(self, b, args):
+        names = []
+        for a in self.eqn.inputs:
+            spec = self.ctx.spec(a)
+            name = b.buffer(spec, a.aval.dtype, False, "in")
+            args[name] = spec
+            names.append(name)
+        return names
+
+    def codegen(self):
+        ctx = self.ctx
+        e = self.eqn
+        x, w, _, _ = e.inputs
+        out = e.outputs[0]
+        n_out = math.prod(out.aval.shape)
+        if n_out == 0:
+            return []
+        p = e.params
+        n = out.aval.shape[-1]
+        m = n_out // n
+        k = x.aval.shape[-1]
+        rows = min(ROWS, m)
+        blocks = -(-m // rows)
+        if p["transpose"] and cooperative(ctx.caps):
+            return self._cooperative(n, m, k, rows, blocks)
+        b, args, tracker, em = self._kernel_start()
+        xs, ws, ss, bs = self._buffers(b, args)
+        items = blocks * n
+        gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
+        acc = _acc_dtype(out.aval.dtype)
+        inside = op("lt", gid, const(items, INT32))
+        # On CPU devices every work item computes (past the end at the last item) and only the stores are
+        # guarded: a bounds branch around the whole body keeps PoCL from vectorising across work items.
+        uniform = bool(getattr(ctx.caps, "uniform_guard", False))
+        item = b.let(select(inside, gid, const(items - 1, INT32)), "item") if uniform else gid
+        with b.when(const(True, BOOL) if uniform else inside):
+            col = b.let(op("rem", item, const(n, INT32)), "col")
+            first = b.let(op("mul", op("div", item, const(n, INT32)), const(rows, INT32)), "row")
+            # Rows past the end (the last block) compute on the last row and store nothing.
+            row_ids = [b.let(select(op("lt", op("add", first, const(r, INT32)), const(m, INT32)),
+                                    op("add", first, const(r, INT32)), const(m - 1, INT32)), "rw")
+                       for r in range(rows)]
+            names = (xs, ws, ss, bs)
+            if p["transpose"]:
+                sums = self._rows_of_w(b, names, col, row_ids, k, p["group_size"], p["bits"], x.aval.dtype, acc)
+            else:
+                sums = self._columns_of_w(b, names, col, row_ids, k, n, p["group_size"], p["bits"],
+                                          x.aval.dtype, acc)
+            self._store(b, em, args, sums, first, row_ids, col, m, n, inside if uniform else None)
+        b.name = _kernel_name("quantized", tracker.eqns)
+        return [_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized")]
+
+    def _store(self, b, em, args, sums, first, row_ids, col, m, n, guard):
+        """The results of rows ``first + r`` (those below ``m``, under ``guard``), and the epilogue."""
+        out = self.eqn.outputs[0]
+        for r, total in enumerate(sums):
+            ok = op("lt", op("add", first, const(r, INT32)), const(m, INT32))
+            with b.when(op("land", guard, ok) if guard is not None else ok):
+                res = b.let(Cast(total, out.aval.dtype) if total.dtype != out.aval.dtype else total, "res")
+                flat = b.let(op("add", op("mul", row_ids[r], const(n, INT32)), col), "o")
+                idx = _index_vars(b, flat, self.shape, prefix=f"qo{r}_")
+                em.seed(out, idx, res)
+                if out in self.ctx.needed:
+                    b.store(self.ctx.output(b, args, out), flat, res)
+                self.emit_roots(b, em, args, idx, flat)
+
+    def _cooperative(self, n, m, k, rows, blocks):
+        """A work-group per output column (and block of rows): its work items take the row's chunks in turn
+        (neighbours read neighbouring words, as a GPU's memory wants) and sum their parts in local memory."""
+        ctx = self.ctx
+        e = self.eqn
+        x = e.inputs[0]
+        p = e.params
+        gs, bits = p["group_size"], p["bits"]
+        wg = _COOPERATIVE_WG
+        acc = _acc_dtype(e.outputs[0].aval.dtype)
+        b, args, tracker, em = self._kernel_start()
+        xs, ws, ss, bs = self._buffers(b, args)
+        groups = blocks * n
+        gid, gsize, lsize = ctx.gid(b, groups * wg, wg)
+        lid = b.let(op("rem", gid, const(wg, INT32)), "lid")
+        grp = b.let(op("div", gid, const(wg, INT32)), "grp")
+        inside = b.let(op("lt", grp, const(groups, INT32)), "inside")
+        # Every work item reaches the barriers: past the end, a group works on the last column.
+        item = b.let(select(inside, grp, const(groups - 1, INT32)), "item")
+        col = b.let(op("rem", item, const(n, INT32)), "col")
+        first = b.let(op("mul", op("div", item, const(n, INT32)), const(rows, INT32)), "row")
+        row_ids = [b.let(select(op("lt", op("add", first, const(r, INT32)), const(m, INT32)),
+                                op("add", first, const(r, INT32)), const(m - 1, INT32)), "rw")
+                   for r in range(rows)]
+        words, chunks, per_group = k * bits // 32, k // 32, gs // 32
+        mask = const((1 << bits) - 1, UINT32)
+        wrow = b.let(op("mul", col, const(words, INT32)), "wrow")
+        grow = b.let(op("mul", col, const(k // gs, INT32)), "grow")
+        x_rows = [b.let(op("mul", r, const(k, INT32)), "xrow") for r in row_ids]
+        partial = [b.var(acc, const(0, acc), "part") for _ in row_ids]
+        with b.loop(lid, const(chunks, INT32), const(wg, INT32), hint="c") as c:
+            base_w = b.let(op("add", wrow, op("mul", c, const(bits, INT32))), "wb")
+            wd = [b.load(ws, b.let(op("add", base_w, const(t, INT32))), UINT32) for t in range(bits)]
+            gi = b.let(op("add", grow, op("div", c, const(per_group, INT32))), "gi")
+            scale = self._load_f(b, ss, gi, x.aval.dtype, acc)
+            bias = self._load_f(b, bs, gi, x.aval.dtype, acc)
+            base_x = b.let(op("mul", c, const(32, INT32)), "xb")
+            dots = [b.var(acc, const(0, acc), "dot") for _ in row_ids]
+            sums = [b.var(acc, const(0, acc), "xsum") for _ in row_ids]
+            for j in range(32):
+                qf = b.let(Cast(_element(b, wd, j * bits, bits, mask), acc), "q")
+                for r, xr in enumerate(x_rows):
+                    xv = self._load_f(b, xs, b.let(op("add", xr, op("add", base_x, const(j, INT32)))),
+                                      x.aval.dtype, acc)
+                    b.assign(dots[r], op("add", dots[r], op("mul", xv, qf)))
+                    b.assign(sums[r], op("add", sums[r], xv))
+            for r in range(rows):
+                b.assign(partial[r], op("add", partial[r], op("add", op("mul", scale, dots[r]),
+                                                              op("mul", bias, sums[r]))))
+        red = b.array("local", acc, rows * wg, "red")
+        for r in range(rows):
+            b.store(red, op("add", const(r * wg, INT32), lid), partial[r], space="local")
+        b.barrier()
+        step = wg // 2
+        while step:
+            with b.when(op("lt", lid, const(step, INT32))):
+                for r in range(rows):
+                    here = b.let(op("add", const(r * wg, INT32), lid))
+                    there = b.let(op("add", here, const(step, INT32)))
+                    b.store(red, here, op("add", b.load(red, here, acc, "local"), b.load(red, there, acc, "local")),
+                            space="local")
+            b.barrier()
+            step //= 2
+        totals = [b.load(red, const(r * wg, INT32), acc, "local") for r in range(rows)]
+        leader = b.let(op("land", inside, op("eq", lid, const(0, INT32))), "leader")
+        self._store(b, em, args, totals, first, row_ids, col, m, n, leader)
+        b.name = _kernel_name("quantized_wg", tracker.eqns)
+        return [_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized", fixed_local=True)]
+
+    def _load_f(self, b, name, index, dtype, acc):
+        v = b.load(name, index, dtype)
+        return b.let(Cast(v, acc)) if dtype != acc else v
+
+    def _rows_of_w(self, b, names, col, row_ids, k, gs, bits, xdt, acc):
+        xs, ws, ss, bs = names
+        words = k * bits // 32
+        groups = k // gs
+        total = [b.var(acc, const(0, acc), "acc") for _ in row_ids]
+        mask = const((1 << bits) - 1, UINT32)
+        wrow = b.let(op("mul", col, const(words, INT32)), "wrow")
+        grow = b.let(op("mul", col, const(groups, INT32)), "grow")
+        x_rows = [b.let(op("mul", r, const(k, INT32)), "xrow") for r in row_ids]
+        with b.loop(const(0, INT32), const(groups, INT32), hint="g") as g:
+            # LANES independent partial sums per row: the chain of dependent adds is LANES times shorter.
+            lanes = LANES.get(len(row_ids), 4)
+            dots = [[b.var(acc, const(0, acc), "dot") for _ in range(lanes)] for _ in row_ids]
+            sums = [[b.var(acc, const(0, acc), "xsum") for _ in range(lanes)] for _ in row_ids]
+            with b.loop(const(0, INT32), const(gs // 32, INT32), hint="c") as c:
+                chunk = b.let(op("add", op("mul", g, const(gs // 32, INT32)), c), "chunk")
+                base_w = b.let(op("add", wrow, op("mul", chunk, const(bits, INT32))), "wb")
+                wd = [b.load(ws, b.let(op("add", base_w, const(t, INT32))), UINT32) for t in range(bits)]
+                base_x = b.let(op("mul", chunk, const(32, INT32)), "xb")
+                for j in range(32):
+                    qf = b.let(Cast(_element(b, wd, j * bits, bits, mask), acc), "q")
+                    for r, xr in enumerate(x_rows):
+                        xv = self._load_f(b, xs, b.let(op("add", xr, op("add", base_x, const(j, INT32)))), xdt,
+                                          acc)
+                        d, s = dots[r][j % lanes], sums[r][j % lanes]
+                        b.assign(d, op("add", d, op("mul", xv, qf)))
+                        b.assign(s, op("add", s, xv))
+            gi = b.let(op("add", grow, g), "gi")
+            sdt = xdt
+            scale = self._load_f(b, ss, gi, sdt, acc)
+            bias = self._load_f(b, bs, gi, sdt, acc)
+            for r in range(len(row_ids)):
+                dot, xsum = _tree_sum(dots[r]), _tree_sum(sums[r])
+                b.assign(total[r], op("add", total[r], op("add", op("mul", scale, dot), op("mul", bias, xsum))))
+        return total
+
+    def _columns_of_w(self, b, names, col, row_ids, k, n, gs, bits, xdt, acc):
+        xs, ws, ss, bs = names
+        words = n * bits // 32
+        groups = n // gs
+        total = [b.var(acc, const(0, acc), "acc") for _ in row_ids]
+        bit = b.let(op("mul", col, const(bits, INT32)), "bit")
+        word = b.let(op("div", bit, const(32, INT32)), "word")
+        shift = b.let(Cast(op("rem", bit, const(32, INT32)), UINT32), "sh")
+        nxt = b.let(select(op("lt", op("add", word, const(1, INT32)), const(words, INT32)),
+                           op("add", word, const(1, INT32)), word), "nw")
+        gcol = b.let(op("div", col, const(gs, INT32)), "gc")
+        mask = const((1 << bits) - 1, UINT32)
+        x_rows = [b.let(op("mul", r, const(k, INT32)), "xrow") for r in row_ids]
+        with b.loop(const(0, INT32), const(k, INT32), hint="kk") as kk:
+            wbase = b.let(op("mul", kk, const(words, INT32)), "wb")
+            lo = b.load(ws, b.let(op("add", wbase, word)), UINT32)
+            v = op("shr", lo, shift)
+            if 32 % bits:
+                hi = b.load(ws, b.let(op("add", wbase, nxt)), UINT32)
+                up = op("shl", op("shl", hi, const(1, UINT32)), op("sub", const(31, UINT32), shift))
+                v = op("or", v, up)
+            qf = b.let(Cast(b.let(op("and", v, mask)), acc), "q")
+            gi = b.let(op("add", op("mul", kk, const(groups, INT32)), gcol), "gi")
+            wv = b.let(op("add", op("mul", self._load_f(b, ss, gi, xdt, acc), qf), self._load_f(b, bs, gi, xdt, acc)),
+                       "wv")
+            for r, xr in enumerate(x_rows):
+                xv = self._load_f(b, xs, b.let(op("add", xr, kk)), xdt, acc)
+                b.assign(total[r], op("add", total[r], op("mul", xv, wv)))
+        return total
+
+
+def _tree_sum(terms):
+    """The sum of ``terms`` (kernel expressions) as a balanced tree."""
+    while len(terms) > 1:
+        terms = [op("add", terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]
+
+
+def _element(b, words, start, bits, mask):
+    """The ``bits``-bit integer at bit ``start`` of a chunk held in ``words`` (constant shifts only)."""
+    t, s = divmod(start, 32)
+    v = words[t] if s == 0 else op("shr", words[t], const(s, UINT32))
+    if s + bits > 32:
+        v = op("or", v, op("shl", words[t + 1], const(32 - s, UINT32)))
+    if s + bits < 32 or s + bits > 32:
+        v = op("and", v, mask)
+    return b.let(v, "qi")
+
+
+#: Work items per work-group of the cooperative form.
+_COOPERATIVE_WG = 64
+
+
+def cooperative(caps) -> bool:
+    """Whether ``transpose=True`` products take the cooperative form (GPUs: work-group memory, tiles that pay,
+    no CPU-style uniform guards); CPU devices take the work-item-per-column form."""
+    return (bool(caps.local_memory) and bool(caps.tiling_pays) and getattr(caps, "matmul_tiling", "local") == "local"
+            and not getattr(caps, "uniform_guard", False)
+            and (caps.max_workgroup_size is None or caps.max_workgroup_size >= _COOPERATIVE_WG))
+
+
+def unsupported_reason(eqn, caps):
+    """Why the kernels cannot run this ``quantized_matmul`` equation on a target with ``caps``, or ``None``: a
+    work item's walk longer than the driver's loop limit (lavapipe stops loops silently past it)."""
+    limit = getattr(caps, "max_loop_iterations", None)
+    k = eqn.inputs[0].aval.shape[-1]
+    steps = k // 32 if eqn.params["transpose"] else k
+    if limit is not None and steps > limit:
+        return (f"quantized_matmul over a contraction of {k}: a work item walks {steps} steps, past this "
+                f"device's {limit} loop iterations per invocation")
+    return None
+
+
+def _operand_buffer(ctx, a):
+    """Every operand is read in place from a buffer (the packed words above all)."""
+    return (a, 0, _contiguous(a.aval.shape)) if isinstance(a, Var) else None
+
+
+def _zero_size(e):
+    """An empty contraction (no weight columns): the product is 0."""
+    return [fill(e.outputs[0], 0)], {}
+
+
+#: What ``schedule`` adds to its tables ``_GROUPS`` and ``OPERAND_VIEWS``.
+GROUPS = {quantized_matmul_p: QuantizedMatmulGroup}
+OPERAND_VIEWS = {quantized_matmul_p: _operand_buffer}
+_REWRITES.setdefault(quantized_matmul_p, _zero_size)

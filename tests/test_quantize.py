@@ -1,0 +1,426 @@
+"""Quantization in MLX's affine format: ``fa.quantize``, ``fa.dequantize``, ``fa.quantized_matmul`` against MLX.
+
+MLX (``mlx.core``) is the oracle: the packed words, scales and biases must be bit-identical to
+``mx.quantize``'s and ``dequantize`` to ``mx.dequantize``'s on every device; ``quantized_matmul`` within float
+tolerance of ``mx.quantized_matmul`` (``dequantize`` within an ulp of the weights' magnitude where the compiler
+fuses ``scale * q + bias`` into one multiply-add: XLA does). opencl and webgpu run with ``fallback="error"``,
+so what is tested there is their own kernels (``lowering/kernels/groups/quantized.py``). Gradients with respect to ``x`` are checked
+against central finite differences of the float64 product with the dequantized weights, ``vmap`` against a
+Python loop.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from fnarray.core.errors import DTypeError, ShapeError
+from tests.helpers import fallback_mode
+
+mx = pytest.importorskip("mlx.core", reason="MLX is the oracle of these tests (pip install 'mlx[cpu]')")
+
+BITS = (1, 2, 3, 4, 5, 6, 8)
+GROUP_SIZES = (32, 64, 128)
+
+
+@pytest.fixture
+def on(device):
+    """The device, with ``fallback="error"`` where it has kernels of its own (opencl, webgpu)."""
+    mode = "error" if device.backend in ("opencl", "webgpu") else fa.config.fallback
+    with fallback_mode(mode):
+        yield device
+
+
+def _weights(rows, cols, gs, seed=0):
+    """Random weights with an all-zero group and an all-positive one (the format's two special cases)."""
+    w = np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32)
+    w[0, :gs] = 0.0
+    w[1, :gs] = np.abs(w[1, :gs])
+    w[-1, -gs:] = -np.abs(w[-1, -gs:])
+    return w
+
+
+def _mlx(*arrays):
+    return [mx.array(np.asarray(a)) for a in arrays]
+
+
+@pytest.mark.parametrize("gs", GROUP_SIZES)
+@pytest.mark.parametrize("bits", BITS)
+def test_quantize_and_dequantize_are_bit_identical_to_mlx(on, bits, gs):
+    w = _weights(4, 256, gs, seed=bits * gs)
+    want = mx.quantize(mx.array(w), group_size=gs, bits=bits)
+    got = fa.jit(functools.partial(fa.quantize, group_size=gs, bits=bits))(fa.device_put(w, on))
+    for g, m, name in zip(got, want, ("w_q", "scales", "biases"), strict=True):
+        assert g.dtype == np.dtype(str(m.dtype).split(".")[-1]), name
+        np.testing.assert_array_equal(np.asarray(g), np.array(m), err_msg=name)
+    back = np.asarray(fa.jit(functools.partial(fa.dequantize, group_size=gs, bits=bits))(*got))
+    want_back = np.array(mx.dequantize(*want, group_size=gs, bits=bits))
+    if on.backend in ("numpy", "mlx"):
+        np.testing.assert_array_equal(back, want_back)
+    else:
+        # XLA and the OpenCL/WGSL compilers may contract scale * q + bias into one fused multiply-add.
+        np.testing.assert_allclose(back, want_back, rtol=0, atol=2 * np.finfo(np.float32).eps * np.abs(w).max())
+
+
+@pytest.mark.parametrize("transpose", [True, False])
+@pytest.mark.parametrize("gs", GROUP_SIZES)
+@pytest.mark.parametrize("bits", BITS)
+def test_quantized_matmul_matches_mlx(on, bits, gs, transpose):
+    rng = np.random.default_rng(bits + gs)
+    w_q, scales, biases = mx.quantize(mx.array(_weights(8, 256, gs)), group_size=gs, bits=bits)
+    k = 256 if transpose else 8
+    qmm = fa.jit(functools.partial(fa.quantized_matmul, transpose=transpose, group_size=gs, bits=bits))
+    args = [fa.device_put(np.array(a), on) for a in (w_q, scales, biases)]
+    for shape in ((k,), (3, k), (2, 3, k)):   # one row (decode), a few, and a batch past one work item's rows
+        x = rng.standard_normal(shape).astype(np.float32)
+        want = np.array(mx.quantized_matmul(mx.array(x), w_q, scales, biases, transpose=transpose,
+                                            group_size=gs, bits=bits))
+        got = qmm(fa.device_put(x, on), *args)
+        assert got.shape == want.shape and got.dtype == np.float32
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-5 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_quantized_matmul_half_precision(on, dtype):
+    """float16/bfloat16 weights and inputs: scales of that dtype bit-identical to MLX's, a result of that dtype
+    accumulated in float32 (MLX's CPU kernel sums in the half type: it is compared to float64 instead)."""
+    import ml_dtypes
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(np.float16)
+    try:
+        fa.device_put(np.ones(2, dt), on) * 2
+    except fa.UnsupportedOnDevice as e:
+        # float16 needs shader-f16 / cl_khr_fp16 (hardware this machine lacks); OpenCL C and WGSL have no bfloat16.
+        pytest.skip(f"{on} has no {dtype} kernels: {e}")
+    w = _weights(8, 128, 64).astype(dt)
+    x = np.random.default_rng(1).standard_normal((2, 128)).astype(dt)
+    w_q, scales, biases = mx.quantize(mx.array(w.astype(np.float32)).astype(getattr(mx, dtype)), group_size=64,
+                                      bits=4)
+    mine = fa.quantize(fa.device_put(w, on), group_size=64, bits=4)
+    for g, m in zip(mine, (w_q, scales, biases), strict=True):
+        np.testing.assert_array_equal(np.asarray(g).astype(np.float64) if g.dtype != np.uint32 else np.asarray(g),
+                                      np.array(m.astype(mx.float32) if m.dtype != mx.uint32 else m))
+    got = fa.quantized_matmul(fa.device_put(x, on), *mine, group_size=64, bits=4)
+    assert got.dtype == dt
+    want = _float64_product(x, *mine, 64, 4, True)
+    tol = 2 * float(ml_dtypes.finfo(dt).eps) * np.abs(want).max()
+    np.testing.assert_allclose(np.asarray(got).astype(np.float64), want, rtol=0, atol=tol)
+
+
+def _float64_product(x, w_q, scales, biases, gs, bits, transpose):
+    wd = np.asarray(fa.dequantize(w_q, scales, biases, group_size=gs, bits=bits), np.float64)
+    return np.asarray(x, np.float64) @ (wd.T if transpose else wd)
+
+
+@pytest.mark.parametrize("transpose", [True, False])
+@pytest.mark.parametrize("bits", [3, 4])
+def test_grad_wrt_x_matches_finite_differences(on, bits, transpose):
+    gs = 32
+    rng = np.random.default_rng(7)
+    w_q, scales, biases = fa.quantize(_weights(6, 64, gs), group_size=gs, bits=bits)
+    k = 64 if transpose else 6
+    x = rng.standard_normal((2, k)).astype(np.float32)
+    cot = rng.standard_normal((2, 6 if transpose else 64))
+    args = [fa.device_put(a, on) for a in (w_q, scales, biases)]
+
+    def loss(x):
+        y = fa.quantized_matmul(x, *args, transpose=transpose, group_size=gs, bits=bits)
+        return fnp.sum(y * fnp.asarray(cot.astype(np.float32)) ** 2)
+
+    got = np.asarray(fa.jit(fa.grad(loss))(fa.device_put(x, on)))
+    eps = 1e-3
+    want = np.zeros_like(x, np.float64)
+    for i in np.ndindex(x.shape):
+        up, down = x.astype(np.float64), x.astype(np.float64)
+        up[i] += eps
+        down[i] -= eps
+        f = [np.sum(_float64_product(v, w_q, scales, biases, gs, bits, transpose) * cot ** 2) for v in (up, down)]
+        want[i] = (f[0] - f[1]) / (2 * eps)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_jvp_is_the_product_of_the_tangent(on):
+    w_q, scales, biases = fa.quantize(_weights(8, 64, 32), group_size=32, bits=4)
+    args = [fa.device_put(a, on) for a in (w_q, scales, biases)]
+    x, t = np.random.default_rng(3).standard_normal((2, 2, 64)).astype(np.float32)
+    f = functools.partial(fa.quantized_matmul, group_size=32, bits=4)
+    y, ty = fa.jvp(lambda x: f(x, *args), (fa.device_put(x, on),), (fa.device_put(t, on),))
+    np.testing.assert_allclose(np.asarray(ty), np.asarray(f(t, w_q, scales, biases)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("in_axes", [0, 1])
+def test_vmap_over_x_matches_a_loop(on, in_axes):
+    w_q, scales, biases = fa.quantize(_weights(8, 64, 32), group_size=32, bits=6)
+    args = [fa.device_put(a, on) for a in (w_q, scales, biases)]
+    x = np.random.default_rng(4).standard_normal((3, 64) if in_axes == 0 else (64, 3)).astype(np.float32)
+
+    def f(xi):
+        return fa.quantized_matmul(xi, *args, group_size=32, bits=6)
+
+    got = fa.vmap(f, in_axes=in_axes)(fa.device_put(x, on))
+    want = np.stack([np.asarray(f(np.take(x, i, axis=in_axes))) for i in range(3)])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
+def test_grad_wrt_the_quantized_weights_raises_naming_dequantize():
+    w_q, scales, biases = fa.quantize(_weights(4, 64, 32), group_size=32, bits=4)
+    x = np.ones((1, 64), np.float32)
+    with pytest.raises(TypeError, match="dequantize"):
+        fa.grad(lambda s: fnp.sum(fa.quantized_matmul(x, w_q, s, biases, group_size=32, bits=4)))(scales)
+    with pytest.raises(TypeError, match="dequantize"):
+        fa.grad(lambda b: fnp.sum(fa.quantized_matmul(x, w_q, scales, b, group_size=32, bits=4)))(biases)
+    with pytest.raises(NotImplementedError, match="dequantize"):
+        fa.vmap(lambda s: fa.quantized_matmul(x, w_q, s, biases, group_size=32, bits=4))(fnp.stack([scales] * 2))
+    # The way the message names: through the float weights, d/dscale of sum(x @ (scale * q + bias).T) is sum(x * q).
+    g = fa.grad(lambda s: fnp.sum(x @ fa.dequantize(w_q, s, biases, group_size=32, bits=4).T))(scales)
+    q = (np.asarray(fa.dequantize(w_q, fnp.ones_like(scales), fnp.zeros_like(biases), group_size=32, bits=4)))
+    np.testing.assert_allclose(np.asarray(g), q.reshape(4, 2, 32).sum(-1), rtol=1e-6)
+
+
+def test_jax_program_keeps_the_packed_weights_as_its_only_weight_input():
+    jax_devices = fa.devices("jax")
+    if not jax_devices:
+        pytest.skip("backend unavailable: jax (pip install jax)")
+    w_q, scales, biases = fa.quantize(_weights(64, 256, 64), group_size=64, bits=4)
+    x = np.ones((1, 256), np.float32)
+    text = fa.jit(fa.quantized_matmul, device=jax_devices[0]).lower(x, w_q, scales, biases).as_text()
+    header = next(line for line in text.splitlines() if "func.func public @main" in line)
+    assert "tensor<64x32xui32>" in header            # the packed words go in as they are
+    assert "tensor<64x256xf32>" not in header         # no float weights in the inputs
+    assert "tensor<64x4xf32>" in header               # scales and biases
+
+
+def test_errors_name_what_was_given():
+    w = np.ones((4, 64), np.float32)
+    with pytest.raises(ValueError, match="bits=7"):
+        fa.quantize(w, bits=7)
+    with pytest.raises(ValueError, match="group_size=16"):
+        fa.quantize(w, group_size=16)
+    with pytest.raises(ShapeError, match="divisible by group_size=128"):
+        fa.quantize(w, group_size=128)
+    with pytest.raises(ShapeError, match="at least 2 dimensions"):
+        fa.quantize(np.ones(64, np.float32))
+    with pytest.raises(DTypeError, match="int32"):
+        fa.quantize(np.ones((4, 64), np.int32))
+    with pytest.raises(NotImplementedError, match="mxfp4"):
+        fa.quantize(w, mode="mxfp4")
+    w_q, scales, biases = fa.quantize(w, group_size=32, bits=4)
+    with pytest.raises(ShapeError, match="must be 64"):
+        fa.quantized_matmul(np.ones((2, 32), np.float32), w_q, scales, biases, group_size=32, bits=4)
+    with pytest.raises(ShapeError, match="scales and biases"):
+        fa.quantized_matmul(np.ones((2, 64), np.float32), w_q, scales, biases, group_size=64, bits=4)
+    with pytest.raises(DTypeError, match="uint32"):
+        fa.quantized_matmul(np.ones((2, 64), np.float32), np.asarray(w_q, np.int32), scales, biases,
+                            group_size=32, bits=4)
+    with pytest.raises(ShapeError, match="scales and biases"):
+        fa.dequantize(w_q, scales[:, :1], biases, group_size=32, bits=4)
+
+
+def test_integer_x_promotes_as_mlx():
+    w_q, scales, biases = fa.quantize(_weights(4, 64, 32), group_size=32, bits=8)
+    x = np.arange(64, dtype=np.int32)[None] % 5
+    got = fa.quantized_matmul(x, w_q, scales, biases, group_size=32, bits=8)
+    want = np.array(mx.quantized_matmul(mx.array(x), *_mlx(w_q, scales, biases), group_size=32, bits=8))
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------- fa.nn
+
+
+class _Net(fa.nn.Module):
+    emb: object
+    layers: tuple
+    head: object
+
+    def __init__(self, key):
+        k1, k2, k3, k4 = fa.random.split(key, 4)
+        self.emb = fa.nn.Embedding(50, 64, key=k1)
+        self.layers = (fa.nn.Linear(64, 128, key=k2), fa.nn.Linear(128, 64, key=k3))
+        self.head = fa.nn.Linear(64, 10, key=k4)
+
+    def __call__(self, ids):
+        h = self.emb(ids)
+        for layer in self.layers:
+            h = fa.nn.relu(layer(h))
+        return self.head(h)
+
+
+_IDS = np.array([[1, 2, 3], [4, 5, 39]], np.int32)
+
+
+def test_nn_quantize_returns_a_new_model_as_mlx_nn_quantize():
+    net = _Net(fa.random.key(0))
+    seen = []
+
+    def predicate(path, module):
+        seen.append(path)
+        if not isinstance(module, (fa.nn.Linear, fa.nn.Embedding)):
+            return False
+        return {"bits": 8} if path == "head" else True
+
+    q = fa.nn.quantize(net, group_size=64, bits=4, class_predicate=predicate)
+    assert seen == ["", "emb", "layers.0", "layers.1", "head"]   # MLX's dotted paths
+    assert isinstance(q.emb, fa.nn.QuantizedEmbedding) and isinstance(net.emb, fa.nn.Embedding)
+    assert [type(m) for m in q.layers] == [fa.nn.QuantizedLinear] * 2 and (q.layers[0].bits, q.head.bits) == (4, 8)
+    # The quantized model is the float model with dequantized weights, layer by layer.
+    h = q.emb(_IDS)
+    h_ref = fa.dequantize(q.emb.weight, q.emb.scales, q.emb.biases, group_size=64, bits=4)[_IDS]
+    np.testing.assert_array_equal(np.asarray(h), np.asarray(h_ref))
+    for layer, fl in zip(q.layers, net.layers, strict=True):
+        wd = np.asarray(fa.dequantize(layer.weight, layer.scales, layer.biases, group_size=64, bits=4))
+        want = np.asarray(h) @ wd.T + np.asarray(fl.bias)
+        h = layer(h)
+        np.testing.assert_allclose(np.asarray(h), want, rtol=1e-5, atol=1e-5)
+        h = fa.nn.relu(h)
+    # Default predicate: every Linear/Embedding whose rows split into groups (the head's 64 does, at 64).
+    q2 = fa.nn.quantize(net, group_size=128, bits=4)
+    assert isinstance(q2.layers[1], fa.nn.QuantizedLinear) and isinstance(q2.head, fa.nn.Linear)
+    np.testing.assert_array_equal(np.asarray(fa.jit(lambda m, i: m(i))(q, _IDS)), np.asarray(q(_IDS)))
+
+
+def test_from_linear_matches_mlx_quantized_linear():
+    import mlx.nn as mnn
+    lin = fa.nn.Linear(128, 16, key=fa.random.key(1))
+    q = fa.nn.QuantizedLinear.from_linear(lin, group_size=32, bits=3)
+    ml = mnn.Linear(128, 16)
+    ml.weight, ml.bias = mx.array(np.asarray(lin.weight)), mx.array(np.asarray(lin.bias))
+    mq = mnn.QuantizedLinear.from_linear(ml, group_size=32, bits=3)
+    for name in ("weight", "scales", "biases"):
+        np.testing.assert_array_equal(np.asarray(getattr(q, name)), np.array(getattr(mq, name)), err_msg=name)
+    x = np.random.default_rng(2).standard_normal((4, 128)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(q(x)), np.array(mq(mx.array(x))), rtol=1e-5, atol=1e-5)
+    assert (q.input_dims, q.output_dims) == (128, 16)
+
+
+def test_save_and_load_a_quantized_model(tmp_path):
+    q = fa.nn.quantize(_Net(fa.random.key(3)), group_size=32, bits=6)
+    path = tmp_path / "q.safetensors"
+    fa.save(path, q)
+    back = fa.load(path)
+    assert type(back.layers[0]) is fa.nn.QuantizedLinear and back.layers[0].bits == 6
+    assert back.layers[0].weight.dtype == np.uint32
+    np.testing.assert_array_equal(np.asarray(back(_IDS)), np.asarray(q(_IDS)))
+
+
+def test_reads_mlx_quantized_safetensors_by_their_names(tmp_path):
+    import mlx.nn as mnn
+    from mlx.utils import tree_flatten
+    key = fa.random.key(4)
+    ml = mnn.QuantizedLinear(128, 32, bias=True, group_size=64, bits=4)
+    mx.save_safetensors(str(tmp_path / "linear.safetensors"), dict(tree_flatten(ml.parameters())))
+    layer = fa.load(tmp_path / "linear.safetensors", like=fa.nn.QuantizedLinear(128, 32, True, 64, 4, key=key))
+    x = np.random.default_rng(5).standard_normal((3, 128)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(layer(x)), np.array(ml(mx.array(x))), rtol=1e-5, atol=1e-5)
+    me = mnn.QuantizedEmbedding(40, 64, group_size=32, bits=3)
+    mx.save_safetensors(str(tmp_path / "emb.safetensors"), dict(tree_flatten(me.parameters())))
+    emb = fa.load(tmp_path / "emb.safetensors", like=fa.nn.QuantizedEmbedding(40, 64, 32, 3, key=key))
+    np.testing.assert_array_equal(np.asarray(emb(_IDS)), np.array(me(mx.array(_IDS))))
+    np.testing.assert_allclose(np.asarray(emb.as_linear(x[:, :64])), np.array(me.as_linear(mx.array(x[:, :64]))),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_quantized_layers_on_every_device(on):
+    q = fa.nn.quantize(_Net(fa.random.key(6)), group_size=64, bits=4)
+    ref = np.asarray(q(_IDS))
+    qd = fa.device_put(q, on)
+    np.testing.assert_allclose(np.asarray(fa.jit(lambda m, i: m(i))(qd, fa.device_put(_IDS, on))), ref,
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_kernels_refuse_a_walk_past_the_loop_limit():
+    """lavapipe stops a shader's loops after 65,535 iterations, silently: a longer walk is declared unsupported
+    (it falls back, or raises with fallback="error") rather than computed wrong."""
+    import types
+
+    from fnarray.lowering.kernels.groups.quantized import unsupported_reason
+    w_q, scales, biases = fa.quantize(_weights(32, 64, 32), group_size=32, bits=4)
+    prog = fa.make_ir(lambda x: fa.quantized_matmul(x, w_q, scales, biases, transpose=False, group_size=32,
+                                                     bits=4))(np.ones((1, 32), np.float32))
+    eqn = next(e for e in prog.eqns if e.primitive.name == "quantized_matmul")
+    assert unsupported_reason(eqn, types.SimpleNamespace(max_loop_iterations=None)) is None
+    assert unsupported_reason(eqn, types.SimpleNamespace(max_loop_iterations=32)) is None
+    assert "loop iterations" in unsupported_reason(eqn, types.SimpleNamespace(max_loop_iterations=31))
+
+
+def test_a_layers_bias_and_activation_fuse_into_the_kernel(on):
+    """On the kernel backends, ``relu(x @ W.T + bias)`` is one kernel: the elementwise ops are its epilogue."""
+    rng = np.random.default_rng(8)
+    w_q, scales, biases = fa.quantize(rng.standard_normal((48, 128)).astype(np.float32), group_size=64, bits=4)
+    bias = rng.standard_normal(48).astype(np.float32)
+    x = rng.standard_normal((2, 3, 128)).astype(np.float32)
+
+    def layer(x, w_q, scales, biases, bias):
+        return fa.nn.relu(fa.quantized_matmul(x, w_q, scales, biases, group_size=64, bits=4) + bias)
+
+    f = fa.jit(layer, device=on)
+    wd = np.asarray(fa.dequantize(w_q, scales, biases, group_size=64, bits=4), np.float64)
+    np.testing.assert_allclose(np.asarray(f(x, w_q, scales, biases, bias)), np.maximum(x @ wd.T + bias, 0),
+                               rtol=1e-5, atol=1e-5)
+    if on.backend in ("opencl", "webgpu"):
+        assert len(f.lower(x, w_q, scales, biases, bias).kernels()) == 1
+
+
+def test_the_quantization_page_runs():
+    """docs/quantization.md's code blocks run, in order, and give what the page says."""
+    import pathlib
+    import re
+    text = (pathlib.Path(__file__).parent.parent / "docs" / "quantization.md").read_text()
+    ns: dict = {}
+    for block in re.findall(r"```python\n(.*?)```", text, re.S):
+        exec(compile(block, "docs/quantization.md", "exec"), ns)  # noqa: S102 (our own documentation)
+    assert ns["w_q"].dtype == np.uint32 and ns["w_q"].shape == (256, 64) and ns["scales"].shape == (256, 8)
+    assert ns["y"].shape == (1, 256) and ns["w_back"].shape == (256, 512)
+    assert [type(m).__name__ for m in ns["small"].layers] == ["QuantizedLinear", "Lambda", "QuantizedLinear"]
+    assert [getattr(m, "bits", None) for m in ns["mixed"].layers] == [8, None, 8]
+
+
+def _kernel_caps(device, **changes):
+    """The kernel backend's capabilities with ``changes`` for the duration (a GPU's, on this CPU-only machine)."""
+    import contextlib
+    import dataclasses
+
+    @contextlib.contextmanager
+    def swap():
+        be = device.impl
+        if device.backend == "opencl":
+            state = be.state(device)
+            old = state.caps
+            state.caps = dataclasses.replace(old, **changes)
+            try:
+                yield
+            finally:
+                state.caps = old
+        else:
+            old = be.capabilities(device)
+            be._caps = dataclasses.replace(old, **changes)
+            try:
+                yield
+            finally:
+                be._caps = old
+    return swap()
+
+
+@pytest.mark.parametrize("bits", [3, 4, 8])
+@pytest.mark.parametrize("kdev", [d for d in fa.devices() if d.backend in ("opencl", "webgpu")], ids=str)
+def test_the_gpu_form_matches_mlx(kdev, bits):
+    """The cooperative form GPUs take (a work-group per column, partial sums reduced in local memory), forced on
+    this machine's CPU devices, with a bias epilogue, 1 to 6 rows."""
+    from fnarray.lowering.kernels.groups.quantized import cooperative
+    rng = np.random.default_rng(bits)
+    w_q, scales, biases = mx.quantize(mx.array(rng.standard_normal((40, 320)).astype(np.float32)), group_size=64,
+                                      bits=bits)
+    bias = rng.standard_normal(40).astype(np.float32)
+    args = [fa.device_put(np.array(a), kdev) for a in (w_q, scales, biases)]
+    gpu = {"tiling_pays": True} if kdev.backend == "webgpu" else {"matmul_tiling": "local", "uniform_guard": False}
+    with _kernel_caps(kdev, **gpu), fallback_mode("error"):
+        caps = kdev.impl.state(kdev).caps if kdev.backend == "opencl" else kdev.impl.capabilities(kdev)
+        assert cooperative(caps)
+        for rows in (1, 3, 6):
+            x = rng.standard_normal((rows, 320)).astype(np.float32)
+            f = fa.jit(lambda x, w, s, b, c: fa.quantized_matmul(x, w, s, b, group_size=64, bits=bits) + c)
+            want = np.array(mx.quantized_matmul(mx.array(x), w_q, scales, biases, group_size=64, bits=bits)) + bias
+            np.testing.assert_allclose(np.asarray(f(fa.device_put(x, kdev), *args, bias)), want, rtol=1e-5, atol=1e-4)
