@@ -405,7 +405,7 @@ def _kernel_caps(device, **changes):
 
 
 @pytest.mark.parametrize("bits", [3, 4, 8])
-@pytest.mark.parametrize("kdev", [d for d in fa.devices() if d.backend in ("opencl", "webgpu")], ids=str)
+@pytest.mark.parametrize("kdev", [d for d in fa.devices(all_backends=True) if d.backend in ("opencl", "webgpu")], ids=str)
 def test_the_gpu_form_matches_mlx(kdev, bits):
     """The cooperative form GPUs take (a work-group per column, partial sums reduced in local memory), forced on
     this machine's CPU devices, with a bias epilogue, 1 to 6 rows."""
