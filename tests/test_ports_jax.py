@@ -9,7 +9,8 @@ optimizers.adam on log hyperparameters), ``examples/differentially_private_sgd.p
 with ``vmap``, clipping, Gaussian noise, optimizers.sgd), the "Autodiff cookbook" notebook (``grad``,
 ``jacfwd``/``jacrev``, ``hessian``, ``jvp``/``vjp``, ``jax.test_util.check_grads``) and the "Training a
 simple neural network" tutorial (hand-written MLP with ``vmap`` and ``jit``). Each runs on the default
-device (numpy:0 here); a printed number may differ from JAX's in float rounding only.
+device (numpy:0 here), a printed number differing from JAX's in float rounding only; the two stax programs
+also run with every other backend as the default device.
 """
 
 from __future__ import annotations
@@ -453,3 +454,18 @@ def test_jax_program_pending_other_items(name):
         compare_outputs(expected, run_program(rewrite_imports(source), timeout=300), rtol=2e-4, atol=2e-5)
     except AssertionError as e:
         pytest.xfail(f"{reason}: {str(e).splitlines()[-1][:200]}")
+
+
+_JAX_OUTPUT: dict = {}
+
+
+@pytest.mark.parametrize("name", ["mnist_classifier", "mnist_vae"])
+def test_jax_program_ports_on_every_device(device, name):
+    """The stax + optimizers programs with fnarray's default device set to each backend in turn
+    (``FNARRAY_DEVICE``): the same numbers as JAX within the float differences that training amplifies."""
+    if str(device) == "numpy:0":
+        pytest.skip("numpy:0 is the default device: test_jax_program_ports_unchanged runs it at rtol 2e-4")
+    if name not in _JAX_OUTPUT:
+        _JAX_OUTPUT[name] = run_program(PROGRAMS[name], timeout=300)
+    got = run_program(rewrite_imports(PROGRAMS[name]), env={"FNARRAY_DEVICE": str(device)}, timeout=300)
+    compare_outputs(_JAX_OUTPUT[name], got, rtol=2e-3, atol=2e-4)
