@@ -20,10 +20,12 @@ JAX 0.5) for the same seed. ``uniform`` with other bounds may differ from JAX in
 the last bit: XLA fuses its ``u * (maxval - minval) + minval`` into one fused
 multiply-add, while fnarray rounds the product and the sum separately, as every
 backend can.
-Samplers that go through transcendental functions (``normal``, ``gumbel``,
-``categorical``, ``truncated_normal``, ``exponential``, ``laplace``) use JAX's
-formulas but agree with it only to float rounding, because ``log`` and
-``erf_inv`` are rounded differently by each backend.
+``normal`` is bitwise JAX's on numpy:0 and jax:0 for float32 (numpy:0 evaluates XLA's own float32
+``erf_inv`` code: ``fnarray/lowering/xla_cpu_float32.py``) and within a few ulp on the other backends.
+The other samplers that go through transcendental functions (``gumbel``, ``categorical``,
+``truncated_normal``, ``exponential``, ``laplace``) use JAX's formulas but agree with it only to float
+rounding, because ``log`` and ``erf`` are rounded differently by each backend (docs/from_jax.md,
+"Random numbers").
 
 Example::
 
@@ -70,6 +72,7 @@ __all__ = [
     "threefry_2x32",
     "truncated_normal",
     "uniform",
+    "wrap_key_data",
 ]
 
 _U32 = dtypes.uint32
@@ -282,22 +285,53 @@ def PRNGKey(seed) -> Array:
     return key(seed)
 
 
+def _check_keys(keys, name: str) -> Array:
+    """A key or an array of keys: ``uint32`` of shape ``(..., 2)``."""
+    if isinstance(keys, np.ndarray):
+        keys = _as_array(keys)
+    if not isinstance(keys, Array):
+        raise TypeError(f"{name} needs PRNG keys (uint32 arrays of shape (..., 2)), got {type(keys).__name__}")
+    if keys.dtype != _U32 or keys.ndim < 1 or keys.shape[-1] != 2:
+        raise ShapeError(f"{name} needs PRNG keys, uint32 of shape (..., 2), got {keys.dtype.name}{list(keys.shape)}; "
+                         "make keys with fnarray.random.key(seed) or split")
+    return keys
+
+
 def key_data(keys) -> Array:
-    """The raw ``uint32`` words of a key (mirrors ``jax.random.key_data``); keys here are raw already.
+    """The raw ``uint32`` words of a key or an array of keys (mirrors ``jax.random.key_data``).
+
+    fnarray's keys are raw already (``uint32[..., 2]``, as JAX's legacy ``PRNGKey``), so this validates
+    and returns them: ``key_data(split(k, 3))`` is ``uint32[3, 2]``, as in JAX.
 
     Args:
-      keys: a key, ``uint32[2]`` (a NumPy array is converted).
+      keys: a key ``uint32[2]`` or a batch ``uint32[..., 2]`` (a NumPy array is converted).
 
     Returns:
-      The same key as an ``Array`` of ``uint32[2]``.
+      The same words as an ``Array`` of ``uint32[..., 2]``.
 
     Raises:
       TypeError: ``keys`` is not an array.
-      DTypeError: ``keys`` is not ``uint32``.
-      ShapeError: ``keys`` is not of shape ``(2,)`` (batches of keys go through ``vmap``, unlike
-        JAX's ``key_data``, which takes arrays of typed keys).
+      ShapeError: not ``uint32`` with a last axis of 2.
     """
-    return _check_key(keys, "key_data")
+    return _check_keys(keys, "key_data")
+
+
+def wrap_key_data(key_bits_array, *, impl=None) -> Array:
+    """Keys from their raw words (mirrors ``jax.random.wrap_key_data``): the inverse of ``key_data``.
+
+    Args:
+      key_bits_array: ``uint32[..., 2]`` (as ``key_data`` returns), a batch of keys included.
+      impl: ``None`` or ``"threefry2x32"`` (the only generator here).
+
+    Returns:
+      the keys, ``uint32[..., 2]``.
+
+    Raises:
+      ValueError: another ``impl``. ShapeError: not ``uint32`` with a last axis of 2.
+    """
+    if impl not in (None, "threefry2x32", "threefry"):
+        raise ValueError(f"wrap_key_data: fnarray has one PRNG implementation, 'threefry2x32'; got impl={impl!r}")
+    return _check_keys(key_bits_array, "wrap_key_data")
 
 
 def split(key, num=2) -> Array:
