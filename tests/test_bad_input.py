@@ -237,3 +237,86 @@ def test_save_refuses_another_formats_extension(tmp_path, name):
     fa.save(tmp_path / "x.safetensors", {"w": np.ones(2, np.float32)})
     fa.save(tmp_path / "x", {"w": np.ones(2, np.float32)})  # no extension: safetensors, as before
     np.testing.assert_array_equal(np.asarray(fa.load(tmp_path / "x")["w"]), np.ones(2))
+
+
+# ----------------------------------------------------------------------------- issue 27, item 8: unclear errors
+
+
+def _foreign_arrays():
+    import jax.numpy as jnp
+    import torch
+    return {"jax": jnp.arange(3.0, dtype=jnp.float32), "torch": torch.arange(3.0)}
+
+
+@pytest.mark.parametrize("lib", ["jax", "torch"])
+def test_jit_takes_another_librarys_array(device, lib):
+    # The report: a jax.Array or torch.Tensor passed to a jitted function was told to "mark it static"; jit
+    # now takes it as jax.numpy takes NumPy arrays (through __array__, or DLPack).
+    x = _foreign_arrays()[lib]
+    f = fa.jit(lambda a, b: a * 2 + b, device=device)
+    got = f(x, fnp.ones(3))
+    assert got.device == device
+    np.testing.assert_array_equal(np.asarray(got), np.arange(3.0) * 2 + 1)
+    c = fa.jit(lambda a: a + 1).lower(np.zeros(3, np.float32)).compile()
+    np.testing.assert_array_equal(np.asarray(c(x)), np.arange(3.0) + 1)
+
+
+@pytest.mark.parametrize("lib", ["jax", "torch"])
+def test_mixed_operator_names_the_libraries(lib):
+    x = _foreign_arrays()[lib]
+    for a, b in ((fnp.ones(3), x), (x, fnp.ones(3))):
+        with pytest.raises(TypeError) as e:
+            a + b
+        _assert_names(str(e.value), "fnarray array", f"a {lib} array", "fnarray.numpy.asarray")
+    assert (fnp.ones(2) == None) is False  # noqa: E711 (no array of any library: Python's default still applies)
+
+
+def test_compiled_called_with_another_structure_shows_the_difference():
+    c = fa.jit(lambda t: t[0]).lower((fnp.ones(2), fnp.ones(2))).compile()
+    with pytest.raises(TypeError) as e:
+        c([fnp.ones(2), fnp.ones(2)])
+    _assert_names(str(e.value), "structure differs", "(*, *)", "[*, *]")
+    with pytest.raises(TypeError) as e:
+        c((fnp.ones(3), fnp.ones(2)))
+    _assert_names(str(e.value), "leaf 0", "f32[2]", "f32[3]")
+    with pytest.raises(TypeError) as e:
+        c((fnp.ones(2), 1.0))
+    _assert_names(str(e.value), "leaf 1", "weakly typed")
+
+
+def test_grad_of_a_tuple_output_mentions_has_aux():
+    with pytest.raises(TypeError) as e:
+        fa.grad(lambda x: (fnp.sum(x), x))(fnp.ones(2))
+    _assert_names(str(e.value), "has_aux=True", "tuple")
+    g, aux = fa.grad(lambda x: (fnp.sum(x), x), has_aux=True)(fnp.ones(2))
+    np.testing.assert_array_equal(np.asarray(g), np.ones(2))
+
+
+def test_misspelled_default_device_is_named_with_the_nearest(monkeypatch):
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, FNARRAY_DEVICE="nmupy:0", PYTHONPATH=root)
+    r = subprocess.run([sys.executable, "-c", "import fnarray.numpy as fnp; fnp.ones(2)"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    _assert_names(r.stderr, "FNARRAY_DEVICE", "'nmupy:0'", "did you mean 'numpy:0'")
+    with pytest.raises(ValueError, match="did you mean 'numpy:0'"):
+        fa.get_device("nunpy:0")
+
+
+def test_a_folder_named_fnarray_shadowing_the_package_is_named(tmp_path):
+    # A folder 'fnarray' without __init__.py in the working directory becomes the namespace package 'fnarray'
+    # while the installed package's subpackages still load (an editable install's finder supplies them):
+    # fnarray/__init__.py never runs. Simulated here with that namespace module.
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    (tmp_path / "fnarray").mkdir()
+    code = ("import sys, types\n"
+            f"m = types.ModuleType('fnarray'); m.__path__ = [{str(tmp_path / 'fnarray')!r}, "
+            f"{os.path.join(root, 'fnarray')!r}]; sys.modules['fnarray'] = m\n"
+            "import fnarray.numpy as fnp\nfnp.ones(2)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    _assert_names(r.stderr, str(tmp_path / "fnarray"), "shadows the package", "rename it")
