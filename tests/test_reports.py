@@ -63,8 +63,6 @@ _DEVIATIONS = {
                "two poles meet (SciPy takes limits: betaln(-1, 1) = 0); a subnormal with inf is -inf (SciPy's "
                "overflow gives NaN); two subnormals give NaN on MLX, which flushes inside lgamma but not in the "
                "comparison that catches the pole"),
-    "gammaincc": (lambda a, x: (a < 1e-20) & (x < 1.0),
-                  "1 - P for tiny a keeps absolute, not relative, accuracy (5e-31 is given as 0 or 2e-16)"),
 }
 
 

@@ -490,6 +490,45 @@ def _igamma_parts(a, x):
     return p, q, dpda
 
 
+_Q_SMALL_A_TERMS = 30  # x < 1.5: the series' terms x**n / n! fall below 1e-20 of its sum by n = 30
+_EULER_GAMMA = 0.5772156649015329
+
+
+def _zeta(k, n=100):
+    """Riemann's zeta at an integer ``k >= 2``: the sum to ``n`` and the Euler-Maclaurin tail (below 1e-30 off)."""
+    head = math.fsum(m ** -float(k) for m in range(1, n))
+    return head + n ** (1.0 - k) / (k - 1) + 0.5 * n ** -float(k) + k * n ** (-k - 1.0) / 12
+
+
+# lgamma(1 + a) = -gamma a + sum_{k >= 2} (-1)**k zeta(k) a**k / k (A&S 6.1.33): 18 terms reach 1e-20 below 0.1.
+_LGAMMA1P = tuple((-1) ** k * _zeta(k) / k for k in range(2, 20))
+
+
+def _lgamma1p(a):
+    """``lgamma(1 + a)`` keeping its relative accuracy for tiny ``a`` (where ``1 + a`` rounds to 1)."""
+    fnp = _fnp()
+    acc = fnp.zeros_like(a)
+    for c in _LGAMMA1P[::-1]:
+        acc = (acc + c) * a
+    series = a * (acc - _EULER_GAMMA)
+    return fnp.where(a < 0.1, series, lax.lgamma(a + 1.0))
+
+
+def _q_small_a(a, x):
+    """``Q(a, x)`` for ``a < 1/2`` and ``x < a + 1``, where ``1 - P`` cancels (``P`` tends to 1 as ``a -> 0``):
+    ``Q = -expm1(a log x - lgamma(a + 1)) - x**a / Gamma(a + 1) * a * T`` with
+    ``T = sum_{n >= 1} (-x)**n / (n! (a + n))``, from the series ``gamma(a, x) = sum_n (-1)**n x**(a + n) /
+    (n! (a + n))`` (as Boost's ``tgamma_small_upper_part``). Keeps relative accuracy at ``a = 1e-30``."""
+    fnp = _fnp()
+    log_pre = a * fnp.log(x) - _lgamma1p(a)
+    term = fnp.ones_like(x)
+    total = fnp.zeros_like(x)
+    for n in range(1, _Q_SMALL_A_TERMS + 1):
+        term = term * (-x) / n
+        total = total + term / (a + n)
+    return -lax.expm1(log_pre) - fnp.exp(log_pre) * a * total
+
+
 def _igamma_all(a, x):
     """``(P, Q, dP/da, dP/dx)`` everywhere: 0/1 at ``x = 0`` and ``x = inf``, NaN outside the domain."""
     fnp = _fnp()
@@ -500,6 +539,8 @@ def _igamma_all(a, x):
     ok = ~(bad | edge)
     a_s, x_s = fnp.where(ok, a, 1.0), fnp.where(ok, x, 1.0)
     p, q, dpda = _igamma_parts(a_s, x_s)
+    small_a = ok & (a < 0.5) & (x < a + 1.0)
+    q = fnp.where(small_a, _q_small_a(fnp.where(small_a, a, 0.25), fnp.where(small_a, x, 0.5)), q)
     dpdx = fnp.exp((a_s - 1.0) * fnp.log(x_s) - x_s - lax.lgamma(a_s))
     p_edge = fnp.where(fnp.isinf(a) | (x == 0.0), 0.0, 1.0)
     p = fnp.where(ok, p, fnp.where(bad, np.nan, p_edge))
@@ -571,8 +612,9 @@ def gammainc(a, x):
 def gammaincc(a, x):
     """The regularized upper incomplete gamma function ``Q(a, x) = 1 - P(a, x)`` (``scipy.special.gammaincc``).
 
-    Computed directly (the continued fraction where ``x >= a + 1``), so small upper tails keep their
-    relative accuracy. See ``gammainc`` for the method, the domain and the derivatives.
+    Computed directly (the continued fraction where ``x >= a + 1``; for ``a < 1/2`` below it, Boost's small-``a``
+    form with ``expm1``, where ``1 - P`` would cancel: ``gammaincc(1e-30, 0.5) = 5.6e-31``), so small upper
+    tails keep their relative accuracy. See ``gammainc`` for the method, the domain and the derivatives.
 
     Args:
       a: positive real array or scalar.
