@@ -6,7 +6,6 @@ NumPy (reduction dtypes), float64 finite differences (degenerate gradients), JAX
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import numpy as np
@@ -138,10 +137,6 @@ def test_betainc_at_its_edges(device, dt):
     xs = np.array([0.0, 1e-30, 0.5, 1.0, np.nan, -0.5, 1.5], dt)
     a, b, x = (v.ravel() for v in np.meshgrid(q, q, xs, indexing="ij"))
     _check("betainc", device, dt, [a, b, x], ss.betainc)
-
-
-def _scipy_softmax(x):
-    return ss.softmax(x)
 
 
 @pytest.mark.parametrize("dt", [F32, F64], ids=["float32", "float64"])
