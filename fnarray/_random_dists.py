@@ -107,13 +107,15 @@ def _log_gamma_sample(key, a, shape, m):
     r = _r()
     a = lax.stop_gradient(a)
     valid = a > 0
+    zero = a == 0
     a = fnp.where(valid, a, 1.0)
     boost = a < 1.0
     k_main, k_boost = r._split2(key)
     x = _marsaglia_tsang(k_main, fnp.where(boost, a + 1.0, a), shape, m)
     u = r.uniform(k_boost, shape, m, minval=float(dtypes.finfo(m).tiny), maxval=1.0)
     log_x = fnp.log(x) + fnp.where(boost, fnp.log(u) / a, 0.0)
-    return fnp.where(valid, log_x, np.nan)
+    # a = 0 is the limit of Gamma(a) at 0 (as JAX): a sample of 0, log -inf; a < 0 and NaN give NaN.
+    return fnp.where(valid, log_x, fnp.where(zero, -np.inf, np.nan))
 
 
 def _gamma_cdf_derivatives(a, x):
@@ -169,7 +171,8 @@ def gamma(key, a, shape=None, dtype=None):
 
     Args:
       key: ``uint32[2]``, a PRNG key.
-      a: the shape parameter, a positive float scalar or array (``a <= 0`` gives NaN).
+      a: the shape parameter, a non-negative float scalar or array: ``a = 0`` gives 0 (the limit, as JAX),
+        tiny ``a`` (1e-30) tiny positive samples or 0 where they underflow, ``a < 0`` NaN.
       shape: the sample shape (default ``a``'s shape); ``a`` must broadcast to it.
       dtype: float16, bfloat16, float32 (default) or float64.
 
@@ -194,7 +197,8 @@ def loggamma(key, a, shape=None, dtype=None):
 
     Args:
       key: ``uint32[2]``, a PRNG key.
-      a: the shape parameter, a positive float scalar or array.
+      a: the shape parameter, a non-negative float scalar or array: ``a = 0`` gives ``-inf`` (as JAX), tiny
+        ``a`` (1e-30) samples near ``log(u) / a`` (about -1e30), ``a < 0`` NaN.
       shape: the sample shape (default ``a``'s shape); ``a`` must broadcast to it.
       dtype: float16, bfloat16, float32 (default) or float64.
 
@@ -217,7 +221,8 @@ def beta(key, a, b, shape=None, dtype=None):
 
     Args:
       key: ``uint32[2]``, a PRNG key.
-      a, b: positive float scalars or arrays.
+      a, b: non-negative float scalars or arrays: ``a = 0`` gives 0 and ``b = 0`` gives 1 (as JAX), both 0
+        NaN; tiny ones give 0s and 1s.
       shape: the sample shape (default: the broadcast shape of ``a`` and ``b``).
       dtype: float16, bfloat16, float32 (default) or float64.
 
@@ -249,7 +254,8 @@ def dirichlet(key, alpha, shape=None, dtype=None):
 
     Args:
       key: ``uint32[2]``, a PRNG key.
-      alpha: positive concentrations, a float array ``(..., K)`` with ``K >= 1``.
+      alpha: non-negative concentrations, a float array ``(..., K)`` with ``K >= 1``: a zero concentration gets
+        weight 0 (as JAX); a slice of zeros only gives NaN.
       shape: the batch shape (default ``alpha.shape[:-1]``); ``alpha.shape[:-1]`` must broadcast to it.
       dtype: float16, bfloat16, float32 (default) or float64.
 

@@ -615,8 +615,15 @@ def laplace(key, shape=(), dtype=None) -> Array:
 def truncated_normal(key, lower, upper, shape=None, dtype=None) -> Array:
     """Standard normal samples truncated to ``(lower, upper)`` (mirrors ``jax.random.truncated_normal``).
 
-    Inverse-CDF method: ``u`` uniform between ``erf(lower/√2)`` and ``erf(upper/√2)``, then
-    ``√2 · erf_inv(u)``, clipped into the open interval so that rounding never leaves it.
+    Inverse-CDF method. Where the interval reaches into ``[-2, 2]``, JAX's: ``u`` uniform between
+    ``erf(lower/√2)`` and ``erf(upper/√2)``, then ``√2 · erf_inv(u)``. Where it lies in one tail beyond 2, in log
+    space, so that far tails stay inside their interval (``lower = 8`` in float32, where ``erf`` of both
+    bounds rounds to 1, or ``lower = 1e3``): the interval is mirrored to the side of
+    the lower tail (``x -> -x`` where ``lower + upper > 0``), ``log p = log Φ(upper) + log(r + u (1 - r))``
+    with ``r = Φ(lower) / Φ(upper)`` from ``log_ndtr``, and ``x`` the inverse of ``log_ndtr`` at ``log p``
+    (``ndtri(exp(log p))`` where ``exp`` does not underflow, else Newton's method from the asymptotic
+    ``log Φ(x) ~ -x²/2 - log(-x √(2π))``); clipped into the open interval so that rounding never leaves it.
+    JAX's ``erf``-based form puts every sample of ``(8, 1e6)`` near 1e6 in float32.
 
     Args:
       key: ``uint32[2]``.
@@ -642,10 +649,45 @@ def truncated_normal(key, lower, upper, shape=None, dtype=None) -> Array:
     b = lax.erf(lax.div(hi, sqrt2))
     u = _uniform(k, shape, d, a, b, "truncated_normal")
     x = lax.mul(sqrt2, lax.erf_inv(u))
+    two = np.asarray(2.0, d)[()]
+    tail = lax.bitwise_or(lax.gt(lo, two), lax.lt(hi, lax.neg(two)))
+    x = lax.select(tail, _truncated_normal_log_space(k, shape, d, lo, hi), x)
     inf = np.asarray(np.inf, d)[()]
     above = lax.nextafter(lax.stop_gradient(lo), inf)
     below = lax.nextafter(lax.stop_gradient(hi), lax.neg(inf))
     return lax.min(lax.max(x, above), below)
+
+
+def _ndtri_of_log(log_p):
+    """The inverse of ``log_ndtr``: ``x`` with ``log Φ(x) = log_p``, for ``log_p <= 0``."""
+    import fnarray.numpy as fnp
+    from fnarray.scipy.special import log_ndtr, ndtri
+    # Below this log p, exp(log p) is subnormal or zero (float32: 1.4e-35; float64: 1e-304).
+    floor = -80.0 if log_p.dtype.itemsize <= 4 else -700.0
+    small = log_p < floor
+    x = ndtri(fnp.exp(fnp.where(small, floor, log_p)))
+    # -x²/2 - log(-x) - log √(2π) = log p, with log(-x) ~ log(t)/2 for t = -2 log p: a start within 1%.
+    t = -2.0 * fnp.where(small, log_p, floor)
+    x = fnp.where(small, -fnp.sqrt(t - fnp.log(t) - math.log(2 * math.pi)), x)
+    for _ in range(3):
+        xs = fnp.where(small, x, -1.0)
+        lg = log_ndtr(xs)
+        slope = fnp.exp(-0.5 * xs * xs - 0.5 * math.log(2 * math.pi) - lg)  # d log Φ / dx = φ / Φ
+        x = fnp.where(small, xs - (lg - log_p) / slope, x)
+    return x
+
+
+def _truncated_normal_log_space(k, shape, d, lo, hi):
+    import fnarray.numpy as fnp
+    from fnarray.scipy.special import log_ndtr
+    flip = lax.gt(lax.add(lo, hi), np.asarray(0, d)[()])
+    a = fnp.where(flip, -hi, lo)
+    b = fnp.where(flip, -lo, hi)
+    la, lb = log_ndtr(a), log_ndtr(b)
+    r = fnp.exp(la - lb)
+    u = 1.0 - _uniform(k, shape, d, 0.0, 1.0, "truncated_normal")  # in (0, 1]
+    x = _ndtri_of_log(lb + fnp.log(r + u * (1.0 - r)))
+    return lax.convert_element_type(fnp.where(flip, -x, x), d)
 
 
 def categorical(key, logits, axis: int = -1, shape=None) -> Array:
@@ -792,6 +834,38 @@ def _randint(k, shape, lo_v, hi_v, above, d):
     return lax.add(lo_v, lax.convert_element_type(offset, d))
 
 
+def _choice_index(k, p, shape, n):
+    """Indices of ``shape`` drawn with probabilities ``p`` (``n`` of them, not normalized): the first index whose
+    cumulative sum reaches ``r = total (1 - u)``. A float32 running sum over 10**6 entries rounds each 1e-6 step
+    by up to 6% (biasing the draws), so the sum runs in two levels: within blocks of ``b ~ √n`` entries, and
+    over the blocks' totals; a binary search finds the block, a second one the entry (memory ``O(size + n)``)."""
+    import fnarray.numpy as fnp
+    b = max(1, math.isqrt(n - 1) + 1)
+    nb = -(-n // b)
+    pp = fnp.pad(p, (0, nb * b - n)) if nb * b > n else p
+    local = lax.cumsum(lax.reshape(pp, (nb, b)), 1)            # within each block
+    block_total = lax.reshape(lax.slice(local, (0, b - 1), (nb, b)), (nb,))
+    block_cdf = lax.cumsum(block_total, 0)
+    total = lax.reshape(lax.slice(block_cdf, (nb - 1,), (nb,)), ())
+    u = _uniform(k, shape, p.dtype, 0.0, 1.0, "choice")
+    r = lax.mul(total, lax.sub(np.asarray(1.0, p.dtype)[()], u))   # in (0, total]
+    blk = lax.min(fnp.searchsorted(block_cdf, r, side="left"), np.int32(nb - 1))
+    before = fnp.where(blk > 0, fnp.take(block_cdf, blk - 1), 0.0)
+    # The rest within the block, kept in (0, the block's total] so that the entry found has a positive p.
+    tiny = float(dtypes.finfo(p.dtype).tiny)
+    flat = lax.reshape(local, (nb * b,))
+    start = blk * b
+    rest = fnp.clip(r - before, tiny, fnp.take(flat, start + (b - 1)))
+    pos = fnp.zeros(shape, dtype=dtypes.int32)
+    step = 1 << (b - 1).bit_length()
+    while step:
+        cand = pos + step
+        below = (cand <= b) & (fnp.take(flat, start + fnp.minimum(cand, b) - 1) < rest)
+        pos = fnp.where(below, cand, pos)
+        step >>= 1
+    return lax.min(start + lax.min(pos, np.int32(b - 1)), np.int32(n - 1))
+
+
 def _shuffle(k, x, axis: int):
     """Sort ``x`` along ``axis`` by fresh random 32-bit words, for enough rounds that ties are
     unlikely (about ``3 log(n) / log(2**32)`` rounds, as JAX)."""
@@ -853,7 +927,9 @@ def choice(key, a, shape=(), replace: bool = True, p=None, axis: int = 0) -> Arr
 
     With ``p=None`` and ``replace``: ``randint`` indices (bitwise as JAX). Without replacement: the
     first entries of a ``permutation``. With ``p`` and replacement: inverse CDF (``u`` against the
-    cumulative sum of ``p``, by counting; memory ``O(size * n)``). With ``p`` and no replacement:
+    cumulative sum of ``p`` in two levels, blocks of about ``√n`` then within the block, each by a binary
+    search: memory ``O(size + n)``, and no float32 running sum over all ``n``, whose rounding biases large
+    ``n``). With ``p`` and no replacement:
     Gumbel top-k.
 
     Args:
@@ -900,14 +976,7 @@ def choice(key, a, shape=(), replace: bool = True, p=None, axis: int = 0) -> Arr
         if not dtypes.is_float(p.dtype):
             raise DTypeError(f"choice: p must be floating, got {p.dtype.name}")
         if replace:
-            cdf = lax.cumsum(p, 0)
-            total = lax.reshape(lax.slice(cdf, (n - 1,), (n,)), ())
-            u = _uniform(k, shape, p.dtype, 0.0, 1.0, "choice")
-            r = lax.mul(total, lax.sub(np.asarray(1.0, p.dtype)[()], u))   # in (0, total]
-            below = lax.lt(lax.broadcast_in_dim(cdf, shape + (n,), (len(shape),)),
-                           lax.broadcast_in_dim(r, shape + (n,), tuple(range(len(shape)))))
-            ind = lax.reduce_sum(lax.convert_element_type(below, dtypes.int32), (len(shape),))
-            ind = lax.min(ind, np.int32(n - 1))
+            ind = _choice_index(k, p, shape, n)
         else:
             scores = lax.add(_gumbel(k, (n,), p.dtype), lax.log(p))
             _, order = lax.sort((lax.neg(scores), lax.iota(dtypes.int32, n)), dimension=0, num_keys=1)

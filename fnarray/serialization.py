@@ -262,6 +262,15 @@ def _stored(a: np.ndarray, name: str):
     raise TypeError(f"fa.save: the leaf {name} has dtype {dn}, which a checkpoint cannot store")
 
 
+def _check_extension(path):
+    ext = os.path.splitext(os.path.basename(path))[1]
+    if ext and ext.lower() != ".safetensors":
+        stem = os.path.splitext(path)[0]
+        raise ValueError(f"fa.save writes the safetensors format, but {path!r} names a {ext} file, which other "
+                         f"tools would misread; save to {stem + '.safetensors'!r} (for NumPy's .npz, "
+                         "numpy.savez of the leaves as NumPy arrays)")
+
+
 def save(path, tree) -> None:
     """Write the pytree ``tree`` to ``path`` as a safetensors file, atomically.
 
@@ -276,6 +285,9 @@ def save(path, tree) -> None:
     Returns:
       ``None``; the file at ``path`` holds the tree.
     Raises:
+      ValueError: ``path`` has an extension other than ``.safetensors`` (``x.npz``, ``x.pt``: the file would be
+        safetensors under another format's name, which NumPy or torch could not read); a path without an
+        extension is written as safetensors.
       TypeError: a leaf that is not an array (or a traced one); a dict key that is not str/int.
       ValueError: two leaves whose dotted names collide (``{"a.b": x}`` beside ``{"a": {"b": y}}``).
       ImportError: safetensors is not installed.
@@ -283,8 +295,9 @@ def save(path, tree) -> None:
     Source: the safetensors format (header JSON + raw little-endian data), written with
     ``safetensors.serialize_file``; atomic replacement as in POSIX ``rename(2)``.
     """
-    st = _safetensors()
     path = os.fspath(path)
+    _check_extension(path)
+    st = _safetensors()
     named = []
     structure = _walk(tree, "", named)
     specs, keep, info = {}, [], {}

@@ -165,3 +165,158 @@ def test_fft_length_must_be_a_positive_int(name):
         f(x, n=1.5)
     assert f(x, n=3).shape == getattr(np.fft, name)(np.ones(4), n=3).shape
     assert fnp.fft.fftn(fnp.ones((3, 3)), s=(-1, 2), axes=(0, 1)).shape == (3, 2)   # -1 in s: as the input
+
+
+# ----------------------------------------------------------------------------- issue 27, item 5: silently wrong
+
+
+@pytest.mark.parametrize("how", ["attribute", "update"])
+def test_unknown_config_name_names_the_nearest_setting(how):
+    # The report: fa.config.debug_nan = True (for debug_nans) was accepted and did nothing.
+    with pytest.raises(AttributeError) as e:
+        if how == "attribute":
+            fa.config.debug_nan = True
+        else:
+            fa.config.update("debug_nan", True)
+    _assert_names(str(e.value), "'debug_nan'", "did you mean 'debug_nans'")
+    assert "debug_nan" not in vars(fa.config)
+    with pytest.raises(AttributeError, match="did you mean 'fallback'"):
+        fa.config.update("fallbak", "error")
+
+
+def test_every_setting_is_accepted_by_name():
+    # The check is derived from what Config defines: each listed setting can be set back to its own value.
+    names = fa.config.settings()
+    assert {"debug_nans", "fallback", "jit_cache_size"} <= set(names)
+    for name in names:
+        old = getattr(fa.config, name)
+        fa.config.update(name, old)
+        setattr(fa.config, name, old)
+        assert getattr(fa.config, name) == old
+    with pytest.raises(TypeError, match="str"):
+        fa.config.update(3, True)
+
+
+def _logits():
+    return fnp.asarray(np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32))
+
+
+def test_cross_entropy_label_out_of_range_raises_eagerly(device):
+    # The report: a label >= the number of classes gave another class's loss.
+    from fnarray.nn import losses
+    lg = fa.device_put(_logits(), device)
+    for bad in ([0, 4, 1], [0, -1, 1]):
+        with pytest.raises(ValueError) as e:
+            losses.cross_entropy(lg, fa.device_put(fnp.asarray(np.array(bad, np.int32)), device))
+        _assert_names(str(e.value), "[0, 4)", "index (1,)", "mode='clip'")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        losses.cross_entropy(lg, fnp.asarray(np.array([0, 1, 2], np.int32)), mode="wrap")
+
+
+def test_cross_entropy_label_out_of_range_under_jit_follows_mode(device):
+    from fnarray.nn import losses
+    lg = fa.device_put(_logits(), device)
+    labels = fa.device_put(fnp.asarray(np.array([0, 4, 1], np.int32)), device)
+    ref = -np.asarray(fa.nn.log_softmax(_logits()))  # per-class losses, the oracle of each row
+    got = np.asarray(fa.jit(lambda a, y: losses.cross_entropy(a, y, reduction="none"))(lg, labels))
+    assert np.isnan(got[1]) and np.allclose(got[[0, 2]], ref[[0, 2], [0, 1]], rtol=1e-5)
+    got = np.asarray(fa.jit(lambda a, y: losses.cross_entropy(a, y, reduction="none", mode="clip"))(lg, labels))
+    np.testing.assert_allclose(got, ref[[0, 1, 2], [0, 3, 1]], rtol=1e-5)
+    eager = np.asarray(losses.cross_entropy(lg, labels, reduction="none", mode="clip"))
+    np.testing.assert_allclose(eager, got, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["x.npz", "x.npy", "x.pt", "x.pkl", "x.SAFETENSORS.bak"])
+def test_save_refuses_another_formats_extension(tmp_path, name):
+    # The report: fa.save("x.npz", tree) wrote safetensors under an .npz name (np.load could not read it).
+    path = tmp_path / name
+    with pytest.raises(ValueError) as e:
+        fa.save(path, {"w": np.ones(2, np.float32)})
+    _assert_names(str(e.value), "safetensors", os.path.splitext(name)[1], ".safetensors'")
+    assert not path.exists() and not list(tmp_path.iterdir())
+    fa.save(tmp_path / "x.safetensors", {"w": np.ones(2, np.float32)})
+    fa.save(tmp_path / "x", {"w": np.ones(2, np.float32)})  # no extension: safetensors, as before
+    np.testing.assert_array_equal(np.asarray(fa.load(tmp_path / "x")["w"]), np.ones(2))
+
+
+# ----------------------------------------------------------------------------- issue 27, item 8: unclear errors
+
+
+def _foreign_arrays():
+    import jax.numpy as jnp
+    import torch
+    return {"jax": jnp.arange(3.0, dtype=jnp.float32), "torch": torch.arange(3.0)}
+
+
+@pytest.mark.parametrize("lib", ["jax", "torch"])
+def test_jit_takes_another_librarys_array(device, lib):
+    # The report: a jax.Array or torch.Tensor passed to a jitted function was told to "mark it static"; jit
+    # now takes it as jax.numpy takes NumPy arrays (through __array__, or DLPack).
+    x = _foreign_arrays()[lib]
+    f = fa.jit(lambda a, b: a * 2 + b, device=device)
+    got = f(x, fnp.ones(3))
+    assert got.device == device
+    np.testing.assert_array_equal(np.asarray(got), np.arange(3.0) * 2 + 1)
+    c = fa.jit(lambda a: a + 1).lower(np.zeros(3, np.float32)).compile()
+    np.testing.assert_array_equal(np.asarray(c(x)), np.arange(3.0) + 1)
+
+
+@pytest.mark.parametrize("lib", ["jax", "torch"])
+def test_mixed_operator_names_the_libraries(lib):
+    x = _foreign_arrays()[lib]
+    for a, b in ((fnp.ones(3), x), (x, fnp.ones(3))):
+        with pytest.raises(TypeError) as e:
+            a + b
+        _assert_names(str(e.value), "fnarray array", f"a {lib} array", "fnarray.numpy.asarray")
+    assert (fnp.ones(2) == None) is False  # noqa: E711 (no array of any library: Python's default still applies)
+
+
+def test_compiled_called_with_another_structure_shows_the_difference():
+    c = fa.jit(lambda t: t[0]).lower((fnp.ones(2), fnp.ones(2))).compile()
+    with pytest.raises(TypeError) as e:
+        c([fnp.ones(2), fnp.ones(2)])
+    _assert_names(str(e.value), "structure differs", "(*, *)", "[*, *]")
+    with pytest.raises(TypeError) as e:
+        c((fnp.ones(3), fnp.ones(2)))
+    _assert_names(str(e.value), "leaf 0", "f32[2]", "f32[3]")
+    with pytest.raises(TypeError) as e:
+        c((fnp.ones(2), 1.0))
+    _assert_names(str(e.value), "leaf 1", "weakly typed")
+
+
+def test_grad_of_a_tuple_output_mentions_has_aux():
+    with pytest.raises(TypeError) as e:
+        fa.grad(lambda x: (fnp.sum(x), x))(fnp.ones(2))
+    _assert_names(str(e.value), "has_aux=True", "tuple")
+    g, aux = fa.grad(lambda x: (fnp.sum(x), x), has_aux=True)(fnp.ones(2))
+    np.testing.assert_array_equal(np.asarray(g), np.ones(2))
+
+
+def test_misspelled_default_device_is_named_with_the_nearest(monkeypatch):
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, FNARRAY_DEVICE="nmupy:0", PYTHONPATH=root)
+    r = subprocess.run([sys.executable, "-c", "import fnarray.numpy as fnp; fnp.ones(2)"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    _assert_names(r.stderr, "FNARRAY_DEVICE", "'nmupy:0'", "did you mean 'numpy:0'")
+    with pytest.raises(ValueError, match="did you mean 'numpy:0'"):
+        fa.get_device("nunpy:0")
+
+
+def test_a_folder_named_fnarray_shadowing_the_package_is_named(tmp_path):
+    # A folder 'fnarray' without __init__.py in the working directory becomes the namespace package 'fnarray'
+    # while the installed package's subpackages still load (an editable install's finder supplies them):
+    # fnarray/__init__.py never runs. Simulated here with that namespace module.
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    (tmp_path / "fnarray").mkdir()
+    code = ("import sys, types\n"
+            f"m = types.ModuleType('fnarray'); m.__path__ = [{str(tmp_path / 'fnarray')!r}, "
+            f"{os.path.join(root, 'fnarray')!r}]; sys.modules['fnarray'] = m\n"
+            "import fnarray.numpy as fnp\nfnp.ones(2)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    _assert_names(r.stderr, str(tmp_path / "fnarray"), "shadows the package", "rename it")

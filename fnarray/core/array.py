@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fnarray.core.errors import ConcretizationError
+from fnarray.core.errors import ConcretizationError, not_initialized
 
 __all__ = ["Array", "set_ops"]
 
@@ -20,7 +20,7 @@ class _Ops:
     """Placeholder until ``fnarray.numpy`` installs the real namespace."""
 
     def __getattr__(self, name):
-        raise RuntimeError("fnarray.numpy is not loaded; import fnarray first")
+        raise not_initialized(f"Array.{name} needs fnarray.numpy, which is not loaded")
 
 
 ops = _Ops()
@@ -35,18 +35,38 @@ def set_ops(namespace) -> None:
 _OPERAND_TYPES = (bool, int, float, complex, np.generic, np.ndarray, list, tuple)
 
 
+# The library a foreign array comes from, by its type's top-level module (jaxlib's arrays are JAX's).
+_LIBRARY_NAMES = {"jaxlib": "jax", "jax": "jax", "torch": "torch", "mlx": "mlx", "tensorflow": "tensorflow",
+                  "cupy": "cupy", "dask": "dask"}
+
+
+def foreign_operand(other, name):
+    """``NotImplemented`` for an operand that is no array of any library (Python then tries the other side and
+    ``x == None`` is False, as in JAX); a ``TypeError`` naming both libraries for another library's array
+    (``__array__`` or ``__dlpack__``), whose own reflected operator gave up already or would."""
+    t = type(other)
+    if not (hasattr(t, "__array__") or hasattr(t, "__dlpack__")):
+        return NotImplemented
+    module = t.__module__.split(".")[0]
+    lib = _LIBRARY_NAMES.get(module, module)
+    raise TypeError(f"{name}: an fnarray array and a {lib} array ({t.__module__}.{t.__qualname__}) do not mix; "
+                    f"convert the {lib} array first with fnarray.numpy.asarray(x) (a copy through NumPy; "
+                    "fnarray.device_put(x, device) to place it), or the fnarray array to "
+                    f"{lib} with numpy.asarray(a) or DLPack")
+
+
 def _binop(name, reflected=False):
     # An operand that is no array and no number (None, a string, another library's object) gives
     # NotImplemented, so Python tries the other side and `x == None` is False, as in JAX.
     if reflected:
         def method(self, other):
             if not isinstance(other, (Array,) + _OPERAND_TYPES):
-                return NotImplemented
+                return foreign_operand(other, name)
             return getattr(ops, name)(other, self)
     else:
         def method(self, other):
             if not isinstance(other, (Array,) + _OPERAND_TYPES):
-                return NotImplemented
+                return foreign_operand(other, name)
             return getattr(ops, name)(self, other)
     method.__name__ = f"__{'r' if reflected else ''}{name}__"
     return method

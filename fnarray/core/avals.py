@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from fnarray.core import dtypes
+from fnarray.core.errors import not_initialized
 from fnarray.core.shaped import ShapedArray
 from fnarray.core.tracing import is_scalar
 
@@ -34,7 +35,7 @@ def get_aval(x) -> ShapedArray:
 
 
 def _no_asarray(x, dtype=None):
-    raise RuntimeError("fnarray.numpy is not loaded: import fnarray first")
+    raise not_initialized("converting to an array needs fnarray.numpy, which is not loaded")
 
 
 _asarray = _no_asarray

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 
 __all__ = ["config"]
 
 _FALLBACK_MODES = ("warn", "error", "silent")
+#: attributes that fnarray itself sets, not settings (still allowed, not offered)
+_INTERNAL = frozenset({"generation", "debug_hook"})
 #: cache-size settings: name -> (environment variable, default)
 _CACHE_SIZES = {
     "jit_cache_size": ("FNARRAY_JIT_CACHE_SIZE", 128),
@@ -77,6 +80,10 @@ class Config:
 
     A jitted function's entries die with it: its caches live on the function object, and
     the global LRU only holds weak references.
+
+    A name that is not a setting raises ``AttributeError`` naming the nearest one (``config.debug_nan = True``
+    would otherwise be accepted and do nothing); ``config.update(name, value)`` (JAX's spelling) sets one.
+    The settings are whatever the class and ``__init__`` define, so a new one needs no list of names.
     """
 
     def __init__(self):
@@ -91,6 +98,43 @@ class Config:
         self._debug_nans = _env_flag("FNARRAY_DEBUG_NANS")
         self._debug_infs = _env_flag("FNARRAY_DEBUG_INFS")
         self.debug_hook = None  # set by fnarray.devices.nan_check: called when debug_nans/debug_infs change
+        self._frozen = True  # from here on, only names defined above (or on the class) may be set
+
+    def settings(self) -> list:
+        """The public names that may be set: the class's properties and the attributes ``__init__`` made."""
+        names = {n for n in dir(type(self)) if isinstance(getattr(type(self), n, None), property)}
+        names |= set(vars(self))
+        return sorted(n for n in names if not n.startswith("_") and n not in _INTERNAL)
+
+    def _unknown(self, name):
+        near = difflib.get_close_matches(name, self.settings(), n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
+        return AttributeError(f"fnarray.config has no setting {name!r}; {hint}the settings are: "
+                              f"{', '.join(self.settings())}")
+
+    def __setattr__(self, name, value):
+        if (not name.startswith("_") and self.__dict__.get("_frozen") and name not in vars(self)
+                and not hasattr(type(self), name)):
+            raise self._unknown(name)
+        object.__setattr__(self, name, value)
+
+    def __getattr__(self, name):  # only reached for a name that is not defined
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise self._unknown(name)
+
+    def update(self, name: str, value):
+        """Set the setting ``name`` to ``value`` (``jax.config.update``'s form).
+
+        Raises:
+          AttributeError: ``name`` is not a setting (the message names the nearest one).
+          TypeError: ``name`` is not a string.
+        """
+        if not isinstance(name, str):
+            raise TypeError(f"fnarray.config.update takes a setting's name as a str, got {type(name).__name__}")
+        if name.startswith("_") or (name not in vars(self) and not hasattr(type(self), name)):
+            raise self._unknown(name)
+        setattr(self, name, value)
 
     @property
     def debug_nans(self) -> bool:

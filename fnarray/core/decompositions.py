@@ -260,7 +260,8 @@ def _where(lax, pred, a, b):
 @defdecomposition(P.digamma)
 def digamma_composite(x):
     """``digamma``: reflection below 1/2 (``- pi / tan(pi x)``, the argument reduced to the nearest integer),
-    six recurrence steps up to >= 6, then the asymptotic series; NaN at the poles (as the reference)."""
+    six recurrence steps up to >= 6, then the asymptotic series; -inf at +0, +inf at -0 and NaN at the negative
+    integers (as the reference)."""
     import numpy as np
 
     from fnarray.core import lax
@@ -283,8 +284,11 @@ def digamma_composite(x):
     r = lax.add(acc, lax.sub(lax.sub(lax.log(z), lax.mul(f(0.5), inv)), lax.mul(inv2, t)))
     pi = f(math.pi)
     r = _where(lax, reflect, lax.sub(r, lax.div(pi, lax.tan(lax.mul(pi, lax.sub(x, lax.round(x)))))), r)
-    pole = lax.bitwise_and(lax.le(x, f(0)), lax.eq(x, lax.floor(x)))
-    return _in_dtype(lax, _where(lax, pole, f(np.nan), r), d)
+    pole = lax.bitwise_and(lax.lt(x, f(0)), lax.eq(x, lax.floor(x)))
+    r = _where(lax, pole, f(np.nan), r)
+    # -1/x is the pole at zero with its sign (a backend that flushes a subnormal x gets the same).
+    r = _where(lax, lax.eq(x, f(0)), lax.div(f(-1), x), r)
+    return _in_dtype(lax, r, d)
 
 
 @defdecomposition(P.lgamma)

@@ -73,3 +73,21 @@ class LinAlgError(FnArrayError, _np.linalg.LinAlgError):
 
 class FallbackWarning(UserWarning):
     """Part of a program runs on the numpy backend because its device cannot run it."""
+
+
+def not_initialized(what: str) -> RuntimeError:
+    """The error for ``what`` used before ``fnarray/__init__.py`` ran. The usual cause is a folder or file named
+    ``fnarray`` in the working directory: Python imports it as ``fnarray`` (an empty namespace package for a
+    folder without ``__init__.py``) while the subpackages still come from the installed package."""
+    import os
+    import sys
+    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    top = sys.modules.get("fnarray")
+    where = getattr(top, "__file__", None) or next(iter(getattr(top, "__path__", None) or []), "")
+    if top is not None and os.path.abspath(os.path.dirname(where) if where.endswith(".py") else where) != ours:
+        return RuntimeError(
+            f"{what}: the module Python imported as 'fnarray' is {where}, not the fnarray package at {ours}. A "
+            "folder or file named 'fnarray' in the working directory (or earlier on sys.path) shadows the "
+            "package; rename it, or run Python from another directory")
+    return RuntimeError(f"{what}: the fnarray package was not initialized; import fnarray (the package) before "
+                        "using its submodules")

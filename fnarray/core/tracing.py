@@ -22,7 +22,7 @@ import numpy as np
 
 from fnarray.core import primitives
 from fnarray.core.array import Array
-from fnarray.core.errors import ConcretizationError, TracerLeakError
+from fnarray.core.errors import ConcretizationError, TracerLeakError, not_initialized
 from fnarray.core.ir import Params
 
 __all__ = ["MainTrace", "Trace", "Tracer", "EvalTrace", "bind", "new_main", "new_dynamic",
@@ -144,7 +144,7 @@ class EvalTrace(Trace):
 
 
 def _no_eager(primitive, args, params):
-    raise RuntimeError("no device runtime loaded; import fnarray first")
+    raise not_initialized(f"{primitive.name} has no device runtime to run on")
 
 
 _eager_apply = _no_eager

@@ -47,7 +47,7 @@ import warnings
 
 from fnarray.core import dtypes, tracing
 from fnarray.core import primitives as P
-from fnarray.core.array import _OPERAND_TYPES, Array
+from fnarray.core.array import _OPERAND_TYPES, Array, foreign_operand
 from fnarray.core.config import config
 from fnarray.devices import placement
 from fnarray.devices.array_impl import ArrayImpl
@@ -427,12 +427,12 @@ def _operator(fn, reflected):
     if reflected:
         def general(self, other):
             if not isinstance(other, _OPERANDS):
-                return NotImplemented
+                return foreign_operand(other, fn.__name__)
             return fn(other, self)
     else:
         def general(self, other):
             if not isinstance(other, _OPERANDS):
-                return NotImplemented
+                return foreign_operand(other, fn.__name__)
             return fn(self, other)
     return general
 

@@ -9,6 +9,7 @@ both. Eager execution is ``jit`` of a one-equation program, cached per
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 import re
@@ -111,7 +112,12 @@ def default_device() -> Device:
         ``default_device`` that ``get_device`` rejects (see there).
     """
     if config.default_device is not None:
-        return parse_device(config.default_device)
+        try:
+            return parse_device(config.default_device)
+        except ValueError as e:
+            raise ValueError(f"fnarray.config.default_device (or the environment variable FNARRAY_DEVICE) is "
+                             f"{config.default_device!r}, which names no device: {e}. Set it to one of the "
+                             "available devices, or unset it to let fnarray choose") from None
     if not _default:
         d = _accelerator_default() or get_backend("numpy").devices()[0]
         if not _default:  # another thread may have chosen meanwhile (the same device): keep one
@@ -145,17 +151,23 @@ def parse_device(spec) -> Device:
         raise TypeError(f"a device is a Device or a string like 'numpy:0', got {type(spec).__name__}")
     name, _, rest = spec.strip().partition(":")
     if name not in backend_names():
-        avail = ", ".join(str(d) for d in devices(all_backends=True))
-        raise ValueError(f"unknown device {spec!r}; available devices: {avail} "
-                         f"(backends: {', '.join(backend_names())})")
+        avail = [str(d) for d in devices(all_backends=True)]
+        raise ValueError(f"unknown device {spec!r}{_nearest(spec.strip(), avail + list(backend_names()))}; "
+                         f"available devices: {', '.join(avail)} (backends: {', '.join(backend_names())})")
     devs = get_backend(name).devices()
     if not rest:  # this process's first device (the others' in a run of several mlx processes are names only)
         return next((d for d in devs if not getattr(d, "remote", False)), devs[0])
     for d in sorted(devs, key=lambda d: getattr(d, "remote", False)):
         if (rest.isdigit() and d.id == int(rest)) or d.platform == rest:
             return d
-    raise ValueError(f"no device {spec!r}; {name} has {', '.join(f'{d} ({d.platform})' for d in devs)}. "
-                     f"All available devices: {', '.join(str(d) for d in devices(all_backends=True))}")
+    avail = [str(d) for d in devices(all_backends=True)]
+    raise ValueError(f"no device {spec!r}{_nearest(spec.strip(), avail)}; {name} has "
+                     f"{', '.join(f'{d} ({d.platform})' for d in devs)}. All available devices: {', '.join(avail)}")
+
+
+def _nearest(given, names):
+    near = difflib.get_close_matches(given, names, n=1, cutoff=0.5)
+    return f" (did you mean {near[0]!r}?)" if near else ""
 
 
 _CHECKED_BYTES = 1 << 26

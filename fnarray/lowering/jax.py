@@ -74,6 +74,15 @@ for _p, _f in [(P.neg, lax.neg), (P.sign, lax.sign), (P.floor, lax.floor), (P.ce
     _direct(_p, _f)
 _direct(P.erfc, lax.erfc)
 
+
+
+def _digamma(x):
+    # XLA gives NaN at 0; the reference gives the pole's sign there (-inf at +0, +inf at -0), which
+    # -1/x is. XLA flushes subnormal inputs, so they land here too, as the subnormal rule allows.
+    return jnp.where(x == 0, -1 / x, lax.digamma(x)).astype(x.dtype)
+
+
+RULES[P.digamma] = _digamma
 RULES[P.abs_p] = lambda x: x if jnp.issubdtype(x.dtype, jnp.unsignedinteger) else lax.abs(x)
 
 

@@ -117,8 +117,16 @@ def _logistic(x):
 _direct(P.logistic, _upcast(_logistic))
 _direct(P.erf, _upcast(_pyfunc(math.erf)))
 _direct(P.erfc, _upcast(_pyfunc(math.erfc)))
-_direct(P.lgamma, _upcast(_pyfunc(
-    lambda v: math.lgamma(v) if v > 0 or not math.isfinite(v) or v != math.floor(v) else math.inf)))
+def _lgamma1(v):
+    if v <= 0 and math.isfinite(v) and v == math.floor(v):
+        return math.inf
+    try:
+        return math.lgamma(v)
+    except OverflowError:  # Python raises where the result passes the float64 range (x > 2.5e305)
+        return math.inf
+
+
+_direct(P.lgamma, _upcast(_pyfunc(_lgamma1)))
 
 
 def _erf_inv64(y):
@@ -172,7 +180,9 @@ def _digamma64(x):
         1 / 240 - inv2 / 132))))
     res = acc + series
     res = np.where(reflect, res - np.pi / np.tan(np.pi * x), res)
-    return np.where((x <= 0) & (x == np.floor(x)), np.nan, res)
+    # The pole at 0 has a sign (as SciPy and C's tgamma): -inf at +0, +inf at -0; the other poles are NaN.
+    res = np.where((x < 0) & (x == np.floor(x)), np.nan, res)
+    return np.where(x == 0, -np.copysign(np.inf, x), res)
 
 
 _direct(P.digamma, lambda x: np.asarray(_digamma64(x)).astype(x.dtype))

@@ -47,19 +47,48 @@ def _same_shape(a, b, name):
         raise ShapeError(f"{name}: predictions {tuple(a.shape)} and targets {tuple(b.shape)} must have one shape")
 
 
-def cross_entropy(logits, labels, *, axis: int = -1, label_smoothing: float = 0.0, reduction: str = "mean"):
+_LABEL_MODES = ("nan", "clip")
+
+
+def _checked_labels(labels, c, mode):
+    """Integer ``labels`` and where they are valid: concrete labels outside ``[0, c)`` raise (unless
+    ``mode="clip"``); traced ones are clipped, and ``mode="nan"`` marks them for a NaN loss."""
+    from fnarray.core.tracing import Tracer
+    fnp = _np()
+    if mode not in _LABEL_MODES:
+        raise ValueError(f"cross_entropy: mode must be one of {_LABEL_MODES}, got {mode!r}")
+    if mode == "nan" and not isinstance(labels, Tracer) and labels.size:
+        import numpy as np
+        host = np.asarray(labels)
+        bad = (host < 0) | (host >= c)
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(f"cross_entropy: labels must be class indices in [0, {c}) for {c} classes; got "
+                             f"{host[where]} at index {where} ({int(bad.sum())} out of range). Fix the labels, or "
+                             "pass mode='clip' to clamp them into range")
+    valid = (labels >= 0) & (labels < c)
+    return fnp.clip(labels, 0, c - 1), valid
+
+
+def cross_entropy(logits, labels, *, axis: int = -1, label_smoothing: float = 0.0, reduction: str = "mean",
+                  mode: str = "nan"):
     """Softmax cross-entropy ``-sum(p * log_softmax(logits))`` over ``axis``.
 
     Args:
       logits: floating ``(..., C, ...)``, unnormalised class scores along ``axis``.
       labels: integer class indices of ``logits``'s shape without ``axis`` (e.g. ``int32[n]`` for
         ``logits: (n, C)``), or target probabilities of ``logits``'s shape (one-hot or soft).
-        Integer labels outside ``[0, C)`` are clamped, as every gather in fnarray.
+        Integer labels outside ``[0, C)`` raise ``ValueError`` when they are concrete (eager); under ``jit`` or
+        ``vmap`` they follow ``mode``.
       axis: the class axis.
       label_smoothing: ``s`` in ``[0, 1)``: the targets become ``(1 - s) * p + s / C``.
       reduction: ``"mean"``, ``"sum"`` or ``"none"`` (per example: ``labels``' batch shape).
+      mode: integer labels outside ``[0, C)``: ``"nan"`` (default) raises for concrete labels and gives a NaN
+        loss for traced ones (so ``debug_nans`` finds them); ``"clip"`` clamps them into range (the class
+        ``0`` or ``C - 1``), in eager mode too.
     Returns: a float scalar, or the per-example losses.
-    Raises: ShapeError for labels of another shape; ValueError for a bad ``reduction`` or smoothing.
+    Raises: ShapeError for labels of another shape; ValueError for a bad ``reduction``, smoothing or ``mode``,
+      or concrete integer labels outside ``[0, C)`` (with ``mode="nan"``).
     """
     from fnarray.nn._functions import log_softmax, one_hot
     fnp = _np()
@@ -75,13 +104,19 @@ def cross_entropy(logits, labels, *, axis: int = -1, label_smoothing: float = 0.
         if tuple(labels.shape) != batch:
             raise ShapeError(f"cross_entropy: integer labels must have the logits' shape without the class axis, "
                              f"{batch}; got {tuple(labels.shape)}")
+        labels, valid = _checked_labels(labels, c, mode)
         if label_smoothing == 0.0:
             picked = fnp.take_along_axis(logp, fnp.expand_dims(labels, ax), axis=ax)
-            return _reduce(-fnp.squeeze(picked, axis=ax), reduction, "cross_entropy")
-        targets = one_hot(labels, c, dtype=logp.dtype, axis=ax)
-    else:
-        targets = labels.astype(logp.dtype)
-        _same_shape(logits, targets, "cross_entropy (probability labels)")
+            loss = -fnp.squeeze(picked, axis=ax)
+        else:
+            targets = one_hot(labels, c, dtype=logp.dtype, axis=ax)
+            targets = targets * (1.0 - label_smoothing) + label_smoothing / c
+            loss = -fnp.sum(targets * logp, axis=ax)
+        if mode == "nan":
+            loss = fnp.where(valid, loss, fnp.nan)
+        return _reduce(loss, reduction, "cross_entropy")
+    targets = labels.astype(logp.dtype)
+    _same_shape(logits, targets, "cross_entropy (probability labels)")
     if label_smoothing:
         targets = targets * (1.0 - label_smoothing) + label_smoothing / c
     return _reduce(-fnp.sum(targets * logp, axis=ax), reduction, "cross_entropy")

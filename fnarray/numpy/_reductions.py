@@ -604,6 +604,8 @@ def _cumulative(name, prim, identity, x, axis, dtype, include_initial, promote_i
     ax = normalize_axis(axis, x.ndim)
     if dtype is not None:
         d = dtypes.canonicalize(dtype)
+        if dtypes.is_bool(d):
+            return _cumulative_bool(prim, identity, x, ax, include_initial)
     else:
         d = _sum_dtype(x.dtype) if promote_ints else x.dtype
     if dtypes.is_bool(d):
@@ -617,12 +619,24 @@ def _cumulative(name, prim, identity, x, axis, dtype, include_initial, promote_i
     return y
 
 
+def _cumulative_bool(prim, identity, x, ax, include_initial):
+    """``dtype=bool`` (as NumPy): the elements as ``x != 0``, summed as a logical or (``cumsum``) or multiplied as
+    a logical and (``cumprod``): the running count of ones (of zeros) is compared with 0."""
+    b = x if dtypes.is_bool(x.dtype) else lax.ne(x, lax.zeros_like(x))
+    if identity == 1:
+        b = lax.bitwise_not(b)
+    counts = _cumulative("", lax.cumsum, 0, _convert(b, dtypes.int32), ax, None, include_initial, False, False)
+    seen = lax.gt(counts, lax.zeros_like(counts))
+    return lax.bitwise_not(seen) if identity == 1 else seen
+
+
 def cumsum(a, axis=None, dtype=None, out=None):
     """Cumulative sum along ``axis`` (``numpy.cumsum``; ``jax.numpy.cumsum``).
 
     Args: a: numeric or bool array; axis: int, or None to work on the flattened array;
     dtype: result dtype, default ``a``'s (bool gives ``int32``, as ``jax.numpy``; NumPy
-    accumulates bool and small integers in ``int64``).
+    accumulates bool and small integers in ``int64``); ``dtype=bool`` gives the running logical or of
+    ``a != 0`` (``cumprod``: the running logical and), as NumPy.
     Returns: an array of ``a``'s shape (1-d of ``a.size`` for ``axis=None``).
     """
     x = _prep("cumsum", a, out)

@@ -288,7 +288,9 @@ def logit(x):
 
 
 def gammaln(x):
-    """``log|Gamma(x)|`` (``scipy.special.gammaln``), by the ``lgamma`` primitive; ``+inf`` at the poles.
+    """``log|Gamma(x)|`` (``scipy.special.gammaln``), by the ``lgamma`` primitive; ``+inf`` at the poles and at
+    ``+inf``, ``-inf`` at ``-inf`` (as SciPy: ``|Gamma|`` decays there; C's ``lgamma`` gives ``+inf``), and exactly 0
+    at its zeros 1 and 2 (where XLA's float32 ``lgamma`` is 4 ulps of 1 off).
 
     Args:
       x: a real array or scalar.
@@ -300,12 +302,21 @@ def gammaln(x):
       TypeError: ``x`` is not an array or a scalar.
       DTypeError: ``x`` is complex.
     """
+    fnp = _fnp()
     x, _ = _unary("gammaln", x)
-    return lax.lgamma(x)
+    return fnp.where(x == -np.inf, -np.inf, _lgamma(x))
+
+
+def _lgamma(x):
+    """``lax.lgamma`` with its zeros at 1 and 2 exact (the correction is a constant: the derivative stays)."""
+    y = lax.lgamma(x)
+    return y - lax.stop_gradient(_fnp().where((x == 1.0) | (x == 2.0), y, 0.0))
 
 
 def digamma(x):
-    """The digamma function ``d/dx log Gamma(x)`` (``scipy.special.digamma``); NaN at the poles.
+    """The digamma function ``d/dx log Gamma(x)`` (``scipy.special.digamma``): ``-inf`` at ``+0``, ``+inf`` at
+    ``-0`` (the pole's sign, as SciPy; a backend that flushes subnormals gives the same for them), NaN at the
+    negative integers.
 
     Args:
       x: a real array or scalar.
@@ -335,6 +346,10 @@ def betaln(a, b):
     For positive arguments the cancellation of the three ``lgamma``s at large arguments is avoided as in
     R's ``lbeta`` (from the Stirling series: with ``p = min(a, b)``, ``q = max(a, b)``, ``q >= 8``, 20 in
     float64), so that ``betaln(1e6, 1e6)`` keeps its relative accuracy in float32; otherwise the three ``lgamma``s.
+    Edges: ``+inf`` where an argument is 0 (and the other >= 0), ``-inf`` where one is ``+inf`` and the other
+    positive and finite, NaN at ``(inf, inf)`` and for NaN (SciPy gives ``+inf`` for ``(nan, 0)``); negative
+    arguments go through the three ``lgamma``s (NaN where two poles meet, as ``betaln(-1, 1)``, which SciPy
+    takes as the limit 0).
 
     Args:
       a, b: real arrays or scalars, broadcast together.
@@ -352,7 +367,7 @@ def betaln(a, b):
     d = a.dtype
     a, b = to_math(a, b)
     p, q = fnp.minimum(a, b), fnp.maximum(a, b)
-    plain = lax.lgamma(a) + lax.lgamma(b) - lax.lgamma(a + b)
+    plain = _lgamma(a) + _lgamma(b) - _lgamma(a + b)
     # Stirling's series to x**-9 is 6e-12 off at 8 (enough for float32), 1e-17 at 20.
     lo = 20.0 if a.dtype == dtypes.float64 else 8.0
     both = p >= lo
@@ -366,7 +381,12 @@ def betaln(a, b):
     r1 = ps / (ps + qb)
     mixed = (lax.lgamma(ps) + _stirling_correction(qb) - _stirling_correction(ps + qb) + ps
              - ps * fnp.log(ps + qb) + (qb - 0.5) * _log1p(-r1))
-    return from_math(fnp.where(both, big, fnp.where(one, mixed, plain)), d)
+    r = fnp.where(both, big, fnp.where(one, mixed, plain))
+    # Edges of the domain a, b >= 0 (SciPy's values): a pole where either is 0, -inf where one is +inf and the
+    # other positive and finite (B(a, b) ~ Gamma(p) q**-p -> 0); NaN at inf, inf.
+    r = fnp.where((q == np.inf) & (p > 0.0), -np.inf, r)
+    r = fnp.where((p == 0.0) & (q >= 0.0), np.inf, r)
+    return from_math(fnp.where((p == np.inf) | fnp.isnan(a) | fnp.isnan(b), np.nan, r), d)
 
 
 def _prefix(a, x, shift):
@@ -470,16 +490,59 @@ def _igamma_parts(a, x):
     return p, q, dpda
 
 
+_Q_SMALL_A_TERMS = 30  # x < 1.5: the series' terms x**n / n! fall below 1e-20 of its sum by n = 30
+_EULER_GAMMA = 0.5772156649015329
+
+
+def _zeta(k, n=100):
+    """Riemann's zeta at an integer ``k >= 2``: the sum to ``n`` and the Euler-Maclaurin tail (below 1e-30 off)."""
+    head = math.fsum(m ** -float(k) for m in range(1, n))
+    return head + n ** (1.0 - k) / (k - 1) + 0.5 * n ** -float(k) + k * n ** (-k - 1.0) / 12
+
+
+# lgamma(1 + a) = -gamma a + sum_{k >= 2} (-1)**k zeta(k) a**k / k (A&S 6.1.33): 18 terms reach 1e-20 below 0.1.
+_LGAMMA1P = tuple((-1) ** k * _zeta(k) / k for k in range(2, 20))
+
+
+def _lgamma1p(a):
+    """``lgamma(1 + a)`` keeping its relative accuracy for tiny ``a`` (where ``1 + a`` rounds to 1)."""
+    fnp = _fnp()
+    acc = fnp.zeros_like(a)
+    for c in _LGAMMA1P[::-1]:
+        acc = (acc + c) * a
+    series = a * (acc - _EULER_GAMMA)
+    return fnp.where(a < 0.1, series, lax.lgamma(a + 1.0))
+
+
+def _q_small_a(a, x):
+    """``Q(a, x)`` for ``a < 1/2`` and ``x < a + 1``, where ``1 - P`` cancels (``P`` tends to 1 as ``a -> 0``):
+    ``Q = -expm1(a log x - lgamma(a + 1)) - x**a / Gamma(a + 1) * a * T`` with
+    ``T = sum_{n >= 1} (-x)**n / (n! (a + n))``, from the series ``gamma(a, x) = sum_n (-1)**n x**(a + n) /
+    (n! (a + n))`` (as Boost's ``tgamma_small_upper_part``). Keeps relative accuracy at ``a = 1e-30``."""
+    fnp = _fnp()
+    log_pre = a * fnp.log(x) - _lgamma1p(a)
+    term = fnp.ones_like(x)
+    total = fnp.zeros_like(x)
+    for n in range(1, _Q_SMALL_A_TERMS + 1):
+        term = term * (-x) / n
+        total = total + term / (a + n)
+    return -lax.expm1(log_pre) - fnp.exp(log_pre) * a * total
+
+
 def _igamma_all(a, x):
     """``(P, Q, dP/da, dP/dx)`` everywhere: 0/1 at ``x = 0`` and ``x = inf``, NaN outside the domain."""
     fnp = _fnp()
-    bad = (a <= 0.0) | (x < 0.0) | fnp.isnan(a) | fnp.isnan(x)
-    edge = (x == 0.0) | fnp.isinf(x) | fnp.isinf(a)
+    # a = 0 is SciPy's and JAX's limit P(0, x) = 1 for x > 0 (the mass sits at 0); P(0, 0) and P(inf, inf) are NaN.
+    bad = ((a < 0.0) | (x < 0.0) | fnp.isnan(a) | fnp.isnan(x) | ((a == 0.0) & (x == 0.0))
+           | (fnp.isinf(a) & fnp.isinf(x)))
+    edge = (x == 0.0) | fnp.isinf(x) | fnp.isinf(a) | (a == 0.0)
     ok = ~(bad | edge)
     a_s, x_s = fnp.where(ok, a, 1.0), fnp.where(ok, x, 1.0)
     p, q, dpda = _igamma_parts(a_s, x_s)
+    small_a = ok & (a < 0.5) & (x < a + 1.0)
+    q = fnp.where(small_a, _q_small_a(fnp.where(small_a, a, 0.25), fnp.where(small_a, x, 0.5)), q)
     dpdx = fnp.exp((a_s - 1.0) * fnp.log(x_s) - x_s - lax.lgamma(a_s))
-    p_edge = fnp.where(fnp.isinf(a), 0.0, fnp.where(x == 0.0, 0.0, 1.0))
+    p_edge = fnp.where(fnp.isinf(a) | (x == 0.0), 0.0, 1.0)
     p = fnp.where(ok, p, fnp.where(bad, np.nan, p_edge))
     q = fnp.where(ok, q, fnp.where(bad, np.nan, 1.0 - p_edge))
     dpda = fnp.where(ok, dpda, fnp.where(bad, np.nan, 0.0))
@@ -526,8 +589,9 @@ def gammainc(a, x):
     the continued fraction (A&S 6.5.31, modified Lentz), iterated in one bounded ``while_loop`` (at most
     2,000 iterations, ample for ``a`` up to about 1e6). Differentiable in both arguments: ``dP/dx`` is
     ``x**(a-1) exp(-x) / Gamma(a)``; ``dP/da`` is carried through the same iterations (forward and reverse
-    mode both work: the rule is a ``custom_jvp``). ``P(a, 0) = 0``, ``P(a, inf) = 1``; ``a <= 0`` or
-    ``x < 0`` give NaN.
+    mode both work: the rule is a ``custom_jvp``). ``P(a, 0) = 0``, ``P(a, inf) = 1``, ``P(0, x) = 1`` for
+    ``x > 0`` (SciPy's and JAX's limit), ``P(inf, x) = 0`` for finite ``x``; ``a < 0``, ``x < 0``,
+    ``P(0, 0)`` and ``P(inf, inf)`` give NaN.
 
     Args:
       a: positive real array or scalar (the shape parameter).
@@ -548,8 +612,9 @@ def gammainc(a, x):
 def gammaincc(a, x):
     """The regularized upper incomplete gamma function ``Q(a, x) = 1 - P(a, x)`` (``scipy.special.gammaincc``).
 
-    Computed directly (the continued fraction where ``x >= a + 1``), so small upper tails keep their
-    relative accuracy. See ``gammainc`` for the method, the domain and the derivatives.
+    Computed directly (the continued fraction where ``x >= a + 1``; for ``a < 1/2`` below it, Boost's small-``a``
+    form with ``expm1``, where ``1 - P`` would cancel: ``gammaincc(1e-30, 0.5) = 5.6e-31``), so small upper
+    tails keep their relative accuracy. See ``gammainc`` for the method, the domain and the derivatives.
 
     Args:
       a: positive real array or scalar.
@@ -573,7 +638,9 @@ def gammaincc(a, x):
 @custom_jvp
 def _xlogy(x, y):
     fnp = _fnp()
-    return fnp.where(x == 0.0, 0.0, x * fnp.log(fnp.where(x == 0.0, 1.0, y)))
+    # 0 where x == 0, except that a NaN y stays NaN (as SciPy; JAX gives 0).
+    zero = (x == 0.0) & ~fnp.isnan(y)
+    return fnp.where(zero, 0.0, x * fnp.log(fnp.where(zero, 1.0, y)))
 
 
 @_xlogy.defjvp
@@ -586,7 +653,8 @@ def _xlogy_jvp(primals, tangents):
 @custom_jvp
 def _xlog1py(x, y):
     fnp = _fnp()
-    return fnp.where(x == 0.0, 0.0, x * _log1p(fnp.where(x == 0.0, 0.0, y)))
+    zero = (x == 0.0) & ~fnp.isnan(y)
+    return fnp.where(zero, 0.0, x * _log1p(fnp.where(zero, 0.0, y)))
 
 
 @_xlog1py.defjvp
@@ -596,7 +664,7 @@ def _xlog1py_jvp(primals, tangents):
 
 
 def xlogy(x, y):
-    """``x * log(y)``, 0 where ``x == 0`` (even for ``y = 0``) (``scipy.special.xlogy``).
+    """``x * log(y)``, 0 where ``x == 0`` (even for ``y = 0``; NaN for a NaN ``y``) (``scipy.special.xlogy``).
 
     The derivative is JAX's: ``log(y)`` in ``x`` and ``x / y`` in ``y`` (NaN in ``y`` at ``x = y = 0``).
 
@@ -616,7 +684,7 @@ def xlogy(x, y):
 
 
 def xlog1py(x, y):
-    """``x * log1p(y)``, 0 where ``x == 0`` (even for ``y = -1``) (``scipy.special.xlog1py``).
+    """``x * log1p(y)``, 0 where ``x == 0`` (even for ``y = -1``; NaN for a NaN ``y``) (``scipy.special.xlog1py``).
 
     Args:
       x, y: real arrays or scalars, broadcast together.
@@ -648,7 +716,12 @@ def entr(x):
     """
     fnp = _fnp()
     x, _ = _unary("entr", x)
-    return fnp.where(x < 0.0, -np.inf, -_xlogy(x, x))
+    # Near 1, log1p(x - 1) (x - 1 is exact there): WGSL's log may be 2**-21 off in absolute terms near 1.
+    # The other branches see x = 1, so that no NaN reaches the derivative through them.
+    xs = fnp.where(x <= 0.0, 1.0, x)
+    near_one = fnp.abs(xs - 1.0) < 0.25
+    log_x = fnp.where(near_one, _log1p(xs - 1.0), fnp.log(fnp.where(near_one, 1.0, xs)))
+    return fnp.where(x < 0.0, -np.inf, fnp.where(x == 0.0, 0.0, -xs * log_x))
 
 
 # ----------------------------------------------------------------------------- incomplete beta
@@ -785,8 +858,8 @@ def _ibeta_all(a, b, x):
     dpdb = fnp.where(flip, -j_a, j_b)
     # dI/dx is the beta density (the front is symmetric, so the flipped one serves).
     dpdx = fnp.exp(log_front - log_x - log_y)
-    # Edges: 0 at x = 0 (or a = inf, or b = 0), else 1; the density by xlogy at x = 0 and 1.
-    p_edge = fnp.where((x == 0.0) | fnp.isinf(a) | ((b == 0.0) & (x < 1.0)), 0.0, 1.0)
+    # Edges: 0 at x = 0 (or a = inf, or b = 0, for x < 1), else 1; the density by xlogy at x = 0 and 1.
+    p_edge = fnp.where((x == 0.0) | ((fnp.isinf(a) | (b == 0.0)) & (x < 1.0)), 0.0, 1.0)
     a_e, b_e = fnp.where(ok | bad, 1.0, a), fnp.where(ok | bad, 1.0, b)
     x_e = fnp.where(ok | bad, 0.5, x)
     pdf_edge = fnp.exp(xlogy(a_e - 1.0, x_e) + xlog1py(b_e - 1.0, -x_e) - betaln(a_e, b_e))
@@ -883,7 +956,8 @@ def _bessel_ie(x, order):
     poly = fnp.full_like(inv, coefs[-1])
     for c in coefs[-2::-1]:
         poly = c + poly * inv
-    asym = poly * fnp.sqrt(inv * (1 / (2 * math.pi)))
+    # rsqrt(x), not sqrt(1/x): 1/x is subnormal for x > 8.5e37 in float32 (flushed to 0 by XLA).
+    asym = poly * lax.rsqrt(xl) * math.sqrt(1 / (2 * math.pi))
     if order == 1:
         asym = fnp.where(x < 0.0, -asym, asym)
     return fnp.where(small, series, asym)
@@ -988,7 +1062,8 @@ def softmax(x, /, *, axis=None):
 
 
 def log_softmax(x, /, *, axis=None):
-    """``x - logsumexp(x)`` over ``axis`` (``scipy.special.log_softmax``: all axes by default).
+    """``x - logsumexp(x)`` over ``axis`` (``scipy.special.log_softmax``: all axes by default); as SciPy, a
+    ``+inf`` entry gives NaN there and ``-inf`` at the slice's finite entries.
 
     Args:
       x: a real array.
@@ -1002,8 +1077,16 @@ def log_softmax(x, /, *, axis=None):
       TypeError: ``x`` is not an array or a scalar.
       DTypeError: ``x`` is complex.
     """
+    fnp = _fnp()
     from fnarray.nn._functions import log_softmax as _log_softmax
-    return _log_softmax(x, axis=axis)
+    if not isinstance(axis, (int, tuple, type(None))):
+        return _log_softmax(x, axis=axis)  # its error for a bad axis
+    (x,) = floats("log_softmax", x)
+    # SciPy's shift: the maximum where it is finite, else 0, so that a +inf entry leaves the others at -inf
+    # (jax.nn.log_softmax gives NaN for the whole slice).
+    m = lax.stop_gradient(fnp.max(x, axis=axis, keepdims=True)) if x.size else fnp.zeros_like(x)
+    shifted = x - fnp.where(fnp.isfinite(m), m, 0.0)
+    return shifted - fnp.log(fnp.sum(fnp.exp(shifted), axis=axis, keepdims=True))
 
 
 def _install_eager_jit():

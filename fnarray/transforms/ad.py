@@ -312,8 +312,11 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
         oa = get_aval(out) if isinstance(out, (Array, np.ndarray)) or is_scalar(out) else None
         if oa is None or oa.shape != ():
             shape = oa.shape if oa is not None else type(out).__name__
-            raise TypeError(f"grad requires a scalar output (shape ()), got {shape}. For a non-scalar output "
-                            "use fnarray.jacrev or fnarray.vjp, or reduce it (e.g. .sum()) first.")
+            aux_hint = (" If the function returns (loss, auxiliary values), pass has_aux=True: grad then "
+                        "differentiates the first element and returns (gradient, aux)."
+                        if isinstance(out, (tuple, list)) and not has_aux else "")
+            raise TypeError(f"grad requires a scalar output (shape ()), got {shape}.{aux_hint} For a non-scalar "
+                            "output use fnarray.jacrev or fnarray.vjp, or reduce it (e.g. .sum()) first.")
         if not dtypes.is_inexact(oa.dtype):
             raise DTypeError(f"grad requires a floating output, got {oa.dtype.name}: an integer or boolean "
                              "function is piecewise constant. Differentiate a float expression instead (for "

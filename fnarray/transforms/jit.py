@@ -53,6 +53,7 @@ from fnarray.devices import nan_check
 from fnarray.devices.array_impl import ArrayImpl, call_fields as _call_fields
 from fnarray.devices.partition import compile_program
 from fnarray.devices.placement import default_device, parse_device, placement_device
+from fnarray.transforms.signature_diff import describe_mismatch
 
 __all__ = ["jit", "make_ir", "Traced", "Lowered", "Compiled", "leaf_aval"]
 
@@ -68,9 +69,29 @@ def leaf_aval(x, where="argument") -> ShapedArray:
         return ShapedArray((), d, w)
     if isinstance(x, (np.ndarray, np.generic)):
         return ShapedArray(np.shape(x), dtypes.canonicalize(x.dtype), False)
+    if _is_foreign_array(x):
+        return leaf_aval(foreign_to_numpy(x), where)
     raise TypeError(f"{where} is a {type(x).__name__}, which is not an array; jitted functions take "
-                    "arrays, scalars and pytrees of them. Mark it static with static_argnums or "
-                    "static_argnames if it is configuration.")
+                    "arrays (fnarray's, NumPy's, or another library's with __array__ or __dlpack__), scalars "
+                    "and pytrees of them. Mark it static with static_argnums or static_argnames if it is "
+                    "configuration.")
+
+
+def _is_foreign_array(x) -> bool:
+    t = type(x)
+    return not isinstance(x, (str, bytes)) and (hasattr(t, "__array__") or hasattr(t, "__dlpack__"))
+
+
+def foreign_to_numpy(x) -> np.ndarray:
+    """Another library's array (a ``jax.Array``, a CPU ``torch.Tensor``...) as a NumPy array, as ``jax.numpy``
+    takes NumPy arrays: by ``__array__`` (zero-copy where the library allows), else by DLPack."""
+    try:
+        return np.asarray(x)
+    except Exception as e:
+        if not hasattr(type(x), "__dlpack__"):
+            raise TypeError(f"a {type(x).__module__}.{type(x).__qualname__} could not be read as an array "
+                            f"({e}); convert it to a NumPy array first") from e
+        return np.from_dlpack(x)
 
 
 def _hashable_static(v, name):
@@ -784,7 +805,7 @@ def _to(x, device):
     if isinstance(x, _PY_SCALARS):
         d, _ = dtypes.dtype_of_scalar(x)
         return device.impl.to_device(np.asarray(x, d), device)
-    return device.impl.to_device(np.asarray(x), device)
+    return device.impl.to_device(foreign_to_numpy(x), device)
 
 
 class Traced:
@@ -845,8 +866,9 @@ class Compiled:
     def __call__(self, *args, **kwargs):
         statics, leaves, in_tree, avals = self.jitted._prepare(args, kwargs)
         if (in_tree, avals, statics) != self.key:
-            raise TypeError(f"this Compiled was made for {self.key[1]}, called with {avals}; "
-                            "call the jitted function instead to retrace")
+            raise TypeError(f"this Compiled does not fit these arguments: "
+                            f"{describe_mismatch(self.key, (in_tree, avals, statics))}. Call the jitted function "
+                            "instead (it will retrace for the new signature), or compile it for these arguments")
         ex = self.entry
         out_bufs = ex.exe(ex.const_bufs + [_to(x, ex.device) for x in leaves])
         outs = [ArrayImpl.make(av, ex.device, b) for av, b in zip(ex.out_avals, out_bufs, strict=True)]

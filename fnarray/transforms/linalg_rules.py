@@ -324,14 +324,36 @@ def qr_jvp(primals, tangents, *, full_matrices):
 
 # ----------------------------------------------------------------------------- eigh
 
+def _degenerate_pairs(w, shape):
+    """``[..., i, j]``: ``w_i`` and ``w_j`` (real, ``[..., n]``) are equal to within ``n`` ulps of the largest
+    ``|w|`` of their matrix, the diagonal included: what an eigensolver cannot tell apart."""
+    n = _shape(w)[-1]
+    nd = len(shape)
+    scale = lax.reduce_max(lax.abs(w), (nd - 2,))
+    tol = lax.mul(scale, _c(w, n * float(np.finfo(_dtype(w)).eps)))
+    gaps = lax.abs(lax.sub(_row_vec(w, shape), _col_vec(w, shape)))
+    return lax.le(gaps, lax.broadcast_in_dim(tol, shape, tuple(range(nd - 2))))
+
+
+def _masked_inverse(x, mask):
+    """``1 / x`` where ``mask`` is false, 0 where it is true (no inf or NaN reaches either branch)."""
+    one = _c(x, 1)
+    safe = lax.select(mask, lax.full(_shape(x), one, _dtype(x)), x)
+    return lax.select(mask, lax.zeros_like(x), lax.div(one, safe))
+
+
 def _gap_inverse(w, d):
-    """``F[..., i, j] = 1 / (w_j - w_i)`` off the diagonal, 0 on it (inf where eigenvalues repeat, as JAX)."""
+    """``F[..., i, j] = 1 / (w_j - w_i)``, and 0 where ``w_i`` and ``w_j`` are degenerate (the diagonal too).
+
+    Inside a degenerate eigenspace the eigenvectors are any basis of it and their derivative is undefined
+    (JAX puts inf there, which turns the whole gradient into NaN, even the parts that are well defined:
+    a vector outside the subspace, or one coupled to the subspace only through other eigenvalues). The
+    terms between such pairs are dropped, as if the perturbation did not rotate the basis within the
+    subspace; every term between distinct eigenvalues is kept (docs/linalg.md)."""
     n = _shape(w)[-1]
     shape = _shape(w)[:-1] + (n, n)
-    wd = _as(w, d)
-    eye = _eye(n, d, shape[:-2])
-    gaps = lax.sub(_row_vec(wd, shape), _col_vec(wd, shape))
-    return lax.sub(lax.div(_c(eye, 1), lax.add(eye, gaps)), eye)
+    gaps = lax.sub(_row_vec(w, shape), _col_vec(w, shape))
+    return _as(_masked_inverse(gaps, _degenerate_pairs(w, shape)), d)
 
 
 def eigh_jvp(primals, tangents, *, lower):
@@ -372,7 +394,8 @@ def svd_jvp(primals, tangents, *, full_matrices, compute_uv):
     s_row, s_col = _row_vec(s, sq), _col_vec(s, sq)
     eye = _eye(k, _dtype(s), sq[:-2])
     diffs = lax.mul(lax.add(s_row, s_col), lax.sub(s_row, s_col))
-    f = lax.sub(lax.div(_c(eye, 1), lax.add(diffs, eye)), eye)  # 1/(s_j^2 - s_i^2), inf where they repeat
+    # 1/(s_j^2 - s_i^2), and 0 between repeated singular values (the diagonal too), as eigh's _gap_inverse.
+    f = _masked_inverse(diffs, _degenerate_pairs(s, sq))
     s_row_d = _as(s_row, d)
     dss = lax.mul(s_row_d, ds_mat)  # dS diag(s)
     sds = lax.mul(_as(s_col, d), ds_mat)  # diag(s) dS
