@@ -84,8 +84,10 @@ def test_mlx_3653_group_norm_groups_must_divide_channels(device):
 # jax-ml/jax#11874: a windowed sum with SAME padding must add the zero padding, not average over real elements.
 def test_jax_11874_reduce_window_sum_same_padding(device):
     x = _put([[1.0, 2.0], [3.0, 4.0]], device)
-    got = _np(fa.lax.reduce_window(x, 0.0, fa.lax.add, (2, 2), (1, 1), "SAME"))
-    np.testing.assert_array_equal(got, np.array([[10.0, 6.0], [7.0, 4.0]], np.float32))
+    def f(v):
+        return fa.lax.reduce_window(v, 0.0, fa.lax.add, (2, 2), (1, 1), "SAME")
+    for fn in (f, fa.jit(f)):
+        np.testing.assert_array_equal(_np(fn(x)), np.array([[10.0, 6.0], [7.0, 4.0]], np.float32))
 
 
 def _window_loop(x, window, strides, pads, reduce, fill):
@@ -118,11 +120,14 @@ def test_jax_273_avg_pool_counts_per_spatial_axis(device):
 # dtype; the result must keep the integer dtype and ignore the padding.
 def test_tinygrad_7726_max_pool_integer_input_with_padding(device):
     x = np.random.default_rng(2).integers(-50, -1, size=(1, 4, 4, 1)).astype(np.int32)
-    got = fa.nn.max_pool(fa.device_put(x, device), (3, 3), (1, 1), ((1, 1), (1, 1)))
-    assert got.dtype == np.int32, got.dtype
-    info = np.iinfo(np.int32)
-    want = _window_loop(x, (3, 3), (1, 1), [(1, 1), (1, 1)], lambda w: w.max(axis=(1, 2)), info.min)
-    np.testing.assert_array_equal(_np(got), want)
+    want = _window_loop(x, (3, 3), (1, 1), [(1, 1), (1, 1)], lambda w: w.max(axis=(1, 2)), np.iinfo(np.int32).min)
+
+    def f(v):
+        return fa.nn.max_pool(v, (3, 3), (1, 1), ((1, 1), (1, 1)))
+    for fn in (f, fa.jit(f)):
+        got = fn(fa.device_put(x, device))
+        assert got.dtype == np.int32, got.dtype
+        np.testing.assert_array_equal(_np(got), want)
 
 
 # ------------------------------------------------------------------------------------------------ convolutions
@@ -227,8 +232,9 @@ def test_mlx_4032_cholesky_of_empty_matrix(device):
 # NumPy cuts singular values below rcond * max(s).
 def test_mlx_2107_pinv_of_singular_matrix(device):
     a = np.array([[4.0, 1.0], [4.0, 1.0]], np.float32)
-    got = _np(fnp.linalg.pinv(_put(a, device)))
-    np.testing.assert_allclose(got, np.linalg.pinv(a.astype(np.float64)), rtol=1e-4, atol=1e-6)
+    for fn in (fnp.linalg.pinv, fa.jit(fnp.linalg.pinv)):
+        np.testing.assert_allclose(_np(fn(_put(a, device))), np.linalg.pinv(a.astype(np.float64)), rtol=1e-4,
+                                   atol=1e-6)
 
 
 # jax-ml/jax#1213: slogdet returned sign +1 for matrices of odd order with a negative determinant.
@@ -246,9 +252,10 @@ def test_jax_13985_expm_of_large_negative_definite_matrix(device):
     s = np.random.default_rng(8).standard_normal((6, 6))
     h = s @ s.T + 0.1 * np.eye(6)
     a = (-1e4 * h).astype(np.float32)
-    got = _np(fa.scipy.linalg.expm(_put(a, device)))
-    assert np.isfinite(got).all(), got
-    np.testing.assert_allclose(got, scipy_linalg.expm(a.astype(np.float64)), atol=1e-6)
+    for fn in (fa.scipy.linalg.expm, fa.jit(fa.scipy.linalg.expm)):
+        got = _np(fn(_put(a, device)))
+        assert np.isfinite(got).all(), got
+        np.testing.assert_allclose(got, scipy_linalg.expm(a.astype(np.float64)), atol=1e-6)
 
 
 # jax-ml/jax#40141: eigh's eigenvector derivative was all-NaN once the eigenvalues passed 2**24 (float32), although
