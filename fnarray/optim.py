@@ -180,6 +180,20 @@ def _check_rate(value, name):
                         f"got {type(value).__name__}")
 
 
+def _check_hyper(value, name, low, high=None):
+    """Refuse a number hyperparameter outside ``[low, high)`` (``[low, inf)`` without ``high``) when the
+    optimizer is made, as PyTorch's optimizers do: a decay of 1 divides Adam's bias correction by zero
+    and a negative ``eps`` can make its denominator zero, both silent NaN otherwise. Arrays (traced or
+    injected hyperparameters) are left to the caller."""
+    if not isinstance(value, (int, float, np.number)) or isinstance(value, bool):
+        return
+    v = float(value)
+    if not (v >= low and (high is None or v < high)):
+        where = f"[{low}, {high})" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be {where}, got {value!r}; Adam's decays are in [0, 1) (e.g. b1=0.9, "
+                         "b2=0.999) and its eps/eps_root are non-negative")
+
+
 def _bias_correction(moment, decay, count):
     """``moment / (1 - decay**count)`` leaf by leaf.
 
@@ -373,10 +387,16 @@ def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_roo
       with the grads' structure, shapes and dtypes.
 
     Raises:
-      ValueError: (from ``update``) grads whose pytree structure differs from the state's
-        (the params' given to ``init``).
+      ValueError: ``b1`` or ``b2`` outside ``[0, 1)``, or a negative ``eps`` or ``eps_root``
+        (PyTorch's rule; a decay of 1 divides the bias correction by zero); (from ``update``) grads
+        whose pytree structure differs from the state's (the params' given to ``init``).
       ShapeError: (from ``update``) a grad whose shape does not broadcast with its state leaf.
     """
+    _check_hyper(b1, "b1", 0.0, 1.0)
+    _check_hyper(b2, "b2", 0.0, 1.0)
+    _check_hyper(eps, "eps", 0.0)
+    _check_hyper(eps_root, "eps_root", 0.0)
+
     def init(params):
         return ScaleByAdamState(count=_count0(), mu=_zeros_like_tree(params), nu=_zeros_like_tree(params))
 
@@ -613,8 +633,8 @@ def adam(learning_rate, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, e
 
     Raises:
       TypeError: a learning rate that is neither a number nor a function.
-      ValueError: (from ``update``) grads whose pytree structure differs from the state's
-        (the params' given to ``init``).
+      ValueError: decays or eps out of range (see ``scale_by_adam``); (from ``update``) grads whose
+        pytree structure differs from the state's (the params' given to ``init``).
       ShapeError: (from ``update``) a grad whose shape does not broadcast with its state leaf.
     """
     _check_rate(learning_rate, "learning_rate")
@@ -643,7 +663,8 @@ def adamw(learning_rate, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, 
 
     Raises:
       TypeError: a learning rate that is neither a number nor a function.
-      ValueError: (from ``update``) ``params`` is not given.
+      ValueError: decays or eps out of range (see ``scale_by_adam``); (from ``update``) ``params`` is
+        not given.
     """
     _check_rate(learning_rate, "learning_rate")
     return chain(scale_by_adam(b1, b2, eps, eps_root, bias_correction=bias_correction),
