@@ -162,14 +162,13 @@ def _check_match(where, what_a, tree_a, avals_a, what_b, tree_b, avals_b, hint, 
 
 
 def _strengthen(carry, carry_avals, out_avals):
-    """Weak-typed carries whose body output is strong, or of a wider dtype of the same kind, take
-    the output's type (as JAX). Returns ``(new carry leaves, changed)``."""
+    """Weak-typed carries whose body output has a wider dtype of the same kind take the output's type
+    (as JAX's ``_promote_weak_typed_input``). A weak carry whose output is strong of the same dtype stays
+    weak inside the body, and the loop's result has the output's type (JAX: the body's output types).
+    Returns ``(new carry leaves, changed)``."""
     out, changed = [], False
     for x, a, o in zip(carry, carry_avals, out_avals, strict=True):
-        if a.weak_type and not o.weak_type and a.dtype == o.dtype:
-            out.append(lax.convert_element_type(x, a.dtype, weak_type=False))
-            changed = True
-        elif _weak_adopts(a, o):
+        if _weak_adopts(a, o):
             out.append(lax.convert_element_type(x, o.dtype, weak_type=o.weak_type))
             changed = True
         else:
@@ -455,14 +454,16 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
                      _CARRY_HINT, carry=True)
         return out
 
-    one = np.ones((), d)[()]
     if lo is not None and hi is not None:
+        # As JAX: with static bounds the index starts as the Python int ``lo``, a weak int32 (whatever the
+        # bounds' dtype), so that a Python-scalar carry it meets stays weak.
         def step(carry, _):
             i, x = carry
-            return (lax.add(i, one), checked_body(i, x)), None
-        (_, out), _ = _scan_impl("fori_loop", step, (np.asarray(lo, d)[()], init_val), None,
+            return (lax.add(i, 1), checked_body(i, x)), None
+        (_, out), _ = _scan_impl("fori_loop", step, (lo, init_val), None,
                                  max(hi - lo, 0), False, 1 if unroll is None else unroll, "body_fun")
         return out
+    one = np.ones((), d)[()]
     lo_v = lax.convert_element_type(lower, d)
     hi_v = lax.convert_element_type(upper, d)
 
