@@ -29,16 +29,40 @@ import fnarray  # noqa: E402
 from helpers import BACKEND_UNAVAILABLE, config_setting  # noqa: E402
 
 
-#: test modules that run every test with ``enable_x64`` on: written when 64-bit values were always kept, and
-#: checking float64/int64 results against NumPy in many places. A module leaves this list when its tests that
-#: need 64-bit carry ``@pytest.mark.enable_x64`` themselves.
+#: Test modules that run every test with ``enable_x64`` on. They were written when 64-bit values were always
+#: kept and compare float64/int64 results with NumPy in many places (finite differences in float64, float64
+#: parity cases, ``np.float64`` inputs whose dtype they check); the switch (issue 25) came late in the turn,
+#: so these were not yet gone through test by test. A module leaves this list once the tests in it that need
+#: 64-bit carry ``@pytest.mark.enable_x64`` themselves and the rest pass with x64 off (the user's default).
 X64_MODULES = frozenset({
+    "test_ad_rules", "test_array", "test_array_api", "test_betainc", "test_browser", "test_call_path",
+    "test_checkpoint", "test_compile_cache", "test_compositions", "test_conv", "test_conv_kernels", "test_devices",
+    "test_distributed", "test_eager_ops", "test_elementwise", "test_empty_limits_hangs", "test_erfc",
+    "test_example_digits_cnn", "test_example_gaussian_process", "test_example_spectral",
+    "test_example_transformer_lm", "test_examples", "test_export", "test_fft", "test_fuzz", "test_grad_namespace",
+    "test_interop", "test_ir", "test_jax_backend", "test_jax_names", "test_jit", "test_kernels", "test_layers",
+    "test_linalg", "test_linalg_kernels", "test_log2", "test_long_scans", "test_map_kernels", "test_mlx_backend",
+    "test_mlx_distributed", "test_nn", "test_nn_modules", "test_numpy_extras", "test_numpy_inplace",
+    "test_numpy_linalg", "test_numpy_manipulation", "test_numpy_reductions", "test_numpy_sorting", "test_onnx",
+    "test_opencl_backend", "test_opencl_math", "test_optim", "test_parity", "test_ports", "test_primitives_cmd",
+    "test_profiler", "test_random", "test_random_dists", "test_random_programs", "test_readme",
+    "test_register_tiles", "test_row_fusion", "test_scipy", "test_semantics", "test_semantics_regressions",
+    "test_sharding", "test_threads", "test_vmap", "test_vmap_namespace", "test_webgpu_backend", "test_windows",
 })
 
 
 def _x64_on():
-    with config_setting("enable_x64", True):
-        yield
+    """x64 on in this process and in the subprocesses a test starts (``FNARRAY_ENABLE_X64``), both restored."""
+    env = os.environ.get("FNARRAY_ENABLE_X64")
+    os.environ["FNARRAY_ENABLE_X64"] = "1"
+    try:
+        with config_setting("enable_x64", True):
+            yield
+    finally:
+        if env is None:
+            os.environ.pop("FNARRAY_ENABLE_X64", None)
+        else:
+            os.environ["FNARRAY_ENABLE_X64"] = env
 
 
 @pytest.fixture
@@ -68,6 +92,15 @@ def _is_64_bit_dtype(v) -> bool:
         return (d if isinstance(d, np.dtype) else np.dtype(v)) in _64_BIT
     except TypeError:
         return False
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """An ``X64_MODULES`` module is imported with x64 on: its module-level arrays are made as its tests expect."""
+    if isinstance(collector, pytest.Module) and collector.path.stem in X64_MODULES:
+        yield from _x64_on()
+    else:
+        yield
 
 
 def pytest_collection_modifyitems(config, items):
