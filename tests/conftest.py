@@ -35,9 +35,8 @@ from helpers import BACKEND_UNAVAILABLE, config_setting  # noqa: E402
 #: so these were not yet gone through test by test. A module leaves this list once the tests in it that need
 #: 64-bit carry ``@pytest.mark.enable_x64`` themselves and the rest pass with x64 off (the user's default).
 X64_MODULES = frozenset({
-    "test_ad_rules", "test_array", "test_array_api", "test_betainc", "test_browser", "test_call_path",
-    "test_checkpoint", "test_compile_cache", "test_compositions", "test_conv", "test_conv_kernels", "test_devices",
-    "test_distributed", "test_eager_ops", "test_elementwise", "test_empty_limits_hangs", "test_erfc",
+    "test_ad_rules", "test_array_api", "test_betainc", "test_browser", "test_compile_cache", "test_compositions",
+    "test_conv", "test_conv_kernels", "test_distributed", "test_empty_limits_hangs", "test_erfc",
     "test_example_digits_cnn", "test_example_gaussian_process", "test_example_spectral",
     "test_example_transformer_lm", "test_examples", "test_export", "test_fft", "test_fuzz", "test_grad_namespace",
     "test_interop", "test_ir", "test_jax_backend", "test_jax_names", "test_jit", "test_kernels", "test_layers",
