@@ -285,9 +285,9 @@ def cond(pred, true_fun, false_fun, *operands):
       operands: pytrees of arrays or scalars passed to the branch taken.
 
     Returns:
-      the chosen branch's output pytree (weak types dropped). A weak-typed
-      output (a Python scalar) takes the dtype of the other branches' output when
-      that is a dtype of the same kind (``1.0`` next to float64 becomes float64).
+      the chosen branch's output pytree; an output is weak-typed where every branch's is (as
+      JAX). A weak-typed output (a Python scalar) takes the dtype of the other branches' output
+      when that is a dtype of the same kind (``1.0`` next to float64 becomes float64).
 
     Raises:
       ``ShapeError`` when ``pred`` is not a scalar or the branches return
@@ -377,9 +377,10 @@ def while_loop(cond_fun, body_fun, init_val):
       cond_fun: carry -> boolean scalar.
       body_fun: carry -> carry, with the same pytree structure, shapes and dtypes.
       init_val: the initial carry, a pytree of arrays or scalars. A weak-typed leaf (a
-        Python scalar) takes the type of the body's output when that is strong or a wider
-        dtype of the same kind (``0.0`` with a float64 body becomes float64), as in JAX;
-        a change of kind (an int carry becoming float) is an error.
+        Python scalar) takes the dtype of the body's output when that is a wider dtype of the
+        same kind (``0.0`` with a float64 body becomes float64), as in JAX; a change of kind (an
+        int carry becoming float) is an error. The result has the body's output types: a carry
+        the body keeps weak stays weak (``0`` with ``a + 1``), as in JAX.
 
     Returns:
       the final carry.
@@ -418,7 +419,9 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
     works; with a traced bound it is a ``while_loop`` (forward mode only).
 
     Args:
-      lower, upper: integer scalars. ``i`` has their promoted dtype (int32 for Python ints).
+      lower, upper: integer scalars. With static bounds ``i`` is a weak int32 (it starts as the Python
+        int ``lower``, as in JAX), so a Python-scalar carry that adds it stays weak; with a traced bound
+        ``i`` has the bounds' promoted dtype.
       body_fun: ``(i, carry) -> carry`` with the same structure, shapes and dtypes.
       init_val: the initial carry (pytree of arrays or scalars).
       unroll: with static bounds, how many iterations one step of the scan runs.
