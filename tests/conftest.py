@@ -35,17 +35,15 @@ from helpers import BACKEND_UNAVAILABLE, config_setting  # noqa: E402
 #: so these were not yet gone through test by test. A module leaves this list once the tests in it that need
 #: 64-bit carry ``@pytest.mark.enable_x64`` themselves and the rest pass with x64 off (the user's default).
 X64_MODULES = frozenset({
-    "test_ad_rules", "test_array_api", "test_betainc", "test_browser", "test_compile_cache", "test_compositions",
-    "test_conv", "test_conv_kernels", "test_distributed", "test_empty_limits_hangs", "test_erfc",
-    "test_example_digits_cnn", "test_example_gaussian_process", "test_example_spectral",
-    "test_example_transformer_lm", "test_examples", "test_export", "test_fft", "test_fuzz", "test_grad_namespace",
-    "test_interop", "test_jax_backend", "test_jax_names", "test_kernels", "test_layers", "test_linalg",
-    "test_linalg_kernels", "test_log2", "test_long_scans", "test_map_kernels", "test_mlx_backend",
-    "test_mlx_distributed", "test_nn", "test_nn_modules", "test_numpy_extras", "test_numpy_inplace",
-    "test_numpy_linalg", "test_numpy_reductions", "test_numpy_sorting", "test_onnx", "test_opencl_backend",
-    "test_opencl_math", "test_optim", "test_parity", "test_ports", "test_primitives_cmd", "test_profiler",
-    "test_random", "test_random_dists", "test_random_programs", "test_readme", "test_register_tiles",
-    "test_row_fusion", "test_scipy", "test_semantics", "test_semantics_regressions", "test_sharding",
+    "test_ad_rules", "test_betainc", "test_browser", "test_compile_cache", "test_compositions", "test_conv",
+    "test_conv_kernels", "test_distributed", "test_empty_limits_hangs", "test_erfc", "test_example_digits_cnn",
+    "test_example_gaussian_process", "test_example_spectral", "test_example_transformer_lm", "test_examples",
+    "test_export", "test_fft", "test_fuzz", "test_grad_namespace", "test_interop", "test_jax_backend",
+    "test_kernels", "test_linalg", "test_linalg_kernels", "test_log2", "test_long_scans", "test_map_kernels",
+    "test_mlx_backend", "test_mlx_distributed", "test_nn", "test_nn_modules", "test_numpy_linalg",
+    "test_numpy_reductions", "test_onnx", "test_opencl_backend", "test_opencl_math", "test_optim", "test_parity",
+    "test_ports", "test_primitives_cmd", "test_profiler", "test_random", "test_random_dists",
+    "test_random_programs", "test_readme", "test_register_tiles", "test_row_fusion", "test_scipy", "test_sharding",
     "test_threads", "test_webgpu_backend", "test_windows",
 })
 

@@ -55,6 +55,7 @@ def test_creation_defaults(device):
     assert [a.dtype for a in jitted] == [I32, F32, I32]
 
 
+@pytest.mark.enable_x64
 def test_python_int_outside_int32_needs_an_explicit_dtype():
     with pytest.raises(OverflowError, match="int32"):
         fnp.asarray([2 ** 40])
@@ -85,6 +86,7 @@ _ARITH_DTYPES = [d for d in ALL_DTYPES if d != np.bool_]
 # Promotion happens in the namespace before any lowering, so the full tables run on the default device
 # only (each new dtype pair is a new compilation on a compiling backend); test_weak_python_scalars above
 # covers every device.
+@pytest.mark.enable_x64
 @pytest.mark.parametrize("a", _ARITH_DTYPES, ids=lambda d: d.name)
 def test_binary_promotion_of_arrays_matches_jax(a):
     """``x + y`` for every pair of dtypes: the result dtype is JAX's (``jnp.promote_types``)."""
@@ -98,6 +100,7 @@ def test_binary_promotion_of_arrays_matches_jax(a):
             np.testing.assert_array_equal(np.real(np.asarray(out)).astype(np.float64), np.full(2, 2.0))
 
 
+@pytest.mark.enable_x64
 @pytest.mark.parametrize("s", [True, 3, 1.5, 2j], ids=["bool", "int", "float", "complex"])
 def test_weak_promotion_of_arrays_matches_jax(s):
     for d in ALL_DTYPES:
@@ -252,6 +255,7 @@ _FLOAT_SOURCES = [np.dtype(n) for n in ("float16", "float32", "float64")]
 _INT_TARGETS = [np.dtype(n) for n in ("int8", "int16", "int32", "int64", "uint8", "uint32")]
 
 
+@pytest.mark.enable_x64
 @pytest.mark.parametrize("src", _FLOAT_SOURCES, ids=lambda d: d.name)
 def test_float_to_int_saturates_and_nan_is_zero(device, src):
     vals = np.array([np.nan, np.inf, -np.inf, 1e20, -1e20, 2.7, -2.7, 300.0, -300.0, 255.9, 65504.0,
@@ -277,6 +281,7 @@ def test_bfloat16_to_int_saturates(device):
 # ------------------------------------------------------------------------- NaN
 
 
+@pytest.mark.enable_x64
 def test_nan_sorts_last_and_argmax_returns_the_first_nan(device):
     x_np = np.array([3.0, np.nan, -1.0, np.inf, np.nan, -np.inf, 0.5], np.float32)
     x = on_device(x_np, device)
