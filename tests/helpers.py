@@ -28,7 +28,8 @@ __all__ = [
     "BACKEND_UNAVAILABLE", "require_backend", "needs_namespace", "tolerance", "jax_promote",
     "oracle_promote", "to_inexact", "reference", "assert_close", "assert_same", "check_traced",
     "eager_and_jit", "random_array", "on_device", "int_div_ref", "int_rem_ref", "shift_ref",
-    "saturating_cast_ref", "ALL_DTYPES", "DTYPE_NAMES", "fallback_mode", "config_setting", "python_calls", "run_threads",
+    "saturating_cast_ref", "ALL_DTYPES", "DTYPE_NAMES", "fallback_mode", "config_setting", "python_calls",
+    "run_threads",
 ]
 
 BACKEND_UNAVAILABLE = "backend unavailable"

@@ -69,7 +69,8 @@ def _jit_paths(lib):
         "jit np.float64 argument": lambda: lib.jit(lambda x: x * 2)(np.float64(0.1)),
         "jit np.int64 argument": lambda: lib.jit(lambda x: x + 1)(np.int64(5)),
         "jit float64 constant": lambda: lib.jit(lambda x: x + np.float64(0.1))(np.float32(1)),
-        "jit zeros float64 inside": lambda: lib.jit(lambda x: x + lib.numpy.zeros(3, np.float64))(np.ones(3, np.float32)),
+        "jit zeros float64 inside": lambda: lib.jit(lambda x: x + lib.numpy.zeros(3, np.float64))(
+            np.ones(3, np.float32)),
     }
 
 
