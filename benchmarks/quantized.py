@@ -31,7 +31,7 @@ import numpy as np  # noqa: E402
 
 def _best(fns, number):
     """Each of ``fns`` warmed, then the best wall and process-CPU seconds of ``number`` alternating calls (CPU
-    time is steadier on a loaded machine: TRAPS.md; on a CPU device it counts the driver's threads too)."""
+    time is steadier on a loaded machine: docs/traps.md; on a CPU device it counts the driver's threads too)."""
     for fn in fns:
         fn()
     wall = [float("inf")] * len(fns)

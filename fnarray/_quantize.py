@@ -115,7 +115,7 @@ def _pack(q, bits):
     lead, k = tuple(q.shape[:-1]), q.shape[-1]
     # Element j of a 32-element chunk starts at bit j * bits; word t of the chunk starts at bit 32 * t.
     # Its bits enter word t shifted left by j * bits - 32 * t, or right by the negation; a shift of 32
-    # is the "does not touch this word" case (shifts by the bit width give 0: DESIGN.md's semantics).
+    # is the "does not touch this word" case (shifts by the bit width give 0: docs/design.md's semantics).
     offset = np.arange(32)[:, None] * bits - 32 * np.arange(bits)[None, :]
     left = np.where((offset >= 0) & (offset < 32), offset, 32).astype(np.uint32)
     right = np.where((offset < 0) & (offset > -bits), -offset, 32).astype(np.uint32)

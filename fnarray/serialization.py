@@ -129,7 +129,7 @@ def _decode_static(e, where):
     if "list" in e:
         return [_decode_static(x, where) for x in e["list"]]
     if "dtype" in e:
-        return dtypes.canonicalize(e["dtype"])
+        return dtypes.as_dtype(e["dtype"])
     if "ref" in e:
         return _resolve(e["ref"])
     raise CheckpointError(f"the static field {where} holds {e.get('opaque')}, which a checkpoint cannot rebuild "
@@ -371,13 +371,13 @@ def _decode(path, name, entry, info):
     code = entry["dtype"]
     if code not in _FROM_CODE:
         raise CheckpointError(f"{path}: tensor {name!r} has the safetensors dtype {code}, which fnarray does not read")
-    stored = np.frombuffer(entry["data"], dtype=dtypes.canonicalize(_FROM_CODE[code])).reshape(entry["shape"])
+    stored = np.frombuffer(entry["data"], dtype=dtypes.as_dtype(_FROM_CODE[code])).reshape(entry["shape"])
     if info is None:
         return stored, False
     if "crc32" in info and _crc(stored) != info["crc32"]:
         raise CheckpointError(f"{path}: the data of tensor {name!r} do not match its checksum: the file is "
                               "corrupted; restore it from a copy")
-    dt = dtypes.canonicalize(info["dtype"])
+    dt = dtypes.as_dtype(info["dtype"])
     view = info.get("view")
     if view == "complex":
         out = _contiguous(stored).reshape(-1).view(dt).reshape(stored.shape[:-1])
@@ -476,7 +476,7 @@ def load(path, like=None, device=None, strict=True, shardings=None):
                                       f"{' ...' if len(host) > 8 else ''}")
             got = host[name][0]
             want_dtype = dtypes.canonicalize(leaf.dtype)
-            if tuple(got.shape) != tuple(leaf.shape) or got.dtype != want_dtype:
+            if tuple(got.shape) != tuple(leaf.shape) or dtypes.canonicalize(got.dtype) != want_dtype:
                 raise CheckpointError(f"{path}: leaf {name} is {_fmt(got.shape, got.dtype)} in the checkpoint but "
                                       f"{_fmt(leaf.shape, want_dtype)} in like=")
             seen.add(name)

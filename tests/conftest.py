@@ -5,6 +5,13 @@ needs a backend this machine lacks calls ``helpers.require_backend(name)``, whic
 skips with a reason starting ``"backend unavailable"``. CI sets
 ``FNARRAY_REQUIRE_ALL_BACKENDS=1``: such skips then count as failures, so that
 nothing this machine can run is silently skipped (docs/design.md, "Testing").
+
+64-bit dtypes: tests run with ``fnarray.config.enable_x64`` as the user gets it (off, as in JAX, unless
+``FNARRAY_ENABLE_X64`` is set). A test that needs float64/int64 arrays (a NumPy-float64 oracle that checks the
+dtype, float64 parity cases) turns it on with the marker ``@pytest.mark.enable_x64`` (on a test, a class, or a
+module as ``pytestmark = pytest.mark.enable_x64``), or takes the ``x64`` fixture; either restores the setting
+after the test. A test parametrized with a 64-bit dtype (``float64``, ``np.int64``, ``"complex128"``...) gets
+the marker by itself. ``X64_MODULES`` lists the modules that still run entirely with x64 on.
 """
 
 from __future__ import annotations
@@ -12,13 +19,97 @@ from __future__ import annotations
 import os
 import sys
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import fnarray  # noqa: E402
 
-from helpers import BACKEND_UNAVAILABLE  # noqa: E402
+from helpers import BACKEND_UNAVAILABLE, config_setting  # noqa: E402
+
+
+#: Test modules that run every test with ``enable_x64`` on. They were written when 64-bit values were always
+#: kept and compare float64/int64 results with NumPy in many places (finite differences in float64, float64
+#: parity cases, ``np.float64`` inputs whose dtype they check); the switch (issue 25) came late in the turn,
+#: so these were not yet gone through test by test. A module leaves this list once the tests in it that need
+#: 64-bit carry ``@pytest.mark.enable_x64`` themselves and the rest pass with x64 off (the user's default).
+X64_MODULES = frozenset({
+    "test_ad_rules", "test_betainc", "test_browser", "test_compile_cache", "test_compositions", "test_conv",
+    "test_conv_kernels", "test_distributed", "test_empty_limits_hangs", "test_erfc", "test_example_digits_cnn",
+    "test_example_gaussian_process", "test_example_spectral", "test_example_transformer_lm", "test_examples",
+    "test_export", "test_fft", "test_fuzz", "test_grad_namespace", "test_interop", "test_jax_backend",
+    "test_kernels", "test_linalg", "test_linalg_kernels", "test_log2", "test_long_scans", "test_map_kernels",
+    "test_mlx_backend", "test_mlx_distributed", "test_nn", "test_nn_modules", "test_numpy_linalg",
+    "test_numpy_reductions", "test_onnx", "test_opencl_backend", "test_opencl_math", "test_optim", "test_parity",
+    "test_ports", "test_primitives_cmd", "test_profiler", "test_random", "test_random_dists",
+    "test_random_programs", "test_readme", "test_register_tiles", "test_row_fusion", "test_scipy", "test_sharding",
+    "test_threads", "test_webgpu_backend", "test_windows",
+})
+
+
+def _x64_on():
+    """x64 on in this process and in the subprocesses a test starts (``FNARRAY_ENABLE_X64``), both restored."""
+    env = os.environ.get("FNARRAY_ENABLE_X64")
+    os.environ["FNARRAY_ENABLE_X64"] = "1"
+    try:
+        with config_setting("enable_x64", True):
+            yield
+    finally:
+        if env is None:
+            os.environ.pop("FNARRAY_ENABLE_X64", None)
+        else:
+            os.environ["FNARRAY_ENABLE_X64"] = env
+
+
+@pytest.fixture
+def x64():
+    """``fnarray.config.enable_x64`` on for the test, restored after it."""
+    yield from _x64_on()
+
+
+@pytest.fixture(autouse=True)
+def _x64_marker(request):
+    if request.node.get_closest_marker("enable_x64") is None:
+        yield
+    else:
+        yield from _x64_on()
+
+
+_64_BIT = frozenset(np.dtype(n) for n in ("float64", "int64", "uint64", "complex128"))
+
+
+def _is_64_bit_dtype(v) -> bool:
+    """Whether a test parameter names a 64-bit dtype (``np.float64``, ``np.dtype("int64")``, ``"complex128"``,
+    ``fnarray.numpy.float64``)."""
+    if not isinstance(v, (str, np.dtype, type)):
+        return False
+    d = getattr(v, "dtype", None)  # fnarray.numpy's scalar types carry their np.dtype
+    try:
+        return (d if isinstance(d, np.dtype) else np.dtype(v)) in _64_BIT
+    except (TypeError, ValueError):  # not a dtype (a string parameter such as "valid")
+        return False
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """An ``X64_MODULES`` module is imported with x64 on: its module-level arrays are made as its tests expect."""
+    if isinstance(collector, pytest.Module) and collector.path.stem in X64_MODULES:
+        yield from _x64_on()
+    else:
+        yield
+
+
+def pytest_collection_modifyitems(config, items):
+    """``enable_x64`` on the tests of ``X64_MODULES`` and on every test parametrized with a 64-bit dtype (a
+    ``float64`` parity case checks float64 results, which exist only with x64 on)."""
+    for item in items:
+        if item.module is not None and item.module.__name__.rpartition(".")[2] in X64_MODULES:
+            item.add_marker(pytest.mark.enable_x64)
+        else:
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            if any(_is_64_bit_dtype(v) for v in params.values()):
+                item.add_marker(pytest.mark.enable_x64)
 
 
 def pytest_configure(config):
@@ -26,6 +117,8 @@ def pytest_configure(config):
     # backend with a filter set at import; pytest restores the filters after collection, so repeat it.
     config.addinivalue_line("filterwarnings", r"ignore::RuntimeWarning:fnarray\.lowering\.numpy")
     config.addinivalue_line("filterwarnings", r"ignore::RuntimeWarning:fnarray\.devices\.eager_ops")
+    config.addinivalue_line("markers", "enable_x64: run the test with fnarray.config.enable_x64 on (64-bit dtypes "
+                            "kept), restored after it")
 
 
 def pytest_generate_tests(metafunc):

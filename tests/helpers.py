@@ -28,7 +28,8 @@ __all__ = [
     "BACKEND_UNAVAILABLE", "require_backend", "needs_namespace", "tolerance", "jax_promote",
     "oracle_promote", "to_inexact", "reference", "assert_close", "assert_same", "check_traced",
     "eager_and_jit", "random_array", "on_device", "int_div_ref", "int_rem_ref", "shift_ref",
-    "saturating_cast_ref", "ALL_DTYPES", "DTYPE_NAMES", "fallback_mode", "python_calls", "run_threads",
+    "saturating_cast_ref", "ALL_DTYPES", "DTYPE_NAMES", "fallback_mode", "config_setting", "python_calls",
+    "run_threads",
 ]
 
 BACKEND_UNAVAILABLE = "backend unavailable"
@@ -76,15 +77,20 @@ def run_threads(work, n=4, timeout=60.0) -> None:
 
 
 @contextlib.contextmanager
-def fallback_mode(mode):
-    """``fa.config.fallback`` set to ``mode`` ("error": an equation the device cannot run raises instead of
-    running on numpy) for the block, and restored after it, also when the block raises."""
-    old = fa.config.fallback
-    fa.config.fallback = mode
+def config_setting(name, value):
+    """``fa.config.<name>`` set to ``value`` for the block, and restored after it, also when the block raises."""
+    old = getattr(fa.config, name)
+    setattr(fa.config, name, value)
     try:
         yield
     finally:
-        fa.config.fallback = old
+        setattr(fa.config, name, old)
+
+
+def fallback_mode(mode):
+    """``fa.config.fallback`` set to ``mode`` ("error": an equation the device cannot run raises instead of
+    running on numpy) for the block, and restored after it, also when the block raises."""
+    return config_setting("fallback", mode)
 
 # The dtypes fnarray has, spelled with NumPy / ml_dtypes (not with fnarray's own objects).
 DTYPE_NAMES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",

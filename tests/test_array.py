@@ -33,6 +33,7 @@ def test_repr_matches_jax(x_np):
     assert repr(fnp.asarray(x_np)) == repr(jnp.asarray(x_np))
 
 
+@pytest.mark.enable_x64
 def test_repr_examples_and_weak_type():
     assert repr(fnp.asarray([1.0, 2.0])) == "Array([1., 2.], dtype=float32)"
     assert repr(fnp.asarray(2.0)) == "Array(2., dtype=float32, weak_type=True)"
@@ -78,6 +79,7 @@ def test_dlpack():
     assert_close(z, np.arange(6, dtype=np.float32).reshape(2, 3))
 
 
+@pytest.mark.enable_x64
 def test_item_tolist_astype_block_until_ready():
     x = fnp.asarray(np.array([[1.5, -2.0], [3.25, 0.0]], np.float32))
     assert x.tolist() == [[1.5, -2.0], [3.25, 0.0]]
@@ -107,6 +109,7 @@ def test_scalar_conversions():
         len(fnp.asarray(1.0))
 
 
+@pytest.mark.enable_x64
 def test_properties():
     x_np = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     x = fnp.asarray(x_np)

@@ -150,6 +150,7 @@ def test_default_dtypes_of_creation_follow_info():
 # ---------------------------------------------------------------- dtypes and their functions
 
 
+@pytest.mark.enable_x64
 def test_dtype_objects_compare_by_value():
     for name in DTYPES:
         d = getattr(fnp, name)
@@ -197,6 +198,7 @@ def _same_category(a: str, b: str) -> bool:
 STANDARD_PAIRS = [(a, b) for a in DTYPES for b in DTYPES if _same_category(a, b)]
 
 
+@pytest.mark.enable_x64
 def test_result_type_follows_the_standard_table():
     # NumPy's promotion agrees with the standard's table on every pair the table defines.
     for a, b in STANDARD_PAIRS:
@@ -210,6 +212,7 @@ def test_result_type_follows_the_standard_table():
         fnp.result_type()
 
 
+@pytest.mark.enable_x64
 def test_result_type_with_python_scalars():
     # 2024.12: a Python scalar of a compatible kind takes the array's dtype.
     for name in INTS + FLOATS + COMPLEX:
@@ -221,6 +224,7 @@ def test_result_type_with_python_scalars():
     assert fnp.result_type(fnp.zeros(2, dtype=fnp.float64), 1j) == fnp.complex128
 
 
+@pytest.mark.enable_x64
 def test_can_cast_is_safe_casting_within_a_category():
     for a, b in STANDARD_PAIRS:
         want = bool(np.can_cast(NP_DTYPES[a], NP_DTYPES[b], casting="safe"))
@@ -253,6 +257,7 @@ def test_iinfo(name):
         assert ii.dtype == NP_DTYPES[name]
 
 
+@pytest.mark.enable_x64
 def test_astype_and_copy_semantics():
     x = fnp.asarray(np.array([1.7, -2.2, 3.0], np.float64))
     for name in INTS[:4] + FLOATS + COMPLEX:
@@ -340,6 +345,7 @@ def test_complex_expm1_special_cases():
     check_traced(fnp.expm1, fnp.asarray(z))
 
 
+@pytest.mark.enable_x64
 def test_complex_expm1_finite_values_match_numpy():
     rng = np.random.default_rng(7)
     z = (rng.uniform(-3, 3, 64) + 1j * rng.uniform(-4, 4, 64)).astype(np.complex64)
@@ -434,6 +440,7 @@ FFT_EXTENSION = ("fft", "ifft", "fftn", "ifftn", "rfft", "irfft", "rfftn", "irff
                  "rfftfreq", "fftshift", "ifftshift")
 
 
+@pytest.mark.enable_x64
 def test_fft_extension_has_every_name_and_keeps_precision():
     import inspect
     missing = [n for n in FFT_EXTENSION if not callable(getattr(fnp.fft, n, None))]

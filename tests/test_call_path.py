@@ -156,6 +156,7 @@ def test_hot_path_builds_no_key(device):
     np.testing.assert_array_equal(np.asarray(y), np.arange(4, dtype=np.float32) * 2 + 1)
 
 
+@pytest.mark.enable_x64
 def test_hot_path_checks_each_argument():
     """Each call that differs from the hot record in any way the cache key sees takes the general path and is
     right: another dtype, shape, weak type, structure, container for a leaf, NumPy or scalar argument, device."""

@@ -80,6 +80,7 @@ def test_round_trip_every_backend(tmp_path, device):
     assert all(_bits_equal(again[d], tree[d]) for d in DTYPES)
 
 
+@pytest.mark.enable_x64
 def test_nested_structure_rebuilt_without_like(tmp_path):
     tree = {"list": [np.arange(3), (np.ones(2, np.float32), None)], "nt": Point(np.int8(3), np.zeros((1, 1))),
             3: {"deep": {"er": np.float16(2.5)}}, "none": None, "empty_t": (), "empty_d": {},
@@ -129,6 +130,7 @@ def test_modules_and_optimizer_states_round_trip(tmp_path):
         assert _bits_equal(a, b)
 
 
+@pytest.mark.enable_x64
 def test_like_restores_structure_and_names_the_first_mismatch(tmp_path):
     model = fa.nn.MLP(3, 2, 4, 1, activation=lambda x: x * 2, key=fa.random.key(0))
     path = tmp_path / "m.safetensors"

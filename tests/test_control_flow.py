@@ -159,6 +159,7 @@ def test_while_body_type_change_errors():
         fori_loop(0, 3, lambda i, c: c * 0.5, 1)
 
 
+@pytest.mark.enable_x64
 def test_weak_carries_and_branch_outputs_adopt_strong_types():
     x = fnp.asarray(np.float32(0.25))
     out = while_loop(lambda c: c < 2.0, lambda c: c + x, 0.0)
@@ -376,6 +377,7 @@ def test_vmap_scan_axes_and_carry_fixed_point():
 # =================================================================================== forward mode
 
 
+@pytest.mark.enable_x64
 def test_jvp_cond_switch_against_finite_differences():
     _require("jvp")
     x, v = _f64(4), _f64(4)
@@ -392,6 +394,7 @@ def test_jvp_cond_switch_against_finite_differences():
             _close(t, _fd_jvp(_np_of(fn), xx, v), rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.enable_x64
 def test_jvp_while_and_scan_against_finite_differences():
     _require("jvp")
     x, v = np.abs(_f64(3)) + 0.5, _f64(3)
@@ -414,6 +417,7 @@ def test_jvp_while_and_scan_against_finite_differences():
 # =================================================================================== reverse mode
 
 
+@pytest.mark.enable_x64
 def test_grad_fori_loop_static_bounds():
     _require("grad")
     x = _f64(3)
@@ -427,6 +431,7 @@ def test_grad_fori_loop_static_bounds():
     assert "scan" in _prims(prog)
 
 
+@pytest.mark.enable_x64
 def test_jit_grad_scan_against_finite_differences():
     _require("grad")
     xs, w = _f64(6, 2), _f64(2)
@@ -449,6 +454,7 @@ def test_jit_grad_scan_against_finite_differences():
     _close(fa.grad(rev)(fnp.asarray(a)), _fd_grad(lambda z: float(rev(fnp.asarray(z))), a), rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.enable_x64
 def test_grad_cond_and_switch():
     _require("grad")
     x = _f64(3)
@@ -464,6 +470,7 @@ def test_grad_cond_and_switch():
     _traced(fa.grad(f), fnp.asarray(x), 1)
 
 
+@pytest.mark.enable_x64
 def test_second_order_through_scan_and_cond():
     _require("hessian", "grad")
     x = _f64(3)
@@ -477,6 +484,7 @@ def test_second_order_through_scan_and_cond():
     _close(h, ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.enable_x64
 def test_vmap_of_grad_of_scan():
     _require("grad", "vmap")
     xs = _f64(4, 5)
@@ -502,6 +510,7 @@ def test_reverse_mode_through_while_loop_raises():
     _close(g(fnp.asarray(3.0)), 16.0)
 
 
+@pytest.mark.enable_x64
 def test_grad_scan_does_not_stack_loop_invariant_weights():
     _require("grad")
     w = fnp.asarray(_f64(3, 3))

@@ -52,6 +52,7 @@ def test_asarray_from_python_values(value, dtype):
     assert_close(x, want, dtype)
 
 
+@pytest.mark.enable_x64
 def test_asarray_with_dtype_does_not_round_through_the_default():
     x = fnp.asarray([0.1, 1e-300], dtype=fnp.float64)
     assert_close(x, np.array([0.1, 1e-300]), F64, rtol=0, atol=0)
@@ -85,6 +86,7 @@ def test_asarray_copies_what_numpy_holds():
     assert np.asarray(x)[0] == 0.0
 
 
+@pytest.mark.enable_x64
 def test_asarray_from_array_protocols():
     class HasArray:
         def __array__(self, dtype=None, copy=None):
@@ -132,6 +134,7 @@ def test_full_takes_the_fill_values_dtype(fill, dtype):
     assert_close(out, np.full((2, 2), fill).astype(dtype), dtype, rtol=0, atol=0)
 
 
+@pytest.mark.enable_x64
 def test_full_with_an_array_fill_value():
     v = fnp.asarray(np.float64(2.25))
     out = fnp.full((2, 3), v)
@@ -152,6 +155,7 @@ def test_shape_errors():
 
 @pytest.mark.parametrize("x_np", [np.arange(6, dtype=np.int16).reshape(2, 3), np.ones((0, 2), np.float64),
                                   np.array(1.5, np.float32)], ids=["i16", "empty-f64", "scalar"])
+@pytest.mark.enable_x64
 def test_like_functions(x_np):
     x = fnp.asarray(x_np)
     for ours, ref in [(fnp.zeros_like, np.zeros_like), (fnp.ones_like, np.ones_like),
@@ -203,6 +207,7 @@ def test_linspace(start, stop, num, endpoint, dtype):
         fnp.linspace(0, 1, -1)
 
 
+@pytest.mark.enable_x64
 @pytest.mark.parametrize("kw", [{}, {"base": 2.0}, {"endpoint": False}, {"num": 4, "dtype": "float64"}])
 def test_logspace(kw):
     out = _jit_same(lambda: fnp.logspace(0, 3, **kw))

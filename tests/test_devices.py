@@ -235,6 +235,7 @@ def test_require_all_backends_turns_a_skip_into_a_failure(pytester, monkeypatch)
 # ----------------------------------------------------------------------------- placement
 
 
+@pytest.mark.enable_x64
 def test_device_put_commits(device):
     x = fnp.asarray([1.0, 2.0])
     assert not x.committed and x.device == fa.default_device()
@@ -324,6 +325,7 @@ def test_fallback_of_an_unsupported_primitive(testdev):
     assert "testdev program" in fa.jit(f).lower(x).as_text()
 
 
+@pytest.mark.enable_x64
 def test_fallback_of_an_unsupported_dtype(testdev):
     x_np = np.array([0.1, 0.2, 1e-300])
     x = fa.device_put(fnp.asarray(x_np), "testdev:1")
@@ -350,6 +352,7 @@ def test_a_second_device_and_kind_warns_again(testdev):
     assert sum("testdev:1" in m for m in msgs) == 1 and sum("float16" in m for m in msgs) == 1
 
 
+@pytest.mark.enable_x64
 def test_fallback_error_mode(testdev, monkeypatch):
     # The warning comes once per primitive, dtype and device per process: forget earlier tests' warnings.
     # An eager op compiled by an earlier test on testdev:0 is cached, and a cached op does not warn again.

@@ -50,6 +50,7 @@ def test_promote_types_matches_jax(a, b):
     assert D.promote_types(a, b) == jax_promote(a, b)  # weak only for uint64 with a signed integer
 
 
+@pytest.mark.enable_x64
 def test_result_type_is_order_independent_and_matches_jax():
     rng = np.random.default_rng(0)
     for _ in range(300):
@@ -61,6 +62,7 @@ def test_result_type_is_order_independent_and_matches_jax():
         assert D.result_type(*[(d, False) for d in trio]) == oracle_promote(*trio), trio
 
 
+@pytest.mark.enable_x64
 def test_mixed_weak_and_strong_promotion_is_order_independent():
     rng = np.random.default_rng(1)
     pool = list(ALL_DTYPES) + list(SCALARS)
@@ -105,6 +107,7 @@ def test_oracle_pinned_difference_is_only_the_default_width():
 @pytest.mark.parametrize("scalar,want", [(1.0, ("float32", True)), (1, ("int32", True)), (True, ("bool", False)),
                                          (1j, ("complex64", True)), (np.float64(1.0), ("float64", False)),
                                          (np.int8(1), ("int8", False))])
+@pytest.mark.enable_x64
 def test_dtype_of_scalar(scalar, want):
     assert D.dtype_of_scalar(scalar) == (np.dtype(want[0]), want[1])
 

@@ -164,6 +164,7 @@ def test_an_overflowing_int_raises_the_general_error_after_an_entry_exists():
     assert str(fast.value) == str(general.value)
 
 
+@pytest.mark.enable_x64
 def test_unary_minus_matches_the_general_path_numpy():
     learned: set = set()
     for d in dtypes.ALL_DTYPES:
@@ -337,6 +338,7 @@ def _namespace_check(fn, args, what):
         _same(_outcome(lambda: fn(*args)), general, what)
 
 
+@pytest.mark.enable_x64
 @pytest.mark.parametrize("name", sorted(eager_ops._NAMESPACE_BINARY))
 def test_namespace_binary_functions_match_the_function_they_wrap_numpy(name):
     fn = getattr(fnp, name)

@@ -277,6 +277,7 @@ def _check_case(fn, spec, args, want_dtype, jit_args=None):
         check_traced(g, *arrays)
 
 
+@pytest.mark.enable_x64
 @pytest.mark.parametrize("spec,dtype", CASES, ids=[f"{s.name}-{d}" for s, d in CASES])
 def test_elementwise_against_numpy(spec, dtype):
     rng = np.random.default_rng(abs(hash((spec.name, dtype))) % 2 ** 32)
@@ -304,6 +305,7 @@ MIXED = [("int8", "float32"), ("int32", "float64"), ("uint8", "int8"), ("float32
 MIXED_FNS = ["add", "multiply", "maximum", "floor_divide", "divide", "equal", "less", "logical_and"]
 
 
+@pytest.mark.enable_x64
 @pytest.mark.parametrize("name", MIXED_FNS)
 def test_mixed_dtypes_promote_as_jax(name):
     spec = next(s for s in SPECS if s.name == name)
@@ -437,6 +439,7 @@ def test_frexp_and_ldexp(dtype):
     check_traced(fnp.ldexp, x, fnp.asarray(k_np))
 
 
+@pytest.mark.enable_x64
 @pytest.mark.parametrize("decimals", [1, 2, -1])
 def test_round_with_decimals(decimals):
     x_np = np.array([1.2345, -2.5678, 123.456, 0.05, -0.15], np.float64)
@@ -539,6 +542,7 @@ def _lax_cases():
 _N_LAX_CASES = 25
 
 
+@pytest.mark.enable_x64
 @pytest.mark.parametrize("case", range(_N_LAX_CASES))
 def test_primitive_edge_cases_match_jax_lax(case):
     """The elementwise primitives at their edges (signed zeros, NaN, bit patterns, widths) as ``jax.lax``."""
@@ -583,6 +587,7 @@ def test_gcd_lcm_reject_floats():
             f(fnp.asarray([True]), fnp.asarray([False]))
 
 
+@pytest.mark.enable_x64
 def test_float_power_keeps_complex():
     z = np.array([1j, 1 + 2j, -3.0 + 0j], np.complex64)
     out = fnp.float_power(fnp.asarray(z), 2)

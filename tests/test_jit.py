@@ -73,6 +73,7 @@ def test_no_retrace_for_the_same_types():
     assert f.n == 1
 
 
+@pytest.mark.enable_x64
 def test_retrace_on_new_shape_dtype_and_weak_type():
     f = Counter(lambda v: v + 1)
     j = fa.jit(f)
@@ -235,6 +236,7 @@ def test_outputs_may_be_inputs_or_python_scalars():
     assert isinstance(c, fa.Array) and c.item() is True
 
 
+@pytest.mark.enable_x64
 def test_captured_arrays_become_constants():
     c = fnp.asarray(np.arange(3, dtype=np.float32))
     s = fnp.asarray(np.float64(0.5))

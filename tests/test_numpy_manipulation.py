@@ -305,6 +305,7 @@ def test_pad_traced_constant():
     assert_same(eager, jitted)
 
 
+@pytest.mark.enable_x64
 def test_pad_wide_reflections_match_numpy():
     rng = np.random.default_rng(4)
     for n in [1, 2, 3, 5]:
@@ -318,6 +319,7 @@ def test_pad_wide_reflections_match_numpy():
 # ----------------------------------------------------------------------------- Array methods
 
 
+@pytest.mark.enable_x64
 def test_array_methods():
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     fx = fnp.asarray(x)

@@ -335,6 +335,7 @@ def test_vmap_against_loop():
         assert_close(batched, looped)
 
 
+@pytest.mark.enable_x64
 def test_grad_through_sort():
     x = np.array([[3.0, -1.0, 2.0], [0.5, 4.0, -2.0]])
     w = np.array([1.0, 10.0, 100.0])

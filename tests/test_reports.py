@@ -86,7 +86,7 @@ def _agrees(got, want, dt, absolute):
         exact = (got == want) | (np.isnan(got) & np.isnan(want))
         scale = np.maximum(np.abs(want), 1.0 if absolute else float(np.finfo(dt).tiny))
         near = np.isfinite(want) & (np.abs(got - want) <= _RTOL[dt] * scale)
-        # A subnormal result may come back as a zero of its sign (DESIGN.md, "Subnormals").
+        # A subnormal result may come back as a zero of its sign (docs/design.md, "Subnormals").
         flushed = _subnormal(want, dt) & (got == 0) & (np.signbit(got) == np.signbit(want))
     return same_class & (exact | near) | flushed
 
@@ -105,7 +105,7 @@ def _check(name, device, dt, args, scipy_fn):
     any_sub = np.zeros(got.shape, bool)
     for a in args:
         any_sub |= _subnormal(a, dt)
-    # Results that depend on subnormal inputs are pinned only in sign (DESIGN.md, "Subnormals").
+    # Results that depend on subnormal inputs are pinned only in sign (docs/design.md, "Subnormals").
     with np.errstate(invalid="ignore"):
         same_sign = (np.isnan(got) == np.isnan(want)) & (np.signbit(got) == np.signbit(want))
     ok |= any_sub & (_agrees(got, want_flushed, dt, absolute) | same_sign)

@@ -92,6 +92,7 @@ def test_integer_creation_out_of_range_raises_overflow(device, make):
         make(device)
 
 
+@pytest.mark.enable_x64
 def test_integer_creation_in_range_and_int64(device):
     np.testing.assert_array_equal(np.asarray(fnp.arange(2**31 - 3, 2**31, device=device)),
                                   np.arange(2**31 - 3, 2**31, dtype=np.int64))

@@ -262,6 +262,7 @@ def _axes(in_axes, n):
     return in_axes if isinstance(in_axes, tuple) else (in_axes,) * n
 
 
+@pytest.mark.enable_x64
 @pytest.mark.parametrize("spec,in_axes", CASES)
 def test_vmap_matches_loop(spec, in_axes):
     rng = _seed(spec.name)
@@ -277,6 +278,7 @@ def test_vmap_matches_loop(spec, in_axes):
     check_traced(fa.vmap(spec.fn, in_axes=in_axes), *fa_args)
 
 
+@pytest.mark.enable_x64
 @pytest.mark.parametrize("spec", VSPECS, ids=lambda s: s.name)
 def test_nested_vmap_matches_double_loop(spec):
     """``vmap(vmap(f, in_axes=-1), in_axes=0)`` on inputs of shape ``(B_OUTER,) + example + (B,)``."""
@@ -310,6 +312,7 @@ def test_out_axes(out_axes):
     assert_match(got, [want], f"out_axes={out_axes}")
 
 
+@pytest.mark.enable_x64
 def test_pytree_in_axes():
     """``in_axes`` given per leaf of a dict argument, mapped and unmapped leaves mixed."""
     rng = _seed("pytree")

@@ -62,6 +62,14 @@ class Config:
       user's source line (a jitted call is re-run op by op to find it; ``fnarray.devices.nan_check``).
       Off by default; when off the call path is unchanged. Env: ``FNARRAY_DEBUG_NANS=1``,
       ``FNARRAY_DEBUG_INFS=1``.
+    - ``enable_x64``: keep 64-bit dtypes (``float64``, ``int64``, ``uint64``, ``complex128``). Off by default,
+      as ``jax_enable_x64``: 64-bit inputs (NumPy arrays and scalars, ``dtype=float64`` requests, ``astype``)
+      become their 32-bit counterparts where they enter (``asarray``, creation functions, ``device_put``,
+      ``jit`` arguments), with JAX's ``UserWarning`` where a 64-bit dtype was explicitly requested
+      (``fnarray.core.dtypes``). Part of the jit cache key. Env: ``FNARRAY_ENABLE_X64=1``.
+
+    ``update(name, value)`` sets one of these by name, as ``jax.config.update``; JAX's names
+    ``"jax_enable_x64"``, ``"jax_debug_nans"``, ``"jax_debug_infs"`` and ``"jax_default_device"`` are accepted.
 
     In-memory cache sizes (every cache is an LRU: the least recently used entry goes first; a change
     applies at the next insert; 0 keeps nothing). As JAX bounds its in-memory executable
@@ -97,6 +105,7 @@ class Config:
         self.compilation_cache_dir = os.environ.get("FNARRAY_CACHE_DIR") or None
         self._debug_nans = _env_flag("FNARRAY_DEBUG_NANS")
         self._debug_infs = _env_flag("FNARRAY_DEBUG_INFS")
+        self._enable_x64 = _env_flag("FNARRAY_ENABLE_X64")
         self.debug_hook = None  # set by fnarray.devices.nan_check: called when debug_nans/debug_infs change
         self._frozen = True  # from here on, only names defined above (or on the class) may be set
 
@@ -154,6 +163,28 @@ class Config:
         self._debug_infs = bool(on)
         self._debug_changed()
 
+    @property
+    def enable_x64(self) -> bool:
+        return self._enable_x64
+
+    @enable_x64.setter
+    def enable_x64(self, on):
+        self._enable_x64 = bool(on)
+        self.generation += 1
+
+    def update(self, name: str, value):
+        """Set the setting ``name`` to ``value``, as ``jax.config.update(name, value)``.
+
+        ``name`` is one of this object's settings (``"enable_x64"``, ``"debug_nans"``, ...) or JAX's name of
+        one (``"jax_enable_x64"``: the ``jax_`` prefix is dropped). Raises ``AttributeError`` naming the
+        settings for any other name.
+        """
+        attr = name[4:] if name.startswith("jax_") else name
+        if attr not in _SETTINGS:
+            raise AttributeError(f"fnarray.config has no setting {name!r}; settings: {', '.join(_SETTINGS)} "
+                                 "(JAX's names with the jax_ prefix are accepted too)")
+        setattr(self, attr, value)
+
     def _debug_changed(self):
         self.generation += 1
         if self.debug_hook is not None:
@@ -197,11 +228,14 @@ class Config:
 
     def lowering_key(self) -> tuple:
         """The part of the configuration that changes lowering (a jit cache key component)."""
-        return (self._fallback, self._debug_nans, self._debug_infs)
+        return (self._fallback, self._debug_nans, self._debug_infs, self._enable_x64)
 
     def __repr__(self):
         sizes = ", ".join(f"{n}={getattr(self, n)}" for n in _CACHE_SIZES)
         return f"Config(fallback={self.fallback!r}, default_device={self.default_device!r}, {sizes})"
 
+
+_SETTINGS = ("enable_x64", "debug_nans", "debug_infs", "default_device", "fallback", "compilation_cache_dir",
+             *_CACHE_SIZES)
 
 config = Config()

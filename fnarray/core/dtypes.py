@@ -11,21 +11,34 @@ array API standard wherever the standard defines a result. A *weak* type is the
 type of a Python scalar: it adopts the dtype of the array it meets, within its
 kind (``f32 * 2.0 -> f32``; ``i32 + 1.5 -> f32``, weak, because a Python float
 meeting an int array lands on the default float).
+
+64-bit dtypes are a switch, as JAX's ``jax_enable_x64``: with ``fnarray.config.enable_x64`` off (the
+default), ``canonicalize`` maps ``float64``/``int64``/``uint64``/``complex128`` to ``float32``/``int32``/
+``uint32``/``complex64``, so NumPy float64 arrays, ``np.float64`` scalars and ``dtype=float64`` requests
+become 32-bit where they enter; ``requested`` is ``canonicalize`` for a dtype the user asked for by name
+and warns as JAX does ("Explicitly requested dtype float64 ... will be truncated to dtype float32").
+``as_dtype`` is the conversion without the switch (``finfo(float64)`` describes float64 either way). With
+``enable_x64`` on, 64-bit dtypes are kept; Python scalars keep their 32-bit defaults in both modes.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import sys
+import warnings
 
 import ml_dtypes
 import numpy as np
 
+from fnarray.core.config import config
 from fnarray.core.errors import DTypeError
 
 __all__ = [
     "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
     "uint64", "float16", "bfloat16", "float32", "float64", "complex64",
-    "complex128", "float0", "ALL_DTYPES", "canonicalize", "promote_types",
+    "complex128", "float0", "ALL_DTYPES", "canonicalize", "as_dtype", "requested", "x64_enabled",
+    "narrow", "promote_types",
     "result_type", "is_float", "is_complex", "is_int", "is_unsigned",
     "is_signed", "is_bool", "is_inexact", "short_name", "default_for_kind",
     "dtype_of_scalar", "scalar_operand_dtype", "scalar_literal", "finfo", "iinfo",
@@ -95,8 +108,68 @@ class ScalarMeta(type):
         return f"fnarray.numpy.{cls.__name__}"  # the namespace makes them (fnarray/numpy/_info.py)
 
 
+#: the 32-bit dtype each 64-bit dtype becomes while ``config.enable_x64`` is off (as JAX's canonicalisation)
+_NARROW = {float64: float32, int64: int32, uint64: uint32, complex128: complex64}
+
+
+def x64_enabled() -> bool:
+    """Whether 64-bit dtypes are kept (``fnarray.config.enable_x64``)."""
+    return config._enable_x64
+
+
+def narrow(d: np.dtype) -> np.dtype:
+    """``d`` as it is stored under the current ``enable_x64`` setting: a 64-bit dtype's 32-bit counterpart
+    while it is off, else ``d`` itself. ``d`` is one of our dtypes (see ``as_dtype``)."""
+    return d if config._enable_x64 else _NARROW.get(d, d)
+
+
 def canonicalize(dtype) -> np.dtype:
-    """Turn anything NumPy accepts as a dtype (or a Python type) into one of ours.
+    """Turn anything NumPy accepts as a dtype (or a Python type) into the dtype arrays of it get.
+
+    ``as_dtype`` followed by ``narrow``: with ``config.enable_x64`` off (the default), the 64-bit dtypes
+    become 32-bit (``float64`` → ``float32``, ``int64`` → ``int32``, ``uint64`` → ``uint32``,
+    ``complex128`` → ``complex64``), as ``jax.dtypes.canonicalize_dtype``; silently, since the callers
+    are NumPy inputs and internal dtypes (``requested`` is the warning form for an explicit request).
+    Raises ``DTypeError`` for dtypes fnarray does not have (strings, objects, datetimes).
+    """
+    return narrow(as_dtype(dtype))
+
+
+def requested(dtype, where: str) -> np.dtype:
+    """``canonicalize`` of a dtype the caller passed explicitly (``dtype=`` of ``where``, ``astype``).
+
+    With ``config.enable_x64`` off, a 64-bit dtype named explicitly (``float64``, ``np.int64``, ``"float64"``;
+    not the Python types ``float``/``int``/``complex``, which mean the 32-bit defaults) warns as JAX does:
+    ``UserWarning: Explicitly requested dtype float64 requested in zeros is not available, and will be
+    truncated to dtype float32 ...``. ``None`` is returned as ``None``.
+    """
+    if dtype is None:
+        return None
+    d = as_dtype(dtype)
+    if config._enable_x64 or d not in _NARROW:
+        return d
+    if dtype is not float and dtype is not int and dtype is not complex:  # (np.dtype("float64") == float)
+        warnings.warn(f"Explicitly requested dtype {d.name} requested in {where} is not available, and will be "
+                      f"truncated to dtype {_NARROW[d].name}. To keep 64-bit dtypes, set "
+                      "fnarray.config.enable_x64 = True (or fnarray.config.update('jax_enable_x64', True), or "
+                      "the environment variable FNARRAY_ENABLE_X64=1) before making arrays.",
+                      UserWarning, stacklevel=_user_stacklevel())
+    return _NARROW[d]
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of ``warnings.warn`` called here that names the first frame outside fnarray."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def as_dtype(dtype) -> np.dtype:
+    """Turn anything NumPy accepts as a dtype (or a Python type) into one of ours, 64-bit dtypes kept.
 
     Python ``float``/``int``/``complex`` map to the 32-bit defaults; a non-native byte order
     (``'>f4'`` on a little-endian machine) maps to the native dtype. Raises
@@ -238,17 +311,18 @@ def promote_types(a, b, a_weak: bool = False, b_weak: bool = False) -> tuple[np.
     Mirrors ``jax.numpy.promote_types`` extended with weak types. Examples:
     ``(f32, f64) -> f64``; ``(i32, weak f32) -> (f32, weak)``; ``(u8, i8) -> i16``.
     """
-    return _promote(canonicalize(a), bool(a_weak), canonicalize(b), bool(b_weak))
+    return _promote(as_dtype(a), bool(a_weak), as_dtype(b), bool(b_weak))
 
 
 def result_type(*pairs) -> tuple[np.dtype, bool]:
-    """Fold ``promote_types`` over ``(dtype, weak)`` pairs."""
+    """Fold ``promote_types`` over ``(dtype, weak)`` pairs; the result ``narrow``ed (``uint32 + int32`` joins at
+    ``int64``, which is ``int32`` while ``config.enable_x64`` is off, as in JAX)."""
     if not pairs:
         raise DTypeError("result_type needs at least one dtype or array")
     d, w = pairs[0]
     for d2, w2 in pairs[1:]:
         d, w = _promote(d, w, d2, w2)
-    return d, w
+    return narrow(d), w
 
 
 def dtype_of_scalar(x) -> tuple[np.dtype, bool]:
@@ -316,7 +390,7 @@ class finfo:
     def __init__(self, dtype):
         if hasattr(dtype, "dtype") and not isinstance(dtype, np.dtype):
             dtype = dtype.dtype
-        d = canonicalize(dtype)
+        d = as_dtype(dtype)
         if not is_inexact(d):
             raise DTypeError(f"finfo needs a floating or complex dtype, got {d}; use iinfo for integers")
         real = {complex64: float32, complex128: float64}.get(d, d)
@@ -344,7 +418,7 @@ class iinfo:
     def __init__(self, dtype):
         if hasattr(dtype, "dtype") and not isinstance(dtype, np.dtype):
             dtype = dtype.dtype
-        d = canonicalize(dtype)
+        d = as_dtype(dtype)
         if not is_int(d):
             raise DTypeError(f"iinfo needs an integer dtype, got {d}; use finfo for floats")
         ii = np.iinfo(d)

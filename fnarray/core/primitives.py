@@ -595,7 +595,9 @@ def _cond_rule(index, *ops, branches):
         if not _avals_match(b.out_avals, branches[0].out_avals):
             raise ShapeError(f"cond: branches return different types: {_fmt(branches[0].out_avals)} "
                              f"and {_fmt(b.out_avals)}")
-    return [a.strip_weak() for a in branches[0].out_avals]
+    # an output is weak where every branch's is (JAX's join of the branches' types)
+    return [ShapedArray(a.shape, a.dtype, all(b.out_avals[i].weak_type for b in branches))
+            for i, a in enumerate(branches[0].out_avals)]
 
 
 cond = Primitive("cond", _cond_rule, multiple_results=True, kind="control",
@@ -616,7 +618,7 @@ def _while_rule(*args, cond_program, body_program, cond_nconsts, body_nconsts):
         raise ShapeError(f"while: body takes {_fmt(body_program.in_avals)}, given {_fmt(tuple(bc) + init)}")
     if not _avals_match(body_program.out_avals, init):
         raise ShapeError(f"while: body returns {_fmt(body_program.out_avals)}, carry is {_fmt(init)}")
-    return list(init)
+    return list(body_program.out_avals)  # the body's output types, weak types included (as JAX)
 
 
 while_p = Primitive("while", _while_rule, multiple_results=True, kind="control")
@@ -635,8 +637,8 @@ def _scan_rule(*args, program, num_consts, num_carry, length, reverse, unroll=1)
     outs = program.out_avals
     if not _avals_match(outs[:num_carry], carry):
         raise ShapeError(f"scan: body returns carry {_fmt(outs[:num_carry])}, expected {_fmt(carry)}")
-    ys = [ShapedArray((length,) + y.shape, y.dtype) for y in outs[num_carry:]]
-    return list(carry) + ys
+    ys = [ShapedArray((length,) + y.shape, y.dtype, y.weak_type) for y in outs[num_carry:]]
+    return list(outs[:num_carry]) + ys  # the body's output types, weak types included (as JAX)
 
 
 scan = Primitive("scan", _scan_rule, multiple_results=True, kind="control")

@@ -209,9 +209,13 @@ def _placed_aval(shape, d, weak_type) -> ShapedArray:
 
 def array_from_numpy(value, device: Device | None = None, *, weak_type: bool = False,
                      committed: bool = False) -> ArrayImpl:
-    """Wrap a NumPy array (copied if writeable) as an ``ArrayImpl`` on ``device``."""
+    """Wrap a NumPy array (copied if writeable) as an ``ArrayImpl`` on ``device``; a 64-bit array becomes
+    32-bit while ``config.enable_x64`` is off (``dtypes.canonicalize``), as JAX's ``device_put``."""
     v = np.asarray(value)
-    aval = _placed_aval(v.shape, dtypes.canonicalize(v.dtype), weak_type)
+    d = dtypes.canonicalize(v.dtype)
+    if d != v.dtype:
+        v = v.astype(d)
+    aval = _placed_aval(v.shape, d, weak_type)
     dev = device if device is not None else default_device()
     if v.nbytes > _CHECKED_BYTES:  # small arrays fit everywhere: keep the common path free of the check
         from fnarray.devices import memory
@@ -235,8 +239,9 @@ def device_put(x, device=None):
 
     Returns:
       The same structure with ``Array`` leaves of the same shapes. NumPy arrays
-      keep their dtype (``float64`` stays ``float64``, unlike JAX without x64);
-      Python scalars become weakly-typed ``float32``/``int32``/``complex64``/``bool``.
+      keep their dtype, except that 64-bit ones become 32-bit while ``fnarray.config.enable_x64`` is off
+      (the default; ``float64`` → ``float32``, as JAX without x64, silently); Python scalars become
+      weakly-typed ``float32``/``int32``/``complex64``/``bool``.
 
     Raises:
       DTypeError: a leaf whose dtype fnarray does not have (strings, objects...).

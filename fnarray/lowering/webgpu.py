@@ -262,7 +262,7 @@ class _GPU:
         return dev
 
     def _finish(self):
-        """Block until every queued command has run (a 4-byte readback after them: see TRAPS.md)."""
+        """Block until every queued command has run (a 4-byte readback after them: see docs/traps.md)."""
         with self.lock:
             self.queue.read_buffer(self._exit_probe, 0, 4)
 

@@ -49,9 +49,11 @@ def _place(x, device):
 def asarray(obj, /, dtype=None, device=None, copy=None):
     """Convert ``obj`` (array, NumPy array, scalar, nested sequence, DLPack capsule holder) to an ``Array``.
 
-    Mirrors the array API ``asarray``. Python floats become ``float32`` and ints
-    ``int32`` (weak-typed when a bare scalar); NumPy arrays keep their dtype
-    (``float64`` stays ``float64``). ``copy=False`` raises when a copy is needed.
+    Mirrors the array API ``asarray`` and ``jax.numpy.asarray``. Python floats become ``float32`` and ints
+    ``int32`` (weak-typed when a bare scalar); NumPy arrays keep their dtype, except that while
+    ``fnarray.config.enable_x64`` is off (the default, as in JAX) 64-bit ones become 32-bit (``float64`` →
+    ``float32``, silently) and an explicit 64-bit ``dtype`` gives the 32-bit one with JAX's ``UserWarning``.
+    ``copy=False`` raises when a copy is needed.
 
     Raises ``DTypeError`` for objects that hold no numbers, ``OverflowError`` for
     Python ints outside ``int32`` without an explicit dtype.
@@ -85,8 +87,8 @@ def array(obj, dtype=None, copy=True, ndmin: int = 0, device=None):
     return x
 
 
-def _default_float(dtype):
-    return dtypes.canonicalize(dtype) if dtype is not None else dtypes.float32
+def _default_float(dtype, where):
+    return dtypes.requested(dtype, where) if dtype is not None else dtypes.float32
 
 
 def full(shape, fill_value, dtype=None, *, device=None):
@@ -115,7 +117,7 @@ def full(shape, fill_value, dtype=None, *, device=None):
     if dtype is None:
         a = aval_of(fill_value) if not isinstance(fill_value, (list, tuple)) else None
         dtype = a.dtype if a is not None else dtypes.float32
-    d = dtypes.canonicalize(dtype)
+    d = dtypes.requested(dtype, "full") if dtype_given else dtypes.canonicalize(dtype)
     if isinstance(fill_value, int) and not isinstance(fill_value, bool) and dtypes.is_int(d):
         _check_int_bounds("full", (fill_value,), d, dtype_given)
     if isinstance(fill_value, Array):
@@ -147,7 +149,7 @@ def zeros(shape, dtype=None, *, device=None):
       ShapeError: a negative dimension.
       DTypeError: a ``dtype`` fnarray does not have.
     """
-    return full(shape, 0, dtype=_default_float(dtype), device=device)
+    return full(shape, 0, dtype=_default_float(dtype, "zeros"), device=device)
 
 
 def ones(shape, dtype=None, *, device=None):
@@ -168,7 +170,7 @@ def ones(shape, dtype=None, *, device=None):
       ShapeError: a negative dimension.
       DTypeError: a ``dtype`` fnarray does not have.
     """
-    return full(shape, 1, dtype=_default_float(dtype), device=device)
+    return full(shape, 1, dtype=_default_float(dtype, "ones"), device=device)
 
 
 def empty(shape, dtype=None, *, device=None):
@@ -193,9 +195,9 @@ def empty(shape, dtype=None, *, device=None):
     return zeros(shape, dtype=dtype, device=device)
 
 
-def _like(x, dtype, shape):
+def _like(x, dtype, shape, where):
     a = aval_of(asarray_internal(x) if not isinstance(x, Array) else x)
-    return (a.shape if shape is None else shape), (a.dtype if dtype is None else dtype)
+    return (a.shape if shape is None else shape), (a.dtype if dtype is None else dtypes.requested(dtype, where))
 
 
 def full_like(x, /, fill_value, dtype=None, *, device=None, shape=None):
@@ -218,7 +220,7 @@ def full_like(x, /, fill_value, dtype=None, *, device=None, shape=None):
       ShapeError: a negative dimension.
       DTypeError: a ``dtype`` fnarray does not have.
     """
-    s, d = _like(x, dtype, shape)
+    s, d = _like(x, dtype, shape, "full_like")
     return full(s, fill_value, dtype=d, device=device)
 
 
@@ -241,7 +243,7 @@ def zeros_like(x, /, dtype=None, *, device=None, shape=None):
       ShapeError: a negative dimension.
       DTypeError: a ``dtype`` fnarray does not have.
     """
-    s, d = _like(x, dtype, shape)
+    s, d = _like(x, dtype, shape, "zeros_like")
     return full(s, 0, dtype=d, device=device)
 
 
@@ -264,7 +266,7 @@ def ones_like(x, /, dtype=None, *, device=None, shape=None):
       ShapeError: a negative dimension.
       DTypeError: a ``dtype`` fnarray does not have.
     """
-    s, d = _like(x, dtype, shape)
+    s, d = _like(x, dtype, shape, "ones_like")
     return full(s, 1, dtype=d, device=device)
 
 
@@ -334,7 +336,7 @@ def arange(start, /, stop=None, step=None, dtype=None, *, device=None):
             dtype = dtypes.int32
         else:
             dtype = dtypes.float32
-    d = dtypes.canonicalize(dtype)
+    d = dtypes.requested(dtype, "arange") if d_given else dtype
     n = max(0, math.ceil((stop - start) / step))
     if dtypes.is_int(d):
         if n:
@@ -390,7 +392,7 @@ def _linspace_arrays(start, stop, num, dtype, endpoint):
         d, _ = dtypes.result_type((aval_of(lo).dtype, False), (aval_of(hi).dtype, False))
         d = d if dtypes.is_inexact(d) else dtypes.float32
     else:
-        d = dtypes.canonicalize(dtype)
+        d = dtypes.requested(dtype, "linspace")
     lo, hi = broadcast_arrays(lax.convert_element_type(lo, d), lax.convert_element_type(hi, d))
     rest = tuple(lo.shape)
     step = lax.iota(dtypes.int32, (num,) + rest, 0)
@@ -414,7 +416,7 @@ def _linspace(start, stop, num, dtype, device, endpoint):
         raise ValueError(f"linspace: num must be >= 0, got {num}")
     if dtype is None:
         dtype = dtypes.complex64 if isinstance(start, complex) or isinstance(stop, complex) else dtypes.float32
-    d = dtypes.canonicalize(dtype)
+    d = dtypes.requested(dtype, "linspace")
     vals = np.linspace(start, stop, num, endpoint=endpoint, dtype=np.complex128 if dtypes.is_complex(d)
                        else np.float64)
     if dtypes.is_int(d) and vals.size:
@@ -484,7 +486,7 @@ def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, device=N
         from fnarray.numpy._elementwise import power
         exps = _linspace_arrays(start, stop, int(num), dtype, endpoint)
         return _place(lax.convert_element_type(power(base, exps), exps.dtype), device)
-    d = dtypes.canonicalize(dtype) if dtype is not None else dtypes.float32
+    d = dtypes.requested(dtype, "logspace") if dtype is not None else dtypes.float32
     vals = np.logspace(_static(start, "logspace"), _static(stop, "logspace"), int(num), endpoint=endpoint, base=base)
     return _place(asarray_internal(vals.astype(d)), device)
 
@@ -507,7 +509,7 @@ def eye(n_rows, n_cols=None, /, k=0, dtype=None, *, device=None):
       TypeError: a non-integer ``k``.
     """
     n_cols = n_rows if n_cols is None else n_cols
-    d = _default_float(dtype)
+    d = _default_float(dtype, "eye")
     # A diagonal past either edge is empty: clamping keeps huge k within int32 index math.
     k = max(-n_rows, min(operator.index(k), n_cols))
     r = lax.iota(dtypes.int32, (n_rows, n_cols), 0)
@@ -555,7 +557,7 @@ def tri(N, M=None, k=0, dtype=None):
     k = max(-N, min(operator.index(k), M))
     r = lax.iota(dtypes.int32, (N, M), 0)
     c = lax.iota(dtypes.int32, (N, M), 1)
-    return lax.convert_element_type(lax.le(c, lax.add(r, np.int32(k))), _default_float(dtype))
+    return lax.convert_element_type(lax.le(c, lax.add(r, np.int32(k))), _default_float(dtype, "tri"))
 
 
 def _tri_mask(x, k, lower):
@@ -680,7 +682,7 @@ def indices(dimensions, dtype=None):
     Raises:
       TypeError: ``dimensions`` is not a sequence of numbers.
     """
-    d = dtypes.canonicalize(dtype) if dtype is not None else dtypes.int32
+    d = dtypes.requested(dtype, "indices") if dtype is not None else dtypes.int32
     dims = tuple(int(n) for n in dimensions)
     from fnarray.numpy._manipulation import stack
     return stack([lax.iota(d, dims, i) for i in range(len(dims))]) if dims else asarray_internal(

@@ -2,10 +2,17 @@
 
 Semantics (docs/design.md, "Indices"), as NumPy where NumPy is defined and as JAX beyond:
 
-- a static integer index out of bounds raises ``IndexError`` while tracing; slices clamp;
-- array indices (and traced scalar indices) are first normalised (a negative value counts
-  from the end), then clamped into bounds by ``gather``/``dynamic_slice`` and dropped by
-  the ``scatter`` family, in eager mode and under ``jit`` alike;
+- every integer index, a static Python int as an array or a traced one, is first normalised (a
+  negative value counts from the end), then clamped into bounds when reading (``x[10]`` on a length-3
+  axis is ``x[2]``, ``x[-10]`` is ``x[0]``, as JAX) and dropped when updating (``x.at[10].set(v)`` is
+  ``x``), in eager mode and under ``jit`` alike; only an index into an axis of size 0 raises
+  ``IndexError``. Slices clamp, as in NumPy;
+- ``x.at[key].get(mode=...)``: ``None``/``"clip"``/``"promise_in_bounds"`` clamp, ``"fill"`` (or
+  ``"drop"``) gives ``fill_value`` where an index is out of bounds (default NaN for inexact dtypes, the
+  lowest signed or highest unsigned integer, True); ``x.at[key].set/add/...(mode=...)``: ``None``/
+  ``"drop"``/``"fill"``/``"promise_in_bounds"`` drop out-of-bounds updates, ``"clip"`` clamps them
+  onto the edge (JAX's ``GatherScatterMode``);
+- ``take``/``take_along_axis`` default to ``mode="fill"``, as ``jax.numpy``;
 - advanced indices follow NumPy's placement rule: the broadcast index dimensions replace
   the indexed axes when the advanced indices are adjacent in the key, and go first when
   a slice, ``None`` or ``...`` separates them;
@@ -156,9 +163,12 @@ def _resolve(shape, key):
                 ax += 1
         elif kind == "int":
             n = shape[ax]
-            if not -n <= p < n:
-                raise IndexError(f"index {p} is out of bounds for axis {ax} with size {n}")
-            out.append(("int", p % n, ax))
+            if n == 0:
+                raise IndexError(f"index {p} is out of bounds for axis {ax} with size 0")
+            if -n <= p < n:
+                out.append(("int", p % n, ax))
+            else:  # as JAX: an index like any other, clamped when read, dropped when updated (or filled)
+                out.append(("dyn", np.int64(p), ax))
             ax += 1
         else:
             out.append((kind, p, ax))
@@ -439,7 +449,7 @@ def _single_mask(key):
     return None
 
 
-def _update(x, key, values, op):
+def _update(x, key, values, op, clip=False):
     mask = _single_mask(key)
     if mask is not None:
         v = _cast_value(values, x.dtype)
@@ -472,7 +482,7 @@ def _update(x, key, values, op):
         if 0 in out_shape[:len(out_shape) - x.ndim]:
             return x
         return _like(_COMBINE[op](x, lax.reshape(v, x.shape)), x)
-    return _SCATTER[op](x, idx, v, axes)
+    return _SCATTER[op](x, _clip_indices(idx, x.shape, axes) if clip else idx, v, axes)
 
 
 def _like(out, x):
@@ -480,14 +490,55 @@ def _like(out, x):
     return out if out.weak_type == x.weak_type else lax.convert_element_type(out, x.dtype, weak_type=x.weak_type)
 
 
-_GET_MODES = (None, "clip", "promise_in_bounds")
-_SET_MODES = (None, "drop", "promise_in_bounds")
+_MODES = (None, "clip", "fill", "drop", "promise_in_bounds")  # JAX's GatherScatterMode names
 
 
-def _check_mode(mode, allowed, what):
-    if mode not in allowed:
-        raise ValueError(f"x.at[...].{what}: mode {mode!r} is not supported; out-of-bounds array indices are "
-                         f"{'clamped' if what == 'get' else 'dropped'} (modes {allowed})")
+def _check_mode(mode, what):
+    if mode not in _MODES:
+        raise ValueError(f"x.at[...].{what}: unknown mode {mode!r}; expected one of {_MODES} (jax.numpy's "
+                         "modes: 'clip' clamps out-of-bounds indices, 'fill'/'drop' fill them when reading and "
+                         "drop them when updating)")
+    return mode
+
+
+def _fill_get(x, key, fill_value):
+    """``x[key]`` with ``fill_value`` (cast to ``x.dtype``) where an index is out of bounds."""
+    if _single_mask(key) is not None or (isinstance(key, tuple) and not key):
+        return _getitem(x, key)  # a mask or an empty key selects in-bounds elements only
+    entries, n_indexed = _resolve(x.shape, key)
+    entries, n_indexed = _strip_trailing_full(entries, x.shape)
+    axes, idx, out_shape = _index_grid(x.shape, entries, n_indexed)
+    if idx is None or not any(kind in ("dyn", "arr") for kind, _, _ in entries):
+        return _getitem(x, key)  # only static in-bounds ints and slices: nothing can be out of bounds
+    for kind, p, ax in entries:
+        if kind in ("dyn", "arr"):
+            _check_gather_axis(x.shape[ax], out_shape, ax)
+    out = lax.gather(x, idx, axes)
+    sizes = asarray_internal(np.asarray([x.shape[a] for a in axes], np.int32))
+    k = len(out_shape) - (x.ndim - n_indexed)
+    bounds = lax.broadcast_in_dim(sizes, idx.shape, (idx.ndim - 1,))
+    bad = lax.bitwise_or(lax.lt(idx, np.int32(0)), lax.ge(idx, bounds))
+    bad = lax.reduce_or(bad, (idx.ndim - 1,))
+    bad = lax.broadcast_in_dim(bad, out_shape, tuple(range(k)))
+    return lax.select(bad, lax.broadcast_in_dim(_fill_scalar(fill_value, x.dtype), out_shape, ()), out)
+
+
+def _fill_scalar(fill_value, d):
+    """``fill_value`` (default: ``_fill_default(d)``) as a 0-d value of dtype ``d``."""
+    if fill_value is None:
+        fill_value = _fill_default(d)
+    if isinstance(fill_value, Array):
+        if fill_value.ndim != 0:
+            raise ShapeError(f"fill_value must be a scalar, got an array of shape {fill_value.shape}")
+        return lax.convert_element_type(fill_value, d)
+    with np.errstate(all="ignore"):
+        return np.asarray(fill_value).astype(d)[()]
+
+
+def _clip_indices(idx, shape, axes):
+    """Index columns ``idx`` (last axis: one per entry of ``axes``) clamped into ``[0, shape[axis] - 1]``."""
+    upper = asarray_internal(np.asarray([max(shape[a] - 1, 0) for a in axes], np.int32))
+    return lax.max(lax.min(idx, lax.broadcast_in_dim(upper, idx.shape, (idx.ndim - 1,))), np.int32(0))
 
 
 class _IndexUpdateRef:
@@ -501,19 +552,35 @@ class _IndexUpdateRef:
     def __repr__(self):
         return f"_IndexUpdateRef({self.array.aval.str_short()}, {self.index!r})"
 
-    def get(self, *, mode=None, indices_are_sorted=False, unique_indices=False):
-        """``x[key]`` (array indices clamp)."""
-        _check_mode(mode, _GET_MODES, "get")
+    def get(self, *, mode=None, fill_value=None, indices_are_sorted=False, unique_indices=False):
+        """``x[key]`` (``jax.numpy.ndarray.at[...].get``).
+
+        Args:
+          mode: ``None``, ``"clip"`` or ``"promise_in_bounds"``: out-of-bounds indices (after a negative one
+            counts from the end) are clamped onto the edge, as ``x[key]``; ``"fill"`` (or ``"drop"``): the
+            elements read through an out-of-bounds index are ``fill_value``.
+          fill_value: with ``mode="fill"``, a scalar cast to ``x.dtype`` (default NaN for inexact dtypes, the
+            lowest signed or highest unsigned integer, True for bool, as JAX).
+
+        Returns:
+          An array of ``x[key]``'s shape and ``x``'s dtype.
+
+        Raises:
+          ValueError: an unknown ``mode``. IndexError: the errors of ``x[key]``.
+        """
+        if _check_mode(mode, "get") in ("fill", "drop"):
+            return _fill_get(self.array, self.index, fill_value)
         return _getitem(self.array, self.index)
 
     def _apply(self, op, values, mode):
-        _check_mode(mode, _SET_MODES, op)
-        return _update(self.array, self.index, values, op)
+        return _update(self.array, self.index, values, op, clip=_check_mode(mode, op) == "clip")
 
     def set(self, values, *, mode=None, indices_are_sorted=False, unique_indices=False):
         """A copy of ``x`` with ``x[key] = values`` (cast to ``x.dtype``, broadcast to ``x[key]``'s shape).
 
-        Out-of-bounds array indices are dropped; with repeated indices one of the values wins.
+        Out-of-bounds indices are dropped (``mode=None``, ``"drop"``, ``"fill"``, ``"promise_in_bounds"``) or,
+        with ``mode="clip"``, clamped onto the edge (as ``jax.numpy``); with repeated indices one of the
+        values wins. The other updates take the same ``mode``.
         """
         return self._apply("set", values, mode)
 
@@ -593,9 +660,7 @@ def _fill_default(d):
 
 def _with_fill(out, ni, n, fill_value, oob_shape_to):
     """``out`` with ``fill_value`` where the normalised index ``ni`` is out of ``[0, n)``."""
-    fill = _fill_default(out.dtype) if fill_value is None else fill_value
-    with np.errstate(all="ignore"):
-        fv = np.asarray(fill).astype(out.dtype)[()]
+    fv = _fill_scalar(fill_value, out.dtype)
     if isinstance(ni, np.ndarray):
         bad = asarray_internal((ni < 0) | (ni >= n))
     else:
@@ -604,8 +669,16 @@ def _with_fill(out, ni, n, fill_value, oob_shape_to):
     return lax.select(bad, lax.broadcast_in_dim(fv, out.shape, ()), out)
 
 
-def _index_mode(i, n, mode, what):
-    if mode in (None, "clip", "fill", "promise_in_bounds"):
+def _index_mode(i, n, mode, what, raw_clip=False):
+    """Indices ``i`` into an axis of size ``n`` under ``mode`` (``take``'s modes), as int32. ``raw_clip``:
+    ``"clip"`` clamps the indices as given, a negative one to 0 (``jax.numpy.take``, ``numpy.take``)."""
+    if mode == "clip" and raw_clip:
+        if isinstance(i, np.ndarray):
+            return np.clip(i.astype(np.int64), 0, max(n - 1, 0)).astype(np.int32)
+        d = i.dtype
+        hi = np.asarray(min(max(n - 1, 0), np.iinfo(d).max), d)[()]
+        return lax.convert_element_type(lax.max(lax.min(i, hi), np.asarray(0, d)[()]), _I32)
+    if mode in ("clip", "fill", "promise_in_bounds"):
         return _normalize(i, n)
     if mode == "wrap":
         if n == 0:
@@ -617,29 +690,33 @@ def _index_mode(i, n, mode, what):
         if dtypes.is_signed(d):
             r = lax.select(lax.lt(r, np.asarray(0, d)[()]), lax.add(r, np.asarray(n, d)[()]), r)
         return lax.convert_element_type(r, _I32)
-    raise ValueError(f"{what}: mode must be None, 'clip', 'wrap' or 'fill', got {mode!r} ('raise' cannot "
-                     "be checked on traced values)")
+    if mode == "raise":
+        raise NotImplementedError(f"{what}: mode='raise' is not supported (it cannot be checked on traced values, "
+                                  "as in jax.numpy); use 'fill' (the default), 'clip' or 'wrap'")
+    raise ValueError(f"{what}: mode must be None, 'fill', 'clip', 'wrap' or 'promise_in_bounds', got {mode!r}")
 
 
 def take(a, indices, axis=None, mode=None, fill_value=None, *, unique_indices=False, indices_are_sorted=False):
     """Elements of ``a`` at ``indices`` along ``axis`` (array API ``take``; ``numpy.take``, ``jax.numpy.take``).
 
-    Differences from NumPy: out-of-bounds indices are clamped by default (NumPy raises
-    ``IndexError``), as in ``jax.numpy``; ``mode="fill"`` is JAX's.
+    Differences from NumPy: out-of-bounds indices give ``fill_value`` by default (NumPy raises
+    ``IndexError``), as in ``jax.numpy``.
 
     Args:
       a: array; ``axis=None`` takes from the flattened array.
-      indices: integer array (any shape) or int; negative values count from the end.
-      mode: ``None``/``"clip"`` (default: out-of-bounds indices are clamped, docs/design.md),
-        ``"wrap"`` (modulo the axis size) or ``"fill"`` (out-of-bounds give ``fill_value``,
-        default NaN for floats, the lowest signed / highest unsigned integer, True).
+      indices: integer array (any shape) or int; negative values count from the end (except with ``"clip"``).
+      mode: ``None``/``"fill"`` (default, as ``jax.numpy.take``: out-of-bounds indices give ``fill_value``),
+        ``"clip"`` (indices clamped into ``[0, n - 1]`` as given, so a negative one reads element 0, as
+        ``numpy.take``), ``"wrap"`` (modulo the axis size) or ``"promise_in_bounds"`` (clamped).
+      fill_value: with ``"fill"``, a scalar cast to ``a.dtype``; default NaN for inexact dtypes, the lowest
+        signed / highest unsigned integer, True for bool (JAX's defaults).
 
     Returns:
       An array of ``a``'s dtype and shape ``a.shape[:axis] + indices.shape + a.shape[axis+1:]``.
 
     Raises:
       IndexError: non-integer indices, or non-empty indices into an empty axis.
-      ValueError: unknown mode.
+      ValueError: unknown mode. NotImplementedError: ``mode="raise"`` (as JAX).
     """
     a = a if isinstance(a, Array) else asarray_internal(a)
     if axis is None:
@@ -651,7 +728,8 @@ def take(a, indices, axis=None, mode=None, fill_value=None, *, unique_indices=Fa
     n = a.shape[ax]
     ishape = np.shape(i) if isinstance(i, np.ndarray) else i.shape
     _check_gather_axis(n, ishape, ax)
-    ni = _index_mode(i, n, mode, "take")
+    mode = "fill" if mode is None else mode
+    ni = _index_mode(i, n, mode, "take", raw_clip=True)
     col = (asarray_internal(np.asarray(ni, np.int32).reshape(ishape + (1,))) if isinstance(ni, np.ndarray)
            else lax.reshape(ni, ishape + (1,)))
     out = _move_axes_block(lax.gather(a, col, (ax,)), len(ishape), ax)
@@ -674,8 +752,9 @@ def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None):
     """``arr`` indexed along ``axis`` by ``indices`` of the same rank (array API ``take_along_axis``;
     ``numpy.take_along_axis``).
 
-    Differences from NumPy: out-of-bounds indices are clamped by default (NumPy raises
-    ``IndexError``), as in ``jax.numpy``.
+    Differences from NumPy: out-of-bounds indices give ``fill_value`` by default (NumPy raises
+    ``IndexError``), as in ``jax.numpy``; ``mode="clip"`` clamps them (after a negative index counts from
+    the end), ``"wrap"`` wraps them.
 
     ``axis`` defaults to -1 (the last axis), as the array API 2024.12 and NumPy 2.3.
 
@@ -708,6 +787,7 @@ def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None):
     grid = tuple(grid)
     n = arr.shape[ax]
     _check_gather_axis(n, grid, ax)
+    mode = "fill" if mode is None else mode
     ni = _index_mode(i, n, mode, "take_along_axis")
     traced = not isinstance(ni, np.ndarray)
     cols = []

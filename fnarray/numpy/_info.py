@@ -51,9 +51,10 @@ def dtype(x):
     """``numpy.dtype``-like constructor: the fnarray dtype for a name, type or dtype (not in the array API).
 
     Differences from NumPy: Python ``float``/``int``/``complex`` give the 32-bit defaults
-    (``float32``/``int32``/``complex64``); dtypes fnarray does not have raise ``DTypeError``.
+    (``float32``/``int32``/``complex64``); dtypes fnarray does not have raise ``DTypeError``. 64-bit names
+    give 64-bit dtypes whatever ``config.enable_x64`` says (arrays of them are 32-bit while it is off).
     """
-    return dtypes.canonicalize(x)
+    return dtypes.as_dtype(x)
 
 
 _KINDS = {
@@ -73,14 +74,14 @@ def isdtype(dtype, kind) -> bool:
     ``kind`` is a dtype, one of ``'bool'``, ``'signed integer'``, ``'unsigned integer'``,
     ``'integral'``, ``'real floating'``, ``'complex floating'``, ``'numeric'``, or a tuple of these.
     """
-    d = dtypes.canonicalize(dtype)
+    d = dtypes.as_dtype(dtype)
     if isinstance(kind, tuple):
         return any(isdtype(d, k) for k in kind)
     if isinstance(kind, str):
         if kind not in _KINDS:
             raise ValueError(f"isdtype: unknown kind {kind!r}; expected one of {', '.join(_KINDS)}")
         return _KINDS[kind](d)
-    return d == dtypes.canonicalize(kind)
+    return d == dtypes.as_dtype(kind)
 
 
 def _pair(x):
@@ -121,14 +122,14 @@ def can_cast(from_, to, /) -> "bool":
     to every floating dtype (``can_cast(int64, float32)`` is True here, False there); no
     ``casting=`` argument.
     """
-    f = from_.dtype if isinstance(from_, Array) else dtypes.canonicalize(from_)
-    t = dtypes.canonicalize(to)
+    f = from_.dtype if isinstance(from_, Array) else dtypes.as_dtype(from_)
+    t = dtypes.as_dtype(to)
     return dtypes.promote_types(f, t)[0] == t
 
 
 def issubdtype(arg1, arg2) -> "bool":
     """``numpy.issubdtype`` over fnarray dtypes; bfloat16 counts as floating (NumPy: it does not)."""
-    d = dtypes.canonicalize(arg1)
+    d = dtypes.as_dtype(arg1)
     if arg2 in (np.floating, np.inexact) and d == dtypes.bfloat16:
         return True
     return np.issubdtype(d, arg2)
@@ -139,7 +140,9 @@ def astype(x, dtype, /, *, copy: "bool" = True, device=None):
 
     Differences from NumPy: out-of-range float -> int conversions saturate and NaN gives 0 on
     every backend (docs/design.md; NumPy's result is platform-defined); complex -> real keeps the
-    real part without a warning; ``copy`` is ignored (arrays are immutable).
+    real part without a warning; ``copy`` is ignored (arrays are immutable). While
+    ``fnarray.config.enable_x64`` is off, a 64-bit ``dtype`` gives its 32-bit counterpart with JAX's
+    ``UserWarning`` (``dtypes.requested``).
 
     Raises:
       DTypeError: a ``dtype`` fnarray does not have.
@@ -147,7 +150,7 @@ def astype(x, dtype, /, *, copy: "bool" = True, device=None):
     from fnarray.core import lax
     from fnarray.numpy._util import asarray_internal
     x = asarray_internal(x)
-    d = dtypes.canonicalize(dtype)
+    d = dtypes.requested(dtype, "astype")
     if dtypes.is_complex(x.dtype) and not dtypes.is_complex(d):
         pass  # keeps the real part, as the convert_element_type primitive defines
     out = lax.convert_element_type(x, d)

@@ -191,7 +191,7 @@ def _sum_like(name, reduce_fn, bool_fn, identity, a, axis, dtype, out, keepdims,
     x = _prep(name, a, out)
     axes = normalize_axes(axis, x.ndim)
     if dtype is not None:
-        d = dtypes.canonicalize(dtype)
+        d = dtypes.requested(dtype, name)
     else:
         d = _sum_dtype(x.dtype) if promote_integers else x.dtype
         if dtypes.is_bool(d):
@@ -387,7 +387,7 @@ def count_nonzero(a, axis=None, keepdims=False):
 
 def _stat_dtypes(name, x, dtype):
     """(result dtype, computation dtype) of a mean-like statistic."""
-    d_out = dtypes.canonicalize(dtype) if dtype is not None else _float_dtype(x.dtype)
+    d_out = dtypes.requested(dtype, name) if dtype is not None else _float_dtype(x.dtype)
     d_comp = d_out if dtypes.is_inexact(d_out) else _float_dtype(x.dtype)
     if d_comp in _LOW_FLOATS:
         d_comp = dtypes.float32  # accumulate half precision in float32, as jax.numpy does
@@ -603,7 +603,7 @@ def _cumulative(name, prim, identity, x, axis, dtype, include_initial, promote_i
             raise ShapeError(f"{name} of a {x.ndim}-d array needs axis= (only 1-d arrays may omit it)")
     ax = normalize_axis(axis, x.ndim)
     if dtype is not None:
-        d = dtypes.canonicalize(dtype)
+        d = dtypes.requested(dtype, name)
         if dtypes.is_bool(d):
             return _cumulative_bool(prim, identity, x, ax, include_initial)
     else:

@@ -26,17 +26,21 @@ def check_arraylike(name, *args):
                             "convert with fnarray.numpy.asarray first")
 
 
-def asarray_internal(x, dtype=None):
-    """An ``Array`` (or tracer) from an array, NumPy value, scalar or nested list."""
+def asarray_internal(x, dtype=None, where: str = "asarray"):
+    """An ``Array`` (or tracer) from an array, NumPy value, scalar or nested list.
+
+    An explicit 64-bit ``dtype`` while ``config.enable_x64`` is off gives the 32-bit one with JAX's warning
+    naming ``where`` (``dtypes.requested``); NumPy 64-bit values become 32-bit silently."""
     from fnarray.devices.placement import array_from_numpy
+    dtype = dtypes.requested(dtype, where)
     if isinstance(x, Array):
-        if dtype is not None and dtypes.canonicalize(dtype) != x.dtype:
+        if dtype is not None and dtype != x.dtype:
             return lax.convert_element_type(x, dtype)
         return x
     if is_scalar(x):
         d, w = dtypes.dtype_of_scalar(x)
         if dtype is not None:
-            d, w = dtypes.canonicalize(dtype), False
+            d, w = dtype, False
         if isinstance(x, int) and not isinstance(x, bool) and dtypes.is_int(d):
             info = np.iinfo(d)
             if not info.min <= x <= info.max:
@@ -66,7 +70,7 @@ def asarray_internal(x, dtype=None):
         raise DTypeError(f"cannot make an array from {type(x).__name__} of dtype {v.dtype}; "
                          "fnarray arrays hold booleans and numbers")
     if dtype is not None:
-        d = dtypes.canonicalize(dtype)
+        d = dtype
         if isinstance(x, (list, tuple)) and v.dtype != d:
             v = _python_values_as(x, d)
         else:

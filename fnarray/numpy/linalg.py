@@ -139,7 +139,7 @@ def _check_nonsingular(name, lu, *inputs):
 def _lu_solve(lu, perm, b):
     """``x`` with ``a x = b`` from ``lu(a)`` (``b [..., M, K]`` with ``a``'s batch)."""
     idx = M.broadcast_to(M.expand_dims(perm, -1), perm.shape + (b.shape[-1],))
-    pb = _indexing.take_along_axis(b, idx, axis=-2)
+    pb = _indexing.take_along_axis(b, idx, axis=-2, mode="promise_in_bounds")
     y = L.triangular_solve(lu, pb, left_side=True, lower=True, unit_diagonal=True)
     return L.triangular_solve(lu, y, left_side=True, lower=False)
 

@@ -280,9 +280,10 @@ def _pivots_to_permutation(piv, m):
     perm = fnp.broadcast_to(rows, piv.shape[:-1] + (m,))
 
     def swap(i, p):
-        j = fnp.take_along_axis(piv, fnp.full(piv.shape[:-1] + (1,), i, dtype=piv.dtype), axis=-1)
-        pj = fnp.take_along_axis(p, j, axis=-1)
-        pi = fnp.take_along_axis(p, fnp.full(piv.shape[:-1] + (1,), i, dtype=piv.dtype), axis=-1)
+        at_i = fnp.full(piv.shape[:-1] + (1,), i, dtype=piv.dtype)
+        j = fnp.take_along_axis(piv, at_i, axis=-1, mode="promise_in_bounds")
+        pj = fnp.take_along_axis(p, j, axis=-1, mode="promise_in_bounds")
+        pi = fnp.take_along_axis(p, at_i, axis=-1, mode="promise_in_bounds")
         return fnp.where(rows == i, pj, fnp.where(rows == j, pi, p))
 
     return fori_loop(0, k, swap, perm)
@@ -321,7 +322,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     packed, b, vector = _rhs("lu_solve", packed, b)
     perm = _bcast(perm, packed.shape[:-2] + (n,))
     if trans == 0:
-        pb = fnp.take_along_axis(b, perm[..., :, None], axis=-2)
+        pb = fnp.take_along_axis(b, perm[..., :, None], axis=-2, mode="promise_in_bounds")
         y = lax_linalg.triangular_solve(packed, pb, left_side=True, lower=True, unit_diagonal=True)
         x = lax_linalg.triangular_solve(packed, y, left_side=True, lower=False)
     else:
@@ -330,7 +331,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
         z = lax_linalg.triangular_solve(packed, y, left_side=True, lower=True, transpose_a=True, conjugate_a=conj,
                                         unit_diagonal=True)
         inverse = fnp.argsort(perm, axis=-1).astype(perm.dtype)
-        x = fnp.take_along_axis(z, inverse[..., :, None], axis=-2)
+        x = fnp.take_along_axis(z, inverse[..., :, None], axis=-2, mode="promise_in_bounds")
     return x[..., 0] if vector else x
 
 

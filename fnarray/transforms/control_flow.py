@@ -162,14 +162,13 @@ def _check_match(where, what_a, tree_a, avals_a, what_b, tree_b, avals_b, hint, 
 
 
 def _strengthen(carry, carry_avals, out_avals):
-    """Weak-typed carries whose body output is strong, or of a wider dtype of the same kind, take
-    the output's type (as JAX). Returns ``(new carry leaves, changed)``."""
+    """Weak-typed carries whose body output has a wider dtype of the same kind take the output's type
+    (as JAX's ``_promote_weak_typed_input``). A weak carry whose output is strong of the same dtype stays
+    weak inside the body, and the loop's result has the output's type (JAX: the body's output types).
+    Returns ``(new carry leaves, changed)``."""
     out, changed = [], False
     for x, a, o in zip(carry, carry_avals, out_avals, strict=True):
-        if a.weak_type and not o.weak_type and a.dtype == o.dtype:
-            out.append(lax.convert_element_type(x, a.dtype, weak_type=False))
-            changed = True
-        elif _weak_adopts(a, o):
+        if _weak_adopts(a, o):
             out.append(lax.convert_element_type(x, o.dtype, weak_type=o.weak_type))
             changed = True
         else:
@@ -286,9 +285,9 @@ def cond(pred, true_fun, false_fun, *operands):
       operands: pytrees of arrays or scalars passed to the branch taken.
 
     Returns:
-      the chosen branch's output pytree (weak types dropped). A weak-typed
-      output (a Python scalar) takes the dtype of the other branches' output when
-      that is a dtype of the same kind (``1.0`` next to float64 becomes float64).
+      the chosen branch's output pytree; an output is weak-typed where every branch's is (as
+      JAX). A weak-typed output (a Python scalar) takes the dtype of the other branches' output
+      when that is a dtype of the same kind (``1.0`` next to float64 becomes float64).
 
     Raises:
       ``ShapeError`` when ``pred`` is not a scalar or the branches return
@@ -378,9 +377,10 @@ def while_loop(cond_fun, body_fun, init_val):
       cond_fun: carry -> boolean scalar.
       body_fun: carry -> carry, with the same pytree structure, shapes and dtypes.
       init_val: the initial carry, a pytree of arrays or scalars. A weak-typed leaf (a
-        Python scalar) takes the type of the body's output when that is strong or a wider
-        dtype of the same kind (``0.0`` with a float64 body becomes float64), as in JAX;
-        a change of kind (an int carry becoming float) is an error.
+        Python scalar) takes the dtype of the body's output when that is a wider dtype of the
+        same kind (``0.0`` with a float64 body becomes float64), as in JAX; a change of kind (an
+        int carry becoming float) is an error. The result has the body's output types: a carry
+        the body keeps weak stays weak (``0`` with ``a + 1``), as in JAX.
 
     Returns:
       the final carry.
@@ -419,7 +419,9 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
     works; with a traced bound it is a ``while_loop`` (forward mode only).
 
     Args:
-      lower, upper: integer scalars. ``i`` has their promoted dtype (int32 for Python ints).
+      lower, upper: integer scalars. With static bounds ``i`` is a weak int32 (it starts as the Python
+        int ``lower``, as in JAX), so a Python-scalar carry that adds it stays weak; with a traced bound
+        ``i`` has the bounds' promoted dtype.
       body_fun: ``(i, carry) -> carry`` with the same structure, shapes and dtypes.
       init_val: the initial carry (pytree of arrays or scalars).
       unroll: with static bounds, how many iterations one step of the scan runs.
@@ -459,14 +461,16 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
                      _CARRY_HINT, carry=True)
         return out
 
-    one = np.ones((), d)[()]
     if lo is not None and hi is not None:
+        # As JAX: with static bounds the index starts as the Python int ``lo``, a weak int32 (whatever the
+        # bounds' dtype), so that a Python-scalar carry it meets stays weak.
         def step(carry, _):
             i, x = carry
-            return (lax.add(i, one), checked_body(i, x)), None
-        (_, out), _ = _scan_impl("fori_loop", step, (np.asarray(lo, d)[()], init_val), None,
+            return (lax.add(i, 1), checked_body(i, x)), None
+        (_, out), _ = _scan_impl("fori_loop", step, (lo, init_val), None,
                                  max(hi - lo, 0), False, 1 if unroll is None else unroll, "body_fun")
         return out
+    one = np.ones((), d)[()]
     lo_v = lax.convert_element_type(lower, d)
     hi_v = lax.convert_element_type(upper, d)
 

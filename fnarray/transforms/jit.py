@@ -455,7 +455,7 @@ class Jitted:
         return flat, out_store
 
     def _trace(self, statics, leaves, in_tree, avals):
-        key = (in_tree, avals, statics)
+        key = (in_tree, avals, statics, config.enable_x64)  # x64 changes what tracing makes (np.float64 values)
         entry = self._traces.get(key)
         if entry is not None:
             return entry
@@ -805,7 +805,8 @@ def _to(x, device):
     if isinstance(x, _PY_SCALARS):
         d, _ = dtypes.dtype_of_scalar(x)
         return device.impl.to_device(np.asarray(x, d), device)
-    return device.impl.to_device(foreign_to_numpy(x), device)
+    x = np.asarray(foreign_to_numpy(x))
+    return device.impl.to_device(x.astype(dtypes.canonicalize(x.dtype), copy=False), device)  # x64 off: 32-bit
 
 
 class Traced:
