@@ -195,11 +195,14 @@ def test_entries_die_with_their_function(device):
     j = fa.jit(f, device=device)
     j(1.0)
     traces = [weakref.ref(e) for e in j._traces.values()]
+    cache = weakref.ref(jit_mod.function_cache(f))
     before = jit_mod.jit_cache_info()["functions"][0]
     del f, j
     gc.collect()
     assert ref() is None and all(t() is None for t in traces)
-    assert jit_mod.jit_cache_info()["functions"][0] == before - 1
+    # f's entry left the table (other functions may die in the same collection: the count drops by at least 1)
+    assert cache() is None
+    assert jit_mod.jit_cache_info()["functions"][0] <= before - 1
 
 
 @pytest.fixture

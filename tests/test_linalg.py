@@ -335,7 +335,9 @@ def test_namespace_grads_against_jax():
 
 
 def test_repeated_eigenvalues_and_singular_values_follow_jax():
-    # The values' derivatives stay finite; the vectors' divide by the gaps: inf/NaN, exactly as JAX.
+    # The values' derivatives stay finite, as JAX's. The vectors' derivatives are finite too (JAX's are inf/NaN):
+    # the 1/(gap) terms of pairs inside a degenerate subspace are masked (issue 27 item 4, docs/linalg.md), and
+    # the columns whose eigenvalue is simple agree with JAX's.
     x = np.diag([1.0, 1.0, 2.0])
     t = np.array([[0.0, 1.0, 0.5], [1.0, 0.0, 0.2], [0.5, 0.2, 1.0]])
     _, (dv, dw) = fa.jvp(L.eigh, [fnp.asarray(x)], [fnp.asarray(t)])
@@ -343,8 +345,8 @@ def test_repeated_eigenvalues_and_singular_values_follow_jax():
         _, (jdv, jdw) = jax.jvp(jax.lax.linalg.eigh, [jnp.asarray(x)], [jnp.asarray(t)])
         np.testing.assert_allclose(np.asarray(dw), np.asarray(jdw), atol=1e-12)
         assert np.all(np.isfinite(np.asarray(dw)))
-        np.testing.assert_array_equal(np.isfinite(np.asarray(dv)), np.isfinite(np.asarray(jdv)))
-        assert not np.all(np.isfinite(np.asarray(dv)))
+        assert np.all(np.isfinite(np.asarray(dv))) and not np.all(np.isfinite(np.asarray(jdv)))
+        np.testing.assert_allclose(np.asarray(dv)[:, 2], np.asarray(jdv)[:, 2], atol=1e-12)
         y = np.diag([3.0, 3.0, 1.0])[:, :2]
         g = fa.grad(lambda a: fnp.sum(L.svd(a, compute_uv=False)))(fnp.asarray(y))
         jg = jax.grad(lambda a: jnp.sum(jax.lax.linalg.svd(a, compute_uv=False)))(jnp.asarray(y))
@@ -352,7 +354,7 @@ def test_repeated_eigenvalues_and_singular_values_follow_jax():
         _, (_, du, _) = fa.jvp(lambda a: L.svd(a, full_matrices=False), [fnp.asarray(y)], [fnp.asarray(t[:, :2])])
         _, (_, jdu, _) = jax.jvp(lambda a: jax.lax.linalg.svd(a, full_matrices=False), [jnp.asarray(y)],
                                  [jnp.asarray(t[:, :2])])
-        np.testing.assert_array_equal(np.isfinite(np.asarray(du)), np.isfinite(np.asarray(jdu)))
+        assert np.all(np.isfinite(np.asarray(du)))
 
 
 def test_svd_full_matrices_derivative_of_a_nonsquare_matrix_is_refused():

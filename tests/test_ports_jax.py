@@ -400,9 +400,8 @@ def test_jax_program_ports_unchanged(name):
     assert expected.strip(), f"{name} printed nothing"
 
 
-# Programs that need other parts of issue 25 (x64 canonicalisation, jit's cache by function, checkpoint
-# policies): each must run under JAX; under fnarray it xfails (naming the item) until that item lands, and
-# passes from then on.
+# Short programs for other parts of issue 25 (x64 canonicalisation, jit's cache by function, checkpoint
+# policies): each must run under JAX and print the same under fnarray.
 X64_DEFAULT = '''
 import numpy as np
 import jax.numpy as jnp
@@ -440,20 +439,17 @@ print("grad dots", [round(float(v), 5) for v in jax.grad(lambda w: f(w, x).sum()
 '''
 
 PENDING = {
-    "x64_default": (X64_DEFAULT, "needs issue 25 item 1: NumPy float64 inputs become float32 with x64 off"),
-    "jit_cache": (JIT_CACHE, "needs issue 25 item 2: jit traces a function once per signature, not per wrapper"),
-    "checkpoint_policies": (CHECKPOINT_POLICIES, "needs issue 25 item 5: checkpoint policies and checkpoint_name"),
+    "x64_default": (X64_DEFAULT, "issue 25 item 1: NumPy float64 inputs become float32 with x64 off"),
+    "jit_cache": (JIT_CACHE, "issue 25 item 2: jit traces a function once per signature, not per wrapper"),
+    "checkpoint_policies": (CHECKPOINT_POLICIES, "issue 25 item 5: checkpoint policies and checkpoint_name"),
 }
 
 
 @pytest.mark.parametrize("name", sorted(PENDING))
-def test_jax_program_pending_other_items(name):
-    source, reason = PENDING[name]
+def test_jax_program_of_other_items(name):
+    source, what = PENDING[name]
     expected = run_program(source, timeout=300)          # the program itself must be right under JAX
-    try:
-        compare_outputs(expected, run_program(rewrite_imports(source), timeout=300), rtol=2e-4, atol=2e-5)
-    except AssertionError as e:
-        pytest.xfail(f"{reason}: {str(e).splitlines()[-1][:200]}")
+    compare_outputs(expected, run_program(rewrite_imports(source), timeout=300), rtol=2e-4, atol=2e-5)
 
 
 _JAX_OUTPUT: dict = {}
