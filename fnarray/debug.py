@@ -135,7 +135,8 @@ def print(fmt: str, *args, **kwargs) -> None:  # noqa: A001 (JAX's name)
       fmt: a ``str.format`` string, e.g. ``"x = {x}, sum = {}"``.
       *args, **kwargs: the values (pytrees of arrays); arrays arrive as NumPy arrays.
     Returns: ``None``.
-    Raises: ``TypeError`` if ``fmt`` is not a string; ``ValueError`` if it names values not given. Under ``vmap`` one line per example, in index order.
+    Raises: ``TypeError`` if ``fmt`` is not a string; ``ValueError`` if it names values not given. Under ``vmap``
+    one line per example, in index order.
     """
     if not isinstance(fmt, str):
         raise TypeError(f"fnarray.debug.print needs a format string first, got {type(fmt).__name__}")

@@ -26,7 +26,8 @@ _CONV = list(_lax_conv.__all__)  # convolutions (fnarray/core/lax_conv.py)
 globals().update({n: getattr(_lax_conv, n) for n in _CONV})
 _WINDOWS = list(_lax_windows.__all__)  # reduce_window and its shortcuts (core/lax_windows.py)
 globals().update({n: getattr(_lax_windows, n) for n in _WINDOWS})
-_COLLECTIVES = ["all_gather", "all_to_all", "axis_index", "axis_size", "pcast", "pmax", "pmean", "pmin", "ppermute", "psum",
+_COLLECTIVES = ["all_gather", "all_to_all", "axis_index", "axis_size", "pcast", "pmax", "pmean", "pmin", "ppermute",
+               "psum",
                 "psum_scatter"]
 globals().update({n: getattr(_collectives, n) for n in _COLLECTIVES})
 from fnarray.transforms.shard_map import with_sharding_constraint  # noqa: E402,F401  (jax.lax's)

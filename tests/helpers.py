@@ -29,7 +29,7 @@ __all__ = [
     "oracle_promote", "to_inexact", "reference", "assert_close", "assert_same", "check_traced",
     "eager_and_jit", "random_array", "on_device", "int_div_ref", "int_rem_ref", "shift_ref",
     "saturating_cast_ref", "ALL_DTYPES", "DTYPE_NAMES", "fallback_mode", "config_setting", "python_calls",
-    "run_threads",
+    "run_threads", "kernel_capabilities",
 ]
 
 BACKEND_UNAVAILABLE = "backend unavailable"
@@ -347,3 +347,26 @@ def eager_and_jit(f, *args):
 def on_device(value, device):
     """``value`` (NumPy array or scalar) as an fnarray array committed to ``device``."""
     return fa.device_put(fa.numpy.asarray(value), device)
+
+
+@contextlib.contextmanager
+def kernel_capabilities(device, **changes):
+    """A kernel backend's device (opencl, webgpu) scheduled with its ``Capabilities`` changed by ``changes`` for
+    the duration (a GPU's ``tiling_pays``, a small ``max_loop_iterations``...), restored after."""
+    import dataclasses
+    be = device.impl
+    if device.backend == "opencl":
+        state = be.state(device)
+        old = state.caps
+        state.caps = dataclasses.replace(old, **changes)
+        try:
+            yield
+        finally:
+            state.caps = old
+    else:
+        old = be.capabilities(device)
+        be._caps = dataclasses.replace(old, **changes)
+        try:
+            yield
+        finally:
+            be._caps = old

@@ -13,7 +13,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core.ir import Program
 from fnarray.core.passes import cse
-from fnarray.core.prng import threefry2x32_p, threefry2x32_reference
+from fnarray.core.prng import threefry2x32_reference
 
 from helpers import require_backend
 

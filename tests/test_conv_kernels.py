@@ -14,8 +14,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 
 import numpy as np
 import pytest
@@ -28,7 +26,7 @@ from fnarray.core import primitives as P
 from fnarray.core import windows as W
 from fnarray.devices.backend import Capabilities
 from fnarray.lowering.kernels import render_opencl, render_wgsl, schedule
-from helpers import fallback_mode, require_backend
+from helpers import fallback_mode, require_backend, kernel_capabilities
 from test_browser import _inputs, browser, page, site, wdev  # noqa: F401  (the browser fixtures)
 
 REF = fa.devices("numpy")[0]
@@ -50,25 +48,7 @@ def _no_fallback():
         yield
 
 
-@contextlib.contextmanager
-def _caps(dev, **changes):
-    """The device scheduled with other capabilities (``tiling_pays`` as on a GPU adapter, a loop cap)."""
-    be = dev.impl
-    if hasattr(be, "_caps"):
-        old = be.capabilities(dev)
-        be._caps = dataclasses.replace(old, **changes)
-        try:
-            yield
-        finally:
-            be._caps = old
-    else:
-        state = be.state(dev)
-        old = state.caps
-        state.caps = dataclasses.replace(old, **changes)
-        try:
-            yield
-        finally:
-            state.caps = old
+_caps = kernel_capabilities   # a kernel device scheduled with other Capabilities (tests/helpers.py)
 
 
 def _close(got, want, name, rtol=2e-5, atol=2e-5):

@@ -25,7 +25,8 @@ except ImportError as e:   # installed but broken: a fault of this machine's ins
 
 @pytest.fixture
 def needs_torch():
-    # Per test, not per module (the numpy and JAX exchanges run without torch): every skip names the reason. torch is optional (the `interop` extra, not in `all`),
+    # Per test, not per module (the numpy and JAX exchanges run without torch): every skip names the reason. torch is
+    # optional (the `interop` extra, not in `all`),
     # so its absence is a plain skip, which FNARRAY_REQUIRE_ALL_BACKENDS=1 leaves a skip; .ci/run installs it
     # where the machine holds a wheel. An install that fails to import is a missing backend, which CI fails on.
     if torch is None:

@@ -9,8 +9,6 @@ loop iterations; and the fallback of ``qr``/``eigh``/``svd`` with its reason.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import itertools
 import warnings
 
@@ -21,7 +19,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core import linalg as LA
 from fnarray.core.errors import FallbackWarning, UnsupportedOnDevice
-from helpers import fallback_mode, require_backend
+from helpers import fallback_mode, require_backend, kernel_capabilities
 
 KERNEL_DEVICES = ("opencl", "webgpu")
 
@@ -271,25 +269,7 @@ def test_vmap_of_cholesky_solve_against_a_loop(kdev):
 # ------------------------------------------------------------------------------------------- loop limits
 
 
-@contextlib.contextmanager
-def _caps(dev, **changes):
-    """The device's capabilities with ``changes`` (``max_loop_iterations``: as lavapipe's 65,535, but small)."""
-    be = dev.impl
-    if dev.backend == "opencl":
-        st = be.state(dev)
-        old = st.caps
-        st.caps = dataclasses.replace(old, **changes)
-        try:
-            yield
-        finally:
-            st.caps = old
-    else:
-        old = be.capabilities(dev)
-        be._caps = dataclasses.replace(old, **changes)
-        try:
-            yield
-        finally:
-            be._caps = old
+_caps = kernel_capabilities   # a kernel device scheduled with other Capabilities (tests/helpers.py)
 
 
 def test_steps_split_into_launches_within_the_loop_limit(kdev):

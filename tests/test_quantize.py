@@ -4,9 +4,9 @@ MLX (``mlx.core``) is the oracle: the packed words, scales and biases must be bi
 ``mx.quantize``'s and ``dequantize`` to ``mx.dequantize``'s on every device; ``quantized_matmul`` within float
 tolerance of ``mx.quantized_matmul`` (``dequantize`` within an ulp of the weights' magnitude where the compiler
 fuses ``scale * q + bias`` into one multiply-add: XLA does). opencl and webgpu run with ``fallback="error"``,
-so what is tested there is their own kernels (``lowering/kernels/groups/quantized.py``). Gradients with respect to ``x`` are checked
-against central finite differences of the float64 product with the dequantized weights, ``vmap`` against a
-Python loop.
+so what is tested there is their own kernels (``lowering/kernels/groups/quantized.py``). Gradients with
+respect to ``x`` are checked against central finite differences of the float64 product with the dequantized
+weights, ``vmap`` against a Python loop.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 
 import fnarray as fa
+
+from helpers import kernel_capabilities
 import fnarray.numpy as fnp
 from fnarray.core.errors import DTypeError, ShapeError
 from tests.helpers import fallback_mode
@@ -378,34 +380,12 @@ def test_the_quantization_page_runs():
     assert [getattr(m, "bits", None) for m in ns["mixed"].layers] == [8, None, 8]
 
 
-def _kernel_caps(device, **changes):
-    """The kernel backend's capabilities with ``changes`` for the duration (a GPU's, on this CPU-only machine)."""
-    import contextlib
-    import dataclasses
-
-    @contextlib.contextmanager
-    def swap():
-        be = device.impl
-        if device.backend == "opencl":
-            state = be.state(device)
-            old = state.caps
-            state.caps = dataclasses.replace(old, **changes)
-            try:
-                yield
-            finally:
-                state.caps = old
-        else:
-            old = be.capabilities(device)
-            be._caps = dataclasses.replace(old, **changes)
-            try:
-                yield
-            finally:
-                be._caps = old
-    return swap()
+_kernel_caps = kernel_capabilities   # a kernel device scheduled with other Capabilities (tests/helpers.py)
 
 
 @pytest.mark.parametrize("bits", [3, 4, 8])
-@pytest.mark.parametrize("kdev", [d for d in fa.devices(all_backends=True) if d.backend in ("opencl", "webgpu")], ids=str)
+@pytest.mark.parametrize("kdev", [d for d in fa.devices(all_backends=True) if d.backend in ("opencl", "webgpu")],
+                         ids=str)
 def test_the_gpu_form_matches_mlx(kdev, bits):
     """The cooperative form GPUs take (a work-group per column, partial sums reduced in local memory), forced on
     this machine's CPU devices, with a bias epilogue, 1 to 6 rows."""

@@ -485,7 +485,8 @@ def test_normal_bitwise_jax_on_numpy_and_jax_within_ulps_elsewhere(device):
     for got in (fr.normal(k, (n,)), fa.jit(lambda k: fr.normal(k, (n,)), device=device)(k)):
         diff = _ulps(got, want)
         if str(device) in ("numpy:0", "jax:0"):
-            assert diff.max() == 0, f"{np.mean(diff > 0):.4f} of the normals differ on {device}, by up to {diff.max()} ulp"
+            assert diff.max() == 0, (f"{np.mean(diff > 0):.4f} of the normals differ on {device}, "
+                                     f"by up to {diff.max()} ulp")
         else:
             # the tails (|u| near 1) differ most: there XLA's polynomial is itself ~1e-6 off the exact inverse
             assert np.median(diff) <= 1 and np.percentile(diff, 99.9) <= 16, \

@@ -133,7 +133,10 @@ class Config:
         raise self._unknown(name)
 
     def update(self, name: str, value):
-        """Set the setting ``name`` to ``value`` (``jax.config.update``'s form).
+        """Set the setting ``name`` to ``value``, as ``jax.config.update(name, value)``.
+
+        ``name`` is one of this object's settings (``"enable_x64"``, ``"debug_nans"``, ...) or JAX's name of one
+        (``"jax_enable_x64"``: the ``jax_`` prefix is dropped).
 
         Raises:
           AttributeError: ``name`` is not a setting (the message names the nearest one).
@@ -141,9 +144,10 @@ class Config:
         """
         if not isinstance(name, str):
             raise TypeError(f"fnarray.config.update takes a setting's name as a str, got {type(name).__name__}")
-        if name.startswith("_") or (name not in vars(self) and not hasattr(type(self), name)):
+        attr = name[4:] if name.startswith("jax_") else name
+        if attr.startswith("_") or (attr not in vars(self) and not hasattr(type(self), attr)):
             raise self._unknown(name)
-        setattr(self, name, value)
+        setattr(self, attr, value)
 
     @property
     def debug_nans(self) -> bool:
@@ -171,19 +175,6 @@ class Config:
     def enable_x64(self, on):
         self._enable_x64 = bool(on)
         self.generation += 1
-
-    def update(self, name: str, value):
-        """Set the setting ``name`` to ``value``, as ``jax.config.update(name, value)``.
-
-        ``name`` is one of this object's settings (``"enable_x64"``, ``"debug_nans"``, ...) or JAX's name of
-        one (``"jax_enable_x64"``: the ``jax_`` prefix is dropped). Raises ``AttributeError`` naming the
-        settings for any other name.
-        """
-        attr = name[4:] if name.startswith("jax_") else name
-        if attr not in _SETTINGS:
-            raise AttributeError(f"fnarray.config has no setting {name!r}; settings: {', '.join(_SETTINGS)} "
-                                 "(JAX's names with the jax_ prefix are accepted too)")
-        setattr(self, attr, value)
 
     def _debug_changed(self):
         self.generation += 1
@@ -234,8 +225,5 @@ class Config:
         sizes = ", ".join(f"{n}={getattr(self, n)}" for n in _CACHE_SIZES)
         return f"Config(fallback={self.fallback!r}, default_device={self.default_device!r}, {sizes})"
 
-
-_SETTINGS = ("enable_x64", "debug_nans", "debug_infs", "default_device", "fallback", "compilation_cache_dir",
-             *_CACHE_SIZES)
 
 config = Config()

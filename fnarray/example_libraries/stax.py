@@ -36,7 +36,7 @@ randn = normal
 logsoftmax = log_softmax
 
 
-def Dense(out_dim, W_init=glorot_normal(), b_init=normal()):
+def Dense(out_dim, W_init=glorot_normal(), b_init=normal()):  # noqa: B008 (JAX's signature; pure initialisers)
     """A fully connected layer ``inputs @ W + b``.
 
     Args:
@@ -113,7 +113,7 @@ def _general_conv(transpose, dimension_numbers, out_chan, filter_shape, strides,
 
 
 def GeneralConv(dimension_numbers, out_chan, filter_shape, strides=None, padding="VALID", W_init=None,
-                b_init=normal(1e-6)):
+                b_init=normal(1e-6)):  # noqa: B008 (JAX's signature)
     """A convolution layer with bias, of any layout.
 
     Args:
@@ -130,7 +130,7 @@ def GeneralConv(dimension_numbers, out_chan, filter_shape, strides=None, padding
 
 
 def GeneralConvTranspose(dimension_numbers, out_chan, filter_shape, strides=None, padding="VALID", W_init=None,
-                         b_init=normal(1e-6)):
+                         b_init=normal(1e-6)):  # noqa: B008 (JAX's signature)  # noqa: B008 (JAX's signature)
     """A transposed convolution layer with bias (``lax.conv_transpose``); arguments as ``GeneralConv``."""
     return _general_conv(True, dimension_numbers, out_chan, filter_shape, strides, padding, W_init, b_init)
 

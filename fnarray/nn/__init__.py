@@ -48,7 +48,8 @@ __all__ = [
     "InstanceNorm", "LeakyReLU", "LogSigmoid", "LogSoftmax", "MaxPool1d", "MaxPool2d", "MaxPool3d", "Mish", "ReLU",
     "ReLU6", "RoPE", "SELU", "SiLU", "Sigmoid", "SinusoidalPositionalEncoding", "Softmax", "Softplus", "Softsign",
     "Step", "Tanh", "Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
-    "TransformerEncoderLayer", "RNN", "GRU", "LSTM", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "Upsample",
+    "TransformerEncoderLayer", "RNN", "GRU", "LSTM", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
+    "Upsample",
     "HardShrink", "PReLU", "ReLU2", "Softmin", "Softshrink", "value_and_grad",
 ]
 

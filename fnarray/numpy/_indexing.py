@@ -510,7 +510,7 @@ def _fill_get(x, key, fill_value):
     axes, idx, out_shape = _index_grid(x.shape, entries, n_indexed)
     if idx is None or not any(kind in ("dyn", "arr") for kind, _, _ in entries):
         return _getitem(x, key)  # only static in-bounds ints and slices: nothing can be out of bounds
-    for kind, p, ax in entries:
+    for kind, _, ax in entries:
         if kind in ("dyn", "arr"):
             _check_gather_axis(x.shape[ax], out_shape, ax)
     out = lax.gather(x, idx, axes)

@@ -10,7 +10,6 @@ array of length ``nperseg``.
 
 from __future__ import annotations
 
-import math
 import operator
 
 import numpy as np
@@ -33,7 +32,7 @@ def _check_mode(mode, name):
 def _conv_real(x, k, mode, precision):
     """Convolution of two real arrays of one rank (``k`` flipped, so a correlation of ``x`` with it)."""
     pads = []
-    for n, m in zip(x.shape, k.shape):
+    for m in k.shape:
         lo = {"full": m - 1, "same": m - 1 - (m - 1) // 2, "valid": 0}[mode]
         hi = {"full": m - 1, "same": (m - 1) // 2, "valid": 0}[mode]
         pads.append((lo, hi))

@@ -14,7 +14,8 @@ milliseconds): the first call of a key takes the general path, so a loop over ev
 (``x[i]`` for each ``i``) compiles nothing. ``"first_call"`` (jax: XLA takes 10-100 ms a program): the
 first call compiles the whole function, so each new shape costs one compile, not one per primitive and then
 one more for the whole function on the second call; a key holding a float or complex constant still waits
-for its second call (a loop over new step sizes would otherwise compile each). Arrays are the program's arguments; every other
+for its second call (a loop over new step sizes would otherwise compile each).
+Arrays are the program's arguments; every other
 leaf (ints, bools, strings, floats, complex and NumPy scalars, dtypes, slices, ``Ellipsis``) is a constant of
 it, compared by value and type (``1``, ``True`` and ``1.0`` are three keys; so are ``0.0`` and ``-0.0``).
 A call with any other leaf (a NumPy array, a callable, a tracer, an object of the user's), with arrays on
