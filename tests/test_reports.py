@@ -302,6 +302,7 @@ def _directional(device, f, a0, e, h=1e-6):
     return g, fd
 
 
+@pytest.mark.enable_x64   # float64 against float64 finite differences
 def test_eigh_gradient_with_a_repeated_eigenvalue_is_finite(device):
     # The report: grad of eigh(D + p S)[1][1, -1] at p = 0, D = diag(4, 1, 1), S mixing the first two coordinates,
     # was NaN (JAX too); float64 finite differences give 1/3. The vector of 4 is unique: only the pair inside
@@ -324,6 +325,7 @@ def test_eigh_gradient_with_a_repeated_eigenvalue_is_finite(device):
         assert abs(g - fd) < 1e-5 * max(1.0, abs(fd)), (g, fd)
 
 
+@pytest.mark.enable_x64   # float64 against float64 finite differences
 def test_svd_gradient_with_repeated_singular_values_is_finite(device):
     a0 = np.diag([3.0, 1.0, 1.0, 0.0])[:, :3]  # singular values 3, 1, 1 of a 4x3 matrix
     rng = np.random.default_rng(1)
