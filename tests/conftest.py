@@ -87,7 +87,7 @@ def _is_64_bit_dtype(v) -> bool:
     d = getattr(v, "dtype", None)  # fnarray.numpy's scalar types carry their np.dtype
     try:
         return (d if isinstance(d, np.dtype) else np.dtype(v)) in _64_BIT
-    except (TypeError, ValueError):  # not a dtype (a string parameter such as "valid")
+    except (TypeError, ValueError, SyntaxError):  # not a dtype (a string parameter such as "valid" or "a,b")
         return False
 
 
