@@ -1,7 +1,7 @@
 """The mlx backend's ``mx.compile`` policy, measured: chains on large and small arrays, fnarray vs raw MLX.
 
 For each size and chain: raw MLX eagerly, raw MLX under ``mx.compile``, and fnarray's ``jit`` on mlx:0 under
-each ``COMPILE_MODE`` (``auto``: the policy of ``fnarray/lowering/mlx_backend.py``; ``always``; ``never``), every
+each ``COMPILE_MODE`` (``auto``: the policy of ``fnarray/lowering/mlx/backend.py``; ``always``; ``never``), every
 call followed by ``mx.eval`` / ``block_until_ready``. Rounds alternate the variants (the machine is shared);
 each cell is the minimum over rounds of the mean of ``--number`` calls.
 
@@ -20,7 +20,7 @@ import numpy as np
 import _checkout  # noqa: E402,F401  (this checkout's fnarray, not an installed one)
 import fnarray as fa
 import fnarray.numpy as fnp
-from fnarray.lowering import mlx_backend
+from fnarray.lowering.mlx import backend as mlx_backend
 
 
 def arith(a, x, b):

@@ -16,7 +16,7 @@ from fnarray.core.shaped import ShapedArray
 from fnarray.devices.backend import Device, register_backend
 from fnarray.devices.placement import block_until_ready, default_device, device_get, device_put, devices
 from fnarray.devices.placement import parse_device as get_device
-from fnarray.lowering import numpy as _numpy_backend  # noqa: F401  (installs the literal folder)
+from fnarray.lowering.numpy import backend as _numpy_backend  # noqa: F401  (installs the literal folder)
 from fnarray import numpy  # noqa: F401  (installs Array's operators)
 from fnarray.devices import eager_ops as _eager_ops
 from fnarray import tree_util  # noqa: F401

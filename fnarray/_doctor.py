@@ -56,7 +56,7 @@ def _opencl():
 
 
 def _wgpu():
-    from fnarray.lowering.webgpu import _import_wgpu  # sets a private XDG_RUNTIME_DIR first (Mesa's noise)
+    from fnarray.lowering.webgpu.backend import _import_wgpu  # sets a private XDG_RUNTIME_DIR first (Mesa's noise)
     wgpu = _import_wgpu()
     out = []
     for a in wgpu.gpu.enumerate_adapters_sync():

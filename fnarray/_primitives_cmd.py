@@ -234,10 +234,10 @@ def _where(fn) -> str:
 def _backend_rules(prim):
     """``[(what, function)]`` of the backends' tables that have ``prim`` (the importable ones)."""
     out = []
-    from fnarray.lowering.numpy_impls import IMPLS
+    from fnarray.lowering.numpy.impls import IMPLS
     if prim in IMPLS:
         out.append(("numpy reference (numpy_impls.IMPLS)", IMPLS[prim]))
-    for name, mod, table in (("jax", "fnarray.lowering.jax", "RULES"), ("mlx", "fnarray.lowering.mlx", "RULES")):
+    for name, mod, table in (("jax", "fnarray.lowering.jax.backend", "RULES"), ("mlx", "fnarray.lowering.mlx.rules", "RULES")):
         try:
             import importlib
             t = getattr(importlib.import_module(mod), table)

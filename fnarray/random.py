@@ -21,7 +21,7 @@ the last bit: XLA fuses its ``u * (maxval - minval) + minval`` into one fused
 multiply-add, while fnarray rounds the product and the sum separately, as every
 backend can.
 ``normal`` is bitwise JAX's on numpy:0 and jax:0 for float32 (numpy:0 evaluates XLA's own float32
-``erf_inv`` code: ``fnarray/lowering/xla_cpu_float32.py``) and within a few ulp on the other backends.
+``erf_inv`` code: ``fnarray/lowering/numpy/xla_cpu_float32.py``) and within a few ulp on the other backends.
 The other samplers that go through transcendental functions (``gumbel``, ``categorical``,
 ``truncated_normal``, ``exponential``, ``laplace``) use JAX's formulas but agree with it only to float
 rounding, because ``log`` and ``erf`` are rounded differently by each backend (docs/from_jax.md,

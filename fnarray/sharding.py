@@ -9,7 +9,7 @@ over ``x``, columns whole) and replicates it over the others. On the jax backend
 ``fa.device_put(x, sharding)`` gives a global ``jax.Array`` that XLA partitions (GSPMD).
 
 On the mlx backend a mesh spans the processes of an mlx run, one device per process, 1-D
-(``fnarray.lowering.mlx_spmd``: global arrays hold this process's shard; ``shard_map`` runs on
+(``fnarray.lowering.mlx.spmd``: global arrays hold this process's shard; ``shard_map`` runs on
 ``mx.distributed``).
 
 Backends without a distributed engine (numpy, opencl, webgpu) have one device: a mesh of one device works
@@ -153,8 +153,8 @@ class Mesh:
             raise _no_engine(self.backend, len(flat))
         if len(set(flat)) != len(flat):
             raise ValueError(f"Mesh: a device appears twice in {[str(d) for d in flat]}")
-        if self.backend == "mlx":  # one device per process, on mx.distributed (fnarray.lowering.mlx_spmd)
-            from fnarray.lowering.mlx_spmd import check_mesh
+        if self.backend == "mlx":  # one device per process, on mx.distributed (fnarray.lowering.mlx.spmd)
+            from fnarray.lowering.mlx.spmd import check_mesh
             check_mesh(devs)
         self.devices = devs
         self._jax = None
@@ -508,7 +508,7 @@ def device_put_sharded(x, sharding):
     if mesh.size == 1:
         return device_put(x, first)
     if mesh.backend == "mlx":
-        from fnarray.lowering.mlx_spmd import put_global
+        from fnarray.lowering.mlx.spmd import put_global
         return put_global(x, sharding)
     if mesh.backend != "jax":  # pragma: no cover - Mesh refuses such meshes
         raise _no_engine(mesh.backend, mesh.size)
@@ -546,7 +546,7 @@ def _mlx_global(arr):
     """The ``GlobalBuffer`` of a global array over mlx processes, else ``None``."""
     if arr.device.backend != "mlx" or not hasattr(arr.device, "process_index"):
         return None
-    from fnarray.lowering.mlx_spmd import GlobalBuffer
+    from fnarray.lowering.mlx.spmd import GlobalBuffer
     b = arr.buf()
     return b if isinstance(b, GlobalBuffer) else None
 

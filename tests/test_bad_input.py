@@ -11,7 +11,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core.errors import DTypeError, ExportError, PyTreeError, ResourceExhaustedError
 from fnarray.devices import memory
-from fnarray.devices import placement as placement
+from fnarray.devices import placement
 
 HUGE = (2**20, 2**20)  # 4 TiB of float32: more than any device here holds
 

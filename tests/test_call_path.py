@@ -80,7 +80,7 @@ def test_scalar_values_exact_in_any_order(device, value):
 
 def test_scalar_cache_is_bounded():
     pytest.importorskip("jax")
-    from fnarray.lowering import jax as jax_lowering
+    from fnarray.lowering.jax import backend as jax_lowering
     x = fa.device_put(fnp.ones(2, dtype=fnp.float32), "jax:0")
     for i in range(jax_lowering._SCALAR_CACHE_SIZE * 2):
         x * (i + 0.5)

@@ -13,7 +13,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core import primitives as P
 from fnarray.devices.backend import Device, unregister_backend
-from fnarray.lowering.numpy import NumpyBackend, NumpyLowered
+from fnarray.lowering.numpy.backend import NumpyBackend, NumpyLowered
 
 
 def _off_by_one_mul(fn, which):

@@ -24,7 +24,7 @@ from fnarray.core.shaped import ShapedArray
 from fnarray.devices import partition
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered, backend_names, unregister_backend
 from fnarray.devices.placement import parse_device
-from fnarray.lowering.numpy import NumpyBackend, NumpyLowered, compile_numpy
+from fnarray.lowering.numpy.backend import NumpyBackend, NumpyLowered, compile_numpy
 from helpers import ALL_DTYPES, BACKEND_UNAVAILABLE, assert_close, check_traced, require_backend
 
 pytest_plugins = ["pytester"]

@@ -38,7 +38,7 @@ def test_float64_without_touching_jax_config(jdev):
 
 
 def test_32bit_programs_do_not_enter_x64(jdev):
-    from fnarray.lowering.jax import JaxLowered
+    from fnarray.lowering.jax.backend import JaxLowered
     x = fa.device_put(fnp.ones(3), jdev)
     low = fa.jit(lambda a: a + 1).lower(x)
     assert isinstance(low._backend_lowered, JaxLowered) and not low._backend_lowered.x64

@@ -80,7 +80,7 @@ def test_devices_and_platforms(mdev, mx):
 
 
 def test_host_transfers_share_memory_and_inputs_are_copied(mdev, mx):
-    from fnarray.lowering.mlx import to_numpy
+    from fnarray.lowering.mlx.rules import to_numpy
     src = np.arange(6, dtype=np.float32)
     x = _put(src, mdev)
     src[0] = 100.0  # a later write to the caller's array is not seen
@@ -361,7 +361,7 @@ def test_random_bits_equal_numpy_backend(mdev):
 
 @pytest.mark.parametrize("mode", ["always", "never"])
 def test_compile_modes_agree(mdev, mode, monkeypatch):
-    from fnarray.lowering import mlx_backend as mlx_lowering
+    from fnarray.lowering.mlx import backend as mlx_lowering
     monkeypatch.setattr(mlx_lowering, "COMPILE_MODE", mode)
 
     def f(x, idx, upd):
@@ -406,7 +406,7 @@ def test_composed_functions_at_special_values(mdev):
 
 
 def test_warm_compile_switches_after_calls(mdev, monkeypatch):
-    from fnarray.lowering import mlx_backend as mlx_lowering
+    from fnarray.lowering.mlx import backend as mlx_lowering
     monkeypatch.setattr(mlx_lowering, "COMPILE_MODE", "auto")
     monkeypatch.setattr(mlx_lowering, "CPU_COMPILE_AFTER_CALLS", 3)
     cpu = parse_device("mlx:cpu")
@@ -498,7 +498,7 @@ def test_donation_on_mlx(mdev):
 
 def test_backend_unavailable_names_the_fix(monkeypatch):
     require_backend("mlx")
-    from fnarray.lowering import mlx_backend as mlx_lowering
+    from fnarray.lowering.mlx import backend as mlx_lowering
     monkeypatch.setattr(mlx_lowering, "mx", None)
     monkeypatch.setattr(mlx_lowering, "_IMPORT_ERROR", "the mlx backend needs MLX: No module named 'mlx'")
     with pytest.raises(fa.BackendUnavailable, match="MLX"):

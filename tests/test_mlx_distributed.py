@@ -1,4 +1,4 @@
-"""The order of ``ppermute``'s sends and receives over mlx processes (``fnarray.lowering.mlx_spmd``), checked
+"""The order of ``ppermute``'s sends and receives over mlx processes (``fnarray.lowering.mlx.spmd``), checked
 without processes: a simulation with blocking (rendezvous) sends, the worst case of MLX's ring backend, must
 complete every transfer of every permutation the plan accepts. The two-process runs are in test_distributed.py."""
 
@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("mlx.core")
 
-from fnarray.lowering.mlx_spmd import ppermute_plan  # noqa: E402
+from fnarray.lowering.mlx.spmd import ppermute_plan  # noqa: E402
 
 
 def _simulate(perm, n):

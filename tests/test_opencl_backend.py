@@ -65,7 +65,7 @@ def test_device_is_listed_with_a_description(dev):
 
 def test_broken_driver_makes_the_backend_unavailable(monkeypatch):
     cl = pytest.importorskip("pyopencl")
-    from fnarray.lowering import opencl as backend
+    from fnarray.lowering.opencl import backend
 
     def no_platform():
         raise cl.Error("clGetPlatformIDs failed: PLATFORM_NOT_FOUND_KHR")
@@ -366,7 +366,7 @@ def test_zero_size_and_rank0(dev, no_fallback):
 
 
 def test_buffers_stay_on_the_device(dev):
-    from fnarray.lowering.opencl import CLBuffer
+    from fnarray.lowering.opencl.backend import CLBuffer
     f = fa.jit(lambda x: x * 2.0 + 1.0, device=dev)
     y = f(put(f32(16), dev))
     assert isinstance(y._buf, CLBuffer) and y._host is None
@@ -394,7 +394,7 @@ def test_memory_pool_gives_back_free_blocks(dev, monkeypatch):
     """PyOpenCL's pool kept every freed block: arrays of ever new sizes grew the process without bound
     (found by outside testing: 40 arrays of 10-400 MB, each freed, left 6 GB held). Free blocks now stay
     only up to the bytes in use or ``_POOL_HELD_BYTES`` (made small here so that small arrays show it)."""
-    from fnarray.lowering import opencl as ocl
+    from fnarray.lowering.opencl import backend as ocl
     monkeypatch.setattr(ocl, "_POOL_HELD_BYTES", 1 << 20, raising=False)
     state = dev.impl._states[dev]
     pool = state.pool

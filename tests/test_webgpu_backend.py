@@ -102,7 +102,7 @@ def _run_kernel_op(dev, name, arrays, out_dtype=None):
     from fnarray.lowering.kernels.ir import Op, Special
     from fnarray.lowering.kernels.rules import op
     from fnarray.lowering.kernels.schedule import BufSpec, Launch, Schedule
-    from fnarray.lowering.webgpu import _Plan
+    from fnarray.lowering.webgpu.backend import _Plan
 
     gpu = dev.impl.gpu
     n = arrays[0].size
@@ -626,14 +626,14 @@ def test_wgpu_backend_type_picks_the_adapter(wdev, backend_type):
 
 
 def test_missing_wgpu_is_reported_with_the_fix(monkeypatch):
-    from fnarray.lowering import webgpu
+    from fnarray.lowering.webgpu import backend as webgpu
     monkeypatch.setitem(sys.modules, "wgpu", None)
     with pytest.raises(BackendUnavailable, match="pip install wgpu"):
         webgpu.make_backend()
 
 
 def test_a_broken_driver_does_not_crash(monkeypatch):
-    from fnarray.lowering import webgpu
+    from fnarray.lowering.webgpu import backend as webgpu
 
     class BrokenAdapter:
         info = {"device": "fake", "backend_type": "Vulkan", "adapter_type": "CPU"}

@@ -252,11 +252,11 @@ def _decomposing(lower):
 
 
 _LOADERS = {
-    "numpy": ("fnarray.lowering.numpy", "pip install fnarray"),
-    "jax": ("fnarray.lowering.jax", "pip install 'fnarray[jax]'"),
-    "mlx": ("fnarray.lowering.mlx_backend", "pip install 'fnarray[mlx]'"),
-    "opencl": ("fnarray.lowering.opencl", "pip install 'fnarray[opencl]'"),
-    "webgpu": ("fnarray.lowering.webgpu", "pip install 'fnarray[webgpu]'"),
+    "numpy": ("fnarray.lowering.numpy.backend", "pip install fnarray"),
+    "jax": ("fnarray.lowering.jax.backend", "pip install 'fnarray[jax]'"),
+    "mlx": ("fnarray.lowering.mlx.backend", "pip install 'fnarray[mlx]'"),
+    "opencl": ("fnarray.lowering.opencl.backend", "pip install 'fnarray[opencl]'"),
+    "webgpu": ("fnarray.lowering.webgpu.backend", "pip install 'fnarray[webgpu]'"),
 }
 _BACKENDS: dict[str, Backend] = {}
 _ERRORS: dict[str, str] = {}

@@ -109,7 +109,7 @@ def import_dlpack(x, device=None, copy=None):
 
 
 def _numpy_to_device():
-    from fnarray.lowering.numpy import NumpyBackend
+    from fnarray.lowering.numpy.backend import NumpyBackend
     return NumpyBackend.to_device
 
 

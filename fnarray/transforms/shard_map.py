@@ -9,7 +9,7 @@ the same on every device), then:
 - on a mesh of jax devices, the program becomes one ``shard_map`` equation, which the jax backend lowers
   to ``jax.shard_map`` with the collectives as ``jax.lax`` collectives (inside or outside ``jit``);
 - on a mesh over the processes of an mlx run, the same equation, which the mlx backend runs on each
-  process's shard with the collectives on ``mx.distributed`` (``fnarray.lowering.mlx_spmd``);
+  process's shard with the collectives on ``mx.distributed`` (``fnarray.lowering.mlx.spmd``);
 - on a mesh of one device (any backend), ``f`` runs under a ``vmap`` of size 1 per mesh axis, with the
   mesh's axis names: the collectives' batching rules give their meaning on every backend.
 

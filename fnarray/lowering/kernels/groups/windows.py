@@ -1,7 +1,7 @@
 """The window kernels: ``reduce_window_sum/max/min`` and the max/min gradients as kernels.
 
 Every kernel here owns its output elements (no atomics, deterministic) and walks window taps in
-row-major order, as the reference (``fnarray.lowering.numpy_windows``) does:
+row-major order, as the reference (``fnarray.lowering.numpy.windows``) does:
 
 - ``reduce_window_*``: one work item per output element; taps that fall into padding or between
   base-dilated elements hold the identity, so they are skipped. The operand is read through the

@@ -10,7 +10,7 @@ import numpy as np
 
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
-from fnarray.lowering.mlx_common import RULES, _const, _md, mx, rule
+from fnarray.lowering.mlx.common import RULES, _const, _md, mx, rule
 
 # ------------------------------------------------------------------------------ structural
 

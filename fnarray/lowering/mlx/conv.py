@@ -1,6 +1,6 @@
 """The mlx lowering of ``conv_general_dilated``: ``mx.conv_general`` with the layout transposes it needs.
 
-Registered into ``fnarray.lowering.mlx.RULES`` by that module. ``mx.conv_general`` (MLX 0.32) takes the input as
+Registered into ``fnarray.lowering.mlx.rules.RULES`` by that module. ``mx.conv_general`` (MLX 0.32) takes the input as
 ``(N, *spatial, C)`` and the kernel as ``(O, *spatial, I)``, strides, (low, high) padding (negative crops),
 input and kernel dilation, and feature groups in 1-D and 2-D. What it lacks is written around it:
 

@@ -14,7 +14,7 @@ import numpy as np
 from fnarray.core import dtypes
 from fnarray.core import windows as W
 from fnarray.lowering import window_taps
-from fnarray.lowering.mlx_common import RULES, mx
+from fnarray.lowering.mlx.common import RULES, mx
 
 __all__ = []
 

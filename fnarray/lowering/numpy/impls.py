@@ -19,10 +19,10 @@ import numpy as np
 from fnarray.core import dtypes
 from fnarray.core.subprograms import CALL_PROGRAM
 from fnarray.core import primitives as P
-from fnarray.lowering import xla_cpu_float32
+from fnarray.lowering.numpy import xla_cpu_float32
 from fnarray.lowering.common import dot_general_as_matmul
 from fnarray.core.conv import conv_general_dilated_p
-from fnarray.lowering.numpy_conv import conv_general_dilated_impl
+from fnarray.lowering.numpy.conv import conv_general_dilated_impl
 
 __all__ = ["IMPLS", "run_program"]
 
@@ -658,13 +658,13 @@ def _dot_general(params, in_avals, out_avals):
 
 def run_program(prog, *args):
     """Evaluate a program on NumPy values (compiled once per program and cached)."""
-    from fnarray.lowering.numpy import compile_numpy
+    from fnarray.lowering.numpy.backend import compile_numpy
     return compile_numpy(prog)(list(args))
 
 
 @_factory(P.cond)
 def _cond(params, in_avals, out_avals):
-    from fnarray.lowering.numpy import compile_numpy
+    from fnarray.lowering.numpy.backend import compile_numpy
     branches = [compile_numpy(b) for b in params["branches"]]
     n = len(branches)
 
@@ -675,7 +675,7 @@ def _cond(params, in_avals, out_avals):
 
 @_factory(P.while_p)
 def _while(params, in_avals, out_avals):
-    from fnarray.lowering.numpy import compile_numpy
+    from fnarray.lowering.numpy.backend import compile_numpy
     cond_f = compile_numpy(params["cond_program"])
     body_f = compile_numpy(params["body_program"])
     cn, bn = params["cond_nconsts"], params["body_nconsts"]
@@ -690,7 +690,7 @@ def _while(params, in_avals, out_avals):
 
 @_factory(P.scan)
 def _scan(params, in_avals, out_avals):
-    from fnarray.lowering.numpy import compile_numpy
+    from fnarray.lowering.numpy.backend import compile_numpy
     body = compile_numpy(params["program"])
     nc, nk, length, rev = params["num_consts"], params["num_carry"], params["length"], params["reverse"]
     y_avals = out_avals[nk:]
@@ -709,7 +709,7 @@ def _scan(params, in_avals, out_avals):
 
 def _call_factory(key):
     def factory(params, in_avals, out_avals):
-        from fnarray.lowering.numpy import compile_numpy
+        from fnarray.lowering.numpy.backend import compile_numpy
         exe = compile_numpy(params[key])
         return lambda *args: exe(list(args))
     return factory
@@ -742,8 +742,8 @@ IMPLS[P.debug_callback] = _debug_callback
 # Convolutions: the reference lives in its own module (numpy_conv.py).
 IMPLS[conv_general_dilated_p] = conv_general_dilated_impl
 
-# The linear-algebra primitives have their own module (fnarray/lowering/linalg_numpy.py).
-from fnarray.lowering.linalg_numpy import register as _register_linalg  # noqa: E402
+# The linear-algebra primitives have their own module (fnarray/lowering/numpy/linalg.py).
+from fnarray.lowering.numpy.linalg import register as _register_linalg  # noqa: E402
 
 _register_linalg(IMPLS)
 

@@ -44,11 +44,11 @@ from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.ir import Literal, Program
 from fnarray.core.passes import dce
 from fnarray.core.subprograms import CALL_PROGRAM, CONTROL_FLOW
-from fnarray.lowering import mlx_conv as _mlx_conv
-from fnarray.lowering import mlx_structural  # noqa: F401  (registers the structural rules)
-from fnarray.lowering import mlx_windows  # noqa: F401  (registers the window primitives' rules)
+from fnarray.lowering.mlx import conv as _mlx_conv
+from fnarray.lowering.mlx import structural as mlx_structural  # noqa: F401  (registers the structural rules)
+from fnarray.lowering.mlx import windows as mlx_windows  # noqa: F401  (registers the window primitives' rules)
 from fnarray.lowering.common import dot_general_as_matmul
-from fnarray.lowering.mlx_common import _F32, _LOW, RULES, _const, _md, _mx_op, _upcast, from_numpy, mx, rule, to_numpy
+from fnarray.lowering.mlx.common import _F32, _LOW, RULES, _const, _md, _mx_op, _upcast, from_numpy, mx, rule, to_numpy
 from fnarray.lowering.zero_size import drop_zero_size, has_zero_size, is_fill
 
 __all__ = ["RULES", "from_numpy", "to_numpy"]
@@ -759,6 +759,6 @@ def _generated(prog: Program) -> _Generated:
 
 
 # The linear-algebra primitives' rules (mx.linalg on the CPU stream) live in their own module.
-from fnarray.lowering.linalg_mlx import register as _register_linalg  # noqa: E402
+from fnarray.lowering.mlx.linalg import register as _register_linalg  # noqa: E402
 
 _COMPLEX_OK = _COMPLEX_OK | _register_linalg(RULES)

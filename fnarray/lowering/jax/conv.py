@@ -1,6 +1,6 @@
 """The jax lowering of ``conv_general_dilated``: ``jax.lax.conv_general_dilated`` with the same params.
 
-Registered into ``fnarray.lowering.jax.RULES`` by that module. float16/bfloat16 accumulate in float32 (as the
+Registered into ``fnarray.lowering.jax.backend.RULES`` by that module. float16/bfloat16 accumulate in float32 (as the
 reference does), then round once.
 """
 

@@ -73,11 +73,11 @@ from fnarray.core.ir import Program
 from fnarray.core.passes import program_from_eqn
 from fnarray.core.subprograms import CALL_PROGRAM, subprograms
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
-from fnarray.lowering.mlx import _EQN_CHECKS, _HOST, _UNSUPPORTED, _dtype_reason, _eqn_dtypes, _Generated
-from fnarray.lowering.mlx_common import _IMPORT_ERROR, RULES, from_numpy, mx, to_numpy
+from fnarray.lowering.mlx.rules import _EQN_CHECKS, _HOST, _UNSUPPORTED, _dtype_reason, _eqn_dtypes, _Generated
+from fnarray.lowering.mlx.common import _IMPORT_ERROR, RULES, from_numpy, mx, to_numpy
 
 if mx is not None:
-    from fnarray.lowering import mlx_spmd as _spmd  # registers the collectives' and shard_map's rules
+    from fnarray.lowering.mlx import spmd as _spmd  # registers the collectives' and shard_map's rules
 
 __all__ = ["make_backend", "MlxBackend", "MlxLowered", "COMPILE_MODE", "CPU_COMPILE_MAX_ELEMENTS",
            "CPU_COMPILE_AFTER_CALLS"]
@@ -200,7 +200,7 @@ class MlxBackend(Backend):
             self._devices.append(Device("mlx", 0, "gpu", f"MLX {version} {kind} GPU ({label})", handle=mx.gpu))
         self._devices.append(Device("mlx", len(self._devices), "cpu", f"MLX {version} CPU", handle=mx.cpu))
         group = _spmd.process_group()
-        if group is not None:  # a run of several processes: one device per process (fnarray.lowering.mlx_spmd)
+        if group is not None:  # a run of several processes: one device per process (fnarray.lowering.mlx.spmd)
             mine = self._devices[0]
             self._devices = _spmd.process_devices(group, mine.handle, mine.platform, mine.description)
         all_but = frozenset(dtypes.ALL_DTYPES) - {dtypes.complex128}

@@ -32,7 +32,7 @@ from fnarray.core.passes import dce, walk_eqns
 from fnarray.core.prng import threefry2x32_p
 from fnarray.devices import compile_cache
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
-from fnarray.lowering.jax_conv import conv_general_dilated_rule
+from fnarray.lowering.jax.conv import conv_general_dilated_rule
 
 try:
     import jax
@@ -42,7 +42,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised where jax is missing
     raise BackendUnavailable("the jax backend needs JAX: not installed (to fix: pip install 'fnarray[jax]')") from e
 
-from fnarray.lowering import jax_windows  # noqa: E402  (imports jax: after the check above)
+from fnarray.lowering.jax import windows as jax_windows  # noqa: E402  (imports jax: after the check above)
 
 __all__ = ["make_backend", "RULES", "JaxBackend"]
 
@@ -461,7 +461,7 @@ RULES[P.remat] = lambda *args, program, prevent_cse=True, policy=None: _interpre
 RULES[P.custom_jvp_call] = lambda *args, call_program, **kw: _interpret(call_program, list(args))
 RULES[P.custom_vjp_call] = lambda *args, call_program, **kw: _interpret(call_program, list(args))
 
-#: per thread, how many ``shard_map`` bodies are being lowered around the current rule (lowering/jax_spmd.py)
+#: per thread, how many ``shard_map`` bodies are being lowered around the current rule (lowering/jax/spmd.py)
 manual = threading.local()
 
 
@@ -759,7 +759,7 @@ class JaxBackend(Backend):
 
 
 # The linear-algebra primitives' rules (jax.lax.linalg) live in their own module.
-from fnarray.lowering.linalg_jax import register as _register_linalg  # noqa: E402
+from fnarray.lowering.jax.linalg import register as _register_linalg  # noqa: E402
 
 _register_linalg(RULES)
 
@@ -768,4 +768,4 @@ def make_backend():
     return JaxBackend()
 
 
-from fnarray.lowering import jax_spmd  # noqa: E402,F401  (the collectives and shard_map, registered into RULES)
+from fnarray.lowering.jax import spmd as jax_spmd  # noqa: E402,F401  (the collectives and shard_map, registered into RULES)

@@ -1,5 +1,5 @@
 """The jax backend's rules for the linear-algebra primitives: ``jax.lax.linalg``, whose names and parameters
-fnarray's primitives share (registered into ``fnarray.lowering.jax.RULES`` by that module)."""
+fnarray's primitives share (registered into ``fnarray.lowering.jax.backend.RULES`` by that module)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def _svd(x, *, full_matrices, compute_uv):
 
 
 def register(rules: dict) -> None:
-    """Fill ``fnarray.lowering.jax.RULES``."""
+    """Fill ``fnarray.lowering.jax.backend.RULES``."""
     rules[L.cholesky_p] = _cholesky
     rules[L.triangular_solve_p] = _triangular_solve
     rules[L.lu_p] = _lu

@@ -189,7 +189,7 @@ def _svd_impl(params, in_avals, out_avals):
 
 
 def register(impls: dict) -> None:
-    """Fill ``numpy_impls.IMPLS`` (called once by ``fnarray/lowering/numpy_impls.py``)."""
+    """Fill ``numpy_impls.IMPLS`` (called once by ``fnarray/lowering/numpy/impls.py``)."""
     impls[L.cholesky_p] = _cholesky_impl
     impls[L.triangular_solve_p] = _triangular_solve_impl
     impls[L.lu_p] = _lu_impl

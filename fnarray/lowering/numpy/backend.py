@@ -24,8 +24,8 @@ from fnarray.core.builder import set_literal_folder
 from fnarray.core.ir import Literal, Program
 from fnarray.core.passes import dce
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
-from fnarray.lowering.numpy_impls import IMPLS
-from fnarray.lowering import numpy_windows  # noqa: F401  (registers the window primitives' references)
+from fnarray.lowering.numpy.impls import IMPLS
+from fnarray.lowering.numpy import windows as numpy_windows  # noqa: F401  (registers the window primitives' references)
 
 __all__ = ["make_backend", "compile_numpy", "NumpyBackend"]
 

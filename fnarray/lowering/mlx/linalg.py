@@ -1,4 +1,4 @@
-"""The mlx backend's rules for the linear-algebra primitives (registered into ``fnarray.lowering.mlx.RULES``).
+"""The mlx backend's rules for the linear-algebra primitives (registered into ``fnarray.lowering.mlx.rules.RULES``).
 
 MLX's ``mx.linalg`` runs only on the CPU stream, so every call passes ``stream=mx.cpu`` (on an Apple GPU
 device the rest of the program stays on the GPU; MLX moves the operands through unified memory). What
@@ -156,7 +156,7 @@ def _svd(params, in_avals, out_avals):
 
 
 def register(rules: dict) -> frozenset:
-    """Fill ``fnarray.lowering.mlx.RULES``; returns the primitives whose rule also takes complex64."""
+    """Fill ``fnarray.lowering.mlx.rules.RULES``; returns the primitives whose rule also takes complex64."""
     rules[L.cholesky_p] = _cholesky
     rules[L.triangular_solve_p] = _triangular_solve
     rules[L.lu_p] = _lu

@@ -47,8 +47,8 @@ from fnarray.core.passes import dce, walk_eqns
 from fnarray.core.spmd import shard_map_p
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.devices.backend import Device
-from fnarray.lowering.mlx import RULES, _generated
-from fnarray.lowering.mlx_common import from_numpy, mx, to_numpy
+from fnarray.lowering.mlx.rules import RULES, _generated
+from fnarray.lowering.mlx.common import from_numpy, mx, to_numpy
 
 __all__ = ["ProcessDevice", "GlobalBuffer", "process_group", "active", "process_devices", "check_mesh",
            "local_device", "put_global", "distributed_executable", "host_value"]

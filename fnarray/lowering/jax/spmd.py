@@ -15,7 +15,7 @@ from jax import lax
 
 from fnarray.core import collectives as C
 from fnarray.core.spmd import sharding_constraint_p, shard_map_p
-from fnarray.lowering.jax import RULES, _interpret, manual
+from fnarray.lowering.jax.backend import RULES, _interpret, manual
 
 __all__: list = []
 

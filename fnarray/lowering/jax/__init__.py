@@ -1,0 +1,1 @@
+"""The jax backend: the IR lowered to ``jax.lax``, one ``jax.jit`` per program (imported lazily)."""

@@ -1,0 +1,1 @@
+"""The mlx backend: the IR lowered to ``mlx.core`` (imported lazily)."""

@@ -1,0 +1,1 @@
+"""The opencl backend: kernels of ``fnarray.lowering.kernels`` rendered as OpenCL C, run through PyOpenCL."""
