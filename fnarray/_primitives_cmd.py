@@ -236,8 +236,9 @@ def _backend_rules(prim):
     out = []
     from fnarray.lowering.numpy.impls import IMPLS
     if prim in IMPLS:
-        out.append(("numpy reference (numpy_impls.IMPLS)", IMPLS[prim]))
-    for name, mod, table in (("jax", "fnarray.lowering.jax.backend", "RULES"), ("mlx", "fnarray.lowering.mlx.rules", "RULES")):
+        out.append(("numpy reference (numpy.impls.IMPLS)", IMPLS[prim]))
+    for name, mod, table in (("jax", "fnarray.lowering.jax.backend", "RULES"),
+                             ("mlx", "fnarray.lowering.mlx.rules", "RULES")):
         try:
             import importlib
             t = getattr(importlib.import_module(mod), table)
@@ -245,7 +246,7 @@ def _backend_rules(prim):
             out.append((f"{name} lowering", f"backend unavailable ({type(e).__name__}: {e})"))
             continue
         if prim in t:
-            out.append((f"{name} lowering ({mod.rsplit('.', 1)[1]}.{table})", t[prim]))
+            out.append((f"{name} lowering ({mod.split('.', 2)[2]}.{table})", t[prim]))
     from fnarray.lowering.kernels.emitter import STRUCTURAL
     from fnarray.lowering.kernels.rules import ELEMENTWISE
     if prim in ELEMENTWISE:

@@ -29,7 +29,7 @@ from fnarray import numpy as fnp
 from fnarray.core import dtypes
 from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.core.quantized import check_format, quantized_matmul_p, weight_shape
-from fnarray.lowering.quantized_impls import unpack_plan
+from fnarray.lowering.packed import unpack_plan
 from fnarray.transforms.jit import jit
 
 __all__ = ["quantize", "dequantize", "quantized_matmul"]
@@ -127,7 +127,7 @@ def _pack(q, bits):
 
 
 def _unpack(w, bits):
-    """The integers (uint32, ``(..., words * 32 // bits)``) of packed words ``w`` (as ``quantized_impls.unpack``)."""
+    """The integers (uint32, ``(..., words * 32 // bits)``) of packed words ``w`` (as ``packed.unpack``)."""
     lo, hi, shift = unpack_plan(bits)
     lead = tuple(w.shape[:-1])
     chunks = w.shape[-1] // bits

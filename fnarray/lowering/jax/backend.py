@@ -367,15 +367,15 @@ def _sort(*xs, dimension, is_stable, num_keys):
     return list(out[num_keys:])
 
 
-# fft (its own module, fnarray.lowering.fft_impls): jax.lax.fft.
+# fft (its own module, fnarray.lowering.jax.fft): jax.lax.fft.
 from fnarray.core.fft import fft_p as _fft_p  # noqa: E402
-from fnarray.lowering.fft_impls import jax_fft as _jax_fft  # noqa: E402
+from fnarray.lowering.jax.fft import jax_fft as _jax_fft  # noqa: E402
 
 RULES[_fft_p] = _jax_fft
 
-# quantized_matmul (fnarray.lowering.quantized_impls): unpacking and scaling fused by XLA into one dot.
+# quantized_matmul (fnarray.lowering.jax.quantized): unpacking and scaling fused by XLA into one dot.
 from fnarray.core.quantized import quantized_matmul_p as _quantized_matmul_p  # noqa: E402
-from fnarray.lowering.quantized_impls import jax_quantized_matmul as _jax_qmm  # noqa: E402
+from fnarray.lowering.jax.quantized import jax_quantized_matmul as _jax_qmm  # noqa: E402
 
 RULES[_quantized_matmul_p] = _jax_qmm
 

@@ -649,16 +649,16 @@ _COMPLEX_OK = frozenset({
     P.custom_vjp_call, P.while_p, P.scan, P.cond,
 })
 
-# fft (its own module, fnarray.lowering.fft_impls): mx.fft in complex64/float32.
+# fft (its own module, fnarray.lowering.mlx.fft): mx.fft in complex64/float32.
 from fnarray.core.fft import fft_p as _fft_p  # noqa: E402
-from fnarray.lowering import fft_impls as _fft_impls  # noqa: E402
+from fnarray.lowering.mlx.fft import mlx_fft as _mlx_fft  # noqa: E402
 
-RULES[_fft_p] = _fft_impls.mlx_fft
+RULES[_fft_p] = _mlx_fft
 _COMPLEX_OK = _COMPLEX_OK | {_fft_p}
 
-# quantized_matmul (fnarray.lowering.quantized_impls): mx.quantized_matmul.
+# quantized_matmul (fnarray.lowering.mlx.quantized): mx.quantized_matmul.
 from fnarray.core.quantized import quantized_matmul_p as _quantized_matmul_p  # noqa: E402
-from fnarray.lowering.quantized_impls import mlx_quantized_matmul as _mlx_qmm  # noqa: E402
+from fnarray.lowering.mlx.quantized import mlx_quantized_matmul as _mlx_qmm  # noqa: E402
 
 RULES[_quantized_matmul_p] = _mlx_qmm
 

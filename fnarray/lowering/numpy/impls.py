@@ -790,7 +790,7 @@ del ml_dtypes
 # ----------------------------------------------------------------------------- fft (its own module)
 
 from fnarray.core.fft import fft_p as _fft_p  # noqa: E402
-from fnarray.lowering.fft_impls import numpy_fft as _numpy_fft  # noqa: E402
+from fnarray.lowering.numpy.fft import numpy_fft as _numpy_fft  # noqa: E402
 
 IMPLS[_fft_p] = _numpy_fft
 
@@ -801,8 +801,8 @@ from fnarray.core.prng import threefry2x32_p as _threefry2x32_p, threefry2x32_re
 
 _direct(_threefry2x32_p, threefry2x32_reference)
 
-# quantized_matmul (its own module, fnarray.lowering.quantized_impls): weights dequantized in row blocks.
+# quantized_matmul (its own module, fnarray.lowering.numpy.quantized): weights dequantized in row blocks.
 from fnarray.core.quantized import quantized_matmul_p as _quantized_matmul_p  # noqa: E402
-from fnarray.lowering.quantized_impls import numpy_quantized_matmul as _numpy_qmm  # noqa: E402
+from fnarray.lowering.numpy.quantized import numpy_quantized_matmul as _numpy_qmm  # noqa: E402
 
 IMPLS[_quantized_matmul_p] = _numpy_qmm

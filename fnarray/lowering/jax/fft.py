@@ -1,0 +1,14 @@
+"""The ``fft`` primitive on jax: ``jax.lax.fft`` (registered into ``jax.backend.RULES``)."""
+
+from __future__ import annotations
+
+from fnarray.core.fft import FftType
+
+__all__ = ["jax_fft"]
+
+
+def jax_fft(x, *, fft_type, fft_lengths):
+    """``fft`` as ``jax.lax.fft`` (XLA's FFT: DUCC on the CPU, cuFFT on NVIDIA GPUs)."""
+    from jax import lax
+    return lax.fft(x, lax.FftType[FftType(fft_type).name], tuple(fft_lengths))
+

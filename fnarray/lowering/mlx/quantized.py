@@ -1,0 +1,26 @@
+"""``quantized_matmul`` on mlx: ``mx.quantized_matmul`` (registered into ``mlx.rules.RULES``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fnarray.lowering.packed import unpack
+
+__all__ = ["mlx_quantized_matmul"]
+
+
+def mlx_quantized_matmul(params, in_avals, out_avals):
+    """``mx.quantized_matmul`` (float32, float16, bfloat16); float64 (MLX's kernel has none) unpacks with MLX's
+    integer ops and multiplies in float64."""
+    import mlx.core as mx
+    transpose, gs, bits = params["transpose"], params["group_size"], params["bits"]
+    if in_avals[0].dtype != np.float64:
+        return lambda x, w, s, b: mx.quantized_matmul(x, w, s, b, transpose=transpose, group_size=gs, bits=bits)
+
+    def f(x, w, s, b):
+        q = unpack(mx, w, bits).astype(mx.float64)
+        rows, cols = q.shape
+        q = q.reshape(rows, cols // gs, gs)
+        wd = (q * s[:, :, None] + b[:, :, None]).reshape(rows, cols)
+        return mx.matmul(x, wd.T if transpose else wd)
+    return f

@@ -1,0 +1,57 @@
+"""Reading the packed words of ``quantized_matmul``, shared by the library backends' rules (``numpy/quantized.py``,
+``jax/quantized.py``, ``mlx/quantized.py``); it imports no backend library. The OpenCL and WebGPU kernels are
+``fnarray.lowering.kernels.groups.quantized``.
+
+The packed format (``fnarray.core.quantized``) is one little-endian bit stream per row. 32 consecutive
+elements fill exactly ``bits`` words, so a row is read as chunks of ``bits`` words: element ``j`` of a chunk
+starts in word ``j * bits // 32`` at bit ``s = j * bits % 32`` and, where ``s + bits > 32`` (3, 5 and 6
+bits), continues in the next word. ``unpack`` writes that once over any array module with NumPy's names
+(NumPy, ``jax.numpy``, ``mlx.core``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["unpack", "unpack_plan", "acc_dtype"]
+
+
+def unpack_plan(bits):
+    """Per element ``j < 32`` of a chunk: ``(low word, high word, shift)`` as uint32 NumPy arrays."""
+    j = np.arange(32)
+    lo = j * bits // 32
+    shift = j * bits % 32
+    hi = np.minimum(lo + 1, bits - 1)
+    return lo, hi, shift.astype(np.uint32)
+
+
+def unpack(xp, w, bits, asarray=None):
+    """The ``bits``-bit integers (uint32, shape ``(..., words * 32 // bits)``) of packed words ``w``.
+
+    ``xp`` is the array module (``numpy``, ``jax.numpy``, ``mlx.core``); ``asarray`` makes its arrays from
+    NumPy ones (default ``xp.array``). No shift reaches 32 bits (undefined in C, which MLX's kernels are).
+    """
+    asarray = asarray or xp.array
+    lead = tuple(w.shape[:-1])
+    mask = asarray(np.uint32((1 << bits) - 1))
+    if 32 % bits == 0:
+        # Whole elements per word: each word shifted by every element's offset (a broadcast, no gather).
+        per = 32 // bits
+        shifts = asarray((np.arange(per) * bits).astype(np.uint32))
+        v = xp.bitwise_and(xp.right_shift(xp.expand_dims(w, -1), shifts), mask)
+        return xp.reshape(v, lead + (w.shape[-1] * per,))
+    lo, hi, shift = unpack_plan(bits)
+    chunks = w.shape[-1] // bits
+    w3 = xp.reshape(w, lead + (chunks, bits))
+    low = xp.take(w3, asarray(lo.astype(np.int32)), axis=-1)
+    v = xp.right_shift(low, asarray(shift))
+    # The high word's bits land at 32 - s; (h << 1) << (31 - s) keeps each shift below 32.
+    high = xp.take(w3, asarray(hi.astype(np.int32)), axis=-1)
+    up = xp.left_shift(xp.left_shift(high, asarray(np.uint32(1))), asarray((31 - shift).astype(np.uint32)))
+    v = xp.bitwise_and(xp.bitwise_or(v, up), mask)
+    return xp.reshape(v, lead + (chunks * 32,))
+
+
+def acc_dtype(d):
+    """The accumulation dtype of a product in dtype ``d``: float64 for float64, else float32."""
+    return np.dtype(np.float64) if d == np.float64 else np.dtype(np.float32)
