@@ -8,6 +8,7 @@ import os
 __all__ = ["config"]
 
 _FALLBACK_MODES = ("warn", "error", "silent")
+_AUTOTUNE_MODES = ("off", "fast", "full")
 #: attributes that fnarray itself sets, not settings (still allowed, not offered)
 _INTERNAL = frozenset({"generation", "debug_hook"})
 #: cache-size settings: name -> (environment variable, default)
@@ -67,6 +68,13 @@ class Config:
       become their 32-bit counterparts where they enter (``asarray``, creation functions, ``device_put``,
       ``jit`` arguments), with JAX's ``UserWarning`` where a 64-bit dtype was explicitly requested
       (``fnarray.core.dtypes``). Part of the jit cache key. Env: ``FNARRAY_ENABLE_X64=1``.
+    - ``autotune``: how the opencl and webgpu kernels' tunable choices (work per item, vector width, dot tiles,
+      a transcendental's form) are picked (``fnarray.lowering.kernels.tuning``): ``"off"`` (the hand-tuned
+      defaults, nothing timed), ``"fast"`` (default: a choice cached for this device is reused, else a few
+      candidates ranked by a cost model where one is known are timed, else the default) or ``"full"`` (every
+      candidate timed on the device, the fastest kept). Choices are cached per device and driver, in
+      ``compilation_cache_dir`` too when it is set. A change applies to programs lowered afterwards.
+      Env: ``FNARRAY_AUTOTUNE``.
 
     ``update(name, value)`` sets one of these by name, as ``jax.config.update``; JAX's names
     ``"jax_enable_x64"``, ``"jax_debug_nans"``, ``"jax_debug_infs"`` and ``"jax_default_device"`` are accepted.
@@ -106,6 +114,8 @@ class Config:
         self._debug_nans = _env_flag("FNARRAY_DEBUG_NANS")
         self._debug_infs = _env_flag("FNARRAY_DEBUG_INFS")
         self._enable_x64 = _env_flag("FNARRAY_ENABLE_X64")
+        self._autotune = "fast"
+        self.autotune = os.environ.get("FNARRAY_AUTOTUNE", "fast")
         self.debug_hook = None  # set by fnarray.devices.nan_check: called when debug_nans/debug_infs change
         self._frozen = True  # from here on, only names defined above (or on the class) may be set
 
@@ -198,6 +208,22 @@ class Config:
         self._cache_dir = None if path is None else os.path.abspath(os.path.expanduser(os.fspath(path)))
 
     @property
+    def autotune(self) -> str:
+        return self._autotune
+
+    @autotune.setter
+    def autotune(self, mode: str):
+        if isinstance(mode, str) and mode.strip().lower() in _AUTOTUNE_MODES:
+            mode = mode.strip().lower()
+        if mode not in _AUTOTUNE_MODES:
+            raise ValueError(f"fnarray.config.autotune (env FNARRAY_AUTOTUNE) must be one of {_AUTOTUNE_MODES}: "
+                             f"'off' (the default kernel choices), 'fast' (cached or cost-model choices) or 'full' "
+                             f"(time every candidate on the device); got {mode!r}")
+        if mode != self._autotune:
+            self._autotune = mode
+            self.generation += 1
+
+    @property
     def default_device(self):
         return self._default_device
 
@@ -219,7 +245,7 @@ class Config:
 
     def lowering_key(self) -> tuple:
         """The part of the configuration that changes lowering (a jit cache key component)."""
-        return (self._fallback, self._debug_nans, self._debug_infs, self._enable_x64)
+        return (self._fallback, self._debug_nans, self._debug_infs, self._enable_x64, self._autotune)
 
     def __repr__(self):
         sizes = ", ".join(f"{n}={getattr(self, n)}" for n in _CACHE_SIZES)

@@ -1,0 +1,374 @@
+"""Autotuning: pick one of a kernel's variants for a device, by a cost model or by timing, and remember it.
+
+``choose(device, signature, candidates, measure, default)`` is the one entry point: the kernel groups
+(through the schedule, ``docs/internals.md``, "Tunable choices") and user kernels (``pallas.autotune``)
+call it with the variants they can build. What it does depends on ``fnarray.config.autotune``
+(env ``FNARRAY_AUTOTUNE``):
+
+- ``"off"``: the default, always; nothing is timed, no cache is read.
+- ``"fast"`` (the default mode): a choice already cached for this (device, signature) is reused; otherwise,
+  where the caller gives a cost model (``cost=``), the ``fast_candidates`` cheapest candidates by that model are
+  timed on the device and the fastest is kept; without a cost model, the default (nothing is timed).
+- ``"full"``: every candidate is timed on the device (one warm-up run, then the median of ``repeats`` runs;
+  a candidate whose ``measure`` raises is skipped) and the fastest kept, as tinygrad's BEAM search and
+  Triton's ``autotune`` do. A choice cached by an earlier ``"full"`` search is reused.
+
+Choices are cached per (device name, driver version, signature): in memory (an ``LRUCache`` of
+``MEMORY_ENTRIES``, thread-safe; one search per key at a time) and, when
+``fnarray.config.compilation_cache_dir`` is set, on disk in ``<dir>/tuning/<device>.json`` (one JSON file per
+device; an update takes an advisory lock, merges with what other processes wrote and renames a temporary
+file over the old one, so two processes never lose each other's entries or leave a partial file). A cached
+choice that is no longer among the candidates (the code changed) is searched again.
+
+Timing follows the advice in docs/traps.md: the measure callable should run the candidate to completion
+(enqueue and finish); ``measure_process_time`` wraps a function to time it by process CPU time, which
+scatters less than wall time on a loaded CPU device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import statistics
+import tempfile
+import threading
+import time
+from typing import Callable
+
+from fnarray.core.cache import LRUCache
+from fnarray.core.config import config
+
+__all__ = ["choose", "device_identity", "cache_version", "stats", "decisions", "clear", "measure_process_time",
+           "Decision", "MEMORY_ENTRIES", "TuningError"]
+
+#: choices kept in memory (all devices together)
+MEMORY_ENTRIES = 4096
+#: decisions kept for ``decisions()`` (the ``tune`` command's table)
+_LOG_ENTRIES = 1024
+_FORMAT = 1  # the on-disk format's version
+
+
+class TuningError(ValueError):
+    """``choose`` was called with candidates it cannot work with (empty, not JSON-able, default absent)."""
+
+
+@dataclasses.dataclass
+class Decision:
+    """One choice: where it came from (``"default"``, ``"memory"``, ``"disk"``, ``"fast"``, ``"full"``) and the
+    median seconds of every candidate timed (JSON text of the candidate -> seconds; ``inf`` for one that failed)."""
+    device: str
+    driver: str
+    signature: str
+    choice: dict
+    source: str
+    mode: str
+    times: dict
+
+
+_memory = LRUCache(MEMORY_ENTRIES)
+_log: list = []
+_lock = threading.Lock()
+_key_locks: dict = {}
+_counts = {"measured": 0, "searches": 0, "memory_hits": 0, "disk_hits": 0, "defaults": 0}
+_disk_seen: dict = {}  # file path -> (mtime_ns, size, entries)
+
+
+def stats() -> dict:
+    """Counters since the process started (or ``clear()``): ``measured`` (calls of a ``measure``), ``searches``
+    (signatures timed), ``memory_hits``, ``disk_hits``, ``defaults`` (the default taken without timing)."""
+    return dict(_counts)
+
+
+def decisions() -> list:
+    """The ``Decision`` of every ``choose`` call that did not hit the memory cache (the latest last, bounded)."""
+    with _lock:
+        return list(_log)
+
+
+def clear(memory: bool = True, counts: bool = True) -> None:
+    """Forget the in-memory choices and the decision log (the disk cache is left alone), and zero ``stats()``."""
+    with _lock:
+        if memory:
+            _memory.clear()
+            _disk_seen.clear()
+            _log.clear()
+        if counts:
+            for k in _counts:
+                _counts[k] = 0
+
+
+def device_identity(device) -> tuple:
+    """``(name, driver version)`` of an fnarray ``Device`` (its OpenCL device, its WebGPU adapter) or of a
+    string (itself, ``""``): the part of the cache key that says where a choice was measured."""
+    if isinstance(device, str):
+        return device, ""
+    handle = getattr(device, "handle", None)
+    if handle is not None and hasattr(handle, "driver_version") and hasattr(handle, "platform"):  # cl.Device
+        try:
+            name = f"{handle.platform.name.strip()} {handle.name.strip()}"
+            driver = f"{handle.platform.version.strip()} {handle.driver_version.strip()}"
+            return name, driver
+        except Exception:  # noqa: BLE001 (a released device: fall back to the description)
+            pass
+    info = getattr(handle, "info", None)
+    if isinstance(info, dict) or hasattr(info, "get"):  # a wgpu adapter's info
+        name = f"{info.get('vendor', '')} {info.get('device', '')} {info.get('backend_type', '')}".strip()
+        driver = f"{info.get('description', '')} {info.get('architecture', '')}".strip()
+        return name, driver
+    return getattr(device, "description", None) or str(device), ""
+
+
+def _canon(candidate) -> str:
+    try:
+        return json.dumps(candidate, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError) as e:
+        raise TuningError(f"fnarray.tuning: a candidate must be a dict of JSON values (ints, floats, strings, "
+                          f"bools, lists), got {candidate!r} ({e})") from None
+
+
+def _mode() -> str:
+    return config.autotune
+
+
+def choose(device, signature: str, candidates: list, measure: Callable[[dict], float], default: dict, *,
+           cost: Callable[[dict], float] | None = None, fast_candidates: int = 3, repeats: int = 5,
+           mode: str | None = None) -> dict:
+    """The candidate to use for the kernel ``signature`` on ``device``.
+
+    Args:
+      device: an fnarray ``Device`` or a string naming the device (``device_identity`` gives the cache key).
+      signature: what identifies the kernel and its sizes (its source before the choices, shapes, dtypes);
+        one choice is cached per signature.
+      candidates: the variants, each a dict of JSON values (e.g. ``{"wg": 64, "vec": 4}``).
+      measure: ``measure(candidate) -> seconds`` runs the candidate once to completion; called only in modes
+        ``"fast"`` (with ``cost``) and ``"full"``. It may raise for a candidate that cannot run there (that one
+        is skipped).
+      default: the choice without tuning; returned by mode ``"off"``, by ``"fast"`` without a cost model, and
+        when no candidate could be timed. Need not be among ``candidates``.
+      cost: an optional cost model, ``cost(candidate) -> a number`` (lower is better), for mode ``"fast"``.
+      fast_candidates: how many of the cheapest candidates by ``cost`` mode ``"fast"`` times.
+      repeats: timed runs per candidate after one warm-up (the median is compared).
+      mode: overrides ``fnarray.config.autotune`` for this call.
+
+    Returns:
+      The chosen candidate (one of ``candidates``, or ``default``).
+
+    Raises:
+      TuningError: ``candidates`` is empty or holds something that is not JSON-able.
+      ValueError: ``mode`` is not ``"off"``, ``"fast"`` or ``"full"``.
+
+    Source: the design of tinygrad's BEAM search (time every variant on the device, cache per device) and
+    Triton's ``autotune`` (configs, warm-up, median of repeats); written for fnarray.
+    """
+    mode = _mode() if mode is None else mode
+    if mode not in ("off", "fast", "full"):
+        raise ValueError(f"fnarray.tuning.choose: mode must be 'off', 'fast' or 'full', got {mode!r}")
+    if mode == "off":
+        _counts["defaults"] += 1
+        return default
+    candidates = list(candidates)
+    if not candidates:
+        raise TuningError(f"fnarray.tuning.choose({signature!r}): no candidates")
+    canon = [_canon(c) for c in candidates]
+    if len(candidates) == 1 and _canon(default) == canon[0]:
+        return default
+    name, driver = device_identity(device)
+    key = (name, driver, signature)
+    hit = _memory.get(key)
+    if hit is not None and hit[0] in canon and (mode != "full" or hit[1] == "full"):
+        _counts["memory_hits"] += 1
+        return candidates[canon.index(hit[0])]
+    with _key_lock(key):
+        hit = _memory.get(key)
+        if hit is not None and hit[0] in canon and (mode != "full" or hit[1] == "full"):
+            _counts["memory_hits"] += 1
+            return candidates[canon.index(hit[0])]
+        stored = _disk_get(name, driver, signature)
+        if stored is not None and stored.get("choice") in canon and (mode != "full" or stored.get("mode") == "full"):
+            _counts["disk_hits"] += 1
+            _memory.put(key, (stored["choice"], stored.get("mode", "fast")))
+            chosen = candidates[canon.index(stored["choice"])]
+            _record(Decision(name, driver, signature, chosen, "disk", stored.get("mode", "?"),
+                             stored.get("times", {})))
+            return chosen
+        if mode == "fast":
+            if cost is None:
+                _counts["defaults"] += 1
+                return default
+            order = sorted(range(len(candidates)), key=lambda i: cost(candidates[i]))
+            pool = [candidates[i] for i in order[:max(1, fast_candidates)]]
+        else:
+            pool = candidates
+        times = _search(pool, measure, repeats)
+        finite = {k: t for k, t in times.items() if t != float("inf")}
+        if not finite:
+            _counts["defaults"] += 1
+            _record(Decision(name, driver, signature, default, "default", mode, times))
+            return default
+        best = min(finite, key=finite.get)
+        chosen = candidates[canon.index(best)]
+        _memory.put(key, (best, mode))
+        _disk_put(name, driver, signature, {"choice": best, "mode": mode, "times": finite})
+        _record(Decision(name, driver, signature, chosen, mode, mode, times))
+        return chosen
+
+
+@contextlib.contextmanager
+def _key_lock(key):
+    with _lock:
+        entry = _key_locks.get(key)
+        if entry is None:
+            entry = _key_locks[key] = [threading.Lock(), 0]
+        entry[1] += 1
+    try:
+        with entry[0]:
+            yield
+    finally:
+        with _lock:
+            entry[1] -= 1
+            if entry[1] == 0:
+                _key_locks.pop(key, None)
+
+
+def _search(pool, measure, repeats) -> dict:
+    """Median seconds per candidate (JSON text -> seconds; ``inf`` where ``measure`` raised)."""
+    _counts["searches"] += 1
+    times = {}
+    best = float("inf")
+    for cand in pool:
+        k = _canon(cand)
+        try:
+            _counts["measured"] += 1
+            first = float(measure(cand))  # warm-up: first launches compile (docs/traps.md)
+            runs = []
+            for _ in range(max(1, repeats)):
+                _counts["measured"] += 1
+                t = float(measure(cand))
+                runs.append(t)
+                if len(runs) >= 2 and min(runs) > 3 * best:  # clearly slower than the best so far
+                    break
+            del first
+        except Exception:  # noqa: BLE001 (a variant the device cannot build or run is simply not chosen)
+            times[k] = float("inf")
+            continue
+        times[k] = statistics.median(runs)
+        best = min(best, times[k])
+    return times
+
+
+def _record(decision: Decision) -> None:
+    with _lock:
+        _log.append(decision)
+        del _log[:-_LOG_ENTRIES]
+
+
+def measure_process_time(run: Callable[[], object], finish: Callable[[], object] | None = None) -> float:
+    """Seconds of process CPU time taken by ``run()`` and ``finish()`` (wait for the device) together.
+
+    On a CPU device (PoCL, lavapipe) the kernel runs in this process's threads, and CPU time scatters less
+    than wall time under load (docs/traps.md); elsewhere use wall time (``time.perf_counter``)."""
+    t0 = time.process_time()
+    run()
+    if finish is not None:
+        finish()
+    return time.process_time() - t0
+
+
+# ---------------------------------------------------------------------------------------------- disk
+
+
+def _disk_path(name, driver):
+    root = config.compilation_cache_dir
+    if root is None:
+        return None
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")[:60] or "device"
+    digest = hashlib.sha256(f"{name}\0{driver}".encode()).hexdigest()[:12]
+    return os.path.join(root, "tuning", f"{slug}-{digest}.json")
+
+
+def _read(path) -> dict:
+    """The entries of one device's file (cached by modification time); ``{}`` when absent or unreadable."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return {}
+    seen = _disk_seen.get(path)
+    if seen is not None and seen[0] == st.st_mtime_ns and seen[1] == st.st_size:
+        return seen[2]
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        entries = data["entries"] if data.get("format") == _FORMAT else {}
+        if not isinstance(entries, dict):
+            entries = {}
+    except (OSError, ValueError, KeyError, AttributeError):
+        entries = {}  # a foreign or damaged file: ignored, replaced at the next write
+    _disk_seen[path] = (st.st_mtime_ns, st.st_size, entries)
+    return entries
+
+
+def _disk_get(name, driver, signature):
+    path = _disk_path(name, driver)
+    if path is None:
+        return None
+    entry = _read(path).get(signature)
+    return entry if isinstance(entry, dict) else None
+
+
+@contextlib.contextmanager
+def _file_lock(path):
+    try:
+        import fcntl
+    except ImportError:  # no advisory locks (Windows): the rename still keeps the file whole
+        yield
+        return
+    with open(path + ".lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _disk_put(name, driver, signature, entry) -> None:
+    path = _disk_path(name, driver)
+    if path is None:
+        return
+    folder = os.path.dirname(path)
+    tmp = None
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with _file_lock(path):
+            _disk_seen.pop(path, None)
+            entries = dict(_read(path))
+            entries[signature] = entry
+            data = {"format": _FORMAT, "device": name, "driver": driver, "entries": entries}
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f, indent=1, sort_keys=True)
+            os.replace(tmp, path)
+            tmp = None
+    except OSError:
+        pass  # a read-only cache folder: the choice is kept in memory only
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+
+
+def cache_version(device) -> str:
+    """What a cached kernel schedule for ``device`` must match: the mode and the state of the device's tuning
+    file (its size and modification time), so a schedule made before a ``tune`` run is not reused after it."""
+    mode = _mode()
+    if mode == "off":
+        return "off"
+    path = _disk_path(*device_identity(device))
+    try:
+        st = os.stat(path) if path is not None else None
+    except OSError:
+        st = None
+    return mode if st is None else f"{mode}:{st.st_size}:{st.st_mtime_ns}"
