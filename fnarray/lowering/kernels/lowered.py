@@ -16,6 +16,7 @@ from fnarray.core.ir import Literal, pp_program
 from fnarray.core.passes import walk_eqns
 from fnarray.devices import compile_cache
 from fnarray.devices.backend import Lowered
+from fnarray.lowering.kernels import tuning
 from fnarray.lowering.kernels.groups.base import BufSpec
 
 __all__ = ["KernelLowered"]
@@ -44,7 +45,8 @@ class KernelLowered(Lowered):
         caps = self.device.impl.capabilities(self.device)
         fields = {f.name: getattr(caps, f.name) for f in dataclasses.fields(caps)}
         fields["dtypes"] = sorted(d.name for d in caps.dtypes)
-        return f"{self.device.backend}|{self.device.description}|{sorted(fields.items())}"
+        return (f"{self.device.backend}|{self.device.description}|{sorted(fields.items())}"
+                f"|tuning={tuning.cache_version(self.device)}")
 
     def _cached_schedule(self):
         """The schedule, from the persistent compilation cache when it is on (keyed by the program's text,

@@ -37,6 +37,7 @@ grouping passes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from fnarray.core import primitives as P
@@ -78,7 +79,9 @@ from fnarray.lowering.kernels.groups.scatter import _ScatterGroup  # noqa: F401
 from fnarray.lowering.kernels.groups.sort import _SortGroup  # noqa: F401
 from fnarray.lowering.kernels.index import linearize
 from fnarray.lowering.kernels.ir import INT32, Let, Special, Sym
+from fnarray.lowering.kernels import tuning
 from fnarray.lowering.kernels.long_scans import split_long_scans
+from fnarray.lowering.kernels.opencl_c import uses_helpers
 from fnarray.lowering.kernels.rules import (
     op,
 )
@@ -251,6 +254,14 @@ class _Ctx:
         name = b.buffer(spec, v.aval.dtype, True, hint)
         args[name] = spec
         return name
+
+    def tuned(self, tunable, default, build, facts=None):
+        """The launches of ``build(choice)`` for the choice of ``tunable`` (a group's declared table) that
+        ``kernels/tuning.py`` makes with the backend's ``tuner`` option; ``build(default)`` without one."""
+        tuner = self.opts.get("tuner")
+        if tuner is None:
+            return build(default)
+        return tuner.tuned(tunable, default, build, facts)
 
     def gid(self, b, n_items, wg):
         """The linear work-item id and the launch sizes for ``n_items`` items in groups of ``wg``."""
@@ -498,6 +509,25 @@ def _can_join(ctx, g, reads, own, v):
     return True
 
 
+def tune_kernels(ctx, launches) -> list:
+    """``launches`` with each kernel's kernel-level tunable choices made (``tuning.MATH``: a float32
+    transcendental as fnarray's polynomial or the driver's built-in, where the renderer has both)."""
+    tuner = ctx.opts.get("tuner")
+    if tuner is None or "builtin" not in tuner.math_forms:
+        return launches
+    out = []
+    for la in launches:
+        if not uses_helpers(la.kernel):
+            out.append(la)
+            continue
+
+        def build(choice, la=la):
+            return [Launch(dataclasses.replace(la.kernel, math=choice["math"]), la.args, la.global_size,
+                           la.local_size, la.eqns, la.kind)]
+        out.extend(tuner.tuned(tuning.MATH, {"math": "fnarray"}, build))
+    return out
+
+
 def schedule(program: Program, caps, **opts) -> Schedule:
     """Group ``program`` (straight-line: no ``cond``/``while``/``scan``) into kernels for ``caps``."""
     prog = inline_calls(split_long_scans(program, getattr(caps, "max_loop_iterations", None)))
@@ -522,6 +552,7 @@ def schedule(program: Program, caps, **opts) -> Schedule:
     launches = []
     for g in groups:
         launches.extend(g.codegen())
+    launches = tune_kernels(ctx, launches)
     inputs = [ctx.spec(v) for v in ctx.inputs]
     outputs = [a if isinstance(a, Literal) else ctx.spec(a) for a in prog.outvars]
     return Schedule(inputs, launches, outputs, prog)

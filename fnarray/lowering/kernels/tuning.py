@@ -372,3 +372,150 @@ def cache_version(device) -> str:
     except OSError:
         st = None
     return mode if st is None else f"{mode}:{st.st_size}:{st.st_mtime_ns}"
+
+
+# ------------------------------------------------------------------------------------- kernel groups
+
+
+@dataclasses.dataclass(frozen=True)
+class Tunable:
+    """A kernel group's declared tunable choices: ``choices`` maps a name to the values it may take (each a
+    JSON value); the candidates are their product, less those ``valid(candidate, facts)`` refuses (``facts``:
+    what the caller knows, e.g. the device's work-group limit). ``doc`` says what each choice changes.
+    Declared in the group's module beside the code that reads the choice (``docs/internals.md``,
+    "Tunable choices")."""
+    kind: str
+    choices: dict
+    doc: str = ""
+    valid: Callable | None = None
+
+    def candidates(self, default: dict, facts: dict | None = None) -> list:
+        """Every valid combination (dicts), the default first (it is always a candidate)."""
+        names = sorted(self.choices)
+        out = [dict(default)]
+        seen = {_canon(default)}
+        combos = [[]]
+        for n in names:
+            combos = [c + [v] for c in combos for v in self.choices[n]]
+        for combo in combos:
+            cand = {**default, **dict(zip(names, combo, strict=True))}
+            k = _canon(cand)
+            if k in seen or (self.valid is not None and not self.valid(cand, facts or {})):
+                continue
+            seen.add(k)
+            out.append(cand)
+        return out
+
+
+#: The kernel-level choice of every kernel with a float32 transcendental on a renderer that has its own forms
+#: (OpenCL C: ``opencl_c._HELPERS``, call-free polynomials that PoCL 3.0 vectorises; PoCL 3.1's built-ins
+#: vectorise too and were 3x faster there: docs/traps.md). Read by ``schedule.tune_kernels``.
+MATH = Tunable("math", {"math": ("fnarray", "builtin")},
+               doc="a float32 transcendental as fnarray's polynomial or the driver's built-in function")
+
+
+class LaunchTimer:
+    """What a backend gives the scheduler to tune with (``schedule(..., tuner=...)``): the device, how a kernel
+    is rendered (its source is part of a signature), which ``math`` forms its renderer has, and ``time``.
+    Subclasses implement ``time(launches) -> seconds`` (one run of the launches to completion, on buffers of
+    made-up values, kept between calls for the same launches) and ``source(kernel) -> str``."""
+
+    math_forms: tuple = ()
+
+    def __init__(self, device, workgroup_limit=None):
+        self.device = device
+        self.workgroup_limit = workgroup_limit
+        self._runs: dict = {}
+
+    def source(self, kernel) -> str:  # pragma: no cover (abstract)
+        raise NotImplementedError
+
+    def prepare(self, launches, inputs, output):  # pragma: no cover (abstract)
+        """A callable that runs ``launches`` once to completion and returns its seconds; ``inputs``: the
+        buffers the launches read and none writes (their values are given here), ``output``: one they write."""
+        raise NotImplementedError
+
+    def time(self, launches) -> float:
+        """Seconds of one run of ``launches`` (prepared at the first call for them within one ``tuned``)."""
+        key = tuple(map(id, launches))
+        run = self._runs.get(key)
+        if run is None:
+            from fnarray.lowering.kernels.ir import BufferParam
+            written, inputs, output = set(), [], None
+            for la in launches:
+                for p, a in zip(la.kernel.params, la.args, strict=True):
+                    if isinstance(p, BufferParam) and p.writes:
+                        written.add(a)
+                        output = a
+            for la in launches:
+                for p, a in zip(la.kernel.params, la.args, strict=True):
+                    if isinstance(p, BufferParam) and a not in written and a not in inputs:
+                        inputs.append(a)
+            run = self._runs[key] = self.prepare(launches, inputs, output)
+        return run()
+
+    @staticmethod
+    def sample(spec):
+        """Made-up values for a buffer ``spec`` read by a timed kernel: floats in [-2, 2), else zeros (in
+        range as indices)."""
+        import numpy as np
+        if spec.dtype.kind == "f":
+            return np.random.default_rng(0).uniform(-2, 2, spec.shape).astype(spec.dtype)
+        return np.zeros(spec.shape, spec.dtype)
+
+    def signature(self, kind: str, launches) -> str:
+        """``kind`` and a digest of the launches' sources, scalar arguments, buffer shapes and work sizes."""
+        h = hashlib.sha256(kind.encode())
+        for la in launches:
+            h.update(self.source(la.kernel).encode())
+            h.update(repr([(a.shape, a.dtype.str) if hasattr(a, "shape") else a for a in la.args]).encode())
+            h.update(repr((la.global_size, la.local_size)).encode())
+        return f"{kind}:{h.hexdigest()[:24]}"
+
+    def tuned(self, tunable: Tunable, default: dict, build: Callable[[dict], list], facts: dict | None = None,
+              cost: Callable | None = None) -> list:
+        """The launches of the chosen candidate of ``tunable`` (``build(candidate) -> launches``)."""
+        base = build(default)
+        if not base:
+            return base
+        facts = dict(facts or {})
+        if self.workgroup_limit is not None:
+            facts.setdefault("workgroup_limit", self.workgroup_limit)
+        cands = tunable.candidates(default, facts)
+        if len(cands) < 2:
+            return base
+        built = {_canon(default): base}
+
+        def variant(c):
+            k = _canon(c)
+            if k not in built:
+                built[k] = build(c)
+            return built[k]
+
+        try:
+            choice = choose(self.device, self.signature(tunable.kind, base), cands,
+                            lambda c: self.time(variant(c)), default, cost=cost)
+            return variant(choice)
+        finally:
+            self._runs.clear()
+
+
+def digest_of(values) -> str:
+    """A short hex digest of ``values``' repr (for signatures made by callers)."""
+    return hashlib.sha256(repr(values).encode()).hexdigest()[:16]
+
+
+def active(device) -> bool:
+    """Whether lowering for ``device`` should consult ``choose`` at all: mode ``"full"``, or mode ``"fast"`` with
+    some choice known for the device (in memory or on disk). Otherwise every choice is its default, and the
+    scheduler skips the work of making signatures."""
+    mode = _mode()
+    if mode == "off":
+        return False
+    if mode == "full":
+        return True
+    name, driver = device_identity(device)
+    if any(k[0] == name and k[1] == driver for k in list(_memory.keys())):
+        return True
+    path = _disk_path(name, driver)
+    return path is not None and os.path.exists(path)

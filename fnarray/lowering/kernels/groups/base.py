@@ -23,6 +23,7 @@ from fnarray.lowering.kernels.rules import (
     op,
     select,
 )
+from fnarray.lowering.kernels.tuning import Tunable
 
 CALLS = CALL_PROGRAM  # the call-like primitives and the param of the program each runs (core/subprograms.py)
 REDUCTIONS = frozenset({P.reduce_sum, P.reduce_prod, P.reduce_max, P.reduce_min, P.reduce_and, P.reduce_or,
@@ -263,27 +264,40 @@ class _Group(abc.ABC):
         """The group's launches, in order."""
 
 
+#: The map kernel's tunable choices (``kernels/tuning.py``): ``per``, elements per work item (each under its
+#: own bounds test; the default is ``Capabilities.items_per_work_item``), and ``wg``, work items per group
+#: (default: the scheduler's ``workgroup`` option).
+MAP_TUNABLE = Tunable("map", {"per": (1, 2, 4), "wg": (32, 64, 128, 256)},
+                      doc="elements per work item and work-group size of an elementwise kernel",
+                      valid=lambda c, f: c["wg"] <= (f.get("workgroup_limit") or 1024))
+
+
 class _MapGroup(_Group):
     kind = "map"
     accepts_roots = True
 
     def codegen(self):
-        try:
-            return self._gen(flat=True)
-        except NotFlat:
-            return self._gen(flat=False)
+        ctx = self.ctx
+        default = {"per": ctx.caps.items_per_work_item, "wg": ctx.wg}
+        return ctx.tuned(MAP_TUNABLE, default, self._variant)
 
-    def _gen(self, flat):
+    def _variant(self, choice):
+        try:
+            return self._gen(True, choice)
+        except NotFlat:
+            return self._gen(False, choice)
+
+    def _gen(self, flat, choice):
         ctx = self.ctx
         n = math.prod(self.shape)
         b = KernelBuilder("k")
         args: dict = {}
         tracker = _Tracker(ctx)
         em = ctx.emitter(b, args=args, computes=set(self.roots) | set(self.guests), tracker=tracker)
-        per = ctx.caps.items_per_work_item
-        if not (flat and per > 1 and self.roots and not self.guests and n + per * ctx.wg < 2 ** 31):
+        per, wg = choice["per"], choice["wg"]
+        if not (flat and per > 1 and self.roots and not self.guests and n + per * wg < 2 ** 31):
             per = 1
-        gid, gsize, lsize = ctx.gid(b, -(-n // per), ctx.wg)
+        gid, gsize, lsize = ctx.gid(b, -(-n // per), wg)
         scalars = {}
         if per > 1:
             # Elements per * gid + k (k < per) of every root, each lane under its own bound test.
