@@ -190,7 +190,7 @@ def choose(device, signature: str, candidates: list, measure: Callable[[dict], f
         stored = _disk_get(name, driver, signature)
         if stored is not None and stored.get("choice") in canon and (mode != "full" or stored.get("mode") == "full"):
             _counts["disk_hits"] += 1
-            _memory.put(key, (stored["choice"], stored.get("mode", "fast")))
+            _memory.set(key, (stored["choice"], stored.get("mode", "fast")))
             chosen = candidates[canon.index(stored["choice"])]
             _record(Decision(name, driver, signature, chosen, "disk", stored.get("mode", "?"),
                              stored.get("times", {})))
@@ -211,7 +211,7 @@ def choose(device, signature: str, candidates: list, measure: Callable[[dict], f
             return default
         best = min(finite, key=finite.get)
         chosen = candidates[canon.index(best)]
-        _memory.put(key, (best, mode))
+        _memory.set(key, (best, mode))
         _disk_put(name, driver, signature, {"choice": best, "mode": mode, "times": finite})
         _record(Decision(name, driver, signature, chosen, mode, mode, times))
         return chosen
