@@ -332,3 +332,24 @@ def test_declared_tables_make_candidates_with_the_default_first():
         {json.dumps(c, sort_keys=True) for c in cands})
     tiles = register_tiles.TUNABLE.candidates(register_tiles.DEFAULT_TILE)
     assert tiles[0] == register_tiles.DEFAULT_TILE and all(c["rm"] * c["rn"] <= 64 for c in tiles)
+
+
+# ------------------------------------------------------------------------------------------------- command
+
+
+def test_tune_command_prints_the_table_and_keeps_the_choices(tmp_path):
+    if not any(d.backend == "opencl" for d in _kernel_devices()):
+        pytest.skip("backend unavailable: the tune command's kernels need an opencl device here")
+    (tmp_path / "tmod.py").write_text("import fnarray.numpy as fnp\n\ndef f(x, w):\n    return fnp.tanh(x @ w)\n")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("FNARRAY_CACHE_DIR", None)
+    cmd = [sys.executable, "-m", "fnarray", "tune", "tmod:f", "f32[40,64]", "f32[64,48]", "--device", "opencl:0",
+           "--cache-dir", str(tmp_path / "cache")]
+    r = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "dot_register" in r.stdout and "math" in r.stdout and " full" in r.stdout
+    r2 = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r2.returncode == 0 and " disk" in r2.stdout and " full\n" not in r2.stdout
+    bad = subprocess.run(cmd[:5] + ["float32[4,"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "dtype[dims]" in bad.stderr

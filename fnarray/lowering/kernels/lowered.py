@@ -21,6 +21,10 @@ from fnarray.lowering.kernels.groups.base import BufSpec
 
 __all__ = ["KernelLowered"]
 
+#: read the persistent cache's kernel schedules (``python -m fnarray tune`` turns it off, so that every kernel is
+#: scheduled, and so tuned, again; new schedules are still written)
+READ_SCHEDULE_CACHE = [True]
+
 
 class KernelLowered(Lowered):
     """A program scheduled into kernels once, on first use; listed by ``kernels()``/``as_text()``.
@@ -55,7 +59,7 @@ class KernelLowered(Lowered):
             return self._schedule_now()
         k = compile_cache.key(pp_program(self.program), _literal_bits(self.program), self._cache_identity(),
                               _code_digest())
-        data = compile_cache.get("schedule", k)
+        data = compile_cache.get("schedule", k) if READ_SCHEDULE_CACHE[0] else None
         if data is not None:
             try:
                 return pickle.loads(data)  # noqa: S301 (fnarray's own cache folder; see compile_cache)

@@ -67,6 +67,7 @@ class Decision:
     source: str
     mode: str
     times: dict
+    default: dict | None = None
 
 
 _memory = LRUCache(MEMORY_ENTRIES)
@@ -193,7 +194,7 @@ def choose(device, signature: str, candidates: list, measure: Callable[[dict], f
             _memory.set(key, (stored["choice"], stored.get("mode", "fast")))
             chosen = candidates[canon.index(stored["choice"])]
             _record(Decision(name, driver, signature, chosen, "disk", stored.get("mode", "?"),
-                             stored.get("times", {})))
+                             stored.get("times", {}), default))
             return chosen
         if mode == "fast":
             if cost is None:
@@ -207,13 +208,13 @@ def choose(device, signature: str, candidates: list, measure: Callable[[dict], f
         finite = {k: t for k, t in times.items() if t != float("inf")}
         if not finite:
             _counts["defaults"] += 1
-            _record(Decision(name, driver, signature, default, "default", mode, times))
+            _record(Decision(name, driver, signature, default, "default", mode, times, default))
             return default
         best = min(finite, key=finite.get)
         chosen = candidates[canon.index(best)]
         _memory.set(key, (best, mode))
         _disk_put(name, driver, signature, {"choice": best, "mode": mode, "times": finite})
-        _record(Decision(name, driver, signature, chosen, mode, mode, times))
+        _record(Decision(name, driver, signature, chosen, mode, mode, times, default))
         return chosen
 
 
