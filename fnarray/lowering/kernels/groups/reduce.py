@@ -18,6 +18,7 @@ from fnarray.lowering.kernels.emitter import Emitter, Flat, NotFlat, shaped_inde
 from fnarray.lowering.kernels.groups.base import REDUCTIONS, _Group, _index_vars, _kernel_name, _launch, _Tracker
 from fnarray.lowering.kernels.index import ix_var, linearize, to_expr, unravel
 from fnarray.lowering.kernels.ir import INT32, Special, const
+from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import (
     add_of,
     convert,
@@ -100,6 +101,17 @@ class _Monoid:
         return [self.dtype, INT32] if self.arg else [self.dtype]
 
 
+#: The reduction kernel's tunable choices (``kernels/tuning.py``), for a work item per output: ``lanes``,
+#: independent accumulators of its loop over the row (the sums are reassociated: results agree within float32
+#: summation error), and ``wg``, work items per group. A cooperative kernel (a work-group per output) has
+#: neither to choose.
+REDUCE_TUNABLE = Tunable("reduce", {"lanes": (1, 2, 4, 8), "wg": (32, 64, 128)},
+                         doc="accumulators per work item's row loop and work-group size of a reduction kernel",
+                         valid=lambda c, f: (not f.get("cooperative")
+                                             and c["wg"] <= (f.get("workgroup_limit") or 1024)
+                                             and (c["lanes"] == 1 or f.get("row", 0) >= c["lanes"])))
+
+
 class _ReduceGroup(_Group):
     """Reductions over the same iteration space (input shape and axes), one accumulator each, with their
     elementwise producers inlined and the elementwise ops on their results as an epilogue."""
@@ -155,12 +167,13 @@ class _ReduceGroup(_Group):
         wg = 1 << min(int(math.log2(self.ctx.wg * 2)), (R - 1).bit_length())
         return min(wg, self.ctx.caps.max_workgroup_size or wg)
 
-    def lanes(self, R) -> int:
-        """Independent accumulators of a work-item's loop over a row of ``R``: the scheduler option
-        ``row_lanes`` where the row has that many elements, else 1. A target whose compiler vectorises a
-        work-item's own loops (PoCL on a CPU) gains from several (opencl:0 here: layernorm 4096x1024 2-4x,
-        softmax 1.5x faster with 4); one that vectorises across work-items (lavapipe) loses (~25 %)."""
-        n = int(self.ctx.opts.get("row_lanes", 1))
+    def lanes(self, R, n=None) -> int:
+        """Independent accumulators of a work-item's loop over a row of ``R``: ``n`` (a ``REDUCE_TUNABLE``
+        choice; default the scheduler option ``row_lanes``) where the row has that many elements, else 1. A
+        target whose compiler vectorises a work-item's own loops (PoCL on a CPU) gains from several (opencl:0
+        here: layernorm 4096x1024 2-4x, softmax 1.5x faster with 4); one that vectorises across work-items
+        (lavapipe) loses (~25 %)."""
+        n = int(self.ctx.opts.get("row_lanes", 1) if n is None else n)
         return n if n > 1 and R >= n else 1
 
     def can_chain(self, eqn, dep_keys) -> bool:
@@ -313,21 +326,27 @@ class _ReduceGroup(_Group):
         return O, R, inner
 
     def codegen(self):
-        O, R, inner = self._sizes()
+        O, R, _ = self._sizes()
         if O == 0:
             return []
+        default = {"lanes": int(self.ctx.opts.get("row_lanes", 1)), "wg": self.ctx.wg}
+        return self.ctx.tuned(REDUCE_TUNABLE, default, self._variant,
+                              {"cooperative": self.cooperative(), "row": R})
+
+    def _variant(self, choice):
+        O, R, inner = self._sizes()
         stages = self.stages()
         chained = max(stages) > 0
         parallel = self.cooperative()
         if inner is not None and not chained and not self.row_roots:
             # chained or row values: shaped indices, so a result read back is the register
             try:
-                return self._gen(O, R, inner, parallel, flat=True)
+                return self._gen(O, R, inner, parallel, True, choice)
             except NotFlat:
                 pass
-        return self._gen(O, R, inner, parallel, flat=False)
+        return self._gen(O, R, inner, parallel, False, choice)
 
-    def _gen(self, O, R, inner, parallel, flat):
+    def _gen(self, O, R, inner, parallel, flat, choice):
         ctx = self.ctx
         stages = self.stages()
         chained = max(stages) > 0
@@ -343,7 +362,7 @@ class _ReduceGroup(_Group):
             o, lid = Special("group_id", 0), Special("local_id", 0)
             gsize, lsize = (O * wg,), (wg,)
         else:
-            o, gsize, lsize = ctx.gid(b, O, ctx.wg)
+            o, gsize, lsize = ctx.gid(b, O, choice["wg"])
         shape = self.x_shape
         red_shape = tuple(shape[a] for a in self.axes)
         state = {}
@@ -407,7 +426,7 @@ class _ReduceGroup(_Group):
         def accumulate(start, step, parts=None):
             parts = self.parts if parts is None else parts
             accs = fresh(parts)
-            U = self.lanes(R) if step is None else 1
+            U = self.lanes(R, choice["lanes"]) if step is None else 1
             if U == 1:
                 with b.loop(start, state["R"], step) as r:
                     fold(parts, accs, r)
