@@ -361,3 +361,15 @@ def test_tune_command_prints_the_table_and_keeps_the_choices(tmp_path):
     bad = subprocess.run(cmd[:5] + ["float32[4,"], env=env, cwd=tmp_path, capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and "dtype[dims]" in bad.stderr
+
+
+def test_the_default_stays_unless_a_candidate_beats_it_by_the_margin():
+    clock = Clock()
+    times = {1: 0.98e-3, 2: 1.0e-3, 3: 2e-3, 4: 3e-3}
+    with config_setting("autotune", "full"):
+        got = tuning.choose("dev", "m", CANDS, lambda c: times[c["v"]], {"v": 2})
+        assert got == {"v": 2}  # 2% faster: noise
+        times[1] = 0.5e-3
+        got = tuning.choose("dev", "m2", CANDS, lambda c: times[c["v"]], {"v": 2})
+        assert got == {"v": 1}
+    assert clock.calls == []

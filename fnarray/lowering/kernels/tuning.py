@@ -137,7 +137,7 @@ def _mode() -> str:
 
 def choose(device, signature: str, candidates: list, measure: Callable[[dict], float], default: dict, *,
            cost: Callable[[dict], float] | None = None, fast_candidates: int = 3, repeats: int = 5,
-           mode: str | None = None) -> dict:
+           mode: str | None = None, margin: float = 0.05) -> dict:
     """The candidate to use for the kernel ``signature`` on ``device``.
 
     Args:
@@ -153,6 +153,8 @@ def choose(device, signature: str, candidates: list, measure: Callable[[dict], f
       cost: an optional cost model, ``cost(candidate) -> a number`` (lower is better), for mode ``"fast"``.
       fast_candidates: how many of the cheapest candidates by ``cost`` mode ``"fast"`` times.
       repeats: timed runs per candidate after one warm-up (the median is compared).
+      margin: the default, when it was timed, is kept unless a candidate is faster by more than this fraction
+        (timings on a shared machine scatter; a choice should not flip on noise).
       mode: overrides ``fnarray.config.autotune`` for this call.
 
     Returns:
@@ -211,6 +213,9 @@ def choose(device, signature: str, candidates: list, measure: Callable[[dict], f
             _record(Decision(name, driver, signature, default, "default", mode, times, default))
             return default
         best = min(finite, key=finite.get)
+        dkey = _canon(default)
+        if dkey in finite and dkey in canon and finite[best] > finite[dkey] * (1 - margin):
+            best = dkey
         chosen = candidates[canon.index(best)]
         _memory.set(key, (best, mode))
         _disk_put(name, driver, signature, {"choice": best, "mode": mode, "times": finite})
