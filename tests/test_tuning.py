@@ -373,3 +373,12 @@ def test_the_default_stays_unless_a_candidate_beats_it_by_the_margin():
         got = tuning.choose("dev", "m2", CANDS, lambda c: times[c["v"]], {"v": 2})
         assert got == {"v": 1}
     assert clock.calls == []
+
+
+def test_a_default_faster_than_skip_below_ends_the_search():
+    clock = Clock()
+    with config_setting("autotune", "full"):
+        assert tuning.choose("dev", "k", CANDS, clock, {"v": 3}, skip_below=5e-3) == {"v": 3}
+        assert set(clock.calls) == {3}
+        assert tuning.choose("dev", "k2", CANDS, clock, {"v": 3}, skip_below=1e-3) == {"v": 1}
+    assert set(clock.calls) == {1, 2, 3, 4}

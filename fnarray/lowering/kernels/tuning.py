@@ -137,7 +137,7 @@ def _mode() -> str:
 
 def choose(device, signature: str, candidates: list, measure: Callable[[dict], float], default: dict, *,
            cost: Callable[[dict], float] | None = None, fast_candidates: int = 3, repeats: int = 5,
-           mode: str | None = None, margin: float = 0.05) -> dict:
+           mode: str | None = None, margin: float = 0.05, skip_below: float | None = None) -> dict:
     """The candidate to use for the kernel ``signature`` on ``device``.
 
     Args:
@@ -155,6 +155,8 @@ def choose(device, signature: str, candidates: list, measure: Callable[[dict], f
       repeats: timed runs per candidate after one warm-up (the median is compared).
       margin: the default, when it was timed, is kept unless a candidate is faster by more than this fraction
         (timings on a shared machine scatter; a choice should not flip on noise).
+      skip_below: when the default is a candidate and one run of it takes less than this many seconds, the
+        search stops there and keeps it (a kernel that small gains less than its variants cost to compile).
       mode: overrides ``fnarray.config.autotune`` for this call.
 
     Returns:
@@ -206,14 +208,16 @@ def choose(device, signature: str, candidates: list, measure: Callable[[dict], f
             pool = [candidates[i] for i in order[:max(1, fast_candidates)]]
         else:
             pool = candidates
-        times = _search(pool, measure, repeats)
+        dkey = _canon(default)
+        if skip_below is not None and dkey in canon:
+            pool = [default] + [c for c in pool if _canon(c) != dkey]
+        times = _search(pool, measure, repeats, skip_below if dkey in canon else None)
         finite = {k: t for k, t in times.items() if t != float("inf")}
         if not finite:
             _counts["defaults"] += 1
             _record(Decision(name, driver, signature, default, "default", mode, times, default))
             return default
         best = min(finite, key=finite.get)
-        dkey = _canon(default)
         if dkey in finite and dkey in canon and finite[best] > finite[dkey] * (1 - margin):
             best = dkey
         chosen = candidates[canon.index(best)]
@@ -240,8 +244,9 @@ def _key_lock(key):
                 _key_locks.pop(key, None)
 
 
-def _search(pool, measure, repeats) -> dict:
-    """Median seconds per candidate (JSON text -> seconds; ``inf`` where ``measure`` raised)."""
+def _search(pool, measure, repeats, skip_below=None) -> dict:
+    """Median seconds per candidate (JSON text -> seconds; ``inf`` where ``measure`` raised); with
+    ``skip_below``, only the first (the default) when it runs faster than that."""
     _counts["searches"] += 1
     times = {}
     best = float("inf")
@@ -263,6 +268,8 @@ def _search(pool, measure, repeats) -> dict:
             continue
         times[k] = statistics.median(runs)
         best = min(best, times[k])
+        if skip_below is not None and len(times) == 1 and times[k] < skip_below:
+            break
     return times
 
 
@@ -427,6 +434,9 @@ class LaunchTimer:
     made-up values, kept between calls for the same launches) and ``source(kernel) -> str``."""
 
     math_forms: tuple = ()
+    #: kernels whose default runs faster than this (seconds) keep it untimed further (``choose``'s ``skip_below``):
+    #: a tiny kernel's launch costs more than any variant saves, and each variant costs a compile
+    skip_below = 50e-6
 
     def __init__(self, device, workgroup_limit=None):
         self.device = device
@@ -500,7 +510,7 @@ class LaunchTimer:
 
         try:
             choice = choose(self.device, self.signature(tunable.kind, base), cands,
-                            lambda c: self.time(variant(c)), default, cost=cost)
+                            lambda c: self.time(variant(c)), default, cost=cost, skip_below=self.skip_below)
             return variant(choice)
         finally:
             self._runs.clear()
