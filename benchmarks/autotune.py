@@ -9,8 +9,9 @@ fnarray case is jitted twice, compiled once with ``fa.config.autotune = "off"`` 
 and once with ``"full"`` (every declared choice timed on the device: ``docs/internals.md``, "Tunable
 choices"), in one process without a persistent cache; then each repeat is the best of ``--number`` calls
 of off, full and the reference, alternating, so the machine's load hits all alike. Printed: the median
-milliseconds over ``--repeat`` repeats, the ratios full/off and full/reference (< 1: full is faster), the
-tuning time, and the load average at the start and end. Asserts only that off and full agree.
+process-CPU milliseconds over ``--repeat`` repeats, the ratios full/off and full/reference (< 1: full is
+faster) by CPU time and by wall time, the tuning time, and the load average at the start and end. Asserts
+only that off and full agree.
 
 Usage:  python benchmarks/autotune.py [--device opencl:0] [--repeat 3] [--number 5] [--only NAME]
 For PoCL 3.1 (Debian's, ``benchmarks/pocl31.sh``): ``source /work/pocl31/env.sh`` first (tinygrad then opens
@@ -29,7 +30,23 @@ import numpy as np
 
 import _checkout  # noqa: F401  (this checkout's fnarray, not an installed one)
 from opencl_vs_raw import RAW_SOURCE
-from vs_tinygrad import _best, _cases, _point_tinygrad_at_pyopencl_pocl
+from vs_tinygrad import _cases, _point_tinygrad_at_pyopencl_pocl
+
+
+def _best2(fns, number):
+    """Each of ``fns`` called once to warm, then the best of ``number`` calls of each, alternating: by wall time
+    and by process CPU time (the kernels of PoCL and tinygrad's PoCL run in this process; under load CPU time
+    scatters less: docs/traps.md). Returns ``(wall, cpu)`` lists."""
+    for fn in fns:
+        fn()
+    wall, cpu = [float("inf")] * len(fns), [float("inf")] * len(fns)
+    for _ in range(number):
+        for k, fn in enumerate(fns):
+            t, c = time.perf_counter(), time.process_time()
+            fn()
+            cpu[k] = min(cpu[k], time.process_time() - c)
+            wall[k] = min(wall[k], time.perf_counter() - t)
+    return wall, cpu
 
 
 def _point_tinygrad_at_pyopencl_loader():
@@ -155,14 +172,17 @@ def main(argv=None):
     fa.config.autotune = "off"
     print(f"fnarray {dev} ({dev.description}): autotune off vs full, {args.repeat} repeats of best-of-{args.number}, "
           f"alternating; load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}\n")
-    print("| case | off (ms) | full (ms) | full/off | reference (ms) | full/reference | reference | tuning (s) |")
-    print("|---|---:|---:|---:|---:|---:|---|---:|")
+    print("CPU ms: process CPU time (best of each repeat, median over repeats); wall: the same ratio by wall time\n")
+    print("| case | off (CPU ms) | full (CPU ms) | full/off | wall full/off | reference (CPU ms) | full/reference "
+          "| wall full/ref | reference | tuning (s) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for name, off, full, ref, ref_name in rows:
         fns = (off, full, ref)
-        reps = [_best(fns, args.number) for _ in range(args.repeat)]
-        o, f, r = (statistics.median(t[k] for t in reps) for k in range(3))
-        print(f"| {name} | {o * 1e3:.2f} | {f * 1e3:.2f} | {f / o:.2f} | {r * 1e3:.2f} | {f / r:.2f} | {ref_name} | "
-              f"{tune_s.get(name, 0.0):.1f} |", flush=True)
+        reps = [_best2(fns, args.number) for _ in range(args.repeat)]
+        o, f, r = (statistics.median(t[1][k] for t in reps) for k in range(3))
+        wo, wf, wr = (statistics.median(t[0][k] for t in reps) for k in range(3))
+        print(f"| {name} | {o * 1e3:.2f} | {f * 1e3:.2f} | {f / o:.2f} | {wf / wo:.2f} | {r * 1e3:.2f} | {f / r:.2f} "
+              f"| {wf / wr:.2f} | {ref_name} | {tune_s.get(name, 0.0):.1f} |", flush=True)
     load1 = os.getloadavg()
     print(f"\nload average at the end {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; choices made: "
           f"{len(tuning.decisions())}, candidate runs timed: {tuning.stats()['measured']}")
