@@ -382,3 +382,22 @@ def test_a_default_faster_than_skip_below_ends_the_search():
         assert set(clock.calls) == {3}
         assert tuning.choose("dev", "k2", CANDS, clock, {"v": 3}, skip_below=1e-3) == {"v": 1}
     assert set(clock.calls) == {1, 2, 3, 4}
+
+
+def test_threads_asking_for_one_signature_share_one_search():
+    import threading
+    import time as _time
+    clock = Clock()
+
+    def slow(c):
+        _time.sleep(0.002)
+        return clock(c)
+    got = []
+    with config_setting("autotune", "full"):
+        threads = [threading.Thread(target=lambda: got.append(tuning.choose("dev", "t", CANDS, slow, {"v": 4})))
+                   for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert got == [{"v": 1}] * 4 and tuning.stats()["searches"] == 1
