@@ -73,7 +73,8 @@ class Config:
       defaults, nothing timed), ``"fast"`` (default: a choice cached for this device is reused, else a few
       candidates ranked by a cost model where one is known are timed, else the default) or ``"full"`` (every
       candidate timed on the device, the fastest kept). Choices are cached per device and driver, in
-      ``compilation_cache_dir`` too when it is set. A change applies to programs lowered afterwards.
+      ``compilation_cache_dir`` too when it is set. A change applies to programs lowered afterwards (not part
+      of the jit cache key: a function already compiled keeps its kernels).
       Env: ``FNARRAY_AUTOTUNE``.
 
     ``update(name, value)`` sets one of these by name, as ``jax.config.update``; JAX's names
@@ -219,9 +220,9 @@ class Config:
             raise ValueError(f"fnarray.config.autotune (env FNARRAY_AUTOTUNE) must be one of {_AUTOTUNE_MODES}: "
                              f"'off' (the default kernel choices), 'fast' (cached or cost-model choices) or 'full' "
                              f"(time every candidate on the device); got {mode!r}")
-        if mode != self._autotune:
-            self._autotune = mode
-            self.generation += 1
+        # Not part of ``lowering_key``: a change applies to programs lowered afterwards, and a function compiled
+        # with tuned kernels keeps them (switching to "off" after tuning does not recompile everything).
+        self._autotune = mode
 
     @property
     def default_device(self):
@@ -245,7 +246,7 @@ class Config:
 
     def lowering_key(self) -> tuple:
         """The part of the configuration that changes lowering (a jit cache key component)."""
-        return (self._fallback, self._debug_nans, self._debug_infs, self._enable_x64, self._autotune)
+        return (self._fallback, self._debug_nans, self._debug_infs, self._enable_x64)
 
     def __repr__(self):
         sizes = ", ".join(f"{n}={getattr(self, n)}" for n in _CACHE_SIZES)

@@ -265,11 +265,14 @@ class _Group(abc.ABC):
 
 
 #: The map kernel's tunable choices (``kernels/tuning.py``): ``per``, elements per work item (each under its
-#: own bounds test; the default is ``Capabilities.items_per_work_item``), and ``wg``, work items per group
-#: (default: the scheduler's ``workgroup`` option).
-MAP_TUNABLE = Tunable("map", {"per": (1, 2, 4), "wg": (32, 64, 128, 256)},
-                      doc="elements per work item and work-group size of an elementwise kernel",
-                      valid=lambda c, f: c["wg"] <= (f.get("workgroup_limit") or 1024))
+#: own bounds test; the default is ``Capabilities.items_per_work_item``), ``wg``, work items per group
+#: (default: the scheduler's ``workgroup`` option), and ``guard``, the bounds test once per work-group with
+#: the values computed at a clamped element (``True``, the default where ``Capabilities.uniform_guard``: PoCL
+#: 3.0 vectorises only that form) or a plain ``if (gid < n)`` per item.
+MAP_TUNABLE = Tunable("map", {"per": (1, 2, 4), "wg": (64, 128, 256), "guard": (True, False)},
+                      doc="elements per work item, work-group size and bounds-test form of an elementwise kernel",
+                      valid=lambda c, f: (c["wg"] <= (f.get("workgroup_limit") or 1024)
+                                          and (c["per"] == 1 or not c["guard"])))
 
 
 class _MapGroup(_Group):
@@ -278,7 +281,7 @@ class _MapGroup(_Group):
 
     def codegen(self):
         ctx = self.ctx
-        default = {"per": ctx.caps.items_per_work_item, "wg": ctx.wg}
+        default = {"per": ctx.caps.items_per_work_item, "wg": ctx.wg, "guard": bool(ctx.caps.uniform_guard)}
         return ctx.tuned(MAP_TUNABLE, default, self._variant)
 
     def _variant(self, choice):
@@ -310,7 +313,7 @@ class _MapGroup(_Group):
         elif flat:
             limit = b.scalar("n")
             scalars["n"] = n
-            if ctx.caps.uniform_guard and self.roots and len(gsize) == 1:
+            if choice.get("guard", ctx.caps.uniform_guard) and self.roots and len(gsize) == 1:
                 # Every item computes, at its own element or (past the end, in the last work-group) at the
                 # last one, with no branch; the stores go in a branch uniform over the group for the
                 # work-groups wholly inside, item by item in the last one. The CPU compilers vectorise that
