@@ -103,7 +103,7 @@ def _raw_cases(dev, fa, fnp, mode_cases):
 
     def make(fn, *args):
         def factory():
-            jf = fa.jit(fn)
+            jf = fa.jit(lambda *a: fn(*a))  # a function of its own per mode: jit caches per function
             return lambda: fa.block_until_ready(jf(*args)), lambda: np.asarray(jf(*args))
         return factory
 
