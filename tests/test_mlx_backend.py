@@ -80,7 +80,7 @@ def test_devices_and_platforms(mdev, mx):
 
 
 def test_host_transfers_share_memory_and_inputs_are_copied(mdev, mx):
-    from fnarray.lowering.mlx.rules import to_numpy
+    from fnarray.lowering.mlx.common import to_numpy
     src = np.arange(6, dtype=np.float32)
     x = _put(src, mdev)
     src[0] = 100.0  # a later write to the caller's array is not seen

@@ -1,8 +1,7 @@
 """What every part of the mlx backend shares: the MLX import, the rule table, dtypes and transfers.
 
-``RULES`` maps a primitive to ``factory(params, in_avals, out_avals) -> fn(*arrays)``; the rules are
-in ``mlx.py`` (elementwise, reductions, linear algebra) and ``mlx_structural.py`` (shapes,
-slicing, gathers and scatters), the backend and its compile policy in ``mlx_backend.py``.
+``RULES`` maps a primitive to ``factory(params, in_avals, out_avals) -> fn(*arrays)``; the rules are in
+one module per primitive family (``backend.FAMILIES``), the devices and the compile policy in ``backend.py``.
 """
 
 from __future__ import annotations

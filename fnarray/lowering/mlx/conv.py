@@ -1,6 +1,6 @@
 """The mlx lowering of ``conv_general_dilated``: ``mx.conv_general`` with the layout transposes it needs.
 
-Registered into ``fnarray.lowering.mlx.rules.RULES`` by that module. ``mx.conv_general`` (MLX 0.32) takes the input as
+Registered into ``common.RULES``. ``mx.conv_general`` (MLX 0.32) takes the input as
 ``(N, *spatial, C)`` and the kernel as ``(O, *spatial, I)``, strides, (low, high) padding (negative crops),
 input and kernel dilation, and feature groups in 1-D and 2-D. What it lacks is written around it:
 
@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from fnarray.core import dtypes
+from fnarray.core.conv import conv_general_dilated_p
+from fnarray.lowering.mlx.common import RULES
 
 __all__ = ["conv_general_dilated_factory", "unsupported_reason"]
 
@@ -118,3 +120,6 @@ def conv_general_dilated_factory(params, in_avals, out_avals):
         r = r if out_perm == ident else mx.transpose(r, out_perm)
         return r.astype(mo) if r.dtype != mo else r
     return f
+
+
+RULES[conv_general_dilated_p] = conv_general_dilated_factory

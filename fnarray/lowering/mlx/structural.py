@@ -1,7 +1,7 @@
 """MLX rules of the structural primitives: shapes, slices, padding, concatenation, gathers, scatters.
 
-They register into ``mlx_common.RULES``; semantics as ``numpy_impls`` (gathers clamp, scatters drop
-out-of-bounds indices, padding with interior and negative widths).
+They register into ``common.RULES``; semantics as the numpy reference (``lowering/numpy/``): gathers clamp,
+scatters drop out-of-bounds indices, padding with interior and negative widths.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""The mlx backend's rules for the window primitives (``fnarray.core.windows``), registered in ``mlx_common.RULES``.
+"""The mlx backend's rules for the window primitives (``fnarray.core.windows``), registered in ``common.RULES``.
 
 MLX has no window reduction, so every window primitive is the tap formulation of ``window_taps``: the
 operand padded and dilated once (``mx.pad``, interior padding by expand + pad + reshape), one strided slice
 per window tap, combined with ``mx.maximum``/``mx.minimum`` (which propagate NaN), ``+`` and ``mx.where``.
-Rules follow ``mlx.py``'s convention: ``factory(params, in_avals, out_avals) -> fn(*arrays)``. float16 and
+Rules follow ``common.RULES``'s convention: ``factory(params, in_avals, out_avals) -> fn(*arrays)``. float16 and
 bfloat16 sums accumulate in float32, as the reference.
 """
 
