@@ -500,6 +500,6 @@ def test_backend_unavailable_names_the_fix(monkeypatch):
     require_backend("mlx")
     from fnarray.lowering.mlx import backend as mlx_lowering
     monkeypatch.setattr(mlx_lowering, "mx", None)
-    monkeypatch.setattr(mlx_lowering, "_IMPORT_ERROR", "the mlx backend needs MLX: No module named 'mlx'")
+    monkeypatch.setattr(mlx_lowering, "IMPORT_ERROR", "the mlx backend needs MLX: No module named 'mlx'")
     with pytest.raises(fa.BackendUnavailable, match="MLX"):
         mlx_lowering.make_backend()

@@ -108,7 +108,7 @@ from fnarray.core.subprograms import CALL_PROGRAM, subprograms
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
 from fnarray.lowering.mlx import conv, linalg
-from fnarray.lowering.mlx.common import _IMPORT_ERROR, RULES, from_numpy, mx, to_numpy
+from fnarray.lowering.mlx.common import IMPORT_ERROR, RULES, from_numpy, mx, to_numpy
 from fnarray.lowering.mlx.program import Generated as _Generated
 
 #: The rule modules, one per primitive family; importing one registers its rules into ``common.RULES``.
@@ -388,5 +388,5 @@ class MlxBackend(Backend):
 def make_backend():
     """The mlx backend; raises ``BackendUnavailable`` (with the fix) when ``mlx.core`` cannot be imported."""
     if mx is None:
-        raise BackendUnavailable(_IMPORT_ERROR)
+        raise BackendUnavailable(IMPORT_ERROR)
     return MlxBackend()

@@ -26,7 +26,7 @@ from fnarray.lowering.mlx.common import RULES
 
 __all__ = ["conv_general_dilated_factory", "unsupported_reason"]
 
-_LOW = (dtypes.float16, dtypes.bfloat16)
+LOW = (dtypes.float16, dtypes.bfloat16)
 
 
 def unsupported_reason(in_avals, params):
@@ -77,7 +77,7 @@ def conv_general_dilated_factory(params, in_avals, out_avals):
     nsp = len(params["window_strides"])
     G, B = params["feature_group_count"], params["batch_group_count"]
     out_d = np.dtype(out_avals[0].dtype)
-    compute = np.dtype(np.float32) if out_d in _LOW else out_d
+    compute = np.dtype(np.float32) if out_d in LOW else out_d
     mc, mo = getattr(mx, compute.name), getattr(mx, out_d.name)
     cast_in = np.dtype(in_avals[0].dtype) != compute
     x_perm = [ls[0]] + list(ls[2:]) + [ls[1]]

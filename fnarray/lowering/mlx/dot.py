@@ -6,7 +6,7 @@ from __future__ import annotations
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
 from fnarray.lowering.common import dot_general_as_matmul
-from fnarray.lowering.mlx.common import _LOW, _md, mx, rule
+from fnarray.lowering.mlx.common import LOW, mx_dtype, mx, rule
 
 
 _INT_DOT_BLOCK = 1 << 22  # elements of the broadcast product per block (integer dot_general)
@@ -19,7 +19,7 @@ def _dot_general(params, in_avals, out_avals):
     d = la.dtype
     out_d = out_avals[0].dtype
     out_shape = list(out_avals[0].shape)
-    mo = _md(out_d)
+    mo = mx_dtype(out_d)
     lperm, rperm, B, M, K, N = dot_general_as_matmul(params["dimension_numbers"], la.shape, ra.shape)
     l_ident, r_ident = lperm == list(range(la.ndim)), rperm == list(range(ra.ndim))
     if B * M * N == 0:
@@ -31,7 +31,7 @@ def _dot_general(params, in_avals, out_avals):
         return a.reshape([B, M, K]), b.reshape([B, K, N])
 
     if dtypes.is_inexact(d):
-        low = d in _LOW
+        low = d in LOW
 
         def f(x, y):
             a, b = operands(x, y)
@@ -42,7 +42,7 @@ def _dot_general(params, in_avals, out_avals):
         return f
 
     # Integers and bool: MLX's matmul is floating-point only. Sum exact (wrapping) products in blocks of K.
-    work = mx.int32 if d == dtypes.bool_ else _md(d)
+    work = mx.int32 if d == dtypes.bool_ else mx_dtype(d)
     block = max(1, _INT_DOT_BLOCK // max(1, B * M * N))
     is_bool = d == dtypes.bool_
 

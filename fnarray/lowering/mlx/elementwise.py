@@ -9,7 +9,7 @@ import numpy as np
 
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
-from fnarray.lowering.mlx.common import _F32, _LOW, RULES, _const, _md, _mx_op, _upcast, mx, rule
+from fnarray.lowering.mlx.common import F32, LOW, RULES, constant, mx_dtype, mx_op, upcast_low, mx, rule
 
 
 for _p, _name in [(P.floor, "floor"), (P.ceil, "ceil"), (P.round_p, "round"), (P.exp, "exp"), (P.log, "log"),
@@ -18,7 +18,7 @@ for _p, _name in [(P.floor, "floor"), (P.ceil, "ceil"), (P.round_p, "round"), (P
                   (P.atan, "arctan"), (P.sinh, "sinh"), (P.cosh, "cosh"), (P.asinh, "arcsinh"),
                   (P.acosh, "arccosh"), (P.atanh, "arctanh"), (P.sqrt, "sqrt"), (P.rsqrt, "rsqrt"),
                   (P.erf_inv, "erfinv"), (P.pow_p, "power"), (P.atan2, "arctan2")]:
-    RULES[_p] = _mx_op(_name, upcast=True)
+    RULES[_p] = mx_op(_name, upcast=True)
 
 # erf's Maclaurin series 2/sqrt(pi) sum (-1)^k x^(2k+1) / (k! (2k+1)), to x^9: below 1/10 its next term is
 # under 1e-14 relative.
@@ -35,12 +35,12 @@ def _erf_small_corrected(x):
     return mx.where(mx.abs(x) < 0.1, x * poly, mx.erf(x))
 
 
-RULES[P.erf] = _upcast(_erf_small_corrected)
+RULES[P.erf] = upcast_low(_erf_small_corrected)
 
 
 @rule(P.pow_p)
 def _pow(params, in_avals, out_avals):
-    real_pow = _mx_op("power", upcast=True)(params, in_avals, out_avals)
+    real_pow = mx_op("power", upcast=True)(params, in_avals, out_avals)
     if not dtypes.is_complex(in_avals[0].dtype):
         return real_pow
 
@@ -55,7 +55,7 @@ for _p, _name in [(P.neg, "negative"), (P.is_finite, "isfinite"), (P.real, "real
                   (P.max_p, "maximum"), (P.min_p, "minimum"), (P.eq, "equal"), (P.ne, "not_equal"),
                   (P.lt, "less"), (P.le, "less_equal"), (P.gt, "greater"), (P.ge, "greater_equal"),
                   (P.and_p, "bitwise_and"), (P.or_p, "bitwise_or"), (P.xor_p, "bitwise_xor")]:
-    RULES[_p] = _mx_op(_name, upcast=False)
+    RULES[_p] = mx_op(_name, upcast=False)
 
 
 def _identity(params, in_avals, out_avals):
@@ -71,19 +71,19 @@ RULES[P.name_p] = _identity
 def _exp2(params, in_avals, out_avals):
     d = in_avals[0].dtype
     if dtypes.is_complex(d):
-        ln2 = _const(math.log(2.0), d)
+        ln2 = constant(math.log(2.0), d)
         return lambda x: mx.exp(x * ln2)
-    two = _const(2.0, _F32 if d in _LOW else d)
-    return _upcast(lambda x: mx.power(two, x))(params, in_avals, out_avals)
+    two = constant(2.0, F32 if d in LOW else d)
+    return upcast_low(lambda x: mx.power(two, x))(params, in_avals, out_avals)
 
 
 @rule(P.logistic)
 def _logistic(params, in_avals, out_avals):
     d = in_avals[0].dtype
     if dtypes.is_complex(d):  # MLX's sigmoid is real-only; the reference's complex form is this one
-        one = _const(1, d)
+        one = constant(1, d)
         return lambda x: one / (one + mx.exp(-x))
-    return _upcast(lambda x: mx.sigmoid(x))(params, in_avals, out_avals)
+    return upcast_low(lambda x: mx.sigmoid(x))(params, in_avals, out_avals)
 
 
 @rule(P.sign)
@@ -104,12 +104,12 @@ def _not(params, in_avals, out_avals):
 @rule(P.cbrt)
 def _cbrt(params, in_avals, out_avals):
     d = in_avals[0].dtype
-    third = _const(1.0 / 3.0, _F32 if d in _LOW else d)
+    third = constant(1.0 / 3.0, F32 if d in LOW else d)
 
     def f(x):
         r = mx.power(mx.abs(x), third)
         return mx.where(x < 0, -r, r)
-    return _upcast(f)(params, in_avals, out_avals)
+    return upcast_low(f)(params, in_avals, out_avals)
 
 
 @rule(P.integer_pow)
@@ -130,7 +130,7 @@ def _integer_pow(params, in_avals, out_avals):
         return lambda x: mx.ones_like(x)
     if y > 0:
         return lambda x: positive(x, y)
-    one = _const(1, in_avals[0].dtype)
+    one = constant(1, in_avals[0].dtype)
     return lambda x: one / positive(x, -y)
 
 
@@ -146,13 +146,13 @@ def _population_count(params, in_avals, out_avals):
     d = in_avals[0].dtype
     width = d.itemsize * 8
     ud = _UNSIGNED_OF[d.itemsize]
-    mu, md = _md(ud), _md(d)
+    mu, md = mx_dtype(ud), mx_dtype(d)
 
     def c(pattern):  # a byte pattern repeated over the width
-        return _const(int.from_bytes(bytes([pattern]) * d.itemsize, "little"), ud)
+        return constant(int.from_bytes(bytes([pattern]) * d.itemsize, "little"), ud)
 
     m1, m2, m4, h01 = c(0x55), c(0x33), c(0x0F), c(0x01)
-    s1, s2, s4, top = _const(1, ud), _const(2, ud), _const(4, ud), _const(width - 8, ud)
+    s1, s2, s4, top = constant(1, ud), constant(2, ud), constant(4, ud), constant(width - 8, ud)
 
     def f(x):
         u = mx.view(x, mu) if d != ud else x
@@ -181,10 +181,10 @@ def _div(params, in_avals, out_avals):
     d = in_avals[0].dtype
     if not dtypes.is_int(d):
         return lambda x, y: mx.divide(x, y)
-    zero, one = _const(0, d), _const(1, d)
+    zero, one = constant(0, d), constant(1, d)
     if dtypes.is_unsigned(d):
         return lambda x, y: mx.where(y == zero, zero, mx.floor_divide(x, mx.where(y == zero, one, y)))
-    minus_one = _const(-1, d)
+    minus_one = constant(-1, d)
     return lambda x, y: _trunc_div_signed(x, y, zero, one, minus_one)
 
 
@@ -192,10 +192,10 @@ def _div(params, in_avals, out_avals):
 def _rem(params, in_avals, out_avals):
     d = in_avals[0].dtype
     if dtypes.is_int(d):
-        zero, one = _const(0, d), _const(1, d)
+        zero, one = constant(0, d), constant(1, d)
         if dtypes.is_unsigned(d):
             return lambda x, y: mx.where(y == zero, zero, mx.remainder(x, mx.where(y == zero, one, y)))
-        minus_one = _const(-1, d)
+        minus_one = constant(-1, d)
 
         def irem(x, y):
             q = _trunc_div_signed(x, y, zero, one, minus_one)
@@ -206,19 +206,19 @@ def _rem(params, in_avals, out_avals):
         # C fmod: for non-negative operands MLX's floored remainder is exactly fmod; the sign is x's.
         r = mx.remainder(mx.abs(x), mx.abs(y))
         return mx.where(x < 0, -r, r)
-    return _upcast(frem)(params, in_avals, out_avals)
+    return upcast_low(frem)(params, in_avals, out_avals)
 
 
 @rule(P.nextafter)
 def _nextafter(params, in_avals, out_avals):
     d = in_avals[0].dtype
     sd = _SIGNED_OF[d.itemsize]
-    ms = _md(sd)
-    md = _md(d)
-    one_i = _const(1, sd)  # also the bits of the smallest subnormal
-    sign_bit = _const(np.array(1, _UNSIGNED_OF[d.itemsize]) << (8 * d.itemsize - 1), _UNSIGNED_OF[d.itemsize])
-    mu = _md(_UNSIGNED_OF[d.itemsize])
-    zero = _const(0, d)
+    ms = mx_dtype(sd)
+    md = mx_dtype(d)
+    one_i = constant(1, sd)  # also the bits of the smallest subnormal
+    sign_bit = constant(np.array(1, _UNSIGNED_OF[d.itemsize]) << (8 * d.itemsize - 1), _UNSIGNED_OF[d.itemsize])
+    mu = mx_dtype(_UNSIGNED_OF[d.itemsize])
+    zero = constant(0, d)
 
     def f(x, y):
         bx = mx.view(x, ms)
@@ -240,7 +240,7 @@ def _shift_ok(y, width, zero_y):
 @rule(P.shift_left)
 def _shift_left(params, in_avals, out_avals):
     d = in_avals[0].dtype
-    zero, width = _const(0, d), _const(d.itemsize * 8, d)
+    zero, width = constant(0, d), constant(d.itemsize * 8, d)
 
     def f(x, y):
         ok = _shift_ok(y, width, zero)
@@ -252,8 +252,8 @@ def _shift_left(params, in_avals, out_avals):
 def _shift_right_logical(params, in_avals, out_avals):
     d = in_avals[0].dtype
     ud = _UNSIGNED_OF[d.itemsize]
-    mu, md = _md(ud), _md(d)
-    zero, width, zero_u = _const(0, d), _const(d.itemsize * 8, d), _const(0, ud)
+    mu, md = mx_dtype(ud), mx_dtype(d)
+    zero, width, zero_u = constant(0, d), constant(d.itemsize * 8, d), constant(0, ud)
 
     def f(x, y):
         ok = _shift_ok(y, width, zero)
@@ -269,9 +269,9 @@ def _shift_right_logical(params, in_avals, out_avals):
 def _shift_right_arithmetic(params, in_avals, out_avals):
     d = in_avals[0].dtype
     sd = _SIGNED_OF[d.itemsize]
-    ms, md = _md(sd), _md(d)
-    zero, width = _const(0, d), _const(d.itemsize * 8, d)
-    zero_s, minus_one_s = _const(0, sd), _const(-1, sd)
+    ms, md = mx_dtype(sd), mx_dtype(d)
+    zero, width = constant(0, d), constant(d.itemsize * 8, d)
+    zero_s, minus_one_s = constant(0, sd), constant(-1, sd)
 
     def f(x, y):
         ok = _shift_ok(y, width, zero)
@@ -301,7 +301,7 @@ def _select_n(params, in_avals, out_avals):
         return lambda which, c0: c0
     if in_avals[0].dtype == dtypes.bool_:
         return lambda which, c0, c1: mx.where(which, c1, c0)
-    bounds = [_const(j, dtypes.int32) for j in range(n - 1)]
+    bounds = [constant(j, dtypes.int32) for j in range(n - 1)]
 
     def f(which, *cases):
         r = cases[-1]
@@ -318,20 +318,20 @@ def _convert(params, in_avals, out_avals):
     src, dst = in_avals[0].dtype, params["new_dtype"]
     if src == dst:
         return lambda x: x
-    mdst = _md(dst)
+    mdst = mx_dtype(dst)
     if dst == dtypes.bool_:
-        zero = _const(0, src)
+        zero = constant(0, src)
         return lambda x: mx.not_equal(x, zero)
     real_first = dtypes.is_complex(src) and not dtypes.is_complex(dst)
     if real_first:
-        src = _F32
+        src = F32
     if dtypes.is_inexact(src) and dtypes.is_int(dst):
         info = np.iinfo(dst)
-        fd = _F32 if src in _LOW else src
-        lo_f, hi_f = _const(float(info.min), fd), _const(float(info.max), fd)
-        lo_i, hi_i = _const(info.min, dst), _const(info.max, dst)
-        zero = _const(0, fd)
-        low = src in _LOW
+        fd = F32 if src in LOW else src
+        lo_f, hi_f = constant(float(info.min), fd), constant(float(info.max), fd)
+        lo_i, hi_i = constant(info.min, dst), constant(info.max, dst)
+        zero = constant(0, fd)
+        low = src in LOW
 
         def f2i(x):
             if real_first:
@@ -349,5 +349,5 @@ def _convert(params, in_avals, out_avals):
 
 @rule(P.bitcast_convert_type)
 def _bitcast(params, in_avals, out_avals):
-    md = _md(params["new_dtype"])
+    md = mx_dtype(params["new_dtype"])
     return lambda x: mx.view(x, md)

@@ -9,18 +9,18 @@ import numpy as np
 
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
-from fnarray.lowering.mlx.common import _F32, _LOW, RULES, _const, _md, mx, rule
+from fnarray.lowering.mlx.common import F32, LOW, RULES, constant, mx_dtype, mx, rule
 
 
 def _reduction(name):
     def factory(params, in_avals, out_avals):
         axes = list(params["axes"])
         d = in_avals[0].dtype
-        md = _md(d)
+        md = mx_dtype(d)
         if not axes:
             return lambda x: x
         fn = getattr(mx, name)
-        if d in _LOW:
+        if d in LOW:
             return lambda x: fn(x.astype(mx.float32), axis=axes).astype(md)
 
         def f(x):
@@ -50,7 +50,7 @@ def _extremum(name, bool_name, identity):
         if not axes:
             return lambda x: x
         if any(x_aval.shape[a] == 0 for a in axes):
-            val, shape, md = _const(identity(d), d), out_avals[0].shape, _md(d)
+            val, shape, md = constant(identity(d), d), out_avals[0].shape, mx_dtype(d)
             return lambda x: mx.full(shape, val, dtype=md)
         fn = getattr(mx, bool_name if d == dtypes.bool_ else name)
         return lambda x: fn(x, axis=axes)
@@ -90,7 +90,7 @@ def _bitwise_reduction(bool_name, op_name, identity):
             fn = getattr(mx, bool_name)
             return lambda x: fn(x, axis=axes)
         op = getattr(mx, op_name)
-        ident = _const(np.asarray(identity).astype(d), d)  # -1 means all bits set, unsigned too
+        ident = constant(np.asarray(identity).astype(d), d)  # -1 means all bits set, unsigned too
         return lambda x: _fold(x, axes, x_aval.shape, op, ident)
     return factory
 
@@ -102,7 +102,7 @@ RULES[P.reduce_or] = _bitwise_reduction("any", "bitwise_or", 0)
 def _arg(name):
     def factory(params, in_avals, out_avals):
         axis = params["axes"][0]
-        md = _md(params["index_dtype"])
+        md = mx_dtype(params["index_dtype"])
         fn = getattr(mx, name)  # MLX returns the first extremum, and the first NaN, as the reference
         return lambda x: fn(x, axis=axis).astype(md)
     return factory
@@ -116,11 +116,11 @@ def _cumulative(name):
     def factory(params, in_avals, out_avals):
         axis, reverse = params["axis"], params.get("reverse", False)
         d = in_avals[0].dtype
-        md = _md(d)
+        md = mx_dtype(d)
         fn = getattr(mx, name)
         if in_avals[0].size == 0:
             return lambda x: x
-        if d in _LOW:
+        if d in LOW:
             return lambda x: fn(x.astype(mx.float32), axis=axis, reverse=reverse).astype(md)
 
         def f(x):
@@ -143,9 +143,9 @@ def _sort(params, in_avals, out_avals):
     x_aval = in_avals[0]
     if x_aval.ndim == 0 or x_aval.shape[dim] == 0:
         return lambda *xs: list(xs)
-    key_low = [a.dtype in _LOW for a in in_avals[:num_keys]]
+    key_low = [a.dtype in LOW for a in in_avals[:num_keys]]
     key_float = [dtypes.is_float(a.dtype) for a in in_avals[:num_keys]]
-    zeros = [_const(0, _F32 if low else a.dtype) if fl else None
+    zeros = [constant(0, F32 if low else a.dtype) if fl else None
              for a, low, fl in zip(in_avals[:num_keys], key_low, key_float, strict=True)]
 
     def key(k, low, z):

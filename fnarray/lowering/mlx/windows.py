@@ -19,7 +19,7 @@ from fnarray.lowering.mlx.common import RULES, mx
 __all__ = []
 
 _WINDOW = ("window_dimensions", "window_strides", "padding", "base_dilation", "window_dilation")
-_LOW = (dtypes.float16, dtypes.bfloat16)
+LOW = (dtypes.float16, dtypes.bfloat16)
 
 
 class _MlxOps:
@@ -64,7 +64,7 @@ def _reduce_window(op):
     def factory(params, in_avals, out_avals):
         window, d = _window(params), in_avals[0].dtype
         out_shape = out_avals[0].shape
-        low = op == "add" and d in _LOW
+        low = op == "add" and d in LOW
 
         def f(x):
             md = x.dtype
@@ -84,7 +84,7 @@ def _select_and_gather_add(params, in_avals, out_avals):
 def _select_and_scatter_add(params, in_avals, out_avals):
     window, sel = _window(params), params["select_prim"]
     source_shape, (shape, d) = in_avals[0].shape, (in_avals[1].shape, in_avals[1].dtype)
-    low = in_avals[0].dtype in _LOW
+    low = in_avals[0].dtype in LOW
 
     def f(s, x):
         md = s.dtype
