@@ -9,13 +9,12 @@ tinygrad's). fnarray runs each case jitted on ``--device``; tinygrad under ``Tin
 ``DEV=CL``. Both run the same OpenCL platform: the script points tinygrad's ICD loader at the PoCL that
 PyOpenCL ships (a vendors folder in a temporary directory), unless ``OCL_ICD_VENDORS`` is already set.
 
-Setup (Debian): tinygrad's OpenCL runtime loads ``libOpenCL.so.1``:
-
-    apt-get install ocl-icd-libopencl1
-    pip install tinygrad
-
-(``pocl-opencl-icd`` adds Debian's own PoCL as a second platform; PyOpenCL then lists it first, so
-``opencl:0`` changes. This script does not need it.)
+Setup: ``pip install tinygrad``. tinygrad's OpenCL runtime loads ``libOpenCL``: where ``OPENCL_PATH`` is unset
+the script names PyOpenCL's bundled loader (so no system ``ocl-icd-libopencl1`` is needed and both libraries
+read one platform list). ``pocl-opencl-icd`` adds Debian's own PoCL as a second platform, listed first, so
+``opencl:0`` changes: do not install it; ``sh benchmarks/pocl31.sh /work/pocl31 run python
+benchmarks/vs_tinygrad.py`` runs this script on Debian's PoCL 3.1 unpacked beside the wheel's (the platform
+of each side is printed).
 
 Each case is timed ``--repeat`` times; one repeat is the best of ``--number`` calls of each side,
 measured alternately (the machine's load hits both alike). Printed: milliseconds and the ratio
