@@ -441,7 +441,8 @@ def main(argv=None):
                 t0 = time.perf_counter()
                 runs[w, side].append(_one(side[0], side[1], w, args.quick, args.timeout))
                 print(f"  {w} {side[0]} {side[1] or ''}: {time.perf_counter() - t0:.1f} s in the process "
-                      f"(load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
+                      f"(load {os.getloadavg()[0]:.1f}) {json.dumps(runs[w, side][-1])}", file=sys.stderr,
+                      flush=True)
     print()
     print("| workload | device | first (s) | steady (s) | first / raw | steady / raw | raw | "
           "first / numpy:0 | steady / numpy:0 | note |")
