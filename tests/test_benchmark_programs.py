@@ -45,8 +45,12 @@ def test_workload_on_numpy(tiny, name):
     _check(getattr(programs, name)(programs._lib("fnarray", "numpy:0"), True))
 
 
-@pytest.mark.parametrize("which", ["jax", "mlx"])
-@pytest.mark.parametrize("name", ["vae", "decode_jit", "jacobians", "stack"])
+RAW = [pytest.param(which, name, marks=[pytest.mark.slow] if (which, name) in SLOW else [])
+       for SLOW in [{("jax", "vae"), ("jax", "jacobians")}]   # XLA compiles: 20-30 s under load
+       for which in ("jax", "mlx") for name in ("vae", "decode_jit", "jacobians", "stack")]
+
+
+@pytest.mark.parametrize("which,name", RAW)
 def test_workload_raw(tiny, which, name):
     pytest.importorskip("mlx.core" if which == "mlx" else "jax")
     _check(getattr(programs, name)(programs._lib(which, None), True))
