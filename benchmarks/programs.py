@@ -26,7 +26,9 @@ fnarray on numpy:0, for the first call and the steady state; the load average be
 
 Usage: python benchmarks/programs.py [--quick] [--workloads vae,decode] [--backends numpy:0,jax:0]
                                      [--repeats 1] [--timeout 900]
-``--quick`` shrinks every size (the whole run takes a few minutes); asserts nothing.
+``--quick`` shrinks every size; its run is then mostly process starts and first compiles (22 minutes for
+all six workloads on all five backends at load average 15 on 2 cores; filter with ``--workloads``/``--backends``
+for a few minutes). Per-process progress goes to stderr. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -412,7 +414,7 @@ def main(argv=None):
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated, of " + ", ".join(WORKLOADS))
     ap.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated fnarray devices")
     ap.add_argument("--repeats", type=int, default=1, help="interleaved rounds; the best is kept")
-    ap.add_argument("--quick", action="store_true", help="small sizes: the whole run in a few minutes")
+    ap.add_argument("--quick", action="store_true", help="small sizes (compiles still dominate)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per process before it is given up")
     ap.add_argument("--child", nargs=3, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
