@@ -242,9 +242,16 @@ def _table_rules(prim):
     from fnarray._rule_sites import TABLES
     out = []
     for what, mod, attr in TABLES:
+        if mod.startswith(("fnarray.lowering.", "fnarray.export.")):
+            what = f"{what} ({mod.removeprefix('fnarray.lowering.').removeprefix('fnarray.')}.{attr})"
         try:
             table = getattr(importlib.import_module(mod), attr)
-        except Exception as e:  # an optional library is missing
+        except ModuleNotFoundError as e:
+            if (e.name or "").startswith("fnarray"):
+                raise  # a table moved: TABLES names where it is read
+            out.append((what, f"backend unavailable ({type(e).__name__}: {e})", None, None))
+            continue
+        except Exception as e:  # noqa: BLE001 (an optional library is missing or cannot start)
             out.append((what, f"backend unavailable ({type(e).__name__}: {e})", None, None))
             continue
         if attr == "PRIMITIVES":

@@ -29,7 +29,8 @@ __all__ = ["TABLES", "sites", "is_generic"]
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-#: The rule tables, in the order ``python -m fnarray primitives NAME`` lists them: ``(what, module, attribute)``.
+#: The rule tables, in the order ``python -m fnarray primitives NAME`` lists them: ``(what, module, attribute)``
+#: (a backend's or the export's table is shown with its module and attribute after ``what``).
 #: A table is recognised where it is created, by its attribute name, in whichever ``fnarray`` module creates it;
 #: ``module`` is where the finished table is read.
 TABLES = (
@@ -40,15 +41,13 @@ TABLES = (
     ("partial evaluation", "fnarray.transforms.ad_tables", "partial_eval_rules"),
     ("batching", "fnarray.transforms.batching_tables", "primitive_batchers"),
     ("decomposition (core/decompositions.py)", "fnarray.core.decompositions", "DECOMPOSITIONS"),
-    ("numpy reference (numpy.impls.IMPLS)", "fnarray.lowering.numpy.impls", "IMPLS"),
-    ("jax lowering (jax.backend.RULES)", "fnarray.lowering.jax.backend", "RULES"),
-    ("mlx lowering (mlx.rules.RULES)", "fnarray.lowering.mlx.rules", "RULES"),
-    ("kernel element rule, opencl and webgpu (kernels/rules.ELEMENTWISE)", "fnarray.lowering.kernels.rules",
-     "ELEMENTWISE"),
-    ("kernel index rule, opencl and webgpu (kernels/emitter.STRUCTURAL)", "fnarray.lowering.kernels.emitter",
-     "STRUCTURAL"),
-    ("kernel group, opencl and webgpu (kernels/schedule._GROUPS)", "fnarray.lowering.kernels.schedule", "_GROUPS"),
-    ("ONNX export (export/_onnx.RULES)", "fnarray.export._onnx", "RULES"),
+    ("numpy reference", "fnarray.lowering.numpy.impls", "IMPLS"),
+    ("jax lowering", "fnarray.lowering.jax.backend", "RULES"),
+    ("mlx lowering", "fnarray.lowering.mlx.rules", "RULES"),
+    ("kernel element rule, opencl and webgpu", "fnarray.lowering.kernels.rules", "ELEMENTWISE"),
+    ("kernel index rule, opencl and webgpu", "fnarray.lowering.kernels.emitter", "STRUCTURAL"),
+    ("kernel group, opencl and webgpu", "fnarray.lowering.kernels.schedule", "_GROUPS"),
+    ("ONNX export", "fnarray.export._onnx", "RULES"),
 )
 
 
