@@ -558,8 +558,9 @@ class Jitted:
         # types and device. No key is built or hashed (a PyTreeSpec's hash alone costs ~0.4 us); each leaf's
         # aval is compared by identity first (arrays made by one executable share their aval objects). The
         # commonest call (one array in, one out, through jax.jit's callable or the generated NumPy function) is
-        # inlined here: no frame but the backend's (measured 1.55 -> 1.3x jax.jit on jax:0); the other tiers
-        # are the named steps below, in order: _call_hot, _call_fast, _call_traced.
+        # inlined here: no frame but the backend's (measured 1.55 -> 1.3x jax.jit on jax:0). The other tiers
+        # are the steps below: _call_hot (the hot record's general case), then _call_keyed (flatten, _scan,
+        # key) with _call_fast (the fast table) or _call_traced (trace, stage or compile).
         hot = self._hot[0]
         if hot is not None and not kwargs and hot.generation == config.generation and \
                 (tracing.plain or _TRACE_STATE.dynamic[-1].level == 0):
@@ -636,7 +637,23 @@ class Jitted:
     def _call_keyed(self, args, kwargs):
         """The general path: flatten, key, then the fast table's executable (``_call_fast``) or a trace and an
         executable from the caches (``_call_traced``)."""
-        statics, leaves, in_tree, guessed = self._flatten(args, kwargs)
+        guessed = False
+        if kwargs or self.static_argnums:
+            statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
+            leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
+        else:
+            statics, leaves, last = (), None, self._last_tree
+            if last is not None:
+                # Flattening along the last call's structure costs ~1 us where a full flatten costs ~9 us
+                # (optree, 21 leaves); a structure that differs raises, and a container where the last
+                # call had an array shows up as a non-array leaf (checked by _scan), both then re-flattened.
+                try:
+                    leaves, in_tree, guessed = last.flatten_up_to((args, {})), last, True
+                except ValueError:
+                    pass
+            if leaves is None:
+                leaves, in_tree = tree_util.tree_flatten((args, {}))
+                self._last_tree = in_tree
         scan = self._scan(leaves, args, in_tree, guessed)
         if scan is None:  # a guessed structure that was wrong: flatten properly
             self._last_tree = None
@@ -650,26 +667,6 @@ class Jitted:
                 if out is not _MISS:
                     return out
         return self._call_traced(statics, leaves, in_tree, avals, key, traced, args)
-
-    def _flatten(self, args, kwargs):
-        """``(statics, leaves, in_tree, guessed)``: ``guessed`` when the leaves were flattened along the last
-        call's structure, which ``_scan`` confirms at the first leaf that is not an array."""
-        if kwargs or self.static_argnums:
-            statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
-            leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
-            return statics, leaves, in_tree, False
-        last = self._last_tree
-        if last is not None:
-            # Flattening along the last call's structure costs ~1 us where a full flatten costs ~9 us
-            # (optree, 21 leaves); a structure that differs raises, and a container where the last
-            # call had an array shows up as a non-array leaf (checked by _scan), both then re-flattened.
-            try:
-                return (), last.flatten_up_to((args, {})), last, True
-            except ValueError:
-                pass
-        leaves, in_tree = tree_util.tree_flatten((args, {}))
-        self._last_tree = in_tree
-        return (), leaves, in_tree, False
 
     def _scan(self, leaves, args, in_tree, guessed):
         """One pass over the leaves: ``(avals, bufs, device, plain, committed, traced)``, the abstract values for
