@@ -236,16 +236,13 @@ def _where(fn) -> str:
 def _table_rules(prim):
     """``[(what, rule, table label, table)]`` of the rule tables (``_rule_sites.TABLES``) that have ``prim``; a
     backend whose library is missing gives ``(what, "backend unavailable (...)", None, None)``."""
-    import importlib
-
-    import fnarray.export  # noqa: F401  (registers the ONNX rules of every module)
-    from fnarray._rule_sites import TABLES
+    from fnarray._rule_sites import TABLES, table as rule_table
     out = []
-    for what, mod, attr in TABLES:
+    for what, mod, attr, filled_by in TABLES:
         if mod.startswith(("fnarray.lowering.", "fnarray.export.")):
             what = f"{what} ({mod.removeprefix('fnarray.lowering.').removeprefix('fnarray.')}.{attr})"
         try:
-            table = getattr(importlib.import_module(mod), attr)
+            table = rule_table(mod, attr, filled_by)
         except ModuleNotFoundError as e:
             if (e.name or "").startswith("fnarray"):
                 raise  # a table moved: TABLES names where it is read

@@ -25,30 +25,40 @@ import os
 import subprocess
 import sys
 
-__all__ = ["TABLES", "sites", "is_generic"]
+__all__ = ["TABLES", "table", "sites", "is_generic"]
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-#: The rule tables, in the order ``python -m fnarray primitives NAME`` lists them: ``(what, module, attribute)``
-#: (a backend's or the export's table is shown with its module and attribute after ``what``).
-#: A table is recognised where it is created, by its attribute name, in whichever ``fnarray`` module creates it;
-#: ``module`` is where the finished table is read.
+#: The rule tables, in the order ``python -m fnarray primitives NAME`` lists them: ``(what, module, attribute,
+#: filled by)``: the table is ``module.attribute``, complete once the module ``filled by`` is imported (a backend
+#: whose families register themselves; ``None``: the table's own module). A backend's or the export's table is
+#: shown with its module and attribute after ``what``. In the recording interpreter a table is recognised
+#: where it is created, by its attribute name, in whichever ``fnarray`` module creates it.
 TABLES = (
-    ("abstract eval (core/primitives.py)", "fnarray.core.primitives", "PRIMITIVES"),  # keyed by name: its
-    # registration is the primitive's definition (``add = binary("add")``), its rule the shape/dtype rule
-    ("JVP", "fnarray.transforms.ad_tables", "primitive_jvps"),
-    ("transpose", "fnarray.transforms.ad_tables", "primitive_transposes"),
-    ("partial evaluation", "fnarray.transforms.ad_tables", "partial_eval_rules"),
-    ("batching", "fnarray.transforms.batching_tables", "primitive_batchers"),
-    ("decomposition (core/decompositions.py)", "fnarray.core.decompositions", "DECOMPOSITIONS"),
-    ("numpy reference", "fnarray.lowering.numpy.impls", "IMPLS"),
-    ("jax lowering", "fnarray.lowering.jax.backend", "RULES"),
-    ("mlx lowering", "fnarray.lowering.mlx.rules", "RULES"),
-    ("kernel element rule, opencl and webgpu", "fnarray.lowering.kernels.rules", "ELEMENTWISE"),
-    ("kernel index rule, opencl and webgpu", "fnarray.lowering.kernels.emitter", "STRUCTURAL"),
-    ("kernel group, opencl and webgpu", "fnarray.lowering.kernels.schedule", "_GROUPS"),
-    ("ONNX export", "fnarray.export._onnx", "RULES"),
+    ("abstract eval (core/primitives.py)", "fnarray.core.primitives", "PRIMITIVES", None),  # keyed by name:
+    # its registration is the primitive's definition (``add = binary("add")``), its rule the shape/dtype rule
+    ("JVP", "fnarray.transforms.ad_tables", "primitive_jvps", None),
+    ("transpose", "fnarray.transforms.ad_tables", "primitive_transposes", None),
+    ("partial evaluation", "fnarray.transforms.ad_tables", "partial_eval_rules", None),
+    ("batching", "fnarray.transforms.batching_tables", "primitive_batchers", None),
+    ("decomposition (core/decompositions.py)", "fnarray.core.decompositions", "DECOMPOSITIONS", None),
+    ("numpy reference", "fnarray.lowering.numpy.common", "IMPLS", "fnarray.lowering.numpy.backend"),
+    ("jax lowering", "fnarray.lowering.jax.common", "RULES", "fnarray.lowering.jax.backend"),
+    ("mlx lowering", "fnarray.lowering.mlx.common", "RULES", "fnarray.lowering.mlx.backend"),
+    ("kernel element rule, opencl and webgpu", "fnarray.lowering.kernels.rules", "ELEMENTWISE", None),
+    ("kernel index rule, opencl and webgpu", "fnarray.lowering.kernels.emitter", "STRUCTURAL", None),
+    ("kernel group, opencl and webgpu", "fnarray.lowering.kernels.schedule", "_GROUPS", None),
+    ("ONNX export", "fnarray.export._onnx", "RULES", "fnarray.export"),
 )
+
+
+def table(mod, attr, filled_by=None):
+    """The finished table ``mod.attr`` (importing ``filled_by`` first); ``ImportError`` where an optional
+    backend's library is missing."""
+    import importlib
+    if filled_by is not None:
+        importlib.import_module(filled_by)
+    return getattr(importlib.import_module(mod), attr)
 
 
 def is_generic(fn, table) -> bool:
@@ -144,23 +154,22 @@ def _watch(names):
 
 
 def _record_main():
-    import importlib
-    sys.settrace(_watch({attr for _, _, attr in TABLES}))
+    sys.settrace(_watch({attr for _, _, attr, _ in TABLES}))
     try:
         import fnarray  # noqa: F401
         import fnarray.export  # noqa: F401  (the ONNX rules)
         tables = {}
-        for _, mod, attr in TABLES:
+        for _, mod, attr, filled_by in TABLES:
             try:
-                tables[f"{mod}.{attr}"] = getattr(importlib.import_module(mod), attr)
+                tables[f"{mod}.{attr}"] = table(mod, attr, filled_by)
             except Exception:  # noqa: BLE001 (an optional backend's library is missing)
                 continue
     finally:
         sys.settrace(None)
     out = {}
-    for label, table in tables.items():
-        if isinstance(table, _Recording):
-            out[label] = _choose(table)
+    for label, t in tables.items():
+        if isinstance(t, _Recording):
+            out[label] = _choose(t)
     print(json.dumps(out))
 
 
