@@ -265,14 +265,52 @@ def _record_traced_sharding(tracer, sharding) -> None:
 
 
 def _traced_sharding(x):
-    """The ``NamedSharding`` of traced ``x`` as recorded (``None``: an argument that is no global array);
-    ``_UNKNOWN`` where nothing was recorded."""
+    """The ``NamedSharding`` of traced ``x`` as recorded, or as propagated from its operands through elementwise
+    equations (``None``: replicated, or an argument that is no global array); ``_UNKNOWN`` where neither says."""
     for frame in reversed(_frames()):
         v = frame.by_id.get(id(x), _UNKNOWN)
         if v is not _UNKNOWN:
             frame.used = True
             return leaf_sharding(v)
-    return _UNKNOWN
+    return _propagated_sharding(x) if _frames() else _UNKNOWN
+
+
+_ELEMENTWISE_KINDS = ("unary", "binary")
+
+
+def _propagated_sharding(x):
+    """The sharding of a value computed inside the trace, as JAX's sharding-in-types propagates it, for the simple
+    cases: an elementwise equation whose array operands of the result's shape all have one known sharding gives
+    it (``a * 3``), and an equation without array operands gives a replicated value (``jnp.ones(8)``)."""
+    from fnarray.core.builder import BuilderTracer
+    from fnarray.core.ir import Var
+    if type(x) is not BuilderTracer or x.literal is not None:
+        return _UNKNOWN
+    builder = x._trace.builder
+    for t, value in builder.consts.values():   # a captured value
+        if t is x:
+            return leaf_sharding(value)
+    var = builder.vars.get(id(x))
+    eqn = next((e for e in reversed(builder.eqns) if var in e.outputs), None)
+    if eqn is None:
+        return _UNKNOWN
+    operands = [v for v in eqn.inputs if isinstance(v, Var)]
+    if not operands:
+        return None
+    if eqn.primitive.kind not in _ELEMENTWISE_KINDS:
+        return _UNKNOWN
+    by_var = {builder.vars[id(t)]: t for t in builder.tracers if id(t) in builder.vars}
+    found = set()
+    for v in operands:
+        if v.aval.shape != var.aval.shape:
+            continue
+        s = _traced_sharding(by_var[v]) if v in by_var else _UNKNOWN
+        if s is _UNKNOWN:
+            return _UNKNOWN
+        found.add(s)
+    if len(found - {None}) > 1:
+        return _UNKNOWN
+    return next(iter(found - {None}), None)
 
 
 def leaf_sharding(x):
@@ -297,10 +335,10 @@ def _inferred_spec(x, mesh):
         return _type_spec(x, mesh) or PartitionSpec()
     s = _traced_sharding(x)
     if s is _UNKNOWN:
-        raise ValueError("shard_map: in_specs cannot be inferred for a value computed inside jit (fnarray keeps "
-                         "the shardings of jit's arguments and of reshard / with_sharding_constraint results, not "
-                         "of other traced values, nor under grad or vmap); pass in_specs=, or reshard the value "
-                         "first")
+        raise ValueError("shard_map: in_specs cannot be inferred for this value computed inside jit (fnarray knows "
+                         "the shardings of jit's arguments, of reshard / with_sharding_constraint results and of "
+                         "elementwise operations on them, not of other traced values, nor under grad or vmap); pass "
+                         "in_specs=, or reshard the value first")
     if s is None or s.mesh != mesh:
         return PartitionSpec()
     return _explicit_spec(s.spec, mesh)
