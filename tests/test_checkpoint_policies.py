@@ -203,7 +203,7 @@ def test_static_argnums_with_grad_as_jax(device, static):
 
 
 def test_static_argnums_out_of_range_raises_as_jax():
-    for lib, xp, _ in LIBS.values():
+    for lib, _, _ in LIBS.values():
         f = lib.checkpoint(lambda x, n: x * n, static_argnums=(2,))
         with pytest.raises(ValueError, match="static_argnums"):
             f(1.0, 2)
