@@ -61,6 +61,19 @@ _TRACE_STATE = tracing._state  # this thread's trace levels (a threading.local)
 _MISS = object()  # a tier of the call path does not apply: the next one decides
 
 
+def _operand(x):
+    """A NumPy array argument of a jitted call made while tracing, as the call equation's operand (an array)."""
+    if isinstance(x, np.ndarray):
+        from fnarray.core.avals import asarray
+        return asarray(x)
+    return x
+
+
+def _leaf_shardings(leaves) -> tuple:
+    from fnarray.transforms.shard_map import leaf_shardings
+    return leaf_shardings(leaves)
+
+
 def leaf_aval(x, where="argument") -> ShapedArray:
     """The abstract value of an argument leaf (array, tracer, NumPy value or Python scalar)."""
     if isinstance(x, ArrayImpl) or isinstance(x, tracing.Tracer):
@@ -289,7 +302,7 @@ class _FunctionCache:
     values and the structure, which is all the options change), its signature, and an ``_Executables`` per
     options. Holds no reference to the function, so that an entry of ``_FUNCTIONS`` dies with it."""
 
-    __slots__ = ("traces", "signature", "options", "lock", "building", "__weakref__")
+    __slots__ = ("traces", "signature", "options", "lock", "building", "spec_dependent", "__weakref__")
 
     _NO_SIGNATURE = object()
 
@@ -299,6 +312,9 @@ class _FunctionCache:
         self.options: dict = {}   # (static_argnums, static_argnames, donate_argnums, device) -> _Executables
         self.lock = threading.Lock()
         self.building: dict = {}  # trace key -> _Building
+        # set once a trace inferred shard_map in_specs from its arguments' shardings: from then on the traces and
+        # executables are keyed by the arguments' shardings too, and the fast and hot paths are off
+        self.spec_dependent = False
 
     def signature_of(self, fun):
         sig = self.signature
@@ -457,19 +473,41 @@ class Jitted:
 
     def _trace(self, statics, leaves, in_tree, avals):
         key = (in_tree, avals, statics, config.enable_x64)  # x64 changes what tracing makes (np.float64 values)
+        if self._cache.spec_dependent:
+            key += (_leaf_shardings(leaves),)
         entry = self._traces.get(key)
         if entry is not None:
             return entry
 
         def build():
+            from fnarray.transforms.shard_map import traced_arguments
             flat, out_store = self._flat_fun(statics, in_tree, len(leaves))
-            prog, consts = trace_to_program(flat, avals, debug_name=getattr(self.fun, "__name__", "fun"))
+            frames = []
+
+            def traced(*tracers):  # shard_map may infer in_specs from what the argument tracers stand for
+                with traced_arguments(tracers, leaves) as frame:
+                    frames.append(frame)
+                    return flat(*tracers)
+            prog, consts = trace_to_program(traced, avals, debug_name=getattr(self.fun, "__name__", "fun"))
             entry = _Entry(prog, consts, out_store[0])
+            k = key
+            if frames[0].used and not self._cache.spec_dependent:
+                self._became_spec_dependent()
+                k = key + (_leaf_shardings(leaves),)
             if not any(isinstance(c, tracing.Tracer) for c in consts):
-                entry = self._traces.put(key, entry)
+                entry = self._traces.put(k, entry)
             return entry
         cache = self._cache
         return _once(cache.lock, cache.building, key, lambda: self._traces.get(key), build)
+
+    def _became_spec_dependent(self):
+        """A trace read its arguments' shardings (shard_map inferred in_specs): key by them from now on."""
+        cache = self._cache
+        with cache.lock:
+            cache.spec_dependent = True
+            for tables in cache.options.values():
+                tables.fast.clear()
+                tables.hot[0] = None
 
     def _prepare(self, args, kwargs):
         statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
@@ -728,6 +766,8 @@ class Jitted:
         """The trace of this signature, then: inside a transformation (or a named vmap), one ``call`` equation;
         else its executable for the target device, compiled if missing, made the fast table's entry."""
         entry = self._trace(statics, leaves, in_tree, avals)
+        if self._cache.spec_dependent:
+            key += (_leaf_shardings(leaves),)
         if not traced:  # inside a named vmap, a program with collectives over its axis is batched over it
             lifted = lift_for_program(leaves, entry.program)
             if lifted is not None:
@@ -741,6 +781,7 @@ class Jitted:
                     axis_frame(n, f"jit({getattr(self.fun, '__name__', 'fun')}) runs a collective")
         if traced or any(isinstance(c, tracing.Tracer) for c in entry.consts):
             closed = consts_as_inputs(entry.program)
+            leaves = [_operand(x) for x in leaves]
             outs = P.call.bind(*entry.consts, *leaves, program=closed,
                                name=getattr(self.fun, "__name__", "fun"))
             return tree_util.tree_unflatten(entry.out_tree, outs)
@@ -749,6 +790,8 @@ class Jitted:
         # The entry serves later calls on any device: a hit checks that its arrays are on the entry's
         # device, or, with no array argument, that the entry's device is the default one.
         ex.generation = config.generation
+        if self._cache.spec_dependent:   # keyed by shardings, which the fast and hot paths do not look at
+            return self._run(ex, leaves, device, args)
         self._fast[key] = ex
         if ex.gid not in self._compiled_d:  # evicted meanwhile: keep the tables consistent
             _unfast(self._fast, ex.ckey, ex, self._hot)
