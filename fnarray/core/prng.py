@@ -159,8 +159,9 @@ class KeyArray:
         """Elementwise equality of two key arrays (their words all equal): ``bool`` of the batch shape."""
         if not isinstance(other, KeyArray):
             return NotImplemented
-        from fnarray import numpy as fnp
-        return fnp.all(self._data == other._data, axis=-1)
+        from fnarray.core import lax
+        same = lax.eq(self._data, other._data)
+        return lax.reduce_and(same, (same.ndim - 1,))
 
     def __ne__(self, other):
         eq = self.__eq__(other)

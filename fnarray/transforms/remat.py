@@ -13,6 +13,7 @@ import numpy as np
 
 from fnarray import tree_util
 from fnarray.core import primitives as P
+from fnarray.core import avals
 from fnarray.core.avals import get_aval
 from fnarray.core.builder import trace_to_program
 from fnarray.core.interpreter import eval_program
@@ -136,8 +137,7 @@ remat = checkpoint
 def _as_operand(x):
     """A NumPy array argument as an fnarray array (as ``jit`` takes them); other leaves as they are."""
     if isinstance(x, np.ndarray):
-        from fnarray.numpy import asarray
-        return asarray(x)
+        return avals.asarray(x)
     return x
 
 
