@@ -17,7 +17,7 @@ import time
 
 from fnarray.core import log as _log
 
-__all__ = ["recorder", "span", "completed", "Recorder", "Span", "KINDS", "user_frame"]
+__all__ = ["recorder", "span", "completed", "device_spans", "Recorder", "Span", "KINDS", "user_frame"]
 
 #: The layers, in the order the summary lists them.
 KINDS = ("dispatch", "trace", "lower", "compile", "transfer", "kernel", "fallback", "loop")
@@ -91,6 +91,28 @@ def completed(kind: str, name: str, start_ns: int, dur_ns: int, **args) -> None:
     rec = recorder
     if rec is not None:
         rec.add_completed(kind, name, start_ns, max(int(dur_ns), 0), args)
+
+
+def device_spans(launches, begin_ns: int, end_ns: int) -> None:
+    """Record a ``kernel`` span per launch from the device's own clock, inside the host interval
+    ``[begin_ns, end_ns]`` (recording started, wait returned), as children of the innermost open span.
+
+    ``launches``: ``(name, device_start_ns, device_end_ns, args)``, in launch order, on the device's clock
+    (OpenCL profiling events, WebGPU timestamp queries); a pair that runs backwards is skipped. The last
+    launch is placed to end when the wait returned; a start before ``begin_ns`` (clocks that drift) is
+    moved to it. ``device_us`` is added to each span's arguments: its duration is the device's time, so
+    that the enclosing span's self time is the host's time around the kernels (recording, submitting,
+    waiting), which the profiler counts as ``dispatch``."""
+    if recorder is None:
+        return
+    good = [(n, int(t0), int(t1), a) for n, t0, t1, a in launches if t1 >= t0]
+    if not good:
+        return
+    shift = end_ns - max(t1 for _, _, t1, _ in good)
+    for name, t0, t1, args in good:
+        start = max(t0 + shift, begin_ns)
+        dur = min(t1 - t0, max(end_ns - start, 0))
+        completed("kernel", name, start, dur, device_us=(t1 - t0) / 1e3, **args)
 
 
 #: The kinds of span that report a long run on the ``fnarray`` logger.

@@ -143,6 +143,7 @@ class Executable:
                 rec.sources.setdefault(st.name, st.source)
         state.queue.finish()  # earlier work first: the profiling queue is a second in-order queue
         queue = state.profiling_queue()
+        begin = time.perf_counter_ns()
         with state.lock:  # shared kernel objects: their arguments and the enqueues at once
             env = self._env(bufs)
             events = []
@@ -159,10 +160,9 @@ class Executable:
             except (cl.Error, AttributeError):  # a device without profiling information: no kernel spans
                 times = None
             if times:
-                shift = end - max(t1 for _, t1 in times)
-                for st, (t0, t1) in zip(self.steps, times, strict=True):
-                    _profile.completed("kernel", st.name, t0 + shift, t1 - t0, global_size=tuple(st.gsize),
-                                       local_size=tuple(st.lsize) if st.lsize else None, device_us=(t1 - t0) / 1e3)
+                _profile.device_spans([(st.name, t0, t1, {"global_size": tuple(st.gsize),
+                                                          "local_size": tuple(st.lsize) if st.lsize else None})
+                                       for st, (t0, t1) in zip(self.steps, times, strict=True)], begin, end)
         return self._outputs(env)
 
     def _outputs(self, env):

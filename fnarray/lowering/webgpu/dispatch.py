@@ -41,7 +41,7 @@ __all__ = ["Runner", "STAGE_BYTES", "HELD_BYTES"]
 
 #: Inputs and outputs up to this many bytes go through the runner's staging buffers (a copy each call);
 #: larger ones are bound directly (a copy would cost more than a bind group).
-STAGE_BYTES = 1 << 20
+STAGE_BYTES = 256 << 10
 #: Buffer memory all runners of one GPU may hold between calls (arena and staging); past it a runner
 #: allocates its intermediates per call from the pool, as before this module.
 HELD_BYTES = 256 << 20
@@ -203,6 +203,7 @@ class Runner:
             for st in self.steps:
                 rec.sources.setdefault(st.entry, st.source)
         timed = gpu.has_timestamps and 0 < 2 * len(self.steps) <= _MAX_QUERIES
+        begin = time.perf_counter_ns()
         with gpu.lock:
             vals, made = self._bind(bufs)
             dev = gpu.device
@@ -235,7 +236,8 @@ class Runner:
                 gpu.pending = False
                 end = time.perf_counter_ns()
                 stamps = np.frombuffer(raw, np.uint64).reshape(-1, 2)
-                _kernel_spans(self.steps, stamps, end)
+                _profile.device_spans([(st.entry, t0, t1, {"workgroups": st.groups})
+                                       for st, (t0, t1) in zip(self.steps, stamps.tolist(), strict=True)], begin, end)
         return self._outputs(bufs, made, staged)
 
     def _query_set(self):
@@ -247,19 +249,6 @@ class Runner:
             resolve = dev.create_buffer(size=8 * n, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
             self._queries = (qs, resolve)
         return self._queries
-
-
-def _kernel_spans(steps, stamps, end_ns):
-    """Record a ``kernel`` span per launch from its timestamp pair, placed on the host clock so that the
-    last launch ends when the wait returned."""
-    ok = stamps[:, 1] >= stamps[:, 0]
-    if not ok.any():
-        return
-    shift = end_ns - int(stamps[ok, 1].max())
-    for st, (t0, t1), good in zip(steps, stamps, ok, strict=True):
-        if good:
-            dur = int(t1 - t0)
-            _profile.completed("kernel", st.entry, int(t0) + shift, dur, workgroups=st.groups, device_us=dur / 1e3)
 
 
 def _give_back(gpu, held):
