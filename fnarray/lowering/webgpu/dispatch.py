@@ -13,7 +13,7 @@ exists. A ``Runner`` (one per compiled plan) owns
 
 A call then records: the input copies, one compute pass with ``set_pipeline`` (skipped when the previous
 launch used the same pipeline), ``set_bind_group`` and ``dispatch_workgroups`` per kernel, the output copies,
-``finish`` and one ``submit``: at most ``3 * kernels + inputs + outputs + 4`` API calls, and no buffer,
+``finish`` and one ``submit``: at most ``3 * kernels + inputs + outputs + 5`` API calls, and no buffer,
 pipeline or bind group made after the first call. Larger inputs and outputs, and intermediates past the
 GPU's budget for runner-held memory (``HELD_BYTES`` over all runners), are bound directly instead: their
 launches keep a small cache of bind groups by buffer identity (a data set passed every call binds once).
