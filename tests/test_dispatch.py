@@ -254,3 +254,38 @@ def test_profiler_kernel_spans_are_device_time_and_the_rest_is_dispatch(kdev):
     assert s.counts["dispatch"] >= 3 and s.totals_ns["kernel"] > 0
     if s.dominant == "dispatch":
         assert "around kernel launches" in s.verdict, s.verdict
+
+
+def _held(device):
+    return (device.impl.gpu if device.backend == "webgpu" else device.impl.state(device)).held_bytes
+
+
+def test_past_the_held_budget_buffers_come_per_call(kdev, monkeypatch):
+    """With no budget for executable-held memory, intermediates, inputs and outputs are bound per call
+    (the path of programs whose intermediates are too large to keep): the same results."""
+    import importlib
+    mod = importlib.import_module(f"fnarray.lowering.{kdev.backend}.dispatch")
+    monkeypatch.setattr(mod, "HELD_BYTES", 0)
+    ref = _reference(4, seed=2)
+    f = fa.jit(lambda p, m, x, y: _step(p, m, x, y), device=kdev)
+    p, m, x, y = _on(kdev, seed=2)
+    before = _held(kdev)
+    for want_p, _, want_loss in ref:
+        p, m, loss = f(p, m, x, y)
+        np.testing.assert_allclose(float(loss), want_loss, rtol=2e-5)
+    assert _held(kdev) == before
+    for k in want_p:
+        np.testing.assert_allclose(np.asarray(p[k]), want_p[k], rtol=2e-5, atol=2e-6, err_msg=k)
+
+
+def test_held_memory_is_given_back_with_the_executable(kdev):
+    import gc
+    before = _held(kdev)
+    f = fa.jit(lambda p, m, x, y: _step(p, m, x, y), device=kdev)
+    p, m, x, y = _on(kdev, seed=3)
+    p, m, loss = f(p, m, x, y)
+    float(loss)
+    assert _held(kdev) > before
+    del f
+    gc.collect()
+    assert _held(kdev) == before

@@ -34,7 +34,7 @@ from fnarray.lowering.kernels.ir import BufferParam
 __all__ = ["Executable", "HELD_BYTES"]
 
 #: Buffer memory all executables of one device may keep between calls (their arenas).
-HELD_BYTES = 256 << 20
+HELD_BYTES = 128 << 20
 
 
 def _nbytes(spec) -> int:
@@ -97,7 +97,7 @@ class Executable:
                 st.gsize, st.lsize = launch.global_size, launch.local_size
                 self.steps.append(st)
             state.held_bytes += held
-        weakref.finalize(self, _give_back, state, held)
+        weakref.finalize(self, _give_back, state, held).atexit = False
         self.fresh = [(slot(a), a.shape, a.dtype) for a in fresh]
         self.outs = []
         for o in sched.outputs:

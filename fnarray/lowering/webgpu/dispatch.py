@@ -44,7 +44,7 @@ __all__ = ["Runner", "STAGE_BYTES", "HELD_BYTES"]
 STAGE_BYTES = 256 << 10
 #: Buffer memory all runners of one GPU may hold between calls (arena and staging); past it a runner
 #: allocates its intermediates per call from the pool, as before this module.
-HELD_BYTES = 256 << 20
+HELD_BYTES = 128 << 20
 #: Most timestamp queries in one query set (WebGPU's limit is 4096).
 _MAX_QUERIES = 4096
 
@@ -111,7 +111,7 @@ class Runner:
             # Launches over owned buffers only get their bind group now, once.
             self.binds = [gpu.bind_group(st.bgl, [template[k] for k in st.slots], st.uniform)
                           if all(template[k] is not None for k in st.slots) else None for st in plan.steps]
-        weakref.finalize(self, _give_back, gpu, held)
+        weakref.finalize(self, _give_back, gpu, held).atexit = False
         self.template = template
         self.stage_out = list(stage_out.items())
         # Outputs: ("in", input index) | ("stage", index in stage_out) | ("fresh", slot) | ("const", WGBuffer)
