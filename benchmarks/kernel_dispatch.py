@@ -67,7 +67,8 @@ def measure(device, model, steps):
         float(loss)
     kernels = [r for r in h.profile.records if r.kind == "kernel" and "device_us" in r.args]
     s = fa.profiler.summary(h.profile, print=False)
-    return {"wall_ms": min(walls), "walls": walls, "host_ms": min(hosts), "device_ms": sum(r.args["device_us"] for r in kernels) / n / 1e3,
+    return {"wall_ms": min(walls), "walls": walls, "host_ms": min(hosts),
+            "device_ms": sum(r.args["device_us"] for r in kernels) / n / 1e3,
             "kernels": len(kernels) / n, "shares": {k: round(v, 3) for k, v in s.shares.items() if v >= 0.01},
             "verdict": s.verdict.split(":")[0]}
 
@@ -108,7 +109,8 @@ def main(argv=None):
                     rows.append(r)
                     shares = " ".join(f"{k} {v * 100:.0f}%" for k, v in r["shares"].items())
                     print(f"{c[-24:]:24s} {device:9s} {model:5s} {r['wall_ms']:12.3f} {r['device_ms']:10.3f} "
-                          f"{r['device_ms'] / r['wall_ms'] * 100:10.0f}% {r['host_ms']:8.3f} {r['kernels']:7.0f} {load:5.1f}   {shares}",
+                          f"{r['device_ms'] / r['wall_ms'] * 100:10.0f}% {r['host_ms']:8.3f} {r['kernels']:7.0f} "
+                          f"{load:5.1f}   {shares}",
                           flush=True)
     print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return rows
