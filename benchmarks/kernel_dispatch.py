@@ -5,9 +5,9 @@ steps (gather the batch, ``value_and_grad``, Adam; batch 64, as ``benchmarks/dig
 ``--device``: the wall time of a cached jitted step (steps run back to back, the last one waited for, best
 of three runs) and the sum of the kernels' device times per step (``device_us`` of the profiler's kernel
 spans: OpenCL profiling events, WebGPU timestamp queries; best of three profiled runs between the timed
-ones), whose ratio is the share of the step the device spends computing (issue 28 item 3: >= 80%). Also the host's share: the CPU time of the calling thread per
-step (recording and submitting; on a busy machine steadier than wall times), the kernels per step and the
-profiler's layer shares.
+ones), whose ratio is the share of the step the device spends computing (issue 28 item 3: >= 80%). Also
+the host's share: the CPU time of the calling thread per step (recording and submitting; on a busy machine
+steadier than wall times), the kernels per step and the profiler's layer shares.
 
 Each (checkout, device, model) runs in a fresh process, interleaved round by round, so that ``--checkout``
 given twice (say the main checkout and a branch) compares before and after under the same load:
