@@ -14,7 +14,8 @@ The in-order queue makes the arena safe without waiting: the next call's kernels
 call's have read it. A ``cl.Kernel`` holds its arguments, so setting the per-call ones and enqueueing
 is one step under the device's lock (two threads calling one executable take turns).
 
-Under the profiler a call enqueues the same kernels on a profiling queue, waits once for the last, and
+Under the profiler a call enqueues the same kernels on a profiling queue (under the lock, after the main
+queue has finished, so that no other call shares the arena meanwhile), waits once for the last, and
 records a ``kernel`` span per launch from its event's device times; the rest of the call (setting
 arguments, enqueueing, waiting) stays in the enclosing span, which the profiler counts as ``dispatch``.
 """
@@ -141,10 +142,13 @@ class Executable:
         if rec is not None:
             for st in self.steps:
                 rec.sources.setdefault(st.name, st.source)
-        state.queue.finish()  # earlier work first: the profiling queue is a second in-order queue
-        queue = state.profiling_queue()
         begin = time.perf_counter_ns()
-        with state.lock:  # shared kernel objects: their arguments and the enqueues at once
+        # The whole call under the device's lock, waited for: the profiling queue is a second in-order queue,
+        # so the main queue's earlier work is finished first, and no other thread's call (on either queue)
+        # may use this executable's kernels or arena until these kernels have run.
+        with state.lock:
+            state.queue.finish()
+            queue = state.profiling_queue()
             env = self._env(bufs)
             events = []
             for st in self.steps:
@@ -152,9 +156,10 @@ class Executable:
                 for i, s in st.dyn:
                     knl.set_arg(i, env[s].mem)
                 events.append(cl.enqueue_nd_range_kernel(queue, knl, st.gsize, st.lsize))
-        if events:
-            events[-1].wait()
+            if events:
+                events[-1].wait()
             end = time.perf_counter_ns()
+        if events:
             try:
                 times = [(e.profile.start, e.profile.end) for e in events]
             except (cl.Error, AttributeError):  # a device without profiling information: no kernel spans
