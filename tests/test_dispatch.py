@@ -291,3 +291,22 @@ def test_held_memory_is_given_back_with_the_executable(kdev):
     del f
     gc.collect()
     assert _held(kdev) == before
+
+
+def test_webgpu_profile_without_timestamp_queries(monkeypatch):
+    """An adapter without timestamp queries: each kernel is submitted and waited for alone under the
+    profiler, its span the wall time; the results are those of numpy:0."""
+    device = require_backend("webgpu")[0]
+    monkeypatch.setattr(device.impl.gpu, "has_timestamps", False)
+    ref = _reference(3, seed=4)
+    f = fa.jit(lambda p, m, x, y: _step(p, m, x, y), device=device)
+    p, m, x, y = _on(device, seed=4)
+    with fa.profiler.trace() as h:
+        for _, _, want_loss in ref:
+            p, m, loss = f(p, m, x, y)
+            np.testing.assert_allclose(float(loss), want_loss, rtol=2e-5)
+    kernels = [r for r in h.profile.records if r.kind == "kernel" and r.parent is not None
+               and r.parent.kind == "dispatch"]
+    assert kernels and not any("device_us" in r.args for r in kernels)
+    for k in ref[-1][0]:
+        np.testing.assert_allclose(np.asarray(p[k]), ref[-1][0][k], rtol=2e-5, atol=2e-6, err_msg=k)
