@@ -160,7 +160,7 @@ class KeyArray:
         if not isinstance(other, KeyArray):
             return NotImplemented
         from fnarray.core import lax
-        same = lax.eq(self._data, other._data)
+        same = self._data == other._data   # the Array operator: broadcasts a single key against a batch
         return lax.reduce_and(same, (same.ndim - 1,))
 
     def __ne__(self, other):
