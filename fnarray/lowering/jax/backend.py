@@ -379,6 +379,12 @@ from fnarray.lowering.jax.quantized import jax_quantized_matmul as _jax_qmm  # n
 
 RULES[_quantized_matmul_p] = _jax_qmm
 
+# pallas_call (fnarray.lowering.jax.pallas): JAX's own pallas_call of the traced kernel body.
+from fnarray.core.pallas import pallas_call_p as _pallas_call_p  # noqa: E402
+from fnarray.lowering.jax.pallas import jax_pallas_call as _jax_pallas_call  # noqa: E402
+
+RULES[_pallas_call_p] = _jax_pallas_call
+
 
 @rule(P.dot_general)
 def _dot_general(x, y, *, dimension_numbers, preferred_element_type=None):

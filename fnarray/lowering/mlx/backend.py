@@ -185,6 +185,7 @@ class MlxBackend(Backend):
     expected_fallbacks = {
         ("cholesky", "complex64"): "MLX has no complex64 cholesky (mx.linalg.cholesky is real only)",
         ("conv_general_dilated", "int32"): "MLX's conv_general takes floating-point operands only",
+        ("pallas_call", "*"): "user kernels run in fnarray's interpreter on mlx (no Metal rendering yet)",
     }
 
     def __init__(self):

@@ -625,6 +625,9 @@ for _p, _k in CALL_PROGRAM.items():
 # while, scan and cond run from the host (fnarray.devices.host_control); custom_lin never runs.
 _HOST = CONTROL_FLOW
 _UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that are transposed, never run"}
+from fnarray.core.pallas import pallas_call_p as _pallas_call_p  # noqa: E402  (fnarray.experimental.pallas)
+_UNSUPPORTED[_pallas_call_p] = ("pallas_call runs in fnarray's interpreter on mlx:0 (a Metal rendering through "
+                                "mx.fast.metal_kernel is not written; MLX on Linux has no GPU kernels)")
 
 # Convolutions: mx.conv_general through mlx_conv.py, which also says which equations it cannot run.
 RULES[conv_general_dilated_p] = _mlx_conv.conv_general_dilated_factory

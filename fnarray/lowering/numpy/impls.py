@@ -806,3 +806,8 @@ from fnarray.core.quantized import quantized_matmul_p as _quantized_matmul_p  # 
 from fnarray.lowering.numpy.quantized import numpy_quantized_matmul as _numpy_qmm  # noqa: E402
 
 IMPLS[_quantized_matmul_p] = _numpy_qmm
+
+# pallas_call and its kernel-only primitives (fnarray.lowering.numpy.pallas): the body per program instance.
+from fnarray.lowering.numpy.pallas import IMPLS as _PALLAS_IMPLS  # noqa: E402
+
+IMPLS.update(_PALLAS_IMPLS)

@@ -1,0 +1,5 @@
+"""``pl.autotune``: placeholder replaced below."""
+
+
+def autotune(*a, **k):
+    raise NotImplementedError("pl.autotune is not written yet")
