@@ -20,7 +20,7 @@ from fnarray.core import dtypes, lax
 from fnarray.core.avals import get_aval
 from fnarray.core.builder import trace_to_program
 from fnarray.core.errors import DTypeError, ShapeError
-from fnarray.core.ir import Program
+from fnarray.core.ir import Eqn, Literal, Params, Program, Var
 from fnarray.core.pallas import (ATOMIC_OPS, Block, KernelBody, pallas_atomic_p, pallas_call_p, pallas_load_p, pallas_loop_p,
                                  pallas_store_p, pallas_when_p)
 from fnarray.core.shaped import ShapedArray
@@ -230,6 +230,9 @@ class Ref:
     def __setitem__(self, idx, value):
         store(self, idx, value)
 
+    def __jax_array__(self):
+        return load(self, ...)
+
     def __array__(self, *a, **k):
         raise TypeError(f"{self!r} is a kernel ref: read it with ref[...] first")
 
@@ -292,6 +295,8 @@ def _indexer(ref, idx, where):
 def _as_block(value, shape, dtype, where, what):
     """``value`` (array, tracer or scalar) broadcast to ``shape``, in ``dtype`` where it is weakly typed."""
     import fnarray.numpy as fnp
+    if isinstance(value, (int, float, bool, np.generic)) and not isinstance(value, complex):
+        return np.asarray(value, dtype)[()]   # a literal of the body (the primitives broadcast scalars)
     weak = isinstance(value, (int, float, bool, complex)) or getattr(get_aval(value), "weak_type", False)
     v = fnp.asarray(value)
     a = get_aval(v)
@@ -421,7 +426,8 @@ def _trace_with_refs(k, fn, lead_avals, user_avals, where):
                 r.state = s
 
     prog, consts = trace_to_program(flat, list(lead_avals) + list(user_avals) + ref_avals, debug_name=where)
-    prog = Program([], list(prog.constvars) + list(prog.invars), prog.eqns, prog.outvars)
+    ins, n = list(prog.invars), len(lead_avals)   # (*lead, *consts, *user, *ref states): the primitives' order
+    prog = Program([], ins[:n] + list(prog.constvars) + ins[n:], prog.eqns, prog.outvars)
     return prog, consts, refs, nout[0]
 
 
@@ -642,7 +648,7 @@ def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, ou
             if not hasattr(s, "shape") or not hasattr(s, "dtype"):
                 raise TypeError(f"pallas_call {kname}: scratch_shapes take pl.Local(shape, dtype), got {s!r}")
             scratch.append(ShapedArray(tuple(s.shape), dtypes.canonicalize(np.dtype(s.dtype))))
-        body, refs = _trace_body(kernel, kname, grid_t, in_blocks, in_avals, out_blocks, out_avals, scratch)
+        body, refs, consts = _trace_body(kernel, kname, grid_t, in_blocks, in_avals, out_blocks, out_avals, scratch)
         for kind, blocks in (("in", in_blocks), ("out", out_blocks)):
             for i, blk in enumerate(blocks):
                 ref = refs[kind][i]
@@ -651,6 +657,10 @@ def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, ou
                                      f"{i} of shape {blk.shape}, and the kernel reads it without a mask: the last "
                                      f"block is padded. Pass mask= (and other=) to pl.load, or choose a block "
                                      f"shape that divides the array")
+        if consts:   # arrays the kernel captured: whole-array operands after the user's
+            leaves = leaves + [fnp.asarray(c) for c in consts]
+            in_blocks = in_blocks + tuple(Block(tuple(get_aval(c).shape), None, tuple(get_aval(c).shape))
+                                          for c in consts)
         outs = pallas_call_p.bind(*leaves, body=KernelBody(body), grid=grid_t, in_blocks=in_blocks, out_blocks=out_blocks,
                                   scratch=tuple(scratch), out_avals=out_avals, aliases=aliases, name=kname,
                                   interpret=bool(interpret), compiler_params=params_t)
@@ -688,9 +698,22 @@ def _trace_body(kernel, kname, grid, in_blocks, in_avals, out_blocks, out_avals,
         return [r.state for r in refs["out"]]
 
     body, consts = trace_to_program(flat, [ShapedArray((), _INT32)] * len(grid) + ref_avals, debug_name=kname)
-    if consts:
-        raise ValueError(f"pallas_call {kname}: the kernel captures {len(consts)} array(s) from outside "
-                         f"({', '.join(get_aval(c).str_short() for c in consts[:3])}); pass them as operands with "
-                         f"a BlockSpec (Pallas kernels close over no arrays)")
-    return body, refs
+    return _consts_as_refs(body, len(grid) + len(in_blocks), consts), refs, consts
+
+
+def _consts_as_refs(body, at, consts):
+    """The body with its captured arrays (``fnp.arange(n)`` made inside it, values of an enclosing trace) as
+    extra input refs after the operands' (read whole at the start): ``pallas_call`` passes them as operands."""
+    if not consts:
+        return body
+    refs, loads = [], []
+    for cv in body.constvars:
+        a = cv.aval
+        rv = Var(ShapedArray(a.shape, a.dtype))
+        refs.append(rv)
+        zero = Literal(np.int32(0), ShapedArray((), _INT32))
+        loads.append(Eqn(pallas_load_p, (rv,) + (zero,) * len(a.shape),
+                         Params(indexer=tuple(("s", n) for n in a.shape), masked=False, has_other=False), (cv,)))
+    ins = list(body.invars)
+    return Program([], ins[:at] + refs + ins[at:], loads + list(body.eqns), body.outvars)
 

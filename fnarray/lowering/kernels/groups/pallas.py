@@ -166,6 +166,11 @@ def _scalar(v):
     return v.at(())
 
 
+def _at(v, idx):
+    """Element ``idx`` of ``v`` (a scalar broadcasts)."""
+    return v.at(idx if v.shape else ())
+
+
 # ------------------------------------------------------------------------------------------ the renderer
 
 
@@ -495,8 +500,8 @@ def _load(r, e, vals):
         v = b.let(Load(ref.space, ref.name, b.let(ref.address(ri, masked), "ad"), ref.dtype), "ld")
         if not masked:
             return v
-        m = mask.at(idx)
-        fill = other.at(idx) if other is not None else const(0, ref.dtype)
+        m = _at(mask, idx)
+        fill = _at(other, idx) if other is not None else const(0, ref.dtype)
         return b.let(select(op("land", m, ref.inside(ri)), v, fill), "mv")
     reads = frozenset([ref.name]) | (mask.reads if masked else frozenset()) | (
         other.reads if other is not None else frozenset())
@@ -520,10 +525,11 @@ def _store(r, e, vals):
         mname = b.array("private", np.dtype(np.bool_), max(slots, 1), "pm") if mask is not None else None
 
         def stage(idx, slot):
-            b.store(vname, slot, value.at(idx), space="private")
+            b.store(vname, slot, _at(value, idx), space="private")
             if mname is not None:
-                b.store(mname, slot, mask.at(idx), space="private")
+                b.store(mname, slot, _at(mask, idx), space="private")
         r.par_for(shape, stage)
+        r.barrier("global" if ref.space == "global" else "local")   # every read done before any write
         staged = (vname, mname)
 
     def write(idx, slot):
@@ -532,8 +538,8 @@ def _store(r, e, vals):
             v = b.let(Load("private", staged[0], slot, value.dtype), "sv")
             m = b.let(Load("private", staged[1], slot, np.dtype(np.bool_)), "sm") if staged[1] else None
         else:
-            v = value.at(idx)
-            m = mask.at(idx) if mask is not None else None
+            v = _at(value, idx)
+            m = _at(mask, idx) if mask is not None else None
         cond = None
         if m is not None or ref.padded or ref.space == "global" and _may_leave(ref, indexer):
             cond = ref.inside(ri)
