@@ -200,9 +200,9 @@ class _Renderer:
         slots = -(-n // self.wg)
         with self.b.loop(_i(0), _i(slots), hint="s") as s:
             e = self.b.let(op("add", op("mul", s, _i(self.wg)), self.lid), "e")
-            guard = op("lt", e, _i(n)) if n % self.wg else None
-            ctx = self.b.when(guard) if guard is not None else _null()
-            with ctx:
+            # Guarded even where the work items divide the block evenly: PoCL 3.0 miscompiled a flash-attention
+            # kernel (a row sum came out 8.1 off) whose 256-element phase had no guard; with it, exact.
+            with self.b.when(op("lt", e, _i(n))):
                 idx = tuple(self.b.let(x, "ix") if not isinstance(x, Const) else x for x in _unravel(e, shape))
                 fn(idx, s)
 
@@ -685,13 +685,15 @@ def render(eqn, caps, buffer_names):
 
 
 def _hoist_local_arrays(kernel):
-    """The kernel with its work-group arrays declared first (OpenCL C wants them at the kernel's scope)."""
+    """The kernel with its arrays declared first: OpenCL C wants work-group arrays at the kernel's scope, and
+    PoCL miscompiled private arrays declared inside a loop with barriers (a flash-attention kernel's carries
+    came out inf)."""
     decls = []
 
     def strip(stmts):
         out = []
         for s in stmts:
-            if isinstance(s, ArrayDecl) and s.space == "local":
+            if isinstance(s, ArrayDecl):
                 decls.append(s)
                 continue
             if isinstance(s, For):
