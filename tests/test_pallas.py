@@ -389,3 +389,41 @@ def test_unsupported_index_forms_name_what_is_supported():
         pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((4,), fnp.float32))(np.zeros(4, np.float32))
     with pytest.raises(TypeError, match="unsupported arguments"):
         pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((4,), fnp.float32), bogus=1)
+
+
+# ------------------------------------------------------------------------------------------ autotune
+
+
+def test_autotune_times_the_configs_once_per_key(tmp_path):
+    from fnarray.experimental.pallas import _autotune
+    sys_path = __import__("sys").path
+    sys_path.insert(0, str(__import__("pathlib").Path(__file__).parents[1] / "examples"))
+    from kernels.matmul import matmul
+    calls = []
+
+    @pl.autotune(configs=[{"bm": 8, "bn": 8, "bk": 8}, {"bm": 16, "bn": 16, "bk": 16}], key=["x", "y"])
+    def tuned(x, y, bm, bn, bk):
+        calls.append(bm)
+        return matmul(x, y, bm, bn, bk)
+
+    old = fa.config.compilation_cache_dir
+    fa.config.compilation_cache_dir = str(tmp_path)
+    _autotune._memory.clear()
+    try:
+        x, y = (rng.standard_normal((32, 32)).astype(np.float32) for _ in range(2))
+        got = tuned(x, y)
+        n = len(calls)
+        assert n >= 2 * 4   # each config: a warm-up and three timed runs, then the chosen one
+        got2 = tuned(x, y)
+        assert len(calls) == n + 1   # remembered: no more timing
+        np.testing.assert_allclose(np.asarray(got), x @ y, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(got2), x @ y, rtol=1e-5, atol=1e-5)
+        table = __import__("json").loads((tmp_path / "pallas_autotune.json").read_text())
+        assert len(table) == 1 and list(table.values())[0]["bm"] in (8, 16)
+        _autotune._memory.clear()   # a new process reads the file
+        tuned(x, y)
+        assert len(calls) == n + 2
+        jitted = fa.jit(tuned)(x, y)   # traced: the remembered choice
+        np.testing.assert_allclose(np.asarray(jitted), x @ y, rtol=1e-5, atol=1e-5)
+    finally:
+        fa.config.compilation_cache_dir = old
