@@ -397,20 +397,27 @@ def _acc_dtype(d):
 
 
 def _reduce(r, e, vals):
+    """Each result element's reduction; where the results are fewer than half the work items, ``lanes`` work
+    items share one (strided partial results in work-group memory, then one item combines them), so a block
+    of a few long rows still keeps the work-group busy."""
     x = vals[0]
     kind = _REDUCE[e.primitive]
     axes = tuple(sorted(e.params["axes"]))
     keep = [d for d in range(len(x.shape)) if d not in axes]
     out_shape = tuple(x.shape[d] for d in keep)
     red_shape = tuple(x.shape[d] for d in axes)
+    n_out, n_red = math.prod(out_shape), math.prod(red_shape)
     d = x.dtype
     acc_d = _acc_dtype(d) if kind in ("sum", "prod") else d
     b = r.b
-    name = r.local_array(d, math.prod(out_shape), "red")
+    name = r.local_array(d, n_out, "red")
+    lanes = 1
+    while n_out * lanes * 2 <= r.wg and lanes * 2 <= n_red // 8:
+        lanes *= 2
 
-    def body(idx, slot):
+    def partial(idx, start, step):
         acc = b.var(acc_d, _identity_of(kind, acc_d), "acc")
-        with b.loop(_i(0), _i(math.prod(red_shape)), hint="k") as k:
+        with b.loop(start, _i(n_red), step, hint="k") as k:
             ridx = _unravel(k, red_shape)
             full = [None] * len(x.shape)
             for dd, i in zip(keep, idx, strict=True):
@@ -419,11 +426,34 @@ def _reduce(r, e, vals):
                 full[dd] = i
             v = x.at(tuple(full))
             b.assign(acc, _combine(b, kind, acc, convert(b, v, acc_d) if acc_d != d else v))
-        b.store(name, _linear(idx, out_shape), convert(b, acc, d) if acc_d != d else acc, space="local")
+        return acc
 
-    r.par_for(out_shape, body)
+    if lanes == 1:
+        r.par_for(out_shape, lambda idx, slot: b.store(
+            name, _linear(idx, out_shape), _narrow(b, partial(idx, _i(0), _i(1)), d), space="local"))
+    else:
+        parts = r.local_array(acc_d, n_out * lanes, "part")
+
+        def lane_sum(idx, slot):
+            flat = _linear(idx, (n_out, lanes))
+            o = b.let(idx[0], "ro")
+            b.store(parts, flat, partial(_unravel(o, out_shape), idx[1], _i(lanes)), space="local")
+        r.par_for((n_out, lanes), lane_sum)
+        r.barrier()
+
+        def combine(idx, slot):
+            base = b.let(op("mul", _linear(idx, out_shape), _i(lanes)), "pb")
+            acc = b.var(acc_d, _identity_of(kind, acc_d), "acc")
+            with b.loop(_i(0), _i(lanes), hint="l") as ln:
+                b.assign(acc, _combine(b, kind, acc, b.let(Load("local", parts, op("add", base, ln), acc_d), "pv")))
+            b.store(name, _linear(idx, out_shape), _narrow(b, acc, d), space="local")
+        r.par_for(out_shape, combine)
     r.barrier()
     return r.local_value(name, out_shape, d)
+
+
+def _narrow(b, acc, d):
+    return convert(b, acc, d) if acc.dtype != d else acc
 
 
 def _dot(r, e, vals):

@@ -1,0 +1,101 @@
+"""Pallas example kernels (``examples/kernels/``) against fnarray's own generated kernels for the same
+computation, on opencl:0 and webgpu:0, as ratios in one run (issue 29).
+
+Each row times ``jit`` of the Pallas kernel and ``jit`` of the same computation written with fnarray's
+operations (which the kernel compiler fuses and tiles itself), interleaved: ``repeats`` rounds, each running
+both once, the median per side, with the outputs read back (the wait is part of the time). A ratio below 1
+means the hand-written kernel is faster. The tinygrad comparison the issue asks for (softmax and matmul on the
+same OpenCL device) is not in this script.
+
+Run: ``python benchmarks/kernels.py [--quick] [--devices opencl:0,webgpu:0]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import _checkout  # noqa: F401  (this checkout's fnarray, not an installed one)
+
+import fnarray as fa
+import fnarray.numpy as fnp
+
+sys.path.insert(0, os.path.join(_checkout.ROOT, "examples"))
+from kernels import flash_attention, layer_norm, matmul, quantized_matvec, softmax, vector_add  # noqa: E402
+
+
+def _cases(quick):
+    rng = np.random.default_rng(0)
+
+    def f32(*s):
+        return rng.standard_normal(s).astype(np.float32)
+
+    n = 1 << (16 if quick else 20)
+    rows, cols = (64, 256) if quick else (256, 1024)
+    mm = 64 if quick else 256
+    heads, length, d = (1, 64, 32) if quick else (4, 256, 32)
+    qn, qk = (128, 256) if quick else (1024, 1024)
+    w, s, b = (np.asarray(a) for a in fa.quantize(f32(qn, qk), group_size=64, bits=4))
+    return [
+        ("vector_add", vector_add.vector_add, lambda x, y: x + y, (f32(n), f32(n))),
+        ("softmax (fused rows)", softmax.softmax_forward, lambda x: fa.nn.softmax(x, axis=-1), (f32(rows, cols),)),
+        ("layer_norm", layer_norm.layer_norm, layer_norm.reference, (f32(rows, cols), f32(cols), f32(cols))),
+        ("matmul (32x32 tiles)", lambda x, y: matmul.matmul(x, y, 32, 32, 32), lambda x, y: x @ y,
+         (f32(mm, mm), f32(mm, mm))),
+        ("flash_attention (causal)", flash_attention.flash_attention, flash_attention.reference,
+         (f32(heads, length, d), f32(heads, length, d), f32(heads, length, d))),
+        ("4-bit matvec", quantized_matvec.quantized_matvec,
+         lambda x, w, s, b: fa.quantized_matmul(x, w, s, b, transpose=True, group_size=64, bits=4),
+         (f32(qk), w, s, b)),
+    ]
+
+
+def _run(f, args):
+    out = f(*args)
+    np.asarray(out)
+
+
+def _time(fa_fn, args, repeats):
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        _run(fa_fn, args)
+        samples.append(time.perf_counter() - t0)
+    return samples
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    p.add_argument("--devices", default="opencl:0,webgpu:0")
+    p.add_argument("--repeats", type=int, default=7)
+    args = p.parse_args(argv)
+    fa.config.fallback = "error"   # a kernel that falls back would time the interpreter
+    print(f"{'device':<10} {'kernel':<26} {'pallas ms':>10} {'fnarray ms':>11} {'ratio':>7}")
+    for name in args.devices.split(","):
+        try:
+            dev = fa.get_device(name)
+        except Exception as e:  # noqa: BLE001 (a missing backend is reported, not fatal)
+            print(f"{name:<10} unavailable: {e}")
+            continue
+        for label, kernel, own, inputs in _cases(args.quick):
+            xs = [fa.device_put(a, dev) for a in inputs]
+            fk, fo = fa.jit(kernel), fa.jit(own)
+            _run(fk, xs)
+            _run(fo, xs)   # compiled and warm
+            tk, to = [], []
+            for _ in range(args.repeats):
+                tk += _time(fk, xs, 1)
+                to += _time(fo, xs, 1)
+            mk, mo = statistics.median(tk) * 1e3, statistics.median(to) * 1e3
+            print(f"{name:<10} {label:<26} {mk:>10.3f} {mo:>11.3f} {mk / mo:>6.2f}x", flush=True)
+    print(f"\nload average: {' '.join(f'{v:.2f}' for v in os.getloadavg())} (1, 5, 15 min)")
+
+
+if __name__ == "__main__":
+    main()
