@@ -427,3 +427,38 @@ def test_autotune_times_the_configs_once_per_key(tmp_path):
         np.testing.assert_allclose(np.asarray(jitted), x @ y, rtol=1e-5, atol=1e-5)
     finally:
         fa.config.compilation_cache_dir = old
+
+
+@pytest.mark.parametrize("backend", ["opencl", "webgpu"])
+def test_dot_operands_staged_in_local_memory_as_on_a_gpu(backend):
+    """Where tiles pay (GPU adapters: ``Capabilities.tiling_pays``) the operands of a ``dot`` are staged in
+    work-group memory; forced here on the CPU devices, the results are the same."""
+    import dataclasses
+    import importlib
+    devs = [d for d in fa.devices(all_backends=True) if d.backend == backend]
+    if not devs:
+        pytest.skip(f"no {backend} device")
+    dev = devs[0]
+    be = dev.impl
+    groups = importlib.import_module("fnarray.lowering.kernels.groups.pallas")
+    old = be.capabilities(dev)
+    gpu = dataclasses.replace(old, tiling_pays=True, local_memory=True, matmul_tiling="local")
+    if backend == "webgpu":
+        be._caps = gpu
+    else:
+        be.state(dev).caps = gpu
+    groups._REASONS.clear()
+    try:
+        args = INPUTS["matmul_k"]()
+        want = np.asarray(THEIRS["matmul_k"](*[jnp.asarray(a) for a in args]))
+        with own_kernels(dev):
+            got = fa.jit(lambda x, y: OURS["matmul_k"](x, y) * 1.0)(*[fa.device_put(a, dev) for a in args])
+            src = fa.jit(lambda x, y: OURS["matmul_k"](x, y) * 1.0).lower(*[fa.device_put(a, dev) for a in args])
+        assert "ta" in src.as_text()   # the staged tiles
+        np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-5)
+    finally:
+        if backend == "webgpu":
+            be._caps = old
+        else:
+            be.state(dev).caps = old
+        groups._REASONS.clear()

@@ -115,6 +115,7 @@ class _Lazy:
     dtype: np.dtype
     at: object
     reads: frozenset = frozenset()
+    aligned: dict = dataclasses.field(default_factory=dict)   # ref -> the block it reads only at the own element
 
 
 @dataclasses.dataclass
@@ -177,8 +178,11 @@ def _at(v, idx):
 class _Renderer:
     """Renders a kernel body into a ``KernelBuilder``, one program instance per work-group."""
 
-    def __init__(self, b, wg, lid):
+    def __init__(self, b, wg, lid, caps=None):
         self.b, self.wg, self.lid = b, wg, lid
+        # dot operands are staged in work-group memory where tiles pay (GPUs); CPU devices read them in place
+        self.stage_dots = bool(caps is not None and caps.local_memory and caps.tiling_pays
+                               and getattr(caps, "matmul_tiling", "local") == "local")
         self.local_bytes = 0
         self.barriers = 0
 
@@ -284,7 +288,8 @@ class _Renderer:
         def at(idx):
             xs = [v.at(idx if v.shape else ()) for v in vals]
             return b.let(rule(b, xs, params, in_avals, out_aval), "x")
-        return _Lazy(tuple(shape), np.dtype(dtype), at, frozenset().union(*(v.reads for v in vals)))
+        return _Lazy(tuple(shape), np.dtype(dtype), at, frozenset().union(*(v.reads for v in vals)),
+                     _aligned(vals, tuple(shape)))
 
 
 class _null:
@@ -297,6 +302,17 @@ class _null:
 
 def _reads(*vals):
     return frozenset().union(*(v.reads for v in vals))
+
+
+def _aligned(vals, shape):
+    """The refs an elementwise result reads only at its own element of one block (every operand reading them
+    does so, at the same block, with the result's shape)."""
+    out = {}
+    for ref in frozenset().union(*(v.reads for v in vals)):
+        keys = {v.aligned.get(ref) if v.shape == shape else None for v in vals if ref in v.reads}
+        if len(keys) == 1 and None not in keys:
+            out[ref] = keys.pop()
+    return out
 
 
 # ------------------------------------------------------------------------------------------ rules per primitive
@@ -464,8 +480,8 @@ def _dot(r, e, vals):
     acc_d = _acc_dtype(d)
     b = r.b
     # The operands are staged in work-group memory once (each element is read by many work items).
-    xs = x if getattr(x, "local", None) is not None else r.materialize(x, "ta")
-    ys = y if getattr(y, "local", None) is not None else r.materialize(y, "tb")
+    xs = x if getattr(x, "local", None) is not None or not r.stage_dots else r.materialize(x, "ta")
+    ys = y if getattr(y, "local", None) is not None or not r.stage_dots else r.materialize(y, "tb")
     lfree = [k for k in range(len(x.shape)) if k not in lc and k not in lb]
     rfree = [k for k in range(len(y.shape)) if k not in rc and k not in rb]
     kshape = tuple(x.shape[k] for k in lc)
@@ -535,7 +551,11 @@ def _load(r, e, vals):
         return b.let(select(op("land", m, ref.inside(ri)), v, fill), "mv")
     reads = frozenset([ref.name]) | (mask.reads if masked else frozenset()) | (
         other.reads if other is not None else frozenset())
-    return _Lazy(shape, ref.dtype, at, reads)
+    return _Lazy(shape, ref.dtype, at, reads, {ref.name: _block_key(indexer, starts)})
+
+
+def _block_key(indexer, starts):
+    return (indexer, tuple(_scalar(s) for s in starts))
 
 
 def _store(r, e, vals):
@@ -547,7 +567,8 @@ def _store(r, e, vals):
     b = r.b
     n = math.prod(shape)
     staged = None
-    if ref.name in value.reads or (mask is not None and ref.name in mask.reads):
+    key = _block_key(indexer, starts)
+    if any(ref.name in v.reads and v.aligned.get(ref.name) != key for v in (value, mask) if v is not None):
         # The value reads the ref it overwrites: each work item first computes its elements into a private
         # array (the same elements it then stores), so no item writes what another still reads.
         slots = -(-n // r.wg)
@@ -688,7 +709,7 @@ def render(eqn, caps, buffer_names):
     b = KernelBuilder("pallas_" + "".join(c if c.isalnum() else "_" for c in p["name"])[:40])
     ins, outs = buffer_names(b)
     lid = b.let(Special("local_id", 0), "lid")
-    r = _Renderer(b, wg, lid)
+    r = _Renderer(b, wg, lid, caps)
     scratch_names = [r.local_array(s.dtype, math.prod(s.shape), "scr") for s in p["scratch"]]
     lim = caps.max_dispatch
     groups = total if lim is None else min(total, lim)
