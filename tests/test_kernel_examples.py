@@ -95,7 +95,7 @@ BROWSER = ("flash_attention", "softmax", "quantized_matvec")
 
 
 @pytest.fixture(scope="module")
-def kernel_bundles(wdev, site):
+def kernel_bundles(wdev, site):  # noqa: F811 (the fixtures imported below)
     root, _ = site
     out = {}
     for name in BROWSER:
@@ -106,7 +106,7 @@ def kernel_bundles(wdev, site):
 
 
 @pytest.mark.parametrize("name", BROWSER)
-def test_example_kernel_in_chromium(page, kernel_bundles, name):
+def test_example_kernel_in_chromium(page, kernel_bundles, name):  # noqa: F811
     from test_browser import _inputs
     kernel, ref, _, tol = EXAMPLES[name]
     manifest, args = kernel_bundles[name]

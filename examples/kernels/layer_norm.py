@@ -34,9 +34,9 @@ def layer_norm(x, weight, bias, eps=1e-5, block_rows=8):
         raise ValueError(f"layer_norm kernel: block_rows={br} must divide the {rows} rows")
     spec = pl.BlockSpec((br, feats), lambda i: (i, 0))
     vec = pl.BlockSpec((feats,), lambda i: (0,))
-    return pl.pallas_call(functools.partial(layer_norm_kernel, eps=eps), out_shape=pl.ShapeDtypeStruct(x.shape, x.dtype),
-                          grid=(rows // br,), in_specs=[spec, vec, vec], out_specs=spec, name="layer_norm")(
-        x, weight, bias)
+    kernel = functools.partial(layer_norm_kernel, eps=eps)
+    return pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct(x.shape, x.dtype), grid=(rows // br,),
+                          in_specs=[spec, vec, vec], out_specs=spec, name="layer_norm")(x, weight, bias)
 
 
 def reference(x, weight, bias, eps=1e-5):

@@ -10,6 +10,7 @@ Run: ``python examples/kernels/vector_add.py --device webgpu:0``.
 from __future__ import annotations
 
 import argparse
+import functools
 
 import fnarray as fa
 import fnarray.numpy as fnp
@@ -27,9 +28,9 @@ def vector_add(x, y, block=256):
     (n,) = x.shape
     block = min(block, n)
     spec = pl.BlockSpec((block,), lambda i: (i,))
-    import functools
-    return pl.pallas_call(functools.partial(add_kernel, n=n, block=block), out_shape=pl.ShapeDtypeStruct(x.shape, x.dtype),
-                          grid=(pl.cdiv(n, block),), in_specs=[spec, spec], out_specs=spec, name="vector_add")(x, y)
+    kernel = functools.partial(add_kernel, n=n, block=block)
+    return pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct(x.shape, x.dtype), grid=(pl.cdiv(n, block),),
+                          in_specs=[spec, spec], out_specs=spec, name="vector_add")(x, y)
 
 
 def main(argv=None):

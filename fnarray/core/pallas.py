@@ -3,12 +3,13 @@
 A ``pallas_call`` equation runs a user kernel (``fnarray.experimental.pallas``) over a grid of program
 instances. Its params hold everything static:
 
-- ``body``: the kernel body (a ``KernelBody`` holding a ``Program``) of signature ``(pid_0, .., pid_{G-1}, *in_refs, *out_refs,
-  *scratch_refs) -> (*out_refs)``: one int32 scalar per grid axis (the instance's ``program_id``), then one
-  value per ref holding the ref's block (``Block.block_shape`` with squeezed axes dropped), and as outputs the
-  final contents of the output refs. Refs are ordinary typed values: a store is a functional update
-  (``pallas_store`` returns the ref's new contents) and every read takes the ref's latest contents, so each
-  ref's values form one chain that a lowering may keep in one place of memory (the kernel group does).
+- ``body``: the kernel body (a ``KernelBody`` holding a ``Program``) of signature ``(pid_0, .., pid_{G-1},
+  *in_refs, *out_refs, *scratch_refs) -> (*out_refs)``: one int32 scalar per grid axis (the instance's
+  ``program_id``), then one value per ref holding the ref's block (``Block.block_shape`` with squeezed axes
+  dropped), and as outputs the final contents of the output refs. Refs are ordinary typed values: a store is a
+  functional update (``pallas_store`` returns the ref's new contents) and every read takes the ref's latest
+  contents, so each ref's values form one chain that a lowering may keep in one place of memory (the kernel group
+  does).
 - ``grid``: a tuple of ints; ``in_blocks``/``out_blocks``: one ``Block`` per operand/result, with its
   ``index_map`` as a ``Program`` from the grid indices to block indices (``None``: the whole array);
   ``scratch``: ``ShapedArray`` s of the scratch refs; ``out_avals``; ``aliases``: ``((input, output), ...)``,
@@ -46,7 +47,8 @@ from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.core.primitives import Primitive
 from fnarray.core.shaped import ShapedArray
 
-__all__ = ["KernelBody", "Block", "pallas_call_p", "pallas_load_p", "pallas_store_p", "pallas_atomic_p", "pallas_loop_p",
+__all__ = ["KernelBody", "Block", "pallas_call_p", "pallas_load_p", "pallas_store_p", "pallas_atomic_p",
+           "pallas_loop_p",
            "pallas_when_p", "KERNEL_PRIMITIVES", "ATOMIC_OPS", "indexed_shape", "ref_shape", "walk_body"]
 
 ATOMIC_OPS = ("add", "max", "min")

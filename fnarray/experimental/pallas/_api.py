@@ -21,8 +21,8 @@ from fnarray.core.avals import get_aval
 from fnarray.core.builder import trace_to_program
 from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.core.ir import Eqn, Literal, Params, Program, Var
-from fnarray.core.pallas import (ATOMIC_OPS, Block, KernelBody, pallas_atomic_p, pallas_call_p, pallas_load_p, pallas_loop_p,
-                                 pallas_store_p, pallas_when_p)
+from fnarray.core.pallas import (ATOMIC_OPS, Block, KernelBody, pallas_atomic_p, pallas_call_p, pallas_load_p,
+                                 pallas_loop_p, pallas_store_p, pallas_when_p)
 from fnarray.core.shaped import ShapedArray
 from fnarray.core.tracing import Tracer
 from fnarray.transforms import control_flow
@@ -661,7 +661,8 @@ def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, ou
             leaves = leaves + [fnp.asarray(c) for c in consts]
             in_blocks = in_blocks + tuple(Block(tuple(get_aval(c).shape), None, tuple(get_aval(c).shape))
                                           for c in consts)
-        outs = pallas_call_p.bind(*leaves, body=KernelBody(body), grid=grid_t, in_blocks=in_blocks, out_blocks=out_blocks,
+        outs = pallas_call_p.bind(*leaves, body=KernelBody(body), grid=grid_t, in_blocks=in_blocks,
+                                  out_blocks=out_blocks,
                                   scratch=tuple(scratch), out_avals=out_avals, aliases=aliases, name=kname,
                                   interpret=bool(interpret), compiler_params=params_t)
         return tree_util.tree_unflatten(out_tree, list(outs))
