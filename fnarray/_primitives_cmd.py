@@ -238,11 +238,11 @@ def _where(fn) -> str:
 def _backend_rules(prim):
     """``[(what, function)]`` of the backends' tables that have ``prim`` (the importable ones)."""
     out = []
-    from fnarray.lowering.numpy.impls import IMPLS
+    from fnarray.lowering.numpy.common import IMPLS
     if prim in IMPLS:
-        out.append(("numpy reference (numpy.impls.IMPLS)", IMPLS[prim]))
-    for name, mod, table in (("jax", "fnarray.lowering.jax.backend", "RULES"),
-                             ("mlx", "fnarray.lowering.mlx.rules", "RULES")):
+        out.append(("numpy reference (numpy.common.IMPLS)", IMPLS[prim]))
+    for name, mod, table in (("jax", "fnarray.lowering.jax.common", "RULES"),
+                             ("mlx", "fnarray.lowering.mlx.common", "RULES")):
         try:
             import importlib
             t = getattr(importlib.import_module(mod), table)

@@ -533,13 +533,13 @@ def _fallback_verdict(s, recs, share):
     name, _ = _top(by, 1)[0]
     native = []
     for bname in backend_names():
-        if bname == "numpy":
-            continue
         try:
             b = get_backend(bname)
         except BackendUnavailable:
             continue
         for d in b.devices():
+            if b.capabilities(d).reference:
+                continue
             try:
                 if eqns[name] and all(b.supports(e, d) is None for e in eqns[name]):
                     native.append(str(d))

@@ -26,7 +26,7 @@ from fnarray.core.shaped import ShapedArray
 from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.backend import Device, backend_names, get_backend
 
-__all__ = ["devices", "default_device", "parse_device", "device_put", "array_from_numpy",
+__all__ = ["devices", "default_device", "parse_device", "device_put", "array_from_numpy", "import_dlpack",
            "eager_apply", "placement_device"]
 
 
@@ -456,3 +456,28 @@ def device_get(x):
         return leaf
 
     return optree.tree_map(get, x, none_is_leaf=False, namespace="fnarray")
+
+
+def import_dlpack(x, device=None, copy=None):
+    """An ``ArrayImpl`` over ``x``'s DLPack memory on ``device`` (shared where ``copy`` allows, see the module doc).
+
+    Returns ``None`` where this path does not apply (another backend, a dtype to
+    convert, ``copy=True``): the caller then copies as for any NumPy array.
+    """
+    if copy is True or type(x).__module__.split(".")[0] == "mlx":
+        return None
+    dev = parse_device(device) if device is not None else default_device()
+    got = dev.impl.dlpack_import(x, dev, copy)
+    if got is None:
+        return None
+    buf, dtype = got
+    if not _native(dtype):
+        return None
+    return ArrayImpl.make(ShapedArray(tuple(buf.shape), dtypes.canonicalize(dtype)), dev, buf, device is not None)
+
+
+def _native(d) -> bool:
+    try:
+        return dtypes.canonicalize(d) == np.dtype(d)
+    except Exception:  # noqa: BLE001 (a dtype fnarray does not have)
+        return False

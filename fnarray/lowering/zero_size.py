@@ -12,7 +12,7 @@ need it (the kernel scheduler, the mlx lowering) run this pass first:
   by primitive, ``_REWRITES``): a reduction over an empty axis is its identity, a
   ``dot_general`` over an empty contraction is zero, a ``pad`` of an empty array is
   its padding value, ``concatenate`` drops its empty pieces, a gather from an empty
-  axis is zero (as ``numpy_impls``), a scatter of no updates and a dynamic update of
+  axis is zero (as the numpy reference (``lowering/numpy/``)), a scatter of no updates and a dynamic update of
   an empty slice are their operand;
 - a zero-size value that is still needed (a program output, an operand of a
   control-flow or call equation the backend runs from the host) is defined by a

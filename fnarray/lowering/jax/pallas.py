@@ -1,4 +1,4 @@
-"""``pallas_call`` on jax: JAX's own ``jax.experimental.pallas.pallas_call`` (registered into ``jax.backend.RULES``).
+"""``pallas_call`` on jax: JAX's own ``jax.experimental.pallas.pallas_call`` (registered into ``jax.common.RULES``).
 
 The traced body is evaluated inside a JAX Pallas kernel: the grid indices are ``jax.experimental.pallas``'s
 ``program_id``, each ref chain of the body is one JAX ref (a store writes it, the next load reads it), the
@@ -14,6 +14,9 @@ import numpy as np
 
 from fnarray.core.ir import Literal
 from fnarray.core.pallas import pallas_atomic_p, pallas_load_p, pallas_loop_p, pallas_store_p, pallas_when_p
+
+from fnarray.core.pallas import pallas_call_p
+from fnarray.lowering.jax.common import RULES, interpret
 
 __all__ = ["jax_pallas_call"]
 
@@ -33,7 +36,6 @@ def _index(indexer, starts):
 
 
 def _eval(prog, args):
-    from fnarray.lowering.jax.backend import RULES
     env = dict(zip(prog.invars, args, strict=True))
 
     def read(a):
@@ -119,12 +121,11 @@ _KERNEL_RULES = {pallas_load_p: _load, pallas_store_p: _store, pallas_atomic_p: 
 
 def _block_spec(block, grid):
     from jax.experimental import pallas as jpl
-    from fnarray.lowering.jax.backend import _interpret
     if block.index_map is None:
         return jpl.BlockSpec(tuple(block.block_shape), lambda *g: (0,) * len(block.shape))
     shape = tuple(jpl.squeezed if n is None else n for n in block.block_shape)
     prog = block.index_map
-    return jpl.BlockSpec(shape, lambda *g: tuple(_interpret(prog, list(g))))
+    return jpl.BlockSpec(shape, lambda *g: tuple(interpret(prog, list(g))))
 
 
 def jax_pallas_call(*args, body, grid, in_blocks, out_blocks, scratch, out_avals, aliases, name, interpret,
@@ -153,3 +154,6 @@ def jax_pallas_call(*args, body, grid, in_blocks, out_blocks, scratch, out_avals
         scratch_shapes=scratch_shapes, input_output_aliases=dict(aliases), interpret=bool(interpret or on_cpu),
         name=name)
     return list(call(*args))
+
+
+RULES[pallas_call_p] = jax_pallas_call

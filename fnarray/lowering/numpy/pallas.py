@@ -7,7 +7,7 @@ that revisits a block, accumulating over a grid axis, sees what it wrote before)
 instance. A ref is a ``_Ref``: its block and, for a block that runs past the array's end (a padded last
 block), which elements are real. A load or store of an element outside the ref, or an unmasked load of a
 padded element, raises ``IndexError`` (undefined behaviour on devices, as in Pallas). Registered into
-``numpy.impls.IMPLS``; ``interpret=True`` runs this on every backend (their ``supports`` send it here).
+``numpy.common.IMPLS`` (the family ``pallas`` of ``numpy/backend.py``); ``interpret=True`` runs this on every backend (their ``supports`` send it here).
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ import numpy as np
 from fnarray.core.pallas import (pallas_atomic_p, pallas_call_p, pallas_load_p, pallas_loop_p, pallas_store_p,
                                  pallas_when_p)
 
-__all__ = ["IMPLS", "block_offsets"]
+from fnarray.lowering.numpy.common import IMPLS
+from fnarray.lowering.numpy.program import compile_numpy
+
+__all__ = ["block_offsets"]
 
 
 class _Ref:
@@ -82,7 +85,6 @@ def _write_block(arr, ref, block, imap, pid, name):
 
 
 def _numpy_pallas_call(params, in_avals, out_avals):
-    from fnarray.lowering.numpy.backend import compile_numpy
     body = compile_numpy(params["body"].program)
     name, grid = params["name"], params["grid"]
     in_blocks, out_blocks = params["in_blocks"], params["out_blocks"]
@@ -200,7 +202,6 @@ def _atomic(params, in_avals, out_avals):
 
 
 def _loop(params, in_avals, out_avals):
-    from fnarray.lowering.numpy.backend import compile_numpy
     body = compile_numpy(params["body"])
     nc = params["num_consts"]
 
@@ -213,7 +214,6 @@ def _loop(params, in_avals, out_avals):
 
 
 def _when(params, in_avals, out_avals):
-    from fnarray.lowering.numpy.backend import compile_numpy
     body = compile_numpy(params["body"])
     nc = params["num_consts"]
 
@@ -224,6 +224,5 @@ def _when(params, in_avals, out_avals):
     return f
 
 
-#: What ``numpy.impls`` adds to ``IMPLS``.
-IMPLS = {pallas_call_p: _numpy_pallas_call, pallas_load_p: _load, pallas_store_p: _store,
-         pallas_atomic_p: _atomic, pallas_loop_p: _loop, pallas_when_p: _when}
+IMPLS.update({pallas_call_p: _numpy_pallas_call, pallas_load_p: _load, pallas_store_p: _store,
+              pallas_atomic_p: _atomic, pallas_loop_p: _loop, pallas_when_p: _when})
