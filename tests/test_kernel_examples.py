@@ -4,10 +4,8 @@ with ``fallback="error"``, mlx through the interpreter), and exported to a web p
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-import warnings
 
 import numpy as np
 import pytest
@@ -17,6 +15,7 @@ import fnarray.numpy as fnp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 from kernels import flash_attention, layer_norm, matmul, quantized_matvec, softmax, vector_add  # noqa: E402
+from test_pallas import own_kernels  # noqa: E402
 
 rng = np.random.default_rng(290)
 
@@ -45,18 +44,6 @@ EXAMPLES = {
                         lambda: (_f32(2, 32, 8), _f32(2, 32, 8), _f32(2, 32, 8)), 2e-5),
     "quantized_matvec": (quantized_matvec.quantized_matvec, _qmv_reference, _qmv_inputs, 1e-4),
 }
-
-
-@contextlib.contextmanager
-def own_kernels(device):
-    old = fa.config.fallback
-    fa.config.fallback = "silent" if device.backend == "mlx" else "error"
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", fa.FallbackWarning)
-            yield
-    finally:
-        fa.config.fallback = old
 
 
 @pytest.mark.parametrize("name", list(EXAMPLES))

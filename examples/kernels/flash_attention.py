@@ -12,13 +12,17 @@ Run: ``python examples/kernels/flash_attention.py --device webgpu:0``.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import math
 
 import fnarray as fa
 import fnarray.numpy as fnp
 import fnarray.experimental.pallas as pl
+
+try:
+    from ._args import device_and_data
+except ImportError:   # run as a script
+    from _args import device_and_data
 
 
 def flash_kernel(q_ref, k_ref, v_ref, o_ref, *, bk, scale):
@@ -67,13 +71,8 @@ def reference(q, k, v):
 
 
 def main(argv=None):
-    import numpy as np
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default=None)
-    args = p.parse_args(argv)
-    dev = fa.get_device(args.device) if args.device else fa.default_device()
-    rng = np.random.default_rng(0)
-    q, k, v = (fa.device_put(rng.standard_normal((2, 64, 16)).astype(np.float32), dev) for _ in range(3))
+    dev, f32 = device_and_data(argv, __doc__)
+    q, k, v = f32(2, 64, 16), f32(2, 64, 16), f32(2, 64, 16)
     print(f"{dev}: max error {float(fnp.max(fnp.abs(flash_attention(q, k, v) - reference(q, k, v)))):.2e}")
 
 

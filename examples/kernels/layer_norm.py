@@ -9,12 +9,16 @@ Run: ``python examples/kernels/layer_norm.py --device opencl:0``.
 
 from __future__ import annotations
 
-import argparse
 import functools
 
 import fnarray as fa
 import fnarray.numpy as fnp
 import fnarray.experimental.pallas as pl
+
+try:
+    from ._args import device_and_data
+except ImportError:   # run as a script
+    from _args import device_and_data
 
 
 def layer_norm_kernel(x_ref, w_ref, b_ref, o_ref, *, eps):
@@ -47,15 +51,8 @@ def reference(x, weight, bias, eps=1e-5):
 
 
 def main(argv=None):
-    import numpy as np
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default=None)
-    args = p.parse_args(argv)
-    dev = fa.get_device(args.device) if args.device else fa.default_device()
-    rng = np.random.default_rng(0)
-    x = fa.device_put(rng.standard_normal((64, 96)).astype(np.float32), dev)
-    w = fa.device_put(rng.standard_normal(96).astype(np.float32), dev)
-    b = fa.device_put(rng.standard_normal(96).astype(np.float32), dev)
+    dev, f32 = device_and_data(argv, __doc__)
+    x, w, b = f32(64, 96), f32(96), f32(96)
     err = float(fnp.max(fnp.abs(layer_norm(x, w, b) - reference(x, w, b))))
     print(f"{dev}: max error {err:.2e}")
 

@@ -11,11 +11,14 @@ Run: ``python examples/kernels/matmul.py --device opencl:0``.
 
 from __future__ import annotations
 
-import argparse
 
-import fnarray as fa
 import fnarray.numpy as fnp
 import fnarray.experimental.pallas as pl
+
+try:
+    from ._args import device_and_data
+except ImportError:   # run as a script
+    from _args import device_and_data
 
 
 def matmul_kernel(x_ref, y_ref, o_ref):
@@ -42,14 +45,8 @@ def matmul(x, y, bm=32, bn=32, bk=32, workgroup=None):
 
 
 def main(argv=None):
-    import numpy as np
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default=None)
-    args = p.parse_args(argv)
-    dev = fa.get_device(args.device) if args.device else fa.default_device()
-    rng = np.random.default_rng(0)
-    x = fa.device_put(rng.standard_normal((128, 96)).astype(np.float32), dev)
-    y = fa.device_put(rng.standard_normal((96, 64)).astype(np.float32), dev)
+    dev, f32 = device_and_data(argv, __doc__)
+    x, y = f32(128, 96), f32(96, 64)
     print(f"{dev}: max error {float(fnp.max(fnp.abs(matmul(x, y) - x @ y))):.2e}")
 
 

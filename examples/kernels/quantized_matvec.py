@@ -12,12 +12,16 @@ Run: ``python examples/kernels/quantized_matvec.py --device opencl:0``.
 
 from __future__ import annotations
 
-import argparse
 import functools
 
 import fnarray as fa
 import fnarray.numpy as fnp
 import fnarray.experimental.pallas as pl
+
+try:
+    from ._args import device_and_data
+except ImportError:   # run as a script
+    from _args import device_and_data
 
 
 def qmv_kernel(x_ref, w_ref, s_ref, b_ref, o_ref, *, group_size):
@@ -48,15 +52,9 @@ def quantized_matvec(x, w, scales, biases, group_size=64, block=8):
 
 
 def main(argv=None):
-    import numpy as np
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default=None)
-    args = p.parse_args(argv)
-    dev = fa.get_device(args.device) if args.device else fa.default_device()
-    rng = np.random.default_rng(0)
-    wf = fa.device_put(rng.standard_normal((256, 512)).astype(np.float32), dev)
-    x = fa.device_put(rng.standard_normal(512).astype(np.float32), dev)
-    w, s, b = fa.quantize(wf, group_size=64, bits=4)
+    dev, f32 = device_and_data(argv, __doc__)
+    x = f32(512)
+    w, s, b = fa.quantize(f32(256, 512), group_size=64, bits=4)
     want = fa.quantized_matmul(x, w, s, b, transpose=True, group_size=64, bits=4)
     print(f"{dev}: max error {float(fnp.max(fnp.abs(quantized_matvec(x, w, s, b) - want))):.2e}")
 

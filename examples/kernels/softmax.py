@@ -10,11 +10,15 @@ Run: ``python examples/kernels/softmax.py --device opencl:0``.
 
 from __future__ import annotations
 
-import argparse
 
 import fnarray as fa
 import fnarray.numpy as fnp
 import fnarray.experimental.pallas as pl
+
+try:
+    from ._args import device_and_data
+except ImportError:   # run as a script
+    from _args import device_and_data
 
 
 def _row_blocks(x, block_rows):
@@ -70,12 +74,8 @@ softmax.defvjp(_fwd, _bwd)
 
 
 def main(argv=None):
-    import numpy as np
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default=None)
-    args = p.parse_args(argv)
-    dev = fa.get_device(args.device) if args.device else fa.default_device()
-    x = fa.device_put(np.random.default_rng(0).standard_normal((64, 128)).astype(np.float32), dev)
+    dev, f32 = device_and_data(argv, __doc__)
+    x = f32(64, 128)
     y, want = softmax(x), fa.nn.softmax(x, axis=-1)
     g = fa.grad(lambda v: fnp.sum(softmax(v) ** 2))(x)
     gw = fa.grad(lambda v: fnp.sum(fa.nn.softmax(v, axis=-1) ** 2))(x)

@@ -9,12 +9,15 @@ Run: ``python examples/kernels/vector_add.py --device webgpu:0``.
 
 from __future__ import annotations
 
-import argparse
 import functools
 
-import fnarray as fa
 import fnarray.numpy as fnp
 import fnarray.experimental.pallas as pl
+
+try:
+    from ._args import device_and_data
+except ImportError:   # run as a script
+    from _args import device_and_data
 
 
 def add_kernel(x_ref, y_ref, o_ref, *, n, block):
@@ -34,13 +37,8 @@ def vector_add(x, y, block=256):
 
 
 def main(argv=None):
-    import numpy as np
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default=None)
-    args = p.parse_args(argv)
-    dev = fa.get_device(args.device) if args.device else fa.default_device()
-    rng = np.random.default_rng(0)
-    x, y = (fa.device_put(rng.standard_normal(1000).astype(np.float32), dev) for _ in range(2))
+    dev, f32 = device_and_data(argv, __doc__)
+    x, y = f32(1000), f32(1000)
     print(f"{dev}: max error {float(fnp.max(fnp.abs(vector_add(x, y) - (x + y)))):.2e}")
 
 
