@@ -7,7 +7,8 @@ that revisits a block, accumulating over a grid axis, sees what it wrote before)
 instance. A ref is a ``_Ref``: its block and, for a block that runs past the array's end (a padded last
 block), which elements are real. A load or store of an element outside the ref, or an unmasked load of a
 padded element, raises ``IndexError`` (undefined behaviour on devices, as in Pallas). Registered into
-``numpy.common.IMPLS`` (the family ``pallas`` of ``numpy/backend.py``); ``interpret=True`` runs this on every backend (their ``supports`` send it here).
+``numpy.common.IMPLS`` (the family ``pallas`` of ``numpy/backend.py``); ``interpret=True`` runs this on every
+backend (their ``supports`` send it here).
 """
 
 from __future__ import annotations
