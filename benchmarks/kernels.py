@@ -5,8 +5,8 @@ Each row times ``jit`` of the Pallas kernel and ``jit`` of the same computation 
 operations (which the kernel compiler fuses and tiles itself), interleaved: ``repeats`` rounds, each running
 both once, the median per side, in process CPU time, with the outputs read back (the wait is part of
 it). A ratio below 1
-means the hand-written kernel is faster. The tinygrad comparison the issue asks for (softmax and matmul on the
-same OpenCL device) is not in this script.
+means the hand-written kernel is faster. ``--tinygrad`` adds the softmax and matmul kernels against tinygrad
+(``DEV=CL``, ``TinyJit``) on the same PoCL platform (``vs_tinygrad.py``'s setup).
 
 Run: ``python benchmarks/kernels.py [--quick] [--devices opencl:0,webgpu:0]``.
 """
@@ -76,6 +76,7 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     p.add_argument("--devices", default="opencl:0,webgpu:0")
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--tinygrad", action="store_true", help="softmax and matmul against tinygrad on opencl:0 too")
     args = p.parse_args(argv)
     fa.config.fallback = "error"   # a kernel that falls back would time the interpreter
     print(f"{'device':<10} {'kernel':<26} {'pallas ms':>10} {'fnarray ms':>11} {'ratio':>7}")
@@ -96,7 +97,50 @@ def main(argv=None):
                 to += _time(fo, xs, 1)
             mk, mo = statistics.median(tk) * 1e3, statistics.median(to) * 1e3
             print(f"{name:<10} {label:<26} {mk:>10.3f} {mo:>11.3f} {mk / mo:>6.2f}x", flush=True)
+    if args.tinygrad:
+        _vs_tinygrad(args)
     print(f"\nload average: {' '.join(f'{v:.2f}' for v in os.getloadavg())} (1, 5, 15 min)")
+
+
+def _vs_tinygrad(args):
+    """The softmax and matmul kernels on opencl:0 against tinygrad's on the same platform."""
+    from vs_tinygrad import _point_tinygrad_at_pyopencl_pocl, _sync
+    _point_tinygrad_at_pyopencl_pocl()
+    os.environ.setdefault("DEV", "CL")
+    try:
+        from tinygrad import Tensor, TinyJit
+    except ImportError as e:
+        print(f"tinygrad: not installed ({e})")
+        return
+    dev = fa.get_device("opencl:0")
+    cases = {label: (kernel, inputs) for label, kernel, _, inputs in _cases(args.quick)
+             if label.startswith(("softmax", "matmul"))}
+    theirs = {"softmax (fused rows)": TinyJit(lambda v: v.softmax(-1).realize()),
+              "matmul (32x32 tiles)": TinyJit(lambda u, v: (u @ v).realize())}
+    print(f"\n{'kernel':<26} {'pallas ms':>10} {'tinygrad ms':>12} {'ratio':>7}   (opencl:0, DEV=CL)")
+    for label, (kernel, inputs) in cases.items():
+        fk = fa.jit(kernel)
+        xs = [fa.device_put(a, dev) for a in inputs]
+        ts = [Tensor(np.ascontiguousarray(a)).realize() for a in inputs]
+        g = theirs[label]
+
+        def tg_run(g=g, ts=ts):
+            _sync(g(*ts))
+        try:
+            for _ in range(3):   # TinyJit captures on its second call
+                _run(fk, xs)
+                tg_run()
+        except (AttributeError, OSError, RuntimeError) as e:   # no libOpenCL.so.1 (ocl-icd-libopencl1)
+            print(f"tinygrad: cannot run on OpenCL here ({e})")
+            return
+        tk, tt = [], []
+        for _ in range(args.repeats):
+            tk += _time(fk, xs, 1)
+            t0 = time.process_time()
+            tg_run()
+            tt.append(time.process_time() - t0)
+        mk, mt = statistics.median(tk) * 1e3, statistics.median(tt) * 1e3
+        print(f"{label:<26} {mk:>10.3f} {mt:>12.3f} {mk / mt:>6.2f}x", flush=True)
 
 
 if __name__ == "__main__":
