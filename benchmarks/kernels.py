@@ -121,12 +121,12 @@ def _vs_tinygrad(args):
     for label, (kernel, inputs) in cases.items():
         fk = fa.jit(kernel)
         xs = [fa.device_put(a, dev) for a in inputs]
-        ts = [Tensor(np.ascontiguousarray(a)).realize() for a in inputs]
         g = theirs[label]
-
-        def tg_run(g=g, ts=ts):
-            _sync(g(*ts))
         try:
+            ts = [Tensor(np.ascontiguousarray(a)).realize() for a in inputs]
+
+            def tg_run(g=g, ts=ts):
+                _sync(g(*ts))
             for _ in range(3):   # TinyJit captures on its second call
                 _run(fk, xs)
                 tg_run()
