@@ -328,12 +328,47 @@ def _broadcast(r, e, vals):
     return _Lazy(tuple(shape), x.dtype, at, x.reads)
 
 
+def _axis_groups(old, new):
+    """Runs of axes ``[(old axes, new axes), ...]`` whose sizes have equal products, in order (a reshape maps
+    each run on its own: ``(8, 32) -> (8, 4, 8)`` divides only the last index), or ``None``."""
+    out, i, j = [], 0, 0
+    while i < len(old) or j < len(new):
+        oi, nj = [i], [j]
+        if i >= len(old) or j >= len(new):
+            return None
+        po, pn = old[i], new[j]
+        i, j = i + 1, j + 1
+        while po != pn:
+            if po < pn and i < len(old):
+                po *= old[i]
+                oi.append(i)
+                i += 1
+            elif pn < po and j < len(new):
+                pn *= new[j]
+                nj.append(j)
+                j += 1
+            else:
+                return None
+        out.append((oi, nj))
+    return out
+
+
 def _reshape(r, e, vals):
     x = vals[0]
     shape = tuple(e.params["new_sizes"])
+    groups = _axis_groups(tuple(x.shape), shape) if x.shape and shape and 0 not in shape else None
 
     def at(idx):
-        return x.at(_unravel(_linear(idx, shape), x.shape) if x.shape else ())
+        if not x.shape:
+            return x.at(())
+        if groups is None:
+            return x.at(_unravel(_linear(idx, shape), x.shape))
+        src = [None] * len(x.shape)
+        for oi, nj in groups:
+            flat = _linear([idx[j] for j in nj], [shape[j] for j in nj])
+            for a, v in zip(oi, _unravel(flat, [x.shape[a] for a in oi]), strict=True):
+                src[a] = v
+        return x.at(tuple(src))
     return _Lazy(shape, x.dtype, at, x.reads)
 
 
