@@ -121,6 +121,8 @@ def backend_status(prim, name: str) -> str:
     spmd = _spmd_status(prim, name)
     if spmd is not None:
         return spmd
+    if prim.kind == "kernel":
+        return "unsupported (never executed alone: it only exists inside a pallas_call kernel body)"
     if _unsupported_kind(prim):
         return "unsupported (never executed: it only exists inside transformations)"
     device, why = _device(name)
@@ -194,6 +196,8 @@ def _rule_cells(prim, tables):
         bt = "yes"
     elif prim is P.iota:
         bt = "n/a (no operands)"
+    elif prim.kind == "kernel":
+        bt = "n/a (inside a kernel body: vmap batches the pallas_call)"
     else:
         bt = "missing"
     return ["yes", jvp, tr, bt]

@@ -496,6 +496,7 @@ def test_jvp_zero(case):
 #: Rules tested in their own files, where their inputs need more than this table gives (a case here differentiates
 #: every float input).
 ELSEWHERE = {
+    "pallas_call": "its JVP rule raises naming custom_vjp (tests/test_pallas.py, with a custom_vjp backward kernel)",
     "quantized_matmul": "linear in x only (the scales and biases are constants whose gradient raises): "
                         "tests/test_quantize.py checks its JVP and transpose in x against float64 finite differences",
 }

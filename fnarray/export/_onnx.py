@@ -33,6 +33,7 @@ from fnarray.core import linalg as _L
 from fnarray.core import primitives as P
 from fnarray.core.fft import fft_p
 from fnarray.core.quantized import quantized_matmul_p, weight_shape
+from fnarray.core import pallas as _pallas
 from fnarray.lowering.packed import acc_dtype, unpack_plan
 from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.decompositions import decompose
@@ -76,6 +77,9 @@ UNSUPPORTED = {
     **{p: "a collective needs a named axis: inside vmap(axis_name=) its batching rule replaces it before export"
        for p in _collectives.COLLECTIVES},
     _spmd.shard_map_p: "an ONNX model runs on one device: export the per-device function instead",
+    _pallas.pallas_call_p: ("ONNX has no user kernels: export the same computation written with fnarray operations "
+                            "(each examples/kernels/ kernel has one)"),
+    **{p: "only inside a pallas_call kernel body" for p in _pallas.KERNEL_PRIMITIVES},
 }
 UNSUPPORTED.update({p: f"ONNX has no matrix factorizations ({p.name}); only Det among linear algebra"
                     for p in (_L.cholesky_p, _L.triangular_solve_p, _L.lu_p, _L.qr_p, _L.eigh_p, _L.svd_p)})

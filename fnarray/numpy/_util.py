@@ -42,6 +42,8 @@ def asarray_internal(x, dtype=None, where: str = "asarray"):
         if dtype is not None and dtype != x.dtype:
             return lax.convert_element_type(x, dtype)
         return x
+    if hasattr(x, "__jax_array__"):   # JAX's protocol (a Pallas kernel ref reads its block)
+        return asarray_internal(x.__jax_array__(), dtype, where)
     if is_scalar(x):
         d, w = dtypes.dtype_of_scalar(x)
         if dtype is not None:

@@ -57,6 +57,9 @@ __all__ = ["NO_JVP", "ZERO_TANGENT_PRIMITIVES", "trigamma"]
 # First-order primitives without a JVP rule, with the reason. Empty: every one has a rule
 # (the ones whose output cannot change to first order get a zero rule, listed below).
 NO_JVP: dict[str, str] = {}
+# The primitives of a pallas_call kernel body (fnarray.core.pallas): a kernel is differentiated by custom_vjp.
+for _p in ("pallas_load", "pallas_store", "pallas_atomic", "pallas_loop", "pallas_when"):
+    NO_JVP[_p] = "only inside a pallas_call kernel body, which is differentiated by custom_vjp"
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -29,6 +29,7 @@ from fnarray.core import linalg as LA
 from fnarray.core import primitives as P
 from fnarray.core.fft import fft_p
 from fnarray.core.quantized import quantized_matmul_p
+from fnarray.core.pallas import pallas_call_p
 from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.windows import WINDOW_PRIMITIVES
 
@@ -82,6 +83,7 @@ for _p in (P.scatter_min, P.scatter_max):
     FACTS[_p] = KernelFact("group", "scatter")
 FACTS[fft_p] = KernelFact("group", "fft", complex_ok=True)   # kernels/groups/fft.py: Stockham and Bluestein
 FACTS[quantized_matmul_p] = KernelFact("group", "quantized")   # kernels/groups/quantized.py
+FACTS[pallas_call_p] = KernelFact("group", "pallas")   # kernels/groups/pallas.py: user kernels
 FACTS[conv_general_dilated_p] = KernelFact("group", "conv")
 for _p in WINDOW_PRIMITIVES:
     FACTS[_p] = KernelFact("group", "window")

@@ -103,6 +103,7 @@ from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.fft import fft_p
 from fnarray.core.ir import Program
+from fnarray.core.pallas import pallas_call_p
 from fnarray.core.passes import program_from_eqn
 from fnarray.core.subprograms import CALL_PROGRAM, subprograms
 from fnarray.core.subprograms import CONTROL_FLOW
@@ -122,6 +123,8 @@ for _family in FAMILIES:
 # while, scan and cond run from the host (fnarray.devices.host_control); custom_lin never runs.
 _HOST = CONTROL_FLOW
 _UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that are transposed, never run"}
+_UNSUPPORTED[pallas_call_p] = ("pallas_call runs in fnarray's interpreter on mlx:0 (a Metal rendering through "
+                               "mx.fast.metal_kernel is not written; MLX on Linux has no GPU kernels)")
 #: ``prim -> check(in_avals, params) -> reason | None``: equations of a primitive that has a rule but not for
 #: these operands (they fall back to numpy with that reason; the backend asks before it runs one).
 _EQN_CHECKS = {conv_general_dilated_p: conv.unsupported_reason}
@@ -275,6 +278,7 @@ class MlxBackend(Backend):
     expected_fallbacks = {
         ("cholesky", "complex64"): "MLX has no complex64 cholesky (mx.linalg.cholesky is real only)",
         ("conv_general_dilated", "int32"): "MLX's conv_general takes floating-point operands only",
+        ("pallas_call", "*"): "user kernels run in fnarray's interpreter on mlx (no Metal rendering yet)",
     }
 
     def __init__(self):

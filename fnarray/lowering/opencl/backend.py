@@ -51,6 +51,8 @@ from fnarray.core import profile as _profile
 from fnarray.core import primitives as P
 from fnarray.core.fft import fft_p
 from fnarray.core.quantized import quantized_matmul_p
+from fnarray.core.pallas import pallas_call_p
+from fnarray.lowering.kernels.groups.pallas import unsupported_reason as pallas_unsupported_reason
 from fnarray.lowering.kernels.groups.fft import unsupported_reason as fft_unsupported_reason
 from fnarray.lowering.kernels.groups.quantized import unsupported_reason as quantized_unsupported_reason
 from fnarray.core.cache import LRUCache
@@ -389,6 +391,8 @@ class OpenCLBackend(Backend):
             return fft_unsupported_reason(eqn)
         if prim is quantized_matmul_p:
             return quantized_unsupported_reason(eqn, state.caps)
+        if prim is pallas_call_p:   # a user kernel the kernel IR cannot express runs in the interpreter
+            return pallas_unsupported_reason(eqn, state.caps)
         if prim in REDUCTIONS and dtypes.is_complex(eqn.inputs[0].aval.dtype) and prim not in (
                 P.reduce_sum, P.reduce_prod):
             return f"{prim.name} of complex values"

@@ -77,6 +77,8 @@ from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
 from fnarray.lowering.kernels import facts, wgsl
 from fnarray.core.fft import fft_p
 from fnarray.core.quantized import quantized_matmul_p
+from fnarray.core.pallas import pallas_call_p
+from fnarray.lowering.kernels.groups.pallas import unsupported_reason as pallas_unsupported_reason
 from fnarray.core.windows import WINDOW_PRIMITIVES
 from fnarray.lowering.kernels.groups.fft import unsupported_reason as fft_unsupported_reason
 from fnarray.lowering.kernels.groups.quantized import unsupported_reason as quantized_unsupported_reason
@@ -688,6 +690,8 @@ class WebGPUBackend(Backend):
             return fft_unsupported_reason(eqn)
         if prim is quantized_matmul_p:
             return quantized_unsupported_reason(eqn, caps)
+        if prim is pallas_call_p:   # a user kernel the kernel IR cannot express runs in the interpreter
+            return pallas_unsupported_reason(eqn, caps)
         loops = caps.max_loop_iterations
         if prim in _WINDOW_REDUCTIONS and loops is not None and math.prod(eqn.params["window_dimensions"]) > loops:
             # one work item walks every tap: past the driver's loop limit it stopped early, silently (a
