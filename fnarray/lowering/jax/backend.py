@@ -379,6 +379,10 @@ from fnarray.lowering.jax.quantized import jax_quantized_matmul as _jax_qmm  # n
 
 RULES[_quantized_matmul_p] = _jax_qmm
 
+from fnarray.lowering.jax.attention import RULES as _ATTENTION  # noqa: E402  (jax.nn.dot_product_attention)
+
+RULES.update(_ATTENTION)
+
 
 @rule(P.dot_general)
 def _dot_general(x, y, *, dimension_numbers, preferred_element_type=None):

@@ -662,6 +662,10 @@ from fnarray.lowering.mlx.quantized import mlx_quantized_matmul as _mlx_qmm  # n
 
 RULES[_quantized_matmul_p] = _mlx_qmm
 
+from fnarray.lowering.mlx.attention import RULES as _ATTENTION  # noqa: E402  (mx.fast.scaled_dot_product_attention)
+
+RULES.update(_ATTENTION)
+
 
 def _dtype_reason(prim, eqn_dtypes, platform):
     if dtypes.complex128 in eqn_dtypes:

@@ -806,3 +806,7 @@ from fnarray.core.quantized import quantized_matmul_p as _quantized_matmul_p  # 
 from fnarray.lowering.numpy.quantized import numpy_quantized_matmul as _numpy_qmm  # noqa: E402
 
 IMPLS[_quantized_matmul_p] = _numpy_qmm
+
+from fnarray.lowering.numpy.attention import IMPLS as _ATTENTION  # noqa: E402  (dot_product_attention)
+
+IMPLS.update(_ATTENTION)

@@ -1,0 +1,30 @@
+"""``dot_product_attention`` on jax (registered into ``jax.backend.RULES``): ``jax.nn.dot_product_attention``; float64
+and key-less inputs through ``lowering/attention_math.py`` in ``jax.numpy`` (JAX's softmax runs in float32 even
+for float64 inputs, the primitive's in float64)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fnarray.core.attention import acc_dtype, dot_product_attention_p, split_operands
+from fnarray.lowering.attention_math import attention
+
+__all__ = ["jax_attention", "RULES"]
+
+
+def jax_attention(*xs, scale, is_causal, local_window, has_bias, has_mask):
+    """``jax.nn.dot_product_attention(q, k, v, bias, mask, scale=, is_causal=, local_window_size=)``."""
+    import jax
+    import jax.numpy as jnp
+    params = dict(scale=scale, is_causal=is_causal, local_window=local_window, has_bias=has_bias, has_mask=has_mask)
+    q, k, v, bias, mask = split_operands(xs, has_bias, has_mask)
+    dtype = np.dtype(q.dtype)
+    if k.shape[1] == 0:
+        return jnp.zeros(q.shape, q.dtype)
+    if dtype == np.float64:
+        return attention(jnp, lambda x, d: jnp.asarray(x, d), xs, acc_dtype(dtype), **params).astype(q.dtype)
+    return jax.nn.dot_product_attention(q, k, v, bias, mask, scale=scale, is_causal=is_causal,
+                                        local_window_size=local_window)
+
+
+RULES = {dot_product_attention_p: jax_attention}
