@@ -1,6 +1,7 @@
-"""``dot_product_attention`` on jax (registered into ``jax.backend.RULES``): ``jax.nn.dot_product_attention``; float64
-and key-less inputs through ``lowering/attention_math.py`` in ``jax.numpy`` (JAX's softmax runs in float32 even
-for float64 inputs, the primitive's in float64)."""
+"""``dot_product_attention`` on jax (registered into ``jax.backend.RULES``): ``jax.nn.dot_product_attention``; other
+dtypes through ``lowering/attention_math.py`` in ``jax.numpy``: JAX's softmax runs in float32 even for float64 inputs
+(the primitive's in float64), and its float16/bfloat16 products ask for a dot algorithm XLA's CPU backend refuses
+under ``jit`` ("The precision 'F16_F16_F32' is not supported by dot_general on CPU", jax 0.10)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def jax_attention(*xs, scale, is_causal, local_window, has_bias, has_mask):
     dtype = np.dtype(q.dtype)
     if k.shape[1] == 0:
         return jnp.zeros(q.shape, q.dtype)
-    if dtype == np.float64:
+    if dtype != np.float32:
         return attention(jnp, lambda x, d: jnp.asarray(x, d), xs, acc_dtype(dtype), **params).astype(q.dtype)
     return jax.nn.dot_product_attention(q, k, v, bias, mask, scale=scale, is_causal=is_causal,
                                         local_window_size=local_window)

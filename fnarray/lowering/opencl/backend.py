@@ -50,8 +50,10 @@ from fnarray.core import profile as _profile
 from fnarray.core import primitives as P
 from fnarray.core.fft import fft_p
 from fnarray.core.quantized import quantized_matmul_p
+from fnarray.core.attention import dot_product_attention_p
 from fnarray.lowering.kernels.groups.fft import unsupported_reason as fft_unsupported_reason
 from fnarray.lowering.kernels.groups.quantized import unsupported_reason as quantized_unsupported_reason
+from fnarray.lowering.kernels.groups.attention import unsupported_reason as attention_unsupported_reason
 from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
 from fnarray.core.decompositions import accumulates_in_low_precision
@@ -494,6 +496,8 @@ class OpenCLBackend(Backend):
             return fft_unsupported_reason(eqn)
         if prim is quantized_matmul_p:
             return quantized_unsupported_reason(eqn, state.caps)
+        if prim is dot_product_attention_p:
+            return attention_unsupported_reason(eqn, state.caps)
         if prim in REDUCTIONS and dtypes.is_complex(eqn.inputs[0].aval.dtype) and prim not in (
                 P.reduce_sum, P.reduce_prod):
             return f"{prim.name} of complex values"

@@ -1,0 +1,190 @@
+"""Fused attention (the ``dot_product_attention`` primitive, ``fnarray.core.attention``) and ``fa.nn.KVCache``.
+
+Oracles: ``jax.nn.dot_product_attention`` (jitted) for the forward pass with causal, grouped-query, window, bias and
+padding masks; central finite differences of a float64 NumPy attention written here for the gradients; a Python loop
+for ``vmap``. opencl and webgpu run with ``fallback="error"`` (their own kernel,
+``lowering/kernels/groups/attention.py``), and the profiler must show one attention kernel per call there. A jitted
+decode step over a ``KVCache`` must be traced once for a whole generation.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from fnarray import nn
+from tests.helpers import fallback_mode
+
+jax = pytest.importorskip("jax")
+
+RNG = np.random.default_rng(7)
+B, T, S, N, K, H = 2, 5, 7, 4, 2, 8
+
+
+@pytest.fixture
+def on(device):
+    """The device, with ``fallback="error"`` (every backend has a rule; opencl and webgpu their own kernel)."""
+    with fallback_mode("error"):
+        yield device
+
+
+def _qkv(t=T, s=S, n=N, k=K, h=H, batch=B):
+    q = RNG.standard_normal((batch, t, n, h)).astype(np.float32)
+    kk = RNG.standard_normal((batch, s, k, h)).astype(np.float32)
+    v = RNG.standard_normal((batch, s, k, h)).astype(np.float32)
+    return q, kk, v
+
+
+def _case(name):
+    """Keyword arguments of ``dot_product_attention`` for each case (NumPy arrays), and (T, S, N, K)."""
+    t, s, n, k = T, S, N, K
+    kw = {}
+    if name == "causal":
+        kw = {"is_causal": True}
+    elif name == "causal_square":
+        s = t
+        kw = {"is_causal": True}
+    elif name == "mha":
+        k = n
+    elif name == "mqa":
+        k = 1
+    elif name == "window":
+        kw = {"local_window_size": (2, 1)}
+    elif name == "window_causal":
+        kw = {"local_window_size": 1, "is_causal": True}
+    elif name == "padding":
+        kw = {"query_seq_lengths": np.array([5, 2], np.int32), "key_value_seq_lengths": np.array([3, 7], np.int32)}
+    elif name == "bias_mask":
+        mask = RNG.random((B, 1, t, s)) > 0.3
+        mask[0, 0, 1] = False   # a row with every key removed: the values' average, as JAX's
+        kw = {"bias": RNG.standard_normal((1, n, t, s)).astype(np.float32), "mask": mask}
+    elif name == "scale_long":
+        s = 37   # more than two key blocks, the last one partial
+        kw = {"scale": 0.3, "is_causal": True}
+    elif name == "decode":
+        t, s = 1, 20
+        kw = {"mask": np.arange(s)[None, None, None, :] <= 11}
+    return kw, (t, s, n, k)
+
+
+CASES = ["plain", "causal", "causal_square", "mha", "mqa", "window", "window_causal", "padding", "bias_mask",
+         "scale_long", "decode"]
+
+
+def _put(kw, device):
+    return {a: fa.device_put(b, device) if isinstance(b, np.ndarray) else b for a, b in kw.items()}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_fused_attention_matches_jax(on, name):
+    kw, (t, s, n, k) = _case(name)
+    q, kk, v = _qkv(t, s, n, k)
+    want = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, **kw))(q, kk, v)
+    args = [fa.device_put(a, on) for a in (q, kk, v)]
+    got = nn.dot_product_attention(*args, **_put(kw, on))
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-5)
+    jitted = fa.jit(lambda q, k, v: nn.dot_product_attention(q, k, v, **_put(kw, on)))(*args)
+    np.testing.assert_allclose(np.asarray(jitted), np.asarray(want), rtol=2e-5, atol=2e-5)
+
+
+def test_fused_attention_float16_and_unbatched(on):
+    if np.dtype(np.float16) not in on.impl.capabilities(on).dtypes:
+        pytest.skip(f"{on} has no float16")
+    q, kk, v = _qkv()
+    # jax.nn.dot_product_attention of float16 fails under jit on XLA's CPU backend (jax 0.10): float64 oracle.
+    want = _attention64(*(a[:1].astype(np.float16) for a in (q, kk, v)), causal=True)[0]
+    got = nn.dot_product_attention(*[fa.device_put(a[0].astype(np.float16), on) for a in (q, kk, v)], is_causal=True)
+    assert got.dtype == np.float16 and got.shape == (T, N, H)
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=0, atol=4e-3)
+
+
+def _attention64(q, k, v, bias=None, mask=None, causal=False, window=None, scale=None):
+    """Attention in float64, written with einsum and repeated heads (independent of the library's reshapes)."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    g = q.shape[2] // k.shape[2]
+    k, v = np.repeat(k, g, axis=2), np.repeat(v, g, axis=2)
+    scale = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+    logits = np.einsum("btnh,bsnh->bnts", q, k) * scale
+    if bias is not None:
+        logits = logits + bias
+    tt, ss = np.arange(q.shape[1])[:, None], np.arange(k.shape[1])[None, :]
+    keep = np.ones(logits.shape, bool)
+    if mask is not None:
+        keep &= mask
+    if causal:
+        keep &= ss <= tt
+    if window is not None:
+        keep &= (tt <= ss + window[0]) & (tt >= ss - window[1])
+    logits = np.where(keep, logits, -0.7 * np.finfo(np.float32).max)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    return np.einsum("bnts,bsnh->btnh", p / p.sum(-1, keepdims=True), v)
+
+
+def _numeric_grad(f, x, eps=1e-6):
+    out = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        up, down = x.copy(), x.copy()
+        up[i] += eps
+        down[i] -= eps
+        out[i] = (f(up) - f(down)) / (2 * eps)
+    return out
+
+
+def test_gradients_match_float64_finite_differences(on):
+    t, s, n, k, h = 3, 6, 4, 2, 4
+    q, kk, v = (a.astype(np.float64) for a in _qkv(t, s, n, k, h, batch=1))
+    bias = RNG.standard_normal((1, 1, t, s))
+    cot = RNG.standard_normal((1, t, n, h))
+    opts = dict(causal=True, window=(3, 0))
+
+    def loss64(q, kk, v, bias):
+        return float(np.sum(_attention64(q, kk, v, bias=bias, **opts) * cot))
+
+    def loss(q, kk, v, bias):
+        out = nn.dot_product_attention(q, kk, v, bias=bias, is_causal=True, local_window_size=(3, 0))
+        return fnp.sum(out * fa.device_put(cot.astype(np.float32), on))
+
+    args = [fa.device_put(a.astype(np.float32), on) for a in (q, kk, v, bias)]
+    grads = fa.jit(fa.grad(loss, argnums=(0, 1, 2, 3)))(*args)
+    wants = [_numeric_grad(lambda x: loss64(x, kk, v, bias), q), _numeric_grad(lambda x: loss64(q, x, v, bias), kk),
+             _numeric_grad(lambda x: loss64(q, kk, x, bias), v), _numeric_grad(lambda x: loss64(q, kk, v, x), bias)]
+    for got, want, name in zip(grads, wants, "qkvb", strict=True):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=2e-5, err_msg=name)
+
+
+def test_vmap_matches_a_loop(on):
+    q, kk, v = _qkv()
+    mask = RNG.random((3, B, 1, T, S)) > 0.2
+    qs = np.stack([q, q * 0.5, -q])
+
+    def f(q, m):
+        return nn.dot_product_attention(q, fa.device_put(kk, on), fa.device_put(v, on), mask=m, is_causal=True)
+
+    got = fa.vmap(f)(fa.device_put(qs, on), fa.device_put(mask, on))
+    for i in range(3):
+        want = _attention64(qs[i], kk, v, mask=mask[i], causal=True)
+        np.testing.assert_allclose(np.asarray(got[i]), want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("backend", ["opencl", "webgpu"])
+def test_profiler_shows_one_attention_kernel_per_call(backend, tmp_path):
+    devs = [d for d in fa.devices(all_backends=True) if d.backend == backend]
+    if not devs:
+        pytest.skip(f"no {backend} device")
+    dev = devs[0]
+    q, kk, v = (fa.device_put(a, dev) for a in _qkv())
+    mask = fa.device_put(RNG.random((B, 1, T, S)) > 0.3, dev)
+    f = fa.jit(lambda q, k, v, m: nn.dot_product_attention(q, k, v, mask=m, is_causal=True, local_window_size=3))
+    f(q, kk, v, mask).block_until_ready()
+    path = tmp_path / "trace.json"
+    with fallback_mode("error"), fa.profiler.trace(str(path)):
+        for _ in range(3):
+            f(q, kk, v, mask).block_until_ready()
+    kernels = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "kernel"]
+    assert len(kernels) == 3, [e["name"] for e in kernels]
+    assert all("attention" in e["name"] for e in kernels), [e["name"] for e in kernels]
