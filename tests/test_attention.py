@@ -188,3 +188,41 @@ def test_profiler_shows_one_attention_kernel_per_call(backend, tmp_path):
     kernels = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "kernel"]
     assert len(kernels) == 3, [e["name"] for e in kernels]
     assert all("attention" in e["name"] for e in kernels), [e["name"] for e in kernels]
+
+
+def test_kv_cache_decode_step_is_traced_once_for_a_generation(on):
+    """Prefill 3 positions, then decode 6 one at a time through one jitted step: one trace, and every output equal
+    to attention over the whole prefix (causal), computed in float64."""
+    cap, steps = 12, 6
+    q, kk, v = _qkv(t=3 + steps, s=3 + steps)
+    rope = nn.RoPE(H)
+    traces = []
+
+    def step(cache, q, k, v):
+        traces.append(1)   # runs only while tracing
+        offset = cache.offset   # the new positions' first index (RoPE's offset)
+        rot = lambda x: fnp.swapaxes(rope(fnp.swapaxes(x, 1, 2), offset=offset), 1, 2)  # noqa: E731
+        cache = cache.update(rot(k), v)
+        return cache, cache.attend(rot(q))
+
+    cache = nn.KVCache.create(B, cap, K, H, device=on)
+    prefill = fa.jit(step)
+    cache, out = prefill(cache, *(fa.device_put(a[:, :3], on) for a in (q, kk, v)))
+    outs = [np.asarray(out)]
+    decode = fa.jit(step)
+    for i in range(3, 3 + steps):
+        cache, out = decode(cache, *(fa.device_put(a[:, i:i + 1], on) for a in (q, kk, v)))
+        outs.append(np.asarray(out))
+    assert len(traces) == 2, f"prefill once and decode once, got {len(traces)} traces"
+    assert int(cache.offset) == 3 + steps
+    ref_rope = lambda x: np.swapaxes(np.asarray(rope(np.swapaxes(x, 1, 2))), 1, 2)  # noqa: E731
+    want = _attention64(ref_rope(q), ref_rope(kk), v, causal=True)
+    np.testing.assert_allclose(np.concatenate(outs, axis=1), want, rtol=1e-4, atol=1e-4)
+
+
+def test_kv_cache_checks_shapes():
+    cache = nn.KVCache.create(1, 4, 2, 8)
+    with pytest.raises(ValueError, match="KVCache.update"):
+        cache.update(np.zeros((1, 5, 2, 8), np.float32), np.zeros((1, 5, 2, 8), np.float32))
+    with pytest.raises(ValueError, match="at least 1"):
+        nn.KVCache.create(1, 0, 2, 8)
