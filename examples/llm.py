@@ -39,7 +39,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from _cli import add_blas_threads_option, blas_threads, check_output_folders, device_from_arg
 from fnarray import nn
-from transformer_lm import VAL_FRACTION, VOCAB, decode, encode, load_text
+from transformer_lm import VAL_FRACTION, VOCAB, _windows, decode, encode, load_text, loss_fn, make_train_step
 
 # ------------------------------------------------------------------------------------------------ the model
 
@@ -155,28 +155,8 @@ class Llama(nn.Module):
 
 
 # --------------------------------------------------------------------------------------------- training
-
-
-def _windows(data, starts, length):
-    return data[starts[:, None] + fnp.arange(length, dtype=fnp.int32)[None, :]]
-
-
-def loss_fn(model, windows):
-    """Mean next-character cross-entropy (nats) of ``windows: int32[B, T + 1]``."""
-    return nn.losses.cross_entropy(model(windows[:, :-1]), windows[:, 1:])
-
-
-def make_train_step(optimizer, batch_size, context, device):
-    """A jitted ``(model, opt_state, data, key) -> (model, opt_state, loss)`` on random windows of ``data``."""
-    grad_fn = fa.value_and_grad(loss_fn)
-
-    def step(model, opt_state, data, key):
-        starts = fa.random.randint(key, (batch_size,), 0, data.shape[0] - context - 1)
-        loss, grads = grad_fn(model, _windows(data, starts, context + 1))
-        updates, opt_state = optimizer.update(grads, opt_state, model)
-        return fa.optim.apply_updates(model, updates), opt_state, loss
-
-    return fa.jit(step, device=device)
+# The batches, the loss and the jitted training step are transformer_lm.py's (``_windows``, ``loss_fn``,
+# ``make_train_step``): the model is any callable ``ids -> logits``.
 
 
 def perplexity(model, data, context, windows, device):
