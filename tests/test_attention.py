@@ -226,3 +226,18 @@ def test_kv_cache_checks_shapes():
         cache.update(np.zeros((1, 5, 2, 8), np.float32), np.zeros((1, 5, 2, 8), np.float32))
     with pytest.raises(ValueError, match="at least 1"):
         nn.KVCache.create(1, 0, 2, 8)
+
+
+@pytest.mark.enable_x64
+def test_float64_is_computed_in_float64(on):
+    if np.dtype(np.float64) not in on.impl.capabilities(on).dtypes:
+        pytest.skip(f"{on} has no float64")
+    q, kk, v = (a.astype(np.float64) for a in _qkv())
+    mask = RNG.random((B, 1, T, S)) > 0.3
+    # mlx:0 sends float64 attention to numpy (MLX's float64 exp has float32 precision on the CPU).
+    with fallback_mode("silent" if on.backend == "mlx" else "error"):
+        got = nn.dot_product_attention(*(fa.device_put(a, on) for a in (q, kk, v)), mask=fa.device_put(mask, on),
+                                       local_window_size=(3, 1))
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(np.asarray(got), _attention64(q, kk, v, mask=mask, window=(3, 1)), rtol=1e-12,
+                               atol=1e-12)

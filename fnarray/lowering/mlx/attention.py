@@ -6,7 +6,8 @@ MLX's kernel takes ``(B, N, T, H)`` operands (the rule transposes), grouped-quer
 the bias, the mask, the causal and the window conditions become one additive float32 mask (``MASKED_LOGIT`` where
 a key is removed, so a row with every key removed averages the values, as JAX's; adding it to a logit rounds to it
 for any logit below ~1e31). For float16/bfloat16 that stand-in overflows, so only unmasked or square-causal calls
-take the kernel; those, float64 (MLX's kernel has none) and the rest take the composite.
+take the kernel, the others the composite. float64 runs on numpy (``rules._F64_APPROXIMATE``): MLX 0.32's float64
+``exp`` on the CPU has float32 precision (2.6e-7 off), so no float64 form here is float64-accurate.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def _fast_mask(mx, q, k, bias, mask, is_causal, local_window):
 
 def mlx_attention(params, in_avals, out_avals):
     """``mx.fast.scaled_dot_product_attention`` for float32 (and plain or square-causal float16/bfloat16 calls),
-    the composite otherwise."""
+    the composite for the other float16/bfloat16 calls."""
     import mlx.core as mx
     from fnarray.lowering.mlx.common import _md
     dtype = np.dtype(in_avals[0].dtype)

@@ -665,6 +665,7 @@ RULES[_quantized_matmul_p] = _mlx_qmm
 from fnarray.lowering.mlx.attention import RULES as _ATTENTION  # noqa: E402  (mx.fast.scaled_dot_product_attention)
 
 RULES.update(_ATTENTION)
+_F64_APPROXIMATE = _F64_APPROXIMATE | set(_ATTENTION)   # its softmax's exp: float32 precision on the CPU
 
 
 def _dtype_reason(prim, eqn_dtypes, platform):
