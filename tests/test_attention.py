@@ -155,6 +155,11 @@ def test_gradients_match_float64_finite_differences(on):
              _numeric_grad(lambda x: loss64(q, kk, x, bias), v), _numeric_grad(lambda x: loss64(q, kk, v, x), bias)]
     for got, want, name in zip(grads, wants, "qkvb", strict=True):
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=2e-5, err_msg=name)
+    # forward mode: the directional derivative along random tangents is <gradient, tangent>
+    tangents = [RNG.standard_normal(a.shape).astype(np.float32) for a in (q, kk, v, bias)]
+    _, d = fa.jvp(loss, args, [fa.device_put(t, on) for t in tangents])
+    want = sum(float(np.sum(w * t)) for w, t in zip(wants, tangents, strict=True))
+    np.testing.assert_allclose(float(d), want, rtol=1e-4, atol=1e-4)
 
 
 def test_vmap_matches_a_loop(on):

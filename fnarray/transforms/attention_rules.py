@@ -1,8 +1,10 @@
 """JVP and batching rules of ``dot_product_attention`` (``fnarray.core.attention``).
 
-The JVP is the JVP of the primitive's decomposition (``attention_composite``: two ``dot_general``s and a softmax)
-evaluated on the tangents, while the primal output comes from the fused primitive itself; the tangent program is
-made of linear primitives, so reverse mode transposes it without a rule of its own here. (A FlashAttention-style
+The JVP is the JVP of the primitive's decomposition (``attention_composite``: two ``dot_general``s and a softmax),
+primal output included: under ``grad`` the backward pass needs the softmax's probabilities as residuals, which the
+decomposition computes and the fused kernel does not keep, so binding the fused primitive as well would compute
+the forward pass twice. The tangent program is made of linear primitives, so reverse mode transposes it without a
+rule of its own here. (A FlashAttention-style
 backward that recomputes the softmax per key block is the faster path on a kernel backend; not written yet.)
 The bool mask has no tangent.
 
@@ -25,9 +27,8 @@ __all__ = ["dot_product_attention_jvp", "dot_product_attention_batch"]
 
 
 def dot_product_attention_jvp(primals, tangents, **params):
-    """The fused primal; the tangent from the JVP of ``attention_composite`` (the mask's tangent is zero)."""
-    out = dot_product_attention_p.bind(*primals, **params)
-    _, (t_out,) = _jvp_flat(lambda *xs: [attention_composite(*xs, **params)], list(primals), list(tangents))
+    """The JVP of ``attention_composite`` (the mask's tangent is zero)."""
+    (out,), (t_out,) = _jvp_flat(lambda *xs: [attention_composite(*xs, **params)], list(primals), list(tangents))
     return out, t_out
 
 
