@@ -3,7 +3,8 @@
 ``main([...])`` runs in-process: the decode step must be traced once per sampling mode for a whole generation, the
 greedy text from the KV-cache path must equal greedy decoding by full forward passes without a cache (an
 independent check of ``KVCache``, RoPE offsets and the fused attention), the quantized models must be smaller, a
-``--save``/``--weights`` round trip must give the same perplexity, every backend must run the example, and bad
+``--save``/``--weights`` round trip must give the same perplexity, every backend must run the example with
+``fallback="error"``, and bad
 command lines must exit with a message.
 """
 
@@ -17,6 +18,7 @@ import numpy as np
 import pytest
 
 import fnarray as fa
+from tests.helpers import fallback_mode
 
 pytest.importorskip("tqdm", reason="the examples need tqdm (pip install 'fnarray[examples]')")
 
@@ -64,7 +66,8 @@ def weights(tmp_path_factory):
 
 
 def test_every_backend_runs_it(device, weights):
-    out = llm.main(TINY + ["--weights", weights, "--device", str(device), "--quantize", "4", "--new-tokens", "3"])
+    with fallback_mode("error"):   # every step on the device's own rules and kernels, top-p sampling included
+        out = llm.main(TINY + ["--weights", weights, "--device", str(device), "--quantize", "4", "--new-tokens", "3"])
     assert out["decode_traces"] == 2 and out["device"] == str(device)
     assert all(math.isfinite(r["perplexity"]) for r in out["results"])
     assert out["results"][0]["greedy"] == _greedy_without_cache(out["model"], "The ", 3)
