@@ -66,10 +66,13 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
         ``(T, N)``) in the inputs' dtype, without gradient (JAX's residual).
     Returns:
       ``(B, T, N, H)`` (or ``(T, N, H)``) of query's dtype (with ``return_residual``, the pair
-      ``(output, residual)``). Logits and the softmax are computed
-      in float32 (float64 for float64 inputs), the probabilities cast to the inputs' dtype;
-      masked logits are ``-0.7 * finfo.max`` (as JAX), so a fully masked row averages every
-      value uniformly; padding query rows (``query_seq_lengths``) are zeros.
+      ``(output, residual)``). One ``dot_product_attention`` primitive (``fnarray.core.attention``, one
+      kernel per call on opencl and webgpu): logits, softmax and the weighted sum of the values in
+      float32 (float64 for float64 inputs), rounded once to the inputs' dtype (JAX rounds the
+      probabilities to it first: float16/bfloat16 results differ by that rounding); with
+      ``return_residual`` the composite, which rounds as JAX. Masked logits are
+      ``-0.7 * finfo(float32).max`` (as JAX), so a fully masked row averages every value uniformly;
+      padding query rows (``query_seq_lengths``) are zeros.
     Raises:
       ShapeError: inconsistent ranks or sizes; DTypeError: non-floating inputs or a non-boolean mask;
       ValueError: another ``implementation``.
