@@ -35,6 +35,10 @@ __all__ = ["AttentionGroup", "GROUPS", "OPERAND_VIEWS", "KEY_BLOCK", "loop_steps
 
 #: Keys per block of the online softmax (one rescaling of the accumulator per block).
 KEY_BLOCK = 16
+#: Head sizes up to this are unrolled at code generation (the query row and the accumulator in registers).
+UNROLL_HEAD = 128
+#: Independent partial sums of an unrolled dot product.
+DOT_LANES = 4
 
 
 class AttentionGroup(_Group):
@@ -85,11 +89,10 @@ class AttentionGroup(_Group):
             row = b.let(op("mul", item, const(H, INT32)), "row")
             kh = b.let(op("div", n, const(N // K, INT32)), "kh")
             kv_base = b.let(op("add", op("mul", bb, const(S * K * H, INT32)), op("mul", kh, const(H, INT32))), "kvb")
-            qv = b.array("private", acc, H, "qv")
-            o = b.array("private", acc, H, "o")
-            with b.loop(const(0, INT32), const(H, INT32), hint="h") as h:
-                b.store(qv, h, _to(b.load(qs, op("add", row, h), q.aval.dtype), acc), space="private")
-                b.store(o, h, const(0, acc), space="private")
+            row_q = _Row(b, acc, H, H <= UNROLL_HEAD)
+            row_q.fill(lambda h: _to(b.load(qs, op("add", row, h), q.aval.dtype), acc), "qv")
+            o = _Row(b, acc, H, H <= UNROLL_HEAD, mutable=True)
+            o.fill(lambda h: const(0, acc), "o")
             m = b.var(acc, const(-float(np.finfo(np.float32).max), acc), "m")
             total = b.var(acc, const(0, acc), "l")
             extras = [(bs, bias), (ms, mask)]
@@ -103,10 +106,7 @@ class AttentionGroup(_Group):
                 with b.loop(const(0, INT32), count, hint="j") as j:
                     s = b.let(op("add", blk, j), "s")
                     kb = b.let(op("add", kv_base, op("mul", s, const(K * H, INT32))), "kb")
-                    dot = b.var(acc, const(0, acc), "dot")
-                    with b.loop(const(0, INT32), const(H, INT32), hint="h") as h:
-                        kx = _to(b.load(ks, op("add", kb, h), k.aval.dtype), acc)
-                        b.assign(dot, op("add", dot, op("mul", b.load(qv, h, acc, "private"), kx)))
+                    dot = row_q.dot(lambda h: _to(b.load(ks, op("add", kb, h), k.aval.dtype), acc))
                     logit = op("mul", dot, const(p["scale"], acc))
                     if bias is not None:
                         bidx = _key_offset(offsets[bs], bias.aval, s)
@@ -117,24 +117,18 @@ class AttentionGroup(_Group):
                     b.assign(top, op("max", top, logit))
                 corr = b.let(op("exp", op("sub", m, top)), "corr")
                 b.assign(total, op("mul", total, corr))
-                with b.loop(const(0, INT32), const(H, INT32), hint="h") as h:
-                    b.store(o, h, op("mul", b.load(o, h, acc, "private"), corr), space="private")
+                o.update(lambda h, cur: op("mul", cur, corr))
                 with b.loop(const(0, INT32), count, hint="j") as j:
                     s = b.let(op("add", blk, j), "s")
                     vb = b.let(op("add", kv_base, op("mul", s, const(K * H, INT32))), "vb")
                     w = b.let(op("exp", op("sub", b.load(lg, j, acc, "private"), top)), "w")
                     b.assign(total, op("add", total, w))
-                    with b.loop(const(0, INT32), const(H, INT32), hint="h") as h:
-                        vx = _to(b.load(vs, op("add", vb, h), k.aval.dtype), acc)
-                        b.store(o, h, op("add", b.load(o, h, acc, "private"), op("mul", w, vx)), space="private")
+                    o.update(lambda h, cur: op("add", cur, op("mul", w, _to(b.load(vs, op("add", vb, h), k.aval.dtype),
+                                                                             acc))))
                 b.assign(m, top)
             inv = b.let(op("div", const(1, acc), total), "inv")
             with b.when(inside if uniform else const(True, BOOL)):
-                with b.loop(const(0, INT32), const(H, INT32), hint="h") as h:
-                    res = op("mul", b.load(o, h, acc, "private"), inv)
-                    if out.aval.dtype != acc:
-                        res = Cast(res, out.aval.dtype)
-                    b.store(out_name, op("add", row, h), res)
+                o.each(lambda h, cur: b.store(out_name, op("add", row, h), _to(op("mul", cur, inv), out.aval.dtype)))
         b.name = _kernel_name("attention", tracker.eqns)
         return [_launch(b, args, {}, gsize, lsize, tracker.eqns, "attention")]
 
@@ -156,6 +150,73 @@ class AttentionGroup(_Group):
         for c in conds[1:]:
             keep = op("land", keep, c)
         return b.let(keep, "keep")
+
+
+class _Row:
+    """A work item's row of ``H`` values: ``H`` locals when ``unrolled`` (the loops over ``h`` written out at code
+    generation, so the values stay in registers and the dot products are independent multiply-adds), else a
+    private array walked by loops."""
+
+    def __init__(self, b, dtype, size, unrolled, mutable=False):
+        self.b, self.dtype, self.size, self.unrolled, self.mutable = b, dtype, size, unrolled, mutable
+        self.vals = None
+        self.arr = None
+
+    def fill(self, value, hint):
+        b = self.b
+        if self.unrolled:
+            make = (lambda v: b.var(self.dtype, v, hint)) if self.mutable else (lambda v: b.let(v, hint))
+            self.vals = [make(value(const(h, INT32))) for h in range(self.size)]
+            return
+        self.arr = b.array("private", self.dtype, self.size, hint)
+        with b.loop(const(0, INT32), const(self.size, INT32), hint="h") as h:
+            b.store(self.arr, h, value(h), space="private")
+
+    def dot(self, other):
+        """``sum_h row[h] * other(h)``: ``DOT_LANES`` independent partial sums summed as a tree when unrolled."""
+        b = self.b
+        if self.unrolled:
+            lanes = [[] for _ in range(min(DOT_LANES, self.size))]
+            for h, v in enumerate(self.vals):
+                lanes[h % len(lanes)].append(op("mul", v, b.let(other(const(h, INT32)), "kx")))
+            sums = []
+            for terms in lanes:
+                acc = terms[0]
+                for term in terms[1:]:
+                    acc = b.let(op("add", acc, term), "dp")
+                sums.append(acc)
+            return _tree_sum(sums)
+        total = b.var(self.dtype, const(0, self.dtype), "dot")
+        with b.loop(const(0, INT32), const(self.size, INT32), hint="h") as h:
+            b.assign(total, op("add", total, op("mul", b.load(self.arr, h, self.dtype, "private"), other(h))))
+        return total
+
+    def update(self, fn):
+        """``row[h] = fn(h, row[h])`` for every ``h``."""
+        b = self.b
+        if self.unrolled:
+            for h, v in enumerate(self.vals):
+                b.assign(v, fn(const(h, INT32), v))
+            return
+        with b.loop(const(0, INT32), const(self.size, INT32), hint="h") as h:
+            b.store(self.arr, h, fn(h, b.load(self.arr, h, self.dtype, "private")), space="private")
+
+    def each(self, fn):
+        """``fn(h, row[h])`` for every ``h`` (statements)."""
+        b = self.b
+        if self.unrolled:
+            for h, v in enumerate(self.vals):
+                fn(const(h, INT32), v)
+            return
+        with b.loop(const(0, INT32), const(self.size, INT32), hint="h") as h:
+            fn(h, b.load(self.arr, h, self.dtype, "private"))
+
+
+def _tree_sum(terms):
+    while len(terms) > 1:
+        terms = [op("add", terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]
 
 
 def _to(x, dtype):
