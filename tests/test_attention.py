@@ -17,7 +17,7 @@ import pytest
 import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray import nn
-from tests.helpers import fallback_mode
+from tests.helpers import fallback_mode, kernel_capabilities
 
 jax = pytest.importorskip("jax")
 
@@ -56,6 +56,9 @@ def _case(name):
         kw = {"local_window_size": (2, 1)}
     elif name == "window_causal":
         kw = {"local_window_size": 1, "is_causal": True}
+    elif name == "window_past_keys":   # the last queries' windows hold no key: every key removed, the average
+        t, s = 7, 3
+        kw = {"local_window_size": (1, 0)}
     elif name == "padding":
         kw = {"query_seq_lengths": np.array([5, 2], np.int32), "key_value_seq_lengths": np.array([3, 7], np.int32)}
     elif name == "bias_mask":
@@ -71,8 +74,8 @@ def _case(name):
     return kw, (t, s, n, k)
 
 
-CASES = ["plain", "causal", "causal_square", "mha", "mqa", "window", "window_causal", "padding", "bias_mask",
-         "scale_long", "decode"]
+CASES = ["plain", "causal", "causal_square", "mha", "mqa", "window", "window_causal", "window_past_keys", "padding",
+         "bias_mask", "scale_long", "decode"]
 
 
 def _put(kw, device):
@@ -251,3 +254,21 @@ def test_float64_is_computed_in_float64(on):
     assert got.dtype == np.float64
     np.testing.assert_allclose(np.asarray(got), _attention64(q, kk, v, mask=mask, window=(3, 1)), rtol=1e-12,
                                atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["opencl", "webgpu"])
+def test_past_the_loop_limit_the_kernel_declines_with_the_reason(backend):
+    """A device whose invocations stop loops early (lavapipe) gets no attention kernel that would walk past its
+    limit: with ``fallback="error"`` the reason is raised, else the call runs on numpy and is right."""
+    devs = [d for d in fa.devices(all_backends=True) if d.backend == backend]
+    if not devs:
+        pytest.skip(f"no {backend} device")
+    dev = devs[0]
+    q, kk, v = _qkv()
+    args = [fa.device_put(a, dev) for a in (q, kk, v)]
+    with kernel_capabilities(dev, max_loop_iterations=8):
+        with fallback_mode("error"), pytest.raises(Exception, match="loop iterations"):
+            nn.dot_product_attention(*args, scale=0.5, is_causal=True)
+        with fallback_mode("silent"):
+            got = nn.dot_product_attention(*args, scale=0.5, is_causal=True)
+    np.testing.assert_allclose(np.asarray(got), _attention64(q, kk, v, causal=True, scale=0.5), rtol=2e-5, atol=2e-5)

@@ -99,8 +99,9 @@ class AttentionGroup(_Group):
             offsets = {name: _broadcast_offset(b, aval, bb, n, t) for name, aval in
                        ((nm, a.aval) for nm, a in extras if a is not None)}
             lg = b.array("private", acc, KEY_BLOCK, "lg")
-            with b.loop(const(0, INT32), const(S, INT32), const(KEY_BLOCK, INT32), hint="blk") as blk:
-                left = op("sub", const(S, INT32), blk)
+            lo, hi = self._key_range(b, t, S)
+            with b.loop(lo, hi, const(KEY_BLOCK, INT32), hint="blk") as blk:
+                left = op("sub", hi, blk)
                 count = b.let(select(op("lt", left, const(KEY_BLOCK, INT32)), left, const(KEY_BLOCK, INT32)), "cnt")
                 top = b.var(acc, m, "top")
                 with b.loop(const(0, INT32), count, hint="j") as j:
@@ -131,6 +132,26 @@ class AttentionGroup(_Group):
                 o.each(lambda h, cur: b.store(out_name, op("add", row, h), _to(op("mul", cur, inv), out.aval.dtype)))
         b.name = _kernel_name("attention", tracker.eqns)
         return [_launch(b, args, {}, gsize, lsize, tracker.eqns, "attention")]
+
+    def _key_range(self, b, t, S):
+        """The keys ``[lo, hi)`` query ``t`` walks: all of them, or, with a causal or window condition and no mask
+        operand, only those the conditions keep (a causal prefill walks half the keys). A row the conditions empty
+        walks all keys, every one removed: the values' average, as the primitive says (with a mask operand that could
+        remove the kept keys too, every key is walked)."""
+        p = self.eqn.params
+        full = (const(0, INT32), const(S, INT32))
+        if p["has_mask"] or (not p["is_causal"] and p["local_window"] is None):
+            return full
+        lo, hi = const(0, INT32), op("add", t, const(1, INT32)) if p["is_causal"] else const(S, INT32)
+        if p["local_window"] is not None:
+            left, right = p["local_window"]
+            lo = select(op("gt", op("sub", t, const(left, INT32)), const(0, INT32)), op("sub", t, const(left, INT32)),
+                        const(0, INT32))
+            stop = op("add", t, const(right + 1, INT32))
+            hi = select(op("lt", stop, hi), stop, hi)
+        hi = select(op("lt", hi, const(S, INT32)), hi, const(S, INT32))
+        empty = b.let(op("ge", lo, hi), "none")
+        return b.let(select(empty, const(0, INT32), lo), "klo"), b.let(select(empty, const(S, INT32), hi), "khi")
 
     def _keep(self, b, t, s, ms, mask, offsets):
         """Whether key ``s`` stays for query ``t``: the mask operand, the causal and window conditions."""
@@ -239,10 +260,13 @@ def _key_offset(row_offset, aval, s):
 
 
 def loop_steps(eqn) -> int:
-    """The loop iterations one work item runs (the rows of ``q``, the key blocks' three walks, the stores)."""
+    """The loop iterations one work item runs at most: the key blocks and their two walks over the keys (and, for head
+    sizes past ``UNROLL_HEAD``, the loops over the head)."""
     q, k = eqn.inputs[0].aval, eqn.inputs[1].aval
     H, S = q.shape[3], k.shape[1]
     blocks = -(-S // KEY_BLOCK)
+    if H <= UNROLL_HEAD:
+        return blocks + 2 * S
     return 2 * H + blocks * (1 + H) + 2 * S * (H + 1)
 
 
