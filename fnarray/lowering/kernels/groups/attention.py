@@ -1,7 +1,7 @@
 """The ``dot_product_attention`` kernel: one launch per call, an online softmax over blocks of keys.
 
-One work item per query row ``(b, t, n)``: it holds the row of ``q`` and an accumulator of ``H`` values in private
-memory and walks the keys of its key/value head ``n // (N // K)`` (grouped-query heads read the shared head; no
+One work item per query row ``(b, t, n)``: it holds the row of ``q`` and an accumulator of ``H`` values (registers:
+head sizes up to ``UNROLL_HEAD`` are unrolled at code generation; a private array above) and walks the keys of its key/value head ``n // (N // K)`` (grouped-query heads read the shared head; no
 key is repeated in memory) in blocks of ``KEY_BLOCK``. Per block it computes the block's logits
 ``q . k_s * scale (+ bias)``, replaces the removed ones (the bool mask, the causal and window conditions) by
 ``MASKED_LOGIT``, and takes the block's maximum ``m'``; the running sum ``l`` and accumulator ``o`` are rescaled
@@ -9,6 +9,7 @@ once by ``exp(m - m')`` and the block's ``exp(logit - m')`` and ``exp(logit - m'
 row is ``o / l``, rounded once to the output dtype. This is the online softmax of Milakov & Gimelshein (2018) as
 FlashAttention (Dao et al., 2022) tiles it, one row per work item: the ``(B, N, T, S)`` logits never exist in
 memory, and a decode step (``T = 1``) with a fixed-capacity cache is one kernel per layer whatever the position.
+With a causal or window condition and no mask operand, a row walks only the keys the conditions keep.
 
 Everything is computed in float32 (float64 for float64 inputs), as the primitive's semantics say. The running
 maximum starts at ``-finfo(float32).max``, below every logit the primitive can produce but ``-inf``, so the first
@@ -16,7 +17,8 @@ block's rescaling multiplies zeros by zero and no ``inf - inf`` arises. A row wi
 logit at ``MASKED_LOGIT`` and averages the values, as the reference does.
 
 Not done: a cooperative form for GPUs (a work-group per block of query rows, keys staged in work-group memory as
-FlashAttention does) and a fused backward; the derivatives run the decomposition's kernels.
+FlashAttention does), flash-decoding (a decode step has only ``B * N`` rows, so as many work items) and a fused
+backward; the derivatives run the decomposition's kernels. Measured against them: docs/attention.md.
 """
 
 from __future__ import annotations
