@@ -1,8 +1,9 @@
 """The ``dot_product_attention`` kernel: one launch per call, an online softmax over blocks of keys.
 
 One work item per query row ``(b, t, n)``: it holds the row of ``q`` and an accumulator of ``H`` values (registers:
-head sizes up to ``UNROLL_HEAD`` are unrolled at code generation; a private array above) and walks the keys of its key/value head ``n // (N // K)`` (grouped-query heads read the shared head; no
-key is repeated in memory) in blocks of ``KEY_BLOCK``. Per block it computes the block's logits
+head sizes up to ``UNROLL_HEAD`` are unrolled at code generation; a private array above) and walks the keys of its
+key/value head ``n // (N // K)`` (grouped-query heads read the shared head; no key is repeated in memory) in blocks
+of ``KEY_BLOCK``. Per block it computes the block's logits
 ``q . k_s * scale (+ bias)``, replaces the removed ones (the bool mask, the causal and window conditions) by
 ``MASKED_LOGIT``, and takes the block's maximum ``m'``; the running sum ``l`` and accumulator ``o`` are rescaled
 once by ``exp(m - m')`` and the block's ``exp(logit - m')`` and ``exp(logit - m') * v_s`` added. At the end the
