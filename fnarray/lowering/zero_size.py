@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from fnarray.core import primitives as P
+from fnarray.core.attention import dot_product_attention_p
 from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.ir import Eqn, Literal, Params, Program, Var
 from fnarray.core.shaped import ShapedArray
@@ -152,6 +153,7 @@ def _dynamic_update_slice(e):
 _REWRITES = {P.dot_general: _dot_general, P.pad: _pad, P.concatenate: _concatenate, P.gather: _gather,
              P.dynamic_update_slice: _dynamic_update_slice}
 _REWRITES[conv_general_dilated_p] = _dot_general   # no features or an empty kernel: zeros
+_REWRITES[dot_product_attention_p] = _dot_general   # no keys: an empty weighted sum, zeros
 for _p in _IDENTITY:
     _REWRITES[_p] = _reduction
 for _p in (P.scatter, P.scatter_add, P.scatter_mul, P.scatter_min, P.scatter_max):

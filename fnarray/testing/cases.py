@@ -425,6 +425,19 @@ def _pallas_cases():
 
 
 _pallas_cases()
+def _attention_cases():
+    """dot_product_attention (fnarray.core.attention): grouped-query heads with every mask kind, and plain."""
+    from fnarray.core.attention import dot_product_attention_p as att
+    case("dot_product_attention_gqa_masks", att, [f32(2, 3, 4, 8), f32(2, 5, 2, 8), f32(2, 5, 2, 8), f32(1, 4, 3, 5),
+                                                  bools(2, 1, 3, 5)],
+         scale=0.35, is_causal=True, local_window=(2, 0), has_bias=True, has_mask=True)
+    case("dot_product_attention_plain", att, [f32(1, 4, 2, 4), f32(1, 19, 2, 4), f32(1, 19, 2, 4)], scale=0.5,
+         is_causal=False, local_window=None, has_bias=False, has_mask=False)
+    case("dot_product_attention_no_keys", att, [f32(1, 3, 2, 4), f32(1, 0, 2, 4), f32(1, 0, 2, 4)], scale=0.5,
+         is_causal=False, local_window=None, has_bias=False, has_mask=False)
+
+
+_attention_cases()
 
 
 def _conv_cases():

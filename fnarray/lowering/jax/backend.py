@@ -39,8 +39,8 @@ except ImportError as e:  # pragma: no cover - exercised where jax is missing
     raise BackendUnavailable("the jax backend needs JAX: not installed (to fix: pip install 'fnarray[jax]')") from e
 
 #: The rule modules, one per primitive family; importing one registers its rules into ``common.RULES``.
-FAMILIES = ("elementwise", "structural", "reductions", "dot", "conv", "windows", "linalg", "fft", "quantized",
-            "prng", "control_flow", "spmd", "pallas")
+FAMILIES = ("elementwise", "structural", "reductions", "dot", "attention", "conv", "windows", "linalg", "fft",
+            "quantized", "prng", "control_flow", "spmd", "pallas")
 for _family in FAMILIES:
     importlib.import_module(f"{__package__}.{_family}")
 from fnarray.lowering.jax.common import RULES, interpret as _interpret, manual  # noqa: E402

@@ -10,7 +10,7 @@
 - ``group``: the kernel group it joins: ``"map"`` (fused into any elementwise kernel), ``"reduce"``,
   ``"dot"``, ``"sort"``, ``"cumulative"``, ``"scatter"``, ``"linalg"``, ``"conv"`` (``kernels/groups/conv.py``),
   ``"window"`` (``kernels/groups/windows.py``), ``"fft"`` (``kernels/groups/fft.py``), ``"quantized"``
-  (``kernels/groups/quantized.py``), ``"call"``, ``"control"``.
+  (``kernels/groups/quantized.py``), ``"attention"`` (``kernels/groups/attention.py``), ``"call"``, ``"control"``.
 - ``cost``: ``"free"`` (a view or a cast: inlined anywhere), ``"cheap"`` or ``"expensive"`` (a
   transcendental: materialised rather than recomputed under a broadcast).
 - ``complex_ok``: whether its kernels accept complex operands.
@@ -30,6 +30,7 @@ from fnarray.core import primitives as P
 from fnarray.core.fft import fft_p
 from fnarray.core.quantized import quantized_matmul_p
 from fnarray.core.pallas import pallas_call_p
+from fnarray.core.attention import dot_product_attention_p
 from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.windows import WINDOW_PRIMITIVES
 
@@ -84,6 +85,7 @@ for _p in (P.scatter_min, P.scatter_max):
 FACTS[fft_p] = KernelFact("group", "fft", complex_ok=True)   # kernels/groups/fft.py: Stockham and Bluestein
 FACTS[quantized_matmul_p] = KernelFact("group", "quantized")   # kernels/groups/quantized.py
 FACTS[pallas_call_p] = KernelFact("group", "pallas")   # kernels/groups/pallas.py: user kernels
+FACTS[dot_product_attention_p] = KernelFact("group", "attention")   # kernels/groups/attention.py
 FACTS[conv_general_dilated_p] = KernelFact("group", "conv")
 for _p in WINDOW_PRIMITIVES:
     FACTS[_p] = KernelFact("group", "window")

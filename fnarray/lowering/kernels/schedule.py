@@ -66,6 +66,7 @@ from fnarray.lowering.kernels.groups.base import (  # noqa: F401
     _reads,
     _Tracker,
 )
+from fnarray.lowering.kernels.groups import attention as attention_group
 from fnarray.lowering.kernels.groups import conv as conv_group
 from fnarray.lowering.kernels.groups import quantized as quantized_groups
 from fnarray.lowering.kernels.groups import pallas as pallas_groups
@@ -280,11 +281,12 @@ _GROUPS.update(conv_group.GROUPS)
 _GROUPS.update(window_groups.GROUPS)
 _GROUPS.update(quantized_groups.GROUPS)   # packed weights dequantized in registers
 _GROUPS.update(pallas_groups.GROUPS)   # user kernels (fnarray.experimental.pallas)
+_GROUPS.update(attention_group.GROUPS)   # one kernel per call, online softmax over key blocks
 # Kernel groups that read their operands in place: primitive -> ``view(ctx, operand)`` giving
 # ``(base var, offset, strides)``; the bases get buffers (``_materialize``).
 OPERAND_VIEWS: dict = {P.dot_general: lambda ctx, a: _view(ctx, a), **conv_group.OPERAND_VIEWS,
                        **window_groups.OPERAND_VIEWS, **quantized_groups.OPERAND_VIEWS,
-                       **pallas_groups.OPERAND_VIEWS}
+                       **pallas_groups.OPERAND_VIEWS, **attention_group.OPERAND_VIEWS}
 
 
 # ------------------------------------------------------------------------------------------ the passes

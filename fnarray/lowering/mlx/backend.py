@@ -99,6 +99,7 @@ import numpy as np
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
 from fnarray.core import profile as _profile
+from fnarray.core.attention import dot_product_attention_p
 from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.errors import BackendUnavailable
 from fnarray.core.fft import fft_p
@@ -113,8 +114,8 @@ from fnarray.lowering.mlx.common import IMPORT_ERROR, RULES, from_numpy, mx, to_
 from fnarray.lowering.mlx.program import Generated as _Generated
 
 #: The rule modules, one per primitive family; importing one registers its rules into ``common.RULES``.
-FAMILIES = ("elementwise", "structural", "reductions", "dot", "conv", "windows", "linalg", "fft", "quantized",
-            "control_flow")
+FAMILIES = ("elementwise", "structural", "reductions", "dot", "attention", "conv", "windows", "linalg", "fft",
+            "quantized", "control_flow")
 for _family in FAMILIES:
     importlib.import_module(f"{__package__}.{_family}")
 
@@ -133,7 +134,8 @@ _EQN_CHECKS = {conv_general_dilated_p: conv.unsupported_reason}
 # MLX's CPU kernels compute these in float32 precision even for float64 inputs (measured against NumPy
 # in float64: relative errors of 1e-8..2e-6 where the other float64 functions are within 4e-16), so
 # float64 runs them on numpy. lgamma is composed with sin, cumlogsumexp is MLX's logcumsumexp.
-_F64_APPROXIMATE = frozenset({P.exp, P.logistic, P.sin, P.cos, P.erf, P.erf_inv, P.lgamma, P.cumlogsumexp})
+_F64_APPROXIMATE = frozenset({P.exp, P.logistic, P.sin, P.cos, P.erf, P.erf_inv, P.lgamma, P.cumlogsumexp,
+                              dot_product_attention_p})   # attention: its softmax's exp
 # What MLX implements for complex64 (everything else with a complex64 operand falls back).
 _COMPLEX_OK = frozenset({
     P.neg, P.add, P.sub, P.mul, P.div, P.pow_p, P.integer_pow, P.exp, P.exp2, P.log, P.log1p, P.sqrt, P.rsqrt,

@@ -21,8 +21,8 @@ from fnarray.lowering.numpy.program import Generated, compile_numpy
 
 #: The reference modules, one per primitive family; importing one registers its implementations into
 #: ``common.IMPLS``.
-FAMILIES = ("elementwise", "structural", "reductions", "dot", "conv", "windows", "linalg", "fft", "quantized",
-            "prng", "control_flow", "spmd", "pallas")
+FAMILIES = ("elementwise", "structural", "reductions", "dot", "attention", "conv", "windows", "linalg", "fft",
+            "quantized", "prng", "control_flow", "spmd", "pallas")
 for _family in FAMILIES:
     importlib.import_module(f"{__package__}.{_family}")
 

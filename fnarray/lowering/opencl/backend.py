@@ -53,8 +53,10 @@ from fnarray.core.fft import fft_p
 from fnarray.core.quantized import quantized_matmul_p
 from fnarray.core.pallas import pallas_call_p
 from fnarray.lowering.kernels.groups.pallas import unsupported_reason as pallas_unsupported_reason
+from fnarray.core.attention import dot_product_attention_p
 from fnarray.lowering.kernels.groups.fft import unsupported_reason as fft_unsupported_reason
 from fnarray.lowering.kernels.groups.quantized import unsupported_reason as quantized_unsupported_reason
+from fnarray.lowering.kernels.groups.attention import unsupported_reason as attention_unsupported_reason
 from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
 from fnarray.core.decompositions import accumulates_in_low_precision
@@ -393,6 +395,8 @@ class OpenCLBackend(Backend):
             return quantized_unsupported_reason(eqn, state.caps)
         if prim is pallas_call_p:   # a user kernel the kernel IR cannot express runs in the interpreter
             return pallas_unsupported_reason(eqn, state.caps)
+        if prim is dot_product_attention_p:
+            return attention_unsupported_reason(eqn, state.caps)
         if prim in REDUCTIONS and dtypes.is_complex(eqn.inputs[0].aval.dtype) and prim not in (
                 P.reduce_sum, P.reduce_prod):
             return f"{prim.name} of complex values"

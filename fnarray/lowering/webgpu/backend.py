@@ -79,9 +79,11 @@ from fnarray.core.fft import fft_p
 from fnarray.core.quantized import quantized_matmul_p
 from fnarray.core.pallas import pallas_call_p
 from fnarray.lowering.kernels.groups.pallas import unsupported_reason as pallas_unsupported_reason
+from fnarray.core.attention import dot_product_attention_p
 from fnarray.core.windows import WINDOW_PRIMITIVES
 from fnarray.lowering.kernels.groups.fft import unsupported_reason as fft_unsupported_reason
 from fnarray.lowering.kernels.groups.quantized import unsupported_reason as quantized_unsupported_reason
+from fnarray.lowering.kernels.groups.attention import unsupported_reason as attention_unsupported_reason
 from fnarray.lowering.kernels.groups import linalg
 from fnarray.lowering.kernels.no_kernel import EXPECTED_DECOMPOSITIONS, EXPECTED_FALLBACKS, no_kernel_reason
 from fnarray.lowering.kernels.wgsl import DEFAULT_GROUP_SIZE, render_wgsl, uniform_bytes, wgsl_layout
@@ -692,6 +694,8 @@ class WebGPUBackend(Backend):
             return quantized_unsupported_reason(eqn, caps)
         if prim is pallas_call_p:   # a user kernel the kernel IR cannot express runs in the interpreter
             return pallas_unsupported_reason(eqn, caps)
+        if prim is dot_product_attention_p:
+            return attention_unsupported_reason(eqn, caps)
         loops = caps.max_loop_iterations
         if prim in _WINDOW_REDUCTIONS and loops is not None and math.prod(eqn.params["window_dimensions"]) > loops:
             # one work item walks every tap: past the driver's loop limit it stopped early, silently (a

@@ -32,7 +32,8 @@ SCATTERS = frozenset({P.scatter, P.scatter_add, P.scatter_mul, P.scatter_min, P.
 # The groups named by their kernel facts (groups/linalg.py, groups/conv.py, groups/windows.py, groups/fft.py).
 OPAQUE = (frozenset({P.dot_general, P.sort}) | CUMULATIVE | SCATTERS | facts.in_group("linalg")
           | facts.in_group("conv") | facts.in_group("window") | facts.in_group("fft")
-          | facts.in_group("quantized") | facts.in_group("pallas"))
+          | facts.in_group("quantized") | facts.in_group("pallas")
+          | facts.in_group("attention"))
 # Every primitive the scheduler turns into kernels (control flow is driven from the host).
 SCHEDULED = INJECTIVE | REDUCTIONS | OPAQUE | frozenset(CALLS)
 
