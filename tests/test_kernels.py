@@ -265,6 +265,7 @@ def test_no_local_memory_means_serial_reductions_and_untiled_matmuls():
     assert "__local" not in "".join(render_opencl(k.kernel) for k in ks)
 
 
+@pytest.mark.enable_x64
 def test_64_bit_and_half_kernels_enable_their_extensions():
     x64 = np.linspace(0, 1, 16)
     src = "".join(render_opencl(k.kernel) for k in kernels(lambda x: fnp.exp(x) * 2.0, x64))

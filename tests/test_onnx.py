@@ -398,7 +398,7 @@ def test_per_example_gradients_and_dp_sgd(tmp_path):
     model = fa.export.onnx(peg.per_example_grads, params, x, y, path=tmp_path / "peg.onnx", bake_argnums=0)
     _close(_ort_run(model, {"x": x, "y": y}), _ref(peg.per_example_grads, params, x, y), "per-example grads")
 
-    key = np.asarray(fa.random.PRNGKey(3))   # the raw uint32 words: a typed key has no NumPy form
+    key = np.asarray(fa.random.PRNGKey(3))   # raw uint32[2] words: an ONNX input
 
     def step(params, x, y, key):
         return peg.dp_sgd_step(params, x, y, key, 1.0, 1.0, 0.5)

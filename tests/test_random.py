@@ -80,6 +80,7 @@ def test_key_64bit_seeds_match_jax_x64(seed):
     _bits_equal(fr.key(seed), want)
 
 
+@pytest.mark.enable_x64
 def test_key_from_0d_arrays():
     _bits_equal(fr.key(fnp.asarray(np.int32(-5))), jr.PRNGKey(np.int32(-5)))
     _bits_equal(fr.key(fnp.asarray(np.uint32(123456789))), jr.PRNGKey(np.uint32(123456789)))
@@ -158,6 +159,7 @@ def test_bits_matches_jax(dtype, shape):
     _bits_equal(fr.bits(fr.key(1), shape, dtype), jr.bits(jr.PRNGKey(1), shape, dtype))
 
 
+@pytest.mark.enable_x64
 def test_bits_uint64_matches_jax_x64():
     with jax.enable_x64(True):
         want = np.asarray(jr.bits(jr.PRNGKey(2), (6,), "uint64"))
@@ -175,6 +177,7 @@ def test_uniform_matches_jax(dtype, shape):
     _bits_equal(fr.uniform(fr.key(9), shape, dtype), jr.uniform(jr.PRNGKey(9), shape, dtype))
 
 
+@pytest.mark.enable_x64
 def test_uniform_float64_matches_jax_x64():
     with jax.enable_x64(True):
         want = np.asarray(jr.uniform(jr.PRNGKey(4), (50,), "float64"))
@@ -224,6 +227,7 @@ def test_randint_array_bounds_match_jax():
                 jr.randint(jr.PRNGKey(2), (4, 3), 0, hi, "uint8"))
 
 
+@pytest.mark.enable_x64
 def test_randint_int64_matches_jax_x64():
     with jax.enable_x64(True):
         want = np.asarray(jr.randint(jr.PRNGKey(5), (300,), -2 ** 40, 2 ** 50, "int64"))
