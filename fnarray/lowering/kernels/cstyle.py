@@ -17,8 +17,28 @@ import abc
 
 import numpy as np
 
-from fnarray.lowering.kernels.ir import (OPS, ArrayDecl, Assign, Barrier, Bitcast, Cast, Comment, Const, Decl, For,
-                                         If, Kernel, Let, Load, Op, Select, Special, Store, Sym, map_exprs)
+from fnarray.lowering.kernels.ir import (
+    OPS,
+    ArrayDecl,
+    Assign,
+    Barrier,
+    Bitcast,
+    Cast,
+    Comment,
+    Const,
+    Decl,
+    For,
+    If,
+    Kernel,
+    Let,
+    Load,
+    Op,
+    Select,
+    Special,
+    Store,
+    Sym,
+    map_exprs,
+)
 
 __all__ = ["CStyleRenderer"]
 

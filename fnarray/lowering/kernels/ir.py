@@ -248,7 +248,7 @@ class Kernel:
 # ------------------------------------------------------------------------------------------ traversal
 
 
-def _children(e):
+def children(e):
     if isinstance(e, Op):
         return e.args
     if isinstance(e, (Cast, Bitcast)):
@@ -264,7 +264,7 @@ def walk_exprs(stmts):
     """Every expression (and sub-expression) of the statements, depth first."""
     def visit(e):
         yield e
-        for c in _children(e):
+        for c in children(e):
             yield from visit(c)
 
     for s in stmts:
@@ -306,7 +306,7 @@ def map_exprs(kernel: Kernel, fn) -> Kernel:
     def rw(e):
         r = memo.get(e)
         if r is None:
-            kids = _children(e)
+            kids = children(e)
             r = fn(_rebuild(e, [rw(c) for c in kids]) if kids else e)
             memo[e] = r
         return r

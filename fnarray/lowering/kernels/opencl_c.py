@@ -12,8 +12,19 @@ from __future__ import annotations
 import numpy as np
 
 from fnarray.lowering.kernels.cstyle import CStyleRenderer
-from fnarray.lowering.kernels.ir import (INT32, ArrayDecl, Bitcast, BufferParam, Const, For, If, Kernel, Op, const,
-                                         walk_exprs)
+from fnarray.lowering.kernels.ir import (
+    INT32,
+    ArrayDecl,
+    Bitcast,
+    BufferParam,
+    Const,
+    For,
+    If,
+    Kernel,
+    Op,
+    const,
+    walk_exprs,
+)
 
 __all__ = ["OpenCLRenderer", "render_opencl"]
 

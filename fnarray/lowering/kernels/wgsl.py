@@ -41,8 +41,22 @@ import re
 import numpy as np
 
 from fnarray.lowering.kernels.cstyle import CStyleRenderer
-from fnarray.lowering.kernels.ir import (OPS, ArrayDecl, BufferParam, Cast, Const, For, If, Kernel, Let, Op,
-                                         ScalarParam, Special, Sym, walk_exprs)
+from fnarray.lowering.kernels.ir import (
+    OPS,
+    ArrayDecl,
+    BufferParam,
+    Cast,
+    Const,
+    For,
+    If,
+    Kernel,
+    Let,
+    Op,
+    ScalarParam,
+    Special,
+    Sym,
+    walk_exprs,
+)
 
 __all__ = ["WGSLRenderer", "render_wgsl", "wgsl_layout", "uniform_bytes", "WGSLLayout", "DEFAULT_GROUP_SIZE",
            "DTYPES"]
