@@ -23,10 +23,6 @@ struct FaArgs {
 }
 @group(0) @binding(2) var<uniform> fa_args: FaArgs;
 
-fn fa_isnan_f32(x: f32) -> bool {
-    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
-}
-
 @compute @workgroup_size(64, 1, 1)
 fn sort_step(@builtin(global_invocation_id) fa_gid: vec3<u32>, @builtin(local_invocation_id) fa_lid: vec3<u32>, @builtin(workgroup_id) fa_wid: vec3<u32>, @builtin(num_workgroups) fa_nwg: vec3<u32>) {
     let jj: i32 = fa_args.jj;
@@ -45,8 +41,8 @@ fn sort_step(@builtin(global_invocation_id) fa_gid: vec3<u32>, @builtin(local_in
         let v9: f32 = key1[v5];
         let v10: f32 = key1[v6];
         let v11: bool = ((i2 & kk) == 0i);
-        let v12: bool = fa_isnan_f32(v10);
-        let v13: bool = fa_isnan_f32(v9);
+        let v12: bool = ((bitcast<u32>(v10) & 0x7fffffffu) > 0x7f800000u);
+        let v13: bool = ((bitcast<u32>(v9) & 0x7fffffffu) > 0x7f800000u);
         let v14: bool = (((!v12) && v13) || (v10 < v9));
         let v15: bool = ((v10 == v9) || (v12 && v13));
         let v16: bool = (v14 || (v15 && (v8 < v7)));

@@ -7,15 +7,6 @@ struct FaArgs {
 }
 @group(0) @binding(4) var<uniform> fa_args: FaArgs;
 
-fn fa_isnan_f32(x: f32) -> bool {
-    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
-}
-
-fn fa_tanh_f32(x: f32) -> f32 {
-    // tanh(+-0) keeps the sign and tanh(NaN) is NaN on every driver.
-    return select(select(tanh(x), x, x == 0.0f), x, fa_isnan_f32(x));
-}
-
 @compute @workgroup_size(64, 1, 1)
 fn map_mul_add_tanh(@builtin(global_invocation_id) fa_gid: vec3<u32>, @builtin(local_invocation_id) fa_lid: vec3<u32>, @builtin(workgroup_id) fa_wid: vec3<u32>, @builtin(num_workgroups) fa_nwg: vec3<u32>) {
     let n: i32 = fa_args.n;
@@ -26,7 +17,7 @@ fn map_mul_add_tanh(@builtin(global_invocation_id) fa_gid: vec3<u32>, @builtin(l
         let v2: f32 = (v0 * v1);
         let v3: f32 = in2[gid];
         let v4: f32 = (v2 + v3);
-        let v5: f32 = fa_tanh_f32(v4);
+        let v5: f32 = select(tanh(v4), v4, (((bitcast<u32>(v4) & 0x7fffffffu) > 0x7f800000u) || (v4 == 0.0f)));
         let v6: f32 = (v5 * v1);
         let v7: f32 = (v6 + 1.0f);
         out3[gid] = v7;

@@ -7,10 +7,6 @@ struct FaArgs {
 }
 @group(0) @binding(4) var<uniform> fa_args: FaArgs;
 
-fn fa_isnan_f32(x: f32) -> bool {
-    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
-}
-
 @compute @workgroup_size(64, 1, 1)
 fn map_mul_add_max_min(@builtin(global_invocation_id) fa_gid: vec3<u32>, @builtin(local_invocation_id) fa_lid: vec3<u32>, @builtin(workgroup_id) fa_wid: vec3<u32>, @builtin(num_workgroups) fa_nwg: vec3<u32>) {
     let n: i32 = fa_args.n;
@@ -21,9 +17,9 @@ fn map_mul_add_max_min(@builtin(global_invocation_id) fa_gid: vec3<u32>, @builti
         let v2: f32 = (v0 * v1);
         let v3: f32 = in2[gid];
         let v4: f32 = (v2 + v3);
-        let v5: f32 = select(v4, (-4.0f), ((v4 <= (-4.0f)) && (!fa_isnan_f32(v4))));
-        let v6: f32 = select(v5, 4.0f, ((v5 >= 4.0f) && (!fa_isnan_f32(v5))));
-        let v7: f32 = select(v1, v6, (((v6 > v1) && (!fa_isnan_f32(v1))) || fa_isnan_f32(v6)));
+        let v5: f32 = select(v4, (-4.0f), ((v4 <= (-4.0f)) && (!((bitcast<u32>(v4) & 0x7fffffffu) > 0x7f800000u))));
+        let v6: f32 = select(v5, 4.0f, ((v5 >= 4.0f) && (!((bitcast<u32>(v5) & 0x7fffffffu) > 0x7f800000u))));
+        let v7: f32 = select(v1, v6, (((v6 > v1) && (!((bitcast<u32>(v1) & 0x7fffffffu) > 0x7f800000u))) || ((bitcast<u32>(v6) & 0x7fffffffu) > 0x7f800000u)));
         out3[gid] = v7;
     }
 }

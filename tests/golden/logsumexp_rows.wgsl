@@ -7,21 +7,13 @@ fn fa_f32_bits(b: u32) -> f32 {
     return bitcast<f32>(b);
 }
 
-fn fa_isnan_f32(x: f32) -> bool {
-    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
-}
-
-fn fa_log_f32(x: f32) -> f32 {
-    return select(log(x), fa_f32_bits(0x7fc00000u), x < 0.0f);
-}
-
 @compute @workgroup_size(128, 1, 1)
 fn reduce_reduce_max_reshape_broadcast_in_dim_sub(@builtin(global_invocation_id) fa_gid: vec3<u32>, @builtin(local_invocation_id) fa_lid: vec3<u32>, @builtin(workgroup_id) fa_wid: vec3<u32>, @builtin(num_workgroups) fa_nwg: vec3<u32>) {
     let i0: i32 = i32(fa_wid.x);
     var acc0: f32 = fa_f32_bits(0xff800000u);
     for (var r1: i32 = i32(fa_lid.x); r1 < 300i; r1 += 128i) {
         let v2: f32 = in0[((i0 * 300i) + r1)];
-        acc0 = select(v2, acc0, (((acc0 > v2) && (!fa_isnan_f32(v2))) || fa_isnan_f32(acc0)));
+        acc0 = select(v2, acc0, (((acc0 > v2) && (!((bitcast<u32>(v2) & 0x7fffffffu) > 0x7f800000u))) || ((bitcast<u32>(acc0) & 0x7fffffffu) > 0x7f800000u)));
     }
     red3[i32(fa_lid.x)] = acc0;
     workgroupBarrier();
@@ -29,7 +21,7 @@ fn reduce_reduce_max_reshape_broadcast_in_dim_sub(@builtin(global_invocation_id)
         let v4: i32 = (i32(fa_lid.x) + 64i);
         let v5: f32 = red3[i32(fa_lid.x)];
         let v6: f32 = red3[v4];
-        let v7: f32 = select(v6, v5, (((v5 > v6) && (!fa_isnan_f32(v6))) || fa_isnan_f32(v5)));
+        let v7: f32 = select(v6, v5, (((v5 > v6) && (!((bitcast<u32>(v6) & 0x7fffffffu) > 0x7f800000u))) || ((bitcast<u32>(v5) & 0x7fffffffu) > 0x7f800000u)));
         red3[i32(fa_lid.x)] = v7;
     }
     workgroupBarrier();
@@ -37,7 +29,7 @@ fn reduce_reduce_max_reshape_broadcast_in_dim_sub(@builtin(global_invocation_id)
         let v8: i32 = (i32(fa_lid.x) + 32i);
         let v9: f32 = red3[i32(fa_lid.x)];
         let v10: f32 = red3[v8];
-        let v11: f32 = select(v10, v9, (((v9 > v10) && (!fa_isnan_f32(v10))) || fa_isnan_f32(v9)));
+        let v11: f32 = select(v10, v9, (((v9 > v10) && (!((bitcast<u32>(v10) & 0x7fffffffu) > 0x7f800000u))) || ((bitcast<u32>(v9) & 0x7fffffffu) > 0x7f800000u)));
         red3[i32(fa_lid.x)] = v11;
     }
     workgroupBarrier();
@@ -45,7 +37,7 @@ fn reduce_reduce_max_reshape_broadcast_in_dim_sub(@builtin(global_invocation_id)
         let v12: i32 = (i32(fa_lid.x) + 16i);
         let v13: f32 = red3[i32(fa_lid.x)];
         let v14: f32 = red3[v12];
-        let v15: f32 = select(v14, v13, (((v13 > v14) && (!fa_isnan_f32(v14))) || fa_isnan_f32(v13)));
+        let v15: f32 = select(v14, v13, (((v13 > v14) && (!((bitcast<u32>(v14) & 0x7fffffffu) > 0x7f800000u))) || ((bitcast<u32>(v13) & 0x7fffffffu) > 0x7f800000u)));
         red3[i32(fa_lid.x)] = v15;
     }
     workgroupBarrier();
@@ -53,7 +45,7 @@ fn reduce_reduce_max_reshape_broadcast_in_dim_sub(@builtin(global_invocation_id)
         let v16: i32 = (i32(fa_lid.x) + 8i);
         let v17: f32 = red3[i32(fa_lid.x)];
         let v18: f32 = red3[v16];
-        let v19: f32 = select(v18, v17, (((v17 > v18) && (!fa_isnan_f32(v18))) || fa_isnan_f32(v17)));
+        let v19: f32 = select(v18, v17, (((v17 > v18) && (!((bitcast<u32>(v18) & 0x7fffffffu) > 0x7f800000u))) || ((bitcast<u32>(v17) & 0x7fffffffu) > 0x7f800000u)));
         red3[i32(fa_lid.x)] = v19;
     }
     workgroupBarrier();
@@ -61,7 +53,7 @@ fn reduce_reduce_max_reshape_broadcast_in_dim_sub(@builtin(global_invocation_id)
         let v20: i32 = (i32(fa_lid.x) + 4i);
         let v21: f32 = red3[i32(fa_lid.x)];
         let v22: f32 = red3[v20];
-        let v23: f32 = select(v22, v21, (((v21 > v22) && (!fa_isnan_f32(v22))) || fa_isnan_f32(v21)));
+        let v23: f32 = select(v22, v21, (((v21 > v22) && (!((bitcast<u32>(v22) & 0x7fffffffu) > 0x7f800000u))) || ((bitcast<u32>(v21) & 0x7fffffffu) > 0x7f800000u)));
         red3[i32(fa_lid.x)] = v23;
     }
     workgroupBarrier();
@@ -69,7 +61,7 @@ fn reduce_reduce_max_reshape_broadcast_in_dim_sub(@builtin(global_invocation_id)
         let v24: i32 = (i32(fa_lid.x) + 2i);
         let v25: f32 = red3[i32(fa_lid.x)];
         let v26: f32 = red3[v24];
-        let v27: f32 = select(v26, v25, (((v25 > v26) && (!fa_isnan_f32(v26))) || fa_isnan_f32(v25)));
+        let v27: f32 = select(v26, v25, (((v25 > v26) && (!((bitcast<u32>(v26) & 0x7fffffffu) > 0x7f800000u))) || ((bitcast<u32>(v25) & 0x7fffffffu) > 0x7f800000u)));
         red3[i32(fa_lid.x)] = v27;
     }
     workgroupBarrier();
@@ -77,7 +69,7 @@ fn reduce_reduce_max_reshape_broadcast_in_dim_sub(@builtin(global_invocation_id)
         let v28: i32 = (i32(fa_lid.x) + 1i);
         let v29: f32 = red3[i32(fa_lid.x)];
         let v30: f32 = red3[v28];
-        let v31: f32 = select(v30, v29, (((v29 > v30) && (!fa_isnan_f32(v30))) || fa_isnan_f32(v29)));
+        let v31: f32 = select(v30, v29, (((v29 > v30) && (!((bitcast<u32>(v30) & 0x7fffffffu) > 0x7f800000u))) || ((bitcast<u32>(v29) & 0x7fffffffu) > 0x7f800000u)));
         red3[i32(fa_lid.x)] = v31;
     }
     workgroupBarrier();
@@ -149,7 +141,7 @@ fn reduce_reduce_max_reshape_broadcast_in_dim_sub(@builtin(global_invocation_id)
     workgroupBarrier();
     let v67: f32 = red38[0i];
     if ((i32(fa_lid.x) == 0i)) {
-        let v68: f32 = fa_log_f32(v67);
+        let v68: f32 = select(log(v67), fa_f32_bits(0x7fc00000u), (v67 < 0.0f));
         out1[i32(fa_wid.x)] = v68;
     }
 }

@@ -19,10 +19,6 @@ struct FaArgs {
 var<workgroup> As5: array<f32, 1024>;
 var<workgroup> Bs6: array<f32, 1024>;
 
-fn fa_isnan_f32(x: f32) -> bool {
-    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
-}
-
 @compute @workgroup_size(16, 8, 1)
 fn dot_tiled_dot_general_broadcast_in_dim_add_max(@builtin(global_invocation_id) fa_gid: vec3<u32>, @builtin(local_invocation_id) fa_lid: vec3<u32>, @builtin(workgroup_id) fa_wid: vec3<u32>, @builtin(num_workgroups) fa_nwg: vec3<u32>) {
     let M: i32 = fa_args.M;
@@ -105,7 +101,7 @@ fn dot_tiled_dot_general_broadcast_in_dim_add_max(@builtin(global_invocation_id)
                 let o50: i32 = ((((i32(fa_wid.z) * 64i) + gi47) * 128i) + gj48);
                 let v51: f32 = in2[gj48];
                 let v52: f32 = (v49 + v51);
-                let v53: f32 = select(v52, 0.0f, ((v52 <= 0.0f) && (!fa_isnan_f32(v52))));
+                let v53: f32 = select(v52, 0.0f, ((v52 <= 0.0f) && (!((bitcast<u32>(v52) & 0x7fffffffu) > 0x7f800000u))));
                 out3[o50] = v53;
             }
         }

@@ -46,8 +46,8 @@ from fnarray.core import primitives as P
 from fnarray.core.ir import Eqn, Literal, Program, Var
 from fnarray.core.passes import dce
 from fnarray.lowering.kernels import facts
-from fnarray.lowering.kernels.emitter import INJECTIVE, Emitter, shaped_index
 from fnarray.lowering.kernels import groups as groups_package
+from fnarray.lowering.kernels.emitter import INJECTIVE, Emitter, shaped_index
 from fnarray.lowering.kernels.groups.base import CALLS, REDUCTIONS, SCATTERS, BufSpec, Launch, MapGroup, Schedule
 from fnarray.lowering.kernels.groups.reduce import ReduceGroup
 from fnarray.lowering.kernels.index import linearize
