@@ -320,7 +320,8 @@ def _golden_cases():
     yield "webgpu", "special_functions", _special_functions, (f32(100), f32(100, seed=1) + 2.0)
 
 
-@pytest.mark.parametrize("target,name,f,args", list(_golden_cases()), ids=[f"{t}-{n}" for t, n, _, _ in _golden_cases()])
+@pytest.mark.parametrize("target,name,f,args", list(_golden_cases()),
+                         ids=[f"{t}-{n}" for t, n, _, _ in _golden_cases()])
 def test_golden_kernels(target, name, f, args):
     caps, render, suffix = _GOLDEN_TARGETS[target]
     if target == "opencl":

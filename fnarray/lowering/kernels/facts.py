@@ -57,14 +57,19 @@ def _set(prims, **changes):
         FACTS[p] = FACTS[p]._replace(**changes)
 
 
-# One kernel-IR math function each (OpenCL C's names); expensive but for the roundings.
-for _p, _f in {P.floor: "floor", P.ceil: "ceil", P.round_p: "rint", P.exp2: "exp2", P.log: "log", P.log2: "log2",
-               P.log1p: "log1p", P.expm1: "expm1", P.tanh: "tanh", P.sin: "sin", P.cos: "cos",
-               P.tan: "tan", P.asin: "asin", P.acos: "acos", P.atan: "atan", P.sinh: "sinh",
-               P.cosh: "cosh", P.asinh: "asinh", P.acosh: "acosh", P.atanh: "atanh", P.sqrt: "sqrt",
-               P.rsqrt: "rsqrt", P.cbrt: "cbrt", P.erf: "erf", P.erfc: "erfc", P.lgamma: "lgamma"}.items():
-    FACTS[_p] = FACTS[_p]._replace(emit="func", func=_f,
-                                   cost="cheap" if _f in ("floor", "ceil", "rint") else "expensive")
+# One kernel-IR math function each (OpenCL C's names); expensive but for the roundings. The primitives C's math
+# library has by their own name (``Primitive.library``) from that flag, then the others.
+def _func(p, name):
+    FACTS[p] = FACTS[p]._replace(emit="func", func=name, cost="cheap" if name in ("floor", "ceil", "rint") else
+                                 "expensive")
+
+
+families.on_family("unary", lambda p: p.library and _func(p, p.name))
+for _p, _f in {P.floor: "floor", P.ceil: "ceil", P.round_p: "rint", P.log2: "log2", P.rsqrt: "rsqrt",
+               P.erf: "erf", P.erfc: "erfc", P.lgamma: "lgamma"}.items():
+    _func(_p, _f)
+# exp is an element rule (it takes complex operands), not the function.
+FACTS[P.exp] = KernelFact("rule", "map")
 
 # The members of family "other", each its own kind of kernel.
 FACTS[P.select_n] = KernelFact("rule", "map", complex_ok=True)

@@ -25,6 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from fnarray.core import families
+from fnarray.core import primitives as _primitives  # noqa: F401  (the families' members)
+
 __all__ = ["Expr", "Const", "Sym", "Special", "Load", "Op", "Cast", "Bitcast", "Select", "Let", "Decl",
            "Assign", "Store", "For", "If", "Barrier", "ArrayDecl", "Comment", "BufferParam", "ScalarParam",
            "Kernel", "OPS", "const", "INT32", "BOOL", "UINT32", "walk_exprs", "map_exprs"]
@@ -49,6 +52,8 @@ for _n in ("exp", "exp2", "log", "log1p", "expm1", "tanh", "sin", "cos", "tan", 
     OPS[_n] = (1, "func")
 for _n in ("pow", "atan2", "nextafter", "hypot", "fmod", "copysign", "min", "max"):
     OPS[_n] = (2, "func")
+# The functions of C's math library that a unary primitive is by its name (``Primitive.library``: log10...).
+families.on_family("unary", lambda p: p.library and OPS.setdefault(p.name, (1, "func")))
 OPS["cmake"] = (2, "complex")
 OPS["creal"] = (1, "complex")
 OPS["cimag"] = (1, "complex")

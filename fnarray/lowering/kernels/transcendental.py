@@ -157,15 +157,30 @@ def _inf(x) -> Val:
 
 # ------------------------------------------------------------------------------------------ the bodies
 
+#: kernel-IR op -> its body ``fn(body, *operands) -> Val`` (operands and result float32), registered by ``_body``.
+BODIES: dict = {}
 
+
+def _body(op_name):
+    """Register the decorated function as the body of the kernel-IR op ``op_name``."""
+    def register(fn):
+        BODIES[op_name] = fn
+        return fn
+    return register
+
+
+
+@_body("isnan")
 def _isnan(b, x):
     return (_bits(x) & _ABS) > _EXP
 
 
+@_body("isinf")
 def _isinf(b, x):
     return (_bits(x) & _ABS).eq(_EXP)
 
 
+@_body("isfinite")
 def _isfinite(b, x):
     return (_bits(x) & _EXP).ne(_EXP)
 
@@ -174,6 +189,7 @@ def _fabs(b, x):
     return _float(_bits(x) & _ABS)
 
 
+@_body("copysign")
 def _copysign(b, x, y):
     return _float((_bits(x) & _ABS) | (_bits(y) & _SIGN))
 
@@ -183,6 +199,7 @@ def _by_zero(b, x, y):
     return _sel(x.eq(0.0) | _isnan(b, x), _nan(x), _float(((_bits(x) ^ _bits(y)) & _SIGN) | _u32(x, _EXP)))
 
 
+@_body("div")
 def _div(b, x, y):
     # IEEE division where the target leaves x / 0 open (Mesa folds x / 0.0 to 0). A constant divisor is not
     # expanded (see _Expander.expr): no division by a constant zero is ever printed.
@@ -200,28 +217,34 @@ def _plus_zero(b, x):
     return _float(_sel(x.eq(0.0), _u32(x, 0), _bits(x)))
 
 
+@_body("log")
 def _log(b, x):
     # Mesa folds exp(log(x)) to x: the negative-argument NaN is stated explicitly.
     return _sel(x < 0.0, _nan(x), _fn("log", x))
 
 
+@_body("max")
 def _max(b, x, y):
     return _sel(_isnan(b, x) | _isnan(b, y), _nan(x), _fn("max", x, y))
 
 
+@_body("min")
 def _min(b, x, y):
     return _sel(_isnan(b, x) | _isnan(b, y), _nan(x), _fn("min", x, y))
 
 
+@_body("tanh")
 def _tanh(b, x):
     # tanh(+-0) keeps the sign and tanh(NaN) is NaN on every driver.
     return _sel(_isnan(b, x) | x.eq(0.0), x, _fn("tanh", x))
 
 
+@_body("acosh")
 def _acosh(b, x):
     return _sel((x < 1.0) | _isnan(b, x), _nan(x), _fn("acosh", x))
 
 
+@_body("log1p")
 def _log1p(b, x):
     # Kahan: log(u) * x / (u - 1) with u = 1 + x cancels the rounding of u.
     u = b.let(1.0 + x)
@@ -230,6 +253,7 @@ def _log1p(b, x):
     return _sel(d.eq(0.0), x, _sel(u.eq(np.inf), lg, lg * (x / d)))
 
 
+@_body("expm1")
 def _expm1(b, x):
     # Kahan: (u - 1) * x / log(u) with u = exp(x).
     u = b.let(_fn("exp", x))
@@ -238,6 +262,7 @@ def _expm1(b, x):
     return _sel(u.eq(1.0), x, _sel(d.eq(-1.0), -1.0, _sel(u.eq(np.inf), u, r)))
 
 
+@_body("cbrt")
 def _cbrt(b, x):
     # exp2(log2|x| / 3), one Newton step, the sign of x.
     a = b.let(_fabs(b, x))
@@ -247,6 +272,7 @@ def _cbrt(b, x):
     return _sel(special, x, _copysign(b, b.let(y), x))
 
 
+@_body("atan")
 def _atan(b, x):
     # Range reduction to |t| <= tan(pi/8), then a minimax polynomial (Cephes atanf).
     a = b.let(_fabs(b, x))
@@ -259,6 +285,7 @@ def _atan(b, x):
     return _sel(_isnan(b, x), x, _copysign(b, b.let(base + p), x))
 
 
+@_body("asin")
 def _asin(b, x):
     a = b.let(_fabs(b, x))
     inner = _atan(b, b.let(x / _fn("sqrt", (1.0 - x) * (1.0 + x))))
@@ -266,6 +293,7 @@ def _asin(b, x):
     return _sel((a > 1.0) | _isnan(b, x), _nan(x), r)
 
 
+@_body("acos")
 def _acos(b, x):
     # acos(x) = 2 atan(sqrt((1 - x) / (1 + x))), accurate near both ends.
     a = b.let(_fabs(b, x))
@@ -273,6 +301,7 @@ def _acos(b, x):
     return _sel((a > 1.0) | _isnan(b, x), _nan(x), _sel(x.eq(-1.0), _PI, r))
 
 
+@_body("erf")
 def _erf(b, x):
     a = b.let(_fabs(b, x))
     # |x| < 0.5: the Maclaurin series 2/sqrt(pi) sum (-1)^n x^(2n+1) / (n! (2n+1)).
@@ -306,6 +335,7 @@ def _lgamma_positive(b, x0):
     return (x - 0.5) * _fn("log", x) - x + 0.91893853320467274 + series - _fn("log", prod)
 
 
+@_body("lgamma")
 def _lgamma(b, x):
     up = b.let(x >= 0.5)
     pos = b.let(_lgamma_positive(b, b.let(_sel(up, x, 1.0 - x))))
@@ -321,6 +351,7 @@ def _lgamma(b, x):
     return _sel(_isnan(b, x), x, _sel(_isinf(b, x), np.inf, r))
 
 
+@_body("pow")
 def _pow(b, x, y):
     # C's pow: pow(x, 0) = 1 and pow(1, y) = 1 even for NaN; negative bases need an integer exponent.
     ay = b.let(_fabs(b, y))
@@ -339,6 +370,7 @@ def _pow(b, x, y):
     return _sel(y.eq(0.0) | x.eq(1.0), 1.0, out)
 
 
+@_body("fmod")
 def _fmod(b, x, y):
     # Exact: s = |y| doubled while 2s <= |x|, then halved back down to |y|, subtracted wherever it fits (each
     # doubling, halving and subtraction is exact: r stays in [s, 2s) when s is taken away, Sterbenz). The loops
@@ -363,6 +395,7 @@ def _fmod(b, x, y):
     return _sel(_isnan(b, x) | _isnan(b, y) | _isinf(b, x) | y.eq(0.0), _nan(x), out)
 
 
+@_body("nextafter")
 def _nextafter(b, x, y):
     u = b.let(_bits(x))
     away = (x < y).eq(x > 0.0)
@@ -372,6 +405,7 @@ def _nextafter(b, x, y):
     return _sel(_isnan(b, x) | _isnan(b, y), _nan(x), _sel(x.eq(y), y, r))
 
 
+@_body("hypot")
 def _hypot(b, x, y):
     a = b.let(_fabs(b, x))
     c = b.let(_fabs(b, y))
@@ -381,6 +415,7 @@ def _hypot(b, x, y):
     return _sel(_isinf(b, a) | _isinf(b, c), np.inf, _sel(_isnan(b, a) | _isnan(b, c), _nan(x), r))
 
 
+@_body("atan2")
 def _atan2(b, y, x):
     # C's atan2 with its signed zeros and infinities, on the atan body.
     ax = b.let(_fabs(b, x))
@@ -393,14 +428,6 @@ def _atan2(b, y, x):
     r = _sel(ax.eq(0.0) & ay.eq(0.0), _sel(x_neg, _PI, 0.0), r)
     r = _sel(_isinf(b, ax) & _isinf(b, ay), _sel(x_neg, 2.3561944901923449, 0.78539816339744831), r)
     return _sel(_isnan(b, x) | _isnan(b, y), _nan(x), _copysign(b, b.let(r), y))
-
-
-#: kernel-IR op -> its body ``fn(body, *operands) -> Val`` (operands and result float32).
-BODIES = {"isnan": _isnan, "isinf": _isinf, "isfinite": _isfinite, "copysign": _copysign,
-          "div": _div, "log": _log, "max": _max, "min": _min, "tanh": _tanh, "acosh": _acosh, "log1p": _log1p,
-          "expm1": _expm1, "cbrt": _cbrt, "atan": _atan, "asin": _asin, "acos": _acos, "erf": _erf,
-          "lgamma": _lgamma, "pow": _pow, "fmod": _fmod, "nextafter": _nextafter, "hypot": _hypot,
-          "atan2": _atan2}
 
 
 # ------------------------------------------------------------------------------------------ the pass
