@@ -223,6 +223,12 @@ def _log(b, x):
     return _sel(x < 0.0, _nan(x), _fn("log", x))
 
 
+@_body("log10")
+def _log10(b, x):
+    # WGSL has no log10: log(x) / ln 10 (within 2 ulp of NumPy's).
+    return _log(b, x) * 0.43429448190325176
+
+
 @_body("max")
 def _max(b, x, y):
     return _sel(_isnan(b, x) | _isnan(b, y), _nan(x), _fn("max", x, y))
