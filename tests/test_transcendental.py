@@ -94,6 +94,7 @@ CASES = [
     ("acosh", [_POS + 1], np.arccosh, 1e-5),
     ("tanh", [_LIN], np.tanh, 1e-5),
     ("log", [_POS], np.log, 1e-6),
+    ("log10", [_POS], np.log10, 1e-6),
     ("pow", [np.abs(_LIN) + np.float32(0.1), _Y], np.power, 1e-5),
     ("fmod", [_LIN * 100, _Y + np.float32(1e-3)], np.fmod, 0.0),
     ("atan2", [_LIN, _Y], np.arctan2, 1e-5),

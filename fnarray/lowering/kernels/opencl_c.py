@@ -27,7 +27,7 @@ from fnarray.lowering.kernels.ir import (
 from fnarray.lowering.kernels.opencl_math import BUILTINS, F32, HELPERS
 from fnarray.lowering.kernels.transcendental import expand as expand_bodies
 
-__all__ = ["OpenCLRenderer", "render_opencl"]
+__all__ = ["OpenCLRenderer", "render_opencl", "CALL_FREE"]
 
 _TYPES = {
     np.dtype(np.bool_): "bool", np.dtype(np.int8): "char", np.dtype(np.uint8): "uchar",
@@ -38,6 +38,10 @@ _TYPES = {
 }
 _ORDERED = frozenset({"lt", "le", "gt", "ge"})
 
+# The float32 ops printed from their kernel-IR bodies by default: log10 as log (the call-free helper) times
+# 1/ln 10, where OpenCL C's log10 is a PoCL library call that keeps the vectoriser off the kernel (opencl_math.py).
+CALL_FREE = frozenset({"log10"})
+
 _SPECIALS = {"global_id": "get_global_id", "local_id": "get_local_id", "group_id": "get_group_id",
              "global_size": "get_global_size"}
 
@@ -47,7 +51,7 @@ class OpenCLRenderer(CStyleRenderer):
     barriers and ``__kernel`` signature, and PoCL's call-free float32 math (``opencl_math.py``).
 
     ``expand``: math ops printed from their kernel-IR bodies (``transcendental.BODIES``) instead of OpenCL C's
-    library or the helpers; none by default (OpenCL C has them all).
+    library or the helpers; by default ``CALL_FREE``.
     """
 
     types = _TYPES
@@ -57,7 +61,8 @@ class OpenCLRenderer(CStyleRenderer):
     array_spaces = {"local": "__local "}
     functions = {"min": "min", "max": "max", "fabs": "fabs"}
 
-    def __init__(self, expand=frozenset()):
+    def __init__(self, expand=None):
+        expand = CALL_FREE if expand is None else expand
         self.expanded = frozenset(expand)
 
     def rewrite(self, kernel: Kernel) -> Kernel:

@@ -489,8 +489,8 @@ class _Expander:
 
     def _rewrite(self, new, body):
         """The body of op ``new`` (operands already rewritten) where one applies, else ``new``."""
-        if not (isinstance(new, Op) and new.args and new.args[0].dtype.kind == "f"):
-            return new
+        if not (isinstance(new, Op) and new.args and new.args[0].dtype in (F32, F16)):
+            return new   # the bodies are float32 (float16 through them); float64 keeps the target's functions
         if new.op == "div" and "div" in self.names:
             y = new.args[1]
             if isinstance(y, Const):   # a constant divisor: IEEE as it is, or the by-zero result
@@ -539,8 +539,8 @@ class _Expander:
 
 
 def expand(kernel, names, zero_ops: bool = False):
-    """``kernel`` with each float op named in ``names`` replaced by its body in ``BODIES`` (float16 through
-    float32). ``zero_ops``: also products with a constant zero factor and sums with a constant zero term, which
+    """``kernel`` with each float32 or float16 op named in ``names`` replaced by its body in ``BODIES`` (float16
+    through float32; float64 ops are kept). ``zero_ops``: also products with a constant zero factor and sums with a constant zero term, which
     some WGSL drivers fold away (``x * 0.0`` to ``0.0``, ``-0.0 + 0.0`` to ``-0.0``), by their IEEE results.
 
     The locals a body needs are ``Let`` statements (``fa_t<n>``) put before the statement that used the op;
