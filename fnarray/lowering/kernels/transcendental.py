@@ -540,8 +540,9 @@ class _Expander:
 
 def expand(kernel, names, zero_ops: bool = False):
     """``kernel`` with each float32 or float16 op named in ``names`` replaced by its body in ``BODIES`` (float16
-    through float32; float64 ops are kept). ``zero_ops``: also products with a constant zero factor and sums with a constant zero term, which
-    some WGSL drivers fold away (``x * 0.0`` to ``0.0``, ``-0.0 + 0.0`` to ``-0.0``), by their IEEE results.
+    through float32; float64 ops are kept). ``zero_ops``: also products with a constant zero factor and sums with
+    a constant zero term, which some WGSL drivers fold away (``x * 0.0`` to ``0.0``, ``-0.0 + 0.0`` to ``-0.0``),
+    by their IEEE results.
 
     The locals a body needs are ``Let`` statements (``fa_t<n>``) put before the statement that used the op;
     raises ``KeyError`` for a name without a body.
