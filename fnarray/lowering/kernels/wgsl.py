@@ -22,11 +22,14 @@ rewritten before printing:
   ``isnan``/``isinf``/``isfinite`` are tests on
   the bits, ``max``/``min`` on floats propagate NaN through an explicit select.
 - Functions WGSL lacks, or whose precision or edge cases WGSL leaves open
-  (``erf``, ``lgamma``, ``log1p``, ``expm1``, ``cbrt``, ``pow`` at 0 and for
-  negative bases, ``fmod``, ``nextafter``, ``hypot``, ``copysign``, ``asin``,
-  ``acos``, ``atan``, ``atan2``, ``acosh`` below 1), are helper functions printed before the kernel, only those
-  the kernel calls. ``float16`` math goes through the ``float32`` helpers (as
-  the reference computes it); ``float16`` needs the ``shader-f16`` feature.
+  (``erf``, ``lgamma``, ``log1p``, ``expm1``, ``cbrt``, ``log10``, ``pow`` at 0 and
+  for negative bases, ``fmod``, ``nextafter``, ``hypot``, ``copysign``, ``asin``,
+  ``acos``, ``atan``, ``atan2``, ``acosh`` below 1, float division by zero, the
+  NaN tests), are expanded into their kernel-IR bodies before printing
+  (``transcendental.py``; ``EXPANDED`` is all of ``BODIES``), as are products
+  with a constant zero and sums with a constant zero, which Mesa folds.
+  ``float16`` math goes through the ``float32`` bodies (as the reference
+  computes it); ``float16`` needs the ``shader-f16`` feature.
 - ``!=`` on floats is printed as ``!(a == b)`` (drivers compile ``!=`` as an
   ordered comparison, false for NaN). Signed remainder is printed as ``a - (a / b) * b`` (GLSL-based drivers leave
   ``%`` of negative operands undefined); shift amounts are ``u32``; ``xor`` of
