@@ -9,7 +9,6 @@ without the op, float16 through float32.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ from fnarray.lowering.kernels.schedule import BufSpec
 from fnarray.lowering.kernels.transcendental import BODIES, expand
 from fnarray.lowering.kernels.wgsl import EXPANDED, render_wgsl
 from helpers import require_backend
+from math_cases import BINARY_SPECIAL, HELPER_CASES, LIN, SPECIAL, UNARY_SPECIAL, Y
 
 
 def _kernel(name, dtypes, out_dtype):
@@ -61,49 +61,8 @@ def _run_opencl(name, arrays, out_dtype=np.float32):
     return out
 
 
-def _ufunc(fn):
-    return lambda *xs: np.frompyfunc(fn, len(xs), 1)(*xs).astype(np.float64)
-
-
-def _lgamma_ref(v):
-    """C's lgamma: +inf at the poles and at +-inf, NaN for NaN."""
-    if math.isnan(v):
-        return v
-    if math.isinf(v) or (v <= 0 and v == math.floor(v)):
-        return math.inf
-    return math.lgamma(v)
-
-
-_LIN = np.linspace(-4, 4, 1001).astype(np.float32)
-_POS = np.linspace(0.01, 6, 1001).astype(np.float32)
-_UNIT = np.linspace(-0.999, 0.999, 1001).astype(np.float32)
-_Y = np.linspace(-3, 3, 1001).astype(np.float32)
-_SPECIAL = np.array([0.0, -0.0, 1.5, -2.5, np.inf, -np.inf, np.nan, 3e9, -3e9, 0.5, 1.0, -1.0], np.float32)
-
-# op, inputs, float64 reference, tolerance (rtol = atol): the webgpu helper cases, here on opencl:0.
-CASES = [
-    ("erf", [_LIN], _ufunc(math.erf), 1e-5),
-    ("lgamma", [_POS], _ufunc(math.lgamma), 2e-5),
-    ("lgamma", [np.linspace(-3.9, 0.4, 1001).astype(np.float32) + np.float32(1e-3)], _ufunc(math.lgamma), 5e-5),
-    ("log1p", [_POS - 0.5], np.log1p, 1e-5),
-    ("expm1", [_LIN], np.expm1, 1e-5),
-    ("cbrt", [_LIN], np.cbrt, 1e-5),
-    ("asin", [_UNIT], np.arcsin, 1e-5),
-    ("acos", [_UNIT], np.arccos, 1e-5),
-    ("atan", [_LIN * 10], np.arctan, 1e-5),
-    ("acosh", [_POS + 1], np.arccosh, 1e-5),
-    ("tanh", [_LIN], np.tanh, 1e-5),
-    ("log", [_POS], np.log, 1e-6),
-    ("log10", [_POS], np.log10, 1e-6),
-    ("pow", [np.abs(_LIN) + np.float32(0.1), _Y], np.power, 1e-5),
-    ("fmod", [_LIN * 100, _Y + np.float32(1e-3)], np.fmod, 0.0),
-    ("atan2", [_LIN, _Y], np.arctan2, 1e-5),
-    ("hypot", [_LIN, _Y], np.hypot, 1e-5),
-    ("copysign", [_LIN, _Y], np.copysign, 0.0),
-    ("max", [_LIN, _Y], np.maximum, 0.0),
-    ("min", [_LIN, _Y], np.minimum, 0.0),
-    ("div", [_LIN, _Y], np.divide, 1e-6),
-]
+# The webgpu helper cases, here on opencl:0, and the IEEE division.
+CASES = HELPER_CASES + [("div", [LIN, Y], np.divide, 1e-6)]
 
 
 @pytest.mark.parametrize("name,inputs,reference,tol", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
@@ -114,11 +73,9 @@ def test_bodies_printed_as_opencl_match_float64(name, inputs, reference, tol):
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("name,reference", [
-    ("pow", np.power), ("fmod", np.fmod), ("max", np.maximum), ("min", np.minimum), ("nextafter", np.nextafter),
-    ("hypot", np.hypot), ("atan2", np.arctan2), ("copysign", np.copysign), ("div", np.divide)])
+@pytest.mark.parametrize("name,reference", BINARY_SPECIAL + [("div", np.divide)])
 def test_binary_bodies_on_special_values(name, reference):
-    a, b = (g.ravel().copy() for g in np.meshgrid(_SPECIAL, _SPECIAL))
+    a, b = (g.ravel().copy() for g in np.meshgrid(SPECIAL, SPECIAL))
     got = _run_opencl(name, [a, b])
     with np.errstate(all="ignore"):
         want = reference(a, b)
@@ -128,14 +85,11 @@ def test_binary_bodies_on_special_values(name, reference):
     np.testing.assert_allclose(got[ok], want[ok], rtol=1e-6, atol=0, err_msg=name)
 
 
-@pytest.mark.parametrize("name,reference", [
-    ("erf", _ufunc(math.erf)), ("lgamma", _ufunc(_lgamma_ref)), ("log1p", np.log1p), ("expm1", np.expm1),
-    ("cbrt", np.cbrt), ("tanh", np.tanh), ("asin", np.arcsin), ("acos", np.arccos), ("atan", np.arctan),
-    ("acosh", np.arccosh), ("log", np.log)])
+@pytest.mark.parametrize("name,reference", UNARY_SPECIAL)
 def test_unary_bodies_on_special_values(name, reference):
-    got = _run_opencl(name, [_SPECIAL])
+    got = _run_opencl(name, [SPECIAL])
     with np.errstate(all="ignore"):
-        want = reference(_SPECIAL.astype(np.float64)).astype(np.float32)
+        want = reference(SPECIAL.astype(np.float64)).astype(np.float32)
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
     ok = ~np.isnan(want)
     tol = 2e-5 if name == "lgamma" else 1e-6   # lgamma(1) = lgamma(2) = 0 only to float32 rounding
@@ -146,11 +100,11 @@ def test_unary_bodies_on_special_values(name, reference):
 
 @pytest.mark.parametrize("name,reference", [("isnan", np.isnan), ("isinf", np.isinf), ("isfinite", np.isfinite)])
 def test_class_bodies_are_bit_tests(name, reference):
-    np.testing.assert_array_equal(_run_opencl(name, [_SPECIAL], np.bool_), reference(_SPECIAL))
+    np.testing.assert_array_equal(_run_opencl(name, [SPECIAL], np.bool_), reference(SPECIAL))
 
 
 def test_nextafter_body_is_bit_exact():
-    np.testing.assert_array_equal(_run_opencl("nextafter", [_LIN, _Y]), np.nextafter(_LIN, _Y))
+    np.testing.assert_array_equal(_run_opencl("nextafter", [LIN, Y]), np.nextafter(LIN, Y))
 
 
 def test_expansion_leaves_no_expanded_op_and_widens_float16():

@@ -30,7 +30,7 @@ from fnarray.core import primitives as _primitives  # noqa: F401  (the families'
 
 __all__ = ["Expr", "Const", "Sym", "Special", "Load", "Op", "Cast", "Bitcast", "Select", "Let", "Decl",
            "Assign", "Store", "For", "If", "Barrier", "ArrayDecl", "Comment", "BufferParam", "ScalarParam",
-           "Kernel", "OPS", "const", "INT32", "BOOL", "UINT32", "walk_exprs", "map_exprs"]
+           "Kernel", "OPS", "const", "INT32", "BOOL", "UINT32", "walk_exprs", "map_exprs", "children", "rebuild"]
 
 INT32 = np.dtype(np.int32)
 UINT32 = np.dtype(np.uint32)
@@ -289,7 +289,8 @@ def walk_exprs(stmts):
             yield from walk_exprs(s.orelse)
 
 
-def _rebuild(e, kids):
+def rebuild(e, kids):
+    """``e`` with its sub-expressions replaced by ``kids`` (in ``children(e)``'s order)."""
     if isinstance(e, Op):
         return Op(e.op, tuple(kids), e.dtype)
     if isinstance(e, Cast):
@@ -312,7 +313,7 @@ def map_exprs(kernel: Kernel, fn) -> Kernel:
         r = memo.get(e)
         if r is None:
             kids = children(e)
-            r = fn(_rebuild(e, [rw(c) for c in kids]) if kids else e)
+            r = fn(rebuild(e, [rw(c) for c in kids]) if kids else e)
             memo[e] = r
         return r
 

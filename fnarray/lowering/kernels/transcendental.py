@@ -37,13 +37,13 @@ from fnarray.lowering.kernels.ir import (
     For,
     If,
     Let,
-    Load,
     Op,
     Select,
     Store,
     Sym,
     children,
     const,
+    rebuild,
 )
 
 __all__ = ["BODIES", "expand", "Val"]
@@ -460,20 +460,6 @@ def _zero_term(e):
     return None
 
 
-def _rebuild(e, kids):
-    if isinstance(e, Op):
-        return Op(e.op, tuple(kids), e.dtype)
-    if isinstance(e, Cast):
-        return Cast(kids[0], e.dtype)
-    if isinstance(e, Bitcast):
-        return Bitcast(kids[0], e.dtype)
-    if isinstance(e, Select):
-        return Select(*kids)
-    if isinstance(e, Load):
-        return Load(e.space, e.name, kids[0], e.dtype)
-    raise TypeError(f"unknown kernel expression {e!r}")
-
-
 class _Expander:
     def __init__(self, names, zero_ops):
         self.names, self.zero_ops = frozenset(names), zero_ops
@@ -512,7 +498,7 @@ class _Expander:
         if got is not None:
             return got
         kids = children(e)
-        new = self._rewrite(_rebuild(e, [self.expr(c, body, memo) for c in kids]) if kids else e, body)
+        new = self._rewrite(rebuild(e, [self.expr(c, body, memo) for c in kids]) if kids else e, body)
         memo[e] = new
         return new
 

@@ -826,6 +826,6 @@ class ConvGroup(Group):
         return make_launch(b, args, scalars, gsize, (TX, TY, 1), tracker.eqns, "conv", fixed_local=True)
 
 
-#: What ``schedule`` adds to its tables ``_GROUPS`` and ``OPERAND_VIEWS``.
+#: What ``schedule`` collects into its tables ``GROUPS`` and ``OPERAND_VIEWS``.
 GROUPS = {CONV: ConvGroup}
 OPERAND_VIEWS = {CONV: strided_view}

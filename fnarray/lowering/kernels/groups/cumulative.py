@@ -186,4 +186,5 @@ class CumulativeGroup(Group):
                 b.store(name, pos, acc)
 
 
+#: What ``schedule`` collects into its tables ``GROUPS`` (and ``OPERAND_VIEWS``).
 GROUPS = {p: CumulativeGroup for p in CUMULATIVE}

@@ -369,5 +369,6 @@ def operand_view(ctx, v):
     return base, off, tuple(out)
 
 
+#: What ``schedule`` collects into its tables ``GROUPS`` (and ``OPERAND_VIEWS``).
 GROUPS = {P.dot_general: DotGroup}
 OPERAND_VIEWS = {P.dot_general: operand_view}

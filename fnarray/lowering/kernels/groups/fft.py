@@ -38,7 +38,7 @@ from fnarray.lowering.kernels.index import ix_const, ix_data
 from fnarray.lowering.kernels.ir import INT32, UINT32, Cast, Op, const
 from fnarray.lowering.kernels.rules import op, select
 
-__all__ = ["FftGroup", "unsupported_reason", "MAX_BLUESTEIN_LENGTH"]
+__all__ = ["FftGroup", "unsupported_reason", "MAX_BLUESTEIN_LENGTH", "GROUPS"]
 
 #: The longest non-power-of-two axis the kernels transform (``n^2`` must fit in uint32 for the chirp).
 MAX_BLUESTEIN_LENGTH = 65535
@@ -386,4 +386,5 @@ def _dft4(b, vs, sign):
             (b.let(op("sub", d0r, tr)), b.let(op("sub", d0i, ti)))]
 
 
+#: What ``schedule`` collects into its tables ``GROUPS`` (and ``OPERAND_VIEWS``).
 GROUPS = {fft_p: FftGroup}

@@ -557,6 +557,6 @@ def oversize_reason(eqn, caps) -> str | None:
             f"per work item, more than half the device's limit of {caps.max_loop_iterations}")
 
 
-#: ``{primitive: group class}`` (the schedule's ``_GROUPS`` takes them).
+#: ``{primitive: group class}`` (the schedule collects them into its ``GROUPS``).
 GROUPS = {LA.cholesky_p: _CholeskyGroup, LA.triangular_solve_p: _TriangularSolveGroup, LA.lu_p: _LUGroup}
 PRIMITIVES = frozenset(GROUPS)

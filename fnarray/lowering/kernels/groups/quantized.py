@@ -328,7 +328,7 @@ def _zero_size(e):
     return [fill(e.outputs[0], 0)], {}
 
 
-#: What ``schedule`` adds to its tables ``_GROUPS`` and ``OPERAND_VIEWS``.
+#: What ``schedule`` collects into its tables ``GROUPS`` and ``OPERAND_VIEWS``.
 GROUPS = {quantized_matmul_p: QuantizedMatmulGroup}
 OPERAND_VIEWS = {quantized_matmul_p: _operand_buffer}
 REWRITES.setdefault(quantized_matmul_p, _zero_size)

@@ -81,4 +81,5 @@ class ScatterGroup(Group):
         return max_of(b, acc, u)
 
 
+#: What ``schedule`` collects into its tables ``GROUPS`` (and ``OPERAND_VIEWS``).
 GROUPS = {p: ScatterGroup for p in SCATTERS}

@@ -221,4 +221,5 @@ class SortGroup(Group):
         return launches
 
 
+#: What ``schedule`` collects into its tables ``GROUPS`` (and ``OPERAND_VIEWS``).
 GROUPS = {P.sort: SortGroup}

@@ -361,7 +361,7 @@ def _select_zero_size(e):
     return [fill(e.outputs[0], 0)], {}
 
 
-#: What ``schedule`` adds to its tables ``_GROUPS`` and ``OPERAND_VIEWS``.
+#: What ``schedule`` collects into its tables ``GROUPS`` and ``OPERAND_VIEWS``.
 GROUPS: dict = {}
 OPERAND_VIEWS: dict = {}
 for _p in _REDUCE:
