@@ -26,7 +26,8 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core.errors import BackendUnavailable, FallbackWarning, UnsupportedOnDevice
 from helpers import check_traced, require_backend
-from math_cases import BINARY_SPECIAL, HELPER_CASES, LIN, SPECIAL, UNARY_SPECIAL, Y
+from math_cases import (BINARY_SPECIAL, HELPER_CASES, LIN, SPECIAL, UNARY_SPECIAL, Y, check_binary_special,
+                        check_unary_special)
 
 
 @pytest.fixture(scope="module")
@@ -145,30 +146,14 @@ def test_wgsl_nextafter_is_bit_exact(wdev):
 
 @pytest.mark.parametrize("name,reference", BINARY_SPECIAL)
 def test_wgsl_binary_special_values(wdev, name, reference):
-    a, b = (g.ravel().copy() for g in np.meshgrid(SPECIAL, SPECIAL))
-    got = _run_kernel_op(wdev, name, [a, b])
-    with np.errstate(all="ignore"):
-        want = reference(a, b)
-    # Same NaNs, same infinities and signed zeros, finite values to float32 rounding.
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
-    ok = ~np.isnan(want)
-    np.testing.assert_array_equal(np.signbit(got[ok]), np.signbit(want[ok]), err_msg=name)
-    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-6, atol=0, err_msg=name)
+    check_binary_special(lambda n, xs: _run_kernel_op(wdev, n, xs), name, reference)
 
 
 @pytest.mark.parametrize("name,reference", UNARY_SPECIAL + [
     ("exp", np.exp), ("sqrt", np.sqrt), ("rint", np.rint), ("trunc", np.trunc), ("floor", np.floor),
     ("fabs", np.abs)])
 def test_wgsl_unary_special_values(wdev, name, reference):
-    got = _run_kernel_op(wdev, name, [SPECIAL])
-    with np.errstate(all="ignore"):
-        want = reference(SPECIAL.astype(np.float64)).astype(np.float32)
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
-    ok = ~np.isnan(want)
-    tol = 2e-5 if name == "lgamma" else 1e-6  # lgamma(1) = lgamma(2) = 0 only to float32 rounding
-    np.testing.assert_allclose(got[ok], want[ok], rtol=tol, atol=tol, err_msg=name)
-    if name != "lgamma":
-        np.testing.assert_array_equal(np.signbit(got[ok]), np.signbit(want[ok]), err_msg=name)
+    check_unary_special(lambda n, xs: _run_kernel_op(wdev, n, xs), name, reference)
 
 
 @pytest.mark.parametrize("name,reference", [("isnan", np.isnan), ("isinf", np.isinf), ("isfinite", np.isfinite)])
