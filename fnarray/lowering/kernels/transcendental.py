@@ -151,10 +151,6 @@ def _nan(x) -> Val:
     return Val(const(np.nan, F32), x.body)
 
 
-def _inf(x) -> Val:
-    return Val(const(np.inf, F32), x.body)
-
-
 # ------------------------------------------------------------------------------------------ the bodies
 
 #: kernel-IR op -> its body ``fn(body, *operands) -> Val`` (operands and result float32), registered by ``_body``.
@@ -167,7 +163,6 @@ def _body(op_name):
         BODIES[op_name] = fn
         return fn
     return register
-
 
 
 @_body("isnan")
