@@ -47,7 +47,7 @@ TABLES = (
     ("mlx lowering", "fnarray.lowering.mlx.common", "RULES", "fnarray.lowering.mlx.backend"),
     ("kernel element rule, opencl and webgpu", "fnarray.lowering.kernels.rules", "ELEMENTWISE", None),
     ("kernel index rule, opencl and webgpu", "fnarray.lowering.kernels.emitter", "STRUCTURAL", None),
-    ("kernel group, opencl and webgpu", "fnarray.lowering.kernels.schedule", "_GROUPS", None),
+    ("kernel group, opencl and webgpu", "fnarray.lowering.kernels.schedule", "GROUPS", None),
     ("ONNX export", "fnarray.export._onnx", "RULES", "fnarray.export"),
 )
 

@@ -45,7 +45,7 @@ import functools
 import math
 import warnings
 
-from fnarray.core import dtypes, tracing
+from fnarray.core import dtypes, families, tracing
 from fnarray.core import primitives as P
 from fnarray.core.array import _OPERAND_TYPES, Array, foreign_operand
 from fnarray.core.config import config
@@ -96,10 +96,10 @@ _BINARY = {
     "maximum": (P.max_p, _real_not_bool, False), "minimum": (P.min_p, _real_not_bool, False),
 }
 # operator or fnarray.numpy function -> (primitive, the dtypes at which the function is exactly that primitive)
-_UNARY = {"neg": (P.neg, _not_bool), "abs": (P.abs_p, _has_abs)}
-_UNARY.update({name: (getattr(P, name), dtypes.is_float) for name in (
-    "exp", "exp2", "log", "log1p", "expm1", "tanh", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
-    "asinh", "acosh", "atanh", "sqrt", "cbrt", "erf")})
+# (The primitives NumPy has by their own name, ``Primitive.library``, are fnarray.numpy's function of that name at
+# float dtypes; erf is scipy's, not NumPy's.)
+_UNARY = {"neg": (P.neg, _not_bool), "abs": (P.abs_p, _has_abs), "erf": (P.erf, dtypes.is_float)}
+_UNARY.update({p.name: (p, dtypes.is_float) for p in families.members("unary") if p.library})
 
 # fnarray.numpy's binary functions -> (the code of ``f(array, x2)``, of ``f(Python scalar, array)`` or None)
 _NAMESPACE_BINARY = {

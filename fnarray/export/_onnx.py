@@ -284,6 +284,11 @@ def _rsqrt(g, e, ins):
     return g.node("Reciprocal", [g.node("Sqrt", ins)])
 
 
+@_rule(P.log10)
+def _log10(g, e, ins):
+    return g.node("Mul", [g.node("Log", ins), _one(g, e, 1 / math.log(10))])
+
+
 @_rule(P.cbrt)
 def _cbrt(g, e, ins):
     mag = g.node("Pow", [g.node("Abs", ins), _one(g, e, 1 / 3)])

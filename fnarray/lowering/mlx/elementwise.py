@@ -7,16 +7,17 @@ import math
 
 import numpy as np
 
-from fnarray.core import dtypes
+from fnarray.core import dtypes, families
 from fnarray.core import primitives as P
 from fnarray.lowering.mlx.common import F32, LOW, RULES, constant, mx_dtype, mx_op, upcast_low, mx, rule
 
 
-for _p, _name in [(P.floor, "floor"), (P.ceil, "ceil"), (P.round_p, "round"), (P.exp, "exp"), (P.log, "log"),
-                  (P.log2, "log2"), (P.log1p, "log1p"), (P.expm1, "expm1"), (P.tanh, "tanh"),
-                  (P.sin, "sin"), (P.cos, "cos"), (P.tan, "tan"), (P.asin, "arcsin"), (P.acos, "arccos"),
-                  (P.atan, "arctan"), (P.sinh, "sinh"), (P.cosh, "cosh"), (P.asinh, "arcsinh"),
-                  (P.acosh, "arccosh"), (P.atanh, "arctanh"), (P.sqrt, "sqrt"), (P.rsqrt, "rsqrt"),
+# The primitives mlx.core has by their own name (``Primitive.library``; exp2 and cbrt, which it lacks, have rules
+# below), then those it spells otherwise.
+families.on_family("unary", lambda p: p.library and RULES.__setitem__(p, mx_op(p.name, upcast=True)))
+for _p, _name in [(P.floor, "floor"), (P.ceil, "ceil"), (P.round_p, "round"), (P.log2, "log2"),
+                  (P.asin, "arcsin"), (P.acos, "arccos"), (P.atan, "arctan"), (P.asinh, "arcsinh"),
+                  (P.acosh, "arccosh"), (P.atanh, "arctanh"), (P.rsqrt, "rsqrt"),
                   (P.erf_inv, "erfinv"), (P.pow_p, "power"), (P.atan2, "arctan2")]:
     RULES[_p] = mx_op(_name, upcast=True)
 

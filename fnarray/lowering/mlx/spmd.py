@@ -61,8 +61,10 @@ __all__ = ["ProcessDevice", "GlobalBuffer", "process_group", "active", "process_
 def process_group():
     """The ``mx.distributed.Group`` of an mlx run of more than one process, else ``None``."""
     from fnarray import distributed
-    st = distributed._state
-    g = st["group"] if st["backend"] == "mlx" else None
+    try:
+        g = distributed.mlx_group()
+    except RuntimeError:   # not an mlx run
+        return None
     return g if g is not None and g.size() > 1 else None
 
 

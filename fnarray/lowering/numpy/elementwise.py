@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from fnarray.core import dtypes
+from fnarray.core import dtypes, families
 from fnarray.core import primitives as P
 from fnarray.lowering.numpy import xla_cpu_float32
 from fnarray.lowering.numpy.common import IMPLS, LOW, direct, factory, pyfunc, upcast, with_params
@@ -23,12 +23,9 @@ for _p, _f in [(P.neg, np.negative), (P.floor, np.floor), (P.ceil, np.ceil), (P.
 # np.bitwise_count counts the bits of |x|; the primitive counts the two's-complement bits (as XLA).
 direct(P.population_count, lambda x: np.bitwise_count(x.view(f"u{x.dtype.itemsize}")).astype(x.dtype))
 
-for _p, _f in [(P.exp, np.exp), (P.exp2, np.exp2), (P.log, np.log), (P.log2, np.log2), (P.log1p, np.log1p),
-               (P.expm1, np.expm1), (P.tanh, np.tanh), (P.sin, np.sin), (P.cos, np.cos), (P.tan, np.tan),
-               (P.asin, np.arcsin), (P.acos, np.arccos), (P.atan, np.arctan), (P.sinh, np.sinh),
-               (P.cosh, np.cosh), (P.asinh, np.arcsinh), (P.acosh, np.arccosh), (P.atanh, np.arctanh),
-               (P.sqrt, np.sqrt), (P.cbrt, np.cbrt)]:
-    direct(_p, upcast(_f))
+# The primitives NumPy has by their own name (``Primitive.library``: exp, log, sin, ..., cbrt).
+families.on_family("unary", lambda p: p.library and direct(p, upcast(getattr(np, p.name))))
+direct(P.log2, upcast(np.log2))
 
 
 def _sign(x):

@@ -30,7 +30,7 @@ import numpy as np
 
 from fnarray.core.attention import MASKED_LOGIT, acc_dtype, dot_product_attention_p, split_operands
 from fnarray.core.ir import Var
-from fnarray.lowering.kernels.groups.base import _contiguous, _Group, _kernel_name, _launch
+from fnarray.lowering.kernels.groups.base import contiguous_strides, Group, kernel_name, make_launch
 from fnarray.lowering.kernels.ir import BOOL, INT32, Cast, const
 from fnarray.lowering.kernels.rules import op, select
 
@@ -44,7 +44,7 @@ UNROLL_HEAD = 128
 DOT_LANES = 4
 
 
-class AttentionGroup(_Group):
+class AttentionGroup(Group):
     """One ``dot_product_attention`` equation: a work item per query row ``(b, t, n)``."""
 
     kind = "attention"
@@ -133,8 +133,8 @@ class AttentionGroup(_Group):
             inv = b.let(op("div", const(1, acc), total), "inv")
             with b.when(inside if uniform else const(True, BOOL)):
                 o.each(lambda h, cur: b.store(out_name, op("add", row, h), _to(op("mul", cur, inv), out.aval.dtype)))
-        b.name = _kernel_name("attention", tracker.eqns)
-        return [_launch(b, args, {}, gsize, lsize, tracker.eqns, "attention")]
+        b.name = kernel_name("attention", tracker.eqns)
+        return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "attention")]
 
     def _key_range(self, b, t, S):
         """The keys ``[lo, hi)`` query ``t`` walks: all of them, or, with a causal or window condition and no mask
@@ -249,7 +249,7 @@ def _to(x, dtype):
 
 def _broadcast_offset(b, aval, bb, n, t):
     """The element offset of row ``(bb, n, t)`` in a ``(B|1, N|1, T|1, S|1)`` operand (size-1 axes broadcast)."""
-    strides = _contiguous(aval.shape)
+    strides = contiguous_strides(aval.shape)
     terms = [op("mul", i, const(st, INT32)) for i, size, st in zip((bb, n, t), aval.shape[:3], strides[:3],
                                                                    strict=True) if size > 1]
     offset = const(0, INT32)
@@ -287,7 +287,7 @@ def unsupported_reason(eqn, caps):
 
 def _operand_buffer(ctx, a):
     """Every operand is read in place from a buffer of its own layout."""
-    return (a, 0, _contiguous(a.aval.shape)) if isinstance(a, Var) else None
+    return (a, 0, contiguous_strides(a.aval.shape)) if isinstance(a, Var) else None
 
 
 #: What ``schedule`` adds to its tables ``_GROUPS`` and ``OPERAND_VIEWS``.

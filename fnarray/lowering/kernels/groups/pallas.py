@@ -39,7 +39,7 @@ from fnarray.core.ir import Literal, Var
 from fnarray.core.pallas import pallas_atomic_p, pallas_call_p, pallas_load_p, pallas_loop_p, pallas_store_p, \
     pallas_when_p
 from fnarray.lowering.kernels.builder import KernelBuilder
-from fnarray.lowering.kernels.groups.base import Launch, _Group, _Tracker
+from fnarray.lowering.kernels.groups.base import Launch, Group, Tracker
 from fnarray.lowering.kernels.ir import INT32, ArrayDecl, Barrier, Const, For, If, Load, Special, const
 from fnarray.lowering.kernels.rules import ELEMENTWISE, add_of, convert, highest, lowest, max_of, min_of, mul_of, op, \
     select
@@ -793,7 +793,7 @@ def _hoist_local_arrays(kernel):
     return dataclasses.replace(kernel, body=tuple(decls) + body)
 
 
-class PallasGroup(_Group):
+class PallasGroup(Group):
     """One ``pallas_call`` equation: a copy launch per aliased output, then the kernel."""
 
     kind = "pallas"
@@ -811,7 +811,7 @@ class PallasGroup(_Group):
         launches = []
         for i, o in e.params["aliases"]:
             launches.append(self._copy(e.inputs[i], e.outputs[o]))
-        tracker = _Tracker(ctx)
+        tracker = Tracker(ctx)
         tracker.add(e)
         args: dict = {}
 
@@ -872,8 +872,8 @@ def unsupported_reason(eqn, caps):
 
 
 def _operand_buffer(ctx, a):
-    from fnarray.lowering.kernels.groups.base import _contiguous
-    return (a, 0, _contiguous(a.aval.shape)) if isinstance(a, Var) else None
+    from fnarray.lowering.kernels.groups.base import contiguous_strides
+    return (a, 0, contiguous_strides(a.aval.shape)) if isinstance(a, Var) else None
 
 
 #: What ``schedule`` adds to its tables ``_GROUPS`` and ``OPERAND_VIEWS``.

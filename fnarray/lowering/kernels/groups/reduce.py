@@ -1,4 +1,4 @@
-"""Reduction kernels: the monoids and ``_ReduceGroup``.
+"""Reduction kernels: the monoids and ``ReduceGroup``.
 
 One work-item per output, or, for long reductions into few outputs, a work-group per output
 cooperating in local memory where the target has it; the elementwise epilogue is fused.
@@ -15,7 +15,7 @@ from fnarray.core.ir import Var
 from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import Emitter, Flat, NotFlat, shaped_index
-from fnarray.lowering.kernels.groups.base import REDUCTIONS, _Group, _index_vars, _kernel_name, _launch, _Tracker
+from fnarray.lowering.kernels.groups.base import REDUCTIONS, Group, Tracker, index_vars, kernel_name, make_launch
 from fnarray.lowering.kernels.index import ix_var, linearize, to_expr, unravel
 from fnarray.lowering.kernels.ir import INT32, Special, const
 from fnarray.lowering.kernels.rules import (
@@ -34,7 +34,7 @@ from fnarray.lowering.kernels.rules import (
 
 #: Whether elementwise values over a reduction's input shape that read its results at their own row
 #: (softmax's ``exp(x - max) / sum``, layernorm's ``(x - mean) * rsqrt(var + eps)``) join the reduction's
-#: kernel as one more loop over the row (``_ReduceGroup.can_take_row_root``): one kernel instead of two,
+#: kernel as one more loop over the row (``ReduceGroup.can_take_row_root``): one kernel instead of two,
 #: and the row statistics never reach a buffer. Measured on both CPU adapters here, interleaved: softmax
 #: and layernorm over 4096x1024 1.1-2x faster than the two-kernel form (docs/performance.md).
 ROW_VALUES = True
@@ -100,7 +100,7 @@ class _Monoid:
         return [self.dtype, INT32] if self.arg else [self.dtype]
 
 
-class _ReduceGroup(_Group):
+class ReduceGroup(Group):
     """Reductions over the same iteration space (input shape and axes), one accumulator each, with their
     elementwise producers inlined and the elementwise ops on their results as an epilogue."""
 
@@ -341,12 +341,12 @@ class _ReduceGroup(_Group):
         else:
             k.per_item()
         b = k.b
-        b.name = _kernel_name("reduce", k.tracker.eqns)
-        return [_launch(b, k.args, k.scalars, k.gsize, k.lsize, k.tracker.eqns, "reduce", fixed_local=parallel)]
+        b.name = kernel_name("reduce", k.tracker.eqns)
+        return [make_launch(b, k.args, k.scalars, k.gsize, k.lsize, k.tracker.eqns, "reduce", fixed_local=parallel)]
 
 
 class _ReduceKernel:
-    """One reduce kernel being built for ``_ReduceGroup._gen``: its builder, emitter and index state, and the
+    """One reduce kernel being built for ``ReduceGroup._gen``: its builder, emitter and index state, and the
     steps its layouts are made of. ``out`` is the output element's index (coordinates, or ``Flat``); with
     ``flat`` the input element ``r`` of the row is ``base + r * I``; ``rows`` is the row length ``R`` as an
     expression (a kernel argument when flat)."""
@@ -356,7 +356,7 @@ class _ReduceKernel:
         ctx = self.ctx
         b = self.b = KernelBuilder("k")
         self.args: dict = {}
-        self.tracker = _Tracker(ctx)
+        self.tracker = Tracker(ctx)
         for e, _, _ in group.parts:
             self.tracker.add(e)
         self.em = ctx.emitter(b, args=self.args, computes=set(group.roots) | set(group.row_roots),
@@ -422,7 +422,7 @@ class _ReduceKernel:
             self.out = Flat(o)
         else:
             self.rows = const(self.R, INT32)
-            self.out = _index_vars(b, o, self.g.shape)
+            self.out = index_vars(b, o, self.g.shape)
 
     def x_index(self, r):
         """The coordinates of the row's element ``r`` in the reduced operand."""
@@ -576,3 +576,7 @@ class _ReduceKernel:
         b = self.b
         return [[b.load(arr, const(0, INT32), d, "local") for arr, d in zip(arrs, m.dtypes(), strict=True)]
                 for (_, _, m), arrs in zip(parts, arrays, strict=True)]
+
+
+#: What ``schedule`` collects into its tables ``GROUPS`` (and ``OPERAND_VIEWS``).
+GROUPS = {p: ReduceGroup for p in REDUCTIONS}
