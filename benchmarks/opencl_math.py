@@ -2,7 +2,7 @@
 
 Each case is ``y = f(x)`` over 4M float32 (``x`` standard normal times 3; ``sqrt``/``rsqrt``/``log1p`` of
 ``|x|``), jitted. "before" switches the OpenCL renderer's call-free forms of this change off in the same process
-(``opencl_c._HELPERS`` without floor/ceil/rint/sin/cos/expm1/log1p/erf/pow, ``opencl_c._BUILTINS`` empty:
+(``opencl_math.HELPERS`` without floor/ceil/rint/sin/cos/expm1/log1p/erf/pow, ``opencl_math.BUILTINS`` empty:
 PoCL's library calls), which compiles other kernel sources; the map kernel's form (values computed once, stores
 under the work-group branch) is the same on both sides. tinygrad (``DEV=CL``, ``TinyJit``) runs in the same
 process on the same PoCL where it has the op (see ``vs_tinygrad.py`` for the setup; skipped if it is not
@@ -62,10 +62,10 @@ def main(argv=None):
         Tensor = TinyJit = None
     import fnarray as fa
     import fnarray.numpy as fnp
-    C = importlib.import_module("fnarray.lowering.kernels.opencl_c")
+    C = importlib.import_module("fnarray.lowering.kernels.opencl_math")
     new = ("floor", "ceil", "rint", "sin", "cos", "expm1", "log1p", "erf", "pow")
-    new_helpers = {k: C._HELPERS.pop(k) for k in new if k in C._HELPERS}
-    new_builtins = dict(C._BUILTINS)
+    new_helpers = {k: C.HELPERS.pop(k) for k in new if k in C.HELPERS}
+    new_builtins = dict(C.BUILTINS)
     dev = fa.devices(args.device.split(":")[0])[int(args.device.split(":")[1])]
     x0 = (np.random.default_rng(0).standard_normal(1 << 22) * 3).astype(np.float32)
     rows = []
@@ -76,16 +76,16 @@ def main(argv=None):
         x = prep(x0) if prep is not None else x0
         xd = fa.device_put(fnp.asarray(x), dev)
         before = fa.jit(lambda v, f=f: f(v))
-        C._BUILTINS.clear()
+        C.BUILTINS.clear()
         try:
             want = np.asarray(before(xd))
         finally:
-            C._BUILTINS.update(new_builtins)
-        C._HELPERS.update(new_helpers)
+            C.BUILTINS.update(new_builtins)
+        C.HELPERS.update(new_helpers)
         after = fa.jit(lambda v, f=f: f(v))
         got = np.asarray(after(xd))
         for k in new_helpers:
-            C._HELPERS.pop(k)
+            C.HELPERS.pop(k)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=name)
         fns = [lambda: after(xd).block_until_ready(), lambda: before(xd).block_until_ready()]
         fns.append((lambda: ref(x)) if ref is not None else (lambda: None))
@@ -96,7 +96,7 @@ def main(argv=None):
         reps = [vs_tinygrad._best(fns, args.number) for _ in range(args.repeat)]
         med = [statistics.median(r[k] for r in reps) * 1e3 for k in range(len(fns))]
         rows.append((name, med, ref is not None, len(fns) == 4))
-    C._HELPERS.update(new_helpers)
+    C.HELPERS.update(new_helpers)
     load1 = os.getloadavg()
     print(f"4M float32 maps on {args.device}, {args.repeat} repeats of best-of-{args.number}, alternating; load "
           f"average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} -> {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}\n")

@@ -18,6 +18,7 @@ reference time / fnarray time (>= 1: fnarray is faster). Prints a Markdown table
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -204,7 +205,9 @@ def main(argv=None):
     rows.append(("digits MLP step, first call (trace + compile)", firsts[0] * 1e3, float("nan"), "-", float("nan"),
                  ""))
 
-    print(f"device: {dev} ({dev.description})\n")
+    load = os.getloadavg()
+    print(f"device: {dev} ({dev.description}); platform {ctx.devices[0].platform.version}; "
+          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n")
     print("| case | fnarray (ms) | reference (ms) | reference | ratio (ref/fnarray) | target |")
     print("|---|---:|---:|---|---:|---|")
     for name, o, r, rn, ratio, target in rows:

@@ -9,13 +9,12 @@ tinygrad's). fnarray runs each case jitted on ``--device``; tinygrad under ``Tin
 ``DEV=CL``. Both run the same OpenCL platform: the script points tinygrad's ICD loader at the PoCL that
 PyOpenCL ships (a vendors folder in a temporary directory), unless ``OCL_ICD_VENDORS`` is already set.
 
-Setup (Debian): tinygrad's OpenCL runtime loads ``libOpenCL.so.1``:
-
-    apt-get install ocl-icd-libopencl1
-    pip install tinygrad
-
-(``pocl-opencl-icd`` adds Debian's own PoCL as a second platform; PyOpenCL then lists it first, so
-``opencl:0`` changes. This script does not need it.)
+Setup: ``pip install tinygrad``. tinygrad's OpenCL runtime loads ``libOpenCL``: where ``OPENCL_PATH`` is unset
+the script names PyOpenCL's bundled loader (so no system ``ocl-icd-libopencl1`` is needed and both libraries
+read one platform list). ``pocl-opencl-icd`` adds Debian's own PoCL as a second platform, listed first, so
+``opencl:0`` changes: do not install it; ``sh benchmarks/pocl31.sh /work/pocl31 run python
+benchmarks/vs_tinygrad.py`` runs this script on Debian's PoCL 3.1 unpacked beside the wheel's (the platform
+of each side is printed).
 
 Each case is timed ``--repeat`` times; one repeat is the best of ``--number`` calls of each side,
 measured alternately (the machine's load hits both alike). Printed: milliseconds and the ratio
@@ -40,12 +39,18 @@ import _checkout  # noqa: E402,F401  (this checkout's fnarray, not an installed 
 
 
 def _point_tinygrad_at_pyopencl_pocl():
-    """An ICD vendors folder naming PyOpenCL's bundled PoCL, so tinygrad opens the same platform."""
-    if os.environ.get("OCL_ICD_VENDORS"):
-        return
+    """An ICD vendors folder naming PyOpenCL's bundled PoCL, so tinygrad opens the same platform; and, where
+    ``OPENCL_PATH`` is unset, tinygrad's loader set to PyOpenCL's bundled ``libOpenCL`` (so no system
+    ``ocl-icd-libopencl1`` is needed and both libraries read one platform list: ``benchmarks/pocl31.sh``)."""
     import glob
     import pyopencl
-    libs = glob.glob(os.path.join(os.path.dirname(pyopencl.__file__), ".libs", "libpocl*.so*"))
+    here = os.path.join(os.path.dirname(pyopencl.__file__), ".libs")
+    loaders = glob.glob(os.path.join(here, "libOpenCL*.so*"))
+    if loaders and not os.environ.get("OPENCL_PATH"):
+        os.environ["OPENCL_PATH"] = loaders[0]
+    if os.environ.get("OCL_ICD_VENDORS"):
+        return
+    libs = glob.glob(os.path.join(here, "libpocl*.so*"))
     if not libs:
         return  # a PyOpenCL built against the system loader: tinygrad sees the same ICDs already
     folder = tempfile.mkdtemp(prefix="fnarray-ocl-vendors-")
@@ -197,6 +202,20 @@ def _cases(dev, fa, fnp, Tensor, TinyJit):
     return out
 
 
+def _platform(fa, device):
+    """The OpenCL platform version of fnarray's ``device`` (``PoCL 3.0-rc2 ...`` or ``PoCL 3.1+debian ...``)."""
+    from fnarray.devices.placement import parse_device
+    dev = parse_device(device)
+    return dev.impl.state(dev).context.devices[0].platform.version
+
+
+def _tinygrad_platform():
+    """The version of the first OpenCL platform, the one tinygrad's ``CL`` device opens (through pyopencl,
+    which reads the same ICD list when ``OPENCL_PATH`` names its loader)."""
+    import pyopencl as cl
+    return cl.get_platforms()[0].version
+
+
 def _sync(t):
     from tinygrad import Device
     Device[t.device].synchronize()
@@ -222,7 +241,8 @@ def main(argv=None):
     cases = _cases(args.device, fa, fnp, Tensor, TinyJit)
     load0 = os.getloadavg()
     print(f"fnarray {args.device} vs tinygrad DEV={os.environ['DEV']}; {args.repeat} repeats of best-of-"
-          f"{args.number}, alternating; load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}\n")
+          f"{args.number}, alternating; load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}")
+    print(f"fnarray's platform: {_platform(fa, args.device)}; tinygrad's: {_tinygrad_platform()}\n")
     print("| case | fnarray (ms) | tinygrad (ms) | ratio fnarray/tinygrad (median, range) |")
     print("|---|---|---|---|")
     for name, (ours, theirs, check) in cases.items():

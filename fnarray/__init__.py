@@ -50,8 +50,8 @@ make_jaxpr = make_ir  # JAX's name for the program printer
 jacobian = jacrev     # JAX's name (jax.jacobian is jacrev)
 
 # Libraries imported on first use, so that `import fnarray` stays light.
-_LAZY = {"random": None, "nn": None, "optim": None, "export": None, "profiler": None, "debug": None, "ops": None,
-         "utils": None,
+_LAZY = {"random": None, "dtypes": None, "nn": None, "optim": None, "export": None, "profiler": None, "debug": None,
+         "ops": None, "utils": None,
          "doctor": "fnarray._doctor", "check": "fnarray._check", "ad_checkpoint": None,
          "checkpoint_policies": "fnarray.ad_checkpoint"}
 

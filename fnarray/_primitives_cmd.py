@@ -11,12 +11,15 @@ Without arguments it prints a report that fits ``WIDTH`` (120) columns: the unav
 their reasons, then the matrix's status words (``--wide``: every cell with its reason). The report is the list
 ``SECTIONS`` of functions ``(rows, wide) -> lines``; a new section is one more function there.
 
-``NAME`` prints one primitive: its documented semantics, every rule registered for it with the file and line
-that defines it, and the same per-backend status. ``--write`` regenerates ``docs/primitives.md``.
+``NAME`` prints one primitive: its documented semantics, every rule registered for it (the transformation
+tables, each backend's, the ONNX export's: ``fnarray._rule_sites.TABLES``) with the file and line that defines
+it for that primitive (a helper's rule at the line that registered it: ``fnarray._rule_sites``), and the same
+per-backend status. ``--write`` regenerates ``docs/primitives.md``.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 
@@ -118,6 +121,8 @@ def backend_status(prim, name: str) -> str:
     spmd = _spmd_status(prim, name)
     if spmd is not None:
         return spmd
+    if prim.kind == "kernel":
+        return "unsupported (never executed alone: it only exists inside a pallas_call kernel body)"
     if _unsupported_kind(prim):
         return "unsupported (never executed: it only exists inside transformations)"
     device, why = _device(name)
@@ -191,6 +196,8 @@ def _rule_cells(prim, tables):
         bt = "yes"
     elif prim is P.iota:
         bt = "n/a (no operands)"
+    elif prim.kind == "kernel":
+        bt = "n/a (inside a kernel body: vmap batches the pallas_call)"
     else:
         bt = "missing"
     return ["yes", jvp, tr, bt]
@@ -218,7 +225,6 @@ def matrix_markdown(rows=None) -> str:
 
 def _where(fn) -> str:
     """``path:line`` of the function that implements a rule (through closures' ``__wrapped__``/partials)."""
-    import functools
     while isinstance(fn, functools.partial):
         fn = fn.func
     fn = inspect.unwrap(fn)
@@ -231,35 +237,55 @@ def _where(fn) -> str:
     return f"{rel}:{line}"
 
 
-def _backend_rules(prim):
-    """``[(what, function)]`` of the backends' tables that have ``prim`` (the importable ones)."""
+def _table_rules(prim):
+    """``[(what, rule, table label, table)]`` of the rule tables (``_rule_sites.TABLES``) that have ``prim``; a
+    backend whose library is missing gives ``(what, "backend unavailable (...)", None, None)``."""
+    from fnarray._rule_sites import TABLES, table as rule_table
     out = []
-    from fnarray.lowering.numpy.impls import IMPLS
-    if prim in IMPLS:
-        out.append(("numpy reference (numpy.impls.IMPLS)", IMPLS[prim]))
-    for name, mod, table in (("jax", "fnarray.lowering.jax.backend", "RULES"),
-                             ("mlx", "fnarray.lowering.mlx.rules", "RULES")):
+    for what, mod, attr, filled_by in TABLES:
+        if mod.startswith(("fnarray.lowering.", "fnarray.export.")):
+            what = f"{what} ({mod.removeprefix('fnarray.lowering.').removeprefix('fnarray.')}.{attr})"
         try:
-            import importlib
-            t = getattr(importlib.import_module(mod), table)
-        except Exception as e:  # an optional library is missing
-            out.append((f"{name} lowering", f"backend unavailable ({type(e).__name__}: {e})"))
+            table = rule_table(mod, attr, filled_by)
+        except ModuleNotFoundError as e:
+            if (e.name or "").startswith("fnarray"):
+                raise  # a table moved: TABLES names where it is read
+            out.append((what, f"backend unavailable ({type(e).__name__}: {e})", None, None))
             continue
-        if prim in t:
-            out.append((f"{name} lowering ({mod.split('.', 2)[2]}.{table})", t[prim]))
-    from fnarray.lowering.kernels.emitter import STRUCTURAL
-    from fnarray.lowering.kernels.rules import ELEMENTWISE
-    if prim in ELEMENTWISE:
-        out.append(("kernel element rule, opencl and webgpu (kernels/rules.ELEMENTWISE)", ELEMENTWISE[prim]))
-    if prim in STRUCTURAL:
-        out.append(("kernel index rule, opencl and webgpu (kernels/emitter.STRUCTURAL)", STRUCTURAL[prim]))
-    import importlib
-    # The module, not the function ``kernels.schedule`` that the package exports under the same name.
-    schedule = importlib.import_module("fnarray.lowering.kernels.schedule")
-    group = getattr(schedule, "_GROUPS", {}).get(prim)
-    if group is not None:
-        out.append(("kernel group, opencl and webgpu (kernels/schedule._GROUPS)", group))
+        except Exception as e:  # noqa: BLE001 (an optional library is missing or cannot start)
+            out.append((what, f"backend unavailable ({type(e).__name__}: {e})", None, None))
+            continue
+        if attr == "PRIMITIVES":
+            table = {p: p.abstract_eval for p in table.values()}
+        elif attr == "DECOMPOSITIONS":
+            table = {k: d.fn for k, d in table.items()}
+        if prim in table:
+            out.append((what, table[prim], f"{mod}.{attr}", table))
+        elif what.startswith("ONNX"):
+            out.append((what, _onnx_missing(prim), None, None))
     return out
+
+
+def _onnx_missing(prim) -> str:
+    from fnarray.core.decompositions import DECOMPOSITIONS
+    from fnarray.export._onnx import UNSUPPORTED
+    if prim in UNSUPPORTED:
+        return f"unsupported ({UNSUPPORTED[prim]})"
+    if prim in DECOMPOSITIONS:
+        return "decomposed before export (core/decompositions.py)"
+    return "none (export raises naming it)"
+
+
+def _rule_where(fn, label, table, prim) -> str:
+    """``name  path:line`` of a rule: its own definition, or for a rule made by a helper (``is_generic``) the
+    line that registered it for ``prim`` (``_rule_sites``), with the helper named."""
+    from fnarray._rule_sites import is_generic, sites
+    name = getattr(inspect.unwrap(fn) if not isinstance(fn, functools.partial) else fn.func, "__name__", "?")
+    if table is not None and is_generic(fn, table):
+        site = sites().get(label, {}).get(prim.name)
+        if site is not None:
+            return f"{name}, registered  {site}"
+    return f"{name}  {_where(fn)}"
 
 
 def _parts(fn):
@@ -278,28 +304,19 @@ def _parts(fn):
 
 def describe(name: str) -> str:
     """Everything registered for the primitive called ``name``, as text."""
-    from fnarray.core.decompositions import DECOMPOSITIONS
     from fnarray.core.primitives import PRIMITIVES
     prim = PRIMITIVES.get(name)
     if prim is None:
         raise SystemExit(f"no primitive {name!r}; known: {', '.join(sorted(PRIMITIVES))}")
-    ad_rules, jvps, transposes, pe, batchers = _tables()
+    _tables()
     lines = [f"{prim.name}  (family: {prim.kind}{', multiple results' if prim.multiple_results else ''})", ""]
     lines.append("semantics: " + (prim.doc or "(no documented semantics beyond the shape/dtype rule)"))
     lines += ["", "rules:"]
-    rules = [("abstract eval (core/primitives.py)", prim.abstract_eval)]
-    for what, table in (("JVP", jvps), ("transpose", transposes), ("partial evaluation", pe),
-                        ("batching", batchers)):
-        if prim in table:
-            rules.append((what, table[prim]))
-    if prim in DECOMPOSITIONS:
-        rules.append(("decomposition (core/decompositions.py)", DECOMPOSITIONS[prim].fn))
-    rules += _backend_rules(prim)
-    for what, fn in rules:
+    for what, fn, label, table in _table_rules(prim):
         if isinstance(fn, str):
             lines.append(f"  {what:<62} {fn}")
             continue
-        lines.append(f"  {what:<62} {getattr(inspect.unwrap(fn), '__name__', '?')}  {_where(fn)}")
+        lines.append(f"  {what:<62} {_rule_where(fn, label, table, prim)}")
         for part in _parts(fn) if what == "JVP" else ():
             lines.append(f"  {'':<62}   via {part.__name__}  {_where(part)}")
     from fnarray.testing.cases import CASES

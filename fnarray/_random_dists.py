@@ -170,7 +170,7 @@ def gamma(key, a, shape=None, dtype=None):
     al. 2018: ``dx/da = -(dP/da) / (dP/dx)`` with ``P = gammainc(a, .)`` at the sample), as JAX.
 
     Args:
-      key: ``uint32[2]``, a PRNG key.
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
       a: the shape parameter, a non-negative float scalar or array: ``a = 0`` gives 0 (the limit, as JAX),
         tiny ``a`` (1e-30) tiny positive samples or 0 where they underflow, ``a < 0`` NaN.
       shape: the sample shape (default ``a``'s shape); ``a`` must broadcast to it.
@@ -196,7 +196,7 @@ def loggamma(key, a, shape=None, dtype=None):
     Same method and gradient as ``gamma``, in log space.
 
     Args:
-      key: ``uint32[2]``, a PRNG key.
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
       a: the shape parameter, a non-negative float scalar or array: ``a = 0`` gives ``-inf`` (as JAX), tiny
         ``a`` (1e-30) samples near ``log(u) / a`` (about -1e30), ``a < 0`` NaN.
       shape: the sample shape (default ``a``'s shape); ``a`` must broadcast to it.
@@ -220,7 +220,7 @@ def beta(key, a, b, shape=None, dtype=None):
     formed in log space (so tiny ``a`` and ``b`` give 0s and 1s, not NaN); differentiable in ``a`` and ``b``.
 
     Args:
-      key: ``uint32[2]``, a PRNG key.
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
       a, b: non-negative float scalars or arrays: ``a = 0`` gives 0 and ``b = 0`` gives 1 (as JAX), both 0
         NaN; tiny ones give 0s and 1s.
       shape: the sample shape (default: the broadcast shape of ``a`` and ``b``).
@@ -253,7 +253,7 @@ def dirichlet(key, alpha, shape=None, dtype=None):
     the last axis, in log space; differentiable in ``alpha``.
 
     Args:
-      key: ``uint32[2]``, a PRNG key.
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
       alpha: non-negative concentrations, a float array ``(..., K)`` with ``K >= 1``: a zero concentration gets
         weight 0 (as JAX); a slice of zeros only gives NaN.
       shape: the batch shape (default ``alpha.shape[:-1]``); ``alpha.shape[:-1]`` must broadcast to it.
@@ -368,7 +368,7 @@ def poisson(key, lam, shape=None, dtype=None):
     Not differentiable (integer output).
 
     Args:
-      key: ``uint32[2]``, a PRNG key.
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
       lam: the rate, a non-negative float scalar or array.
       shape: the sample shape (default ``lam``'s shape); ``lam`` must broadcast to it.
       dtype: an integer dtype (default int32).
@@ -416,7 +416,7 @@ def multivariate_normal(key, mean, cov, shape=None, dtype=None, method="cholesky
     """Multivariate normal samples ``mean + A z`` with ``A A^T = cov`` (mirrors ``jax.random.multivariate_normal``).
 
     Args:
-      key: ``uint32[2]``, a PRNG key.
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
       mean: ``(..., n)`` float array.
       cov: ``(..., n, n)`` symmetric positive (semi-)definite float array; its batch shape broadcasts with
         ``mean``'s.

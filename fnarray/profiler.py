@@ -10,8 +10,9 @@ on every backend, spans of these kinds (the *layers*):
 - ``transfer``: host -> device and device -> host copies, with their bytes (and, for reads, the
   user's line that asked for the value);
 - ``kernel``: running an executable, waited for; on opencl and webgpu one span per kernel launch,
-  named by kernel, with the device's own time (``device_us``: OpenCL profiling events, WebGPU
-  timestamp queries) where the device offers it;
+  named by kernel, whose duration is the device's own time (``device_us``: OpenCL profiling events,
+  WebGPU timestamp queries) where the device offers it, else the launch's wall time until its wait;
+  the host's time around the launches of a call (recording, submitting, waiting) is ``dispatch``;
 - ``fallback``: a segment of a program run on numpy:0 because the device cannot run it;
 - ``loop``: one iteration of a loop that the host drives (``while``/``scan`` on mlx, opencl, webgpu).
 
@@ -102,6 +103,8 @@ def _timed(exe, label, device):
                 sp.kind = "dispatch"
                 if "fallback" in sp.kids:
                     sp.args["fallback"] = True
+                if "kernel" in sp.kids:  # host time around kernel launches: recording, submitting, waiting
+                    sp.args["launches"] = True
         return outs
     return run
 
@@ -407,6 +410,10 @@ def _verdict(s: Summary, recs) -> str:
 
 
 def _dispatch_verdict(s, recs, share):
+    around = [r for r in recs if r.kind == "dispatch" and r.args.get("launches")]
+    around_ns = sum(r.self_ns for r in around)
+    if around and 2 * around_ns >= s.totals_ns["dispatch"]:
+        return _launch_verdict(s, recs, share, around, around_ns)
     calls = [r for r in recs if r.kind == "dispatch" and r.parent is None]
     n = len(calls)
     mean = sum(r.dur for r in calls) / n / 1e3 if n else 0.0
@@ -423,6 +430,23 @@ def _dispatch_verdict(s, recs, share):
     return (f"dispatch dominates ({share}): {n} top-level calls averaging {mean:.1f} us each ({top}){where}. "
             "Many tiny calls: jit a larger function (put the whole loop body or step under fa.jit), "
             "or batch the work (fa.vmap, larger arrays) so each call does more.")
+
+
+def _launch_verdict(s, recs, share, around, around_ns):
+    """Dispatch that is mostly host time around kernel launches (opencl, webgpu): name that layer."""
+    ids = {id(r) for r in around}
+    launches = sum(1 for r in recs if r.kind == "kernel" and r.parent is not None and id(r.parent) in ids)
+    per_call = launches / len(around)
+    per_launch = around_ns / launches / 1e3 if launches else 0.0
+    head = (f"dispatch dominates ({share}), {around_ns / s.total_ns * 100:.0f}% of the time in the host's work "
+            f"around kernel launches (recording and submitting them, waiting for the device): {len(around)} calls "
+            f"of {per_call:.0f} kernels each, ~{per_launch:.1f} us per launch beyond the kernels' own device time.")
+    if per_call < 4:
+        return (f"{head} Many tiny calls: jit a larger function (put the whole loop body or step under fa.jit) or "
+                "batch the work (fa.vmap, larger arrays) so that each call launches more work.")
+    return (f"{head} Give each launch more work: a larger batch per call, fa.vmap over many small problems, or more "
+            "of the loop under one fa.jit; on a CPU driver (PoCL, lavapipe) part of it is the driver's own cost per "
+            "launch and per wait.")
 
 
 def _compile_verdict(s, recs, share):
@@ -533,13 +557,13 @@ def _fallback_verdict(s, recs, share):
     name, _ = _top(by, 1)[0]
     native = []
     for bname in backend_names():
-        if bname == "numpy":
-            continue
         try:
             b = get_backend(bname)
         except BackendUnavailable:
             continue
         for d in b.devices():
+            if b.capabilities(d).reference:
+                continue
             try:
                 if eqns[name] and all(b.supports(e, d) is None for e in eqns[name]):
                     native.append(str(d))

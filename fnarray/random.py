@@ -1,6 +1,9 @@
 """Counter-based pseudo-random numbers with explicit keys (mirrors ``jax.random``).
 
-A key is a ``uint32`` array of shape ``(2,)`` (docs/design.md, "Random keys"). Every
+A key is typed (``key(seed)``: dtype ``key<fry>``, shape ``()``, as JAX's ``jax.random.key``) or raw
+(``PRNGKey(seed)``: a ``uint32`` array of shape ``(2,)``, as JAX's legacy keys; docs/design.md, "Random
+keys"); ``key_data``/``wrap_key_data`` convert, every sampler takes both, and ``split``/``fold_in`` return
+the form they were given. Every
 sampler is a pure function of its key: the same key gives the same numbers,
 eagerly, under ``jit`` and under ``vmap``, on every backend. To draw several
 independent streams, ``split`` the key (or ``fold_in`` a counter) and never
@@ -45,7 +48,7 @@ import numpy as np
 from fnarray.core import dtypes, lax
 from fnarray.core.array import Array
 from fnarray.core.errors import DTypeError, ShapeError
-from fnarray.core.prng import threefry2x32_p
+from fnarray.core.prng import KeyArray, threefry2x32_p
 
 __all__ = [
     "PRNGKey",
@@ -61,6 +64,7 @@ __all__ = [
     "gumbel",
     "key",
     "key_data",
+    "key_impl",
     "laplace",
     "loggamma",
     "multivariate_normal",
@@ -90,7 +94,13 @@ def _as_array(x):
 
 
 def _check_key(k, name: str) -> Array:
-    """Validate a PRNG key; returns it as an ``Array``."""
+    """Validate a PRNG key, typed (``key<fry>``, shape ``()``) or raw (``uint32[2]``); returns its words as an
+    ``Array``."""
+    if isinstance(k, KeyArray):
+        if k.shape != ():
+            raise ShapeError(f"{name} needs a single PRNG key, got a key array of shape {k.shape} (dtype "
+                             f"{k.dtype}). To use a batch of keys, map over them with fnarray.vmap.")
+        k = k._data
     if isinstance(k, np.ndarray):
         k = _as_array(k)
     if not isinstance(k, Array):
@@ -247,31 +257,46 @@ def _words_to_key(hi, lo):
     return lax.concatenate(parts, 0)
 
 
-def key(seed) -> Array:
-    """A PRNG key from an integer seed (mirrors ``jax.random.PRNGKey``; JAX's ``key`` makes typed keys).
+def _typed_as(template, raw):
+    """``raw`` (``uint32[..., 2]``) as typed keys if ``template`` is a typed key, else as it is."""
+    return KeyArray(raw) if isinstance(template, KeyArray) else raw
+
+
+def key(seed, *, impl=None) -> KeyArray:
+    """A typed PRNG key from an integer seed (mirrors ``jax.random.key``).
 
     Args:
       seed: a Python or NumPy integer in ``[-2**63, 2**64)``, or a 0-d integer array (traced
         values included). The seed is read as a 64-bit two's-complement integer and split into
         its high and low 32-bit words; a 0-d array of 32 bits or fewer has a zero high word.
+      impl: ``None`` or ``"threefry2x32"`` (the only generator here).
     Returns:
-      ``uint32[2]``, the key ``[hi, lo]``.
+      a ``KeyArray`` of shape ``()`` and dtype ``key<fry>`` (``fnarray.core.dtypes.key_fry``) over the words
+      ``[hi, lo]``, printed as JAX prints it (``Array((), dtype=key<fry>) overlaying: [0 0]``); the same bits
+      as ``PRNGKey(seed)``, which returns them raw (``uint32[2]``). ``key_data`` unwraps it.
     Raises:
       ``TypeError`` for a non-integer seed, ``ShapeError`` for an array seed that is not 0-d,
-      ``OverflowError`` for a Python int outside 64 bits.
+      ``OverflowError`` for a Python int outside 64 bits, ``ValueError`` for another ``impl``.
 
     Note: JAX in its default 32-bit mode first truncates Python ints to ``int32``, so its keys
     for negative seeds or seeds of ``2**31`` and above differ from these (they agree with JAX
     under ``jax_enable_x64``); seeds in ``[0, 2**31)`` agree in both modes.
     """
-    return _words_to_key(*_seed_words(seed))
+    _check_impl(impl, "key")
+    return KeyArray(_words_to_key(*_seed_words(seed)))
 
 
-def PRNGKey(seed) -> Array:
-    """Same as ``key`` (mirrors ``jax.random.PRNGKey``): ``uint32[2]`` from an integer seed.
+def _check_impl(impl, name):
+    if impl not in (None, "threefry2x32", "threefry"):
+        raise ValueError(f"{name}: fnarray has one PRNG implementation, 'threefry2x32'; got impl={impl!r}")
+
+
+def PRNGKey(seed, *, impl=None) -> Array:
+    """A raw PRNG key from an integer seed (mirrors ``jax.random.PRNGKey``): ``uint32[2]``, the words of ``key``.
 
     Args:
       seed: a Python or NumPy integer in ``[-2**63, 2**64)``, or a 0-d integer array.
+      impl: ``None`` or ``"threefry2x32"``.
 
     Returns:
       ``uint32[2]``, the key ``[hi, lo]`` of the 64-bit seed.
@@ -281,8 +306,10 @@ def PRNGKey(seed) -> Array:
       ShapeError: an array seed that is not 0-d.
       DTypeError: an array seed of a non-integer dtype.
       OverflowError: a Python int outside 64 bits.
+      ValueError: another ``impl``.
     """
-    return key(seed)
+    _check_impl(impl, "PRNGKey")
+    return _words_to_key(*_seed_words(seed))
 
 
 def _check_keys(keys, name: str) -> Array:
@@ -300,48 +327,73 @@ def _check_keys(keys, name: str) -> Array:
 def key_data(keys) -> Array:
     """The raw ``uint32`` words of a key or an array of keys (mirrors ``jax.random.key_data``).
 
-    fnarray's keys are raw already (``uint32[..., 2]``, as JAX's legacy ``PRNGKey``), so this validates
-    and returns them: ``key_data(split(k, 3))`` is ``uint32[3, 2]``, as in JAX.
+    Typed keys (``key``, dtype ``key<fry>``, any batch shape ``s``) give their words, ``uint32[*s, 2]``:
+    ``key_data(split(key(0), 3))`` is ``uint32[3, 2]``, as in JAX. Raw keys (``PRNGKey``, ``uint32[..., 2]``)
+    are words already and are returned as they are.
 
     Args:
-      keys: a key ``uint32[2]`` or a batch ``uint32[..., 2]`` (a NumPy array is converted).
+      keys: typed keys, or raw keys ``uint32[..., 2]`` (a NumPy array is converted).
 
     Returns:
-      The same words as an ``Array`` of ``uint32[..., 2]``.
+      The words as an ``Array`` of ``uint32[..., 2]``.
 
     Raises:
       TypeError: ``keys`` is not an array.
-      ShapeError: not ``uint32`` with a last axis of 2.
+      ShapeError: raw keys that are not ``uint32`` with a last axis of 2.
     """
+    if isinstance(keys, KeyArray):
+        return keys._data
     return _check_keys(keys, "key_data")
 
 
-def wrap_key_data(key_bits_array, *, impl=None) -> Array:
-    """Keys from their raw words (mirrors ``jax.random.wrap_key_data``): the inverse of ``key_data``.
+def wrap_key_data(key_bits_array, *, impl=None) -> KeyArray:
+    """Typed keys from their raw words (mirrors ``jax.random.wrap_key_data``): the inverse of ``key_data``.
 
     Args:
-      key_bits_array: ``uint32[..., 2]`` (as ``key_data`` returns), a batch of keys included.
+      key_bits_array: ``uint32[*s, 2]`` (as ``key_data`` or ``PRNGKey``/``split`` of a raw key return), a batch
+        of keys included.
       impl: ``None`` or ``"threefry2x32"`` (the only generator here).
 
     Returns:
-      the keys, ``uint32[..., 2]``.
+      the typed keys: a ``KeyArray`` of shape ``s`` and dtype ``key<fry>``.
 
     Raises:
-      ValueError: another ``impl``. ShapeError: not ``uint32`` with a last axis of 2.
+      ValueError: another ``impl``.
+      TypeError: typed keys (wrap their ``key_data``) or a non-array.
+      ShapeError: not ``uint32`` with a last axis of 2.
     """
-    if impl not in (None, "threefry2x32", "threefry"):
-        raise ValueError(f"wrap_key_data: fnarray has one PRNG implementation, 'threefry2x32'; got impl={impl!r}")
-    return _check_keys(key_bits_array, "wrap_key_data")
+    _check_impl(impl, "wrap_key_data")
+    if isinstance(key_bits_array, KeyArray):
+        raise TypeError("wrap_key_data takes raw uint32[..., 2] words, got typed keys (dtype key<fry>); they are "
+                        "wrapped already (key_data(k) gives their words)")
+    return KeyArray(_check_keys(key_bits_array, "wrap_key_data"))
+
+
+def key_impl(keys) -> str:
+    """The name of the generator behind ``keys`` (mirrors ``jax.random.key_impl``): ``"threefry2x32"``.
+
+    Args:
+      keys: typed keys (``key<fry>``) or raw keys (``uint32[..., 2]``), any batch shape.
+
+    Returns:
+      ``"threefry2x32"`` (as JAX's, which prints the same), the one generator fnarray has.
+
+    Raises:
+      TypeError: ``keys`` is not an array. ShapeError: raw keys that are not ``uint32`` with a last axis of 2.
+    """
+    key_data(keys)
+    return "threefry2x32"
 
 
 def split(key, num=2) -> Array:
     """Split a key into ``num`` new keys (mirrors ``jax.random.split``).
 
     Args:
-      key: ``uint32[2]``.
+      key: a typed key (``key<fry>``, shape ``()``) or a raw one (``uint32[2]``).
       num: an int, or a shape tuple for an array of keys.
     Returns:
-      ``uint32[num, 2]`` (or ``uint32[*num, 2]``): key ``i`` is Threefry of the counter ``(0, i)``.
+      keys of the form of ``key``: typed of shape ``(num,)`` (or ``num``), or raw ``uint32[num, 2]`` (or
+      ``uint32[*num, 2]``); key ``i`` is Threefry of the counter ``(0, i)``.
     Raises:
       ``DTypeError``/``ShapeError`` for a bad key or shape.
     """
@@ -349,7 +401,7 @@ def split(key, num=2) -> Array:
     shape = _shape_arg(num, "split")
     y0, y1 = _hashed_counters(k, shape)
     col = shape + (1,)
-    return lax.concatenate([lax.reshape(y0, col), lax.reshape(y1, col)], len(shape))
+    return _typed_as(key, lax.concatenate([lax.reshape(y0, col), lax.reshape(y1, col)], len(shape)))
 
 
 def _split2(k):
@@ -362,11 +414,12 @@ def fold_in(key, data) -> Array:
     """A new key from ``key`` and an integer ``data`` (mirrors ``jax.random.fold_in``).
 
     Args:
-      key: ``uint32[2]``.
+      key: a typed key (``key<fry>``, shape ``()``) or a raw one (``uint32[2]``).
       data: a Python int in ``[-2**31, 2**32)`` or a 0-d integer array (traced values included),
         taken modulo ``2**32``.
     Returns:
-      ``uint32[2]``: Threefry of the counter pair ``(0, data)`` under ``key``.
+      a key of the form of ``key`` (typed, or raw ``uint32[2]``): Threefry of the counter pair ``(0, data)``
+      under ``key``.
     Raises:
       ``TypeError``/``ShapeError`` for non-integer or non-scalar data, ``OverflowError`` for an
       int out of range, ``DTypeError``/``ShapeError`` for a bad key.
@@ -386,7 +439,7 @@ def fold_in(key, data) -> Array:
         word = lax.convert_element_type(a, _U32)
     k0, k1 = _key_words(k)
     y0, y1 = _threefry2x32(k0, k1, np.uint32(0), word)
-    return _words_to_key(y0, y1)
+    return _typed_as(key, _words_to_key(y0, y1))
 
 
 # ----------------------------------------------------------------------------- samplers
@@ -406,7 +459,7 @@ def bits(key, shape=(), dtype=None) -> Array:
     """Uniformly random bits (mirrors ``jax.random.bits``).
 
     Args:
-      key: ``uint32[2]``.
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
       shape: the sample shape.
       dtype: ``uint8``, ``uint16``, ``uint32`` (default) or ``uint64``.
     Returns:
@@ -455,7 +508,7 @@ def uniform(key, shape=(), dtype=None, minval=0.0, maxval=1.0) -> Array:
     as in JAX.
 
     Args:
-      key: ``uint32[2]``.
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
       shape: the sample shape; ``minval``/``maxval`` must broadcast to it.
       dtype: float16, bfloat16, float32 (default) or float64.
       minval, maxval: scalars or arrays, cast to ``dtype``.
@@ -484,7 +537,7 @@ def normal(key, shape=(), dtype=None) -> Array:
     real and imaginary parts of variance 1/2 each (total variance 1), as in JAX.
 
     Args:
-      key: ``uint32[2]``.
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
       shape: the sample shape.
       dtype: a floating or complex dtype (default float32).
     Returns:
@@ -512,7 +565,7 @@ def bernoulli(key, p=0.5, shape=None) -> Array:
     ``uniform(key, shape, p.dtype) < p``.
 
     Args:
-      key: ``uint32[2]``.
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
       p: a float scalar or array of probabilities (Python floats are float32).
       shape: the sample shape (default: ``p``'s shape); ``p`` must broadcast to it.
     Returns:
@@ -544,7 +597,7 @@ def gumbel(key, shape=(), dtype=None) -> Array:
     ``u`` is uniform on ``[tiny, 1)`` (``tiny`` the smallest normal number of ``dtype``).
 
     Args:
-      key: ``uint32[2]``, a PRNG key.
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
       shape: the sample shape (an int or a tuple of non-negative ints).
       dtype: float16, bfloat16, float32 (default) or float64.
 
@@ -567,7 +620,7 @@ def exponential(key, shape=(), dtype=None) -> Array:
     ``u`` is uniform on ``[0, 1)``; the inverse-CDF method, as in JAX.
 
     Args:
-      key: ``uint32[2]``, a PRNG key.
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
       shape: the sample shape (an int or a tuple of non-negative ints).
       dtype: float16, bfloat16, float32 (default) or float64.
 
@@ -592,7 +645,7 @@ def laplace(key, shape=(), dtype=None) -> Array:
     From ``u`` uniform in ``(-1, 1)``: ``sign(u) * log1p(-|u|)`` (JAX's formula).
 
     Args:
-      key: ``uint32[2]``, a PRNG key.
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
       shape: the sample shape (an int or a tuple of non-negative ints).
       dtype: float16, bfloat16, float32 (default) or float64.
 
@@ -626,7 +679,7 @@ def truncated_normal(key, lower, upper, shape=None, dtype=None) -> Array:
     JAX's ``erf``-based form puts every sample of ``(8, 1e6)`` near 1e6 in float32.
 
     Args:
-      key: ``uint32[2]``.
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
       lower, upper: scalars or arrays (infinite bounds allowed).
       shape: the sample shape (default: the broadcast shape of ``lower`` and ``upper``).
       dtype: a float dtype (default float32).
@@ -696,7 +749,7 @@ def categorical(key, logits, axis: int = -1, shape=None) -> Array:
     Gumbel-max: ``argmax(logits + gumbel)`` along ``axis``.
 
     Args:
-      key: ``uint32[2]``.
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
       logits: a float array; ``axis`` indexes the categories, the other axes are a batch.
       axis: the category axis.
       shape: the sample shape (default: the batch shape); it must end with the batch shape.
@@ -767,7 +820,7 @@ def randint(key, shape, minval, maxval, dtype=None) -> Array:
     uint8)`` covers all bytes); where ``maxval <= minval`` the result is ``minval``.
 
     Args:
-      key: ``uint32[2]``.
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
       shape: the sample shape; ``minval``/``maxval`` must broadcast to it.
       minval, maxval: integer scalars or arrays (clipped into the dtype's range).
       dtype: an integer dtype (default int32).
@@ -895,7 +948,7 @@ def permutation(key, x, axis: int = 0, independent: bool = False) -> Array:
     Sorts by random 32-bit keys (repeated for large inputs, so that ties are negligible).
 
     Args:
-      key: ``uint32[2]``.
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
       x: an int ``n`` (permute ``arange(n)``, int32) or an array of rank >= 1.
       axis: the axis to permute.
       independent: permute each 1-d slice along ``axis`` independently (default: permute whole
@@ -933,7 +986,7 @@ def choice(key, a, shape=(), replace: bool = True, p=None, axis: int = 0) -> Arr
     Gumbel top-k.
 
     Args:
-      key: ``uint32[2]``.
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
       a: an int ``n`` (choose from ``arange(n)``) or an array (choose slices along ``axis``).
       shape: the sample shape.
       replace: sample with replacement.
@@ -994,7 +1047,7 @@ def _install_eager_jit():
     import sys
 
     from fnarray.transforms import eager_jit  # eager calls run as cached jitted programs
-    eager_jit.install(sys.modules[__name__], excluded=("PRNGKey", "key"))
+    eager_jit.install(sys.modules[__name__], excluded=("PRNGKey", "key", "key_data", "wrap_key_data", "key_impl"))
 
 
 _install_eager_jit()

@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fnarray.core import dtypes
 from fnarray.core.errors import ShapeError
 from fnarray.devices.sharding import Sharding, SingleDeviceSharding
 
@@ -630,7 +631,8 @@ class ArrayType(NamedTuple):
             names = [n for n in names if self.sharding.mesh.explicit(n)]
             at = "" if not names else "@" + (names[0] if len(names) == 1 else "(" + ",".join(map(str, names)) + ")")
             dims.append(f"{size}{at}")
-        return f"{np.dtype(self.dtype).name}[{','.join(dims)}]"
+        name = self.dtype.name if dtypes.is_key(self.dtype) else np.dtype(self.dtype).name
+        return f"{name}[{','.join(dims)}]"
 
     __repr__ = __str__
 
@@ -648,6 +650,9 @@ def typeof(x) -> ArrayType:
     """
     from fnarray.core.avals import get_aval
     from fnarray.core.tracing import Tracer
+    from fnarray.core.prng import KeyArray
+    if isinstance(x, KeyArray):   # typed keys: key<fry> over the batch shape (JAX prints key<fry>[])
+        return ArrayType(x.shape, x.dtype, False, None)
     aval = get_aval(x)
     sharding = None
     if not isinstance(x, Tracer) and hasattr(x, "sharding"):

@@ -31,20 +31,14 @@ from helpers import BACKEND_UNAVAILABLE, config_setting  # noqa: E402
 
 #: Test modules that run every test with ``enable_x64`` on. They were written when 64-bit values were always
 #: kept and compare float64/int64 results with NumPy in many places (finite differences in float64, float64
-#: parity cases, ``np.float64`` inputs whose dtype they check); the switch (issue 25) came late in the turn,
-#: so these were not yet gone through test by test. A module leaves this list once the tests in it that need
-#: 64-bit carry ``@pytest.mark.enable_x64`` themselves and the rest pass with x64 off (the user's default).
+#: parity cases, ``np.float64`` inputs whose dtype they check); the switch (issue 25) came late, so these were
+#: not yet gone through test by test. A module leaves this list once the tests in it that need 64-bit carry
+#: ``@pytest.mark.enable_x64`` themselves and the rest pass with x64 off (the user's default): 43 of 52 have
+#: (2026-12-05). Left: the backend suites (mlx, opencl, webgpu, browser) and the table-driven ones (ad_rules,
+#: compositions, which crawls with x64 off, parity, fuzz, ports), not yet gone through.
 X64_MODULES = frozenset({
-    "test_ad_rules", "test_betainc", "test_browser", "test_compile_cache", "test_compositions", "test_conv",
-    "test_conv_kernels", "test_distributed", "test_empty_limits_hangs", "test_erfc", "test_example_digits_cnn",
-    "test_example_gaussian_process", "test_example_spectral", "test_example_transformer_lm", "test_examples",
-    "test_export", "test_fft", "test_fuzz", "test_grad_namespace", "test_interop", "test_jax_backend",
-    "test_kernels", "test_linalg", "test_linalg_kernels", "test_log2", "test_long_scans", "test_map_kernels",
-    "test_mlx_backend", "test_mlx_distributed", "test_nn", "test_nn_modules", "test_numpy_linalg",
-    "test_numpy_reductions", "test_onnx", "test_opencl_backend", "test_opencl_math", "test_optim", "test_parity",
-    "test_ports", "test_primitives_cmd", "test_profiler", "test_random", "test_random_dists",
-    "test_random_programs", "test_readme", "test_register_tiles", "test_row_fusion", "test_scipy", "test_sharding",
-    "test_threads", "test_webgpu_backend", "test_windows",
+    "test_ad_rules", "test_browser", "test_compositions", "test_fuzz", "test_mlx_backend", "test_opencl_backend",
+    "test_parity", "test_ports", "test_webgpu_backend",
 })
 
 

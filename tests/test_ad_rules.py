@@ -113,7 +113,7 @@ def _i(*v):
 
 UNARY = [
     ("exp", P.exp, u(-2, 2)), ("exp2", P.exp2, u(-2, 2)), ("log", P.log, u(0.2, 3)),
-    ("log2", P.log2, u(0.1, 4)),
+    ("log2", P.log2, u(0.1, 4)), ("log10", P.log10, u(0.1, 4)),
     ("log1p", P.log1p, u(-0.8, 3)), ("expm1", P.expm1, u(-2, 2)), ("tanh", P.tanh, u(-2, 2)),
     ("logistic", P.logistic, u(-4, 4)), ("sin", P.sin, u(-3, 3)), ("cos", P.cos, u(-3, 3)),
     ("tan", P.tan, u(-1.2, 1.2)), ("asin", P.asin, u(-0.9, 0.9)), ("acos", P.acos, u(-0.9, 0.9)),
@@ -496,6 +496,9 @@ def test_jvp_zero(case):
 #: Rules tested in their own files, where their inputs need more than this table gives (a case here differentiates
 #: every float input).
 ELSEWHERE = {
+    "pallas_call": "its JVP rule raises naming custom_vjp (tests/test_pallas.py, with a custom_vjp backward kernel)",
+    "dot_product_attention": "its JVP is the decomposition's (the mask operand is bool): tests/test_attention.py "
+                             "checks grad in q, k, v and bias against float64 finite differences on every device",
     "quantized_matmul": "linear in x only (the scales and biases are constants whose gradient raises): "
                         "tests/test_quantize.py checks its JVP and transpose in x against float64 finite differences",
 }

@@ -54,6 +54,7 @@ def test_betainc_against_scipy(dtype):
     np.testing.assert_allclose(got, want.astype(dtype), rtol=0, atol=atol)
 
 
+@pytest.mark.enable_x64
 def test_betainc_large_parameters_and_broadcasting():
     a = np.array([[1e4], [1e5]])
     b = np.array([1e4, 2e4, 1e5])
@@ -73,6 +74,7 @@ def test_betainc_edges_and_domain_are_scipys():
         np.testing.assert_allclose(got, _ref(sp.betainc, a, b, x).astype(dtype), rtol=1e-6, equal_nan=True)
 
 
+@pytest.mark.enable_x64
 def test_betainc_dtypes_and_errors():
     assert fsp.betainc(1, 2, 0.5).dtype == F32
     assert fsp.betainc(np.float16(1), np.float16(2), np.float16(0.5)).dtype == np.float16
@@ -93,6 +95,7 @@ _GRAD_POINTS = [(0.5, 3.0, 0.2), (2.5, 0.7, 0.9), (30.0, 40.0, 0.45), (300.0, 20
                 (2.5, 0.7, 1e-4), (5.0, 1.5, 0.999)]
 
 
+@pytest.mark.enable_x64
 def test_betainc_grad_x_is_the_beta_density():
     g = fa.jit(fa.grad(fsp.betainc, argnums=2))
     for a0, b0, x0 in _GRAD_POINTS:
@@ -108,6 +111,7 @@ def test_betainc_grad_x_is_the_beta_density():
     assert np.isclose(g32, ss.beta.pdf(F32(0.45), 30, 40), rtol=1e-5)
 
 
+@pytest.mark.enable_x64
 def test_betainc_grad_a_b_against_finite_differences():
     ga = fa.jit(fa.grad(fsp.betainc, argnums=0))
     gb = fa.jit(fa.grad(fsp.betainc, argnums=1))
@@ -120,6 +124,7 @@ def test_betainc_grad_a_b_against_finite_differences():
         assert np.isclose(got_b, fdb, rtol=1e-6, atol=1e-12), (a0, b0, x0, got_b, fdb)
 
 
+@pytest.mark.enable_x64
 def test_betainc_vmap_and_jit():
     a = np.array([0.5, 2.0, 30.0])
     x = np.array([[0.1, 0.5], [0.9, 0.999], [0.4, 0.6]])
@@ -147,6 +152,7 @@ def test_beta_distribution_functions_against_scipy(name, dtype):
         np.testing.assert_allclose(got, want, rtol=rtol, atol=float(np.finfo(dtype).tiny), err_msg=name)
 
 
+@pytest.mark.enable_x64
 def test_beta_logsf_tail_and_grad():
     # sf(0.999; 2, 7) = 8.4e-24: computed directly, not as 1 - cdf
     np.testing.assert_allclose(float(fst.beta.logsf(F64(0.999), F64(2), F64(7))), ss.beta.logsf(0.999, 2, 7),
@@ -172,6 +178,7 @@ def test_betainc_on_device(device):
                                atol=1e-6, err_msg=str(device))
 
 
+@pytest.mark.enable_x64
 def test_betaln_float64_near_the_stirling_threshold():
     # betaln's Stirling branch starts at 20 in float64 (at 8 it was 4e-14 relative off at (8, 8), 5e-14 at (0.5, 9))
     a = np.array([8, 10, 15, 19.9, 20, 25, 8, 12, 0.5, 3])

@@ -167,3 +167,45 @@ def test_names_policies_and_errors():
         f = lib.checkpoint(lambda y, xp=xp: xp.cos(xp.sin(y) * 2.0).sum(), policy=policy)
         got[name] = sorted(_residuals(lib, ac, f, [np.arange(3.0, dtype=np.float32)]))
     assert got["fa"] == got["jax"] and len(got["fa"]) == 2
+
+
+def _static_fns(lib, xp):
+    def layers(x, n, act):
+        for _ in range(n):     # Python control flow on the static arguments
+            x = xp.sin(x) if act == "sin" else xp.tanh(x)
+        return x
+
+    def scaled(x, w, *, scale):
+        return xp.sum(layers(x * scale, 2, "tanh") * w)
+    return layers, scaled
+
+
+@pytest.mark.parametrize("static", [(1, 2), (-2, -1)])
+def test_static_argnums_with_grad_as_jax(device, static):
+    x = np.linspace(-1.0, 1.0, 5, dtype=np.float32)
+    w = np.arange(5, dtype=np.float32)
+    got, want = {}, {}
+    for name, out in (("fa", got), ("jax", want)):
+        lib, xp, _ = LIBS[name]
+        layers, scaled = _static_fns(lib, xp)
+        xa = fa.device_put(fnp.asarray(x), device) if name == "fa" else x
+        f = lib.checkpoint(layers, static_argnums=static)
+        out["grad"] = lib.grad(lambda v, f=f: xp.sum(f(v, 3, "sin") ** 2))(xa)
+        out["jit"] = lib.jit(lib.grad(lambda v, f=f: xp.sum(f(v, 2, "tanh"))))(xa)
+        r = lib.remat(layers, static_argnums=static, policy=lib.checkpoint_policies.dots_saveable,
+                      prevent_cse=False)
+        out["vmap"] = lib.vmap(lib.grad(lambda v, r=r: r(v, 1, "sin")))(xa)
+        # keyword arguments are traced (dynamic), as JAX's
+        s = lib.checkpoint(scaled)
+        out["kw"] = lib.grad(lambda v, s=s: s(v, w, scale=2.0), argnums=0)(xa)
+    for k in want:
+        np.testing.assert_allclose(np.asarray(got[k]), np.asarray(want[k]), rtol=2e-5, atol=1e-6, err_msg=k)
+
+
+def test_static_argnums_out_of_range_raises_as_jax():
+    for lib, _, _ in LIBS.values():
+        f = lib.checkpoint(lambda x, n: x * n, static_argnums=(2,))
+        with pytest.raises(ValueError, match="static_argnums"):
+            f(1.0, 2)
+    with pytest.raises(TypeError, match="static_argnums"):
+        fa.checkpoint(lambda x: x, static_argnums=("a",))

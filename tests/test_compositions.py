@@ -462,7 +462,7 @@ def test_random_under_vmap_and_jit():
     ub = fa.jit(fa.vmap(lambda k: fa.random.bits(k, (3,))))(keys)
     loop_bits = np.stack([np.asarray(fa.random.bits(keys[i], (3,))) for i in range(B)])
     np.testing.assert_array_equal(np.asarray(ub), loop_bits)
-    want = np.asarray(jax.vmap(lambda k: jax.random.bits(k, (3,)))(jnp.asarray(np.asarray(keys))))
+    want = np.asarray(jax.vmap(lambda k: jax.random.bits(k, (3,)))(jnp.asarray(np.asarray(fa.random.key_data(keys)))))
     np.testing.assert_array_equal(np.asarray(ub), want)
 
 

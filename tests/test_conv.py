@@ -214,6 +214,7 @@ def test_vmap_of_grad_per_example(device):
 
 @pytest.mark.parametrize("name", ["1d_batch_groups_permuted", "2d_nchw_pairs_negative", "2d_depthwise_nchw",
                                   "3d_groups_lhs_dilation"])
+@pytest.mark.enable_x64
 def test_grad_against_finite_differences_f64(name):
     c = _case(name)
     f = _fa_fn(c)
@@ -490,7 +491,7 @@ def test_bad_input_errors():
         _conv((1, 2, 4, 4), (2, 2, 1, 1), padding=((-3, -2), (0, 0)))
     # dtypes
     with pytest.raises(DTypeError, match="one dtype"):
-        fa.lax.conv(np.ones((1, 1, 3), np.float32), np.ones((1, 1, 2), np.float64), (1,), "VALID")
+        fa.lax.conv(np.ones((1, 1, 3), np.float32), np.ones((1, 1, 2), np.float16), (1,), "VALID")
     with pytest.raises(DTypeError, match="not bool"):
         fa.lax.conv(np.ones((1, 1, 3), bool), np.ones((1, 1, 2), bool), (1,), "VALID")
 

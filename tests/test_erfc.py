@@ -72,6 +72,7 @@ def test_erfc_gradient_finite_differences():
 
 
 @pytest.mark.filterwarnings("ignore::fnarray.FallbackWarning")
+@pytest.mark.enable_x64
 def test_erfc_float64(device):
     # float64 is native on numpy, jax and opencl; on mlx it falls back (the decomposition is float32-accurate).
     xs = np.linspace(-6.0, 25.0, 311)

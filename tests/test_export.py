@@ -280,6 +280,7 @@ def test_while_loop_fails_at_export_naming_the_primitive(wdev, tmp_path):
     assert not (tmp_path / "w").exists() and not (tmp_path / "c").exists()
 
 
+@pytest.mark.enable_x64
 def test_a_dtype_webgpu_lacks_fails_naming_the_primitive(wdev, tmp_path):
     before = fa.config.fallback
     with pytest.raises(UnsupportedOnDevice, match=r"sin \(float64\) cannot run in the browser: WebGPU has no float64"):

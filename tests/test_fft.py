@@ -73,6 +73,7 @@ def _expected_dtype(name, x):
 @pytest.mark.filterwarnings("ignore:`axes` should not be `None`:DeprecationWarning")  # NumPy's, for s alone
 @pytest.mark.parametrize("name,x,kw", VALUE_CASES,
                          ids=[f"{c[0]}-{c[1].shape}-{i}" for i, c in enumerate(VALUE_CASES)])
+@pytest.mark.enable_x64
 def test_values_vs_numpy(name, x, kw):
     want = getattr(np.fft, name)(x.astype(np.complex128 if x.dtype.kind == "c" else np.float64), **kw)
     got = getattr(fnp.fft, name)(fnp.asarray(x), **kw)
@@ -80,6 +81,7 @@ def test_values_vs_numpy(name, x, kw):
                  msg=f"{name}{x.shape} {kw}")
 
 
+@pytest.mark.enable_x64
 def test_jit_and_dtypes_kept():
     x = _c((4, 8))
     prog = check_traced(lambda v: fnp.fft.fft(v), fnp.asarray(x))
@@ -90,6 +92,7 @@ def test_jit_and_dtypes_kept():
     assert fnp.fft.rfft(fnp.asarray(_r((8,)).astype(np.float16))).dtype == np.complex64
 
 
+@pytest.mark.enable_x64
 def test_freqs_and_shifts():
     for n in (1, 4, 7, 10):
         for d in (1.0, 0.25):
@@ -161,6 +164,7 @@ def _fd_check(loss, x, got, real, msg):
 
 @pytest.mark.filterwarnings("ignore:`axes` should not be `None`:DeprecationWarning")
 @pytest.mark.parametrize("name,kw,real,shape", GRAD_CASES, ids=[f"{c[0]}-{c[3]}-{i}" for i, c in enumerate(GRAD_CASES)])
+@pytest.mark.enable_x64
 def test_grad_vs_finite_differences(name, kw, real, shape):
     x = _r(shape, np.float64) if real else _c(shape, np.complex128)
     w = RNG.standard_normal(getattr(np.fft, name)(x, **kw).shape)
@@ -176,6 +180,7 @@ JAX_GRAD_CASES = [("rfft", {}, True, (2, 8)), ("rfft", {}, True, (7,)), ("irfft"
                   ("fft", {"norm": "ortho"}, False, (3, 5)), ("ihfft", {}, True, (6,)), ("hfft", {}, False, (4,))]
 
 
+@pytest.mark.enable_x64
 def test_grad_vs_jax():
     import jax
     import jax.numpy as jnp
@@ -196,6 +201,7 @@ def test_grad_vs_jax():
         assert_close(g, w, w.dtype, rtol=1e-9, atol=1e-9, msg=f"grad {n} {kw} vs jax.grad")
 
 
+@pytest.mark.enable_x64
 def test_second_order():
     x = _r((6,), np.float64)
 

@@ -451,6 +451,7 @@ def jax_reference(spec, args, rng):
 
 
 @pytest.mark.parametrize("spec", GRAD_SPECS, ids=lambda s: s.name)
+@pytest.mark.enable_x64
 def test_grad_and_jvp(spec):
     rng = _rng(spec.name)
     args = make_args(spec, rng)
@@ -497,6 +498,7 @@ SECOND = [s for s in GRAD_SPECS if s.second]
 
 
 @pytest.mark.parametrize("spec", SECOND, ids=lambda s: s.name)
+@pytest.mark.enable_x64
 def test_hessian_and_jacfwd_jacrev(spec):
     """``hessian`` and ``jacfwd(jacrev)`` of the weighted scalar function against ``jax.hessian``."""
     rng = _rng(spec.name + "2")
@@ -528,6 +530,7 @@ SCALAR_FUNCTIONS = [
 
 
 @pytest.mark.parametrize("name,fn,domain", SCALAR_FUNCTIONS, ids=[c[0] for c in SCALAR_FUNCTIONS])
+@pytest.mark.enable_x64
 def test_grad_of_grad(name, fn, domain):
     """``grad(grad(f))`` and ``grad(grad(grad(f)))`` of scalar functions against JAX."""
     xs = domain(_rng(name), (3,))
@@ -560,6 +563,7 @@ COMPLEX_JVP = [
 
 
 @pytest.mark.parametrize("name,fn", COMPLEX_JVP, ids=[c[0] for c in COMPLEX_JVP])
+@pytest.mark.enable_x64
 def test_complex_jvp_and_real_grad(name, fn):
     """``jvp`` on complex128 inputs against ``jax.jvp``; ``grad`` of ``sum(|f(z)|^2)`` against ``jax.grad``."""
     rng = _rng(name)
@@ -665,6 +669,7 @@ def test_grad_allow_int_gives_float0():
     assert np.asarray(gj[1]).dtype == jax.dtypes.float0
 
 
+@pytest.mark.enable_x64
 def test_reverse_mode_through_while_loop_says_what_to_use():
     def f(x):
         return fa.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, fnp.sin(c[1])), (0, x))[1]

@@ -24,6 +24,7 @@ def test_devices_report_platform(jdev):
     assert fa.devices(all_backends=True)[0].backend == "numpy"  # the embedded default stays first
 
 
+@pytest.mark.enable_x64
 def test_float64_without_touching_jax_config(jdev):
     import jax
     before = jax.config.jax_enable_x64

@@ -2,7 +2,7 @@
 
 Kernel counts are checked on the schedule of traced programs for fixed
 capabilities, so these tests run where no OpenCL driver is installed. Golden
-files under ``tests/golden/`` hold the OpenCL C of a few kernels; set
+files under ``tests/golden/`` hold the OpenCL C (``.cl``) and WGSL (``.wgsl``) of a few kernels; set
 ``FNARRAY_REGEN_GOLDEN=1`` to rewrite them after an intended change (and review
 the diff).
 """
@@ -265,6 +265,7 @@ def test_no_local_memory_means_serial_reductions_and_untiled_matmuls():
     assert "__local" not in "".join(render_opencl(k.kernel) for k in ks)
 
 
+@pytest.mark.enable_x64
 def test_64_bit_and_half_kernels_enable_their_extensions():
     x64 = np.linspace(0, 1, 16)
     src = "".join(render_opencl(k.kernel) for k in kernels(lambda x: fnp.exp(x) * 2.0, x64))
@@ -301,16 +302,42 @@ def _golden_programs():
 _GOLDEN_CAPS = {"clip_max_cpu": dataclasses.replace(CAPS, uniform_guard=True)}
 
 
-@pytest.mark.parametrize("name,f,args", list(_golden_programs()), ids=[g[0] for g in _golden_programs()])
-def test_golden_kernels(name, f, args):
+def _special_functions(x, y):
+    # The transcendental and special-function bodies (kernels/transcendental.py) as each target prints them.
+    return (fnp.tanh(x) + fa.lax.erf(x) + fa.lax.lgamma(y) + fnp.log1p(y) + fnp.expm1(x) + fnp.cbrt(x)
+            + fnp.arctan2(x, y) + fnp.arcsin(x / 4.0) + fnp.arccos(x / 4.0) + fnp.power(y, x) + fnp.fmod(x, y)
+            + fnp.hypot(x, y) + fnp.nextafter(x, y) + fnp.arccosh(y + 1.0) + fnp.copysign(y, x))
+
+
+# The golden kernels per target: capabilities, renderer, file suffix. WGSL is rendered with the launch's
+# work-group size, as the webgpu backend does.
+_GOLDEN_TARGETS = {"opencl": (CAPS, render_opencl, ".cl"), "webgpu": (WEBGPU_LIKE, render_wgsl, ".wgsl")}
+
+
+def _golden_cases():
+    for name, f, args in _golden_programs():
+        yield "opencl", name, f, args
+        yield "webgpu", name, f, args
+    yield "webgpu", "special_functions", _special_functions, (f32(100), f32(100, seed=1) + 2.0)
+
+
+@pytest.mark.parametrize("target,name,f,args", list(_golden_cases()),
+                         ids=[f"{t}-{n}" for t, n, _, _ in _golden_cases()])
+def test_golden_kernels(target, name, f, args):
+    caps, render, suffix = _GOLDEN_TARGETS[target]
+    if target == "opencl":
+        caps = _GOLDEN_CAPS.get(name, caps)
     seen, parts = set(), []
-    for launch in schedule(traced(f, *args), _GOLDEN_CAPS.get(name, CAPS), workgroup=64).launches:
-        src = render_opencl(launch.kernel)
+    for launch in schedule(traced(f, *args), caps, workgroup=64).launches:
+        kernel = launch.kernel
+        if target == "webgpu" and kernel.local_size is None:
+            kernel = dataclasses.replace(kernel, local_size=tuple(launch.local_size))
+        src = render(kernel)
         if src not in seen:  # a sort's compare-exchange kernel is launched once per stage
             seen.add(src)
             parts.append(src)
     text = "\n".join(parts)
-    path = GOLDEN / f"{name}.cl"
+    path = GOLDEN / f"{name}{suffix}"
     if os.environ.get("FNARRAY_REGEN_GOLDEN"):
         GOLDEN.mkdir(exist_ok=True)
         path.write_text(text)

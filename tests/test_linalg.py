@@ -160,6 +160,7 @@ def test_result_types_and_reachability():
     assert fnarray.lax.linalg.cholesky is L.cholesky
 
 
+@pytest.mark.enable_x64
 def test_lstsq_multi_dot_tensor_functions():
     a, b = _mat(6, 3), _mat(6, 2)
     got = fnp.linalg.lstsq(fnp.asarray(a), fnp.asarray(b))
@@ -177,6 +178,7 @@ def test_lstsq_multi_dot_tensor_functions():
                                rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.enable_x64
 def test_lu_against_its_definition():
     for shape in [(4, 4), (2, 5, 3), (3, 5), (1, 0, 3), (3, 0)]:
         x = _mat(*shape)
@@ -187,6 +189,7 @@ def test_lu_against_its_definition():
             np.testing.assert_array_equal(piv, np.asarray(jax.lax.linalg.lu(x)[1]))
 
 
+@pytest.mark.enable_x64
 def test_triangular_solve_every_flag_combination():
     a = np.tril(_mat(2, 4, 4, dtype=np.complex128)) + 4 * np.eye(4)
     a = a + np.triu(_mat(4, 4), 1) * 9  # never read with lower=True...
@@ -277,6 +280,7 @@ def _tangents(xs):
 
 
 @pytest.mark.parametrize("name,f,jf,xs", PRIMS, ids=[p[0] for p in PRIMS])
+@pytest.mark.enable_x64
 def test_jvp_against_finite_differences_and_jax(name, f, jf, xs):
     ts = _tangents(xs)
     # Under jit on both sides: one compiled program each (op-by-op dispatch of ~50 ops costs more here).
@@ -296,6 +300,7 @@ def test_jvp_against_finite_differences_and_jax(name, f, jf, xs):
 
 
 @pytest.mark.parametrize("name,f,jf,xs", PRIMS, ids=[p[0] for p in PRIMS])
+@pytest.mark.enable_x64
 def test_grad_against_jax(name, f, jf, xs):
     outs = _flat(f(*[fnp.asarray(x) for x in xs]))
     ws = [RNG.standard_normal(np.shape(o)) for o in outs]
@@ -312,6 +317,7 @@ def test_grad_against_jax(name, f, jf, xs):
             np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-8, atol=1e-10, err_msg=name)
 
 
+@pytest.mark.enable_x64
 def test_namespace_grads_against_jax():
     x, b = _mat(3, 3) + 3 * np.eye(3), _mat(3, 2)
     s = spd(RNG, 3, 3)
@@ -362,6 +368,7 @@ def test_svd_full_matrices_derivative_of_a_nonsquare_matrix_is_refused():
         fa.jvp(lambda a: L.svd(a, full_matrices=True), [fnp.asarray(_mat(3, 2))], [fnp.asarray(_mat(3, 2))])
 
 
+@pytest.mark.enable_x64
 def test_triangular_solve_transposes_in_b_only():
     a, b = np.tril(_mat(3, 3)) + 3 * np.eye(3), _mat(3, 2)
     ct = _mat(3, 2)

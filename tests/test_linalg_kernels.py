@@ -63,6 +63,7 @@ def _spd(*shape):
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (3, 3), (7, 7), (2, 3, 5, 5), (65, 65)])
+@pytest.mark.enable_x64
 def test_cholesky_matches_numpy(kdev, shape):
     x = _spd(*shape)
     want = np.linalg.cholesky(x)
@@ -127,6 +128,7 @@ def test_triangular_solve_every_parameter_combination(kdev, flags):
 
 @pytest.mark.parametrize("m,nr,batch", [(1, 1, ()), (9, 1, ()), (40, 70, ()), (66, 3, (2,))])
 @pytest.mark.parametrize("left", [True, False])
+@pytest.mark.enable_x64
 def test_triangular_solve_sizes(kdev, m, nr, batch, left):
     # (40, 70): more right-hand sides than one work-group takes: three blocks, the last one narrower.
     p = dict(left_side=left, lower=not left, transpose_a=left, conjugate_a=False, unit_diagonal=False)
@@ -185,6 +187,7 @@ def _check_lu(x, lu, piv, perm, tol, exact_pivots=True):
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (4, 4), (7, 5), (5, 9), (3, 6, 6)])
+@pytest.mark.enable_x64
 def test_lu_matches_the_pivoting_loop(kdev, shape):
     x = rng.normal(size=shape)
     x[..., 0, :] *= 1e-3     # the first row is never the first pivot: rows swap

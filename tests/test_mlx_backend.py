@@ -80,7 +80,7 @@ def test_devices_and_platforms(mdev, mx):
 
 
 def test_host_transfers_share_memory_and_inputs_are_copied(mdev, mx):
-    from fnarray.lowering.mlx.rules import to_numpy
+    from fnarray.lowering.mlx.common import to_numpy
     src = np.arange(6, dtype=np.float32)
     x = _put(src, mdev)
     src[0] = 100.0  # a later write to the caller's array is not seen
@@ -500,6 +500,6 @@ def test_backend_unavailable_names_the_fix(monkeypatch):
     require_backend("mlx")
     from fnarray.lowering.mlx import backend as mlx_lowering
     monkeypatch.setattr(mlx_lowering, "mx", None)
-    monkeypatch.setattr(mlx_lowering, "_IMPORT_ERROR", "the mlx backend needs MLX: No module named 'mlx'")
+    monkeypatch.setattr(mlx_lowering, "IMPORT_ERROR", "the mlx backend needs MLX: No module named 'mlx'")
     with pytest.raises(fa.BackendUnavailable, match="MLX"):
         mlx_lowering.make_backend()

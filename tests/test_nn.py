@@ -256,6 +256,7 @@ def test_logsumexp_gradient_stable_at_large_inputs():
 
 
 @pytest.mark.parametrize("name", ["gelu", "softplus", "log_sigmoid", "elu", "silu", "selu", "sigmoid", "tanh"])
+@pytest.mark.enable_x64
 def test_activation_gradients_against_finite_differences(name):
     grad = fa.grad
     x = np.array([-30.0, -2.0, -0.3, 0.4, 1.7, 30.0])
@@ -278,6 +279,7 @@ def test_gradients_at_kinks_follow_jax():
             assert abs(g - want) < 1e-6, (name, x0, g, want)
 
 
+@pytest.mark.enable_x64
 def test_softmax_cross_entropy_gradient():
     grad = fa.grad
     logits = A[0].astype(np.float64)
@@ -325,6 +327,7 @@ def test_variance_scaling_initializers(factory, scale, mode, uniform, shape):
         assert np.abs(w).max() <= 2 * math.sqrt(var) / 0.87962566103423978 + 1e-6
 
 
+@pytest.mark.enable_x64
 def test_initializers_dtypes_and_simple_ones():
     k = fr.key(1)
     np.testing.assert_array_equal(np.asarray(init.zeros(k, (2, 3))), np.zeros((2, 3), np.float32))

@@ -156,6 +156,7 @@ def test_einsum(subscripts, shapes, dtype):
     assert_same(eager, jitted, subscripts)
 
 
+@pytest.mark.enable_x64
 def test_einsum_interleaved_and_errors():
     rng = np.random.default_rng(1)
     a, b = random_array(rng, (2, 3), np.float64), random_array(rng, (3,), np.float64)
@@ -206,6 +207,7 @@ def test_matmul_error_names_contracting_dimensions():
         fnp.matmul(fnp.asarray(np.float32(1)), a)
 
 
+@pytest.mark.enable_x64
 def test_matmul_promotion_and_bool():
     rng = np.random.default_rng(2)
     a32, a64 = random_array(rng, (2, 3), np.float32), random_array(rng, (3, 2), np.float64)
@@ -274,6 +276,7 @@ def test_trace_dtype_follows_sum():
 # ----------------------------------------------------------------------------- transforms
 
 
+@pytest.mark.enable_x64
 def test_grad_of_products():
     rng = np.random.default_rng(4)
     a, b = rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 5))

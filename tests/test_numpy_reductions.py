@@ -409,6 +409,7 @@ def test_average(dtype):
 
 
 @pytest.mark.parametrize("method", ["linear", "lower", "higher", "nearest", "midpoint"])
+@pytest.mark.enable_x64
 def test_quantile_methods(method):
     rng = np.random.default_rng(9)
     x = random_array(rng, (4, 7), np.float64)
@@ -424,6 +425,7 @@ def test_quantile_methods(method):
         fnp.percentile(fnp.asarray(x), -1)
 
 
+@pytest.mark.enable_x64
 def test_quantile_infinities():
     # NumPy's interpolation gives NaN next to infinities; the definition (sorted values, linear
     # interpolation at q * (n - 1)) gives these.
@@ -502,6 +504,7 @@ def _finite_difference_grad(f, x, h=1e-6):
 
 
 @pytest.mark.parametrize("name", ["logsumexp", "var", "std", "mean", "max", "median", "prod", "cumsum"])
+@pytest.mark.enable_x64
 def test_grad_against_finite_differences(name):
     rng = np.random.default_rng(11)
     x = rng.uniform(-2, 2, (3, 4))

@@ -398,7 +398,7 @@ def test_per_example_gradients_and_dp_sgd(tmp_path):
     model = fa.export.onnx(peg.per_example_grads, params, x, y, path=tmp_path / "peg.onnx", bake_argnums=0)
     _close(_ort_run(model, {"x": x, "y": y}), _ref(peg.per_example_grads, params, x, y), "per-example grads")
 
-    key = np.asarray(fa.random.key(3))
+    key = np.asarray(fa.random.PRNGKey(3))   # raw uint32[2] words: an ONNX input
 
     def step(params, x, y, key):
         return peg.dp_sgd_step(params, x, y, key, 1.0, 1.0, 0.5)
@@ -438,3 +438,40 @@ def test_digits_cnn_baked_and_its_grad(tmp_path):
     g = fa.grad(digits_cnn.loss_fn)
     gm = fa.export.onnx(g, params, x, y, path=tmp_path / "cnn_grad.onnx", bake_argnums=(0,))
     _close(_ort_run(gm, {"x": x, "y": y}), _ref(g, params, x, y), "grad of the digits CNN loss")
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 6, 8])
+@pytest.mark.parametrize("form", ["qdq", "unpacked", "weights_as_inputs"])
+def test_quantized_matmul(tmp_path, bits, form):
+    # Weights known at export with 4 or 8 bits at opset 21: QDQ (a uint4/uint8 initializer and the blocked
+    # DequantizeLinear, which ONNX Runtime fuses into MatMulNBits); otherwise the packed words are unpacked
+    # with BitShift/BitwiseAnd. Both against the numpy backend's quantized_matmul, for both transposes.
+    for transpose, gs in ((True, 32), (False, 64)):
+        w = rng.standard_normal((96, 128) if transpose else (128, 192)).astype(np.float32)
+        wq, s, b = (np.asarray(a) for a in fa.quantize(fnp.asarray(w), group_size=gs, bits=bits))
+        x = rng.standard_normal((3, 128)).astype(np.float32)
+
+        def f(x, wq, s, b):
+            return fa.quantized_matmul(x, wq, s, b, transpose=transpose, group_size=gs, bits=bits)
+        opset = 18 if form == "unpacked" else 21
+        if form == "weights_as_inputs":
+            model = fa.export.onnx(f, x, wq, s, b, path=tmp_path / "q.onnx", opset=opset)
+            feeds = dict(zip([i.name for i in model.graph.input], (x, wq, s, b)))
+        else:
+            model = fa.export.onnx(f, x, wq, s, b, path=tmp_path / "q.onnx", opset=opset, bake_argnums=(1, 2, 3))
+            feeds = {model.graph.input[0].name: x}
+        ops = {n.op_type for n in model.graph.node}
+        qdq = form == "qdq" and bits in (4, 8)
+        assert ("DequantizeLinear" in ops) == qdq and ("BitShift" in ops) == (not qdq), sorted(ops)
+        if qdq:  # the packed uint32 words are not exported beside their uint4/uint8 form
+            assert all(t.data_type != onnx.TensorProto.UINT32 for t in model.graph.initializer)
+            packed = w.nbytes * bits // 32 + s.nbytes + b.nbytes   # the integers at their width, scales, biases
+            assert os.path.getsize(tmp_path / "q.onnx") < packed * 1.2 + 4096
+        _close(_ort_run(model, feeds), _ref(f, x, wq, s, b), f"quantized_matmul bits={bits} {form}")
+
+
+def test_quantized_matmul_needs_bitwise_ops(tmp_path):
+    wq, s, b = fa.quantize(fnp.ones((32, 64)), group_size=32, bits=4)
+    with pytest.raises(UnsupportedOnDevice, match="opset 18"):
+        fa.export.onnx(lambda x, w: fa.quantized_matmul(x, w, s, b, group_size=32), np.ones((1, 64), np.float32),
+                       np.asarray(wq), path=tmp_path / "q.onnx", opset=17)

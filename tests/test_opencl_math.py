@@ -1,7 +1,7 @@
 """Float32 math functions against NumPy on edge values: the OpenCL renderer's call-free forms and WGSL's builtins.
 
 On opencl:0 ``floor``, ``ceil``, ``round``, ``trunc``, ``sqrt``, ``rsqrt``, ``sin``, ``cos``, ``expm1``, ``log1p``,
-``erf`` and ``pow`` print as helpers without library calls (``fnarray/lowering/kernels/opencl_c.py``); the roundings
+``erf`` and ``pow`` print as helpers without library calls (``fnarray/lowering/kernels/opencl_math.py``); the roundings
 and square roots must equal NumPy's float32 results bit for bit, the others stay within their documented ulp
 bounds of the float64 result, and every special value (NaN, infinities, signed zeros, subnormals, 2^23 +- 0.5,
 1e30) comes out as NumPy's. The same values run on numpy:0 and webgpu:0 (WGSL's builtins, which promise less for

@@ -118,3 +118,89 @@ def test_shard_map_program_on_8_host_devices_ports_by_imports():
     expected, got = assert_port_matches(PROGRAM, env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8",
                                                      "JAX_PLATFORMS": "cpu"}, rtol=1e-4, atol=1e-5, timeout=300)
     assert "step 4" in got and "devices 8" in got and expected.count("\n") == got.count("\n")
+
+
+# JAX 0.10 infers shard_map's in_specs under jit too (shardings are part of its types). fnarray infers them from
+# the shardings of jit's arguments and of reshard / with_sharding_constraint results; a jitted function that does
+# so is keyed by its arguments' shardings (a differently sharded call retraces, as JAX's does).
+JIT_INFER_PROGRAM = r'''
+import numpy as np
+import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType, PartitionSpec as P
+
+mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+with jax.set_mesh(mesh):
+    a = jax.device_put(np.arange(32.0, dtype=np.float32).reshape(8, 4) / 10, P("x", "y"))
+    b = jax.device_put(np.linspace(0, 1, 8).astype(np.float32), P("x"))
+    c = np.arange(3.0, dtype=np.float32)
+
+    @jax.shard_map(out_specs=P("x", "y"))
+    def f(a, b, c):
+        print("block", a.shape, b.shape, c.shape)
+        return a * 2 + b[:, None] + jax.lax.psum(c.sum(), "x")
+
+    print("eager", float(f(a, b, c).sum()), jax.typeof(f(a, b, c)))
+    g = jax.jit(lambda a, b, c: f(a, b, c) + 1)
+    print("jit", float(g(a, b, c).sum()), jax.typeof(g(a, b, c)))
+    a_rows = jax.device_put(np.asarray(a), P("x", None))
+    print("jit, rows only", float(g(a_rows, b, c).sum()), jax.typeof(g(a_rows, b, c)))
+    print("jit, first again", float(g(a, b, c).sum()))
+
+    @jax.jit
+    def h(a, c):
+        a3 = jax.sharding.reshard(a * 3, P("x", "y"))
+        ones = jax.sharding.reshard(jnp.ones(8), P("x"))
+        return f(a3, ones, c)
+    print("jit, resharded values", float(h(a, c).sum()), jax.typeof(h(a, c)))
+    print("nested jit", float(jax.jit(lambda a, b: g(a, b, c))(a, b).sum()))
+    # shardings propagated through elementwise operations; a value made inside jit from constants is replicated
+    print("computed", float(jax.jit(lambda a, b: f(a * 3 - 1, b * 2, c))(a, b).sum()))
+    print("replicated", float(jax.jit(lambda a, b: f(a, b, jnp.ones(3) * 2))(a, b).sum()))
+'''
+
+
+def test_shard_map_infers_in_specs_under_jit_as_jax_on_8_host_devices():
+    expected, got = assert_port_matches(JIT_INFER_PROGRAM, env={
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}, rtol=1e-5, atol=1e-5,
+        timeout=300)
+    assert "jit, rows only" in got and "nested jit" in got
+    assert expected.count("block") == got.count("block")   # traced as often as JAX traces
+
+
+def test_in_specs_of_a_value_computed_under_jit_are_not_inferred():
+    import numpy as np
+
+    import fnarray as fa
+    import fnarray.numpy as fnp
+    from fnarray.sharding import AxisType, P
+    mesh = fa.make_mesh((1,), ("x",), axis_types=(AxisType.Explicit,))
+    f = fa.shard_map(lambda v: v * 2, out_specs=P("x"), mesh=mesh)
+    with pytest.raises(ValueError, match="computed inside jit"):
+        fa.jit(lambda v: f(fnp.cumsum(v)))(np.ones(4, np.float32))
+    np.testing.assert_array_equal(np.asarray(fa.jit(f)(np.ones(4, np.float32))), np.full(4, 2.0))
+
+
+CONTRADICT_PROGRAM = r'''
+import numpy as np
+import jax
+from jax.sharding import AxisType, PartitionSpec as P
+
+mesh = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Explicit,) * 2)
+with jax.set_mesh(mesh):
+    a = jax.device_put(np.arange(32.0, dtype=np.float32).reshape(8, 4), P("x", "y"))
+    f = jax.jit(jax.shard_map(lambda v: v * 2, in_specs=P("x", None), out_specs=P("x", None)))
+    try:
+        f(a)
+        print("accepted")
+    except ValueError:
+        print("ValueError")
+    print("matching", float(jax.jit(jax.shard_map(lambda v: v * 2, in_specs=P("x", "y"),
+                                                  out_specs=P("x", "y")))(a).sum()))
+'''
+
+
+def test_in_specs_that_contradict_a_jit_arguments_sharding_raise_as_jax():
+    expected, got = assert_port_matches(CONTRADICT_PROGRAM, env={
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}, timeout=300)
+    assert "ValueError" in expected and "ValueError" in got

@@ -67,10 +67,51 @@ def test_one_primitive_lists_its_rules_with_file_and_line():
     for k in kinds:
         assert k in text
     assert len(places) >= 6
-    for path, line in places:
-        with open(os.path.join(_ROOT, path)) as f:
-            src = f.readlines()
-        assert re.match(r"\s*(@|def|class|.*lambda)", src[int(line) - 1]), (path, line, src[int(line) - 1])
+    for entry in text.splitlines():
+        for path, line in re.findall(r"(fnarray/[\w/]+\.py):(\d+)", entry):
+            with open(os.path.join(_ROOT, path)) as f:
+                src = f.readlines()
+            at = src[int(line) - 1]
+            if ", registered" in entry:  # a helper's rule: the line that registered it (names it, or loops)
+                assert "dot_general" in at or any("for " in s for s in src[int(line) - 3:int(line)]), (path, line, at)
+            else:
+                assert re.match(r"\s*(@|def|class|.*lambda)", at), (path, line, at)
+    assert "ONNX export" in text
+
+
+def _site(text, what):
+    """The ``path:line`` of the rule line of ``describe``'s text that starts with ``what``, and that line."""
+    entry = next(e for e in text.splitlines() if e.strip().startswith(what))
+    path, line = re.search(r"(fnarray/[\w/]+\.py):(\d+)", entry).groups()
+    with open(os.path.join(_ROOT, path)) as f:
+        return entry, f.readlines()[int(line) - 1]
+
+
+@pytest.mark.parametrize("name,what", [
+    ("add", "kernel element rule"),     # ELEMENTWISE[P.add] = _binary(add_of)
+    ("log2", "numpy reference"),        # direct(P.log2, upcast(np.log2)): IMPLS[prim] = a closure (exp, a
+                                        # library primitive, is registered by the family hook, which names none)
+    ("sin", "JVP"),                     # defjvp(P.sin, ...)
+    ("max", "ONNX export"),             # RULES[P.max_p] = _minmax("Max", "Or")
+    ("add", "abstract eval"),           # add = binary("add")
+])
+def test_a_rule_registered_through_a_helper_reports_its_registration_line(name, what):
+    """A rule made by a helper (a closure, or one function for several primitives) is reported at the line that
+    registered it for this primitive (``fnarray._rule_sites``), wherever that line is, not at the helper."""
+    entry, at = _site(cmd.describe(name), what)
+    assert ", registered" in entry, entry
+    assert re.search(rf"(P\.|\b){name}(_p)?\b|\"{name}\"", at), (entry, at)
+    assert not re.match(r"\s*def ", at), (entry, at)
+
+
+def test_a_rule_defined_for_its_primitive_reports_its_definition():
+    entry, at = _site(cmd.describe("dot_general"), "numpy reference")
+    assert ", registered" not in entry and re.match(r"\s*(@|def)", at), (entry, at)
+
+
+def test_onnx_export_is_listed_beside_the_backends():
+    assert re.search(r"ONNX export .* unsupported \(ONNX has no complementary error", cmd.describe("erfc"))
+    assert re.search(r"ONNX export .* fnarray/export/_onnx\.py:\d+", cmd.describe("add"))
 
 
 def test_command_line(capsys):

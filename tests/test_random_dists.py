@@ -72,6 +72,7 @@ def test_poisson_distribution(lam):
         assert np.max(np.abs(emp - st.poisson(lam).cdf(support))) < KS_BOUND
 
 
+@pytest.mark.enable_x64
 def test_poisson_edge_rates_and_dtypes():
     lam = np.array([-1.0, np.nan, 0.0, 2.0], np.float32)
     k = np.asarray(fr.poisson(fr.key(5), lam))
@@ -120,6 +121,7 @@ def test_deterministic_per_key_and_under_transforms():
     assert not np.array_equal(np.asarray(f(fr.key(9))[0]), np.asarray(eager[0]))
 
 
+@pytest.mark.enable_x64
 def test_shapes_dtypes_and_bad_input():
     assert fr.gamma(fr.key(0), np.ones((2, 3), np.float32)).shape == (2, 3)
     assert fr.gamma(fr.key(0), 2.0, (4,), dtype=np.float64).dtype == np.float64

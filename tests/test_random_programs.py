@@ -310,11 +310,13 @@ def _check_forward(device, prog):
                                    err_msg=f"numpy backend vs NumPy\n{prog!r}")
 
 
+@pytest.mark.enable_x64   # the programs include float64 ones, checked against float64 NumPy
 def test_random_programs(device):
     """Random programs on ``device``, eager and jitted, against the numpy backend (and float64 NumPy)."""
     _check_forward(device)
 
 
+@pytest.mark.enable_x64   # float64 programs against float64 finite differences
 @SETTINGS
 @given(prog=programs(dtypes=("float64",), smooth=True))
 def test_grad_of_random_programs(prog):

@@ -97,6 +97,7 @@ def test_register_matmul(cl, name, f, args, ref, register):
         assert sum(n.startswith("dot_pack") for n in names) == 2 and names[-1].startswith("dot_reg"), names
 
 
+@pytest.mark.enable_x64
 def test_register_matmul_float64_and_specials(cl):
     """float64 accumulates in float64; an inf or NaN reaches exactly the outputs it touches (the padding of
     the panels is zero and never meets it)."""

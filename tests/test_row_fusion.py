@@ -2,7 +2,7 @@
 
 A reduction that reads an earlier reduction of the same rows at its own row (softmax's sum of
 ``exp(x - max)``, layernorm's variance around the mean) runs in the same kernel as it, in a second loop
-over the row (``_ReduceGroup.stages``): a work-item per row, or a work-group per row cooperating in
+over the row (``ReduceGroup.stages``): a work-item per row, or a work-group per row cooperating in
 local memory when the rows are few and long. The reference is NumPy in float64.
 """
 
@@ -65,7 +65,7 @@ def test_row_normalisations(target, rows, name):
 
 # --------------------------------------------------------------------- the row values in the reduction's kernel
 # Elementwise values over the rows that read the rows' statistics (softmax's exp(x - max) / sum) run in the
-# reduction's kernel, in one more loop over each row (``_ReduceGroup.can_take_row_root``): one kernel. Rows
+# reduction's kernel, in one more loop over each row (``ReduceGroup.can_take_row_root``): one kernel. Rows
 # of 3 x 130 take the cooperative work-group per row (few long rows), 700 x 130 a work-item per row.
 
 ONE_KERNEL = ["softmax", "log_softmax", "layernorm", "rmsnorm"]

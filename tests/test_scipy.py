@@ -151,6 +151,7 @@ def test_logsumexp_b_and_sign(dtype):
     _check(fsp.logsumexp(fnp.asarray(a), axis=1, where=fnp.asarray(mask)), want, 1e-6)
 
 
+@pytest.mark.enable_x64
 def test_softmax_defaults_are_scipys():
     x = np.array([[1.0, 2.0, -np.inf], [0.5, 4.0, 1.0]], F64)
     _check(fsp.softmax(fnp.asarray(x)), sp.softmax(x), 1e-14)
@@ -187,6 +188,7 @@ GRADS = [
 
 
 @pytest.mark.parametrize("name,f,points", GRADS, ids=[g[0] for g in GRADS])
+@pytest.mark.enable_x64
 def test_grad_against_finite_differences(name, f, points):
     g = fa.jit(fa.grad(lambda x: f(x)))
     for x0 in points:
@@ -197,6 +199,7 @@ def test_grad_against_finite_differences(name, f, points):
         assert np.isclose(got, want, rtol=2e-6, atol=1e-9), f"{name}'({x0}): {got} vs finite differences {want}"
 
 
+@pytest.mark.enable_x64
 def test_logsumexp_grad_is_softmax_and_finite_at_minus_inf():
     a = np.array([1.0, -np.inf, 2.0, -3.0])
     b = np.array([1.0, 1.0, 0.5, 2.0])
@@ -210,6 +213,7 @@ def test_xlogy_grad_at_zero_is_jaxs():
     assert float(gx) == pytest.approx(np.log(2.0)) and float(gy) == 0.0
 
 
+@pytest.mark.enable_x64
 def test_gammainc_vmap_and_trace():
     a = np.array([0.5, 3.0, 40.0])
     x = np.array([[0.2, 4.0, 35.0], [1.0, 1.0, 50.0]])
@@ -385,6 +389,7 @@ def test_linalg_against_scipy(dtype):
                     raise AssertionError(f"{name} ({np.dtype(dtype).name}): {e}") from None
 
 
+@pytest.mark.enable_x64
 def test_linalg_decompositions_reconstruct():
     rng = np.random.default_rng(2)
     a = rng.normal(size=(2, 5, 3))
@@ -406,6 +411,7 @@ def test_linalg_decompositions_reconstruct():
     _close(np.asarray(p) @ np.asarray(l_) @ np.asarray(u_), a, F64)
 
 
+@pytest.mark.enable_x64
 def test_linalg_batched_matches_loop():
     rng = np.random.default_rng(4)
     a = rng.normal(size=(3, 4, 4))
@@ -484,6 +490,7 @@ LINALG_GRADS = [
 
 
 @pytest.mark.parametrize("name,f,x0", LINALG_GRADS, ids=[g[0] for g in LINALG_GRADS])
+@pytest.mark.enable_x64
 def test_linalg_grad_against_finite_differences(name, f, x0):
     g = np.asarray(fa.jit(fa.grad(f))(x0))
     want = np.zeros_like(x0)
@@ -498,6 +505,7 @@ def test_linalg_grad_against_finite_differences(name, f, x0):
     np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-7, err_msg=name)
 
 
+@pytest.mark.enable_x64
 def test_python_scalars_promote_weakly_beside_float64():
     """0.7 beside a float64 argument is the float64 0.7 (not 0.7 rounded to float32), as JAX promotes."""
     import scipy.special as ss

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 import sys
 import types
@@ -27,6 +26,8 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core.errors import BackendUnavailable, FallbackWarning, UnsupportedOnDevice
 from helpers import check_traced, require_backend
+from math_cases import (BINARY_SPECIAL, HELPER_CASES, LIN, SPECIAL, UNARY_SPECIAL, Y, check_binary_special,
+                        check_unary_special)
 
 
 @pytest.fixture(scope="module")
@@ -130,38 +131,6 @@ def _run_kernel_op(dev, name, arrays, out_dtype=None):
     return gpu.download(plan.executable()([gpu.upload(a) for a in arrays])[0])
 
 
-def _ufunc(fn):
-    return lambda *xs: np.frompyfunc(fn, len(xs), 1)(*[x.astype(np.float64) for x in xs]).astype(np.float64)
-
-
-_LIN = np.linspace(-4, 4, 1001).astype(np.float32)
-_POS = np.linspace(0.01, 6, 1001).astype(np.float32)
-_UNIT = np.linspace(-0.999, 0.999, 1001).astype(np.float32)
-_Y = np.linspace(-3, 3, 1001).astype(np.float32)
-
-# op, inputs, float64 reference, tolerance (rtol = atol)
-HELPER_CASES = [
-    ("erf", [_LIN], _ufunc(math.erf), 1e-5),
-    ("lgamma", [_POS], _ufunc(math.lgamma), 2e-5),
-    ("lgamma", [np.linspace(-3.9, 0.4, 1001).astype(np.float32) + np.float32(1e-3)], _ufunc(math.lgamma), 5e-5),
-    ("log1p", [_POS - 0.5], np.log1p, 1e-5),
-    ("expm1", [_LIN], np.expm1, 1e-5),
-    ("cbrt", [_LIN], np.cbrt, 1e-5),
-    ("asin", [_UNIT], np.arcsin, 1e-5),
-    ("acos", [_UNIT], np.arccos, 1e-5),
-    ("atan", [_LIN * 10], np.arctan, 1e-5),
-    ("acosh", [_POS + 1], np.arccosh, 1e-5),
-    ("tanh", [_LIN], np.tanh, 1e-5),
-    ("pow", [np.abs(_LIN) + np.float32(0.1), _Y], np.power, 1e-5),
-    ("fmod", [_LIN * 100, _Y + np.float32(1e-3)], np.fmod, 0.0),
-    ("atan2", [_LIN, _Y], np.arctan2, 1e-5),
-    ("hypot", [_LIN, _Y], np.hypot, 1e-5),
-    ("copysign", [_LIN, _Y], np.copysign, 0.0),
-    ("max", [_LIN, _Y], np.maximum, 0.0),
-    ("min", [_LIN, _Y], np.minimum, 0.0),
-]
-
-
 @pytest.mark.parametrize("name,inputs,reference,tol", HELPER_CASES,
                          ids=[f"{c[0]}-{i}" for i, c in enumerate(HELPER_CASES)])
 def test_wgsl_helpers_match_float64_reference(wdev, name, inputs, reference, tol):
@@ -171,57 +140,25 @@ def test_wgsl_helpers_match_float64_reference(wdev, name, inputs, reference, tol
 
 
 def test_wgsl_nextafter_is_bit_exact(wdev):
-    got = _run_kernel_op(wdev, "nextafter", [_LIN, _Y])
-    np.testing.assert_array_equal(got, np.nextafter(_LIN, _Y))
+    got = _run_kernel_op(wdev, "nextafter", [LIN, Y])
+    np.testing.assert_array_equal(got, np.nextafter(LIN, Y))
 
 
-def _lgamma_ref(v):
-    """C's lgamma: +inf at the poles and at +-inf, NaN for NaN."""
-    if math.isnan(v):
-        return v
-    if math.isinf(v) or (v <= 0 and v == math.floor(v)):
-        return math.inf
-    return math.lgamma(v)
-
-
-_SPECIAL = np.array([0.0, -0.0, 1.5, -2.5, np.inf, -np.inf, np.nan, 3e9, -3e9, 0.5, 1.0, -1.0], np.float32)
-
-
-@pytest.mark.parametrize("name,reference", [
-    ("pow", np.power), ("fmod", np.fmod), ("max", np.maximum), ("min", np.minimum), ("nextafter", np.nextafter),
-    ("hypot", np.hypot), ("atan2", np.arctan2), ("copysign", np.copysign)])
+@pytest.mark.parametrize("name,reference", BINARY_SPECIAL)
 def test_wgsl_binary_special_values(wdev, name, reference):
-    a, b = (g.ravel().copy() for g in np.meshgrid(_SPECIAL, _SPECIAL))
-    got = _run_kernel_op(wdev, name, [a, b])
-    with np.errstate(all="ignore"):
-        want = reference(a, b)
-    # Same NaNs, same infinities and signed zeros, finite values to float32 rounding.
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
-    ok = ~np.isnan(want)
-    np.testing.assert_array_equal(np.signbit(got[ok]), np.signbit(want[ok]), err_msg=name)
-    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-6, atol=0, err_msg=name)
+    check_binary_special(lambda n, xs: _run_kernel_op(wdev, n, xs), name, reference)
 
 
-@pytest.mark.parametrize("name,reference", [
-    ("erf", _ufunc(math.erf)), ("lgamma", _ufunc(_lgamma_ref)),
-    ("log1p", np.log1p), ("expm1", np.expm1), ("cbrt", np.cbrt), ("tanh", np.tanh), ("asin", np.arcsin),
-    ("acos", np.arccos), ("atan", np.arctan), ("acosh", np.arccosh), ("exp", np.exp), ("log", np.log),
-    ("sqrt", np.sqrt), ("rint", np.rint), ("trunc", np.trunc), ("floor", np.floor), ("fabs", np.abs)])
+@pytest.mark.parametrize("name,reference", UNARY_SPECIAL + [
+    ("exp", np.exp), ("sqrt", np.sqrt), ("rint", np.rint), ("trunc", np.trunc), ("floor", np.floor),
+    ("fabs", np.abs)])
 def test_wgsl_unary_special_values(wdev, name, reference):
-    got = _run_kernel_op(wdev, name, [_SPECIAL])
-    with np.errstate(all="ignore"):
-        want = reference(_SPECIAL.astype(np.float64)).astype(np.float32)
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
-    ok = ~np.isnan(want)
-    tol = 2e-5 if name == "lgamma" else 1e-6  # lgamma(1) = lgamma(2) = 0 only to float32 rounding
-    np.testing.assert_allclose(got[ok], want[ok], rtol=tol, atol=tol, err_msg=name)
-    if name != "lgamma":
-        np.testing.assert_array_equal(np.signbit(got[ok]), np.signbit(want[ok]), err_msg=name)
+    check_unary_special(lambda n, xs: _run_kernel_op(wdev, n, xs), name, reference)
 
 
 @pytest.mark.parametrize("name,reference", [("isnan", np.isnan), ("isinf", np.isinf), ("isfinite", np.isfinite)])
 def test_wgsl_class_tests_are_bit_tests(wdev, name, reference):
-    np.testing.assert_array_equal(_run_kernel_op(wdev, name, [_SPECIAL], np.bool_), reference(_SPECIAL))
+    np.testing.assert_array_equal(_run_kernel_op(wdev, name, [SPECIAL], np.bool_), reference(SPECIAL))
 
 
 def test_render_wgsl_writes_no_float_specials_and_is_deterministic(wdev):

@@ -117,6 +117,7 @@ def test_values_and_grads_match_jax(op, case):
 
 @pytest.mark.parametrize("op", list(OPS))
 @pytest.mark.parametrize("case", TABLE, ids=[c[0] for c in TABLE])
+@pytest.mark.enable_x64
 def test_grad_matches_finite_differences_float64(op, case):
     x = _distinct(case[1])
     f = _fa_fn(op, case)

@@ -9,6 +9,8 @@ __all__ = ["config"]
 
 _FALLBACK_MODES = ("warn", "error", "silent")
 _AUTOTUNE_MODES = ("off", "fast", "full")
+#: JAX's platform names (``jax_platforms``, ``jax_platform_name``); every device says which it runs on
+_PLATFORMS = ("cpu", "gpu", "cuda", "rocm", "tpu", "metal")
 #: attributes that fnarray itself sets, not settings (still allowed, not offered)
 _INTERNAL = frozenset({"generation", "debug_hook"})
 #: cache-size settings: name -> (environment variable, default)
@@ -77,8 +79,17 @@ class Config:
       of the jit cache key: a function already compiled keeps its kernels).
       Env: ``FNARRAY_AUTOTUNE``.
 
+    - ``platforms`` (also ``platform_name``): JAX's ``jax_platforms`` / ``jax_platform_name``, the platforms
+      (``"cpu"``, ``"gpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``, ``"metal"``; a comma-separated list, in order of
+      preference) the default device may run on, or ``None`` (default): any. It narrows fnarray's own choice
+      of default device (``fnarray.devices.placement.default_device``) and never disables a backend:
+      ``"cpu"`` keeps a CPU default (numpy:0, or jax:0 where ``XLA_FLAGS`` forces several XLA host devices)
+      where fnarray would have picked a GPU. An explicit ``default_device`` wins over it. Env: none (JAX
+      scripts set it with ``update``).
+
     ``update(name, value)`` sets one of these by name, as ``jax.config.update``; JAX's names
-    ``"jax_enable_x64"``, ``"jax_debug_nans"``, ``"jax_debug_infs"`` and ``"jax_default_device"`` are accepted.
+    ``"jax_enable_x64"``, ``"jax_debug_nans"``, ``"jax_debug_infs"``, ``"jax_default_device"``,
+    ``"jax_platforms"`` and ``"jax_platform_name"`` are accepted.
 
     In-memory cache sizes (every cache is an LRU: the least recently used entry goes first; a change
     applies at the next insert; 0 keeps nothing). As JAX bounds its in-memory executable
@@ -107,6 +118,7 @@ class Config:
         self.generation = 0  # bumped by every change, so caches keyed on the configuration can check it
         self._fallback = "warn"
         self._default_device = os.environ.get("FNARRAY_DEVICE") or None
+        self._platforms = None
         self.fallback = os.environ.get("FNARRAY_FALLBACK", "warn")
         for name, (env, default) in _CACHE_SIZES.items():
             setattr(self, "_" + name, _cache_size(name, os.environ.get(env, default)))
@@ -232,6 +244,32 @@ class Config:
     def default_device(self, device):
         self._default_device = device
         self.generation += 1
+
+    @property
+    def platforms(self):
+        """The platforms the default device may run on (a tuple of JAX's names), or ``None`` for any."""
+        return self._platforms
+
+    @platforms.setter
+    def platforms(self, value):
+        if value is None or value == "":
+            names = None
+        else:
+            if isinstance(value, (tuple, list)) and all(isinstance(n, str) for n in value):
+                value = ",".join(value)   # (what reading the setting returns)
+            if not isinstance(value, str):
+                raise TypeError(f"fnarray.config.platforms takes a comma-separated str of platform names (JAX's "
+                                f"jax_platforms), got {type(value).__name__}")
+            names = tuple(n.strip().lower() for n in value.split(",") if n.strip())
+            bad = [n for n in names if n not in _PLATFORMS]
+            if bad or not names:
+                raise ValueError(f"fnarray.config.platforms: unknown platform {bad[0] if bad else value!r}; JAX's "
+                                 f"platform names are {', '.join(_PLATFORMS)}")
+        self._platforms = names
+        self.generation += 1
+
+    # JAX's jax_platform_name names one platform; here it is the same setting as jax_platforms
+    platform_name = platforms
 
     @property
     def fallback(self) -> str:

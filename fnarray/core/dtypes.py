@@ -42,6 +42,7 @@ __all__ = [
     "result_type", "is_float", "is_complex", "is_int", "is_unsigned",
     "is_signed", "is_bool", "is_inexact", "short_name", "default_for_kind",
     "dtype_of_scalar", "scalar_operand_dtype", "scalar_literal", "finfo", "iinfo",
+    "extended", "prng_key", "KeyDType", "key_fry", "is_key",
 ]
 
 bool_ = np.dtype(np.bool_)
@@ -106,6 +107,62 @@ class ScalarMeta(type):
 
     def __repr__(cls):
         return f"fnarray.numpy.{cls.__name__}"  # the namespace makes them (fnarray/numpy/_info.py)
+
+
+class extended:
+    """The abstract type of dtypes that are not NumPy's (as ``jax.dtypes.extended``): ``issubdtype(d, extended)``
+    holds for the key dtype only. Never instantiated."""
+
+
+class prng_key(extended):
+    """The abstract type of PRNG key dtypes (as ``jax.dtypes.prng_key``): ``fnp.issubdtype(k.dtype,
+    fa.dtypes.prng_key)`` tells a typed key (``fa.random.key``) from a raw ``uint32[2]`` one. Never
+    instantiated."""
+
+
+class KeyDType:
+    """The dtype of typed PRNG keys (``fa.random.key``), printed as JAX prints it: ``key<fry>``.
+
+    An extended dtype (``jax.dtypes.prng_key``), not a NumPy dtype: each element of a key array is one key,
+    stored as ``words`` ``uint32`` words in a trailing axis of its data (``fa.random.key_data``), as JAX's
+    ``key<fry>`` overlays ``uint32[..., 2]``. ``impl`` names the generator (``"threefry2x32"``, the only one).
+    Equal and hash alike by ``impl``.
+    """
+
+    __slots__ = ("impl", "tag", "words")
+    type = prng_key
+    kind = "V"
+
+    def __init__(self, impl: str, tag: str, words: int):
+        self.impl, self.tag, self.words = impl, tag, words
+
+    @property
+    def name(self) -> str:
+        return f"key<{self.tag}>"
+
+    @property
+    def itemsize(self) -> int:
+        return 4 * self.words
+
+    def __eq__(self, other):
+        return isinstance(other, KeyDType) and other.impl == self.impl
+
+    def __hash__(self):
+        return hash(("KeyDType", self.impl))
+
+    def __repr__(self):
+        return self.name
+
+    __str__ = __repr__
+
+
+#: the dtype of ``fa.random.key``'s keys: Threefry-2x32, two words a key (JAX's ``key<fry>``)
+key_fry = KeyDType("threefry2x32", "fry", 2)
+
+
+def is_key(d) -> bool:
+    """Whether ``d`` is a PRNG key dtype (``KeyDType``)."""
+    return isinstance(d, KeyDType)
 
 
 #: the 32-bit dtype each 64-bit dtype becomes while ``config.enable_x64`` is off (as JAX's canonicalisation)

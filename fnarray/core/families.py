@@ -18,7 +18,7 @@ __all__ = ["FAMILIES", "on_family", "members", "announce"]
 
 #: The families, in the order the matrix of ``python -m fnarray primitives`` groups them.
 FAMILIES = ("unary", "binary", "reduce", "cumulative", "structural", "other", "linalg", "control", "collective",
-            "effect")
+            "effect", "kernel")   # kernel: the primitives of a pallas_call body (fnarray.core.pallas)
 
 _MEMBERS: dict = {k: [] for k in FAMILIES}
 _HOOKS: dict = {k: [] for k in FAMILIES}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fnarray.core import dtypes
+from fnarray.core import dtypes, families
 from fnarray.core import primitives as P
 from fnarray.core.avals import get_aval
 from fnarray.core.tracing import is_scalar
@@ -39,12 +39,11 @@ def _un(p):
 
 
 neg, sign, floor, ceil, round, is_finite = map(_un, (P.neg, P.sign, P.floor, P.ceil, P.round_p, P.is_finite))
-exp, exp2, log, log1p, expm1, tanh, logistic = map(_un, (P.exp, P.exp2, P.log, P.log1p, P.expm1, P.tanh,
-                                                         P.logistic))
-sin, cos, tan, asin, acos, atan = map(_un, (P.sin, P.cos, P.tan, P.asin, P.acos, P.atan))
-sinh, cosh, asinh, acosh, atanh = map(_un, (P.sinh, P.cosh, P.asinh, P.acosh, P.atanh))
-sqrt, rsqrt, cbrt, erf, erf_inv, lgamma, digamma = map(_un, (P.sqrt, P.rsqrt, P.cbrt, P.erf, P.erf_inv,
-                                                             P.lgamma, P.digamma))
+# A wrapper for each primitive named as the math libraries name it (``Primitive.library``: exp, log, sin, ..., cbrt,
+# log10), then the others.
+globals().update({p.name: _un(p) for p in families.members("unary") if p.library})
+logistic, rsqrt, erf, erf_inv, lgamma, digamma = map(_un, (P.logistic, P.rsqrt, P.erf, P.erf_inv, P.lgamma,
+                                                           P.digamma))
 erfc = _un(P.erfc)
 log2 = _un(P.log2)
 abs, bitwise_not, real, imag, conj, population_count = map(_un, (P.abs_p, P.not_p, P.real, P.imag, P.conj,

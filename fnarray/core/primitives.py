@@ -35,9 +35,9 @@ class Primitive:
     or tracers through the innermost active trace.
     """
 
-    __slots__ = ("name", "multiple_results", "abstract_eval", "doc", "kind", "__weakref__")
+    __slots__ = ("name", "multiple_results", "abstract_eval", "doc", "kind", "library", "__weakref__")
 
-    def __init__(self, name, abstract_eval, *, multiple_results=False, doc="", kind="other"):
+    def __init__(self, name, abstract_eval, *, multiple_results=False, doc="", kind="other", library=False):
         if name in PRIMITIVES:
             raise ValueError(f"primitive {name!r} is defined twice")
         self.name = name
@@ -45,6 +45,10 @@ class Primitive:
         self.multiple_results = multiple_results
         self.doc = doc
         self.kind = kind  # "unary", "binary", "reduce", "cumulative", "structural", "control", "other"
+        # Whether NumPy, jax.numpy/jax.lax, mlx.core and C's math library (OpenCL C, the kernel IR) each have this
+        # function under this name: the backends' tables, the lax wrapper and the eager fast path register it
+        # from this flag (``families.on_family``); a library that lacks the name gets an entry of its own.
+        self.library = library
         PRIMITIVES[name] = self
         families.announce(self)  # the family's uniform rules (fnarray.core.families)
 
@@ -96,7 +100,7 @@ def _real_of(d):
     return {dtypes.complex64: dtypes.float32, dtypes.complex128: dtypes.float64}.get(d, d)
 
 
-def unary(name, accepts=_INEXACT, out_dtype=None, doc=""):
+def unary(name, accepts=_INEXACT, out_dtype=None, doc="", library=False):
     ok, what = accepts
 
     def rule(x, **params):
@@ -104,7 +108,7 @@ def unary(name, accepts=_INEXACT, out_dtype=None, doc=""):
         d = out_dtype(x.dtype) if out_dtype else x.dtype
         return ShapedArray(x.shape, d, x.weak_type and out_dtype is None)
 
-    return Primitive(name, rule, doc=doc, kind="unary")
+    return Primitive(name, rule, doc=doc, kind="unary", library=library)
 
 
 def _broadcast_elementwise(name, avals):
@@ -141,21 +145,22 @@ floor = unary("floor", _FLOAT)
 ceil = unary("ceil", _FLOAT)
 round_p = unary("round", _FLOAT, doc="Round half to even (as numpy.round).")
 is_finite = unary("is_finite", _FLOAT, _bool)
-exp = unary("exp")
-exp2 = unary("exp2")
-log = unary("log")
-log1p = unary("log1p")
+exp = unary("exp", library=True)
+exp2 = unary("exp2", library=True)
+log = unary("log", library=True)
+log1p = unary("log1p", library=True)
 log2 = unary("log2", _FLOAT, doc="Base-2 logarithm, exact at powers of two (log2(2**k) == k).")
-expm1 = unary("expm1")
-tanh = unary("tanh")
+log10 = unary("log10", _FLOAT, library=True, doc="Base-10 logarithm (numpy.log10), each backend's own.")
+expm1 = unary("expm1", library=True)
+tanh = unary("tanh", library=True)
 logistic = unary("logistic", doc="1 / (1 + exp(-x)).")
-sin, cos, tan = unary("sin"), unary("cos"), unary("tan")
-asin, acos, atan = unary("asin"), unary("acos"), unary("atan")
-sinh, cosh = unary("sinh"), unary("cosh")
-asinh, acosh, atanh = unary("asinh"), unary("acosh"), unary("atanh")
-sqrt = unary("sqrt")
+sin, cos, tan = unary("sin", library=True), unary("cos", library=True), unary("tan", library=True)
+asin, acos, atan = unary("asin", library=True), unary("acos", library=True), unary("atan", library=True)
+sinh, cosh = unary("sinh", library=True), unary("cosh", library=True)
+asinh, acosh, atanh = unary("asinh", library=True), unary("acosh", library=True), unary("atanh", library=True)
+sqrt = unary("sqrt", library=True)
 rsqrt = unary("rsqrt")
-cbrt = unary("cbrt", _FLOAT)
+cbrt = unary("cbrt", _FLOAT, library=True)
 erf = unary("erf", _FLOAT)
 erfc = unary("erfc", _FLOAT, doc="1 - erf(x), computed without the cancellation: accurate in relative terms "
                                 "for large x (erfc(4) is about 1.5e-8 in float32, where 1 - erf(4) rounds to 0).")

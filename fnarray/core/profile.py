@@ -17,7 +17,7 @@ import time
 
 from fnarray.core import log as _log
 
-__all__ = ["recorder", "span", "Recorder", "Span", "KINDS", "user_frame"]
+__all__ = ["recorder", "span", "completed", "device_spans", "Recorder", "Span", "KINDS", "user_frame"]
 
 #: The layers, in the order the summary lists them.
 KINDS = ("dispatch", "trace", "lower", "compile", "transfer", "kernel", "fallback", "loop")
@@ -80,6 +80,39 @@ def span(kind: str, name: str, **args):
     if kind in _LOGGED and _log.logger.isEnabledFor(_log.logging.INFO):
         return _Logged(inner, kind, name, args)
     return inner
+
+
+def completed(kind: str, name: str, start_ns: int, dur_ns: int, **args) -> None:
+    """Record a span that already ended, as a child of this thread's innermost open span (when recording).
+
+    For time the host did not watch: a kernel's device time from timestamp queries or profiling events,
+    placed on the host clock by the caller (``start_ns`` on ``time.perf_counter_ns``'s clock). The
+    enclosing span's self time loses ``dur_ns``, so host time around the kernels stays with it."""
+    rec = recorder
+    if rec is not None:
+        rec.add_completed(kind, name, start_ns, max(int(dur_ns), 0), args)
+
+
+def device_spans(launches, begin_ns: int, end_ns: int) -> None:
+    """Record a ``kernel`` span per launch from the device's own clock, inside the host interval
+    ``[begin_ns, end_ns]`` (recording started, wait returned), as children of the innermost open span.
+
+    ``launches``: ``(name, device_start_ns, device_end_ns, args)``, in launch order, on the device's clock
+    (OpenCL profiling events, WebGPU timestamp queries); a pair that runs backwards is skipped. The last
+    launch is placed to end when the wait returned; a start before ``begin_ns`` (clocks that drift) is
+    moved to it. ``device_us`` is added to each span's arguments: its duration is the device's time, so
+    that the enclosing span's self time is the host's time around the kernels (recording, submitting,
+    waiting), which the profiler counts as ``dispatch``."""
+    if recorder is None:
+        return
+    good = [(n, int(t0), int(t1), a) for n, t0, t1, a in launches if t1 >= t0]
+    if not good:
+        return
+    shift = end_ns - max(t1 for _, _, t1, _ in good)
+    for name, t0, t1, args in good:
+        start = max(t0 + shift, begin_ns)
+        dur = min(t1 - t0, max(end_ns - start, 0))
+        completed("kernel", name, start, dur, device_us=(t1 - t0) / 1e3, **args)
 
 
 #: The kinds of span that report a long run on the ``fnarray`` logger.
@@ -149,6 +182,17 @@ class Recorder:
             stack.pop()
         if stack:
             stack.pop()
+        self._record(sp, end)
+
+    def add_completed(self, kind, name, start, dur, args):
+        """A span that ended already (``completed``): a child of the thread's innermost open span."""
+        stack = self._stack()
+        sp = Span(self, kind, name, args)
+        sp.parent = stack[-1] if stack else None
+        sp.start = start
+        self._record(sp, start + dur)
+
+    def _record(self, sp: Span, end: int):
         dur = end - sp.start
         parent = sp.parent
         if parent is not None:

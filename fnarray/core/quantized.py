@@ -17,8 +17,8 @@ words): the packed row has ``k * bits // 32`` words, the scales and biases ``k /
 ``x``, ``scales`` and ``biases`` share one float dtype, which is the result's. The product accumulates in
 float32 (float64 for float64), as ``mx.quantized_matmul``. It is linear in ``x``; the quantized weights are
 constants (no tangent: differentiate ``dequantize(w, scales, biases)`` instead). Every backend computes it
-without materialising the float weights in memory (``fnarray.lowering.packed`` and each backend's ``quantized.py``, the kernel group
-``fnarray.lowering.kernels.groups.quantized``).
+without materialising the float weights in memory (``fnarray.lowering.packed`` and each backend's
+``quantized.py``, the kernel group ``fnarray.lowering.kernels.groups.quantized``).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import numpy as np
 
 from fnarray.core.array import Array
 from fnarray.core.shaped import ShapedArray
+from fnarray.devices import dlpack
 
 __all__ = ["ArrayImpl", "call_fields"]
 
@@ -109,16 +110,13 @@ class ArrayImpl(Array):
         and legacy consumers (JAX 0.10) get a copy, on the device for a jax:0 array; an
         explicit ``copy=False`` shares. See ``fnarray.devices.dlpack``.
         """
-        from fnarray.devices.dlpack import export_capsule
         kw = {"stream": stream, "max_version": max_version, "dl_device": dl_device}
         if copy is not _ABSENT:  # whether the consumer speaks the 2023.12 protocol (passes copy=) matters
             kw["copy"] = copy
-        return export_capsule(self, kw)
+        return dlpack.export_capsule(self, kw)
 
     def __dlpack_device__(self):
-        if self._device.backend == "jax":
-            return self.buf().__dlpack_device__()
-        return self._value().__dlpack_device__()
+        return self._device.impl.dlpack_device(self)
 
     def to_device(self, device, /, *, stream=None):
         """Array API ``to_device``: the same values on ``device`` (committed there)."""

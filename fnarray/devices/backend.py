@@ -102,6 +102,8 @@ class Capabilities:
     ``"compiled"``: the backend's compiler decides which values get buffers (XLA fuses, the kernel
     scheduler computes most values inline), so where the values do not fit, the lowered program's
     own count after fusion (``Lowered.memory_use``) decides; the outputs are always counted.
+    ``reference``: the backend runs every primitive itself (the numpy backend, which defines the semantics
+    and which the others fall back to): its programs are never decomposed or partitioned.
     """
 
     dtypes: frozenset
@@ -120,6 +122,7 @@ class Capabilities:
     matmul_tiling: str = "local"
     eager_programs: str = "off"
     memory_check: str = "values"
+    reference: bool = False
 
 
 class Lowered:
@@ -234,6 +237,26 @@ class Backend:
 
     def delete(self, buf):
         pass
+
+    # DLPack (``fnarray.devices.dlpack`` decides what is shared; these say how this backend's buffers do it).
+
+    def dlpack_capsule(self, arr, share: bool, kwargs: dict):
+        """The DLPack capsule of array ``arr`` (on this backend) for ``__dlpack__(**kwargs)``: its memory itself
+        where ``share``, else a copy's; default: its host NumPy value's."""
+        v = np.asarray(arr)
+        if not share:
+            kwargs.pop("copy", None)
+            v = np.array(v, copy=True)  # writeable: a legacy capsule can be exported
+        return v.__dlpack__(**kwargs)
+
+    def dlpack_device(self, arr):
+        """``(device type, device id)`` of array ``arr`` for ``__dlpack_device__``; default: the host (kDLCPU)."""
+        return (1, 0)
+
+    def dlpack_import(self, x, device: Device, copy):
+        """``(buffer, dtype)`` over ``x``'s DLPack memory on ``device`` (``copy=False``: never a copy), or
+        ``None`` where this backend does not share (the caller then copies through NumPy)."""
+        return None
 
 
 def decompose_for(program: Program, device: Device) -> Program:

@@ -45,7 +45,7 @@ import functools
 import math
 import warnings
 
-from fnarray.core import dtypes, tracing
+from fnarray.core import dtypes, families, tracing
 from fnarray.core import primitives as P
 from fnarray.core.array import _OPERAND_TYPES, Array, foreign_operand
 from fnarray.core.config import config
@@ -96,10 +96,10 @@ _BINARY = {
     "maximum": (P.max_p, _real_not_bool, False), "minimum": (P.min_p, _real_not_bool, False),
 }
 # operator or fnarray.numpy function -> (primitive, the dtypes at which the function is exactly that primitive)
-_UNARY = {"neg": (P.neg, _not_bool), "abs": (P.abs_p, _has_abs)}
-_UNARY.update({name: (getattr(P, name), dtypes.is_float) for name in (
-    "exp", "exp2", "log", "log1p", "expm1", "tanh", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
-    "asinh", "acosh", "atanh", "sqrt", "cbrt", "erf")})
+# (The primitives NumPy has by their own name, ``Primitive.library``, are fnarray.numpy's function of that name at
+# float dtypes; erf is scipy's, not NumPy's.)
+_UNARY = {"neg": (P.neg, _not_bool), "abs": (P.abs_p, _has_abs), "erf": (P.erf, dtypes.is_float)}
+_UNARY.update({p.name: (p, dtypes.is_float) for p in families.members("unary") if p.library})
 
 # fnarray.numpy's binary functions -> (the code of ``f(array, x2)``, of ``f(Python scalar, array)`` or None)
 _NAMESPACE_BINARY = {
@@ -274,36 +274,15 @@ def _miss(code, general, x, *other):
 
 
 def _learn(code, x, other, binary, out):
+    """After the general path computed ``out`` for operator ``code`` of ``x`` (and ``other``): an entry for the
+    next such call, where the case is a fixed rule of the types and the primitive's executable gives ``out``."""
     av, dev = x.aval, x._device
     if av.weak_type:
         return
-    conv = None
-    if binary:
-        prim, accepts, reflected = _BINARY[code]
-        if not accepts(av.dtype):
-            return
-        t = type(other)
-        if t is ArrayImpl:
-            if reflected or other.aval != av or other._device is not dev:
-                return
-            in_avals, key = (av, other.aval), (code, av, ArrayImpl)
-        elif t is float or t is int:
-            rule = dtypes.scalar_operand_dtype(av.dtype, t)
-            if rule is None:
-                return
-            d, weak = rule
-            quiet = code in _QUIET
-            lit_aval = placement._scalar_aval(other if weak else dtypes.scalar_literal(other, d, quiet))
-            in_avals = (lit_aval, av) if reflected else (av, lit_aval)
-            key = (code, av, t)
-            conv = _converter(dev, lit_aval.dtype, weak, quiet)
-        else:
-            return
-    else:
-        prim, accepts = _UNARY[code]
-        if not accepts(av.dtype):
-            return
-        in_avals, key = (av,), (code, av)
+    case = _binary_case(code, av, dev, other) if binary else _unary_case(code, av)
+    if case is None:
+        return
+    prim, in_avals, key, conv = case
     # The primitive's eager executable (the general path made it, unless it ran the whole function as a
     # program: fnarray.transforms.eager_jit); its output must be what the general path returned. A device
     # whose compiles are slow (eager_programs "first_call": XLA) compiles none for a unary function: its
@@ -319,21 +298,55 @@ def _learn(code, x, other, binary, out):
     exe, out_avals = found
     if len(out_avals) != 1 or out.aval != out_avals[0] or out._device is not dev:
         return
-    out_aval = out_avals[0]
     fn = dev.impl.eager_call(prim, _PARAMS, in_avals, out_avals)
     if fn is None:
         fn = _one_output(exe, len(in_avals))
         if fn is None:
             return
-    entry = _OpEntry(fn, conv, out_aval, dev)
+    _insert(key, _OpEntry(fn, conv, out_avals[0], dev), dev)
+
+
+def _binary_case(code, av, dev, other):
+    """``(primitive, in_avals, key, converter)`` of a binary operator whose other operand is an array of the
+    same aval and device, or a Python scalar that the fixed promotion rule takes; ``None`` for other cases."""
+    prim, accepts, reflected = _BINARY[code]
+    if not accepts(av.dtype):
+        return None
+    t = type(other)
+    if t is ArrayImpl:
+        if reflected or other.aval != av or other._device is not dev:
+            return None
+        return prim, (av, other.aval), (code, av, ArrayImpl), None
+    if t is float or t is int:
+        rule = dtypes.scalar_operand_dtype(av.dtype, t)
+        if rule is None:
+            return None
+        d, weak = rule
+        quiet = code in _QUIET
+        lit_aval = placement._scalar_aval(other if weak else dtypes.scalar_literal(other, d, quiet))
+        in_avals = (lit_aval, av) if reflected else (av, lit_aval)
+        return prim, in_avals, (code, av, t), _converter(dev, lit_aval.dtype, weak, quiet)
+    return None
+
+
+def _unary_case(code, av):
+    prim, accepts = _UNARY[code]
+    if not accepts(av.dtype):
+        return None
+    return prim, (av,), (code, av), None
+
+
+def _insert(key, entry, dev):
+    """``entry`` into the eager cache under ``key``: the key's first device keeps the short key, others are
+    looked up by the device's id too; a stale entry (another configuration, or an id reused) is replaced."""
     old = _D.get(key)
     if old is not None and old.device is not dev and old.generation == config.generation:
-        key = key + (id(dev),)  # the key's first device keeps the short key; others are looked up by id
+        key = key + (id(dev),)
         old = _D.get(key)
     if old is None:
         placement._eager_cache.put(key, entry)
     elif old.generation != config.generation or old.device is not dev:
-        placement._eager_cache.set(key, entry)  # stale: made in another configuration (or an id reused)
+        placement._eager_cache.set(key, entry)
 
 
 def _converter(dev, d, weak, quiet):

@@ -77,8 +77,12 @@ def needs_host_driving(program: Program, placements) -> bool:
     return any(on_dev and needs_host(e) for e, on_dev in zip(program.eqns, placements, strict=True))
 
 
+#: ``compile_program(program, device) -> executable``: the partitioner's, set by ``partition`` when it is
+#: imported (the two recurse: a host-driven program's segments are compiled by the partitioner).
+compile_program = None
+
+
 def _compile(program: Program, device: Device):
-    from fnarray.devices.partition import compile_program
     return compile_program(program, device)
 
 

@@ -20,7 +20,7 @@ from fnarray.core.errors import FallbackWarning, UnsupportedOnDevice
 from fnarray.core.ir import Program
 from fnarray.core.passes import cse, has_effect, program_from_eqn, subprograms, walk_eqns
 from fnarray.core.primitives import EFFECTS
-from fnarray.devices import memory
+from fnarray.devices import host_control, memory
 from fnarray.devices.backend import Device, decompose_for
 
 __all__ = ["compile_program", "compile_eqn", "unsupported_reason", "lower_program"]
@@ -161,7 +161,7 @@ def _compile_program(program: Program, device: Device, donate=(), recount=False)
     # recount: the program's values did not all fit, but the backend's compiler decides which get buffers;
     # what the lowered program allocates decides (a host-driven program's segments are checked one by one).
     _check_runnable(program)
-    if device.backend == "numpy":
+    if device.impl.capabilities(device).reference:
         return _compiled(lower_program(program, device), device)
     # Decomposed first, so that a primitive the backend lowers as a composite does not fall back.
     program = decompose_for(program, device)
@@ -172,7 +172,6 @@ def _compile_program(program: Program, device: Device, donate=(), recount=False)
             _report(e, device, r)
         placements.append(r is None)
     if device.impl.capabilities(device).control_flow == "host":
-        from fnarray.devices import host_control
         if host_control.needs_host_driving(program, placements):
             return host_control.HostDriven(program, device, placements)
     if all(placements):
@@ -180,8 +179,7 @@ def _compile_program(program: Program, device: Device, donate=(), recount=False)
         if recount:
             memory.check_lowered(lowered, device)
         return _compiled(lowered, device)
-    from fnarray.devices.host_control import HostDriven
-    return HostDriven(program, device, placements, drive_control=False)
+    return host_control.HostDriven(program, device, placements, drive_control=False)
 
 
 def compile_eqn(primitive, params, in_avals, out_avals, device: Device):
@@ -198,7 +196,7 @@ def _compile_eqn(primitive, params, in_avals, out_avals, device: Device):
     fast = getattr(backend, "eager_fast", None)
     # The fast path skips partitioning: only for what the device supports (fallback needs the slow one).
     # An equation holding a host callback goes through partitioning too, unless the backend calls it in place.
-    if fast is not None and (device.backend == "numpy" or (
+    if fast is not None and (backend.capabilities(device).reference or (
             backend.lowers_natively(prog.eqns[0], device)
             and unsupported_reason(prog.eqns[0], device) is None
             and (backend.host_callbacks or not has_effect(prog.eqns[0])))):
@@ -206,3 +204,6 @@ def _compile_eqn(primitive, params, in_avals, out_avals, device: Device):
         if exe is not None:
             return _translating(exe, prog, device)
     return compile_program(prog, device)
+
+
+host_control.compile_program = compile_program

@@ -26,7 +26,7 @@ from fnarray.core.shaped import ShapedArray
 from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.backend import Device, backend_names, get_backend
 
-__all__ = ["devices", "default_device", "parse_device", "device_put", "array_from_numpy",
+__all__ = ["devices", "default_device", "parse_device", "device_put", "array_from_numpy", "import_dlpack",
            "eager_apply", "placement_device"]
 
 
@@ -103,6 +103,9 @@ def default_device() -> Device:
     ``fnarray.config.default_device`` (env ``FNARRAY_DEVICE``) if set; else an
     accelerator (MLX on Metal, JAX on CUDA/ROCm/TPU) if one is found, or ``jax:0`` when ``XLA_FLAGS`` forces
     several XLA host devices (``--xla_force_host_platform_device_count=N``, N > 1); else ``numpy:0``.
+    ``fnarray.config.platforms`` (JAX's ``jax_platforms``/``jax_platform_name``), when set, keeps that choice
+    only if it runs on one of the platforms named; else the first device of the first platform named, in
+    order, that an installed backend has (``"cpu"``: numpy:0).
 
     Returns:
       A ``Device``; the probe result is cached for the process.
@@ -110,6 +113,8 @@ def default_device() -> Device:
     Raises:
       ValueError, TypeError, BackendUnavailable: only for a configured
         ``default_device`` that ``get_device`` rejects (see there).
+      RuntimeError: ``config.platforms`` names only platforms that no installed backend has (JAX raises
+        ``RuntimeError`` for a platform it cannot initialise).
     """
     if config.default_device is not None:
         try:
@@ -122,7 +127,41 @@ def default_device() -> Device:
         d = _accelerator_default() or get_backend("numpy").devices()[0]
         if not _default:  # another thread may have chosen meanwhile (the same device): keep one
             _default.append(d)
+    if config.platforms is not None:
+        return _on_platforms(_default[0], config.platforms)
     return _default[0]
+
+
+_ON_PLATFORMS: dict = {}   # (chosen default, platforms) -> the default device on those platforms
+#: what a JAX platform name means in terms of our devices' ``platform``
+_PLATFORM_ALIASES = {"gpu": ("gpu", "cuda", "rocm", "metal"), "cuda": ("cuda", "gpu"), "rocm": ("rocm", "gpu"),
+                     "metal": ("metal", "gpu"), "cpu": ("cpu",), "tpu": ("tpu",)}
+
+
+def _on_platforms(chosen: Device, platforms: tuple) -> Device:
+    key = (chosen, platforms)
+    d = _ON_PLATFORMS.get(key)
+    if d is None:
+        d = _ON_PLATFORMS[key] = _pick_on_platforms(chosen, platforms)
+    return d
+
+
+def _pick_on_platforms(chosen: Device, platforms: tuple) -> Device:
+    wanted = [_PLATFORM_ALIASES[p] for p in platforms]
+    if any(chosen.platform in w for w in wanted):
+        return chosen
+    for w in wanted:
+        if w == ("cpu",):
+            return get_backend("numpy").devices()[0]
+        for name in ("jax", "mlx"):
+            try:
+                for d in get_backend(name).devices():
+                    if d.platform in w:
+                        return d
+            except BackendUnavailable:
+                pass
+    raise RuntimeError(f"fnarray.config.platforms is {','.join(platforms)!r} (jax_platforms / jax_platform_name), "
+                       "but no installed backend has a device on it; set it to 'cpu' or None")
 
 
 def parse_device(spec) -> Device:
@@ -456,3 +495,28 @@ def device_get(x):
         return leaf
 
     return optree.tree_map(get, x, none_is_leaf=False, namespace="fnarray")
+
+
+def import_dlpack(x, device=None, copy=None):
+    """An ``ArrayImpl`` over ``x``'s DLPack memory on ``device`` (shared where ``copy`` allows, see the module doc).
+
+    Returns ``None`` where this path does not apply (another backend, a dtype to
+    convert, ``copy=True``): the caller then copies as for any NumPy array.
+    """
+    if copy is True or type(x).__module__.split(".")[0] == "mlx":
+        return None
+    dev = parse_device(device) if device is not None else default_device()
+    got = dev.impl.dlpack_import(x, dev, copy)
+    if got is None:
+        return None
+    buf, dtype = got
+    if not _native(dtype):
+        return None
+    return ArrayImpl.make(ShapedArray(tuple(buf.shape), dtypes.canonicalize(dtype)), dev, buf, device is not None)
+
+
+def _native(d) -> bool:
+    try:
+        return dtypes.canonicalize(d) == np.dtype(d)
+    except Exception:  # noqa: BLE001 (a dtype fnarray does not have)
+        return False

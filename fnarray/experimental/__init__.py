@@ -1,1 +1,1 @@
-"""``fnarray.experimental``: the names JAX programs import from ``jax.experimental`` (``shard_map``)."""
+"""``fnarray.experimental``: the names JAX programs import from ``jax.experimental`` (``shard_map``, ``pallas``)."""

@@ -32,7 +32,9 @@ from fnarray.core import dtypes
 from fnarray.core import linalg as _L
 from fnarray.core import primitives as P
 from fnarray.core.fft import fft_p
-from fnarray.core.quantized import quantized_matmul_p
+from fnarray.core.quantized import quantized_matmul_p, weight_shape
+from fnarray.core import pallas as _pallas
+from fnarray.lowering.packed import acc_dtype, unpack_plan
 from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.decompositions import decompose
 from fnarray.core.errors import UnsupportedOnDevice
@@ -69,14 +71,15 @@ UNSUPPORTED = {
     P.imag: "ONNX Runtime has no complex tensors",
     P.conj: "ONNX Runtime has no complex tensors",
     fft_p: "ONNX Runtime has no complex tensors (ONNX's DFT holds (re, im) pairs in a real tensor)",
-    quantized_matmul_p: ("not exported yet (issue 30: DequantizeLinear + MatMul or MatMulNBits); dequantize the "
-                         "weights (fnarray.dequantize) before exporting"),
     P.custom_lin: "it only exists inside reverse-mode differentiation",
     P.debug_callback: ("fnarray.debug.print / fnarray.debug.callback call Python, which an ONNX model cannot; "
                        "remove the debug call before exporting"),
     **{p: "a collective needs a named axis: inside vmap(axis_name=) its batching rule replaces it before export"
        for p in _collectives.COLLECTIVES},
     _spmd.shard_map_p: "an ONNX model runs on one device: export the per-device function instead",
+    _pallas.pallas_call_p: ("ONNX has no user kernels: export the same computation written with fnarray operations "
+                            "(each examples/kernels/ kernel has one)"),
+    **{p: "only inside a pallas_call kernel body" for p in _pallas.KERNEL_PRIMITIVES},
 }
 UNSUPPORTED.update({p: f"ONNX has no matrix factorizations ({p.name}); only Det among linear algebra"
                     for p in (_L.cholesky_p, _L.triangular_solve_p, _L.lu_p, _L.qr_p, _L.eigh_p, _L.svd_p)})
@@ -107,10 +110,12 @@ class _Names:
 class _Graph:
     """The nodes of one ONNX graph (the main graph or a Loop/If body) being built."""
 
-    def __init__(self, onnx_mod, names: _Names, opset: int):
+    def __init__(self, onnx_mod, names: _Names, opset: int, parent=None):
         self.onnx, self.names, self.opset = onnx_mod, names, opset
         self.nodes: list = []
         self._consts: dict = {}
+        #: the values of names that are initializers (captured constants, baked arguments): name -> ndarray
+        self.known: dict = {} if parent is None else parent.known
 
     def node(self, op, inputs, n_out=1, **attrs):
         outs = [self.names.fresh(op.lower()) for _ in range(n_out)]
@@ -138,7 +143,7 @@ class _Graph:
         return self.onnx.helper.make_tensor_value_info(name, _elem_type(self.onnx, aval.dtype), list(aval.shape))
 
     def sub(self) -> "_Graph":
-        return _Graph(self.onnx, self.names, self.opset)
+        return _Graph(self.onnx, self.names, self.opset, parent=self)
 
     def graph(self, name, inputs, outputs, initializers=()):
         return self.onnx.helper.make_graph(self.nodes, name, inputs, outputs, initializer=list(initializers))
@@ -277,6 +282,11 @@ def _expm1(g, e, ins):
 @_rule(P.rsqrt)
 def _rsqrt(g, e, ins):
     return g.node("Reciprocal", [g.node("Sqrt", ins)])
+
+
+@_rule(P.log10)
+def _log10(g, e, ins):
+    return g.node("Mul", [g.node("Log", ins), _one(g, e, 1 / math.log(10))])
 
 
 @_rule(P.cbrt)
@@ -858,6 +868,75 @@ def _sort(g, e, ins):
     return [g.node("GatherElements", [x, order], axis=axis) for x in ins]
 
 
+# ------------------------------------------------------------------------------------------- quantized_matmul
+
+#: Bits whose packed integers ONNX has a tensor type for (``DequantizeLinear`` with ``block_size``, opset 21).
+_QDQ_TYPES = {4: "UINT4", 8: "UINT8"}
+
+
+@_rule(quantized_matmul_p)
+def _quantized_matmul(g, e, ins):
+    """``x @ W.T`` (or ``x @ W``) with ``W = q * scale + bias`` per group of ``group_size`` along W's rows.
+
+    Weights known at export (captured or baked) with 4 or 8 bits, at opset >= 21: QDQ, the blocked
+    ``DequantizeLinear`` of the integers as a ``uint4``/``uint8`` initializer (ONNX Runtime's graph optimizer
+    turns the pattern into its ``MatMulNBits``), plus the biases, then ``MatMul``. Otherwise (weights as
+    inputs, 2, 3 and 6 bits, older opsets): the packed uint32 words unpacked with ``BitShift``/``BitwiseAnd``
+    (``fnarray.lowering.packed.unpack`` in ONNX operators), scaled and shifted, then ``MatMul``.
+    """
+    p = e.params
+    transpose, gs, bits = p["transpose"], p["group_size"], p["bits"]
+    x, w, scales, biases = ins
+    rows, cols = weight_shape(_av(e, 1).shape, bits)
+    out = np.dtype(_out(e).dtype)
+    acc = acc_dtype(out)
+    known = g.known.get(w)
+    if known is not None and bits in _QDQ_TYPES and g.opset >= 21:
+        # MLX's little-endian stream of 4- or 8-bit fields is ONNX's packed uint4/uint8 layout (low nibble
+        # first): the words' bytes are the tensor's raw data as they are.
+        raw = np.ascontiguousarray(known, "<u4").tobytes()
+        tensor = g.onnx.helper.make_tensor(g.names.fresh("q"), getattr(g.onnx.TensorProto, _QDQ_TYPES[bits]),
+                                           [rows, cols], raw, raw=True)
+        qname = g.names.fresh("q")
+        g.nodes.append(g.onnx.helper.make_node("Constant", [], [qname], value=tensor))
+        s = g.node("Cast", [scales], to=_elem_type(g.onnx, acc)) if out != acc else scales
+        wd = g.node("DequantizeLinear", [qname, s], axis=1, block_size=gs)
+    else:
+        _need_opset(g, e, 18, "BitwiseAnd (unpacking the packed words)")
+        wd = g.node("Cast", [_unpack_words(g, w, rows, cols, bits)], to=_elem_type(g.onnx, acc))
+        wd = g.node("Reshape", [wd, g.i64([rows, cols // gs, gs])])
+        s = g.node("Cast", [scales], to=_elem_type(g.onnx, acc)) if out != acc else scales
+        wd = g.node("Mul", [wd, g.node("Unsqueeze", [s, g.i64([2])])])
+    wd = g.node("Reshape", [wd, g.i64([rows, cols // gs, gs])])
+    b = g.node("Cast", [biases], to=_elem_type(g.onnx, acc)) if out != acc else biases
+    wd = g.node("Reshape", [g.node("Add", [wd, g.node("Unsqueeze", [b, g.i64([2])])]), g.i64([rows, cols])])
+    if transpose:
+        wd = g.node("Transpose", [wd], perm=[1, 0])
+    xa = g.node("Cast", [x], to=_elem_type(g.onnx, acc)) if out != acc else x
+    r = g.node("MatMul", [xa, wd])
+    return r if out == acc else g.node("Cast", [r], to=_elem_type(g.onnx, out))
+
+
+def _unpack_words(g, w, rows, cols, bits):
+    """The ``bits``-bit integers (uint32, ``(rows, cols)``) of packed uint32 words ``w`` (``packed.unpack``)."""
+    mask = g.scalar((1 << bits) - 1, np.uint32)
+    if 32 % bits == 0:
+        per = 32 // bits
+        shifts = g.const((np.arange(per) * bits).astype(np.uint32))
+        v = g.node("BitShift", [g.node("Unsqueeze", [w, g.i64([2])]), shifts], direction="RIGHT")
+        return g.node("Reshape", [g.node("BitwiseAnd", [v, mask]), g.i64([rows, cols])])
+    lo, hi, shift = unpack_plan(bits)
+    w3 = g.node("Reshape", [w, g.i64([rows, cols // 32, bits])])
+    v = g.node("BitShift", [g.node("Gather", [w3, g.const(lo.astype(np.int64))], axis=2), g.const(shift)],
+               direction="RIGHT")
+    high = g.node("Gather", [w3, g.const(hi.astype(np.int64))], axis=2)
+    # The high word's bits land at 32 - s; (h << 1) << (31 - s) keeps each shift below 32.
+    up = g.node("BitShift", [g.node("BitShift", [high, g.scalar(1, np.uint32)], direction="LEFT"),
+                             g.const((31 - shift).astype(np.uint32))], direction="LEFT")
+    v = g.node("BitwiseAnd", [g.node("BitwiseOr", [v, up]), mask])
+    return g.node("Reshape", [v, g.i64([rows, cols])])
+
+
 @_rule(P.dot_general)
 def _dot_general(g, e, ins):
     (lc, rc), (lb, rb) = e.params["dimension_numbers"]
@@ -1194,12 +1273,14 @@ def onnx(f, *example_args, path, bake_argnums=(), opset=None):
         name = f"const.{k}"
         typed(name, v.aval, "the captured constant")
         inits.append(nph.from_array(np.ascontiguousarray(np.asarray(c), v.aval.dtype), name))
+        g.known[name] = np.asarray(c, v.aval.dtype)
         in_names.append(name)
     consts_names, in_names = in_names, []
     for v, (name, value, baked) in zip(flat.invars, leaves, strict=True):
         typed(name, v.aval, "the baked argument" if baked else "the input")
         if baked:
             inits.append(nph.from_array(np.ascontiguousarray(np.asarray(value), v.aval.dtype), name))
+            g.known[name] = np.asarray(value, v.aval.dtype)
         else:
             inputs.append(g.value_info(name, v.aval))
         in_names.append(name)
@@ -1210,6 +1291,8 @@ def onnx(f, *example_args, path, bake_argnums=(), opset=None):
     for name, src, a in zip(out_names(traced.entry.out_tree), outs, flat.out_avals, strict=True):
         g.nodes.append(helper.make_node("Identity", [src], [name]))
         outputs.append(g.value_info(name, a))
+    used = _used_names(g.nodes)  # an initializer no node reads (packed words exported as QDQ) is dropped
+    inits = [t for t in inits if t.name in used]
     graph = g.graph(getattr(fun, "__name__", "fnarray"), inputs, outputs, inits)
     opsets = [helper.make_opsetid("", opset)]
     model = helper.make_model(graph, opset_imports=opsets, producer_name="fnarray",
@@ -1217,6 +1300,17 @@ def onnx(f, *example_args, path, bake_argnums=(), opset=None):
     onnx_mod.checker.check_model(model, full_check=True)
     _save(onnx_mod, model, path)
     return model
+
+
+def _used_names(nodes) -> set:
+    """Every value name the nodes (and the sub-graphs in their attributes) read."""
+    used = set()
+    for n in nodes:
+        used.update(n.input)
+        for a in n.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                used |= _used_names(sub.node)
+    return used
 
 
 def _lower_main(g, program, env, in_names):

@@ -55,7 +55,7 @@ def _define(outs, how, fill):
 
 
 def register(rewrites: dict, fill) -> None:
-    """Add the rewrites to ``zero_size._REWRITES`` (``fill(out)`` defines ``out`` as zeros)."""
+    """Add the rewrites to ``zero_size.REWRITES`` (``fill(out)`` defines ``out`` as zeros)."""
     rewrites[L.lu_p] = lambda e: _define(e.outputs, (None, None, _arange), fill)
     rewrites[L.qr_p] = lambda e: _define(e.outputs, (_identity, None), fill)
     rewrites[L.svd_p] = lambda e: _define(e.outputs, (None, _identity, _identity), fill)

@@ -1,6 +1,6 @@
 """The window primitives as functional array code over window taps, for backends that build graphs (jax, mlx).
 
-The algorithm is the NumPy reference's (``numpy_windows``), written without in-place updates: pad and
+The algorithm is the NumPy reference's (``lowering/numpy/windows.py``), written without in-place updates: pad and
 dilate the operand once, read one strided slice per window tap, and combine the slices with elementwise
 operations, which XLA and MLX fuse. An ``xp`` adapter gives each backend's array functions:
 

@@ -9,10 +9,10 @@ need it (the kernel scheduler, the mlx lowering) run this pass first:
   elements, so nothing needs computing;
 - an equation with a non-empty output that reads a zero-size operand gets the
   result that the empty operand implies, written without reading it (a table keyed
-  by primitive, ``_REWRITES``): a reduction over an empty axis is its identity, a
+  by primitive, ``REWRITES``): a reduction over an empty axis is its identity, a
   ``dot_general`` over an empty contraction is zero, a ``pad`` of an empty array is
   its padding value, ``concatenate`` drops its empty pieces, a gather from an empty
-  axis is zero (as ``numpy_impls``), a scatter of no updates and a dynamic update of
+  axis is zero (as the numpy reference (``lowering/numpy/``)), a scatter of no updates and a dynamic update of
   an empty slice are their operand;
 - a zero-size value that is still needed (a program output, an operand of a
   control-flow or call equation the backend runs from the host) is defined by a
@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from fnarray.core import primitives as P
+from fnarray.core.attention import dot_product_attention_p
 from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.ir import Eqn, Literal, Params, Program, Var
 from fnarray.core.shaped import ShapedArray
@@ -84,7 +85,7 @@ def _highest(d):
     return np.iinfo(d).max if np.issubdtype(d, np.integer) else np.inf
 
 
-_IDENTITY = {
+IDENTITY = {
     P.reduce_sum: lambda d: 0,
     P.reduce_prod: lambda d: 1,
     P.reduce_max: _lowest,
@@ -104,7 +105,7 @@ def _reduction(e):
     d = e.inputs[0].aval.dtype
     if np.issubdtype(d, np.complexfloating) and e.primitive in (P.reduce_max, P.reduce_min):
         return None    # numpy:0 raises for an empty complex max/min; keep the equation (its error)
-    return [fill(out, _IDENTITY[e.primitive](d))], {}
+    return [fill(out, IDENTITY[e.primitive](d))], {}
 
 
 def _dot_general(e):
@@ -149,18 +150,19 @@ def _dynamic_update_slice(e):
     return None
 
 
-_REWRITES = {P.dot_general: _dot_general, P.pad: _pad, P.concatenate: _concatenate, P.gather: _gather,
+REWRITES = {P.dot_general: _dot_general, P.pad: _pad, P.concatenate: _concatenate, P.gather: _gather,
              P.dynamic_update_slice: _dynamic_update_slice}
-_REWRITES[conv_general_dilated_p] = _dot_general   # no features or an empty kernel: zeros
-for _p in _IDENTITY:
-    _REWRITES[_p] = _reduction
+REWRITES[conv_general_dilated_p] = _dot_general   # no features or an empty kernel: zeros
+REWRITES[dot_product_attention_p] = _dot_general   # no keys: an empty weighted sum, zeros
+for _p in IDENTITY:
+    REWRITES[_p] = _reduction
 for _p in (P.scatter, P.scatter_add, P.scatter_mul, P.scatter_min, P.scatter_max):
-    _REWRITES[_p] = _scatter
+    REWRITES[_p] = _scatter
 
 # The linear-algebra primitives' rewrites live in their own module.
 from fnarray.lowering.linalg_zero_size import register as _register_linalg  # noqa: E402
 
-_register_linalg(_REWRITES, fill)
+_register_linalg(REWRITES, fill)
 
 
 # ------------------------------------------------------------------------------ the pass
@@ -196,7 +198,7 @@ def drop_zero_size(prog: Program) -> Program:
             dropped.update(e.outputs)
             continue
         if any(_empty(a) for a in ins):
-            rule = _REWRITES.get(e.primitive)
+            rule = REWRITES.get(e.primitive)
             done = rule(e) if rule is not None else None
             if done is not None:
                 new, aliases = done

@@ -1,8 +1,9 @@
 """``dot_product_attention`` (mirrors ``jax.nn.dot_product_attention``): scaled dot-product attention.
 
 Layout ``(B, T, N, H)``: batch, sequence, heads, head size (the batch axis may be left out).
-Written as two ``einsum`` contractions and a float32 softmax, so it runs on every backend and
-under every transform; there is no fused kernel.
+One ``dot_product_attention`` primitive (``fnarray.core.attention``): one kernel per call on opencl and webgpu
+(an online softmax over blocks of keys), ``jax.nn.dot_product_attention`` on jax, ``mx.fast`` on mlx. Only
+``return_residual=True`` takes the composite below (two ``einsum`` contractions and a float32 softmax).
 """
 
 from __future__ import annotations
@@ -65,10 +66,13 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
         ``(T, N)``) in the inputs' dtype, without gradient (JAX's residual).
     Returns:
       ``(B, T, N, H)`` (or ``(T, N, H)``) of query's dtype (with ``return_residual``, the pair
-      ``(output, residual)``). Logits and the softmax are computed
-      in float32 (float64 for float64 inputs), the probabilities cast to the inputs' dtype;
-      masked logits are ``-0.7 * finfo.max`` (as JAX), so a fully masked row averages every
-      value uniformly; padding query rows (``query_seq_lengths``) are zeros.
+      ``(output, residual)``). One ``dot_product_attention`` primitive (``fnarray.core.attention``, one
+      kernel per call on opencl and webgpu): logits, softmax and the weighted sum of the values in
+      float32 (float64 for float64 inputs), rounded once to the inputs' dtype (JAX rounds the
+      probabilities to it first: float16/bfloat16 results differ by that rounding); with
+      ``return_residual`` the composite, which rounds as JAX. Masked logits are
+      ``-0.7 * finfo(float32).max`` (as JAX), so a fully masked row averages every value uniformly;
+      padding query rows (``query_seq_lengths``) are zeros.
     Raises:
       ShapeError: inconsistent ranks or sizes; DTypeError: non-floating inputs or a non-boolean mask;
       ValueError: another ``implementation``.
@@ -99,10 +103,14 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     if q.dtype != k.dtype or q.dtype != v.dtype:
         raise DTypeError(f"dot_product_attention: query, key and value need one dtype, got {q.dtype.name}, "
                          f"{k.dtype.name}, {v.dtype.name}")
+    scale = 1.0 / math.sqrt(H) if scale is None else scale
+    if not return_residual:
+        out = _fused(q, k, v, bias, mask, float(scale), is_causal, query_seq_lengths, key_value_seq_lengths,
+                     local_window_size)
+        return out[0] if unbatched else out
     if K != N:
         k = fnp.repeat(k, N // K, axis=2)
         v = fnp.repeat(v, N // K, axis=2)
-    scale = 1.0 / math.sqrt(H) if scale is None else scale
     # Logits in at least float32 (as JAX's preferred_element_type), whatever the inputs' precision.
     ld = dtypes.float64 if q.dtype == dtypes.float64 else dtypes.float32
     logits = fnp.einsum("btnh,bsnh->bnts", q.astype(ld), k.astype(ld)) * fnp.asarray(scale, dtype=ld)
@@ -149,17 +157,73 @@ def _and(keep, mask):
     return mask if keep is None else _np().logical_and(keep, mask)
 
 
+def _window_pair(local_window_size):
+    """``(left, right)`` from JAX's ``local_window_size`` (an int ``w`` is ``(w, w)``)."""
+    if isinstance(local_window_size, (int, np.integer)) and not isinstance(local_window_size, bool):
+        return int(local_window_size), int(local_window_size)
+    try:
+        left, right = (int(w) for w in local_window_size)
+    except (TypeError, ValueError):
+        raise ValueError(f"dot_product_attention: local_window_size must be an int or a (left, right) pair of "
+                         f"ints, got {local_window_size!r}") from None
+    return left, right
+
+
 def _window_mask(local_window_size, T, S):
     """JAX's local window: query ``t`` sees keys ``t - left <= s <= t + right``; shape ``(1, 1, T, S)``."""
     fnp = _np()
-    if isinstance(local_window_size, (int, np.integer)) and not isinstance(local_window_size, bool):
-        left = right = int(local_window_size)
-    else:
-        try:
-            left, right = (int(w) for w in local_window_size)
-        except (TypeError, ValueError):
-            raise ValueError(f"dot_product_attention: local_window_size must be an int or a (left, right) pair of "
-                             f"ints, got {local_window_size!r}") from None
+    left, right = _window_pair(local_window_size)
     t = fnp.arange(T, dtype=dtypes.int32)[:, None]
     s = fnp.arange(S, dtype=dtypes.int32)[None, :]
     return fnp.logical_and(t <= s + left, t >= s - right)[None, None]
+
+
+def _rank4(x, full, name):
+    """``x`` with leading axes of 1 up to rank 4, checked against ``full`` = (B, N, T, S) axis by axis."""
+    fnp = _np()
+    if x.ndim > 4:
+        raise ShapeError(f"dot_product_attention: the {name} of shape {x.shape} does not broadcast to "
+                         f"(B, N, T, S) = {full}")
+    x = fnp.reshape(x, (1,) * (4 - x.ndim) + tuple(x.shape))
+    for a, f in zip(x.shape, full, strict=True):
+        if a not in (1, f):
+            raise ShapeError(f"dot_product_attention: the {name} of shape {x.shape} does not broadcast to "
+                             f"(B, N, T, S) = {full}")
+    return x
+
+
+def _fused(q, k, v, bias, mask, scale, is_causal, query_seq_lengths, key_value_seq_lengths, local_window_size):
+    """The primitive on batched ``q, k, v``; sequence lengths become mask operands."""
+    from fnarray.core.attention import dot_product_attention_p
+    fnp = _np()
+    B, T, N, _ = q.shape
+    S = k.shape[1]
+    full = (B, N, T, S)
+    operands = [q, k, v]
+    if bias is not None:
+        bias = fnp.asarray(bias)
+        if not dtypes.is_float(bias.dtype):
+            bias = bias.astype(dtypes.float64 if q.dtype == dtypes.float64 else dtypes.float32)
+        operands.append(_rank4(bias, full, "bias"))
+    keep = None
+    if mask is not None:
+        mask = fnp.asarray(mask)
+        if mask.dtype != dtypes.bool_:
+            raise DTypeError(f"dot_product_attention: mask must be boolean (True keeps a key), got {mask.dtype.name}")
+        keep = _rank4(mask, full, "mask")
+    qm = None
+    if query_seq_lengths is not None:
+        qm = _seq_mask(query_seq_lengths, T, "query_seq_lengths", B)[:, None, :, None]
+        keep = _and(keep, qm)
+    if key_value_seq_lengths is not None:
+        keep = _and(keep, _seq_mask(key_value_seq_lengths, S, "key_value_seq_lengths", B)[:, None, None, :])
+    if keep is not None:
+        operands.append(keep)
+    window = None
+    if local_window_size is not None:
+        window = _window_pair(local_window_size)
+    out = dot_product_attention_p.bind(*operands, scale=scale, is_causal=bool(is_causal), local_window=window,
+                                       has_bias=bias is not None, has_mask=keep is not None)
+    if qm is not None:  # padding queries give zeros, as JAX's
+        out = fnp.where(qm[:, 0, :, :, None], out, fnp.zeros((), dtype=out.dtype))
+    return out

@@ -633,7 +633,7 @@ def from_dlpack(x, /, *, device=None, copy=None):
         legacy producer).
       DTypeError: a dtype fnarray does not have.
     """
-    from fnarray.devices.dlpack import import_dlpack
+    from fnarray.devices.placement import import_dlpack
     shared = import_dlpack(x, device=device, copy=copy)
     if shared is not None:
         return shared

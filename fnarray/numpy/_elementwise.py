@@ -16,20 +16,7 @@ from fnarray.core import dtypes, lax
 from fnarray.core.errors import DTypeError
 from fnarray.numpy._util import aval_of, check_arraylike, elementwise, promote
 
-__all__ = [
-    "abs", "absolute", "acos", "arccos", "acosh", "arccosh", "add", "asin", "arcsin", "asinh", "arcsinh",
-    "atan", "arctan", "atan2", "arctan2", "atanh", "arctanh", "bitwise_and", "bitwise_left_shift",
-    "left_shift", "bitwise_invert", "invert", "bitwise_not", "bitwise_or", "bitwise_right_shift",
-    "right_shift", "bitwise_xor", "ceil", "clip", "conj", "conjugate", "copysign", "cos", "cosh",
-    "divide", "true_divide", "equal", "exp", "exp2", "expm1", "floor", "floor_divide", "greater",
-    "greater_equal", "hypot", "imag", "isfinite", "isinf", "isnan", "less", "less_equal", "log",
-    "log1p", "log2", "log10", "logaddexp", "logaddexp2", "logical_and", "logical_not", "logical_or",
-    "logical_xor", "maximum", "minimum", "multiply", "negative", "nextafter", "not_equal", "positive",
-    "pow", "power", "real", "reciprocal", "remainder", "mod", "fmod", "round", "sign", "signbit", "sin",
-    "sinh", "square", "sqrt", "subtract", "tan", "tanh", "trunc", "cbrt", "deg2rad", "rad2deg",
-    "degrees", "radians", "fmax", "fmin", "sinc", "float_power", "heaviside", "isclose", "nan_to_num",
-    "angle", "isreal", "iscomplex", "frexp", "ldexp", "gcd", "lcm", "erf", "erfc", "erfinv",
-]
+# ``__all__``: every public function defined below (derived at the end of the module).
 
 
 def _not_bool(name):
@@ -73,16 +60,9 @@ def _to_inexact(x):
     return lax.convert_element_type(x, dtypes.float32, weak_type=a.weak_type)
 
 
-# What each generated function mirrors, where it is not "array API ``name``; ``numpy.name``".
-_UNARY_SOURCE = {
-    "exp2": "``numpy.exp2``; not in the array API",
-    "cbrt": "``numpy.cbrt``; not in the array API",
-    "erf": "``jax.scipy.special.erf``, ``scipy.special.erf``; not in NumPy or the array API",
-    "erfinv": "``jax.scipy.special.erfinv``, ``scipy.special.erfinv``; not in NumPy or the array API",
-}
-
-
-def _float_unary(name, fn, real_only=False):
+def _float_unary(name, fn, real_only=False, source=None):
+    """The namespace function ``name`` applying ``fn`` to an inexact ``x``; ``source``: what it mirrors, where
+    that is not "array API ``name``; ``numpy.name``" (it heads the docstring)."""
     def f(x, /):
         check_arraylike(name, x)
         x = _to_inexact(x)
@@ -90,7 +70,7 @@ def _float_unary(name, fn, real_only=False):
             raise DTypeError(f"{name} is not defined for complex arrays")
         return elementwise(name, fn, x)
     f.__name__ = name
-    source = _UNARY_SOURCE.get(name, f"array API ``{name}``; ``numpy.{name}``")
+    source = source or f"array API ``{name}``; ``numpy.{name}``"
     f.__doc__ = (f"Elementwise {name} ({source}).\n\n"
                  "Differences from NumPy: integer and bool inputs give ``float32`` (NumPy: ``float64``); lists "
                  "are not accepted, as in ``jax.numpy``.\n\n"
@@ -102,7 +82,7 @@ def _float_unary(name, fn, real_only=False):
 
 
 exp = _float_unary("exp", lax.exp)
-exp2 = _float_unary("exp2", lax.exp2)
+exp2 = _float_unary("exp2", lax.exp2, source="``numpy.exp2``; not in the array API")
 
 
 def _expm1(x):
@@ -152,9 +132,11 @@ asinh = _float_unary("asinh", lax.asinh)
 acosh = _float_unary("acosh", lax.acosh)
 atanh = _float_unary("atanh", lax.atanh)
 sqrt = _float_unary("sqrt", lax.sqrt)
-cbrt = _float_unary("cbrt", lax.cbrt, real_only=True)
-erf = _float_unary("erf", lax.erf, real_only=True)
-erfinv = _float_unary("erfinv", lax.erf_inv, real_only=True)
+cbrt = _float_unary("cbrt", lax.cbrt, real_only=True, source="``numpy.cbrt``; not in the array API")
+erf = _float_unary("erf", lax.erf, real_only=True,
+                   source="``jax.scipy.special.erf``, ``scipy.special.erf``; not in NumPy or the array API")
+erfinv = _float_unary("erfinv", lax.erf_inv, real_only=True,
+                      source="``jax.scipy.special.erfinv``, ``scipy.special.erfinv``; not in NumPy or the array API")
 arcsin, arccos, arctan, arcsinh, arccosh, arctanh = asin, acos, atan, asinh, acosh, atanh
 
 
@@ -202,10 +184,10 @@ def log2(x, /):
 
 
 def log10(x, /):
-    """Base-10 logarithm (array API ``log10``; ``numpy.log10``).
+    """Base-10 logarithm (array API ``log10``; ``numpy.log10``): the ``log10`` primitive for real inputs.
 
-    Differences from NumPy: integer and bool inputs give ``float32`` (NumPy: ``float64``); computed as ``log(x) /
-    log(10)`` (may differ from NumPy in the last place).
+    Differences from NumPy: integer and bool inputs give ``float32`` (NumPy: ``float64``); complex inputs are
+    computed as ``log(x) / log(10)``.
 
     Args:
       x: an array or a scalar.
@@ -217,6 +199,8 @@ def log10(x, /):
       TypeError: ``x`` is not an array or a scalar.
     """
     x = _to_inexact(x)
+    if not dtypes.is_complex(aval_of(x).dtype):
+        return elementwise("log10", lax.log10, x)
     return divide(log(x), np.log(10).astype(_real_dtype(x)))
 
 
@@ -1587,3 +1571,7 @@ def lcm(x1, x2, /):
     g = gcd(x1, x2)
     from fnarray.numpy._manipulation import where
     return where(equal(g, 0), 0, abs(multiply(floor_divide(x1, where(equal(g, 0), 1, g)), x2)))
+
+
+__all__ = [_n for _n, _v in list(globals().items())
+           if not _n.startswith("_") and callable(_v) and getattr(_v, "__module__", None) == __name__]

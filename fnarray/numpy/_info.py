@@ -128,7 +128,16 @@ def can_cast(from_, to, /) -> "bool":
 
 
 def issubdtype(arg1, arg2) -> "bool":
-    """``numpy.issubdtype`` over fnarray dtypes; bfloat16 counts as floating (NumPy: it does not)."""
+    """``numpy.issubdtype`` over fnarray dtypes; bfloat16 counts as floating (NumPy: it does not).
+
+    The key dtype ``key<fry>`` of typed PRNG keys is a subtype of ``fa.dtypes.prng_key`` and
+    ``fa.dtypes.extended`` (and of itself) only; no NumPy dtype is a subtype of those two (as
+    ``jax.numpy.issubdtype``). Raises ``DTypeError`` for an ``arg1`` that is not a dtype.
+    """
+    if isinstance(arg2, type) and issubclass(arg2, dtypes.extended):
+        return dtypes.is_key(arg1) and issubclass(arg1.type, arg2)
+    if dtypes.is_key(arg1) or dtypes.is_key(arg2):
+        return arg1 == arg2
     d = dtypes.as_dtype(arg1)
     if arg2 in (np.floating, np.inexact) and d == dtypes.bfloat16:
         return True

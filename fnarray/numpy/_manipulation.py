@@ -22,6 +22,7 @@ from fnarray.core.builder import trace_to_program
 from fnarray.core.cache import LRUCache
 from fnarray.core.errors import ConcretizationError, DTypeError, ShapeError
 from fnarray.core.tracing import Tracer, is_scalar
+from fnarray.numpy import _sorting, _util
 from fnarray.numpy._util import asarray_internal, aval_of, normalize_axes, normalize_axis, promote
 from fnarray.numpy._util import broadcast_shapes as _broadcast_shapes
 
@@ -931,8 +932,7 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
       ConcretizationError: one-argument form on a traced condition without ``size``.
     """
     if x is None and y is None:
-        from fnarray.numpy._sorting import nonzero  # the one implementation of nonzero
-        return nonzero(_arr(condition), size=size, fill_value=fill_value)
+        return _sorting.nonzero(_arr(condition), size=size, fill_value=fill_value)
     if x is None or y is None:
         raise TypeError("where takes one argument (condition) or three (condition, x, y), not two")
     if size is not None or fill_value is not None:
@@ -1003,3 +1003,6 @@ def _view(self, dtype=None):
     if d == x.dtype:
         return x
     return lax.bitcast_convert_type(x, d)
+
+
+_util.stack = stack  # asarray of a list holding arrays (the one implementation of stack)

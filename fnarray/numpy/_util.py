@@ -26,6 +26,11 @@ def check_arraylike(name, *args):
                             "convert with fnarray.numpy.asarray first")
 
 
+#: ``stack(arrays) -> Array``: the namespace's ``stack``, set by ``_manipulation`` when it is imported (a list
+#: holding arrays is stacked; ``stack`` itself converts with ``asarray_internal``).
+stack = None
+
+
 def asarray_internal(x, dtype=None, where: str = "asarray"):
     """An ``Array`` (or tracer) from an array, NumPy value, scalar or nested list.
 
@@ -37,6 +42,8 @@ def asarray_internal(x, dtype=None, where: str = "asarray"):
         if dtype is not None and dtype != x.dtype:
             return lax.convert_element_type(x, dtype)
         return x
+    if hasattr(x, "__jax_array__"):   # JAX's protocol (a Pallas kernel ref reads its block)
+        return asarray_internal(x.__jax_array__(), dtype, where)
     if is_scalar(x):
         d, w = dtypes.dtype_of_scalar(x)
         if dtype is not None:
@@ -48,7 +55,6 @@ def asarray_internal(x, dtype=None, where: str = "asarray"):
                 raise OverflowError(f"Python int {x} does not fit in {d.name}{hint}")
         return array_from_numpy(np.asarray(x, d), weak_type=w)
     if isinstance(x, (list, tuple)) and _has_array(x):
-        from fnarray.numpy._manipulation import stack
         return stack([asarray_internal(e, dtype) for e in x])
     try:
         v = np.asarray(x)

@@ -405,6 +405,41 @@ def _quantized_cases():
 _quantized_cases()
 
 
+def _pallas_cases():
+    """pallas_call (fnarray.core.pallas): a row-softmax kernel over a grid of two row blocks, whose params are
+    traced by fnarray.experimental.pallas."""
+    import fnarray
+    import fnarray.experimental.pallas as pl
+
+    def kernel(x_ref, o_ref):
+        x = x_ref[...]
+        e = fnarray.numpy.exp(x - fnarray.numpy.max(x, axis=-1, keepdims=True))
+        o_ref[...] = e / fnarray.numpy.sum(e, axis=-1, keepdims=True) + pl.program_id(0).astype(x.dtype)
+
+    x = f32(4, 8)
+    spec = pl.BlockSpec((2, 8), lambda i: (i, 0))
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,), in_specs=[spec],
+                       out_specs=spec)
+    (eqn,) = fnarray.make_ir(f)(x).eqns
+    case("pallas_call_softmax", eqn.primitive, [x], **dict(eqn.params))
+
+
+_pallas_cases()
+def _attention_cases():
+    """dot_product_attention (fnarray.core.attention): grouped-query heads with every mask kind, and plain."""
+    from fnarray.core.attention import dot_product_attention_p as att
+    case("dot_product_attention_gqa_masks", att, [f32(2, 3, 4, 8), f32(2, 5, 2, 8), f32(2, 5, 2, 8), f32(1, 4, 3, 5),
+                                                  bools(2, 1, 3, 5)],
+         scale=0.35, is_causal=True, local_window=(2, 0), has_bias=True, has_mask=True)
+    case("dot_product_attention_plain", att, [f32(1, 4, 2, 4), f32(1, 19, 2, 4), f32(1, 19, 2, 4)], scale=0.5,
+         is_causal=False, local_window=None, has_bias=False, has_mask=False)
+    case("dot_product_attention_no_keys", att, [f32(1, 3, 2, 4), f32(1, 0, 2, 4), f32(1, 0, 2, 4)], scale=0.5,
+         is_causal=False, local_window=None, has_bias=False, has_mask=False)
+
+
+_attention_cases()
+
+
 def _conv_cases():
     from fnarray.core.conv import ConvDimensionNumbers, conv_general_dilated_p as conv
     nchw = ConvDimensionNumbers((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3))

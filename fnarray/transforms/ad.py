@@ -34,6 +34,8 @@ from fnarray.core.tracing import is_scalar
 from fnarray.transforms import ad_rules  # noqa: F401  (fills the rule tables)
 from fnarray.transforms import fft_rules  # noqa: F401  (the fft primitive's rules)
 from fnarray.transforms import quantized_rules  # noqa: F401  (quantized_matmul's rules)
+from fnarray.transforms import pallas_rules  # noqa: F401  (pallas_call's rules)
+from fnarray.transforms import attention_rules  # noqa: F401  (dot_product_attention's rules)
 from fnarray.transforms import ad_windows  # noqa: F401  (the window primitives' rules)
 from fnarray.transforms.ad_tables import (
     UndefinedPrimal,

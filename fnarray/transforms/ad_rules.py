@@ -57,6 +57,9 @@ __all__ = ["NO_JVP", "ZERO_TANGENT_PRIMITIVES", "trigamma"]
 # First-order primitives without a JVP rule, with the reason. Empty: every one has a rule
 # (the ones whose output cannot change to first order get a zero rule, listed below).
 NO_JVP: dict[str, str] = {}
+# The primitives of a pallas_call kernel body (fnarray.core.pallas): a kernel is differentiated by custom_vjp.
+for _p in ("pallas_load", "pallas_store", "pallas_atomic", "pallas_loop", "pallas_when"):
+    NO_JVP[_p] = "only inside a pallas_call kernel body, which is differentiated by custom_vjp"
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -216,6 +219,7 @@ _unary(P.exp, lambda x, out: out)
 _unary(P.exp2, lambda x, out: lax.mul(out, _const(out, math.log(2.0))))
 _unary(P.log, lambda x, out: lax.div(_const(x, 1), x))
 _unary(P.log2, lambda x, out: lax.div(_const(x, 1 / math.log(2)), x))
+_unary(P.log10, lambda x, out: lax.div(_const(x, 1 / math.log(10)), x))
 _unary(P.log1p, lambda x, out: lax.div(_const(x, 1), lax.add(x, _const(x, 1))))
 _unary(P.expm1, lambda x, out: lax.add(out, _const(out, 1)))
 _unary(P.tanh, lambda x, out: lax.sub(_const(out, 1), _sq(out)))

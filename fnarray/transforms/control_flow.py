@@ -411,6 +411,11 @@ def _static_bound(x):
                         f"{aval_of(x).str_short() if isinstance(x, Array) else x!r}") from None
 
 
+#: Set by ``fnarray.experimental.pallas``: ``(lower, upper, body_fun, init_val) -> (result,)`` inside a kernel
+#: body being traced, ``None`` elsewhere.
+kernel_fori_loop = None
+
+
 def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
     """``val = init_val; for i in range(lower, upper): val = body_fun(i, val)`` (mirrors ``jax.lax.fori_loop``).
 
@@ -439,6 +444,10 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
     """
     if not callable(body_fun):
         raise TypeError(f"fori_loop: body_fun must be callable, got {type(body_fun).__name__}")
+    if kernel_fori_loop is not None:   # inside a Pallas kernel body: a kernel loop carrying the refs
+        loop = kernel_fori_loop(lower, upper, body_fun, init_val)
+        if loop is not None:
+            return loop[0]
     try:
         la, ua = aval_of(lower), aval_of(upper)
     except TypeError:

@@ -42,6 +42,7 @@ import numpy as np
 from fnarray.core import dtypes, tracing
 from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
+from fnarray.core.prng import KeyArray
 from fnarray.devices import placement
 from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.eager_ops import _fast_now
@@ -65,6 +66,7 @@ _EXCLUDED = frozenset({
 })
 
 _SLOT = object()     # where a program's template takes its next array
+_KEY_SLOT = object()  # where it takes the words of typed keys (KeyArray)
 _VALUE_LEAVES = frozenset({int, bool, str, type(None), type(Ellipsis), type,
                            dtypes.ScalarMeta})  # keyed by their value (ScalarMeta: fnp.float32...)
 
@@ -111,6 +113,10 @@ def _add(x, key, arrays) -> bool:
     elif t in _VALUE_LEAVES:
         key.append(t)
         key.append(x)
+    elif t is KeyArray and type(x._data) is ArrayImpl:  # typed keys: their words are the program's argument
+        key.append(t)
+        key.append(x._data.aval)
+        arrays.append(x._data)
     elif t is tuple or t is list:
         key.append(t)
         key.append(len(x))
@@ -176,6 +182,8 @@ def _template(x):
     t = type(x)
     if t is ArrayImpl:
         return _SLOT
+    if t is KeyArray:
+        return _KEY_SLOT
     if t is tuple or t is list:
         return t(_template(y) for y in x)
     return x
@@ -184,6 +192,8 @@ def _template(x):
 def _fill(x, arrays):
     if x is _SLOT:
         return next(arrays)
+    if x is _KEY_SLOT:
+        return KeyArray(next(arrays))
     t = type(x)
     if t is tuple or t is list:
         return t(_fill(y, arrays) for y in x)

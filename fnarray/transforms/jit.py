@@ -58,6 +58,20 @@ from fnarray.transforms.signature_diff import describe_mismatch
 __all__ = ["jit", "make_ir", "Traced", "Lowered", "Compiled", "leaf_aval"]
 
 _TRACE_STATE = tracing._state  # this thread's trace levels (a threading.local)
+_MISS = object()  # a tier of the call path does not apply: the next one decides
+
+
+def _operand(x):
+    """A NumPy array argument of a jitted call made while tracing, as the call equation's operand (an array)."""
+    if isinstance(x, np.ndarray):
+        from fnarray.core.avals import asarray
+        return asarray(x)
+    return x
+
+
+def _leaf_shardings(leaves) -> tuple:
+    from fnarray.transforms.shard_map import leaf_shardings
+    return leaf_shardings(leaves)
 
 
 def leaf_aval(x, where="argument") -> ShapedArray:
@@ -288,7 +302,7 @@ class _FunctionCache:
     values and the structure, which is all the options change), its signature, and an ``_Executables`` per
     options. Holds no reference to the function, so that an entry of ``_FUNCTIONS`` dies with it."""
 
-    __slots__ = ("traces", "signature", "options", "lock", "building", "__weakref__")
+    __slots__ = ("traces", "signature", "options", "lock", "building", "spec_dependent", "__weakref__")
 
     _NO_SIGNATURE = object()
 
@@ -298,6 +312,9 @@ class _FunctionCache:
         self.options: dict = {}   # (static_argnums, static_argnames, donate_argnums, device) -> _Executables
         self.lock = threading.Lock()
         self.building: dict = {}  # trace key -> _Building
+        # set once a trace inferred shard_map in_specs from its arguments' shardings: from then on the traces and
+        # executables are keyed by the arguments' shardings too, and the fast and hot paths are off
+        self.spec_dependent = False
 
     def signature_of(self, fun):
         sig = self.signature
@@ -456,19 +473,41 @@ class Jitted:
 
     def _trace(self, statics, leaves, in_tree, avals):
         key = (in_tree, avals, statics, config.enable_x64)  # x64 changes what tracing makes (np.float64 values)
+        if self._cache.spec_dependent:
+            key += (_leaf_shardings(leaves),)
         entry = self._traces.get(key)
         if entry is not None:
             return entry
 
         def build():
+            from fnarray.transforms.shard_map import traced_arguments
             flat, out_store = self._flat_fun(statics, in_tree, len(leaves))
-            prog, consts = trace_to_program(flat, avals, debug_name=getattr(self.fun, "__name__", "fun"))
+            frames = []
+
+            def traced(*tracers):  # shard_map may infer in_specs from what the argument tracers stand for
+                with traced_arguments(tracers, leaves) as frame:
+                    frames.append(frame)
+                    return flat(*tracers)
+            prog, consts = trace_to_program(traced, avals, debug_name=getattr(self.fun, "__name__", "fun"))
             entry = _Entry(prog, consts, out_store[0])
+            k = key
+            if frames[0].used and not self._cache.spec_dependent:
+                self._became_spec_dependent()
+                k = key + (_leaf_shardings(leaves),)
             if not any(isinstance(c, tracing.Tracer) for c in consts):
-                entry = self._traces.put(key, entry)
+                entry = self._traces.put(k, entry)
             return entry
         cache = self._cache
         return _once(cache.lock, cache.building, key, lambda: self._traces.get(key), build)
+
+    def _became_spec_dependent(self):
+        """A trace read its arguments' shardings (shard_map inferred in_specs): key by them from now on."""
+        cache = self._cache
+        with cache.lock:
+            cache.spec_dependent = True
+            for tables in cache.options.values():
+                tables.fast.clear()
+                tables.hot[0] = None
 
     def _prepare(self, args, kwargs):
         statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
@@ -555,20 +594,22 @@ class Jitted:
     def __call__(self, *args, **kwargs):
         # The hot path (docs/design.md "The call path"): the last call's executable, when this call's arrays have its
         # types and device. No key is built or hashed (a PyTreeSpec's hash alone costs ~0.4 us); each leaf's
-        # aval is compared by identity first (arrays made by one executable share their aval objects).
+        # aval is compared by identity first (arrays made by one executable share their aval objects). The
+        # commonest call (one array in, one out, through jax.jit's callable or the generated NumPy function) is
+        # inlined here: no frame but the backend's (measured 1.55 -> 1.3x jax.jit on jax:0). The other tiers
+        # are the steps below: _call_hot (the hot record's general case), then _call_keyed (flatten, _scan,
+        # key) with _call_fast (the fast table) or _call_traced (trace, stage or compile).
         hot = self._hot[0]
         if hot is not None and not kwargs and hot.generation == config.generation and \
                 (tracing.plain or _TRACE_STATE.dynamic[-1].level == 0):
             if hot.one and len(args) == 1:
-                # One array in, one out, through jax.jit's callable (or the generated NumPy function): the
-                # commonest call, without the general loop and list (measured 1.55 -> 1.3x jax.jit on jax:0).
                 x = args[0]
                 if type(x) is ArrayImpl:
                     xav, b, x_dev, x_committed = _call_fields(x)
                     av, dev = hot.in_avals[0], hot.device
                     if b is not None and x_dev is dev and (xav is av or xav == av):
                         gid = hot.gid
-                        try:  # LRU order, per function and global (as below)
+                        try:  # LRU order, per function and global: two GIL-atomic moves of int keys, no lock
                             self._compiled_d.move_to_end(gid)
                             _GLOBAL_D.move_to_end(gid)
                         except KeyError:
@@ -577,75 +618,100 @@ class Jitted:
                             outs = hot.call(b)
                         except Exception as e:
                             hot.reraise(e)
-                        r = ArrayImpl()
+                        r = ArrayImpl()  # ArrayImpl.make inline (one Python frame less per call)
                         r.aval, r._device, r._buf, r._host = hot.out_avals[0], dev, outs[0], None
                         r._committed = hot.committed or x_committed
                         return r
-            tree = hot.tree
-            if tree is None:
-                leaves = args
-            else:
-                try:
-                    leaves = tree.flatten_up_to(args)
-                except ValueError:
-                    leaves = ()
-            if len(leaves) == hot.n:
-                dev = hot.device
-                bufs = list(hot.const_bufs)
-                committed = hot.committed
-                for x, av in zip(leaves, hot.in_avals):
-                    if type(x) is not ArrayImpl:
-                        break
-                    xav, b, x_dev, x_committed = _call_fields(x)
-                    if b is None or x_dev is not dev or (xav is not av and xav != av):
-                        break
-                    bufs.append(b)
-                    if x_committed:
-                        committed = True
-                else:
-                    gid = hot.gid
-                    try:  # LRU order, per function and global: two GIL-atomic moves of int keys, no lock
-                        self._compiled_d.move_to_end(gid)
-                        _GLOBAL_D.move_to_end(gid)
-                    except KeyError:
-                        self._hot_evicted(hot)
-                    if hot.star:
-                        try:
-                            outs = hot.call(*bufs)
-                        except Exception as e:
-                            hot.reraise(e)
-                    else:
-                        outs = hot.call(bufs)
-                    if hot.single:
-                        r = ArrayImpl()  # ArrayImpl.make inline (one Python frame less per call)
-                        r.aval, r._device, r._buf, r._committed = hot.out_avals[0], dev, outs[0], committed
-                        r._host = None
-                        return r
-                    return hot.out_tree.unflatten([ArrayImpl.make(av, dev, b, committed)
-                                                   for av, b in zip(hot.out_avals, outs)])
-        # The general path: flatten, key, look up, place, launch.
-        leaves, guessed = None, False
+            out = self._call_hot(hot, args)
+            if out is not _MISS:
+                return out
+        return self._call_keyed(args, kwargs)
+
+    def _call_hot(self, hot, args):
+        """The hot record's general case: ``args`` flattened along its structure, each leaf an array of its
+        aval on its device; ``_MISS`` otherwise."""
+        tree = hot.tree
+        if tree is None:
+            leaves = args
+        else:
+            try:
+                leaves = tree.flatten_up_to(args)
+            except ValueError:
+                return _MISS
+        if len(leaves) != hot.n:
+            return _MISS
+        dev = hot.device
+        bufs = list(hot.const_bufs)
+        committed = hot.committed
+        for x, av in zip(leaves, hot.in_avals):
+            if type(x) is not ArrayImpl:
+                return _MISS
+            xav, b, x_dev, x_committed = _call_fields(x)
+            if b is None or x_dev is not dev or (xav is not av and xav != av):
+                return _MISS
+            bufs.append(b)
+            if x_committed:
+                committed = True
+        gid = hot.gid
+        try:  # LRU order, per function and global: two GIL-atomic moves of int keys, no lock
+            self._compiled_d.move_to_end(gid)
+            _GLOBAL_D.move_to_end(gid)
+        except KeyError:
+            self._hot_evicted(hot)
+        if hot.star:
+            try:
+                outs = hot.call(*bufs)
+            except Exception as e:
+                hot.reraise(e)
+        else:
+            outs = hot.call(bufs)
+        if hot.single:
+            r = ArrayImpl()  # ArrayImpl.make inline (one Python frame less per call)
+            r.aval, r._device, r._buf, r._committed = hot.out_avals[0], dev, outs[0], committed
+            r._host = None
+            return r
+        return hot.out_tree.unflatten([ArrayImpl.make(av, dev, b, committed) for av, b in zip(hot.out_avals, outs)])
+
+    def _call_keyed(self, args, kwargs):
+        """The general path: flatten, key, then the fast table's executable (``_call_fast``) or a trace and an
+        executable from the caches (``_call_traced``)."""
+        guessed = False
         if kwargs or self.static_argnums:
             statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
             leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
         else:
-            statics = ()
-            last = self._last_tree
+            statics, leaves, last = (), None, self._last_tree
             if last is not None:
                 # Flattening along the last call's structure costs ~1 us where a full flatten costs ~9 us
                 # (optree, 21 leaves); a structure that differs raises, and a container where the last
-                # call had an array shows up as a non-array leaf (checked below), both then re-flattened.
+                # call had an array shows up as a non-array leaf (checked by _scan), both then re-flattened.
                 try:
                     leaves, in_tree, guessed = last.flatten_up_to((args, {})), last, True
                 except ValueError:
-                    leaves = None
+                    pass
             if leaves is None:
                 leaves, in_tree = tree_util.tree_flatten((args, {}))
                 self._last_tree = in_tree
-        # One pass over the leaves: abstract values for the key, and for the common case (every leaf an
-        # array on one device, none deleted) the buffers and the committed flag as well.
+        scan = self._scan(leaves, args, in_tree, guessed)
+        if scan is None:  # a guessed structure that was wrong: flatten properly
+            self._last_tree = None
+            return self(*args)
+        avals, bufs, dev, plain, committed, traced = scan
+        key = (in_tree, avals, statics)
+        if not traced:
+            fast = self._fast.get(key)
+            if fast is not None and fast.generation == config.generation:
+                out = self._call_fast(fast, leaves, bufs, dev, plain, committed, args, kwargs)
+                if out is not _MISS:
+                    return out
+        return self._call_traced(statics, leaves, in_tree, avals, key, traced, args)
+
+    def _scan(self, leaves, args, in_tree, guessed):
+        """One pass over the leaves: ``(avals, bufs, device, plain, committed, traced)``, the abstract values for
+        the key and, for the common case (``plain``: every leaf an array on one device, none deleted), the
+        buffers, their device and the committed flag as well; ``None`` when a guessed structure was wrong."""
         avals, bufs = [], []
-        traced = tracing._state.dynamic[-1].level > 0
+        traced = _TRACE_STATE.dynamic[-1].level > 0
         plain = True
         committed = self.device is not None
         dev = None
@@ -661,44 +727,47 @@ class Jitted:
                     committed = True
                 bufs.append(b)
             else:
-                if guessed:
-                    # The structure was guessed: re-flatten properly before judging this leaf.
+                if guessed:  # judge this leaf only once the structure is known to be the last call's
                     guessed = False
                     if tree_util.tree_structure((args, {})) != in_tree:
-                        self._last_tree = None
-                        return self(*args)
+                        return None
                 plain = False
                 if isinstance(x, tracing.Tracer):
                     traced = True
                 avals.append(leaf_aval(x, f"an argument of {getattr(self.fun, '__name__', 'fun')}"))
-        avals = tuple(avals)
-        key = (in_tree, avals, statics)
-        if not traced:
-            fast = self._fast.get(key)
-            if fast is not None and fast.generation == config.generation:
-                try:  # LRU order, per function and global: two GIL-atomic moves of int keys, no lock
-                    gid = fast.gid
-                    self._compiled_d.move_to_end(gid)
-                    _GLOBAL_D.move_to_end(gid)
-                except KeyError:  # evicted meanwhile (by another thread): still valid for this call,
-                    _unfast(self._fast, fast.ckey, fast, self._hot)  # and the next one compiles again
-                device = fast.device
-                if dev is None and self.device is None and device is not default_device():
-                    device = None  # no array argument: the default device decides, and it is not this entry's
-                elif plain and (dev is None or dev is device) and not self.donate_argnums:
-                    out_bufs = fast.exe(fast.const_bufs + bufs if fast.const_bufs else bufs)
-                    if dev is not None and not kwargs and not self.static_argnums:
-                        self._make_hot(fast, len(args))
-                    return tree_util.tree_unflatten(fast.out_tree, [
-                        ArrayImpl.make(av, device, b, committed) for av, b in zip(fast.out_avals, out_bufs)])
-                if self.device is None and device is not None:
-                    for x in leaves:
-                        if type(x) is ArrayImpl and x.device is not device:
-                            device = None
-                            break
-                if device is not None:
-                    return self._run(fast, leaves, device, args)
+        return tuple(avals), bufs, dev, plain, committed, traced
+
+    def _call_fast(self, fast, leaves, bufs, dev, plain, committed, args, kwargs):
+        """Run the fast table's executable ``fast`` (valid in this configuration) where this call's arrays allow:
+        plain arrays on its device launch at once (and make it the hot record), others are placed on it
+        (``_run``); ``_MISS`` when the call belongs on another device."""
+        try:  # LRU order, per function and global: two GIL-atomic moves of int keys, no lock
+            gid = fast.gid
+            self._compiled_d.move_to_end(gid)
+            _GLOBAL_D.move_to_end(gid)
+        except KeyError:  # evicted meanwhile (by another thread): still valid for this call,
+            _unfast(self._fast, fast.ckey, fast, self._hot)  # and the next one compiles again
+        device = fast.device
+        if dev is None and self.device is None and device is not default_device():
+            return _MISS  # no array argument: the default device decides, and it is not this entry's
+        if plain and (dev is None or dev is device) and not self.donate_argnums:
+            out_bufs = fast.exe(fast.const_bufs + bufs if fast.const_bufs else bufs)
+            if dev is not None and not kwargs and not self.static_argnums:
+                self._make_hot(fast, len(args))
+            return tree_util.tree_unflatten(fast.out_tree, [
+                ArrayImpl.make(av, device, b, committed) for av, b in zip(fast.out_avals, out_bufs)])
+        if self.device is None:
+            for x in leaves:
+                if type(x) is ArrayImpl and x.device is not device:
+                    return _MISS
+        return self._run(fast, leaves, device, args)
+
+    def _call_traced(self, statics, leaves, in_tree, avals, key, traced, args):
+        """The trace of this signature, then: inside a transformation (or a named vmap), one ``call`` equation;
+        else its executable for the target device, compiled if missing, made the fast table's entry."""
         entry = self._trace(statics, leaves, in_tree, avals)
+        if self._cache.spec_dependent:
+            key += (_leaf_shardings(leaves),)
         if not traced:  # inside a named vmap, a program with collectives over its axis is batched over it
             lifted = lift_for_program(leaves, entry.program)
             if lifted is not None:
@@ -712,6 +781,7 @@ class Jitted:
                     axis_frame(n, f"jit({getattr(self.fun, '__name__', 'fun')}) runs a collective")
         if traced or any(isinstance(c, tracing.Tracer) for c in entry.consts):
             closed = consts_as_inputs(entry.program)
+            leaves = [_operand(x) for x in leaves]
             outs = P.call.bind(*entry.consts, *leaves, program=closed,
                                name=getattr(self.fun, "__name__", "fun"))
             return tree_util.tree_unflatten(entry.out_tree, outs)
@@ -720,6 +790,8 @@ class Jitted:
         # The entry serves later calls on any device: a hit checks that its arrays are on the entry's
         # device, or, with no array argument, that the entry's device is the default one.
         ex.generation = config.generation
+        if self._cache.spec_dependent:   # keyed by shardings, which the fast and hot paths do not look at
+            return self._run(ex, leaves, device, args)
         self._fast[key] = ex
         if ex.gid not in self._compiled_d:  # evicted meanwhile: keep the tables consistent
             _unfast(self._fast, ex.ckey, ex, self._hot)

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from fnarray import tree_util
 from fnarray.core import primitives as P
+from fnarray.core import avals
 from fnarray.core.avals import get_aval
 from fnarray.core.builder import trace_to_program
 from fnarray.core.interpreter import eval_program
@@ -78,11 +81,12 @@ def checkpoint(fun, *, prevent_cse=True, policy=None, static_argnums=()):
     (Griewank 1992's checkpointing; JAX's ``remat``).
 
     Args:
-      fun: a function of arrays (pytrees), positional arguments only.
+      fun: a function of arrays (pytrees); keyword arguments are traced as the positional ones are (as JAX's).
       prevent_cse: kept as a parameter of the ``remat`` primitive (as in JAX, it
         asks compilers not to merge the recomputation with the forward pass).
-      static_argnums: an int or tuple of ints: positional arguments passed through
-        as Python values (not traced).
+      static_argnums: an int or tuple of ints (negative ones count from the end of the positional
+        arguments): positional arguments passed through as Python values (not traced), so ``fun`` may
+        branch or loop on them, as ``jax.checkpoint``'s.
       policy: ``None`` (save only the inputs) or a policy of
         ``fnarray.checkpoint_policies`` (``dots_saveable``, ``save_only_these_names(...)``...), or
         any ``policy(primitive, *in_avals, **params) -> bool`` saying which equations' outputs of the
@@ -93,25 +97,33 @@ def checkpoint(fun, *, prevent_cse=True, policy=None, static_argnums=()):
       dtypes).
 
     Raises:
-      Nothing of its own; the wrapped function raises what ``fun`` raises while it
-      is traced (e.g. ``ConcretizationError`` for Python control flow on a traced
-      value). ``TypeError`` for a ``policy`` that is not callable.
+      TypeError: a ``policy`` that is not callable, ``static_argnums`` that are not ints.
+      ValueError: (when called) a ``static_argnums`` entry outside ``[-len(args), len(args))``, as JAX's.
+      Otherwise what ``fun`` raises while it is traced (e.g. ``ConcretizationError`` for Python control
+      flow on a traced value).
     """
     if policy is not None and not callable(policy):
         raise TypeError(f"checkpoint: policy must be None or a callable (a fnarray.checkpoint_policies policy), "
                         f"got {type(policy).__name__}")
     static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in static_argnums):
+        raise TypeError(f"checkpoint: static_argnums must be an int or a tuple of ints, got {static_argnums!r}")
 
     @functools.wraps(fun)
-    def wrapped(*args):
-        nd = {i % len(args) for i in static_argnums} if args else set()
+    def wrapped(*args, **kwargs):
+        n = len(args)
+        if any(not -n <= i < n for i in static_argnums):
+            raise ValueError(f"checkpoint: static_argnums {static_argnums} must be in [-len(args), len(args)) "
+                             f"= [{-n}, {n}) (positional arguments only; {n} given)")
+        nd = {i % n for i in static_argnums}
         dyn = [a for i, a in enumerate(args) if i not in nd]
 
-        def f(*d):
+        def f(d, kw):
             it = iter(d)
-            return fun(*[args[i] if i in nd else next(it) for i in range(len(args))])
+            return fun(*[args[i] if i in nd else next(it) for i in range(n)], **kw)
 
-        prog, consts, in_tree, out_tree, flat = _trace_flat(f, dyn)
+        prog, consts, in_tree, out_tree, flat = _trace_flat(f, (dyn, kwargs))
+        flat = [_as_operand(a) for a in flat]
         outs = P.remat.bind(*consts, *flat, program=consts_as_inputs(prog), prevent_cse=prevent_cse,
                             policy=policy)
         return tree_util.tree_unflatten(out_tree, outs)
@@ -120,6 +132,13 @@ def checkpoint(fun, *, prevent_cse=True, policy=None, static_argnums=()):
 
 
 remat = checkpoint
+
+
+def _as_operand(x):
+    """A NumPy array argument as an fnarray array (as ``jit`` takes them); other leaves as they are."""
+    if isinstance(x, np.ndarray):
+        return avals.asarray(x)
+    return x
 
 
 def _remat_jvp(primals, tangents, *, program, prevent_cse=True, policy=None):

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import threading
 
 import numpy as np
 import optree
@@ -214,23 +215,160 @@ def _type_spec(x, mesh):
     return None
 
 
+# ----------------------------------------------------------------------------- shardings of traced values
+#
+# JAX 0.10 keeps an array's sharding in its type, so a traced value under jit still has one and shard_map can
+# infer in_specs from it. fnarray's abstract values have no sharding; instead jit, while it traces, records for
+# each argument tracer the value it stands for (``traced_arguments``), and ``reshard``/``with_sharding_constraint``
+# record the sharding they give a traced value. A jitted function whose trace looked a sharding up this way
+# keys its traces and executables by its arguments' shardings from then on (``jit``: ``leaf_shardings``).
+
+_TRACED = threading.local()
+_UNKNOWN = object()   # a traced value whose sharding was not recorded (computed inside the trace)
+
+
+def _frames() -> list:
+    frames = getattr(_TRACED, "frames", None)
+    if frames is None:
+        frames = _TRACED.frames = []
+    return frames
+
+
+class TracedArguments:
+    """One trace's record: ``id(tracer) -> the value it stands for`` (an argument, or a ``NamedSharding``);
+    ``used`` is set when a sharding was looked up in it. The builder keeps its tracers alive while it traces, so
+    their ids are unique meanwhile."""
+
+    __slots__ = ("by_id", "used")
+
+    def __init__(self, by_id):
+        self.by_id, self.used = by_id, False
+
+
+@contextlib.contextmanager
+def traced_arguments(tracers, values):
+    """While ``jit`` traces: each argument tracer stands for its value (a concrete array, or an outer tracer)."""
+    frame = TracedArguments({id(t): v for t, v in zip(tracers, values, strict=True)})
+    frames = _frames()
+    frames.append(frame)
+    try:
+        yield frame
+    finally:
+        frames.pop()
+
+
+def _record_traced_sharding(tracer, sharding) -> None:
+    from fnarray.core.builder import BuilderTracer
+    frames = _frames()
+    if frames and type(tracer) is BuilderTracer:   # (kept alive by its builder while the trace runs)
+        frames[-1].by_id[id(tracer)] = sharding
+
+
+def _traced_sharding(x):
+    """The ``NamedSharding`` of traced ``x`` as recorded, or as propagated from its operands through elementwise
+    equations (``None``: replicated, or an argument that is no global array); ``_UNKNOWN`` where neither says."""
+    for frame in reversed(_frames()):
+        v = frame.by_id.get(id(x), _UNKNOWN)
+        if v is not _UNKNOWN:
+            frame.used = True
+            return leaf_sharding(v)
+    return _propagated_sharding(x) if _frames() else _UNKNOWN
+
+
+_ELEMENTWISE_KINDS = ("unary", "binary")
+
+
+def _propagated_sharding(x):
+    """The sharding of a value computed inside the trace, as JAX's sharding-in-types propagates it, for the simple
+    cases: an elementwise equation whose array operands of the result's shape all have one known sharding gives
+    it (``a * 3``), and an equation without array operands gives a replicated value (``jnp.ones(8)``)."""
+    from fnarray.core.builder import BuilderTracer
+    from fnarray.core.ir import Var
+    if type(x) is not BuilderTracer or x.literal is not None:
+        return _UNKNOWN
+    builder = x._trace.builder
+    for t, value in builder.consts.values():   # a captured value
+        if t is x:
+            return leaf_sharding(value)
+    var = builder.vars.get(id(x))
+    eqn = next((e for e in reversed(builder.eqns) if var in e.outputs), None)
+    if eqn is None:
+        return _UNKNOWN
+    operands = [v for v in eqn.inputs if isinstance(v, Var)]
+    if not operands:
+        return None
+    if eqn.primitive.kind not in _ELEMENTWISE_KINDS:
+        return _UNKNOWN
+    by_var = {builder.vars[id(t)]: t for t in builder.tracers if id(t) in builder.vars}
+    found = set()
+    for v in operands:
+        if v.aval.shape != var.aval.shape:
+            continue
+        s = _traced_sharding(by_var[v]) if v in by_var else _UNKNOWN
+        if s is _UNKNOWN:
+            return _UNKNOWN
+        found.add(s)
+    if len(found - {None}) > 1:
+        return _UNKNOWN
+    return next(iter(found - {None}), None)
+
+
+def leaf_sharding(x):
+    """A jit argument's ``NamedSharding`` (a global array's, or a traced value's as recorded), else ``None``."""
+    if isinstance(x, NamedSharding):
+        return x
+    if isinstance(x, Tracer):
+        s = _traced_sharding(x)
+        return None if s is _UNKNOWN else s
+    s = getattr(x, "sharding", None) if isinstance(x, Array) else None
+    return s if isinstance(s, NamedSharding) else None
+
+
+def leaf_shardings(leaves) -> tuple:
+    """``leaf_sharding`` of each of a jitted call's leaves: the part of its cache key that says how they lie."""
+    return tuple(leaf_sharding(x) for x in leaves)
+
+
+def _inferred_spec(x, mesh):
+    """The spec ``shard_map`` infers for ``x`` over ``mesh``'s Explicit axes (JAX's ``typeof(x).sharding``)."""
+    if not isinstance(x, Tracer):
+        return _type_spec(x, mesh) or PartitionSpec()
+    s = _traced_sharding(x)
+    if s is _UNKNOWN:
+        raise ValueError("shard_map: in_specs cannot be inferred for this value computed inside jit (fnarray knows "
+                         "the shardings of jit's arguments, of reshard / with_sharding_constraint results and of "
+                         "elementwise operations on them, not of other traced values, nor under grad or vmap); pass "
+                         "in_specs=, or reshard the value first")
+    if s is None or s.mesh != mesh:
+        return PartitionSpec()
+    return _explicit_spec(s.spec, mesh)
+
+
+def _sharded_spec(x, mesh):
+    """``_type_spec`` of a concrete value or of a traced one whose sharding was recorded; else ``None``."""
+    if not isinstance(x, Tracer):
+        return _type_spec(x, mesh)
+    s = _traced_sharding(x)
+    if s is _UNKNOWN or s is None or s.mesh != mesh:
+        return None
+    return _explicit_spec(s.spec, mesh)
+
+
 def _in_specs(in_specs, args, leaves, mesh) -> list:
     """One spec per leaf: given (checked against each input's sharding over Explicit axes, as JAX 0.10 checks
-    it), or inferred from the inputs' shardings (``P()`` for values that are not global arrays of the mesh)."""
+    it), or inferred from the inputs' shardings (``P()`` for values that are not global arrays of the mesh).
+    Under ``jit`` an input's sharding is its argument's, or what ``reshard`` gave it (``traced_arguments``)."""
     if in_specs is Infer:
         auto = [n for n, t in zip(mesh.axis_names, mesh.axis_types, strict=True) if t is not AxisType.Explicit]
         if auto:
             raise TypeError(f"shard_map: in_specs must be given (a PartitionSpec per argument) when mesh axes "
                             f"{auto!r} are not AxisType.Explicit; in_specs are inferred from the arguments' "
                             "shardings over Explicit axes only (fa.make_mesh's default)")
-        if any(isinstance(x, Tracer) for x in leaves):
-            raise ValueError("shard_map: in_specs cannot be inferred from traced arguments (under jit, grad or vmap "
-                             "fnarray's arrays carry no sharding in their type); pass in_specs=")
-        return [_type_spec(x, mesh) or PartitionSpec() for x in leaves]
+        return [_inferred_spec(x, mesh) for x in leaves]
     specs = _spec_leaves(tuple(in_specs) if isinstance(in_specs, list) else in_specs, args, "in_specs")
     if any(t is AxisType.Explicit for t in mesh.axis_types):
         for spec, x in zip(specs, leaves, strict=True):
-            have = _type_spec(x, mesh)
+            have = _sharded_spec(x, mesh)
             if have is not None and have != _explicit_spec(spec, mesh):
                 raise ValueError(
                     f"shard_map in_specs {spec!r} do not match the sharding of the input, {have!r} over the "
@@ -253,7 +391,8 @@ def shard_map(f=None, /, *, out_specs, in_specs=Infer, mesh=None, check_vma=True
       out_specs: a ``PartitionSpec`` per output (a pytree prefix): how the shards are assembled.
       in_specs: a ``PartitionSpec`` per argument (a pytree prefix of the arguments tuple): how each global
         argument is split into the shard that ``f`` sees. Omitted (JAX's ``Infer``): each argument's own spec
-        over the mesh's ``AxisType.Explicit`` axes (``P()`` for a value that is not a global array of the mesh).
+        over the mesh's ``AxisType.Explicit`` axes (``P()`` for a value that is not a global array of the mesh);
+        under ``jit`` the sharding of the jitted function's argument, or of a ``reshard`` result, it came from.
       mesh: a ``fnarray.sharding.Mesh``; ``None``: the ambient mesh at call time (``fnarray.sharding.set_mesh``).
       check_vma: check that outputs replicated over a mesh axis do not vary over it (as JAX).
       axis_names, check_rep: JAX's; ``axis_names`` must name every mesh axis (all mesh axes are manual).
@@ -261,7 +400,8 @@ def shard_map(f=None, /, *, out_specs, in_specs=Infer, mesh=None, check_vma=True
       A function of global arrays returning global arrays (on jax: sharded over the mesh).
     Raises:
       ``ValueError`` for a spec naming an axis the mesh lacks, ``in_specs`` that contradict an argument's
-      sharding over Explicit axes, ``out_specs`` that leave out an axis an output varies over, no mesh;
+      sharding over Explicit axes, ``out_specs`` that leave out an axis an output varies over, no mesh,
+      ``in_specs`` omitted for a value computed inside ``jit`` (its sharding is not known);
       ``TypeError`` for ``in_specs`` omitted over a mesh with Auto axes; ``ShapeError`` for a dimension its mesh
       axes do not divide.
     """
@@ -526,6 +666,7 @@ def with_sharding_constraint(x, shardings):
             raise TypeError(f"with_sharding_constraint: expected a NamedSharding, got {s!r}")
         check_spec(s.spec, s.mesh, get_aval(v).shape, "with_sharding_constraint")
         out.append(sharding_constraint_p.bind(v, sharding=s))
+        _record_traced_sharding(out[-1], s)
     return tree_util.tree_unflatten(tree, out)
 
 

@@ -1,6 +1,6 @@
 """The jax lowering of ``conv_general_dilated``: ``jax.lax.conv_general_dilated`` with the same params.
 
-Registered into ``fnarray.lowering.jax.backend.RULES`` by that module. float16/bfloat16 accumulate in float32 (as the
+Registered into ``common.RULES``. float16/bfloat16 accumulate in float32 (as the
 reference does), then round once.
 """
 
@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from fnarray.core import dtypes
+from fnarray.core.conv import conv_general_dilated_p
+from fnarray.lowering.jax.common import RULES
 
 __all__ = ["conv_general_dilated_rule"]
 
@@ -33,3 +35,6 @@ def conv_general_dilated_rule(x, y, *, window_strides, padding, lhs_dilation, rh
         x, y, window_strides, padding, lhs_dilation, rhs_dilation, dn, feature_group_count, batch_group_count,
         precision=_precision(lax, precision), preferred_element_type=np.float32 if low and pet is None else pet)
     return out.astype(x.dtype) if low and pet is None else out
+
+
+RULES[conv_general_dilated_p] = conv_general_dilated_rule

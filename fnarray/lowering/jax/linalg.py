@@ -1,11 +1,12 @@
 """The jax backend's rules for the linear-algebra primitives: ``jax.lax.linalg``, whose names and parameters
-fnarray's primitives share (registered into ``fnarray.lowering.jax.backend.RULES`` by that module)."""
+fnarray's primitives share (registered into ``common.RULES``)."""
 
 from __future__ import annotations
 
 from jax import lax
 
 from fnarray.core import linalg as L
+from fnarray.lowering.jax.common import RULES
 
 __all__ = ["register"]
 
@@ -41,10 +42,13 @@ def _svd(x, *, full_matrices, compute_uv):
 
 
 def register(rules: dict) -> None:
-    """Fill ``fnarray.lowering.jax.backend.RULES``."""
+    """Fill the rule table ``RULES``."""
     rules[L.cholesky_p] = _cholesky
     rules[L.triangular_solve_p] = _triangular_solve
     rules[L.lu_p] = _lu
     rules[L.qr_p] = _qr
     rules[L.eigh_p] = _eigh
     rules[L.svd_p] = _svd
+
+
+register(RULES)

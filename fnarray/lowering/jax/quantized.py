@@ -1,7 +1,9 @@
-"""``quantized_matmul`` on jax: unpacking and scaling that XLA fuses into one dot (registered into ``jax.backend.RULES``)."""
+"""``quantized_matmul`` on jax: unpacking and scaling that XLA fuses into one dot (registered into ``common.RULES``)."""
 
 from __future__ import annotations
 
+from fnarray.core.quantized import quantized_matmul_p
+from fnarray.lowering.jax.common import RULES
 from fnarray.lowering.packed import acc_dtype, unpack
 
 __all__ = ["jax_quantized_matmul"]
@@ -21,3 +23,6 @@ def jax_quantized_matmul(x, w, scales, biases, *, transpose, group_size, bits):
     out = lax.dot_general(x.astype(acc), wd, (((x.ndim - 1,), contract), ((), ())),
                           preferred_element_type=acc)
     return out.astype(x.dtype)
+
+
+RULES[quantized_matmul_p] = jax_quantized_matmul

@@ -1,4 +1,4 @@
-"""The jax backend's rules for the collectives and the SPMD primitives (registered into ``jax.RULES``).
+"""The jax backend's rules for the collectives and the SPMD primitives (registered into ``common.RULES``).
 
 ``shard_map`` becomes ``jax.shard_map`` over the mesh's ``jax.sharding.Mesh``, its body interpreted with the
 same rule table, so the collectives inside it are ``jax.lax`` collectives over the mesh axes (XLA's
@@ -15,7 +15,7 @@ from jax import lax
 
 from fnarray.core import collectives as C
 from fnarray.core.spmd import sharding_constraint_p, shard_map_p
-from fnarray.lowering.jax.backend import RULES, _interpret, manual
+from fnarray.lowering.jax.common import RULES, interpret, manual
 
 __all__: list = []
 
@@ -62,7 +62,7 @@ def _shard_map(*args, program, mesh, in_specs, out_specs):
     def body(*xs):
         manual.depth = getattr(manual, "depth", 0) + 1
         try:
-            return tuple(_interpret(program, list(xs)))
+            return tuple(interpret(program, list(xs)))
         finally:
             manual.depth -= 1
     fn = jax.shard_map(body, mesh=mesh.jax_mesh, in_specs=tuple(_spec(s) for s in in_specs),

@@ -1,4 +1,4 @@
-"""The jax backend's rules for the window primitives (``fnarray.core.windows``); ``jax.py`` merges ``RULES``.
+"""The jax backend's rules for the window primitives (``fnarray.core.windows``); registered into ``common.RULES``.
 
 ``reduce_window_{sum,max,min}`` are ``jax.lax.reduce_window`` with the monoid's identity (XLA's ReduceWindow;
 float16/bfloat16 sums accumulate in float32, as the reference). The selections of the max/min gradients use
@@ -16,10 +16,9 @@ from jax import lax
 from fnarray.core import dtypes
 from fnarray.core import windows as W
 from fnarray.lowering import window_taps
+from fnarray.lowering.jax.common import RULES
 
-__all__ = ["RULES"]
-
-RULES: dict = {}
+__all__: list = []
 
 _WINDOW = ("window_dimensions", "window_strides", "padding", "base_dilation", "window_dilation")
 

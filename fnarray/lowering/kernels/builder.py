@@ -10,9 +10,27 @@ from __future__ import annotations
 
 import contextlib
 
-from fnarray.lowering.kernels.ir import (INT32, ArrayDecl, Assign, Barrier, BufferParam, Comment, Const, Decl, For,
-                                         If, Kernel, Let, Load, ScalarParam, Special, Store, Sym, _children,
-                                         walk_exprs)
+from fnarray.lowering.kernels.ir import (
+    INT32,
+    ArrayDecl,
+    Assign,
+    Barrier,
+    BufferParam,
+    Comment,
+    Const,
+    Decl,
+    For,
+    If,
+    Kernel,
+    Let,
+    Load,
+    ScalarParam,
+    Special,
+    Store,
+    Sym,
+    children,
+    walk_exprs,
+)
 
 __all__ = ["KernelBuilder"]
 
@@ -83,7 +101,7 @@ class KernelBuilder:
             return e.space != "global" or self._changes(e.index)
         if isinstance(e, (Const, Special)):
             return False
-        return any(self._changes(c) for c in _children(e))
+        return any(self._changes(c) for c in children(e))
 
     def var(self, dtype, init, hint: str = "acc") -> Sym:
         """A mutable local."""

@@ -1,11 +1,14 @@
-"""The C-style renderer that the OpenCL C and WGSL renderers share.
+"""The C-style renderer that the OpenCL C and WGSL renderers share, with C's spellings as defaults.
 
 ``CStyleRenderer.render(kernel)`` first runs the subclass's rewrite pass
-(``rewrite_expr``: what the target cannot express is replaced by what it can,
-before printing), then prints statements and expressions through a few tables
-and hooks that each target fills: type names, operator spellings, function
-names, literals, declarations, loops, casts and the kernel signature. Nothing
-in this base class asks which target it prints for.
+(``rewrite``/``rewrite_expr``: what the target cannot express is replaced by what
+it can, before printing; ``transcendental.expand`` replaces math functions by
+kernel-IR bodies), then prints statements and expressions through tables and
+hooks. Each hook prints C by default (C99 type names, literals with ``NAN`` and
+``INFINITY``, ``(T)(x)`` casts, ``c ? a : b``, ``const T x = v;``, ``for (int
+...)``), so a subclass declares only what its target spells differently; what C
+has no spelling for (bit casts, work-item builtins, barriers, the entry point)
+each target must give. Nothing in this base class asks which target it prints for.
 
 Every operator is parenthesised, so the printed text does not depend on
 precedence tables; one statement per line, four spaces of indentation.
@@ -17,8 +20,28 @@ import abc
 
 import numpy as np
 
-from fnarray.lowering.kernels.ir import (OPS, ArrayDecl, Assign, Barrier, Bitcast, Cast, Comment, Const, Decl, For,
-                                         If, Kernel, Let, Load, Op, Select, Special, Store, Sym, map_exprs)
+from fnarray.lowering.kernels.ir import (
+    OPS,
+    ArrayDecl,
+    Assign,
+    Barrier,
+    Bitcast,
+    Cast,
+    Comment,
+    Const,
+    Decl,
+    For,
+    If,
+    Kernel,
+    Let,
+    Load,
+    Op,
+    Select,
+    Special,
+    Store,
+    Sym,
+    map_exprs,
+)
 
 __all__ = ["CStyleRenderer"]
 
@@ -26,6 +49,12 @@ _C_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "rem": "%", "and": "
             "shl": "<<", "shr": ">>", "land": "&&", "lor": "||", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
             "gt": ">", "ge": ">="}
 _C_PREFIX = {"neg": "-", "not": "~", "lnot": "!"}
+_C_TYPES = {np.dtype(t): name for t, name in (
+    (np.bool_, "bool"), (np.int8, "signed char"), (np.uint8, "unsigned char"), (np.int16, "short"),
+    (np.uint16, "unsigned short"), (np.int32, "int"), (np.uint32, "unsigned int"), (np.int64, "long long"),
+    (np.uint64, "unsigned long long"), (np.float32, "float"), (np.float64, "double"))}
+_C_INT_SUFFIX = {np.dtype(np.int32): "", np.dtype(np.uint32): "u", np.dtype(np.int64): "LL",
+                 np.dtype(np.uint64): "ULL"}
 
 
 class CStyleRenderer(abc.ABC):
@@ -34,8 +63,10 @@ class CStyleRenderer(abc.ABC):
     infix: dict = _C_INFIX
     prefix: dict = _C_PREFIX
     functions: dict = {}        # kernel-IR func op -> target function name
-    types: dict = {}            # value dtype -> type name
+    types: dict = _C_TYPES      # value dtype -> type name
     storage_types: dict = {}    # dtype -> type name in buffers, where it differs from the value type
+    int_suffix: dict = _C_INT_SUFFIX   # integer dtype -> literal suffix (other integer dtypes: a cast)
+    array_spaces: dict = {}     # array space ("local", "private") -> qualifier printed before the type
     indent = "    "
 
     # ------------------------------------------------------------------ hooks for subclasses
@@ -52,45 +83,81 @@ class CStyleRenderer(abc.ABC):
     def storage_name(self, dtype) -> str:
         return self.storage_types.get(np.dtype(dtype)) or self.type_name(dtype)
 
-    @abc.abstractmethod
     def literal(self, c: Const) -> str:
-        """A constant, exactly (bit patterns for NaN and infinities where the target needs them)."""
+        """A constant, exactly: C's ``true``/``false``, suffixed integers, ``f`` floats, ``NAN``/``INFINITY``."""
+        d, v = c.dtype, c.value
+        if d == np.bool_:
+            return "true" if v else "false"
+        if d.kind in "iu":
+            return self._int_literal(int(v), d)
+        if d.kind == "f":
+            return self._float_literal(float(v), d)
+        if d.kind == "c":
+            part = np.dtype(np.float32) if d == np.complex64 else np.dtype(np.float64)
+            z = complex(v)
+            re, im = (self.literal(Const(np.asarray(t, part).tobytes(), part)) for t in (z.real, z.imag))
+            return self.complex_op("cmake", [re, im], d)
+        raise TypeError(f"{type(self).__name__} has no literal for {d.name}")
+
+    def _int_literal(self, v: int, d) -> str:
+        suffix = self.int_suffix.get(d)
+        if suffix is None:
+            return f"(({self.type_name(d)}){v})"
+        if d.kind == "i" and v == int(np.iinfo(d).min):   # -2^31 is not a literal: its negation overflows
+            return f"({v + 1}{suffix} - 1{suffix})"
+        return f"{v}{suffix}" if v >= 0 else f"({v}{suffix})"
+
+    def _float_literal(self, x: float, d) -> str:
+        name = self.type_name(d)
+        if np.isnan(x):
+            return f"(({name})NAN)"
+        if np.isinf(x):
+            return f"(({name})INFINITY)" if x > 0 else f"(-({name})INFINITY)"
+        text = str(np.float32(x)) if d == np.float32 else repr(x)
+        if "e" not in text and "." not in text:
+            text += ".0"
+        text += "f" if d == np.float32 else ""
+        return text if x >= 0 and not text.startswith("-") else f"({text})"
 
     @abc.abstractmethod
     def special(self, e: Special) -> str:
         """A work-item builtin (global, local, group id; global size) as an int32 value."""
 
-    @abc.abstractmethod
     def cast(self, x: str, dtype) -> str:
-        """A value conversion to ``dtype``."""
+        """A value conversion to ``dtype``: C's ``((T)(x))``."""
+        return f"(({self.type_name(dtype)})({x}))"
 
     @abc.abstractmethod
     def bitcast(self, x: str, dtype) -> str:
-        """The same bits read as ``dtype``."""
+        """The same bits read as ``dtype`` (C has no expression for it)."""
 
-    @abc.abstractmethod
     def select(self, cond: str, a: str, b: str, dtype) -> str:
-        """``a`` where ``cond`` else ``b``."""
+        """``a`` where ``cond`` else ``b``: C's ``?:``."""
+        return f"({cond} ? {a} : {b})"
 
-    @abc.abstractmethod
     def complex_op(self, op: str, args: list, dtype) -> str:
-        """``cmake(re, im)``, ``creal(z)``, ``cimag(z)`` on the target's two-component vectors."""
+        """``cmake(re, im)``, ``creal(z)``, ``cimag(z)`` on two-component vectors: the vector type's constructor
+        (spelled as a cast of the two parts) and the ``.x``/``.y`` components."""
+        if op == "cmake":
+            return self.cast(f"{args[0]}, {args[1]}", dtype)
+        return f"({args[0]}).{'x' if op == 'creal' else 'y'}"
 
-    @abc.abstractmethod
     def let(self, name: str, dtype, value: str) -> str:
         """The declaration of an immutable local."""
+        return f"const {self.type_name(dtype)} {name} = {value};"
 
-    @abc.abstractmethod
     def decl(self, name: str, dtype, value: str) -> str:
         """The declaration of a mutable local."""
+        return f"{self.type_name(dtype)} {name} = {value};"
 
-    @abc.abstractmethod
     def array_decl(self, s: ArrayDecl) -> str:
         """The declaration of a work-group (``local``) or ``private`` array."""
+        return f"{self.array_spaces.get(s.space, '')}{self.type_name(s.dtype)} {s.name}[{s.size}];"
 
-    @abc.abstractmethod
     def for_header(self, var: str, start: str, stop: str, step: str) -> str:
         """The head of a counted int32 loop (the body follows in braces)."""
+        inc = f"{var}++" if step == "1" else f"{var} += {step}"
+        return f"for (int {var} = {start}; {var} < {stop}; {inc})"
 
     @abc.abstractmethod
     def barrier(self, space: str = "local") -> str:
@@ -105,12 +172,12 @@ class CStyleRenderer(abc.ABC):
         return []
 
     def from_storage(self, text: str, dtype) -> str:
-        """A buffer element (of ``storage_types[dtype]``) as a value of ``dtype``."""
-        return self.cast(text, dtype)
+        """A buffer element (of ``storage_types[dtype]``) as a value of ``dtype`` (a stored bool: ``!= 0``)."""
+        return f"({text} != 0)"
 
-    @abc.abstractmethod
     def to_storage(self, value: str, dtype) -> str:
         """A value of ``dtype`` as a buffer element of ``storage_types[dtype]``."""
+        return f"(({self.storage_name(dtype)})({value}))"
 
     def load(self, space: str, name: str, index: str, dtype) -> str:
         text = f"{name}[{index}]"
@@ -124,8 +191,12 @@ class CStyleRenderer(abc.ABC):
         return f"{name}[{index}] = {value};"
 
     # ------------------------------------------------------------------ printing
+    def rewrite(self, kernel: Kernel) -> Kernel:
+        """The kernel as this target prints it: by default ``rewrite_expr`` on every expression."""
+        return map_exprs(kernel, self.rewrite_expr)
+
     def render(self, kernel: Kernel) -> str:
-        kernel = map_exprs(kernel, self.rewrite_expr)
+        kernel = self.rewrite(kernel)
         lines = list(self.prelude(kernel))
         lines.append(self.signature(kernel) + " {")
         self._stmts(kernel.body, 1, lines)

@@ -5,12 +5,11 @@
 - ``emit``: how it becomes kernel code: ``"func"`` (one math function of the kernel IR, named by ``func``;
   a renderer without that function leaves the primitive to its decomposition), ``"rule"`` (an element rule
   in ``rules.ELEMENTWISE``), ``"index"`` (index arithmetic in ``emitter.STRUCTURAL``), ``"group"`` (a kernel
-  group of its own in ``schedule._GROUPS``), ``"inline"`` (a call: its program is inlined) or ``"host"``
-  (control flow driven from the host).
-- ``group``: the kernel group it joins: ``"map"`` (fused into any elementwise kernel), ``"reduce"``,
-  ``"dot"``, ``"sort"``, ``"cumulative"``, ``"scatter"``, ``"linalg"``, ``"conv"`` (``kernels/groups/conv.py``),
-  ``"window"`` (``kernels/groups/windows.py``), ``"fft"`` (``kernels/groups/fft.py``), ``"quantized"``
-  (``kernels/groups/quantized.py``), ``"call"``, ``"control"``.
+  group of its own: a module of ``kernels/groups/`` lists it in its ``GROUPS``), ``"inline"`` (a call: its
+  program is inlined) or ``"host"`` (control flow driven from the host).
+- ``group``: the kernel group it joins: ``"map"`` (fused into any elementwise kernel), for a group of its own the
+  name of the ``kernels/groups/`` module whose ``GROUPS`` lists it (``"reduce"``, ``"dot"``, ``"conv"``...: these
+  rows are added by ``add_group_fact`` when ``schedule.py`` collects the groups), ``"call"``, ``"control"``.
 - ``cost``: ``"free"`` (a view or a cast: inlined anywhere), ``"cheap"`` or ``"expensive"`` (a
   transcendental: materialised rather than recomputed under a broadcast).
 - ``complex_ok``: whether its kernels accept complex operands.
@@ -25,14 +24,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from fnarray.core import families
-from fnarray.core import linalg as LA
 from fnarray.core import primitives as P
 from fnarray.core.fft import fft_p
-from fnarray.core.quantized import quantized_matmul_p
-from fnarray.core.conv import conv_general_dilated_p
-from fnarray.core.windows import WINDOW_PRIMITIVES
 
-__all__ = ["KernelFact", "FACTS", "funcs", "with_cost", "complex_ok", "in_group"]
+__all__ = ["KernelFact", "FACTS", "funcs", "with_cost", "complex_ok", "in_group", "add_group_fact"]
 
 
 class KernelFact(NamedTuple):
@@ -49,7 +44,7 @@ _FAMILY_DEFAULTS = {
     "unary": KernelFact("rule", "map"),
     "binary": KernelFact("rule", "map"),
     "structural": KernelFact("index", "map", complex_ok=True),
-    "reduce": KernelFact("group", "reduce"),
+    "reduce": KernelFact("group", "reduce"),          # the groups' own rows replace these (add_group_fact)
     "cumulative": KernelFact("group", "cumulative"),
     "control": KernelFact("host", "control"),
 }
@@ -62,36 +57,25 @@ def _set(prims, **changes):
         FACTS[p] = FACTS[p]._replace(**changes)
 
 
-# One kernel-IR math function each (OpenCL C's names); expensive but for the roundings.
-for _p, _f in {P.floor: "floor", P.ceil: "ceil", P.round_p: "rint", P.exp2: "exp2", P.log: "log", P.log2: "log2",
-               P.log1p: "log1p", P.expm1: "expm1", P.tanh: "tanh", P.sin: "sin", P.cos: "cos",
-               P.tan: "tan", P.asin: "asin", P.acos: "acos", P.atan: "atan", P.sinh: "sinh",
-               P.cosh: "cosh", P.asinh: "asinh", P.acosh: "acosh", P.atanh: "atanh", P.sqrt: "sqrt",
-               P.rsqrt: "rsqrt", P.cbrt: "cbrt", P.erf: "erf", P.erfc: "erfc", P.lgamma: "lgamma"}.items():
-    FACTS[_p] = FACTS[_p]._replace(emit="func", func=_f,
-                                   cost="cheap" if _f in ("floor", "ceil", "rint") else "expensive")
+# One kernel-IR math function each (OpenCL C's names); expensive but for the roundings. The primitives C's math
+# library has by their own name (``Primitive.library``) from that flag, then the others.
+def _func(p, name):
+    FACTS[p] = FACTS[p]._replace(emit="func", func=name, cost="cheap" if name in ("floor", "ceil", "rint") else
+                                 "expensive")
+
+
+families.on_family("unary", lambda p: p.library and _func(p, p.name))
+for _p, _f in {P.floor: "floor", P.ceil: "ceil", P.round_p: "rint", P.log2: "log2", P.rsqrt: "rsqrt",
+               P.erf: "erf", P.erfc: "erfc", P.lgamma: "lgamma"}.items():
+    _func(_p, _f)
+# exp is an element rule (it takes complex operands), not the function.
+FACTS[P.exp] = KernelFact("rule", "map")
 
 # The members of family "other", each its own kind of kernel.
 FACTS[P.select_n] = KernelFact("rule", "map", complex_ok=True)
 FACTS[P.gather] = KernelFact("index", "map", complex_ok=True)
-FACTS[P.dot_general] = KernelFact("group", "dot", complex_ok=True)
-FACTS[P.sort] = KernelFact("group", "sort")
-for _p in (P.scatter, P.scatter_add, P.scatter_mul):
-    FACTS[_p] = KernelFact("group", "scatter", complex_ok=True)
-for _p in (P.scatter_min, P.scatter_max):
-    FACTS[_p] = KernelFact("group", "scatter")
-FACTS[fft_p] = KernelFact("group", "fft", complex_ok=True)   # kernels/groups/fft.py: Stockham and Bluestein
-FACTS[quantized_matmul_p] = KernelFact("group", "quantized")   # kernels/groups/quantized.py
-FACTS[conv_general_dilated_p] = KernelFact("group", "conv")
-for _p in WINDOW_PRIMITIVES:
-    FACTS[_p] = KernelFact("group", "window")
 for _p in (P.call, P.remat, P.custom_jvp_call, P.custom_vjp_call):
     FACTS[_p] = KernelFact("inline", "call")
-
-# Linear algebra with kernels of its own (lowering/kernels/groups/linalg.py), real dtypes only; qr, eigh and svd have
-# none (kernels/no_kernel.py says why).
-for _p in (LA.cholesky_p, LA.triangular_solve_p, LA.lu_p):
-    FACTS[_p] = KernelFact("group", "linalg")
 
 _set([P.exp, P.logistic, P.pow_p, P.erf_inv, P.digamma, P.atan2], cost="expensive")
 _set([P.reshape, P.broadcast_in_dim, P.transpose, P.copy_p, P.name_p, P.stop_gradient, P.convert_element_type],
@@ -102,6 +86,18 @@ _set([P.add, P.sub, P.mul, P.div, P.neg, P.exp, P.abs_p, P.sign, P.real, P.imag,
       P.convert_element_type, P.copy_p, P.name_p, P.stop_gradient, P.reduce_sum, P.reduce_prod, P.cumsum, P.cumprod],
      complex_ok=True)
 _set([P.iota], complex_ok=True)
+# Of the primitives with a kernel group of their own (their rows come from the groups, below), those whose
+# kernels take complex operands: the matrix products, additive scatters and the FFT.
+_GROUP_COMPLEX_OK = frozenset({P.dot_general, P.scatter, P.scatter_add, P.scatter_mul, fft_p})
+
+
+def add_group_fact(prim, group: str) -> None:
+    """Record that ``prim`` starts a kernel of group ``group`` (a ``kernels/groups/`` module's name); called by
+    ``schedule.py`` for each entry of the group modules' ``GROUPS`` (the reductions and cumulative ops keep
+    their family's cost)."""
+    old = FACTS.get(prim)
+    cost = old.cost if old is not None else "cheap"
+    FACTS[prim] = KernelFact("group", group, cost, prim in _GROUP_COMPLEX_OK or (old is not None and old.complex_ok))
 
 
 def funcs() -> dict:

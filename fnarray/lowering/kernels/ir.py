@@ -25,9 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from fnarray.core import families
+from fnarray.core import primitives as _primitives  # noqa: F401  (the families' members)
+
 __all__ = ["Expr", "Const", "Sym", "Special", "Load", "Op", "Cast", "Bitcast", "Select", "Let", "Decl",
            "Assign", "Store", "For", "If", "Barrier", "ArrayDecl", "Comment", "BufferParam", "ScalarParam",
-           "Kernel", "OPS", "const", "INT32", "BOOL", "UINT32", "walk_exprs", "map_exprs"]
+           "Kernel", "OPS", "const", "INT32", "BOOL", "UINT32", "walk_exprs", "map_exprs", "children", "rebuild"]
 
 INT32 = np.dtype(np.int32)
 UINT32 = np.dtype(np.uint32)
@@ -49,6 +52,8 @@ for _n in ("exp", "exp2", "log", "log1p", "expm1", "tanh", "sin", "cos", "tan", 
     OPS[_n] = (1, "func")
 for _n in ("pow", "atan2", "nextafter", "hypot", "fmod", "copysign", "min", "max"):
     OPS[_n] = (2, "func")
+# The functions of C's math library that a unary primitive is by its name (``Primitive.library``: log10...).
+families.on_family("unary", lambda p: p.library and OPS.setdefault(p.name, (1, "func")))
 OPS["cmake"] = (2, "complex")
 OPS["creal"] = (1, "complex")
 OPS["cimag"] = (1, "complex")
@@ -252,7 +257,7 @@ class Kernel:
 # ------------------------------------------------------------------------------------------ traversal
 
 
-def _children(e):
+def children(e):
     if isinstance(e, Op):
         return e.args
     if isinstance(e, (Cast, Bitcast)):
@@ -268,7 +273,7 @@ def walk_exprs(stmts):
     """Every expression (and sub-expression) of the statements, depth first."""
     def visit(e):
         yield e
-        for c in _children(e):
+        for c in children(e):
             yield from visit(c)
 
     for s in stmts:
@@ -288,7 +293,8 @@ def walk_exprs(stmts):
             yield from walk_exprs(s.orelse)
 
 
-def _rebuild(e, kids):
+def rebuild(e, kids):
+    """``e`` with its sub-expressions replaced by ``kids`` (in ``children(e)``'s order)."""
     if isinstance(e, Op):
         return Op(e.op, tuple(kids), e.dtype)
     if isinstance(e, Cast):
@@ -310,8 +316,8 @@ def map_exprs(kernel: Kernel, fn) -> Kernel:
     def rw(e):
         r = memo.get(e)
         if r is None:
-            kids = _children(e)
-            r = fn(_rebuild(e, [rw(c) for c in kids]) if kids else e)
+            kids = children(e)
+            r = fn(rebuild(e, [rw(c) for c in kids]) if kids else e)
             memo[e] = r
         return r
 

@@ -3,7 +3,7 @@
 ``ELEMENTWISE[primitive](b, xs, params, in_avals, out_aval) -> Expr`` builds the
 value of one output element from its inputs' values ``xs`` (kernel-IR
 expressions), binding intermediate values through the ``KernelBuilder`` ``b``.
-The rules reproduce ``numpy_impls`` (the reference): integer division and
+The rules reproduce the numpy reference (``lowering/numpy/``) (the reference): integer division and
 remainder by zero give 0 (and never trap: ``INT_MIN / -1`` is guarded), shifts
 past the bit width give 0 or -1, float-to-int casts saturate with NaN -> 0,
 ``max``/``min`` propagate NaN, signed integer arithmetic wraps (it is computed

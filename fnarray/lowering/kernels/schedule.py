@@ -30,65 +30,37 @@ The result is a ``Schedule``: buffers, launches in order (kernel, arguments,
 work sizes, the IR equations each kernel fused) and the outputs.
 
 The kernel groups are in ``groups/`` (one module per kind: ``base`` with the elementwise map kernel,
-``reduce``, ``dot``, ``cumulative``, ``sort``, ``scatter``, ``conv``, ``windows``); this module holds the
-preparation passes, the context of one scheduling run, the table ``_GROUPS`` and the materialisation and
-grouping passes.
+``reduce``, ``dot``, ``cumulative``, ``sort``, ``scatter``, ``conv``, ``windows``...); this module holds the
+preparation passes, the context of one scheduling run, the tables ``GROUPS`` and ``OPERAND_VIEWS`` (collected
+in one loop from every group module that exports them: a new module needs no edit here) and the
+materialisation and grouping passes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
+import pkgutil
 
 from fnarray.core import primitives as P
-from fnarray.core.fft import fft_p
 from fnarray.core.ir import Eqn, Literal, Program, Var
 from fnarray.core.passes import dce
 from fnarray.lowering.kernels import facts
+from fnarray.lowering.kernels import groups as groups_package
 from fnarray.lowering.kernels.emitter import INJECTIVE, Emitter, shaped_index
-from fnarray.lowering.kernels.groups.base import (  # noqa: F401
-    CALLS,
-    CUMULATIVE,
-    OPAQUE,
-    REDUCTIONS,
-    SCATTERS,
-    SCHEDULED,
-    BufSpec,
-    Launch,
-    Schedule,
-    _analyse_val,
-    _contiguous,
-    _Group,
-    _index_vars,
-    _kernel_name,
-    _launch,
-    _lin,
-    _MapGroup,
-    _reads,
-    _Tracker,
-)
-from fnarray.lowering.kernels.groups import conv as conv_group
-from fnarray.lowering.kernels.groups import quantized as quantized_groups
-from fnarray.lowering.kernels.groups import windows as window_groups
-from fnarray.lowering.kernels.groups.cumulative import _CumGroup  # noqa: F401
-from fnarray.lowering.kernels.groups.dot import _DotGroup, _view  # noqa: F401
-from fnarray.lowering.kernels.groups.fft import FftGroup
-from fnarray.lowering.kernels.groups.linalg import GROUPS as _LINALG_GROUPS
-from fnarray.lowering.kernels.groups.reduce import _ReduceGroup  # noqa: F401
-from fnarray.lowering.kernels.groups.scatter import _ScatterGroup  # noqa: F401
-from fnarray.lowering.kernels.groups.sort import _SortGroup  # noqa: F401
+from fnarray.lowering.kernels.groups.base import CALLS, REDUCTIONS, SCATTERS, BufSpec, Launch, MapGroup, Schedule
+from fnarray.lowering.kernels.groups.reduce import ReduceGroup
 from fnarray.lowering.kernels.index import linearize
 from fnarray.lowering.kernels.ir import INT32, Let, Special, Sym
 from fnarray.lowering.kernels import tuning
 from fnarray.lowering.kernels.long_scans import split_long_scans
 from fnarray.lowering.kernels.opencl_c import uses_helpers
-from fnarray.lowering.kernels.rules import (
-    op,
-)
+from fnarray.lowering.kernels.rules import op
 from fnarray.lowering.zero_size import drop_zero_size
 
 __all__ = ["schedule", "Schedule", "Launch", "BufSpec", "inline_calls", "SCHEDULED", "REDUCTIONS", "OPAQUE",
-           "CALLS"]
+           "CALLS", "GROUPS", "OPERAND_VIEWS"]
 
 _EXPENSIVE = facts.with_cost("expensive")
 _FREE = facts.with_cost("free")
@@ -277,22 +249,30 @@ class _Ctx:
         return Sym("gid", INT32), (cols * wg, rows), (wg, 1)
 
 
-_GROUPS = {P.dot_general: _DotGroup, P.sort: _SortGroup}
-for _p in REDUCTIONS:
-    _GROUPS[_p] = _ReduceGroup
-for _p in CUMULATIVE:
-    _GROUPS[_p] = _CumGroup
-for _p in SCATTERS:
-    _GROUPS[_p] = _ScatterGroup
-_GROUPS[fft_p] = FftGroup   # Stockham and Bluestein (groups/fft.py)
-_GROUPS.update(_LINALG_GROUPS)   # cholesky, triangular_solve, lu
-_GROUPS.update(conv_group.GROUPS)
-_GROUPS.update(window_groups.GROUPS)
-_GROUPS.update(quantized_groups.GROUPS)   # packed weights dequantized in registers
-# Kernel groups that read their operands in place: primitive -> ``view(ctx, operand)`` giving
-# ``(base var, offset, strides)``; the bases get buffers (``_materialize``).
-OPERAND_VIEWS: dict = {P.dot_general: lambda ctx, a: _view(ctx, a), **conv_group.OPERAND_VIEWS,
-                       **window_groups.OPERAND_VIEWS, **quantized_groups.OPERAND_VIEWS}
+def _collect_groups():
+    """``GROUPS`` and ``OPERAND_VIEWS`` of every module of ``groups/`` that exports them (a new group module
+    is found here without an edit); each primitive's kernel fact becomes ``("group", <module name>)``."""
+    table: dict = {}
+    views: dict = {}
+    for info in sorted(pkgutil.iter_modules(groups_package.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{groups_package.__name__}.{info.name}")
+        for p, cls in getattr(module, "GROUPS", {}).items():
+            if p in table:
+                raise ValueError(f"kernel groups: {p.name} is claimed by {table[p].__module__} and {module.__name__}")
+            table[p] = cls
+            facts.add_group_fact(p, info.name)
+        views.update(getattr(module, "OPERAND_VIEWS", {}))
+    return table, views
+
+
+#: primitive -> the kernel group class that starts a kernel for it, from the group modules' ``GROUPS``.
+#: ``OPERAND_VIEWS``: the groups that read their operands in place: primitive -> ``view(ctx, operand)`` giving
+#: ``(base var, offset, strides)``; the bases get buffers (``_materialize``).
+GROUPS, OPERAND_VIEWS = _collect_groups()
+#: The primitives with a kernel group of their own other than the reductions (which share kernels).
+OPAQUE = frozenset(GROUPS) - REDUCTIONS
+#: Every primitive the scheduler turns into kernels (control flow is driven from the host).
+SCHEDULED = INJECTIVE | frozenset(GROUPS) | frozenset(CALLS)
 
 
 # ------------------------------------------------------------------------------------------ the passes
@@ -396,8 +376,8 @@ def _place(ctx, groups, e):
     """Put equation ``e``'s materialised outputs into groups."""
     if all(o.aval.size == 0 for o in e.outputs):
         return   # a zero-size fill (``zero_size.is_fill``): nothing to launch
-    cls = _GROUPS.get(e.primitive)
-    if cls is _ReduceGroup:
+    cls = GROUPS.get(e.primitive)
+    if cls is ReduceGroup:
         target = _sibling_reduction(ctx, groups, e)
         if target is not None:
             target.reads |= target.operand_reads(e.inputs[0]) - set(target.products)  # own results: registers
@@ -416,7 +396,7 @@ def _place(ctx, groups, e):
     for v in e.outputs:
         if v not in ctx.materialized:
             continue
-        probe = _MapGroup(ctx, v.aval.shape)
+        probe = MapGroup(ctx, v.aval.shape)
         reads = probe.root_reads(v)
         own = linearize(shaped_index(v.aval.shape), v.aval.shape)
         target = guest_of = row_host = None
@@ -426,7 +406,7 @@ def _place(ctx, groups, e):
             if g.accepts_roots and math.prod(g.shape) == v.aval.size and _can_join(ctx, g, reads, own, v):
                 target = g
                 break
-            if isinstance(g, _ReduceGroup) and g.can_take_row_root(v, reads):   # a row after its statistics
+            if isinstance(g, ReduceGroup) and g.can_take_row_root(v, reads):   # a row after its statistics
                 row_host = g
                 break
             if guest_of is None and _can_host(ctx, g, reads, v):
@@ -446,7 +426,7 @@ def _place(ctx, groups, e):
             producer_group[v] = guest_of
             continue
         if target is None:
-            target = _MapGroup(ctx, v.aval.shape)
+            target = MapGroup(ctx, v.aval.shape)
             target.index = len(groups)
             groups.append(target)
         target.add_root(v, set(reads))
@@ -457,7 +437,7 @@ def _can_host(ctx, g, reads, v):
     """Whether map kernel ``g`` can also compute ``v``, an elementwise value of another shape that reads
     nothing ``g`` computes (a loop counter beside the loop's arrays): one launch instead of two. The
     larger of the two shapes becomes the kernel's."""
-    if not isinstance(g, _MapGroup) or math.prod(g.shape) in (v.aval.size, 0) or v.aval.size == 0:
+    if not isinstance(g, MapGroup) or math.prod(g.shape) in (v.aval.size, 0) or v.aval.size == 0:
         return False
     limit = ctx.caps.max_buffers_per_kernel
     if limit is not None and len(g.reads | set(reads)) + len(g.products) + 1 > limit:
@@ -473,21 +453,21 @@ def _sibling_reduction(ctx, groups, e):
     """An earlier reduction kernel over the same iteration space that ``e`` can share, or ``None``.
 
     ``e`` may also read results of that kernel at its own output element (a softmax's sum of
-    ``exp(x - max)``): it then runs in the same kernel, in a loop after theirs (``_ReduceGroup.stages``).
+    ``exp(x - max)``): it then runs in the same kernel, in a loop after theirs (``ReduceGroup.stages``).
     """
-    probe = _ReduceGroup(ctx, e)
+    probe = ReduceGroup(ctx, e)
     read_keys = probe.operand_read_keys(e.inputs[0])
     reads = set(read_keys)
     limit = ctx.caps.max_buffers_per_kernel
     for g in reversed(groups[-_JOIN_WINDOW:]):
         dep = {r: keys for r, keys in read_keys.items() if ctx.group_of.get(r) is g}
         if dep:
-            if not (isinstance(g, _ReduceGroup) and g.can_chain(e, dep)):
+            if not (isinstance(g, ReduceGroup) and g.can_chain(e, dep)):
                 return None
             if limit is not None and len(g.reads | (reads - set(dep))) + len(g.products) + 1 > limit:
                 return None
             return g
-        if isinstance(g, _ReduceGroup) and g.matches(e):
+        if isinstance(g, ReduceGroup) and g.matches(e):
             if limit is not None and len(g.reads | reads) + len(g.products) + 1 > limit:
                 return None
             return g

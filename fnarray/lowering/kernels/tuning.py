@@ -147,7 +147,8 @@ def choose(device, signature: str, candidates: list, measure: Callable[[dict], f
       candidates: the variants, each a dict of JSON values (e.g. ``{"wg": 64, "vec": 4}``).
       measure: ``measure(candidate) -> seconds`` runs the candidate once to completion; called only in modes
         ``"fast"`` (with ``cost``) and ``"full"``. It may raise for a candidate that cannot run there (that one
-        is skipped).
+        is skipped). ``None``: nothing can be timed now (a kernel being traced): a cached choice, else the
+        default.
       default: the choice without tuning; returned by mode ``"off"``, by ``"fast"`` without a cost model, and
         when no candidate could be timed. Need not be among ``candidates``.
       cost: an optional cost model, ``cost(candidate) -> a number`` (lower is better), for mode ``"fast"``.
@@ -200,6 +201,9 @@ def choose(device, signature: str, candidates: list, measure: Callable[[dict], f
             _record(Decision(name, driver, signature, chosen, "disk", stored.get("mode", "?"),
                              stored.get("times", {}), default))
             return chosen
+        if measure is None or (mode == "fast" and cost is None):
+            _counts["defaults"] += 1
+            return default
         if mode == "fast":
             if cost is None:
                 _counts["defaults"] += 1

@@ -22,11 +22,14 @@ rewritten before printing:
   ``isnan``/``isinf``/``isfinite`` are tests on
   the bits, ``max``/``min`` on floats propagate NaN through an explicit select.
 - Functions WGSL lacks, or whose precision or edge cases WGSL leaves open
-  (``erf``, ``lgamma``, ``log1p``, ``expm1``, ``cbrt``, ``pow`` at 0 and for
-  negative bases, ``fmod``, ``nextafter``, ``hypot``, ``copysign``, ``asin``,
-  ``acos``, ``atan``, ``atan2``, ``acosh`` below 1), are helper functions printed before the kernel, only those
-  the kernel calls. ``float16`` math goes through the ``float32`` helpers (as
-  the reference computes it); ``float16`` needs the ``shader-f16`` feature.
+  (``erf``, ``lgamma``, ``log1p``, ``expm1``, ``cbrt``, ``log10``, ``pow`` at 0 and
+  for negative bases, ``fmod``, ``nextafter``, ``hypot``, ``copysign``, ``asin``,
+  ``acos``, ``atan``, ``atan2``, ``acosh`` below 1, float division by zero, the
+  NaN tests), are expanded into their kernel-IR bodies before printing
+  (``transcendental.py``; ``EXPANDED`` is all of ``BODIES``), as are products
+  with a constant zero and sums with a constant zero, which Mesa folds.
+  ``float16`` math goes through the ``float32`` bodies (as the reference
+  computes it); ``float16`` needs the ``shader-f16`` feature.
 - ``!=`` on floats is printed as ``!(a == b)`` (drivers compile ``!=`` as an
   ordered comparison, false for NaN). Signed remainder is printed as ``a - (a / b) * b`` (GLSL-based drivers leave
   ``%`` of negative operands undefined); shift amounts are ``u32``; ``xor`` of
@@ -36,13 +39,27 @@ rewritten before printing:
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import numpy as np
 
 from fnarray.lowering.kernels.cstyle import CStyleRenderer
-from fnarray.lowering.kernels.ir import (OPS, ArrayDecl, BufferParam, Cast, Const, For, If, Kernel, Let, Op,
-                                         ScalarParam, Special, Sym, walk_exprs)
+from fnarray.lowering.kernels.ir import (
+    OPS,
+    ArrayDecl,
+    BufferParam,
+    Cast,
+    Const,
+    For,
+    If,
+    Kernel,
+    Let,
+    Op,
+    ScalarParam,
+    Special,
+    Sym,
+    walk_exprs,
+)
+from fnarray.lowering.kernels.transcendental import BODIES, expand
 
 __all__ = ["WGSLRenderer", "render_wgsl", "wgsl_layout", "uniform_bytes", "WGSLLayout", "DEFAULT_GROUP_SIZE",
            "DTYPES"]
@@ -63,14 +80,15 @@ _UNIFORM_TYPES = {F32: "f32", I32: "i32", U32: "u32", BOOL: "u32", F16: "f32"}
 _SPECIAL_BUILTINS = {"global_id": "fa_gid", "local_id": "fa_lid", "group_id": "fa_wid"}
 _XYZ = "xyz"
 
-# Kernel-IR func op -> WGSL builtin, where the builtin does what the op means for every input.
-_BUILTINS = {"exp": "exp", "exp2": "exp2", "log2": "log2", "sin": "sin", "cos": "cos", "tan": "tan",
-             "sinh": "sinh", "cosh": "cosh", "asinh": "asinh", "atanh": "atanh", "sqrt": "sqrt",
-             "rsqrt": "inverseSqrt", "floor": "floor", "ceil": "ceil", "rint": "round", "trunc": "trunc",
-             "fabs": "abs", "popcount": "countOneBits"}
-# Ops that are helper functions for floats (min/max: NaN-propagating; integers use the builtins).
-_HELPED = {"div", "log", "isnan", "isinf", "isfinite", "erf", "lgamma", "log1p", "expm1", "cbrt", "pow", "fmod",
-           "nextafter", "hypot", "copysign", "min", "max", "asin", "acos", "atan", "atan2", "acosh", "tanh"}
+# Kernel-IR func op -> WGSL builtin. On floats, the ops in EXPANDED never reach the printer as the kernel wrote
+# them: what is printed is their body's own call of the builtin (``log`` inside the log body, which states the
+# negative-argument NaN, ``max`` inside the NaN-propagating max).
+_BUILTINS = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sin": "sin", "cos": "cos", "tan": "tan",
+             "tanh": "tanh", "sinh": "sinh", "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
+             "sqrt": "sqrt", "rsqrt": "inverseSqrt", "floor": "floor", "ceil": "ceil", "rint": "round",
+             "trunc": "trunc", "fabs": "abs", "popcount": "countOneBits", "min": "min", "max": "max"}
+#: The float ops WGSL lacks or leaves open, each expanded into its kernel-IR body before printing: all of them.
+EXPANDED = frozenset(BODIES)
 
 
 
@@ -79,370 +97,15 @@ def renders_primitive(prim) -> bool:
     from fnarray.lowering.kernels.facts import FACTS
     fact = FACTS.get(prim)
     name = fact.func if fact is not None else None
-    return name is None or name in _BUILTINS or name in _HELPED
+    return name is None or name in _BUILTINS or name in EXPANDED
 
-# ----------------------------------------------------------------------------------------- helpers
-# WGSL source of each float32 helper and the helpers it calls. NaN and infinity come from bit patterns.
-
-_NAN = "bitcast<f32>(0x7fc00000u)"
-
-_HELPER_SRC = {
-    "isnan": ((), """
-fn fa_isnan_f32(x: f32) -> bool {
-    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
-}"""),
-    "isinf": ((), """
-fn fa_isinf_f32(x: f32) -> bool {
-    return (bitcast<u32>(x) & 0x7fffffffu) == 0x7f800000u;
-}"""),
-    "isfinite": ((), """
-fn fa_isfinite_f32(x: f32) -> bool {
-    return (bitcast<u32>(x) & 0x7f800000u) != 0x7f800000u;
-}"""),
-    # WGSL leaves a float division by zero indeterminate (Mesa folds x / 0.0 to 0): IEEE results explicitly.
-    "div": (("isnan",), f"""
-fn fa_div_f32(x: f32, y: f32) -> f32 {{
-    if (y == 0.0f) {{
-        if (x == 0.0f || fa_isnan_f32(x)) {{
-            return {_NAN};
-        }}
-        return bitcast<f32>(((bitcast<u32>(x) ^ bitcast<u32>(y)) & 0x80000000u) | 0x7f800000u);
-    }}
-    return x / y;
-}}"""),
-    # Mesa folds x * 0.0 to 0.0 (found by the fuzzer: NaN * 0.0 gave 0 on webgpu:0); a product with a
-    # constant zero factor goes through this helper: NaN for a NaN or infinite factor, else a signed zero.
-    "mulz": (("isfinite",), f"""
-fn fa_mulz_f32(x: f32, y: f32) -> f32 {{
-    if (x == 0.0f || y == 0.0f) {{
-        if (!fa_isfinite_f32(x) || !fa_isfinite_f32(y)) {{
-            return {_NAN};
-        }}
-        return bitcast<f32>((bitcast<u32>(x) ^ bitcast<u32>(y)) & 0x80000000u);
-    }}
-    return x * y;
-}}"""),
-    # Mesa folds x + 0.0 to x, which keeps -0.0 (IEEE: -0.0 + 0.0 is +0.0): a sum with a constant +0.0 term
-    # (or a difference with a constant -0.0) clears the sign bit of a zero through its bits.
-    "addz": ((), """
-fn fa_addz_f32(x: f32) -> f32 {
-    return bitcast<f32>(select(bitcast<u32>(x), 0u, x == 0.0f));
-}"""),
-    # Mesa folds exp(log(x)) to x, so exp(log(-1)) gave -1: log states its negative-argument NaN explicitly.
-    "log": ((), f"""
-fn fa_log_f32(x: f32) -> f32 {{
-    return select(log(x), {_NAN}, x < 0.0f);
-}}"""),
-    "copysign": ((), """
-fn fa_copysign_f32(x: f32, y: f32) -> f32 {
-    return bitcast<f32>((bitcast<u32>(x) & 0x7fffffffu) | (bitcast<u32>(y) & 0x80000000u));
-}"""),
-    "max": (("isnan",), f"""
-fn fa_max_f32(x: f32, y: f32) -> f32 {{
-    return select(max(x, y), {_NAN}, fa_isnan_f32(x) || fa_isnan_f32(y));
-}}"""),
-    "min": (("isnan",), f"""
-fn fa_min_f32(x: f32, y: f32) -> f32 {{
-    return select(min(x, y), {_NAN}, fa_isnan_f32(x) || fa_isnan_f32(y));
-}}"""),
-    "tanh": (("isnan",), """
-fn fa_tanh_f32(x: f32) -> f32 {
-    // tanh(+-0) keeps the sign and tanh(NaN) is NaN on every driver.
-    return select(select(tanh(x), x, x == 0.0f), x, fa_isnan_f32(x));
-}"""),
-    "log1p": ((), """
-fn fa_log1p_f32(x: f32) -> f32 {
-    // Kahan: log(u) * x / (u - 1) with u = 1 + x cancels the rounding of u.
-    let u = 1.0f + x;
-    let d = u - 1.0f;
-    if (d == 0.0f) {
-        return x;
-    }
-    let l = log(u);
-    return select(l * (x / d), l, u == bitcast<f32>(0x7f800000u));
-}"""),
-    "expm1": ((), """
-fn fa_expm1_f32(x: f32) -> f32 {
-    // Kahan: (u - 1) * x / log(u) with u = exp(x).
-    let u = exp(x);
-    if (u == 1.0f) {
-        return x;
-    }
-    let d = u - 1.0f;
-    if (d == -1.0f) {
-        return -1.0f;
-    }
-    if (u == bitcast<f32>(0x7f800000u)) {
-        return u;
-    }
-    return d * (x / log(u));
-}"""),
-    "cbrt": (("isnan", "isinf", "copysign"), """
-fn fa_cbrt_f32(x: f32) -> f32 {
-    let a = abs(x);
-    if (a == 0.0f || fa_isnan_f32(x) || fa_isinf_f32(x)) {
-        return x;
-    }
-    var y = exp2(log2(a) * (1.0f / 3.0f));
-    y = y - (y * y * y - a) / (3.0f * y * y);
-    return fa_copysign_f32(y, x);
-}"""),
-    "atan": (("isnan", "copysign"), """
-fn fa_atan_f32(x: f32) -> f32 {
-    // Range reduction to |t| <= tan(pi/8), then a minimax polynomial (Cephes atanf).
-    if (fa_isnan_f32(x)) {
-        return x;
-    }
-    let a = abs(x);
-    var base = 0.0f;
-    var t = a;
-    if (a > 2.414213562373095f) {
-        base = 1.5707963267948966f;
-        t = -1.0f / a;
-    } else if (a > 0.4142135623730950f) {
-        base = 0.7853981633974483f;
-        t = (a - 1.0f) / (a + 1.0f);
-    }
-    let z = t * t;
-    let p = (((8.05374449538e-2f * z - 1.38776856032e-1f) * z + 1.99777106478e-1f) * z
-             - 3.33329491539e-1f) * z * t + t;
-    return fa_copysign_f32(base + p, x);
-}"""),
-    "asin": (("atan", "isnan"), """
-fn fa_asin_f32(x: f32) -> f32 {
-    let a = abs(x);
-    if (a > 1.0f || fa_isnan_f32(x)) {
-        return bitcast<f32>(0x7fc00000u);
-    }
-    if (a == 1.0f) {
-        return select(1.5707963267948966f, -1.5707963267948966f, x < 0.0f);
-    }
-    return fa_atan_f32(x / sqrt((1.0f - x) * (1.0f + x)));
-}"""),
-    "acos": (("atan", "isnan"), """
-fn fa_acos_f32(x: f32) -> f32 {
-    let a = abs(x);
-    if (a > 1.0f || fa_isnan_f32(x)) {
-        return bitcast<f32>(0x7fc00000u);
-    }
-    if (x == -1.0f) {
-        return 3.1415926535897932f;
-    }
-    // acos(x) = 2 atan(sqrt((1 - x) / (1 + x))), accurate near both ends.
-    return 2.0f * fa_atan_f32(sqrt((1.0f - x) / (1.0f + x)));
-}"""),
-    "erf": (("isnan",), """
-fn fa_erf_f32(x: f32) -> f32 {
-    if (fa_isnan_f32(x)) {
-        return x;
-    }
-    let a = abs(x);
-    if (a < 0.5f) {
-        // Maclaurin series: 2/sqrt(pi) * sum (-1)^n x^(2n+1) / (n! (2n+1)).
-        let z = x * x;
-        let s = ((((((-1.3227513e-5f * z + 1.0683761e-4f) * z - 7.5757576e-4f) * z + 4.6296296e-3f) * z
-                  - 2.3809524e-2f) * z + 1.0000000e-1f) * z - 3.3333334e-1f) * z + 1.0f;
-        return 1.1283791670955126f * x * s;
-    }
-    // erfc by the Chebyshev fit of Numerical Recipes (fractional error < 1.2e-7).
-    let t = 1.0f / (1.0f + 0.5f * a);
-    let p = -a * a - 1.26551223f + t * (1.00002368f + t * (0.37409196f + t * (0.09678418f
-            + t * (-0.18628806f + t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f
-            + t * (-0.82215223f + t * 0.17087277f))))))));
-    let r = 1.0f - t * exp(p);
-    return select(r, -r, x < 0.0f);
-}"""),
-    "lgamma": (("isnan", "isinf"), """
-fn fa_lgamma_pos_f32(x0: f32) -> f32 {
-    // x0 >= 0.5: shift up to x >= 8, then Stirling's series.
-    var x = x0;
-    var prod = 1.0f;
-    var shift = 0.0f;
-    for (var k = 0; k < 8 && x < 8.0f; k++) {
-        prod = prod * x;
-        x = x + 1.0f;
-        if (prod > 1.0e30f) {
-            shift = shift + log(prod);
-            prod = 1.0f;
-        }
-    }
-    let inv = 1.0f / x;
-    let inv2 = inv * inv;
-    let series = inv * (0.083333333333333333f - inv2 * (0.0027777777777777778f - inv2 * (7.9365079365079365e-4f
-                 - inv2 * 5.9523809523809524e-4f)));
-    return (x - 0.5f) * log(x) - x + 0.91893853320467274f + series - log(prod) - shift;
-}
-
-fn fa_lgamma_f32(x: f32) -> f32 {
-    if (fa_isnan_f32(x)) {
-        return x;
-    }
-    if (fa_isinf_f32(x)) {
-        return bitcast<f32>(0x7f800000u);
-    }
-    if (x >= 0.5f) {
-        return fa_lgamma_pos_f32(x);
-    }
-    if (x == floor(x)) {
-        return bitcast<f32>(0x7f800000u);
-    }
-    // Reflection: lgamma(x) = log(pi / |sin(pi x)|) - lgamma(1 - x). x - round(x) in [-1/2, 1/2] is exact and
-    // keeps a tiny x whole; sin by its Taylor series to t^13 (below 1e-9 off on [-pi/2, pi/2]), as Vulkan lets
-    // the builtin be 2^-11 off in absolute terms, all of a tiny sin's digits.
-    let t = 3.1415926535897932f * (x - round(x));
-    let t2 = t * t;
-    let s = t * (1.0f - t2 / 6.0f * (1.0f - t2 / 20.0f * (1.0f - t2 / 42.0f * (1.0f - t2 / 72.0f
-            * (1.0f - t2 / 110.0f * (1.0f - t2 / 156.0f))))));
-    return 1.1447298858494002f - log(abs(s)) - fa_lgamma_pos_f32(1.0f - x);
-}"""),
-    "pow": (("isnan", "isinf"), """
-fn fa_pow_f32(x: f32, y: f32) -> f32 {
-    // C's pow: pow(x, 0) = 1 and pow(1, y) = 1 even for NaN; negative bases need an integer exponent.
-    if (y == 0.0f || x == 1.0f) {
-        return 1.0f;
-    }
-    if (fa_isnan_f32(x) || fa_isnan_f32(y)) {
-        return bitcast<f32>(0x7fc00000u);
-    }
-    let ay = abs(y);
-    let is_int = floor(y) == y;
-    let odd = is_int && ay < 16777216.0f && (ay - 2.0f * floor(ay * 0.5f)) == 1.0f;
-    let ax = abs(x);
-    if (x < 0.0f && !is_int && !fa_isinf_f32(x)) {
-        return bitcast<f32>(0x7fc00000u);
-    }
-    if (x == -1.0f && fa_isinf_f32(y)) {
-        return 1.0f;
-    }
-    var r: f32;
-    if (ax == 0.0f) {
-        r = select(0.0f, bitcast<f32>(0x7f800000u), y < 0.0f);
-    } else if (fa_isinf_f32(y)) {
-        r = select(0.0f, bitcast<f32>(0x7f800000u), (ax > 1.0f) == (y > 0.0f));
-    } else {
-        r = exp2(y * log2(ax));
-    }
-    let neg = odd && (bitcast<u32>(x) & 0x80000000u) != 0u;
-    return select(r, -r, neg);
-}"""),
-    "fmod": (("isnan", "isinf", "copysign"), """
-fn fa_fmod_f32(x: f32, y: f32) -> f32 {
-    // Exact: subtract the largest m * 2^k <= r until r < m (each subtraction is exact).
-    if (fa_isnan_f32(x) || fa_isnan_f32(y) || fa_isinf_f32(x) || y == 0.0f) {
-        return bitcast<f32>(0x7fc00000u);
-    }
-    let m = abs(y);
-    var r = abs(x);
-    if (fa_isinf_f32(y) || r < m) {
-        return x;
-    }
-    for (var k = 0; k < 300 && r >= m; k++) {
-        var s = ldexp(m, frexp(r).exp - frexp(m).exp);
-        if (s > r) {
-            s = s * 0.5f;
-        }
-        r = r - s;
-    }
-    return fa_copysign_f32(r, x);
-}"""),
-    "nextafter": (("isnan",), """
-fn fa_nextafter_f32(x: f32, y: f32) -> f32 {
-    if (fa_isnan_f32(x) || fa_isnan_f32(y)) {
-        return bitcast<f32>(0x7fc00000u);
-    }
-    if (x == y) {
-        return y;
-    }
-    let b = bitcast<u32>(x);
-    if ((b & 0x7fffffffu) == 0u) {
-        return bitcast<f32>(select(1u, 0x80000001u, y < 0.0f));
-    }
-    let away = (x < y) == (x > 0.0f);
-    return bitcast<f32>(select(b - 1u, b + 1u, away));
-}"""),
-    "hypot": (("isinf", "isnan"), """
-fn fa_hypot_f32(x: f32, y: f32) -> f32 {
-    let a = abs(x);
-    let b = abs(y);
-    if (fa_isinf_f32(a) || fa_isinf_f32(b)) {
-        return bitcast<f32>(0x7f800000u);
-    }
-    if (fa_isnan_f32(a) || fa_isnan_f32(b)) {
-        return bitcast<f32>(0x7fc00000u);
-    }
-    let m = max(a, b);
-    if (m == 0.0f) {
-        return 0.0f;
-    }
-    let q = min(a, b) / m;
-    return m * sqrt(1.0f + q * q);
-}"""),
-    "atan2": (("atan", "isnan", "isinf", "copysign"), """
-fn fa_atan2_f32(y: f32, x: f32) -> f32 {
-    // C's atan2 with its signed zeros and infinities, on the atan helper.
-    if (fa_isnan_f32(x) || fa_isnan_f32(y)) {
-        return bitcast<f32>(0x7fc00000u);
-    }
-    let ax = abs(x);
-    let ay = abs(y);
-    let x_neg = (bitcast<u32>(x) & 0x80000000u) != 0u;
-    var r: f32;
-    if (fa_isinf_f32(ax) && fa_isinf_f32(ay)) {
-        r = select(0.78539816339744831f, 2.3561944901923449f, x_neg);
-    } else if (ax == 0.0f && ay == 0.0f) {
-        r = select(0.0f, 3.1415926535897932f, x_neg);
-    } else {
-        if (ay > ax) {
-            r = 1.5707963267948966f - fa_atan_f32(ax / ay);
-        } else {
-            r = fa_atan_f32(ay / ax);
-        }
-        if (x_neg) {
-            r = 3.1415926535897932f - r;
-        }
-    }
-    return fa_copysign_f32(r, y);
-}"""),
-    "acosh": (("isnan",), """
-fn fa_acosh_f32(x: f32) -> f32 {
-    return select(acosh(x), bitcast<f32>(0x7fc00000u), x < 1.0f || fa_isnan_f32(x));
-}"""),
-    "bits": ((), """
+# The one function printed before a kernel: an infinity or NaN constant is written as a call of it, which is
+# never a WGSL constant expression (Tint, Chromium's compiler, rejects a constant bitcast<f32> whose value is not
+# finite). Everything else WGSL lacks is expanded into kernel IR before printing (transcendental.BODIES).
+_BITS_FN = """
 fn fa_f32_bits(b: u32) -> f32 {
     return bitcast<f32>(b);
-}"""),
-}
-
-
-def _runtime_special(m) -> str:
-    bits = int(m.group(1), 16)
-    return f"fa_f32_bits({m.group(1)}u)" if (bits >> 23) & 0xFF == 0xFF else m.group(0)
-
-
-def _with_runtime_specials(deps, src):
-    # Infinities and NaNs become calls of fa_f32_bits: WGSL const-evaluation (Tint's, in Chromium) rejects a
-    # non-finite constant such as bitcast<f32>(0x7f800000u), and a function call is never a constant expression.
-    new = re.sub(r"bitcast<f32>\((0x[0-9a-f]{8})u\)", _runtime_special, src)
-    return (tuple(deps) + ("bits",) if new != src else tuple(deps)), new
-
-
-_HELPER_SRC = {name: _with_runtime_specials(*v) for name, v in _HELPER_SRC.items()}
-
-
-def _helper_closure(names) -> list:
-    """``names`` and the helpers they call, in an order where each comes after what it calls."""
-    out: list = []
-
-    def visit(n):
-        if n in out:
-            return
-        for dep in _HELPER_SRC[n][0]:
-            visit(dep)
-        out.append(n)
-
-    for n in sorted(names):
-        visit(n)
-    return out
+}"""
 
 
 def _float_literal(x, d) -> str:
@@ -512,6 +175,12 @@ class WGSLRenderer(CStyleRenderer):
         self._workgroup_arrays = []
 
     # ------------------------------------------------------------------ rewrites before printing
+    def rewrite(self, kernel: Kernel) -> Kernel:
+        # The spellings first (a float rem becomes fmod), then the bodies of what WGSL lacks, then the spellings
+        # of what the bodies wrote.
+        kernel = expand(super().rewrite(kernel), EXPANDED, zero_ops=True)
+        return super().rewrite(kernel)
+
     def rewrite_expr(self, e):
         if isinstance(e, Op):
             a = e.args
@@ -553,8 +222,8 @@ class WGSLRenderer(CStyleRenderer):
         if d == I32:
             v = int(v)
             return f"{v}i" if v >= 0 else ("bitcast<i32>(0x80000000u)" if v == -2**31 else f"({v}i)")
-        if d == U32:
-            return f"{int(v)}u"
+        if d == U32:   # bit masks in hex
+            return f"{int(v)}u" if int(v) < 0x10000 else f"{int(v):#010x}u"
         if d in (F32, F16):
             return _float_literal(float(v), d)
         if d == C64:
@@ -582,11 +251,6 @@ class WGSLRenderer(CStyleRenderer):
 
     def select(self, cond: str, a: str, b: str, dtype) -> str:
         return f"select({b}, {a}, {cond})"
-
-    def complex_op(self, op: str, args: list, dtype) -> str:
-        if op == "cmake":
-            return f"vec2<f32>({args[0]}, {args[1]})"
-        return f"({args[0]}).{'x' if op == 'creal' else 'y'}"
 
     def let(self, name, dtype, value) -> str:
         return f"let {name}: {self.type_name(dtype)} = {value};"
@@ -630,16 +294,8 @@ class WGSLRenderer(CStyleRenderer):
             lines.append(f"@group(0) @binding({lay.uniform_binding}) var<uniform> fa_args: FaArgs;")
         for s in self._workgroup_arrays:
             lines.append(f"var<workgroup> {s.name}: array<{self.type_name(s.dtype)}, {s.size}>;")
-        helpers = {e.op for e in exprs if isinstance(e, Op) and e.op in _HELPED and e.dtype.kind == "f"}
-        helpers |= {e.op for e in exprs if isinstance(e, Op) and e.op in ("isnan", "isinf", "isfinite")}
-        if any(_is_mul_by_zero(e) for e in exprs):
-            helpers.add("mulz")
-        if any(_zero_term(e) is not None for e in exprs):
-            helpers.add("addz")
         if any(isinstance(e, Const) and e.dtype.kind == "f" and not np.isfinite(e.value) for e in exprs):
-            helpers.add("bits")
-        for name in _helper_closure(helpers):
-            lines.extend(_HELPER_SRC[name][1].splitlines())
+            lines.extend(_BITS_FN.splitlines())
         lines.append("")
         return lines
 
@@ -647,20 +303,6 @@ class WGSLRenderer(CStyleRenderer):
     def expr(self, e) -> str:
         if isinstance(e, Op) and OPS[e.op][1] == "func":
             return self._func(e, [self.expr(a) for a in e.args])
-        if isinstance(e, Op) and e.op == "div" and e.dtype.kind == "f":
-            a, b = (self.expr(x) for x in e.args)
-            if e.dtype == F16:
-                return f"f16(fa_div_f32(f32({a}), f32({b})))"
-            return f"fa_div_f32({a}, {b})"
-        if _is_mul_by_zero(e):
-            a, b = (self.expr(x) for x in e.args)
-            if e.dtype == F16:
-                return f"f16(fa_mulz_f32(f32({a}), f32({b})))"
-            return f"fa_mulz_f32({a}, {b})"
-        other = _zero_term(e)
-        if other is not None:
-            a = self.expr(other)
-            return f"f16(fa_addz_f32(f32({a})))" if e.dtype == F16 else f"fa_addz_f32({a})"
         return super().expr(e)
 
     def _func(self, e: Op, args: list) -> str:
@@ -669,37 +311,10 @@ class WGSLRenderer(CStyleRenderer):
             if d == BOOL:  # max of bools is or, min is and
                 return f"({args[0]} {'|' if op == 'max' else '&'} {args[1]})"
             return f"{op}({', '.join(args)})"
-        if op == "fabs" and d.kind != "f":
-            return f"abs({args[0]})"
-        if op in _HELPED:
-            if d == F16:
-                inner = ", ".join(f"f32({a})" for a in args)
-                call = f"fa_{op}_f32({inner})"
-                return call if e.dtype == BOOL else f"f16({call})"
-            return f"fa_{op}_f32({', '.join(args)})"
         name = _BUILTINS.get(op)
         if name is None:
             raise TypeError(f"WGSL renderer has no rule for the kernel op {op!r}")
         return f"{name}({', '.join(args)})"
-
-
-def _is_mul_by_zero(e) -> bool:
-    """A float product with a constant zero factor (which Mesa folds to 0.0, losing NaN and inf)."""
-    return (isinstance(e, Op) and e.op == "mul" and e.dtype.kind == "f"
-            and any(isinstance(a, Const) and a.value == 0 for a in e.args))
-
-
-def _zero_term(e):
-    """For ``x + 0.0``, ``0.0 + x`` or ``x - (-0.0)`` in floats (which Mesa folds to ``x``, keeping a -0.0 that
-    IEEE makes +0.0): ``x``; else ``None``."""
-    if not (isinstance(e, Op) and e.dtype.kind == "f" and e.op in ("add", "sub")):
-        return None
-    want = e.op == "sub"  # the sign bit of the zero that makes the operation x + 0.0
-    for k, a in enumerate(e.args):
-        if (isinstance(a, Const) and a.value == 0 and bool(np.signbit(a.value)) == want
-                and (e.op == "add" or k == 1)):
-            return e.args[1 - k]
-    return None
 
 
 def _without_local_arrays(stmts) -> tuple:

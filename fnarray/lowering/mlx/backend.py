@@ -1,6 +1,34 @@
-"""The mlx backend: its devices, lazy evaluation, executables and ``mx.compile`` policy.
+"""The mlx backend: the IR lowered to ``mlx.core`` for Apple silicon (``mlx[cpu]`` elsewhere).
 
-The rules that lower each primitive are in ``mlx.py`` and ``mlx_structural.py``.
+Devices. ``fa.devices("mlx")`` lists the Metal (or CUDA) GPU first when MLX sees
+one (``mlx:0``, platform ``gpu``), then the CPU (``mlx:1``, or ``mlx:0`` on a
+machine without a GPU, platform ``cpu``). MLX arrays live in unified memory, so
+a device only chooses the stream an operation runs on.
+
+Semantics. Every primitive has a rule in ``RULES`` (``rule(params, in_avals,
+out_avals) -> fn(*arrays)``) that reproduces the numpy reference (``lowering/numpy/``) with MLX
+operations: integer division and remainder by zero give 0 (and ``INT_MIN // -1``
+never reaches MLX, where it would trap), shifts past the bit width give 0 or -1,
+float -> int casts saturate with NaN -> 0, gathers clamp and scatters drop
+out-of-bounds indices, NaN sorts last, ``max``/``min`` propagate NaN, ``sign(NaN)``
+is NaN. ``lgamma``, ``digamma`` and ``erfc``, which MLX lacks, come from their
+decompositions (``fnarray.core.decompositions``); other things MLX lacks are composed
+here: ``population_count`` (bit slicing), ``nextafter`` (bit
+arithmetic), padding with interior/negative widths, bitwise reductions (a tree of
+halvings), integer ``dot_general`` (products summed in blocks; MLX's matmul is
+floating-point only), multi-key ``sort`` (successive stable argsorts).
+
+Unsupported (these fall back to numpy with a ``FallbackWarning``, see
+``supports``): ``complex128`` everywhere (MLX has no such dtype); ``float64``
+on the GPU (Metal has none); on the CPU, ``float64`` only where MLX computes it
+exactly — its CPU transcendental functions round through float32 (``exp`` of a
+float64 is float32-accurate), so float64 transcendental and special functions
+fall back (``_F64_APPROXIMATE``); ``complex64`` outside the operations that MLX
+implements for it (``_COMPLEX_OK``); ``custom_lin`` (never executed).
+
+The rules are in one module per primitive family (``FAMILIES``), each registering into
+``common.RULES``; ``program.py`` generates a straight-line program's Python over MLX arrays. This module
+holds what falls back, the devices, the executables and the ``mx.compile`` policy.
 
 Evaluation is lazy, as MLX's: an executable builds the graph and returns
 unevaluated ``mx.array`` s. Values are forced only where fnarray needs them:
@@ -64,17 +92,84 @@ compile keeps running eagerly (``_WarmCompile``).
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 
 from fnarray.core import dtypes
+from fnarray.core import primitives as P
 from fnarray.core import profile as _profile
+from fnarray.core.attention import dot_product_attention_p
+from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.errors import BackendUnavailable
+from fnarray.core.fft import fft_p
 from fnarray.core.ir import Program
+from fnarray.core.pallas import pallas_call_p
 from fnarray.core.passes import program_from_eqn
 from fnarray.core.subprograms import CALL_PROGRAM, subprograms
+from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
-from fnarray.lowering.mlx.rules import _EQN_CHECKS, _HOST, _UNSUPPORTED, _dtype_reason, _eqn_dtypes, _Generated
-from fnarray.lowering.mlx.common import _IMPORT_ERROR, RULES, from_numpy, mx, to_numpy
+from fnarray.lowering.mlx import conv, linalg
+from fnarray.lowering.mlx.common import IMPORT_ERROR, RULES, from_numpy, mx, to_numpy
+from fnarray.lowering.mlx.program import Generated as _Generated
+
+#: The rule modules, one per primitive family; importing one registers its rules into ``common.RULES``.
+FAMILIES = ("elementwise", "structural", "reductions", "dot", "attention", "conv", "windows", "linalg", "fft",
+            "quantized", "control_flow")
+for _family in FAMILIES:
+    importlib.import_module(f"{__package__}.{_family}")
+
+# ------------------------------------------------------------------------------ what falls back
+
+# while, scan and cond run from the host (fnarray.devices.host_control); custom_lin never runs.
+_HOST = CONTROL_FLOW
+_UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that are transposed, never run"}
+_UNSUPPORTED[pallas_call_p] = ("pallas_call runs in fnarray's interpreter on mlx:0 (a Metal rendering through "
+                               "mx.fast.metal_kernel is not written; MLX on Linux has no GPU kernels)")
+#: ``prim -> check(in_avals, params) -> reason | None``: equations of a primitive that has a rule but not for
+#: these operands (they fall back to numpy with that reason; the backend asks before it runs one).
+_EQN_CHECKS = {conv_general_dilated_p: conv.unsupported_reason}
+
+
+# MLX's CPU kernels compute these in float32 precision even for float64 inputs (measured against NumPy
+# in float64: relative errors of 1e-8..2e-6 where the other float64 functions are within 4e-16), so
+# float64 runs them on numpy. lgamma is composed with sin, cumlogsumexp is MLX's logcumsumexp.
+_F64_APPROXIMATE = frozenset({P.exp, P.logistic, P.sin, P.cos, P.erf, P.erf_inv, P.lgamma, P.cumlogsumexp,
+                              dot_product_attention_p})   # attention: its softmax's exp
+# What MLX implements for complex64 (everything else with a complex64 operand falls back).
+_COMPLEX_OK = frozenset({
+    P.neg, P.add, P.sub, P.mul, P.div, P.pow_p, P.integer_pow, P.exp, P.exp2, P.log, P.log1p, P.sqrt, P.rsqrt,
+    P.sin, P.cos, P.tan, P.asin, P.acos, P.atan, P.sinh, P.cosh, P.tanh, P.asinh, P.acosh, P.atanh, P.logistic,
+    P.abs_p, P.sign, P.real, P.imag, P.conj, P.eq, P.ne, P.complex_p, P.select_n, P.convert_element_type,
+    P.iota, P.broadcast_in_dim, P.reshape, P.transpose, P.rev, P.slice_p, P.dynamic_slice, P.dynamic_update_slice,
+    P.pad, P.concatenate, P.gather, P.scatter, P.scatter_add, P.scatter_mul, P.reduce_sum, P.reduce_prod,
+    P.cumsum, P.cumprod, P.dot_general, P.stop_gradient, P.copy_p, P.name_p, P.call, P.remat, P.custom_jvp_call,
+    P.custom_vjp_call, P.while_p, P.scan, P.cond,
+})
+_COMPLEX_OK = _COMPLEX_OK | {fft_p} | linalg.COMPLEX_OK
+
+
+def _dtype_reason(prim, eqn_dtypes, platform):
+    if dtypes.complex128 in eqn_dtypes:
+        return "MLX has no complex128"
+    if dtypes.float64 in eqn_dtypes:
+        if platform != "cpu":
+            return "MLX has no float64 on the GPU"
+        if prim in _F64_APPROXIMATE:
+            return f"MLX computes {prim.name} of float64 in float32 precision on the CPU"
+    if dtypes.complex64 in eqn_dtypes and prim not in _COMPLEX_OK:
+        return f"MLX has no complex64 {prim.name}"
+    return None
+
+
+def _eqn_dtypes(eqn):
+    ds = {a.aval.dtype for a in eqn.inputs}
+    ds.update(o.aval.dtype for o in eqn.outputs)
+    for p in eqn.params.values():
+        if isinstance(p, np.dtype):
+            ds.add(p)
+    return ds
+
 
 if mx is not None:
     from fnarray.lowering.mlx import spmd as _spmd  # registers the collectives' and shard_map's rules
@@ -185,6 +280,7 @@ class MlxBackend(Backend):
     expected_fallbacks = {
         ("cholesky", "complex64"): "MLX has no complex64 cholesky (mx.linalg.cholesky is real only)",
         ("conv_general_dilated", "int32"): "MLX's conv_general takes floating-point operands only",
+        ("pallas_call", "*"): "user kernels run in fnarray's interpreter on mlx (no Metal rendering yet)",
     }
 
     def __init__(self):
@@ -298,5 +394,5 @@ class MlxBackend(Backend):
 def make_backend():
     """The mlx backend; raises ``BackendUnavailable`` (with the fix) when ``mlx.core`` cannot be imported."""
     if mx is None:
-        raise BackendUnavailable(_IMPORT_ERROR)
+        raise BackendUnavailable(IMPORT_ERROR)
     return MlxBackend()

@@ -1,8 +1,7 @@
 """What every part of the mlx backend shares: the MLX import, the rule table, dtypes and transfers.
 
-``RULES`` maps a primitive to ``factory(params, in_avals, out_avals) -> fn(*arrays)``; the rules are
-in ``mlx.py`` (elementwise, reductions, linear algebra) and ``mlx_structural.py`` (shapes,
-slicing, gathers and scatters), the backend and its compile policy in ``mlx_backend.py``.
+``RULES`` maps a primitive to ``factory(params, in_avals, out_avals) -> fn(*arrays)``; the rules are in
+one module per primitive family (``backend.FAMILIES``), the devices and the compile policy in ``backend.py``.
 """
 
 from __future__ import annotations
@@ -16,15 +15,15 @@ try:
     import mlx.core as mx
 except ImportError as _e:  # pragma: no cover - exercised where mlx is missing
     mx = None
-    _IMPORT_ERROR = f"the mlx backend needs MLX: {_e} (to fix: pip install 'mlx[cpu]' on Linux, 'mlx' on macOS)"
+    IMPORT_ERROR = f"the mlx backend needs MLX: {_e} (to fix: pip install 'mlx[cpu]' on Linux, 'mlx' on macOS)"
 else:
-    _IMPORT_ERROR = None
+    IMPORT_ERROR = None
 
 RULES: dict = {}
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
-_LOW = (dtypes.float16, dtypes.bfloat16)
-_F32 = dtypes.float32
+LOW = (dtypes.float16, dtypes.bfloat16)
+F32 = dtypes.float32
 
 
 def _mx_dtypes():
@@ -39,7 +38,7 @@ def _mx_dtypes():
 _MX: dict = _mx_dtypes() if mx is not None else {}
 
 
-def _md(d):
+def mx_dtype(d):
     """The MLX dtype of a NumPy dtype."""
     return _MX[np.dtype(d)]
 
@@ -64,7 +63,7 @@ def from_numpy(a):
         return mx.view(mx.array(a.view(np.uint16)), mx.bfloat16)
     if a.ndim and not a.flags.c_contiguous:
         a = np.ascontiguousarray(a)
-    return mx.array(a, dtype=_md(a.dtype))
+    return mx.array(a, dtype=mx_dtype(a.dtype))
 
 
 def to_numpy(buf):
@@ -76,7 +75,7 @@ def to_numpy(buf):
     return np.asarray(buf)
 
 
-def _const(value, d):
+def constant(value, d):
     """A rank-0 MLX constant of dtype ``d``."""
     return from_numpy(np.asarray(value, dtype=d))
 
@@ -89,20 +88,20 @@ def rule(prim):
     return deco
 
 
-def _upcast(fn):
+def upcast_low(fn):
     """Compute float16/bfloat16 in float32 and round back (the reference does so)."""
     def factory(params, in_avals, out_avals):
         d = in_avals[0].dtype
-        if d in _LOW:
-            md = _md(d)
+        if d in LOW:
+            md = mx_dtype(d)
             return lambda *xs: fn(*[x.astype(mx.float32) for x in xs]).astype(md)
         return fn
     return factory
 
 
-def _mx_op(name, upcast):
+def mx_op(name, upcast):
     """The factory of an MLX function used as it is (resolved when a program is lowered, not per call)."""
     def factory(params, in_avals, out_avals):
         fn = getattr(mx, name)
-        return _upcast(fn)(params, in_avals, out_avals) if upcast else fn
+        return upcast_low(fn)(params, in_avals, out_avals) if upcast else fn
     return factory

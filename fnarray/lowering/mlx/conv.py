@@ -1,6 +1,6 @@
 """The mlx lowering of ``conv_general_dilated``: ``mx.conv_general`` with the layout transposes it needs.
 
-Registered into ``fnarray.lowering.mlx.rules.RULES`` by that module. ``mx.conv_general`` (MLX 0.32) takes the input as
+Registered into ``common.RULES``. ``mx.conv_general`` (MLX 0.32) takes the input as
 ``(N, *spatial, C)`` and the kernel as ``(O, *spatial, I)``, strides, (low, high) padding (negative crops),
 input and kernel dilation, and feature groups in 1-D and 2-D. What it lacks is written around it:
 
@@ -21,10 +21,12 @@ from __future__ import annotations
 import numpy as np
 
 from fnarray.core import dtypes
+from fnarray.core.conv import conv_general_dilated_p
+from fnarray.lowering.mlx.common import RULES
 
 __all__ = ["conv_general_dilated_factory", "unsupported_reason"]
 
-_LOW = (dtypes.float16, dtypes.bfloat16)
+LOW = (dtypes.float16, dtypes.bfloat16)
 
 
 def unsupported_reason(in_avals, params):
@@ -75,7 +77,7 @@ def conv_general_dilated_factory(params, in_avals, out_avals):
     nsp = len(params["window_strides"])
     G, B = params["feature_group_count"], params["batch_group_count"]
     out_d = np.dtype(out_avals[0].dtype)
-    compute = np.dtype(np.float32) if out_d in _LOW else out_d
+    compute = np.dtype(np.float32) if out_d in LOW else out_d
     mc, mo = getattr(mx, compute.name), getattr(mx, out_d.name)
     cast_in = np.dtype(in_avals[0].dtype) != compute
     x_perm = [ls[0]] + list(ls[2:]) + [ls[1]]
@@ -118,3 +120,6 @@ def conv_general_dilated_factory(params, in_avals, out_avals):
         r = r if out_perm == ident else mx.transpose(r, out_perm)
         return r.astype(mo) if r.dtype != mo else r
     return f
+
+
+RULES[conv_general_dilated_p] = conv_general_dilated_factory

@@ -1,8 +1,9 @@
-"""The ``fft`` primitive on mlx: ``mx.fft`` (registered into ``mlx.rules.RULES``)."""
+"""The ``fft`` primitive on mlx: ``mx.fft`` (registered into ``common.RULES``)."""
 
 from __future__ import annotations
 
-from fnarray.core.fft import FftType
+from fnarray.core.fft import FftType, fft_p
+from fnarray.lowering.mlx.common import RULES
 
 __all__ = ["mlx_fft"]
 
@@ -16,3 +17,6 @@ def mlx_fft(params, in_avals, out_avals):
     fn = {FftType.FFT: mx.fft.fftn, FftType.IFFT: mx.fft.ifftn, FftType.RFFT: mx.fft.rfftn,
           FftType.IRFFT: mx.fft.irfftn}[fft_type]
     return lambda x: fn(x, s=lengths, axes=axes)
+
+
+RULES[fft_p] = mlx_fft

@@ -1,4 +1,4 @@
-"""The mlx backend's rules for the linear-algebra primitives (registered into ``fnarray.lowering.mlx.rules.RULES``).
+"""The mlx backend's rules for the linear-algebra primitives (registered into ``common.RULES``).
 
 MLX's ``mx.linalg`` runs only on the CPU stream, so every call passes ``stream=mx.cpu`` (on an Apple GPU
 device the rest of the program stays on the GPU; MLX moves the operands through unified memory). What
@@ -25,6 +25,7 @@ and fall back to numpy (the backend's dtype reason).
 from __future__ import annotations
 
 from fnarray.core import linalg as L
+from fnarray.lowering.mlx.common import RULES
 
 try:
     import mlx.core as mx
@@ -156,7 +157,7 @@ def _svd(params, in_avals, out_avals):
 
 
 def register(rules: dict) -> frozenset:
-    """Fill ``fnarray.lowering.mlx.rules.RULES``; returns the primitives whose rule also takes complex64."""
+    """Fill the rule table ``rules``; returns the primitives whose rule also takes complex64."""
     rules[L.cholesky_p] = _cholesky
     rules[L.triangular_solve_p] = _triangular_solve
     rules[L.lu_p] = _lu
@@ -164,3 +165,7 @@ def register(rules: dict) -> frozenset:
     rules[L.eigh_p] = _eigh
     rules[L.svd_p] = _svd
     return frozenset({L.eigh_p, L.svd_p})
+
+
+#: the linear-algebra primitives whose MLX rule also takes complex64
+COMPLEX_OK = register(RULES)

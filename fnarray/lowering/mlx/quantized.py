@@ -1,9 +1,11 @@
-"""``quantized_matmul`` on mlx: ``mx.quantized_matmul`` (registered into ``mlx.rules.RULES``)."""
+"""``quantized_matmul`` on mlx: ``mx.quantized_matmul`` (registered into ``common.RULES``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from fnarray.core.quantized import quantized_matmul_p
+from fnarray.lowering.mlx.common import RULES
 from fnarray.lowering.packed import unpack
 
 __all__ = ["mlx_quantized_matmul"]
@@ -24,3 +26,6 @@ def mlx_quantized_matmul(params, in_avals, out_avals):
         wd = (q * s[:, :, None] + b[:, :, None]).reshape(rows, cols)
         return mx.matmul(x, wd.T if transpose else wd)
     return f
+
+
+RULES[quantized_matmul_p] = mlx_quantized_matmul

@@ -47,7 +47,8 @@ from fnarray.core.passes import dce, walk_eqns
 from fnarray.core.spmd import shard_map_p
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.devices.backend import Device
-from fnarray.lowering.mlx.rules import RULES, _generated
+from fnarray.lowering.mlx.common import RULES
+from fnarray.lowering.mlx.program import generated
 from fnarray.lowering.mlx.common import from_numpy, mx, to_numpy
 
 __all__ = ["ProcessDevice", "GlobalBuffer", "process_group", "active", "process_devices", "check_mesh",
@@ -60,8 +61,10 @@ __all__ = ["ProcessDevice", "GlobalBuffer", "process_group", "active", "process_
 def process_group():
     """The ``mx.distributed.Group`` of an mlx run of more than one process, else ``None``."""
     from fnarray import distributed
-    st = distributed._state
-    g = st["group"] if st["backend"] == "mlx" else None
+    try:
+        g = distributed.mlx_group()
+    except RuntimeError:   # not an mlx run
+        return None
     return g if g is not None and g.size() > 1 else None
 
 
@@ -444,7 +447,7 @@ def _shard_map(params, in_avals, out_avals):
     mesh, program = params["mesh"], params["program"]
     in_specs, out_specs = params["in_specs"], params["out_specs"]
     _check_body(program)
-    body = _generated(program).fn
+    body = generated(program).fn
     outs_sh = [NamedSharding(mesh, s) for s in out_specs]
 
     def f(*bufs):

@@ -1,7 +1,7 @@
 """MLX rules of the structural primitives: shapes, slices, padding, concatenation, gathers, scatters.
 
-They register into ``mlx_common.RULES``; semantics as ``numpy_impls`` (gathers clamp, scatters drop
-out-of-bounds indices, padding with interior and negative widths).
+They register into ``common.RULES``; semantics as the numpy reference (``lowering/numpy/``): gathers clamp,
+scatters drop out-of-bounds indices, padding with interior and negative widths.
 """
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import numpy as np
 
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
-from fnarray.lowering.mlx.common import RULES, _const, _md, mx, rule
+from fnarray.lowering.mlx.common import RULES, constant, mx_dtype, mx, rule
 
 # ------------------------------------------------------------------------------ structural
 
 @rule(P.iota)
 def _iota(params, in_avals, out_avals):
     d, shape, dim = params["dtype"], params["shape"], params["dimension"]
-    md = _md(d)
+    md = mx_dtype(d)
     inter = [1] * len(shape)
     inter[dim] = shape[dim]
     count_dtype = mx.int64 if d in (dtypes.int64, dtypes.uint64) else mx.int32
@@ -65,7 +65,7 @@ def _slice(params, in_avals, out_avals):
     idx = tuple(slice(s, l, st) for s, l, st in zip(params["start_indices"], params["limit_indices"],
                                                      params["strides"], strict=True))
     if out_avals[0].size == 0:
-        md, shape = _md(out_avals[0].dtype), out_avals[0].shape
+        md, shape = mx_dtype(out_avals[0].dtype), out_avals[0].shape
         return lambda x: mx.zeros(shape, md)
     return lambda x: x[idx]
 
@@ -84,7 +84,7 @@ def _dynamic_slice(params, in_avals, out_avals):
     if x_aval.ndim == 0:
         return lambda x: x
     if out_avals[0].size == 0:
-        md = _md(x_aval.dtype)
+        md = mx_dtype(x_aval.dtype)
         return lambda x, *starts: mx.zeros(sizes, md)
     his = [n - k for n, k in zip(x_aval.shape, sizes, strict=True)]
     sdt = [a.dtype for a in in_avals[1:]]
@@ -118,7 +118,7 @@ def _pad(params, in_avals, out_avals):
     config = params["padding_config"]
     shape = in_avals[0].shape
     out_shape = out_avals[0].shape
-    md = _md(in_avals[0].dtype)
+    md = mx_dtype(in_avals[0].dtype)
     widths = [(max(lo, 0), max(hi, 0)) for lo, hi, _ in config]
     if out_avals[0].size == 0:
         return lambda x, pv: mx.zeros(out_shape, md)
@@ -177,7 +177,7 @@ def _gather(params, in_avals, out_avals):
     axes = tuple(params["axes"])
     x_aval, i_aval = in_avals
     out_shape = out_avals[0].shape
-    md = _md(x_aval.dtype)
+    md = mx_dtype(x_aval.dtype)
     if any(x_aval.shape[a] == 0 for a in axes) or out_avals[0].size == 0:
         return lambda x, indices: mx.zeros(out_shape, md)
     perm, _, ident = _front(x_aval.ndim, axes)
@@ -214,9 +214,9 @@ def _scatter(kind):
         perm, inv, ident = _front(x_aval.ndim, axes)
         sizes = [x_aval.shape[a] for a in axes]
         idt = i_aval.dtype
-        zero_i = _const(0, idt)
-        bounds = [_const(n, idt) if n <= np.iinfo(idt).max else None for n in sizes]
-        fill = _const(_scatter_identity(k, d), d) if k != "set" else None
+        zero_i = constant(0, idt)
+        bounds = [constant(n, idt) if n <= np.iinfo(idt).max else None for n in sizes]
+        fill = constant(_scatter_identity(k, d), d) if k != "set" else None
         nan_propagating = k in ("maximum", "minimum") and dtypes.is_float(d)  # docs/design.md: max/min propagate NaN
 
         def valid(indices):
@@ -251,7 +251,7 @@ def _scatter(kind):
                     u_nan = mx.isnan(upd)
                     hits = mx.zeros(moved.shape, dtype=mx.int32).at[where].add(u_nan.astype(mx.int32))
                     out = getattr(moved.at[where], k)(mx.where(u_nan, fill, upd))
-                    out = mx.where(mx.isnan(moved) | (hits > 0), _const(np.nan, d), out)
+                    out = mx.where(mx.isnan(moved) | (hits > 0), constant(np.nan, d), out)
                 else:
                     out = getattr(moved.at[where], k)(upd)
             return out if ident else mx.transpose(out, inv)

@@ -1,9 +1,9 @@
-"""The mlx backend's rules for the window primitives (``fnarray.core.windows``), registered in ``mlx_common.RULES``.
+"""The mlx backend's rules for the window primitives (``fnarray.core.windows``), registered in ``common.RULES``.
 
 MLX has no window reduction, so every window primitive is the tap formulation of ``window_taps``: the
 operand padded and dilated once (``mx.pad``, interior padding by expand + pad + reshape), one strided slice
 per window tap, combined with ``mx.maximum``/``mx.minimum`` (which propagate NaN), ``+`` and ``mx.where``.
-Rules follow ``mlx.py``'s convention: ``factory(params, in_avals, out_avals) -> fn(*arrays)``. float16 and
+Rules follow ``common.RULES``'s convention: ``factory(params, in_avals, out_avals) -> fn(*arrays)``. float16 and
 bfloat16 sums accumulate in float32, as the reference.
 """
 
@@ -19,7 +19,7 @@ from fnarray.lowering.mlx.common import RULES, mx
 __all__ = []
 
 _WINDOW = ("window_dimensions", "window_strides", "padding", "base_dilation", "window_dilation")
-_LOW = (dtypes.float16, dtypes.bfloat16)
+LOW = (dtypes.float16, dtypes.bfloat16)
 
 
 class _MlxOps:
@@ -64,7 +64,7 @@ def _reduce_window(op):
     def factory(params, in_avals, out_avals):
         window, d = _window(params), in_avals[0].dtype
         out_shape = out_avals[0].shape
-        low = op == "add" and d in _LOW
+        low = op == "add" and d in LOW
 
         def f(x):
             md = x.dtype
@@ -84,7 +84,7 @@ def _select_and_gather_add(params, in_avals, out_avals):
 def _select_and_scatter_add(params, in_avals, out_avals):
     window, sel = _window(params), params["select_prim"]
     source_shape, (shape, d) = in_avals[0].shape, (in_avals[1].shape, in_avals[1].dtype)
-    low = in_avals[0].dtype in _LOW
+    low = in_avals[0].dtype in LOW
 
     def f(s, x):
         md = s.dtype

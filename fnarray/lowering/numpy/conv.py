@@ -1,4 +1,4 @@
-"""The NumPy reference of ``conv_general_dilated`` (registered into ``numpy_impls.IMPLS``).
+"""The NumPy reference of ``conv_general_dilated`` (registered into ``common.IMPLS``).
 
 Method: bring the operands to ``lhs[N, C, *S]`` and ``rhs[O, I, *K]``, dilate and pad the input once (memory
 linear in the padded input), then loop over the kernel's positions: each position ``k`` reads a strided view of
@@ -18,7 +18,8 @@ from itertools import product
 import numpy as np
 
 from fnarray.core import dtypes
-from fnarray.core.conv import dilate_dim
+from fnarray.core.conv import conv_general_dilated_p, dilate_dim
+from fnarray.lowering.numpy.common import IMPLS
 
 __all__ = ["conv_general_dilated_impl", "dilate_and_pad"]
 
@@ -106,3 +107,6 @@ def conv_general_dilated_impl(params, in_avals, out_avals):
         res = np.moveaxis(res, 0, 1).reshape((NB, O) + out_sp)
         return np.transpose(res, to_out).astype(out_dtype, copy=False)
     return f
+
+
+IMPLS[conv_general_dilated_p] = conv_general_dilated_impl

@@ -1,4 +1,4 @@
-"""The ``fft`` primitive's reference: ``numpy.fft`` (registered into ``numpy.impls.IMPLS``).
+"""The ``fft`` primitive's reference: ``numpy.fft`` (registered into ``common.IMPLS``).
 
 The kernel backends' FFT (Stockham and Bluestein kernels) is ``fnarray.lowering.kernels.groups.fft``.
 """
@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fnarray.core.fft import FftType
+from fnarray.core.fft import FftType, fft_p
+from fnarray.lowering.numpy.common import IMPLS
 
 __all__ = ["numpy_fft"]
 
@@ -28,3 +29,5 @@ def numpy_fft(params, in_avals, out_avals):
         return np.asarray(fn(x, s=lengths, axes=axes)).astype(out_dtype, copy=False)
     return f
 
+
+IMPLS[fft_p] = numpy_fft

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from fnarray.core import linalg as L
+from fnarray.lowering.numpy.common import IMPLS
 
 __all__ = ["register", "lu_factor", "triangular_solve"]
 
@@ -189,10 +190,13 @@ def _svd_impl(params, in_avals, out_avals):
 
 
 def register(impls: dict) -> None:
-    """Fill ``numpy_impls.IMPLS`` (called once by ``fnarray/lowering/numpy/impls.py``)."""
+    """Fill the reference table ``impls``."""
     impls[L.cholesky_p] = _cholesky_impl
     impls[L.triangular_solve_p] = _triangular_solve_impl
     impls[L.lu_p] = _lu_impl
     impls[L.qr_p] = _qr_impl
     impls[L.eigh_p] = _eigh_impl
     impls[L.svd_p] = _svd_impl
+
+
+register(IMPLS)

@@ -1,9 +1,11 @@
-"""``quantized_matmul``'s reference: weight rows dequantized in blocks (registered into ``numpy.impls.IMPLS``)."""
+"""``quantized_matmul``'s reference: weight rows dequantized in blocks (registered into ``common.IMPLS``)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from fnarray.core.quantized import quantized_matmul_p
+from fnarray.lowering.numpy.common import IMPLS
 from fnarray.lowering.packed import acc_dtype, unpack
 
 __all__ = ["numpy_quantized_matmul"]
@@ -51,3 +53,6 @@ def numpy_quantized_matmul(params, in_avals, out_avals):
                 out += xs[..., r:r + block.shape[0]] @ block
         return out.astype(out_aval.dtype)
     return f
+
+
+IMPLS[quantized_matmul_p] = numpy_quantized_matmul

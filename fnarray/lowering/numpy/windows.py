@@ -15,7 +15,7 @@ import numpy as np
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
 from fnarray.core import windows as W
-from fnarray.lowering.numpy.impls import IMPLS
+from fnarray.lowering.numpy.common import IMPLS
 
 __all__ = ["reduce_window", "select_and_gather_add", "select_and_scatter_add", "padded_operand"]
 

@@ -17,9 +17,10 @@ is printed as OpenCL C by ``render_opencl``. Here lives the runtime:
 - programs are built once per kernel source (all new kernels of a lowering in
   one build) and cached by source, so the same kernel in another program,
   shape or eager call is not built again;
-- a jitted call enqueues all its kernels without a host round trip; only
-  reading values (``to_host``), ``block_until_ready``, a host-driven loop's
-  predicate and fallback transfers wait for the queue.
+- a jitted call enqueues all its kernels without a host round trip, each once,
+  with the arguments that do not change between calls set when it was compiled
+  (``dispatch.py``); only reading values (``to_host``), ``block_until_ready``, a
+  host-driven loop's predicate and fallback transfers wait for the queue.
 
 Threads: a ``cl.Kernel`` holds its arguments, so setting them and enqueueing is
 one step under the device's lock (an executable, and its kernels, may be shared
@@ -51,8 +52,12 @@ from fnarray.core import profile as _profile
 from fnarray.core import primitives as P
 from fnarray.core.fft import fft_p
 from fnarray.core.quantized import quantized_matmul_p
+from fnarray.core.pallas import pallas_call_p
+from fnarray.lowering.kernels.groups.pallas import unsupported_reason as pallas_unsupported_reason
+from fnarray.core.attention import dot_product_attention_p
 from fnarray.lowering.kernels.groups.fft import unsupported_reason as fft_unsupported_reason
 from fnarray.lowering.kernels.groups.quantized import unsupported_reason as quantized_unsupported_reason
+from fnarray.lowering.kernels.groups.attention import unsupported_reason as attention_unsupported_reason
 from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
 from fnarray.core.decompositions import accumulates_in_low_precision
@@ -62,12 +67,12 @@ from fnarray.devices import compile_cache, teardown
 from fnarray.devices.backend import Backend, Capabilities, Device
 from fnarray.lowering.kernels import Schedule, render_opencl, schedule_program, tuning
 from fnarray.lowering.kernels.lowered import KernelLowered
-from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.groups import linalg
 from fnarray.lowering.kernels.no_kernel import EXPECTED_DECOMPOSITIONS, EXPECTED_FALLBACKS, no_kernel_reason
 from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
+from fnarray.lowering.opencl.dispatch import Executable
 
 try:
     import pyopencl as cl
@@ -131,6 +136,7 @@ class _DeviceState:
         self.lock = threading.RLock()  # kernel arguments + enqueue, builds, pool allocation
         self.programs = LRUCache(_kernel_cache_size)  # kernel source -> built cl.Program
         self.scalars: dict = {}       # (dtype, bytes) -> CLBuffer of a 0-d value (arrays are immutable)
+        self.held_bytes = 0           # buffer bytes executables keep between calls (dispatch.py: arenas)
         ext = cl_device.extensions.split()
         self.fp64 = "cl_khr_fp64" in ext
         self.fp16 = "cl_khr_fp16" in ext
@@ -182,7 +188,7 @@ class _DeviceState:
 
     # ------------------------------------------------------------------ buffers
     def alloc(self, shape, dtype) -> CLBuffer:
-        n = max(math.prod(shape) * _storage(dtype).itemsize, 16)
+        n = max(math.prod(shape) * np.dtype(dtype).itemsize, 16)   # bool: one byte, as _storage's uint8
         with self.lock:
             mem = self.pool.allocate(n)
             pool = self.pool
@@ -279,113 +285,6 @@ def _renamed(kernel, name):
     return dataclasses.replace(kernel, name=name)
 
 
-class _Step:
-    __slots__ = ("kernel", "gsize", "lsize", "bufargs", "allocs", "name", "source")
-
-
-class _Executable:
-    """Runs a schedule: allocates its buffers from the pool and enqueues its launches in order."""
-
-    def __init__(self, state: _DeviceState, sched, named):
-        self.state = state
-        slots: dict = {}
-
-        def slot(spec):
-            if spec not in slots:
-                slots[spec] = len(slots)
-            return slots[spec]
-
-        self.in_slots = [slot(s) for s in sched.inputs]
-        inputs = set(sched.inputs)
-        built = state.build([src for _, src in named])
-        self.steps = []
-        allocated = set(inputs)
-        for launch, (name, src) in zip(sched.launches, named, strict=True):
-            st = _Step()
-            knl = cl.Kernel(built[src], name)
-            st.bufargs, st.allocs = [], []
-            for i, (p, a) in enumerate(zip(launch.kernel.params, launch.args, strict=True)):
-                if isinstance(p, BufferParam):
-                    s = slot(a)
-                    st.bufargs.append((i, s))
-                    if a not in allocated:
-                        allocated.add(a)
-                        st.allocs.append((s, a.shape, a.dtype))
-                else:
-                    knl.set_arg(i, np.asarray(a, dtype=p.dtype))
-            st.kernel, st.name, st.source = knl, name, src
-            st.gsize, st.lsize = launch.global_size, launch.local_size
-            self.steps.append(st)
-        self.outs = []
-        for o in sched.outputs:
-            if isinstance(o, Literal):
-                self.outs.append(("const", state.upload(np.asarray(o.val, o.aval.dtype))))
-            elif o in allocated:
-                self.outs.append(("slot", slot(o)))
-            else:  # an output no kernel writes (zero-size): a fresh empty buffer
-                self.outs.append(("empty", o))
-        self.nslots = len(slots)
-
-    def __call__(self, bufs):
-        if _profile.recorder is not None:
-            return self._profiled(bufs)
-        env = [None] * self.nslots
-        for s, b in zip(self.in_slots, bufs, strict=True):
-            env[s] = b
-        state = self.state
-        queue = state.queue
-        enqueue = cl.enqueue_nd_range_kernel
-        with state.lock:  # this executable's kernels may be shared with another thread: args + enqueue at once
-            for st in self.steps:
-                for s, shape, dt in st.allocs:
-                    env[s] = state.alloc(shape, dt)
-                knl = st.kernel
-                for i, s in st.bufargs:
-                    knl.set_arg(i, env[s].mem)
-                enqueue(queue, knl, st.gsize, st.lsize)
-        return self._outputs(env)
-
-    def _profiled(self, bufs):
-        """``__call__`` under the profiler: each kernel on a profiling queue, timed by its event."""
-        env = [None] * self.nslots
-        for s, b in zip(self.in_slots, bufs, strict=True):
-            env[s] = b
-        state = self.state
-        state.queue.finish()  # earlier work first: the profiling queue is a second in-order queue
-        queue = state.profiling_queue()
-        rec = _profile.recorder
-        for st in self.steps:
-            for s, shape, dt in st.allocs:
-                env[s] = state.alloc(shape, dt)
-            if rec is not None:
-                rec.sources.setdefault(st.name, st.source)
-            with _profile.span("kernel", st.name, global_size=tuple(st.gsize),
-                               local_size=tuple(st.lsize) if st.lsize else None) as sp:
-                with state.lock:  # shared kernel objects: their arguments and the enqueue at once
-                    knl = st.kernel
-                    for i, s in st.bufargs:
-                        knl.set_arg(i, env[s].mem)
-                    evt = cl.enqueue_nd_range_kernel(queue, knl, st.gsize, st.lsize)
-                evt.wait()
-                try:
-                    sp.args["device_us"] = (evt.profile.end - evt.profile.start) / 1e3
-                except (cl.Error, AttributeError):  # a device without profiling information: wall time only
-                    pass
-        return self._outputs(env)
-
-    def _outputs(self, env):
-        state = self.state
-        out = []
-        for kind, v in self.outs:
-            if kind == "slot":
-                out.append(env[v])
-            elif kind == "const":
-                out.append(v)
-            else:
-                out.append(state.alloc(v.shape, v.dtype))
-        return out
-
-
 class OpenCLLowered(KernelLowered):
     """A program scheduled into OpenCL C kernels for one device."""
 
@@ -408,7 +307,7 @@ class OpenCLLowered(KernelLowered):
 
     def _compile_schedule(self, sched):
         named = [_named_source(launch.kernel) for launch in sched.launches]
-        return _Executable(self.state, sched, named)
+        return Executable(self.state, sched, named)
 
 
 class _Timer(tuning.LaunchTimer):
@@ -426,7 +325,7 @@ class _Timer(tuning.LaunchTimer):
 
     def prepare(self, launches, inputs, output):
         state = self.state
-        exe = _Executable(state, Schedule(inputs, launches, [], None), [_named_source(la.kernel) for la in launches])
+        exe = Executable(state, Schedule(inputs, launches, [], None), [_named_source(la.kernel) for la in launches])
         bufs = [state.upload(self.sample(s)) for s in inputs]
         cpu = not (state.cl_device.type & cl.device_type.GPU)
 
@@ -527,6 +426,10 @@ class OpenCLBackend(Backend):
             return fft_unsupported_reason(eqn)
         if prim is quantized_matmul_p:
             return quantized_unsupported_reason(eqn, state.caps)
+        if prim is pallas_call_p:   # a user kernel the kernel IR cannot express runs in the interpreter
+            return pallas_unsupported_reason(eqn, state.caps)
+        if prim is dot_product_attention_p:
+            return attention_unsupported_reason(eqn, state.caps)
         if prim in REDUCTIONS and dtypes.is_complex(eqn.inputs[0].aval.dtype) and prim not in (
                 P.reduce_sum, P.reduce_prod):
             return f"{prim.name} of complex values"

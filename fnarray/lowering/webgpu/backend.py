@@ -78,12 +78,17 @@ from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
 from fnarray.lowering.kernels import facts, wgsl
 from fnarray.core.fft import fft_p
 from fnarray.core.quantized import quantized_matmul_p
+from fnarray.core.pallas import pallas_call_p
+from fnarray.lowering.kernels.groups.pallas import unsupported_reason as pallas_unsupported_reason
+from fnarray.core.attention import dot_product_attention_p
 from fnarray.core.windows import WINDOW_PRIMITIVES
 from fnarray.lowering.kernels.groups.fft import unsupported_reason as fft_unsupported_reason
 from fnarray.lowering.kernels.groups.quantized import unsupported_reason as quantized_unsupported_reason
+from fnarray.lowering.kernels.groups.attention import unsupported_reason as attention_unsupported_reason
 from fnarray.lowering.kernels.groups import linalg
 from fnarray.lowering.kernels.no_kernel import EXPECTED_DECOMPOSITIONS, EXPECTED_FALLBACKS, no_kernel_reason
 from fnarray.lowering.kernels.wgsl import DEFAULT_GROUP_SIZE, render_wgsl, uniform_bytes, wgsl_layout
+from fnarray.lowering.webgpu.dispatch import Runner
 
 __all__ = ["make_backend", "WebGPUBackend", "WGBuffer", "PORTABLE_LIMITS"]
 
@@ -218,6 +223,8 @@ class _GPU:
         self.pool: dict = {}            # padded byte size -> free wgpu buffers
         self.pool_bytes = 0
         self.pool_limit = 256 << 20
+        self.held_bytes = 0             # buffer bytes the plans' runners keep between calls (dispatch.py)
+        self.pending = False            # work queued since the last wait (a readback waits for all of it)
         self._returned = collections.deque()  # buffers given back by finalizers, pooled at the next alloc
         self.usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
@@ -266,6 +273,7 @@ class _GPU:
         """Block until every queued command has run (a 4-byte readback after them: see docs/traps.md)."""
         with self.lock:
             self.queue.read_buffer(self._exit_probe, 0, 4)
+            self.pending = False
 
     # ------------------------------------------------------------------ buffers
     @_locked
@@ -336,6 +344,7 @@ class _GPU:
         # wgpu-py buffer object per call, since uploads never drew from it (issue 12).
         buf = self._pooled(len(raw))
         self.queue.write_buffer(buf, 0, raw)
+        self.pending = True
         return WGBuffer(buf, d, a.shape, self)
 
     @_locked
@@ -344,14 +353,20 @@ class _GPU:
         if n == 0:
             return np.zeros(b.shape, b.dtype)
         raw = self.queue.read_buffer(b.buffer, 0, _padded(n))
+        self.pending = False  # the readback ran after everything queued before it
         if b.dtype == np.bool_:
             return np.frombuffer(raw, np.uint32, b.size).astype(np.bool_).reshape(b.shape)
         return np.frombuffer(raw, b.dtype, b.size).reshape(b.shape)
 
     @_locked
     def wait(self, b: WGBuffer):
-        """Block until the queued work that writes ``b`` is done (a 4-byte readback: see docs/traps.md)."""
-        self.queue.read_buffer(b.buffer, 0, 4)
+        """Block until the queued work that writes ``b`` is done (a 4-byte readback: see docs/traps.md).
+
+        Nothing to do when no work was queued since the last readback (which waited for all of it):
+        waiting for 20 results of one call reads back once."""
+        if self.pending:
+            self.queue.read_buffer(b.buffer, 0, 4)
+            self.pending = False
 
     # ------------------------------------------------------------------ pipelines
     @_locked
@@ -393,11 +408,11 @@ class _GPU:
         return (pipe, bgl)
 
     @_locked
-    def dispatch_timed(self, step, buffers):
+    def dispatch_timed(self, step, buffers, bind_group=None):
         """Run one launch alone and wait for it; its device time in microseconds from timestamp queries,
         or ``None`` where the device has none (the profiler's path; never on the call path)."""
         wgpu, dev = self.wgpu, self.device
-        bg = step.bind_group(self, buffers)
+        bg = bind_group if bind_group is not None else step.bind_group(self, buffers)
         enc = dev.create_command_encoder()
         qs = None
         if self.has_timestamps:
@@ -414,11 +429,14 @@ class _GPU:
             out = dev.create_buffer(size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
             enc.resolve_query_set(qs, 0, 2, out, 0)
         self.queue.submit([enc.finish()])
+        self.pending = True
         if qs is None:
             if buffers:
                 self.queue.read_buffer(buffers[0], 0, 4)  # waits for the launch (docs/traps.md: no work-done wait)
+                self.pending = False
             return None
         t0, t1 = np.frombuffer(self.queue.read_buffer(out, 0, 16), np.uint64)
+        self.pending = False
         return float(t1 - t0) / 1e3 if t1 >= t0 else None
 
     @_locked
@@ -475,11 +493,12 @@ class _Step:
     are cached, since a cached bind group keeps its buffers' memory alive.
     """
 
-    __slots__ = ("source", "entry", "pipeline", "bgl", "slots", "uniform", "groups", "launch", "bind_groups")
+    __slots__ = ("source", "entry", "pipeline", "bgl", "slots", "writes", "uniform", "groups", "launch",
+                 "bind_groups")
 
-    def __init__(self, source, entry, pipeline, bgl, slots, uniform, groups, launch):
+    def __init__(self, source, entry, pipeline, bgl, slots, writes, uniform, groups, launch):
         self.source, self.entry, self.pipeline, self.bgl = source, entry, pipeline, bgl
-        self.slots, self.uniform, self.groups, self.launch = slots, uniform, groups, launch
+        self.slots, self.writes, self.uniform, self.groups, self.launch = slots, writes, uniform, groups, launch
         self.bind_groups: dict = {}
 
     def bind_group(self, gpu, buffers):
@@ -546,7 +565,7 @@ class _Plan:
                 continue
             pipe, bgl = gpu.pipeline(source, kernel.name, tuple(rw), layout.uniform_binding is not None)
             uni = gpu.uniform(uniform_bytes(layout, scalars)) if layout.uniform_fields else None
-            self.steps.append(_Step(source, kernel.name, pipe, bgl, tuple(slots), uni, groups, launch))
+            self.steps.append(_Step(source, kernel.name, pipe, bgl, tuple(slots), tuple(rw), uni, groups, launch))
         self.outputs = []
         for o in sched.outputs:
             if isinstance(o, Literal):
@@ -557,48 +576,9 @@ class _Plan:
         self.allocs = [(self.n_inputs + i, spec) for i, spec in enumerate(allocs)]
 
     def executable(self):
-        gpu, steps, allocs, outputs = self.gpu, self.steps, self.allocs, self.outputs
-        n_inputs, n_slots = self.n_inputs, self.n_slots
-
-        def run(bufs):
-            if _profile.recorder is not None:
-                return run_profiled(bufs)
-            if len(bufs) != n_inputs:
-                raise ValueError(f"this webgpu executable takes {n_inputs} buffers, got {len(bufs)}")
-            vals = list(bufs) + [None] * (n_slots - n_inputs)
-            with gpu.lock:  # one launch batch at a time per GPU (the bind-group caches too)
-                for k, spec in allocs:
-                    vals[k] = gpu.alloc(spec.dtype, spec.shape)
-                if steps:
-                    dev = gpu.device
-                    enc = dev.create_command_encoder()
-                    cp = enc.begin_compute_pass()
-                    for st in steps:
-                        bg = st.bind_group(gpu, [vals[k].buffer for k in st.slots])
-                        cp.set_pipeline(st.pipeline)
-                        cp.set_bind_group(0, bg)
-                        cp.dispatch_workgroups(*st.groups)
-                    cp.end()
-                    gpu.queue.submit([enc.finish()])
-            return [vals[o] if isinstance(o, int) else o for o in outputs]
-
-        def run_profiled(bufs):
-            # Under the profiler: one submit per kernel, waited for, with the pass's timestamps where the
-            # device has timestamp queries (else the span's wall time after the wait is all there is).
-            vals = list(bufs) + [None] * (n_slots - n_inputs)
-            for k, spec in allocs:
-                vals[k] = gpu.alloc(spec.dtype, spec.shape)
-            rec = _profile.recorder
-            for st in steps:
-                if rec is not None:
-                    rec.sources.setdefault(st.entry, st.source)
-                with _profile.span("kernel", st.entry, workgroups=st.groups) as sp:
-                    t = gpu.dispatch_timed(st, [vals[k].buffer for k in st.slots])
-                    if t is not None:
-                        sp.args["device_us"] = t
-            return [vals[o] if isinstance(o, int) else o for o in outputs]
-
-        return run
+        """The callable ``bufs -> outputs`` that runs this plan (``dispatch.Runner``: buffers and bind
+        groups made once, one command buffer and one submit per call)."""
+        return Runner(self)
 
 
 class WebGPULowered(KernelLowered):
@@ -742,6 +722,10 @@ class WebGPUBackend(Backend):
             return fft_unsupported_reason(eqn)
         if prim is quantized_matmul_p:
             return quantized_unsupported_reason(eqn, caps)
+        if prim is pallas_call_p:   # a user kernel the kernel IR cannot express runs in the interpreter
+            return pallas_unsupported_reason(eqn, caps)
+        if prim is dot_product_attention_p:
+            return attention_unsupported_reason(eqn, caps)
         loops = caps.max_loop_iterations
         if prim in _WINDOW_REDUCTIONS and loops is not None and math.prod(eqn.params["window_dimensions"]) > loops:
             # one work item walks every tap: past the driver's loop limit it stopped early, silently (a

@@ -1,7 +1,7 @@
 """What every kernel group shares: the primitive sets, the schedule's data types, views and launches.
 
-``_Group`` is the interface of a kernel group (its roots, the values it reads, the kernels it writes);
-``_MapGroup`` is the elementwise kernel that every other group's epilogue builds on.
+``Group`` is the interface of a kernel group (its roots, the values it reads, the kernels it writes);
+``MapGroup`` is the elementwise kernel that every other group's epilogue builds on.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ import numpy as np
 from fnarray.core import primitives as P
 from fnarray.core.ir import Var
 from fnarray.core.subprograms import CALL_PROGRAM
-from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.builder import KernelBuilder
-from fnarray.lowering.kernels.emitter import INJECTIVE, Flat, NotFlat, shaped_index
+from fnarray.lowering.kernels.emitter import Flat, NotFlat, shaped_index
 from fnarray.lowering.kernels.index import linearize, to_expr, unravel
 from fnarray.lowering.kernels.ir import INT32, BufferParam, Let, Special, const
 from fnarray.lowering.kernels.rules import (
@@ -30,15 +29,7 @@ REDUCTIONS = frozenset({P.reduce_sum, P.reduce_prod, P.reduce_max, P.reduce_min,
                         P.argmax, P.argmin})
 CUMULATIVE = frozenset({P.cumsum, P.cumprod, P.cummax, P.cummin, P.cumlogsumexp})
 SCATTERS = frozenset({P.scatter, P.scatter_add, P.scatter_mul, P.scatter_min, P.scatter_max})
-# The groups named by their kernel facts (groups/linalg.py, groups/conv.py, groups/windows.py, groups/fft.py).
-OPAQUE = (frozenset({P.dot_general, P.sort}) | CUMULATIVE | SCATTERS | facts.in_group("linalg")
-          | facts.in_group("conv") | facts.in_group("window") | facts.in_group("fft")
-          | facts.in_group("quantized"))
-# Every primitive the scheduler turns into kernels (control flow is driven from the host).
-SCHEDULED = INJECTIVE | REDUCTIONS | OPAQUE | frozenset(CALLS)
-
-# Cost classes from the kernel facts (fnarray.lowering.kernels.facts).
-_VIEW_OPS = frozenset({P.transpose, P.reshape, P.broadcast_in_dim})
+VIEW_OPS = frozenset({P.transpose, P.reshape, P.broadcast_in_dim})
 
 
 class BufSpec:
@@ -79,7 +70,7 @@ class Schedule:
 # ------------------------------------------------------------------------------------------ dot views
 
 
-def _contiguous(shape):
+def contiguous_strides(shape):
     out, s = [], 1
     for n in reversed(shape):
         out.append(s)
@@ -87,7 +78,7 @@ def _contiguous(shape):
     return tuple(out[::-1])
 
 
-def _reshape_strides(old_shape, old_strides, new_shape):
+def reshape_strides(old_shape, old_strides, new_shape):
     """Strides that read ``new_shape`` from a strided ``old_shape`` without a copy, or ``None``."""
     old = [(n, s) for n, s in zip(old_shape, old_strides, strict=True) if n != 1]
     new_idx = [i for i, n in enumerate(new_shape) if n != 1]
@@ -114,7 +105,7 @@ def _reshape_strides(old_shape, old_strides, new_shape):
     return tuple(out)
 
 
-def _collapse(dims, shape, strides):
+def collapse_stride(dims, shape, strides):
     """One stride for iterating ``dims`` (row-major, in that order) as one index, or ``None``."""
     live = [d for d in dims if shape[d] != 1]
     if not live:
@@ -125,7 +116,7 @@ def _collapse(dims, shape, strides):
     return strides[live[-1]]
 
 
-def _launch(b, args, scalars, global_size, local_size, eqns, kind, fixed_local=False):
+def make_launch(b, args, scalars, global_size, local_size, eqns, kind, fixed_local=False):
     kernel = b.build(local_size if fixed_local else None)
     vals = []
     for p in kernel.params:
@@ -133,7 +124,7 @@ def _launch(b, args, scalars, global_size, local_size, eqns, kind, fixed_local=F
     return Launch(kernel, vals, global_size, local_size, eqns, kind)
 
 
-def _kernel_name(kind, eqns):
+def kernel_name(kind, eqns):
     names = []
     for e in eqns:
         n = e.primitive.name
@@ -143,7 +134,7 @@ def _kernel_name(kind, eqns):
     return f"{kind}_{tail}"
 
 
-class _Tracker:
+class Tracker:
     """Records the equations a kernel fuses (printed with the kernel, in program order)."""
 
     def __init__(self, ctx):
@@ -158,9 +149,9 @@ class _Tracker:
         return sorted(self._eqns.values(), key=lambda e: self.ctx.order.get(id(e), 0))
 
 
-def _index_vars(b, gid, shape, prefix="i"):
+def index_vars(b, gid, shape, prefix="i"):
     """Let-bind ``i0, i1, ...`` (row-major coordinates of ``gid`` in ``shape``); returns the ``Ix`` tuple."""
-    strides = _contiguous(shape)
+    strides = contiguous_strides(shape)
     for d, (n, s) in enumerate(zip(shape, strides, strict=True)):
         if n == 1:
             continue
@@ -174,7 +165,7 @@ def _index_vars(b, gid, shape, prefix="i"):
 # ------------------------------------------------------------------------------------------ groups
 
 
-class _Group(abc.ABC):
+class Group(abc.ABC):
     kind = "?"
     accepts_roots = False
 
@@ -203,7 +194,7 @@ class _Group(abc.ABC):
         holding the equation and the emitter computing the group's roots."""
         b = KernelBuilder(name)
         args: dict = {}
-        tracker = _Tracker(self.ctx)
+        tracker = Tracker(self.ctx)
         tracker.add(self.eqn)
         return b, args, tracker, self.ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
 
@@ -275,7 +266,7 @@ MAP_TUNABLE = Tunable("map", {"per": (1, 2, 4), "wg": (64, 128, 256), "guard": (
                                           and (c["per"] == 1 or not c["guard"])))
 
 
-class _MapGroup(_Group):
+class MapGroup(Group):
     kind = "map"
     accepts_roots = True
 
@@ -295,7 +286,7 @@ class _MapGroup(_Group):
         n = math.prod(self.shape)
         b = KernelBuilder("k")
         args: dict = {}
-        tracker = _Tracker(ctx)
+        tracker = Tracker(ctx)
         em = ctx.emitter(b, args=args, computes=set(self.roots) | set(self.guests), tracker=tracker)
         per, wg = choice["per"], choice["wg"]
         if not (flat and per > 1 and self.roots and not self.guests and n + per * wg < 2 ** 31):
@@ -328,7 +319,7 @@ class _MapGroup(_Group):
                     self.emit_roots(b, em, args, Flat(gid), gid)
         else:
             with b.when(op("lt", gid, const(n, INT32))):
-                idx = _index_vars(b, gid, self.shape)
+                idx = index_vars(b, gid, self.shape)
                 self.emit_roots(b, em, args, idx, gid)
         by_shape: dict = {}
         for v in self.guests:
@@ -336,20 +327,20 @@ class _MapGroup(_Group):
         for k, (shape, vs) in enumerate(by_shape.items()):
             size = math.prod(shape)
             with b.when(op("lt", gid, const(size, INT32))):
-                idx = Flat(gid) if flat else _index_vars(b, gid, shape, f"g{k}_")
+                idx = Flat(gid) if flat else index_vars(b, gid, shape, f"g{k}_")
                 for v in vs:
                     val = em.val(v, idx)
                     if v in ctx.needed:
                         b.store(ctx.output(b, args, v), gid, val)
-        b.name = _kernel_name("map", tracker.eqns)
-        return [_launch(b, args, scalars, gsize, lsize, tracker.eqns, "map")]
+        b.name = kernel_name("map", tracker.eqns)
+        return [make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "map")]
 
 
-def _lin(ix):
+def linear_index(ix):
     return to_expr(ix)
 
 
-def _reads(ctx, atom) -> set:
+def inline_reads(ctx, atom) -> set:
     """The buffers that computing ``atom`` inline reads."""
     if not isinstance(atom, Var):
         return set()
@@ -360,7 +351,7 @@ def _reads(ctx, atom) -> set:
     return set(reads)
 
 
-def _analyse_val(group, *atoms):
+def analyse_val(group, *atoms):
     b = KernelBuilder("analysis")
     reads: dict = {}
     em = group.ctx.emitter(b, on_read=lambda var, key: reads.setdefault(var, set()).add(key))

@@ -45,14 +45,29 @@ import numpy as np
 from fnarray.core import primitives as P
 from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.ir import Literal
+from fnarray.lowering.kernels.groups.base import (
+    VIEW_OPS,
+    Group,
+    contiguous_strides,
+    kernel_name,
+    make_launch,
+    reshape_strides,
+)
+from fnarray.lowering.kernels.groups.dot import TILE, tile_arrays, tile_product
+from fnarray.lowering.kernels.groups.register_tiles import (
+    INT64,
+    RM,
+    RN,
+    UK,
+    panel_coords,
+    panels,
+    register_dtype,
+    register_product,
+    store_loop,
+)
 from fnarray.lowering.kernels.index import ix_const, ix_data
 from fnarray.lowering.kernels.ir import INT32, Cast, Special, const
 from fnarray.lowering.kernels.rules import add_of, convert, mul_of, op, select
-from fnarray.lowering.kernels.groups.dot import TILE, tile_arrays, tile_product
-from fnarray.lowering.kernels.groups.register_tiles import (INT64, RM, RN, UK, panel_coords, panels,
-                                                            register_dtype, register_product, store_loop)
-from fnarray.lowering.kernels.groups.base import (_VIEW_OPS, _contiguous, _Group,
-                                               _kernel_name, _launch, _reshape_strides)
 
 __all__ = ["CONV", "ConvGroup", "strided_view", "GROUPS", "OPERAND_VIEWS"]
 CONV = conv_general_dilated_p
@@ -62,11 +77,11 @@ def strided_view(ctx, v):
     """``(base var, offset, strides)`` reading ``v`` from ``base``'s buffer without a copy, through
     ``transpose``, ``reshape``, ``broadcast_in_dim`` and ``rev`` (a negative stride); ``v`` itself
     (which then gets a buffer) where no such view exists."""
-    own = (v, 0, _contiguous(v.aval.shape))
+    own = (v, 0, contiguous_strides(v.aval.shape))
     if ctx.in_buffer(v) or v not in ctx.producer:
         return own
     e = ctx.producer[v]
-    if e.primitive not in _VIEW_OPS and e.primitive != P.rev:
+    if e.primitive not in VIEW_OPS and e.primitive != P.rev:
         return own
     x = e.inputs[0]
     if isinstance(x, Literal):
@@ -80,7 +95,7 @@ def strided_view(ctx, v):
     if e.primitive == P.transpose:
         return base, off, tuple(st[p] for p in e.params["permutation"])
     if e.primitive == P.reshape:
-        ns = _reshape_strides(shape, st, v.aval.shape)
+        ns = reshape_strides(shape, st, v.aval.shape)
         return (base, off, ns) if ns is not None else own
     out = [0] * v.aval.ndim
     for i, d in enumerate(e.params["broadcast_dimensions"]):
@@ -146,7 +161,7 @@ def _decode(b, lin, sizes, hint="y"):
     return out[::-1]
 
 
-class ConvGroup(_Group):
+class ConvGroup(Group):
     """One ``conv_general_dilated`` with the elementwise ops on its result as an epilogue."""
 
     kind = "conv"
@@ -178,7 +193,7 @@ class ConvGroup(_Group):
         args[lname] = ctx.spec(lb)
         rname = b.buffer(ctx.spec(rb), self.eqn.inputs[1].aval.dtype, False, "rhs")
         args[rname] = ctx.spec(rb)
-        ost = _contiguous(self.shape)
+        ost = contiguous_strides(self.shape)
         names = dict(l_off=loff, l_b=lst[g.lspec[0]], l_f=lst[g.lspec[1]], r_off=roff, r_o=rst[g.rspec[0]],
                      r_i=rst[g.rspec[1]], o_b=ost[g.ospec[0]], o_f=ost[g.ospec[1]], Cg=g.Cg, Og=g.Og,
                      Nout=g.Nout, O=g.O, bmul=g.Nout if g.BG > 1 else 0, fmul=g.Cg if g.G > 1 else 0)
@@ -328,8 +343,8 @@ class ConvGroup(_Group):
                 else:
                     with b.when(ok):
                         self._finish(b, em, args, s, n, o, ys, acc)
-        b.name = _kernel_name("conv", tracker.eqns)
-        return _launch(b, args, scalars, gsize, lsize, tracker.eqns, "conv")
+        b.name = kernel_name("conv", tracker.eqns)
+        return make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "conv")
 
     def _coords(self, b, s, lin, features=None):
         """``n``, ``o`` and the output positions of output element ``lin`` (row-major in the output, whose
@@ -420,8 +435,8 @@ class ConvGroup(_Group):
             pname = b.buffer(part, adt, True, "part")
             args[pname] = part
             b.store(pname, gid, acc)
-        b.name = _kernel_name("conv_part", tracker.eqns)
-        first = _launch(b, args, scalars, gsize, lsize, tracker.eqns, "conv")
+        b.name = kernel_name("conv_part", tracker.eqns)
+        first = make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "conv")
 
         b, args, scalars, tracker, em = self._begin("k")
         _, _, s = self._scalars(b, args, scalars, plans)
@@ -435,8 +450,8 @@ class ConvGroup(_Group):
             with b.loop(const(0, INT32), const(chunks, INT32)) as k:
                 b.assign(acc, add_of(b, acc, b.load(pname, op("add", op("mul", k, b.scalar("total")), gid), adt)))
             self._finish(b, em, args, s, n, o, ys, acc, flat=gid)
-        b.name = _kernel_name("conv_sum", tracker.eqns)
-        return [first, _launch(b, args, scalars, gsize, lsize, tracker.eqns, "conv")]
+        b.name = kernel_name("conv_sum", tracker.eqns)
+        return [first, make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "conv")]
 
     def _register(self, plans):
         """The implicit GEMM with register tiles (``register_tiles``): the weights packed into panels of
@@ -535,8 +550,8 @@ class ConvGroup(_Group):
             with b.when(op("land", op("lt", gm, M), op("lt", gj, s["Og"]))):
                 n, ys = order(_decode(b, gm, order.sizes, "m"))
                 self._finish(b, em, args, s, n, b.let(op("add", ogrp, gj), "oc"), ys, v)
-        b.name = _kernel_name("conv_reg", tracker.eqns)
-        main = _launch(b, args, scalars, (np_, mp, g.Gt), (wx, wy, 1), tracker.eqns, "conv", fixed_local=True)
+        b.name = kernel_name("conv_reg", tracker.eqns)
+        main = make_launch(b, args, scalars, (np_, mp, g.Gt), (wx, wy, 1), tracker.eqns, "conv", fixed_local=True)
         return [pack_launch, main]
 
     def _features_outer(self, b, s, lname, pname, rows, nfast, wbase, accs, dt):
@@ -687,7 +702,7 @@ class ConvGroup(_Group):
             args[out] = spec
             b.store(out, gid, b.let(select(ok, w, const(0, dt))))
         b.name = "conv_pack"
-        return _launch(b, args, scalars, gsize, lsize, [], "copy"), spec
+        return make_launch(b, args, scalars, gsize, lsize, [], "copy"), spec
 
     def _pack_features_outer(self, plans, np_, kp):
         """``(launch, spec)``: the weights as ``_pack_weights`` packs them, with the contraction index ``k`` =
@@ -728,7 +743,7 @@ class ConvGroup(_Group):
                 w = b.load(rname, addr, dt)
                 b.store(out, op("add", slot, const(c, INT32)), b.let(select(ok, w, const(0, dt))))
         b.name = "conv_pack_fo"
-        return _launch(b, args, scalars, gsize, lsize, [], "copy"), spec
+        return make_launch(b, args, scalars, gsize, lsize, [], "copy"), spec
 
 
     def _tiled(self, plans):
@@ -806,11 +821,11 @@ class ConvGroup(_Group):
                     yn = _decode(b, gm, [s["Nout"], *ysizes], "m")
                     o = b.let(op("add", ogrp, gj), "oc")
                     self._finish(b, em, args, s, yn[0], o, yn[1:], v)
-        b.name = _kernel_name("conv_tiled", tracker.eqns)
+        b.name = kernel_name("conv_tiled", tracker.eqns)
         gsize = (-(-g.Og // BN) * TX, -(-g.M // BM) * TY, g.Gt)
-        return _launch(b, args, scalars, gsize, (TX, TY, 1), tracker.eqns, "conv", fixed_local=True)
+        return make_launch(b, args, scalars, gsize, (TX, TY, 1), tracker.eqns, "conv", fixed_local=True)
 
 
-#: What ``schedule`` adds to its tables ``_GROUPS`` and ``OPERAND_VIEWS``.
+#: What ``schedule`` collects into its tables ``GROUPS`` and ``OPERAND_VIEWS``.
 GROUPS = {CONV: ConvGroup}
 OPERAND_VIEWS = {CONV: strided_view}

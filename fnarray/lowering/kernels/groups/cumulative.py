@@ -1,4 +1,4 @@
-"""Cumulative kernels (``cumsum``, ``cumprod``, ``cummax``, ``cummin``, ``cumlogsumexp``): ``_CumGroup``.
+"""Cumulative kernels (``cumsum``, ``cumprod``, ``cummax``, ``cummin``, ``cumlogsumexp``): ``CumulativeGroup``.
 
 A work-item per line scanning it serially; or, for few long lines where the target has local memory, a
 work-group per line: each work-item scans one contiguous chunk of the line's aggregate, work-item 0 scans
@@ -13,12 +13,13 @@ import math
 from fnarray.core import primitives as P
 from fnarray.lowering.kernels.emitter import Flat, NotFlat
 from fnarray.lowering.kernels.groups.base import (
-    _analyse_val,
-    _Group,
-    _index_vars,
-    _kernel_name,
-    _launch,
-    _lin,
+    CUMULATIVE,
+    Group,
+    analyse_val,
+    index_vars,
+    kernel_name,
+    linear_index,
+    make_launch,
 )
 from fnarray.lowering.kernels.index import ix_const, ix_data, linearize
 from fnarray.lowering.kernels.ir import INT32, Special, const
@@ -35,7 +36,7 @@ from fnarray.lowering.kernels.rules import (
 # ---------------------------------------------------------------------------- cumulative ops
 
 
-class _CumGroup(_Group):
+class CumulativeGroup(Group):
     kind = "cumulative"
 
     def __init__(self, ctx, eqn):
@@ -46,7 +47,7 @@ class _CumGroup(_Group):
         self.products.append(out)
 
     def analyse(self):
-        _analyse_val(self, self.x)
+        analyse_val(self, self.x)
 
     def codegen(self):
         shape = self.shape
@@ -99,8 +100,8 @@ class _CumGroup(_Group):
             gid = Special("group_id", 0)
             gsize, lsize = (lines * wg,), (wg,)
             self._coop(b, em, args, gid, Special("local_id", 0), wg, L, dt, reverse, axis)
-            b.name = _kernel_name("scan", tracker.eqns)
-            return [_launch(b, args, scalars, gsize, lsize, tracker.eqns, "cumulative", fixed_local=True)]
+            b.name = kernel_name("scan", tracker.eqns)
+            return [make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "cumulative", fixed_local=True)]
         gid, gsize, lsize = ctx.gid(b, lines, ctx.wg)
         with b.when(op("lt", gid, b.scalar("lines"))):
             scalars["lines"] = lines
@@ -114,13 +115,13 @@ class _CumGroup(_Group):
                     return Flat(pos), pos
             else:
                 other = tuple(n for d, n in enumerate(self.shape) if d != axis)
-                oidx = _index_vars(b, gid, other) if other else ()
+                oidx = index_vars(b, gid, other) if other else ()
 
                 def at(t):
                     tix = ix_data(t, 0, L - 1) if L > 1 else ix_const(0)
                     it = iter(oidx)
                     idx = tuple(tix if d == axis else next(it) for d in range(len(self.shape)))
-                    return idx, b.let(_lin(linearize(idx, self.shape)), "pos")
+                    return idx, b.let(linear_index(linearize(idx, self.shape)), "pos")
 
             length = b.scalar("L") if flat else const(L, INT32)
             last = b.let(op("sub", length, const(1, INT32)), "last") if reverse else None
@@ -136,8 +137,8 @@ class _CumGroup(_Group):
                 idx, pos = at(position(t))
                 b.assign(acc, self._combine(b, acc, em.val(self.x, idx)))
                 b.store(name, pos, acc)
-        b.name = _kernel_name("scan", tracker.eqns)
-        return [_launch(b, args, scalars, gsize, lsize, tracker.eqns, "cumulative")]
+        b.name = kernel_name("scan", tracker.eqns)
+        return [make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "cumulative")]
 
     def _coop(self, b, em, args, line, lid, wg, L, dt, reverse, axis):
         """The work-group scan of line ``line`` (see the module docstring); no barrier under a condition."""
@@ -146,13 +147,13 @@ class _CumGroup(_Group):
         chunk = -(-L // wg)
         n_chunks = -(-L // chunk)
         other = tuple(n for d, n in enumerate(self.shape) if d != axis)
-        oidx = _index_vars(b, line, other) if other else ()
+        oidx = index_vars(b, line, other) if other else ()
 
         def at(t):
             t = b.let(op("sub", const(L - 1, INT32), t)) if reverse else t
             it = iter(oidx)
             idx = tuple(ix_data(t, 0, L - 1) if d == axis else next(it) for d in range(len(self.shape)))
-            return idx, b.let(_lin(linearize(idx, self.shape)), "pos")
+            return idx, b.let(linear_index(linearize(idx, self.shape)), "pos")
 
         lo = b.let(op("mul", lid, const(chunk, INT32)), "lo")
         hi = b.let(select(op("lt", op("add", lo, const(chunk, INT32)), const(L, INT32)),
@@ -183,3 +184,7 @@ class _CumGroup(_Group):
                 idx, pos = at(t)
                 b.assign(acc, self._combine(b, acc, em.val(self.x, idx)))
                 b.store(name, pos, acc)
+
+
+#: What ``schedule`` collects into its tables ``GROUPS`` (and ``OPERAND_VIEWS``).
+GROUPS = {p: CumulativeGroup for p in CUMULATIVE}

@@ -1,4 +1,4 @@
-"""Matrix-multiply kernels: ``_DotGroup`` (``dot_general`` over strided operand views, tiled in local memory
+"""Matrix-multiply kernels: ``DotGroup`` (``dot_general`` over strided operand views, tiled in local memory
 where the target says tiling pays, with the elementwise epilogue fused) and operand views.
 """
 
@@ -13,20 +13,20 @@ from fnarray.core.ir import Literal
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import shaped_index
 from fnarray.lowering.kernels.groups.base import (
-    _VIEW_OPS,
-    _collapse,
-    _contiguous,
-    _Group,
-    _index_vars,
-    _kernel_name,
-    _launch,
-    _reshape_strides,
-    _Tracker,
+    VIEW_OPS,
+    Group,
+    Tracker,
+    collapse_stride,
+    contiguous_strides,
+    index_vars,
+    kernel_name,
+    make_launch,
+    reshape_strides,
 )
 from fnarray.lowering.kernels.groups import register_tiles
 from fnarray.lowering.kernels.groups.register_tiles import (
-    padded_k,
     pack_launch,
+    padded_k,
     panels,
     register_dot,
     register_dtype,
@@ -90,7 +90,7 @@ def tile_product(b, tiles, dt, tx, ty, tile):
                 b.store(acc, slot, add_of(b, cur, prod), space="private")
 
 
-class _DotGroup(_Group):
+class DotGroup(Group):
     kind = "dot"
     accepts_roots = True
 
@@ -112,14 +112,14 @@ class _DotGroup(_Group):
 
     def plan(self, operand, groups):
         """``(base var, offset, strides per group)`` reading ``operand`` in place, or ``None``."""
-        view = _view(self.ctx, operand)
+        view = operand_view(self.ctx, operand)
         if view is None:
             return None
         base, offset, strides = view
         shape = operand.aval.shape
         out = []
         for dims in groups:
-            s = _collapse(dims, shape, strides)
+            s = collapse_stride(dims, shape, strides)
             if s is None:
                 return None
             out.append(s)
@@ -151,12 +151,12 @@ class _DotGroup(_Group):
         spec = ctx.spec(("dotcopy", id(self), tag), tuple(sizes), operand.aval.dtype)
         b = KernelBuilder("dot_operand_copy")
         args: dict = {}
-        tracker = _Tracker(ctx)
+        tracker = Tracker(ctx)
         em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
         n = math.prod(sizes)
         gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
         with b.when(op("lt", gid, const(n, INT32))):
-            cidx = _index_vars(b, gid, tuple(sizes), "c")
+            cidx = index_vars(b, gid, tuple(sizes), "c")
             idx = [None] * len(shape)
             for g, ci in zip(groups, cidx, strict=True):
                 sub = unravel(ci, tuple(shape[d] for d in g)) if g else ()
@@ -166,8 +166,8 @@ class _DotGroup(_Group):
             name = b.buffer(spec, operand.aval.dtype, True, "out")
             args[name] = spec
             b.store(name, gid, v)
-        stride = _contiguous(sizes)
-        return _launch(b, args, {}, gsize, lsize, tracker.eqns, "copy"), (spec, 0, stride)
+        stride = contiguous_strides(sizes)
+        return make_launch(b, args, {}, gsize, lsize, tracker.eqns, "copy"), (spec, 0, stride)
 
     def codegen(self):
         ctx = self.ctx
@@ -288,8 +288,8 @@ class _DotGroup(_Group):
                 y = b.load(bb, op("add", bbase, op("mul", k, s["b_sk"])), dt)
                 b.assign(acc, add_of(b, acc, b.let(mul_of(b, x, y))))
             self._finish(b, em, args, bi, m, n, acc)
-        b.name = _kernel_name("dot", tracker.eqns)
-        return _launch(b, args, scalars, gsize, lsize, tracker.eqns, "dot")
+        b.name = kernel_name("dot", tracker.eqns)
+        return make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "dot")
 
     TX, TY, RX, RY, BK = TILE
 
@@ -341,33 +341,38 @@ class _DotGroup(_Group):
                 with b.when(op("land", op("lt", gi, s["M"]), op("lt", gj, s["N"]))):
                     v = b.load(acc, op("add", op("mul", yy, const(RX, INT32)), xx), dt, "private")
                     self._finish(b, em, args, bz, gi, gj, v)
-        b.name = _kernel_name("dot_tiled", tracker.eqns)
+        b.name = kernel_name("dot_tiled", tracker.eqns)
         gsize = (-(-self.N // BN) * TX, -(-self.M // BM) * TY, self.B)
-        return _launch(b, args, scalars, gsize, (TX, TY, 1), tracker.eqns, "dot", fixed_local=True)
+        return make_launch(b, args, scalars, gsize, (TX, TY, 1), tracker.eqns, "dot", fixed_local=True)
 
 
-def _view(ctx, v):
+def operand_view(ctx, v):
     """``(base var, offset, strides)`` reading ``v`` from a buffer through transposes, reshapes and
     broadcasts, where the base is (or will be) materialised; ``None`` for a literal."""
     if isinstance(v, Literal):
         return None
     if ctx.in_buffer(v) or v not in ctx.producer:
-        return v, 0, _contiguous(v.aval.shape)
+        return v, 0, contiguous_strides(v.aval.shape)
     e = ctx.producer[v]
-    if e.primitive not in _VIEW_OPS:
-        return v, 0, _contiguous(v.aval.shape)
-    inner = _view(ctx, e.inputs[0])
+    if e.primitive not in VIEW_OPS:
+        return v, 0, contiguous_strides(v.aval.shape)
+    inner = operand_view(ctx, e.inputs[0])
     if inner is None:
-        return v, 0, _contiguous(v.aval.shape)
+        return v, 0, contiguous_strides(v.aval.shape)
     base, off, st = inner
     x = e.inputs[0].aval
     if e.primitive == P.transpose:
         return base, off, tuple(st[p] for p in e.params["permutation"])
     if e.primitive == P.reshape:
-        ns = _reshape_strides(x.shape, st, v.aval.shape)
-        return (base, off, ns) if ns is not None else (v, 0, _contiguous(v.aval.shape))
+        ns = reshape_strides(x.shape, st, v.aval.shape)
+        return (base, off, ns) if ns is not None else (v, 0, contiguous_strides(v.aval.shape))
     bd = e.params["broadcast_dimensions"]
     out = [0] * v.aval.ndim
     for i, d in enumerate(bd):
         out[d] = st[i] if x.shape[i] == v.aval.shape[d] else 0
     return base, off, tuple(out)
+
+
+#: What ``schedule`` collects into its tables ``GROUPS`` (and ``OPERAND_VIEWS``).
+GROUPS = {P.dot_general: DotGroup}
+OPERAND_VIEWS = {P.dot_general: operand_view}

@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import math
 
-from fnarray.core.fft import FftType, real_of
+from fnarray.core.fft import FftType, fft_p, real_of
 from fnarray.lowering.kernels.builder import KernelBuilder
+from fnarray.lowering.kernels.groups.base import Group, analyse_val, make_launch
 from fnarray.lowering.kernels.index import ix_const, ix_data
 from fnarray.lowering.kernels.ir import INT32, UINT32, Cast, Op, const
 from fnarray.lowering.kernels.rules import op, select
-from fnarray.lowering.kernels.groups.base import _analyse_val, _Group, _launch
 
-__all__ = ["FftGroup", "unsupported_reason", "MAX_BLUESTEIN_LENGTH"]
+__all__ = ["FftGroup", "unsupported_reason", "MAX_BLUESTEIN_LENGTH", "GROUPS"]
 
 #: The longest non-power-of-two axis the kernels transform (``n^2`` must fit in uint32 for the chirp).
 MAX_BLUESTEIN_LENGTH = 65535
@@ -67,7 +67,7 @@ def _cmul(b, ar, ai, br, bi):
             b.let(op("add", op("mul", ar, bi), op("mul", ai, br))))
 
 
-class FftGroup(_Group):
+class FftGroup(Group):
     """One ``fft`` equation: load, per-axis Stockham or Bluestein transforms, store (module docstring)."""
 
     kind = "fft"
@@ -78,7 +78,7 @@ class FftGroup(_Group):
         self.products.append(eqn.outputs[0])
 
     def analyse(self):
-        _analyse_val(self, *self.eqn.inputs)
+        analyse_val(self, *self.eqn.inputs)
 
     # ------------------------------------------------------------------ helpers
 
@@ -177,7 +177,7 @@ class FftGroup(_Group):
                     re = b.let(Op("creal", (v,), self.rdt))
                     im = b.let(Op("cimag", (v,), self.rdt))
             self._put(b, self._buf(b, args, dst, True, "w"), gid, re, im)
-        self.launches.append(_launch(b, args, {}, gsize, lsize, tracker.eqns, "fft"))
+        self.launches.append(make_launch(b, args, {}, gsize, lsize, tracker.eqns, "fft"))
 
     # ------------------------------------------------------------------ 2a. Stockham
 
@@ -196,7 +196,7 @@ class FftGroup(_Group):
                 a = b.let(op("div", op("mul", Cast(gid, self.rdt), _c(sign * 2 * math.pi, self.rdt)),
                              Cast(nn, self.rdt)))
                 self._put(b, self._buf(b, args, spec, True, "tw"), gid, op("cos", a), op("sin", a))
-            self.launches.append(_launch(b, args, {"n": n}, gsize, lsize, (self.eqn,), "fft"))
+            self.launches.append(make_launch(b, args, {"n": n}, gsize, lsize, (self.eqn,), "fft"))
         return spec
 
     def _stockham(self, bufs, cur, n, outer, inner, sign):
@@ -211,7 +211,7 @@ class FftGroup(_Group):
             b, args, gsize, lsize = self._stage_kernel(r, n, outer, inner, sign, bufs[cur], bufs[1 - cur], table)
             scalars = {"ns": ns, "n": n, "q": n // r, "inner": inner, "items": outer * inner * (n // r),
                        "tstride": n // (ns * r)}
-            self.launches.append(_launch(b, args, scalars, gsize, lsize, (self.eqn,), "fft"))
+            self.launches.append(make_launch(b, args, scalars, gsize, lsize, (self.eqn,), "fft"))
             ns *= r
             cur = 1 - cur
         return cur
@@ -273,7 +273,7 @@ class FftGroup(_Group):
 
         def launch(b, args, gsize, lsize, count):
             scalars = {"n": n, "n2": 2 * n, "m": m, "inner": inner, "items": count}
-            self.launches.append(_launch(b, args, scalars, gsize, lsize, (self.eqn,), "fft"))
+            self.launches.append(make_launch(b, args, scalars, gsize, lsize, (self.eqn,), "fft"))
 
         # The chirp's circular kernel b_j = conj(w_j) for j < n and for M - j, j in [1, n); zero between.
         b, args, gid, gsize, lsize, ok = kernel(f"fft_chirp_{direction}", m)
@@ -360,7 +360,7 @@ class FftGroup(_Group):
                 re, im = b.let(op("mul", re, _c(scale, self.rdt))), b.let(op("mul", im, _c(scale, self.rdt)))
             value = re if self.fft_type == FftType.IRFFT else b.let(Op("cmake", (re, im), self.cdt))
             b.store(ctx.output(b, args, out), gid, value)
-        self.launches.append(_launch(b, args, {}, gsize, lsize, (e,), "fft"))
+        self.launches.append(make_launch(b, args, {}, gsize, lsize, (e,), "fft"))
 
 
 def _dft2(b, vs):
@@ -385,3 +385,6 @@ def _dft4(b, vs, sign):
             (b.let(op("sub", s0r, s1r)), b.let(op("sub", s0i, s1i))),
             (b.let(op("sub", d0r, tr)), b.let(op("sub", d0i, ti)))]
 
+
+#: What ``schedule`` collects into its tables ``GROUPS`` (and ``OPERAND_VIEWS``).
+GROUPS = {fft_p: FftGroup}

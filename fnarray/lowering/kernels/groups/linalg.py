@@ -42,10 +42,10 @@ import numpy as np
 
 from fnarray.core import linalg as LA
 from fnarray.lowering.kernels.builder import KernelBuilder
+from fnarray.lowering.kernels.groups.base import Group, Launch, Tracker, analyse_val, index_vars, make_launch
 from fnarray.lowering.kernels.index import ix_const, ix_data, unravel
 from fnarray.lowering.kernels.ir import INT32, Barrier, BufferParam, Let, Load, Special, Sym, const
 from fnarray.lowering.kernels.rules import op, select
-from fnarray.lowering.kernels.groups.base import Launch, _analyse_val, _Group, _index_vars, _launch, _Tracker
 
 __all__ = ["GROUPS", "PRIMITIVES", "oversize_reason"]
 
@@ -114,7 +114,7 @@ def _budget(caps):
     return None if cap is None else cap // 2
 
 
-class _LinalgGroup(_Group):
+class _LinalgGroup(Group):
     """One kernel launched over the steps of a factorisation, a work-group per matrix (or block)."""
 
     kind = "linalg"
@@ -125,14 +125,14 @@ class _LinalgGroup(_Group):
         self.products.extend(eqn.outputs)
 
     def analyse(self):
-        _analyse_val(self, *self.eqn.inputs)
+        analyse_val(self, *self.eqn.inputs)
 
     def _start(self, name, groups, wg):
         """A builder, its emitter and the group index (``g``), launch sizes and the guard of extra groups."""
         ctx = self.ctx
         b = KernelBuilder(name)
         args: dict = {}
-        tracker = _Tracker(ctx)
+        tracker = Tracker(ctx)
         tracker.add(self.eqn)
         em = ctx.emitter(b, args=args, tracker=tracker)
         self._scalars = {}
@@ -152,7 +152,7 @@ class _LinalgGroup(_Group):
 
     def _launches(self, b, args, gsize, lsize, tracker, ranges):
         scalars = dict(self._scalars, s0=ranges[0][0], s1=ranges[0][1])
-        launch = _launch(b, args, scalars, gsize, lsize, tracker.eqns, "linalg", fixed_local=True)
+        launch = make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "linalg", fixed_local=True)
         out = [launch]
         names = [p.name for p in launch.kernel.params]
         for s0, s1 in ranges[1:]:
@@ -397,17 +397,17 @@ class _TriangularSolveGroup(_LinalgGroup):
         spec = ctx.spec(("trsm_a", id(self)), a.aval.shape, a.aval.dtype)
         b = KernelBuilder("triangular_solve_copy")
         args: dict = {}
-        tracker = _Tracker(ctx)
+        tracker = Tracker(ctx)
         em = ctx.emitter(b, args=args, tracker=tracker)
         n = a.aval.size
         gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
         with b.when(op("lt", gid, _i(n))):
             shape = a.aval.shape
-            idx = _index_vars(b, gid, shape, "c")
+            idx = index_vars(b, gid, shape, "c")
             name = b.buffer(spec, a.aval.dtype, True, "out")
             args[name] = spec
             b.store(name, gid, em.val(a, idx))
-        return _launch(b, args, {}, gsize, lsize, tracker.eqns, "copy")
+        return make_launch(b, args, {}, gsize, lsize, tracker.eqns, "copy")
 
 
 # ---------------------------------------------------------------------------- lu
@@ -557,6 +557,6 @@ def oversize_reason(eqn, caps) -> str | None:
             f"per work item, more than half the device's limit of {caps.max_loop_iterations}")
 
 
-#: ``{primitive: group class}`` (the schedule's ``_GROUPS`` takes them).
+#: ``{primitive: group class}`` (the schedule collects them into its ``GROUPS``).
 GROUPS = {LA.cholesky_p: _CholeskyGroup, LA.triangular_solve_p: _TriangularSolveGroup, LA.lu_p: _LUGroup}
 PRIMITIVES = frozenset(GROUPS)

@@ -36,10 +36,10 @@ import numpy as np
 
 from fnarray.core.ir import Var
 from fnarray.core.quantized import quantized_matmul_p
-from fnarray.lowering.kernels.groups.base import _contiguous, _Group, _index_vars, _kernel_name, _launch
+from fnarray.lowering.kernels.groups.base import Group, contiguous_strides, index_vars, kernel_name, make_launch
 from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Cast, const
 from fnarray.lowering.kernels.rules import op, select
-from fnarray.lowering.zero_size import _REWRITES, fill
+from fnarray.lowering.zero_size import REWRITES, fill
 
 __all__ = ["QuantizedMatmulGroup", "GROUPS", "OPERAND_VIEWS", "ROWS", "LANES", "cooperative", "unsupported_reason"]
 
@@ -54,7 +54,7 @@ def _acc_dtype(d):
     return np.dtype(np.float64) if d == np.float64 else np.dtype(np.float32)
 
 
-class QuantizedMatmulGroup(_Group):
+class QuantizedMatmulGroup(Group):
     """One ``quantized_matmul`` equation: a work item per (block of ``ROWS`` rows of ``x``, output column)."""
 
     kind = "quantized"
@@ -118,8 +118,8 @@ class QuantizedMatmulGroup(_Group):
                 sums = self._columns_of_w(b, names, col, row_ids, k, n, p["group_size"], p["bits"],
                                           x.aval.dtype, acc)
             self._store(b, em, args, sums, first, row_ids, col, m, n, inside if uniform else None)
-        b.name = _kernel_name("quantized", tracker.eqns)
-        return [_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized")]
+        b.name = kernel_name("quantized", tracker.eqns)
+        return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized")]
 
     def _store(self, b, em, args, sums, first, row_ids, col, m, n, guard):
         """The results of rows ``first + r`` (those below ``m``, under ``guard``), and the epilogue."""
@@ -129,7 +129,7 @@ class QuantizedMatmulGroup(_Group):
             with b.when(op("land", guard, ok) if guard is not None else ok):
                 res = b.let(Cast(total, out.aval.dtype) if total.dtype != out.aval.dtype else total, "res")
                 flat = b.let(op("add", op("mul", row_ids[r], const(n, INT32)), col), "o")
-                idx = _index_vars(b, flat, self.shape, prefix=f"qo{r}_")
+                idx = index_vars(b, flat, self.shape, prefix=f"qo{r}_")
                 em.seed(out, idx, res)
                 if out in self.ctx.needed:
                     b.store(self.ctx.output(b, args, out), flat, res)
@@ -201,8 +201,8 @@ class QuantizedMatmulGroup(_Group):
         totals = [b.load(red, const(r * wg, INT32), acc, "local") for r in range(rows)]
         leader = b.let(op("land", inside, op("eq", lid, const(0, INT32))), "leader")
         self._store(b, em, args, totals, first, row_ids, col, m, n, leader)
-        b.name = _kernel_name("quantized_wg", tracker.eqns)
-        return [_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized", fixed_local=True)]
+        b.name = kernel_name("quantized_wg", tracker.eqns)
+        return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized", fixed_local=True)]
 
     def _load_f(self, b, name, index, dtype, acc):
         v = b.load(name, index, dtype)
@@ -320,7 +320,7 @@ def unsupported_reason(eqn, caps):
 
 def _operand_buffer(ctx, a):
     """Every operand is read in place from a buffer (the packed words above all)."""
-    return (a, 0, _contiguous(a.aval.shape)) if isinstance(a, Var) else None
+    return (a, 0, contiguous_strides(a.aval.shape)) if isinstance(a, Var) else None
 
 
 def _zero_size(e):
@@ -328,7 +328,7 @@ def _zero_size(e):
     return [fill(e.outputs[0], 0)], {}
 
 
-#: What ``schedule`` adds to its tables ``_GROUPS`` and ``OPERAND_VIEWS``.
+#: What ``schedule`` collects into its tables ``GROUPS`` and ``OPERAND_VIEWS``.
 GROUPS = {quantized_matmul_p: QuantizedMatmulGroup}
 OPERAND_VIEWS = {quantized_matmul_p: _operand_buffer}
-_REWRITES.setdefault(quantized_matmul_p, _zero_size)
+REWRITES.setdefault(quantized_matmul_p, _zero_size)

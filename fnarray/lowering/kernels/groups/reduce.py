@@ -1,4 +1,4 @@
-"""Reduction kernels: the monoids and ``_ReduceGroup``.
+"""Reduction kernels: the monoids and ``ReduceGroup``.
 
 One work-item per output, or, for long reductions into few outputs, a work-group per output
 cooperating in local memory where the target has it; the elementwise epilogue is fused.
@@ -15,7 +15,7 @@ from fnarray.core.ir import Var
 from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import Emitter, Flat, NotFlat, shaped_index
-from fnarray.lowering.kernels.groups.base import REDUCTIONS, _Group, _index_vars, _kernel_name, _launch, _Tracker
+from fnarray.lowering.kernels.groups.base import REDUCTIONS, Group, Tracker, index_vars, kernel_name, make_launch
 from fnarray.lowering.kernels.index import ix_var, linearize, to_expr, unravel
 from fnarray.lowering.kernels.ir import INT32, Special, const
 from fnarray.lowering.kernels.tuning import Tunable
@@ -35,7 +35,7 @@ from fnarray.lowering.kernels.rules import (
 
 #: Whether elementwise values over a reduction's input shape that read its results at their own row
 #: (softmax's ``exp(x - max) / sum``, layernorm's ``(x - mean) * rsqrt(var + eps)``) join the reduction's
-#: kernel as one more loop over the row (``_ReduceGroup.can_take_row_root``): one kernel instead of two,
+#: kernel as one more loop over the row (``ReduceGroup.can_take_row_root``): one kernel instead of two,
 #: and the row statistics never reach a buffer. Measured on both CPU adapters here, interleaved: softmax
 #: and layernorm over 4096x1024 1.1-2x faster than the two-kernel form (docs/performance.md).
 ROW_VALUES = True
@@ -112,7 +112,7 @@ REDUCE_TUNABLE = Tunable("reduce", {"lanes": (1, 2, 4, 8), "wg": (32, 64, 128)},
                                              and (c["lanes"] == 1 or f.get("row", 0) >= c["lanes"])))
 
 
-class _ReduceGroup(_Group):
+class ReduceGroup(Group):
     """Reductions over the same iteration space (input shape and axes), one accumulator each, with their
     elementwise producers inlined and the elementwise ops on their results as an epilogue."""
 
@@ -347,203 +347,256 @@ class _ReduceGroup(_Group):
         return self._gen(O, R, inner, parallel, False, choice)
 
     def _gen(self, O, R, inner, parallel, flat, choice):
-        ctx = self.ctx
+        """One kernel for the whole group in one of three layouts: a work-group per output combining its
+        work-items' accumulators in local memory (``cooperative``), the same for dependent stages
+        (``cooperative_stages``), or a work-item per output (``per_item``)."""
         stages = self.stages()
         chained = max(stages) > 0
-        b = KernelBuilder("k")
-        args: dict = {}
-        tracker = _Tracker(ctx)
-        for e, _, _ in self.parts:
-            tracker.add(e)
-        em = ctx.emitter(b, args=args, computes=set(self.roots) | set(self.row_roots), tracker=tracker)
-        scalars = {}
-        if parallel:
-            wg = self.coop_size(R)
-            o, lid = Special("group_id", 0), Special("local_id", 0)
-            gsize, lsize = (O * wg,), (wg,)
-        else:
-            o, gsize, lsize = ctx.gid(b, O, choice["wg"])
-        shape = self.x_shape
-        red_shape = tuple(shape[a] for a in self.axes)
-        state = {}
-
-        def x_index(r):
-            kidx = iter(unravel(ix_var(r.name, R), red_shape) if red_shape else ())
-            oidx = iter(state["out"])
-            return tuple(next(kidx) if d in self.axes else next(oidx) for d in range(len(shape)))
-
-        def x_at(x, r):
-            if flat:
-                return em.val(x, Flat(b.let(op("add", state["base"], op("mul", r, state["I"])))))
-            return em.val(x, x_index(r))
-
-        kept = self.kept_operands() if self.row_roots else {}
-        invariants = self.row_invariants()
-
-        def hoist(st):
-            for u in invariants.get(st, ()):
-                em.seed(u, state["out"], em.val(u, state["out"]))
-
-        def row_values(start, step):
-            # The row values (softmax's exp(x - max) / sum), one more loop over the row after the reductions.
-            if not self.row_roots:
-                return
-            with b.loop(start, state["R"], step) as r:
-                xi = x_index(r)
-                pos = b.let(to_expr(linearize(xi, shape)))
-                for x, v in kept.items():   # stored there by the reduction's loop, by this work-item
-                    em.seed(x, xi, b.let(b.load(ctx.output(b, args, v), pos, x.aval.dtype), "kept"))
-                for v in self.row_roots:
-                    val = em.val(v, xi)
-                    em.seed(v, xi, val)
-                    if v in ctx.needed:
-                        b.store(ctx.output(b, args, v), pos, val)
-
-        def setup():
-            # The output element's coordinates (shaped) or its first input element (flat).
-            if flat:
-                Rs, Is = b.scalar("R"), b.scalar("I")
-                scalars.update(R=R, I=inner)
-                state["I"], state["R"] = Is, Rs
-                state["base"] = b.let(op("add", op("mul", op("mul", op("div", o, Is), Rs), Is), op("rem", o, Is)),
-                                      "base")
-                state["out"] = Flat(o)
-            else:
-                state["R"] = const(R, INT32)
-                state["out"] = _index_vars(b, o, self.shape)
-
-        def fold(parts, accs, r):
-            for (_, x, m), acc in zip(parts, accs, strict=True):
-                xv = x_at(x, r)
-                if x in kept:
-                    b.store(ctx.output(b, args, kept[x]), b.let(to_expr(linearize(x_index(r), shape))), xv)
-                for a, v in zip(acc, m.combine(b, acc, [xv, r] if m.arg else [xv]), strict=True):
-                    b.assign(a, v)
-
-        def fresh(parts):
-            return [[b.var(d, v) for d, v in zip(m.dtypes(), m.init(), strict=True)] for _, _, m in parts]
-
-        def accumulate(start, step, parts=None):
-            parts = self.parts if parts is None else parts
-            accs = fresh(parts)
-            U = self.lanes(R, choice["lanes"]) if step is None else 1
-            if U == 1:
-                with b.loop(start, state["R"], step) as r:
-                    fold(parts, accs, r)
-                return accs
-            # U independent accumulators over r = U*j + k (a work-item per row): the compiler can vectorise
-            # the row's loop, which one accumulator's chain of rounding-ordered additions forbids. The tail
-            # goes to lane 0; the lanes are combined in order (arg-reductions compare positions, so ties
-            # still go to the first index).
-            lanes = [accs] + [fresh(parts) for _ in range(U - 1)]
-            end = b.let(op("mul", op("div", state["R"], const(U, INT32)), const(U, INT32)), "end")
-            with b.loop(start, end, const(U, INT32)) as r:
-                for k, lane in enumerate(lanes):
-                    fold(parts, lane, r if k == 0 else b.let(op("add", r, const(k, INT32))))
-            with b.loop(end, state["R"]) as r:
-                fold(parts, accs, r)
-            for lane in lanes[1:]:
-                for (_, _, m), acc, other in zip(parts, accs, lane, strict=True):
-                    for a, v in zip(acc, [b.let(v) for v in m.combine(b, acc, other)], strict=True):
-                        b.assign(a, v)
-            return accs
-
-        def results(parts, accs, store_if=None):
-            for (e, _, m), vals in zip(parts, accs, strict=True):
-                outv = e.outputs[0]
-                res = b.let(convert(b, vals[1], outv.aval.dtype)) if m.arg else b.let(vals[0])
-                em.seed(outv, state["out"], res)  # a later stage's operand reads it here, from the register
-                if outv in ctx.needed:
-                    if store_if is None:
-                        b.store(ctx.output(b, args, outv), o, res)
-                    else:
-                        with b.when(store_if):
-                            b.store(ctx.output(b, args, outv), o, res)
-
-        def finish(accs):
-            results(self.parts, accs)
-            self.emit_roots(b, em, args, state["out"], o)
-
-        def roots_everywhere(store_if):
-            # ``emit_roots`` in every work-item of the group (the row values read them), stored by one.
-            idx = state["out"]
-            for r in self.roots:
-                ridx = idx
-                if r.aval.shape != self.shape:   # same size, other shape: seed the reshape's way back
-                    ridx = unravel(linearize(idx, self.shape), r.aval.shape)
-                    back = unravel(linearize(ridx, r.aval.shape), self.shape)
-                    for p in self.products:
-                        if p.aval.shape == self.shape and em.known(p, idx) is not None:
-                            em.seed(p, back, em.known(p, idx))
-                v = em.val(r, ridx)
-                em.seed(r, ridx, v)
-                if r in ctx.needed:
-                    with b.when(store_if):
-                        b.store(ctx.output(b, args, r), o, v)
-
-        def staged():
-            # Dependent reductions (softmax's max, then its sum of exp(x - max)): one loop over the row per
-            # stage, each stage's results seeded before the next stage's loop reads them.
-            stages = self.stages()
-            for st in range(max(stages) + 1):
-                parts = [p for p, s in zip(self.parts, stages, strict=True) if s == st]
-                results(parts, accumulate(const(0, INT32), None, parts))
-                hoist(st)
-            self.emit_roots(b, em, args, state["out"], o)
-
-        def tree(parts, accs):
-            """The work-group's accumulators combined in local memory; returns the arrays (slot 0: result)."""
-            arrays = []
-            for (_, _, m), acc in zip(parts, accs, strict=True):
-                arrs = [b.array("local", d, wg, "red") for d in m.dtypes()]
-                for arr, a in zip(arrs, acc, strict=True):
-                    b.store(arr, lid, a, space="local")
-                arrays.append(arrs)
-            b.barrier()
-            s = wg // 2
-            while s >= 1:
-                with b.when(op("lt", lid, const(s, INT32))):
-                    other = b.let(op("add", lid, const(s, INT32)))
-                    for (_, _, m), arrs in zip(parts, arrays, strict=True):
-                        ds = m.dtypes()
-                        mine = [b.load(arr, lid, d, "local") for arr, d in zip(arrs, ds, strict=True)]
-                        theirs = [b.load(arr, other, d, "local") for arr, d in zip(arrs, ds, strict=True)]
-                        new = [b.let(v) for v in m.combine(b, mine, theirs)]
-                        for arr, v in zip(arrs, new, strict=True):
-                            b.store(arr, lid, v, space="local")
-                b.barrier()
-                s //= 2
-            return arrays
-
-        def slot0(parts, arrays):
-            return [[b.load(arr, const(0, INT32), d, "local") for arr, d in zip(arrs, m.dtypes(), strict=True)]
-                    for (_, _, m), arrs in zip(parts, arrays, strict=True)]
-
+        k = _ReduceKernel(self, O, R, inner, parallel, flat, choice)
         if parallel and not chained and not self.row_roots:
-            setup()
-            arrays = tree(self.parts, accumulate(lid, const(wg, INT32)))
-            with b.when(op("eq", lid, const(0, INT32))):
-                finish(slot0(self.parts, arrays))
+            k.cooperative()
         elif parallel:
-            # Dependent reductions, cooperatively: every work-item reads a stage's results from local
-            # memory (after the tree's last barrier) before the next stage's loop; work-item 0 stores them.
-            setup()
-            for st in range(max(stages) + 1):
-                parts = [p for p, s_ in zip(self.parts, stages, strict=True) if s_ == st]
-                vals = slot0(parts, tree(parts, accumulate(lid, const(wg, INT32), parts)))
-                results(parts, vals, store_if=op("eq", lid, const(0, INT32)))
-                hoist(st)
-            if self.row_roots:
-                roots_everywhere(op("eq", lid, const(0, INT32)))
-                row_values(lid, const(wg, INT32))
-            else:
-                with b.when(op("eq", lid, const(0, INT32))):
-                    self.emit_roots(b, em, args, state["out"], o)
+            k.cooperative_stages(stages)
         else:
-            scalars["O"] = O
-            with b.when(op("lt", o, b.scalar("O"))):
-                setup()
-                staged()
-                row_values(const(0, INT32), None)
-        b.name = _kernel_name("reduce", tracker.eqns)
-        return [_launch(b, args, scalars, gsize, lsize, tracker.eqns, "reduce", fixed_local=parallel)]
+            k.per_item()
+        b = k.b
+        b.name = kernel_name("reduce", k.tracker.eqns)
+        return [make_launch(b, k.args, k.scalars, k.gsize, k.lsize, k.tracker.eqns, "reduce", fixed_local=parallel)]
+
+
+class _ReduceKernel:
+    """One reduce kernel being built for ``ReduceGroup._gen``: its builder, emitter and index state, and the
+    steps its layouts are made of. ``out`` is the output element's index (coordinates, or ``Flat``); with
+    ``flat`` the input element ``r`` of the row is ``base + r * I``; ``rows`` is the row length ``R`` as an
+    expression (a kernel argument when flat)."""
+
+    def __init__(self, group, O, R, inner, parallel, flat, choice):
+        self.g, self.ctx, self.R, self.inner, self.flat = group, group.ctx, R, inner, flat
+        self.choice = choice  # REDUCE_TUNABLE's
+        ctx = self.ctx
+        b = self.b = KernelBuilder("k")
+        self.args: dict = {}
+        self.tracker = Tracker(ctx)
+        for e, _, _ in group.parts:
+            self.tracker.add(e)
+        self.em = ctx.emitter(b, args=self.args, computes=set(group.roots) | set(group.row_roots),
+                              tracker=self.tracker)
+        self.scalars: dict = {}
+        if parallel:
+            self.wg = group.coop_size(R)
+            self.o, self.lid = Special("group_id", 0), Special("local_id", 0)
+            self.gsize, self.lsize = (O * self.wg,), (self.wg,)
+        else:
+            self.o, self.gsize, self.lsize = ctx.gid(b, O, choice["wg"])
+        self.O, self.shape = O, group.x_shape
+        self.red_shape = tuple(self.shape[a] for a in group.axes)
+        self.kept = group.kept_operands() if group.row_roots else {}
+        self.invariants = group.row_invariants()
+        self.out = self.base = self.I = self.rows = None  # set by ``setup``
+
+    # ------------------------------------------------------------------ the three layouts
+    def cooperative(self):
+        """A work-group per output: each work-item folds a strided part of the row, the tree combines them,
+        work-item 0 finishes."""
+        b, lid, wg = self.b, self.lid, self.wg
+        self.setup()
+        arrays = self.tree(self.g.parts, self.accumulate(lid, const(wg, INT32)))
+        with b.when(op("eq", lid, const(0, INT32))):
+            self.finish(self.slot0(self.g.parts, arrays))
+
+    def cooperative_stages(self, stages):
+        """Dependent reductions, cooperatively: every work-item reads a stage's results from local memory
+        (after the tree's last barrier) before the next stage's loop; work-item 0 stores them."""
+        b, g, lid, wg = self.b, self.g, self.lid, self.wg
+        self.setup()
+        for st in range(max(stages) + 1):
+            parts = [p for p, s_ in zip(g.parts, stages, strict=True) if s_ == st]
+            vals = self.slot0(parts, self.tree(parts, self.accumulate(lid, const(wg, INT32), parts)))
+            self.results(parts, vals, store_if=op("eq", lid, const(0, INT32)))
+            self.hoist(st)
+        if g.row_roots:
+            self.roots_everywhere(op("eq", lid, const(0, INT32)))
+            self.row_values(lid, const(wg, INT32))
+        else:
+            with b.when(op("eq", lid, const(0, INT32))):
+                g.emit_roots(b, self.em, self.args, self.out, self.o)
+
+    def per_item(self):
+        """A work-item per output, its stages one loop over the row each, then the row values."""
+        b = self.b
+        self.scalars["O"] = self.O
+        with b.when(op("lt", self.o, b.scalar("O"))):
+            self.setup()
+            self.staged()
+            self.row_values(const(0, INT32), None)
+
+    # ------------------------------------------------------------------ steps
+    def setup(self):
+        """The output element's coordinates (shaped) or its first input element (flat)."""
+        b, o = self.b, self.o
+        if self.flat:
+            Rs, Is = b.scalar("R"), b.scalar("I")
+            self.scalars.update(R=self.R, I=self.inner)
+            self.I, self.rows = Is, Rs
+            self.base = b.let(op("add", op("mul", op("mul", op("div", o, Is), Rs), Is), op("rem", o, Is)), "base")
+            self.out = Flat(o)
+        else:
+            self.rows = const(self.R, INT32)
+            self.out = index_vars(b, o, self.g.shape)
+
+    def x_index(self, r):
+        """The coordinates of the row's element ``r`` in the reduced operand."""
+        g = self.g
+        kidx = iter(unravel(ix_var(r.name, self.R), self.red_shape) if self.red_shape else ())
+        oidx = iter(self.out)
+        return tuple(next(kidx) if d in g.axes else next(oidx) for d in range(len(self.shape)))
+
+    def x_at(self, x, r):
+        b = self.b
+        if self.flat:
+            return self.em.val(x, Flat(b.let(op("add", self.base, op("mul", r, self.I)))))
+        return self.em.val(x, self.x_index(r))
+
+    def hoist(self, st):
+        for u in self.invariants.get(st, ()):
+            self.em.seed(u, self.out, self.em.val(u, self.out))
+
+    def row_values(self, start, step):
+        """The row values (softmax's exp(x - max) / sum), one more loop over the row after the reductions."""
+        b, g, em, ctx = self.b, self.g, self.em, self.ctx
+        if not g.row_roots:
+            return
+        with b.loop(start, self.rows, step) as r:
+            xi = self.x_index(r)
+            pos = b.let(to_expr(linearize(xi, self.shape)))
+            for x, v in self.kept.items():   # stored there by the reduction's loop, by this work-item
+                em.seed(x, xi, b.let(b.load(ctx.output(b, self.args, v), pos, x.aval.dtype), "kept"))
+            for v in g.row_roots:
+                val = em.val(v, xi)
+                em.seed(v, xi, val)
+                if v in ctx.needed:
+                    b.store(ctx.output(b, self.args, v), pos, val)
+
+    def fold(self, parts, accs, r):
+        """One element ``r`` of the row folded into the accumulators ``accs`` (kept operands stored)."""
+        b = self.b
+        for (_, x, m), acc in zip(parts, accs, strict=True):
+            xv = self.x_at(x, r)
+            if x in self.kept:
+                b.store(self.ctx.output(b, self.args, self.kept[x]),
+                        b.let(to_expr(linearize(self.x_index(r), self.shape))), xv)
+            for a, v in zip(acc, m.combine(b, acc, [xv, r] if m.arg else [xv]), strict=True):
+                b.assign(a, v)
+
+    def fresh(self, parts):
+        b = self.b
+        return [[b.var(d, v) for d, v in zip(m.dtypes(), m.init(), strict=True)] for _, _, m in parts]
+
+    def accumulate(self, start, step, parts=None):
+        """The accumulators of ``parts`` over the row from ``start`` by ``step`` (``None``: every element, in
+        ``lanes`` independent accumulators where the group allows)."""
+        b = self.b
+        parts = self.g.parts if parts is None else parts
+        accs = self.fresh(parts)
+        U = self.g.lanes(self.R, self.choice["lanes"]) if step is None else 1
+        if U == 1:
+            with b.loop(start, self.rows, step) as r:
+                self.fold(parts, accs, r)
+            return accs
+        # U independent accumulators over r = U*j + k (a work-item per row): the compiler can vectorise
+        # the row's loop, which one accumulator's chain of rounding-ordered additions forbids. The tail
+        # goes to lane 0; the lanes are combined in order (arg-reductions compare positions, so ties
+        # still go to the first index).
+        lanes = [accs] + [self.fresh(parts) for _ in range(U - 1)]
+        end = b.let(op("mul", op("div", self.rows, const(U, INT32)), const(U, INT32)), "end")
+        with b.loop(start, end, const(U, INT32)) as r:
+            for k, lane in enumerate(lanes):
+                self.fold(parts, lane, r if k == 0 else b.let(op("add", r, const(k, INT32))))
+        with b.loop(end, self.rows) as r:
+            self.fold(parts, accs, r)
+        for lane in lanes[1:]:
+            for (_, _, m), acc, other in zip(parts, accs, lane, strict=True):
+                for a, v in zip(acc, [b.let(v) for v in m.combine(b, acc, other)], strict=True):
+                    b.assign(a, v)
+        return accs
+
+    def results(self, parts, accs, store_if=None):
+        """The reductions' results from their accumulators: seeded for later reads, stored where needed."""
+        b, ctx, o = self.b, self.ctx, self.o
+        for (e, _, m), vals in zip(parts, accs, strict=True):
+            outv = e.outputs[0]
+            res = b.let(convert(b, vals[1], outv.aval.dtype)) if m.arg else b.let(vals[0])
+            self.em.seed(outv, self.out, res)  # a later stage's operand reads it here, from the register
+            if outv in ctx.needed:
+                if store_if is None:
+                    b.store(ctx.output(b, self.args, outv), o, res)
+                else:
+                    with b.when(store_if):
+                        b.store(ctx.output(b, self.args, outv), o, res)
+
+    def finish(self, accs):
+        self.results(self.g.parts, accs)
+        self.g.emit_roots(self.b, self.em, self.args, self.out, self.o)
+
+    def roots_everywhere(self, store_if):
+        """``emit_roots`` in every work-item of the group (the row values read them), stored by one."""
+        b, g, em, ctx = self.b, self.g, self.em, self.ctx
+        idx = self.out
+        for r in g.roots:
+            ridx = idx
+            if r.aval.shape != g.shape:   # same size, other shape: seed the reshape's way back
+                ridx = unravel(linearize(idx, g.shape), r.aval.shape)
+                back = unravel(linearize(ridx, r.aval.shape), g.shape)
+                for p in g.products:
+                    if p.aval.shape == g.shape and em.known(p, idx) is not None:
+                        em.seed(p, back, em.known(p, idx))
+            v = em.val(r, ridx)
+            em.seed(r, ridx, v)
+            if r in ctx.needed:
+                with b.when(store_if):
+                    b.store(ctx.output(b, self.args, r), self.o, v)
+
+    def staged(self):
+        """Dependent reductions (softmax's max, then its sum of exp(x - max)): one loop over the row per
+        stage, each stage's results seeded before the next stage's loop reads them."""
+        g = self.g
+        stages = g.stages()
+        for st in range(max(stages) + 1):
+            parts = [p for p, s in zip(g.parts, stages, strict=True) if s == st]
+            self.results(parts, self.accumulate(const(0, INT32), None, parts))
+            self.hoist(st)
+        g.emit_roots(self.b, self.em, self.args, self.out, self.o)
+
+    def tree(self, parts, accs):
+        """The work-group's accumulators combined in local memory; returns the arrays (slot 0: result)."""
+        b, lid, wg = self.b, self.lid, self.wg
+        arrays = []
+        for (_, _, m), acc in zip(parts, accs, strict=True):
+            arrs = [b.array("local", d, wg, "red") for d in m.dtypes()]
+            for arr, a in zip(arrs, acc, strict=True):
+                b.store(arr, lid, a, space="local")
+            arrays.append(arrs)
+        b.barrier()
+        s = wg // 2
+        while s >= 1:
+            with b.when(op("lt", lid, const(s, INT32))):
+                other = b.let(op("add", lid, const(s, INT32)))
+                for (_, _, m), arrs in zip(parts, arrays, strict=True):
+                    ds = m.dtypes()
+                    mine = [b.load(arr, lid, d, "local") for arr, d in zip(arrs, ds, strict=True)]
+                    theirs = [b.load(arr, other, d, "local") for arr, d in zip(arrs, ds, strict=True)]
+                    new = [b.let(v) for v in m.combine(b, mine, theirs)]
+                    for arr, v in zip(arrs, new, strict=True):
+                        b.store(arr, lid, v, space="local")
+            b.barrier()
+            s //= 2
+        return arrays
+
+    def slot0(self, parts, arrays):
+        b = self.b
+        return [[b.load(arr, const(0, INT32), d, "local") for arr, d in zip(arrs, m.dtypes(), strict=True)]
+                for (_, _, m), arrs in zip(parts, arrays, strict=True)]
+
+
+#: What ``schedule`` collects into its tables ``GROUPS`` (and ``OPERAND_VIEWS``).
+GROUPS = {p: ReduceGroup for p in REDUCTIONS}

@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 from fnarray.lowering.kernels.builder import KernelBuilder
-from fnarray.lowering.kernels.groups.base import _kernel_name, _launch, _Tracker
+from fnarray.lowering.kernels.groups.base import Tracker, kernel_name, make_launch
 from fnarray.lowering.kernels.index import ix_data, unravel
 from fnarray.lowering.kernels.ir import INT32, Cast, Special, const
 from fnarray.lowering.kernels.rules import add_of, mul_of, op, select
@@ -116,7 +116,7 @@ def pack_launch(ctx, group, operand, groups, across, kp, npanels, tag, tile=None
     spec = ctx.spec(("dotpack", id(group), tag, width, kp), (nb, npanels, kp, width), dt)
     b = KernelBuilder("dot_pack")
     args: dict = {}
-    tracker = _Tracker(ctx)
+    tracker = Tracker(ctx)
     em = ctx.emitter(b, args=args, computes=set(group.roots), tracker=tracker)
     gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
     with b.when(op("lt", gid, const(total, INT32))):
@@ -135,7 +135,7 @@ def pack_launch(ctx, group, operand, groups, across, kp, npanels, tag, tile=None
         name = b.buffer(spec, dt, True, "out")
         args[name] = spec
         b.store(name, gid, b.let(select(inside, v, const(0, dt))))
-    return _launch(b, args, {}, gsize, lsize, tracker.eqns, "copy"), spec
+    return make_launch(b, args, {}, gsize, lsize, tracker.eqns, "copy"), spec
 
 
 def panel_coords(b, gid, width, kp, npanels, names):
@@ -208,7 +208,7 @@ def packed_product(b, a, bb, dt, scalars, kp, mp, np_, tile=None):
 
 
 def register_dot(group, lspec, rspec, layout, tile=None):
-    """The product kernel of ``_DotGroup`` ``group`` over packed operands ``lspec`` ``[B][Mp][Kp][RM]`` and
+    """The product kernel of ``DotGroup`` ``group`` over packed operands ``lspec`` ``[B][Mp][Kp][RM]`` and
     ``rspec`` ``[B][Np][Kp][RN]``; ``layout = (wx, wy, Mp, Np, Kp)``. Returns its launch."""
     wx, wy, mp, np_, kp = layout
     dt = group.eqn.inputs[0].aval.dtype
@@ -227,5 +227,5 @@ def register_dot(group, lspec, rspec, layout, tile=None):
         gj = b.let(op("add", col0, j), "gj")
         with b.when(op("land", op("lt", gi, const(group.M, INT32)), op("lt", gj, const(group.N, INT32)))):
             group._finish(b, em, args, Special("group_id", 2), gi, gj, v)
-    b.name = _kernel_name("dot_reg", tracker.eqns)
-    return _launch(b, args, scalars, (np_, mp, group.B), (wx, wy, 1), tracker.eqns, "dot", fixed_local=True)
+    b.name = kernel_name("dot_reg", tracker.eqns)
+    return make_launch(b, args, scalars, (np_, mp, group.B), (wx, wy, 1), tracker.eqns, "dot", fixed_local=True)

@@ -1,4 +1,4 @@
-"""Scatter kernels (``scatter``, ``scatter_add``/``mul``/``min``/``max``): ``_ScatterGroup``.
+"""Scatter kernels (``scatter``, ``scatter_add``/``mul``/``min``/``max``): ``ScatterGroup``.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from fnarray.core import primitives as P
-from fnarray.lowering.kernels.groups.base import _analyse_val, _Group, _index_vars, _kernel_name, _launch
+from fnarray.lowering.kernels.groups.base import SCATTERS, Group, analyse_val, index_vars, kernel_name, make_launch
 from fnarray.lowering.kernels.index import ix_data, ix_var, unravel
 from fnarray.lowering.kernels.ir import INT32, Cast, const
 from fnarray.lowering.kernels.rules import (
@@ -22,7 +22,7 @@ from fnarray.lowering.kernels.rules import (
 # ---------------------------------------------------------------------------- scatter
 
 
-class _ScatterGroup(_Group):
+class ScatterGroup(Group):
     """Each work item owns one output element and walks the updates in order: deterministic, no atomics."""
 
     kind = "scatter"
@@ -33,7 +33,7 @@ class _ScatterGroup(_Group):
         self.products.append(eqn.outputs[0])
 
     def analyse(self):
-        _analyse_val(self, *self.eqn.inputs)
+        analyse_val(self, *self.eqn.inputs)
 
     def codegen(self):
         ctx = self.ctx
@@ -50,7 +50,7 @@ class _ScatterGroup(_Group):
         gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
         dt = out.aval.dtype
         with b.when(op("lt", gid, const(n, INT32))):
-            idx = _index_vars(b, gid, self.shape)
+            idx = index_vars(b, gid, self.shape)
             acc = b.var(dt, em.val(x, idx))
             rest = tuple(i for d, i in enumerate(idx) if d not in axes)
             with b.loop(const(0, INT32), const(nb, INT32)) as bi:
@@ -65,8 +65,8 @@ class _ScatterGroup(_Group):
                     u = em.val(updates, tuple(bidx) + rest)
                     b.assign(acc, self._combine(b, acc, u))
             b.store(ctx.output(b, args, out), gid, acc)
-        b.name = _kernel_name("scatter", tracker.eqns)
-        return [_launch(b, args, {}, gsize, lsize, tracker.eqns, "scatter")]
+        b.name = kernel_name("scatter", tracker.eqns)
+        return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "scatter")]
 
     def _combine(self, b, acc, u):
         p = self.eqn.primitive
@@ -79,3 +79,7 @@ class _ScatterGroup(_Group):
         if p == P.scatter_min:
             return min_of(b, acc, u)
         return max_of(b, acc, u)
+
+
+#: What ``schedule`` collects into its tables ``GROUPS`` (and ``OPERAND_VIEWS``).
+GROUPS = {p: ScatterGroup for p in SCATTERS}

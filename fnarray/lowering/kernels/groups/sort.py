@@ -1,20 +1,21 @@
-"""Sort kernels: ``_SortGroup`` (a bitonic network over a padded power-of-two length, multi-operand, stable).
+"""Sort kernels: ``SortGroup`` (a bitonic network over a padded power-of-two length, multi-operand, stable).
 """
 
 from __future__ import annotations
 
 import math
 
+from fnarray.core import primitives as P
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import Flat
 from fnarray.lowering.kernels.groups.base import (
+    Group,
     Launch,
-    _analyse_val,
-    _Group,
-    _index_vars,
-    _launch,
-    _lin,
-    _reads,
+    analyse_val,
+    index_vars,
+    inline_reads,
+    linear_index,
+    make_launch,
 )
 from fnarray.lowering.kernels.index import ix_const, ix_data, linearize
 from fnarray.lowering.kernels.ir import INT32, BufferParam, const
@@ -26,7 +27,7 @@ from fnarray.lowering.kernels.rules import (
 # ---------------------------------------------------------------------------- sort
 
 
-class _SortGroup(_Group):
+class SortGroup(Group):
     """Bitonic sort of each line along ``dimension``, by the first ``num_keys`` operands, NaN last and
     stable (the original position breaks ties); lines are padded to a power of two."""
 
@@ -38,7 +39,7 @@ class _SortGroup(_Group):
         self.products.extend(eqn.outputs)
 
     def analyse(self):
-        _analyse_val(self, *self.eqn.inputs)
+        analyse_val(self, *self.eqn.inputs)
 
     def codegen(self):
         ctx = self.ctx
@@ -61,7 +62,7 @@ class _SortGroup(_Group):
             return tuple(t if d == dim else next(it) for d in range(len(shape)))
 
         def line_index(b, row):
-            return _index_vars(b, row, other, "o") if other else ()
+            return index_vars(b, row, other, "o") if other else ()
 
         # 1. Copy the keys and positions into padded scratch lines (in as many kernels as the
         #    buffer limit needs; the first also writes the positions).
@@ -86,7 +87,7 @@ class _SortGroup(_Group):
                     args[kname] = spec
                     b.store(kname, gid, select(inside, v, const(0, kv.aval.dtype)))
             b.name = "sort_init"
-            launches.append(_launch(b, args, {}, gsize, lsize, tracker.eqns, "sort"))
+            launches.append(make_launch(b, args, {}, gsize, lsize, tracker.eqns, "sort"))
 
         # 2. The bitonic network: one kernel, launched once per (k, j) stage.
         if Pn > 1:
@@ -118,11 +119,11 @@ class _SortGroup(_Group):
                 oidx = line_index(b, row)
                 idx = full_index(oidx, ix_data(src, 0, L - 1) if L > 1 else ix_const(0))
                 dest_idx = full_index(oidx, ix_data(t, 0, L - 1) if L > 1 else ix_const(0))
-                dest = b.let(_lin(linearize(dest_idx, shape)), "dest")
+                dest = b.let(linear_index(linearize(dest_idx, shape)), "dest")
                 for x, o in chunk:
                     b.store(ctx.output(b, args, o), dest, em.val(x, idx))
             b.name = "sort_gather"
-            launches.append(_launch(b, args, {}, gsize, lsize, (e,), "sort"))
+            launches.append(make_launch(b, args, {}, gsize, lsize, (e,), "sort"))
         return launches
 
     def _chunks(self, items, atom_of, per_item):
@@ -133,7 +134,7 @@ class _SortGroup(_Group):
             return [items] if items else []
         out, run, reads = [], [], set()
         for it in items:
-            r = _reads(self.ctx, atom_of(it))
+            r = inline_reads(self.ctx, atom_of(it))
             if run and len(reads | r) + (len(run) + 1) * (per_item - 1) + 1 > limit:
                 out.append(run)
                 run, reads = [], set()
@@ -216,5 +217,9 @@ class _SortGroup(_Group):
             gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
             with b.when(op("lt", gid, const(n, INT32))):
                 b.store(ctx.output(b, args, o), gid, em.val(x, Flat(gid) if n > 1 else ()))
-            launches.append(_launch(b, args, {}, gsize, lsize, (self.eqn,), "sort"))
+            launches.append(make_launch(b, args, {}, gsize, lsize, (self.eqn,), "sort"))
         return launches
+
+
+#: What ``schedule`` collects into its tables ``GROUPS`` (and ``OPERAND_VIEWS``).
+GROUPS = {P.sort: SortGroup}

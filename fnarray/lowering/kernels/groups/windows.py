@@ -27,12 +27,19 @@ from fnarray.core import primitives as P
 from fnarray.core import windows as W
 from fnarray.core.ir import Var
 from fnarray.lowering.kernels.builder import KernelBuilder
+from fnarray.lowering.kernels.groups.base import (
+    Group,
+    Tracker,
+    analyse_val,
+    contiguous_strides,
+    index_vars,
+    kernel_name,
+    make_launch,
+)
 from fnarray.lowering.kernels.index import ix_const, ix_data
 from fnarray.lowering.kernels.ir import BOOL, INT32, const
 from fnarray.lowering.kernels.rules import add_of, convert, highest, lowest, max_of, min_of, op, select
-from fnarray.lowering.kernels.groups.base import (_analyse_val, _contiguous, _Group,
-                                               _index_vars, _kernel_name, _launch, _Tracker)
-from fnarray.lowering.zero_size import _REWRITES, _IDENTITY, fill
+from fnarray.lowering.zero_size import IDENTITY, REWRITES, fill
 
 __all__ = ["WindowGroup", "SelectGroup", "GROUPS", "OPERAND_VIEWS"]
 
@@ -83,7 +90,7 @@ class _Window:
 
 
 def _coords(idx):
-    """Kernel expressions of an output index tuple (``Ix``) from ``_index_vars``."""
+    """Kernel expressions of an output index tuple (``Ix``) from ``index_vars``."""
     from fnarray.lowering.kernels.index import to_expr
     return [to_expr(i) for i in idx]
 
@@ -112,7 +119,7 @@ def _fill_value(prim_kind, dtype):
     return lowest(dtype) if prim_kind == "max" else highest(dtype)
 
 
-class WindowGroup(_Group):
+class WindowGroup(Group):
     """One ``reduce_window_*`` with its operand's producers inlined and its consumers as an epilogue."""
 
     kind = "window"
@@ -126,7 +133,7 @@ class WindowGroup(_Group):
         self.win = _Window(eqn.params, eqn.inputs[0].aval.shape)
 
     def analyse(self):
-        _analyse_val(self, self.eqn.inputs[0])
+        analyse_val(self, self.eqn.inputs[0])
 
     def codegen(self):
         ctx = self.ctx
@@ -141,7 +148,7 @@ class WindowGroup(_Group):
         d = x.aval.dtype
         adt = np.dtype(np.float32) if d == np.float16 else d
         with b.when(op("lt", gid, const(n, INT32))):
-            idx = _index_vars(b, gid, self.shape)
+            idx = index_vars(b, gid, self.shape)
             ys = _coords(idx)
             acc = b.var(adt, _fill_value(kind, adt))
 
@@ -162,11 +169,11 @@ class WindowGroup(_Group):
             if out in ctx.needed:
                 b.store(ctx.output(b, args, out), gid, res)
             self.emit_roots(b, em, args, idx, gid)
-        b.name = _kernel_name("window", tracker.eqns)
-        return [_launch(b, args, {}, gsize, lsize, tracker.eqns, "window")]
+        b.name = kernel_name("window", tracker.eqns)
+        return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "window")]
 
 
-class SelectGroup(_Group):
+class SelectGroup(Group):
     """``select_and_gather_add`` (per window) or ``select_and_scatter_add`` (per operand element)."""
 
     kind = "window"
@@ -186,7 +193,7 @@ class SelectGroup(_Group):
                                                                         "window_dilation")})
 
     def analyse(self):
-        _analyse_val(self, *self.eqn.inputs)
+        analyse_val(self, *self.eqn.inputs)
 
     def _scan(self, b, em, ys, on_tap):
         """The selection scan of the window at output position ``ys``: returns the selected tap's number
@@ -244,7 +251,7 @@ class SelectGroup(_Group):
             selected, first_launch = self._selections()
             launches.append(first_launch)
         with b.when(op("lt", gid, const(n, INT32))):
-            idx = _index_vars(b, gid, self.shape)
+            idx = index_vars(b, gid, self.shape)
             here = _coords(idx)
             if e.primitive is W.select_and_gather_add_p:
                 acc = b.var(adt, const(0, adt), "tan")
@@ -263,8 +270,8 @@ class SelectGroup(_Group):
             if out in ctx.needed:
                 b.store(ctx.output(b, args, out), gid, res)
             self.emit_roots(b, em, args, idx, gid)
-        b.name = _kernel_name("select", tracker.eqns)
-        return launches + [_launch(b, args, {}, gsize, lsize, tracker.eqns, "window")]
+        b.name = kernel_name("select", tracker.eqns)
+        return launches + [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "window")]
 
     def _two_pass(self) -> bool:
         """Whether the scatter first writes every window's selected tap (``taps`` loop iterations per work
@@ -281,18 +288,18 @@ class SelectGroup(_Group):
         spec = ctx.spec(("selected", id(self)), self.wshape, INT32)
         b = KernelBuilder("k")
         args: dict = {}
-        tracker = _Tracker(ctx)
+        tracker = Tracker(ctx)
         tracker.add(self.eqn)
         em = ctx.emitter(b, args=args, tracker=tracker)
         gid, gsize, lsize = ctx.gid(b, m, ctx.wg)
         with b.when(op("lt", gid, const(m, INT32))):
-            ys = _coords(_index_vars(b, gid, self.wshape))
+            ys = _coords(index_vars(b, gid, self.wshape))
             sel = self._scan(b, em, ys, None)
             name = b.buffer(spec, INT32, True, "sel")
             args[name] = spec
             b.store(name, gid, sel)
-        b.name = _kernel_name("select_taps", tracker.eqns)
-        return spec, _launch(b, args, {}, gsize, lsize, tracker.eqns, "window")
+        b.name = kernel_name("select_taps", tracker.eqns)
+        return spec, make_launch(b, args, {}, gsize, lsize, tracker.eqns, "window")
 
     def _scatter(self, b, em, source, ps, adt, selected=None, args=None):
         """The sum, over the windows that contain operand element ``ps``, of their source value where
@@ -339,14 +346,14 @@ class SelectGroup(_Group):
 
 def _operand_buffer(ctx, a):
     """The select kernels read their operands many times per work item: they get buffers."""
-    return (a, 0, _contiguous(a.aval.shape)) if isinstance(a, Var) else None
+    return (a, 0, contiguous_strides(a.aval.shape)) if isinstance(a, Var) else None
 
 
 def _reduce_zero_size(e):
     """A window reduction of an empty operand with a non-empty result (all padding): the identity."""
     prim = {W.reduce_window_sum_p: P.reduce_sum, W.reduce_window_max_p: P.reduce_max,
             W.reduce_window_min_p: P.reduce_min}[e.primitive]
-    return [fill(e.outputs[0], _IDENTITY[prim](e.inputs[0].aval.dtype))], {}
+    return [fill(e.outputs[0], IDENTITY[prim](e.inputs[0].aval.dtype))], {}
 
 
 def _select_zero_size(e):
@@ -354,13 +361,13 @@ def _select_zero_size(e):
     return [fill(e.outputs[0], 0)], {}
 
 
-#: What ``schedule`` adds to its tables ``_GROUPS`` and ``OPERAND_VIEWS``.
+#: What ``schedule`` collects into its tables ``GROUPS`` and ``OPERAND_VIEWS``.
 GROUPS: dict = {}
 OPERAND_VIEWS: dict = {}
 for _p in _REDUCE:
     GROUPS[_p] = WindowGroup
-    _REWRITES.setdefault(_p, _reduce_zero_size)
+    REWRITES.setdefault(_p, _reduce_zero_size)
 for _p in (W.select_and_gather_add_p, W.select_and_scatter_add_p):
     GROUPS[_p] = SelectGroup
     OPERAND_VIEWS[_p] = _operand_buffer
-    _REWRITES.setdefault(_p, _select_zero_size)
+    REWRITES.setdefault(_p, _select_zero_size)

@@ -1,0 +1,253 @@
+"""Decode and prefill tokens per second of ``examples/llm.py``'s model, float32 and 4-bit, on each backend.
+
+The model is the example's llama architecture (RMSNorm, RoPE, grouped-query attention, SwiGLU) at a benchmark size
+(default width 256, 8 query / 4 key-value heads, 4 blocks, SwiGLU 768, vocabulary 96), randomly initialised
+(speed does not depend on training); 4-bit is ``fa.nn.quantize(group_size=64, bits=4)``. Per device, in one
+interleaved run (best of ``--number`` alternating calls after a warm-up call each):
+
+- decode: the example's jitted decode step (one token, fixed-capacity ``KVCache``s at position ``--prompt``,
+  the sampled id read back to the host each call), in tokens/s;
+- prefill: the jitted prefill of ``--prompt`` tokens into empty caches, in tokens/s.
+
+On mlx:0 the same weights also run in raw MLX as mlx-lm runs a model (``mx.fast.rms_norm``, ``mx.fast.rope``,
+``mx.fast.scaled_dot_product_attention``, ``mx.quantized_matmul`` for 4-bit, a preallocated cache written by slice,
+no ``mx.compile``), and on jax:0 in raw JAX float32 (one ``jax.jit`` of the fixed-shape step: ``dynamic_update_slice``
+into the caches, ``jax.nn.dot_product_attention`` with a mask); the ratio is fnarray's time over raw's (below 1:
+fnarray faster).
+
+    PYTHONPATH=. python benchmarks/llm.py [--devices numpy:0,jax:0,mlx:0,opencl:0,webgpu:0] [--number 5]
+
+The load average is printed first: compare runs at similar loads (docs/traps.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _checkout  # noqa: E402,F401  (this checkout's fnarray)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+
+import numpy as np  # noqa: E402
+
+VOCAB = 96
+
+
+def _best(fns, number):
+    """Each of ``fns`` warmed (twice: a first call compiles), then the best seconds of ``number`` alternating
+    calls."""
+    for fn in fns:
+        fn()
+        fn()
+    best = [float("inf")] * len(fns)
+    for _ in range(number):
+        for i, fn in enumerate(fns):
+            t = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - t)
+    return best
+
+
+def _fnarray_steps(fa, llm, model, dev, prompt, capacity):
+    """``(decode, prefill)`` zero-argument callables of the example's jitted steps on ``dev``."""
+    prefill, decode, _ = llm.make_generators(dev, 0.9, 1.0)
+    ids = fa.device_put(np.arange(prompt, dtype=np.int32)[None] % VOCAB, dev)
+    key = fa.random.key(0)
+    empty = model.make_caches(1, capacity, dev)
+    token, filled = prefill(model, empty, ids, key, greedy=True)
+
+    def run_decode():
+        return int(decode(model, filled, token, key, greedy=True)[0][0])
+
+    def run_prefill():
+        return int(prefill(model, empty, ids, key, greedy=True)[0][0])
+
+    return run_decode, run_prefill
+
+
+# ------------------------------------------------------------------------------------------ raw MLX
+
+
+def _mlx_params(model):
+    import mlx.core as mx
+
+    from fnarray.utils import tree_flatten
+    return {k: mx.array(np.asarray(v)) for k, v in tree_flatten(model.parameters())}
+
+
+def _mlx_linear(mx, p, name, x):
+    if f"{name}.scales" in p:
+        return mx.quantized_matmul(x, p[f"{name}.weight"], p[f"{name}.scales"], p[f"{name}.biases"], transpose=True,
+                                   group_size=64, bits=4)
+    return x @ p[f"{name}.weight"].T
+
+
+def _mlx_forward(mx, p, cfg, ids, caches, offset):
+    """The model in raw MLX on ``ids (1, T)``; ``caches``: per layer ``[keys, values]`` ``(1, K, cap, H)``
+    written by slice (mlx-lm's ``KVCache``)."""
+    layers, heads, kv, hd = cfg
+    if "embed.scales" in p:
+        h = mx.dequantize(p["embed.weight"][ids], p["embed.scales"][ids], p["embed.biases"][ids], group_size=64,
+                          bits=4)
+    else:
+        h = p["embed.weight"][ids]
+    t = ids.shape[1]
+    for i in range(layers):
+        pre = f"layers.{i}"
+        x = mx.fast.rms_norm(h, p[f"{pre}.attention_norm.weight"], 1e-5)
+        q = _mlx_linear(mx, p, f"{pre}.attention.q_proj", x).reshape(1, t, heads, hd).transpose(0, 2, 1, 3)
+        k = _mlx_linear(mx, p, f"{pre}.attention.k_proj", x).reshape(1, t, kv, hd).transpose(0, 2, 1, 3)
+        v = _mlx_linear(mx, p, f"{pre}.attention.v_proj", x).reshape(1, t, kv, hd).transpose(0, 2, 1, 3)
+        q = mx.fast.rope(q, hd, traditional=False, base=10000.0, scale=1.0, offset=offset)
+        k = mx.fast.rope(k, hd, traditional=False, base=10000.0, scale=1.0, offset=offset)
+        caches[i][0][:, :, offset:offset + t] = k
+        caches[i][1][:, :, offset:offset + t] = v
+        keys, values = caches[i][0][:, :, :offset + t], caches[i][1][:, :, :offset + t]
+        o = mx.fast.scaled_dot_product_attention(q, keys, values, scale=hd ** -0.5,
+                                                 mask="causal" if t > 1 else None)
+        h = h + _mlx_linear(mx, p, f"{pre}.attention.o_proj", o.transpose(0, 2, 1, 3).reshape(1, t, -1))
+        x = mx.fast.rms_norm(h, p[f"{pre}.mlp_norm.weight"], 1e-5)
+        g = _mlx_linear(mx, p, f"{pre}.mlp.gate", x)
+        h = h + _mlx_linear(mx, p, f"{pre}.mlp.down", g * mx.sigmoid(g) * _mlx_linear(mx, p, f"{pre}.mlp.up", x))
+    logits = _mlx_linear(mx, p, "head", mx.fast.rms_norm(h, p["norm.weight"], 1e-5))
+    return mx.argmax(logits[:, -1], axis=-1)
+
+
+def _mlx_steps(model, cfg, prompt, capacity):
+    import mlx.core as mx
+    p = _mlx_params(model)
+    layers, _, kv, hd = cfg
+
+    def caches():
+        return [[mx.zeros((1, kv, capacity, hd)), mx.zeros((1, kv, capacity, hd))] for _ in range(layers)]
+
+    ids = mx.array(np.arange(prompt, dtype=np.int32)[None] % VOCAB)
+    filled = caches()
+    token = _mlx_forward(mx, p, cfg, ids, filled, 0)
+    mx.eval(token, filled)
+
+    def run_decode():
+        return int(_mlx_forward(mx, p, cfg, token[None], filled, prompt).item())
+
+    def run_prefill():
+        return int(_mlx_forward(mx, p, cfg, ids, caches(), 0).item())
+
+    return run_decode, run_prefill
+
+
+# ------------------------------------------------------------------------------------------ raw JAX
+
+
+def _jax_steps(model, cfg, prompt, capacity):
+    """The model's float32 decode and prefill in raw JAX: one ``jax.jit`` per step, fixed-shape caches."""
+    import jax
+    import jax.numpy as jnp
+
+    from fnarray.utils import tree_flatten
+    p = {k: jnp.asarray(np.asarray(v)) for k, v in tree_flatten(model.parameters())}
+    layers, heads, kv, hd = cfg
+    inv = 10000.0 ** (-np.arange(0, hd, 2) / hd)
+
+    def rope(x, offset):   # x (1, T, N, H), MLX's non-traditional halves
+        pos = (jnp.arange(x.shape[1]) + offset)[:, None] * inv[None]
+        cos, sin = jnp.cos(pos)[None, :, None], jnp.sin(pos)[None, :, None]
+        a, b = x[..., :hd // 2], x[..., hd // 2:]
+        return jnp.concatenate([a * cos - b * sin, a * sin + b * cos], -1)
+
+    def rms(x, w):
+        return x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-5) * w
+
+    def forward(p, ids, caches, offset):
+        t = ids.shape[1]
+        h = p["embed.weight"][ids]
+        new = []
+        for i in range(layers):
+            pre = f"layers.{i}"
+            x = rms(h, p[f"{pre}.attention_norm.weight"])
+            q = rope((x @ p[f"{pre}.attention.q_proj.weight"].T).reshape(1, t, heads, hd), offset)
+            k = rope((x @ p[f"{pre}.attention.k_proj.weight"].T).reshape(1, t, kv, hd), offset)
+            v = (x @ p[f"{pre}.attention.v_proj.weight"].T).reshape(1, t, kv, hd)
+            ck = jax.lax.dynamic_update_slice(caches[i][0], k, (0, offset, 0, 0))
+            cv = jax.lax.dynamic_update_slice(caches[i][1], v, (0, offset, 0, 0))
+            new.append((ck, cv))
+            mask = (jnp.arange(capacity)[None, :] <= offset + jnp.arange(t)[:, None])[None, None]
+            o = jax.nn.dot_product_attention(q, ck, cv, mask=mask)
+            h = h + o.reshape(1, t, -1) @ p[f"{pre}.attention.o_proj.weight"].T
+            x = rms(h, p[f"{pre}.mlp_norm.weight"])
+            g = x @ p[f"{pre}.mlp.gate.weight"].T
+            h = h + (jax.nn.silu(g) * (x @ p[f"{pre}.mlp.up.weight"].T)) @ p[f"{pre}.mlp.down.weight"].T
+        logits = rms(h, p["norm.weight"]) @ p["head.weight"].T
+        return jnp.argmax(logits[:, -1], -1).astype(jnp.int32), tuple(new)
+
+    step = jax.jit(forward)
+    empty = tuple((jnp.zeros((1, capacity, kv, hd)), jnp.zeros((1, capacity, kv, hd))) for _ in range(layers))
+    ids = jnp.asarray(np.arange(prompt, dtype=np.int32)[None] % VOCAB)
+    token, filled = step(p, ids, empty, jnp.int32(0))
+
+    def run_decode():
+        return int(step(p, token[None], filled, jnp.int32(prompt))[0][0])
+
+    def run_prefill():
+        return int(step(p, ids, empty, jnp.int32(0))[0][0])
+
+    return run_decode, run_prefill
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--devices", default="numpy:0,jax:0,mlx:0,opencl:0,webgpu:0")
+    ap.add_argument("--number", type=int, default=5)
+    ap.add_argument("--dim", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--kv-heads", type=int, default=4)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=768)
+    ap.add_argument("--prompt", type=int, default=64, help="prompt tokens (prefill) and the decode position")
+    ap.add_argument("--capacity", type=int, default=128, help="cache positions")
+    args = ap.parse_args(argv)
+    import fnarray as fa
+    import llm
+    from fnarray import nn
+    print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    cfg = (args.layers, args.heads, args.kv_heads, args.dim // args.heads)
+    base = llm.Llama(VOCAB, args.dim, args.heads, args.kv_heads, args.layers, args.hidden, key=fa.random.key(0))
+    print(f"model: width {args.dim}, {args.heads}/{args.kv_heads} heads, {args.layers} blocks, SwiGLU {args.hidden}; "
+          f"prompt {args.prompt}, cache {args.capacity}")
+    print(f"{'device':10} {'weights':8} {'decode tok/s':>12} {'prefill tok/s':>13} {'raw decode':>10} "
+          f"{'raw prefill':>11} {'decode x raw':>12} {'prefill x raw':>13}")
+    for name in args.devices.split(","):
+        try:
+            dev = fa.get_device(name)
+        except Exception as e:  # a device this machine lacks: say so and go on
+            print(f"{name:10} unavailable: {e}")
+            continue
+        models = [("float32", fa.device_put(base, dev)),
+                  ("4-bit", fa.device_put(nn.quantize(base, group_size=64, bits=4), dev))]
+        fns, labels = [], []
+        for label, m in models:
+            fns.extend(_fnarray_steps(fa, llm, m, dev, args.prompt, args.capacity))
+            labels.append(label)
+        raw = []
+        if dev.backend == "mlx":
+            raw = [_mlx_steps(m, cfg, args.prompt, args.capacity) for _, m in models]
+        elif dev.backend == "jax":
+            raw = [_jax_steps(models[0][1], cfg, args.prompt, args.capacity)]
+        for pair in raw:
+            fns.extend(pair)
+        times = _best(fns, args.number)
+        for i, label in enumerate(labels):
+            dec, pre = times[2 * i], times[2 * i + 1]
+            line = f"{name:10} {label:8} {1 / dec:12.1f} {args.prompt / pre:13.1f}"
+            if i < len(raw):
+                rdec, rpre = times[2 * len(labels) + 2 * i], times[2 * len(labels) + 2 * i + 1]
+                line += f" {1 / rdec:10.1f} {args.prompt / rpre:11.1f} {dec / rdec:12.2f} {pre / rpre:13.2f}"
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

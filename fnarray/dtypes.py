@@ -1,0 +1,16 @@
+"""Dtype names a JAX program imports from ``jax.dtypes`` (mirrors ``jax.dtypes``).
+
+``prng_key`` and ``extended`` are the abstract types of typed PRNG keys (``fa.random.key``'s dtype
+``key<fry>``, ``fnarray.core.dtypes.KeyDType``): ``fnp.issubdtype(k.dtype, fa.dtypes.prng_key)`` is True
+for typed keys and False for raw ``uint32[2]`` ones, as in JAX. The rest are ``fnarray.numpy``'s functions
+under JAX's names.
+"""
+
+from __future__ import annotations
+
+from fnarray.core.dtypes import bfloat16, extended, float0, prng_key
+from fnarray.core.dtypes import canonicalize as canonicalize_dtype
+from fnarray.numpy import finfo, iinfo, issubdtype, result_type
+
+__all__ = ["bfloat16", "canonicalize_dtype", "extended", "finfo", "float0", "iinfo", "issubdtype", "prng_key",
+           "result_type"]

@@ -1,0 +1,56 @@
+"""``dot_product_attention`` over any array library with NumPy's names (NumPy, ``jax.numpy``, ``mlx.core``), shared
+by the library backends' rules (``numpy/attention.py``, ``jax/attention.py``, ``mlx/attention.py``); it imports no
+backend library. The kernel backends' form is ``fnarray.lowering.kernels.groups.attention``.
+
+The semantics are the primitive's (``fnarray.core.attention``): logits, softmax and the weighted sum of the values
+in float32 (float64 for float64), removed logits at ``MASKED_LOGIT``, one rounding at the end. Grouped-query heads
+are a reshape of the queries to ``(B, K, G, T, H)`` against keys ``(B, K, 1, H, S)``: no key or value is repeated.
+"""
+
+from __future__ import annotations
+
+from fnarray.core.attention import MASKED_LOGIT, split_operands
+
+__all__ = ["attention", "keep_mask"]
+
+
+def keep_mask(xp, T, S, is_causal, local_window):
+    """The ``(T, S)`` bool mask of the causal and window conditions, or None."""
+    if not is_causal and local_window is None:
+        return None
+    t = xp.arange(T)[:, None]
+    s = xp.arange(S)[None, :]
+    keep = None
+    if is_causal:
+        keep = s <= t
+    if local_window is not None:
+        left, right = local_window
+        win = xp.logical_and(t <= s + left, t >= s - right)
+        keep = win if keep is None else xp.logical_and(keep, win)
+    return keep
+
+
+def attention(xp, cast, operands, acc, *, scale, is_causal, local_window, has_bias, has_mask):
+    """The primitive on ``operands`` (arrays of ``xp``) computed in the NumPy dtype ``acc``
+    (``fnarray.core.attention.acc_dtype``), the result left in it; ``cast(x, numpy_dtype)`` converts an array."""
+    q, k, v, bias, mask = split_operands(operands, has_bias, has_mask)
+    B, T, N, H = q.shape
+    _, S, K, _ = k.shape
+    G = N // K
+    qg = cast(q, acc).reshape(B, T, K, G, H).transpose(0, 2, 3, 1, 4)          # (B, K, G, T, H)
+    kt = cast(k, acc).transpose(0, 2, 3, 1)[:, :, None]                          # (B, K, 1, H, S)
+    logits = xp.matmul(qg, kt).reshape(B, N, T, S) * scale
+    if bias is not None:
+        logits = logits + cast(bias, acc)
+    keep = keep_mask(xp, T, S, is_causal, local_window)
+    if mask is not None:
+        keep = mask if keep is None else xp.logical_and(keep, mask)
+    if keep is not None:
+        logits = xp.where(keep, logits, cast(MASKED_LOGIT, acc))
+    top = logits.max(axis=-1, keepdims=True)
+    e = xp.exp(logits - top)
+    probs = (e / e.sum(axis=-1, keepdims=True)).reshape(B, K, G, T, S)
+    vt = cast(v, acc).transpose(0, 2, 1, 3)[:, :, None]                          # (B, K, 1, S, H)
+    out = xp.matmul(probs, vt).transpose(0, 3, 1, 2, 4).reshape(B, T, N, H)    # (B, T, K, G, H) -> (B, T, N, H)
+    return out
+

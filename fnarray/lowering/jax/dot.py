@@ -1,0 +1,20 @@
+"""The jax backend's rule for ``dot_general`` (bool as int32, float16/bfloat16 accumulated in float32)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fnarray.core import dtypes
+from fnarray.core import primitives as P
+from fnarray.lowering.jax.common import lax, rule
+
+
+@rule(P.dot_general)
+def _dot_general(x, y, *, dimension_numbers, preferred_element_type=None):
+    if x.dtype == np.bool_:
+        r = lax.dot_general(x.astype(np.int32), y.astype(np.int32), dimension_numbers)
+        return r > 0
+    if x.dtype in (dtypes.float16, dtypes.bfloat16):
+        r = lax.dot_general(x, y, dimension_numbers, preferred_element_type=np.float32)
+        return r.astype(preferred_element_type or x.dtype)
+    return lax.dot_general(x, y, dimension_numbers, preferred_element_type=preferred_element_type)

@@ -1,0 +1,295 @@
+"""The ``dot_product_attention`` kernel: one launch per call, an online softmax over blocks of keys.
+
+One work item per query row ``(b, t, n)``: it holds the row of ``q`` and an accumulator of ``H`` values (registers:
+head sizes up to ``UNROLL_HEAD`` are unrolled at code generation; a private array above) and walks the keys of its
+key/value head ``n // (N // K)`` (grouped-query heads read the shared head; no key is repeated in memory) in blocks
+of ``KEY_BLOCK``. Per block it computes the block's logits
+``q . k_s * scale (+ bias)``, replaces the removed ones (the bool mask, the causal and window conditions) by
+``MASKED_LOGIT``, and takes the block's maximum ``m'``; the running sum ``l`` and accumulator ``o`` are rescaled
+once by ``exp(m - m')`` and the block's ``exp(logit - m')`` and ``exp(logit - m') * v_s`` added. At the end the
+row is ``o / l``, rounded once to the output dtype. This is the online softmax of Milakov & Gimelshein (2018) as
+FlashAttention (Dao et al., 2022) tiles it, one row per work item: the ``(B, N, T, S)`` logits never exist in
+memory, and a decode step (``T = 1``) with a fixed-capacity cache is one kernel per layer whatever the position.
+With a causal or window condition and no mask operand, a row walks only the keys the conditions keep.
+
+Everything is computed in float32 (float64 for float64 inputs), as the primitive's semantics say. The running
+maximum starts at ``-finfo(float32).max``, below every logit the primitive can produce but ``-inf``, so the first
+block's rescaling multiplies zeros by zero and no ``inf - inf`` arises. A row with every key removed has every
+logit at ``MASKED_LOGIT`` and averages the values, as the reference does.
+
+Not done: a cooperative form for GPUs (a work-group per block of query rows, keys staged in work-group memory as
+FlashAttention does), flash-decoding (a decode step has only ``B * N`` rows, so as many work items) and a fused
+backward; the derivatives run the decomposition's kernels. Measured against them: docs/attention.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fnarray.core.attention import MASKED_LOGIT, acc_dtype, dot_product_attention_p, split_operands
+from fnarray.core.ir import Var
+from fnarray.lowering.kernels.groups.base import contiguous_strides, Group, kernel_name, make_launch
+from fnarray.lowering.kernels.ir import BOOL, INT32, Cast, const
+from fnarray.lowering.kernels.rules import op, select
+
+__all__ = ["AttentionGroup", "GROUPS", "OPERAND_VIEWS", "KEY_BLOCK", "loop_steps", "unsupported_reason"]
+
+#: Keys per block of the online softmax (one rescaling of the accumulator per block).
+KEY_BLOCK = 16
+#: Head sizes up to this are unrolled at code generation (the query row and the accumulator in registers).
+UNROLL_HEAD = 128
+#: Independent partial sums of an unrolled dot product.
+DOT_LANES = 4
+
+
+class AttentionGroup(Group):
+    """One ``dot_product_attention`` equation: a work item per query row ``(b, t, n)``."""
+
+    kind = "attention"
+
+    def __init__(self, ctx, eqn):
+        out = eqn.outputs[0]
+        super().__init__(ctx, out.aval.shape)
+        self.eqn = eqn
+        self.products.append(out)
+
+    def analyse(self):
+        self.reads |= {a for a in self.eqn.inputs if isinstance(a, Var)}
+
+    def codegen(self):
+        ctx = self.ctx
+        e = self.eqn
+        p = e.params
+        out = e.outputs[0]
+        if math.prod(out.aval.shape) == 0:
+            return []
+        q, k, _, bias, mask = split_operands(e.inputs, p["has_bias"], p["has_mask"])
+        B, T, N, H = q.aval.shape
+        S, K = k.aval.shape[1], k.aval.shape[2]
+        acc = acc_dtype(out.aval.dtype)
+        b, args, tracker, _ = self._kernel_start()
+        names = []
+        for a in e.inputs:
+            spec = ctx.spec(a)
+            name = b.buffer(spec, a.aval.dtype, False, "in")
+            args[name] = spec
+            names.append(name)
+        qs, ks, vs, bs, ms = split_operands(names, p["has_bias"], p["has_mask"])
+        out_name = ctx.output(b, args, out)
+        items = B * T * N
+        gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
+        inside = op("lt", gid, const(items, INT32))
+        # On CPU devices every work item computes (past the end at the last row) and only the stores are guarded:
+        # a bounds branch around the body keeps PoCL from vectorising across work items.
+        uniform = bool(getattr(ctx.caps, "uniform_guard", False))
+        item = b.let(select(inside, gid, const(items - 1, INT32)), "item") if uniform else gid
+        with b.when(const(True, BOOL) if uniform else inside):
+            n = b.let(op("rem", item, const(N, INT32)), "n")
+            t = b.let(op("rem", op("div", item, const(N, INT32)), const(T, INT32)), "t")
+            bb = b.let(op("div", item, const(N * T, INT32)), "bb")
+            row = b.let(op("mul", item, const(H, INT32)), "row")
+            kh = b.let(op("div", n, const(N // K, INT32)), "kh")
+            kv_base = b.let(op("add", op("mul", bb, const(S * K * H, INT32)), op("mul", kh, const(H, INT32))), "kvb")
+            row_q = _Row(b, acc, H, H <= UNROLL_HEAD)
+            row_q.fill(lambda h: _to(b.load(qs, op("add", row, h), q.aval.dtype), acc), "qv")
+            o = _Row(b, acc, H, H <= UNROLL_HEAD, mutable=True)
+            o.fill(lambda h: const(0, acc), "o")
+            m = b.var(acc, const(-float(np.finfo(np.float32).max), acc), "m")
+            total = b.var(acc, const(0, acc), "l")
+            extras = [(bs, bias), (ms, mask)]
+            offsets = {name: _broadcast_offset(b, aval, bb, n, t) for name, aval in
+                       ((nm, a.aval) for nm, a in extras if a is not None)}
+            lg = b.array("private", acc, KEY_BLOCK, "lg")
+            lo, hi = self._key_range(b, t, S)
+            with b.loop(lo, hi, const(KEY_BLOCK, INT32), hint="blk") as blk:
+                left = op("sub", hi, blk)
+                count = b.let(select(op("lt", left, const(KEY_BLOCK, INT32)), left, const(KEY_BLOCK, INT32)), "cnt")
+                top = b.var(acc, m, "top")
+                with b.loop(const(0, INT32), count, hint="j") as j:
+                    s = b.let(op("add", blk, j), "s")
+                    kb = b.let(op("add", kv_base, op("mul", s, const(K * H, INT32))), "kb")
+                    dot = row_q.dot(lambda h: _to(b.load(ks, op("add", kb, h), k.aval.dtype), acc))
+                    logit = op("mul", dot, const(p["scale"], acc))
+                    if bias is not None:
+                        bidx = _key_offset(offsets[bs], bias.aval, s)
+                        logit = op("add", logit, _to(b.load(bs, bidx, bias.aval.dtype), acc))
+                    keep = self._keep(b, t, s, ms, mask, offsets)
+                    logit = b.let(logit if keep is None else select(keep, logit, const(MASKED_LOGIT, acc)), "lgt")
+                    b.store(lg, j, logit, space="private")
+                    b.assign(top, op("max", top, logit))
+                corr = b.let(op("exp", op("sub", m, top)), "corr")
+                b.assign(total, op("mul", total, corr))
+                o.update(lambda h, cur: op("mul", cur, corr))
+                with b.loop(const(0, INT32), count, hint="j") as j:
+                    s = b.let(op("add", blk, j), "s")
+                    vb = b.let(op("add", kv_base, op("mul", s, const(K * H, INT32))), "vb")
+                    w = b.let(op("exp", op("sub", b.load(lg, j, acc, "private"), top)), "w")
+                    b.assign(total, op("add", total, w))
+                    o.update(lambda h, cur: op("add", cur, op("mul", w, _to(b.load(vs, op("add", vb, h), k.aval.dtype),
+                                                                             acc))))
+                b.assign(m, top)
+            inv = b.let(op("div", const(1, acc), total), "inv")
+            with b.when(inside if uniform else const(True, BOOL)):
+                o.each(lambda h, cur: b.store(out_name, op("add", row, h), _to(op("mul", cur, inv), out.aval.dtype)))
+        b.name = kernel_name("attention", tracker.eqns)
+        return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "attention")]
+
+    def _key_range(self, b, t, S):
+        """The keys ``[lo, hi)`` query ``t`` walks: all of them, or, with a causal or window condition and no mask
+        operand, only those the conditions keep (a causal prefill walks half the keys). A row the conditions empty
+        walks all keys, every one removed: the values' average, as the primitive says (with a mask operand that could
+        remove the kept keys too, every key is walked)."""
+        p = self.eqn.params
+        full = (const(0, INT32), const(S, INT32))
+        if p["has_mask"] or (not p["is_causal"] and p["local_window"] is None):
+            return full
+        lo, hi = const(0, INT32), op("add", t, const(1, INT32)) if p["is_causal"] else const(S, INT32)
+        if p["local_window"] is not None:
+            left, right = p["local_window"]
+            lo = select(op("gt", op("sub", t, const(left, INT32)), const(0, INT32)), op("sub", t, const(left, INT32)),
+                        const(0, INT32))
+            stop = op("add", t, const(right + 1, INT32))
+            hi = select(op("lt", stop, hi), stop, hi)
+        hi = select(op("lt", hi, const(S, INT32)), hi, const(S, INT32))
+        empty = b.let(op("ge", lo, hi), "none")
+        return b.let(select(empty, const(0, INT32), lo), "klo"), b.let(select(empty, const(S, INT32), hi), "khi")
+
+    def _keep(self, b, t, s, ms, mask, offsets):
+        """Whether key ``s`` stays for query ``t``: the mask operand, the causal and window conditions."""
+        p = self.eqn.params
+        conds = []
+        if mask is not None:
+            conds.append(b.load(ms, _key_offset(offsets[ms], mask.aval, s), mask.aval.dtype))
+        if p["is_causal"]:
+            conds.append(op("le", s, t))
+        if p["local_window"] is not None:
+            left, right = p["local_window"]
+            conds.append(op("le", t, op("add", s, const(left, INT32))))
+            conds.append(op("ge", t, op("sub", s, const(right, INT32))))
+        if not conds:
+            return None
+        keep = conds[0]
+        for c in conds[1:]:
+            keep = op("land", keep, c)
+        return b.let(keep, "keep")
+
+
+class _Row:
+    """A work item's row of ``H`` values: ``H`` locals when ``unrolled`` (the loops over ``h`` written out at code
+    generation, so the values stay in registers and the dot products are independent multiply-adds), else a
+    private array walked by loops."""
+
+    def __init__(self, b, dtype, size, unrolled, mutable=False):
+        self.b, self.dtype, self.size, self.unrolled, self.mutable = b, dtype, size, unrolled, mutable
+        self.vals = None
+        self.arr = None
+
+    def fill(self, value, hint):
+        b = self.b
+        if self.unrolled:
+            make = (lambda v: b.var(self.dtype, v, hint)) if self.mutable else (lambda v: b.let(v, hint))
+            self.vals = [make(value(const(h, INT32))) for h in range(self.size)]
+            return
+        self.arr = b.array("private", self.dtype, self.size, hint)
+        with b.loop(const(0, INT32), const(self.size, INT32), hint="h") as h:
+            b.store(self.arr, h, value(h), space="private")
+
+    def dot(self, other):
+        """``sum_h row[h] * other(h)``: ``DOT_LANES`` independent partial sums summed as a tree when unrolled."""
+        b = self.b
+        if self.unrolled:
+            lanes = [[] for _ in range(min(DOT_LANES, self.size))]
+            for h, v in enumerate(self.vals):
+                lanes[h % len(lanes)].append(op("mul", v, b.let(other(const(h, INT32)), "kx")))
+            sums = []
+            for terms in lanes:
+                acc = terms[0]
+                for term in terms[1:]:
+                    acc = b.let(op("add", acc, term), "dp")
+                sums.append(acc)
+            return _tree_sum(sums)
+        total = b.var(self.dtype, const(0, self.dtype), "dot")
+        with b.loop(const(0, INT32), const(self.size, INT32), hint="h") as h:
+            b.assign(total, op("add", total, op("mul", b.load(self.arr, h, self.dtype, "private"), other(h))))
+        return total
+
+    def update(self, fn):
+        """``row[h] = fn(h, row[h])`` for every ``h``."""
+        b = self.b
+        if self.unrolled:
+            for h, v in enumerate(self.vals):
+                b.assign(v, fn(const(h, INT32), v))
+            return
+        with b.loop(const(0, INT32), const(self.size, INT32), hint="h") as h:
+            b.store(self.arr, h, fn(h, b.load(self.arr, h, self.dtype, "private")), space="private")
+
+    def each(self, fn):
+        """``fn(h, row[h])`` for every ``h`` (statements)."""
+        b = self.b
+        if self.unrolled:
+            for h, v in enumerate(self.vals):
+                fn(const(h, INT32), v)
+            return
+        with b.loop(const(0, INT32), const(self.size, INT32), hint="h") as h:
+            fn(h, b.load(self.arr, h, self.dtype, "private"))
+
+
+def _tree_sum(terms):
+    while len(terms) > 1:
+        terms = [op("add", terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]
+
+
+def _to(x, dtype):
+    return x if x.dtype == dtype else Cast(x, dtype)
+
+
+def _broadcast_offset(b, aval, bb, n, t):
+    """The element offset of row ``(bb, n, t)`` in a ``(B|1, N|1, T|1, S|1)`` operand (size-1 axes broadcast)."""
+    strides = contiguous_strides(aval.shape)
+    terms = [op("mul", i, const(st, INT32)) for i, size, st in zip((bb, n, t), aval.shape[:3], strides[:3],
+                                                                   strict=True) if size > 1]
+    offset = const(0, INT32)
+    for term in terms:
+        offset = op("add", offset, term)
+    return b.let(offset, "bo")
+
+
+def _key_offset(row_offset, aval, s):
+    return op("add", row_offset, s) if aval.shape[3] > 1 else row_offset
+
+
+def loop_steps(eqn) -> int:
+    """The loop iterations one work item runs at most: the key blocks and their two walks over the keys (and, for head
+    sizes past ``UNROLL_HEAD``, the loops over the head)."""
+    q, k = eqn.inputs[0].aval, eqn.inputs[1].aval
+    H, S = q.shape[3], k.shape[1]
+    blocks = -(-S // KEY_BLOCK)
+    if H <= UNROLL_HEAD:
+        return blocks + 2 * S
+    return 2 * H + blocks * (1 + H) + 2 * S * (H + 1)
+
+
+def unsupported_reason(eqn, caps):
+    """Why the kernel cannot run this ``dot_product_attention`` equation on a target with ``caps``, or ``None``: a
+    work item's walk longer than the driver's loop limit (lavapipe stops loops silently past it)."""
+    limit = getattr(caps, "max_loop_iterations", None)
+    steps = loop_steps(eqn)
+    if limit is not None and steps > limit:
+        S, H = eqn.inputs[1].aval.shape[1], eqn.inputs[0].aval.shape[3]
+        return (f"dot_product_attention over {S} keys of head size {H}: a work item walks {steps} loop steps, past "
+                f"this device's {limit} loop iterations per invocation")
+    return None
+
+
+def _operand_buffer(ctx, a):
+    """Every operand is read in place from a buffer of its own layout."""
+    return (a, 0, contiguous_strides(a.aval.shape)) if isinstance(a, Var) else None
+
+
+#: What ``schedule`` adds to its tables ``_GROUPS`` and ``OPERAND_VIEWS``.
+GROUPS = {dot_product_attention_p: AttentionGroup}
+OPERAND_VIEWS = {dot_product_attention_p: _operand_buffer}

@@ -1,0 +1,71 @@
+"""``dot_product_attention`` on mlx (registered into ``common.RULES``): ``mx.fast.scaled_dot_product_attention``
+where its arguments fit, else ``lowering/attention_math.py`` in ``mlx.core``.
+
+MLX's kernel takes ``(B, N, T, H)`` operands (the rule transposes), grouped-query heads as they are, and one mask:
+``"causal"`` (aligned at the bottom right, so used only for ``T == S``, where it is JAX's) or an array. For float32
+the bias, the mask, the causal and the window conditions become one additive float32 mask (``MASKED_LOGIT`` where
+a key is removed, so a row with every key removed averages the values, as JAX's; adding it to a logit rounds to it
+for any logit below ~1e31). For float16/bfloat16 that stand-in overflows, so only unmasked or square-causal calls
+take the kernel, the others the composite. float64 runs on numpy (``rules._F64_APPROXIMATE``): MLX 0.32's float64
+``exp`` on the CPU has float32 precision (2.6e-7 off), so no float64 form here is float64-accurate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fnarray.core.attention import MASKED_LOGIT, acc_dtype, dot_product_attention_p, split_operands
+from fnarray.lowering.attention_math import attention, keep_mask
+from fnarray.lowering.mlx.common import RULES, mx_dtype
+
+__all__ = ["mlx_attention"]
+
+
+def _fast_mask(mx, q, k, bias, mask, is_causal, local_window):
+    """MLX's ``mask`` argument for float32 operands: None, ``"causal"`` or one additive float32 array."""
+    T, S = q.shape[1], k.shape[1]
+    if bias is None and mask is None and local_window is None:
+        if not is_causal:
+            return None
+        if T == S:
+            return "causal"
+    keep = keep_mask(mx, T, S, is_causal, local_window)
+    if mask is not None:
+        keep = mask if keep is None else mx.logical_and(keep, mask)
+    add = bias.astype(mx.float32) if bias is not None else mx.array(0.0, dtype=mx.float32)
+    if keep is None:
+        return add
+    return mx.where(keep, add, mx.array(MASKED_LOGIT, dtype=mx.float32))
+
+
+def mlx_attention(params, in_avals, out_avals):
+    """``mx.fast.scaled_dot_product_attention`` for float32 (and plain or square-causal float16/bfloat16 calls),
+    the composite for the other float16/bfloat16 calls."""
+    import mlx.core as mx
+    dtype = np.dtype(in_avals[0].dtype)
+    T, S = in_avals[0].shape[1], in_avals[1].shape[1]
+    plain = not params["has_bias"] and not params["has_mask"] and params["local_window"] is None and (
+        not params["is_causal"] or T == S)
+    scale = params["scale"]
+
+    def fast(*xs):
+        q, k, v, bias, mask = split_operands(xs, params["has_bias"], params["has_mask"])
+        m = _fast_mask(mx, q, k, bias, mask, params["is_causal"], params["local_window"])
+        t = (0, 2, 1, 3)
+        out = mx.fast.scaled_dot_product_attention(q.transpose(t), k.transpose(t), v.transpose(t), scale=scale,
+                                                   mask=m)
+        return out.transpose(t)
+
+    def composite(*xs):
+        acc = acc_dtype(dtype)
+        def cast(x, d):
+            return x.astype(mx_dtype(d)) if isinstance(x, mx.array) else mx.array(x, dtype=mx_dtype(d))
+        out = attention(mx, cast, xs, acc, **params)
+        return out.astype(mx_dtype(dtype))
+
+    if dtype == np.float32 or (dtype.itemsize == 2 and plain):
+        return fast
+    return composite
+
+
+RULES[dot_product_attention_p] = mlx_attention

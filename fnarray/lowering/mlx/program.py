@@ -1,0 +1,86 @@
+"""A straight-line program as generated Python over MLX arrays: one line per equation calling that
+equation's rule from ``common.RULES`` (``Generated``); control flow is never part of one (it runs from the host)."""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from fnarray.core.ir import Literal, Program
+from fnarray.core.passes import dce
+from fnarray.core.subprograms import CONTROL_FLOW
+from fnarray.lowering.mlx.common import RULES, from_numpy
+from fnarray.lowering.zero_size import drop_zero_size, has_zero_size, is_fill
+
+
+class Generated:
+    """Python source for a straight-line program over MLX arrays, and the function it defines."""
+
+    def __init__(self, prog: Program, execute: bool = True):
+        prog, _ = dce(prog)
+        prog, _ = dce(drop_zero_size(prog))
+        names: dict = {}
+        glb: dict = {"__name__": "fnarray.lowering.mlx_program"}
+        consts, lines = [], []
+        # mx.compile is never given empty (NumPy) buffers: such programs stay eager.
+        self.has_empty = has_zero_size(prog)
+        self.max_elements = max([v.aval.size for v in list(prog.constvars) + list(prog.invars)] +
+                                [o.aval.size for e in prog.eqns for o in e.outputs] + [0])
+
+        def name(a):
+            if isinstance(a, Literal):
+                k = f"k{len(consts)}"
+                consts.append(f"#   {k} = {a.val!r} ({a.aval.dtype.name})")
+                if execute:
+                    glb[k] = from_numpy(np.asarray(a.val, a.aval.dtype))
+                return k
+            if a not in names:
+                names[a] = f"v{len(names)}"
+            return names[a]
+
+        ins = [name(v) for v in list(prog.constvars) + list(prog.invars)]
+        for i, e in enumerate(prog.eqns):
+            f = f"f{i}_{e.primitive.name}"
+            if is_fill(e):  # a zero-size value: an empty NumPy buffer, made once, never given to MLX
+                k = f"e{i}"
+                o = e.outputs[0].aval
+                consts.append(f"#   {k} = empty {o.str_short()}")
+                if execute:
+                    glb[k] = from_numpy(np.zeros(o.shape, o.dtype))
+                lines.append(f"    {name(e.outputs[0])} = {k}")
+                continue
+            if execute:
+                if e.primitive in CONTROL_FLOW:
+                    raise ValueError(f"{e.primitive.name} runs from the host; compile it through "
+                                     "fnarray.devices.partition.compile_program")
+                glb[f] = RULES[e.primitive](e.params, [a.aval for a in e.inputs], [o.aval for o in e.outputs])
+            elif e.primitive in CONTROL_FLOW:
+                f = f"host_{e.primitive.name}"
+            args = ", ".join(name(a) for a in e.inputs)
+            outs = [name(o) for o in e.outputs]
+            if e.primitive.multiple_results or e.primitive in CONTROL_FLOW:
+                lhs = ", ".join(outs) + ("," if len(outs) == 1 else "")
+                lines.append(f"    {lhs} = {f}({args})")
+            else:
+                lines.append(f"    {outs[0]} = {f}({args})")
+        lines.append(f"    return [{', '.join(name(a) for a in prog.outvars)}]")
+        header = (["# MLX program; constants:"] + consts) if consts else []
+        self.source = "\n".join(header + [f"def program({', '.join(ins)}):"] + lines) + "\n"
+        self.n_eqns = len(prog.eqns)
+        self.fn = None
+        if execute:
+            exec(compile(self.source, "<fnarray mlx program>", "exec"), glb)  # noqa: S102 (our own codegen)
+            self.fn = glb["program"]
+
+
+_generated_cache: "weakref.WeakKeyDictionary[Program, Generated]" = weakref.WeakKeyDictionary()
+
+
+def generated(prog: Program) -> Generated:
+    """The ``Generated`` program of ``prog``, made once per program (weakly cached)."""
+    g = _generated_cache.get(prog)
+    if g is None:
+        g = Generated(prog)
+        _generated_cache[prog] = g
+    return g

@@ -1,0 +1,188 @@
+"""How an opencl schedule runs: kernels and their arguments set once, one enqueue per kernel per call.
+
+An ``Executable`` (one per compiled schedule) makes its ``cl.Kernel`` objects once and keeps, from call
+to call, an *arena*: a buffer per intermediate value (never an output, so no array the user holds can
+alias it). Every argument that does not change between calls (scalars, arena buffers) is set when the
+executable is made; a call sets only the arguments bound to its inputs and to its outputs (fresh buffers
+from the device's memory pool, since the caller keeps them), then enqueues each kernel once, without
+waiting: a cached call costs ``kernels`` enqueues, at most one ``set_arg`` per input or output binding,
+and one pool allocation per output, and makes no program, kernel or buffer (the pool reuses freed
+blocks). Intermediates past the device's budget for executable-held memory (``HELD_BYTES`` over all
+executables) are allocated per call instead.
+
+The in-order queue makes the arena safe without waiting: the next call's kernels write it after this
+call's have read it. A ``cl.Kernel`` holds its arguments, so setting the per-call ones and enqueueing
+is one step under the device's lock (two threads calling one executable take turns).
+
+Under the profiler a call enqueues the same kernels on a profiling queue (under the lock, after the main
+queue has finished, so that no other call shares the arena meanwhile), waits once for the last, and
+records a ``kernel`` span per launch from its event's device times; the rest of the call (setting
+arguments, enqueueing, waiting) stays in the enclosing span, which the profiler counts as ``dispatch``.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+
+import numpy as np
+import pyopencl as cl
+
+from fnarray.core import profile as _profile
+from fnarray.core.ir import Literal
+from fnarray.lowering.kernels.ir import BufferParam
+
+__all__ = ["Executable", "HELD_BYTES"]
+
+#: Buffer memory all executables of one device may keep between calls (their arenas).
+HELD_BYTES = 128 << 20
+
+
+def _nbytes(spec) -> int:
+    return max(spec.size * np.dtype(spec.dtype).itemsize, 16)   # as _DeviceState.alloc (bool: one byte)
+
+
+class _Step:
+    __slots__ = ("kernel", "gsize", "lsize", "dyn", "name", "source")
+
+
+class Executable:
+    """Runs a schedule (see the module docstring): ``executable(bufs) -> outputs`` (``CLBuffer``s)."""
+
+    def __init__(self, state, sched, named):
+        self.state = state
+        slots: dict = {}
+
+        def slot(spec):
+            if spec not in slots:
+                slots[spec] = len(slots)
+            return slots[spec]
+
+        self.in_slots = [slot(s) for s in sched.inputs]
+        inputs = set(sched.inputs)
+        outputs = {o for o in sched.outputs if not isinstance(o, Literal)}
+        built = state.build([src for _, src in named])
+        self._arena = {}            # spec -> CLBuffer kept by this executable
+        held = 0
+        fresh = {}                  # spec -> None: allocated per call (outputs, intermediates past the budget)
+        with state.lock:
+            budget = HELD_BYTES - state.held_bytes
+            self.steps = []
+            for launch, (name, src) in zip(sched.launches, named, strict=True):
+                st = _Step()
+                knl = cl.Kernel(built[src], name)
+                st.dyn = []         # (argument index, slot) set per call
+                for i, (p, a) in enumerate(zip(launch.kernel.params, launch.args, strict=True)):
+                    if not isinstance(p, BufferParam):
+                        knl.set_arg(i, np.asarray(a, dtype=p.dtype))
+                        continue
+                    s = slot(a)
+                    if a in inputs or a in outputs:
+                        st.dyn.append((i, s))
+                        if a not in inputs:
+                            fresh[a] = None
+                        continue
+                    buf = self._arena.get(a)
+                    if buf is None and a not in fresh:
+                        nb = _nbytes(a)
+                        if held + nb <= budget:
+                            buf = self._arena[a] = state.alloc(a.shape, a.dtype)
+                            held += nb
+                        else:
+                            fresh[a] = None
+                    if buf is not None:
+                        knl.set_arg(i, buf.mem)
+                    else:
+                        st.dyn.append((i, s))
+                st.kernel, st.name, st.source = knl, name, src
+                st.gsize, st.lsize = launch.global_size, launch.local_size
+                self.steps.append(st)
+            state.held_bytes += held
+        weakref.finalize(self, _give_back, state, held).atexit = False
+        self.fresh = [(slot(a), a.shape, a.dtype) for a in fresh]
+        self.outs = []
+        for o in sched.outputs:
+            if isinstance(o, Literal):
+                self.outs.append(("const", state.upload(np.asarray(o.val, o.aval.dtype))))
+            elif o in inputs or o in fresh:
+                self.outs.append(("slot", slot(o)))
+            else:  # an output no kernel writes (zero-size): a fresh empty buffer
+                self.outs.append(("empty", o))
+        self.nslots = len(slots)
+
+    def __call__(self, bufs):
+        if _profile.recorder is not None:
+            return self._profiled(bufs)
+        state = self.state
+        queue = state.queue
+        enqueue = cl.enqueue_nd_range_kernel
+        with state.lock:  # this executable's kernels may be shared with another thread: args + enqueue at once
+            env = self._env(bufs)
+            for st in self.steps:
+                knl = st.kernel
+                for i, s in st.dyn:
+                    knl.set_arg(i, env[s].mem)
+                enqueue(queue, knl, st.gsize, st.lsize)
+        return self._outputs(env)
+
+    def _env(self, bufs):
+        """The per-call buffers by slot: the inputs, then fresh outputs (and intermediates past the budget)."""
+        env = [None] * self.nslots
+        for s, b in zip(self.in_slots, bufs, strict=True):
+            env[s] = b
+        alloc = self.state.alloc
+        for s, shape, dt in self.fresh:
+            env[s] = alloc(shape, dt)
+        return env
+
+    def _profiled(self, bufs):
+        """``__call__`` under the profiler: the kernels on a profiling queue, one wait, spans from the events."""
+        state = self.state
+        rec = _profile.recorder
+        if rec is not None:
+            for st in self.steps:
+                rec.sources.setdefault(st.name, st.source)
+        begin = time.perf_counter_ns()
+        # The whole call under the device's lock, waited for: the profiling queue is a second in-order queue,
+        # so the main queue's earlier work is finished first, and no other thread's call (on either queue)
+        # may use this executable's kernels or arena until these kernels have run.
+        with state.lock:
+            state.queue.finish()
+            queue = state.profiling_queue()
+            env = self._env(bufs)
+            events = []
+            for st in self.steps:
+                knl = st.kernel
+                for i, s in st.dyn:
+                    knl.set_arg(i, env[s].mem)
+                events.append(cl.enqueue_nd_range_kernel(queue, knl, st.gsize, st.lsize))
+            if events:
+                events[-1].wait()
+            end = time.perf_counter_ns()
+        if events:
+            try:
+                times = [(e.profile.start, e.profile.end) for e in events]
+            except (cl.Error, AttributeError):  # a device without profiling information: no kernel spans
+                times = None
+            if times:
+                _profile.device_spans([(st.name, t0, t1, {"global_size": tuple(st.gsize),
+                                                          "local_size": tuple(st.lsize) if st.lsize else None})
+                                       for st, (t0, t1) in zip(self.steps, times, strict=True)], begin, end)
+        return self._outputs(env)
+
+    def _outputs(self, env):
+        state = self.state
+        out = []
+        for kind, v in self.outs:
+            if kind == "slot":
+                out.append(env[v])
+            elif kind == "const":
+                out.append(v)
+            else:
+                out.append(state.alloc(v.shape, v.dtype))
+        return out
+
+
+def _give_back(state, held):
+    with state.lock:
+        state.held_bytes -= held

@@ -1,0 +1,256 @@
+"""How a webgpu plan runs: its buffers and bind groups made once, one command buffer and one submit per call.
+
+A WebGPU command buffer runs once (``GPUCommandBuffer`` is single-use, and render bundles hold no compute
+work), so each call records one: what makes the recording cheap is that everything it refers to already
+exists. A ``Runner`` (one per compiled plan) owns
+
+- the *arena*: a buffer per intermediate value, kept from call to call (never an output, so no array the
+  user holds can alias it);
+- *staging* buffers for the inputs and outputs up to ``STAGE_BYTES``: a call copies its inputs into them
+  (one ``copy_buffer_to_buffer`` each) and its outputs out of them into fresh buffers from the GPU's pool
+  (one copy each), so that every bind group binds only buffers the runner owns;
+- one bind group per kernel launch over those buffers, made when the runner is made.
+
+A call then records: the input copies, one compute pass with ``set_pipeline`` (skipped when the previous
+launch used the same pipeline), ``set_bind_group`` and ``dispatch_workgroups`` per kernel, the output copies,
+``finish`` and one ``submit``: at most ``3 * kernels + inputs + outputs + 5`` API calls, and no buffer,
+pipeline or bind group made after the first call. Larger inputs and outputs, and intermediates past the
+GPU's budget for runner-held memory (``HELD_BYTES`` over all runners), are bound directly instead: their
+launches keep a small cache of bind groups by buffer identity (a data set passed every call binds once).
+
+The in-order queue makes the reuse safe without waiting: a call's copies into the staging buffers run
+after the previous call's kernels have read them. Two threads calling one runner take the GPU's lock for
+the whole recording and submit, so their command buffers do not interleave.
+
+Under the profiler a call is recorded the same way, with a timestamp pair around each kernel (one compute
+pass each) where the device has timestamp queries, submitted once and waited for; each kernel becomes a
+``kernel`` span of its device time, and the rest of the call (recording, submission, waiting) stays in the
+enclosing span, which the profiler counts as ``dispatch``.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+
+import numpy as np
+
+from fnarray.core import profile as _profile
+
+__all__ = ["Runner", "STAGE_BYTES", "HELD_BYTES"]
+
+#: Inputs and outputs up to this many bytes go through the runner's staging buffers (a copy each call);
+#: larger ones are bound directly (a copy would cost more than a bind group).
+STAGE_BYTES = 256 << 10
+#: Buffer memory all runners of one GPU may hold between calls (arena and staging); past it a runner
+#: allocates its intermediates per call from the pool, as before this module.
+HELD_BYTES = 128 << 20
+#: Most timestamp queries in one query set (WebGPU's limit is 4096).
+_MAX_QUERIES = 4096
+
+
+def _padded(nbytes: int) -> int:
+    return max(4, (nbytes + 3) // 4 * 4)
+
+
+def _nbytes(spec) -> int:
+    itemsize = 4 if np.dtype(spec.dtype) == np.bool_ else np.dtype(spec.dtype).itemsize
+    return _padded(spec.size * itemsize)
+
+
+class Runner:
+    """Runs one ``_Plan`` (see the module docstring); ``runner(bufs) -> outputs`` (``WGBuffer``s)."""
+
+    def __init__(self, plan):
+        gpu = self.gpu = plan.gpu
+        self.steps = plan.steps
+        self.n_inputs = n_inputs = plan.n_inputs
+        inputs = plan.schedule.inputs
+        bound = {k for st in plan.steps for k in st.slots}
+        written = {k for st in plan.steps for k, w in zip(st.slots, st.writes, strict=True) if w}
+        out_slots = {o for o in plan.outputs if isinstance(o, int)}
+        self._owned = []                       # WGBuffers this runner keeps (arena and staging)
+        held = 0
+
+        def own(spec):
+            nonlocal held
+            buf = gpu.alloc(spec.dtype, spec.shape)
+            self._owned.append(buf)
+            held += buf.buffer.size
+            return buf.buffer
+
+        template = [None] * plan.n_slots       # the wgpu buffer of every slot that does not change
+        self.stage_in = []                     # (input index, staging buffer, bytes)
+        self.direct_in = []                    # input indices bound directly
+        with gpu.lock:
+            budget = HELD_BYTES - gpu.held_bytes
+            for i in range(n_inputs):
+                if i not in bound:
+                    continue
+                nb = _nbytes(inputs[i])
+                if nb <= STAGE_BYTES and held + nb <= budget:
+                    template[i] = own(inputs[i])
+                    self.stage_in.append((i, template[i], nb))
+                else:
+                    self.direct_in.append(i)
+            self.fresh = []                    # (slot, spec): allocated per call and bound directly
+            stage_out = {}                     # slot -> (staging buffer, bytes, spec)
+            for k, spec in plan.allocs:
+                nb = _nbytes(spec)
+                if k in out_slots:
+                    if k in written and nb <= STAGE_BYTES and held + nb <= budget:
+                        stage_out[k] = (own(spec), nb, spec)
+                        template[k] = stage_out[k][0]
+                    else:
+                        self.fresh.append((k, spec))
+                elif held + nb <= budget:
+                    template[k] = own(spec)
+                else:
+                    self.fresh.append((k, spec))
+            gpu.held_bytes += held
+            # Launches over owned buffers only get their bind group now, once.
+            self.binds = [gpu.bind_group(st.bgl, [template[k] for k in st.slots], st.uniform)
+                          if all(template[k] is not None for k in st.slots) else None for st in plan.steps]
+        weakref.finalize(self, _give_back, gpu, held).atexit = False
+        self.template = template
+        self.stage_out = list(stage_out.items())
+        # Outputs: ("in", input index) | ("stage", index in stage_out) | ("fresh", slot) | ("const", WGBuffer)
+        order = {k: j for j, (k, _) in enumerate(self.stage_out)}
+        self.outs = []
+        for o in plan.outputs:
+            if not isinstance(o, int):
+                self.outs.append(("const", o))
+            elif o < n_inputs:
+                self.outs.append(("in", o))
+            elif o in order:
+                self.outs.append(("stage", order[o]))
+            else:
+                self.outs.append(("fresh", o))
+        self._queries = None
+
+    # ------------------------------------------------------------------ the call
+    def __call__(self, bufs):
+        if _profile.recorder is not None:
+            return self.profiled(bufs)
+        if len(bufs) != self.n_inputs:
+            raise ValueError(f"this webgpu executable takes {self.n_inputs} buffers, got {len(bufs)}")
+        gpu = self.gpu
+        with gpu.lock:  # one recording and submit at a time per GPU (the bind-group caches too)
+            vals, made = self._bind(bufs)
+            enc = gpu.device.create_command_encoder()
+            for i, staging, nb in self.stage_in:
+                enc.copy_buffer_to_buffer(bufs[i].buffer, 0, staging, 0, nb)
+            if self.steps:
+                cp = enc.begin_compute_pass()
+                last = None
+                for st, bg in zip(self.steps, self.binds, strict=True):
+                    if bg is None:
+                        bg = st.bind_group(gpu, [vals[k] for k in st.slots])
+                    if st.pipeline is not last:
+                        cp.set_pipeline(st.pipeline)
+                        last = st.pipeline
+                    cp.set_bind_group(0, bg)
+                    cp.dispatch_workgroups(*st.groups)
+                cp.end()
+            staged = self._copy_out(enc)
+            gpu.queue.submit([enc.finish()])
+            gpu.pending = True
+        return self._outputs(bufs, made, staged)
+
+    def _bind(self, bufs):
+        """The buffer of every slot for this call, and the per-call ``WGBuffer``s by slot (lock held)."""
+        gpu = self.gpu
+        vals = self.template.copy()
+        for i in self.direct_in:
+            vals[i] = bufs[i].buffer
+        made = {}
+        for k, spec in self.fresh:
+            b = made[k] = gpu.alloc(spec.dtype, spec.shape)
+            vals[k] = b.buffer
+        return vals, made
+
+    def _copy_out(self, enc):
+        """Fresh buffers for the staged outputs, their copies recorded (lock held)."""
+        gpu = self.gpu
+        staged = []
+        for _, (staging, nb, spec) in self.stage_out:
+            b = gpu.alloc(spec.dtype, spec.shape)
+            enc.copy_buffer_to_buffer(staging, 0, b.buffer, 0, nb)
+            staged.append(b)
+        return staged
+
+    def _outputs(self, bufs, made, staged):
+        out = []
+        for kind, v in self.outs:
+            if kind == "stage":
+                out.append(staged[v])
+            elif kind == "fresh":
+                out.append(made[v])
+            elif kind == "in":
+                out.append(bufs[v])
+            else:
+                out.append(v)
+        return out
+
+    # ------------------------------------------------------------------ under the profiler
+    def profiled(self, bufs):
+        """The call under the profiler: the same recording with a pass and a timestamp pair per kernel,
+        one submit, one wait; ``kernel`` spans of the device times (see the module docstring). Without
+        timestamp queries each kernel is submitted and waited for alone, its span the wall time."""
+        gpu = self.gpu
+        rec = _profile.recorder
+        if rec is not None:
+            for st in self.steps:
+                rec.sources.setdefault(st.entry, st.source)
+        timed = gpu.has_timestamps and 0 < 2 * len(self.steps) <= _MAX_QUERIES
+        begin = time.perf_counter_ns()
+        with gpu.lock:
+            vals, made = self._bind(bufs)
+            dev = gpu.device
+            enc = dev.create_command_encoder()
+            for i, staging, nb in self.stage_in:
+                enc.copy_buffer_to_buffer(bufs[i].buffer, 0, staging, 0, nb)
+            if not timed:
+                gpu.queue.submit([enc.finish()])
+                gpu.pending = True
+                for st, bg in zip(self.steps, self.binds, strict=True):
+                    with _profile.span("kernel", st.entry, workgroups=st.groups):
+                        gpu.dispatch_timed(st, [vals[k] for k in st.slots], bind_group=bg)
+                enc = dev.create_command_encoder()
+            else:
+                qs, resolve = self._query_set()
+                for j, (st, bg) in enumerate(zip(self.steps, self.binds, strict=True)):
+                    cp = enc.begin_compute_pass(timestamp_writes={
+                        "query_set": qs, "beginning_of_pass_write_index": 2 * j,
+                        "end_of_pass_write_index": 2 * j + 1})
+                    cp.set_pipeline(st.pipeline)
+                    cp.set_bind_group(0, bg if bg is not None else st.bind_group(gpu, [vals[k] for k in st.slots]))
+                    cp.dispatch_workgroups(*st.groups)
+                    cp.end()
+                enc.resolve_query_set(qs, 0, 2 * len(self.steps), resolve, 0)
+            staged = self._copy_out(enc)
+            gpu.queue.submit([enc.finish()])
+            gpu.pending = True
+            if timed:
+                raw = gpu.queue.read_buffer(resolve, 0, 16 * len(self.steps))   # waits for the call
+                gpu.pending = False
+                end = time.perf_counter_ns()
+                stamps = np.frombuffer(raw, np.uint64).reshape(-1, 2)
+                _profile.device_spans([(st.entry, t0, t1, {"workgroups": st.groups})
+                                       for st, (t0, t1) in zip(self.steps, stamps.tolist(), strict=True)], begin, end)
+        return self._outputs(bufs, made, staged)
+
+    def _query_set(self):
+        """The timestamp query set and its resolve buffer (made on the first profiled call)."""
+        if self._queries is None:
+            wgpu, dev = self.gpu.wgpu, self.gpu.device
+            n = 2 * len(self.steps)
+            qs = dev.create_query_set(type=wgpu.QueryType.timestamp, count=n)
+            resolve = dev.create_buffer(size=8 * n, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+            self._queries = (qs, resolve)
+        return self._queries
+
+
+def _give_back(gpu, held):
+    with gpu.lock:
+        gpu.held_bytes -= held

@@ -1,0 +1,99 @@
+"""``KVCache``: a fixed-capacity key/value cache for autoregressive decoding (the role of mlx-lm's ``KVCache``).
+
+The cache holds ``keys`` and ``values`` of shape ``(B, capacity, K, H)`` (``dot_product_attention``'s layout) and
+the number of filled positions ``offset`` as an int32 array. ``update`` writes new entries at ``offset`` with
+``dynamic_update_slice`` and returns a new cache (modules are immutable): every shape stays the same from the first
+token to the last, so a jitted decode step taking and returning the cache is traced and compiled once for a whole
+generation, and ``offset`` is data, never a static argument. Attention over the cache reads all ``capacity``
+positions with a mask that keeps the filled ones at or before each query (``causal_mask``, ``attend``).
+"""
+
+from __future__ import annotations
+
+from fnarray.core.errors import ShapeError
+from fnarray.nn._module import Module
+
+__all__ = ["KVCache"]
+
+
+def _np():
+    from fnarray import numpy as fnp
+    return fnp
+
+
+class KVCache(Module):
+    """A fixed-capacity key/value cache: ``keys``, ``values`` ``(B, capacity, K, H)`` and ``offset`` (int32, rank 0).
+
+    Make one with ``KVCache.create(batch, capacity, kv_heads, head_dim)``; each step calls
+    ``cache = cache.update(k, v)`` with the new positions' keys and values ``(B, T, K, H)`` and then
+    ``cache.attend(q)`` (or ``dot_product_attention(q, cache.keys, cache.values, mask=cache.causal_mask(T))``).
+    Writing past ``capacity`` is not detected under ``jit`` (``dynamic_update_slice`` clamps its start, as JAX's):
+    size the cache for the whole generation. Source: the KV cache of autoregressive transformers (Pope et al.,
+    "Efficiently scaling transformer inference", 2022); the fixed-shape form of ``jax`` decoding loops.
+    """
+
+    keys: object
+    values: object
+    offset: object
+
+    @classmethod
+    def create(cls, batch, capacity, kv_heads, head_dim, dtype="float32", device=None):
+        """An empty cache: zeros of shape ``(batch, capacity, kv_heads, head_dim)`` and ``offset = 0``.
+
+        Args:
+          batch, capacity, kv_heads, head_dim: positive ints; dtype: the keys' and values' dtype; device: where
+            the arrays live (default: the default device).
+        Returns: a ``KVCache``.
+        Raises: ``ValueError`` for a size below 1.
+        """
+        import fnarray as fa
+        fnp = _np()
+        sizes = dict(batch=batch, capacity=capacity, kv_heads=kv_heads, head_dim=head_dim)
+        bad = {k: v for k, v in sizes.items() if int(v) < 1}
+        if bad:
+            raise ValueError(f"KVCache.create: sizes must be at least 1, got {bad}")
+        shape = (int(batch), int(capacity), int(kv_heads), int(head_dim))
+        arrays = (fnp.zeros(shape, dtype=dtype), fnp.zeros(shape, dtype=dtype), fnp.zeros((), dtype="int32"))
+        if device is not None:
+            arrays = tuple(fa.device_put(a, device) for a in arrays)
+        return cls(*arrays)
+
+    @property
+    def capacity(self) -> int:
+        """The positions the cache holds (its second axis)."""
+        return self.keys.shape[1]
+
+    def update(self, keys, values):
+        """A new cache with ``keys``, ``values`` ``(B, T, K, H)`` written at positions ``offset .. offset + T - 1``.
+
+        Raises: ``ShapeError`` when the batch, heads or head size differ from the cache's or ``T`` exceeds the
+        capacity (past the end under ``jit``, the write is clamped: see the class).
+        """
+        from fnarray import lax
+        fnp = _np()
+        keys, values = fnp.asarray(keys), fnp.asarray(values)
+        want = self.keys.shape
+        for name, x in (("keys", keys), ("values", values)):
+            if x.ndim != 4 or x.shape[0] != want[0] or x.shape[2:] != want[2:] or x.shape[1] > want[1]:
+                raise ShapeError(f"KVCache.update: {name} must be (B={want[0]}, T<={want[1]}, K={want[2]}, "
+                                 f"H={want[3]}), got {tuple(x.shape)}")
+        zero = fnp.zeros((), dtype="int32")
+        start = (zero, self.offset, zero, zero)
+        new_keys = lax.dynamic_update_slice(self.keys, keys.astype(self.keys.dtype), start)
+        new_values = lax.dynamic_update_slice(self.values, values.astype(self.values.dtype), start)
+        return KVCache(new_keys, new_values, self.offset + keys.shape[1])
+
+    def causal_mask(self, length):
+        """``(1, 1, length, capacity)`` bool: after an ``update`` of ``length`` positions, query ``t`` keeps the
+        filled keys ``s <= offset - length + t`` (causal within the new positions, every earlier one)."""
+        fnp = _np()
+        t = fnp.arange(length, dtype="int32")[:, None]
+        s = fnp.arange(self.capacity, dtype="int32")[None, :]
+        return (s <= self.offset - length + t)[None, None]
+
+    def attend(self, queries, *, scale=None):
+        """``dot_product_attention(queries, keys, values, mask=causal_mask(T))`` for queries ``(B, T, N, H)`` of the
+        positions just written (``N`` a multiple of the cache's ``K``): the fused kernel over the whole capacity."""
+        from fnarray.nn._attention import dot_product_attention
+        q = _np().asarray(queries)
+        return dot_product_attention(q, self.keys, self.values, mask=self.causal_mask(q.shape[1]), scale=scale)

@@ -1,0 +1,274 @@
+"""Fused attention (the ``dot_product_attention`` primitive, ``fnarray.core.attention``) and ``fa.nn.KVCache``.
+
+Oracles: ``jax.nn.dot_product_attention`` (jitted) for the forward pass with causal, grouped-query, window, bias and
+padding masks; central finite differences of a float64 NumPy attention written here for the gradients; a Python loop
+for ``vmap``. opencl and webgpu run with ``fallback="error"`` (their own kernel,
+``lowering/kernels/groups/attention.py``), and the profiler must show one attention kernel per call there. A jitted
+decode step over a ``KVCache`` must be traced once for a whole generation.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from fnarray import nn
+from tests.helpers import fallback_mode, kernel_capabilities
+
+jax = pytest.importorskip("jax")
+
+RNG = np.random.default_rng(7)
+B, T, S, N, K, H = 2, 5, 7, 4, 2, 8
+
+
+@pytest.fixture
+def on(device):
+    """The device, with ``fallback="error"`` (every backend has a rule; opencl and webgpu their own kernel)."""
+    with fallback_mode("error"):
+        yield device
+
+
+def _qkv(t=T, s=S, n=N, k=K, h=H, batch=B):
+    q = RNG.standard_normal((batch, t, n, h)).astype(np.float32)
+    kk = RNG.standard_normal((batch, s, k, h)).astype(np.float32)
+    v = RNG.standard_normal((batch, s, k, h)).astype(np.float32)
+    return q, kk, v
+
+
+def _case(name):
+    """Keyword arguments of ``dot_product_attention`` for each case (NumPy arrays), and (T, S, N, K)."""
+    t, s, n, k = T, S, N, K
+    kw = {}
+    if name == "causal":
+        kw = {"is_causal": True}
+    elif name == "causal_square":
+        s = t
+        kw = {"is_causal": True}
+    elif name == "mha":
+        k = n
+    elif name == "mqa":
+        k = 1
+    elif name == "window":
+        kw = {"local_window_size": (2, 1)}
+    elif name == "window_causal":
+        kw = {"local_window_size": 1, "is_causal": True}
+    elif name == "window_past_keys":   # the last queries' windows hold no key: every key removed, the average
+        t, s = 7, 3
+        kw = {"local_window_size": (1, 0)}
+    elif name == "padding":
+        kw = {"query_seq_lengths": np.array([5, 2], np.int32), "key_value_seq_lengths": np.array([3, 7], np.int32)}
+    elif name == "bias_mask":
+        mask = RNG.random((B, 1, t, s)) > 0.3
+        mask[0, 0, 1] = False   # a row with every key removed: the values' average, as JAX's
+        kw = {"bias": RNG.standard_normal((1, n, t, s)).astype(np.float32), "mask": mask}
+    elif name == "scale_long":
+        s = 37   # more than two key blocks, the last one partial
+        kw = {"scale": 0.3, "is_causal": True}
+    elif name == "decode":
+        t, s = 1, 20
+        kw = {"mask": np.arange(s)[None, None, None, :] <= 11}
+    return kw, (t, s, n, k)
+
+
+CASES = ["plain", "causal", "causal_square", "mha", "mqa", "window", "window_causal", "window_past_keys", "padding",
+         "bias_mask", "scale_long", "decode"]
+
+
+def _put(kw, device):
+    return {a: fa.device_put(b, device) if isinstance(b, np.ndarray) else b for a, b in kw.items()}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_fused_attention_matches_jax(on, name):
+    kw, (t, s, n, k) = _case(name)
+    q, kk, v = _qkv(t, s, n, k)
+    want = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, **kw))(q, kk, v)
+    args = [fa.device_put(a, on) for a in (q, kk, v)]
+    got = nn.dot_product_attention(*args, **_put(kw, on))
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-5)
+    jitted = fa.jit(lambda q, k, v: nn.dot_product_attention(q, k, v, **_put(kw, on)))(*args)
+    np.testing.assert_allclose(np.asarray(jitted), np.asarray(want), rtol=2e-5, atol=2e-5)
+
+
+def test_fused_attention_float16_and_unbatched(on):
+    if np.dtype(np.float16) not in on.impl.capabilities(on).dtypes:
+        pytest.skip(f"{on} has no float16")
+    q, kk, v = _qkv()
+    # jax.nn.dot_product_attention of float16 fails under jit on XLA's CPU backend (jax 0.10): float64 oracle.
+    want = _attention64(*(a[:1].astype(np.float16) for a in (q, kk, v)), causal=True)[0]
+    got = nn.dot_product_attention(*[fa.device_put(a[0].astype(np.float16), on) for a in (q, kk, v)], is_causal=True)
+    assert got.dtype == np.float16 and got.shape == (T, N, H)
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=0, atol=4e-3)
+    # a window: on mlx:0 the composite (MLX's kernel takes no float16 mask array here), elsewhere as above
+    want = _attention64(*(a[:1].astype(np.float16) for a in (q, kk, v)), window=(1, 2))[0]
+    got = nn.dot_product_attention(*[fa.device_put(a[0].astype(np.float16), on) for a in (q, kk, v)],
+                                   local_window_size=(1, 2))
+    np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=0, atol=4e-3)
+
+
+def _attention64(q, k, v, bias=None, mask=None, causal=False, window=None, scale=None):
+    """Attention in float64, written with einsum and repeated heads (independent of the library's reshapes)."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    g = q.shape[2] // k.shape[2]
+    k, v = np.repeat(k, g, axis=2), np.repeat(v, g, axis=2)
+    scale = 1 / np.sqrt(q.shape[-1]) if scale is None else scale
+    logits = np.einsum("btnh,bsnh->bnts", q, k) * scale
+    if bias is not None:
+        logits = logits + bias
+    tt, ss = np.arange(q.shape[1])[:, None], np.arange(k.shape[1])[None, :]
+    keep = np.ones(logits.shape, bool)
+    if mask is not None:
+        keep &= mask
+    if causal:
+        keep &= ss <= tt
+    if window is not None:
+        keep &= (tt <= ss + window[0]) & (tt >= ss - window[1])
+    logits = np.where(keep, logits, -0.7 * np.finfo(np.float32).max)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    return np.einsum("bnts,bsnh->btnh", p / p.sum(-1, keepdims=True), v)
+
+
+def _numeric_grad(f, x, eps=1e-6):
+    out = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        up, down = x.copy(), x.copy()
+        up[i] += eps
+        down[i] -= eps
+        out[i] = (f(up) - f(down)) / (2 * eps)
+    return out
+
+
+def test_gradients_match_float64_finite_differences(on):
+    t, s, n, k, h = 3, 6, 4, 2, 4
+    q, kk, v = (a.astype(np.float64) for a in _qkv(t, s, n, k, h, batch=1))
+    bias = RNG.standard_normal((1, 1, t, s))
+    cot = RNG.standard_normal((1, t, n, h))
+    opts = dict(causal=True, window=(3, 0))
+
+    def loss64(q, kk, v, bias):
+        return float(np.sum(_attention64(q, kk, v, bias=bias, **opts) * cot))
+
+    def loss(q, kk, v, bias):
+        out = nn.dot_product_attention(q, kk, v, bias=bias, is_causal=True, local_window_size=(3, 0))
+        return fnp.sum(out * fa.device_put(cot.astype(np.float32), on))
+
+    args = [fa.device_put(a.astype(np.float32), on) for a in (q, kk, v, bias)]
+    grads = fa.jit(fa.grad(loss, argnums=(0, 1, 2, 3)))(*args)
+    wants = [_numeric_grad(lambda x: loss64(x, kk, v, bias), q), _numeric_grad(lambda x: loss64(q, x, v, bias), kk),
+             _numeric_grad(lambda x: loss64(q, kk, x, bias), v), _numeric_grad(lambda x: loss64(q, kk, v, x), bias)]
+    for got, want, name in zip(grads, wants, "qkvb", strict=True):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=2e-5, err_msg=name)
+    # forward mode: the directional derivative along random tangents is <gradient, tangent>
+    tangents = [RNG.standard_normal(a.shape).astype(np.float32) for a in (q, kk, v, bias)]
+    _, d = fa.jvp(loss, args, [fa.device_put(t, on) for t in tangents])
+    want = sum(float(np.sum(w * t)) for w, t in zip(wants, tangents, strict=True))
+    np.testing.assert_allclose(float(d), want, rtol=1e-4, atol=1e-4)
+
+
+def test_vmap_matches_a_loop(on):
+    q, kk, v = _qkv()
+    mask = RNG.random((3, B, 1, T, S)) > 0.2
+    qs = np.stack([q, q * 0.5, -q])
+
+    def f(q, m):
+        return nn.dot_product_attention(q, fa.device_put(kk, on), fa.device_put(v, on), mask=m, is_causal=True)
+
+    got = fa.vmap(f)(fa.device_put(qs, on), fa.device_put(mask, on))
+    for i in range(3):
+        want = _attention64(qs[i], kk, v, mask=mask[i], causal=True)
+        np.testing.assert_allclose(np.asarray(got[i]), want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("backend", ["opencl", "webgpu"])
+def test_profiler_shows_one_attention_kernel_per_call(backend, tmp_path):
+    devs = [d for d in fa.devices(all_backends=True) if d.backend == backend]
+    if not devs:
+        pytest.skip(f"no {backend} device")
+    dev = devs[0]
+    q, kk, v = (fa.device_put(a, dev) for a in _qkv())
+    mask = fa.device_put(RNG.random((B, 1, T, S)) > 0.3, dev)
+    f = fa.jit(lambda q, k, v, m: nn.dot_product_attention(q, k, v, mask=m, is_causal=True, local_window_size=3))
+    f(q, kk, v, mask).block_until_ready()
+    path = tmp_path / "trace.json"
+    with fallback_mode("error"), fa.profiler.trace(str(path)):
+        for _ in range(3):
+            f(q, kk, v, mask).block_until_ready()
+    kernels = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "kernel"]
+    assert len(kernels) == 3, [e["name"] for e in kernels]
+    assert all("attention" in e["name"] for e in kernels), [e["name"] for e in kernels]
+
+
+def test_kv_cache_decode_step_is_traced_once_for_a_generation(on):
+    """Prefill 3 positions, then decode 6 one at a time through one jitted step: one trace, and every output equal
+    to attention over the whole prefix (causal), computed in float64."""
+    cap, steps = 12, 6
+    q, kk, v = _qkv(t=3 + steps, s=3 + steps)
+    rope = nn.RoPE(H)
+    traces = []
+
+    def step(cache, q, k, v):
+        traces.append(1)   # runs only while tracing
+        offset = cache.offset   # the new positions' first index (RoPE's offset)
+        rot = lambda x: fnp.swapaxes(rope(fnp.swapaxes(x, 1, 2), offset=offset), 1, 2)  # noqa: E731
+        cache = cache.update(rot(k), v)
+        return cache, cache.attend(rot(q))
+
+    cache = nn.KVCache.create(B, cap, K, H, device=on)
+    prefill = fa.jit(step)
+    cache, out = prefill(cache, *(fa.device_put(a[:, :3], on) for a in (q, kk, v)))
+    outs = [np.asarray(out)]
+    decode = fa.jit(step)
+    for i in range(3, 3 + steps):
+        cache, out = decode(cache, *(fa.device_put(a[:, i:i + 1], on) for a in (q, kk, v)))
+        outs.append(np.asarray(out))
+    assert len(traces) == 2, f"prefill once and decode once, got {len(traces)} traces"
+    assert int(cache.offset) == 3 + steps
+    ref_rope = lambda x: np.swapaxes(np.asarray(rope(np.swapaxes(x, 1, 2))), 1, 2)  # noqa: E731
+    want = _attention64(ref_rope(q), ref_rope(kk), v, causal=True)
+    np.testing.assert_allclose(np.concatenate(outs, axis=1), want, rtol=1e-4, atol=1e-4)
+
+
+def test_kv_cache_checks_shapes():
+    cache = nn.KVCache.create(1, 4, 2, 8)
+    with pytest.raises(ValueError, match="KVCache.update"):
+        cache.update(np.zeros((1, 5, 2, 8), np.float32), np.zeros((1, 5, 2, 8), np.float32))
+    with pytest.raises(ValueError, match="at least 1"):
+        nn.KVCache.create(1, 0, 2, 8)
+
+
+@pytest.mark.enable_x64
+def test_float64_is_computed_in_float64(on):
+    if np.dtype(np.float64) not in on.impl.capabilities(on).dtypes:
+        pytest.skip(f"{on} has no float64")
+    q, kk, v = (a.astype(np.float64) for a in _qkv())
+    mask = RNG.random((B, 1, T, S)) > 0.3
+    # mlx:0 sends float64 attention to numpy (MLX's float64 exp has float32 precision on the CPU).
+    with fallback_mode("silent" if on.backend == "mlx" else "error"):
+        got = nn.dot_product_attention(*(fa.device_put(a, on) for a in (q, kk, v)), mask=fa.device_put(mask, on),
+                                       local_window_size=(3, 1))
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(np.asarray(got), _attention64(q, kk, v, mask=mask, window=(3, 1)), rtol=1e-12,
+                               atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["opencl", "webgpu"])
+def test_past_the_loop_limit_the_kernel_declines_with_the_reason(backend):
+    """A device whose invocations stop loops early (lavapipe) gets no attention kernel that would walk past its
+    limit: with ``fallback="error"`` the reason is raised, else the call runs on numpy and is right."""
+    devs = [d for d in fa.devices(all_backends=True) if d.backend == backend]
+    if not devs:
+        pytest.skip(f"no {backend} device")
+    dev = devs[0]
+    q, kk, v = _qkv()
+    args = [fa.device_put(a, dev) for a in (q, kk, v)]
+    with kernel_capabilities(dev, max_loop_iterations=8):
+        with fallback_mode("error"), pytest.raises(Exception, match="loop iterations"):
+            nn.dot_product_attention(*args, scale=0.5, is_causal=True)
+        with fallback_mode("silent"):
+            got = nn.dot_product_attention(*args, scale=0.5, is_causal=True)
+    np.testing.assert_allclose(np.asarray(got), _attention64(q, kk, v, causal=True, scale=0.5), rtol=2e-5, atol=2e-5)

@@ -1,0 +1,312 @@
+"""Dispatch on the kernel backends (issue 28 item 3): what a cached jitted call costs in API calls.
+
+A cached call of a training step on opencl:0 and webgpu:0 must cost a bounded number of driver API
+calls per kernel and make nothing (no buffer, kernel, program, pipeline or bind group) after its first
+calls: every wgpu / pyopencl entry point the backends call is wrapped in a counting shim for one call.
+Also: results equal numpy:0's; two threads calling one jitted function (sharing its kernels, arena and
+staging buffers) get their own results; buffers reused from call to call never alias an output the
+caller still holds; the profiler's kernel spans are the device's time and the host's time around them
+is ``dispatch``.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from helpers import require_backend, run_threads
+
+# --------------------------------------------------------------------------- the program
+
+
+def _loss(params, x, y):
+    h = fnp.tanh(x @ params["w1"] + params["b1"])
+    out = h @ params["w2"] + params["b2"]
+    return fnp.mean((out - y) ** 2)
+
+
+def _step(params, m, x, y):
+    """One step of SGD with momentum: value, gradient, update (about 10-20 kernels)."""
+    loss, g = fa.value_and_grad(_loss)(params, x, y)
+    m = {k: 0.9 * m[k] + g[k] for k in params}
+    params = {k: params[k] - 0.05 * m[k] for k in params}
+    return params, m, loss
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    params = {"w1": rng.standard_normal((6, 16)).astype(np.float32) * 0.4, "b1": np.zeros(16, np.float32),
+              "w2": rng.standard_normal((16, 3)).astype(np.float32) * 0.4, "b2": np.zeros(3, np.float32)}
+    x = rng.standard_normal((32, 6)).astype(np.float32)
+    y = rng.standard_normal((32, 3)).astype(np.float32)
+    return params, x, y
+
+
+def _reference(steps, seed=0):
+    """``steps`` steps on numpy:0: the list of (params, momentum, loss) as NumPy values."""
+    params, x, y = _data(seed)
+    f = fa.jit(_step, device="numpy:0")
+    p, m = fa.device_put(params, "numpy:0"), fa.device_put({k: np.zeros_like(v) for k, v in params.items()}, "numpy:0")
+    out = []
+    for _ in range(steps):
+        p, m, loss = f(p, m, x, y)
+        out.append(({k: np.asarray(v) for k, v in p.items()}, {k: np.asarray(v) for k, v in m.items()}, float(loss)))
+    return out
+
+
+@pytest.fixture(params=["opencl", "webgpu"])
+def kdev(request):
+    return require_backend(request.param)[0]
+
+
+def _on(device, seed=0):
+    params, x, y = _data(seed)
+    p = fa.device_put(params, device)
+    m = fa.device_put({k: np.zeros_like(v) for k, v in params.items()}, device)
+    return p, m, fa.device_put(x, device), fa.device_put(y, device)
+
+
+# --------------------------------------------------------------------------- counting shims
+
+
+def _count_wgpu(monkeypatch, counts):
+    """Count every call of the wgpu-py methods the webgpu backend uses (device, encoder, pass, queue)."""
+    from wgpu.backends.wgpu_native import _api
+    names = {
+        "GPUDevice": ("create_buffer", "create_buffer_with_data", "create_bind_group", "create_bind_group_layout",
+                      "create_pipeline_layout", "create_shader_module", "create_compute_pipeline",
+                      "create_command_encoder", "create_query_set"),
+        "GPUCommandEncoder": ("begin_compute_pass", "copy_buffer_to_buffer", "clear_buffer", "resolve_query_set",
+                              "finish"),
+        "GPUComputePassEncoder": ("set_pipeline", "set_bind_group", "dispatch_workgroups", "end"),
+        "GPUQueue": ("submit", "write_buffer", "read_buffer"),
+    }
+    for cls_name, methods in names.items():
+        cls = getattr(_api, cls_name)
+        for meth in methods:
+            monkeypatch.setattr(cls, meth, _counted(getattr(cls, meth), f"{cls_name}.{meth}", counts))
+
+
+def _count_opencl(monkeypatch, counts):
+    """Count the pyopencl entry points the opencl backend calls (enqueues, arguments, creations, the pool)."""
+    import pyopencl as cl
+    import pyopencl.tools as cl_tools
+    monkeypatch.setattr(cl.Kernel, "set_arg", _counted(cl.Kernel.set_arg, "Kernel.set_arg", counts))
+    for name in ("enqueue_nd_range_kernel", "enqueue_copy", "Buffer", "Program", "Kernel"):
+        monkeypatch.setattr(cl, name, _counted(getattr(cl, name), name, counts))
+    monkeypatch.setattr(cl_tools.MemoryPool, "allocate", _counted(cl_tools.MemoryPool.allocate, "pool.allocate",
+                                                                  counts))
+
+
+def _counted(fn, name, counts):
+    def wrapper(*args, **kwargs):
+        counts[name] += 1
+        return fn(*args, **kwargs)
+    return wrapper
+
+
+_CREATES = {"webgpu": ("GPUDevice.create_buffer", "GPUDevice.create_buffer_with_data", "GPUDevice.create_bind_group",
+                       "GPUDevice.create_bind_group_layout", "GPUDevice.create_pipeline_layout",
+                       "GPUDevice.create_shader_module", "GPUDevice.create_compute_pipeline",
+                       "GPUDevice.create_query_set"),
+            "opencl": ("Buffer", "Program", "Kernel")}
+
+
+def _one_counted_call(device, monkeypatch, f, args):
+    counts = collections.Counter()
+    with monkeypatch.context() as mp:
+        (_count_wgpu if device.backend == "webgpu" else _count_opencl)(mp, counts)
+        out = f(*args)
+    return out, counts
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_cached_call_costs_a_bounded_number_of_api_calls(kdev, monkeypatch):
+    f = fa.jit(_step, device=kdev)
+    p, m, x, y = _on(kdev)
+    n_kernels = len(f.lower(p, m, x, y).kernels())
+    assert n_kernels >= 5
+    for _ in range(3):  # compiles; then the pool holds buffers of every output size
+        p, m, loss = f(p, m, x, y)
+    if kdev.backend == "opencl":
+        pool = kdev.impl.state(kdev).pool
+        managed = pool.managed_bytes
+    (p, m, loss), counts = _one_counted_call(kdev, monkeypatch, f, (p, m, x, y))
+    n_in, n_out = 10, 9
+    made = {k: counts[k] for k in _CREATES[kdev.backend] if counts[k]}
+    assert not made, f"a cached call made {made}; all calls: {dict(counts)}"
+    total = sum(counts.values())
+    assert total <= 3 * n_kernels + n_in + n_out + 6, (n_kernels, dict(counts))
+    if kdev.backend == "webgpu":
+        assert counts["GPUQueue.submit"] == 1 and counts["GPUDevice.create_command_encoder"] == 1, dict(counts)
+        assert counts["GPUComputePassEncoder.dispatch_workgroups"] == n_kernels, dict(counts)
+        assert counts["GPUQueue.read_buffer"] == 0 and counts["GPUQueue.write_buffer"] == 0, dict(counts)
+    else:
+        assert counts["enqueue_nd_range_kernel"] == n_kernels and counts["enqueue_copy"] == 0, dict(counts)
+        assert counts["pool.allocate"] <= n_out and counts["Kernel.set_arg"] <= n_in + 2 * n_out, dict(counts)
+        assert pool.managed_bytes == managed  # the pool made no new device memory
+    float(loss)
+
+
+def test_results_equal_numpy_over_many_calls(kdev):
+    ref = _reference(6)
+    f = fa.jit(_step, device=kdev)
+    p, m, x, y = _on(kdev)
+    for want_p, want_m, want_loss in ref:
+        p, m, loss = f(p, m, x, y)
+        np.testing.assert_allclose(float(loss), want_loss, rtol=2e-5)
+        for k in want_p:
+            np.testing.assert_allclose(np.asarray(p[k]), want_p[k], rtol=2e-5, atol=2e-6, err_msg=k)
+            np.testing.assert_allclose(np.asarray(m[k]), want_m[k], rtol=2e-5, atol=2e-6, err_msg=k)
+
+
+def test_outputs_the_caller_holds_are_never_reused(kdev):
+    """Every call's outputs stay as they were while later calls reuse the executable's arena and staging
+    buffers: the outputs of all six calls, read only at the end, equal numpy:0's step by step."""
+    ref = _reference(6)
+    f = fa.jit(_step, device=kdev)
+    p, m, x, y = _on(kdev)
+    held = []
+    for _ in range(6):
+        p, m, loss = f(p, m, x, y)
+        held.append((p, m, loss))
+    for (p, m, loss), (want_p, want_m, want_loss) in zip(held, ref, strict=True):
+        np.testing.assert_allclose(float(loss), want_loss, rtol=2e-5)
+        for k in want_p:
+            np.testing.assert_allclose(np.asarray(p[k]), want_p[k], rtol=2e-5, atol=2e-6, err_msg=k)
+            np.testing.assert_allclose(np.asarray(m[k]), want_m[k], rtol=2e-5, atol=2e-6, err_msg=k)
+
+
+def test_passthrough_constant_and_reread_outputs_stay_distinct(kdev):
+    """Outputs that are an input, a constant, or also read by a later kernel of the same call: none is
+    overwritten by the next call, and the input passed through is the caller's own array."""
+    def f(a, b):
+        s = a * 2.0 + b          # an output that the next kernel reads too
+        t = fnp.sum(s * s)       # a reduction over it
+        return a, s, t, fnp.float32(3.0), s + 1.0
+
+    g = fa.jit(f, device=kdev)
+    outs = []
+    for i in range(4):
+        a = fa.device_put(np.full(8, float(i), np.float32), kdev)
+        b = fa.device_put(np.arange(8, dtype=np.float32), kdev)
+        outs.append((i, a, g(a, b)))
+    for i, a, (a2, s, t, c, s1) in outs:
+        want = np.full(8, 2.0 * i, np.float32) + np.arange(8, dtype=np.float32)
+        assert a2 is a or np.array_equal(np.asarray(a2), np.asarray(a))
+        np.testing.assert_array_equal(np.asarray(s), want)
+        np.testing.assert_allclose(float(t), float(np.sum(want.astype(np.float64) ** 2)), rtol=1e-6)
+        assert float(c) == 3.0
+        np.testing.assert_array_equal(np.asarray(s1), want + 1.0)
+
+
+def test_two_threads_calling_one_jitted_function(kdev):
+    """Both threads share the function's executable (its kernels, arena and staging buffers); each gets
+    the results of its own inputs, call after call."""
+    f = fa.jit(_step, device=kdev)
+    refs = {t: _reference(8, seed=t) for t in (0, 1)}
+    p, m, x, y = _on(kdev)
+    f(p, m, x, y)  # compile once, before the threads start
+
+    def work(t):
+        p, m, x, y = _on(kdev, seed=t)
+        for _, _, want_loss in refs[t]:
+            p, m, loss = f(p, m, x, y)
+            np.testing.assert_allclose(float(loss), want_loss, rtol=2e-5)
+        want_p = refs[t][-1][0]
+        for k in want_p:
+            np.testing.assert_allclose(np.asarray(p[k]), want_p[k], rtol=2e-5, atol=2e-6, err_msg=k)
+
+    run_threads(work, n=2, timeout=300.0)
+
+
+def test_profiler_kernel_spans_are_device_time_and_the_rest_is_dispatch(kdev):
+    f = fa.jit(_step, device=kdev)
+    p, m, x, y = _on(kdev)
+    for _ in range(2):
+        p, m, loss = f(p, m, x, y)
+    float(loss)
+    with fa.profiler.trace() as h:
+        for _ in range(3):
+            p, m, loss = f(p, m, x, y)
+        float(loss)
+    recs = h.profile.records
+    kernels = [r for r in recs if r.kind == "kernel"]
+    n_kernels = len(f.lower(p, m, x, y).kernels())
+    assert len(kernels) == 3 * n_kernels
+    timed = [r for r in kernels if "device_us" in r.args]
+    if not timed:
+        pytest.skip(f"{kdev} gives no device times (no timestamp queries / profiling events)")
+    for r in timed:  # a kernel span lasts its device time (less only where clamped into its call)
+        assert r.dur <= r.args["device_us"] * 1e3 + 1
+        assert r.parent is not None and r.parent.kind == "dispatch" and r.parent.args.get("launches")
+    runs = {id(r.parent): r.parent for r in timed}
+    assert len(runs) == 3
+    for run in runs.values():  # the host's time around the launches is the run span's own (dispatch) time
+        inside = sum(r.dur for r in recs if r.parent is run)
+        assert abs(run.self_ns - max(run.dur - inside, 0)) <= 1
+    s = h.profile.summary()
+    assert s.counts["dispatch"] >= 3 and s.totals_ns["kernel"] > 0
+    if s.dominant == "dispatch":
+        assert "around kernel launches" in s.verdict, s.verdict
+
+
+def _held(device):
+    return (device.impl.gpu if device.backend == "webgpu" else device.impl.state(device)).held_bytes
+
+
+def test_past_the_held_budget_buffers_come_per_call(kdev, monkeypatch):
+    """With no budget for executable-held memory, intermediates, inputs and outputs are bound per call
+    (the path of programs whose intermediates are too large to keep): the same results."""
+    import importlib
+    mod = importlib.import_module(f"fnarray.lowering.{kdev.backend}.dispatch")
+    monkeypatch.setattr(mod, "HELD_BYTES", 0)
+    ref = _reference(4, seed=2)
+    f = fa.jit(lambda p, m, x, y: _step(p, m, x, y), device=kdev)
+    p, m, x, y = _on(kdev, seed=2)
+    before = _held(kdev)
+    for _, _, want_loss in ref:
+        p, m, loss = f(p, m, x, y)
+        np.testing.assert_allclose(float(loss), want_loss, rtol=2e-5)
+    assert _held(kdev) == before
+    want_p = ref[-1][0]
+    for k in want_p:
+        np.testing.assert_allclose(np.asarray(p[k]), want_p[k], rtol=2e-5, atol=2e-6, err_msg=k)
+
+
+def test_held_memory_is_given_back_with_the_executable(kdev):
+    import gc
+    before = _held(kdev)
+    f = fa.jit(lambda p, m, x, y: _step(p, m, x, y), device=kdev)
+    p, m, x, y = _on(kdev, seed=3)
+    p, m, loss = f(p, m, x, y)
+    float(loss)
+    assert _held(kdev) > before
+    del f
+    gc.collect()
+    assert _held(kdev) == before
+
+
+def test_webgpu_profile_without_timestamp_queries(monkeypatch):
+    """An adapter without timestamp queries: each kernel is submitted and waited for alone under the
+    profiler, its span the wall time; the results are those of numpy:0."""
+    device = require_backend("webgpu")[0]
+    monkeypatch.setattr(device.impl.gpu, "has_timestamps", False)
+    ref = _reference(3, seed=4)
+    f = fa.jit(lambda p, m, x, y: _step(p, m, x, y), device=device)
+    p, m, x, y = _on(device, seed=4)
+    with fa.profiler.trace() as h:
+        for _, _, want_loss in ref:
+            p, m, loss = f(p, m, x, y)
+            np.testing.assert_allclose(float(loss), want_loss, rtol=2e-5)
+    kernels = [r for r in h.profile.records if r.kind == "kernel" and r.parent is not None
+               and r.parent.kind == "dispatch"]
+    assert kernels and not any("device_us" in r.args for r in kernels)
+    for k in ref[-1][0]:
+        np.testing.assert_allclose(np.asarray(p[k]), ref[-1][0][k], rtol=2e-5, atol=2e-6, err_msg=k)

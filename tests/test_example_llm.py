@@ -1,0 +1,84 @@
+"""``examples/llm.py`` in a tiny configuration.
+
+``main([...])`` runs in-process: the decode step must be traced once per sampling mode for a whole generation, the
+greedy text from the KV-cache path must equal greedy decoding by full forward passes without a cache (an
+independent check of ``KVCache``, RoPE offsets and the fused attention), the quantized models must be smaller, a
+``--save``/``--weights`` round trip must give the same perplexity, every backend must run the example with
+``fallback="error"``, and bad
+command lines must exit with a message.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+from tests.helpers import fallback_mode
+
+pytest.importorskip("tqdm", reason="the examples need tqdm (pip install 'fnarray[examples]')")
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import llm  # noqa: E402
+from transformer_lm import decode, encode  # noqa: E402
+
+TINY = ["--steps", "3", "--batch-size", "2", "--context", "16", "--dim", "32", "--heads", "4", "--kv-heads", "2",
+        "--layers", "1", "--hidden", "64", "--group-size", "32", "--eval-windows", "4", "--new-tokens", "6",
+        "--quiet"]
+
+
+def _greedy_without_cache(model, prompt, n):
+    ids = list(encode(prompt))
+    for _ in range(n):
+        logits = np.asarray(model(np.asarray(ids, np.int32)[None]))[0, -1]
+        ids.append(int(np.argmax(logits)))
+    return decode(ids)
+
+
+def test_tiny_run_traces_the_decode_step_once_and_matches_full_forward(tmp_path):
+    path = str(tmp_path / "w.safetensors")
+    out = llm.main(TINY + ["--device", "numpy:0", "--quantize", "4", "8", "--save", path])
+    assert out["decode_traces"] == 2   # greedy and top-p, each traced once for three generations
+    f32, q4, q8 = out["results"]
+    assert all(r["decode_traces"] == 2 for r in out["results"])
+    assert all(math.isfinite(r["perplexity"]) and r["perplexity"] > 1 for r in out["results"])
+    assert q4["bytes"] < q8["bytes"] < f32["bytes"]
+    assert abs(q8["perplexity"] / f32["perplexity"] - 1) < 0.01
+    assert f32["greedy"] == _greedy_without_cache(out["model"], "The ", 6)
+    for r in out["results"]:
+        assert r["greedy"].startswith("The ") and len(r["sampled"]) == len("The ") + 6
+    again = llm.main(TINY + ["--device", "numpy:0", "--quantize", "--weights", path])
+    assert again["losses"] == [] and len(again["results"]) == 1
+    np.testing.assert_allclose(again["results"][0]["perplexity"], f32["perplexity"], rtol=1e-5)
+    assert again["results"][0]["greedy"] == f32["greedy"]
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory):
+    """Weights trained for one step on numpy:0 (the backends below load them: no training compile there)."""
+    path = str(tmp_path_factory.mktemp("llm") / "w.safetensors")
+    llm.main(TINY + ["--steps", "1", "--device", "numpy:0", "--quantize", "--save", path])
+    return path
+
+
+def test_every_backend_runs_it(device, weights):
+    with fallback_mode("error"):   # every step on the device's own rules and kernels, top-p sampling included
+        out = llm.main(TINY + ["--weights", weights, "--device", str(device), "--quantize", "4", "--new-tokens", "3"])
+    assert out["decode_traces"] == 2 and out["device"] == str(device)
+    assert all(math.isfinite(r["perplexity"]) for r in out["results"])
+    assert out["results"][0]["greedy"] == _greedy_without_cache(out["model"], "The ", 3)
+
+
+@pytest.mark.parametrize("argv", [["--heads", "3"], ["--kv-heads", "3"], ["--quantize", "7"], ["--top-p", "0"],
+                                  ["--new-tokens", "1"], ["--weights", "/nonexistent.safetensors"],
+                                  ["--device", "nope:0"], ["--dim", "12", "--heads", "4"]])
+def test_bad_command_lines_exit_with_a_message(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        llm.parse_args(TINY + argv)
+    assert e.value.code == 2
+    assert "error" in capsys.readouterr().err
+    assert fa.default_device() is not None

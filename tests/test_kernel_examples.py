@@ -1,0 +1,107 @@
+"""``examples/kernels/``: each Pallas kernel against fnarray's own operations on every device (its own kernel
+with ``fallback="error"``, mlx through the interpreter), and exported to a web page run in headless Chromium
+(the pattern and fixtures of ``tests/test_browser.py``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+from kernels import flash_attention, layer_norm, matmul, quantized_matvec, softmax, vector_add  # noqa: E402
+from test_pallas import own_kernels  # noqa: E402
+
+rng = np.random.default_rng(290)
+
+
+def _f32(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _qmv_inputs():
+    w, s, b = (np.asarray(a) for a in fa.quantize(_f32(32, 256), group_size=64, bits=4))
+    return _f32(256), w, s, b
+
+
+def _qmv_reference(x, w, s, b):
+    return fa.quantized_matmul(x, w, s, b, transpose=True, group_size=64, bits=4)
+
+
+#: name: (kernel function, fnarray's own computation, inputs, tolerance)
+EXAMPLES = {
+    "vector_add": (vector_add.vector_add, lambda x, y: x + y, lambda: (_f32(1000), _f32(1000)), 1e-6),
+    "softmax": (softmax.softmax, lambda x: fa.nn.softmax(x, axis=-1), lambda: (_f32(16, 40) * 3,), 1e-6),
+    "layer_norm": (layer_norm.layer_norm, layer_norm.reference, lambda: (_f32(16, 48), _f32(48), _f32(48)), 2e-5),
+    "matmul": (lambda x, y: matmul.matmul(x, y, 16, 16, 16), lambda x, y: x @ y, lambda: (_f32(64, 48), _f32(48, 32)),
+               2e-5),
+    "flash_attention": (flash_attention.flash_attention, flash_attention.reference,
+                        lambda: (_f32(2, 32, 8), _f32(2, 32, 8), _f32(2, 32, 8)), 2e-5),
+    "quantized_matvec": (quantized_matvec.quantized_matvec, _qmv_reference, _qmv_inputs, 1e-4),
+}
+
+
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_example_matches_fnarray_ops(name, device):
+    kernel, ref, make, tol = EXAMPLES[name]
+    args = [fa.device_put(a, device) for a in make()]
+    want = np.asarray(ref(*[fa.device_put(np.asarray(a), "numpy:0") for a in args]))
+    with own_kernels(device):
+        got = np.asarray(kernel(*args))
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def test_softmax_backward_kernel_matches_fnarray_grad(device):
+    x, w = _f32(8, 24), _f32(8, 24)
+    want = np.asarray(fa.grad(lambda v: fnp.sum(fa.nn.softmax(v, axis=-1) * w))(x))
+    with own_kernels(device):
+        got = np.asarray(fa.grad(lambda v: fnp.sum(softmax.softmax(v) * fa.device_put(w, device)))(
+            fa.device_put(x, device)))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_example_scripts_run():
+    """Each example's command line (on numpy:0) prints its error against fnarray's operations."""
+    import io
+    from contextlib import redirect_stdout
+    for mod in (vector_add, softmax, layer_norm, matmul, flash_attention, quantized_matvec):
+        out = io.StringIO()
+        with redirect_stdout(out):
+            mod.main(["--device", "numpy:0"])
+        assert "error" in out.getvalue(), mod.__name__
+
+
+# ------------------------------------------------------------------------------------------- in the browser
+
+BROWSER = ("flash_attention", "softmax", "quantized_matvec")
+
+
+@pytest.fixture(scope="module")
+def kernel_bundles(wdev, site):  # noqa: F811 (the fixtures imported below)
+    root, _ = site
+    out = {}
+    for name in BROWSER:
+        kernel, _, make, _ = EXAMPLES[name]
+        args = make()
+        out[name] = (fa.export.webgpu(kernel, *args, path=root / f"kernel_{name}"), args)
+    return out
+
+
+@pytest.mark.parametrize("name", BROWSER)
+def test_example_kernel_in_chromium(page, kernel_bundles, name):  # noqa: F811
+    from test_browser import _inputs
+    kernel, ref, _, tol = EXAMPLES[name]
+    manifest, args = kernel_bundles[name]
+    got = page.evaluate("([dir, inputs]) => window.runBundle(dir, inputs)",
+                        [f"kernel_{name}", _inputs(manifest, kernel, args, ())])
+    want = np.asarray(ref(*[fa.device_put(a, "numpy:0") for a in args]))
+    np.testing.assert_allclose(np.asarray(got[0]).reshape(want.shape), want, rtol=tol, atol=max(tol, 3e-5))
+
+
+# The browser fixtures of tests/test_browser.py (one Chromium for the module, bundles served from 127.0.0.1).
+from test_browser import browser, page, site, wdev  # noqa: E402, F401

@@ -1,0 +1,465 @@
+"""``fnarray.experimental.pallas``: kernels from JAX's Pallas documentation on every device, against
+``jax.experimental.pallas`` with ``interpret=True`` on the same inputs (the oracle), the transforms (jit, vmap,
+custom_vjp, grad's error) and the bad inputs of issue 29 (each a clear error).
+
+The kernels below are written once as functions of ``(jnp, pl, ShapeDtypeStruct)``: the same source runs
+with ``jax.numpy``/``jax.experimental.pallas`` and with ``fnarray.numpy``/``fnarray.experimental.pallas``.
+Every device runs them with ``fallback="error"`` (a kernel of its own, or JAX's Pallas on jax), except mlx,
+whose interpreter fallback is expected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+import fnarray.experimental.pallas as pl
+
+jax = pytest.importorskip("jax")
+jnp = pytest.importorskip("jax.numpy")
+jpl = pytest.importorskip("jax.experimental.pallas")
+
+rng = np.random.default_rng(29)
+
+
+@contextlib.contextmanager
+def own_kernels(device):
+    """``fallback="error"`` where the backend runs pallas_call itself; mlx interprets it (expected)."""
+    old = fa.config.fallback
+    fa.config.fallback = "silent" if device.backend == "mlx" else "error"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", fa.FallbackWarning)
+            yield
+    finally:
+        fa.config.fallback = old
+
+
+# ------------------------------------------------------------------------------------------ the docs' kernels
+
+
+def doc_kernels(np_, pl_, sds):
+    """The quickstart's ``add_vectors``, its ``matmul`` with BlockSpecs (and the version accumulating over a
+    k axis of the grid), and a row softmax, written against the namespaces given."""
+
+    def add_vectors_kernel(x_ref, y_ref, o_ref):
+        x, y = x_ref[...], y_ref[...]
+        o_ref[...] = x + y
+
+    def add_vectors(x, y):
+        return pl_.pallas_call(add_vectors_kernel, out_shape=sds(x.shape, x.dtype))(x, y)
+
+    def matmul_kernel(x_ref, y_ref, z_ref):
+        z_ref[...] = x_ref[...] @ y_ref[...]
+
+    def matmul(x, y):
+        return pl_.pallas_call(
+            matmul_kernel, out_shape=sds((x.shape[0], y.shape[1]), x.dtype), grid=(2, 2),
+            in_specs=[pl_.BlockSpec((x.shape[0] // 2, x.shape[1]), lambda i, j: (i, 0)),
+                      pl_.BlockSpec((y.shape[0], y.shape[1] // 2), lambda i, j: (0, j))],
+            out_specs=pl_.BlockSpec((x.shape[0] // 2, y.shape[1] // 2), lambda i, j: (i, j)))(x, y)
+
+    def matmul_k_kernel(x_ref, y_ref, z_ref):
+        @pl_.when(pl_.program_id(2) == 0)
+        def _():
+            z_ref[...] = np_.zeros_like(z_ref)
+        z_ref[...] += x_ref[...] @ y_ref[...]
+
+    def matmul_k(x, y, bm=8, bk=8, bn=8):
+        m, k = x.shape
+        n = y.shape[1]
+        return pl_.pallas_call(
+            matmul_k_kernel, out_shape=sds((m, n), x.dtype), grid=(m // bm, n // bn, k // bk),
+            in_specs=[pl_.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
+                      pl_.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))],
+            out_specs=pl_.BlockSpec((bm, bn), lambda i, j, kk: (i, j)))(x, y)
+
+    def softmax_kernel(x_ref, o_ref):
+        x = x_ref[...]
+        e = np_.exp(x - np_.max(x, axis=-1, keepdims=True))
+        o_ref[...] = e / np_.sum(e, axis=-1, keepdims=True)
+
+    def softmax(x, block_rows=2):
+        return pl_.pallas_call(
+            softmax_kernel, out_shape=sds(x.shape, x.dtype), grid=(x.shape[0] // block_rows,),
+            in_specs=[pl_.BlockSpec((block_rows, x.shape[1]), lambda i: (i, 0))],
+            out_specs=pl_.BlockSpec((block_rows, x.shape[1]), lambda i: (i, 0)))(x)
+
+    def row_sum_kernel(x_ref, o_ref):
+        def body(i, acc):
+            return acc + x_ref[:, pl_.ds(i * 4, 4)]
+        acc = jax_or_fa_fori(0, x_ref.shape[1] // 4, body, np_.zeros((x_ref.shape[0], 4), np_.float32))
+        o_ref[...] = np_.sum(acc, axis=1)
+
+    def row_sums(x):
+        return pl_.pallas_call(
+            row_sum_kernel, out_shape=sds((x.shape[0],), x.dtype), grid=(x.shape[0] // 4,),
+            in_specs=[pl_.BlockSpec((4, x.shape[1]), lambda i: (i, 0))],
+            out_specs=pl_.BlockSpec((4,), lambda i: (i,)))(x)
+
+    jax_or_fa_fori = jax.lax.fori_loop if np_ is jnp else fa.lax.fori_loop
+    return {"add_vectors": add_vectors, "matmul": matmul, "matmul_k": matmul_k, "softmax": softmax,
+            "row_sums": row_sums}
+
+
+def _jax_pl():
+    """JAX's Pallas with interpret=True on every pallas_call (the oracle)."""
+    class _P:
+        def __getattr__(self, name):
+            return getattr(jpl, name)
+
+        @staticmethod
+        def pallas_call(*a, **k):
+            return jpl.pallas_call(*a, interpret=True, **k)
+    return _P()
+
+
+OURS = doc_kernels(fnp, pl, pl.ShapeDtypeStruct)
+THEIRS = doc_kernels(jnp, _jax_pl(), jax.ShapeDtypeStruct)
+INPUTS = {
+    "add_vectors": lambda: (rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)),
+    "matmul": lambda: (rng.standard_normal((8, 6)).astype(np.float32), rng.standard_normal((6, 4)).astype(np.float32)),
+    "matmul_k": lambda: (rng.standard_normal((16, 24)).astype(np.float32),
+                         rng.standard_normal((24, 16)).astype(np.float32)),
+    "softmax": lambda: (rng.standard_normal((6, 10)).astype(np.float32) * 3,),
+    "row_sums": lambda: (rng.standard_normal((8, 12)).astype(np.float32),),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INPUTS))
+def test_doc_kernels_match_jax_pallas(name, device):
+    args = INPUTS[name]()
+    want = np.asarray(THEIRS[name](*[jnp.asarray(a) for a in args]))
+    with own_kernels(device):
+        got = OURS[name](*[fa.device_put(a, device) for a in args])
+        jitted = fa.jit(OURS[name])(*[fa.device_put(a, device) for a in args])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(np.asarray(jitted), want, rtol=2e-5, atol=2e-6)
+
+
+# ------------------------------------------------------------------------------------------ masks and refs
+
+
+def _masked_add(x, y, block=16):
+    n = x.shape[0]
+
+    def kernel(x_ref, y_ref, o_ref):
+        pid = pl.program_id(0)
+        offs = pid * block + fnp.arange(block)
+        mask = offs < n
+        xv = pl.load(x_ref, pl.ds(pid * block, block), mask=mask, other=0.0)
+        yv = pl.load(y_ref, pl.ds(pid * block, block), mask=mask, other=0.0)
+        pl.store(o_ref, pl.ds(pid * block, block), xv + yv, mask=mask)
+    return pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct(x.shape, x.dtype), grid=(pl.cdiv(n, block),))(x, y)
+
+
+def test_masked_loads_and_stores(device):
+    x, y = (rng.standard_normal(37).astype(np.float32) for _ in range(2))
+    with own_kernels(device):
+        got = _masked_add(fa.device_put(x, device), fa.device_put(y, device))
+    np.testing.assert_allclose(np.asarray(got), x + y, rtol=1e-6)
+
+
+def test_padded_blocks_with_mask(device):
+    """A block that does not divide the array: the last block is padded, its loads masked, its stores dropped."""
+    x = rng.standard_normal(10).astype(np.float32)
+
+    def kernel(x_ref, o_ref):
+        i = pl.program_id(0)
+        mask = i * 4 + fnp.arange(4) < 10
+        o_ref[...] = pl.load(x_ref, (slice(None),), mask=mask, other=0.0) * 2.0
+
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((10,), fnp.float32), grid=(3,),
+                       in_specs=[pl.BlockSpec((4,), lambda i: (i,))], out_specs=pl.BlockSpec((4,), lambda i: (i,)))
+    with own_kernels(device):
+        got = f(fa.device_put(x, device))
+    np.testing.assert_allclose(np.asarray(got), 2 * x, rtol=1e-6)
+
+
+def test_scratch_and_aliases(device):
+    """A scratch ref in work-group memory, and an output aliased to its input (it starts as the input)."""
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+
+    def kernel(x_ref, o_ref, s_ref):
+        s_ref[...] = x_ref[...] * 3.0
+        o_ref[0, :] = s_ref[1, :] + o_ref[0, :]
+
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct(x.shape, x.dtype), scratch_shapes=[pl.Local((4, 8),
+                       fnp.float32)], input_output_aliases={0: 0})
+    want = x.copy()
+    want[0] = 3 * x[1] + x[0]
+    with own_kernels(device):
+        got = f(fa.device_put(x, device))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+
+
+def test_store_reading_its_own_ref(device):
+    """``o[...] = o[::-1]``-like stores (the value reads other elements of the ref it overwrites)."""
+    x = rng.standard_normal(64).astype(np.float32)
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+        o_ref[...] = fnp.flip(o_ref[...]) + 1.0
+
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct(x.shape, x.dtype))
+    with own_kernels(device):
+        got = f(fa.device_put(x, device))
+    np.testing.assert_allclose(np.asarray(got), x[::-1] + 1, rtol=1e-6)
+
+
+def test_atomics_in_the_interpreter():
+    x = rng.standard_normal(8).astype(np.float32)
+
+    def kernel(x_ref, o_ref):
+        @pl.when(pl.program_id(0) == 0)
+        def _():
+            o_ref[...] = fnp.zeros_like(o_ref)
+        pl.atomic_add(o_ref, (0,), fnp.sum(x_ref[...]))
+
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((1,), fnp.float32), grid=(3,))
+    np.testing.assert_allclose(np.asarray(f(x)), [3 * x.sum()], rtol=1e-5)
+
+
+def test_atomics_fall_back_on_kernel_backends():
+    devs = [d for d in fa.devices(all_backends=True) if d.backend in ("opencl", "webgpu")]
+    if not devs:
+        pytest.skip("no kernel backend")
+
+    def kernel(x_ref, init_ref, o_ref):
+        pl.atomic_max(o_ref, (0,), fnp.max(x_ref[...]))
+
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((1,), fnp.float32), input_output_aliases={1: 0})
+    x = np.arange(5, dtype=np.float32)
+    with pytest.warns(fa.FallbackWarning, match="atomic"):
+        from fnarray.devices import partition, placement
+        partition._warned.clear()
+        placement._eager_cache.clear()
+        got = f(fa.device_put(x, devs[0]), fa.device_put(np.full(1, -1.0, np.float32), devs[0]))
+    np.testing.assert_array_equal(np.asarray(got), [4.0])
+
+
+# ------------------------------------------------------------------------------------------ transforms
+
+
+def test_vmap_adds_a_grid_axis(device):
+    xs = rng.standard_normal((3, 6, 10)).astype(np.float32)
+    want = np.stack([np.asarray(THEIRS["softmax"](jnp.asarray(x))) for x in xs])
+    with own_kernels(device):
+        got = fa.vmap(OURS["softmax"])(fa.device_put(xs, device))
+        got_jit = fa.jit(fa.vmap(OURS["softmax"]))(fa.device_put(xs, device))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(np.asarray(got_jit), want, rtol=2e-5, atol=2e-6)
+
+
+def test_vmap_of_one_operand():
+    x = rng.standard_normal(8).astype(np.float32)
+    ys = rng.standard_normal((4, 8)).astype(np.float32)
+    got = fa.vmap(OURS["add_vectors"], in_axes=(None, 0))(x, ys)
+    np.testing.assert_allclose(np.asarray(got), x + ys, rtol=1e-6)
+
+
+def test_grad_without_custom_vjp_names_it():
+    x = rng.standard_normal(8).astype(np.float32)
+    with pytest.raises(TypeError, match="custom_vjp"):
+        fa.grad(lambda v: fnp.sum(OURS["add_vectors"](v, v)))(x)
+
+
+def test_softmax_custom_vjp_backward_kernel(device):
+    from examples.kernels.softmax import softmax
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    w = rng.standard_normal((8, 16)).astype(np.float32)
+
+    def loss(v):
+        return fnp.sum(softmax(v) * w)
+
+    jx = jnp.asarray(x)
+    want = np.asarray(jax.grad(lambda v: jnp.sum(jax.nn.softmax(v, axis=-1) * w))(jx))
+    with own_kernels(device):
+        got = fa.grad(loss)(fa.device_put(x, device))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------ bad input
+
+
+def test_block_that_does_not_divide_without_mask():
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((10,), fnp.float32), grid=(3,),
+                       in_specs=[pl.BlockSpec((4,), lambda i: (i,))], out_specs=pl.BlockSpec((4,), lambda i: (i,)))
+    with pytest.raises(fa.ShapeError, match="does not divide.*mask"):
+        f(np.zeros(10, np.float32))
+
+
+def test_index_map_of_the_wrong_arity():
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((8,), fnp.float32), grid=(2,),
+                       in_specs=[pl.BlockSpec((4,), lambda i, j: (i,))], out_specs=pl.BlockSpec((4,), lambda i: (i,)))
+    with pytest.raises(TypeError, match="index_map.*cannot take 1 arguments"):
+        f(np.zeros(8, np.float32))
+
+
+def test_index_map_returning_too_few_indices():
+    f = pl.pallas_call(lambda x_ref, o_ref: None, out_shape=pl.ShapeDtypeStruct((8, 2), fnp.float32), grid=(2,),
+                       in_specs=[pl.BlockSpec((4, 2), lambda i: (i,))])
+    with pytest.raises(ValueError, match="returns 1 block indices for an array of 2 axes"):
+        f(np.zeros((8, 2), np.float32))
+
+
+def test_out_of_bounds_unmasked_load_in_interpret_mode():
+    def kernel(x_ref, o_ref):
+        o_ref[...] = pl.load(x_ref, pl.ds(pl.program_id(0) * 4, 4))
+
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((4,), fnp.float32), grid=(2,), interpret=True)
+    with pytest.raises(IndexError, match="outside the ref without a mask"):
+        f(np.zeros(6, np.float32))
+
+
+def test_kernel_writing_an_input():
+    def kernel(x_ref, o_ref):
+        x_ref[...] = o_ref[...]
+
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((4,), fnp.float32))
+    with pytest.raises(ValueError, match="writes input ref 0.*input_output_aliases"):
+        f(np.zeros(4, np.float32))
+
+
+def test_mismatched_out_shape():
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    with pytest.raises(fa.ShapeError, match="does not broadcast"):
+        pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((3,), fnp.float32))(np.zeros(4, np.float32))
+    with pytest.raises(TypeError, match="out_shape leaves need .shape and .dtype"):
+        pl.pallas_call(kernel, out_shape=(4,))(np.zeros(4, np.float32))
+    with pytest.raises(fa.ShapeError, match="block_shape .* has 2 axes"):
+        pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((4,), fnp.float32),
+                       out_specs=pl.BlockSpec((2, 2), lambda: (0, 0)))(np.zeros(4, np.float32))
+
+
+def test_grid_past_the_dispatch_limit(device):
+    """More program instances than a dispatch may have work-groups (65,535 on WebGPU): each work-group walks
+    several."""
+    n = 70_000 if device.backend == "webgpu" else 4_000
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + pl.program_id(0).astype(fnp.float32)
+
+    x = np.zeros(n, np.float32)
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((n,), fnp.float32), grid=(n,),
+                       in_specs=[pl.BlockSpec((1,), lambda i: (i,))], out_specs=pl.BlockSpec((1,), lambda i: (i,)))
+    with own_kernels(device):
+        got = fa.jit(f)(fa.device_put(x, device))
+    np.testing.assert_array_equal(np.asarray(got), np.arange(n, dtype=np.float32))
+
+
+def test_operation_the_target_cannot_render():
+    devs = [d for d in fa.devices(all_backends=True) if d.backend in ("opencl", "webgpu")]
+    if not devs:
+        pytest.skip("no kernel backend")
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = fnp.sort(x_ref[...])
+
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((5,), fnp.float32))
+    x = np.array([3, 1, 2, 5, 4], np.float32)
+    old = fa.config.fallback
+    fa.config.fallback = "error"
+    try:
+        with pytest.raises(Exception, match="sort inside a kernel has no kernel form"):
+            f(fa.device_put(x, devs[0]))
+    finally:
+        fa.config.fallback = old
+    np.testing.assert_array_equal(np.asarray(f(x)), np.sort(x))
+
+
+def test_unsupported_index_forms_name_what_is_supported():
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[fnp.arange(4)]
+
+    with pytest.raises(NotImplementedError, match="pl.ds"):
+        pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((4,), fnp.float32))(np.zeros(4, np.float32))
+    with pytest.raises(TypeError, match="unsupported arguments"):
+        pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((4,), fnp.float32), bogus=1)
+
+
+# ------------------------------------------------------------------------------------------ autotune
+
+
+def test_autotune_times_the_configs_once_per_key(tmp_path):
+    from fnarray.experimental.pallas import _autotune
+    sys_path = __import__("sys").path
+    sys_path.insert(0, str(__import__("pathlib").Path(__file__).parents[1] / "examples"))
+    from kernels.matmul import matmul
+    calls = []
+
+    @pl.autotune(configs=[{"bm": 8, "bn": 8, "bk": 8}, {"bm": 16, "bn": 16, "bk": 16}], key=["x", "y"])
+    def tuned(x, y, bm, bn, bk):
+        calls.append(bm)
+        return matmul(x, y, bm, bn, bk)
+
+    old = fa.config.compilation_cache_dir
+    fa.config.compilation_cache_dir = str(tmp_path)
+    _autotune._memory.clear()
+    try:
+        x, y = (rng.standard_normal((32, 32)).astype(np.float32) for _ in range(2))
+        got = tuned(x, y)
+        n = len(calls)
+        assert n >= 2 * 4   # each config: a warm-up and three timed runs, then the chosen one
+        got2 = tuned(x, y)
+        assert len(calls) == n + 1   # remembered: no more timing
+        np.testing.assert_allclose(np.asarray(got), x @ y, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(got2), x @ y, rtol=1e-5, atol=1e-5)
+        files = sorted((tmp_path / "tuning").glob("*.json"))   # kernels/tuning.py: one file per device
+        entries = __import__("json").loads(files[0].read_text())["entries"]
+        assert len(entries) == 1 and __import__("json").loads(list(entries.values())[0]["choice"])["bm"] in (8, 16)
+        _autotune._memory.clear()   # a new process reads the file
+        tuned(x, y)
+        assert len(calls) == n + 2
+        jitted = fa.jit(tuned)(x, y)   # traced: the remembered choice
+        np.testing.assert_allclose(np.asarray(jitted), x @ y, rtol=1e-5, atol=1e-5)
+    finally:
+        fa.config.compilation_cache_dir = old
+
+
+@pytest.mark.parametrize("backend", ["opencl", "webgpu"])
+def test_dot_operands_staged_in_local_memory_as_on_a_gpu(backend):
+    """Where tiles pay (GPU adapters: ``Capabilities.tiling_pays``) the operands of a ``dot`` are staged in
+    work-group memory; forced here on the CPU devices, the results are the same."""
+    import dataclasses
+    import importlib
+    devs = [d for d in fa.devices(all_backends=True) if d.backend == backend]
+    if not devs:
+        pytest.skip(f"no {backend} device")
+    dev = devs[0]
+    be = dev.impl
+    groups = importlib.import_module("fnarray.lowering.kernels.groups.pallas")
+    old = be.capabilities(dev)
+    gpu = dataclasses.replace(old, tiling_pays=True, local_memory=True, matmul_tiling="local")
+    if backend == "webgpu":
+        be._caps = gpu
+    else:
+        be.state(dev).caps = gpu
+    groups._REASONS.clear()
+    try:
+        args = INPUTS["matmul_k"]()
+        want = np.asarray(THEIRS["matmul_k"](*[jnp.asarray(a) for a in args]))
+        with own_kernels(dev):
+            got = fa.jit(lambda x, y: OURS["matmul_k"](x, y) * 1.0)(*[fa.device_put(a, dev) for a in args])
+            src = fa.jit(lambda x, y: OURS["matmul_k"](x, y) * 1.0).lower(*[fa.device_put(a, dev) for a in args])
+        assert "ta" in src.as_text()   # the staged tiles
+        np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-5)
+    finally:
+        if backend == "webgpu":
+            be._caps = old
+        else:
+            be.state(dev).caps = old
+        groups._REASONS.clear()
