@@ -69,35 +69,10 @@ def _usage_error(message: str) -> int:
     return 2
 
 
-def resolve_target(target: str, usage_error=None):
-    """The callable that ``module:function`` names (the current folder first on ``sys.path``), or the exit status
-    of ``usage_error(message)`` (an int) when it cannot be found."""
-    import importlib
-    import os
-    usage_error = usage_error or _usage_error
-    modname, _, attr = target.partition(":")
-    if not modname or not attr:
-        return usage_error(f"expected module:function, got {target!r}")
-    sys.path.insert(0, os.getcwd())
-    try:
-        fn = importlib.import_module(modname)
-    except ModuleNotFoundError as e:
-        if e.name is None or not (modname == e.name or modname.startswith(e.name + ".")):
-            raise  # the module exists but one of its own imports is missing: its traceback says which
-        return usage_error(f"no module named {modname!r} (looked in the current folder {os.getcwd()} "
-                           "and on sys.path; give a module path such as mypkg.mymod:function)")
-    for part in attr.split("."):
-        if not hasattr(fn, part):
-            names = sorted(n for n in dir(fn) if not n.startswith("_") and callable(getattr(fn, n, None)))
-            return usage_error(f"{target}: {getattr(fn, '__name__', modname)!s} has no attribute {part!r} "
-                               f"(callables there: {', '.join(names[:20]) or 'none'})")
-        fn = getattr(fn, part)
-    return fn
-
-
 def _check_command(args) -> int:
     """``python -m fnarray check``: see ``CHECK_EXIT_STATUS`` for what it returns."""
-    fn = resolve_target(args.target)
+    from fnarray._target import resolve_target
+    fn = resolve_target(args.target, _usage_error)
     if isinstance(fn, int):
         return fn
     ex_args = getattr(fn, "example_args", None)

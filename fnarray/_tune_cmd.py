@@ -71,7 +71,7 @@ def table(decisions) -> str:
 
 def tune_command(args) -> int:
     """``python -m fnarray tune``: 0 when the function ran on every device, 1 when one raised, 2 on a usage error."""
-    from fnarray.__main__ import resolve_target
+    from fnarray._target import resolve_target
     fn = resolve_target(args.target, _usage_error)
     if isinstance(fn, int):
         return fn
