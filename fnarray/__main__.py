@@ -6,6 +6,10 @@
   when every device agrees with numpy:0, 1 when one disagrees, 2 on a usage error (``CHECK_EXIT_STATUS``).
 - ``python -m fnarray primitives [NAME] [--wide] [--write]``: every primitive's rules and per-backend status
   (``docs/primitives.md``).
+- ``python -m fnarray tune module:function [ARG ...] [--device D ...] [--mode full|fast] [--cache-dir DIR]``:
+  tunes the function's generated kernels on the kernel devices ahead of time (``fa.config.autotune``) and
+  prints the table of choices (``fnarray/_tune_cmd.py``); ARG is an input spec such as ``float32[1024,1024]``,
+  else the function's declared example inputs.
 """
 
 from __future__ import annotations
@@ -31,6 +35,17 @@ def main(argv=None) -> int:
                                   "@fa.check.example(*args) or an example_args attribute)")
     c.add_argument("--device", action="append", default=None, help="a device to check (repeatable; default: all)")
     c.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: by dtype)")
+    t = sub.add_parser("tune", help="tune a function's generated kernels on the kernel devices and print the choices",
+                       description="Run module:function under jit on each opencl/webgpu device (or each --device) "
+                                   "with fa.config.autotune='full' (or --mode), so that every tunable kernel choice "
+                                   "is measured and kept in the compilation cache folder; print the table.")
+    t.add_argument("target", help="module:function")
+    t.add_argument("args", nargs="*", help="input specs such as float32[1024,1024] or i32[16] (random values); "
+                                           "default: the function's example inputs (@fa.check.example)")
+    t.add_argument("--device", action="append", default=None, help="a device to tune on (repeatable; default: "
+                                                                   "every opencl and webgpu device)")
+    t.add_argument("--mode", choices=("full", "fast"), default="full", help="the autotune mode (default full)")
+    t.add_argument("--cache-dir", default=None, help="where choices are kept (default: FNARRAY_CACHE_DIR)")
     sub.add_parser("primitives", add_help=False,
                    help="every primitive's rules and per-backend status (NAME: one primitive, --write: the docs)")
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -43,6 +58,9 @@ def main(argv=None) -> int:
         doctor(json_output=args.json)
     elif args.command == "check":
         return _check_command(args)
+    elif args.command == "tune":
+        from fnarray._tune_cmd import tune_command
+        return tune_command(args)
     return 0
 
 
@@ -53,25 +71,10 @@ def _usage_error(message: str) -> int:
 
 def _check_command(args) -> int:
     """``python -m fnarray check``: see ``CHECK_EXIT_STATUS`` for what it returns."""
-    import importlib
-    import os
-    modname, _, attr = args.target.partition(":")
-    if not modname or not attr:
-        return _usage_error(f"expected module:function, got {args.target!r}")
-    sys.path.insert(0, os.getcwd())
-    try:
-        fn = importlib.import_module(modname)
-    except ModuleNotFoundError as e:
-        if e.name is None or not (modname == e.name or modname.startswith(e.name + ".")):
-            raise  # the module exists but one of its own imports is missing: its traceback says which
-        return _usage_error(f"no module named {modname!r} (looked in the current folder {os.getcwd()} "
-                            "and on sys.path; give a module path such as mypkg.mymod:function)")
-    for part in attr.split("."):
-        if not hasattr(fn, part):
-            names = sorted(n for n in dir(fn) if not n.startswith("_") and callable(getattr(fn, n, None)))
-            return _usage_error(f"{args.target}: {getattr(fn, '__name__', modname)!s} has no attribute {part!r} "
-                                f"(callables there: {', '.join(names[:20]) or 'none'})")
-        fn = getattr(fn, part)
+    from fnarray._target import resolve_target
+    fn = resolve_target(args.target, _usage_error)
+    if isinstance(fn, int):
+        return fn
     ex_args = getattr(fn, "example_args", None)
     if ex_args is None:
         return _usage_error(f"{args.target} declares no example inputs; decorate it with "

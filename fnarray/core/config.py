@@ -8,6 +8,7 @@ import os
 __all__ = ["config"]
 
 _FALLBACK_MODES = ("warn", "error", "silent")
+_AUTOTUNE_MODES = ("off", "fast", "full")
 #: JAX's platform names (``jax_platforms``, ``jax_platform_name``); every device says which it runs on
 _PLATFORMS = ("cpu", "gpu", "cuda", "rocm", "tpu", "metal")
 #: attributes that fnarray itself sets, not settings (still allowed, not offered)
@@ -69,6 +70,14 @@ class Config:
       become their 32-bit counterparts where they enter (``asarray``, creation functions, ``device_put``,
       ``jit`` arguments), with JAX's ``UserWarning`` where a 64-bit dtype was explicitly requested
       (``fnarray.core.dtypes``). Part of the jit cache key. Env: ``FNARRAY_ENABLE_X64=1``.
+    - ``autotune``: how the opencl and webgpu kernels' tunable choices (work per item, vector width, dot tiles,
+      a transcendental's form) are picked (``fnarray.lowering.kernels.tuning``): ``"off"`` (the hand-tuned
+      defaults, nothing timed), ``"fast"`` (default: a choice cached for this device is reused, else a few
+      candidates ranked by a cost model where one is known are timed, else the default) or ``"full"`` (every
+      candidate timed on the device, the fastest kept). Choices are cached per device and driver, in
+      ``compilation_cache_dir`` too when it is set. A change applies to programs lowered afterwards (not part
+      of the jit cache key: a function already compiled keeps its kernels).
+      Env: ``FNARRAY_AUTOTUNE``.
 
     - ``platforms`` (also ``platform_name``): JAX's ``jax_platforms`` / ``jax_platform_name``, the platforms
       (``"cpu"``, ``"gpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``, ``"metal"``; a comma-separated list, in order of
@@ -118,6 +127,8 @@ class Config:
         self._debug_nans = _env_flag("FNARRAY_DEBUG_NANS")
         self._debug_infs = _env_flag("FNARRAY_DEBUG_INFS")
         self._enable_x64 = _env_flag("FNARRAY_ENABLE_X64")
+        self._autotune = "fast"
+        self.autotune = os.environ.get("FNARRAY_AUTOTUNE", "fast")
         self.debug_hook = None  # set by fnarray.devices.nan_check: called when debug_nans/debug_infs change
         self._frozen = True  # from here on, only names defined above (or on the class) may be set
 
@@ -208,6 +219,22 @@ class Config:
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"fnarray.config.compilation_cache_dir is a folder path or None, got {type(path).__name__}")
         self._cache_dir = None if path is None else os.path.abspath(os.path.expanduser(os.fspath(path)))
+
+    @property
+    def autotune(self) -> str:
+        return self._autotune
+
+    @autotune.setter
+    def autotune(self, mode: str):
+        if isinstance(mode, str) and mode.strip().lower() in _AUTOTUNE_MODES:
+            mode = mode.strip().lower()
+        if mode not in _AUTOTUNE_MODES:
+            raise ValueError(f"fnarray.config.autotune (env FNARRAY_AUTOTUNE) must be one of {_AUTOTUNE_MODES}: "
+                             f"'off' (the default kernel choices), 'fast' (cached or cost-model choices) or 'full' "
+                             f"(time every candidate on the device); got {mode!r}")
+        # Not part of ``lowering_key``: a change applies to programs lowered afterwards, and a function compiled
+        # with tuned kernels keeps them (switching to "off" after tuning does not recompile everything).
+        self._autotune = mode
 
     @property
     def default_device(self):

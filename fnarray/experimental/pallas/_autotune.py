@@ -78,10 +78,16 @@ def _choose(device, signature, candidates, measure, default):
 
 def _tuner():
     try:
-        from fnarray.lowering.kernels.tuning import choose
-        return choose
+        from fnarray.lowering.kernels import tuning
     except ImportError:
         return _choose
+    import fnarray as fa
+
+    def choose(device, signature, candidates, measure, default):
+        # pl.autotune asks for timing: every config is timed unless autotune is "off" (then the first config)
+        mode = "off" if fa.config.autotune == "off" else "full"
+        return tuning.choose(device, signature, candidates, measure, default, mode=mode)
+    return choose
 
 
 def _describe(v):

@@ -77,6 +77,11 @@ class Plan:
         self.host_driven = any(_needs_host(e) for e in program.eqns)
         self.schedule = None if self.host_driven else schedule(program, caps, **opts)
 
+    def __getstate__(self):  # the tuner option (a live device) is not kept in the persistent cache
+        state = dict(self.__dict__)
+        state["opts"] = {k: v for k, v in self.opts.items() if k != "tuner"}
+        return state
+
     def listing(self, named_source) -> KernelList:
         """``KernelList`` of every kernel (``named_source(kernel) -> (name, source)``)."""
         out = KernelList()
@@ -171,7 +176,8 @@ def schedule_program(program: Program, caps, **opts) -> Plan:
     """The kernel plan of ``program`` for a target with capabilities ``caps``.
 
     ``opts``: ``workgroup`` (work items per group of elementwise kernels), ``row_lanes`` (independent
-    accumulators in a work-item's loop over a row: ``groups/reduce.py``).
+    accumulators in a work-item's loop over a row: ``groups/reduce.py``), ``tuner`` (a
+    ``tuning.LaunchTimer`` of the device: the groups' tunable choices are made by ``tuning.choose``).
     """
     return Plan(program, caps, opts)
 

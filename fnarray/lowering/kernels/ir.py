@@ -242,12 +242,16 @@ class ScalarParam:
 
 @_frozen
 class Kernel:
-    """One kernel: ``name``, ``params`` (in launch order), ``body``; ``local_size`` fixed or ``None``."""
+    """One kernel: ``name``, ``params`` (in launch order), ``body``; ``local_size`` fixed or ``None``;
+    ``math``: how a renderer spells float32 transcendentals, ``"fnarray"`` (its own call-free polynomials,
+    where the renderer has them: ``opencl_c._HELPERS``) or ``"builtin"`` (the driver's library functions),
+    a tunable choice (``kernels/tuning.py``, ``schedule.KERNEL_TUNABLES``)."""
 
     name: str
     params: tuple
     body: tuple
     local_size: Any = None
+    math: str = "fnarray"
 
 
 # ------------------------------------------------------------------------------------------ traversal

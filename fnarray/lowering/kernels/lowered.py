@@ -16,9 +16,14 @@ from fnarray.core.ir import Literal, pp_program
 from fnarray.core.passes import walk_eqns
 from fnarray.devices import compile_cache
 from fnarray.devices.backend import Lowered
+from fnarray.lowering.kernels import tuning
 from fnarray.lowering.kernels.groups.base import BufSpec
 
 __all__ = ["KernelLowered"]
+
+#: read the persistent cache's kernel schedules (``python -m fnarray tune`` turns it off, so that every kernel is
+#: scheduled, and so tuned, again; new schedules are still written)
+READ_SCHEDULE_CACHE = [True]
 
 
 class KernelLowered(Lowered):
@@ -44,7 +49,8 @@ class KernelLowered(Lowered):
         caps = self.device.impl.capabilities(self.device)
         fields = {f.name: getattr(caps, f.name) for f in dataclasses.fields(caps)}
         fields["dtypes"] = sorted(d.name for d in caps.dtypes)
-        return f"{self.device.backend}|{self.device.description}|{sorted(fields.items())}"
+        return (f"{self.device.backend}|{self.device.description}|{sorted(fields.items())}"
+                f"|tuning={tuning.cache_version(self.device)}")
 
     def _cached_schedule(self):
         """The schedule, from the persistent compilation cache when it is on (keyed by the program's text,
@@ -53,7 +59,7 @@ class KernelLowered(Lowered):
             return self._schedule_now()
         k = compile_cache.key(pp_program(self.program), _literal_bits(self.program), self._cache_identity(),
                               _code_digest())
-        data = compile_cache.get("schedule", k)
+        data = compile_cache.get("schedule", k) if READ_SCHEDULE_CACHE[0] else None
         if data is not None:
             try:
                 return pickle.loads(data)  # noqa: S301 (fnarray's own cache folder; see compile_cache)

@@ -60,6 +60,8 @@ class OpenCLRenderer(CStyleRenderer):
                   np.dtype(np.uint64): "UL"}
     array_spaces = {"local": "__local "}
     functions = {"min": "min", "max": "max", "fabs": "fabs"}
+    #: the transcendentals as the driver's built-ins (a kernel's ``math == "builtin"``), not ``opencl_math.HELPERS``
+    builtin_math = False
 
     def __init__(self, expand=None):
         expand = CALL_FREE if expand is None else expand
@@ -71,7 +73,7 @@ class OpenCLRenderer(CStyleRenderer):
         return super().rewrite(kernel)
 
     def expr(self, e) -> str:
-        if isinstance(e, Op) and e.op in HELPERS and e.dtype == F32:
+        if not self.builtin_math and isinstance(e, Op) and e.op in HELPERS and e.dtype == F32:
             return f"{HELPERS[e.op][0]}({', '.join(self.expr(a) for a in e.args)})"
         if isinstance(e, Op) and (e.op, e.dtype) in BUILTINS:
             return BUILTINS[e.op, e.dtype].format(self.expr(e.args[0]))
@@ -133,6 +135,8 @@ class OpenCLRenderer(CStyleRenderer):
         if np.dtype(np.float16) in used:
             lines.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
         helped = {e.op for e in walk_exprs(kernel.body) if isinstance(e, Op) and e.op in HELPERS and e.dtype == F32}
+        if self.builtin_math:
+            helped = set()
         lines.extend(HELPERS[name][1] for name in sorted(helped))
         return lines
 
@@ -158,9 +162,21 @@ def _array_decls(stmts):
             yield from _array_decls(s.orelse)
 
 
+class _BuiltinMathRenderer(OpenCLRenderer):
+    builtin_math = True
+
+
 _RENDERER = OpenCLRenderer()
+_BUILTIN_RENDERER = _BuiltinMathRenderer()
+
+
+def uses_helpers(kernel: Kernel) -> bool:
+    """Whether ``kernel`` has a float32 transcendental that ``math="fnarray"`` prints as an fnarray helper (so
+    its ``math`` choice changes its source)."""
+    return any(isinstance(e, Op) and e.op in HELPERS and e.dtype == F32 for e in walk_exprs(kernel.body))
 
 
 def render_opencl(kernel: Kernel) -> str:
-    """OpenCL C source of ``kernel`` (deterministic: the same kernel gives the same text)."""
-    return _RENDERER.render(kernel)
+    """OpenCL C source of ``kernel`` (deterministic: the same kernel gives the same text); its float32
+    transcendentals as fnarray's helpers or, for ``kernel.math == "builtin"``, the driver's functions."""
+    return (_BUILTIN_RENDERER if kernel.math == "builtin" else _RENDERER).render(kernel)

@@ -38,6 +38,7 @@ materialisation and grouping passes.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 import pkgutil
@@ -52,7 +53,9 @@ from fnarray.lowering.kernels.groups.base import CALLS, REDUCTIONS, SCATTERS, Bu
 from fnarray.lowering.kernels.groups.reduce import ReduceGroup
 from fnarray.lowering.kernels.index import linearize
 from fnarray.lowering.kernels.ir import INT32, Let, Special, Sym
+from fnarray.lowering.kernels import tuning
 from fnarray.lowering.kernels.long_scans import split_long_scans
+from fnarray.lowering.kernels.opencl_c import uses_helpers
 from fnarray.lowering.kernels.rules import op
 from fnarray.lowering.zero_size import drop_zero_size
 
@@ -223,6 +226,14 @@ class _Ctx:
         name = b.buffer(spec, v.aval.dtype, True, hint)
         args[name] = spec
         return name
+
+    def tuned(self, tunable, default, build, facts=None):
+        """The launches of ``build(choice)`` for the choice of ``tunable`` (a group's declared table) that
+        ``kernels/tuning.py`` makes with the backend's ``tuner`` option; ``build(default)`` without one."""
+        tuner = self.opts.get("tuner")
+        if tuner is None:
+            return build(default)
+        return tuner.tuned(tunable, default, build, facts)
 
     def gid(self, b, n_items, wg):
         """The linear work-item id and the launch sizes for ``n_items`` items in groups of ``wg``."""
@@ -478,6 +489,25 @@ def _can_join(ctx, g, reads, own, v):
     return True
 
 
+def tune_kernels(ctx, launches) -> list:
+    """``launches`` with each kernel's kernel-level tunable choices made (``tuning.MATH``: a float32
+    transcendental as fnarray's polynomial or the driver's built-in, where the renderer has both)."""
+    tuner = ctx.opts.get("tuner")
+    if tuner is None or "builtin" not in tuner.math_forms:
+        return launches
+    out = []
+    for la in launches:
+        if not uses_helpers(la.kernel):
+            out.append(la)
+            continue
+
+        def build(choice, la=la):
+            return [Launch(dataclasses.replace(la.kernel, math=choice["math"]), la.args, la.global_size,
+                           la.local_size, la.eqns, la.kind)]
+        out.extend(tuner.tuned(tuning.MATH, {"math": "fnarray"}, build))
+    return out
+
+
 def schedule(program: Program, caps, **opts) -> Schedule:
     """Group ``program`` (straight-line: no ``cond``/``while``/``scan``) into kernels for ``caps``."""
     prog = inline_calls(split_long_scans(program, getattr(caps, "max_loop_iterations", None)))
@@ -502,6 +532,7 @@ def schedule(program: Program, caps, **opts) -> Schedule:
     launches = []
     for g in groups:
         launches.extend(g.codegen())
+    launches = tune_kernels(ctx, launches)
     inputs = [ctx.spec(v) for v in ctx.inputs]
     outputs = [a if isinstance(a, Literal) else ctx.spec(a) for a in prog.outvars]
     return Schedule(inputs, launches, outputs, prog)

@@ -42,6 +42,7 @@ import dataclasses
 import hashlib
 import math
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -64,7 +65,7 @@ from fnarray.core.errors import BackendUnavailable
 from fnarray.core.ir import Literal, Program
 from fnarray.devices import compile_cache, teardown
 from fnarray.devices.backend import Backend, Capabilities, Device
-from fnarray.lowering.kernels import render_opencl, schedule_program
+from fnarray.lowering.kernels import Schedule, render_opencl, schedule_program, tuning
 from fnarray.lowering.kernels.lowered import KernelLowered
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.lowering.kernels import facts
@@ -292,8 +293,11 @@ class OpenCLLowered(KernelLowered):
         self.state = state
 
     def _schedule_now(self):
+        opts = {}
+        if tuning.active(self.device):
+            opts["tuner"] = _Timer(self.device, self.state)
         return schedule_program(self.program, self.state.caps, workgroup=self.state.workgroup,
-                                row_lanes=self.state.row_lanes)
+                                row_lanes=self.state.row_lanes, **opts)
 
     def _cache_identity(self):
         return f"{super()._cache_identity()}|workgroup={self.state.workgroup}"
@@ -304,6 +308,35 @@ class OpenCLLowered(KernelLowered):
     def _compile_schedule(self, sched):
         named = [_named_source(launch.kernel) for launch in sched.launches]
         return Executable(self.state, sched, named)
+
+
+class _Timer(tuning.LaunchTimer):
+    """Times candidate kernels on one OpenCL device for ``kernels/tuning.py``: by process CPU time on a CPU
+    device (PoCL runs its work in this process's threads; docs/traps.md), by wall time on a GPU."""
+
+    math_forms = ("fnarray", "builtin")
+
+    def __init__(self, device, state):
+        super().__init__(device, state.caps.max_workgroup_size)
+        self.state = state
+
+    def source(self, kernel):
+        return render_opencl(kernel)
+
+    def prepare(self, launches, inputs, output):
+        state = self.state
+        exe = Executable(state, Schedule(inputs, launches, [], None), [_named_source(la.kernel) for la in launches])
+        bufs = [state.upload(self.sample(s)) for s in inputs]
+        cpu = not (state.cl_device.type & cl.device_type.GPU)
+
+        def run():
+            if cpu:
+                return tuning.measure_process_time(lambda: exe(bufs), state.finish)
+            t0 = time.perf_counter()
+            exe(bufs)
+            state.finish()
+            return time.perf_counter() - t0
+        return run
 
 
 class OpenCLBackend(Backend):

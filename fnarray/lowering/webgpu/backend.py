@@ -55,6 +55,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -70,7 +71,7 @@ from fnarray.core.ir import Literal
 from fnarray.devices import teardown
 from fnarray.devices.backend import Backend, Capabilities, Device
 from fnarray.devices.host_control import CONTROL_PRIMITIVES
-from fnarray.lowering.kernels import schedule_program
+from fnarray.lowering.kernels import Schedule, schedule_program, tuning
 from fnarray.lowering.kernels.lowered import KernelLowered
 from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
@@ -588,7 +589,11 @@ class WebGPULowered(KernelLowered):
         self.backend = backend
 
     def _schedule_now(self):
-        return schedule_program(self.program, self.backend.capabilities(self.device), workgroup=DEFAULT_GROUP_SIZE)
+        caps = self.backend.capabilities(self.device)
+        opts = {}
+        if tuning.active(self.device):
+            opts["tuner"] = _Timer(self.device, self.backend.gpu, caps.max_workgroup_size)
+        return schedule_program(self.program, caps, workgroup=DEFAULT_GROUP_SIZE, **opts)
 
     def _named_source(self, kernel):
         return _named_source(kernel)
@@ -606,6 +611,31 @@ class WebGPULowered(KernelLowered):
 
 def _named_source(kernel):
     return kernel.name, render_wgsl(kernel)
+
+
+class _Timer(tuning.LaunchTimer):
+    """Times candidate kernels on the webgpu adapter for ``kernels/tuning.py``: one submission of the launches
+    and a wait for its last output, by process CPU time on a CPU adapter (lavapipe runs in this process's
+    threads), by wall time on a GPU."""
+
+    def __init__(self, device, gpu, workgroup_limit):
+        super().__init__(device, workgroup_limit)
+        self.gpu = gpu
+
+    def source(self, kernel):
+        return render_wgsl(kernel)
+
+    def prepare(self, launches, inputs, output):
+        gpu = self.gpu
+        run = _Plan(gpu, Schedule(inputs, launches, [output], None)).executable()
+        bufs = [gpu.upload(self.sample(s)) for s in inputs]
+        clock = time.process_time if gpu.adapter_type.lower() == "cpu" else time.perf_counter
+
+        def timed():
+            t0 = clock()
+            gpu.wait(run(bufs)[0])
+            return clock() - t0
+        return timed
 
 
 class WebGPUBackend(Backend):

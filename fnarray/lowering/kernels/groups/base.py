@@ -22,6 +22,7 @@ from fnarray.lowering.kernels.rules import (
     op,
     select,
 )
+from fnarray.lowering.kernels.tuning import Tunable
 
 CALLS = CALL_PROGRAM  # the call-like primitives and the param of the program each runs (core/subprograms.py)
 REDUCTIONS = frozenset({P.reduce_sum, P.reduce_prod, P.reduce_max, P.reduce_min, P.reduce_and, P.reduce_or,
@@ -254,27 +255,43 @@ class Group(abc.ABC):
         """The group's launches, in order."""
 
 
+#: The map kernel's tunable choices (``kernels/tuning.py``): ``per``, elements per work item (each under its
+#: own bounds test; the default is ``Capabilities.items_per_work_item``), ``wg``, work items per group
+#: (default: the scheduler's ``workgroup`` option), and ``guard``, the bounds test once per work-group with
+#: the values computed at a clamped element (``True``, the default where ``Capabilities.uniform_guard``: PoCL
+#: 3.0 vectorises only that form) or a plain ``if (gid < n)`` per item.
+MAP_TUNABLE = Tunable("map", {"per": (1, 2, 4), "wg": (64, 128, 256), "guard": (True, False)},
+                      doc="elements per work item, work-group size and bounds-test form of an elementwise kernel",
+                      valid=lambda c, f: (c["wg"] <= (f.get("workgroup_limit") or 1024)
+                                          and (c["per"] == 1 or not c["guard"])))
+
+
 class MapGroup(Group):
     kind = "map"
     accepts_roots = True
 
     def codegen(self):
-        try:
-            return self._gen(flat=True)
-        except NotFlat:
-            return self._gen(flat=False)
+        ctx = self.ctx
+        default = {"per": ctx.caps.items_per_work_item, "wg": ctx.wg, "guard": bool(ctx.caps.uniform_guard)}
+        return ctx.tuned(MAP_TUNABLE, default, self._variant)
 
-    def _gen(self, flat):
+    def _variant(self, choice):
+        try:
+            return self._gen(True, choice)
+        except NotFlat:
+            return self._gen(False, choice)
+
+    def _gen(self, flat, choice):
         ctx = self.ctx
         n = math.prod(self.shape)
         b = KernelBuilder("k")
         args: dict = {}
         tracker = Tracker(ctx)
         em = ctx.emitter(b, args=args, computes=set(self.roots) | set(self.guests), tracker=tracker)
-        per = ctx.caps.items_per_work_item
-        if not (flat and per > 1 and self.roots and not self.guests and n + per * ctx.wg < 2 ** 31):
+        per, wg = choice["per"], choice["wg"]
+        if not (flat and per > 1 and self.roots and not self.guests and n + per * wg < 2 ** 31):
             per = 1
-        gid, gsize, lsize = ctx.gid(b, -(-n // per), ctx.wg)
+        gid, gsize, lsize = ctx.gid(b, -(-n // per), wg)
         scalars = {}
         if per > 1:
             # Elements per * gid + k (k < per) of every root, each lane under its own bound test.
@@ -287,7 +304,7 @@ class MapGroup(Group):
         elif flat:
             limit = b.scalar("n")
             scalars["n"] = n
-            if ctx.caps.uniform_guard and self.roots and len(gsize) == 1:
+            if choice.get("guard", ctx.caps.uniform_guard) and self.roots and len(gsize) == 1:
                 # Every item computes, at its own element or (past the end, in the last work-group) at the
                 # last one, with no branch; the stores go in a branch uniform over the group for the
                 # work-groups wholly inside, item by item in the last one. The CPU compilers vectorise that

@@ -23,6 +23,7 @@ from fnarray.lowering.kernels.groups.base import (
     make_launch,
     reshape_strides,
 )
+from fnarray.lowering.kernels.groups import register_tiles
 from fnarray.lowering.kernels.groups.register_tiles import (
     pack_launch,
     padded_k,
@@ -207,12 +208,15 @@ class DotGroup(Group):
                 and self.M * self.N * self.K >= REGISTER_MIN_WORK and min(self.M, self.N) >= 4)
 
     def _register(self):
+        return self.ctx.tuned(register_tiles.TUNABLE, register_tiles.DEFAULT_TILE, self._register_variant)
+
+    def _register_variant(self, tile):
         lhs, rhs = self.eqn.inputs
-        wx, wy, mp, np_ = panels(self.M, self.N)
-        kp = padded_k(self.K)
-        la, ls = pack_launch(self.ctx, self, lhs, (self.lb, self.lf, self.lc), 1, kp, mp, "lhs")
-        ra, rs = pack_launch(self.ctx, self, rhs, (self.rb, self.rc, self.rf), 2, kp, np_, "rhs")
-        return [la, ra, register_dot(self, ls, rs, (wx, wy, mp, np_, kp))]
+        wx, wy, mp, np_ = panels(self.M, self.N, tile)
+        kp = padded_k(self.K, tile)
+        la, ls = pack_launch(self.ctx, self, lhs, (self.lb, self.lf, self.lc), 1, kp, mp, "lhs", tile)
+        ra, rs = pack_launch(self.ctx, self, rhs, (self.rb, self.rc, self.rf), 2, kp, np_, "rhs", tile)
+        return [la, ra, register_dot(self, ls, rs, (wx, wy, mp, np_, kp), tile)]
 
     def _tiled_groups_fit(self) -> bool:
         """Whether the tiled kernel's work-groups per dimension (columns, rows, batch) stay within the

@@ -18,6 +18,7 @@ from fnarray.lowering.kernels.emitter import Emitter, Flat, NotFlat, shaped_inde
 from fnarray.lowering.kernels.groups.base import REDUCTIONS, Group, Tracker, index_vars, kernel_name, make_launch
 from fnarray.lowering.kernels.index import ix_var, linearize, to_expr, unravel
 from fnarray.lowering.kernels.ir import INT32, Special, const
+from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import (
     add_of,
     convert,
@@ -100,6 +101,17 @@ class _Monoid:
         return [self.dtype, INT32] if self.arg else [self.dtype]
 
 
+#: The reduction kernel's tunable choices (``kernels/tuning.py``), for a work item per output: ``lanes``,
+#: independent accumulators of its loop over the row (the sums are reassociated: results agree within float32
+#: summation error), and ``wg``, work items per group. A cooperative kernel (a work-group per output) has
+#: neither to choose.
+REDUCE_TUNABLE = Tunable("reduce", {"lanes": (1, 2, 4, 8), "wg": (32, 64, 128)},
+                         doc="accumulators per work item's row loop and work-group size of a reduction kernel",
+                         valid=lambda c, f: (not f.get("cooperative")
+                                             and c["wg"] <= (f.get("workgroup_limit") or 1024)
+                                             and (c["lanes"] == 1 or f.get("row", 0) >= c["lanes"])))
+
+
 class ReduceGroup(Group):
     """Reductions over the same iteration space (input shape and axes), one accumulator each, with their
     elementwise producers inlined and the elementwise ops on their results as an epilogue."""
@@ -155,12 +167,13 @@ class ReduceGroup(Group):
         wg = 1 << min(int(math.log2(self.ctx.wg * 2)), (R - 1).bit_length())
         return min(wg, self.ctx.caps.max_workgroup_size or wg)
 
-    def lanes(self, R) -> int:
-        """Independent accumulators of a work-item's loop over a row of ``R``: the scheduler option
-        ``row_lanes`` where the row has that many elements, else 1. A target whose compiler vectorises a
-        work-item's own loops (PoCL on a CPU) gains from several (opencl:0 here: layernorm 4096x1024 2-4x,
-        softmax 1.5x faster with 4); one that vectorises across work-items (lavapipe) loses (~25 %)."""
-        n = int(self.ctx.opts.get("row_lanes", 1))
+    def lanes(self, R, n=None) -> int:
+        """Independent accumulators of a work-item's loop over a row of ``R``: ``n`` (a ``REDUCE_TUNABLE``
+        choice; default the scheduler option ``row_lanes``) where the row has that many elements, else 1. A
+        target whose compiler vectorises a work-item's own loops (PoCL on a CPU) gains from several (opencl:0
+        here: layernorm 4096x1024 2-4x, softmax 1.5x faster with 4); one that vectorises across work-items
+        (lavapipe) loses (~25 %)."""
+        n = int(self.ctx.opts.get("row_lanes", 1) if n is None else n)
         return n if n > 1 and R >= n else 1
 
     def can_chain(self, eqn, dep_keys) -> bool:
@@ -313,27 +326,33 @@ class ReduceGroup(Group):
         return O, R, inner
 
     def codegen(self):
-        O, R, inner = self._sizes()
+        O, R, _ = self._sizes()
         if O == 0:
             return []
+        default = {"lanes": int(self.ctx.opts.get("row_lanes", 1)), "wg": self.ctx.wg}
+        return self.ctx.tuned(REDUCE_TUNABLE, default, self._variant,
+                              {"cooperative": self.cooperative(), "row": R})
+
+    def _variant(self, choice):
+        O, R, inner = self._sizes()
         stages = self.stages()
         chained = max(stages) > 0
         parallel = self.cooperative()
         if inner is not None and not chained and not self.row_roots:
             # chained or row values: shaped indices, so a result read back is the register
             try:
-                return self._gen(O, R, inner, parallel, flat=True)
+                return self._gen(O, R, inner, parallel, True, choice)
             except NotFlat:
                 pass
-        return self._gen(O, R, inner, parallel, flat=False)
+        return self._gen(O, R, inner, parallel, False, choice)
 
-    def _gen(self, O, R, inner, parallel, flat):
+    def _gen(self, O, R, inner, parallel, flat, choice):
         """One kernel for the whole group in one of three layouts: a work-group per output combining its
         work-items' accumulators in local memory (``cooperative``), the same for dependent stages
         (``cooperative_stages``), or a work-item per output (``per_item``)."""
         stages = self.stages()
         chained = max(stages) > 0
-        k = _ReduceKernel(self, O, R, inner, parallel, flat)
+        k = _ReduceKernel(self, O, R, inner, parallel, flat, choice)
         if parallel and not chained and not self.row_roots:
             k.cooperative()
         elif parallel:
@@ -351,8 +370,9 @@ class _ReduceKernel:
     ``flat`` the input element ``r`` of the row is ``base + r * I``; ``rows`` is the row length ``R`` as an
     expression (a kernel argument when flat)."""
 
-    def __init__(self, group, O, R, inner, parallel, flat):
+    def __init__(self, group, O, R, inner, parallel, flat, choice):
         self.g, self.ctx, self.R, self.inner, self.flat = group, group.ctx, R, inner, flat
+        self.choice = choice  # REDUCE_TUNABLE's
         ctx = self.ctx
         b = self.b = KernelBuilder("k")
         self.args: dict = {}
@@ -367,7 +387,7 @@ class _ReduceKernel:
             self.o, self.lid = Special("group_id", 0), Special("local_id", 0)
             self.gsize, self.lsize = (O * self.wg,), (self.wg,)
         else:
-            self.o, self.gsize, self.lsize = ctx.gid(b, O, ctx.wg)
+            self.o, self.gsize, self.lsize = ctx.gid(b, O, choice["wg"])
         self.O, self.shape = O, group.x_shape
         self.red_shape = tuple(self.shape[a] for a in group.axes)
         self.kept = group.kept_operands() if group.row_roots else {}
@@ -478,7 +498,7 @@ class _ReduceKernel:
         b = self.b
         parts = self.g.parts if parts is None else parts
         accs = self.fresh(parts)
-        U = self.g.lanes(self.R) if step is None else 1
+        U = self.g.lanes(self.R, self.choice["lanes"]) if step is None else 1
         if U == 1:
             with b.loop(start, self.rows, step) as r:
                 self.fold(parts, accs, r)

@@ -36,6 +36,7 @@ from fnarray.lowering.kernels.groups.base import Tracker, kernel_name, make_laun
 from fnarray.lowering.kernels.index import ix_data, unravel
 from fnarray.lowering.kernels.ir import INT32, Cast, Special, const
 from fnarray.lowering.kernels.rules import add_of, mul_of, op, select
+from fnarray.lowering.kernels.tuning import Tunable
 
 #: Panel offsets are 64-bit (see ``register_dot``).
 INT64 = np.dtype(np.int64)
@@ -50,6 +51,15 @@ __all__ = ["RM", "RN", "UK", "register_dtype", "panels", "padded_k", "pack_launc
 RM, RN, UK = 4, 8, 4
 #: The most work items per work-group along columns and rows (8 x 8 measured best of 2x64 .. 16x16).
 WX, WY = 8, 8
+#: The product's tunable choices (``kernels/tuning.py``; the dot group asks for them, the conv group keeps the
+#: defaults): ``rm x rn`` outputs per work item, ``uk`` contraction steps per loop iteration, ``wx x wy`` the
+#: most work items per group. At most 64 accumulators (more spilled on AVX2, above).
+DEFAULT_TILE = {"rm": RM, "rn": RN, "uk": UK, "wx": WX, "wy": WY}
+TUNABLE = Tunable("dot_register", {"rm": (2, 4, 8), "rn": (4, 8, 16), "uk": (4, 8), "wx": (8,), "wy": (8,)},
+                  doc="outputs per work item (rm x rn) and contraction steps per iteration (uk) of the "
+                      "register-tiled matrix product",
+                  valid=lambda c, f: (c["rm"] * c["rn"] <= 64
+                                      and c["wx"] * c["wy"] <= (f.get("workgroup_limit") or 1024)))
 
 
 def register_dtype(dt) -> bool:
@@ -66,21 +76,23 @@ def _pow2_at_least(n: int, cap: int) -> int:
     return p
 
 
-def panels(rows: int, cols: int):
+def panels(rows: int, cols: int, tile=None):
     """``(wx, wy, row_panels, col_panels)``: the work-group shape and the padded panel counts of a
     ``rows x cols`` output (panels of ``RM`` rows and ``RN`` columns, counts multiples of the
-    work-group's extent)."""
-    pr, pc = -(-rows // RM), -(-cols // RN)
-    wx, wy = _pow2_at_least(pc, WX), _pow2_at_least(pr, WY)
+    work-group's extent; ``tile``: a ``TUNABLE`` choice, default ``DEFAULT_TILE``)."""
+    t = tile or DEFAULT_TILE
+    pr, pc = -(-rows // t["rm"]), -(-cols // t["rn"])
+    wx, wy = _pow2_at_least(pc, t["wx"]), _pow2_at_least(pr, t["wy"])
     return wx, wy, -(-pr // wy) * wy, -(-pc // wx) * wx
 
 
-def padded_k(k: int) -> int:
+def padded_k(k: int, tile=None) -> int:
     """The contraction length rounded up to whole loop iterations."""
-    return -(-k // UK) * UK
+    uk = (tile or DEFAULT_TILE)["uk"]
+    return -(-k // uk) * uk
 
 
-def pack_launch(ctx, group, operand, groups, across, kp, npanels, tag):
+def pack_launch(ctx, group, operand, groups, across, kp, npanels, tag, tile=None):
     """A kernel writing ``operand`` as zero-padded panels into a scratch buffer.
 
     Args:
@@ -98,9 +110,10 @@ def pack_launch(ctx, group, operand, groups, across, kp, npanels, tag):
     kdim = 3 - across
     nk, nr = sizes[kdim], sizes[across]
     dt = operand.aval.dtype
-    width = RM if across == 1 else RN
+    t = tile or DEFAULT_TILE
+    width = t["rm"] if across == 1 else t["rn"]
     total = nb * npanels * kp * width
-    spec = ctx.spec(("dotpack", id(group), tag), (nb, npanels, kp, width), dt)
+    spec = ctx.spec(("dotpack", id(group), tag, width, kp), (nb, npanels, kp, width), dt)
     b = KernelBuilder("dot_pack")
     args: dict = {}
     tracker = Tracker(ctx)
@@ -171,28 +184,30 @@ def store_loop(b, accs, dt):
             yield i, j, b.load(arr, op("add", op("mul", i, const(cols, INT32)), j), dt, "private")
 
 
-def packed_product(b, a, bb, dt, scalars, kp, mp, np_):
+def packed_product(b, a, bb, dt, scalars, kp, mp, np_, tile=None):
     """The accumulators ``[RM][RN]`` of work item ``(column panel, row panel, batch)`` = (global id 0, global
     id 1, group id 2) over packed operand buffers ``a`` ``[B][Mp][Kp][RM]`` and ``bb`` ``[B][Np][Kp][RN]``
     (parameter names; the sizes become the scalar arguments ``Kp``, ``Mp``, ``Np``)."""
     scalars.update(Kp=kp, Mp=mp, Np=np_)
     Kp, Mp, Np = b.scalar("Kp"), b.scalar("Mp"), b.scalar("Np")
     cp, rp, bz = Special("global_id", 0), Special("global_id", 1), Special("group_id", 2)
-    sm, sn = const(RM, INT32), const(RN, INT32)
+    t = tile or DEFAULT_TILE
+    rm, rn, uk = t["rm"], t["rn"], t["uk"]
+    sm, sn = const(rm, INT32), const(rn, INT32)
     # The panel offsets in 64 bits: with int32 indices (``a[base + k*4 + c]``) PoCL did not vectorize the
     # loop (the sign extension of each index hides that they are consecutive): 10-15x slower.
     abase = b.let(Cast(op("mul", op("add", op("mul", bz, Mp), rp), op("mul", Kp, sm)), INT64), "abase")
     bbase = b.let(Cast(op("mul", op("add", op("mul", bz, Np), cp), op("mul", Kp, sn)), INT64), "bbase")
-    accs = [[b.var(dt, const(0, dt)) for _ in range(RN)] for _ in range(RM)]
-    with b.loop(const(0, INT32), Kp, const(UK, INT32)) as k:
+    accs = [[b.var(dt, const(0, dt)) for _ in range(rn)] for _ in range(rm)]
+    with b.loop(const(0, INT32), Kp, const(uk, INT32)) as k:
         ak = b.let(op("add", abase, Cast(op("mul", k, sm), INT64)), "ak")
         bk = b.let(op("add", bbase, Cast(op("mul", k, sn), INT64)), "bk")
-        register_product(b, lambda u, i: b.load(a, op("add", ak, const(u * RM + i, INT64)), dt),
-                         lambda u, j: b.load(bb, op("add", bk, const(u * RN + j, INT64)), dt), UK, accs)
+        register_product(b, lambda u, i: b.load(a, op("add", ak, const(u * rm + i, INT64)), dt),
+                         lambda u, j: b.load(bb, op("add", bk, const(u * rn + j, INT64)), dt), uk, accs)
     return accs
 
 
-def register_dot(group, lspec, rspec, layout):
+def register_dot(group, lspec, rspec, layout, tile=None):
     """The product kernel of ``DotGroup`` ``group`` over packed operands ``lspec`` ``[B][Mp][Kp][RM]`` and
     ``rspec`` ``[B][Np][Kp][RN]``; ``layout = (wx, wy, Mp, Np, Kp)``. Returns its launch."""
     wx, wy, mp, np_, kp = layout
@@ -203,9 +218,10 @@ def register_dot(group, lspec, rspec, layout):
     args[a] = lspec
     bb = b.buffer(rspec, dt, False, "rhs")
     args[bb] = rspec
-    accs = packed_product(b, a, bb, dt, scalars, kp, mp, np_)
-    row0 = b.let(op("mul", Special("global_id", 1), const(RM, INT32)), "row0")
-    col0 = b.let(op("mul", Special("global_id", 0), const(RN, INT32)), "col0")
+    t = tile or DEFAULT_TILE
+    accs = packed_product(b, a, bb, dt, scalars, kp, mp, np_, t)
+    row0 = b.let(op("mul", Special("global_id", 1), const(t["rm"], INT32)), "row0")
+    col0 = b.let(op("mul", Special("global_id", 0), const(t["rn"], INT32)), "col0")
     with store_loop(b, accs, dt) as (i, j, v):
         gi = b.let(op("add", row0, i), "gi")
         gj = b.let(op("add", col0, j), "gj")

@@ -1,0 +1,414 @@
+"""Autotuning (``fnarray.lowering.kernels.tuning``, issue 28 item 4): the modes, the caches in memory and on
+disk (a second process reuses a choice without timing), the configuration's errors, and every declared
+choice of the kernel groups giving the same results within the documented tolerance."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from fnarray.lowering.kernels import tuning
+from fnarray.lowering.kernels.groups import base as base_group
+from fnarray.lowering.kernels.groups import reduce as reduce_group
+from fnarray.lowering.kernels.groups import register_tiles
+from helpers import config_setting
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CANDS = [{"v": 1}, {"v": 2}, {"v": 3}, {"v": 4}]
+#: docs/internals.md, "Tunable choices": float32 results of any two choices agree within this
+RTOL, ATOL = 1e-5, 1e-6
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    tuning.clear()
+    yield
+    tuning.clear()
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    with config_setting("compilation_cache_dir", str(tmp_path / "cache")):
+        yield tmp_path / "cache"
+
+
+def _kernel_devices():
+    return [d for d in fa.devices(all_backends=True) if d.backend in ("opencl", "webgpu")]
+
+
+class Clock:
+    """A measure whose candidate ``v`` takes ``v`` ms, except ``slow`` (100 ms) and ``broken`` (raises)."""
+
+    def __init__(self, slow=(), broken=()):
+        self.calls = []
+        self.slow, self.broken = slow, broken
+
+    def __call__(self, c):
+        self.calls.append(c["v"])
+        if c["v"] in self.broken:
+            raise RuntimeError("does not build")
+        return 0.1 if c["v"] in self.slow else c["v"] * 1e-3
+
+
+# ------------------------------------------------------------------------------------------------- modes
+
+
+def test_off_returns_the_default_and_never_times():
+    clock = Clock()
+    with config_setting("autotune", "off"):
+        assert tuning.choose("dev", "sig", CANDS, clock, {"v": 3}) == {"v": 3}
+        assert tuning.choose("dev", "sig", CANDS, clock, {"v": 3}, cost=lambda c: c["v"]) == {"v": 3}
+    assert clock.calls == [] and tuning.stats()["measured"] == 0
+
+
+def test_off_lowers_kernels_without_timing():
+    for dev in _kernel_devices():
+        with config_setting("autotune", "off"):
+            x = fa.device_put(np.linspace(-3, 3, 1000, dtype=np.float32), dev)
+            y = fa.jit(lambda x: fnp.tanh(x * 2.0 + 1.0) * x)(x)
+            np.testing.assert_allclose(np.asarray(y), np.tanh(np.asarray(x, np.float64) * 2 + 1) * np.asarray(x),
+                                       rtol=RTOL, atol=ATOL)
+    assert tuning.stats()["measured"] == 0 and tuning.stats()["searches"] == 0
+
+
+def test_full_times_every_candidate_and_keeps_the_fastest():
+    clock = Clock(slow=(1,), broken=(2,))
+    with config_setting("autotune", "full"):
+        got = tuning.choose("dev", "sig", CANDS, clock, {"v": 1})
+    assert got == {"v": 3}
+    assert set(clock.calls) == {1, 2, 3, 4}
+    (d,) = tuning.decisions()
+    assert d.source == "full" and d.times['{"v":2}'] == float("inf")
+    # reused from memory: no more timing
+    n = len(clock.calls)
+    with config_setting("autotune", "full"):
+        assert tuning.choose("dev", "sig", CANDS, clock, {"v": 1}) == {"v": 3}
+    assert len(clock.calls) == n and tuning.stats()["memory_hits"] == 1
+
+
+def test_fast_uses_the_cost_model_or_the_default():
+    clock = Clock()
+    with config_setting("autotune", "fast"):
+        assert tuning.choose("dev", "a", CANDS, clock, {"v": 4}) == {"v": 4}
+        assert clock.calls == []
+        # the two cheapest by the model (4 and 3) are timed; 3 is faster
+        got = tuning.choose("dev", "b", CANDS, clock, {"v": 4}, cost=lambda c: -c["v"], fast_candidates=2)
+    assert got == {"v": 3} and set(clock.calls) == {3, 4}
+
+
+def test_fast_reuses_a_full_choice_but_full_does_not_reuse_a_fast_one():
+    clock = Clock()
+    with config_setting("autotune", "fast"):
+        tuning.choose("dev", "s", CANDS, clock, {"v": 4}, cost=lambda c: -c["v"], fast_candidates=1)
+    assert set(clock.calls) == {4}
+    with config_setting("autotune", "full"):
+        assert tuning.choose("dev", "s", CANDS, clock, {"v": 4}) == {"v": 1}
+    n = len(clock.calls)
+    with config_setting("autotune", "fast"):
+        assert tuning.choose("dev", "s", CANDS, clock, {"v": 4}) == {"v": 1}
+    assert len(clock.calls) == n
+
+
+def test_a_cached_choice_no_longer_offered_is_searched_again():
+    clock = Clock()
+    with config_setting("autotune", "full"):
+        assert tuning.choose("dev", "s", CANDS, clock, {"v": 4}) == {"v": 1}
+        assert tuning.choose("dev", "s", CANDS[1:], clock, {"v": 4}) == {"v": 2}
+    assert tuning.stats()["searches"] == 2
+
+
+def test_devices_and_drivers_are_kept_apart():
+    with config_setting("autotune", "full"):
+        assert tuning.choose("dev A", "s", CANDS, Clock(), {"v": 4}) == {"v": 1}
+        assert tuning.choose("dev B", "s", CANDS, Clock(slow=(1,)), {"v": 4}) == {"v": 2}
+    dev = _kernel_devices()
+    for d in dev:
+        name, driver = tuning.device_identity(d)
+        assert name and isinstance(driver, str)
+        if d.backend == "opencl":
+            assert driver  # the platform and driver versions
+
+
+def test_bad_arguments_and_bad_configuration_values():
+    with pytest.raises(tuning.TuningError, match="no candidates"):
+        tuning.choose("dev", "s", [], Clock(), {"v": 1}, mode="full")
+    with pytest.raises(tuning.TuningError, match="JSON"):
+        tuning.choose("dev", "s", [{"v": object()}, {"v": 2}], Clock(), {"v": 1}, mode="full")
+    with pytest.raises(ValueError, match="mode must be"):
+        tuning.choose("dev", "s", CANDS, Clock(), {"v": 1}, mode="slow")
+    with pytest.raises(ValueError, match=r"autotune \(env FNARRAY_AUTOTUNE\) must be one of"):
+        fa.config.autotune = "fulll"
+    with pytest.raises(ValueError, match="must be one of"):
+        fa.config.update("autotune", True)
+    assert fa.config.autotune in ("off", "fast", "full")
+    with config_setting("autotune", " FULL "):
+        assert fa.config.autotune == "full"
+    env = dict(os.environ, PYTHONPATH=ROOT, FNARRAY_AUTOTUNE="sometimes")
+    r = subprocess.run([sys.executable, "-c", "import fnarray"], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0 and "FNARRAY_AUTOTUNE" in r.stderr and "'sometimes'" in r.stderr
+
+
+def test_a_mode_change_applies_to_later_lowerings_only(monkeypatch):
+    devs = [d for d in _kernel_devices() if d.backend == "opencl"]
+    if not devs:
+        pytest.skip("backend unavailable: needs an opencl device")
+    g = fa.config.generation
+    seen = []
+    _with_candidate(monkeypatch, "math", 1, seen)
+    f = fa.jit(lambda x: fnp.tanh(x) * 3.0)
+    x = fa.device_put(np.linspace(-2, 2, 999, dtype=np.float32), devs[0])
+    with config_setting("autotune", "full"):
+        f(x)
+    assert fa.config.generation == g and len(seen) == 1
+    with config_setting("autotune", "off"):
+        np.testing.assert_allclose(np.asarray(f(x)), np.tanh(np.asarray(x, np.float64)) * 3, rtol=RTOL, atol=ATOL)
+    assert len(seen) == 1  # the tuned executable is kept: no new lowering
+
+
+# ------------------------------------------------------------------------------------------------- disk
+
+
+def test_disk_cache_is_one_json_file_per_device(cache_dir):
+    with config_setting("autotune", "full"):
+        tuning.choose("dev A", "s1", CANDS, Clock(), {"v": 4})
+        tuning.choose("dev A", "s2", CANDS, Clock(slow=(1,)), {"v": 4})
+        tuning.choose("dev B", "s1", CANDS, Clock(), {"v": 4})
+    files = sorted(p for p in os.listdir(cache_dir / "tuning") if p.endswith(".json"))
+    assert len(files) == 2 and not [p for p in os.listdir(cache_dir / "tuning") if p.startswith(".tmp")]
+    data = json.loads((cache_dir / "tuning" / files[0]).read_text())
+    assert data["format"] == 1 and set(data["entries"]) in ({"s1", "s2"}, {"s1"})
+    # a damaged file is ignored (searched again) and replaced
+    for f in files:
+        (cache_dir / "tuning" / f).write_text("{not json")
+    tuning.clear()
+    clock = Clock()
+    with config_setting("autotune", "full"):
+        assert tuning.choose("dev A", "s1", CANDS, clock, {"v": 4}) == {"v": 1}
+    assert clock.calls
+
+
+_CHOOSER = textwrap.dedent("""
+    import sys
+    from fnarray.lowering.kernels import tuning
+    def measure(c):
+        return c["v"] * 1e-3
+    cands = [{"v": v} for v in (3, 1, 2)]
+    for i in range(int(sys.argv[2])):
+        tuning.choose("proc dev", f"{sys.argv[1]}-{i}", cands, measure, {"v": 3})
+    print(tuning.stats()["measured"], tuning.stats()["disk_hits"])
+""")
+
+
+def test_a_choice_is_persisted_and_reused_by_a_second_process(tmp_path):
+    script = tmp_path / "chooser.py"
+    script.write_text(_CHOOSER)
+    env = dict(os.environ, PYTHONPATH=ROOT, FNARRAY_CACHE_DIR=str(tmp_path / "cache"), FNARRAY_AUTOTUNE="full")
+    first = subprocess.run([sys.executable, str(script), "s", "3"], env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert int(first.stdout.split()[0]) > 0
+    second = subprocess.run([sys.executable, str(script), "s", "3"], env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.split() == ["0", "3"]
+
+
+def test_two_processes_writing_at_once_keep_every_entry(tmp_path):
+    script = tmp_path / "chooser.py"
+    script.write_text(_CHOOSER)
+    env = dict(os.environ, PYTHONPATH=ROOT, FNARRAY_CACHE_DIR=str(tmp_path / "cache"), FNARRAY_AUTOTUNE="full")
+    procs = [subprocess.Popen([sys.executable, str(script), tag, "25"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for tag in ("a", "b")]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    (path,) = [p for p in (tmp_path / "cache" / "tuning").iterdir() if p.suffix == ".json"]
+    entries = json.loads(path.read_text())["entries"]
+    assert set(entries) == {f"{t}-{i}" for t in "ab" for i in range(25)}
+    assert all(e["choice"] == '{"v":1}' for e in entries.values())
+
+
+_KERNELS = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import fnarray as fa
+    import fnarray.numpy as fnp
+    from fnarray.lowering.kernels import tuning
+    dev = [d for d in fa.devices(all_backends=True) if str(d) == sys.argv[1]][0]
+    x = fa.device_put(np.linspace(-3, 3, 5000, dtype=np.float32), dev)
+    y = fa.jit(lambda x: fnp.tanh(x * 2.0 + 1.0) * x + 1.0)(x)
+    s = tuning.stats()
+    print(s["measured"], s["disk_hits"], " ".join(sorted(str(d.choice) for d in tuning.decisions())))
+    np.save(sys.argv[2], np.asarray(y))
+""")
+
+
+@pytest.mark.parametrize("dev", [str(d) for d in _kernel_devices()])
+def test_generated_kernels_tuned_in_one_process_are_reused_in_the_next(tmp_path, dev):
+    script = tmp_path / "kernels.py"
+    script.write_text(_KERNELS)
+    cache = tmp_path / "cache"
+    env = dict(os.environ, PYTHONPATH=ROOT, FNARRAY_CACHE_DIR=str(cache), FNARRAY_AUTOTUNE="full")
+    first = subprocess.run([sys.executable, str(script), dev, str(tmp_path / "a.npy")], env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    measured, disk_hits, *choices = first.stdout.split(maxsplit=2)
+    assert int(measured) > 0 and int(disk_hits) == 0
+    # Without the cached schedules, the second process schedules again and asks for every choice: from disk.
+    shutil.rmtree(cache / "schedule", ignore_errors=True)
+    second = subprocess.run([sys.executable, str(script), dev, str(tmp_path / "b.npy")], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr
+    measured2, disk_hits2, *choices2 = second.stdout.split(maxsplit=2)
+    assert int(measured2) == 0 and int(disk_hits2) > 0 and choices2 == choices
+    np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy"))
+
+
+# ----------------------------------------------------------------------------- every candidate, same results
+
+
+def _with_candidate(monkeypatch, kind, index, seen):
+    """``tuning.choose`` replaced: for signatures of ``kind``, candidate ``index`` (or the last one)."""
+    real = tuning.choose
+
+    def forced(device, signature, candidates, measure, default, **kw):
+        if signature.startswith(kind + ":"):
+            seen.append(len(candidates))
+            return candidates[min(index, len(candidates) - 1)]
+        return real(device, signature, candidates, measure, default, mode="off")
+    monkeypatch.setattr(tuning, "choose", forced)
+
+
+def _tunable_cases():
+    x = np.linspace(-4, 4, 3001, dtype=np.float32)
+    a = np.random.default_rng(1).standard_normal((37, 70)).astype(np.float32)
+    b = np.random.default_rng(2).standard_normal((70, 45)).astype(np.float32)
+    xs = x.astype(np.float64)
+    rows = np.random.default_rng(3).standard_normal((1100, 301)).astype(np.float32)
+    r64 = rows.astype(np.float64)
+    e = np.exp(r64 - r64.max(-1, keepdims=True))
+    return {
+        "reduce": (lambda v: fa.nn.softmax(v, axis=-1) + fnp.max(v, axis=-1, keepdims=True), (rows,),
+                   e / e.sum(-1, keepdims=True) + r64.max(-1, keepdims=True), reduce_group.REDUCE_TUNABLE),
+        "map": (lambda x: fnp.tanh(x * 2.0 + 1.0) * x + fnp.exp(-x * x), (x,),
+                np.tanh(xs * 2 + 1) * xs + np.exp(-xs * xs), base_group.MAP_TUNABLE),
+        "math": (lambda x: fnp.tanh(x) + fnp.log1p(fnp.abs(x)) + fnp.sin(x) + fnp.erf(x), (x,),
+                 np.tanh(xs) + np.log1p(np.abs(xs)) + np.sin(xs) + _erf(xs), tuning.MATH),
+        "dot_register": (lambda a, b: fnp.maximum(a @ b + 1.0, 0.0), (a, b),
+                         np.maximum(a.astype(np.float64) @ b + 1, 0), register_tiles.TUNABLE),
+    }
+
+
+def _erf(x):
+    from math import erf
+    return np.vectorize(erf)(x)
+
+
+@pytest.mark.parametrize("kind", ["map", "math", "dot_register", "reduce"])
+def test_every_candidate_of_every_group_gives_the_same_results(monkeypatch, kind):
+    fn, args, want, _ = _tunable_cases()[kind]
+    ran = 0
+    counts = []
+    for dev in _kernel_devices():
+        ref = None
+        index = -1
+        while True:
+            index += 1
+            seen = []
+            _with_candidate(monkeypatch, kind, index, seen)
+            with config_setting("autotune", "full"):
+                got = np.asarray(fa.jit(lambda *a: fn(*a))(*[fa.device_put(v, dev) for v in args]))
+            if not seen:
+                break  # this device does not offer the choice (math on WGSL, register tiles off a CPU)
+            ran += 1
+            counts.append(seen[0])
+            np.testing.assert_allclose(got, want, rtol=RTOL * 10, atol=ATOL * 10)
+            if ref is None:
+                ref = got
+            np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
+            if index >= seen[0] - 1:
+                break
+            assert index < 64
+    if not ran:
+        pytest.skip(f"no kernel device here offers the {kind} choice")
+    assert ran >= max(counts)  # every candidate offered on some device ran
+
+
+def test_declared_tables_make_candidates_with_the_default_first():
+    default = {"per": 1, "wg": 64}
+    cands = base_group.MAP_TUNABLE.candidates(default, {"workgroup_limit": 64})
+    assert cands[0] == default and all(c["wg"] <= 64 for c in cands) and len(cands) == len(
+        {json.dumps(c, sort_keys=True) for c in cands})
+    tiles = register_tiles.TUNABLE.candidates(register_tiles.DEFAULT_TILE)
+    assert tiles[0] == register_tiles.DEFAULT_TILE and all(c["rm"] * c["rn"] <= 64 for c in tiles)
+
+
+# ------------------------------------------------------------------------------------------------- command
+
+
+def test_tune_command_prints_the_table_and_keeps_the_choices(tmp_path):
+    if not any(d.backend == "opencl" for d in _kernel_devices()):
+        pytest.skip("backend unavailable: the tune command's kernels need an opencl device here")
+    (tmp_path / "tmod.py").write_text("import fnarray.numpy as fnp\n\ndef f(x, w):\n    return fnp.tanh(x @ w)\n")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("FNARRAY_CACHE_DIR", None)
+    cmd = [sys.executable, "-m", "fnarray", "tune", "tmod:f", "f32[40,64]", "f32[64,48]", "--device", "opencl:0",
+           "--cache-dir", str(tmp_path / "cache")]
+    r = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "dot_register" in r.stdout and "math" in r.stdout and " full" in r.stdout
+    r2 = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r2.returncode == 0 and " disk" in r2.stdout and " full\n" not in r2.stdout
+    bad = subprocess.run(cmd[:5] + ["float32[4,"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "dtype[dims]" in bad.stderr
+
+
+def test_the_default_stays_unless_a_candidate_beats_it_by_the_margin():
+    clock = Clock()
+    times = {1: 0.98e-3, 2: 1.0e-3, 3: 2e-3, 4: 3e-3}
+    with config_setting("autotune", "full"):
+        got = tuning.choose("dev", "m", CANDS, lambda c: times[c["v"]], {"v": 2})
+        assert got == {"v": 2}  # 2% faster: noise
+        times[1] = 0.5e-3
+        got = tuning.choose("dev", "m2", CANDS, lambda c: times[c["v"]], {"v": 2})
+        assert got == {"v": 1}
+    assert clock.calls == []
+
+
+def test_a_default_faster_than_skip_below_ends_the_search():
+    clock = Clock()
+    with config_setting("autotune", "full"):
+        assert tuning.choose("dev", "k", CANDS, clock, {"v": 3}, skip_below=5e-3) == {"v": 3}
+        assert set(clock.calls) == {3}
+        assert tuning.choose("dev", "k2", CANDS, clock, {"v": 3}, skip_below=1e-3) == {"v": 1}
+    assert set(clock.calls) == {1, 2, 3, 4}
+
+
+def test_threads_asking_for_one_signature_share_one_search():
+    import threading
+    import time as _time
+    clock = Clock()
+
+    def slow(c):
+        _time.sleep(0.002)
+        return clock(c)
+    got = []
+    with config_setting("autotune", "full"):
+        threads = [threading.Thread(target=lambda: got.append(tuning.choose("dev", "t", CANDS, slow, {"v": 4})))
+                   for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert got == [{"v": 1}] * 4 and tuning.stats()["searches"] == 1
