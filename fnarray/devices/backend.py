@@ -1,7 +1,7 @@
 """The interface every backend implements, its capabilities and the registry.
 
-A backend module (``fnarray.lowering.<name>``) defines ``make_backend()``
-returning a ``Backend``; it is imported lazily, the first time its devices are
+A backend's package (``fnarray.lowering.<name>``) has a ``backend`` module that defines
+``make_backend()`` returning a ``Backend``; it is imported lazily, the first time its devices are
 asked for, so that optional libraries (jax, mlx, pyopencl, wgpu) are only
 imported when used. A backend that cannot start raises ``BackendUnavailable``
 with the reason and the command that fixes it.

@@ -263,7 +263,11 @@ case("sharding_constraint_empty", _spmd_p().sharding_constraint_p, [f32(0, 4)], 
 from fnarray.core import collectives as _collectives  # noqa: E402
 from fnarray.core import spmd as _spmd  # noqa: E402
 
-NOT_EXECUTED = {P.custom_lin, P.custom_jvp_call, P.custom_vjp_call, *_collectives.COLLECTIVES, _spmd.shard_map_p}
+# The kernel-only primitives exist only inside a pallas_call's body (tests/test_pallas.py runs them there).
+from fnarray.core import pallas as _pallas  # noqa: E402
+
+NOT_EXECUTED = {P.custom_lin, P.custom_jvp_call, P.custom_vjp_call, *_collectives.COLLECTIVES, _spmd.shard_map_p,
+                *_pallas.KERNEL_PRIMITIVES}
 
 
 # ---------------------------------------------------------------------------------- zero-size operands
@@ -422,6 +426,11 @@ def _pallas_cases():
                        out_specs=spec)
     (eqn,) = fnarray.make_ir(f)(x).eqns
     case("pallas_call_softmax", eqn.primitive, [x], **dict(eqn.params))
+    empty = f32(0, 8)   # no rows: a grid of no program instance, an empty result
+    f0 = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct(empty.shape, empty.dtype), grid=(0,), in_specs=[spec],
+                        out_specs=spec)
+    (eqn,) = fnarray.make_ir(f0)(empty).eqns
+    case("pallas_call_empty", eqn.primitive, [empty], **dict(eqn.params))
 
 
 _pallas_cases()
