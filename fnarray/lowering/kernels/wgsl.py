@@ -122,6 +122,9 @@ def _float_literal(x, d) -> str:
     if (x != 0 and abs(x) < np.finfo(F32).tiny) or bits == 0x80000000:
         return f"bitcast<f32>({bits:#010x}u)"
     text = str(np.float32(x))
+    if abs(float(text)) > float(np.finfo(F32).max):
+        # The shortest round-trip decimal of +-f32 max (3.4028235e+38) lies past it: Tint (Chrome) rejects it.
+        text = repr(float(np.float32(x)))
     if "e" not in text and "." not in text:
         text += ".0"
     return text + "f" if x >= 0 else f"({text}f)"
