@@ -34,8 +34,12 @@ def _fnp():
     return fnp
 
 
+#: ``fnarray.random`` itself, set by it when it imports this module (its samplers and checks are used here, and
+#: it re-exports the distributions defined here).
+random = None
+
+
 def _r():
-    from fnarray import random
     return random
 
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import operator
+import sys
 
 import numpy as np
 
@@ -1040,12 +1041,13 @@ def choice(key, a, shape=(), replace: bool = True, p=None, axis: int = 0) -> Arr
 
 
 # The samplers with rejection loops or linear algebra live in their own module (it uses the helpers above).
+from fnarray import _random_dists  # noqa: E402
 from fnarray._random_dists import beta, dirichlet, gamma, loggamma, multivariate_normal, poisson  # noqa: E402
+
+_random_dists.random = sys.modules[__name__]
 
 
 def _install_eager_jit():
-    import sys
-
     from fnarray.transforms import eager_jit  # eager calls run as cached jitted programs
     eager_jit.install(sys.modules[__name__], excluded=("PRNGKey", "key", "key_data", "wrap_key_data", "key_impl"))
 

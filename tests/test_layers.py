@@ -179,10 +179,9 @@ _LAYER_EXCEPTIONS = {
     ("devices/array_impl.py", "fnarray.sharding"), ("devices/placement.py", "fnarray.sharding"),
     ("lowering/mlx/spmd.py", "fnarray.sharding"),
 }
-#: The import cycles left (the same work: sharding types into ``devices``, backend hooks for global arrays;
-#: ``random``'s helpers below ``_random_dists``). A new cycle fails; so does one of these once it is gone.
+#: The import cycle left (the same work: sharding types into ``devices``, backend hooks for global arrays).
+#: A new cycle fails; so does this one once it is gone.
 _KNOWN_CYCLES = [
-    ["fnarray._random_dists", "fnarray.random"],
     ["fnarray.devices.array_impl", "fnarray.devices.placement", "fnarray.lowering.mlx.spmd", "fnarray.sharding",
      "fnarray.transforms.jvp", "fnarray.transforms.shard_map"],
 ]
