@@ -891,6 +891,11 @@ def _quantized_matmul(g, e, ins):
     out = np.dtype(_out(e).dtype)
     acc = acc_dtype(out)
     known = g.known.get(w)
+
+    def to_acc(v):
+        return g.node("Cast", [v], to=_elem_type(g.onnx, acc)) if out != acc else v
+
+    groups = g.i64([rows, cols // gs, gs])
     if known is not None and bits in _QDQ_TYPES and g.opset >= 21:
         # MLX's little-endian stream of 4- or 8-bit fields is ONNX's packed uint4/uint8 layout (low nibble
         # first): the words' bytes are the tensor's raw data as they are.
@@ -899,21 +904,17 @@ def _quantized_matmul(g, e, ins):
                                            [rows, cols], raw, raw=True)
         qname = g.names.fresh("q")
         g.nodes.append(g.onnx.helper.make_node("Constant", [], [qname], value=tensor))
-        s = g.node("Cast", [scales], to=_elem_type(g.onnx, acc)) if out != acc else scales
-        wd = g.node("DequantizeLinear", [qname, s], axis=1, block_size=gs)
+        wd = g.node("Reshape", [g.node("DequantizeLinear", [qname, to_acc(scales)], axis=1, block_size=gs), groups])
     else:
         _need_opset(g, e, 18, "BitwiseAnd (unpacking the packed words)")
-        wd = g.node("Cast", [_unpack_words(g, w, rows, cols, bits)], to=_elem_type(g.onnx, acc))
-        wd = g.node("Reshape", [wd, g.i64([rows, cols // gs, gs])])
-        s = g.node("Cast", [scales], to=_elem_type(g.onnx, acc)) if out != acc else scales
-        wd = g.node("Mul", [wd, g.node("Unsqueeze", [s, g.i64([2])])])
-    wd = g.node("Reshape", [wd, g.i64([rows, cols // gs, gs])])
-    b = g.node("Cast", [biases], to=_elem_type(g.onnx, acc)) if out != acc else biases
-    wd = g.node("Reshape", [g.node("Add", [wd, g.node("Unsqueeze", [b, g.i64([2])])]), g.i64([rows, cols])])
+        ints = g.node("Cast", [_unpack_words(g, w, rows, cols, bits)], to=_elem_type(g.onnx, acc))
+        wd = g.node("Reshape", [ints, groups])
+        wd = g.node("Mul", [wd, g.node("Unsqueeze", [to_acc(scales), g.i64([2])])])
+    wd = g.node("Add", [wd, g.node("Unsqueeze", [to_acc(biases), g.i64([2])])])
+    wd = g.node("Reshape", [wd, g.i64([rows, cols])])
     if transpose:
         wd = g.node("Transpose", [wd], perm=[1, 0])
-    xa = g.node("Cast", [x], to=_elem_type(g.onnx, acc)) if out != acc else x
-    r = g.node("MatMul", [xa, wd])
+    r = g.node("MatMul", [to_acc(x), wd])
     return r if out == acc else g.node("Cast", [r], to=_elem_type(g.onnx, out))
 
 
