@@ -70,13 +70,7 @@ class AttentionGroup(Group):
         S, K = k.aval.shape[1], k.aval.shape[2]
         acc = acc_dtype(out.aval.dtype)
         b, args, tracker, _ = self._kernel_start()
-        names = []
-        for a in e.inputs:
-            spec = ctx.spec(a)
-            name = b.buffer(spec, a.aval.dtype, False, "in")
-            args[name] = spec
-            names.append(name)
-        qs, ks, vs, bs, ms = split_operands(names, p["has_bias"], p["has_mask"])
+        qs, ks, vs, bs, ms = split_operands(self.input_buffers(b, args), p["has_bias"], p["has_mask"])
         out_name = ctx.output(b, args, out)
         items = B * T * N
         gid, gsize, lsize = ctx.gid(b, items, ctx.wg)

@@ -198,6 +198,17 @@ class Group(abc.ABC):
         tracker.add(self.eqn)
         return b, args, tracker, self.ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
 
+    def input_buffers(self, b, args) -> list:
+        """A read-only buffer parameter of kernel ``b`` per operand of ``self.eqn``, in order (recorded in
+        ``args``); returns their names."""
+        names = []
+        for a in self.eqn.inputs:
+            spec = self.ctx.spec(a)
+            name = b.buffer(spec, a.aval.dtype, False, "in")
+            args[name] = spec
+            names.append(name)
+        return names
+
     def add_guest(self, v, reads):
         """``v`` (smaller than the group's shape) is computed by the first ``v.size`` work items."""
         self.guests.append(v)

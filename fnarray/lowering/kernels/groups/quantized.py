@@ -69,15 +69,6 @@ class QuantizedMatmulGroup(Group):
     def analyse(self):
         self.reads |= {a for a in self.eqn.inputs if isinstance(a, Var)}
 
-    def _buffers(self, b, args):
-        names = []
-        for a in self.eqn.inputs:
-            spec = self.ctx.spec(a)
-            name = b.buffer(spec, a.aval.dtype, False, "in")
-            args[name] = spec
-            names.append(name)
-        return names
-
     def codegen(self):
         ctx = self.ctx
         e = self.eqn
@@ -95,7 +86,7 @@ class QuantizedMatmulGroup(Group):
         if p["transpose"] and cooperative(ctx.caps):
             return self._cooperative(n, m, k, rows, blocks)
         b, args, tracker, em = self._kernel_start()
-        xs, ws, ss, bs = self._buffers(b, args)
+        xs, ws, ss, bs = self.input_buffers(b, args)
         items = blocks * n
         gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
         acc = _acc_dtype(out.aval.dtype)
@@ -146,7 +137,7 @@ class QuantizedMatmulGroup(Group):
         wg = _COOPERATIVE_WG
         acc = _acc_dtype(e.outputs[0].aval.dtype)
         b, args, tracker, em = self._kernel_start()
-        xs, ws, ss, bs = self._buffers(b, args)
+        xs, ws, ss, bs = self.input_buffers(b, args)
         groups = blocks * n
         gid, gsize, lsize = ctx.gid(b, groups * wg, wg)
         lid = b.let(op("rem", gid, const(wg, INT32)), "lid")
