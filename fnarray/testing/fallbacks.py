@@ -40,7 +40,8 @@ def expected_fallback(device, prim, inputs, params) -> str | None:
     for a in ins + outs:
         if a.dtype not in caps.dtypes:
             return f"{device} has no {a.dtype.name} (Capabilities.dtypes)"
-    table = getattr(device.impl, "expected_fallbacks", {})
+    per_device = getattr(device.impl, "device_fallbacks", None)   # a table that differs between its devices
+    table = per_device(device) if per_device is not None else getattr(device.impl, "expected_fallbacks", {})
     return table.get((prim.name, case_dtype(prim, inputs, params))) or table.get((prim.name, "*"))
 
 
