@@ -36,7 +36,6 @@ import numpy as np
 
 from fnarray.lowering.kernels.cstyle import CStyleRenderer
 from fnarray.lowering.kernels.ir import (
-    OPS,
     BufferParam,
     Const,
     Kernel,
@@ -120,15 +119,10 @@ class MetalRenderer(CStyleRenderer):
             return "metal::threadgroup_barrier(metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup);"
         return "metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);"
 
-    def expr(self, e) -> str:
-        if isinstance(e, Op) and OPS[e.op][1] == "func":
-            return self._func(e, [self.expr(a) for a in e.args])
-        return super().expr(e)
-
-    def _func(self, e: Op, args: list) -> str:
+    def call(self, e: Op, args: list) -> str:
         op, d = e.op, e.args[0].dtype
         if op in ("min", "max") and d == BOOL:
-            return f"({args[0]} {'|' if op == 'max' else '&'} {args[1]})"
+            return super().call(e, args)   # & and |
         if op == "fabs" and d.kind != "f":
             op = "abs"
         elif op not in FUNCTIONS:
