@@ -6,11 +6,13 @@ Apple machine:
   ``test_kernels.py``);
 - a syntax check of that source with ``g++ -std=c++17 -fsyntax-only`` against ``tests/metal_shim.h``, which
   declares MSL's types, qualifiers, barriers and ``metal::`` functions (skipped without g++);
+- the source run: g++ compiles each kernel function with the shim's definitions (``FA_METAL_RUN``) and a driver
+  runs it over its grid, a ``std::thread`` per Metal thread, against the interpreter's result;
 - the arguments given to ``mx.fast.metal_kernel`` (a stand-in, patched in): names, grid, threadgroup, shapes,
   dtypes, and the source wrapped in the signature MLX would write from them, checked with g++ again;
 - the fallback where MLX has no Metal (Linux): the interpreter, with a ``FallbackWarning`` naming the reason.
 
-Nothing here runs a Metal kernel: that needs Apple silicon.
+Nothing here runs on Metal: that needs Apple silicon.
 """
 
 from __future__ import annotations
@@ -179,6 +181,79 @@ def test_shim_declares_every_function_the_renderer_prints():
     shim = SHIM.read_text()
     for fn in metal.FUNCTIONS:
         assert re.search(rf"\b{fn}\b", shim), fn
+
+
+# ------------------------------------------------------------------------------- the Metal source, run on the CPU
+
+_ATTRIBUTE_VALUES = {"thread_position_in_grid": "uint3{uint(g * wg + t), 0u, 0u}",
+                     "thread_position_in_threadgroup": "uint3{uint(t), 0u, 0u}",
+                     "threadgroup_position_in_grid": "uint3{uint(g), 0u, 0u}",
+                     "threads_per_grid": "uint3{uint(groups * wg), 1u, 1u}"}
+
+
+def _driver(call):
+    """A C++ program that runs ``call``'s kernel function (as ``render_metal`` prints it) over its grid on the
+    CPU: buffers read from and written to ``<dir>/<name>.bin``, results starting as zeros (``init_value=0``). The
+    shim includes the C++ headers it needs (before its macros)."""
+    src = call.source
+    by_name = {p.name: p for p in call.kernel.params}
+    types_ = {n: metal.MLX_TYPE_NAMES[np.dtype(by_name[n].dtype)] for n in src.input_names + src.output_names}
+    lines = ["#undef thread   // the shim's address space, not std::thread",
+             "static std::vector<unsigned char> fa_read(const std::string& path) {",
+             "  std::vector<unsigned char> b; FILE* f = std::fopen(path.c_str(), \"rb\"); int c;",
+             "  while ((c = std::fgetc(f)) != EOF) b.push_back((unsigned char)c);",
+             "  std::fclose(f); return b; }",
+             "int main(int argc, char** argv) {", "  const std::string dir = argv[1];"]
+    for n in src.input_names + src.output_names:
+        lines.append(f'  std::vector<unsigned char> {n} = fa_read(dir + "/{n}.bin");')
+    wg, total = call.threadgroup[0], call.grid[0]
+    lines += [f"  const int wg = {wg}, groups = {total // wg};", "  for (int g = 0; g < groups; ++g) {",
+              "    std::barrier<> group(wg); fa_barrier = &group;", "    std::vector<std::thread> threads;",
+              "    for (int t = 0; t < wg; ++t) threads.emplace_back([&, t] {"]
+    args = [f"reinterpret_cast<{'const ' if n in src.input_names else ''}{types_[n]}*>({n}.data())"
+            for n in src.input_names + src.output_names]
+    args += [_ATTRIBUTE_VALUES[a] for a in src.attributes]
+    lines += [f"      {call.kernel.name}({', '.join(args)});", "    });",
+              "    for (auto& th : threads) th.join();", "  }"]
+    for n in src.output_names:
+        lines.append(f'  {{ FILE* f = std::fopen((dir + "/{n}.out").c_str(), "wb"); '
+                     f"std::fwrite({n}.data(), 1, {n}.size(), f); std::fclose(f); }}")
+    lines += ["  return 0;", "}"]
+    return "\n".join(lines) + "\n"
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_metal_source_runs_on_the_cpu(name, tmp_path):
+    """The kernel function of each example, compiled by g++ with the shim's definitions and run over its grid (a
+    thread per Metal thread, a threadgroup at a time, ``threadgroup_barrier`` a ``std::barrier``), equals the
+    interpreter's result: what the Metal source computes, short of Metal's compiler and hardware."""
+    f, make = EXAMPLES[name]
+    args = make()
+    traced = fa.jit(f).trace(*args)
+    prog = traced.program
+    (eqn,) = list(_pallas_eqns(prog))
+    assert list(prog.outvars) == list(eqn.outputs)
+    from fnarray.lowering.mlx.pallas import metal_call
+    call = metal_call(eqn)
+    env = dict(zip(prog.constvars, [np.asarray(c) for c in traced.consts], strict=True))
+    env.update(zip(prog.invars, [np.asarray(a) for a in args], strict=True))
+    for n, k in zip(call.source.input_names, call.operands, strict=True):
+        (tmp_path / f"{n}.bin").write_bytes(np.ascontiguousarray(env[eqn.inputs[k]]).tobytes())
+    outs = eqn.params["out_avals"]
+    for n, k in zip(call.source.output_names, call.results, strict=True):
+        (tmp_path / f"{n}.bin").write_bytes(np.zeros(outs[k].shape, outs[k].dtype).tobytes())
+    cpp = tmp_path / "run.cpp"
+    cpp.write_text(f'#define FA_METAL_RUN\n#include "{SHIM}"\n{metal.render_metal(call.kernel)}\n{_driver(call)}')
+    exe = tmp_path / "run"
+    r = subprocess.run([GXX, "-std=c++20", "-O1", "-pthread", "-fno-strict-aliasing", "-Wno-attributes", str(cpp),
+                        "-o", str(exe)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    subprocess.run([str(exe), str(tmp_path)], check=True, timeout=300)
+    want = [np.asarray(w) for w in fa.tree_util.tree_leaves(f(*[fa.device_put(a, "numpy:0") for a in args]))]
+    for n, k in zip(call.source.output_names, call.results, strict=True):
+        got = np.frombuffer((tmp_path / f"{n}.out").read_bytes(), outs[k].dtype).reshape(outs[k].shape)
+        np.testing.assert_allclose(got, want[k], rtol=2e-5, atol=2e-5, err_msg=name)
 
 
 # ------------------------------------------------------------------------------------ the mx.fast.metal_kernel call

@@ -22,8 +22,9 @@ and whatever the kernel group or the renderer cannot express (atomics, operation
 blocks past the threadgroup-memory budget, dtypes Metal lacks).
 
 Checked without Apple hardware (``tests/test_metal_kernels.py``): the rendered source of each example kernel
-(golden files), its syntax with g++ against a shim of MSL's names, and the arguments passed to a stand-in for
-``mx.fast.metal_kernel``. It has not run on a Metal device.
+(golden files), its syntax with g++ against a shim of MSL's names, its results when g++ runs it on the CPU (a
+thread per Metal thread), and the arguments passed to a stand-in for ``mx.fast.metal_kernel``. It has not run
+on a Metal device.
 """
 
 from __future__ import annotations
