@@ -31,6 +31,7 @@ import pytest
 
 import fnarray as fa
 import fnarray.experimental.pallas as pl
+import fnarray.numpy as fnp
 from fnarray.core.pallas import pallas_call_p
 from fnarray.core.subprograms import subprograms
 from fnarray.lowering.kernels import metal
@@ -222,19 +223,14 @@ def _driver(call):
     return "\n".join(lines) + "\n"
 
 
-@needs_gxx
-@pytest.mark.parametrize("name", list(EXAMPLES))
-def test_metal_source_runs_on_the_cpu(name, tmp_path):
-    """The kernel function of each example, compiled by g++ with the shim's definitions and run over its grid (a
-    thread per Metal thread, a threadgroup at a time, ``threadgroup_barrier`` a ``std::barrier``), equals the
-    interpreter's result: what the Metal source computes, short of Metal's compiler and hardware."""
-    f, make = EXAMPLES[name]
-    args = make()
+def _run_on_cpu(f, args, tmp_path, label, tol=2e-5):
+    """``f``'s one ``pallas_call`` as its Metal kernel function, compiled by g++ with the shim's definitions and
+    run by ``_driver`` over its grid, against ``f`` on numpy:0 (the interpreter)."""
+    from fnarray.lowering.mlx.pallas import metal_call
     traced = fa.jit(f).trace(*args)
     prog = traced.program
     (eqn,) = list(_pallas_eqns(prog))
     assert list(prog.outvars) == list(eqn.outputs)
-    from fnarray.lowering.mlx.pallas import metal_call
     call = metal_call(eqn)
     env = dict(zip(prog.constvars, [np.asarray(c) for c in traced.consts], strict=True))
     env.update(zip(prog.invars, [np.asarray(a) for a in args], strict=True))
@@ -253,7 +249,87 @@ def test_metal_source_runs_on_the_cpu(name, tmp_path):
     want = [np.asarray(w) for w in fa.tree_util.tree_leaves(f(*[fa.device_put(a, "numpy:0") for a in args]))]
     for n, k in zip(call.source.output_names, call.results, strict=True):
         got = np.frombuffer((tmp_path / f"{n}.out").read_bytes(), outs[k].dtype).reshape(outs[k].shape)
-        np.testing.assert_allclose(got, want[k], rtol=2e-5, atol=2e-5, err_msg=name)
+        np.testing.assert_allclose(got.astype(np.float64), want[k].astype(np.float64), rtol=tol, atol=tol,
+                                   err_msg=label)
+
+
+@needs_gxx
+@pytest.mark.parametrize("name", list(EXAMPLES))
+def test_metal_source_runs_on_the_cpu(name, tmp_path):
+    """The kernel function of each example, compiled by g++ with the shim's definitions and run over its grid (a
+    thread per Metal thread, a threadgroup at a time, ``threadgroup_barrier`` a ``std::barrier``), equals the
+    interpreter's result: what the Metal source computes, short of Metal's compiler and hardware."""
+    f, make = EXAMPLES[name]
+    _run_on_cpu(f, make(), tmp_path, name)
+
+
+def _masked_add(x, y, block=16):   # docs/kernels.md: a padded last block, masked loads and stores
+    n = x.shape[0]
+
+    def kernel(x_ref, y_ref, o_ref):
+        start = pl.program_id(0) * block
+        mask = start + fnp.arange(block) < n
+        v = pl.load(x_ref, pl.ds(start, block), mask=mask) + pl.load(y_ref, pl.ds(start, block), mask=mask)
+        pl.store(o_ref, pl.ds(start, block), v, mask=mask)
+    return pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct(x.shape, x.dtype), grid=(pl.cdiv(n, block),))(x, y)
+
+
+def _scratch_rows(x):   # a scratch ref in threadgroup memory; a store reading the ref it overwrites
+    def kernel(x_ref, o_ref, s_ref):
+        s_ref[...] = x_ref[...] * 3.0
+        o_ref[...] = s_ref[...][::-1] + 1.0
+        o_ref[...] = o_ref[...][:, ::-1] * 2.0
+    return pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct(x.shape, x.dtype),
+                          scratch_shapes=[pl.Local(x.shape, fnp.float32)])(x)
+
+
+def _row_sums_by_loop(x, bc=8):   # a 2-d grid, fori_loop over column blocks, pl.when on the first instance
+    rows, cols = x.shape
+
+    def kernel(x_ref, o_ref):
+        @pl.when(pl.program_id(1) == 0)
+        def _():
+            o_ref[...] = fnp.zeros_like(o_ref)
+
+        def body(j, acc):
+            return acc + fnp.sum(x_ref[:, pl.ds(j * bc, bc)], axis=1)
+        o_ref[...] += fa.lax.fori_loop(0, cols // bc, body, fnp.zeros(o_ref.shape, fnp.float32))
+    spec = pl.BlockSpec((4, cols), lambda i, k: (i, 0))
+    return pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((rows,), x.dtype), grid=(rows // 4, 2),
+                          in_specs=[spec], out_specs=pl.BlockSpec((4,), lambda i, k: (i,)))(x)
+
+
+def _integer_ops(a, b):   # int32 max/min/abs/where, a bool mask, an int64 result
+    def kernel(a_ref, b_ref, o_ref, p_ref):
+        a, b = a_ref[...], b_ref[...]
+        o_ref[...] = fnp.where(a > b, fnp.abs(a - b), fnp.minimum(a, b) * fnp.maximum(a, 3))
+        p_ref[...] = (a.astype(fnp.int64) * 4_000_000_000) // (fnp.abs(b).astype(fnp.int64) + 1)
+    return pl.pallas_call(kernel, out_shape=(pl.ShapeDtypeStruct(a.shape, a.dtype),
+                                             pl.ShapeDtypeStruct(a.shape, fnp.int64)))(a, b)
+
+
+def _half_math(x):   # float16 through the float32 bodies (erf, log1p) and Metal's exp
+    def kernel(x_ref, o_ref):
+        v = x_ref[...]
+        o_ref[...] = fnp.exp(v) + fa.lax.erf(v) + fnp.log1p(fnp.abs(v))
+    return pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+#: label: (function, inputs, tolerance): kernels beyond the examples, for the forms they do not reach
+MORE = {
+    "masked_add": (_masked_add, lambda: (_f32(37), _f32(37)), 1e-6),
+    "scratch_rows": (_scratch_rows, lambda: (_f32(4, 8),), 1e-6),
+    "row_sums_by_loop": (_row_sums_by_loop, lambda: (_f32(8, 32),), 1e-5),
+    "integer_ops": (_integer_ops, lambda: tuple(rng.integers(-50, 50, (3, 40)).astype(np.int32) for _ in "ab"), 0),
+    "half_math": (_half_math, lambda: (_f32(64).astype(np.float16),), 2e-3),
+}
+
+
+@needs_gxx
+@pytest.mark.parametrize("label", list(MORE))
+def test_more_kernels_run_on_the_cpu(label, tmp_path, x64):
+    f, make, tol = MORE[label]
+    _run_on_cpu(f, make(), tmp_path, label, tol)
 
 
 # ------------------------------------------------------------------------------------ the mx.fast.metal_kernel call
