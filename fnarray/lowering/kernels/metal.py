@@ -131,23 +131,40 @@ class MetalRenderer(CStyleRenderer):
         return f"metal::{op}({', '.join(args)})"
 
     def signature(self, kernel: Kernel) -> str:
-        """The signature MLX writes for ``metal_source(kernel)``: inputs, then outputs, then the attributes the
-        body names (MLX's order: alphabetical)."""
-        src = metal_source(kernel, rewritten=kernel)
-        params, k = [], 0
-        by_name = {p.name: p for p in kernel.params}
-        for name in src.input_names:
-            p = by_name[name]
-            if isinstance(p, ScalarParam):   # a 0-d input: a reference
-                params.append(f"  const constant {MLX_TYPE_NAMES[np.dtype(p.dtype)]}& {name} [[buffer({k})]]")
-            else:
-                params.append(f"  const device {MLX_TYPE_NAMES[np.dtype(p.dtype)]}* {name} [[buffer({k})]]")
-            k += 1
-        for name in src.output_names:
-            params.append(f"  device {MLX_TYPE_NAMES[np.dtype(by_name[name].dtype)]}* {name} [[buffer({k})]]")
-            k += 1
-        params += [f"  uint3 {a} [[{a}]]" for a in src.attributes]
+        """The signature MLX writes around ``source(kernel)``: inputs, then outputs, then the attributes the body
+        names (MLX's order: alphabetical)."""
+        for p in kernel.params:
+            self.type_name(p.dtype)   # a parameter of a dtype Metal lacks raises here
+        ins, outs, attributes = _interface(kernel)
+        params = []
+        for p in ins:
+            t = MLX_TYPE_NAMES[np.dtype(p.dtype)]
+            ref = "&" if isinstance(p, ScalarParam) else "*"   # a scalar: a 0-d input, which MLX passes by reference
+            params.append(f"const {'constant' if ref == '&' else 'device'} {t}{ref} {p.name}")
+        params += [f"device {MLX_TYPE_NAMES[np.dtype(p.dtype)]}* {p.name}" for p in outs]
+        params = [f"  {p} [[buffer({k})]]" for k, p in enumerate(params)] + [f"  uint3 {a} [[{a}]]" for a in attributes]
         return f"[[kernel]] void {kernel.name}(\n" + ",\n".join(params) + ")"
+
+    def source(self, kernel: Kernel) -> MetalSource:
+        """The parts of ``kernel`` that ``mx.fast.metal_kernel`` takes."""
+        k = self.rewrite(kernel)
+        lines: list = []
+        self._stmts(k.body, 1, lines)
+        for p in k.params:
+            self.type_name(p.dtype)   # a parameter of a dtype Metal lacks raises here
+        ins, outs, attributes = _interface(k)
+        return MetalSource(k.name, "\n".join(self.prelude(k)), "\n".join(lines) + "\n",
+                           tuple(p.name for p in ins), tuple(p.name for p in outs), attributes)
+
+
+def _interface(kernel: Kernel):
+    """``(inputs, outputs, attributes)``: the parameters the kernel only reads (buffers and scalars) and the
+    buffers it writes, in parameter order, and the kernel attributes its body names, alphabetically (MLX's
+    order)."""
+    ins = tuple(p for p in kernel.params if isinstance(p, ScalarParam) or not p.writes)
+    outs = tuple(p for p in kernel.params if isinstance(p, BufferParam) and p.writes)
+    kinds = {e.kind for e in walk_exprs(kernel.body) if isinstance(e, Special)}
+    return ins, outs, tuple(sorted(_ATTRIBUTES[x] for x in kinds))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +172,7 @@ class MetalSource:
     """What ``mx.fast.metal_kernel`` takes for one kernel: ``name``, ``header`` (text before the function),
     ``source`` (the function's body), ``input_names`` (the read-only buffers and the scalars, in parameter
     order) and ``output_names`` (the buffers the kernel writes); ``attributes``: the kernel attributes the body
-    names, which MLX adds to the signature; ``threadgroup``: the kernel's fixed work-group size, if any."""
+    names, which MLX adds to the signature it writes."""
 
     name: str
     header: str
@@ -163,27 +180,15 @@ class MetalSource:
     input_names: tuple
     output_names: tuple
     attributes: tuple
-    threadgroup: tuple | None
 
 
 _RENDERER = MetalRenderer()
 
 
-def metal_source(kernel: Kernel, rewritten: Kernel | None = None) -> MetalSource:
+def metal_source(kernel: Kernel) -> MetalSource:
     """The parts of ``kernel`` that ``mx.fast.metal_kernel`` takes (deterministic: the same kernel gives the same
     text). Raises ``TypeError`` for a dtype or an op Metal cannot express."""
-    r = _RENDERER
-    k = r.rewrite(kernel) if rewritten is None else rewritten
-    lines: list = []
-    r._stmts(k.body, 1, lines)
-    kinds = {e.kind for e in walk_exprs(k.body) if isinstance(e, Special)}
-    ins = tuple(p.name for p in k.params if isinstance(p, ScalarParam) or not p.writes)
-    outs = tuple(p.name for p in k.params if isinstance(p, BufferParam) and p.writes)
-    for p in k.params:
-        r.type_name(p.dtype)   # a dtype Metal lacks raises here
-    ls = None if kernel.local_size is None else tuple(kernel.local_size) + (1,) * (3 - len(kernel.local_size))
-    return MetalSource(kernel.name, "\n".join(r.prelude(k)), "\n".join(lines) + "\n", ins, outs,
-                       tuple(sorted(_ATTRIBUTES[x] for x in kinds)), ls)
+    return _RENDERER.source(kernel)
 
 
 def render_metal(kernel: Kernel) -> str:
