@@ -24,8 +24,12 @@ declared here:
 ``mx.fast.metal_kernel`` takes the body of the kernel function only and writes the signature itself, from the
 input and output names, the arrays' dtypes and the attributes the body names (``metal_source``). ``render``
 prints the whole function as MLX writes it (``[[kernel]] void name(const device T* in0 [[buffer(0)]], ...)``),
-for golden files and the syntax check (``tests/test_metal_kernels.py``); MLX passes inputs of fewer than 8
-elements in the ``constant`` address space instead of ``device``, which the body indexes the same way.
+for golden files and the syntax check (``tests/test_metal_kernels.py``); recent MLX versions pass inputs of fewer
+than 8 elements in the ``constant`` address space instead of ``device``, which the body indexes the same way.
+
+References: Apple's Metal Shading Language Specification (address spaces, ``threadgroup_barrier``, kernel
+attributes, the math library); MLX's ``mx.fast.metal_kernel`` documentation ("Custom Metal Kernels") and the
+signature its ``write_signature`` (``mlx/fast.cpp``) writes.
 """
 
 from __future__ import annotations
