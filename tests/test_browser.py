@@ -13,7 +13,11 @@ secure context, which loopback is) and nothing else is contacted. The tests:
   (Naga, which the native backend uses, accepts more);
 - the digits demo page: a digit drawn with the mouse is classified in the page as
   Python classifies the same 8x8 input; a screenshot is saved
-  (into ``$FNARRAY_BROWSER_ARTIFACTS`` when set, else the test's temporary folder).
+  (into ``$FNARRAY_BROWSER_ARTIFACTS`` when set, else the test's temporary folder);
+- the language-model page (``examples/browser_llm``): a 4-bit llama's prefill and decode entry points with the
+  key/value caches kept on the GPU; the page's greedy characters for a text set at once, and for a text typed
+  character by character (reusing the cache), equal Python's, and it shows tokens per second; the runtime's
+  state API (``entries``, ``readState``, ``resetState``) on that bundle.
 
 Without playwright or chromium the tests skip with "backend unavailable" (a failure
 under ``FNARRAY_REQUIRE_ALL_BACKENDS=1``): ``apt-get install chromium`` and
@@ -40,6 +44,7 @@ from helpers import BACKEND_UNAVAILABLE, require_backend
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 sys.path.insert(0, EXAMPLES)
 sys.path.insert(0, os.path.join(EXAMPLES, "browser_digits"))
+sys.path.insert(0, os.path.join(EXAMPLES, "browser_llm"))
 import digits_mlp  # noqa: E402
 
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--enable-unsafe-webgpu", "--use-webgpu-adapter=swiftshader",
@@ -289,7 +294,7 @@ def test_manifest_version_is_checked(page, bundles, site):
     m["version"] = 999
     (root / "future" / "model.json").write_text(json.dumps(m))
     msg = _rejection(page, "await window.model('future')")
-    assert "has manifest version 999, but this fnarray-webgpu.js reads version 1" in msg
+    assert f"has manifest version 999, but this fnarray-webgpu.js reads version {fa.export.MANIFEST_VERSION}" in msg
 
 
 @contextlib.contextmanager
@@ -514,3 +519,99 @@ def test_demo_page_classifies_with_the_cnn_as_python_does(browser, digits_models
         assert p.get_attribute("#prediction", "data-model") == "cnn"
     finally:
         p.close()
+
+
+# ------------------------------------------------------------------------------------------- the LLM page
+
+LLM_SIZES = dict(capacity=96, chunk=16, new_tokens=24)
+
+
+@pytest.fixture(scope="module")
+def llm_site(wdev, site):
+    """The language-model page with a 4-bit llama of examples/llm.py's default size (random weights)."""
+    import export_llm
+    import llm
+    from transformer_lm import VOCAB
+    root, _ = site
+    model = llm.Llama(len(VOCAB), 64, 4, 2, 2, 192, key=fa.random.key(5))
+    q4 = fa.nn.quantize(model, group_size=64, bits=4)
+    export_llm.build_site(root / "llm", q4, info="test model (random weights)", **LLM_SIZES)
+    return q4
+
+
+def _page_greedy(p, text):
+    """The ids the page generated for ``text`` (waiting for that generation to finish) and how many positions
+    of the cache it reused."""
+    p.wait_for_function("([t]) => { const c = document.querySelector('#continuation');"
+                        " return c.dataset.done === 'yes' && c.dataset.prompt === t; }", arg=[text],
+                        timeout=60_000)
+    c = p.locator("#continuation")
+    return json.loads(c.get_attribute("data-ids")), int(c.get_attribute("data-reused"))
+
+
+def test_llm_page_continues_text_with_python_greedy_tokens(browser, llm_site, site, tmp_path):
+    import export_llm
+    _, url = site
+    p = browser.new_page(viewport={"width": 1100, "height": 700})
+    p.set_default_timeout(TIMEOUT_MS)
+    try:
+        p.goto(url + "llm/index.html")
+        p.wait_for_function("['yes', 'error'].includes(document.body.dataset.ready)")
+        assert p.evaluate("document.body.dataset.ready") == "yes", p.inner_text("#status")
+        ids, _ = _page_greedy(p, "The ")                        # the text the page starts with
+        assert ids == export_llm.greedy_like_page(llm_site, "The ", device=REF, **LLM_SIZES)
+
+        text = "Return a new list of the items in "               # 34 characters: 2 prefill chunks, 2 decodes
+        p.fill("#prompt", text)
+        ids, reused = _page_greedy(p, text)
+        want = export_llm.greedy_like_page(llm_site, text, device=REF, **LLM_SIZES)
+        assert ids == want and len(ids) == LLM_SIZES["new_tokens"]
+        assert p.inner_text("#continuation") == "".join(export_llm.VOCAB[i] for i in want)
+        rate = float(p.get_attribute("#speed", "data-tokens-per-second"))
+        assert rate > 0 and "tokens/s" in p.inner_text("#speed")
+        p.screenshot(path=_artifact(tmp_path, "browser_llm.png"), full_page=True)
+
+        p.locator("#prompt").press("End")                       # typed: each character one decode step
+        p.locator("#prompt").press_sequentially("order", delay=30)
+        ids, reused = _page_greedy(p, text + "order")
+        assert reused >= len(text)                              # the cache of the unchanged text was kept
+        assert ids == export_llm.greedy_like_page(llm_site, text + "order", device=REF, **LLM_SIZES)
+
+        p.click("#reset")                                       # model.resetState(), then fed from the start
+        p.wait_for_function("document.querySelector('#continuation').dataset.reused === '0'")
+        ids, reused = _page_greedy(p, text + "order")
+        assert reused == 0 and ids == export_llm.greedy_like_page(llm_site, text + "order", device=REF,
+                                                                  **LLM_SIZES)
+        print(f"browser LLM page on SwiftShader: {rate:.1f} tokens/s")
+    finally:
+        p.close()
+
+
+def test_runtime_entries_and_state_api(page, llm_site):
+    result = page.evaluate("""async () => {
+      const m = await window.model('llm/model');
+      const out = { entries: Object.keys(m.entries), state: m.state.map((s) => s.name) };
+      try { await m.run({}); } catch (e) { out.run = `${e.name}: ${e.message}`; }
+      try { await m.readState("nope"); } catch (e) { out.unknown = e.message; }
+      try { await m.entries.decode.run({ ids: Int32Array.of(1), pos: Int32Array.of(0), "kv.0.0": 1 }); }
+      catch (e) { out.stateAsInput = e.message; }
+      const sum = (a) => a.reduce((x, y) => x + Math.abs(y), 0);
+      await m.resetState();
+      out.zero = sum(await m.readState("kv.0.0"));
+      const [t] = await m.entries.decode.run({ ids: Int32Array.of(5), pos: Int32Array.of(3) });
+      const k = await m.readState("kv.0.0");
+      out.token = t.length;
+      out.filled = k.length;
+      out.row3 = sum(k.slice(3 * 32, 4 * 32));
+      out.others = sum(k) - out.row3;
+      await m.resetState();
+      out.reset = sum(await m.readState("kv.0.0"));
+      return out;
+    }""")
+    assert result["entries"] == ["prefill", "decode"]
+    assert result["state"] == ["kv.0.0", "kv.0.1", "kv.1.0", "kv.1.1"]
+    assert "several entry points" in result["run"] and "model.entries.<name>.run" in result["run"]
+    assert result["unknown"].startswith('unknown state "nope"')
+    assert '"kv.0.0" is state' in result["stateAsInput"]
+    assert result["zero"] == 0 and result["token"] == 1 and result["filled"] == LLM_SIZES["capacity"] * 32
+    assert result["row3"] > 0 and result["others"] == 0 and result["reset"] == 0   # the write went to position 3
