@@ -145,7 +145,7 @@ def main(argv=None):
     parser.add_argument("--weights", metavar="PATH", help="float32 weights from llm.py --save (default: train now)")
     parser.add_argument("--steps", type=int, default=300, help="training steps without --weights (default 300)")
     parser.add_argument("--quantize", type=int, default=4, metavar="BITS",
-                        help="bits of the exported weights (2, 3, 4, 6, 8; 0: float32; default 4)")
+                        help="bits of the exported weights (MLX's widths 1-6 and 8; 0: float32; default 4)")
     parser.add_argument("--group-size", type=int, default=64, help="quantization group size (default 64)")
     parser.add_argument("--capacity", type=int, default=CAPACITY, help=f"cache positions (default {CAPACITY})")
     parser.add_argument("--chunk", type=int, default=CHUNK, help=f"positions per prefill call (default {CHUNK})")
