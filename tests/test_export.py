@@ -410,6 +410,14 @@ def test_entries_share_weights_and_state_kept_between_runs(gpu, tmp_path):
     (got,) = bundle.run({"scale": np.float32(2)}, "peek")
     np.testing.assert_allclose(got, 2 * np.sum(xs * w, axis=0) + w, rtol=1e-5, atol=1e-6)
     assert int(bundle.state("acc.n")) == 13
+    # One function with state: the entry's fields at the top level, as in a bundle without state.
+    m = fa.export.webgpu(add, w, acc, np.zeros(4, np.float32), path=tmp_path / "one", bake_argnums=(0,),
+                         state_argnums=1)
+    assert "entries" not in m and [i["name"] for i in m["inputs"]] == ["x"] and len(m["state_updates"]) == 2
+    bundle = _Bundle(gpu, tmp_path / "one")
+    for k, x in enumerate(xs, 1):
+        (total,) = bundle.run({"x": x})
+        np.testing.assert_allclose(total, np.sum(xs[:k] * w), rtol=1e-5, atol=1e-6)
 
 
 def test_state_errors(wdev, tmp_path):
