@@ -440,14 +440,23 @@ def test_demo_page_without_webgpu_shows_how_to_enable_it(browser, digits_site, s
         assert text.startswith("WebGPU is not available") and "secure context" in text
 
 
-def test_demo_page_classifies_a_drawn_digit_as_python_does(browser, digits_site, site, tmp_path):
-    _, url = site
+@contextlib.contextmanager
+def _demo_page(browser, address):
+    """A page of a demo at ``address``, loaded and ready (``document.body.dataset.ready === "yes"``)."""
     p = browser.new_page(viewport={"width": 1280, "height": 760})
     p.set_default_timeout(TIMEOUT_MS)
     try:
-        p.goto(url + "digits/index.html")
+        p.goto(address)
         p.wait_for_function("['yes', 'error'].includes(document.body.dataset.ready)")
         assert p.evaluate("document.body.dataset.ready") == "yes", p.inner_text("#status")
+        yield p
+    finally:
+        p.close()
+
+
+def test_demo_page_classifies_a_drawn_digit_as_python_does(browser, digits_site, site, tmp_path):
+    _, url = site
+    with _demo_page(browser, url + "digits/index.html") as p:
         box = p.locator("#pad").bounding_box()
 
         def at(u, v):
@@ -480,19 +489,12 @@ def test_demo_page_classifies_a_drawn_digit_as_python_does(browser, digits_site,
         assert int(p.inner_text("#prediction")) == int(np.argmax(probs))
         assert "true label" in p.inner_text("#picked-label")
         p.screenshot(path=_artifact(tmp_path, "browser_digits_test_image.png"), full_page=True)
-    finally:
-        p.close()
 
 
 def test_demo_page_classifies_with_the_cnn_as_python_does(browser, digits_models, site):
     import digits_cnn
     _, url = site
-    p = browser.new_page(viewport={"width": 1280, "height": 760})
-    p.set_default_timeout(TIMEOUT_MS)
-    try:
-        p.goto(url + "digits/index.html")
-        p.wait_for_function("['yes', 'error'].includes(document.body.dataset.ready)")
-        assert p.evaluate("document.body.dataset.ready") == "yes", p.inner_text("#status")
+    with _demo_page(browser, url + "digits/index.html") as p:
         assert p.locator("#model-choice option").count() == 2
         p.locator("#gallery canvas").nth(5).click()            # with the default model, the MLP
         p.wait_for_function("document.querySelector('#prediction').dataset.runs === '1'")
@@ -517,8 +519,6 @@ def test_demo_page_classifies_with_the_cnn_as_python_does(browser, digits_models
         np.testing.assert_allclose(probs, _python_probs(digits_models["cnn"], counts, digits_cnn), rtol=3e-5,
                                    atol=3e-6)
         assert p.get_attribute("#prediction", "data-model") == "cnn"
-    finally:
-        p.close()
 
 
 # ------------------------------------------------------------------------------------------- the LLM page
@@ -554,12 +554,7 @@ def _page_greedy(p, text):
 def test_llm_page_continues_text_with_python_greedy_tokens(browser, llm_site, site, tmp_path):
     import export_llm
     _, url = site
-    p = browser.new_page(viewport={"width": 1100, "height": 700})
-    p.set_default_timeout(TIMEOUT_MS)
-    try:
-        p.goto(url + "llm/index.html")
-        p.wait_for_function("['yes', 'error'].includes(document.body.dataset.ready)")
-        assert p.evaluate("document.body.dataset.ready") == "yes", p.inner_text("#status")
+    with _demo_page(browser, url + "llm/index.html") as p:
         ids, _ = _page_greedy(p, "The ")                        # the text the page starts with
         assert ids == export_llm.greedy_like_page(llm_site, "The ", device=REF, **LLM_SIZES)
 
@@ -585,8 +580,6 @@ def test_llm_page_continues_text_with_python_greedy_tokens(browser, llm_site, si
         assert reused == 0 and ids == export_llm.greedy_like_page(llm_site, text + "order", device=REF,
                                                                   **LLM_SIZES)
         print(f"browser LLM page on SwiftShader: {rate:.1f} tokens/s")
-    finally:
-        p.close()
 
 
 def test_runtime_entries_and_state_api(page, llm_site):
