@@ -601,6 +601,10 @@ def test_runtime_entries_and_state_api(page, llm_site):
       out.others = sum(k) - out.row3;
       await m.resetState();
       out.reset = sum(await m.readState("kv.0.0"));
+      await m.writeState("kv.1.1", new Float32Array(k.length).fill(0.5));
+      out.written = sum(await m.readState("kv.1.1"));
+      try { await m.writeState("kv.1.1", new Float32Array(3)); } catch (e) { out.badWrite = e.message; }
+      await m.resetState();
       return out;
     }""")
     assert result["entries"] == ["prefill", "decode"]
@@ -610,3 +614,5 @@ def test_runtime_entries_and_state_api(page, llm_site):
     assert '"kv.0.0" is state' in result["stateAsInput"]
     assert result["zero"] == 0 and result["token"] == 1 and result["filled"] == LLM_SIZES["capacity"] * 32
     assert result["row3"] > 0 and result["others"] == 0 and result["reset"] == 0   # the write went to position 3
+    assert result["written"] == 0.5 * result["filled"]
+    assert result["badWrite"].startswith('state "kv.1.1": expected float32[1, 96, 2, 16] (3072 elements)')
