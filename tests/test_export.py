@@ -11,6 +11,7 @@ bundles in Chromium.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -448,9 +449,12 @@ def llm_model():
     return model, fa.nn.quantize(model, group_size=32, bits=4)
 
 
-def test_llm_bundle_keeps_packed_weights_and_generates_python_greedy_tokens(gpu, llm_model, tmp_path):
+@pytest.mark.parametrize("gpu_schedule", [False, True], ids=["cpu_adapter", "gpu_adapter"])
+def test_llm_bundle_keeps_packed_weights_and_generates_python_greedy_tokens(wdev, gpu, llm_model, tmp_path,
+                                                                            gpu_schedule):
     """The 4-bit prefill and decode of examples/browser_llm: the packed words in weights.bin as they are, the
-    caches as state, and the greedy ids, replayed step by step as the page runs them, equal Python's."""
+    caches as state, and the greedy ids, replayed step by step as the page runs them, equal Python's. Scheduled
+    as for this machine's adapter and as for a GPU's (``tiling_pays``: the work-group forms of the kernels)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
                                     "browser_llm"))
     import export_llm
@@ -458,7 +462,13 @@ def test_llm_bundle_keeps_packed_weights_and_generates_python_greedy_tokens(gpu,
     from transformer_lm import encode
     _, q4 = llm_model
     capacity, chunk, new = 64, 8, 12
-    m = export_llm.export_model(tmp_path, q4, capacity, chunk)
+    be, caps = wdev.impl, wdev.impl.capabilities(wdev)
+    be._caps = dataclasses.replace(caps, tiling_pays=gpu_schedule)
+    try:
+        m = export_llm.export_model(tmp_path, q4, capacity, chunk)
+    finally:
+        be._caps = caps
+    assert any(k["name"].startswith("quantized_wg") for k in m["kernels"]) == gpu_schedule
     assert [e["name"] for e in m["entries"]] == ["prefill", "decode"]
     for e, t in zip(m["entries"], (chunk, 1), strict=True):
         assert [(i["name"], i["dtype"], i["shape"]) for i in e["inputs"]] == [("ids", "int32", [1, t]),
