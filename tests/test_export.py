@@ -46,8 +46,9 @@ def wdev():
 class _Bundle:
     """A bundle loaded as the JS runtime loads it (buffers, weights, state), replayed with wgpu-py.
 
-    ``run(inputs, entry=None)`` writes the inputs, dispatches the entry's list in one pass, copies the state's new
-    values into the state buffers, and reads back the other outputs; ``state(name)`` reads a state buffer."""
+    ``run(inputs, entry=None)`` writes the inputs, dispatches the entry's list in one pass, reads back the outputs
+    that are not state, then copies the state's new values into the state buffers or swaps a state buffer and its
+    partner (``"swap"``); ``state(name)`` reads a state buffer."""
 
     NP_TYPES = {"float32": "<f4", "int32": "<i4", "uint32": "<u4", "bool": "<u4", "float16": "<f2"}
 
@@ -70,23 +71,27 @@ class _Bundle:
             with open(os.path.join(path, k["file"]), encoding="utf-8") as fh:
                 self.modules.append(device.create_shader_module(code=fh.read()))
         self.entries = {e["name"]: e for e in m.get("entries", [])} or {None: m}
+        self.where = {}  # manifest buffer id -> the buffer playing that role now (a state and its partner swap)
+
+    def buf(self, i):
+        return self.bufs[self.where.get(i, i)]
 
     def run(self, inputs, entry=None):
-        wgpu, device, m, bufs = self.wgpu, self.device, self.m, self.bufs
+        wgpu, device, m = self.wgpu, self.device, self.m
         e = self.entries[entry]
         for spec in e["inputs"]:
             a = np.asarray(inputs[spec["name"]])
             assert list(a.shape) == spec["shape"], spec
             raw = a.astype(self.NP_TYPES[spec["dtype"]]).tobytes()
             if raw:
-                device.queue.write_buffer(bufs[spec["buffer"]], 0, raw + b"\0" * (-len(raw) % 4))
+                device.queue.write_buffer(self.buf(spec["buffer"]), 0, raw + b"\0" * (-len(raw) % 4))
         enc = device.create_command_encoder()
         cp = enc.begin_compute_pass()
         for d in e["dispatches"]:
             entries = [{"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
                         "buffer": {"type": "storage" if b["write"] else "read-only-storage"}}
                        for i, b in enumerate(d["bindings"])]
-            res = [{"binding": i, "resource": {"buffer": bufs[b["buffer"]]}} for i, b in enumerate(d["bindings"])]
+            res = [{"binding": i, "resource": {"buffer": self.buf(b["buffer"])}} for i, b in enumerate(d["bindings"])]
             if "uniform" in d:
                 words = np.asarray(d["uniform"], "<u4").tobytes()
                 ub = device.create_buffer_with_data(data=words + b"\0" * (-len(words) % 16),
@@ -106,14 +111,18 @@ class _Bundle:
         outs = [self._read(o, o["buffer"]) for o in e["outputs"]]
         enc = device.create_command_encoder()  # then the state's new values replace the old, as in the runtime
         for u in e.get("state_updates", []):
-            enc.copy_buffer_to_buffer(bufs[u["from"]], 0, bufs[u["to"]], 0, m["buffers"][u["to"]]["size"])
+            if u.get("swap"):
+                s_now, p_now = self.where.get(u["to"], u["to"]), self.where.get(u["from"], u["from"])
+                self.where[u["to"]], self.where[u["from"]] = p_now, s_now
+            else:
+                enc.copy_buffer_to_buffer(self.buf(u["from"]), 0, self.buf(u["to"]), 0, m["buffers"][u["to"]]["size"])
         device.queue.submit([enc.finish()])
         return outs
 
     def _read(self, spec, buffer):
         b = self.m["buffers"][buffer]
         n = int(np.prod(spec["shape"], dtype=np.int64))
-        raw = self.device.queue.read_buffer(self.bufs[buffer], 0, b["size"])
+        raw = self.device.queue.read_buffer(self.buf(buffer), 0, b["size"])
         a = np.frombuffer(raw, self.NP_TYPES[spec["dtype"]], n).reshape(spec["shape"])
         return a.astype(bool) if spec["dtype"] == "bool" else a
 
@@ -400,9 +409,13 @@ def test_entries_share_weights_and_state_kept_between_runs(gpu, tmp_path):
     assert [(s["name"], s["dtype"], s["shape"]) for s in m["state"]] == [("acc.n", "int32", []),
                                                                         ("acc.sum", "float32", [4])]
     assert [b["name"] for b in m["buffers"] if b["kind"] == "weight"] == ["w"]      # stored once for both
-    state = {b["name"]: b for b in m["buffers"] if b["kind"] == "state"}
+    state = {s["name"]: m["buffers"][s["buffer"]] for s in m["state"]}
     assert "offset" in state["acc.n"] and "offset" not in state["acc.sum"]      # 10 is stored, zeros are not
     assert m["entries"][1]["state_updates"] == []                               # peek returns the state unchanged
+    # add computes both new values into the states' partners: the runs swap buffers, nothing is copied
+    partners = {s["name"]: s["partner"] for s in m["state"]}
+    assert sorted((u["name"], u["from"], u.get("swap")) for u in m["entries"][0]["state_updates"]) == [
+        ("acc.n", partners["acc.n"], True), ("acc.sum", partners["acc.sum"], True)]
     bundle = _Bundle(gpu, tmp_path)
     xs = rng.normal(size=(3, 4)).astype(np.float32)
     for k, x in enumerate(xs, 1):
@@ -419,6 +432,27 @@ def test_entries_share_weights_and_state_kept_between_runs(gpu, tmp_path):
     for k, x in enumerate(xs, 1):
         (total,) = bundle.run({"x": x})
         np.testing.assert_allclose(total, np.sum(xs[:k] * w), rtol=1e-5, atol=1e-6)
+
+
+def test_state_copied_where_it_cannot_swap(gpu, tmp_path):
+    """A new state that is an input, or that is also an output, is copied into the state buffer."""
+    def take(s, x):
+        return fnp.sum(s), x
+
+    def both(s, x):
+        t = s * 2.0 + x
+        return t, t
+
+    x0, x1 = rng.normal(size=(2, 3)).astype(np.float32)
+    z = np.zeros(3, np.float32)
+    m = fa.export.webgpu({"take": (take, z, z), "both": (both, z, z)}, path=tmp_path, state_argnums=(0,))
+    assert all("swap" not in u for e in m["entries"] for u in e["state_updates"])
+    assert "partner" not in m["state"][0]
+    bundle = _Bundle(gpu, tmp_path)
+    np.testing.assert_allclose(bundle.run({"x": x0}, "take")[0], 0.0)
+    np.testing.assert_allclose(bundle.run({"x": x1}, "take")[0], np.sum(x0), rtol=1e-6)
+    np.testing.assert_allclose(bundle.run({"x": x0}, "both")[0], 2 * x1 + x0, rtol=1e-6)
+    np.testing.assert_allclose(bundle.state("s"), 2 * x1 + x0, rtol=1e-6)
 
 
 def test_state_errors(wdev, tmp_path):
@@ -474,7 +508,7 @@ def test_llm_bundle_keeps_packed_weights_and_generates_python_greedy_tokens(wdev
         assert [(i["name"], i["dtype"], i["shape"]) for i in e["inputs"]] == [("ids", "int32", [1, t]),
                                                                              ("pos", "int32", [])]
         assert [(o["name"], o["dtype"], o["shape"]) for o in e["outputs"]] == [("out", "int32", [1])]
-        assert len(e["state_updates"]) == 4
+        assert len(e["state_updates"]) == 4 and all(u.get("swap") for u in e["state_updates"])
     assert [s["name"] for s in m["state"]] == ["kv.0.0", "kv.0.1", "kv.1.0", "kv.1.1"]
     # Each packed matrix once, bit for bit; nothing of the size of a dequantized matrix.
     weights = (tmp_path / "weights.bin").read_bytes()

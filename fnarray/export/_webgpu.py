@@ -373,13 +373,21 @@ def _write(path, entries, several):
         state[name] = add_buffer("state", dtype, shape, name, a if a.any() else None)
         return state[name]
 
+    partners = {}  # state buffer -> its partner: the state's new value is written there, then the two swap roles
+
+    def partner_of(state_bid):
+        if state_bid not in partners:
+            b = buffers[state_bid]
+            partners[state_bid] = add_buffer("state", b["dtype"], b["shape"], b["name"])
+        return partners[state_bid]
+
     kernels, kernel_of = [], {}
     need = {"maxStorageBuffersPerShaderStage": 0, "maxComputeWorkgroupSizeX": 1, "maxComputeWorkgroupSizeY": 1,
             "maxComputeWorkgroupSizeZ": 1, "maxComputeInvocationsPerWorkgroup": 1,
             "maxComputeWorkgroupsPerDimension": 1, "maxComputeWorkgroupStorageSize": 0,
             "maxStorageBufferBindingSize": 4, "maxBufferSize": 4}
     features = set()
-    written = [_entry(e, add_buffer, add_weight, add_state, buffers, kernels, kernel_of, need, features)
+    written = [_entry(e, add_buffer, add_weight, add_state, partner_of, buffers, kernels, kernel_of, need, features)
                for e in entries]
     need["maxBufferSize"] = max([4] + [b["size"] for b in buffers])
     if any(b["dtype"] == "float16" for b in buffers):
@@ -393,7 +401,7 @@ def _write(path, entries, several):
     else:
         manifest.update({k: v for k, v in written[0].items() if k != "name"})
     manifest["state"] = [{"name": n, "dtype": buffers[b]["dtype"], "shape": buffers[b]["shape"], "buffer": b}
-                         for n, b in state.items()]
+                         | ({"partner": partners[b]} if b in partners else {}) for n, b in state.items()]
     manifest.update({"buffers": buffers,
                      "kernels": [{k2: v for k2, v in kern.items() if k2 != "source"} for kern in kernels],
                      "limits": need, "features": sorted(features)})
@@ -419,9 +427,13 @@ def _write(path, entries, several):
     return manifest
 
 
-def _entry(low, add_buffer, add_weight, add_state, buffers, kernels, kernel_of, need, features):
+def _entry(low, add_buffer, add_weight, add_state, partner_of, buffers, kernels, kernel_of, need, features):
     """One entry point's ``inputs``, ``outputs``, ``state_updates`` and ``dispatches``, adding its buffers and
-    kernels to the bundle's and raising the limits ``need`` and ``features`` it requires."""
+    kernels to the bundle's and raising the limits ``need`` and ``features`` it requires.
+
+    A state leaf's new value that a kernel computes into a buffer of its own (a slot holds one value) is
+    computed into the state's partner buffer instead: the run swaps the two (``"swap": true``) rather than
+    copying. Other new values (an input, a constant, one value for two state leaves) are copied."""
     plan, consts, leaves = low.plan, low.consts, low.leaves
     sched = plan.schedule
     who = f"entry {low.name!r}"
@@ -447,8 +459,14 @@ def _entry(low, add_buffer, add_weight, add_state, buffers, kernels, kernel_of, 
             slot_buffer[k] = bid
             inputs.append({"name": name, "dtype": _dtype_name(spec.dtype), "shape": list(spec.shape),
                            "buffer": bid})
+    new_slots = [o for o in plan.outputs[low.n_outputs:] if isinstance(o, int)]
+    swapped = {}  # the slot of a state's new value -> the state's partner
+    for (_, bid), o in zip(state_buffers, plan.outputs[low.n_outputs:], strict=True):
+        if isinstance(o, int) and o >= plan.n_inputs and new_slots.count(o) == 1 and \
+                o not in plan.outputs[:low.n_outputs]:
+            swapped[o] = partner_of(bid)   # a kernel's output of the state's dtype and shape (checked in _lower)
     for k, spec in plan.allocs:
-        slot_buffer[k] = add_buffer("temp", spec.dtype, spec.shape)
+        slot_buffer[k] = swapped[k] if k in swapped else add_buffer("temp", spec.dtype, spec.shape)
 
     names = low.out_names + [n for n, _ in state_buffers]
     for i, (name, slot, spec) in enumerate(zip(names, plan.outputs, sched.outputs, strict=True)):
@@ -464,6 +482,9 @@ def _entry(low, add_buffer, add_weight, add_state, buffers, kernels, kernel_of, 
         target = state_buffers[i - low.n_outputs][1]
         if bid == target:
             continue    # returned unchanged
+        if isinstance(slot, int) and slot in swapped:
+            updates.append({"name": name, "from": bid, "to": target, "swap": True})
+            continue
         if buffers[bid]["kind"] == "state":
             raise ValueError(f"fnarray.export.webgpu: {who} returns state {buffers[bid]['name']!r} as the new value "
                              f"of state {name!r}; exchanging state buffers is not supported (copy it: x + 0)")

@@ -267,6 +267,11 @@ export class Model {
     /** The entry points by name: `model.entries.decode.run({...})`. */
     this.entries = Object.fromEntries(this._entryList.map((e) => [e.name, e]));
     this._stateSpecs = manifest.state || [];
+    // A state leaf with a partner buffer: runs that compute its new value write it into the partner, and the
+    // two swap roles (no copy). `_flipped` holds the state buffers whose value is in the partner now.
+    this._flipped = new Set();
+    this._remap = new Map();
+    this._flipKey = "";
     device.lost.then((info) => { this._lost = info; });
   }
 
@@ -343,18 +348,19 @@ export class Model {
         pipelines.set(pkey, pipe);
         pending.push(pipe);
       }
-      const entries = disp.bindings.map((b, i) => ({ binding: i, resource: { buffer: this._buffers[b.buffer] } }));
+      let uniform = null;
       if (disp.uniform) {
         const words = new Uint32Array(Math.max(4, Math.ceil(disp.uniform.length / 4) * 4));
         words.set(disp.uniform);
-        const ub = d.createBuffer({ size: words.byteLength, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
-        d.queue.writeBuffer(ub, 0, words);
-        entries.push({ binding: disp.bindings.length, resource: { buffer: ub } });
+        uniform = d.createBuffer({ size: words.byteLength, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
+        d.queue.writeBuffer(uniform, 0, words);
       }
-      return { pipeline: pipe, bindGroup: d.createBindGroup({ layout: bgl, entries }), workgroups: disp.workgroups };
+      return { pipeline: pipe, bgl, bindings: disp.bindings, uniform, workgroups: disp.workgroups };
     });
     for (const e of this._entryList) {
       e._steps = stepsOf(e._spec.dispatches);
+      e._groups = new Map();
+      this._bindGroups(e);
       e._staging = e._spec.outputs.map((o) => d.createBuffer({
         size: m.buffers[o.buffer].size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
       }));
@@ -364,6 +370,38 @@ export class Model {
     for (const e of this._entryList) for (const st of e._steps) st.pipeline = byPromise.get(st.pipeline);
     const err = await d.popErrorScope();
     if (err) throw new Error(`WebGPU rejected the bundle ${murl}: ${err.message}`);
+  }
+
+  // The GPU buffer that plays the manifest's buffer `id` now (a state and its partner swap roles).
+  _buf(id) {
+    const r = this._remap.get(id);
+    return this._buffers[r === undefined ? id : r];
+  }
+
+  _flip(stateBuffer) {
+    if (this._flipped.has(stateBuffer)) this._flipped.delete(stateBuffer);
+    else this._flipped.add(stateBuffer);
+    this._remap.clear();
+    const partners = new Map(this._stateSpecs.map((s) => [s.buffer, s.partner]));
+    for (const b of this._flipped) {
+      this._remap.set(b, partners.get(b));
+      this._remap.set(partners.get(b), b);
+    }
+    this._flipKey = Array.from(this._flipped).sort((a, b) => a - b).join(",");
+  }
+
+  // The entry's bind groups for the current roles of the state buffers (made once per arrangement).
+  _bindGroups(entry) {
+    let groups = entry._groups.get(this._flipKey);
+    if (!groups) {
+      groups = entry._steps.map((st) => {
+        const entries = st.bindings.map((b, i) => ({ binding: i, resource: { buffer: this._buf(b.buffer) } }));
+        if (st.uniform) entries.push({ binding: st.bindings.length, resource: { buffer: st.uniform } });
+        return this.device.createBindGroup({ layout: st.bgl, entries });
+      });
+      entry._groups.set(this._flipKey, groups);
+    }
+    return groups;
   }
 
   _encodeInputs(entry, inputs) {
@@ -384,7 +422,7 @@ export class Model {
     return specs.map((s) => {
       const value = inputs[s.name];
       checkValue(s, value, "input");
-      return [this._buffers[s.buffer], toBytes(s, value, this.manifest.buffers[s.buffer].size)];
+      return [this._buf(s.buffer), toBytes(s, value, this.manifest.buffers[s.buffer].size)];
     });
   }
 
@@ -423,23 +461,27 @@ export class Model {
     }
     const encoder = d.createCommandEncoder();
     if (entry._steps.length) {
+      const groups = this._bindGroups(entry);
       const pass = encoder.beginComputePass();
-      for (const st of entry._steps) {
+      entry._steps.forEach((st, i) => {
         pass.setPipeline(st.pipeline);
-        pass.setBindGroup(0, st.bindGroup);
+        pass.setBindGroup(0, groups[i]);
         pass.dispatchWorkgroups(st.workgroups[0], st.workgroups[1], st.workgroups[2]);
-      }
+      });
       pass.end();
     }
     const outs = entry._spec.outputs;
     outs.forEach((o, i) => {
-      encoder.copyBufferToBuffer(this._buffers[o.buffer], 0, entry._staging[i], 0, entry._staging[i].size);
+      encoder.copyBufferToBuffer(this._buf(o.buffer), 0, entry._staging[i], 0, entry._staging[i].size);
     });
-    // The state's new values replace the old after the pass (and after the outputs were copied out).
-    for (const u of entry._spec.state_updates || []) {
-      encoder.copyBufferToBuffer(this._buffers[u.from], 0, this._buffers[u.to], 0, this.manifest.buffers[u.to].size);
+    // The state's new values replace the old after the pass (and after the outputs were copied out): copied,
+    // or, when the pass wrote them into the state's partner, by the two buffers swapping roles.
+    const updates = entry._spec.state_updates || [];
+    for (const u of updates) {
+      if (!u.swap) encoder.copyBufferToBuffer(this._buf(u.from), 0, this._buf(u.to), 0, this.manifest.buffers[u.to].size);
     }
     d.queue.submit([encoder.finish()]);
+    for (const u of updates) if (u.swap) this._flip(u.to);
     const err = await d.popErrorScope();
     if (err) throw new Error(`WebGPU rejected a run of ${entry.name}: ${err.message}`);
     await Promise.all(entry._staging.map((s) => s.mapAsync(GPUMapMode.READ)));
@@ -463,6 +505,7 @@ export class Model {
   resetState() {
     return this._enqueue(async () => {
       this._usable();
+      for (const b of Array.from(this._flipped)) this._flip(b);
       for (const s of this._stateSpecs) {
         const size = this.manifest.buffers[s.buffer].size;
         this.device.queue.writeBuffer(this._buffers[s.buffer], 0, this._stateInit.get(s.buffer) || new Uint8Array(size));
@@ -476,7 +519,7 @@ export class Model {
       this._usable();
       const s = this._stateSpec(name);
       checkValue(s, value, "state");
-      this.device.queue.writeBuffer(this._buffers[s.buffer], 0, toBytes(s, value, this.manifest.buffers[s.buffer].size));
+      this.device.queue.writeBuffer(this._buf(s.buffer), 0, toBytes(s, value, this.manifest.buffers[s.buffer].size));
     });
   }
 
@@ -488,7 +531,7 @@ export class Model {
       const size = this.manifest.buffers[s.buffer].size;
       const staging = this.device.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
       const encoder = this.device.createCommandEncoder();
-      encoder.copyBufferToBuffer(this._buffers[s.buffer], 0, staging, 0, size);
+      encoder.copyBufferToBuffer(this._buf(s.buffer), 0, staging, 0, size);
       this.device.queue.submit([encoder.finish()]);
       await staging.mapAsync(GPUMapMode.READ);
       const out = fromMapped(s, staging.getMappedRange());
