@@ -20,8 +20,8 @@
 //
 // A bundle of several entry points (fnarray.export.webgpu({"prefill": ..., "decode": ...})) shares its
 // weights and state among them: `model.entries.decode.run({...})`. State (state_argnums: a KV cache)
-// stays in GPU buffers between runs: a run reads it, writes its new value back at the end of the pass
-// and returns only the other outputs; `model.resetState()`, `model.readState(name)` and
+// stays in GPU buffers between runs: a run reads it, computes its new value into the state's partner
+// buffer (the two then swap roles) or copies it back at the end, and returns only the other outputs; `model.resetState()`, `model.readState(name)` and
 // `model.writeState(name, value)` reach it from the page.
 
 export const FORMAT = "fnarray-webgpu";
