@@ -579,6 +579,10 @@ def test_llm_page_continues_text_with_python_greedy_tokens(browser, llm_site, si
         ids, reused = _page_greedy(p, text + "order")
         assert reused == 0 and ids == export_llm.greedy_like_page(llm_site, text + "order", device=REF,
                                                                   **LLM_SIZES)
+        long = "The function returns a list of the names of the files in the folder, sorted by " * 2
+        p.fill("#prompt", long)                                 # past the window: its last 72 characters are read
+        ids, _ = _page_greedy(p, long)
+        assert ids == export_llm.greedy_like_page(llm_site, long, device=REF, **LLM_SIZES)
         print(f"browser LLM page on SwiftShader: {rate:.1f} tokens/s")
 
 
