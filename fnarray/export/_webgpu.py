@@ -195,9 +195,10 @@ def webgpu(f, *example_args, path, bake_argnums=(), state_argnums=()):
       state_argnums: positions of arguments that the page keeps on the GPU between runs (a
         KV cache): ``f`` must return ``(outputs, new_state)``, ``new_state`` with the structure,
         shapes and dtypes of the state argument (a tuple of them for several positions). The
-        runtime holds each state leaf in one GPU buffer, initialised with the example value
-        (``model.resetState()`` restores it), passes it to every run and writes the new value
-        back at the end of the run; ``run`` returns only ``outputs``. State leaves are named as
+        runtime holds each state leaf in a GPU buffer, initialised with the example value
+        (``model.resetState()`` restores it), passes it to every run and keeps the new value (computed
+        into a partner buffer that then swaps roles with it, or copied at the end of the run);
+        ``run`` returns only ``outputs``. State leaves are named as
         inputs (``caches.0.keys``) and shared by the entries that name them alike.
     Returns:
       the manifest (a dict, also written as ``model.json``). Run-time inputs are named by
