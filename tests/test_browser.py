@@ -541,12 +541,12 @@ def llm_site(wdev, site):
     return q4
 
 
-def _page_greedy(p, text):
-    """The ids the page generated for ``text`` (waiting for that generation to finish) and how many positions
-    of the cache it reused."""
-    p.wait_for_function("([t]) => { const c = document.querySelector('#continuation');"
-                        " return c.dataset.done === 'yes' && c.dataset.prompt === t; }", arg=[text],
-                        timeout=60_000)
+def _page_greedy(p, text, temperature="0"):
+    """The ids the page generated for ``text`` at ``temperature`` (waiting for that generation to finish) and how
+    many positions of the cache it reused."""
+    p.wait_for_function("([t, temp]) => { const c = document.querySelector('#continuation');"
+                        " return c.dataset.done === 'yes' && c.dataset.prompt === t"
+                        " && c.dataset.temperature === temp; }", arg=[text, temperature], timeout=60_000)
     c = p.locator("#continuation")
     return json.loads(c.get_attribute("data-ids")), int(c.get_attribute("data-reused"))
 
@@ -556,12 +556,12 @@ def test_llm_page_continues_text_with_python_greedy_tokens(browser, llm_site, si
     _, url = site
     with _demo_page(browser, url + "llm/index.html") as p:
         ids, _ = _page_greedy(p, "The ")                        # the text the page starts with
-        assert ids == export_llm.greedy_like_page(llm_site, "The ", device=REF, **LLM_SIZES)
+        assert ids == export_llm.generate_like_page(llm_site, "The ", device=REF, **LLM_SIZES)
 
         text = "Return a new list of the items in "               # 34 characters: 2 prefill chunks, 2 decodes
         p.fill("#prompt", text)
         ids, reused = _page_greedy(p, text)
-        want = export_llm.greedy_like_page(llm_site, text, device=REF, **LLM_SIZES)
+        want = export_llm.generate_like_page(llm_site, text, device=REF, **LLM_SIZES)
         assert ids == want and len(ids) == LLM_SIZES["new_tokens"] and len(set(ids)) > 3
         assert p.inner_text("#continuation") == "".join(export_llm.VOCAB[i] for i in want)
         rate = float(p.get_attribute("#speed", "data-tokens-per-second"))
@@ -572,17 +572,23 @@ def test_llm_page_continues_text_with_python_greedy_tokens(browser, llm_site, si
         p.locator("#prompt").press_sequentially("order", delay=30)
         ids, reused = _page_greedy(p, text + "order")
         assert reused >= len(text)                              # the cache of the unchanged text was kept
-        assert ids == export_llm.greedy_like_page(llm_site, text + "order", device=REF, **LLM_SIZES)
+        assert ids == export_llm.generate_like_page(llm_site, text + "order", device=REF, **LLM_SIZES)
 
         p.click("#reset")                                       # model.resetState(), then fed from the start
         p.wait_for_function("document.querySelector('#continuation').dataset.reused === '0'")
         ids, reused = _page_greedy(p, text + "order")
-        assert reused == 0 and ids == export_llm.greedy_like_page(llm_site, text + "order", device=REF,
+        assert reused == 0 and ids == export_llm.generate_like_page(llm_site, text + "order", device=REF,
                                                                   **LLM_SIZES)
         long = "The function returns a list of the names of the files in the folder, sorted by " * 2
         p.fill("#prompt", long)                                 # past the window: its last 72 characters are read
         ids, _ = _page_greedy(p, long)
-        assert ids == export_llm.greedy_like_page(llm_site, long, device=REF, **LLM_SIZES)
+        assert ids == export_llm.generate_like_page(llm_site, long, device=REF, **LLM_SIZES)
+        p.evaluate("() => { const t = document.querySelector('#temperature'); t.value = '0.8';"
+                   " t.dispatchEvent(new Event('input')); }")          # sampled on the GPU with the page's draws
+        ids, _ = _page_greedy(p, long, "0.8")
+        uniforms = json.loads(p.get_attribute("#continuation", "data-uniforms"))
+        assert ids == export_llm.generate_like_page(llm_site, long, device=REF, temperature=0.8, uniforms=uniforms,
+                                                    **LLM_SIZES)
         print(f"browser LLM page on SwiftShader: {rate:.1f} tokens/s")
 
 
@@ -592,12 +598,13 @@ def test_runtime_entries_and_state_api(page, llm_site):
       const out = { entries: Object.keys(m.entries), state: m.state.map((s) => s.name) };
       try { await m.run({}); } catch (e) { out.run = `${e.name}: ${e.message}`; }
       try { await m.readState("nope"); } catch (e) { out.unknown = e.message; }
-      try { await m.entries.decode.run({ ids: Int32Array.of(1), pos: Int32Array.of(0), "kv.0.0": 1 }); }
+      const u = Float32Array.of(0), temperature = Float32Array.of(0);
+      try { await m.entries.decode.run({ ids: Int32Array.of(1), pos: Int32Array.of(0), u, temperature, "kv.0.0": 1 }); }
       catch (e) { out.stateAsInput = e.message; }
       const sum = (a) => a.reduce((x, y) => x + Math.abs(y), 0);
       await m.resetState();
       out.zero = sum(await m.readState("kv.0.0"));
-      const [t] = await m.entries.decode.run({ ids: Int32Array.of(5), pos: Int32Array.of(3) });
+      const [t] = await m.entries.decode.run({ ids: Int32Array.of(5), pos: Int32Array.of(3), u, temperature });
       const k = await m.readState("kv.0.0");
       out.token = t.length;
       out.filled = k.length;

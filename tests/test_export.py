@@ -505,8 +505,8 @@ def test_llm_bundle_keeps_packed_weights_and_generates_python_greedy_tokens(wdev
     assert any(k["name"].startswith("quantized_wg") for k in m["kernels"]) == gpu_schedule
     assert [e["name"] for e in m["entries"]] == ["prefill", "decode"]
     for e, t in zip(m["entries"], (chunk, 1), strict=True):
-        assert [(i["name"], i["dtype"], i["shape"]) for i in e["inputs"]] == [("ids", "int32", [1, t]),
-                                                                             ("pos", "int32", [])]
+        assert [(i["name"], i["dtype"], i["shape"]) for i in e["inputs"]] == [
+            ("ids", "int32", [1, t]), ("pos", "int32", []), ("u", "float32", []), ("temperature", "float32", [])]
         assert [(o["name"], o["dtype"], o["shape"]) for o in e["outputs"]] == [("out", "int32", [1])]
         assert len(e["state_updates"]) == 4 and all(u.get("swap") for u in e["state_updates"])
     assert [s["name"] for s in m["state"]] == ["kv.0.0", "kv.0.1", "kv.1.0", "kv.1.1"]
@@ -524,22 +524,39 @@ def test_llm_bundle_keeps_packed_weights_and_generates_python_greedy_tokens(wdev
     assert m["weights"]["bytes"] < sum(v.nbytes for v in packed.values()) * 1.6
 
     prompt = "Return the number of "
-    want = export_llm.greedy_like_page(q4, prompt, new, capacity, chunk, device=REF)
+    want = export_llm.generate_like_page(q4, prompt, new, capacity, chunk, device=REF)
     ids = [int(i) for i in encode(prompt)]
     gens = llm.make_generators(REF, 0.9, 1.0)
     text, _, _ = llm.generate(q4, prompt, new, fa.random.key(0), gens, REF, greedy=True, capacity=capacity)
     assert text[len(prompt):] == "".join(export_llm.VOCAB[i] for i in want)   # the page's schedule = llm.py's
     bundle = _Bundle(gpu, tmp_path)
-    pos, got = 0, []
+    assert _replay_generation(bundle, ids, new, chunk) == want
+    # Sampling at temperature 0.8 with the page's uniform numbers: the same draws as Python's.
+    uniforms = rng.random(new).astype(np.float32)
+    want = export_llm.generate_like_page(q4, prompt, new, capacity, chunk, device=REF, temperature=0.8,
+                                         uniforms=uniforms)
+    assert want != export_llm.generate_like_page(q4, prompt, new, capacity, chunk, device=REF)
+    assert _replay_generation(bundle, ids, new, chunk, 0.8, uniforms) == want
+
+
+def _replay_generation(bundle, ids, new, chunk, temperature=0.0, uniforms=None):
+    """The page's schedule on a replayed bundle: ``ids`` in chunks then single steps, then ``new`` ids."""
+    u = np.zeros(new, np.float32) if uniforms is None else uniforms
+
+    def step(entry, tokens, pos, k):
+        (tok,) = bundle.run({"ids": np.asarray([tokens], np.int32), "pos": np.int32(pos), "u": u[k],
+                             "temperature": np.float32(temperature)}, entry)
+        return int(tok[0])
+
+    pos = 0
     while len(ids) - pos >= chunk:
-        (tok,) = bundle.run({"ids": np.asarray([ids[pos:pos + chunk]], np.int32), "pos": np.int32(pos)}, "prefill")
+        tok = step("prefill", ids[pos:pos + chunk], pos, 0)
         pos += chunk
     for t in ids[pos:]:
-        (tok,) = bundle.run({"ids": np.asarray([[t]], np.int32), "pos": np.int32(pos)}, "decode")
+        tok = step("decode", [t], pos, 0)
         pos += 1
-    got = [int(tok[0])]
+    got = [tok]
     while len(got) < new:
-        (tok,) = bundle.run({"ids": np.asarray([[got[-1]]], np.int32), "pos": np.int32(pos)}, "decode")
+        got.append(step("decode", [got[-1]], pos, len(got)))
         pos += 1
-        got.append(int(tok[0]))
-    assert got == want
+    return got

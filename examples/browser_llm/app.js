@@ -1,8 +1,9 @@
-// The text page: continue the text as it is typed, greedily, with the model's prefill and decode entry points.
+// The text page: continue the text as it is typed, with the model's prefill and decode entry points.
 //
 // The bundle (model/, written by export_llm.py) has two entry points sharing the weights and the caches:
-// prefill ({ids: int32[1, chunk], pos}) and decode ({ids: int32[1, 1], pos}), each writing its positions into
-// the key/value caches (state kept on the GPU) from `pos` and returning the most likely next character id.
+// prefill ({ids: int32[1, chunk], pos, u, temperature}) and decode ({ids: int32[1, 1], pos, u, temperature}),
+// each writing its positions into the key/value caches (state kept on the GPU) from `pos` and returning the
+// next character id, picked on the GPU: the most likely at temperature 0, else drawn with the uniform `u`.
 // `cached` mirrors which ids the caches hold, position by position: a new text reuses its common prefix with
 // them, so typing one more character costs one decode step.
 
@@ -14,6 +15,8 @@ const echo = document.getElementById("echo");
 const continuation = document.getElementById("continuation");
 const speed = document.getElementById("speed");
 const modelInfo = document.getElementById("model-info");
+const temperatureInput = document.getElementById("temperature");
+const temperatureText = document.getElementById("temperature-value");
 
 let model = null;
 let cfg = null;        // vocab.json: vocab, unknown, capacity, chunk, new_tokens, model
@@ -37,26 +40,30 @@ function decode(tokens) {
   return tokens.map((t) => cfg.vocab[t]).join("");
 }
 
-async function step(entry, tokens, pos) {
-  const [next] = await model.entries[entry].run({ ids: Int32Array.from(tokens), pos: Int32Array.of(pos) });
+// One run of an entry: `tokens` written at `pos`, the next id picked at `temperature` with the uniform `u`.
+async function step(entry, tokens, pos, u, temperature) {
+  const [next] = await model.entries[entry].run({
+    ids: Int32Array.from(tokens), pos: Int32Array.of(pos), u: Float32Array.of(u),
+    temperature: Float32Array.of(temperature),
+  });
   return next[0];
 }
 
 // Write `text` (ids) into the caches after the prefix they already hold: chunks through prefill, the rest one
 // by one through decode. Returns the id after the last one and how many positions were reused.
-async function feed(text) {
+async function feed(text, u, temperature) {
   let start = 0;
   while (start < cached.length && start < text.length - 1 && cached[start] === text[start]) start++;
   cached.length = start;
   let next;
   let pos = start;
   while (text.length - pos >= cfg.chunk) {
-    next = await step("prefill", text.slice(pos, pos + cfg.chunk), pos);
+    next = await step("prefill", text.slice(pos, pos + cfg.chunk), pos, u, temperature);
     cached.push(...text.slice(pos, pos + cfg.chunk));
     pos += cfg.chunk;
   }
   while (pos < text.length) {
-    next = await step("decode", [text[pos]], pos);
+    next = await step("decode", [text[pos]], pos, u, temperature);
     cached.push(text[pos]);
     pos += 1;
   }
@@ -73,8 +80,11 @@ async function generate(text) {
     speed.textContent = "";
     return;
   }
+  // The uniform numbers of the draws (unused at temperature 0), as float32: the page shows them for checking.
+  const temperature = Number(temperatureInput.value);
+  const uniforms = Float32Array.from({ length: cfg.new_tokens }, () => Math.random());
   const t0 = performance.now();
-  const { next, reused } = await feed(tokens);
+  const { next, reused } = await feed(tokens, uniforms[0], temperature);
   const t1 = performance.now();
   const out = [next];
   continuation.textContent = decode(out);
@@ -82,7 +92,7 @@ async function generate(text) {
     if (wanted !== null) return;           // the text changed: start again from it
     const last = out[out.length - 1];
     const pos = cached.length;
-    out.push(await step("decode", [last], pos));
+    out.push(await step("decode", [last], pos, uniforms[out.length], temperature));
     cached.push(last);
     continuation.textContent = decode(out);
   }
@@ -94,6 +104,8 @@ async function generate(text) {
   continuation.dataset.ids = JSON.stringify(out);
   continuation.dataset.prompt = text;
   continuation.dataset.reused = String(reused);
+  continuation.dataset.temperature = String(temperature);
+  continuation.dataset.uniforms = JSON.stringify(Array.from(uniforms));
   continuation.dataset.done = "yes";
   continuation.dataset.runs = String(Number(continuation.dataset.runs) + 1);
 }
@@ -132,6 +144,10 @@ async function start() {
   modelInfo.textContent = `${cfg.model}; cache of ${cfg.capacity} positions, prefill ${cfg.chunk} at a time, ` +
     `${cfg.new_tokens} characters generated (the text's last ${cfg.capacity - cfg.new_tokens} are read).`;
   prompt.addEventListener("input", request);
+  temperatureInput.addEventListener("input", () => {
+    temperatureText.textContent = Number(temperatureInput.value) > 0 ? temperatureInput.value : "0 (greedy)";
+    request();
+  });
   document.getElementById("reset").addEventListener("click", () => {
     resetPending = true;
     request();

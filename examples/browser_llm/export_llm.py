@@ -1,13 +1,16 @@
 """Export the quantized language model of ``examples/llm.py`` as a web page that writes text as you type.
 
-The page (``index.html`` + ``app.js`` beside this script) continues the text in its box greedily, a character at a
+The page (``index.html`` + ``app.js`` beside this script) continues the text in its box (greedily, or sampled at the
+temperature its slider sets), a character at a
 time, computed in the browser through WebGPU by the WGSL kernels that ``fnarray.export.webgpu`` writes. The bundle
 (``model/``) has two entry points sharing the weights and the key/value caches:
 
-- ``prefill(model, kv, ids, pos)``: ``ids`` int32[1, CHUNK] written at positions ``pos .. pos + CHUNK - 1``;
-- ``decode(model, kv, ids, pos)``: the same function at ``ids`` int32[1, 1];
+- ``prefill(model, kv, ids, pos, u, temperature)``: ``ids`` int32[1, CHUNK] written at positions
+  ``pos .. pos + CHUNK - 1``;
+- ``decode(model, kv, ids, pos, u, temperature)``: the same function at ``ids`` int32[1, 1];
 
-both return the greedy next character id (int32[1], the argmax taken on the GPU) and the new caches. The model is
+both return the next character id (int32[1], picked on the GPU: the most likely one when ``temperature`` is 0,
+else drawn from the softmax at ``temperature`` by the page's uniform number ``u``) and the new caches. The model is
 baked (``bake_argnums=(0,)``: the 4-bit weights are the packed uint32 words of ``fa.nn.quantize``, stored as they
 are, never dequantized at export), ``kv`` (one ``(keys, values)`` pair of float32[1, CAPACITY, K, H] per layer) is
 state (``state_argnums=(1,)``): it stays on the GPU between steps, and a step reads back only the character id.
@@ -15,7 +18,7 @@ state (``state_argnums=(1,)``): it stays on the GPU between steps, and a step re
 not change (typing a character costs one decode step, not a new prefill).
 
 The page feeds a text of ``n`` characters as ``n // CHUNK`` prefill chunks then single decode steps
-(``greedy_like_page`` is the same schedule in Python), then decodes ``--new-tokens`` characters and shows the
+(``generate_like_page`` is the same schedule in Python), then decodes ``--new-tokens`` characters and shows the
 decode speed in tokens per second. The vocabulary (``vocab.json``) is ``examples/transformer_lm.py``'s: newline
 and printable ASCII, one id per character, anything else read as ``?``.
 
@@ -29,7 +32,8 @@ Without ``--weights`` the script trains first (``--steps``, on numpy:0); the siz
 ``--kv-heads``, ``--layers``, ``--hidden``) must match the weights. The export schedules the kernels with the webgpu
 backend, so it needs ``wgpu`` and a driver (on Debian/Ubuntu without a GPU: ``apt-get install mesa-vulkan-drivers``).
 
-Importable: ``make_steps()``, ``build_site(out_dir, model, ...) -> manifest``, ``greedy_like_page(...)``.
+Importable: ``make_steps()``, ``export_model(path, model, ...)``, ``build_site(out_dir, model, ...) -> manifest``,
+``generate_like_page(...)``.
 """
 
 from __future__ import annotations
@@ -61,15 +65,22 @@ NEW_TOKENS = 40     # characters generated after the text
 
 
 def make_steps():
-    """``step(model, kv, ids, pos) -> (next id int32[1], kv)``: the model's logits for ``ids`` int32[1, T] written
-    into the caches at ``pos`` (int32, rank 0), and the greedy pick after the last of them. ``kv`` is a tuple of
+    """``step(model, kv, ids, pos, u, temperature) -> (next id int32[1], kv)``: the model's logits for ``ids``
+    int32[1, T] written into the caches at ``pos`` (int32, rank 0), and the pick after the last of them: the argmax
+    when ``temperature`` (float32, rank 0) is 0, else the id at which the cumulative softmax of the logits divided
+    by ``temperature`` first exceeds ``u`` (float32 in [0, 1), rank 0: inverse-CDF sampling). ``kv`` is a tuple of
     ``(keys, values)`` per layer (float32[1, capacity, K, H]); the same function serves prefill (T = CHUNK) and
     decode (T = 1)."""
 
-    def step(model, kv, ids, pos):
+    def step(model, kv, ids, pos, u, temperature):
         caches = tuple(nn.KVCache(k, v, pos) for k, v in kv)
         logits, caches = model(ids, caches)
-        token = fnp.argmax(logits[:, -1], axis=-1).astype(fnp.int32)
+        last = logits[:, -1]
+        greedy = fnp.argmax(last, axis=-1).astype(fnp.int32)
+        probs = nn.softmax(last / fnp.maximum(temperature, 1e-3), axis=-1)
+        below = fnp.sum((fnp.cumsum(probs, axis=-1) <= u).astype(fnp.int32), axis=-1)
+        sampled = fnp.minimum(below, last.shape[-1] - 1)
+        token = fnp.where(temperature > 0, sampled, greedy)
         return token, tuple((c.keys, c.values) for c in caches)
 
     return step
@@ -87,28 +98,32 @@ def export_model(path, model, capacity=CAPACITY, chunk=CHUNK):
     returns the manifest."""
     step = make_steps()
     kv = empty_kv(model, capacity)
-    pos = np.zeros((), np.int32)
-    return fa.export.webgpu({"prefill": (step, model, kv, np.zeros((1, chunk), np.int32), pos),
-                             "decode": (step, model, kv, np.zeros((1, 1), np.int32), pos)},
+    scalars = (np.zeros((), np.int32), np.zeros((), np.float32), np.zeros((), np.float32))   # pos, u, temperature
+    return fa.export.webgpu({"prefill": (step, model, kv, np.zeros((1, chunk), np.int32), *scalars),
+                             "decode": (step, model, kv, np.zeros((1, 1), np.int32), *scalars)},
                             path=path, bake_argnums=(0,), state_argnums=(1,))
 
 
-def greedy_like_page(model, prompt, new_tokens=NEW_TOKENS, capacity=CAPACITY, chunk=CHUNK, device=None):
+def generate_like_page(model, prompt, new_tokens=NEW_TOKENS, capacity=CAPACITY, chunk=CHUNK, device=None,
+                     temperature=0.0, uniforms=None):
     """The page's generation in Python: ``prompt``'s last ``capacity - new_tokens`` characters fed as chunks of
-    ``chunk`` then single steps, then ``new_tokens`` greedy steps; returns the generated ids (a list of ints)."""
+    ``chunk`` then single steps, then ``new_tokens`` steps; returns the generated ids (a list of ints). Greedy, or
+    with ``temperature > 0`` drawn with the uniform numbers ``uniforms`` (one per generated id, as the page's)."""
     step = fa.jit(make_steps(), device=device)
     ids = [int(i) for i in encode(prompt)][-(capacity - new_tokens):]
+    u = np.zeros(new_tokens, np.float32) if uniforms is None else np.asarray(uniforms, np.float32)
+    t = np.float32(temperature)
     kv = empty_kv(model, capacity)
     pos, out, token = 0, [], None
     while len(ids) - pos >= chunk:
-        token, kv = step(model, kv, np.asarray([ids[pos:pos + chunk]], np.int32), np.int32(pos))
+        token, kv = step(model, kv, np.asarray([ids[pos:pos + chunk]], np.int32), np.int32(pos), u[0], t)
         pos += chunk
     while pos < len(ids):
-        token, kv = step(model, kv, np.asarray([[ids[pos]]], np.int32), np.int32(pos))
+        token, kv = step(model, kv, np.asarray([[ids[pos]]], np.int32), np.int32(pos), u[0], t)
         pos += 1
     out.append(int(np.asarray(token)[0]))
     while len(out) < new_tokens:
-        token, kv = step(model, kv, np.asarray([[out[-1]]], np.int32), np.int32(pos))
+        token, kv = step(model, kv, np.asarray([[out[-1]]], np.int32), np.int32(pos), u[len(out)], t)
         pos += 1
         out.append(int(np.asarray(token)[0]))
     return out
