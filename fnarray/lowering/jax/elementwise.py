@@ -148,7 +148,7 @@ def _convert(x, *, new_dtype, weak_type=False):
         x = lax.real(x)
         src = x.dtype
     if jnp.issubdtype(src, jnp.floating) and dtypes.is_int(new_dtype):
-        info = np.iinfo(new_dtype)
+        info = dtypes.iinfo(new_dtype)
         hi = np.array(info.max, new_dtype)
         lo = np.array(info.min, new_dtype)
         xf = lax.convert_element_type(x, np.float32) if src in (dtypes.float16, dtypes.bfloat16) else x

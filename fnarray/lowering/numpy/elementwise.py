@@ -228,7 +228,7 @@ def _shift_right_arithmetic(x, y):
     else:
         r = np.right_shift(x, np.where(ok, y, 0).astype(d))
         neg = np.asarray(x) < 0
-    fill = np.where(neg, np.array(-1).astype(d) if dtypes.is_signed(d) else np.array(np.iinfo(d).max, d), 0)
+    fill = np.where(neg, np.array(-1).astype(d) if dtypes.is_signed(d) else np.array(dtypes.iinfo(d).max, d), 0)
     return np.where(ok, r, fill).astype(d)
 
 
@@ -283,7 +283,7 @@ def _convert(params, in_avals, out_avals):
         real = _convert(params, [in_avals[0].update(dtype=dtypes.float64)], out_avals)
         return lambda x: real(np.real(x).astype(np.float64))
     if dtypes.is_inexact(src) and dtypes.is_int(dst):
-        info = np.iinfo(dst)
+        info = dtypes.iinfo(dst)
         lo, hi = float(info.min), float(info.max)
 
         def f2i(x):

@@ -35,7 +35,7 @@ def _lowest(d):
     if d == np.bool_:
         return False
     if dtypes.is_int(d):
-        return np.iinfo(d).min
+        return dtypes.iinfo(d).min
     return -np.inf
 
 
@@ -43,7 +43,7 @@ def _highest(d):
     if d == np.bool_:
         return True
     if dtypes.is_int(d):
-        return np.iinfo(d).max
+        return dtypes.iinfo(d).max
     return np.inf
 
 

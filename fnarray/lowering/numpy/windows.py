@@ -23,11 +23,11 @@ _LOW = (dtypes.float16, dtypes.bfloat16)
 
 
 def _lowest(d):
-    return np.iinfo(d).min if dtypes.is_int(d) else -np.inf
+    return dtypes.iinfo(d).min if dtypes.is_int(d) else -np.inf
 
 
 def _highest(d):
-    return np.iinfo(d).max if dtypes.is_int(d) else np.inf
+    return dtypes.iinfo(d).max if dtypes.is_int(d) else np.inf
 
 
 def _full_layout(shape, padding, base_dilation):
