@@ -44,6 +44,9 @@ FAMILIES = ("elementwise", "structural", "reductions", "dot", "attention", "conv
 for _family in FAMILIES:
     importlib.import_module(f"{__package__}.{_family}")
 from fnarray.lowering.jax.common import RULES, interpret as _interpret, manual  # noqa: E402
+from fnarray.lowering.jax.elementwise import wrap_float8_rules  # noqa: E402
+
+wrap_float8_rules()
 
 __all__ = ["make_backend", "RULES", "JaxBackend"]
 

@@ -205,7 +205,8 @@ direct(P.pow_p, _pow)
 
 
 def _bits(d):
-    return np.dtype(d).itemsize * 8
+    d = np.dtype(d)
+    return 4 if d in (dtypes.int4, dtypes.uint4) else d.itemsize * 8
 
 
 def _shift_ok(y, d):
@@ -221,7 +222,12 @@ def _shift_left(x, y):
 def _shift_right_arithmetic(x, y):
     d = np.asarray(x).dtype
     ok = _shift_ok(y, d)
-    if dtypes.is_unsigned(d):
+    if d == dtypes.uint4:   # the 4-bit value's sign bit is bit 3 (ml_dtypes stores it zero-extended)
+        sx = np.asarray(x).astype(np.int8)
+        sx = np.where(sx >= 8, sx - 16, sx).astype(np.int8)
+        r = np.right_shift(sx, np.where(ok, y, 0).astype(np.int8)).astype(d)
+        neg = sx < 0
+    elif dtypes.is_unsigned(d):
         sx = np.asarray(x).view(np.dtype(f"i{d.itemsize}"))
         r = np.right_shift(sx, np.where(ok, y, 0).astype(sx.dtype)).view(d)
         neg = sx < 0
