@@ -1,8 +1,8 @@
 """Dtypes, the type-promotion lattice and weak types.
 
 Dtypes are NumPy ``np.dtype`` objects (``bfloat16`` and the low-bit dtypes ``float8_e4m3fn``,
-``float8_e5m2``, ``int4``, ``uint4`` from ``ml_dtypes``), so they compare equal to NumPy's and hash alike. Defaults are 32-bit (docs/design.md,
-"Semantics"): Python ``float`` is ``float32``, ``int`` is ``int32``,
+``float8_e5m2``, ``int4``, ``uint4`` from ``ml_dtypes``), so they compare equal to NumPy's and hash alike.
+Defaults are 32-bit (docs/design.md, "Semantics"): Python ``float`` is ``float32``, ``int`` is ``int32``,
 ``complex`` is ``complex64``.
 
 Promotion follows JAX's lattice with weak types (``jax.numpy.promote_types``,

@@ -5,7 +5,8 @@ keeps working for users who do not know fnarray's classes.
 """
 
 __all__ = [
-    "FnArrayError", "ShapeError", "AxisError", "ContractionShapeError", "DTypeError", "TypePromotionError", "ConcretizationError",
+    "FnArrayError", "ShapeError", "AxisError", "ContractionShapeError", "DTypeError", "TypePromotionError",
+    "ConcretizationError",
     "UnsupportedOnDevice", "BackendUnavailable", "TracerLeakError", "ResourceExhaustedError",
     "PyTreeError", "ExportError", "LinAlgError", "FallbackWarning",
 ]

@@ -125,8 +125,8 @@ def can_cast(from_, to, /) -> "bool":
     """Whether ``from_`` promotes to ``to`` without changing kind illegally (array API ``can_cast``).
 
     True exactly when ``promote_types(from_, to) == to`` in JAX's lattice (for the low-bit dtypes, which
-    promote with almost nothing, NumPy's ``"safe"`` rule: ``can_cast(float8_e4m3fn, float32)`` is True). Differences from
-    NumPy (and from ``jax.numpy.can_cast``, which uses NumPy's ``"safe"`` rule): integers cast
+    promote with almost nothing, NumPy's ``"safe"`` rule: ``can_cast(float8_e4m3fn, float32)`` is True).
+    Differences from NumPy (and from ``jax.numpy.can_cast``, which uses NumPy's ``"safe"`` rule): integers cast
     to every floating dtype (``can_cast(int64, float32)`` is True here, False there); no
     ``casting=`` argument.
     """

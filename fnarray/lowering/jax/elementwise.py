@@ -147,6 +147,9 @@ def _select_n(which, *cases):
     return lax.select_n(lax.clamp(jnp.int32(0), which, jnp.int32(len(cases) - 1)), *cases)
 
 
+_HALF_AND_FLOAT8 = (dtypes.float16, dtypes.bfloat16, dtypes.float8_e4m3fn, dtypes.float8_e5m2)
+
+
 @rule(P.convert_element_type)
 def _convert(x, *, new_dtype, weak_type=False):
     src = x.dtype
@@ -161,7 +164,8 @@ def _convert(x, *, new_dtype, weak_type=False):
         info = dtypes.iinfo(new_dtype)
         hi = np.array(info.max, new_dtype)
         lo = np.array(info.min, new_dtype)
-        xf = lax.convert_element_type(x, np.float32) if src in (dtypes.float16, dtypes.bfloat16) else x
+        # half and float8 compared in float32 (2**31 - 1 is inf or NaN in float8_e4m3fn)
+        xf = lax.convert_element_type(x, np.float32) if src in _HALF_AND_FLOAT8 else x
         t = jnp.where(jnp.isnan(xf), jnp.zeros_like(xf), xf)
         conv = lax.convert_element_type(jnp.clip(t, float(info.min), float(info.max)), new_dtype)
         return jnp.where(t >= float(info.max), hi, jnp.where(t <= float(info.min), lo, conv))

@@ -153,8 +153,8 @@ _COMPLEX_OK = _COMPLEX_OK | {fft_p} | linalg.COMPLEX_OK
 def _dtype_reason(prim, eqn_dtypes, platform):
     for d in eqn_dtypes:
         if dtypes.is_low_bit(d):
-            return (f"MLX has no {d.name} (float8 and int4 arrays stay NumPy arrays on mlx devices; cast them "
-                    "with astype to a dtype MLX has to compute there)")
+            return (f"MLX has no {d.name}: float8 and int4 arrays stay NumPy arrays on mlx devices and every "
+                    "operation on them, casts included, runs on numpy:0")
     if dtypes.complex128 in eqn_dtypes:
         return "MLX has no complex128"
     if dtypes.float64 in eqn_dtypes:
