@@ -77,6 +77,8 @@ def test_names_are_the_ml_dtypes_dtypes():
     assert (fnp.iinfo(fnp.int4).min, fnp.iinfo(fnp.int4).max) == (-8, 7)
     assert (fnp.iinfo(fnp.uint4).min, fnp.iinfo(fnp.uint4).max) == (0, 15)
     assert fnp.can_cast(fnp.float8_e4m3fn, fnp.float32) and not fnp.can_cast(fnp.float32, fnp.float8_e4m3fn)
+    assert fa.tree_util.is_inexact_array(fnp.zeros(2, fnp.float8_e5m2))   # trainable, as equinox's filter
+    assert not fa.tree_util.is_inexact_array(fnp.zeros(2, fnp.int4))
 
 
 def _jax_promote(a, b):
