@@ -243,7 +243,7 @@ class JaxBackend(Backend):
             platform = {"cuda": "gpu", "rocm": "gpu"}.get(d.platform, d.platform)
             self._devices.append(Device("jax", i, platform, f"JAX {jax.__version__} {d.device_kind} ({d})",
                                         handle=d))
-        self._caps = Capabilities(dtypes=frozenset(dtypes.ALL_DTYPES), control_flow="native",
+        self._caps = Capabilities(dtypes=frozenset(dtypes.KNOWN_DTYPES), control_flow="native",
                                   eager_programs="first_call", memory_check="compiled")
         self._eager: "weakref.WeakValueDictionary" = {}
 
