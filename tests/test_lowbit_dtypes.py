@@ -19,7 +19,7 @@ import pytest
 import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core import dtypes
-from helpers import ALL_DTYPES, fallback_mode
+from helpers import ALL_DTYPES, fallback_mode, oracle_promote
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
@@ -103,6 +103,24 @@ def test_promotion_table_is_jax(a):
             assert _ours(b, a) == _jax_promote(b, a), (b, a)
 
 
+@pytest.mark.parametrize("a", LOW, ids=lambda d: d.name)
+def test_weak_promotion_is_jax(a):
+    """A low-bit array with Python scalars and with arrays of every dtype, through fnarray's binary
+    operators, against JAX's result dtype and weak flag (``jnp.add`` under ``eval_shape``)."""
+    x = fnp.zeros(2, a)
+    for other in (2, 2.5, 1j, True, *[fnp.zeros(2, b) for b in (*LOW, *[d for d in ALL_DTYPES if d.itemsize < 8])]):
+        try:
+            want = oracle_promote(a, other if not isinstance(other, fa.Array) else other.dtype)
+        except jax.dtypes.TypePromotionError:
+            want = None
+        try:
+            r = x + other
+            got = (r.dtype, r.weak_type)
+        except fa.dtypes.TypePromotionError:
+            got = None
+        assert got == want, (a, other)
+
+
 def test_weak_scalars_and_errors_as_jax():
     f8 = fnp.asarray([1.5, 2.0], dtype=fnp.float8_e4m3fn)
     i4 = fnp.asarray([1, -8], dtype=fnp.int4)
@@ -125,6 +143,10 @@ def test_python_ints_wrap_into_int4_as_jax():
     i4 = fnp.asarray([3, -8], dtype=fnp.int4)
     assert np.asarray(i4 + 100).tolist() == np.asarray(jnp.asarray([3, -8], jnp.int4) + 100).tolist()
     assert np.asarray(fnp.asarray([20, -9], dtype=fnp.int4)).tolist() == [4, 7]
+    with pytest.raises(OverflowError):   # Python floats out of int4's range in a list: JAX raises too
+        jnp.asarray([9.5], jnp.int4)
+    with pytest.raises(OverflowError):
+        fnp.asarray([9.5], dtype=fnp.int4)
 
 
 def test_printing_and_ir():
