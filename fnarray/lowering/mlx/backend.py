@@ -19,7 +19,8 @@ halvings), integer ``dot_general`` (products summed in blocks; MLX's matmul is
 floating-point only), multi-key ``sort`` (successive stable argsorts).
 
 Unsupported (these fall back to numpy with a ``FallbackWarning``, see
-``supports``): ``complex128`` everywhere (MLX has no such dtype); ``float64``
+``supports``): ``complex128`` and the low-bit dtypes (``float8_e4m3fn``, ``float8_e5m2``, ``int4``,
+``uint4``) everywhere (MLX has no such dtypes); ``float64``
 on the GPU (Metal has none); on the CPU, ``float64`` only where MLX computes it
 exactly — its CPU transcendental functions round through float32 (``exp`` of a
 float64 is float32-accurate), so float64 transcendental and special functions
@@ -151,6 +152,10 @@ _COMPLEX_OK = _COMPLEX_OK | {fft_p} | linalg.COMPLEX_OK
 
 
 def _dtype_reason(prim, eqn_dtypes, platform):
+    for d in eqn_dtypes:
+        if dtypes.is_low_bit(d):
+            return (f"MLX has no {d.name}: float8 and int4 arrays stay NumPy arrays on mlx devices and every "
+                    "operation on them, casts included, runs on numpy:0")
     if dtypes.complex128 in eqn_dtypes:
         return "MLX has no complex128"
     if dtypes.float64 in eqn_dtypes:

@@ -91,6 +91,10 @@ _COMPLEX_BAD = frozenset(p for p in SCHEDULED if p not in facts.complex_ok() and
 _MAX_ELEMENTS = 2**31 - 1
 
 
+#: why float8/int4 equations run on numpy:0 (the arrays are held as their bytes; no kernel converts them yet)
+_LOW_BIT_REASON = ("OpenCL C has no such type; float8 and int4 arrays are held as bytes and every operation on "
+                   "them, casts included, runs on numpy:0")
+
 class CLBuffer:
     """A device array: an OpenCL buffer holding ``shape`` elements of ``dtype`` (row-major).
 
@@ -171,6 +175,7 @@ class _DeviceState:
             dtypes.float16: "cl_khr_fp16 is absent", dtypes.bfloat16: "OpenCL C has no bfloat16",
             dtypes.int64: "an embedded-profile device has no 64-bit integers",
             dtypes.uint64: "an embedded-profile device has no 64-bit integers",
+            **{d: _LOW_BIT_REASON for d in dtypes.LOW_BIT_DTYPES},
         }
 
     def finish(self):
