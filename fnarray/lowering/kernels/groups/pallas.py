@@ -197,18 +197,41 @@ class _Renderer:
         return name
 
     def par_for(self, shape, fn):
-        """``fn(idx, slot)`` for every element of ``shape``, the work items taking them ``wg`` apart."""
+        """``fn(idx, slot)`` for every element of ``shape``, the work items taking them ``wg`` apart.
+
+        A phase whose elements the work items divide evenly runs unguarded, and one that fits in one pass
+        of the work-group runs without a loop: PoCL vectorises a phase across work items only where its body
+        is not under a per-item branch. (An earlier version guarded every phase against a flash-attention
+        result that came out wrong on PoCL 3.0; the cause was a private array of two elements per item kept
+        across a barrier, which PoCL 3.0 and 3.1 both lose: ``staging``. With that fixed, the unguarded
+        kernel is exact on both and the guarded one is the one they miscompile.)"""
         n = math.prod(shape)
         if n == 0:
             return
         slots = -(-n // self.wg)
-        with self.b.loop(_i(0), _i(slots), hint="s") as s:
-            e = self.b.let(op("add", op("mul", s, _i(self.wg)), self.lid), "e")
-            # Guarded even where the work items divide the block evenly: PoCL 3.0 miscompiled a flash-attention
-            # kernel (a row sum came out 8.1 off) whose 256-element phase had no guard; with it, exact.
-            with self.b.when(op("lt", e, _i(n))):
+        guard = n % self.wg != 0
+
+        def one(s):
+            e = self.lid if s is None else self.b.let(op("add", op("mul", s, _i(self.wg)), self.lid), "e")
+            with self.b.when(op("lt", e, _i(n))) if guard else _null():
                 idx = tuple(self.b.let(x, "ix") if not isinstance(x, Const) else x for x in _unravel(e, shape))
-                fn(idx, s)
+                fn(idx, _i(0) if s is None else s)
+
+        if slots == 1:
+            one(None)
+        else:
+            with self.b.loop(_i(0), _i(slots), hint="s") as s:
+                one(s)
+
+    def staging(self, dtype, shape, hint):
+        """An array holding each work item's elements of a ``shape`` value across a barrier: ``(space, name,
+        index(idx, slot))``. A private array where each item has one element; work-group memory where items
+        have several (PoCL 3.0 and 3.1 lost a private array of two elements per item across a barrier: the
+        flash-attention example's carries came out inf at a head size of 32)."""
+        n = math.prod(shape)
+        if n <= self.wg:
+            return "private", self.b.array("private", dtype, 1, hint), lambda idx, slot: _i(0)
+        return "local", self.local_array(dtype, n, hint), lambda idx, slot: _linear(idx, shape)
 
     def barrier(self, space="local"):
         self.b.emit(Barrier(space))
@@ -606,23 +629,23 @@ def _store(r, e, vals):
     if any(ref.name in v.reads and v.aligned.get(ref.name) != key for v in (value, mask) if v is not None):
         # The value reads the ref it overwrites: each work item first computes its elements into a private
         # array (the same elements it then stores), so no item writes what another still reads.
-        slots = -(-n // r.wg)
-        vname = b.array("private", value.dtype, max(slots, 1), "pv")
-        mname = b.array("private", np.dtype(np.bool_), max(slots, 1), "pm") if mask is not None else None
+        vst = r.staging(value.dtype, shape, "pv")
+        mst = r.staging(np.dtype(np.bool_), shape, "pm") if mask is not None else None
 
         def stage(idx, slot):
-            b.store(vname, slot, _at(value, idx), space="private")
-            if mname is not None:
-                b.store(mname, slot, _at(mask, idx), space="private")
+            b.store(vst[1], vst[2](idx, slot), _at(value, idx), space=vst[0])
+            if mst is not None:
+                b.store(mst[1], mst[2](idx, slot), _at(mask, idx), space=mst[0])
         r.par_for(shape, stage)
         r.barrier("global" if ref.space == "global" else "local")   # every read done before any write
-        staged = (vname, mname)
+        staged = (vst, mst)
 
     def write(idx, slot):
         ri = [b.let(x, "ri") if not isinstance(x, Const) else x for x in _ref_index(ref, indexer, starts, idx)]
         if staged is not None:
-            v = b.let(Load("private", staged[0], slot, value.dtype), "sv")
-            m = b.let(Load("private", staged[1], slot, np.dtype(np.bool_)), "sm") if staged[1] else None
+            vst, mst = staged
+            v = b.let(Load(vst[0], vst[1], vst[2](idx, slot), value.dtype), "sv")
+            m = b.let(Load(mst[0], mst[1], mst[2](idx, slot), np.dtype(np.bool_)), "sm") if mst else None
         else:
             v = _at(value, idx)
             m = _at(mask, idx) if mask is not None else None
@@ -674,17 +697,16 @@ def _loop(r, e, vals):
                 continue
             if getattr(o, "local", None) == h.local:
                 continue
-            n = math.prod(h.shape)
-            pv = b.array("private", h.dtype, max(-(-n // r.wg), 1), "pc")
-            r.par_for(h.shape, lambda idx, s, o=o, pv=pv, h=h:
-                      b.store(pv, s, o.at(idx if h.shape else ()), space="private"))
-            staged.append((h, pv))
+            st = r.staging(h.dtype, h.shape, "pc")
+            r.par_for(h.shape, lambda idx, s, o=o, st=st, h=h:
+                      b.store(st[1], st[2](idx, s), o.at(idx if h.shape else ()), space=st[0]))
+            staged.append((h, st))
         if staged:
             r.barrier()
-            for h, pv in staged:
-                r.par_for(h.shape, lambda idx, s, h=h, pv=pv:
-                          b.store(h.local, _linear(idx, h.shape), b.let(Load("private", pv, s, h.dtype), "pc"),
-                                  space="local"))
+            for h, st in staged:
+                r.par_for(h.shape, lambda idx, s, h=h, st=st:
+                          b.store(h.local, _linear(idx, h.shape), b.let(Load(st[0], st[1], st[2](idx, s), h.dtype),
+                                                                         "pc"), space="local"))
             r.barrier()
     return homes
 
@@ -793,6 +815,44 @@ def _hoist_local_arrays(kernel):
     return dataclasses.replace(kernel, body=tuple(decls) + body)
 
 
+def _stronger(a, b):
+    return Barrier("global" if "global" in (a.space, b.space) else "local")
+
+
+def _trim_barriers(stmts, tail):
+    """The statements with the barriers that order nothing removed: one right after another (the stronger
+    kept), one at the end of an ``If`` branch that a barrier right after the ``If`` repeats, and (``tail``: at
+    the end of the kernel) the last ones, after which no work item reads anything."""
+    out = []
+    for s in stmts:
+        if isinstance(s, For):
+            s = dataclasses.replace(s, body=_trim_barriers(s.body, False))
+        elif isinstance(s, If):
+            s = dataclasses.replace(s, then=_trim_barriers(s.then, False), orelse=_trim_barriers(s.orelse, False))
+        if isinstance(s, Barrier) and out and isinstance(out[-1], Barrier):
+            out[-1] = _stronger(out[-1], s)
+            continue
+        if isinstance(s, Barrier) and out and isinstance(out[-1], If):
+            prev = out[-1]
+            out[-1] = dataclasses.replace(prev, then=_drop_last_barrier(prev.then, s),
+                                          orelse=_drop_last_barrier(prev.orelse, s))
+        out.append(s)
+    if tail:
+        while out and isinstance(out[-1], Barrier):
+            out.pop()
+        if out and isinstance(out[-1], If):
+            out[-1] = dataclasses.replace(out[-1], then=_trim_barriers(out[-1].then, True),
+                                          orelse=_trim_barriers(out[-1].orelse, True))
+    return tuple(out)
+
+
+def _drop_last_barrier(stmts, after):
+    """``stmts`` (an ``If`` branch followed by the barrier ``after``) without a last barrier ``after`` covers."""
+    if stmts and isinstance(stmts[-1], Barrier) and _stronger(stmts[-1], after) == after:
+        return stmts[:-1]
+    return stmts
+
+
 class PallasGroup(Group):
     """One ``pallas_call`` equation: a copy launch per aliased output, then the kernel."""
 
@@ -826,6 +886,7 @@ class PallasGroup(Group):
 
         b, gsize, lsize = render(e, ctx.caps, names)
         kernel = _hoist_local_arrays(b.build(lsize))
+        kernel = dataclasses.replace(kernel, body=_trim_barriers(kernel.body, True))
         vals = [args[pp.name] for pp in kernel.params]
         launches.append(Launch(kernel, vals, gsize, lsize, tracker.eqns, "pallas"))
         return launches
