@@ -40,7 +40,7 @@ from fnarray.core.pallas import pallas_atomic_p, pallas_call_p, pallas_load_p, p
     pallas_when_p
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import Launch, Group, Tracker
-from fnarray.lowering.kernels.ir import INT32, ArrayDecl, Barrier, Const, For, If, Load, Special, const
+from fnarray.lowering.kernels.ir import INT32, ArrayDecl, Barrier, Const, For, If, Load, Op, Special, const
 from fnarray.lowering.kernels.rules import ELEMENTWISE, add_of, convert, highest, lowest, max_of, min_of, mul_of, op, \
     select
 
@@ -88,10 +88,24 @@ def _i(v):
 
 
 def _linear(idx, shape):
-    e = _i(0)
+    terms = []
     for x, s in zip(idx, _strides(shape), strict=True):
+        # (a / c) * (c * s) + (a % c) * s is a * s (C's division truncates and its remainder keeps the identity
+        # for any sign): a reshape that splits an index and one that joins it again cost nothing.
+        if terms and _splits(terms[-1], x, s):
+            terms[-1] = (x.args[0], s)
+        else:
+            terms.append((x, s))
+    e = _i(0)
+    for x, s in terms:
         e = op("add", e, op("mul", x, _i(s)))
     return e
+
+
+def _splits(prev, x, s):
+    px, ps = prev
+    return (isinstance(px, Op) and px.op == "div" and isinstance(x, Op) and x.op == "rem"
+            and px.args == x.args and isinstance(px.args[1], Const) and ps == int(px.args[1].value) * s)
 
 
 def _unravel(flat, shape):
@@ -379,17 +393,22 @@ def _axis_groups(old, new):
 def _reshape(r, e, vals):
     x = vals[0]
     shape = tuple(e.params["new_sizes"])
-    groups = _axis_groups(tuple(x.shape), shape) if x.shape and shape and 0 not in shape else None
+    # Axes of size 1 are left out of the runs (their index is 0): (8, 128) -> (8, 128, 1) maps each index
+    # to itself instead of through the flat index.
+    oi = [a for a, n in enumerate(x.shape) if n != 1]
+    ni = [j for j, n in enumerate(shape) if n != 1]
+    groups = _axis_groups(tuple(x.shape[a] for a in oi), tuple(shape[j] for j in ni)) if 0 not in shape else None
 
     def at(idx):
         if not x.shape:
             return x.at(())
         if groups is None:
             return x.at(_unravel(_linear(idx, shape), x.shape))
-        src = [None] * len(x.shape)
-        for oi, nj in groups:
-            flat = _linear([idx[j] for j in nj], [shape[j] for j in nj])
-            for a, v in zip(oi, _unravel(flat, [x.shape[a] for a in oi]), strict=True):
+        src = [_i(0)] * len(x.shape)
+        for og, ng in groups:
+            olds, news = [oi[a] for a in og], [ni[j] for j in ng]
+            flat = _linear([idx[j] for j in news], [shape[j] for j in news])
+            for a, v in zip(olds, _unravel(flat, [x.shape[a] for a in olds]), strict=True):
                 src[a] = v
         return x.at(tuple(src))
     return _Lazy(shape, x.dtype, at, x.reads)
@@ -546,31 +565,72 @@ def _dot(r, e, vals):
     name = r.local_array(d, math.prod(out.shape), "dot")
     nb = len(lb)
 
-    def body(idx, slot):
+    oshape = tuple(out.shape)
+    tr, tc = _dot_tile(oshape, r.wg)
+    tshape = oshape[:-2] + (oshape[-2] // tr,) if tr > 1 else oshape[:-1]
+    tshape = tshape + (oshape[-1] // tc,) if oshape else tshape
+
+    def operands(idx, kidx):
         bidx, li, ri = idx[:nb], idx[nb:nb + len(lfree)], idx[nb + len(lfree):]
-        acc = b.var(acc_d, const(0, acc_d), "acc")
+        xi, yi = [None] * len(x.shape), [None] * len(y.shape)
+        for dd, i in zip(lb, bidx, strict=True):
+            xi[dd] = i
+        for dd, i in zip(rb, bidx, strict=True):
+            yi[dd] = i
+        for dd, i in zip(lfree, li, strict=True):
+            xi[dd] = i
+        for dd, i in zip(rfree, ri, strict=True):
+            yi[dd] = i
+        for dd, ee, i in zip(lc, rc, kidx, strict=True):
+            xi[dd] = i
+            yi[ee] = i
+        return convert(b, xs.at(tuple(xi)), acc_d), convert(b, ys.at(tuple(yi)), acc_d)
+
+    def body(tidx, slot):
+        # A register tile: each work item computes tr x tc outputs of the last two axes, so a loaded operand
+        # element serves several products (equal loads are bound once) and the sums are independent.
+        elems = []
+        for a in range(tr):
+            for c in range(tc):
+                idx = list(tidx)
+                if oshape:
+                    idx[-1] = b.let(op("add", op("mul", idx[-1], _i(tc)), _i(c)), "tj") if tc > 1 else idx[-1]
+                if tr > 1:
+                    idx[-2] = b.let(op("add", op("mul", idx[-2], _i(tr)), _i(a)), "ti")
+                elems.append(tuple(idx))
+        accs = [b.var(acc_d, const(0, acc_d), "acc") for _ in elems]
         with b.loop(_i(0), _i(math.prod(kshape)), hint="k") as k:
             kidx = _unravel(k, kshape)
-            xi, yi = [None] * len(x.shape), [None] * len(y.shape)
-            for dd, i in zip(lb, bidx, strict=True):
-                xi[dd] = i
-            for dd, i in zip(rb, bidx, strict=True):
-                yi[dd] = i
-            for dd, i in zip(lfree, li, strict=True):
-                xi[dd] = i
-            for dd, i in zip(rfree, ri, strict=True):
-                yi[dd] = i
-            for dd, ee, i in zip(lc, rc, kidx, strict=True):
-                xi[dd] = i
-                yi[ee] = i
-            a = convert(b, xs.at(tuple(xi)), acc_d)
-            c = convert(b, ys.at(tuple(yi)), acc_d)
-            b.assign(acc, op("add", acc, op("mul", a, c)))
-        b.store(name, _linear(idx, out.shape), convert(b, acc, d) if acc_d != d else acc, space="local")
+            for acc, idx in zip(accs, elems, strict=True):
+                xa, yc = operands(idx, kidx)
+                b.assign(acc, op("add", acc, op("mul", xa, yc)))
+        for acc, idx in zip(accs, elems, strict=True):
+            b.store(name, _linear(idx, oshape), convert(b, acc, d) if acc_d != d else acc, space="local")
 
-    r.par_for(tuple(out.shape), body)
+    r.par_for(tshape, body)
     r.barrier()
     return r.local_value(name, tuple(out.shape), d)
+
+
+def _dot_tile(shape, wg, most=16):
+    """``(rows, cols)`` of the register tile each work item of a ``dot`` computes: the outputs per work item
+    (where the work-group divides them, at most ``most``), as columns of the last axis first (contiguous
+    operand reads), then rows of the axis before it; ``(1, 1)`` where it does not divide evenly."""
+    n = math.prod(shape)
+    if not shape or n % wg or n // wg < 2:
+        return 1, 1
+    per = min(n // wg, most)
+    while n % (per * wg) and per > 1:
+        per -= 1
+    tc = 1
+    for c in (8, 4, 2):
+        if per % c == 0 and shape[-1] % c == 0:
+            tc = c
+            break
+    tr = per // tc
+    if tr > 1 and (len(shape) < 2 or shape[-2] % tr):
+        tr = 1
+    return tr, tc
 
 
 def _split(vals, n, flags):
