@@ -14,6 +14,7 @@ from fnarray.lowering.kernels.ir import (
     INT32,
     ArrayDecl,
     Assign,
+    Atomic,
     Barrier,
     BufferParam,
     Comment,
@@ -116,6 +117,13 @@ class KernelBuilder:
     def store(self, name: str, index, value, space: str = "global"):
         self.emit(Store(space, name, index, value))
 
+    def atomic(self, op: str, name: str, index, value, keep: bool = True):
+        """An atomic ``name[index] = op(name[index], value)`` on a global buffer (``ir.Atomic``); returns the old
+        value (a ``Sym``) where ``keep``, else ``None``."""
+        result = self.fresh("old") if keep else None
+        self.emit(Atomic(op, name, index, value, result))
+        return Sym(result, value.dtype) if keep else None
+
     def load(self, name: str, index, dtype, space: str = "global"):
         return self.let(Load(space, name, index, dtype))
 
@@ -191,7 +199,7 @@ class KernelBuilder:
 def _stored(stmts) -> set:
     out = set()
     for s in stmts:
-        if isinstance(s, Store):
+        if isinstance(s, (Store, Atomic)):
             out.add(s.name)
         elif isinstance(s, For):
             out |= _stored(s.body)

@@ -40,7 +40,7 @@ from fnarray.core.pallas import pallas_atomic_p, pallas_call_p, pallas_load_p, p
     pallas_when_p
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import Launch, Group, Tracker
-from fnarray.lowering.kernels.ir import INT32, ArrayDecl, Barrier, Const, For, If, Load, Op, Special, const
+from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, Const, For, If, Load, Op, Special, const
 from fnarray.lowering.kernels.rules import ELEMENTWISE, add_of, convert, highest, lowest, max_of, min_of, mul_of, op, \
     select
 
@@ -199,6 +199,7 @@ class _Renderer:
                                and getattr(caps, "matmul_tiling", "local") == "local")
         self.local_bytes = 0
         self.barriers = 0
+        self.used = set()   # the variables some equation or result reads (an atomic's old values may be unused)
 
     # -------------------------------------------------------------- memory
     def local_array(self, dtype, size, hint):
@@ -282,6 +283,7 @@ class _Renderer:
         for a in prog.outvars:
             if isinstance(a, Var):
                 last_use[a] = len(prog.eqns)
+        self.used.update(last_use)
 
         def read(a):
             if isinstance(a, Literal):
@@ -802,8 +804,50 @@ def _when(r, e, vals):
 
 
 def _atomic(r, e, vals):
-    raise Unrenderable("atomic_add/max/min are not rendered by the opencl/webgpu kernels yet (the kernel IR has no "
-                       "atomics); the equation runs in the interpreter")
+    """``pl.atomic_add/max/min``: a parallel phase of atomic read-modify-writes (``ir.Atomic``) on the ref's
+    global buffer, then a barrier; the old values, where the kernel uses them, in work-group memory (where the
+    mask is false, the element's current value, as the interpreter gives)."""
+    ref, value, rest = vals[0], vals[1], vals[2:]
+    p = e.params
+    indexer, kind = p["indexer"], p["op"]
+    starts, (mask,) = _split(rest, len(indexer), (p["masked"],))
+    if ref.space != "global":
+        raise Unrenderable(f"pl.atomic_{kind} on a scratch (work-group) ref has no kernel form; update an "
+                           f"output ref")
+    if ref.dtype not in ATOMIC_DTYPES:
+        raise Unrenderable(f"pl.atomic_{kind} of {ref.dtype.name} has no kernel form (the kernels update "
+                           f"{', '.join(d.name for d in ATOMIC_DTYPES)} atomically)")
+    shape = tuple(e.outputs[1].aval.shape)
+    b = r.b
+    keep = e.outputs[1] in r.used
+    olds = r.local_array(ref.dtype, math.prod(shape), "old") if keep else None
+
+    def update(idx, slot):
+        ri = [b.let(x, "ri") if not isinstance(x, Const) else x for x in _ref_index(ref, indexer, starts, idx)]
+        m = _at(mask, idx) if mask is not None else None
+        cond = None
+        if m is not None or ref.padded:
+            cond = ref.inside(ri)
+            if m is not None:
+                cond = op("land", m, cond)
+        addr = b.let(ref.address(ri, cond is not None), "ad")
+        v = _at(value, idx)
+        if cond is None:
+            old = b.atomic(kind, ref.name, addr, v, keep)
+        else:
+            old = b.var(ref.dtype, Load("global", ref.name, addr, ref.dtype), "old") if keep else None
+            with b.when(b.let(cond, "ok")):
+                got = b.atomic(kind, ref.name, addr, v, keep)
+                if keep:
+                    b.assign(old, got)
+        if keep:
+            b.store(olds, _linear(idx, shape), old, space="local")
+
+    r.par_for(shape, update)
+    r.barrier("global")
+    if not keep:
+        return [ref, _Lazy(shape, ref.dtype, lambda idx: const(0, ref.dtype))]
+    return [ref, r.local_value(olds, shape, ref.dtype)]
 
 
 _RULES = {P.broadcast_in_dim: _broadcast, P.reshape: _reshape, P.transpose: _transpose, P.iota: _iota,
