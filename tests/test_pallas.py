@@ -530,3 +530,33 @@ def test_dot_operands_staged_in_local_memory_as_on_a_gpu(backend):
         else:
             be.state(dev).caps = old
         groups._REASONS.clear()
+
+
+def test_local_memory_budget_is_the_devices():
+    """Blocks in work-group memory past the device's reported local memory size (WebGPU's 16 KiB of the device
+    fnarray opens; PoCL's 1 MiB) have no kernel form there: under ``fallback="error"`` the error names the size;
+    where the device has the room, the kernel runs."""
+    devs = [d for d in fa.devices(all_backends=True) if d.backend in ("opencl", "webgpu")]
+    if not devs:
+        pytest.skip("no kernel backend")
+    n = 6000   # 24,000 bytes of float32 scratch
+
+    def kernel(x_ref, o_ref, s_ref):
+        s_ref[...] = x_ref[...] * 2.0
+        o_ref[...] = s_ref[...] + 1.0
+
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((n,), fnp.float32),
+                       scratch_shapes=[pl.Local((n,), fnp.float32)])
+    x = rng.standard_normal(n).astype(np.float32)
+    old = fa.config.fallback
+    fa.config.fallback = "error"
+    try:
+        for dev in devs:
+            limit = dev.impl.capabilities(dev).local_memory_bytes
+            if limit >= 4 * n:
+                np.testing.assert_allclose(np.asarray(fa.jit(f)(fa.device_put(x, dev))), x * 2 + 1, rtol=1e-6)
+            else:
+                with pytest.raises(Exception, match=f"more than the {limit} bytes the device gives"):
+                    fa.jit(f)(fa.device_put(x, dev))
+    finally:
+        fa.config.fallback = old

@@ -46,8 +46,8 @@ from fnarray.lowering.kernels.rules import ELEMENTWISE, add_of, convert, highest
 
 __all__ = ["PallasGroup", "GROUPS", "OPERAND_VIEWS", "unsupported_reason", "LOCAL_BYTES", "workgroup_size"]
 
-#: Work-group memory one kernel may use (WebGPU's guaranteed ``maxComputeWorkgroupStorageSize``, which the
-#: browsers give; OpenCL devices have at least 32 KiB but the same budget keeps one kernel valid everywhere).
+#: Work-group memory one kernel may use where the device does not report its size
+#: (``Capabilities.local_memory_bytes``): WebGPU's guaranteed ``maxComputeWorkgroupStorageSize``.
 LOCAL_BYTES = 16384
 _MAX_WG = 256
 
@@ -198,15 +198,17 @@ class _Renderer:
         self.stage_dots = bool(caps is not None and caps.local_memory and caps.tiling_pays
                                and getattr(caps, "matmul_tiling", "local") == "local")
         self.local_bytes = 0
+        self.local_limit = getattr(caps, "local_memory_bytes", None) or LOCAL_BYTES
         self.barriers = 0
         self.used = set()   # the variables some equation or result reads (an atomic's old values may be unused)
 
     # -------------------------------------------------------------- memory
     def local_array(self, dtype, size, hint):
         self.local_bytes += np.dtype(dtype).itemsize * max(size, 1)
-        if self.local_bytes > LOCAL_BYTES:
+        if self.local_bytes > self.local_limit:
             raise Unrenderable(f"the kernel's blocks in work-group memory (dot operands and results, reductions, "
-                               f"loop carries, scratch) need more than {LOCAL_BYTES} bytes; use smaller blocks")
+                               f"loop carries, scratch) need more than the {self.local_limit} bytes the device "
+                               f"gives one work-group (its reported local memory size); use smaller blocks")
         name = self.b.fresh(hint)
         self.b.emit(ArrayDecl("local", name, np.dtype(dtype), max(size, 1)))
         return name
@@ -1044,7 +1046,8 @@ def unsupported_reason(eqn, caps):
     if any(isinstance(a, Literal) for a in eqn.inputs):
         return "pallas_call of a literal operand (an array of it is needed)"
     key = (eqn.params["body"], eqn.params["in_blocks"], eqn.params["out_blocks"], eqn.params["compiler_params"],
-           caps.max_workgroup_size, caps.max_dispatch, tuple(sorted(d.name for d in caps.dtypes)))
+           caps.max_workgroup_size, caps.max_dispatch, getattr(caps, "local_memory_bytes", None),
+           tuple(sorted(d.name for d in caps.dtypes)))
     if key not in _REASONS:
         try:
             def names(b):
