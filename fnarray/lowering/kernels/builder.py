@@ -95,6 +95,12 @@ class KernelBuilder:
             self._memo[-1][expr] = sym
         return sym
 
+    def forget(self):
+        """Forget the values bound so far: an expression met again is bound again (a kernel that keeps no
+        per-work-item value across a barrier: PoCL miscompiles some that do)."""
+        for memo in self._memo:
+            memo.clear()
+
     def _changes(self, e) -> bool:
         if isinstance(e, Sym):
             return e.name in self._mutable

@@ -36,15 +36,17 @@ import numpy as np
 
 from fnarray.core import primitives as P
 from fnarray.core.ir import Literal, Var
-from fnarray.core.pallas import pallas_atomic_p, pallas_call_p, pallas_load_p, pallas_loop_p, pallas_store_p, \
+from fnarray.core.pallas import walk_body, pallas_atomic_p, pallas_call_p, pallas_load_p, pallas_loop_p, pallas_store_p, \
     pallas_when_p
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import Launch, Group, Tracker
 from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, Const, For, If, Load, Op, Special, const
+from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import ELEMENTWISE, add_of, convert, highest, lowest, max_of, min_of, mul_of, op, \
     select
 
-__all__ = ["PallasGroup", "GROUPS", "OPERAND_VIEWS", "unsupported_reason", "LOCAL_BYTES", "workgroup_size"]
+__all__ = ["PallasGroup", "GROUPS", "OPERAND_VIEWS", "unsupported_reason", "LOCAL_BYTES", "workgroup_size",
+           "default_workgroup", "PALLAS_TUNABLE"]
 
 #: Work-group memory one kernel may use where the device does not report its size
 #: (``Capabilities.local_memory_bytes``): WebGPU's guaranteed ``maxComputeWorkgroupStorageSize``.
@@ -56,9 +58,11 @@ class Unrenderable(Exception):
     """A kernel body the kernel IR cannot express (the reason is the message)."""
 
 
-def workgroup_size(caps, params, largest):
-    """Work items per program instance: ``compiler_params["workgroup"]`` or the power of two covering the largest
-    block (32 to 256), within the device's limit."""
+def workgroup_size(caps, params, largest, has_dot=False):
+    """Work items per program instance: ``compiler_params["workgroup"]``, else on a CPU device 64 (a WebGPU CPU
+    adapter such as lavapipe: every kernel; a CPU OpenCL device such as PoCL: kernels with a ``dot``, whose
+    register tiles then hold more outputs per work item), else the power of two covering the largest block
+    (32 to 256); within the device's limit. ``PALLAS_TUNABLE`` times the others where autotuning is on."""
     cp = dict(params.get("compiler_params", ()))
     cap = min(_MAX_WG, caps.max_workgroup_size or _MAX_WG)
     if "workgroup" in cp:
@@ -66,10 +70,25 @@ def workgroup_size(caps, params, largest):
         if wg < 1 or wg > cap:
             raise Unrenderable(f"compiler_params workgroup={wg} is outside 1..{cap} on this device")
         return wg
+    if not caps.tiling_pays or (has_dot and getattr(caps, "matmul_tiling", "local") == "register"):
+        # Measured on the examples (docs/performance.md): lavapipe 0.6-1.0x the time of 256 work items for every
+        # kernel; PoCL 0.45x for the matmul and 0.65x for flash attention, but 1.6x for a vector add.
+        return min(64, cap)
     wg = 32
     while wg < largest and wg < cap:
         wg *= 2
     return min(wg, cap)
+
+
+#: The work-group size of a ``pallas_call`` kernel, timed by ``tuning.choose`` where autotuning is on (the
+#: default is ``workgroup_size``'s; ``compiler_params={"workgroup": n}`` fixes it untimed).
+PALLAS_TUNABLE = Tunable("pallas_workgroup", {"workgroup": (32, 64, 128, 256)},
+                         doc="work items per program instance of a pallas_call kernel",
+                         valid=lambda c, facts: c["workgroup"] <= facts.get("workgroup_limit", _MAX_WG))
+
+
+def _has_dot(program):
+    return any(e.primitive is P.dot_general for e in walk_body(program))
 
 
 # ------------------------------------------------------------------------------------------ values
@@ -252,6 +271,9 @@ class _Renderer:
 
     def barrier(self, space="local"):
         self.b.emit(Barrier(space))
+        # Index arithmetic of work item ids is computed again after a barrier rather than kept across it:
+        # PoCL 3.0 and 3.1 lost such values (flash attention at 64 work items came out inf).
+        self.b.forget()
         self.barriers += 1
 
     def materialize(self, v, hint="blk"):
@@ -574,7 +596,7 @@ def _dot(r, e, vals):
     tshape = oshape[:-2] + (oshape[-2] // tr,) if tr > 1 else oshape[:-1]
     tshape = tshape + (oshape[-1] // tc,) if oshape else tshape
 
-    def operands(idx, kidx):
+    def operands(idx, kidx, cache):
         bidx, li, ri = idx[:nb], idx[nb:nb + len(lfree)], idx[nb + len(lfree):]
         xi, yi = [None] * len(x.shape), [None] * len(y.shape)
         for dd, i in zip(lb, bidx, strict=True):
@@ -588,7 +610,14 @@ def _dot(r, e, vals):
         for dd, ee, i in zip(lc, rc, kidx, strict=True):
             xi[dd] = i
             yi[ee] = i
-        return convert(b, xs.at(tuple(xi)), acc_d), convert(b, ys.at(tuple(yi)), acc_d)
+        # An operand element that several outputs of the tile read is computed once (an inline operand may be
+        # a whole expression: attention's exp(s - m) for p @ v).
+        xi, yi = tuple(xi), tuple(yi)
+        if ("x", xi) not in cache:
+            cache["x", xi] = convert(b, xs.at(xi), acc_d)
+        if ("y", yi) not in cache:
+            cache["y", yi] = convert(b, ys.at(yi), acc_d)
+        return cache["x", xi], cache["y", yi]
 
     def body(tidx, slot):
         # A register tile: each work item computes tr x tc outputs of the last two axes, so a loaded operand
@@ -605,8 +634,9 @@ def _dot(r, e, vals):
         accs = [b.var(acc_d, const(0, acc_d), "acc") for _ in elems]
         with b.loop(_i(0), _i(math.prod(kshape)), hint="k") as k:
             kidx = _unravel(k, kshape)
+            cache: dict = {}
             for acc, idx in zip(accs, elems, strict=True):
-                xa, yc = operands(idx, kidx)
+                xa, yc = operands(idx, kidx, cache)
                 b.assign(acc, op("add", acc, op("mul", xa, yc)))
         for acc, idx in zip(accs, elems, strict=True):
             b.store(name, _linear(idx, oshape), convert(b, acc, d) if acc_d != d else acc, space="local")
@@ -792,7 +822,10 @@ def _loop(r, e, vals):
                 r.par_for(h.shape, lambda idx, s, h=h, st=st:
                           b.store(h.local, _linear(idx, h.shape), b.let(Load(st[0], st[1], st[2](idx, s), h.dtype),
                                                                          "pc"), space="local"))
-            r.barrier()
+                # A barrier after each carry's copy, not one after all: PoCL 3.0 dropped the copies of a guarded
+                # phase followed by a looped one in the same barrier region at the end of the loop body
+                # (flash attention at 64 work items: the row maxima and sums never left their start values).
+                r.barrier()
     return homes
 
 
@@ -881,15 +914,22 @@ def _global_ref(r, name, block, dtype, pids):
     return _Ref("global", name, np.dtype(dtype), block.ref_shape, tuple(block.shape), tuple(offs), axes, block.padded)
 
 
-def render(eqn, caps, buffer_names):
+def default_workgroup(eqn, caps):
+    """``workgroup_size`` of one ``pallas_call`` equation."""
+    p = eqn.params
+    blocks = list(p["in_blocks"]) + list(p["out_blocks"])
+    largest = max([math.prod(bk.ref_shape) for bk in blocks] + [math.prod(s.shape) for s in p["scratch"]] + [1])
+    return workgroup_size(caps, p, largest, _has_dot(p["body"].program))
+
+
+def render(eqn, caps, buffer_names, wg=None):
     """The kernel of one ``pallas_call`` equation: ``(builder, global size, local size)``; ``buffer_names(b)``
-    gives ``(input names, output names)``. Raises ``Unrenderable``."""
+    gives ``(input names, output names)``; ``wg``: the work-group size (default ``default_workgroup``). Raises
+    ``Unrenderable``."""
     p = eqn.params
     grid = tuple(p["grid"])
     total = math.prod(grid)
-    blocks = list(p["in_blocks"]) + list(p["out_blocks"])
-    largest = max([math.prod(bk.ref_shape) for bk in blocks] + [math.prod(s.shape) for s in p["scratch"]] + [1])
-    wg = workgroup_size(caps, p, largest)
+    wg = default_workgroup(eqn, caps) if wg is None else wg
     b = KernelBuilder("pallas_" + "".join(c if c.isalnum() else "_" for c in p["name"])[:40])
     ins, outs = buffer_names(b)
     lid = b.let(Special("local_id", 0), "lid")
@@ -994,6 +1034,12 @@ class PallasGroup(Group):
         self.reads |= {a for a in self.eqn.inputs if isinstance(a, Var)}
 
     def codegen(self):
+        default = {"workgroup": default_workgroup(self.eqn, self.ctx.caps)}
+        if "workgroup" in dict(self.eqn.params["compiler_params"]):
+            return self._variant(default)
+        return self.ctx.tuned(PALLAS_TUNABLE, default, self._variant)
+
+    def _variant(self, choice):
         ctx, e = self.ctx, self.eqn
         launches = []
         for i, o in e.params["aliases"]:
@@ -1011,7 +1057,7 @@ class PallasGroup(Group):
                 ins.append(nm)
             return ins, [ctx.output(b, args, v) for v in e.outputs]
 
-        b, gsize, lsize = render(e, ctx.caps, names)
+        b, gsize, lsize = render(e, ctx.caps, names, choice["workgroup"])
         kernel = _hoist_local_arrays(b.build(lsize))
         kernel = dataclasses.replace(kernel, body=_trim_barriers(kernel.body, True))
         vals = [args[pp.name] for pp in kernel.params]
@@ -1046,7 +1092,8 @@ def unsupported_reason(eqn, caps):
     if any(isinstance(a, Literal) for a in eqn.inputs):
         return "pallas_call of a literal operand (an array of it is needed)"
     key = (eqn.params["body"], eqn.params["in_blocks"], eqn.params["out_blocks"], eqn.params["compiler_params"],
-           caps.max_workgroup_size, caps.max_dispatch, getattr(caps, "local_memory_bytes", None),
+           caps.max_workgroup_size, caps.max_dispatch, getattr(caps, "local_memory_bytes", None), caps.tiling_pays,
+           getattr(caps, "matmul_tiling", None),
            tuple(sorted(d.name for d in caps.dtypes)))
     if key not in _REASONS:
         try:
