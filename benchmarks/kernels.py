@@ -119,7 +119,8 @@ def _vs_tinygrad(args):
               "matmul (32x32 tiles)": TinyJit(lambda u, v: (u @ v).realize())}
     from tinygrad import Device
     tdev = Device["CL"]
-    print(f"\ntinygrad on {getattr(tdev, 'device_name', '?')}; fnarray's opencl:0 is {dev.handle.platform.version.strip()}")
+    ours = dev.handle.platform.version.strip()
+    print(f"\ntinygrad on {getattr(tdev, 'device_name', '?')}; fnarray's opencl:0 is {ours}")
     print(f"{'kernel':<26} {'pallas ms':>10} {'tinygrad ms':>12} {'ratio':>7} {'max diff':>9}   (opencl:0, DEV=CL)")
     for label, (kernel, inputs) in cases.items():
         fk = fa.jit(kernel)

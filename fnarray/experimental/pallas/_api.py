@@ -390,8 +390,12 @@ def _atomic(op):
         return old
     f.__name__ = f"atomic_{op}"
     f.__doc__ = (f"Atomically ``x_ref[idx] = {op}(x_ref[idx], val)`` where ``mask`` holds; returns the old values "
-                 f"(Pallas's ``pl.atomic_{op}``). Program instances run one after another in the interpreter; "
-                 f"the opencl/webgpu kernels do not render atomics (the equation falls back to the interpreter).")
+                 f"(Pallas's ``pl.atomic_{op}``). ``x_ref``: an int32, uint32 or float32 output ref; ``val`` "
+                 f"and ``mask`` broadcast to the indexed block. Program instances run one after another in the "
+                 f"interpreter, at once on opencl/webgpu (the device's atomics; float32 by a compare-and-swap "
+                 f"loop), so float sums round in the order they ran. Raises as ``pl.store`` does for a bad index "
+                 f"or an input ref; an atomic on a scratch ref, or of another dtype, falls back to the "
+                 f"interpreter on opencl/webgpu. Source: JAX's Pallas, docs.jax.dev/en/latest/pallas.")
     return f
 
 

@@ -29,7 +29,8 @@ from fnarray.core import families
 from fnarray.core import primitives as _primitives  # noqa: F401  (the families' members)
 
 __all__ = ["Expr", "Const", "Sym", "Special", "Load", "Op", "Cast", "Bitcast", "Select", "Let", "Decl",
-           "Assign", "Store", "Atomic", "ATOMIC_OPS", "ATOMIC_DTYPES", "For", "If", "Barrier", "ArrayDecl", "Comment", "BufferParam", "ScalarParam",
+           "Assign", "Store", "Atomic", "ATOMIC_OPS", "ATOMIC_DTYPES", "For", "If", "Barrier", "ArrayDecl",
+           "Comment", "BufferParam", "ScalarParam",
            "Kernel", "OPS", "const", "INT32", "BOOL", "UINT32", "walk_exprs", "map_exprs", "children", "rebuild",
            "atomic_buffers"]
 

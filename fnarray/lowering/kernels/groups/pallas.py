@@ -16,15 +16,19 @@ statement, with block values in one of three forms:
   array in work-group memory.
 
 A store is a parallel phase over the stored block, guarded by the mask and by the array's bounds (a padded
-last block writes only its real elements), followed by a barrier; a stored value that reads the ref it is
-written to is first computed into each work item's private array (the same elements, the same items), so that
-no item overwrites what another still reads. ``fori_loop`` is a counted ``For`` loop around its body (carries in
-work-group memory, updated through private arrays); ``pl.when`` an ``If``. Conditions and loop bounds must be
+last block writes only its real elements), followed by a barrier (barriers that order nothing are trimmed); a
+stored value that reads the ref it is written to is first computed into each work item's private array (the
+same elements, the same items), so that no item overwrites what another still reads. ``fori_loop`` is a counted
+``For`` loop around its body (carries in work-group memory, updated through private arrays); ``pl.when`` an
+``If``. Conditions and loop bounds must be
 the same across the work-group (grid indices, loop counters, constants), as on every Pallas target.
 
-What does not render (atomics, sorts, gathers, control flow other than ``fori_loop``/``when``, blocks past the
-work-group memory budget) makes ``unsupported_reason`` say so: the backend runs the equation in the
-interpreter instead, with a ``FallbackWarning`` naming the reason.
+``pl.atomic_*`` is a phase of ``ir.Atomic`` statements (the device's atomics) on the output's buffer.
+
+What does not render (sorts, gathers, control flow other than ``fori_loop``/``when``, atomics on scratch refs or
+of other dtypes than int32/uint32/float32, blocks past the device's work-group memory) makes
+``unsupported_reason`` say so: the backend runs the equation in the interpreter instead, with a
+``FallbackWarning`` naming the reason.
 """
 
 from __future__ import annotations
@@ -36,11 +40,12 @@ import numpy as np
 
 from fnarray.core import primitives as P
 from fnarray.core.ir import Literal, Var
-from fnarray.core.pallas import walk_body, pallas_atomic_p, pallas_call_p, pallas_load_p, pallas_loop_p, pallas_store_p, \
-    pallas_when_p
+from fnarray.core.pallas import pallas_atomic_p, pallas_call_p, pallas_load_p, pallas_loop_p, pallas_store_p, \
+    pallas_when_p, walk_body
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import Launch, Group, Tracker
-from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, Const, For, If, Load, Op, Special, const
+from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, Const, For, If, Load, Op, Special, \
+    const
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import ELEMENTWISE, add_of, convert, highest, lowest, max_of, min_of, mul_of, op, \
     select
@@ -738,7 +743,6 @@ def _store(r, e, vals):
     starts, (mask,) = _split(rest, len(indexer), (p["masked"],))
     shape = tuple(e.inputs[1].aval.shape)
     b = r.b
-    n = math.prod(shape)
     staged = None
     key = _block_key(indexer, starts)
     if any(ref.name in v.reads and v.aligned.get(ref.name) != key for v in (value, mask) if v is not None):
