@@ -637,18 +637,25 @@ def _dot(r, e, vals):
                     idx[-2] = b.let(op("add", op("mul", idx[-2], _i(tr)), _i(a)), "ti")
                 elems.append(tuple(idx))
         accs = [b.var(acc_d, const(0, acc_d), "acc") for _ in elems]
-        with b.loop(_i(0), _i(math.prod(kshape)), hint="k") as k:
-            kidx = _unravel(k, kshape)
-            cache: dict = {}
-            for acc, idx in zip(accs, elems, strict=True):
-                xa, yc = operands(idx, kidx, cache)
-                b.assign(acc, op("add", acc, op("mul", xa, yc)))
+        nk = math.prod(kshape)
+        uk = _UNROLL_K if len(elems) > 1 and nk % _UNROLL_K == 0 else 1
+        with b.loop(_i(0), _i(nk), _i(uk), hint="k") as k:
+            for u in range(uk):
+                kidx = _unravel(b.let(op("add", k, _i(u)), "ku") if u else k, kshape)
+                cache: dict = {}
+                for acc, idx in zip(accs, elems, strict=True):
+                    xa, yc = operands(idx, kidx, cache)
+                    b.assign(acc, op("add", acc, op("mul", xa, yc)))
         for acc, idx in zip(accs, elems, strict=True):
             b.store(name, _linear(idx, oshape), convert(b, acc, d) if acc_d != d else acc, space="local")
 
     r.par_for(tshape, body)
     r.barrier()
     return r.local_value(name, tuple(out.shape), d)
+
+
+#: contraction steps per iteration of a register-tiled ``dot``'s loop (where they divide the contraction)
+_UNROLL_K = 4
 
 
 def _dot_tile(shape, wg, most=16):
