@@ -117,7 +117,11 @@ def _vs_tinygrad(args):
              if label.startswith(("softmax", "matmul"))}
     theirs = {"softmax (fused rows)": TinyJit(lambda v: v.softmax(-1).realize()),
               "matmul (32x32 tiles)": TinyJit(lambda u, v: (u @ v).realize())}
-    print(f"\n{'kernel':<26} {'pallas ms':>10} {'tinygrad ms':>12} {'ratio':>7}   (opencl:0, DEV=CL)")
+    from tinygrad import Device
+    tdev = Device["CL"]
+    ours = dev.handle.platform.version.strip()
+    print(f"\ntinygrad on {getattr(tdev, 'device_name', '?')}; fnarray's opencl:0 is {ours}")
+    print(f"{'kernel':<26} {'pallas ms':>10} {'tinygrad ms':>12} {'ratio':>7} {'max diff':>9}   (opencl:0, DEV=CL)")
     for label, (kernel, inputs) in cases.items():
         fk = fa.jit(kernel)
         xs = [fa.device_put(a, dev) for a in inputs]
@@ -126,10 +130,11 @@ def _vs_tinygrad(args):
             ts = [Tensor(np.ascontiguousarray(a)).realize() for a in inputs]
 
             def tg_run(g=g, ts=ts):
-                _sync(g(*ts))
+                return _sync(g(*ts))
             for _ in range(3):   # TinyJit captures on its second call
                 _run(fk, xs)
                 tg_run()
+            diff = float(np.abs(np.asarray(fk(*xs)) - tg_run().numpy()).max())
         except (AttributeError, OSError, RuntimeError) as e:   # no libOpenCL.so.1 (ocl-icd-libopencl1)
             print(f"tinygrad: cannot run on OpenCL here ({e})")
             return
@@ -140,7 +145,7 @@ def _vs_tinygrad(args):
             tg_run()
             tt.append(time.process_time() - t0)
         mk, mt = statistics.median(tk) * 1e3, statistics.median(tt) * 1e3
-        print(f"{label:<26} {mk:>10.3f} {mt:>12.3f} {mk / mt:>6.2f}x", flush=True)
+        print(f"{label:<26} {mk:>10.3f} {mt:>12.3f} {mk / mt:>6.2f}x {diff:>9.1e}", flush=True)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
-from kernels import flash_attention, layer_norm, matmul, quantized_matvec, softmax, vector_add  # noqa: E402
+from kernels import flash_attention, histogram, layer_norm, matmul, quantized_matvec, softmax, vector_add  # noqa: E402
 from test_pallas import own_kernels  # noqa: E402
 
 rng = np.random.default_rng(290)
@@ -33,6 +33,15 @@ def _qmv_reference(x, w, s, b):
     return fa.quantized_matmul(x, w, s, b, transpose=True, group_size=64, bits=4)
 
 
+def _histogram_inputs():
+    return rng.integers(0, 12, 320).astype(np.int32), rng.integers(0, 5, 12).astype(np.int32)
+
+
+def _histogram_reference(x, counts):
+    return counts + fnp.sum((x[:, None] == fnp.arange(counts.shape[0], dtype=fnp.int32)[None, :]).astype(fnp.int32),
+                            axis=0)
+
+
 #: name: (kernel function, fnarray's own computation, inputs, tolerance)
 EXAMPLES = {
     "vector_add": (vector_add.vector_add, lambda x, y: x + y, lambda: (_f32(1000), _f32(1000)), 1e-6),
@@ -43,6 +52,9 @@ EXAMPLES = {
     "flash_attention": (flash_attention.flash_attention, flash_attention.reference,
                         lambda: (_f32(2, 32, 8), _f32(2, 32, 8), _f32(2, 32, 8)), 2e-5),
     "quantized_matvec": (quantized_matvec.quantized_matvec, _qmv_reference, _qmv_inputs, 1e-4),
+    "histogram": (histogram.histogram, _histogram_reference, _histogram_inputs, 0),
+    "column_sums": (histogram.column_sums, lambda x, init: init + fnp.sum(x, axis=0),
+                    lambda: (_f32(48, 40), _f32(40)), 2e-5),
 }
 
 
@@ -69,7 +81,7 @@ def test_example_scripts_run():
     """Each example's command line (on numpy:0) prints its error against fnarray's operations."""
     import io
     from contextlib import redirect_stdout
-    for mod in (vector_add, softmax, layer_norm, matmul, flash_attention, quantized_matvec):
+    for mod in (vector_add, softmax, layer_norm, matmul, flash_attention, quantized_matvec, histogram):
         out = io.StringIO()
         with redirect_stdout(out):
             mod.main(["--device", "numpy:0"])
@@ -78,7 +90,7 @@ def test_example_scripts_run():
 
 # ------------------------------------------------------------------------------------------- in the browser
 
-BROWSER = ("flash_attention", "softmax", "quantized_matvec")
+BROWSER = ("flash_attention", "softmax", "quantized_matvec", "histogram", "column_sums")
 
 
 @pytest.fixture(scope="module")

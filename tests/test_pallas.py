@@ -235,22 +235,89 @@ def test_atomics_in_the_interpreter():
     np.testing.assert_allclose(np.asarray(f(x)), [3 * x.sum()], rtol=1e-5)
 
 
-def test_atomics_fall_back_on_kernel_backends():
+_ATOMIC = {"add": (pl.atomic_add, np.add, 0), "max": (pl.atomic_max, np.maximum, -50),
+           "min": (pl.atomic_min, np.minimum, 50)}
+
+
+@pytest.mark.parametrize("kind", list(_ATOMIC))
+@pytest.mark.parametrize("dtype", [np.int32, np.float32])
+def test_atomics_render_on_every_device(device, kind, dtype):
+    """Atomics of every program instance into one block (each instance adds its row; with a mask), and the old
+    values of one instance, against the interpreter and NumPy, with ``fallback="error"``."""
+    fn, npf, start = _ATOMIC[kind]
+    x = (rng.standard_normal((12, 40)) * 20).astype(dtype)
+    init = np.full(40, start, dtype)
+    masked = device.backend != "jax"   # JAX's Pallas atomics take no mask
+
+    def kernel(x_ref, init_ref, o_ref):
+        keep = fnp.arange(40) % 3 != 1
+        fn(o_ref, (slice(None),), x_ref[...], mask=keep if masked else None)
+
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((40,), x.dtype), grid=(12,),
+                       in_specs=[pl.BlockSpec((None, 40), lambda i: (i, 0)), pl.BlockSpec((40,), lambda i: (0,))],
+                       out_specs=pl.BlockSpec((40,), lambda i: (0,)), input_output_aliases={1: 0})
+    want = np.where((np.arange(40) % 3 != 1) | (not masked), npf.reduce(np.concatenate([init[None], x]), axis=0), init)
+    interp = np.asarray(fa.jit(lambda a, b: pl.pallas_call(
+        kernel, out_shape=pl.ShapeDtypeStruct((40,), x.dtype), grid=(12,),
+        in_specs=[pl.BlockSpec((None, 40), lambda i: (i, 0)), pl.BlockSpec((40,), lambda i: (0,))],
+        out_specs=pl.BlockSpec((40,), lambda i: (0,)), input_output_aliases={1: 0}, interpret=True)(a, b))(x, init))
+    with own_kernels(device):
+        got = np.asarray(fa.jit(f)(fa.device_put(x, device), fa.device_put(init, device)))
+    tol = 1e-4 if dtype == np.float32 else 0
+    np.testing.assert_allclose(interp, want, rtol=tol, atol=tol)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+    def olds(x_ref, init_ref, o_ref, old_ref):
+        old_ref[...] = fn(o_ref, (pl.ds(8, 16),), x_ref[pl.ds(0, 16)])
+
+    g = pl.pallas_call(olds, out_shape=(pl.ShapeDtypeStruct((40,), x.dtype), pl.ShapeDtypeStruct((16,), x.dtype)),
+                       input_output_aliases={1: 0})
+    with own_kernels(device):
+        total, old = (np.asarray(v) for v in fa.jit(g)(fa.device_put(x[0], device), fa.device_put(init, device)))
+    np.testing.assert_array_equal(old, init[8:24])
+    np.testing.assert_allclose(total[8:24], npf(init[8:24], x[0, :16]), rtol=tol)
+    np.testing.assert_array_equal(np.delete(total, np.s_[8:24]), np.delete(init, np.s_[8:24]))
+
+
+def test_atomic_add_of_a_data_dependent_index(device):
+    """A histogram: each program instance adds 1 at the bin its value names (a traced scalar index)."""
+    vals = rng.integers(0, 9, 64).astype(np.int32)
+
+    def kernel(x_ref, h0_ref, h_ref):
+        pl.atomic_add(h_ref, x_ref[0], 1)
+
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((9,), fnp.int32), grid=(64,),
+                       in_specs=[pl.BlockSpec((1,), lambda i: (i,)), pl.BlockSpec((9,), lambda i: (0,))],
+                       out_specs=pl.BlockSpec((9,), lambda i: (0,)), input_output_aliases={1: 0})
+    with own_kernels(device):
+        got = f(fa.device_put(vals, device), fa.device_put(np.zeros(9, np.int32), device))
+    np.testing.assert_array_equal(np.asarray(got), np.bincount(vals, minlength=9))
+
+
+def test_atomics_without_a_kernel_form_say_so():
+    """An atomic on a scratch ref (or of a dtype without device atomics) has no kernel form: under
+    ``fallback="error"`` the error names it."""
     devs = [d for d in fa.devices(all_backends=True) if d.backend in ("opencl", "webgpu")]
     if not devs:
         pytest.skip("no kernel backend")
 
-    def kernel(x_ref, init_ref, o_ref):
-        pl.atomic_max(o_ref, (0,), fnp.max(x_ref[...]))
+    def kernel(x_ref, o_ref, s_ref):
+        s_ref[...] = fnp.zeros_like(s_ref)
+        pl.atomic_add(s_ref, (slice(None),), x_ref[...])
+        o_ref[...] = s_ref[...]
 
-    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((1,), fnp.float32), input_output_aliases={1: 0})
-    x = np.arange(5, dtype=np.float32)
-    with pytest.warns(fa.FallbackWarning, match="atomic"):
-        from fnarray.devices import partition, placement
-        partition._warned.clear()
-        placement._eager_cache.clear()
-        got = f(fa.device_put(x, devs[0]), fa.device_put(np.full(1, -1.0, np.float32), devs[0]))
-    np.testing.assert_array_equal(np.asarray(got), [4.0])
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((8,), fnp.float32),
+                       scratch_shapes=[pl.Local((8,), fnp.float32)])
+    x = np.arange(8, dtype=np.float32)
+    np.testing.assert_array_equal(np.asarray(f(x)), x)   # the interpreter
+    old = fa.config.fallback
+    fa.config.fallback = "error"
+    try:
+        for dev in devs:
+            with pytest.raises(Exception, match="atomic_add on a scratch"):
+                fa.jit(f)(fa.device_put(x, dev))
+    finally:
+        fa.config.fallback = old
 
 
 # ------------------------------------------------------------------------------------------ transforms
@@ -473,3 +540,33 @@ def test_dot_operands_staged_in_local_memory_as_on_a_gpu(backend):
         else:
             be.state(dev).caps = old
         groups._REASONS.clear()
+
+
+def test_local_memory_budget_is_the_devices():
+    """Blocks in work-group memory past the device's reported local memory size (WebGPU's 16 KiB of the device
+    fnarray opens; PoCL's 1 MiB) have no kernel form there: under ``fallback="error"`` the error names the size;
+    where the device has the room, the kernel runs."""
+    devs = [d for d in fa.devices(all_backends=True) if d.backend in ("opencl", "webgpu")]
+    if not devs:
+        pytest.skip("no kernel backend")
+    n = 6000   # 24,000 bytes of float32 scratch
+
+    def kernel(x_ref, o_ref, s_ref):
+        s_ref[...] = x_ref[...] * 2.0
+        o_ref[...] = s_ref[...] + 1.0
+
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((n,), fnp.float32),
+                       scratch_shapes=[pl.Local((n,), fnp.float32)])
+    x = rng.standard_normal(n).astype(np.float32)
+    old = fa.config.fallback
+    fa.config.fallback = "error"
+    try:
+        for dev in devs:
+            limit = dev.impl.capabilities(dev).local_memory_bytes
+            if limit >= 4 * n:
+                np.testing.assert_allclose(np.asarray(fa.jit(f)(fa.device_put(x, dev))), x * 2 + 1, rtol=1e-6)
+            else:
+                with pytest.raises(Exception, match=f"more than the {limit} bytes the device gives"):
+                    fa.jit(f)(fa.device_put(x, dev))
+    finally:
+        fa.config.fallback = old

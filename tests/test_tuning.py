@@ -18,6 +18,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.lowering.kernels import tuning
 from fnarray.lowering.kernels.groups import base as base_group
+from fnarray.lowering.kernels.groups import pallas as pallas_group
 from fnarray.lowering.kernels.groups import reduce as reduce_group
 from fnarray.lowering.kernels.groups import register_tiles
 from helpers import config_setting
@@ -306,7 +307,30 @@ def _tunable_cases():
                  np.tanh(xs) + np.log1p(np.abs(xs)) + np.sin(xs) + _erf(xs), tuning.MATH),
         "dot_register": (lambda a, b: fnp.maximum(a @ b + 1.0, 0.0), (a, b),
                          np.maximum(a.astype(np.float64) @ b + 1, 0), register_tiles.TUNABLE),
+        "pallas_workgroup": (_pallas_rows_matmul, (a[:32], b[:, :32]), _pallas_rows_matmul_want(a[:32], b[:, :32]),
+                             pallas_group.PALLAS_TUNABLE),
     }
+
+
+def _pallas_rows_matmul(a, b):
+    """A Pallas kernel per block of 8 rows: softmax of the rows' products with ``b`` (a dot, a reduction)."""
+    import fnarray.experimental.pallas as pl
+
+    def kernel(a_ref, b_ref, o_ref):
+        s = a_ref[...] @ b_ref[...]
+        e = fnp.exp(s - fnp.max(s, axis=-1, keepdims=True))
+        o_ref[...] = e / fnp.sum(e, axis=-1, keepdims=True)
+    m, n = a.shape[0], b.shape[1]
+    return pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((m, n), a.dtype), grid=(m // 8,),
+                          in_specs=[pl.BlockSpec((8, a.shape[1]), lambda i: (i, 0)), pl.BlockSpec(b.shape,
+                                                                                                   lambda i: (0, 0))],
+                          out_specs=pl.BlockSpec((8, n), lambda i: (i, 0)))(a, b)
+
+
+def _pallas_rows_matmul_want(a, b):
+    s = a.astype(np.float64) @ b
+    e = np.exp(s - s.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
 
 
 def _erf(x):
@@ -314,7 +338,7 @@ def _erf(x):
     return np.vectorize(erf)(x)
 
 
-@pytest.mark.parametrize("kind", ["map", "math", "dot_register", "reduce"])
+@pytest.mark.parametrize("kind", ["map", "math", "dot_register", "reduce", "pallas_workgroup"])
 def test_every_candidate_of_every_group_gives_the_same_results(monkeypatch, kind):
     fn, args, want, _ = _tunable_cases()[kind]
     ran = 0

@@ -75,7 +75,9 @@ class Capabilities:
 
     ``dtypes``: the dtypes it computes in. ``max_buffers_per_kernel``,
     ``max_workgroup_size``, ``max_dispatch``: kernel limits (``None`` = no limit).
-    ``local_memory``, ``atomics``, ``tiling_pays``: kernel-scheduler hints.
+    ``local_memory``, ``atomics``, ``tiling_pays``: kernel-scheduler hints. ``local_memory_bytes``: the
+    work-group (local) memory one kernel may use, as the device reports it (OpenCL's ``CL_DEVICE_LOCAL_MEM_SIZE``,
+    WebGPU's ``maxComputeWorkgroupStorageSize`` of the device fnarray opened); ``None``: not reported.
     ``control_flow``: ``"native"`` (the library has loops) or ``"host"``
     (the partitioner drives loops from Python). ``max_loop_iterations``: the most
     loop iterations one kernel invocation may run (Mesa's lavapipe stops at 65,535
@@ -114,6 +116,7 @@ class Capabilities:
     max_workgroup_size: int | None = None
     max_dispatch: int | None = None
     local_memory: bool = False
+    local_memory_bytes: int | None = None
     atomics: bool = False
     tiling_pays: bool = False
     control_flow: str = "native"

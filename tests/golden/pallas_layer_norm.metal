@@ -7,93 +7,80 @@
   uint3 threadgroup_position_in_grid [[threadgroup_position_in_grid]]) {
     threadgroup float red1[8];
     threadgroup float part2[32];
-    threadgroup float red17[8];
-    threadgroup float part18[32];
+    threadgroup float red13[8];
+    threadgroup float part14[32];
     const int off0 = (((int)threadgroup_position_in_grid.x) * 8);
-    for (int s3 = 0; s3 < 1; s3++) {
-        const int e4 = ((s3 * 256) + ((int)thread_position_in_threadgroup.x));
-        if ((e4 < 32)) {
-            const int ix5 = (e4 / 4);
-            const int ix6 = (e4 % 4);
-            float acc7 = 0.0f;
-            for (int k8 = ix6; k8 < 48; k8 += 4) {
-                const int ad9 = (((off0 + ix5) * 48) + k8);
-                const float ld10 = in0[ad9];
-                acc7 = (acc7 + ld10);
-            }
-            part2[((ix5 * 4) + ix6)] = acc7;
+    if ((((int)thread_position_in_threadgroup.x) < 32)) {
+        const int ix3 = (((int)thread_position_in_threadgroup.x) / 4);
+        const int ix4 = (((int)thread_position_in_threadgroup.x) % 4);
+        float acc5 = 0.0f;
+        for (int k6 = ix4; k6 < 48; k6 += 4) {
+            const int ad7 = (((off0 + ix3) * 48) + k6);
+            const float ld8 = in0[ad7];
+            acc5 = (acc5 + ld8);
         }
+        part2[((ix3 * 4) + ix4)] = acc5;
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    for (int s11 = 0; s11 < 1; s11++) {
-        const int e12 = ((s11 * 256) + ((int)thread_position_in_threadgroup.x));
-        if ((e12 < 8)) {
-            const int pb13 = (e12 * 4);
-            float acc14 = 0.0f;
-            for (int l15 = 0; l15 < 4; l15++) {
-                const float pv16 = part2[(pb13 + l15)];
-                acc14 = (acc14 + pv16);
-            }
-            red1[e12] = acc14;
+    if ((((int)thread_position_in_threadgroup.x) < 8)) {
+        const int pb9 = (((int)thread_position_in_threadgroup.x) * 4);
+        float acc10 = 0.0f;
+        for (int l11 = 0; l11 < 4; l11++) {
+            const float pv12 = part2[(pb9 + l11)];
+            acc10 = (acc10 + pv12);
         }
+        red1[((int)thread_position_in_threadgroup.x)] = acc10;
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    for (int s19 = 0; s19 < 1; s19++) {
-        const int e20 = ((s19 * 256) + ((int)thread_position_in_threadgroup.x));
-        if ((e20 < 32)) {
-            const int ix21 = (e20 / 4);
-            const int ix22 = (e20 % 4);
-            float acc23 = 0.0f;
-            for (int k24 = ix22; k24 < 48; k24 += 4) {
-                const int ad25 = (((off0 + ix21) * 48) + k24);
-                const float ld26 = in0[ad25];
-                const float lv27 = red1[ix21];
-                const float x28 = (lv27 / 48.0f);
-                const float x29 = (ld26 - x28);
-                const float lv30 = red1[ix21];
-                const float x31 = (lv30 / 48.0f);
-                const float x32 = (ld26 - x31);
-                const float x33 = (x29 * x32);
-                acc23 = (acc23 + x33);
-            }
-            part18[((ix21 * 4) + ix22)] = acc23;
+    if ((((int)thread_position_in_threadgroup.x) < 32)) {
+        const int ix15 = (((int)thread_position_in_threadgroup.x) / 4);
+        const int ix16 = (((int)thread_position_in_threadgroup.x) % 4);
+        float acc17 = 0.0f;
+        for (int k18 = ix16; k18 < 48; k18 += 4) {
+            const int ad19 = (((off0 + ix15) * 48) + k18);
+            const float ld20 = in0[ad19];
+            const float lv21 = red1[ix15];
+            const float x22 = (lv21 / 48.0f);
+            const float x23 = (ld20 - x22);
+            const float lv24 = red1[ix15];
+            const float x25 = (lv24 / 48.0f);
+            const float x26 = (ld20 - x25);
+            const float x27 = (x23 * x26);
+            acc17 = (acc17 + x27);
         }
+        part14[((ix15 * 4) + ix16)] = acc17;
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    for (int s34 = 0; s34 < 1; s34++) {
-        const int e35 = ((s34 * 256) + ((int)thread_position_in_threadgroup.x));
-        if ((e35 < 8)) {
-            const int pb36 = (e35 * 4);
-            float acc37 = 0.0f;
-            for (int l38 = 0; l38 < 4; l38++) {
-                const float pv39 = part18[(pb36 + l38)];
-                acc37 = (acc37 + pv39);
-            }
-            red17[e35] = acc37;
+    if ((((int)thread_position_in_threadgroup.x) < 8)) {
+        const int pb28 = (((int)thread_position_in_threadgroup.x) * 4);
+        float acc29 = 0.0f;
+        for (int l30 = 0; l30 < 4; l30++) {
+            const float pv31 = part14[(pb28 + l30)];
+            acc29 = (acc29 + pv31);
         }
+        red13[((int)thread_position_in_threadgroup.x)] = acc29;
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    for (int s40 = 0; s40 < 2; s40++) {
-        const int e41 = ((s40 * 256) + ((int)thread_position_in_threadgroup.x));
-        if ((e41 < 384)) {
-            const int ix42 = (e41 / 48);
-            const int ix43 = (e41 % 48);
-            const int ad44 = (((off0 + ix42) * 48) + ix43);
-            const float ld45 = in0[ad44];
-            const float lv46 = red1[ix42];
-            const float x47 = (lv46 / 48.0f);
-            const float x48 = (ld45 - x47);
-            const float lv49 = red17[ix42];
-            const float x50 = (lv49 / 48.0f);
-            const float x51 = (x50 + 1e-05f);
-            const float x52 = metal::rsqrt(x51);
-            const float x53 = (x48 * x52);
-            const float ld54 = in1[ix43];
-            const float x55 = (x53 * ld54);
-            const float ld56 = in2[ix43];
-            const float x57 = (x55 + ld56);
-            out3[(((off0 + ix42) * 48) + ix43)] = x57;
+    for (int s32 = 0; s32 < 2; s32++) {
+        const int e33 = ((s32 * 256) + ((int)thread_position_in_threadgroup.x));
+        if ((e33 < 384)) {
+            const int ix34 = (e33 / 48);
+            const int ix35 = (e33 % 48);
+            const int ad36 = (((off0 + ix34) * 48) + ix35);
+            const float ld37 = in0[ad36];
+            const float lv38 = red1[ix34];
+            const float x39 = (lv38 / 48.0f);
+            const float x40 = (ld37 - x39);
+            const float lv41 = red13[ix34];
+            const float x42 = (lv41 / 48.0f);
+            const float x43 = (x42 + 1e-05f);
+            const float x44 = metal::rsqrt(x43);
+            const float x45 = (x40 * x44);
+            const float ld46 = in1[ix35];
+            const float x47 = (x45 * ld46);
+            const float ld48 = in2[ix35];
+            const float x49 = (x47 + ld48);
+            out3[(((off0 + ix34) * 48) + ix35)] = x49;
         }
     }
-    metal::threadgroup_barrier(metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup);
 }

@@ -4,9 +4,9 @@
   device float* out2 [[buffer(2)]],
   uint3 thread_position_in_threadgroup [[thread_position_in_threadgroup]],
   uint3 threadgroup_position_in_grid [[threadgroup_position_in_grid]]) {
-    threadgroup float ta11[256];
-    threadgroup float tb18[256];
-    threadgroup float dot25[256];
+    threadgroup float ta9[256];
+    threadgroup float tb14[256];
+    threadgroup float dot19[256];
     const int pid0 = (((int)threadgroup_position_in_grid.x) / 6);
     const int pid1 = ((((int)threadgroup_position_in_grid.x) / 3) % 2);
     const int pid2 = (((int)threadgroup_position_in_grid.x) % 3);
@@ -15,65 +15,38 @@
     const int off5 = (pid1 * 16);
     const bool x6 = (pid2 == 0);
     if (x6) {
-        for (int s7 = 0; s7 < 1; s7++) {
-            const int e8 = ((s7 * 256) + ((int)thread_position_in_threadgroup.x));
-            if ((e8 < 256)) {
-                const int ix9 = (e8 / 16);
-                const int ix10 = (e8 % 16);
-                out2[(((off3 + ix9) * 32) + (off5 + ix10))] = 0.0f;
-            }
-        }
-        metal::threadgroup_barrier(metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup);
+        const int ix7 = (((int)thread_position_in_threadgroup.x) / 16);
+        const int ix8 = (((int)thread_position_in_threadgroup.x) % 16);
+        out2[(((off3 + ix7) * 32) + (off5 + ix8))] = 0.0f;
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup);
-    for (int s12 = 0; s12 < 1; s12++) {
-        const int e13 = ((s12 * 256) + ((int)thread_position_in_threadgroup.x));
-        if ((e13 < 256)) {
-            const int ix14 = (e13 / 16);
-            const int ix15 = (e13 % 16);
-            const int ad16 = (((off3 + ix14) * 48) + (off4 + ix15));
-            const float ld17 = in0[ad16];
-            ta11[((ix14 * 16) + ix15)] = ld17;
-        }
-    }
+    const int ix10 = (((int)thread_position_in_threadgroup.x) / 16);
+    const int ix11 = (((int)thread_position_in_threadgroup.x) % 16);
+    const int ad12 = (((off3 + ix10) * 48) + (off4 + ix11));
+    const float ld13 = in0[ad12];
+    ta9[((ix10 * 16) + ix11)] = ld13;
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    for (int s19 = 0; s19 < 1; s19++) {
-        const int e20 = ((s19 * 256) + ((int)thread_position_in_threadgroup.x));
-        if ((e20 < 256)) {
-            const int ix21 = (e20 / 16);
-            const int ix22 = (e20 % 16);
-            const int ad23 = (((off4 + ix21) * 32) + (off5 + ix22));
-            const float ld24 = in1[ad23];
-            tb18[((ix21 * 16) + ix22)] = ld24;
-        }
-    }
+    const int ix15 = (((int)thread_position_in_threadgroup.x) / 16);
+    const int ix16 = (((int)thread_position_in_threadgroup.x) % 16);
+    const int ad17 = (((off4 + ix15) * 32) + (off5 + ix16));
+    const float ld18 = in1[ad17];
+    tb14[((ix15 * 16) + ix16)] = ld18;
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    for (int s26 = 0; s26 < 1; s26++) {
-        const int e27 = ((s26 * 256) + ((int)thread_position_in_threadgroup.x));
-        if ((e27 < 256)) {
-            const int ix28 = (e27 / 16);
-            const int ix29 = (e27 % 16);
-            float acc30 = 0.0f;
-            for (int k31 = 0; k31 < 16; k31++) {
-                const float lv32 = ta11[((ix28 * 16) + k31)];
-                const float lv33 = tb18[((k31 * 16) + ix29)];
-                acc30 = (acc30 + (lv32 * lv33));
-            }
-            dot25[((ix28 * 16) + ix29)] = acc30;
-        }
+    const int ix20 = (((int)thread_position_in_threadgroup.x) / 16);
+    const int ix21 = (((int)thread_position_in_threadgroup.x) % 16);
+    float acc22 = 0.0f;
+    for (int k23 = 0; k23 < 16; k23++) {
+        const float lv24 = ta9[((ix20 * 16) + k23)];
+        const float lv25 = tb14[((k23 * 16) + ix21)];
+        acc22 = (acc22 + (lv24 * lv25));
     }
+    dot19[((ix20 * 16) + ix21)] = acc22;
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    for (int s34 = 0; s34 < 1; s34++) {
-        const int e35 = ((s34 * 256) + ((int)thread_position_in_threadgroup.x));
-        if ((e35 < 256)) {
-            const int ix36 = (e35 / 16);
-            const int ix37 = (e35 % 16);
-            const int ad38 = (((off3 + ix36) * 32) + (off5 + ix37));
-            const float ld39 = out2[ad38];
-            const float lv40 = dot25[((ix36 * 16) + ix37)];
-            const float x41 = (ld39 + lv40);
-            out2[(((off3 + ix36) * 32) + (off5 + ix37))] = x41;
-        }
-    }
-    metal::threadgroup_barrier(metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup);
+    const int ix26 = (((int)thread_position_in_threadgroup.x) / 16);
+    const int ix27 = (((int)thread_position_in_threadgroup.x) % 16);
+    const int ad28 = (((off3 + ix26) * 32) + (off5 + ix27));
+    const float ld29 = out2[ad28];
+    const float lv30 = dot19[((ix26 * 16) + ix27)];
+    const float x31 = (ld29 + lv30);
+    out2[(((off3 + ix26) * 32) + (off5 + ix27))] = x31;
 }

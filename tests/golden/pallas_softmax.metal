@@ -5,82 +5,66 @@
   uint3 threadgroup_position_in_grid [[threadgroup_position_in_grid]]) {
     threadgroup float red1[4];
     threadgroup float part2[16];
-    threadgroup float red17[4];
-    threadgroup float part18[16];
+    threadgroup float red13[4];
+    threadgroup float part14[16];
     const int off0 = (((int)threadgroup_position_in_grid.x) * 4);
-    for (int s3 = 0; s3 < 1; s3++) {
-        const int e4 = ((s3 * 256) + ((int)thread_position_in_threadgroup.x));
-        if ((e4 < 16)) {
-            const int ix5 = (e4 / 4);
-            const int ix6 = (e4 % 4);
-            float acc7 = (-(float)INFINITY);
-            for (int k8 = ix6; k8 < 40; k8 += 4) {
-                const int ad9 = (((off0 + ix5) * 40) + k8);
-                const float ld10 = in0[ad9];
-                acc7 = ((((acc7 > ld10) && (!((as_type<uint>(ld10) & 2147483647u) > 2139095040u))) || ((as_type<uint>(acc7) & 2147483647u) > 2139095040u)) ? acc7 : ld10);
-            }
-            part2[((ix5 * 4) + ix6)] = acc7;
+    if ((((int)thread_position_in_threadgroup.x) < 16)) {
+        const int ix3 = (((int)thread_position_in_threadgroup.x) / 4);
+        const int ix4 = (((int)thread_position_in_threadgroup.x) % 4);
+        float acc5 = (-(float)INFINITY);
+        for (int k6 = ix4; k6 < 40; k6 += 4) {
+            const int ad7 = (((off0 + ix3) * 40) + k6);
+            const float ld8 = in0[ad7];
+            acc5 = ((((acc5 > ld8) && (!((as_type<uint>(ld8) & 2147483647u) > 2139095040u))) || ((as_type<uint>(acc5) & 2147483647u) > 2139095040u)) ? acc5 : ld8);
         }
+        part2[((ix3 * 4) + ix4)] = acc5;
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    for (int s11 = 0; s11 < 1; s11++) {
-        const int e12 = ((s11 * 256) + ((int)thread_position_in_threadgroup.x));
-        if ((e12 < 4)) {
-            const int pb13 = (e12 * 4);
-            float acc14 = (-(float)INFINITY);
-            for (int l15 = 0; l15 < 4; l15++) {
-                const float pv16 = part2[(pb13 + l15)];
-                acc14 = ((((acc14 > pv16) && (!((as_type<uint>(pv16) & 2147483647u) > 2139095040u))) || ((as_type<uint>(acc14) & 2147483647u) > 2139095040u)) ? acc14 : pv16);
-            }
-            red1[e12] = acc14;
+    if ((((int)thread_position_in_threadgroup.x) < 4)) {
+        const int pb9 = (((int)thread_position_in_threadgroup.x) * 4);
+        float acc10 = (-(float)INFINITY);
+        for (int l11 = 0; l11 < 4; l11++) {
+            const float pv12 = part2[(pb9 + l11)];
+            acc10 = ((((acc10 > pv12) && (!((as_type<uint>(pv12) & 2147483647u) > 2139095040u))) || ((as_type<uint>(acc10) & 2147483647u) > 2139095040u)) ? acc10 : pv12);
         }
+        red1[((int)thread_position_in_threadgroup.x)] = acc10;
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    for (int s19 = 0; s19 < 1; s19++) {
-        const int e20 = ((s19 * 256) + ((int)thread_position_in_threadgroup.x));
-        if ((e20 < 16)) {
-            const int ix21 = (e20 / 4);
-            const int ix22 = (e20 % 4);
-            float acc23 = 0.0f;
-            for (int k24 = ix22; k24 < 40; k24 += 4) {
-                const int ad25 = (((off0 + ix21) * 40) + k24);
-                const float ld26 = in0[ad25];
-                const float lv27 = red1[ix21];
-                const float x28 = (ld26 - lv27);
-                const float x29 = metal::exp(x28);
-                acc23 = (acc23 + x29);
-            }
-            part18[((ix21 * 4) + ix22)] = acc23;
+    if ((((int)thread_position_in_threadgroup.x) < 16)) {
+        const int ix15 = (((int)thread_position_in_threadgroup.x) / 4);
+        const int ix16 = (((int)thread_position_in_threadgroup.x) % 4);
+        float acc17 = 0.0f;
+        for (int k18 = ix16; k18 < 40; k18 += 4) {
+            const int ad19 = (((off0 + ix15) * 40) + k18);
+            const float ld20 = in0[ad19];
+            const float lv21 = red1[ix15];
+            const float x22 = (ld20 - lv21);
+            const float x23 = metal::exp(x22);
+            acc17 = (acc17 + x23);
         }
+        part14[((ix15 * 4) + ix16)] = acc17;
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    for (int s30 = 0; s30 < 1; s30++) {
-        const int e31 = ((s30 * 256) + ((int)thread_position_in_threadgroup.x));
-        if ((e31 < 4)) {
-            const int pb32 = (e31 * 4);
-            float acc33 = 0.0f;
-            for (int l34 = 0; l34 < 4; l34++) {
-                const float pv35 = part18[(pb32 + l34)];
-                acc33 = (acc33 + pv35);
-            }
-            red17[e31] = acc33;
+    if ((((int)thread_position_in_threadgroup.x) < 4)) {
+        const int pb24 = (((int)thread_position_in_threadgroup.x) * 4);
+        float acc25 = 0.0f;
+        for (int l26 = 0; l26 < 4; l26++) {
+            const float pv27 = part14[(pb24 + l26)];
+            acc25 = (acc25 + pv27);
         }
+        red13[((int)thread_position_in_threadgroup.x)] = acc25;
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    for (int s36 = 0; s36 < 1; s36++) {
-        const int e37 = ((s36 * 256) + ((int)thread_position_in_threadgroup.x));
-        if ((e37 < 160)) {
-            const int ix38 = (e37 / 40);
-            const int ix39 = (e37 % 40);
-            const int ad40 = (((off0 + ix38) * 40) + ix39);
-            const float ld41 = in0[ad40];
-            const float lv42 = red1[ix38];
-            const float x43 = (ld41 - lv42);
-            const float x44 = metal::exp(x43);
-            const float lv45 = red17[ix38];
-            const float x46 = (x44 / lv45);
-            out1[(((off0 + ix38) * 40) + ix39)] = x46;
-        }
+    if ((((int)thread_position_in_threadgroup.x) < 160)) {
+        const int ix28 = (((int)thread_position_in_threadgroup.x) / 40);
+        const int ix29 = (((int)thread_position_in_threadgroup.x) % 40);
+        const int ad30 = (((off0 + ix28) * 40) + ix29);
+        const float ld31 = in0[ad30];
+        const float lv32 = red1[ix28];
+        const float x33 = (ld31 - lv32);
+        const float x34 = metal::exp(x33);
+        const float lv35 = red13[ix28];
+        const float x36 = (x34 / lv35);
+        out1[(((off0 + ix28) * 40) + ix29)] = x36;
     }
-    metal::threadgroup_barrier(metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup);
 }

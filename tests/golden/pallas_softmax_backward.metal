@@ -7,49 +7,39 @@
     threadgroup float red1[4];
     threadgroup float part2[16];
     const int off0 = (((int)threadgroup_position_in_grid.x) * 4);
-    for (int s3 = 0; s3 < 1; s3++) {
-        const int e4 = ((s3 * 256) + ((int)thread_position_in_threadgroup.x));
-        if ((e4 < 16)) {
-            const int ix5 = (e4 / 4);
-            const int ix6 = (e4 % 4);
-            float acc7 = 0.0f;
-            for (int k8 = ix6; k8 < 40; k8 += 4) {
-                const int ad9 = (((off0 + ix5) * 40) + k8);
-                const float ld10 = in1[ad9];
-                const float ld11 = in0[ad9];
-                const float x12 = (ld10 * ld11);
-                acc7 = (acc7 + x12);
-            }
-            part2[((ix5 * 4) + ix6)] = acc7;
+    if ((((int)thread_position_in_threadgroup.x) < 16)) {
+        const int ix3 = (((int)thread_position_in_threadgroup.x) / 4);
+        const int ix4 = (((int)thread_position_in_threadgroup.x) % 4);
+        float acc5 = 0.0f;
+        for (int k6 = ix4; k6 < 40; k6 += 4) {
+            const int ad7 = (((off0 + ix3) * 40) + k6);
+            const float ld8 = in1[ad7];
+            const float ld9 = in0[ad7];
+            const float x10 = (ld8 * ld9);
+            acc5 = (acc5 + x10);
         }
+        part2[((ix3 * 4) + ix4)] = acc5;
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    for (int s13 = 0; s13 < 1; s13++) {
-        const int e14 = ((s13 * 256) + ((int)thread_position_in_threadgroup.x));
-        if ((e14 < 4)) {
-            const int pb15 = (e14 * 4);
-            float acc16 = 0.0f;
-            for (int l17 = 0; l17 < 4; l17++) {
-                const float pv18 = part2[(pb15 + l17)];
-                acc16 = (acc16 + pv18);
-            }
-            red1[e14] = acc16;
+    if ((((int)thread_position_in_threadgroup.x) < 4)) {
+        const int pb11 = (((int)thread_position_in_threadgroup.x) * 4);
+        float acc12 = 0.0f;
+        for (int l13 = 0; l13 < 4; l13++) {
+            const float pv14 = part2[(pb11 + l13)];
+            acc12 = (acc12 + pv14);
         }
+        red1[((int)thread_position_in_threadgroup.x)] = acc12;
     }
     metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-    for (int s19 = 0; s19 < 1; s19++) {
-        const int e20 = ((s19 * 256) + ((int)thread_position_in_threadgroup.x));
-        if ((e20 < 160)) {
-            const int ix21 = (e20 / 40);
-            const int ix22 = (e20 % 40);
-            const int ad23 = (((off0 + ix21) * 40) + ix22);
-            const float ld24 = in0[ad23];
-            const float ld25 = in1[ad23];
-            const float lv26 = red1[ix21];
-            const float x27 = (ld25 - lv26);
-            const float x28 = (ld24 * x27);
-            out2[(((off0 + ix21) * 40) + ix22)] = x28;
-        }
+    if ((((int)thread_position_in_threadgroup.x) < 160)) {
+        const int ix15 = (((int)thread_position_in_threadgroup.x) / 40);
+        const int ix16 = (((int)thread_position_in_threadgroup.x) % 40);
+        const int ad17 = (((off0 + ix15) * 40) + ix16);
+        const float ld18 = in0[ad17];
+        const float ld19 = in1[ad17];
+        const float lv20 = red1[ix15];
+        const float x21 = (ld19 - lv20);
+        const float x22 = (ld18 * x21);
+        out2[(((off0 + ix15) * 40) + ix16)] = x22;
     }
-    metal::threadgroup_barrier(metal::mem_flags::mem_device | metal::mem_flags::mem_threadgroup);
 }

@@ -17,6 +17,7 @@ import numpy as np
 
 from fnarray import tree_util
 from fnarray.core import dtypes, lax
+from fnarray.core import primitives as P
 from fnarray.core.avals import get_aval
 from fnarray.core.builder import trace_to_program
 from fnarray.core.errors import DTypeError, ShapeError
@@ -389,8 +390,12 @@ def _atomic(op):
         return old
     f.__name__ = f"atomic_{op}"
     f.__doc__ = (f"Atomically ``x_ref[idx] = {op}(x_ref[idx], val)`` where ``mask`` holds; returns the old values "
-                 f"(Pallas's ``pl.atomic_{op}``). Program instances run one after another in the interpreter; "
-                 f"the opencl/webgpu kernels do not render atomics (the equation falls back to the interpreter).")
+                 f"(Pallas's ``pl.atomic_{op}``). ``x_ref``: an int32, uint32 or float32 output ref; ``val`` "
+                 f"and ``mask`` broadcast to the indexed block. Program instances run one after another in the "
+                 f"interpreter, at once on opencl/webgpu (the device's atomics; float32 by a compare-and-swap "
+                 f"loop), so float sums round in the order they ran. Raises as ``pl.store`` does for a bad index "
+                 f"or an input ref; an atomic on a scratch ref, or of another dtype, falls back to the "
+                 f"interpreter on opencl/webgpu. Source: JAX's Pallas, docs.jax.dev/en/latest/pallas.")
     return f
 
 
@@ -699,7 +704,46 @@ def _trace_body(kernel, kname, grid, in_blocks, in_avals, out_blocks, out_avals,
         return [r.state for r in refs["out"]]
 
     body, consts = trace_to_program(flat, [ShapedArray((), _INT32)] * len(grid) + ref_avals, debug_name=kname)
+    body, consts = _iotas_inline(body, consts)
     return _consts_as_refs(body, len(grid) + len(in_blocks), consts), refs, consts
+
+
+def _iotas_inline(body, consts):
+    """The body with each captured array that counts along one axis (``fnp.arange(n)`` made inside the kernel,
+    broadcast or not) made by an ``iota`` inside it instead: an operand would be read from memory by every
+    program instance (on PoCL that costs a vector add half its speed), an iota is computed in place."""
+    keep_vars, keep = [], []
+    eqns = []
+    for cv, c in zip(body.constvars, consts, strict=True):
+        dim = _counting_axis(c)
+        if dim is None:
+            keep_vars.append(cv)
+            keep.append(c)
+            continue
+        a = cv.aval
+        eqns.append(Eqn(P.iota, (), Params(dtype=np.dtype(a.dtype), shape=tuple(a.shape), dimension=dim), (cv,)))
+    if not eqns:
+        return body, consts
+    return Program(keep_vars, list(body.invars), eqns + list(body.eqns), body.outvars), keep
+
+
+def _counting_axis(c):
+    """The axis along which the concrete integer array ``c`` is ``0, 1, 2...`` (the same along the others), or
+    ``None`` (a traced value, another array)."""
+    if isinstance(c, Tracer):
+        return None
+    try:
+        a = np.asarray(c)
+    except Exception:  # noqa: BLE001 (a value that is not concrete: an operand as before)
+        return None
+    if a.dtype.kind not in "iu" or a.ndim == 0 or a.size == 0 or a.size > 1 << 16:
+        return None
+    for dim in range(a.ndim):
+        if a.shape[dim] > 1 and np.array_equal(a, np.broadcast_to(
+                np.arange(a.shape[dim], dtype=a.dtype).reshape([-1 if k == dim else 1 for k in range(a.ndim)]),
+                a.shape)):
+            return dim
+    return None
 
 
 def _consts_as_refs(body, at, consts):

@@ -14,6 +14,7 @@ from fnarray.lowering.kernels.ir import (
     INT32,
     ArrayDecl,
     Assign,
+    Atomic,
     Barrier,
     BufferParam,
     Comment,
@@ -94,6 +95,12 @@ class KernelBuilder:
             self._memo[-1][expr] = sym
         return sym
 
+    def forget(self):
+        """Forget the values bound so far: an expression met again is bound again (a kernel that keeps no
+        per-work-item value across a barrier: PoCL miscompiles some that do)."""
+        for memo in self._memo:
+            memo.clear()
+
     def _changes(self, e) -> bool:
         if isinstance(e, Sym):
             return e.name in self._mutable
@@ -115,6 +122,13 @@ class KernelBuilder:
 
     def store(self, name: str, index, value, space: str = "global"):
         self.emit(Store(space, name, index, value))
+
+    def atomic(self, op: str, name: str, index, value, keep: bool = True):
+        """An atomic ``name[index] = op(name[index], value)`` on a global buffer (``ir.Atomic``); returns the old
+        value (a ``Sym``) where ``keep``, else ``None``."""
+        result = self.fresh("old") if keep else None
+        self.emit(Atomic(op, name, index, value, result))
+        return Sym(result, value.dtype) if keep else None
 
     def load(self, name: str, index, dtype, space: str = "global"):
         return self.let(Load(space, name, index, dtype))
@@ -191,7 +205,7 @@ class KernelBuilder:
 def _stored(stmts) -> set:
     out = set()
     for s in stmts:
-        if isinstance(s, Store):
+        if isinstance(s, (Store, Atomic)):
             out.add(s.name)
         elif isinstance(s, For):
             out |= _stored(s.body)

@@ -24,6 +24,7 @@ from fnarray.lowering.kernels.ir import (
     OPS,
     ArrayDecl,
     Assign,
+    Atomic,
     Barrier,
     Bitcast,
     Cast,
@@ -197,6 +198,11 @@ class CStyleRenderer(abc.ABC):
             value = self.to_storage(value, dtype)
         return f"{name}[{index}] = {value};"
 
+    def atomic(self, s: Atomic, value: str, index: str) -> list:
+        """The lines of an atomic read-modify-write (``ir.Atomic``), declaring ``s.result`` where it is kept;
+        ``value``, ``index``: the printed operands. Each target spells its own (C has none)."""
+        raise TypeError(f"{type(self).__name__} does not print atomics")
+
     # ------------------------------------------------------------------ printing
     def rewrite(self, kernel: Kernel) -> Kernel:
         """The kernel as this target prints it: by default ``rewrite_expr`` on every expression."""
@@ -222,6 +228,8 @@ class CStyleRenderer(abc.ABC):
             elif isinstance(s, Store):
                 lines.append(pad + self.store(s.space, s.name, self.expr(s.index), self.expr(s.value),
                                               s.value.dtype))
+            elif isinstance(s, Atomic):
+                lines.extend(pad + line for line in self.atomic(s, self.expr(s.value), self.expr(s.index)))
             elif isinstance(s, For):
                 lines.append(pad + self.for_header(s.var, self.expr(s.start), self.expr(s.stop),
                                                    self.expr(s.step)) + " {")

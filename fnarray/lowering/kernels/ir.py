@@ -29,8 +29,10 @@ from fnarray.core import families
 from fnarray.core import primitives as _primitives  # noqa: F401  (the families' members)
 
 __all__ = ["Expr", "Const", "Sym", "Special", "Load", "Op", "Cast", "Bitcast", "Select", "Let", "Decl",
-           "Assign", "Store", "For", "If", "Barrier", "ArrayDecl", "Comment", "BufferParam", "ScalarParam",
-           "Kernel", "OPS", "const", "INT32", "BOOL", "UINT32", "walk_exprs", "map_exprs", "children", "rebuild"]
+           "Assign", "Store", "Atomic", "ATOMIC_OPS", "ATOMIC_DTYPES", "For", "If", "Barrier", "ArrayDecl",
+           "Comment", "BufferParam", "ScalarParam",
+           "Kernel", "OPS", "const", "INT32", "BOOL", "UINT32", "walk_exprs", "map_exprs", "children", "rebuild",
+           "atomic_buffers"]
 
 INT32 = np.dtype(np.int32)
 UINT32 = np.dtype(np.uint32)
@@ -184,6 +186,27 @@ class Store:
     value: Expr
 
 
+#: The read-modify-write operations of ``Atomic`` and the element types they take (32-bit, as OpenCL C's
+#: core atomics and WGSL's ``atomic<T>``; float32 through a compare-and-swap loop on the bits).
+ATOMIC_OPS = ("add", "max", "min")
+ATOMIC_DTYPES = (np.dtype(np.int32), np.dtype(np.uint32), np.dtype(np.float32))
+
+
+@_frozen
+class Atomic:
+    """An atomic read-modify-write of element ``index`` of the global buffer ``name``: ``name[index] =
+    op(name[index], value)`` for ``op`` in ``ATOMIC_OPS``, the element's old value bound to the immutable local
+    ``result`` (``None``: not kept). Integer ``max``/``min`` compare as the buffer's dtype; float32 ``max``/``min``
+    propagate NaN (as ``numpy.maximum``). A buffer that a kernel updates atomically is one WGSL declares of
+    atomic elements: every other access of it in that kernel is an atomic load or store there."""
+
+    op: str
+    name: str
+    index: Expr
+    value: Expr
+    result: str | None = None
+
+
 @_frozen
 class For:
     """``for (var = start; var < stop; var += step) body`` over int32."""
@@ -279,7 +302,7 @@ def walk_exprs(stmts):
     for s in stmts:
         if isinstance(s, (Let, Assign, Decl)):
             yield from visit(s.value)
-        elif isinstance(s, Store):
+        elif isinstance(s, (Store, Atomic)):
             yield from visit(s.index)
             yield from visit(s.value)
         elif isinstance(s, For):
@@ -291,6 +314,20 @@ def walk_exprs(stmts):
             yield from visit(s.cond)
             yield from walk_exprs(s.then)
             yield from walk_exprs(s.orelse)
+
+
+def atomic_buffers(stmts) -> dict:
+    """The buffers the statements update atomically: name -> the dtype of the values (``Atomic``)."""
+    out = {}
+    for s in stmts:
+        if isinstance(s, Atomic):
+            out[s.name] = s.value.dtype
+        elif isinstance(s, For):
+            out.update(atomic_buffers(s.body))
+        elif isinstance(s, If):
+            out.update(atomic_buffers(s.then))
+            out.update(atomic_buffers(s.orelse))
+    return out
 
 
 def rebuild(e, kids):
@@ -332,6 +369,8 @@ def map_exprs(kernel: Kernel, fn) -> Kernel:
                 out.append(Assign(s.name, rw(s.value)))
             elif isinstance(s, Store):
                 out.append(Store(s.space, s.name, rw(s.index), rw(s.value)))
+            elif isinstance(s, Atomic):
+                out.append(dataclasses.replace(s, index=rw(s.index), value=rw(s.value)))
             elif isinstance(s, For):
                 out.append(For(s.var, rw(s.start), rw(s.stop), rw(s.step), stmts(s.body)))
             elif isinstance(s, If):

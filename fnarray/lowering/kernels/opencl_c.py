@@ -104,6 +104,30 @@ class OpenCLRenderer(CStyleRenderer):
     def special(self, e) -> str:
         return f"((int){_SPECIALS[e.kind]}({e.dim}))"
 
+    def atomic(self, s, value: str, index: str) -> list:
+        """OpenCL C's ``atomic_add``/``atomic_max``/``atomic_min`` on 32-bit integers; on float32 a
+        compare-and-swap loop (``atomic_cmpxchg``) on the bits."""
+        d = np.dtype(s.value.dtype)
+        keep = f"const {self.type_name(d)} {s.result} = " if s.result else ""
+        if d.kind in "iu":
+            t = self.type_name(d)
+            return [f"{keep}atomic_{s.op}((volatile __global {t}*)&{s.name}[{index}], {value});"]
+        new = {"add": "(fa_a + fa_v)", "max": "(((fa_a > fa_v) || (fa_a != fa_a)) ? fa_a : fa_v)",
+               "min": "(((fa_a < fa_v) || (fa_a != fa_a)) ? fa_a : fa_v)"}[s.op]
+        lines = [f"float {s.result};"] if s.result else []
+        lines += ["{", f"    const float fa_v = {value};",
+                  f"    volatile __global uint* fa_p = (volatile __global uint*)&{s.name}[{index}];",
+                  "    uint fa_old = *fa_p;",
+                  "    for (;;) {",
+                  "        const float fa_a = as_float(fa_old);",
+                  f"        const uint fa_seen = atomic_cmpxchg(fa_p, fa_old, as_uint({new}));",
+                  "        if (fa_seen == fa_old) break;",
+                  "        fa_old = fa_seen;",
+                  "    }"]
+        if s.result:
+            lines.append(f"    {s.result} = as_float(fa_old);")
+        return lines + ["}"]
+
     def bitcast(self, x: str, dtype) -> str:
         return f"as_{self.type_name(dtype)}({x})"
 

@@ -30,6 +30,7 @@ from fnarray.lowering.kernels.ir import (
     INT32,
     UINT32,
     Assign,
+    Atomic,
     Bitcast,
     Cast,
     Const,
@@ -509,6 +510,8 @@ class _Expander:
                 s = Assign(s.name, self.expr(s.value, body, memo))
             elif isinstance(s, Store):
                 s = Store(s.space, s.name, self.expr(s.index, body, memo), self.expr(s.value, body, memo))
+            elif isinstance(s, Atomic):
+                s = dataclasses.replace(s, index=self.expr(s.index, body, memo), value=self.expr(s.value, body, memo))
             elif isinstance(s, For):
                 s = For(s.var, self.expr(s.start, body, memo), self.expr(s.stop, body, memo),
                         self.expr(s.step, body, memo), self.stmts(s.body))

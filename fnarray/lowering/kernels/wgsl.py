@@ -56,6 +56,7 @@ from fnarray.lowering.kernels.ir import (
     ScalarParam,
     Special,
     Sym,
+    atomic_buffers,
     walk_exprs,
 )
 from fnarray.lowering.kernels.transcendental import BODIES, expand
@@ -175,6 +176,7 @@ class WGSLRenderer(CStyleRenderer):
     def __init__(self):
         self._layout = None
         self._workgroup_arrays = []
+        self._atomic = {}   # buffers updated atomically: name -> value dtype (declared array<atomic<...>>)
 
     # ------------------------------------------------------------------ rewrites before printing
     def rewrite(self, kernel: Kernel) -> Kernel:
@@ -210,11 +212,13 @@ class WGSLRenderer(CStyleRenderer):
                for name, d in layout.uniform_fields]
         self._layout = layout
         self._workgroup_arrays = [s for s in _array_decls(kernel.body) if s.space == "local"]
+        self._atomic = atomic_buffers(kernel.body)
         try:
             return super().render(dataclasses.replace(kernel, body=tuple(pre) + _without_local_arrays(kernel.body)))
         finally:
             self._layout = None
             self._workgroup_arrays = []
+            self._atomic = {}
 
     # ------------------------------------------------------------------ hooks
     def literal(self, c: Const) -> str:
@@ -254,6 +258,43 @@ class WGSLRenderer(CStyleRenderer):
     def select(self, cond: str, a: str, b: str, dtype) -> str:
         return f"select({b}, {a}, {cond})"
 
+    # A buffer updated atomically is an array of atomic<i32>/atomic<u32> (float32 as the bits, atomic<u32>):
+    # WGSL then allows only atomic accesses of it, so its loads and stores are atomicLoad/atomicStore.
+    def load(self, space, name, index, dtype) -> str:
+        if space == "global" and name in self._atomic:
+            text = f"atomicLoad(&{name}[{index}])"
+            return f"bitcast<f32>({text})" if np.dtype(dtype) == F32 else text
+        return super().load(space, name, index, dtype)
+
+    def store(self, space, name, index, value, dtype) -> str:
+        if space == "global" and name in self._atomic:
+            bits = f"bitcast<u32>({value})" if np.dtype(dtype) == F32 else value
+            return f"atomicStore(&{name}[{index}], {bits});"
+        return super().store(space, name, index, value, dtype)
+
+    def atomic(self, s, value: str, index: str) -> list:
+        """``atomicAdd``/``atomicMax``/``atomicMin`` on i32/u32; on float32 an ``atomicCompareExchangeWeak`` loop
+        on the bits (an atomic<u32> buffer)."""
+        d = np.dtype(s.value.dtype)
+        ref = f"&{s.name}[{index}]"
+        if d.kind in "iu":
+            call = f"atomic{s.op.capitalize()}({ref}, {value})"
+            return [f"let {s.result}: {self.type_name(d)} = {call};" if s.result else f"{call};"]
+        new = {"add": "(fa_a + fa_v)", "max": "select(fa_v, fa_a, (fa_a > fa_v) || !(fa_a == fa_a))",
+               "min": "select(fa_v, fa_a, (fa_a < fa_v) || !(fa_a == fa_a))"}[s.op]
+        lines = [f"var {s.result}: f32;"] if s.result else []
+        lines += ["{", f"    let fa_v: f32 = {value};",
+                  f"    var fa_old: u32 = atomicLoad({ref});",
+                  "    loop {",
+                  "        let fa_a = bitcast<f32>(fa_old);",
+                  f"        let fa_r = atomicCompareExchangeWeak({ref}, fa_old, bitcast<u32>({new}));",
+                  "        if (fa_r.exchanged) { break; }",
+                  "        fa_old = fa_r.old_value;",
+                  "    }"]
+        if s.result:
+            lines.append(f"    {s.result} = bitcast<f32>(fa_old);")
+        return lines + ["}"]
+
     def let(self, name, dtype, value) -> str:
         return f"let {name}: {self.type_name(dtype)} = {value};"
 
@@ -286,8 +327,10 @@ class WGSLRenderer(CStyleRenderer):
         lay = self._layout
         for k, p in enumerate(lay.buffers):
             access = "read_write" if p.writes else "read"
-            lines.append(f"@group(0) @binding({k}) var<storage, {access}> {p.name}: "
-                         f"array<{self.storage_name(p.dtype)}>;")
+            elem = self.storage_name(p.dtype)
+            if p.name in self._atomic:
+                elem = f"atomic<{'u32' if np.dtype(p.dtype) == F32 else elem}>"
+            lines.append(f"@group(0) @binding({k}) var<storage, {access}> {p.name}: array<{elem}>;")
         if lay.uniform_fields:
             lines.append("struct FaArgs {")
             for name, d in lay.uniform_fields:

@@ -161,6 +161,7 @@ class _DeviceState:
             max_workgroup_size=int(cl_device.max_work_group_size),
             max_dispatch=None,
             local_memory=cl_device.local_mem_size >= 16384,
+            local_memory_bytes=int(cl_device.local_mem_size),
             atomics="cl_khr_global_int32_base_atomics" in ext or not cl_device.version.startswith("OpenCL 1.0"),
             tiling_pays=True,
             matmul_tiling="local" if is_gpu else "register",

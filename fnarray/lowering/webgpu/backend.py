@@ -668,7 +668,8 @@ class WebGPUBackend(Backend):
                 max_workgroup_size=min(lim["max-compute-invocations-per-workgroup"],
                                        lim["max-compute-workgroup-size-x"]),
                 max_dispatch=lim["max-compute-workgroups-per-dimension"],
-                local_memory=True, atomics=False, tiling_pays=self.gpu.adapter_type.lower() != "cpu",
+                local_memory=True, local_memory_bytes=int(lim.get("max-compute-workgroup-storage-size", 16384)),
+                atomics=False, tiling_pays=self.gpu.adapter_type.lower() != "cpu",
                 control_flow="host", max_buffer_bytes=int(lim["max-buffer-size"]),
                 max_loop_iterations=_loop_cap(self.gpu.info),
                 # A CPU adapter (lavapipe) runs 4 elements per invocation of a map kernel faster

@@ -16,15 +16,19 @@ statement, with block values in one of three forms:
   array in work-group memory.
 
 A store is a parallel phase over the stored block, guarded by the mask and by the array's bounds (a padded
-last block writes only its real elements), followed by a barrier; a stored value that reads the ref it is
-written to is first computed into each work item's private array (the same elements, the same items), so that
-no item overwrites what another still reads. ``fori_loop`` is a counted ``For`` loop around its body (carries in
-work-group memory, updated through private arrays); ``pl.when`` an ``If``. Conditions and loop bounds must be
+last block writes only its real elements), followed by a barrier (barriers that order nothing are trimmed); a
+stored value that reads the ref it is written to is first computed into each work item's private array (the
+same elements, the same items), so that no item overwrites what another still reads. ``fori_loop`` is a counted
+``For`` loop around its body (carries in work-group memory, updated through private arrays); ``pl.when`` an
+``If``. Conditions and loop bounds must be
 the same across the work-group (grid indices, loop counters, constants), as on every Pallas target.
 
-What does not render (atomics, sorts, gathers, control flow other than ``fori_loop``/``when``, blocks past the
-work-group memory budget) makes ``unsupported_reason`` say so: the backend runs the equation in the
-interpreter instead, with a ``FallbackWarning`` naming the reason.
+``pl.atomic_*`` is a phase of ``ir.Atomic`` statements (the device's atomics) on the output's buffer.
+
+What does not render (sorts, gathers, control flow other than ``fori_loop``/``when``, atomics on scratch refs or
+of other dtypes than int32/uint32/float32, blocks past the device's work-group memory) makes
+``unsupported_reason`` say so: the backend runs the equation in the interpreter instead, with a
+``FallbackWarning`` naming the reason.
 """
 
 from __future__ import annotations
@@ -37,18 +41,20 @@ import numpy as np
 from fnarray.core import primitives as P
 from fnarray.core.ir import Literal, Var
 from fnarray.core.pallas import pallas_atomic_p, pallas_call_p, pallas_load_p, pallas_loop_p, pallas_store_p, \
-    pallas_when_p
+    pallas_when_p, walk_body
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import Launch, Group, Tracker
-from fnarray.lowering.kernels.ir import INT32, ArrayDecl, Barrier, Const, For, If, Load, Special, const
+from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, Const, For, If, Load, Op, Special, \
+    const
+from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import ELEMENTWISE, add_of, convert, highest, lowest, max_of, min_of, mul_of, op, \
     select
 
 __all__ = ["PallasGroup", "GROUPS", "OPERAND_VIEWS", "unsupported_reason", "LOCAL_BYTES", "workgroup_size",
-           "Unrenderable", "render", "hoisted_kernel"]
+           "Unrenderable", "render", "hoisted_kernel", "default_workgroup", "PALLAS_TUNABLE"]
 
-#: Work-group memory one kernel may use (WebGPU's guaranteed ``maxComputeWorkgroupStorageSize``, which the
-#: browsers give; OpenCL devices have at least 32 KiB but the same budget keeps one kernel valid everywhere).
+#: Work-group memory one kernel may use where the device does not report its size
+#: (``Capabilities.local_memory_bytes``): WebGPU's guaranteed ``maxComputeWorkgroupStorageSize``.
 LOCAL_BYTES = 16384
 _MAX_WG = 256
 
@@ -57,9 +63,11 @@ class Unrenderable(Exception):
     """A kernel body the kernel IR cannot express (the reason is the message)."""
 
 
-def workgroup_size(caps, params, largest):
-    """Work items per program instance: ``compiler_params["workgroup"]`` or the power of two covering the largest
-    block (32 to 256), within the device's limit."""
+def workgroup_size(caps, params, largest, has_dot=False):
+    """Work items per program instance: ``compiler_params["workgroup"]``, else on a CPU device 64 (a WebGPU CPU
+    adapter such as lavapipe: every kernel; a CPU OpenCL device such as PoCL: kernels with a ``dot``, whose
+    register tiles then hold more outputs per work item), else the power of two covering the largest block
+    (32 to 256); within the device's limit. ``PALLAS_TUNABLE`` times the others where autotuning is on."""
     cp = dict(params.get("compiler_params", ()))
     cap = min(_MAX_WG, caps.max_workgroup_size or _MAX_WG)
     if "workgroup" in cp:
@@ -67,10 +75,25 @@ def workgroup_size(caps, params, largest):
         if wg < 1 or wg > cap:
             raise Unrenderable(f"compiler_params workgroup={wg} is outside 1..{cap} on this device")
         return wg
+    if not caps.tiling_pays or (has_dot and getattr(caps, "matmul_tiling", "local") == "register"):
+        # Measured on the examples (docs/performance.md): lavapipe 0.6-1.0x the time of 256 work items for every
+        # kernel; PoCL 0.45x for the matmul and 0.65x for flash attention, but 1.6x for a vector add.
+        return min(64, cap)
     wg = 32
     while wg < largest and wg < cap:
         wg *= 2
     return min(wg, cap)
+
+
+#: The work-group size of a ``pallas_call`` kernel, timed by ``tuning.choose`` where autotuning is on (the
+#: default is ``workgroup_size``'s; ``compiler_params={"workgroup": n}`` fixes it untimed).
+PALLAS_TUNABLE = Tunable("pallas_workgroup", {"workgroup": (32, 64, 128, 256)},
+                         doc="work items per program instance of a pallas_call kernel",
+                         valid=lambda c, facts: c["workgroup"] <= facts.get("workgroup_limit", _MAX_WG))
+
+
+def _has_dot(program):
+    return any(e.primitive is P.dot_general for e in walk_body(program))
 
 
 # ------------------------------------------------------------------------------------------ values
@@ -89,10 +112,24 @@ def _i(v):
 
 
 def _linear(idx, shape):
-    e = _i(0)
+    terms = []
     for x, s in zip(idx, _strides(shape), strict=True):
+        # (a / c) * (c * s) + (a % c) * s is a * s (C's division truncates and its remainder keeps the identity
+        # for any sign): a reshape that splits an index and one that joins it again cost nothing.
+        if terms and _splits(terms[-1], x, s):
+            terms[-1] = (x.args[0], s)
+        else:
+            terms.append((x, s))
+    e = _i(0)
+    for x, s in terms:
         e = op("add", e, op("mul", x, _i(s)))
     return e
+
+
+def _splits(prev, x, s):
+    px, ps = prev
+    return (isinstance(px, Op) and px.op == "div" and isinstance(x, Op) and x.op == "rem"
+            and px.args == x.args and isinstance(px.args[1], Const) and ps == int(px.args[1].value) * s)
 
 
 def _unravel(flat, shape):
@@ -185,34 +222,63 @@ class _Renderer:
         self.stage_dots = bool(caps is not None and caps.local_memory and caps.tiling_pays
                                and getattr(caps, "matmul_tiling", "local") == "local")
         self.local_bytes = 0
+        self.local_limit = getattr(caps, "local_memory_bytes", None) or LOCAL_BYTES
         self.barriers = 0
+        self.used = set()   # the variables some equation or result reads (an atomic's old values may be unused)
 
     # -------------------------------------------------------------- memory
     def local_array(self, dtype, size, hint):
         self.local_bytes += np.dtype(dtype).itemsize * max(size, 1)
-        if self.local_bytes > LOCAL_BYTES:
+        if self.local_bytes > self.local_limit:
             raise Unrenderable(f"the kernel's blocks in work-group memory (dot operands and results, reductions, "
-                               f"loop carries, scratch) need more than {LOCAL_BYTES} bytes; use smaller blocks")
+                               f"loop carries, scratch) need more than the {self.local_limit} bytes the device "
+                               f"gives one work-group (its reported local memory size); use smaller blocks")
         name = self.b.fresh(hint)
         self.b.emit(ArrayDecl("local", name, np.dtype(dtype), max(size, 1)))
         return name
 
     def par_for(self, shape, fn):
-        """``fn(idx, slot)`` for every element of ``shape``, the work items taking them ``wg`` apart."""
+        """``fn(idx, slot)`` for every element of ``shape``, the work items taking them ``wg`` apart.
+
+        A phase whose elements the work items divide evenly runs unguarded, and one that fits in one pass
+        of the work-group runs without a loop: PoCL vectorises a phase across work items only where its body
+        is not under a per-item branch. (An earlier version guarded every phase against a flash-attention
+        result that came out wrong on PoCL 3.0; the cause was a private array of two elements per item kept
+        across a barrier, which PoCL 3.0 and 3.1 both lose: ``staging``. With that fixed, the unguarded
+        kernel is exact on both and the guarded one is the one they miscompile.)"""
         n = math.prod(shape)
         if n == 0:
             return
         slots = -(-n // self.wg)
-        with self.b.loop(_i(0), _i(slots), hint="s") as s:
-            e = self.b.let(op("add", op("mul", s, _i(self.wg)), self.lid), "e")
-            # Guarded even where the work items divide the block evenly: PoCL 3.0 miscompiled a flash-attention
-            # kernel (a row sum came out 8.1 off) whose 256-element phase had no guard; with it, exact.
-            with self.b.when(op("lt", e, _i(n))):
+        guard = n % self.wg != 0
+
+        def one(s):
+            e = self.lid if s is None else self.b.let(op("add", op("mul", s, _i(self.wg)), self.lid), "e")
+            with self.b.when(op("lt", e, _i(n))) if guard else _null():
                 idx = tuple(self.b.let(x, "ix") if not isinstance(x, Const) else x for x in _unravel(e, shape))
-                fn(idx, s)
+                fn(idx, _i(0) if s is None else s)
+
+        if slots == 1:
+            one(None)
+        else:
+            with self.b.loop(_i(0), _i(slots), hint="s") as s:
+                one(s)
+
+    def staging(self, dtype, shape, hint):
+        """An array holding each work item's elements of a ``shape`` value across a barrier: ``(space, name,
+        index(idx, slot))``. A private array where each item has one element; work-group memory where items
+        have several (PoCL 3.0 and 3.1 lost a private array of two elements per item across a barrier: the
+        flash-attention example's carries came out inf at a head size of 32)."""
+        n = math.prod(shape)
+        if n <= self.wg:
+            return "private", self.b.array("private", dtype, 1, hint), lambda idx, slot: _i(0)
+        return "local", self.local_array(dtype, n, hint), lambda idx, slot: _linear(idx, shape)
 
     def barrier(self, space="local"):
         self.b.emit(Barrier(space))
+        # Index arithmetic of work item ids is computed again after a barrier rather than kept across it:
+        # PoCL 3.0 and 3.1 lost such values (flash attention at 64 work items came out inf).
+        self.b.forget()
         self.barriers += 1
 
     def materialize(self, v, hint="blk"):
@@ -246,6 +312,7 @@ class _Renderer:
         for a in prog.outvars:
             if isinstance(a, Var):
                 last_use[a] = len(prog.eqns)
+        self.used.update(last_use)
 
         def read(a):
             if isinstance(a, Literal):
@@ -357,17 +424,22 @@ def _axis_groups(old, new):
 def _reshape(r, e, vals):
     x = vals[0]
     shape = tuple(e.params["new_sizes"])
-    groups = _axis_groups(tuple(x.shape), shape) if x.shape and shape and 0 not in shape else None
+    # Axes of size 1 are left out of the runs (their index is 0): (8, 128) -> (8, 128, 1) maps each index
+    # to itself instead of through the flat index.
+    oi = [a for a, n in enumerate(x.shape) if n != 1]
+    ni = [j for j, n in enumerate(shape) if n != 1]
+    groups = _axis_groups(tuple(x.shape[a] for a in oi), tuple(shape[j] for j in ni)) if 0 not in shape else None
 
     def at(idx):
         if not x.shape:
             return x.at(())
         if groups is None:
             return x.at(_unravel(_linear(idx, shape), x.shape))
-        src = [None] * len(x.shape)
-        for oi, nj in groups:
-            flat = _linear([idx[j] for j in nj], [shape[j] for j in nj])
-            for a, v in zip(oi, _unravel(flat, [x.shape[a] for a in oi]), strict=True):
+        src = [_i(0)] * len(x.shape)
+        for og, ng in groups:
+            olds, news = [oi[a] for a in og], [ni[j] for j in ng]
+            flat = _linear([idx[j] for j in news], [shape[j] for j in news])
+            for a, v in zip(olds, _unravel(flat, [x.shape[a] for a in olds]), strict=True):
                 src[a] = v
         return x.at(tuple(src))
     return _Lazy(shape, x.dtype, at, x.reads)
@@ -524,31 +596,87 @@ def _dot(r, e, vals):
     name = r.local_array(d, math.prod(out.shape), "dot")
     nb = len(lb)
 
-    def body(idx, slot):
-        bidx, li, ri = idx[:nb], idx[nb:nb + len(lfree)], idx[nb + len(lfree):]
-        acc = b.var(acc_d, const(0, acc_d), "acc")
-        with b.loop(_i(0), _i(math.prod(kshape)), hint="k") as k:
-            kidx = _unravel(k, kshape)
-            xi, yi = [None] * len(x.shape), [None] * len(y.shape)
-            for dd, i in zip(lb, bidx, strict=True):
-                xi[dd] = i
-            for dd, i in zip(rb, bidx, strict=True):
-                yi[dd] = i
-            for dd, i in zip(lfree, li, strict=True):
-                xi[dd] = i
-            for dd, i in zip(rfree, ri, strict=True):
-                yi[dd] = i
-            for dd, ee, i in zip(lc, rc, kidx, strict=True):
-                xi[dd] = i
-                yi[ee] = i
-            a = convert(b, xs.at(tuple(xi)), acc_d)
-            c = convert(b, ys.at(tuple(yi)), acc_d)
-            b.assign(acc, op("add", acc, op("mul", a, c)))
-        b.store(name, _linear(idx, out.shape), convert(b, acc, d) if acc_d != d else acc, space="local")
+    oshape = tuple(out.shape)
+    tr, tc = _dot_tile(oshape, r.wg)
+    tshape = oshape[:-2] + (oshape[-2] // tr,) if tr > 1 else oshape[:-1]
+    tshape = tshape + (oshape[-1] // tc,) if oshape else tshape
 
-    r.par_for(tuple(out.shape), body)
+    def operands(idx, kidx, cache):
+        bidx, li, ri = idx[:nb], idx[nb:nb + len(lfree)], idx[nb + len(lfree):]
+        xi, yi = [None] * len(x.shape), [None] * len(y.shape)
+        for dd, i in zip(lb, bidx, strict=True):
+            xi[dd] = i
+        for dd, i in zip(rb, bidx, strict=True):
+            yi[dd] = i
+        for dd, i in zip(lfree, li, strict=True):
+            xi[dd] = i
+        for dd, i in zip(rfree, ri, strict=True):
+            yi[dd] = i
+        for dd, ee, i in zip(lc, rc, kidx, strict=True):
+            xi[dd] = i
+            yi[ee] = i
+        # An operand element that several outputs of the tile read is computed once (an inline operand may be
+        # a whole expression: attention's exp(s - m) for p @ v).
+        xi, yi = tuple(xi), tuple(yi)
+        if ("x", xi) not in cache:
+            cache["x", xi] = convert(b, xs.at(xi), acc_d)
+        if ("y", yi) not in cache:
+            cache["y", yi] = convert(b, ys.at(yi), acc_d)
+        return cache["x", xi], cache["y", yi]
+
+    def body(tidx, slot):
+        # A register tile: each work item computes tr x tc outputs of the last two axes, so a loaded operand
+        # element serves several products (equal loads are bound once) and the sums are independent.
+        elems = []
+        for a in range(tr):
+            for c in range(tc):
+                idx = list(tidx)
+                if oshape:
+                    idx[-1] = b.let(op("add", op("mul", idx[-1], _i(tc)), _i(c)), "tj") if tc > 1 else idx[-1]
+                if tr > 1:
+                    idx[-2] = b.let(op("add", op("mul", idx[-2], _i(tr)), _i(a)), "ti")
+                elems.append(tuple(idx))
+        accs = [b.var(acc_d, const(0, acc_d), "acc") for _ in elems]
+        nk = math.prod(kshape)
+        uk = _UNROLL_K if len(elems) > 1 and nk % _UNROLL_K == 0 else 1
+        with b.loop(_i(0), _i(nk), _i(uk), hint="k") as k:
+            for u in range(uk):
+                kidx = _unravel(b.let(op("add", k, _i(u)), "ku") if u else k, kshape)
+                cache: dict = {}
+                for acc, idx in zip(accs, elems, strict=True):
+                    xa, yc = operands(idx, kidx, cache)
+                    b.assign(acc, op("add", acc, op("mul", xa, yc)))
+        for acc, idx in zip(accs, elems, strict=True):
+            b.store(name, _linear(idx, oshape), convert(b, acc, d) if acc_d != d else acc, space="local")
+
+    r.par_for(tshape, body)
     r.barrier()
     return r.local_value(name, tuple(out.shape), d)
+
+
+#: contraction steps per iteration of a register-tiled ``dot``'s loop (where they divide the contraction)
+_UNROLL_K = 4
+
+
+def _dot_tile(shape, wg, most=16):
+    """``(rows, cols)`` of the register tile each work item of a ``dot`` computes: the outputs per work item
+    (where the work-group divides them, at most ``most``), as columns of the last axis first (contiguous
+    operand reads), then rows of the axis before it; ``(1, 1)`` where it does not divide evenly."""
+    n = math.prod(shape)
+    if not shape or n % wg or n // wg < 2:
+        return 1, 1
+    per = min(n // wg, most)
+    while n % (per * wg) and per > 1:
+        per -= 1
+    tc = 1
+    for c in (8, 4, 2):
+        if per % c == 0 and shape[-1] % c == 0:
+            tc = c
+            break
+    tr = per // tc
+    if tr > 1 and (len(shape) < 2 or shape[-2] % tr):
+        tr = 1
+    return tr, tc
 
 
 def _split(vals, n, flags):
@@ -577,17 +705,38 @@ def _load(r, e, vals):
     b = r.b
     masked = mask is not None
 
+    # A masked read of a block that lies inside the array (constant starts, no padding) needs neither the
+    # clamped address nor the bounds test: on PoCL the clamp turns a vector load into a gather (a masked
+    # vector add ran 15x slower).
+    inside = masked and _statically_inside(ref, indexer, starts)
+
     def at(idx):
         ri = [b.let(x, "ri") if not isinstance(x, Const) else x for x in _ref_index(ref, indexer, starts, idx)]
-        v = b.let(Load(ref.space, ref.name, b.let(ref.address(ri, masked), "ad"), ref.dtype), "ld")
+        v = b.let(Load(ref.space, ref.name, b.let(ref.address(ri, masked and not inside), "ad"), ref.dtype), "ld")
         if not masked:
             return v
         m = _at(mask, idx)
         fill = _at(other, idx) if other is not None else const(0, ref.dtype)
-        return b.let(select(op("land", m, ref.inside(ri)), v, fill), "mv")
+        return b.let(select(m if inside else op("land", m, ref.inside(ri)), v, fill), "mv")
     reads = frozenset([ref.name]) | (mask.reads if masked else frozenset()) | (
         other.reads if other is not None else frozenset())
     return _Lazy(shape, ref.dtype, at, reads, {ref.name: _block_key(indexer, starts)})
+
+
+def _statically_inside(ref, indexer, starts):
+    """Whether every element that ``indexer`` selects at ``starts`` is a real element of ``ref`` (constant
+    starts within the ref, and a ref that is not a padded block)."""
+    if ref.padded:
+        return False
+    for ent, st, n in zip(indexer, starts, ref.shape, strict=True):
+        x = _scalar(st)
+        if not isinstance(x, Const):
+            return False
+        lo = int(x.value)
+        size = 1 if ent[0] == "i" else ent[1]
+        if lo < 0 or lo + size > n:
+            return False
+    return True
 
 
 def _block_key(indexer, starts):
@@ -601,29 +750,28 @@ def _store(r, e, vals):
     starts, (mask,) = _split(rest, len(indexer), (p["masked"],))
     shape = tuple(e.inputs[1].aval.shape)
     b = r.b
-    n = math.prod(shape)
     staged = None
     key = _block_key(indexer, starts)
     if any(ref.name in v.reads and v.aligned.get(ref.name) != key for v in (value, mask) if v is not None):
         # The value reads the ref it overwrites: each work item first computes its elements into a private
         # array (the same elements it then stores), so no item writes what another still reads.
-        slots = -(-n // r.wg)
-        vname = b.array("private", value.dtype, max(slots, 1), "pv")
-        mname = b.array("private", np.dtype(np.bool_), max(slots, 1), "pm") if mask is not None else None
+        vst = r.staging(value.dtype, shape, "pv")
+        mst = r.staging(np.dtype(np.bool_), shape, "pm") if mask is not None else None
 
         def stage(idx, slot):
-            b.store(vname, slot, _at(value, idx), space="private")
-            if mname is not None:
-                b.store(mname, slot, _at(mask, idx), space="private")
+            b.store(vst[1], vst[2](idx, slot), _at(value, idx), space=vst[0])
+            if mst is not None:
+                b.store(mst[1], mst[2](idx, slot), _at(mask, idx), space=mst[0])
         r.par_for(shape, stage)
         r.barrier("global" if ref.space == "global" else "local")   # every read done before any write
-        staged = (vname, mname)
+        staged = (vst, mst)
 
     def write(idx, slot):
         ri = [b.let(x, "ri") if not isinstance(x, Const) else x for x in _ref_index(ref, indexer, starts, idx)]
         if staged is not None:
-            v = b.let(Load("private", staged[0], slot, value.dtype), "sv")
-            m = b.let(Load("private", staged[1], slot, np.dtype(np.bool_)), "sm") if staged[1] else None
+            vst, mst = staged
+            v = b.let(Load(vst[0], vst[1], vst[2](idx, slot), value.dtype), "sv")
+            m = b.let(Load(mst[0], mst[1], mst[2](idx, slot), np.dtype(np.bool_)), "sm") if mst else None
         else:
             v = _at(value, idx)
             m = _at(mask, idx) if mask is not None else None
@@ -675,18 +823,20 @@ def _loop(r, e, vals):
                 continue
             if getattr(o, "local", None) == h.local:
                 continue
-            n = math.prod(h.shape)
-            pv = b.array("private", h.dtype, max(-(-n // r.wg), 1), "pc")
-            r.par_for(h.shape, lambda idx, s, o=o, pv=pv, h=h:
-                      b.store(pv, s, o.at(idx if h.shape else ()), space="private"))
-            staged.append((h, pv))
+            st = r.staging(h.dtype, h.shape, "pc")
+            r.par_for(h.shape, lambda idx, s, o=o, st=st, h=h:
+                      b.store(st[1], st[2](idx, s), o.at(idx if h.shape else ()), space=st[0]))
+            staged.append((h, st))
         if staged:
             r.barrier()
-            for h, pv in staged:
-                r.par_for(h.shape, lambda idx, s, h=h, pv=pv:
-                          b.store(h.local, _linear(idx, h.shape), b.let(Load("private", pv, s, h.dtype), "pc"),
-                                  space="local"))
-            r.barrier()
+            for h, st in staged:
+                r.par_for(h.shape, lambda idx, s, h=h, st=st:
+                          b.store(h.local, _linear(idx, h.shape), b.let(Load(st[0], st[1], st[2](idx, s), h.dtype),
+                                                                         "pc"), space="local"))
+                # A barrier after each carry's copy, not one after all: PoCL 3.0 dropped the copies of a guarded
+                # phase followed by a looped one in the same barrier region at the end of the loop body
+                # (flash attention at 64 work items: the row maxima and sums never left their start values).
+                r.barrier()
     return homes
 
 
@@ -700,8 +850,50 @@ def _when(r, e, vals):
 
 
 def _atomic(r, e, vals):
-    raise Unrenderable("atomic_add/max/min are not rendered by the opencl/webgpu kernels yet (the kernel IR has no "
-                       "atomics); the equation runs in the interpreter")
+    """``pl.atomic_add/max/min``: a parallel phase of atomic read-modify-writes (``ir.Atomic``) on the ref's
+    global buffer, then a barrier; the old values, where the kernel uses them, in work-group memory (where the
+    mask is false, the element's current value, as the interpreter gives)."""
+    ref, value, rest = vals[0], vals[1], vals[2:]
+    p = e.params
+    indexer, kind = p["indexer"], p["op"]
+    starts, (mask,) = _split(rest, len(indexer), (p["masked"],))
+    if ref.space != "global":
+        raise Unrenderable(f"pl.atomic_{kind} on a scratch (work-group) ref has no kernel form; update an "
+                           f"output ref")
+    if ref.dtype not in ATOMIC_DTYPES:
+        raise Unrenderable(f"pl.atomic_{kind} of {ref.dtype.name} has no kernel form (the kernels update "
+                           f"{', '.join(d.name for d in ATOMIC_DTYPES)} atomically)")
+    shape = tuple(e.outputs[1].aval.shape)
+    b = r.b
+    keep = e.outputs[1] in r.used
+    olds = r.local_array(ref.dtype, math.prod(shape), "old") if keep else None
+
+    def update(idx, slot):
+        ri = [b.let(x, "ri") if not isinstance(x, Const) else x for x in _ref_index(ref, indexer, starts, idx)]
+        m = _at(mask, idx) if mask is not None else None
+        cond = None
+        if m is not None or ref.padded:
+            cond = ref.inside(ri)
+            if m is not None:
+                cond = op("land", m, cond)
+        addr = b.let(ref.address(ri, cond is not None), "ad")
+        v = _at(value, idx)
+        if cond is None:
+            old = b.atomic(kind, ref.name, addr, v, keep)
+        else:
+            old = b.var(ref.dtype, Load("global", ref.name, addr, ref.dtype), "old") if keep else None
+            with b.when(b.let(cond, "ok")):
+                got = b.atomic(kind, ref.name, addr, v, keep)
+                if keep:
+                    b.assign(old, got)
+        if keep:
+            b.store(olds, _linear(idx, shape), old, space="local")
+
+    r.par_for(shape, update)
+    r.barrier("global")
+    if not keep:
+        return [ref, _Lazy(shape, ref.dtype, lambda idx: const(0, ref.dtype))]
+    return [ref, r.local_value(olds, shape, ref.dtype)]
 
 
 _RULES = {P.broadcast_in_dim: _broadcast, P.reshape: _reshape, P.transpose: _transpose, P.iota: _iota,
@@ -733,15 +925,22 @@ def _global_ref(r, name, block, dtype, pids):
     return _Ref("global", name, np.dtype(dtype), block.ref_shape, tuple(block.shape), tuple(offs), axes, block.padded)
 
 
-def render(eqn, caps, buffer_names):
+def default_workgroup(eqn, caps):
+    """``workgroup_size`` of one ``pallas_call`` equation."""
+    p = eqn.params
+    blocks = list(p["in_blocks"]) + list(p["out_blocks"])
+    largest = max([math.prod(bk.ref_shape) for bk in blocks] + [math.prod(s.shape) for s in p["scratch"]] + [1])
+    return workgroup_size(caps, p, largest, _has_dot(p["body"].program))
+
+
+def render(eqn, caps, buffer_names, wg=None):
     """The kernel of one ``pallas_call`` equation: ``(builder, global size, local size)``; ``buffer_names(b)``
-    gives ``(input names, output names)``. Raises ``Unrenderable``."""
+    gives ``(input names, output names)``; ``wg``: the work-group size (default ``default_workgroup``). Raises
+    ``Unrenderable``."""
     p = eqn.params
     grid = tuple(p["grid"])
     total = math.prod(grid)
-    blocks = list(p["in_blocks"]) + list(p["out_blocks"])
-    largest = max([math.prod(bk.ref_shape) for bk in blocks] + [math.prod(s.shape) for s in p["scratch"]] + [1])
-    wg = workgroup_size(caps, p, largest)
+    wg = default_workgroup(eqn, caps) if wg is None else wg
     b = KernelBuilder("pallas_" + "".join(c if c.isalnum() else "_" for c in p["name"])[:40])
     ins, outs = buffer_names(b)
     lid = b.let(Special("local_id", 0), "lid")
@@ -795,8 +994,48 @@ def _hoist_local_arrays(kernel):
 
 
 def hoisted_kernel(b, local_size):
-    """The kernel that ``render`` built into ``b``, its arrays declared first (``_hoist_local_arrays``)."""
-    return _hoist_local_arrays(b.build(local_size))
+    """The kernel that ``render`` built into ``b``, its arrays declared first (``_hoist_local_arrays``) and
+    the barriers that order nothing removed (``_trim_barriers``)."""
+    kernel = _hoist_local_arrays(b.build(local_size))
+    return dataclasses.replace(kernel, body=_trim_barriers(kernel.body, True))
+
+
+def _stronger(a, b):
+    return Barrier("global" if "global" in (a.space, b.space) else "local")
+
+
+def _trim_barriers(stmts, tail):
+    """The statements with the barriers that order nothing removed: one right after another (the stronger
+    kept), one at the end of an ``If`` branch that a barrier right after the ``If`` repeats, and (``tail``: at
+    the end of the kernel) the last ones, after which no work item reads anything."""
+    out = []
+    for s in stmts:
+        if isinstance(s, For):
+            s = dataclasses.replace(s, body=_trim_barriers(s.body, False))
+        elif isinstance(s, If):
+            s = dataclasses.replace(s, then=_trim_barriers(s.then, False), orelse=_trim_barriers(s.orelse, False))
+        if isinstance(s, Barrier) and out and isinstance(out[-1], Barrier):
+            out[-1] = _stronger(out[-1], s)
+            continue
+        if isinstance(s, Barrier) and out and isinstance(out[-1], If):
+            prev = out[-1]
+            out[-1] = dataclasses.replace(prev, then=_drop_last_barrier(prev.then, s),
+                                          orelse=_drop_last_barrier(prev.orelse, s))
+        out.append(s)
+    if tail:
+        while out and isinstance(out[-1], Barrier):
+            out.pop()
+        if out and isinstance(out[-1], If):
+            out[-1] = dataclasses.replace(out[-1], then=_trim_barriers(out[-1].then, True),
+                                          orelse=_trim_barriers(out[-1].orelse, True))
+    return tuple(out)
+
+
+def _drop_last_barrier(stmts, after):
+    """``stmts`` (an ``If`` branch followed by the barrier ``after``) without a last barrier ``after`` covers."""
+    if stmts and isinstance(stmts[-1], Barrier) and _stronger(stmts[-1], after) == after:
+        return stmts[:-1]
+    return stmts
 
 
 class PallasGroup(Group):
@@ -813,6 +1052,12 @@ class PallasGroup(Group):
         self.reads |= {a for a in self.eqn.inputs if isinstance(a, Var)}
 
     def codegen(self):
+        default = {"workgroup": default_workgroup(self.eqn, self.ctx.caps)}
+        if "workgroup" in dict(self.eqn.params["compiler_params"]):
+            return self._variant(default)
+        return self.ctx.tuned(PALLAS_TUNABLE, default, self._variant)
+
+    def _variant(self, choice):
         ctx, e = self.ctx, self.eqn
         launches = []
         for i, o in e.params["aliases"]:
@@ -830,7 +1075,7 @@ class PallasGroup(Group):
                 ins.append(nm)
             return ins, [ctx.output(b, args, v) for v in e.outputs]
 
-        b, gsize, lsize = render(e, ctx.caps, names)
+        b, gsize, lsize = render(e, ctx.caps, names, choice["workgroup"])
         kernel = hoisted_kernel(b, lsize)
         vals = [args[pp.name] for pp in kernel.params]
         launches.append(Launch(kernel, vals, gsize, lsize, tracker.eqns, "pallas"))
@@ -864,7 +1109,9 @@ def unsupported_reason(eqn, caps):
     if any(isinstance(a, Literal) for a in eqn.inputs):
         return "pallas_call of a literal operand (an array of it is needed)"
     key = (eqn.params["body"], eqn.params["in_blocks"], eqn.params["out_blocks"], eqn.params["compiler_params"],
-           caps.max_workgroup_size, caps.max_dispatch, tuple(sorted(d.name for d in caps.dtypes)))
+           caps.max_workgroup_size, caps.max_dispatch, getattr(caps, "local_memory_bytes", None), caps.tiling_pays,
+           getattr(caps, "matmul_tiling", None),
+           tuple(sorted(d.name for d in caps.dtypes)))
     if key not in _REASONS:
         try:
             def names(b):
