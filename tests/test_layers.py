@@ -173,20 +173,6 @@ def _cycles(graph):
     return found
 
 
-#: Known exceptions, to be removed (docs/internals.md, "Open work"): the mesh and sharding types still live in the
-#: top-level ``fnarray.sharding``, which ``devices`` and the mlx backend's collectives read.
-_LAYER_EXCEPTIONS = {
-    ("devices/array_impl.py", "fnarray.sharding"), ("devices/placement.py", "fnarray.sharding"),
-    ("lowering/mlx/spmd.py", "fnarray.sharding"),
-}
-#: The import cycle left (the same work: sharding types into ``devices``, backend hooks for global arrays).
-#: A new cycle fails; so does this one once it is gone.
-_KNOWN_CYCLES = [
-    ["fnarray.devices.array_impl", "fnarray.devices.placement", "fnarray.lowering.mlx.spmd", "fnarray.sharding",
-     "fnarray.transforms.jvp", "fnarray.transforms.shard_map"],
-]
-
-
 def test_each_layer_imports_only_layers_below_it():
     bad = []
     for layer, forbidden in _LAYERS.items():
@@ -194,13 +180,13 @@ def test_each_layer_imports_only_layers_below_it():
             for name in _imports(path):
                 hit = next((f for f in forbidden if name == f or name.startswith(f + ".")), None)
                 rel = os.path.relpath(path, _PKG).replace(os.sep, "/")
-                if hit and (rel, hit) not in _LAYER_EXCEPTIONS:
+                if hit:
                     bad.append(f"{rel} imports {name}")
     assert not bad, "\n".join(bad)
 
 
 def test_no_import_cycles():
-    assert sorted(_cycles(_import_graph())) == sorted(_KNOWN_CYCLES)
+    assert _cycles(_import_graph()) == []
 
 
 def test_cycle_finder_finds_a_cycle():

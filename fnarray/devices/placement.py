@@ -16,12 +16,15 @@ from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
 from fnarray.core.errors import DTypeError
 from fnarray.core.shaped import ShapedArray
+from fnarray.devices import array_impl
 from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.backend import Device
 from fnarray.devices.lookup import default_device, devices, parse_device
+from fnarray.devices.mesh import PartitionSpec, ambient_mesh, check_spec
+from fnarray.devices.sharding import NamedSharding, Sharding, SingleDeviceSharding
 
-__all__ = ["devices", "default_device", "parse_device", "device_put", "array_from_numpy", "import_dlpack",
-           "eager_apply", "placement_device"]
+__all__ = ["devices", "default_device", "parse_device", "device_put", "put_sharded", "array_from_numpy",
+           "import_dlpack", "eager_apply", "placement_device"]
 
 
 _CHECKED_BYTES = 1 << 26
@@ -103,13 +106,11 @@ def device_put(x, device=None):
       RuntimeError: ``x`` holds an array that was donated or deleted.
     """
     import optree
-    if isinstance(device, tuple) and type(device).__name__ == "PartitionSpec":  # JAX 0.10: over the ambient mesh
-        from fnarray.sharding import NamedSharding, ambient_mesh
+    if isinstance(device, PartitionSpec):  # JAX 0.10: over the ambient mesh
         device = NamedSharding(ambient_mesh(f"device_put(x, {device!r})"), device)
-    if _is_sharding(device):  # a global array laid out over a mesh (fnarray.sharding)
-        from fnarray.sharding import device_put_sharded
+    if isinstance(device, Sharding):  # a global array laid out over a mesh (fnarray.sharding)
         return optree.tree_map(lambda leaf: leaf if isinstance(leaf, tracing.Tracer) else
-                               device_put_sharded(leaf, device), x, none_is_leaf=False, namespace="fnarray")
+                               put_sharded(leaf, device), x, none_is_leaf=False, namespace="fnarray")
     dev = parse_device(device) if device is not None else None
 
     def put(leaf):
@@ -130,9 +131,23 @@ def device_put(x, device=None):
     return optree.tree_map(put, x, none_is_leaf=False, namespace="fnarray")
 
 
-def _is_sharding(x) -> bool:
-    from fnarray.devices.sharding import Sharding
-    return isinstance(x, Sharding)
+def put_sharded(x, sharding):
+    """``x`` (an array or NumPy value, not a pytree) placed as ``sharding`` says: a global array.
+
+    A ``SingleDeviceSharding`` or a mesh of one device: the array committed to that device; a larger mesh: its
+    backend's ``put_global`` (jax: ``jax.device_put`` with the JAX sharding, each device receiving its shard).
+    Raises ``ValueError``/``ShapeError`` for a spec that does not fit the mesh or ``x``'s shape.
+    """
+    if isinstance(sharding, SingleDeviceSharding):
+        (dev,) = sharding.device_set
+        return device_put(x, dev)
+    if not isinstance(x, ArrayImpl):
+        x = device_put(x)  # dtype and weak-type rules of fnarray (float64 kept, scalars weak)
+    mesh = sharding.mesh
+    check_spec(sharding.spec, mesh, x.shape, "device_put: NamedSharding spec")
+    if mesh.size == 1:
+        return device_put(x, mesh.devices.flat[0])
+    return mesh.impl.put_global(x, sharding)
 
 
 def _transfer(buf, src: Device, dst: Device):
@@ -267,6 +282,7 @@ debug_check = None
 
 
 tracing.set_eager_apply(eager_apply)
+array_impl.set_placement(device_put, array_from_numpy)
 
 
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import os
 import threading
 
-__all__ = ["initialize", "shutdown", "is_initialized", "process_index", "process_count", "mlx_group"]
+__all__ = ["initialize", "shutdown", "is_initialized", "engine_backend", "process_index", "process_count",
+           "mlx_group"]
 
 _state: dict = {"backend": None, "group": None}
 _lock = threading.Lock()
@@ -99,6 +100,11 @@ def _check_types(coordinator_address, num_processes, process_id, timeout):
 
 def is_initialized() -> bool:
     return _state["backend"] is not None
+
+
+def engine_backend() -> str | None:
+    """The backend whose engine ``initialize`` started (``"jax"`` or ``"mlx"``), or ``None`` before it."""
+    return _state["backend"]
 
 
 def shutdown() -> None:
