@@ -47,9 +47,9 @@ from fnarray.devices.sharding import NamedSharding, Shard, Sharding, SingleDevic
 __all__ = ["Mesh", "PartitionSpec", "P", "Sharding", "NamedSharding", "SingleDeviceSharding", "Shard", "make_mesh",
            "ENGINE_BACKENDS", "AxisType", "set_mesh", "use_mesh", "get_mesh", "get_abstract_mesh", "typeof",
            "ArrayType", "reshard"]
-#: Backends whose engine runs programs over many devices or processes (documentation: the code asks each
-#: backend's ``Backend.spmd``).
-ENGINE_BACKENDS = ("jax", "mlx")
+#: Backends whose engine runs programs over many devices or processes (``fnarray.distributed.ENGINES``; the
+#: code asks each backend's ``Backend.spmd``).
+ENGINE_BACKENDS = tuple(distributed.ENGINES)
 
 
 def make_mesh(axis_shapes, axis_names, axis_types=None, *, devices=None):

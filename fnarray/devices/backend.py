@@ -104,6 +104,8 @@ class Capabilities:
     own count after fusion (``Lowered.memory_use``) decides; the outputs are always counted.
     ``reference``: the backend runs every primitive itself (the numpy backend, which defines the semantics
     and which the others fall back to): its programs are never decomposed or partitioned.
+    ``tunable``: its kernel compiler has choices that ``config.autotune`` and ``fnarray tune`` time on the
+    device (``lowering/kernels/tuning.py``: the opencl and webgpu backends).
     """
 
     dtypes: frozenset
@@ -123,6 +125,7 @@ class Capabilities:
     eager_programs: str = "off"
     memory_check: str = "values"
     reference: bool = False
+    tunable: bool = False
 
 
 class Lowered:

@@ -334,6 +334,8 @@ def import_dlpack(x, device=None, copy=None):
     Returns ``None`` where this path does not apply (another backend, a dtype to
     convert, ``copy=True``): the caller then copies as for any NumPy array.
     """
+    # An mx.array (the producer's library, not a backend of ours) goes through the copy: its DLPack export raises
+    # RuntimeError for bfloat16 ("Unsupported dtype in DLTensor", MLX 0.32) where the copy converts it.
     if copy is True or type(x).__module__.split(".")[0] == "mlx":
         return None
     dev = parse_device(device) if device is not None else default_device()
