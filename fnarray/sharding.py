@@ -39,7 +39,7 @@ from fnarray.devices import placement
 from fnarray.devices.backend import get_backend, no_engine_error
 from fnarray.devices.mesh import (AxisType, Mesh, P, PartitionSpec, axis_types_of, get_abstract_mesh, get_mesh,
                                   set_mesh, to_devices, use_mesh)
-# Not in __all__; kept importable from here as before (fnarray.transforms.shard_map reads the first three).
+# Not in __all__, but importable from here before the types moved into devices/: kept so.
 from fnarray.devices.mesh import ambient_mesh, check_spec, parts_size  # noqa: F401
 from fnarray.devices.placement import put_sharded as device_put_sharded  # noqa: F401
 from fnarray.devices.sharding import NamedSharding, Shard, Sharding, SingleDeviceSharding
