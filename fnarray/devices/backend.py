@@ -106,6 +106,9 @@ class Capabilities:
     and which the others fall back to): its programs are never decomposed or partitioned.
     ``tunable``: its kernel compiler has choices that ``config.autotune`` and ``fnarray tune`` time on the
     device (``lowering/kernels/tuning.py``: the opencl and webgpu backends).
+    ``tuning_facts``: what the kernel groups' cost models (``lowering/kernels/tuning.py``, ``Tunable.cost``)
+    know of the device, as ``(name, value)`` pairs: ``("device", "cpu" | "gpu")``, ``("compiler", "pocl")``,
+    ``("llvm", 15)`` (the major version of the LLVM a CPU driver compiles with); empty: no model applies.
     """
 
     dtypes: frozenset
@@ -126,6 +129,7 @@ class Capabilities:
     memory_check: str = "values"
     reference: bool = False
     tunable: bool = False
+    tuning_facts: tuple = ()
 
 
 class Lowered:

@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import re
 import threading
 import time
 import warnings
@@ -162,7 +163,8 @@ class _DeviceState:
             control_flow="host",
             max_buffer_bytes=int(cl_device.max_mem_alloc_size),
             memory_bytes=int(cl_device.global_mem_size),
-            uniform_guard=not is_gpu, memory_check="compiled", tunable=True)
+            uniform_guard=not is_gpu, memory_check="compiled", tunable=True,
+            tuning_facts=_tuning_facts(cl_device, is_gpu))
         self.workgroup = 128 if is_gpu else 64
         self.row_lanes = 1 if is_gpu else 4   # accumulators per work-item row loop (groups/reduce.py: lanes)
         self.missing_reason = {
@@ -283,6 +285,22 @@ def _named_source(kernel):
 
 def _renamed(kernel, name):
     return dataclasses.replace(kernel, name=name)
+
+
+def _tuning_facts(cl_device, is_gpu) -> tuple:
+    """``Capabilities.tuning_facts`` of an OpenCL device: its kind, and for PoCL the major version of the LLVM
+    it compiles with (read from the platform's version, e.g. ``"OpenCL 3.0 PoCL 3.1+debian ... LLVM 15.0.6"``)."""
+    facts = [("device", "gpu" if is_gpu else "cpu")]
+    try:
+        version = cl_device.platform.version
+    except cl.Error:  # pragma: no cover (a driver without the query)
+        version = ""
+    if "PoCL" in version:
+        facts.append(("compiler", "pocl"))
+        m = re.search(r"LLVM (\d+)", version)
+        if m:
+            facts.append(("llvm", int(m.group(1))))
+    return tuple(facts)
 
 
 class OpenCLLowered(KernelLowered):

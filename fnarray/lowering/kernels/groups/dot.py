@@ -208,7 +208,8 @@ class DotGroup(Group):
                 and self.M * self.N * self.K >= REGISTER_MIN_WORK and min(self.M, self.N) >= 4)
 
     def _register(self):
-        return self.ctx.tuned(register_tiles.TUNABLE, register_tiles.DEFAULT_TILE, self._register_variant)
+        return self.ctx.tuned(register_tiles.TUNABLE, register_tiles.DEFAULT_TILE, self._register_variant,
+                              {"rows": self.M, "cols": self.N})
 
     def _register_variant(self, tile):
         lhs, rhs = self.eqn.inputs
