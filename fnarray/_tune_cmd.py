@@ -95,7 +95,7 @@ def tune_command(args) -> int:
             return _usage_error(f"unknown or unusable device ({e}); usable: "
                                 f"{', '.join(str(d) for d in fa.devices(all_backends=True))}")
     else:
-        devices = [d for d in fa.devices(all_backends=True) if d.backend in ("opencl", "webgpu")]
+        devices = [d for d in fa.devices(all_backends=True) if d.impl.capabilities(d).tunable]
         if not devices:
             return _usage_error("no opencl or webgpu device here: nothing to tune")
     if args.cache_dir:

@@ -575,8 +575,7 @@ def _as_placement(x):
         return next(iter(x.device_set))
     if type(x).__module__.startswith("jax"):   # a jax.sharding.Sharding (a jax.ShapeDtypeStruct's)
         from fnarray.devices.backend import get_backend
-        from fnarray.sharding import from_jax_sharding
-        return _as_placement(from_jax_sharding(x, get_backend("jax")))
+        return _as_placement(get_backend("jax").sharding_from_native(x))
     if isinstance(x, str):
         from fnarray.devices.placement import parse_device
         return parse_device(x)

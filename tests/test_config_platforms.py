@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import fnarray as fa
-from fnarray.devices import placement
+from fnarray.devices import lookup, placement
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_a_platform_no_backend_has_raises_when_a_device_is_needed(restore_platfo
     chosen = placement.default_device()
     if chosen.platform == "tpu":
         pytest.skip("a TPU is present")
-    monkeypatch.setattr(placement, "_ON_PLATFORMS", {})
+    monkeypatch.setattr(lookup, "_ON_PLATFORMS", {})
     fa.config.update("jax_platforms", "tpu")
     with pytest.raises(RuntimeError, match="no installed backend has a device on it"):
         fa.default_device()

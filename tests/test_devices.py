@@ -422,3 +422,26 @@ def test_a_supported_loop_stays_on_the_device(testdev):
     assert_close(out, np.full(4, 0.5 * 8 + 1, np.float32))
     assert _fallback_warnings(rec) == []
     assert testdev.programs == [["mul", "while", "add"]]
+
+
+# ----------------------------------------------------------------------------- meshes on a new backend
+
+
+def test_a_new_backend_gets_meshes_of_one_device_from_the_hook_defaults(testdev):
+    """``testdev`` defines no mesh hook (``Backend.check_mesh``, ``put_global``, ``binds_shard_map``...): a mesh of
+    one of its devices works as on numpy (global ``device_put`` commits, ``shard_map`` is a named vmap whose psum
+    is the identity), and a mesh of both of its devices is refused (no distributed engine)."""
+    from fnarray.sharding import Mesh, NamedSharding, P, SingleDeviceSharding
+    dev = fa.get_device("testdev:1")
+    mesh = Mesh([dev], ("x",))
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    g = fa.device_put(x, NamedSharding(mesh, P("x")))
+    assert g.device == dev and g.committed and g.sharding == SingleDeviceSharding(dev)
+    assert g.is_fully_addressable and [s.device for s in g.addressable_shards] == [dev]
+    out = fa.shard_map(lambda v: fa.lax.psum(v * 2, "x"), mesh=mesh, in_specs=P("x"), out_specs=P())(g)
+    np.testing.assert_array_equal(np.asarray(out), 2 * x)
+    assert out.device == dev
+    with pytest.raises(ValueError, match="testdev has no distributed engine"):
+        Mesh([fa.get_device("testdev:0"), dev], ("x",))
+    with pytest.raises(ValueError, match="not jax ones"):
+        _ = mesh.jax_mesh

@@ -126,3 +126,16 @@ def test_distributed_without_initialize():
     assert fa.process_index() == 0 and fa.process_count() == 1
     with pytest.raises(ValueError, match="no distributed engine"):
         fa.distributed.initialize(backend="numpy")
+
+
+def test_the_mesh_types_are_the_devices_layers_and_engines_are_the_spmd_backends():
+    """``fnarray.sharding`` re-exports the types of ``devices/mesh.py`` and ``devices/sharding.py`` (the same
+    objects), and the backends with a distributed engine are those whose ``Backend.spmd`` is set."""
+    from fnarray.devices import mesh, sharding
+    for name in ("Mesh", "PartitionSpec", "P", "AxisType", "set_mesh", "use_mesh", "get_mesh", "get_abstract_mesh"):
+        assert getattr(fa.sharding, name) is getattr(mesh, name), name
+    for name in ("Sharding", "SingleDeviceSharding", "NamedSharding", "Shard"):
+        assert getattr(fa.sharding, name) is getattr(sharding, name), name
+    started = {d.backend for d in fa.devices(all_backends=True)}
+    for name in started:
+        assert fa.devices(name)[0].impl.spmd == (name in fa.sharding.ENGINE_BACKENDS), name

@@ -9,8 +9,10 @@ import numpy as np
 from fnarray.core.array import Array
 from fnarray.core.shaped import ShapedArray
 from fnarray.devices import dlpack
+from fnarray.devices.lookup import parse_device
+from fnarray.devices.sharding import Shard, SingleDeviceSharding
 
-__all__ = ["ArrayImpl", "call_fields"]
+__all__ = ["ArrayImpl", "call_fields", "set_placement"]
 
 _ABSENT = object()
 
@@ -120,27 +122,27 @@ class ArrayImpl(Array):
 
     def to_device(self, device, /, *, stream=None):
         """Array API ``to_device``: the same values on ``device`` (committed there)."""
-        from fnarray.devices.placement import device_put
-        return device_put(self, device)
+        return _placement.device_put(self, device)
 
     @property
     def sharding(self):
         """How the array is laid out (``jax.Array.sharding``): a ``SingleDeviceSharding`` (whole on
-        ``self.device``), or a ``NamedSharding`` for a global jax array over several devices."""
-        from fnarray.sharding import array_sharding
-        return array_sharding(self)
+        ``self.device``), or a ``NamedSharding`` for a global array over a mesh (``Backend.array_sharding``)."""
+        s = self._device.impl.array_sharding(self)
+        return SingleDeviceSharding(self._device) if s is None else s
 
     @property
     def addressable_shards(self) -> list:
         """The shards on this process's devices (``jax.Array.addressable_shards``), each a ``Shard``."""
-        from fnarray.sharding import addressable_shards
-        return addressable_shards(self)
+        shards = self._device.impl.addressable_shards(self)
+        if shards is None:  # whole on its device: one shard, the array itself
+            return [Shard(self._device, tuple(slice(None) for _ in self.aval.shape), 0, self)]
+        return shards
 
     @property
     def is_fully_addressable(self) -> bool:
         """Whether every shard is on this process's devices (``jax.Array.is_fully_addressable``)."""
-        from fnarray.sharding import is_fully_addressable
-        return is_fully_addressable(self)
+        return self._device.impl.is_fully_addressable(self)
 
     def block_until_ready(self):
         """Wait until the value is computed; returns ``self``."""
@@ -184,14 +186,28 @@ class ArrayImpl(Array):
 
 def _rebuild(value, weak, device=None, committed=False):
     """Unpickle: on the same device where this process has it, else uncommitted on the default device."""
-    from fnarray.devices.placement import array_from_numpy, parse_device
     dev = None
     if device is not None:
         try:
             dev = parse_device(device)
         except Exception:  # noqa: BLE001 (another machine: that backend may not exist here)
             dev, committed = None, False
-    return array_from_numpy(value, dev, weak_type=weak, committed=bool(committed and dev is not None))
+    return _placement.array_from_numpy(value, dev, weak_type=weak, committed=bool(committed and dev is not None))
+
+
+class _Placement:
+    """``device_put`` and ``array_from_numpy`` of ``devices.placement``, which imports this module and installs
+    them with ``set_placement`` (``to_device`` and unpickling call them)."""
+
+    device_put = array_from_numpy = None
+
+
+_placement = _Placement()
+
+
+def set_placement(device_put, array_from_numpy) -> None:
+    """Install the placement functions (called once by ``devices.placement`` when it is imported)."""
+    _placement.device_put, _placement.array_from_numpy = device_put, array_from_numpy
 
 
 #: ``call_fields(x) -> (aval, buffer or None if donated/deleted, device, committed)`` of an ``ArrayImpl``: what a

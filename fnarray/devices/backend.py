@@ -20,7 +20,7 @@ from fnarray.core.errors import BackendUnavailable, FnArrayError
 from fnarray.core.ir import Eqn, Program
 
 __all__ = ["Device", "Capabilities", "Backend", "Lowered", "register_backend", "get_backend",
-           "backend_names", "backend_error", "decompose_for"]
+           "backend_names", "backend_error", "decompose_for", "no_engine_error"]
 
 
 class Device:
@@ -106,6 +106,8 @@ class Capabilities:
     own count after fusion (``Lowered.memory_use``) decides; the outputs are always counted.
     ``reference``: the backend runs every primitive itself (the numpy backend, which defines the semantics
     and which the others fall back to): its programs are never decomposed or partitioned.
+    ``tunable``: its kernel compiler has choices that ``config.autotune`` and ``fnarray tune`` time on the
+    device (``lowering/kernels/tuning.py``: the opencl and webgpu backends).
     ``tuning_facts``: what the kernel groups' cost models (``lowering/kernels/tuning.py``, ``Tunable.cost``)
     know of the device, as ``(name, value)`` pairs: ``("device", "cpu" | "gpu")``, ``("compiler", "pocl")``,
     ``("llvm", 15)`` (the major version of the LLVM a CPU driver compiles with); empty: no model applies.
@@ -129,6 +131,7 @@ class Capabilities:
     eager_programs: str = "off"
     memory_check: str = "values"
     reference: bool = False
+    tunable: bool = False
     tuning_facts: tuple = ()
 
 
@@ -264,6 +267,90 @@ class Backend:
         """``(buffer, dtype)`` over ``x``'s DLPack memory on ``device`` (``copy=False``: never a copy), or
         ``None`` where this backend does not share (the caller then copies through NumPy)."""
         return None
+
+    # Meshes and global arrays (``fnarray.sharding``; the types are in ``devices/mesh.py`` and
+    # ``devices/sharding.py``). The defaults are those of a backend without a distributed engine: a mesh holds one
+    # device, and every array lies whole on its device.
+
+    #: Whether meshes of several of this backend's devices run (it has a distributed engine: XLA's SPMD
+    #: partitioner on jax, ``mx.distributed`` on mlx); ``make_mesh`` refuses larger meshes elsewhere.
+    spmd = False
+
+    def check_mesh(self, devices) -> None:
+        """Raise ``ValueError`` for a mesh of ``devices`` (an object array of this backend's ``Device``) that this
+        backend cannot run; default: more than one device (``no_engine_error``). ``Mesh`` calls it."""
+        if devices.size > 1:
+            raise no_engine_error(devices.flat[0].backend, devices.size)
+
+    def mesh_devices(self, devices: list, axis_shapes: tuple) -> list:
+        """The devices ``make_mesh(axis_shapes)`` takes from ``devices`` (this backend's, in order), or a
+        ``ValueError`` saying how to get a mesh of that shape here; default: ``devices`` as they are (``make_mesh``
+        takes the first ``prod(axis_shapes)`` and says when there are too few)."""
+        return devices
+
+    def addressable_devices(self, mesh) -> set:
+        """The devices of ``mesh`` this process holds (``NamedSharding.addressable_devices``); default: those that
+        are not another process's (``Device.remote``)."""
+        return {d for d in mesh.devices.flat if not getattr(d, "remote", False)}
+
+    def native_mesh(self, mesh):
+        """The library's own mesh for ``mesh`` (``Mesh.jax_mesh``); default: ``ValueError``."""
+        raise ValueError(f"Mesh.jax_mesh: this mesh holds {mesh.backend} devices, not jax ones")
+
+    def native_sharding(self, sharding):
+        """The library's own sharding for the ``NamedSharding`` ``sharding`` (``NamedSharding.jax_sharding``);
+        default: ``ValueError``."""
+        raise ValueError(f"NamedSharding.jax_sharding: this sharding's mesh holds {sharding.mesh.backend} devices, "
+                         "not jax ones")
+
+    def sharding_from_native(self, native):
+        """A fnarray sharding for the library's own sharding object ``native`` (a ``jax.sharding.Sharding`` read
+        from a checkpoint template); default: ``TypeError``."""
+        raise TypeError(f"the {self.name} backend has no sharding objects of its own; got {native!r}")
+
+    def put_global(self, array, sharding):
+        """``device_put(array, sharding)`` for a ``NamedSharding`` over a mesh of several of this backend's
+        devices: a global ``ArrayImpl``. ``array`` is an ``ArrayImpl`` (on any device) whose shape the spec was
+        checked against; default: ``ValueError`` (``check_mesh`` refuses such meshes first)."""
+        raise no_engine_error(sharding.mesh.backend, sharding.mesh.size)
+
+    def array_sharding(self, array):
+        """``array.sharding`` when ``array`` (an ``ArrayImpl`` on this backend) is a global array: its
+        ``NamedSharding``; ``None`` (the default) for an array whole on its device (a ``SingleDeviceSharding``)."""
+        return None
+
+    def addressable_shards(self, array):
+        """``array.addressable_shards`` of a global array: a ``Shard`` per device of this process; ``None`` (the
+        default) for an array whole on its device (one shard, itself)."""
+        return None
+
+    def is_fully_addressable(self, array) -> bool:
+        """Whether this process holds every shard of ``array`` (``jax.Array.is_fully_addressable``); default:
+        ``True``."""
+        return True
+
+    def binds_shard_map(self, mesh) -> bool:
+        """Whether ``shard_map`` over ``mesh`` binds one ``shard_map`` equation that this backend lowers (its
+        ``spmd`` rules); default ``False``: a mesh of one device, where ``shard_map`` is a ``vmap`` of size 1 per
+        mesh axis (``transforms/shard_map.py``)."""
+        return False
+
+    def shard_map_operand(self, value, sharding):
+        """A concrete operand (or captured constant) of a ``shard_map`` equation over this backend's mesh as the
+        equation takes it, given the ``NamedSharding`` its spec asks for; default: ``value`` as it is (jax places
+        it over the mesh once, so that its compiled call does not copy it each time)."""
+        return value
+
+
+_ENGINES_HOW = ("the jax backend (several XLA devices: GPUs, TPUs, or CPU devices with "
+                "XLA_FLAGS=--xla_force_host_platform_device_count=N; or processes started with fnarray.distributed) "
+                "or the mlx backend (processes started with fnarray.distributed / mlx.launch)")
+
+
+def no_engine_error(backend: str, n: int) -> ValueError:
+    """The error for a mesh of ``n`` devices on ``backend``, which has no distributed engine (``Backend.spmd``)."""
+    return ValueError(f"a mesh of {n} devices on the {backend} backend: {backend} has no distributed engine and "
+                      f"one device, so only a mesh of one device works there. Use {_ENGINES_HOW}.")
 
 
 def decompose_for(program: Program, device: Device) -> Program:

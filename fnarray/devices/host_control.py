@@ -120,10 +120,10 @@ class HostDriven:
         self.inputs = list(program.constvars) + list(program.invars)
         live, _ = dce(program)
         self.outvars = live.outvars
-        groups = []  # (kind, eqns): kind "device", "numpy" or "host"
+        groups = []  # (kind, eqns): kind "device", "fallback" (on numpy:0) or "host"
         for e in live.eqns:
             on_dev = placed[id(e)]
-            kind = "host" if drive_control and on_dev and needs_host(e) else ("device" if on_dev else "numpy")
+            kind = "host" if drive_control and on_dev and needs_host(e) else ("device" if on_dev else "fallback")
             if kind != "host" and groups and groups[-1][0] == kind:
                 groups[-1][1].append(e)
             else:
@@ -138,7 +138,7 @@ class HostDriven:
         self.steps = []
         self.fallbacks = {}  # step index -> the equations of a segment that falls back to numpy
         for (kind, eqns), after in zip(groups, later, strict=True):
-            dev = self.numpy_device if kind == "numpy" else device
+            dev = self.numpy_device if kind == "fallback" else device
             if kind == "host":
                 e = eqns[0]
                 ins = [_Const(device.impl.to_device(_scalar(a.val, a.aval.dtype), device))
@@ -153,7 +153,7 @@ class HostDriven:
                         seen.add(a)
                         ins.append(a)
             outs = [o for e in eqns for o in e.outputs if o in after]
-            if kind == "numpy" and device != self.numpy_device:
+            if kind == "fallback" and device != self.numpy_device:
                 self.fallbacks[len(self.steps)] = eqns
             self.steps.append((dev, _compile(Program([], ins, eqns, outs), dev), ins, outs))
 

@@ -16,14 +16,23 @@ or from the engine's own launcher (SLURM, Open MPI, TPU slices for JAX; ``mlx.la
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 
-__all__ = ["initialize", "shutdown", "is_initialized", "process_index", "process_count", "mlx_group"]
+__all__ = ["initialize", "shutdown", "is_initialized", "engine_backend", "process_index", "process_count",
+           "mlx_group"]
 
-_state: dict = {"backend": None, "group": None}
+_state: dict = {"backend": None, "engine": None, "group": None}
 _lock = threading.Lock()
-_ENGINES = ("jax", "mlx")
+#: The backends with a distributed engine, each a module of this package with ``initialize``, ``process_index``,
+#: ``process_count``, ``shutdown`` and ``launch_environments``.
+ENGINES = {"jax": "fnarray.distributed._jax", "mlx": "fnarray.distributed._mlx"}
+
+
+def engine(backend: str):
+    """The engine module of ``backend`` (a key of ``ENGINES``)."""
+    return importlib.import_module(ENGINES[backend])
 
 
 def _env_int(name):
@@ -60,7 +69,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     """
     backend = backend or os.environ.get("FNARRAY_DISTRIBUTED_BACKEND") or (
         "mlx" if "MLX_HOSTFILE" in os.environ or "MLX_RANK" in os.environ else "jax")  # mlx.launch sets them
-    if backend not in _ENGINES:
+    if backend not in ENGINES:
         raise ValueError(f"fnarray.distributed.initialize(backend={backend!r}): the {backend} backend has no "
                          f"distributed engine; use backend='jax' (jax.distributed: gloo, NCCL, ICI) or "
                          "backend='mlx' (mx.distributed: ring, MPI, NCCL)")
@@ -76,13 +85,9 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
         if _state["backend"] is not None:
             raise ValueError(f"fnarray.distributed.initialize was already called (backend {_state['backend']}); "
                              "call it once per process")
-        if backend == "jax":
-            from fnarray.distributed import _jax
-            _jax.initialize(coordinator_address, num_processes, process_id, timeout, local_device_ids)
-        else:
-            from fnarray.distributed import _mlx
-            _state["group"] = _mlx.initialize(num_processes, process_id, timeout)
-        _state["backend"] = backend
+        eng = engine(backend)
+        _state["group"] = eng.initialize(coordinator_address, num_processes, process_id, timeout, local_device_ids)
+        _state["backend"], _state["engine"] = backend, eng
 
 
 def _check_types(coordinator_address, num_processes, process_id, timeout):
@@ -101,13 +106,17 @@ def is_initialized() -> bool:
     return _state["backend"] is not None
 
 
+def engine_backend() -> str | None:
+    """The backend whose engine ``initialize`` started (``"jax"`` or ``"mlx"``), or ``None`` before it."""
+    return _state["backend"]
+
+
 def shutdown() -> None:
     """Leave the distributed run (``jax.distributed.shutdown``); a no-op when not initialized."""
     with _lock:
-        if _state["backend"] == "jax":
-            import jax
-            jax.distributed.shutdown()
-        _state["backend"], _state["group"] = None, None
+        if _state["engine"] is not None:
+            _state["engine"].shutdown()
+        _state["backend"], _state["engine"], _state["group"] = None, None, None
 
 
 def process_index() -> int:
@@ -119,13 +128,8 @@ def process_index() -> int:
     Raises:
       Nothing of its own; the engine's errors (``jax.process_index``) pass through.
     """
-    b = _state["backend"]
-    if b == "jax":
-        import jax
-        return int(jax.process_index())
-    if b == "mlx":
-        return int(_state["group"].rank())
-    return 0
+    eng = _state["engine"]
+    return 0 if eng is None else eng.process_index(_state["group"])
 
 
 def process_count() -> int:
@@ -137,18 +141,13 @@ def process_count() -> int:
     Raises:
       Nothing of its own; the engine's errors (``jax.process_index``) pass through.
     """
-    b = _state["backend"]
-    if b == "jax":
-        import jax
-        return int(jax.process_count())
-    if b == "mlx":
-        return int(_state["group"].size())
-    return 1
+    eng = _state["engine"]
+    return 1 if eng is None else eng.process_count(_state["group"])
 
 
 def mlx_group():
     """The ``mx.distributed.Group`` of an mlx run; ``RuntimeError`` before ``initialize(backend="mlx")``."""
-    if _state["backend"] != "mlx":
+    if _state["group"] is None:  # only mlx's engine has a group of its own
         raise RuntimeError("fnarray.distributed.mlx_group(): call fnarray.distributed.initialize(backend='mlx') "
                            "first")
     return _state["group"]

@@ -1,4 +1,5 @@
-"""``initialize`` on the jax backend: ``jax.distributed.initialize`` with a bounded wait.
+"""The jax backend's distributed engine: ``initialize`` (``jax.distributed.initialize`` with a bounded wait),
+``process_index``, ``process_count``, ``shutdown`` and the launcher's environments.
 
 The processes first meet through ``_rendezvous`` (plain TCP on the coordinator's port), so that a coordinator
 that cannot be reached or a process that never comes is a Python exception: once JAX's client is connecting,
@@ -12,7 +13,31 @@ import threading
 from fnarray.distributed import _rendezvous
 
 
+def launch_environments(n: int, tmp: str, free_ports) -> list:
+    """The environment of each of ``n`` local processes (``python -m fnarray.distributed.launch``): process 0's
+    coordinator on a free port."""
+    (port,) = free_ports(1)
+    return [{"FNARRAY_COORDINATOR": f"127.0.0.1:{port}", "FNARRAY_NUM_PROCESSES": str(n), "FNARRAY_PROCESS_ID": str(i),
+             "FNARRAY_DISTRIBUTED_BACKEND": "jax"} for i in range(n)]
+
+
+def process_index(group) -> int:
+    import jax
+    return int(jax.process_index())
+
+
+def process_count(group) -> int:
+    import jax
+    return int(jax.process_count())
+
+
+def shutdown() -> None:
+    import jax
+    jax.distributed.shutdown()
+
+
 def initialize(coordinator_address, num_processes, process_id, timeout, local_device_ids):
+    """Join the run; returns ``None`` (JAX keeps the run's state itself)."""
     from fnarray.devices import backend as _backend
     if "jax" in _backend._BACKENDS:
         raise ValueError("fnarray.distributed.initialize must run before the jax backend starts (before any "

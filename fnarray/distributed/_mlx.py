@@ -1,4 +1,5 @@
-"""``initialize`` on the mlx backend: ``mx.distributed.init`` with a bounded wait.
+"""The mlx backend's distributed engine: ``initialize`` (``mx.distributed.init`` with a bounded wait),
+``process_index``, ``process_count``, ``shutdown`` and the launcher's environments.
 
 Measured with MLX 0.32 (Linux, ring): ``mx.distributed.init`` holds the GIL while it connects, so the
 ``timeout`` thread below cannot cut it short; the ring backend gives up by itself after ~30 s of
@@ -8,11 +9,36 @@ a process whose ``MLX_RANK``/``MLX_HOSTFILE`` are missing silently gets a group 
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 
 
-def initialize(num_processes, process_id, timeout):
+def launch_environments(n: int, tmp: str, free_ports) -> list:
+    """The environment of each of ``n`` local processes (``python -m fnarray.distributed.launch``): a ring over
+    free local ports, in a hostfile written to ``tmp``."""
+    hostfile = os.path.join(tmp, "hosts.json")
+    with open(hostfile, "w") as f:
+        json.dump([[f"127.0.0.1:{p}"] for p in free_ports(n)], f)
+    return [{"MLX_HOSTFILE": hostfile, "MLX_RANK": str(i), "FNARRAY_NUM_PROCESSES": str(n),
+             "FNARRAY_PROCESS_ID": str(i), "FNARRAY_DISTRIBUTED_BACKEND": "mlx"} for i in range(n)]
+
+
+def process_index(group) -> int:
+    return int(group.rank())
+
+
+def process_count(group) -> int:
+    return int(group.size())
+
+
+def shutdown() -> None:
+    return None  # MLX has no call to leave a group
+
+
+def initialize(coordinator_address, num_processes, process_id, timeout, local_device_ids):
+    """Join the run; returns its ``mx.distributed.Group`` (``coordinator_address`` and ``local_device_ids`` are
+    jax's: the ring comes from ``MLX_HOSTFILE``)."""
     from fnarray.devices import backend as _backend
     if "mlx" in _backend._BACKENDS:
         raise ValueError("fnarray.distributed.initialize(backend='mlx') must run before the mlx backend starts "

@@ -11,7 +11,6 @@ with the process index. The first process to fail stops the others, and ``--time
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import subprocess
@@ -19,6 +18,8 @@ import sys
 import tempfile
 import threading
 import time
+
+from fnarray.distributed import ENGINES, engine
 
 __all__ = ["main", "free_ports"]
 
@@ -44,27 +45,14 @@ def _pump(stream, prefix, out):
 
 
 def _environments(n, backend, tmp):
-    envs = []
-    if backend == "jax":
-        (port,) = free_ports(1)
-        for i in range(n):
-            envs.append({"FNARRAY_COORDINATOR": f"127.0.0.1:{port}", "FNARRAY_NUM_PROCESSES": str(n),
-                         "FNARRAY_PROCESS_ID": str(i), "FNARRAY_DISTRIBUTED_BACKEND": "jax"})
-    else:
-        hostfile = os.path.join(tmp, "hosts.json")
-        with open(hostfile, "w") as f:
-            json.dump([[f"127.0.0.1:{p}"] for p in free_ports(n)], f)
-        for i in range(n):
-            envs.append({"MLX_HOSTFILE": hostfile, "MLX_RANK": str(i), "FNARRAY_NUM_PROCESSES": str(n),
-                         "FNARRAY_PROCESS_ID": str(i), "FNARRAY_DISTRIBUTED_BACKEND": "mlx"})
-    return envs
+    return engine(backend).launch_environments(n, tmp, free_ports)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fnarray.distributed.launch",
                                 description="Run a script in N local processes that join one distributed run.")
     p.add_argument("-n", "--num-processes", type=int, required=True)
-    p.add_argument("--backend", choices=("jax", "mlx"), default="jax")
+    p.add_argument("--backend", choices=tuple(ENGINES), default="jax")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole run (default 600)")
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)

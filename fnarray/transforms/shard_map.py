@@ -45,7 +45,8 @@ from fnarray.core.spmd import local_aval, shard_map_p, sharding_constraint_p
 from fnarray.core.subprograms import CALL_PROGRAM
 from fnarray.core.tracing import Tracer
 from fnarray.devices.placement import device_put
-from fnarray.sharding import AxisType, Mesh, NamedSharding, PartitionSpec, ambient_mesh, check_spec
+from fnarray.devices.mesh import AxisType, Mesh, PartitionSpec, ambient_mesh, check_spec
+from fnarray.devices.sharding import NamedSharding, Sharding
 from fnarray.transforms.jvp import jvp_program
 from fnarray.transforms.partial_eval import partial_eval_program
 from fnarray.transforms.transpose import transpose_program
@@ -448,7 +449,7 @@ def shard_map(f=None, /, *, out_specs, in_specs=Infer, mesh=None, check_vma=True
         if check_vma:
             names = [f"output {i}" for i in range(len(o_specs))]
             _check_vma(program, c_specs + specs, o_specs, names)
-        if mesh.backend == "jax" or mesh.backend == "mlx" and mesh.size > 1:
+        if mesh.impl.binds_shard_map(mesh):
             # Concrete inputs elsewhere (a NumPy value, an array on numpy:0) are placed on the mesh first, as
             # jax.shard_map places its inputs; traced ones are where their jit runs. (On mlx over processes,
             # an mlx array that is not global is a full value, split by the shard_map rule: mlx_spmd.)
@@ -474,17 +475,11 @@ def on_mesh(values, specs, mesh) -> list:
     the compiled program (``pxla.shard_args``: measured 0.5 ms a step of ``benchmarks/data_parallel.py``
     on 2 devices, 30% of it). Placed once here, a jitted caller keeps them as its constants' buffers.
     """
-    if mesh.backend != "jax" or mesh.size == 1:
+    if mesh.size == 1:
         return list(values)
-    out = []
-    for x, s in zip(values, specs, strict=True):
-        if not isinstance(x, Tracer):
-            target = NamedSharding(mesh, s)
-            on_jax = getattr(getattr(x, "device", None), "backend", None) == "jax"
-            if not on_jax or not x.buf().sharding.is_equivalent_to(target.jax_sharding, x.ndim):
-                x = device_put(x, target)
-        out.append(x)
-    return out
+    impl = mesh.impl
+    return [x if isinstance(x, Tracer) else impl.shard_map_operand(x, NamedSharding(mesh, s))
+            for x, s in zip(values, specs, strict=True)]
 
 
 def _as_named_vmap(flat_body, mesh, leaves):
@@ -508,7 +503,6 @@ def _bind(args, program, mesh, in_specs, out_specs):
                for a in args):
         # Nothing says where an eager equation runs (no operand on the mesh, e.g. the known half of a
         # partial evaluation without inputs): an unused scalar on the mesh's first device does.
-        from fnarray.devices.placement import device_put
         anchor = device_put(np.zeros((), np.float32), _local_device(mesh))
         program = Program([], [Var(anchor.aval)] + list(program.invars), program.eqns, program.outvars)
         args, in_specs = [anchor, *args], [PartitionSpec(), *in_specs]
@@ -726,7 +720,6 @@ primitive_batchers[sharding_constraint_p] = _constraint_batch
 
 
 def _sharding_leaves(shardings, tree, what):
-    from fnarray.devices.sharding import Sharding
     if shardings is None or isinstance(shardings, Sharding):
         return [shardings] * len(tree_util.tree_leaves(tree))
     treedef = tree_util.tree_structure(tree)
@@ -752,7 +745,6 @@ class ShardedJitted:
     def _place(self, args):
         if self._in is None:
             return args
-        from fnarray.devices.placement import device_put
         ins = tuple(self._in) if isinstance(self._in, (tuple, list)) else (self._in,) * len(args)
         if len(ins) != len(args):
             raise ValueError(f"jit in_shardings has {len(ins)} entries for {len(args)} positional arguments")

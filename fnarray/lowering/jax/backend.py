@@ -44,6 +44,7 @@ FAMILIES = ("elementwise", "structural", "reductions", "dot", "attention", "conv
 for _family in FAMILIES:
     importlib.import_module(f"{__package__}.{_family}")
 from fnarray.lowering.jax.common import RULES, interpret as _interpret, manual  # noqa: E402
+from fnarray.lowering.jax import spmd  # noqa: E402  (imported by the loop above; its mesh functions)
 from fnarray.lowering.jax.elementwise import wrap_float8_rules  # noqa: E402
 
 wrap_float8_rules()
@@ -235,6 +236,7 @@ class JaxBackend(Backend):
     expected_decompositions = frozenset({"erfc", "log2"})
     host_callbacks = True  # jax.debug.callback(ordered=True) inside the XLA program
     name = "jax"
+    spmd = True  # meshes of several XLA devices, partitioned by XLA (GSPMD) and jax.shard_map
 
     def __init__(self):
         self._scalars = LRUCache(_SCALAR_CACHE_SIZE)
@@ -358,6 +360,41 @@ class JaxBackend(Backend):
             with jax.enable_x64(True):
                 buf = jax.device_put(buf, device.handle)
         return buf, np.dtype(buf.dtype)
+
+    # Meshes and global arrays (``Backend``'s hooks; the work is in ``spmd.py``).
+
+    def check_mesh(self, devices):
+        return None  # any mesh of jax devices: XLA partitions it
+
+    def addressable_devices(self, mesh):
+        return spmd.addressable_devices(mesh)
+
+    def native_mesh(self, mesh):
+        return spmd.native_mesh(mesh)
+
+    def native_sharding(self, sharding):
+        return spmd.native_sharding(sharding)
+
+    def sharding_from_native(self, native):
+        return spmd.sharding_from_native(native, self)
+
+    def put_global(self, array, sharding):
+        return spmd.put_global(array, sharding)
+
+    def array_sharding(self, array):
+        return spmd.array_sharding(array, self)
+
+    def addressable_shards(self, array):
+        return spmd.addressable_shards(array, self)
+
+    def is_fully_addressable(self, array):
+        return bool(array.buf().is_fully_addressable)
+
+    def binds_shard_map(self, mesh):
+        return True  # jax.shard_map, over a mesh of one device too
+
+    def shard_map_operand(self, value, sharding):
+        return spmd.shard_map_operand(value, sharding)
 
 
 def make_backend():

@@ -281,6 +281,7 @@ def _needs_host(eqn) -> bool:
 
 class MlxBackend(Backend):
     name = "mlx"
+    spmd = True  # a 1-D mesh of one device per process, on mx.distributed (``spmd.py``)
     #: What the parity cases run on numpy:0 here, and why (``Backend.expected_fallbacks``).
     expected_decompositions = frozenset({"digamma", "erfc", "lgamma", "sharding_constraint", "threefry2x32"})
     expected_fallbacks = {
@@ -400,6 +401,31 @@ class MlxBackend(Backend):
         if isinstance(b, mx.array):
             mx.eval(b)
         return buf
+
+    # Meshes and global arrays over the processes of an mlx run (``Backend``'s hooks; the work is in ``spmd.py``).
+
+    def check_mesh(self, devices):
+        _spmd.check_mesh(devices)
+
+    def mesh_devices(self, devices, axis_shapes):
+        return _spmd.mesh_devices(devices, axis_shapes)
+
+    def put_global(self, array, sharding):
+        return _spmd.put_global(array, sharding)
+
+    def array_sharding(self, array):
+        g = _spmd.global_buffer(array)
+        return None if g is None else g.sharding
+
+    def addressable_shards(self, array):
+        g = _spmd.global_buffer(array)
+        return None if g is None else _spmd.addressable_shards(array, g)
+
+    def is_fully_addressable(self, array):
+        return _spmd.global_buffer(array) is None
+
+    def binds_shard_map(self, mesh):
+        return mesh.size > 1  # over processes; a mesh of one device runs shard_map as a named vmap
 
     def schedule(self, bufs):
         """Start evaluating ``bufs`` without waiting (host-driven loops keep MLX's graphs short)."""

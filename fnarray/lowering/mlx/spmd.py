@@ -46,13 +46,17 @@ from fnarray.core.ir import Literal
 from fnarray.core.passes import dce, walk_eqns
 from fnarray.core.spmd import shard_map_p
 from fnarray.core.subprograms import CONTROL_FLOW
+from fnarray.core.shaped import ShapedArray
+from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.backend import Device
+from fnarray.devices.sharding import NamedSharding, Shard
 from fnarray.lowering.mlx.common import RULES
 from fnarray.lowering.mlx.program import generated
 from fnarray.lowering.mlx.common import from_numpy, mx, to_numpy
 
 __all__ = ["ProcessDevice", "GlobalBuffer", "process_group", "active", "process_devices", "check_mesh",
-           "local_device", "put_global", "distributed_executable", "host_value"]
+           "mesh_devices", "local_device", "put_global", "global_buffer", "addressable_shards",
+           "distributed_executable", "host_value"]
 
 
 # ----------------------------------------------------------------------------- the run and its devices
@@ -144,6 +148,18 @@ def check_mesh(devs) -> None:
                          f"(fa.devices('mlx'), or fa.make_mesh(({n},), ('data',))); sub-groups are not supported")
 
 
+def mesh_devices(devices: list, axis_shapes: tuple) -> list:
+    """The devices of ``make_mesh(axis_shapes)`` in an mlx run: a mesh over processes holds every process once
+    (``ValueError`` otherwise, naming how to start as many processes)."""
+    n = int(np.prod(axis_shapes))
+    if n > 1 and len(devices) != n:
+        raise ValueError(f"make_mesh: a mesh of shape {tuple(axis_shapes)} over {len(devices)} mlx devices; on the mlx "
+                         f"backend a mesh over processes holds every process once: make_mesh(({len(devices)},), "
+                         f"(name,)) here, or start {n} processes (python -m fnarray.distributed.launch -n {n} "
+                         "--backend mlx, or mlx.launch)")
+    return devices
+
+
 def local_device(mesh):
     """This process's device in ``mesh``."""
     for d in mesh.devices.flat:
@@ -223,7 +239,6 @@ def put_global(x, sharding):
     Raises:
       ``FnArrayError`` for a global array split otherwise (shards do not move between processes here).
     """
-    from fnarray.devices.array_impl import ArrayImpl
     mesh = sharding.mesh
     dev = local_device(mesh)
     b = x.buf()
@@ -233,6 +248,22 @@ def put_global(x, sharding):
         full = b if isinstance(b, mx.array) and x.device.backend == "mlx" else from_numpy(np.asarray(x))
         local = _split(full, sharding.spec.padded(x.ndim), mesh)
     return ArrayImpl.make(x.aval, dev, GlobalBuffer(local, sharding), committed=True)
+
+
+def global_buffer(arr):
+    """The ``GlobalBuffer`` of ``arr`` (an ``ArrayImpl`` on the mlx backend) when it is a global array over the
+    processes, else ``None`` (a deleted array too)."""
+    b = arr.call_view()[0]
+    return b if isinstance(b, GlobalBuffer) else None
+
+
+def addressable_shards(arr, g) -> list:
+    """This process's one ``Shard`` of the global array ``arr`` whose buffer is ``g``."""
+    dev = arr.device
+    split = bool(g.sharding.spec.padded(arr.ndim).axis_names())
+    aval = ShapedArray(tuple(g.local.shape), arr.dtype, arr.aval.weak_type)
+    index = g.sharding.devices_indices_map(arr.shape)[dev]
+    return [Shard(dev, index, 0 if split else dev.process_index, ArrayImpl.make(aval, dev, g.local, committed=True))]
 
 
 def host_value(buf):
@@ -443,7 +474,6 @@ def _check_body(program):
 
 
 def _shard_map(params, in_avals, out_avals):
-    from fnarray.sharding import NamedSharding
     mesh, program = params["mesh"], params["program"]
     in_specs, out_specs = params["in_specs"], params["out_specs"]
     _check_body(program)

@@ -676,7 +676,7 @@ class WebGPUBackend(Backend):
                 # (docs/performance.md); a GPU keeps one, whose neighbouring invocations read
                 # neighbouring elements.
                 items_per_work_item=4 if self.gpu.adapter_type.lower() == "cpu" else 1,
-                memory_check="compiled")
+                memory_check="compiled", tunable=True)
             self._caps = caps
         return caps
 

@@ -1,0 +1,199 @@
+"""Which devices exist and which one is the default: ``devices``, ``default_device``, ``parse_device``.
+
+Read by the placement rules (``devices.placement``, which re-exports these names) and by the mesh types
+(``devices.mesh``), so that neither needs the other.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+import re
+import platform as _platform
+import sys
+
+from fnarray.core.config import config
+from fnarray.core.errors import BackendUnavailable
+from fnarray.devices.backend import Device, backend_names, get_backend
+
+__all__ = ["devices", "default_device", "parse_device"]
+
+
+def devices(backend: str | None = None, *, all_backends: bool = False, all: bool = False) -> list[Device]:  # noqa: A002
+    """The devices of one backend (``jax.devices``), or of every backend.
+
+    Args:
+      backend: a backend name (``"jax"``, ``"opencl"``...): its devices. ``None``: the devices of the default
+        device's backend (``fa.default_device().backend``), as ``jax.devices()`` lists its default backend's, so
+        ``Mesh(np.array(fa.devices()[:2]), ("x",))`` holds devices of one backend.
+      all_backends: every usable backend's devices instead, in backend order (numpy first).
+      all: every backend's devices, and a ``Device`` per unusable backend whose ``reason`` says why it cannot be
+        used and how to fix it (implies ``all_backends`` when no ``backend`` is named).
+
+    Returns:
+      A list of ``Device``; backends whose library or driver is missing are skipped unless ``all``.
+
+    Raises:
+      ValueError: ``backend`` is not a registered backend name (a registered backend that cannot start is
+        skipped, not raised).
+    """
+    if backend is None and not (all_backends or all):
+        backend = default_device().backend
+    out = []
+    for name in ([backend] if backend else backend_names()):
+        try:
+            out.extend(get_backend(name).devices())
+        except BackendUnavailable as e:
+            if all:
+                out.append(Device(name, 0, "unavailable", reason=str(e)))
+    return out
+
+
+_default: list[Device] = []
+
+
+def _accelerator_default() -> Device | None:
+    """An accelerator to prefer over numpy, probing only libraries that are installed."""
+    if sys.platform == "darwin" and _platform.machine() == "arm64" and importlib.util.find_spec("mlx"):
+        try:
+            for d in get_backend("mlx").devices():
+                if d.platform == "gpu":
+                    return d
+        except BackendUnavailable:
+            pass
+    has_jax_accel = any(importlib.util.find_spec(m) for m in (
+        "jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm_plugin", "libtpu"))
+    if _forced_host_devices() > 1 and importlib.util.find_spec("jax"):
+        # XLA_FLAGS asks for several XLA host devices: the program means JAX's devices (a JAX program's mesh over
+        # jax.devices() ports unchanged), so jax:0 is the default, as jax.devices()[0] is JAX's.
+        try:
+            return get_backend("jax").devices()[0]
+        except BackendUnavailable:
+            pass
+    if has_jax_accel and importlib.util.find_spec("jax"):
+        try:
+            for d in get_backend("jax").devices():
+                if d.platform in ("gpu", "tpu", "cuda", "rocm"):
+                    return d
+        except BackendUnavailable:
+            pass
+    return None
+
+
+def _forced_host_devices() -> int:
+    """N of ``--xla_force_host_platform_device_count=N`` in ``XLA_FLAGS`` (0 when absent)."""
+    m = re.search(r"--xla_force_host_platform_device_count=(\d+)", os.environ.get("XLA_FLAGS", ""))
+    return int(m.group(1)) if m else 0
+
+
+def default_device() -> Device:
+    """The device for arrays and calls that name none (as ``jax.devices()[0]``).
+
+    ``fnarray.config.default_device`` (env ``FNARRAY_DEVICE``) if set; else an
+    accelerator (MLX on Metal, JAX on CUDA/ROCm/TPU) if one is found, or ``jax:0`` when ``XLA_FLAGS`` forces
+    several XLA host devices (``--xla_force_host_platform_device_count=N``, N > 1); else ``numpy:0``.
+    ``fnarray.config.platforms`` (JAX's ``jax_platforms``/``jax_platform_name``), when set, keeps that choice
+    only if it runs on one of the platforms named; else the first device of the first platform named, in
+    order, that an installed backend has (``"cpu"``: numpy:0).
+
+    Returns:
+      A ``Device``; the probe result is cached for the process.
+
+    Raises:
+      ValueError, TypeError, BackendUnavailable: only for a configured
+        ``default_device`` that ``get_device`` rejects (see there).
+      RuntimeError: ``config.platforms`` names only platforms that no installed backend has (JAX raises
+        ``RuntimeError`` for a platform it cannot initialise).
+    """
+    if config.default_device is not None:
+        try:
+            return parse_device(config.default_device)
+        except ValueError as e:
+            raise ValueError(f"fnarray.config.default_device (or the environment variable FNARRAY_DEVICE) is "
+                             f"{config.default_device!r}, which names no device: {e}. Set it to one of the "
+                             "available devices, or unset it to let fnarray choose") from None
+    if not _default:
+        d = _accelerator_default() or get_backend("numpy").devices()[0]
+        if not _default:  # another thread may have chosen meanwhile (the same device): keep one
+            _default.append(d)
+    if config.platforms is not None:
+        return _on_platforms(_default[0], config.platforms)
+    return _default[0]
+
+
+_ON_PLATFORMS: dict = {}   # (chosen default, platforms) -> the default device on those platforms
+#: what a JAX platform name means in terms of our devices' ``platform``
+_PLATFORM_ALIASES = {"gpu": ("gpu", "cuda", "rocm", "metal"), "cuda": ("cuda", "gpu"), "rocm": ("rocm", "gpu"),
+                     "metal": ("metal", "gpu"), "cpu": ("cpu",), "tpu": ("tpu",)}
+
+
+def _on_platforms(chosen: Device, platforms: tuple) -> Device:
+    key = (chosen, platforms)
+    d = _ON_PLATFORMS.get(key)
+    if d is None:
+        d = _ON_PLATFORMS[key] = _pick_on_platforms(chosen, platforms)
+    return d
+
+
+def _pick_on_platforms(chosen: Device, platforms: tuple) -> Device:
+    wanted = [_PLATFORM_ALIASES[p] for p in platforms]
+    if any(chosen.platform in w for w in wanted):
+        return chosen
+    for w in wanted:
+        if w == ("cpu",):
+            return get_backend("numpy").devices()[0]
+        for name in ("jax", "mlx"):
+            try:
+                for d in get_backend(name).devices():
+                    if d.platform in w:
+                        return d
+            except BackendUnavailable:
+                pass
+    raise RuntimeError(f"fnarray.config.platforms is {','.join(platforms)!r} (jax_platforms / jax_platform_name), "
+                       "but no installed backend has a device on it; set it to 'cpu' or None")
+
+
+def parse_device(spec) -> Device:
+    """A ``Device`` from a ``Device`` or a string ``backend``, ``backend:id`` or ``backend:platform``.
+
+    Exported as ``fnarray.get_device`` (no JAX counterpart; JAX takes ``Device`` objects only).
+
+    Args:
+      spec: a ``Device`` (returned as is), ``None`` (the default device), or a
+        string such as ``"numpy"``, ``"opencl:0"``, ``"jax:gpu"``.
+
+    Returns:
+      The ``Device``; a bare backend name gives its first device.
+
+    Raises:
+      TypeError: ``spec`` is neither a ``Device``, ``None`` nor a string.
+      ValueError: an unknown backend name, or no device with that id or platform
+        (the message lists the available devices).
+      BackendUnavailable: a known backend that cannot start (the message has the fix).
+    """
+    if isinstance(spec, Device):
+        return spec
+    if spec is None:
+        return default_device()
+    if not isinstance(spec, str):
+        raise TypeError(f"a device is a Device or a string like 'numpy:0', got {type(spec).__name__}")
+    name, _, rest = spec.strip().partition(":")
+    if name not in backend_names():
+        avail = [str(d) for d in devices(all_backends=True)]
+        raise ValueError(f"unknown device {spec!r}{_nearest(spec.strip(), avail + list(backend_names()))}; "
+                         f"available devices: {', '.join(avail)} (backends: {', '.join(backend_names())})")
+    devs = get_backend(name).devices()
+    if not rest:  # this process's first device (the others' in a run of several mlx processes are names only)
+        return next((d for d in devs if not getattr(d, "remote", False)), devs[0])
+    for d in sorted(devs, key=lambda d: getattr(d, "remote", False)):
+        if (rest.isdigit() and d.id == int(rest)) or d.platform == rest:
+            return d
+    avail = [str(d) for d in devices(all_backends=True)]
+    raise ValueError(f"no device {spec!r}{_nearest(spec.strip(), avail)}; {name} has "
+                     f"{', '.join(f'{d} ({d.platform})' for d in devs)}. All available devices: {', '.join(avail)}")
+
+
+def _nearest(given, names):
+    near = difflib.get_close_matches(given, names, n=1, cutoff=0.5)
+    return f" (did you mean {near[0]!r}?)" if near else ""
