@@ -348,12 +348,14 @@ def test_kernels_refuse_a_walk_past_the_loop_limit():
     assert "loop iterations" in unsupported_reason(eqn, types.SimpleNamespace(max_loop_iterations=31))
 
 
-def test_a_layers_bias_and_activation_fuse_into_the_kernel(on):
-    """On the kernel backends, ``relu(x @ W.T + bias)`` is one kernel: the elementwise ops are its epilogue."""
+@pytest.mark.parametrize("rows", [(1, 3), (2, 3)])
+def test_a_layers_bias_and_activation_fuse_into_the_kernel(on, rows):
+    """On the kernel backends, ``relu(x @ W.T + bias)`` is one kernel: the elementwise ops are its epilogue
+    (3 rows: the matrix-vector form; 6 rows: the tiled form, whose weights a copy kernel lays out first)."""
     rng = np.random.default_rng(8)
     w_q, scales, biases = fa.quantize(rng.standard_normal((48, 128)).astype(np.float32), group_size=64, bits=4)
     bias = rng.standard_normal(48).astype(np.float32)
-    x = rng.standard_normal((2, 3, 128)).astype(np.float32)
+    x = rng.standard_normal((*rows, 128)).astype(np.float32)
 
     def layer(x, w_q, scales, biases, bias):
         return fa.nn.relu(fa.quantized_matmul(x, w_q, scales, biases, group_size=64, bits=4) + bias)
@@ -363,7 +365,10 @@ def test_a_layers_bias_and_activation_fuse_into_the_kernel(on):
     np.testing.assert_allclose(np.asarray(f(x, w_q, scales, biases, bias)), np.maximum(x @ wd.T + bias, 0),
                                rtol=1e-5, atol=1e-5)
     if on.backend in ("opencl", "webgpu"):
-        assert len(f.lower(x, w_q, scales, biases, bias).kernels()) == 1
+        kernels = f.lower(x, w_q, scales, biases, bias).kernels()
+        want = ["quantized_pack", "quantized_tile_quantized_matmul"] if rows[0] > 1 else ["quantized_quantized_matmul"]
+        assert [k.name[:len(w)] for k, w in zip(kernels, want)] == want and len(kernels) == len(want), kernels
+        assert "max" in kernels[-1].name   # the epilogue's relu
 
 
 def test_the_quantization_page_runs():
