@@ -86,6 +86,25 @@ def test_quantized_matmul_matches_mlx(on, bits, gs, transpose):
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-5 * np.sqrt(k))
 
 
+@pytest.mark.parametrize("transpose", [True, False])
+@pytest.mark.parametrize("gs", GROUP_SIZES)
+@pytest.mark.parametrize("bits", [2, 3, 4, 6, 8])
+def test_prefill_rows_match_the_float64_reference(on, bits, gs, transpose):
+    """Many rows of ``x`` (a prompt's prefill): on opencl and webgpu ``transpose=True`` takes the tiled kernel
+    (weights laid out in panels of 16 columns; 37 rows and 40 columns are not whole tiles) and
+    ``transpose=False`` the matrix-vector kernel, 4 rows per work item; both against NumPy in float64 on the
+    dequantized weights, with ``fallback="error"``."""
+    rng = np.random.default_rng(bits * gs + transpose)
+    w_q, scales, biases = (np.asarray(a) for a in fa.quantize(_weights(40, 256, gs), group_size=gs, bits=bits))
+    wd = np.asarray(fa.dequantize(w_q, scales, biases, group_size=gs, bits=bits), np.float64)
+    x = rng.standard_normal((37, 256 if transpose else 40)).astype(np.float32)
+    want = x.astype(np.float64) @ (wd.T if transpose else wd)
+    qmm = fa.jit(functools.partial(fa.quantized_matmul, transpose=transpose, group_size=gs, bits=bits))
+    got = qmm(*(fa.device_put(a, on) for a in (x, w_q, scales, biases)))
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-5 * np.sqrt(x.shape[-1]))
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_quantized_matmul_half_precision(on, dtype):
     """float16/bfloat16 weights and inputs: scales of that dtype bit-identical to MLX's, a result of that dtype

@@ -56,13 +56,15 @@ LANES = {1: 8}
 #: The tiled (prefill) form's choices (``kernels/tuning.py``): ``rm`` rows of ``x`` x ``rn`` output columns per
 #: work item (accumulators in registers), ``u`` elements per accumulator statement (one expression
 #: ``acc + x0*w0 + x1*w1 + ...``, which OpenCL C contracts into fused multiply-adds), ``wx`` x ``wy`` work items
-#: per work-group (column panels x row blocks). 2 x 16, u 4 measured best on PoCL 3.0 (64 and 256 rows of a
-#: 1024 x 1024 4-bit product; 4 rows and more per item lost the compiler's vectorisation: 6-9x slower).
-DEFAULT_TILE = {"rm": 2, "rn": 16, "u": 4, "wx": 8, "wy": 8}
-TILE_TUNABLE = Tunable("quantized_tile", {"rm": (1, 2, 3, 4), "rn": (8, 16), "u": (4, 8), "wx": (8,), "wy": (8,)},
+#: per work-group (column panels x row blocks). 3 x 16, u 4 measured best on PoCL 3.0 (256 rows of a
+#: 1024 x 1024 4-bit product, process CPU time against float32's: 3x16 0.60, 4x16 0.77, 2x16 0.79, 4x8 0.78,
+#: 6x16 0.94); on PoCL 3.1 4x16 and 6x16 were best (0.68, 0.66; 3x16 0.73); on lavapipe 4x16 u 8 (0.07 of
+#: its float32 matmul; 3x16 0.09).
+DEFAULT_TILE = {"rm": 3, "rn": 16, "u": 4, "wx": 8, "wy": 8}
+TILE_TUNABLE = Tunable("quantized_tile", {"rm": (1, 2, 3, 4, 6), "rn": (8, 16), "u": (4, 8), "wx": (8,), "wy": (8,)},
                        doc="rows x columns per work item, elements per accumulator statement and the work-group "
                            "shape of quantized_matmul's tiled (prefill) kernel",
-                       valid=lambda c, f: (c["rm"] * c["rn"] <= 32
+                       valid=lambda c, f: (c["rm"] * c["rn"] <= 64
                                            and c["wx"] * c["wy"] <= (f.get("workgroup_limit") or 1024)))
 
 
