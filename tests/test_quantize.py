@@ -214,6 +214,24 @@ def test_jax_program_keeps_the_packed_weights_as_its_only_weight_input():
     assert "tensor<64x4xf32>" in header               # scales and biases
 
 
+@pytest.mark.parametrize("rows", [1, 3])
+def test_jax_decode_rows_fuse_the_unpacking_into_the_product(rows):
+    """XLA's optimised program for a decode step (up to ``DECODE_ROWS`` rows) holds no float weight matrix
+    between its fusions: each row's product is one loop fusion reading the packed words
+    (``lowering/jax/quantized.py``; before, a fusion wrote ``f32[64,256]`` on every call)."""
+    jax = pytest.importorskip("jax")
+    from fnarray.lowering.jax.quantized import DECODE_ROWS, jax_quantized_matmul
+    assert rows <= DECODE_ROWS
+    w_q, scales, biases = (np.asarray(a) for a in fa.quantize(_weights(64, 256, 64), group_size=64, bits=4))
+    x = np.random.default_rng(0).standard_normal((rows, 256)).astype(np.float32)
+    f = jax.jit(functools.partial(jax_quantized_matmul, transpose=True, group_size=64, bits=4))
+    hlo = f.lower(x, w_q, scales, biases).compile().as_text()
+    entry = hlo[hlo.index("ENTRY"):]
+    assert "f32[64,256]" not in entry and "f32[256,64]" not in entry, entry
+    wd = np.asarray(fa.dequantize(w_q, scales, biases, group_size=64, bits=4), np.float64)
+    np.testing.assert_allclose(np.asarray(f(x, w_q, scales, biases)), x @ wd.T, rtol=1e-5, atol=1e-4)
+
+
 def test_errors_name_what_was_given():
     w = np.ones((4, 64), np.float32)
     with pytest.raises(ValueError, match="bits=7"):
