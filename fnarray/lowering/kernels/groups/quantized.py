@@ -37,7 +37,7 @@ import numpy as np
 from fnarray.core.ir import Var
 from fnarray.core.quantized import quantized_matmul_p
 from fnarray.lowering.kernels.builder import KernelBuilder
-from fnarray.lowering.kernels.groups.base import Group, Tracker, contiguous_strides, index_vars, kernel_name, make_launch
+from fnarray.lowering.kernels.groups.base import Group, contiguous_strides, index_vars, kernel_name, make_launch
 from fnarray.lowering.kernels.groups.register_tiles import store_loop
 from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Cast, Special, const
 from fnarray.lowering.kernels.rules import op, select
@@ -231,8 +231,9 @@ class QuantizedMatmulGroup(Group):
         npan = -(-n // rn)
         pack, wspec, sspec, bspec = self._pack_launch(n, words, groups, rn, npan, acc, tile)
         wx = min(tile["wx"], _pow2_at_least(npan))
-        wy = min(tile["wy"], _pow2_at_least(-(-m // rm)))
-        cols_g, rows_g = -(-npan // wx) * wx, -(-(-(-m // rm)) // wy) * wy
+        blocks = -(-m // rm)
+        wy = min(tile["wy"], _pow2_at_least(blocks))
+        cols_g, rows_g = -(-npan // wx) * wx, -(-blocks // wy) * wy
         b, args, tracker, em = self._kernel_start()
         xs = b.buffer(self.ctx.spec(x), x.aval.dtype, False, "in")
         args[xs] = self.ctx.spec(x)
@@ -307,7 +308,6 @@ class QuantizedMatmulGroup(Group):
         bspec = ctx.spec(("qpack_b",) + key, (npan, groups, rn), acc)
         b = KernelBuilder("quantized_pack")
         args: dict = {}
-        tracker = Tracker(ctx)
         srcs = []
         for a in (w, s, bi):
             spec = ctx.spec(a)
