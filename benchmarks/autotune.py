@@ -14,6 +14,7 @@ faster) by CPU time and by wall time, the tuning time, and the load average at t
 only that off and full agree.
 
 Usage:  python benchmarks/autotune.py [--device opencl:0] [--repeat 3] [--number 5] [--only NAME]
+        [--modes off,fast,full]
 For PoCL 3.1 (Debian's, ``benchmarks/pocl31.sh``): ``source /work/pocl31/env.sh`` first (tinygrad then opens
 the same platform through ``OCL_ICD_VENDORS``).
 """
@@ -123,7 +124,13 @@ def main(argv=None):
     ap.add_argument("--number", type=int, default=5)
     ap.add_argument("--only", default=None, help="run the cases whose name contains this text")
     ap.add_argument("--no-tinygrad", action="store_true", help="only the hand-written references")
+    ap.add_argument("--modes", default="off,full",
+                    help="autotune modes to compare, the first the baseline (e.g. off,fast,full: fast writes each "
+                         "kernel in its table's cost-model choice, untimed)")
     args = ap.parse_args(argv)
+    modes = tuple(args.modes.split(","))
+    if len(modes) < 2 or any(m not in ("off", "fast", "full") for m in modes):
+        sys.exit(f"autotune: --modes takes two or more of off, fast, full; got {args.modes!r}")
     _point_tinygrad_at_pyopencl_pocl()
     _point_tinygrad_at_pyopencl_loader()
     os.environ.setdefault("DEV", "CL")
@@ -141,7 +148,7 @@ def main(argv=None):
         except ImportError as e:
             sys.exit(f"autotune: tinygrad is not installed ({e}); pass --no-tinygrad")
         by_mode = {}
-        for mode in ("off", "full"):
+        for mode in modes:
             fa.config.autotune = mode
             by_mode[mode] = _cases(str(dev), fa, fnp, Tensor, TinyJit)
             for name, (ours, _, _) in by_mode[mode].items():
@@ -150,16 +157,16 @@ def main(argv=None):
                 t0 = time.perf_counter()
                 ours()
                 tune_s[name] = tune_s.get(name, 0.0) + (time.perf_counter() - t0 if mode == "full" else 0.0)
-        for name, (off, theirs, _) in by_mode["off"].items():
+        for name, (_, theirs, _) in by_mode[modes[0]].items():
             if args.only and args.only not in name:
                 continue
-            rows.append((name, off, by_mode["full"][name][0], theirs, "tinygrad"))
+            rows.append((name, [by_mode[m][name][0] for m in modes], theirs, "tinygrad"))
     raw = _raw_cases(dev, fa, fnp, None)
     for name, (factory, ref, ref_name) in raw.items():
         if args.only and args.only not in name:
             continue
         made = {}
-        for mode in ("off", "full"):
+        for mode in modes:
             fa.config.autotune = mode
             run, value = factory()
             t0 = time.perf_counter()
@@ -167,22 +174,27 @@ def main(argv=None):
             if mode == "full":
                 tune_s[name] = time.perf_counter() - t0
             made[mode] = (run, value)
-        np.testing.assert_allclose(made["full"][1](), made["off"][1](), rtol=1e-5, atol=1e-5)
-        rows.append((name, made["off"][0], made["full"][0], ref, ref_name))
+        for mode in modes[1:]:
+            np.testing.assert_allclose(made[mode][1](), made[modes[0]][1](), rtol=1e-5, atol=1e-5)
+        rows.append((name, [made[m][0] for m in modes], ref, ref_name))
     fa.config.autotune = "off"
-    print(f"fnarray {dev} ({dev.description}): autotune off vs full, {args.repeat} repeats of best-of-{args.number}, "
-          f"alternating; load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}\n")
+    base, last = modes[0], modes[-1]
+    print(f"fnarray {dev} ({dev.description}): autotune {' vs '.join(modes)}, {args.repeat} repeats of "
+          f"best-of-{args.number}, alternating; load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}\n")
     print("CPU ms: process CPU time (best of each repeat, median over repeats); wall: the same ratio by wall time\n")
-    print("| case | off (CPU ms) | full (CPU ms) | full/off | wall full/off | reference (CPU ms) | full/reference "
-          "| wall full/ref | reference | tuning (s) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
-    for name, off, full, ref, ref_name in rows:
-        fns = (off, full, ref)
+    heads = "".join(f" {m} (CPU ms) |" for m in modes) + "".join(f" {m}/{base} |" for m in modes[1:])
+    print(f"| case |{heads} wall {last}/{base} | reference (CPU ms) | {last}/reference | wall {last}/ref "
+          "| reference | tuning (s) |")
+    print("|---|" + "---:|" * (2 * len(modes) - 1) + "---:|---:|---:|---:|---|---:|")
+    for name, ours, ref, ref_name in rows:
+        fns = (*ours, ref)
         reps = [_best2(fns, args.number) for _ in range(args.repeat)]
-        o, f, r = (statistics.median(t[1][k] for t in reps) for k in range(3))
-        wo, wf, wr = (statistics.median(t[0][k] for t in reps) for k in range(3))
-        print(f"| {name} | {o * 1e3:.2f} | {f * 1e3:.2f} | {f / o:.2f} | {wf / wo:.2f} | {r * 1e3:.2f} | {f / r:.2f} "
-              f"| {wf / wr:.2f} | {ref_name} | {tune_s.get(name, 0.0):.1f} |", flush=True)
+        cpu = [statistics.median(t[1][k] for t in reps) for k in range(len(fns))]
+        wall = [statistics.median(t[0][k] for t in reps) for k in range(len(fns))]
+        o, f, r = cpu[0], cpu[-2], cpu[-1]
+        cells = "".join(f" {c * 1e3:.2f} |" for c in cpu[:-1]) + "".join(f" {c / o:.2f} |" for c in cpu[1:-1])
+        print(f"| {name} |{cells} {wall[-2] / wall[0]:.2f} | {r * 1e3:.2f} | {f / r:.2f} "
+              f"| {wall[-2] / wall[-1]:.2f} | {ref_name} | {tune_s.get(name, 0.0):.1f} |", flush=True)
     load1 = os.getloadavg()
     print(f"\nload average at the end {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; choices made: "
           f"{len(tuning.decisions())}, candidate runs timed: {tuning.stats()['measured']}")

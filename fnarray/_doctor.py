@@ -119,7 +119,7 @@ def _fallbacks(device):
         if reason is not None:
             prims[prim.name] = reason
     caps = backend.capabilities(device)
-    missing_dtypes = sorted(d.name for d in dtypes.ALL_DTYPES if d not in caps.dtypes)
+    missing_dtypes = sorted(d.name for d in dtypes.KNOWN_DTYPES if d not in caps.dtypes)
     return {"primitives": prims, "dtypes": missing_dtypes, "control_flow": caps.control_flow}
 
 

@@ -46,7 +46,7 @@ FORMAT = "1"
 _NATIVE = {
     "bool": "BOOL", "uint8": "U8", "int8": "I8", "uint16": "U16", "int16": "I16", "float16": "F16",
     "bfloat16": "BF16", "uint32": "U32", "int32": "I32", "float32": "F32", "float64": "F64", "uint64": "U64",
-    "int64": "I64",
+    "int64": "I64", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
 }
 _FROM_CODE = {code: name for name, code in _NATIVE.items()} | {"C64": "complex64"}
 _REAL_OF = {"complex64": "float32", "complex128": "float64"}

@@ -344,9 +344,10 @@ def is_array(x) -> bool:
 
 
 def is_inexact_array(x) -> bool:
-    """Whether ``x`` is an array of a floating or complex dtype: what a gradient is taken with respect to."""
-    import numpy as np
-    return is_array(x) and (np.issubdtype(x.dtype, np.inexact) or x.dtype.name == "bfloat16")
+    """Whether ``x`` is an array of a floating or complex dtype (bfloat16 and float8 included): what a gradient
+    is taken with respect to."""
+    from fnarray.core import dtypes
+    return is_array(x) and not dtypes.is_key(x.dtype) and dtypes.is_inexact(x.dtype)
 
 
 def _is_none(x) -> bool:

@@ -13,7 +13,11 @@ secure context, which loopback is) and nothing else is contacted. The tests:
   (Naga, which the native backend uses, accepts more);
 - the digits demo page: a digit drawn with the mouse is classified in the page as
   Python classifies the same 8x8 input; a screenshot is saved
-  (into ``$FNARRAY_BROWSER_ARTIFACTS`` when set, else the test's temporary folder).
+  (into ``$FNARRAY_BROWSER_ARTIFACTS`` when set, else the test's temporary folder);
+- the language-model page (``examples/browser_llm``): a 4-bit llama's prefill and decode entry points with the
+  key/value caches kept on the GPU; the page's greedy characters for a text set at once, and for a text typed
+  character by character (reusing the cache), equal Python's, and it shows tokens per second; the runtime's
+  state API (``entries``, ``readState``, ``resetState``) on that bundle.
 
 Without playwright or chromium the tests skip with "backend unavailable" (a failure
 under ``FNARRAY_REQUIRE_ALL_BACKENDS=1``): ``apt-get install chromium`` and
@@ -40,6 +44,7 @@ from helpers import BACKEND_UNAVAILABLE, require_backend
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 sys.path.insert(0, EXAMPLES)
 sys.path.insert(0, os.path.join(EXAMPLES, "browser_digits"))
+sys.path.insert(0, os.path.join(EXAMPLES, "browser_llm"))
 import digits_mlp  # noqa: E402
 
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--enable-unsafe-webgpu", "--use-webgpu-adapter=swiftshader",
@@ -292,7 +297,7 @@ def test_manifest_version_is_checked(page, bundles, site):
     m["version"] = 999
     (root / "future" / "model.json").write_text(json.dumps(m))
     msg = _rejection(page, "await window.model('future')")
-    assert "has manifest version 999, but this fnarray-webgpu.js reads version 1" in msg
+    assert f"has manifest version 999, but this fnarray-webgpu.js reads version {fa.export.MANIFEST_VERSION}" in msg
 
 
 @contextlib.contextmanager
@@ -438,14 +443,23 @@ def test_demo_page_without_webgpu_shows_how_to_enable_it(browser, digits_site, s
         assert text.startswith("WebGPU is not available") and "secure context" in text
 
 
-def test_demo_page_classifies_a_drawn_digit_as_python_does(browser, digits_site, site, tmp_path):
-    _, url = site
+@contextlib.contextmanager
+def _demo_page(browser, address):
+    """A page of a demo at ``address``, loaded and ready (``document.body.dataset.ready === "yes"``)."""
     p = browser.new_page(viewport={"width": 1280, "height": 760})
     p.set_default_timeout(TIMEOUT_MS)
     try:
-        p.goto(url + "digits/index.html")
+        p.goto(address)
         p.wait_for_function("['yes', 'error'].includes(document.body.dataset.ready)")
         assert p.evaluate("document.body.dataset.ready") == "yes", p.inner_text("#status")
+        yield p
+    finally:
+        p.close()
+
+
+def test_demo_page_classifies_a_drawn_digit_as_python_does(browser, digits_site, site, tmp_path):
+    _, url = site
+    with _demo_page(browser, url + "digits/index.html") as p:
         box = p.locator("#pad").bounding_box()
 
         def at(u, v):
@@ -478,19 +492,12 @@ def test_demo_page_classifies_a_drawn_digit_as_python_does(browser, digits_site,
         assert int(p.inner_text("#prediction")) == int(np.argmax(probs))
         assert "true label" in p.inner_text("#picked-label")
         p.screenshot(path=_artifact(tmp_path, "browser_digits_test_image.png"), full_page=True)
-    finally:
-        p.close()
 
 
 def test_demo_page_classifies_with_the_cnn_as_python_does(browser, digits_models, site):
     import digits_cnn
     _, url = site
-    p = browser.new_page(viewport={"width": 1280, "height": 760})
-    p.set_default_timeout(TIMEOUT_MS)
-    try:
-        p.goto(url + "digits/index.html")
-        p.wait_for_function("['yes', 'error'].includes(document.body.dataset.ready)")
-        assert p.evaluate("document.body.dataset.ready") == "yes", p.inner_text("#status")
+    with _demo_page(browser, url + "digits/index.html") as p:
         assert p.locator("#model-choice option").count() == 2
         p.locator("#gallery canvas").nth(5).click()            # with the default model, the MLP
         p.wait_for_function("document.querySelector('#prediction').dataset.runs === '1'")
@@ -515,5 +522,111 @@ def test_demo_page_classifies_with_the_cnn_as_python_does(browser, digits_models
         np.testing.assert_allclose(probs, _python_probs(digits_models["cnn"], counts, digits_cnn), rtol=3e-5,
                                    atol=3e-6)
         assert p.get_attribute("#prediction", "data-model") == "cnn"
-    finally:
-        p.close()
+
+
+# ------------------------------------------------------------------------------------------- the LLM page
+
+LLM_SIZES = dict(capacity=96, chunk=16, new_tokens=24)
+
+
+@pytest.fixture(scope="module")
+def llm_site(wdev, site):
+    """The language-model page with examples/llm.py's llama at its default size, trained briefly (250 steps, ~10 s
+    on numpy:0: it writes English-like character runs, so the greedy ids vary) and quantized to 4 bits."""
+    pytest.importorskip("tqdm", reason="the examples need tqdm (pip install 'fnarray[examples]')")
+    import export_llm
+    import llm
+    root, _ = site
+    model = llm.main(["--steps", "250", "--batch-size", "8", "--context", "32", "--lr", "1e-2", "--quantize",
+                      "--new-tokens", "2", "--eval-windows", "2", "--device", "numpy:0", "--quiet"])["model"]
+    q4 = fa.nn.quantize(model, group_size=64, bits=4)
+    export_llm.build_site(root / "llm", q4, info="test model (250 training steps)", **LLM_SIZES)
+    return q4
+
+
+def _page_greedy(p, text, temperature="0"):
+    """The ids the page generated for ``text`` at ``temperature`` (waiting for that generation to finish) and how
+    many positions of the cache it reused."""
+    p.wait_for_function("([t, temp]) => { const c = document.querySelector('#continuation');"
+                        " return c.dataset.done === 'yes' && c.dataset.prompt === t"
+                        " && c.dataset.temperature === temp; }", arg=[text, temperature], timeout=60_000)
+    c = p.locator("#continuation")
+    return json.loads(c.get_attribute("data-ids")), int(c.get_attribute("data-reused"))
+
+
+def test_llm_page_continues_text_with_python_greedy_tokens(browser, llm_site, site, tmp_path):
+    import export_llm
+    _, url = site
+    with _demo_page(browser, url + "llm/index.html") as p:
+        ids, _ = _page_greedy(p, "The ")                        # the text the page starts with
+        assert ids == export_llm.generate_like_page(llm_site, "The ", device=REF, **LLM_SIZES)
+
+        text = "Return a new list of the items in "               # 34 characters: 2 prefill chunks, 2 decodes
+        p.fill("#prompt", text)
+        ids, reused = _page_greedy(p, text)
+        want = export_llm.generate_like_page(llm_site, text, device=REF, **LLM_SIZES)
+        assert ids == want and len(ids) == LLM_SIZES["new_tokens"] and len(set(ids)) > 3
+        assert p.inner_text("#continuation") == "".join(export_llm.VOCAB[i] for i in want)
+        rate = float(p.get_attribute("#speed", "data-tokens-per-second"))
+        assert rate > 0 and "tokens/s" in p.inner_text("#speed")
+        p.screenshot(path=_artifact(tmp_path, "browser_llm.png"), full_page=True)
+
+        p.locator("#prompt").press("End")                       # typed: each character one decode step
+        p.locator("#prompt").press_sequentially("order", delay=30)
+        ids, reused = _page_greedy(p, text + "order")
+        assert reused >= len(text)                              # the cache of the unchanged text was kept
+        assert ids == export_llm.generate_like_page(llm_site, text + "order", device=REF, **LLM_SIZES)
+
+        p.click("#reset")                                       # model.resetState(), then fed from the start
+        p.wait_for_function("document.querySelector('#continuation').dataset.reused === '0'")
+        ids, reused = _page_greedy(p, text + "order")
+        assert reused == 0 and ids == export_llm.generate_like_page(llm_site, text + "order", device=REF,
+                                                                  **LLM_SIZES)
+        long = "The function returns a list of the names of the files in the folder, sorted by " * 2
+        p.fill("#prompt", long)                                 # past the window: its last 72 characters are read
+        ids, _ = _page_greedy(p, long)
+        assert ids == export_llm.generate_like_page(llm_site, long, device=REF, **LLM_SIZES)
+        p.evaluate("() => { const t = document.querySelector('#temperature'); t.value = '0.8';"
+                   " t.dispatchEvent(new Event('input')); }")          # sampled on the GPU with the page's draws
+        ids, _ = _page_greedy(p, long, "0.8")
+        uniforms = json.loads(p.get_attribute("#continuation", "data-uniforms"))
+        assert ids == export_llm.generate_like_page(llm_site, long, device=REF, temperature=0.8, uniforms=uniforms,
+                                                    **LLM_SIZES)
+        print(f"browser LLM page on SwiftShader: {rate:.1f} tokens/s")
+
+
+def test_runtime_entries_and_state_api(page, llm_site):
+    result = page.evaluate("""async () => {
+      const m = await window.model('llm/model');
+      const out = { entries: Object.keys(m.entries), state: m.state.map((s) => s.name) };
+      try { await m.run({}); } catch (e) { out.run = `${e.name}: ${e.message}`; }
+      try { await m.readState("nope"); } catch (e) { out.unknown = e.message; }
+      const u = Float32Array.of(0), temperature = Float32Array.of(0);
+      try { await m.entries.decode.run({ ids: Int32Array.of(1), pos: Int32Array.of(0), u, temperature, "kv.0.0": 1 }); }
+      catch (e) { out.stateAsInput = e.message; }
+      const sum = (a) => a.reduce((x, y) => x + Math.abs(y), 0);
+      await m.resetState();
+      out.zero = sum(await m.readState("kv.0.0"));
+      const [t] = await m.entries.decode.run({ ids: Int32Array.of(5), pos: Int32Array.of(3), u, temperature });
+      const k = await m.readState("kv.0.0");
+      out.token = t.length;
+      out.filled = k.length;
+      out.row3 = sum(k.slice(3 * 32, 4 * 32));
+      out.others = sum(k) - out.row3;
+      await m.resetState();
+      out.reset = sum(await m.readState("kv.0.0"));
+      await m.writeState("kv.1.1", new Float32Array(k.length).fill(0.5));
+      out.written = sum(await m.readState("kv.1.1"));
+      try { await m.writeState("kv.1.1", new Float32Array(3)); } catch (e) { out.badWrite = e.message; }
+      await m.resetState();
+      return out;
+    }""")
+    assert result["entries"] == ["prefill", "decode"]
+    assert result["state"] == ["kv.0.0", "kv.0.1", "kv.1.0", "kv.1.1"]
+    assert "several entry points" in result["run"] and "model.entries.<name>.run" in result["run"]
+    assert result["unknown"].startswith('unknown state "nope"')
+    assert '"kv.0.0" is state' in result["stateAsInput"]
+    assert result["zero"] == 0 and result["token"] == 1 and result["filled"] == LLM_SIZES["capacity"] * 32
+    assert result["row3"] > 0 and result["others"] == 0 and result["reset"] == 0   # the write went to position 3
+    assert result["written"] == 0.5 * result["filled"]
+    assert result["badWrite"].startswith('state "kv.1.1": expected float32[1, 96, 2, 16] (3072 elements)')

@@ -208,3 +208,16 @@ def test_checks_of_concrete_values_stay_eager():
             fnp.linalg.solve(sing, fnp.ones(2))
         with pytest.raises(ValueError):
             fnp.quantile(x, q)
+
+
+def test_generated_programs_of_one_text_share_their_code_object():
+    # a key traced again at a new shape often generates the same text: Python compiles it once
+    from fnarray.lowering.common import code_of
+    a = code_of("def program(v0):\n    return [v0]\n", "<fnarray test program>")
+    assert code_of("def program(v0):\n    return [v0]\n", "<fnarray test program>") is a
+    assert code_of("def program(v0):\n    return [v0, v0]\n", "<fnarray test program>") is not a
+    with pytest.raises(SyntaxError):
+        code_of("def program(:\n", "<fnarray test program>")
+    dev = fa.devices("numpy")[0]
+    outs = [fa.jit(lambda x: fnp.exp(x) * 2.0)(fa.device_put(np.ones(n, np.float32), dev)) for n in (3, 5)]
+    np.testing.assert_allclose(np.asarray(outs[1]), np.full(5, 2 * np.e, np.float32), rtol=1e-6)

@@ -11,6 +11,7 @@ bundles in Chromium.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -26,6 +27,7 @@ import fnarray.numpy as fnp
 from fnarray.core import primitives as P
 from fnarray.core.errors import UnsupportedOnDevice
 from fnarray.export import MANIFEST_VERSION, runtime_source
+from fnarray.export._names import leaf_names
 from fnarray.export.serve import MIME_TYPES, serve_in_thread
 from helpers import check_traced, require_backend
 
@@ -41,42 +43,55 @@ def wdev():
     return require_backend("webgpu")[0]
 
 
-@pytest.fixture(scope="module")
-def replay(wdev):
-    """``replay(path, inputs) -> [ndarray]`` on a fresh device of the webgpu adapter with default limits."""
-    import wgpu
-    device = wdev.impl.gpu.adapter.request_device_sync()
-    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
-    np_types = {"float32": "<f4", "int32": "<i4", "uint32": "<u4", "bool": "<u4", "float16": "<f2"}
+class _Bundle:
+    """A bundle loaded as the JS runtime loads it (buffers, weights, state), replayed with wgpu-py.
 
-    def run(path, inputs):
+    ``run(inputs, entry=None)`` writes the inputs, dispatches the entry's list in one pass, reads back the outputs
+    that are not state, then copies the state's new values into the state buffers or swaps a state buffer and its
+    partner (``"swap"``); ``state(name)`` reads a state buffer."""
+
+    NP_TYPES = {"float32": "<f4", "int32": "<i4", "uint32": "<u4", "bool": "<u4", "float16": "<f2"}
+
+    def __init__(self, device, path):
+        import wgpu
+        self.wgpu, self.device = wgpu, device
         with open(os.path.join(path, "model.json"), encoding="utf-8") as fh:
-            m = json.load(fh)
+            self.m = m = json.load(fh)
         with open(os.path.join(path, m["weights"]["file"]), "rb") as fh:
             weights = fh.read()
         assert len(weights) == m["weights"]["bytes"]
-        bufs = [device.create_buffer(size=b["size"], usage=usage) for b in m["buffers"]]
+        usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+        self.bufs = [device.create_buffer(size=b["size"], usage=usage) for b in m["buffers"]]
         for b in m["buffers"]:
             if "offset" in b and b["nbytes"]:
                 raw = weights[b["offset"]:b["offset"] + b["nbytes"]]
-                device.queue.write_buffer(bufs[b["id"]], 0, raw + b"\0" * (b["size"] - len(raw)))
-        for spec in m["inputs"]:
-            a = np.asarray(inputs[spec["name"]])
-            assert list(a.shape) == spec["shape"], spec
-            raw = a.astype(np_types[spec["dtype"]]).tobytes()
-            if raw:
-                device.queue.write_buffer(bufs[spec["buffer"]], 0, raw + b"\0" * (-len(raw) % 4))
-        modules = []
+                device.queue.write_buffer(self.bufs[b["id"]], 0, raw + b"\0" * (b["size"] - len(raw)))
+        self.modules = []
         for k in m["kernels"]:
             with open(os.path.join(path, k["file"]), encoding="utf-8") as fh:
-                modules.append(device.create_shader_module(code=fh.read()))
+                self.modules.append(device.create_shader_module(code=fh.read()))
+        self.entries = {e["name"]: e for e in m.get("entries", [])} or {None: m}
+        self.where = {}  # manifest buffer id -> the buffer playing that role now (a state and its partner swap)
+
+    def buf(self, i):
+        return self.bufs[self.where.get(i, i)]
+
+    def run(self, inputs, entry=None):
+        wgpu, device, m = self.wgpu, self.device, self.m
+        e = self.entries[entry]
+        for spec in e["inputs"]:
+            a = np.asarray(inputs[spec["name"]])
+            assert list(a.shape) == spec["shape"], spec
+            raw = a.astype(self.NP_TYPES[spec["dtype"]]).tobytes()
+            if raw:
+                device.queue.write_buffer(self.buf(spec["buffer"]), 0, raw + b"\0" * (-len(raw) % 4))
         enc = device.create_command_encoder()
         cp = enc.begin_compute_pass()
-        for d in m["dispatches"]:
+        for d in e["dispatches"]:
             entries = [{"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
                         "buffer": {"type": "storage" if b["write"] else "read-only-storage"}}
                        for i, b in enumerate(d["bindings"])]
-            res = [{"binding": i, "resource": {"buffer": bufs[b["buffer"]]}} for i, b in enumerate(d["bindings"])]
+            res = [{"binding": i, "resource": {"buffer": self.buf(b["buffer"])}} for i, b in enumerate(d["bindings"])]
             if "uniform" in d:
                 words = np.asarray(d["uniform"], "<u4").tobytes()
                 ub = device.create_buffer_with_data(data=words + b"\0" * (-len(words) % 16),
@@ -87,22 +102,45 @@ def replay(wdev):
             bgl = device.create_bind_group_layout(entries=entries)
             pipe = device.create_compute_pipeline(
                 layout=device.create_pipeline_layout(bind_group_layouts=[bgl]),
-                compute={"module": modules[d["kernel"]], "entry_point": m["kernels"][d["kernel"]]["entry"]})
+                compute={"module": self.modules[d["kernel"]], "entry_point": m["kernels"][d["kernel"]]["entry"]})
             cp.set_pipeline(pipe)
             cp.set_bind_group(0, device.create_bind_group(layout=bgl, entries=res))
             cp.dispatch_workgroups(*d["workgroups"])
         cp.end()
         device.queue.submit([enc.finish()])
-        outs = []
-        for o in m["outputs"]:
-            b = m["buffers"][o["buffer"]]
-            n = int(np.prod(o["shape"], dtype=np.int64))
-            raw = device.queue.read_buffer(bufs[o["buffer"]], 0, b["size"])
-            a = np.frombuffer(raw, np_types[o["dtype"]], n).reshape(o["shape"])
-            outs.append(a.astype(bool) if o["dtype"] == "bool" else a)
+        outs = [self._read(o, o["buffer"]) for o in e["outputs"]]
+        enc = device.create_command_encoder()  # then the state's new values replace the old, as in the runtime
+        for u in e.get("state_updates", []):
+            if u.get("swap"):
+                s_now, p_now = self.where.get(u["to"], u["to"]), self.where.get(u["from"], u["from"])
+                self.where[u["to"]], self.where[u["from"]] = p_now, s_now
+            else:
+                enc.copy_buffer_to_buffer(self.buf(u["from"]), 0, self.buf(u["to"]), 0, m["buffers"][u["to"]]["size"])
+        device.queue.submit([enc.finish()])
         return outs
 
-    return run
+    def _read(self, spec, buffer):
+        b = self.m["buffers"][buffer]
+        n = int(np.prod(spec["shape"], dtype=np.int64))
+        raw = self.device.queue.read_buffer(self.buf(buffer), 0, b["size"])
+        a = np.frombuffer(raw, self.NP_TYPES[spec["dtype"]], n).reshape(spec["shape"])
+        return a.astype(bool) if spec["dtype"] == "bool" else a
+
+    def state(self, name):
+        spec = next(s for s in self.m["state"] if s["name"] == name)
+        return self._read(spec, spec["buffer"])
+
+
+@pytest.fixture(scope="module")
+def gpu(wdev):
+    """A fresh device of the webgpu adapter with WebGPU's default limits."""
+    return wdev.impl.gpu.adapter.request_device_sync()
+
+
+@pytest.fixture(scope="module")
+def replay(gpu):
+    """``replay(path, inputs) -> [ndarray]``: one run of a bundle of one function."""
+    return lambda path, inputs: _Bundle(gpu, path).run(inputs)
 
 
 def _reference(f, *args):
@@ -347,3 +385,178 @@ def test_colliding_input_names_are_rejected(tmp_path):
     p = {"a.b": np.ones(2, np.float32), "a": {"b": np.full(2, 5.0, np.float32)}}
     with pytest.raises(ValueError, match="both be named 'p.a.b'"):
         fa.export.webgpu(lambda p: p["a.b"] - p["a"]["b"], p, path=str(tmp_path / "bundle"))
+
+
+# ------------------------------------------------------------------------------------ entries and state
+
+
+def test_entries_share_weights_and_state_kept_between_runs(gpu, tmp_path):
+    w = rng.normal(size=(4,)).astype(np.float32)
+
+    def add(w, acc, x):                        # acc: the state; returns (outputs, new state)
+        acc = {"sum": acc["sum"] + x * w, "n": acc["n"] + 1}
+        return fnp.sum(acc["sum"]), acc
+
+    def peek(w, acc, scale):                   # reads the state, leaves it as it is
+        return acc["sum"] * scale + w, acc
+
+    acc = {"sum": np.zeros(4, np.float32), "n": np.full((), 10, np.int32)}
+    m = fa.export.webgpu({"add": (add, w, acc, np.zeros(4, np.float32)), "peek": (peek, w, acc, np.float32(0))},
+                         path=tmp_path, bake_argnums=(0,), state_argnums=(1,))
+    assert [e["name"] for e in m["entries"]] == ["add", "peek"] and "inputs" not in m
+    assert [e["inputs"][0]["name"] for e in m["entries"]] == ["x", "scale"]
+    assert [o["name"] for o in m["entries"][0]["outputs"]] == ["out"]
+    assert [(s["name"], s["dtype"], s["shape"]) for s in m["state"]] == [("acc.n", "int32", []),
+                                                                        ("acc.sum", "float32", [4])]
+    assert [b["name"] for b in m["buffers"] if b["kind"] == "weight"] == ["w"]      # stored once for both
+    state = {s["name"]: m["buffers"][s["buffer"]] for s in m["state"]}
+    assert "offset" in state["acc.n"] and "offset" not in state["acc.sum"]      # 10 is stored, zeros are not
+    assert m["entries"][1]["state_updates"] == []                               # peek returns the state unchanged
+    # add computes both new values into the states' partners: the runs swap buffers, nothing is copied
+    partners = {s["name"]: s["partner"] for s in m["state"]}
+    assert sorted((u["name"], u["from"], u.get("swap")) for u in m["entries"][0]["state_updates"]) == [
+        ("acc.n", partners["acc.n"], True), ("acc.sum", partners["acc.sum"], True)]
+    bundle = _Bundle(gpu, tmp_path)
+    xs = rng.normal(size=(3, 4)).astype(np.float32)
+    for k, x in enumerate(xs, 1):
+        (total,) = bundle.run({"x": x}, "add")
+        np.testing.assert_allclose(total, np.sum(xs[:k] * w), rtol=1e-5, atol=1e-6)
+    (got,) = bundle.run({"scale": np.float32(2)}, "peek")
+    np.testing.assert_allclose(got, 2 * np.sum(xs * w, axis=0) + w, rtol=1e-5, atol=1e-6)
+    assert int(bundle.state("acc.n")) == 13
+    # One function with state: the entry's fields at the top level, as in a bundle without state.
+    m = fa.export.webgpu(add, w, acc, np.zeros(4, np.float32), path=tmp_path / "one", bake_argnums=(0,),
+                         state_argnums=1)
+    assert "entries" not in m and [i["name"] for i in m["inputs"]] == ["x"] and len(m["state_updates"]) == 2
+    bundle = _Bundle(gpu, tmp_path / "one")
+    for k, x in enumerate(xs, 1):
+        (total,) = bundle.run({"x": x})
+        np.testing.assert_allclose(total, np.sum(xs[:k] * w), rtol=1e-5, atol=1e-6)
+
+
+def test_state_copied_where_it_cannot_swap(gpu, tmp_path):
+    """A new state that is an input, or that is also an output, is copied into the state buffer."""
+    def take(s, x):
+        return fnp.sum(s), x
+
+    def both(s, x):
+        t = s * 2.0 + x
+        return t, t
+
+    x0, x1 = rng.normal(size=(2, 3)).astype(np.float32)
+    z = np.zeros(3, np.float32)
+    m = fa.export.webgpu({"take": (take, z, z), "both": (both, z, z)}, path=tmp_path, state_argnums=(0,))
+    assert all("swap" not in u for e in m["entries"] for u in e["state_updates"])
+    assert "partner" not in m["state"][0]
+    bundle = _Bundle(gpu, tmp_path)
+    np.testing.assert_allclose(bundle.run({"x": x0}, "take")[0], 0.0)
+    np.testing.assert_allclose(bundle.run({"x": x1}, "take")[0], np.sum(x0), rtol=1e-6)
+    np.testing.assert_allclose(bundle.run({"x": x0}, "both")[0], 2 * x1 + x0, rtol=1e-6)
+    np.testing.assert_allclose(bundle.state("s"), 2 * x1 + x0, rtol=1e-6)
+
+
+def test_state_errors(wdev, tmp_path):
+    x = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match=r"must return \(outputs, new_state\)"):
+        fa.export.webgpu(lambda s, x: s + x, x, x, path=tmp_path / "a", state_argnums=(0,))
+    with pytest.raises(ValueError, match=r"new value of state 's' is float32\[2\]"):
+        fa.export.webgpu(lambda s, x: (x, s[:2]), x, x, path=tmp_path / "b", state_argnums=(0,))
+    with pytest.raises(ValueError, match="both bake_argnums and state_argnums"):
+        fa.export.webgpu(lambda s, x: (x, s), x, x, path=tmp_path / "c", state_argnums=0, bake_argnums=0)
+    with pytest.raises(ValueError, match="state_argnums holds 5"):
+        fa.export.webgpu(lambda s, x: (x, s), x, x, path=tmp_path / "d", state_argnums=(5,))
+    step = lambda s, x: (x, s + x)  # noqa: E731
+    with pytest.raises(ValueError, match=r"entry 'b' has state 's' as float32\[2\], an earlier entry as float32\[3\]"):
+        fa.export.webgpu({"a": (step, x, x), "b": (step, x[:2], x[:2])}, path=tmp_path / "e", state_argnums=(0,))
+    with pytest.raises(ValueError, match="not an identifier"):
+        fa.export.webgpu({"a b": (step, x, x)}, path=tmp_path / "f")
+    with pytest.raises(TypeError, match="in its tuple"):
+        fa.export.webgpu({"a": (step, x, x)}, x, path=tmp_path / "g")
+
+
+@pytest.fixture(scope="module")
+def llm_model():
+    """A small llama of ``examples/llm.py`` (random weights), float32 and 4-bit."""
+    import llm
+    from transformer_lm import VOCAB
+    model = llm.Llama(len(VOCAB), 32, 4, 2, 2, 64, key=fa.random.key(3))
+    return model, fa.nn.quantize(model, group_size=32, bits=4)
+
+
+@pytest.mark.parametrize("gpu_schedule", [False, True], ids=["cpu_adapter", "gpu_adapter"])
+def test_llm_bundle_keeps_packed_weights_and_generates_python_greedy_tokens(wdev, gpu, llm_model, tmp_path,
+                                                                            gpu_schedule):
+    """The 4-bit prefill and decode of examples/browser_llm: the packed words in weights.bin as they are, the
+    caches as state, and the greedy ids, replayed step by step as the page runs them, equal Python's. Scheduled
+    as for this machine's adapter and as for a GPU's (``tiling_pays``: the work-group forms of the kernels)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                                    "browser_llm"))
+    import export_llm
+    import llm
+    from transformer_lm import encode
+    _, q4 = llm_model
+    capacity, chunk, new = 64, 8, 12
+    be, caps = wdev.impl, wdev.impl.capabilities(wdev)
+    be._caps = dataclasses.replace(caps, tiling_pays=gpu_schedule)
+    try:
+        m = export_llm.export_model(tmp_path, q4, capacity, chunk)
+    finally:
+        be._caps = caps
+    assert any(k["name"].startswith("quantized_wg") for k in m["kernels"]) == gpu_schedule
+    assert [e["name"] for e in m["entries"]] == ["prefill", "decode"]
+    for e, t in zip(m["entries"], (chunk, 1), strict=True):
+        assert [(i["name"], i["dtype"], i["shape"]) for i in e["inputs"]] == [
+            ("ids", "int32", [1, t]), ("pos", "int32", []), ("u", "float32", []), ("temperature", "float32", [])]
+        assert [(o["name"], o["dtype"], o["shape"]) for o in e["outputs"]] == [("out", "int32", [1])]
+        assert len(e["state_updates"]) == 4 and all(u.get("swap") for u in e["state_updates"])
+    assert [s["name"] for s in m["state"]] == ["kv.0.0", "kv.0.1", "kv.1.0", "kv.1.1"]
+    # Each packed matrix once, bit for bit; nothing of the size of a dequantized matrix.
+    weights = (tmp_path / "weights.bin").read_bytes()
+    packed = {n: np.asarray(v) for n, v in leaf_names("model", q4) if np.asarray(v).dtype == np.uint32}
+    baked = {b["name"]: b for b in m["buffers"] if b["kind"] == "weight"}
+    assert len(packed) == 2 * 7 + 1 + 1
+    for name, v in packed.items():
+        b = baked[name]
+        assert b["dtype"] == "uint32" and b["shape"] == list(v.shape)
+        np.testing.assert_array_equal(np.frombuffer(weights, "<u4", v.size, b["offset"]).reshape(v.shape), v)
+    smallest = min(v.size * 32 // 4 for v in packed.values())   # the elements of the smallest matrix
+    assert all(b["dtype"] != "float32" or np.prod(b["shape"]) < smallest for b in baked.values())
+    assert m["weights"]["bytes"] < sum(v.nbytes for v in packed.values()) * 1.6
+
+    prompt = "Return the number of "
+    want = export_llm.generate_like_page(q4, prompt, new, capacity, chunk, device=REF)
+    ids = [int(i) for i in encode(prompt)]
+    gens = llm.make_generators(REF, 0.9, 1.0)
+    text, _, _ = llm.generate(q4, prompt, new, fa.random.key(0), gens, REF, greedy=True, capacity=capacity)
+    assert text[len(prompt):] == "".join(export_llm.VOCAB[i] for i in want)   # the page's schedule = llm.py's
+    bundle = _Bundle(gpu, tmp_path)
+    assert _replay_generation(bundle, ids, new, chunk) == want
+    # Sampling at temperature 0.8 with the page's uniform numbers: the same draws as Python's.
+    uniforms = rng.random(new).astype(np.float32)
+    want = export_llm.generate_like_page(q4, prompt, new, capacity, chunk, device=REF, temperature=0.8,
+                                         uniforms=uniforms)
+    assert want != export_llm.generate_like_page(q4, prompt, new, capacity, chunk, device=REF)
+    assert _replay_generation(bundle, ids, new, chunk, 0.8, uniforms) == want
+
+
+def _replay_generation(bundle, ids, new, chunk, temperature=0.0, uniforms=None):
+    """The page's schedule on a replayed bundle: ``ids`` in chunks then single steps, then ``new`` ids."""
+    u = np.zeros(new, np.float32) if uniforms is None else uniforms
+
+    def step(entry, tokens, pos, k):
+        (tok,) = bundle.run({"ids": np.asarray([tokens], np.int32), "pos": np.int32(pos), "u": u[k],
+                             "temperature": np.float32(temperature)}, entry)
+        return int(tok[0])
+
+    pos = 0
+    while len(ids) - pos >= chunk:
+        tok = step("prefill", ids[pos:pos + chunk], pos, 0)
+        pos += chunk
+    for t in ids[pos:]:
+        tok = step("decode", [t], pos, 0)
+        pos += 1
+    got = [tok]
+    while len(got) < new:
+        got.append(step("decode", [got[-1]], pos, len(got)))
+        pos += 1
+    return got

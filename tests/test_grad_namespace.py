@@ -329,7 +329,8 @@ NOT_DIFFERENTIABLE = {
         "tril_indices_from triu_indices_from diag_indices_from ix_"),
     "dtypes, constants and introspection": (
         "Array bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64 "
-        "complex64 complex128 float0 finfo iinfo isdtype result_type can_cast promote_types dtype "
+        "complex64 complex128 float8_e4m3fn float8_e5m2 int4 uint4 float0 finfo iinfo isdtype result_type can_cast "
+        "promote_types dtype "
         "__array_namespace_info__ __array_api_version__ e pi inf nan newaxis euler_gamma issubdtype "
         "UniqueAllResult UniqueCountsResult UniqueInverseResult bool_ generic number integer signedinteger "
         "unsignedinteger inexact floating complexfloating ndim shape size isscalar iscomplexobj isrealobj"),

@@ -359,6 +359,80 @@ def test_declared_tables_make_candidates_with_the_default_first():
     assert tiles[0] == register_tiles.DEFAULT_TILE and all(c["rm"] * c["rn"] <= 64 for c in tiles)
 
 
+# ------------------------------------------------------------------------------------------------ cost models
+
+POCL30 = {"device": "cpu", "compiler": "pocl", "llvm": 14, "workgroup_limit": 4096}
+POCL31 = {**POCL30, "llvm": 15}
+MAP_DEFAULT = {"per": 1, "wg": 64, "guard": True}
+
+
+def test_cost_models_pick_what_full_tuning_measured_on_each_pocl():
+    with config_setting("autotune", "fast"):
+        # PoCL 3.1 (LLVM 15) gathers the clamped loads: the per-item test; 3.0 keeps the once-per-group test
+        assert tuning.modelled(base_group.MAP_TUNABLE, MAP_DEFAULT, POCL31) == {**MAP_DEFAULT, "guard": False}
+        assert tuning.modelled(base_group.MAP_TUNABLE, MAP_DEFAULT, POCL30) == MAP_DEFAULT
+        lanes = tuning.modelled(reduce_group.REDUCE_TUNABLE, {"lanes": 4, "wg": 64}, {**POCL30, "row": 1024})
+        assert lanes == {"lanes": 8, "wg": 64}
+        # a row shorter than 8 cannot take 8 accumulators (the table's validity rule): the best it allows
+        assert tuning.modelled(reduce_group.REDUCE_TUNABLE, {"lanes": 4, "wg": 64}, {**POCL30, "row": 6}) == \
+            {"lanes": 4, "wg": 64}
+        tile = tuning.modelled(register_tiles.TUNABLE, register_tiles.DEFAULT_TILE,
+                               {**POCL30, "rows": 1024, "cols": 1024})
+        assert tile["rm"] * tile["rn"] == 64 and tile["uk"] == 8
+    assert tuning.stats()["modelled"] == 3 and tuning.stats()["measured"] == 0
+
+
+def test_cost_models_keep_the_default_without_facts_and_in_mode_off():
+    tables = [(base_group.MAP_TUNABLE, {"per": 4, "wg": 64, "guard": False}),
+              (reduce_group.REDUCE_TUNABLE, {"lanes": 1, "wg": 128}),
+              (register_tiles.TUNABLE, register_tiles.DEFAULT_TILE)]
+    for tunable, default in tables:
+        for facts in ({}, {"device": "gpu"}, {"device": "cpu", "compiler": "other", "row": 64}):
+            with config_setting("autotune", "fast"):
+                assert tuning.modelled(tunable, default, facts) == default
+        with config_setting("autotune", "off"):
+            assert tuning.modelled(tunable, default, POCL31 | {"row": 64, "rows": 64, "cols": 64}) == default
+
+
+def test_the_tile_model_weighs_padding_against_wider_tiles():
+    with config_setting("autotune", "fast"):
+        for rows, cols in [(1024, 1024), (64, 10), (5, 300), (37, 45), (4096, 7)]:
+            facts = {**POCL30, "rows": rows, "cols": cols}
+            tile = tuning.modelled(register_tiles.TUNABLE, register_tiles.DEFAULT_TILE, facts)
+            assert tile in register_tiles.TUNABLE.candidates(register_tiles.DEFAULT_TILE, facts)
+            costs = [register_tiles.TUNABLE.cost(c, register_tiles.DEFAULT_TILE, facts)
+                     for c in register_tiles.TUNABLE.candidates(register_tiles.DEFAULT_TILE, facts)]
+            assert register_tiles.TUNABLE.cost(tile, register_tiles.DEFAULT_TILE, facts) == min(costs)
+
+
+def test_opencl_devices_report_their_compiler_to_the_cost_models():
+    devs = [d for d in _kernel_devices() if d.backend == "opencl"]
+    if not devs:
+        pytest.skip("no OpenCL device here")
+    for dev in devs:
+        facts = dict(dev.impl.capabilities(dev).tuning_facts)
+        assert facts["device"] in ("cpu", "gpu")
+        if "PoCL" in dev.description:
+            assert facts["compiler"] == "pocl" and facts["llvm"] >= 10
+
+
+def test_fast_mode_compiles_the_modelled_kernels_untimed_with_the_same_results():
+    x = np.linspace(-3, 3, 5000, dtype=np.float32)
+    rows = np.random.default_rng(4).standard_normal((300, 513)).astype(np.float32)
+    r64 = rows.astype(np.float64)
+    for dev in _kernel_devices():
+        for mode in ("off", "fast"):
+            with config_setting("autotune", mode):
+                y = fa.jit(lambda x: fnp.tanh(x * 2.0 + 1.0) * x)(fa.device_put(x, dev))
+                s = fa.jit(lambda r: fnp.sum(r * r, axis=-1))(fa.device_put(rows, dev))
+                p = fa.jit(lambda a: a @ a.T)(fa.device_put(rows, dev))
+            xs = x.astype(np.float64)
+            np.testing.assert_allclose(np.asarray(y), np.tanh(xs * 2 + 1) * xs, rtol=RTOL, atol=ATOL)
+            np.testing.assert_allclose(np.asarray(s), (r64 * r64).sum(-1), rtol=RTOL * 10)
+            np.testing.assert_allclose(np.asarray(p), r64 @ r64.T, rtol=RTOL * 10, atol=1e-3)
+    assert tuning.stats()["measured"] == 0
+
+
 # ------------------------------------------------------------------------------------------------- command
 
 

@@ -198,7 +198,8 @@ NOT_MAPPED = {
     "values unspecified": "empty_like",
     "dtypes, constants and introspection": (
         "Array bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64 "
-        "complex64 complex128 float0 finfo iinfo isdtype result_type can_cast promote_types dtype "
+        "complex64 complex128 float8_e4m3fn float8_e5m2 int4 uint4 float0 finfo iinfo isdtype result_type can_cast "
+        "promote_types dtype "
         "__array_namespace_info__ __array_api_version__ e pi inf nan newaxis euler_gamma issubdtype "
         "UniqueAllResult UniqueCountsResult UniqueInverseResult"),
     "method implementations, covered through the methods": "_copy _reshape_method _transpose_method _view",

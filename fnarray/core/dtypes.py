@@ -1,13 +1,16 @@
 """Dtypes, the type-promotion lattice and weak types.
 
-Dtypes are NumPy ``np.dtype`` objects (``bfloat16`` from ``ml_dtypes``), so they
-compare equal to NumPy's and hash alike. Defaults are 32-bit (docs/design.md,
-"Semantics"): Python ``float`` is ``float32``, ``int`` is ``int32``,
+Dtypes are NumPy ``np.dtype`` objects (``bfloat16`` and the low-bit dtypes ``float8_e4m3fn``,
+``float8_e5m2``, ``int4``, ``uint4`` from ``ml_dtypes``), so they compare equal to NumPy's and hash alike.
+Defaults are 32-bit (docs/design.md, "Semantics"): Python ``float`` is ``float32``, ``int`` is ``int32``,
 ``complex`` is ``complex64``.
 
 Promotion follows JAX's lattice with weak types (``jax.numpy.promote_types``,
 JEP 9407 "Design of type promotion semantics for JAX"), which agrees with the
-array API standard wherever the standard defines a result. A *weak* type is the
+array API standard wherever the standard defines a result. The low-bit dtypes sit alone in the lattice,
+as in JAX: ``float8_*`` above the weak float kind (so bool and every integer promote to a float8, and a
+Python int or float adopts it) and ``int4``/``uint4`` above the weak int kind (bool and Python ints only);
+any other pair raises ``TypePromotionError``, so upcasting is explicit (``x.astype(float32)``). A *weak* type is the
 type of a Python scalar: it adopts the dtype of the array it meets, within its
 kind (``f32 * 2.0 -> f32``; ``i32 + 1.5 -> f32``, weak, because a Python float
 meeting an int array lands on the default float).
@@ -32,12 +35,13 @@ import ml_dtypes
 import numpy as np
 
 from fnarray.core.config import config
-from fnarray.core.errors import DTypeError
+from fnarray.core.errors import DTypeError, TypePromotionError
 
 __all__ = [
     "bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
     "uint64", "float16", "bfloat16", "float32", "float64", "complex64",
-    "complex128", "float0", "ALL_DTYPES", "canonicalize", "as_dtype", "requested", "x64_enabled",
+    "complex128", "float8_e4m3fn", "float8_e5m2", "int4", "uint4", "float0", "ALL_DTYPES", "LOW_BIT_DTYPES",
+    "KNOWN_DTYPES", "is_low_bit", "canonicalize", "as_dtype", "requested", "x64_enabled",
     "narrow", "promote_types",
     "result_type", "is_float", "is_complex", "is_int", "is_unsigned",
     "is_signed", "is_bool", "is_inexact", "short_name", "default_for_kind",
@@ -51,19 +55,33 @@ uint8, uint16, uint32, uint64 = (np.dtype(t) for t in ("uint8", "uint16", "uint3
 float16, float32, float64 = (np.dtype(t) for t in ("float16", "float32", "float64"))
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 complex64, complex128 = np.dtype(np.complex64), np.dtype(np.complex128)
+# The low-bit dtypes (ml_dtypes, as jax.numpy's): one byte an element in memory (int4/uint4 hold one value
+# a byte, sign- or zero-extended, as ml_dtypes stores them).
+float8_e4m3fn, float8_e5m2 = np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)
+int4, uint4 = np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4)
 # The dtype of tangents of integer and boolean values (as JAX's float0): a
 # zero-size-per-element type that carries no data.
 float0 = np.dtype([("float0", np.void, 0)])
 
 ALL_DTYPES = (bool_, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
               float16, bfloat16, float32, float64, complex64, complex128)
-_KNOWN = frozenset(ALL_DTYPES)
+#: storage and conversion dtypes outside the promotion lattice's main body (no implicit promotion with the
+#: others, as in JAX); kept apart from ``ALL_DTYPES``, the dtypes every operation is defined on
+LOW_BIT_DTYPES = (float8_e4m3fn, float8_e5m2, int4, uint4)
+#: every dtype an array can have
+KNOWN_DTYPES = ALL_DTYPES + LOW_BIT_DTYPES
+_KNOWN = frozenset(KNOWN_DTYPES)
+# NumPy reports kind "V" for ml_dtypes' types (float8_e5m2 excepted: "f"); the predicates below list them.
+_V_FLOATS = frozenset({bfloat16, float8_e4m3fn, float8_e5m2})
+_V_SIGNED, _V_UNSIGNED = frozenset({int4}), frozenset({uint4})
+_FLOAT8, _LOW_BIT = frozenset({float8_e4m3fn, float8_e5m2}), frozenset(LOW_BIT_DTYPES)
 
 _SHORT = {
     bool_: "bool", int8: "i8", int16: "i16", int32: "i32", int64: "i64",
     uint8: "u8", uint16: "u16", uint32: "u32", uint64: "u64",
     float16: "f16", bfloat16: "bf16", float32: "f32", float64: "f64",
     complex64: "c64", complex128: "c128", float0: "float0",
+    float8_e4m3fn: "f8_e4m3fn", float8_e5m2: "f8_e5m2", int4: "i4", uint4: "u4",
 }
 
 
@@ -244,14 +262,14 @@ def as_dtype(dtype) -> np.dtype:
         d = np.dtype(dtype)
     except TypeError as e:
         raise DTypeError(f"{dtype!r} is not a dtype; expected one of "
-                         f"{', '.join(d.name for d in ALL_DTYPES)}") from e
+                         f"{', '.join(d.name for d in KNOWN_DTYPES)}") from e
     if d == float0:
         return float0
     if not d.isnative:   # a big-endian file's float32 is float32, as in JAX; buffers are converted on upload
         d = d.newbyteorder("=")
     if d not in _KNOWN:
         raise DTypeError(f"fnarray has no dtype {d}; supported dtypes are "
-                         f"{', '.join(x.name for x in ALL_DTYPES)}")
+                         f"{', '.join(x.name for x in KNOWN_DTYPES)}")
     return d
 
 
@@ -260,19 +278,28 @@ def is_bool(d) -> bool:
 
 
 def is_unsigned(d) -> bool:
-    return d.kind == "u"
+    k = d.kind
+    return k == "u" or (k == "V" and d in _V_UNSIGNED)
 
 
 def is_signed(d) -> bool:
-    return d.kind == "i"
+    k = d.kind
+    return k == "i" or (k == "V" and d in _V_SIGNED)
 
 
 def is_int(d) -> bool:
-    return d.kind in "iu"
+    k = d.kind
+    return k in "iu" or (k == "V" and (d in _V_SIGNED or d in _V_UNSIGNED))
 
 
 def is_float(d) -> bool:
-    return d.kind == "f" or d == bfloat16
+    k = d.kind
+    return k == "f" or (k == "V" and d in _V_FLOATS)
+
+
+def is_low_bit(d) -> bool:
+    """Whether ``d`` is one of ``LOW_BIT_DTYPES`` (float8_e4m3fn, float8_e5m2, int4, uint4)."""
+    return d in _LOW_BIT
 
 
 def is_complex(d) -> bool:
@@ -288,11 +315,13 @@ _WEAK_INT, _WEAK_FLOAT, _WEAK_COMPLEX = "i*", "f*", "c*"
 
 _EDGES = {
     bool_: [_WEAK_INT],
-    _WEAK_INT: [uint8, int8],
+    _WEAK_INT: [uint8, int8, uint4, int4],
+    uint4: [], int4: [],
     uint8: [int16, uint16], uint16: [int32, uint32], uint32: [int64, uint64],
     uint64: [_WEAK_FLOAT],
     int8: [int16], int16: [int32], int32: [int64], int64: [_WEAK_FLOAT],
-    _WEAK_FLOAT: [float16, bfloat16, _WEAK_COMPLEX],
+    _WEAK_FLOAT: [float8_e4m3fn, float8_e5m2, float16, bfloat16, _WEAK_COMPLEX],
+    float8_e4m3fn: [], float8_e5m2: [],
     float16: [float32], bfloat16: [float32], float32: [float64, complex64],
     float64: [complex128],
     _WEAK_COMPLEX: [complex64], complex64: [complex128], complex128: [],
@@ -324,7 +353,24 @@ def _join(a, b):
     for c in common:
         if all(o in _UB[c] for o in common):
             return c
-    raise DTypeError(f"no common type for {a} and {b}")  # lattice is complete; unreachable
+    raise TypePromotionError(_no_promotion_message(a, b))
+
+
+def _node_name(n) -> str:
+    return {_WEAK_INT: "int (a Python int)", _WEAK_FLOAT: "float (a Python float)",
+            _WEAK_COMPLEX: "complex (a Python complex)"}.get(n, getattr(n, "name", str(n)))
+
+
+def _no_promotion_message(a, b) -> str:
+    """JAX's ``TypePromotionError`` text for two lattice nodes without a common upper bound."""
+    pair = f"Input dtypes ({_node_name(a)}, {_node_name(b)}) have no available implicit dtype promotion path."
+    if any(n in _FLOAT8 for n in (a, b) if not isinstance(n, str)):
+        return (f"{pair} To avoid unintended promotion, 8-bit floats do not support implicit promotion. If "
+                "you'd like your inputs to be promoted to another type, you can do so explicitly using e.g. "
+                "x.astype('float32')")
+    return (f"{pair} To avoid unintended promotion, 4-bit integers do not support implicit promotion. If you'd "
+            "like your inputs to be promoted to another type, you can do so explicitly using e.g. "
+            "x.astype('int32')")
 
 
 def _weak_kind(d):
@@ -478,7 +524,7 @@ class iinfo:
         d = as_dtype(dtype)
         if not is_int(d):
             raise DTypeError(f"iinfo needs an integer dtype, got {d}; use finfo for floats")
-        ii = np.iinfo(d)
+        ii = ml_dtypes.iinfo(d)   # NumPy's iinfo has no int4/uint4
         self.bits, self.max, self.min, self.dtype = ii.bits, int(ii.max), int(ii.min), d
 
     def __repr__(self):

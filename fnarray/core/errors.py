@@ -5,7 +5,8 @@ keeps working for users who do not know fnarray's classes.
 """
 
 __all__ = [
-    "FnArrayError", "ShapeError", "AxisError", "ContractionShapeError", "DTypeError", "ConcretizationError",
+    "FnArrayError", "ShapeError", "AxisError", "ContractionShapeError", "DTypeError", "TypePromotionError",
+    "ConcretizationError",
     "UnsupportedOnDevice", "BackendUnavailable", "TracerLeakError", "ResourceExhaustedError",
     "PyTreeError", "ExportError", "LinAlgError", "FallbackWarning",
 ]
@@ -35,6 +36,11 @@ class ContractionShapeError(ShapeError, TypeError):
 
 class DTypeError(FnArrayError, TypeError):
     """A dtype that an operation does not accept."""
+
+
+class TypePromotionError(DTypeError, ValueError):
+    """Two dtypes with no implicit promotion (as ``jax.dtypes.TypePromotionError``, a ``ValueError``; also a
+    ``DTypeError``): 8-bit floats and 4-bit integers meet only themselves, bool and (float8) the integers."""
 
 
 class ConcretizationError(FnArrayError, TypeError):

@@ -102,7 +102,7 @@ def _is_identity(init, op, d) -> bool:
     if op == "add":
         return v == 0
     if dtypes.is_int(d):
-        info = np.iinfo(d)
+        info = dtypes.iinfo(d)
         return v <= info.min if op == "max" else v >= info.max
     return v == (-math.inf if op == "max" else math.inf)
 

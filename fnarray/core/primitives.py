@@ -276,9 +276,9 @@ def _check_shape(shape, what):
 def _check_indices_fit(name, size, dtype, fix):
     """Indices ``0 .. size - 1`` in the integer ``dtype`` must not wrap: past 2**31 - 1 an int32 index
     would silently be negative (an argmax of 2**31 + 64 elements gave -2147483587)."""
-    if dtypes.is_int(dtype) and size - 1 > np.iinfo(dtype).max:
+    if dtypes.is_int(dtype) and size - 1 > dtypes.iinfo(dtype).max:
         raise ShapeError(f"{name}: the indices of an axis of {size} elements do not fit in {dtype.name} "
-                         f"(at most {np.iinfo(dtype).max}); {fix}")
+                         f"(at most {dtypes.iinfo(dtype).max}); {fix}")
 
 
 def _iota_rule(*, dtype, shape, dimension):

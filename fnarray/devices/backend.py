@@ -104,6 +104,9 @@ class Capabilities:
     own count after fusion (``Lowered.memory_use``) decides; the outputs are always counted.
     ``reference``: the backend runs every primitive itself (the numpy backend, which defines the semantics
     and which the others fall back to): its programs are never decomposed or partitioned.
+    ``tuning_facts``: what the kernel groups' cost models (``lowering/kernels/tuning.py``, ``Tunable.cost``)
+    know of the device, as ``(name, value)`` pairs: ``("device", "cpu" | "gpu")``, ``("compiler", "pocl")``,
+    ``("llvm", 15)`` (the major version of the LLVM a CPU driver compiles with); empty: no model applies.
     """
 
     dtypes: frozenset
@@ -123,6 +126,7 @@ class Capabilities:
     eager_programs: str = "off"
     memory_check: str = "values"
     reference: bool = False
+    tuning_facts: tuple = ()
 
 
 class Lowered:

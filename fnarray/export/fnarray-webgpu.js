@@ -17,9 +17,15 @@
 // The manifest (model.json) lists buffers, WGSL kernels and the dispatches in order; loading creates
 // every buffer, pipeline and bind group once, and a run is: write the inputs, one compute pass with
 // the dispatches, copy the outputs to staging buffers, map them. Runs of one model are serialised.
+//
+// A bundle of several entry points (fnarray.export.webgpu({"prefill": ..., "decode": ...})) shares its
+// weights and state among them: `model.entries.decode.run({...})`. State (state_argnums: a KV cache)
+// stays in GPU buffers between runs: a run reads it, computes its new value into the state's partner
+// buffer (the two then swap roles) or copies it back at the end, and returns only the other outputs; `model.resetState()`, `model.readState(name)` and
+// `model.writeState(name, value)` reach it from the page.
 
 export const FORMAT = "fnarray-webgpu";
-export const MANIFEST_VERSION = 1;
+export const MANIFEST_VERSION = 2;
 
 export const ENABLE_WEBGPU_HELP =
   "WebGPU is not available: this browser does not expose navigator.gpu. " +
@@ -182,7 +188,74 @@ export async function loadModel(url, options = {}) {
   return model;
 }
 
-/** A loaded model: `run(inputs)`, `inputs`, `outputs`, `manifest`, `device`, `destroy()`. */
+function entriesOf(m) {
+  if (m.entries) return m.entries;
+  return [{ name: m.name, inputs: m.inputs, outputs: m.outputs, dispatches: m.dispatches,
+    state_updates: m.state_updates || [] }];
+}
+
+function checkValue(spec, value, what) {
+  const n = elementCount(spec.shape) * (PARTS[spec.dtype] || 1);
+  const Type = ARRAY_TYPES[spec.dtype];
+  const want = `${shapeText(spec.dtype, spec.shape)} (${n} element${n === 1 ? "" : "s"}) as a ${Type.name}`;
+  if (value === undefined) throw new TypeError(`missing ${what} "${spec.name}": expected ${want}`);
+  if (!(value instanceof Type)) throw new TypeError(`${what} "${spec.name}": expected ${want}, got ${describe(value)}`);
+  if (value.length !== n) throw new RangeError(`${what} "${spec.name}": expected ${want}, got ${describe(value)}`);
+}
+
+function toBytes(spec, value, size) {
+  let bytes;
+  if (spec.dtype === "bool") {
+    bytes = new Uint8Array(Uint32Array.from(value, (v) => (v ? 1 : 0)).buffer);
+  } else {
+    bytes = new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
+  }
+  if (bytes.byteLength !== size) {
+    const padded = new Uint8Array(size);
+    padded.set(bytes);
+    bytes = padded;
+  }
+  return bytes;
+}
+
+function fromMapped(spec, raw) {
+  const n = elementCount(spec.shape) * (PARTS[spec.dtype] || 1);
+  if (spec.dtype === "bool") return Uint8Array.from(new Uint32Array(raw, 0, n), (v) => (v ? 1 : 0));
+  return new ARRAY_TYPES[spec.dtype](raw.slice(0, elementCount(spec.shape) * ITEM_BYTES[spec.dtype]));
+}
+
+/** One entry point of a bundle: `run(inputs)`, `inputs`, `outputs`, `name`. */
+export class Entry {
+  constructor(model, spec) {
+    this.model = model;
+    this.name = spec.name;
+    this._spec = spec;
+  }
+
+  /** The run-time inputs: [{name, dtype, shape}], in the order of the function's arguments (state left out). */
+  get inputs() {
+    return this._spec.inputs.map(({ name, dtype, shape }) => ({ name, dtype, shape: shape.slice() }));
+  }
+
+  /** The outputs: [{name, dtype, shape}], in the order `run` returns them (state left out). */
+  get outputs() {
+    return this._spec.outputs.map(({ name, dtype, shape }) => ({ name, dtype, shape: shape.slice() }));
+  }
+
+  /**
+   * Run the entry on `inputs` ({name: typed array}); the state is read and updated on the GPU.
+   * @returns {Promise<Array<TypedArray>>} the outputs that are not state, in the function's order.
+   */
+  run(inputs) {
+    return this.model._enqueue(() => this.model._run(this, inputs));
+  }
+}
+
+/**
+ * A loaded model: `run(inputs)`, `inputs`, `outputs` (a bundle of one function), `entries` (every entry point
+ * by name), `state`, `resetState()`, `readState(name)`, `writeState(name, value)`, `manifest`, `device`,
+ * `destroy()`.
+ */
 export class Model {
   constructor(manifest, device, ownsDevice) {
     this.manifest = manifest;
@@ -190,17 +263,38 @@ export class Model {
     this._ownsDevice = ownsDevice;
     this._lost = null;
     this._last = Promise.resolve();
+    this._entryList = entriesOf(manifest).map((spec) => new Entry(this, spec));
+    /** The entry points by name: `model.entries.decode.run({...})`. */
+    this.entries = Object.fromEntries(this._entryList.map((e) => [e.name, e]));
+    this._stateSpecs = manifest.state || [];
+    // A state leaf with a partner buffer: runs that compute its new value write it into the partner, and the
+    // two swap roles (no copy). `_flipped` holds the state buffers whose value is in the partner now.
+    this._flipped = new Set();
+    this._remap = new Map();
+    this._flipKey = "";
     device.lost.then((info) => { this._lost = info; });
   }
 
-  /** The run-time inputs: [{name, dtype, shape}], in the order of the function's arguments. */
-  get inputs() {
-    return this.manifest.inputs.map(({ name, dtype, shape }) => ({ name, dtype, shape: shape.slice() }));
+  _only(what) {
+    if (this._entryList.length === 1) return this._entryList[0];
+    const names = this._entryList.map((e) => `"${e.name}"`).join(", ");
+    throw new TypeError(`model.${what}: this bundle has several entry points (${names}); use ` +
+      `model.entries.<name>.${what}`);
   }
 
-  /** The outputs: [{name, dtype, shape}], in the order `run` returns them. */
+  /** The run-time inputs of a bundle of one function: [{name, dtype, shape}]. */
+  get inputs() {
+    return this._only("inputs").inputs;
+  }
+
+  /** The outputs of a bundle of one function: [{name, dtype, shape}], in the order `run` returns them. */
   get outputs() {
-    return this.manifest.outputs.map(({ name, dtype, shape }) => ({ name, dtype, shape: shape.slice() }));
+    return this._only("outputs").outputs;
+  }
+
+  /** The state kept on the GPU between runs: [{name, dtype, shape}]. */
+  get state() {
+    return this._stateSpecs.map(({ name, dtype, shape }) => ({ name, dtype, shape: shape.slice() }));
   }
 
   async _build(sources, weights, murl) {
@@ -218,11 +312,13 @@ export class Model {
     });
     const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
     this._buffers = m.buffers.map((b) => d.createBuffer({ size: b.size, usage, label: b.name || `${b.kind}${b.id}` }));
+    this._stateInit = new Map();
     for (const b of m.buffers) {
       if (b.offset === undefined || b.nbytes === 0) continue;
       const padded = new Uint8Array(b.size);
       padded.set(new Uint8Array(weights, b.offset, b.nbytes));
       d.queue.writeBuffer(this._buffers[b.id], 0, padded);
+      if (b.kind === "state") this._stateInit.set(b.id, padded);
     }
     const layouts = new Map();
     const layoutOf = (bindings, uniform) => {
@@ -242,7 +338,7 @@ export class Model {
     };
     const pipelines = new Map();
     const pending = [];
-    this._steps = m.dispatches.map((disp) => {
+    const stepsOf = (dispatches) => dispatches.map((disp) => {
       const { bgl, layout } = layoutOf(disp.bindings, !!disp.uniform);
       const pkey = `${disp.kernel}|${disp.bindings.map((b) => (b.write ? "w" : "r")).join("")}|${!!disp.uniform}`;
       let pipe = pipelines.get(pkey);
@@ -252,113 +348,194 @@ export class Model {
         pipelines.set(pkey, pipe);
         pending.push(pipe);
       }
-      const entries = disp.bindings.map((b, i) => ({ binding: i, resource: { buffer: this._buffers[b.buffer] } }));
+      let uniform = null;
       if (disp.uniform) {
         const words = new Uint32Array(Math.max(4, Math.ceil(disp.uniform.length / 4) * 4));
         words.set(disp.uniform);
-        const ub = d.createBuffer({ size: words.byteLength, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
-        d.queue.writeBuffer(ub, 0, words);
-        entries.push({ binding: disp.bindings.length, resource: { buffer: ub } });
+        uniform = d.createBuffer({ size: words.byteLength, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
+        d.queue.writeBuffer(uniform, 0, words);
       }
-      return { pipeline: pipe, bindGroup: d.createBindGroup({ layout: bgl, entries }), workgroups: disp.workgroups };
+      return { pipeline: pipe, bgl, bindings: disp.bindings, uniform, workgroups: disp.workgroups };
     });
+    for (const e of this._entryList) {
+      e._steps = stepsOf(e._spec.dispatches);
+      e._groups = new Map();
+      this._bindGroups(e);
+      e._staging = e._spec.outputs.map((o) => d.createBuffer({
+        size: m.buffers[o.buffer].size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+      }));
+    }
     const resolved = await Promise.all(pending);
     const byPromise = new Map(pending.map((p, i) => [p, resolved[i]]));
-    for (const st of this._steps) st.pipeline = byPromise.get(st.pipeline);
-    this._staging = m.outputs.map((o) => d.createBuffer({
-      size: m.buffers[o.buffer].size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
-    }));
+    for (const e of this._entryList) for (const st of e._steps) st.pipeline = byPromise.get(st.pipeline);
     const err = await d.popErrorScope();
     if (err) throw new Error(`WebGPU rejected the bundle ${murl}: ${err.message}`);
   }
 
-  _encodeInputs(inputs) {
-    const specs = this.manifest.inputs;
+  // The GPU buffer that plays the manifest's buffer `id` now (a state and its partner swap roles).
+  _buf(id) {
+    const r = this._remap.get(id);
+    return this._buffers[r === undefined ? id : r];
+  }
+
+  _flip(stateBuffer) {
+    if (this._flipped.has(stateBuffer)) this._flipped.delete(stateBuffer);
+    else this._flipped.add(stateBuffer);
+    this._remap.clear();
+    const partners = new Map(this._stateSpecs.map((s) => [s.buffer, s.partner]));
+    for (const b of this._flipped) {
+      this._remap.set(b, partners.get(b));
+      this._remap.set(partners.get(b), b);
+    }
+    this._flipKey = Array.from(this._flipped).sort((a, b) => a - b).join(",");
+  }
+
+  // The entry's bind groups for the current roles of the state buffers (made once per arrangement).
+  _bindGroups(entry) {
+    let groups = entry._groups.get(this._flipKey);
+    if (!groups) {
+      groups = entry._steps.map((st) => {
+        const entries = st.bindings.map((b, i) => ({ binding: i, resource: { buffer: this._buf(b.buffer) } }));
+        if (st.uniform) entries.push({ binding: st.bindings.length, resource: { buffer: st.uniform } });
+        return this.device.createBindGroup({ layout: st.bgl, entries });
+      });
+      entry._groups.set(this._flipKey, groups);
+    }
+    return groups;
+  }
+
+  _encodeInputs(entry, inputs) {
+    const specs = entry._spec.inputs;
     const names = specs.map((s) => `"${s.name}"`).join(", ") || "none";
+    const call = this._entryList.length === 1 ? "model.run" : `model.entries.${entry.name}.run`;
     if (inputs === null || typeof inputs !== "object" || Array.isArray(inputs) || ArrayBuffer.isView(inputs)) {
-      throw new TypeError(`model.run takes an object mapping input names (${names}) to typed arrays, ` +
+      throw new TypeError(`${call} takes an object mapping input names (${names}) to typed arrays, ` +
         `got ${describe(inputs)}`);
     }
     for (const key of Object.keys(inputs)) {
       if (!specs.some((s) => s.name === key)) {
-        throw new TypeError(`unknown input "${key}": this model's inputs are ${names}`);
+        const isState = this._stateSpecs.some((s) => s.name === key);
+        throw new TypeError(`unknown input "${key}": this model's inputs are ${names}` +
+          (isState ? ` ("${key}" is state, kept on the GPU: model.writeState sets it)` : ""));
       }
     }
     return specs.map((s) => {
       const value = inputs[s.name];
-      const n = elementCount(s.shape) * (PARTS[s.dtype] || 1);
-      const Type = ARRAY_TYPES[s.dtype];
-      const want = `${shapeText(s.dtype, s.shape)} (${n} element${n === 1 ? "" : "s"}) as a ${Type.name}`;
-      if (value === undefined) throw new TypeError(`missing input "${s.name}": expected ${want}`);
-      if (!(value instanceof Type)) {
-        throw new TypeError(`input "${s.name}": expected ${want}, got ${describe(value)}`);
-      }
-      if (value.length !== n) {
-        throw new RangeError(`input "${s.name}": expected ${want}, got ${describe(value)}`);
-      }
-      let bytes;
-      if (s.dtype === "bool") {
-        bytes = new Uint8Array(Uint32Array.from(value, (v) => (v ? 1 : 0)).buffer);
-      } else {
-        bytes = new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
-      }
-      const size = this.manifest.buffers[s.buffer].size;
-      if (bytes.byteLength !== size) {
-        const padded = new Uint8Array(size);
-        padded.set(bytes);
-        bytes = padded;
-      }
-      return [this._buffers[s.buffer], bytes];
+      checkValue(s, value, "input");
+      return [this._buf(s.buffer), toBytes(s, value, this.manifest.buffers[s.buffer].size)];
     });
   }
 
   /**
-   * Run the function on `inputs` ({name: typed array}).
+   * Run the function on `inputs` ({name: typed array}) in a bundle of one function.
    * @returns {Promise<Array<TypedArray>>} the outputs in the order of the function's flattened outputs.
    */
   run(inputs) {
-    const result = this._last.then(() => this._run(inputs));
+    let entry;
+    try {
+      entry = this._only("run");
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return entry.run(inputs);
+  }
+
+  _enqueue(work) {
+    const result = this._last.then(work);
     this._last = result.catch(() => undefined);
     return result;
   }
 
-  async _run(inputs) {
+  _usable() {
     if (this._lost) throw new Error(`the WebGPU device was lost (${this._lost.message}); load the model again`);
-    if (!this._steps) throw new Error("this model was destroyed; load it again");
-    const writes = this._encodeInputs(inputs);
+    if (!this._buffers) throw new Error("this model was destroyed; load it again");
+  }
+
+  async _run(entry, inputs) {
+    this._usable();
+    const writes = this._encodeInputs(entry, inputs);
     const d = this.device;
     d.pushErrorScope("validation");
     for (const [buffer, bytes] of writes) {
       if (bytes.byteLength) d.queue.writeBuffer(buffer, 0, bytes);
     }
     const encoder = d.createCommandEncoder();
-    if (this._steps.length) {
+    if (entry._steps.length) {
+      const groups = this._bindGroups(entry);
       const pass = encoder.beginComputePass();
-      for (const st of this._steps) {
+      entry._steps.forEach((st, i) => {
         pass.setPipeline(st.pipeline);
-        pass.setBindGroup(0, st.bindGroup);
+        pass.setBindGroup(0, groups[i]);
         pass.dispatchWorkgroups(st.workgroups[0], st.workgroups[1], st.workgroups[2]);
-      }
+      });
       pass.end();
     }
-    const outs = this.manifest.outputs;
+    const outs = entry._spec.outputs;
     outs.forEach((o, i) => {
-      encoder.copyBufferToBuffer(this._buffers[o.buffer], 0, this._staging[i], 0, this._staging[i].size);
+      encoder.copyBufferToBuffer(this._buf(o.buffer), 0, entry._staging[i], 0, entry._staging[i].size);
     });
+    // The state's new values replace the old after the pass (and after the outputs were copied out): copied,
+    // or, when the pass wrote them into the state's partner, by the two buffers swapping roles.
+    const updates = entry._spec.state_updates || [];
+    for (const u of updates) {
+      if (!u.swap) encoder.copyBufferToBuffer(this._buf(u.from), 0, this._buf(u.to), 0, this.manifest.buffers[u.to].size);
+    }
     d.queue.submit([encoder.finish()]);
+    for (const u of updates) if (u.swap) this._flip(u.to);
     const err = await d.popErrorScope();
-    if (err) throw new Error(`WebGPU rejected a run of ${this.manifest.name}: ${err.message}`);
-    await Promise.all(this._staging.map((s) => s.mapAsync(GPUMapMode.READ)));
+    if (err) throw new Error(`WebGPU rejected a run of ${entry.name}: ${err.message}`);
+    await Promise.all(entry._staging.map((s) => s.mapAsync(GPUMapMode.READ)));
     return outs.map((o, i) => {
-      const n = elementCount(o.shape);
-      const raw = this._staging[i].getMappedRange();
-      let out;
-      if (o.dtype === "bool") {
-        out = Uint8Array.from(new Uint32Array(raw, 0, n), (v) => (v ? 1 : 0));
-      } else {
-        out = new ARRAY_TYPES[o.dtype](raw.slice(0, n * ITEM_BYTES[o.dtype]));
+      const out = fromMapped(o, entry._staging[i].getMappedRange());
+      entry._staging[i].unmap();
+      return out;
+    });
+  }
+
+  _stateSpec(name) {
+    const spec = this._stateSpecs.find((s) => s.name === name);
+    if (!spec) {
+      const names = this._stateSpecs.map((s) => `"${s.name}"`).join(", ") || "none";
+      throw new TypeError(`unknown state "${name}": this model's state is ${names}`);
+    }
+    return spec;
+  }
+
+  /** Put every state buffer back to its exported value (zeros unless the export gave another). */
+  resetState() {
+    return this._enqueue(async () => {
+      this._usable();
+      for (const b of Array.from(this._flipped)) this._flip(b);
+      for (const s of this._stateSpecs) {
+        const size = this.manifest.buffers[s.buffer].size;
+        this.device.queue.writeBuffer(this._buffers[s.buffer], 0, this._stateInit.get(s.buffer) || new Uint8Array(size));
       }
-      this._staging[i].unmap();
+    });
+  }
+
+  /** Replace the state leaf `name` with `value` (a typed array of its dtype and element count). */
+  writeState(name, value) {
+    return this._enqueue(async () => {
+      this._usable();
+      const s = this._stateSpec(name);
+      checkValue(s, value, "state");
+      this.device.queue.writeBuffer(this._buf(s.buffer), 0, toBytes(s, value, this.manifest.buffers[s.buffer].size));
+    });
+  }
+
+  /** Read the state leaf `name` back from the GPU (a copy; runs never read state back). */
+  readState(name) {
+    return this._enqueue(async () => {
+      this._usable();
+      const s = this._stateSpec(name);
+      const size = this.manifest.buffers[s.buffer].size;
+      const staging = this.device.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+      const encoder = this.device.createCommandEncoder();
+      encoder.copyBufferToBuffer(this._buf(s.buffer), 0, staging, 0, size);
+      this.device.queue.submit([encoder.finish()]);
+      await staging.mapAsync(GPUMapMode.READ);
+      const out = fromMapped(s, staging.getMappedRange());
+      staging.destroy();
       return out;
     });
   }
@@ -366,8 +543,8 @@ export class Model {
   /** Free the model's GPU buffers (and its device, when loadModel made it). */
   destroy() {
     for (const b of this._buffers || []) b.destroy();
-    for (const b of this._staging || []) b.destroy();
-    this._steps = null;
+    for (const e of this._entryList) for (const b of e._staging || []) b.destroy();
+    this._buffers = null;
     if (this._ownsDevice) this.device.destroy();
   }
 }

@@ -4,7 +4,24 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["dot_general_as_matmul"]
+from fnarray.core.cache import LRUCache
+
+__all__ = ["dot_general_as_matmul", "code_of"]
+
+#: code objects of generated program sources, by (file name, source): a program traced again at a new shape
+#: often has the same text (the numpy and mlx programs call rules bound in their globals), and Python's
+#: ``compile`` of it costs ~50 us (a third of an eager key's program on mlx:0)
+_CODE = LRUCache(512)
+
+
+def code_of(source: str, filename: str):
+    """The code object of generated Python ``source`` (``compile(source, filename, "exec")``), cached by text;
+    thread-safe. Raises SyntaxError as ``compile`` does (a bug in a code generator)."""
+    key = (filename, source)
+    code = _CODE.get(key)
+    if code is None:
+        code = _CODE.put(key, compile(source, filename, "exec"))
+    return code
 
 
 def dot_general_as_matmul(dimension_numbers, lhs_shape, rhs_shape):

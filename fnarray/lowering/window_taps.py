@@ -27,7 +27,7 @@ def identity(op, d):
     if op == "add":
         return 0
     if dtypes.is_int(d):
-        info = np.iinfo(d)
+        info = dtypes.iinfo(d)
         return int(info.min if op == "max" else info.max)
     return -np.inf if op == "max" else np.inf
 

@@ -372,7 +372,9 @@ def _int_range(d, n, start, step):
 def _check_int_bounds(name, values, d, dtype_given):
     """Raise the ``OverflowError`` of ``asarray(2**40)`` when a creation function's integer values
     do not fit in ``d`` (NumPy would wrap them around silently)."""
-    info = np.iinfo(d)
+    if dtypes.is_low_bit(d):
+        return   # int4/uint4 wrap, as in JAX (full(3, 20, dtype=int4) is [4, 4, 4])
+    info = dtypes.iinfo(d)
     for v in values:
         if not info.min <= v <= info.max:
             hint = "" if dtype_given else " (the default integer dtype); pass dtype=int64 or uint64"

@@ -654,7 +654,7 @@ def _fill_default(d):
         return np.nan
     if dtypes.is_bool(d):
         return True
-    info = np.iinfo(d)
+    info = dtypes.iinfo(d)
     return info.min if dtypes.is_signed(d) else info.max
 
 
@@ -676,7 +676,7 @@ def _index_mode(i, n, mode, what, raw_clip=False):
         if isinstance(i, np.ndarray):
             return np.clip(i.astype(np.int64), 0, max(n - 1, 0)).astype(np.int32)
         d = i.dtype
-        hi = np.asarray(min(max(n - 1, 0), np.iinfo(d).max), d)[()]
+        hi = np.asarray(min(max(n - 1, 0), dtypes.iinfo(d).max), d)[()]
         return lax.convert_element_type(lax.max(lax.min(i, hi), np.asarray(0, d)[()]), _I32)
     if mode in ("clip", "fill", "promise_in_bounds"):
         return _normalize(i, n)

@@ -6,10 +6,12 @@ import numpy as np
 
 from fnarray.core import dtypes
 from fnarray.core.array import Array
+from fnarray.core.errors import TypePromotionError
 from fnarray.numpy._util import aval_of
 
 __all__ = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
-           "bfloat16", "float32", "float64", "complex64", "complex128", "float0", "finfo", "iinfo",
+           "bfloat16", "float32", "float64", "complex64", "complex128", "float8_e4m3fn",
+           "float8_e5m2", "int4", "uint4", "float0", "finfo", "iinfo",
            "isdtype", "result_type", "can_cast", "promote_types", "astype", "dtype",
            "__array_namespace_info__", "__array_api_version__", "e", "pi", "inf", "nan", "newaxis",
            "euler_gamma", "issubdtype", "bool_", "generic", "number", "integer", "signedinteger",
@@ -36,6 +38,11 @@ float16, bfloat16, float32, float64 = (_scalar_type(n, d) for n, d in (
     ("float16", dtypes.float16), ("bfloat16", dtypes.bfloat16), ("float32", dtypes.float32),
     ("float64", dtypes.float64)))
 complex64, complex128 = _scalar_type("complex64", dtypes.complex64), _scalar_type("complex128", dtypes.complex128)
+# The low-bit dtypes (jnp.float8_e4m3fn, ...): storage and conversion types that promote with nothing but
+# themselves, bool and (float8) the integers; docs/quantization.md, "Low-bit dtypes".
+float8_e4m3fn, float8_e5m2, int4, uint4 = (_scalar_type(n, d) for n, d in (
+    ("float8_e4m3fn", dtypes.float8_e4m3fn), ("float8_e5m2", dtypes.float8_e5m2), ("int4", dtypes.int4),
+    ("uint4", dtypes.uint4)))
 float0 = dtypes.float0
 bool_ = bool  # jnp.bool_ / mx.bool_
 # NumPy's abstract scalar types, for ``issubdtype(x.dtype, fnp.floating)`` as in jax.numpy
@@ -117,18 +124,27 @@ def promote_types(type1, type2):
 def can_cast(from_, to, /) -> "bool":
     """Whether ``from_`` promotes to ``to`` without changing kind illegally (array API ``can_cast``).
 
-    True exactly when ``promote_types(from_, to) == to`` in JAX's lattice. Differences from
-    NumPy (and from ``jax.numpy.can_cast``, which uses NumPy's ``"safe"`` rule): integers cast
+    True exactly when ``promote_types(from_, to) == to`` in JAX's lattice (for the low-bit dtypes, which
+    promote with almost nothing, NumPy's ``"safe"`` rule: ``can_cast(float8_e4m3fn, float32)`` is True).
+    Differences from NumPy (and from ``jax.numpy.can_cast``, which uses NumPy's ``"safe"`` rule): integers cast
     to every floating dtype (``can_cast(int64, float32)`` is True here, False there); no
     ``casting=`` argument.
     """
     f = from_.dtype if isinstance(from_, Array) else dtypes.as_dtype(from_)
     t = dtypes.as_dtype(to)
-    return dtypes.promote_types(f, t)[0] == t
+    try:
+        return dtypes.promote_types(f, t)[0] == t
+    except TypePromotionError:   # a low-bit dtype, which promotes with nothing: NumPy's (ml_dtypes') safe casts
+        return bool(np.can_cast(f, t, "safe"))
+
+
+_ML_DTYPES = frozenset({dtypes.bfloat16, *dtypes.LOW_BIT_DTYPES})
+_ML_PARENTS = frozenset({np.floating, np.inexact, np.number, np.integer, np.signedinteger, np.unsignedinteger})
 
 
 def issubdtype(arg1, arg2) -> "bool":
-    """``numpy.issubdtype`` over fnarray dtypes; bfloat16 counts as floating (NumPy: it does not).
+    """``numpy.issubdtype`` over fnarray dtypes; bfloat16 and the float8 dtypes count as floating, int4 and
+    uint4 as signed and unsigned integers (NumPy: they do not; jax.numpy: they do).
 
     The key dtype ``key<fry>`` of typed PRNG keys is a subtype of ``fa.dtypes.prng_key`` and
     ``fa.dtypes.extended`` (and of itself) only; no NumPy dtype is a subtype of those two (as
@@ -139,8 +155,9 @@ def issubdtype(arg1, arg2) -> "bool":
     if dtypes.is_key(arg1) or dtypes.is_key(arg2):
         return arg1 == arg2
     d = dtypes.as_dtype(arg1)
-    if arg2 in (np.floating, np.inexact) and d == dtypes.bfloat16:
-        return True
+    if d in _ML_DTYPES and isinstance(arg2, type) and arg2 in _ML_PARENTS:   # NumPy: only np.generic
+        kind = np.floating if dtypes.is_float(d) else np.signedinteger if dtypes.is_signed(d) else np.unsignedinteger
+        return issubclass(kind, arg2)
     return np.issubdtype(d, arg2)
 
 

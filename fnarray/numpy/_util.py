@@ -48,8 +48,9 @@ def asarray_internal(x, dtype=None, where: str = "asarray"):
         d, w = dtypes.dtype_of_scalar(x)
         if dtype is not None:
             d, w = dtype, False
-        if isinstance(x, int) and not isinstance(x, bool) and dtypes.is_int(d):
-            info = np.iinfo(d)
+        # int4/uint4 wrap Python ints as JAX does (asarray(20, dtype=int4) is 4); the others raise
+        if isinstance(x, int) and not isinstance(x, bool) and dtypes.is_int(d) and not dtypes.is_low_bit(d):
+            info = dtypes.iinfo(d)
             if not info.min <= x <= info.max:
                 hint = " (the default integer dtype); pass dtype=int64 or uint64" if dtype is None else ""
                 raise OverflowError(f"Python int {x} does not fit in {d.name}{hint}")
@@ -131,8 +132,8 @@ def _scalar_to(x, d, weak=False):
 
 
 def _cast_scalar(x, d):
-    if isinstance(x, (int, np.integer)) and not isinstance(x, bool) and dtypes.is_int(d):
-        info = np.iinfo(d)
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool) and dtypes.is_int(d) and not dtypes.is_low_bit(d):
+        info = dtypes.iinfo(d)
         if not info.min <= int(x) <= info.max:
             raise OverflowError(f"Python int {int(x)} is out of range for {d.name} "
                                 f"([{info.min}, {info.max}])")

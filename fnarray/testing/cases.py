@@ -172,6 +172,10 @@ case("dot_general_batch", P.dot_general, [f32(2, 3, 4), f32(2, 5, 4)],
      dimension_numbers=(((2,), (2,)), ((0,), (0,))), preferred_element_type=None)
 case("dot_general_int", P.dot_general, [i32(3, 4, lo=-5, hi=5), i32(4, 2, lo=-5, hi=5)],
      dimension_numbers=(((1,), (0,)), ((), ())), preferred_element_type=None)
+# int8 products summed in int32 (preferred_element_type): 40 x 100 x 100 overflows int8 and int16
+case("dot_general_int8_to_int32", P.dot_general,
+     [np.full((2, 40), 100, np.int8), rng.integers(-128, 128, (40, 3)).astype(np.int8)],
+     dimension_numbers=(((1,), (0,)), ((), ())), preferred_element_type=np.dtype(np.int32))
 
 
 def _closed(fun, avals):

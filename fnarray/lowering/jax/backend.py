@@ -44,6 +44,9 @@ FAMILIES = ("elementwise", "structural", "reductions", "dot", "attention", "conv
 for _family in FAMILIES:
     importlib.import_module(f"{__package__}.{_family}")
 from fnarray.lowering.jax.common import RULES, interpret as _interpret, manual  # noqa: E402
+from fnarray.lowering.jax.elementwise import wrap_float8_rules  # noqa: E402
+
+wrap_float8_rules()
 
 __all__ = ["make_backend", "RULES", "JaxBackend"]
 
@@ -240,7 +243,7 @@ class JaxBackend(Backend):
             platform = {"cuda": "gpu", "rocm": "gpu"}.get(d.platform, d.platform)
             self._devices.append(Device("jax", i, platform, f"JAX {jax.__version__} {d.device_kind} ({d})",
                                         handle=d))
-        self._caps = Capabilities(dtypes=frozenset(dtypes.ALL_DTYPES), control_flow="native",
+        self._caps = Capabilities(dtypes=frozenset(dtypes.KNOWN_DTYPES), control_flow="native",
                                   eager_programs="first_call", memory_check="compiled")
         self._eager: "weakref.WeakValueDictionary" = {}
 

@@ -29,7 +29,17 @@ def _digamma(x):
 
 
 RULES[P.digamma] = _digamma
-RULES[P.abs_p] = lambda x: x if jnp.issubdtype(x.dtype, jnp.unsignedinteger) else lax.abs(x)
+
+
+def _abs(x):
+    if dtypes.is_unsigned(x.dtype):
+        return x
+    if x.dtype == dtypes.int4:   # JAX refuses abs of int4: in int8, wrapped back (|-8| is -8, as two's complement)
+        return lax.convert_element_type(lax.abs(lax.convert_element_type(x, np.int8)), x.dtype)
+    return lax.abs(x)
+
+
+RULES[P.abs_p] = _abs
 
 
 def _exp(x):
@@ -137,6 +147,9 @@ def _select_n(which, *cases):
     return lax.select_n(lax.clamp(jnp.int32(0), which, jnp.int32(len(cases) - 1)), *cases)
 
 
+_HALF_AND_FLOAT8 = (dtypes.float16, dtypes.bfloat16, dtypes.float8_e4m3fn, dtypes.float8_e5m2)
+
+
 @rule(P.convert_element_type)
 def _convert(x, *, new_dtype, weak_type=False):
     src = x.dtype
@@ -148,10 +161,11 @@ def _convert(x, *, new_dtype, weak_type=False):
         x = lax.real(x)
         src = x.dtype
     if jnp.issubdtype(src, jnp.floating) and dtypes.is_int(new_dtype):
-        info = np.iinfo(new_dtype)
+        info = dtypes.iinfo(new_dtype)
         hi = np.array(info.max, new_dtype)
         lo = np.array(info.min, new_dtype)
-        xf = lax.convert_element_type(x, np.float32) if src in (dtypes.float16, dtypes.bfloat16) else x
+        # half and float8 compared in float32 (2**31 - 1 is inf or NaN in float8_e4m3fn)
+        xf = lax.convert_element_type(x, np.float32) if src in _HALF_AND_FLOAT8 else x
         t = jnp.where(jnp.isnan(xf), jnp.zeros_like(xf), xf)
         conv = lax.convert_element_type(jnp.clip(t, float(info.min), float(info.max)), new_dtype)
         return jnp.where(t >= float(info.max), hi, jnp.where(t <= float(info.min), lo, conv))
@@ -159,3 +173,41 @@ def _convert(x, *, new_dtype, weak_type=False):
 
 
 RULES[P.bitcast_convert_type] = lambda x, *, new_dtype: lax.bitcast_convert_type(x, new_dtype)
+
+
+# ----------------------------------------------------------------------------- float8 in float32
+# XLA evaluates some float8 functions in float8 steps (exp2 as exp of a float8 product, logistic, log1p):
+# the reference computes every float8 operation in float32 and rounds once, as it does float16/bfloat16.
+_EXACT_IN_F8 = frozenset({P.neg, P.sign, P.floor, P.ceil, P.round_p, P.is_finite, P.abs_p, P.not_p, P.real,
+                          P.imag, P.conj, P.population_count, P.stop_gradient, P.copy_p, P.name_p,
+                          P.convert_element_type, P.bitcast_convert_type})
+_FLOAT8 = frozenset({dtypes.float8_e4m3fn, dtypes.float8_e5m2})
+
+
+def _float8_in_float32(fn):
+    def rule(x, *rest, **params):
+        d = x.dtype
+        if d not in _FLOAT8:
+            return fn(x, *rest, **params)
+        up = [lax.convert_element_type(a, np.float32) for a in (x, *rest)]
+        return lax.convert_element_type(fn(*up, **params), d)
+    return rule
+
+
+def wrap_float8_rules():
+    """Make the float-valued elementwise rules compute float8 operands in float32 (``backend.py`` calls it once
+    every family module has registered its rules)."""
+    inexact = [p for p in families.members("unary") if p not in _EXACT_IN_F8]
+    for p in inexact + [P.add, P.sub, P.mul, P.div, P.rem, P.pow_p, P.atan2]:
+        if p in RULES:
+            RULES[p] = _float8_in_float32(RULES[p])
+
+
+def _population_count(x):
+    if x.dtype == dtypes.int4:   # XLA's int4 popcount is wrong (-1 gives -8): count the low 4 bits in uint8
+        u = lax.bitwise_and(lax.convert_element_type(x, np.uint8), np.uint8(15))
+        return lax.convert_element_type(lax.population_count(u), x.dtype)
+    return lax.population_count(x)
+
+
+RULES[P.population_count] = _population_count

@@ -42,7 +42,9 @@ def _reduce_extreme(plain, nan_first, bool_reduce, identity):
             # ("Unsupported reduction computation"): the plain reduction with the NaNs found apart
             nan = lax.reduce_or(lax.ne(x, x), axes)
             return lax.select(nan, jnp.full(nan.shape, np.nan, x.dtype), plain(x, axes))
-        return lax.reduce(x, np.array(identity, x.dtype), nan_first, axes)
+        # float8_e4m3fn has no infinities (inf would be NaN there): its finite extreme is the identity
+        ident = np.copysign(448.0, identity) if x.dtype == dtypes.float8_e4m3fn else identity
+        return lax.reduce(x, np.array(ident, x.dtype), nan_first, axes)
     return f
 
 

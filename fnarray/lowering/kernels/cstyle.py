@@ -159,6 +159,13 @@ class CStyleRenderer(abc.ABC):
         inc = f"{var}++" if step == "1" else f"{var} += {step}"
         return f"for (int {var} = {start}; {var} < {stop}; {inc})"
 
+    def call(self, e: Op, args: list) -> str:
+        """A function op applied to its printed ``args``: ``functions[op]`` (default: the op's name); ``min`` and
+        ``max`` of bools as ``&`` and ``|``."""
+        if e.op in ("min", "max") and e.args[0].dtype == np.bool_:
+            return f"({args[0]} {'|' if e.op == 'max' else '&'} {args[1]})"
+        return f"{self.functions.get(e.op, e.op)}({', '.join(args)})"
+
     @abc.abstractmethod
     def barrier(self, space: str = "local") -> str:
         """A work-group barrier over local memory (``space="global"``: over buffers too)."""
@@ -260,5 +267,5 @@ class CStyleRenderer(abc.ABC):
                 return f"({self.prefix[e.op]}{args[0]})"
             if kind == "complex":
                 return self.complex_op(e.op, args, e.dtype)
-            return f"{self.functions.get(e.op, e.op)}({', '.join(args)})"
+            return self.call(e, args)
         raise TypeError(f"unknown kernel expression {e!r}")

@@ -229,7 +229,11 @@ class _Ctx:
 
     def tuned(self, tunable, default, build, facts=None):
         """The launches of ``build(choice)`` for the choice of ``tunable`` (a group's declared table) that
-        ``kernels/tuning.py`` makes with the backend's ``tuner`` option; ``build(default)`` without one."""
+        ``kernels/tuning.py`` makes with the backend's ``tuner`` option; ``build(default)`` without one.
+        ``default`` is first replaced by the table's cost model's choice for this device (``tuning.modelled``,
+        from ``Capabilities.tuning_facts`` and ``facts``), except in mode ``"off"``."""
+        facts = {**dict(self.caps.tuning_facts), "workgroup_limit": self.caps.max_workgroup_size, **(facts or {})}
+        default = tuning.modelled(tunable, default, facts)
         tuner = self.opts.get("tuner")
         if tuner is None:
             return build(default)

@@ -8,7 +8,10 @@ call it with the variants they can build. What it does depends on ``fnarray.conf
 - ``"off"``: the default, always; nothing is timed, no cache is read.
 - ``"fast"`` (the default mode): a choice already cached for this (device, signature) is reused; otherwise,
   where the caller gives a cost model (``cost=``), the ``fast_candidates`` cheapest candidates by that model are
-  timed on the device and the fastest is kept; without a cost model, the default (nothing is timed).
+  timed on the device and the fastest is kept; without a cost model, the default (nothing is timed). The
+  kernel groups' tables carry cost models of their own (``Tunable.cost``), which ``modelled`` applies before
+  ``choose`` is asked: in mode ``"fast"`` a kernel is then written in the model's choice with no timing at
+  all, so a first call compiles each kernel once.
 - ``"full"``: every candidate is timed on the device (one warm-up run, then the median of ``repeats`` runs;
   a candidate whose ``measure`` raises is skipped) and the fastest kept, as tinygrad's BEAM search and
   Triton's ``autotune`` do. A choice cached by an earlier ``"full"`` search is reused.
@@ -74,13 +77,14 @@ _memory = LRUCache(MEMORY_ENTRIES)
 _log: list = []
 _lock = threading.Lock()
 _key_locks: dict = {}
-_counts = {"measured": 0, "searches": 0, "memory_hits": 0, "disk_hits": 0, "defaults": 0}
+_counts = {"measured": 0, "searches": 0, "memory_hits": 0, "disk_hits": 0, "defaults": 0, "modelled": 0}
 _disk_seen: dict = {}  # file path -> (mtime_ns, size, entries)
 
 
 def stats() -> dict:
     """Counters since the process started (or ``clear()``): ``measured`` (calls of a ``measure``), ``searches``
-    (signatures timed), ``memory_hits``, ``disk_hits``, ``defaults`` (the default taken without timing)."""
+    (signatures timed), ``memory_hits``, ``disk_hits``, ``defaults`` (the default taken without timing),
+    ``modelled`` (a cost model's choice other than the hand-tuned default, ``modelled``)."""
     return dict(_counts)
 
 
@@ -405,6 +409,9 @@ class Tunable:
     choices: dict
     doc: str = ""
     valid: Callable | None = None
+    #: an optional cost model, ``cost(candidate, default, facts) -> a number`` (lower is better): mode
+    #: ``"fast"`` uses the cheapest candidate where nothing is cached (``modelled``), untimed
+    cost: Callable | None = None
 
     def candidates(self, default: dict, facts: dict | None = None) -> list:
         """Every valid combination (dicts), the default first (it is always a candidate)."""
@@ -422,6 +429,25 @@ class Tunable:
             seen.add(k)
             out.append(cand)
         return out
+
+
+def modelled(tunable: Tunable, default: dict, facts: dict | None = None, mode: str | None = None) -> dict:
+    """The choice ``tunable``'s cost model predicts for a target described by ``facts`` (the backend's
+    ``Capabilities.tuning_facts`` and the group's own, e.g. a product's rows and columns): in modes ``"fast"``
+    and ``"full"`` the cheapest of ``tunable.candidates(default, facts)`` by ``tunable.cost`` (the first, the
+    default, on a tie); ``default`` itself in mode ``"off"``, for a table without a model, or when the model
+    prices every candidate alike. Nothing is timed: ``choose`` (modes ``"fast"`` with a cached choice and
+    ``"full"``) starts from this choice as its default."""
+    mode = _mode() if mode is None else mode
+    if mode == "off" or tunable.cost is None:
+        return default
+    facts = facts or {}
+    cands = tunable.candidates(default, facts)
+    costs = [tunable.cost(c, default, facts) for c in cands]
+    best = min(range(len(cands)), key=lambda i: (costs[i], i))
+    if best:
+        _counts["modelled"] += 1
+    return cands[best]
 
 
 #: The kernel-level choice of every kernel with a float32 transcendental on a renderer that has its own forms

@@ -44,7 +44,6 @@ import numpy as np
 
 from fnarray.lowering.kernels.cstyle import CStyleRenderer
 from fnarray.lowering.kernels.ir import (
-    OPS,
     ArrayDecl,
     BufferParam,
     Cast,
@@ -303,17 +302,10 @@ class WGSLRenderer(CStyleRenderer):
         return lines
 
     # ------------------------------------------------------------------ function ops
-    def expr(self, e) -> str:
-        if isinstance(e, Op) and OPS[e.op][1] == "func":
-            return self._func(e, [self.expr(a) for a in e.args])
-        return super().expr(e)
-
-    def _func(self, e: Op, args: list) -> str:
+    def call(self, e: Op, args: list) -> str:
         op, d = e.op, e.args[0].dtype
         if op in ("min", "max") and d.kind != "f":
-            if d == BOOL:  # max of bools is or, min is and
-                return f"({args[0]} {'|' if op == 'max' else '&'} {args[1]})"
-            return f"{op}({', '.join(args)})"
+            return super().call(e, args)   # integers: WGSL's min/max; bools: & and |
         name = _BUILTINS.get(op)
         if name is None:
             raise TypeError(f"WGSL renderer has no rule for the kernel op {op!r}")

@@ -19,7 +19,8 @@ halvings), integer ``dot_general`` (products summed in blocks; MLX's matmul is
 floating-point only), multi-key ``sort`` (successive stable argsorts).
 
 Unsupported (these fall back to numpy with a ``FallbackWarning``, see
-``supports``): ``complex128`` everywhere (MLX has no such dtype); ``float64``
+``supports``): ``complex128`` and the low-bit dtypes (``float8_e4m3fn``, ``float8_e5m2``, ``int4``,
+``uint4``) everywhere (MLX has no such dtypes); ``float64``
 on the GPU (Metal has none); on the CPU, ``float64`` only where MLX computes it
 exactly — its CPU transcendental functions round through float32 (``exp`` of a
 float64 is float32-accurate), so float64 transcendental and special functions
@@ -109,13 +110,13 @@ from fnarray.core.passes import program_from_eqn
 from fnarray.core.subprograms import CALL_PROGRAM, subprograms
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
-from fnarray.lowering.mlx import conv, linalg
+from fnarray.lowering.mlx import conv, linalg, pallas
 from fnarray.lowering.mlx.common import IMPORT_ERROR, RULES, from_numpy, mx, to_numpy
 from fnarray.lowering.mlx.program import Generated as _Generated
 
 #: The rule modules, one per primitive family; importing one registers its rules into ``common.RULES``.
 FAMILIES = ("elementwise", "structural", "reductions", "dot", "attention", "conv", "windows", "linalg", "fft",
-            "quantized", "control_flow")
+            "quantized", "control_flow", "pallas")
 for _family in FAMILIES:
     importlib.import_module(f"{__package__}.{_family}")
 
@@ -124,11 +125,12 @@ for _family in FAMILIES:
 # while, scan and cond run from the host (fnarray.devices.host_control); custom_lin never runs.
 _HOST = CONTROL_FLOW
 _UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that are transposed, never run"}
-_UNSUPPORTED[pallas_call_p] = ("pallas_call runs in fnarray's interpreter on mlx:0 (a Metal rendering through "
-                               "mx.fast.metal_kernel is not written; MLX on Linux has no GPU kernels)")
 #: ``prim -> check(in_avals, params) -> reason | None``: equations of a primitive that has a rule but not for
 #: these operands (they fall back to numpy with that reason; the backend asks before it runs one).
 _EQN_CHECKS = {conv_general_dilated_p: conv.unsupported_reason}
+#: ``prim -> check(eqn, device) -> reason | None``: the same, for a primitive whose answer depends on the device
+#: (a ``pallas_call`` runs as Metal on a GPU with Metal only; ``pallas.unsupported_reason``).
+_DEVICE_CHECKS = {pallas_call_p: pallas.unsupported_reason}
 
 
 # MLX's CPU kernels compute these in float32 precision even for float64 inputs (measured against NumPy
@@ -150,6 +152,10 @@ _COMPLEX_OK = _COMPLEX_OK | {fft_p} | linalg.COMPLEX_OK
 
 
 def _dtype_reason(prim, eqn_dtypes, platform):
+    for d in eqn_dtypes:
+        if dtypes.is_low_bit(d):
+            return (f"MLX has no {d.name}: float8 and int4 arrays stay NumPy arrays on mlx devices and every "
+                    "operation on them, casts included, runs on numpy:0")
     if dtypes.complex128 in eqn_dtypes:
         return "MLX has no complex128"
     if dtypes.float64 in eqn_dtypes:
@@ -280,8 +286,15 @@ class MlxBackend(Backend):
     expected_fallbacks = {
         ("cholesky", "complex64"): "MLX has no complex64 cholesky (mx.linalg.cholesky is real only)",
         ("conv_general_dilated", "int32"): "MLX's conv_general takes floating-point operands only",
-        ("pallas_call", "*"): "user kernels run in fnarray's interpreter on mlx (no Metal rendering yet)",
+        ("pallas_call", "*"): "user kernels run in fnarray's interpreter on mlx where MLX has no Metal (Linux)",
     }
+
+    def device_fallbacks(self, device):
+        """``expected_fallbacks`` for ``device``: without the ``pallas_call`` entry where the device runs Pallas
+        kernels as Metal (a GPU with Metal)."""
+        if device.platform == "gpu" and pallas.metal_available():
+            return {k: v for k, v in self.expected_fallbacks.items() if k[0] != "pallas_call"}
+        return self.expected_fallbacks
 
     def __init__(self):
         self._devices = []
@@ -326,6 +339,11 @@ class MlxBackend(Backend):
             r = check([a.aval for a in eqn.inputs], eqn.params)
             if r is not None:
                 return r
+        check = _DEVICE_CHECKS.get(prim)
+        if check is not None:
+            r = check(eqn, device)
+            if r is not None:
+                return r
         return _dtype_reason(prim, _eqn_dtypes(eqn), device.platform)
 
     def lower(self, program, device, donate=()):
@@ -335,7 +353,7 @@ class MlxBackend(Backend):
 
     def eager_fast(self, primitive, params, in_avals, device):
         """One primitive applied directly with MLX, or ``None`` where the general path is needed."""
-        if primitive in _HOST or primitive not in RULES or _spmd.active():
+        if primitive in _HOST or primitive not in RULES or primitive in _DEVICE_CHECKS or _spmd.active():
             return None
         check = _EQN_CHECKS.get(primitive)
         if check is not None and check(list(in_avals), params) is not None:

@@ -41,14 +41,16 @@ def _dot_general(params, in_avals, out_avals):
             return r if r.dtype == mo else r.astype(mo)
         return f
 
-    # Integers and bool: MLX's matmul is floating-point only. Sum exact (wrapping) products in blocks of K.
-    work = mx.int32 if d == dtypes.bool_ else mx_dtype(d)
-    block = max(1, _INT_DOT_BLOCK // max(1, B * M * N))
+    # Integers and bool: MLX's matmul is floating-point only. Sum exact (wrapping) products in blocks of K, in
+    # the result's integer dtype (``preferred_element_type``: int8 operands summed in int32, as XLA).
     is_bool = d == dtypes.bool_
+    work = mx.int32 if is_bool else mx_dtype(out_d if out_d.kind in "iu" else d)
+    widen = work != mx_dtype(d)
+    block = max(1, _INT_DOT_BLOCK // max(1, B * M * N))
 
     def fi(x, y):
         a, b = operands(x, y)
-        if is_bool:
+        if widen:
             a, b = a.astype(work), b.astype(work)
         acc = None
         for k0 in range(0, max(K, 1), block):

@@ -9,6 +9,7 @@ import numpy as np
 
 from fnarray.core.ir import Literal, Program
 from fnarray.core.passes import dce
+from fnarray.lowering.common import code_of
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.lowering.mlx.common import RULES, from_numpy
 from fnarray.lowering.zero_size import drop_zero_size, has_zero_size, is_fill
@@ -70,7 +71,7 @@ class Generated:
         self.n_eqns = len(prog.eqns)
         self.fn = None
         if execute:
-            exec(compile(self.source, "<fnarray mlx program>", "exec"), glb)  # noqa: S102 (our own codegen)
+            exec(code_of(self.source, "<fnarray mlx program>"), glb)  # noqa: S102 (our own codegen)
             self.fn = glb["program"]
 
 

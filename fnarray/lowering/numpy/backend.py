@@ -33,7 +33,7 @@ __all__ = ["make_backend", "compile_numpy", "NumpyBackend"]
 # costs ~3 us, a third of the call-path budget).
 warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fnarray\.lowering\.numpy")
 
-_CAPS = Capabilities(dtypes=frozenset(dtypes.ALL_DTYPES), control_flow="native", eager_programs="second_call",
+_CAPS = Capabilities(dtypes=frozenset(dtypes.KNOWN_DTYPES), control_flow="native", eager_programs="second_call",
                      reference=True)
 
 

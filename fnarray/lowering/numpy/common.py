@@ -49,12 +49,13 @@ def factory(prim):
     return deco
 
 
-#: the dtypes computed in float32 and cast back (as XLA on the CPU)
-LOW = (dtypes.float16, dtypes.bfloat16)
+#: the dtypes computed in float32 and cast back (as XLA on the CPU); the float8 dtypes too, so that each
+#: operation rounds once (ml_dtypes' own float8 ufuncs chain float8 roundings: rsqrt is 1/sqrt in float8)
+LOW = (dtypes.float16, dtypes.bfloat16, dtypes.float8_e4m3fn, dtypes.float8_e5m2)
 
 
 def upcast(fn):
-    """Compute in float32 for float16/bfloat16 (what XLA does on the CPU), casting back."""
+    """Compute in float32 for float16/bfloat16/float8 (what XLA does on the CPU), casting back."""
     def f(x):
         if x.dtype in LOW:
             return np.asarray(fn(x.astype(np.float32))).astype(x.dtype)

@@ -19,7 +19,9 @@ def _dot_general(params, in_avals, out_avals):
     out_shape = out_avals[0].shape
     compute = np.float32 if la.dtype in LOW else la.dtype
     if dtypes.is_int(la.dtype) or la.dtype == np.bool_:
-        compute = la.dtype
+        # integers accumulate in the result dtype (preferred_element_type=int32 of int8/int4 operands is the
+        # exact int32 sum, as XLA's), wrapping there
+        compute = out_d if dtypes.is_int(out_d) else la.dtype
 
     if not lb and len(lc) == 1 and la.ndim == 2 and ra.ndim == 2 and compute == la.dtype == out_d:
         # The common 2-d cases: a matmul of (transposed) views, no copies. (Outer products of two

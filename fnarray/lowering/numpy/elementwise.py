@@ -205,7 +205,8 @@ direct(P.pow_p, _pow)
 
 
 def _bits(d):
-    return np.dtype(d).itemsize * 8
+    d = np.dtype(d)
+    return 4 if d in (dtypes.int4, dtypes.uint4) else d.itemsize * 8
 
 
 def _shift_ok(y, d):
@@ -221,14 +222,19 @@ def _shift_left(x, y):
 def _shift_right_arithmetic(x, y):
     d = np.asarray(x).dtype
     ok = _shift_ok(y, d)
-    if dtypes.is_unsigned(d):
+    if d == dtypes.uint4:   # the 4-bit value's sign bit is bit 3 (ml_dtypes stores it zero-extended)
+        sx = np.asarray(x).astype(np.int8)
+        sx = np.where(sx >= 8, sx - 16, sx).astype(np.int8)
+        r = np.right_shift(sx, np.where(ok, y, 0).astype(np.int8)).astype(d)
+        neg = sx < 0
+    elif dtypes.is_unsigned(d):
         sx = np.asarray(x).view(np.dtype(f"i{d.itemsize}"))
         r = np.right_shift(sx, np.where(ok, y, 0).astype(sx.dtype)).view(d)
         neg = sx < 0
     else:
         r = np.right_shift(x, np.where(ok, y, 0).astype(d))
         neg = np.asarray(x) < 0
-    fill = np.where(neg, np.array(-1).astype(d) if dtypes.is_signed(d) else np.array(np.iinfo(d).max, d), 0)
+    fill = np.where(neg, np.array(-1).astype(d) if dtypes.is_signed(d) else np.array(dtypes.iinfo(d).max, d), 0)
     return np.where(ok, r, fill).astype(d)
 
 
@@ -283,7 +289,7 @@ def _convert(params, in_avals, out_avals):
         real = _convert(params, [in_avals[0].update(dtype=dtypes.float64)], out_avals)
         return lambda x: real(np.real(x).astype(np.float64))
     if dtypes.is_inexact(src) and dtypes.is_int(dst):
-        info = np.iinfo(dst)
+        info = dtypes.iinfo(dst)
         lo, hi = float(info.min), float(info.max)
 
         def f2i(x):

@@ -18,6 +18,7 @@ import numpy as np
 from fnarray.core import primitives as P
 from fnarray.core.ir import Literal, Program
 from fnarray.core.passes import dce
+from fnarray.lowering.common import code_of
 from fnarray.lowering.numpy.common import IMPLS
 
 
@@ -107,7 +108,7 @@ class Generated:
         lines.append(f"    return [{ret}]")
         header = f"def program({', '.join(ins)}):"
         self.source = "\n".join([header] + lines) + "\n"
-        exec(compile(self.source, "<fnarray numpy program>", "exec"), glb)  # noqa: S102 (our own codegen)
+        exec(code_of(self.source, "<fnarray numpy program>"), glb)  # noqa: S102 (our own codegen)
         self.fn = glb["program"]
 
 

@@ -31,20 +31,24 @@ def _reduce_prod(params, in_avals, out_avals):
     return lambda x: np.asarray(np.prod(x, axis=axes, dtype=acc)).astype(d, copy=False)
 
 
+#: float8_e4m3fn has no infinities (-inf would become NaN): its extremes start from its finite ones
+_NO_INF = {dtypes.float8_e4m3fn: -448.0}
+
+
 def _lowest(d):
     if d == np.bool_:
         return False
     if dtypes.is_int(d):
-        return np.iinfo(d).min
-    return -np.inf
+        return dtypes.iinfo(d).min
+    return _NO_INF.get(d, -np.inf)
 
 
 def _highest(d):
     if d == np.bool_:
         return True
     if dtypes.is_int(d):
-        return np.iinfo(d).max
-    return np.inf
+        return dtypes.iinfo(d).max
+    return -_NO_INF.get(d, -np.inf)
 
 
 @factory(P.reduce_max)

@@ -23,11 +23,15 @@ _LOW = (dtypes.float16, dtypes.bfloat16)
 
 
 def _lowest(d):
-    return np.iinfo(d).min if dtypes.is_int(d) else -np.inf
+    if d == dtypes.float8_e4m3fn:
+        return -448.0   # no infinities in this dtype (-inf would become NaN)
+    return dtypes.iinfo(d).min if dtypes.is_int(d) else -np.inf
 
 
 def _highest(d):
-    return np.iinfo(d).max if dtypes.is_int(d) else np.inf
+    if d == dtypes.float8_e4m3fn:
+        return 448.0
+    return dtypes.iinfo(d).max if dtypes.is_int(d) else np.inf
 
 
 def _full_layout(shape, padding, base_dilation):

@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import re
 import threading
 import time
 import warnings
@@ -89,6 +90,10 @@ _UNSUPPORTED = {P.custom_lin: "custom_lin only appears in linear programs that a
 _COMPLEX_BAD = frozenset(p for p in SCHEDULED if p not in facts.complex_ok() and p not in CALLS)
 _MAX_ELEMENTS = 2**31 - 1
 
+
+#: why float8/int4 equations run on numpy:0 (the arrays are held as their bytes; no kernel converts them yet)
+_LOW_BIT_REASON = ("OpenCL C has no such type; float8 and int4 arrays are held as bytes and every operation on "
+                   "them, casts included, runs on numpy:0")
 
 class CLBuffer:
     """A device array: an OpenCL buffer holding ``shape`` elements of ``dtype`` (row-major).
@@ -162,7 +167,7 @@ class _DeviceState:
             control_flow="host",
             max_buffer_bytes=int(cl_device.max_mem_alloc_size),
             memory_bytes=int(cl_device.global_mem_size),
-            uniform_guard=not is_gpu, memory_check="compiled")
+            uniform_guard=not is_gpu, memory_check="compiled", tuning_facts=_tuning_facts(cl_device, is_gpu))
         self.workgroup = 128 if is_gpu else 64
         self.row_lanes = 1 if is_gpu else 4   # accumulators per work-item row loop (groups/reduce.py: lanes)
         self.missing_reason = {
@@ -170,6 +175,7 @@ class _DeviceState:
             dtypes.float16: "cl_khr_fp16 is absent", dtypes.bfloat16: "OpenCL C has no bfloat16",
             dtypes.int64: "an embedded-profile device has no 64-bit integers",
             dtypes.uint64: "an embedded-profile device has no 64-bit integers",
+            **{d: _LOW_BIT_REASON for d in dtypes.LOW_BIT_DTYPES},
         }
 
     def finish(self):
@@ -283,6 +289,22 @@ def _named_source(kernel):
 
 def _renamed(kernel, name):
     return dataclasses.replace(kernel, name=name)
+
+
+def _tuning_facts(cl_device, is_gpu) -> tuple:
+    """``Capabilities.tuning_facts`` of an OpenCL device: its kind, and for PoCL the major version of the LLVM
+    it compiles with (read from the platform's version, e.g. ``"OpenCL 3.0 PoCL 3.1+debian ... LLVM 15.0.6"``)."""
+    facts = [("device", "gpu" if is_gpu else "cpu")]
+    try:
+        version = cl_device.platform.version
+    except cl.Error:  # pragma: no cover (a driver without the query)
+        version = ""
+    if "PoCL" in version:
+        facts.append(("compiler", "pocl"))
+        m = re.search(r"LLVM (\d+)", version)
+        if m:
+            facts.append(("llvm", int(m.group(1))))
+    return tuple(facts)
 
 
 class OpenCLLowered(KernelLowered):

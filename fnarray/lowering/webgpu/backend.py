@@ -697,6 +697,9 @@ class WebGPUBackend(Backend):
             d = a.aval.dtype
             if d not in caps.dtypes:
                 f16 = "float16" if self.gpu.has_f16 else "float16 where the adapter has shader-f16"
+                if dtypes.is_low_bit(d):
+                    return (f"WebGPU has no {d.name}: float8 and int4 arrays are held as bytes and every operation "
+                            "on them, casts included, runs on numpy:0")
                 return f"WebGPU has no {d.name} (it computes in float32, int32, uint32, bool, complex64 and {f16})"
             n = a.aval.size * storage_itemsize(d)
             if cap is not None and n > cap:

@@ -191,10 +191,20 @@ class DotGroup(Group):
             return launches
         dt = lhs.aval.dtype
         tiled = (ctx.caps.tiling_pays and ctx.caps.local_memory and dt != np.bool_ and M * N * K >= (1 << 16)
+                 and self._accumulator_dtype() == dt
                  and min(M, N) >= 8 and (ctx.caps.max_workgroup_size or 1024) >= self.TX * self.TY
                  and self._tiled_groups_fit())
         launches.append(self._tiled(lp, rp) if tiled else self._simple(lp, rp))
         return launches
+
+    def _accumulator_dtype(self):
+        """The dtype products are summed in: the operands', or for integer operands a wider integer result
+        (``preferred_element_type``: int8 x int8 summed in int32, as XLA; not in int8 and then widened)."""
+        dt = self.eqn.inputs[0].aval.dtype
+        out = self.eqn.outputs[0].aval.dtype
+        if dt.kind in "iu" and out.kind in "iu" and out.itemsize > dt.itemsize:
+            return out
+        return dt
 
     def _register_tiled(self) -> bool:
         """Whether the packed register-tiled kernels run (``register_tiles``): a target that asks for them
@@ -208,7 +218,8 @@ class DotGroup(Group):
                 and self.M * self.N * self.K >= REGISTER_MIN_WORK and min(self.M, self.N) >= 4)
 
     def _register(self):
-        return self.ctx.tuned(register_tiles.TUNABLE, register_tiles.DEFAULT_TILE, self._register_variant)
+        return self.ctx.tuned(register_tiles.TUNABLE, register_tiles.DEFAULT_TILE, self._register_variant,
+                              {"rows": self.M, "cols": self.N})
 
     def _register_variant(self, tile):
         lhs, rhs = self.eqn.inputs
@@ -275,6 +286,7 @@ class DotGroup(Group):
         total = self.B * self.M * self.N
         gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
         dt = self.eqn.inputs[0].aval.dtype
+        acc_dt = self._accumulator_dtype()
         with b.when(op("lt", gid, const(total, INT32))):
             n = b.let(op("rem", gid, s["N"]), "n")
             mn = b.let(op("div", gid, s["N"]))
@@ -282,10 +294,12 @@ class DotGroup(Group):
             bi = b.let(op("div", mn, s["M"]), "bi")
             abase = b.let(op("add", op("add", s["a_off"], op("mul", bi, s["a_sb"])), op("mul", m, s["a_sm"])))
             bbase = b.let(op("add", op("add", s["b_off"], op("mul", bi, s["b_sb"])), op("mul", n, s["b_sn"])))
-            acc = b.var(dt, const(0, dt))
+            acc = b.var(acc_dt, const(0, acc_dt))
             with b.loop(const(0, INT32), s["K"]) as k:
                 x = b.load(a, op("add", abase, op("mul", k, s["a_sk"])), dt)
                 y = b.load(bb, op("add", bbase, op("mul", k, s["b_sk"])), dt)
+                if acc_dt != dt:
+                    x, y = b.let(convert(b, x, acc_dt)), b.let(convert(b, y, acc_dt))
                 b.assign(acc, add_of(b, acc, b.let(mul_of(b, x, y))))
             self._finish(b, em, args, bi, m, n, acc)
         b.name = kernel_name("dot", tracker.eqns)

@@ -44,7 +44,8 @@ from fnarray.lowering.kernels.ir import INT32, ArrayDecl, Barrier, Const, For, I
 from fnarray.lowering.kernels.rules import ELEMENTWISE, add_of, convert, highest, lowest, max_of, min_of, mul_of, op, \
     select
 
-__all__ = ["PallasGroup", "GROUPS", "OPERAND_VIEWS", "unsupported_reason", "LOCAL_BYTES", "workgroup_size"]
+__all__ = ["PallasGroup", "GROUPS", "OPERAND_VIEWS", "unsupported_reason", "LOCAL_BYTES", "workgroup_size",
+           "Unrenderable", "render", "hoisted_kernel"]
 
 #: Work-group memory one kernel may use (WebGPU's guaranteed ``maxComputeWorkgroupStorageSize``, which the
 #: browsers give; OpenCL devices have at least 32 KiB but the same budget keeps one kernel valid everywhere).
@@ -793,6 +794,11 @@ def _hoist_local_arrays(kernel):
     return dataclasses.replace(kernel, body=tuple(decls) + body)
 
 
+def hoisted_kernel(b, local_size):
+    """The kernel that ``render`` built into ``b``, its arrays declared first (``_hoist_local_arrays``)."""
+    return _hoist_local_arrays(b.build(local_size))
+
+
 class PallasGroup(Group):
     """One ``pallas_call`` equation: a copy launch per aliased output, then the kernel."""
 
@@ -825,7 +831,7 @@ class PallasGroup(Group):
             return ins, [ctx.output(b, args, v) for v in e.outputs]
 
         b, gsize, lsize = render(e, ctx.caps, names)
-        kernel = _hoist_local_arrays(b.build(lsize))
+        kernel = hoisted_kernel(b, lsize)
         vals = [args[pp.name] for pp in kernel.params]
         launches.append(Launch(kernel, vals, gsize, lsize, tracker.eqns, "pallas"))
         return launches

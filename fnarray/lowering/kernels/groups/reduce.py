@@ -105,11 +105,23 @@ class _Monoid:
 #: independent accumulators of its loop over the row (the sums are reassociated: results agree within float32
 #: summation error), and ``wg``, work items per group. A cooperative kernel (a work-group per output) has
 #: neither to choose.
+def _reduce_cost(choice, default, facts) -> float:
+    """The reduction's cost model: on a CPU OpenCL driver (PoCL) a work item's row loop is bound by the
+    latency of its one accumulator chain, so its cost falls with independent accumulators up to the 8 that
+    ``full`` tuning picked on both PoCLs (softmax and layer norm rows of 1024: 0.55-0.75x of 4 lanes;
+    docs/performance.md); elsewhere the default. A work-group size away from the default costs a little."""
+    away = (choice["wg"] != default["wg"]) * 0.01
+    if facts.get("compiler") == "pocl" and facts.get("device") == "cpu":
+        return away + 1.0 / choice["lanes"]
+    return away + (choice["lanes"] != default["lanes"]) * 0.01
+
+
 REDUCE_TUNABLE = Tunable("reduce", {"lanes": (1, 2, 4, 8), "wg": (32, 64, 128)},
                          doc="accumulators per work item's row loop and work-group size of a reduction kernel",
                          valid=lambda c, f: (not f.get("cooperative")
                                              and c["wg"] <= (f.get("workgroup_limit") or 1024)
-                                             and (c["lanes"] == 1 or f.get("row", 0) >= c["lanes"])))
+                                             and (c["lanes"] == 1 or f.get("row", 0) >= c["lanes"])),
+                         cost=_reduce_cost)
 
 
 class ReduceGroup(Group):

@@ -55,11 +55,26 @@ WX, WY = 8, 8
 #: defaults): ``rm x rn`` outputs per work item, ``uk`` contraction steps per loop iteration, ``wx x wy`` the
 #: most work items per group. At most 64 accumulators (more spilled on AVX2, above).
 DEFAULT_TILE = {"rm": RM, "rn": RN, "uk": UK, "wx": WX, "wy": WY}
+def _tile_cost(tile, default, facts) -> float:
+    """The register tile's cost model on a CPU OpenCL driver (PoCL): per multiply-add, a work item loads
+    ``(rm + rn) / (rm rn)`` operands from its panels, so wider tiles cost less up to the 64 accumulators a
+    vector register file holds; ``uk = 8`` halves the loop's overhead per step; the padding of ``rows x cols``
+    (``facts``) to whole tiles is work too. ``full`` tuning picked 8x8 or 4x16 with 8 steps on both PoCLs
+    (matmul 512-1024: 0.6x of the 4x8 default, docs/performance.md). Elsewhere (no facts): the default."""
+    if facts.get("compiler") != "pocl" or facts.get("device") != "cpu":
+        return float(any(tile[k] != default[k] for k in tile))
+    rows, cols = facts.get("rows", 1024), facts.get("cols", 1024)
+    _, _, row_panels, col_panels = panels(rows, cols, tile)
+    padded = row_panels * tile["rm"] * col_panels * tile["rn"] / (rows * cols)
+    return padded * ((tile["rm"] + tile["rn"]) / (tile["rm"] * tile["rn"]) + (0.05 if tile["uk"] < 8 else 0.0))
+
+
 TUNABLE = Tunable("dot_register", {"rm": (2, 4, 8), "rn": (4, 8, 16), "uk": (4, 8), "wx": (8,), "wy": (8,)},
                   doc="outputs per work item (rm x rn) and contraction steps per iteration (uk) of the "
                       "register-tiled matrix product",
                   valid=lambda c, f: (c["rm"] * c["rn"] <= 64
-                                      and c["wx"] * c["wy"] <= (f.get("workgroup_limit") or 1024)))
+                                      and c["wx"] * c["wy"] <= (f.get("workgroup_limit") or 1024)),
+                  cost=_tile_cost)
 
 
 def register_dtype(dt) -> bool:

@@ -1,0 +1,427 @@
+"""The low-bit dtypes float8_e4m3fn, float8_e5m2, int4, uint4 (ml_dtypes, as jax.numpy has them).
+
+References: ml_dtypes/NumPy conversions (bit for bit), ``jax.numpy.promote_types`` (the lattice, every pair),
+NumPy float64 of the upcast values (arithmetic, matmul), and our own pinned semantics where XLA's differ
+(float -> int saturates, integer division by zero is 0). Every device runs every case: numpy:0 and jax:0
+natively, mlx/opencl/webgpu through the numpy fallback (a ``FallbackWarning`` naming the dtype, and
+``UnsupportedOnDevice`` with ``fallback="error"``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from fnarray.core import dtypes
+from helpers import ALL_DTYPES, fallback_mode, oracle_promote
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+E4M3, E5M2 = np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2)
+I4, U4 = np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4)
+LOW = (E4M3, E5M2, I4, U4)
+FLOAT8 = (E4M3, E5M2)
+NATIVE = ("numpy", "jax")
+
+
+@pytest.fixture(autouse=True)
+def _quiet_fallbacks():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fa.FallbackWarning)
+        yield
+
+
+def _put(x, device):
+    return fa.device_put(np.asarray(x), device)
+
+
+def _all_f8(d):
+    """Every float8 bit pattern of ``d`` as an array of ``d``."""
+    return np.arange(256, dtype=np.uint8).view(d)
+
+
+def _same_bits(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    assert got.shape == want.shape
+    if got.dtype in FLOAT8:   # every NaN pattern is one NaN (ml_dtypes and XLA agree on the canonical one)
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        assert np.array_equal(np.isnan(g), np.isnan(w))
+        m = ~np.isnan(g)
+        assert np.array_equal(got.view(np.uint8)[m], want.view(np.uint8)[m]), (got[m], want[m])
+    else:
+        g = got.astype(np.float64) if got.dtype != bool else got
+        w = want.astype(np.float64) if want.dtype != bool else want
+        assert np.array_equal(g, w, equal_nan=g.dtype != bool), (got, want)
+        if dtypes.is_float(got.dtype):   # signed zeros too
+            assert np.array_equal(np.signbit(g), np.signbit(w))
+
+
+# ----------------------------------------------------------------------------- names and promotion
+
+def test_names_are_the_ml_dtypes_dtypes():
+    for name, d in zip(("float8_e4m3fn", "float8_e5m2", "int4", "uint4"), LOW, strict=True):
+        assert getattr(fnp, name) == d and getattr(fa.dtypes, name) == d and np.dtype(getattr(fnp, name)) == d
+        assert fnp.dtype(name) == d
+    assert fnp.issubdtype(fnp.float8_e4m3fn, fnp.floating) and fnp.issubdtype(fnp.float8_e5m2, fnp.inexact)
+    assert fnp.issubdtype(fnp.int4, fnp.signedinteger) and fnp.issubdtype(fnp.uint4, fnp.unsignedinteger)
+    assert not fnp.issubdtype(fnp.int4, fnp.floating) and not fnp.issubdtype(fnp.float8_e5m2, fnp.integer)
+    assert fnp.finfo(fnp.float8_e4m3fn).max == 448.0 and fnp.finfo(fnp.float8_e5m2).max == 57344.0
+    assert (fnp.iinfo(fnp.int4).min, fnp.iinfo(fnp.int4).max) == (-8, 7)
+    assert (fnp.iinfo(fnp.uint4).min, fnp.iinfo(fnp.uint4).max) == (0, 15)
+    assert fnp.can_cast(fnp.float8_e4m3fn, fnp.float32) and not fnp.can_cast(fnp.float32, fnp.float8_e4m3fn)
+    assert fa.tree_util.is_inexact_array(fnp.zeros(2, fnp.float8_e5m2))   # trainable, as equinox's filter
+    assert not fa.tree_util.is_inexact_array(fnp.zeros(2, fnp.int4))
+
+
+def _jax_promote(a, b):
+    try:
+        return np.dtype(jnp.promote_types(a, b))
+    except jax.dtypes.TypePromotionError:
+        return None
+
+
+def _ours(a, b):
+    try:
+        return fnp.promote_types(a, b)
+    except fa.dtypes.TypePromotionError:
+        return None
+
+
+@pytest.mark.parametrize("a", LOW, ids=lambda d: d.name)
+def test_promotion_table_is_jax(a):
+    with jax.enable_x64(True):
+        for b in LOW + ALL_DTYPES:
+            assert _ours(a, b) == _jax_promote(a, b), (a, b)
+            assert _ours(b, a) == _jax_promote(b, a), (b, a)
+
+
+@pytest.mark.parametrize("a", LOW, ids=lambda d: d.name)
+def test_weak_promotion_is_jax(a):
+    """A low-bit array with Python scalars and with arrays of every dtype, through fnarray's binary
+    operators, against JAX's result dtype and weak flag (``jnp.add`` under ``eval_shape``)."""
+    x = fnp.zeros(2, a)
+    for other in (2, 2.5, 1j, True, *[fnp.zeros(2, b) for b in (*LOW, *[d for d in ALL_DTYPES if d.itemsize < 8])]):
+        try:
+            want = oracle_promote(a, other if not isinstance(other, fa.Array) else other.dtype)
+        except jax.dtypes.TypePromotionError:
+            want = None
+        try:
+            r = x + other
+            got = (r.dtype, r.weak_type)
+        except fa.dtypes.TypePromotionError:
+            got = None
+        assert got == want, (a, other)
+
+
+def test_weak_scalars_and_errors_as_jax():
+    f8 = fnp.asarray([1.5, 2.0], dtype=fnp.float8_e4m3fn)
+    i4 = fnp.asarray([1, -8], dtype=fnp.int4)
+    assert (f8 * 2.0).dtype == E4M3 and (f8 + 1).dtype == E4M3 and (i4 + 1).dtype == I4
+    assert (f8 + fnp.ones(2, fnp.int32)).dtype == E4M3 and (i4 * fnp.asarray([True, False])).dtype == I4
+    for bad in (lambda: f8 + fnp.ones(2), lambda: i4 + fnp.ones(2, fnp.int8), lambda: i4 + 1.5, lambda: f8 + 1j,
+                lambda: f8 + fnp.asarray([1.0, 2.0], dtype=fnp.float8_e5m2), lambda: i4 + fnp.asarray([1], fnp.uint4)):
+        with pytest.raises(fa.dtypes.TypePromotionError, match="no available implicit dtype promotion path"):
+            bad()
+    with pytest.raises(ValueError):   # jax.dtypes.TypePromotionError is a ValueError; ours is a DTypeError too
+        f8 + fnp.ones(2)
+    with pytest.raises(fa.DTypeError):
+        f8 + fnp.ones(2)
+
+
+def test_python_ints_wrap_into_int4_as_jax():
+    for x, d in ((20, fnp.int4), (-9, fnp.int4), (20, fnp.uint4), (-1, fnp.uint4)):
+        assert int(fnp.asarray(x, dtype=d)) == int(jnp.asarray(x, dtype=d))
+    assert np.asarray(fnp.full(3, 20, dtype=fnp.int4)).tolist() == np.asarray(jnp.full(3, 20, jnp.int4)).tolist()
+    i4 = fnp.asarray([3, -8], dtype=fnp.int4)
+    assert np.asarray(i4 + 100).tolist() == np.asarray(jnp.asarray([3, -8], jnp.int4) + 100).tolist()
+    assert np.asarray(fnp.asarray([20, -9], dtype=fnp.int4)).tolist() == [4, 7]
+    with pytest.raises(OverflowError):   # Python floats out of int4's range in a list: JAX raises too
+        jnp.asarray([9.5], jnp.int4)
+    with pytest.raises(OverflowError):
+        fnp.asarray([9.5], dtype=fnp.int4)
+
+
+def test_printing_and_ir():
+    i4 = fnp.asarray([1, -8, 7], dtype=fnp.int4)
+    assert repr(i4) == "Array([1, -8, 7], dtype=int4)"
+    assert "float8_e4m3fn" in repr(fnp.asarray([1.5], dtype=fnp.float8_e4m3fn))
+    text = str(fa.make_ir(lambda a, b: a.astype(fnp.float32) + b.astype(fnp.float32))(
+        fnp.zeros(2, fnp.float8_e5m2), fnp.zeros(2, fnp.uint4)))
+    assert "f8_e5m2[2]" in text and "u4[2]" in text   # JAX's short names
+
+
+# ----------------------------------------------------------------------------- casts, bit for bit
+
+def _sources():
+    rng = np.random.default_rng(0)
+    f = np.concatenate([rng.standard_normal(300) * 50, rng.standard_normal(100) * 1e-3,
+                        [0.0, -0.0, np.inf, -np.inf, np.nan, 448, 449, 464, 465, 480, 57344, 61440, 61441, 1e6,
+                         2 ** -9, 2 ** -10, 3 * 2 ** -11, 2 ** -16, 2 ** -17, 3 * 2 ** -18, 7.5, 8.5, -8.5]])
+    return f
+
+
+def _f2i_ref(x, d):
+    """Float -> int as the design pins it: truncate, saturate, NaN -> 0."""
+    info = ml_dtypes.iinfo(d)
+    x = np.asarray(x, np.float64)
+    return np.clip(np.trunc(np.nan_to_num(x, nan=0.0, posinf=np.inf, neginf=-np.inf)),
+                   info.min, info.max).astype(np.int64).astype(d)
+
+
+@pytest.mark.parametrize("dst", LOW, ids=lambda d: d.name)
+@pytest.mark.parametrize("src", ["float32", "float16", "bfloat16", "int32", "int8", "uint8", "bool"])
+def test_cast_into_low_bit(device, src, dst):
+    s = np.dtype(ml_dtypes.bfloat16) if src == "bfloat16" else np.dtype(src)
+    v = _sources()
+    if s.kind in "iu":
+        info = np.iinfo(s)
+        v = np.clip(np.nan_to_num(v, nan=0, posinf=0, neginf=0), info.min, info.max)
+    elif s == np.bool_:
+        v = v > 0
+    with np.errstate(over="ignore"):
+        x = v.astype(s)
+    got = _put(x, device).astype(dst)
+    if dtypes.is_int(dst) and dtypes.is_float(s):
+        want = _f2i_ref(x.astype(np.float64), dst)
+    elif dtypes.is_int(dst):
+        want = x.astype(np.int64).astype(dst)   # integer -> int4 wraps, as XLA and ml_dtypes
+    else:
+        want = x.astype(dst)   # ml_dtypes: round to nearest even; e4m3fn overflow -> NaN, e5m2 -> inf
+    _same_bits(got, want)
+
+
+@pytest.mark.enable_x64
+@pytest.mark.parametrize("dst", FLOAT8, ids=lambda d: d.name)
+def test_cast_float64_rounds_once(device, dst):
+    # near the midpoints of float8 neighbours, a float32 detour would round twice
+    grid = _all_f8(dst).astype(np.float64)
+    grid = np.unique(grid[np.isfinite(grid)])
+    mid = (grid[1:] + grid[:-1]) / 2
+    x = np.concatenate([mid, np.nextafter(mid, np.inf), np.nextafter(mid, -np.inf), mid + 1e-12])
+    _same_bits(_put(x, device).astype(dst), x.astype(dst))
+
+
+@pytest.mark.parametrize("src", LOW, ids=lambda d: d.name)
+@pytest.mark.parametrize("dst", ["float32", "float16", "bfloat16", "int32", "int8", "uint8", "bool"] + list(LOW))
+def test_cast_out_of_low_bit(device, src, dst):
+    d = np.dtype(ml_dtypes.bfloat16) if dst == "bfloat16" else np.dtype(dst)
+    if src in FLOAT8:
+        x = _all_f8(src)
+    else:
+        x = np.arange(16).astype(np.int64).astype(src)   # every int4/uint4 value
+    got = _put(x, device).astype(d)
+    if dtypes.is_int(d) and dtypes.is_float(src):
+        want = _f2i_ref(x.astype(np.float64), d)
+    elif d == np.bool_:
+        want = x.astype(np.float64) != 0
+    elif dtypes.is_int(d):
+        want = x.astype(np.int64).astype(d)
+    else:
+        want = x.astype(d)
+    _same_bits(got, want)
+
+
+def test_asarray_from_ml_dtypes_and_scalar_types(device):
+    for d in LOW:
+        v = np.arange(-3, 4).astype(np.int64).astype(d) if dtypes.is_int(d) else np.asarray([-1.5, 0.25, 3], d)
+        a = _put(v, device)
+        assert a.dtype == d and a.device == device
+        _same_bits(np.asarray(a), v)
+        _same_bits(fnp.asarray(v, dtype=d), v)
+    assert fnp.float8_e4m3fn(3.3).dtype == E4M3 and float(fnp.float8_e4m3fn(3.3)) == 3.25
+    assert int(fnp.int4(9)) == -7 == int(jnp.int4(9))
+
+
+# ----------------------------------------------------------------------------- arithmetic and matmul
+
+def _f8_values(d, n, seed):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(n) * 3).astype(d)
+
+
+_F8_BINARY = {"add": (lambda a, b: a + b, np.add), "sub": (lambda a, b: a - b, np.subtract),
+              "mul": (lambda a, b: a * b, np.multiply), "div": (lambda a, b: a / b, np.divide),
+              "max": (fnp.maximum, np.maximum), "min": (fnp.minimum, np.minimum)}
+
+
+@pytest.mark.parametrize("d", FLOAT8, ids=lambda d: d.name)
+@pytest.mark.parametrize("op", list(_F8_BINARY))
+def test_float8_arithmetic_rounds_the_float64_result_once(device, d, op):
+    a, b = _f8_values(d, 300, 1), _f8_values(d, 300, 2)
+    f, ref = _F8_BINARY[op]
+    with np.errstate(all="ignore"):
+        want = ref(a.astype(np.float64), b.astype(np.float64)).astype(d)   # exact in float64 for these
+    _same_bits(f(_put(a, device), _put(b, device)), want)
+    _same_bits(_put(a, device) < _put(b, device), a.astype(np.float64) < b.astype(np.float64))
+
+
+@pytest.mark.parametrize("d", FLOAT8, ids=lambda d: d.name)
+@pytest.mark.parametrize("fn", ["exp", "log", "sqrt", "tanh", "sin"])
+def test_float8_functions_are_float32_rounded_once(device, d, fn):
+    a = np.abs(_f8_values(d, 300, 3)) if fn in ("log", "sqrt") else _f8_values(d, 300, 3)
+    with np.errstate(all="ignore"):
+        want = getattr(np, fn)(a.astype(np.float64))
+    got = np.asarray(getattr(fnp, fn)(_put(a, device)))
+    assert got.dtype == d
+    # one rounding of a float32 result: within one float8 ulp of the float64 value, at most
+    g, w = got.astype(np.float64), want
+    ulp = _ulp(w, d)
+    wd = w.astype(d).astype(np.float64)   # overflow: NaN (e4m3fn) or inf (e5m2), as the rounding gives
+    ok = (np.abs(g - w) <= ulp) | (np.isnan(g) & np.isnan(wd)) | (g == wd)
+    assert ok.all(), (a[~ok], g[~ok], w[~ok])
+
+
+def _ulp(w, d):
+    """The float8 spacing at |w| (for the tolerance of one rounding)."""
+    fi = ml_dtypes.finfo(d)
+    mant = {E4M3: 3, E5M2: 2}[d]
+    e = np.floor(np.log2(np.maximum(np.abs(w), float(fi.smallest_normal))))
+    return np.exp2(e - mant)
+
+
+_INT_BINARY = {"add": (lambda a, b: a + b, np.add), "sub": (lambda a, b: a - b, np.subtract),
+               "mul": (lambda a, b: a * b, np.multiply),
+               "floordiv": (lambda a, b: a // b, lambda a, b: np.where(b == 0, 0, a // np.where(b == 0, 1, b))),
+               "rem": (lambda a, b: a % b, lambda a, b: np.where(b == 0, 0, a % np.where(b == 0, 1, b))),
+               "max": (fnp.maximum, np.maximum), "and": (lambda a, b: a & b, np.bitwise_and),
+               "xor": (lambda a, b: a ^ b, np.bitwise_xor)}
+
+
+@pytest.mark.parametrize("d", (I4, U4), ids=lambda d: d.name)
+@pytest.mark.parametrize("op", list(_INT_BINARY))
+def test_int4_arithmetic_wraps(device, d, op):
+    lo, hi = int(ml_dtypes.iinfo(d).min), int(ml_dtypes.iinfo(d).max)
+    pairs = np.array(list(itertools.product(range(lo, hi + 1), repeat=2)), np.int64)   # every pair
+    a, b = pairs[:, 0], pairs[:, 1]
+    f, ref = _INT_BINARY[op]
+    got = f(_put(a.astype(d), device), _put(b.astype(d), device))
+    want = np.asarray(ref(a, b)).astype(np.int64)
+    want = want & 15   # the low 4 bits, as a two's-complement 4-bit value for int4
+    want = (want - 16 * (want >= 8)) if d == I4 else want
+    _same_bits(got, want.astype(d))
+
+
+@pytest.mark.parametrize("d", (E4M3, E5M2, I4, U4), ids=lambda d: d.name)
+def test_matmul_by_upcasting_and_in_dtype(device, d):
+    rng = np.random.default_rng(4)
+    if dtypes.is_float(d):
+        a, b = (rng.standard_normal((5, 7)) * 2).astype(d), (rng.standard_normal((7, 3)) * 2).astype(d)
+    else:
+        lo, hi = int(ml_dtypes.iinfo(d).min), int(ml_dtypes.iinfo(d).max) + 1
+        a, b = rng.integers(lo, hi, (5, 7)).astype(d), rng.integers(lo, hi, (7, 3)).astype(d)
+    x, w = _put(a, device), _put(b, device)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    up = dtypes.float32 if dtypes.is_float(d) else dtypes.int32
+    got = x.astype(up) @ w.astype(up)   # the upcast product (what a quantized layer does)
+    np.testing.assert_allclose(np.asarray(got, np.float64), exact, rtol=1e-6)
+    native = np.asarray(x @ w)   # in the dtype, as JAX: float32 accumulation rounded once / integers wrap
+    assert native.dtype == d
+    if dtypes.is_float(d):
+        _same_bits(native, exact.astype(np.float32).astype(d))
+    else:
+        _same_bits(native, exact.astype(np.int64).astype(d))
+    pet = fa.lax.dot(x, w, preferred_element_type=up)
+    assert pet.dtype == up
+    np.testing.assert_allclose(np.asarray(pet, np.float64), exact, rtol=1e-6)
+
+
+def test_reductions_and_comparisons(device):
+    f8 = _f8_values(E4M3, 50, 5)
+    x = _put(f8, device)
+    assert fnp.max(x).dtype == E4M3 and float(fnp.max(x)) == float(f8.astype(np.float64).max())
+    s = fnp.sum(x)
+    assert s.dtype == E4M3
+    assert float(s) == float(np.float32(f8.astype(np.float32).sum()).astype(E4M3))
+    i4 = _put(np.arange(-8, 8).astype(I4), device)
+    assert np.asarray(i4 == 3).sum() == 1 and int(fnp.argmax(i4)) == 15
+    assert np.asarray(fnp.sort(_put(np.array([3, -8, 7, 0], I4), device))).tolist() == [-8, 0, 3, 7]
+
+
+def test_save_and_load(tmp_path):
+    import json
+    import struct
+    tree = {"e4": np.array([1.5, -448, np.nan], E4M3), "e5": np.array([57344, 0.25], E5M2),
+            "i4": np.array([-8, 7], I4), "u4": np.array([0, 15], U4)}
+    path = str(tmp_path / "low.safetensors")
+    fa.save(path, {k: fnp.asarray(v) for k, v in tree.items()})
+    back = fa.load(path)
+    for k, v in tree.items():
+        _same_bits(back[k], v)
+    with open(path, "rb") as f:   # float8 under safetensors' own dtype names, readable by other tools
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    assert header["e4"]["dtype"] == "F8_E4M3" and header["e5"]["dtype"] == "F8_E5M2"
+
+
+# ----------------------------------------------------------------------------- transformations
+
+def test_jit_vmap(device):
+    a = _f8_values(E4M3, 12, 6).reshape(3, 4)
+    q = np.arange(12).reshape(3, 4).astype(np.int64).astype(I4)
+
+    def f(x, n):
+        return (x.astype(fnp.float32) * n.astype(fnp.float32)).sum(axis=-1)
+
+    want = (a.astype(np.float64) * q.astype(np.float64)).sum(-1)
+    x, n = _put(a, device), _put(q, device)
+    np.testing.assert_allclose(np.asarray(fa.jit(f)(x, n)), want, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(fa.vmap(f)(x, n)), want, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(fa.jit(fa.vmap(f))(x, n)), want, rtol=1e-6)
+    g = fa.jit(lambda x: (x * x).astype(fnp.int4))(x)
+    _same_bits(g, _f2i_ref((a.astype(np.float64) ** 2).astype(E4M3).astype(np.float64), I4))
+
+
+def test_grad_flows_through_float8_and_int4_has_float0_tangents(device):
+    x = _put(np.array([0.3, -1.7, 2.2], np.float32), device)
+
+    def f(v):   # a float8 round trip: the gradient flows through both casts (as JAX: identity)
+        return (v.astype(fnp.float8_e4m3fn).astype(fnp.float32) ** 2).sum()
+
+    g = fa.grad(f)(x)
+    xq = np.asarray(x).astype(E4M3).astype(np.float64)
+    np.testing.assert_allclose(np.asarray(g), 2 * xq, rtol=1e-6)
+    jg = jax.grad(lambda v: (v.astype(jnp.float8_e4m3fn).astype(jnp.float32) ** 2).sum())(np.asarray(x))
+    np.testing.assert_allclose(np.asarray(g), np.asarray(jg), rtol=1e-6)
+    # a float8 input is differentiable: its gradient is float8
+    y = _put(np.array([1.5, 2.25], E4M3), device)
+    gy = fa.grad(lambda v: (v * v).astype(fnp.float32).sum())(y)
+    assert gy.dtype == E4M3 and np.asarray(gy).astype(np.float64).tolist() == [3.0, 4.5]
+    # int4 is an integer: float0 tangents (allow_int as JAX)
+    n = _put(np.array([1, -2], I4), device)
+    gn = fa.grad(lambda v: v.astype(fnp.float32).sum(), allow_int=True)(n)
+    assert gn.dtype == dtypes.float0 and gn.shape == (2,)
+    _, t = fa.jvp(lambda v: v.astype(fnp.float32) * 2, (n,), (np.zeros(2, dtypes.float0),))
+    assert np.asarray(t).tolist() == [0.0, 0.0]
+
+
+# ----------------------------------------------------------------------------- devices without the dtypes
+
+def test_kernel_and_mlx_devices_fall_back_naming_the_dtype(device, monkeypatch):
+    from fnarray.devices import partition
+    monkeypatch.setattr(partition, "_warned", set())   # each kind warns once per process: see it here
+    if device.backend in NATIVE:
+        with fallback_mode("error"):
+            x = _put(np.array([1.5, 2.0], E4M3), device)
+            assert float((x + x).astype(fnp.float32).sum()) == 7.0
+        return
+    x = _put(np.array([1.5, 2.0], E4M3), device)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        y = fa.jit(lambda v: (v * v).astype(fnp.float32))(x)   # a fresh program: partitioned here
+    assert np.asarray(y).tolist() == [2.25, 4.0] and y.device == device
+    msgs = [str(m.message) for m in w if issubclass(m.category, fa.FallbackWarning)]
+    assert msgs and all("float8_e4m3fn" in m for m in msgs), msgs
+    with fallback_mode("error"):
+        for d, v in ((E4M3, [1.5]), (I4, [3])):
+            a = _put(np.array(v).astype(d), device)
+            with pytest.raises(fa.UnsupportedOnDevice, match=d.name):
+                a + a
+            with pytest.raises(fa.UnsupportedOnDevice, match=d.name):
+                a.astype(fnp.float32)
