@@ -11,9 +11,12 @@ interleaved run (best of ``--number`` alternating calls after a warm-up call eac
 
 On mlx:0 the same weights also run in raw MLX as mlx-lm runs a model (``mx.fast.rms_norm``, ``mx.fast.rope``,
 ``mx.fast.scaled_dot_product_attention``, ``mx.quantized_matmul`` for 4-bit, a preallocated cache written by slice,
-no ``mx.compile``), and on jax:0 in raw JAX float32 (one ``jax.jit`` of the fixed-shape step: ``dynamic_update_slice``
-into the caches, ``jax.nn.dot_product_attention`` with a mask); the ratio is fnarray's time over raw's (below 1:
-fnarray faster).
+no ``mx.compile``), on jax:0 in raw JAX, float32 and 4-bit (one ``jax.jit`` of the fixed-shape step:
+``dynamic_update_slice`` into the caches, ``jax.nn.dot_product_attention`` with a mask, the 4-bit weights dequantized
+in the step: ``_jax_steps``), and on opencl:0 in tinygrad on the same OpenCL platform (``TinyJit`` steps, ``DEV=CL``,
+no BEAM search; 4-bit dequantized in the step: ``_tinygrad_steps``; ``--no-tinygrad`` skips it); the ratio is
+fnarray's time over the other's (below 1: fnarray faster). A row whose other implementation picks another token
+than fnarray's (same weights, greedy) is marked ``tokens differ``.
 
     PYTHONPATH=. python benchmarks/llm.py [--devices numpy:0,jax:0,mlx:0,opencl:0,webgpu:0] [--number 5]
 
@@ -144,7 +147,12 @@ def _mlx_steps(model, cfg, prompt, capacity):
 
 
 def _jax_steps(model, cfg, prompt, capacity):
-    """The model's float32 decode and prefill in raw JAX: one ``jax.jit`` per step, fixed-shape caches."""
+    """The model's decode and prefill in raw JAX: one ``jax.jit`` per step, fixed-shape caches. Float32 weights
+    multiply as ``einsum('...d,od->...o')`` (XLA's library dot; ``x @ w.T`` made XLA CPU emit a one-row product
+    as a single-threaded loop, 2x slower at width 1024); 4-bit weights (MLX's packed words, as
+    ``fa.nn.quantize`` made them) are dequantized in the jitted step with shifts and masks and multiplied as
+    ``x @ w.T``, which XLA fuses into one loop reading the packed words for a one-row step and runs as a library
+    dot on the dequantized weights for more rows (the best of the spellings tried for each)."""
     import jax
     import jax.numpy as jnp
 
@@ -152,6 +160,16 @@ def _jax_steps(model, cfg, prompt, capacity):
     p = {k: jnp.asarray(np.asarray(v)) for k, v in tree_flatten(model.parameters())}
     layers, heads, kv, hd = cfg
     inv = 10000.0 ** (-np.arange(0, hd, 2) / hd)
+    shifts = jnp.arange(8, dtype=jnp.uint32) * 4
+
+    def dequant(w, s, b):   # 4-bit, group size 64: w (..., n/8) uint32 -> (..., n) float32
+        q = ((w[..., None] >> shifts) & 15).astype(jnp.float32).reshape(w.shape[:-1] + (-1, 64))
+        return (q * s[..., None] + b[..., None]).reshape(w.shape[:-1] + (-1,))
+
+    def linear(p, name, x):
+        if f"{name}.scales" in p:
+            return x @ dequant(p[f"{name}.weight"], p[f"{name}.scales"], p[f"{name}.biases"]).T
+        return jnp.einsum("...d,od->...o", x, p[f"{name}.weight"])
 
     def rope(x, offset):   # x (1, T, N, H), MLX's non-traditional halves
         pos = (jnp.arange(x.shape[1]) + offset)[:, None] * inv[None]
@@ -164,24 +182,27 @@ def _jax_steps(model, cfg, prompt, capacity):
 
     def forward(p, ids, caches, offset):
         t = ids.shape[1]
-        h = p["embed.weight"][ids]
+        if "embed.scales" in p:
+            h = dequant(p["embed.weight"][ids], p["embed.scales"][ids], p["embed.biases"][ids])
+        else:
+            h = p["embed.weight"][ids]
         new = []
         for i in range(layers):
             pre = f"layers.{i}"
             x = rms(h, p[f"{pre}.attention_norm.weight"])
-            q = rope((x @ p[f"{pre}.attention.q_proj.weight"].T).reshape(1, t, heads, hd), offset)
-            k = rope((x @ p[f"{pre}.attention.k_proj.weight"].T).reshape(1, t, kv, hd), offset)
-            v = (x @ p[f"{pre}.attention.v_proj.weight"].T).reshape(1, t, kv, hd)
+            q = rope(linear(p, f"{pre}.attention.q_proj", x).reshape(1, t, heads, hd), offset)
+            k = rope(linear(p, f"{pre}.attention.k_proj", x).reshape(1, t, kv, hd), offset)
+            v = linear(p, f"{pre}.attention.v_proj", x).reshape(1, t, kv, hd)
             ck = jax.lax.dynamic_update_slice(caches[i][0], k, (0, offset, 0, 0))
             cv = jax.lax.dynamic_update_slice(caches[i][1], v, (0, offset, 0, 0))
             new.append((ck, cv))
             mask = (jnp.arange(capacity)[None, :] <= offset + jnp.arange(t)[:, None])[None, None]
             o = jax.nn.dot_product_attention(q, ck, cv, mask=mask)
-            h = h + o.reshape(1, t, -1) @ p[f"{pre}.attention.o_proj.weight"].T
+            h = h + linear(p, f"{pre}.attention.o_proj", o.reshape(1, t, -1))
             x = rms(h, p[f"{pre}.mlp_norm.weight"])
-            g = x @ p[f"{pre}.mlp.gate.weight"].T
-            h = h + (jax.nn.silu(g) * (x @ p[f"{pre}.mlp.up.weight"].T)) @ p[f"{pre}.mlp.down.weight"].T
-        logits = rms(h, p["norm.weight"]) @ p["head.weight"].T
+            g = linear(p, f"{pre}.mlp.gate", x)
+            h = h + linear(p, f"{pre}.mlp.down", jax.nn.silu(g) * linear(p, f"{pre}.mlp.up", x))
+        logits = linear(p, "head", rms(h, p["norm.weight"]))
         return jnp.argmax(logits[:, -1], -1).astype(jnp.int32), tuple(new)
 
     step = jax.jit(forward)
@@ -198,6 +219,98 @@ def _jax_steps(model, cfg, prompt, capacity):
     return run_decode, run_prefill
 
 
+# ------------------------------------------------------------------------------------------ tinygrad
+
+
+def _tinygrad_steps(model, cfg, prompt, capacity):
+    """The model's decode and prefill in tinygrad on its OpenCL device (``DEV=CL``, the PoCL that PyOpenCL ships:
+    ``vs_tinygrad._point_tinygrad_at_pyopencl_pocl``), each step one ``TinyJit`` of fixed shapes: the caches are
+    written by a ``where`` over the positions (the offset an int32 tensor input, so one decode kernel sequence
+    serves every position) and the attention reads the whole cache under a mask. 4-bit weights are dequantized
+    in the step with tinygrad's shifts and masks on the packed uint32 words (tinygrad fuses elementwise producers
+    into its matmul kernels; it has no packed-weight matmul of its own)."""
+    from tinygrad import Tensor, TinyJit, dtypes
+
+    from fnarray.utils import tree_flatten
+    p = {k: Tensor(np.array(v)).realize() for k, v in tree_flatten(model.parameters())}
+    layers, heads, kv, hd = cfg
+    inv = Tensor((10000.0 ** (-np.arange(0, hd, 2) / hd)).astype(np.float32))
+    shifts = Tensor(np.arange(8, dtype=np.uint32) * 4)
+    positions = Tensor(np.arange(capacity, dtype=np.int32))
+
+    def dequant(w, s, b):
+        q = ((w.unsqueeze(-1) >> shifts) & 15).cast(dtypes.float32).reshape(*w.shape[:-1], -1, 64)
+        return (q * s.unsqueeze(-1) + b.unsqueeze(-1)).reshape(*w.shape[:-1], -1)
+
+    def linear(name, x):
+        if f"{name}.scales" in p:
+            return x @ dequant(p[f"{name}.weight"], p[f"{name}.scales"], p[f"{name}.biases"]).T
+        return x @ p[f"{name}.weight"].T
+
+    def rope(x, pos):   # x (1, T, N, H); pos (T,) float
+        ang = pos.unsqueeze(1) * inv.unsqueeze(0)
+        cos, sin = ang.cos().reshape(1, -1, 1, hd // 2), ang.sin().reshape(1, -1, 1, hd // 2)
+        a, b = x[..., :hd // 2], x[..., hd // 2:]
+        return (a * cos - b * sin).cat(a * sin + b * cos, dim=-1)
+
+    def rms(x, w):
+        return x * ((x * x).mean(-1, keepdim=True) + 1e-5).rsqrt() * w
+
+    def forward(ids, caches, offset):
+        t = ids.shape[1]
+        if "embed.scales" in p:
+            flat = ids.reshape(-1)
+            h = dequant(p["embed.weight"][flat], p["embed.scales"][flat], p["embed.biases"][flat]).reshape(1, t, -1)
+        else:
+            h = p["embed.weight"][ids.reshape(-1)].reshape(1, t, -1)
+        pos = Tensor.arange(t).cast(dtypes.int32) + offset
+        posf = pos.cast(dtypes.float32)
+        # where each cache position is written this step: (capacity, T) one-hot
+        hit = (positions.unsqueeze(1) == pos.unsqueeze(0)).cast(dtypes.float32)
+        written = hit.sum(1).reshape(1, capacity, 1, 1)
+        visible = (positions.unsqueeze(0) <= pos.unsqueeze(1)).reshape(1, 1, t, capacity)
+        new = []
+        for i in range(layers):
+            pre = f"layers.{i}"
+            x = rms(h, p[f"{pre}.attention_norm.weight"])
+            q = rope(linear(f"{pre}.attention.q_proj", x).reshape(1, t, heads, hd), posf)
+            k = rope(linear(f"{pre}.attention.k_proj", x).reshape(1, t, kv, hd), posf)
+            v = linear(f"{pre}.attention.v_proj", x).reshape(1, t, kv, hd)
+            ck = caches[2 * i] * (1 - written) + hit.matmul(k.reshape(t, kv * hd)).reshape(1, capacity, kv, hd)
+            cv = caches[2 * i + 1] * (1 - written) + hit.matmul(v.reshape(t, kv * hd)).reshape(1, capacity, kv, hd)
+            new += [ck, cv]
+            rep = heads // kv
+            kk = ck.repeat_interleave(rep, dim=2).transpose(1, 2)   # (1, N, S, H)
+            vv = cv.repeat_interleave(rep, dim=2).transpose(1, 2)
+            o = q.transpose(1, 2).scaled_dot_product_attention(kk, vv, attn_mask=visible)
+            h = h + linear(f"{pre}.attention.o_proj", o.transpose(1, 2).reshape(1, t, -1))
+            x = rms(h, p[f"{pre}.mlp_norm.weight"])
+            g = linear(f"{pre}.mlp.gate", x)
+            h = h + linear(f"{pre}.mlp.down", g.silu() * linear(f"{pre}.mlp.up", x))
+        logits = linear("head", rms(h, p["norm.weight"]))
+        return [logits[:, -1].argmax(-1).cast(dtypes.int32).realize(), *[c.realize() for c in new]]
+
+    def caches():
+        return [Tensor.zeros(1, capacity, kv, hd).contiguous().realize() for _ in range(2 * layers)]
+
+    jit_prefill, jit_decode = TinyJit(forward), TinyJit(forward)
+    ids = Tensor((np.arange(prompt, dtype=np.int32)[None] % VOCAB))
+    empty = caches()
+    out = forward(ids, empty, Tensor([0], dtype=dtypes.int32))
+    token, filled = out[0], out[1:]
+    tok_in = Tensor(token.numpy().reshape(1, 1))
+    at = Tensor([prompt], dtype=dtypes.int32)
+    zero = Tensor([0], dtype=dtypes.int32)
+
+    def run_decode():
+        return int(jit_decode(tok_in, filled, at)[0].numpy()[0])
+
+    def run_prefill():
+        return int(jit_prefill(ids, empty, zero)[0].numpy()[0])
+
+    return run_decode, run_prefill
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--devices", default="numpy:0,jax:0,mlx:0,opencl:0,webgpu:0")
@@ -209,7 +322,18 @@ def main(argv=None):
     ap.add_argument("--hidden", type=int, default=768)
     ap.add_argument("--prompt", type=int, default=64, help="prompt tokens (prefill) and the decode position")
     ap.add_argument("--capacity", type=int, default=128, help="cache positions")
+    ap.add_argument("--no-tinygrad", action="store_true", help="skip the tinygrad rows on opencl")
     args = ap.parse_args(argv)
+    tinygrad = False
+    if "opencl" in args.devices and not args.no_tinygrad:
+        from vs_tinygrad import _point_tinygrad_at_pyopencl_pocl
+        _point_tinygrad_at_pyopencl_pocl()   # before PyOpenCL lists its platforms: both see one list
+        os.environ.setdefault("DEV", "CL")
+        try:
+            import tinygrad as _tinygrad  # noqa: F401
+            tinygrad = True
+        except ImportError:
+            print("tinygrad is not installed: no tinygrad rows (pip install tinygrad)")
     import fnarray as fa
     import llm
     from fnarray import nn
@@ -236,16 +360,28 @@ def main(argv=None):
         if dev.backend == "mlx":
             raw = [_mlx_steps(m, cfg, args.prompt, args.capacity) for _, m in models]
         elif dev.backend == "jax":
-            raw = [_jax_steps(models[0][1], cfg, args.prompt, args.capacity)]
+            raw = [_jax_steps(m, cfg, args.prompt, args.capacity) for _, m in models]
+        elif dev.backend == "opencl" and tinygrad:
+            raw = []
+            for _, m in models:
+                try:
+                    raw.append(_tinygrad_steps(m, cfg, args.prompt, args.capacity))
+                except Exception as e:  # noqa: BLE001  (say what tinygrad could not run, and go on)
+                    print(f"{name:10} tinygrad failed: {type(e).__name__}: {str(e)[:200]}")
+                    break
         for pair in raw:
             fns.extend(pair)
         times = _best(fns, args.number)
+        tokens = [fn() for fn in fns]
         for i, label in enumerate(labels):
             dec, pre = times[2 * i], times[2 * i + 1]
             line = f"{name:10} {label:8} {1 / dec:12.1f} {args.prompt / pre:13.1f}"
             if i < len(raw):
                 rdec, rpre = times[2 * len(labels) + 2 * i], times[2 * len(labels) + 2 * i + 1]
                 line += f" {1 / rdec:10.1f} {args.prompt / rpre:11.1f} {dec / rdec:12.2f} {pre / rpre:13.2f}"
+                ours, theirs = tokens[2 * i:2 * i + 2], tokens[2 * len(labels) + 2 * i:2 * len(labels) + 2 * i + 2]
+                if ours != theirs:
+                    line += f"  tokens differ: {ours} vs {theirs}"
             print(line, flush=True)
 
 

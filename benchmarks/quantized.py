@@ -8,7 +8,10 @@ float32 time / 4-bit time (above 1: 4-bit is faster), in wall time and in proces
 warmed, best of N alternating calls, with the result read back each call (so the time includes one transfer
 of the small result).
 
-    PYTHONPATH=. python benchmarks/quantized.py [--size 4096] [--number 10] [--devices opencl:0,webgpu:0]
+    PYTHONPATH=. python benchmarks/quantized.py [--size 4096] [--number 10] [--devices opencl:0,webgpu:0] [--rows 1,4]
+
+With ``--rows 64,256 --size 1024`` it times prefill-sized products, where the kernels take their tiled form
+(``kernels/groups/quantized.py``) against float32's register-tiled (PoCL) or local-memory (lavapipe) matmul.
 
 ``--size`` defaults to 4096 on opencl and 2048 on webgpu (Mesa lavapipe is a slow CPU rasteriser); the load
 average is printed first (``uptime``): compare runs at similar loads.
@@ -64,6 +67,7 @@ def main(argv=None):
     ap.add_argument("--size", type=int, default=None)
     ap.add_argument("--number", type=int, default=10)
     ap.add_argument("--devices", default="opencl:0,webgpu:0")
+    ap.add_argument("--rows", default="1,4", help="rows of x, comma-separated (prefill: --rows 64,256 --size 1024)")
     args = ap.parse_args(argv)
     import fnarray as fa
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
@@ -76,7 +80,7 @@ def main(argv=None):
             print(f"{name:10} unavailable: {e}")
             continue
         n = args.size or (2048 if dev.backend == "webgpu" else 4096)
-        for rows in (1, 4):
+        for rows in (int(r) for r in args.rows.split(",")):
             fns, err = _cases(fa, dev, n, rows)
             (t32, t4), (c32, c4) = _best(fns, args.number)
             print(f"{name:10} {n:6d} {rows:4d} {t32 * 1e3:11.2f} {t4 * 1e3:9.2f} {t32 / t4:6.2f} "

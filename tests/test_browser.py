@@ -160,11 +160,11 @@ def _cho_solve(x, y):
     return fa.lax.linalg.triangular_solve(c, z, left_side=True, lower=True, transpose_a=True), c
 
 
-def _quantized_layer():
+def _quantized_layer(rows=3):
     """A 4-bit layer (packed uint32 weights as inputs) with its bias and activation fused."""
     packed = [np.asarray(a) for a in fa.quantize(_f32(24, 128), group_size=64, bits=4)]
     return (lambda x, w, s, b: fa.nn.relu(fa.quantized_matmul(x, w, s, b, group_size=64, bits=4) + 0.25),
-            (_f32(3, 128), *packed), (), 1e-4)
+            (_f32(rows, 128), *packed), (), 1e-4)
 
 
 def _cases():
@@ -199,6 +199,8 @@ def _cases():
         # (exported with tiling_pays: a work-group per column reduced in work-group memory).
         "quantized": _quantized_layer(),
         "quantized_gpu": _quantized_layer(),
+        # 11 rows (a prefill): the weights laid out in panels by a copy kernel, then the tiled kernel (2-D grid).
+        "quantized_prefill": _quantized_layer(11),
     }
 
 
@@ -214,6 +216,7 @@ def bundles(wdev, site):
             out[name] = fa.export.webgpu(f, *args, path=root / name, bake_argnums=bake)
     assert any(k["name"].startswith("dot_tiled") for k in out["matmul_tiled"]["kernels"])
     assert any(k["name"].startswith("quantized_wg") for k in out["quantized_gpu"]["kernels"])
+    assert [k["name"][:14] for k in out["quantized_prefill"]["kernels"]] == ["quantized_pack", "quantized_tile"]
     return out
 
 

@@ -86,6 +86,25 @@ def test_quantized_matmul_matches_mlx(on, bits, gs, transpose):
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-5 * np.sqrt(k))
 
 
+@pytest.mark.parametrize("transpose", [True, False])
+@pytest.mark.parametrize("gs", GROUP_SIZES)
+@pytest.mark.parametrize("bits", [2, 3, 4, 6, 8])
+def test_prefill_rows_match_the_float64_reference(on, bits, gs, transpose):
+    """Many rows of ``x`` (a prompt's prefill): on opencl and webgpu ``transpose=True`` takes the tiled kernel
+    (weights laid out in panels of 16 columns; 37 rows and 40 columns are not whole tiles) and
+    ``transpose=False`` the matrix-vector kernel, 4 rows per work item; both against NumPy in float64 on the
+    dequantized weights, with ``fallback="error"``."""
+    rng = np.random.default_rng(bits * gs + transpose)
+    w_q, scales, biases = (np.asarray(a) for a in fa.quantize(_weights(40, 256, gs), group_size=gs, bits=bits))
+    wd = np.asarray(fa.dequantize(w_q, scales, biases, group_size=gs, bits=bits), np.float64)
+    x = rng.standard_normal((37, 256 if transpose else 40)).astype(np.float32)
+    want = x.astype(np.float64) @ (wd.T if transpose else wd)
+    qmm = fa.jit(functools.partial(fa.quantized_matmul, transpose=transpose, group_size=gs, bits=bits))
+    got = qmm(*(fa.device_put(a, on) for a in (x, w_q, scales, biases)))
+    assert got.shape == want.shape and got.dtype == np.float32
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-5 * np.sqrt(x.shape[-1]))
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_quantized_matmul_half_precision(on, dtype):
     """float16/bfloat16 weights and inputs: scales of that dtype bit-identical to MLX's, a result of that dtype
@@ -193,6 +212,24 @@ def test_jax_program_keeps_the_packed_weights_as_its_only_weight_input():
     assert "tensor<64x32xui32>" in header            # the packed words go in as they are
     assert "tensor<64x256xf32>" not in header         # no float weights in the inputs
     assert "tensor<64x4xf32>" in header               # scales and biases
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_jax_decode_rows_fuse_the_unpacking_into_the_product(rows):
+    """XLA's optimised program for a decode step (up to ``DECODE_ROWS`` rows) holds no float weight matrix
+    between its fusions: each row's product is one loop fusion reading the packed words
+    (``lowering/jax/quantized.py``; before, a fusion wrote ``f32[64,256]`` on every call)."""
+    jax = pytest.importorskip("jax")
+    from fnarray.lowering.jax.quantized import DECODE_ROWS, jax_quantized_matmul
+    assert rows <= DECODE_ROWS
+    w_q, scales, biases = (np.asarray(a) for a in fa.quantize(_weights(64, 256, 64), group_size=64, bits=4))
+    x = np.random.default_rng(0).standard_normal((rows, 256)).astype(np.float32)
+    f = jax.jit(functools.partial(jax_quantized_matmul, transpose=True, group_size=64, bits=4))
+    hlo = f.lower(x, w_q, scales, biases).compile().as_text()
+    entry = hlo[hlo.index("ENTRY"):]
+    assert "f32[64,256]" not in entry and "f32[256,64]" not in entry, entry
+    wd = np.asarray(fa.dequantize(w_q, scales, biases, group_size=64, bits=4), np.float64)
+    np.testing.assert_allclose(np.asarray(f(x, w_q, scales, biases)), x @ wd.T, rtol=1e-5, atol=1e-4)
 
 
 def test_errors_name_what_was_given():
@@ -348,12 +385,14 @@ def test_kernels_refuse_a_walk_past_the_loop_limit():
     assert "loop iterations" in unsupported_reason(eqn, types.SimpleNamespace(max_loop_iterations=31))
 
 
-def test_a_layers_bias_and_activation_fuse_into_the_kernel(on):
-    """On the kernel backends, ``relu(x @ W.T + bias)`` is one kernel: the elementwise ops are its epilogue."""
+@pytest.mark.parametrize("rows", [(1, 3), (2, 3)])
+def test_a_layers_bias_and_activation_fuse_into_the_kernel(on, rows):
+    """On the kernel backends, ``relu(x @ W.T + bias)`` is one kernel: the elementwise ops are its epilogue
+    (3 rows: the matrix-vector form; 6 rows: the tiled form, whose weights a copy kernel lays out first)."""
     rng = np.random.default_rng(8)
     w_q, scales, biases = fa.quantize(rng.standard_normal((48, 128)).astype(np.float32), group_size=64, bits=4)
     bias = rng.standard_normal(48).astype(np.float32)
-    x = rng.standard_normal((2, 3, 128)).astype(np.float32)
+    x = rng.standard_normal((*rows, 128)).astype(np.float32)
 
     def layer(x, w_q, scales, biases, bias):
         return fa.nn.relu(fa.quantized_matmul(x, w_q, scales, biases, group_size=64, bits=4) + bias)
@@ -363,7 +402,10 @@ def test_a_layers_bias_and_activation_fuse_into_the_kernel(on):
     np.testing.assert_allclose(np.asarray(f(x, w_q, scales, biases, bias)), np.maximum(x @ wd.T + bias, 0),
                                rtol=1e-5, atol=1e-5)
     if on.backend in ("opencl", "webgpu"):
-        assert len(f.lower(x, w_q, scales, biases, bias).kernels()) == 1
+        kernels = f.lower(x, w_q, scales, biases, bias).kernels()
+        want = ["quantized_pack", "quantized_tile_quantized_matmul"] if rows[0] > 1 else ["quantized_quantized_matmul"]
+        assert [k.name[:len(w)] for k, w in zip(kernels, want)] == want and len(kernels) == len(want), kernels
+        assert "max" in kernels[-1].name   # the epilogue's relu
 
 
 def test_the_quantization_page_runs():

@@ -19,6 +19,7 @@ import fnarray.numpy as fnp
 from fnarray.lowering.kernels import tuning
 from fnarray.lowering.kernels.groups import base as base_group
 from fnarray.lowering.kernels.groups import pallas as pallas_group
+from fnarray.lowering.kernels.groups import quantized as quantized_group
 from fnarray.lowering.kernels.groups import reduce as reduce_group
 from fnarray.lowering.kernels.groups import register_tiles
 from helpers import config_setting
@@ -298,6 +299,8 @@ def _tunable_cases():
     rows = np.random.default_rng(3).standard_normal((1100, 301)).astype(np.float32)
     r64 = rows.astype(np.float64)
     e = np.exp(r64 - r64.max(-1, keepdims=True))
+    w_q, scales, biases = (np.asarray(v) for v in fa.quantize(b.T.copy()[:, :64], group_size=32, bits=4))
+    wd = np.asarray(fa.dequantize(w_q, scales, biases, group_size=32, bits=4), np.float64)
     return {
         "reduce": (lambda v: fa.nn.softmax(v, axis=-1) + fnp.max(v, axis=-1, keepdims=True), (rows,),
                    e / e.sum(-1, keepdims=True) + r64.max(-1, keepdims=True), reduce_group.REDUCE_TUNABLE),
@@ -309,6 +312,9 @@ def _tunable_cases():
                          np.maximum(a.astype(np.float64) @ b + 1, 0), register_tiles.TUNABLE),
         "pallas_workgroup": (_pallas_rows_matmul, (a[:32], b[:, :32]), _pallas_rows_matmul_want(a[:32], b[:, :32]),
                              pallas_group.PALLAS_TUNABLE),
+        "quantized_tile": (lambda a, w, s, c: fa.quantized_matmul(a, w, s, c, group_size=32, bits=4) + 1.0,
+                           (a[:, :64].copy(), w_q, scales, biases), a[:, :64].astype(np.float64) @ wd.T + 1,
+                           quantized_group.TILE_TUNABLE),
     }
 
 
@@ -338,7 +344,8 @@ def _erf(x):
     return np.vectorize(erf)(x)
 
 
-@pytest.mark.parametrize("kind", ["map", "math", "dot_register", "reduce", "pallas_workgroup"])
+@pytest.mark.parametrize("kind", ["map", "math", "dot_register", "reduce", "pallas_workgroup",
+                                  "quantized_tile"])
 def test_every_candidate_of_every_group_gives_the_same_results(monkeypatch, kind):
     fn, args, want, _ = _tunable_cases()[kind]
     ran = 0

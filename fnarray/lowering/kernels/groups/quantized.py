@@ -17,15 +17,24 @@ one pass over the weights computes every row, for longer inputs (prefill) the we
   weights, extracting its column's element at a bit offset known only at run time (shifts kept below 32:
   ``(hi << 1) << (31 - s)``), dequantized as ``scale * q + bias`` per element.
 
-On GPUs (``cooperative(caps)``: work-group memory, local tiling, no CPU-style guards) ``transpose=True`` takes a
-cooperative form instead: a work-group of 64 per output column, its work items taking the row's chunks in
-turn (neighbouring work items read neighbouring words) and summing their parts in local memory. Forced on
-this machine's CPU devices it is correct and 2-3x slower than the form above (CPU adapters do not coalesce);
-its speed on a GPU is not measured yet.
+For more than ``ROWS`` rows (prefill, ``tiled``) ``transpose=True`` takes a tiled form: a copy kernel lays the
+packed words out in panels of ``rn`` output columns (``[panel][word][column]``: the panel's words of one position
+side by side; scales and biases likewise, in the accumulation dtype), then a work item computes ``rm`` rows x
+``rn`` columns in registers, dequantizing each weight once (``scale * q + bias``) for its ``rm`` rows; the tile
+is a tunable choice (``TILE_TUNABLE``, default 3 x 16). Against float32's register-tiled matmul on PoCL 3.0,
+64 and 256 rows of a 1024 x 1024 4-bit product take 0.45-0.6x its time (they took 1.7-2.7x with the
+matrix-vector form), 0.74x on PoCL 3.1 and 0.1x on lavapipe. ``transpose=False`` (a gradient) keeps the
+matrix-vector form for any number of rows.
 
-The elementwise ops on the result (a layer's bias and activation) are the kernel's epilogue, so a quantized
-layer is one launch. Prefill (many rows) is not tiled yet: against PoCL's register-tiled float32 matmul, 64
-rows of a 2048 x 2048 4-bit product took 1.8x the float32 time (lavapipe: 0.8x).
+On GPUs (``cooperative(caps)``: work-group memory, local tiling, no CPU-style guards) a ``transpose=True`` product
+of up to ``ROWS`` rows takes a cooperative form instead: a work-group of 64 per output column, its work items
+taking the row's chunks in turn (neighbouring work items read neighbouring words) and summing their parts in
+local memory. Forced on this machine's CPU devices it is correct and 2-3x slower than the form above (CPU
+adapters do not coalesce); its speed on a GPU is not measured yet, nor the tiled form's (whose panels are read
+one work item per panel, not coalesced).
+
+The elementwise ops on the result (a layer's bias and activation) are the kernel's epilogue (the product
+kernel's, in the tiled form), so a quantized layer is one launch (two with the tiled form's copy).
 """
 
 from __future__ import annotations
@@ -36,18 +45,36 @@ import numpy as np
 
 from fnarray.core.ir import Var
 from fnarray.core.quantized import quantized_matmul_p
+from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import Group, contiguous_strides, index_vars, kernel_name, make_launch
-from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Cast, const
+from fnarray.lowering.kernels.groups.register_tiles import store_loop
+from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Cast, Special, const
 from fnarray.lowering.kernels.rules import op, select
+from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.zero_size import REWRITES, fill
 
-__all__ = ["QuantizedMatmulGroup", "GROUPS", "OPERAND_VIEWS", "ROWS", "LANES", "cooperative", "unsupported_reason"]
+__all__ = ["QuantizedMatmulGroup", "GROUPS", "OPERAND_VIEWS", "ROWS", "LANES", "TILE_TUNABLE", "DEFAULT_TILE",
+           "cooperative", "tiled", "unsupported_reason"]
 
 #: The most rows of ``x`` one work item computes (the batch of a decode step: 1 to 4 rows in one pass).
 ROWS = 4
 #: Independent partial sums per row in the ``transpose=True`` walk, by rows per work item (PoCL, 4096 x 4096
 #: 4-bit: one row 14.1 ms with one sum, 6.8 with 4, 4.9 with 8; four rows 26.8, 8.9 with 4, 12.1 with 8).
 LANES = {1: 8}
+
+#: The tiled (prefill) form's choices (``kernels/tuning.py``): ``rm`` rows of ``x`` x ``rn`` output columns per
+#: work item (accumulators in registers), ``u`` elements per accumulator statement (one expression
+#: ``acc + x0*w0 + x1*w1 + ...``, which OpenCL C contracts into fused multiply-adds), ``wx`` x ``wy`` work items
+#: per work-group (column panels x row blocks). 3 x 16, u 4 measured best on PoCL 3.0 (256 rows of a
+#: 1024 x 1024 4-bit product, process CPU time against float32's: 3x16 0.60, 4x16 0.77, 2x16 0.79, 4x8 0.78,
+#: 6x16 0.94); on PoCL 3.1 4x16 and 6x16 were best (0.68, 0.66; 3x16 0.73); on lavapipe 4x16 u 8 (0.07 of
+#: its float32 matmul; 3x16 0.09).
+DEFAULT_TILE = {"rm": 3, "rn": 16, "u": 4, "wx": 8, "wy": 8}
+TILE_TUNABLE = Tunable("quantized_tile", {"rm": (1, 2, 3, 4, 6), "rn": (8, 16), "u": (4, 8), "wx": (8,), "wy": (8,)},
+                       doc="rows x columns per work item, elements per accumulator statement and the work-group "
+                           "shape of quantized_matmul's tiled (prefill) kernel",
+                       valid=lambda c, f: (c["rm"] * c["rn"] <= 64
+                                           and c["wx"] * c["wy"] <= (f.get("workgroup_limit") or 1024)))
 
 
 def _acc_dtype(d):
@@ -83,6 +110,8 @@ class QuantizedMatmulGroup(Group):
         k = x.aval.shape[-1]
         rows = min(ROWS, m)
         blocks = -(-m // rows)
+        if p["transpose"] and tiled(m, ctx.caps):
+            return ctx.tuned(TILE_TUNABLE, dict(DEFAULT_TILE), lambda t: self._tiled(n, m, k, t))
         if p["transpose"] and cooperative(ctx.caps):
             return self._cooperative(n, m, k, rows, blocks)
         b, args, tracker, em = self._kernel_start()
@@ -195,6 +224,126 @@ class QuantizedMatmulGroup(Group):
         b.name = kernel_name("quantized_wg", tracker.eqns)
         return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized", fixed_local=True)]
 
+    def _tiled(self, n, m, k, tile):
+        """The prefill form (``transpose=True``, more than ``ROWS`` rows): a copy kernel lays the packed words,
+        scales and biases out in panels of ``rn`` output columns (``words[panel][word][column]``, a panel's
+        words of one position side by side), then a work item computes ``rm`` rows x ``rn`` columns in
+        registers: per group it loads the panel's ``rn`` scales and biases, per span of words the panel's words,
+        dequantizes each element once in registers (``scale * q + bias``) and uses it for its ``rm`` rows."""
+        e = self.eqn
+        x = e.inputs[0]
+        p = e.params
+        gs, bits = p["group_size"], p["bits"]
+        rm, rn, u = tile["rm"], tile["rn"], tile["u"]
+        acc = _acc_dtype(e.outputs[0].aval.dtype)
+        words, groups = k * bits // 32, k // gs
+        npan = -(-n // rn)
+        pack, wspec, sspec, bspec = self._pack_launch(n, words, groups, rn, npan, acc, tile)
+        wx = min(tile["wx"], _pow2_at_least(npan))
+        blocks = -(-m // rm)
+        wy = min(tile["wy"], _pow2_at_least(blocks))
+        cols_g, rows_g = -(-npan // wx) * wx, -(-blocks // wy) * wy
+        b, args, tracker, em = self._kernel_start()
+        xs = b.buffer(self.ctx.spec(x), x.aval.dtype, False, "in")
+        args[xs] = self.ctx.spec(x)
+        names = []
+        for spec, dt, hint in ((wspec, UINT32, "w"), (sspec, acc, "s"), (bspec, acc, "bs")):
+            names.append(b.buffer(spec, dt, False, hint))
+            args[names[-1]] = spec
+        ws, ss, bs = names
+        panel = b.let(select(op("lt", Special("global_id", 0), const(npan, INT32)), Special("global_id", 0),
+                             const(npan - 1, INT32)), "panel")
+        row0 = b.let(op("mul", Special("global_id", 1), const(rm, INT32)), "row0")
+        x_rows = [b.let(op("mul", select(op("lt", op("add", row0, const(r, INT32)), const(m, INT32)),
+                                         op("add", row0, const(r, INT32)), const(m - 1, INT32)), const(k, INT32)),
+                        "xrow") for r in range(rm)]
+        wbase = b.let(op("mul", panel, const(words * rn, INT32)), "wbase")
+        sbase = b.let(op("mul", panel, const(groups * rn, INT32)), "sbase")
+        accs = [[b.var(acc, const(0, acc)) for _ in range(rn)] for _ in range(rm)]
+        # A span: the fewest whole words holding whole elements (1 word of 2, 4 or 8 bits; 3 of 3 or 6 bits...).
+        span_bits = bits * 32 // math.gcd(bits, 32)
+        span_words, span_elems = span_bits // 32, span_bits // bits
+        mask = const((1 << bits) - 1, UINT32)
+        with b.loop(const(0, INT32), const(groups, INT32), hint="g") as g:
+            gi = b.let(op("add", sbase, op("mul", g, const(rn, INT32))), "gi")
+            scale = [self._load_f(b, ss, b.let(op("add", gi, const(c, INT32))), acc, acc) for c in range(rn)]
+            bias = [self._load_f(b, bs, b.let(op("add", gi, const(c, INT32))), acc, acc) for c in range(rn)]
+            with b.loop(const(0, INT32), const(gs // span_elems, INT32), hint="t") as t:
+                span = b.let(op("add", op("mul", g, const(gs // span_elems, INT32)), t), "span")
+                wb = b.let(op("add", wbase, op("mul", span, const(span_words * rn, INT32))), "wb")
+                wd = [[b.load(ws, b.let(op("add", wb, const(j * rn + c, INT32))), UINT32) for j in range(span_words)]
+                      for c in range(rn)]
+                xb = b.let(op("mul", span, const(span_elems, INT32)), "xb")
+                for j0 in range(0, span_elems, u):
+                    js = range(j0, min(j0 + u, span_elems))
+                    wv = {(j, c): b.let(op("add", op("mul", scale[c], b.let(Cast(b.let(Cast(
+                        _element(b, wd[c], j * bits, bits, mask), INT32)), acc))), bias[c]), "wv")
+                        for j in js for c in range(rn)}
+                    xv = {(j, r): self._load_f(b, xs, b.let(op("add", x_rows[r], op("add", xb, const(j, INT32)))),
+                                               x.aval.dtype, acc) for j in js for r in range(rm)}
+                    for r in range(rm):
+                        for c in range(rn):
+                            total = accs[r][c]
+                            for j in js:   # one expression per accumulator (contracted into fused multiply-adds)
+                                total = op("add", total, op("mul", xv[j, r], wv[j, c]))
+                            b.assign(accs[r][c], total)
+        col0 = b.let(op("mul", Special("global_id", 0), const(rn, INT32)), "col0")
+        out = e.outputs[0]
+        with store_loop(b, accs, acc) as (i, j, v):
+            gr = b.let(op("add", row0, i), "gr")
+            gc = b.let(op("add", col0, j), "gc")
+            with b.when(op("land", op("lt", gr, const(m, INT32)), op("lt", gc, const(n, INT32)))):
+                res = b.let(Cast(v, out.aval.dtype) if acc != out.aval.dtype else v, "res")
+                flat = b.let(op("add", op("mul", gr, const(n, INT32)), gc), "o")
+                idx = index_vars(b, flat, self.shape, prefix="qo_")
+                em.seed(out, idx, res)
+                if out in self.ctx.needed:
+                    b.store(self.ctx.output(b, args, out), flat, res)
+                self.emit_roots(b, em, args, idx, flat)
+        b.name = kernel_name("quantized_tile", tracker.eqns)
+        product = make_launch(b, args, {}, (cols_g, rows_g), (wx, wy), tracker.eqns, "quantized", fixed_local=True)
+        return [pack, product]
+
+    def _pack_launch(self, n, words, groups, rn, npan, acc, tile):
+        """A copy kernel writing the packed words as ``[panel][word][rn]`` and the scales and biases (as
+        ``acc``) as ``[panel][group][rn]``; the columns past ``n`` of the last panel repeat column ``n - 1``.
+        Returns ``(launch, words spec, scales spec, biases spec)``."""
+        ctx = self.ctx
+        e = self.eqn
+        _, w, s, bi = e.inputs
+        key = (id(self), rn)
+        wspec = ctx.spec(("qpack_w",) + key, (npan, words, rn), np.dtype(np.uint32))
+        sspec = ctx.spec(("qpack_s",) + key, (npan, groups, rn), acc)
+        bspec = ctx.spec(("qpack_b",) + key, (npan, groups, rn), acc)
+        b = KernelBuilder("quantized_pack")
+        args: dict = {}
+        srcs = []
+        for a in (w, s, bi):
+            spec = ctx.spec(a)
+            srcs.append(b.buffer(spec, a.aval.dtype, False, "in"))
+            args[srcs[-1]] = spec
+        dsts = []
+        for spec, dt in ((wspec, np.dtype(np.uint32)), (sspec, acc), (bspec, acc)):
+            dsts.append(b.buffer(spec, dt, True, "out"))
+            args[dsts[-1]] = spec
+        items = npan * words * rn
+        gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
+        with b.when(op("lt", gid, const(items, INT32))):
+            c = b.let(op("rem", gid, const(rn, INT32)), "c")
+            t = b.let(op("rem", op("div", gid, const(rn, INT32)), const(words, INT32)), "t")
+            pn = b.let(op("div", gid, const(rn * words, INT32)), "pn")
+            col = b.let(op("add", op("mul", pn, const(rn, INT32)), c), "col")
+            col = b.let(select(op("lt", col, const(n, INT32)), col, const(n - 1, INT32)), "col")
+            b.store(dsts[0], gid, b.load(srcs[0], b.let(op("add", op("mul", col, const(words, INT32)), t)), UINT32))
+            with b.when(op("lt", t, const(groups, INT32))):
+                src = b.let(op("add", op("mul", col, const(groups, INT32)), t), "si")
+                dst = b.let(op("add", op("mul", op("add", op("mul", pn, const(groups, INT32)), t), const(rn, INT32)),
+                                      c), "di")
+                for k_, a in ((1, s), (2, bi)):
+                    b.store(dsts[k_], dst, self._load_f(b, srcs[k_], src, a.aval.dtype, acc))
+        b.name = "quantized_pack"
+        return make_launch(b, args, {}, gsize, lsize, [], "copy"), wspec, sspec, bspec
+
     def _load_f(self, b, name, index, dtype, acc):
         v = b.load(name, index, dtype)
         return b.let(Cast(v, acc)) if dtype != acc else v
@@ -283,6 +432,23 @@ def _element(b, words, start, bits, mask):
     if s + bits < 32 or s + bits > 32:
         v = op("and", v, mask)
     return b.let(v, "qi")
+
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+#: Rows of ``x`` above which ``transpose=True`` takes the tiled form (at most ``ROWS``: the matrix-vector form).
+TILED_ROWS = ROWS
+
+
+def tiled(m: int, caps) -> bool:
+    """Whether a ``transpose=True`` product of ``m`` rows of ``x`` takes the tiled (prefill) form: more rows than
+    one work item of the matrix-vector form takes."""
+    return m > TILED_ROWS
 
 
 #: Work items per work-group of the cooperative form.
