@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from fnarray.core.attention import MASKED_LOGIT, acc_dtype, dot_product_attention_p, split_operands
+from fnarray.core.attention import MASKED_LOGIT, acc_dtype, dot_product_attention_p, lengths_operand, split_operands
 from fnarray.lowering.attention_math import attention, keep_mask
 from fnarray.lowering.mlx.common import RULES, mx_dtype
 
 __all__ = ["mlx_attention"]
 
 
-def _fast_mask(mx, q, k, bias, mask, is_causal, local_window):
+def _fast_mask(mx, q, k, bias, mask, is_causal, local_window, lengths=None):
     """MLX's ``mask`` argument for float32 operands: None, ``"causal"`` or one additive float32 array."""
     T, S = q.shape[1], k.shape[1]
+    if lengths is not None:   # (B, 1, 1, S): key s stays while s < kv_lengths[b]
+        m = mx.arange(S)[None, None, None, :] < lengths[:, None, None, None]
+        mask = m if mask is None else mx.logical_and(mask, m)
     if bias is None and mask is None and local_window is None:
         if not is_causal:
             return None
@@ -44,13 +47,15 @@ def mlx_attention(params, in_avals, out_avals):
     import mlx.core as mx
     dtype = np.dtype(in_avals[0].dtype)
     T, S = in_avals[0].shape[1], in_avals[1].shape[1]
-    plain = not params["has_bias"] and not params["has_mask"] and params["local_window"] is None and (
+    plain = not params["has_bias"] and not params["has_mask"] and not params.get("has_lengths", False) and (
+        params["local_window"] is None) and (
         not params["is_causal"] or T == S)
     scale = params["scale"]
 
     def fast(*xs):
         q, k, v, bias, mask = split_operands(xs, params["has_bias"], params["has_mask"])
-        m = _fast_mask(mx, q, k, bias, mask, params["is_causal"], params["local_window"])
+        m = _fast_mask(mx, q, k, bias, mask, params["is_causal"], params["local_window"],
+                       lengths_operand(xs, params.get("has_lengths", False)))
         t = (0, 2, 1, 3)
         out = mx.fast.scaled_dot_product_attention(q.transpose(t), k.transpose(t), v.transpose(t), scale=scale,
                                                    mask=m)
