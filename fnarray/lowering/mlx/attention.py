@@ -3,7 +3,7 @@ where its arguments fit, else ``lowering/attention_math.py`` in ``mlx.core``.
 
 MLX's kernel takes ``(B, N, T, H)`` operands (the rule transposes), grouped-query heads as they are, and one mask:
 ``"causal"`` (aligned at the bottom right, so used only for ``T == S``, where it is JAX's) or an array. For float32
-the bias, the mask, the causal and the window conditions become one additive float32 mask (``MASKED_LOGIT`` where
+the bias, the mask, the key lengths, the causal and the window conditions become one additive float32 mask (``MASKED_LOGIT`` where
 a key is removed, so a row with every key removed averages the values, as JAX's; adding it to a logit rounds to it
 for any logit below ~1e31). For float16/bfloat16 that stand-in overflows, so only unmasked or square-causal calls
 take the kernel, the others the composite. float64 runs on numpy (``rules._F64_APPROXIMATE``): MLX 0.32's float64
@@ -47,9 +47,8 @@ def mlx_attention(params, in_avals, out_avals):
     import mlx.core as mx
     dtype = np.dtype(in_avals[0].dtype)
     T, S = in_avals[0].shape[1], in_avals[1].shape[1]
-    plain = not params["has_bias"] and not params["has_mask"] and not params.get("has_lengths", False) and (
-        params["local_window"] is None) and (
-        not params["is_causal"] or T == S)
+    removes = params["has_bias"] or params["has_mask"] or params.get("has_lengths", False)
+    plain = not removes and params["local_window"] is None and (not params["is_causal"] or T == S)
     scale = params["scale"]
 
     def fast(*xs):
