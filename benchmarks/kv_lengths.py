@@ -26,25 +26,20 @@ import _checkout  # noqa: E402,F401  (this checkout's fnarray)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 
-import time  # noqa: E402
+import importlib.util  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 VOCAB = 96
 
 
-def _best(fns, number):
-    """Best seconds of ``number`` alternating calls of each of ``fns``, after two warm-up calls each."""
-    for fn in fns:
-        fn()
-        fn()
-    best = [float("inf")] * len(fns)
-    for _ in range(number):
-        for i, fn in enumerate(fns):
-            start = time.perf_counter()
-            fn()
-            best[i] = min(best[i], time.perf_counter() - start)
-    return best
+def _bench_llm():
+    """``benchmarks/llm.py`` (its interleaved timer ``_best``), loaded by path: ``llm`` is the example's name here."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llm.py")
+    spec = importlib.util.spec_from_file_location("bench_llm", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _masked_attend(self, queries, *, scale=None):
@@ -112,7 +107,7 @@ def main(argv=None):
         after, tok_after = _decode_step(fa, llm, model, dev, args.filled, args.capacity, masked=False)
         assert tok_before == tok_after, (tok_before, tok_after)
         fns = [before, after, *_attention_calls(fa, dev, args.filled, args.capacity)]
-        times = _best(fns, args.number)
+        times = _bench_llm()._best(fns, args.number)
         for label, (m, n) in (("decode step (model)", times[:2]), ("attention, 1 query", times[2:])):
             print(f"{name:10} {label:22} {m * 1e3:10.2f} {n * 1e3:10.2f} {m / n:16.2f}", flush=True)
 

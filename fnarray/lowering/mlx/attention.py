@@ -3,11 +3,12 @@ where its arguments fit, else ``lowering/attention_math.py`` in ``mlx.core``.
 
 MLX's kernel takes ``(B, N, T, H)`` operands (the rule transposes), grouped-query heads as they are, and one mask:
 ``"causal"`` (aligned at the bottom right, so used only for ``T == S``, where it is JAX's) or an array. For float32
-the bias, the mask, the key lengths, the causal and the window conditions become one additive float32 mask (``MASKED_LOGIT`` where
-a key is removed, so a row with every key removed averages the values, as JAX's; adding it to a logit rounds to it
-for any logit below ~1e31). For float16/bfloat16 that stand-in overflows, so only unmasked or square-causal calls
-take the kernel, the others the composite. float64 runs on numpy (``rules._F64_APPROXIMATE``): MLX 0.32's float64
-``exp`` on the CPU has float32 precision (2.6e-7 off), so no float64 form here is float64-accurate.
+the bias, the mask, the key lengths, the causal and the window conditions become one additive float32 mask
+(``MASKED_LOGIT`` where a key is removed, so a row with every key removed averages the values, as JAX's; adding it
+to a logit rounds to it for any logit below ~1e31). For float16/bfloat16 that stand-in overflows, so only unmasked
+or square-causal calls take the kernel, the others the composite. float64 runs on numpy
+(``rules._F64_APPROXIMATE``): MLX 0.32's float64 ``exp`` on the CPU has float32 precision (2.6e-7 off), so no float64
+form here is float64-accurate.
 """
 
 from __future__ import annotations
