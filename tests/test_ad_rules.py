@@ -497,8 +497,9 @@ def test_jvp_zero(case):
 #: every float input).
 ELSEWHERE = {
     "pallas_call": "its JVP rule raises naming custom_vjp (tests/test_pallas.py, with a custom_vjp backward kernel)",
-    "dot_product_attention": "its JVP is the decomposition's (the mask operand is bool): tests/test_attention.py "
-                             "checks grad in q, k, v and bias against float64 finite differences on every device",
+    "dot_product_attention": "its JVP is the decomposition's (the mask operand is bool, the key lengths int32): "
+                             "tests/test_attention.py checks grad in q, k, v and bias against float64 finite "
+                             "differences on every device",
     "quantized_matmul": "linear in x only (the scales and biases are constants whose gradient raises): "
                         "tests/test_quantize.py checks its JVP and transpose in x against float64 finite differences",
 }

@@ -71,11 +71,30 @@ def _case(name):
     elif name == "decode":
         t, s = 1, 20
         kw = {"mask": np.arange(s)[None, None, None, :] <= 11}
+    elif name == "kv_lengths":   # a length of 0 removes every key (the values' average, as JAX's); S keeps them all
+        s = 37
+        kw = {"key_value_seq_lengths": np.array([0, 37], np.int32)}
+    elif name == "kv_lengths_partial":   # lengths past S and below 0, as JAX's mask
+        s = 37
+        kw = {"key_value_seq_lengths": np.array([40, -3], np.int32), "bias": RNG.standard_normal((1, n, t, s))
+              .astype(np.float32)}
+    elif name == "kv_lengths_causal_window":
+        s = 21
+        kw = {"key_value_seq_lengths": np.array([3, 17], np.int32), "is_causal": True, "local_window_size": (2, 1)}
+    elif name == "kv_lengths_mask":   # a row the mask empties before the length averages all S values
+        s = 21
+        mask = RNG.random((B, 1, t, s)) > 0.5
+        mask[1, 0, 2, :9] = False
+        kw = {"key_value_seq_lengths": np.array([21, 9], np.int32), "mask": mask}
+    elif name == "decode_lengths":   # a decode step over a cache of 20 positions, 12 and 1 filled
+        t, s = 1, 20
+        kw = {"key_value_seq_lengths": np.array([12, 1], np.int32)}
     return kw, (t, s, n, k)
 
 
 CASES = ["plain", "causal", "causal_square", "mha", "mqa", "window", "window_causal", "window_past_keys", "padding",
-         "bias_mask", "scale_long", "decode"]
+         "bias_mask", "scale_long", "decode", "kv_lengths", "kv_lengths_partial", "kv_lengths_causal_window",
+         "kv_lengths_mask", "decode_lengths"]
 
 
 def _put(kw, device):
@@ -168,6 +187,80 @@ def test_gradients_match_float64_finite_differences(on):
     _, d = fa.jvp(loss, args, [fa.device_put(t, on) for t in tangents])
     want = sum(float(np.sum(w * t)) for w, t in zip(wants, tangents, strict=True))
     np.testing.assert_allclose(float(d), want, rtol=1e-4, atol=1e-4)
+
+
+def test_gradients_with_key_lengths_match_float64_finite_differences(on):
+    """``key_value_seq_lengths`` (the primitive's int32 operand) has no tangent; q, k, v still differentiate."""
+    t, s, n, k, h = 2, 7, 2, 1, 4
+    q, kk, v = (a.astype(np.float64) for a in _qkv(t, s, n, k, h, batch=2))
+    lengths = np.array([4, 7], np.int32)
+    mask = np.arange(s)[None, None, None, :] < lengths[:, None, None, None]
+    cot = RNG.standard_normal((2, t, n, h))
+
+    def loss64(q, kk, v):
+        return float(np.sum(_attention64(q, kk, v, mask=mask) * cot))
+
+    def loss(q, kk, v):
+        out = nn.dot_product_attention(q, kk, v, key_value_seq_lengths=fa.device_put(lengths, on))
+        return fnp.sum(out * fa.device_put(cot.astype(np.float32), on))
+
+    args = [fa.device_put(a.astype(np.float32), on) for a in (q, kk, v)]
+    grads = fa.jit(fa.grad(loss, argnums=(0, 1, 2)))(*args)
+    wants = [_numeric_grad(lambda x: loss64(x, kk, v), q), _numeric_grad(lambda x: loss64(q, x, v), kk),
+             _numeric_grad(lambda x: loss64(q, kk, x), v)]
+    for got, want, name in zip(grads, wants, "qkv", strict=True):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=2e-5, err_msg=name)
+
+
+def test_vmap_with_key_lengths_matches_a_loop(on):
+    q, kk, v = _qkv(s=20)
+    lengths = np.array([[0, 20], [5, 13], [1, 7]], np.int32)
+
+    def f(q, lens):
+        return nn.dot_product_attention(q, fa.device_put(kk, on), fa.device_put(v, on), key_value_seq_lengths=lens)
+
+    got = fa.vmap(f)(fa.device_put(np.stack([q, -q, q * 2]), on), fa.device_put(lengths, on))
+    for i, qi in enumerate([q, -q, q * 2]):
+        want = jax.nn.dot_product_attention(qi, kk, v, key_value_seq_lengths=lengths[i])
+        np.testing.assert_allclose(np.asarray(got[i]), np.asarray(want), rtol=2e-5, atol=2e-5)
+    # unmapped lengths broadcast over the mapped axis
+    got = fa.vmap(lambda q: f(q, fa.device_put(lengths[1], on)))(fa.device_put(np.stack([q, -q]), on))
+    want = jax.nn.dot_product_attention(-q, kk, v, key_value_seq_lengths=lengths[1])
+    np.testing.assert_allclose(np.asarray(got[1]), np.asarray(want), rtol=2e-5, atol=2e-5)
+
+
+def test_key_lengths_are_data_to_jit(on):
+    """One trace (so one compiled kernel on opencl and webgpu) serves every length."""
+    q, kk, v = _qkv(t=1, s=40)
+    traces = []
+
+    @fa.jit
+    def f(q, k, v, lens):
+        traces.append(1)
+        return nn.dot_product_attention(q, k, v, key_value_seq_lengths=lens)
+
+    args = [fa.device_put(a, on) for a in (q, kk, v)]
+    for lens in ([1, 40], [17, 3], [0, 33]):
+        lens = np.array(lens, np.int32)
+        want = jax.nn.dot_product_attention(q, kk, v, key_value_seq_lengths=lens)
+        np.testing.assert_allclose(np.asarray(f(*args, fa.device_put(lens, on))), np.asarray(want), rtol=2e-5,
+                                   atol=2e-5)
+    assert len(traces) == 1
+
+
+def test_kv_cache_attend_equals_the_masked_call(on):
+    """``attend`` (key lengths, and the causal mask for several positions) gives exactly what the mask alone
+    gave: the removed keys past the filled length weigh ``exp(MASKED_LOGIT - max) = 0`` either way."""
+    q, kk, v = _qkv(t=4, s=4)
+    cache = nn.KVCache.create(B, 24, K, H, device=on)
+    cache = cache.update(fa.device_put(kk[:, :3], on), fa.device_put(v[:, :3], on))
+    for t in (3, 1):   # a prefill of 3 positions, then a decode step
+        if t == 1:
+            cache = cache.update(fa.device_put(kk[:, 3:], on), fa.device_put(v[:, 3:], on))
+        qt = fa.device_put(q[:, :t], on)
+        got = np.asarray(cache.attend(qt))
+        want = np.asarray(nn.dot_product_attention(qt, cache.keys, cache.values, mask=cache.causal_mask(t)))
+        np.testing.assert_array_equal(got, want)
 
 
 def test_vmap_matches_a_loop(on):

@@ -1,12 +1,17 @@
 """The ``dot_product_attention`` primitive: scaled dot-product attention as one equation.
 
-``dot_product_attention[scale, is_causal, local_window, has_bias, has_mask] q k v [bias] [mask]``:
+``dot_product_attention[scale, is_causal, local_window, has_bias, has_mask, has_lengths] q k v [bias] [mask]
+[kv_lengths]``:
 
 - ``q`` is ``(B, T, N, H)``, ``k`` and ``v`` ``(B, S, K, H)`` of ``q``'s float dtype; ``K`` divides ``N``
   (grouped-query attention: query head ``n`` reads key/value head ``n // (N // K)``).
 - ``bias`` (when ``has_bias``) is a float array of rank 4 whose every axis is 1 or the matching size of
   ``(B, N, T, S)``; it is added to the scaled logits. ``mask`` (when ``has_mask``) is a bool array of the same
   kind; ``False`` removes a key.
+- ``kv_lengths`` (when ``has_lengths``) is int32 ``(B,)``: key ``s`` of batch element ``b`` stays only when
+  ``s < kv_lengths[b]`` (``jax.nn.dot_product_attention``'s ``key_value_seq_lengths``; a length of 0 or below removes
+  every key, one of ``S`` or more none). It is data, not a parameter: a kernel backend stops its key loop there, so
+  one compiled kernel serves every length (a decode step over a fixed-capacity cache reads only the filled keys).
 - ``is_causal`` keeps key ``s <= t`` (a lower-triangular ``(T, S)`` mask aligned at the top left, as
   ``jax.nn.dot_product_attention``); ``local_window = (left, right)`` keeps ``t - left <= s <= t + right``.
 - The result is ``(B, T, N, H)`` of ``q``'s dtype: ``softmax(q k^T * scale + bias, masked) v`` over ``s``, with the
@@ -33,7 +38,8 @@ from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.core.primitives import Primitive
 from fnarray.core.shaped import ShapedArray
 
-__all__ = ["dot_product_attention_p", "attention_composite", "acc_dtype", "MASKED_LOGIT", "split_operands"]
+__all__ = ["dot_product_attention_p", "attention_composite", "acc_dtype", "MASKED_LOGIT", "split_operands",
+           "lengths_operand"]
 
 #: The logit a removed key gets (JAX's ``_get_large_negative`` for float32 logits).
 MASKED_LOGIT = float(np.float32(-0.7 * float(np.finfo(np.float32).max)))
@@ -45,11 +51,17 @@ def acc_dtype(d):
 
 
 def split_operands(operands, has_bias, has_mask):
-    """``(q, k, v, bias or None, mask or None)`` from the equation's operands."""
+    """``(q, k, v, bias or None, mask or None)`` from the equation's operands (the lengths, last, are
+    ``lengths_operand``'s)."""
     q, k, v, *rest = operands
     bias = rest.pop(0) if has_bias else None
     mask = rest.pop(0) if has_mask else None
     return q, k, v, bias, mask
+
+
+def lengths_operand(operands, has_lengths=False):
+    """The ``kv_lengths`` operand (always the last one) or None."""
+    return operands[-1] if has_lengths else None
 
 
 def _check_broadcast(name, aval, full):
@@ -58,10 +70,11 @@ def _check_broadcast(name, aval, full):
                          f"or the matching size of (B, N, T, S) = {full}")
 
 
-def _rule(*operands, scale, is_causal, local_window, has_bias, has_mask):
-    if len(operands) != 3 + has_bias + has_mask:
+def _rule(*operands, scale, is_causal, local_window, has_bias, has_mask, has_lengths=False):
+    if len(operands) != 3 + has_bias + has_mask + has_lengths:
         raise ShapeError(f"dot_product_attention takes q, k, v{', bias' if has_bias else ''}"
-                         f"{', mask' if has_mask else ''}; got {len(operands)} operands")
+                         f"{', mask' if has_mask else ''}{', kv_lengths' if has_lengths else ''}; got {len(operands)} "
+                         "operands")
     q, k, v, bias, mask = split_operands(operands, has_bias, has_mask)
     if not (q.ndim == k.ndim == v.ndim == 4):
         raise ShapeError(f"dot_product_attention needs q (B, T, N, H) and k, v (B, S, K, H); got shapes {q.shape}, "
@@ -84,6 +97,10 @@ def _rule(*operands, scale, is_causal, local_window, has_bias, has_mask):
         _check_broadcast("mask", mask, full)
         if mask.dtype != dtypes.bool_:
             raise DTypeError(f"dot_product_attention: mask must be boolean, got {mask.dtype.name}")
+    lengths = lengths_operand(operands, has_lengths)
+    if lengths is not None and (lengths.shape != (B,) or lengths.dtype != dtypes.int32):
+        raise ShapeError(f"dot_product_attention: kv_lengths must be int32 of shape ({B},), got "
+                         f"{lengths.dtype.name}{list(lengths.shape)}")
     if local_window is not None and (len(local_window) != 2 or not all(isinstance(w, int) for w in local_window)):
         raise ValueError(f"dot_product_attention: local_window must be None or a (left, right) pair of ints, got "
                          f"{local_window!r}")
@@ -95,7 +112,8 @@ def _rule(*operands, scale, is_causal, local_window, has_bias, has_mask):
 dot_product_attention_p = Primitive(
     "dot_product_attention", _rule, kind="other",
     doc="softmax(q k^T * scale + bias, masked) v for q (B, T, N, H), k, v (B, S, K, H) (grouped-query heads), "
-        "with an optional bias and bool mask broadcastable to (B, N, T, S), a causal mask and a local window; "
+        "with an optional bias and bool mask broadcastable to (B, N, T, S), int32 key lengths (B,), a causal mask "
+        "and a local window; "
         "float32 accumulation; removed logits are -0.7 * float32 max (JAX's convention).")
 
 
@@ -116,7 +134,7 @@ def keep_mask(T, S, is_causal, local_window):
 
 
 @defdecomposition(dot_product_attention_p)
-def attention_composite(*operands, scale, is_causal, local_window, has_bias, has_mask):
+def attention_composite(*operands, scale, is_causal, local_window, has_bias, has_mask, has_lengths=False):
     """The primitive as two ``dot_general``s and a softmax over the ``(B, N, T, S)`` logits."""
     q, k, v, bias, mask = split_operands(operands, has_bias, has_mask)
     B, T, N, H = lax.shape(q)
@@ -139,6 +157,10 @@ def attention_composite(*operands, scale, is_causal, local_window, has_bias, has
         keep = lax.broadcast_in_dim(keep, full, (2, 3))
     if mask is not None:
         m = lax.broadcast_in_dim(mask, full, (0, 1, 2, 3))
+        keep = m if keep is None else lax.bitwise_and(keep, m)
+    lengths = lengths_operand(operands, has_lengths)
+    if lengths is not None:
+        m = lax.lt(lax.iota(dtypes.int32, full, 3), lax.broadcast_in_dim(lengths, full, (0,)))
         keep = m if keep is None else lax.bitwise_and(keep, m)
     if keep is not None:
         logits = lax.select(keep, logits, lax.full(full, np.asarray(MASKED_LOGIT, acc)[()]))

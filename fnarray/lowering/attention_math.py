@@ -9,7 +9,7 @@ are a reshape of the queries to ``(B, K, G, T, H)`` against keys ``(B, K, 1, H, 
 
 from __future__ import annotations
 
-from fnarray.core.attention import MASKED_LOGIT, split_operands
+from fnarray.core.attention import MASKED_LOGIT, lengths_operand, split_operands
 
 __all__ = ["attention", "keep_mask"]
 
@@ -30,7 +30,7 @@ def keep_mask(xp, T, S, is_causal, local_window):
     return keep
 
 
-def attention(xp, cast, operands, acc, *, scale, is_causal, local_window, has_bias, has_mask):
+def attention(xp, cast, operands, acc, *, scale, is_causal, local_window, has_bias, has_mask, has_lengths=False):
     """The primitive on ``operands`` (arrays of ``xp``) computed in the NumPy dtype ``acc``
     (``fnarray.core.attention.acc_dtype``), the result left in it; ``cast(x, numpy_dtype)`` converts an array."""
     q, k, v, bias, mask = split_operands(operands, has_bias, has_mask)
@@ -45,6 +45,10 @@ def attention(xp, cast, operands, acc, *, scale, is_causal, local_window, has_bi
     keep = keep_mask(xp, T, S, is_causal, local_window)
     if mask is not None:
         keep = mask if keep is None else xp.logical_and(keep, mask)
+    lengths = lengths_operand(operands, has_lengths)
+    if lengths is not None:   # (B, 1, 1, S): key s stays while s < kv_lengths[b]
+        m = xp.arange(S)[None, None, None, :] < lengths[:, None, None, None]
+        keep = m if keep is None else xp.logical_and(keep, m)
     if keep is not None:
         logits = xp.where(keep, logits, cast(MASKED_LOGIT, acc))
     top = logits.max(axis=-1, keepdims=True)

@@ -31,13 +31,18 @@ def _large_negative(dtype):
     return np.asarray(-0.7 * top, dtype=dtype)
 
 
-def _seq_mask(lengths, size, name, batch):
-    fnp = _np()
-    lengths = fnp.asarray(lengths)
+def _seq_lengths(lengths, name, batch):
+    """``lengths`` checked to be an int ``(batch,)`` array, as int32."""
+    lengths = _np().asarray(lengths)
     if lengths.ndim != 1 or lengths.shape[0] != batch or not dtypes.is_int(lengths.dtype):
         raise ShapeError(f"dot_product_attention: {name} must be an int array of shape ({batch},), got "
                          f"{lengths.dtype.name}{list(lengths.shape)}")
-    return fnp.arange(size, dtype=dtypes.int32)[None, :] < lengths.astype(dtypes.int32)[:, None]   # (B, size)
+    return lengths.astype(dtypes.int32)
+
+
+def _seq_mask(lengths, size, name, batch):
+    lengths = _seq_lengths(lengths, name, batch)
+    return _np().arange(size, dtype=dtypes.int32)[None, :] < lengths[:, None]   # (B, size)
 
 
 def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal: bool = False,
@@ -57,7 +62,10 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
         aligned at the top left, as JAX's).
       query_seq_lengths: optional ``int[B]``: query positions at or past it are padding (their
         rows mask every key, as JAX's).
-      key_value_seq_lengths: optional ``int[B]``: key positions at or past it are masked out.
+      key_value_seq_lengths: optional ``int[B]``: key positions at or past it are masked out (a length
+        of 0 masks every key, so the row averages all values, as JAX's). An operand of the primitive, not a
+        mask: on opencl and webgpu the kernel's key loop stops at it (a run-time bound, so one compiled
+        kernel serves every length).
       local_window_size: optional ``int`` or ``(left, right)``: query ``t`` attends to keys ``s`` with
         ``t - left <= s <= t + right`` (an int ``w`` means ``(w, w)``), as JAX's.
       implementation: ``None`` or ``"xla"`` (accepted for JAX compatibility; there is one
@@ -193,7 +201,8 @@ def _rank4(x, full, name):
 
 
 def _fused(q, k, v, bias, mask, scale, is_causal, query_seq_lengths, key_value_seq_lengths, local_window_size):
-    """The primitive on batched ``q, k, v``; sequence lengths become mask operands."""
+    """The primitive on batched ``q, k, v``; the query lengths become a mask operand, the key lengths the primitive's
+    ``kv_lengths`` operand."""
     from fnarray.core.attention import dot_product_attention_p
     fnp = _np()
     B, T, N, _ = q.shape
@@ -215,15 +224,16 @@ def _fused(q, k, v, bias, mask, scale, is_causal, query_seq_lengths, key_value_s
     if query_seq_lengths is not None:
         qm = _seq_mask(query_seq_lengths, T, "query_seq_lengths", B)[:, None, :, None]
         keep = _and(keep, qm)
-    if key_value_seq_lengths is not None:
-        keep = _and(keep, _seq_mask(key_value_seq_lengths, S, "key_value_seq_lengths", B)[:, None, None, :])
     if keep is not None:
         operands.append(keep)
+    if key_value_seq_lengths is not None:
+        operands.append(_seq_lengths(key_value_seq_lengths, "key_value_seq_lengths", B))
     window = None
     if local_window_size is not None:
         window = _window_pair(local_window_size)
     out = dot_product_attention_p.bind(*operands, scale=scale, is_causal=bool(is_causal), local_window=window,
-                                       has_bias=bias is not None, has_mask=keep is not None)
+                                       has_bias=bias is not None, has_mask=keep is not None,
+                                       has_lengths=key_value_seq_lengths is not None)
     if qm is not None:  # padding queries give zeros, as JAX's
         out = fnp.where(qm[:, 0, :, :, None], out, fnp.zeros((), dtype=out.dtype))
     return out

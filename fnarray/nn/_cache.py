@@ -4,8 +4,9 @@ The cache holds ``keys`` and ``values`` of shape ``(B, capacity, K, H)`` (``dot_
 the number of filled positions ``offset`` as an int32 array. ``update`` writes new entries at ``offset`` with
 ``dynamic_update_slice`` and returns a new cache (modules are immutable): every shape stays the same from the first
 token to the last, so a jitted decode step taking and returning the cache is traced and compiled once for a whole
-generation, and ``offset`` is data, never a static argument. Attention over the cache reads all ``capacity``
-positions with a mask that keeps the filled ones at or before each query (``causal_mask``, ``attend``).
+generation, and ``offset`` is data, never a static argument. ``attend`` passes the filled length as
+``key_value_seq_lengths`` (a run-time operand: the fused kernel's key loop stops there, so a decode step costs the
+filled positions, not the capacity) and, for several new positions, ``causal_mask`` for causality among them.
 """
 
 from __future__ import annotations
@@ -93,7 +94,14 @@ class KVCache(Module):
 
     def attend(self, queries, *, scale=None):
         """``dot_product_attention(queries, keys, values, mask=causal_mask(T))`` for queries ``(B, T, N, H)`` of the
-        positions just written (``N`` a multiple of the cache's ``K``): the fused kernel over the whole capacity."""
+        positions just written (``N`` a multiple of the cache's ``K``), computed as
+        ``dot_product_attention(..., key_value_seq_lengths=[offset] * B)`` for one position (``T == 1``: the mask
+        keeps exactly the keys before ``offset``) and with both the mask and the lengths for several: the same
+        result, but the fused kernel walks only the ``offset`` filled keys, not the whole capacity."""
         from fnarray.nn._attention import dot_product_attention
-        q = _np().asarray(queries)
-        return dot_product_attention(q, self.keys, self.values, mask=self.causal_mask(q.shape[1]), scale=scale)
+        fnp = _np()
+        q = fnp.asarray(queries)
+        T = q.shape[1]
+        lengths = fnp.broadcast_to(fnp.asarray(self.offset).astype("int32"), (self.keys.shape[0],))
+        mask = None if T == 1 else self.causal_mask(T)
+        return dot_product_attention(q, self.keys, self.values, mask=mask, scale=scale, key_value_seq_lengths=lengths)

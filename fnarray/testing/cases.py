@@ -446,6 +446,12 @@ def _attention_cases():
          scale=0.35, is_causal=True, local_window=(2, 0), has_bias=True, has_mask=True)
     case("dot_product_attention_plain", att, [f32(1, 4, 2, 4), f32(1, 19, 2, 4), f32(1, 19, 2, 4)], scale=0.5,
          is_causal=False, local_window=None, has_bias=False, has_mask=False)
+    case("dot_product_attention_kv_lengths", att, [f32(2, 3, 4, 8), f32(2, 21, 2, 8), f32(2, 21, 2, 8),
+                                                   bools(2, 1, 3, 21), np.array([0, 9], np.int32)],
+         scale=0.35, is_causal=False, local_window=None, has_bias=False, has_mask=True, has_lengths=True)
+    case("dot_product_attention_kv_lengths_causal", att, [f32(2, 3, 4, 8), f32(2, 21, 2, 8), f32(2, 21, 2, 8),
+                                                          np.array([2, 21], np.int32)],
+         scale=0.35, is_causal=True, local_window=None, has_bias=False, has_mask=False, has_lengths=True)
     case("dot_product_attention_no_keys", att, [f32(1, 3, 2, 4), f32(1, 0, 2, 4), f32(1, 0, 2, 4)], scale=0.5,
          is_causal=False, local_window=None, has_bias=False, has_mask=False)
 

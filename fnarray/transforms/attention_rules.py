@@ -6,17 +6,18 @@ decomposition computes and the fused kernel does not keep, so binding the fused 
 the forward pass twice. The tangent program is made of linear primitives, so reverse mode transposes it without a
 rule of its own here. (A FlashAttention-style
 backward that recomputes the softmax per key block is the faster path on a kernel backend; not written yet.)
-The bool mask has no tangent.
+The bool mask and the int32 key lengths have no tangent.
 
 Batching folds the mapped axis into the primitive's batch axis ``B``: every operand gets the mapped axis first
 (unmapped ones broadcast along it), ``(V, B, ...)`` becomes ``(V * B, ...)``, and the result is split back. A
-bias or mask whose batch axis is 1 stays so when it is not mapped (it broadcasts over ``V * B``).
+bias or mask whose batch axis is 1 stays so when it is not mapped (it broadcasts over ``V * B``); the key lengths
+``(B,)`` always fold to ``(V * B,)``.
 """
 
 from __future__ import annotations
 
 from fnarray.core import lax
-from fnarray.core.attention import attention_composite, dot_product_attention_p, split_operands
+from fnarray.core.attention import attention_composite, dot_product_attention_p, lengths_operand, split_operands
 from fnarray.core.avals import get_aval
 from fnarray.transforms.ad_tables import primitive_jvps
 from fnarray.transforms.batching import move_batch_dim
@@ -47,6 +48,8 @@ def dot_product_attention_batch(vals, dims, **params):
     q_shape = get_aval(vals[0]).shape
     B = [n for i, n in enumerate(q_shape) if i != dims[0]][0]   # q's own batch axis, the mapped one left out
     q, k, v, bias, mask = split_operands(list(zip(vals, dims, strict=True)), params["has_bias"], params["has_mask"])
+    pairs = list(zip(vals, dims, strict=True))
+    lengths = lengths_operand(pairs, params.get("has_lengths", False))
     folded = [_fold(x, d, size, B) for x, d in (q, k, v)]
     for extra in (bias, mask):
         if extra is None:
@@ -56,6 +59,8 @@ def dot_product_attention_batch(vals, dims, **params):
             folded.append(x)
         else:
             folded.append(_fold(x, d, size, B))
+    if lengths is not None:
+        folded.append(_fold(*lengths, size, B))
     out = dot_product_attention_p.bind(*folded, **params)
     shape = get_aval(out).shape
     return lax.reshape(out, (size, B) + shape[1:]), 0

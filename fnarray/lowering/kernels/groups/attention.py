@@ -10,7 +10,9 @@ once by ``exp(m - m')`` and the block's ``exp(logit - m')`` and ``exp(logit - m'
 row is ``o / l``, rounded once to the output dtype. This is the online softmax of Milakov & Gimelshein (2018) as
 FlashAttention (Dao et al., 2022) tiles it, one row per work item: the ``(B, N, T, S)`` logits never exist in
 memory, and a decode step (``T = 1``) with a fixed-capacity cache is one kernel per layer whatever the position.
-With a causal or window condition and no mask operand, a row walks only the keys the conditions keep.
+With a causal or window condition and no mask operand, a row walks only the keys the conditions keep; with a key
+lengths operand (``key_value_seq_lengths``) it stops at its batch element's length, a bound read at run time, so one
+compiled kernel serves a whole generation over a fixed-capacity cache and a decode step reads only the filled keys.
 
 Everything is computed in float32 (float64 for float64 inputs), as the primitive's semantics say. The running
 maximum starts at ``-finfo(float32).max``, below every logit the primitive can produce but ``-inf``, so the first
@@ -28,7 +30,7 @@ import math
 
 import numpy as np
 
-from fnarray.core.attention import MASKED_LOGIT, acc_dtype, dot_product_attention_p, split_operands
+from fnarray.core.attention import MASKED_LOGIT, acc_dtype, dot_product_attention_p, lengths_operand, split_operands
 from fnarray.core.ir import Var
 from fnarray.lowering.kernels.groups.base import contiguous_strides, Group, kernel_name, make_launch
 from fnarray.lowering.kernels.ir import BOOL, INT32, Cast, const
@@ -70,7 +72,10 @@ class AttentionGroup(Group):
         S, K = k.aval.shape[1], k.aval.shape[2]
         acc = acc_dtype(out.aval.dtype)
         b, args, tracker, _ = self._kernel_start()
-        qs, ks, vs, bs, ms = split_operands(self.input_buffers(b, args), p["has_bias"], p["has_mask"])
+        buffers = self.input_buffers(b, args)
+        qs, ks, vs, bs, ms = split_operands(buffers, p["has_bias"], p["has_mask"])
+        lengths = lengths_operand(e.inputs, p.get("has_lengths", False))
+        ls = lengths_operand(buffers, p.get("has_lengths", False))
         out_name = ctx.output(b, args, out)
         items = B * T * N
         gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
@@ -96,7 +101,12 @@ class AttentionGroup(Group):
             offsets = {name: _broadcast_offset(b, aval, bb, n, t) for name, aval in
                        ((nm, a.aval) for nm, a in extras if a is not None)}
             lg = b.array("private", acc, KEY_BLOCK, "lg")
-            lo, hi = self._key_range(b, t, S)
+            length = None
+            if lengths is not None:   # the batch element's key length, clamped to [0, S]
+                raw = b.let(b.load(ls, bb, lengths.aval.dtype), "kvn")
+                raw = select(op("lt", raw, const(S, INT32)), raw, const(S, INT32))
+                length = b.let(select(op("gt", raw, const(0, INT32)), raw, const(0, INT32)), "kvl")
+            lo, hi = self._key_range(b, t, S, length)
             with b.loop(lo, hi, const(KEY_BLOCK, INT32), hint="blk") as blk:
                 left = op("sub", hi, blk)
                 count = b.let(select(op("lt", left, const(KEY_BLOCK, INT32)), left, const(KEY_BLOCK, INT32)), "cnt")
@@ -109,7 +119,7 @@ class AttentionGroup(Group):
                     if bias is not None:
                         bidx = _key_offset(offsets[bs], bias.aval, s)
                         logit = op("add", logit, _to(b.load(bs, bidx, bias.aval.dtype), acc))
-                    keep = self._keep(b, t, s, ms, mask, offsets)
+                    keep = self._keep(b, t, s, ms, mask, offsets, length)
                     logit = b.let(logit if keep is None else select(keep, logit, const(MASKED_LOGIT, acc)), "lgt")
                     b.store(lg, j, logit, space="private")
                     b.assign(top, op("max", top, logit))
@@ -124,36 +134,59 @@ class AttentionGroup(Group):
                     o.update(lambda h, cur: op("add", cur, op("mul", w, _to(b.load(vs, op("add", vb, h), k.aval.dtype),
                                                                              acc))))
                 b.assign(m, top)
+            if length is not None and mask is not None:
+                self._removed_tail(b, m, hi, S, K, H, kv_base, vs, k.aval.dtype, acc, total, o)
             inv = b.let(op("div", const(1, acc), total), "inv")
             with b.when(inside if uniform else const(True, BOOL)):
                 o.each(lambda h, cur: b.store(out_name, op("add", row, h), _to(op("mul", cur, inv), out.aval.dtype)))
         b.name = kernel_name("attention", tracker.eqns)
         return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "attention")]
 
-    def _key_range(self, b, t, S):
+    def _key_range(self, b, t, S, length):
         """The keys ``[lo, hi)`` query ``t`` walks: all of them, or, with a causal or window condition and no mask
-        operand, only those the conditions keep (a causal prefill walks half the keys). A row the conditions empty
-        walks all keys, every one removed: the values' average, as the primitive says (with a mask operand that could
-        remove the kept keys too, every key is walked)."""
+        operand, only those the conditions keep (a causal prefill walks half the keys), and never past ``length``
+        (the run-time key length, when there is one). A row the conditions empty walks all keys, every one removed:
+        the values' average, as the primitive says. With a mask operand that could remove the kept keys too, every
+        key is walked, or the keys before ``length`` and then ``_removed_tail``."""
         p = self.eqn.params
         full = (const(0, INT32), const(S, INT32))
         if p["has_mask"] or (not p["is_causal"] and p["local_window"] is None):
-            return full
-        lo, hi = const(0, INT32), op("add", t, const(1, INT32)) if p["is_causal"] else const(S, INT32)
-        if p["local_window"] is not None:
-            left, right = p["local_window"]
-            lo = select(op("gt", op("sub", t, const(left, INT32)), const(0, INT32)), op("sub", t, const(left, INT32)),
-                        const(0, INT32))
-            stop = op("add", t, const(right + 1, INT32))
-            hi = select(op("lt", stop, hi), stop, hi)
-        hi = select(op("lt", hi, const(S, INT32)), hi, const(S, INT32))
+            if length is None:
+                return full
+            if p["has_mask"]:
+                return const(0, INT32), length
+            lo, hi = const(0, INT32), length
+        else:
+            lo, hi = const(0, INT32), op("add", t, const(1, INT32)) if p["is_causal"] else const(S, INT32)
+            if p["local_window"] is not None:
+                left, right = p["local_window"]
+                lo = select(op("gt", op("sub", t, const(left, INT32)), const(0, INT32)),
+                            op("sub", t, const(left, INT32)), const(0, INT32))
+                stop = op("add", t, const(right + 1, INT32))
+                hi = select(op("lt", stop, hi), stop, hi)
+            hi = select(op("lt", hi, const(S, INT32)), hi, const(S, INT32))
+            if length is not None:
+                hi = select(op("lt", hi, length), hi, length)
         empty = b.let(op("ge", lo, hi), "none")
         return b.let(select(empty, const(0, INT32), lo), "klo"), b.let(select(empty, const(S, INT32), hi), "khi")
 
-    def _keep(self, b, t, s, ms, mask, offsets):
-        """Whether key ``s`` stays for query ``t``: the mask operand, the causal and window conditions."""
+    def _removed_tail(self, b, m, hi, S, K, H, kv_base, vs, dtype, acc, total, o):
+        """With a mask operand and key lengths the walk stopped at the length; if it removed every key it walked (the
+        running maximum is ``MASKED_LOGIT``, each walked key weighed ``exp(0) = 1``), the keys past the length, all
+        removed, weigh 1 too: add their values so that the row averages all ``S`` values, as the primitive says."""
+        start = b.let(select(op("le", m, const(MASKED_LOGIT, acc)), hi, const(S, INT32)), "tail")
+        with b.loop(start, const(S, INT32), hint="r") as s:
+            vb = b.let(op("add", kv_base, op("mul", s, const(K * H, INT32))), "vb")
+            b.assign(total, op("add", total, const(1, acc)))
+            o.update(lambda h, cur: op("add", cur, _to(b.load(vs, op("add", vb, h), dtype), acc)))
+
+    def _keep(self, b, t, s, ms, mask, offsets, length=None):
+        """Whether key ``s`` stays for query ``t``: the mask operand, the causal and window conditions, ``s <
+        length`` (needed only when a row the conditions empty walks every key; a mask operand's walk stops at it)."""
         p = self.eqn.params
         conds = []
+        if length is not None and mask is None:
+            conds.append(op("lt", s, length))
         if mask is not None:
             conds.append(b.load(ms, _key_offset(offsets[ms], mask.aval, s), mask.aval.dtype))
         if p["is_causal"]:
