@@ -101,7 +101,11 @@ def _extra_programs():
     yield "cholesky_64", (lambda a: fa.lax.linalg.cholesky(a)), (spd,)
     yield "triangular_solve_64", (lambda a, b: fa.lax.linalg.triangular_solve(a, b, left_side=True, lower=True)), (
         np.tril(spd), _f32(64, 16, seed=1))
+    yield "triangular_solve_inline", (lambda a, b: fa.lax.linalg.triangular_solve(
+        a * 2.0, b + 1.0, left_side=False, lower=False, transpose_a=True)), (np.triu(spd)[:16, :16], _f32(8, 16))
     yield "lu_64", (lambda a: fa.lax.linalg.lu(a)), (_f32(64, 64),)
+    yield "lu_inline", (lambda a: fa.lax.linalg.lu(a * 2.0)), (_f32(2, 24, 40),)
+    yield "cholesky_inline", (lambda a: fa.lax.linalg.cholesky(a * 2.0)), (spd[:20, :20],)
     yield "qr_48", (lambda a: fa.lax.linalg.qr(a)), (_f32(48, 32),)
     yield "eigh_32", (lambda a: fa.lax.linalg.eigh(a)), (spd[:32, :32],)
     yield "svd_24", (lambda a: fa.lax.linalg.svd(a)), (_f32(24, 16),)
