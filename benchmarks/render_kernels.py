@@ -92,6 +92,18 @@ def _extra_programs():
         yield f"conv_{shape}_{k}", (lambda x, w: lax.conv(x, w, (1, 1), "SAME")), (_f32(*shape), _f32(*k, seed=1))
         yield f"conv_s2_{shape}_{k}", (lambda x, w: lax.conv(x, w, (2, 2), "VALID")), (_f32(*shape),
                                                                                       _f32(*k, seed=1))
+    for shape, k in (((8, 16, 16, 16), (16, 16, 3, 3)), ((4, 8, 12, 12), (8, 8, 5, 5))):
+        yield f"conv_weight_grad_{shape}_{k}", fa.grad(lambda w, x: fnp.sum(lax.conv(x, w, (1, 1), "SAME") ** 2)), (
+            _f32(*k, seed=1), _f32(*shape))
+        yield f"conv_input_grad_{shape}_{k}", fa.grad(lambda x, w: fnp.sum(lax.conv(x, w, (1, 1), "SAME") ** 2)), (
+            _f32(*shape), _f32(*k, seed=1))
+    yield "conv_nhwc", (lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                                              dimension_numbers=("NHWC", "HWIO", "NHWC"))), (
+        _f32(2, 20, 20, 16), _f32(3, 3, 16, 32, seed=1))
+    for dil in ((1, 1), (2, 2)):
+        yield f"conv_nhwc_weight_grad_{dil}", fa.grad(lambda w, x, dil=dil: fnp.sum(lax.conv_general_dilated(
+            x, w, (1, 1), "SAME", rhs_dilation=dil, dimension_numbers=("NHWC", "HWIO", "NHWC")) ** 2)), (
+            _f32(3, 3, 16, 32, seed=1), _f32(8, 20, 20, 16))
     yield "conv_grouped", (lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME", feature_group_count=4)), (
         _f32(2, 16, 20, 20), _f32(32, 4, 3, 3, seed=1))
     yield "conv_dilated", (lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "SAME", rhs_dilation=(2, 2))), (

@@ -476,7 +476,6 @@ class ConvGroup(Group):
         args[pname] = pack
         scalars.update(M=g.M, K=g.K, Np=np_)
         M = b.scalar("M")
-        c0 = const(0, INT32)
         cp, rp, grp = Special("global_id", 0), Special("global_id", 1), b.let(Special("group_id", 2), "grp")
         lgrp = b.let(op("add", s["l_off"], op("add", op("mul", op("mul", grp, s["bmul"]), s["l_b"]),
                                                    op("mul", op("mul", grp, s["fmul"]), s["l_f"]))), "lgrp")
@@ -489,17 +488,37 @@ class ConvGroup(Group):
         # (one bounds test, loads at constant offsets that merge).
         nfast = plans[0][2][g.lspec[0]] == 1 and g.Nout % RM == 0
         order = self._row_order(nfast, s)
+        rows = self._register_rows(b, s, rp, M, lgrp, nfast, order)
+        wbase = b.let(Cast(op("mul", op("add", op("mul", grp, b.scalar("Np")), cp),
+                              op("mul", b.scalar("K"), const(RN, INT32))), INT64), "wbase")
+        accs = [[b.var(dt, const(0, dt)) for _ in range(RN)] for _ in range(RM)]
+        if features_outer:
+            self._features_outer(b, s, lname, pname, rows, nfast, wbase, accs, dt)
+        else:
+            self._features_inner(b, s, lname, pname, rows, nfast, wbase, accs, dt, lf)
+        self._register_store(b, em, args, s, M, order, accs, dt, cp, rp, grp)
+        b.name = kernel_name("conv_reg", tracker.eqns)
+        main = make_launch(b, args, scalars, (np_, mp, g.Gt), (wx, wy, 1), tracker.eqns, "conv", fixed_local=True)
+        return [pack_launch, main]
+
+    @staticmethod
+    def _register_rows(b, s, rp, M, lgrp, nfast, order):
+        """``(input offset, positions)`` of the work item's ``RM`` output rows (a row past the end at row 0)."""
         rows = []
         for i in range(RM):
             gm = b.let(op("add", op("mul", rp, const(RM, INT32)), const(i, INT32)), "gm")
             if nfast and i:
                 rows.append((op("add", rows[0][0], const(i, INT32)), rows[0][1]))
                 continue
-            n, ys = order(_decode(b, b.let(select(op("lt", gm, M), gm, c0)), order.sizes, "m"))
+            n, ys = order(_decode(b, b.let(select(op("lt", gm, M), gm, const(0, INT32))), order.sizes, "m"))
             rows.append((b.let(op("add", lgrp, op("mul", n, s["l_b"])), "lrow"), ys))
-        wbase = b.let(Cast(op("mul", op("add", op("mul", grp, b.scalar("Np")), cp),
-                              op("mul", b.scalar("K"), const(RN, INT32))), INT64), "wbase")
-        accs = [[b.var(dt, const(0, dt)) for _ in range(RN)] for _ in range(RM)]
+        return rows
+
+    def _features_inner(self, b, s, lname, pname, rows, nfast, wbase, accs, dt, lf):
+        """The register kernel's contraction with the input features innermost: a loop per window dimension
+        (each row's bounds tested), then the features, ``UK`` per step and a tail one by one."""
+        g = self.geo
+        c0 = const(0, INT32)
         cmain = g.Cg // UK * UK
 
         def taps(d, bases, oks, t):
@@ -537,10 +556,10 @@ class ConvGroup(Group):
                 with b.loop(const(cmain, INT32), const(g.Cg, INT32)) as c:
                     step(c, 1)
 
-        if features_outer:
-            self._features_outer(b, s, lname, pname, rows, nfast, wbase, accs, dt)
-        else:
-            taps(0, [r[0] for r in rows], [None] * RM, c0)
+        taps(0, [r[0] for r in rows], [None] * RM, c0)
+
+    def _register_store(self, b, em, args, s, M, order, accs, dt, cp, rp, grp):
+        """The register tile's results (those inside the output) through the epilogue."""
         row0 = b.let(op("mul", rp, const(RM, INT32)), "row0")
         col0 = b.let(op("mul", cp, const(RN, INT32)), "col0")
         ogrp = b.let(op("mul", grp, s["Og"]), "ogrp")
@@ -550,9 +569,6 @@ class ConvGroup(Group):
             with b.when(op("land", op("lt", gm, M), op("lt", gj, s["Og"]))):
                 n, ys = order(_decode(b, gm, order.sizes, "m"))
                 self._finish(b, em, args, s, n, b.let(op("add", ogrp, gj), "oc"), ys, v)
-        b.name = kernel_name("conv_reg", tracker.eqns)
-        main = make_launch(b, args, scalars, (np_, mp, g.Gt), (wx, wy, 1), tracker.eqns, "conv", fixed_local=True)
-        return [pack_launch, main]
 
     def _features_outer(self, b, s, lname, pname, rows, nfast, wbase, accs, dt):
         """The register kernel's contraction with the input features outermost: for each feature, the window
@@ -568,16 +584,14 @@ class ConvGroup(Group):
         ksizes = [s[f"k{d}"] for d in range(g.nsp)]
         win = b.let(_window_size(ksizes), "win")
 
-        def positions(d, w, bases, oks):
-            return self._row_positions(b, s, rows, nfast, d, w, bases, oks)
-
         def step(w, width, bases, oks, t):
             # k = (feature, window position): the packed weights of positions t + w + u (t: the feature's
             # first k and the outer window dimensions' share).
             wk = b.let(op("add", wbase, Cast(op("mul", op("add", t, w), const(RN, INT32)), INT64)))
             addrs = []
             for u in range(width):
-                nb, no = positions(last, op("add", w, const(u, INT32)) if u else w, bases, oks)
+                nb, no = self._row_positions(b, s, rows, nfast, last, op("add", w, const(u, INT32)) if u else w,
+                                             bases, oks)
                 row = []
                 for i in range(RM):
                     if nfast and i:
@@ -608,7 +622,7 @@ class ConvGroup(Group):
                     step(w, 1, bases, oks, tl)
                 return
             with b.loop(c0, ksizes[d]) as w:
-                nb, no = positions(d, w, bases, oks)
+                nb, no = self._row_positions(b, s, rows, nfast, d, w, bases, oks)
                 taps(d + 1, nb, no, b.let(op("add", op("mul", t, ksizes[d]), w)) if d else w, ck)
 
         with b.loop(c0, s["Cg"]) as c:
