@@ -76,9 +76,22 @@ def _f32(*shape, seed=0):
     return np.random.default_rng(seed).uniform(-2, 2, shape).astype(np.float32)
 
 
+def _long_chain(x, y):
+    """An elementwise chain whose inlined expression trees pass the scheduler's cost limit."""
+    for _ in range(8):
+        x = fnp.sin(x) * fnp.cos(y) + fnp.exp(x * 0.1)
+        y = fnp.tanh(x + y) * x
+    return x + fnp.sum(y, axis=0, keepdims=True)
+
+
 def _extra_programs():
     """Programs larger than the parity cases: tiled matmuls and convolutions, long FFTs, linalg, sorts."""
     lax = fa.lax
+    yield "long_chain", _long_chain, (_f32(64, 64), _f32(64, 64, seed=1))
+    yield "expensive_broadcast", (lambda x, y: fnp.exp(fnp.sin(x))[:, None] * y + fnp.log(fnp.sum(x))), (
+        _f32(64), _f32(64, 64, seed=1))
+    yield "many_inputs", (lambda *xs: sum(fnp.sin(x) * i for i, x in enumerate(xs))), tuple(
+        _f32(300, seed=i) for i in range(12))
     yield "matmul_256", (lambda a, b: a @ b), (_f32(256, 256), _f32(256, 256, seed=1))
     yield "matmul_bias_relu", (lambda a, b, c: fnp.maximum(a @ b + c, 0.0)), (_f32(128, 96), _f32(96, 64),
                                                                                _f32(64))
