@@ -276,20 +276,37 @@ def _onnx_missing(prim) -> str:
     return "none (export raises naming it)"
 
 
-def _rule_where(fn, label, table, prim) -> str:
-    """``name  path:line`` of a rule: its own definition, or for a rule made by a helper (``is_generic``) the
-    line that registered it for ``prim`` (``_rule_sites``), with the helper named."""
+def _rule_where(fn, label, table, prim) -> list:
+    """The lines ``name  path:line`` of a rule: its own definition, or for a rule made by a helper (``is_generic``)
+    the line that registered it for ``prim`` (``_rule_sites``), with the helper named. A rule a family hook gave
+    every member is shown at the primitive's definition (which put it in the family), the hook on a second line;
+    the kernel element rule of a primitive that is one math function at its kernel fact (``kernels/facts.py``)."""
     from fnarray._rule_sites import is_generic, sites
     name = getattr(inspect.unwrap(fn) if not isinstance(fn, functools.partial) else fn.func, "__name__", "?")
-    if table is not None and is_generic(fn, table):
-        site = sites().get(label, {}).get(prim.name)
-        if site is not None:
-            return f"{name}, registered  {site}"
-    return f"{name}  {_where(fn)}"
+    if table is None or not is_generic(fn, table):
+        return [f"{name}  {_where(fn)}"]
+    site = sites().get(label, {}).get(prim.name)
+    if label == "fnarray.lowering.kernels.rules.ELEMENTWISE":
+        from fnarray.lowering.kernels import facts
+        func = facts.funcs().get(prim)
+        if func is not None:
+            name = f"math function {func} (kernel fact)"
+            site = sites().get("fnarray.lowering.kernels.facts.FACTS", {}).get(prim.name, site)
+    if site is None:
+        return [f"{name}  {_where(fn)}"]
+    if site.startswith("hook "):
+        defined = sites().get("fnarray.core.primitives.PRIMITIVES", {}).get(prim.name)
+        if defined is not None:
+            return [f"{name}, from its family ({prim.kind})  {defined}",
+                    f"{'':<62}   via on_family  {site.removeprefix('hook ')}"]
+        site = site.removeprefix("hook ")
+    return [f"{name}, registered  {site}"]
 
 
-def _parts(fn):
-    """The per-operand functions a family helper closes over (``defjvp``'s ``jvp_fns``...), if any."""
+def _parts(fn, depth=0):
+    """The per-operand functions a family helper closes over (``defjvp``'s ``jvp_fns``...), if any; through a
+    closure that a helper made (``_unary``'s ``jvp``), the functions it closes over: the ones written for the
+    primitive, not the helper's body."""
     try:
         nonlocals = inspect.getclosurevars(fn).nonlocals
     except (TypeError, ValueError):
@@ -297,9 +314,31 @@ def _parts(fn):
     parts = []
     for v in nonlocals.values():
         for f in (v if isinstance(v, tuple) else (v,)):
-            if inspect.isfunction(f) and f is not fn and f.__module__.startswith("fnarray"):
+            if not (inspect.isfunction(f) and f is not fn and f.__module__.startswith("fnarray")):
+                continue
+            if f.__closure__ and "<locals>" in f.__qualname__ and depth < 3:
+                parts.extend(_parts(f, depth + 1))
+            else:
                 parts.append(f)
     return parts
+
+
+def rule_lines(prim) -> list:
+    """``describe``'s lines for every rule registered for ``prim``: the table, the rule and where it is defined
+    for ``prim`` (``path:line``), a helper's parts and a family hook on lines of their own (``via``)."""
+    _tables()
+    lines = []
+    for what, fn, label, table in _table_rules(prim):
+        if isinstance(fn, str):
+            lines.append(f"  {what:<62} {fn}")
+            continue
+        first, *more = _rule_where(fn, label, table, prim)
+        lines.append(f"  {what:<62} {first}")
+        lines.extend(f"  {m}" for m in more)
+        for part in _parts(fn) if what == "JVP" else ():
+            if not first.endswith(_where(part)):   # a lambda on the registration line: shown already
+                lines.append(f"  {'':<62}   via {part.__name__}  {_where(part)}")
+    return lines
 
 
 def describe(name: str) -> str:
@@ -311,14 +350,7 @@ def describe(name: str) -> str:
     _tables()
     lines = [f"{prim.name}  (family: {prim.kind}{', multiple results' if prim.multiple_results else ''})", ""]
     lines.append("semantics: " + (prim.doc or "(no documented semantics beyond the shape/dtype rule)"))
-    lines += ["", "rules:"]
-    for what, fn, label, table in _table_rules(prim):
-        if isinstance(fn, str):
-            lines.append(f"  {what:<62} {fn}")
-            continue
-        lines.append(f"  {what:<62} {_rule_where(fn, label, table, prim)}")
-        for part in _parts(fn) if what == "JVP" else ():
-            lines.append(f"  {'':<62}   via {part.__name__}  {_where(part)}")
+    lines += ["", "rules:"] + rule_lines(prim)
     from fnarray.testing.cases import CASES
     names = [c[0] for c in CASES if c[1] is prim]
     lines.append(f"  {'parity cases (testing/cases.py)':<62} {', '.join(names) if names else '(none)'}")

@@ -52,6 +52,13 @@ TABLES = (
 )
 
 
+#: Tables watched besides ``TABLES``, with the write that counts: the kernel facts (the element rule of a
+#: primitive that is one math function is made by a loop over ``facts.funcs()``; the fact's line names it).
+WATCHED = (("fnarray.lowering.kernels.facts", "FACTS", "_made_a_function"),)
+
+_FAMILIES = os.path.join(_ROOT, "fnarray", "core", "families.py")
+
+
 def table(mod, attr, filled_by=None):
     """The finished table ``mod.attr`` (importing ``filled_by`` first); ``ImportError`` where an optional
     backend's library is missing."""
@@ -99,25 +106,26 @@ def sites() -> dict:
 # ------------------------------------------------------------------------------ inside the recording interpreter
 
 class _Recording(dict):
-    """A rule table that notes, for each key set, the ``fnarray`` frames that set it (innermost first)."""
+    """A rule table that notes, for each key set, the ``fnarray`` frames that set it (innermost first) and the value
+    set, every time (``history``)."""
 
     def __init__(self, *args, first=None):
         super().__init__(*args)
-        self.stacks = {k: [first] if first else [] for k in self}
+        self.history = {k: [([first] if first else [], v)] for k, v in self.items()}
 
     def __setitem__(self, key, value):
-        self.stacks[key] = _stack()
+        self.history.setdefault(key, []).append((_stack(), value))
         super().__setitem__(key, value)
 
     def update(self, *args, **kwargs):
         stack = _stack()
-        for key in dict(*args, **kwargs):
-            self.stacks[key] = stack
+        for key, value in dict(*args, **kwargs).items():
+            self.history.setdefault(key, []).append((stack, value))
         super().update(*args, **kwargs)
 
     def setdefault(self, key, default=None):
         if key not in self:
-            self.stacks[key] = _stack()
+            self.history.setdefault(key, []).append((_stack(), default))
         return super().setdefault(key, default)
 
 
@@ -154,7 +162,7 @@ def _watch(names):
 
 
 def _record_main():
-    sys.settrace(_watch({attr for _, _, attr, _ in TABLES}))
+    sys.settrace(_watch({attr for _, _, attr, _ in TABLES} | {attr for _, attr, _ in WATCHED}))
     try:
         import fnarray  # noqa: F401
         import fnarray.export  # noqa: F401  (the ONNX rules)
@@ -164,32 +172,63 @@ def _record_main():
                 tables[f"{mod}.{attr}"] = table(mod, attr, filled_by)
             except Exception:  # noqa: BLE001 (an optional backend's library is missing)
                 continue
+        for mod, attr, _ in WATCHED:
+            tables[f"{mod}.{attr}"] = table(mod, attr)
     finally:
         sys.settrace(None)
+    picks = {f"{mod}.{attr}": globals()[pick] for mod, attr, pick in WATCHED}
     out = {}
     for label, t in tables.items():
         if isinstance(t, _Recording):
-            out[label] = _choose(t)
+            out[label] = _choose(t, picks.get(label))
     print(json.dumps(out))
 
 
-def _choose(table) -> dict:
-    """``{primitive name: "path:line"}``: the registration line of each key (module docstring)."""
+def _choose(table, pick=None) -> dict:
+    """``{primitive name: "path:line"}``: the registration line of each key (module docstring); ``"hook path:line"``
+    where a family hook (``families.on_family``) registered it for every member at once (the caller reports the
+    primitive's definition, which put it in the family). ``pick(history)`` chooses the write of a key that
+    counts (default: ``_last_definition``)."""
+    stacks = {k: (pick or _last_definition)(h) for k, h in table.history.items() if h}
     sets: dict = {}
-    for key, stack in table.stacks.items():
+    for key, stack in stacks.items():
         for site in set(stack):
             sets.setdefault(site, set()).add(key)
     out = {}
-    for key, stack in table.stacks.items():
+    for key, stack in stacks.items():
         name = key if isinstance(key, str) else getattr(key, "name", None)
         if not isinstance(name, str) or not stack:
             continue
         site = next((s for s in stack if len(sets[s]) == 1), None)
+        hook = site is None and any(s[0] == _FAMILIES for s in stack)
         if site is None:
             site = stack[-1]
-            site = (site[0], _loop_element(site[0], site[1], key) or site[1])
-        out[name] = f"{os.path.relpath(site[0], _ROOT)}:{site[1]}"
+            site = _loop_element(site[0], site[1], key) or site
+        out[name] = ("hook " if hook else "") + f"{os.path.relpath(site[0], _ROOT)}:{site[1]}"
     return out
+
+
+def _last_definition(history):
+    """The stack of the last write that defined a key's rule: a write of a wrapper of the value before it
+    (``functools.wraps``, e.g. the jax backend's float8 upcast around its float rules) keeps the earlier line."""
+    chosen, before = history[-1][0], None
+    for stack, value in history:
+        if before is None or getattr(value, "__wrapped__", None) is not before:
+            chosen = stack
+        before = value
+    return chosen
+
+
+def _made_a_function(history):
+    """The stack of the write that made a kernel fact a math function (``emit="func"``), else of the last write."""
+    before = None
+    chosen = history[-1][0]
+    for stack, value in history:
+        func = getattr(value, "func", None)
+        if func is not None and func != before:
+            chosen = stack
+        before = func
+    return chosen
 
 
 @functools.lru_cache(maxsize=None)
@@ -199,22 +238,56 @@ def _parsed(path):
 
 
 def _loop_element(path, line, key):
-    """The line of the element naming ``key`` in the literal tuple or list that the ``for`` loop around
-    ``line`` runs over (``for p, name in ((P.exp, "exp"), ...)``), or ``None``."""
-    module = next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == path), None)
+    """``(path, line)`` of the element naming ``key`` in the literal that the ``for`` loop around ``line`` runs
+    over (``for p, name in ((P.exp, "exp"), ...)``; a dict literal's keys, ``.items()``/``.keys()`` of one; a
+    module-level name bound to such a literal, here or in the module it is imported from), or ``None``."""
+    module = _module_of(path)
     if module is None:
         return None
-    loops = [n for n in ast.walk(_parsed(path)) if isinstance(n, ast.For) and n.lineno < line <= n.end_lineno
-             and isinstance(n.iter, (ast.Tuple, ast.List))]
+    loops = [n for n in ast.walk(_parsed(path)) if isinstance(n, ast.For) and n.lineno < line <= n.end_lineno]
     for loop in sorted(loops, key=lambda n: -n.lineno):  # the innermost first
-        for elt in loop.iter.elts:
+        for elt_path, elt, elt_module in _literal_elements(path, module, loop.iter):
             try:
-                value = eval(compile(ast.Expression(elt), path, "eval"), vars(module))  # noqa: S307 (our source)
+                value = eval(compile(ast.Expression(elt), elt_path, "eval"), vars(elt_module))  # noqa: S307 (our source)
             except Exception:  # noqa: BLE001 (an element that needs the loop's variables)
                 continue
             if value is key or (isinstance(value, tuple) and any(v is key for v in value)):
-                return elt.lineno
+                return elt_path, elt.lineno
     return None
+
+
+def _module_of(path):
+    return next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == path), None)
+
+
+def _literal_elements(path, module, node, depth=0):
+    """``[(path, element node, module)]`` of the literal that ``node`` (a loop's iterable) evaluates from."""
+    if depth > 4:
+        return []
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [(path, e, module) for e in node.elts]
+    if isinstance(node, ast.Dict):
+        return [(path, k, module) for k in node.keys if k is not None]
+    if isinstance(node, ast.Call) and not node.keywords:
+        f = node.func
+        if isinstance(f, ast.Attribute) and f.attr in ("items", "keys") and not node.args:
+            return _literal_elements(path, module, f.value, depth + 1)
+        if isinstance(f, ast.Name) and f.id in ("tuple", "list", "set", "frozenset", "sorted") and len(node.args) == 1:
+            return _literal_elements(path, module, node.args[0], depth + 1)
+    if isinstance(node, ast.Name):
+        for stmt in _parsed(path).body:
+            if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in stmt.targets):
+                return _literal_elements(path, module, stmt.value, depth + 1)
+            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == node.id:
+                return _literal_elements(path, module, stmt.value, depth + 1) if stmt.value else []
+            if isinstance(stmt, ast.ImportFrom) and stmt.module and not stmt.level:
+                for a in stmt.names:
+                    if (a.asname or a.name) == node.id and stmt.module in sys.modules:
+                        other = sys.modules[stmt.module]
+                        opath = getattr(other, "__file__", None)
+                        if opath and opath.startswith(os.path.join(_ROOT, "fnarray")):
+                            return _literal_elements(opath, other, ast.Name(a.name), depth + 1)
+    return []
 
 
 if __name__ == "__record__":

@@ -183,3 +183,66 @@ def test_expected_fallbacks_are_printed(capsys):
                 dev.backend, prim, dt, out)
         if not table:
             assert any(line.startswith(dev.backend) and "none" in line for line in lines), out
+
+
+#: ``(primitive, rule table)`` whose reported line may name neither the primitive nor the rule, with the reason.
+#: Keep it short: a rule that a helper registers for its primitive is reported at a line that names it.
+_SITE_EXCEPTIONS: dict = {}
+
+_LOCATION = re.compile(r"(fnarray/[\w/]+\.py):(\d+)")
+_GENERIC_NAMES = {"rule", "<lambda>", "factory", "f", "?", "impl", "lower"}
+
+
+def _module_namespace(path):
+    import importlib
+    name = path.removesuffix(".py").replace("/", ".").removesuffix(".__init__")
+    try:
+        return vars(importlib.import_module(name))
+    except Exception:  # noqa: BLE001 (an optional backend's module)
+        return {}
+
+
+def _line_names(prim, rule, path, text):
+    """Whether ``text`` (line of ``path``) names ``prim`` (its name, ``P.name``, ``name_p``, or an identifier of
+    that module bound to the primitive itself) or the rule ``rule``."""
+    base = re.escape(prim.name.removesuffix("_p"))
+    if re.search(rf"(?<![\w]){base}(_p)?(?![\w])", text):
+        return True
+    if rule not in _GENERIC_NAMES and re.search(rf"(?<![\w]){re.escape(rule)}(?![\w])", text):
+        return True
+    ns = _module_namespace(path)
+    return any(ns.get(ident) is prim for ident in re.findall(r"[A-Za-z_]\w*", text))
+
+
+def test_every_rule_location_names_its_primitive_or_its_rule():
+    """Every ``path:line`` that ``python -m fnarray primitives NAME`` reports for a rule points at a line that
+    names the primitive (or an alias bound to it) or the rule: the rule's definition or the line that
+    registered it for this primitive, never a helper's body or a loop over many primitives."""
+    bad = []
+    for prim in PRIMITIVES.values():
+        labels = [r[0] for r in cmd._table_rules(prim)]
+        what = None
+        for entry in cmd.rule_lines(prim):
+            rest = entry.strip()
+            label = next((w for w in labels if rest.startswith(w)), None)
+            if label is not None:
+                what, rest = label, rest[len(label):].strip()
+            m = _LOCATION.search(entry)
+            if m is None or (prim.name, what) in _SITE_EXCEPTIONS:
+                continue
+            path, line = m.groups()
+            with open(os.path.join(_ROOT, path)) as f:
+                text = f.readlines()[int(line) - 1]
+            rule = rest.split()[1] if rest.startswith("via ") else re.split(r"[,\s]", rest)[0]
+            if not _line_names(prim, rule, path, text):
+                bad.append(f"{prim.name} / {what}: {path}:{line} reads {text.strip()!r}")
+    assert not bad, "rule locations that name neither the primitive nor its rule:\n  " + "\n  ".join(bad)
+
+
+def test_the_onnx_export_rule_is_listed_beside_the_backends_for_every_primitive():
+    for prim in PRIMITIVES.values():
+        lines = cmd.rule_lines(prim)
+        onnx = [e for e in lines if e.strip().startswith("ONNX export")]
+        assert len(onnx) == 1, (prim.name, lines)
+        backend_rows = [i for i, e in enumerate(lines) if re.match(r"\s*(numpy reference|jax|mlx|kernel)", e)]
+        assert not backend_rows or lines.index(onnx[0]) > max(backend_rows), (prim.name, lines)

@@ -888,6 +888,42 @@ def vmap(fun, in_axes=0, out_axes=0, axis_size=None, axis_name=None, spmd_axis_n
         >>> fa.vmap(lambda a, b: a @ b, in_axes=(0, None))(fnp.ones((5, 2, 3)), fnp.ones((3,))).shape
         (5, 2)
     """
+    in_axes = _checked_vmap_options(fun, in_axes, out_axes, axis_size, axis_name, spmd_axis_name)
+
+    @functools.wraps(fun, updated=())
+    def vmapped(*args, **kwargs):
+        leaves_info, flat, axes = _mapped_leaves(fun, in_axes, args, kwargs)
+        size = _common_size(leaves_info, flat, axes, axis_size)
+        return _batched_call(fun, args, kwargs, flat, axes, size, axis_name, out_axes)
+
+    return vmapped
+
+
+def _batched_call(fun, args, kwargs, flat, axes, size, axis_name, out_axes):
+    """``fun`` called on batch tracers of the argument leaves ``flat`` (mapped over ``axes``, ``size``
+    examples), its outputs moved to ``out_axes``."""
+    with _named_main(size, axis_name) as main:
+        trace = BatchTrace(main)
+        tracers = [x if ax is None else BatchTracer(trace, x, ax) for x, ax in zip(flat, axes, strict=True)]
+        it = iter(tracers)
+        n_pos = sum(len(tree_util.tree_leaves(a)) for a in args)
+        pos_leaves = [next(it) for _ in range(n_pos)]
+        kw_leaves = list(it)
+        new_args = tree_util.tree_unflatten(tree_util.tree_structure(tuple(args)), pos_leaves)
+        new_kwargs = tree_util.tree_unflatten(tree_util.tree_structure(kwargs), kw_leaves)
+        out = fun(*new_args, **new_kwargs)
+        out_info = []
+        _broadcast_prefix(out_axes, out, "the output", "out_axes", out_info)
+        results = []
+        for name, leaf, ax in out_info:
+            t = trace.full_raise(leaf)
+            results.append(_place_output(t.val, t.batch_dim, ax, size, name))
+    return tree_util.tree_unflatten(tree_util.tree_structure(out), results)
+
+
+def _checked_vmap_options(fun, in_axes, out_axes, axis_size, axis_name, spmd_axis_name):
+    """``vmap``'s options checked (the errors its docstring lists); returns ``in_axes`` (a top-level list as a
+    tuple, as JAX)."""
     if not callable(fun):
         raise TypeError(f"vmap needs a callable, got {type(fun).__name__}")
     if isinstance(in_axes, list):  # as JAX: a top-level list means a tuple (one entry per argument)
@@ -904,60 +940,41 @@ def vmap(fun, in_axes=0, out_axes=0, axis_size=None, axis_name=None, spmd_axis_n
                                   "fnarray.shard_map or jit(in_shardings=...) instead")
     if axis_name is not None:
         hash(axis_name)  # TypeError for an unhashable name, as jax.vmap
+    return in_axes
 
-    @functools.wraps(fun, updated=())
-    def vmapped(*args, **kwargs):
-        leaves_info = []  # (name, leaf, axis)
-        names = _arg_names(fun, len(args))
-        if isinstance(in_axes, tuple):
-            if len(in_axes) != len(args):
-                raise ValueError(f"vmap in_axes is a tuple of {len(in_axes)} entries, {in_axes!r}, but the "
-                                 f"function was called with {len(args)} positional arguments; give one "
-                                 "entry per positional argument (or a single int or None for all)")
-            for name, spec, a in zip(names, in_axes, args, strict=True):
-                _broadcast_prefix(spec, a, name, "in_axes", leaves_info)
-        else:
-            for name, a in zip(names, args, strict=True):
-                _broadcast_prefix(in_axes, a, name, "in_axes", leaves_info)
-        for k, v in kwargs.items():
-            _broadcast_prefix(0, v, f"keyword argument {k}", "in_axes", leaves_info)
 
-        flat, axes = [], []
-        for name, leaf, ax in leaves_info:
-            leaf = _to_array(leaf)
-            if ax is not None:
-                shape = _shape_of_leaf(leaf, name)
-                if not -len(shape) <= ax < len(shape):
-                    raise ShapeError(
-                        f"vmap in_axes asks to map {name} over axis {ax}, but it has shape {shape} "
-                        f"(rank {len(shape)}), so the axis must be in [{-len(shape)}, {len(shape)}); "
-                        "choose an axis it has, or None to not map it")
-                ax = ax % len(shape)
-            flat.append(leaf)
-            axes.append(ax)
-        size = _common_size(leaves_info, flat, axes, axis_size)
-
-        with _named_main(size, axis_name) as main:
-            trace = BatchTrace(main)
-            tracers = [x if ax is None else BatchTracer(trace, x, ax) for x, ax in zip(flat, axes, strict=True)]
-            it = iter(tracers)
-            n_pos = sum(len(tree_util.tree_leaves(a)) for a in args)
-            pos_leaves = [next(it) for _ in range(n_pos)]
-            kw_leaves = list(it)
-            pos_tree = tree_util.tree_structure(tuple(args))
-            kw_tree = tree_util.tree_structure(kwargs)
-            new_args = tree_util.tree_unflatten(pos_tree, pos_leaves)
-            new_kwargs = tree_util.tree_unflatten(kw_tree, kw_leaves)
-            out = fun(*new_args, **new_kwargs)
-            out_info = []
-            _broadcast_prefix(out_axes, out, "the output", "out_axes", out_info)
-            results = []
-            for name, leaf, ax in out_info:
-                t = trace.full_raise(leaf)
-                results.append(_place_output(t.val, t.batch_dim, ax, size, name))
-        return tree_util.tree_unflatten(tree_util.tree_structure(out), results)
-
-    return vmapped
+def _mapped_leaves(fun, in_axes, args, kwargs):
+    """``(leaves_info, flat, axes)``: ``(name, leaf, axis)`` of every argument leaf by ``in_axes`` (keyword
+    arguments over axis 0), the leaves as arrays and their axes made non-negative (``ShapeError`` for an axis
+    the leaf does not have)."""
+    leaves_info = []  # (name, leaf, axis)
+    names = _arg_names(fun, len(args))
+    if isinstance(in_axes, tuple):
+        if len(in_axes) != len(args):
+            raise ValueError(f"vmap in_axes is a tuple of {len(in_axes)} entries, {in_axes!r}, but the "
+                             f"function was called with {len(args)} positional arguments; give one "
+                             "entry per positional argument (or a single int or None for all)")
+        for name, spec, a in zip(names, in_axes, args, strict=True):
+            _broadcast_prefix(spec, a, name, "in_axes", leaves_info)
+    else:
+        for name, a in zip(names, args, strict=True):
+            _broadcast_prefix(in_axes, a, name, "in_axes", leaves_info)
+    for k, v in kwargs.items():
+        _broadcast_prefix(0, v, f"keyword argument {k}", "in_axes", leaves_info)
+    flat, axes = [], []
+    for name, leaf, ax in leaves_info:
+        leaf = _to_array(leaf)
+        if ax is not None:
+            shape = _shape_of_leaf(leaf, name)
+            if not -len(shape) <= ax < len(shape):
+                raise ShapeError(
+                    f"vmap in_axes asks to map {name} over axis {ax}, but it has shape {shape} "
+                    f"(rank {len(shape)}), so the axis must be in [{-len(shape)}, {len(shape)}); "
+                    "choose an axis it has, or None to not map it")
+            ax = ax % len(shape)
+        flat.append(leaf)
+        axes.append(ax)
+    return leaves_info, flat, axes
 
 
 def _shape_of_leaf(leaf, name):

@@ -429,42 +429,55 @@ def shard_map(f=None, /, *, out_specs, in_specs=Infer, mesh=None, check_vma=True
         specs = [check_spec(s, mesh, get_aval(x).shape, "shard_map in_specs") for s, x in zip(specs, leaves,
                                                                                              strict=True)]
         local = [local_aval(get_aval(x), s, mesh) for x, s in zip(leaves, specs, strict=True)]
-        store = {}
-
-        def flat_body(*xs):
-            out = f(*tree_util.tree_unflatten(in_tree, list(xs)))
-            o_leaves, o_tree = tree_util.tree_flatten(out)
-            store["tree"], store["out"] = o_tree, out
-            return [x if isinstance(x, Array) else asarray(x) for x in o_leaves]
-
-        with mesh_axes(mesh):
-            program, consts = trace_to_program(flat_body, local, debug_name=getattr(f, "__name__", "shard_map"))
-        program = consts_as_inputs(program)
-        o_tree = store["tree"]
-        out_struct = tree_util.tree_unflatten(o_tree, [0] * o_tree.num_leaves)
-        o_specs = _spec_leaves(tuple(out_specs) if isinstance(out_specs, list) else out_specs, out_struct,
-                               "out_specs")
-        o_specs = [check_spec(s, mesh, None, "shard_map out_specs") for s in o_specs]
+        flat_body, program, consts, o_tree, o_specs = _trace_body(f, in_tree, local, mesh, out_specs)
         c_specs = [PartitionSpec()] * len(consts)
         if check_vma:
             names = [f"output {i}" for i in range(len(o_specs))]
             _check_vma(program, c_specs + specs, o_specs, names)
-        if mesh.impl.binds_shard_map(mesh):
-            # Concrete inputs elsewhere (a NumPy value, an array on numpy:0) are placed on the mesh first, as
-            # jax.shard_map places its inputs; traced ones are where their jit runs. (On mlx over processes,
-            # an mlx array that is not global is a full value, split by the shard_map rule: mlx_spmd.)
-            leaves = [x if isinstance(x, Tracer) or getattr(x, "device", None) is not None and
-                      x.device.backend == mesh.backend else device_put(x, NamedSharding(mesh, s))
-                      for x, s in zip(leaves, specs, strict=True)]
-            outs = shard_map_p.bind(*on_mesh(consts, c_specs, mesh), *leaves, program=program, mesh=mesh,
-                                    in_specs=tuple(c_specs + specs), out_specs=tuple(o_specs))
-        elif mesh.size == 1:
-            outs = _as_named_vmap(flat_body, mesh, leaves)
-        else:  # pragma: no cover - Mesh refuses larger meshes on these backends
-            raise FnArrayError(f"shard_map over {mesh!r}: the {mesh.backend} backend cannot run it")
+        outs = _run_on_mesh(flat_body, program, consts, leaves, c_specs, specs, o_specs, mesh)
         return tree_util.tree_unflatten(o_tree, list(outs))
 
     return mapped
+
+
+def _trace_body(f, in_tree, local, mesh, out_specs):
+    """``f`` traced on shards of avals ``local`` with the mesh axes bound: ``(flat_body, program, consts,
+    output tree, output specs)``."""
+    from fnarray.core.avals import asarray
+    store = {}
+
+    def flat_body(*xs):
+        out = f(*tree_util.tree_unflatten(in_tree, list(xs)))
+        o_leaves, o_tree = tree_util.tree_flatten(out)
+        store["tree"], store["out"] = o_tree, out
+        return [x if isinstance(x, Array) else asarray(x) for x in o_leaves]
+
+    with mesh_axes(mesh):
+        program, consts = trace_to_program(flat_body, local, debug_name=getattr(f, "__name__", "shard_map"))
+    program = consts_as_inputs(program)
+    o_tree = store["tree"]
+    out_struct = tree_util.tree_unflatten(o_tree, [0] * o_tree.num_leaves)
+    o_specs = _spec_leaves(tuple(out_specs) if isinstance(out_specs, list) else out_specs, out_struct, "out_specs")
+    o_specs = [check_spec(s, mesh, None, "shard_map out_specs") for s in o_specs]
+    return flat_body, program, consts, o_tree, o_specs
+
+
+def _run_on_mesh(flat_body, program, consts, leaves, c_specs, specs, o_specs, mesh):
+    """The traced body run over ``mesh``: one ``shard_map_p`` equation on jax (and mlx over processes), a named
+    vmap over a one-device mesh."""
+    if mesh.impl.binds_shard_map(mesh):
+        # Concrete inputs elsewhere (a NumPy value, an array on numpy:0) are placed on the mesh first, as
+        # jax.shard_map places its inputs; traced ones are where their jit runs. (On mlx over processes,
+        # an mlx array that is not global is a full value, split by the shard_map rule: mlx_spmd.)
+        leaves = [x if isinstance(x, Tracer) or getattr(x, "device", None) is not None and
+                  x.device.backend == mesh.backend else device_put(x, NamedSharding(mesh, s))
+                  for x, s in zip(leaves, specs, strict=True)]
+        return shard_map_p.bind(*on_mesh(consts, c_specs, mesh), *leaves, program=program, mesh=mesh,
+                                in_specs=tuple(c_specs + specs), out_specs=tuple(o_specs))
+    if mesh.size == 1:
+        return _as_named_vmap(flat_body, mesh, leaves)
+    # Not reached: Mesh refuses larger meshes on the other backends.  # pragma: no cover
+    raise FnArrayError(f"shard_map over {mesh!r}: the {mesh.backend} backend cannot run it")
 
 
 def on_mesh(values, specs, mesh) -> list:

@@ -33,26 +33,10 @@ def backward_pass(program: Program, args, cts_out):
     Returns: the cotangents of the linear inputs, in order (``Zero`` where none flowed).
     """
     inputs = list(program.constvars) + list(program.invars)
-    primal_env, linear = {}, set()
-    for v, a in zip(inputs, args, strict=True):
-        if isinstance(a, UndefinedPrimal):
-            linear.add(v)
-        else:
-            primal_env[v] = a
+    primal_env, linear, lin_eqns = _forward_nonlinear(program, inputs, args)
 
     def read(a):
         return literal_value(a) if isinstance(a, Literal) else primal_env[a]
-
-    lin_eqns = []
-    for e in program.eqns:
-        if any(isinstance(a, Var) and a in linear for a in e.inputs):
-            lin_eqns.append(e)
-            linear.update(e.outputs)
-        else:
-            outs = e.primitive.bind(*[read(a) for a in e.inputs], **e.params)
-            outs = outs if e.primitive.multiple_results else [outs]
-            for v, o in zip(e.outputs, outs, strict=True):
-                primal_env[v] = o
 
     ct_env: dict = {}
 
@@ -86,6 +70,30 @@ def backward_pass(program: Program, args, cts_out):
             add_ct(a, c)
     return [ct_env.get(v, Zero(tangent_aval(v.aval))) for v, a in zip(inputs, args, strict=True)
             if isinstance(a, UndefinedPrimal)]
+
+
+def _forward_nonlinear(program, inputs, args):
+    """``(primal_env, linear, lin_eqns)``: the equations that read no linear value evaluated forward (their
+    values by variable), the linear variables (the ``UndefinedPrimal`` inputs and what depends on them) and
+    the equations that read them, in order."""
+    primal_env, linear = {}, set()
+    for v, a in zip(inputs, args, strict=True):
+        if isinstance(a, UndefinedPrimal):
+            linear.add(v)
+        else:
+            primal_env[v] = a
+    lin_eqns = []
+    for e in program.eqns:
+        if any(isinstance(a, Var) and a in linear for a in e.inputs):
+            lin_eqns.append(e)
+            linear.update(e.outputs)
+        else:
+            ins = [literal_value(a) if isinstance(a, Literal) else primal_env[a] for a in e.inputs]
+            outs = e.primitive.bind(*ins, **e.params)
+            outs = outs if e.primitive.multiple_results else [outs]
+            for v, o in zip(e.outputs, outs, strict=True):
+                primal_env[v] = o
+    return primal_env, linear, lin_eqns
 
 
 def transpose_program(program: Program, linear) -> Program:

@@ -3,6 +3,8 @@ semantics)."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from fnarray.core import dtypes, families
@@ -185,6 +187,7 @@ _FLOAT8 = frozenset({dtypes.float8_e4m3fn, dtypes.float8_e5m2})
 
 
 def _float8_in_float32(fn):
+    @functools.wraps(fn)   # ``__wrapped__``: ``primitives NAME`` shows the wrapped rule's own line
     def rule(x, *rest, **params):
         d = x.dtype
         if d not in _FLOAT8:

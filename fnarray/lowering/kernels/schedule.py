@@ -283,16 +283,26 @@ SCHEDULED = INJECTIVE | frozenset(GROUPS) | frozenset(CALLS)
 
 
 def _materialize(ctx):
+    """Decide which variables get buffers (``ctx.materialized``): the seeds (``_seed_materialized``), then, in
+    program order, what the buffer limit and the inlining cost limit add (``_Inlining``)."""
+    _seed_materialized(ctx)
+    inlining = _Inlining(ctx)
+    for e in ctx.prog.eqns:
+        if e.primitive in INJECTIVE:
+            inlining.elementwise(e)
+        else:
+            inlining.opaque(e)
+
+
+def _seed_materialized(ctx):
+    """The variables that always live in buffers: the program's outputs, every result of a non-injective
+    equation, and the bases of the operand views (``OPERAND_VIEWS``)."""
     prog = ctx.prog
     M = ctx.materialized
     for a in prog.outvars:
         if isinstance(a, Var) and a not in ctx.input_set:
             M.add(a)
-    consumers: dict = {}
     for e in prog.eqns:
-        for a in e.inputs:
-            if isinstance(a, Var):
-                consumers.setdefault(a, []).append(e)
         if e.primitive not in INJECTIVE:
             M.update(e.outputs)
     for e in prog.eqns:
@@ -302,47 +312,59 @@ def _materialize(ctx):
                 view = view_of(ctx, a)
                 if view is not None and view[0] not in ctx.input_set:
                     M.add(view[0])
-    limit = ctx.caps.max_buffers_per_kernel
-    cost: dict = {}
-    leaves: dict = {}
 
-    def cost_of(a):
-        if not isinstance(a, Var) or ctx.in_buffer(a):
+
+class _Inlining:
+    """The cost of each inlined elementwise value (its expression tree, duplicates counted) and the buffers it
+    reads (tracked only against a buffer limit): a value whose cost or reads pass the limits is materialised."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.M = ctx.materialized
+        self.limit = ctx.caps.max_buffers_per_kernel
+        self.cost: dict = {}
+        self.leaves: dict = {}
+
+    def cost_of(self, a):
+        if not isinstance(a, Var) or self.ctx.in_buffer(a):
             return 0
-        return cost[a]
+        return self.cost[a]
 
-    def leaves_of(a):
+    def leaves_of(self, a):
         if not isinstance(a, Var):
             return frozenset()
-        if ctx.in_buffer(a):
+        if self.ctx.in_buffer(a):
             return frozenset([a])
-        return leaves[a]
+        return self.leaves[a]
 
-    def fit(atoms, reserved):
+    def fit(self, atoms, reserved):
         """Materialise operands of ``atoms`` (those reading the most buffers first) until the buffers
         they read, plus ``reserved`` others (outputs, scratch), fit in one kernel."""
+        leaves_of = self.leaves_of
         lv = frozenset().union(*(leaves_of(a) for a in atoms)) if atoms else frozenset()
-        if len(lv) + reserved <= limit:
+        if len(lv) + reserved <= self.limit:
             return lv
-        inner = sorted({a for a in atoms if isinstance(a, Var) and not ctx.in_buffer(a)},
+        inner = sorted({a for a in atoms if isinstance(a, Var) and not self.ctx.in_buffer(a)},
                        key=lambda a: len(leaves_of(a)), reverse=True)
         for a in inner:
-            M.add(a)
+            self.M.add(a)
             lv = frozenset().union(*(leaves_of(b) for b in atoms))
-            if len(lv) + reserved <= limit:
+            if len(lv) + reserved <= self.limit:
                 break
         return lv
 
-    for e in prog.eqns:
-        if e.primitive not in INJECTIVE:
-            # A kernel of its own inlines the producers of all its operands at once: their buffers
-            # together, plus its outputs (and a sort's index and scratch), must fit the limit.
-            if limit is not None and e.primitive == P.sort:
-                for a in e.inputs:   # the sort kernels read each operand beside the index and scratch
-                    fit((a,), 3)
-            elif limit is not None:
-                fit(e.inputs, len(e.outputs) + (0 if e.primitive in SCATTERS else 1))
-            continue
+    def opaque(self, e):
+        """A kernel of its own inlines the producers of all its operands at once: their buffers together,
+        plus its outputs (and a sort's index and scratch), must fit the limit."""
+        if self.limit is not None and e.primitive == P.sort:
+            for a in e.inputs:   # the sort kernels read each operand beside the index and scratch
+                self.fit((a,), 3)
+        elif self.limit is not None:
+            self.fit(e.inputs, len(e.outputs) + (0 if e.primitive in SCATTERS else 1))
+
+    def elementwise(self, e):
+        """The cost and reads of ``e``'s result, materialising the operands that would pass the limits."""
+        cost_of, M, limit = self.cost_of, self.M, self.limit
         v = e.outputs[0]
         own = _EXPENSIVE_COST if e.primitive in _EXPENSIVE else (0 if e.primitive in _FREE else 1)
         if v.aval.size >= _HOIST_SIZE:
@@ -353,18 +375,9 @@ def _materialize(ctx):
                     M.add(a)
         total = own + sum(cost_of(a) for a in e.inputs)
         if total > _COST_LIMIT:
-            # The costliest operands get buffers first (one pass: linear in the number of operands).
-            uses: dict = {}
-            for a in e.inputs:
-                if isinstance(a, Var) and not ctx.in_buffer(a):
-                    uses[a] = uses.get(a, 0) + 1
-            for a in sorted(uses, key=cost_of, reverse=True):
-                if total <= _COST_LIMIT:
-                    break
-                total -= cost_of(a) * uses[a]
-                M.add(a)
+            self._shed(e, total)
         # Leaves are tracked only against a limit (unbounded sets would make long chains quadratic).
-        lv = fit(e.inputs, 2) if limit is not None else frozenset()
+        lv = self.fit(e.inputs, 2) if limit is not None else frozenset()
         if limit is not None:
             total = own + sum(cost_of(a) for a in e.inputs)
         if e.primitive == P.broadcast_in_dim:
@@ -372,8 +385,21 @@ def _materialize(ctx):
             if isinstance(x, Var) and v.aval.size >= 4 * max(x.aval.size, 1) and cost_of(x) >= _EXPENSIVE_COST:
                 M.add(x)
                 total, lv = own, frozenset([x])
-        cost[v] = total
-        leaves[v] = lv
+        self.cost[v] = total
+        self.leaves[v] = lv
+
+    def _shed(self, e, total):
+        """The costliest operands of ``e`` get buffers first until its cost is within ``_COST_LIMIT`` (one pass:
+        linear in the number of operands)."""
+        uses: dict = {}
+        for a in e.inputs:
+            if isinstance(a, Var) and not self.ctx.in_buffer(a):
+                uses[a] = uses.get(a, 0) + 1
+        for a in sorted(uses, key=self.cost_of, reverse=True):
+            if total <= _COST_LIMIT:
+                break
+            total -= self.cost_of(a) * uses[a]
+            self.M.add(a)
 
 
 def _place(ctx, groups, e):

@@ -174,65 +174,91 @@ def choose(device, signature: str, candidates: list, measure: Callable[[dict], f
     Source: the design of tinygrad's BEAM search (time every variant on the device, cache per device) and
     Triton's ``autotune`` (configs, warm-up, median of repeats); written for fnarray.
     """
-    mode = _mode() if mode is None else mode
-    if mode not in ("off", "fast", "full"):
-        raise ValueError(f"fnarray.tuning.choose: mode must be 'off', 'fast' or 'full', got {mode!r}")
+    mode = _checked_mode(mode)
     if mode == "off":
         _counts["defaults"] += 1
         return default
-    candidates = list(candidates)
-    if not candidates:
-        raise TuningError(f"fnarray.tuning.choose({signature!r}): no candidates")
-    canon = [_canon(c) for c in candidates]
+    candidates, canon = _canonical(signature, candidates)
     if len(candidates) == 1 and _canon(default) == canon[0]:
         return default
     name, driver = device_identity(device)
     key = (name, driver, signature)
+    hit = _memory_hit(key, canon, candidates, mode)
+    if hit is not None:
+        return hit
+    with _key_lock(key):
+        hit = _memory_hit(key, canon, candidates, mode)
+        if hit is None:
+            hit = _disk_hit(key, canon, candidates, mode, default)
+        if hit is not None:
+            return hit
+        if measure is None or (mode == "fast" and cost is None):
+            _counts["defaults"] += 1
+            return default
+        pool = sorted(candidates, key=cost)[:max(1, fast_candidates)] if mode == "fast" else candidates
+        return _timed_choice(key, candidates, canon, pool, measure, default, mode, repeats, margin, skip_below)
+
+
+def _checked_mode(mode):
+    mode = _mode() if mode is None else mode
+    if mode not in ("off", "fast", "full"):
+        raise ValueError(f"fnarray.tuning.choose: mode must be 'off', 'fast' or 'full', got {mode!r}")
+    return mode
+
+
+def _canonical(signature, candidates):
+    """``(candidates as a list, their canonical JSON)``; ``TuningError`` for none or one not JSON-able."""
+    candidates = list(candidates)
+    if not candidates:
+        raise TuningError(f"fnarray.tuning.choose({signature!r}): no candidates")
+    return candidates, [_canon(c) for c in candidates]
+
+
+def _memory_hit(key, canon, candidates, mode):
+    """The choice this process made for ``key`` (one of ``candidates``; in mode ``"full"`` only a timed one),
+    else ``None``."""
     hit = _memory.get(key)
     if hit is not None and hit[0] in canon and (mode != "full" or hit[1] == "full"):
         _counts["memory_hits"] += 1
         return candidates[canon.index(hit[0])]
-    with _key_lock(key):
-        hit = _memory.get(key)
-        if hit is not None and hit[0] in canon and (mode != "full" or hit[1] == "full"):
-            _counts["memory_hits"] += 1
-            return candidates[canon.index(hit[0])]
-        stored = _disk_get(name, driver, signature)
-        if stored is not None and stored.get("choice") in canon and (mode != "full" or stored.get("mode") == "full"):
-            _counts["disk_hits"] += 1
-            _memory.set(key, (stored["choice"], stored.get("mode", "fast")))
-            chosen = candidates[canon.index(stored["choice"])]
-            _record(Decision(name, driver, signature, chosen, "disk", stored.get("mode", "?"),
-                             stored.get("times", {}), default))
-            return chosen
-        if measure is None or (mode == "fast" and cost is None):
-            _counts["defaults"] += 1
-            return default
-        if mode == "fast":
-            if cost is None:
-                _counts["defaults"] += 1
-                return default
-            order = sorted(range(len(candidates)), key=lambda i: cost(candidates[i]))
-            pool = [candidates[i] for i in order[:max(1, fast_candidates)]]
-        else:
-            pool = candidates
-        dkey = _canon(default)
-        if skip_below is not None and dkey in canon:
-            pool = [default] + [c for c in pool if _canon(c) != dkey]
-        times = _search(pool, measure, repeats, skip_below if dkey in canon else None)
-        finite = {k: t for k, t in times.items() if t != float("inf")}
-        if not finite:
-            _counts["defaults"] += 1
-            _record(Decision(name, driver, signature, default, "default", mode, times, default))
-            return default
-        best = min(finite, key=finite.get)
-        if dkey in finite and dkey in canon and finite[best] > finite[dkey] * (1 - margin):
-            best = dkey
-        chosen = candidates[canon.index(best)]
-        _memory.set(key, (best, mode))
-        _disk_put(name, driver, signature, {"choice": best, "mode": mode, "times": finite})
-        _record(Decision(name, driver, signature, chosen, mode, mode, times, default))
+    return None
+
+
+def _disk_hit(key, canon, candidates, mode, default):
+    """The choice the persistent cache holds for ``key`` (kept in memory too), else ``None``."""
+    name, driver, signature = key
+    stored = _disk_get(name, driver, signature)
+    if stored is not None and stored.get("choice") in canon and (mode != "full" or stored.get("mode") == "full"):
+        _counts["disk_hits"] += 1
+        _memory.set(key, (stored["choice"], stored.get("mode", "fast")))
+        chosen = candidates[canon.index(stored["choice"])]
+        _record(Decision(name, driver, signature, chosen, "disk", stored.get("mode", "?"),
+                         stored.get("times", {}), default))
         return chosen
+    return None
+
+
+def _timed_choice(key, candidates, canon, pool, measure, default, mode, repeats, margin, skip_below):
+    """Time ``pool`` and keep the fastest (the default unless another beats it by ``margin``), in memory and
+    on disk; the default when nothing could be timed."""
+    name, driver, signature = key
+    dkey = _canon(default)
+    if skip_below is not None and dkey in canon:
+        pool = [default] + [c for c in pool if _canon(c) != dkey]
+    times = _search(pool, measure, repeats, skip_below if dkey in canon else None)
+    finite = {k: t for k, t in times.items() if t != float("inf")}
+    if not finite:
+        _counts["defaults"] += 1
+        _record(Decision(name, driver, signature, default, "default", mode, times, default))
+        return default
+    best = min(finite, key=finite.get)
+    if dkey in finite and dkey in canon and finite[best] > finite[dkey] * (1 - margin):
+        best = dkey
+    chosen = candidates[canon.index(best)]
+    _memory.set(key, (best, mode))
+    _disk_put(name, driver, signature, {"choice": best, "mode": mode, "times": finite})
+    _record(Decision(name, driver, signature, chosen, mode, mode, times, default))
+    return chosen
 
 
 @contextlib.contextmanager

@@ -36,80 +36,95 @@ class Generated:
 
     def __init__(self, prog: Program):
         prog, _ = dce(prog)
-        names: dict = {}
-        glb: dict = {"np": np, "__name__": "fnarray.lowering.numpy_program"}
-        lines = []
-        counter = [0]
-
-        def name(a):
-            if isinstance(a, Literal):
-                k = f"k{counter[0]}"
-                counter[0] += 1
-                glb[k] = np.asarray(a.val)
-                return k
-            if a not in names:
-                names[a] = _ident(len(names))
-            return names[a]
-
-        ins = [name(v) for v in list(prog.constvars) + list(prog.invars)]
-        # Lazy broadcasting: `broadcast_in_dim` only reshapes (a view) and NumPy's own
-        # broadcasting does the rest inside elementwise consumers; a value is materialized to
-        # its full shape (np.broadcast_to, ~10 us) only where a non-elementwise equation or the
-        # caller reads it. `lazy` holds the variables whose runtime shape may be smaller.
-        lazy: set = set()
-        full: dict = {}
-        glb["_materialize"] = np.broadcast_to
-
-        def arg(a, elementwise):
-            n = name(a)
-            if elementwise or a not in lazy:
-                return n
-            if a not in full:
-                full[a] = f"{n}_full"
-                lines.append(f"    {full[a]} = _materialize({n}, {a.aval.shape!r})")
-            return full[a]
-
+        w = _Writer()
+        ins = [w.name(v) for v in list(prog.constvars) + list(prog.invars)]
         impls = [IMPLS[e.primitive](e.params, [a.aval for a in e.inputs], [o.aval for o in e.outputs])
                  for e in prog.eqns]
         reusable = _reusable_temporaries(prog, impls)
-
         for i, e in enumerate(prog.eqns):
-            f = f"f{i}_{e.primitive.name}"
-            outs = [name(o) for o in e.outputs]
             if e.primitive is P.broadcast_in_dim and e.inputs[0].aval.shape != e.outputs[0].aval.shape:
-                shape, dims = e.params["shape"], e.params["broadcast_dimensions"]
-                inter = [1] * len(shape)
-                for k, d in enumerate(dims):
-                    inter[d] = e.inputs[0].aval.shape[k]
-                glb[f] = np.reshape
-                lines.append(f"    {outs[0]} = {f}({arg(e.inputs[0], False)}, {tuple(inter)!r})")
-                lazy.add(e.outputs[0])
-                continue
-            ew = e.primitive.name in _ELEMENTWISE or e.primitive.kind in ("unary", "binary")
-            fn = impls[i]
-            glb[f] = fn
-            args = ", ".join(arg(a, ew) for a in e.inputs)
-            if ew and e.outputs[0].aval.shape != () and not any(
-                    a not in lazy and a.aval.shape == e.outputs[0].aval.shape for a in e.inputs
-                    if not isinstance(a, Literal)):
-                lazy.add(e.outputs[0])
-            if e.primitive.multiple_results and not outs:
-                lines.append(f"    {f}({args})")
-            elif e.primitive.multiple_results:
-                lhs = ", ".join(outs) + ("," if len(outs) == 1 else "")
-                lines.append(f"    {lhs} = {f}({args})")
+                w.broadcast(i, e)
             else:
-                victim = reusable.get(i)
-                if victim is not None and victim not in lazy and _dtypes_match(e):
-                    lines.append(f"    {outs[0]} = {f}({args}, out={name(victim)})")
-                else:
-                    lines.append(f"    {outs[0]} = {f}({args})")
-        ret = ", ".join(arg(a, False) if not isinstance(a, Literal) else name(a) for a in prog.outvars)
-        lines.append(f"    return [{ret}]")
+                w.equation(i, e, impls[i], reusable.get(i))
+        ret = ", ".join(w.arg(a, False) if not isinstance(a, Literal) else w.name(a) for a in prog.outvars)
+        w.lines.append(f"    return [{ret}]")
         header = f"def program({', '.join(ins)}):"
-        self.source = "\n".join([header] + lines) + "\n"
+        self.source = "\n".join([header] + w.lines) + "\n"
+        glb = w.glb
         exec(code_of(self.source, "<fnarray numpy program>"), glb)  # noqa: S102 (our own codegen)
         self.fn = glb["program"]
+
+
+class _Writer:
+    """The lines of a generated program and the globals they name (implementations, literals).
+
+    Lazy broadcasting: ``broadcast_in_dim`` only reshapes (a view) and NumPy's own broadcasting does the rest
+    inside elementwise consumers; a value is materialized to its full shape (``np.broadcast_to``, ~10 us) only
+    where a non-elementwise equation or the caller reads it. ``lazy`` holds the variables whose runtime shape
+    may be smaller.
+    """
+
+    def __init__(self):
+        self.names: dict = {}
+        self.glb: dict = {"np": np, "__name__": "fnarray.lowering.numpy_program", "_materialize": np.broadcast_to}
+        self.lines: list = []
+        self.literals = 0
+        self.lazy: set = set()
+        self.full: dict = {}
+
+    def name(self, a):
+        if isinstance(a, Literal):
+            k = f"k{self.literals}"
+            self.literals += 1
+            self.glb[k] = np.asarray(a.val)
+            return k
+        if a not in self.names:
+            self.names[a] = _ident(len(self.names))
+        return self.names[a]
+
+    def arg(self, a, elementwise):
+        """``a``'s name as an operand; its full-shape copy where a non-elementwise reader needs one."""
+        n = self.name(a)
+        if elementwise or a not in self.lazy:
+            return n
+        if a not in self.full:
+            self.full[a] = f"{n}_full"
+            self.lines.append(f"    {self.full[a]} = _materialize({n}, {a.aval.shape!r})")
+        return self.full[a]
+
+    def broadcast(self, i, e):
+        """A broadcast as a reshape to the output's rank (its result is lazy)."""
+        f = f"f{i}_{e.primitive.name}"
+        outs = [self.name(o) for o in e.outputs]
+        shape, dims = e.params["shape"], e.params["broadcast_dimensions"]
+        inter = [1] * len(shape)
+        for k, d in enumerate(dims):
+            inter[d] = e.inputs[0].aval.shape[k]
+        self.glb[f] = np.reshape
+        self.lines.append(f"    {outs[0]} = {f}({self.arg(e.inputs[0], False)}, {tuple(inter)!r})")
+        self.lazy.add(e.outputs[0])
+
+    def equation(self, i, e, fn, victim):
+        """A call of the equation's implementation ``fn``, into ``victim``'s buffer where it may reuse it."""
+        f = f"f{i}_{e.primitive.name}"
+        outs = [self.name(o) for o in e.outputs]
+        lazy = self.lazy
+        ew = e.primitive.name in _ELEMENTWISE or e.primitive.kind in ("unary", "binary")
+        self.glb[f] = fn
+        args = ", ".join(self.arg(a, ew) for a in e.inputs)
+        if ew and e.outputs[0].aval.shape != () and not any(
+                a not in lazy and a.aval.shape == e.outputs[0].aval.shape for a in e.inputs
+                if not isinstance(a, Literal)):
+            lazy.add(e.outputs[0])
+        if e.primitive.multiple_results and not outs:
+            self.lines.append(f"    {f}({args})")
+        elif e.primitive.multiple_results:
+            lhs = ", ".join(outs) + ("," if len(outs) == 1 else "")
+            self.lines.append(f"    {lhs} = {f}({args})")
+        elif victim is not None and victim not in lazy and _dtypes_match(e):
+            self.lines.append(f"    {outs[0]} = {f}({args}, out={self.name(victim)})")
+        else:
+            self.lines.append(f"    {outs[0]} = {f}({args})")
 
 
 def _reusable_temporaries(prog: Program, impls) -> dict:

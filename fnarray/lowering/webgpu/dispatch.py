@@ -64,69 +64,84 @@ class Runner:
     def __init__(self, plan):
         gpu = self.gpu = plan.gpu
         self.steps = plan.steps
-        self.n_inputs = n_inputs = plan.n_inputs
-        inputs = plan.schedule.inputs
-        bound = {k for st in plan.steps for k in st.slots}
-        written = {k for st in plan.steps for k, w in zip(st.slots, st.writes, strict=True) if w}
-        out_slots = {o for o in plan.outputs if isinstance(o, int)}
+        self.n_inputs = plan.n_inputs
         self._owned = []                       # WGBuffers this runner keeps (arena and staging)
-        held = 0
-
-        def own(spec):
-            nonlocal held
-            buf = gpu.alloc(spec.dtype, spec.shape)
-            self._owned.append(buf)
-            held += buf.buffer.size
-            return buf.buffer
-
+        self._held = 0                         # their bytes
         template = [None] * plan.n_slots       # the wgpu buffer of every slot that does not change
-        self.stage_in = []                     # (input index, staging buffer, bytes)
-        self.direct_in = []                    # input indices bound directly
         with gpu.lock:
             budget = HELD_BYTES - gpu.held_bytes
-            for i in range(n_inputs):
-                if i not in bound:
-                    continue
-                nb = _nbytes(inputs[i])
-                if nb <= STAGE_BYTES and held + nb <= budget:
-                    template[i] = own(inputs[i])
-                    self.stage_in.append((i, template[i], nb))
-                else:
-                    self.direct_in.append(i)
-            self.fresh = []                    # (slot, spec): allocated per call and bound directly
-            stage_out = {}                     # slot -> (staging buffer, bytes, spec)
-            for k, spec in plan.allocs:
-                nb = _nbytes(spec)
-                if k in out_slots:
-                    if k in written and nb <= STAGE_BYTES and held + nb <= budget:
-                        stage_out[k] = (own(spec), nb, spec)
-                        template[k] = stage_out[k][0]
-                    else:
-                        self.fresh.append((k, spec))
-                elif held + nb <= budget:
-                    template[k] = own(spec)
-                else:
-                    self.fresh.append((k, spec))
-            gpu.held_bytes += held
+            self._place_inputs(plan, template, budget)
+            stage_out = self._place_slots(plan, template, budget)
+            gpu.held_bytes += self._held
             # Launches over owned buffers only get their bind group now, once.
             self.binds = [gpu.bind_group(st.bgl, [template[k] for k in st.slots], st.uniform)
                           if all(template[k] is not None for k in st.slots) else None for st in plan.steps]
-        weakref.finalize(self, _give_back, gpu, held).atexit = False
+        weakref.finalize(self, _give_back, gpu, self._held).atexit = False
         self.template = template
         self.stage_out = list(stage_out.items())
-        # Outputs: ("in", input index) | ("stage", index in stage_out) | ("fresh", slot) | ("const", WGBuffer)
+        self.outs = self._output_plan(plan)
+        self._queries = None
+
+    def _own(self, spec):
+        """A buffer for ``spec`` that this runner keeps (and counts against ``HELD_BYTES``)."""
+        buf = self.gpu.alloc(spec.dtype, spec.shape)
+        self._owned.append(buf)
+        self._held += buf.buffer.size
+        return buf.buffer
+
+    def _place_inputs(self, plan, template, budget):
+        """Each bound input: copied into a staging buffer of its own (up to ``STAGE_BYTES``, within the
+        budget) or bound directly."""
+        inputs = plan.schedule.inputs
+        bound = {k for st in plan.steps for k in st.slots}
+        self.stage_in = []                     # (input index, staging buffer, bytes)
+        self.direct_in = []                    # input indices bound directly
+        for i in range(plan.n_inputs):
+            if i not in bound:
+                continue
+            nb = _nbytes(inputs[i])
+            if nb <= STAGE_BYTES and self._held + nb <= budget:
+                template[i] = self._own(inputs[i])
+                self.stage_in.append((i, template[i], nb))
+            else:
+                self.direct_in.append(i)
+
+    def _place_slots(self, plan, template, budget):
+        """Every other slot: an arena buffer (intermediates), a staging buffer (small outputs a kernel writes)
+        or a fresh buffer per call (``self.fresh``); returns ``{slot: (staging buffer, bytes, spec)}``."""
+        written = {k for st in plan.steps for k, w in zip(st.slots, st.writes, strict=True) if w}
+        out_slots = {o for o in plan.outputs if isinstance(o, int)}
+        self.fresh = []                        # (slot, spec): allocated per call and bound directly
+        stage_out = {}                         # slot -> (staging buffer, bytes, spec)
+        for k, spec in plan.allocs:
+            nb = _nbytes(spec)
+            if k in out_slots:
+                if k in written and nb <= STAGE_BYTES and self._held + nb <= budget:
+                    stage_out[k] = (self._own(spec), nb, spec)
+                    template[k] = stage_out[k][0]
+                else:
+                    self.fresh.append((k, spec))
+            elif self._held + nb <= budget:
+                template[k] = self._own(spec)
+            else:
+                self.fresh.append((k, spec))
+        return stage_out
+
+    def _output_plan(self, plan):
+        """Where each output comes from: ``("in", input index) | ("stage", index in stage_out) |
+        ("fresh", slot) | ("const", WGBuffer)``."""
         order = {k: j for j, (k, _) in enumerate(self.stage_out)}
-        self.outs = []
+        outs = []
         for o in plan.outputs:
             if not isinstance(o, int):
-                self.outs.append(("const", o))
-            elif o < n_inputs:
-                self.outs.append(("in", o))
+                outs.append(("const", o))
+            elif o < self.n_inputs:
+                outs.append(("in", o))
             elif o in order:
-                self.outs.append(("stage", order[o]))
+                outs.append(("stage", order[o]))
             else:
-                self.outs.append(("fresh", o))
-        self._queries = None
+                outs.append(("fresh", o))
+        return outs
 
     # ------------------------------------------------------------------ the call
     def __call__(self, bufs):

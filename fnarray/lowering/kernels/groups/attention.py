@@ -91,56 +91,61 @@ class AttentionGroup(Group):
             row = b.let(op("mul", item, const(H, INT32)), "row")
             kh = b.let(op("div", n, const(N // K, INT32)), "kh")
             kv_base = b.let(op("add", op("mul", bb, const(S * K * H, INT32)), op("mul", kh, const(H, INT32))), "kvb")
-            row_q = _Row(b, acc, H, H <= UNROLL_HEAD)
-            row_q.fill(lambda h: _to(b.load(qs, op("add", row, h), q.aval.dtype), acc), "qv")
-            o = _Row(b, acc, H, H <= UNROLL_HEAD, mutable=True)
-            o.fill(lambda h: const(0, acc), "o")
-            m = b.var(acc, const(-float(np.finfo(np.float32).max), acc), "m")
-            total = b.var(acc, const(0, acc), "l")
-            extras = [(bs, bias), (ms, mask)]
-            offsets = {name: _broadcast_offset(b, aval, bb, n, t) for name, aval in
-                       ((nm, a.aval) for nm, a in extras if a is not None)}
-            lg = b.array("private", acc, KEY_BLOCK, "lg")
-            length = None
+            w = _Walk(b, acc, t, kv_base, K * H, k.aval.dtype, ks, vs, bs, bias, ms, mask)
+            w.row_q = _Row(b, acc, H, H <= UNROLL_HEAD)
+            w.row_q.fill(lambda h: _to(b.load(qs, op("add", row, h), q.aval.dtype), acc), "qv")
+            w.o = _Row(b, acc, H, H <= UNROLL_HEAD, mutable=True)
+            w.o.fill(lambda h: const(0, acc), "o")
+            w.m = b.var(acc, const(-float(np.finfo(np.float32).max), acc), "m")
+            w.total = b.var(acc, const(0, acc), "l")
+            w.offsets = {name: _broadcast_offset(b, aval, bb, n, t) for name, aval in
+                         ((nm, a.aval) for nm, a in ((bs, bias), (ms, mask)) if a is not None)}
+            w.lg = b.array("private", acc, KEY_BLOCK, "lg")
+            w.length = None
             if lengths is not None:   # the batch element's key length, clamped to [0, S]
                 raw = b.let(b.load(ls, bb, lengths.aval.dtype), "kvn")
                 raw = select(op("lt", raw, const(S, INT32)), raw, const(S, INT32))
-                length = b.let(select(op("gt", raw, const(0, INT32)), raw, const(0, INT32)), "kvl")
-            lo, hi = self._key_range(b, t, S, length)
+                w.length = b.let(select(op("gt", raw, const(0, INT32)), raw, const(0, INT32)), "kvl")
+            lo, hi = self._key_range(b, t, S, w.length)
             with b.loop(lo, hi, const(KEY_BLOCK, INT32), hint="blk") as blk:
-                left = op("sub", hi, blk)
-                count = b.let(select(op("lt", left, const(KEY_BLOCK, INT32)), left, const(KEY_BLOCK, INT32)), "cnt")
-                top = b.var(acc, m, "top")
-                with b.loop(const(0, INT32), count, hint="j") as j:
-                    s = b.let(op("add", blk, j), "s")
-                    kb = b.let(op("add", kv_base, op("mul", s, const(K * H, INT32))), "kb")
-                    dot = row_q.dot(lambda h: _to(b.load(ks, op("add", kb, h), k.aval.dtype), acc))
-                    logit = op("mul", dot, const(p["scale"], acc))
-                    if bias is not None:
-                        bidx = _key_offset(offsets[bs], bias.aval, s)
-                        logit = op("add", logit, _to(b.load(bs, bidx, bias.aval.dtype), acc))
-                    keep = self._keep(b, t, s, ms, mask, offsets, length)
-                    logit = b.let(logit if keep is None else select(keep, logit, const(MASKED_LOGIT, acc)), "lgt")
-                    b.store(lg, j, logit, space="private")
-                    b.assign(top, op("max", top, logit))
-                corr = b.let(op("exp", op("sub", m, top)), "corr")
-                b.assign(total, op("mul", total, corr))
-                o.update(lambda h, cur: op("mul", cur, corr))
-                with b.loop(const(0, INT32), count, hint="j") as j:
-                    s = b.let(op("add", blk, j), "s")
-                    vb = b.let(op("add", kv_base, op("mul", s, const(K * H, INT32))), "vb")
-                    w = b.let(op("exp", op("sub", b.load(lg, j, acc, "private"), top)), "w")
-                    b.assign(total, op("add", total, w))
-                    o.update(lambda h, cur: op("add", cur, op("mul", w, _to(b.load(vs, op("add", vb, h), k.aval.dtype),
-                                                                             acc))))
-                b.assign(m, top)
-            if length is not None and mask is not None:
-                self._removed_tail(b, m, hi, S, K, H, kv_base, vs, k.aval.dtype, acc, total, o)
-            inv = b.let(op("div", const(1, acc), total), "inv")
+                self._key_block(w, blk, hi)
+            if w.length is not None and mask is not None:
+                self._removed_tail(b, w.m, hi, S, K, H, kv_base, vs, k.aval.dtype, acc, w.total, w.o)
+            inv = b.let(op("div", const(1, acc), w.total), "inv")
             with b.when(inside if uniform else const(True, BOOL)):
-                o.each(lambda h, cur: b.store(out_name, op("add", row, h), _to(op("mul", cur, inv), out.aval.dtype)))
+                w.o.each(lambda h, cur: b.store(out_name, op("add", row, h), _to(op("mul", cur, inv), out.aval.dtype)))
         b.name = kernel_name("attention", tracker.eqns)
         return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "attention")]
+
+    def _key_block(self, w, blk, hi):
+        """One block of up to ``KEY_BLOCK`` keys from ``blk`` of the online softmax: the block's logits and their
+        maximum, the running sum and output rescaled to it, then the block's weighted values added."""
+        b, acc, p = w.b, w.acc, self.eqn.params
+        left = op("sub", hi, blk)
+        count = b.let(select(op("lt", left, const(KEY_BLOCK, INT32)), left, const(KEY_BLOCK, INT32)), "cnt")
+        top = b.var(acc, w.m, "top")
+        with b.loop(const(0, INT32), count, hint="j") as j:
+            s = b.let(op("add", blk, j), "s")
+            kb = b.let(op("add", w.kv_base, op("mul", s, const(w.kh_stride, INT32))), "kb")
+            dot = w.row_q.dot(lambda h: _to(b.load(w.ks, op("add", kb, h), w.kdt), acc))
+            logit = op("mul", dot, const(p["scale"], acc))
+            if w.bias is not None:
+                bidx = _key_offset(w.offsets[w.bs], w.bias.aval, s)
+                logit = op("add", logit, _to(b.load(w.bs, bidx, w.bias.aval.dtype), acc))
+            keep = self._keep(b, w.t, s, w.ms, w.mask, w.offsets, w.length)
+            logit = b.let(logit if keep is None else select(keep, logit, const(MASKED_LOGIT, acc)), "lgt")
+            b.store(w.lg, j, logit, space="private")
+            b.assign(top, op("max", top, logit))
+        corr = b.let(op("exp", op("sub", w.m, top)), "corr")
+        b.assign(w.total, op("mul", w.total, corr))
+        w.o.update(lambda h, cur: op("mul", cur, corr))
+        with b.loop(const(0, INT32), count, hint="j") as j:
+            s = b.let(op("add", blk, j), "s")
+            vb = b.let(op("add", w.kv_base, op("mul", s, const(w.kh_stride, INT32))), "vb")
+            wt = b.let(op("exp", op("sub", b.load(w.lg, j, acc, "private"), top)), "w")
+            b.assign(w.total, op("add", w.total, wt))
+            w.o.update(lambda h, cur: op("add", cur, op("mul", wt, _to(b.load(w.vs, op("add", vb, h), w.kdt), acc))))
+        b.assign(w.m, top)
 
     def _key_range(self, b, t, S, length):
         """The keys ``[lo, hi)`` query ``t`` walks: all of them, or, with a causal or window condition and no mask
@@ -201,6 +206,17 @@ class AttentionGroup(Group):
         for c in conds[1:]:
             keep = op("land", keep, c)
         return b.let(keep, "keep")
+
+
+class _Walk:
+    """What one query row's walk over the keys shares: the builder, accumulation dtype, the query position
+    ``t``, the row's first key/value element ``kv_base`` and a key's stride ``kh_stride``, the keys' dtype, the
+    operands' buffers (bias and mask with their avals, ``None`` when absent); the codegen adds the row's
+    registers (``row_q``, ``o``, ``m``, ``total``, ``lg``) and the bias/mask ``offsets``."""
+
+    def __init__(self, b, acc, t, kv_base, kh_stride, kdt, ks, vs, bs, bias, ms, mask):
+        self.b, self.acc, self.t, self.kv_base, self.kh_stride, self.kdt = b, acc, t, kv_base, kh_stride, kdt
+        self.ks, self.vs, self.bs, self.bias, self.ms, self.mask = ks, vs, bs, bias, ms, mask
 
 
 class _Row:

@@ -476,7 +476,6 @@ class ConvGroup(Group):
         args[pname] = pack
         scalars.update(M=g.M, K=g.K, Np=np_)
         M = b.scalar("M")
-        c0 = const(0, INT32)
         cp, rp, grp = Special("global_id", 0), Special("global_id", 1), b.let(Special("group_id", 2), "grp")
         lgrp = b.let(op("add", s["l_off"], op("add", op("mul", op("mul", grp, s["bmul"]), s["l_b"]),
                                                    op("mul", op("mul", grp, s["fmul"]), s["l_f"]))), "lgrp")
@@ -489,17 +488,37 @@ class ConvGroup(Group):
         # (one bounds test, loads at constant offsets that merge).
         nfast = plans[0][2][g.lspec[0]] == 1 and g.Nout % RM == 0
         order = self._row_order(nfast, s)
+        rows = self._register_rows(b, s, rp, M, lgrp, nfast, order)
+        wbase = b.let(Cast(op("mul", op("add", op("mul", grp, b.scalar("Np")), cp),
+                              op("mul", b.scalar("K"), const(RN, INT32))), INT64), "wbase")
+        accs = [[b.var(dt, const(0, dt)) for _ in range(RN)] for _ in range(RM)]
+        if features_outer:
+            self._features_outer(b, s, lname, pname, rows, nfast, wbase, accs, dt)
+        else:
+            self._features_inner(b, s, lname, pname, rows, nfast, wbase, accs, dt, lf)
+        self._register_store(b, em, args, s, M, order, accs, dt, cp, rp, grp)
+        b.name = kernel_name("conv_reg", tracker.eqns)
+        main = make_launch(b, args, scalars, (np_, mp, g.Gt), (wx, wy, 1), tracker.eqns, "conv", fixed_local=True)
+        return [pack_launch, main]
+
+    @staticmethod
+    def _register_rows(b, s, rp, M, lgrp, nfast, order):
+        """``(input offset, positions)`` of the work item's ``RM`` output rows (a row past the end at row 0)."""
         rows = []
         for i in range(RM):
             gm = b.let(op("add", op("mul", rp, const(RM, INT32)), const(i, INT32)), "gm")
             if nfast and i:
                 rows.append((op("add", rows[0][0], const(i, INT32)), rows[0][1]))
                 continue
-            n, ys = order(_decode(b, b.let(select(op("lt", gm, M), gm, c0)), order.sizes, "m"))
+            n, ys = order(_decode(b, b.let(select(op("lt", gm, M), gm, const(0, INT32))), order.sizes, "m"))
             rows.append((b.let(op("add", lgrp, op("mul", n, s["l_b"])), "lrow"), ys))
-        wbase = b.let(Cast(op("mul", op("add", op("mul", grp, b.scalar("Np")), cp),
-                              op("mul", b.scalar("K"), const(RN, INT32))), INT64), "wbase")
-        accs = [[b.var(dt, const(0, dt)) for _ in range(RN)] for _ in range(RM)]
+        return rows
+
+    def _features_inner(self, b, s, lname, pname, rows, nfast, wbase, accs, dt, lf):
+        """The register kernel's contraction with the input features innermost: a loop per window dimension
+        (each row's bounds tested), then the features, ``UK`` per step and a tail one by one."""
+        g = self.geo
+        c0 = const(0, INT32)
         cmain = g.Cg // UK * UK
 
         def taps(d, bases, oks, t):
@@ -537,10 +556,10 @@ class ConvGroup(Group):
                 with b.loop(const(cmain, INT32), const(g.Cg, INT32)) as c:
                     step(c, 1)
 
-        if features_outer:
-            self._features_outer(b, s, lname, pname, rows, nfast, wbase, accs, dt)
-        else:
-            taps(0, [r[0] for r in rows], [None] * RM, c0)
+        taps(0, [r[0] for r in rows], [None] * RM, c0)
+
+    def _register_store(self, b, em, args, s, M, order, accs, dt, cp, rp, grp):
+        """The register tile's results (those inside the output) through the epilogue."""
         row0 = b.let(op("mul", rp, const(RM, INT32)), "row0")
         col0 = b.let(op("mul", cp, const(RN, INT32)), "col0")
         ogrp = b.let(op("mul", grp, s["Og"]), "ogrp")
@@ -550,9 +569,6 @@ class ConvGroup(Group):
             with b.when(op("land", op("lt", gm, M), op("lt", gj, s["Og"]))):
                 n, ys = order(_decode(b, gm, order.sizes, "m"))
                 self._finish(b, em, args, s, n, b.let(op("add", ogrp, gj), "oc"), ys, v)
-        b.name = kernel_name("conv_reg", tracker.eqns)
-        main = make_launch(b, args, scalars, (np_, mp, g.Gt), (wx, wy, 1), tracker.eqns, "conv", fixed_local=True)
-        return [pack_launch, main]
 
     def _features_outer(self, b, s, lname, pname, rows, nfast, wbase, accs, dt):
         """The register kernel's contraction with the input features outermost: for each feature, the window
@@ -568,16 +584,14 @@ class ConvGroup(Group):
         ksizes = [s[f"k{d}"] for d in range(g.nsp)]
         win = b.let(_window_size(ksizes), "win")
 
-        def positions(d, w, bases, oks):
-            return self._row_positions(b, s, rows, nfast, d, w, bases, oks)
-
         def step(w, width, bases, oks, t):
             # k = (feature, window position): the packed weights of positions t + w + u (t: the feature's
             # first k and the outer window dimensions' share).
             wk = b.let(op("add", wbase, Cast(op("mul", op("add", t, w), const(RN, INT32)), INT64)))
             addrs = []
             for u in range(width):
-                nb, no = positions(last, op("add", w, const(u, INT32)) if u else w, bases, oks)
+                nb, no = self._row_positions(b, s, rows, nfast, last, op("add", w, const(u, INT32)) if u else w,
+                                             bases, oks)
                 row = []
                 for i in range(RM):
                     if nfast and i:
@@ -608,7 +622,7 @@ class ConvGroup(Group):
                     step(w, 1, bases, oks, tl)
                 return
             with b.loop(c0, ksizes[d]) as w:
-                nb, no = positions(d, w, bases, oks)
+                nb, no = self._row_positions(b, s, rows, nfast, d, w, bases, oks)
                 taps(d + 1, nb, no, b.let(op("add", op("mul", t, ksizes[d]), w)) if d else w, ck)
 
         with b.loop(c0, s["Cg"]) as c:
@@ -755,7 +769,6 @@ class ConvGroup(Group):
         lname, rname, s = self._scalars(b, args, scalars, plans)
         scalars.update(M=g.M, K=g.K)
         M, K = b.scalar("M"), b.scalar("K")
-        ldt, rdt = (a.aval.dtype for a in self.eqn.inputs)
         adt = self._acc_dtype()
         c0 = const(0, INT32)
         tx, ty = Special("local_id", 0), Special("local_id", 1)
@@ -763,8 +776,6 @@ class ConvGroup(Group):
         row0 = b.let(op("mul", Special("group_id", 1), const(BM, INT32)), "row0")
         col0 = b.let(op("mul", Special("group_id", 0), const(BN, INT32)), "col0")
         tid = b.let(op("add", op("mul", ty, const(TX, INT32)), tx), "tid")
-        ysizes = [s[f"y{d}"] for d in range(g.nsp)]
-        ksizes = [s[f"k{d}"] for d in range(g.nsp)]
         lgrp = b.let(op("add", s["l_off"], op("add", op("mul", op("mul", grp, s["bmul"]), s["l_b"]),
                                                    op("mul", op("mul", grp, s["fmul"]), s["l_f"]))), "lgrp")
         ogrp = b.let(op("mul", grp, s["Og"]), "ogrp")
@@ -772,43 +783,9 @@ class ConvGroup(Group):
         As, Bs, acc = tiles[:3]
         with b.loop(c0, K, const(BK, INT32)) as k0:
             with b.loop(tid, const(BM * BK, INT32), const(TX * TY, INT32)) as l:
-                r = b.let(op("div", l, const(BK, INT32)))
-                c = b.let(op("rem", l, const(BK, INT32)))
-                gm = b.let(op("add", row0, r))
-                gk = b.let(op("add", k0, c))
-                inside = b.let(op("land", op("lt", gm, M), op("lt", gk, K)))
-                gm_c = b.let(select(op("lt", gm, M), gm, c0))
-                gk_c = b.let(select(op("lt", gk, K), gk, c0))
-                yn = _decode(b, gm_c, [s["Nout"], *ysizes], "m")
-                wc = b.let(op("div", gk_c, s["Cg"]))
-                ci = b.let(op("rem", gk_c, s["Cg"]))
-                ws = _decode(b, wc, ksizes, "w") if g.nsp else []
-                ok = inside
-                addr = op("add", lgrp, op("add", op("mul", yn[0], s["l_b"]), op("mul", ci, s["l_f"])))
-                for d in range(g.nsp):
-                    okd, p = self._position(b, s, d, yn[1 + d], ws[d])
-                    ok = b.let(op("land", ok, okd))
-                    addr = op("add", addr, op("mul", p, s[f"l_s{d}"]))
-                addr = b.let(select(ok, addr, s["l_off"]))
-                x = b.let(convert(b, b.load(lname, addr, ldt), adt))
-                b.store(As, op("add", op("mul", c, const(BM, INT32)), r), select(ok, x, const(0, adt)), space="local")
+                self._tile_a(b, s, lname, As, l, k0, row0, lgrp, M, K, adt)
             with b.loop(tid, const(BK * BN, INT32), const(TX * TY, INT32)) as l:
-                r = b.let(op("div", l, const(BN, INT32)))
-                c = b.let(op("rem", l, const(BN, INT32)))
-                gk = b.let(op("add", k0, r))
-                gj = b.let(op("add", col0, c))
-                ok = b.let(op("land", op("lt", gk, K), op("lt", gj, s["Og"])))
-                gk_c = b.let(select(op("lt", gk, K), gk, c0))
-                gj_c = b.let(select(op("lt", gj, s["Og"]), gj, c0))
-                wc = b.let(op("div", gk_c, s["Cg"]))
-                ci = b.let(op("rem", gk_c, s["Cg"]))
-                ws = _decode(b, wc, ksizes, "w") if g.nsp else []
-                addr = op("add", s["r_off"], op("add", op("mul", op("add", ogrp, gj_c), s["r_o"]),
-                                                op("mul", ci, s["r_i"])))
-                for d in range(g.nsp):
-                    addr = op("add", addr, op("mul", ws[d], s[f"r_s{d}"]))
-                y = b.let(convert(b, b.load(rname, b.let(addr), rdt), adt))
-                b.store(Bs, op("add", op("mul", r, const(BN, INT32)), c), select(ok, y, const(0, adt)), space="local")
+                self._tile_b(b, s, rname, Bs, l, k0, col0, ogrp, K, adt)
             b.barrier()
             tile_product(b, tiles, adt, tx, ty, TILE)
             b.barrier()
@@ -818,12 +795,60 @@ class ConvGroup(Group):
                 gj = b.let(op("add", col0, op("add", tx, op("mul", xx, const(TX, INT32)))), "gj")
                 with b.when(op("land", op("lt", gm, M), op("lt", gj, s["Og"]))):
                     v = b.load(acc, op("add", op("mul", yy, const(RX, INT32)), xx), adt, "private")
-                    yn = _decode(b, gm, [s["Nout"], *ysizes], "m")
+                    yn = _decode(b, gm, [s["Nout"], *(s[f"y{d}"] for d in range(g.nsp))], "m")
                     o = b.let(op("add", ogrp, gj), "oc")
                     self._finish(b, em, args, s, yn[0], o, yn[1:], v)
         b.name = kernel_name("conv_tiled", tracker.eqns)
         gsize = (-(-g.Og // BN) * TX, -(-g.M // BM) * TY, g.Gt)
         return make_launch(b, args, scalars, gsize, (TX, TY, 1), tracker.eqns, "conv", fixed_local=True)
+
+    def _tile_a(self, b, s, lname, As, l, k0, row0, lgrp, M, K, adt):
+        """Element ``l`` of the tiled kernel's ``A`` tile: the input under output row ``row0 + l / BK`` at
+        contraction step ``k0 + l % BK`` (window position, input feature), zero outside the input."""
+        g, BM, BK = self.geo, self.TY * self.RY, self.BK
+        c0 = const(0, INT32)
+        r = b.let(op("div", l, const(BK, INT32)))
+        c = b.let(op("rem", l, const(BK, INT32)))
+        gm = b.let(op("add", row0, r))
+        gk = b.let(op("add", k0, c))
+        inside = b.let(op("land", op("lt", gm, M), op("lt", gk, K)))
+        gm_c = b.let(select(op("lt", gm, M), gm, c0))
+        gk_c = b.let(select(op("lt", gk, K), gk, c0))
+        yn = _decode(b, gm_c, [s["Nout"], *(s[f"y{d}"] for d in range(g.nsp))], "m")
+        wc = b.let(op("div", gk_c, s["Cg"]))
+        ci = b.let(op("rem", gk_c, s["Cg"]))
+        ws = _decode(b, wc, [s[f"k{d}"] for d in range(g.nsp)], "w") if g.nsp else []
+        ok = inside
+        addr = op("add", lgrp, op("add", op("mul", yn[0], s["l_b"]), op("mul", ci, s["l_f"])))
+        for d in range(g.nsp):
+            okd, p = self._position(b, s, d, yn[1 + d], ws[d])
+            ok = b.let(op("land", ok, okd))
+            addr = op("add", addr, op("mul", p, s[f"l_s{d}"]))
+        addr = b.let(select(ok, addr, s["l_off"]))
+        x = b.let(convert(b, b.load(lname, addr, self.eqn.inputs[0].aval.dtype), adt))
+        b.store(As, op("add", op("mul", c, const(BM, INT32)), r), select(ok, x, const(0, adt)), space="local")
+
+    def _tile_b(self, b, s, rname, Bs, l, k0, col0, ogrp, K, adt):
+        """Element ``l`` of the tiled kernel's ``B`` tile: the weight of output feature ``col0 + l % BN`` at
+        contraction step ``k0 + l / BN``, zero past the ends."""
+        g, BN = self.geo, self.TX * self.RX
+        c0 = const(0, INT32)
+        r = b.let(op("div", l, const(BN, INT32)))
+        c = b.let(op("rem", l, const(BN, INT32)))
+        gk = b.let(op("add", k0, r))
+        gj = b.let(op("add", col0, c))
+        ok = b.let(op("land", op("lt", gk, K), op("lt", gj, s["Og"])))
+        gk_c = b.let(select(op("lt", gk, K), gk, c0))
+        gj_c = b.let(select(op("lt", gj, s["Og"]), gj, c0))
+        wc = b.let(op("div", gk_c, s["Cg"]))
+        ci = b.let(op("rem", gk_c, s["Cg"]))
+        ws = _decode(b, wc, [s[f"k{d}"] for d in range(g.nsp)], "w") if g.nsp else []
+        addr = op("add", s["r_off"], op("add", op("mul", op("add", ogrp, gj_c), s["r_o"]),
+                                        op("mul", ci, s["r_i"])))
+        for d in range(g.nsp):
+            addr = op("add", addr, op("mul", ws[d], s[f"r_s{d}"]))
+        y = b.let(convert(b, b.load(rname, b.let(addr), self.eqn.inputs[1].aval.dtype), adt))
+        b.store(Bs, op("add", op("mul", r, const(BN, INT32)), c), select(ok, y, const(0, adt)), space="local")
 
 
 #: What ``schedule`` collects into its tables ``GROUPS`` and ``OPERAND_VIEWS``.

@@ -257,26 +257,38 @@ class FftGroup(Group):
         return b.let(op("cos", a)), b.let(op("sin", a))
 
     def _bluestein(self, src, dst, n, outer, inner, sign):
-        rdt = self.rdt
         m = 1 << (2 * n - 2).bit_length()
         lines = outer * inner
         tag = f"{n}_{outer}_{inner}"
         a = [self._spec(f"a0_{tag}", 2 * lines * m), self._spec(f"a1_{tag}", 2 * lines * m)]
         c = [self._spec(f"c0_{tag}", 2 * m), self._spec(f"c1_{tag}", 2 * m)]
-        zero = _c(0.0, rdt)
+        sizes = {"n": n, "n2": 2 * n, "m": m, "inner": inner}
         direction = "inv" if sign > 0 else "fwd"
+        self._chirp_kernel(c[0], direction, sign, sizes)
+        cc = self._stockham(c, 0, m, 1, 1, -1)
+        self._chirp_in(src, a[0], direction, sign, lines, sizes)
+        ca = self._stockham(a, 0, m, lines, 1, -1)
+        self._chirp_mul(a[ca], c[cc], lines, sizes)
+        ca = self._stockham(a, ca, m, lines, 1, 1)
+        self._chirp_out(a[ca], dst, direction, sign, lines, sizes)
 
-        def kernel(name, count):
-            b = KernelBuilder(name)
-            gid, gsize, lsize = self.ctx.gid(b, count, self.ctx.wg)
-            return b, {}, gid, gsize, lsize, op("lt", gid, b.scalar("items"))
+    def _flat_kernel(self, name, count):
+        """A builder over ``count`` work items: ``(b, args, gid, gsize, lsize, gid < items)``."""
+        b = KernelBuilder(name)
+        gid, gsize, lsize = self.ctx.gid(b, count, self.ctx.wg)
+        return b, {}, gid, gsize, lsize, op("lt", gid, b.scalar("items"))
 
-        def launch(b, args, gsize, lsize, count):
-            scalars = {"n": n, "n2": 2 * n, "m": m, "inner": inner, "items": count}
-            self.launches.append(make_launch(b, args, scalars, gsize, lsize, (self.eqn,), "fft"))
+    def _flat_launch(self, b, args, gsize, lsize, count, sizes):
+        """The launch of a Bluestein kernel, with its sizes (``sizes``) and ``items = count`` as scalars."""
+        scalars = dict(sizes, items=count)
+        self.launches.append(make_launch(b, args, scalars, gsize, lsize, (self.eqn,), "fft"))
 
-        # The chirp's circular kernel b_j = conj(w_j) for j < n and for M - j, j in [1, n); zero between.
-        b, args, gid, gsize, lsize, ok = kernel(f"fft_chirp_{direction}", m)
+    def _chirp_kernel(self, c0, direction, sign, sizes):
+        """The chirp's circular kernel ``b_j = conj(w_j)`` for ``j < n`` and for ``M - j``, ``j`` in
+        ``[1, n)``; zero between."""
+        zero = _c(0.0, self.rdt)
+        m = sizes["m"]
+        b, args, gid, gsize, lsize, ok = self._flat_kernel(f"fft_chirp_{direction}", m)
         nn, mm = b.scalar("n"), b.scalar("m")
         with b.when(ok):
             low = b.let(op("lt", gid, nn))
@@ -284,12 +296,15 @@ class FftGroup(Group):
             j = b.let(select(low, gid, select(high, op("sub", mm, gid), _c(0, INT32))))
             cr, ci = self._chirp(b, j, -sign)
             use = b.let(op("lor", low, high))
-            self._put(b, self._buf(b, args, c[0], True, "c"), gid, select(use, cr, zero), select(use, ci, zero))
-        launch(b, args, gsize, lsize, m)
-        cc = self._stockham(c, 0, m, 1, 1, -1)
+            self._put(b, self._buf(b, args, c0, True, "c"), gid, select(use, cr, zero), select(use, ci, zero))
+        self._flat_launch(b, args, gsize, lsize, m, sizes)
 
-        # a_j = x_j w_j for j < n, zero-padded to M, one contiguous line of M per line of the axis.
-        b, args, gid, gsize, lsize, ok = kernel(f"fft_chirp_in_{direction}", lines * m)
+    def _chirp_in(self, src, a0, direction, sign, lines, sizes):
+        """``a_j = x_j w_j`` for ``j < n``, zero-padded to ``M``, one contiguous line of ``M`` per line of the
+        axis."""
+        zero = _c(0.0, self.rdt)
+        count = lines * sizes["m"]
+        b, args, gid, gsize, lsize, ok = self._flat_kernel(f"fft_chirp_in_{direction}", count)
         nn, mm = b.scalar("n"), b.scalar("m")
         with b.when(ok):
             line = b.let(op("div", gid, mm), "l")
@@ -299,34 +314,37 @@ class FftGroup(Group):
             xr, xi = self._pair(b, self._buf(b, args, src, False, "src"), self._line_pos(b, line, jc))
             wr, wi = self._chirp(b, jc, sign)
             yr, yi = _cmul(b, xr, xi, wr, wi)
-            self._put(b, self._buf(b, args, a[0], True, "a"), gid, select(low, yr, zero), select(low, yi, zero))
-        launch(b, args, gsize, lsize, lines * m)
-        ca = self._stockham(a, 0, m, lines, 1, -1)
+            self._put(b, self._buf(b, args, a0, True, "a"), gid, select(low, yr, zero), select(low, yi, zero))
+        self._flat_launch(b, args, gsize, lsize, count, sizes)
 
-        # The pointwise product with the chirp's spectrum (in place), then the inverse transform.
-        b, args, gid, gsize, lsize, ok = kernel("fft_chirp_mul", lines * m)
+    def _chirp_mul(self, a, c, lines, sizes):
+        """The pointwise product of ``a``'s spectrum with the chirp's (in place)."""
+        count = lines * sizes["m"]
+        b, args, gid, gsize, lsize, ok = self._flat_kernel("fft_chirp_mul", count)
         with b.when(ok):
-            name = self._buf(b, args, a[ca], True, "a")
+            name = self._buf(b, args, a, True, "a")
             xr, xi = self._pair(b, name, gid)
-            cr, ci = self._pair(b, self._buf(b, args, c[cc], False, "c"), b.let(op("rem", gid, b.scalar("m"))))
+            cr, ci = self._pair(b, self._buf(b, args, c, False, "c"), b.let(op("rem", gid, b.scalar("m"))))
             yr, yi = _cmul(b, xr, xi, cr, ci)
             self._put(b, name, gid, yr, yi)
-        launch(b, args, gsize, lsize, lines * m)
-        ca = self._stockham(a, ca, m, lines, 1, 1)
+        self._flat_launch(b, args, gsize, lsize, count, sizes)
 
-        # X_k = w_k conv_k / M for k < n, back into the work layout.
-        b, args, gid, gsize, lsize, ok = kernel(f"fft_chirp_out_{direction}", lines * n)
+    def _chirp_out(self, a, dst, direction, sign, lines, sizes):
+        """``X_k = w_k conv_k / M`` for ``k < n``, back into the work layout."""
+        rdt = self.rdt
+        count = lines * sizes["n"]
+        b, args, gid, gsize, lsize, ok = self._flat_kernel(f"fft_chirp_out_{direction}", count)
         nn, mm = b.scalar("n"), b.scalar("m")
         with b.when(ok):
             line = b.let(op("div", gid, nn), "l")
             kk = b.let(op("rem", gid, nn), "k")
-            xr, xi = self._pair(b, self._buf(b, args, a[ca], False, "a"), b.let(op("add", op("mul", line, mm), kk)))
+            xr, xi = self._pair(b, self._buf(b, args, a, False, "a"), b.let(op("add", op("mul", line, mm), kk)))
             wr, wi = self._chirp(b, kk, sign)
             yr, yi = _cmul(b, xr, xi, wr, wi)
             inv_m = b.let(op("div", _c(1.0, rdt), Cast(mm, rdt)))
             self._put(b, self._buf(b, args, dst, True, "dst"), self._line_pos(b, line, kk),
                       b.let(op("mul", yr, inv_m)), b.let(op("mul", yi, inv_m)))
-        launch(b, args, gsize, lsize, lines * n)
+        self._flat_launch(b, args, gsize, lsize, count, sizes)
 
     def _line_pos(self, b, line, t):
         """Entry ``t`` of line ``line`` of an axis of length ``n`` with ``inner`` elements after it (the

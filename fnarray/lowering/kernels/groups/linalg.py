@@ -183,6 +183,15 @@ def _cholesky_costs(n, wg):
     return steps, _cdiv(n * n, wg), _cdiv(n * n, wg)
 
 
+class _Frame:
+    """What the steps of one linalg kernel share: its builder, work-group size, element dtype, local id and
+    ``at(i, j)``, the flat position of element ``(i, j)`` of the work-group's matrix (a kernel's steps may add
+    their own fields: buffers, sizes, accessors)."""
+
+    def __init__(self, b, wg, dt, lid, at):
+        self.b, self.wg, self.dt, self.lid, self.at = b, wg, dt, lid, at
+
+
 class _CholeskyGroup(_LinalgGroup):
     def codegen(self):
         ctx = self.ctx
@@ -198,12 +207,10 @@ class _CholeskyGroup(_LinalgGroup):
         wg = _wg(ctx.caps, n)
         b, args, tracker, em, g, gsize, lsize, guard = self._start("cholesky", G, wg)
         nn, nsq, nlast = self._size(b, "n", n), self._size(b, "nn", n * n), self._size(b, "last", n * n - 1)
-        direct = ctx.in_buffer(x)
         s0, s1 = b.scalar("s0"), b.scalar("s1")
         lid = Special("local_id", 0)
         L = ctx.output(b, args, out)
         diag = b.array("local", dt, 1, "diag")
-        zero = const(0, dt)
         body = b.when(guard) if guard is not None else _nullscope()
         with body:
             base = b.let(_mul(g, nsq), "base")
@@ -212,51 +219,70 @@ class _CholeskyGroup(_LinalgGroup):
             def at(i, j):
                 return b.let(_add(base, _mul(i, nn), j))
 
+            f = _Frame(b, wg, dt, lid, at)
             with b.when(op("eq", s0, _i(0))):
-                with b.loop(lid, nsq, _i(wg)) as t:
-                    i = b.let(op("div", t, nn), "i")
-                    j = b.let(op("rem", t, nn), "j")
-                    pos = b.let(_add(base, t))
-                    if direct:   # the input's own buffer, row-major: the same flat position
-                        v = _read(b, em.buffer_of(x), pos, dt)
-                    else:
-                        v = em.val(x, bidx + (_dim(i, n), _dim(j, n)))
-                    b.store(L, pos, select(op("le", j, i), v, zero))
+                self._load_lower(f, em, L, base, bidx, n, nn, nsq)
             b.emit(Barrier("global"))
             with b.loop(s0, s1) as j:
-                # Phase 1: s_i = A[i, j] - L[i, :j] . L[j, :j] for the rows i >= j.
-                with b.loop(b.let(_add(j, lid)), nn, _i(wg)) as i:
-                    acc = b.var(dt, _read(b, L, at(i, j), dt))
-                    with b.loop(_i(0), j) as k:
-                        lik = _read(b, L, at(i, k), dt)
-                        ljk = _read(b, L, at(j, k), dt)
-                        b.assign(acc, op("sub", acc, b.let(op("mul", lik, ljk))))
-                    with b.when(op("eq", i, j)):
-                        b.store(diag, _i(0), acc, space="local")
-                    with b.when(op("ne", i, j)):
-                        b.store(L, at(i, j), acc)
-                b.emit(Barrier("global"))
-                # Phase 2: the pivot's square root (NaN where it is not positive) divides the column.
-                d = _read(b, diag, _i(0), dt, "local")
-                r = b.let(op("sqrt", select(op("gt", d, zero), d, const(np.nan, dt))), "r")
-                with b.loop(b.let(_add(j, _i(1), lid)), nn, _i(wg)) as i:
-                    lij = _read(b, L, at(i, j), dt)
-                    b.store(L, at(i, j), op("div", lij, r))
-                with b.when(op("eq", lid, _i(0))):
-                    b.store(L, at(j, j), r)
-                b.emit(Barrier("global"))
+                self._column(f, L, diag, j, nn)
             # The last launch: a failed pivot anywhere made L[n-1, n-1] NaN; the lower triangle is NaN then.
             with b.when(op("eq", s1, nn)):
-                # (No barrier: a work item that reads the NaN it or another wrote fills as well.)
-                last = _read(b, L, b.let(_add(base, nlast)), dt)
-                with b.when(op("isnan", last)):
-                    with b.loop(lid, nsq, _i(wg)) as t:
-                        lower = op("le", b.let(op("rem", t, nn)), b.let(op("div", t, nn)))
-                        with b.when(lower):
-                            b.store(L, b.let(_add(base, t)), const(np.nan, dt))
+                self._nan_fill(f, L, base, nlast, nn, nsq)
         steps, first, last = _cholesky_costs(n, wg)
         ranges = _chunks(steps, first, last, _budget(ctx.caps))
         return self._launches(b, args, gsize, lsize, tracker, ranges)
+
+    def _load_lower(self, f, em, L, base, bidx, n, nn, nsq):
+        """The first launch: the input's lower triangle (and zeros above it) into ``L``."""
+        b, dt, x = f.b, f.dt, self.eqn.inputs[0]
+        direct = self.ctx.in_buffer(x)
+        with b.loop(f.lid, nsq, _i(f.wg)) as t:
+            i = b.let(op("div", t, nn), "i")
+            j = b.let(op("rem", t, nn), "j")
+            pos = b.let(_add(base, t))
+            if direct:   # the input's own buffer, row-major: the same flat position
+                v = _read(b, em.buffer_of(x), pos, dt)
+            else:
+                v = em.val(x, bidx + (_dim(i, n), _dim(j, n)))
+            b.store(L, pos, select(op("le", j, i), v, const(0, dt)))
+
+    def _column(self, f, L, diag, j, nn):
+        """Step ``j``: column ``j`` of ``L`` (the rows' dot products, then the pivot's square root divides)."""
+        b, dt, lid, wg, at = f.b, f.dt, f.lid, f.wg, f.at
+        zero = const(0, dt)
+        # Phase 1: s_i = A[i, j] - L[i, :j] . L[j, :j] for the rows i >= j.
+        with b.loop(b.let(_add(j, lid)), nn, _i(wg)) as i:
+            acc = b.var(dt, _read(b, L, at(i, j), dt))
+            with b.loop(_i(0), j) as k:
+                lik = _read(b, L, at(i, k), dt)
+                ljk = _read(b, L, at(j, k), dt)
+                b.assign(acc, op("sub", acc, b.let(op("mul", lik, ljk))))
+            with b.when(op("eq", i, j)):
+                b.store(diag, _i(0), acc, space="local")
+            with b.when(op("ne", i, j)):
+                b.store(L, at(i, j), acc)
+        b.emit(Barrier("global"))
+        # Phase 2: the pivot's square root (NaN where it is not positive) divides the column.
+        d = _read(b, diag, _i(0), dt, "local")
+        r = b.let(op("sqrt", select(op("gt", d, zero), d, const(np.nan, dt))), "r")
+        with b.loop(b.let(_add(j, _i(1), lid)), nn, _i(wg)) as i:
+            lij = _read(b, L, at(i, j), dt)
+            b.store(L, at(i, j), op("div", lij, r))
+        with b.when(op("eq", lid, _i(0))):
+            b.store(L, at(j, j), r)
+        b.emit(Barrier("global"))
+
+    @staticmethod
+    def _nan_fill(f, L, base, nlast, nn, nsq):
+        """The lower triangle filled with NaN where ``L[n-1, n-1]`` is NaN."""
+        b, dt = f.b, f.dt
+        # (No barrier: a work item that reads the NaN it or another wrote fills as well.)
+        last = _read(b, L, b.let(_add(base, nlast)), dt)
+        with b.when(op("isnan", last)):
+            with b.loop(f.lid, nsq, _i(f.wg)) as t:
+                lower = op("le", b.let(op("rem", t, nn)), b.let(op("div", t, nn)))
+                with b.when(lower):
+                    b.store(L, b.let(_add(base, t)), const(np.nan, dt))
 
 
 class _nullscope:
@@ -302,15 +328,12 @@ class _TriangularSolveGroup(_LinalgGroup):
         a, rhs = e.inputs
         out = e.outputs[0]
         m, nr, batch, trans, forward = _solve_layout(e)
-        left = e.params["left_side"]
-        unit = e.params["unit_diagonal"]
         nbatch = math.prod(batch)
         if nbatch * m * nr == 0:
             return []
         dt = out.aval.dtype
         cb = _solve_block(m, nr)
         nblk = _cdiv(nr, cb)
-        G = nbatch * nblk
         wg = _wg(ctx.caps, m * cb)
         launches = []
         if not ctx.in_buffer(a):
@@ -318,78 +341,97 @@ class _TriangularSolveGroup(_LinalgGroup):
             aspec = ctx.spec(("trsm_a", id(self)), a.aval.shape, a.aval.dtype)
         else:
             aspec = ctx.spec(a)
-        b, args, tracker, em, g, gsize, lsize, guard = self._start("triangular_solve", G, wg)
-        ms, nrs, cbs, nblks = (self._size(b, k, v) for k, v in (("m", m), ("nr", nr), ("cb", cb), ("nblk", nblk)))
-        mm, mnr, mlast = self._size(b, "mm", m * m), self._size(b, "mnr", m * nr), self._size(b, "mlast", m - 1)
-        direct = ctx.in_buffer(rhs)
+        b, args, tracker, em, g, gsize, lsize, guard = self._start("triangular_solve", nbatch * nblk, wg)
+        sizes = {k: self._size(b, k, v) for k, v in (("m", m), ("nr", nr), ("cb", cb), ("nblk", nblk), ("mm", m * m),
+                                                     ("mnr", m * nr), ("mlast", m - 1))}
         A = b.buffer(aspec, dt, False, "a")
         args[A] = aspec
         s0, s1 = b.scalar("s0"), b.scalar("s1")
-        lid = Special("local_id", 0)
         X = ctx.output(b, args, out)
         body = b.when(guard) if guard is not None else _nullscope()
         with body:
-            bi = b.let(op("div", g, nblks), "bi")
-            blk = b.let(op("rem", g, nblks), "blk")
-            col0 = b.let(_mul(blk, cbs), "col0")
-            width = b.let(op("min", cbs, op("sub", nrs, col0)), "w")    # the last block may be narrower
-            abase = b.let(_mul(bi, mm), "abase")
-            xbase = b.let(_mul(bi, mnr), "xbase")
-            bidx = _batch_index(bi, batch)
-
-            def t_at(i, k):
-                # T[i, k]: a[i, k], or a[k, i] where T is a transposed.
-                return b.let(_add(abase, _mul(k, ms), i) if trans else _add(abase, _mul(i, ms), k))
-
-            def x_at(q, r):
-                col = b.let(_add(col0, r))
-                return b.let(_add(xbase, _mul(q, nrs), col) if left else _add(xbase, _mul(col, ms), q))
-
-            def row_of(s):
-                return s if forward else b.let(op("sub", mlast, s))
-
-            def divided(q, v):
-                if unit:
-                    return v
-                return op("div", v, _read(b, A, t_at(q, q), dt))
-
+            sv = self._solve_frame(b, g, sizes, A, X, dt, wg)
             with b.when(op("eq", s0, _i(0))):
-                first = _i(0) if forward else mlast
-                with b.loop(lid, b.let(_mul(ms, width)), _i(wg)) as t:
-                    q = b.let(op("div", t, width), "q")
-                    r = b.let(op("rem", t, width), "r")
-                    if direct:   # b's own buffer has the layout of x
-                        v = _read(b, em.buffer_of(rhs), x_at(q, r), dt)
-                    else:
-                        col = b.let(_add(col0, r))
-                        idx = bidx + ((_dim(q, m), _dim(col, nr)) if left else (_dim(col, nr), _dim(q, m)))
-                        v = b.let(em.val(rhs, idx))
-                    xv = b.var(dt, v)
-                    with b.when(op("eq", q, first)):
-                        b.assign(xv, divided(q, xv))
-                    b.store(X, x_at(q, r), xv)
+                self._load_rhs(sv, em, _batch_index(sv.bi, batch))
             b.emit(Barrier("global"))
             with b.loop(s0, s1) as s:
-                i = row_of(s)
-                rest = b.let(op("sub", mlast, s), "rest")    # rows still to finish
-                nxt = b.let(op("add", i, _i(1)) if forward else op("sub", i, _i(1)), "next")
-                with b.loop(lid, b.let(_mul(rest, width)), _i(wg)) as t:
-                    off = b.let(op("div", t, width))
-                    r = b.let(op("rem", t, width), "r")
-                    q = b.let(_add(nxt, off) if forward else op("sub", nxt, off), "q")
-                    xi = _read(b, X, x_at(i, r), dt)
-                    tqi = _read(b, A, t_at(q, i), dt)
-                    xq = _read(b, X, x_at(q, r), dt)
-                    nv = b.var(dt, op("sub", xq, b.let(op("mul", tqi, xi))))
-                    with b.when(op("eq", q, nxt)):
-                        b.assign(nv, divided(q, nv))
-                    b.store(X, x_at(q, r), nv)
-                b.emit(Barrier("global"))
+                self._substitute(sv, s)
         steps, first_cost, last_cost = _solve_costs(m, cb, wg)
         ranges = _chunks(steps[:-1] if m > 1 else [], first_cost, last_cost, _budget(ctx.caps))
         # The last row is finished by step m - 2 (or by the copy when m == 1): m - 1 steps in all.
         launches.extend(self._launches(b, args, gsize, lsize, tracker, ranges))
         return launches
+
+    def _solve_frame(self, b, g, sizes, A, X, dt, wg):
+        """The work-group's matrix and block of right-hand sides, and the element accessors of the steps:
+        ``t_at(i, k)`` (``T[i, k]``: ``a[i, k]``, or ``a[k, i]`` where ``T`` is ``a`` transposed), ``x_at(q, r)``
+        (row ``q`` of the block's column ``r``) and ``divided(q, v)`` (``v`` over ``T[q, q]``)."""
+        m, nr, _, trans, forward = _solve_layout(self.eqn)
+        left, unit = self.eqn.params["left_side"], self.eqn.params["unit_diagonal"]
+        ms, nrs, cbs, nblks, mm, mnr = (sizes[k] for k in ("m", "nr", "cb", "nblk", "mm", "mnr"))
+        sv = _Frame(b, wg, dt, Special("local_id", 0), None)
+        sv.A, sv.X, sv.m, sv.nr, sv.left, sv.forward = A, X, m, nr, left, forward
+        sv.ms, sv.mlast = ms, sizes["mlast"]
+        sv.bi = b.let(op("div", g, nblks), "bi")
+        blk = b.let(op("rem", g, nblks), "blk")
+        sv.col0 = col0 = b.let(_mul(blk, cbs), "col0")
+        sv.width = b.let(op("min", cbs, op("sub", nrs, col0)), "w")    # the last block may be narrower
+        abase = b.let(_mul(sv.bi, mm), "abase")
+        xbase = b.let(_mul(sv.bi, mnr), "xbase")
+
+        def t_at(i, k):
+            return b.let(_add(abase, _mul(k, ms), i) if trans else _add(abase, _mul(i, ms), k))
+
+        def x_at(q, r):
+            col = b.let(_add(col0, r))
+            return b.let(_add(xbase, _mul(q, nrs), col) if left else _add(xbase, _mul(col, ms), q))
+
+        def divided(q, v):
+            if unit:
+                return v
+            return op("div", v, _read(b, A, t_at(q, q), dt))
+
+        sv.t_at, sv.x_at, sv.divided = t_at, x_at, divided
+        return sv
+
+    def _load_rhs(self, sv, em, bidx):
+        """The first launch: the block of ``b`` into ``x``, its first row divided by its diagonal."""
+        b, dt, rhs = sv.b, sv.dt, self.eqn.inputs[1]
+        first = _i(0) if sv.forward else sv.mlast
+        with b.loop(sv.lid, b.let(_mul(sv.ms, sv.width)), _i(sv.wg)) as t:
+            q = b.let(op("div", t, sv.width), "q")
+            r = b.let(op("rem", t, sv.width), "r")
+            if self.ctx.in_buffer(rhs):   # b's own buffer has the layout of x
+                v = _read(b, em.buffer_of(rhs), sv.x_at(q, r), dt)
+            else:
+                col = b.let(_add(sv.col0, r))
+                m, nr = sv.m, sv.nr
+                idx = bidx + ((_dim(q, m), _dim(col, nr)) if sv.left else (_dim(col, nr), _dim(q, m)))
+                v = b.let(em.val(rhs, idx))
+            xv = b.var(dt, v)
+            with b.when(op("eq", q, first)):
+                b.assign(xv, sv.divided(q, xv))
+            b.store(sv.X, sv.x_at(q, r), xv)
+
+    @staticmethod
+    def _substitute(sv, s):
+        """Step ``s``: the finished row ``i`` subtracted from every remaining row; the next row is divided."""
+        b, dt, forward, x_at = sv.b, sv.dt, sv.forward, sv.x_at
+        i = s if forward else b.let(op("sub", sv.mlast, s))
+        rest = b.let(op("sub", sv.mlast, s), "rest")    # rows still to finish
+        nxt = b.let(op("add", i, _i(1)) if forward else op("sub", i, _i(1)), "next")
+        with b.loop(sv.lid, b.let(_mul(rest, sv.width)), _i(sv.wg)) as t:
+            off = b.let(op("div", t, sv.width))
+            r = b.let(op("rem", t, sv.width), "r")
+            q = b.let(_add(nxt, off) if forward else op("sub", nxt, off), "q")
+            xi = _read(b, sv.X, x_at(i, r), dt)
+            tqi = _read(b, sv.A, sv.t_at(q, i), dt)
+            xq = _read(b, sv.X, x_at(q, r), dt)
+            nv = b.var(dt, op("sub", xq, b.let(op("mul", tqi, xi))))
+            with b.when(op("eq", q, nxt)):
+                b.assign(nv, sv.divided(q, nv))
+            b.store(sv.X, x_at(q, r), nv)
+        b.emit(Barrier("global"))
 
     def _copy_a(self, a):
         """A kernel writing ``a`` (computed inline) into a scratch buffer, so that the solve reads it once."""
@@ -437,97 +479,117 @@ class _LUGroup(_LinalgGroup):
         b, args, tracker, em, g, gsize, lsize, guard = self._start("lu", G, wg)
         ms, ns, Ks, mn = (self._size(b, k, v) for k, v in (("m", m), ("n", n), ("k", K), ("mn", m * n)))
         mlast, nlast = self._size(b, "mlast", m - 1), self._size(b, "nlast", n - 1)
-        direct = ctx.in_buffer(x)
         s0, s1 = b.scalar("s0"), b.scalar("s1")
-        lid = Special("local_id", 0)
-        A = ctx.output(b, args, lu_v)
-        PV = ctx.output(b, args, piv_v)
-        PM = ctx.output(b, args, perm_v)
-        best_v = b.array("local", dt, wg, "bv")
-        best_i = b.array("local", INT32, wg, "bi")
-        zero = const(0, dt)
+        f = _Frame(b, wg, dt, Special("local_id", 0), None)
+        f.A, f.PV, f.PM = (ctx.output(b, args, v) for v in (lu_v, piv_v, perm_v))
+        f.best_v = b.array("local", dt, wg, "bv")
+        f.best_i = b.array("local", INT32, wg, "bi")
+        f.ms, f.ns, f.mlast, f.nlast = ms, ns, mlast, nlast
         body = b.when(guard) if guard is not None else _nullscope()
         with body:
-            base = b.let(_mul(g, mn), "base")
-            pbase = b.let(_mul(g, Ks), "pbase")
-            mbase = b.let(_mul(g, ms), "mbase")
+            f.base = base = b.let(_mul(g, mn), "base")
+            f.pbase = b.let(_mul(g, Ks), "pbase")
+            f.mbase = b.let(_mul(g, ms), "mbase")
             bidx = _batch_index(g, batch)
 
             def at(i, j):
                 return b.let(_add(base, _mul(i, ns), j))
 
+            f.at = at
             with b.when(op("eq", s0, _i(0))):
-                with b.loop(lid, mn, _i(wg)) as t:
-                    pos = b.let(_add(base, t))
-                    if direct:
-                        v = _read(b, em.buffer_of(x), pos, dt)
-                    else:
-                        i = b.let(op("div", t, ns), "i")
-                        j = b.let(op("rem", t, ns), "j")
-                        v = em.val(x, bidx + (_dim(i, m), _dim(j, n)))
-                    b.store(A, pos, v)
-                with b.loop(lid, ms, _i(wg)) as t:
-                    b.store(PM, b.let(_add(mbase, t)), t)
+                self._load(f, em, bidx, m, n, mn)
             b.emit(Barrier("global"))
             with b.loop(s0, s1) as k:
-                # The pivot: the first largest |a[i, k]|, i >= k (NaN never wins, as LAPACK's i?amax).
-                bv = b.var(dt, const(-1, dt), "bestv")
-                bix = b.var(INT32, k, "besti")
-                with b.loop(b.let(_add(k, lid)), ms, _i(wg)) as i:
-                    v = b.let(op("fabs", _read(b, A, at(i, k), dt)))
-                    better = b.let(op("gt", v, bv))
-                    b.assign(bv, select(better, v, bv))
-                    b.assign(bix, select(better, i, bix))
-                b.store(best_v, lid, bv, space="local")
-                b.store(best_i, lid, bix, space="local")
-                b.emit(Barrier("local"))
-                half = wg // 2
-                while half >= 1:
-                    with b.when(op("lt", lid, _i(half))):
-                        other = b.let(_add(lid, _i(half)))
-                        mv, mi = _read(b, best_v, lid, dt, "local"), _read(b, best_i, lid, INT32, "local")
-                        ov, oi = _read(b, best_v, other, dt, "local"), _read(b, best_i, other, INT32, "local")
-                        take = b.let(op("lor", op("gt", ov, mv), op("land", op("eq", ov, mv), op("lt", oi, mi))))
-                        b.store(best_v, lid, select(take, ov, mv), space="local")
-                        b.store(best_i, lid, select(take, oi, mi), space="local")
-                    b.emit(Barrier("local"))
-                    half //= 2
-                p = _read(b, best_i, _i(0), INT32, "local")
-                # Rows k and p swap in every column; the pivots and the permutation follow.
-                with b.loop(lid, ns, _i(wg)) as c:
-                    akc = _read(b, A, at(k, c), dt)
-                    apc = _read(b, A, at(p, c), dt)
-                    b.store(A, at(k, c), apc)
-                    b.store(A, at(p, c), akc)
-                with b.when(op("eq", lid, _i(0))):
-                    b.store(PV, b.let(_add(pbase, k)), p)
-                    mk = _read(b, PM, b.let(_add(mbase, k)), INT32)
-                    mp = _read(b, PM, b.let(_add(mbase, p)), INT32)
-                    b.store(PM, b.let(_add(mbase, k)), mp)
-                    b.store(PM, b.let(_add(mbase, p)), mk)
-                b.emit(Barrier("global"))
-                # The multipliers (a zero pivot leaves its column as it is).
-                pivot = _read(b, A, at(k, k), dt)
-                with b.when(op("ne", pivot, zero)):
-                    with b.loop(b.let(_add(k, _i(1), lid)), ms, _i(wg)) as i:
-                        aik = _read(b, A, at(i, k), dt)
-                        b.store(A, at(i, k), op("div", aik, pivot))
-                b.emit(Barrier("global"))
-                # The rank-one update of the trailing block, its elements split over the work items.
-                rows = b.let(op("sub", mlast, k), "rows")
-                cols = b.let(op("sub", nlast, k), "cols")
-                safe = b.let(select(op("gt", cols, _i(0)), cols, _i(1)))
-                with b.loop(lid, b.let(_mul(rows, cols)), _i(wg)) as t:
-                    i = b.let(_add(k, _i(1), op("div", t, safe)), "i")
-                    c = b.let(_add(k, _i(1), op("rem", t, safe)), "c")
-                    aik = _read(b, A, at(i, k), dt)
-                    akc = _read(b, A, at(k, c), dt)
-                    aic = _read(b, A, at(i, c), dt)
-                    b.store(A, at(i, c), op("sub", aic, b.let(op("mul", aik, akc))))
-                b.emit(Barrier("global"))
+                p = self._pivot(f, k)
+                self._swap_rows(f, k, p)
+                self._eliminate(f, k)
         steps, first, last = _lu_costs(m, n, wg)
         ranges = _chunks(steps, first, last, _budget(ctx.caps))
         return self._launches(b, args, gsize, lsize, tracker, ranges)
+
+    def _load(self, f, em, bidx, m, n, mn):
+        """The first launch: the input into the output ``A``, and the identity permutation."""
+        b, dt, x = f.b, f.dt, self.eqn.inputs[0]
+        direct = self.ctx.in_buffer(x)
+        with b.loop(f.lid, mn, _i(f.wg)) as t:
+            pos = b.let(_add(f.base, t))
+            if direct:
+                v = _read(b, em.buffer_of(x), pos, dt)
+            else:
+                i = b.let(op("div", t, f.ns), "i")
+                j = b.let(op("rem", t, f.ns), "j")
+                v = em.val(x, bidx + (_dim(i, m), _dim(j, n)))
+            b.store(f.A, pos, v)
+        with b.loop(f.lid, f.ms, _i(f.wg)) as t:
+            b.store(f.PM, b.let(_add(f.mbase, t)), t)
+
+    @staticmethod
+    def _pivot(f, k):
+        """The pivot row of column ``k``: the first largest ``|a[i, k]|``, ``i >= k`` (NaN never wins, as
+        LAPACK's i?amax), each work item's best of its rows, then a tree reduction in local memory."""
+        b, dt, lid, wg, best_v, best_i = f.b, f.dt, f.lid, f.wg, f.best_v, f.best_i
+        bv = b.var(dt, const(-1, dt), "bestv")
+        bix = b.var(INT32, k, "besti")
+        with b.loop(b.let(_add(k, lid)), f.ms, _i(wg)) as i:
+            v = b.let(op("fabs", _read(b, f.A, f.at(i, k), dt)))
+            better = b.let(op("gt", v, bv))
+            b.assign(bv, select(better, v, bv))
+            b.assign(bix, select(better, i, bix))
+        b.store(best_v, lid, bv, space="local")
+        b.store(best_i, lid, bix, space="local")
+        b.emit(Barrier("local"))
+        half = wg // 2
+        while half >= 1:
+            with b.when(op("lt", lid, _i(half))):
+                other = b.let(_add(lid, _i(half)))
+                mv, mi = _read(b, best_v, lid, dt, "local"), _read(b, best_i, lid, INT32, "local")
+                ov, oi = _read(b, best_v, other, dt, "local"), _read(b, best_i, other, INT32, "local")
+                take = b.let(op("lor", op("gt", ov, mv), op("land", op("eq", ov, mv), op("lt", oi, mi))))
+                b.store(best_v, lid, select(take, ov, mv), space="local")
+                b.store(best_i, lid, select(take, oi, mi), space="local")
+            b.emit(Barrier("local"))
+            half //= 2
+        return _read(b, best_i, _i(0), INT32, "local")
+
+    @staticmethod
+    def _swap_rows(f, k, p):
+        """Rows ``k`` and ``p`` swap in every column; the pivots and the permutation follow."""
+        b, dt, A, at, PM = f.b, f.dt, f.A, f.at, f.PM
+        with b.loop(f.lid, f.ns, _i(f.wg)) as c:
+            akc = _read(b, A, at(k, c), dt)
+            apc = _read(b, A, at(p, c), dt)
+            b.store(A, at(k, c), apc)
+            b.store(A, at(p, c), akc)
+        with b.when(op("eq", f.lid, _i(0))):
+            b.store(f.PV, b.let(_add(f.pbase, k)), p)
+            mk = _read(b, PM, b.let(_add(f.mbase, k)), INT32)
+            mp = _read(b, PM, b.let(_add(f.mbase, p)), INT32)
+            b.store(PM, b.let(_add(f.mbase, k)), mp)
+            b.store(PM, b.let(_add(f.mbase, p)), mk)
+        b.emit(Barrier("global"))
+
+    @staticmethod
+    def _eliminate(f, k):
+        """The multipliers of column ``k`` (a zero pivot leaves its column as it is), then the rank-one
+        update of the trailing block, its elements split over the work items."""
+        b, dt, lid, wg, A, at = f.b, f.dt, f.lid, f.wg, f.A, f.at
+        pivot = _read(b, A, at(k, k), dt)
+        with b.when(op("ne", pivot, const(0, dt))):
+            with b.loop(b.let(_add(k, _i(1), lid)), f.ms, _i(wg)) as i:
+                aik = _read(b, A, at(i, k), dt)
+                b.store(A, at(i, k), op("div", aik, pivot))
+        b.emit(Barrier("global"))
+        rows = b.let(op("sub", f.mlast, k), "rows")
+        cols = b.let(op("sub", f.nlast, k), "cols")
+        safe = b.let(select(op("gt", cols, _i(0)), cols, _i(1)))
+        with b.loop(lid, b.let(_mul(rows, cols)), _i(wg)) as t:
+            i = b.let(_add(k, _i(1), op("div", t, safe)), "i")
+            c = b.let(_add(k, _i(1), op("rem", t, safe)), "c")
+            aik = _read(b, A, at(i, k), dt)
+            akc = _read(b, A, at(k, c), dt)
+            aic = _read(b, A, at(i, c), dt)
+            b.store(A, at(i, c), op("sub", aic, b.let(op("mul", aik, akc))))
+        b.emit(Barrier("global"))
 
 
 # ---------------------------------------------------------------------------- limits

@@ -160,13 +160,10 @@ class QuantizedMatmulGroup(Group):
         (neighbours read neighbouring words, as a GPU's memory wants) and sum their parts in local memory."""
         ctx = self.ctx
         e = self.eqn
-        x = e.inputs[0]
-        p = e.params
-        gs, bits = p["group_size"], p["bits"]
         wg = _COOPERATIVE_WG
         acc = _acc_dtype(e.outputs[0].aval.dtype)
         b, args, tracker, em = self._kernel_start()
-        xs, ws, ss, bs = self.input_buffers(b, args)
+        names = self.input_buffers(b, args)
         groups = blocks * n
         gid, gsize, lsize = ctx.gid(b, groups * wg, wg)
         lid = b.let(op("rem", gid, const(wg, INT32)), "lid")
@@ -179,50 +176,44 @@ class QuantizedMatmulGroup(Group):
         row_ids = [b.let(select(op("lt", op("add", first, const(r, INT32)), const(m, INT32)),
                                 op("add", first, const(r, INT32)), const(m - 1, INT32)), "rw")
                    for r in range(rows)]
+        partial = self._cooperative_parts(b, names, lid, col, row_ids, k, acc)
+        totals = _local_sums(b, partial, lid, wg, acc)
+        leader = b.let(op("land", inside, op("eq", lid, const(0, INT32))), "leader")
+        self._store(b, em, args, totals, first, row_ids, col, m, n, leader)
+        b.name = kernel_name("quantized_wg", tracker.eqns)
+        return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized", fixed_local=True)]
+
+    def _cooperative_parts(self, b, names, lid, col, row_ids, k, acc):
+        """Each work item's part of the rows' dot products with column ``col``: chunks of 32 elements
+        ``lid, lid + wg, ...`` of the row, dequantized in registers (``scale * dot + bias * sum(x)``)."""
+        xs, ws, ss, bs = names
+        xdt = self.eqn.inputs[0].aval.dtype
+        gs, bits = self.eqn.params["group_size"], self.eqn.params["bits"]
         words, chunks, per_group = k * bits // 32, k // 32, gs // 32
         mask = const((1 << bits) - 1, UINT32)
         wrow = b.let(op("mul", col, const(words, INT32)), "wrow")
         grow = b.let(op("mul", col, const(k // gs, INT32)), "grow")
         x_rows = [b.let(op("mul", r, const(k, INT32)), "xrow") for r in row_ids]
         partial = [b.var(acc, const(0, acc), "part") for _ in row_ids]
-        with b.loop(lid, const(chunks, INT32), const(wg, INT32), hint="c") as c:
+        with b.loop(lid, const(chunks, INT32), const(_COOPERATIVE_WG, INT32), hint="c") as c:
             base_w = b.let(op("add", wrow, op("mul", c, const(bits, INT32))), "wb")
             wd = [b.load(ws, b.let(op("add", base_w, const(t, INT32))), UINT32) for t in range(bits)]
             gi = b.let(op("add", grow, op("div", c, const(per_group, INT32))), "gi")
-            scale = self._load_f(b, ss, gi, x.aval.dtype, acc)
-            bias = self._load_f(b, bs, gi, x.aval.dtype, acc)
+            scale = self._load_f(b, ss, gi, xdt, acc)
+            bias = self._load_f(b, bs, gi, xdt, acc)
             base_x = b.let(op("mul", c, const(32, INT32)), "xb")
             dots = [b.var(acc, const(0, acc), "dot") for _ in row_ids]
             sums = [b.var(acc, const(0, acc), "xsum") for _ in row_ids]
             for j in range(32):
                 qf = b.let(Cast(_element(b, wd, j * bits, bits, mask), acc), "q")
                 for r, xr in enumerate(x_rows):
-                    xv = self._load_f(b, xs, b.let(op("add", xr, op("add", base_x, const(j, INT32)))),
-                                      x.aval.dtype, acc)
+                    xv = self._load_f(b, xs, b.let(op("add", xr, op("add", base_x, const(j, INT32)))), xdt, acc)
                     b.assign(dots[r], op("add", dots[r], op("mul", xv, qf)))
                     b.assign(sums[r], op("add", sums[r], xv))
-            for r in range(rows):
+            for r in range(len(row_ids)):
                 b.assign(partial[r], op("add", partial[r], op("add", op("mul", scale, dots[r]),
                                                               op("mul", bias, sums[r]))))
-        red = b.array("local", acc, rows * wg, "red")
-        for r in range(rows):
-            b.store(red, op("add", const(r * wg, INT32), lid), partial[r], space="local")
-        b.barrier()
-        step = wg // 2
-        while step:
-            with b.when(op("lt", lid, const(step, INT32))):
-                for r in range(rows):
-                    here = b.let(op("add", const(r * wg, INT32), lid))
-                    there = b.let(op("add", here, const(step, INT32)))
-                    b.store(red, here, op("add", b.load(red, here, acc, "local"), b.load(red, there, acc, "local")),
-                            space="local")
-            b.barrier()
-            step //= 2
-        totals = [b.load(red, const(r * wg, INT32), acc, "local") for r in range(rows)]
-        leader = b.let(op("land", inside, op("eq", lid, const(0, INT32))), "leader")
-        self._store(b, em, args, totals, first, row_ids, col, m, n, leader)
-        b.name = kernel_name("quantized_wg", tracker.eqns)
-        return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized", fixed_local=True)]
+        return partial
 
     def _tiled(self, n, m, k, tile):
         """The prefill form (``transpose=True``, more than ``ROWS`` rows): a copy kernel lays the packed words,
@@ -234,7 +225,7 @@ class QuantizedMatmulGroup(Group):
         x = e.inputs[0]
         p = e.params
         gs, bits = p["group_size"], p["bits"]
-        rm, rn, u = tile["rm"], tile["rn"], tile["u"]
+        rm, rn = tile["rm"], tile["rn"]
         acc = _acc_dtype(e.outputs[0].aval.dtype)
         words, groups = k * bits // 32, k // gs
         npan = -(-n // rn)
@@ -260,6 +251,22 @@ class QuantizedMatmulGroup(Group):
         wbase = b.let(op("mul", panel, const(words * rn, INT32)), "wbase")
         sbase = b.let(op("mul", panel, const(groups * rn, INT32)), "sbase")
         accs = [[b.var(acc, const(0, acc)) for _ in range(rn)] for _ in range(rm)]
+        self._tile_contraction(b, (xs, ws, ss, bs), x_rows, wbase, sbase, accs, (groups, tile))
+        self._tile_store(b, em, args, accs, acc, row0, (m, n, rn))
+        b.name = kernel_name("quantized_tile", tracker.eqns)
+        product = make_launch(b, args, {}, (cols_g, rows_g), (wx, wy), tracker.eqns, "quantized", fixed_local=True)
+        return [pack, product]
+
+    def _tile_contraction(self, b, buffers, x_rows, wbase, sbase, accs, sizes):
+        """The tiled kernel's loop over the groups: the panel's scales and biases per group, its words per span,
+        each element dequantized once and multiplied into the ``rm x rn`` accumulators ``accs``."""
+        xs, ws, ss, bs = buffers
+        groups, tile = sizes
+        p = self.eqn.params
+        gs, bits = p["group_size"], p["bits"]
+        rm, rn, u = tile["rm"], tile["rn"], tile["u"]
+        acc = _acc_dtype(self.eqn.outputs[0].aval.dtype)
+        x = self.eqn.inputs[0]
         # A span: the fewest whole words holding whole elements (1 word of 2, 4 or 8 bits; 3 of 3 or 6 bits...).
         span_bits = bits * 32 // math.gcd(bits, 32)
         span_words, span_elems = span_bits // 32, span_bits // bits
@@ -287,6 +294,11 @@ class QuantizedMatmulGroup(Group):
                             for j in js:   # one expression per accumulator (contracted into fused multiply-adds)
                                 total = op("add", total, op("mul", xv[j, r], wv[j, c]))
                             b.assign(accs[r][c], total)
+
+    def _tile_store(self, b, em, args, accs, acc, row0, sizes):
+        """The tiled kernel's results: each accumulator inside the ``m x n`` output stored (and its roots)."""
+        m, n, rn = sizes
+        e = self.eqn
         col0 = b.let(op("mul", Special("global_id", 0), const(rn, INT32)), "col0")
         out = e.outputs[0]
         with store_loop(b, accs, acc) as (i, j, v):
@@ -300,9 +312,6 @@ class QuantizedMatmulGroup(Group):
                 if out in self.ctx.needed:
                     b.store(self.ctx.output(b, args, out), flat, res)
                 self.emit_roots(b, em, args, idx, flat)
-        b.name = kernel_name("quantized_tile", tracker.eqns)
-        product = make_launch(b, args, {}, (cols_g, rows_g), (wx, wy), tracker.eqns, "quantized", fixed_local=True)
-        return [pack, product]
 
     def _pack_launch(self, n, words, groups, rn, npan, acc, tile):
         """A copy kernel writing the packed words as ``[panel][word][rn]`` and the scales and biases (as
@@ -413,6 +422,27 @@ class QuantizedMatmulGroup(Group):
                 xv = self._load_f(b, xs, b.let(op("add", xr, kk)), xdt, acc)
                 b.assign(total[r], op("add", total[r], op("mul", xv, wv)))
         return total
+
+
+def _local_sums(b, partial, lid, wg, acc):
+    """The work-group's sums of each row's ``partial`` values: a tree reduction in local memory (every work
+    item reaches the barriers); the totals as loads of the first slot of each row."""
+    rows = len(partial)
+    red = b.array("local", acc, rows * wg, "red")
+    for r in range(rows):
+        b.store(red, op("add", const(r * wg, INT32), lid), partial[r], space="local")
+    b.barrier()
+    step = wg // 2
+    while step:
+        with b.when(op("lt", lid, const(step, INT32))):
+            for r in range(rows):
+                here = b.let(op("add", const(r * wg, INT32), lid))
+                there = b.let(op("add", here, const(step, INT32)))
+                b.store(red, here, op("add", b.load(red, here, acc, "local"), b.load(red, there, acc, "local")),
+                        space="local")
+        b.barrier()
+        step //= 2
+    return [b.load(red, const(r * wg, INT32), acc, "local") for r in range(rows)]
 
 
 def _tree_sum(terms):

@@ -51,44 +51,14 @@ class SortGroup(Group):
         L = shape[dim]
         lines = math.prod(shape) // L
         Pn = 1 << (L - 1).bit_length()
-        other = tuple(n for d, n in enumerate(shape) if d != dim)
         keys = e.inputs[:nk]
         idx_spec = ctx.spec(("sortidx", id(self)), (lines * Pn,), INT32)
         key_specs = [ctx.spec(("sortkey", id(self), k), (lines * Pn,), kv.aval.dtype) for k, kv in enumerate(keys)]
-        launches = []
-
-        def full_index(oidx, t):
-            it = iter(oidx)
-            return tuple(t if d == dim else next(it) for d in range(len(shape)))
-
-        def line_index(b, row):
-            return index_vars(b, row, other, "o") if other else ()
-
         # 1. Copy the keys and positions into padded scratch lines (in as many kernels as the
         #    buffer limit needs; the first also writes the positions).
-        for chunk_no, chunk in enumerate(self._chunks(list(zip(keys, key_specs, strict=True)),
-                                                      lambda kv: kv[0], 2)):
-            b, args, tracker, em = self._kernel_start("sort_init")
-            total = lines * Pn
-            gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
-            with b.when(op("lt", gid, const(total, INT32))):
-                row = b.let(op("div", gid, const(Pn, INT32)), "row")
-                p = b.let(op("rem", gid, const(Pn, INT32)), "p")
-                if chunk_no == 0:
-                    iname = b.buffer(idx_spec, INT32, True, "idx")
-                    args[iname] = idx_spec
-                    b.store(iname, gid, p)
-                inside = b.let(op("lt", p, const(L, INT32)))
-                pc = b.let(select(inside, p, const(L - 1, INT32)))
-                idx = full_index(line_index(b, row), ix_data(pc, 0, L - 1) if L > 1 else ix_const(0))
-                for kv, spec in chunk:
-                    v = em.val(kv, idx)
-                    kname = b.buffer(spec, kv.aval.dtype, True, "key")
-                    args[kname] = spec
-                    b.store(kname, gid, select(inside, v, const(0, kv.aval.dtype)))
-            b.name = "sort_init"
-            launches.append(make_launch(b, args, {}, gsize, lsize, tracker.eqns, "sort"))
-
+        launches = [self._init_kernel(chunk_no == 0, chunk, idx_spec, L, Pn, lines)
+                    for chunk_no, chunk in enumerate(self._chunks(list(zip(keys, key_specs, strict=True)),
+                                                                  lambda kv: kv[0], 2))]
         # 2. The bitonic network: one kernel, launched once per (k, j) stage.
         if Pn > 1:
             step = self._step_kernel(idx_spec, key_specs, keys, L, Pn, lines)
@@ -101,30 +71,71 @@ class SortGroup(Group):
                     launches.append(Launch(step.kernel, args, step.global_size, step.local_size, (e,), "sort"))
                     j //= 2
                 k *= 2
-
         # 3. Gather every operand in sorted order (in chunks that fit the buffer limit).
         wanted = [(x, o) for x, o in zip(e.inputs, e.outputs, strict=True) if o in ctx.needed]
         for chunk in self._chunks(wanted, lambda xo: xo[0], 2):
-            b = KernelBuilder("sort_gather")
-            args = {}
-            em = ctx.emitter(b, args=args)
-            total = lines * L
-            gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
-            with b.when(op("lt", gid, const(total, INT32))):
-                row = b.let(op("div", gid, const(L, INT32)), "row")
-                t = b.let(op("rem", gid, const(L, INT32)), "t")
-                iname = b.buffer(idx_spec, INT32, False, "idx")
-                args[iname] = idx_spec
-                src = b.load(iname, op("add", op("mul", row, const(Pn, INT32)), t), INT32)
-                oidx = line_index(b, row)
-                idx = full_index(oidx, ix_data(src, 0, L - 1) if L > 1 else ix_const(0))
-                dest_idx = full_index(oidx, ix_data(t, 0, L - 1) if L > 1 else ix_const(0))
-                dest = b.let(linear_index(linearize(dest_idx, shape)), "dest")
-                for x, o in chunk:
-                    b.store(ctx.output(b, args, o), dest, em.val(x, idx))
-            b.name = "sort_gather"
-            launches.append(make_launch(b, args, {}, gsize, lsize, (e,), "sort"))
+            launches.append(self._gather_kernel(chunk, idx_spec, L, Pn, lines))
         return launches
+
+    def _full_index(self, oidx, t):
+        """The index of element ``t`` of the line at ``oidx`` (the index over the other dimensions)."""
+        dim = self.eqn.params["dimension"]
+        it = iter(oidx)
+        return tuple(t if d == dim else next(it) for d in range(len(self.shape)))
+
+    def _line_index(self, b, row):
+        """The index over the dimensions other than the sorted one of line ``row``."""
+        dim = self.eqn.params["dimension"]
+        other = tuple(n for d, n in enumerate(self.shape) if d != dim)
+        return index_vars(b, row, other, "o") if other else ()
+
+    def _init_kernel(self, first, chunk, idx_spec, L, Pn, lines):
+        """A kernel copying the keys of ``chunk`` (``(key, scratch spec)`` pairs) into padded scratch lines;
+        the ``first`` writes the positions too."""
+        ctx = self.ctx
+        b, args, tracker, em = self._kernel_start("sort_init")
+        total = lines * Pn
+        gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
+        with b.when(op("lt", gid, const(total, INT32))):
+            row = b.let(op("div", gid, const(Pn, INT32)), "row")
+            p = b.let(op("rem", gid, const(Pn, INT32)), "p")
+            if first:
+                iname = b.buffer(idx_spec, INT32, True, "idx")
+                args[iname] = idx_spec
+                b.store(iname, gid, p)
+            inside = b.let(op("lt", p, const(L, INT32)))
+            pc = b.let(select(inside, p, const(L - 1, INT32)))
+            idx = self._full_index(self._line_index(b, row), ix_data(pc, 0, L - 1) if L > 1 else ix_const(0))
+            for kv, spec in chunk:
+                v = em.val(kv, idx)
+                kname = b.buffer(spec, kv.aval.dtype, True, "key")
+                args[kname] = spec
+                b.store(kname, gid, select(inside, v, const(0, kv.aval.dtype)))
+        b.name = "sort_init"
+        return make_launch(b, args, {}, gsize, lsize, tracker.eqns, "sort")
+
+    def _gather_kernel(self, chunk, idx_spec, L, Pn, lines):
+        """A kernel writing the outputs of ``chunk`` (``(operand, output)`` pairs) in sorted order."""
+        ctx = self.ctx
+        b = KernelBuilder("sort_gather")
+        args = {}
+        em = ctx.emitter(b, args=args)
+        total = lines * L
+        gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
+        with b.when(op("lt", gid, const(total, INT32))):
+            row = b.let(op("div", gid, const(L, INT32)), "row")
+            t = b.let(op("rem", gid, const(L, INT32)), "t")
+            iname = b.buffer(idx_spec, INT32, False, "idx")
+            args[iname] = idx_spec
+            src = b.load(iname, op("add", op("mul", row, const(Pn, INT32)), t), INT32)
+            oidx = self._line_index(b, row)
+            idx = self._full_index(oidx, ix_data(src, 0, L - 1) if L > 1 else ix_const(0))
+            dest_idx = self._full_index(oidx, ix_data(t, 0, L - 1) if L > 1 else ix_const(0))
+            dest = b.let(linear_index(linearize(dest_idx, self.shape)), "dest")
+            for x, o in chunk:
+                b.store(ctx.output(b, args, o), dest, em.val(x, idx))
+        b.name = "sort_gather"
+        return make_launch(b, args, {}, gsize, lsize, (self.eqn,), "sort")
 
     def _chunks(self, items, atom_of, per_item):
         """``items`` in runs whose kernels fit the buffer limit: one index buffer, ``per_item - 1``
