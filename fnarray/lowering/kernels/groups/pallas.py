@@ -44,8 +44,8 @@ from fnarray.core.pallas import pallas_atomic_p, pallas_call_p, pallas_load_p, p
     pallas_when_p, walk_body
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import Launch, Group, Tracker
-from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, Const, For, If, Load, Op, Special, \
-    const
+from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, Cast, Const, For, If, Load, Op, \
+    Special, Sym, const
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import ELEMENTWISE, add_of, convert, highest, lowest, max_of, min_of, mul_of, op, \
     select
@@ -168,6 +168,7 @@ class _Ref:
     offsets: tuple = ()               # global: per array axis, the block's first element (Expr)
     axes: tuple = ()                  # global: the array axis of each ref axis
     padded: bool = False
+    wide: bool = False                # global: 64-bit addresses, their constant part added last (``_wide``)
 
     def coords(self, idx):
         """Array coordinates of ref element ``idx`` (a global ref)."""
@@ -184,7 +185,8 @@ class _Ref:
         g = self.coords(idx)
         if clamp:
             g = [op("max", op("min", x, _i(n - 1)), _i(0)) for x, n in zip(g, self.array_shape, strict=True)]
-        return _linear(g, self.array_shape)
+        a = _linear(g, self.array_shape)
+        return _wide(a) if self.wide else a
 
     def inside(self, idx):
         """Whether ref element ``idx`` is a real element (within the ref and, for a global ref, the array)."""
@@ -199,6 +201,37 @@ class _Ref:
         for c in conds:
             out = op("land", out, c)
         return out
+
+
+def _const_part(e):
+    """``(rest, c)`` with ``e == rest + c`` for an int32 index expression (``rest`` ``None`` where ``e`` is
+    constant): the constant terms of its sums, through multiplications by constants."""
+    if isinstance(e, Const):
+        return None, int(e.value)
+    if isinstance(e, Op) and e.op == "add":
+        (ra, ca), (rb, cb) = _const_part(e.args[0]), _const_part(e.args[1])
+        rest = ra if rb is None else rb if ra is None else op("add", ra, rb)
+        return rest, ca + cb
+    if isinstance(e, Op) and e.op == "mul" and isinstance(e.args[1], Const):
+        ra, ca = _const_part(e.args[0])
+        k = int(e.args[1].value)
+        return (None if ra is None else op("mul", ra, e.args[1])), ca * k
+    return e, 0
+
+
+def _wide(a):
+    """A global address as ``(long)rest + c``: the loads of one work item at consecutive constant offsets
+    (a register tile's columns) then share ``rest`` and differ by constants in 64 bits, which PoCL's compiler
+    merges into vector loads; with each int32 address sign-extended on its own it did not (as
+    ``register_tiles.packed_product`` found)."""
+    rest, c = _const_part(a)
+    if rest is None:
+        return a
+    base = Cast(rest, _INT64)
+    return base if c == 0 else op("add", base, const(c, _INT64))
+
+
+_INT64 = np.dtype(np.int64)
 
 
 def _scalar(v):
@@ -221,6 +254,9 @@ class _Renderer:
         # dot operands are staged in work-group memory where tiles pay (GPUs); CPU devices read them in place
         self.stage_dots = bool(caps is not None and caps.local_memory and caps.tiling_pays
                                and getattr(caps, "matmul_tiling", "local") == "local")
+        # 64-bit global addresses on CPU OpenCL devices (``_wide``; WGSL has no 64-bit integers)
+        self.wide = bool(caps is not None and getattr(caps, "matmul_tiling", "local") == "register"
+                         and _INT64 in caps.dtypes)
         self.local_bytes = 0
         self.local_limit = getattr(caps, "local_memory_bytes", None) or LOCAL_BYTES
         self.barriers = 0
@@ -632,7 +668,9 @@ def _dot(r, e, vals):
             for c in range(tc):
                 idx = list(tidx)
                 if oshape:
-                    idx[-1] = b.let(op("add", op("mul", idx[-1], _i(tc)), _i(c)), "tj") if tc > 1 else idx[-1]
+                    col = op("add", op("mul", idx[-1], _i(tc)), _i(c))
+                    # unbound where addresses are wide: the constant column offset reaches each address
+                    idx[-1] = (col if r.wide else b.let(col, "tj")) if tc > 1 else idx[-1]
                 if tr > 1:
                     idx[-2] = b.let(op("add", op("mul", idx[-2], _i(tr)), _i(a)), "ti")
                 elems.append(tuple(idx))
@@ -711,8 +749,13 @@ def _load(r, e, vals):
     inside = masked and _statically_inside(ref, indexer, starts)
 
     def at(idx):
-        ri = [b.let(x, "ri") if not isinstance(x, Const) else x for x in _ref_index(ref, indexer, starts, idx)]
-        v = b.let(Load(ref.space, ref.name, b.let(ref.address(ri, masked and not inside), "ad"), ref.dtype), "ld")
+        ri = _ref_index(ref, indexer, starts, idx)
+        if not ref.wide:   # wide addresses keep the constant parts of the indices (``_wide``)
+            ri = [b.let(x, "ri") if not isinstance(x, Const) else x for x in ri]
+        a = ref.address(ri, masked and not inside)
+        if isinstance(a, Op) and a.op == "add" and isinstance(a.args[0], Cast):
+            a = op("add", b.let(a.args[0], "base"), a.args[1])
+        v = b.let(Load(ref.space, ref.name, b.let(a, "ad"), ref.dtype), "ld")
         if not masked:
             return v
         m = _at(mask, idx)
@@ -922,7 +965,8 @@ def _index_map_offsets(r, block, pids):
 def _global_ref(r, name, block, dtype, pids):
     offs = _index_map_offsets(r, block, pids)
     axes = tuple(a for a, n in enumerate(block.block_shape) if n is not None)
-    return _Ref("global", name, np.dtype(dtype), block.ref_shape, tuple(block.shape), tuple(offs), axes, block.padded)
+    return _Ref("global", name, np.dtype(dtype), block.ref_shape, tuple(block.shape), tuple(offs), axes, block.padded,
+                r.wide)
 
 
 def default_workgroup(eqn, caps):
