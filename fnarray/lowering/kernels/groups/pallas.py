@@ -45,7 +45,7 @@ from fnarray.core.pallas import pallas_atomic_p, pallas_call_p, pallas_load_p, p
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import Launch, Group, Tracker
 from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, Cast, Const, For, If, Load, Op, \
-    Special, Sym, const
+    Special, const
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import ELEMENTWISE, add_of, convert, highest, lowest, max_of, min_of, mul_of, op, \
     select
@@ -969,6 +969,154 @@ def _global_ref(r, name, block, dtype, pids):
                 r.wide)
 
 
+def _depends(prog, i):
+    """Whether any result of the (index map) program ``prog`` depends on its ``i``-th input."""
+    dep = {prog.invars[i]}
+    for e in prog.eqns:
+        if any(isinstance(a, Var) and a in dep for a in e.inputs):
+            dep.update(e.outputs)
+    return any(isinstance(a, Var) and a in dep for a in prog.outvars)
+
+
+def _whole(e, ref):
+    """Whether ``e`` is an unmasked ``pallas_load``/``pallas_store`` of all of ``ref`` (``x_ref[...]``)."""
+    p = e.params
+    if e.inputs[0] is not ref or p["masked"] or p.get("has_other"):
+        return False
+    starts = e.inputs[2:] if e.primitive is pallas_store_p else e.inputs[1:]
+    return (all(ent[0] == "s" for ent in p["indexer"]) and len(starts) == len(p["indexer"])
+            and tuple(ent[1] for ent in p["indexer"]) == tuple(ref.aval.shape)
+            and all(isinstance(a, Literal) and int(a.val) == 0 for a in starts))
+
+
+def _zero_fill(prog, ref):
+    """Whether ``prog`` (a ``pl.when`` body over ``ref``) only stores zeros into all of ``ref``."""
+    eqns = list(prog.eqns)
+    stores = [e for e in eqns if e.primitive is pallas_store_p]
+    if len(stores) != 1 or not _whole(stores[0], ref) or prog.outvars[0] is not stores[0].outputs[0]:
+        return False
+    fill = {}
+    for e in eqns:
+        if e.primitive is pallas_load_p and e.inputs[0] is ref:
+            continue
+        if e.primitive is P.broadcast_in_dim and isinstance(e.inputs[0], Literal) and float(e.inputs[0].val) == 0:
+            fill[e.outputs[0]] = True
+            continue
+        if e is not stores[0]:
+            return False
+    return fill.get(stores[0].inputs[1], False)
+
+
+def _accumulating_dot(p):
+    """The ``k``-accumulating matrix product (``examples/kernels/matmul.py``): a body ``[pl.when(program_id(k)
+    == 0): o_ref[...] = 0]; o_ref[...] += x_ref[...] @ y_ref[...]`` whose output block does not move along the
+    last grid axis ``k`` (its index map ignores it; whole, unpadded 2-d blocks). Returns ``(zero, x, y)``: whether
+    the first step zeroes the block, and the operands' input positions; ``None`` for any other body.
+
+    Such a kernel renders as one work-group per output block walking ``k`` itself, each work item's register
+    tile accumulating across all of ``k`` and stored once (``_render_accumulating_dot``): the output block is
+    neither re-read nor re-written per step, and instances of one block no longer run as separate work-groups
+    (which ordered their updates by nothing)."""
+    grid, prog = tuple(p["grid"]), p["body"].program
+    if not grid or len(p["out_blocks"]) != 1 or p["scratch"]:
+        return None
+    ob = p["out_blocks"][0]
+    ng, nin = len(grid), len(p["in_blocks"])
+    if ob.index_map is None or ob.padded or len(ob.ref_shape) != 2 or _depends(ob.index_map, ng - 1):
+        return None
+    if len(prog.invars) != ng + nin + 1 or any(bk.padded for bk in p["in_blocks"]):
+        return None
+    pid_k, ins, o = prog.invars[ng - 1], prog.invars[ng:ng + nin], prog.invars[ng + nin]
+    eqns, zero = list(prog.eqns), False
+    if len(eqns) == 8:
+        e0, e1 = eqns[0], eqns[1]
+        if not (e0.primitive is P.eq and e0.inputs[0] is pid_k and isinstance(e0.inputs[1], Literal)
+                and int(e0.inputs[1].val) == 0 and e1.primitive is pallas_when_p
+                and list(e1.inputs) == [e0.outputs[0], o] and e1.params["num_consts"] == 0
+                and _zero_fill(e1.params["body"], e1.params["body"].invars[0])):
+            return None
+        o, eqns, zero = e1.outputs[0], eqns[2:], True
+    if len(eqns) != 6:
+        return None
+    ld = {e.outputs[0]: e for e in eqns if e.primitive is pallas_load_p}
+    dot = [e for e in eqns if e.primitive is P.dot_general]
+    add = [e for e in eqns if e.primitive is P.add]
+    st = eqns[-1]
+    if len(ld) != 3 or len(dot) != 1 or len(add) != 1 or st.primitive is not pallas_store_p:
+        return None
+    dot, add = dot[0], add[0]
+    if dot.params["dimension_numbers"] != (((1,), (0,)), ((), ())) or \
+            np.dtype(dot.outputs[0].aval.dtype) != np.dtype(ob_dtype := p["out_avals"][0].dtype) or \
+            np.dtype(ob_dtype).kind != "f":
+        return None
+    xl, yl = (ld.get(a) for a in dot.inputs)
+    if xl is None or yl is None or xl.inputs[0] not in ins or yl.inputs[0] not in ins:
+        return None
+    if any(np.dtype(e.outputs[0].aval.dtype) != np.dtype(ob_dtype) for e in (xl, yl)):
+        return None
+    rest = [e for e in ld.values() if e not in (xl, yl)]
+    if len(rest) != 1 or not _whole(rest[0], o) or not all(_whole(e, e.inputs[0]) for e in (xl, yl)):
+        return None
+    if set(add.inputs) != {rest[0].outputs[0], dot.outputs[0]} or not _whole(st, o) \
+            or st.inputs[1] is not add.outputs[0] or prog.outvars[0] is not st.outputs[0]:
+        return None
+    return zero, ins.index(xl.inputs[0]), ins.index(yl.inputs[0])
+
+
+def _render_accumulating_dot(r, p, match, ins, outs, pids, kdim):
+    """The body ``_accumulating_dot`` matched, for the instance ``pids`` of the other grid axes: each work item
+    keeps a register tile of the output block (``_dot_tile``) across the ``kdim`` grid steps and each block's
+    contraction, then stores it once."""
+    zero, xi, yi = match
+    b = r.b
+    ob = p["out_blocks"][0]
+    d = np.dtype(p["out_avals"][0].dtype)
+    acc_d = _acc_dtype(d)
+    oref = _global_ref(r, outs[0], ob, d, pids[:-1] + [_i(0)])
+    oshape = tuple(oref.shape)
+    tr, tc = _dot_tile(oshape, r.wg)
+    tshape = (oshape[0] // tr, oshape[1] // tc)
+    nk = p["in_blocks"][xi].ref_shape[1]
+
+    def body(tidx, slot):
+        elems = []
+        for a in range(tr):
+            for c in range(tc):
+                col = op("add", op("mul", tidx[1], _i(tc)), _i(c))
+                row = op("add", op("mul", tidx[0], _i(tr)), _i(a))
+                elems.append((row if tr > 1 else tidx[0], (col if r.wide else b.let(col, "tj")) if tc > 1 else tidx[1]))
+        if zero:
+            accs = [b.var(acc_d, const(0, acc_d), "acc") for _ in elems]
+        else:
+            accs = [b.var(acc_d, convert(b, b.let(Load("global", oref.name, oref.address(list(ix), False), d), "ld"),
+                                         acc_d), "acc") for ix in elems]
+        with b.loop(_i(0), _i(p["grid"][kdim]), hint="kg") as kg:
+            kp = pids[:-1] + [kg]
+            xr = _global_ref(r, ins[xi], p["in_blocks"][xi], d, kp)
+            yr = _global_ref(r, ins[yi], p["in_blocks"][yi], d, kp)
+            uk = _UNROLL_K if len(elems) > 1 and nk % _UNROLL_K == 0 else 1
+            with b.loop(_i(0), _i(nk), _i(uk), hint="k") as k:
+                for u in range(uk):
+                    ku = op("add", k, _i(u)) if u else k
+                    cache: dict = {}
+
+                    def val(ref, ix, key):
+                        if key not in cache:
+                            a = ref.address(list(ix), False)
+                            if isinstance(a, Op) and a.op == "add" and isinstance(a.args[0], Cast):
+                                a = op("add", b.let(a.args[0], "base"), a.args[1])
+                            cache[key] = convert(b, b.let(Load("global", ref.name, b.let(a, "ad"), d), "ld"), acc_d)
+                        return cache[key]
+                    for acc, (i, j) in zip(accs, elems, strict=True):
+                        xa = val(xr, (i, ku), ("x", i))
+                        yb = val(yr, (ku, j), ("y", j))
+                        b.assign(acc, op("add", acc, op("mul", xa, yb)))
+        for acc, ix in zip(accs, elems, strict=True):
+            b.store(oref.name, oref.address(list(ix), False), _narrow(b, acc, d))
+
+    r.par_for(tshape, body)
+
+
 def default_workgroup(eqn, caps):
     """``workgroup_size`` of one ``pallas_call`` equation."""
     p = eqn.params
@@ -989,6 +1137,10 @@ def render(eqn, caps, buffer_names, wg=None):
     ins, outs = buffer_names(b)
     lid = b.let(Special("local_id", 0), "lid")
     r = _Renderer(b, wg, lid, caps)
+    # CPU devices (no staged dot operands) walk a k-accumulating product's last grid axis in one work-group
+    fused = None if r.stage_dots else _accumulating_dot(p)
+    if fused is not None:
+        grid, total = grid[:-1], math.prod(grid[:-1])
     scratch_names = [r.local_array(s.dtype, math.prod(s.shape), "scr") for s in p["scratch"]]
     lim = caps.max_dispatch
     groups = total if lim is None else min(total, lim)
@@ -1002,6 +1154,11 @@ def render(eqn, caps, buffer_names, wg=None):
         inst = Special("group_id", 0) if inst is None else inst
         inst = b.let(inst, "inst")
         pids = [b.let(x, "pid") if not isinstance(x, Const) else x for x in _unravel(inst, grid)] if grid else []
+        if fused is not None:
+            _render_accumulating_dot(r, p, fused, ins, outs, pids + [None], len(grid))
+            if walk:
+                r.barrier("global")
+            return b, gsize, lsize
         refs = [_global_ref(r, nm, bk, a.aval.dtype, pids)
                 for nm, bk, a in zip(ins, p["in_blocks"], eqn.inputs, strict=True)]
         refs += [_global_ref(r, nm, bk, a.dtype, pids)
