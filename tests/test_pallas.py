@@ -224,7 +224,8 @@ def _acc_matmul(zero, swapped, scale=None, bm=16, bn=32, bk=8):
         (m, k), n = x.shape, y.shape[1]
         return pl.pallas_call(
             kernel, out_shape=pl.ShapeDtypeStruct((m, n), x.dtype), grid=(m // bm, n // bn, k // bk),
-            in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)), pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j)),
+            in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
+                      pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j)),
                       pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j))],
             out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)), input_output_aliases={2: 0})(x, y, c)
     return f
