@@ -118,6 +118,8 @@ def _linear(idx, shape):
         # for any sign): a reshape that splits an index and one that joins it again cost nothing.
         if terms and _splits(terms[-1], x, s):
             terms[-1] = (x.args[0], s)
+        elif terms and _splits_after(terms[-1], x, s) is not None:
+            terms[-1] = (_splits_after(terms[-1], x, s), s)
         else:
             terms.append((x, s))
     e = _i(0)
@@ -132,17 +134,120 @@ def _splits(prev, x, s):
             and px.args == x.args and isinstance(px.args[1], Const) and ps == int(px.args[1].value) * s)
 
 
+def _splits_after(prev, x, s):
+    """``(q + a / c) * (c * s) + (a % c) * s`` as ``(q * c + a) * s`` (the form ``_div`` leaves): ``q * c + a``,
+    else ``None``."""
+    px, ps = prev
+    j = 0
+    if isinstance(x, Op) and x.op == "add" and isinstance(x.args[1], Const):   # (a % c) + j, from ``_rem``
+        x, j = x.args[0], int(x.args[1].value)
+    if not (isinstance(px, Op) and px.op == "add" and isinstance(x, Op) and x.op == "rem"
+            and isinstance(x.args[1], Const)):
+        return None
+    c = int(x.args[1].value)
+    terms = _terms(px)
+    if ps != c * s or not any(isinstance(t, Op) and t.op == "div" and t.args == x.args for t in terms):
+        return None
+    q = [t for t in terms if not (isinstance(t, Op) and t.op == "div" and t.args == x.args)]
+    if len(q) != len(terms) - 1:
+        return None
+    out = op("add", op("mul", _sum(q), _i(c)), x.args[0])
+    return op("add", out, _i(j)) if j else out
+
+
 def _unravel(flat, shape):
     out = []
     for d, (n, s) in enumerate(zip(shape, _strides(shape), strict=True)):
         if n == 1:
             out.append(_i(0))
             continue
-        e = flat if s == 1 else op("div", flat, _i(s))
+        e = flat if s == 1 else _div(flat, s)
         if d > 0:
-            e = op("rem", e, _i(n))
+            e = _rem(e, n)
         out.append(e)
     return tuple(out)
+
+
+def _terms(e):
+    """The terms of an int32 sum ``e`` (nested ``add`` s)."""
+    if isinstance(e, Op) and e.op == "add":
+        return _terms(e.args[0]) + _terms(e.args[1])
+    return [e]
+
+
+def _sum(terms):
+    out = None
+    for t in terms:
+        out = t if out is None else op("add", out, t)
+    return _i(0) if out is None else out
+
+
+def _multiple(e, c):
+    """``e / c`` where ``e`` is ``x * m`` with ``c`` dividing ``m`` (or a constant multiple of ``c``), else
+    ``None``."""
+    if isinstance(e, Const) and int(e.value) % c == 0:
+        return _i(int(e.value) // c)
+    if isinstance(e, Op) and e.op == "mul" and isinstance(e.args[1], Const) and int(e.args[1].value) % c == 0:
+        return op("mul", e.args[0], _i(int(e.args[1].value) // c))
+    return None
+
+
+def _split_multiples(e, c):
+    """``(quotients of the terms of e that c divides, the other terms)``."""
+    qs, rest = [], []
+    for t in _terms(e):
+        q = _multiple(t, c)
+        (rest if q is None else qs).append(t if q is None else q)
+    return qs, rest
+
+
+def _div(e, c):
+    """``e / c`` of a non-negative index: the terms ``x * m`` of a sum that ``c`` divides come out as ``x * (m / c)``
+    (a reduction's index ``t * lanes * u + lane * u + j`` then keeps its word index and its lane within the
+    word apart: the 4-bit matvec's constant shift amounts)."""
+    qs, rest = _split_multiples(e, c)
+    rest = _drop_below_step(rest, c)
+    if not qs:
+        return op("div", _sum(rest), _i(c))
+    r = _sum(rest)
+    if isinstance(r, Const) and 0 <= int(r.value) < c:
+        return _sum(qs)
+    return op("add", _sum(qs), op("div", r, _i(c)))
+
+
+def _below_step(terms, c):
+    """``(j, others)`` where ``terms`` are ``x * m`` terms and one constant ``0 <= j < m`` with ``m`` dividing ``c``
+    (``(x * m + j) / c == (x * m) / c`` and ``(x * m + j) % c == (x * m) % c + j`` for non-negative ``x``), else
+    ``(None, terms)``."""
+    ks = [t for t in terms if isinstance(t, Const)]
+    xs = [t for t in terms if not isinstance(t, Const)]
+    if len(ks) != 1 or not xs:
+        return None, terms
+    j = int(ks[0].value)
+    ms = [int(t.args[1].value) for t in xs if isinstance(t, Op) and t.op == "mul" and isinstance(t.args[1], Const)]
+    if len(ms) != len(xs) or not all(0 <= j < m and c % m == 0 for m in ms):
+        return None, terms
+    return j, xs
+
+
+def _drop_below_step(terms, c):
+    return _below_step(terms, c)[1]
+
+
+def _rem(e, c):
+    """``e % c`` of a non-negative index, without the terms that ``c`` divides."""
+    if isinstance(e, Op) and e.op == "rem" and isinstance(e.args[1], Const) and int(e.args[1].value) % c == 0:
+        return _rem(e.args[0], c)
+    qs, rest = _split_multiples(e, c)
+    j, xs = _below_step(rest, c)
+    if j is not None:
+        return op("add", _rem(_sum(xs), c), _i(j)) if j else _rem(_sum(xs), c)
+    if not qs:
+        return op("rem", e, _i(c))
+    r = _sum(rest)
+    if isinstance(r, Const) and 0 <= int(r.value) < c:
+        return r
+    return op("rem", r, _i(c))
 
 
 @dataclasses.dataclass
@@ -577,7 +682,23 @@ def _reduce(r, e, vals):
 
     def partial(idx, start, step):
         acc = b.var(acc_d, _identity_of(kind, acc_d), "acc")
+        lanes_ = int(step.value) if isinstance(step, Const) else 1
+        un = _RUN if lanes_ > 1 and n_red % (lanes_ * _RUN) == 0 else 0
+        if un:
+            # each lane takes runs of ``_RUN`` consecutive elements, unrolled: their index ``t * lanes * RUN +
+            # lane * RUN + j`` keeps constant parts through index arithmetic (``_div``, ``_rem``: a 4-bit word's
+            # eight values read with one load and constant shifts)
+            with b.loop(_i(0), _i(n_red // (lanes_ * un)), hint="t") as t:
+                base = op("add", op("mul", t, _i(lanes_ * un)), op("mul", start, _i(un)))
+                for j in range(un):
+                    one_elem(op("add", base, _i(j)) if j else base, idx, acc)
+            return acc
         with b.loop(start, _i(n_red), step, hint="k") as k:
+            one_elem(k, idx, acc)
+        return acc
+
+    def one_elem(k, idx, acc):
+        if True:
             ridx = _unravel(k, red_shape)
             full = [None] * len(x.shape)
             for dd, i in zip(keep, idx, strict=True):
@@ -586,7 +707,6 @@ def _reduce(r, e, vals):
                 full[dd] = i
             v = x.at(tuple(full))
             b.assign(acc, _combine(b, kind, acc, convert(b, v, acc_d) if acc_d != d else v))
-        return acc
 
     if lanes == 1:
         r.par_for(out_shape, lambda idx, slot: b.store(
@@ -610,6 +730,10 @@ def _reduce(r, e, vals):
         r.par_for(out_shape, combine)
     r.barrier()
     return r.local_value(name, out_shape, d)
+
+
+#: consecutive elements per lane of a shared reduction, unrolled (``_reduce``)
+_RUN = 8
 
 
 def _narrow(b, acc, d):
