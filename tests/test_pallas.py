@@ -619,3 +619,36 @@ def test_local_memory_budget_is_the_devices():
                     fa.jit(f)(fa.device_put(x, dev))
     finally:
         fa.config.fallback = old
+
+
+def test_index_arithmetic_folds_keep_the_value():
+    """The renderer's index folds (``_div``, ``_rem``, ``_linear``'s re-joined splits) equal plain C division and
+    remainder on non-negative indices: ``(t*256 + x*8 + j) / 64``, ``% 8``, ``(q + a/c)*c + a%c``..."""
+    from fnarray.lowering.kernels.groups import pallas as G
+    from fnarray.lowering.kernels.ir import Const, INT32, Sym
+
+    def ev(e, env):
+        if isinstance(e, Const):
+            return int(e.value)
+        if isinstance(e, Sym):
+            return env[e.name]
+        a, b = (ev(x, env) for x in e.args)
+        f = {"add": int.__add__, "mul": int.__mul__, "sub": int.__sub__, "div": int.__floordiv__, "rem": int.__mod__}
+        return f[e.op](a, b)
+
+    t, x = Sym("t", INT32), Sym("x", INT32)
+    r = np.random.default_rng(3)
+    for j in range(8):
+        flat = G._i(0)
+        for term in (G.op("mul", t, G._i(256)), G.op("mul", x, G._i(8)), G._i(j)):
+            flat = G.op("add", flat, term)
+        for shape in ((16, 64), (128, 8), (4, 4, 64), (1024,)):
+            idx = G._unravel(flat, shape)
+            back = G._linear(idx, shape)
+            for _ in range(20):
+                env = {"t": int(r.integers(0, 4)), "x": int(r.integers(0, 32))}
+                v = ev(flat, env)
+                assert [ev(i, env) for i in idx] == list(np.unravel_index(v, shape)), (shape, j)
+                assert ev(back, env) == v
+        assert isinstance(G._rem(flat, 8), Const) and isinstance(G._rem(G.op("rem", flat, G._i(64)), 8), Const)
+        assert "div" not in repr(G._div(flat, 8))

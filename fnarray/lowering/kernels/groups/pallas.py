@@ -339,6 +339,14 @@ def _wide(a):
 _INT64 = np.dtype(np.int64)
 
 
+def _bound_address(b, a):
+    """Address ``a`` bound to a local, a wide address's 64-bit base to one of its own (shared by the loads at
+    constant offsets from it)."""
+    if isinstance(a, Op) and a.op == "add" and isinstance(a.args[0], Cast):
+        a = op("add", b.let(a.args[0], "base"), a.args[1])
+    return b.let(a, "ad")
+
+
 def _scalar(v):
     return v.at(())
 
@@ -876,10 +884,8 @@ def _load(r, e, vals):
         ri = _ref_index(ref, indexer, starts, idx)
         if not ref.wide:   # wide addresses keep the constant parts of the indices (``_wide``)
             ri = [b.let(x, "ri") if not isinstance(x, Const) else x for x in ri]
-        a = ref.address(ri, masked and not inside)
-        if isinstance(a, Op) and a.op == "add" and isinstance(a.args[0], Cast):
-            a = op("add", b.let(a.args[0], "base"), a.args[1])
-        v = b.let(Load(ref.space, ref.name, b.let(a, "ad"), ref.dtype), "ld")
+        v = b.let(Load(ref.space, ref.name, _bound_address(b, ref.address(ri, masked and not inside)), ref.dtype),
+                  "ld")
         if not masked:
             return v
         m = _at(mask, idx)
@@ -1226,10 +1232,8 @@ def _render_accumulating_dot(r, p, match, ins, outs, pids, kdim):
 
                     def val(ref, ix, key):
                         if key not in cache:
-                            a = ref.address(list(ix), False)
-                            if isinstance(a, Op) and a.op == "add" and isinstance(a.args[0], Cast):
-                                a = op("add", b.let(a.args[0], "base"), a.args[1])
-                            cache[key] = convert(b, b.let(Load("global", ref.name, b.let(a, "ad"), d), "ld"), acc_d)
+                            ad = _bound_address(b, ref.address(list(ix), False))
+                            cache[key] = convert(b, b.let(Load("global", ref.name, ad, d), "ld"), acc_d)
                         return cache[key]
                     for acc, (i, j) in zip(accs, elems, strict=True):
                         xa = val(xr, (i, ku), ("x", i))
