@@ -13,14 +13,14 @@
     threadgroup float dot42[256];
     threadgroup float red49[16];
     threadgroup float part50[32];
-    threadgroup float red94[16];
-    threadgroup float part95[32];
-    threadgroup float ta179[256];
-    threadgroup float tb194[128];
-    threadgroup float dot201[128];
-    float pc208[1];
-    float pc212[1];
-    float pc223[1];
+    threadgroup float red66[16];
+    threadgroup float part67[32];
+    threadgroup float ta88[256];
+    threadgroup float tb103[128];
+    threadgroup float dot110[128];
+    float pc117[1];
+    float pc121[1];
+    float pc132[1];
     const int pid0 = (((int)threadgroup_position_in_grid.x) / 2);
     const int pid1 = (((int)threadgroup_position_in_grid.x) % 2);
     const int off2 = (pid1 * 16);
@@ -89,263 +89,158 @@
             const int ix51 = (((int)thread_position_in_threadgroup.x) / 2);
             const int ix52 = (((int)thread_position_in_threadgroup.x) % 2);
             float acc53 = (-(float)INFINITY);
-            for (int t54 = 0; t54 < 1; t54++) {
+            for (int k54 = ix52; k54 < 16; k54 += 2) {
                 const int x55 = as_type<int>((as_type<uint>(pid1) * 16u));
                 const int x56 = as_type<int>((as_type<uint>(x55) + as_type<uint>(ix51)));
                 const int x57 = as_type<int>((as_type<uint>(it27) * 16u));
-                const int x58 = as_type<int>((as_type<uint>(x57) + as_type<uint>(((t54 * 16) + (ix52 * 8)))));
+                const int x58 = as_type<int>((as_type<uint>(x57) + as_type<uint>(k54)));
                 const bool x59 = (x56 >= x58);
-                const float lv60 = dot42[((ix51 * 16) + ((t54 * 16) + (ix52 * 8)))];
+                const float lv60 = dot42[((ix51 * 16) + k54)];
                 const float x61 = (x59 ? lv60 : (-(float)INFINITY));
                 acc53 = ((((acc53 > x61) && (!((as_type<uint>(x61) & 2147483647u) > 2139095040u))) || ((as_type<uint>(acc53) & 2147483647u) > 2139095040u)) ? acc53 : x61);
-                const int x62 = as_type<int>((as_type<uint>(x57) + as_type<uint>((((t54 * 16) + (ix52 * 8)) + 1))));
-                const bool x63 = (x56 >= x62);
-                const float lv64 = dot42[((ix51 * 16) + (((t54 * 16) + (ix52 * 8)) + 1))];
-                const float x65 = (x63 ? lv64 : (-(float)INFINITY));
-                acc53 = ((((acc53 > x65) && (!((as_type<uint>(x65) & 2147483647u) > 2139095040u))) || ((as_type<uint>(acc53) & 2147483647u) > 2139095040u)) ? acc53 : x65);
-                const int x66 = as_type<int>((as_type<uint>(x57) + as_type<uint>((((t54 * 16) + (ix52 * 8)) + 2))));
-                const bool x67 = (x56 >= x66);
-                const float lv68 = dot42[((ix51 * 16) + (((t54 * 16) + (ix52 * 8)) + 2))];
-                const float x69 = (x67 ? lv68 : (-(float)INFINITY));
-                acc53 = ((((acc53 > x69) && (!((as_type<uint>(x69) & 2147483647u) > 2139095040u))) || ((as_type<uint>(acc53) & 2147483647u) > 2139095040u)) ? acc53 : x69);
-                const int x70 = as_type<int>((as_type<uint>(x57) + as_type<uint>((((t54 * 16) + (ix52 * 8)) + 3))));
-                const bool x71 = (x56 >= x70);
-                const float lv72 = dot42[((ix51 * 16) + (((t54 * 16) + (ix52 * 8)) + 3))];
-                const float x73 = (x71 ? lv72 : (-(float)INFINITY));
-                acc53 = ((((acc53 > x73) && (!((as_type<uint>(x73) & 2147483647u) > 2139095040u))) || ((as_type<uint>(acc53) & 2147483647u) > 2139095040u)) ? acc53 : x73);
-                const int x74 = as_type<int>((as_type<uint>(x57) + as_type<uint>((((t54 * 16) + (ix52 * 8)) + 4))));
-                const bool x75 = (x56 >= x74);
-                const float lv76 = dot42[((ix51 * 16) + (((t54 * 16) + (ix52 * 8)) + 4))];
-                const float x77 = (x75 ? lv76 : (-(float)INFINITY));
-                acc53 = ((((acc53 > x77) && (!((as_type<uint>(x77) & 2147483647u) > 2139095040u))) || ((as_type<uint>(acc53) & 2147483647u) > 2139095040u)) ? acc53 : x77);
-                const int x78 = as_type<int>((as_type<uint>(x57) + as_type<uint>((((t54 * 16) + (ix52 * 8)) + 5))));
-                const bool x79 = (x56 >= x78);
-                const float lv80 = dot42[((ix51 * 16) + (((t54 * 16) + (ix52 * 8)) + 5))];
-                const float x81 = (x79 ? lv80 : (-(float)INFINITY));
-                acc53 = ((((acc53 > x81) && (!((as_type<uint>(x81) & 2147483647u) > 2139095040u))) || ((as_type<uint>(acc53) & 2147483647u) > 2139095040u)) ? acc53 : x81);
-                const int x82 = as_type<int>((as_type<uint>(x57) + as_type<uint>((((t54 * 16) + (ix52 * 8)) + 6))));
-                const bool x83 = (x56 >= x82);
-                const float lv84 = dot42[((ix51 * 16) + (((t54 * 16) + (ix52 * 8)) + 6))];
-                const float x85 = (x83 ? lv84 : (-(float)INFINITY));
-                acc53 = ((((acc53 > x85) && (!((as_type<uint>(x85) & 2147483647u) > 2139095040u))) || ((as_type<uint>(acc53) & 2147483647u) > 2139095040u)) ? acc53 : x85);
-                const int x86 = as_type<int>((as_type<uint>(x57) + as_type<uint>((((t54 * 16) + (ix52 * 8)) + 7))));
-                const bool x87 = (x56 >= x86);
-                const float lv88 = dot42[((ix51 * 16) + (((t54 * 16) + (ix52 * 8)) + 7))];
-                const float x89 = (x87 ? lv88 : (-(float)INFINITY));
-                acc53 = ((((acc53 > x89) && (!((as_type<uint>(x89) & 2147483647u) > 2139095040u))) || ((as_type<uint>(acc53) & 2147483647u) > 2139095040u)) ? acc53 : x89);
             }
             part50[((ix51 * 2) + ix52)] = acc53;
         }
         metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
         if ((((int)thread_position_in_threadgroup.x) < 16)) {
-            const int pb90 = (((int)thread_position_in_threadgroup.x) * 2);
-            float acc91 = (-(float)INFINITY);
-            for (int l92 = 0; l92 < 2; l92++) {
-                const float pv93 = part50[(pb90 + l92)];
-                acc91 = ((((acc91 > pv93) && (!((as_type<uint>(pv93) & 2147483647u) > 2139095040u))) || ((as_type<uint>(acc91) & 2147483647u) > 2139095040u)) ? acc91 : pv93);
+            const int pb62 = (((int)thread_position_in_threadgroup.x) * 2);
+            float acc63 = (-(float)INFINITY);
+            for (int l64 = 0; l64 < 2; l64++) {
+                const float pv65 = part50[(pb62 + l64)];
+                acc63 = ((((acc63 > pv65) && (!((as_type<uint>(pv65) & 2147483647u) > 2139095040u))) || ((as_type<uint>(acc63) & 2147483647u) > 2139095040u)) ? acc63 : pv65);
             }
-            red49[((int)thread_position_in_threadgroup.x)] = acc91;
+            red49[((int)thread_position_in_threadgroup.x)] = acc63;
         }
         metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
         if ((((int)thread_position_in_threadgroup.x) < 32)) {
-            const int ix96 = (((int)thread_position_in_threadgroup.x) / 2);
-            const int ix97 = (((int)thread_position_in_threadgroup.x) % 2);
-            float acc98 = 0.0f;
-            for (int t99 = 0; t99 < 1; t99++) {
-                const int x100 = as_type<int>((as_type<uint>(pid1) * 16u));
-                const int x101 = as_type<int>((as_type<uint>(x100) + as_type<uint>(ix96)));
-                const int x102 = as_type<int>((as_type<uint>(it27) * 16u));
-                const int x103 = as_type<int>((as_type<uint>(x102) + as_type<uint>(((t99 * 16) + (ix97 * 8)))));
-                const bool x104 = (x101 >= x103);
-                const float lv105 = dot42[((ix96 * 16) + ((t99 * 16) + (ix97 * 8)))];
-                const float x106 = (x104 ? lv105 : (-(float)INFINITY));
-                const float lv107 = carry3[ix96];
-                const float lv108 = red49[ix96];
-                const float x109 = ((((lv107 > lv108) && (!((as_type<uint>(lv108) & 2147483647u) > 2139095040u))) || ((as_type<uint>(lv107) & 2147483647u) > 2139095040u)) ? lv107 : lv108);
-                const float x110 = (x106 - x109);
-                const float x111 = metal::exp(x110);
-                acc98 = (acc98 + x111);
-                const int x112 = as_type<int>((as_type<uint>(x102) + as_type<uint>((((t99 * 16) + (ix97 * 8)) + 1))));
-                const bool x113 = (x101 >= x112);
-                const float lv114 = dot42[((ix96 * 16) + (((t99 * 16) + (ix97 * 8)) + 1))];
-                const float x115 = (x113 ? lv114 : (-(float)INFINITY));
-                const float lv116 = carry3[ix96];
-                const float lv117 = red49[ix96];
-                const float x118 = ((((lv116 > lv117) && (!((as_type<uint>(lv117) & 2147483647u) > 2139095040u))) || ((as_type<uint>(lv116) & 2147483647u) > 2139095040u)) ? lv116 : lv117);
-                const float x119 = (x115 - x118);
-                const float x120 = metal::exp(x119);
-                acc98 = (acc98 + x120);
-                const int x121 = as_type<int>((as_type<uint>(x102) + as_type<uint>((((t99 * 16) + (ix97 * 8)) + 2))));
-                const bool x122 = (x101 >= x121);
-                const float lv123 = dot42[((ix96 * 16) + (((t99 * 16) + (ix97 * 8)) + 2))];
-                const float x124 = (x122 ? lv123 : (-(float)INFINITY));
-                const float lv125 = carry3[ix96];
-                const float lv126 = red49[ix96];
-                const float x127 = ((((lv125 > lv126) && (!((as_type<uint>(lv126) & 2147483647u) > 2139095040u))) || ((as_type<uint>(lv125) & 2147483647u) > 2139095040u)) ? lv125 : lv126);
-                const float x128 = (x124 - x127);
-                const float x129 = metal::exp(x128);
-                acc98 = (acc98 + x129);
-                const int x130 = as_type<int>((as_type<uint>(x102) + as_type<uint>((((t99 * 16) + (ix97 * 8)) + 3))));
-                const bool x131 = (x101 >= x130);
-                const float lv132 = dot42[((ix96 * 16) + (((t99 * 16) + (ix97 * 8)) + 3))];
-                const float x133 = (x131 ? lv132 : (-(float)INFINITY));
-                const float lv134 = carry3[ix96];
-                const float lv135 = red49[ix96];
-                const float x136 = ((((lv134 > lv135) && (!((as_type<uint>(lv135) & 2147483647u) > 2139095040u))) || ((as_type<uint>(lv134) & 2147483647u) > 2139095040u)) ? lv134 : lv135);
-                const float x137 = (x133 - x136);
-                const float x138 = metal::exp(x137);
-                acc98 = (acc98 + x138);
-                const int x139 = as_type<int>((as_type<uint>(x102) + as_type<uint>((((t99 * 16) + (ix97 * 8)) + 4))));
-                const bool x140 = (x101 >= x139);
-                const float lv141 = dot42[((ix96 * 16) + (((t99 * 16) + (ix97 * 8)) + 4))];
-                const float x142 = (x140 ? lv141 : (-(float)INFINITY));
-                const float lv143 = carry3[ix96];
-                const float lv144 = red49[ix96];
-                const float x145 = ((((lv143 > lv144) && (!((as_type<uint>(lv144) & 2147483647u) > 2139095040u))) || ((as_type<uint>(lv143) & 2147483647u) > 2139095040u)) ? lv143 : lv144);
-                const float x146 = (x142 - x145);
-                const float x147 = metal::exp(x146);
-                acc98 = (acc98 + x147);
-                const int x148 = as_type<int>((as_type<uint>(x102) + as_type<uint>((((t99 * 16) + (ix97 * 8)) + 5))));
-                const bool x149 = (x101 >= x148);
-                const float lv150 = dot42[((ix96 * 16) + (((t99 * 16) + (ix97 * 8)) + 5))];
-                const float x151 = (x149 ? lv150 : (-(float)INFINITY));
-                const float lv152 = carry3[ix96];
-                const float lv153 = red49[ix96];
-                const float x154 = ((((lv152 > lv153) && (!((as_type<uint>(lv153) & 2147483647u) > 2139095040u))) || ((as_type<uint>(lv152) & 2147483647u) > 2139095040u)) ? lv152 : lv153);
-                const float x155 = (x151 - x154);
-                const float x156 = metal::exp(x155);
-                acc98 = (acc98 + x156);
-                const int x157 = as_type<int>((as_type<uint>(x102) + as_type<uint>((((t99 * 16) + (ix97 * 8)) + 6))));
-                const bool x158 = (x101 >= x157);
-                const float lv159 = dot42[((ix96 * 16) + (((t99 * 16) + (ix97 * 8)) + 6))];
-                const float x160 = (x158 ? lv159 : (-(float)INFINITY));
-                const float lv161 = carry3[ix96];
-                const float lv162 = red49[ix96];
-                const float x163 = ((((lv161 > lv162) && (!((as_type<uint>(lv162) & 2147483647u) > 2139095040u))) || ((as_type<uint>(lv161) & 2147483647u) > 2139095040u)) ? lv161 : lv162);
-                const float x164 = (x160 - x163);
-                const float x165 = metal::exp(x164);
-                acc98 = (acc98 + x165);
-                const int x166 = as_type<int>((as_type<uint>(x102) + as_type<uint>((((t99 * 16) + (ix97 * 8)) + 7))));
-                const bool x167 = (x101 >= x166);
-                const float lv168 = dot42[((ix96 * 16) + (((t99 * 16) + (ix97 * 8)) + 7))];
-                const float x169 = (x167 ? lv168 : (-(float)INFINITY));
-                const float lv170 = carry3[ix96];
-                const float lv171 = red49[ix96];
-                const float x172 = ((((lv170 > lv171) && (!((as_type<uint>(lv171) & 2147483647u) > 2139095040u))) || ((as_type<uint>(lv170) & 2147483647u) > 2139095040u)) ? lv170 : lv171);
-                const float x173 = (x169 - x172);
-                const float x174 = metal::exp(x173);
-                acc98 = (acc98 + x174);
+            const int ix68 = (((int)thread_position_in_threadgroup.x) / 2);
+            const int ix69 = (((int)thread_position_in_threadgroup.x) % 2);
+            float acc70 = 0.0f;
+            for (int k71 = ix69; k71 < 16; k71 += 2) {
+                const int x72 = as_type<int>((as_type<uint>(pid1) * 16u));
+                const int x73 = as_type<int>((as_type<uint>(x72) + as_type<uint>(ix68)));
+                const int x74 = as_type<int>((as_type<uint>(it27) * 16u));
+                const int x75 = as_type<int>((as_type<uint>(x74) + as_type<uint>(k71)));
+                const bool x76 = (x73 >= x75);
+                const float lv77 = dot42[((ix68 * 16) + k71)];
+                const float x78 = (x76 ? lv77 : (-(float)INFINITY));
+                const float lv79 = carry3[ix68];
+                const float lv80 = red49[ix68];
+                const float x81 = ((((lv79 > lv80) && (!((as_type<uint>(lv80) & 2147483647u) > 2139095040u))) || ((as_type<uint>(lv79) & 2147483647u) > 2139095040u)) ? lv79 : lv80);
+                const float x82 = (x78 - x81);
+                const float x83 = metal::exp(x82);
+                acc70 = (acc70 + x83);
             }
-            part95[((ix96 * 2) + ix97)] = acc98;
+            part67[((ix68 * 2) + ix69)] = acc70;
         }
         metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
         if ((((int)thread_position_in_threadgroup.x) < 16)) {
-            const int pb175 = (((int)thread_position_in_threadgroup.x) * 2);
-            float acc176 = 0.0f;
-            for (int l177 = 0; l177 < 2; l177++) {
-                const float pv178 = part95[(pb175 + l177)];
-                acc176 = (acc176 + pv178);
+            const int pb84 = (((int)thread_position_in_threadgroup.x) * 2);
+            float acc85 = 0.0f;
+            for (int l86 = 0; l86 < 2; l86++) {
+                const float pv87 = part67[(pb84 + l86)];
+                acc85 = (acc85 + pv87);
             }
-            red94[((int)thread_position_in_threadgroup.x)] = acc176;
+            red66[((int)thread_position_in_threadgroup.x)] = acc85;
         }
         metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
-        const int ix180 = (((int)thread_position_in_threadgroup.x) / 16);
-        const int ix181 = (((int)thread_position_in_threadgroup.x) % 16);
-        const int x182 = as_type<int>((as_type<uint>(pid1) * 16u));
-        const int x183 = as_type<int>((as_type<uint>(x182) + as_type<uint>(ix180)));
-        const int x184 = as_type<int>((as_type<uint>(it27) * 16u));
-        const int x185 = as_type<int>((as_type<uint>(x184) + as_type<uint>(ix181)));
-        const bool x186 = (x183 >= x185);
-        const float lv187 = dot42[((ix180 * 16) + ix181)];
-        const float x188 = (x186 ? lv187 : (-(float)INFINITY));
-        const float lv189 = carry3[ix180];
-        const float lv190 = red49[ix180];
-        const float x191 = ((((lv189 > lv190) && (!((as_type<uint>(lv190) & 2147483647u) > 2139095040u))) || ((as_type<uint>(lv189) & 2147483647u) > 2139095040u)) ? lv189 : lv190);
-        const float x192 = (x188 - x191);
-        const float x193 = metal::exp(x192);
-        ta179[((ix180 * 16) + ix181)] = x193;
+        const int ix89 = (((int)thread_position_in_threadgroup.x) / 16);
+        const int ix90 = (((int)thread_position_in_threadgroup.x) % 16);
+        const int x91 = as_type<int>((as_type<uint>(pid1) * 16u));
+        const int x92 = as_type<int>((as_type<uint>(x91) + as_type<uint>(ix89)));
+        const int x93 = as_type<int>((as_type<uint>(it27) * 16u));
+        const int x94 = as_type<int>((as_type<uint>(x93) + as_type<uint>(ix90)));
+        const bool x95 = (x92 >= x94);
+        const float lv96 = dot42[((ix89 * 16) + ix90)];
+        const float x97 = (x95 ? lv96 : (-(float)INFINITY));
+        const float lv98 = carry3[ix89];
+        const float lv99 = red49[ix89];
+        const float x100 = ((((lv98 > lv99) && (!((as_type<uint>(lv99) & 2147483647u) > 2139095040u))) || ((as_type<uint>(lv98) & 2147483647u) > 2139095040u)) ? lv98 : lv99);
+        const float x101 = (x97 - x100);
+        const float x102 = metal::exp(x101);
+        ta88[((ix89 * 16) + ix90)] = x102;
         metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
         if ((((int)thread_position_in_threadgroup.x) < 128)) {
-            const int ix195 = (((int)thread_position_in_threadgroup.x) / 8);
-            const int ix196 = (((int)thread_position_in_threadgroup.x) % 8);
-            const int x197 = as_type<int>((as_type<uint>(it27) * 16u));
-            const int ri198 = (x197 + ix195);
-            const int ad199 = (((pid0 * 256) + (ri198 * 8)) + ix196);
-            const float ld200 = in2[ad199];
-            tb194[((ix195 * 8) + ix196)] = ld200;
+            const int ix104 = (((int)thread_position_in_threadgroup.x) / 8);
+            const int ix105 = (((int)thread_position_in_threadgroup.x) % 8);
+            const int x106 = as_type<int>((as_type<uint>(it27) * 16u));
+            const int ri107 = (x106 + ix104);
+            const int ad108 = (((pid0 * 256) + (ri107 * 8)) + ix105);
+            const float ld109 = in2[ad108];
+            tb103[((ix104 * 8) + ix105)] = ld109;
         }
         metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
         if ((((int)thread_position_in_threadgroup.x) < 128)) {
-            const int ix202 = (((int)thread_position_in_threadgroup.x) / 8);
-            const int ix203 = (((int)thread_position_in_threadgroup.x) % 8);
-            float acc204 = 0.0f;
-            for (int k205 = 0; k205 < 16; k205++) {
-                const float lv206 = ta179[((ix202 * 16) + k205)];
-                const float lv207 = tb194[((k205 * 8) + ix203)];
-                acc204 = (acc204 + (lv206 * lv207));
+            const int ix111 = (((int)thread_position_in_threadgroup.x) / 8);
+            const int ix112 = (((int)thread_position_in_threadgroup.x) % 8);
+            float acc113 = 0.0f;
+            for (int k114 = 0; k114 < 16; k114++) {
+                const float lv115 = ta88[((ix111 * 16) + k114)];
+                const float lv116 = tb103[((k114 * 8) + ix112)];
+                acc113 = (acc113 + (lv115 * lv116));
             }
-            dot201[((ix202 * 8) + ix203)] = acc204;
+            dot110[((ix111 * 8) + ix112)] = acc113;
         }
         metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
         if ((((int)thread_position_in_threadgroup.x) < 16)) {
-            const float lv209 = carry3[((int)thread_position_in_threadgroup.x)];
-            const float lv210 = red49[((int)thread_position_in_threadgroup.x)];
-            const float x211 = ((((lv209 > lv210) && (!((as_type<uint>(lv210) & 2147483647u) > 2139095040u))) || ((as_type<uint>(lv209) & 2147483647u) > 2139095040u)) ? lv209 : lv210);
-            pc208[0] = x211;
+            const float lv118 = carry3[((int)thread_position_in_threadgroup.x)];
+            const float lv119 = red49[((int)thread_position_in_threadgroup.x)];
+            const float x120 = ((((lv118 > lv119) && (!((as_type<uint>(lv119) & 2147483647u) > 2139095040u))) || ((as_type<uint>(lv118) & 2147483647u) > 2139095040u)) ? lv118 : lv119);
+            pc117[0] = x120;
         }
         if ((((int)thread_position_in_threadgroup.x) < 16)) {
-            const float lv213 = carry4[((int)thread_position_in_threadgroup.x)];
-            const float lv214 = carry3[((int)thread_position_in_threadgroup.x)];
-            const float lv215 = carry3[((int)thread_position_in_threadgroup.x)];
-            const float lv216 = red49[((int)thread_position_in_threadgroup.x)];
-            const float x217 = ((((lv215 > lv216) && (!((as_type<uint>(lv216) & 2147483647u) > 2139095040u))) || ((as_type<uint>(lv215) & 2147483647u) > 2139095040u)) ? lv215 : lv216);
-            const float x218 = (lv214 - x217);
-            const float x219 = metal::exp(x218);
-            const float x220 = (lv213 * x219);
-            const float lv221 = red94[((int)thread_position_in_threadgroup.x)];
-            const float x222 = (x220 + lv221);
-            pc212[0] = x222;
+            const float lv122 = carry4[((int)thread_position_in_threadgroup.x)];
+            const float lv123 = carry3[((int)thread_position_in_threadgroup.x)];
+            const float lv124 = carry3[((int)thread_position_in_threadgroup.x)];
+            const float lv125 = red49[((int)thread_position_in_threadgroup.x)];
+            const float x126 = ((((lv124 > lv125) && (!((as_type<uint>(lv125) & 2147483647u) > 2139095040u))) || ((as_type<uint>(lv124) & 2147483647u) > 2139095040u)) ? lv124 : lv125);
+            const float x127 = (lv123 - x126);
+            const float x128 = metal::exp(x127);
+            const float x129 = (lv122 * x128);
+            const float lv130 = red66[((int)thread_position_in_threadgroup.x)];
+            const float x131 = (x129 + lv130);
+            pc121[0] = x131;
         }
         if ((((int)thread_position_in_threadgroup.x) < 128)) {
-            const int ix224 = (((int)thread_position_in_threadgroup.x) / 8);
-            const int ix225 = (((int)thread_position_in_threadgroup.x) % 8);
-            const float lv226 = carry5[((ix224 * 8) + ix225)];
-            const float lv227 = carry3[ix224];
-            const float lv228 = carry3[ix224];
-            const float lv229 = red49[ix224];
-            const float x230 = ((((lv228 > lv229) && (!((as_type<uint>(lv229) & 2147483647u) > 2139095040u))) || ((as_type<uint>(lv228) & 2147483647u) > 2139095040u)) ? lv228 : lv229);
-            const float x231 = (lv227 - x230);
-            const float x232 = metal::exp(x231);
-            const float x233 = (lv226 * x232);
-            const float lv234 = dot201[((ix224 * 8) + ix225)];
-            const float x235 = (x233 + lv234);
-            pc223[0] = x235;
+            const int ix133 = (((int)thread_position_in_threadgroup.x) / 8);
+            const int ix134 = (((int)thread_position_in_threadgroup.x) % 8);
+            const float lv135 = carry5[((ix133 * 8) + ix134)];
+            const float lv136 = carry3[ix133];
+            const float lv137 = carry3[ix133];
+            const float lv138 = red49[ix133];
+            const float x139 = ((((lv137 > lv138) && (!((as_type<uint>(lv138) & 2147483647u) > 2139095040u))) || ((as_type<uint>(lv137) & 2147483647u) > 2139095040u)) ? lv137 : lv138);
+            const float x140 = (lv136 - x139);
+            const float x141 = metal::exp(x140);
+            const float x142 = (lv135 * x141);
+            const float lv143 = dot110[((ix133 * 8) + ix134)];
+            const float x144 = (x142 + lv143);
+            pc132[0] = x144;
         }
         metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
         if ((((int)thread_position_in_threadgroup.x) < 16)) {
-            const float pc236 = pc208[0];
-            carry3[((int)thread_position_in_threadgroup.x)] = pc236;
+            const float pc145 = pc117[0];
+            carry3[((int)thread_position_in_threadgroup.x)] = pc145;
         }
         metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
         if ((((int)thread_position_in_threadgroup.x) < 16)) {
-            const float pc237 = pc212[0];
-            carry4[((int)thread_position_in_threadgroup.x)] = pc237;
+            const float pc146 = pc121[0];
+            carry4[((int)thread_position_in_threadgroup.x)] = pc146;
         }
         metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
         if ((((int)thread_position_in_threadgroup.x) < 128)) {
-            const int ix238 = (((int)thread_position_in_threadgroup.x) / 8);
-            const int ix239 = (((int)thread_position_in_threadgroup.x) % 8);
-            const float pc240 = pc223[0];
-            carry5[((ix238 * 8) + ix239)] = pc240;
+            const int ix147 = (((int)thread_position_in_threadgroup.x) / 8);
+            const int ix148 = (((int)thread_position_in_threadgroup.x) % 8);
+            const float pc149 = pc132[0];
+            carry5[((ix147 * 8) + ix148)] = pc149;
         }
         metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     }
     if ((((int)thread_position_in_threadgroup.x) < 128)) {
-        const int ix241 = (((int)thread_position_in_threadgroup.x) / 8);
-        const int ix242 = (((int)thread_position_in_threadgroup.x) % 8);
-        const float lv243 = carry5[((ix241 * 8) + ix242)];
-        const float lv244 = carry4[ix241];
-        const float x245 = (lv243 / lv244);
-        out3[(((pid0 * 256) + ((off2 + ix241) * 8)) + ix242)] = x245;
+        const int ix150 = (((int)thread_position_in_threadgroup.x) / 8);
+        const int ix151 = (((int)thread_position_in_threadgroup.x) % 8);
+        const float lv152 = carry5[((ix150 * 8) + ix151)];
+        const float lv153 = carry4[ix150];
+        const float x154 = (lv152 / lv153);
+        out3[(((pid0 * 256) + ((off2 + ix150) * 8)) + ix151)] = x154;
     }
 }

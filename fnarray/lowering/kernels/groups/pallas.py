@@ -370,6 +370,10 @@ class _Renderer:
         # 64-bit global addresses on CPU OpenCL devices (``_wide``; WGSL has no 64-bit integers)
         self.wide = bool(caps is not None and getattr(caps, "matmul_tiling", "local") == "register"
                          and _INT64 in caps.dtypes)
+        # lanes of a shared reduction take runs of consecutive elements on CPU devices (``_reduce``); GPUs keep
+        # the strided form, whose lanes read neighbouring elements together (unmeasured there)
+        self.lane_runs = bool(caps is not None and (not caps.tiling_pays
+                                                    or getattr(caps, "matmul_tiling", "local") == "register"))
         self.local_bytes = 0
         self.local_limit = getattr(caps, "local_memory_bytes", None) or LOCAL_BYTES
         self.barriers = 0
@@ -691,7 +695,7 @@ def _reduce(r, e, vals):
     def partial(idx, start, step):
         acc = b.var(acc_d, _identity_of(kind, acc_d), "acc")
         lanes_ = int(step.value) if isinstance(step, Const) else 1
-        un = _RUN if lanes_ > 1 and n_red % (lanes_ * _RUN) == 0 else 0
+        un = _RUN if r.lane_runs and lanes_ > 1 and n_red % (lanes_ * _RUN) == 0 else 0
         if un:
             # each lane takes runs of ``_RUN`` consecutive elements, unrolled: their index ``t * lanes * RUN +
             # lane * RUN + j`` keeps constant parts through index arithmetic (``_div``, ``_rem``: a 4-bit word's
