@@ -1158,6 +1158,9 @@ def _accumulating_dot(p):
     ng, nin = len(grid), len(p["in_blocks"])
     if ob.index_map is None or ob.padded or len(ob.ref_shape) != 2 or _depends(ob.index_map, ng - 1):
         return None
+    # every other axis moves the block (else several work-groups would write one block)
+    if any(grid[a] > 1 and not _depends(ob.index_map, a) for a in range(ng - 1)):
+        return None
     if len(prog.invars) != ng + nin + 1 or any(bk.padded for bk in p["in_blocks"]):
         return None
     pid_k, ins, o = prog.invars[ng - 1], prog.invars[ng:ng + nin], prog.invars[ng + nin]
