@@ -29,7 +29,7 @@ On CPU devices (no staged ``dot`` operands) a k-accumulating product body (``_ac
 ``o_ref[...] += x_ref[...] @ y_ref[...]``, zeroed at ``k == 0`` or not, the output block fixed along the last
 grid axis) renders as one work-group per output block walking ``k``, each work item's register tile kept across
 all of ``k`` and stored once (``_render_accumulating_dot``). On CPU OpenCL devices global addresses are 64-bit
-with their constant part added last (``_wide``), and lanes of a shared reduction take unrolled runs of
+with their constant part added last (``_wide``); on CPU devices lanes of a shared reduction take unrolled runs of
 consecutive elements, whose index arithmetic ``_div``/``_rem`` keep constant (docs/performance.md).
 
 What does not render (sorts, gathers, control flow other than ``fori_loop``/``when``, atomics on scratch refs or
