@@ -208,6 +208,55 @@ def test_scratch_and_aliases(device):
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
 
 
+def _acc_matmul(zero, swapped, scale=None, bm=16, bn=32, bk=8):
+    """``c + x @ y`` (``c`` aliased to the output) or ``x @ y`` (``zero``) accumulated over a ``k`` grid axis."""
+    def kernel(x_ref, y_ref, c_ref, o_ref):
+        if zero:
+            @pl.when(pl.program_id(2) == 0)
+            def _():
+                o_ref[...] = fnp.zeros_like(o_ref)
+        p = fnp.dot(x_ref[...], y_ref[...])
+        if scale is not None:
+            p = p * scale
+        o_ref[...] = p + o_ref[...] if swapped else o_ref[...] + p
+
+    def f(x, y, c):
+        (m, k), n = x.shape, y.shape[1]
+        return pl.pallas_call(
+            kernel, out_shape=pl.ShapeDtypeStruct((m, n), x.dtype), grid=(m // bm, n // bn, k // bk),
+            in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
+                      pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j)),
+                      pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j))],
+            out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)), input_output_aliases={2: 0})(x, y, c)
+    return f
+
+
+@pytest.mark.parametrize("zero,swapped,scale", [(True, False, None), (False, True, None), (True, True, 2.0)])
+def test_k_accumulating_matmul(device, zero, swapped, scale):
+    """The k-accumulating product: CPU devices walk the k axis in one work-group, the output tile in registers
+    (``_accumulating_dot``; a scaled product is another body and takes the general path); the result is the same."""
+    x = rng.standard_normal((32, 40)).astype(np.float32)
+    y = rng.standard_normal((40, 64)).astype(np.float32)
+    c = rng.standard_normal((32, 64)).astype(np.float32)
+    want = (0 if zero else c.astype(np.float64)) + (scale or 1.0) * (x.astype(np.float64) @ y)
+    with own_kernels(device, aliased=True):
+        got = fa.jit(_acc_matmul(zero, swapped, scale))(*[fa.device_put(a, device) for a in (x, y, c)])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+
+
+def test_k_accumulating_matmul_renders_without_barriers():
+    """On a CPU OpenCL device the matched body renders as one loop over k per work item: no barrier, and the
+    instances of one output block are one work-group (not several updating it unordered)."""
+    devs = [d for d in fa.devices(all_backends=True) if d.backend == "opencl"]
+    if not devs or devs[0].impl.capabilities(devs[0]).matmul_tiling != "register":
+        pytest.skip("no CPU OpenCL device")
+    args = [fa.device_put(rng.standard_normal(s).astype(np.float32), devs[0]) for s in ((32, 40), (40, 64), (32, 64))]
+    with own_kernels(devs[0], aliased=True):
+        text = fa.jit(_acc_matmul(True, False)).lower(*args).as_text()
+    assert "pallas" in text and "barrier(" not in text
+    assert "(long)" in text   # the wide addresses the tile's column loads share
+
+
 def test_store_reading_its_own_ref(device):
     """``o[...] = o[::-1]``-like stores (the value reads other elements of the ref it overwrites)."""
     x = rng.standard_normal(64).astype(np.float32)
@@ -570,3 +619,36 @@ def test_local_memory_budget_is_the_devices():
                     fa.jit(f)(fa.device_put(x, dev))
     finally:
         fa.config.fallback = old
+
+
+def test_index_arithmetic_folds_keep_the_value():
+    """The renderer's index folds (``_div``, ``_rem``, ``_linear``'s re-joined splits) equal plain C division and
+    remainder on non-negative indices: ``(t*256 + x*8 + j) / 64``, ``% 8``, ``(q + a/c)*c + a%c``..."""
+    from fnarray.lowering.kernels.groups import pallas as G
+    from fnarray.lowering.kernels.ir import Const, INT32, Sym
+
+    def ev(e, env):
+        if isinstance(e, Const):
+            return int(e.value)
+        if isinstance(e, Sym):
+            return env[e.name]
+        a, b = (ev(x, env) for x in e.args)
+        f = {"add": int.__add__, "mul": int.__mul__, "sub": int.__sub__, "div": int.__floordiv__, "rem": int.__mod__}
+        return f[e.op](a, b)
+
+    t, x = Sym("t", INT32), Sym("x", INT32)
+    r = np.random.default_rng(3)
+    for j in range(8):
+        flat = G._i(0)
+        for term in (G.op("mul", t, G._i(256)), G.op("mul", x, G._i(8)), G._i(j)):
+            flat = G.op("add", flat, term)
+        for shape in ((16, 64), (128, 8), (4, 4, 64), (1024,)):
+            idx = G._unravel(flat, shape)
+            back = G._linear(idx, shape)
+            for _ in range(20):
+                env = {"t": int(r.integers(0, 4)), "x": int(r.integers(0, 32))}
+                v = ev(flat, env)
+                assert [ev(i, env) for i in idx] == list(np.unravel_index(v, shape)), (shape, j)
+                assert ev(back, env) == v
+        assert isinstance(G._rem(flat, 8), Const) and isinstance(G._rem(G.op("rem", flat, G._i(64)), 8), Const)
+        assert "div" not in repr(G._div(flat, 8))
