@@ -717,38 +717,46 @@ def _reduce(r, e, vals):
         return acc
 
     def one_elem(k, idx, acc):
-        if True:
-            ridx = _unravel(k, red_shape)
-            full = [None] * len(x.shape)
-            for dd, i in zip(keep, idx, strict=True):
-                full[dd] = i
-            for dd, i in zip(axes, ridx, strict=True):
-                full[dd] = i
-            v = x.at(tuple(full))
-            b.assign(acc, _combine(b, kind, acc, convert(b, v, acc_d) if acc_d != d else v))
+        ridx = _unravel(k, red_shape)
+        full = [None] * len(x.shape)
+        for dd, i in zip(keep, idx, strict=True):
+            full[dd] = i
+        for dd, i in zip(axes, ridx, strict=True):
+            full[dd] = i
+        v = x.at(tuple(full))
+        b.assign(acc, _combine(b, kind, acc, convert(b, v, acc_d) if acc_d != d else v))
 
     if lanes == 1:
         r.par_for(out_shape, lambda idx, slot: b.store(
             name, _linear(idx, out_shape), _narrow(b, partial(idx, _i(0), _i(1)), d), space="local"))
     else:
-        parts = r.local_array(acc_d, n_out * lanes, "part")
-
-        def lane_sum(idx, slot):
-            flat = _linear(idx, (n_out, lanes))
-            o = b.let(idx[0], "ro")
-            b.store(parts, flat, partial(_unravel(o, out_shape), idx[1], _i(lanes)), space="local")
-        r.par_for((n_out, lanes), lane_sum)
-        r.barrier()
-
-        def combine(idx, slot):
-            base = b.let(op("mul", _linear(idx, out_shape), _i(lanes)), "pb")
-            acc = b.var(acc_d, _identity_of(kind, acc_d), "acc")
-            with b.loop(_i(0), _i(lanes), hint="l") as ln:
-                b.assign(acc, _combine(b, kind, acc, b.let(Load("local", parts, op("add", base, ln), acc_d), "pv")))
-            b.store(name, _linear(idx, out_shape), _narrow(b, acc, d), space="local")
-        r.par_for(out_shape, combine)
+        _shared_reduce(r, name, out_shape, lanes, (kind, acc_d, d), partial)
     r.barrier()
     return r.local_value(name, out_shape, d)
+
+
+def _shared_reduce(r, name, out_shape, lanes, kinds, partial):
+    """``lanes`` work items per result element: each writes its ``partial`` result to work-group memory, then
+    one item per element combines them into ``name``."""
+    kind, acc_d, d = kinds
+    b = r.b
+    n_out = math.prod(out_shape)
+    parts = r.local_array(acc_d, n_out * lanes, "part")
+
+    def lane_sum(idx, slot):
+        flat = _linear(idx, (n_out, lanes))
+        o = b.let(idx[0], "ro")
+        b.store(parts, flat, partial(_unravel(o, out_shape), idx[1], _i(lanes)), space="local")
+    r.par_for((n_out, lanes), lane_sum)
+    r.barrier()
+
+    def combine(idx, slot):
+        base = b.let(op("mul", _linear(idx, out_shape), _i(lanes)), "pb")
+        acc = b.var(acc_d, _identity_of(kind, acc_d), "acc")
+        with b.loop(_i(0), _i(lanes), hint="l") as ln:
+            b.assign(acc, _combine(b, kind, acc, b.let(Load("local", parts, op("add", base, ln), acc_d), "pv")))
+        b.store(name, _linear(idx, out_shape), _narrow(b, acc, d), space="local")
+    r.par_for(out_shape, combine)
 
 
 #: consecutive elements per lane of a shared reduction, unrolled (``_reduce``)
@@ -773,35 +781,13 @@ def _dot(r, e, vals):
     rfree = [k for k in range(len(y.shape)) if k not in rc and k not in rb]
     kshape = tuple(x.shape[k] for k in lc)
     name = r.local_array(d, math.prod(out.shape), "dot")
-    nb = len(lb)
 
     oshape = tuple(out.shape)
     tr, tc = _dot_tile(oshape, r.wg)
     tshape = oshape[:-2] + (oshape[-2] // tr,) if tr > 1 else oshape[:-1]
     tshape = tshape + (oshape[-1] // tc,) if oshape else tshape
 
-    def operands(idx, kidx, cache):
-        bidx, li, ri = idx[:nb], idx[nb:nb + len(lfree)], idx[nb + len(lfree):]
-        xi, yi = [None] * len(x.shape), [None] * len(y.shape)
-        for dd, i in zip(lb, bidx, strict=True):
-            xi[dd] = i
-        for dd, i in zip(rb, bidx, strict=True):
-            yi[dd] = i
-        for dd, i in zip(lfree, li, strict=True):
-            xi[dd] = i
-        for dd, i in zip(rfree, ri, strict=True):
-            yi[dd] = i
-        for dd, ee, i in zip(lc, rc, kidx, strict=True):
-            xi[dd] = i
-            yi[ee] = i
-        # An operand element that several outputs of the tile read is computed once (an inline operand may be
-        # a whole expression: attention's exp(s - m) for p @ v).
-        xi, yi = tuple(xi), tuple(yi)
-        if ("x", xi) not in cache:
-            cache["x", xi] = convert(b, xs.at(xi), acc_d)
-        if ("y", yi) not in cache:
-            cache["y", yi] = convert(b, ys.at(yi), acc_d)
-        return cache["x", xi], cache["y", yi]
+    operands = _dot_operands(b, (xs, ys), (len(x.shape), len(y.shape)), (lb, rb, lc, rc, lfree, rfree), acc_d)
 
     def body(tidx, slot):
         # A register tile: each work item computes tr x tc outputs of the last two axes, so a loaded operand
@@ -837,6 +823,37 @@ def _dot(r, e, vals):
 
 #: contraction steps per iteration of a register-tiled ``dot``'s loop (where they divide the contraction)
 _UNROLL_K = 4
+
+
+def _dot_operands(b, staged, ranks, dims, acc_d):
+    """``operands(idx, kidx, cache) -> (x element, y element)`` of a ``dot`` for output index ``idx`` and
+    contraction index ``kidx``, as ``acc_d``; an element several outputs of a tile read is computed once per
+    ``cache`` (an inline operand may be a whole expression: attention's ``exp(s - m)`` for ``p @ v``)."""
+    xs, ys = staged
+    lb, rb, lc, rc, lfree, rfree = dims
+    nb = len(lb)
+
+    def operands(idx, kidx, cache):
+        bidx, li, ri = idx[:nb], idx[nb:nb + len(lfree)], idx[nb + len(lfree):]
+        xi, yi = [None] * ranks[0], [None] * ranks[1]
+        for dd, i in zip(lb, bidx, strict=True):
+            xi[dd] = i
+        for dd, i in zip(rb, bidx, strict=True):
+            yi[dd] = i
+        for dd, i in zip(lfree, li, strict=True):
+            xi[dd] = i
+        for dd, i in zip(rfree, ri, strict=True):
+            yi[dd] = i
+        for dd, ee, i in zip(lc, rc, kidx, strict=True):
+            xi[dd] = i
+            yi[ee] = i
+        xi, yi = tuple(xi), tuple(yi)
+        if ("x", xi) not in cache:
+            cache["x", xi] = convert(b, xs.at(xi), acc_d)
+        if ("y", yi) not in cache:
+            cache["y", yi] = convert(b, ys.at(yi), acc_d)
+        return cache["x", xi], cache["y", yi]
+    return operands
 
 
 def _dot_tile(shape, wg, most=16):
