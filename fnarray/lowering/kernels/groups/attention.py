@@ -32,7 +32,7 @@ import numpy as np
 
 from fnarray.core.attention import MASKED_LOGIT, acc_dtype, dot_product_attention_p, lengths_operand, split_operands
 from fnarray.core.ir import Var
-from fnarray.lowering.kernels.groups.base import contiguous_strides, Group, kernel_name, make_launch
+from fnarray.lowering.kernels.groups.base import contiguous_strides, EquationGroup, kernel_name, make_launch
 from fnarray.lowering.kernels.ir import BOOL, INT32, Cast, const
 from fnarray.lowering.kernels.rules import op, select
 
@@ -46,19 +46,10 @@ UNROLL_HEAD = 128
 DOT_LANES = 4
 
 
-class AttentionGroup(Group):
+class AttentionGroup(EquationGroup):
     """One ``dot_product_attention`` equation: a work item per query row ``(b, t, n)``."""
 
     kind = "attention"
-
-    def __init__(self, ctx, eqn):
-        out = eqn.outputs[0]
-        super().__init__(ctx, out.aval.shape)
-        self.eqn = eqn
-        self.products.append(out)
-
-    def analyse(self):
-        self.reads |= {a for a in self.eqn.inputs if isinstance(a, Var)}
 
     def codegen(self):
         ctx = self.ctx

@@ -289,6 +289,19 @@ MAP_TUNABLE = Tunable("map", {"per": (1, 2, 4), "wg": (64, 128, 256), "guard": (
                       cost=_map_cost)
 
 
+class EquationGroup(Group):
+    """A group of one equation with a kernel of its own (attention, the quantized product, ``pallas_call``): it
+    reads its array inputs from their buffers and produces every output."""
+
+    def __init__(self, ctx, eqn):
+        super().__init__(ctx, eqn.outputs[0].aval.shape if eqn.outputs else ())
+        self.eqn = eqn
+        self.products.extend(eqn.outputs)
+
+    def analyse(self):
+        self.reads |= {a for a in self.eqn.inputs if isinstance(a, Var)}
+
+
 class MapGroup(Group):
     kind = "map"
     accepts_roots = True

@@ -50,7 +50,7 @@ from fnarray.core.ir import Literal, Var
 from fnarray.core.pallas import pallas_atomic_p, pallas_call_p, pallas_load_p, pallas_loop_p, pallas_store_p, \
     pallas_when_p, walk_body
 from fnarray.lowering.kernels.builder import KernelBuilder
-from fnarray.lowering.kernels.groups.base import Launch, Group, Tracker
+from fnarray.lowering.kernels.groups.base import Launch, EquationGroup, Tracker
 from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, Cast, Const, For, If, Load, Op, \
     Special, const
 from fnarray.lowering.kernels.tuning import Tunable
@@ -1410,18 +1410,10 @@ def _drop_last_barrier(stmts, after):
     return stmts
 
 
-class PallasGroup(Group):
+class PallasGroup(EquationGroup):
     """One ``pallas_call`` equation: a copy launch per aliased output, then the kernel."""
 
     kind = "pallas"
-
-    def __init__(self, ctx, eqn):
-        super().__init__(ctx, eqn.outputs[0].aval.shape if eqn.outputs else ())
-        self.eqn = eqn
-        self.products.extend(eqn.outputs)
-
-    def analyse(self):
-        self.reads |= {a for a in self.eqn.inputs if isinstance(a, Var)}
 
     def codegen(self):
         default = {"workgroup": default_workgroup(self.eqn, self.ctx.caps)}

@@ -46,7 +46,7 @@ import numpy as np
 from fnarray.core.ir import Var
 from fnarray.core.quantized import quantized_matmul_p
 from fnarray.lowering.kernels.builder import KernelBuilder
-from fnarray.lowering.kernels.groups.base import Group, contiguous_strides, index_vars, kernel_name, make_launch
+from fnarray.lowering.kernels.groups.base import EquationGroup, contiguous_strides, index_vars, kernel_name, make_launch
 from fnarray.lowering.kernels.groups.register_tiles import store_loop
 from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Cast, Special, const
 from fnarray.lowering.kernels.rules import op, select
@@ -81,20 +81,11 @@ def _acc_dtype(d):
     return np.dtype(np.float64) if d == np.float64 else np.dtype(np.float32)
 
 
-class QuantizedMatmulGroup(Group):
+class QuantizedMatmulGroup(EquationGroup):
     """One ``quantized_matmul`` equation: a work item per (block of ``ROWS`` rows of ``x``, output column)."""
 
     kind = "quantized"
     accepts_roots = True   # the elementwise ops on the result (a layer's bias, its activation) as an epilogue
-
-    def __init__(self, ctx, eqn):
-        out = eqn.outputs[0]
-        super().__init__(ctx, out.aval.shape)
-        self.eqn = eqn
-        self.products.append(out)
-
-    def analyse(self):
-        self.reads |= {a for a in self.eqn.inputs if isinstance(a, Var)}
 
     def codegen(self):
         ctx = self.ctx
