@@ -28,7 +28,7 @@ import numpy as np
 from fnarray.core import families
 from fnarray.core import primitives as _primitives  # noqa: F401  (the families' members)
 
-__all__ = ["Expr", "Const", "Sym", "Special", "Load", "Op", "Cast", "Bitcast", "Select", "Let", "Decl",
+__all__ = ["without", "Expr", "Const", "Sym", "Special", "Load", "Op", "Cast", "Bitcast", "Select", "Let", "Decl",
            "Assign", "Store", "Atomic", "ATOMIC_OPS", "ATOMIC_DTYPES", "For", "If", "Barrier", "ArrayDecl",
            "Comment", "BufferParam", "ScalarParam",
            "Kernel", "OPS", "const", "INT32", "BOOL", "UINT32", "walk_exprs", "map_exprs", "children", "rebuild",
@@ -381,3 +381,17 @@ def map_exprs(kernel: Kernel, fn) -> Kernel:
 
     return dataclasses.replace(kernel, body=stmts(kernel.body))
 
+
+def without(stmts, drop) -> tuple:
+    """``stmts`` with every statement for which ``drop(statement)`` is true removed, at every depth of ``For``
+    bodies and ``If`` branches (``drop`` sees each statement once, outermost first)."""
+    out = []
+    for s in stmts:
+        if drop(s):
+            continue
+        if isinstance(s, For):
+            s = dataclasses.replace(s, body=without(s.body, drop))
+        elif isinstance(s, If):
+            s = dataclasses.replace(s, then=without(s.then, drop), orelse=without(s.orelse, drop))
+        out.append(s)
+    return tuple(out)

@@ -58,6 +58,7 @@ from fnarray.lowering.kernels.ir import (
     Sym,
     atomic_buffers,
     walk_exprs,
+    without,
 )
 from fnarray.lowering.kernels.transcendental import BODIES, expand
 
@@ -357,16 +358,7 @@ class WGSLRenderer(CStyleRenderer):
 
 def _without_local_arrays(stmts) -> tuple:
     """The statements without their work-group array declarations (WGSL declares them at module scope)."""
-    out = []
-    for s in stmts:
-        if isinstance(s, ArrayDecl) and s.space == "local":
-            continue
-        if isinstance(s, For):
-            s = dataclasses.replace(s, body=_without_local_arrays(s.body))
-        elif isinstance(s, If):
-            s = dataclasses.replace(s, then=_without_local_arrays(s.then), orelse=_without_local_arrays(s.orelse))
-        out.append(s)
-    return tuple(out)
+    return without(stmts, lambda s: isinstance(s, ArrayDecl) and s.space == "local")
 
 
 def _positive_const(e) -> bool:

@@ -52,7 +52,7 @@ from fnarray.core.pallas import pallas_atomic_p, pallas_call_p, pallas_load_p, p
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import Launch, EquationGroup, Tracker
 from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, Cast, Const, For, If, Load, Op, \
-    Special, const
+    Special, const, without
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import ELEMENTWISE, add_of, convert, highest, lowest, max_of, min_of, mul_of, op, \
     select
@@ -1348,20 +1348,12 @@ def _hoist_local_arrays(kernel):
     came out inf)."""
     decls = []
 
-    def strip(stmts):
-        out = []
-        for s in stmts:
-            if isinstance(s, ArrayDecl):
-                decls.append(s)
-                continue
-            if isinstance(s, For):
-                s = dataclasses.replace(s, body=strip(s.body))
-            elif isinstance(s, If):
-                s = dataclasses.replace(s, then=strip(s.then), orelse=strip(s.orelse))
-            out.append(s)
-        return tuple(out)
-
-    body = strip(kernel.body)
+    def hoisted(s):
+        if isinstance(s, ArrayDecl):
+            decls.append(s)
+            return True
+        return False
+    body = without(kernel.body, hoisted)
     return dataclasses.replace(kernel, body=tuple(decls) + body)
 
 
