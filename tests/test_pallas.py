@@ -20,6 +20,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 import fnarray.experimental.pallas as pl
 from fnarray.lowering.mlx.pallas import metal_available
+from helpers import fallback_mode
 
 jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
@@ -40,14 +41,9 @@ def _interpreted(device, aliased):
 def own_kernels(device, aliased=False):
     """``fallback="error"`` where the backend runs pallas_call itself (mlx on a Metal GPU too, unless the call is
     ``aliased``); elsewhere on mlx the interpreter runs it (expected)."""
-    old = fa.config.fallback
-    fa.config.fallback = "silent" if _interpreted(device, aliased) else "error"
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", fa.FallbackWarning)
-            yield
-    finally:
-        fa.config.fallback = old
+    with fallback_mode("silent" if _interpreted(device, aliased) else "error"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", fa.FallbackWarning)
+        yield
 
 
 # ------------------------------------------------------------------------------------------ the docs' kernels
