@@ -218,6 +218,8 @@ class Runner:
             for st in self.steps:
                 rec.sources.setdefault(st.entry, st.source)
         timed = gpu.has_timestamps and 0 < 2 * len(self.steps) <= _MAX_QUERIES
+        if timed:
+            qs, resolve = self._query_set()
         begin = time.perf_counter_ns()
         with gpu.lock:
             vals, made = self._bind(bufs)
@@ -233,7 +235,6 @@ class Runner:
                         gpu.dispatch_timed(st, [vals[k] for k in st.slots], bind_group=bg)
                 enc = dev.create_command_encoder()
             else:
-                qs, resolve = self._query_set()
                 for j, (st, bg) in enumerate(zip(self.steps, self.binds, strict=True)):
                     cp = enc.begin_compute_pass(timestamp_writes={
                         "query_set": qs, "beginning_of_pass_write_index": 2 * j,
@@ -258,12 +259,22 @@ class Runner:
     def _query_set(self):
         """The timestamp query set and its resolve buffer (made on the first profiled call)."""
         if self._queries is None:
-            wgpu, dev = self.gpu.wgpu, self.gpu.device
-            n = 2 * len(self.steps)
-            qs = dev.create_query_set(type=wgpu.QueryType.timestamp, count=n)
-            resolve = dev.create_buffer(size=8 * n, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
-            self._queries = (qs, resolve)
+            with _profile.span("compile", "WebGPU timestamp queries"):   # one-off set-up, not dispatch
+                self._queries = self._make_query_set()
         return self._queries
+
+    def _make_query_set(self):
+        wgpu, dev = self.gpu.wgpu, self.gpu.device
+        n = 2 * len(self.steps)
+        qs = dev.create_query_set(type=wgpu.QueryType.timestamp, count=n)
+        resolve = dev.create_buffer(size=8 * n, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+        # wgpu-py parses the C declarations of a timestamped pass on its first use (~80 ms of pycparser, once
+        # per process): record one empty such pass here, never submitted, so that no call's dispatch pays it.
+        with self.gpu.lock:
+            cp = dev.create_command_encoder().begin_compute_pass(timestamp_writes={
+                "query_set": qs, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1})
+            cp.end()
+        return qs, resolve
 
 
 def _give_back(gpu, held):
