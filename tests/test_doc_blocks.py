@@ -42,6 +42,22 @@ def _needs(marks):
     return None
 
 
+def _only_verdict(error: str) -> bool:
+    """Whether a failed block's only fault is a profiler verdict (``prints: ... dominates``) other than the page's:
+    a verdict weighs measured times, so a load spike on a shared machine can flip it; such a page runs twice."""
+    lines = error.strip().splitlines()
+    return bool(lines) and all(ln.startswith("the output lacks") and ln.endswith(" dominates'") for ln in lines)
+
+
+def _run_page(page, device, workdir, n_blocks):
+    """The page's blocks run in one fresh interpreter on ``device``: the results of those that failed."""
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "doc_blocks.py"), page],
+                       cwd=workdir, env=_env(FNARRAY_DEVICE=device), capture_output=True, text=True, timeout=900)
+    results = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert r.returncode == 0 and len(results) == n_blocks, r.stdout[-3000:] + r.stderr[-3000:]
+    return [res for res in results if not res["ok"]]
+
+
 @pytest.mark.parametrize("where", ["numpy:0", "other"])
 @pytest.mark.parametrize("page", pages())
 def test_page_blocks_run(page, where, tmp_path):
@@ -54,12 +70,10 @@ def test_page_blocks_run(page, where, tmp_path):
     missing = [(i, _needs(marks)) for i, marks in todo if _needs(marks)]
     if missing:   # a block names a backend this machine lacks: the page's later blocks may depend on it
         pytest.skip(f"{missing[0][1]} ({page} block {missing[0][0]})")
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "doc_blocks.py"), page],
-                       cwd=_workdir(tmp_path), env=_env(FNARRAY_DEVICE=device), capture_output=True, text=True,
-                       timeout=900)
-    results = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
-    assert r.returncode == 0 and len(results) == len(todo), r.stdout[-3000:] + r.stderr[-3000:]
-    bad = [res for res in results if not res["ok"]]
+    workdir = _workdir(tmp_path)
+    bad = _run_page(page, device, workdir, len(todo))
+    if bad and all(_only_verdict(b["error"]) for b in bad):
+        bad = _run_page(page, device, workdir, len(todo))   # a profiler verdict under a load spike: once more
     assert not bad, f"{page} on {device}: " + "\n".join(f"block {b['block']}: {b['error']}\n{b['out']}"
                                                         for b in bad)
 
