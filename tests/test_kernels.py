@@ -10,6 +10,7 @@ the diff).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import pathlib
 import sys
@@ -344,3 +345,50 @@ def test_golden_kernels(target, name, f, args):
     assert path.exists(), f"{path} is missing: run with FNARRAY_REGEN_GOLDEN=1 to create it"
     assert text == path.read_text(), (f"generated kernels for {name!r} changed; review the difference and "
                                       "run with FNARRAY_REGEN_GOLDEN=1 if it is intended")
+
+
+# ------------------------------------------------------------------------------------- in-place updates
+
+
+def _cache_update(cache, x, pos):
+    new = fa.lax.dynamic_update_slice(cache, fnp.tanh(x) * 2.0, (pos, 0))
+    return fnp.sum(new, axis=0), new
+
+
+def test_donated_dynamic_update_slice_writes_only_the_update_into_the_input(target):
+    """With ``donate`` (input position -> output position), a ``dynamic_update_slice`` of a donated input that
+    nothing else reads is one kernel over the update's elements, writing into the input's buffer, which the
+    output shares; without donation (or donated to another output) a kernel writes the whole new array."""
+    args = (f32(1024, 16), f32(1, 16), np.int32(3))
+    caps, render = target
+    prog = traced(_cache_update, *args)
+
+    def writes_of(sched):
+        return [(la.kind, la.global_size) for la in sched.launches
+                if any(isinstance(p, BufferParam) and p.writes and a is sched.outputs[1]
+                       for p, a in zip(la.kernel.params, la.args, strict=True))]
+
+    sched = schedule(prog, caps, workgroup=64, donate={0: 1})
+    for la in sched.launches:
+        render(la.kernel)
+    assert sched.outputs[1] is sched.inputs[0]
+    assert writes_of(sched) == [("update", (64,))]           # 16 elements: one work-group; the cache has 16,384
+    for donate in (None, {0: 0}, {1: 1}):
+        other = schedule(prog, caps, workgroup=64, donate=donate)
+        assert other.outputs[1] is not other.inputs[0]
+        assert sum(math.prod(g) for _, g in writes_of(other)) >= 1024 * 16
+    # any output (jit's donate_argnums): the same
+    anywhere = schedule(prog, caps, workgroup=64, donate={0: None})
+    assert anywhere.outputs[1] is anywhere.inputs[0]
+
+
+def test_donated_input_read_elsewhere_is_not_updated_in_place():
+    """Another read of the donated input (the old value, after the update would have overwritten it) keeps the
+    copy: the output gets a buffer of its own."""
+    def f(cache, x):
+        return fa.lax.dynamic_update_slice(cache, x, (2, 0)), fnp.sum(cache)
+
+    prog = traced(f, f32(64, 4), f32(1, 4))
+    sched = schedule(prog, WEBGPU_LIKE, workgroup=64, donate={0: 0})
+    assert sched.outputs[0] is not sched.inputs[0]
+    assert all(la.kind != "update" for la in sched.launches)
