@@ -7,9 +7,11 @@ positions per cache) in this process: "copy" with the webgpu backend lowering wi
 before), "in place" as it is now. The page (the test harness of ``tests/test_browser.py``: Debian's Chromium driven
 by playwright, ``--enable-unsafe-webgpu --use-webgpu-adapter=swiftshader``) runs ``--steps`` decode calls at positions
 ``--start ..`` for each bundle in turn, ``--rounds`` times interleaved, each call awaited (its token read back);
-the median per-token time of each is printed, and the tokens of the two bundles are checked equal.
+the median per-token time of each is printed, and the tokens of the two bundles are checked equal. With
+``--python``, the same step jitted on webgpu:0 (wgpu-py) with the caches donated (``jit(donate_argnums=(1,))``:
+updated in place) against not donated, interleaved the same way.
 
-    PYTHONPATH=. python benchmarks/browser_decode.py [--capacity 1024] [--dim 64 --layers 2 ...]
+    PYTHONPATH=. python benchmarks/browser_decode.py [--capacity 1024] [--dim 64 --layers 2 ...] [--python]
 
 The load average is printed first: compare runs at similar loads (docs/traps.md).
 """
@@ -76,6 +78,31 @@ def _export(fa, export_llm, model, path, capacity, chunk, in_place):
     return len(decode["dispatches"]), len(decode["state_in_place"])
 
 
+def _python(fa, export_llm, q4, capacity, start, steps, rounds):
+    """The same decode step jitted on webgpu:0 (wgpu-py), with the caches donated (``donate_argnums``: updated in
+    place) and not (a new cache each call): median ms per token of ``rounds`` interleaved runs of ``steps``."""
+    import time
+    dev = fa.devices("webgpu")[0]
+    runs = {"copy": fa.jit(export_llm.make_steps(), device=dev),
+            "in_place": fa.jit(export_llm.make_steps(), device=dev, donate_argnums=(1,))}
+    times, ids = {n: [] for n in runs}, {}
+    u, t = np.float32(0), np.float32(0)
+    for r in range(rounds + 1):
+        for name, step in runs.items():
+            kv = fa.device_put(export_llm.empty_kv(q4, capacity), dev)
+            tok, got = np.ones((1, 1), np.int32), []
+            for k in range(steps):
+                t0 = time.perf_counter()
+                token, kv = step(q4, kv, tok, np.int32(start + k), u, t)
+                tok = np.asarray(token).reshape(1, 1)       # read back, as the page does
+                if r:
+                    times[name].append(time.perf_counter() - t0)
+                got.append(int(tok[0, 0]))
+            ids[name] = got
+    assert ids["copy"] == ids["in_place"], ids
+    return {n: 1e3 * float(np.median(v)) for n, v in times.items()}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--capacity", type=int, default=1024, help="cache positions (default 1024)")
@@ -85,6 +112,8 @@ def main(argv=None):
     for name, default in (("dim", 64), ("heads", 4), ("kv_heads", 2), ("layers", 2), ("hidden", 192)):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=default,
                             help=f"model size, as examples/llm.py's (default {default})")
+    parser.add_argument("--python", action="store_true",
+                        help="also time the step jitted on webgpu:0 in Python, with and without donate_argnums")
     args = parser.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
     import fnarray as fa
@@ -136,6 +165,11 @@ def main(argv=None):
                   f"dispatches, {n_in_place} caches updated in place")
         print(f"copy / in place: {med['copy'] / med['in_place']:.2f}x  (tokens equal: {json.dumps(ids['copy'][:8])}"
               f"...)  load average {os.getloadavg()[0]:.2f}")
+        if args.python:
+            py = _python(fa, export_llm, q4, args.capacity, start, args.steps, args.rounds)
+            print(f"webgpu:0 in Python: not donated {py['copy']:.3f} ms/token, donated (in place) "
+                  f"{py['in_place']:.3f} ms/token: {py['copy'] / py['in_place']:.2f}x  load average "
+                  f"{os.getloadavg()[0]:.2f}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
