@@ -625,3 +625,26 @@ def _replay_generation(bundle, ids, new, chunk, temperature=0.0, uniforms=None):
         got.append(step("decode", [got[-1]], pos, len(got)))
         pos += 1
     return got
+
+
+def test_state_scattered_into_is_updated_in_place(gpu, tmp_path):
+    """A state updated by a scatter (``acc.at[i].add(x)``: repeated rows add up, rows out of bounds are dropped)
+    is written in place too, and the replayed runs equal NumPy's ``np.add.at``."""
+    def step(acc, i, x):
+        new = acc.at[i].add(x)
+        return fnp.max(new), new
+
+    acc = np.zeros((256, 4), np.float32)
+    m = fa.export.webgpu(step, acc, np.zeros(3, np.int32), np.zeros((3, 4), np.float32), path=tmp_path,
+                         state_argnums=(0,))
+    assert m["state_updates"] == [] and m["state_in_place"] == ["acc"]
+    assert list(_state_writes(tmp_path, m, m).values()) == [64]
+    bundle = _Bundle(gpu, tmp_path)
+    want = np.zeros((256, 4))
+    for i in ([1, 7, 1], [300, 0, 255]):
+        x = rng.normal(size=(3, 4)).astype(np.float32)
+        i = np.asarray(i, np.int32)
+        np.add.at(want, i[i < 256], x[i < 256].astype(np.float64))
+        (top,) = bundle.run({"i": i, "x": x})
+        np.testing.assert_allclose(top, want.max(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bundle.state("acc"), want, rtol=1e-5, atol=1e-6)

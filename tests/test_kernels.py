@@ -392,3 +392,21 @@ def test_donated_input_read_elsewhere_is_not_updated_in_place():
     sched = schedule(prog, WEBGPU_LIKE, workgroup=64, donate={0: 0})
     assert sched.outputs[0] is not sched.inputs[0]
     assert all(la.kind != "update" for la in sched.launches)
+
+
+def test_donated_scatter_writes_only_the_updated_rows(target):
+    """A scatter into a donated input: one kernel over the updates (4 rows of 16), writing into the input's
+    buffer; the copying scatter kernel walks every element of the 1024 x 16 result."""
+    caps, render = target
+
+    def f(x, i, u):
+        return x.at[i].add(u)
+
+    prog = traced(f, f32(1024, 16), np.asarray([3, 5, 3, 7], np.int32), f32(4, 16))
+    sched = schedule(prog, caps, workgroup=64, donate={0: 0})
+    for la in sched.launches:
+        render(la.kernel)
+    assert sched.outputs[0] is sched.inputs[0]
+    assert [(la.kind, la.global_size) for la in sched.launches] == [("update", (64,))]
+    plain = schedule(prog, caps, workgroup=64)
+    assert [la.kind for la in plain.launches] == ["scatter"] and plain.launches[0].global_size[0] >= 1024 * 16

@@ -697,3 +697,32 @@ def test_donated_array_passed_twice_keeps_the_other_argument(wdev):
     want[0] = 5.0
     np.testing.assert_array_equal(np.asarray(new), want)
     np.testing.assert_array_equal(np.asarray(other), c0)
+
+
+@pytest.mark.parametrize("how", ["set", "add", "mul", "min", "max"])
+def test_donated_scatter_is_updated_in_place(wdev, how):
+    """A scatter into a donated array writes only the updated rows, in place: repeated indices combine in order
+    (``set``: the last wins, as the copying kernel), out-of-bounds ones are dropped; against NumPy's ``ufunc.at``
+    in float64, with one and two scattered axes."""
+    rng = np.random.default_rng(7)
+    x = rng.uniform(0.5, 1.5, (6, 5, 3)).astype(np.float32)
+    rows = np.asarray([4, 1, 4, 9, 0, 1], np.int32)             # 4 and 1 twice; 9 out of bounds
+    cols = np.asarray([2, 0, 2, 1, 4, 3], np.int32)
+    u1 = rng.uniform(0.5, 1.5, (6, 5, 3)).astype(np.float32)
+    u2 = rng.uniform(0.5, 1.5, (6, 3)).astype(np.float32)
+    ufunc = {"add": np.add, "mul": np.multiply, "min": np.minimum, "max": np.maximum}.get(how)
+    for index, u in (((rows,), u1), ((rows, cols), u2)):
+        f = fa.jit(lambda a, i, v, index=index: getattr(a.at[i if len(index) == 1 else (i, index[1])], how)(v),
+                   donate_argnums=0)
+        a = fa.device_put(x, wdev)
+        before = a.call_view()[0].buffer
+        got = f(a, index[0], u)
+        assert a.is_deleted() and got.call_view()[0].buffer is before
+        want = x.astype(np.float64)
+        keep = index[0] < x.shape[0]
+        where = tuple(i[keep] for i in index)
+        if ufunc is None:
+            want[where] = u[keep].astype(np.float64)            # the repeated rows' last update wins
+        else:
+            ufunc.at(want, where, u[keep].astype(np.float64))
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
