@@ -410,3 +410,19 @@ def test_donated_scatter_writes_only_the_updated_rows(target):
     assert [(la.kind, la.global_size) for la in sched.launches] == [("update", (64,))]
     plain = schedule(prog, caps, workgroup=64)
     assert [la.kind for la in plain.launches] == ["scatter"] and plain.launches[0].global_size[0] >= 1024 * 16
+
+
+def test_value_of_an_in_place_update_is_not_read_in_its_own_kernel():
+    """A cache-sized value read after an in-place update (``new * 2``) is not computed by the update's kernel, even
+    when that kernel iterates over the cache's shape (it took over a cache-sized map kernel): its work items write
+    the updated rows, not their own elements, so a read of the result there would race with them."""
+    def f(cache, other, x):
+        big = other * 3.0                                   # a cache-sized map kernel the update can take over
+        new = fa.lax.dynamic_update_slice(cache, x, (5, 0))
+        return new, big, new * 2.0
+
+    prog = traced(f, f32(64, 4), f32(64, 4), f32(1, 4))
+    sched = schedule(prog, WEBGPU_LIKE, workgroup=64, donate={0: 0})
+    assert sched.outputs[0] is sched.inputs[0]
+    update = next(la for la in sched.launches if la.kind == "update")
+    assert sched.outputs[2] not in update.args and sched.outputs[1] in update.args

@@ -542,6 +542,8 @@ def _can_join(ctx, g, reads, own, v):
     limit = ctx.caps.max_buffers_per_kernel
     if limit is not None and len(g.reads | set(reads)) + len(g.products) + 1 > limit:
         return False
+    if isinstance(g, InPlaceUpdateGroup) and g.eqn.outputs[0] in reads:
+        return False   # its work items write the updated elements, not their own: a read would race with them
     for r, keys in reads.items():
         pg = ctx.group_of.get(r)
         if pg is None or pg.index < g.index:
