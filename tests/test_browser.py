@@ -15,7 +15,8 @@ secure context, which loopback is) and nothing else is contacted. The tests:
   Python classifies the same 8x8 input; a screenshot is saved
   (into ``$FNARRAY_BROWSER_ARTIFACTS`` when set, else the test's temporary folder);
 - the language-model page (``examples/browser_llm``): a 4-bit llama's prefill and decode entry points with the
-  key/value caches kept on the GPU; the page's greedy characters for a text set at once, and for a text typed
+  key/value caches kept on the GPU and updated in place (a step writes only its new positions); the page's greedy
+  characters for a text set at once, and for a text typed
   character by character (reusing the cache), equal Python's, and it shows tokens per second; the runtime's
   state API (``entries``, ``readState``, ``resetState``) on that bundle.
 
@@ -598,7 +599,8 @@ def test_llm_page_continues_text_with_python_greedy_tokens(browser, llm_site, si
 def test_runtime_entries_and_state_api(page, llm_site):
     result = page.evaluate("""async () => {
       const m = await window.model('llm/model');
-      const out = { entries: Object.keys(m.entries), state: m.state.map((s) => s.name) };
+      const out = { entries: Object.keys(m.entries), state: m.state.map((s) => s.name),
+                    inPlace: m.manifest.entries.map((e) => e.state_in_place) };
       try { await m.run({}); } catch (e) { out.run = `${e.name}: ${e.message}`; }
       try { await m.readState("nope"); } catch (e) { out.unknown = e.message; }
       const u = Float32Array.of(0), temperature = Float32Array.of(0);
@@ -623,6 +625,7 @@ def test_runtime_entries_and_state_api(page, llm_site):
     }""")
     assert result["entries"] == ["prefill", "decode"]
     assert result["state"] == ["kv.0.0", "kv.0.1", "kv.1.0", "kv.1.1"]
+    assert result["inPlace"] == [result["state"]] * 2          # both entries write the caches' new rows in place
     assert "several entry points" in result["run"] and "model.entries.<name>.run" in result["run"]
     assert result["unknown"].startswith('unknown state "nope"')
     assert '"kv.0.0" is state' in result["stateAsInput"]
