@@ -72,15 +72,11 @@ class ScatterGroup(Group):
 def combine(primitive, b, acc, u):
     """The value of an element after a scatter ``primitive`` (replace, add, mul, min, max) applies update ``u`` to
     its value ``acc``."""
-    if primitive == P.scatter:
-        return u
-    if primitive == P.scatter_add:
-        return add_of(b, acc, u)
-    if primitive == P.scatter_mul:
-        return mul_of(b, acc, u)
-    if primitive == P.scatter_min:
-        return min_of(b, acc, u)
-    return max_of(b, acc, u)
+    how = _COMBINE.get(primitive)
+    return u if how is None else how(b, acc, u)
+
+
+_COMBINE = {P.scatter_add: add_of, P.scatter_mul: mul_of, P.scatter_min: min_of, P.scatter_max: max_of}
 
 
 #: What ``schedule`` collects into its tables ``GROUPS`` (and ``OPERAND_VIEWS``).
