@@ -668,6 +668,10 @@ def test_donated_cache_is_updated_in_place(wdev):
     f = fa.jit(_cache_step, donate_argnums=0)
     cache = fa.device_put(np.zeros((256, 8), np.float32), wdev)
     first = cache.call_view()[0].buffer
+    args = (cache, np.zeros((1, 8), np.float32), np.int32(0))
+    assert [k.name for k in f.lower(*args).kernels()] == ["update_tanh_mul_dynamic_update_slice", "reduce_reduce_sum"]
+    assert [k.name for k in fa.jit(_cache_step).lower(*args).kernels()] == [
+        "map_tanh_mul_dynamic_update_slice", "reduce_reduce_sum"]                 # the whole cache written
     want = np.zeros((256, 8))
     for pos in (0, 3, 255, 300):                                 # 300: clamped to the last row
         x = np.random.default_rng(pos).normal(size=(1, 8)).astype(np.float32)
