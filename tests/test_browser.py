@@ -263,6 +263,34 @@ def test_exported_function_matches_the_numpy_backend(page, bundles, name):
             np.testing.assert_array_equal(g.astype(w.dtype), w, err_msg=f"{name}: {spec['name']}")
 
 
+def test_state_updated_in_place_in_chromium(page, site, wdev):
+    """State written in place by the update kernels Tint compiles: a row written at a clamped position and a scatter
+    with a repeated and an out-of-bounds index, run three times in the page (the state kept between runs), against
+    NumPy in float64."""
+    root, _ = site
+
+    def step(rows, acc, x, pos, i):
+        new_rows = fa.lax.dynamic_update_slice(rows, x, (pos, 0))
+        new_acc = acc.at[i].add(x[0, :4])
+        return fnp.sum(new_rows, axis=0) + fnp.sum(new_acc), (new_rows, new_acc)
+
+    rows0, acc0 = np.zeros((512, 8), np.float32), np.zeros((64, 4), np.float32)
+    m = fa.export.webgpu(step, rows0, acc0, np.zeros((1, 8), np.float32), np.int32(0), np.zeros(3, np.int32),
+                         path=root / "in_place", state_argnums=(0, 1))
+    assert m["state_in_place"] == ["rows", "acc"] and m["state_updates"] == []
+    rows, acc = rows0.astype(np.float64), acc0.astype(np.float64)
+    for pos, idx in ((3, [5, 9, 5]), (700, [63, 64, 0]), (0, [1, 1, 1])):
+        x = rng.normal(size=(1, 8)).astype(np.float32)
+        i = np.asarray(idx, np.int32)
+        rows[min(pos, 511)] = x[0]
+        keep = i < 64
+        np.add.at(acc, i[keep], np.broadcast_to(x[0, :4].astype(np.float64), (3, 4))[keep])
+        inputs = {"x": {"dtype": "float32", "data": x.ravel().tolist()}, "pos": {"dtype": "int32", "data": [pos]},
+                  "i": {"dtype": "int32", "data": i.tolist()}}
+        (got,) = page.evaluate("([dir, inputs]) => window.runBundle(dir, inputs)", ["in_place", inputs])
+        np.testing.assert_allclose(got, rows.sum(0) + acc.sum(), rtol=1e-5, atol=1e-5)
+
+
 # ------------------------------------------------------------------------------------------- runtime errors
 
 

@@ -120,7 +120,7 @@ class InPlaceUpdateGroup(MapGroup):
         em = ctx.emitter(b, args=args, computes=set(self.roots) | set(self.guests), tracker=tracker)
         gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
         with b.when(op("lt", gid, const(u.aval.size, INT32))):
-            idx = index_vars(b, gid, u.aval.shape, "u")
+            idx = index_vars(b, gid, u.aval.shape, "upd")
             if e.primitive is P.dynamic_update_slice:
                 self._update_slice(b, em, args, idx)
             else:
