@@ -197,11 +197,11 @@ def webgpu(f, *example_args, path, bake_argnums=(), state_argnums=()):
         shapes and dtypes of the state argument (a tuple of them for several positions). The
         runtime holds each state leaf in a GPU buffer, initialised with the example value
         (``model.resetState()`` restores it), passes it to every run and keeps the new value: a new
-        value that is a ``dynamic_update_slice`` of the state leaf (``fa.nn.KVCache.update``), where
-        nothing else reads the old value, is written in place (only the updated positions: the
-        leaf is donated to it, as ``jit``'s ``donate_argnums``; listed in the entry's
-        ``state_in_place``); any other is computed into a partner buffer that then swaps roles
-        with it, or copied at the end of the run;
+        value that is a ``dynamic_update_slice`` of the state leaf (``fa.nn.KVCache.update``) or a
+        scatter into it, where nothing else reads the old value, is written in place (only the
+        updated elements: the leaf is donated to it, as ``jit``'s ``donate_argnums``; listed in the
+        entry's ``state_in_place``); any other is computed into a partner buffer that then swaps
+        roles with it, or copied at the end of the run;
         ``run`` returns only ``outputs``. State leaves are named as
         inputs (``caches.0.keys``) and shared by the entries that name them alike.
     Returns:
@@ -302,8 +302,8 @@ def _lower(name, f, example_args, bake_argnums, state_argnums, device) -> _Lower
                                  f"{'s' if len(state) > 1 else ''} {want}; it returns {out_tree}")
             n_out = kids[0].num_leaves
         state_in = [k for k, s in enumerate(is_state) if s]
-        # Each state leaf is donated to its own new value: a dynamic_update_slice of it (a KV cache's update)
-        # writes only the updated positions, into the state's buffer (groups/in_place.py).
+        # Each state leaf is donated to its own new value: a dynamic_update_slice of it (a KV cache's update) or a
+        # scatter into it writes only the updated elements, into the state's buffer (groups/in_place.py).
         donate = {len(consts) + k: n_out + j for j, k in enumerate(state_in)} if state else {}
         plan = device.impl.lower(flat, device, donate=donate).launch_plan()
     if plan is None:
@@ -443,9 +443,9 @@ def _entry(low, add_buffer, add_weight, add_state, partner_of, buffers, kernels,
     A state leaf's new value that a kernel computes into a buffer of its own (a slot holds one value) is
     computed into the state's partner buffer instead: the run swaps the two (``"swap": true``) rather than
     copying. Other new values (an input, a constant, one value for two state leaves) are copied. A new value that
-    is a ``dynamic_update_slice`` of the state (a KV cache's new positions) is written into the state's buffer in
-    place by a kernel over the update alone (the state is donated to it: ``kernels/groups/in_place.py``); such
-    states are listed in ``state_in_place`` and need no update."""
+    is a ``dynamic_update_slice`` of the state (a KV cache's new positions) or a scatter into it is written into
+    the state's buffer in place by a kernel over the update alone (the state is donated to it:
+    ``kernels/groups/in_place.py``); such states are listed in ``state_in_place`` and need no update."""
     plan, consts, leaves = low.plan, low.consts, low.leaves
     sched = plan.schedule
     who = f"entry {low.name!r}"

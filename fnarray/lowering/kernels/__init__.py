@@ -180,8 +180,8 @@ def schedule_program(program: Program, caps, **opts) -> Plan:
     ``opts``: ``workgroup`` (work items per group of elementwise kernels), ``row_lanes`` (independent
     accumulators in a work-item's loop over a row: ``groups/reduce.py``), ``tuner`` (a
     ``tuning.LaunchTimer`` of the device: the groups' tunable choices are made by ``tuning.choose``), ``donate``
-    (``{input position: output position or None}``: inputs whose buffers a ``dynamic_update_slice`` may update in
-    place, ``groups/in_place.py``; ignored where the host drives control flow).
+    (``{input position: output position or None}``: inputs whose buffers a ``dynamic_update_slice`` or a scatter
+    may update in place, ``groups/in_place.py``; ignored where the host drives control flow).
     """
     return Plan(program, caps, opts)
 

@@ -193,8 +193,8 @@ class _Ctx:
         self.needed: set = set()   # materialised variables some other kernel (or the caller) reads
         self.wg = min(opts.get("workgroup", 128), caps.max_workgroup_size or 1024)
         self._nspec = 0
-        # ``dynamic_update_slice`` equations written into their donated operand (``groups/in_place.py``): the
-        # result shares the operand's buffer.
+        # ``dynamic_update_slice`` and scatter equations written into their donated operand
+        # (``groups/in_place.py``): the result shares the operand's buffer.
         self.in_place = in_place_updates(prog, opts.get("donate"))
         for e in prog.eqns:
             if id(e) in self.in_place:
@@ -474,9 +474,9 @@ def _place(ctx, groups, e):
 
 
 def _place_in_place(ctx, groups, e):
-    """An in-place ``dynamic_update_slice`` (``groups/in_place.py``): written by a recent map kernel that reads
-    nothing it needs to wait for (a cache update beside the rotated query: one launch), else by a kernel of its
-    own."""
+    """An in-place ``dynamic_update_slice`` or scatter (``groups/in_place.py``): written by a recent map kernel
+    that reads nothing it needs to wait for (a cache update beside the rotated query: one launch), else by a
+    kernel of its own."""
     g = InPlaceUpdateGroup(ctx, e)
     g.analyse()
     host = None
@@ -578,8 +578,8 @@ def schedule(program: Program, caps, **opts) -> Schedule:
     """Group ``program`` (straight-line: no ``cond``/``while``/``scan``) into kernels for ``caps``.
 
     ``opts``: see ``schedule_program``; ``donate`` (``{input position: output position or None}``, positions
-    among constvars + invars and outvars) lets a ``dynamic_update_slice`` of a donated input write into that
-    input's buffer, which the output then shares (``groups/in_place.py``)."""
+    among constvars + invars and outvars) lets a ``dynamic_update_slice`` of a donated input, or a scatter into
+    it, write into that input's buffer, which the output then shares (``groups/in_place.py``)."""
     prog = inline_calls(split_long_scans(program, getattr(caps, "max_loop_iterations", None)))
     prog, _ = dce(prog)
     # No kernel ever sees a zero-size array: empty results need no launch (the runtimes allocate an
