@@ -40,7 +40,7 @@ import pytest
 import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.export.serve import serve_in_thread
-from helpers import BACKEND_UNAVAILABLE, require_backend
+from helpers import BACKEND_UNAVAILABLE, in_place_and_swapped_entries, require_backend
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 sys.path.insert(0, EXAMPLES)
@@ -289,6 +289,34 @@ def test_state_updated_in_place_in_chromium(page, site, wdev):
                   "i": {"dtype": "int32", "data": i.tolist()}}
         (got,) = page.evaluate("([dir, inputs]) => window.runBundle(dir, inputs)", ["in_place", inputs])
         np.testing.assert_allclose(got, rows.sum(0) + acc.sum(), rtol=1e-5, atol=1e-5)
+
+
+def test_in_place_and_swapped_entries_of_one_state_in_chromium(page, site, wdev):
+    """One state written in place by one entry and swapped with its partner by the other, alternated in the page:
+    the in-place entry writes whichever buffer holds the state after a swap (the runtime's bind groups follow)."""
+    root, _ = site
+
+    cache = np.zeros((32, 4), np.float32)
+    m = fa.export.webgpu(in_place_and_swapped_entries(cache), path=root / "alternate", state_argnums=(0,))
+    assert [e["state_in_place"] for e in m["entries"]] == [["cache"], []]
+    xs = rng.normal(size=(4, 4)).astype(np.float32)
+    got = page.evaluate("""async (xs) => {
+      const m = await window.model('alternate');
+      const totals = [];
+      for (let k = 0; k < xs.length; k++) {
+        await m.entries.write.run({ x: Float32Array.from(xs[k]), pos: Int32Array.of(3 * k) });
+        const [t] = await m.entries.bump.run({ scale: Float32Array.of(0.5) });
+        totals.push(t[0]);
+      }
+      return { totals, cache: Array.from(await m.readState('cache')) };
+    }""", xs.tolist())
+    want, totals = np.zeros((32, 4)), []
+    for k, x in enumerate(xs):
+        want[3 * k] = x
+        totals.append(want.sum())
+        want = want * 0.5 + 1.0
+    np.testing.assert_allclose(got["totals"], totals, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.reshape(got["cache"], (32, 4)), want, rtol=1e-5, atol=1e-5)
 
 
 # ------------------------------------------------------------------------------------------- runtime errors

@@ -31,7 +31,7 @@ from fnarray.core.errors import UnsupportedOnDevice
 from fnarray.export import MANIFEST_VERSION, runtime_source
 from fnarray.export._names import leaf_names
 from fnarray.export.serve import MIME_TYPES, serve_in_thread
-from helpers import check_traced, require_backend
+from helpers import check_traced, in_place_and_swapped_entries, require_backend
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 import digits_mlp  # noqa: E402
@@ -648,3 +648,22 @@ def test_state_scattered_into_is_updated_in_place(gpu, tmp_path):
         (top,) = bundle.run({"i": i, "x": x})
         np.testing.assert_allclose(top, want.max(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(bundle.state("acc"), want, rtol=1e-5, atol=1e-6)
+
+
+def test_in_place_and_swapped_updates_of_one_state_alternate(gpu, tmp_path):
+    """One state written in place by one entry and swapped with its partner by another: whichever buffer holds the
+    state after a swap is the one the in-place entry writes (the runtime's bind groups follow the roles)."""
+    cache = np.zeros((32, 4), np.float32)
+    m = fa.export.webgpu(in_place_and_swapped_entries(cache), path=tmp_path, state_argnums=(0,))
+    assert [e["state_in_place"] for e in m["entries"]] == [["cache"], []]
+    assert [u.get("swap") for u in m["entries"][1]["state_updates"]] == [True]
+    bundle = _Bundle(gpu, tmp_path)
+    want = np.zeros((32, 4))
+    for k in range(4):
+        x = rng.normal(size=(1, 4)).astype(np.float32)
+        bundle.run({"x": x, "pos": np.int32(3 * k)}, "write")
+        want[3 * k] = x[0]
+        (total,) = bundle.run({"scale": np.float32(0.5)}, "bump")
+        np.testing.assert_allclose(total, want.sum(), rtol=1e-5, atol=1e-5)
+        want = want * 0.5 + 1.0
+    np.testing.assert_allclose(bundle.state("cache"), want, rtol=1e-5, atol=1e-5)
