@@ -295,7 +295,6 @@ def test_in_place_and_swapped_entries_of_one_state_in_chromium(page, site, wdev)
     """One state written in place by one entry and swapped with its partner by the other, alternated in the page:
     the in-place entry writes whichever buffer holds the state after a swap (the runtime's bind groups follow)."""
     root, _ = site
-
     cache = np.zeros((32, 4), np.float32)
     m = fa.export.webgpu(in_place_and_swapped_entries(cache), path=root / "alternate", state_argnums=(0,))
     assert [e["state_in_place"] for e in m["entries"]] == [["cache"], []]
