@@ -370,3 +370,20 @@ def kernel_capabilities(device, **changes):
             yield
         finally:
             be._caps = old
+
+
+def in_place_and_swapped_entries(cache):
+    """Export entries sharing the state ``cache`` (float32[n, 4]): ``write(cache, x, pos)`` writes row ``x`` at
+    ``pos`` (a ``dynamic_update_slice``, updated in place) and returns the new first row's sum; ``bump(cache,
+    scale)`` returns the sum and ``cache * scale + 1`` (computed into the partner buffer, which swaps roles)."""
+    import fnarray.numpy as fnp
+
+    def write(cache, x, pos):
+        new = fa.lax.dynamic_update_slice(cache, x, (pos, 0))
+        return fnp.sum(new[:1]), new
+
+    def bump(cache, scale):
+        return fnp.sum(cache), cache * scale + 1.0
+
+    return {"write": (write, cache, np.zeros((1, 4), np.float32), np.int32(0)),
+            "bump": (bump, cache, np.float32(1))}

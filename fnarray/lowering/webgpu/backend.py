@@ -584,13 +584,19 @@ class _Plan:
 class WebGPULowered(KernelLowered):
     """A program scheduled into WGSL kernels for one webgpu device."""
 
-    def __init__(self, program, device, backend):
+    def __init__(self, program, device, backend, donate=()):
         super().__init__(program, device)
         self.backend = backend
+        # ``{input position: output position or None}``: a jitted call's donated arguments (any output) or an
+        # exported step's state (its own output); a ``dynamic_update_slice`` of one writes into it in place.
+        self.donate = dict(donate) if isinstance(donate, dict) else {int(i): None for i in donate}
+
+    def _cache_identity(self) -> str:
+        return super()._cache_identity() + (f"|donate={sorted(self.donate.items())}" if self.donate else "")
 
     def _schedule_now(self):
         caps = self.backend.capabilities(self.device)
-        opts = {}
+        opts = {"donate": self.donate} if self.donate else {}
         if tuning.active(self.device):
             opts["tuner"] = _Timer(self.device, self.backend.gpu, caps.max_workgroup_size)
         return schedule_program(self.program, caps, workgroup=DEFAULT_GROUP_SIZE, **opts)
@@ -745,7 +751,7 @@ class WebGPUBackend(Backend):
         return None
 
     def lower(self, program, device, donate=()):
-        return WebGPULowered(program, device, self)
+        return WebGPULowered(program, device, self, donate)
 
     def to_device(self, array, device):
         return self.gpu.upload(np.asarray(array))
