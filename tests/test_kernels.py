@@ -29,7 +29,7 @@ from fnarray.lowering.kernels.ir import BufferParam, Const, Load, Sym, const
 from fnarray.lowering.kernels.opencl_c import OpenCLRenderer
 from fnarray.lowering.kernels.wgsl import render_wgsl
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.append(str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))  # after examples/: both have an llm.py
 from backend_vs_raw import fn_init, fn_loss  # noqa: E402
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"

@@ -512,7 +512,7 @@ def test_donated_inputs_are_deleted_and_results_stay_right(wdev):
 
 
 def test_digits_training_step_runs_without_fallback(wdev, ref, fallback_mode):
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.append(str(__import__("pathlib").Path(__file__).resolve().parents[1] / "benchmarks"))
     from backend_vs_raw import fn_init, make_fn_step
 
     fallback_mode("error")
