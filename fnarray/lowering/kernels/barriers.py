@@ -89,23 +89,29 @@ def _has_barrier(s):
     return False
 
 
-def prune_barriers(body, shared=None, top=True) -> tuple:
+def prune_barriers(body, shared=None, top=True, keep=None) -> tuple:
     """``body`` without the barriers that order nothing (the module's docstring); ``top``: ``body`` is the whole
-    kernel's (nothing runs before it)."""
+    kernel's (nothing runs before it); ``keep(before, after)``: whether a barrier between two such regions (lists
+    of statements) stays anyway (a driver's miscompile to avoid)."""
     shared = shared_arrays(body) if shared is None else shared
+    keep = keep or _never
     stmts = []
     for s in body:
         if isinstance(s, For):
-            inner, moved = _prune_loop(s, shared)
+            inner, moved = _prune_loop(s, shared, keep)
             stmts.append(dataclasses.replace(s, body=inner))
             if moved is not None:
                 stmts.append(moved)
         elif isinstance(s, If):
-            stmts.append(dataclasses.replace(s, then=prune_barriers(s.then, shared, False),
-                                             orelse=prune_barriers(s.orelse, shared, False)))
+            stmts.append(dataclasses.replace(s, then=prune_barriers(s.then, shared, False, keep),
+                                             orelse=prune_barriers(s.orelse, shared, False, keep)))
         else:
             stmts.append(s)
-    return _merge_regions(stmts, shared, top)
+    return _merge_regions(stmts, shared, top, keep)
+
+
+def _never(before, after):
+    return False
 
 
 def _regions(stmts):
@@ -119,7 +125,7 @@ def _regions(stmts):
     return out
 
 
-def _merge_regions(stmts, shared, top):
+def _merge_regions(stmts, shared, top, keep):
     """Drops each barrier between two closed regions that do not conflict, left to right."""
     regions = _regions(stmts)
     drop = set()
@@ -129,7 +135,7 @@ def _merge_regions(stmts, shared, top):
         i, nxt = regions[k]
         closed_after = k + 1 < len(regions)
         if (closed_before and closed_after and not any(_has_barrier(s) for s in cur + nxt)
-                and not _conflict(_accesses(cur, shared), _accesses(nxt, shared))):
+                and not _conflict(_accesses(cur, shared), _accesses(nxt, shared)) and not keep(cur, nxt)):
             drop.add(i)
             cur = cur + nxt
         else:
@@ -138,10 +144,10 @@ def _merge_regions(stmts, shared, top):
     return tuple(s for i, s in enumerate(stmts) if i not in drop)
 
 
-def _prune_loop(loop, shared):
+def _prune_loop(loop, shared, keep):
     """A ``For`` loop's body pruned, and the barrier to put after the loop where its last one went (else
     ``None``: also where the loop's bounds read a shared array, which C reads again each iteration)."""
-    body = prune_barriers(loop.body, shared, False)
+    body = prune_barriers(loop.body, shared, False, keep)
     header = _accesses([dataclasses.replace(loop, body=())], shared)[0]
     if not body or not isinstance(body[-1], Barrier):
         return body, None
@@ -151,6 +157,6 @@ def _prune_loop(loop, shared):
     first, last = regions[0][1], regions[-1][1]
     if header or any(_has_barrier(s) for s in first + last):
         return body, None
-    if _conflict(_accesses(last, shared), _accesses(first, shared)):
+    if _conflict(_accesses(last, shared), _accesses(first, shared)) or keep(last, first):
         return body, None
     return body[:-1], body[-1]

@@ -67,6 +67,10 @@ __all__ = ["PallasGroup", "GROUPS", "OPERAND_VIEWS", "unsupported_reason", "LOCA
 #: (``Capabilities.local_memory_bytes``): WebGPU's guaranteed ``maxComputeWorkgroupStorageSize``.
 LOCAL_BYTES = 16384
 _MAX_WG = 256
+#: work items of a kernel with a ``dot`` or a reduction on a CPU OpenCL device (PoCL) and on another CPU device
+#: (lavapipe) (``workgroup_size``)
+_CPU_OPENCL_WG = 8
+_CPU_WG = 16
 
 
 class Unrenderable(Exception):
@@ -74,10 +78,10 @@ class Unrenderable(Exception):
 
 
 def workgroup_size(caps, params, largest, has_dot=False):
-    """Work items per program instance: ``compiler_params["workgroup"]``, else on a CPU device 64 (a WebGPU CPU
-    adapter such as lavapipe: every kernel; a CPU OpenCL device such as PoCL: kernels with a ``dot``, whose
-    register tiles then hold more outputs per work item), else the power of two covering the largest block
-    (32 to 256); within the device's limit. ``PALLAS_TUNABLE`` times the others where autotuning is on."""
+    """Work items per program instance: ``compiler_params["workgroup"]``, else on a CPU device, for kernels with
+    a ``dot`` or a reduction (``has_dot``), 8 (a CPU OpenCL device such as PoCL) or 16 (a WebGPU CPU adapter such
+    as lavapipe), and 64 for the other kernels on lavapipe, else the power of two covering the largest block (32
+    to 256); within the device's limit. ``PALLAS_TUNABLE`` times the others where autotuning is on."""
     cp = dict(params.get("compiler_params", ()))
     cap = min(_MAX_WG, caps.max_workgroup_size or _MAX_WG)
     if "workgroup" in cp:
@@ -85,7 +89,13 @@ def workgroup_size(caps, params, largest, has_dot=False):
         if wg < 1 or wg > cap:
             raise Unrenderable(f"compiler_params workgroup={wg} is outside 1..{cap} on this device")
         return wg
-    if not caps.tiling_pays or (has_dot and getattr(caps, "matmul_tiling", "local") == "register"):
+    register = getattr(caps, "matmul_tiling", "local") == "register"
+    if (not caps.tiling_pays or register) and has_dot:
+        # A CPU runs a work-group's items one after another: fewer items hold bigger register tiles, repeat less
+        # of the phases shorter than the work-group and combine fewer partial sums (flash attention, 16 query
+        # rows, at 8 or 16 items: 0.55-0.7x the time of 64 on PoCL 3.0 and lavapipe; docs/performance.md)
+        return min(_CPU_OPENCL_WG if register else _CPU_WG, cap)
+    if not caps.tiling_pays:
         # Measured on the examples (docs/performance.md): lavapipe 0.6-1.0x the time of 256 work items for every
         # kernel; PoCL 0.45x for the matmul and 0.65x for flash attention, but 1.6x for a vector add.
         return min(64, cap)
@@ -97,13 +107,14 @@ def workgroup_size(caps, params, largest, has_dot=False):
 
 #: The work-group size of a ``pallas_call`` kernel, timed by ``tuning.choose`` where autotuning is on (the
 #: default is ``workgroup_size``'s; ``compiler_params={"workgroup": n}`` fixes it untimed).
-PALLAS_TUNABLE = Tunable("pallas_workgroup", {"workgroup": (32, 64, 128, 256)},
+PALLAS_TUNABLE = Tunable("pallas_workgroup", {"workgroup": (8, 16, 32, 64, 128, 256)},
                          doc="work items per program instance of a pallas_call kernel",
                          valid=lambda c, facts: c["workgroup"] <= facts.get("workgroup_limit", _MAX_WG))
 
 
 def _has_dot(program):
-    return any(e.primitive is P.dot_general for e in walk_body(program))
+    """Whether the kernel body has a ``dot`` or a reduction (``workgroup_size``)."""
+    return any(e.primitive is P.dot_general or e.primitive in _REDUCE for e in walk_body(program))
 
 
 # ------------------------------------------------------------------------------------------ values
@@ -128,6 +139,8 @@ def _linear(idx, shape):
         # for any sign): a reshape that splits an index and one that joins it again cost nothing.
         if terms and _splits(terms[-1], x, s):
             terms[-1] = (x.args[0], s)
+        elif terms and _splits_plus(terms[-1], x, s) is not None:
+            terms[-1] = (_splits_plus(terms[-1], x, s), s)
         elif terms and _splits_after(terms[-1], x, s) is not None:
             terms[-1] = (_splits_after(terms[-1], x, s), s)
         else:
@@ -142,6 +155,14 @@ def _splits(prev, x, s):
     px, ps = prev
     return (isinstance(px, Op) and px.op == "div" and isinstance(x, Op) and x.op == "rem"
             and px.args == x.args and isinstance(px.args[1], Const) and ps == int(px.args[1].value) * s)
+
+
+def _splits_plus(prev, x, s):
+    """``a + j`` where ``prev, x`` are ``(a / c, c * s)`` and ``(a % c) + j`` (the form ``_rem`` leaves for an
+    index ``a + j`` with ``j`` below every step of ``a``), else ``None``."""
+    if isinstance(x, Op) and x.op == "add" and isinstance(x.args[1], Const) and _splits(prev, x.args[0], s):
+        return op("add", x.args[0].args[0], x.args[1])
+    return None
 
 
 def _splits_after(prev, x, s):
@@ -428,16 +449,18 @@ class _Renderer:
         kernel is exact on both and the guarded one is the one they miscompile.)
 
         ``fresh``: the phase stores only through ``put`` into work-group arrays it does not read (the arrays of
-        materialized values, reductions, ``dot`` s, staged carries). On CPU OpenCL devices such a phase has no
-        bounds test at all: every item computes, those past the end at the last element, storing to each array's
-        spare element. PoCL 3.0 and 3.1 miscompiled a bounds-tested phase followed by a loop in one barrier
-        region (flash attention's row sums came out inf once the barrier between them was dropped)."""
+        materialized values, reductions, ``dot`` s, staged carries). On CPU OpenCL devices such a phase, where
+        more than half the work-group has an element, has no bounds test at all: every item computes, those past
+        the end at the last element, storing to each array's spare element. PoCL 3.0 and 3.1 miscompiled a
+        bounds-tested phase followed by a loop in one barrier region (flash attention's row sums came out inf
+        once the barrier between them was dropped): there ``hoisted_kernel`` keeps such barriers."""
         n = math.prod(shape)
         if n == 0:
             return
         slots = -(-n // self.wg)
         guard = n % self.wg != 0
-        clamp = guard and fresh and self.clamp_phases
+        # at most half the items repeat an element (a shared reduction's combining phase stays bounds-tested)
+        clamp = guard and fresh and self.clamp_phases and 2 * n > self.wg
 
         def one(s):
             e = self.lid if s is None else self.b.let(op("add", op("mul", s, _i(self.wg)), self.lid), "e")
@@ -757,18 +780,23 @@ def _reduce(r, e, vals):
         lanes *= 2
 
     def partial(idx, start, step):
-        acc = b.var(acc_d, _identity_of(kind, acc_d), "acc")
         lanes_ = int(step.value) if isinstance(step, Const) else 1
-        un = _RUN if r.lane_runs and lanes_ > 1 and n_red % (lanes_ * _RUN) == 0 else 0
+        un = _RUN if r.lane_runs and n_red % (lanes_ * _RUN) == 0 and n_red > _RUN else 0
         if un:
             # each lane takes runs of ``_RUN`` consecutive elements, unrolled: their index ``t * lanes * RUN +
             # lane * RUN + j`` keeps constant parts through index arithmetic (``_div``, ``_rem``: a 4-bit word's
-            # eight values read with one load and constant shifts)
+            # eight values read with one load and constant shifts); element ``j`` of each run has its own
+            # accumulator (independent additions; PoCL 3.1 does not vectorise across work items here: the
+            # 4-bit matvec took 3x the time with one chain), combined at the end
+            accs = [b.var(acc_d, _identity_of(kind, acc_d), "acc") for _ in range(un)]
             with b.loop(_i(0), _i(n_red // (lanes_ * un)), hint="t") as t:
                 base = op("add", op("mul", t, _i(lanes_ * un)), op("mul", start, _i(un)))
                 for j in range(un):
-                    one_elem(op("add", base, _i(j)) if j else base, idx, acc)
-            return acc
+                    one_elem(op("add", base, _i(j)) if j else base, idx, accs[j])
+            while len(accs) > 1:
+                accs = [b.let(_combine(b, kind, accs[i], accs[i + 1]), "acc") for i in range(0, len(accs), 2)]
+            return accs[0]
+        acc = b.var(acc_d, _identity_of(kind, acc_d), "acc")
         with b.loop(start, _i(n_red), step, hint="k") as k:
             one_elem(k, idx, acc)
         return acc
@@ -1441,12 +1469,24 @@ def _hoist_local_arrays(kernel):
     return dataclasses.replace(kernel, body=tuple(decls) + body)
 
 
-def hoisted_kernel(b, local_size):
+def hoisted_kernel(b, local_size, pocl_regions=False):
     """The kernel that ``render`` built into ``b``, its arrays declared first (``_hoist_local_arrays``) and
     the barriers that order nothing removed (``barriers.prune_barriers``: between regions that touch no array
-    in conflicting ways; ``_trim_barriers``: repeated ones and the last)."""
+    in conflicting ways; ``_trim_barriers``: repeated ones and the last); ``pocl_regions``: a CPU OpenCL device
+    (``Capabilities.uniform_guard``), where ``_branch_then_loop`` keeps some."""
     kernel = _hoist_local_arrays(b.build(local_size))
-    return dataclasses.replace(kernel, body=_trim_barriers(prune_barriers(kernel.body), True))
+    keep = _branch_then_loop if pocl_regions else None
+    return dataclasses.replace(kernel, body=_trim_barriers(prune_barriers(kernel.body, keep=keep), True))
+
+
+def _branch_then_loop(before, after):
+    """Whether a barrier between the statements ``before`` and ``after`` stays on a CPU OpenCL device although it
+    orders nothing: PoCL 3.0 and 3.1 miscompiled a region holding a work-item branch and a loop after it
+    (``_Renderer.par_for``)."""
+    def has(stmts, kind):
+        return any(isinstance(s, kind) for s in stmts)
+    return has(before, If) and has(after, For) or has(before, For) and has(after, If) or \
+        has(before, If) and has(after, If) and has(before + after, For)
 
 
 def _stronger(a, b):
@@ -1517,7 +1557,7 @@ class PallasGroup(EquationGroup):
             return ins, [ctx.output(b, args, v) for v in e.outputs]
 
         b, gsize, lsize = render(e, ctx.caps, names, choice["workgroup"])
-        kernel = hoisted_kernel(b, lsize)
+        kernel = hoisted_kernel(b, lsize, bool(getattr(ctx.caps, "uniform_guard", False)))
         vals = [args[pp.name] for pp in kernel.params]
         launches.append(Launch(kernel, vals, gsize, lsize, tracker.eqns, "pallas"))
         return launches
