@@ -93,32 +93,6 @@ def test_example_scripts_run():
 BROWSER = ("flash_attention", "softmax", "quantized_matvec", "histogram", "column_sums")
 
 
-@pytest.fixture(scope="module")
-def kernel_bundles(wdev, site):  # noqa: F811 (the fixtures imported below)
-    root, _ = site
-    out = {}
-    for name in BROWSER:
-        kernel, _, make, _ = EXAMPLES[name]
-        args = make()
-        out[name] = (fa.export.webgpu(kernel, *args, path=root / f"kernel_{name}"), args)
-    return out
-
-
-@pytest.mark.parametrize("name", BROWSER)
-def test_example_kernel_in_chromium(page, kernel_bundles, name):  # noqa: F811
-    from test_browser import _inputs
-    kernel, ref, _, tol = EXAMPLES[name]
-    manifest, args = kernel_bundles[name]
-    got = page.evaluate("([dir, inputs]) => window.runBundle(dir, inputs)",
-                        [f"kernel_{name}", _inputs(manifest, kernel, args, ())])
-    want = np.asarray(ref(*[fa.device_put(a, "numpy:0") for a in args]))
-    np.testing.assert_allclose(np.asarray(got[0]).reshape(want.shape), want, rtol=tol, atol=max(tol, 3e-5))
-
-
-# The browser fixtures of tests/test_browser.py (one Chromium for the module, bundles served from 127.0.0.1).
-from test_browser import browser, page, site, wdev  # noqa: E402, F401
-
-
 @pytest.mark.parametrize("wg", [8, 16, 64])
 def test_flash_attention_head_size_32(device, wg):
     """The benchmark's shape class (head size 32, 16 x 16 blocks) at several work-group sizes: the phases of the
@@ -155,3 +129,30 @@ def test_flash_attention_key_loop_barriers():
     loop = loop[:loop.index("\n    }\n")]
     assert loop.count("barrier(") == 4, loop
     assert "if (" not in loop   # no per-item branch (all phases divide among the 8 work items)
+
+
+@pytest.fixture(scope="module")
+def kernel_bundles(wdev, site):  # noqa: F811 (the fixtures imported below)
+    root, _ = site
+    out = {}
+    for name in BROWSER:
+        kernel, _, make, _ = EXAMPLES[name]
+        args = make()
+        out[name] = (fa.export.webgpu(kernel, *args, path=root / f"kernel_{name}"), args)
+    return out
+
+
+@pytest.mark.parametrize("name", BROWSER)
+def test_example_kernel_in_chromium(page, kernel_bundles, name):  # noqa: F811
+    from test_browser import _inputs
+    kernel, ref, _, tol = EXAMPLES[name]
+    manifest, args = kernel_bundles[name]
+    got = page.evaluate("([dir, inputs]) => window.runBundle(dir, inputs)",
+                        [f"kernel_{name}", _inputs(manifest, kernel, args, ())])
+    want = np.asarray(ref(*[fa.device_put(a, "numpy:0") for a in args]))
+    np.testing.assert_allclose(np.asarray(got[0]).reshape(want.shape), want, rtol=tol, atol=max(tol, 3e-5))
+
+
+# The browser fixtures of tests/test_browser.py (one Chromium for the module, bundles served from 127.0.0.1).
+from test_browser import browser, page, site, wdev  # noqa: E402, F401
+
