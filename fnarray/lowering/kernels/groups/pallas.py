@@ -19,8 +19,11 @@ A store is a parallel phase over the stored block, guarded by the mask and by th
 last block writes only its real elements), followed by a barrier (barriers that order nothing are trimmed); a
 stored value that reads the ref it is written to is first computed into each work item's private array (the
 same elements, the same items), so that no item overwrites what another still reads. ``fori_loop`` is a counted
-``For`` loop around its body (carries in work-group memory, updated through private arrays); ``pl.when`` an
-``If``. Conditions and loop bounds must be
+``For`` loop around its body (carries in work-group memory, updated in place where each item reads only the
+elements it writes, else through staging arrays: ``_update_carries``); ``pl.when`` an ``If``. The barriers
+that order nothing are removed afterwards (``kernels/barriers.py``). On CPU devices an inline value with a
+transcendental function that would be computed several times per element is materialized once
+(``_Renderer.compute_once``). Conditions and loop bounds must be
 the same across the work-group (grid indices, loop counters, constants), as on every Pallas target.
 
 ``pl.atomic_*`` is a phase of ``ir.Atomic`` statements (the device's atomics) on the output's buffer.
