@@ -26,52 +26,27 @@ __all__ = ["prune_barriers", "shared_arrays"]
 def shared_arrays(body) -> frozenset:
     """The names that can order work items: work-group arrays declared in ``body`` and the global buffers it
     stores to or updates atomically."""
-    names = set()
-
-    def visit(stmts):
-        for s in stmts:
-            if isinstance(s, ArrayDecl) and s.space == "local":
-                names.add(s.name)
-            elif isinstance(s, (Store, Atomic)) and getattr(s, "space", "global") != "private":
-                names.add(s.name)
-            elif isinstance(s, For):
-                visit(s.body)
-            elif isinstance(s, If):
-                visit(s.then)
-                visit(s.orelse)
-    visit(body)
-    return frozenset(names)
+    return frozenset(s.name for s in _statements(body)
+                     if isinstance(s, ArrayDecl) and s.space == "local"
+                     or isinstance(s, Atomic) or isinstance(s, Store) and s.space != "private")
 
 
-def _writes(stmts, shared, out):
+def _statements(stmts):
+    """Every statement of ``stmts``, those inside ``For`` bodies and ``If`` branches too."""
     for s in stmts:
-        if isinstance(s, (Store, Atomic)) and s.name in shared:
-            out.add(s.name)
-        elif isinstance(s, For):
-            _writes(s.body, shared, out)
+        yield s
+        if isinstance(s, For):
+            yield from _statements(s.body)
         elif isinstance(s, If):
-            _writes(s.then, shared, out)
-            _writes(s.orelse, shared, out)
-    return out
+            yield from _statements(s.then + s.orelse)
 
 
 def _accesses(stmts, shared):
     """``(reads, writes)``: the shared arrays the statements read and write (an atomic does both)."""
-    writes = _writes(stmts, shared, set())
+    writes = {s.name for s in _statements(stmts) if isinstance(s, (Store, Atomic)) and s.name in shared}
     reads = {e.name for e in walk_exprs(stmts) if isinstance(e, Load) and e.name in shared}
-    reads |= {s.name for s in _atomics(stmts)}
+    reads |= {s.name for s in _statements(stmts) if isinstance(s, Atomic)}
     return reads, writes
-
-
-def _atomics(stmts):
-    for s in stmts:
-        if isinstance(s, Atomic):
-            yield s
-        elif isinstance(s, For):
-            yield from _atomics(s.body)
-        elif isinstance(s, If):
-            yield from _atomics(s.then)
-            yield from _atomics(s.orelse)
 
 
 def _conflict(a, b):
@@ -80,13 +55,7 @@ def _conflict(a, b):
 
 
 def _has_barrier(s):
-    if isinstance(s, Barrier):
-        return True
-    if isinstance(s, For):
-        return any(_has_barrier(t) for t in s.body)
-    if isinstance(s, If):
-        return any(_has_barrier(t) for t in s.then + s.orelse)
-    return False
+    return any(isinstance(t, Barrier) for t in _statements((s,)))
 
 
 def prune_barriers(body, shared=None, top=True, keep=None) -> tuple:
