@@ -775,12 +775,7 @@ def _reduce(r, e, vals):
     acc_d = _acc_dtype(d) if kind in ("sum", "prod") else d
     b = r.b
     name = r.local_array(d, n_out, "red")
-    lanes = 1
-    # on CPU devices a lane takes at least two runs: a short row (flash attention's 16 keys) is not worth the
-    # extra phase and barrier of combining partial results
-    per = 2 * _RUN if r.lane_runs else 8
-    while n_out * lanes * 2 <= r.wg and lanes * 2 <= n_red // per:
-        lanes *= 2
+    lanes = _lanes(r, n_out, n_red)
 
     def partial(idx, start, step):
         lanes_ = int(step.value) if isinstance(step, Const) else 1
@@ -821,6 +816,17 @@ def _reduce(r, e, vals):
         _shared_reduce(r, name, out_shape, lanes, (kind, acc_d, d), partial)
     r.barrier()
     return r.local_value(name, out_shape, d)
+
+
+def _lanes(r, n_out, n_red):
+    """Work items per result element of a reduction of ``n_out`` results over ``n_red`` elements each: a power of
+    two while the results fill at most half the work-group and each lane keeps 8 elements (on CPU devices two
+    runs: a short row, flash attention's 16 keys, is not worth the extra phase and barrier of combining)."""
+    lanes = 1
+    per = 2 * _RUN if r.lane_runs else 8
+    while n_out * lanes * 2 <= r.wg and lanes * 2 <= n_red // per:
+        lanes *= 2
+    return lanes
 
 
 def _shared_reduce(r, name, out_shape, lanes, kinds, partial):
