@@ -886,6 +886,10 @@ def _quantized_matmul(g, e, ins):
     """
     p = e.params
     transpose, gs, bits = p["transpose"], p["group_size"], p["bits"]
+    if p["mode"] != "affine":
+        raise UnsupportedOnDevice(f"fnarray.export.onnx: quantized_matmul mode={p['mode']!r} cannot be exported "
+                                  "(only mode 'affine' is written); dequantize the weights first "
+                                  "(fnarray.dequantize) and export a matmul")
     x, w, scales, biases = ins
     rows, cols = weight_shape(_av(e, 1).shape, bits)
     out = np.dtype(_out(e).dtype)

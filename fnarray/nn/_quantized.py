@@ -66,7 +66,7 @@ class QuantizedLinear(Module):
 
     def __init__(self, input_dims: int, output_dims: int, bias: bool = True, group_size: int = 64, bits: int = 4,
                  mode: str = "affine", *, key, dtype=dtypes.float32):
-        check_format(group_size, bits, mode, "QuantizedLinear")
+        _check_layer_format(group_size, bits, mode, "QuantizedLinear")
         linear = Linear(input_dims, output_dims, bias, key=key, dtype=dtype)
         self.weight, self.scales, self.biases = quantize_array(linear.weight, group_size, bits, mode)
         self.bias = linear.bias
@@ -75,6 +75,7 @@ class QuantizedLinear(Module):
     @classmethod
     def from_linear(cls, linear, group_size: int = 64, bits: int = 4, mode: str = "affine"):
         """The quantized form of a ``Linear`` (``mlx.nn.QuantizedLinear.from_linear``); ``linear`` is unchanged."""
+        _check_layer_format(group_size, bits, mode, "QuantizedLinear.from_linear")
         w_q, scales, biases = quantize_array(linear.weight, group_size, bits, mode)
         return _build(cls, weight=w_q, scales=scales, biases=biases, bias=linear.bias, group_size=group_size,
                       bits=bits, mode=mode)
@@ -115,7 +116,7 @@ class QuantizedEmbedding(Module):
 
     def __init__(self, num_embeddings: int, dims: int, group_size: int = 64, bits: int = 4, mode: str = "affine",
                  *, key, dtype=dtypes.float32):
-        check_format(group_size, bits, mode, "QuantizedEmbedding")
+        _check_layer_format(group_size, bits, mode, "QuantizedEmbedding")
         table = Embedding(num_embeddings, dims, key=key, dtype=dtype)
         self.weight, self.scales, self.biases = quantize_array(table.weight, group_size, bits, mode)
         self.group_size, self.bits, self.mode = group_size, bits, mode
@@ -123,6 +124,7 @@ class QuantizedEmbedding(Module):
     @classmethod
     def from_embedding(cls, embedding, group_size: int = 64, bits: int = 4, mode: str = "affine"):
         """The quantized form of an ``Embedding`` (``mlx.nn.QuantizedEmbedding.from_embedding``)."""
+        _check_layer_format(group_size, bits, mode, "QuantizedEmbedding.from_embedding")
         w_q, scales, biases = quantize_array(embedding.weight, group_size, bits, mode)
         return _build(cls, weight=w_q, scales=scales, biases=biases, group_size=group_size, bits=bits, mode=mode)
 
@@ -140,6 +142,14 @@ class QuantizedEmbedding(Module):
         """Logits against every embedding, ``x @ W.T``: ``(..., dims) -> (..., num_embeddings)``."""
         return quantized_matmul(x, self.weight, self.scales, self.biases, transpose=True,
                                 group_size=self.group_size, bits=self.bits, mode=self.mode)
+
+
+def _check_layer_format(group_size, bits, mode, where):
+    """``check_format``, and the layers' one mode: ``"mxfp4"`` has no biases, which these layers hold."""
+    check_format(group_size, bits, mode, where)
+    if mode != "affine":
+        raise NotImplementedError(f"[{where}] mode={mode!r}: the quantized layers have mode 'affine' only "
+                                  "(fnarray.quantize and fnarray.quantized_matmul take 'mxfp4')")
 
 
 def _quantizable(module, group_size) -> bool:
@@ -177,7 +187,7 @@ def quantize(model, group_size: int = 64, bits: int = 4, *, mode: str = "affine"
     Raises:
       ValueError, NotImplementedError: an unsupported format. TypeError: a selected module with no quantized form.
     """
-    check_format(group_size, bits, mode, "quantize")
+    _check_layer_format(group_size, bits, mode, "quantize")
 
     def pick(path, module):
         if class_predicate is None:

@@ -486,7 +486,10 @@ def cooperative(caps) -> bool:
 
 def unsupported_reason(eqn, caps):
     """Why the kernels cannot run this ``quantized_matmul`` equation on a target with ``caps``, or ``None``: a
-    work item's walk longer than the driver's loop limit (lavapipe stops loops silently past it)."""
+    work item's walk longer than the driver's loop limit (lavapipe stops loops silently past it), or mode mxfp4."""
+    if eqn.params["mode"] != "affine":
+        return (f"quantized_matmul mode={eqn.params['mode']!r}: the kernels dequantize the affine format only "
+                "(E2M1 codes with uint8 E8M0 scales are not written yet)")
     limit = getattr(caps, "max_loop_iterations", None)
     k = eqn.inputs[0].aval.shape[-1]
     steps = k // 32 if eqn.params["transpose"] else k
