@@ -25,8 +25,11 @@ bits, so every backend gives the same words:
 
 - ``amax = max |w|`` over the group; ``e = ceil(log2(amax / 6))`` exactly (from the float32 quotient's exponent
   and mantissa bits, not a rounded ``log2``), so ``amax / 2**e <= 6``; ``s = (e + 127) mod 256`` (MLX wraps
-  the exponents of groups below ``2**-127`` alike). An all-zero group has ``s = 127``; a group holding an
-  infinity or NaN has ``s = 128`` and every element code 0 (what MLX gives).
+  the exponents of groups below ``2**-127`` alike). For float16 and bfloat16 weights the quotient
+  ``amax / 6`` is rounded to that dtype first (MLX divides in it). An all-zero group (or one whose half-precision
+  quotient underflows to 0) has ``s = 127``; a group holding an infinity or NaN has ``s = 128`` (``0`` for
+  half-precision weights) and every element code 0, and so has a float16 group with ``e < -24`` (what MLX
+  gives: its ``2**e`` is 0 in float16). Float64 weights are rounded to float32 first.
 - each element ``x = w / 2**e`` takes the E2M1 value nearest to it, a tie going to the smaller magnitude
   (MLX takes the first minimum of ``|x - value|`` over its table), and saturates at 6; a negative ``x`` that
   rounds to 0 is code 0 (+0).
@@ -155,17 +158,22 @@ def _pack(q, bits):
 def _quantize_mxfp4(w):
     """``(w_q, scales)`` of mode ``"mxfp4"`` (the module docstring's rule), computed on float32 bits."""
     lead, k = tuple(w.shape[:-1]), w.shape[-1]
+    half = w.dtype in (dtypes.float16, dtypes.bfloat16)
     g = fnp.reshape(w.astype(dtypes.float32), lead + (k // 32, 32))
     amax = fnp.max(fnp.abs(g), axis=-1)
+    # MLX divides in the weights' dtype: a half-precision quotient is rounded (to 0 below its subnormals).
+    quotient = (amax / np.float32(6.0)).astype(w.dtype).astype(dtypes.float32) if half else amax / np.float32(6.0)
     finite = fnp.isfinite(amax)
-    e = fnp.where(amax > 0, _ceil_log2(amax / np.float32(6.0)), 0)
-    e = fnp.where(finite, e, 1)
+    e = fnp.where(quotient > 0, _ceil_log2(quotient), 0)
+    e = fnp.where(finite, e, -127 if half else 1)
     scales = fnp.bitwise_and(e + 127, 255).astype(dtypes.uint8)
     x = g / _pow2(fnp.maximum(e, -149))[..., None]
     a = fnp.abs(x)
     code = sum((a > t).astype(dtypes.uint32) for t in _E2M1_TIES)
     code = fnp.where((x < 0) & (code > 0), code + np.uint32(8), code)
-    code = fnp.where(finite[..., None], code, np.uint32(0))
+    # Where MLX's 2**e is not a number of the dtype (float16 below 2**-24) its quotients are inf or NaN: code 0.
+    valid = finite & (e >= -24) if w.dtype == dtypes.float16 else finite
+    code = fnp.where(valid[..., None], code, np.uint32(0))
     return _pack(fnp.reshape(code, lead + (k,)), 4), scales
 
 
