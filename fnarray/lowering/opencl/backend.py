@@ -103,8 +103,9 @@ def _low_bit_reason(eqn):
         return None
     d = low[0]
     if eqn.primitive not in _LOW_BIT_PRIMITIVES:
-        return (f"OpenCL C has no {d.name} arithmetic: kernels only convert {d.name} (astype, bit casts), in "
-                "registers; cast to float32 (or int32) to compute on the device")
+        return (f"OpenCL C has no {d.name} type: kernels only convert its bytes, in registers (astype, bit "
+                "casts); arithmetic, slicing and every other operation on it run on numpy:0 (cast to float32 or "
+                "int32 first to compute on the device)")
     src, dst = eqn.inputs[0].aval.dtype, eqn.outputs[0].aval.dtype
     if eqn.primitive is P.convert_element_type and src == dtypes.float64 and dtypes.is_float(dst):
         return (f"float64 -> {dst.name} rounds once from float64 (ml_dtypes); the kernels round from float32 "
