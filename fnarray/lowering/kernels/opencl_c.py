@@ -1,8 +1,8 @@
 """OpenCL C from the kernel IR: a thin subclass of the C-style renderer.
 
 C's spellings come from the base (``cstyle.py``); this subclass declares what OpenCL C spells otherwise: its
-type names (``bool`` buffers are ``uchar``, so are float8/int4/uint4 values, which kernels only convert; complex values are ``float2``/``double2``), ``L``/``UL`` literals,
-``__local`` arrays, work-item builtins, barriers, bit casts (``as_<type>``) and the ``__kernel`` signature, plus
+type names (``bool`` buffers are ``uchar``, so are float8/int4/uint4 values, which kernels only convert; complex
+values are ``float2``/``double2``), ``L``/``UL`` literals, ``__local`` arrays, work-item builtins, barriers, bit casts (``as_<type>``) and the ``__kernel`` signature, plus
 PoCL's call-free float32 math (``opencl_math.py``, tuned by measurement). Kernels with ``float64``/``int64``
 need the device's ``cl_khr_fp64``; the ``#pragma`` is printed when a kernel uses ``double``.
 """
