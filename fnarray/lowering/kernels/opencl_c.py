@@ -2,9 +2,10 @@
 
 C's spellings come from the base (``cstyle.py``); this subclass declares what OpenCL C spells otherwise: its
 type names (``bool`` buffers are ``uchar``, so are float8/int4/uint4 values, which kernels only convert; complex
-values are ``float2``/``double2``), ``L``/``UL`` literals, ``__local`` arrays, work-item builtins, barriers, bit casts (``as_<type>``) and the ``__kernel`` signature, plus
-PoCL's call-free float32 math (``opencl_math.py``, tuned by measurement). Kernels with ``float64``/``int64``
-need the device's ``cl_khr_fp64``; the ``#pragma`` is printed when a kernel uses ``double``.
+values are ``float2``/``double2``), ``L``/``UL`` literals, ``__local`` arrays, work-item builtins, barriers, bit
+casts (``as_<type>``) and the ``__kernel`` signature, plus PoCL's call-free float32 math (``opencl_math.py``, tuned
+by measurement). Kernels with ``float64``/``int64`` need the device's ``cl_khr_fp64``; the ``#pragma`` is printed
+when a kernel uses ``double``.
 """
 
 from __future__ import annotations
