@@ -426,6 +426,8 @@ def test_the_quantization_page_runs():
     assert ns["y"].shape == (1, 256) and ns["w_back"].shape == (256, 512)
     assert [type(m).__name__ for m in ns["small"].layers] == ["QuantizedLinear", "Lambda", "QuantizedLinear"]
     assert [getattr(m, "bits", None) for m in ns["mixed"].layers] == [8, None, 8]
+    assert (ns["m_q"].shape, ns["m_scales"].dtype, ns["m_scales"].shape) == ((64, 16), np.uint8, (64, 4))
+    assert ns["ym"].shape == (2, 64) and ns["wm_back"].dtype == np.float32
 
 
 _kernel_caps = kernel_capabilities   # a kernel device scheduled with other Capabilities (tests/helpers.py)
