@@ -414,12 +414,12 @@ class QuantizedMatmulGroup(EquationGroup):
                 up = op("shl", op("shl", hi, const(1, UINT32)), op("sub", const(31, UINT32), shift))
                 v = op("or", v, up)
             qi = b.let(op("and", v, mask))
+            qf = b.let(Cast(qi, acc), "q") if bs is not None else None
             gi = b.let(op("add", op("mul", kk, const(groups, INT32)), gcol), "gi")
             if bs is None:   # mxfp4
                 wv = b.let(op("mul", _e8m0_half(b.load(ss, gi, np.dtype(np.uint8)), acc), _e2m1_doubled(qi, acc)),
                            "wv")
             else:
-                qf = b.let(Cast(qi, acc), "q")
                 wv = b.let(op("add", op("mul", self._load_f(b, ss, gi, xdt, acc), qf),
                                   self._load_f(b, bs, gi, xdt, acc)), "wv")
             for r, xr in enumerate(x_rows):
