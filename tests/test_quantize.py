@@ -565,8 +565,8 @@ def test_mxfp4_errors_name_what_was_given():
         fa.quantized_matmul(x, w_q, np.asarray(scales, np.float32), mode="mxfp4")
     with pytest.raises(ValueError, match="needs the biases"):
         fa.quantized_matmul(x, w_q, scales)
-    with pytest.raises(NotImplementedError, match="'affine' only"):
-        fa.nn.QuantizedLinear(64, 4, group_size=32, mode="mxfp4", key=fa.random.key(0))
+    with pytest.raises(ValueError, match="group_size=32 and bits=4"):
+        fa.nn.QuantizedLinear(64, 4, group_size=64, mode="mxfp4", key=fa.random.key(0))
 
 
 def test_mxfp4_kernels_name_the_mode():
@@ -590,3 +590,35 @@ def test_mxfp4_on_webgpu_falls_back_naming_uint8():
         pytest.skip("no webgpu device")
     with fallback_mode("error"), pytest.raises(fa.UnsupportedOnDevice, match="uint8"):
         fa.jit(functools.partial(fa.quantize, mode="mxfp4"))(fa.device_put(np.ones((2, 32), np.float32), devs[0]))
+
+
+def test_mxfp4_layers_match_mlx_nn(tmp_path):
+    """``QuantizedLinear``/``QuantizedEmbedding`` with ``mode="mxfp4"`` hold MLX's fields (no biases: nothing saved
+    under that name), match ``mlx.nn``'s, read MLX's safetensors, and ``fa.nn.quantize`` takes the mode."""
+    import mlx.nn as mnn
+    from mlx.utils import tree_flatten
+    lin = fa.nn.Linear(128, 16, key=fa.random.key(1))
+    q = fa.nn.QuantizedLinear.from_linear(lin, mode="mxfp4")
+    ml = mnn.Linear(128, 16)
+    ml.weight, ml.bias = mx.array(np.asarray(lin.weight)), mx.array(np.asarray(lin.bias))
+    mq = mnn.QuantizedLinear.from_linear(ml, mode="mxfp4")
+    assert q.biases is None and (q.group_size, q.bits) == (32, 4) and "biases" not in mq.parameters()
+    for name in ("weight", "scales"):
+        np.testing.assert_array_equal(np.asarray(getattr(q, name)), np.array(getattr(mq, name)), err_msg=name)
+    x = np.random.default_rng(2).standard_normal((4, 128)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(q(x)), np.array(mq(mx.array(x))), rtol=1e-5, atol=1e-5)
+    fa.save(tmp_path / "q.safetensors", q)
+    back = fa.load(tmp_path / "q.safetensors")
+    np.testing.assert_array_equal(np.asarray(back(x)), np.asarray(q(x)))
+    me = mnn.QuantizedEmbedding(40, 64, mode="mxfp4")
+    mx.save_safetensors(str(tmp_path / "emb.safetensors"), dict(tree_flatten(me.parameters())))
+    emb = fa.load(tmp_path / "emb.safetensors", like=fa.nn.QuantizedEmbedding(40, 64, mode="mxfp4",
+                                                                              key=fa.random.key(4)))
+    got, want = emb(_IDS), me(mx.array(_IDS))
+    assert got.dtype.name == "bfloat16" == str(want.dtype).split(".")[-1]
+    np.testing.assert_array_equal(np.asarray(got, np.float32), np.array(want.astype(mx.float32)))
+    np.testing.assert_allclose(np.asarray(emb.as_linear(x[:, :64])), np.array(me.as_linear(mx.array(x[:, :64]))),
+                               rtol=1e-5, atol=1e-5)
+    small = fa.nn.quantize(_Net(fa.random.key(3)), mode="mxfp4")
+    assert {(m.mode, m.group_size, m.biases is None) for m in small.layers if hasattr(m, "mode")} == \
+        {("mxfp4", 32, True)}
