@@ -266,6 +266,34 @@ def test_cast_out_of_low_bit(device, src, dst):
     _same_bits(got, want)
 
 
+_MOVES = {
+    "transpose": lambda w: w.T,
+    "reshape": lambda w: w.reshape(8, -1),
+    "slice": lambda w: w[1:, ::3],
+    "rev": lambda w: w[::-1],
+    "broadcast": lambda w: fnp.broadcast_to(w[None], (2,) + w.shape),
+    "concatenate": lambda w: fnp.concatenate([w, w[:2]], 0),
+    "transpose_then_upcast_matmul": lambda w: fnp.ones((3, 16), fnp.float32) @ w.T.astype(fnp.float32),
+}
+
+
+@pytest.mark.parametrize("move", list(_MOVES))
+@pytest.mark.parametrize("d", LOW, ids=lambda d: d.name)
+def test_data_movement_keeps_the_bytes(device, d, move):
+    """Transposes, reshapes, slices, reversals, broadcasts and concatenations move every byte pattern (opencl the
+    very bytes, NaNs included; XLA may rewrite a float8 NaN's); opencl runs them with ``fallback="error"``, so
+    weights can be laid out on the device before their upcast."""
+    w = np.arange(256, dtype=np.uint8).reshape(16, 16).view(d)
+    f = fa.jit(_MOVES[move])
+    with fallback_mode("error" if device.backend in NATIVE + ("opencl",) else "warn"):
+        got = np.asarray(f(_put(w, device)))
+    want = np.asarray(f(_put(w, "numpy:0")))
+    if got.dtype == d and device.backend in ("numpy", "opencl"):   # the very bytes (XLA may rewrite NaNs)
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+    else:
+        _same_bits(got, want)
+
+
 def test_asarray_from_ml_dtypes_and_scalar_types(device):
     for d in LOW:
         v = np.arange(-3, 4).astype(np.int64).astype(d) if dtypes.is_int(d) else np.asarray([-1.5, 0.25, 3], d)

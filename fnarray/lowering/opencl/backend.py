@@ -91,9 +91,11 @@ _COMPLEX_BAD = frozenset(p for p in SCHEDULED if p not in facts.complex_ok() and
 _MAX_ELEMENTS = 2**31 - 1
 
 
-#: The primitives whose kernels take the low-bit dtypes (held as their bytes; converted in registers bit for bit
-#: as ml_dtypes: kernels/rules.py's to_low_bit/low_bit_value); every other operation on them runs on numpy:0.
-_LOW_BIT_PRIMITIVES = frozenset({P.convert_element_type, P.bitcast_convert_type})
+#: The primitives whose kernels take the low-bit dtypes (held as their bytes): conversions (in registers, bit for bit
+#: as ml_dtypes: kernels/rules.py's to_low_bit/low_bit_value) and data movement (the bytes as they are); every other
+#: operation on them runs on numpy:0.
+_LOW_BIT_PRIMITIVES = frozenset({P.convert_element_type, P.bitcast_convert_type, P.reshape, P.transpose,
+                                 P.broadcast_in_dim, P.slice_p, P.rev, P.concatenate, P.copy_p})
 
 
 def _low_bit_reason(eqn):
@@ -104,8 +106,8 @@ def _low_bit_reason(eqn):
     d = low[0]
     if eqn.primitive not in _LOW_BIT_PRIMITIVES:
         return (f"OpenCL C has no {d.name} type: kernels only convert its bytes, in registers (astype, bit "
-                "casts); arithmetic, slicing and every other operation on it run on numpy:0 (cast to float32 or "
-                "int32 first to compute on the device)")
+                "casts), and move them (transpose, reshape, slice, concatenate...); arithmetic and every other "
+                "operation on it run on numpy:0 (cast to float32 or int32 first to compute on the device)")
     src, dst = eqn.inputs[0].aval.dtype, eqn.outputs[0].aval.dtype
     if eqn.primitive is P.convert_element_type and src == dtypes.float64 and dtypes.is_float(dst):
         return (f"float64 -> {dst.name} rounds once from float64 (ml_dtypes); the kernels round from float32 "
