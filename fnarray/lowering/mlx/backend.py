@@ -20,7 +20,8 @@ floating-point only), multi-key ``sort`` (successive stable argsorts).
 
 Unsupported (these fall back to numpy with a ``FallbackWarning``, see
 ``supports``): ``complex128`` and the low-bit dtypes (``float8_e4m3fn``, ``float8_e5m2``, ``int4``,
-``uint4``) everywhere (MLX has no such dtypes); ``float64``
+``uint4``) everywhere (MLX 0.32 has no such dtypes; its ``to_fp8`` saturates e4m3 overflow and NaN to 448, where
+ml_dtypes gives NaN, so it cannot stand for the conversion); ``float64``
 on the GPU (Metal has none); on the CPU, ``float64`` only where MLX computes it
 exactly — its CPU transcendental functions round through float32 (``exp`` of a
 float64 is float32-accurate), so float64 transcendental and special functions
@@ -154,8 +155,10 @@ _COMPLEX_OK = _COMPLEX_OK | {fft_p} | linalg.COMPLEX_OK
 def _dtype_reason(prim, eqn_dtypes, platform):
     for d in eqn_dtypes:
         if dtypes.is_low_bit(d):
-            return (f"MLX has no {d.name}: float8 and int4 arrays stay NumPy arrays on mlx devices and every "
-                    "operation on them, casts included, runs on numpy:0")
+            return (f"MLX has no {d.name} dtype: float8 and int4 arrays stay NumPy arrays on mlx devices and every "
+                    "operation on them, casts included, runs on numpy:0 (mx.from_fp8/mx.to_fp8 convert e4m3 bytes, "
+                    "but to_fp8 saturates overflow and NaN to 448 where ml_dtypes gives NaN; MLX has no e5m2 or "
+                    "int4)")
     if dtypes.complex128 in eqn_dtypes:
         return "MLX has no complex128"
     if dtypes.float64 in eqn_dtypes:
