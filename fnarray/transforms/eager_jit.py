@@ -35,6 +35,7 @@ them under this cache), the keys seen once another of ``config.eager_cache_size`
 from __future__ import annotations
 
 import functools
+import inspect
 import types
 
 import numpy as np
@@ -45,6 +46,7 @@ from fnarray.core.config import config
 from fnarray.core.prng import KeyArray
 from fnarray.devices import placement
 from fnarray.devices.array_impl import ArrayImpl
+from fnarray.devices.backend import compiling
 from fnarray.devices.eager_ops import _fast_now
 from fnarray.transforms.jit import Jitted
 
@@ -98,9 +100,14 @@ _programs_d = _programs._d
 _seen = LRUCache(_seen_size)
 
 
+_stats = {"programs": 0}  # programs made since the process started (a counter for tests and benchmarks)
+
+
 def cache_info() -> dict:
-    """``{"programs": n, "seen": n, "bound": n}``: the cached programs, the keys seen once, the bound."""
-    return {"programs": len(_programs), "seen": len(_seen), "bound": _programs_size()}
+    """``{"programs": n, "seen": n, "bound": n, "made": n}``: the cached programs, the keys seen but not yet given
+    a program, the bound of the programs, and how many programs were made (traced and compiled, each once per
+    key while it stays cached) since the process started."""
+    return {"programs": len(_programs), "seen": len(_seen), "bound": _programs_size(), "made": _stats["programs"]}
 
 
 def _add(x, key, arrays) -> bool:
@@ -209,18 +216,35 @@ def _program(fn, args, kwargs):
         a = _fill(args_t, it)
         return fn(*a, **{name: _fill(v, it) for name, v in kwargs_t.items()})
     program.__name__ = getattr(fn, "__name__", "program")
+    program.__signature__ = _STAR_ARRAYS  # jit reads it: inspect.signature of a fresh closure costs ~30 us
     return program
+
+
+_STAR_ARRAYS = inspect.Signature([inspect.Parameter("arrays", inspect.Parameter.VAR_POSITIONAL)])
 
 
 _BY_VALUE = (float, complex)
 
+#: Under ``"repeated_call"`` (mlx), a key's program is made at its ``REPEATED_CALL``-th call: the calls before
+#: take the general path. Measured on mlx:0 (``mlx[cpu]``, the decode loop of ``benchmarks/programs.py``): a
+#: program costs ~0.35 ms to trace and lower (GC included: up to 1 ms under load) and saves ~10-15 us a call
+#: against the general path, whose MLX operations compile nothing; so a key pays for its program after ~30
+#: calls (a ski rental: at most twice the cost of the better choice made in hindsight).
+REPEATED_CALL = 32
 
-def _waits(key) -> bool:
-    """Whether a key's first call takes the general path: its device compiles programs cheaply, or the key
-    holds a float or complex constant (a NumPy one too), which a loop may change on every call."""
-    if key[-3] == "second_call":
-        return True
-    return any(type(k) is type and issubclass(k, _BY_VALUE + (np.inexact,)) for k in key)
+_GENERAL_CALLS = {"second_call": 1, "first_call": 0, "repeated_call": None}  # None: REPEATED_CALL - 1
+
+
+def _general_calls(key) -> int:
+    """How many calls of a key take the general path before its program is made: one where the device
+    compiles programs cheaply (``"second_call"``) or the key holds a float or complex constant (a NumPy one
+    too), which a loop may change on every call; ``REPEATED_CALL - 1`` under ``"repeated_call"``."""
+    n = _GENERAL_CALLS[key[-3]]
+    if n is None:
+        return REPEATED_CALL - 1
+    if n == 0 and any(type(k) is type and issubclass(k, _BY_VALUE + (np.inexact,)) for k in key):
+        return 1
+    return n
 
 
 def _call(fn, args, kwargs):
@@ -230,17 +254,22 @@ def _call(fn, args, kwargs):
     key, arrays = keyed
     p = _programs_d.get(key)
     if p is None:
-        if _seen.peek(key) is None and _waits(key):  # the first call of this key: the general path, remembered
-            _seen.put(key, True)
+        n = _seen.peek(key, 0)
+        if n < _general_calls(key):  # an early call of this key: the general path, counted
+            _seen.set(key, n + 1)
             return fn(*args, **kwargs)
         # a fresh function per key: caches of its own, not an entry of jit's table of functions
         jitted = Jitted(_program(fn, args, kwargs), shared=False)
+        _stats["programs"] += 1
+        compiling.eager = True
         try:
             with np.errstate(all="ignore"):  # tracing converts literals the general path converts quietly
                 out = jitted(*arrays)
         except Exception:  # not traceable as a program (or an error): the general path, from now on
             _programs.put(key, _Program(None))
             return fn(*args, **kwargs)
+        finally:
+            compiling.eager = False
         _programs.put(key, _Program(jitted))
         _seen.pop(key)
         return out
