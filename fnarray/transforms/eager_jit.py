@@ -9,15 +9,24 @@ a call on concrete arrays (``ArrayImpl``), from a thread that stages nothing, wi
     (the function, the pytree structure of its arguments, each array's aval, each other leaf's value)
 
 and runs one jitted program of the whole function (``fnarray.jit``'s hot path: a few Python calls) from the
-call its device's ``Capabilities.eager_programs`` says. ``"second_call"`` (numpy, mlx: programs compile in
+call its device's ``Capabilities.eager_programs`` says. ``"second_call"`` (numpy: programs compile in
 milliseconds): the first call of a key takes the general path, so a loop over ever new static values
 (``x[i]`` for each ``i``) compiles nothing. ``"first_call"`` (jax: XLA takes 10-100 ms a program): the
 first call compiles the whole function, so each new shape costs one compile, not one per primitive and then
 one more for the whole function on the second call; a key holding a float or complex constant still waits
-for its second call (a loop over new step sizes would otherwise compile each).
-Arrays are the program's arguments; every other
-leaf (ints, bools, strings, floats, complex and NumPy scalars, dtypes, slices, ``Ellipsis``) is a constant of
-it, compared by value and type (``1``, ``True`` and ``1.0`` are three keys; so are ``0.0`` and ``-0.0``).
+for its second call (a loop over new step sizes would otherwise compile each). ``"repeated_call"`` (mlx:
+the general path compiles nothing, MLX's operations being lazy graph nodes, and a program costs ~0.35 ms to
+trace and lower against ~10 us it saves a call): from a key's ``REPEATED_CALL``-th call, so that a loop whose
+shapes grow (a decode loop's cache) makes no program for a shape it meets once a run, and a key called
+often pays its program once. Either way each key is traced and compiled at most once while it stays
+cached (``cache_info()["made"]`` counts them; ``tests/test_eager_jit.py`` pins it per backend). A backend
+sees ``fnarray.devices.backend.compiling.eager`` set while such a program compiles (mlx then never gives
+it to ``mx.compile``; a program recompiled after jit's global LRU evicted its executable is compiled as
+any jitted program).
+
+Arrays are the program's arguments; every other leaf (ints, bools, strings, floats, complex and NumPy
+scalars, dtypes, slices, ``Ellipsis``) is a constant of it, compared by value and type (``1``, ``True`` and
+``1.0`` are three keys; so are ``0.0`` and ``-0.0``).
 A call with any other leaf (a NumPy array, a callable, a tracer, an object of the user's), with arrays on
 two devices, or without an array takes the general path. So does a key whose program failed to trace or to
 compile (a data-dependent shape: ``nonzero``, ``unique``, boolean masks), from then on, and any error of a
@@ -29,7 +38,8 @@ the same committed flag (``tests/test_eager_jit.py`` compares both paths). Devic
 
 Memory: the programs are an ``LRUCache`` of at most half of ``config.jit_global_cache_size`` entries (each
 one jitted function holding one executable; half, so that the global LRU of executables does not evict
-them under this cache), the keys seen once another of ``config.eager_cache_size``.
+them under this cache), the keys not yet given a program (with their count of calls) another of
+``config.eager_cache_size``.
 """
 
 from __future__ import annotations
@@ -82,10 +92,26 @@ def _seen_size() -> int:
 
 
 class _Program:
-    __slots__ = ("jitted", "used")
+    """A key's jitted program; once its jitted function has a hot record (jit's ``_Hot``: the executable's
+    direct entry, its output avals and structure), ``call`` is that entry, which a hit calls itself: the key
+    already matched the arrays' avals and device, which jit's hot path would compare again (~1 us a call).
+    ``call`` is ``None`` until then, ``False`` where the record has no direct entry (jit's path serves)."""
+
+    __slots__ = ("jitted", "used", "call", "out_avals", "out_tree", "single")
 
     def __init__(self, jitted):
-        self.jitted, self.used = jitted, False
+        self.jitted, self.used, self.call = jitted, False, None
+
+    def take_hot(self, n):
+        """Copy the jitted function's hot record, where it takes the ``n`` arrays as they are."""
+        h = self.jitted._hot[0]
+        if h is None:
+            return
+        if not h.star or h.tree is not None or h.n != n or h.const_bufs or h.committed:
+            self.call = False
+            return
+        self.out_avals, self.out_tree, self.single = h.out_avals, h.out_tree, h.single
+        self.call = h.call
 
 
 def _used_since(p) -> bool:
@@ -254,9 +280,13 @@ def _call(fn, args, kwargs):
     key, arrays = keyed
     p = _programs_d.get(key)
     if p is None:
-        n = _seen.peek(key, 0)
+        seen = _seen.get(key)  # [calls so far]: counted in place (no lock; a count lost to a race is harmless)
+        n = 0 if seen is None else seen[0]
         if n < _general_calls(key):  # an early call of this key: the general path, counted
-            _seen.set(key, n + 1)
+            if seen is None:
+                _seen.put(key, [1])
+            else:
+                seen[0] = n + 1
             return fn(*args, **kwargs)
         # a fresh function per key: caches of its own, not an entry of jit's table of functions
         jitted = Jitted(_program(fn, args, kwargs), shared=False)
@@ -274,12 +304,37 @@ def _call(fn, args, kwargs):
         _seen.pop(key)
         return out
     p.used = True
+    call = p.call
+    if call:
+        bufs = []
+        committed = False
+        for a in arrays:
+            b = a._buf
+            if b is None:  # deleted or donated: jit's path raises (below)
+                break
+            bufs.append(b)
+            if a._committed:
+                committed = True
+        else:
+            try:
+                outs = call(*bufs)
+            except Exception:  # the general path raises its own error (or succeeds)
+                return fn(*args, **kwargs)
+            dev = arrays[0]._device
+            if p.single:
+                r = ArrayImpl()  # ArrayImpl.make inline, as jit's hot path
+                r.aval, r._device, r._buf, r._committed, r._host = p.out_avals[0], dev, outs[0], committed, None
+                return r
+            return p.out_tree.unflatten([ArrayImpl.make(av, dev, b, committed) for av, b in zip(p.out_avals, outs)])
     if p.jitted is None:
         return fn(*args, **kwargs)
     try:
-        return p.jitted(*arrays)
+        out = p.jitted(*arrays)
     except Exception:  # the general path raises its own error (or succeeds)
         return fn(*args, **kwargs)
+    if call is None:
+        p.take_hot(len(arrays))
+    return out
 
 
 _WRAPPERS: dict = {}  # function -> its wrapper (a function exported by several modules is wrapped once)
