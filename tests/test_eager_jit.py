@@ -1,8 +1,9 @@
 """Eager calls of fnarray.numpy's functions as cached jitted programs (fnarray/transforms/eager_jit.py).
 
-A call's first occurrence takes the general path (primitive by primitive); from its second on it runs one
-jitted program. Every case here compares the three calls with each other (value bits up to a NaN's sign,
-dtype, weak type, shape, committed flag, device) and, where cheap, with NumPy in float64.
+A call's first occurrences take the general path (primitive by primitive); then it runs one jitted program
+(from the second call on numpy, the first on jax, the ``REPEATED_CALL``-th on mlx: 2 here but in the tests of
+compiles per shape at the end). Every case here compares the first four calls with each other (value bits up
+to a NaN's sign, dtype, weak type, shape, committed flag, device) and, where cheap, with NumPy in float64.
 """
 
 from __future__ import annotations
@@ -66,8 +67,10 @@ def _observed(r):
 def _check(name, device):
     f, ref = CASES[name]
     a, b, v = (fa.device_put(x, device) for x in (A, B, V))
-    outs = [_observed(f(a, b, v)) for _ in range(3)]
-    assert outs[0] == outs[1] == outs[2], name
+    # the general path, the program's first call (through jit), its second (jit's hot path), its executable
+    # called directly (eager_jit's own hot path)
+    outs = [_observed(f(a, b, v)) for _ in range(4)]
+    assert outs[0] == outs[1] == outs[2] == outs[3], name
     got = f(a, b, v)
     want = ref(A.astype(np.float64), B.astype(np.float64), V.astype(np.float64))
     for g, w in zip(got if isinstance(got, list) else [got], want if isinstance(want, list) else [want]):
@@ -89,11 +92,13 @@ def test_calls_match_the_general_path_and_numpy(device):
 def test_a_repeated_call_runs_one_cached_program():
     a = fnp.asarray(A)
     b = fnp.asarray(B)
-    for _ in range(3):
+    for _ in range(4):
         a @ b
     n = eager_jit.cache_info()["programs"]
     calls = python_calls(lambda: a @ b)
-    assert len(calls) <= 12, calls
+    # the operator, the wrapper, _call, _keyed and the executable itself (jit's hot path is skipped: the key
+    # already matched the arrays' avals and device); ~75 on the general path
+    assert len(calls) <= 8, calls
     assert eager_jit.cache_info()["programs"] == n
 
 
@@ -113,7 +118,7 @@ def test_constants_are_keyed_by_type_and_sign():
 def test_placement_matches_the_general_path(device):
     u = fnp.asarray(A)                        # uncommitted, on the default device
     c = fa.device_put(A, device)              # committed
-    for _ in range(3):
+    for _ in range(4):
         r = fnp.sum(u, axis=1)
         assert not r.committed and r.device == u.device
         r = fnp.sum(c, axis=1)
@@ -193,11 +198,11 @@ def test_random_and_nn_calls_match_the_general_path():
     import fnarray.random as random
     key = random.PRNGKey(3)
     outs = []
-    for _ in range(3):
+    for _ in range(4):
         k1, k2 = random.split(key)
         x = random.normal(k1, (5,))
         outs.append((_observed(k2), _observed(x), _observed(nn.softmax(x)), _observed(nn.relu(x))))
-    assert outs[0] == outs[1] == outs[2]
+    assert outs[0] == outs[1] == outs[2] == outs[3]
     e = np.exp(np.asarray(x, np.float64))
     np.testing.assert_allclose(np.asarray(nn.softmax(x)), e / e.sum(), rtol=1e-6)
 

@@ -102,12 +102,12 @@ class _Program:
     def __init__(self, jitted):
         self.jitted, self.used, self.call = jitted, False, None
 
-    def take_hot(self, n):
-        """Copy the jitted function's hot record, where it takes the ``n`` arrays as they are."""
+    def take_hot(self, n, device):
+        """Copy the jitted function's hot record, where it takes the ``n`` arrays as they are, on ``device``."""
         h = self.jitted._hot[0]
         if h is None:
             return
-        if not h.star or h.tree is not None or h.n != n or h.const_bufs or h.committed:
+        if not h.star or h.tree is not None or h.n != n or h.const_bufs or h.committed or h.device is not device:
             self.call = False
             return
         self.out_avals, self.out_tree, self.single = h.out_avals, h.out_tree, h.single
@@ -333,7 +333,7 @@ def _call(fn, args, kwargs):
     except Exception:  # the general path raises its own error (or succeeds)
         return fn(*args, **kwargs)
     if call is None:
-        p.take_hot(len(arrays))
+        p.take_hot(len(arrays), arrays[0]._device)
     return out
 
 
