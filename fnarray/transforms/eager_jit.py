@@ -273,6 +273,26 @@ def _general_calls(key) -> int:
     return n
 
 
+def _make(fn, args, kwargs, key, arrays):
+    """The key's program, made and called (or the general path's result, where it cannot be made)."""
+    # a fresh function per key: caches of its own, not an entry of jit's table of functions
+    jitted = Jitted(_program(fn, args, kwargs), shared=False)
+    _stats["programs"] += 1
+    try:
+        compiling.eager = True
+        with np.errstate(all="ignore"):  # tracing converts literals the general path converts quietly
+            out = jitted(*arrays)
+    except Exception:  # not traceable as a program (or an error): the general path, from now on
+        compiling.eager = False
+        _programs.put(key, _Program(None))
+        return fn(*args, **kwargs)
+    finally:
+        compiling.eager = False
+    _programs.put(key, _Program(jitted))
+    _seen.pop(key)
+    return out
+
+
 def _call(fn, args, kwargs):
     keyed = _keyed(fn, args, kwargs)
     if keyed is None:
@@ -288,21 +308,7 @@ def _call(fn, args, kwargs):
             else:
                 seen[0] = n + 1
             return fn(*args, **kwargs)
-        # a fresh function per key: caches of its own, not an entry of jit's table of functions
-        jitted = Jitted(_program(fn, args, kwargs), shared=False)
-        _stats["programs"] += 1
-        compiling.eager = True
-        try:
-            with np.errstate(all="ignore"):  # tracing converts literals the general path converts quietly
-                out = jitted(*arrays)
-        except Exception:  # not traceable as a program (or an error): the general path, from now on
-            _programs.put(key, _Program(None))
-            return fn(*args, **kwargs)
-        finally:
-            compiling.eager = False
-        _programs.put(key, _Program(jitted))
-        _seen.pop(key)
-        return out
+        return _make(fn, args, kwargs, key, arrays)
     p.used = True
     call = p.call
     if call:
