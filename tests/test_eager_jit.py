@@ -15,7 +15,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core.errors import ShapeError
 from fnarray.transforms import eager_jit
-from helpers import python_calls, require_backend, run_threads
+from helpers import count_lowerings, python_calls, require_backend, run_threads
 
 RNG = np.random.default_rng(0)
 A = RNG.standard_normal((4, 6)).astype(np.float32)
@@ -236,20 +236,6 @@ def test_generated_programs_of_one_text_share_their_code_object():
 
 
 # ------------------------------------------------------------------------------ compiles per shape (issue 28)
-def _lowerings(monkeypatch, device):
-    """A list that grows by one entry (the program's equation count) each time ``device``'s backend lowers a
-    program: a whole function's program, or one primitive's where the general path compiles one."""
-    impl = device.impl
-    lowered = []
-    real = impl.lower
-
-    def counting(program, dev, *args, **kwargs):
-        lowered.append(len(program.eqns))
-        return real(program, dev, *args, **kwargs)
-    monkeypatch.setattr(impl, "lower", counting)
-    return lowered
-
-
 def _xla_compiles():
     """A list that grows by one entry per XLA backend compile (JAX's own monitoring event) until ``stop()``."""
     import jax.monitoring
@@ -298,7 +284,7 @@ def test_eager_compiles_each_shape_once_on_jax(monkeypatch):
     one XLA program of the whole function (no per-primitive program first), and a second run compiles nothing."""
     dev = require_backend("jax")[0]
     _decode(_attend, dev, steps=1)                   # the loop's shape-independent work (q, row, the first key)
-    lowered = _lowerings(monkeypatch, dev)
+    lowered = count_lowerings(monkeypatch, dev)
     xla, stop = _xla_compiles()
     try:
         made = eager_jit.cache_info()["made"]
@@ -330,7 +316,7 @@ def test_eager_compiles_each_shape_at_most_once_on_mlx(monkeypatch):
     monkeypatch.setattr(mlx_backend._WarmCompile, "_switch", lambda self, bufs: switches.append(1) or
                         real_switch(self, bufs))
     _decode(_attend, dev, steps=1)
-    lowered = _lowerings(monkeypatch, dev)
+    lowered = count_lowerings(monkeypatch, dev)
     made = eager_jit.cache_info()["made"]
     runs = [_decode(_attend, dev) for _ in range(3)]   # calls 1-3 of each key (the first key: 2-4)
     assert eager_jit.cache_info()["made"] - made <= 9, eager_jit.cache_info()  # the first step's keys only
@@ -357,7 +343,7 @@ def test_jitted_loops_compile_each_shape_once(monkeypatch, backend):
     dev = require_backend(backend)[0]
     step = fa.jit(_attend)
     _decode(step, dev, steps=1)
-    lowered = _lowerings(monkeypatch, dev)
+    lowered = count_lowerings(monkeypatch, dev)
     first = _decode(step, dev)
     assert len(lowered) == 4, lowered                  # steps 2-5: new shapes
     assert _decode(step, dev) and len(lowered) == 4, lowered
