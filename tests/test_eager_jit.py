@@ -67,8 +67,8 @@ def _observed(r):
 def _check(name, device):
     f, ref = CASES[name]
     a, b, v = (fa.device_put(x, device) for x in (A, B, V))
-    # the general path, the program's first call (through jit), its second (jit's hot path), its executable
-    # called directly (eager_jit's own hot path)
+    # the general path, the program's first call (through jit), then its executable called directly twice
+    # (eager_jit's own hot path, from jit's hot record)
     outs = [_observed(f(a, b, v)) for _ in range(4)]
     assert outs[0] == outs[1] == outs[2] == outs[3], name
     got = f(a, b, v)
@@ -92,12 +92,12 @@ def test_calls_match_the_general_path_and_numpy(device):
 def test_a_repeated_call_runs_one_cached_program():
     a = fnp.asarray(A)
     b = fnp.asarray(B)
-    for _ in range(4):
+    for _ in range(2):  # the general path, then the program's first call
         a @ b
     n = eager_jit.cache_info()["programs"]
     calls = python_calls(lambda: a @ b)
-    # the operator, the wrapper, _call, _keyed and the executable itself (jit's hot path is skipped: the key
-    # already matched the arrays' avals and device); ~75 on the general path
+    # from the program's second call: the operator, the wrapper, _call, _keyed and the executable itself (jit's
+    # hot path is skipped: the key already matched the arrays' avals and device); ~75 on the general path
     assert len(calls) <= 8, calls
     assert eager_jit.cache_info()["programs"] == n
 

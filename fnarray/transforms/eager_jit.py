@@ -92,10 +92,11 @@ def _seen_size() -> int:
 
 
 class _Program:
-    """A key's jitted program; once its jitted function has a hot record (jit's ``_Hot``: the executable's
-    direct entry, its output avals and structure), ``call`` is that entry, which a hit calls itself: the key
-    already matched the arrays' avals and device, which jit's hot path would compare again (~1 us a call).
-    ``call`` is ``None`` until then, ``False`` where the record has no direct entry (jit's path serves)."""
+    """A key's jitted program. ``call`` is its executable's direct entry, copied from jit's hot record (``_Hot``:
+    the entry, the output avals and structure) after the program's first call, which a hit calls itself: the
+    key already matched the arrays' avals and device, which jit's hot path would compare again (~1 us a call).
+    ``call`` is ``None`` while there is no record yet (jit's path serves and copies it after a call), ``False``
+    where the record has no direct entry (jit's path serves from then on)."""
 
     __slots__ = ("jitted", "used", "call", "out_avals", "out_tree", "single")
 
@@ -103,10 +104,23 @@ class _Program:
         self.jitted, self.used, self.call = jitted, False, None
 
     def take_hot(self, n, device):
-        """Copy the jitted function's hot record, where it takes the ``n`` arrays as they are, on ``device``."""
-        h = self.jitted._hot[0]
+        """Copy the jitted function's hot record, where it takes the ``n`` arrays as they are, on ``device``.
+        After the program's first call, jit has its executable in its fast table but no hot record yet (its
+        second call would make one, through jit's keyed path: ~70 us, and 360 of them in the decode loop's
+        second run on jax:0): that entry, run on these arrays' device, is made the hot record here."""
+        jitted = self.jitted
+        h = jitted._hot[0]
         if h is None:
-            return
+            fast = jitted._fast
+            if len(fast) != 1:
+                return
+            ex = next(iter(fast.values()), None)
+            if ex is None or ex.device is not device or ex.generation != config.generation:
+                return
+            jitted._make_hot(ex, n)
+            h = jitted._hot[0]
+            if h is None:
+                return
         if not h.star or h.tree is not None or h.n != n or h.const_bufs or h.committed or h.device is not device:
             self.call = False
             return
@@ -288,7 +302,9 @@ def _make(fn, args, kwargs, key, arrays):
         return fn(*args, **kwargs)
     finally:
         compiling.eager = False
-    _programs.put(key, _Program(jitted))
+    p = _Program(jitted)
+    p.take_hot(len(arrays), arrays[0]._device)
+    _programs.put(key, p)
     _seen.pop(key)
     return out
 
