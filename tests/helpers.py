@@ -52,6 +52,20 @@ def python_calls(fn) -> list:
     return calls
 
 
+def count_lowerings(monkeypatch, device) -> list:
+    """A list that grows by one entry (the program's equation count) each time ``device``'s backend lowers a
+    program: a jitted or eager call's whole program, or one primitive's where the eager path compiles one."""
+    impl = device.impl
+    lowered = []
+    real = impl.lower
+
+    def counting(program, dev, *args, **kwargs):
+        lowered.append(len(program.eqns))
+        return real(program, dev, *args, **kwargs)
+    monkeypatch.setattr(impl, "lower", counting)
+    return lowered
+
+
 def run_threads(work, n=4, timeout=60.0) -> None:
     """Run ``work(k)`` for ``k`` in ``range(n)`` in ``n`` threads started together; fail if one still runs after
     ``timeout`` seconds (a hang), and re-raise the first failure."""
