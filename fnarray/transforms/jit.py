@@ -845,7 +845,7 @@ class Jitted:
         """Trace at the given arguments' types; returns a ``Traced`` with ``.program``."""
         statics, leaves, in_tree, avals = self._prepare(args, kwargs)
         entry = self._trace(statics, leaves, in_tree, avals)
-        return Traced(self, entry, (in_tree, avals, statics), leaves)
+        return Traced(self, entry, (in_tree, avals, statics), leaves, self._donated_positions(args))
 
     def lower(self, *args, **kwargs) -> "Lowered":
         """Trace and lower for the target device; returns a ``Lowered``."""
@@ -884,8 +884,9 @@ def _to(x, device):
 class Traced:
     """A traced jitted function: ``.program`` (the IR) and ``.lower()``."""
 
-    def __init__(self, jitted, entry, key, leaves):
+    def __init__(self, jitted, entry, key, leaves, donated=()):
         self.jitted, self.entry, self.key, self._leaves = jitted, entry, key, leaves
+        self.donated = tuple(donated)   # leaf positions of the donated arguments (``donate_argnums``)
 
     @property
     def program(self) -> Program:
@@ -908,7 +909,12 @@ class Lowered:
 
     def __init__(self, traced: Traced, device):
         self.traced, self.device = traced, device
-        self._backend_lowered = device.impl.lower(cse(traced.program), device)
+        # lowered as the call lowers it: with the donated inputs (their positions after the constants)
+        n = len(traced.entry.consts)
+        donate = tuple(n + p for p in traced.donated)
+        program = cse(traced.program)
+        self._backend_lowered = (device.impl.lower(program, device, donate=donate) if donate
+                                 else device.impl.lower(program, device))
 
     @property
     def program(self) -> Program:

@@ -89,22 +89,20 @@ class ScatterGroup(Group):
                     match = m if match is None else b.let(op("land", match, m))
                 with b.when(match if match is not None else const(True, np.bool_)):
                     u = em.val(updates, tuple(bidx) + rest)
-                    b.assign(acc, self._combine(b, acc, u))
+                    b.assign(acc, combine(e.primitive, b, acc, u))
             b.store(ctx.output(b, args, out), gid, acc)
         b.name = kernel_name("scatter", tracker.eqns)
         return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "scatter")]
 
-    def _combine(self, b, acc, u):
-        p = self.eqn.primitive
-        if p == P.scatter:
-            return u
-        if p == P.scatter_add:
-            return add_of(b, acc, u)
-        if p == P.scatter_mul:
-            return mul_of(b, acc, u)
-        if p == P.scatter_min:
-            return min_of(b, acc, u)
-        return max_of(b, acc, u)
+
+def combine(primitive, b, acc, u):
+    """The value of an element after a scatter ``primitive`` (replace, add, mul, min, max) applies update ``u`` to
+    its value ``acc``."""
+    how = _COMBINE.get(primitive)
+    return u if how is None else how(b, acc, u)
+
+
+_COMBINE = {P.scatter_add: add_of, P.scatter_mul: mul_of, P.scatter_min: min_of, P.scatter_max: max_of}
 
 
 def iota_dim(producer, indices, k):
