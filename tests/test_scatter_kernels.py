@@ -108,3 +108,17 @@ def test_pinned_scatters_match_numpy(device, rows):
     np.put_along_axis(ref, labels[..., None], -1.0, axis=-1)   # -d logits[label]
     ref += np.eye(7)[logits.argmax(axis=-1)]                   # + d max (no ties in normal samples)
     np.testing.assert_allclose(np.asarray(g), ref, rtol=1e-6, atol=1e-6)
+
+
+def test_iota_dim_refuses_a_narrowing_cast_that_wraps():
+    def narrowed(w):   # 300 rows counted in int8 wrap past 127: not the batch coordinate
+        rows = fa.lax.convert_element_type(fa.lax.iota(np.int32, 300), np.int8)
+        return fnp.sum(fnp.take(w, rows, axis=0, mode="fill") ** 2)
+
+    def widened(w):
+        rows = fa.lax.convert_element_type(fa.lax.iota(np.int8, 100), np.int32)
+        return fnp.sum(fnp.take(w, rows, axis=0, mode="fill") ** 2)
+    producer, idx = _indices_of(fa.grad(narrowed), np.zeros((400, 2), np.float32))
+    assert iota_dim(producer, idx, 0) is None
+    producer, idx = _indices_of(fa.grad(widened), np.zeros((400, 2), np.float32))
+    assert iota_dim(producer, idx, 0) == 0

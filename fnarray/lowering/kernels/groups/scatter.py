@@ -151,9 +151,13 @@ def _form(producer, v, fixed, budget):
                 return _form(producer, src, {**fixed, c: at}, budget)
             at -= src.aval.shape[c]
         return None
-    if p is P.convert_element_type:
-        ok = np.issubdtype(e.inputs[0].aval.dtype, np.integer) and np.issubdtype(v.aval.dtype, np.integer)
-        return _form(producer, e.inputs[0], fixed, budget) if ok else None
+    if p is P.convert_element_type:   # between integers, where every value fits (no wrap)
+        if not (np.issubdtype(e.inputs[0].aval.dtype, np.integer) and np.issubdtype(v.aval.dtype, np.integer)):
+            return None
+        f = _form(producer, e.inputs[0], fixed, budget)
+        info = np.iinfo(v.aval.dtype)
+        lo, hi = (f[1], f[1]) if f is not None and f[0] == "const" else (0, f[2] - 1 if f is not None else 0)
+        return f if f is not None and info.min <= lo and hi <= info.max else None
     if p is P.select_n:   # a selector that is the same everywhere picks one case
         which = _form(producer, e.inputs[0], fixed, budget)
         cases = e.inputs[1:]
