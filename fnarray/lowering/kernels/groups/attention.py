@@ -13,6 +13,9 @@ memory, and a decode step (``T = 1``) with a fixed-capacity cache is one kernel 
 With a causal or window condition and no mask operand, a row walks only the keys the conditions keep; with a key
 lengths operand (``key_value_seq_lengths``) it stops at its batch element's length, a bound read at run time, so one
 compiled kernel serves a whole generation over a fixed-capacity cache and a decode step reads only the filled keys.
+With ``lower_right`` (queries aligned at the end of the keys) the causal and window conditions are taken at the
+position ``t + L - T``, ``L`` that length read at run time (or ``S``): a prefill into a cache already holding
+``L - T`` keys walks, per query, only the keys up to its own position, with no mask operand.
 
 Everything is computed in float32 (float64 for float64 inputs), as the primitive's semantics say. The running
 maximum starts at ``-finfo(float32).max``, below every logit the primitive can produce but ``-inf``, so the first
@@ -30,7 +33,8 @@ import math
 
 import numpy as np
 
-from fnarray.core.attention import MASKED_LOGIT, acc_dtype, dot_product_attention_p, lengths_operand, split_operands
+from fnarray.core.attention import (MASKED_LOGIT, acc_dtype, dot_product_attention_p, lengths_operand, offset_limit,
+                                    split_operands)
 from fnarray.core.ir import Var
 from fnarray.lowering.kernels.groups.base import contiguous_strides, EquationGroup, kernel_name, make_launch
 from fnarray.lowering.kernels.ir import BOOL, INT32, Cast, const
@@ -95,9 +99,12 @@ class AttentionGroup(EquationGroup):
             w.length = None
             if lengths is not None:   # the batch element's key length, clamped to [0, S]
                 raw = b.let(b.load(ls, bb, lengths.aval.dtype), "kvn")
-                raw = select(op("lt", raw, const(S, INT32)), raw, const(S, INT32))
-                w.length = b.let(select(op("gt", raw, const(0, INT32)), raw, const(0, INT32)), "kvl")
-            lo, hi = self._key_range(b, t, S, w.length)
+                w.length = b.let(_clamp(raw, 0, S), "kvl")
+                if p.get("lower_right"):   # the queries at the end of the keys: positions t + L - T (data)
+                    w.t = b.let(op("add", t, op("sub", _clamp(raw, *offset_limit(T, S)), const(T, INT32))), "qp")
+            elif p.get("lower_right") and S != T:
+                w.t = b.let(op("add", t, const(S - T, INT32)), "qp")
+            lo, hi = self._key_range(b, w.t, S, w.length)
             with b.loop(lo, hi, const(KEY_BLOCK, INT32), hint="blk") as blk:
                 self._key_block(w, blk, hi)
             if w.length is not None and mask is not None:
@@ -275,6 +282,12 @@ def _tree_sum(terms):
         terms = [op("add", terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
                  for i in range(0, len(terms), 2)]
     return terms[0]
+
+
+def _clamp(x, lo, hi):
+    """``x`` (int32) clamped to ``[lo, hi]``."""
+    x = select(op("lt", x, const(hi, INT32)), x, const(hi, INT32))
+    return select(op("gt", x, const(lo, INT32)), x, const(lo, INT32))
 
 
 def _to(x, dtype):
