@@ -2,8 +2,8 @@
 
 Oracles: ``jax.nn.dot_product_attention`` (jitted) for the forward pass with causal, grouped-query, window, bias and
 padding masks, and with an explicit NumPy mask for ``mask="causal"`` (MLX's bottom-right alignment, a run-time
-offset with key lengths); central finite differences of a float64 NumPy attention written here for the gradients; a Python loop
-for ``vmap``. opencl and webgpu run with ``fallback="error"`` (their own kernel,
+offset with key lengths); central finite differences of a float64 NumPy attention written here for the gradients; a
+Python loop for ``vmap``. opencl and webgpu run with ``fallback="error"`` (their own kernel,
 ``lowering/kernels/groups/attention.py``), and the profiler must show one attention kernel per call there. A jitted
 decode step over a ``KVCache`` must be traced once for a whole generation.
 """
