@@ -256,7 +256,6 @@ class QuantizedMatmulGroup(EquationGroup):
         raised to a whole span of words: 32 columns for 1, 3 and 5 bits) inside one group (one scale and one bias
         per row): no copy kernel. Neighbouring work items read neighbouring words."""
         e = self.eqn
-        x = e.inputs[0]
         gs, bits = e.params["group_size"], e.params["bits"]
         span_elems = (bits * 32 // math.gcd(bits, 32)) // bits   # the fewest columns filling whole words
         rn = max(tile["rn"], span_elems)
