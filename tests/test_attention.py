@@ -190,19 +190,25 @@ def test_gradients_match_float64_finite_differences(on):
     np.testing.assert_allclose(float(d), want, rtol=1e-4, atol=1e-4)
 
 
-def test_gradients_with_key_lengths_match_float64_finite_differences(on):
-    """``key_value_seq_lengths`` (the primitive's int32 operand) has no tangent; q, k, v still differentiate."""
-    t, s, n, k, h = 2, 7, 2, 1, 4
+@pytest.mark.parametrize("causal", [False, True], ids=["lengths", "lengths_causal_offset"])
+def test_gradients_with_key_lengths_match_float64_finite_differences(on, causal):
+    """``key_value_seq_lengths`` (the primitive's int32 operand) has no tangent; q, k, v still differentiate, also
+    with ``mask="causal"`` (the lengths then also offset the causal mask: ``lower_right``)."""
+    t, s, n, k, h = (3, 7, 2, 1, 4) if causal else (2, 7, 2, 1, 4)
     q, kk, v = (a.astype(np.float64) for a in _qkv(t, s, n, k, h, batch=2))
-    lengths = np.array([4, 7], np.int32)
-    mask = np.arange(s)[None, None, None, :] < lengths[:, None, None, None]
+    lengths = np.array([5, 3] if causal else [4, 7], np.int32)
+    if causal:
+        mask = _lower_right_mask(t, s, lengths)
+    else:
+        mask = np.arange(s)[None, None, None, :] < lengths[:, None, None, None]
     cot = RNG.standard_normal((2, t, n, h))
 
     def loss64(q, kk, v):
         return float(np.sum(_attention64(q, kk, v, mask=mask) * cot))
 
     def loss(q, kk, v):
-        out = nn.dot_product_attention(q, kk, v, key_value_seq_lengths=fa.device_put(lengths, on))
+        out = nn.dot_product_attention(q, kk, v, key_value_seq_lengths=fa.device_put(lengths, on),
+                                       mask="causal" if causal else None)
         return fnp.sum(out * fa.device_put(cot.astype(np.float32), on))
 
     args = [fa.device_put(a.astype(np.float32), on) for a in (q, kk, v)]
@@ -345,28 +351,6 @@ def test_causal_offset_is_data_one_trace_no_mask_operand(on):
         np.testing.assert_allclose(np.asarray(jitted(*args, fa.device_put(lens, on))), np.asarray(want),
                                    rtol=2e-5, atol=2e-5)
     assert len(traces) == 1
-
-
-def test_gradients_with_a_run_time_causal_offset_match_float64_finite_differences(on):
-    t, s, n, k, h = 3, 7, 2, 1, 4
-    q, kk, v = (a.astype(np.float64) for a in _qkv(t, s, n, k, h, batch=2))
-    lengths = np.array([5, 3], np.int32)
-    keep = _lower_right_mask(t, s, lengths)
-    cot = RNG.standard_normal((2, t, n, h))
-
-    def loss64(q, kk, v):
-        return float(np.sum(_attention64(q, kk, v, mask=keep) * cot))
-
-    def loss(q, kk, v):
-        out = nn.dot_product_attention(q, kk, v, mask="causal", key_value_seq_lengths=fa.device_put(lengths, on))
-        return fnp.sum(out * fa.device_put(cot.astype(np.float32), on))
-
-    args = [fa.device_put(a.astype(np.float32), on) for a in (q, kk, v)]
-    grads = fa.jit(fa.grad(loss, argnums=(0, 1, 2)))(*args)
-    wants = [_numeric_grad(lambda x: loss64(x, kk, v), q), _numeric_grad(lambda x: loss64(q, x, v), kk),
-             _numeric_grad(lambda x: loss64(q, kk, x), v)]
-    for got, want, name in zip(grads, wants, "qkv", strict=True):
-        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=2e-5, err_msg=name)
 
 
 def test_vmap_with_a_run_time_causal_offset_matches_a_loop(on):
