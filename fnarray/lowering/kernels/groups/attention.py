@@ -46,6 +46,9 @@ __all__ = ["AttentionGroup", "GROUPS", "OPERAND_VIEWS", "KEY_BLOCK", "loop_steps
 KEY_BLOCK = 16
 #: Head sizes up to this are unrolled at code generation (the query row and the accumulator in registers).
 UNROLL_HEAD = 128
+#: A ``lower_right`` causal prefill on a CPU device walks every key before the length when the length is at least this
+#: many times the queries (``AttentionGroup._uniform_walk``).
+UNIFORM_FILL = 2
 #: Independent partial sums of an unrolled dot product.
 DOT_LANES = 4
 
@@ -107,7 +110,7 @@ class AttentionGroup(EquationGroup):
             lo, hi = self._key_range(b, w.t, S, w.length)
             with b.loop(lo, hi, const(KEY_BLOCK, INT32), hint="blk") as blk:
                 self._key_block(w, blk, hi)
-            if w.length is not None and (mask is not None or self._uniform_walk()):
+            if w.length is not None and mask is not None:
                 self._removed_tail(b, w.m, hi, S, K, H, kv_base, vs, k.aval.dtype, acc, w.total, w.o)
             inv = b.let(op("div", const(1, acc), w.total), "inv")
             with b.when(inside if uniform else const(True, BOOL)):
@@ -150,11 +153,9 @@ class AttentionGroup(EquationGroup):
         operand, only those the conditions keep (a causal prefill walks half the keys), and never past ``length``
         (the run-time key length, when there is one). A row the conditions empty walks all keys, every one removed:
         the values' average, as the primitive says. With a mask operand that could remove the kept keys too, every
-        key is walked, or the keys before ``length`` and then ``_removed_tail``; so too for a ``_uniform_walk``."""
+        key is walked, or the keys before ``length`` and then ``_removed_tail``. See ``_uniform_walk``."""
         p = self.eqn.params
         full = (const(0, INT32), const(S, INT32))
-        if self._uniform_walk():
-            return const(0, INT32), (length if length is not None else const(S, INT32))
         if p["has_mask"] or (not p["is_causal"] and p["local_window"] is None):
             if length is None:
                 return full
@@ -172,18 +173,25 @@ class AttentionGroup(EquationGroup):
             hi = select(op("lt", hi, const(S, INT32)), hi, const(S, INT32))
             if length is not None:
                 hi = select(op("lt", hi, length), hi, length)
+            if self._uniform_walk():   # a filled cache: every row of the batch element walks to the length
+                T = self.eqn.inputs[0].aval.shape[1]
+                hi = select(op("ge", length, const(UNIFORM_FILL * T, INT32)), length, hi)
         empty = b.let(op("ge", lo, hi), "none")
         return b.let(select(empty, const(0, INT32), lo), "klo"), b.let(select(empty, const(S, INT32), hi), "khi")
 
     def _uniform_walk(self):
-        """Whether a ``lower_right`` causal row walks every key before the length (the conditions removing those
-        past its position) rather than only its own keys: on CPU devices (``uniform_guard``: PoCL vectorises across
-        work items only when their loops have one trip count). Prefill of 64 queries into caches of 1,024 holding
-        256 and 960 keys, against a mask array: 0.62x and 0.58x its speed walking each row's own keys, 1.01-1.08x
-        with one walk (PoCL 3.0, load 12). lavapipe gains from the shorter walks (1.05-1.76x) and keeps them."""
+        """Whether a ``lower_right`` causal row with key lengths walks every key before the length (the causal
+        condition removing those past its position) when the length is at least ``UNIFORM_FILL`` times the
+        queries (a prefill into a filled cache, where the rows' walks differ little), not only its own keys: on
+        CPU devices (``uniform_guard``), where PoCL vectorises across work items only when their loops have one
+        trip count. The choice is made at run time from the length, the same for every row of a batch element.
+        PoCL 3.0, 64 queries over a cache of 1,024 (8 / 4 heads of 64), load 8-12, one walk against each row's own:
+        filled to 128 keys 0.82 / 1.12 ms, to 320 1.96 / 3.9-12 ms, to 1,024 25.0 / 41.8-45.7 ms; filled to 64 (the
+        queries alone) 0.97 / 0.72 ms and with 16 batch elements of head size 16 3.94 / 1.2-1.3 ms. lavapipe gains
+        from the shorter walks at every fill (1.05-1.76x against a mask array) and keeps them."""
         p = self.eqn.params
         return (bool(getattr(self.ctx.caps, "uniform_guard", False)) and bool(p.get("lower_right"))
-                and p["is_causal"] and p["local_window"] is None and not p["has_mask"])
+                and p["is_causal"] and p["local_window"] is None and not p["has_mask"] and p.get("has_lengths"))
 
     def _removed_tail(self, b, m, hi, S, K, H, kv_base, vs, dtype, acc, total, o):
         """With a mask operand and key lengths the walk stopped at the length; if it removed every key it walked (the
