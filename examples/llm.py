@@ -80,6 +80,8 @@ class Attention(nn.Module):
         else:               # generation: the new positions go into the cache at its offset
             q, k = self._rotate(q, cache.offset), self._rotate(k, cache.offset)
             cache = cache.update(k, v)
+            # the filled length as key lengths; for a prefill also mask="causal" (the new queries aligned at the end
+            # of the filled keys: a causal mask whose offset, the cache's position, is data)
             out = cache.attend(q)
         return self.o_proj(fnp.reshape(out, (b, t, -1))), cache
 

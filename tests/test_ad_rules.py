@@ -499,7 +499,8 @@ ELSEWHERE = {
     "pallas_call": "its JVP rule raises naming custom_vjp (tests/test_pallas.py, with a custom_vjp backward kernel)",
     "dot_product_attention": "its JVP is the decomposition's (the mask operand is bool, the key lengths int32): "
                              "tests/test_attention.py checks grad in q, k, v and bias against float64 finite "
-                             "differences on every device",
+                             "differences on every device, and with lower_right (mask='causal' with key lengths: "
+                             "the run-time offset) in q, k, v",
     "quantized_matmul": "linear in x only (the scales and biases are constants whose gradient raises): "
                         "tests/test_quantize.py checks its JVP and transpose in x against float64 finite differences",
 }

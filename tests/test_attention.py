@@ -1,8 +1,9 @@
 """Fused attention (the ``dot_product_attention`` primitive, ``fnarray.core.attention``) and ``fa.nn.KVCache``.
 
 Oracles: ``jax.nn.dot_product_attention`` (jitted) for the forward pass with causal, grouped-query, window, bias and
-padding masks; central finite differences of a float64 NumPy attention written here for the gradients; a Python loop
-for ``vmap``. opencl and webgpu run with ``fallback="error"`` (their own kernel,
+padding masks, and with an explicit NumPy mask for ``mask="causal"`` (MLX's bottom-right alignment, a run-time
+offset with key lengths); central finite differences of a float64 NumPy attention written here for the gradients; a
+Python loop for ``vmap``. opencl and webgpu run with ``fallback="error"`` (their own kernel,
 ``lowering/kernels/groups/attention.py``), and the profiler must show one attention kernel per call there. A jitted
 decode step over a ``KVCache`` must be traced once for a whole generation.
 """
@@ -189,19 +190,25 @@ def test_gradients_match_float64_finite_differences(on):
     np.testing.assert_allclose(float(d), want, rtol=1e-4, atol=1e-4)
 
 
-def test_gradients_with_key_lengths_match_float64_finite_differences(on):
-    """``key_value_seq_lengths`` (the primitive's int32 operand) has no tangent; q, k, v still differentiate."""
-    t, s, n, k, h = 2, 7, 2, 1, 4
+@pytest.mark.parametrize("causal", [False, True], ids=["lengths", "lengths_causal_offset"])
+def test_gradients_with_key_lengths_match_float64_finite_differences(on, causal):
+    """``key_value_seq_lengths`` (the primitive's int32 operand) has no tangent; q, k, v still differentiate, also
+    with ``mask="causal"`` (the lengths then also offset the causal mask: ``lower_right``)."""
+    t, s, n, k, h = (3, 7, 2, 1, 4) if causal else (2, 7, 2, 1, 4)
     q, kk, v = (a.astype(np.float64) for a in _qkv(t, s, n, k, h, batch=2))
-    lengths = np.array([4, 7], np.int32)
-    mask = np.arange(s)[None, None, None, :] < lengths[:, None, None, None]
+    lengths = np.array([5, 3] if causal else [4, 7], np.int32)
+    if causal:
+        mask = _lower_right_mask(t, s, lengths)
+    else:
+        mask = np.arange(s)[None, None, None, :] < lengths[:, None, None, None]
     cot = RNG.standard_normal((2, t, n, h))
 
     def loss64(q, kk, v):
         return float(np.sum(_attention64(q, kk, v, mask=mask) * cot))
 
     def loss(q, kk, v):
-        out = nn.dot_product_attention(q, kk, v, key_value_seq_lengths=fa.device_put(lengths, on))
+        out = nn.dot_product_attention(q, kk, v, key_value_seq_lengths=fa.device_put(lengths, on),
+                                       mask="causal" if causal else None)
         return fnp.sum(out * fa.device_put(cot.astype(np.float32), on))
 
     args = [fa.device_put(a.astype(np.float32), on) for a in (q, kk, v)]
@@ -261,6 +268,111 @@ def test_kv_cache_attend_equals_the_masked_call(on):
         got = np.asarray(cache.attend(qt))
         want = np.asarray(nn.dot_product_attention(qt, cache.keys, cache.values, mask=cache.causal_mask(t)))
         np.testing.assert_array_equal(got, want)
+
+
+def _lower_right_mask(t, s, lengths=None, window=None):
+    """``mask="causal"`` in NumPy: query ``i`` at position ``i + L - t`` keeps keys ``j <= position`` (and inside the
+    window), ``L = clip(lengths[b], 0, s + t)`` or ``s``, keys at or past the length removed; ``(B|1, 1, t, s)``."""
+    length = np.array([s]) if lengths is None else np.asarray(lengths)
+    pos = np.arange(t)[None, :, None] + (np.clip(length, 0, s + t) - t)[:, None, None]   # (B|1, t, 1)
+    j = np.arange(s)[None, None, :]
+    keep = (j <= pos) & (j < length[:, None, None])
+    if window is not None:
+        keep &= (pos <= j + window[0]) & (pos >= j - window[1])
+    return keep[:, None]
+
+
+def _lower_right_case(name):
+    """``(kw for dot_product_attention, kw for the explicit-mask oracle, (t, s))`` of each ``mask="causal"`` case."""
+    t, s, lengths, window, extra = 5, 37, None, None, {}
+    if name == "prefill_after_cache":   # caches holding 7 and 0 keys get 5 more
+        lengths = np.array([12, 5], np.int32)
+    elif name == "lengths_past_the_ends":   # positions below 0 (every key removed: the average) and past S + T
+        lengths = np.array([3, 45], np.int32)
+    elif name == "more_queries_than_keys":   # no key lengths: the offset S - T, here below 0
+        t, s = 7, 3
+    elif name == "window":
+        lengths, window = np.array([20, 9], np.int32), (3, 0)
+    elif name == "bias_and_padding":   # padding queries: a mask operand, so the walk stops at the length
+        lengths = np.array([30, 9], np.int32)
+        extra = {"bias": RNG.standard_normal((1, N, t, s)).astype(np.float32),
+                 "query_seq_lengths": np.array([5, 3], np.int32)}
+    elif name == "long":   # several key blocks
+        s, lengths = 70, np.array([70, 33], np.int32)
+    kw = {"mask": "causal", **extra}
+    if lengths is not None:
+        kw["key_value_seq_lengths"] = lengths
+    if window is not None:
+        kw["local_window_size"] = window
+    oracle = {"mask": _lower_right_mask(t, s, lengths, window), **extra}
+    return kw, oracle, (t, s)
+
+
+LOWER_RIGHT = ["prefill_after_cache", "lengths_past_the_ends", "static", "more_queries_than_keys", "window",
+               "bias_and_padding", "long"]
+
+
+@pytest.mark.parametrize("name", LOWER_RIGHT)
+def test_causal_with_a_run_time_offset_matches_jax_with_an_explicit_mask(on, name):
+    """``mask="causal"``: the queries aligned at the end of the keys (their lengths: a run-time offset), against
+    ``jax.nn.dot_product_attention`` given the same mask built in NumPy."""
+    kw, oracle, (t, s) = _lower_right_case(name)
+    q, kk, v = _qkv(t, s)
+    want = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, **oracle))(q, kk, v)
+    args = [fa.device_put(a, on) for a in (q, kk, v)]
+    got = nn.dot_product_attention(*args, **_put(kw, on))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-5)
+    jitted = fa.jit(lambda q, k, v: nn.dot_product_attention(q, k, v, **_put(kw, on)))(*args)
+    np.testing.assert_allclose(np.asarray(jitted), np.asarray(want), rtol=2e-5, atol=2e-5)
+    # with return_residual (the composite), the same output
+    out, _ = nn.dot_product_attention(*args, **_put(kw, on), return_residual=True)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=2e-5, atol=2e-5)
+
+
+def test_causal_offset_is_data_one_trace_no_mask_operand(on):
+    """A prefill of 4 positions into caches of every fill: one trace, one ``dot_product_attention`` equation with
+    ``lower_right`` and no mask operand (the kernel reads no mask), right for each fill."""
+    q, kk, v = _qkv(t=4, s=24)
+    traces = []
+
+    def f(q, k, v, lens):
+        traces.append(1)
+        return nn.dot_product_attention(q, k, v, mask="causal", key_value_seq_lengths=lens)
+
+    args = [fa.device_put(a, on) for a in (q, kk, v)]
+    (eqn,) = [e for e in fa.make_ir(lambda *a: f(*a))(*args, np.array([4, 4], np.int32)).eqns
+              if e.primitive.name == "dot_product_attention"]
+    assert eqn.params["lower_right"] and eqn.params["is_causal"] and not eqn.params["has_mask"]
+    traces.clear()
+    jitted = fa.jit(f)
+    for lens in ([4, 24], [10, 4], [17, 9]):
+        lens = np.array(lens, np.int32)
+        want = jax.nn.dot_product_attention(q, kk, v, mask=_lower_right_mask(4, 24, lens))
+        np.testing.assert_allclose(np.asarray(jitted(*args, fa.device_put(lens, on))), np.asarray(want),
+                                   rtol=2e-5, atol=2e-5)
+    assert len(traces) == 1
+
+
+def test_vmap_with_a_run_time_causal_offset_matches_a_loop(on):
+    q, kk, v = _qkv(t=3, s=20)
+    lengths = np.array([[3, 20], [9, 4], [0, 13]], np.int32)
+
+    def f(q, lens):
+        return nn.dot_product_attention(q, fa.device_put(kk, on), fa.device_put(v, on), mask="causal",
+                                        key_value_seq_lengths=lens)
+
+    got = fa.vmap(f)(fa.device_put(np.stack([q, -q, q * 2]), on), fa.device_put(lengths, on))
+    for i, qi in enumerate([q, -q, q * 2]):
+        want = jax.nn.dot_product_attention(qi, kk, v, mask=_lower_right_mask(3, 20, lengths[i]))
+        np.testing.assert_allclose(np.asarray(got[i]), np.asarray(want), rtol=2e-5, atol=2e-5)
+
+
+def test_mask_strings_other_than_causal_raise():
+    q, kk, v = _qkv()
+    with pytest.raises(ValueError, match="one mask string is 'causal'"):
+        nn.dot_product_attention(q, kk, v, mask="bottom_right")
+    with pytest.raises(ValueError, match="pass one"):
+        nn.dot_product_attention(q, kk, v, mask="causal", is_causal=True)
 
 
 def test_vmap_matches_a_loop(on):

@@ -90,16 +90,18 @@ def test_quantized_matmul_matches_mlx(on, bits, gs, transpose):
 
 @pytest.mark.parametrize("transpose", [True, False])
 @pytest.mark.parametrize("gs", GROUP_SIZES)
-@pytest.mark.parametrize("bits", [2, 3, 4, 6, 8])
+@pytest.mark.parametrize("bits", BITS)
 def test_prefill_rows_match_the_float64_reference(on, bits, gs, transpose):
-    """Many rows of ``x`` (a prompt's prefill): on opencl and webgpu ``transpose=True`` takes the tiled kernel
-    (weights laid out in panels of 16 columns; 37 rows and 40 columns are not whole tiles) and
-    ``transpose=False`` the matrix-vector kernel, 4 rows per work item; both against NumPy in float64 on the
-    dequantized weights, with ``fallback="error"``."""
+    """Many rows of ``x`` (a prompt's prefill): on opencl and webgpu both forms take a tiled kernel:
+    ``transpose=True`` with the weights laid out in panels of 16 columns (37 rows and 40 columns are not whole
+    tiles), ``transpose=False`` reading panels of 16 or 32 columns (1, 3, 5 bits) in place, over 43 rows of ``W``
+    (not a whole number of the 4 rows per statement); both against NumPy in float64 on the dequantized weights,
+    with ``fallback="error"``."""
     rng = np.random.default_rng(bits * gs + transpose)
-    w_q, scales, biases = (np.asarray(a) for a in fa.quantize(_weights(40, 256, gs), group_size=gs, bits=bits))
+    rows = 40 if transpose else 43
+    w_q, scales, biases = (np.asarray(a) for a in fa.quantize(_weights(rows, 256, gs), group_size=gs, bits=bits))
     wd = np.asarray(fa.dequantize(w_q, scales, biases, group_size=gs, bits=bits), np.float64)
-    x = rng.standard_normal((37, 256 if transpose else 40)).astype(np.float32)
+    x = rng.standard_normal((37, 256 if transpose else rows)).astype(np.float32)
     want = x.astype(np.float64) @ (wd.T if transpose else wd)
     qmm = fa.jit(functools.partial(fa.quantized_matmul, transpose=transpose, group_size=gs, bits=bits))
     got = qmm(*(fa.device_put(a, on) for a in (x, w_q, scales, biases)))
@@ -412,6 +414,27 @@ def test_a_layers_bias_and_activation_fuse_into_the_kernel(on, rows):
         want = ["quantized_pack", "quantized_tile_quantized_matmul"] if rows[0] > 1 else ["quantized_quantized_matmul"]
         assert [k.name[:len(w)] for k, w in zip(kernels, want)] == want and len(kernels) == len(want), kernels
         assert "max" in kernels[-1].name   # the epilogue's relu
+
+
+def test_x_at_w_with_many_rows_is_one_tiled_kernel_with_its_epilogue(on):
+    """``transpose=False`` with more than 4 rows: one kernel (the tiled form reads the packed rows of ``W`` in
+    place, no copy kernel), the bias and relu its epilogue; against NumPy in float64."""
+    rng = np.random.default_rng(9)
+    w_q, scales, biases = fa.quantize(rng.standard_normal((96, 128)).astype(np.float32), group_size=32, bits=3)
+    bias = rng.standard_normal(128).astype(np.float32)
+    x = rng.standard_normal((2, 7, 96)).astype(np.float32)
+
+    def layer(x, w_q, scales, biases, bias):
+        return fa.nn.relu(fa.quantized_matmul(x, w_q, scales, biases, transpose=False, group_size=32, bits=3) + bias)
+
+    f = fa.jit(layer, device=on)
+    wd = np.asarray(fa.dequantize(w_q, scales, biases, group_size=32, bits=3), np.float64)
+    np.testing.assert_allclose(np.asarray(f(x, w_q, scales, biases, bias)), np.maximum(x @ wd + bias, 0),
+                               rtol=1e-5, atol=1e-5)
+    if on.backend in ("opencl", "webgpu"):
+        kernels = f.lower(x, w_q, scales, biases, bias).kernels()
+        assert [k.name[:15] for k in kernels] == ["quantized_ctile"], kernels
+        assert "max" in kernels[0].name   # the epilogue's relu
 
 
 def test_the_quantization_page_runs():

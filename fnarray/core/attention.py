@@ -1,7 +1,7 @@
 """The ``dot_product_attention`` primitive: scaled dot-product attention as one equation.
 
-``dot_product_attention[scale, is_causal, local_window, has_bias, has_mask, has_lengths] q k v [bias] [mask]
-[kv_lengths]``:
+``dot_product_attention[scale, is_causal, local_window, has_bias, has_mask, has_lengths, lower_right] q k v [bias]
+[mask] [kv_lengths]``:
 
 - ``q`` is ``(B, T, N, H)``, ``k`` and ``v`` ``(B, S, K, H)`` of ``q``'s float dtype; ``K`` divides ``N``
   (grouped-query attention: query head ``n`` reads key/value head ``n // (N // K)``).
@@ -12,8 +12,13 @@
   ``s < kv_lengths[b]`` (``jax.nn.dot_product_attention``'s ``key_value_seq_lengths``; a length of 0 or below removes
   every key, one of ``S`` or more none). It is data, not a parameter: a kernel backend stops its key loop there, so
   one compiled kernel serves every length (a decode step over a fixed-capacity cache reads only the filled keys).
-- ``is_causal`` keeps key ``s <= t`` (a lower-triangular ``(T, S)`` mask aligned at the top left, as
-  ``jax.nn.dot_product_attention``); ``local_window = (left, right)`` keeps ``t - left <= s <= t + right``.
+- ``is_causal`` keeps key ``s <= p`` and ``local_window = (left, right)`` keeps ``p - left <= s <= p + right``, where
+  ``p`` is query ``t``'s position: ``p = t`` (a lower-triangular ``(T, S)`` mask aligned at the top left, as
+  ``jax.nn.dot_product_attention``), or with ``lower_right`` the queries aligned at the end of the keys,
+  ``p = t + L - T`` with ``L`` the key length (``kv_lengths[b]`` when ``has_lengths``, clamped to ``[0, S + T]``,
+  else ``S``): MLX's ``mask="causal"`` (FlashAttention 2.1's bottom-right alignment). With key lengths the offset
+  ``L - T`` is data: the ``T`` new queries of a prefill into a cache holding ``L - T`` keys, one compiled kernel
+  for every fill.
 - The result is ``(B, T, N, H)`` of ``q``'s dtype: ``softmax(q k^T * scale + bias, masked) v`` over ``s``, with the
   logits, the softmax and the weighted sum of ``v`` computed in float32 (float64 for float64 inputs) and rounded
   once. A removed logit becomes ``-0.7 * finfo(float32).max`` (JAX's stand-in for ``-inf``), so a query whose
@@ -39,7 +44,7 @@ from fnarray.core.primitives import Primitive
 from fnarray.core.shaped import ShapedArray
 
 __all__ = ["dot_product_attention_p", "attention_composite", "acc_dtype", "MASKED_LOGIT", "split_operands",
-           "lengths_operand"]
+           "lengths_operand", "offset_limit"]
 
 #: The logit a removed key gets (JAX's ``_get_large_negative`` for float32 logits).
 MASKED_LOGIT = float(np.float32(-0.7 * float(np.finfo(np.float32).max)))
@@ -64,13 +69,20 @@ def lengths_operand(operands, has_lengths=False):
     return operands[-1] if has_lengths else None
 
 
+def offset_limit(T, S):
+    """The key lengths' clamp ``[0, S + T]`` for the ``lower_right`` offset ``L - T``: below 0 every query's position
+    is before the first key, at ``S + T`` the first query's is past the last, so clamping changes no mask and keeps
+    ``t + L - T`` in int32."""
+    return 0, S + T
+
+
 def _check_broadcast(name, aval, full):
     if aval.ndim != 4 or any(a not in (1, f) for a, f in zip(aval.shape, full, strict=True)):
         raise ShapeError(f"dot_product_attention: {name} of shape {aval.shape} must have rank 4 with each axis 1 "
                          f"or the matching size of (B, N, T, S) = {full}")
 
 
-def _rule(*operands, scale, is_causal, local_window, has_bias, has_mask, has_lengths=False):
+def _rule(*operands, scale, is_causal, local_window, has_bias, has_mask, has_lengths=False, lower_right=False):
     if len(operands) != 3 + has_bias + has_mask + has_lengths:
         raise ShapeError(f"dot_product_attention takes q, k, v{', bias' if has_bias else ''}"
                          f"{', mask' if has_mask else ''}{', kv_lengths' if has_lengths else ''}; got {len(operands)} "
@@ -106,6 +118,8 @@ def _rule(*operands, scale, is_causal, local_window, has_bias, has_mask, has_len
                          f"{local_window!r}")
     if not isinstance(scale, float):
         raise TypeError(f"dot_product_attention: scale must be a Python float, got {scale!r}")
+    if not isinstance(lower_right, bool):
+        raise TypeError(f"dot_product_attention: lower_right must be a bool, got {lower_right!r}")
     return ShapedArray(q.shape, q.dtype, q.weak_type)
 
 
@@ -113,16 +127,21 @@ dot_product_attention_p = Primitive(
     "dot_product_attention", _rule, kind="other",
     doc="softmax(q k^T * scale + bias, masked) v for q (B, T, N, H), k, v (B, S, K, H) (grouped-query heads), "
         "with an optional bias and bool mask broadcastable to (B, N, T, S), int32 key lengths (B,), a causal mask "
-        "and a local window; "
+        "and a local window (aligned at the top left, or with lower_right at the end of the keys: the key lengths "
+        "when given, so a run-time offset); "
         "float32 accumulation; removed logits are -0.7 * float32 max (JAX's convention).")
 
 
-def keep_mask(T, S, is_causal, local_window):
-    """The ``(T, S)`` bool mask of the causal and window conditions as ``fnarray.core.lax`` values, or None."""
+def keep_mask(T, S, is_causal, local_window, offset=None):
+    """The bool mask of the causal and window conditions as ``fnarray.core.lax`` values, or None: ``(T, S)``, or
+    ``(B, T, S)`` when ``offset`` (int32 ``(B,)``, each batch element's query positions past ``t``) is given."""
     if not is_causal and local_window is None:
         return None
-    t = lax.iota(dtypes.int32, (T, S), 0)
-    s = lax.iota(dtypes.int32, (T, S), 1)
+    shape = (T, S) if offset is None else (lax.shape(offset)[0], T, S)
+    t = lax.iota(dtypes.int32, shape, len(shape) - 2)
+    s = lax.iota(dtypes.int32, shape, len(shape) - 1)
+    if offset is not None:
+        t = lax.add(t, lax.broadcast_in_dim(offset, shape, (0,)))
     keep = None
     if is_causal:
         keep = lax.le(s, t)
@@ -133,8 +152,21 @@ def keep_mask(T, S, is_causal, local_window):
     return keep
 
 
+def _offsets(operands, B, T, S, has_lengths, lower_right):
+    """The ``lower_right`` offsets ``L - T`` as int32 ``(B,)`` (``L`` the clamped key lengths, or ``S``), or None."""
+    if not lower_right:
+        return None
+    lengths = lengths_operand(operands, has_lengths)
+    if lengths is None:
+        return lax.full((B,), np.int32(S - T))
+    lo, hi = offset_limit(T, S)
+    clamped = lax.min(lax.max(lengths, lax.full((B,), np.int32(lo))), lax.full((B,), np.int32(hi)))
+    return lax.sub(clamped, lax.full((B,), np.int32(T)))
+
+
 @defdecomposition(dot_product_attention_p)
-def attention_composite(*operands, scale, is_causal, local_window, has_bias, has_mask, has_lengths=False):
+def attention_composite(*operands, scale, is_causal, local_window, has_bias, has_mask, has_lengths=False,
+                        lower_right=False):
     """The primitive as two ``dot_general``s and a softmax over the ``(B, N, T, S)`` logits."""
     q, k, v, bias, mask = split_operands(operands, has_bias, has_mask)
     B, T, N, H = lax.shape(q)
@@ -152,9 +184,10 @@ def attention_composite(*operands, scale, is_causal, local_window, has_bias, has
     full = (B, N, T, S)
     if bias is not None:
         logits = lax.add(logits, lax.broadcast_in_dim(lax.convert_element_type(bias, acc), full, (0, 1, 2, 3)))
-    keep = keep_mask(T, S, is_causal, local_window)
+    offsets = _offsets(operands, B, T, S, has_lengths, lower_right)
+    keep = keep_mask(T, S, is_causal, local_window, offsets)
     if keep is not None:
-        keep = lax.broadcast_in_dim(keep, full, (2, 3))
+        keep = lax.broadcast_in_dim(keep, full, (2, 3) if offsets is None else (0, 2, 3))
     if mask is not None:
         m = lax.broadcast_in_dim(mask, full, (0, 1, 2, 3))
         keep = m if keep is None else lax.bitwise_and(keep, m)

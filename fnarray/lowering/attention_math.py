@@ -9,17 +9,32 @@ are a reshape of the queries to ``(B, K, G, T, H)`` against keys ``(B, K, 1, H, 
 
 from __future__ import annotations
 
-from fnarray.core.attention import MASKED_LOGIT, lengths_operand, split_operands
+from fnarray.core.attention import MASKED_LOGIT, lengths_operand, offset_limit, split_operands
 
-__all__ = ["attention", "keep_mask"]
+__all__ = ["attention", "keep_mask", "query_offsets"]
 
 
-def keep_mask(xp, T, S, is_causal, local_window):
-    """The ``(T, S)`` bool mask of the causal and window conditions, or None."""
+def query_offsets(xp, operands, T, S, has_lengths=False, lower_right=False):
+    """The ``lower_right`` offsets of the query positions: None (aligned at the top left), the int ``S - T``, or
+    with key lengths ``clip(kv_lengths, 0, S + T) - T`` shaped ``(B, 1, 1, 1)`` (data: a run-time offset)."""
+    if not lower_right:
+        return None
+    lengths = lengths_operand(operands, has_lengths)
+    if lengths is None:
+        return S - T
+    lo, hi = offset_limit(T, S)
+    return (xp.minimum(xp.maximum(lengths, lo), hi) - T)[:, None, None, None]
+
+
+def keep_mask(xp, T, S, is_causal, local_window, offset=None):
+    """The bool mask of the causal and window conditions, or None: ``(T, S)``, broadcast against ``offset``
+    (``query_offsets``) when given."""
     if not is_causal and local_window is None:
         return None
     t = xp.arange(T)[:, None]
     s = xp.arange(S)[None, :]
+    if offset is not None:
+        t = t + offset
     keep = None
     if is_causal:
         keep = s <= t
@@ -30,7 +45,8 @@ def keep_mask(xp, T, S, is_causal, local_window):
     return keep
 
 
-def attention(xp, cast, operands, acc, *, scale, is_causal, local_window, has_bias, has_mask, has_lengths=False):
+def attention(xp, cast, operands, acc, *, scale, is_causal, local_window, has_bias, has_mask, has_lengths=False,
+              lower_right=False):
     """The primitive on ``operands`` (arrays of ``xp``) computed in the NumPy dtype ``acc``
     (``fnarray.core.attention.acc_dtype``), the result left in it; ``cast(x, numpy_dtype)`` converts an array."""
     q, k, v, bias, mask = split_operands(operands, has_bias, has_mask)
@@ -42,7 +58,7 @@ def attention(xp, cast, operands, acc, *, scale, is_causal, local_window, has_bi
     logits = xp.matmul(qg, kt).reshape(B, N, T, S) * scale
     if bias is not None:
         logits = logits + cast(bias, acc)
-    keep = keep_mask(xp, T, S, is_causal, local_window)
+    keep = keep_mask(xp, T, S, is_causal, local_window, query_offsets(xp, operands, T, S, has_lengths, lower_right))
     if mask is not None:
         keep = mask if keep is None else xp.logical_and(keep, mask)
     lengths = lengths_operand(operands, has_lengths)

@@ -56,10 +56,15 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
         attention: query head ``n`` uses key/value head ``n // (N // K)``).
       value: the shape and dtype of ``key``.
       bias: optional, broadcastable to ``(B, N, T, S)``; added to the scaled logits.
-      mask: optional boolean, broadcastable to ``(B, N, T, S)``; ``False`` masks a key out.
+      mask: optional boolean, broadcastable to ``(B, N, T, S)``; ``False`` masks a key out. Or the string
+        ``"causal"`` (MLX's ``mx.fast.scaled_dot_product_attention(mask="causal")``): a causal mask aligned at
+        the bottom right, the last query with the last key, so query ``t`` sees keys ``s <= t + L - T`` where
+        ``L`` is ``key_value_seq_lengths[b]`` when given, else ``S``. With the key lengths the offset ``L - T`` is
+        data: a prefill of ``T`` new positions into a cache already holding ``L - T`` (``KVCache.attend``) is one
+        fused call whatever the fill, with no mask array; a local window is then taken at those positions too.
       scale: the logits' factor; default ``1 / sqrt(H)``.
       is_causal: mask out keys after the query position (a lower-triangular ``(T, S)`` mask,
-        aligned at the top left, as JAX's).
+        aligned at the top left, as JAX's; ``mask="causal"`` aligns it at the bottom right).
       query_seq_lengths: optional ``int[B]``: query positions at or past it are padding (their
         rows mask every key, as JAX's).
       key_value_seq_lengths: optional ``int[B]``: key positions at or past it are masked out (a length
@@ -83,8 +88,10 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
       padding query rows (``query_seq_lengths``) are zeros.
     Raises:
       ShapeError: inconsistent ranks or sizes; DTypeError: non-floating inputs or a non-boolean mask;
-      ValueError: another ``implementation``.
-    Source: Vaswani et al., "Attention is all you need" (2017), eq. 1; JAX's masking conventions.
+      ValueError: another ``implementation``, a mask string other than ``"causal"``, or ``mask="causal"`` with
+      ``is_causal=True`` (two alignments).
+    Source: Vaswani et al., "Attention is all you need" (2017), eq. 1; JAX's masking conventions; MLX's
+    ``mask="causal"`` (bottom-right alignment, as FlashAttention 2.1).
     """
     fnp = _np()
     if implementation not in (None, "xla"):
@@ -112,9 +119,12 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
         raise DTypeError(f"dot_product_attention: query, key and value need one dtype, got {q.dtype.name}, "
                          f"{k.dtype.name}, {v.dtype.name}")
     scale = 1.0 / math.sqrt(H) if scale is None else scale
+    lower_right = _causal_string(mask, is_causal)
+    if lower_right:
+        mask, is_causal = None, True
     if not return_residual:
         out = _fused(q, k, v, bias, mask, float(scale), is_causal, query_seq_lengths, key_value_seq_lengths,
-                     local_window_size)
+                     local_window_size, lower_right)
         return out[0] if unbatched else out
     if K != N:
         k = fnp.repeat(k, N // K, axis=2)
@@ -130,11 +140,12 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
         if mask.dtype != dtypes.bool_:
             raise DTypeError(f"dot_product_attention: mask must be boolean (True keeps a key), got {mask.dtype.name}")
         keep = mask
+    offset = _query_offsets(key_value_seq_lengths, B, T, S) if lower_right else 0
     if is_causal:
-        causal = fnp.tril(fnp.ones((T, S), dtype=dtypes.bool_))
-        keep = causal if keep is None else fnp.logical_and(keep, causal)
+        t_pos, s_pos = _positions(offset, T, S)
+        keep = _and(keep, s_pos <= t_pos)
     if local_window_size is not None:
-        keep = _and(keep, _window_mask(local_window_size, T, S))
+        keep = _and(keep, _window_mask(local_window_size, T, S, offset))
     if query_seq_lengths is not None:
         qm = _seq_mask(query_seq_lengths, T, "query_seq_lengths", B)[:, None, :, None]
         keep = qm if keep is None else fnp.logical_and(keep, qm)
@@ -161,6 +172,35 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     return out[0] if unbatched else out
 
 
+def _causal_string(mask, is_causal):
+    """Whether ``mask`` is MLX's ``"causal"`` (queries aligned at the end of the keys); other strings raise."""
+    if not isinstance(mask, str):
+        return False
+    if mask != "causal":
+        raise ValueError(f"dot_product_attention: mask={mask!r}; the one mask string is 'causal' (as MLX's)")
+    if is_causal:
+        raise ValueError("dot_product_attention: mask='causal' (aligned at the bottom right) and is_causal=True "
+                         "(aligned at the top left) together; pass one")
+    return True
+
+
+def _query_offsets(key_value_seq_lengths, B, T, S):
+    """``mask="causal"``'s query offsets ``L - T``: an int (``L = S``) or ``(B, 1, 1, 1)`` from the key lengths
+    (clamped as the primitive's, ``fnarray.core.attention.offset_limit``)."""
+    from fnarray.core.attention import offset_limit
+    if key_value_seq_lengths is None:
+        return S - T
+    lo, hi = offset_limit(T, S)
+    lengths = _np().clip(_seq_lengths(key_value_seq_lengths, "key_value_seq_lengths", B), lo, hi)
+    return (lengths - T)[:, None, None, None]
+
+
+def _positions(offset, T, S):
+    """``(t, s)``: the queries' positions ``(T, 1)`` (plus ``offset``) and the keys' ``(1, S)``, int32."""
+    fnp = _np()
+    return fnp.arange(T, dtype=dtypes.int32)[:, None] + offset, fnp.arange(S, dtype=dtypes.int32)[None, :]
+
+
 def _and(keep, mask):
     return mask if keep is None else _np().logical_and(keep, mask)
 
@@ -177,13 +217,14 @@ def _window_pair(local_window_size):
     return left, right
 
 
-def _window_mask(local_window_size, T, S):
-    """JAX's local window: query ``t`` sees keys ``t - left <= s <= t + right``; shape ``(1, 1, T, S)``."""
+def _window_mask(local_window_size, T, S, offset=0):
+    """JAX's local window: query ``t`` (at position ``t + offset``) sees keys ``t - left <= s <= t + right``;
+    shape ``(1, 1, T, S)`` (``(B, 1, T, S)`` for offsets of shape ``(B, 1, 1, 1)``)."""
     fnp = _np()
     left, right = _window_pair(local_window_size)
-    t = fnp.arange(T, dtype=dtypes.int32)[:, None]
-    s = fnp.arange(S, dtype=dtypes.int32)[None, :]
-    return fnp.logical_and(t <= s + left, t >= s - right)[None, None]
+    t, s = _positions(offset, T, S)
+    keep = fnp.logical_and(t <= s + left, t >= s - right)
+    return keep if keep.ndim == 4 else keep[None, None]
 
 
 def _rank4(x, full, name):
@@ -200,7 +241,8 @@ def _rank4(x, full, name):
     return x
 
 
-def _fused(q, k, v, bias, mask, scale, is_causal, query_seq_lengths, key_value_seq_lengths, local_window_size):
+def _fused(q, k, v, bias, mask, scale, is_causal, query_seq_lengths, key_value_seq_lengths, local_window_size,
+           lower_right=False):
     """The primitive on batched ``q, k, v``; the query lengths become a mask operand, the key lengths the primitive's
     ``kv_lengths`` operand."""
     from fnarray.core.attention import dot_product_attention_p
@@ -233,7 +275,8 @@ def _fused(q, k, v, bias, mask, scale, is_causal, query_seq_lengths, key_value_s
         window = _window_pair(local_window_size)
     out = dot_product_attention_p.bind(*operands, scale=scale, is_causal=bool(is_causal), local_window=window,
                                        has_bias=bias is not None, has_mask=keep is not None,
-                                       has_lengths=key_value_seq_lengths is not None)
+                                       has_lengths=key_value_seq_lengths is not None,
+                                       lower_right=bool(lower_right))
     if qm is not None:  # padding queries give zeros, as JAX's
         out = fnp.where(qm[:, 0, :, :, None], out, fnp.zeros((), dtype=out.dtype))
     return out

@@ -6,7 +6,8 @@ the number of filled positions ``offset`` as an int32 array. ``update`` writes n
 token to the last, so a jitted decode step taking and returning the cache is traced and compiled once for a whole
 generation, and ``offset`` is data, never a static argument. ``attend`` passes the filled length as
 ``key_value_seq_lengths`` (a run-time operand: the fused kernel's key loop stops there, so a decode step costs the
-filled positions, not the capacity) and, for several new positions, ``causal_mask`` for causality among them.
+filled positions, not the capacity) and, for several new positions, ``mask="causal"`` (the queries aligned at the end
+of the filled keys: a causal mask with a run-time offset, no mask array).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ class KVCache(Module):
 
     Make one with ``KVCache.create(batch, capacity, kv_heads, head_dim)``; each step calls
     ``cache = cache.update(k, v)`` with the new positions' keys and values ``(B, T, K, H)`` and then
-    ``cache.attend(q)`` (or ``dot_product_attention(q, cache.keys, cache.values, mask=cache.causal_mask(T))``).
+    ``cache.attend(q)`` (``dot_product_attention(q, cache.keys, cache.values, mask="causal",
+    key_value_seq_lengths=[cache.offset] * B)``, the same as ``mask=cache.causal_mask(T)``).
     Writing past ``capacity`` is not detected under ``jit`` (``dynamic_update_slice`` clamps its start, as JAX's):
     size the cache for the whole generation. Source: the KV cache of autoregressive transformers (Pope et al.,
     "Efficiently scaling transformer inference", 2022); the fixed-shape form of ``jax`` decoding loops.
@@ -95,13 +97,14 @@ class KVCache(Module):
     def attend(self, queries, *, scale=None):
         """``dot_product_attention(queries, keys, values, mask=causal_mask(T))`` for queries ``(B, T, N, H)`` of the
         positions just written (``N`` a multiple of the cache's ``K``), computed as
-        ``dot_product_attention(..., key_value_seq_lengths=[offset] * B)`` for one position (``T == 1``: the mask
-        keeps exactly the keys before ``offset``) and with both the mask and the lengths for several: the same
-        result, but the fused kernel walks only the ``offset`` filled keys, not the whole capacity."""
+        ``dot_product_attention(..., key_value_seq_lengths=[offset] * B)``, for several positions with
+        ``mask="causal"`` (queries aligned at the end of the ``offset`` filled keys: query ``t`` keeps keys
+        ``s <= offset - T + t``, ``causal_mask``'s condition, as a run-time offset). The same result, but the fused
+        kernel walks only the keys each query keeps, not the whole capacity, and reads no mask."""
         from fnarray.nn._attention import dot_product_attention
         fnp = _np()
         q = fnp.asarray(queries)
         T = q.shape[1]
         lengths = fnp.broadcast_to(fnp.asarray(self.offset).astype("int32"), (self.keys.shape[0],))
-        mask = None if T == 1 else self.causal_mask(T)
+        mask = None if T == 1 else "causal"
         return dot_product_attention(q, self.keys, self.values, mask=mask, scale=scale, key_value_seq_lengths=lengths)

@@ -457,6 +457,18 @@ def _attention_cases():
     case("dot_product_attention_kv_lengths_causal", att, [f32(2, 3, 4, 8), f32(2, 21, 2, 8), f32(2, 21, 2, 8),
                                                           np.array([2, 21], np.int32)],
          scale=0.35, is_causal=True, local_window=None, has_bias=False, has_mask=False, has_lengths=True)
+    # lower_right: the queries at the end of the keys (MLX's mask="causal"), the offset L - T data with key lengths
+    # (below T, past S + T), with a window and a mask operand; without lengths the static S - T.
+    case("dot_product_attention_lower_right_lengths", att, [f32(3, 4, 4, 8), f32(3, 21, 2, 8), f32(3, 21, 2, 8),
+                                                            np.array([2, 13, 30], np.int32)],
+         scale=0.35, is_causal=True, local_window=None, has_bias=False, has_mask=False, has_lengths=True,
+         lower_right=True)
+    case("dot_product_attention_lower_right_window_mask", att, [f32(2, 3, 4, 8), f32(2, 21, 2, 8), f32(2, 21, 2, 8),
+                                                                bools(2, 1, 3, 21), np.array([7, 21], np.int32)],
+         scale=0.35, is_causal=True, local_window=(4, 1), has_bias=False, has_mask=True, has_lengths=True,
+         lower_right=True)
+    case("dot_product_attention_lower_right_static", att, [f32(1, 5, 2, 4), f32(1, 19, 2, 4), f32(1, 19, 2, 4)],
+         scale=0.5, is_causal=True, local_window=None, has_bias=False, has_mask=False, lower_right=True)
     case("dot_product_attention_no_keys", att, [f32(1, 3, 2, 4), f32(1, 0, 2, 4), f32(1, 0, 2, 4)], scale=0.5,
          is_causal=False, local_window=None, has_bias=False, has_mask=False)
 

@@ -2,7 +2,8 @@
 where its arguments fit, else ``lowering/attention_math.py`` in ``mlx.core``.
 
 MLX's kernel takes ``(B, N, T, H)`` operands (the rule transposes), grouped-query heads as they are, and one mask:
-``"causal"`` (aligned at the bottom right, so used only for ``T == S``, where it is JAX's) or an array. For float32
+``"causal"`` (aligned at the bottom right: the primitive's ``lower_right`` without key lengths for ``T <= S``, and
+for ``T == S`` its top-left causal mask too) or an array. For float32
 the bias, the mask, the key lengths, the causal and the window conditions become one additive float32 mask
 (``MASKED_LOGIT`` where a key is removed, so a row with every key removed averages the values, as JAX's; adding it
 to a logit rounds to it for any logit below ~1e31). For float16/bfloat16 that stand-in overflows, so only unmasked
@@ -16,24 +17,26 @@ from __future__ import annotations
 import numpy as np
 
 from fnarray.core.attention import MASKED_LOGIT, acc_dtype, dot_product_attention_p, lengths_operand, split_operands
-from fnarray.lowering.attention_math import attention, keep_mask
+from fnarray.lowering.attention_math import attention, keep_mask, query_offsets
 from fnarray.lowering.mlx.common import RULES, mx_dtype
 
 __all__ = ["mlx_attention"]
 
 
-def _fast_mask(mx, q, k, bias, mask, is_causal, local_window, lengths=None):
+def _fast_mask(mx, q, k, bias, mask, params, lengths=None):
     """MLX's ``mask`` argument for float32 operands: None, ``"causal"`` or one additive float32 array."""
     T, S = q.shape[1], k.shape[1]
+    is_causal, local_window, lower_right = params["is_causal"], params["local_window"], params.get("lower_right")
+    offset = query_offsets(mx, [lengths], T, S, lengths is not None, lower_right)
     if lengths is not None:   # (B, 1, 1, S): key s stays while s < kv_lengths[b]
         m = mx.arange(S)[None, None, None, :] < lengths[:, None, None, None]
         mask = m if mask is None else mx.logical_and(mask, m)
     if bias is None and mask is None and local_window is None:
         if not is_causal:
             return None
-        if T == S:
+        if (T == S or lower_right) and T <= S:
             return "causal"
-    keep = keep_mask(mx, T, S, is_causal, local_window)
+    keep = keep_mask(mx, T, S, is_causal, local_window, offset)
     if mask is not None:
         keep = mask if keep is None else mx.logical_and(keep, mask)
     add = bias.astype(mx.float32) if bias is not None else mx.array(0.0, dtype=mx.float32)
@@ -49,13 +52,13 @@ def mlx_attention(params, in_avals, out_avals):
     dtype = np.dtype(in_avals[0].dtype)
     T, S = in_avals[0].shape[1], in_avals[1].shape[1]
     removes = params["has_bias"] or params["has_mask"] or params.get("has_lengths", False)
-    plain = not removes and params["local_window"] is None and (not params["is_causal"] or T == S)
+    square = T == S or (params.get("lower_right", False) and T <= S)   # MLX's "causal" is the primitive's mask
+    plain = not removes and params["local_window"] is None and (not params["is_causal"] or square)
     scale = params["scale"]
 
     def fast(*xs):
         q, k, v, bias, mask = split_operands(xs, params["has_bias"], params["has_mask"])
-        m = _fast_mask(mx, q, k, bias, mask, params["is_causal"], params["local_window"],
-                       lengths_operand(xs, params.get("has_lengths", False)))
+        m = _fast_mask(mx, q, k, bias, mask, params, lengths_operand(xs, params.get("has_lengths", False)))
         t = (0, 2, 1, 3)
         out = mx.fast.scaled_dot_product_attention(q.transpose(t), k.transpose(t), v.transpose(t), scale=scale,
                                                    mask=m)
