@@ -29,7 +29,7 @@ from fnarray import numpy as fnp
 from fnarray.core import dtypes
 from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.core.quantized import check_format, quantized_matmul_p, weight_shape
-from fnarray.lowering.packed import unpack_plan
+from fnarray.lowering.packed import unpack
 from fnarray.transforms.jit import jit
 
 __all__ = ["quantize", "dequantize", "quantized_matmul"]
@@ -126,20 +126,6 @@ def _pack(q, bits):
     return fnp.reshape(words, lead + (k // 32 * bits,))
 
 
-def _unpack(w, bits):
-    """The integers (uint32, ``(..., words * 32 // bits)``) of packed words ``w`` (as ``packed.unpack``)."""
-    lo, hi, shift = unpack_plan(bits)
-    lead = tuple(w.shape[:-1])
-    chunks = w.shape[-1] // bits
-    w3 = fnp.reshape(w, lead + (chunks, bits))
-    v = fnp.right_shift(fnp.take(w3, lo, axis=-1), shift)
-    if 32 % bits:
-        high = fnp.take(w3, hi, axis=-1)
-        v = fnp.bitwise_or(v, fnp.left_shift(high, (32 - shift).astype(np.uint32)))
-    v = fnp.bitwise_and(v, np.uint32((1 << bits) - 1))
-    return fnp.reshape(v, lead + (chunks * 32,))
-
-
 def dequantize(w, scales, biases, group_size: int = 64, bits: int = 4, mode: str = "affine"):
     """The float matrix that quantized weights stand for (as ``mx.dequantize``): ``scale * q + bias``.
 
@@ -175,7 +161,10 @@ def dequantize(w, scales, biases, group_size: int = 64, bits: int = 4, mode: str
 @functools.partial(jit, static_argnums=(3, 4))
 def _dequantize(w, scales, biases, group_size, bits):
     groups = tuple(scales.shape)
-    q = fnp.reshape(_unpack(w, bits).astype(scales.dtype), groups + (group_size,))
+    # packed.unpack: for 2, 4 and 8 bits each word shifted by every element's offset (a broadcast, no gather).
+    # A gather of the words here made XLA CPU recompute a quantized embedding row inside every product reading
+    # it (examples/llm.py's 4-bit decode at width 256: the first block's q/k/v products 3-5x slower).
+    q = fnp.reshape(unpack(fnp, w, bits, fnp.asarray).astype(scales.dtype), groups + (group_size,))
     return fnp.reshape(q * scales[..., None] + biases[..., None], groups[:-1] + (groups[-1] * group_size,))
 
 

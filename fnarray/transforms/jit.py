@@ -562,7 +562,7 @@ class Jitted:
         debugging = config.debug_nans or config.debug_infs
         if debugging:
             donated = ()  # the inputs are needed again to re-run the call op by op
-        hit.exe = compile_program(entry.program, device, donate=tuple(n + p for p in donated))
+        hit.exe = compile_program(entry.program, device, donate=tuple(n + p for p in donated), consts=entry.consts)
         if debugging:
             hit.exe = nan_check.wrap_executable(hit.exe, self, key, entry.program, device)
         hit.const_bufs = [_to(c, device) for c in entry.consts]
@@ -908,7 +908,10 @@ class Lowered:
 
     def __init__(self, traced: Traced, device):
         self.traced, self.device = traced, device
-        self._backend_lowered = device.impl.lower(cse(traced.program), device)
+        # With the traced constants where the backend compiles small ones in (as the executable jit runs does).
+        kwargs = {"consts": tuple(traced.entry.consts)} if device.impl.inlines_constants and traced.entry.consts \
+            else {}
+        self._backend_lowered = device.impl.lower(cse(traced.program), device, **kwargs)
 
     @property
     def program(self) -> Program:
