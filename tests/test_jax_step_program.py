@@ -164,3 +164,83 @@ def test_module_with_an_unhashable_static_field_still_raises_each_flatten():
     for _ in range(2):
         with pytest.raises(TypeError, match="unhashable list"):
             tree_util.tree_flatten(h)
+
+
+def _np_dot_general(x, y, dn):
+    """``lax.dot_general`` in NumPy (``einsum``): batch, then lhs free, then rhs free axes."""
+    (lc, rc), (lb, rb) = dn
+    letters = iter("abcdefghijklmnop")
+    xs, ys = [None] * x.ndim, [None] * y.ndim
+    for a, b in list(zip(lb, rb)) + list(zip(lc, rc)):
+        xs[a] = ys[b] = next(letters)
+    for seq in (xs, ys):
+        for i, c in enumerate(seq):
+            if c is None:
+                seq[i] = next(letters)
+    out = [xs[a] for a in lb] + [c for i, c in enumerate(xs) if i not in lb and i not in lc] + \
+        [c for i, c in enumerate(ys) if i not in rb and i not in rc]
+    return np.einsum(f"{''.join(xs)},{''.join(ys)}->{''.join(out)}", x, y)
+
+
+@pytest.mark.parametrize("case", [
+    # (x shape, y shape, permutation of y before the product, dimension_numbers on the transposed y)
+    ((3, 5), (4, 5), (1, 0), (((1,), (0,)), ((), ())), True),               # x @ w.T
+    ((5, 3), (5, 4), (1, 0), (((0,), (1,)), ((), ())), True),               # contract y's second axis
+    ((2, 3, 5), (2, 4, 5), (0, 2, 1), (((2,), (1,)), ((0,), (0,))), True),  # batched x @ w.mT
+    ((2, 3, 5), (4, 2, 5), (1, 2, 0), (((2,), (1,)), ((0,), (0,))), True),  # batch axis moved
+    ((3, 5), (4, 6, 5), (2, 1, 0), (((1,), (0,)), ((), ())), False),        # free axes reversed: kept
+])
+def test_dot_general_of_a_transpose_matches_numpy(case):
+    from fnarray import lax
+    xs, ys, perm, dn, folds = case
+    rng = np.random.default_rng(len(xs) + len(ys))
+    x, y = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ys).astype(np.float32)
+    f = fa.jit(lambda a, b: lax.dot_general(a, fnp.transpose(b, perm), dn), device=JAX)
+    args = fa.device_put(x, JAX), fa.device_put(y, JAX)
+    got = np.asarray(f(*args))
+    lowered = f.lower(*args)._backend_lowered._prog
+    assert any(e.primitive.name == "transpose" for e in lowered.eqns) != folds
+    ref = _np_dot_general(x.astype(np.float64), np.transpose(y.astype(np.float64), perm), dn)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_one_row_product_with_a_transposed_weight_is_one_library_dot():
+    w = fa.device_put(np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32), JAX)
+    x = fa.device_put(np.ones((1, 32), np.float32), JAX)
+    f = fa.jit(lambda x, w: x @ w.T, device=JAX)
+    hlo = f.lower(x, w)._backend_lowered.optimized_text()
+    entry = "\n".join(_entry_lines(hlo))
+    assert " dot(" in entry and "copy_dot_fusion" not in entry and "transpose" not in entry
+    np.testing.assert_allclose(np.asarray(f(x, w)), np.ones((1, 32)) @ np.asarray(w, np.float64).T, rtol=1e-5)
+
+
+def test_decode_call_with_everything_on_the_device_copies_nothing_over(decode_step, monkeypatch):
+    dev, model, decode, _, token, caches, key, _ = decode_step
+    decode(model, caches, token, key, greedy=True)      # compiled
+    moved = []
+    impl = type(dev.impl)
+    real = impl.to_device
+    monkeypatch.setattr(impl, "to_device", lambda self, a, d: moved.append(np.shape(a)) or real(self, a, d))
+    for _ in range(3):
+        token, caches = decode(model, caches, token, key, greedy=True)
+    assert moved == []
+    # the key on another device is copied over on each call (examples/llm.py puts its keys on the device first)
+    decode(model, caches, token, fa.device_put(fa.random.key(1), "numpy:0"), greedy=True)
+    assert len(moved) == 1
+
+
+def test_packed_small_inputs_are_reused_only_while_they_are_the_same_buffers(monkeypatch):
+    n = jax_backend.PACK_INPUTS_ABOVE + 8          # enough inputs to be packed (one flat array per dtype)
+    xs = [fa.device_put(np.full(3, i, np.float32), JAX) for i in range(n)]
+    f = fa.jit(lambda xs: fnp.stack(xs).sum(0), device=JAX)
+    want = np.full(3, n * (n - 1) / 2)
+    np.testing.assert_allclose(np.asarray(f(xs)), want)
+    packs = []
+    real = np.concatenate
+    monkeypatch.setattr(jax_backend.np, "concatenate", lambda a, *k, **kw: packs.append(1) or real(a, *k, **kw))
+    np.testing.assert_allclose(np.asarray(f(xs)), want)
+    assert packs == []                             # the same buffers: the previous call's packed array
+    xs2 = list(xs)
+    xs2[5] = fa.device_put(np.full(3, 1000, np.float32), JAX)
+    np.testing.assert_allclose(np.asarray(f(xs2)), want - 5 + 1000)
+    assert packs == [1]

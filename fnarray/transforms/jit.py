@@ -108,10 +108,13 @@ def foreign_to_numpy(x) -> np.ndarray:
         return np.from_dlpack(x)
 
 
-def _hashable_static(v, name):
+def _hashable_static(v, key):
+    """``v``, checked hashable; ``key``: its position (int) or keyword (str), named only in the error (a call with
+    a static keyword builds no text)."""
     try:
         hash(v)
     except TypeError:
+        name = f"#{key}" if isinstance(key, int) else repr(key)
         raise TypeError(f"static argument {name} has the unhashable type {type(v).__name__}; static "
                         "arguments are part of the cache key and must be hashable (use a tuple "
                         "instead of a list, or pass the value as a regular argument)") from None
@@ -443,13 +446,13 @@ class Jitted:
         dyn_args = []
         for i, a in enumerate(args):
             if i in self.static_argnums or i - nargs in self.static_argnums:
-                statics.append((i, _hashable_static(a, f"#{i}")))
+                statics.append((i, _hashable_static(a, i)))
             else:
                 dyn_args.append(a)
         dyn_kwargs = {}
         for k, v in kwargs.items():
             if k in self.static_argnames:
-                statics.append((k, _hashable_static(v, repr(k))))
+                statics.append((k, _hashable_static(v, k)))
             else:
                 dyn_kwargs[k] = v
         return tuple(statics), tuple(dyn_args), dyn_kwargs
@@ -717,8 +720,8 @@ class Jitted:
         dev = None
         for x in leaves:
             if type(x) is ArrayImpl:
-                avals.append(x.aval)
-                b, x_dev, x_committed = x.call_view()
+                av, b, x_dev, x_committed = _call_fields(x)   # one C call per leaf (a decode step has ~100)
+                avals.append(av)
                 if dev is None:
                     dev = x_dev
                 if b is None or x_dev is not dev:

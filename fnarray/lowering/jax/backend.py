@@ -46,6 +46,7 @@ for _family in FAMILIES:
 from fnarray.lowering.jax.common import RULES, interpret as _interpret, manual  # noqa: E402
 from fnarray.lowering.jax import spmd  # noqa: E402  (imported by the loop above; its mesh functions)
 from fnarray.lowering.jax.elementwise import wrap_float8_rules  # noqa: E402
+from fnarray.lowering.jax.dot import fold_transposes  # noqa: E402
 
 wrap_float8_rules()
 
@@ -84,14 +85,15 @@ PACK_INPUTS_ABOVE = 128
 _PACK_MAX_ELEMENTS = 4096
 
 
-def _packing(prog: Program, donate):
-    """``{dtype: [input positions]}`` of the small inputs to pack, or ``None``."""
+def _packing(prog: Program, donate, inlined=()):
+    """``{dtype: [input positions]}`` of the small inputs to pack, or ``None``; ``inlined``: the positions of the
+    constants compiled in as literals (neither counted nor packed: the program does not read them)."""
     ins = list(prog.constvars) + list(prog.invars)
-    if len(ins) <= PACK_INPUTS_ABOVE or donate:
+    if len(ins) - len(inlined) <= PACK_INPUTS_ABOVE or donate:
         return None
     groups: dict = {}
     for i, v in enumerate(ins):
-        if v.aval.size <= _PACK_MAX_ELEMENTS:
+        if v.aval.size <= _PACK_MAX_ELEMENTS and i not in inlined:
             groups.setdefault(v.aval.dtype, []).append(i)
     return {d: pos for d, pos in groups.items() if len(pos) > 1} or None
 
@@ -122,13 +124,14 @@ class JaxLowered(Lowered):
         compile_cache.configure_jax()
         self.x64 = _needs_x64(program)
         prog, _ = dce(program)
+        prog = fold_transposes(prog)
         self._prog = prog
         handle = device.handle
         ins = list(prog.constvars) + list(prog.invars)
-        self._packing = packing = _packing(prog, donate)
         # The inlined constants' inputs are still passed (the executable takes every input) but unread: jax.jit
         # drops unused arguments from the XLA program.
         inlined = self.inlined = _inlined(prog, consts)
+        self._packing = packing = _packing(prog, donate, inlined)
 
         if packing is None:
             if inlined:
@@ -246,16 +249,25 @@ class JaxLowered(Lowered):
 
     def _packed_call(self, jitted):
         """``jitted`` called on the inputs with the small ones of each dtype packed on the host (one
-        transfer per dtype rather than one XLA parameter per array)."""
+        transfer per dtype rather than one XLA parameter per array). A group whose buffers are the very ones
+        of the previous call (a model's weights from step to step) reuses that call's packed array."""
         groups = [(d, pos) for d, pos in self._packing.items()]
         rest, handle, x64 = self._rest, self.device.handle, self.x64
+        last = [None] * len(groups)   # per group: (its buffers, the packed array) of the previous call
 
         def call(*bufs):
             packed = []
             with jax.default_device(handle), _x64(x64):
-                for d, pos in groups:
-                    flat = np.concatenate([np.asarray(bufs[i]).reshape(-1) for i in pos]).astype(d, copy=False)
-                    packed.append(jnp.array(flat, copy=True))
+                for g, (d, pos) in enumerate(groups):
+                    mine = [bufs[i] for i in pos]
+                    prev = last[g]
+                    if prev is not None and all(a is b for a, b in zip(mine, prev[0], strict=True)):
+                        packed.append(prev[1])
+                        continue
+                    flat = np.concatenate([np.asarray(b).reshape(-1) for b in mine]).astype(d, copy=False)
+                    arr = jnp.array(flat, copy=True)
+                    last[g] = (mine, arr)
+                    packed.append(arr)
             return jitted(*packed, *[bufs[i] for i in rest])
         return call
 
