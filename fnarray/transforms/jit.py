@@ -954,7 +954,9 @@ class Compiled:
         return tree_util.tree_unflatten(ex.out_tree, outs)
 
     def as_text(self):
-        return self.entry.device.impl.lower(self.entry.program, self.entry.device).as_text()
+        dev = self.entry.device
+        kwargs = {"consts": tuple(self.entry.consts)} if dev.impl.inlines_constants and self.entry.consts else {}
+        return dev.impl.lower(self.entry.program, dev, **kwargs).as_text()
 
 
 def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), device=None, in_shardings=None,
