@@ -112,7 +112,10 @@ def _inlined(prog: Program, consts):
     out = {}
     for i, (v, c) in enumerate(zip(prog.constvars, consts, strict=True)):
         if v.aval.size <= INLINE_CONSTS_UP_TO:
-            a = np.asarray(c)
+            try:
+                a = np.asarray(c)
+            except Exception:  # noqa: BLE001  (not readable here, e.g. a global array of other processes:
+                continue       # it stays a parameter)
             if a.shape == tuple(v.aval.shape) and a.dtype == v.aval.dtype:
                 out[i] = a
     return out
