@@ -6,8 +6,10 @@ parameters of the XLA program, so XLA could not fold them and recomputed an unpa
 the first block's products with shifts read from memory. These tests pin what fixed it: small constants are
 literals of the XLA program (as ``jax.jit`` compiles a closed-over NumPy array), ``fa.dequantize`` unpacks without
 a gather, the decode step's only parameters are the model's, the caches' and the token's arrays, its cache update
-is in place when the caches are donated, and a module flattens without rebuilding its static data. Each value is
-checked against NumPy (float64 where it matters).
+is in place when the caches are donated, a ``transpose`` feeding a ``dot_general`` is folded into it (float32
+``x @ w.T`` as XLA's library product, not a single-threaded loop fusion), a call with every argument on the device
+copies nothing over, packed inputs are reused while unchanged, and a module flattens without rebuilding its static
+data. Each value is checked against NumPy (float64 where it matters).
 """
 
 from __future__ import annotations
