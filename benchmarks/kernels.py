@@ -49,10 +49,21 @@ def _cases(quick):
          (f32(mm, mm), f32(mm, mm))),
         ("flash_attention (causal)", flash_attention.flash_attention, flash_attention.reference,
          (f32(heads, length, d), f32(heads, length, d), f32(heads, length, d))),
+        ("flash_attention vs fused", flash_attention.flash_attention, _fused_attention,
+         (f32(heads, length, d), f32(heads, length, d), f32(heads, length, d))),
         ("4-bit matvec", quantized_matvec.quantized_matvec,
          lambda x, w, s, b: fa.quantized_matmul(x, w, s, b, transpose=True, group_size=64, bits=4),
          (f32(qk), w, s, b)),
     ]
+
+
+def _fused_attention(q, k, v):
+    """The flash-attention example's computation by fnarray's own fused kernel (``dot_product_attention``, one
+    work item per query row; ``groups/attention.py``), its ``(heads, length, d)`` operands as ``(1, length,
+    heads, d)`` (the transposes are copy kernels, part of the time)."""
+    def t(x):
+        return x.transpose(1, 0, 2)[None]
+    return fa.nn.dot_product_attention(t(q), t(k), t(v), is_causal=True)[0].transpose(1, 0, 2)
 
 
 def _run(f, args):
@@ -76,6 +87,7 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     p.add_argument("--devices", default="opencl:0,webgpu:0")
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--only", default="", help="comma-separated kernel names (prefixes of the labels) to run")
     p.add_argument("--tinygrad", action="store_true", help="softmax and matmul against tinygrad on opencl:0 too")
     args = p.parse_args(argv)
     fa.config.fallback = "error"   # a kernel that falls back would time the interpreter
@@ -87,6 +99,8 @@ def main(argv=None):
             print(f"{name:<10} unavailable: {e}")
             continue
         for label, kernel, own, inputs in _cases(args.quick):
+            if args.only and not label.startswith(tuple(args.only.split(","))):
+                continue
             xs = [fa.device_put(a, dev) for a in inputs]
             fk, fo = fa.jit(kernel), fa.jit(own)
             _run(fk, xs)

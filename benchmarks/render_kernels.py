@@ -1,5 +1,6 @@
 """Every kernel the opencl and webgpu backends generate for the parity cases (and a few larger programs that
-reach the tiled, register-blocked and multi-kernel paths), written to one text file per target.
+reach the tiled, register-blocked and multi-kernel paths, and the Pallas examples of ``benchmarks/kernels.py``
+beside fnarray's own kernels for them), written to one text file per target.
 
 Used to check that a refactoring of the kernel groups leaves the generated source byte-identical: run it before
 and after the change and diff the two folders. Nothing is compiled or run on the device: the backends' schedules
@@ -154,12 +155,26 @@ def _extra_programs():
                    (_f32(rows, 512), wq, s, b))
 
 
+def _kernel_examples():
+    """The Pallas examples (``examples/kernels/``) at ``benchmarks/kernels.py``'s sizes, each beside fnarray's own
+    computation of the same thing (issue 29: a change to ``groups/pallas.py`` shows here)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("kernels_bench", pathlib.Path(__file__).parent / "kernels.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for label, kernel, own, inputs in bench._cases(False):
+        name = "pallas_example_" + "_".join(label.replace("(", "").replace(")", "").split())
+        yield name, kernel, inputs
+        yield name + "_own", own, inputs
+
+
 def _programs():
     for name, prim, inputs, params in CASES:
         if prim in NOT_EXECUTED:
             continue
         yield name, (lambda *a, prim=prim, params=params: prim.bind(*a, **params)), inputs
     yield from _extra_programs()
+    yield from _kernel_examples()
 
 
 def main():

@@ -1,4 +1,5 @@
-"""``fa.quantize``, ``fa.dequantize`` and ``fa.quantized_matmul``: MLX's affine quantization (``mx.quantize``).
+"""``fa.quantize``, ``fa.dequantize`` and ``fa.quantized_matmul``: MLX's quantization (``mx.quantize``), modes
+``"affine"`` and ``"mxfp4"``.
 
 The format is described in ``fnarray.core.quantized``. ``quantize`` and ``dequantize`` are composites of
 ``fnarray.numpy`` functions (so they run on every backend, under ``jit`` and ``vmap``); ``quantized_matmul``
@@ -17,6 +18,24 @@ float64 weights), ``n = 2**bits - 1``:
 
 Kernel backends divide with their own accuracy (OpenCL and WGSL allow 2.5 ulp): on a GPU, a value at a
 rounding tie may quantize one step apart from MLX's.
+
+Mode ``"mxfp4"`` (groups of 32, 4-bit E2M1 elements, a ``uint8`` E8M0 scale ``s`` standing for ``2**(s - 127)``),
+as MLX 0.32's CPU ``mx.quantize`` (measured bit for bit: ``tests/test_quantize.py``), computed in float32 on the
+bits, so every backend gives the same words:
+
+- ``amax = max |w|`` over the group; ``e = ceil(log2(amax / 6))`` exactly (from the float32 quotient's exponent
+  and mantissa bits, not a rounded ``log2``), so ``amax / 2**e <= 6``; ``s = (e + 127) mod 256`` (MLX wraps
+  the exponents of groups below ``2**-127`` alike). For float16 and bfloat16 weights the quotient
+  ``amax / 6`` is rounded to that dtype first (MLX divides in it). An all-zero group (or one whose half-precision
+  quotient underflows to 0) has ``s = 127``; a group holding an infinity or NaN has ``s = 128`` (``0`` for
+  half-precision weights) and every element code 0, and so has a float16 group with ``e < -24`` (what MLX
+  gives: its ``2**e`` is 0 in float16). Float64 weights are rounded to float32 first.
+- each element ``x = w / 2**e`` takes the E2M1 value nearest to it, a tie going to the smaller magnitude
+  (MLX takes the first minimum of ``|x - value|`` over its table), and saturates at 6; a negative ``x`` that
+  rounds to 0 is code 0 (+0).
+
+(This is not the OCP specification's rule, ``floor(log2(amax)) - 2`` and round-to-nearest-even, which can
+clip the group's largest element; MLX's choice keeps every element in range.)
 """
 
 from __future__ import annotations
@@ -26,10 +45,10 @@ import functools
 import numpy as np
 
 from fnarray import numpy as fnp
-from fnarray.core import dtypes
+from fnarray.core import dtypes, lax
 from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.core.quantized import check_format, quantized_matmul_p, weight_shape
-from fnarray.lowering.packed import unpack
+from fnarray.lowering.packed import E2M1, E8M0, unpack
 from fnarray.transforms.jit import jit
 
 __all__ = ["quantize", "dequantize", "quantized_matmul"]
@@ -47,37 +66,45 @@ def _check_matrix(w, group_size, where):
                          f"group_size={group_size}; pad it or choose another group size")
 
 
-def quantize(w, group_size: int = 64, bits: int = 4, mode: str = "affine"):
+def quantize(w, group_size: int | None = None, bits: int | None = None, mode: str = "affine"):
     """Quantize a float matrix in groups along its last axis (as ``mx.quantize``).
 
     Args:
       w: float array of shape ``(..., n, k)`` (float32, float16, bfloat16 or float64), ``k`` divisible by
         ``group_size``.
-      group_size: 32, 64 or 128 consecutive elements share one scale and bias.
-      bits: 1, 2, 3, 4, 5, 6 or 8 bits per element.
-      mode: ``"affine"`` (MLX's default; the only mode here).
+      group_size: consecutive elements that share a scale (and bias): 32, 64 or 128 (default 64) for
+        ``"affine"``; 32 for ``"mxfp4"``.
+      bits: bits per element: 1, 2, 3, 4, 5, 6 or 8 (default 4) for ``"affine"``; 4 for ``"mxfp4"``.
+      mode: ``"affine"`` (MLX's default: integers with a float scale and bias per group) or ``"mxfp4"`` (E2M1
+        elements with a power-of-two E8M0 scale per group of 32, no biases).
 
     Returns:
-      ``(w_q, scales, biases)``: ``w_q`` uint32 of shape ``(..., n, k * bits // 32)`` (the packed bit streams),
-      ``scales`` and ``biases`` of ``w``'s dtype and shape ``(..., n, k // group_size)``; bit-identical to
-      ``mx.quantize`` (see the module for the rounding).
+      ``"affine"``: ``(w_q, scales, biases)``: ``w_q`` uint32 of shape ``(..., n, k * bits // 32)`` (the packed
+      bit streams), ``scales`` and ``biases`` of ``w``'s dtype and shape ``(..., n, k // group_size)``.
+      ``"mxfp4"``: ``(w_q, scales)``: ``w_q`` uint32 ``(..., n, k // 8)``, ``scales`` uint8 ``(..., n, k // 32)``.
+      Bit-identical to ``mx.quantize`` (see the module for the rounding).
 
     Raises:
-      ValueError: an unsupported ``group_size`` or ``bits``; ``ShapeError`` (a ``ValueError``) for a rank
-        below 2 or a last axis not divisible by ``group_size``.
+      ValueError: an unknown mode, or a ``group_size`` or ``bits`` the mode does not have; ``ShapeError`` (a
+        ``ValueError``) for a rank below 2 or a last axis not divisible by ``group_size``.
       DTypeError: a non-float ``w``.
-      NotImplementedError: a mode other than ``"affine"``.
+      NotImplementedError: MLX's modes ``"mxfp8"`` and ``"nvfp4"``.
 
     Example:
       >>> w_q, scales, biases = fa.quantize(fnp.ones((8, 64)), group_size=64, bits=4)
       >>> w_q.shape, w_q.dtype, scales.shape
       ((8, 8), dtype('uint32'), (8, 1))
+      >>> w_q, scales = fa.quantize(fnp.ones((8, 64)), mode="mxfp4")
+      >>> w_q.shape, scales.dtype, scales.shape
+      ((8, 8), dtype('uint8'), (8, 2))
     """
-    check_format(group_size, bits, mode, "quantize")
+    group_size, bits = check_format(group_size, bits, mode, "quantize")
     w = fnp.asarray(w)
     if not dtypes.is_float(w.dtype):
         raise DTypeError(f"[quantize] only float arrays can be quantized, got {w.dtype.name}")
     _check_matrix(w, group_size, "quantize")
+    if mode == "mxfp4":
+        return _quantize_mxfp4(w)
     return _quantize(w, int(group_size), int(bits))
 
 
@@ -126,28 +153,98 @@ def _pack(q, bits):
     return fnp.reshape(words, lead + (k // 32 * bits,))
 
 
-def dequantize(w, scales, biases, group_size: int = 64, bits: int = 4, mode: str = "affine"):
-    """The float matrix that quantized weights stand for (as ``mx.dequantize``): ``scale * q + bias``.
+@jit
+def _quantize_mxfp4(w):
+    """``(w_q, scales)`` of mode ``"mxfp4"`` (the module docstring's rule), computed on float32 bits."""
+    lead, k = tuple(w.shape[:-1]), w.shape[-1]
+    half = w.dtype in (dtypes.float16, dtypes.bfloat16)
+    g = fnp.reshape(w.astype(dtypes.float32), lead + (k // 32, 32))
+    amax = fnp.max(fnp.abs(g), axis=-1)
+    # MLX divides in the weights' dtype: a half-precision quotient is rounded (to 0 below its subnormals).
+    quotient = (amax / np.float32(6.0)).astype(w.dtype).astype(dtypes.float32) if half else amax / np.float32(6.0)
+    finite = fnp.isfinite(amax)
+    e = fnp.where(quotient > 0, _ceil_log2(quotient), 0)
+    e = fnp.where(finite, e, -127 if half else 1)
+    scales = fnp.bitwise_and(e + 127, 255).astype(dtypes.uint8)
+    x = g / _pow2(fnp.maximum(e, -149))[..., None]
+    a = fnp.abs(x)
+    code = sum((a > t).astype(dtypes.uint32) for t in _E2M1_TIES)
+    code = fnp.where((x < 0) & (code > 0), code + np.uint32(8), code)
+    # Where MLX's 2**e is not a number of the dtype (float16 below 2**-24) its quotients are inf or NaN: code 0.
+    valid = finite & (e >= -24) if w.dtype == dtypes.float16 else finite
+    code = fnp.where(valid[..., None], code, np.uint32(0))
+    return _pack(fnp.reshape(code, lead + (k,)), 4), scales
+
+
+#: The midpoints between consecutive E2M1 magnitudes (a tie rounds down: MLX's first minimum of |x - value|).
+_E2M1_TIES = tuple(np.float32(t) for t in (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0))
+
+
+def _ceil_log2(v):
+    """``ceil(log2(v))`` exactly (int32) for finite float32 ``v > 0``, from its bits: the exponent, plus one
+    unless the significand is a power of two; a subnormal ``v`` is first scaled by ``2**64`` (exact)."""
+    sub = v < np.float32(2.0 ** -126)
+    t = fnp.where(sub, v * np.float32(2.0 ** 64), v)
+    bits = lax.bitcast_convert_type(t, dtypes.int32)
+    exponent = fnp.right_shift(bits, 23) - 127
+    up = (fnp.bitwise_and(bits, 0x7FFFFF) != 0).astype(dtypes.int32)
+    return exponent + up - fnp.where(sub, 64, 0)
+
+
+def _pow2(e):
+    """``2.0**e`` (float32, exact) for int32 ``e`` in ``[-149, 128]`` from its bits (128 gives inf)."""
+    normal = lax.bitcast_convert_type(fnp.left_shift(fnp.maximum(e + 127, 0), 23), dtypes.float32)
+    tiny = lax.bitcast_convert_type(fnp.left_shift(1, fnp.clip(e + 149, 0, 22)), dtypes.float32)
+    return fnp.where(e > -127, normal, tiny)
+
+
+def _unpack(w, bits):
+    """The integers (uint32, ``(..., words * 32 // bits)``) of packed words ``w``: ``packed.unpack`` over
+    ``fnarray.numpy``. For 2, 4 and 8 bits each word is shifted by every element's offset (a broadcast, no gather):
+    a gather of the words here made XLA CPU recompute a quantized embedding row inside every product reading it
+    (examples/llm.py's 4-bit decode at width 256: the first block's q/k/v products 3-5x slower)."""
+    return unpack(fnp, w, bits, fnp.asarray)
+
+
+def dequantize(w, scales, biases=None, group_size: int | None = None, bits: int | None = None,
+               mode: str = "affine", dtype=None):
+    """The float matrix that quantized weights stand for (as ``mx.dequantize``): ``scale * q + bias``
+    (``"affine"``) or ``2**(s - 127) * e2m1(q)`` (``"mxfp4"``).
 
     Args:
       w: packed uint32 weights ``(..., n, k * bits // 32)`` from ``quantize``.
-      scales, biases: float ``(..., n, k // group_size)``.
-      group_size, bits, mode: as given to ``quantize``.
+      scales: ``(..., n, k // group_size)``: floats (``"affine"``) or uint8 (``"mxfp4"``).
+      biases: ``"affine"``: floats of the scales' dtype and shape; ``"mxfp4"``: ``None``.
+      group_size, bits, mode: as given to ``quantize`` (``None``: the mode's defaults).
+      dtype: the result's float dtype; default the scales' dtype (``"affine"``) or bfloat16 (``"mxfp4"``, as
+        MLX).
 
     Returns:
-      ``(..., n, k)`` of the scales' dtype; bit-identical to ``mx.dequantize`` on float32 where the backend
-      does not contract ``scale * q + bias`` into a fused multiply-add (OpenCL may).
+      ``(..., n, k)``; bit-identical to ``mx.dequantize`` where the backend does not contract
+      ``scale * q + bias`` into a fused multiply-add (OpenCL may). mxfp4's products are computed in ``dtype``
+      (a power of two times a value of two significant bits, rounded once into a half-precision ``dtype``).
 
     Raises:
-      ValueError, DTypeError, ShapeError: unsupported format, non-uint32 ``w``, or shapes that do not match.
+      ValueError, DTypeError, ShapeError: unsupported format, non-uint32 ``w``, scales of the wrong dtype, biases
+        given for ``"mxfp4"`` or missing for ``"affine"``, or shapes that do not match.
     """
-    check_format(group_size, bits, mode, "dequantize")
-    w, scales, biases = fnp.asarray(w), fnp.asarray(scales), fnp.asarray(biases)
+    group_size, bits = check_format(group_size, bits, mode, "dequantize")
+    w, scales = fnp.asarray(w), fnp.asarray(scales)
     if w.dtype != dtypes.uint32:
         raise DTypeError(f"[dequantize] needs packed uint32 weights, got {w.dtype.name}")
-    if not dtypes.is_float(scales.dtype) or biases.dtype != scales.dtype:
-        raise DTypeError(f"[dequantize] needs float scales and biases of one dtype, got {scales.dtype.name} and "
-                         f"{biases.dtype.name}")
+    if mode == "mxfp4":
+        if biases is not None:
+            raise ValueError("[dequantize] mode='mxfp4' has no biases; pass biases=None")
+        if scales.dtype != dtypes.uint8:
+            raise DTypeError(f"[dequantize] mode='mxfp4' needs uint8 scales, got {scales.dtype.name}")
+        biases = scales
+    elif biases is None:
+        raise ValueError("[dequantize] mode='affine' needs the biases that quantize returned")
+    else:
+        biases = fnp.asarray(biases)
+        if not dtypes.is_float(scales.dtype) or biases.dtype != scales.dtype:
+            raise DTypeError(f"[dequantize] needs float scales and biases of one dtype, got {scales.dtype.name} "
+                             f"and {biases.dtype.name}")
     full = weight_shape(w.shape, bits)
     groups = full[:-1] + (full[-1] // group_size,)
     if w.ndim < 2 or (w.shape[-1] * 32) % bits or full[-1] % group_size or scales.shape != groups \
@@ -155,44 +252,70 @@ def dequantize(w, scales, biases, group_size: int = 64, bits: int = 4, mode: str
         raise ShapeError(f"[dequantize] packed weights {w.shape} at bits={bits} stand for shape {full}, whose "
                          f"scales and biases have shape {groups} at group_size={group_size}; got {scales.shape} "
                          f"and {biases.shape}")
+    if mode == "mxfp4":
+        out = dtypes.bfloat16 if dtype is None else dtypes.requested(dtype, "dequantize")
+        if not dtypes.is_float(out):
+            raise DTypeError(f"[dequantize] dtype must be a float dtype, got {out.name}")
+        return _dequantize_mxfp4(w, scales, out)
+    if dtype is not None:
+        return dequantize(w, scales, biases, group_size, bits).astype(dtype)
     return _dequantize(w, scales, biases, int(group_size), int(bits))
+
+
+@functools.partial(jit, static_argnums=(2,))
+def _dequantize_mxfp4(w, scales, dtype):
+    """As MLX: ``E2M1[q]`` times ``2**(s - 127)``, each rounded into ``dtype``, multiplied in ``dtype``."""
+    groups = tuple(scales.shape)
+    q = fnp.take(fnp.asarray(E2M1), _unpack(w, 4).astype(dtypes.int32)).astype(dtype)
+    scale = fnp.take(fnp.asarray(E8M0), scales.astype(dtypes.int32)).astype(dtype)
+    out = fnp.reshape(q, groups + (32,)) * scale[..., None]
+    return fnp.reshape(out, groups[:-1] + (groups[-1] * 32,))
 
 
 @functools.partial(jit, static_argnums=(3, 4))
 def _dequantize(w, scales, biases, group_size, bits):
     groups = tuple(scales.shape)
-    # packed.unpack: for 2, 4 and 8 bits each word shifted by every element's offset (a broadcast, no gather).
-    # A gather of the words here made XLA CPU recompute a quantized embedding row inside every product reading
-    # it (examples/llm.py's 4-bit decode at width 256: the first block's q/k/v products 3-5x slower).
-    q = fnp.reshape(unpack(fnp, w, bits, fnp.asarray).astype(scales.dtype), groups + (group_size,))
+    q = fnp.reshape(_unpack(w, bits).astype(scales.dtype), groups + (group_size,))
     return fnp.reshape(q * scales[..., None] + biases[..., None], groups[:-1] + (groups[-1] * group_size,))
 
 
-def quantized_matmul(x, w, scales, biases, transpose: bool = True, group_size: int = 64, bits: int = 4,
-                     mode: str = "affine"):
+def quantized_matmul(x, w, scales, biases=None, transpose: bool = True, group_size: int | None = None,
+                     bits: int | None = None, mode: str = "affine"):
     """``x @ dequantize(w).T`` (``transpose=True``) or ``x @ dequantize(w)``, without the float weights (as
     ``mx.quantized_matmul``).
 
     Args:
-      x: ``(..., k)``; promoted with the scales' dtype (an integer ``x`` with float32 scales gives float32).
+      x: ``(..., k)``; promoted with the scales' dtype (an integer ``x`` with float32 scales gives float32); for
+        ``"mxfp4"``, a float ``x`` keeps its dtype and an integer one becomes float32.
       w: packed uint32 ``(n, k * bits // 32)`` for ``transpose=True``, ``(k, n * bits // 32)`` otherwise.
-      scales, biases: ``(n, k // group_size)`` (``(k, n // group_size)`` for ``transpose=False``).
-      transpose, group_size, bits, mode: as ``mx.quantized_matmul``.
+      scales: ``(n, k // group_size)`` (``(k, n // group_size)`` for ``transpose=False``), floats for
+        ``"affine"``, uint8 for ``"mxfp4"``.
+      biases: as the scales for ``"affine"``; ``None`` for ``"mxfp4"``.
+      transpose, group_size, bits, mode: as ``mx.quantized_matmul`` (``None``: the mode's defaults).
 
     Returns:
       ``(..., n)`` in the promoted float dtype, accumulated in float32 (float64 for float64).
 
     Raises:
       ShapeError: the last axis of ``x`` does not match the weights, or weights of rank other than 2.
-      DTypeError: non-uint32 ``w``, or a result dtype that is not a float.
-      ValueError, NotImplementedError: an unsupported format.
+      DTypeError: non-uint32 ``w``, a result dtype that is not a float, or mxfp4 scales that are not uint8.
+      ValueError, NotImplementedError: an unsupported format, or biases given (missing) for ``"mxfp4"``
+        (``"affine"``).
       TypeError: differentiating with respect to ``scales`` or ``biases`` (the weights are constants).
     """
-    check_format(group_size, bits, mode, "quantized_matmul")
-    x, scales, biases = fnp.asarray(x), fnp.asarray(scales), fnp.asarray(biases)
+    group_size, bits = check_format(group_size, bits, mode, "quantized_matmul")
+    x, scales = fnp.asarray(x), fnp.asarray(scales)
+    params = dict(transpose=bool(transpose), group_size=int(group_size), bits=int(bits), mode=mode)
+    if mode == "mxfp4":
+        if biases is not None:
+            raise ValueError("[quantized_matmul] mode='mxfp4' has no biases; pass biases=None")
+        dt = x.dtype if dtypes.is_float(x.dtype) else dtypes.float32
+        return quantized_matmul_p.bind(x.astype(dt), fnp.asarray(w), scales, **params)
+    if biases is None:
+        raise ValueError("[quantized_matmul] mode='affine' needs the biases that quantize returned")
+    biases = fnp.asarray(biases)
     dt = fnp.result_type(x.dtype, scales.dtype, biases.dtype)
     if not dtypes.is_float(dt):
         raise DTypeError(f"[quantized_matmul] x ({x.dtype.name}), scales ({scales.dtype.name}) and biases "
                          f"({biases.dtype.name}) promote to {dt.name}, not a float dtype")
-    return quantized_matmul_p.bind(x.astype(dt), fnp.asarray(w), scales.astype(dt), biases.astype(dt),
-                                   transpose=bool(transpose), group_size=int(group_size), bits=int(bits))
+    return quantized_matmul_p.bind(x.astype(dt), fnp.asarray(w), scales.astype(dt), biases.astype(dt), **params)

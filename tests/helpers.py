@@ -52,6 +52,20 @@ def python_calls(fn) -> list:
     return calls
 
 
+def count_lowerings(monkeypatch, device) -> list:
+    """A list that grows by one entry (the program's equation count) each time ``device``'s backend lowers a
+    program: a jitted or eager call's whole program, or one primitive's where the eager path compiles one."""
+    impl = device.impl
+    lowered = []
+    real = impl.lower
+
+    def counting(program, dev, *args, **kwargs):
+        lowered.append(len(program.eqns))
+        return real(program, dev, *args, **kwargs)
+    monkeypatch.setattr(impl, "lower", counting)
+    return lowered
+
+
 def run_threads(work, n=4, timeout=60.0) -> None:
     """Run ``work(k)`` for ``k`` in ``range(n)`` in ``n`` threads started together; fail if one still runs after
     ``timeout`` seconds (a hang), and re-raise the first failure."""
@@ -370,3 +384,20 @@ def kernel_capabilities(device, **changes):
             yield
         finally:
             be._caps = old
+
+
+def in_place_and_swapped_entries(cache):
+    """Export entries sharing the state ``cache`` (float32[n, 4]): ``write(cache, x, pos)`` writes row ``x`` at
+    ``pos`` (a ``dynamic_update_slice``, updated in place) and returns the new first row's sum; ``bump(cache,
+    scale)`` returns the sum and ``cache * scale + 1`` (computed into the partner buffer, which swaps roles)."""
+    import fnarray.numpy as fnp
+
+    def write(cache, x, pos):
+        new = fa.lax.dynamic_update_slice(cache, x, (pos, 0))
+        return fnp.sum(new[:1]), new
+
+    def bump(cache, scale):
+        return fnp.sum(cache), cache * scale + 1.0
+
+    return {"write": (write, cache, np.zeros((1, 4), np.float32), np.int32(0)),
+            "bump": (bump, cache, np.float32(1))}

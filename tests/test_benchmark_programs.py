@@ -17,7 +17,7 @@ import sys
 import pytest
 
 BENCH = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCH))
+sys.path.append(str(BENCH))  # after examples/: both have an llm.py
 import programs  # noqa: E402
 
 TINY = {

@@ -15,7 +15,8 @@ secure context, which loopback is) and nothing else is contacted. The tests:
   Python classifies the same 8x8 input; a screenshot is saved
   (into ``$FNARRAY_BROWSER_ARTIFACTS`` when set, else the test's temporary folder);
 - the language-model page (``examples/browser_llm``): a 4-bit llama's prefill and decode entry points with the
-  key/value caches kept on the GPU; the page's greedy characters for a text set at once, and for a text typed
+  key/value caches kept on the GPU and updated in place (a step writes only its new positions); the page's greedy
+  characters for a text set at once, and for a text typed
   character by character (reusing the cache), equal Python's, and it shows tokens per second; the runtime's
   state API (``entries``, ``readState``, ``resetState``) on that bundle.
 
@@ -39,7 +40,7 @@ import pytest
 import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.export.serve import serve_in_thread
-from helpers import BACKEND_UNAVAILABLE, require_backend
+from helpers import BACKEND_UNAVAILABLE, in_place_and_swapped_entries, require_backend
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 sys.path.insert(0, EXAMPLES)
@@ -260,6 +261,61 @@ def test_exported_function_matches_the_numpy_backend(page, bundles, name):
             np.testing.assert_allclose(g, w, rtol=3e-5, atol=atol, err_msg=f"{name}: {spec['name']}")
         else:
             np.testing.assert_array_equal(g.astype(w.dtype), w, err_msg=f"{name}: {spec['name']}")
+
+
+def test_state_updated_in_place_in_chromium(page, site, wdev):
+    """State written in place by the update kernels Tint compiles: a row written at a clamped position and a scatter
+    with a repeated and an out-of-bounds index, run three times in the page (the state kept between runs), against
+    NumPy in float64."""
+    root, _ = site
+
+    def step(rows, acc, x, pos, i):
+        new_rows = fa.lax.dynamic_update_slice(rows, x, (pos, 0))
+        new_acc = acc.at[i].add(x[0, :4])
+        return fnp.sum(new_rows, axis=0) + fnp.sum(new_acc), (new_rows, new_acc)
+
+    rows0, acc0 = np.zeros((512, 8), np.float32), np.zeros((64, 4), np.float32)
+    m = fa.export.webgpu(step, rows0, acc0, np.zeros((1, 8), np.float32), np.int32(0), np.zeros(3, np.int32),
+                         path=root / "in_place", state_argnums=(0, 1))
+    assert m["state_in_place"] == ["rows", "acc"] and m["state_updates"] == []
+    rows, acc = rows0.astype(np.float64), acc0.astype(np.float64)
+    for pos, idx in ((3, [5, 9, 5]), (700, [63, 64, 0]), (0, [1, 1, 1])):
+        x = rng.normal(size=(1, 8)).astype(np.float32)
+        i = np.asarray(idx, np.int32)
+        rows[min(pos, 511)] = x[0]
+        keep = i < 64
+        np.add.at(acc, i[keep], np.broadcast_to(x[0, :4].astype(np.float64), (3, 4))[keep])
+        inputs = {"x": {"dtype": "float32", "data": x.ravel().tolist()}, "pos": {"dtype": "int32", "data": [pos]},
+                  "i": {"dtype": "int32", "data": i.tolist()}}
+        (got,) = page.evaluate("([dir, inputs]) => window.runBundle(dir, inputs)", ["in_place", inputs])
+        np.testing.assert_allclose(got, rows.sum(0) + acc.sum(), rtol=1e-5, atol=1e-5)
+
+
+def test_in_place_and_swapped_entries_of_one_state_in_chromium(page, site, wdev):
+    """One state written in place by one entry and swapped with its partner by the other, alternated in the page:
+    the in-place entry writes whichever buffer holds the state after a swap (the runtime's bind groups follow)."""
+    root, _ = site
+    cache = np.zeros((32, 4), np.float32)
+    m = fa.export.webgpu(in_place_and_swapped_entries(cache), path=root / "alternate", state_argnums=(0,))
+    assert [e["state_in_place"] for e in m["entries"]] == [["cache"], []]
+    xs = rng.normal(size=(4, 4)).astype(np.float32)
+    got = page.evaluate("""async (xs) => {
+      const m = await window.model('alternate');
+      const totals = [];
+      for (let k = 0; k < xs.length; k++) {
+        await m.entries.write.run({ x: Float32Array.from(xs[k]), pos: Int32Array.of(3 * k) });
+        const [t] = await m.entries.bump.run({ scale: Float32Array.of(0.5) });
+        totals.push(t[0]);
+      }
+      return { totals, cache: Array.from(await m.readState('cache')) };
+    }""", xs.tolist())
+    want, totals = np.zeros((32, 4)), []
+    for k, x in enumerate(xs):
+        want[3 * k] = x
+        totals.append(want.sum())
+        want = want * 0.5 + 1.0
+    np.testing.assert_allclose(got["totals"], totals, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.reshape(got["cache"], (32, 4)), want, rtol=1e-5, atol=1e-5)
 
 
 # ------------------------------------------------------------------------------------------- runtime errors
@@ -598,7 +654,8 @@ def test_llm_page_continues_text_with_python_greedy_tokens(browser, llm_site, si
 def test_runtime_entries_and_state_api(page, llm_site):
     result = page.evaluate("""async () => {
       const m = await window.model('llm/model');
-      const out = { entries: Object.keys(m.entries), state: m.state.map((s) => s.name) };
+      const out = { entries: Object.keys(m.entries), state: m.state.map((s) => s.name),
+                    inPlace: m.manifest.entries.map((e) => e.state_in_place) };
       try { await m.run({}); } catch (e) { out.run = `${e.name}: ${e.message}`; }
       try { await m.readState("nope"); } catch (e) { out.unknown = e.message; }
       const u = Float32Array.of(0), temperature = Float32Array.of(0);
@@ -623,6 +680,7 @@ def test_runtime_entries_and_state_api(page, llm_site):
     }""")
     assert result["entries"] == ["prefill", "decode"]
     assert result["state"] == ["kv.0.0", "kv.0.1", "kv.1.0", "kv.1.1"]
+    assert result["inPlace"] == [result["state"]] * 2          # both entries write the caches' new rows in place
     assert "several entry points" in result["run"] and "model.entries.<name>.run" in result["run"]
     assert result["unknown"].startswith('unknown state "nope"')
     assert '"kv.0.0" is state' in result["stateAsInput"]

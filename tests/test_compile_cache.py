@@ -177,3 +177,18 @@ def test_a_cached_schedule_is_read_back_and_runs_the_same(cache_dir):
     # A schedule from another program never answers: the key holds the program's text and literal bits.
     fa.jit(lambda a: fnp.cumsum(fnp.exp(a) * 0.0, axis=0) + fnp.max(a)).lower(x)._backend_lowered._schedules()
     assert len(_entries(cache_dir, "schedule")) == 2
+
+
+def test_schedule_digest_covers_nested_modules(tmp_path):
+    """A cached kernel schedule is keyed by the scheduler's source to every depth: editing a module of
+    ``kernels/groups/`` must change the key (it once hashed only the top folder's files)."""
+    from fnarray.lowering.kernels.lowered import _code_digest, source_digest
+    (tmp_path / "groups").mkdir()
+    (tmp_path / "schedule.py").write_text("A = 1\n")
+    (tmp_path / "groups" / "reduce.py").write_text("B = 1\n")
+    before = source_digest((str(tmp_path),))
+    (tmp_path / "groups" / "reduce.py").write_text("B = 2\n")
+    assert source_digest((str(tmp_path),)) != before
+    (tmp_path / "groups" / "notes.txt").write_text("not source")
+    assert source_digest((str(tmp_path),)) == source_digest((str(tmp_path),))
+    assert _code_digest() == _code_digest()   # the package's own folders

@@ -15,7 +15,7 @@ from fnarray.core.ir import Program
 from fnarray.core.passes import cse
 from fnarray.core.prng import threefry2x32_reference
 
-from helpers import require_backend
+from helpers import count_lowerings, require_backend
 
 
 def _counts(prog):
@@ -123,19 +123,6 @@ def test_xla_compiles_the_cipher_once_for_many_slices():
     assert ours <= raw + 2, (ours, raw)
 
 
-def _count_lowerings(monkeypatch, device):
-    """A list that grows by one program's equation count each time ``device``'s backend lowers a program."""
-    impl = device.impl
-    lowered = []
-    real = impl.lower
-
-    def counting(program, dev, *args, **kwargs):
-        lowered.append(len(program.eqns))
-        return real(program, dev, *args, **kwargs)
-    monkeypatch.setattr(impl, "lower", counting)
-    return lowered
-
-
 def _decode_steps(cache, row, steps):
     outs = []
     for _ in range(steps):
@@ -152,7 +139,7 @@ def test_eager_compiles_each_new_shape_once_on_jax(monkeypatch):
     dev = cache.device
     row = fa.device_put(fnp.ones((1, 4)), dev)
     _decode_steps(cache, row, 2)                 # warm: the shapes of steps 1-2
-    lowered = _count_lowerings(monkeypatch, dev)
+    lowered = count_lowerings(monkeypatch, dev)
     first = _decode_steps(cache, row, 6)
     # steps 3-6 are new shapes: concatenate, tanh, sum and the index each compile once per step
     assert len(lowered) <= 4 * 4, lowered
@@ -169,7 +156,7 @@ def test_eager_numpy_waits_for_the_second_call(monkeypatch):
     x = fnp.ones((5, 3))
     dev = x.device
     fnp.sum(x, axis=1)                           # the general path's per-primitive programs, now cached
-    lowered = _count_lowerings(monkeypatch, dev)
+    lowered = count_lowerings(monkeypatch, dev)
     y = fnp.ones((7, 3))
     fnp.sum(y, axis=1)                           # first call of a new key: the general path (1 reduce)
     fnp.sum(y, axis=1)                           # second: the whole function, once

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import subprocess
@@ -24,12 +25,13 @@ import pytest
 
 import fnarray as fa
 import fnarray.numpy as fnp
+from fnarray import lax
 from fnarray.core import primitives as P
 from fnarray.core.errors import UnsupportedOnDevice
 from fnarray.export import MANIFEST_VERSION, runtime_source
 from fnarray.export._names import leaf_names
 from fnarray.export.serve import MIME_TYPES, serve_in_thread
-from helpers import check_traced, require_backend
+from helpers import check_traced, in_place_and_swapped_entries, require_backend
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
 import digits_mlp  # noqa: E402
@@ -474,6 +476,65 @@ def test_state_errors(wdev, tmp_path):
         fa.export.webgpu({"a": (step, x, x)}, x, path=tmp_path / "g")
 
 
+def _state_writes(path, m, entry) -> dict:
+    """``{dispatch index: work items}`` of the entry's dispatches that write a state buffer (each work item writes at
+    most one element of it: the in-place update kernels)."""
+    state = {s["buffer"] for s in m["state"]}
+    out = {}
+    for k, d in enumerate(entry["dispatches"]):
+        if any(b["write"] and b["buffer"] in state for b in d["bindings"]):
+            src = (path / m["kernels"][d["kernel"]]["file"]).read_text()
+            size = re.search(r"@workgroup_size\(([^)]*)\)", src).group(1)
+            out[k] = math.prod(d["workgroups"]) * math.prod(int(v) for v in size.split(","))
+    return out
+
+
+def _cache_step(cache, x, pos):
+    """A step with a cache as state: ``x`` (float32[1, 16]) written at row ``pos`` of ``cache`` (float32[1024, 16]),
+    the sum of the new cache's rows returned."""
+    new = lax.dynamic_update_slice(cache, fnp.tanh(x) * 2.0, (pos, 0))
+    return fnp.sum(new, axis=0), new
+
+
+def test_state_updated_in_place_writes_only_the_new_rows(gpu, tmp_path):
+    """A state whose new value is a ``dynamic_update_slice`` of it is written in place: one small kernel writes the
+    update into the state buffer (no partner, no copy, no kernel over the whole cache), and the replayed runs
+    equal NumPy's step by step, clamped start included."""
+    cache = np.zeros((1024, 16), np.float32)
+    m = fa.export.webgpu(_cache_step, cache, np.zeros((1, 16), np.float32), np.int32(0), path=tmp_path,
+                         state_argnums=(0,))
+    assert m["state_updates"] == [] and m["state_in_place"] == ["cache"] and "partner" not in m["state"][0]
+    assert not any(b["kind"] == "temp" and b["shape"] == [1024, 16] for b in m["buffers"])
+    assert list(_state_writes(tmp_path, m, m).values()) == [64]        # one work-group; the cache has 16,384
+    bundle = _Bundle(gpu, tmp_path)
+    want = np.zeros((1024, 16))
+    for pos in (0, 5, 1023, 2000, -3):                                # past the end and negative: clamped
+        x = rng.normal(size=(1, 16)).astype(np.float32)
+        row = min(max(pos, 0), 1023)
+        want[row] = np.tanh(x[0].astype(np.float64)) * 2.0
+        (total,) = bundle.run({"x": x, "pos": np.int32(pos)})
+        np.testing.assert_allclose(total, want.sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(bundle.state("cache"), want, rtol=1e-6, atol=1e-6)
+
+
+def test_state_read_besides_its_update_is_not_updated_in_place(gpu, tmp_path):
+    """Where the old value is also read (here: its sum, besides the update), writing in place would change what
+    that read sees: the new value goes to the partner buffer as before, and the results stay right."""
+    def step(cache, x, pos):
+        return fnp.sum(cache), lax.dynamic_update_slice(cache, x, (pos, 0))
+
+    cache = np.zeros((64, 4), np.float32)
+    m = fa.export.webgpu(step, cache, np.zeros((1, 4), np.float32), np.int32(0), path=tmp_path, state_argnums=(0,))
+    assert m["state_in_place"] == [] and [u.get("swap") for u in m["state_updates"]] == [True]
+    bundle = _Bundle(gpu, tmp_path)
+    total = 0.0
+    for pos in range(3):
+        x = rng.normal(size=(1, 4)).astype(np.float32)
+        (got,) = bundle.run({"x": x, "pos": np.int32(pos)})
+        np.testing.assert_allclose(got, total, rtol=1e-5, atol=1e-5)
+        total += float(np.sum(x.astype(np.float64)))
+
+
 @pytest.fixture(scope="module")
 def llm_model():
     """A small llama of ``examples/llm.py`` (random weights), float32 and 4-bit."""
@@ -508,8 +569,12 @@ def test_llm_bundle_keeps_packed_weights_and_generates_python_greedy_tokens(wdev
         assert [(i["name"], i["dtype"], i["shape"]) for i in e["inputs"]] == [
             ("ids", "int32", [1, t]), ("pos", "int32", []), ("u", "float32", []), ("temperature", "float32", [])]
         assert [(o["name"], o["dtype"], o["shape"]) for o in e["outputs"]] == [("out", "int32", [1])]
-        assert len(e["state_updates"]) == 4 and all(u.get("swap") for u in e["state_updates"])
+        # each cache updated in place: no partner, no copy, and only the new positions written
+        assert e["state_updates"] == [] and e["state_in_place"] == ["kv.0.0", "kv.0.1", "kv.1.0", "kv.1.1"]
+        writes = _state_writes(tmp_path, m, e)
+        assert len(writes) == 4 and all(n < capacity * 2 * 8 for n in writes.values()), writes
     assert [s["name"] for s in m["state"]] == ["kv.0.0", "kv.0.1", "kv.1.0", "kv.1.1"]
+    assert all("partner" not in s for s in m["state"])
     # Each packed matrix once, bit for bit; nothing of the size of a dequantized matrix.
     weights = (tmp_path / "weights.bin").read_bytes()
     packed = {n: np.asarray(v) for n, v in leaf_names("model", q4) if np.asarray(v).dtype == np.uint32}
@@ -560,3 +625,45 @@ def _replay_generation(bundle, ids, new, chunk, temperature=0.0, uniforms=None):
         got.append(step("decode", [got[-1]], pos, len(got)))
         pos += 1
     return got
+
+
+def test_state_scattered_into_is_updated_in_place(gpu, tmp_path):
+    """A state updated by a scatter (``acc.at[i].add(x)``: repeated rows add up, rows out of bounds are dropped)
+    is written in place too, and the replayed runs equal NumPy's ``np.add.at``."""
+    def step(acc, i, x):
+        new = acc.at[i].add(x)
+        return fnp.max(new), new
+
+    acc = np.zeros((256, 4), np.float32)
+    m = fa.export.webgpu(step, acc, np.zeros(3, np.int32), np.zeros((3, 4), np.float32), path=tmp_path,
+                         state_argnums=(0,))
+    assert m["state_updates"] == [] and m["state_in_place"] == ["acc"]
+    assert list(_state_writes(tmp_path, m, m).values()) == [64]
+    bundle = _Bundle(gpu, tmp_path)
+    want = np.zeros((256, 4))
+    for i in ([1, 7, 1], [300, 0, 255]):
+        x = rng.normal(size=(3, 4)).astype(np.float32)
+        i = np.asarray(i, np.int32)
+        np.add.at(want, i[i < 256], x[i < 256].astype(np.float64))
+        (top,) = bundle.run({"i": i, "x": x})
+        np.testing.assert_allclose(top, want.max(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bundle.state("acc"), want, rtol=1e-5, atol=1e-6)
+
+
+def test_in_place_and_swapped_updates_of_one_state_alternate(gpu, tmp_path):
+    """One state written in place by one entry and swapped with its partner by another: whichever buffer holds the
+    state after a swap is the one the in-place entry writes (the runtime's bind groups follow the roles)."""
+    cache = np.zeros((32, 4), np.float32)
+    m = fa.export.webgpu(in_place_and_swapped_entries(cache), path=tmp_path, state_argnums=(0,))
+    assert [e["state_in_place"] for e in m["entries"]] == [["cache"], []]
+    assert [u.get("swap") for u in m["entries"][1]["state_updates"]] == [True]
+    bundle = _Bundle(gpu, tmp_path)
+    want = np.zeros((32, 4))
+    for k in range(4):
+        x = rng.normal(size=(1, 4)).astype(np.float32)
+        bundle.run({"x": x, "pos": np.int32(3 * k)}, "write")
+        want[3 * k] = x[0]
+        (total,) = bundle.run({"scale": np.float32(0.5)}, "bump")
+        np.testing.assert_allclose(total, want.sum(), rtol=1e-5, atol=1e-5)
+        want = want * 0.5 + 1.0
+    np.testing.assert_allclose(bundle.state("cache"), want, rtol=1e-5, atol=1e-5)

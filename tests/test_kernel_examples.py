@@ -93,6 +93,44 @@ def test_example_scripts_run():
 BROWSER = ("flash_attention", "softmax", "quantized_matvec", "histogram", "column_sums")
 
 
+@pytest.mark.parametrize("wg", [8, 16, 64])
+def test_flash_attention_head_size_32(device, wg):
+    """The benchmark's shape class (head size 32, 16 x 16 blocks) at several work-group sizes: the phases of the
+    key loop without bounds tests or with them, and the barriers ``barriers.prune_barriers`` keeps (PoCL 3.0 and
+    3.1 miscompiled a bounds-tested phase followed by a loop in one barrier region: docs/internals.md)."""
+    if device.backend not in ("opencl", "webgpu"):
+        pytest.skip("work-group sizes are a kernel backend's")
+    import functools
+    import math
+    import fnarray.experimental.pallas as pl
+    q, k, v = _f32(2, 64, 32), _f32(2, 64, 32), _f32(2, 64, 32)
+    qspec = pl.BlockSpec((None, 16, 32), lambda hh, i: (hh, i, 0))
+    kvspec = pl.BlockSpec((None, 64, 32), lambda hh, i: (hh, 0, 0))
+    f = pl.pallas_call(functools.partial(flash_attention.flash_kernel, bk=16, scale=1 / math.sqrt(32)),
+                       out_shape=pl.ShapeDtypeStruct(q.shape, q.dtype), grid=(2, 4), in_specs=[qspec, kvspec, kvspec],
+                       out_specs=qspec, compiler_params={"workgroup": wg})
+    want = np.asarray(flash_attention.reference(q, k, v))
+    with own_kernels(device):
+        got = np.asarray(fa.jit(f)(*[fa.device_put(a, device) for a in (q, k, v)]))
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def test_flash_attention_key_loop_barriers():
+    """On a CPU OpenCL device the key loop of the flash-attention example keeps 4 barriers (the scores, their
+    row maxima, the weights and rescaling factors, the weighted values) and the carries are updated in place:
+    10 before ``barriers.prune_barriers`` and the in-place carries."""
+    devs = [d for d in fa.devices(all_backends=True) if d.backend == "opencl"]
+    if not devs or devs[0].impl.capabilities(devs[0]).matmul_tiling != "register":
+        pytest.skip("no CPU OpenCL device")
+    args = [fa.device_put(_f32(2, 64, 32), devs[0]) for _ in range(3)]
+    with own_kernels(devs[0]):
+        text = fa.jit(flash_attention.flash_attention).lower(*args).as_text()
+    loop = text[text.index("for (int it"):]
+    loop = loop[:loop.index("\n    }\n")]
+    assert loop.count("barrier(") == 4, loop
+    assert "if (" not in loop   # no per-item branch (all phases divide among the 8 work items)
+
+
 @pytest.fixture(scope="module")
 def kernel_bundles(wdev, site):  # noqa: F811 (the fixtures imported below)
     root, _ = site
@@ -117,3 +155,4 @@ def test_example_kernel_in_chromium(page, kernel_bundles, name):  # noqa: F811
 
 # The browser fixtures of tests/test_browser.py (one Chromium for the module, bundles served from 127.0.0.1).
 from test_browser import browser, page, site, wdev  # noqa: E402, F401
+

@@ -10,6 +10,7 @@ the diff).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import pathlib
 import sys
@@ -28,7 +29,7 @@ from fnarray.lowering.kernels.ir import BufferParam, Const, Load, Sym, const
 from fnarray.lowering.kernels.opencl_c import OpenCLRenderer
 from fnarray.lowering.kernels.wgsl import render_wgsl
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.append(str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))  # after examples/: both have an llm.py
 from backend_vs_raw import fn_init, fn_loss  # noqa: E402
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
@@ -344,3 +345,84 @@ def test_golden_kernels(target, name, f, args):
     assert path.exists(), f"{path} is missing: run with FNARRAY_REGEN_GOLDEN=1 to create it"
     assert text == path.read_text(), (f"generated kernels for {name!r} changed; review the difference and "
                                       "run with FNARRAY_REGEN_GOLDEN=1 if it is intended")
+
+
+# ------------------------------------------------------------------------------------- in-place updates
+
+
+def _cache_update(cache, x, pos):
+    new = fa.lax.dynamic_update_slice(cache, fnp.tanh(x) * 2.0, (pos, 0))
+    return fnp.sum(new, axis=0), new
+
+
+def test_donated_dynamic_update_slice_writes_only_the_update_into_the_input(target):
+    """With ``donate`` (input position -> output position), a ``dynamic_update_slice`` of a donated input that
+    nothing else reads is one kernel over the update's elements, writing into the input's buffer, which the
+    output shares; without donation (or donated to another output) a kernel writes the whole new array."""
+    args = (f32(1024, 16), f32(1, 16), np.int32(3))
+    caps, render = target
+    prog = traced(_cache_update, *args)
+
+    def writes_of(sched):
+        return [(la.kind, la.global_size) for la in sched.launches
+                if any(isinstance(p, BufferParam) and p.writes and a is sched.outputs[1]
+                       for p, a in zip(la.kernel.params, la.args, strict=True))]
+
+    sched = schedule(prog, caps, workgroup=64, donate={0: 1})
+    for la in sched.launches:
+        render(la.kernel)
+    assert sched.outputs[1] is sched.inputs[0]
+    assert writes_of(sched) == [("update", (64,))]           # 16 elements: one work-group; the cache has 16,384
+    for donate in (None, {0: 0}, {1: 1}):
+        other = schedule(prog, caps, workgroup=64, donate=donate)
+        assert other.outputs[1] is not other.inputs[0]
+        assert sum(math.prod(g) for _, g in writes_of(other)) >= 1024 * 16
+    # any output (jit's donate_argnums): the same
+    anywhere = schedule(prog, caps, workgroup=64, donate={0: None})
+    assert anywhere.outputs[1] is anywhere.inputs[0]
+
+
+def test_donated_input_read_elsewhere_is_not_updated_in_place():
+    """Another read of the donated input (the old value, after the update would have overwritten it) keeps the
+    copy: the output gets a buffer of its own."""
+    def f(cache, x):
+        return fa.lax.dynamic_update_slice(cache, x, (2, 0)), fnp.sum(cache)
+
+    prog = traced(f, f32(64, 4), f32(1, 4))
+    sched = schedule(prog, WEBGPU_LIKE, workgroup=64, donate={0: 0})
+    assert sched.outputs[0] is not sched.inputs[0]
+    assert all(la.kind != "update" for la in sched.launches)
+
+
+def test_donated_scatter_writes_only_the_updated_rows(target):
+    """A scatter into a donated input: one kernel over the updates (4 rows of 16), writing into the input's
+    buffer; the copying scatter kernel walks every element of the 1024 x 16 result."""
+    caps, render = target
+
+    def f(x, i, u):
+        return x.at[i].add(u)
+
+    prog = traced(f, f32(1024, 16), np.asarray([3, 5, 3, 7], np.int32), f32(4, 16))
+    sched = schedule(prog, caps, workgroup=64, donate={0: 0})
+    for la in sched.launches:
+        render(la.kernel)
+    assert sched.outputs[0] is sched.inputs[0]
+    assert [(la.kind, la.global_size) for la in sched.launches] == [("update", (64,))]
+    plain = schedule(prog, caps, workgroup=64)
+    assert [la.kind for la in plain.launches] == ["scatter"] and plain.launches[0].global_size[0] >= 1024 * 16
+
+
+def test_value_of_an_in_place_update_is_not_read_in_its_own_kernel():
+    """A cache-sized value read after an in-place update (``new * 2``) is not computed by the update's kernel, even
+    when that kernel iterates over the cache's shape (it took over a cache-sized map kernel): its work items write
+    the updated rows, not their own elements, so a read of the result there would race with them."""
+    def f(cache, other, x):
+        big = other * 3.0                                   # a cache-sized map kernel the update can take over
+        new = fa.lax.dynamic_update_slice(cache, x, (5, 0))
+        return new, big, new * 2.0
+
+    prog = traced(f, f32(64, 4), f32(64, 4), f32(1, 4))
+    sched = schedule(prog, WEBGPU_LIKE, workgroup=64, donate={0: 0})
+    assert sched.outputs[0] is sched.inputs[0]
+    update = next(la for la in sched.launches if la.kind == "update")
+    assert sched.outputs[2] not in update.args and sched.outputs[1] in update.args

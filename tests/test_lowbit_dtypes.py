@@ -3,8 +3,11 @@
 References: ml_dtypes/NumPy conversions (bit for bit), ``jax.numpy.promote_types`` (the lattice, every pair),
 NumPy float64 of the upcast values (arithmetic, matmul), and our own pinned semantics where XLA's differ
 (float -> int saturates, integer division by zero is 0). Every device runs every case: numpy:0 and jax:0
-natively, mlx/opencl/webgpu through the numpy fallback (a ``FallbackWarning`` naming the dtype, and
-``UnsupportedOnDevice`` with ``fallback="error"``).
+natively; opencl converts natively to and from them, webgpu out of them (the arrays are bytes on the device,
+kernels convert them in registers), with ``fallback="error"`` in the cast tests (every byte pattern, a float
+sweep with every rounding tie, subnormals, overflow and NaN); other operations there, and everything on mlx,
+through the numpy fallback (a ``FallbackWarning`` naming the dtype, and ``UnsupportedOnDevice`` with
+``fallback="error"``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,20 @@ def _quiet_fallbacks():
 
 def _put(x, device):
     return fa.device_put(np.asarray(x), device)
+
+
+def _cast_mode(device, src, dst):
+    """``fallback="error"`` where ``device`` converts ``src`` to ``dst`` itself: numpy and jax; opencl where it
+    has both dtypes, except float64 into a float8 (it rounds once from float64 on numpy:0); webgpu out of a
+    low-bit dtype only (it reads their bytes but writes none); else ``"warn"``."""
+    src, dst = np.dtype(src), np.dtype(dst)
+    if device.backend in NATIVE:
+        return "error"
+    if device.backend not in ("opencl", "webgpu") or (device.backend == "webgpu" and dst in LOW):
+        return "warn"
+    caps = device.impl.capabilities(device)
+    ok = src in caps.dtypes and dst in caps.dtypes
+    return "error" if ok and not (src == np.float64 and dst in FLOAT8) else "warn"
 
 
 def _all_f8(d):
@@ -188,7 +205,8 @@ def test_cast_into_low_bit(device, src, dst):
         v = v > 0
     with np.errstate(over="ignore"):
         x = v.astype(s)
-    got = _put(x, device).astype(dst)
+    with fallback_mode(_cast_mode(device, s, dst)):
+        got = _put(x, device).astype(dst)
     if dtypes.is_int(dst) and dtypes.is_float(s):
         want = _f2i_ref(x.astype(np.float64), dst)
     elif dtypes.is_int(dst):
@@ -206,7 +224,25 @@ def test_cast_float64_rounds_once(device, dst):
     grid = np.unique(grid[np.isfinite(grid)])
     mid = (grid[1:] + grid[:-1]) / 2
     x = np.concatenate([mid, np.nextafter(mid, np.inf), np.nextafter(mid, -np.inf), mid + 1e-12])
-    _same_bits(_put(x, device).astype(dst), x.astype(dst))
+    with fallback_mode(_cast_mode(device, np.float64, dst)):
+        got = _put(x, device).astype(dst)
+    _same_bits(got, x.astype(dst))
+
+
+@pytest.mark.parametrize("dst", FLOAT8, ids=lambda d: d.name)
+def test_float32_ties_round_to_nearest_even(device, dst):
+    """Every midpoint between neighbouring float8 values (and the float32 numbers beside it), subnormal ones
+    included, the overflow thresholds and every float32 class: round to nearest even as ml_dtypes."""
+    grid = _all_f8(dst).astype(np.float64)
+    grid = np.unique(grid[np.isfinite(grid)])
+    mid = ((grid[1:] + grid[:-1]) / 2).astype(np.float32)
+    top = float(grid[-1])
+    edges = np.array([top, top * 1.03, top * 1.0625, top * 1.07, 3e38, 1e-40, -1e-40, 2.0 ** -126, 0.0, -0.0,
+                      np.inf, -np.inf, np.nan, -np.nan], np.float32)
+    x = np.concatenate([mid, np.nextafter(mid, np.float32(np.inf)), np.nextafter(mid, np.float32(-np.inf)), edges])
+    with fallback_mode(_cast_mode(device, np.float32, dst)):
+        got = _put(x, device).astype(dst)
+    _same_bits(got, x.astype(dst))
 
 
 @pytest.mark.parametrize("src", LOW, ids=lambda d: d.name)
@@ -216,8 +252,9 @@ def test_cast_out_of_low_bit(device, src, dst):
     if src in FLOAT8:
         x = _all_f8(src)
     else:
-        x = np.arange(16).astype(np.int64).astype(src)   # every int4/uint4 value
-    got = _put(x, device).astype(d)
+        x = np.arange(256, dtype=np.uint8).view(src)   # every byte: ml_dtypes reads the low 4 bits
+    with fallback_mode(_cast_mode(device, src, d)):
+        got = _put(x, device).astype(d)
     if dtypes.is_int(d) and dtypes.is_float(src):
         want = _f2i_ref(x.astype(np.float64), d)
     elif d == np.bool_:
@@ -227,6 +264,34 @@ def test_cast_out_of_low_bit(device, src, dst):
     else:
         want = x.astype(d)
     _same_bits(got, want)
+
+
+_MOVES = {
+    "transpose": lambda w: w.T,
+    "reshape": lambda w: w.reshape(8, -1),
+    "slice": lambda w: w[1:, ::3],
+    "rev": lambda w: w[::-1],
+    "broadcast": lambda w: fnp.broadcast_to(w[None], (2,) + w.shape),
+    "concatenate": lambda w: fnp.concatenate([w, w[:2]], 0),
+    "transpose_then_upcast_matmul": lambda w: fnp.ones((3, 16), fnp.float32) @ w.T.astype(fnp.float32),
+}
+
+
+@pytest.mark.parametrize("move", list(_MOVES))
+@pytest.mark.parametrize("d", LOW, ids=lambda d: d.name)
+def test_data_movement_keeps_the_bytes(device, d, move):
+    """Transposes, reshapes, slices, reversals, broadcasts and concatenations move every byte pattern (opencl the
+    very bytes, NaNs included; XLA may rewrite a float8 NaN's); opencl runs them with ``fallback="error"``, so
+    weights can be laid out on the device before their upcast."""
+    w = np.arange(256, dtype=np.uint8).reshape(16, 16).view(d)
+    f = fa.jit(_MOVES[move])
+    with fallback_mode("error" if device.backend in NATIVE + ("opencl",) else "warn"):
+        got = np.asarray(f(_put(w, device)))
+    want = np.asarray(f(_put(w, "numpy:0")))
+    if got.dtype == d and device.backend in ("numpy", "opencl"):   # the very bytes (XLA may rewrite NaNs)
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+    else:
+        _same_bits(got, want)
 
 
 def test_asarray_from_ml_dtypes_and_scalar_types(device):
@@ -320,7 +385,8 @@ def test_matmul_by_upcasting_and_in_dtype(device, d):
     x, w = _put(a, device), _put(b, device)
     exact = a.astype(np.float64) @ b.astype(np.float64)
     up = dtypes.float32 if dtypes.is_float(d) else dtypes.int32
-    got = x.astype(up) @ w.astype(up)   # the upcast product (what a quantized layer does)
+    with fallback_mode(_cast_mode(device, d, up)):   # the kernel backends' conversion feeds their product
+        got = fa.jit(lambda x, w: x.astype(up) @ w.astype(up))(x, w)   # the upcast product (a quantized layer's)
     np.testing.assert_allclose(np.asarray(got, np.float64), exact, rtol=1e-6)
     native = np.asarray(x @ w)   # in the dtype, as JAX: float32 accumulation rounded once / integers wrap
     assert native.dtype == d
@@ -411,6 +477,7 @@ def test_kernel_and_mlx_devices_fall_back_naming_the_dtype(device, monkeypatch):
             x = _put(np.array([1.5, 2.0], E4M3), device)
             assert float((x + x).astype(fnp.float32).sum()) == 7.0
         return
+    converts = device.backend in ("opencl", "webgpu")   # their kernels convert the bytes; arithmetic falls back
     x = _put(np.array([1.5, 2.0], E4M3), device)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
@@ -423,5 +490,8 @@ def test_kernel_and_mlx_devices_fall_back_naming_the_dtype(device, monkeypatch):
             a = _put(np.array(v).astype(d), device)
             with pytest.raises(fa.UnsupportedOnDevice, match=d.name):
                 a + a
-            with pytest.raises(fa.UnsupportedOnDevice, match=d.name):
-                a.astype(fnp.float32)
+            if converts:
+                assert np.asarray(a.astype(fnp.float32)).tolist() == [float(v[0])]
+            else:
+                with pytest.raises(fa.UnsupportedOnDevice, match=d.name):
+                    a.astype(fnp.float32)

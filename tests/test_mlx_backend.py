@@ -503,3 +503,22 @@ def test_backend_unavailable_names_the_fix(monkeypatch):
     monkeypatch.setattr(mlx_lowering, "IMPORT_ERROR", "the mlx backend needs MLX: No module named 'mlx'")
     with pytest.raises(fa.BackendUnavailable, match="MLX"):
         mlx_lowering.make_backend()
+
+
+def test_direct_entries_with_a_stream_check(mdev, monkeypatch):
+    """jit's hot path and the eager cache call an mlx executable's ``call_args`` directly: the generated function
+    itself where MLX has one device (mlx[cpu]), else a wrapper that picks the device's stream first. The second
+    form, forced here (a machine with a GPU takes it for its CPU device), gives the same results."""
+    from fnarray.lowering.mlx import backend as mlx_lowering
+    monkeypatch.setattr(mlx_lowering, "_only_device", lambda handle: False)
+    monkeypatch.setattr(mlx_lowering, "COMPILE_MODE", "never")  # (a _WarmCompile has no direct entry)
+    x = np.linspace(-2, 2, 13).astype(np.float32)  # a shape no other test's eager entries have
+    f = fa.jit(lambda a: fnp.tanh(a) * 2.0 + a[::-1], device=mdev)
+    exe = f.lower(_put(x, mdev)).compile().entry.exe
+    assert exe.call_args is not getattr(exe, "__wrapped__", exe)
+    want = np.tanh(x.astype(np.float64)) * 2 + x[::-1]
+    for _ in range(3):  # the first call, then jit's hot path through call_args
+        np.testing.assert_allclose(np.asarray(f(_put(x, mdev))), want, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(_put(x, mdev) * 3.0), x * 3.0, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(P.sort.bind(_put(x[::-1].copy(), mdev), dimension=0, is_stable=True,
+                                                          num_keys=1)[0]), x, rtol=0)

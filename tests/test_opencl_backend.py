@@ -24,7 +24,7 @@ from fnarray.testing.cases import CASES, NOT_EXECUTED
 
 from helpers import fallback_mode, require_backend
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.append(str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))  # after examples/: both have an llm.py
 from backend_vs_raw import fn_init, fn_loss, make_fn_step  # noqa: E402
 
 REF = fa.devices("numpy")[0]

@@ -648,3 +648,32 @@ def test_index_arithmetic_folds_keep_the_value():
                 assert ev(back, env) == v
         assert isinstance(G._rem(flat, 8), Const) and isinstance(G._rem(G.op("rem", flat, G._i(64)), 8), Const)
         assert "div" not in repr(G._div(flat, 8))
+
+
+def test_prune_barriers_keeps_only_ordering_barriers():
+    """``kernels/barriers.prune_barriers`` on hand-built statements: a barrier between regions that touch no
+    shared array in conflicting ways goes, one between a write and a read of a work-group array stays, a loop's
+    last barrier moves after the loop where its last region does not conflict with its first."""
+    from fnarray.lowering.kernels.barriers import prune_barriers
+    from fnarray.lowering.kernels.ir import ArrayDecl, Barrier, For, Let, Load, Special, Store, const
+    f32, i32 = np.dtype(np.float32), np.dtype(np.int32)
+    lid = Special("local_id", 0)
+    decls = tuple(ArrayDecl("local", n, f32, 8) for n in ("a", "b", "c"))
+
+    def put(name):
+        return Store("local", name, lid, const(1.0, f32))
+
+    def get(name, to):
+        return Let(to, Load("local", name, lid, f32))
+
+    store_out = Store("global", "out", lid, const(0.0, f32))
+    body = decls + (put("a"), Barrier(), put("b"), Barrier(), get("b", "x"), Barrier(), store_out)
+    # a | b: nothing ordered; b | read b: kept; the last one (before the kernel's end) is ``_trim_barriers``' to drop
+    assert prune_barriers(body) == decls + (put("a"), put("b"), Barrier(), get("b", "x"), Barrier(), store_out)
+    loop = For("i", const(0, i32), const(4, i32), const(1, i32), (put("a"), Barrier(), get("a", "y"), put("b"),
+                                                                  Barrier(), get("b", "w"), put("c"), Barrier()))
+    moved = prune_barriers(decls + (loop, get("c", "z")))
+    assert isinstance(moved[3], For) and moved[3].body.count(Barrier()) == 2 and moved[4] == Barrier()
+    racing = For("i", const(0, i32), const(4, i32), const(1, i32), (put("a"), Barrier(), get("a", "y"), Barrier()))
+    kept = prune_barriers(decls + (racing,))
+    assert kept[3].body.count(Barrier()) == 2   # the next iteration writes what this one's last region reads

@@ -512,7 +512,7 @@ def test_donated_inputs_are_deleted_and_results_stay_right(wdev):
 
 
 def test_digits_training_step_runs_without_fallback(wdev, ref, fallback_mode):
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.append(str(__import__("pathlib").Path(__file__).resolve().parents[1] / "benchmarks"))
     from backend_vs_raw import fn_init, make_fn_step
 
     fallback_mode("error")
@@ -653,3 +653,80 @@ def test_window_reductions_past_the_loop_limit_fall_back(fallback_mode):
     small = fa.jit(lambda v: fa.lax.reduce_window_sum(v, (1, 100, 100), (1, 100, 100), "VALID"), device=dev)(x)
     np.testing.assert_allclose(np.asarray(small), np.asarray(x).reshape(3, 100, 3, 100).sum((1, 3))[None],
                                rtol=1e-5)
+
+
+def _cache_step(cache, x, pos):
+    """``x`` written at row ``pos`` of ``cache`` (a KV cache's update) and the new cache's column sums."""
+    new = fa.lax.dynamic_update_slice(cache, fnp.tanh(x) * 2.0, (pos, 0))
+    return fnp.sum(new, axis=0), new
+
+
+def test_donated_cache_is_updated_in_place(wdev):
+    """``jit(donate_argnums=...)`` on webgpu: a ``dynamic_update_slice`` of the donated cache writes only the
+    new row into the donated buffer, which the result takes over (no new buffer, no copy of the cache); the
+    results equal NumPy's float64 step after step, and the donated array is deleted."""
+    f = fa.jit(_cache_step, donate_argnums=0)
+    cache = fa.device_put(np.zeros((256, 8), np.float32), wdev)
+    first = cache.call_view()[0].buffer
+    args = (cache, np.zeros((1, 8), np.float32), np.int32(0))
+    assert [k.name for k in f.lower(*args).kernels()] == ["update_tanh_mul_dynamic_update_slice", "reduce_reduce_sum"]
+    assert [k.name for k in fa.jit(_cache_step).lower(*args).kernels()] == [
+        "map_tanh_mul_dynamic_update_slice", "reduce_reduce_sum"]                 # the whole cache written
+    want = np.zeros((256, 8))
+    for pos in (0, 3, 255, 300):                                 # 300: clamped to the last row
+        x = np.random.default_rng(pos).normal(size=(1, 8)).astype(np.float32)
+        total, new = f(cache, fa.device_put(x, wdev), np.int32(pos))
+        assert cache.is_deleted() and new.call_view()[0].buffer is first
+        want[min(pos, 255)] = np.tanh(x[0].astype(np.float64)) * 2.0
+        np.testing.assert_allclose(np.asarray(total), want.sum(0), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(new), want, rtol=1e-6, atol=1e-6)
+        cache = new
+    # Without donation the cache is a new buffer each call, and the argument keeps its value.
+    plain = fa.jit(_cache_step)
+    _, again = plain(cache, fa.device_put(np.ones((1, 8), np.float32), wdev), np.int32(0))
+    assert again.call_view()[0].buffer is not first and not cache.is_deleted()
+    np.testing.assert_allclose(np.asarray(cache), want, rtol=1e-6, atol=1e-6)
+
+
+def test_donated_array_passed_twice_keeps_the_other_argument(wdev):
+    """The same array as the donated cache and as another argument: the update goes to a copy, so what the
+    other argument reads is the value before the update."""
+    def step(cache, other):
+        return fa.lax.dynamic_update_slice(cache, fnp.full((1, 4), 5.0, np.float32), (0, 0)), other * 1.0
+
+    c0 = np.arange(32, dtype=np.float32).reshape(8, 4)
+    a = fa.device_put(c0, wdev)
+    new, other = fa.jit(step, donate_argnums=0)(a, a)
+    want = c0.copy()
+    want[0] = 5.0
+    np.testing.assert_array_equal(np.asarray(new), want)
+    np.testing.assert_array_equal(np.asarray(other), c0)
+
+
+@pytest.mark.parametrize("how", ["set", "add", "mul", "min", "max"])
+def test_donated_scatter_is_updated_in_place(wdev, how):
+    """A scatter into a donated array writes only the updated rows, in place: repeated indices combine in order
+    (``set``: the last wins, as the copying kernel), out-of-bounds ones are dropped; against NumPy's ``ufunc.at``
+    in float64, with one and two scattered axes."""
+    rng = np.random.default_rng(7)
+    x = rng.uniform(0.5, 1.5, (6, 5, 3)).astype(np.float32)
+    rows = np.asarray([4, 1, 4, 9, 0, 1], np.int32)             # 4 and 1 twice; 9 out of bounds
+    cols = np.asarray([2, 0, 2, 1, 4, 3], np.int32)
+    u1 = rng.uniform(0.5, 1.5, (6, 5, 3)).astype(np.float32)
+    u2 = rng.uniform(0.5, 1.5, (6, 3)).astype(np.float32)
+    ufunc = {"add": np.add, "mul": np.multiply, "min": np.minimum, "max": np.maximum}.get(how)
+    for index, u in (((rows,), u1), ((rows, cols), u2)):
+        f = fa.jit(lambda a, i, v, index=index: getattr(a.at[i if len(index) == 1 else (i, index[1])], how)(v),
+                   donate_argnums=0)
+        a = fa.device_put(x, wdev)
+        before = a.call_view()[0].buffer
+        got = f(a, index[0], u)
+        assert a.is_deleted() and got.call_view()[0].buffer is before
+        want = x.astype(np.float64)
+        keep = index[0] < x.shape[0]
+        where = tuple(i[keep] for i in index)
+        if ufunc is None:
+            want[where] = u[keep].astype(np.float64)            # the repeated rows' last update wins
+        else:
+            ufunc.at(want, where, u[keep].astype(np.float64))
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)

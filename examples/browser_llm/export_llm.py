@@ -13,7 +13,8 @@ both return the next character id (int32[1], picked on the GPU: the most likely 
 else drawn from the softmax at ``temperature`` by the page's uniform number ``u``) and the new caches. The model is
 baked (``bake_argnums=(0,)``: the 4-bit weights are the packed uint32 words of ``fa.nn.quantize``, stored as they
 are, never dequantized at export), ``kv`` (one ``(keys, values)`` pair of float32[1, CAPACITY, K, H] per layer) is
-state (``state_argnums=(1,)``): it stays on the GPU between steps, and a step reads back only the character id.
+state (``state_argnums=(1,)``): it stays on the GPU between steps, a step writes only its new positions into it (in
+place: ``state_in_place`` in the manifest), and a step reads back only the character id.
 ``pos`` (int32, rank 0) is where the new positions go: the page rewinds it to reuse the cache of the text that did
 not change (typing a character costs one decode step, not a new prefill).
 
@@ -109,7 +110,8 @@ def generate_like_page(model, prompt, new_tokens=NEW_TOKENS, capacity=CAPACITY, 
     """The page's generation in Python: ``prompt``'s last ``capacity - new_tokens`` characters fed as chunks of
     ``chunk`` then single steps, then ``new_tokens`` steps; returns the generated ids (a list of ints). Greedy, or
     with ``temperature > 0`` drawn with the uniform numbers ``uniforms`` (one per generated id, as the page's)."""
-    step = fa.jit(make_steps(), device=device)
+    # the caches donated: on webgpu:0 a step writes its new positions into them in place, as the page's bundle
+    step = fa.jit(make_steps(), device=device, donate_argnums=(1,))
     ids = [int(i) for i in encode(prompt)][-(capacity - new_tokens):]
     u = np.zeros(new_tokens, np.float32) if uniforms is None else np.asarray(uniforms, np.float32)
     t = np.float32(temperature)

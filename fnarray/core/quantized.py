@@ -7,14 +7,20 @@ has a float ``scale`` and ``bias`` and holds integers ``q`` in ``[0, 2**bits - 1
 ``[j * bits, (j + 1) * bits)``, stored in ``uint32`` words (so for 3, 5 and 6 bits an element may span two
 words): the packed row has ``k * bits // 32`` words, the scales and biases ``k // group_size`` entries.
 
-``quantized_matmul[transpose, group_size, bits] x w scales biases``:
+``quantized_matmul[transpose, group_size, bits, mode="affine"] x w scales biases``:
 
 - ``transpose=True`` (a ``Linear`` layer's ``x @ W.T``): ``w`` is ``(n, k * bits / 32)`` uint32, ``scales``
   and ``biases`` ``(n, k / group_size)``, ``x`` is ``(..., k)``; the result ``(..., n)``.
 - ``transpose=False`` (``x @ W``): ``w`` is ``(k, n * bits / 32)``, ``scales``/``biases``
   ``(k, n / group_size)``, ``x`` is ``(..., k)``; the result ``(..., n)``.
 
-``x``, ``scales`` and ``biases`` share one float dtype, which is the result's. The product accumulates in
+``quantized_matmul[..., mode="mxfp4"] x w scales`` (MLX's ``mode="mxfp4"``, the OCP microscaling format): 4-bit
+E2M1 elements (a sign bit, two exponent bits, one mantissa bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
+negations), packed as the affine format's 4-bit stream, and one ``uint8`` E8M0 scale per group of 32 (the
+power of two ``2**(s - 127)``); there are no biases, so the equation has three operands.
+
+``x``, ``scales`` and ``biases`` share one float dtype, which is the result's (mxfp4: ``x``'s; its scales are
+``uint8``). The product accumulates in
 float32 (float64 for float64), as ``mx.quantized_matmul``. It is linear in ``x``; the quantized weights are
 constants (no tangent: differentiate ``dequantize(w, scales, biases)`` instead). Every backend computes it
 without materialising the float weights in memory (``fnarray.lowering.packed`` and each backend's
@@ -28,23 +34,37 @@ from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.core.primitives import Primitive
 from fnarray.core.shaped import ShapedArray
 
-__all__ = ["quantized_matmul_p", "BITS", "GROUP_SIZES", "check_format", "weight_shape"]
+__all__ = ["quantized_matmul_p", "BITS", "GROUP_SIZES", "MODES", "check_format", "weight_shape"]
 
 #: The bit widths and group sizes of MLX's affine format (mlx 0.32).
 BITS = (1, 2, 3, 4, 5, 6, 8)
 GROUP_SIZES = (32, 64, 128)
+#: The modes fnarray has, each with MLX's default ``(group_size, bits)``; mxfp4 has only these.
+MODES = {"affine": (64, 4), "mxfp4": (32, 4)}
 
 
 def check_format(group_size, bits, mode="affine", where="quantize"):
-    """Raise ``ValueError`` for a mode, group size or bit width MLX's affine format does not have."""
-    if mode != "affine":
-        raise NotImplementedError(f"[{where}] mode={mode!r} is not supported; fnarray has MLX's mode 'affine' "
-                                  f"(the 'mxfp4'/'nvfp4' modes are not implemented)")
+    """``(group_size, bits)`` with MLX's defaults of ``mode`` for ``None``; raises ``ValueError`` for a mode,
+    group size or bit width MLX does not have, ``NotImplementedError`` for MLX's ``mxfp8``/``nvfp4``."""
+    if mode not in MODES:
+        if mode in ("mxfp8", "nvfp4"):
+            raise NotImplementedError(f"[{where}] mode={mode!r} is not implemented; fnarray has MLX's modes "
+                                      f"{tuple(MODES)}")
+        raise ValueError(f"[{where}] mode={mode!r} is not a quantization mode; use one of {tuple(MODES)} (as MLX)")
+    default_gs, default_bits = MODES[mode]
+    group_size = default_gs if group_size is None else group_size
+    bits = default_bits if bits is None else bits
+    if mode == "mxfp4":
+        if group_size != 32 or bits != 4:
+            raise ValueError(f"[{where}] mode='mxfp4' needs group_size=32 and bits=4 (as MLX), got "
+                             f"group_size={group_size!r} and bits={bits!r}")
+        return group_size, bits
     if group_size not in GROUP_SIZES:
         raise ValueError(f"[{where}] group_size={group_size!r} is not supported; use one of {GROUP_SIZES} "
                          f"(as MLX)")
     if bits not in BITS:
         raise ValueError(f"[{where}] bits={bits!r} is not supported; use one of {BITS} (as MLX)")
+    return group_size, bits
 
 
 def weight_shape(w_shape, bits):
@@ -52,27 +72,40 @@ def weight_shape(w_shape, bits):
     return tuple(w_shape[:-1]) + (w_shape[-1] * 32 // bits,)
 
 
-def _rule(x, w, scales, biases, *, transpose, group_size, bits):
-    check_format(group_size, bits, where="quantized_matmul")
+def _check_scales(x, scales, biases, mode):
+    """The dtype rules of the scales and biases: x's float dtype for affine, uint8 and none for mxfp4."""
+    if mode == "mxfp4":
+        if biases:
+            raise ShapeError("quantized_matmul with mode='mxfp4' takes no biases (x, w, scales)")
+        if scales.dtype != dtypes.uint8:
+            raise DTypeError(f"quantized_matmul with mode='mxfp4' needs uint8 (E8M0) scales, got {scales.dtype.name}")
+        return
+    if len(biases) != 1:
+        raise ShapeError("quantized_matmul with mode='affine' takes x, w, scales and biases")
+    if scales.dtype != x.dtype or biases[0].dtype != x.dtype:
+        raise DTypeError(f"quantized_matmul needs x, scales and biases of one dtype, got {x.dtype.name}, "
+                         f"{scales.dtype.name} and {biases[0].dtype.name} (fnarray.quantized_matmul promotes them)")
+
+
+def _rule(x, w, scales, *biases, transpose, group_size, bits, mode):
+    check_format(group_size, bits, mode, where="quantized_matmul")
     if w.dtype != dtypes.uint32:
         raise DTypeError(f"quantized_matmul needs packed uint32 weights, got {w.dtype.name} "
                          f"(make them with fnarray.quantize)")
     if not dtypes.is_float(x.dtype):
         raise DTypeError(f"quantized_matmul needs a float x, got {x.dtype.name}")
-    if scales.dtype != x.dtype or biases.dtype != x.dtype:
-        raise DTypeError(f"quantized_matmul needs x, scales and biases of one dtype, got {x.dtype.name}, "
-                         f"{scales.dtype.name} and {biases.dtype.name} (fnarray.quantized_matmul promotes them)")
-    if w.ndim != 2 or scales.ndim != 2 or biases.ndim != 2:
+    _check_scales(x, scales, biases, mode)
+    if w.ndim != 2 or scales.ndim != 2 or any(b.ndim != 2 for b in biases):
         raise ShapeError(f"quantized_matmul needs 2-d weights, scales and biases, got shapes {w.shape}, "
-                         f"{scales.shape} and {biases.shape}")
+                         f"{scales.shape} and {[b.shape for b in biases]}")
     if x.ndim < 1:
         raise ShapeError("quantized_matmul needs x of rank 1 or more, got a scalar")
     rows, cols = weight_shape(w.shape, bits)
     groups = (rows, cols // group_size)
-    if cols % group_size or scales.shape != groups or biases.shape != groups:
+    if cols % group_size or scales.shape != groups or any(b.shape != groups for b in biases):
         raise ShapeError(f"quantized_matmul: packed weights {w.shape} at bits={bits} stand for a ({rows}, {cols}) "
                          f"matrix, whose scales and biases have shape {groups} for group_size={group_size}; "
-                         f"got {scales.shape} and {biases.shape}")
+                         f"got {scales.shape} and {[b.shape for b in biases]}")
     k, n = (cols, rows) if transpose else (rows, cols)
     if x.shape[-1] != k:
         raise ShapeError(f"quantized_matmul: the last axis of x {x.shape} must be {k}, the contraction of the "
@@ -82,6 +115,7 @@ def _rule(x, w, scales, biases, *, transpose, group_size, bits):
 
 quantized_matmul_p = Primitive(
     "quantized_matmul", _rule, kind="other",
-    doc="x @ W.T (transpose=True) or x @ W with W in MLX's affine format: packed uint32 words of `bits`-bit "
-        "integers, one scale and bias per group of group_size along W's rows; accumulates in float32; linear "
-        "in x, weights constant.")
+    doc="x @ W.T (transpose=True) or x @ W with W in MLX's affine format (packed uint32 words of `bits`-bit "
+        "integers, one scale and bias per group of group_size along W's rows) or its mxfp4 format (E2M1 "
+        "elements, a uint8 E8M0 scale per group of 32, no biases); accumulates in float32; linear in x, "
+        "weights constant.")

@@ -98,7 +98,9 @@ class Capabilities:
     backends, whose composites would compile kernels of their own), ``"second_call"`` (from a key's second
     call on: compiles cost milliseconds, and a loop over new constants compiles nothing), ``"first_call"``
     (from the first: a slow compiler, such as XLA, then compiles each new shape once, not per primitive and
-    then again for the whole function).
+    then again for the whole function), ``"repeated_call"`` (from a key's ``eager_jit.REPEATED_CALL``-th call:
+    a backend whose general path compiles nothing, as mlx's lazy operations, so that a program is made only for
+    a key called often enough to repay its trace; a loop whose shapes grow then compiles nothing).
     ``memory_check``: how ``devices.memory`` sizes a program before it runs. ``"values"``: every value
     at the program's top level is a buffer (numpy, mlx: each equation allocates its result).
     ``"compiled"``: the backend's compiler decides which values get buffers (XLA fuses, the kernel
@@ -133,6 +135,16 @@ class Capabilities:
     reference: bool = False
     tunable: bool = False
     tuning_facts: tuple = ()
+
+
+class _Compiling(threading.local):
+    eager = False
+
+
+#: ``compiling.eager`` is true while ``transforms/eager_jit.py`` traces and compiles the program of an eager call
+#: in this thread: a backend may compile it as the eager code it stands for (mlx: never through ``mx.compile``,
+#: whose compile per new shape raw MLX's eager calls never pay).
+compiling = _Compiling()
 
 
 class Lowered:

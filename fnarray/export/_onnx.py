@@ -34,7 +34,7 @@ from fnarray.core import primitives as P
 from fnarray.core.fft import fft_p
 from fnarray.core.quantized import quantized_matmul_p, weight_shape
 from fnarray.core import pallas as _pallas
-from fnarray.lowering.packed import acc_dtype, unpack_plan
+from fnarray.lowering.packed import E2M1, E8M0, acc_dtype, unpack_plan
 from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.decompositions import decompose
 from fnarray.core.errors import UnsupportedOnDevice
@@ -882,11 +882,12 @@ def _quantized_matmul(g, e, ins):
     ``DequantizeLinear`` of the integers as a ``uint4``/``uint8`` initializer (ONNX Runtime's graph optimizer
     turns the pattern into its ``MatMulNBits``), plus the biases, then ``MatMul``. Otherwise (weights as
     inputs, 2, 3 and 6 bits, older opsets): the packed uint32 words unpacked with ``BitShift``/``BitwiseAnd``
-    (``fnarray.lowering.packed.unpack`` in ONNX operators), scaled and shifted, then ``MatMul``.
+    (``fnarray.lowering.packed.unpack`` in ONNX operators), scaled and shifted, then ``MatMul``. Mode ``"mxfp4"``:
+    the words unpacked likewise, E2M1 values and E8M0 scales looked up in constant tables (opset 18).
     """
     p = e.params
     transpose, gs, bits = p["transpose"], p["group_size"], p["bits"]
-    x, w, scales, biases = ins
+    x, w, scales, *biases = ins
     rows, cols = weight_shape(_av(e, 1).shape, bits)
     out = np.dtype(_out(e).dtype)
     acc = acc_dtype(out)
@@ -895,6 +896,35 @@ def _quantized_matmul(g, e, ins):
     def to_acc(v):
         return g.node("Cast", [v], to=_elem_type(g.onnx, acc)) if out != acc else v
 
+    if p["mode"] == "mxfp4":
+        _need_opset(g, e, 18, "BitwiseAnd (unpacking the packed words)")
+        wd = _mxfp4_weights(g, w, scales, rows, cols, acc)
+    else:
+        wd = _affine_weights(g, e, (w, scales, biases[0]), (rows, cols, gs, bits), known, to_acc)
+    if transpose:
+        wd = g.node("Transpose", [wd], perm=[1, 0])
+    r = g.node("MatMul", [to_acc(x), wd])
+    return r if out == acc else g.node("Cast", [r], to=_elem_type(g.onnx, out))
+
+
+def _mxfp4_weights(g, w, scales, rows, cols, acc):
+    """mxfp4's float weights ``(rows, cols)``: the unpacked E2M1 codes and the uint8 E8M0 scales each looked up
+    in a constant table (``lowering/packed.py``'s ``E2M1`` and ``E8M0``), multiplied per group of 32."""
+    codes = g.node("Cast", [_unpack_words(g, w, rows, cols, 4)], to=_elem_type(g.onnx, np.dtype(np.int64)))
+    vals = g.node("Gather", [g.const(E2M1.astype(acc)), codes], axis=0)
+    idx = g.node("Cast", [scales], to=_elem_type(g.onnx, np.dtype(np.int64)))
+    sc = g.node("Gather", [g.const(E8M0.astype(acc)), idx], axis=0)
+    wd = g.node("Mul", [g.node("Reshape", [vals, g.i64([rows, cols // 32, 32])]),
+                        g.node("Unsqueeze", [sc, g.i64([2])])])
+    return g.node("Reshape", [wd, g.i64([rows, cols])])
+
+
+def _affine_weights(g, e, operands, sizes, known, to_acc):
+    """The affine format's float weights ``(rows, cols)``: QDQ for known 4/8-bit words at opset >= 21, else the
+    words unpacked with bit operators; then ``q * scale + bias``."""
+    w, scales, biases = operands
+    rows, cols, gs, bits = sizes
+    acc = acc_dtype(np.dtype(_out(e).dtype))
     groups = g.i64([rows, cols // gs, gs])
     if known is not None and bits in _QDQ_TYPES and g.opset >= 21:
         # MLX's little-endian stream of 4- or 8-bit fields is ONNX's packed uint4/uint8 layout (low nibble
@@ -911,11 +941,7 @@ def _quantized_matmul(g, e, ins):
         wd = g.node("Reshape", [ints, groups])
         wd = g.node("Mul", [wd, g.node("Unsqueeze", [to_acc(scales), g.i64([2])])])
     wd = g.node("Add", [wd, g.node("Unsqueeze", [to_acc(biases), g.i64([2])])])
-    wd = g.node("Reshape", [wd, g.i64([rows, cols])])
-    if transpose:
-        wd = g.node("Transpose", [wd], perm=[1, 0])
-    r = g.node("MatMul", [to_acc(x), wd])
-    return r if out == acc else g.node("Cast", [r], to=_elem_type(g.onnx, out))
+    return g.node("Reshape", [wd, g.i64([rows, cols])])
 
 
 def _unpack_words(g, w, rows, cols, bits):

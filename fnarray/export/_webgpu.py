@@ -10,8 +10,8 @@ arguments and work-group counts. The bundle is that plan written down:
 - ``kernels/NNN_<entry>.wgsl``: each distinct kernel source once;
 - ``weights.bin``: the baked arguments and captured constants, each at a
   16-byte-aligned offset, little-endian (``bool`` as ``u32``, as the kernels read it);
-- ``model.json``: the manifest (format, version, inputs, outputs, buffers,
-  kernels, dispatches in order, required limits and features);
+- ``model.json``: the manifest (format, version, inputs, outputs, state and how each entry
+  updates it, buffers, kernels, dispatches in order, required limits and features);
 - ``fnarray-webgpu.js``: the runtime that replays the manifest.
 """
 
@@ -196,8 +196,12 @@ def webgpu(f, *example_args, path, bake_argnums=(), state_argnums=()):
         KV cache): ``f`` must return ``(outputs, new_state)``, ``new_state`` with the structure,
         shapes and dtypes of the state argument (a tuple of them for several positions). The
         runtime holds each state leaf in a GPU buffer, initialised with the example value
-        (``model.resetState()`` restores it), passes it to every run and keeps the new value (computed
-        into a partner buffer that then swaps roles with it, or copied at the end of the run);
+        (``model.resetState()`` restores it), passes it to every run and keeps the new value: a new
+        value that is a ``dynamic_update_slice`` of the state leaf (``fa.nn.KVCache.update``) or a
+        scatter into it, where nothing else reads the old value, is written in place (only the
+        updated elements: the leaf is donated to it, as ``jit``'s ``donate_argnums``; listed in the
+        entry's ``state_in_place``); any other is computed into a partner buffer that then swaps
+        roles with it, or copied at the end of the run;
         ``run`` returns only ``outputs``. State leaves are named as
         inputs (``caches.0.keys``) and shared by the entries that name them alike.
     Returns:
@@ -287,22 +291,26 @@ def _lower(name, f, example_args, bake_argnums, state_argnums, device) -> _Lower
         _check_supported(flat, device)
         for v in list(flat.constvars) + list(flat.invars):
             _dtype_name(v.aval.dtype)
-        plan = device.impl.lower(flat, device).launch_plan()
+        out_tree = traced.entry.out_tree
+        if state:
+            want = tree_util.tree_structure(example_args[state[0]] if len(state) == 1
+                                            else tuple(example_args[i] for i in state))
+            kids = out_tree.children() if out_tree.type in (tuple, list) else []
+            if len(kids) != 2 or kids[1] != want:
+                raise ValueError(f"{who}: with state_argnums={tuple(state)}, {_fname(fun)} must return (outputs, "
+                                 f"new_state) with new_state structured as the state argument"
+                                 f"{'s' if len(state) > 1 else ''} {want}; it returns {out_tree}")
+            n_out = kids[0].num_leaves
+        state_in = [k for k, s in enumerate(is_state) if s]
+        # Each state leaf is donated to its own new value: a dynamic_update_slice of it (a KV cache's update) or a
+        # scatter into it writes only the updated elements, into the state's buffer (groups/in_place.py).
+        donate = {len(consts) + k: n_out + j for j, k in enumerate(state_in)} if state else {}
+        plan = device.impl.lower(flat, device, donate=donate).launch_plan()
     if plan is None:
         raise RuntimeError(f"{who}: the webgpu backend planned host-driven control flow for a straight-line program")
-    out_tree = traced.entry.out_tree
     if not state:
         return _Lowered(name or _fname(fun), fun, plan, consts, leaves, is_state, _out_names(out_tree),
                         out_tree.num_leaves)
-    want = tree_util.tree_structure(example_args[state[0]] if len(state) == 1
-                                    else tuple(example_args[i] for i in state))
-    kids = out_tree.children() if out_tree.type in (tuple, list) else []
-    if len(kids) != 2 or kids[1] != want:
-        raise ValueError(f"{who}: with state_argnums={tuple(state)}, {_fname(fun)} must return (outputs, new_state) "
-                         f"with new_state structured as the state argument{'s' if len(state) > 1 else ''} {want}; "
-                         f"it returns {out_tree}")
-    n_out = kids[0].num_leaves
-    state_in = [k for k, s in enumerate(is_state) if s]
     outs = plan.schedule.outputs
     for j, k in enumerate(state_in):
         o, spec = outs[n_out + j], plan.schedule.inputs[len(consts) + k]
@@ -408,8 +416,8 @@ def _write(path, entries, several):
                      "limits": need, "features": sorted(features)})
     if not several:  # the single entry's fields in the order of earlier manifests
         manifest = {k: manifest[k] for k in ("format", "version", "name", "runtime", "weights", "inputs", "outputs",
-                                             "state", "state_updates", "buffers", "kernels", "dispatches", "limits",
-                                             "features")}
+                                             "state", "state_updates", "state_in_place", "buffers", "kernels",
+                                             "dispatches", "limits", "features")}
     os.makedirs(path, exist_ok=True)
     kdir = os.path.join(path, KERNEL_DIR)
     if os.path.isdir(kdir):
@@ -434,7 +442,10 @@ def _entry(low, add_buffer, add_weight, add_state, partner_of, buffers, kernels,
 
     A state leaf's new value that a kernel computes into a buffer of its own (a slot holds one value) is
     computed into the state's partner buffer instead: the run swaps the two (``"swap": true``) rather than
-    copying. Other new values (an input, a constant, one value for two state leaves) are copied."""
+    copying. Other new values (an input, a constant, one value for two state leaves) are copied. A new value that
+    is a ``dynamic_update_slice`` of the state (a KV cache's new positions) or a scatter into it is written into
+    the state's buffer in place by a kernel over the update alone (the state is donated to it:
+    ``kernels/groups/in_place.py``); such states are listed in ``state_in_place`` and need no update."""
     plan, consts, leaves = low.plan, low.consts, low.leaves
     sched = plan.schedule
     who = f"entry {low.name!r}"
@@ -470,6 +481,7 @@ def _entry(low, add_buffer, add_weight, add_state, partner_of, buffers, kernels,
         slot_buffer[k] = swapped[k] if k in swapped else add_buffer("temp", spec.dtype, spec.shape)
 
     names = low.out_names + [n for n, _ in state_buffers]
+    unchanged = set()   # state buffers that hold their new value at the end of the dispatches
     for i, (name, slot, spec) in enumerate(zip(names, plan.outputs, sched.outputs, strict=True)):
         if isinstance(spec, Literal):
             bid = add_buffer("constant", spec.aval.dtype, spec.aval.shape, name,
@@ -482,7 +494,8 @@ def _entry(low, add_buffer, add_weight, add_state, partner_of, buffers, kernels,
             continue
         target = state_buffers[i - low.n_outputs][1]
         if bid == target:
-            continue    # returned unchanged
+            unchanged.add(name)   # returned unchanged, or updated in place by the dispatches
+            continue
         if isinstance(slot, int) and slot in swapped:
             updates.append({"name": name, "from": bid, "to": target, "swap": True})
             continue
@@ -521,8 +534,10 @@ def _entry(low, add_buffer, add_weight, add_state, partner_of, buffers, kernels,
         for bnd in bindings:
             need["maxStorageBufferBindingSize"] = max(need["maxStorageBufferBindingSize"],
                                                       buffers[bnd["buffer"]]["size"])
+    written = {b["buffer"] for d in dispatches for b in d["bindings"] if b["write"]}
+    in_place = [n for n, bid in state_buffers if n in unchanged and bid in written]
     return {"name": low.name, "inputs": inputs, "outputs": outputs, "state_updates": updates,
-            "dispatches": dispatches}
+            "state_in_place": in_place, "dispatches": dispatches}
 
 
 def _with_local_size(launch):

@@ -20,9 +20,11 @@
 //
 // A bundle of several entry points (fnarray.export.webgpu({"prefill": ..., "decode": ...})) shares its
 // weights and state among them: `model.entries.decode.run({...})`. State (state_argnums: a KV cache)
-// stays in GPU buffers between runs: a run reads it, computes its new value into the state's partner
-// buffer (the two then swap roles) or copies it back at the end, and returns only the other outputs; `model.resetState()`, `model.readState(name)` and
-// `model.writeState(name, value)` reach it from the page.
+// stays in GPU buffers between runs. A run reads it and keeps its new value: the dispatches write it in
+// place when it is an update of a slice of the state (a KV cache's new positions, the entry's
+// `state_in_place`: only those positions are written), else compute it into the state's partner buffer
+// (the two then swap roles) or the run copies it back at the end; it returns only the other outputs.
+// `model.resetState()`, `model.readState(name)` and `model.writeState(name, value)` reach it from the page.
 
 export const FORMAT = "fnarray-webgpu";
 export const MANIFEST_VERSION = 2;

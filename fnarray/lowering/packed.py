@@ -7,13 +7,24 @@ elements fill exactly ``bits`` words, so a row is read as chunks of ``bits`` wor
 starts in word ``j * bits // 32`` at bit ``s = j * bits % 32`` and, where ``s + bits > 32`` (3, 5 and 6
 bits), continues in the next word. ``unpack`` writes that once over any array module with NumPy's names
 (NumPy, ``jax.numpy``, ``mlx.core``).
+
+Mode ``"mxfp4"`` packs 4-bit E2M1 codes the same way; ``E2M1`` is their values (code ``c``: sign bit 3, then
+``0, 0.5, 1, 1.5, 2, 3, 4, 6``) and ``E8M0`` the value of each ``uint8`` scale ``s``, ``2**(s - 127)`` (``s = 0``
+is ``2**-127``, a float32 subnormal; ``s = 255``, the format's NaN, is ``inf`` as in MLX's kernels).
+``mxfp4_weights`` gives the float weights of that mode.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["unpack", "unpack_plan", "acc_dtype"]
+__all__ = ["unpack", "unpack_plan", "acc_dtype", "E2M1", "E8M0", "mxfp4_weights"]
+
+#: The values of the 16 E2M1 codes (mxfp4 elements), float32.
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], np.float32)
+#: The values of the 256 E8M0 scales, float32: ``2**(s - 127)``, 255 as ``inf`` (``np.ldexp`` overflows there).
+with np.errstate(over="ignore"):
+    E8M0 = np.ldexp(np.float32(1.0), np.arange(256) - 127).astype(np.float32)
 
 
 def unpack_plan(bits):
@@ -55,3 +66,16 @@ def unpack(xp, w, bits, asarray=None):
 def acc_dtype(d):
     """The accumulation dtype of a product in dtype ``d``: float64 for float64, else float32."""
     return np.dtype(np.float64) if d == np.float64 else np.dtype(np.float32)
+
+
+
+def mxfp4_weights(xp, w, scales, dtype, asarray=None):
+    """The float weights ``(rows, cols)`` of mxfp4 words ``w`` (``(rows, cols // 8)`` uint32) and their uint8 scales
+    (``(rows, cols // 32)``): ``E2M1[q] * E8M0[s]``, computed in the NumPy dtype ``dtype`` over the array module
+    ``xp`` (every product exact in float32: a power of two times a value of two significant bits)."""
+    asarray = asarray or xp.array
+    q = unpack(xp, w, 4, asarray)
+    rows, cols = q.shape
+    q = xp.take(asarray(E2M1.astype(dtype)), q.astype(xp.int32), axis=0)
+    s = xp.take(asarray(E8M0.astype(dtype)), scales.astype(xp.int32), axis=0)
+    return (q.reshape(rows, cols // 32, 32) * s[:, :, None]).reshape(rows, cols)

@@ -1,8 +1,9 @@
 """Quantized layers and ``quantize(model)``, as ``mlx.nn``'s ``QuantizedLinear``, ``QuantizedEmbedding`` and
-``mlx.nn.quantize``, in MLX's affine format (``fnarray.core.quantized``).
+``mlx.nn.quantize``, in MLX's affine and mxfp4 formats (``fnarray.core.quantized``).
 
-The layers hold MLX's fields under MLX's names (``weight``: the packed uint32 words, ``scales``, ``biases``,
-and ``bias`` for a linear layer), so ``fa.load(path, like=model)`` reads the tensors of an MLX model saved with
+The layers hold MLX's fields under MLX's names (``weight``: the packed uint32 words, ``scales``, ``biases``
+(``None`` for mxfp4, which has none, so nothing is saved under that name, as MLX), and ``bias`` for a linear
+layer), so ``fa.load(path, like=model)`` reads the tensors of an MLX model saved with
 ``mx.save_safetensors`` or ``model.save_weights``, and ``fa.save``/``fa.load`` keep a quantized model as it
 is. fnarray's modules are immutable: ``quantize(model)`` returns a new model. The packed weights are
 constants of the model (integers have no gradient; ``quantized_matmul`` refuses a gradient of the scales and
@@ -39,12 +40,13 @@ def _build(cls, **fields):
 class QuantizedLinear(Module):
     """``y = x @ W.T + bias`` with ``W`` quantized (``mlx.nn.QuantizedLinear``).
 
-    Args (constructor): ``input_dims``, ``output_dims``, ``bias`` (default True), ``group_size`` (64),
-      ``bits`` (4), ``mode`` (``"affine"``), ``key`` (an ``fa.random.key``: the float weights are drawn as
+    Args (constructor): ``input_dims``, ``output_dims``, ``bias`` (default True), ``group_size``, ``bits``
+      (``None``: the mode's defaults, 64 and 4 for ``"affine"``, 32 and 4 for ``"mxfp4"``), ``mode``
+      (``"affine"``), ``key`` (an ``fa.random.key``: the float weights are drawn as
       ``Linear``'s and quantized), ``dtype`` of the scales, biases and bias (float32).
     Fields: ``weight`` (uint32 ``(output_dims, input_dims * bits // 32)``), ``scales`` and ``biases``
-      (``(output_dims, input_dims // group_size)``), ``bias`` (``(output_dims,)`` or ``None``); static:
-      ``group_size``, ``bits``, ``mode``.
+      (``(output_dims, input_dims // group_size)``; mxfp4: uint8 scales, biases ``None``), ``bias``
+      (``(output_dims,)`` or ``None``); static: ``group_size``, ``bits``, ``mode``.
     Call: ``x: (..., input_dims)`` -> ``(..., output_dims)`` through ``fa.quantized_matmul``.
     Raises: ``ValueError`` for an unsupported format or an ``input_dims`` not divisible by ``group_size``.
 
@@ -64,18 +66,19 @@ class QuantizedLinear(Module):
     bits: int
     mode: str
 
-    def __init__(self, input_dims: int, output_dims: int, bias: bool = True, group_size: int = 64, bits: int = 4,
-                 mode: str = "affine", *, key, dtype=dtypes.float32):
-        check_format(group_size, bits, mode, "QuantizedLinear")
+    def __init__(self, input_dims: int, output_dims: int, bias: bool = True, group_size: int | None = None,
+                 bits: int | None = None, mode: str = "affine", *, key, dtype=dtypes.float32):
+        group_size, bits = check_format(group_size, bits, mode, "QuantizedLinear")
         linear = Linear(input_dims, output_dims, bias, key=key, dtype=dtype)
-        self.weight, self.scales, self.biases = quantize_array(linear.weight, group_size, bits, mode)
+        self.weight, self.scales, self.biases = _quantized(linear.weight, group_size, bits, mode)
         self.bias = linear.bias
         self.group_size, self.bits, self.mode = group_size, bits, mode
 
     @classmethod
-    def from_linear(cls, linear, group_size: int = 64, bits: int = 4, mode: str = "affine"):
+    def from_linear(cls, linear, group_size: int | None = None, bits: int | None = None, mode: str = "affine"):
         """The quantized form of a ``Linear`` (``mlx.nn.QuantizedLinear.from_linear``); ``linear`` is unchanged."""
-        w_q, scales, biases = quantize_array(linear.weight, group_size, bits, mode)
+        group_size, bits = check_format(group_size, bits, mode, "QuantizedLinear.from_linear")
+        w_q, scales, biases = _quantized(linear.weight, group_size, bits, mode)
         return _build(cls, weight=w_q, scales=scales, biases=biases, bias=linear.bias, group_size=group_size,
                       bits=bits, mode=mode)
 
@@ -96,11 +99,13 @@ class QuantizedLinear(Module):
 class QuantizedEmbedding(Module):
     """An embedding table quantized row by row (``mlx.nn.QuantizedEmbedding``).
 
-    Args (constructor): ``num_embeddings``, ``dims``, ``group_size`` (64), ``bits`` (4), ``mode``, ``key``,
-      ``dtype`` (of the scales and biases).
+    Args (constructor): ``num_embeddings``, ``dims``, ``group_size``, ``bits`` (``None``: the mode's defaults),
+      ``mode``, ``key``, ``dtype`` (of the scales and biases).
     Fields: ``weight`` (uint32 ``(num_embeddings, dims * bits // 32)``), ``scales``, ``biases``
-      (``(num_embeddings, dims // group_size)``); static ``group_size``, ``bits``, ``mode``.
-    Call: integer ``ids`` -> ``ids.shape + (dims,)``, the dequantized rows (ids clamped, as every gather);
+      (``(num_embeddings, dims // group_size)``; mxfp4: uint8 scales, biases ``None``); static ``group_size``,
+      ``bits``, ``mode``.
+    Call: integer ``ids`` -> ``ids.shape + (dims,)``, the dequantized rows (ids clamped, as every gather; mxfp4
+      rows are bfloat16, MLX's ``dequantize`` default);
       ``as_linear(x)``: ``x @ W.T`` (a tied output layer) through ``fa.quantized_matmul``.
     """
 
@@ -113,17 +118,18 @@ class QuantizedEmbedding(Module):
     bits: int
     mode: str
 
-    def __init__(self, num_embeddings: int, dims: int, group_size: int = 64, bits: int = 4, mode: str = "affine",
-                 *, key, dtype=dtypes.float32):
-        check_format(group_size, bits, mode, "QuantizedEmbedding")
+    def __init__(self, num_embeddings: int, dims: int, group_size: int | None = None, bits: int | None = None,
+                 mode: str = "affine", *, key, dtype=dtypes.float32):
+        group_size, bits = check_format(group_size, bits, mode, "QuantizedEmbedding")
         table = Embedding(num_embeddings, dims, key=key, dtype=dtype)
-        self.weight, self.scales, self.biases = quantize_array(table.weight, group_size, bits, mode)
+        self.weight, self.scales, self.biases = _quantized(table.weight, group_size, bits, mode)
         self.group_size, self.bits, self.mode = group_size, bits, mode
 
     @classmethod
-    def from_embedding(cls, embedding, group_size: int = 64, bits: int = 4, mode: str = "affine"):
+    def from_embedding(cls, embedding, group_size: int | None = None, bits: int | None = None, mode: str = "affine"):
         """The quantized form of an ``Embedding`` (``mlx.nn.QuantizedEmbedding.from_embedding``)."""
-        w_q, scales, biases = quantize_array(embedding.weight, group_size, bits, mode)
+        group_size, bits = check_format(group_size, bits, mode, "QuantizedEmbedding.from_embedding")
+        w_q, scales, biases = _quantized(embedding.weight, group_size, bits, mode)
         return _build(cls, weight=w_q, scales=scales, biases=biases, group_size=group_size, bits=bits, mode=mode)
 
     def __call__(self, ids, *, key=None):
@@ -132,7 +138,7 @@ class QuantizedEmbedding(Module):
         if not dtypes.is_int(ids.dtype):
             raise TypeError(f"QuantizedEmbedding takes integer ids, got dtype {ids.dtype.name}")
         flat = fnp.reshape(ids, (-1,))
-        rows = [fnp.take(a, flat, axis=0) for a in (self.weight, self.scales, self.biases)]
+        rows = [fnp.take(a, flat, axis=0) if a is not None else None for a in (self.weight, self.scales, self.biases)]
         out = dequantize(*rows, group_size=self.group_size, bits=self.bits, mode=self.mode)
         return fnp.reshape(out, tuple(ids.shape) + (out.shape[-1],))
 
@@ -140,6 +146,12 @@ class QuantizedEmbedding(Module):
         """Logits against every embedding, ``x @ W.T``: ``(..., dims) -> (..., num_embeddings)``."""
         return quantized_matmul(x, self.weight, self.scales, self.biases, transpose=True,
                                 group_size=self.group_size, bits=self.bits, mode=self.mode)
+
+
+def _quantized(weight, group_size, bits, mode):
+    """``(w_q, scales, biases)`` of ``weight``; ``biases`` is ``None`` for mxfp4 (it has none)."""
+    parts = quantize_array(weight, group_size, bits, mode)
+    return parts if len(parts) == 3 else (*parts, None)
 
 
 def _quantizable(module, group_size) -> bool:
@@ -160,12 +172,13 @@ def _to_quantized(module, group_size, bits, mode):
     return to_quantized(group_size=group_size, bits=bits, mode=mode)
 
 
-def quantize(model, group_size: int = 64, bits: int = 4, *, mode: str = "affine", class_predicate=None):
+def quantize(model, group_size: int | None = None, bits: int | None = None, *, mode: str = "affine",
+             class_predicate=None):
     """A copy of ``model`` with its linear layers and embeddings quantized (``mlx.nn.quantize``).
 
     Args:
       model: a ``Module`` (or a list, tuple or dict of them), walked through every field.
-      group_size, bits, mode: the format (``fa.quantize``).
+      group_size, bits, mode: the format (``fa.quantize``; ``None``: the mode's defaults).
       class_predicate: ``(path, module) -> bool | dict``, asked of every module (``path`` dotted, as
         ``"layers.0.attention.q_proj"``; ``""`` for the root): ``True`` quantizes it with the arguments above, a
         dict quantizes it with those entries (``group_size``, ``bits``, ``mode``) replaced. Default: every
@@ -177,7 +190,7 @@ def quantize(model, group_size: int = 64, bits: int = 4, *, mode: str = "affine"
     Raises:
       ValueError, NotImplementedError: an unsupported format. TypeError: a selected module with no quantized form.
     """
-    check_format(group_size, bits, mode, "quantize")
+    group_size, bits = check_format(group_size, bits, mode, "quantize")
 
     def pick(path, module):
         if class_predicate is None:
@@ -191,6 +204,8 @@ def quantize(model, group_size: int = 64, bits: int = 4, *, mode: str = "affine"
                 opts = {"group_size": group_size, "bits": bits, "mode": mode}
                 if isinstance(choice, dict):
                     opts.update(choice)
+                    if "mode" in choice and "group_size" not in choice:   # the new mode's defaults
+                        opts["group_size"], opts["bits"] = check_format(None, choice.get("bits"), choice["mode"])
                 return _to_quantized(node, opts["group_size"], opts["bits"], opts["mode"])
             changes = {}
             for f in dataclasses.fields(node):

@@ -401,13 +401,18 @@ def _quantized_cases():
     from fnarray.core.quantized import quantized_matmul_p as qmm
     packed = u32
     case("quantized_matmul_4bit", qmm, [f32(2, 64), packed(6, 8), f32(6, 2), f32(6, 2)], transpose=True,
-         group_size=32, bits=4)
+         group_size=32, bits=4, mode="affine")
+    own = np.random.default_rng(30)   # its own stream: the cases after it keep their data
+    mx_args = [own.uniform(-2, 2, (2, 64)).astype(np.float32),
+               own.integers(0, 2**32 - 1, (6, 8), dtype=np.uint64).astype(np.uint32),
+               own.integers(117, 137, (6, 2)).astype(np.uint8)]   # E8M0 scales 2**-10 .. 2**9
+    case("quantized_matmul_mxfp4", qmm, mx_args, transpose=True, group_size=32, bits=4, mode="mxfp4")
     case("quantized_matmul_3bit_rows", qmm, [f32(5, 3, 64), packed(4, 6), f32(4, 1), f32(4, 1)], transpose=True,
-         group_size=64, bits=3)
+         group_size=64, bits=3, mode="affine")
     case("quantized_matmul_no_transpose", qmm, [f32(3, 8), packed(8, 16), f32(8, 2), f32(8, 2)], transpose=False,
-         group_size=32, bits=8)
+         group_size=32, bits=8, mode="affine")
     case("quantized_matmul_empty", qmm, [f32(0, 32), packed(4, 2), f32(4, 1), f32(4, 1)], transpose=True,
-         group_size=32, bits=2)
+         group_size=32, bits=2, mode="affine")
 
 
 _quantized_cases()

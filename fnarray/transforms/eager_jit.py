@@ -9,15 +9,24 @@ a call on concrete arrays (``ArrayImpl``), from a thread that stages nothing, wi
     (the function, the pytree structure of its arguments, each array's aval, each other leaf's value)
 
 and runs one jitted program of the whole function (``fnarray.jit``'s hot path: a few Python calls) from the
-call its device's ``Capabilities.eager_programs`` says. ``"second_call"`` (numpy, mlx: programs compile in
+call its device's ``Capabilities.eager_programs`` says. ``"second_call"`` (numpy: programs compile in
 milliseconds): the first call of a key takes the general path, so a loop over ever new static values
 (``x[i]`` for each ``i``) compiles nothing. ``"first_call"`` (jax: XLA takes 10-100 ms a program): the
 first call compiles the whole function, so each new shape costs one compile, not one per primitive and then
 one more for the whole function on the second call; a key holding a float or complex constant still waits
-for its second call (a loop over new step sizes would otherwise compile each).
-Arrays are the program's arguments; every other
-leaf (ints, bools, strings, floats, complex and NumPy scalars, dtypes, slices, ``Ellipsis``) is a constant of
-it, compared by value and type (``1``, ``True`` and ``1.0`` are three keys; so are ``0.0`` and ``-0.0``).
+for its second call (a loop over new step sizes would otherwise compile each). ``"repeated_call"`` (mlx:
+the general path compiles nothing, MLX's operations being lazy graph nodes, and a program costs ~0.35 ms to
+trace and lower against ~10 us it saves a call): from a key's ``REPEATED_CALL``-th call, so that a loop whose
+shapes grow (a decode loop's cache) makes no program for a shape it meets once a run, and a key called
+often pays its program once. Either way each key is traced and compiled at most once while it stays
+cached (``cache_info()["made"]`` counts them; ``tests/test_eager_jit.py`` pins it per backend). A backend
+sees ``fnarray.devices.backend.compiling.eager`` set while such a program compiles (mlx then never gives
+it to ``mx.compile``; a program recompiled after jit's global LRU evicted its executable is compiled as
+any jitted program).
+
+Arrays are the program's arguments; every other leaf (ints, bools, strings, floats, complex and NumPy
+scalars, dtypes, slices, ``Ellipsis``) is a constant of it, compared by value and type (``1``, ``True`` and
+``1.0`` are three keys; so are ``0.0`` and ``-0.0``).
 A call with any other leaf (a NumPy array, a callable, a tracer, an object of the user's), with arrays on
 two devices, or without an array takes the general path. So does a key whose program failed to trace or to
 compile (a data-dependent shape: ``nonzero``, ``unique``, boolean masks), from then on, and any error of a
@@ -29,12 +38,14 @@ the same committed flag (``tests/test_eager_jit.py`` compares both paths). Devic
 
 Memory: the programs are an ``LRUCache`` of at most half of ``config.jit_global_cache_size`` entries (each
 one jitted function holding one executable; half, so that the global LRU of executables does not evict
-them under this cache), the keys seen once another of ``config.eager_cache_size``.
+them under this cache), the keys not yet given a program (with their count of calls) another of
+``config.eager_cache_size``.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import types
 
 import numpy as np
@@ -45,6 +56,7 @@ from fnarray.core.config import config
 from fnarray.core.prng import KeyArray
 from fnarray.devices import placement
 from fnarray.devices.array_impl import ArrayImpl
+from fnarray.devices.backend import compiling
 from fnarray.devices.eager_ops import _fast_now
 from fnarray.transforms.jit import Jitted
 
@@ -80,10 +92,40 @@ def _seen_size() -> int:
 
 
 class _Program:
-    __slots__ = ("jitted", "used")
+    """A key's jitted program. ``call`` is its executable's direct entry, copied from jit's hot record (``_Hot``:
+    the entry, the output avals and structure) after the program's first call, which a hit calls itself: the
+    key already matched the arrays' avals and device, which jit's hot path would compare again (~1 us a call).
+    ``call`` is ``None`` while there is no record yet (jit's path serves and copies it after a call), ``False``
+    where the record has no direct entry (jit's path serves from then on)."""
+
+    __slots__ = ("jitted", "used", "call", "out_avals", "out_tree", "single")
 
     def __init__(self, jitted):
-        self.jitted, self.used = jitted, False
+        self.jitted, self.used, self.call = jitted, False, None
+
+    def take_hot(self, n, device):
+        """Copy the jitted function's hot record, where it takes the ``n`` arrays as they are, on ``device``.
+        After the program's first call, jit has its executable in its fast table but no hot record yet (its
+        second call would make one, through jit's keyed path: ~70 us, and 360 of them in the decode loop's
+        second run on jax:0): that entry, run on these arrays' device, is made the hot record here."""
+        jitted = self.jitted
+        h = jitted._hot[0]
+        if h is None:
+            fast = jitted._fast
+            if len(fast) != 1:
+                return
+            ex = next(iter(fast.values()), None)
+            if ex is None or ex.device is not device or ex.generation != config.generation:
+                return
+            jitted._make_hot(ex, n)
+            h = jitted._hot[0]
+            if h is None:
+                return
+        if not h.star or h.tree is not None or h.n != n or h.const_bufs or h.committed or h.device is not device:
+            self.call = False
+            return
+        self.out_avals, self.out_tree, self.single = h.out_avals, h.out_tree, h.single
+        self.call = h.call
 
 
 def _used_since(p) -> bool:
@@ -98,9 +140,14 @@ _programs_d = _programs._d
 _seen = LRUCache(_seen_size)
 
 
+_stats = {"programs": 0}  # programs made since the process started (a counter for tests and benchmarks)
+
+
 def cache_info() -> dict:
-    """``{"programs": n, "seen": n, "bound": n}``: the cached programs, the keys seen once, the bound."""
-    return {"programs": len(_programs), "seen": len(_seen), "bound": _programs_size()}
+    """``{"programs": n, "seen": n, "bound": n, "made": n}``: the cached programs, the keys seen but not yet given
+    a program, the bound of the programs, and how many programs were made (traced and compiled, each once per
+    key while it stays cached) since the process started."""
+    return {"programs": len(_programs), "seen": len(_seen), "bound": _programs_size(), "made": _stats["programs"]}
 
 
 def _add(x, key, arrays) -> bool:
@@ -209,18 +256,57 @@ def _program(fn, args, kwargs):
         a = _fill(args_t, it)
         return fn(*a, **{name: _fill(v, it) for name, v in kwargs_t.items()})
     program.__name__ = getattr(fn, "__name__", "program")
+    program.__signature__ = _STAR_ARRAYS  # jit reads it: inspect.signature of a fresh closure costs ~30 us
     return program
+
+
+_STAR_ARRAYS = inspect.Signature([inspect.Parameter("arrays", inspect.Parameter.VAR_POSITIONAL)])
 
 
 _BY_VALUE = (float, complex)
 
+#: Under ``"repeated_call"`` (mlx), a key's program is made at its ``REPEATED_CALL``-th call: the calls before
+#: take the general path. Measured on mlx:0 (``mlx[cpu]``, the decode loop of ``benchmarks/programs.py``): a
+#: program costs ~0.35 ms to trace and lower (GC included: up to 1 ms under load) and saves ~10-15 us a call
+#: against the general path, whose MLX operations compile nothing; so a key pays for its program after ~30
+#: calls (a ski rental: at most twice the cost of the better choice made in hindsight).
+REPEATED_CALL = 32
 
-def _waits(key) -> bool:
-    """Whether a key's first call takes the general path: its device compiles programs cheaply, or the key
-    holds a float or complex constant (a NumPy one too), which a loop may change on every call."""
-    if key[-3] == "second_call":
-        return True
-    return any(type(k) is type and issubclass(k, _BY_VALUE + (np.inexact,)) for k in key)
+_GENERAL_CALLS = {"second_call": 1, "first_call": 0, "repeated_call": None}  # None: REPEATED_CALL - 1
+
+
+def _general_calls(key) -> int:
+    """How many calls of a key take the general path before its program is made: one where the device
+    compiles programs cheaply (``"second_call"``) or the key holds a float or complex constant (a NumPy one
+    too), which a loop may change on every call; ``REPEATED_CALL - 1`` under ``"repeated_call"``."""
+    n = _GENERAL_CALLS[key[-3]]
+    if n is None:
+        return REPEATED_CALL - 1
+    if n == 0 and any(type(k) is type and issubclass(k, _BY_VALUE + (np.inexact,)) for k in key):
+        return 1
+    return n
+
+
+def _make(fn, args, kwargs, key, arrays):
+    """The key's program, made and called (or the general path's result, where it cannot be made)."""
+    # a fresh function per key: caches of its own, not an entry of jit's table of functions
+    jitted = Jitted(_program(fn, args, kwargs), shared=False)
+    _stats["programs"] += 1
+    try:
+        compiling.eager = True
+        with np.errstate(all="ignore"):  # tracing converts literals the general path converts quietly
+            out = jitted(*arrays)
+    except Exception:  # not traceable as a program (or an error): the general path, from now on
+        compiling.eager = False
+        _programs.put(key, _Program(None))
+        return fn(*args, **kwargs)
+    finally:
+        compiling.eager = False
+    p = _Program(jitted)
+    p.take_hot(len(arrays), arrays[0]._device)
+    _programs.put(key, p)
+    _seen.pop(key)
+    return out
 
 
 def _call(fn, args, kwargs):
@@ -230,27 +316,47 @@ def _call(fn, args, kwargs):
     key, arrays = keyed
     p = _programs_d.get(key)
     if p is None:
-        if _seen.peek(key) is None and _waits(key):  # the first call of this key: the general path, remembered
-            _seen.put(key, True)
+        seen = _seen.get(key)  # [calls so far]: counted in place (no lock; a count lost to a race is harmless)
+        n = 0 if seen is None else seen[0]
+        if n < _general_calls(key):  # an early call of this key: the general path, counted
+            if seen is None:
+                _seen.put(key, [1])
+            else:
+                seen[0] = n + 1
             return fn(*args, **kwargs)
-        # a fresh function per key: caches of its own, not an entry of jit's table of functions
-        jitted = Jitted(_program(fn, args, kwargs), shared=False)
-        try:
-            with np.errstate(all="ignore"):  # tracing converts literals the general path converts quietly
-                out = jitted(*arrays)
-        except Exception:  # not traceable as a program (or an error): the general path, from now on
-            _programs.put(key, _Program(None))
-            return fn(*args, **kwargs)
-        _programs.put(key, _Program(jitted))
-        _seen.pop(key)
-        return out
+        return _make(fn, args, kwargs, key, arrays)
     p.used = True
+    call = p.call
+    if call:
+        bufs = []
+        committed = False
+        for a in arrays:
+            b = a._buf
+            if b is None:  # deleted or donated: jit's path raises (below)
+                break
+            bufs.append(b)
+            if a._committed:
+                committed = True
+        else:
+            try:
+                outs = call(*bufs)
+            except Exception:  # the general path raises its own error (or succeeds)
+                return fn(*args, **kwargs)
+            dev = arrays[0]._device
+            if p.single:
+                r = ArrayImpl()  # ArrayImpl.make inline, as jit's hot path
+                r.aval, r._device, r._buf, r._committed, r._host = p.out_avals[0], dev, outs[0], committed, None
+                return r
+            return p.out_tree.unflatten([ArrayImpl.make(av, dev, b, committed) for av, b in zip(p.out_avals, outs)])
     if p.jitted is None:
         return fn(*args, **kwargs)
     try:
-        return p.jitted(*arrays)
+        out = p.jitted(*arrays)
     except Exception:  # the general path raises its own error (or succeeds)
         return fn(*args, **kwargs)
+    if call is None:
+        p.take_hot(len(arrays), arrays[0]._device)
+    return out
 
 
 _WRAPPERS: dict = {}  # function -> its wrapper (a function exported by several modules is wrapped once)

@@ -848,7 +848,7 @@ class Jitted:
         """Trace at the given arguments' types; returns a ``Traced`` with ``.program``."""
         statics, leaves, in_tree, avals = self._prepare(args, kwargs)
         entry = self._trace(statics, leaves, in_tree, avals)
-        return Traced(self, entry, (in_tree, avals, statics), leaves)
+        return Traced(self, entry, (in_tree, avals, statics), leaves, self._donated_positions(args))
 
     def lower(self, *args, **kwargs) -> "Lowered":
         """Trace and lower for the target device; returns a ``Lowered``."""
@@ -887,8 +887,9 @@ def _to(x, device):
 class Traced:
     """A traced jitted function: ``.program`` (the IR) and ``.lower()``."""
 
-    def __init__(self, jitted, entry, key, leaves):
+    def __init__(self, jitted, entry, key, leaves, donated=()):
         self.jitted, self.entry, self.key, self._leaves = jitted, entry, key, leaves
+        self.donated = tuple(donated)   # leaf positions of the donated arguments (``donate_argnums``)
 
     @property
     def program(self) -> Program:
@@ -911,9 +912,15 @@ class Lowered:
 
     def __init__(self, traced: Traced, device):
         self.traced, self.device = traced, device
-        # With the traced constants where the backend compiles small ones in (as the executable jit runs does).
-        kwargs = {"consts": tuple(traced.entry.consts)} if device.impl.inlines_constants and traced.entry.consts \
-            else {}
+        # lowered as the call lowers it: with the donated inputs (their positions after the constants) and the
+        # traced constants where the backend compiles small ones in
+        n = len(traced.entry.consts)
+        kwargs = {}
+        donate = tuple(n + p for p in traced.donated)
+        if donate:
+            kwargs["donate"] = donate
+        if device.impl.inlines_constants and traced.entry.consts:
+            kwargs["consts"] = tuple(traced.entry.consts)
         self._backend_lowered = device.impl.lower(cse(traced.program), device, **kwargs)
 
     @property

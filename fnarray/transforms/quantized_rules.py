@@ -1,6 +1,7 @@
 """JVP, transpose and batching rules of ``quantized_matmul`` (``fnarray.core.quantized``).
 
-The product is linear in ``x``, and the quantized weights are constants: integers have no tangent, and a
+The product is linear in ``x`` (both modes: ``"affine"`` has operands ``x w scales biases``, ``"mxfp4"``
+``x w scales``), and the quantized weights are constants: integers have no tangent, and a
 tangent of the scales or biases raises (the gradient of a quantized model's weights is taken through the
 float weights, ``fnarray.dequantize``). With ``W`` the dequantized matrix, ``transpose=True`` computes
 ``x @ W.T``, whose transpose with respect to ``x`` is ``ct @ W``: the same primitive with ``transpose``
@@ -26,8 +27,7 @@ _CONSTANT_WEIGHTS = ("quantized_matmul treats its quantized weights (w, scales, 
 
 def quantized_matmul_jvp(primals, tangents, **params):
     """``d(x @ W.T) = dx @ W.T``; a tangent of the scales or biases raises (see the module)."""
-    _, _, ts, tb = tangents
-    if not (isinstance(ts, Zero) and isinstance(tb, Zero)):
+    if not all(isinstance(t, Zero) for t in tangents[2:]):
         raise TypeError(_CONSTANT_WEIGHTS)
     out = quantized_matmul_p.bind(*primals, **params)
     tx = tangents[0]
@@ -36,20 +36,20 @@ def quantized_matmul_jvp(primals, tangents, **params):
     return out, quantized_matmul_p.bind(tx, *primals[1:], **params)
 
 
-def quantized_matmul_transpose(ct, x, w, scales, biases, *, transpose, group_size, bits):
-    """``ct @ W`` for ``transpose=True`` (``ct @ W.T`` otherwise): the primitive with ``transpose`` flipped."""
-    if any(is_undefined(a) for a in (w, scales, biases)):
+def quantized_matmul_transpose(ct, x, w, *weights, transpose, **params):
+    """``ct @ W`` for ``transpose=True`` (``ct @ W.T`` otherwise): the primitive with ``transpose`` flipped.
+    ``weights``: the scales and (mode ``"affine"``) the biases."""
+    if any(is_undefined(a) for a in (w, *weights)):
         raise TypeError(_CONSTANT_WEIGHTS)
+    rest = [None] * (1 + len(weights))
     if isinstance(ct, Zero):
-        return [Zero(x.aval), None, None, None]
-    ct_x = quantized_matmul_p.bind(ct, w, scales, biases, transpose=not transpose, group_size=group_size,
-                                   bits=bits)
-    return [ct_x, None, None, None]
+        return [Zero(x.aval), *rest]
+    return [quantized_matmul_p.bind(ct, w, *weights, transpose=not transpose, **params), *rest]
 
 
 def quantized_matmul_batch(vals, dims, **params):
     """``vmap`` over ``x``: its mapped axis goes first (the primitive maps every leading axis of ``x``)."""
-    x, w, scales, biases = vals
+    x, *weights = vals
     dx, *weight_dims = dims
     if any(d is not None for d in weight_dims):
         raise NotImplementedError("vmap of quantized_matmul over its weights (w, scales, biases) is not supported: "
@@ -57,7 +57,7 @@ def quantized_matmul_batch(vals, dims, **params):
     if dx != 0:
         nd = get_aval(x).ndim
         x = lax.transpose(x, [dx] + [i for i in range(nd) if i != dx])
-    return quantized_matmul_p.bind(x, w, scales, biases, **params), 0
+    return quantized_matmul_p.bind(x, *weights, **params), 0
 
 
 primitive_jvps[quantized_matmul_p] = quantized_matmul_jvp

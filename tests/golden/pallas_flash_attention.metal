@@ -143,7 +143,6 @@
             }
             red66[((int)thread_position_in_threadgroup.x)] = acc85;
         }
-        metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
         const int ix89 = (((int)thread_position_in_threadgroup.x) / 16);
         const int ix90 = (((int)thread_position_in_threadgroup.x) % 16);
         const int x91 = as_type<int>((as_type<uint>(pid1) * 16u));
@@ -159,7 +158,6 @@
         const float x101 = (x97 - x100);
         const float x102 = metal::exp(x101);
         ta88[((ix89 * 16) + ix90)] = x102;
-        metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
         if ((((int)thread_position_in_threadgroup.x) < 128)) {
             const int ix104 = (((int)thread_position_in_threadgroup.x) / 8);
             const int ix105 = (((int)thread_position_in_threadgroup.x) % 8);
@@ -221,20 +219,18 @@
             const float pc145 = pc117[0];
             carry3[((int)thread_position_in_threadgroup.x)] = pc145;
         }
-        metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
         if ((((int)thread_position_in_threadgroup.x) < 16)) {
             const float pc146 = pc121[0];
             carry4[((int)thread_position_in_threadgroup.x)] = pc146;
         }
-        metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
         if ((((int)thread_position_in_threadgroup.x) < 128)) {
             const int ix147 = (((int)thread_position_in_threadgroup.x) / 8);
             const int ix148 = (((int)thread_position_in_threadgroup.x) % 8);
             const float pc149 = pc132[0];
             carry5[((ix147 * 8) + ix148)] = pc149;
         }
-        metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     }
+    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     if ((((int)thread_position_in_threadgroup.x) < 128)) {
         const int ix150 = (((int)thread_position_in_threadgroup.x) / 8);
         const int ix151 = (((int)thread_position_in_threadgroup.x) % 8);

@@ -25,7 +25,6 @@
     const int ad12 = (((off3 + ix10) * 48) + (off4 + ix11));
     const float ld13 = in0[ad12];
     ta9[((ix10 * 16) + ix11)] = ld13;
-    metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup);
     const int ix15 = (((int)thread_position_in_threadgroup.x) / 16);
     const int ix16 = (((int)thread_position_in_threadgroup.x) % 16);
     const int ad17 = (((off4 + ix15) * 32) + (off5 + ix16));

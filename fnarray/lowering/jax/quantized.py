@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from fnarray.core.quantized import quantized_matmul_p
 from fnarray.lowering.jax.common import RULES
-from fnarray.lowering.packed import acc_dtype, unpack
+from fnarray.lowering.packed import acc_dtype, mxfp4_weights, unpack
 
 __all__ = ["jax_quantized_matmul", "DECODE_ROWS"]
 
@@ -26,18 +26,22 @@ __all__ = ["jax_quantized_matmul", "DECODE_ROWS"]
 DECODE_ROWS = 4
 
 
-def jax_quantized_matmul(x, w, scales, biases, *, transpose, group_size, bits):
+def jax_quantized_matmul(x, w, scales, biases=None, *, transpose, group_size, bits, mode):
     """``x @ dequantize(w).T`` (``transpose``) or ``x @ dequantize(w)`` for ``x (..., k)``, accumulated in float32
-    (float64 for float64); the jitted program's only weight input is the packed uint32 array (see the module
+    (float64 for float64); mode ``"mxfp4"`` (no biases) looks its E2M1 values and E8M0 scales up in tables; the
+    jitted program's only weight input is the packed uint32 array (see the module
     docstring for the two forms). Source: MLX's ``quantized_matmul`` (the format), XLA CPU's fusion of
     matrix-vector products."""
     import jax.numpy as jnp
     from jax import lax
     acc = acc_dtype(x.dtype)
-    q = unpack(jnp, w, bits, jnp.asarray).astype(acc)
-    rows, cols = q.shape
-    q = q.reshape(rows, cols // group_size, group_size)
-    wd = (q * scales.astype(acc)[:, :, None] + biases.astype(acc)[:, :, None]).reshape(rows, cols)
+    if mode == "mxfp4":
+        wd = mxfp4_weights(jnp, w, scales, acc, jnp.asarray)
+    else:
+        q = unpack(jnp, w, bits, jnp.asarray).astype(acc)
+        rows, cols = q.shape
+        q = q.reshape(rows, cols // group_size, group_size)
+        wd = (q * scales.astype(acc)[:, :, None] + biases.astype(acc)[:, :, None]).reshape(rows, cols)
     m = 1
     for d in x.shape[:-1]:
         m *= d

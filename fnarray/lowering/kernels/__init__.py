@@ -75,6 +75,8 @@ class Plan:
     def __init__(self, program: Program, caps, opts):
         self.program, self.caps, self.opts = program, caps, opts
         self.host_driven = any(_needs_host(e) for e in program.eqns)
+        if self.host_driven:   # donation is by position in the whole program; its segments are programs of their own
+            opts = self.opts = {k: v for k, v in opts.items() if k != "donate"}
         self.schedule = None if self.host_driven else schedule(program, caps, **opts)
 
     def __getstate__(self):  # the tuner option (a live device) is not kept in the persistent cache
@@ -177,7 +179,9 @@ def schedule_program(program: Program, caps, **opts) -> Plan:
 
     ``opts``: ``workgroup`` (work items per group of elementwise kernels), ``row_lanes`` (independent
     accumulators in a work-item's loop over a row: ``groups/reduce.py``), ``tuner`` (a
-    ``tuning.LaunchTimer`` of the device: the groups' tunable choices are made by ``tuning.choose``).
+    ``tuning.LaunchTimer`` of the device: the groups' tunable choices are made by ``tuning.choose``), ``donate``
+    (``{input position: output position or None}``: inputs whose buffers a ``dynamic_update_slice`` or a scatter
+    may update in place, ``groups/in_place.py``; ignored where the host drives control flow).
     """
     return Plan(program, caps, opts)
 

@@ -120,13 +120,20 @@ def _literal_bits(program) -> bytes:
 
 @functools.lru_cache(maxsize=1)
 def _code_digest() -> str:
-    """A digest of the scheduler's and the IR's source files: a changed fnarray never reads an old schedule."""
+    """A digest of the scheduler's (with its group modules) and the IR's source files: a changed fnarray never
+    reads an old schedule."""
     here = os.path.dirname(os.path.abspath(__file__))
-    core = os.path.join(os.path.dirname(os.path.dirname(here)), "core")
+    return source_digest((here, os.path.join(os.path.dirname(os.path.dirname(here)), "core")))
+
+
+def source_digest(tops) -> str:
+    """A sha256 digest of the ``.py`` files under the folders ``tops``, to every depth, by relative path."""
     h = hashlib.sha256()
-    for folder in (here, core):
-        for name in sorted(os.listdir(folder)):
-            if name.endswith(".py"):
-                with open(os.path.join(folder, name), "rb") as f:
-                    h.update(name.encode() + f.read())
+    for top in tops:
+        for folder, dirs, files in os.walk(top):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    with open(os.path.join(folder, name), "rb") as f:
+                        h.update(os.path.relpath(os.path.join(folder, name), top).encode() + f.read())
     return h.hexdigest()

@@ -1,10 +1,11 @@
 """OpenCL C from the kernel IR: a thin subclass of the C-style renderer.
 
 C's spellings come from the base (``cstyle.py``); this subclass declares what OpenCL C spells otherwise: its
-type names (``bool`` buffers are ``uchar``; complex values are ``float2``/``double2``), ``L``/``UL`` literals,
-``__local`` arrays, work-item builtins, barriers, bit casts (``as_<type>``) and the ``__kernel`` signature, plus
-PoCL's call-free float32 math (``opencl_math.py``, tuned by measurement). Kernels with ``float64``/``int64``
-need the device's ``cl_khr_fp64``; the ``#pragma`` is printed when a kernel uses ``double``.
+type names (``bool`` buffers are ``uchar``, so are float8/int4/uint4 values, which kernels only convert; complex
+values are ``float2``/``double2``), ``L``/``UL`` literals, ``__local`` arrays, work-item builtins, barriers, bit
+casts (``as_<type>``) and the ``__kernel`` signature, plus PoCL's call-free float32 math (``opencl_math.py``, tuned
+by measurement). Kernels with ``float64``/``int64`` need the device's ``cl_khr_fp64``; the ``#pragma`` is printed
+when a kernel uses ``double``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from fnarray.lowering.kernels.ir import (
     walk_exprs,
 )
 from fnarray.lowering.kernels.opencl_math import BUILTINS, F32, HELPERS
+from fnarray.lowering.kernels.rules import LOW_BIT
 from fnarray.lowering.kernels.transcendental import expand as expand_bodies
 
 __all__ = ["OpenCLRenderer", "render_opencl", "CALL_FREE"]
@@ -35,6 +37,8 @@ _TYPES = {
     np.dtype(np.uint32): "uint", np.dtype(np.int64): "long", np.dtype(np.uint64): "ulong",
     np.dtype(np.float16): "half", np.dtype(np.float32): "float", np.dtype(np.float64): "double",
     np.dtype(np.complex64): "float2", np.dtype(np.complex128): "double2",
+    # the low-bit dtypes are their bytes; kernels only convert them (kernels/rules.py: LOW_BIT)
+    **{d: "uchar" for d in LOW_BIT},
 }
 _ORDERED = frozenset({"lt", "le", "gt", "ge"})
 

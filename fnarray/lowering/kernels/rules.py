@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from fnarray.core import primitives as P
@@ -25,7 +26,7 @@ from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.ir import BOOL, OPS, UINT32, Bitcast, Cast, Const, Op, Select, const
 
 __all__ = ["ELEMENTWISE", "UNARY_FUNCS", "op", "select", "convert", "max_of", "min_of", "add_of", "mul_of", "lowest",
-           "highest", "float_math_dtype", "logaddexp", "COMPLEX_OK"]
+           "highest", "float_math_dtype", "logaddexp", "COMPLEX_OK", "LOW_BIT", "low_bit_value", "to_low_bit"]
 
 ELEMENTWISE: dict = {}
 
@@ -602,11 +603,16 @@ ELEMENTWISE[P.select_n] = _select_n
 
 
 def convert(b, x, dst):
-    """``x`` converted to ``dst`` with the reference semantics (saturating float -> int, NaN -> 0)."""
+    """``x`` converted to ``dst`` with the reference semantics (saturating float -> int, NaN -> 0); the low-bit
+    dtypes (``LOW_BIT``) through their bytes (``low_bit_value``, ``to_low_bit``)."""
     src = x.dtype
     dst = np.dtype(dst)
     if src == dst:
         return x
+    if src in LOW_BIT:
+        return convert(b, low_bit_value(b, x), dst)
+    if dst in LOW_BIT:
+        return to_low_bit(b, x, dst)
     if dst == np.bool_:
         if _is_complex(src):
             xr, xi = _cparts(b, x)
@@ -635,6 +641,81 @@ def convert(b, x, dst):
         return select(op("ge", t, const(hi, f)), const(info.max, dst),
                       select(op("le", t, const(lo, f)), const(info.min, dst), Cast(t, dst)))
     return Cast(x, dst)
+
+
+# ------------------------------------------------------------------------------- the low-bit dtypes
+# float8_e4m3fn, float8_e5m2, int4 and uint4 (ml_dtypes) are one byte an element in a buffer (a target prints them
+# as its unsigned/signed byte type); a kernel only converts them, in registers, bit for bit as ml_dtypes: a float8
+# byte to float32 and float32 to a float8 byte rounding to nearest even (e4m3fn has no infinity: overflow, inf and
+# NaN give NaN 0x7f; e5m2 overflows to inf 0x7c, NaN is 0x7e; both keep the sign), an int4/uint4 byte read as
+# its low 4 bits (int4 sign-extends bit 3) and written as them.
+
+#: float8 dtype -> (mantissa bits, exponent bias, NaN code, largest finite code, overflow code)
+_FLOAT8 = {np.dtype(ml_dtypes.float8_e4m3fn): (3, 7, 0x7F, 0x7E, 0x7F),
+           np.dtype(ml_dtypes.float8_e5m2): (2, 15, 0x7E, 0x7B, 0x7C)}
+_INT4, _UINT4 = np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.uint4)
+#: The dtypes held as bytes and only converted by kernels.
+LOW_BIT = frozenset(_FLOAT8) | {_INT4, _UINT4}
+_I32 = np.dtype(np.int32)
+
+
+def _u(v):
+    return const(v, UINT32)
+
+
+def low_bit_value(b, x):
+    """The value of a low-bit ``x`` (a byte): float32 for float8, int32 for int4, uint32 for uint4."""
+    byte = b.let(Cast(x, UINT32), "lb")
+    if x.dtype == _UINT4:
+        return b.let(op("and", byte, _u(15)))
+    if x.dtype == _INT4:
+        nib = Cast(op("xor", op("and", byte, _u(15)), _u(8)), _I32)
+        return b.let(op("sub", nib, const(8, _I32)))
+    mbits, bias, nan, top, over = _FLOAT8[x.dtype]
+    mag = b.let(op("and", byte, _u(0x7F)), "mag")
+    # Subnormals are m * 2**(1 - bias - mbits) (exact in float32); normals re-biased bits.
+    sub = Bitcast(op("mul", Cast(mag, F32), const(2.0 ** (1 - bias - mbits), F32)), UINT32)
+    normal = op("add", op("shl", mag, _u(23 - mbits)), _u((127 - bias) << 23))
+    bits = select(op("lt", mag, _u(1 << mbits)), sub, normal)
+    if over == nan:    # e4m3fn: 0x7f is NaN, no infinity
+        bits = select(op("eq", mag, _u(nan)), _u(0x7FC00000), bits)
+    else:              # e5m2: an all-ones exponent is inf (mantissa 0) or NaN
+        bits = select(op("gt", mag, _u(over)), _u(0x7FC00000), select(op("eq", mag, _u(over)), _u(0x7F800000), bits))
+    sign = op("shl", op("and", byte, _u(0x80)), _u(24))
+    return b.let(Bitcast(op("or", b.let(bits), sign), F32), "f8")
+
+
+def to_low_bit(b, x, dst):
+    """``x`` (any real dtype but float64 into a float8: see the kernel backends' ``supports``) as the byte of
+    the low-bit ``dst``."""
+    if dst in _FLOAT8:
+        return Cast(_float8_code(b, convert(b, x, F32), dst), dst)
+    if x.dtype in (_I32, UINT32) or x.dtype.kind in "iub":
+        v = convert(b, x, UINT32) if x.dtype.kind != "b" else select(x, _u(1), _u(0))
+    else:   # a float: truncated and saturated into the 4-bit range (the reference's float -> int rule)
+        lo, hi = (-8, 7) if dst == _INT4 else (0, 15)
+        t = convert(b, x, _I32)
+        v = Cast(select(op("lt", t, const(lo, _I32)), const(lo, _I32),
+                        select(op("gt", t, const(hi, _I32)), const(hi, _I32), t)), UINT32)
+    return Cast(op("and", v, _u(15)), dst)
+
+
+def _float8_code(b, f, dst):
+    """The float8 byte (uint32) of float32 ``f``: round to nearest even on the bits (normal results) or with
+    ``rint`` of the scaled magnitude (subnormal results, exact: a power-of-two scaling)."""
+    mbits, bias, nan, top, over = _FLOAT8[dst]
+    u = b.let(Bitcast(f, UINT32), "fb")
+    a = b.let(op("and", u, _u(0x7FFFFFFF)), "fa")
+    drop = 23 - mbits
+    rounded = op("shr", op("add", op("add", a, _u((1 << (drop - 1)) - 1)), op("and", op("shr", a, _u(drop)), _u(1))),
+                 _u(drop))
+    normal = op("sub", rounded, _u((127 - bias) << mbits))
+    scaled = op("mul", Bitcast(a, F32), const(2.0 ** (bias - 1 + mbits), F32))
+    sub = Cast(op("rint", scaled), UINT32)
+    mag = b.let(select(op("lt", a, _u((128 - bias) << 23)), sub, normal), "f8m")
+    mag = select(op("gt", mag, _u(top)), _u(over), mag)
+    mag = select(op("gt", a, _u(0x7F800000)), _u(nan), mag)
+    return op("or", b.let(mag), op("and", op("shr", u, _u(24)), _u(0x80)))
 
 
 def _convert(b, xs, params, in_avals, out_aval):

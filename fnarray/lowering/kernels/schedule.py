@@ -50,6 +50,7 @@ from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels import groups as groups_package
 from fnarray.lowering.kernels.emitter import INJECTIVE, Emitter, shaped_index
 from fnarray.lowering.kernels.groups.base import CALLS, REDUCTIONS, SCATTERS, BufSpec, Launch, MapGroup, Schedule
+from fnarray.lowering.kernels.groups.in_place import InPlaceUpdateGroup, in_place_updates
 from fnarray.lowering.kernels.groups.reduce import ReduceGroup
 from fnarray.lowering.kernels.index import linearize
 from fnarray.lowering.kernels.ir import INT32, Let, Special, Sym
@@ -192,6 +193,12 @@ class _Ctx:
         self.needed: set = set()   # materialised variables some other kernel (or the caller) reads
         self.wg = min(opts.get("workgroup", 128), caps.max_workgroup_size or 1024)
         self._nspec = 0
+        # ``dynamic_update_slice`` and scatter equations written into their donated operand
+        # (``groups/in_place.py``): the result shares the operand's buffer.
+        self.in_place = in_place_updates(prog, opts.get("donate"))
+        for e in prog.eqns:
+            if id(e) in self.in_place:
+                self.specs[e.outputs[0]] = self.spec(self.in_place[id(e)])
 
     def spec(self, key, shape=None, dtype=None) -> BufSpec:
         s = self.specs.get(key)
@@ -288,7 +295,7 @@ def _materialize(ctx):
     _seed_materialized(ctx)
     inlining = _Inlining(ctx)
     for e in ctx.prog.eqns:
-        if e.primitive in INJECTIVE:
+        if e.primitive in INJECTIVE and id(e) not in ctx.in_place:
             inlining.elementwise(e)
         else:
             inlining.opaque(e)
@@ -303,7 +310,7 @@ def _seed_materialized(ctx):
         if isinstance(a, Var) and a not in ctx.input_set:
             M.add(a)
     for e in prog.eqns:
-        if e.primitive not in INJECTIVE:
+        if e.primitive not in INJECTIVE or id(e) in ctx.in_place:
             M.update(e.outputs)
     for e in prog.eqns:
         view_of = OPERAND_VIEWS.get(e.primitive)
@@ -406,6 +413,9 @@ def _place(ctx, groups, e):
     """Put equation ``e``'s materialised outputs into groups."""
     if all(o.aval.size == 0 for o in e.outputs):
         return   # a zero-size fill (``zero_size.is_fill``): nothing to launch
+    if id(e) in ctx.in_place:
+        _place_in_place(ctx, groups, e)
+        return
     cls = GROUPS.get(e.primitive)
     if cls is ReduceGroup:
         target = _sibling_reduction(ctx, groups, e)
@@ -463,6 +473,30 @@ def _place(ctx, groups, e):
         producer_group[v] = target
 
 
+def _place_in_place(ctx, groups, e):
+    """An in-place ``dynamic_update_slice`` or scatter (``groups/in_place.py``): written by a recent map kernel
+    that reads nothing it needs to wait for (a cache update beside the rotated query: one launch), else by a
+    kernel of its own."""
+    g = InPlaceUpdateGroup(ctx, e)
+    g.analyse()
+    host = None
+    for cand in reversed(groups[-_JOIN_WINDOW:]):
+        if type(cand) is MapGroup and g.can_join(cand, ctx.group_of, ctx.caps.max_buffers_per_kernel):
+            host = cand
+            break
+        if any(ctx.group_of.get(r) is cand for r in g.reads):
+            break
+    if host is None:
+        g.index = len(groups)
+        groups.append(g)
+    else:
+        g.take_over(host)
+        groups[host.index] = g
+        for v in host.products:
+            ctx.group_of[v] = g
+    ctx.group_of[e.outputs[0]] = g
+
+
 def _can_host(ctx, g, reads, v):
     """Whether map kernel ``g`` can also compute ``v``, an elementwise value of another shape that reads
     nothing ``g`` computes (a loop counter beside the loop's arrays): one launch instead of two. The
@@ -508,6 +542,8 @@ def _can_join(ctx, g, reads, own, v):
     limit = ctx.caps.max_buffers_per_kernel
     if limit is not None and len(g.reads | set(reads)) + len(g.products) + 1 > limit:
         return False
+    if isinstance(g, InPlaceUpdateGroup) and g.eqn.outputs[0] in reads:
+        return False   # its work items write the updated elements, not their own: a read would race with them
     for r, keys in reads.items():
         pg = ctx.group_of.get(r)
         if pg is None or pg.index < g.index:
@@ -539,7 +575,11 @@ def tune_kernels(ctx, launches) -> list:
 
 
 def schedule(program: Program, caps, **opts) -> Schedule:
-    """Group ``program`` (straight-line: no ``cond``/``while``/``scan``) into kernels for ``caps``."""
+    """Group ``program`` (straight-line: no ``cond``/``while``/``scan``) into kernels for ``caps``.
+
+    ``opts``: see ``schedule_program``; ``donate`` (``{input position: output position or None}``, positions
+    among constvars + invars and outvars) lets a ``dynamic_update_slice`` of a donated input, or a scatter into
+    it, write into that input's buffer, which the output then shares (``groups/in_place.py``)."""
     prog = inline_calls(split_long_scans(program, getattr(caps, "max_loop_iterations", None)))
     prog, _ = dce(prog)
     # No kernel ever sees a zero-size array: empty results need no launch (the runtimes allocate an

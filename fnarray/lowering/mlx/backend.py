@@ -20,7 +20,8 @@ floating-point only), multi-key ``sort`` (successive stable argsorts).
 
 Unsupported (these fall back to numpy with a ``FallbackWarning``, see
 ``supports``): ``complex128`` and the low-bit dtypes (``float8_e4m3fn``, ``float8_e5m2``, ``int4``,
-``uint4``) everywhere (MLX has no such dtypes); ``float64``
+``uint4``) everywhere (MLX 0.32 has no such dtypes; its ``to_fp8`` saturates e4m3 overflow and NaN to 448, where
+ml_dtypes gives NaN, so it cannot stand for the conversion); ``float64``
 on the GPU (Metal has none); on the CPU, ``float64`` only where MLX computes it
 exactly — its CPU transcendental functions round through float32 (``exp`` of a
 float64 is float32-accurate), so float64 transcendental and special functions
@@ -86,7 +87,14 @@ platform:
   largest array of a program that is compiled, for those who want the old size limit back).
 
 Programs with fewer than 2 equations or with empty arrays stay eager, and a program MLX fails to
-compile keeps running eagerly (``_WarmCompile``).
+compile keeps running eagerly (``_WarmCompile``). So do the programs of eager namespace calls
+(``transforms/eager_jit.py``, which sets ``devices.backend.compiling.eager`` while it compiles one): raw MLX's
+eager calls never compile, and a loop whose shapes grow (a decode loop's cache) made each shape's program
+cross ``CPU_COMPILE_AFTER_CALLS`` and compile (the decode loop of ``benchmarks/programs.py``: 1.6 s at its 17th
+run with MLX's kernel cache warm, for no gain after: a compiled 3-operation program on 64-element arrays
+measured 1.6 us a call against 1.7 us for its operations, 20 against 23 us evaluated). Eager calls reach
+mlx programs from a key's ``eager_jit.REPEATED_CALL``-th call (``Capabilities.eager_programs =
+"repeated_call"``): before that they take the general path, whose operations compile nothing here.
 
 ``COMPILE_MODE = "always"`` or ``"never"`` overrides the policy (tests use it).
 """
@@ -109,7 +117,7 @@ from fnarray.core.pallas import pallas_call_p
 from fnarray.core.passes import program_from_eqn
 from fnarray.core.subprograms import CALL_PROGRAM, subprograms
 from fnarray.core.subprograms import CONTROL_FLOW
-from fnarray.devices.backend import Backend, Capabilities, Device, Lowered
+from fnarray.devices.backend import Backend, Capabilities, Device, Lowered, compiling
 from fnarray.lowering.mlx import conv, linalg, pallas
 from fnarray.lowering.mlx.common import IMPORT_ERROR, RULES, from_numpy, mx, to_numpy
 from fnarray.lowering.mlx.program import Generated as _Generated
@@ -154,8 +162,10 @@ _COMPLEX_OK = _COMPLEX_OK | {fft_p} | linalg.COMPLEX_OK
 def _dtype_reason(prim, eqn_dtypes, platform):
     for d in eqn_dtypes:
         if dtypes.is_low_bit(d):
-            return (f"MLX has no {d.name}: float8 and int4 arrays stay NumPy arrays on mlx devices and every "
-                    "operation on them, casts included, runs on numpy:0")
+            return (f"MLX has no {d.name} dtype: float8 and int4 arrays stay NumPy arrays on mlx devices and every "
+                    "operation on them, casts included, runs on numpy:0 (mx.from_fp8/mx.to_fp8 convert e4m3 bytes, "
+                    "but to_fp8 saturates overflow and NaN to 448 where ml_dtypes gives NaN; MLX has no e5m2 or "
+                    "int4)")
     if dtypes.complex128 in eqn_dtypes:
         return "MLX has no complex128"
     if dtypes.float64 in eqn_dtypes:
@@ -194,13 +204,27 @@ CPU_COMPILE_AFTER_CALLS = 16
 # ------------------------------------------------------------------------------ executables
 
 def _on_stream(handle, fn):
-    """Run ``fn`` on ``handle``'s stream when that is not MLX's default device."""
+    """Run ``fn`` on ``handle``'s stream when that is not MLX's default device. ``run.call_args(*bufs)`` is the
+    same without the list (jit's hot path calls it directly): ``fn`` itself where MLX has no other device than
+    ``handle`` (then it is always the default; mlx[cpu])."""
     def run(bufs):
         if mx.default_device() == handle:
             return fn(*bufs)
         with mx.stream(handle):
             return fn(*bufs)
+
+    def call_args(*bufs):
+        if mx.default_device() == handle:
+            return fn(*bufs)
+        with mx.stream(handle):
+            return fn(*bufs)
+    run.call_args = fn if _only_device(handle) else call_args
     return run
+
+
+def _only_device(handle) -> bool:
+    """Whether ``handle`` is the only device MLX has (the CPU, with no GPU), so always the default one."""
+    return handle == mx.cpu and not mx.is_available(mx.gpu)
 
 
 class _WarmCompile:
@@ -235,9 +259,12 @@ class _WarmCompile:
         return out
 
 
-def _compile_policy(gen: _Generated, device: Device) -> int | None:
-    """Call number from which ``mx.compile`` is used (1: from the first call), or ``None``: never."""
+def _compile_policy(gen: _Generated, device: Device, eager: bool = False) -> int | None:
+    """Call number from which ``mx.compile`` is used (1: from the first call), or ``None``: never (``eager``:
+    the program of an eager call, ``fnarray.devices.backend.compiling``)."""
     if COMPILE_MODE == "never" or gen.n_eqns < 2 or gen.has_empty:
+        return None
+    if eager and COMPILE_MODE != "always":
         return None
     if COMPILE_MODE == "always" or device.platform != "cpu":
         return 1
@@ -252,6 +279,10 @@ class MlxLowered(Lowered):
     def __init__(self, program, device, donate=()):
         super().__init__(program, device)
         self._host = any(_needs_host(e) for e in program.eqns)
+        # The program of an eager call (transforms/eager_jit.py) runs as MLX's eager operations do, never through
+        # mx.compile: a loop whose shapes grow would compile each shape's program at its CPU_COMPILE_AFTER_CALLS-th
+        # call (~5 ms each with MLX's kernel cache warm, ~1 s per fused kernel cold), which raw MLX never pays.
+        self._eager = compiling.eager
 
     def as_text(self) -> str:
         return _Generated(self.program, execute=False).source
@@ -266,11 +297,34 @@ class MlxLowered(Lowered):
             from fnarray.devices.host_control import HostDriven
             return HostDriven(self.program, self.device, [True] * len(self.program.eqns))
         gen = _Generated(self.program)
-        after = _compile_policy(gen, self.device)
+        after = _compile_policy(gen, self.device, self._eager)
         handle = self.device.handle
         if after is None:
             return _on_stream(handle, gen.fn)
         return _WarmCompile(gen.fn, after, handle)
+
+
+def _eager_apply(fn, multiple, handle):
+    """``apply(bufs) -> [bufs]`` of one primitive's rule ``fn`` on ``handle``'s stream, one Python frame deep
+    where MLX has no other device (``apply.call_args(*bufs)``: the same without the list)."""
+    if not _only_device(handle):
+        if multiple:
+            return _on_stream(handle, lambda *bufs: list(fn(*bufs)))
+        return _on_stream(handle, lambda *bufs: [fn(*bufs)])
+    if multiple:
+        def apply(bufs):
+            return list(fn(*bufs))
+
+        def call_args(*bufs):
+            return list(fn(*bufs))
+    else:
+        def apply(bufs):
+            return [fn(*bufs)]
+
+        def call_args(*bufs):
+            return [fn(*bufs)]
+    apply.call_args = call_args
+    return apply
 
 
 def _needs_host(eqn) -> bool:
@@ -315,8 +369,9 @@ class MlxBackend(Backend):
             self._devices = _spmd.process_devices(group, mine.handle, mine.platform, mine.description)
         all_but = frozenset(dtypes.ALL_DTYPES) - {dtypes.complex128}
         self._caps = {
-            "cpu": Capabilities(dtypes=all_but, control_flow="host", eager_programs="second_call"),
-            "gpu": Capabilities(dtypes=all_but - {dtypes.float64}, control_flow="host", eager_programs="second_call"),
+            "cpu": Capabilities(dtypes=all_but, control_flow="host", eager_programs="repeated_call"),
+            "gpu": Capabilities(dtypes=all_but - {dtypes.float64}, control_flow="host",
+                                eager_programs="repeated_call"),
         }
 
     def devices(self):
@@ -375,14 +430,7 @@ class MlxBackend(Backend):
             if r is not None:
                 return None
         fn = RULES[primitive](params, list(in_avals), outs)
-        handle = device.handle
-        if primitive.multiple_results:
-            def apply(*bufs):
-                return list(fn(*bufs))
-        else:
-            def apply(*bufs):
-                return [fn(*bufs)]
-        return _on_stream(handle, apply)
+        return _eager_apply(fn, primitive.multiple_results, device.handle)
 
     def to_device(self, array, device):
         if device is not None and device.handle is None:

@@ -20,12 +20,15 @@ class Generated:
 
     def __init__(self, prog: Program, execute: bool = True):
         prog, _ = dce(prog)
-        prog, _ = dce(drop_zero_size(prog))
+        # mx.compile is never given empty (NumPy) buffers: such programs stay eager. (The common program has
+        # no zero-size value: one scan, no second dce; eager programs compile per new shape.)
+        self.has_empty = has_zero_size(prog)
+        if self.has_empty:
+            prog, _ = dce(drop_zero_size(prog))
+            self.has_empty = has_zero_size(prog)
         names: dict = {}
         glb: dict = {"__name__": "fnarray.lowering.mlx_program"}
         consts, lines = [], []
-        # mx.compile is never given empty (NumPy) buffers: such programs stay eager.
-        self.has_empty = has_zero_size(prog)
         self.max_elements = max([v.aval.size for v in list(prog.constvars) + list(prog.invars)] +
                                 [o.aval.size for e in prog.eqns for o in e.outputs] + [0])
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from fnarray.core.quantized import quantized_matmul_p
 from fnarray.lowering.numpy.common import IMPLS
-from fnarray.lowering.packed import acc_dtype, unpack
+from fnarray.lowering.packed import E2M1, E8M0, acc_dtype, unpack
 
 __all__ = ["numpy_quantized_matmul"]
 
@@ -26,6 +26,12 @@ def _unpack_bytes(w, bits):
 
 
 def _dequantize_np(w, scales, biases, group_size, bits, dtype):
+    if biases is None:   # mxfp4: E2M1 codes times E8M0 powers of two
+        q = E2M1.astype(dtype)[_unpack_bytes(w, 4)]
+        rows, cols = q.shape
+        q = q.reshape(rows, cols // 32, 32)
+        q *= E8M0.astype(dtype)[scales][:, :, None]
+        return q.reshape(rows, cols)
     q = (_unpack_bytes(w, bits) if 8 % bits == 0 else unpack(np, w, bits, np.asarray)).astype(dtype)
     rows, cols = q.shape
     q = q.reshape(rows, cols // group_size, group_size)
@@ -36,17 +42,17 @@ def _dequantize_np(w, scales, biases, group_size, bits, dtype):
 
 def numpy_quantized_matmul(params, in_avals, out_avals):
     """The reference: blocks of ``_CHUNK_ROWS`` weight rows dequantized in the accumulation dtype at a time
-    (never the whole float matrix), each multiplied with NumPy."""
+    (never the whole float matrix), each multiplied with NumPy; mode ``"mxfp4"`` has no biases operand."""
     transpose, gs, bits = params["transpose"], params["group_size"], params["bits"]
     out_aval = out_avals[0]
     acc = acc_dtype(out_aval.dtype)
 
-    def f(x, w, scales, biases):
+    def f(x, w, scales, biases=None):
         xs = np.asarray(x, acc)
         out = np.zeros(out_aval.shape, acc)
         for r in range(0, w.shape[0], _CHUNK_ROWS):
-            block = _dequantize_np(w[r:r + _CHUNK_ROWS], scales[r:r + _CHUNK_ROWS], biases[r:r + _CHUNK_ROWS],
-                                   gs, bits, acc)
+            b = None if biases is None else biases[r:r + _CHUNK_ROWS]
+            block = _dequantize_np(w[r:r + _CHUNK_ROWS], scales[r:r + _CHUNK_ROWS], b, gs, bits, acc)
             if transpose:
                 out[..., r:r + block.shape[0]] = xs @ block.T
             else:

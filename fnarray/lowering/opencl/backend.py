@@ -91,9 +91,28 @@ _COMPLEX_BAD = frozenset(p for p in SCHEDULED if p not in facts.complex_ok() and
 _MAX_ELEMENTS = 2**31 - 1
 
 
-#: why float8/int4 equations run on numpy:0 (the arrays are held as their bytes; no kernel converts them yet)
-_LOW_BIT_REASON = ("OpenCL C has no such type; float8 and int4 arrays are held as bytes and every operation on "
-                   "them, casts included, runs on numpy:0")
+#: The primitives whose kernels take the low-bit dtypes (held as their bytes): conversions (in registers, bit for bit
+#: as ml_dtypes: kernels/rules.py's to_low_bit/low_bit_value) and data movement (the bytes as they are); every other
+#: operation on them runs on numpy:0.
+_LOW_BIT_PRIMITIVES = frozenset({P.convert_element_type, P.bitcast_convert_type, P.reshape, P.transpose,
+                                 P.broadcast_in_dim, P.slice_p, P.rev, P.concatenate, P.copy_p})
+
+
+def _low_bit_reason(eqn):
+    """Why an equation touching a float8/int4/uint4 array cannot run here, or ``None``."""
+    low = [a.aval.dtype for a in list(eqn.inputs) + list(eqn.outputs) if dtypes.is_low_bit(a.aval.dtype)]
+    if not low:
+        return None
+    d = low[0]
+    if eqn.primitive not in _LOW_BIT_PRIMITIVES:
+        return (f"OpenCL C has no {d.name} type: kernels only convert its bytes, in registers (astype, bit "
+                "casts), and move them (transpose, reshape, slice, concatenate...); arithmetic and every other "
+                "operation on it run on numpy:0 (cast to float32 or int32 first to compute on the device)")
+    src, dst = eqn.inputs[0].aval.dtype, eqn.outputs[0].aval.dtype
+    if eqn.primitive is P.convert_element_type and src == dtypes.float64 and dtypes.is_float(dst):
+        return (f"float64 -> {dst.name} rounds once from float64 (ml_dtypes); the kernels round from float32 "
+                "only: cast to float32 first, or let numpy:0 do it")
+    return None
 
 class CLBuffer:
     """A device array: an OpenCL buffer holding ``shape`` elements of ``dtype`` (row-major).
@@ -126,7 +145,7 @@ def _kernel_cache_size() -> int:
 
 
 def _storage(dtype):
-    return np.dtype(np.uint8) if dtype == np.bool_ else np.dtype(dtype)
+    return np.dtype(np.uint8) if dtype == np.bool_ or dtypes.is_low_bit(dtype) else np.dtype(dtype)
 
 
 class _DeviceState:
@@ -147,7 +166,7 @@ class _DeviceState:
         self.fp16 = "cl_khr_fp16" in ext
         full = cl_device.profile == "FULL_PROFILE"
         ds = {dtypes.bool_, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32,
-              dtypes.float32, dtypes.complex64}
+              dtypes.float32, dtypes.complex64, *dtypes.LOW_BIT_DTYPES}
         if full:
             ds |= {dtypes.int64, dtypes.uint64}
         if self.fp64:
@@ -177,7 +196,6 @@ class _DeviceState:
             dtypes.float16: "cl_khr_fp16 is absent", dtypes.bfloat16: "OpenCL C has no bfloat16",
             dtypes.int64: "an embedded-profile device has no 64-bit integers",
             dtypes.uint64: "an embedded-profile device has no 64-bit integers",
-            **{d: _LOW_BIT_REASON for d in dtypes.LOW_BIT_DTYPES},
         }
 
     def finish(self):
@@ -213,7 +231,7 @@ class _DeviceState:
         a = np.asarray(array)
         if not a.dtype.isnative:
             a = a.astype(a.dtype.newbyteorder("="))
-        if a.dtype == np.bool_:
+        if a.dtype == np.bool_ or dtypes.is_low_bit(a.dtype):   # bytes (ml_dtypes' types export no buffer format)
             host = np.ascontiguousarray(a).view(np.uint8)
         else:
             host = np.ascontiguousarray(a)
@@ -236,7 +254,7 @@ class _DeviceState:
         host = np.empty(buf.shape, _storage(buf.dtype))
         if host.nbytes:
             cl.enqueue_copy(self.queue, host, buf.mem, is_blocking=True)
-        return host.view(np.bool_) if buf.dtype == np.bool_ else host
+        return host.view(buf.dtype) if buf.dtype == np.bool_ or dtypes.is_low_bit(buf.dtype) else host
 
     # ------------------------------------------------------------------ programs
     def build(self, sources):
@@ -435,6 +453,9 @@ class OpenCLBackend(Backend):
                 return f"{device} ({device.description}) has no {d.name}: {why}"
             if a.aval.size > _MAX_ELEMENTS:
                 return f"kernels index with int32: {a.aval.str_short()} has more than 2**31 - 1 elements"
+        why = _low_bit_reason(eqn)
+        if why is not None:
+            return why
         if prim in _CONTROL or prim in CALLS:
             return None  # driven from the host / inlined; their sub-programs are checked by the partitioner
         why = linalg.oversize_reason(eqn, state.caps)

@@ -95,7 +95,24 @@ __all__ = ["make_backend", "WebGPUBackend", "WGBuffer", "PORTABLE_LIMITS"]
 _HINT = ("pip install wgpu (and a Vulkan, Metal, D3D12 or OpenGL driver; on Debian/Ubuntu without a GPU: "
          "apt-get install mesa-vulkan-drivers)")
 _F16 = np.dtype(np.float16)
-_BASE_DTYPES = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool_, dtypes.complex64})
+_BASE_DTYPES = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool_, dtypes.complex64,
+                          *dtypes.LOW_BIT_DTYPES})
+
+
+def _low_bit_reason(eqn):
+    """Why an equation touching a float8/int4/uint4 array cannot run here, or ``None``: their buffers hold the
+    bytes four to a u32 word, which kernels read (``astype`` out of them) but cannot write a byte of."""
+    d = next((a.aval.dtype for a in list(eqn.inputs) + list(eqn.outputs) if dtypes.is_low_bit(a.aval.dtype)), None)
+    if d is None:
+        return None
+    if eqn.primitive is not P.convert_element_type:
+        return (f"WGSL has no {d.name} type: webgpu kernels only read its bytes, converting them (astype to a "
+                "WebGPU dtype); arithmetic, slicing and every other operation on it run on numpy:0 (cast to "
+                "float32 or int32 first to compute on the device)")
+    if dtypes.is_low_bit(eqn.outputs[0].aval.dtype):
+        return (f"WGSL has no 8-bit type: a webgpu kernel cannot write one {d.name} byte of a 32-bit word "
+                "(four work items would share it, without atomics), so casts into it run on numpy:0")
+    return None
 # Primitives whose kernels have no complex form (from the kernel facts): complex64 is vec2<f32> in WGSL.
 _COMPLEX_BAD = frozenset(p for p in SCHEDULED if p not in facts.complex_ok() and p not in CALLS)
 _MAX_ELEMENTS = 2**31 - 1
@@ -584,13 +601,19 @@ class _Plan:
 class WebGPULowered(KernelLowered):
     """A program scheduled into WGSL kernels for one webgpu device."""
 
-    def __init__(self, program, device, backend):
+    def __init__(self, program, device, backend, donate=()):
         super().__init__(program, device)
         self.backend = backend
+        # ``{input position: output position or None}``: a jitted call's donated arguments (any output) or an
+        # exported step's state (its own output); a ``dynamic_update_slice`` of one writes into it in place.
+        self.donate = dict(donate) if isinstance(donate, dict) else {int(i): None for i in donate}
+
+    def _cache_identity(self) -> str:
+        return super()._cache_identity() + (f"|donate={sorted(self.donate.items())}" if self.donate else "")
 
     def _schedule_now(self):
         caps = self.backend.capabilities(self.device)
-        opts = {}
+        opts = {"donate": self.donate} if self.donate else {}
         if tuning.active(self.device):
             opts["tuner"] = _Timer(self.device, self.backend.gpu, caps.max_workgroup_size)
         return schedule_program(self.program, caps, workgroup=DEFAULT_GROUP_SIZE, **opts)
@@ -698,9 +721,6 @@ class WebGPUBackend(Backend):
             d = a.aval.dtype
             if d not in caps.dtypes:
                 f16 = "float16" if self.gpu.has_f16 else "float16 where the adapter has shader-f16"
-                if dtypes.is_low_bit(d):
-                    return (f"WebGPU has no {d.name}: float8 and int4 arrays are held as bytes and every operation "
-                            "on them, casts included, runs on numpy:0")
                 return f"WebGPU has no {d.name} (it computes in float32, int32, uint32, bool, complex64 and {f16})"
             n = a.aval.size * storage_itemsize(d)
             if cap is not None and n > cap:
@@ -708,6 +728,9 @@ class WebGPUBackend(Backend):
                         f"of {device} ({cap} bytes)")
             if a.aval.size > _MAX_ELEMENTS:
                 return f"kernels index with int32: {a.aval.str_short()} has more than 2**31 - 1 elements"
+        why = _low_bit_reason(eqn)
+        if why is not None:
+            return why
         if prim in CONTROL_PRIMITIVES or prim in CALLS:
             return None  # driven from the host / inlined; the partitioner checks their sub-programs
         why = linalg.oversize_reason(eqn, caps)
@@ -745,7 +768,7 @@ class WebGPUBackend(Backend):
         return None
 
     def lower(self, program, device, donate=()):
-        return WebGPULowered(program, device, self)
+        return WebGPULowered(program, device, self, donate)
 
     def to_device(self, array, device):
         return self.gpu.upload(np.asarray(array))

@@ -65,6 +65,10 @@ class Runner:
         gpu = self.gpu = plan.gpu
         self.steps = plan.steps
         self.n_inputs = plan.n_inputs
+        # Inputs a kernel writes: donated ones that a dynamic_update_slice updates in place (groups/in_place.py).
+        # They are bound directly, never staged, and the output that shares one takes its buffer over.
+        self.updated = sorted({k for st in plan.steps for k, w in zip(st.slots, st.writes, strict=True)
+                               if w and k < plan.n_inputs})
         self._owned = []                       # WGBuffers this runner keeps (arena and staging)
         self._held = 0                         # their bytes
         template = [None] * plan.n_slots       # the wgpu buffer of every slot that does not change
@@ -100,6 +104,9 @@ class Runner:
             if i not in bound:
                 continue
             nb = _nbytes(inputs[i])
+            if i in self.updated:
+                self.direct_in.append(i)
+                continue
             if nb <= STAGE_BYTES and self._held + nb <= budget:
                 template[i] = self._own(inputs[i])
                 self.stage_in.append((i, template[i], nb))
@@ -153,6 +160,7 @@ class Runner:
         with gpu.lock:  # one recording and submit at a time per GPU (the bind-group caches too)
             vals, made = self._bind(bufs)
             enc = gpu.device.create_command_encoder()
+            self._copy_shared(bufs, made, enc)
             for i, staging, nb in self.stage_in:
                 enc.copy_buffer_to_buffer(bufs[i].buffer, 0, staging, 0, nb)
             if self.steps:
@@ -182,7 +190,19 @@ class Runner:
         for k, spec in self.fresh:
             b = made[k] = gpu.alloc(spec.dtype, spec.shape)
             vals[k] = b.buffer
+        for i in self.updated:
+            if any(j != i and bufs[j].buffer is bufs[i].buffer for j in range(len(bufs))):
+                # one array passed as a donated argument and as another: the other must keep its value
+                b = made[("copy", i)] = gpu.alloc(bufs[i].dtype, bufs[i].shape)
+                vals[i] = b.buffer
         return vals, made
+
+    def _copy_shared(self, bufs, made, enc):
+        """Record the copies of the updated inputs that ``_bind`` gave a buffer of their own (lock held)."""
+        for i in self.updated:
+            b = made.get(("copy", i))
+            if b is not None:
+                enc.copy_buffer_to_buffer(bufs[i].buffer, 0, b.buffer, 0, b.buffer.size)
 
     def _copy_out(self, enc):
         """Fresh buffers for the staged outputs, their copies recorded (lock held)."""
@@ -201,6 +221,15 @@ class Runner:
                 out.append(staged[v])
             elif kind == "fresh":
                 out.append(made[v])
+            elif kind == "in" and v in self.updated:
+                # updated in place: the output takes the donated buffer over (the donated array, which jit
+                # deletes after the call, then holds none)
+                b = made.get(("copy", v))
+                if b is None:
+                    src = bufs[v]
+                    b = type(src)(src.buffer, src.dtype, src.shape, src.gpu)
+                    src.buffer = None
+                out.append(b)
             elif kind == "in":
                 out.append(bufs[v])
             else:
@@ -225,6 +254,7 @@ class Runner:
             vals, made = self._bind(bufs)
             dev = gpu.device
             enc = dev.create_command_encoder()
+            self._copy_shared(bufs, made, enc)
             for i, staging, nb in self.stage_in:
                 enc.copy_buffer_to_buffer(bufs[i].buffer, 0, staging, 0, nb)
             if not timed:

@@ -19,8 +19,11 @@ A store is a parallel phase over the stored block, guarded by the mask and by th
 last block writes only its real elements), followed by a barrier (barriers that order nothing are trimmed); a
 stored value that reads the ref it is written to is first computed into each work item's private array (the
 same elements, the same items), so that no item overwrites what another still reads. ``fori_loop`` is a counted
-``For`` loop around its body (carries in work-group memory, updated through private arrays); ``pl.when`` an
-``If``. Conditions and loop bounds must be
+``For`` loop around its body (carries in work-group memory, updated in place where each item reads only the
+elements it writes, else through staging arrays: ``_update_carries``); ``pl.when`` an ``If``. The barriers
+that order nothing are removed afterwards (``kernels/barriers.py``). On CPU devices an inline value with a
+transcendental function that would be computed several times per element is materialized once
+(``_Renderer.compute_once``). Conditions and loop bounds must be
 the same across the work-group (grid indices, loop counters, constants), as on every Pallas target.
 
 ``pl.atomic_*`` is a phase of ``ir.Atomic`` statements (the device's atomics) on the output's buffer.
@@ -40,6 +43,7 @@ of other dtypes than int32/uint32/float32, blocks past the device's work-group m
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 
@@ -49,6 +53,8 @@ from fnarray.core import primitives as P
 from fnarray.core.ir import Literal, Var
 from fnarray.core.pallas import pallas_atomic_p, pallas_call_p, pallas_load_p, pallas_loop_p, pallas_store_p, \
     pallas_when_p, walk_body
+from fnarray.lowering.kernels import facts
+from fnarray.lowering.kernels.barriers import prune_barriers
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import Launch, EquationGroup, Tracker
 from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, Cast, Const, For, If, Load, Op, \
@@ -64,6 +70,10 @@ __all__ = ["PallasGroup", "GROUPS", "OPERAND_VIEWS", "unsupported_reason", "LOCA
 #: (``Capabilities.local_memory_bytes``): WebGPU's guaranteed ``maxComputeWorkgroupStorageSize``.
 LOCAL_BYTES = 16384
 _MAX_WG = 256
+#: work items of a kernel with a ``dot`` or a reduction on a CPU OpenCL device (PoCL) and on another CPU device
+#: (lavapipe) (``workgroup_size``)
+_CPU_OPENCL_WG = 8
+_CPU_WG = 16
 
 
 class Unrenderable(Exception):
@@ -71,10 +81,10 @@ class Unrenderable(Exception):
 
 
 def workgroup_size(caps, params, largest, has_dot=False):
-    """Work items per program instance: ``compiler_params["workgroup"]``, else on a CPU device 64 (a WebGPU CPU
-    adapter such as lavapipe: every kernel; a CPU OpenCL device such as PoCL: kernels with a ``dot``, whose
-    register tiles then hold more outputs per work item), else the power of two covering the largest block
-    (32 to 256); within the device's limit. ``PALLAS_TUNABLE`` times the others where autotuning is on."""
+    """Work items per program instance: ``compiler_params["workgroup"]``, else on a CPU device, for kernels with
+    a ``dot`` or a reduction (``has_dot``), 8 (a CPU OpenCL device such as PoCL) or 16 (a WebGPU CPU adapter such
+    as lavapipe), and 64 for the other kernels on lavapipe, else the power of two covering the largest block (32
+    to 256); within the device's limit. ``PALLAS_TUNABLE`` times the others where autotuning is on."""
     cp = dict(params.get("compiler_params", ()))
     cap = min(_MAX_WG, caps.max_workgroup_size or _MAX_WG)
     if "workgroup" in cp:
@@ -82,7 +92,13 @@ def workgroup_size(caps, params, largest, has_dot=False):
         if wg < 1 or wg > cap:
             raise Unrenderable(f"compiler_params workgroup={wg} is outside 1..{cap} on this device")
         return wg
-    if not caps.tiling_pays or (has_dot and getattr(caps, "matmul_tiling", "local") == "register"):
+    register = getattr(caps, "matmul_tiling", "local") == "register"
+    if (not caps.tiling_pays or register) and has_dot:
+        # A CPU runs a work-group's items one after another: fewer items hold bigger register tiles, repeat less
+        # of the phases shorter than the work-group and combine fewer partial sums (flash attention, 16 query
+        # rows, at 8 or 16 items: 0.55-0.7x the time of 64 on PoCL 3.0 and lavapipe; docs/performance.md)
+        return min(_CPU_OPENCL_WG if register else _CPU_WG, cap)
+    if not caps.tiling_pays:
         # Measured on the examples (docs/performance.md): lavapipe 0.6-1.0x the time of 256 work items for every
         # kernel; PoCL 0.45x for the matmul and 0.65x for flash attention, but 1.6x for a vector add.
         return min(64, cap)
@@ -94,13 +110,14 @@ def workgroup_size(caps, params, largest, has_dot=False):
 
 #: The work-group size of a ``pallas_call`` kernel, timed by ``tuning.choose`` where autotuning is on (the
 #: default is ``workgroup_size``'s; ``compiler_params={"workgroup": n}`` fixes it untimed).
-PALLAS_TUNABLE = Tunable("pallas_workgroup", {"workgroup": (32, 64, 128, 256)},
+PALLAS_TUNABLE = Tunable("pallas_workgroup", {"workgroup": (8, 16, 32, 64, 128, 256)},
                          doc="work items per program instance of a pallas_call kernel",
                          valid=lambda c, facts: c["workgroup"] <= facts.get("workgroup_limit", _MAX_WG))
 
 
 def _has_dot(program):
-    return any(e.primitive is P.dot_general for e in walk_body(program))
+    """Whether the kernel body has a ``dot`` or a reduction (``workgroup_size``)."""
+    return any(e.primitive is P.dot_general or e.primitive in _REDUCE for e in walk_body(program))
 
 
 # ------------------------------------------------------------------------------------------ values
@@ -125,6 +142,8 @@ def _linear(idx, shape):
         # for any sign): a reshape that splits an index and one that joins it again cost nothing.
         if terms and _splits(terms[-1], x, s):
             terms[-1] = (x.args[0], s)
+        elif terms and _splits_plus(terms[-1], x, s) is not None:
+            terms[-1] = (_splits_plus(terms[-1], x, s), s)
         elif terms and _splits_after(terms[-1], x, s) is not None:
             terms[-1] = (_splits_after(terms[-1], x, s), s)
         else:
@@ -139,6 +158,14 @@ def _splits(prev, x, s):
     px, ps = prev
     return (isinstance(px, Op) and px.op == "div" and isinstance(x, Op) and x.op == "rem"
             and px.args == x.args and isinstance(px.args[1], Const) and ps == int(px.args[1].value) * s)
+
+
+def _splits_plus(prev, x, s):
+    """``a + j`` where ``prev, x`` are ``(a / c, c * s)`` and ``(a % c) + j`` (the form ``_rem`` leaves for an
+    index ``a + j`` with ``j`` below every step of ``a``), else ``None``."""
+    if isinstance(x, Op) and x.op == "add" and isinstance(x.args[1], Const) and _splits(prev, x.args[0], s):
+        return op("add", x.args[0].args[0], x.args[1])
+    return None
 
 
 def _splits_after(prev, x, s):
@@ -266,6 +293,7 @@ class _Lazy:
     at: object
     reads: frozenset = frozenset()
     aligned: dict = dataclasses.field(default_factory=dict)   # ref -> the block it reads only at the own element
+    heavy: bool = False   # computes a transcendental function (``facts.with_cost("expensive")``) per element
 
 
 @dataclasses.dataclass
@@ -354,6 +382,17 @@ def _bound_address(b, a):
     return b.let(a, "ad")
 
 
+#: the primitives whose per-element cost makes a value worth computing once (``_heavy``)
+_EXPENSIVE = facts.with_cost("expensive")
+#: the ``aligned`` key of a work-group array read at the value's own element (``_Renderer.local_value``)
+_OWN = ("local",)
+
+
+def _heavy(v):
+    """Whether ``v`` is computed inline with a transcendental function per element (``_Lazy.heavy``)."""
+    return isinstance(v, _Lazy) and v.heavy
+
+
 def _scalar(v):
     return v.at(())
 
@@ -381,6 +420,9 @@ class _Renderer:
         # the strided form, whose lanes read neighbouring elements together (unmeasured there)
         self.lane_runs = bool(caps is not None and (not caps.tiling_pays
                                                     or getattr(caps, "matmul_tiling", "local") == "register"))
+        # phases without per-item bounds tests on CPU OpenCL devices (``par_for``)
+        self.clamp_phases = bool(caps is not None and getattr(caps, "uniform_guard", False))
+        self.ok, self.sizes = None, {}
         self.local_bytes = 0
         self.local_limit = getattr(caps, "local_memory_bytes", None) or LOCAL_BYTES
         self.barriers = 0
@@ -394,10 +436,12 @@ class _Renderer:
                                f"loop carries, scratch) need more than the {self.local_limit} bytes the device "
                                f"gives one work-group (its reported local memory size); use smaller blocks")
         name = self.b.fresh(hint)
-        self.b.emit(ArrayDecl("local", name, np.dtype(dtype), max(size, 1)))
+        self.sizes[name] = max(size, 1)
+        # a spare element where phases without bounds tests store past the end (``par_for``)
+        self.b.emit(ArrayDecl("local", name, np.dtype(dtype), max(size, 1) + self.clamp_phases))
         return name
 
-    def par_for(self, shape, fn):
+    def par_for(self, shape, fn, fresh=False):
         """``fn(idx, slot)`` for every element of ``shape``, the work items taking them ``wg`` apart.
 
         A phase whose elements the work items divide evenly runs unguarded, and one that fits in one pass
@@ -405,24 +449,45 @@ class _Renderer:
         is not under a per-item branch. (An earlier version guarded every phase against a flash-attention
         result that came out wrong on PoCL 3.0; the cause was a private array of two elements per item kept
         across a barrier, which PoCL 3.0 and 3.1 both lose: ``staging``. With that fixed, the unguarded
-        kernel is exact on both and the guarded one is the one they miscompile.)"""
+        kernel is exact on both and the guarded one is the one they miscompile.)
+
+        ``fresh``: the phase stores only through ``put`` into work-group arrays it does not read (the arrays of
+        materialized values, reductions, ``dot`` s, staged carries). On CPU OpenCL devices such a phase, where
+        more than half the work-group has an element, has no bounds test at all: every item computes, those past
+        the end at the last element, storing to each array's spare element. PoCL 3.0 and 3.1 miscompiled a
+        bounds-tested phase followed by a loop in one barrier region (flash attention's row sums came out inf
+        once the barrier between them was dropped): there ``hoisted_kernel`` keeps such barriers."""
         n = math.prod(shape)
         if n == 0:
             return
         slots = -(-n // self.wg)
         guard = n % self.wg != 0
+        # at most half the items repeat an element (a shared reduction's combining phase stays bounds-tested)
+        clamp = guard and fresh and self.clamp_phases and 2 * n > self.wg
 
         def one(s):
             e = self.lid if s is None else self.b.let(op("add", op("mul", s, _i(self.wg)), self.lid), "e")
-            with self.b.when(op("lt", e, _i(n))) if guard else _null():
+            if clamp:
+                # no per-item branch: the items past the end compute element n - 1 and store it to the arrays'
+                # spare element (``put``)
+                self.ok = self.b.let(op("lt", e, _i(n)), "ok")
+                e = self.b.let(op("min", e, _i(n - 1)), "ec")
+            with self.b.when(op("lt", e, _i(n))) if guard and not clamp else _null():
                 idx = tuple(self.b.let(x, "ix") if not isinstance(x, Const) else x for x in _unravel(e, shape))
                 fn(idx, _i(0) if s is None else s)
+            self.ok = None
 
         if slots == 1:
             one(None)
         else:
             with self.b.loop(_i(0), _i(slots), hint="s") as s:
                 one(s)
+
+    def put(self, name, index, value, space="local"):
+        """A store of a ``fresh`` phase (``par_for``): past the end, to the work-group array's spare element."""
+        if self.ok is not None and space == "local":
+            index = select(self.ok, index, _i(self.sizes[name]))
+        self.b.store(name, index, value, space=space)
 
     def staging(self, dtype, shape, hint):
         """An array holding each work item's elements of a ``shape`` value across a barrier: ``(space, name,
@@ -448,16 +513,25 @@ class _Renderer:
         n = math.prod(v.shape)
         name = self.local_array(v.dtype, n, hint)
         shape = v.shape
-        self.par_for(shape, lambda idx, s: self.b.store(name, _linear(idx, shape), v.at(idx), space="local"))
+        self.par_for(shape, lambda idx, s: self.put(name, _linear(idx, shape), v.at(idx)), fresh=True)
         self.barrier()
         return self.local_value(name, shape, v.dtype)
+
+    def compute_once(self, v, hint):
+        """``v`` materialized where it is ``_heavy`` and read more than once per element, on CPU devices (whose
+        transcendental functions are long instruction sequences; a GPU's are cheap to compute again), where
+        work-group memory has room for it; else ``v``."""
+        size = np.dtype(v.dtype).itemsize * max(math.prod(v.shape), 1) if isinstance(v, _Lazy) else 0
+        if not (self.lane_runs and _heavy(v)) or self.local_bytes + size > self.local_limit:
+            return v
+        return self.materialize(v, hint)
 
     def local_value(self, name, shape, dtype):
         b = self.b
 
         def at(idx):
             return b.let(Load("local", name, _linear(idx, shape), dtype), "lv")
-        lz = _Lazy(tuple(shape), np.dtype(dtype), at)
+        lz = _Lazy(tuple(shape), np.dtype(dtype), at, frozenset([name]), {name: _OWN})
         lz.local = name
         return lz
 
@@ -473,6 +547,8 @@ class _Renderer:
             if isinstance(a, Var):
                 last_use[a] = len(prog.eqns)
         self.used.update(last_use)
+        uses = collections.Counter(a for e in prog.eqns for a in e.inputs if isinstance(a, Var))
+        uses.update(a for a in prog.outvars if isinstance(a, Var))
 
         def read(a):
             if isinstance(a, Literal):
@@ -497,7 +573,9 @@ class _Renderer:
                 if not e.primitive.multiple_results:
                     outs = [outs]
             for v, o in zip(e.outputs, outs, strict=True):
-                env[v] = o
+                # a value with a transcendental read by several equations is computed once, into work-group
+                # memory (flash attention's exp(s - m), read by the row sum and by p @ v)
+                env[v] = self.compute_once(o, "hv") if uses[v] > 1 else o
         return [read(a) for a in prog.outvars]
 
     def _protect(self, env, last_use, k, ref):
@@ -517,7 +595,7 @@ class _Renderer:
             xs = [v.at(idx if v.shape else ()) for v in vals]
             return b.let(rule(b, xs, params, in_avals, out_aval), "x")
         return _Lazy(tuple(shape), np.dtype(dtype), at, frozenset().union(*(v.reads for v in vals)),
-                     _aligned(vals, tuple(shape)))
+                     _aligned(vals, tuple(shape)), e.primitive in _EXPENSIVE or any(_heavy(v) for v in vals))
 
 
 class _null:
@@ -549,11 +627,13 @@ def _aligned(vals, shape):
 def _broadcast(r, e, vals):
     x = vals[0]
     bd, shape = e.params["broadcast_dimensions"], e.params["shape"]
+    if math.prod(shape) > math.prod(x.shape):
+        x = r.compute_once(x, "hb")   # else each element's transcendental is computed at each copy of it
     xs = x.shape
 
     def at(idx):
         return x.at(tuple(idx[d] if xs[k] != 1 else _i(0) for k, d in enumerate(bd)))
-    return _Lazy(tuple(shape), x.dtype, at, x.reads)
+    return _Lazy(tuple(shape), x.dtype, at, x.reads, heavy=_heavy(x))
 
 
 def _axis_groups(old, new):
@@ -602,7 +682,7 @@ def _reshape(r, e, vals):
             for a, v in zip(olds, _unravel(flat, [x.shape[a] for a in olds]), strict=True):
                 src[a] = v
         return x.at(tuple(src))
-    return _Lazy(shape, x.dtype, at, x.reads)
+    return _Lazy(shape, x.dtype, at, x.reads, heavy=_heavy(x))
 
 
 def _transpose(r, e, vals):
@@ -615,7 +695,7 @@ def _transpose(r, e, vals):
         for k, p in enumerate(perm):
             src[p] = idx[k]
         return x.at(tuple(src))
-    return _Lazy(shape, x.dtype, at, x.reads)
+    return _Lazy(shape, x.dtype, at, x.reads, heavy=_heavy(x))
 
 
 def _iota(r, e, vals):
@@ -631,7 +711,7 @@ def _slice(r, e, vals):
 
     def at(idx):
         return x.at(tuple(op("add", op("mul", i, _i(s)), _i(a)) for i, a, s in zip(idx, lo, strides, strict=True)))
-    return _Lazy(tuple(shape), x.dtype, at, x.reads)
+    return _Lazy(tuple(shape), x.dtype, at, x.reads, heavy=_heavy(x))
 
 
 def _rev(r, e, vals):
@@ -641,7 +721,7 @@ def _rev(r, e, vals):
     def at(idx):
         return x.at(tuple(op("sub", _i(n - 1), i) if d in dims else i
                           for d, (i, n) in enumerate(zip(idx, x.shape, strict=True))))
-    return _Lazy(x.shape, x.dtype, at, x.reads)
+    return _Lazy(x.shape, x.dtype, at, x.reads, heavy=_heavy(x))
 
 
 def _identity(r, e, vals):
@@ -695,23 +775,26 @@ def _reduce(r, e, vals):
     acc_d = _acc_dtype(d) if kind in ("sum", "prod") else d
     b = r.b
     name = r.local_array(d, n_out, "red")
-    lanes = 1
-    while n_out * lanes * 2 <= r.wg and lanes * 2 <= n_red // 8:
-        lanes *= 2
+    lanes = _lanes(r, n_out, n_red)
 
     def partial(idx, start, step):
-        acc = b.var(acc_d, _identity_of(kind, acc_d), "acc")
         lanes_ = int(step.value) if isinstance(step, Const) else 1
-        un = _RUN if r.lane_runs and lanes_ > 1 and n_red % (lanes_ * _RUN) == 0 else 0
+        un = _RUN if r.lane_runs and n_red % (lanes_ * _RUN) == 0 and n_red > _RUN else 0
         if un:
             # each lane takes runs of ``_RUN`` consecutive elements, unrolled: their index ``t * lanes * RUN +
             # lane * RUN + j`` keeps constant parts through index arithmetic (``_div``, ``_rem``: a 4-bit word's
-            # eight values read with one load and constant shifts)
+            # eight values read with one load and constant shifts); element ``j`` of each run has its own
+            # accumulator (independent additions; PoCL 3.1 does not vectorise across work items here: the
+            # 4-bit matvec took 3x the time with one chain), combined at the end
+            accs = [b.var(acc_d, _identity_of(kind, acc_d), "acc") for _ in range(un)]
             with b.loop(_i(0), _i(n_red // (lanes_ * un)), hint="t") as t:
                 base = op("add", op("mul", t, _i(lanes_ * un)), op("mul", start, _i(un)))
                 for j in range(un):
-                    one_elem(op("add", base, _i(j)) if j else base, idx, acc)
-            return acc
+                    one_elem(op("add", base, _i(j)) if j else base, idx, accs[j])
+            while len(accs) > 1:
+                accs = [b.let(_combine(b, kind, accs[i], accs[i + 1]), "acc") for i in range(0, len(accs), 2)]
+            return accs[0]
+        acc = b.var(acc_d, _identity_of(kind, acc_d), "acc")
         with b.loop(start, _i(n_red), step, hint="k") as k:
             one_elem(k, idx, acc)
         return acc
@@ -727,12 +810,23 @@ def _reduce(r, e, vals):
         b.assign(acc, _combine(b, kind, acc, convert(b, v, acc_d) if acc_d != d else v))
 
     if lanes == 1:
-        r.par_for(out_shape, lambda idx, slot: b.store(
-            name, _linear(idx, out_shape), _narrow(b, partial(idx, _i(0), _i(1)), d), space="local"))
+        r.par_for(out_shape, lambda idx, slot: r.put(
+            name, _linear(idx, out_shape), _narrow(b, partial(idx, _i(0), _i(1)), d)), fresh=True)
     else:
         _shared_reduce(r, name, out_shape, lanes, (kind, acc_d, d), partial)
     r.barrier()
     return r.local_value(name, out_shape, d)
+
+
+def _lanes(r, n_out, n_red):
+    """Work items per result element of a reduction of ``n_out`` results over ``n_red`` elements each: a power of
+    two while the results fill at most half the work-group and each lane keeps 8 elements (on CPU devices two
+    runs: a short row, flash attention's 16 keys, is not worth the extra phase and barrier of combining)."""
+    lanes = 1
+    per = 2 * _RUN if r.lane_runs else 8
+    while n_out * lanes * 2 <= r.wg and lanes * 2 <= n_red // per:
+        lanes *= 2
+    return lanes
 
 
 def _shared_reduce(r, name, out_shape, lanes, kinds, partial):
@@ -746,8 +840,8 @@ def _shared_reduce(r, name, out_shape, lanes, kinds, partial):
     def lane_sum(idx, slot):
         flat = _linear(idx, (n_out, lanes))
         o = b.let(idx[0], "ro")
-        b.store(parts, flat, partial(_unravel(o, out_shape), idx[1], _i(lanes)), space="local")
-    r.par_for((n_out, lanes), lane_sum)
+        r.put(parts, flat, partial(_unravel(o, out_shape), idx[1], _i(lanes)))
+    r.par_for((n_out, lanes), lane_sum, fresh=True)
     r.barrier()
 
     def combine(idx, slot):
@@ -755,8 +849,8 @@ def _shared_reduce(r, name, out_shape, lanes, kinds, partial):
         acc = b.var(acc_d, _identity_of(kind, acc_d), "acc")
         with b.loop(_i(0), _i(lanes), hint="l") as ln:
             b.assign(acc, _combine(b, kind, acc, b.let(Load("local", parts, op("add", base, ln), acc_d), "pv")))
-        b.store(name, _linear(idx, out_shape), _narrow(b, acc, d), space="local")
-    r.par_for(out_shape, combine)
+        r.put(name, _linear(idx, out_shape), _narrow(b, acc, d))
+    r.par_for(out_shape, combine, fresh=True)
 
 
 #: consecutive elements per lane of a shared reduction, unrolled (``_reduce``)
@@ -814,9 +908,9 @@ def _dot(r, e, vals):
                     xa, yc = operands(idx, kidx, cache)
                     b.assign(acc, op("add", acc, op("mul", xa, yc)))
         for acc, idx in zip(accs, elems, strict=True):
-            b.store(name, _linear(idx, oshape), convert(b, acc, d) if acc_d != d else acc, space="local")
+            r.put(name, _linear(idx, oshape), convert(b, acc, d) if acc_d != d else acc)
 
-    r.par_for(tshape, body)
+    r.par_for(tshape, body, fresh=True)
     r.barrier()
     return r.local_value(name, tuple(out.shape), d)
 
@@ -960,10 +1054,10 @@ def _store(r, e, vals):
         mst = r.staging(np.dtype(np.bool_), shape, "pm") if mask is not None else None
 
         def stage(idx, slot):
-            b.store(vst[1], vst[2](idx, slot), _at(value, idx), space=vst[0])
+            r.put(vst[1], vst[2](idx, slot), _at(value, idx), space=vst[0])
             if mst is not None:
-                b.store(mst[1], mst[2](idx, slot), _at(mask, idx), space=mst[0])
-        r.par_for(shape, stage)
+                r.put(mst[1], mst[2](idx, slot), _at(mask, idx), space=mst[0])
+        r.par_for(shape, stage, fresh=True)
         r.barrier("global" if ref.space == "global" else "local")   # every read done before any write
         staged = (vst, mst)
 
@@ -1004,6 +1098,8 @@ def _loop(r, e, vals):
     body = e.params["body"]
     consts, carry = list(ops[:nc]), list(ops[nc:])
     b = r.b
+    # an inline value with a transcendental would be computed again in every iteration
+    consts = [r.compute_once(c, "hc") for c in consts]
     homes = []
     for c in carry:
         if isinstance(c, _Ref):
@@ -1012,33 +1108,58 @@ def _loop(r, e, vals):
             name = r.local_array(c.dtype, math.prod(c.shape), "carry")
             shape = c.shape
             r.par_for(shape, lambda idx, s, c=c, name=name, shape=shape:
-                      b.store(name, _linear(idx, shape), c.at(idx if shape else ()), space="local"))
+                      r.put(name, _linear(idx, shape), c.at(idx if shape else ())), fresh=True)
             homes.append(r.local_value(name, shape, c.dtype))
     r.barrier()
     with b.loop(_scalar(lo), _scalar(hi), hint="it") as i:
         iv = _Lazy((), np.dtype(np.int32), lambda idx, i=i: i)
         outs = r.run(body, [iv] + consts + homes)
-        staged = []
-        for h, o in zip(homes, outs, strict=True):
-            if isinstance(h, _Ref):
-                continue
-            if getattr(o, "local", None) == h.local:
-                continue
-            st = r.staging(h.dtype, h.shape, "pc")
-            r.par_for(h.shape, lambda idx, s, o=o, st=st, h=h:
-                      b.store(st[1], st[2](idx, s), o.at(idx if h.shape else ()), space=st[0]))
-            staged.append((h, st))
-        if staged:
-            r.barrier()
-            for h, st in staged:
-                r.par_for(h.shape, lambda idx, s, h=h, st=st:
-                          b.store(h.local, _linear(idx, h.shape), b.let(Load(st[0], st[1], st[2](idx, s), h.dtype),
-                                                                         "pc"), space="local"))
-                # A barrier after each carry's copy, not one after all: PoCL 3.0 dropped the copies of a guarded
-                # phase followed by a looped one in the same barrier region at the end of the loop body
-                # (flash attention at 64 work items: the row maxima and sums never left their start values).
-                r.barrier()
+        _update_carries(r, homes, outs)
     return homes
+
+
+def _update_carries(r, homes, outs):
+    """The loop carries' homes in work-group memory set to the body's results ``outs``.
+
+    A result that reads no other carry's home, and its own only at its own element, while no other result reads
+    its home, is written in place (each work item reads and writes the same elements: flash attention's running
+    maximum, sum and output once its rescaling factor is in work-group memory). The others are first computed
+    into each item's staging array (``staging``), then, after a barrier, copied home: no item overwrites a
+    home another still reads."""
+    b = r.b
+    pairs = [(h, o) for h, o in zip(homes, outs, strict=True)
+             if not isinstance(h, _Ref) and getattr(o, "local", None) != h.local]
+    names = {h.local for h in homes if not isinstance(h, _Ref)}
+
+    def in_place(h, o):
+        own = h.local not in o.reads or o.aligned.get(h.local) == _OWN
+        return own and not (o.reads & (names - {h.local})) and not any(
+            h.local in o2.reads for h2, o2 in pairs if h2 is not h)
+
+    direct = [(h, o) for h, o in pairs if in_place(h, o)]
+    staged = []
+    for h, o in direct:
+        r.par_for(h.shape, lambda idx, s, o=o, h=h: r.put(h.local, _linear(idx, h.shape), _at(o, idx)),
+                  fresh=True)
+        r.barrier()
+    for h, o in pairs:
+        if (h, o) in direct:
+            continue
+        st = r.staging(h.dtype, h.shape, "pc")
+        r.par_for(h.shape, lambda idx, s, o=o, st=st, h=h:
+                  r.put(st[1], st[2](idx, s), _at(o, idx), space=st[0]), fresh=True)
+        staged.append((h, st))
+    if staged:
+        r.barrier()
+    for h, st in staged:
+        r.par_for(h.shape, lambda idx, s, h=h, st=st:
+                  r.put(h.local, _linear(idx, h.shape), b.let(Load(st[0], st[1], st[2](idx, s), h.dtype), "pc")),
+                  fresh=True)
+        # A barrier after each carry's copy (``barriers.prune_barriers`` drops those that order nothing):
+        # PoCL 3.0 dropped the copies of a bounds-tested phase followed by a looped one in the same barrier
+        # region at the end of the loop body (flash attention at 64 work items: the row maxima and sums
+        # never left their start values); on CPU OpenCL devices these phases have no bounds test.
+        r.barrier()
 
 
 def _when(r, e, vals):
@@ -1357,11 +1478,24 @@ def _hoist_local_arrays(kernel):
     return dataclasses.replace(kernel, body=tuple(decls) + body)
 
 
-def hoisted_kernel(b, local_size):
+def hoisted_kernel(b, local_size, pocl_regions=False):
     """The kernel that ``render`` built into ``b``, its arrays declared first (``_hoist_local_arrays``) and
-    the barriers that order nothing removed (``_trim_barriers``)."""
+    the barriers that order nothing removed (``barriers.prune_barriers``: between regions that touch no array
+    in conflicting ways; ``_trim_barriers``: repeated ones and the last); ``pocl_regions``: a CPU OpenCL device
+    (``Capabilities.uniform_guard``), where ``_branch_then_loop`` keeps some."""
     kernel = _hoist_local_arrays(b.build(local_size))
-    return dataclasses.replace(kernel, body=_trim_barriers(kernel.body, True))
+    keep = _branch_then_loop if pocl_regions else None
+    return dataclasses.replace(kernel, body=_trim_barriers(prune_barriers(kernel.body, keep=keep), True))
+
+
+def _branch_then_loop(before, after):
+    """Whether a barrier between the statements ``before`` and ``after`` stays on a CPU OpenCL device although it
+    orders nothing: PoCL 3.0 and 3.1 miscompiled a region holding a work-item branch and a loop after it
+    (``_Renderer.par_for``)."""
+    def has(stmts, kind):
+        return any(isinstance(s, kind) for s in stmts)
+    return has(before, If) and has(after, For) or has(before, For) and has(after, If) or \
+        has(before, If) and has(after, If) and has(before + after, For)
 
 
 def _stronger(a, b):
@@ -1432,7 +1566,7 @@ class PallasGroup(EquationGroup):
             return ins, [ctx.output(b, args, v) for v in e.outputs]
 
         b, gsize, lsize = render(e, ctx.caps, names, choice["workgroup"])
-        kernel = hoisted_kernel(b, lsize)
+        kernel = hoisted_kernel(b, lsize, bool(getattr(ctx.caps, "uniform_guard", False)))
         vals = [args[pp.name] for pp in kernel.params]
         launches.append(Launch(kernel, vals, gsize, lsize, tracker.eqns, "pallas"))
         return launches

@@ -48,7 +48,7 @@ from fnarray.core.quantized import quantized_matmul_p
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import EquationGroup, contiguous_strides, index_vars, kernel_name, make_launch
 from fnarray.lowering.kernels.groups.register_tiles import store_loop
-from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Cast, Special, const
+from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Bitcast, Cast, Special, const
 from fnarray.lowering.kernels.rules import op, select
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.zero_size import REWRITES, fill
@@ -77,6 +77,9 @@ TILE_TUNABLE = Tunable("quantized_tile", {"rm": (1, 2, 3, 4, 6), "rn": (8, 16), 
                                            and c["wx"] * c["wy"] <= (f.get("workgroup_limit") or 1024)))
 
 
+F32 = np.dtype(np.float32)
+
+
 def _acc_dtype(d):
     return np.dtype(np.float64) if d == np.float64 else np.dtype(np.float32)
 
@@ -90,7 +93,7 @@ class QuantizedMatmulGroup(EquationGroup):
     def codegen(self):
         ctx = self.ctx
         e = self.eqn
-        x, w, _, _ = e.inputs
+        x = e.inputs[0]
         out = e.outputs[0]
         n_out = math.prod(out.aval.shape)
         if n_out == 0:
@@ -106,7 +109,7 @@ class QuantizedMatmulGroup(EquationGroup):
         if p["transpose"] and cooperative(ctx.caps):
             return self._cooperative(n, m, k, rows, blocks)
         b, args, tracker, em = self._kernel_start()
-        xs, ws, ss, bs = self.input_buffers(b, args)
+        names = tuple(self.input_buffers(b, args)) + (None,) * (4 - len(e.inputs))   # mxfp4: no biases
         items = blocks * n
         gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
         acc = _acc_dtype(out.aval.dtype)
@@ -122,7 +125,6 @@ class QuantizedMatmulGroup(EquationGroup):
             row_ids = [b.let(select(op("lt", op("add", first, const(r, INT32)), const(m, INT32)),
                                     op("add", first, const(r, INT32)), const(m - 1, INT32)), "rw")
                        for r in range(rows)]
-            names = (xs, ws, ss, bs)
             if p["transpose"]:
                 sums = self._rows_of_w(b, names, col, row_ids, k, p["group_size"], p["bits"], x.aval.dtype, acc)
             else:
@@ -368,20 +370,26 @@ class QuantizedMatmulGroup(EquationGroup):
                 wd = [b.load(ws, b.let(op("add", base_w, const(t, INT32))), UINT32) for t in range(bits)]
                 base_x = b.let(op("mul", chunk, const(32, INT32)), "xb")
                 for j in range(32):
-                    qf = b.let(Cast(_element(b, wd, j * bits, bits, mask), acc), "q")
+                    qi = _element(b, wd, j * bits, bits, mask)
+                    qf = b.let(_e2m1_doubled(qi, acc) if bs is None else Cast(qi, acc), "q")
                     for r, xr in enumerate(x_rows):
                         xv = self._load_f(b, xs, b.let(op("add", xr, op("add", base_x, const(j, INT32)))), xdt,
                                           acc)
                         d, s = dots[r][j % lanes], sums[r][j % lanes]
                         b.assign(d, op("add", d, op("mul", xv, qf)))
-                        b.assign(s, op("add", s, xv))
+                        if bs is not None:   # mxfp4 has no bias, so no sum of x
+                            b.assign(s, op("add", s, xv))
             gi = b.let(op("add", grow, g), "gi")
-            sdt = xdt
-            scale = self._load_f(b, ss, gi, sdt, acc)
-            bias = self._load_f(b, bs, gi, sdt, acc)
-            for r in range(len(row_ids)):
-                dot, xsum = _tree_sum(dots[r]), _tree_sum(sums[r])
-                b.assign(total[r], op("add", total[r], op("add", op("mul", scale, dot), op("mul", bias, xsum))))
+            if bs is None:   # mxfp4: the doubled E2M1 values times half the E8M0 scale, no bias
+                scale = b.let(_e8m0_half(b.load(ss, gi, np.dtype(np.uint8)), acc), "scale")
+                for r in range(len(row_ids)):
+                    b.assign(total[r], op("add", total[r], op("mul", scale, _tree_sum(dots[r]))))
+            else:
+                scale = self._load_f(b, ss, gi, xdt, acc)
+                bias = self._load_f(b, bs, gi, xdt, acc)
+                for r in range(len(row_ids)):
+                    dot, xsum = _tree_sum(dots[r]), _tree_sum(sums[r])
+                    b.assign(total[r], op("add", total[r], op("add", op("mul", scale, dot), op("mul", bias, xsum))))
         return total
 
     def _columns_of_w(self, b, names, col, row_ids, k, n, gs, bits, xdt, acc):
@@ -405,10 +413,15 @@ class QuantizedMatmulGroup(EquationGroup):
                 hi = b.load(ws, b.let(op("add", wbase, nxt)), UINT32)
                 up = op("shl", op("shl", hi, const(1, UINT32)), op("sub", const(31, UINT32), shift))
                 v = op("or", v, up)
-            qf = b.let(Cast(b.let(op("and", v, mask)), acc), "q")
+            qi = b.let(op("and", v, mask))
+            qf = b.let(Cast(qi, acc), "q") if bs is not None else None
             gi = b.let(op("add", op("mul", kk, const(groups, INT32)), gcol), "gi")
-            wv = b.let(op("add", op("mul", self._load_f(b, ss, gi, xdt, acc), qf), self._load_f(b, bs, gi, xdt, acc)),
-                       "wv")
+            if bs is None:   # mxfp4
+                wv = b.let(op("mul", _e8m0_half(b.load(ss, gi, np.dtype(np.uint8)), acc), _e2m1_doubled(qi, acc)),
+                           "wv")
+            else:
+                wv = b.let(op("add", op("mul", self._load_f(b, ss, gi, xdt, acc), qf),
+                                  self._load_f(b, bs, gi, xdt, acc)), "wv")
             for r, xr in enumerate(x_rows):
                 xv = self._load_f(b, xs, b.let(op("add", xr, kk)), xdt, acc)
                 b.assign(total[r], op("add", total[r], op("mul", xv, wv)))
@@ -455,6 +468,28 @@ def _element(b, words, start, bits, mask):
     return b.let(v, "qi")
 
 
+#: E2M1 magnitudes doubled (0, 1, 2, 3, 4, 6, 8, 12), one per nibble of a constant: code ``c``'s is nibble ``c & 7``.
+_E2M1_DOUBLED_NIBBLES = 0xC8643210
+
+
+def _e2m1_doubled(q, acc):
+    """Twice the value of the E2M1 code ``q`` (uint32 below 16) in ``acc``: the doubled magnitude from a constant's
+    nibble, negated for sign bit 3 (exact; half the scale restores it, ``_e8m0_half``)."""
+    t = Cast(op("and", op("shr", const(_E2M1_DOUBLED_NIBBLES, UINT32),
+                          op("shl", op("and", q, const(7, UINT32)), const(2, UINT32))), const(15, UINT32)), INT32)
+    neg = op("ne", op("and", q, const(8, UINT32)), const(0, UINT32))
+    return Cast(select(neg, op("neg", t), t), acc)
+
+
+def _e8m0_half(s, acc):
+    """Half the E8M0 scale of the uint8 ``s``, ``2**(s - 128)``, in ``acc``: float32 bits ``s << 23`` (``s = 0``:
+    ``2**-127``, the subnormal ``0x400000``; ``s = 255``: inf, as MLX), times 0.5."""
+    su = Cast(s, UINT32)
+    bits = select(op("eq", su, const(0, UINT32)), const(0x400000, UINT32), op("shl", su, const(23, UINT32)))
+    f = op("mul", Bitcast(bits, F32), const(0.5, F32))
+    return Cast(f, acc) if acc != F32 else f
+
+
 def _pow2_at_least(n: int) -> int:
     p = 1
     while p < n:
@@ -486,7 +521,13 @@ def cooperative(caps) -> bool:
 
 def unsupported_reason(eqn, caps):
     """Why the kernels cannot run this ``quantized_matmul`` equation on a target with ``caps``, or ``None``: a
-    work item's walk longer than the driver's loop limit (lavapipe stops loops silently past it)."""
+    work item's walk longer than the driver's loop limit (lavapipe stops loops silently past it), or an mxfp4
+    product in a form written for the affine format only (tiled, cooperative)."""
+    if eqn.params["mode"] != "affine":
+        m = math.prod(eqn.inputs[0].aval.shape[:-1])
+        if eqn.params["transpose"] and (tiled(m, caps) or cooperative(caps)):
+            return (f"quantized_matmul mode={eqn.params['mode']!r} has the matrix-vector kernel only (up to "
+                    f"{ROWS} rows of x on a CPU device); the tiled and cooperative forms are affine only")
     limit = getattr(caps, "max_loop_iterations", None)
     k = eqn.inputs[0].aval.shape[-1]
     steps = k // 32 if eqn.params["transpose"] else k

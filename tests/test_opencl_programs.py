@@ -1,0 +1,90 @@
+"""Whole programs on opencl devices: what a new or a cached program costs in builds (issue 28).
+
+Counts, not times: OpenCL program builds (``_DeviceState._build``, PoCL's ~40-150 ms each) of a second
+program whose kernels another program already built, of cached calls and of repeated eager operations; and
+the results of the programs ``benchmarks/programs.py`` times against NumPy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+
+from helpers import require_backend
+
+
+@pytest.fixture(scope="module", params=range(2), ids=lambda i: f"opencl:{i}")
+def dev(request):
+    devs = require_backend("opencl")
+    if request.param >= len(devs):
+        pytest.skip("one OpenCL device")
+    return devs[request.param]
+
+
+@pytest.fixture
+def builds(dev, monkeypatch):
+    """The list of OpenCL program builds on ``dev`` while the test runs (each entry: the source's length)."""
+    state = dev.impl.state(dev)
+    seen = []
+    real = state._build
+
+    def counted(text):
+        seen.append(len(text))
+        return real(text)
+    monkeypatch.setattr(state, "_build", counted)
+    return seen
+
+
+def _x(dev, n=37, seed=0):
+    return fa.device_put(np.random.default_rng(seed).uniform(-1, 1, n).astype(np.float32), dev)
+
+
+def test_a_second_identical_program_builds_nothing(dev, builds):
+    """Another function with the same operations (a notebook cell run again, a function made per item of a
+    sweep) reuses the kernels the first one built: programs are cached by kernel source."""
+    x = _x(dev)
+    first = fa.jit(lambda v: fnp.tanh(v * 0.75) * v + fnp.sum(v * v), device=dev)
+    want = first(x)
+    n = len(builds)
+    second = fa.jit(lambda v: fnp.tanh(v * 0.75) * v + fnp.sum(v * v), device=dev)
+    got = second(x)
+    assert len(builds) == n, f"the second program built {len(builds) - n} more"
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    xs = np.asarray(x).astype(np.float64)
+    np.testing.assert_allclose(np.asarray(got), np.tanh(xs * 0.75) * xs + (xs * xs).sum(), rtol=1e-5, atol=1e-5)
+
+
+def test_cached_calls_and_repeated_eager_operations_build_nothing(dev, builds):
+    f = fa.jit(lambda v, w: fnp.exp(v - w).sum() * w, device=dev)
+    f(_x(dev), _x(dev, seed=1)).block_until_ready()
+    fnp.cos(_x(dev)).block_until_ready()
+    n = len(builds)
+    for seed in range(3):
+        f(_x(dev, seed=seed), _x(dev, seed=seed + 1)).block_until_ready()
+        fnp.cos(_x(dev, seed=seed)).block_until_ready()
+    assert len(builds) == n
+
+
+def test_jacobian_sweep_of_one_form_builds_once(dev, builds):
+    """``benchmarks/programs.py``'s sweep: ``jacfwd``/``jacrev``/``hessian`` of functions that differ in a
+    Python constant build their kernels for the first function only (eager operations take the constant as
+    an argument, not in the kernel's source)."""
+    x = _x(dev, n=6)
+    xs = np.asarray(x).astype(np.float64)
+
+    def sweep(c):
+        def f(v):
+            return fnp.sin(c * v) + v * v
+        return fa.jacfwd(f)(x), fa.jacrev(f)(x), fa.hessian(lambda v: f(v).sum())(x)
+    sweep(0.5)
+    n = len(builds)
+    for c in (0.6, 0.7):
+        jf, jr, h = sweep(c)
+        want = np.diag(c * np.cos(c * xs) + 2 * xs)
+        np.testing.assert_allclose(np.asarray(jf), want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(jr), want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(h), np.diag(-c * c * np.sin(c * xs) + 2), rtol=1e-4, atol=1e-5)
+    assert len(builds) == n, f"the second and third functions built {len(builds) - n} programs"
