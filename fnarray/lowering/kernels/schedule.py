@@ -432,45 +432,50 @@ def _place(ctx, groups, e):
         for o in e.outputs:
             ctx.group_of[o] = g
         return
-    producer_group = ctx.group_of
     for v in e.outputs:
-        if v not in ctx.materialized:
-            continue
-        probe = MapGroup(ctx, v.aval.shape)
-        reads = probe.root_reads(v)
-        own = linearize(shaped_index(v.aval.shape), v.aval.shape)
-        target = guest_of = row_host = None
-        # Only the latest groups are candidates: a program of thousands of kernels (a concatenate of
-        # thousands of arrays) would otherwise cost quadratic time here.
-        for g in reversed(groups[-_JOIN_WINDOW:]):
-            if g.accepts_roots and math.prod(g.shape) == v.aval.size and _can_join(ctx, g, reads, own, v):
-                target = g
-                break
-            if isinstance(g, ReduceGroup) and g.can_take_row_root(v, reads):   # a row after its statistics
-                row_host = g
-                break
-            if guest_of is None and _can_host(ctx, g, reads, v):
-                guest_of = g
-            if any(producer_group.get(r) is g for r in reads):
-                break
-        if row_host is not None:
-            row_host.add_row_root(v, reads)
-            producer_group[v] = row_host
-            continue
-        if target is None and guest_of is not None:
-            if math.prod(guest_of.shape) < v.aval.size:
-                guest_of.regrow(v.aval.shape)
-                guest_of.add_root(v, set(reads))
-            else:
-                guest_of.add_guest(v, set(reads))
-            producer_group[v] = guest_of
-            continue
-        if target is None:
-            target = MapGroup(ctx, v.aval.shape)
-            target.index = len(groups)
-            groups.append(target)
-        target.add_root(v, set(reads))
-        producer_group[v] = target
+        if v in ctx.materialized:
+            _place_root(ctx, groups, v)
+
+
+def _place_root(ctx, groups, v):
+    """Put the materialised elementwise value ``v`` into a recent group that can compute it at its own element
+    (a map kernel of its size, a reduction's row loop, a larger map kernel as a guest), else a new map kernel."""
+    producer_group = ctx.group_of
+    probe = MapGroup(ctx, v.aval.shape)
+    reads = probe.root_reads(v)
+    own = linearize(shaped_index(v.aval.shape), v.aval.shape)
+    target = guest_of = row_host = None
+    # Only the latest groups are candidates: a program of thousands of kernels (a concatenate of
+    # thousands of arrays) would otherwise cost quadratic time here.
+    for g in reversed(groups[-_JOIN_WINDOW:]):
+        if g.accepts_roots and math.prod(g.shape) == v.aval.size and _can_join(ctx, g, reads, own, v):
+            target = g
+            break
+        if isinstance(g, ReduceGroup) and g.can_take_row_root(v, reads):   # a row after its statistics
+            row_host = g
+            break
+        if guest_of is None and _can_host(ctx, g, reads, v):
+            guest_of = g
+        if any(producer_group.get(r) is g for r in reads):
+            break
+    if row_host is not None:
+        row_host.add_row_root(v, reads)
+        producer_group[v] = row_host
+        return
+    if target is None and guest_of is not None:
+        if math.prod(guest_of.shape) < v.aval.size:
+            guest_of.regrow(v.aval.shape)
+            guest_of.add_root(v, set(reads))
+        else:
+            guest_of.add_guest(v, set(reads))
+        producer_group[v] = guest_of
+        return
+    if target is None:
+        target = MapGroup(ctx, v.aval.shape)
+        target.index = len(groups)
+        groups.append(target)
+    target.add_root(v, set(reads))
+    producer_group[v] = target
 
 
 def _place_in_place(ctx, groups, e):
