@@ -60,7 +60,7 @@ def _fnarray_steps(fa, llm, model, dev, prompt, capacity):
     """``(decode, prefill)`` zero-argument callables of the example's jitted steps on ``dev``."""
     prefill, decode, _ = llm.make_generators(dev, 0.9, 1.0)
     ids = fa.device_put(np.arange(prompt, dtype=np.int32)[None] % VOCAB, dev)
-    key = fa.random.key(0)
+    key = fa.device_put(fa.random.key(0), dev)   # on the device: a key on numpy:0 is copied over every call
     empty = model.make_caches(1, capacity, dev)
     token, filled = prefill(model, empty, ids, key, greedy=True)
 

@@ -224,7 +224,8 @@ def generate(model, prompt, new_tokens, key, generators, device, greedy=True, ca
     ids = encode(prompt)[None]
     capacity = capacity or ids.shape[1] + new_tokens
     caches = model.make_caches(1, capacity, device)
-    keys = fa.random.split(key, new_tokens + 1)
+    # One key per step, each on the device beforehand: a key elsewhere is copied over on every call.
+    keys = [fa.device_put(k, device) for k in fa.random.split(key, new_tokens + 1)]
     t0 = time.perf_counter()
     token, caches = prefill(model, caches, fa.device_put(ids, device), keys[0], greedy=greedy)
     out = [int(token[0])]

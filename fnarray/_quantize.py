@@ -48,8 +48,7 @@ from fnarray import numpy as fnp
 from fnarray.core import dtypes, lax
 from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.core.quantized import check_format, quantized_matmul_p, weight_shape
-from fnarray.lowering.packed import E2M1, E8M0
-from fnarray.lowering.packed import unpack_plan
+from fnarray.lowering.packed import E2M1, E8M0, unpack
 from fnarray.transforms.jit import jit
 
 __all__ = ["quantize", "dequantize", "quantized_matmul"]
@@ -200,17 +199,11 @@ def _pow2(e):
 
 
 def _unpack(w, bits):
-    """The integers (uint32, ``(..., words * 32 // bits)``) of packed words ``w`` (as ``packed.unpack``)."""
-    lo, hi, shift = unpack_plan(bits)
-    lead = tuple(w.shape[:-1])
-    chunks = w.shape[-1] // bits
-    w3 = fnp.reshape(w, lead + (chunks, bits))
-    v = fnp.right_shift(fnp.take(w3, lo, axis=-1), shift)
-    if 32 % bits:
-        high = fnp.take(w3, hi, axis=-1)
-        v = fnp.bitwise_or(v, fnp.left_shift(high, (32 - shift).astype(np.uint32)))
-    v = fnp.bitwise_and(v, np.uint32((1 << bits) - 1))
-    return fnp.reshape(v, lead + (chunks * 32,))
+    """The integers (uint32, ``(..., words * 32 // bits)``) of packed words ``w``: ``packed.unpack`` over
+    ``fnarray.numpy``. For 2, 4 and 8 bits each word is shifted by every element's offset (a broadcast, no gather):
+    a gather of the words here made XLA CPU recompute a quantized embedding row inside every product reading it
+    (examples/llm.py's 4-bit decode at width 256: the first block's q/k/v products 3-5x slower)."""
+    return unpack(fnp, w, bits, fnp.asarray)
 
 
 def dequantize(w, scales, biases=None, group_size: int | None = None, bits: int | None = None,

@@ -201,6 +201,11 @@ class Backend:
     #: Whether compiled programs can call Python host callbacks in place (``debug_callback``); when not,
     #: the partitioner cuts the program there and runs the callback on numpy:0.
     host_callbacks = False
+    #: Whether ``lower`` takes ``consts=``: the values of the program's constvars, given where they are fixed
+    #: for the executable's whole life (jit's traced constants), so that the backend may compile the small ones
+    #: into the program as literals (``jax.jit`` does the same with the NumPy constants a function closes over;
+    #: XLA then folds them: unpacking shifts, RoPE frequencies). The executable still takes every input.
+    inlines_constants = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -224,7 +229,7 @@ class Backend:
 
     def lower(self, program: Program, device: Device, donate=()) -> Lowered:
         """Lower ``program``; ``donate`` lists input positions (constvars + invars) whose buffers
-        the executable may reuse."""
+        the executable may reuse. A backend with ``inlines_constants`` also takes ``consts=``."""
         raise NotImplementedError
 
     def eager_executable(self, primitive, params, in_avals, device):

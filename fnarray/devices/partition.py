@@ -98,12 +98,16 @@ def _check_runnable(program: Program):
             raise TypeError(msg)
 
 
-def lower_program(program: Program, device: Device, donate=()):
-    """The backend's ``Lowered`` for the whole program (no partitioning)."""
+def lower_program(program: Program, device: Device, donate=(), consts=None):
+    """The backend's ``Lowered`` for the whole program (no partitioning); ``consts``: the constvars' values, for a
+    backend that inlines small constants (``Backend.inlines_constants``)."""
     with _profile.span("lower", f"lower for {device}", device=str(device), eqns=len(program.eqns)):
+        kwargs = {}
         if donate:
-            return device.impl.lower(program, device, donate=tuple(donate))
-        return device.impl.lower(program, device)
+            kwargs["donate"] = tuple(donate)
+        if consts is not None and program.constvars and device.impl.inlines_constants:
+            kwargs["consts"] = tuple(consts)
+        return device.impl.lower(program, device, **kwargs)
 
 
 def _compiled(lowered, device):
@@ -111,18 +115,20 @@ def _compiled(lowered, device):
         return lowered.compile()
 
 
-def compile_program(program: Program, device: Device, donate=()):
+def compile_program(program: Program, device: Device, donate=(), consts=None):
     """An executable ``bufs -> bufs`` for ``program`` on ``device`` (inputs: constvars + invars).
 
     Falls back per segment when the device cannot run some equations. ``donate``: input
     positions whose buffers the executable may reuse (honoured when nothing falls back).
+    ``consts``: the values of the constvars, where every call passes these same values (jit's traced
+    constants): a backend with ``inlines_constants`` may compile the small ones in as literals.
     A value larger than the device can hold raises ``ResourceExhaustedError`` here, before
     anything is allocated; an out-of-memory error of the backend at run time is translated
     into the same error.
     """
     program = cse(program)
     fits = memory.check_program(program, device)
-    return _translating(_compile_program(program, device, donate, recount=not fits), program, device)
+    return _translating(_compile_program(program, device, donate, recount=not fits, consts=consts), program, device)
 
 
 class _Translating:
@@ -157,7 +163,7 @@ class _Translating:
 _translating = _Translating
 
 
-def _compile_program(program: Program, device: Device, donate=(), recount=False):
+def _compile_program(program: Program, device: Device, donate=(), recount=False, consts=None):
     # recount: the program's values did not all fit, but the backend's compiler decides which get buffers;
     # what the lowered program allocates decides (a host-driven program's segments are checked one by one).
     _check_runnable(program)
@@ -175,7 +181,7 @@ def _compile_program(program: Program, device: Device, donate=(), recount=False)
         if host_control.needs_host_driving(program, placements):
             return host_control.HostDriven(program, device, placements)
     if all(placements):
-        lowered = lower_program(program, device, donate)
+        lowered = lower_program(program, device, donate, consts)
         if recount:
             memory.check_lowered(lowered, device)
         return _compiled(lowered, device)

@@ -108,10 +108,13 @@ def foreign_to_numpy(x) -> np.ndarray:
         return np.from_dlpack(x)
 
 
-def _hashable_static(v, name):
+def _hashable_static(v, key):
+    """``v``, checked hashable; ``key``: its position (int) or keyword (str), named only in the error (a call with
+    a static keyword builds no text)."""
     try:
         hash(v)
     except TypeError:
+        name = f"#{key}" if isinstance(key, int) else repr(key)
         raise TypeError(f"static argument {name} has the unhashable type {type(v).__name__}; static "
                         "arguments are part of the cache key and must be hashable (use a tuple "
                         "instead of a list, or pass the value as a regular argument)") from None
@@ -443,13 +446,13 @@ class Jitted:
         dyn_args = []
         for i, a in enumerate(args):
             if i in self.static_argnums or i - nargs in self.static_argnums:
-                statics.append((i, _hashable_static(a, f"#{i}")))
+                statics.append((i, _hashable_static(a, i)))
             else:
                 dyn_args.append(a)
         dyn_kwargs = {}
         for k, v in kwargs.items():
             if k in self.static_argnames:
-                statics.append((k, _hashable_static(v, repr(k))))
+                statics.append((k, _hashable_static(v, k)))
             else:
                 dyn_kwargs[k] = v
         return tuple(statics), tuple(dyn_args), dyn_kwargs
@@ -562,7 +565,7 @@ class Jitted:
         debugging = config.debug_nans or config.debug_infs
         if debugging:
             donated = ()  # the inputs are needed again to re-run the call op by op
-        hit.exe = compile_program(entry.program, device, donate=tuple(n + p for p in donated))
+        hit.exe = compile_program(entry.program, device, donate=tuple(n + p for p in donated), consts=entry.consts)
         if debugging:
             hit.exe = nan_check.wrap_executable(hit.exe, self, key, entry.program, device)
         hit.const_bufs = [_to(c, device) for c in entry.consts]
@@ -717,8 +720,8 @@ class Jitted:
         dev = None
         for x in leaves:
             if type(x) is ArrayImpl:
-                avals.append(x.aval)
-                b, x_dev, x_committed = x.call_view()
+                av, b, x_dev, x_committed = _call_fields(x)   # one C call per leaf (a decode step has ~100)
+                avals.append(av)
                 if dev is None:
                     dev = x_dev
                 if b is None or x_dev is not dev:
@@ -909,12 +912,16 @@ class Lowered:
 
     def __init__(self, traced: Traced, device):
         self.traced, self.device = traced, device
-        # lowered as the call lowers it: with the donated inputs (their positions after the constants)
+        # lowered as the call lowers it: with the donated inputs (their positions after the constants) and the
+        # traced constants where the backend compiles small ones in
         n = len(traced.entry.consts)
+        kwargs = {}
         donate = tuple(n + p for p in traced.donated)
-        program = cse(traced.program)
-        self._backend_lowered = (device.impl.lower(program, device, donate=donate) if donate
-                                 else device.impl.lower(program, device))
+        if donate:
+            kwargs["donate"] = donate
+        if device.impl.inlines_constants and traced.entry.consts:
+            kwargs["consts"] = tuple(traced.entry.consts)
+        self._backend_lowered = device.impl.lower(cse(traced.program), device, **kwargs)
 
     @property
     def program(self) -> Program:
@@ -954,7 +961,9 @@ class Compiled:
         return tree_util.tree_unflatten(ex.out_tree, outs)
 
     def as_text(self):
-        return self.entry.device.impl.lower(self.entry.program, self.entry.device).as_text()
+        dev = self.entry.device
+        kwargs = {"consts": tuple(self.entry.consts)} if dev.impl.inlines_constants and self.entry.consts else {}
+        return dev.impl.lower(self.entry.program, dev, **kwargs).as_text()
 
 
 def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), device=None, in_shardings=None,

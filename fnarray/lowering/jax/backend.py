@@ -46,6 +46,7 @@ for _family in FAMILIES:
 from fnarray.lowering.jax.common import RULES, interpret as _interpret, manual  # noqa: E402
 from fnarray.lowering.jax import spmd  # noqa: E402  (imported by the loop above; its mesh functions)
 from fnarray.lowering.jax.elementwise import wrap_float8_rules  # noqa: E402
+from fnarray.lowering.jax.dot import fold_transposes  # noqa: E402
 
 wrap_float8_rules()
 
@@ -84,32 +85,67 @@ PACK_INPUTS_ABOVE = 128
 _PACK_MAX_ELEMENTS = 4096
 
 
-def _packing(prog: Program, donate):
-    """``{dtype: [input positions]}`` of the small inputs to pack, or ``None``."""
+def _packing(prog: Program, donate, inlined=()):
+    """``{dtype: [input positions]}`` of the small inputs to pack, or ``None``; ``inlined``: the positions of the
+    constants compiled in as literals (neither counted nor packed: the program does not read them)."""
     ins = list(prog.constvars) + list(prog.invars)
-    if len(ins) <= PACK_INPUTS_ABOVE or donate:
+    if len(ins) - len(inlined) <= PACK_INPUTS_ABOVE or donate:
         return None
     groups: dict = {}
     for i, v in enumerate(ins):
-        if v.aval.size <= _PACK_MAX_ELEMENTS:
+        if v.aval.size <= _PACK_MAX_ELEMENTS and i not in inlined:
             groups.setdefault(v.aval.dtype, []).append(i)
     return {d: pos for d, pos in groups.items() if len(pos) > 1} or None
 
 
+#: Constants (``consts=``) of at most this many elements are compiled into the program as literals, as
+#: ``jax.jit`` compiles the NumPy arrays a function closes over; larger ones stay parameters. A parameter hides
+#: its value from XLA: a quantized embedding row unpacked with shifts read from a parameter and recomputed
+#: inside each of the first block's products made ``examples/llm.py``'s 4-bit decode step 1.2x raw JAX's.
+INLINE_CONSTS_UP_TO = 4096
+
+
+def _inlined(prog: Program, consts):
+    """``{constvar position: NumPy value}`` of the constants compiled in as literals."""
+    if not consts:
+        return {}
+    out = {}
+    for i, (v, c) in enumerate(zip(prog.constvars, consts, strict=True)):
+        if v.aval.size <= INLINE_CONSTS_UP_TO:
+            try:
+                a = np.asarray(c)
+            except Exception:  # noqa: BLE001  (not readable here, e.g. a global array of other processes:
+                continue       # it stays a parameter)
+            if a.shape == tuple(v.aval.shape) and a.dtype == v.aval.dtype:
+                out[i] = a
+    return out
+
+
 class JaxLowered(Lowered):
-    def __init__(self, program, device, donate=()):
+    def __init__(self, program, device, donate=(), consts=None):
         super().__init__(program, device)
         compile_cache.configure_jax()
         self.x64 = _needs_x64(program)
         prog, _ = dce(program)
+        prog = fold_transposes(prog)
         self._prog = prog
         handle = device.handle
         ins = list(prog.constvars) + list(prog.invars)
-        self._packing = packing = _packing(prog, donate)
+        # The inlined constants' inputs are still passed (the executable takes every input) but unread: jax.jit
+        # drops unused arguments from the XLA program.
+        inlined = self.inlined = _inlined(prog, consts)
+        self._packing = packing = _packing(prog, donate, inlined)
 
         if packing is None:
-            def fn(*args):
-                return _interpret(prog, list(args))
+            if inlined:
+                def fn(*args):
+                    vals = list(args)
+                    for i, a in inlined.items():
+                        vals[i] = a
+                    return _interpret(prog, vals)
+            else:
+                def fn(*args):
+                    return _interpret(prog, list(args))
         else:
             packed_pos = {i for pos in packing.values() for i in pos}
             rest = [i for i in range(len(ins)) if i not in packed_pos]
@@ -125,6 +161,8 @@ class JaxLowered(Lowered):
                         vals[i] = lax.slice(flat, (off,), (off + aval.size,)).reshape(aval.shape)
                         off += aval.size
                 for i, a in zip(rest, args[len(packing):], strict=True):
+                    vals[i] = a
+                for i, a in inlined.items():
                     vals[i] = a
                 return _interpret(prog, vals)
 
@@ -153,6 +191,12 @@ class JaxLowered(Lowered):
         """StableHLO of the program (as ``jax.jit(f).lower(...).as_text()``)."""
         with _x64(self.x64):
             return self._jitted.lower(*self._jit_avals()).as_text()
+
+    def optimized_text(self) -> str:
+        """XLA's optimised HLO of the program (as ``jax.jit(f).lower(...).compile().as_text()``): the fusions,
+        copies and input/output aliasing that run."""
+        with jax.default_device(self.device.handle), _x64(self.x64):
+            return self._jitted.lower(*self._jit_avals()).compile().as_text()
 
     def memory_use(self):
         """XLA's own count after fusion (``Compiled.memory_analysis``): its temporary buffer and the outputs.
@@ -208,16 +252,25 @@ class JaxLowered(Lowered):
 
     def _packed_call(self, jitted):
         """``jitted`` called on the inputs with the small ones of each dtype packed on the host (one
-        transfer per dtype rather than one XLA parameter per array)."""
+        transfer per dtype rather than one XLA parameter per array). A group whose buffers are the very ones
+        of the previous call (a model's weights from step to step) reuses that call's packed array."""
         groups = [(d, pos) for d, pos in self._packing.items()]
         rest, handle, x64 = self._rest, self.device.handle, self.x64
+        last = [None] * len(groups)   # per group: (its buffers, the packed array) of the previous call
 
         def call(*bufs):
             packed = []
             with jax.default_device(handle), _x64(x64):
-                for d, pos in groups:
-                    flat = np.concatenate([np.asarray(bufs[i]).reshape(-1) for i in pos]).astype(d, copy=False)
-                    packed.append(jnp.array(flat, copy=True))
+                for g, (d, pos) in enumerate(groups):
+                    mine = [bufs[i] for i in pos]
+                    prev = last[g]
+                    if prev is not None and all(a is b for a, b in zip(mine, prev[0], strict=True)):
+                        packed.append(prev[1])
+                        continue
+                    flat = np.concatenate([np.asarray(b).reshape(-1) for b in mine]).astype(d, copy=False)
+                    arr = jnp.array(flat, copy=True)
+                    last[g] = (mine, arr)
+                    packed.append(arr)
             return jitted(*packed, *[bufs[i] for i in rest])
         return call
 
@@ -270,8 +323,11 @@ class JaxBackend(Backend):
             return f"the jax backend has no rule for {eqn.primitive.name}"
         return None
 
-    def lower(self, program, device, donate=()):
-        return JaxLowered(program, device, donate)
+    #: Small traced constants become literals of the XLA program (``Backend.inlines_constants``).
+    inlines_constants = True
+
+    def lower(self, program, device, donate=(), consts=None):
+        return JaxLowered(program, device, donate, consts)
 
     def scalar_to_device(self, value, dtype, device):
         """A Python or NumPy scalar as a rank-0 JAX array, from a bounded cache of device scalars.
