@@ -240,6 +240,40 @@ def test_fused_programs_run_as_wgsl(wdev, ref, name, f, args, most):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-5)
 
 
+# Matrix products of the blocked kernel (a CPU adapter: CPU_DOT_BLOCK outputs per work item), edges included:
+# (name, f, operand shapes); each against NumPy in float64.
+BLOCKED_DOTS = [
+    ("square", lambda a, b: a @ b, ((64, 128), (128, 128))),
+    ("ragged_edges", lambda a, b: a @ b, ((13, 9), (9, 7))),
+    ("one_row", lambda a, b: a @ b, ((1, 5), (5, 10))),
+    ("one_column", lambda a, b: a @ b, ((11, 6), (6, 1))),
+    ("batched", lambda a, b: a @ b, ((3, 10, 5), (3, 5, 9))),
+    ("transposed_lhs", lambda a, b: a.T @ b, ((6, 19), (6, 10))),
+    ("transposed_rhs_epilogue", lambda a, b: fnp.maximum(a @ b.T + 1.0, 0.0), ((17, 12), (11, 12))),
+    ("empty_contraction", lambda a, b: a @ b, ((5, 0), (0, 6))),
+]
+
+
+@pytest.mark.parametrize("name,f,shapes", BLOCKED_DOTS, ids=[c[0] for c in BLOCKED_DOTS])
+def test_blocked_matrix_products_equal_numpy(wdev, name, f, shapes):
+    from fnarray.lowering.webgpu.backend import CPU_DOT_BLOCK
+    args = [_f32(*s, seed=i) for i, s in enumerate(shapes)]
+    got = np.asarray(fa.jit(f)(*_on(wdev, *args)))
+    a64 = [a.astype(np.float64) for a in args]
+    want = {"transposed_lhs": lambda: a64[0].T @ a64[1],
+            "transposed_rhs_epilogue": lambda: np.maximum(a64[0] @ a64[1].T + 1.0, 0.0)}.get(
+        name, lambda: a64[0] @ a64[1])()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if wdev.platform == "cpu" and name == "square":   # 8 x 4 outputs per work item: 256 work items
+        (k,) = fa.jit(f).lower(*_on(wdev, *args)).kernels()
+        assert k.global_size[0] == -(-64 // CPU_DOT_BLOCK[0]) * -(-128 // CPU_DOT_BLOCK[1])
+
+
+def test_blocked_integer_products_are_exact(wdev):
+    x = np.random.default_rng(0).integers(-50, 50, (9, 14)).astype(np.int32)
+    np.testing.assert_array_equal(np.asarray(fa.jit(lambda a: a @ a.T)(*_on(wdev, x))), x @ x.T)
+
+
 # ------------------------------------------------------------------------------------------ fallback
 
 
