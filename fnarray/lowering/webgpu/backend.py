@@ -598,6 +598,7 @@ class WebGPULowered(KernelLowered):
         opts = {}
         if self.backend.gpu.adapter_type.lower() == "cpu":
             opts["dot_block"] = CPU_DOT_BLOCK
+            opts["scatter_columns"] = True   # groups/scatter.py: a work item per column where it is less work
         if tuning.active(self.device):
             opts["tuner"] = _Timer(self.device, self.backend.gpu, caps.max_workgroup_size)
         return schedule_program(self.program, caps, workgroup=DEFAULT_GROUP_SIZE, **opts)
