@@ -596,7 +596,7 @@ class WebGPULowered(KernelLowered):
     def _schedule_now(self):
         caps = self.backend.capabilities(self.device)
         opts = {}
-        if self.backend.gpu.adapter_type.lower() == "cpu":
+        if not caps.tiling_pays:   # a CPU adapter (lavapipe)
             opts["dot_block"] = CPU_DOT_BLOCK
             opts["scatter_columns"] = True   # groups/scatter.py: a work item per column where it is less work
         if tuning.active(self.device):
