@@ -329,6 +329,23 @@ def test_one_hot_gradient_walks_its_updates_once(wdev):
         assert [k.name.startswith("scatter_copy") for k in kinds] == [True, False], kinds
 
 
+def test_direct_conv_computes_several_positions_per_work_item(wdev, ref):
+    """On a CPU adapter a work item of the direct convolution computes CPU_CONV_POSITIONS positions of the
+    last spatial dimension (7 wide: 4 + 3, the last one past the edge not stored) and 4 output features."""
+    from fnarray.lowering.webgpu.backend import CPU_CONV_POSITIONS
+    x, w = _f32(2, 5, 7, 3), _f32(3, 3, 3, 8, seed=1)
+
+    def f(x, w):
+        y = fa.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return fa.nn.relu(y + 0.5)
+    got = fa.jit(f)(*_on(wdev, x, w))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(fa.jit(f, device=ref)(x, w)), rtol=2e-5, atol=2e-5)
+    if wdev.platform == "cpu":
+        (k,) = fa.jit(f).lower(*_on(wdev, x, w)).kernels()
+        items = 2 * 5 * -(-7 // CPU_CONV_POSITIONS) * (8 // 4)
+        assert k.global_size[0] == -(-items // k.local_size[0]) * k.local_size[0]
+
+
 # ------------------------------------------------------------------------------------------ fallback
 
 

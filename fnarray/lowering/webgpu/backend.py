@@ -106,6 +106,9 @@ _CACHED_BIND_BYTES = 1 << 20    # only for launches binding at most this many by
 #: step's CPU time on lavapipe: 14.4-15.0 ms with one output per work item, 4.8-5.0 with 4 x 4, 4.1-4.2 with
 #: 8 x 4, 4.2-4.3 with 4 x 8 (load 10-12).
 CPU_DOT_BLOCK = (8, 4)
+#: Output positions (of the last spatial dimension) per work item of the direct convolution on a CPU adapter
+#: (``groups/conv.py``: one weight load serves that many multiply-adds).
+CPU_CONV_POSITIONS = 4
 _POOLED_PER_SIZE = 64           # free buffers kept per byte size (each wgpu-py buffer costs ~1.5 KB of host memory)
 #: The compute limits WebGPU gives by default on every adapter (browsers included); the device asks
 #: for these, not for what a native adapter could give, so that kernels are portable.
@@ -599,6 +602,7 @@ class WebGPULowered(KernelLowered):
         if not caps.tiling_pays:   # a CPU adapter (lavapipe)
             opts["dot_block"] = CPU_DOT_BLOCK
             opts["scatter_columns"] = True   # groups/scatter.py: a work item per column where it is less work
+            opts["conv_positions"] = CPU_CONV_POSITIONS
         if tuning.active(self.device):
             opts["tuner"] = _Timer(self.device, self.backend.gpu, caps.max_workgroup_size)
         return schedule_program(self.program, caps, workgroup=DEFAULT_GROUP_SIZE, **opts)
