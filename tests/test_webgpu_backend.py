@@ -644,6 +644,44 @@ def test_digits_training_step_runs_without_fallback(wdev, ref, fallback_mode):
         np.testing.assert_allclose(pw[k], pn[k], rtol=1e-4, atol=1e-6, err_msg=k)
 
 
+@pytest.mark.parametrize("model,most", [("mlp", 24), ("cnn", 33)])
+def test_digits_steps_kernel_counts_and_losses(wdev, ref, fallback_mode, model, most):
+    """The examples' digits training steps (gather, value_and_grad, Adam): at most ``most`` kernels per step on
+    webgpu:0 (the counts of the 2026-12-05 eighth session; each launch costs lavapipe ~30-60 us whatever its
+    work), and the losses and parameters of numpy:0 after three steps."""
+    root = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples"
+    sys.path.insert(0, str(root))
+    import digits_cnn
+    import digits_mlp
+    mod = digits_cnn if model == "cnn" else digits_mlp
+    fallback_mode("error")
+    rng = np.random.default_rng(0)
+    x, y = rng.random((200, 64)).astype(np.float32), rng.integers(0, 10, 200).astype(np.int32)
+    idx = [rng.integers(0, 200, 32).astype(np.int32) for _ in range(3)]
+    p0 = {k: np.asarray(v) for k, v in mod.init_params(fa.random.key(0)).items()}
+    results = {}
+    for dev in (wdev, ref):
+        opt = fa.optim.adam(1e-3)
+        params = fa.device_put(p0, dev)
+        state = opt.init(params)
+        step = digits_mlp.make_train_step(opt, dev, loss=mod.loss_fn)
+        args = [fa.device_put(a, dev) for a in (x, y)]
+        if dev == wdev:
+            kernels = step.lower(params, state, *args, fa.device_put(idx[0], dev)).kernels()
+            assert len(kernels) <= most, [k.name for k in kernels]
+        losses = []
+        for i in idx:
+            params, state, loss = step(params, state, *args, fa.device_put(i, dev))
+            losses.append(float(loss))
+        results[dev.backend] = (losses, {k: np.asarray(v) for k, v in params.items()})
+    (lw, pw), (ln, pn) = results["webgpu"], results["numpy"]
+    np.testing.assert_allclose(lw, ln, rtol=1e-5)
+    for k in pn:
+        # Adam divides by sqrt(v): a gradient near zero, summed in another order, moves its parameter by up to
+        # ~lr either way (one of the CNN's 32,768 w1 entries by 1.7e-4, on main as here)
+        np.testing.assert_allclose(pw[k], pn[k], rtol=1e-4, atol=5e-4, err_msg=k)
+
+
 # ------------------------------------------------------------------------------------------ availability
 
 
