@@ -397,10 +397,7 @@ class ConvGroup(Group):
         ldt, rdt = (a.aval.dtype for a in self.eqn.inputs)
         adt = self._acc_dtype()
         last = g.nsp - 1
-        nb = b.let(op("add", n, op("mul", grp, s["bmul"])))
-        lbase = b.let(op("add", op("add", s["l_off"], op("mul", nb, s["l_b"])),
-                         op("mul", op("mul", grp, s["fmul"]), s["l_f"])), "lbase")
-        rbases = [b.let(op("add", s["r_off"], op("mul", o, s["r_o"])), "rbase") for o in outs]
+        lbase, rbases = self._bases(b, s, n, grp, outs)
         accs = [[b.var(adt, const(0, adt)) for _ in outs] for _ in lasts]
 
         def taps(la, ra):
@@ -420,9 +417,15 @@ class ConvGroup(Group):
                             prod = b.let(select(ok, b.let(mul_of(b, x, wv)), const(0, adt)))
                             b.assign(accs[i][j], add_of(b, accs[i][j], prod))
 
+        self._window_levels(b, s, ys, last, lbase, rbases, taps)
+        return accs
+
+    def _window_levels(self, b, s, ys, depth, la, ra, inner):
+        """Loops over the window positions of spatial dimensions ``0 .. depth - 1`` that read an input
+        element (output positions ``ys``), then ``inner(input base, weight bases)`` at each."""
         def level(d, la, ra):
-            if d == last:
-                taps(la, ra)
+            if d == depth:
+                inner(la, ra)
                 return
             with b.loop(const(0, INT32), s[f"k{d}"]) as w:
                 ok, p = self._position(b, s, d, ys[d], w)
@@ -430,8 +433,7 @@ class ConvGroup(Group):
                     level(d + 1, b.let(op("add", la, op("mul", p, s[f"l_s{d}"]))),
                           [b.let(op("add", r, op("mul", w, s[f"r_s{d}"]))) for r in ra])
 
-        level(0, lbase, rbases)
-        return accs
+        level(0, la, ra)
 
     def _coords(self, b, s, lin, features=None):
         """``n``, ``o`` and the output positions of output element ``lin`` (row-major in the output, whose
@@ -444,16 +446,20 @@ class ConvGroup(Group):
         coords = _decode(b, lin, sizes, "c")
         return coords[g.ospec[0]], coords[g.ospec[1]], [coords[g.ospec[2 + d]] for d in range(g.nsp)]
 
+    def _bases(self, b, s, n, grp, outs):
+        """The input's offset of batch ``n`` in group ``grp`` and the weights' offsets of features ``outs``."""
+        nb = b.let(op("add", n, op("mul", grp, s["bmul"])))
+        lbase = b.let(op("add", op("add", s["l_off"], op("mul", nb, s["l_b"])),
+                         op("mul", op("mul", grp, s["fmul"]), s["l_f"])), "lbase")
+        return lbase, [b.let(op("add", s["r_off"], op("mul", o, s["r_o"])), "rbase") for o in outs]
+
     def _accumulate(self, b, lname, rname, s, n, grp, outs, ys, chunk):
         """The sums over the window for output features ``outs`` of group ``grp`` (all of the window, or
         kernel-flat positions ``chunk = (start, stop)``); one accumulator per feature."""
         g = self.geo
         ldt, rdt = (a.aval.dtype for a in self.eqn.inputs)
         adt = self._acc_dtype()
-        nb = b.let(op("add", n, op("mul", grp, s["bmul"])))
-        lbase = b.let(op("add", op("add", s["l_off"], op("mul", nb, s["l_b"])),
-                         op("mul", op("mul", grp, s["fmul"]), s["l_f"])), "lbase")
-        rbases = [b.let(op("add", s["r_off"], op("mul", o, s["r_o"])), "rbase") for o in outs]
+        lbase, rbases = self._bases(b, s, n, grp, outs)
         accs = [b.var(adt, const(0, adt)) for _ in outs]
 
         def madd(x, ra, c, guard=None):
@@ -483,18 +489,11 @@ class ConvGroup(Group):
                 madd(x, [b.let(r) for r in ra], c, ok)
             return accs
 
-        def level(d, la, ra):
-            if d == g.nsp:
-                with b.loop(const(0, INT32), s["Cg"]) as c:
-                    madd(b.load(lname, op("add", la, op("mul", c, s["l_f"])), ldt), ra, c)
-                return
-            with b.loop(const(0, INT32), s[f"k{d}"]) as w:
-                ok, p = self._position(b, s, d, ys[d], w)
-                with b.when(ok):
-                    level(d + 1, b.let(op("add", la, op("mul", p, s[f"l_s{d}"]))),
-                          [b.let(op("add", r, op("mul", w, s[f"r_s{d}"]))) for r in ra])
+        def features(la, ra):
+            with b.loop(const(0, INT32), s["Cg"]) as c:
+                madd(b.load(lname, op("add", la, op("mul", c, s["l_f"])), ldt), ra, c)
 
-        level(0, lbase, rbases)
+        self._window_levels(b, s, ys, g.nsp, lbase, rbases, features)
         return accs
 
     def _split(self, plans, chunks):
