@@ -240,6 +240,112 @@ def test_fused_programs_run_as_wgsl(wdev, ref, name, f, args, most):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-5)
 
 
+# Matrix products of the blocked kernel (a CPU adapter: CPU_DOT_BLOCK outputs per work item), edges included:
+# (name, f, operand shapes); each against NumPy in float64.
+BLOCKED_DOTS = [
+    ("square", lambda a, b: a @ b, ((64, 128), (128, 128))),
+    ("ragged_edges", lambda a, b: a @ b, ((13, 9), (9, 7))),
+    ("one_row", lambda a, b: a @ b, ((1, 5), (5, 10))),
+    ("one_column", lambda a, b: a @ b, ((11, 6), (6, 1))),
+    ("batched", lambda a, b: a @ b, ((3, 10, 5), (3, 5, 9))),
+    ("transposed_lhs", lambda a, b: a.T @ b, ((6, 19), (6, 10))),
+    ("transposed_rhs_epilogue", lambda a, b: fnp.maximum(a @ b.T + 1.0, 0.0), ((17, 12), (11, 12))),
+    ("empty_contraction", lambda a, b: a @ b, ((5, 0), (0, 6))),
+]
+
+
+@pytest.mark.parametrize("name,f,shapes", BLOCKED_DOTS, ids=[c[0] for c in BLOCKED_DOTS])
+def test_blocked_matrix_products_equal_numpy(wdev, name, f, shapes):
+    from fnarray.lowering.webgpu.backend import CPU_DOT_BLOCK
+    args = [_f32(*s, seed=i) for i, s in enumerate(shapes)]
+    got = np.asarray(fa.jit(f)(*_on(wdev, *args)))
+    a64 = [a.astype(np.float64) for a in args]
+    want = {"transposed_lhs": lambda: a64[0].T @ a64[1],
+            "transposed_rhs_epilogue": lambda: np.maximum(a64[0] @ a64[1].T + 1.0, 0.0)}.get(
+        name, lambda: a64[0] @ a64[1])()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if wdev.platform == "cpu" and name == "square":   # 8 x 4 outputs per work item: 256 work items
+        (k,) = fa.jit(f).lower(*_on(wdev, *args)).kernels()
+        assert k.global_size[0] == -(-64 // CPU_DOT_BLOCK[0]) * -(-128 // CPU_DOT_BLOCK[1])
+
+
+def test_blocked_integer_products_are_exact(wdev):
+    x = np.random.default_rng(0).integers(-50, 50, (9, 14)).astype(np.int32)
+    np.testing.assert_array_equal(np.asarray(fa.jit(lambda a: a @ a.T)(*_on(wdev, x))), x @ x.T)
+
+
+# Scatters the column kernel runs on a CPU adapter (a work item per column, updates walked in order): duplicates,
+# out-of-range and negative indices, two scattered axes, a batch of indices; (name, operand shape, indices, axes).
+_rng = np.random.default_rng(7)
+COLUMN_SCATTERS = [
+    ("rows", (40, 24), np.array([[0], [3], [3], [39], [40], [-1], [17], [3]] * 4, np.int32), (0,)),
+    ("two_axes", (6, 5, 20), np.array([[0, 1], [5, 4], [5, 4], [6, 0], [2, -2], [1, 1]] * 4, np.int32), (0, 1)),
+    ("batched", (30, 24), _rng.integers(-2, 33, (5, 6, 1)).astype(np.int32), (0,)),
+    ("inner_axis", (16, 50), _rng.integers(0, 50, (40, 1)).astype(np.int32), (1,)),
+    ("every_axis", (8, 40), np.array([[0, 1], [7, 39], [7, 39], [8, 0], [-1, 2], [3, 3]] * 9, np.int32), (0, 1)),
+    ("few_columns", (3000, 2), _rng.integers(-5, 3005, (200, 1)).astype(np.int32), (0,)),
+]
+
+
+@pytest.mark.parametrize("prim", ["scatter", "scatter_add", "scatter_mul", "scatter_min", "scatter_max"])
+@pytest.mark.parametrize("name,shape,idx,axes", COLUMN_SCATTERS, ids=[c[0] for c in COLUMN_SCATTERS])
+def test_column_scatters_equal_the_reference(wdev, ref, prim, name, shape, idx, axes):
+    from fnarray.core import primitives as P
+    p = getattr(P, prim)
+    rest = tuple(n for d, n in enumerate(shape) if d not in axes)
+    x = _f32(*shape)
+    u = _f32(*(idx.shape[:-1] + rest), seed=1) + (1.0 if prim == "scatter_mul" else 0.0)
+
+    def f(x, i, u):
+        return p.bind(x, i, u, axes=axes)
+    got = np.asarray(fa.jit(f)(*_on(wdev, x, idx, u)))
+    want = np.asarray(fa.jit(f, device=ref)(x, idx, u))
+    # the same updates combined in the same order per element: equal, not only close
+    np.testing.assert_array_equal(got, want)
+
+
+def test_embedding_gradient_is_one_column_kernel(wdev):
+    table, ids = _f32(300, 64), np.random.default_rng(0).integers(0, 300, (16, 32)).astype(np.int32)
+    g = fa.jit(fa.grad(lambda t, i: fnp.sum(fnp.tanh(t[i]))))
+    got = np.asarray(g(*_on(wdev, table, ids)))
+    want = np.zeros((300, 64), np.float64)
+    np.add.at(want, ids.reshape(-1), 1 - np.tanh(table[ids.reshape(-1)].astype(np.float64)) ** 2)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if wdev.platform == "cpu":
+        (k,) = [k for k in g.lower(*_on(wdev, table, ids)).kernels() if k.kind == "scatter"]
+        assert k.global_size[0] == 64   # one work item per column of the table
+
+
+def test_one_hot_gradient_walks_its_updates_once(wdev):
+    """Every axis scattered (the gradient of ``take_along_axis``): a copy kernel, then one work item."""
+    logits, ids = _f32(16, 20, 30), np.random.default_rng(0).integers(0, 30, (16, 20, 1)).astype(np.int32)
+    g = fa.jit(fa.grad(lambda x, i: fnp.sum(fnp.take_along_axis(x, i, axis=-1) ** 2)))
+    got = np.asarray(g(*_on(wdev, logits, ids)))
+    want = np.zeros(logits.shape)
+    np.put_along_axis(want, ids, 2 * np.take_along_axis(logits.astype(np.float64), ids, axis=-1), axis=-1)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    if wdev.platform == "cpu":
+        kinds = [k for k in g.lower(*_on(wdev, logits, ids)).kernels() if k.kind == "scatter"]
+        assert [k.name.startswith("scatter_copy") for k in kinds] == [True, False], kinds
+
+
+def test_direct_conv_computes_several_positions_per_work_item(wdev, ref):
+    """On a CPU adapter a work item of the direct convolution computes CPU_CONV_POSITIONS positions of the
+    last spatial dimension (7 wide: 4 + 3, the last one past the edge not stored) and 4 output features."""
+    from fnarray.lowering.webgpu.backend import CPU_CONV_POSITIONS
+    x, w = _f32(2, 5, 7, 3), _f32(3, 3, 3, 8, seed=1)
+
+    def f(x, w):
+        y = fa.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return fa.nn.relu(y + 0.5)
+    got = fa.jit(f)(*_on(wdev, x, w))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(fa.jit(f, device=ref)(x, w)), rtol=2e-5, atol=2e-5)
+    if wdev.platform == "cpu":
+        (k,) = fa.jit(f).lower(*_on(wdev, x, w)).kernels()
+        items = 2 * 5 * -(-7 // CPU_CONV_POSITIONS) * (8 // 4)
+        assert k.global_size[0] == -(-items // k.local_size[0]) * k.local_size[0]
+
+
 # ------------------------------------------------------------------------------------------ fallback
 
 
@@ -536,6 +642,44 @@ def test_digits_training_step_runs_without_fallback(wdev, ref, fallback_mode):
     assert lw[-1] < lw[0]
     for k in pn:
         np.testing.assert_allclose(pw[k], pn[k], rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+@pytest.mark.parametrize("model,most", [("mlp", 24), ("cnn", 33)])
+def test_digits_steps_kernel_counts_and_losses(wdev, ref, fallback_mode, model, most):
+    """The examples' digits training steps (gather, value_and_grad, Adam): at most ``most`` kernels per step on
+    webgpu:0 (the counts of the 2026-12-05 eighth session; each launch costs lavapipe ~30-60 us whatever its
+    work), and the losses and parameters of numpy:0 after three steps."""
+    root = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples"
+    sys.path.insert(0, str(root))
+    import digits_cnn
+    import digits_mlp
+    mod = digits_cnn if model == "cnn" else digits_mlp
+    fallback_mode("error")
+    rng = np.random.default_rng(0)
+    x, y = rng.random((200, 64)).astype(np.float32), rng.integers(0, 10, 200).astype(np.int32)
+    idx = [rng.integers(0, 200, 32).astype(np.int32) for _ in range(3)]
+    p0 = {k: np.asarray(v) for k, v in mod.init_params(fa.random.key(0)).items()}
+    results = {}
+    for dev in (wdev, ref):
+        opt = fa.optim.adam(1e-3)
+        params = fa.device_put(p0, dev)
+        state = opt.init(params)
+        step = digits_mlp.make_train_step(opt, dev, loss=mod.loss_fn)
+        args = [fa.device_put(a, dev) for a in (x, y)]
+        if dev == wdev:
+            kernels = step.lower(params, state, *args, fa.device_put(idx[0], dev)).kernels()
+            assert len(kernels) <= most, [k.name for k in kernels]
+        losses = []
+        for i in idx:
+            params, state, loss = step(params, state, *args, fa.device_put(i, dev))
+            losses.append(float(loss))
+        results[dev.backend] = (losses, {k: np.asarray(v) for k, v in params.items()})
+    (lw, pw), (ln, pn) = results["webgpu"], results["numpy"]
+    np.testing.assert_allclose(lw, ln, rtol=1e-5)
+    for k in pn:
+        # Adam divides by sqrt(v): a gradient near zero, summed in another order, moves its parameter by up to
+        # ~lr either way (one of the CNN's 32,768 w1 entries by 1.7e-4, on main as here)
+        np.testing.assert_allclose(pw[k], pn[k], rtol=1e-4, atol=5e-4, err_msg=k)
 
 
 # ------------------------------------------------------------------------------------------ availability

@@ -181,7 +181,11 @@ def schedule_program(program: Program, caps, **opts) -> Plan:
     accumulators in a work-item's loop over a row: ``groups/reduce.py``), ``tuner`` (a
     ``tuning.LaunchTimer`` of the device: the groups' tunable choices are made by ``tuning.choose``), ``donate``
     (``{input position: output position or None}``: inputs whose buffers a ``dynamic_update_slice`` or a scatter
-    may update in place, ``groups/in_place.py``; ignored where the host drives control flow).
+    may update in place, ``groups/in_place.py``; ignored where the host drives control flow); for
+    targets whose compiler gathers every load (webgpu on a CPU adapter): ``dot_block`` (outputs ``(rows,
+    cols)`` per work item of the untiled matrix product: ``groups/dot.py``), ``conv_positions`` (output
+    positions per work item of the direct convolution: ``groups/conv.py``), ``scatter_columns`` (a work item
+    per column of a scatter where that is less work: ``groups/scatter.py``).
     """
     return Plan(program, caps, opts)
 

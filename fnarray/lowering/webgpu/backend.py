@@ -118,6 +118,14 @@ _COMPLEX_BAD = frozenset(p for p in SCHEDULED if p not in facts.complex_ok() and
 _MAX_ELEMENTS = 2**31 - 1
 _CACHED_BIND_GROUPS = 4         # bind groups remembered per kernel launch
 _CACHED_BIND_BYTES = 1 << 20    # only for launches binding at most this many bytes
+#: Outputs (rows, columns) per work item of the untiled matrix product on a CPU adapter (``groups/dot.py``:
+#: lavapipe gathers every operand load; an 8 x 4 block loads 12 elements for 32 products). The digits MLP
+#: step's CPU time on lavapipe: 14.4-15.0 ms with one output per work item, 4.8-5.0 with 4 x 4, 4.1-4.2 with
+#: 8 x 4, 4.2-4.3 with 4 x 8 (load 10-12).
+CPU_DOT_BLOCK = (8, 4)
+#: Output positions (of the last spatial dimension) per work item of the direct convolution on a CPU adapter
+#: (``groups/conv.py``: one weight load serves that many multiply-adds).
+CPU_CONV_POSITIONS = 4
 _POOLED_PER_SIZE = 64           # free buffers kept per byte size (each wgpu-py buffer costs ~1.5 KB of host memory)
 #: The compute limits WebGPU gives by default on every adapter (browsers included); the device asks
 #: for these, not for what a native adapter could give, so that kernels are portable.
@@ -614,6 +622,10 @@ class WebGPULowered(KernelLowered):
     def _schedule_now(self):
         caps = self.backend.capabilities(self.device)
         opts = {"donate": self.donate} if self.donate else {}
+        if not caps.tiling_pays:   # a CPU adapter (lavapipe)
+            opts["dot_block"] = CPU_DOT_BLOCK
+            opts["scatter_columns"] = True   # groups/scatter.py: a work item per column where it is less work
+            opts["conv_positions"] = CPU_CONV_POSITIONS
         if tuning.active(self.device):
             opts["tuner"] = _Timer(self.device, self.backend.gpu, caps.max_workgroup_size)
         return schedule_program(self.program, caps, workgroup=DEFAULT_GROUP_SIZE, **opts)

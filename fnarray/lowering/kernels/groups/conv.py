@@ -282,7 +282,8 @@ class ConvGroup(Group):
         if cap is not None and iters > cap // 2:
             chunks = -(-g.window * g.Cg // (cap // 4))
             return self._split(plans, chunks)
-        return [self._direct(plans)]
+        rp = min(int(self.ctx.opts.get("conv_positions", 1)), g.out_sp[-1]) if g.nsp else 1
+        return [self._direct_blocked(plans, rp) if rp > 1 else self._direct(plans)]
 
     def _register_tiled(self) -> bool:
         """Whether the register-tiled kernels run (``register_tiles``: the target asks for them; float32 or
@@ -346,6 +347,94 @@ class ConvGroup(Group):
         b.name = kernel_name("conv", tracker.eqns)
         return make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "conv")
 
+    def _direct_blocked(self, plans, rp):
+        """The direct kernel with ``rp`` consecutive output positions of the last spatial dimension per work
+        item (the scheduler option ``conv_positions``: webgpu on a CPU adapter, where every load is a gather):
+        one weight load serves ``rp`` multiply-adds and one input load ``RO``. Positions past the edge read
+        the last position's window and are not stored; window taps in padding add nothing (a select, not a
+        branch, since the positions' windows differ)."""
+        ctx, g = self.ctx, self.geo
+        ro = self.RO if g.Og >= self.RO else 1
+        b, args, scalars, tracker, em = self._begin("k")
+        lname, rname, s = self._scalars(b, args, scalars, plans)
+        nblk, last = -(-g.Og // ro), g.nsp - 1
+        yblk = -(-g.out_sp[last] // rp)
+        items = math.prod(self.shape) // g.O // g.out_sp[last] * yblk * g.Gt * nblk
+        gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
+        scalars.update(items=items, nblk=nblk, OB=g.Gt * nblk, yblk=yblk)
+        with b.when(op("lt", gid, b.scalar("items"))):
+            sizes = [None] * len(self.shape)
+            sizes[g.ospec[0]], sizes[g.ospec[1]] = s["Nout"], b.scalar("OB")
+            for d in range(g.nsp):
+                sizes[g.ospec[2 + d]] = b.scalar("yblk") if d == last else s[f"y{d}"]
+            coords = _decode(b, gid, sizes, "c")
+            n, fb = coords[g.ospec[0]], coords[g.ospec[1]]
+            ys = [coords[g.ospec[2 + d]] for d in range(g.nsp)]
+            grp = b.let(op("div", fb, b.scalar("nblk")), "grp")
+            j0 = b.let(op("mul", op("rem", fb, b.scalar("nblk")), const(ro, INT32)), "j0")
+            o0 = b.let(op("add", op("mul", grp, s["Og"]), j0), "o0")
+            outs = [o0] + [b.let(op("add", o0, const(r, INT32))) for r in range(1, ro)]
+            oks = [None] + [b.let(op("lt", op("add", j0, const(r, INT32)), s["Og"])) for r in range(1, ro)]
+            safe = [o if ok is None else b.let(select(ok, o, o0)) for o, ok in zip(outs, oks, strict=True)]
+            y0 = b.let(op("mul", ys[last], const(rp, INT32)), "yl")
+            ylast = b.let(op("sub", s[f"y{last}"], const(1, INT32)))
+            pos = [y0] + [b.let(op("add", y0, const(p, INT32))) for p in range(1, rp)]
+            inside = [b.let(op("lt", y, s[f"y{last}"])) for y in pos]
+            clamped = [y0] + [b.let(select(ok, y, ylast)) for y, ok in zip(pos[1:], inside[1:], strict=True)]
+            accs = self._accumulate_positions(b, lname, rname, s, n, grp, safe, ys[:last], clamped)
+            for p, (y, okp) in enumerate(zip(pos, inside, strict=True)):
+                for o, ok, acc in zip(outs, oks, accs[p], strict=True):
+                    cond = okp if ok is None else b.let(op("land", okp, ok))
+                    with b.when(cond):
+                        self._finish(b, em, args, s, n, o, ys[:last] + [y], acc)
+        b.name = kernel_name("conv", tracker.eqns)
+        return make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "conv")
+
+    def _accumulate_positions(self, b, lname, rname, s, n, grp, outs, ys, lasts):
+        """``_accumulate`` for output positions ``lasts`` of the last spatial dimension (the others ``ys``,
+        shared): ``accs[position][feature]``."""
+        g = self.geo
+        ldt, rdt = (a.aval.dtype for a in self.eqn.inputs)
+        adt = self._acc_dtype()
+        last = g.nsp - 1
+        lbase, rbases = self._bases(b, s, n, grp, outs)
+        accs = [[b.var(adt, const(0, adt)) for _ in outs] for _ in lasts]
+
+        def taps(la, ra):
+            with b.loop(const(0, INT32), s[f"k{last}"]) as w:
+                oks, las = [], []
+                for y in lasts:
+                    ok, p = self._position(b, s, last, y, w)
+                    oks.append(ok)
+                    las.append(b.let(select(ok, op("add", la, op("mul", p, s[f"l_s{last}"])), s["l_off"])))
+                ra_w = [b.let(op("add", r, op("mul", w, s[f"r_s{last}"]))) for r in ra]
+                with b.loop(const(0, INT32), s["Cg"]) as c:
+                    xs = [b.let(convert(b, b.load(lname, op("add", a, op("mul", c, s["l_f"])), ldt), adt))
+                          for a in las]
+                    for j, rb in enumerate(ra_w):
+                        wv = b.let(convert(b, b.load(rname, b.let(op("add", rb, op("mul", c, s["r_i"]))), rdt), adt))
+                        for i, (x, ok) in enumerate(zip(xs, oks, strict=True)):
+                            prod = b.let(select(ok, b.let(mul_of(b, x, wv)), const(0, adt)))
+                            b.assign(accs[i][j], add_of(b, accs[i][j], prod))
+
+        self._window_levels(b, s, ys, last, lbase, rbases, taps)
+        return accs
+
+    def _window_levels(self, b, s, ys, depth, la, ra, inner):
+        """Loops over the window positions of spatial dimensions ``0 .. depth - 1`` that read an input
+        element (output positions ``ys``), then ``inner(input base, weight bases)`` at each."""
+        def level(d, la, ra):
+            if d == depth:
+                inner(la, ra)
+                return
+            with b.loop(const(0, INT32), s[f"k{d}"]) as w:
+                ok, p = self._position(b, s, d, ys[d], w)
+                with b.when(ok):
+                    level(d + 1, b.let(op("add", la, op("mul", p, s[f"l_s{d}"]))),
+                          [b.let(op("add", r, op("mul", w, s[f"r_s{d}"]))) for r in ra])
+
+        level(0, la, ra)
+
     def _coords(self, b, s, lin, features=None):
         """``n``, ``o`` and the output positions of output element ``lin`` (row-major in the output, whose
         feature dimension has ``features`` entries: ``O``, or the direct kernel's feature blocks)."""
@@ -357,16 +446,20 @@ class ConvGroup(Group):
         coords = _decode(b, lin, sizes, "c")
         return coords[g.ospec[0]], coords[g.ospec[1]], [coords[g.ospec[2 + d]] for d in range(g.nsp)]
 
+    def _bases(self, b, s, n, grp, outs):
+        """The input's offset of batch ``n`` in group ``grp`` and the weights' offsets of features ``outs``."""
+        nb = b.let(op("add", n, op("mul", grp, s["bmul"])))
+        lbase = b.let(op("add", op("add", s["l_off"], op("mul", nb, s["l_b"])),
+                         op("mul", op("mul", grp, s["fmul"]), s["l_f"])), "lbase")
+        return lbase, [b.let(op("add", s["r_off"], op("mul", o, s["r_o"])), "rbase") for o in outs]
+
     def _accumulate(self, b, lname, rname, s, n, grp, outs, ys, chunk):
         """The sums over the window for output features ``outs`` of group ``grp`` (all of the window, or
         kernel-flat positions ``chunk = (start, stop)``); one accumulator per feature."""
         g = self.geo
         ldt, rdt = (a.aval.dtype for a in self.eqn.inputs)
         adt = self._acc_dtype()
-        nb = b.let(op("add", n, op("mul", grp, s["bmul"])))
-        lbase = b.let(op("add", op("add", s["l_off"], op("mul", nb, s["l_b"])),
-                         op("mul", op("mul", grp, s["fmul"]), s["l_f"])), "lbase")
-        rbases = [b.let(op("add", s["r_off"], op("mul", o, s["r_o"])), "rbase") for o in outs]
+        lbase, rbases = self._bases(b, s, n, grp, outs)
         accs = [b.var(adt, const(0, adt)) for _ in outs]
 
         def madd(x, ra, c, guard=None):
@@ -396,18 +489,11 @@ class ConvGroup(Group):
                 madd(x, [b.let(r) for r in ra], c, ok)
             return accs
 
-        def level(d, la, ra):
-            if d == g.nsp:
-                with b.loop(const(0, INT32), s["Cg"]) as c:
-                    madd(b.load(lname, op("add", la, op("mul", c, s["l_f"])), ldt), ra, c)
-                return
-            with b.loop(const(0, INT32), s[f"k{d}"]) as w:
-                ok, p = self._position(b, s, d, ys[d], w)
-                with b.when(ok):
-                    level(d + 1, b.let(op("add", la, op("mul", p, s[f"l_s{d}"]))),
-                          [b.let(op("add", r, op("mul", w, s[f"r_s{d}"]))) for r in ra])
+        def features(la, ra):
+            with b.loop(const(0, INT32), s["Cg"]) as c:
+                madd(b.load(lname, op("add", la, op("mul", c, s["l_f"])), ldt), ra, c)
 
-        level(0, lbase, rbases)
+        self._window_levels(b, s, ys, g.nsp, lbase, rbases, features)
         return accs
 
     def _split(self, plans, chunks):
