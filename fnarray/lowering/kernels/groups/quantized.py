@@ -600,7 +600,7 @@ def unsupported_reason(eqn, caps):
     product in a form written for the affine format only (tiled, cooperative)."""
     if eqn.params["mode"] != "affine":
         m = math.prod(eqn.inputs[0].aval.shape[:-1])
-        if eqn.params["transpose"] and (tiled(m, caps) or cooperative(caps)):
+        if tiled(m, caps) or (eqn.params["transpose"] and cooperative(caps)):   # _tiled, _tiled_columns
             return (f"quantized_matmul mode={eqn.params['mode']!r} has the matrix-vector kernel only (up to "
                     f"{ROWS} rows of x on a CPU device); the tiled and cooperative forms are affine only")
     limit = getattr(caps, "max_loop_iterations", None)
