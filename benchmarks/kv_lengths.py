@@ -28,23 +28,14 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _checkout  # noqa: E402,F401  (this checkout's fnarray)
+from _timing import best_of  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 
-import importlib.util  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 VOCAB = 96
-
-
-def _bench_llm():
-    """``benchmarks/llm.py`` (its interleaved timer ``_best``), loaded by path: ``llm`` is the example's name here."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llm.py")
-    spec = importlib.util.spec_from_file_location("bench_llm", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _masked_attend(self, queries, *, scale=None):
@@ -170,7 +161,7 @@ def main(argv=None):
             fns += [pre_before, pre_after, *_prefill_attention_calls(fa, dev, args.filled, args.prompt,
                                                                     args.capacity)]
             labels += [f"prefill step, {args.prompt} tokens", f"attention, {args.prompt} queries"]
-        times = _bench_llm()._best(fns, args.number)
+        times = best_of(fns, args.number, warm=2)[0]   # a first call compiles
         for i, label in enumerate(labels):
             m, n = times[2 * i], times[2 * i + 1]
             print(f"{name:10} {label:26} {m * 1e3:10.2f} {n * 1e3:10.2f} {m / n:12.2f}", flush=True)

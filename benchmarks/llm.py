@@ -29,31 +29,16 @@ import argparse
 import os
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _checkout  # noqa: E402,F401  (this checkout's fnarray)
+from _timing import best_of  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 
 import numpy as np  # noqa: E402
 
 VOCAB = 96
-
-
-def _best(fns, number):
-    """Each of ``fns`` warmed (twice: a first call compiles), then the best seconds of ``number`` alternating
-    calls."""
-    for fn in fns:
-        fn()
-        fn()
-    best = [float("inf")] * len(fns)
-    for _ in range(number):
-        for i, fn in enumerate(fns):
-            t = time.perf_counter()
-            fn()
-            best[i] = min(best[i], time.perf_counter() - t)
-    return best
 
 
 def _fnarray_steps(fa, llm, model, dev, prompt, capacity):
@@ -371,7 +356,7 @@ def main(argv=None):
                     break
         for pair in raw:
             fns.extend(pair)
-        times = _best(fns, args.number)
+        times = best_of(fns, args.number, warm=2)[0]   # a first call compiles
         tokens = [fn() for fn in fns]
         for i, label in enumerate(labels):
             dec, pre = times[2 * i], times[2 * i + 1]

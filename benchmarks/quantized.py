@@ -23,29 +23,13 @@ import argparse
 import os
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _checkout  # noqa: E402,F401  (this checkout's fnarray)
+from _timing import best_of  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-
-
-def _best(fns, number):
-    """Each of ``fns`` warmed, then the best wall and process-CPU seconds of ``number`` alternating calls (CPU
-    time is steadier on a loaded machine: docs/traps.md; on a CPU device it counts the driver's threads too)."""
-    for fn in fns:
-        fn()
-    wall = [float("inf")] * len(fns)
-    cpu = [float("inf")] * len(fns)
-    for _ in range(number):
-        for k, fn in enumerate(fns):
-            t, c = time.perf_counter(), time.process_time()
-            fn()
-            wall[k] = min(wall[k], time.perf_counter() - t)
-            cpu[k] = min(cpu[k], time.process_time() - c)
-    return wall, cpu
 
 
 def _cases(fa, dev, n, rows, bits=4, group_size=64):
@@ -82,7 +66,7 @@ def main(argv=None):
         n = args.size or (2048 if dev.backend == "webgpu" else 4096)
         for rows in (int(r) for r in args.rows.split(",")):
             fns, err = _cases(fa, dev, n, rows)
-            (t32, t4), (c32, c4) = _best(fns, args.number)
+            (t32, t4), (c32, c4) = best_of(fns, args.number)
             print(f"{name:10} {n:6d} {rows:4d} {t32 * 1e3:11.2f} {t4 * 1e3:9.2f} {t32 / t4:6.2f} "
                   f"{c32 * 1e3:8.2f} {c4 * 1e3:7.2f} {c32 / c4:6.2f} {err:9.1e}", flush=True)
 

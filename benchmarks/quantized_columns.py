@@ -18,24 +18,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import os
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _checkout  # noqa: E402,F401  (this checkout's fnarray)
+from _timing import best_of  # noqa: E402
 
 import numpy as np  # noqa: E402
-
-
-def _timer():
-    """``benchmarks/quantized.py``'s ``_best`` (wall and process-CPU seconds), loaded by path."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "quantized.py")
-    spec = importlib.util.spec_from_file_location("bench_quantized", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module._best
 
 
 @contextlib.contextmanager
@@ -82,7 +73,6 @@ def main(argv=None):
     ap.add_argument("--group-size", type=int, default=64)
     args = ap.parse_args(argv)
     import fnarray as fa
-    best = _timer()
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     print(f"x @ W, {args.size} x {args.size}, {args.bits}-bit group {args.group_size}; best of {args.number}")
     print(f"{'device':10} {'rows':>4} {'float32 ms':>10} {'tiled ms':>9} {'mat-vec ms':>10} {'mv/tiled':>8} "
@@ -95,7 +85,7 @@ def main(argv=None):
             continue
         for rows in (int(r) for r in args.rows.split(",")):
             fns, diff = _calls(fa, dev, args.size, rows, args.bits, args.group_size)
-            (t32, tt, tm), (_, ct, cm) = best(fns, args.number)
+            (t32, tt, tm), (_, ct, cm) = best_of(fns, args.number)
             print(f"{name:10} {rows:4d} {t32 * 1e3:10.2f} {tt * 1e3:9.2f} {tm * 1e3:10.2f} {tm / tt:8.2f} "
                   f"{t32 / tt:9.2f} {cm / ct:12.2f} {diff:8.1e}", flush=True)
 

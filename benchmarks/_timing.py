@@ -1,0 +1,24 @@
+"""The interleaved timer the benchmark scripts share (import it after ``_checkout``: this folder is on the path)."""
+
+from __future__ import annotations
+
+import time
+
+
+def best_of(fns, number, warm=1):
+    """Each of ``fns`` (zero-argument callables) called ``warm`` times, then ``number`` rounds calling each once in
+    turn: ``(wall, cpu)``, the best wall-clock and process-CPU seconds of each. Interleaving shares a load spike
+    between the candidates; CPU time is steadier on a loaded machine (docs/traps.md) and on a CPU device counts
+    the driver's threads too."""
+    for fn in fns:
+        for _ in range(warm):
+            fn()
+    wall = [float("inf")] * len(fns)
+    cpu = [float("inf")] * len(fns)
+    for _ in range(number):
+        for k, fn in enumerate(fns):
+            t, c = time.perf_counter(), time.process_time()
+            fn()
+            wall[k] = min(wall[k], time.perf_counter() - t)
+            cpu[k] = min(cpu[k], time.process_time() - c)
+    return wall, cpu
