@@ -115,6 +115,31 @@ def test_flash_attention_head_size_32(device, wg):
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("rows", [True, False])
+def test_flash_attention_row_mode(device, rows):
+    """``compiler_params={"rows": True}``: one work item per query row, each row's scores, maxima, sums and
+    output in the item's private arrays, no barrier (the default on lavapipe); ``False`` the shared form. Both
+    against the unfused reference on every device; on opencl/webgpu the rendered kernel has no barrier in row
+    mode."""
+    import functools
+    import math
+    import fnarray.experimental.pallas as pl
+    q, k, v = _f32(2, 64, 32), _f32(2, 64, 32), _f32(2, 64, 32)
+    qspec = pl.BlockSpec((None, 16, 32), lambda hh, i: (hh, i, 0))
+    kvspec = pl.BlockSpec((None, 64, 32), lambda hh, i: (hh, 0, 0))
+    f = pl.pallas_call(functools.partial(flash_attention.flash_kernel, bk=16, scale=1 / math.sqrt(32)),
+                       out_shape=pl.ShapeDtypeStruct(q.shape, q.dtype), grid=(2, 4), in_specs=[qspec, kvspec, kvspec],
+                       out_specs=qspec, compiler_params={"rows": rows})
+    want = np.asarray(flash_attention.reference(q, k, v))
+    args = [fa.device_put(a, device) for a in (q, k, v)]
+    with own_kernels(device):
+        got = np.asarray(fa.jit(f)(*args))
+        text = fa.jit(f).lower(*args).as_text() if device.backend in ("opencl", "webgpu") else None
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    if text is not None:
+        assert ("arrier(" not in text) == rows, text[-3000:]
+
+
 def test_flash_attention_key_loop_barriers():
     """On a CPU OpenCL device the key loop of the flash-attention example keeps 4 barriers (the scores, their
     row maxima, the weights and rescaling factors, the weighted values) and the carries are updated in place:

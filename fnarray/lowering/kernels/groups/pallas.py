@@ -1496,15 +1496,16 @@ def default_workgroup(eqn, caps):
 
 def row_count(eqn, caps):
     """The rows of the first output block where row mode (``render(rows=True)``: one work item per row, no
-    barriers) may apply to this ``pallas_call``, else ``None``: on CPU devices (no staged ``dot`` operands), a
-    body with a ``dot`` or a reduction, not a k-accumulating product, no fixed work-group size, and a first
-    output block of 2 to 256 rows (within the device's work-group limit)."""
+    barriers) may apply to this ``pallas_call``, else ``None``: a first output block of 2 to 256 rows (within
+    the device's work-group limit), not a k-accumulating product on a CPU device (which has its own form), and
+    either ``compiler_params={"rows": True}`` or, without ``compiler_params`` ``rows`` or ``workgroup``, on CPU
+    devices (no staged ``dot`` operands) a body with a ``dot`` or a reduction."""
     p = eqn.params
-    if (getattr(caps, "matmul_tiling", "local") == "local" and caps.tiling_pays) or not p["out_blocks"]:
+    cp = dict(p["compiler_params"])
+    cpu = not (getattr(caps, "matmul_tiling", "local") == "local" and caps.tiling_pays)
+    if not p["out_blocks"] or cp.get("rows") is False or cpu and _accumulating_dot(p) is not None:
         return None
-    if "workgroup" in dict(p["compiler_params"]) or _accumulating_dot(p) is not None:
-        return None
-    if not _has_dot(p["body"].program):
+    if cp.get("rows") is not True and ("workgroup" in cp or not cpu or not _has_dot(p["body"].program)):
         return None
     shape = tuple(p["out_blocks"][0].ref_shape)
     cap = min(_MAX_WG, caps.max_workgroup_size or _MAX_WG)
@@ -1658,11 +1659,12 @@ class PallasGroup(EquationGroup):
 
     def codegen(self):
         default = {"workgroup": default_workgroup(self.eqn, self.ctx.caps), "rows": False}
-        if "workgroup" in dict(self.eqn.params["compiler_params"]):
-            return self._variant(default)
         n_rows = row_count(self.eqn, self.ctx.caps)
-        if n_rows is not None and _rows_by_default(self.ctx.caps):
+        cp = dict(self.eqn.params["compiler_params"])
+        if n_rows is not None and (cp.get("rows") is True or _rows_by_default(self.ctx.caps)):
             default = {"workgroup": n_rows, "rows": True}
+        if "workgroup" in cp or "rows" in cp:
+            return self._variant(default)
         return self.ctx.tuned(PALLAS_TUNABLE, default, self._variant, {"rows": n_rows or 0})
 
     def _variant(self, choice):
