@@ -140,6 +140,22 @@ def test_flash_attention_row_mode(device, rows):
         assert ("arrier(" not in text) == rows, text[-3000:]
 
 
+def test_flash_attention_past_work_group_memory_in_row_mode():
+    """64-row query blocks of head size 32 need more than WebGPU's 16 KiB of work-group memory in the shared form
+    (their output, scores and weights); on a CPU WebGPU adapter (lavapipe) row mode holds them in each work
+    item's private arrays, so the kernel runs there instead of being refused."""
+    devs = [d for d in fa.devices(all_backends=True) if d.backend == "webgpu"
+            and not d.impl.capabilities(d).tiling_pays]
+    if not devs:
+        pytest.skip("no CPU WebGPU adapter")
+    q, k, v = _f32(1, 128, 32), _f32(1, 128, 32), _f32(1, 128, 32)
+    want = np.asarray(flash_attention.reference(q, k, v))
+    args = [fa.device_put(a, devs[0]) for a in (q, k, v)]
+    with own_kernels(devs[0]):
+        got = np.asarray(fa.jit(lambda a, b, c: flash_attention.flash_attention(a, b, c, bq=64, bk=16))(*args))
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
 def test_flash_attention_key_loop_barriers():
     """On a CPU OpenCL device the key loop of the flash-attention example keeps 4 barriers (the scores, their
     row maxima, the weights and rescaling factors, the weighted values) and the carries are updated in place:

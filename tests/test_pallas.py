@@ -312,6 +312,16 @@ def test_row_mode_only_where_rows_stay_private(device, case):
         assert "arrier(" in text
 
 
+def test_pallas_tunable_offers_row_mode_at_its_row_count():
+    """``PALLAS_TUNABLE``'s candidates: row mode once, at the work-group size of the block's rows (the group's
+    ``rows`` fact), and not at all where ``row_count`` gives none (fact 0)."""
+    from fnarray.lowering.kernels.groups.pallas import PALLAS_TUNABLE
+    default = {"workgroup": 8, "rows": False}
+    rows = [c for c in PALLAS_TUNABLE.candidates(default, {"rows": 16, "workgroup_limit": 256}) if c["rows"]]
+    assert rows == [{"workgroup": 16, "rows": True}]
+    assert not [c for c in PALLAS_TUNABLE.candidates(default, {"rows": 0, "workgroup_limit": 256}) if c["rows"]]
+
+
 def test_atomics_in_the_interpreter():
     x = rng.standard_normal(8).astype(np.float32)
 

@@ -506,12 +506,18 @@ class _Renderer:
             raise _NotRowwise(f"a phase over {shape} is not one row per work item")
         rest = shape[1:]
         m = math.prod(rest)
-        if m == 1:
-            fn((self.lid,) + tuple(_i(0) for _ in rest), _i(0))
+        if self.unrolled(m):
+            for c in range(m):
+                fn((self.lid,) + tuple(_unravel(_i(c), rest)), _i(c))
             return
         with self.b.loop(_i(0), _i(m), hint="c") as c:
             fn((self.lid,) + tuple(self.b.let(x, "ix") if not isinstance(x, Const) else x
                                    for x in _unravel(c, rest)), c)
+
+    def unrolled(self, n):
+        """Whether a loop of ``n`` steps over a row is written out step by step (row mode, ``n`` at most
+        ``_ROW_UNROLL``): a short loop's private array elements are then indexed by constants."""
+        return self.rows and n <= _ROW_UNROLL
 
     def own_row(self, idx, what):
         """In row mode: refuse (``_NotRowwise``) a read or write of shared memory at ``idx`` outside the work
@@ -850,10 +856,13 @@ def _reduce(r, e, vals):
             # accumulator (independent additions; PoCL 3.1 does not vectorise across work items here: the
             # 4-bit matvec took 3x the time with one chain), combined at the end
             accs = [b.var(acc_d, _identity_of(kind, acc_d), "acc") for _ in range(un)]
-            with b.loop(_i(0), _i(n_red // (lanes_ * un)), hint="t") as t:
-                base = op("add", op("mul", t, _i(lanes_ * un)), op("mul", start, _i(un)))
-                for j in range(un):
-                    one_elem(op("add", base, _i(j)) if j else base, idx, accs[j])
+            steps = n_red // (lanes_ * un)
+            for t in range(steps) if r.unrolled(n_red) else [None]:
+                with b.loop(_i(0), _i(steps), hint="t") if t is None else _null() as tv:
+                    base = op("add", op("mul", _i(t) if t is not None else tv, _i(lanes_ * un)),
+                              op("mul", start, _i(un)))
+                    for j in range(un):
+                        one_elem(op("add", base, _i(j)) if j else base, idx, accs[j])
             while len(accs) > 1:
                 accs = [b.let(_combine(b, kind, accs[i], accs[i + 1]), "acc") for i in range(0, len(accs), 2)]
             return accs[0]
@@ -916,6 +925,10 @@ def _shared_reduce(r, name, out_shape, lanes, kinds, partial):
     r.par_for(out_shape, combine, fresh=True)
 
 
+#: the longest loop over a row that row mode writes out step by step (``_Renderer.unrolled``): lavapipe's flash
+#: attention 0.9x the time at 2 or 4 (a register tile's two column tiles), 1.3x at 64 (every row loop, the
+#: ``dot`` contraction; the code grows), 1.05x at 16
+_ROW_UNROLL = 4
 #: consecutive elements per lane of a shared reduction, unrolled (``_reduce``)
 _RUN = 8
 
@@ -963,9 +976,11 @@ def _dot(r, e, vals):
         accs = [b.var(acc_d, const(0, acc_d), "acc") for _ in elems]
         nk = math.prod(kshape)
         uk = _UNROLL_K if len(elems) > 1 and nk % _UNROLL_K == 0 else 1
-        with b.loop(_i(0), _i(nk), _i(uk), hint="k") as k:
+        if r.unrolled(nk):
+            uk = nk
+        with b.loop(_i(0), _i(nk), _i(uk), hint="k") if uk < nk else _null() as k:
             for u in range(uk):
-                kidx = _unravel(b.let(op("add", k, _i(u)), "ku") if u else k, kshape)
+                kidx = _unravel(_i(u) if k is None else b.let(op("add", k, _i(u)), "ku") if u else k, kshape)
                 cache: dict = {}
                 for acc, idx in zip(accs, elems, strict=True):
                     xa, yc = operands(idx, kidx, cache)
@@ -1525,14 +1540,25 @@ def render(eqn, caps, buffer_names, wg=None, rows=False):
     gives ``(input names, output names)``; ``wg``: the work-group size (default ``default_workgroup``).
     ``rows``: one work item per row of the blocks (``row_count`` of them, ``wg`` ignored) and no barriers, where
     every work item reads and writes only its own row of work-group memory and of the output and scratch refs;
-    where it would not, the usual form. Raises ``Unrenderable``."""
-    n_rows = row_count(eqn, caps) if rows else None
-    if n_rows is not None:
+    where it would not, the usual form. A kernel whose usual form does not render (its blocks past the
+    work-group memory) is tried in row mode too, where its block values are private arrays. Raises
+    ``Unrenderable``."""
+    n_rows = row_count(eqn, caps)
+    if rows and n_rows is not None:
         try:
             return _render(eqn, caps, buffer_names, n_rows, True)
         except _NotRowwise:
             wg = None
-    return _render(eqn, caps, buffer_names, default_workgroup(eqn, caps) if wg is None else wg, False)
+    try:
+        return _render(eqn, caps, buffer_names, default_workgroup(eqn, caps) if wg is None else wg, False)
+    except Unrenderable:
+        if rows or n_rows is None:
+            raise
+        try:
+            return _render(eqn, caps, buffer_names, n_rows, True)
+        except _NotRowwise:
+            pass
+        raise
 
 
 def _render(eqn, caps, buffer_names, wg, rows):
