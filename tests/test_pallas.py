@@ -316,10 +316,22 @@ def test_pallas_tunable_offers_row_mode_at_its_row_count():
     """``PALLAS_TUNABLE``'s candidates: row mode once, at the work-group size of the block's rows (the group's
     ``rows`` fact), and not at all where ``row_count`` gives none (fact 0)."""
     from fnarray.lowering.kernels.groups.pallas import PALLAS_TUNABLE
-    default = {"workgroup": 8, "rows": False}
+    default = {"workgroup": 8, "rows": False, "stage": False}
     rows = [c for c in PALLAS_TUNABLE.candidates(default, {"rows": 16, "workgroup_limit": 256}) if c["rows"]]
-    assert rows == [{"workgroup": 16, "rows": True}]
+    assert rows == [{"workgroup": 16, "rows": True, "stage": False}]
     assert not [c for c in PALLAS_TUNABLE.candidates(default, {"rows": 0, "workgroup_limit": 256}) if c["rows"]]
+
+
+def test_pallas_cost_model_stages_transposed_operands_on_llvm_15():
+    """``PALLAS_TUNABLE``'s cost model (mode ``"fast"``): on PoCL with LLVM 15 or later the default plus a staged
+    transposed ``dot`` operand; on LLVM 14 and elsewhere the default itself."""
+    from fnarray.lowering.kernels import tuning
+    from fnarray.lowering.kernels.groups.pallas import PALLAS_TUNABLE
+    default = {"workgroup": 8, "rows": False, "stage": False}
+    base = {"workgroup_limit": 4096, "rows": 16, "device": "cpu", "compiler": "pocl"}
+    assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 15}, mode="fast") == {**default, "stage": True}
+    assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 14}, mode="fast") == default
+    assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 15}, mode="off") == default
 
 
 def test_atomics_in_the_interpreter():
