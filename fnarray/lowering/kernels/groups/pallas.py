@@ -35,6 +35,13 @@ all of ``k`` and stored once (``_render_accumulating_dot``). On CPU OpenCL devic
 with their constant part added last (``_wide``); on CPU devices lanes of a shared reduction take unrolled runs of
 consecutive elements, whose index arithmetic ``_div``/``_rem`` keep constant (docs/performance.md).
 
+*Row mode* (``render(rows=True)``, the default on lavapipe, a ``PALLAS_TUNABLE`` choice elsewhere): one work
+item per row of the first output block, each phase giving row ``lid`` of its block to item ``lid``, the block
+values in the item's private arrays and no barrier; ``_Renderer.own_row`` refuses (``_NotRowwise``) any access of
+shared memory outside the item's row, and the usual form is rendered instead. Outside row mode a transposed
+``dot`` operand (``k.T``) may be staged in work-group memory in its own layout (``stage``; chosen by
+``_pallas_cost`` on PoCL with LLVM 15, whose vectoriser gathers the in-place reads).
+
 What does not render (sorts, gathers, control flow other than ``fori_loop``/``when``, atomics on scratch refs or
 of other dtypes than int32/uint32/float32, blocks past the device's work-group memory) makes
 ``unsupported_reason`` say so: the backend runs the equation in the interpreter instead, with a
