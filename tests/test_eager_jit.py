@@ -149,7 +149,10 @@ def test_errors_are_the_general_paths():
         fnp.sum(x, axis=0)
 
 
-def test_the_program_cache_is_bounded():
+@pytest.mark.parametrize("stage", ["program", "tape"])
+def test_the_program_cache_is_bounded(stage, request):
+    if stage == "tape":
+        request.getfixturevalue("tapes")
     old = fa.config.jit_global_cache_size
     fa.config.jit_global_cache_size = 8
     try:
@@ -162,7 +165,11 @@ def test_the_program_cache_is_bounded():
         fa.config.jit_global_cache_size = old
 
 
-def test_calls_from_threads():
+@pytest.mark.parametrize("stage", ["program", "tape"])
+def test_calls_from_threads(stage, request):
+    if stage == "tape":
+        request.getfixturevalue("tapes")
+
     def work(k):
         xs = np.random.default_rng(k).standard_normal((3 + k, 4)).astype(np.float32) if k else A
         x = fnp.asarray(xs)
@@ -305,11 +312,13 @@ def test_eager_compiles_each_shape_once_on_jax(monkeypatch):
 
 def test_eager_compiles_each_shape_at_most_once_on_mlx(monkeypatch):
     """mlx:0 (``eager_programs="repeated_call"``): the general path compiles nothing (MLX's operations are lazy
-    graph nodes), so a loop whose shapes grow makes no program until a key's ``REPEATED_CALL``-th call; then
-    each key's program once, never through ``mx.compile`` (however often it is called), and nothing after."""
+    graph nodes), so a loop whose shapes grow makes no program for a key's first call; its second makes the key's
+    tape (traced once, run on the eager executables: nothing is lowered again), its ``TAPED_PROGRAM_CALL``-th
+    its program, once, never through ``mx.compile`` (however often it is called), and nothing after."""
     dev = require_backend("mlx")[0]
     from fnarray.lowering.mlx import backend as mlx_backend
-    monkeypatch.setattr(eager_jit, "REPEATED_CALL", 4)
+    monkeypatch.setattr(eager_jit, "REPEATED_CALL", 32)   # (the default: the fixture's 2 would come first)
+    monkeypatch.setattr(eager_jit, "TAPED_PROGRAM_CALL", 4)
     monkeypatch.setattr(mlx_backend, "CPU_COMPILE_AFTER_CALLS", 2)
     switches = []
     real_switch = mlx_backend._WarmCompile._switch
@@ -317,13 +326,18 @@ def test_eager_compiles_each_shape_at_most_once_on_mlx(monkeypatch):
                         real_switch(self, bufs))
     _decode(_attend, dev, steps=1)
     lowered = count_lowerings(monkeypatch, dev)
-    made = eager_jit.cache_info()["made"]
-    runs = [_decode(_attend, dev) for _ in range(3)]   # calls 1-3 of each key (the first key: 2-4)
+    made, tapes = eager_jit.cache_info()["made"], eager_jit.cache_info()["tapes"]
+    runs = [_decode(_attend, dev)]                     # the first call of each new key (the first key: its 2nd)
+    general = len(lowered)                             # primitives of new shapes (the general path's)
+    runs += [_decode(_attend, dev) for _ in range(2)]  # calls 2-3 of each key: its tape, made once
+    taped = eager_jit.cache_info()["tapes"] - tapes
+    assert 9 * 4 <= taped <= 9 * 5, eager_jit.cache_info()
     assert eager_jit.cache_info()["made"] - made <= 9, eager_jit.cache_info()  # the first step's keys only
-    assert len(lowered) == eager_jit.cache_info()["made"] - made, lowered
+    assert len(lowered) - general == eager_jit.cache_info()["made"] - made, lowered  # tapes lower nothing
     runs.append(_decode(_attend, dev))                 # the 4th call of every key: its program, once
     keys = eager_jit.cache_info()["made"] - made
-    assert 9 * 4 <= keys <= 9 * 5 and len(lowered) == keys, (keys, lowered)
+    assert 9 * 4 <= keys <= 9 * 5 and len(lowered) - general == keys, (keys, lowered)
+    assert eager_jit.cache_info()["tapes"] - tapes == taped
     n = len(lowered)
     for _ in range(4):                                 # past CPU_COMPILE_AFTER_CALLS: still no mx.compile
         runs.append(_decode(_attend, dev))
@@ -349,3 +363,107 @@ def test_jitted_loops_compile_each_shape_once(monkeypatch, backend):
     assert _decode(step, dev) and len(lowered) == 4, lowered
     for a, want in zip(first, _attend_reference(), strict=True):
         np.testing.assert_allclose(a, want, rtol=2e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------------- tapes
+@pytest.fixture
+def tapes(monkeypatch):
+    """Every key's tape (``eager_tape``) from its second call, and no program: the stage mlx runs between a key's
+    first call and its ``TAPED_PROGRAM_CALL``-th, here on every backend that keys calls."""
+    monkeypatch.setattr(eager_jit, "REPEATED_CALL", 10**6)
+    monkeypatch.setattr(eager_jit, "TAPED_PROGRAM_CALL", 10**6)
+    monkeypatch.setattr(eager_jit, "_GENERAL_CALLS", dict.fromkeys(eager_jit._GENERAL_CALLS))
+    monkeypatch.setattr(eager_jit, "_TAPE_CALLS", dict.fromkeys(eager_jit._TAPE_CALLS, 1))
+
+
+def _keyed_device(device):
+    if device.impl.capabilities(device).eager_programs in ("off", "first_call"):
+        pytest.skip(f"{device} makes no tapes (jax: a program at the first call; opencl, webgpu: no keys)")
+
+
+def test_tapes_match_the_general_path_and_numpy(tapes, device):
+    """Each case's first call (the general path) against three calls of its tape: value bits, dtype, weak type,
+    shape, committed flag and device; the data-dependent mask has no tape (its trace fails)."""
+    _keyed_device(device)
+    tapes_before = eager_jit.cache_info()["tapes"]
+    for name in CASES:
+        _check(name, device)
+    # each key traced once (the mask too; "getitem array" has no key off the default device: two devices)
+    assert len(CASES) - 1 <= eager_jit.cache_info()["tapes"] - tapes_before <= len(CASES)
+
+
+def _against_general(f, *args):
+    """``f(*args)`` through eager_jit (and eager_ops) and through the general path (the function they wrap): the
+    same result."""
+    general = f
+    while hasattr(general, "__wrapped__"):
+        general = general.__wrapped__
+    got, want = f(*args), general(*args)
+    assert _observed(got) == _observed(want), (f.__name__, [a.aval for a in args])
+    return got
+
+
+def test_tapes_are_keyed_by_weak_type_and_dtype(tapes, device):
+    """One shape, several avals: weak and strong float32, int32, bool and bfloat16 operands, interleaved so that
+    each key's tape serves after its first call; each result is the general path's (dtype, weak type, value)."""
+    _keyed_device(device)
+    vals = np.array([1.5, -2.0, 3.25], np.float32)
+    operands = [fa.device_put(vals, device), fa.device_put(vals.astype(np.int32), device),
+                fa.device_put(vals > 0, device), fa.device_put(vals.astype(fnp.bfloat16), device),
+                fnp.multiply(fa.device_put(vals, device), 1.0) * 0 + fa.device_put(2.0, device)]
+    weak = fa.device_put(2.0, device)
+    assert weak.weak_type and not operands[0].weak_type
+    seen, tapes_before = set(), eager_jit.cache_info()["tapes"]
+    for _ in range(3):
+        for x in operands:
+            for r in (_against_general(fnp.add, x, weak), _against_general(fnp.cumsum, x),
+                      _against_general(fnp.maximum, x, x[:1])):
+                seen.add((r.dtype, r.weak_type))
+    assert len(seen) >= 5, seen
+    assert eager_jit.cache_info()["tapes"] - tapes_before >= 10
+
+
+def test_tapes_are_keyed_by_device_and_committed_flag(tapes):
+    """The same aval on two devices, committed or not: each call's result lies on its operand's device with the
+    general path's committed flag."""
+    devs = [d for d in fa.devices(all_backends=True)
+            if d.impl.capabilities(d).eager_programs not in ("off", "first_call")]
+    if len(devs) < 2:
+        pytest.skip("one backend that makes tapes")
+    vals = np.arange(6, dtype=np.float32).reshape(2, 3)
+    xs = [fa.device_put(vals, d) for d in devs[:2]] + [fnp.asarray(vals)]
+    assert not xs[-1].committed
+    tapes_before = eager_jit.cache_info()["tapes"]
+    for _ in range(3):
+        for x in xs:
+            r = _against_general(fnp.sum, x, 0)
+            assert r.device == x.device and r.committed == x.committed
+    assert eager_jit.cache_info()["tapes"] - tapes_before == len(xs) - (xs[-1].device in devs[:2])
+
+
+def test_tapes_are_keyed_by_the_x64_setting(tapes):
+    """Switching ``enable_x64`` (a new configuration generation) gives new keys: ``uint32 + int32`` is int32 with
+    x64 off and int64 with it on (the same avals), through the tape as through the general path."""
+    from helpers import config_setting
+    tapes_before = eager_jit.cache_info()["tapes"]
+    u = fa.device_put(np.array([1, 2, 4], np.uint32), "numpy:0")
+    i = fa.device_put(np.array([3, -2, 7], np.int32), "numpy:0")
+    dtypes_seen = set()
+    for _ in range(2):
+        for on in (False, True):
+            with config_setting("enable_x64", on):
+                for _ in range(3):
+                    dtypes_seen.add(str(_against_general(fnp.add, u, i).dtype))
+    assert dtypes_seen == {"int32", "int64"}, dtypes_seen
+    # one key per switch (each is a new configuration generation), each traced once
+    assert eager_jit.cache_info()["tapes"] - tapes_before == 4
+
+
+def test_a_tape_call_runs_no_general_path(tapes):
+    """From a key's second call its tape runs: a handful of Python calls per primitive, not the general path's
+    ~75 (``fnarray.numpy``, promotion, ``bind``, the eager cache)."""
+    a, b = fnp.asarray(A), fnp.asarray(B)
+    for _ in range(2):
+        a @ b
+    calls = python_calls(lambda: a @ b)
+    assert len(calls) <= 12, calls
