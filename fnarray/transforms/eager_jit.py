@@ -93,11 +93,13 @@ def _seen_size() -> int:
 
 
 class _Program:
-    """A key's jitted program. ``call`` is its executable's direct entry, copied from jit's hot record (``_Hot``:
-    the entry, the output avals and structure) after the program's first call, which a hit calls itself: the
-    key already matched the arrays' avals and device, which jit's hot path would compare again (~1 us a call).
-    ``call`` is ``None`` while there is no record yet (jit's path serves and copies it after a call), ``False``
-    where the record has no direct entry (jit's path serves from then on)."""
+    """A key's jitted program, or its tape (``eager_tape``: ``jitted`` is None) with its count of calls.
+
+    ``call`` is the program's direct entry (``Jitted.direct_entry``: the executable's entry, the output avals
+    and structure), taken after the program's first call, which a hit calls itself: the key already matched
+    the arrays' avals and device, which jit's hot path would compare again (~1 us a call). ``call`` is ``None``
+    while there is no entry yet (jit's path serves and asks again after a call), ``False`` where there is none
+    (jit's path serves from then on). ``jitted`` and ``tape`` both ``None``: the key takes the general path."""
 
     __slots__ = ("jitted", "used", "call", "out_avals", "out_tree", "single", "tape", "calls")
 
@@ -106,28 +108,15 @@ class _Program:
         self.tape, self.calls = None, 0
 
     def take_hot(self, n, device):
-        """Copy the jitted function's hot record, where it takes the ``n`` arrays as they are, on ``device``.
-        After the program's first call, jit has its executable in its fast table but no hot record yet (its
-        second call would make one, through jit's keyed path: ~70 us, and 360 of them in the decode loop's
-        second run on jax:0): that entry, run on these arrays' device, is made the hot record here."""
-        jitted = self.jitted
-        h = jitted._hot[0]
-        if h is None:
-            fast = jitted._fast
-            if len(fast) != 1:
-                return
-            ex = next(iter(fast.values()), None)
-            if ex is None or ex.device is not device or ex.generation != config.generation:
-                return
-            jitted._make_hot(ex, n)
-            h = jitted._hot[0]
-            if h is None:
-                return
-        if not h.star or h.tree is not None or h.n != n or h.const_bufs or h.committed or h.device is not device:
-            self.call = False
+        """Take the jitted function's direct entry (``Jitted.direct_entry``) for ``n`` arrays on ``device``, after
+        the program's first call (its second would otherwise make jit's hot record through jit's keyed path:
+        ~70 us, and 360 of them in the decode loop's second run on jax:0); ``call`` is ``False`` where it has
+        none (jit's path serves from then on)."""
+        entry = self.jitted.direct_entry(n, device)
+        if not entry:
+            self.call = entry  # None: asked again after the next call; False: never
             return
-        self.out_avals, self.out_tree, self.single = h.out_avals, h.out_tree, h.single
-        self.call = h.call
+        self.call, self.out_avals, self.out_tree, self.single = entry
 
 
 def _used_since(p) -> bool:
