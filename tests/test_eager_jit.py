@@ -50,9 +50,13 @@ CASES = {
 
 @pytest.fixture(autouse=True)
 def _programs_from_the_second_call(monkeypatch):
-    """mlx makes a key's program at its ``REPEATED_CALL``-th call: here at its second, as numpy, so that the
-    three calls of each case compare the general path with the program on every device."""
+    """numpy and mlx run a key's tape from its second call, and its program later: here, without tapes (the
+    ``tapes`` fixture tests them), programs come at the second call on numpy and on mlx (whose
+    ``REPEATED_CALL`` is set to 2), so that the three calls of each case compare the general path with the
+    program on every device."""
     monkeypatch.setattr(eager_jit, "REPEATED_CALL", 2)
+    monkeypatch.setattr(eager_jit, "_TAPE_CALLS", dict.fromkeys(eager_jit._TAPE_CALLS))
+    monkeypatch.setattr(eager_jit, "TAPE_BUDGET_S", float("inf"))
 
 
 def _observed(r):
@@ -317,7 +321,7 @@ def test_eager_compiles_each_shape_at_most_once_on_mlx(monkeypatch):
     its program, once, never through ``mx.compile`` (however often it is called), and nothing after."""
     dev = require_backend("mlx")[0]
     from fnarray.lowering.mlx import backend as mlx_backend
-    monkeypatch.setattr(eager_jit, "REPEATED_CALL", 32)   # (the default: the fixture's 2 would come first)
+    monkeypatch.setattr(eager_jit, "_TAPE_CALLS", {**eager_jit._TAPE_CALLS, "repeated_call": 1})
     monkeypatch.setattr(eager_jit, "TAPED_PROGRAM_CALL", 4)
     monkeypatch.setattr(mlx_backend, "CPU_COMPILE_AFTER_CALLS", 2)
     switches = []
@@ -374,6 +378,7 @@ def tapes(monkeypatch):
     monkeypatch.setattr(eager_jit, "TAPED_PROGRAM_CALL", 10**6)
     monkeypatch.setattr(eager_jit, "_GENERAL_CALLS", dict.fromkeys(eager_jit._GENERAL_CALLS))
     monkeypatch.setattr(eager_jit, "_TAPE_CALLS", dict.fromkeys(eager_jit._TAPE_CALLS, 1))
+    monkeypatch.setattr(eager_jit, "TAPE_BUDGET_S", float("inf"))
 
 
 def _keyed_device(device):
@@ -467,3 +472,24 @@ def test_a_tape_call_runs_no_general_path(tapes):
         a @ b
     calls = python_calls(lambda: a @ b)
     assert len(calls) <= 12, calls
+
+
+def test_a_tape_gives_way_to_its_program(monkeypatch):
+    """numpy's schedule: the general path, then the key's tape from its second call, then its program once the tape
+    has run ``TAPED_PROGRAM_CALL`` times or ``TAPE_BUDGET_S`` seconds; each made once, every result the same."""
+    monkeypatch.setattr(eager_jit, "_TAPE_CALLS", {**eager_jit._TAPE_CALLS, "second_call": 1})
+    monkeypatch.setattr(eager_jit, "TAPED_PROGRAM_CALL", 5)
+    x = fa.device_put(A, "numpy:0")
+    info = eager_jit.cache_info
+    tapes, made = info()["tapes"], info()["made"]
+    outs = []
+    for k in range(7):
+        outs.append(_observed(fnp.var(x, axis=0)))
+        assert info()["tapes"] - tapes == (k >= 1), k
+        assert info()["made"] - made == (k >= 4), k  # calls 2-4 on the tape, the program from the 5th
+    assert all(o == outs[0] for o in outs)
+    monkeypatch.setattr(eager_jit, "TAPE_BUDGET_S", 0.0)  # a tape that has run its budget: the program next
+    tapes, made = info()["tapes"], info()["made"]
+    for k in range(4):
+        outs.append(_observed(fnp.var(x, axis=1)))
+        assert (info()["tapes"] - tapes, info()["made"] - made) == ((0, 0), (1, 0), (1, 1), (1, 1))[k], k

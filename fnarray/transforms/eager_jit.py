@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 import types
 
 import numpy as np
@@ -93,7 +94,8 @@ def _seen_size() -> int:
 
 
 class _Program:
-    """A key's jitted program, or its tape (``eager_tape``: ``jitted`` is None) with its count of calls.
+    """A key's jitted program, or its tape (``eager_tape``: ``jitted`` is None) with its count of calls and the
+    seconds it has run (``TAPED_PROGRAM_CALL``, ``TAPE_BUDGET_S``).
 
     ``call`` is the program's direct entry (``Jitted.direct_entry``: the executable's entry, the output avals
     and structure), taken after the program's first call, which a hit calls itself: the key already matched
@@ -101,11 +103,11 @@ class _Program:
     while there is no entry yet (jit's path serves and asks again after a call), ``False`` where there is none
     (jit's path serves from then on). ``jitted`` and ``tape`` both ``None``: the key takes the general path."""
 
-    __slots__ = ("jitted", "used", "call", "out_avals", "out_tree", "single", "tape", "calls")
+    __slots__ = ("jitted", "used", "call", "out_avals", "out_tree", "single", "tape", "calls", "spent")
 
     def __init__(self, jitted):
         self.jitted, self.used, self.call = jitted, False, None
-        self.tape, self.calls = None, 0
+        self.tape, self.calls, self.spent = None, 0, 0.0
 
     def take_hot(self, n, device):
         """Take the jitted function's direct entry (``Jitted.direct_entry``) for ``n`` arrays on ``device``, after
@@ -252,6 +254,8 @@ def _program(fn, args, kwargs):
     return program
 
 
+_clock = time.perf_counter
+
 _STAR_ARRAYS = inspect.Signature([inspect.Parameter("arrays", inspect.Parameter.VAR_POSITIONAL)])
 
 
@@ -267,15 +271,19 @@ REPEATED_CALL = 32
 _GENERAL_CALLS = {"second_call": 1, "first_call": 0, "repeated_call": None}  # None: REPEATED_CALL - 1
 
 
-#: How many calls of a key take the general path before its tape (``eager_tape``) serves it, until its program is
-#: made; ``None``: no tape (the program comes first). mlx: from the second call (a tape costs a trace, ~30-80 us,
-#: and saves 10-20 us a call); numpy makes its program at the second call; jax at the first.
-_TAPE_CALLS = {"second_call": None, "first_call": None, "repeated_call": 1}
+#: How many calls of a key take the general path before its tape (``eager_tape``) serves it; ``None``: no tape
+#: (jax: its program comes at the first call). numpy and mlx: from the second call (a tape costs a trace,
+#: ~30-80 us, and saves 10-20 us a call against the general path); a key whose tape cannot be made keeps the
+#: schedule of ``_general_calls``.
+_TAPE_CALLS = {"second_call": 1, "first_call": None, "repeated_call": 1}
 
-
-#: A key served by a tape gets its program at its ``TAPED_PROGRAM_CALL``-th call: a program saves ~1 us a call
-#: against a tape (measured on mlx:0) and costs 0.35-1.5 ms to make.
+#: A key served by its tape gets its program once the tape has run ``TAPED_PROGRAM_CALL`` times or for
+#: ``TAPE_BUDGET_S`` seconds in all, whichever comes first (a ski rental with the tape's own time as the rent):
+#: a program costs 0.35-1.5 ms to trace and lower (and its share of the garbage collector's gen-2 passes) and
+#: saves ~1-5 us a call against a tape on small arrays (numpy:0, mlx:0), more on large ones where the program
+#: fuses (numpy:0, 1M elements: ``std`` 2.9 -> 2.2 ms, ``softmax`` 5.4 -> 3.0 ms).
 TAPED_PROGRAM_CALL = 1024
+TAPE_BUDGET_S = 0.005
 
 
 def _tape_calls(key):
@@ -322,17 +330,16 @@ def _early(fn, args, kwargs, key, arrays):
     (``_taped``, from the call ``_tape_calls`` says), or its program made now (``_make``)."""
     seen = _seen.get(key)  # [calls so far, tape failed]: counted in place (no lock; a lost count is harmless)
     n = 0 if seen is None else seen[0]
-    if n >= _general_calls(key):
-        return _make(fn, args, kwargs, key, arrays)
     if n >= _tape_calls(key) and (seen is None or not seen[1]):
         out = _taped(fn, args, kwargs, key, arrays, n)
-        if out is not None:
+        if out is not _NO_TAPE:
             return out
         seen = _seen.get(key)
         if seen is None:
-            _seen.put(key, [n + 1, True])
-            return fn(*args, **kwargs)
+            seen = _seen.put(key, [n, True])
         seen[1] = True
+    if n >= _general_calls(key):
+        return _make(fn, args, kwargs, key, arrays)
     if seen is None:
         _seen.put(key, [1, False])
     else:
@@ -341,17 +348,20 @@ def _early(fn, args, kwargs, key, arrays):
 
 
 def _taped(fn, args, kwargs, key, arrays, n):
-    """The key's tape made and run (its ``_Program`` entry kept), or None where it cannot be made."""
+    """The key's tape made and run (its ``_Program`` entry kept), or ``_NO_TAPE`` where it cannot be made."""
     _stats["tapes"] += 1
     with np.errstate(all="ignore"):  # tracing converts literals the general path converts quietly
         t = eager_tape.make(_program(fn, args, kwargs), arrays)
     if t is None:
-        return None
+        return _NO_TAPE
     p = _Program(None)
     p.tape, p.calls = t, n + 1
     _programs.put(key, p)
     _seen.pop(key)
     return _run_tape(p, fn, args, kwargs, arrays)
+
+
+_NO_TAPE = object()
 
 
 def _run_tape(p, fn, args, kwargs, arrays):
@@ -397,9 +407,12 @@ def _call(fn, args, kwargs):
         if p.tape is None:
             return fn(*args, **kwargs)
         n = p.calls
-        if n < TAPED_PROGRAM_CALL - 1:
+        if n < TAPED_PROGRAM_CALL - 1 and p.spent < TAPE_BUDGET_S:
             p.calls = n + 1
-            return _run_tape(p, fn, args, kwargs, arrays)
+            t0 = _clock()
+            out = _run_tape(p, fn, args, kwargs, arrays)
+            p.spent += _clock() - t0  # (no lock: a sum lost to a race is harmless)
+            return out
         return _make(fn, args, kwargs, key, arrays)
     try:
         out = p.jitted(*arrays)
