@@ -95,7 +95,7 @@ def _seen_size() -> int:
 
 class _Program:
     """A key's jitted program, or its tape (``eager_tape``: ``jitted`` is None) with its count of calls and the
-    seconds it has run (``TAPED_PROGRAM_CALL``, ``TAPE_BUDGET_S``).
+    count at which the program is made (``limit``: ``TAPED_PROGRAM_CALL``, ``TAPE_BUDGET_S``).
 
     ``call`` is the program's direct entry (``Jitted.direct_entry``: the executable's entry, the output avals
     and structure), taken after the program's first call, which a hit calls itself: the key already matched
@@ -103,11 +103,11 @@ class _Program:
     while there is no entry yet (jit's path serves and asks again after a call), ``False`` where there is none
     (jit's path serves from then on). ``jitted`` and ``tape`` both ``None``: the key takes the general path."""
 
-    __slots__ = ("jitted", "used", "call", "out_avals", "out_tree", "single", "tape", "calls", "spent")
+    __slots__ = ("jitted", "used", "call", "out_avals", "out_tree", "single", "tape", "calls", "limit")
 
     def __init__(self, jitted):
         self.jitted, self.used, self.call = jitted, False, None
-        self.tape, self.calls, self.spent = None, 0, 0.0
+        self.tape, self.calls, self.limit = None, 0, 0
 
     def take_hot(self, n, device):
         """Take the jitted function's direct entry (``Jitted.direct_entry``) for ``n`` arrays on ``device``, after
@@ -277,8 +277,9 @@ _GENERAL_CALLS = {"second_call": 1, "first_call": 0, "repeated_call": None}  # N
 #: schedule of ``_general_calls``.
 _TAPE_CALLS = {"second_call": 1, "first_call": None, "repeated_call": 1}
 
-#: A key served by its tape gets its program once the tape has run ``TAPED_PROGRAM_CALL`` times or for
-#: ``TAPE_BUDGET_S`` seconds in all, whichever comes first (a ski rental with the tape's own time as the rent):
+#: A key served by its tape gets its program at its ``TAPED_PROGRAM_CALL``-th call, or once its tape has run for
+#: ``TAPE_BUDGET_S`` seconds in all (counted as calls at the time of the tape's first run), whichever comes
+#: first (a ski rental with the tape's own time as the rent):
 #: a program costs 0.35-1.5 ms to trace and lower (and its share of the garbage collector's gen-2 passes) and
 #: saves ~1-5 us a call against a tape on small arrays (numpy:0, mlx:0), more on large ones where the program
 #: fuses (numpy:0, 1M elements: ``std`` 2.9 -> 2.2 ms, ``softmax`` 5.4 -> 3.0 ms).
@@ -348,7 +349,8 @@ def _early(fn, args, kwargs, key, arrays):
 
 
 def _taped(fn, args, kwargs, key, arrays, n):
-    """The key's tape made and run (its ``_Program`` entry kept), or ``_NO_TAPE`` where it cannot be made."""
+    """The key's tape made and run (its ``_Program`` entry kept), or ``_NO_TAPE`` where it cannot be made. The
+    time of this first run sets the call at which the key gets its program (``TAPE_BUDGET_S``)."""
     _stats["tapes"] += 1
     with np.errstate(all="ignore"):  # tracing converts literals the general path converts quietly
         t = eager_tape.make(_program(fn, args, kwargs), arrays)
@@ -356,20 +358,21 @@ def _taped(fn, args, kwargs, key, arrays, n):
         return _NO_TAPE
     p = _Program(None)
     p.tape, p.calls = t, n + 1
+    t0 = _clock()
+    try:
+        out = t.run(arrays)
+    except Exception:  # the general path raises its own error (or succeeds)
+        out = None
+    spent = _clock() - t0
+    p.limit = TAPED_PROGRAM_CALL - 1  # calls before the program's
+    if spent > 0:
+        p.limit = min(p.limit, n + 1 + TAPE_BUDGET_S / spent)
     _programs.put(key, p)
     _seen.pop(key)
-    return _run_tape(p, fn, args, kwargs, arrays)
+    return out if out is not None else fn(*args, **kwargs)
 
 
 _NO_TAPE = object()
-
-
-def _run_tape(p, fn, args, kwargs, arrays):
-    try:
-        out = p.tape.run(arrays)
-    except Exception:  # the general path raises its own error (or succeeds)
-        return fn(*args, **kwargs)
-    return out if out is not None else fn(*args, **kwargs)
 
 
 def _call(fn, args, kwargs):
@@ -407,13 +410,14 @@ def _call(fn, args, kwargs):
         if p.tape is None:
             return fn(*args, **kwargs)
         n = p.calls
-        if n < TAPED_PROGRAM_CALL - 1 and p.spent < TAPE_BUDGET_S:
-            p.calls = n + 1
-            t0 = _clock()
-            out = _run_tape(p, fn, args, kwargs, arrays)
-            p.spent += _clock() - t0  # (no lock: a sum lost to a race is harmless)
-            return out
-        return _make(fn, args, kwargs, key, arrays)
+        if n >= p.limit:
+            return _make(fn, args, kwargs, key, arrays)
+        p.calls = n + 1  # (no lock: a count lost to a race is harmless)
+        try:
+            out = p.tape.run(arrays)
+        except Exception:  # the general path raises its own error (or succeeds)
+            return fn(*args, **kwargs)
+        return out if out is not None else fn(*args, **kwargs)
     try:
         out = p.jitted(*arrays)
     except Exception:  # the general path raises its own error (or succeeds)

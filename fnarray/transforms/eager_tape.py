@@ -34,20 +34,23 @@ __all__ = ["Tape", "make"]
 
 
 class Tape:
-    """A traced program as ``steps``: ``(call, input slots)`` each, whose outputs are appended to the slots.
+    """A traced program as ``steps``: ``(call, input slots, single)`` each, whose outputs (one buffer where
+    ``single``, else a list) are appended to the slots.
 
     Slots: the call's array buffers (in ``eager_jit``'s key order), then ``fixed`` (the program's constants and
     literal buffers), then each step's outputs in order. ``outs`` are the output slots, ``out_avals`` their avals,
     ``out_tree`` the output structure (``single``: one array).
     """
 
-    __slots__ = ("steps", "fixed", "outs", "out_avals", "out_tree", "single", "n", "used")
+    __slots__ = ("steps", "fixed", "outs", "out_avals", "out_tree", "single", "n", "one")
 
     def __init__(self, steps, fixed, outs, out_avals, out_tree, n):
         self.steps, self.fixed, self.outs, self.out_avals, self.out_tree = steps, fixed, outs, out_avals, out_tree
         self.single = out_tree.num_nodes == 1 and out_tree.num_leaves == 1
         self.n = n
-        self.used = False
+        # the commonest tape: one step of one output over the arguments in order, returned (``run``'s short path)
+        self.one = (steps[0][0] if len(steps) == 1 and steps[0][2] and steps[0][1] == tuple(range(n)) and not fixed
+                    and self.single and outs == (n,) else None)
 
     def run(self, arrays):
         """The outputs (a pytree of ``ArrayImpl``) of the traced function of ``arrays`` (``ArrayImpl`` s of the
@@ -61,9 +64,18 @@ class Tape:
             env.append(b)
             if a._committed:
                 committed = True
+        one = self.one
+        if one is not None:
+            r = ArrayImpl()  # ArrayImpl.make inline, as jit's hot path
+            r.aval, r._device, r._buf, r._committed, r._host = self.out_avals[0], arrays[0]._device, one(*env), \
+                committed, None
+            return r
         env += self.fixed
-        for call, ins in self.steps:
-            env += call(*[env[i] for i in ins])
+        for call, ins, single in self.steps:
+            if single:
+                env.append(call(*[env[i] for i in ins]))
+            else:
+                env += call(*[env[i] for i in ins])
         dev = arrays[0]._device
         if self.single:
             i = self.outs[0]
@@ -76,15 +88,23 @@ class Tape:
                                         for i, av in zip(self.outs, self.out_avals)])
 
 
-def _entry(exe, n_in):
-    """``call(*bufs) -> list of bufs`` for an eager executable: its direct entry where it has one."""
+def _entry(exe, eqn, avals, dev):
+    """``(call, single)`` for an equation's eager executable ``exe``: the backend's implementation itself where it
+    offers one (``Backend.eager_call``, numpy; an executable's ``one``, mlx: ``call(*bufs) -> buf``, ``single``),
+    else the executable's direct entry or the executable (``call(*bufs) -> [bufs]``). Errors are not translated
+    here: the caller re-runs the general path on any."""
+    if not eqn.primitive.multiple_results:
+        fn = dev.impl.eager_call(eqn.primitive, eqn.params, avals, [v.aval for v in eqn.outputs])
+        if fn is not None:
+            return fn, True
     call = getattr(exe, "call_args", None)
     if call is not None and getattr(exe, "reraise", None) is not None:
-        return call
+        one = getattr(exe, "one", None)  # mlx: the rule of one output itself, beside its direct entry
+        return (one, True) if one is not None and not eqn.primitive.multiple_results else (call, False)
 
     def run(*bufs):
         return exe(list(bufs))
-    return run
+    return run, False
 
 
 def _trace(program, arrays):
@@ -151,7 +171,7 @@ def _steps(prog, dev, slots, fixed, n):
         for v in eqn.outputs:
             slots[id(v)] = ("step", count)
             count += 1
-        steps.append((_entry(exe, len(avals)), ins))
+        steps.append((*_entry(exe, eqn, tuple(avals), dev), ins))
     # Literals go after the constants, so steps' slots move by their number.
     shift = len(literals)
     base = n + len(fixed)
@@ -163,4 +183,4 @@ def _steps(prog, dev, slots, fixed, n):
         return s
     for k, v in list(slots.items()):
         slots[k] = slot(v)
-    return [(call, tuple(slot(s) for s in ins)) for call, ins in steps]
+    return [(call, tuple(slot(s) for s in ins), single) for call, single, ins in steps]

@@ -306,7 +306,8 @@ class MlxLowered(Lowered):
 
 def _eager_apply(fn, multiple, handle):
     """``apply(bufs) -> [bufs]`` of one primitive's rule ``fn`` on ``handle``'s stream, one Python frame deep
-    where MLX has no other device (``apply.call_args(*bufs)``: the same without the list)."""
+    where MLX has no other device (``apply.call_args(*bufs)``: the same without the list; ``apply.one(*bufs) ->
+    buf``: the rule itself, for one output, which ``transforms/eager_tape.py`` calls)."""
     if not _only_device(handle):
         if multiple:
             return _on_stream(handle, lambda *bufs: list(fn(*bufs)))
@@ -323,6 +324,7 @@ def _eager_apply(fn, multiple, handle):
 
         def call_args(*bufs):
             return [fn(*bufs)]
+        apply.one = fn
     apply.call_args = call_args
     return apply
 
