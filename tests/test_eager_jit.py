@@ -493,3 +493,22 @@ def test_a_tape_gives_way_to_its_program(monkeypatch):
     for k in range(4):
         outs.append(_observed(fnp.var(x, axis=1)))
         assert (info()["tapes"] - tapes, info()["made"] - made) == ((0, 0), (1, 0), (1, 1), (1, 1))[k], k
+
+
+def test_tapes_keep_the_general_paths_placement(tapes, device):
+    """An output that depends on no argument (``zeros_like``) gets no tape (the general path puts it on the default
+    device, uncommitted); an output that depends on some arguments only is committed by those alone."""
+    _keyed_device(device)
+    c = fa.device_put(A, device)
+    tapes_before = eager_jit.cache_info()["tapes"]
+    for _ in range(3):
+        _against_general(fnp.zeros_like, c)
+        _against_general(fnp.full_like, c, 2.0)
+    assert eager_jit.cache_info()["tapes"] - tapes_before == 2  # traced once each, no tape
+    if device != fa.devices()[0]:
+        return
+    u = fnp.asarray(V)  # uncommitted, on the default device, beside a committed array there
+    for _ in range(3):
+        bu, bc = _against_general(fnp.broadcast_arrays, u, c)
+        assert not bu.committed and bc.committed
+    assert eager_jit.cache_info()["tapes"] - tapes_before == 3

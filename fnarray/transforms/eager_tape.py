@@ -12,13 +12,15 @@ executables, in the program's order).
 
 A trace fails where the function reads values (a data-dependent shape, a check of a concrete value): the key
 then has no tape (``make`` returns ``None``) and its caller keeps the general path, as a program that fails to
-trace does. So does a program whose output is a literal, whose constants are not arrays of the key's device, or
-an equation with effects (a callback: replaying it is fine, but the general path runs it per primitive and so
-does this; it is left to the general path so that host callbacks keep one place of execution).
+trace does. So does a program whose output is a literal or depends on no argument, whose constants are not
+arrays of the key's device, or that holds an equation with effects (a host callback: left to the general path,
+so that callbacks keep one place of execution).
 
-Replays compute the output's committed flag as jit does (any argument committed) and run on the arrays' device;
-equations without array inputs (``iota``, a broadcast literal) run there too, as in a program. Any error of a
-replay is the caller's to handle (``eager_jit`` then runs the general path, which raises its own error).
+Replays run on the arrays' device, as the general path does; an output is committed where an argument it depends
+on is (the general path's rule, primitive by primitive). Equations without array inputs (``iota``, a broadcast
+literal) run there too, as in a program; an *output* that depends on no argument (``zeros_like(x)``) would lie on
+the default device, uncommitted, on the general path: such a function gets no tape. Any error of a replay is the
+caller's to handle (``eager_jit`` then runs the general path, which raises its own error).
 """
 
 from __future__ import annotations
@@ -39,18 +41,19 @@ class Tape:
 
     Slots: the call's array buffers (in ``eager_jit``'s key order), then ``fixed`` (the program's constants and
     literal buffers), then each step's outputs in order. ``outs`` are the output slots, ``out_avals`` their avals,
-    ``out_tree`` the output structure (``single``: one array).
+    ``out_tree`` the output structure (``single``: one array); ``out_deps``, where an output depends on some of the
+    arguments only, the arguments of each (whose committed flags make its own, as on the general path).
     """
 
-    __slots__ = ("steps", "fixed", "outs", "out_avals", "out_tree", "single", "n", "one")
+    __slots__ = ("steps", "fixed", "outs", "out_avals", "out_tree", "single", "n", "one", "out_deps")
 
-    def __init__(self, steps, fixed, outs, out_avals, out_tree, n):
+    def __init__(self, steps, fixed, outs, out_avals, out_tree, n, out_deps=None):
         self.steps, self.fixed, self.outs, self.out_avals, self.out_tree = steps, fixed, outs, out_avals, out_tree
         self.single = out_tree.num_nodes == 1 and out_tree.num_leaves == 1
-        self.n = n
+        self.n, self.out_deps = n, out_deps
         # the commonest tape: one step of one output over the arguments in order, returned (``run``'s short path)
         self.one = (steps[0][0] if len(steps) == 1 and steps[0][2] and steps[0][1] == tuple(range(n)) and not fixed
-                    and self.single and outs == (n,) else None)
+                    and self.single and outs == (n,) and out_deps is None else None)
 
     def run(self, arrays):
         """The outputs (a pytree of ``ArrayImpl``) of the traced function of ``arrays`` (``ArrayImpl`` s of the
@@ -77,6 +80,10 @@ class Tape:
             else:
                 env += call(*[env[i] for i in ins])
         dev = arrays[0]._device
+        if self.out_deps is not None:  # outputs that depend on some of the arguments only
+            return self.out_tree.unflatten([
+                arrays[i] if i < self.n else ArrayImpl.make(av, dev, env[i], any(arrays[k]._committed for k in ks))
+                for i, av, ks in zip(self.outs, self.out_avals, self.out_deps)])
         if self.single:
             i = self.outs[0]
             if i < self.n:  # the function returned its argument
@@ -135,29 +142,36 @@ def make(program, arrays):
             return None
         slots[id(v)] = len(arrays) + len(fixed)
         fixed.append(c._buf)
+    deps = {id(v): 1 << i for i, v in enumerate(prog.invars)}  # the arguments each value depends on (bits)
     try:
-        steps = _steps(prog, dev, slots, fixed, len(arrays))
+        steps = _steps(prog, dev, slots, fixed, len(arrays), deps)
     except Exception:  # noqa: BLE001 (an equation without an eager executable here: the general path)
         return None
     if steps is None:
         return None
-    outs = []
+    outs, masks = [], []
     for o in prog.outvars:
-        if type(o) is Literal or id(o) not in slots:
-            return None
+        if type(o) is Literal or id(o) not in slots or not deps.get(id(o)):
+            return None  # a constant output: the general path makes it on the default device, uncommitted
         outs.append(slots[id(o)])
-    return Tape(tuple(steps), tuple(fixed), tuple(outs), tuple(o.aval for o in prog.outvars), out_tree, len(arrays))
+        masks.append(deps[id(o)])
+    n = len(arrays)
+    out_deps = None
+    if any(m != (1 << n) - 1 for m in masks):  # an output committed only by the arguments it depends on
+        out_deps = tuple(tuple(i for i in range(n) if m >> i & 1) for m in masks)
+    return Tape(tuple(steps), tuple(fixed), tuple(outs), tuple(o.aval for o in prog.outvars), out_tree, n, out_deps)
 
 
-def _steps(prog, dev, slots, fixed, n):
-    """The tape's steps (filling ``slots`` and ``fixed``), or ``None`` for an equation a tape leaves alone."""
+def _steps(prog, dev, slots, fixed, n, deps):
+    """The tape's steps (filling ``slots``, ``fixed`` and each value's ``deps``), or ``None`` for an equation a
+    tape leaves alone."""
     steps = []
     count = n + len(fixed)  # slots so far; literals are added to ``fixed`` first (their slots move: see below)
     literals = []
     for eqn in prog.eqns:
         if has_effect(eqn):
             return None
-        ins, avals = [], []
+        ins, avals, mask = [], [], 0
         for x in eqn.inputs:
             avals.append(x.aval)
             if type(x) is Literal:
@@ -165,11 +179,13 @@ def _steps(prog, dev, slots, fixed, n):
                 ins.append(("literal", len(literals) - 1))
             else:
                 ins.append(slots[id(x)])
+                mask |= deps.get(id(x), 0)
         exe, out_avals = placement._eager_executable(eqn.primitive, eqn.params, tuple(avals), dev)
         if tuple(out_avals) != tuple(v.aval for v in eqn.outputs):
             return None
         for v in eqn.outputs:
             slots[id(v)] = ("step", count)
+            deps[id(v)] = mask
             count += 1
         steps.append((*_entry(exe, eqn, tuple(avals), dev), ins))
     # Literals go after the constants, so steps' slots move by their number.
