@@ -512,3 +512,18 @@ def test_tapes_keep_the_general_paths_placement(tapes, device):
         bu, bc = _against_general(fnp.broadcast_arrays, u, c)
         assert not bu.committed and bc.committed
     assert eager_jit.cache_info()["tapes"] - tapes_before == 3
+
+
+def test_a_program_that_fails_leaves_the_tape(tapes, monkeypatch):
+    """A key whose program cannot be made (here: every jitted call raises) keeps its tape, not the general path."""
+    class Failing(eager_jit.Jitted):
+        def __call__(self, *args, **kwargs):
+            raise RuntimeError("no program")
+    monkeypatch.setattr(eager_jit, "Jitted", Failing)
+    monkeypatch.setattr(eager_jit, "TAPED_PROGRAM_CALL", 3)
+    x = fa.device_put(A, "numpy:0")
+    for _ in range(5):
+        _against_general(fnp.cumsum, x, 1)
+    keyed = eager_jit._keyed(fnp.cumsum.__wrapped__, (x, 1), {})
+    p = eager_jit._programs_d[keyed[0]]
+    assert p.tape is not None and p.jitted is None and p.calls == 4  # the 3rd call tried the program

@@ -315,7 +315,11 @@ def _make(fn, args, kwargs, key, arrays):
             out = jitted(*arrays)
     except Exception:  # not traceable as a program (or an error): the general path, from now on
         compiling.eager = False
-        _programs.set(key, _Program(None))  # (replacing the key's tape, if it had one)
+        old = _programs_d.get(key)
+        if old is not None and old.tape is not None:
+            old.limit = float("inf")  # the key keeps its tape
+        else:
+            _programs.put(key, _Program(None))
         return fn(*args, **kwargs)
     finally:
         compiling.eager = False
