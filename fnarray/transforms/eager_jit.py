@@ -9,20 +9,23 @@ a call on concrete arrays (``ArrayImpl``), from a thread that stages nothing, wi
     (the function, the pytree structure of its arguments, each array's aval, each other leaf's value)
 
 and runs one jitted program of the whole function (``fnarray.jit``'s hot path: a few Python calls) from the
-call its device's ``Capabilities.eager_programs`` says. ``"second_call"`` (numpy: programs compile in
-milliseconds): the first call of a key takes the general path, so a loop over ever new static values
-(``x[i]`` for each ``i``) compiles nothing. ``"first_call"`` (jax: XLA takes 10-100 ms a program): the
-first call compiles the whole function, so each new shape costs one compile, not one per primitive and then
-one more for the whole function on the second call; a key holding a float or complex constant still waits
-for its second call (a loop over new step sizes would otherwise compile each). ``"repeated_call"`` (mlx:
-the general path compiles nothing, MLX's operations being lazy graph nodes, and a program costs ~0.35 ms to
-trace and lower against ~10 us it saves a call): from a key's ``REPEATED_CALL``-th call, so that a loop whose
-shapes grow (a decode loop's cache) makes no program for a shape it meets once a run, and a key called
-often pays its program once. Either way each key is traced and compiled at most once while it stays
-cached (``cache_info()["made"]`` counts them; ``tests/test_eager_jit.py`` pins it per backend). A backend
-sees ``fnarray.devices.backend.compiling.eager`` set while such a program compiles (mlx then never gives
-it to ``mx.compile``; a program recompiled after jit's global LRU evicted its executable is compiled as
-any jitted program).
+call its device's ``Capabilities.eager_programs`` says. ``"first_call"`` (jax: XLA takes 10-100 ms a program):
+the first call compiles the whole function, so each new shape costs one compile, not one per primitive and then
+one more for the whole function on the second call; a key holding a float or complex constant waits for its
+second call (a loop over new step sizes would otherwise compile each). ``"second_call"`` (numpy) and
+``"repeated_call"`` (mlx): the first call of a key takes the general path, so a loop over ever new static values
+(``x[i]`` for each ``i``) traces and compiles nothing; from the second call the key's *tape* serves it
+(``fnarray.transforms.eager_tape``: the function traced once at the key's avals, ~30-80 us, and replayed on the
+eager cache's own one-primitive executables, ~3-5 us a call against the general path's 10-80 us), and its
+program comes once the tape has run ``TAPED_PROGRAM_CALL`` times or ``TAPE_BUDGET_S`` seconds (a program costs
+0.35-1.5 ms to trace and lower and saves ~1 us a call against a tape, more where it fuses large arrays). A key
+whose tape cannot be made gets its program at its second call (numpy: programs compile in milliseconds) or its
+``REPEATED_CALL``-th (mlx: the general path compiles nothing, MLX's operations being lazy graph nodes). Either
+way each key is traced for its tape and compiled at most once while it stays cached (``cache_info()["tapes"]``
+and ``["made"]`` count them; ``tests/test_eager_jit.py`` pins it per backend). A backend sees
+``fnarray.devices.backend.compiling.eager`` set while such a program compiles (mlx then never gives it to
+``mx.compile``; a program recompiled after jit's global LRU evicted its executable is compiled as any jitted
+program).
 
 Arrays are the program's arguments; every other leaf (ints, bools, strings, floats, complex and NumPy
 scalars, dtypes, slices, ``Ellipsis``) is a constant of it, compared by value and type (``1``, ``True`` and
@@ -36,10 +39,10 @@ The programs are jitted on the device of their arrays, which is where the genera
 the same committed flag (``tests/test_eager_jit.py`` compares both paths). Devices whose
 ``eager_programs`` is ``"off"`` (opencl, webgpu) keep running kernels per primitive.
 
-Memory: the programs are an ``LRUCache`` of at most half of ``config.jit_global_cache_size`` entries (each
-one jitted function holding one executable; half, so that the global LRU of executables does not evict
-them under this cache), the keys not yet given a program (with their count of calls) another of
-``config.eager_cache_size``.
+Memory: the programs and tapes are an ``LRUCache`` of at most half of ``config.jit_global_cache_size`` entries
+(each one jitted function holding one executable, or a tape holding its equations' eager executables; half, so
+that the global LRU of executables does not evict them under this cache), the keys not yet given either (with
+their count of calls) another of ``config.eager_cache_size``.
 """
 
 from __future__ import annotations
@@ -261,11 +264,11 @@ _STAR_ARRAYS = inspect.Signature([inspect.Parameter("arrays", inspect.Parameter.
 
 _BY_VALUE = (float, complex)
 
-#: Under ``"repeated_call"`` (mlx), a key's program is made at its ``REPEATED_CALL``-th call: the calls before
-#: take the general path. Measured on mlx:0 (``mlx[cpu]``, the decode loop of ``benchmarks/programs.py``): a
-#: program costs ~0.35 ms to trace and lower (GC included: up to 1 ms under load) and saves ~10-15 us a call
-#: against the general path, whose MLX operations compile nothing; so a key pays for its program after ~30
-#: calls (a ski rental: at most twice the cost of the better choice made in hindsight).
+#: Under ``"repeated_call"`` (mlx), a key *without a tape* gets its program at its ``REPEATED_CALL``-th call: the
+#: calls before take the general path. Measured on mlx:0 (``mlx[cpu]``, the decode loop of
+#: ``benchmarks/programs.py``): a program costs ~0.35 ms to trace and lower (GC included: up to 1 ms under load)
+#: and saves ~10-15 us a call against the general path, whose MLX operations compile nothing; so a key pays for
+#: its program after ~30 calls (a ski rental: at most twice the cost of the better choice made in hindsight).
 REPEATED_CALL = 32
 
 _GENERAL_CALLS = {"second_call": 1, "first_call": 0, "repeated_call": None}  # None: REPEATED_CALL - 1
