@@ -98,7 +98,7 @@ class Capabilities:
     backends, whose composites would compile kernels of their own), ``"first_call"`` (from the first: a slow
     compiler, such as XLA, then compiles each new shape once, not per primitive and then again for the whole
     function), ``"second_call"`` and ``"repeated_call"`` (a key's first call takes the general path, so a loop
-    over new constants compiles nothing; from its second, its tape, ``transforms/eager_tape.py``, and its
+    over new constants compiles nothing; from its second (mlx: third), its tape, ``transforms/eager_tape.py``, and its
     program once the tape has run ``eager_jit.TAPED_PROGRAM_CALL`` times or ``TAPE_BUDGET_S`` seconds); the two
     differ for a key that gets no tape: its program from its second call (``"second_call"``: compiles cost
     milliseconds) or from its ``eager_jit.REPEATED_CALL``-th (``"repeated_call"``: a backend whose general path

@@ -14,7 +14,8 @@ the first call compiles the whole function, so each new shape costs one compile,
 one more for the whole function on the second call; a key holding a float or complex constant waits for its
 second call (a loop over new step sizes would otherwise compile each). ``"second_call"`` (numpy) and
 ``"repeated_call"`` (mlx): the first call of a key takes the general path, so a loop over ever new static values
-(``x[i]`` for each ``i``) traces and compiles nothing; from the second call the key's *tape* serves it
+(``x[i]`` for each ``i``) traces and compiles nothing; from the second call (numpy; mlx: the third, whose
+general path costs less, ``_TAPE_CALLS``) the key's *tape* serves it
 (``fnarray.transforms.eager_tape``: the function traced once at the key's avals, ~30-80 us, and replayed on the
 eager cache's own one-primitive executables, ~3-5 us a call against the general path's 10-80 us), and its
 program comes once the tape has run ``TAPED_PROGRAM_CALL`` times or ``TAPE_BUDGET_S`` seconds (a program costs
@@ -275,10 +276,12 @@ _GENERAL_CALLS = {"second_call": 1, "first_call": 0, "repeated_call": None}  # N
 
 
 #: How many calls of a key take the general path before its tape (``eager_tape``) serves it; ``None``: no tape
-#: (jax: its program comes at the first call). numpy and mlx: from the second call (a tape costs a trace,
-#: ~30-80 us, and saves 10-20 us a call against the general path); a key whose tape cannot be made keeps the
-#: schedule of ``_general_calls``.
-_TAPE_CALLS = {"second_call": 1, "first_call": None, "repeated_call": 1}
+#: (jax: its program comes at the first call). A tape costs a trace, ~2.5-3x a general call (30-90 us against
+#: 15-35 us on mlx:0, load 10), and then saves ~80% of each call. numpy: from the second call (the tape replaces
+#: the program its second call made before, 1 ms and more); mlx: from the third (a ski rental: two general calls
+#: cost about what the tape costs to make, so a loop run twice pays nothing for it). A key whose tape cannot be
+#: made keeps the schedule of ``_general_calls``.
+_TAPE_CALLS = {"second_call": 1, "first_call": None, "repeated_call": 2}
 
 #: A key served by its tape gets its program at its ``TAPED_PROGRAM_CALL``-th call, or once its tape has run for
 #: ``TAPE_BUDGET_S`` seconds in all (counted as calls at the time of the tape's first run), whichever comes

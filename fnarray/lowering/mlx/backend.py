@@ -93,7 +93,7 @@ eager calls never compile, and a loop whose shapes grow (a decode loop's cache) 
 cross ``CPU_COMPILE_AFTER_CALLS`` and compile (the decode loop of ``benchmarks/programs.py``: 1.6 s at its 17th
 run with MLX's kernel cache warm, for no gain after: a compiled 3-operation program on 64-element arrays
 measured 1.6 us a call against 1.7 us for its operations, 20 against 23 us evaluated). Eager calls of a key
-run its tape from its second call (``transforms/eager_tape.py``: the eager rules below, replayed) and reach an
+run its tape from its third call (``transforms/eager_tape.py``: the eager rules below, replayed) and reach an
 mlx program only after ``eager_jit.TAPED_PROGRAM_CALL`` calls, or a key without a tape at its
 ``eager_jit.REPEATED_CALL``-th (``Capabilities.eager_programs = "repeated_call"``): before that they take the
 general path, whose operations compile nothing here.
