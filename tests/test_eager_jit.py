@@ -2,8 +2,10 @@
 
 A call's first occurrences take the general path (primitive by primitive); then it runs one jitted program
 (from the second call on numpy, the first on jax, the ``REPEATED_CALL``-th on mlx: 2 here but in the tests of
-compiles per shape at the end). Every case here compares the first four calls with each other (value bits up
-to a NaN's sign, dtype, weak type, shape, committed flag, device) and, where cheap, with NumPy in float64.
+compiles per shape at the end) with tapes off; the tests after ``tapes`` run each key's tape from its second
+call (``eager_tape``: the stage numpy and mlx run before a key's program). Every case here compares the first
+four calls with each other (value bits up to a NaN's sign, dtype, weak type, shape, committed flag, device) and,
+where cheap, with NumPy in float64.
 """
 
 from __future__ import annotations
@@ -316,9 +318,10 @@ def test_eager_compiles_each_shape_once_on_jax(monkeypatch):
 
 def test_eager_compiles_each_shape_at_most_once_on_mlx(monkeypatch):
     """mlx:0 (``eager_programs="repeated_call"``): the general path compiles nothing (MLX's operations are lazy
-    graph nodes), so a loop whose shapes grow makes no program for a key's first call; its second makes the key's
-    tape (traced once, run on the eager executables: nothing is lowered again), its ``TAPED_PROGRAM_CALL``-th
-    its program, once, never through ``mx.compile`` (however often it is called), and nothing after."""
+    graph nodes), so a loop whose shapes grow makes no program for a key's first call; a later one (here its
+    second) makes the key's tape (traced once, run on the eager executables: nothing is lowered again), its
+    ``TAPED_PROGRAM_CALL``-th its program, once, never through ``mx.compile`` (however often it is called), and
+    nothing after."""
     dev = require_backend("mlx")[0]
     from fnarray.lowering.mlx import backend as mlx_backend
     monkeypatch.setattr(eager_jit, "_TAPE_CALLS", {**eager_jit._TAPE_CALLS, "repeated_call": 1})
