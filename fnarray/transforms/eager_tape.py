@@ -25,6 +25,8 @@ caller's to handle (``eager_jit`` then runs the general path, which raises its o
 
 from __future__ import annotations
 
+import warnings
+
 from fnarray import tree_util
 from fnarray.core.builder import trace_to_program
 from fnarray.core.ir import Literal
@@ -33,6 +35,10 @@ from fnarray.devices import placement
 from fnarray.devices.array_impl import ArrayImpl
 
 __all__ = ["Tape", "make"]
+
+# A step may call NumPy's function itself (the numpy backend's ``eager_call``): its RuntimeWarnings (``x / 0.0``,
+# overflow to inf) are silenced here as the numpy backend's and ``eager_ops``' are (the general path warns not).
+warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fnarray\.transforms\.eager_tape")
 
 
 class Tape:
