@@ -81,6 +81,13 @@ _MATMULS = [
      (_f32(62, 45), _f32(61)), lambda a, b: a[1:, 3:].T @ np.broadcast_to(b[:, None], (61, 36)), True),
     ("fused", lambda a, b, c: fa.nn.relu(fnp.exp(a * 0.1) @ b + c), (_f32(50, 60), _f32(60, 70), _f32(70)),
      lambda a, b, c: np.maximum(np.exp(a * 0.1) @ b + c, 0), True),
+    # skinny products read the rhs where it lies (no pack): column panels past the last one (144 columns pad to
+    # whole work-groups of panels for every tile width), a batch broadcast (stride 0), a reshaped rhs
+    ("skinny", lambda a, b: a @ b, (_f32(32, 72), _f32(72, 144)), lambda a, b: a @ b, True),
+    ("skinny_broadcast", lambda a, b: a @ fnp.broadcast_to(b, (3, 48, 144)), (_f32(3, 20, 48), _f32(48, 144)),
+     lambda a, b: a @ b, True),
+    ("skinny_reshaped_fused", lambda a, b, c: fa.nn.relu(a @ b.reshape(64, 144) + c),
+     (_f32(17, 64), _f32(8, 8, 144), _f32(144)), lambda a, b, c: np.maximum(a @ b.reshape(64, 144) + c, 0), True),
 ]
 
 
@@ -93,8 +100,9 @@ def test_register_matmul(cl, name, f, args, ref, register):
     want = ref(*(np.asarray(a, np.float64) for a in args))
     _check(got, want)
     assert any(n.startswith("dot_reg") for n in names) == register, names
-    if register:  # two packs, then the product with the epilogue fused (the last kernel)
-        assert sum(n.startswith("dot_pack") for n in names) == 2 and names[-1].startswith("dot_reg"), names
+    if register:  # two packs (one: a skinny product's rhs), then the product with the epilogue fused (the last kernel)
+        packs = 1 if name.startswith("skinny") else 2
+        assert sum(n.startswith("dot_pack") for n in names) == packs and names[-1].startswith("dot_reg"), names
 
 
 @pytest.mark.enable_x64
@@ -192,13 +200,32 @@ def _traced(f, *args):
 
 def test_register_schedule_and_text():
     """Packs, then the product with its epilogue; panel offsets in 64 bits; one work-group size baked in."""
-    a, b, c = _f32(64, 64), _f32(64, 128), _f32(128)
+    a, b, c = _f32(128, 64), _f32(64, 128), _f32(128)
     sched = schedule(_traced(lambda x, w, v: fa.nn.relu(x @ w + v), a, b, c), CAPS, workgroup=64)
     names = [ln.kernel.name for ln in sched.launches]
     assert [n.split("_")[:2] for n in names] == [["dot", "pack"], ["dot", "pack"], ["dot", "reg"]], names
     src = render_opencl(sched.launches[-1].kernel)
     assert "reqd_work_group_size(8, 8, 1)" in src and "const long" in src and "__local" not in src
     assert "barrier" not in src
+
+
+def test_skinny_products_read_the_rhs_unpacked():
+    """At most ``UNPACKED_RHS_ROWS`` rows, a rhs with consecutive columns is read where it lies (its pack cost as
+    much as the product); a transposed rhs (``x @ w.T``, slower unpacked), ragged columns or contraction, and
+    more rows are packed."""
+    from fnarray.lowering.kernels.groups.dot import UNPACKED_RHS_ROWS
+
+    def kernels(f, *args):
+        return [ln.kernel.name.split("_")[:2] for ln in schedule(_traced(f, *args), CAPS, workgroup=64).launches]
+
+    def matmul(x, w):
+        return x @ w
+    one, two = [["dot", "pack"], ["dot", "reg"]], [["dot", "pack"], ["dot", "pack"], ["dot", "reg"]]
+    assert kernels(matmul, _f32(UNPACKED_RHS_ROWS, 64), _f32(64, 128)) == one
+    assert kernels(matmul, _f32(UNPACKED_RHS_ROWS + 1, 64), _f32(64, 128)) == two
+    assert kernels(lambda x, w: x @ w.T, _f32(32, 64), _f32(128, 64)) == two
+    assert kernels(matmul, _f32(32, 64), _f32(64, 124)) == two   # 124 columns: not whole panels of 8
+    assert kernels(matmul, _f32(32, 66), _f32(66, 128)) == two   # 66: not whole steps of 4
 
 
 def test_register_form_needs_64_bit_indices():

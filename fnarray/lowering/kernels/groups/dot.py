@@ -45,6 +45,10 @@ from fnarray.lowering.kernels.rules import (
 
 #: The smallest ``M * N * K`` that takes the register-tiled kernels where the target asks for them.
 REGISTER_MIN_WORK = 1 << 16
+#: The most rows of a register-tiled product that reads its rhs unpacked (``DotGroup._unpacked_rhs``). A product
+#: ``[M, 512] @ [512, 784]`` without the rhs pack, against with it, at loads 6-10: M = 16-32 0.5-0.9x the time
+#: on both PoCLs, M = 64 0.8-0.97x, M = 100-128 0.8-1.4x (1.06-1.16x on PoCL 3.0 at M = 128).
+UNPACKED_RHS_ROWS = 64
 
 
 #: Tile shape of the local-memory kernels (matrix product, implicit-GEMM convolution): (TX, TY) work items,
@@ -240,8 +244,25 @@ class DotGroup(Group):
         wx, wy, mp, np_ = panels(self.M, self.N, tile)
         kp = padded_k(self.K, tile)
         la, ls = pack_launch(self.ctx, self, lhs, (self.lb, self.lf, self.lc), 1, kp, mp, "lhs", tile)
+        view = self._unpacked_rhs(tile)
+        if view is not None:
+            base, off, (sb, sk, sn) = view
+            rhs_view = (off, sb, sk, sn, self.N // tile["rn"])
+            return [la, register_dot(self, ls, self.ctx.spec(base), (wx, wy, mp, np_, kp), tile, rhs_view)]
         ra, rs = pack_launch(self.ctx, self, rhs, (self.rb, self.rc, self.rf), 2, kp, np_, "rhs", tile)
         return [la, ra, register_dot(self, ls, rs, (wx, wy, mp, np_, kp), tile)]
+
+    def _unpacked_rhs(self, tile):
+        """The rhs plan ``(base, offset, (batch, contraction, column strides))`` where the product reads the
+        rhs where it lies instead of packing it, else ``None``: a skinny product (at most ``UNPACKED_RHS_ROWS``
+        rows: each rhs panel is read by few work items, and a weight's pack cost about as much as the product),
+        whose rhs is a view of a buffer with consecutive columns (a transposed one, ``x @ w.T``, read unpacked
+        ran 1.2-4x slower on both PoCLs), whole panels of columns and whole loop iterations of the contraction
+        (no bounds tests)."""
+        if self.M > UNPACKED_RHS_ROWS or self.N % tile["rn"] or self.K % tile["uk"]:
+            return None
+        rp = self.operand_plans()[1]
+        return rp if rp is not None and rp[2][2] == 1 else None
 
     def _tiled_groups_fit(self) -> bool:
         """Whether the tiled kernel's work-groups per dimension (columns, rows, batch) stay within the

@@ -209,10 +209,14 @@ def store_loop(b, accs, dt):
             yield i, j, b.load(arr, op("add", op("mul", i, const(cols, INT32)), j), dt, "private")
 
 
-def packed_product(b, a, bb, dt, scalars, kp, mp, np_, tile=None):
+def packed_product(b, a, bb, dt, scalars, kp, mp, np_, tile=None, rhs_view=None):
     """The accumulators ``[RM][RN]`` of work item ``(column panel, row panel, batch)`` = (global id 0, global
     id 1, group id 2) over packed operand buffers ``a`` ``[B][Mp][Kp][RM]`` and ``bb`` ``[B][Np][Kp][RN]``
-    (parameter names; the sizes become the scalar arguments ``Kp``, ``Mp``, ``Np``)."""
+    (parameter names; the sizes become the scalar arguments ``Kp``, ``Mp``, ``Np``).
+
+    ``rhs_view = (offset, batch stride, contraction stride, column stride, column panels)``: ``bb`` is the
+    unpacked rhs itself, read through those element strides (see ``unpacked_rhs``); a work item past the last
+    of the ``column panels`` reads the last one (its outputs are not stored)."""
     scalars.update(Kp=kp, Mp=mp, Np=np_)
     Kp, Mp, Np = b.scalar("Kp"), b.scalar("Mp"), b.scalar("Np")
     cp, rp, bz = Special("global_id", 0), Special("global_id", 1), Special("group_id", 2)
@@ -222,19 +226,28 @@ def packed_product(b, a, bb, dt, scalars, kp, mp, np_, tile=None):
     # The panel offsets in 64 bits: with int32 indices (``a[base + k*4 + c]``) PoCL did not vectorize the
     # loop (the sign extension of each index hides that they are consecutive): 10-15x slower.
     abase = b.let(Cast(op("mul", op("add", op("mul", bz, Mp), rp), op("mul", Kp, sm)), INT64), "abase")
-    bbase = b.let(Cast(op("mul", op("add", op("mul", bz, Np), cp), op("mul", Kp, sn)), INT64), "bbase")
+    if rhs_view is None:
+        bbase = b.let(Cast(op("mul", op("add", op("mul", bz, Np), cp), op("mul", Kp, sn)), INT64), "bbase")
+        bstep, bsk, bsn = sn, rn, 1
+    else:
+        off, bsb, bsk, bsn, ncp = rhs_view
+        col = b.let(op("mul", select(op("lt", cp, const(ncp, INT32)), cp, const(ncp - 1, INT32)), sn))
+        bbase = b.let(Cast(op("add", op("add", const(off, INT32), op("mul", bz, const(bsb, INT32))),
+                              op("mul", col, const(bsn, INT32))), INT64), "bbase")
+        bstep = const(bsk, INT32)
     accs = [[b.var(dt, const(0, dt)) for _ in range(rn)] for _ in range(rm)]
     with b.loop(const(0, INT32), Kp, const(uk, INT32)) as k:
         ak = b.let(op("add", abase, Cast(op("mul", k, sm), INT64)), "ak")
-        bk = b.let(op("add", bbase, Cast(op("mul", k, sn), INT64)), "bk")
+        bk = b.let(op("add", bbase, Cast(op("mul", k, bstep), INT64)), "bk")
         register_product(b, lambda u, i: b.load(a, op("add", ak, const(u * rm + i, INT64)), dt),
-                         lambda u, j: b.load(bb, op("add", bk, const(u * rn + j, INT64)), dt), uk, accs)
+                         lambda u, j: b.load(bb, op("add", bk, const(u * bsk + j * bsn, INT64)), dt), uk, accs)
     return accs
 
 
-def register_dot(group, lspec, rspec, layout, tile=None):
+def register_dot(group, lspec, rspec, layout, tile=None, rhs_view=None):
     """The product kernel of ``DotGroup`` ``group`` over packed operands ``lspec`` ``[B][Mp][Kp][RM]`` and
-    ``rspec`` ``[B][Np][Kp][RN]``; ``layout = (wx, wy, Mp, Np, Kp)``. Returns its launch."""
+    ``rspec`` ``[B][Np][Kp][RN]`` (or the unpacked rhs read through ``rhs_view``: ``packed_product``);
+    ``layout = (wx, wy, Mp, Np, Kp)``. Returns its launch."""
     wx, wy, mp, np_, kp = layout
     dt = group.eqn.inputs[0].aval.dtype
     b, args, tracker, em = group._kernel_start()
@@ -244,7 +257,7 @@ def register_dot(group, lspec, rspec, layout, tile=None):
     bb = b.buffer(rspec, dt, False, "rhs")
     args[bb] = rspec
     t = tile or DEFAULT_TILE
-    accs = packed_product(b, a, bb, dt, scalars, kp, mp, np_, t)
+    accs = packed_product(b, a, bb, dt, scalars, kp, mp, np_, t, rhs_view)
     row0 = b.let(op("mul", Special("global_id", 1), const(t["rm"], INT32)), "row0")
     col0 = b.let(op("mul", Special("global_id", 0), const(t["rn"], INT32)), "col0")
     with store_loop(b, accs, dt) as (i, j, v):
