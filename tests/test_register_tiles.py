@@ -82,10 +82,10 @@ _MATMULS = [
     ("fused", lambda a, b, c: fa.nn.relu(fnp.exp(a * 0.1) @ b + c), (_f32(50, 60), _f32(60, 70), _f32(70)),
      lambda a, b, c: np.maximum(np.exp(a * 0.1) @ b + c, 0), True),
     # skinny products read the rhs where it lies (no pack): column panels past the last one (144 columns pad to
-    # whole work-groups of panels for every tile width), a batch broadcast (stride 0), a reshaped rhs
+    # whole work-groups of panels for every tile width), a slice, a reshape and an epilogue
     ("skinny", lambda a, b: a @ b, (_f32(32, 72), _f32(72, 144)), lambda a, b: a @ b, True),
-    ("skinny_broadcast", lambda a, b: a @ fnp.broadcast_to(b, (3, 48, 144)), (_f32(3, 20, 48), _f32(48, 144)),
-     lambda a, b: a @ b, True),
+    ("skinny_sliced", lambda a, b: a @ b.reshape(2, 48, 144)[1], (_f32(20, 48), _f32(96, 144)),
+     lambda a, b: a @ b[48:], True),
     ("skinny_reshaped_fused", lambda a, b, c: fa.nn.relu(a @ b.reshape(64, 144) + c),
      (_f32(17, 64), _f32(8, 8, 144), _f32(144)), lambda a, b, c: np.maximum(a @ b.reshape(64, 144) + c, 0), True),
 ]
@@ -211,8 +211,8 @@ def test_register_schedule_and_text():
 
 def test_skinny_products_read_the_rhs_unpacked():
     """At most ``UNPACKED_RHS_ROWS`` rows, a rhs with consecutive columns is read where it lies (its pack cost as
-    much as the product); a transposed rhs (``x @ w.T``, slower unpacked), ragged columns or contraction, and
-    more rows are packed."""
+    much as the product); a transposed rhs (``x @ w.T``), rows 4 KiB apart and batches (slower unpacked), ragged
+    columns or contraction, and more rows are packed."""
     from fnarray.lowering.kernels.groups.dot import UNPACKED_RHS_ROWS
 
     def kernels(f, *args):
@@ -226,6 +226,8 @@ def test_skinny_products_read_the_rhs_unpacked():
     assert kernels(lambda x, w: x @ w.T, _f32(32, 64), _f32(128, 64)) == two
     assert kernels(matmul, _f32(32, 64), _f32(64, 124)) == two   # 124 columns: not whole panels of 8
     assert kernels(matmul, _f32(32, 66), _f32(66, 128)) == two   # 66: not whole steps of 4
+    assert kernels(matmul, _f32(16, 64), _f32(64, 1024)) == two  # rows 4 KiB apart
+    assert kernels(matmul, _f32(2, 32, 64), _f32(2, 64, 128)) == two   # a batch
 
 
 def test_register_form_needs_64_bit_indices():

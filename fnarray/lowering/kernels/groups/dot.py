@@ -254,15 +254,19 @@ class DotGroup(Group):
 
     def _unpacked_rhs(self, tile):
         """The rhs plan ``(base, offset, (batch, contraction, column strides))`` where the product reads the
-        rhs where it lies instead of packing it, else ``None``: a skinny product (at most ``UNPACKED_RHS_ROWS``
-        rows: each rhs panel is read by few work items, and a weight's pack cost about as much as the product),
-        whose rhs is a view of a buffer with consecutive columns (a transposed one, ``x @ w.T``, read unpacked
-        ran 1.2-4x slower on both PoCLs), whole panels of columns and whole loop iterations of the contraction
-        (no bounds tests)."""
-        if self.M > UNPACKED_RHS_ROWS or self.N % tile["rn"] or self.K % tile["uk"]:
+        rhs where it lies instead of packing it, else ``None``: a skinny unbatched product (at most
+        ``UNPACKED_RHS_ROWS`` rows: each rhs panel is read by few work items, and a weight's pack cost about as
+        much as the product) whose rhs is a view of a buffer with consecutive columns, whole panels of columns
+        and whole loop iterations of the contraction (no bounds tests). Packed where unpacked reads measured
+        slower: a transposed rhs (``x @ w.T``: 1.2-4x on both PoCLs), a row pitch of a multiple of 4 KiB (the
+        rows alias in the cache: 1.1-1.4x at 1024 x 1024), a batch of small products (64 x (64x64 @ 64x16):
+        2.5x on PoCL 3.1)."""
+        if self.B != 1 or self.M > UNPACKED_RHS_ROWS or self.N % tile["rn"] or self.K % tile["uk"]:
             return None
         rp = self.operand_plans()[1]
-        return rp if rp is not None and rp[2][2] == 1 else None
+        if rp is None or rp[2][2] != 1 or rp[2][1] % 1024 == 0:
+            return None
+        return rp
 
     def _tiled_groups_fit(self) -> bool:
         """Whether the tiled kernel's work-groups per dimension (columns, rows, batch) stay within the
