@@ -25,7 +25,7 @@ from fnarray.lowering.kernels.groups.base import (
 )
 from fnarray.lowering.kernels.groups import register_tiles
 from fnarray.lowering.kernels.groups.register_tiles import (
-    pack_launch,
+    packs_launch,
     padded_k,
     panels,
     register_dot,
@@ -243,14 +243,16 @@ class DotGroup(Group):
         lhs, rhs = self.eqn.inputs
         wx, wy, mp, np_ = panels(self.M, self.N, tile)
         kp = padded_k(self.K, tile)
-        la, ls = pack_launch(self.ctx, self, lhs, (self.lb, self.lf, self.lc), 1, kp, mp, "lhs", tile)
+        lpart = (lhs, (self.lb, self.lf, self.lc), 1, kp, mp, "lhs")
         view = self._unpacked_rhs(tile)
         if view is not None:
+            la, (ls,) = packs_launch(self.ctx, self, [lpart], tile)
             base, off, (sb, sk, sn) = view
             rhs_view = (off, sb, sk, sn, self.N // tile["rn"])
             return [la, register_dot(self, ls, self.ctx.spec(base), (wx, wy, mp, np_, kp), tile, rhs_view)]
-        ra, rs = pack_launch(self.ctx, self, rhs, (self.rb, self.rc, self.rf), 2, kp, np_, "rhs", tile)
-        return [la, ra, register_dot(self, ls, rs, (wx, wy, mp, np_, kp), tile)]
+        rpart = (rhs, (self.rb, self.rc, self.rf), 2, kp, np_, "rhs")
+        pa, (ls, rs) = packs_launch(self.ctx, self, [lpart, rpart], tile)
+        return [pa, register_dot(self, ls, rs, (wx, wy, mp, np_, kp), tile)]
 
     def _unpacked_rhs(self, tile):
         """The rhs plan ``(base, offset, (batch, contraction, column strides))`` where the product reads the
