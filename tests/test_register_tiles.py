@@ -82,13 +82,14 @@ _MATMULS = [
      (_f32(62, 45), _f32(61)), lambda a, b: a[1:, 3:].T @ np.broadcast_to(b[:, None], (61, 36)), True),
     ("fused", lambda a, b, c: fa.nn.relu(fnp.exp(a * 0.1) @ b + c), (_f32(50, 60), _f32(60, 70), _f32(70)),
      lambda a, b, c: np.maximum(np.exp(a * 0.1) @ b + c, 0), True),
-    # skinny products read the rhs where it lies (no pack): column panels past the last one (144 columns pad to
+    # skinny products read the rhs where it lies (no pack): column panels past the last one (272 columns pad to
     # whole work-groups of panels for every tile width), a slice, a reshape and an epilogue
-    ("skinny", lambda a, b: a @ b, (_f32(32, 72), _f32(72, 144)), lambda a, b: a @ b, True),
-    ("skinny_sliced", lambda a, b: a @ b.reshape(2, 48, 144)[1], (_f32(20, 48), _f32(96, 144)),
-     lambda a, b: a @ b[48:], True),
-    ("skinny_reshaped_fused", lambda a, b, c: fa.nn.relu(a @ b.reshape(64, 144) + c),
-     (_f32(17, 64), _f32(8, 8, 144), _f32(144)), lambda a, b, c: np.maximum(a @ b.reshape(64, 144) + c, 0), True),
+    ("skinny", lambda a, b: a @ b, (_f32(32, 256), _f32(256, 272)), lambda a, b: a @ b, True),
+    ("skinny_sliced", lambda a, b: a @ b.reshape(2, 256, 272)[1], (_f32(20, 256), _f32(512, 272)),
+     lambda a, b: a @ b[256:], True),
+    ("skinny_reshaped_fused", lambda a, b, c: fa.nn.relu(a @ b.reshape(256, 272) + c),
+     (_f32(17, 256), _f32(16, 16, 272), _f32(272)), lambda a, b, c: np.maximum(a @ b.reshape(256, 272) + c, 0),
+     True),
 ]
 
 
@@ -221,20 +222,21 @@ def _packed(f, *args):
 
 def test_skinny_products_read_the_rhs_unpacked():
     """At most ``UNPACKED_RHS_ROWS`` rows, a rhs with consecutive columns is read where it lies (its pack cost as
-    much as the product); a transposed rhs (``x @ w.T``), rows 4 KiB apart and batches (slower unpacked), ragged
-    columns or contraction, and more rows are packed."""
+    much as the product); a small rhs, a transposed one (``x @ w.T``), rows 4 KiB apart and batches (slower
+    unpacked), ragged columns or contraction, and more rows are packed."""
     from fnarray.lowering.kernels.groups.dot import UNPACKED_RHS_ROWS
 
     def matmul(x, w):
         return x @ w
     one, two = [("dot_pack", 1), ("dot_reg", 0)], [("dot_pack", 2), ("dot_reg", 0)]
-    assert _packed(matmul, _f32(UNPACKED_RHS_ROWS, 64), _f32(64, 128)) == one
-    assert _packed(matmul, _f32(UNPACKED_RHS_ROWS + 1, 64), _f32(64, 128)) == two
-    assert _packed(lambda x, w: x @ w.T, _f32(32, 64), _f32(128, 64)) == two
-    assert _packed(matmul, _f32(32, 64), _f32(64, 124)) == two   # 124 columns: not whole panels of 8
-    assert _packed(matmul, _f32(32, 66), _f32(66, 128)) == two   # 66: not whole steps of 4
+    assert _packed(matmul, _f32(UNPACKED_RHS_ROWS, 256), _f32(256, 256)) == one
+    assert _packed(matmul, _f32(UNPACKED_RHS_ROWS + 1, 256), _f32(256, 256)) == two
+    assert _packed(matmul, _f32(32, 128), _f32(128, 128)) == two   # a small rhs: its pack is cheap
+    assert _packed(lambda x, w: x @ w.T, _f32(32, 256), _f32(256, 256)) == two
+    assert _packed(matmul, _f32(32, 256), _f32(256, 260)) == two   # 260 columns: not whole panels of 8
+    assert _packed(matmul, _f32(32, 258), _f32(258, 256)) == two   # 258: not whole steps of 4
     assert _packed(matmul, _f32(16, 64), _f32(64, 1024)) == two  # rows 4 KiB apart
-    assert _packed(matmul, _f32(2, 32, 64), _f32(2, 64, 128)) == two   # a batch
+    assert _packed(matmul, _f32(2, 32, 256), _f32(2, 256, 256)) == two   # a batch
 
 
 def test_register_form_needs_64_bit_indices():

@@ -45,10 +45,12 @@ from fnarray.lowering.kernels.rules import (
 
 #: The smallest ``M * N * K`` that takes the register-tiled kernels where the target asks for them.
 REGISTER_MIN_WORK = 1 << 16
-#: The most rows of a register-tiled product that reads its rhs unpacked (``DotGroup._unpacked_rhs``). A product
-#: ``[M, 512] @ [512, 784]`` without the rhs pack, against with it, at loads 6-10: M = 16-32 0.5-0.9x the time
-#: on both PoCLs, M = 64 0.8-0.97x, M = 100-128 0.8-1.4x (1.06-1.16x on PoCL 3.0 at M = 128).
+#: The most rows, and the fewest rhs elements, of a register-tiled product that reads its rhs unpacked
+#: (``DotGroup._unpacked_rhs``). Products without the rhs pack, against with it, at loads 6-10 on both PoCLs:
+#: ``[32, 512-784] @ [512-784, 512-784]`` 0.6-0.9x the time, ``[64, 512] @ [512, 512]`` 0.76-0.94x, M = 100-128
+#: 0.8-1.4x; a 128 x 128 rhs 0.8-1.2x (its pack takes a few us, in the lhs pack's launch).
 UNPACKED_RHS_ROWS = 64
+UNPACKED_RHS_MIN = 1 << 16
 
 
 #: Tile shape of the local-memory kernels (matrix product, implicit-GEMM convolution): (TX, TY) work items,
@@ -258,12 +260,13 @@ class DotGroup(Group):
         """The rhs plan ``(base, offset, (batch, contraction, column strides))`` where the product reads the
         rhs where it lies instead of packing it, else ``None``: a skinny unbatched product (at most
         ``UNPACKED_RHS_ROWS`` rows: each rhs panel is read by few work items, and a weight's pack cost about as
-        much as the product) whose rhs is a view of a buffer with consecutive columns, whole panels of columns
+        much as the product; a rhs of at least ``UNPACKED_RHS_MIN`` elements) whose rhs is a view of a buffer with consecutive columns, whole panels of columns
         and whole loop iterations of the contraction (no bounds tests). Packed where unpacked reads measured
         slower: a transposed rhs (``x @ w.T``: 1.2-4x on both PoCLs), a row pitch of a multiple of 4 KiB (the
         rows alias in the cache: 1.1-1.4x at 1024 x 1024), a batch of small products (64 x (64x64 @ 64x16):
         2.5x on PoCL 3.1)."""
-        if self.B != 1 or self.M > UNPACKED_RHS_ROWS or self.N % tile["rn"] or self.K % tile["uk"]:
+        if (self.B != 1 or self.M > UNPACKED_RHS_ROWS or self.K * self.N < UNPACKED_RHS_MIN or self.N % tile["rn"]
+                or self.K % tile["uk"]):
             return None
         rp = self.operand_plans()[1]
         if rp is None or rp[2][2] != 1 or rp[2][1] % 1024 == 0:
