@@ -260,11 +260,11 @@ class DotGroup(Group):
         """The rhs plan ``(base, offset, (batch, contraction, column strides))`` where the product reads the
         rhs where it lies instead of packing it, else ``None``: a skinny unbatched product (at most
         ``UNPACKED_RHS_ROWS`` rows: each rhs panel is read by few work items, and a weight's pack cost about as
-        much as the product; a rhs of at least ``UNPACKED_RHS_MIN`` elements) whose rhs is a view of a buffer with consecutive columns, whole panels of columns
-        and whole loop iterations of the contraction (no bounds tests). Packed where unpacked reads measured
-        slower: a transposed rhs (``x @ w.T``: 1.2-4x on both PoCLs), a row pitch of a multiple of 4 KiB (the
-        rows alias in the cache: 1.1-1.4x at 1024 x 1024), a batch of small products (64 x (64x64 @ 64x16):
-        2.5x on PoCL 3.1)."""
+        much as the product) whose rhs has at least ``UNPACKED_RHS_MIN`` elements and is a view of a buffer with
+        consecutive columns, whole panels of columns and whole loop iterations of the contraction (no bounds
+        tests). Packed where unpacked reads measured slower: a transposed rhs (``x @ w.T``: 1.2-4x on both
+        PoCLs), a row pitch of a multiple of 4 KiB (the rows alias in the cache: 1.1-1.4x at 1024 x 1024), a
+        batch of small products (64 x (64x64 @ 64x16): 2.5x on PoCL 3.1)."""
         if (self.B != 1 or self.M > UNPACKED_RHS_ROWS or self.K * self.N < UNPACKED_RHS_MIN or self.N % tile["rn"]
                 or self.K % tile["uk"]):
             return None
