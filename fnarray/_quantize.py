@@ -47,8 +47,8 @@ import numpy as np
 from fnarray import numpy as fnp
 from fnarray.core import dtypes, lax
 from fnarray.core.errors import DTypeError, ShapeError
-from fnarray.core.quantized import check_format, quantized_matmul_p, weight_shape
-from fnarray.lowering.packed import E2M1, E8M0, unpack
+from fnarray.core.quantized import FLOAT_MODES, check_format, quantized_matmul_p, weight_shape
+from fnarray.lowering.packed import E4M3, FLOAT_FORMATS, unpack
 from fnarray.transforms.jit import jit
 
 __all__ = ["quantize", "dequantize", "quantized_matmul"]
@@ -103,8 +103,8 @@ def quantize(w, group_size: int | None = None, bits: int | None = None, mode: st
     if not dtypes.is_float(w.dtype):
         raise DTypeError(f"[quantize] only float arrays can be quantized, got {w.dtype.name}")
     _check_matrix(w, group_size, "quantize")
-    if mode == "mxfp4":
-        return _quantize_mxfp4(w)
+    if mode in _FLOAT_QUANTIZE:
+        return _FLOAT_QUANTIZE[mode](w)
     return _quantize(w, int(group_size), int(bits))
 
 
@@ -153,28 +153,99 @@ def _pack(q, bits):
     return fnp.reshape(words, lead + (k // 32 * bits,))
 
 
+def _e8m0_exponents(g, dtype, top):
+    """``(e, scales, finite)`` of float32 groups ``g`` (last axis) of weights of ``dtype``: MLX's E8M0 exponent
+    ``e = ceil(log2(amax / top))`` (the module docstring), its ``uint8`` scale byte, and whether the group's
+    ``amax`` is finite."""
+    half = dtype in (dtypes.float16, dtypes.bfloat16)
+    amax = fnp.max(fnp.abs(g), axis=-1)
+    # MLX divides in the weights' dtype: a half-precision quotient is rounded (to 0 below its subnormals).
+    quotient = amax / np.float32(top)
+    quotient = quotient.astype(dtype).astype(dtypes.float32) if half else quotient
+    finite = fnp.isfinite(amax)
+    e = fnp.where(quotient > 0, _ceil_log2(quotient), 0)
+    e = fnp.where(finite, e, -127 if half else 1)
+    return e, fnp.bitwise_and(e + 127, 255).astype(dtypes.uint8), finite
+
+
+def _e2m1_codes(x):
+    """The E2M1 codes (uint32) nearest to float32 ``x``, a tie going to the smaller magnitude, saturating at 6; a
+    negative ``x`` that rounds to 0 is code 0 (+0); NaN gives 0 (MLX's first minimum over NaN distances)."""
+    a = fnp.abs(x)
+    code = sum((a > t).astype(dtypes.uint32) for t in _E2M1_TIES)
+    return fnp.where((x < 0) & (code > 0), code + np.uint32(8), code)
+
+
 @jit
 def _quantize_mxfp4(w):
     """``(w_q, scales)`` of mode ``"mxfp4"`` (the module docstring's rule), computed on float32 bits."""
     lead, k = tuple(w.shape[:-1]), w.shape[-1]
-    half = w.dtype in (dtypes.float16, dtypes.bfloat16)
     g = fnp.reshape(w.astype(dtypes.float32), lead + (k // 32, 32))
-    amax = fnp.max(fnp.abs(g), axis=-1)
-    # MLX divides in the weights' dtype: a half-precision quotient is rounded (to 0 below its subnormals).
-    quotient = (amax / np.float32(6.0)).astype(w.dtype).astype(dtypes.float32) if half else amax / np.float32(6.0)
-    finite = fnp.isfinite(amax)
-    e = fnp.where(quotient > 0, _ceil_log2(quotient), 0)
-    e = fnp.where(finite, e, -127 if half else 1)
-    scales = fnp.bitwise_and(e + 127, 255).astype(dtypes.uint8)
-    x = g / _pow2(fnp.maximum(e, -149))[..., None]
-    a = fnp.abs(x)
-    code = sum((a > t).astype(dtypes.uint32) for t in _E2M1_TIES)
-    code = fnp.where((x < 0) & (code > 0), code + np.uint32(8), code)
+    e, scales, finite = _e8m0_exponents(g, w.dtype, 6.0)
+    code = _e2m1_codes(g / _pow2(fnp.maximum(e, -149))[..., None])
     # Where MLX's 2**e is not a number of the dtype (float16 below 2**-24) its quotients are inf or NaN: code 0.
     valid = finite & (e >= -24) if w.dtype == dtypes.float16 else finite
     code = fnp.where(valid[..., None], code, np.uint32(0))
     return _pack(fnp.reshape(code, lead + (k,)), 4), scales
 
+
+@jit
+def _quantize_mxfp8(w):
+    """``(w_q, scales)`` of mode ``"mxfp8"`` (the module docstring's rule): mxfp4's exponents for ``amax / 448``,
+    elements by ``_to_e4m3``."""
+    lead, k = tuple(w.shape[:-1]), w.shape[-1]
+    g = fnp.reshape(w.astype(dtypes.float32), lead + (k // 32, 32))
+    e, scales, finite = _e8m0_exponents(g, w.dtype, 448.0)
+    code = _to_e4m3(g / _pow2(fnp.maximum(e, -149))[..., None])
+    valid = finite & (e >= -24) if w.dtype == dtypes.float16 else finite
+    # MLX divides such groups by 0: +-inf and NaN saturate to +-448 (0x7E with the sign); 0 / 0 is x86's default
+    # NaN, negative, and a bfloat16 NaN is made positive.
+    negative = lax.bitcast_convert_type(g, dtypes.int32) < 0
+    if w.dtype == dtypes.bfloat16:
+        negative = negative & (g != 0) & ~fnp.isnan(g)
+    else:
+        negative = negative | (g == 0)
+    code = fnp.where(valid[..., None], code, fnp.where(negative, np.uint32(0xFE), np.uint32(0x7E)))
+    return _pack(fnp.reshape(code, lead + (k,)), 8), scales
+
+
+@jit
+def _quantize_nvfp4(w):
+    """``(w_q, scales)`` of mode ``"nvfp4"`` (the module docstring's rule): an E4M3 scale byte for ``amax / 6``,
+    E2M1 codes of the weights divided by its value."""
+    lead, k = tuple(w.shape[:-1]), w.shape[-1]
+    half = w.dtype in (dtypes.float16, dtypes.bfloat16)
+    g = fnp.reshape(w.astype(dtypes.float32), lead + (k // 16, 16))
+    quotient = fnp.max(fnp.abs(g), axis=-1) / np.float32(6.0)
+    quotient = quotient.astype(w.dtype).astype(dtypes.float32) if half else quotient
+    scales = _to_e4m3(quotient)
+    d = fnp.take(fnp.asarray(E4M3), scales.astype(dtypes.int32))[..., None]
+    positive = d > 0
+    x = g / fnp.where(positive, d, np.float32(1.0))
+    x = x.astype(w.dtype).astype(dtypes.float32) if half else x
+    # A zero scale (MLX divides by it) or a non-finite quotient is at the same distance from every value: code 0.
+    code = fnp.where(positive & fnp.isfinite(x), _e2m1_codes(x), np.uint32(0))
+    return _pack(fnp.reshape(code, lead + (k,)), 4), scales.astype(dtypes.uint8)
+
+
+def _to_e4m3(x):
+    """MLX's ``ToFP8`` (uint32 codes) of float32 ``x``: round to nearest even E4M3, saturating at 448 (inf and NaN
+    too: 0x7E), the sign bit kept (so -0 and negative NaNs are 0x80 and 0xFE)."""
+    bits = lax.bitcast_convert_type(x, dtypes.uint32)
+    sign = fnp.bitwise_and(fnp.right_shift(bits, np.uint32(24)), np.uint32(0x80))
+    a = fnp.bitwise_and(bits, np.uint32(0x7FFFFFFF))
+    # Below 2**-6 (subnormal E4M3): multiples of 2**-9, rint rounding half to even.
+    small = lax.bitcast_convert_type(fnp.minimum(a, np.uint32(121 << 23)), dtypes.float32)
+    sub = fnp.rint(small * np.float32(512.0)).astype(dtypes.uint32)
+    # Normal: the exponent rebiased (127 -> 7) and the significand's top three bits rounded half to even.
+    odd = fnp.bitwise_and(fnp.right_shift(a, np.uint32(20)), np.uint32(1))
+    normal = fnp.right_shift(a - np.uint32(120 << 23) + np.uint32(0x7FFFF) + odd, np.uint32(20))
+    code = fnp.where(a < np.uint32(121 << 23), sub, normal)
+    code = fnp.where(a >= np.uint32(0x43E80000), np.uint32(0x7E), code)   # 464 and up (inf, NaN): 448
+    return fnp.bitwise_or(code, sign)
+
+
+_FLOAT_QUANTIZE = {"mxfp4": _quantize_mxfp4, "mxfp8": _quantize_mxfp8, "nvfp4": _quantize_nvfp4}
 
 #: The midpoints between consecutive E2M1 magnitudes (a tie rounds down: MLX's first minimum of |x - value|).
 _E2M1_TIES = tuple(np.float32(t) for t in (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0))
@@ -209,34 +280,36 @@ def _unpack(w, bits):
 def dequantize(w, scales, biases=None, group_size: int | None = None, bits: int | None = None,
                mode: str = "affine", dtype=None):
     """The float matrix that quantized weights stand for (as ``mx.dequantize``): ``scale * q + bias``
-    (``"affine"``) or ``2**(s - 127) * e2m1(q)`` (``"mxfp4"``).
+    (``"affine"``) or ``element(q) * scale(s)`` (the floating modes: ``2**(s - 127) * e2m1(q)`` for
+    ``"mxfp4"``, ``2**(s - 127) * e4m3(q)`` for ``"mxfp8"``, ``e4m3(s) * e2m1(q)`` for ``"nvfp4"``).
 
     Args:
       w: packed uint32 weights ``(..., n, k * bits // 32)`` from ``quantize``.
-      scales: ``(..., n, k // group_size)``: floats (``"affine"``) or uint8 (``"mxfp4"``).
-      biases: ``"affine"``: floats of the scales' dtype and shape; ``"mxfp4"``: ``None``.
+      scales: ``(..., n, k // group_size)``: floats (``"affine"``) or uint8 (the floating modes).
+      biases: ``"affine"``: floats of the scales' dtype and shape; the floating modes: ``None``.
       group_size, bits, mode: as given to ``quantize`` (``None``: the mode's defaults).
-      dtype: the result's float dtype; default the scales' dtype (``"affine"``) or bfloat16 (``"mxfp4"``, as
-        MLX).
+      dtype: the result's float dtype; default the scales' dtype (``"affine"``) or bfloat16 (the floating modes,
+        as MLX).
 
     Returns:
       ``(..., n, k)``; bit-identical to ``mx.dequantize`` where the backend does not contract
-      ``scale * q + bias`` into a fused multiply-add (OpenCL may). mxfp4's products are computed in ``dtype``
-      (a power of two times a value of two significant bits, rounded once into a half-precision ``dtype``).
+      ``scale * q + bias`` into a fused multiply-add (OpenCL may). The floating modes' element values and scales
+      are each rounded into ``dtype`` and multiplied in it, as MLX (an E8M0 scale below float16's range is 0
+      there; E4M3 codes ``0x7F``/``0xFF`` read as +-480, as MLX's ``FromFP8``).
 
     Raises:
       ValueError, DTypeError, ShapeError: unsupported format, non-uint32 ``w``, scales of the wrong dtype, biases
-        given for ``"mxfp4"`` or missing for ``"affine"``, or shapes that do not match.
+        given for a floating mode or missing for ``"affine"``, or shapes that do not match.
     """
     group_size, bits = check_format(group_size, bits, mode, "dequantize")
     w, scales = fnp.asarray(w), fnp.asarray(scales)
     if w.dtype != dtypes.uint32:
         raise DTypeError(f"[dequantize] needs packed uint32 weights, got {w.dtype.name}")
-    if mode == "mxfp4":
+    if mode in FLOAT_MODES:
         if biases is not None:
-            raise ValueError("[dequantize] mode='mxfp4' has no biases; pass biases=None")
+            raise ValueError(f"[dequantize] mode={mode!r} has no biases; pass biases=None")
         if scales.dtype != dtypes.uint8:
-            raise DTypeError(f"[dequantize] mode='mxfp4' needs uint8 scales, got {scales.dtype.name}")
+            raise DTypeError(f"[dequantize] mode={mode!r} needs uint8 scales, got {scales.dtype.name}")
         biases = scales
     elif biases is None:
         raise ValueError("[dequantize] mode='affine' needs the biases that quantize returned")
@@ -252,24 +325,26 @@ def dequantize(w, scales, biases=None, group_size: int | None = None, bits: int 
         raise ShapeError(f"[dequantize] packed weights {w.shape} at bits={bits} stand for shape {full}, whose "
                          f"scales and biases have shape {groups} at group_size={group_size}; got {scales.shape} "
                          f"and {biases.shape}")
-    if mode == "mxfp4":
+    if mode in FLOAT_MODES:
         out = dtypes.bfloat16 if dtype is None else dtypes.requested(dtype, "dequantize")
         if not dtypes.is_float(out):
             raise DTypeError(f"[dequantize] dtype must be a float dtype, got {out.name}")
-        return _dequantize_mxfp4(w, scales, out)
+        return _dequantize_float(w, scales, out, mode)
     if dtype is not None:
         return dequantize(w, scales, biases, group_size, bits).astype(dtype)
     return _dequantize(w, scales, biases, int(group_size), int(bits))
 
 
-@functools.partial(jit, static_argnums=(2,))
-def _dequantize_mxfp4(w, scales, dtype):
-    """As MLX: ``E2M1[q]`` times ``2**(s - 127)``, each rounded into ``dtype``, multiplied in ``dtype``."""
+@functools.partial(jit, static_argnums=(2, 3))
+def _dequantize_float(w, scales, dtype, mode):
+    """As MLX: the element value of each code times its group's scale value (``packed.FLOAT_FORMATS``), each
+    rounded into ``dtype``, multiplied in ``dtype``."""
+    elements, scale_values, group, bits = FLOAT_FORMATS[mode]
     groups = tuple(scales.shape)
-    q = fnp.take(fnp.asarray(E2M1), _unpack(w, 4).astype(dtypes.int32)).astype(dtype)
-    scale = fnp.take(fnp.asarray(E8M0), scales.astype(dtypes.int32)).astype(dtype)
-    out = fnp.reshape(q, groups + (32,)) * scale[..., None]
-    return fnp.reshape(out, groups[:-1] + (groups[-1] * 32,))
+    q = fnp.take(fnp.asarray(elements), _unpack(w, bits).astype(dtypes.int32)).astype(dtype)
+    scale = fnp.take(fnp.asarray(scale_values), scales.astype(dtypes.int32)).astype(dtype)
+    out = fnp.reshape(q, groups + (group,)) * scale[..., None]
+    return fnp.reshape(out, groups[:-1] + (groups[-1] * group,))
 
 
 @functools.partial(jit, static_argnums=(3, 4))
@@ -286,11 +361,11 @@ def quantized_matmul(x, w, scales, biases=None, transpose: bool = True, group_si
 
     Args:
       x: ``(..., k)``; promoted with the scales' dtype (an integer ``x`` with float32 scales gives float32); for
-        ``"mxfp4"``, a float ``x`` keeps its dtype and an integer one becomes float32.
+        the floating modes, a float ``x`` keeps its dtype and an integer one becomes float32.
       w: packed uint32 ``(n, k * bits // 32)`` for ``transpose=True``, ``(k, n * bits // 32)`` otherwise.
       scales: ``(n, k // group_size)`` (``(k, n // group_size)`` for ``transpose=False``), floats for
-        ``"affine"``, uint8 for ``"mxfp4"``.
-      biases: as the scales for ``"affine"``; ``None`` for ``"mxfp4"``.
+        ``"affine"``, uint8 for the floating modes (``"mxfp4"``, ``"mxfp8"``, ``"nvfp4"``).
+      biases: as the scales for ``"affine"``; ``None`` for the floating modes.
       transpose, group_size, bits, mode: as ``mx.quantized_matmul`` (``None``: the mode's defaults).
 
     Returns:
@@ -298,17 +373,17 @@ def quantized_matmul(x, w, scales, biases=None, transpose: bool = True, group_si
 
     Raises:
       ShapeError: the last axis of ``x`` does not match the weights, or weights of rank other than 2.
-      DTypeError: non-uint32 ``w``, a result dtype that is not a float, or mxfp4 scales that are not uint8.
-      ValueError, NotImplementedError: an unsupported format, or biases given (missing) for ``"mxfp4"``
+      DTypeError: non-uint32 ``w``, a result dtype that is not a float, or floating-mode scales that are not uint8.
+      ValueError: an unsupported format, or biases given (missing) for a floating mode
         (``"affine"``).
       TypeError: differentiating with respect to ``scales`` or ``biases`` (the weights are constants).
     """
     group_size, bits = check_format(group_size, bits, mode, "quantized_matmul")
     x, scales = fnp.asarray(x), fnp.asarray(scales)
     params = dict(transpose=bool(transpose), group_size=int(group_size), bits=int(bits), mode=mode)
-    if mode == "mxfp4":
+    if mode in FLOAT_MODES:
         if biases is not None:
-            raise ValueError("[quantized_matmul] mode='mxfp4' has no biases; pass biases=None")
+            raise ValueError(f"[quantized_matmul] mode={mode!r} has no biases; pass biases=None")
         dt = x.dtype if dtypes.is_float(x.dtype) else dtypes.float32
         return quantized_matmul_p.bind(x.astype(dt), fnp.asarray(w), scales, **params)
     if biases is None:
