@@ -157,15 +157,79 @@ def _e8m0_exponents(g, dtype, top):
     """``(e, scales, finite)`` of float32 groups ``g`` (last axis) of weights of ``dtype``: MLX's E8M0 exponent
     ``e = ceil(log2(amax / top))`` (the module docstring), its ``uint8`` scale byte, and whether the group's
     ``amax`` is finite."""
-    half = dtype in (dtypes.float16, dtypes.bfloat16)
     amax = fnp.max(fnp.abs(g), axis=-1)
-    # MLX divides in the weights' dtype: a half-precision quotient is rounded (to 0 below its subnormals).
-    quotient = amax / np.float32(top)
-    quotient = quotient.astype(dtype).astype(dtypes.float32) if half else quotient
+    quotient = _quotient(amax, top, dtype)
     finite = fnp.isfinite(amax)
-    e = fnp.where(quotient > 0, _ceil_log2(quotient), 0)
-    e = fnp.where(finite, e, -127 if half else 1)
+    e = fnp.where(quotient > 0, _ceil_log2(fnp.where(quotient > 0, quotient, np.float32(1.0))), _E_LOW - 1)
+    e = _exact(amax, e, _E_LOW - 1, _thresholds("e8m0", top, dtype.name))
+    e = fnp.where(e < _E_LOW, 0, e)   # a quotient of 0: MLX's scale 2**0
+    e = fnp.where(finite, e, -127 if dtype in (dtypes.float16, dtypes.bfloat16) else 1)
     return e, fnp.bitwise_and(e + 127, 255).astype(dtypes.uint8), finite
+
+
+def _quotient(amax, top, dtype):
+    """``amax / top`` (float32), rounded to ``dtype`` when it is a half-precision one (MLX divides in the weights'
+    dtype; a half-precision quotient rounds to 0 below its subnormals). Not exact on every backend (XLA's CPU
+    division is not correctly rounded): ``_exact`` corrects what is read from it."""
+    quotient = amax / np.float32(top)
+    half = dtype in (dtypes.float16, dtypes.bfloat16)
+    return quotient.astype(dtype).astype(dtypes.float32) if half else quotient
+
+
+#: The lowest E8M0 exponent ``_thresholds`` covers (float32's smallest quotient, ``2**-149``); one below it
+#: stands for a quotient of 0.
+_E_LOW = -149
+
+
+@functools.lru_cache(maxsize=None)
+def _thresholds(kind, top, dtype_name):
+    """The float32 table ``t`` of a function ``f`` of ``amax >= 0`` that is monotone and steps by one at a time,
+    ``f(a) = lo + #{k >= 1: a >= t[k]}``, from NumPy's correctly rounded division (``t[0] = -inf``, the last entry
+    NaN: never reached): ``"e8m0"``: MLX's E8M0 exponent of ``amax / top`` (``lo = _E_LOW - 1`` for a quotient of
+    0); ``"e4m3"``: MLX's E4M3 code of ``amax / top`` (``lo = 0``). Each ``t[k]`` is found by bisection over the
+    float32 bit patterns."""
+    import ml_dtypes
+    dtype = np.dtype(getattr(ml_dtypes, dtype_name, None) or dtype_name)
+
+    def f(bits):
+        a = bits.astype(np.uint32).view(np.float32)
+        with np.errstate(under="ignore", over="ignore"):
+            q = (a / np.float32(top)).astype(dtype).astype(np.float32)
+        if kind == "e4m3":   # round to nearest even E4M3, saturating at 448 (MLX's ToFP8)
+            code = np.minimum(q, np.float32(448)).astype(ml_dtypes.float8_e4m3fn).view(np.uint8).astype(np.int64)
+            return np.where(q >= 464, 126, code)
+        m, ex = np.frexp(q)
+        return np.where(np.isinf(q), 129, np.where(q > 0, np.where(m == 0.5, ex - 1, ex), _E_LOW - 1))
+
+    lo = _E_LOW - 1 if kind == "e8m0" else 0
+    hi = 128 if kind == "e8m0" else 126
+    targets = np.arange(lo + 1, hi + 1)
+    low = np.zeros(targets.shape, np.int64)               # f(low) < target, or low = 0
+    high = np.full(targets.shape, 0x7F800000, np.int64)   # inf: past every finite a
+    for _ in range(32):
+        mid = (low + high) // 2
+        reached = f(mid) >= targets
+        high = np.where(reached, mid, high)
+        low = np.where(reached, low, mid)
+    first = np.where(f(low) >= targets, low, high)
+    t = np.where(first < 0x7F800000, first, 0x7F800000).astype(np.uint32).view(np.float32)
+    return np.concatenate([[-np.inf], t, [np.nan]]).astype(np.float32)
+
+
+def _exact(a, approx, lo, table):
+    """``f(a)`` (``_thresholds``' function, int32) from ``approx``, which is within one of it: one step up where
+    ``a`` reaches the next threshold, one down where it is below its own (NaN ``a`` keeps ``approx``). Subnormal
+    thresholds and ``a`` are left alone (XLA on the CPU flushes them: docs/traps.md; elsewhere the division
+    there is exact)."""
+    k = fnp.clip(approx - lo, 0, table.shape[0] - 2)
+    t = fnp.asarray(table)
+    up_t, own_t = fnp.take(t, k + 1), fnp.take(t, k)
+    up = ((a >= up_t) & (up_t >= _TINY)).astype(dtypes.int32)
+    down = ((a < own_t) & (a >= _TINY)).astype(dtypes.int32)
+    return approx + up - down
+
+
+_TINY = np.float32(2.0 ** -126)
 
 
 def _e2m1_codes(x):
@@ -212,19 +276,20 @@ def _quantize_mxfp8(w):
 @jit
 def _quantize_nvfp4(w):
     """``(w_q, scales)`` of mode ``"nvfp4"`` (the module docstring's rule): an E4M3 scale byte for ``amax / 6``,
-    E2M1 codes of the weights divided by its value."""
+    E2M1 codes of the weights divided by its value, both decided by exact comparisons of the weights."""
     lead, k = tuple(w.shape[:-1]), w.shape[-1]
-    half = w.dtype in (dtypes.float16, dtypes.bfloat16)
     g = fnp.reshape(w.astype(dtypes.float32), lead + (k // 16, 16))
-    quotient = fnp.max(fnp.abs(g), axis=-1) / np.float32(6.0)
-    quotient = quotient.astype(w.dtype).astype(dtypes.float32) if half else quotient
-    scales = _to_e4m3(quotient)
-    d = fnp.take(fnp.asarray(E4M3), scales.astype(dtypes.int32))[..., None]
-    positive = d > 0
-    x = g / fnp.where(positive, d, np.float32(1.0))
-    x = x.astype(w.dtype).astype(dtypes.float32) if half else x
-    # A zero scale (MLX divides by it) or a non-finite quotient is at the same distance from every value: code 0.
-    code = fnp.where(positive & fnp.isfinite(x), _e2m1_codes(x), np.uint32(0))
+    amax = fnp.max(fnp.abs(g), axis=-1)
+    scales = _to_e4m3(_quotient(amax, 6.0, w.dtype)).astype(dtypes.int32)
+    scales = _exact(amax, scales, 0, _thresholds("e4m3", 6.0, w.dtype.name))
+    d = fnp.take(fnp.asarray(E4M3), scales)[..., None]
+    # MLX's quotient w / d rounded to the dtype is above a tie t exactly where |w| > t * d (t * d is exact and
+    # the next value above it divides to more than half an ulp above t), so no division is needed.
+    a = fnp.abs(g)
+    code = sum((a > t * d).astype(dtypes.uint32) for t in _E2M1_TIES)
+    code = fnp.where((g < 0) & (code > 0), code + np.uint32(8), code)
+    # A zero scale (MLX divides by it) or a non-finite weight is at the same distance from every value: code 0.
+    code = fnp.where((d > 0) & fnp.isfinite(g), code, np.uint32(0))
     return _pack(fnp.reshape(code, lead + (k,)), 4), scales.astype(dtypes.uint8)
 
 
