@@ -121,5 +121,5 @@ quantized_matmul_p = Primitive(
     "quantized_matmul", _rule, kind="other",
     doc="x @ W.T (transpose=True) or x @ W with W in MLX's affine format (packed uint32 words of `bits`-bit "
         "integers, one scale and bias per group of group_size along W's rows) or its mxfp4/mxfp8/nvfp4 formats "
-        "(E2M1 or E4M3 elements, a uint8 E8M0 or E4M3 scale per group of 32 or 16, no biases); accumulates in float32; linear in x, "
-        "weights constant.")
+        "(E2M1 or E4M3 elements, a uint8 E8M0 or E4M3 scale per group of 32 or 16, no biases); accumulates in "
+        "float32; linear in x, weights constant.")
