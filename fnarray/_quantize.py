@@ -408,7 +408,15 @@ def _dequantize_float(w, scales, dtype, mode):
     groups = tuple(scales.shape)
     q = fnp.take(fnp.asarray(elements), _unpack(w, bits).astype(dtypes.int32)).astype(dtype)
     scale = fnp.take(fnp.asarray(scale_values), scales.astype(dtypes.int32)).astype(dtype)
+    # E8M0's s = 0, 2**-127, is subnormal in float32 and bfloat16, which XLA on the CPU flushes to 0 (docs/traps.md):
+    # there the product is taken as (q * 2**-63) * 2**-64, the first exact, so it rounds once as MLX's.
+    tiny = scale_values is not E4M3 and dtype != dtypes.float16 and dtype != dtypes.float64
+    if tiny:
+        low = (scales == 0)[..., None]
+        scale = fnp.where(scales == 0, np.asarray(2.0 ** -63, dtype), scale)
     out = fnp.reshape(q, groups + (group,)) * scale[..., None]
+    if tiny:
+        out = fnp.where(low, out * np.asarray(2.0 ** -64, dtype), out)
     return fnp.reshape(out, groups[:-1] + (groups[-1] * group,))
 
 
