@@ -1,5 +1,5 @@
 """``fa.quantize``, ``fa.dequantize`` and ``fa.quantized_matmul``: MLX's quantization (``mx.quantize``), modes
-``"affine"`` and ``"mxfp4"``.
+``"affine"``, ``"mxfp4"``, ``"mxfp8"`` and ``"nvfp4"``.
 
 The format is described in ``fnarray.core.quantized``. ``quantize`` and ``dequantize`` are composites of
 ``fnarray.numpy`` functions (so they run on every backend, under ``jit`` and ``vmap``); ``quantized_matmul``
@@ -36,6 +36,36 @@ bits, so every backend gives the same words:
 
 (This is not the OCP specification's rule, ``floor(log2(amax)) - 2`` and round-to-nearest-even, which can
 clip the group's largest element; MLX's choice keeps every element in range.)
+
+Mode ``"mxfp8"`` (groups of 32, 8-bit E4M3 elements, one byte each and four to a word, the same E8M0 scales),
+measured the same way (x86-64, MLX 0.32.4):
+
+- ``e = ceil(log2(amax / 448))`` with mxfp4's rules for the quotient (rounded to a half-precision dtype first),
+  all-zero groups (``s = 127``) and non-finite ones (``s = 128``, ``0`` for half-precision weights);
+- each element ``x = w / 2**e`` is converted as MLX's ``ToFP8``: round to nearest even (subnormals in steps of
+  ``2**-9``), saturating at 448 from 464 on (infinities and NaNs included: ``0x7E``), the sign bit kept (``-0`` is
+  ``0x80``);
+- a non-finite group's elements are MLX's ``w / 0`` converted: ``0x7E`` or ``0xFE`` by the sign of ``w``, where
+  ``0 / 0`` is x86's default NaN, negative (``0xFE``) for float32 and float16 weights, while bfloat16 makes every
+  NaN positive (``0x7E``, its NaN weights too).
+
+Mode ``"nvfp4"`` (groups of 16, E2M1 elements as mxfp4, a ``uint8`` E4M3 scale; MLX's optional ``global_scale``
+is not taken):
+
+- the scale byte is ``ToFP8(amax / 6)`` (the quotient rounded to a half-precision dtype first), so it rounds to
+  nearest even and saturates at 448; its value ``d`` is MLX's ``FromFP8`` (``packed.E4M3``);
+- each element takes the E2M1 value nearest ``w / d`` (rounded to a half-precision dtype) with mxfp4's ties, and
+  code 0 where ``d = 0`` (a group below ``6 * 2**-10``: MLX divides by 0) or ``w`` is infinite or NaN (finite
+  elements of a group with an infinite maximum keep their codes against ``d = 448``).
+
+Dequantizing multiplies each element's value by its scale's value in the result dtype (default bfloat16), as MLX;
+E4M3 codes ``0x7F``/``0xFF`` (the format's NaN, never produced) read as +-480 there.
+
+Computing it the same on every backend: XLA's CPU division is not correctly rounded (``amax / 6`` one ulp off
+moved nvfp4 scales across E4M3 ties on jax:0), so the E8M0 exponents and the E4M3 scale bytes are read from the
+approximate quotient and then corrected by comparing ``amax`` with exact thresholds (``_thresholds``, found once
+with NumPy's division), and nvfp4's element codes come from ``|w| > t * d`` (``t * d`` exact) instead of a division.
+jax:0 still differs on groups of subnormal weights, which XLA flushes to zero.
 """
 
 from __future__ import annotations
@@ -73,22 +103,25 @@ def quantize(w, group_size: int | None = None, bits: int | None = None, mode: st
       w: float array of shape ``(..., n, k)`` (float32, float16, bfloat16 or float64), ``k`` divisible by
         ``group_size``.
       group_size: consecutive elements that share a scale (and bias): 32, 64 or 128 (default 64) for
-        ``"affine"``; 32 for ``"mxfp4"``.
-      bits: bits per element: 1, 2, 3, 4, 5, 6 or 8 (default 4) for ``"affine"``; 4 for ``"mxfp4"``.
-      mode: ``"affine"`` (MLX's default: integers with a float scale and bias per group) or ``"mxfp4"`` (E2M1
-        elements with a power-of-two E8M0 scale per group of 32, no biases).
+        ``"affine"``; 32 for ``"mxfp4"`` and ``"mxfp8"``; 16 for ``"nvfp4"``.
+      bits: bits per element: 1, 2, 3, 4, 5, 6 or 8 (default 4) for ``"affine"``; 4 for ``"mxfp4"`` and
+        ``"nvfp4"``; 8 for ``"mxfp8"``.
+      mode: ``"affine"`` (MLX's default: integers with a float scale and bias per group), ``"mxfp4"`` (E2M1
+        elements with a power-of-two E8M0 scale per group of 32, no biases), ``"mxfp8"`` (E4M3 elements, E8M0
+        scales per 32) or ``"nvfp4"`` (E2M1 elements, an E4M3 scale per group of 16).
 
     Returns:
       ``"affine"``: ``(w_q, scales, biases)``: ``w_q`` uint32 of shape ``(..., n, k * bits // 32)`` (the packed
       bit streams), ``scales`` and ``biases`` of ``w``'s dtype and shape ``(..., n, k // group_size)``.
-      ``"mxfp4"``: ``(w_q, scales)``: ``w_q`` uint32 ``(..., n, k // 8)``, ``scales`` uint8 ``(..., n, k // 32)``.
-      Bit-identical to ``mx.quantize`` (see the module for the rounding).
+      ``"mxfp4"``: ``(w_q, scales)``: ``w_q`` uint32 ``(..., n, k // 8)``, ``scales`` uint8 ``(..., n, k // 32)``;
+      ``"mxfp8"``: ``w_q`` ``(..., n, k // 4)``, ``scales`` ``(..., n, k // 32)``; ``"nvfp4"``: ``w_q``
+      ``(..., n, k // 8)``, ``scales`` ``(..., n, k // 16)``. Bit-identical to ``mx.quantize`` (see the module for
+      the rounding).
 
     Raises:
       ValueError: an unknown mode, or a ``group_size`` or ``bits`` the mode does not have; ``ShapeError`` (a
         ``ValueError``) for a rank below 2 or a last axis not divisible by ``group_size``.
       DTypeError: a non-float ``w``.
-      NotImplementedError: MLX's modes ``"mxfp8"`` and ``"nvfp4"``.
 
     Example:
       >>> w_q, scales, biases = fa.quantize(fnp.ones((8, 64)), group_size=64, bits=4)
@@ -97,6 +130,8 @@ def quantize(w, group_size: int | None = None, bits: int | None = None, mode: st
       >>> w_q, scales = fa.quantize(fnp.ones((8, 64)), mode="mxfp4")
       >>> w_q.shape, scales.dtype, scales.shape
       ((8, 8), dtype('uint8'), (8, 2))
+      >>> [a.shape for m in ("mxfp8", "nvfp4") for a in fa.quantize(fnp.ones((8, 64)), mode=m)]
+      [(8, 16), (8, 2), (8, 8), (8, 4)]
     """
     group_size, bits = check_format(group_size, bits, mode, "quantize")
     w = fnp.asarray(w)

@@ -1,5 +1,5 @@
-"""Quantization in MLX's formats (``"affine"``, ``"mxfp4"``, ``"mxfp8"``, ``"nvfp4"``): ``fa.quantize``, ``fa.dequantize``,
-``fa.quantized_matmul`` against MLX.
+"""Quantization in MLX's formats (``"affine"``, ``"mxfp4"``, ``"mxfp8"``, ``"nvfp4"``): ``fa.quantize``,
+``fa.dequantize``, ``fa.quantized_matmul`` against MLX.
 
 MLX (``mlx.core``) is the oracle: the packed words, scales and biases must be bit-identical to
 ``mx.quantize``'s and ``dequantize`` to ``mx.dequantize``'s on every device; ``quantized_matmul`` within float

@@ -2,8 +2,8 @@
 ``mlx.nn.quantize``, in MLX's formats: affine, mxfp4, mxfp8 and nvfp4 (``fnarray.core.quantized``).
 
 The layers hold MLX's fields under MLX's names (``weight``: the packed uint32 words, ``scales``, ``biases``
-(``None`` for the floating modes mxfp4, mxfp8 and nvfp4, which have none, so nothing is saved under that name, as MLX), and ``bias`` for a linear
-layer), so ``fa.load(path, like=model)`` reads the tensors of an MLX model saved with
+(``None`` for the floating modes mxfp4, mxfp8 and nvfp4, which have none, so nothing is saved under that name, as
+MLX), and ``bias`` for a linear layer), so ``fa.load(path, like=model)`` reads the tensors of an MLX model saved with
 ``mx.save_safetensors`` or ``model.save_weights``, and ``fa.save``/``fa.load`` keep a quantized model as it
 is. fnarray's modules are immutable: ``quantize(model)`` returns a new model. The packed weights are
 constants of the model (integers have no gradient; ``quantized_matmul`` refuses a gradient of the scales and
