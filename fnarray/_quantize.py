@@ -59,7 +59,7 @@ is not taken):
   elements of a group with an infinite maximum keep their codes against ``d = 448``).
 
 Dequantizing multiplies each element's value by its scale's value in the result dtype (default bfloat16), as MLX;
-E4M3 codes ``0x7F``/``0xFF`` (the format's NaN, never produced) read as +-480 there.
+E4M3 codes ``0x7F``/``0xFF`` (the format's NaN, never produced) read as NaN there.
 
 Computing it the same on every backend: XLA's CPU division is not correctly rounded (``amax / 6`` one ulp off
 moved nvfp4 scales across E4M3 ties on jax:0), so the E8M0 exponents and the E4M3 scale bytes are read from the
@@ -395,7 +395,7 @@ def dequantize(w, scales, biases=None, group_size: int | None = None, bits: int 
       ``(..., n, k)``; bit-identical to ``mx.dequantize`` where the backend does not contract
       ``scale * q + bias`` into a fused multiply-add (OpenCL may). The floating modes' element values and scales
       are each rounded into ``dtype`` and multiplied in it, as MLX (an E8M0 scale below float16's range is 0
-      there; E4M3 codes ``0x7F``/``0xFF`` read as +-480, as MLX's ``FromFP8``).
+      there; E4M3 codes ``0x7F``/``0xFF`` read as NaN, as MLX's ``from_fp8``).
 
     Raises:
       ValueError, DTypeError, ShapeError: unsupported format, non-uint32 ``w``, scales of the wrong dtype, biases

@@ -621,6 +621,69 @@ def test_float_modes_quantized_matmul_matches_mlx(device, transpose, mode):
                                    rtol=1e-5, atol=tol)
 
 
+def _packed_codes(q, bits):
+    """uint32 words of the codes ``q`` (uint8, last axis a multiple of ``32 // bits``), MLX's little-endian stream."""
+    if bits == 4:
+        q = q[..., 0::2] | (q[..., 1::2] << 4)
+    return np.ascontiguousarray(q).view("<u4")
+
+
+@pytest.mark.parametrize("transpose", [True, False])
+def test_float_modes_decode_every_code(device, transpose):
+    """Every E4M3 element code (mxfp8, under scale 2**0), every E8M0 scale (mxfp8, over elements 1.0; 0 and 255
+    aside: 2**-127 is subnormal, which XLA flushes, and 2**128 is inf) and every E4M3 scale code (nvfp4, over
+    elements 1.0) read back through ``quantized_matmul`` as ``packed.E4M3`` (0x7F and 0xFF are NaN, as MLX's) and
+    ``packed.E8M0``: ``x`` one-hot, so each output is one weight. opencl's kernels decode them from their bits."""
+    from fnarray.lowering.packed import E4M3, E8M0
+    codes = np.arange(256, dtype=np.uint8)
+    one = {"mxfp8": 0x38, "nvfp4": 2}   # the element code of 1.0
+    cases = [("mxfp8", codes, np.full(256, 127, np.uint8), E4M3),
+             ("mxfp8", np.full(256, one["mxfp8"], np.uint8), codes, E8M0),
+             ("nvfp4", np.full(256, one["nvfp4"], np.uint8), codes, E4M3)]
+    keep = np.ones(256, bool)
+    for mode, q, s, want in cases:
+        gs, bits = _MODE_FORMATS[mode]
+        keep = (codes > 0) & (codes < 255) if want is E8M0 else np.ones(256, bool)
+        if transpose:   # W (256, gs): row j holds its code first, zeros after; x = e_0 picks each row's first
+            rows = np.zeros((256, gs), np.uint8)
+            rows[:, 0] = q
+            w, scales, x = _packed_codes(rows, bits), s[:, None], np.eye(1, gs, dtype=np.float32)
+        else:           # W (1, 256 * gs): group j is its code, then zeros; x = [1]
+            row = np.zeros((256, gs), np.uint8)
+            row[:, 0] = q
+            w, scales, x = _packed_codes(row.reshape(1, -1), bits), s[None, :], np.ones((1, 1), np.float32)
+        native = device.backend != "webgpu"
+        with fallback_mode("error" if native else "warn"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", fa.FallbackWarning)
+            got = np.asarray(fa.quantized_matmul(*(fa.device_put(a, device) for a in (x, w, scales)),
+                                                 transpose=transpose, mode=mode))
+        got = got[0] if transpose else got[0].reshape(256, gs)[:, 0]
+        np.testing.assert_array_equal(got[keep], want[keep], err_msg=f"{mode} on {device}")
+
+
+@pytest.mark.parametrize("mode", FLOAT_MODES)
+def test_float_modes_dequantize_every_code_as_mlx(device, mode):
+    """``fa.dequantize`` of every element code beside every scale code (NaN codes included), bit for bit
+    ``mx.dequantize``'s, to bfloat16 (the default), float32 and float16."""
+    import ml_dtypes
+    gs, bits = _MODE_FORMATS[mode]
+    rng = np.random.default_rng(4)
+    q = rng.integers(0, 1 << bits, (256, gs)).astype(np.uint8)
+    q[:, 0] = np.arange(256) % (1 << bits)
+    w, s = _packed_codes(q, bits), np.arange(256, dtype=np.uint8)[:, None]
+    for out in (None, "float32", "float16"):
+        want = mx.dequantize(mx.array(w), mx.array(s), mode=mode, dtype=None if out is None else getattr(mx, out))
+        want = np.array(want.astype(mx.float32))
+        with fallback_mode(_float_mode(device, out or ml_dtypes.bfloat16)), warnings.catch_warnings():
+            warnings.simplefilter("ignore", fa.FallbackWarning)
+            got = fa.dequantize(fa.device_put(w, device), fa.device_put(s, device), mode=mode, dtype=out)
+        keep = np.ones(want.shape, bool)
+        if device.backend == "jax" and out != "float16":   # XLA flushes float32/bfloat16 subnormals to 0
+            keep = ~((want != 0) & (np.abs(want) < 2.0 ** -126))
+        np.testing.assert_array_equal(np.asarray(got, np.float32)[keep], want[keep],
+                                      err_msg=f"{mode} to {out} on {device}")
+
+
 @pytest.mark.parametrize("mode", FLOAT_MODES)
 def test_float_modes_grad_wrt_x_is_the_transposed_product(device, mode):
     """Linear in x: the gradient of ``sum(qmm(x) * c)`` is ``c @ W`` (float64 NumPy on the dequantized weights)."""

@@ -12,13 +12,14 @@ Mode ``"mxfp4"`` packs 4-bit E2M1 codes the same way; ``E2M1`` is their values (
 ``0, 0.5, 1, 1.5, 2, 3, 4, 6``) and ``E8M0`` the value of each ``uint8`` scale ``s``, ``2**(s - 127)`` (``s = 0``
 is ``2**-127``, a float32 subnormal; ``s = 255``, the format's NaN, is ``inf`` as in MLX's kernels).
 Mode ``"mxfp8"`` packs 8-bit E4M3 codes (a byte each, the first in a word's low byte) and ``"nvfp4"`` E2M1 codes
-with ``uint8`` E4M3 scales; ``E4M3`` is the value of each byte as MLX reads it (``FromFP8``: code ``0x7F``, the
-format's NaN, is 480). ``FLOAT_FORMATS`` names each floating mode's element and scale tables, and ``fp_weights``
+with ``uint8`` E4M3 scales; ``E4M3`` is the value of each byte as MLX reads it (codes ``0x7F`` and ``0xFF`` are
+NaN). ``FLOAT_FORMATS`` names each floating mode's element and scale tables, and ``fp_weights``
 gives the float weights of any of them (``mxfp4_weights``: of mxfp4).
 """
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 __all__ = ["unpack", "unpack_plan", "acc_dtype", "E2M1", "E8M0", "E4M3", "FLOAT_FORMATS", "fp_weights",
@@ -31,16 +32,9 @@ with np.errstate(over="ignore"):
     E8M0 = np.ldexp(np.float32(1.0), np.arange(256) - 127).astype(np.float32)
 
 
-def _e4m3_table():
-    """The 256 E4M3 values, float32, as MLX's ``FromFP8``: the low seven bits, shifted left by 7, are a float16
-    with the same significand and an exponent bias 8 larger (so times 256), then the sign; no NaN (0x7F is 480)."""
-    c = np.arange(256)
-    v = ((c & 127) << 7).astype(np.uint16).view(np.float16).astype(np.float32) * np.float32(256.0)
-    return np.where(c & 128, -v, v).astype(np.float32)
-
-
-#: The values of the 256 E4M3 codes (mxfp8 elements, nvfp4 scales), float32.
-E4M3 = _e4m3_table()
+#: The values of the 256 E4M3 codes (mxfp8 elements, nvfp4 scales), float32: ``ml_dtypes.float8_e4m3fn``'s, which
+#: MLX 0.32.4's ``from_fp8`` gives too (measured: 0x7F and 0xFF are NaN).
+E4M3 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
 #: Per floating mode: ``(element values, scale values, group size, bits)``.
 FLOAT_FORMATS = {"mxfp4": (E2M1, E8M0, 32, 4), "mxfp8": (E4M3, E8M0, 32, 8), "nvfp4": (E2M1, E4M3, 16, 4)}
 

@@ -606,13 +606,16 @@ _FLOAT_WALK = ("mxfp8", "nvfp4")
 
 
 def _e4m3_value(q, acc):
-    """The value of the E4M3 code ``q`` (uint32 below 256) in ``acc``, as MLX's ``FromFP8`` (``0x7F`` is 480, no
-    NaN): a normal code's magnitude bits shifted into float32's significand with the exponent rebiased by 120, a
-    subnormal one (exponent field 0) ``m * 2**-9``; bit 7 the sign."""
+    """The value of the E4M3 code ``q`` (uint32 below 256) in ``acc``, as MLX's ``from_fp8`` (``packed.E4M3``:
+    0x7F and 0xFF are NaN): the magnitude bits shifted into float32's significand with the exponent rebiased by
+    120 (``v``), which is the value of a normal code; a subnormal one (exponent field 0) is ``2 * v - 2**-6``;
+    bit 7 is or-ed into the sign. No conversion from an integer (a uint32 -> float conversion made the
+    mxfp8 product 4.8x slower on PoCL) and no denormal float on the way."""
     mag = op("and", q, const(0x7F, UINT32))
-    normal = Bitcast(op("add", op("shl", mag, const(20, UINT32)), const(120 << 23, UINT32)), F32)
-    v = select(op("lt", mag, const(8, UINT32)), op("mul", Cast(mag, F32), const(2.0 ** -9, F32)), normal)
-    v = select(op("ne", op("and", q, const(0x80, UINT32)), const(0, UINT32)), op("neg", v), v)
+    v = Bitcast(op("add", op("shl", mag, const(20, UINT32)), const(120 << 23, UINT32)), F32)
+    v = select(op("lt", mag, const(8, UINT32)), op("sub", op("mul", v, const(2.0, F32)), const(2.0 ** -6, F32)), v)
+    bits = select(op("eq", mag, const(0x7F, UINT32)), const(0x7FC00000, UINT32), Bitcast(v, UINT32))
+    v = Bitcast(op("or", bits, op("shl", op("and", q, const(0x80, UINT32)), const(24, UINT32))), F32)
     return Cast(v, acc) if acc != F32 else v
 
 
