@@ -49,11 +49,11 @@ def _put(x, device):
 def _cast_mode(device, src, dst):
     """``fallback="error"`` where ``device`` converts ``src`` to ``dst`` itself: numpy and jax; opencl where it
     has both dtypes, except float64 into a float8 (it rounds once from float64 on numpy:0); webgpu out of a
-    low-bit dtype only (it reads their bytes but writes none); else ``"warn"``."""
+    low-bit dtype only (it reads their bytes, and uint8's, but writes none); else ``"warn"``."""
     src, dst = np.dtype(src), np.dtype(dst)
     if device.backend in NATIVE:
         return "error"
-    if device.backend not in ("opencl", "webgpu") or (device.backend == "webgpu" and dst in LOW):
+    if device.backend not in ("opencl", "webgpu") or (device.backend == "webgpu" and (dst in LOW or dst == np.uint8)):
         return "warn"
     caps = device.impl.capabilities(device)
     ok = src in caps.dtypes and dst in caps.dtypes
