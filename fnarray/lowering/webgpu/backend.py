@@ -684,8 +684,11 @@ class _Timer(tuning.LaunchTimer):
 
 class WebGPUBackend(Backend):
     #: What the parity cases run on numpy:0 here, and why (``Backend.expected_fallbacks``, shared by the kernel
-    #: backends: ``kernels/no_kernel.py``); uint8/int8 casts fall back through ``Capabilities.dtypes``.
+    #: backends: ``kernels/no_kernel.py``); int8 casts fall back through ``Capabilities.dtypes``, casts into uint8
+    #: through ``read_only_dtypes``.
     expected_fallbacks = EXPECTED_FALLBACKS
+    #: The dtypes held as bytes, four to a u32 word, that kernels read but never write (``_low_bit_reason``).
+    read_only_dtypes = frozenset({_U8, *dtypes.LOW_BIT_DTYPES})
     expected_decompositions = EXPECTED_DECOMPOSITIONS | {"erfc"}
     name = "webgpu"
 
