@@ -40,13 +40,13 @@ import numpy as np  # noqa: E402
 
 
 
-def _cases(fa, dev, n, rows, bits=4, group_size=64, mode="affine"):
+def _cases(fa, dev, n, rows, bits=4, group_size=64, mode="affine", columns=False):
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
     x = rng.standard_normal((rows, n)).astype(np.float32)
     wd, xd = fa.device_put(w, dev), fa.device_put(x, dev)
     if mode.startswith("float8"):
-        return _float8_cases(fa, dev, (x, xd, w, wd), np.dtype(getattr(ml_dtypes, mode)))
+        return _float8_cases(fa, dev, (x, xd, w, wd), np.dtype(getattr(ml_dtypes, mode)), columns)
     if mode == "mxfp4":
         group_size = 32
     packed = [fa.device_put(np.asarray(a), dev) for a in fa.quantize(w, group_size=group_size, bits=bits, mode=mode)]
@@ -58,14 +58,17 @@ def _cases(fa, dev, n, rows, bits=4, group_size=64, mode="affine"):
     return (lambda: np.asarray(f32(xd, wd)), lambda: np.asarray(q4(xd, *packed))), err
 
 
-def _float8_cases(fa, dev, arrays, dtype):
-    """``x @ w.T`` float32 against ``x @ w8.astype(float32).T`` on the float8 bytes ``w8``; the error is the
-    kernel's (against float64 on the same float8 weights)."""
+def _float8_cases(fa, dev, arrays, dtype, columns):
+    """``x @ w.T`` float32 against ``x @ w8.astype(float32).T`` on the float8 bytes ``w8`` (``columns``: ``x @ w``
+    against ``x @ w8.astype(float32)``); the error is the kernel's (against float64 on the same float8 weights)."""
     x, xd, w, wd = arrays
     w8 = w.astype(dtype)
     w8d = fa.device_put(w8, dev)
-    f32 = fa.jit(lambda x, w: x @ w.T)
-    f8 = fa.jit(lambda x, w: x @ w.astype(np.float32).T)
+    if columns:
+        f32, f8 = fa.jit(lambda x, w: x @ w), fa.jit(lambda x, w: x @ w.astype(np.float32))
+        w8 = w8.T
+    else:
+        f32, f8 = fa.jit(lambda x, w: x @ w.T), fa.jit(lambda x, w: x @ w.astype(np.float32).T)
     ref = x.astype(np.float64) @ w8.astype(np.float64).T
     err = np.abs(np.asarray(f8(xd, w8d)) - ref).max() / np.abs(ref).max()
     return (lambda: np.asarray(f32(xd, wd)), lambda: np.asarray(f8(xd, w8d))), err
@@ -80,6 +83,8 @@ def main(argv=None):
     ap.add_argument("--mode", default="affine", choices=("affine", "mxfp4", "float8_e4m3fn", "float8_e5m2"),
                     help="the low-bit weights: MLX's affine 4-bit (group size 64), mxfp4 (group size 32, E8M0 "
                          "scales) or float8 upcast in the product")
+    ap.add_argument("--columns", action="store_true",
+                    help="with a float8 mode: x @ w (the bytes along the output axis) instead of x @ w.T")
     args = ap.parse_args(argv)
     import fnarray as fa
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
@@ -93,7 +98,7 @@ def main(argv=None):
             continue
         n = args.size or (2048 if dev.backend == "webgpu" else 4096)
         for rows in (int(r) for r in args.rows.split(",")):
-            fns, err = _cases(fa, dev, n, rows, mode=args.mode)
+            fns, err = _cases(fa, dev, n, rows, mode=args.mode, columns=args.columns)
             (t32, t4), (c32, c4) = best_of(fns, args.number)
             print(f"{name:10} {n:6d} {rows:4d} {t32 * 1e3:11.2f} {t4 * 1e3:9.2f} {t32 / t4:6.2f} "
                   f"{c32 * 1e3:8.2f} {c4 * 1e3:7.2f} {c32 / c4:6.2f} {err:9.1e}", flush=True)

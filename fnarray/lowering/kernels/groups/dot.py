@@ -51,10 +51,12 @@ REGISTER_MIN_WORK = 1 << 16
 #: The most rows of ``x`` the word form (``DotGroup._words``: low-bit weights read a word at a time) takes, one
 #: work item computing them all for its column (a decode step's 1 to 4 rows).
 WORD_ROWS = 4
-#: Columns one work item of the word form computes (each row's ``x`` element loaded once for them). Best of 1, 2,
-#: 4, 8, 16 on all three CPU devices (4096 x 4096 float8 against float32, 1 and 4 rows, process CPU time): float8's
-#: speed-up with 1 column 0.91/1.09/3.1x (PoCL 3.0/3.1/lavapipe at 2048), with 8 columns 2.6/2.0/3.7x.
-WORD_COLS = 8
+#: Columns one work item of the word form computes (each row's ``x`` element loaded once for them), by the axis the
+#: bytes run along (``DotGroup._word_plans``). Along ``k``: best of 1, 2, 4, 8, 16 on all three CPU devices (4096 x
+#: 4096 float8 against float32, 1 and 4 rows, process CPU time): float8's speed-up with 1 column 0.91/1.09/3.1x
+#: (PoCL 3.0/3.1/lavapipe at 2048), with 8 columns 2.6/2.0/3.7x. Along ``n`` (PoCL 3.0, load 11, 1 and 4 rows): 4
+#: columns 29/34 ms, 8 23/30, 16 23/22, 32 19/19 (float32's 130/26); 16 keeps a GPU's registers in bounds.
+WORD_COLS = {"k": 8, "n": 16}
 
 
 #: Tile shape of the local-memory kernels (matrix product, implicit-GEMM convolution): (TX, TY) work items,
@@ -215,36 +217,44 @@ class DotGroup(Group):
         return launches
 
     def _word_plans(self):
-        """The operand plans (as buffer specs) of the word form, or ``None`` where it does not apply: up to
-        ``WORD_ROWS`` rows of a float product whose right operand is a low-bit byte array (float8 weights read
-        through their ``astype``: ``operand_view``) laid out along the contraction (stride 1, rows starting at a
-        word), so a work item reads four of its elements per 32-bit word."""
+        """``(lhs plan, rhs plan, along)`` (plans with buffer specs) of the word form, or ``None`` where it does not
+        apply: up to ``WORD_ROWS`` rows of a float product whose right operand is a low-bit byte array (float8
+        weights read through their ``astype``: ``operand_view``) laid out with its bytes consecutive along the
+        contraction (``along="k"``: ``x @ w8.astype(f32).T``) or the output columns (``"n"``: ``x @ w8.astype(f32)``),
+        each row of them starting at a word, so a work item reads four elements per 32-bit word."""
         lp, rp = self.operand_plans()
         if lp is None or rp is None or rp[0].aval.dtype not in LOW_BIT:
             return None
         dt = self.eqn.inputs[0].aval.dtype
         _, roff, (rsb, rsk, rsn) = rp
-        if not (dt.kind == "f" and self._accumulator_dtype() == dt and self.M <= WORD_ROWS and self.K % 4 == 0
-                and rsk == 1 and roff % 4 == 0 and rsn % 4 == 0 and rsb % 4 == 0):
+        if not (dt.kind == "f" and self._accumulator_dtype() == dt and self.M <= WORD_ROWS and roff % 4 == 0
+                and rsb % 4 == 0):
             return None
-        return (self.ctx.spec(lp[0]), lp[1], lp[2]), (self.ctx.spec(rp[0]), rp[1], rp[2])
+        if rsk == 1 and self.K % 4 == 0 and rsn % 4 == 0:
+            along = "k"
+        elif rsn == 1 and self.N % 4 == 0 and rsk % 4 == 0:
+            along = "n"
+        else:
+            return None
+        return (self.ctx.spec(lp[0]), lp[1], lp[2]), (self.ctx.spec(rp[0]), rp[1], rp[2]), along
 
-    def _words(self, lp, rp):
+    def _words(self, lp, rp, along):
         """The product of up to ``WORD_ROWS`` rows with low-bit bytes (``_word_plans``): a work item per (batch,
-        block of ``WORD_COLS`` columns) computes every row, loading each column's bytes four to a uint32 word (the
-        byte buffer bound as words) and converting each byte once in registers, into independent partial sums.
+        block of ``WORD_COLS`` columns) computes every row, loading the bytes four to a uint32 word (the byte
+        buffer bound as words: along ``k``, four steps of one column; along ``n``, four neighbouring columns of one
+        step, neighbouring work items reading neighbouring words) and converting each byte once in registers.
         A byte per load was a gather of single bytes on PoCL (which vectorises the work items), 3.5x slower than
         float32's product; a conversion kernel writing float32 weights, then the product, 0.6-0.8x its speed.
         On CPU devices (``uniform_guard``) every work item computes and only the stores are guarded; columns
         past the end compute on the last one."""
         ctx = self.ctx
         b, args, tracker, em = self._kernel_start()
-        (lspec, loff, (lsb, lsm, _)), (rspec, roff, (rsb, _, rsn)) = lp, rp
+        (lspec, loff, (lsb, lsm, _)), (rspec, roff, (rsb, rsk, rsn)) = lp, rp
         a = b.buffer(lspec, lspec.dtype, False, "lhs")
         ws = b.buffer(rspec, UINT32, False, "w")
         args[a], args[ws] = lspec, rspec
         self._held = {a: lspec.dtype}
-        cols = min(WORD_COLS, self.N)
+        cols = min(WORD_COLS[along], self.N)
         nb = -(-self.N // cols)
         items = self.B * nb
         gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
@@ -256,12 +266,19 @@ class DotGroup(Group):
             bi = b.let(op("div", item, const(nb, INT32)), "bi")
             wb = b.let(op("add", const(roff // 4, INT32), op("mul", bi, const(rsb // 4, INT32))), "wb")
             ns = [b.let(op("add", n0, const(c, INT32))) if c else n0 for c in range(cols)]
-            wrows = [b.let(op("add", wb, op("mul", select(op("lt", n, const(self.N, INT32)), n,
-                                                          const(self.N - 1, INT32)), const(rsn // 4, INT32))), "wrow")
-                     for n in ns]
             xbase = b.let(op("add", const(loff, INT32), op("mul", bi, const(lsb, INT32))), "xb")
             x_rows = [b.let(op("add", xbase, const(m * lsm, INT32)), "xrow") for m in range(self.M)]
-            sums = self._word_sums(b, (a, ws), wrows, x_rows, (lp[2][2], rspec.dtype))
+            if along == "k":   # a column's words; past the end, the last column's
+                wrows = [b.let(op("add", wb, op("mul", select(op("lt", n, const(self.N, INT32)), n,
+                                                              const(self.N - 1, INT32)), const(rsn // 4, INT32))),
+                               "wrow") for n in ns]
+                sums = self._word_sums(b, (a, ws), wrows, x_rows, (lp[2][2], rspec.dtype))
+            else:              # the block's words of a step; past the end, the row's last word
+                last = const(self.N // 4 - 1, INT32)
+                wcols = [b.let(select(op("lt", w, last), w, last), "wcol")
+                         for w in (b.let(op("add", op("div", n0, const(4, INT32)), const(u, INT32)))
+                                   for u in range(-(-cols // 4)))]
+                sums = self._column_word_sums(b, (a, ws), (wb, wcols, rsk // 4), x_rows, (lp[2][2], rspec.dtype))
             for c, n in enumerate(ns):
                 ok = op("lt", n, const(self.N, INT32))
                 for m in range(self.M):
@@ -288,13 +305,32 @@ class DotGroup(Group):
                     k = b.let(op("add", op("mul", at, const(4, INT32)), const(j, INT32)), "k")
                     xs = [self._load(b, a, b.let(op("add", xr, op("mul", k, const(lsk, INT32)))), dt) for xr in x_rows]
                     for c, word in enumerate(words):
-                        byte = op("shr", word, const(8 * j, UINT32)) if j else word
-                        byte = op("and", byte, const(255, UINT32)) if j < 3 else byte
-                        wv = b.let(convert(b, b.let(Cast(byte, held)), dt), "wv")
+                        wv = _byte_value(b, word, j, held, dt)
                         for r, xv in enumerate(xs):
                             d = dots[r][c][(4 * u + j) % lanes]
                             b.assign(d, add_of(b, d, b.let(mul_of(b, xv, wv))))
         return [[_tree_sum(lane) for lane in row] for row in dots]
+
+    def _column_word_sums(self, b, names, where, x_rows, layout):
+        """``_words``' contraction along ``n``: per step ``k`` the block's words ``wcols`` of row ``k`` (word offset
+        ``wb + k * rsk4``; 4 neighbouring columns a word), each byte converted once from ``held`` and multiplied
+        into the ``[row][column]`` sums (4 per word)."""
+        a, ws = names
+        wb, wcols, rsk4 = where
+        lsk, held = layout
+        dt = self.eqn.inputs[0].aval.dtype
+        sums = [[b.var(dt, const(0, dt), "dot") for _ in range(4 * len(wcols))] for _ in x_rows]
+        with b.loop(const(0, INT32), const(self.K, INT32), hint="kk") as k:
+            base = b.let(op("add", wb, op("mul", k, const(rsk4, INT32))), "wk")
+            xs = [self._load(b, a, b.let(op("add", xr, op("mul", k, const(lsk, INT32)))), dt) for xr in x_rows]
+            for u, wc in enumerate(wcols):
+                word = b.load(ws, b.let(op("add", base, wc)), UINT32)
+                for j in range(4):
+                    wv = _byte_value(b, word, j, held, dt)
+                    for r, xv in enumerate(xs):
+                        d = sums[r][4 * u + j]
+                        b.assign(d, add_of(b, d, b.let(mul_of(b, xv, wv))))
+        return sums
 
     def _block(self):
         """Outputs ``(rows, cols)`` one work item of the untiled kernel computes: the scheduler option
@@ -532,6 +568,13 @@ class DotGroup(Group):
         b.name = kernel_name("dot_tiled", tracker.eqns)
         gsize = (-(-self.N // BN) * TX, -(-self.M // BM) * TY, self.B)
         return make_launch(b, args, scalars, gsize, (TX, TY, 1), tracker.eqns, "dot", fixed_local=True)
+
+
+def _byte_value(b, word, j, held, dt):
+    """Byte ``j`` of the uint32 ``word``, a value of the low-bit dtype ``held``, converted to ``dt`` in registers."""
+    byte = op("shr", word, const(8 * j, UINT32)) if j else word
+    byte = op("and", byte, const(255, UINT32)) if j < 3 else byte
+    return b.let(convert(b, b.let(Cast(byte, held)), dt), "wv")
 
 
 def _tree_sum(terms):
