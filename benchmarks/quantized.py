@@ -9,6 +9,13 @@ warmed, best of N alternating calls, with the result read back each call (so the
 of the small result).
 
     PYTHONPATH=. python benchmarks/quantized.py [--size 4096] [--number 10] [--devices opencl:0,webgpu:0] [--rows 1,4]
+        [--mode affine|mxfp4|float8_e4m3fn|float8_e5m2]
+
+``--mode`` picks the low-bit weights: MLX's affine 4-bit (the default), ``mxfp4`` (group size 32, E8M0 scales), or
+float8 weights upcast in the product, ``x @ w8.astype(float32).T`` (one byte an element; the product's loads convert
+the bytes in registers: ``kernels/groups/dot.py``'s word form; "4-bit" columns are then float8's, the error the
+kernel's against float64 on the same weights). For PoCL 3.1: ``sh benchmarks/pocl31.sh /work/pocl31 run python
+benchmarks/quantized.py --devices opencl:0``.
 
 With ``--rows 64,256 --size 1024`` it times prefill-sized products, where the kernels take their tiled form
 (``kernels/groups/quantized.py``) against float32's register-tiled (PoCL) or local-memory (lavapipe) matmul.
@@ -28,22 +35,43 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _checkout  # noqa: E402,F401  (this checkout's fnarray)
 from _timing import best_of  # noqa: E402
 
+import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 
 
 
-def _cases(fa, dev, n, rows, bits=4, group_size=64):
+def _cases(fa, dev, n, rows, bits=4, group_size=64, mode="affine", columns=False):
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
     x = rng.standard_normal((rows, n)).astype(np.float32)
     wd, xd = fa.device_put(w, dev), fa.device_put(x, dev)
-    packed = [fa.device_put(np.asarray(a), dev) for a in fa.quantize(w, group_size=group_size, bits=bits)]
+    if mode.startswith("float8"):
+        return _float8_cases(fa, dev, (x, xd, w, wd), np.dtype(getattr(ml_dtypes, mode)), columns)
+    if mode == "mxfp4":
+        group_size = 32
+    packed = [fa.device_put(np.asarray(a), dev) for a in fa.quantize(w, group_size=group_size, bits=bits, mode=mode)]
     f32 = fa.jit(lambda x, w: x @ w.T)
-    q4 = fa.jit(lambda x, wq, s, b: fa.quantized_matmul(x, wq, s, b, group_size=group_size, bits=bits))
+    q4 = fa.jit(lambda x, *p: fa.quantized_matmul(x, *p, group_size=group_size, bits=bits, mode=mode))
     ref = x @ w.T
     got = np.asarray(q4(xd, *packed))
     err = np.abs(got - ref).max() / np.abs(ref).max()   # quantization error, not a kernel error
     return (lambda: np.asarray(f32(xd, wd)), lambda: np.asarray(q4(xd, *packed))), err
+
+
+def _float8_cases(fa, dev, arrays, dtype, columns):
+    """``x @ w.T`` float32 against ``x @ w8.astype(float32).T`` on the float8 bytes ``w8`` (``columns``: ``x @ w``
+    against ``x @ w8.astype(float32)``); the error is the kernel's (against float64 on the same float8 weights)."""
+    x, xd, w, wd = arrays
+    w8 = w.astype(dtype)
+    w8d = fa.device_put(w8, dev)
+    if columns:
+        f32, f8 = fa.jit(lambda x, w: x @ w), fa.jit(lambda x, w: x @ w.astype(np.float32))
+        w8 = w8.T
+    else:
+        f32, f8 = fa.jit(lambda x, w: x @ w.T), fa.jit(lambda x, w: x @ w.astype(np.float32).T)
+    ref = x.astype(np.float64) @ w8.astype(np.float64).T
+    err = np.abs(np.asarray(f8(xd, w8d)) - ref).max() / np.abs(ref).max()
+    return (lambda: np.asarray(f32(xd, wd)), lambda: np.asarray(f8(xd, w8d))), err
 
 
 def main(argv=None):
@@ -52,6 +80,11 @@ def main(argv=None):
     ap.add_argument("--number", type=int, default=10)
     ap.add_argument("--devices", default="opencl:0,webgpu:0")
     ap.add_argument("--rows", default="1,4", help="rows of x, comma-separated (prefill: --rows 64,256 --size 1024)")
+    ap.add_argument("--mode", default="affine", choices=("affine", "mxfp4", "float8_e4m3fn", "float8_e5m2"),
+                    help="the low-bit weights: MLX's affine 4-bit (group size 64), mxfp4 (group size 32, E8M0 "
+                         "scales) or float8 upcast in the product")
+    ap.add_argument("--columns", action="store_true",
+                    help="with a float8 mode: x @ w (the bytes along the output axis) instead of x @ w.T")
     args = ap.parse_args(argv)
     import fnarray as fa
     print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
@@ -65,7 +98,7 @@ def main(argv=None):
             continue
         n = args.size or (2048 if dev.backend == "webgpu" else 4096)
         for rows in (int(r) for r in args.rows.split(",")):
-            fns, err = _cases(fa, dev, n, rows)
+            fns, err = _cases(fa, dev, n, rows, mode=args.mode, columns=args.columns)
             (t32, t4), (c32, c4) = best_of(fns, args.number)
             print(f"{name:10} {n:6d} {rows:4d} {t32 * 1e3:11.2f} {t4 * 1e3:9.2f} {t32 / t4:6.2f} "
                   f"{c32 * 1e3:8.2f} {c4 * 1e3:7.2f} {c32 / c4:6.2f} {err:9.1e}", flush=True)

@@ -13,6 +13,7 @@ through the numpy fallback (a ``FallbackWarning`` naming the dtype, and ``Unsupp
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 
 import ml_dtypes
@@ -48,11 +49,11 @@ def _put(x, device):
 def _cast_mode(device, src, dst):
     """``fallback="error"`` where ``device`` converts ``src`` to ``dst`` itself: numpy and jax; opencl where it
     has both dtypes, except float64 into a float8 (it rounds once from float64 on numpy:0); webgpu out of a
-    low-bit dtype only (it reads their bytes but writes none); else ``"warn"``."""
+    low-bit dtype only (it reads their bytes, and uint8's, but writes none); else ``"warn"``."""
     src, dst = np.dtype(src), np.dtype(dst)
     if device.backend in NATIVE:
         return "error"
-    if device.backend not in ("opencl", "webgpu") or (device.backend == "webgpu" and dst in LOW):
+    if device.backend not in ("opencl", "webgpu") or (device.backend == "webgpu" and (dst in LOW or dst == np.uint8)):
         return "warn"
     caps = device.impl.capabilities(device)
     ok = src in caps.dtypes and dst in caps.dtypes
@@ -397,6 +398,46 @@ def test_matmul_by_upcasting_and_in_dtype(device, d):
     pet = fa.lax.dot(x, w, preferred_element_type=up)
     assert pet.dtype == up
     np.testing.assert_allclose(np.asarray(pet, np.float64), exact, rtol=1e-6)
+
+
+def _finite_codes(d, shape, rng):
+    """``shape`` values of the low-bit ``d`` cycling through every finite code (in a shuffled order)."""
+    codes = np.arange(256, dtype=np.uint8).view(d) if d in FLOAT8 else np.arange(16, dtype=np.uint8).view(d)
+    codes = codes[np.isfinite(codes.astype(np.float64))]
+    return rng.permutation(np.resize(codes, math.prod(shape))).reshape(shape)
+
+
+@pytest.mark.parametrize("d", (E4M3, E5M2, I4), ids=lambda d: d.name)
+@pytest.mark.parametrize("rows,k,n,layout", [(1, 64, 24, "rows"), (3, 36, 13, "rows"), (4, 256, 40, "rows"),
+                                             (2, 64, 20, "columns"), (4, 33, 4, "columns"), (3, 8, 13, "columns"),
+                                             (9, 64, 24, "rows")])
+def test_upcast_weights_are_read_by_the_product(device, d, rows, k, n, layout):
+    """``x @ w.astype(float32)`` with low-bit weights (``rows``: ``w`` is ``(n, k)``, used as ``w.T``, a ``Linear``
+    layer's; ``columns``: ``(k, n)``): on opencl and webgpu the product's loads read the bytes and convert them in
+    registers, with no conversion kernel (up to 4 rows a word of 4 bytes at a time, ``groups/dot.py``'s word form,
+    where the bytes of a row of ``w`` fill whole words), against float64 with every finite byte in the weights,
+    ``fallback="error"``."""
+    rng = np.random.default_rng(7)
+    w = _finite_codes(d, (n, k) if layout == "rows" else (k, n), rng)
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    if layout == "rows":
+        f = fa.jit(lambda x, w: x @ w.astype(fnp.float32).T)
+        exact = x.astype(np.float64) @ w.astype(np.float64).T
+    else:
+        f = fa.jit(lambda x, w: x @ w.astype(fnp.float32))
+        exact = x.astype(np.float64) @ w.astype(np.float64)
+    xd, wd = _put(x, device), _put(w, device)
+    kernel = device.backend in ("opencl", "webgpu")
+    with fallback_mode("error" if kernel or device.backend in NATIVE else "warn"):
+        got = np.asarray(f(xd, wd), np.float64)
+    scale = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T if layout == "rows" else (
+        np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)))
+    assert np.all(np.abs(got - exact) <= 1e-6 * scale + 1e-30), np.abs(got - exact).max()
+    if kernel:
+        names = [kk.name for kk in f.lower(xd, wd).kernels()]
+        assert not any("convert" in nm for nm in names), names   # the float32 weights are never written
+        if rows <= 4 and (k if layout == "rows" else n) % 4 == 0:
+            assert len(names) == 1 and names[0].startswith("dot_words"), names
 
 
 def test_reductions_and_comparisons(device):

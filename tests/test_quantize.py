@@ -13,6 +13,7 @@ weights, ``vmap`` against a Python loop.
 from __future__ import annotations
 
 import functools
+import itertools
 import warnings
 
 import numpy as np
@@ -542,7 +543,7 @@ def _float_weights_dense(mode):
 
 def _float_mode(device, *dts):
     """``fallback="error"`` on opencl where it has the dtypes ``dts`` (it lacks bfloat16, and float16 without
-    cl_khr_fp16); webgpu has no uint8 (the scales), so the composites fall back there
+    cl_khr_fp16); webgpu reads uint8 (the scales) but writes none, so the composites fall back there
     (``test_mxfp4_on_webgpu_falls_back_naming_uint8``)."""
     caps = device.impl.capabilities(device)
     return "error" if device.backend == "opencl" and all(np.dtype(d) in caps.dtypes for d in dts) else "warn"
@@ -594,9 +595,10 @@ def test_float_modes_round_densely_as_mlx(device, mode):
 @pytest.mark.parametrize("mode", FLOAT_MODES)
 @pytest.mark.parametrize("transpose", [True, False])
 def test_float_modes_quantized_matmul_matches_mlx(device, transpose, mode):
-    """Against ``mx.quantized_matmul(mode=...)`` and NumPy in float64 on the dequantized weights; opencl runs its
-    matrix-vector kernel with ``fallback="error"``, the tiled form (10 rows) on numpy:0
-    (``test_float_kernels_name_the_mode``)."""
+    """Against ``mx.quantized_matmul(mode=...)`` and NumPy in float64 on the dequantized weights; mxfp4 runs with
+    ``fallback="error"`` on every backend (opencl and webgpu: the matrix-vector kernel up to 4 rows, the tiled
+    forms for 10; every kernel form: ``test_mxfp4_in_every_kernel_form_matches_mlx``), mxfp8 and nvfp4 on
+    opencl's matrix-vector kernel, their tiled form (10 rows) on numpy:0 (``test_float_kernels_name_the_mode``)."""
     rng = np.random.default_rng(3)
     w = _weights(40, 256, 32)
     w[5, :40] *= 300.0   # nvfp4's E4M3 scales saturate at 448
@@ -606,9 +608,9 @@ def test_float_modes_quantized_matmul_matches_mlx(device, transpose, mode):
     qmm = fa.jit(functools.partial(fa.quantized_matmul, transpose=transpose, mode=mode))
     args = [fa.device_put(np.array(a), device) for a in (w_q, scales)]
     for shape in ((k,), (3, k), (2, 5, k)):
-        # opencl has the matrix-vector kernel (up to 4 rows of x; more take the affine-only tiled forms, either
-        # transpose); webgpu holds no uint8.
-        native = device.backend != "webgpu" and not (device.backend == "opencl" and len(shape) > 2)
+        # mxfp4 has every kernel form; mxfp8 and nvfp4 the matrix-vector kernel (up to 4 rows of x) on opencl.
+        native = mode == "mxfp4" or (device.backend != "webgpu" and not (device.backend == "opencl"
+                                                                          and len(shape) > 2))
         x = rng.standard_normal(shape).astype(np.float32)
         want = np.array(mx.quantized_matmul(mx.array(x), w_q, scales, transpose=transpose, mode=mode))
         with fallback_mode("error" if native else "warn"), warnings.catch_warnings():
@@ -733,23 +735,61 @@ def test_float_modes_errors_name_what_was_given(mode):
             fa.nn.QuantizedLinear(64, 4, mode=mode, key=fa.random.key(0), **bad)
 
 
-@pytest.mark.parametrize("mode", FLOAT_MODES)
+@pytest.mark.parametrize("mode", ["mxfp8", "nvfp4"])
 def test_float_kernels_name_the_mode(mode):
-    """The kernels' floating path is the matrix-vector form: with ``fallback="error"`` a prefill-sized product
-    (the tiled form) raises naming the mode on opencl, and webgpu (no uint8 scales) names uint8."""
+    """mxfp8's and nvfp4's kernel is the matrix-vector form: with ``fallback="error"`` a prefill-sized product
+    (the tiled form) raises naming the mode (mxfp4 has every form: ``test_mxfp4_in_every_kernel_form_matches_mlx``)."""
     kdevs = [d for d in fa.devices(all_backends=True) if d.backend in ("opencl", "webgpu")]
     if not kdevs:
         pytest.skip("no opencl or webgpu device")
     w_q, scales = fa.quantize(_weights(4, 64, 32), mode=mode)
     for dev in kdevs:
-        with fallback_mode("error"), pytest.raises(fa.UnsupportedOnDevice, match=mode if
-                                                   dev.backend == "opencl" else "uint8"):
+        with fallback_mode("error"), pytest.raises(fa.UnsupportedOnDevice, match=mode):
             fa.jit(functools.partial(fa.quantized_matmul, mode=mode))(
                 *(fa.device_put(a, dev) for a in (np.ones((8, 64), np.float32), w_q, scales)))
 
 
+@pytest.mark.parametrize("kdev", [d for d in fa.devices(all_backends=True) if d.backend in ("opencl", "webgpu")],
+                         ids=str)
+def test_mxfp4_in_every_kernel_form_matches_mlx(kdev):
+    """mxfp4 in each ``quantized_matmul`` kernel form, ``fallback="error"``, with an epilogue: the matrix-vector
+    form (1 and 3 rows), the tiled forms (6 and 10 rows; ``transpose=True`` packs the E8M0 scales as floats,
+    ``transpose=False`` reads them in place) and, forced with a GPU's capabilities, the cooperative form (webgpu
+    reads the uint8 scales four to a u32 word). Weights over 60 binades with zero, subnormal and non-finite groups
+    (``_float_weights``), against ``mx.quantized_matmul`` and NumPy in float64, relative to ``|x| @ |W|``."""
+    from fnarray.lowering.kernels.groups.quantized import cooperative
+    w = _float_weights(np.float32, "mxfp4")
+    w_q, scales = mx.quantize(mx.array(w), group_size=32, bits=4, mode="mxfp4")
+    wd = np.array(mx.dequantize(w_q, scales, group_size=32, bits=4, mode="mxfp4", dtype=mx.float32), np.float64)
+    args = [fa.device_put(np.array(a), kdev) for a in (w_q, scales)]
+    rng = np.random.default_rng(11)
+    gpu = {"tiling_pays": True} if kdev.backend == "webgpu" else {"matmul_tiling": "local", "uniform_guard": False}
+    for caps in ({}, gpu):
+        with _kernel_caps(kdev, **caps), fallback_mode("error"):
+            if caps:
+                assert cooperative(kdev.impl.state(kdev).caps if kdev.backend == "opencl"
+                                   else kdev.impl.capabilities(kdev))
+            for transpose, rows in itertools.product((True, False), (1, 3, 6, 10)):
+                x = rng.standard_normal((rows, 64)).astype(np.float32)
+                f = fa.jit(lambda x, w, s, t=transpose: fa.nn.relu(fa.quantized_matmul(x, w, s, transpose=t,
+                                                                                       mode="mxfp4")))
+                wt = wd.T if transpose else wd
+                got = np.asarray(f(fa.device_put(x, kdev), *args), np.float64)
+                mlx = np.array(mx.quantized_matmul(mx.array(x), w_q, scales, transpose=transpose, group_size=32,
+                                                   bits=4, mode="mxfp4"), np.float64)
+                tol = 1e-6 * (np.abs(x.astype(np.float64)) @ np.abs(wt)) + 1e-37
+                for want in (np.maximum(x.astype(np.float64) @ wt, 0), np.maximum(mlx, 0)):
+                    assert np.all(np.abs(got - want) <= tol), (transpose, rows, np.abs(got - want).max())
+                names = [k.name for k in f.lower(fa.device_put(x, kdev), *args).kernels()]
+                want_names = (["quantized_wg"] if caps and transpose and rows <= 4 else ["quantized_quantized"]
+                              if rows <= 4 else ["quantized_pack", "quantized_tile"] if transpose
+                              else ["quantized_ctile"])
+                assert [nm[:len(w_)] for nm, w_ in zip(names, want_names)] == want_names, names
+                assert len(names) == len(want_names) and "max" in names[-1], names   # the relu: the epilogue
+
+
 def test_mxfp4_on_webgpu_falls_back_naming_uint8():
-    """WGSL has no 8-bit type, so webgpu devices hold no uint8 array: the scales' cast falls back, named."""
+    """WGSL has no 8-bit type: webgpu kernels read uint8 bytes but write none, so the scales' cast falls back, named."""
     devs = [d for d in fa.devices(all_backends=True) if d.backend == "webgpu"]
     if not devs:
         pytest.skip("no webgpu device")

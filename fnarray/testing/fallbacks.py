@@ -4,9 +4,10 @@ Each backend lists the primitives it is expected to fall back on in its own ``ex
 (``Backend.expected_fallbacks``: ``{(primitive name, dtype name or "*"): reason}``), beside its ``supports`` (a
 backend whose devices differ gives the table per device too, ``device_fallbacks(device)``: mlx runs Pallas
 kernels as Metal on a GPU with Metal only); a case whose dtypes the device's ``Capabilities.dtypes`` lack is
-expected to fall back too (WGSL has no float64). ``tests/test_parity.py`` runs every other case with
-``fallback="error"``, so a deleted or broken native lowering fails there instead of passing through the
-fallback, and checks that every expected case still falls back (a table that is no longer true fails too).
+expected to fall back too (WGSL has no float64), and so is one with a result of a dtype the backend holds but
+only reads (``Backend.read_only_dtypes``: webgpu's uint8 and low-bit bytes). ``tests/test_parity.py`` runs every
+other case with ``fallback="error"``, so a deleted or broken native lowering fails there instead of passing through
+the fallback, and checks that every expected case still falls back (a table that is no longer true fails too).
 ``python -m fnarray primitives --fallbacks`` prints the tables (``fallback_rows``).
 """
 
@@ -41,6 +42,9 @@ def expected_fallback(device, prim, inputs, params) -> str | None:
     for a in ins + outs:
         if a.dtype not in caps.dtypes:
             return f"{device} has no {a.dtype.name} (Capabilities.dtypes)"
+    for a in outs:
+        if a.dtype in getattr(device.impl, "read_only_dtypes", ()):
+            return f"{device} reads {a.dtype.name} but writes none (read_only_dtypes)"
     per_device = getattr(device.impl, "device_fallbacks", None)   # a table that differs between its devices
     table = per_device(device) if per_device is not None else getattr(device.impl, "expected_fallbacks", {})
     return table.get((prim.name, case_dtype(prim, inputs, params))) or table.get((prim.name, "*"))

@@ -4,7 +4,7 @@ What differs from OpenCL C is declared here; what WGSL cannot express is
 rewritten before printing:
 
 - Buffers are module-scope ``var<storage>`` bindings (``@group(0)``, binding
-  ``k`` for the ``k``-th buffer parameter); ``bool`` buffers hold ``u32``. A float8/int4/uint4
+  ``k`` for the ``k``-th buffer parameter); ``bool`` buffers hold ``u32``. A float8/int4/uint4 or uint8
   buffer holds its bytes four to a ``u32`` (as the host's bytes): a load takes byte ``i`` of word ``i / 4``;
   nothing stores one byte (WGSL has no 8-bit type and a word shared by four work items would need atomics),
   so kernels read these dtypes only (the backend's ``supports``).
@@ -79,8 +79,10 @@ DTYPES = frozenset({F32, I32, U32, BOOL, F16, C64})
 #: Work-group size of kernels that do not fix one.
 DEFAULT_GROUP_SIZE = 64
 
+#: The dtypes a buffer holds as bytes, four to a u32 word (read only): float8/int4/uint4 and uint8 (mxfp4 scales).
+_BYTES = LOW_BIT | {np.dtype(np.uint8)}
 _TYPES = {F32: "f32", I32: "i32", U32: "u32", BOOL: "bool", F16: "f16", C64: "vec2<f32>",
-          **{d: "u32" for d in LOW_BIT}}   # a float8/int4/uint4 value: its byte, in a u32
+          **{d: "u32" for d in _BYTES}}   # a byte's value, in a u32
 # Uniform (host-shareable) types of scalar parameters: bool as u32, f16 as f32.
 _UNIFORM_TYPES = {F32: "f32", I32: "i32", U32: "u32", BOOL: "u32", F16: "f32"}
 _SPECIAL_BUILTINS = {"global_id": "fa_gid", "local_id": "fa_lid", "group_id": "fa_wid"}
@@ -177,7 +179,7 @@ def uniform_bytes(layout: WGSLLayout, values: dict) -> bytes:
 
 class WGSLRenderer(CStyleRenderer):
     types = _TYPES
-    storage_types = {BOOL: "u32", **{d: "u32" for d in LOW_BIT}}
+    storage_types = {BOOL: "u32", **{d: "u32" for d in _BYTES}}
 
     def __init__(self):
         self._layout = None
@@ -253,7 +255,7 @@ class WGSLRenderer(CStyleRenderer):
         return f"{self.type_name(dtype)}({x})"
 
     def to_storage(self, value: str, dtype) -> str:
-        if np.dtype(dtype) in LOW_BIT:
+        if np.dtype(dtype) in _BYTES:
             raise TypeError(f"WGSL stores no single bytes: {np.dtype(dtype).name} results are not written by "
                             "webgpu kernels (the backend's supports refuses them)")
         return f"select(0u, 1u, {value})"
@@ -270,7 +272,7 @@ class WGSLRenderer(CStyleRenderer):
     # A buffer updated atomically is an array of atomic<i32>/atomic<u32> (float32 as the bits, atomic<u32>):
     # WGSL then allows only atomic accesses of it, so its loads and stores are atomicLoad/atomicStore.
     def load(self, space, name, index, dtype) -> str:
-        if space == "global" and np.dtype(dtype) in LOW_BIT:   # byte i of a buffer of u32 words
+        if space == "global" and np.dtype(dtype) in _BYTES:   # byte i of a buffer of u32 words
             return f"(({name}[({index}) >> 2u] >> ((u32({index}) & 3u) << 3u)) & 255u)"
         if space == "global" and name in self._atomic:
             text = f"atomicLoad(&{name}[{index}])"

@@ -95,24 +95,33 @@ __all__ = ["make_backend", "WebGPUBackend", "WGBuffer", "PORTABLE_LIMITS"]
 _HINT = ("pip install wgpu (and a Vulkan, Metal, D3D12 or OpenGL driver; on Debian/Ubuntu without a GPU: "
          "apt-get install mesa-vulkan-drivers)")
 _F16 = np.dtype(np.float16)
-_BASE_DTYPES = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool_, dtypes.complex64,
+_U8 = np.dtype(np.uint8)
+#: The dtypes a webgpu buffer holds: ``uint8`` and the low-bit ones as their bytes, four to a u32 word, only read.
+_BASE_DTYPES = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool_, dtypes.complex64, _U8,
                           *dtypes.LOW_BIT_DTYPES})
 
 
 def _low_bit_reason(eqn):
-    """Why an equation touching a float8/int4/uint4 array cannot run here, or ``None``: their buffers hold the
-    bytes four to a u32 word, which kernels read (``astype`` out of them) but cannot write a byte of."""
-    d = next((a.aval.dtype for a in list(eqn.inputs) + list(eqn.outputs) if dtypes.is_low_bit(a.aval.dtype)), None)
+    """Why an equation touching a float8/int4/uint4 or uint8 array cannot run here, or ``None``: their buffers hold
+    the bytes four to a u32 word, which kernels read (``astype`` out of them; ``quantized_matmul``'s mxfp4 E8M0
+    scales, uint8) but cannot write a byte of."""
+    d = next((a.aval.dtype for a in list(eqn.inputs) + list(eqn.outputs)
+              if dtypes.is_low_bit(a.aval.dtype) or a.aval.dtype == _U8), None)
     if d is None:
         return None
+    if d == _U8 and eqn.primitive is quantized_matmul_p:
+        return None   # the mxfp4 scales, read as bytes
     if eqn.primitive is not P.convert_element_type:
         return (f"WGSL has no {d.name} type: webgpu kernels only read its bytes, converting them (astype to a "
                 "WebGPU dtype); arithmetic, slicing and every other operation on it run on numpy:0 (cast to "
                 "float32 or int32 first to compute on the device)")
-    if dtypes.is_low_bit(eqn.outputs[0].aval.dtype):
-        return (f"WGSL has no 8-bit type: a webgpu kernel cannot write one {d.name} byte of a 32-bit word "
+    out = eqn.outputs[0].aval.dtype
+    if dtypes.is_low_bit(out) or out == _U8:
+        return (f"WGSL has no 8-bit type: a webgpu kernel cannot write one {out.name} byte of a 32-bit word "
                 "(four work items would share it, without atomics), so casts into it run on numpy:0")
     return None
+
+
 # Primitives whose kernels have no complex form (from the kernel facts): complex64 is vec2<f32> in WGSL.
 _COMPLEX_BAD = frozenset(p for p in SCHEDULED if p not in facts.complex_ok() and p not in CALLS)
 _MAX_ELEMENTS = 2**31 - 1
@@ -675,8 +684,11 @@ class _Timer(tuning.LaunchTimer):
 
 class WebGPUBackend(Backend):
     #: What the parity cases run on numpy:0 here, and why (``Backend.expected_fallbacks``, shared by the kernel
-    #: backends: ``kernels/no_kernel.py``); uint8/int8 casts fall back through ``Capabilities.dtypes``.
+    #: backends: ``kernels/no_kernel.py``); int8 casts fall back through ``Capabilities.dtypes``, casts into uint8
+    #: through ``read_only_dtypes``.
     expected_fallbacks = EXPECTED_FALLBACKS
+    #: The dtypes held as bytes, four to a u32 word, that kernels read but never write (``_low_bit_reason``).
+    read_only_dtypes = frozenset({_U8, *dtypes.LOW_BIT_DTYPES})
     expected_decompositions = EXPECTED_DECOMPOSITIONS | {"erfc"}
     name = "webgpu"
 

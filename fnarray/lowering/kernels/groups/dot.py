@@ -32,8 +32,9 @@ from fnarray.lowering.kernels.groups.register_tiles import (
     register_dtype,
 )
 from fnarray.lowering.kernels.index import ix_data, unravel
-from fnarray.lowering.kernels.ir import INT32, Special, const
+from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Cast, Special, const
 from fnarray.lowering.kernels.rules import (
+    LOW_BIT,
     add_of,
     convert,
     mul_of,
@@ -51,6 +52,17 @@ REGISTER_MIN_WORK = 1 << 16
 #: 0.8-1.4x; a 128 x 128 rhs 0.8-1.2x (its pack takes a few us, in the lhs pack's launch).
 UNPACKED_RHS_ROWS = 64
 UNPACKED_RHS_MIN = 1 << 16
+
+
+#: The most rows of ``x`` the word form (``DotGroup._words``: low-bit weights read a word at a time) takes, one
+#: work item computing them all for its column (a decode step's 1 to 4 rows).
+WORD_ROWS = 4
+#: Columns one work item of the word form computes (each row's ``x`` element loaded once for them), by the axis the
+#: bytes run along (``DotGroup._word_plans``). Along ``k``: best of 1, 2, 4, 8, 16 on all three CPU devices (4096 x
+#: 4096 float8 against float32, 1 and 4 rows, process CPU time): float8's speed-up with 1 column 0.91/1.09/3.1x
+#: (PoCL 3.0/3.1/lavapipe at 2048), with 8 columns 2.6/2.0/3.7x. Along ``n`` (PoCL 3.0, load 11, 1 and 4 rows): 4
+#: columns 29/34 ms, 8 23/30, 16 23/22, 32 19/19 (float32's 130/26); 16 keeps a GPU's registers in bounds.
+WORD_COLS = {"k": 8, "n": 16}
 
 
 #: Tile shape of the local-memory kernels (matrix product, implicit-GEMM convolution): (TX, TY) work items,
@@ -179,6 +191,9 @@ class DotGroup(Group):
         ctx = self.ctx
         launches = []
         lhs, rhs = self.eqn.inputs
+        words = self._word_plans()
+        if words is not None:
+            return [self._words(*words)]
         if self._register_tiled():
             return self._register()
         lp, rp = self.operand_plans()
@@ -206,6 +221,122 @@ class DotGroup(Group):
             block = self._block()
             launches.append(self._blocked(lp, rp, block) if block != (1, 1) else self._simple(lp, rp))
         return launches
+
+    def _word_plans(self):
+        """``(lhs plan, rhs plan, along)`` (plans with buffer specs) of the word form, or ``None`` where it does not
+        apply: up to ``WORD_ROWS`` rows of a float product whose right operand is a low-bit byte array (float8
+        weights read through their ``astype``: ``operand_view``) laid out with its bytes consecutive along the
+        contraction (``along="k"``: ``x @ w8.astype(f32).T``) or the output columns (``"n"``: ``x @ w8.astype(f32)``),
+        each row of them starting at a word, so a work item reads four elements per 32-bit word."""
+        lp, rp = self.operand_plans()
+        if lp is None or rp is None or rp[0].aval.dtype not in LOW_BIT:
+            return None
+        dt = self.eqn.inputs[0].aval.dtype
+        _, roff, (rsb, rsk, rsn) = rp
+        if not (dt.kind == "f" and self._accumulator_dtype() == dt and self.M <= WORD_ROWS and roff % 4 == 0
+                and rsb % 4 == 0):
+            return None
+        if rsk == 1 and self.K % 4 == 0 and rsn % 4 == 0:
+            along = "k"
+        elif rsn == 1 and self.N % 4 == 0 and rsk % 4 == 0:
+            along = "n"
+        else:
+            return None
+        return (self.ctx.spec(lp[0]), lp[1], lp[2]), (self.ctx.spec(rp[0]), rp[1], rp[2]), along
+
+    def _words(self, lp, rp, along):
+        """The product of up to ``WORD_ROWS`` rows with low-bit bytes (``_word_plans``): a work item per (batch,
+        block of ``WORD_COLS`` columns) computes every row, loading the bytes four to a uint32 word (the byte
+        buffer bound as words: along ``k``, four steps of one column; along ``n``, four neighbouring columns of one
+        step, neighbouring work items reading neighbouring words) and converting each byte once in registers.
+        A byte per load was a gather of single bytes on PoCL (which vectorises the work items), 3.5x slower than
+        float32's product; a conversion kernel writing float32 weights, then the product, 0.6-0.8x its speed.
+        On CPU devices (``uniform_guard``) every work item computes and only the stores are guarded; columns
+        past the end compute on the last one."""
+        ctx = self.ctx
+        b, args, tracker, em = self._kernel_start()
+        (lspec, loff, (lsb, lsm, _)), (rspec, roff, (rsb, rsk, rsn)) = lp, rp
+        a = b.buffer(lspec, lspec.dtype, False, "lhs")
+        ws = b.buffer(rspec, UINT32, False, "w")
+        args[a], args[ws] = lspec, rspec
+        self._held = {a: lspec.dtype}
+        cols = min(WORD_COLS[along], self.N)
+        nb = -(-self.N // cols)
+        items = self.B * nb
+        gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
+        inside = op("lt", gid, const(items, INT32))
+        uniform = bool(getattr(ctx.caps, "uniform_guard", False))
+        item = b.let(select(inside, gid, const(items - 1, INT32)), "item") if uniform else gid
+        with b.when(const(True, BOOL) if uniform else inside):
+            n0 = b.let(op("mul", op("rem", item, const(nb, INT32)), const(cols, INT32)), "n")
+            bi = b.let(op("div", item, const(nb, INT32)), "bi")
+            wb = b.let(op("add", const(roff // 4, INT32), op("mul", bi, const(rsb // 4, INT32))), "wb")
+            ns = [b.let(op("add", n0, const(c, INT32))) if c else n0 for c in range(cols)]
+            xbase = b.let(op("add", const(loff, INT32), op("mul", bi, const(lsb, INT32))), "xb")
+            x_rows = [b.let(op("add", xbase, const(m * lsm, INT32)), "xrow") for m in range(self.M)]
+            if along == "k":   # a column's words; past the end, the last column's
+                wrows = [b.let(op("add", wb, op("mul", select(op("lt", n, const(self.N, INT32)), n,
+                                                              const(self.N - 1, INT32)), const(rsn // 4, INT32))),
+                               "wrow") for n in ns]
+                sums = self._word_sums(b, (a, ws), wrows, x_rows, (lp[2][2], rspec.dtype))
+            else:              # the block's words of a step; past the end, the row's last word
+                last = const(self.N // 4 - 1, INT32)
+                wcols = [b.let(select(op("lt", w, last), w, last), "wcol")
+                         for w in (b.let(op("add", op("div", n0, const(4, INT32)), const(u, INT32)))
+                                   for u in range(-(-cols // 4)))]
+                sums = self._column_word_sums(b, (a, ws), (wb, wcols, rsk // 4), x_rows, (lp[2][2], rspec.dtype))
+            for c, n in enumerate(ns):
+                ok = op("lt", n, const(self.N, INT32))
+                for m in range(self.M):
+                    with b.when(op("land", inside, ok) if uniform else ok):
+                        self._finish(b, em, args, bi, const(m, INT32), n, sums[m][c])
+        b.name = kernel_name("dot_words", tracker.eqns)
+        return make_launch(b, args, {}, gsize, lsize, tracker.eqns, "dot")
+
+    def _word_sums(self, b, names, wrows, x_rows, layout):
+        """``_words``' contraction: per step ``unroll`` words of each column in ``wrows`` (4 elements a word), each
+        byte converted once from ``held`` and multiplied into each row's partial sums (``lanes`` independent ones
+        per row and column, summed at the end). Returns the sums as ``[row][column]``."""
+        a, ws = names
+        lsk, held = layout
+        dt = self.eqn.inputs[0].aval.dtype
+        unroll = 2 if self.K % 8 == 0 else 1
+        lanes = 8 if len(x_rows) * len(wrows) == 1 else max(1, 4 // len(wrows))
+        dots = [[[b.var(dt, const(0, dt), "dot") for _ in range(lanes)] for _ in wrows] for _ in x_rows]
+        with b.loop(const(0, INT32), const(self.K // 4, INT32), const(unroll, INT32), hint="t") as t:
+            for u in range(unroll):
+                at = b.let(op("add", t, const(u, INT32))) if u else t
+                words = [b.load(ws, b.let(op("add", wr, at)), UINT32) for wr in wrows]
+                for j in range(4):
+                    k = b.let(op("add", op("mul", at, const(4, INT32)), const(j, INT32)), "k")
+                    xs = [self._load(b, a, b.let(op("add", xr, op("mul", k, const(lsk, INT32)))), dt) for xr in x_rows]
+                    for c, word in enumerate(words):
+                        wv = _byte_value(b, word, j, held, dt)
+                        for r, xv in enumerate(xs):
+                            d = dots[r][c][(4 * u + j) % lanes]
+                            b.assign(d, add_of(b, d, b.let(mul_of(b, xv, wv))))
+        return [[_tree_sum(lane) for lane in row] for row in dots]
+
+    def _column_word_sums(self, b, names, where, x_rows, layout):
+        """``_words``' contraction along ``n``: per step ``k`` the block's words ``wcols`` of row ``k`` (word offset
+        ``wb + k * rsk4``; 4 neighbouring columns a word), each byte converted once from ``held`` and multiplied
+        into the ``[row][column]`` sums (4 per word)."""
+        a, ws = names
+        wb, wcols, rsk4 = where
+        lsk, held = layout
+        dt = self.eqn.inputs[0].aval.dtype
+        sums = [[b.var(dt, const(0, dt), "dot") for _ in range(4 * len(wcols))] for _ in x_rows]
+        with b.loop(const(0, INT32), const(self.K, INT32), hint="kk") as k:
+            base = b.let(op("add", wb, op("mul", k, const(rsk4, INT32))), "wk")
+            xs = [self._load(b, a, b.let(op("add", xr, op("mul", k, const(lsk, INT32)))), dt) for xr in x_rows]
+            for u, wc in enumerate(wcols):
+                word = b.load(ws, b.let(op("add", base, wc)), UINT32)
+                for j in range(4):
+                    wv = _byte_value(b, word, j, held, dt)
+                    for r, xv in enumerate(xs):
+                        d = sums[r][4 * u + j]
+                        b.assign(d, add_of(b, d, b.let(mul_of(b, xv, wv))))
+        return sums
 
     def _block(self):
         """Outputs ``(rows, cols)`` one work item of the untiled kernel computes: the scheduler option
@@ -285,11 +416,11 @@ class DotGroup(Group):
     def _params(self, b, lp, rp, args, scalars):
         lspec, loff, (lsb, lsm, lsk) = lp
         rspec, roff, (rsb, rsk, rsn) = rp
-        dt = self.eqn.inputs[0].aval.dtype
-        a = b.buffer(lspec, dt, False, "lhs")
+        a = b.buffer(lspec, lspec.dtype, False, "lhs")
         args[a] = lspec
-        bb = b.buffer(rspec, dt, False, "rhs")
+        bb = b.buffer(rspec, rspec.dtype, False, "rhs")
         args[bb] = rspec
+        self._held = {a: lspec.dtype, bb: rspec.dtype}
         names = dict(M=self.M, N=self.N, K=self.K, a_off=loff, a_sb=lsb, a_sm=lsm, a_sk=lsk,
                      b_off=roff, b_sb=rsb, b_sk=rsk, b_sn=rsn)
         if self.ctx.opts.get("bake_dot", False):
@@ -297,6 +428,14 @@ class DotGroup(Group):
         syms = {k: b.scalar(k) for k in names}
         scalars.update(names)
         return a, bb, syms
+
+    def _load(self, b, name, index, dt):
+        """An operand element of dtype ``dt`` from buffer ``name`` (``_params``): a low-bit base (a float8
+        weight matrix read through its ``astype``: ``operand_view``) is loaded as its bytes and converted in
+        registers, so the converted operand is never written."""
+        held = self._held[name]
+        v = b.load(name, index, held)
+        return b.let(convert(b, v, dt)) if held != dt else v
 
     def _out_index(self, bexpr, mexpr, nexpr):
         """The output multi-index (``Ix``) of canonical (batch, row, column) kernel values."""
@@ -340,8 +479,8 @@ class DotGroup(Group):
             bbase = b.let(op("add", op("add", s["b_off"], op("mul", bi, s["b_sb"])), op("mul", n, s["b_sn"])))
             acc = b.var(acc_dt, const(0, acc_dt))
             with b.loop(const(0, INT32), s["K"]) as k:
-                x = b.load(a, op("add", abase, op("mul", k, s["a_sk"])), dt)
-                y = b.load(bb, op("add", bbase, op("mul", k, s["b_sk"])), dt)
+                x = self._load(b, a, op("add", abase, op("mul", k, s["a_sk"])), dt)
+                y = self._load(b, bb, op("add", bbase, op("mul", k, s["b_sk"])), dt)
                 if acc_dt != dt:
                     x, y = b.let(convert(b, x, acc_dt)), b.let(convert(b, y, acc_dt))
                 b.assign(acc, add_of(b, acc, b.let(mul_of(b, x, y))))
@@ -382,8 +521,8 @@ class DotGroup(Group):
             accs = [b.var(acc_dt, const(0, acc_dt)) for _ in range(ry * rx)]
             with b.loop(c0, s["K"]) as k:
                 ka, kb = b.let(op("mul", k, s["a_sk"])), b.let(op("mul", k, s["b_sk"]))
-                xs = [b.load(a, op("add", r, ka), dt) for r in rows]
-                ys = [b.load(bb, op("add", c, kb), dt) for c in cols]
+                xs = [self._load(b, a, op("add", r, ka), dt) for r in rows]
+                ys = [self._load(b, bb, op("add", c, kb), dt) for c in cols]
                 if acc_dt != dt:
                     xs = [b.let(convert(b, x, acc_dt)) for x in xs]
                     ys = [b.let(convert(b, y, acc_dt)) for y in ys]
@@ -432,7 +571,8 @@ class DotGroup(Group):
                 ok = b.let(op("land", op("lt", gi, s["M"]), op("lt", gk, s["K"])))
                 gi_c = b.let(select(op("lt", gi, s["M"]), gi, mlast))
                 gk_c = b.let(select(op("lt", gk, s["K"]), gk, klast))
-                x = b.load(a, op("add", abase, op("add", op("mul", gi_c, s["a_sm"]), op("mul", gk_c, s["a_sk"]))), dt)
+                at = op("add", abase, op("add", op("mul", gi_c, s["a_sm"]), op("mul", gk_c, s["a_sk"])))
+                x = self._load(b, a, at, dt)
                 b.store(As, op("add", op("mul", c, const(BM, INT32)), r), select(ok, x, const(0, dt)), space="local")
             with b.loop(tid, const(BK * BN, INT32), const(TX * TY, INT32)) as l:
                 r = b.let(op("div", l, const(BN, INT32)))
@@ -442,7 +582,8 @@ class DotGroup(Group):
                 ok = b.let(op("land", op("lt", gk, s["K"]), op("lt", gj, s["N"])))
                 gk_c = b.let(select(op("lt", gk, s["K"]), gk, klast))
                 gj_c = b.let(select(op("lt", gj, s["N"]), gj, nlast))
-                y = b.load(bb, op("add", bbase, op("add", op("mul", gk_c, s["b_sk"]), op("mul", gj_c, s["b_sn"]))), dt)
+                at = op("add", bbase, op("add", op("mul", gk_c, s["b_sk"]), op("mul", gj_c, s["b_sn"])))
+                y = self._load(b, bb, at, dt)
                 b.store(Bs, op("add", op("mul", r, const(BN, INT32)), c), select(ok, y, const(0, dt)), space="local")
             b.barrier()
             tile_product(b, tiles, dt, tx, ty, TILE)
@@ -459,14 +600,36 @@ class DotGroup(Group):
         return make_launch(b, args, scalars, gsize, (TX, TY, 1), tracker.eqns, "dot", fixed_local=True)
 
 
+def _byte_value(b, word, j, held, dt):
+    """Byte ``j`` of the uint32 ``word``, a value of the low-bit dtype ``held``, converted to ``dt`` in registers."""
+    byte = op("shr", word, const(8 * j, UINT32)) if j else word
+    byte = op("and", byte, const(255, UINT32)) if j < 3 else byte
+    return b.let(convert(b, b.let(Cast(byte, held)), dt), "wv")
+
+
+def _tree_sum(terms):
+    """The sum of ``terms`` (kernel expressions) as a balanced tree."""
+    while len(terms) > 1:
+        terms = [op("add", terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]
+
+
 def operand_view(ctx, v):
     """``(base var, offset, strides)`` reading ``v`` from a buffer through transposes, reshapes and
-    broadcasts, where the base is (or will be) materialised; ``None`` for a literal."""
+    broadcasts, where the base is (or will be) materialised; ``None`` for a literal. A conversion out of a
+    low-bit dtype (``w8.astype(float32)``: float8, int4, uint4 held as bytes) is read through too: the base is
+    then the byte array, which ``DotGroup`` loads and converts in registers (4x fewer bytes than the float32
+    weights a conversion kernel would write and the product read back)."""
     if isinstance(v, Literal):
         return None
     if ctx.in_buffer(v) or v not in ctx.producer:
         return v, 0, contiguous_strides(v.aval.shape)
     e = ctx.producer[v]
+    if (e.primitive == P.convert_element_type and e.inputs[0].aval.dtype in LOW_BIT
+            and v.aval.dtype not in LOW_BIT):
+        inner = operand_view(ctx, e.inputs[0])
+        return inner if inner is not None else (v, 0, contiguous_strides(v.aval.shape))
     if e.primitive not in VIEW_OPS:
         return v, 0, contiguous_strides(v.aval.shape)
     inner = operand_view(ctx, e.inputs[0])

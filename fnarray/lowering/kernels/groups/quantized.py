@@ -164,7 +164,7 @@ class QuantizedMatmulGroup(EquationGroup):
         wg = _COOPERATIVE_WG
         acc = _acc_dtype(e.outputs[0].aval.dtype)
         b, args, tracker, em = self._kernel_start()
-        names = self.input_buffers(b, args)
+        names = tuple(self.input_buffers(b, args)) + (None,) * (4 - len(e.inputs))   # mxfp4: no biases
         groups = blocks * n
         gid, gsize, lsize = ctx.gid(b, groups * wg, wg)
         lid = b.let(op("rem", gid, const(wg, INT32)), "lid")
@@ -200,21 +200,32 @@ class QuantizedMatmulGroup(EquationGroup):
             base_w = b.let(op("add", wrow, op("mul", c, const(bits, INT32))), "wb")
             wd = [b.load(ws, b.let(op("add", base_w, const(t, INT32))), UINT32) for t in range(bits)]
             gi = b.let(op("add", grow, op("div", c, const(per_group, INT32))), "gi")
-            scale = self._load_f(b, ss, gi, xdt, acc)
-            bias = self._load_f(b, bs, gi, xdt, acc)
+            scale, bias = self._group_scale(b, (ss, bs), gi, xdt, acc)
             base_x = b.let(op("mul", c, const(32, INT32)), "xb")
             dots = [b.var(acc, const(0, acc), "dot") for _ in row_ids]
             sums = [b.var(acc, const(0, acc), "xsum") for _ in row_ids]
             for j in range(32):
-                qf = b.let(Cast(_element(b, wd, j * bits, bits, mask), acc), "q")
+                qf = b.let(_code_value(_element(b, wd, j * bits, bits, mask), acc, bias is None), "q")
                 for r, xr in enumerate(x_rows):
                     xv = self._load_f(b, xs, b.let(op("add", xr, op("add", base_x, const(j, INT32)))), xdt, acc)
                     b.assign(dots[r], op("add", dots[r], op("mul", xv, qf)))
-                    b.assign(sums[r], op("add", sums[r], xv))
+                    if bias is not None:   # mxfp4 has no bias, so no sum of x
+                        b.assign(sums[r], op("add", sums[r], xv))
             for r in range(len(row_ids)):
-                b.assign(partial[r], op("add", partial[r], op("add", op("mul", scale, dots[r]),
-                                                              op("mul", bias, sums[r]))))
+                part = op("mul", scale, dots[r])
+                if bias is not None:
+                    part = op("add", part, op("mul", bias, sums[r]))
+                b.assign(partial[r], op("add", partial[r], part))
         return partial
+
+    def _group_scale(self, b, names, gi, xdt, acc):
+        """``(scale, bias)`` of group ``gi`` in ``acc``: the affine format's own, or for mxfp4 (``names[1]`` is
+        ``None``) half the E8M0 scale of the uint8 (``_e8m0_half``, for the doubled E2M1 values of
+        ``_code_value``) and ``None``."""
+        ss, bs = names
+        if bs is None:
+            return b.let(_e8m0_half(b.load(ss, gi, np.dtype(np.uint8)), acc), "scale"), None
+        return self._load_f(b, ss, gi, xdt, acc), self._load_f(b, bs, gi, xdt, acc)
 
     def _tiled(self, n, m, k, tile):
         """The prefill form (``transpose=True``, more than ``ROWS`` rows): a copy kernel lays the packed words,
@@ -240,8 +251,9 @@ class QuantizedMatmulGroup(EquationGroup):
         args[xs] = self.ctx.spec(x)
         names = []
         for spec, dt, hint in ((wspec, UINT32, "w"), (sspec, acc, "s"), (bspec, acc, "bs")):
-            names.append(b.buffer(spec, dt, False, hint))
-            args[names[-1]] = spec
+            names.append(b.buffer(spec, dt, False, hint) if spec is not None else None)   # mxfp4: no biases
+            if spec is not None:
+                args[names[-1]] = spec
         ws, ss, bs = names
         panel, row0, x_rows = _tile_position(b, npan, rm, m, k)
         wbase = b.let(op("mul", panel, const(words * rn, INT32)), "wbase")
@@ -268,7 +280,7 @@ class QuantizedMatmulGroup(EquationGroup):
         words, npan, blocks = n * bits // 32, n // rn, -(-m // rm)
         wx, wy = min(tile["wx"], _pow2_at_least(npan)), min(tile["wy"], _pow2_at_least(blocks))
         b, args, tracker, em = self._kernel_start()
-        xs, ws, ss, bs = self.input_buffers(b, args)
+        xs, ws, ss, bs = tuple(self.input_buffers(b, args)) + (None,) * (4 - len(e.inputs))   # mxfp4: no biases
         panel, row0, x_rows = _tile_position(b, npan, rm, m, k)
         wcol = b.let(op("mul", panel, const(rn * bits // 32, INT32)), "wcol")
         gcol = b.let(op("div", op("mul", panel, const(rn, INT32)), const(gs, INT32)), "gcol")
@@ -303,10 +315,9 @@ class QuantizedMatmulGroup(EquationGroup):
             wb = b.let(op("add", op("mul", row, const(words, INT32)), wcol), "wb")
             wd = [b.load(ws, b.let(op("add", wb, const(j, INT32))), UINT32) for j in range(rn * bits // 32)]
             gi = b.let(op("add", op("mul", row, const(groups, INT32)), gcol), "gi")
-            scale, bias = self._load_f(b, ss, gi, xdt, acc), self._load_f(b, bs, gi, xdt, acc)
+            scale, bias = self._group_scale(b, (ss, bs), gi, xdt, acc)
             for c in range(rn):
-                q = b.let(Cast(b.let(Cast(_element(b, wd, c * bits, bits, mask), INT32)), acc))
-                wv[d, c] = b.let(op("add", op("mul", scale, q), bias), "wv")
+                wv[d, c] = b.let(_dequantized(b, _element(b, wd, c * bits, bits, mask), scale, bias, acc), "wv")
             for r, xr in enumerate(x_rows):
                 xv[d, r] = self._load_f(b, xs, b.let(op("add", xr, row)), xdt, acc)
         for r in range(len(x_rows)):
@@ -333,7 +344,8 @@ class QuantizedMatmulGroup(EquationGroup):
         with b.loop(const(0, INT32), const(groups, INT32), hint="g") as g:
             gi = b.let(op("add", sbase, op("mul", g, const(rn, INT32))), "gi")
             scale = [self._load_f(b, ss, b.let(op("add", gi, const(c, INT32))), acc, acc) for c in range(rn)]
-            bias = [self._load_f(b, bs, b.let(op("add", gi, const(c, INT32))), acc, acc) for c in range(rn)]
+            bias = [self._load_f(b, bs, b.let(op("add", gi, const(c, INT32))), acc, acc) if bs is not None else None
+                    for c in range(rn)]
             with b.loop(const(0, INT32), const(gs // span_elems, INT32), hint="t") as t:
                 span = b.let(op("add", op("mul", g, const(gs // span_elems, INT32)), t), "span")
                 wb = b.let(op("add", wbase, op("mul", span, const(span_words * rn, INT32))), "wb")
@@ -342,9 +354,9 @@ class QuantizedMatmulGroup(EquationGroup):
                 xb = b.let(op("mul", span, const(span_elems, INT32)), "xb")
                 for j0 in range(0, span_elems, u):
                     js = range(j0, min(j0 + u, span_elems))
-                    wv = {(j, c): b.let(op("add", op("mul", scale[c], b.let(Cast(b.let(Cast(
-                        _element(b, wd[c], j * bits, bits, mask), INT32)), acc))), bias[c]), "wv")
-                        for j in js for c in range(rn)}
+                    wv = {(j, c): b.let(_dequantized(b, _element(b, wd[c], j * bits, bits, mask), scale[c], bias[c],
+                                                     acc), "wv")
+                          for j in js for c in range(rn)}
                     xv = {(j, r): self._load_f(b, xs, b.let(op("add", x_rows[r], op("add", xb, const(j, INT32)))),
                                                x.aval.dtype, acc) for j in js for r in range(rm)}
                     for r in range(rm):
@@ -375,23 +387,24 @@ class QuantizedMatmulGroup(EquationGroup):
     def _pack_launch(self, n, words, groups, rn, npan, acc, tile):
         """A copy kernel writing the packed words as ``[panel][word][rn]`` and the scales and biases (as
         ``acc``) as ``[panel][group][rn]``; the columns past ``n`` of the last panel repeat column ``n - 1``.
-        Returns ``(launch, words spec, scales spec, biases spec)``."""
+        mxfp4 has no biases (their spec is ``None``) and its uint8 E8M0 scales are written as half their value
+        (``_e8m0_half``). Returns ``(launch, words spec, scales spec, biases spec)``."""
         ctx = self.ctx
         e = self.eqn
-        _, w, s, bi = e.inputs
+        ops = e.inputs[1:]
         key = (id(self), rn)
         wspec = ctx.spec(("qpack_w",) + key, (npan, words, rn), np.dtype(np.uint32))
         sspec = ctx.spec(("qpack_s",) + key, (npan, groups, rn), acc)
-        bspec = ctx.spec(("qpack_b",) + key, (npan, groups, rn), acc)
+        bspec = ctx.spec(("qpack_b",) + key, (npan, groups, rn), acc) if len(ops) == 3 else None
         b = KernelBuilder("quantized_pack")
         args: dict = {}
         srcs = []
-        for a in (w, s, bi):
+        for a in ops:
             spec = ctx.spec(a)
             srcs.append(b.buffer(spec, a.aval.dtype, False, "in"))
             args[srcs[-1]] = spec
         dsts = []
-        for spec, dt in ((wspec, np.dtype(np.uint32)), (sspec, acc), (bspec, acc)):
+        for spec, dt in ((wspec, np.dtype(np.uint32)), (sspec, acc), (bspec, acc))[:len(ops)]:
             dsts.append(b.buffer(spec, dt, True, "out"))
             args[dsts[-1]] = spec
         items = npan * words * rn
@@ -407,8 +420,10 @@ class QuantizedMatmulGroup(EquationGroup):
                 src = b.let(op("add", op("mul", col, const(groups, INT32)), t), "si")
                 dst = b.let(op("add", op("mul", op("add", op("mul", pn, const(groups, INT32)), t), const(rn, INT32)),
                                       c), "di")
-                for k_, a in ((1, s), (2, bi)):
-                    b.store(dsts[k_], dst, self._load_f(b, srcs[k_], src, a.aval.dtype, acc))
+                if len(ops) == 2:   # mxfp4
+                    b.store(dsts[1], dst, b.let(_e8m0_half(b.load(srcs[1], src, np.dtype(np.uint8)), acc)))
+                for k_ in range(1, len(ops)) if len(ops) == 3 else ():
+                    b.store(dsts[k_], dst, self._load_f(b, srcs[k_], src, ops[k_].aval.dtype, acc))
         b.name = "quantized_pack"
         return make_launch(b, args, {}, gsize, lsize, [], "copy"), wspec, sspec, bspec
 
@@ -559,6 +574,20 @@ def _local_sums(b, partial, lid, wg, acc):
     return [b.load(red, const(r * wg, INT32), acc, "local") for r in range(rows)]
 
 
+def _code_value(q, acc, mxfp4):
+    """The value in ``acc`` of the element code ``q`` (uint32) before its group's scale: the integer, or for mxfp4
+    the doubled E2M1 value (``_e2m1_doubled``)."""
+    return _e2m1_doubled(q, acc) if mxfp4 else Cast(q, acc)
+
+
+def _dequantized(b, q, scale, bias, acc):
+    """The weight of code ``q`` (uint32): ``scale * q + bias`` (affine; ``q`` through int32, as the tiled forms
+    always converted it), or for mxfp4 (``bias`` ``None``, ``scale`` half the E8M0 scale) ``scale * 2 * E2M1[q]``."""
+    if bias is None:
+        return op("mul", scale, b.let(_e2m1_doubled(q, acc)))
+    return op("add", op("mul", scale, b.let(Cast(b.let(Cast(q, INT32)), acc))), bias)
+
+
 def _tree_sum(terms):
     """The sum of ``terms`` (kernel expressions) as a balanced tree."""
     while len(terms) > 1:
@@ -665,13 +694,14 @@ def cooperative(caps) -> bool:
 
 def unsupported_reason(eqn, caps):
     """Why the kernels cannot run this ``quantized_matmul`` equation on a target with ``caps``, or ``None``: a
-    work item's walk longer than the driver's loop limit (lavapipe stops loops silently past it), or an mxfp4
-    product in a form written for the affine format only (tiled, cooperative)."""
-    if eqn.params["mode"] != "affine":
+    product in a form that lacks its mode (``"affine"`` and ``"mxfp4"`` have every form; ``"mxfp8"`` and
+    ``"nvfp4"`` the matrix-vector form only), or a work item's walk longer than the driver's loop limit (lavapipe
+    stops loops silently past it)."""
+    if eqn.params["mode"] not in ("affine", "mxfp4"):
         m = math.prod(eqn.inputs[0].aval.shape[:-1])
         if tiled(m, caps) or (eqn.params["transpose"] and cooperative(caps)):   # _tiled, _tiled_columns
             return (f"quantized_matmul mode={eqn.params['mode']!r} has the matrix-vector kernel only (up to "
-                    f"{ROWS} rows of x on a CPU device); the tiled and cooperative forms are affine only")
+                    f"{ROWS} rows of x on a CPU device); the tiled and cooperative forms have 'affine' and 'mxfp4'")
     limit = getattr(caps, "max_loop_iterations", None)
     k = eqn.inputs[0].aval.shape[-1]
     steps = k // 32 if eqn.params["transpose"] else k
