@@ -624,6 +624,7 @@ class WebGPULowered(KernelLowered):
         opts = {"donate": self.donate} if self.donate else {}
         if not caps.tiling_pays:   # a CPU adapter (lavapipe)
             opts["dot_block"] = CPU_DOT_BLOCK
+            opts["dot_vec4"] = True          # groups/dot.py: operands read four elements per load where aligned
             opts["scatter_columns"] = True   # groups/scatter.py: a work item per column where it is less work
             opts["conv_positions"] = CPU_CONV_POSITIONS
         if tuning.active(self.device):

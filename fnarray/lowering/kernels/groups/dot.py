@@ -32,7 +32,7 @@ from fnarray.lowering.kernels.groups.register_tiles import (
     register_dtype,
 )
 from fnarray.lowering.kernels.index import ix_data, unravel
-from fnarray.lowering.kernels.ir import INT32, Special, const
+from fnarray.lowering.kernels.ir import INT32, BufferParam, Lane, Special, const, vector_dtype
 from fnarray.lowering.kernels.rules import (
     add_of,
     convert,
@@ -319,10 +319,17 @@ class DotGroup(Group):
         b.name = kernel_name("dot", tracker.eqns)
         return make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "dot")
 
-    def _blocked(self, lp, rp, block):
+    def _blocked(self, lp, rp, block, vectors=True):
         """The untiled product with ``block = (RY, RX)`` outputs per work item: RY rows and RX columns
         (clamped to the last row and column at the edges, whose products are computed and not stored),
-        RY + RX operand loads per step of the contraction, the epilogue per output as ``_simple``'s."""
+        RY + RX operand loads per step of the contraction, the epilogue per output as ``_simple``'s.
+
+        With the scheduler option ``dot_vec4`` (webgpu on a CPU adapter), an operand whose contiguous
+        dimension allows it is read four elements per load (``_vector_reads``): along the contraction (the
+        loop then takes four steps per iteration) or along the block's rows or columns. Each accumulator
+        still adds its products in the order of the contraction, so the results are the same, bit for bit.
+        ``vectors=False``: scalar loads only (where a vector binding would exceed the target's buffers per
+        kernel or alias a buffer the kernel writes)."""
         ry, rx = block
         ctx = self.ctx
         b, args, tracker, em = self._kernel_start()
@@ -334,6 +341,7 @@ class DotGroup(Group):
         dt = self.eqn.inputs[0].aval.dtype
         acc_dt = self._accumulator_dtype()
         c0 = const(0, INT32)
+        along = self._vector_reads(lp, rp, block) if vectors else (None, None)
         with b.when(op("lt", gid, const(total, INT32))):
             n0 = b.let(op("mul", op("rem", gid, const(nb, INT32)), const(rx, INT32)), "n")
             mn = b.let(op("div", gid, const(nb, INT32)))
@@ -341,26 +349,24 @@ class DotGroup(Group):
             bi = b.let(op("div", mn, const(mb, INT32)), "bi")
             abase = b.let(op("add", s["a_off"], op("mul", bi, s["a_sb"])))
             bbase = b.let(op("add", s["b_off"], op("mul", bi, s["b_sb"])))
-            mlast, nlast = (b.let(op("sub", s[k], const(1, INT32))) for k in ("M", "N"))
-            rows, cols = [], []
-            for i in range(ry):
-                r = b.let(op("add", m0, const(i, INT32))) if i else m0
-                rows.append(b.let(op("add", abase, op("mul", select(op("lt", r, s["M"]), r, mlast), s["a_sm"]))))
-            for j in range(rx):
-                c = b.let(op("add", n0, const(j, INT32))) if j else n0
-                cols.append(b.let(op("add", bbase, op("mul", select(op("lt", c, s["N"]), c, nlast), s["b_sn"]))))
+            lhs = _OperandReader(b, a, lp[0], dt, abase, m0, ry, s["M"], s["a_sm"], s["a_sk"], along[0])
+            rhs = _OperandReader(b, bb, rp[0], dt, bbase, n0, rx, s["N"], s["b_sn"], s["b_sk"], along[1])
+            for reader in (lhs, rhs):
+                reader.bind(args)
             accs = [b.var(acc_dt, const(0, acc_dt)) for _ in range(ry * rx)]
-            with b.loop(c0, s["K"]) as k:
-                ka, kb = b.let(op("mul", k, s["a_sk"])), b.let(op("mul", k, s["b_sk"]))
-                xs = [b.load(a, op("add", r, ka), dt) for r in rows]
-                ys = [b.load(bb, op("add", c, kb), dt) for c in cols]
-                if acc_dt != dt:
-                    xs = [b.let(convert(b, x, acc_dt)) for x in xs]
-                    ys = [b.let(convert(b, y, acc_dt)) for y in ys]
-                for i, x in enumerate(xs):
-                    for j, y in enumerate(ys):
-                        acc = accs[i * rx + j]
-                        b.assign(acc, add_of(b, acc, b.let(mul_of(b, x, y))))
+            step = 4 if "k" in along else 1
+            with b.loop(c0, s["K"], const(step, INT32) if step > 1 else None) as k:
+                for reader in (lhs, rhs):
+                    reader.start(k)
+                for kk in range(step):
+                    xs, ys = lhs.values(k, kk), rhs.values(k, kk)
+                    if acc_dt != dt:
+                        xs = [b.let(convert(b, x, acc_dt)) for x in xs]
+                        ys = [b.let(convert(b, y, acc_dt)) for y in ys]
+                    for i, x in enumerate(xs):
+                        for j, y in enumerate(ys):
+                            acc = accs[i * rx + j]
+                            b.assign(acc, add_of(b, acc, b.let(mul_of(b, x, y))))
             held = b.array("private", acc_dt, ry * rx, "acc")
             for i, acc in enumerate(accs):
                 b.store(held, const(i, INT32), acc, space="private")
@@ -372,7 +378,45 @@ class DotGroup(Group):
                         v = b.load(held, op("add", op("mul", yy, const(rx, INT32)), xx), acc_dt, "private")
                         self._finish(b, em, args, bi, gi, gj, v)
         b.name = kernel_name("dot", tracker.eqns)
-        return make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "dot")
+        launch = make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "dot")
+        if along != (None, None) and not self._vectors_fit(launch):
+            return self._blocked(lp, rp, block, vectors=False)
+        return launch
+
+    def _vector_reads(self, lp, rp, block):
+        """``(lhs, rhs)``: how ``_blocked`` reads each operand four elements at a time, ``"k"`` (along the
+        contraction), ``"rows"`` (along the block's rows of the lhs or columns of the rhs) or ``None``
+        (one element per load). Only where the scheduler option ``dot_vec4`` asks, for float32 operands,
+        where that dimension has unit stride and a length that is a multiple of 4, and every other stride
+        and the offset are multiples of 4 (each vector is then whole and aligned in its buffer)."""
+        lhs, rhs = self.eqn.inputs
+        f32 = np.dtype(np.float32)
+        if not self.ctx.opts.get("dot_vec4", False) or lhs.aval.dtype != f32 or rhs.aval.dtype != f32:
+            return None, None
+        ry, rx = block
+        _, loff, (lsb, lsm, lsk) = lp
+        _, roff, (rsb, rsk, rsn) = rp
+        out = []
+        for off, sb, (s_own, n_own, r_own), s_k in ((loff, lsb, (lsm, self.M, ry), lsk),
+                                                   (roff, rsb, (rsn, self.N, rx), rsk)):
+            def aligned(*pairs, off=off, sb=sb):
+                return off % 4 == 0 and all(st % 4 == 0 for st, n in ((sb, self.B),) + pairs if n > 1)
+            if s_k == 1 and self.K % 4 == 0 and aligned((s_own, n_own)):
+                out.append("k")
+            elif s_own == 1 and r_own % 4 == 0 and n_own % 4 == 0 and aligned((s_k, self.K)):
+                out.append("rows")
+            else:
+                out.append(None)
+        return tuple(out)
+
+    def _vectors_fit(self, launch) -> bool:
+        """Whether ``launch``'s vector bindings keep within the target's buffers per kernel and bind no
+        buffer that the kernel also writes (WebGPU refuses a buffer bound read-only and writable at once)."""
+        bufs = [(p, a) for p, a in zip(launch.kernel.params, launch.args, strict=True) if isinstance(p, BufferParam)]
+        limit = self.ctx.caps.max_buffers_per_kernel
+        written = {id(a) for p, a in bufs if p.writes}
+        vector = [a for p, a in bufs if np.dtype(p.dtype).subdtype is not None]
+        return (limit is None or len(bufs) <= limit) and not any(id(a) in written for a in vector)
 
     TX, TY, RX, RY, BK = TILE
 
@@ -427,6 +471,66 @@ class DotGroup(Group):
         b.name = kernel_name("dot_tiled", tracker.eqns)
         gsize = (-(-self.N // BN) * TX, -(-self.M // BM) * TY, self.B)
         return make_launch(b, args, scalars, gsize, (TX, TY, 1), tracker.eqns, "dot", fixed_local=True)
+
+
+class _OperandReader:
+    """How ``DotGroup._blocked`` reads one operand's ``r`` rows (lhs) or columns (rhs) of the block starting at
+    ``first`` per step of the contraction: one element per load (``along=None``), four consecutive steps of
+    the contraction per vector load (``"k"``), or four consecutive rows per vector load (``"rows"``; the
+    last vector of a block past the operand's ``count`` rows is clamped to its last four, whose products are
+    not stored). ``base``: the element offset of the batch; ``s_own``, ``s_k``: the strides of the rows and
+    of the contraction (scalar parameters)."""
+
+    def __init__(self, b, name, spec, dt, base, first, r, count, s_own, s_k, along):
+        self.b, self.name, self.spec, self.dt, self.along = b, name, spec, dt, along
+        self.s_k, self.r = s_k, r
+        four = const(4, INT32)
+        if along is None or along == "k":
+            last = b.let(op("sub", count, const(1, INT32)))
+            rows = []
+            for i in range(r):
+                at = b.let(op("add", first, const(i, INT32))) if i else first
+                rows.append(b.let(op("add", base, op("mul", select(op("lt", at, count), at, last), s_own))))
+            # "k": the vector index of each row's first element (a multiple of 4: _vector_reads)
+            self.rows = rows if along is None else [b.let(op("div", row, four)) for row in rows]
+        else:
+            last = b.let(op("sub", count, four))
+            self.rows = []
+            for q in range(r // 4):
+                at = b.let(op("add", first, const(4 * q, INT32))) if q else first
+                self.rows.append(b.let(op("div", op("add", base, select(op("lt", at, count), at, last)), four)))
+            self.sk4 = b.let(op("div", s_k, four))
+        self.vname = None
+        self.vectors = ()
+
+    def bind(self, args):
+        """The vector binding of the operand's buffer (beside its element binding, which the epilogue may
+        read too), recorded in ``args``."""
+        if self.along is not None:
+            self.vname = self.b.buffer(("vec4", self.spec), vector_dtype(self.dt), False, "wide")
+            args[self.vname] = self.spec
+
+    def start(self, k):
+        """The loads of one iteration at contraction index ``k`` that all its steps share (``"k"``)."""
+        if self.along == "k":
+            kq = self.b.let(op("div", k, const(4, INT32)))
+            self.vectors = [self.b.load(self.vname, op("add", row, kq), vector_dtype(self.dt)) for row in self.rows]
+
+    def values(self, k, kk):
+        """The operand's ``r`` values at contraction index ``k + kk``."""
+        b = self.b
+        if self.along == "k":
+            return [b.let(Lane(v, kk, self.dt)) for v in self.vectors]
+        kat = b.let(op("add", k, const(kk, INT32))) if kk else k
+        if self.along is None:
+            kofs = b.let(op("mul", kat, self.s_k))
+            return [b.load(self.name, op("add", row, kofs), self.dt) for row in self.rows]
+        kofs = b.let(op("mul", kat, self.sk4))
+        out = []
+        for row in self.rows:
+            v = b.load(self.vname, op("add", row, kofs), vector_dtype(self.dt))
+            out.extend(b.let(Lane(v, lane, self.dt)) for lane in range(4))
+        return out
 
 
 def operand_view(ctx, v):
