@@ -40,6 +40,7 @@ from fnarray.lowering.kernels.rules import (
     op,
     select,
 )
+from fnarray.lowering.kernels.tuning import Tunable
 
 # ---------------------------------------------------------------------------- matrix multiply
 
@@ -88,6 +89,24 @@ def tile_product(b, tiles, dt, tx, ty, tile):
                 prod = b.let(mul_of(b, b.load(av, yy, dt, "private"), b.load(bv, xx, dt, "private")))
                 cur = b.load(acc, slot, dt, "private")
                 b.store(acc, slot, add_of(b, cur, prod), space="private")
+
+
+def _block_valid(choice, facts) -> bool:
+    """A block worth building: at most 128 accumulators, and no taller (wider) than the output's rows
+    (columns) need where a smaller candidate already covers them (both narrow to the same kernel)."""
+    if choice["rows"] * choice["cols"] > 128:
+        return False
+    return all(choice[k] == 4 or choice[k] // 2 < facts.get(k, choice[k]) for k in ("rows", "cols"))
+
+
+#: Outputs per work item of the blocked product (``DotGroup._blocked``, where ``dot_block`` asks for it:
+#: webgpu on a CPU adapter). Larger blocks run lavapipe's products up to 2x faster (16 x 8 against 8 x 4,
+#: docs/performance.md) but take longer to compile, so the default stays the scheduler option's (8 x 4);
+#: mode ``"full"`` times every block per product on the device and keeps the choice in the persistent cache,
+#: where mode ``"fast"`` reuses it.
+BLOCK_TUNABLE = Tunable("dot_block", {"rows": (4, 8, 16), "cols": (4, 8, 16)},
+                        doc="outputs per work item (rows x cols) of the blocked matrix product",
+                        valid=_block_valid)
 
 
 class DotGroup(Group):
@@ -196,20 +215,27 @@ class DotGroup(Group):
                  and self._tiled_groups_fit())
         if tiled:
             launches.append(self._tiled(lp, rp))
+        elif self._block() == (1, 1):
+            launches.append(self._simple(lp, rp))
         else:
-            block = self._block()
-            launches.append(self._blocked(lp, rp, block) if block != (1, 1) else self._simple(lp, rp))
+            ry, rx = self._block()
+            launches.extend(self.ctx.tuned(BLOCK_TUNABLE, {"rows": ry, "cols": rx},
+                                           lambda c: [self._blocked(lp, rp, self._narrowed(c))],
+                                           {"rows": self.M, "cols": self.N}))
         return launches
 
     def _block(self):
-        """Outputs ``(rows, cols)`` one work item of the untiled kernel computes: the scheduler option
-        ``dot_block`` (webgpu on a CPU adapter: lavapipe loads each operand element with a gather, so a
-        4 x 4 block, reading 8 elements for 16 products instead of 32, runs the MLP's products 2-4x faster),
-        narrowed to the output's own rows and columns; ``(1, 1)`` (the one-output kernel) by default."""
-        ry, rx = self.ctx.opts.get("dot_block", (1, 1))
+        """Outputs ``(rows, cols)`` one work item of the untiled kernel computes by default: the scheduler
+        option ``dot_block`` (webgpu on a CPU adapter: lavapipe loads each operand element with a gather, so
+        a 4 x 4 block, reading 8 elements for 16 products instead of 32, runs the MLP's products 2-4x
+        faster); ``(1, 1)`` (the one-output kernel) without it. A ``BLOCK_TUNABLE`` choice replaces it."""
         if self.eqn.inputs[0].aval.dtype == np.bool_:
             return (1, 1)
-        return (min(ry, self.M), min(rx, self.N))
+        return tuple(self.ctx.opts.get("dot_block", (1, 1)))
+
+    def _narrowed(self, choice):
+        """A ``BLOCK_TUNABLE`` choice narrowed to the output's own rows and columns."""
+        return (min(choice["rows"], self.M), min(choice["cols"], self.N))
 
     def _accumulator_dtype(self):
         """The dtype products are summed in: the operands', or for integer operands a wider integer result
