@@ -4,7 +4,9 @@ What differs from OpenCL C is declared here; what WGSL cannot express is
 rewritten before printing:
 
 - Buffers are module-scope ``var<storage>`` bindings (``@group(0)``, binding
-  ``k`` for the ``k``-th buffer parameter); ``bool`` buffers hold ``u32``. A float8/int4/uint4
+  ``k`` for the ``k``-th buffer parameter); ``bool`` buffers hold ``u32``. A parameter of
+  ``ir.vector_dtype(float32)`` is ``array<vec4<f32>>`` (a second binding of a buffer that a kernel reads
+  four elements per load; ``ir.Lane`` prints as ``v[i]``). A float8/int4/uint4
   buffer holds its bytes four to a ``u32`` (as the host's bytes): a load takes byte ``i`` of word ``i / 4``;
   nothing stores one byte (WGSL has no 8-bit type and a word shared by four work items would need atomics),
   so kernels read these dtypes only (the backend's ``supports``).
