@@ -256,23 +256,26 @@ _KERNELS = textwrap.dedent("""
 """)
 
 
+def _run_script(script, dev, out, cache, mode, timeout=300):
+    """``script dev out`` in a fresh process with ``cache`` as the cache folder and autotuning ``mode``: its
+    printed words (measured, disk hits, the rest)."""
+    env = dict(os.environ, PYTHONPATH=ROOT, FNARRAY_CACHE_DIR=str(cache), FNARRAY_AUTOTUNE=mode)
+    done = subprocess.run([sys.executable, str(script), dev, str(out)], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split(maxsplit=2)
+
+
 @pytest.mark.parametrize("dev", [str(d) for d in _kernel_devices()])
 def test_generated_kernels_tuned_in_one_process_are_reused_in_the_next(tmp_path, dev):
     script = tmp_path / "kernels.py"
     script.write_text(_KERNELS)
     cache = tmp_path / "cache"
-    env = dict(os.environ, PYTHONPATH=ROOT, FNARRAY_CACHE_DIR=str(cache), FNARRAY_AUTOTUNE="full")
-    first = subprocess.run([sys.executable, str(script), dev, str(tmp_path / "a.npy")], env=env,
-                           capture_output=True, text=True, timeout=300)
-    assert first.returncode == 0, first.stderr
-    measured, disk_hits, *choices = first.stdout.split(maxsplit=2)
+    measured, disk_hits, *choices = _run_script(script, dev, tmp_path / "a.npy", cache, "full")
     assert int(measured) > 0 and int(disk_hits) == 0
     # Without the cached schedules, the second process schedules again and asks for every choice: from disk.
     shutil.rmtree(cache / "schedule", ignore_errors=True)
-    second = subprocess.run([sys.executable, str(script), dev, str(tmp_path / "b.npy")], env=env,
-                            capture_output=True, text=True, timeout=300)
-    assert second.returncode == 0, second.stderr
-    measured2, disk_hits2, *choices2 = second.stdout.split(maxsplit=2)
+    measured2, disk_hits2, *choices2 = _run_script(script, dev, tmp_path / "b.npy", cache, "full")
     assert int(measured2) == 0 and int(disk_hits2) > 0 and choices2 == choices
     np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy"))
 
@@ -301,18 +304,11 @@ def test_a_product_block_chosen_by_full_tuning_is_reused_by_fast_in_the_next_pro
     script = tmp_path / "product.py"
     script.write_text(_PRODUCT)
     cache = tmp_path / "cache"
-    env = dict(os.environ, PYTHONPATH=ROOT, FNARRAY_CACHE_DIR=str(cache), FNARRAY_AUTOTUNE="full")
-    first = subprocess.run([sys.executable, str(script), dev, str(tmp_path / "a.npy")], env=env,
-                           capture_output=True, text=True, timeout=600)
-    assert first.returncode == 0, first.stderr
-    measured, disk_hits, blocks = first.stdout.split(maxsplit=2)
+    measured, disk_hits, blocks = _run_script(script, dev, tmp_path / "a.npy", cache, "full", timeout=600)
     ((source, choice),) = json.loads(blocks)
     assert int(measured) > 0 and int(disk_hits) == 0 and source == "full"
     shutil.rmtree(cache / "schedule", ignore_errors=True)
-    second = subprocess.run([sys.executable, str(script), dev, str(tmp_path / "b.npy")],
-                            env={**env, "FNARRAY_AUTOTUNE": "fast"}, capture_output=True, text=True, timeout=300)
-    assert second.returncode == 0, second.stderr
-    measured2, disk_hits2, blocks2 = second.stdout.split(maxsplit=2)
+    measured2, disk_hits2, blocks2 = _run_script(script, dev, tmp_path / "b.npy", cache, "fast")
     assert int(measured2) == 0 and int(disk_hits2) > 0 and json.loads(blocks2) == [["disk", choice]]
     a = np.linspace(-1, 1, 96 * 128).reshape(96, 128)
     np.testing.assert_allclose(np.load(tmp_path / "a.npy"), np.maximum(a @ a.T, 0), rtol=1e-5, atol=1e-4)
