@@ -25,7 +25,7 @@ Columns: seconds, then the ratios fnarray / raw (raw JAX on jax:0's rows, raw ML
 fnarray on numpy:0, for the first call and the steady state; the load average before and after.
 
 Usage: python benchmarks/programs.py [--quick] [--workloads vae,decode] [--backends numpy:0,jax:0]
-                                     [--repeats 1] [--timeout 900]
+                                     [--repeats 1] [--timeout 900] [--clock wall|cpu]
 ``--quick`` shrinks every size; its run is then mostly process starts and first compiles (22 minutes for
 all six workloads on all five backends at load average 15 on 2 cores; filter with ``--workloads``/``--backends``
 for a few minutes). Per-process progress goes to stderr. Asserts nothing.
@@ -126,10 +126,15 @@ def _lib(which, device):
     return L
 
 
+#: the clock of ``_timed``: wall time, or the process's CPU time with ``--clock cpu`` (lavapipe and PoCL run
+#: kernels in the process's own threads; CPU time scatters less on a loaded machine)
+_CLOCK = [time.perf_counter]
+
+
 def _timed(fn):
-    t0 = time.perf_counter()
+    t0 = _CLOCK[0]()
     fn()
-    return time.perf_counter() - t0
+    return _CLOCK[0]() - t0
 
 
 # ---------------------------------------------------------------------------------------------------- the VAE
@@ -380,11 +385,11 @@ def child(which, device, name, quick):
     print(json.dumps(out))
 
 
-def _one(which, device, name, quick, timeout):
+def _one(which, device, name, quick, timeout, clock="wall"):
     """One fresh process: ``{row: {"first_s", "steady_s"}}`` or ``{"error": text}``."""
     env = dict(os.environ, PYTHONPATH=ROOT, OPENBLAS_NUM_THREADS="1")
     env.pop("FNARRAY_CACHE_DIR", None)
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", which, device or "-", name]
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", which, device or "-", name, "--clock", clock]
     try:
         out = subprocess.run(cmd + (["--quick"] if quick else []), env=env, cwd=ROOT, capture_output=True,
                              text=True, timeout=timeout)
@@ -416,8 +421,12 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=1, help="interleaved rounds; the best is kept")
     ap.add_argument("--quick", action="store_true", help="small sizes (compiles still dominate)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per process before it is given up")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="seconds of wall time (default) or of the process's CPU time")
     ap.add_argument("--child", nargs=3, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.clock == "cpu":
+        _CLOCK[0] = time.process_time
     if args.child:
         which, device, name = args.child
         return child(which, None if device == "-" else device, name, args.quick)
@@ -433,7 +442,7 @@ def main(argv=None):
             sides.append((RAW[b], None))
     load0 = os.getloadavg()
     print(f"benchmarks/programs.py {'--quick ' if args.quick else ''}--workloads {','.join(workloads)} "
-          f"--backends {','.join(backends)} --repeats {args.repeats}; "
+          f"--backends {','.join(backends)} --repeats {args.repeats} --clock {args.clock}; "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
           f"load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}", flush=True)
     runs = {(w, side): [] for w in workloads for side in sides}
@@ -441,7 +450,7 @@ def main(argv=None):
         for w in workloads:
             for side in sides:
                 t0 = time.perf_counter()
-                runs[w, side].append(_one(side[0], side[1], w, args.quick, args.timeout))
+                runs[w, side].append(_one(side[0], side[1], w, args.quick, args.timeout, args.clock))
                 print(f"  {w} {side[0]} {side[1] or ''}: {time.perf_counter() - t0:.1f} s in the process "
                       f"(load {os.getloadavg()[0]:.1f}) {json.dumps(runs[w, side][-1])}", file=sys.stderr,
                       flush=True)

@@ -44,7 +44,8 @@ def _needs(marks):
 
 def _only_verdict(error: str) -> bool:
     """Whether a failed block's only fault is a profiler verdict (``prints: ... dominates``) other than the page's:
-    a verdict weighs measured times, so a load spike on a shared machine can flip it; such a page runs up to three times."""
+    a verdict weighs measured times, so a load spike on a shared machine can flip it; such a page runs up to three
+    times."""
     lines = error.strip().splitlines()
     return bool(lines) and all(ln.startswith("the output lacks") and ln.endswith(" dominates'") for ln in lines)
 

@@ -18,6 +18,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.lowering.kernels import tuning
 from fnarray.lowering.kernels.groups import base as base_group
+from fnarray.lowering.kernels.groups import dot as dot_group
 from fnarray.lowering.kernels.groups import pallas as pallas_group
 from fnarray.lowering.kernels.groups import quantized as quantized_group
 from fnarray.lowering.kernels.groups import reduce as reduce_group
@@ -255,24 +256,62 @@ _KERNELS = textwrap.dedent("""
 """)
 
 
+def _run_script(script, dev, out, cache, mode, timeout=300):
+    """``script dev out`` in a fresh process with ``cache`` as the cache folder and autotuning ``mode``: its
+    printed words (measured, disk hits, the rest)."""
+    env = dict(os.environ, PYTHONPATH=ROOT, FNARRAY_CACHE_DIR=str(cache), FNARRAY_AUTOTUNE=mode)
+    done = subprocess.run([sys.executable, str(script), dev, str(out)], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split(maxsplit=2)
+
+
 @pytest.mark.parametrize("dev", [str(d) for d in _kernel_devices()])
 def test_generated_kernels_tuned_in_one_process_are_reused_in_the_next(tmp_path, dev):
     script = tmp_path / "kernels.py"
     script.write_text(_KERNELS)
     cache = tmp_path / "cache"
-    env = dict(os.environ, PYTHONPATH=ROOT, FNARRAY_CACHE_DIR=str(cache), FNARRAY_AUTOTUNE="full")
-    first = subprocess.run([sys.executable, str(script), dev, str(tmp_path / "a.npy")], env=env,
-                           capture_output=True, text=True, timeout=300)
-    assert first.returncode == 0, first.stderr
-    measured, disk_hits, *choices = first.stdout.split(maxsplit=2)
+    measured, disk_hits, *choices = _run_script(script, dev, tmp_path / "a.npy", cache, "full")
     assert int(measured) > 0 and int(disk_hits) == 0
     # Without the cached schedules, the second process schedules again and asks for every choice: from disk.
     shutil.rmtree(cache / "schedule", ignore_errors=True)
-    second = subprocess.run([sys.executable, str(script), dev, str(tmp_path / "b.npy")], env=env,
-                            capture_output=True, text=True, timeout=300)
-    assert second.returncode == 0, second.stderr
-    measured2, disk_hits2, *choices2 = second.stdout.split(maxsplit=2)
+    measured2, disk_hits2, *choices2 = _run_script(script, dev, tmp_path / "b.npy", cache, "full")
     assert int(measured2) == 0 and int(disk_hits2) > 0 and choices2 == choices
+    np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy"))
+
+
+_PRODUCT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import fnarray as fa
+    import fnarray.numpy as fnp
+    from fnarray.lowering.kernels import tuning
+    dev = [d for d in fa.devices(all_backends=True) if str(d) == sys.argv[1]][0]
+    a = np.linspace(-1, 1, 96 * 128, dtype=np.float32).reshape(96, 128)
+    y = fa.jit(lambda a, b: fnp.maximum(a @ b, 0.0))(fa.device_put(a, dev), fa.device_put(a.T.copy(), dev))
+    s = tuning.stats()
+    blocks = [(d.source, d.choice) for d in tuning.decisions() if d.signature.startswith("dot_block:")]
+    print(s["measured"], s["disk_hits"], json.dumps(blocks))
+    np.save(sys.argv[2], np.asarray(y))
+""")
+
+
+@pytest.mark.parametrize("dev", [str(d) for d in _kernel_devices() if d.backend == "webgpu" and d.platform == "cpu"])
+def test_a_product_block_chosen_by_full_tuning_is_reused_by_fast_in_the_next_process(tmp_path, dev):
+    # The blocked product's outputs per work item (dot_group.BLOCK_TUNABLE: webgpu on a CPU adapter): mode "full"
+    # times every block and keeps the choice on disk; a second process in mode "fast" (which alone would keep
+    # the default, 8 x 4) reads it from there and times nothing.
+    script = tmp_path / "product.py"
+    script.write_text(_PRODUCT)
+    cache = tmp_path / "cache"
+    measured, disk_hits, blocks = _run_script(script, dev, tmp_path / "a.npy", cache, "full", timeout=600)
+    ((source, choice),) = json.loads(blocks)
+    assert int(measured) > 0 and int(disk_hits) == 0 and source == "full"
+    shutil.rmtree(cache / "schedule", ignore_errors=True)
+    measured2, disk_hits2, blocks2 = _run_script(script, dev, tmp_path / "b.npy", cache, "fast")
+    assert int(measured2) == 0 and int(disk_hits2) > 0 and json.loads(blocks2) == [["disk", choice]]
+    a = np.linspace(-1, 1, 96 * 128).reshape(96, 128)
+    np.testing.assert_allclose(np.load(tmp_path / "a.npy"), np.maximum(a @ a.T, 0), rtol=1e-5, atol=1e-4)
     np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy"))
 
 
@@ -310,6 +349,8 @@ def _tunable_cases():
                  np.tanh(xs) + np.log1p(np.abs(xs)) + np.sin(xs) + _erf(xs), tuning.MATH),
         "dot_register": (lambda a, b: fnp.maximum(a @ b + 1.0, 0.0), (a, b),
                          np.maximum(a.astype(np.float64) @ b + 1, 0), register_tiles.TUNABLE),
+        "dot_block": (lambda a, b: fnp.maximum(a @ b + 1.0, 0.0), (a[:36, :64].copy(), b[:64, :44].copy()),
+                      np.maximum(a[:36, :64].astype(np.float64) @ b[:64, :44] + 1, 0), dot_group.BLOCK_TUNABLE),
         "pallas_workgroup": (_pallas_rows_matmul, (a[:32], b[:, :32]), _pallas_rows_matmul_want(a[:32], b[:, :32]),
                              pallas_group.PALLAS_TUNABLE),
         "quantized_tile": (lambda a, w, s, c: fa.quantized_matmul(a, w, s, c, group_size=32, bits=4) + 1.0,
@@ -344,7 +385,7 @@ def _erf(x):
     return np.vectorize(erf)(x)
 
 
-@pytest.mark.parametrize("kind", ["map", "math", "dot_register", "reduce", "pallas_workgroup",
+@pytest.mark.parametrize("kind", ["map", "math", "dot_register", "dot_block", "reduce", "pallas_workgroup",
                                   "quantized_tile"])
 def test_every_candidate_of_every_group_gives_the_same_results(monkeypatch, kind):
     fn, args, want, _ = _tunable_cases()[kind]

@@ -274,6 +274,38 @@ def test_blocked_integer_products_are_exact(wdev):
     np.testing.assert_array_equal(np.asarray(fa.jit(lambda a: a @ a.T)(*_on(wdev, x))), x @ x.T)
 
 
+# Operands the blocked kernel reads four elements per load on a CPU adapter (groups/dot.py ``_vector_reads``):
+# (name, f, operand shapes, vector bindings of the product kernel there). Aligned operands along the
+# contraction or along the rows/columns (the last block's vector clamped where the rows are 12), rows that are
+# not a multiple of 4 (a scalar lhs beside a vector rhs), sizes that are not, a batch, and an epilogue that
+# also reads an operand element by element.
+VECTOR_DOTS = [
+    ("contraction", lambda a, b: a @ b.T, ((12, 16), (20, 16)), 2),
+    ("rows_and_columns", lambda a, b: a.T @ b, ((8, 12), (8, 20)), 2),
+    ("contraction_and_columns", lambda a, b: a @ b, ((12, 16), (16, 20)), 2),
+    ("rows_not_a_multiple_of_4", lambda a, b: a.T @ b, ((6, 10), (6, 8)), 1),
+    ("odd_sizes", lambda a, b: a @ b, ((13, 9), (9, 7)), 0),
+    ("batched", lambda a, b: a @ b, ((3, 12, 16), (3, 16, 8)), 2),
+    ("epilogue_reads_operand", lambda a, b: a @ b + b[:8], ((8, 16), (16, 16)), 2),
+]
+
+
+@pytest.mark.parametrize("name,f,shapes,vectors", VECTOR_DOTS, ids=[c[0] for c in VECTOR_DOTS])
+def test_vector_operand_loads_give_the_scalar_kernels_bits(wdev, monkeypatch, name, f, shapes, vectors):
+    from fnarray.lowering.kernels.groups import dot
+    args = _on(wdev, *[_f32(*s, seed=i) for i, s in enumerate(shapes)])
+    (k,) = [k for k in fa.jit(f).lower(*args).kernels() if k.kind == "dot"]
+    assert k.source.count("array<vec4<f32>>") == (vectors if wdev.platform == "cpu" else 0)
+    got = np.asarray(fa.jit(f)(*args))
+    np.testing.assert_allclose(got, np.asarray(fa.jit(f, device=fa.devices("numpy")[0])(
+        *[np.asarray(a) for a in args])), rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(dot.DotGroup, "_vector_reads", lambda self, lp, rp, block: (None, None))
+    g = fa.jit(lambda *a: f(*a))
+    assert "vec4" not in "".join(k.source for k in g.lower(*args).kernels())
+    scalar = np.asarray(g(*args))
+    np.testing.assert_array_equal(got.view(np.uint32), scalar.view(np.uint32))
+
+
 def test_direct_conv_computes_several_positions_per_work_item(wdev, ref):
     """On a CPU adapter a work item of the direct convolution computes CPU_CONV_POSITIONS positions of the
     last spatial dimension (7 wide: 4 + 3, the last one past the edge not stored) and 4 output features."""

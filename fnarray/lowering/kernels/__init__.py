@@ -183,7 +183,9 @@ def schedule_program(program: Program, caps, **opts) -> Plan:
     (``{input position: output position or None}``: inputs whose buffers a ``dynamic_update_slice`` or a scatter
     may update in place, ``groups/in_place.py``; ignored where the host drives control flow); for
     targets whose compiler gathers every load (webgpu on a CPU adapter): ``dot_block`` (outputs ``(rows,
-    cols)`` per work item of the untiled matrix product: ``groups/dot.py``), ``conv_positions`` (output
+    cols)`` per work item of the untiled matrix product, the default of ``dot.BLOCK_TUNABLE``: ``groups/dot.py``),
+    ``dot_vec4`` (that product's float32 operands read four elements per load where aligned), ``bake_dot`` (the
+    product's sizes and strides as constants in its source, not scalar arguments), ``conv_positions`` (output
     positions per work item of the direct convolution: ``groups/conv.py``); for CPU targets (those and CPU
     OpenCL): ``scatter_columns`` (a work item per column of a scatter where that is less work:
     ``groups/scatter.py``).

@@ -34,6 +34,7 @@ from fnarray.lowering.kernels.ir import (
     For,
     If,
     Kernel,
+    Lane,
     Let,
     Load,
     Op,
@@ -193,6 +194,11 @@ class CStyleRenderer(abc.ABC):
             return self.from_storage(text, dtype)
         return text
 
+    def lane(self, vector: str, lane: int) -> str:
+        """Element ``lane`` of a vector value (``ir.Lane``; only a renderer whose ``types`` name a
+        ``vector_dtype`` is given one)."""
+        return f"{vector}[{lane}]"
+
     def store(self, space: str, name: str, index: str, value: str, dtype) -> str:
         if space == "global" and np.dtype(dtype) in self.storage_types:
             value = self.to_storage(value, dtype)
@@ -260,6 +266,8 @@ class CStyleRenderer(abc.ABC):
             return self.special(e)
         if isinstance(e, Load):
             return self.load(e.space, e.name, self.expr(e.index), e.dtype)
+        if isinstance(e, Lane):
+            return self.lane(self.expr(e.x), e.lane)
         if isinstance(e, Cast):
             return self.cast(self.expr(e.x), e.dtype)
         if isinstance(e, Bitcast):

@@ -28,7 +28,8 @@ import numpy as np
 from fnarray.core import families
 from fnarray.core import primitives as _primitives  # noqa: F401  (the families' members)
 
-__all__ = ["without", "Expr", "Const", "Sym", "Special", "Load", "Op", "Cast", "Bitcast", "Select", "Let", "Decl",
+__all__ = ["without", "Expr", "Const", "Sym", "Special", "Load", "Lane", "vector_dtype", "Op", "Cast", "Bitcast",
+           "Select", "Let", "Decl",
            "Assign", "Store", "Atomic", "ATOMIC_OPS", "ATOMIC_DTYPES", "For", "If", "Barrier", "ArrayDecl",
            "Comment", "BufferParam", "ScalarParam",
            "Kernel", "OPS", "const", "INT32", "BOOL", "UINT32", "walk_exprs", "map_exprs", "children", "rebuild",
@@ -113,6 +114,25 @@ class Load(Expr):
     space: str
     name: str
     index: Expr
+    dtype: np.dtype
+
+
+def vector_dtype(dtype, lanes: int = 4) -> np.dtype:
+    """The dtype of a ``lanes``-wide vector of ``dtype`` (a NumPy subarray dtype). A buffer parameter of it is
+    bound as vectors (WGSL ``array<vec4<f32>>``), a ``Load`` of it yields one vector (element ``i`` of the
+    buffer is lane ``i % lanes`` of vector ``i // lanes``), and ``Lane`` takes one element of that vector. Only
+    renderers whose ``types`` name the vector dtype print it (WGSL); the kernel groups use it where the target
+    asks (the scheduler option ``dot_vec4``)."""
+    return np.dtype((np.dtype(dtype), (lanes,)))
+
+
+@_frozen
+class Lane(Expr):
+    """Element ``lane`` (a Python int) of the vector value ``x`` (a ``Load`` of a ``vector_dtype`` buffer);
+    ``dtype``: the element's."""
+
+    x: Expr
+    lane: int
     dtype: np.dtype
 
 
@@ -283,7 +303,7 @@ class Kernel:
 def children(e):
     if isinstance(e, Op):
         return e.args
-    if isinstance(e, (Cast, Bitcast)):
+    if isinstance(e, (Cast, Bitcast, Lane)):
         return (e.x,)
     if isinstance(e, Select):
         return (e.cond, e.a, e.b)
@@ -342,6 +362,8 @@ def rebuild(e, kids):
         return Select(*kids)
     if isinstance(e, Load):
         return Load(e.space, e.name, kids[0], e.dtype)
+    if isinstance(e, Lane):
+        return Lane(kids[0], e.lane, e.dtype)
     return e
 
 

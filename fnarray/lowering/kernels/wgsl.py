@@ -4,7 +4,9 @@ What differs from OpenCL C is declared here; what WGSL cannot express is
 rewritten before printing:
 
 - Buffers are module-scope ``var<storage>`` bindings (``@group(0)``, binding
-  ``k`` for the ``k``-th buffer parameter); ``bool`` buffers hold ``u32``. A float8/int4/uint4 or uint8
+  ``k`` for the ``k``-th buffer parameter); ``bool`` buffers hold ``u32``. A parameter of
+  ``ir.vector_dtype(float32)`` is ``array<vec4<f32>>`` (a second binding of a buffer that a kernel reads
+  four elements per load; ``ir.Lane`` prints as ``v[i]``). A float8/int4/uint4 or uint8
   buffer holds its bytes four to a ``u32`` (as the host's bytes): a load takes byte ``i`` of word ``i / 4``;
   nothing stores one byte (WGSL has no 8-bit type and a word shared by four work items would need atomics),
   so kernels read these dtypes only (the backend's ``supports``).
@@ -60,6 +62,7 @@ from fnarray.lowering.kernels.ir import (
     Special,
     Sym,
     atomic_buffers,
+    vector_dtype,
     walk_exprs,
     without,
 )
@@ -82,7 +85,10 @@ DEFAULT_GROUP_SIZE = 64
 #: The dtypes a buffer holds as bytes, four to a u32 word (read only): float8/int4/uint4 and uint8 (mxfp4 scales).
 _BYTES = LOW_BIT | {np.dtype(np.uint8)}
 _TYPES = {F32: "f32", I32: "i32", U32: "u32", BOOL: "bool", F16: "f16", C64: "vec2<f32>",
-          **{d: "u32" for d in _BYTES}}   # a byte's value, in a u32
+          **{d: "u32" for d in _BYTES},   # a byte's value, in a u32
+          # A buffer read four elements at a time (``ir.vector_dtype``: the blocked matrix product on a CPU
+          # adapter, where one vec4 load costs lavapipe about what a scalar one does).
+          vector_dtype(F32): "vec4<f32>"}
 # Uniform (host-shareable) types of scalar parameters: bool as u32, f16 as f32.
 _UNIFORM_TYPES = {F32: "f32", I32: "i32", U32: "u32", BOOL: "u32", F16: "f32"}
 _SPECIAL_BUILTINS = {"global_id": "fa_gid", "local_id": "fa_lid", "group_id": "fa_wid"}

@@ -32,7 +32,7 @@ from fnarray.lowering.kernels.groups.register_tiles import (
     register_dtype,
 )
 from fnarray.lowering.kernels.index import ix_data, unravel
-from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Cast, Special, const
+from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, BufferParam, Cast, Lane, Special, const, vector_dtype
 from fnarray.lowering.kernels.rules import (
     LOW_BIT,
     add_of,
@@ -41,6 +41,7 @@ from fnarray.lowering.kernels.rules import (
     op,
     select,
 )
+from fnarray.lowering.kernels.tuning import Tunable
 
 # ---------------------------------------------------------------------------- matrix multiply
 
@@ -106,6 +107,24 @@ def tile_product(b, tiles, dt, tx, ty, tile):
                 prod = b.let(mul_of(b, b.load(av, yy, dt, "private"), b.load(bv, xx, dt, "private")))
                 cur = b.load(acc, slot, dt, "private")
                 b.store(acc, slot, add_of(b, cur, prod), space="private")
+
+
+def _block_valid(choice, facts) -> bool:
+    """A block worth building: at most 128 accumulators, and no taller (wider) than the output's rows
+    (columns) need where a smaller candidate already covers them (both narrow to the same kernel)."""
+    if choice["rows"] * choice["cols"] > 128:
+        return False
+    return all(choice[k] == 4 or choice[k] // 2 < facts.get(k, choice[k]) for k in ("rows", "cols"))
+
+
+#: Outputs per work item of the blocked product (``DotGroup._blocked``, where ``dot_block`` asks for it:
+#: webgpu on a CPU adapter). Larger blocks run lavapipe's products up to 2x faster (16 x 8 against 8 x 4,
+#: docs/performance.md) but take longer to compile, so the default stays the scheduler option's (8 x 4);
+#: mode ``"full"`` times every block per product on the device and keeps the choice in the persistent cache,
+#: where mode ``"fast"`` reuses it.
+BLOCK_TUNABLE = Tunable("dot_block", {"rows": (4, 8, 16), "cols": (4, 8, 16)},
+                        doc="outputs per work item (rows x cols) of the blocked matrix product",
+                        valid=_block_valid)
 
 
 class DotGroup(Group):
@@ -217,9 +236,13 @@ class DotGroup(Group):
                  and self._tiled_groups_fit())
         if tiled:
             launches.append(self._tiled(lp, rp))
+        elif self._block() == (1, 1):
+            launches.append(self._simple(lp, rp))
         else:
-            block = self._block()
-            launches.append(self._blocked(lp, rp, block) if block != (1, 1) else self._simple(lp, rp))
+            ry, rx = self._block()
+            launches.extend(self.ctx.tuned(BLOCK_TUNABLE, {"rows": ry, "cols": rx},
+                                           lambda c: [self._blocked(lp, rp, self._narrowed(c))],
+                                           {"rows": self.M, "cols": self.N}))
         return launches
 
     def _word_plans(self):
@@ -339,14 +362,17 @@ class DotGroup(Group):
         return sums
 
     def _block(self):
-        """Outputs ``(rows, cols)`` one work item of the untiled kernel computes: the scheduler option
-        ``dot_block`` (webgpu on a CPU adapter: lavapipe loads each operand element with a gather, so a
-        4 x 4 block, reading 8 elements for 16 products instead of 32, runs the MLP's products 2-4x faster),
-        narrowed to the output's own rows and columns; ``(1, 1)`` (the one-output kernel) by default."""
-        ry, rx = self.ctx.opts.get("dot_block", (1, 1))
+        """Outputs ``(rows, cols)`` one work item of the untiled kernel computes by default: the scheduler
+        option ``dot_block`` (webgpu on a CPU adapter: lavapipe loads each operand element with a gather, so
+        a 4 x 4 block, reading 8 elements for 16 products instead of 32, runs the MLP's products 2-4x
+        faster); ``(1, 1)`` (the one-output kernel) without it. A ``BLOCK_TUNABLE`` choice replaces it."""
         if self.eqn.inputs[0].aval.dtype == np.bool_:
             return (1, 1)
-        return (min(ry, self.M), min(rx, self.N))
+        return tuple(self.ctx.opts.get("dot_block", (1, 1)))
+
+    def _narrowed(self, choice):
+        """A ``BLOCK_TUNABLE`` choice narrowed to the output's own rows and columns."""
+        return (min(choice["rows"], self.M), min(choice["cols"], self.N))
 
     def _accumulator_dtype(self):
         """The dtype products are summed in: the operands', or for integer operands a wider integer result
@@ -488,10 +514,17 @@ class DotGroup(Group):
         b.name = kernel_name("dot", tracker.eqns)
         return make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "dot")
 
-    def _blocked(self, lp, rp, block):
+    def _blocked(self, lp, rp, block, vectors=True):
         """The untiled product with ``block = (RY, RX)`` outputs per work item: RY rows and RX columns
         (clamped to the last row and column at the edges, whose products are computed and not stored),
-        RY + RX operand loads per step of the contraction, the epilogue per output as ``_simple``'s."""
+        RY + RX operand loads per step of the contraction, the epilogue per output as ``_simple``'s.
+
+        With the scheduler option ``dot_vec4`` (webgpu on a CPU adapter), an operand whose contiguous
+        dimension allows it is read four elements per load (``_vector_reads``): along the contraction (the
+        loop then takes four steps per iteration) or along the block's rows or columns. Each accumulator
+        still adds its products in the order of the contraction, so the results are the same, bit for bit.
+        ``vectors=False``: scalar loads only (where a vector binding would exceed the target's buffers per
+        kernel or alias a buffer the kernel writes)."""
         ry, rx = block
         ctx = self.ctx
         b, args, tracker, em = self._kernel_start()
@@ -503,6 +536,9 @@ class DotGroup(Group):
         dt = self.eqn.inputs[0].aval.dtype
         acc_dt = self._accumulator_dtype()
         c0 = const(0, INT32)
+        # a low-bit operand read through its astype (``_load``) is loaded a byte at a time, never as vec4
+        held_as_dt = self._held[a] == dt and self._held[bb] == dt
+        along = self._vector_reads(lp, rp, block) if vectors and held_as_dt else (None, None)
         with b.when(op("lt", gid, const(total, INT32))):
             n0 = b.let(op("mul", op("rem", gid, const(nb, INT32)), const(rx, INT32)), "n")
             mn = b.let(op("div", gid, const(nb, INT32)))
@@ -510,26 +546,24 @@ class DotGroup(Group):
             bi = b.let(op("div", mn, const(mb, INT32)), "bi")
             abase = b.let(op("add", s["a_off"], op("mul", bi, s["a_sb"])))
             bbase = b.let(op("add", s["b_off"], op("mul", bi, s["b_sb"])))
-            mlast, nlast = (b.let(op("sub", s[k], const(1, INT32))) for k in ("M", "N"))
-            rows, cols = [], []
-            for i in range(ry):
-                r = b.let(op("add", m0, const(i, INT32))) if i else m0
-                rows.append(b.let(op("add", abase, op("mul", select(op("lt", r, s["M"]), r, mlast), s["a_sm"]))))
-            for j in range(rx):
-                c = b.let(op("add", n0, const(j, INT32))) if j else n0
-                cols.append(b.let(op("add", bbase, op("mul", select(op("lt", c, s["N"]), c, nlast), s["b_sn"]))))
+            lhs = _OperandReader(b, a, lp[0], dt, abase, m0, ry, s["M"], s["a_sm"], s["a_sk"], along[0], self._load)
+            rhs = _OperandReader(b, bb, rp[0], dt, bbase, n0, rx, s["N"], s["b_sn"], s["b_sk"], along[1], self._load)
+            for reader in (lhs, rhs):
+                reader.bind(args)
             accs = [b.var(acc_dt, const(0, acc_dt)) for _ in range(ry * rx)]
-            with b.loop(c0, s["K"]) as k:
-                ka, kb = b.let(op("mul", k, s["a_sk"])), b.let(op("mul", k, s["b_sk"]))
-                xs = [self._load(b, a, op("add", r, ka), dt) for r in rows]
-                ys = [self._load(b, bb, op("add", c, kb), dt) for c in cols]
-                if acc_dt != dt:
-                    xs = [b.let(convert(b, x, acc_dt)) for x in xs]
-                    ys = [b.let(convert(b, y, acc_dt)) for y in ys]
-                for i, x in enumerate(xs):
-                    for j, y in enumerate(ys):
-                        acc = accs[i * rx + j]
-                        b.assign(acc, add_of(b, acc, b.let(mul_of(b, x, y))))
+            step = 4 if "k" in along else 1
+            with b.loop(c0, s["K"], const(step, INT32) if step > 1 else None) as k:
+                for reader in (lhs, rhs):
+                    reader.start(k)
+                for kk in range(step):
+                    xs, ys = lhs.values(k, kk), rhs.values(k, kk)
+                    if acc_dt != dt:
+                        xs = [b.let(convert(b, x, acc_dt)) for x in xs]
+                        ys = [b.let(convert(b, y, acc_dt)) for y in ys]
+                    for i, x in enumerate(xs):
+                        for j, y in enumerate(ys):
+                            acc = accs[i * rx + j]
+                            b.assign(acc, add_of(b, acc, b.let(mul_of(b, x, y))))
             held = b.array("private", acc_dt, ry * rx, "acc")
             for i, acc in enumerate(accs):
                 b.store(held, const(i, INT32), acc, space="private")
@@ -541,7 +575,45 @@ class DotGroup(Group):
                         v = b.load(held, op("add", op("mul", yy, const(rx, INT32)), xx), acc_dt, "private")
                         self._finish(b, em, args, bi, gi, gj, v)
         b.name = kernel_name("dot", tracker.eqns)
-        return make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "dot")
+        launch = make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "dot")
+        if along != (None, None) and not self._vectors_fit(launch):
+            return self._blocked(lp, rp, block, vectors=False)
+        return launch
+
+    def _vector_reads(self, lp, rp, block):
+        """``(lhs, rhs)``: how ``_blocked`` reads each operand four elements at a time, ``"k"`` (along the
+        contraction), ``"rows"`` (along the block's rows of the lhs or columns of the rhs) or ``None``
+        (one element per load). Only where the scheduler option ``dot_vec4`` asks, for float32 operands,
+        where that dimension has unit stride and a length that is a multiple of 4, and every other stride
+        and the offset are multiples of 4 (each vector is then whole and aligned in its buffer)."""
+        lhs, rhs = self.eqn.inputs
+        f32 = np.dtype(np.float32)
+        if not self.ctx.opts.get("dot_vec4", False) or lhs.aval.dtype != f32 or rhs.aval.dtype != f32:
+            return None, None
+        ry, rx = block
+        _, loff, (lsb, lsm, lsk) = lp
+        _, roff, (rsb, rsk, rsn) = rp
+        out = []
+        for off, sb, (s_own, n_own, r_own), s_k in ((loff, lsb, (lsm, self.M, ry), lsk),
+                                                   (roff, rsb, (rsn, self.N, rx), rsk)):
+            def aligned(*pairs, off=off, sb=sb):
+                return off % 4 == 0 and all(st % 4 == 0 for st, n in ((sb, self.B),) + pairs if n > 1)
+            if s_k == 1 and self.K % 4 == 0 and aligned((s_own, n_own)):
+                out.append("k")
+            elif s_own == 1 and r_own % 4 == 0 and n_own % 4 == 0 and aligned((s_k, self.K)):
+                out.append("rows")
+            else:
+                out.append(None)
+        return tuple(out)
+
+    def _vectors_fit(self, launch) -> bool:
+        """Whether ``launch``'s vector bindings keep within the target's buffers per kernel and bind no
+        buffer that the kernel also writes (WebGPU refuses a buffer bound read-only and writable at once)."""
+        bufs = [(p, a) for p, a in zip(launch.kernel.params, launch.args, strict=True) if isinstance(p, BufferParam)]
+        limit = self.ctx.caps.max_buffers_per_kernel
+        written = {id(a) for p, a in bufs if p.writes}
+        vector = [a for p, a in bufs if np.dtype(p.dtype).subdtype is not None]
+        return (limit is None or len(bufs) <= limit) and not any(id(a) in written for a in vector)
 
     TX, TY, RX, RY, BK = TILE
 
@@ -613,6 +685,67 @@ def _tree_sum(terms):
         terms = [op("add", terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
                  for i in range(0, len(terms), 2)]
     return terms[0]
+
+
+class _OperandReader:
+    """How ``DotGroup._blocked`` reads one operand's ``r`` rows (lhs) or columns (rhs) of the block starting at
+    ``first`` per step of the contraction: one element per load (``along=None``, through ``load``: the group's
+    ``_load``, which converts a low-bit operand in registers), four consecutive steps of the contraction per
+    vector load (``"k"``), or four consecutive rows per vector load (``"rows"``; the
+    last vector of a block past the operand's ``count`` rows is clamped to its last four, whose products are
+    not stored). ``base``: the element offset of the batch; ``s_own``, ``s_k``: the strides of the rows and
+    of the contraction (scalar parameters)."""
+
+    def __init__(self, b, name, spec, dt, base, first, r, count, s_own, s_k, along, load):
+        self.b, self.name, self.spec, self.dt, self.along, self.load = b, name, spec, dt, along, load
+        self.s_k, self.r = s_k, r
+        four = const(4, INT32)
+        if along is None or along == "k":
+            last = b.let(op("sub", count, const(1, INT32)))
+            rows = []
+            for i in range(r):
+                at = b.let(op("add", first, const(i, INT32))) if i else first
+                rows.append(b.let(op("add", base, op("mul", select(op("lt", at, count), at, last), s_own))))
+            # "k": the vector index of each row's first element (a multiple of 4: _vector_reads)
+            self.rows = rows if along is None else [b.let(op("div", row, four)) for row in rows]
+        else:
+            last = b.let(op("sub", count, four))
+            self.rows = []
+            for q in range(r // 4):
+                at = b.let(op("add", first, const(4 * q, INT32))) if q else first
+                self.rows.append(b.let(op("div", op("add", base, select(op("lt", at, count), at, last)), four)))
+            self.sk4 = b.let(op("div", s_k, four))
+        self.vname = None
+        self.vectors = ()
+
+    def bind(self, args):
+        """The vector binding of the operand's buffer (beside its element binding, which the epilogue may
+        read too), recorded in ``args``."""
+        if self.along is not None:
+            self.vname = self.b.buffer(("vec4", self.spec), vector_dtype(self.dt), False, "wide")
+            args[self.vname] = self.spec
+
+    def start(self, k):
+        """The loads of one iteration at contraction index ``k`` that all its steps share (``"k"``)."""
+        if self.along == "k":
+            kq = self.b.let(op("div", k, const(4, INT32)))
+            self.vectors = [self.b.load(self.vname, op("add", row, kq), vector_dtype(self.dt)) for row in self.rows]
+
+    def values(self, k, kk):
+        """The operand's ``r`` values at contraction index ``k + kk``."""
+        b = self.b
+        if self.along == "k":
+            return [b.let(Lane(v, kk, self.dt)) for v in self.vectors]
+        kat = b.let(op("add", k, const(kk, INT32))) if kk else k
+        if self.along is None:
+            kofs = b.let(op("mul", kat, self.s_k))
+            return [self.load(b, self.name, op("add", row, kofs), self.dt) for row in self.rows]
+        kofs = b.let(op("mul", kat, self.sk4))
+        out = []
+        for row in self.rows:
+            v = b.load(self.vname, op("add", row, kofs), vector_dtype(self.dt))
+            out.extend(b.let(Lane(v, lane, self.dt)) for lane in range(4))
+        return out
 
 
 def operand_view(ctx, v):
