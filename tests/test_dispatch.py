@@ -380,3 +380,25 @@ def test_webgpu_a_call_of_many_kernels_is_submitted_at_its_end():
     p, m, loss = f(p, m, x, y)
     assert gpu.submits - before == (1 if n >= dispatch.ALONE_LAUNCHES else 0)
     assert (gpu.open_launches == 0) == (n >= dispatch.ALONE_LAUNCHES)
+
+
+def test_webgpu_buffers_let_go_before_their_recorded_work_is_submitted(monkeypatch):
+    """Arrays dropped while the calls that read them are only recorded: with no pool, wgpu-py releases their
+    buffers before the submit, and the recorded work still reads them (wgpu keeps what a command buffer uses)."""
+    import gc
+    dev = _webgpu()
+    gpu = dev.impl.gpu
+    monkeypatch.setattr(gpu, "pool_limit", 0)
+    f = fa.jit(lambda a: a * 3.0 + 1.0, device=dev)
+    x0 = np.linspace(-1, 1, 300_000, dtype=np.float32)   # 1.2 MB: bound directly, no cached bind group
+    y = f(fa.device_put(x0, dev))
+    float(y[0])
+    want = x0.astype(np.float64)
+    for _ in range(4):
+        want = want * 3.0 + 1.0
+    x = fa.device_put(x0, dev)
+    for _ in range(4):
+        x = f(x)   # each input dropped here, its call recorded only
+        gc.collect()
+    assert gpu.open_launches > 0
+    np.testing.assert_allclose(np.asarray(x), want, rtol=1e-5, atol=1e-4)   # float32 rounding near 0
