@@ -17,8 +17,9 @@ runtime here holds:
 - a pipeline cache keyed by WGSL source, so one compiled pipeline serves every
   program that schedules the same kernel, and per launch a small cache of bind
   groups (pooled buffers recur from call to call);
-- one command encoder and one submit per jitted call: no host round trip between
-  kernels (host-driven control flow adds one predicate readback per iteration).
+- one command encoder that calls record into, submitted when it holds enough kernels or
+  before the host next uses the queue (``dispatch.py``): no host round trip between kernels
+  (host-driven control flow adds one predicate readback per iteration).
 
 Threads: wgpu-py objects are not safe to use from several threads at once, so every
 use of one GPU's device and queue (allocation, upload, launch, readback, pipeline

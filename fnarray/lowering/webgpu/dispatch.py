@@ -1,7 +1,7 @@
-"""How a webgpu plan runs: its buffers and bind groups made once, one command buffer and one submit per call.
+"""How a webgpu plan runs: its buffers and bind groups made once, small calls sharing one command buffer.
 
 A WebGPU command buffer runs once (``GPUCommandBuffer`` is single-use, and render bundles hold no compute
-work), so each call records one: what makes the recording cheap is that everything it refers to already
+work), so each call records its work: what makes the recording cheap is that everything it refers to already
 exists. A ``Runner`` (one per compiled plan) owns
 
 - the *arena*: a buffer per intermediate value, kept from call to call (never an output, so no array the
@@ -11,16 +11,26 @@ exists. A ``Runner`` (one per compiled plan) owns
   (one copy each), so that every bind group binds only buffers the runner owns;
 - one bind group per kernel launch over those buffers, made when the runner is made.
 
-A call then records: the input copies, one compute pass with ``set_pipeline`` (skipped when the previous
-launch used the same pipeline), ``set_bind_group`` and ``dispatch_workgroups`` per kernel, the output copies,
-``finish`` and one ``submit``: at most ``3 * kernels + inputs + outputs + 5`` API calls, and no buffer,
-pipeline or bind group made after the first call. Larger inputs and outputs, and intermediates past the
-GPU's budget for runner-held memory (``HELD_BYTES`` over all runners), are bound directly instead: their
-launches keep a small cache of bind groups by buffer identity (a data set passed every call binds once).
+A call then records, into the GPU's open command encoder (``_GPU.encoder``): the input copies, one compute
+pass with ``set_pipeline`` (skipped when the previous launch used the same pipeline), ``set_bind_group`` and
+``dispatch_workgroups`` per kernel, the output copies: at most ``3 * kernels + inputs + outputs + 5`` API calls
+(with the encoder's ``finish`` and ``submit``), and no buffer, pipeline or bind group made after the first
+call. The encoder is submitted once it holds ``BATCH_LAUNCHES`` kernels, at the end of a call of
+``ALONE_LAUNCHES`` kernels or more, and before any other use of the queue (an upload's ``write_buffer``, which
+wgpu runs ahead of the next submit's work; a readback; a wait; the profiler's own submits): a command buffer
+costs a fixed ~30 us on lavapipe however little it holds, so forty decode steps or an eager loop's
+operations share a few. Work is not started until then, which a CPU adapter does not miss (it runs the work
+inside ``submit``); on a GPU the bound keeps the delay to a few small kernels.
+
+Larger inputs and outputs, and intermediates past the GPU's budget for runner-held memory (``HELD_BYTES``
+over all runners), are bound directly instead: their launches keep a small cache of bind groups by buffer
+identity (a data set passed every call binds once).
 
 The in-order queue makes the reuse safe without waiting: a call's copies into the staging buffers run
-after the previous call's kernels have read them. Two threads calling one runner take the GPU's lock for
-the whole recording and submit, so their command buffers do not interleave.
+after the previous call's kernels have read them (within one command buffer too: its copies and passes run
+in order). A buffer given back to the pool while a recorded call still reads it is reused only by later
+recorded work or after a flush; one let go is kept by wgpu until the work that uses it has run. Two threads
+calling one runner take the GPU's lock for the whole recording, so their work does not interleave.
 
 Under the profiler a call is recorded the same way, with a timestamp pair around each kernel (one compute
 pass each) where the device has timestamp queries, submitted once and waited for; each kernel becomes a
