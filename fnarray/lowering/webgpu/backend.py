@@ -636,7 +636,7 @@ class _Plan:
 
     def executable(self):
         """The callable ``bufs -> outputs`` that runs this plan (``dispatch.Runner``: buffers and bind
-        groups made once, one command buffer and one submit per call)."""
+        groups made once, calls recorded into the GPU's open command encoder)."""
         return Runner(self)
 
 
