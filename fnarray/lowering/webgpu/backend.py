@@ -17,8 +17,9 @@ runtime here holds:
 - a pipeline cache keyed by WGSL source, so one compiled pipeline serves every
   program that schedules the same kernel, and per launch a small cache of bind
   groups (pooled buffers recur from call to call);
-- one command encoder and one submit per jitted call: no host round trip between
-  kernels (host-driven control flow adds one predicate readback per iteration).
+- one command encoder that calls record into, submitted when it holds enough kernels or
+  before the host next uses the queue (``dispatch.py``): no host round trip between kernels
+  (host-driven control flow adds one predicate readback per iteration).
 
 Threads: wgpu-py objects are not safe to use from several threads at once, so every
 use of one GPU's device and queue (allocation, upload, launch, readback, pipeline
@@ -259,6 +260,9 @@ class _GPU:
         self.pool_limit = 256 << 20
         self.held_bytes = 0             # buffer bytes the plans' runners keep between calls (dispatch.py)
         self.pending = False            # work queued since the last wait (a readback waits for all of it)
+        self._recording = None          # the command encoder small calls record into (dispatch.py), or None
+        self.open_launches = 0          # kernels recorded into it
+        self.submits = 0                # command buffers submitted (tests count them)
         self._returned = collections.deque()  # buffers given back by finalizers, pooled at the next alloc
         self.usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
@@ -306,8 +310,36 @@ class _GPU:
     def _finish(self):
         """Block until every queued command has run (a 4-byte readback after them: see docs/traps.md)."""
         with self.lock:
+            self.flush()
             self.queue.read_buffer(self._exit_probe, 0, 4)
             self.pending = False
+
+    # ------------------------------------------------------------------ the open command encoder
+    def encoder(self):
+        """The open command encoder (lock held): calls record into it, ``flush`` submits it. Every other use
+        of the queue (``write_buffer``, ``read_buffer``, a submit of its own) flushes first, so the queue
+        still runs the work in the order the calls were made (dispatch.py's module docstring)."""
+        enc = self._recording
+        if enc is None:
+            enc = self._recording = self.device.create_command_encoder()
+        return enc
+
+    def submit(self, enc):
+        """Submit ``enc`` after the open encoder's work (lock held)."""
+        self.flush()
+        self.queue.submit([enc.finish()])
+        self.submits += 1
+        self.pending = True
+
+    @_locked
+    def flush(self):
+        """Submit the open command encoder, if any."""
+        enc = self._recording
+        if enc is not None:
+            self._recording, self.open_launches = None, 0
+            self.queue.submit([enc.finish()])
+            self.submits += 1
+            self.pending = True
 
     # ------------------------------------------------------------------ buffers
     @_locked
@@ -377,6 +409,7 @@ class _GPU:
         # submitted on that buffer. A new buffer per upload (create_buffer_with_data) grew the pool by one
         # wgpu-py buffer object per call, since uploads never drew from it (issue 12).
         buf = self._pooled(len(raw))
+        self.flush()  # the write runs before the next submit's work: the recorded calls' work must precede it
         self.queue.write_buffer(buf, 0, raw)
         self.pending = True
         return WGBuffer(buf, d, a.shape, self)
@@ -386,6 +419,7 @@ class _GPU:
         n = b.nbytes
         if n == 0:
             return np.zeros(b.shape, b.dtype)
+        self.flush()
         raw = self.queue.read_buffer(b.buffer, 0, _padded(n))
         self.pending = False  # the readback ran after everything queued before it
         if b.dtype == np.bool_:
@@ -399,6 +433,7 @@ class _GPU:
         Nothing to do when no work was queued since the last readback (which waited for all of it):
         waiting for 20 results of one call reads back once."""
         if self.pending:
+            self.flush()
             self.queue.read_buffer(b.buffer, 0, 4)
             self.pending = False
 
@@ -462,8 +497,7 @@ class _GPU:
         if qs is not None:
             out = dev.create_buffer(size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
             enc.resolve_query_set(qs, 0, 2, out, 0)
-        self.queue.submit([enc.finish()])
-        self.pending = True
+        self.submit(enc)
         if qs is None:
             if buffers:
                 self.queue.read_buffer(buffers[0], 0, 4)  # waits for the launch (docs/traps.md: no work-done wait)
@@ -611,7 +645,7 @@ class _Plan:
 
     def executable(self):
         """The callable ``bufs -> outputs`` that runs this plan (``dispatch.Runner``: buffers and bind
-        groups made once, one command buffer and one submit per call)."""
+        groups made once, calls recorded into the GPU's open command encoder)."""
         return Runner(self)
 
 

@@ -1,7 +1,7 @@
-"""How a webgpu plan runs: its buffers and bind groups made once, one command buffer and one submit per call.
+"""How a webgpu plan runs: its buffers and bind groups made once, small calls sharing one command buffer.
 
 A WebGPU command buffer runs once (``GPUCommandBuffer`` is single-use, and render bundles hold no compute
-work), so each call records one: what makes the recording cheap is that everything it refers to already
+work), so each call records its work: what makes the recording cheap is that everything it refers to already
 exists. A ``Runner`` (one per compiled plan) owns
 
 - the *arena*: a buffer per intermediate value, kept from call to call (never an output, so no array the
@@ -11,16 +11,26 @@ exists. A ``Runner`` (one per compiled plan) owns
   (one copy each), so that every bind group binds only buffers the runner owns;
 - one bind group per kernel launch over those buffers, made when the runner is made.
 
-A call then records: the input copies, one compute pass with ``set_pipeline`` (skipped when the previous
-launch used the same pipeline), ``set_bind_group`` and ``dispatch_workgroups`` per kernel, the output copies,
-``finish`` and one ``submit``: at most ``3 * kernels + inputs + outputs + 5`` API calls, and no buffer,
-pipeline or bind group made after the first call. Larger inputs and outputs, and intermediates past the
-GPU's budget for runner-held memory (``HELD_BYTES`` over all runners), are bound directly instead: their
-launches keep a small cache of bind groups by buffer identity (a data set passed every call binds once).
+A call then records, into the GPU's open command encoder (``_GPU.encoder``): the input copies, one compute
+pass with ``set_pipeline`` (skipped when the previous launch used the same pipeline), ``set_bind_group`` and
+``dispatch_workgroups`` per kernel, the output copies: at most ``3 * kernels + inputs + outputs + 5`` API calls
+(with the encoder's ``finish`` and ``submit``), and no buffer, pipeline or bind group made after the first
+call. The encoder is submitted once it holds ``BATCH_LAUNCHES`` kernels, at the end of a call of
+``ALONE_LAUNCHES`` kernels or more, and before any other use of the queue (an upload's ``write_buffer``, which
+wgpu runs ahead of the next submit's work; a readback; a wait; the profiler's own submits): a command buffer
+costs a fixed ~30 us on lavapipe however little it holds, so forty decode steps or an eager loop's
+operations share a few. Work is not started until then, which a CPU adapter does not miss (it runs the work
+inside ``submit``); on a GPU the bound keeps the delay to a few small kernels.
+
+Larger inputs and outputs, and intermediates past the GPU's budget for runner-held memory (``HELD_BYTES``
+over all runners), are bound directly instead: their launches keep a small cache of bind groups by buffer
+identity (a data set passed every call binds once).
 
 The in-order queue makes the reuse safe without waiting: a call's copies into the staging buffers run
-after the previous call's kernels have read them. Two threads calling one runner take the GPU's lock for
-the whole recording and submit, so their command buffers do not interleave.
+after the previous call's kernels have read them (within one command buffer too: its copies and passes run
+in order). A buffer given back to the pool while a recorded call still reads it is reused only by later
+recorded work or after a flush; one let go is kept by wgpu until the work that uses it has run. Two threads
+calling one runner take the GPU's lock for the whole recording, so their work does not interleave.
 
 Under the profiler a call is recorded the same way, with a timestamp pair around each kernel (one compute
 pass each) where the device has timestamp queries, submitted once and waited for; each kernel becomes a
@@ -37,7 +47,7 @@ import numpy as np
 
 from fnarray.core import profile as _profile
 
-__all__ = ["Runner", "STAGE_BYTES", "HELD_BYTES"]
+__all__ = ["Runner", "STAGE_BYTES", "HELD_BYTES", "BATCH_LAUNCHES", "ALONE_LAUNCHES"]
 
 #: Inputs and outputs up to this many bytes go through the runner's staging buffers (a copy each call);
 #: larger ones are bound directly (a copy would cost more than a bind group).
@@ -45,6 +55,12 @@ STAGE_BYTES = 256 << 10
 #: Buffer memory all runners of one GPU may hold between calls (arena and staging); past it a runner
 #: allocates its intermediates per call from the pool, as before this module.
 HELD_BYTES = 128 << 20
+#: A call records into the GPU's open command encoder, which is submitted once it holds this many kernels (or
+#: when the host next uses the queue: an upload, a readback, a wait); a call of ``ALONE_LAUNCHES`` kernels or
+#: more is submitted at its end. A command buffer costs ~30 us on lavapipe (min of rounds; 80-160 us at load 7)
+#: however little it holds: small calls (an eager operation, a decode step) share one.
+BATCH_LAUNCHES = 64
+ALONE_LAUNCHES = 16
 #: Most timestamp queries in one query set (WebGPU's limit is 4096).
 _MAX_QUERIES = 4096
 
@@ -159,16 +175,18 @@ class Runner:
         gpu = self.gpu
         with gpu.lock:  # one recording and submit at a time per GPU (the bind-group caches too)
             vals, made = self._bind(bufs)
-            enc = gpu.device.create_command_encoder()
+            # made before anything is recorded: what may raise happens before the shared encoder holds a part
+            # of this call
+            binds = [bg if bg is not None else st.bind_group(gpu, [vals[k] for k in st.slots])
+                     for st, bg in zip(self.steps, self.binds, strict=True)]
+            enc = gpu.encoder()
             self._copy_shared(bufs, made, enc)
             for i, staging, nb in self.stage_in:
                 enc.copy_buffer_to_buffer(bufs[i].buffer, 0, staging, 0, nb)
             if self.steps:
                 cp = enc.begin_compute_pass()
                 last = None
-                for st, bg in zip(self.steps, self.binds, strict=True):
-                    if bg is None:
-                        bg = st.bind_group(gpu, [vals[k] for k in st.slots])
+                for st, bg in zip(self.steps, binds, strict=True):
                     if st.pipeline is not last:
                         cp.set_pipeline(st.pipeline)
                         last = st.pipeline
@@ -176,8 +194,10 @@ class Runner:
                     cp.dispatch_workgroups(*st.groups)
                 cp.end()
             staged = self._copy_out(enc)
-            gpu.queue.submit([enc.finish()])
+            gpu.open_launches += len(self.steps)
             gpu.pending = True
+            if gpu.open_launches >= BATCH_LAUNCHES or len(self.steps) >= ALONE_LAUNCHES:
+                gpu.flush()
         return self._outputs(bufs, made, staged)
 
     def _bind(self, bufs):
@@ -258,8 +278,7 @@ class Runner:
             for i, staging, nb in self.stage_in:
                 enc.copy_buffer_to_buffer(bufs[i].buffer, 0, staging, 0, nb)
             if not timed:
-                gpu.queue.submit([enc.finish()])
-                gpu.pending = True
+                gpu.submit(enc)
                 for st, bg in zip(self.steps, self.binds, strict=True):
                     with _profile.span("kernel", st.entry, workgroups=st.groups):
                         gpu.dispatch_timed(st, [vals[k] for k in st.slots], bind_group=bg)
@@ -275,8 +294,7 @@ class Runner:
                     cp.end()
                 enc.resolve_query_set(qs, 0, 2 * len(self.steps), resolve, 0)
             staged = self._copy_out(enc)
-            gpu.queue.submit([enc.finish()])
-            gpu.pending = True
+            gpu.submit(enc)
             if timed:
                 raw = gpu.queue.read_buffer(resolve, 0, 16 * len(self.steps))   # waits for the call
                 gpu.pending = False
