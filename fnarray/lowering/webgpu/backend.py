@@ -610,18 +610,12 @@ class WebGPULowered(KernelLowered):
     """A program scheduled into WGSL kernels for one webgpu device."""
 
     def __init__(self, program, device, backend, donate=()):
-        super().__init__(program, device)
+        super().__init__(program, device, donate)
         self.backend = backend
-        # ``{input position: output position or None}``: a jitted call's donated arguments (any output) or an
-        # exported step's state (its own output); a ``dynamic_update_slice`` of one writes into it in place.
-        self.donate = dict(donate) if isinstance(donate, dict) else {int(i): None for i in donate}
-
-    def _cache_identity(self) -> str:
-        return super()._cache_identity() + (f"|donate={sorted(self.donate.items())}" if self.donate else "")
 
     def _schedule_now(self):
         caps = self.backend.capabilities(self.device)
-        opts = {"donate": self.donate} if self.donate else {}
+        opts = self._donate_options()
         if not caps.tiling_pays:   # a CPU adapter (lavapipe)
             opts["dot_block"] = CPU_DOT_BLOCK
             opts["scatter_columns"] = True   # groups/scatter.py: a work item per column where it is less work
