@@ -5,9 +5,14 @@ The model is the example's llama architecture (RMSNorm, RoPE, grouped-query atte
 (speed does not depend on training); 4-bit is ``fa.nn.quantize(group_size=64, bits=4)``. Per device, in one
 interleaved run (best of ``--number`` alternating calls after a warm-up call each):
 
-- decode: the example's jitted decode step (one token, fixed-capacity ``KVCache``s at position ``--prompt``,
-  the sampled id read back to the host each call), in tokens/s;
-- prefill: the jitted prefill of ``--prompt`` tokens into empty caches, in tokens/s.
+- decode: the example's jitted decode step (one token, fixed-capacity ``KVCache``s from position ``--prompt``,
+  walking up to 8 positions on, each call fed the caches and token the last returned, donating the caches where
+  the example does; the sampled id read back to the host each call), in tokens/s;
+- prefill: the jitted prefill of ``--prompt`` tokens into empty caches (``--filled N``: caches holding ``N``
+  positions already; no raw rows then), in tokens/s.
+
+``--donation`` times only the decode step, its caches donated (``jit(donate_argnums=...)``: written in place on
+opencl and webgpu) against copied, interleaved.
 
 On mlx:0 the same weights also run in raw MLX as mlx-lm runs a model (``mx.fast.rms_norm``, ``mx.fast.rope``,
 ``mx.fast.scaled_dot_product_attention``, ``mx.quantized_matmul`` for 4-bit, a preallocated cache written by slice,
@@ -39,18 +44,37 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import numpy as np  # noqa: E402
 
 VOCAB = 96
+_WALK = 8   # decode positions walked before going back to the start (_fnarray_steps)
 
 
-def _fnarray_steps(fa, llm, model, dev, prompt, capacity):
-    """``(decode, prefill)`` zero-argument callables of the example's jitted steps on ``dev``."""
-    prefill, decode, _ = llm.make_generators(dev, 0.9, 1.0)
+def _fnarray_steps(fa, llm, model, dev, prompt, capacity, donate=None, filled=0):
+    """``(decode, prefill)`` zero-argument callables of the example's jitted steps on ``dev``.
+
+    The decode step (donating its caches where ``donate``, by default where the example does) is fed the caches
+    and token it returned, from position ``prompt + filled``; every ``_WALK`` calls (or when the caches are full)
+    their position goes back there (a new offset array: a donated one is deleted), so that the positions timed
+    stay within a few of the start (best-of timing leaves out the call that resets). The prefill writes the
+    ``prompt`` tokens into caches holding ``filled`` positions already (empty for 0)."""
+    prefill, decode, _ = llm.make_generators(dev, 0.9, 1.0, donate=donate)
     ids = fa.device_put(np.arange(prompt, dtype=np.int32)[None] % VOCAB, dev)
     key = fa.device_put(fa.random.key(0), dev)   # on the device: a key on numpy:0 is copied over every call
     empty = model.make_caches(1, capacity, dev)
-    token, filled = prefill(model, empty, ids, key, greedy=True)
+    if filled:
+        before = fa.device_put(np.arange(filled, dtype=np.int32)[None] % VOCAB + 1, dev)
+        empty = prefill(model, empty, before, key, greedy=True)[1]
+    token, caches = prefill(model, empty, ids, key, greedy=True)
+    start = prompt + filled
+    state = {"token": token, "caches": caches, "pos": start}
 
     def run_decode():
-        return int(decode(model, filled, token, key, greedy=True)[0][0])
+        if state["pos"] >= min(capacity, start + _WALK):
+            at = fa.device_put(np.int32(start), dev)
+            state["caches"] = tuple(type(c)(c.keys, c.values, at) for c in state["caches"])
+            state["pos"] = start
+        token, state["caches"] = decode(model, state["caches"], state["token"], key, greedy=True)
+        state["token"] = token
+        state["pos"] += 1
+        return int(token[0])
 
     def run_prefill():
         return int(prefill(model, empty, ids, key, greedy=True)[0][0])
@@ -308,9 +332,17 @@ def main(argv=None):
     ap.add_argument("--prompt", type=int, default=64, help="prompt tokens (prefill) and the decode position")
     ap.add_argument("--capacity", type=int, default=128, help="cache positions")
     ap.add_argument("--no-tinygrad", action="store_true", help="skip the tinygrad rows on opencl")
+    ap.add_argument("--filled", type=int, default=0,
+                    help="cache positions filled before the prompt: the prefill writes into a filled cache, the "
+                         "decode steps after both (fnarray rows only: no raw rows)")
+    ap.add_argument("--donation", action="store_true",
+                    help="time only the decode step, with its caches donated and copied (jit donate_argnums "
+                         "and not), interleaved; the ratio copied / donated in wall clock and CPU time")
     args = ap.parse_args(argv)
+    if args.prompt + args.filled >= args.capacity:
+        ap.error(f"--prompt {args.prompt} + --filled {args.filled} must leave room in --capacity {args.capacity}")
     tinygrad = False
-    if "opencl" in args.devices and not args.no_tinygrad:
+    if "opencl" in args.devices and not (args.no_tinygrad or args.filled or args.donation):
         from vs_tinygrad import _point_tinygrad_at_pyopencl_pocl
         _point_tinygrad_at_pyopencl_pocl()   # before PyOpenCL lists its platforms: both see one list
         os.environ.setdefault("DEV", "CL")
@@ -326,23 +358,20 @@ def main(argv=None):
     cfg = (args.layers, args.heads, args.kv_heads, args.dim // args.heads)
     base = llm.Llama(VOCAB, args.dim, args.heads, args.kv_heads, args.layers, args.hidden, key=fa.random.key(0))
     print(f"model: width {args.dim}, {args.heads}/{args.kv_heads} heads, {args.layers} blocks, SwiGLU {args.hidden}; "
-          f"prompt {args.prompt}, cache {args.capacity}")
+          f"prompt {args.prompt} after {args.filled} filled positions, cache {args.capacity}")
+    if args.donation:
+        return _donation(fa, llm, nn, base, args)
     print(f"{'device':10} {'weights':8} {'decode tok/s':>12} {'prefill tok/s':>13} {'raw decode':>10} "
           f"{'raw prefill':>11} {'decode x raw':>12} {'prefill x raw':>13}")
-    for name in args.devices.split(","):
-        try:
-            dev = fa.get_device(name)
-        except Exception as e:  # a device this machine lacks: say so and go on
-            print(f"{name:10} unavailable: {e}")
-            continue
-        models = [("float32", fa.device_put(base, dev)),
-                  ("4-bit", fa.device_put(nn.quantize(base, group_size=64, bits=4), dev))]
+    for name, dev, models in _devices_and_models(fa, nn, base, args.devices):
         fns, labels = [], []
         for label, m in models:
-            fns.extend(_fnarray_steps(fa, llm, m, dev, args.prompt, args.capacity))
+            fns.extend(_fnarray_steps(fa, llm, m, dev, args.prompt, args.capacity, filled=args.filled))
             labels.append(label)
         raw = []
-        if dev.backend == "mlx":
+        if args.filled:
+            pass   # the raw steps start from empty caches
+        elif dev.backend == "mlx":
             raw = [_mlx_steps(m, cfg, args.prompt, args.capacity) for _, m in models]
         elif dev.backend == "jax":
             raw = [_jax_steps(m, cfg, args.prompt, args.capacity) for _, m in models]
@@ -368,6 +397,33 @@ def main(argv=None):
                 if ours != theirs:
                     line += f"  tokens differ: {ours} vs {theirs}"
             print(line, flush=True)
+
+
+def _devices_and_models(fa, nn, base, names):
+    """``(name, device, [("float32", model), ("4-bit", model)])`` for each device of the comma-separated ``names``
+    this machine has (a line for each it lacks), the models on it."""
+    for name in names.split(","):
+        try:
+            dev = fa.get_device(name)
+        except Exception as e:  # a device this machine lacks: say so and go on
+            print(f"{name:10} unavailable: {e}")
+            continue
+        yield name, dev, [("float32", fa.device_put(base, dev)),
+                          ("4-bit", fa.device_put(nn.quantize(base, group_size=64, bits=4), dev))]
+
+
+def _donation(fa, llm, nn, base, args):
+    """``--donation``: per device and weights, the decode step with donated caches against copied ones."""
+    print(f"{'device':10} {'weights':8} {'donated tok/s':>13} {'copied tok/s':>12} {'copied / donated':>16} "
+          f"{'(CPU time)':>10}")
+    for name, dev, models in _devices_and_models(fa, nn, base, args.devices):
+        fns = [_fnarray_steps(fa, llm, m, dev, args.prompt, args.capacity, donate=d, filled=args.filled)[0]
+               for _, m in models for d in (True, False)]
+        wall, cpu = best_of(fns, args.number, warm=2)
+        for i, (label, _) in enumerate(models):
+            don, cop = 2 * i, 2 * i + 1
+            print(f"{name:10} {label:8} {1 / wall[don]:13.1f} {1 / wall[cop]:12.1f} {wall[cop] / wall[don]:16.2f} "
+                  f"{cpu[cop] / cpu[don]:10.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -310,3 +310,19 @@ def test_webgpu_profile_without_timestamp_queries(monkeypatch):
     assert kernels and not any("device_us" in r.args for r in kernels)
     for k in ref[-1][0]:
         np.testing.assert_allclose(np.asarray(p[k]), ref[-1][0][k], rtol=2e-5, atol=2e-6, err_msg=k)
+
+
+def test_donated_array_passed_twice_keeps_the_other_argument(kdev):
+    """The same array as a donated cache (updated in place) and as another argument: the update goes to a copy,
+    so what the other argument reads is the value before the update; the donated array is deleted."""
+    def step(cache, other):
+        return fa.lax.dynamic_update_slice(cache, fnp.full((1, 4), 5.0, np.float32), (0, 0)), other * 1.0
+
+    c0 = np.arange(32, dtype=np.float32).reshape(8, 4)
+    a = fa.device_put(c0, kdev)
+    new, other = fa.jit(step, donate_argnums=0)(a, a)
+    want = c0.copy()
+    want[0] = 5.0
+    np.testing.assert_array_equal(np.asarray(new), want)
+    np.testing.assert_array_equal(np.asarray(other), c0)
+    assert a.is_deleted()

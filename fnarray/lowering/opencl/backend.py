@@ -390,6 +390,7 @@ class OpenCLBackend(Backend):
     expected_fallbacks = EXPECTED_FALLBACKS
     expected_decompositions = EXPECTED_DECOMPOSITIONS
     name = "opencl"
+    updates_in_place = True   # donated inputs: groups/in_place.py, dispatch.py
 
     def __init__(self):
         self._devices = []

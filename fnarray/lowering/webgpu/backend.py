@@ -673,6 +673,7 @@ class WebGPUBackend(Backend):
     expected_fallbacks = EXPECTED_FALLBACKS
     expected_decompositions = EXPECTED_DECOMPOSITIONS | {"erfc"}
     name = "webgpu"
+    updates_in_place = True   # donated inputs: groups/in_place.py, dispatch.py
 
     def __init__(self, wgpu, gpu: _GPU):
         self.wgpu = wgpu
