@@ -9,7 +9,7 @@ interleaved run (best of ``--number`` alternating calls after a warm-up call eac
   walking up to 8 positions on, each call fed the caches and token the last returned, donating the caches where
   the example does; the sampled id read back to the host each call), in tokens/s;
 - prefill: the jitted prefill of ``--prompt`` tokens into empty caches (``--filled N``: caches holding ``N``
-  positions already; no raw rows then), in tokens/s.
+  positions already; raw rows then only on jax:0), in tokens/s.
 
 ``--donation`` times only the decode step, its caches donated (``jit(donate_argnums=...)``: written in place on
 opencl and webgpu) against copied, interleaved.
@@ -52,9 +52,9 @@ def _fnarray_steps(fa, llm, model, dev, prompt, capacity, donate=None, filled=0)
 
     The decode step (donating its caches where ``donate``, by default where the example does) is fed the caches
     and token it returned, from position ``prompt + filled``; every ``_WALK`` calls (or when the caches are full)
-    their position goes back there (a new offset array: a donated one is deleted), so that the positions timed
-    stay within a few of the start (best-of timing leaves out the call that resets). The prefill writes the
-    ``prompt`` tokens into caches holding ``filled`` positions already (empty for 0)."""
+    their position goes back there with the prefill's token (a new offset array: a donated one is deleted), so
+    that the positions timed stay within a few of the start (best-of timing leaves out the call that resets).
+    The prefill writes the ``prompt`` tokens into caches holding ``filled`` positions already (empty for 0)."""
     prefill, decode, _ = llm.make_generators(dev, 0.9, 1.0, donate=donate)
     ids = fa.device_put(np.arange(prompt, dtype=np.int32)[None] % VOCAB, dev)
     key = fa.device_put(fa.random.key(0), dev)   # on the device: a key on numpy:0 is copied over every call
@@ -70,11 +70,15 @@ def _fnarray_steps(fa, llm, model, dev, prompt, capacity, donate=None, filled=0)
         if state["pos"] >= min(capacity, start + _WALK):
             at = fa.device_put(np.int32(start), dev)
             state["caches"] = tuple(type(c)(c.keys, c.values, at) for c in state["caches"])
-            state["pos"] = start
-        token, state["caches"] = decode(model, state["caches"], state["token"], key, greedy=True)
-        state["token"] = token
+            state["pos"], state["token"] = start, token
+        new, state["caches"] = decode(model, state["caches"], state["token"], key, greedy=True)
+        state["token"] = new
         state["pos"] += 1
-        return int(token[0])
+        return int(new[0])
+
+    # the next call decodes the prefill's token at ``start`` again (the later positions' old entries lie past the
+    # filled length, unread): the token a raw step at ``start`` picks
+    run_decode.restart = lambda: state.update(pos=capacity)
 
     def run_prefill():
         return int(prefill(model, empty, ids, key, greedy=True)[0][0])
@@ -155,8 +159,9 @@ def _mlx_steps(model, cfg, prompt, capacity):
 # ------------------------------------------------------------------------------------------ raw JAX
 
 
-def _jax_steps(model, cfg, prompt, capacity):
-    """The model's decode and prefill in raw JAX: one ``jax.jit`` per step, fixed-shape caches. Float32 weights
+def _jax_steps(model, cfg, prompt, capacity, filled=0):
+    """The model's decode and prefill in raw JAX: one ``jax.jit`` per step, fixed-shape caches (the prefill into
+    caches holding ``filled`` positions, the decode after it, as ``_fnarray_steps``). Float32 weights
     multiply as ``einsum('...d,od->...o')`` (XLA's library dot; ``x @ w.T`` made XLA CPU emit a one-row product
     as a single-threaded loop, 2x slower at width 1024); 4-bit weights (MLX's packed words, as
     ``fa.nn.quantize`` made them) are dequantized in the jitted step with shifts and masks and multiplied as
@@ -216,14 +221,16 @@ def _jax_steps(model, cfg, prompt, capacity):
 
     step = jax.jit(forward)
     empty = tuple((jnp.zeros((1, capacity, kv, hd)), jnp.zeros((1, capacity, kv, hd))) for _ in range(layers))
+    if filled:
+        empty = step(p, jnp.asarray(np.arange(filled, dtype=np.int32)[None] % VOCAB + 1), empty, jnp.int32(0))[1]
     ids = jnp.asarray(np.arange(prompt, dtype=np.int32)[None] % VOCAB)
-    token, filled = step(p, ids, empty, jnp.int32(0))
+    token, caches = step(p, ids, empty, jnp.int32(filled))
 
     def run_decode():
-        return int(step(p, token[None], filled, jnp.int32(prompt))[0][0])
+        return int(step(p, token[None], caches, jnp.int32(prompt + filled))[0][0])
 
     def run_prefill():
-        return int(step(p, ids, empty, jnp.int32(0))[0][0])
+        return int(step(p, ids, empty, jnp.int32(filled))[0][0])
 
     return run_decode, run_prefill
 
@@ -334,7 +341,7 @@ def main(argv=None):
     ap.add_argument("--no-tinygrad", action="store_true", help="skip the tinygrad rows on opencl")
     ap.add_argument("--filled", type=int, default=0,
                     help="cache positions filled before the prompt: the prefill writes into a filled cache, the "
-                         "decode steps after both (fnarray rows only: no raw rows)")
+                         "decode steps after both (raw rows: JAX only)")
     ap.add_argument("--donation", action="store_true",
                     help="time only the decode step, with its caches donated and copied (jit donate_argnums "
                          "and not), interleaved; the ratio copied / donated in wall clock and CPU time")
@@ -369,12 +376,12 @@ def main(argv=None):
             fns.extend(_fnarray_steps(fa, llm, m, dev, args.prompt, args.capacity, filled=args.filled))
             labels.append(label)
         raw = []
-        if args.filled:
-            pass   # the raw steps start from empty caches
+        if dev.backend == "jax":
+            raw = [_jax_steps(m, cfg, args.prompt, args.capacity, args.filled) for _, m in models]
+        elif args.filled:
+            pass   # the raw MLX and tinygrad steps start from empty caches
         elif dev.backend == "mlx":
             raw = [_mlx_steps(m, cfg, args.prompt, args.capacity) for _, m in models]
-        elif dev.backend == "jax":
-            raw = [_jax_steps(m, cfg, args.prompt, args.capacity) for _, m in models]
         elif dev.backend == "opencl" and tinygrad:
             raw = []
             for _, m in models:
@@ -386,6 +393,8 @@ def main(argv=None):
         for pair in raw:
             fns.extend(pair)
         times = best_of(fns, args.number, warm=2)[0]   # a first call compiles
+        for fn in fns:
+            getattr(fn, "restart", lambda: None)()
         tokens = [fn() for fn in fns]
         for i, label in enumerate(labels):
             dec, pre = times[2 * i], times[2 * i + 1]
