@@ -60,7 +60,7 @@ def _fnarray_steps(fa, llm, model, dev, prompt, capacity, donate=None, filled=0)
     key = fa.device_put(fa.random.key(0), dev)   # on the device: a key on numpy:0 is copied over every call
     empty = model.make_caches(1, capacity, dev)
     if filled:
-        before = fa.device_put(np.arange(filled, dtype=np.int32)[None] % VOCAB + 1, dev)
+        before = fa.device_put((np.arange(filled, dtype=np.int32)[None] + 1) % VOCAB, dev)
         empty = prefill(model, empty, before, key, greedy=True)[1]
     token, caches = prefill(model, empty, ids, key, greedy=True)
     start = prompt + filled
@@ -222,7 +222,7 @@ def _jax_steps(model, cfg, prompt, capacity, filled=0):
     step = jax.jit(forward)
     empty = tuple((jnp.zeros((1, capacity, kv, hd)), jnp.zeros((1, capacity, kv, hd))) for _ in range(layers))
     if filled:
-        empty = step(p, jnp.asarray(np.arange(filled, dtype=np.int32)[None] % VOCAB + 1), empty, jnp.int32(0))[1]
+        empty = step(p, jnp.asarray((np.arange(filled, dtype=np.int32)[None] + 1) % VOCAB), empty, jnp.int32(0))[1]
     ids = jnp.asarray(np.arange(prompt, dtype=np.int32)[None] % VOCAB)
     token, caches = step(p, ids, empty, jnp.int32(filled))
 
@@ -340,8 +340,8 @@ def main(argv=None):
     ap.add_argument("--capacity", type=int, default=128, help="cache positions")
     ap.add_argument("--no-tinygrad", action="store_true", help="skip the tinygrad rows on opencl")
     ap.add_argument("--filled", type=int, default=0,
-                    help="cache positions filled before the prompt: the prefill writes into a filled cache, the "
-                         "decode steps after both (raw rows: JAX only)")
+                    help="cache positions filled before the prompt: the prefill writes into a filled cache (also "
+                         "timed into empty caches, interleaved), the decode steps after both (raw rows: JAX only)")
     ap.add_argument("--donation", action="store_true",
                     help="time only the decode step, with its caches donated and copied (jit donate_argnums "
                          "and not), interleaved; the ratio copied / donated in wall clock and CPU time")
@@ -392,6 +392,8 @@ def main(argv=None):
                     break
         for pair in raw:
             fns.extend(pair)
+        if args.filled:   # the same prefill into empty caches, for the last column
+            fns.extend(_fnarray_steps(fa, llm, m, dev, args.prompt, args.capacity)[1] for _, m in models)
         times = best_of(fns, args.number, warm=2)[0]   # a first call compiles
         for fn in fns:
             getattr(fn, "restart", lambda: None)()
@@ -405,6 +407,9 @@ def main(argv=None):
                 ours, theirs = tokens[2 * i:2 * i + 2], tokens[2 * len(labels) + 2 * i:2 * len(labels) + 2 * i + 2]
                 if ours != theirs:
                     line += f"  tokens differ: {ours} vs {theirs}"
+            if args.filled:
+                empty = times[2 * len(labels) + 2 * len(raw) + i]
+                line += f"  into empty caches: {args.prompt / empty:.1f} tok/s (filled / empty {pre / empty:.2f})"
             print(line, flush=True)
 
 
