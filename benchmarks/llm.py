@@ -394,7 +394,7 @@ def main(argv=None):
             fns.extend(pair)
         if args.filled:   # the same prefill into empty caches, for the last column
             fns.extend(_fnarray_steps(fa, llm, m, dev, args.prompt, args.capacity)[1] for _, m in models)
-        times = best_of(fns, args.number, warm=2)[0]   # a first call compiles
+        times, cpu = best_of(fns, args.number, warm=2)   # a first call compiles
         for fn in fns:
             getattr(fn, "restart", lambda: None)()
         tokens = [fn() for fn in fns]
@@ -408,8 +408,10 @@ def main(argv=None):
                 if ours != theirs:
                     line += f"  tokens differ: {ours} vs {theirs}"
             if args.filled:
-                empty = times[2 * len(labels) + 2 * len(raw) + i]
-                line += f"  into empty caches: {args.prompt / empty:.1f} tok/s (filled / empty {pre / empty:.2f})"
+                k = 2 * len(labels) + 2 * len(raw) + i
+                empty = times[k]
+                line += (f"  into empty caches: {args.prompt / empty:.1f} tok/s (filled / empty {pre / empty:.2f}, "
+                         f"CPU time {cpu[2 * i + 1] / cpu[k]:.2f})")
             print(line, flush=True)
 
 
