@@ -107,23 +107,29 @@ class Executable:
             state.held_bytes += held
         weakref.finalize(self, _give_back, state, held).atexit = False
         self.fresh = [(slot(a), a.shape, a.dtype) for a in fresh]
-        # Inputs a kernel writes: donated ones that a dynamic_update_slice or scatter updates in place
-        # (groups/in_place.py); the output that shares one takes its buffer over.
+        self.outs = self._output_plan(sched, fresh, slot)
+        self.nslots = len(slots)
+
+    def _output_plan(self, sched, fresh, slot):
+        """Where each output comes from: ``("const", CLBuffer) | ("updated", input index) | ("slot", slot) |
+        ("empty", spec)``; sets ``self.updated``, the inputs a kernel writes: donated ones that a
+        ``dynamic_update_slice`` or scatter updates in place (groups/in_place.py), whose output takes the buffer
+        over."""
         position = {a: i for i, a in enumerate(sched.inputs)}
         self.updated = sorted({position[a] for launch in sched.launches
                                for p, a in zip(launch.kernel.params, launch.args, strict=True)
                                if isinstance(p, BufferParam) and p.writes and a in position})
-        self.outs = []
+        outs = []
         for o in sched.outputs:
             if isinstance(o, Literal):
-                self.outs.append(("const", state.upload(np.asarray(o.val, o.aval.dtype))))
+                outs.append(("const", self.state.upload(np.asarray(o.val, o.aval.dtype))))
             elif o in position and position[o] in self.updated:
-                self.outs.append(("updated", position[o]))
-            elif o in inputs or o in fresh:
-                self.outs.append(("slot", slot(o)))
+                outs.append(("updated", position[o]))
+            elif o in position or o in fresh:
+                outs.append(("slot", slot(o)))
             else:  # an output no kernel writes (zero-size): a fresh empty buffer
-                self.outs.append(("empty", o))
-        self.nslots = len(slots)
+                outs.append(("empty", o))
+        return outs
 
     def __call__(self, bufs):
         if _profile.recorder is not None:
