@@ -44,7 +44,7 @@ def _needs(marks):
 
 def _only_verdict(error: str) -> bool:
     """Whether a failed block's only fault is a profiler verdict (``prints: ... dominates``) other than the page's:
-    a verdict weighs measured times, so a load spike on a shared machine can flip it; such a page runs twice."""
+    a verdict weighs measured times, so a load spike on a shared machine can flip it; such a page runs up to three times."""
     lines = error.strip().splitlines()
     return bool(lines) and all(ln.startswith("the output lacks") and ln.endswith(" dominates'") for ln in lines)
 
@@ -72,8 +72,10 @@ def test_page_blocks_run(page, where, tmp_path):
         pytest.skip(f"{missing[0][1]} ({page} block {missing[0][0]})")
     workdir = _workdir(tmp_path)
     bad = _run_page(page, device, workdir, len(todo))
-    if bad and all(_only_verdict(b["error"]) for b in bad):
-        bad = _run_page(page, device, workdir, len(todo))   # a profiler verdict under a load spike: once more
+    for _retry in range(2):   # a profiler verdict under a load spike: up to twice more (seen at load 10 in CI)
+        if not bad or not all(_only_verdict(b["error"]) for b in bad):
+            break
+        bad = _run_page(page, device, workdir, len(todo))
     assert not bad, f"{page} on {device}: " + "\n".join(f"block {b['block']}: {b['error']}\n{b['out']}"
                                                         for b in bad)
 

@@ -2,8 +2,10 @@
 
 A call's first occurrences take the general path (primitive by primitive); then it runs one jitted program
 (from the second call on numpy, the first on jax, the ``REPEATED_CALL``-th on mlx: 2 here but in the tests of
-compiles per shape at the end). Every case here compares the first four calls with each other (value bits up
-to a NaN's sign, dtype, weak type, shape, committed flag, device) and, where cheap, with NumPy in float64.
+compiles per shape at the end) with tapes off; the tests after ``tapes`` run each key's tape from its second
+call (``eager_tape``: the stage numpy and mlx run before a key's program). Every case here compares the first
+four calls with each other (value bits up to a NaN's sign, dtype, weak type, shape, committed flag, device) and,
+where cheap, with NumPy in float64.
 """
 
 from __future__ import annotations
@@ -50,9 +52,13 @@ CASES = {
 
 @pytest.fixture(autouse=True)
 def _programs_from_the_second_call(monkeypatch):
-    """mlx makes a key's program at its ``REPEATED_CALL``-th call: here at its second, as numpy, so that the
-    three calls of each case compare the general path with the program on every device."""
+    """numpy and mlx run a key's tape from its second call, and its program later: here, without tapes (the
+    ``tapes`` fixture tests them), programs come at the second call on numpy and on mlx (whose
+    ``REPEATED_CALL`` is set to 2), so that the three calls of each case compare the general path with the
+    program on every device."""
     monkeypatch.setattr(eager_jit, "REPEATED_CALL", 2)
+    monkeypatch.setattr(eager_jit, "_TAPE_CALLS", dict.fromkeys(eager_jit._TAPE_CALLS))
+    monkeypatch.setattr(eager_jit, "TAPE_BUDGET_S", float("inf"))
 
 
 def _observed(r):
@@ -149,7 +155,10 @@ def test_errors_are_the_general_paths():
         fnp.sum(x, axis=0)
 
 
-def test_the_program_cache_is_bounded():
+@pytest.mark.parametrize("stage", ["program", "tape"])
+def test_the_program_cache_is_bounded(stage, request):
+    if stage == "tape":
+        request.getfixturevalue("tapes")
     old = fa.config.jit_global_cache_size
     fa.config.jit_global_cache_size = 8
     try:
@@ -162,7 +171,11 @@ def test_the_program_cache_is_bounded():
         fa.config.jit_global_cache_size = old
 
 
-def test_calls_from_threads():
+@pytest.mark.parametrize("stage", ["program", "tape"])
+def test_calls_from_threads(stage, request):
+    if stage == "tape":
+        request.getfixturevalue("tapes")
+
     def work(k):
         xs = np.random.default_rng(k).standard_normal((3 + k, 4)).astype(np.float32) if k else A
         x = fnp.asarray(xs)
@@ -305,11 +318,14 @@ def test_eager_compiles_each_shape_once_on_jax(monkeypatch):
 
 def test_eager_compiles_each_shape_at_most_once_on_mlx(monkeypatch):
     """mlx:0 (``eager_programs="repeated_call"``): the general path compiles nothing (MLX's operations are lazy
-    graph nodes), so a loop whose shapes grow makes no program until a key's ``REPEATED_CALL``-th call; then
-    each key's program once, never through ``mx.compile`` (however often it is called), and nothing after."""
+    graph nodes), so a loop whose shapes grow makes no program for a key's first call; a later one (here its
+    second) makes the key's tape (traced once, run on the eager executables: nothing is lowered again), its
+    ``TAPED_PROGRAM_CALL``-th its program, once, never through ``mx.compile`` (however often it is called), and
+    nothing after."""
     dev = require_backend("mlx")[0]
     from fnarray.lowering.mlx import backend as mlx_backend
-    monkeypatch.setattr(eager_jit, "REPEATED_CALL", 4)
+    monkeypatch.setattr(eager_jit, "_TAPE_CALLS", {**eager_jit._TAPE_CALLS, "repeated_call": 1})
+    monkeypatch.setattr(eager_jit, "TAPED_PROGRAM_CALL", 4)
     monkeypatch.setattr(mlx_backend, "CPU_COMPILE_AFTER_CALLS", 2)
     switches = []
     real_switch = mlx_backend._WarmCompile._switch
@@ -317,13 +333,18 @@ def test_eager_compiles_each_shape_at_most_once_on_mlx(monkeypatch):
                         real_switch(self, bufs))
     _decode(_attend, dev, steps=1)
     lowered = count_lowerings(monkeypatch, dev)
-    made = eager_jit.cache_info()["made"]
-    runs = [_decode(_attend, dev) for _ in range(3)]   # calls 1-3 of each key (the first key: 2-4)
+    made, tapes = eager_jit.cache_info()["made"], eager_jit.cache_info()["tapes"]
+    runs = [_decode(_attend, dev)]                     # the first call of each new key (the first key: its 2nd)
+    general = len(lowered)                             # primitives of new shapes (the general path's)
+    runs += [_decode(_attend, dev) for _ in range(2)]  # calls 2-3 of each key: its tape, made once
+    taped = eager_jit.cache_info()["tapes"] - tapes
+    assert 9 * 4 <= taped <= 9 * 5, eager_jit.cache_info()
     assert eager_jit.cache_info()["made"] - made <= 9, eager_jit.cache_info()  # the first step's keys only
-    assert len(lowered) == eager_jit.cache_info()["made"] - made, lowered
+    assert len(lowered) - general == eager_jit.cache_info()["made"] - made, lowered  # tapes lower nothing
     runs.append(_decode(_attend, dev))                 # the 4th call of every key: its program, once
     keys = eager_jit.cache_info()["made"] - made
-    assert 9 * 4 <= keys <= 9 * 5 and len(lowered) == keys, (keys, lowered)
+    assert 9 * 4 <= keys <= 9 * 5 and len(lowered) - general == keys, (keys, lowered)
+    assert eager_jit.cache_info()["tapes"] - tapes == taped
     n = len(lowered)
     for _ in range(4):                                 # past CPU_COMPILE_AFTER_CALLS: still no mx.compile
         runs.append(_decode(_attend, dev))
@@ -349,3 +370,163 @@ def test_jitted_loops_compile_each_shape_once(monkeypatch, backend):
     assert _decode(step, dev) and len(lowered) == 4, lowered
     for a, want in zip(first, _attend_reference(), strict=True):
         np.testing.assert_allclose(a, want, rtol=2e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------------- tapes
+@pytest.fixture
+def tapes(monkeypatch):
+    """Every key's tape (``eager_tape``) from its second call, and no program: the stage mlx runs between a key's
+    first call and its ``TAPED_PROGRAM_CALL``-th, here on every backend that keys calls."""
+    monkeypatch.setattr(eager_jit, "REPEATED_CALL", 10**6)
+    monkeypatch.setattr(eager_jit, "TAPED_PROGRAM_CALL", 10**6)
+    monkeypatch.setattr(eager_jit, "_GENERAL_CALLS", dict.fromkeys(eager_jit._GENERAL_CALLS))
+    monkeypatch.setattr(eager_jit, "_TAPE_CALLS", dict.fromkeys(eager_jit._TAPE_CALLS, 1))
+    monkeypatch.setattr(eager_jit, "TAPE_BUDGET_S", float("inf"))
+
+
+def _keyed_device(device):
+    if device.impl.capabilities(device).eager_programs in ("off", "first_call"):
+        pytest.skip(f"{device} makes no tapes (jax: a program at the first call; opencl, webgpu: no keys)")
+
+
+def test_tapes_match_the_general_path_and_numpy(tapes, device):
+    """Each case's first call (the general path) against three calls of its tape: value bits, dtype, weak type,
+    shape, committed flag and device; the data-dependent mask has no tape (its trace fails)."""
+    _keyed_device(device)
+    tapes_before = eager_jit.cache_info()["tapes"]
+    for name in CASES:
+        _check(name, device)
+    # each key traced once (the mask too; "getitem array" has no key off the default device: two devices)
+    assert len(CASES) - 1 <= eager_jit.cache_info()["tapes"] - tapes_before <= len(CASES)
+
+
+def _against_general(f, *args):
+    """``f(*args)`` through eager_jit (and eager_ops) and through the general path (the function they wrap): the
+    same result."""
+    general = f
+    while hasattr(general, "__wrapped__"):
+        general = general.__wrapped__
+    got, want = f(*args), general(*args)
+    assert _observed(got) == _observed(want), (f.__name__, [a.aval for a in args])
+    return got
+
+
+def test_tapes_are_keyed_by_weak_type_and_dtype(tapes, device):
+    """One shape, several avals: weak and strong float32, int32, bool and bfloat16 operands, interleaved so that
+    each key's tape serves after its first call; each result is the general path's (dtype, weak type, value)."""
+    _keyed_device(device)
+    vals = np.array([1.5, -2.0, 3.25], np.float32)
+    operands = [fa.device_put(vals, device), fa.device_put(vals.astype(np.int32), device),
+                fa.device_put(vals > 0, device), fa.device_put(vals.astype(fnp.bfloat16), device),
+                fnp.multiply(fa.device_put(vals, device), 1.0) * 0 + fa.device_put(2.0, device)]
+    weak = fa.device_put(2.0, device)
+    assert weak.weak_type and not operands[0].weak_type
+    seen, tapes_before = set(), eager_jit.cache_info()["tapes"]
+    for _ in range(3):
+        for x in operands:
+            for r in (_against_general(fnp.add, x, weak), _against_general(fnp.cumsum, x),
+                      _against_general(fnp.maximum, x, x[:1])):
+                seen.add((r.dtype, r.weak_type))
+    assert len(seen) >= 5, seen
+    assert eager_jit.cache_info()["tapes"] - tapes_before >= 10
+
+
+def test_tapes_are_keyed_by_device_and_committed_flag(tapes):
+    """The same aval on two devices, committed or not: each call's result lies on its operand's device with the
+    general path's committed flag."""
+    devs = [d for d in fa.devices(all_backends=True)
+            if d.impl.capabilities(d).eager_programs not in ("off", "first_call")]
+    if len(devs) < 2:
+        pytest.skip("one backend that makes tapes")
+    vals = np.arange(6, dtype=np.float32).reshape(2, 3)
+    xs = [fa.device_put(vals, d) for d in devs[:2]] + [fnp.asarray(vals)]
+    assert not xs[-1].committed
+    tapes_before = eager_jit.cache_info()["tapes"]
+    for _ in range(3):
+        for x in xs:
+            r = _against_general(fnp.sum, x, 0)
+            assert r.device == x.device and r.committed == x.committed
+    assert eager_jit.cache_info()["tapes"] - tapes_before == len(xs) - (xs[-1].device in devs[:2])
+
+
+def test_tapes_are_keyed_by_the_x64_setting(tapes):
+    """Switching ``enable_x64`` (a new configuration generation) gives new keys: ``uint32 + int32`` is int32 with
+    x64 off and int64 with it on (the same avals), through the tape as through the general path."""
+    from helpers import config_setting
+    tapes_before = eager_jit.cache_info()["tapes"]
+    u = fa.device_put(np.array([1, 2, 4], np.uint32), "numpy:0")
+    i = fa.device_put(np.array([3, -2, 7], np.int32), "numpy:0")
+    dtypes_seen = set()
+    for _ in range(2):
+        for on in (False, True):
+            with config_setting("enable_x64", on):
+                for _ in range(3):
+                    dtypes_seen.add(str(_against_general(fnp.add, u, i).dtype))
+    assert dtypes_seen == {"int32", "int64"}, dtypes_seen
+    # one key per switch (each is a new configuration generation), each traced once
+    assert eager_jit.cache_info()["tapes"] - tapes_before == 4
+
+
+def test_a_tape_call_runs_no_general_path(tapes):
+    """From a key's second call its tape runs: a handful of Python calls per primitive, not the general path's
+    ~75 (``fnarray.numpy``, promotion, ``bind``, the eager cache)."""
+    a, b = fnp.asarray(A), fnp.asarray(B)
+    for _ in range(2):
+        a @ b
+    calls = python_calls(lambda: a @ b)
+    assert len(calls) <= 12, calls
+
+
+def test_a_tape_gives_way_to_its_program(monkeypatch):
+    """numpy's schedule: the general path, then the key's tape from its second call, then its program once the tape
+    has run ``TAPED_PROGRAM_CALL`` times or ``TAPE_BUDGET_S`` seconds; each made once, every result the same."""
+    monkeypatch.setattr(eager_jit, "_TAPE_CALLS", {**eager_jit._TAPE_CALLS, "second_call": 1})
+    monkeypatch.setattr(eager_jit, "TAPED_PROGRAM_CALL", 5)
+    x = fa.device_put(A, "numpy:0")
+    info = eager_jit.cache_info
+    tapes, made = info()["tapes"], info()["made"]
+    outs = []
+    for k in range(7):
+        outs.append(_observed(fnp.var(x, axis=0)))
+        assert info()["tapes"] - tapes == (k >= 1), k
+        assert info()["made"] - made == (k >= 4), k  # calls 2-4 on the tape, the program from the 5th
+    assert all(o == outs[0] for o in outs)
+    monkeypatch.setattr(eager_jit, "TAPE_BUDGET_S", 0.0)  # a tape that has run its budget: the program next
+    tapes, made = info()["tapes"], info()["made"]
+    for k in range(4):
+        outs.append(_observed(fnp.var(x, axis=1)))
+        assert (info()["tapes"] - tapes, info()["made"] - made) == ((0, 0), (1, 0), (1, 1), (1, 1))[k], k
+
+
+def test_tapes_keep_the_general_paths_placement(tapes, device):
+    """An output that depends on no argument (``zeros_like``) gets no tape (the general path puts it on the default
+    device, uncommitted); an output that depends on some arguments only is committed by those alone."""
+    _keyed_device(device)
+    c = fa.device_put(A, device)
+    tapes_before = eager_jit.cache_info()["tapes"]
+    for _ in range(3):
+        _against_general(fnp.zeros_like, c)
+        _against_general(fnp.full_like, c, 2.0)
+    assert eager_jit.cache_info()["tapes"] - tapes_before == 2  # traced once each, no tape
+    if device != fa.devices()[0]:
+        return
+    u = fnp.asarray(V)  # uncommitted, on the default device, beside a committed array there
+    for _ in range(3):
+        bu, bc = _against_general(fnp.broadcast_arrays, u, c)
+        assert not bu.committed and bc.committed
+    assert eager_jit.cache_info()["tapes"] - tapes_before == 3
+
+
+def test_a_program_that_fails_leaves_the_tape(tapes, monkeypatch):
+    """A key whose program cannot be made (here: every jitted call raises) keeps its tape, not the general path."""
+    class Failing(eager_jit.Jitted):
+        def __call__(self, *args, **kwargs):
+            raise RuntimeError("no program")
+    monkeypatch.setattr(eager_jit, "Jitted", Failing)
+    monkeypatch.setattr(eager_jit, "TAPED_PROGRAM_CALL", 3)
+    x = fa.device_put(A, "numpy:0")
+    for _ in range(5):
+        _against_general(fnp.cumsum, x, 1)
+    keyed = eager_jit._keyed(fnp.cumsum.__wrapped__, (x, 1), {})
+    p = eager_jit._programs_d[keyed[0]]
+    assert p.tape is not None and p.jitted is None and p.calls == 4  # the 3rd call tried the program

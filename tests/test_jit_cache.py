@@ -295,3 +295,25 @@ def test_a_recursive_jitted_function_still_traces(device):
     def power(x, k):
         return x if k == 1 else x * power(x, k - 1)
     assert float(power(2.0, 5)) == 32.0
+
+
+def test_direct_entry_after_the_first_call():
+    """``Jitted.direct_entry``: none before a call (``None``: ask again), the executable's own entry after it on
+    numpy:0 (its buffers in and out, the output avals and structure), ``False`` where outputs are always committed
+    (``device=``) or the executable takes constants (here a captured array)."""
+    dev = fa.devices("numpy")[0]
+    x = fa.device_put(np.arange(4, dtype=np.float32), dev)
+    f = fa.jit(lambda a: a * 2.0 + 1.0)
+    assert f.direct_entry(1, dev) is None
+    f(x)
+    call, out_avals, out_tree, single = f.direct_entry(1, dev)
+    assert single and out_avals == (x.aval,) and out_tree.num_leaves == 1
+    np.testing.assert_array_equal(np.asarray(call(x.buf())[0]), np.arange(4) * 2.0 + 1.0)
+    assert f.direct_entry(2, dev) is False
+    g = fa.jit(lambda a: a + 1.0, device=dev)
+    g(x)
+    assert g.direct_entry(1, dev) is False
+    c = fa.device_put(np.ones(4, np.float32), dev)
+    h = fa.jit(lambda a: a + c)
+    h(x)
+    assert h.direct_entry(1, dev) is False

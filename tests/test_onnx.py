@@ -470,6 +470,28 @@ def test_quantized_matmul(tmp_path, bits, form):
         _close(_ort_run(model, feeds), _ref(f, x, wq, s, b), f"quantized_matmul bits={bits} {form}")
 
 
+@pytest.mark.parametrize("mode", ["mxfp4", "mxfp8", "nvfp4"])
+def test_quantized_matmul_float_modes(tmp_path, mode):
+    # MLX's floating modes: the packed codes unpacked with BitShift/BitwiseAnd, their element values and the uint8
+    # scales' values looked up in constant tables (Gather), per group; weights baked and as inputs, both transposes.
+    for transpose in (True, False):
+        w = rng.standard_normal((96, 128) if transpose else (128, 192)).astype(np.float32)
+        wq, s = (np.asarray(a) for a in fa.quantize(fnp.asarray(w), mode=mode))
+        x = rng.standard_normal((3, 128)).astype(np.float32)
+
+        def f(x, wq, s):
+            return fa.quantized_matmul(x, wq, s, transpose=transpose, mode=mode)
+        for baked in (False, True):
+            if baked:
+                model = fa.export.onnx(f, x, wq, s, path=tmp_path / "q.onnx", opset=18, bake_argnums=(1, 2))
+                feeds = {model.graph.input[0].name: x}
+            else:
+                model = fa.export.onnx(f, x, wq, s, path=tmp_path / "q.onnx", opset=18)
+                feeds = dict(zip([i.name for i in model.graph.input], (x, wq, s)))
+            assert {"BitShift", "Gather"} <= {n.op_type for n in model.graph.node}
+            _close(_ort_run(model, feeds), _ref(f, x, wq, s), f"quantized_matmul {mode} baked={baked}")
+
+
 def test_quantized_matmul_needs_bitwise_ops(tmp_path):
     wq, s, b = fa.quantize(fnp.ones((32, 64)), group_size=32, bits=4)
     with pytest.raises(UnsupportedOnDevice, match="opset 18"):

@@ -267,6 +267,73 @@ def test_store_reading_its_own_ref(device):
     np.testing.assert_allclose(np.asarray(got), x[::-1] + 1, rtol=1e-6)
 
 
+@pytest.mark.parametrize("case", ["transposed", "shifted_store", "scratch"])
+def test_row_mode_only_where_rows_stay_private(device, case):
+    """``compiler_params={"rows": True}`` asks for one work item per row without barriers; where an item would
+    read another's row (a transposed ``dot`` result, a store one row down read back, a scratch row read by the
+    next row) the kernel keeps the shared form and its barriers, and the result is right on every device."""
+    x = rng.standard_normal((32, 16)).astype(np.float32)
+
+    def transposed(x_ref, o_ref):
+        s = fnp.dot(x_ref[...], x_ref[...].T)
+        o_ref[...] = s.T[:, :16] + fnp.max(s, axis=0)[:, None]
+
+    def shifted_store(x_ref, o_ref):
+        o_ref[...] = fnp.zeros((16, 16), fnp.float32)
+        o_ref[pl.ds(1, 15), :] = x_ref[pl.ds(0, 15), :] * 2.0
+        o_ref[...] = o_ref[...] + fnp.sum(x_ref[...], axis=1, keepdims=True)
+
+    def scratch(x_ref, o_ref, s_ref):
+        s_ref[...] = x_ref[...] @ x_ref[...].T
+        o_ref[...] = fnp.flip(s_ref[...], axis=0) + fnp.min(s_ref[...], axis=1, keepdims=True)
+
+    def want_of(xb):
+        s = xb @ xb.T
+        if case == "transposed":
+            return s.T[:, :16] + s.max(axis=0)[:, None]
+        if case == "shifted_store":
+            o = np.zeros((16, 16), np.float32)
+            o[1:] = xb[:15] * 2
+            return o + xb.sum(axis=1, keepdims=True)
+        return s[::-1] + s.min(axis=1, keepdims=True)
+
+    kernel = {"transposed": transposed, "shifted_store": shifted_store, "scratch": scratch}[case]
+    spec = pl.BlockSpec((16, 16), lambda i: (i, 0))
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,), in_specs=[spec],
+                       out_specs=spec, compiler_params={"rows": True},
+                       scratch_shapes=[pl.Local((16, 16), fnp.float32)] if case == "scratch" else ())
+    xd = fa.device_put(x, device)
+    with own_kernels(device):
+        got = np.asarray(fa.jit(f)(xd))
+        text = fa.jit(f).lower(xd).as_text() if device.backend in ("opencl", "webgpu") else None
+    want = np.concatenate([want_of(x[:16]), want_of(x[16:])])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    if text is not None:
+        assert "arrier(" in text
+
+
+def test_pallas_tunable_offers_row_mode_at_its_row_count():
+    """``PALLAS_TUNABLE``'s candidates: row mode once, at the work-group size of the block's rows (the group's
+    ``rows`` fact), and not at all where ``row_count`` gives none (fact 0)."""
+    from fnarray.lowering.kernels.groups.pallas import PALLAS_TUNABLE
+    default = {"workgroup": 8, "rows": False, "stage": False}
+    rows = [c for c in PALLAS_TUNABLE.candidates(default, {"rows": 16, "workgroup_limit": 256}) if c["rows"]]
+    assert rows == [{"workgroup": 16, "rows": True, "stage": False}]
+    assert not [c for c in PALLAS_TUNABLE.candidates(default, {"rows": 0, "workgroup_limit": 256}) if c["rows"]]
+
+
+def test_pallas_cost_model_stages_transposed_operands_on_llvm_15():
+    """``PALLAS_TUNABLE``'s cost model (mode ``"fast"``): on PoCL with LLVM 15 or later the default plus a staged
+    transposed ``dot`` operand; on LLVM 14 and elsewhere the default itself."""
+    from fnarray.lowering.kernels import tuning
+    from fnarray.lowering.kernels.groups.pallas import PALLAS_TUNABLE
+    default = {"workgroup": 8, "rows": False, "stage": False}
+    base = {"workgroup_limit": 4096, "rows": 16, "device": "cpu", "compiler": "pocl"}
+    assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 15}, mode="fast") == {**default, "stage": True}
+    assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 14}, mode="fast") == default
+    assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 15}, mode="off") == default
+
+
 def test_atomics_in_the_interpreter():
     x = rng.standard_normal(8).astype(np.float32)
 

@@ -1,5 +1,5 @@
-"""Quantization in MLX's formats (``"affine"``, ``"mxfp4"``): ``fa.quantize``, ``fa.dequantize``,
-``fa.quantized_matmul`` against MLX.
+"""Quantization in MLX's formats (``"affine"``, ``"mxfp4"``, ``"mxfp8"``, ``"nvfp4"``): ``fa.quantize``,
+``fa.dequantize``, ``fa.quantized_matmul`` against MLX.
 
 MLX (``mlx.core``) is the oracle: the packed words, scales and biases must be bit-identical to
 ``mx.quantize``'s and ``dequantize`` to ``mx.dequantize``'s on every device; ``quantized_matmul`` within float
@@ -248,10 +248,12 @@ def test_errors_name_what_was_given():
         fa.quantize(np.ones(64, np.float32))
     with pytest.raises(DTypeError, match="int32"):
         fa.quantize(np.ones((4, 64), np.int32))
-    with pytest.raises(NotImplementedError, match="nvfp4"):
-        fa.quantize(w, mode="nvfp4")
     with pytest.raises(ValueError, match="group_size=32 and bits=4"):
         fa.quantize(w, group_size=64, mode="mxfp4")
+    with pytest.raises(ValueError, match="mode='nvfp4' needs group_size=16 and bits=4"):
+        fa.quantize(w, group_size=32, mode="nvfp4")
+    with pytest.raises(ValueError, match="mode='mxfp8' needs group_size=32 and bits=8"):
+        fa.quantize(w, bits=4, mode="mxfp8")
     with pytest.raises(ValueError, match="'int4' is not a quantization mode"):
         fa.quantize(w, mode="int4")
     w_q, scales, biases = fa.quantize(w, group_size=32, bits=4)
@@ -479,26 +481,66 @@ def test_the_gpu_form_matches_mlx(kdev, bits):
             np.testing.assert_allclose(np.asarray(f(fa.device_put(x, kdev), *args, bias)), want, rtol=1e-5, atol=1e-4)
 
 
-# ------------------------------------------------------------------------------------------- mode="mxfp4"
+# ------------------------------------------------------------------ the floating modes: mxfp4, mxfp8, nvfp4
 
-def _mxfp4_weights(dtype, seed=0):
-    """Weights over 60 binades with the rule's edge cases: groups whose ``amax / 6`` is a power of two and one
-    ulp above it, every E2M1 rounding tie, a negative value rounding to 0, an all-zero group, a subnormal group
-    and (for float32) an infinity and a NaN; float16 rows overflow to infinity or underflow past ``2**-24``."""
+FLOAT_MODES = ("mxfp4", "mxfp8", "nvfp4")
+#: Per floating mode: MLX's (only) ``(group_size, bits)``.
+_MODE_FORMATS = {"mxfp4": (32, 4), "mxfp8": (32, 8), "nvfp4": (16, 4)}
+#: Per floating mode: its group size and the largest element magnitude (amax / top is the scale's quotient).
+_FLOAT = {"mxfp4": (32, 6.0), "mxfp8": (32, 448.0), "nvfp4": (16, 6.0)}
+
+
+def _float_weights(dtype, mode="mxfp4", seed=0):
+    """Weights over 60 binades with the rules' edge cases: groups whose ``amax / top`` is a power of two and one
+    ulp above it, every E2M1 rounding tie (and E4M3 ties of mxfp8's elements), a negative value rounding to 0,
+    an all-zero group, a subnormal group and (for float32) infinities and NaNs of both signs beside zeros of both
+    signs; float16 rows overflow to infinity or underflow past ``2**-24``."""
     rng = np.random.default_rng(seed)
+    top = _FLOAT[mode][1]
     w = (rng.standard_normal((64, 64)) * np.exp2(rng.integers(-30, 30, (64, 1)))).astype(np.float32)
     w[w > 60000] = np.inf   # the float16 cast's overflow, without NumPy's warning
     w[w < -60000] = -np.inf
     for i in range(8):
-        w[i, 0] = 6.0 * 2.0 ** (i - 4) * (1 + 2.0 ** -7)
-        w[8 + i, 0] = 6.0 * 2.0 ** (i - 4)
+        w[i, 0] = top * 2.0 ** (i - 4) * (1 + 2.0 ** -7)
+        w[8 + i, 0] = top * 2.0 ** (i - 4)
+        w[8 + i, 16] = np.nextafter(np.float32(top * 2.0 ** (i - 4)), np.float32(np.inf))
     w[20, :32] = 0.0
     w[21, 0], w[22, 3], w[23, :32] = np.inf, np.nan, 1e-41
     w[24, :12] = [6, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -2.5, -0.25, -5.0, -0.2]
+    w[25, :32] = np.arange(32) * 2.0 ** -9 * 3   # E4M3 subnormal ties (x 448 / amax)
+    w[26, :6] = [-np.nan, 0.0, -0.0, 1.0, -1.0, 300.0]
+    w[27, :16] = [448, 2.0 ** -6 * 1.0625, 2.0 ** -6 * 1.1875, 3 * 2.0 ** -7, 2.0 ** -10, 3 * 2.0 ** -11, 248, 264,
+                  -2.0 ** -10, 1 / 3, 2 / 3, 460, 464, -0.0, 0.0, 0.0]
+    w[28, 16] = -np.inf
     return w.astype(dtype)
 
 
-def _mxfp4_mode(device, *dts):
+def _float_weights_dense(mode):
+    """Rows that walk the roundings densely: mxfp8's elements over every E4M3 midpoint (and an ulp either side)
+    under a group maximum of 448 (scale 1), and every mode's scale over a dense range of group maxima (nvfp4's
+    E4M3 scale ties among them)."""
+    import ml_dtypes
+    rng = np.random.default_rng(7)
+    vals = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    vals = np.unique(vals[np.isfinite(vals) & (vals >= 0)])
+    mids = (vals[1:] + vals[:-1]) / 2
+    if mode == "mxfp8":
+        x = np.concatenate([mids, np.nextafter(mids, 0), np.nextafter(mids, 1000), -mids,
+                            rng.uniform(-464, 464, 1500).astype(np.float32)]).astype(np.float32)
+        x = np.resize(x, -(-len(x) // 31) * 31).reshape(-1, 31)
+        return np.pad(np.concatenate([np.full((len(x), 1), 448, np.float32), x], 1), ((0, 0), (0, 32)),
+                      constant_values=1.0)
+    amax = np.concatenate([mids * 6, np.nextafter(mids * 6, 0), np.nextafter(mids * 6, np.inf),
+                           np.exp2(rng.uniform(-20, 14, 600))]).astype(np.float32)
+    amax = np.resize(amax, -(-len(amax) // 4) * 4)
+    w = np.clip(rng.standard_normal((len(amax), 16)).astype(np.float32) * amax[:, None] / 5, -amax[:, None],
+                amax[:, None])
+    w[:, 0] = amax
+    w[::3, 0] = -amax[::3]
+    return w.reshape(-1, 64)
+
+
+def _float_mode(device, *dts):
     """``fallback="error"`` on opencl where it has the dtypes ``dts`` (it lacks bfloat16, and float16 without
     cl_khr_fp16); webgpu has no uint8 (the scales), so the composites fall back there
     (``test_mxfp4_on_webgpu_falls_back_naming_uint8``)."""
@@ -506,71 +548,153 @@ def _mxfp4_mode(device, *dts):
     return "error" if device.backend == "opencl" and all(np.dtype(d) in caps.dtypes for d in dts) else "warn"
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_mxfp4_quantize_and_dequantize_are_bit_identical_to_mlx(device, dtype):
+def _check_quantize(device, w, mode, dtype, npdt, dequantize=True):
+    """``fa.quantize``'s words and scales of ``w`` bit-identical to ``mx.quantize``'s, then (``dequantize``)
+    ``fa.dequantize`` to ``mx.dequantize`` for the default dtype, float32 and float16."""
     import ml_dtypes
-    npdt = np.dtype(getattr(ml_dtypes, dtype, None) or dtype)
-    w = _mxfp4_weights(npdt)
     mw = mx.array(w.astype(np.float32)).astype(getattr(mx, dtype))
-    want_q, want_s = mx.quantize(mw, group_size=32, bits=4, mode="mxfp4")
-    with fallback_mode(_mxfp4_mode(device, npdt)), warnings.catch_warnings():
+    want_q, want_s = mx.quantize(mw, mode=mode)
+    gs = _FLOAT[mode][0]
+    with fallback_mode(_float_mode(device, npdt)), warnings.catch_warnings():
         warnings.simplefilter("ignore", fa.FallbackWarning)
-        got_q, got_s = fa.jit(functools.partial(fa.quantize, mode="mxfp4"))(fa.device_put(w, device))
-        assert (got_q.dtype, got_s.dtype, got_s.shape) == (np.uint32, np.uint8, (64, 2))
+        got_q, got_s = fa.jit(functools.partial(fa.quantize, mode=mode))(fa.device_put(w, device))
+        assert (got_q.dtype, got_s.dtype, got_s.shape) == (np.uint32, np.uint8, (w.shape[0], w.shape[1] // gs))
         # XLA on the CPU flushes subnormal inputs (docs/traps.md): jax:0 quantizes row 23's group as zeros.
-        rows = [r for r in range(64) if not (device.backend == "jax" and r == 23)]
-        np.testing.assert_array_equal(np.asarray(got_q)[rows], np.array(want_q)[rows], err_msg="w_q")
-        np.testing.assert_array_equal(np.asarray(got_s)[rows], np.array(want_s)[rows], err_msg="scales")
-    for out in (None, "float32", "float16"):
-        with fallback_mode(_mxfp4_mode(device, out or ml_dtypes.bfloat16)), warnings.catch_warnings():
+        rows = [r for r in range(w.shape[0]) if not (device.backend == "jax" and r == 23)]
+        np.testing.assert_array_equal(np.asarray(got_q)[rows], np.array(want_q)[rows], err_msg=f"{mode} w_q")
+        np.testing.assert_array_equal(np.asarray(got_s)[rows], np.array(want_s)[rows], err_msg=f"{mode} scales")
+    for out in (None, "float32", "float16") if dequantize else ():
+        with fallback_mode(_float_mode(device, out or ml_dtypes.bfloat16)), warnings.catch_warnings():
             warnings.simplefilter("ignore", fa.FallbackWarning)
-            got = fa.dequantize(got_q, got_s, mode="mxfp4", dtype=out)
-            want = mx.dequantize(want_q, want_s, group_size=32, bits=4, mode="mxfp4",
-                                 dtype=None if out is None else getattr(mx, out))
+            got = fa.dequantize(got_q, got_s, mode=mode, dtype=out)
+            want = mx.dequantize(want_q, want_s, mode=mode, dtype=None if out is None else getattr(mx, out))
             assert got.dtype.name == (out or "bfloat16")
             np.testing.assert_array_equal(np.asarray(got, np.float32)[rows], np.array(want.astype(mx.float32))[rows],
-                                          err_msg=f"dequantize to {out}")
+                                          err_msg=f"{mode} dequantize to {out}")
 
 
+@pytest.mark.parametrize("mode", FLOAT_MODES)
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_float_modes_quantize_and_dequantize_are_bit_identical_to_mlx(device, dtype, mode):
+    import ml_dtypes
+    npdt = np.dtype(getattr(ml_dtypes, dtype, None) or dtype)
+    _check_quantize(device, _float_weights(npdt, mode), mode, dtype, npdt)
+
+
+@pytest.mark.parametrize("mode", FLOAT_MODES)
+def test_float_modes_round_densely_as_mlx(device, mode):
+    """Every E4M3 tie of mxfp8's elements and of nvfp4's scales, and scales over a dense range of group maxima,
+    in float32 and float16 (XLA's CPU division is not correctly rounded: the scales are decided by comparisons
+    with exact thresholds, ``_quantize._thresholds``)."""
+    w = _float_weights_dense(mode)
+    for dtype in ("float32", "float16"):
+        _check_quantize(device, w.astype(dtype), mode, dtype, np.dtype(dtype), dequantize=False)
+
+
+@pytest.mark.parametrize("mode", FLOAT_MODES)
 @pytest.mark.parametrize("transpose", [True, False])
-def test_mxfp4_quantized_matmul_matches_mlx(device, transpose):
-    """Against ``mx.quantized_matmul(mode="mxfp4")`` and NumPy in float64 on the dequantized weights; opencl runs
-    its matrix-vector kernel with ``fallback="error"``, the tiled form (10 rows) on numpy:0
-    (``test_mxfp4_kernels_name_the_mode``)."""
+def test_float_modes_quantized_matmul_matches_mlx(device, transpose, mode):
+    """Against ``mx.quantized_matmul(mode=...)`` and NumPy in float64 on the dequantized weights; opencl runs its
+    matrix-vector kernel with ``fallback="error"``, the tiled form (10 rows) on numpy:0
+    (``test_float_kernels_name_the_mode``)."""
     rng = np.random.default_rng(3)
     w = _weights(40, 256, 32)
-    w_q, scales = mx.quantize(mx.array(w), group_size=32, bits=4, mode="mxfp4")
-    wd = np.array(mx.dequantize(w_q, scales, group_size=32, bits=4, mode="mxfp4", dtype=mx.float32), np.float64)
+    w[5, :40] *= 300.0   # nvfp4's E4M3 scales saturate at 448
+    w_q, scales = mx.quantize(mx.array(w), mode=mode)
+    wd = np.array(mx.dequantize(w_q, scales, mode=mode, dtype=mx.float32), np.float64)
     k = 256 if transpose else 40
-    qmm = fa.jit(functools.partial(fa.quantized_matmul, transpose=transpose, mode="mxfp4"))
+    qmm = fa.jit(functools.partial(fa.quantized_matmul, transpose=transpose, mode=mode))
     args = [fa.device_put(np.array(a), device) for a in (w_q, scales)]
     for shape in ((k,), (3, k), (2, 5, k)):
         # opencl has the matrix-vector kernel (up to 4 rows of x; more take the affine-only tiled forms, either
         # transpose); webgpu holds no uint8.
         native = device.backend != "webgpu" and not (device.backend == "opencl" and len(shape) > 2)
-        mode = "error" if native else "warn"
         x = rng.standard_normal(shape).astype(np.float32)
-        want = np.array(mx.quantized_matmul(mx.array(x), w_q, scales, transpose=transpose, group_size=32, bits=4,
-                                            mode="mxfp4"))
-        with fallback_mode(mode), warnings.catch_warnings():
+        want = np.array(mx.quantized_matmul(mx.array(x), w_q, scales, transpose=transpose, mode=mode))
+        with fallback_mode("error" if native else "warn"), warnings.catch_warnings():
             warnings.simplefilter("ignore", fa.FallbackWarning)
             got = qmm(fa.device_put(x, device), *args)
         assert got.shape == want.shape and got.dtype == np.float32
-        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-5 * np.sqrt(k))
+        tol = 2e-5 * np.sqrt(k) * np.abs(wd).max()
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=tol)
         np.testing.assert_allclose(np.asarray(got), x.astype(np.float64) @ (wd.T if transpose else wd),
-                                   rtol=1e-5, atol=2e-5 * np.sqrt(k))
+                                   rtol=1e-5, atol=tol)
 
 
-def test_mxfp4_grad_wrt_x_is_the_transposed_product(device):
+def _packed_codes(q, bits):
+    """uint32 words of the codes ``q`` (uint8, last axis a multiple of ``32 // bits``), MLX's little-endian stream."""
+    if bits == 4:
+        q = q[..., 0::2] | (q[..., 1::2] << 4)
+    return np.ascontiguousarray(q).view("<u4")
+
+
+@pytest.mark.parametrize("transpose", [True, False])
+def test_float_modes_decode_every_code(device, transpose):
+    """Every E4M3 element code (mxfp8, under scale 2**0), every E8M0 scale (mxfp8, over elements 1.0; 0 and 255
+    aside: 2**-127 is subnormal, which XLA flushes, and 2**128 is inf) and every E4M3 scale code (nvfp4, over
+    elements 1.0) read back through ``quantized_matmul`` as ``packed.E4M3`` (0x7F and 0xFF are NaN, as MLX's) and
+    ``packed.E8M0``: ``x`` one-hot, so each output is one weight. opencl's kernels decode them from their bits."""
+    from fnarray.lowering.packed import E4M3, E8M0
+    codes = np.arange(256, dtype=np.uint8)
+    one = {"mxfp8": 0x38, "nvfp4": 2}   # the element code of 1.0
+    cases = [("mxfp8", codes, np.full(256, 127, np.uint8), E4M3),
+             ("mxfp8", np.full(256, one["mxfp8"], np.uint8), codes, E8M0),
+             ("nvfp4", np.full(256, one["nvfp4"], np.uint8), codes, E4M3)]
+    keep = np.ones(256, bool)
+    for mode, q, s, want in cases:
+        gs, bits = _MODE_FORMATS[mode]
+        keep = (codes > 0) & (codes < 255) if want is E8M0 else np.ones(256, bool)
+        if transpose:   # W (256, gs): row j holds its code first, zeros after; x = e_0 picks each row's first
+            rows = np.zeros((256, gs), np.uint8)
+            rows[:, 0] = q
+            w, scales, x = _packed_codes(rows, bits), s[:, None], np.eye(1, gs, dtype=np.float32)
+        else:           # W (1, 256 * gs): group j is its code, then zeros; x = [1]
+            row = np.zeros((256, gs), np.uint8)
+            row[:, 0] = q
+            w, scales, x = _packed_codes(row.reshape(1, -1), bits), s[None, :], np.ones((1, 1), np.float32)
+        native = device.backend != "webgpu"
+        with fallback_mode("error" if native else "warn"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", fa.FallbackWarning)
+            got = np.asarray(fa.quantized_matmul(*(fa.device_put(a, device) for a in (x, w, scales)),
+                                                 transpose=transpose, mode=mode))
+        got = got[0] if transpose else got[0].reshape(256, gs)[:, 0]
+        np.testing.assert_array_equal(got[keep], want[keep], err_msg=f"{mode} on {device}")
+
+
+@pytest.mark.parametrize("mode", FLOAT_MODES)
+def test_float_modes_dequantize_every_code_as_mlx(device, mode):
+    """``fa.dequantize`` of every element code beside every scale code (NaN codes included), bit for bit
+    ``mx.dequantize``'s, to bfloat16 (the default), float32 and float16."""
+    import ml_dtypes
+    gs, bits = _MODE_FORMATS[mode]
+    rng = np.random.default_rng(4)
+    q = rng.integers(0, 1 << bits, (256, gs)).astype(np.uint8)
+    q[:, 0] = np.arange(256) % (1 << bits)
+    w, s = _packed_codes(q, bits), np.arange(256, dtype=np.uint8)[:, None]
+    for out in (None, "float32", "float16"):
+        want = mx.dequantize(mx.array(w), mx.array(s), mode=mode, dtype=None if out is None else getattr(mx, out))
+        want = np.array(want.astype(mx.float32))
+        with fallback_mode(_float_mode(device, out or ml_dtypes.bfloat16)), warnings.catch_warnings():
+            warnings.simplefilter("ignore", fa.FallbackWarning)
+            got = fa.dequantize(fa.device_put(w, device), fa.device_put(s, device), mode=mode, dtype=out)
+        keep = np.ones(want.shape, bool)
+        if device.backend == "jax" and out != "float16":   # XLA flushes float32/bfloat16 subnormals to 0
+            keep = ~((want != 0) & (np.abs(want) < 2.0 ** -126))
+        np.testing.assert_array_equal(np.asarray(got, np.float32)[keep], want[keep],
+                                      err_msg=f"{mode} to {out} on {device}")
+
+
+@pytest.mark.parametrize("mode", FLOAT_MODES)
+def test_float_modes_grad_wrt_x_is_the_transposed_product(device, mode):
     """Linear in x: the gradient of ``sum(qmm(x) * c)`` is ``c @ W`` (float64 NumPy on the dequantized weights)."""
     rng = np.random.default_rng(5)
-    w_q, scales = fa.quantize(_weights(6, 64, 32), mode="mxfp4")
-    wd = np.asarray(fa.dequantize(w_q, scales, mode="mxfp4", dtype="float32"), np.float64)
+    w_q, scales = fa.quantize(_weights(6, 64, 32), mode=mode)
+    wd = np.asarray(fa.dequantize(w_q, scales, mode=mode, dtype="float32"), np.float64)
     c = rng.standard_normal((2, 6)).astype(np.float32)
     args = [fa.device_put(a, device) for a in (w_q, scales)]
 
     def loss(x):
-        return fnp.sum(fa.quantized_matmul(x, *args, mode="mxfp4") * fnp.asarray(c))
+        return fnp.sum(fa.quantized_matmul(x, *args, mode=mode) * fnp.asarray(c))
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", fa.FallbackWarning)
@@ -578,32 +702,49 @@ def test_mxfp4_grad_wrt_x_is_the_transposed_product(device):
     np.testing.assert_allclose(got, c.astype(np.float64) @ wd, rtol=1e-5, atol=1e-5)
 
 
-def test_mxfp4_errors_name_what_was_given():
-    w_q, scales = fa.quantize(np.ones((4, 64), np.float32), mode="mxfp4")
+@pytest.mark.parametrize("mode", FLOAT_MODES)
+def test_float_modes_errors_name_what_was_given(mode):
+    gs, _ = _FLOAT[mode]
+    w_q, scales = fa.quantize(np.ones((4, 64), np.float32), mode=mode)
     x = np.ones((2, 64), np.float32)
     with pytest.raises(ValueError, match="no biases"):
-        fa.quantized_matmul(x, w_q, scales, scales, mode="mxfp4")
+        fa.quantized_matmul(x, w_q, scales, scales, mode=mode)
     with pytest.raises(ValueError, match="no biases"):
-        fa.dequantize(w_q, scales, scales, mode="mxfp4")
+        fa.dequantize(w_q, scales, scales, mode=mode)
     with pytest.raises(DTypeError, match="uint8"):
-        fa.quantized_matmul(x, w_q, np.asarray(scales, np.float32), mode="mxfp4")
+        fa.quantized_matmul(x, w_q, np.asarray(scales, np.float32), mode=mode)
+    with pytest.raises(DTypeError, match="uint8"):
+        fa.dequantize(w_q, np.asarray(scales, np.float32), mode=mode)
     with pytest.raises(ValueError, match="needs the biases"):
         fa.quantized_matmul(x, w_q, scales)
-    with pytest.raises(ValueError, match="group_size=32 and bits=4"):
-        fa.nn.QuantizedLinear(64, 4, group_size=64, mode="mxfp4", key=fa.random.key(0))
+    with pytest.raises(ShapeError, match="scales"):
+        fa.dequantize(w_q, scales[:, :1], mode=mode)
+    with pytest.raises(ShapeError, match="divisible by group_size"):
+        fa.quantize(np.ones((4, gs + 8), np.float32), mode=mode)
+    # MLX's own errors for the other group sizes and widths, as ValueErrors naming the mode's only format.
+    for bad in ({"group_size": 64}, {"bits": 2}):
+        with pytest.raises(ValueError):
+            mx.quantize(mx.ones((4, 64)), mode=mode, **bad)
+        with pytest.raises(ValueError, match=f"mode={mode!r} needs group_size={gs}"):
+            fa.quantize(np.ones((4, 64), np.float32), mode=mode, **bad)
+        with pytest.raises(ValueError, match=f"mode={mode!r} needs group_size={gs}"):
+            fa.quantized_matmul(x, w_q, scales, mode=mode, **bad)
+        with pytest.raises(ValueError, match=f"mode={mode!r} needs group_size={gs}"):
+            fa.nn.QuantizedLinear(64, 4, mode=mode, key=fa.random.key(0), **bad)
 
 
-def test_mxfp4_kernels_name_the_mode():
-    """The kernels' mxfp4 path is the matrix-vector form: with ``fallback="error"`` a prefill-sized product
+@pytest.mark.parametrize("mode", FLOAT_MODES)
+def test_float_kernels_name_the_mode(mode):
+    """The kernels' floating path is the matrix-vector form: with ``fallback="error"`` a prefill-sized product
     (the tiled form) raises naming the mode on opencl, and webgpu (no uint8 scales) names uint8."""
     kdevs = [d for d in fa.devices(all_backends=True) if d.backend in ("opencl", "webgpu")]
     if not kdevs:
         pytest.skip("no opencl or webgpu device")
-    w_q, scales = fa.quantize(_weights(4, 64, 32), mode="mxfp4")
+    w_q, scales = fa.quantize(_weights(4, 64, 32), mode=mode)
     for dev in kdevs:
-        with fallback_mode("error"), pytest.raises(fa.UnsupportedOnDevice, match="mxfp4" if
+        with fallback_mode("error"), pytest.raises(fa.UnsupportedOnDevice, match=mode if
                                                    dev.backend == "opencl" else "uint8"):
-            fa.jit(functools.partial(fa.quantized_matmul, mode="mxfp4"))(
+            fa.jit(functools.partial(fa.quantized_matmul, mode=mode))(
                 *(fa.device_put(a, dev) for a in (np.ones((8, 64), np.float32), w_q, scales)))
 
 
@@ -616,17 +757,18 @@ def test_mxfp4_on_webgpu_falls_back_naming_uint8():
         fa.jit(functools.partial(fa.quantize, mode="mxfp4"))(fa.device_put(np.ones((2, 32), np.float32), devs[0]))
 
 
-def test_mxfp4_layers_match_mlx_nn(tmp_path):
-    """``QuantizedLinear``/``QuantizedEmbedding`` with ``mode="mxfp4"`` hold MLX's fields (no biases: nothing saved
+@pytest.mark.parametrize("mode", FLOAT_MODES)
+def test_float_mode_layers_match_mlx_nn(tmp_path, mode):
+    """``QuantizedLinear``/``QuantizedEmbedding`` with a floating mode hold MLX's fields (no biases: nothing saved
     under that name), match ``mlx.nn``'s, read MLX's safetensors, and ``fa.nn.quantize`` takes the mode."""
     import mlx.nn as mnn
     from mlx.utils import tree_flatten
     lin = fa.nn.Linear(128, 16, key=fa.random.key(1))
-    q = fa.nn.QuantizedLinear.from_linear(lin, mode="mxfp4")
+    q = fa.nn.QuantizedLinear.from_linear(lin, mode=mode)
     ml = mnn.Linear(128, 16)
     ml.weight, ml.bias = mx.array(np.asarray(lin.weight)), mx.array(np.asarray(lin.bias))
-    mq = mnn.QuantizedLinear.from_linear(ml, mode="mxfp4")
-    assert q.biases is None and (q.group_size, q.bits) == (32, 4) and "biases" not in mq.parameters()
+    mq = mnn.QuantizedLinear.from_linear(ml, mode=mode)
+    assert q.biases is None and (q.group_size, q.bits) == _MODE_FORMATS[mode] and "biases" not in mq.parameters()
     for name in ("weight", "scales"):
         np.testing.assert_array_equal(np.asarray(getattr(q, name)), np.array(getattr(mq, name)), err_msg=name)
     x = np.random.default_rng(2).standard_normal((4, 128)).astype(np.float32)
@@ -634,15 +776,15 @@ def test_mxfp4_layers_match_mlx_nn(tmp_path):
     fa.save(tmp_path / "q.safetensors", q)
     back = fa.load(tmp_path / "q.safetensors")
     np.testing.assert_array_equal(np.asarray(back(x)), np.asarray(q(x)))
-    me = mnn.QuantizedEmbedding(40, 64, mode="mxfp4")
+    me = mnn.QuantizedEmbedding(40, 64, mode=mode)
     mx.save_safetensors(str(tmp_path / "emb.safetensors"), dict(tree_flatten(me.parameters())))
-    emb = fa.load(tmp_path / "emb.safetensors", like=fa.nn.QuantizedEmbedding(40, 64, mode="mxfp4",
+    emb = fa.load(tmp_path / "emb.safetensors", like=fa.nn.QuantizedEmbedding(40, 64, mode=mode,
                                                                               key=fa.random.key(4)))
     got, want = emb(_IDS), me(mx.array(_IDS))
     assert got.dtype.name == "bfloat16" == str(want.dtype).split(".")[-1]
     np.testing.assert_array_equal(np.asarray(got, np.float32), np.array(want.astype(mx.float32)))
     np.testing.assert_allclose(np.asarray(emb.as_linear(x[:, :64])), np.array(me.as_linear(mx.array(x[:, :64]))),
                                rtol=1e-5, atol=1e-5)
-    small = fa.nn.quantize(_Net(fa.random.key(3)), mode="mxfp4")
+    small = fa.nn.quantize(_Net(fa.random.key(3)), mode=mode)
     assert {(m.mode, m.group_size, m.biases is None) for m in small.layers if hasattr(m, "mode")} == \
-        {("mxfp4", 32, True)}
+        {(mode, _MODE_FORMATS[mode][0], True)}

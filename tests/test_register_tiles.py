@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -81,6 +82,14 @@ _MATMULS = [
      (_f32(62, 45), _f32(61)), lambda a, b: a[1:, 3:].T @ np.broadcast_to(b[:, None], (61, 36)), True),
     ("fused", lambda a, b, c: fa.nn.relu(fnp.exp(a * 0.1) @ b + c), (_f32(50, 60), _f32(60, 70), _f32(70)),
      lambda a, b, c: np.maximum(np.exp(a * 0.1) @ b + c, 0), True),
+    # skinny products read the rhs where it lies (no pack): column panels past the last one (272 columns pad to
+    # whole work-groups of panels for every tile width), a slice, a reshape and an epilogue
+    ("skinny", lambda a, b: a @ b, (_f32(32, 256), _f32(256, 272)), lambda a, b: a @ b, True),
+    ("skinny_sliced", lambda a, b: a @ b.reshape(2, 256, 272)[1], (_f32(20, 256), _f32(512, 272)),
+     lambda a, b: a @ b[256:], True),
+    ("skinny_reshaped_fused", lambda a, b, c: fa.nn.relu(a @ b.reshape(256, 272) + c),
+     (_f32(17, 256), _f32(16, 16, 272), _f32(272)), lambda a, b, c: np.maximum(a @ b.reshape(256, 272) + c, 0),
+     True),
 ]
 
 
@@ -93,8 +102,9 @@ def test_register_matmul(cl, name, f, args, ref, register):
     want = ref(*(np.asarray(a, np.float64) for a in args))
     _check(got, want)
     assert any(n.startswith("dot_reg") for n in names) == register, names
-    if register:  # two packs, then the product with the epilogue fused (the last kernel)
-        assert sum(n.startswith("dot_pack") for n in names) == 2 and names[-1].startswith("dot_reg"), names
+    if register:  # one pack kernel (both operands; a skinny product's lhs), then the product with the epilogue
+        assert [n.split("_")[:2] for n in names[-2:]] == [["dot", "pack"], ["dot", "reg"]], names
+        assert sum(n.startswith("dot_pack") for n in names) == 1, names
 
 
 @pytest.mark.enable_x64
@@ -192,13 +202,41 @@ def _traced(f, *args):
 
 def test_register_schedule_and_text():
     """Packs, then the product with its epilogue; panel offsets in 64 bits; one work-group size baked in."""
-    a, b, c = _f32(64, 64), _f32(64, 128), _f32(128)
+    a, b, c = _f32(128, 64), _f32(64, 128), _f32(128)
     sched = schedule(_traced(lambda x, w, v: fa.nn.relu(x @ w + v), a, b, c), CAPS, workgroup=64)
     names = [ln.kernel.name for ln in sched.launches]
-    assert [n.split("_")[:2] for n in names] == [["dot", "pack"], ["dot", "pack"], ["dot", "reg"]], names
+    assert [n.split("_")[:2] for n in names] == [["dot", "pack"], ["dot", "reg"]], names
     src = render_opencl(sched.launches[-1].kernel)
     assert "reqd_work_group_size(8, 8, 1)" in src and "const long" in src and "__local" not in src
     assert "barrier" not in src
+
+
+def _packed(f, *args):
+    """Per launch of ``f``'s schedule on ``CAPS``: its kind and the panel buffers (4-d) it writes."""
+    out = []
+    for ln in schedule(_traced(f, *args), CAPS, workgroup=64).launches:
+        written = [a for a in ln.args if len(getattr(a, "shape", ())) == 4 and ln.kernel.name.startswith("dot_pack")]
+        out.append(("_".join(ln.kernel.name.split("_")[:2]), len(written)))
+    return out
+
+
+def test_skinny_products_read_the_rhs_unpacked():
+    """At most ``UNPACKED_RHS_ROWS`` rows, a rhs with consecutive columns is read where it lies (its pack cost as
+    much as the product); a small rhs, a transposed one (``x @ w.T``), rows 4 KiB apart and batches (slower
+    unpacked), ragged columns or contraction, and more rows are packed."""
+    from fnarray.lowering.kernels.groups.dot import UNPACKED_RHS_ROWS
+
+    def matmul(x, w):
+        return x @ w
+    one, two = [("dot_pack", 1), ("dot_reg", 0)], [("dot_pack", 2), ("dot_reg", 0)]
+    assert _packed(matmul, _f32(UNPACKED_RHS_ROWS, 256), _f32(256, 256)) == one
+    assert _packed(matmul, _f32(UNPACKED_RHS_ROWS + 1, 256), _f32(256, 256)) == two
+    assert _packed(matmul, _f32(32, 128), _f32(128, 128)) == two   # a small rhs: its pack is cheap
+    assert _packed(lambda x, w: x @ w.T, _f32(32, 256), _f32(256, 256)) == two
+    assert _packed(matmul, _f32(32, 256), _f32(256, 260)) == two   # 260 columns: not whole panels of 8
+    assert _packed(matmul, _f32(32, 258), _f32(258, 256)) == two   # 258: not whole steps of 4
+    assert _packed(matmul, _f32(16, 64), _f32(64, 1024)) == two  # rows 4 KiB apart
+    assert _packed(matmul, _f32(2, 32, 256), _f32(2, 256, 256)) == two   # a batch
 
 
 def test_register_form_needs_64_bit_indices():
@@ -211,12 +249,11 @@ def test_register_form_needs_64_bit_indices():
 
 def test_pack_work_item_writes_a_panel_row():
     """A pack kernel's work item copies one panel row (its ``width`` lanes in a loop, the panel's index
-    arithmetic once): one work item per element was 3x slower on PoCL 3.0. Values: ``test_register_matmul``."""
+    arithmetic once): one work item per element was 3x slower on PoCL 3.0. Both operands are packed by one
+    kernel, each in its own whole work-groups. Values: ``test_register_matmul``."""
     sched = schedule(_traced(lambda x, w: x @ w, _f32(100, 64), _f32(64, 72)), CAPS, workgroup=64)
-    packs = [ln for ln in sched.launches if ln.kernel.name.startswith("dot_pack")]
-    assert len(packs) == 2
-    for ln in packs:
-        scratch = [a for a in ln.args if len(getattr(a, "shape", ())) == 4]
-        nb, npanels, kp, width = scratch[0].shape
-        assert width > 1 and nb * npanels * kp <= ln.global_size[0] < nb * npanels * kp + 64, ln.global_size
-        assert "for (int r" in render_opencl(ln.kernel)
+    (ln,) = [ln for ln in sched.launches if ln.kernel.name.startswith("dot_pack")]
+    rows = [math.prod(a.shape[:3]) for a in ln.args if len(getattr(a, "shape", ())) == 4]
+    assert len(rows) == 2 and all(a.shape[3] > 1 for a in ln.args if len(getattr(a, "shape", ())) == 4)
+    assert -(-rows[0] // 64) * 64 + rows[1] <= ln.global_size[0] < -(-rows[0] // 64) * 64 + rows[1] + 64
+    assert render_opencl(ln.kernel).count("for (int r") == 2

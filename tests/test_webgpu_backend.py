@@ -274,63 +274,6 @@ def test_blocked_integer_products_are_exact(wdev):
     np.testing.assert_array_equal(np.asarray(fa.jit(lambda a: a @ a.T)(*_on(wdev, x))), x @ x.T)
 
 
-# Scatters the column kernel runs on a CPU adapter (a work item per column, updates walked in order): duplicates,
-# out-of-range and negative indices, two scattered axes, a batch of indices; (name, operand shape, indices, axes).
-_rng = np.random.default_rng(7)
-COLUMN_SCATTERS = [
-    ("rows", (40, 24), np.array([[0], [3], [3], [39], [40], [-1], [17], [3]] * 4, np.int32), (0,)),
-    ("two_axes", (6, 5, 20), np.array([[0, 1], [5, 4], [5, 4], [6, 0], [2, -2], [1, 1]] * 4, np.int32), (0, 1)),
-    ("batched", (30, 24), _rng.integers(-2, 33, (5, 6, 1)).astype(np.int32), (0,)),
-    ("inner_axis", (16, 50), _rng.integers(0, 50, (40, 1)).astype(np.int32), (1,)),
-    ("every_axis", (8, 40), np.array([[0, 1], [7, 39], [7, 39], [8, 0], [-1, 2], [3, 3]] * 9, np.int32), (0, 1)),
-    ("few_columns", (3000, 2), _rng.integers(-5, 3005, (200, 1)).astype(np.int32), (0,)),
-]
-
-
-@pytest.mark.parametrize("prim", ["scatter", "scatter_add", "scatter_mul", "scatter_min", "scatter_max"])
-@pytest.mark.parametrize("name,shape,idx,axes", COLUMN_SCATTERS, ids=[c[0] for c in COLUMN_SCATTERS])
-def test_column_scatters_equal_the_reference(wdev, ref, prim, name, shape, idx, axes):
-    from fnarray.core import primitives as P
-    p = getattr(P, prim)
-    rest = tuple(n for d, n in enumerate(shape) if d not in axes)
-    x = _f32(*shape)
-    u = _f32(*(idx.shape[:-1] + rest), seed=1) + (1.0 if prim == "scatter_mul" else 0.0)
-
-    def f(x, i, u):
-        return p.bind(x, i, u, axes=axes)
-    got = np.asarray(fa.jit(f)(*_on(wdev, x, idx, u)))
-    want = np.asarray(fa.jit(f, device=ref)(x, idx, u))
-    # the same updates combined in the same order per element: equal, not only close
-    np.testing.assert_array_equal(got, want)
-
-
-def test_embedding_gradient_is_one_column_kernel(wdev):
-    table, ids = _f32(300, 64), np.random.default_rng(0).integers(0, 300, (16, 32)).astype(np.int32)
-    g = fa.jit(fa.grad(lambda t, i: fnp.sum(fnp.tanh(t[i]))))
-    got = np.asarray(g(*_on(wdev, table, ids)))
-    want = np.zeros((300, 64), np.float64)
-    np.add.at(want, ids.reshape(-1), 1 - np.tanh(table[ids.reshape(-1)].astype(np.float64)) ** 2)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    if wdev.platform == "cpu":
-        (k,) = [k for k in g.lower(*_on(wdev, table, ids)).kernels() if k.kind == "scatter"]
-        assert k.global_size[0] == 64   # one work item per column of the table
-
-
-def test_one_hot_gradient_walks_its_updates_once(wdev):
-    """Every axis scattered (the gradient of ``take_along_axis``): its batch index columns are iotas
-    (``groups/scatter.iota_dim``), so each output element walks only its own update, in one kernel with no copy
-    (the column kernel, a copy and then one work item, is planned only where nothing is pinned)."""
-    logits, ids = _f32(16, 20, 30), np.random.default_rng(0).integers(0, 30, (16, 20, 1)).astype(np.int32)
-    g = fa.jit(fa.grad(lambda x, i: fnp.sum(fnp.take_along_axis(x, i, axis=-1) ** 2)))
-    got = np.asarray(g(*_on(wdev, logits, ids)))
-    want = np.zeros(logits.shape)
-    np.put_along_axis(want, ids, 2 * np.take_along_axis(logits.astype(np.float64), ids, axis=-1), axis=-1)
-    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
-    if wdev.platform == "cpu":
-        kinds = [k for k in g.lower(*_on(wdev, logits, ids)).kernels() if k.kind == "scatter"]
-        assert [k.name.startswith("scatter_copy") for k in kinds] == [False], kinds
-
-
 def test_direct_conv_computes_several_positions_per_work_item(wdev, ref):
     """On a CPU adapter a work item of the direct convolution computes CPU_CONV_POSITIONS positions of the
     last spatial dimension (7 wide: 4 + 3, the last one past the edge not stored) and 4 output features."""

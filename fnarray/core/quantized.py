@@ -17,10 +17,14 @@ words): the packed row has ``k * bits // 32`` words, the scales and biases ``k /
 ``quantized_matmul[..., mode="mxfp4"] x w scales`` (MLX's ``mode="mxfp4"``, the OCP microscaling format): 4-bit
 E2M1 elements (a sign bit, two exponent bits, one mantissa bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
 negations), packed as the affine format's 4-bit stream, and one ``uint8`` E8M0 scale per group of 32 (the
-power of two ``2**(s - 127)``); there are no biases, so the equation has three operands.
+power of two ``2**(s - 127)``); there are no biases, so the equation has three operands. ``mode="mxfp8"``:
+8-bit E4M3 elements (one byte each, four to a word, the first in the low byte) with the same E8M0 scales per group
+of 32; ``mode="nvfp4"``: E2M1 elements as mxfp4 with one ``uint8`` E4M3 scale per group of 16 (NVIDIA's format
+without its global scale, which ``mx.quantized_matmul`` does not take). These three are the "floating" modes
+(``FLOAT_MODES``): ``uint8`` scales, no biases.
 
-``x``, ``scales`` and ``biases`` share one float dtype, which is the result's (mxfp4: ``x``'s; its scales are
-``uint8``). The product accumulates in
+``x``, ``scales`` and ``biases`` share one float dtype, which is the result's (floating modes: ``x``'s; their
+scales are ``uint8``). The product accumulates in
 float32 (float64 for float64), as ``mx.quantized_matmul``. It is linear in ``x``; the quantized weights are
 constants (no tangent: differentiate ``dequantize(w, scales, biases)`` instead). Every backend computes it
 without materialising the float weights in memory (``fnarray.lowering.packed`` and each backend's
@@ -34,30 +38,29 @@ from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.core.primitives import Primitive
 from fnarray.core.shaped import ShapedArray
 
-__all__ = ["quantized_matmul_p", "BITS", "GROUP_SIZES", "MODES", "check_format", "weight_shape"]
+__all__ = ["quantized_matmul_p", "BITS", "GROUP_SIZES", "MODES", "FLOAT_MODES", "check_format", "weight_shape"]
 
 #: The bit widths and group sizes of MLX's affine format (mlx 0.32).
 BITS = (1, 2, 3, 4, 5, 6, 8)
 GROUP_SIZES = (32, 64, 128)
-#: The modes fnarray has, each with MLX's default ``(group_size, bits)``; mxfp4 has only these.
-MODES = {"affine": (64, 4), "mxfp4": (32, 4)}
+#: MLX's modes, each with its default ``(group_size, bits)``; the floating modes have only these.
+MODES = {"affine": (64, 4), "mxfp4": (32, 4), "mxfp8": (32, 8), "nvfp4": (16, 4)}
+#: The modes with low-bit float elements, ``uint8`` scales and no biases.
+FLOAT_MODES = ("mxfp4", "mxfp8", "nvfp4")
 
 
 def check_format(group_size, bits, mode="affine", where="quantize"):
     """``(group_size, bits)`` with MLX's defaults of ``mode`` for ``None``; raises ``ValueError`` for a mode,
-    group size or bit width MLX does not have, ``NotImplementedError`` for MLX's ``mxfp8``/``nvfp4``."""
+    group size or bit width MLX does not have (a floating mode has one of each)."""
     if mode not in MODES:
-        if mode in ("mxfp8", "nvfp4"):
-            raise NotImplementedError(f"[{where}] mode={mode!r} is not implemented; fnarray has MLX's modes "
-                                      f"{tuple(MODES)}")
         raise ValueError(f"[{where}] mode={mode!r} is not a quantization mode; use one of {tuple(MODES)} (as MLX)")
     default_gs, default_bits = MODES[mode]
     group_size = default_gs if group_size is None else group_size
     bits = default_bits if bits is None else bits
-    if mode == "mxfp4":
-        if group_size != 32 or bits != 4:
-            raise ValueError(f"[{where}] mode='mxfp4' needs group_size=32 and bits=4 (as MLX), got "
-                             f"group_size={group_size!r} and bits={bits!r}")
+    if mode in FLOAT_MODES:
+        if group_size != default_gs or bits != default_bits:
+            raise ValueError(f"[{where}] mode={mode!r} needs group_size={default_gs} and bits={default_bits} (as "
+                             f"MLX), got group_size={group_size!r} and bits={bits!r}")
         return group_size, bits
     if group_size not in GROUP_SIZES:
         raise ValueError(f"[{where}] group_size={group_size!r} is not supported; use one of {GROUP_SIZES} "
@@ -73,12 +76,13 @@ def weight_shape(w_shape, bits):
 
 
 def _check_scales(x, scales, biases, mode):
-    """The dtype rules of the scales and biases: x's float dtype for affine, uint8 and none for mxfp4."""
-    if mode == "mxfp4":
+    """The dtype rules of the scales and biases: x's float dtype for affine, uint8 and none for the floating
+    modes."""
+    if mode in FLOAT_MODES:
         if biases:
-            raise ShapeError("quantized_matmul with mode='mxfp4' takes no biases (x, w, scales)")
+            raise ShapeError(f"quantized_matmul with mode={mode!r} takes no biases (x, w, scales)")
         if scales.dtype != dtypes.uint8:
-            raise DTypeError(f"quantized_matmul with mode='mxfp4' needs uint8 (E8M0) scales, got {scales.dtype.name}")
+            raise DTypeError(f"quantized_matmul with mode={mode!r} needs uint8 scales, got {scales.dtype.name}")
         return
     if len(biases) != 1:
         raise ShapeError("quantized_matmul with mode='affine' takes x, w, scales and biases")
@@ -116,6 +120,6 @@ def _rule(x, w, scales, *biases, transpose, group_size, bits, mode):
 quantized_matmul_p = Primitive(
     "quantized_matmul", _rule, kind="other",
     doc="x @ W.T (transpose=True) or x @ W with W in MLX's affine format (packed uint32 words of `bits`-bit "
-        "integers, one scale and bias per group of group_size along W's rows) or its mxfp4 format (E2M1 "
-        "elements, a uint8 E8M0 scale per group of 32, no biases); accumulates in float32; linear in x, "
-        "weights constant.")
+        "integers, one scale and bias per group of group_size along W's rows) or its mxfp4/mxfp8/nvfp4 formats "
+        "(E2M1 or E4M3 elements, a uint8 E8M0 or E4M3 scale per group of 32 or 16, no biases); accumulates in "
+        "float32; linear in x, weights constant.")

@@ -95,12 +95,14 @@ class Capabilities:
     local memory is emulated and barriers cost; ``lowering/kernels/groups/register_tiles.py``).
     ``eager_programs``: when an eager call of a namespace function runs as one jitted program of the whole
     function (``transforms/eager_jit.py``): ``"off"`` (never: every primitive is its own program, as kernel
-    backends, whose composites would compile kernels of their own), ``"second_call"`` (from a key's second
-    call on: compiles cost milliseconds, and a loop over new constants compiles nothing), ``"first_call"``
-    (from the first: a slow compiler, such as XLA, then compiles each new shape once, not per primitive and
-    then again for the whole function), ``"repeated_call"`` (from a key's ``eager_jit.REPEATED_CALL``-th call:
-    a backend whose general path compiles nothing, as mlx's lazy operations, so that a program is made only for
-    a key called often enough to repay its trace; a loop whose shapes grow then compiles nothing).
+    backends, whose composites would compile kernels of their own), ``"first_call"`` (from the first: a slow
+    compiler, such as XLA, then compiles each new shape once, not per primitive and then again for the whole
+    function), ``"second_call"`` and ``"repeated_call"`` (a key's first call takes the general path, so a loop
+    over new constants compiles nothing; from its second (mlx: third), its tape, ``transforms/eager_tape.py``, and its
+    program once the tape has run ``eager_jit.TAPED_PROGRAM_CALL`` times or ``TAPE_BUDGET_S`` seconds); the two
+    differ for a key that gets no tape: its program from its second call (``"second_call"``: compiles cost
+    milliseconds) or from its ``eager_jit.REPEATED_CALL``-th (``"repeated_call"``: a backend whose general path
+    compiles nothing, as mlx's lazy operations).
     ``memory_check``: how ``devices.memory`` sizes a program before it runs. ``"values"``: every value
     at the program's top level is a buffer (numpy, mlx: each equation allocates its result).
     ``"compiled"``: the backend's compiler decides which values get buffers (XLA fuses, the kernel

@@ -34,7 +34,7 @@ from fnarray.core import primitives as P
 from fnarray.core.fft import fft_p
 from fnarray.core.quantized import quantized_matmul_p, weight_shape
 from fnarray.core import pallas as _pallas
-from fnarray.lowering.packed import E2M1, E8M0, acc_dtype, unpack_plan
+from fnarray.lowering.packed import FLOAT_FORMATS, acc_dtype, unpack_plan
 from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.decompositions import decompose
 from fnarray.core.errors import UnsupportedOnDevice
@@ -882,8 +882,9 @@ def _quantized_matmul(g, e, ins):
     ``DequantizeLinear`` of the integers as a ``uint4``/``uint8`` initializer (ONNX Runtime's graph optimizer
     turns the pattern into its ``MatMulNBits``), plus the biases, then ``MatMul``. Otherwise (weights as
     inputs, 2, 3 and 6 bits, older opsets): the packed uint32 words unpacked with ``BitShift``/``BitwiseAnd``
-    (``fnarray.lowering.packed.unpack`` in ONNX operators), scaled and shifted, then ``MatMul``. Mode ``"mxfp4"``:
-    the words unpacked likewise, E2M1 values and E8M0 scales looked up in constant tables (opset 18).
+    (``fnarray.lowering.packed.unpack`` in ONNX operators), scaled and shifted, then ``MatMul``. The floating
+    modes (``"mxfp4"``, ``"mxfp8"``, ``"nvfp4"``): the words unpacked likewise, the element values (E2M1, E4M3) and
+    scale values (E8M0, E4M3) looked up in constant tables (opset 18).
     """
     p = e.params
     transpose, gs, bits = p["transpose"], p["group_size"], p["bits"]
@@ -896,9 +897,9 @@ def _quantized_matmul(g, e, ins):
     def to_acc(v):
         return g.node("Cast", [v], to=_elem_type(g.onnx, acc)) if out != acc else v
 
-    if p["mode"] == "mxfp4":
+    if p["mode"] in FLOAT_FORMATS:
         _need_opset(g, e, 18, "BitwiseAnd (unpacking the packed words)")
-        wd = _mxfp4_weights(g, w, scales, rows, cols, acc)
+        wd = _float_weights(g, w, scales, (rows, cols), acc, p["mode"])
     else:
         wd = _affine_weights(g, e, (w, scales, biases[0]), (rows, cols, gs, bits), known, to_acc)
     if transpose:
@@ -907,14 +908,16 @@ def _quantized_matmul(g, e, ins):
     return r if out == acc else g.node("Cast", [r], to=_elem_type(g.onnx, out))
 
 
-def _mxfp4_weights(g, w, scales, rows, cols, acc):
-    """mxfp4's float weights ``(rows, cols)``: the unpacked E2M1 codes and the uint8 E8M0 scales each looked up
-    in a constant table (``lowering/packed.py``'s ``E2M1`` and ``E8M0``), multiplied per group of 32."""
-    codes = g.node("Cast", [_unpack_words(g, w, rows, cols, 4)], to=_elem_type(g.onnx, np.dtype(np.int64)))
-    vals = g.node("Gather", [g.const(E2M1.astype(acc)), codes], axis=0)
+def _float_weights(g, w, scales, shape, acc, mode):
+    """A floating mode's float weights ``shape = (rows, cols)``: the unpacked element codes and the uint8 scales
+    each looked up in a constant table (``lowering/packed.py``'s ``FLOAT_FORMATS``), multiplied per group."""
+    rows, cols = shape
+    elements, scale_values, group, bits = FLOAT_FORMATS[mode]
+    codes = g.node("Cast", [_unpack_words(g, w, rows, cols, bits)], to=_elem_type(g.onnx, np.dtype(np.int64)))
+    vals = g.node("Gather", [g.const(elements.astype(acc)), codes], axis=0)
     idx = g.node("Cast", [scales], to=_elem_type(g.onnx, np.dtype(np.int64)))
-    sc = g.node("Gather", [g.const(E8M0.astype(acc)), idx], axis=0)
-    wd = g.node("Mul", [g.node("Reshape", [vals, g.i64([rows, cols // 32, 32])]),
+    sc = g.node("Gather", [g.const(scale_values.astype(acc)), idx], axis=0)
+    wd = g.node("Mul", [g.node("Reshape", [vals, g.i64([rows, cols // group, group])]),
                         g.node("Unsqueeze", [sc, g.i64([2])])])
     return g.node("Reshape", [wd, g.i64([rows, cols])])
 

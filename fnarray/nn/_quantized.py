@@ -1,9 +1,9 @@
 """Quantized layers and ``quantize(model)``, as ``mlx.nn``'s ``QuantizedLinear``, ``QuantizedEmbedding`` and
-``mlx.nn.quantize``, in MLX's affine and mxfp4 formats (``fnarray.core.quantized``).
+``mlx.nn.quantize``, in MLX's formats: affine, mxfp4, mxfp8 and nvfp4 (``fnarray.core.quantized``).
 
 The layers hold MLX's fields under MLX's names (``weight``: the packed uint32 words, ``scales``, ``biases``
-(``None`` for mxfp4, which has none, so nothing is saved under that name, as MLX), and ``bias`` for a linear
-layer), so ``fa.load(path, like=model)`` reads the tensors of an MLX model saved with
+(``None`` for the floating modes mxfp4, mxfp8 and nvfp4, which have none, so nothing is saved under that name, as
+MLX), and ``bias`` for a linear layer), so ``fa.load(path, like=model)`` reads the tensors of an MLX model saved with
 ``mx.save_safetensors`` or ``model.save_weights``, and ``fa.save``/``fa.load`` keep a quantized model as it
 is. fnarray's modules are immutable: ``quantize(model)`` returns a new model. The packed weights are
 constants of the model (integers have no gradient; ``quantized_matmul`` refuses a gradient of the scales and
@@ -41,11 +41,12 @@ class QuantizedLinear(Module):
     """``y = x @ W.T + bias`` with ``W`` quantized (``mlx.nn.QuantizedLinear``).
 
     Args (constructor): ``input_dims``, ``output_dims``, ``bias`` (default True), ``group_size``, ``bits``
-      (``None``: the mode's defaults, 64 and 4 for ``"affine"``, 32 and 4 for ``"mxfp4"``), ``mode``
+      (``None``: the mode's defaults, 64 and 4 for ``"affine"``, 32 and 4 for ``"mxfp4"``, 32 and 8 for
+      ``"mxfp8"``, 16 and 4 for ``"nvfp4"``), ``mode``
       (``"affine"``), ``key`` (an ``fa.random.key``: the float weights are drawn as
       ``Linear``'s and quantized), ``dtype`` of the scales, biases and bias (float32).
     Fields: ``weight`` (uint32 ``(output_dims, input_dims * bits // 32)``), ``scales`` and ``biases``
-      (``(output_dims, input_dims // group_size)``; mxfp4: uint8 scales, biases ``None``), ``bias``
+      (``(output_dims, input_dims // group_size)``; floating modes: uint8 scales, biases ``None``), ``bias``
       (``(output_dims,)`` or ``None``); static: ``group_size``, ``bits``, ``mode``.
     Call: ``x: (..., input_dims)`` -> ``(..., output_dims)`` through ``fa.quantized_matmul``.
     Raises: ``ValueError`` for an unsupported format or an ``input_dims`` not divisible by ``group_size``.
@@ -102,10 +103,11 @@ class QuantizedEmbedding(Module):
     Args (constructor): ``num_embeddings``, ``dims``, ``group_size``, ``bits`` (``None``: the mode's defaults),
       ``mode``, ``key``, ``dtype`` (of the scales and biases).
     Fields: ``weight`` (uint32 ``(num_embeddings, dims * bits // 32)``), ``scales``, ``biases``
-      (``(num_embeddings, dims // group_size)``; mxfp4: uint8 scales, biases ``None``); static ``group_size``,
+      (``(num_embeddings, dims // group_size)``; floating modes: uint8 scales, biases ``None``); static
+      ``group_size``,
       ``bits``, ``mode``.
-    Call: integer ``ids`` -> ``ids.shape + (dims,)``, the dequantized rows (ids clamped, as every gather; mxfp4
-      rows are bfloat16, MLX's ``dequantize`` default);
+    Call: integer ``ids`` -> ``ids.shape + (dims,)``, the dequantized rows (ids clamped, as every gather; the
+      floating modes' rows are bfloat16, MLX's ``dequantize`` default);
       ``as_linear(x)``: ``x @ W.T`` (a tied output layer) through ``fa.quantized_matmul``.
     """
 
@@ -149,7 +151,7 @@ class QuantizedEmbedding(Module):
 
 
 def _quantized(weight, group_size, bits, mode):
-    """``(w_q, scales, biases)`` of ``weight``; ``biases`` is ``None`` for mxfp4 (it has none)."""
+    """``(w_q, scales, biases)`` of ``weight``; ``biases`` is ``None`` for the floating modes (they have none)."""
     parts = quantize_array(weight, group_size, bits, mode)
     return parts if len(parts) == 3 else (*parts, None)
 
@@ -188,7 +190,7 @@ def quantize(model, group_size: int | None = None, bits: int | None = None, *, m
       the new model; ``model`` itself is unchanged (modules are immutable).
 
     Raises:
-      ValueError, NotImplementedError: an unsupported format. TypeError: a selected module with no quantized form.
+      ValueError: an unsupported format. TypeError: a selected module with no quantized form.
     """
     group_size, bits = check_format(group_size, bits, mode, "quantize")
 

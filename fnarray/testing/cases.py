@@ -407,6 +407,17 @@ def _quantized_cases():
                own.integers(0, 2**32 - 1, (6, 8), dtype=np.uint64).astype(np.uint32),
                own.integers(117, 137, (6, 2)).astype(np.uint8)]   # E8M0 scales 2**-10 .. 2**9
     case("quantized_matmul_mxfp4", qmm, mx_args, transpose=True, group_size=32, bits=4, mode="mxfp4")
+    own8 = np.random.default_rng(31)
+    words = own8.integers(0, 2**32 - 1, (6, 16), dtype=np.uint64).astype(np.uint32)
+    words &= np.uint32(0xBFBFBFBF)   # E4M3 codes with exponent fields below 8: magnitudes below 2
+    case("quantized_matmul_mxfp8", qmm, [own8.uniform(-2, 2, (2, 64)).astype(np.float32), words,
+                                        own8.integers(117, 137, (6, 2)).astype(np.uint8)],
+         transpose=True, group_size=32, bits=8, mode="mxfp8")
+    case("quantized_matmul_nvfp4_no_transpose", qmm,
+         [own8.uniform(-2, 2, (3, 8)).astype(np.float32),
+          own8.integers(0, 2**32 - 1, (8, 4), dtype=np.uint64).astype(np.uint32),
+          own8.integers(24, 88, (8, 2)).astype(np.uint8)],   # E4M3 scales 2**-4 .. 2**4
+         transpose=False, group_size=16, bits=4, mode="nvfp4")
     case("quantized_matmul_3bit_rows", qmm, [f32(5, 3, 64), packed(4, 6), f32(4, 1), f32(4, 1)], transpose=True,
          group_size=64, bits=3, mode="affine")
     case("quantized_matmul_no_transpose", qmm, [f32(3, 8), packed(8, 16), f32(8, 2), f32(8, 2)], transpose=False,

@@ -9,20 +9,24 @@ a call on concrete arrays (``ArrayImpl``), from a thread that stages nothing, wi
     (the function, the pytree structure of its arguments, each array's aval, each other leaf's value)
 
 and runs one jitted program of the whole function (``fnarray.jit``'s hot path: a few Python calls) from the
-call its device's ``Capabilities.eager_programs`` says. ``"second_call"`` (numpy: programs compile in
-milliseconds): the first call of a key takes the general path, so a loop over ever new static values
-(``x[i]`` for each ``i``) compiles nothing. ``"first_call"`` (jax: XLA takes 10-100 ms a program): the
-first call compiles the whole function, so each new shape costs one compile, not one per primitive and then
-one more for the whole function on the second call; a key holding a float or complex constant still waits
-for its second call (a loop over new step sizes would otherwise compile each). ``"repeated_call"`` (mlx:
-the general path compiles nothing, MLX's operations being lazy graph nodes, and a program costs ~0.35 ms to
-trace and lower against ~10 us it saves a call): from a key's ``REPEATED_CALL``-th call, so that a loop whose
-shapes grow (a decode loop's cache) makes no program for a shape it meets once a run, and a key called
-often pays its program once. Either way each key is traced and compiled at most once while it stays
-cached (``cache_info()["made"]`` counts them; ``tests/test_eager_jit.py`` pins it per backend). A backend
-sees ``fnarray.devices.backend.compiling.eager`` set while such a program compiles (mlx then never gives
-it to ``mx.compile``; a program recompiled after jit's global LRU evicted its executable is compiled as
-any jitted program).
+call its device's ``Capabilities.eager_programs`` says. ``"first_call"`` (jax: XLA takes 10-100 ms a program):
+the first call compiles the whole function, so each new shape costs one compile, not one per primitive and then
+one more for the whole function on the second call; a key holding a float or complex constant waits for its
+second call (a loop over new step sizes would otherwise compile each). ``"second_call"`` (numpy) and
+``"repeated_call"`` (mlx): the first call of a key takes the general path, so a loop over ever new static values
+(``x[i]`` for each ``i``) traces and compiles nothing; from the second call (numpy; mlx: the third, whose
+general path costs less, ``_TAPE_CALLS``) the key's *tape* serves it
+(``fnarray.transforms.eager_tape``: the function traced once at the key's avals, ~30-80 us, and replayed on the
+eager cache's own one-primitive executables, ~3-5 us a call against the general path's 10-80 us), and its
+program comes once the tape has run ``TAPED_PROGRAM_CALL`` times or ``TAPE_BUDGET_S`` seconds (a program costs
+0.35-1.5 ms to trace and lower and saves ~1 us a call against a tape, more where it fuses large arrays). A key
+whose tape cannot be made gets its program at its second call (numpy: programs compile in milliseconds) or its
+``REPEATED_CALL``-th (mlx: the general path compiles nothing, MLX's operations being lazy graph nodes). Either
+way each key is traced for its tape and compiled at most once while it stays cached (``cache_info()["tapes"]``
+and ``["made"]`` count them; ``tests/test_eager_jit.py`` pins it per backend). A backend sees
+``fnarray.devices.backend.compiling.eager`` set while such a program compiles (mlx then never gives it to
+``mx.compile``; a program recompiled after jit's global LRU evicted its executable is compiled as any jitted
+program).
 
 Arrays are the program's arguments; every other leaf (ints, bools, strings, floats, complex and NumPy
 scalars, dtypes, slices, ``Ellipsis``) is a constant of it, compared by value and type (``1``, ``True`` and
@@ -36,16 +40,17 @@ The programs are jitted on the device of their arrays, which is where the genera
 the same committed flag (``tests/test_eager_jit.py`` compares both paths). Devices whose
 ``eager_programs`` is ``"off"`` (opencl, webgpu) keep running kernels per primitive.
 
-Memory: the programs are an ``LRUCache`` of at most half of ``config.jit_global_cache_size`` entries (each
-one jitted function holding one executable; half, so that the global LRU of executables does not evict
-them under this cache), the keys not yet given a program (with their count of calls) another of
-``config.eager_cache_size``.
+Memory: the programs and tapes are an ``LRUCache`` of at most half of ``config.jit_global_cache_size`` entries
+(each one jitted function holding one executable, or a tape holding its equations' eager executables; half, so
+that the global LRU of executables does not evict them under this cache), the keys not yet given either (with
+their count of calls) another of ``config.eager_cache_size``.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import time
 import types
 
 import numpy as np
@@ -58,6 +63,7 @@ from fnarray.devices import placement
 from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.backend import compiling
 from fnarray.devices.eager_ops import _fast_now
+from fnarray.transforms import eager_tape
 from fnarray.transforms.jit import Jitted
 
 __all__ = ["install", "cache_info"]
@@ -92,40 +98,31 @@ def _seen_size() -> int:
 
 
 class _Program:
-    """A key's jitted program. ``call`` is its executable's direct entry, copied from jit's hot record (``_Hot``:
-    the entry, the output avals and structure) after the program's first call, which a hit calls itself: the
-    key already matched the arrays' avals and device, which jit's hot path would compare again (~1 us a call).
-    ``call`` is ``None`` while there is no record yet (jit's path serves and copies it after a call), ``False``
-    where the record has no direct entry (jit's path serves from then on)."""
+    """A key's jitted program, or its tape (``eager_tape``: ``jitted`` is None) with its count of calls and the
+    count at which the program is made (``limit``: ``TAPED_PROGRAM_CALL``, ``TAPE_BUDGET_S``).
 
-    __slots__ = ("jitted", "used", "call", "out_avals", "out_tree", "single")
+    ``call`` is the program's direct entry (``Jitted.direct_entry``: the executable's entry, the output avals
+    and structure), taken after the program's first call, which a hit calls itself: the key already matched
+    the arrays' avals and device, which jit's hot path would compare again (~1 us a call). ``call`` is ``None``
+    while there is no entry yet (jit's path serves and asks again after a call), ``False`` where there is none
+    (jit's path serves from then on). ``jitted`` and ``tape`` both ``None``: the key takes the general path."""
+
+    __slots__ = ("jitted", "used", "call", "out_avals", "out_tree", "single", "tape", "calls", "limit")
 
     def __init__(self, jitted):
         self.jitted, self.used, self.call = jitted, False, None
+        self.tape, self.calls, self.limit = None, 0, 0
 
     def take_hot(self, n, device):
-        """Copy the jitted function's hot record, where it takes the ``n`` arrays as they are, on ``device``.
-        After the program's first call, jit has its executable in its fast table but no hot record yet (its
-        second call would make one, through jit's keyed path: ~70 us, and 360 of them in the decode loop's
-        second run on jax:0): that entry, run on these arrays' device, is made the hot record here."""
-        jitted = self.jitted
-        h = jitted._hot[0]
-        if h is None:
-            fast = jitted._fast
-            if len(fast) != 1:
-                return
-            ex = next(iter(fast.values()), None)
-            if ex is None or ex.device is not device or ex.generation != config.generation:
-                return
-            jitted._make_hot(ex, n)
-            h = jitted._hot[0]
-            if h is None:
-                return
-        if not h.star or h.tree is not None or h.n != n or h.const_bufs or h.committed or h.device is not device:
-            self.call = False
+        """Take the jitted function's direct entry (``Jitted.direct_entry``) for ``n`` arrays on ``device``, after
+        the program's first call (its second would otherwise make jit's hot record through jit's keyed path:
+        ~70 us, and 360 of them in the decode loop's second run on jax:0); ``call`` is ``False`` where it has
+        none (jit's path serves from then on)."""
+        entry = self.jitted.direct_entry(n, device)
+        if not entry:
+            self.call = entry  # None: asked again after the next call; False: never
             return
-        self.out_avals, self.out_tree, self.single = h.out_avals, h.out_tree, h.single
-        self.call = h.call
+        self.call, self.out_avals, self.out_tree, self.single = entry
 
 
 def _used_since(p) -> bool:
@@ -140,14 +137,15 @@ _programs_d = _programs._d
 _seen = LRUCache(_seen_size)
 
 
-_stats = {"programs": 0}  # programs made since the process started (a counter for tests and benchmarks)
+_stats = {"programs": 0, "tapes": 0}  # programs made since the process started (a counter for tests and benchmarks)
 
 
 def cache_info() -> dict:
     """``{"programs": n, "seen": n, "bound": n, "made": n}``: the cached programs, the keys seen but not yet given
     a program, the bound of the programs, and how many programs were made (traced and compiled, each once per
     key while it stays cached) since the process started."""
-    return {"programs": len(_programs), "seen": len(_seen), "bound": _programs_size(), "made": _stats["programs"]}
+    return {"programs": len(_programs), "seen": len(_seen), "bound": _programs_size(), "made": _stats["programs"],
+            "tapes": _stats["tapes"]}
 
 
 def _add(x, key, arrays) -> bool:
@@ -260,19 +258,44 @@ def _program(fn, args, kwargs):
     return program
 
 
+_clock = time.perf_counter
+
 _STAR_ARRAYS = inspect.Signature([inspect.Parameter("arrays", inspect.Parameter.VAR_POSITIONAL)])
 
 
 _BY_VALUE = (float, complex)
 
-#: Under ``"repeated_call"`` (mlx), a key's program is made at its ``REPEATED_CALL``-th call: the calls before
-#: take the general path. Measured on mlx:0 (``mlx[cpu]``, the decode loop of ``benchmarks/programs.py``): a
-#: program costs ~0.35 ms to trace and lower (GC included: up to 1 ms under load) and saves ~10-15 us a call
-#: against the general path, whose MLX operations compile nothing; so a key pays for its program after ~30
-#: calls (a ski rental: at most twice the cost of the better choice made in hindsight).
+#: Under ``"repeated_call"`` (mlx), a key *without a tape* gets its program at its ``REPEATED_CALL``-th call: the
+#: calls before take the general path. Measured on mlx:0 (``mlx[cpu]``, the decode loop of
+#: ``benchmarks/programs.py``): a program costs ~0.35 ms to trace and lower (GC included: up to 1 ms under load)
+#: and saves ~10-15 us a call against the general path, whose MLX operations compile nothing; so a key pays for
+#: its program after ~30 calls (a ski rental: at most twice the cost of the better choice made in hindsight).
 REPEATED_CALL = 32
 
 _GENERAL_CALLS = {"second_call": 1, "first_call": 0, "repeated_call": None}  # None: REPEATED_CALL - 1
+
+
+#: How many calls of a key take the general path before its tape (``eager_tape``) serves it; ``None``: no tape
+#: (jax: its program comes at the first call). A tape costs a trace, ~2.5-3x a general call (30-90 us against
+#: 15-35 us on mlx:0, load 10), and then saves ~80% of each call. numpy: from the second call (the tape replaces
+#: the program its second call made before, 1 ms and more); mlx: from the third (a ski rental: two general calls
+#: cost about what the tape costs to make, so a loop run twice pays nothing for it). A key whose tape cannot be
+#: made keeps the schedule of ``_general_calls``.
+_TAPE_CALLS = {"second_call": 1, "first_call": None, "repeated_call": 2}
+
+#: A key served by its tape gets its program at its ``TAPED_PROGRAM_CALL``-th call, or once its tape has run for
+#: ``TAPE_BUDGET_S`` seconds in all (counted as calls at the time of the tape's first run), whichever comes
+#: first (a ski rental with the tape's own time as the rent):
+#: a program costs 0.35-1.5 ms to trace and lower (and its share of the garbage collector's gen-2 passes) and
+#: saves ~1-5 us a call against a tape on small arrays (numpy:0, mlx:0), more on large ones where the program
+#: fuses (numpy:0, 1M elements: ``std`` 2.9 -> 2.2 ms, ``softmax`` 5.4 -> 3.0 ms).
+TAPED_PROGRAM_CALL = 1024
+TAPE_BUDGET_S = 0.005
+
+
+def _tape_calls(key):
+    n = _TAPE_CALLS[key[-3]]
+    return 1 << 62 if n is None else n
 
 
 def _general_calls(key) -> int:
@@ -298,15 +321,68 @@ def _make(fn, args, kwargs, key, arrays):
             out = jitted(*arrays)
     except Exception:  # not traceable as a program (or an error): the general path, from now on
         compiling.eager = False
-        _programs.put(key, _Program(None))
+        old = _programs_d.get(key)
+        if old is not None and old.tape is not None:
+            old.limit = float("inf")  # the key keeps its tape
+        else:
+            _programs.put(key, _Program(None))
         return fn(*args, **kwargs)
     finally:
         compiling.eager = False
     p = _Program(jitted)
     p.take_hot(len(arrays), arrays[0]._device)
-    _programs.put(key, p)
+    _programs.set(key, p)
     _seen.pop(key)
     return out
+
+
+def _early(fn, args, kwargs, key, arrays):
+    """A call of a key without a program nor a tape: the general path (counted), the key's tape made now
+    (``_taped``, from the call ``_tape_calls`` says), or its program made now (``_make``)."""
+    seen = _seen.get(key)  # [calls so far, tape failed]: counted in place (no lock; a lost count is harmless)
+    n = 0 if seen is None else seen[0]
+    if n >= _tape_calls(key) and (seen is None or not seen[1]):
+        out = _taped(fn, args, kwargs, key, arrays, n)
+        if out is not _NO_TAPE:
+            return out
+        seen = _seen.get(key)
+        if seen is None:
+            seen = _seen.put(key, [n, True])
+        seen[1] = True
+    if n >= _general_calls(key):
+        return _make(fn, args, kwargs, key, arrays)
+    if seen is None:
+        _seen.put(key, [1, False])
+    else:
+        seen[0] = n + 1
+    return fn(*args, **kwargs)
+
+
+def _taped(fn, args, kwargs, key, arrays, n):
+    """The key's tape made and run (its ``_Program`` entry kept), or ``_NO_TAPE`` where it cannot be made. The
+    time of this first run sets the call at which the key gets its program (``TAPE_BUDGET_S``)."""
+    _stats["tapes"] += 1
+    with np.errstate(all="ignore"):  # tracing converts literals the general path converts quietly
+        t = eager_tape.make(_program(fn, args, kwargs), arrays)
+    if t is None:
+        return _NO_TAPE
+    p = _Program(None)
+    p.tape, p.calls = t, n + 1
+    t0 = _clock()
+    try:
+        out = t.run(arrays)
+    except Exception:  # the general path raises its own error (or succeeds)
+        out = None
+    spent = _clock() - t0
+    p.limit = TAPED_PROGRAM_CALL - 1  # calls before the program's
+    if spent > 0:
+        p.limit = min(p.limit, n + 1 + TAPE_BUDGET_S / spent)
+    _programs.put(key, p)
+    _seen.pop(key)
+    return out if out is not None else fn(*args, **kwargs)
+
+
+_NO_TAPE = object()
 
 
 def _call(fn, args, kwargs):
@@ -316,15 +392,7 @@ def _call(fn, args, kwargs):
     key, arrays = keyed
     p = _programs_d.get(key)
     if p is None:
-        seen = _seen.get(key)  # [calls so far]: counted in place (no lock; a count lost to a race is harmless)
-        n = 0 if seen is None else seen[0]
-        if n < _general_calls(key):  # an early call of this key: the general path, counted
-            if seen is None:
-                _seen.put(key, [1])
-            else:
-                seen[0] = n + 1
-            return fn(*args, **kwargs)
-        return _make(fn, args, kwargs, key, arrays)
+        return _early(fn, args, kwargs, key, arrays)
     p.used = True
     call = p.call
     if call:
@@ -349,7 +417,17 @@ def _call(fn, args, kwargs):
                 return r
             return p.out_tree.unflatten([ArrayImpl.make(av, dev, b, committed) for av, b in zip(p.out_avals, outs)])
     if p.jitted is None:
-        return fn(*args, **kwargs)
+        if p.tape is None:
+            return fn(*args, **kwargs)
+        n = p.calls
+        if n >= p.limit:
+            return _make(fn, args, kwargs, key, arrays)
+        p.calls = n + 1  # (no lock: a count lost to a race is harmless)
+        try:
+            out = p.tape.run(arrays)
+        except Exception:  # the general path raises its own error (or succeeds)
+            return fn(*args, **kwargs)
+        return out if out is not None else fn(*args, **kwargs)
     try:
         out = p.jitted(*arrays)
     except Exception:  # the general path raises its own error (or succeeds)

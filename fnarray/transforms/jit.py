@@ -812,6 +812,37 @@ class Jitted:
         if ex.gid in self._compiled_d:  # not evicted meanwhile
             self._hot[0] = h
 
+    def direct_entry(self, nargs, device):
+        """The direct entry of this function's one executable, for a caller that checks the arguments itself.
+
+        After this function's first call (``nargs`` positional arrays, no keywords or statics, on ``device``), a
+        caller that keys calls of its own (``eager_jit``: the key already holds each array's aval and device)
+        may call the executable without jit's hot path comparing them again (~1 us a call). Returns
+        ``(call, out_avals, out_tree, single)``: ``call(*bufs)`` takes the ``nargs`` buffers as they are and returns
+        the output buffers (errors untranslated: the caller re-runs its own general path on any), ``out_avals``
+        their avals, ``out_tree`` their structure, ``single`` whether the output is one array. The outputs lie on
+        ``device``; the caller sets their committed flag (any argument committed). ``None`` where there is none
+        yet (not one executable for ``device`` in this configuration: ask again after a call), ``False`` where
+        there will be none (constants to pass, a structure other than ``nargs`` arrays, a fixed ``device=``
+        whose outputs are always committed, a backend without a direct entry: ``call_args`` and ``reraise``);
+        the caller then calls this ``Jitted`` as usual.
+        """
+        h = self._hot[0]
+        if h is None:  # after a first call: the fast table holds the executable but no hot record yet
+            fast = self._fast
+            if len(fast) != 1:
+                return None
+            ex = next(iter(fast.values()), None)
+            if ex is None or ex.device is not device or ex.generation != config.generation:
+                return None
+            self._make_hot(ex, nargs)
+            h = self._hot[0]
+            if h is None:
+                return None
+        if not h.star or h.tree is not None or h.n != nargs or h.const_bufs or h.committed or h.device is not device:
+            return False
+        return h.call, h.out_avals, h.out_tree, h.single
+
     def _run(self, ex, leaves, device, args):
         bufs = list(ex.const_bufs)
         committed = self.device is not None

@@ -595,7 +595,8 @@ def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, ou
       scratch_shapes: ``pl.Local(shape, dtype)`` (``pl.VMEM``) refs in work-group memory.
       input_output_aliases: ``{input index: output index}``: the output starts as that input's value.
       interpret: run in fnarray's interpreter (the numpy reference) on every backend.
-      compiler_params: dict of hints (``{"workgroup": 64}`` on opencl/webgpu); others are ignored.
+      compiler_params: dict of hints on opencl/webgpu (``{"workgroup": 64}``; ``{"rows": True}``: one work item per
+        row without barriers where the kernel allows it, docs/kernels.md); others are ignored.
       name: the kernel's name (in kernel source and errors).
 
     Returns:

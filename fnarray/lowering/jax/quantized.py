@@ -16,9 +16,9 @@ one ``f32[2816,1024]`` loop fusion per weight, 7x slower than float32). So:
 
 from __future__ import annotations
 
-from fnarray.core.quantized import quantized_matmul_p
+from fnarray.core.quantized import FLOAT_MODES, quantized_matmul_p
 from fnarray.lowering.jax.common import RULES
-from fnarray.lowering.packed import acc_dtype, mxfp4_weights, unpack
+from fnarray.lowering.packed import acc_dtype, fp_weights, unpack
 
 __all__ = ["jax_quantized_matmul", "DECODE_ROWS"]
 
@@ -28,15 +28,15 @@ DECODE_ROWS = 4
 
 def jax_quantized_matmul(x, w, scales, biases=None, *, transpose, group_size, bits, mode):
     """``x @ dequantize(w).T`` (``transpose``) or ``x @ dequantize(w)`` for ``x (..., k)``, accumulated in float32
-    (float64 for float64); mode ``"mxfp4"`` (no biases) looks its E2M1 values and E8M0 scales up in tables; the
+    (float64 for float64); the floating modes (no biases) look their element and scale values up in tables; the
     jitted program's only weight input is the packed uint32 array (see the module
     docstring for the two forms). Source: MLX's ``quantized_matmul`` (the format), XLA CPU's fusion of
     matrix-vector products."""
     import jax.numpy as jnp
     from jax import lax
     acc = acc_dtype(x.dtype)
-    if mode == "mxfp4":
-        wd = mxfp4_weights(jnp, w, scales, acc, jnp.asarray)
+    if mode in FLOAT_MODES:
+        wd = fp_weights(jnp, w, scales, acc, mode, jnp.asarray)
     else:
         q = unpack(jnp, w, bits, jnp.asarray).astype(acc)
         rows, cols = q.shape

@@ -184,8 +184,9 @@ def schedule_program(program: Program, caps, **opts) -> Plan:
     may update in place, ``groups/in_place.py``; ignored where the host drives control flow); for
     targets whose compiler gathers every load (webgpu on a CPU adapter): ``dot_block`` (outputs ``(rows,
     cols)`` per work item of the untiled matrix product: ``groups/dot.py``), ``conv_positions`` (output
-    positions per work item of the direct convolution: ``groups/conv.py``), ``scatter_columns`` (a work item
-    per column of a scatter where that is less work: ``groups/scatter.py``).
+    positions per work item of the direct convolution: ``groups/conv.py``); for CPU targets (those and CPU
+    OpenCL): ``scatter_columns`` (a work item per column of a scatter where that is less work:
+    ``groups/scatter.py``).
     """
     return Plan(program, caps, opts)
 

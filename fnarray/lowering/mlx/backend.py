@@ -92,9 +92,11 @@ compile keeps running eagerly (``_WarmCompile``). So do the programs of eager na
 eager calls never compile, and a loop whose shapes grow (a decode loop's cache) made each shape's program
 cross ``CPU_COMPILE_AFTER_CALLS`` and compile (the decode loop of ``benchmarks/programs.py``: 1.6 s at its 17th
 run with MLX's kernel cache warm, for no gain after: a compiled 3-operation program on 64-element arrays
-measured 1.6 us a call against 1.7 us for its operations, 20 against 23 us evaluated). Eager calls reach
-mlx programs from a key's ``eager_jit.REPEATED_CALL``-th call (``Capabilities.eager_programs =
-"repeated_call"``): before that they take the general path, whose operations compile nothing here.
+measured 1.6 us a call against 1.7 us for its operations, 20 against 23 us evaluated). Eager calls of a key
+run its tape from its third call (``transforms/eager_tape.py``: the eager rules below, replayed) and reach an
+mlx program only after ``eager_jit.TAPED_PROGRAM_CALL`` calls, or a key without a tape at its
+``eager_jit.REPEATED_CALL``-th (``Capabilities.eager_programs = "repeated_call"``): before that they take the
+general path, whose operations compile nothing here.
 
 ``COMPILE_MODE = "always"`` or ``"never"`` overrides the policy (tests use it).
 """
@@ -306,7 +308,8 @@ class MlxLowered(Lowered):
 
 def _eager_apply(fn, multiple, handle):
     """``apply(bufs) -> [bufs]`` of one primitive's rule ``fn`` on ``handle``'s stream, one Python frame deep
-    where MLX has no other device (``apply.call_args(*bufs)``: the same without the list)."""
+    where MLX has no other device (``apply.call_args(*bufs)``: the same without the list; ``apply.one(*bufs) ->
+    buf``: the rule itself, for one output, which ``transforms/eager_tape.py`` calls)."""
     if not _only_device(handle):
         if multiple:
             return _on_stream(handle, lambda *bufs: list(fn(*bufs)))
@@ -323,6 +326,7 @@ def _eager_apply(fn, multiple, handle):
 
         def call_args(*bufs):
             return [fn(*bufs)]
+        apply.one = fn
     apply.call_args = call_args
     return apply
 

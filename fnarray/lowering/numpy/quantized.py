@@ -6,7 +6,7 @@ import numpy as np
 
 from fnarray.core.quantized import quantized_matmul_p
 from fnarray.lowering.numpy.common import IMPLS
-from fnarray.lowering.packed import E2M1, E8M0, acc_dtype, unpack
+from fnarray.lowering.packed import FLOAT_FORMATS, acc_dtype, unpack
 
 __all__ = ["numpy_quantized_matmul"]
 
@@ -25,12 +25,13 @@ def _unpack_bytes(w, bits):
     return out.reshape(w.shape[0], -1)
 
 
-def _dequantize_np(w, scales, biases, group_size, bits, dtype):
-    if biases is None:   # mxfp4: E2M1 codes times E8M0 powers of two
-        q = E2M1.astype(dtype)[_unpack_bytes(w, 4)]
+def _dequantize_np(w, scales, biases, group_size, bits, dtype, mode="affine"):
+    if biases is None:   # a floating mode: element values times scale values, from tables
+        elements, scale_values, _, _ = FLOAT_FORMATS[mode]
+        q = elements.astype(dtype)[_unpack_bytes(w, bits)]
         rows, cols = q.shape
-        q = q.reshape(rows, cols // 32, 32)
-        q *= E8M0.astype(dtype)[scales][:, :, None]
+        q = q.reshape(rows, cols // group_size, group_size)
+        q *= scale_values.astype(dtype)[scales][:, :, None]
         return q.reshape(rows, cols)
     q = (_unpack_bytes(w, bits) if 8 % bits == 0 else unpack(np, w, bits, np.asarray)).astype(dtype)
     rows, cols = q.shape
@@ -42,8 +43,8 @@ def _dequantize_np(w, scales, biases, group_size, bits, dtype):
 
 def numpy_quantized_matmul(params, in_avals, out_avals):
     """The reference: blocks of ``_CHUNK_ROWS`` weight rows dequantized in the accumulation dtype at a time
-    (never the whole float matrix), each multiplied with NumPy; mode ``"mxfp4"`` has no biases operand."""
-    transpose, gs, bits = params["transpose"], params["group_size"], params["bits"]
+    (never the whole float matrix), each multiplied with NumPy; the floating modes have no biases operand."""
+    transpose, gs, bits, mode = params["transpose"], params["group_size"], params["bits"], params["mode"]
     out_aval = out_avals[0]
     acc = acc_dtype(out_aval.dtype)
 
@@ -52,7 +53,7 @@ def numpy_quantized_matmul(params, in_avals, out_avals):
         out = np.zeros(out_aval.shape, acc)
         for r in range(0, w.shape[0], _CHUNK_ROWS):
             b = None if biases is None else biases[r:r + _CHUNK_ROWS]
-            block = _dequantize_np(w[r:r + _CHUNK_ROWS], scales[r:r + _CHUNK_ROWS], b, gs, bits, acc)
+            block = _dequantize_np(w[r:r + _CHUNK_ROWS], scales[r:r + _CHUNK_ROWS], b, gs, bits, acc, mode)
             if transpose:
                 out[..., r:r + block.shape[0]] = xs @ block.T
             else:

@@ -25,7 +25,7 @@ from fnarray.lowering.kernels.groups.base import (
 )
 from fnarray.lowering.kernels.groups import register_tiles
 from fnarray.lowering.kernels.groups.register_tiles import (
-    pack_launch,
+    packs_launch,
     padded_k,
     panels,
     register_dot,
@@ -45,6 +45,12 @@ from fnarray.lowering.kernels.rules import (
 
 #: The smallest ``M * N * K`` that takes the register-tiled kernels where the target asks for them.
 REGISTER_MIN_WORK = 1 << 16
+#: The most rows, and the fewest rhs elements, of a register-tiled product that reads its rhs unpacked
+#: (``DotGroup._unpacked_rhs``). Products without the rhs pack, against with it, at loads 6-10 on both PoCLs:
+#: ``[32, 512-784] @ [512-784, 512-784]`` 0.6-0.9x the time, ``[64, 512] @ [512, 512]`` 0.76-0.94x, M = 100-128
+#: 0.8-1.4x; a 128 x 128 rhs 0.8-1.2x (its pack takes a few us, in the lhs pack's launch).
+UNPACKED_RHS_ROWS = 64
+UNPACKED_RHS_MIN = 1 << 16
 
 
 #: Tile shape of the local-memory kernels (matrix product, implicit-GEMM convolution): (TX, TY) work items,
@@ -239,9 +245,33 @@ class DotGroup(Group):
         lhs, rhs = self.eqn.inputs
         wx, wy, mp, np_ = panels(self.M, self.N, tile)
         kp = padded_k(self.K, tile)
-        la, ls = pack_launch(self.ctx, self, lhs, (self.lb, self.lf, self.lc), 1, kp, mp, "lhs", tile)
-        ra, rs = pack_launch(self.ctx, self, rhs, (self.rb, self.rc, self.rf), 2, kp, np_, "rhs", tile)
-        return [la, ra, register_dot(self, ls, rs, (wx, wy, mp, np_, kp), tile)]
+        lpart = (lhs, (self.lb, self.lf, self.lc), 1, kp, mp, "lhs")
+        view = self._unpacked_rhs(tile)
+        if view is not None:
+            la, (ls,) = packs_launch(self.ctx, self, [lpart], tile)
+            base, off, (sb, sk, sn) = view
+            rhs_view = (off, sb, sk, sn, self.N // tile["rn"])
+            return [la, register_dot(self, ls, self.ctx.spec(base), (wx, wy, mp, np_, kp), tile, rhs_view)]
+        rpart = (rhs, (self.rb, self.rc, self.rf), 2, kp, np_, "rhs")
+        pa, (ls, rs) = packs_launch(self.ctx, self, [lpart, rpart], tile)
+        return [pa, register_dot(self, ls, rs, (wx, wy, mp, np_, kp), tile)]
+
+    def _unpacked_rhs(self, tile):
+        """The rhs plan ``(base, offset, (batch, contraction, column strides))`` where the product reads the
+        rhs where it lies instead of packing it, else ``None``: a skinny unbatched product (at most
+        ``UNPACKED_RHS_ROWS`` rows: each rhs panel is read by few work items, and a weight's pack cost about as
+        much as the product) whose rhs has at least ``UNPACKED_RHS_MIN`` elements and is a view of a buffer with
+        consecutive columns, whole panels of columns and whole loop iterations of the contraction (no bounds
+        tests). Packed where unpacked reads measured slower: a transposed rhs (``x @ w.T``: 1.2-4x on both
+        PoCLs), a row pitch of a multiple of 4 KiB (the rows alias in the cache: 1.1-1.4x at 1024 x 1024), a
+        batch of small products (64 x (64x64 @ 64x16): 2.5x on PoCL 3.1)."""
+        if (self.B != 1 or self.M > UNPACKED_RHS_ROWS or self.K * self.N < UNPACKED_RHS_MIN or self.N % tile["rn"]
+                or self.K % tile["uk"]):
+            return None
+        rp = self.operand_plans()[1]
+        if rp is None or rp[2][2] != 1 or rp[2][1] % 1024 == 0:
+            return None
+        return rp
 
     def _tiled_groups_fit(self) -> bool:
         """Whether the tiled kernel's work-groups per dimension (columns, rows, batch) stay within the

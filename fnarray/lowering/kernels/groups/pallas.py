@@ -35,6 +35,13 @@ all of ``k`` and stored once (``_render_accumulating_dot``). On CPU OpenCL devic
 with their constant part added last (``_wide``); on CPU devices lanes of a shared reduction take unrolled runs of
 consecutive elements, whose index arithmetic ``_div``/``_rem`` keep constant (docs/performance.md).
 
+*Row mode* (``render(rows=True)``, the default on lavapipe, a ``PALLAS_TUNABLE`` choice elsewhere): one work
+item per row of the first output block, each phase giving row ``lid`` of its block to item ``lid``, the block
+values in the item's private arrays and no barrier; ``_Renderer.own_row`` refuses (``_NotRowwise``) any access of
+shared memory outside the item's row, and the usual form is rendered instead. Outside row mode a transposed
+``dot`` operand (``k.T``) may be staged in work-group memory in its own layout (``stage``; chosen by
+``_pallas_cost`` on PoCL with LLVM 15, whose vectoriser gathers the in-place reads).
+
 What does not render (sorts, gathers, control flow other than ``fori_loop``/``when``, atomics on scratch refs or
 of other dtypes than int32/uint32/float32, blocks past the device's work-group memory) makes
 ``unsupported_reason`` say so: the backend runs the equation in the interpreter instead, with a
@@ -80,6 +87,11 @@ class Unrenderable(Exception):
     """A kernel body the kernel IR cannot express (the reason is the message)."""
 
 
+class _NotRowwise(Exception):
+    """A kernel body that row mode (``render(rows=True)``) cannot run: some work item would read or write
+    another's row, or a phase is not one row per work item."""
+
+
 def workgroup_size(caps, params, largest, has_dot=False):
     """Work items per program instance: ``compiler_params["workgroup"]``, else on a CPU device, for kernels with
     a ``dot`` or a reduction (``has_dot``), 8 (a CPU OpenCL device such as PoCL) or 16 (a WebGPU CPU adapter such
@@ -110,9 +122,26 @@ def workgroup_size(caps, params, largest, has_dot=False):
 
 #: The work-group size of a ``pallas_call`` kernel, timed by ``tuning.choose`` where autotuning is on (the
 #: default is ``workgroup_size``'s; ``compiler_params={"workgroup": n}`` fixes it untimed).
-PALLAS_TUNABLE = Tunable("pallas_workgroup", {"workgroup": (8, 16, 32, 64, 128, 256)},
-                         doc="work items per program instance of a pallas_call kernel",
-                         valid=lambda c, facts: c["workgroup"] <= facts.get("workgroup_limit", _MAX_WG))
+def _pallas_cost(choice, default, facts):
+    """``PALLAS_TUNABLE``'s cost model: the default, except that PoCL compiling with LLVM 15 or later (Debian's
+    PoCL 3.1) vectorises a register tile's columns read from a transposed operand (flash attention's ``k.T``)
+    into gathers, so there staging it costs less (the flash-attention example 0.68x the time; 1.09x on PoCL 3.0,
+    LLVM 14). Each choice away from the default costs a little (nothing else is modelled)."""
+    away = sum(choice.get(k) != default.get(k) for k in choice) * 0.01
+    if facts.get("compiler") == "pocl" and facts.get("llvm", 0) >= 15 and not choice.get("rows"):
+        return away + (0.0 if choice.get("stage") else 1.0)
+    return away
+
+
+PALLAS_TUNABLE = Tunable("pallas_workgroup", {"workgroup": (8, 16, 32, 64, 128, 256), "rows": (False, True),
+                                              "stage": (False, True)},
+                         doc="work items per program instance of a pallas_call kernel; one work item per row "
+                             "of the blocks without barriers (rows, where ``row_count`` allows it); a "
+                             "transposed dot operand staged in work-group memory (stage)",
+                         valid=lambda c, facts: c["workgroup"] <= facts.get("workgroup_limit", _MAX_WG) and (
+                             not c.get("rows") or c["workgroup"] == facts.get("rows")
+                             and not c.get("stage")),
+                         cost=_pallas_cost)
 
 
 def _has_dot(program):
@@ -294,6 +323,7 @@ class _Lazy:
     reads: frozenset = frozenset()
     aligned: dict = dataclasses.field(default_factory=dict)   # ref -> the block it reads only at the own element
     heavy: bool = False   # computes a transcendental function (``facts.with_cost("expensive")``) per element
+    swapped: bool = False   # a transpose that moves the last axis (``k.T``): ``stage_swapped`` stages it
 
 
 @dataclasses.dataclass
@@ -427,6 +457,13 @@ class _Renderer:
         self.local_limit = getattr(caps, "local_memory_bytes", None) or LOCAL_BYTES
         self.barriers = 0
         self.used = set()   # the variables some equation or result reads (an atomic's old values may be unused)
+        # one work item per row (``render(rows=True)``): every phase gives row ``lid`` of its block to item
+        # ``lid``; ``shared`` are the refs other work items could write (outputs, scratch), checked like
+        # work-group arrays (``own_row``)
+        self.rows, self.shared = False, frozenset()
+        # a transposed ``dot`` operand (``k.T``) staged in work-group memory in its own layout (``render(stage=)``)
+        self.stage_swapped = False
+        self.row_private = {}   # row mode: the block arrays held as each item's private row (``block_array``)
 
     # -------------------------------------------------------------- memory
     def local_array(self, dtype, size, hint):
@@ -460,6 +497,9 @@ class _Renderer:
         n = math.prod(shape)
         if n == 0:
             return
+        if self.rows:
+            self._row_for(shape, fn)
+            return
         slots = -(-n // self.wg)
         guard = n % self.wg != 0
         # at most half the items repeat an element (a shared reduction's combining phase stays bounds-tested)
@@ -483,6 +523,54 @@ class _Renderer:
             with self.b.loop(_i(0), _i(slots), hint="s") as s:
                 one(s)
 
+    def _row_for(self, shape, fn):
+        """``par_for`` with one work item per row: item ``lid`` takes every element of row ``lid`` of
+        ``shape`` (its first axis, as long as the work-group), in order, the element's place in the row as its
+        slot."""
+        if not shape or shape[0] != self.wg:
+            raise _NotRowwise(f"a phase over {shape} is not one row per work item")
+        rest = shape[1:]
+        m = math.prod(rest)
+        if self.unrolled(m):
+            for c in range(m):
+                fn((self.lid,) + tuple(_unravel(_i(c), rest)), _i(c))
+            return
+        with self.b.loop(_i(0), _i(m), hint="c") as c:
+            fn((self.lid,) + tuple(self.b.let(x, "ix") if not isinstance(x, Const) else x
+                                   for x in _unravel(c, rest)), c)
+
+    def unrolled(self, n):
+        """Whether a loop of ``n`` steps over a row is written out step by step (row mode, ``n`` at most
+        ``_ROW_UNROLL``): a short loop's private array elements are then indexed by constants."""
+        return self.rows and n <= _ROW_UNROLL
+
+    def own_row(self, idx, what):
+        """In row mode: refuse (``_NotRowwise``) a read or write of shared memory at ``idx`` outside the work
+        item's own row (another item's element, which no barrier would order)."""
+        if self.rows and (not idx or idx[0] != self.lid):
+            raise _NotRowwise(f"{what} reads or writes another work item's row")
+
+    def block_array(self, dtype, shape, hint):
+        """An array for a block value of ``shape`` written by a parallel phase: in work-group memory, or in row
+        mode each work item's private array of its own row (no item reads another's; a CPU then keeps the
+        row in the item's own memory, a SIMD CPU adapter such as lavapipe one vector access per element for
+        all its lanes instead of a gather)."""
+        if not self.rows:
+            return self.local_array(dtype, math.prod(shape), hint)
+        if not shape or shape[0] != self.wg:
+            raise _NotRowwise(f"a block of {shape} is not one row per work item")
+        name = self.b.array("private", dtype, max(math.prod(shape[1:]), 1), hint)
+        self.row_private[name] = tuple(shape)
+        return name
+
+    def put_elem(self, name, idx, shape, value):
+        """Element ``idx`` of the ``shape`` block array ``name`` (``block_array``) set to ``value``."""
+        if name in self.row_private:
+            self.own_row(idx, "a block value")
+            self.b.store(name, _linear(idx[1:], shape[1:]), value, space="private")
+        else:
+            self.put(name, _linear(idx, shape), value)
+
     def put(self, name, index, value, space="local"):
         """A store of a ``fresh`` phase (``par_for``): past the end, to the work-group array's spare element."""
         if self.ok is not None and space == "local":
@@ -495,11 +583,15 @@ class _Renderer:
         have several (PoCL 3.0 and 3.1 lost a private array of two elements per item across a barrier: the
         flash-attention example's carries came out inf at a head size of 32)."""
         n = math.prod(shape)
+        if self.rows:   # the item's own row, its place in the row the slot (``_row_for``); no barrier follows
+            return "private", self.b.array("private", dtype, n // self.wg, hint), lambda idx, slot: slot
         if n <= self.wg:
             return "private", self.b.array("private", dtype, 1, hint), lambda idx, slot: _i(0)
         return "local", self.local_array(dtype, n, hint), lambda idx, slot: _linear(idx, shape)
 
     def barrier(self, space="local"):
+        if self.rows:   # every item reads only what it wrote itself (``own_row``): nothing to order
+            return
         self.b.emit(Barrier(space))
         # Index arithmetic of work item ids is computed again after a barrier rather than kept across it:
         # PoCL 3.0 and 3.1 lost such values (flash attention at 64 work items came out inf).
@@ -510,10 +602,9 @@ class _Renderer:
         """``v`` in work-group memory (a parallel phase and a barrier)."""
         if isinstance(v, _Lazy) and getattr(v, "local", None) is not None:
             return v
-        n = math.prod(v.shape)
-        name = self.local_array(v.dtype, n, hint)
         shape = v.shape
-        self.par_for(shape, lambda idx, s: self.put(name, _linear(idx, shape), v.at(idx)), fresh=True)
+        name = self.block_array(v.dtype, shape, hint)
+        self.par_for(shape, lambda idx, s: self.put_elem(name, idx, shape, v.at(idx)), fresh=True)
         self.barrier()
         return self.local_value(name, shape, v.dtype)
 
@@ -530,6 +621,9 @@ class _Renderer:
         b = self.b
 
         def at(idx):
+            self.own_row(idx, "a value in work-group memory")
+            if name in self.row_private:
+                return b.let(Load("private", name, _linear(idx[1:], shape[1:]), dtype), "lv")
             return b.let(Load("local", name, _linear(idx, shape), dtype), "lv")
         lz = _Lazy(tuple(shape), np.dtype(dtype), at, frozenset([name]), {name: _OWN})
         lz.local = name
@@ -695,7 +789,7 @@ def _transpose(r, e, vals):
         for k, p in enumerate(perm):
             src[p] = idx[k]
         return x.at(tuple(src))
-    return _Lazy(shape, x.dtype, at, x.reads, heavy=_heavy(x))
+    return _Lazy(shape, x.dtype, at, x.reads, heavy=_heavy(x), swapped=bool(perm) and perm[-1] != len(perm) - 1)
 
 
 def _iota(r, e, vals):
@@ -774,7 +868,7 @@ def _reduce(r, e, vals):
     d = x.dtype
     acc_d = _acc_dtype(d) if kind in ("sum", "prod") else d
     b = r.b
-    name = r.local_array(d, n_out, "red")
+    name = r.block_array(d, out_shape, "red")
     lanes = _lanes(r, n_out, n_red)
 
     def partial(idx, start, step):
@@ -787,10 +881,13 @@ def _reduce(r, e, vals):
             # accumulator (independent additions; PoCL 3.1 does not vectorise across work items here: the
             # 4-bit matvec took 3x the time with one chain), combined at the end
             accs = [b.var(acc_d, _identity_of(kind, acc_d), "acc") for _ in range(un)]
-            with b.loop(_i(0), _i(n_red // (lanes_ * un)), hint="t") as t:
-                base = op("add", op("mul", t, _i(lanes_ * un)), op("mul", start, _i(un)))
-                for j in range(un):
-                    one_elem(op("add", base, _i(j)) if j else base, idx, accs[j])
+            steps = n_red // (lanes_ * un)
+            for t in range(steps) if r.unrolled(n_red) else [None]:
+                with b.loop(_i(0), _i(steps), hint="t") if t is None else _null() as tv:
+                    base = op("add", op("mul", _i(t) if t is not None else tv, _i(lanes_ * un)),
+                              op("mul", start, _i(un)))
+                    for j in range(un):
+                        one_elem(op("add", base, _i(j)) if j else base, idx, accs[j])
             while len(accs) > 1:
                 accs = [b.let(_combine(b, kind, accs[i], accs[i + 1]), "acc") for i in range(0, len(accs), 2)]
             return accs[0]
@@ -810,8 +907,8 @@ def _reduce(r, e, vals):
         b.assign(acc, _combine(b, kind, acc, convert(b, v, acc_d) if acc_d != d else v))
 
     if lanes == 1:
-        r.par_for(out_shape, lambda idx, slot: r.put(
-            name, _linear(idx, out_shape), _narrow(b, partial(idx, _i(0), _i(1)), d)), fresh=True)
+        r.par_for(out_shape, lambda idx, slot: r.put_elem(
+            name, idx, out_shape, _narrow(b, partial(idx, _i(0), _i(1)), d)), fresh=True)
     else:
         _shared_reduce(r, name, out_shape, lanes, (kind, acc_d, d), partial)
     r.barrier()
@@ -824,7 +921,7 @@ def _lanes(r, n_out, n_red):
     runs: a short row, flash attention's 16 keys, is not worth the extra phase and barrier of combining)."""
     lanes = 1
     per = 2 * _RUN if r.lane_runs else 8
-    while n_out * lanes * 2 <= r.wg and lanes * 2 <= n_red // per:
+    while not r.rows and n_out * lanes * 2 <= r.wg and lanes * 2 <= n_red // per:
         lanes *= 2
     return lanes
 
@@ -853,6 +950,10 @@ def _shared_reduce(r, name, out_shape, lanes, kinds, partial):
     r.par_for(out_shape, combine, fresh=True)
 
 
+#: the longest loop over a row that row mode writes out step by step (``_Renderer.unrolled``): lavapipe's flash
+#: attention 0.9x the time at 2 or 4 (a register tile's two column tiles), 1.3x at 64 (every row loop, the
+#: ``dot`` contraction; the code grows), 1.05x at 16
+_ROW_UNROLL = 4
 #: consecutive elements per lane of a shared reduction, unrolled (``_reduce``)
 _RUN = 8
 
@@ -871,13 +972,18 @@ def _dot(r, e, vals):
     # The operands are staged in work-group memory once (each element is read by many work items).
     xs = x if getattr(x, "local", None) is not None or not r.stage_dots else r.materialize(x, "ta")
     ys = y if getattr(y, "local", None) is not None or not r.stage_dots else r.materialize(y, "tb")
+    if r.stage_swapped and not r.rows:
+        # k.T read in place gives a register tile's columns (rows of k) far apart; staged, they are adjacent
+        # (PoCL 3.1 turned the in-place reads into gathers: flash attention 0.68x the time staged, 3.0 1.09x)
+        xs = r.materialize(xs, "ta") if getattr(xs, "swapped", False) else xs
+        ys = r.materialize(ys, "tb") if getattr(ys, "swapped", False) else ys
     lfree = [k for k in range(len(x.shape)) if k not in lc and k not in lb]
     rfree = [k for k in range(len(y.shape)) if k not in rc and k not in rb]
     kshape = tuple(x.shape[k] for k in lc)
-    name = r.local_array(d, math.prod(out.shape), "dot")
+    name = r.block_array(d, tuple(out.shape), "dot")
 
     oshape = tuple(out.shape)
-    tr, tc = _dot_tile(oshape, r.wg)
+    tr, tc = _row_tile(oshape) if r.rows else _dot_tile(oshape, r.wg)
     tshape = oshape[:-2] + (oshape[-2] // tr,) if tr > 1 else oshape[:-1]
     tshape = tshape + (oshape[-1] // tc,) if oshape else tshape
 
@@ -900,15 +1006,17 @@ def _dot(r, e, vals):
         accs = [b.var(acc_d, const(0, acc_d), "acc") for _ in elems]
         nk = math.prod(kshape)
         uk = _UNROLL_K if len(elems) > 1 and nk % _UNROLL_K == 0 else 1
-        with b.loop(_i(0), _i(nk), _i(uk), hint="k") as k:
+        if r.unrolled(nk):
+            uk = nk
+        with b.loop(_i(0), _i(nk), _i(uk), hint="k") if uk < nk else _null() as k:
             for u in range(uk):
-                kidx = _unravel(b.let(op("add", k, _i(u)), "ku") if u else k, kshape)
+                kidx = _unravel(_i(u) if k is None else b.let(op("add", k, _i(u)), "ku") if u else k, kshape)
                 cache: dict = {}
                 for acc, idx in zip(accs, elems, strict=True):
                     xa, yc = operands(idx, kidx, cache)
                     b.assign(acc, op("add", acc, op("mul", xa, yc)))
         for acc, idx in zip(accs, elems, strict=True):
-            r.put(name, _linear(idx, oshape), convert(b, acc, d) if acc_d != d else acc)
+            r.put_elem(name, idx, oshape, convert(b, acc, d) if acc_d != d else acc)
 
     r.par_for(tshape, body, fresh=True)
     r.barrier()
@@ -971,6 +1079,15 @@ def _dot_tile(shape, wg, most=16):
     return tr, tc
 
 
+def _row_tile(shape, most=16):
+    """The register tile of a ``dot`` in row mode: ``(1, tc)``, ``tc`` consecutive outputs of a row (at most
+    ``most``, dividing the last axis), so that an item's row of the left operand is read once per tile."""
+    if len(shape) < 2:
+        return 1, 1
+    tc = max(c for c in range(1, most + 1) if shape[-1] % c == 0)
+    return 1, tc
+
+
 def _split(vals, n, flags):
     starts, extra = vals[:n], list(vals[n:])
     return starts, [extra.pop(0) if f else None for f in flags]
@@ -1004,6 +1121,8 @@ def _load(r, e, vals):
 
     def at(idx):
         ri = _ref_index(ref, indexer, starts, idx)
+        if ref.name in r.shared:
+            r.own_row(ri, f"a load of {ref.name}")
         if not ref.wide:   # wide addresses keep the constant parts of the indices (``_wide``)
             ri = [b.let(x, "ri") if not isinstance(x, Const) else x for x in ri]
         v = b.let(Load(ref.space, ref.name, _bound_address(b, ref.address(ri, masked and not inside)), ref.dtype),
@@ -1062,7 +1181,9 @@ def _store(r, e, vals):
         staged = (vst, mst)
 
     def write(idx, slot):
-        ri = [b.let(x, "ri") if not isinstance(x, Const) else x for x in _ref_index(ref, indexer, starts, idx)]
+        ri = _ref_index(ref, indexer, starts, idx)
+        r.own_row(ri, f"a store into {ref.name}")
+        ri = [b.let(x, "ri") if not isinstance(x, Const) else x for x in ri]
         if staged is not None:
             vst, mst = staged
             v = b.let(Load(vst[0], vst[1], vst[2](idx, slot), value.dtype), "sv")
@@ -1105,10 +1226,10 @@ def _loop(r, e, vals):
         if isinstance(c, _Ref):
             homes.append(c)
         else:
-            name = r.local_array(c.dtype, math.prod(c.shape), "carry")
             shape = c.shape
+            name = r.block_array(c.dtype, shape, "carry")
             r.par_for(shape, lambda idx, s, c=c, name=name, shape=shape:
-                      r.put(name, _linear(idx, shape), c.at(idx if shape else ())), fresh=True)
+                      r.put_elem(name, idx, shape, c.at(idx if shape else ())), fresh=True)
             homes.append(r.local_value(name, shape, c.dtype))
     r.barrier()
     with b.loop(_scalar(lo), _scalar(hi), hint="it") as i:
@@ -1139,8 +1260,7 @@ def _update_carries(r, homes, outs):
     direct = [(h, o) for h, o in pairs if in_place(h, o)]
     staged = []
     for h, o in direct:
-        r.par_for(h.shape, lambda idx, s, o=o, h=h: r.put(h.local, _linear(idx, h.shape), _at(o, idx)),
-                  fresh=True)
+        r.par_for(h.shape, lambda idx, s, o=o, h=h: r.put_elem(h.local, idx, h.shape, _at(o, idx)), fresh=True)
         r.barrier()
     for h, o in pairs:
         if (h, o) in direct:
@@ -1153,7 +1273,7 @@ def _update_carries(r, homes, outs):
         r.barrier()
     for h, st in staged:
         r.par_for(h.shape, lambda idx, s, h=h, st=st:
-                  r.put(h.local, _linear(idx, h.shape), b.let(Load(st[0], st[1], st[2](idx, s), h.dtype), "pc")),
+                  r.put_elem(h.local, idx, h.shape, b.let(Load(st[0], st[1], st[2](idx, s), h.dtype), "pc")),
                   fresh=True)
         # A barrier after each carry's copy (``barriers.prune_barriers`` drops those that order nothing):
         # PoCL 3.0 dropped the copies of a bounds-tested phase followed by a looped one in the same barrier
@@ -1185,6 +1305,8 @@ def _atomic(r, e, vals):
     if ref.dtype not in ATOMIC_DTYPES:
         raise Unrenderable(f"pl.atomic_{kind} of {ref.dtype.name} has no kernel form (the kernels update "
                            f"{', '.join(d.name for d in ATOMIC_DTYPES)} atomically)")
+    if r.rows:
+        raise _NotRowwise("atomics are shared between work items")
     shape = tuple(e.outputs[1].aval.shape)
     b = r.b
     keep = e.outputs[1] in r.used
@@ -1417,23 +1539,75 @@ def default_workgroup(eqn, caps):
     return workgroup_size(caps, p, largest, _has_dot(p["body"].program))
 
 
-def render(eqn, caps, buffer_names, wg=None):
+def row_count(eqn, caps):
+    """The rows of the first output block where row mode (``render(rows=True)``: one work item per row, no
+    barriers) may apply to this ``pallas_call``, else ``None``: a first output block of 2 to 256 rows (within
+    the device's work-group limit), not a k-accumulating product on a CPU device (which has its own form), and
+    either ``compiler_params={"rows": True}`` or, without ``compiler_params`` ``rows`` or ``workgroup``, on CPU
+    devices (no staged ``dot`` operands) a body with a ``dot`` or a reduction."""
+    p = eqn.params
+    cp = dict(p["compiler_params"])
+    cpu = not (getattr(caps, "matmul_tiling", "local") == "local" and caps.tiling_pays)
+    if not p["out_blocks"] or cp.get("rows") is False or cpu and _accumulating_dot(p) is not None:
+        return None
+    if cp.get("rows") is not True and ("workgroup" in cp or not cpu or not _has_dot(p["body"].program)):
+        return None
+    shape = tuple(p["out_blocks"][0].ref_shape)
+    cap = min(_MAX_WG, caps.max_workgroup_size or _MAX_WG)
+    return shape[0] if len(shape) >= 1 and 2 <= shape[0] <= cap else None
+
+
+def _rows_by_default(caps):
+    """Whether row mode is the default where ``row_count`` allows it: on a CPU WebGPU adapter (lavapipe: flash
+    attention 0.6x the time, its SIMD lanes reading each item's private row with one vector access); not on
+    CPU OpenCL devices (PoCL 3.0 1.1x the time, PoCL 3.1 0.9x: docs/performance.md), where ``PALLAS_TUNABLE``
+    may still choose it."""
+    return not caps.tiling_pays and getattr(caps, "matmul_tiling", "local") != "register"
+
+
+def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False):
     """The kernel of one ``pallas_call`` equation: ``(builder, global size, local size)``; ``buffer_names(b)``
-    gives ``(input names, output names)``; ``wg``: the work-group size (default ``default_workgroup``). Raises
-    ``Unrenderable``."""
+    gives ``(input names, output names)``; ``wg``: the work-group size (default ``default_workgroup``).
+    ``rows``: one work item per row of the blocks (``row_count`` of them, ``wg`` ignored) and no barriers, where
+    every work item reads and writes only its own row of work-group memory and of the output and scratch refs;
+    where it would not, the usual form. ``stage``: a transposed ``dot`` operand is staged in work-group memory
+    in its own layout (``_Renderer.stage_swapped``; not in row mode). A kernel whose usual form does not render
+    (its blocks past the work-group memory) is tried in row mode too, where its block values are private
+    arrays. Raises ``Unrenderable``."""
+    n_rows = row_count(eqn, caps)
+    if rows and n_rows is not None:
+        try:
+            return _render(eqn, caps, buffer_names, n_rows, True)
+        except _NotRowwise:
+            wg = None
+    try:
+        return _render(eqn, caps, buffer_names, default_workgroup(eqn, caps) if wg is None else wg, False, stage)
+    except Unrenderable:
+        if rows or n_rows is None:
+            raise
+        try:
+            return _render(eqn, caps, buffer_names, n_rows, True)
+        except _NotRowwise:
+            pass
+        raise
+
+
+def _render(eqn, caps, buffer_names, wg, rows, stage=False):
     p = eqn.params
     grid = tuple(p["grid"])
     total = math.prod(grid)
-    wg = default_workgroup(eqn, caps) if wg is None else wg
     b = KernelBuilder("pallas_" + "".join(c if c.isalnum() else "_" for c in p["name"])[:40])
     ins, outs = buffer_names(b)
     lid = b.let(Special("local_id", 0), "lid")
     r = _Renderer(b, wg, lid, caps)
     # CPU devices (no staged dot operands) walk a k-accumulating product's last grid axis in one work-group
     fused = None if r.stage_dots else _accumulating_dot(p)
+    r.rows = rows and fused is None
+    r.stage_swapped = stage
     if fused is not None:
         grid, total = grid[:-1], math.prod(grid[:-1])
     scratch_names = [r.local_array(s.dtype, math.prod(s.shape), "scr") for s in p["scratch"]]
+    r.shared = frozenset(scratch_names) | frozenset(outs)
     lim = caps.max_dispatch
     groups = total if lim is None else min(total, lim)
     gsize, lsize = (max(groups, 1) * wg,), (wg,)
@@ -1542,10 +1716,16 @@ class PallasGroup(EquationGroup):
     kind = "pallas"
 
     def codegen(self):
-        default = {"workgroup": default_workgroup(self.eqn, self.ctx.caps)}
-        if "workgroup" in dict(self.eqn.params["compiler_params"]):
+        default = {"workgroup": default_workgroup(self.eqn, self.ctx.caps), "rows": False, "stage": False}
+        n_rows = row_count(self.eqn, self.ctx.caps)
+        cp = dict(self.eqn.params["compiler_params"])
+        if n_rows is not None and (cp.get("rows") is True or _rows_by_default(self.ctx.caps)):
+            default = {"workgroup": n_rows, "rows": True, "stage": False}
+        if "stage" in cp:
+            default["stage"] = bool(cp["stage"])
+        if "workgroup" in cp or "rows" in cp or "stage" in cp:
             return self._variant(default)
-        return self.ctx.tuned(PALLAS_TUNABLE, default, self._variant)
+        return self.ctx.tuned(PALLAS_TUNABLE, default, self._variant, {"rows": n_rows or 0})
 
     def _variant(self, choice):
         ctx, e = self.ctx, self.eqn
@@ -1565,7 +1745,8 @@ class PallasGroup(EquationGroup):
                 ins.append(nm)
             return ins, [ctx.output(b, args, v) for v in e.outputs]
 
-        b, gsize, lsize = render(e, ctx.caps, names, choice["workgroup"])
+        b, gsize, lsize = render(e, ctx.caps, names, choice["workgroup"], choice.get("rows", False),
+                                 choice.get("stage", False))
         kernel = hoisted_kernel(b, lsize, bool(getattr(ctx.caps, "uniform_guard", False)))
         vals = [args[pp.name] for pp in kernel.params]
         launches.append(Launch(kernel, vals, gsize, lsize, tracker.eqns, "pallas"))

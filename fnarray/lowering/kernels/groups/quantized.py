@@ -49,6 +49,7 @@ import numpy as np
 
 from fnarray.core.ir import Var
 from fnarray.core.quantized import quantized_matmul_p
+from fnarray.lowering.packed import FLOAT_FORMATS
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import EquationGroup, contiguous_strides, index_vars, kernel_name, make_launch
 from fnarray.lowering.kernels.groups.register_tiles import store_loop
@@ -130,7 +131,9 @@ class QuantizedMatmulGroup(EquationGroup):
             row_ids = [b.let(select(op("lt", op("add", first, const(r, INT32)), const(m, INT32)),
                                     op("add", first, const(r, INT32)), const(m - 1, INT32)), "rw")
                        for r in range(rows)]
-            if p["transpose"]:
+            if p["transpose"] and p["mode"] in _FLOAT_WALK:
+                sums = self._rows_of_w_float(b, names, col, row_ids, k, p["mode"], x.aval.dtype, acc)
+            elif p["transpose"]:
                 sums = self._rows_of_w(b, names, col, row_ids, k, p["group_size"], p["bits"], x.aval.dtype, acc)
             else:
                 sums = self._columns_of_w(b, names, col, row_ids, k, n, p["group_size"], p["bits"],
@@ -455,6 +458,37 @@ class QuantizedMatmulGroup(EquationGroup):
                     b.assign(total[r], op("add", total[r], op("add", op("mul", scale, dot), op("mul", bias, xsum))))
         return total
 
+    def _rows_of_w_float(self, b, names, col, row_ids, k, mode, xdt, acc):
+        """``transpose=True`` for the floating modes of ``_FLOAT_WALK`` (mxfp8, nvfp4: groups of 32 bytes or 16
+        nibbles): the work item walks weight row ``col`` a group at a time (its ``group_size * bits / 32`` words),
+        each element's value in registers (``_float_element``) multiplied into ``LANES`` partial dots per row,
+        then one multiply by the group's scale (``_float_scale``); no biases, so no sum of ``x``."""
+        xs, ws, ss, _ = names
+        _, _, gs, bits = FLOAT_FORMATS[mode]
+        gwords, groups = gs * bits // 32, k // gs
+        mask = const((1 << bits) - 1, UINT32)
+        total = [b.var(acc, const(0, acc), "acc") for _ in row_ids]
+        wrow = b.let(op("mul", col, const(k * bits // 32, INT32)), "wrow")
+        grow = b.let(op("mul", col, const(groups, INT32)), "grow")
+        x_rows = [b.let(op("mul", r, const(k, INT32)), "xrow") for r in row_ids]
+        lanes = LANES.get(len(row_ids), 4)
+        with b.loop(const(0, INT32), const(groups, INT32), hint="g") as g:
+            dots = [[b.var(acc, const(0, acc), "dot") for _ in range(lanes)] for _ in row_ids]
+            base_w = b.let(op("add", wrow, op("mul", g, const(gwords, INT32))), "wb")
+            wd = [b.load(ws, b.let(op("add", base_w, const(t, INT32))), UINT32) for t in range(gwords)]
+            base_x = b.let(op("mul", g, const(gs, INT32)), "xb")
+            for j in range(gs):
+                qf = b.let(_float_element(_element(b, wd, j * bits, bits, mask), mode, acc), "q")
+                for r, xr in enumerate(x_rows):
+                    xv = self._load_f(b, xs, b.let(op("add", xr, op("add", base_x, const(j, INT32)))), xdt, acc)
+                    d = dots[r][j % lanes]
+                    b.assign(d, op("add", d, op("mul", xv, qf)))
+            gi = b.let(op("add", grow, g), "gi")
+            scale = b.let(_float_scale(b.load(ss, gi, np.dtype(np.uint8)), mode, acc), "scale")
+            for r in range(len(row_ids)):
+                b.assign(total[r], op("add", total[r], op("mul", scale, _tree_sum(dots[r]))))
+        return total
+
     def _columns_of_w(self, b, names, col, row_ids, k, n, gs, bits, xdt, acc):
         xs, ws, ss, bs = names
         words = n * bits // 32
@@ -479,9 +513,10 @@ class QuantizedMatmulGroup(EquationGroup):
             qi = b.let(op("and", v, mask))
             qf = b.let(Cast(qi, acc), "q") if bs is not None else None
             gi = b.let(op("add", op("mul", kk, const(groups, INT32)), gcol), "gi")
-            if bs is None:   # mxfp4
-                wv = b.let(op("mul", _e8m0_half(b.load(ss, gi, np.dtype(np.uint8)), acc), _e2m1_doubled(qi, acc)),
-                           "wv")
+            if bs is None:   # a floating mode
+                mode = self.eqn.params["mode"]
+                wv = b.let(op("mul", _float_scale(b.load(ss, gi, np.dtype(np.uint8)), mode, acc),
+                              _float_element(qi, mode, acc)), "wv")
             else:
                 wv = b.let(op("add", op("mul", self._load_f(b, ss, gi, xdt, acc), qf),
                                   self._load_f(b, bs, gi, xdt, acc)), "wv")
@@ -563,6 +598,40 @@ def _e8m0_half(s, acc):
     bits = select(op("eq", su, const(0, UINT32)), const(0x400000, UINT32), op("shl", su, const(23, UINT32)))
     f = op("mul", Bitcast(bits, F32), const(0.5, F32))
     return Cast(f, acc) if acc != F32 else f
+
+
+#: The floating modes whose ``transpose=True`` product walks with ``_rows_of_w_float`` (mxfp4 has its own branch
+#: in ``_rows_of_w``).
+_FLOAT_WALK = ("mxfp8", "nvfp4")
+
+
+def _e4m3_value(q, acc):
+    """The value of the E4M3 code ``q`` (uint32 below 256) in ``acc``, as MLX's ``from_fp8`` (``packed.E4M3``:
+    0x7F and 0xFF are NaN): the magnitude bits shifted into float32's significand with the exponent rebiased by
+    120 (``v``), which is the value of a normal code; a subnormal one (exponent field 0) is ``2 * v - 2**-6``;
+    bit 7 is or-ed into the sign. No conversion from an integer (a uint32 -> float conversion made the
+    mxfp8 product 4.8x slower on PoCL) and no denormal float on the way."""
+    mag = op("and", q, const(0x7F, UINT32))
+    v = Bitcast(op("add", op("shl", mag, const(20, UINT32)), const(120 << 23, UINT32)), F32)
+    v = select(op("lt", mag, const(8, UINT32)), op("sub", op("mul", v, const(2.0, F32)), const(2.0 ** -6, F32)), v)
+    bits = select(op("eq", mag, const(0x7F, UINT32)), const(0x7FC00000, UINT32), Bitcast(v, UINT32))
+    v = Bitcast(op("or", bits, op("shl", op("and", q, const(0x80, UINT32)), const(24, UINT32))), F32)
+    return Cast(v, acc) if acc != F32 else v
+
+
+def _float_element(q, mode, acc):
+    """The value a floating mode's element code ``q`` (uint32) stands for, in ``acc``, before ``_float_scale``:
+    E2M1 doubled (mxfp4, nvfp4: ``_e2m1_doubled``) or E4M3 (mxfp8)."""
+    return _e4m3_value(q, acc) if mode == "mxfp8" else _e2m1_doubled(q, acc)
+
+
+def _float_scale(s, mode, acc):
+    """The scale of a floating mode's uint8 ``s``, in ``acc``, matching ``_float_element``: half the E8M0 scale
+    (mxfp4, whose elements are doubled), the E8M0 scale (mxfp8), half the E4M3 value (nvfp4); all exact."""
+    if mode == "nvfp4":
+        return op("mul", _e4m3_value(Cast(s, UINT32), acc), const(0.5, acc))
+    half = _e8m0_half(s, acc)
+    return op("mul", half, const(2.0, acc)) if mode == "mxfp8" else half
 
 
 def _pow2_at_least(n: int) -> int:

@@ -41,8 +41,8 @@ from fnarray.lowering.kernels.tuning import Tunable
 #: Panel offsets are 64-bit (see ``register_dot``).
 INT64 = np.dtype(np.int64)
 
-__all__ = ["RM", "RN", "UK", "register_dtype", "panels", "padded_k", "pack_launch", "panel_coords", "register_product",
-           "store_loop", "packed_product", "register_dot"]
+__all__ = ["RM", "RN", "UK", "register_dtype", "panels", "padded_k", "packs_launch", "panel_coords",
+           "register_product", "store_loop", "packed_product", "register_dot"]
 
 #: Outputs per work item along rows (the lhs panel width) and along columns (the rhs panel width), and
 #: contraction steps per loop iteration. 4 x 8 measured best of 2x8, 4x4, 8x4, 4x8, 8x8, 4x16 on PoCL
@@ -107,60 +107,88 @@ def padded_k(k: int, tile=None) -> int:
     return -(-k // uk) * uk
 
 
-def pack_launch(ctx, group, operand, groups, across, kp, npanels, tag, tile=None):
-    """A kernel writing ``operand`` as zero-padded panels into a scratch buffer.
+def packs_launch(ctx, group, parts, tile=None):
+    """One kernel writing operands of ``group``'s product as zero-padded panels into scratch buffers, each part
+    in its own range of whole work-groups: a product's two packs are one launch (PoCL costs 5-7 us a launch;
+    the digits MLP's packs of 64 x 128 operands run 2-10 us each).
 
     Args:
-        groups: the operand's dimensions as (batch, rows, cols) of the matrix product.
-        across: 1 when the panels run across rows (the lhs: ``RM`` wide), 2 across columns (the rhs:
-            ``RN`` wide); the other non-batch group is the contraction.
-        kp, npanels: the padded contraction length and panel count.
+        parts: ``(operand, groups, across, kp, npanels, tag)`` each: ``groups``, the operand's dimensions as
+            (batch, rows, cols) of the matrix product; ``across``, 1 when the panels run across rows (the lhs:
+            ``RM`` wide), 2 across columns (the rhs: ``RN`` wide), the other non-batch group being the
+            contraction; ``kp``, ``npanels``: the padded contraction length and panel count.
 
     Returns:
-        ``(launch, spec)``: the copy launch and the scratch buffer ``[batch][npanels][kp][width]``.
+        ``(launch, specs)``: the launch and each part's scratch buffer ``[batch][npanels][kp][width]``.
     """
-    shape = operand.aval.shape
-    sizes = [math.prod(shape[d] for d in g) for g in groups]
-    nb = sizes[0]
-    kdim = 3 - across
-    nk, nr = sizes[kdim], sizes[across]
-    dt = operand.aval.dtype
-    t = tile or DEFAULT_TILE
-    width = t["rm"] if across == 1 else t["rn"]
-    spec = ctx.spec(("dotpack", id(group), tag, width, kp), (nb, npanels, kp, width), dt)
     b = KernelBuilder("dot_pack")
     args: dict = {}
     tracker = Tracker(ctx)
     em = ctx.emitter(b, args=args, computes=set(group.roots), tracker=tracker)
-    # A work item writes one panel row: its ``width`` lanes in a loop, the index arithmetic of (batch, panel,
-    # contraction step) done once for them. One work item per element took 3x longer on PoCL 3.0 (a 1024 x 64
-    # operand: 206 -> 69 us; the division and remainder per element are not vectorised), 1.2x on PoCL 3.1.
-    items = nb * npanels * kp
-    gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
-    with b.when(op("lt", gid, const(items, INT32))):
-        k = b.let(op("rem", gid, const(kp, INT32)), "k")
-        rest = b.let(op("div", gid, const(kp, INT32)))
-        p = b.let(op("rem", rest, const(npanels, INT32)), "p")
-        bi = b.let(op("div", rest, const(npanels, INT32)), "bi")
-        k_in = b.let(op("lt", k, const(nk, INT32)))
-        k_at = b.let(select(k_in, k, const(nk - 1, INT32)))
-        name = b.buffer(spec, dt, True, "out")
-        args[name] = spec
-        with b.loop(const(0, INT32), const(width, INT32), hint="r") as r:
-            row = b.let(op("add", op("mul", p, const(width, INT32)), r))
-            row_in = b.let(op("lt", row, const(nr, INT32)))
-            inside = b.let(op("land", row_in, k_in))
-            coord = {0: bi, across: b.let(select(row_in, row, const(nr - 1, INT32))), kdim: k_at}
-            idx = [None] * len(shape)
-            for gi, g in enumerate(groups):
-                if not g:
-                    continue
-                sub = unravel(ix_data(coord[gi], 0, sizes[gi] - 1), tuple(shape[d] for d in g))
-                for d, sv in zip(g, sub, strict=True):
-                    idx[d] = sv
-            v = em.val(operand, tuple(idx))
-            b.store(name, op("add", op("mul", gid, const(width, INT32)), r), b.let(select(inside, v, const(0, dt))))
-    return make_launch(b, args, {}, gsize, lsize, tracker.eqns, "copy"), spec
+    t = tile or DEFAULT_TILE
+    batches = [math.prod(operand.aval.shape[d] for d in groups[0]) for operand, groups, *_ in parts]
+    items = [nb * npanels * kp for nb, (_, _, _, kp, npanels, _) in zip(batches, parts, strict=True)]
+    starts = [0]
+    for n in items[:-1]:
+        starts.append(starts[-1] + -(-n // ctx.wg) * ctx.wg)
+    gid, gsize, lsize = ctx.gid(b, starts[-1] + items[-1], ctx.wg)
+    specs = []
+    for part, nb, start, n in zip(parts, batches, starts, items, strict=True):
+        operand, groups, across, kp, npanels, tag = part
+        width = t["rm"] if across == 1 else t["rn"]
+        spec = ctx.spec(("dotpack", id(group), tag, width, kp), (nb, npanels, kp, width), operand.aval.dtype)
+        specs.append(spec)
+        if len(parts) == 1:
+            with b.when(op("lt", gid, const(n, INT32))):
+                _pack_row(b, em, args, part, width, spec, gid)
+            continue
+        # The part is chosen by the work-group id, which PoCL knows is the same across a work-group (a test of
+        # the work item's id kept it from vectorising the loop over work items: 2x slower at 256 x 256); a
+        # launch folded into two dimensions (``ctx.gid``) tests the linear id.
+        if len(gsize) == 1:
+            at, first, last = Special("group_id", 0), start // ctx.wg, (start + n - 1) // ctx.wg
+        else:
+            at, first, last = gid, start, start + n - 1
+        with b.when(op("land", op("ge", at, const(first, INT32)), op("le", at, const(last, INT32)))):
+            local = b.let(op("sub", gid, const(start, INT32)), f"g{len(specs)}")
+            with b.when(op("lt", local, const(n, INT32))):
+                _pack_row(b, em, args, part, width, spec, local)
+    return make_launch(b, args, {}, gsize, lsize, tracker.eqns, "copy"), specs
+
+
+def _pack_row(b, em, args, part, width, spec, gid):
+    """A pack kernel's work item ``gid`` writes one panel row: its ``width`` lanes in a loop, the index
+    arithmetic of (batch, panel, contraction step) done once for them. One work item per element took 3x longer
+    on PoCL 3.0 (a 1024 x 64 operand: 206 -> 69 us; the division and remainder per element are not vectorised),
+    1.2x on PoCL 3.1. ``part``: one of ``packs_launch``'s."""
+    operand, groups, across, kp, npanels, _ = part
+    shape = operand.aval.shape
+    sizes = [math.prod(shape[d] for d in g) for g in groups]
+    kdim = 3 - across
+    nk, nr = sizes[kdim], sizes[across]
+    dt = operand.aval.dtype
+    k = b.let(op("rem", gid, const(kp, INT32)), "k")
+    rest = b.let(op("div", gid, const(kp, INT32)))
+    p = b.let(op("rem", rest, const(npanels, INT32)), "p")
+    bi = b.let(op("div", rest, const(npanels, INT32)), "bi")
+    k_in = b.let(op("lt", k, const(nk, INT32)))
+    k_at = b.let(select(k_in, k, const(nk - 1, INT32)))
+    name = b.buffer(spec, dt, True, "out")
+    args[name] = spec
+    with b.loop(const(0, INT32), const(width, INT32), hint="r") as r:
+        row = b.let(op("add", op("mul", p, const(width, INT32)), r))
+        row_in = b.let(op("lt", row, const(nr, INT32)))
+        inside = b.let(op("land", row_in, k_in))
+        coord = {0: bi, across: b.let(select(row_in, row, const(nr - 1, INT32))), kdim: k_at}
+        idx = [None] * len(shape)
+        for gi, g in enumerate(groups):
+            if not g:
+                continue
+            sub = unravel(ix_data(coord[gi], 0, sizes[gi] - 1), tuple(shape[d] for d in g))
+            for d, sv in zip(g, sub, strict=True):
+                idx[d] = sv
+        v = em.val(operand, tuple(idx))
+        b.store(name, op("add", op("mul", gid, const(width, INT32)), r), b.let(select(inside, v, const(0, dt))))
 
 
 def panel_coords(b, gid, width, kp, npanels, names):
@@ -209,10 +237,14 @@ def store_loop(b, accs, dt):
             yield i, j, b.load(arr, op("add", op("mul", i, const(cols, INT32)), j), dt, "private")
 
 
-def packed_product(b, a, bb, dt, scalars, kp, mp, np_, tile=None):
+def packed_product(b, a, bb, dt, scalars, kp, mp, np_, tile=None, rhs_view=None):
     """The accumulators ``[RM][RN]`` of work item ``(column panel, row panel, batch)`` = (global id 0, global
     id 1, group id 2) over packed operand buffers ``a`` ``[B][Mp][Kp][RM]`` and ``bb`` ``[B][Np][Kp][RN]``
-    (parameter names; the sizes become the scalar arguments ``Kp``, ``Mp``, ``Np``)."""
+    (parameter names; the sizes become the scalar arguments ``Kp``, ``Mp``, ``Np``).
+
+    ``rhs_view = (offset, batch stride, contraction stride, column stride, column panels)``: ``bb`` is the
+    unpacked rhs itself, read through those element strides (see ``unpacked_rhs``); a work item past the last
+    of the ``column panels`` reads the last one (its outputs are not stored)."""
     scalars.update(Kp=kp, Mp=mp, Np=np_)
     Kp, Mp, Np = b.scalar("Kp"), b.scalar("Mp"), b.scalar("Np")
     cp, rp, bz = Special("global_id", 0), Special("global_id", 1), Special("group_id", 2)
@@ -222,19 +254,28 @@ def packed_product(b, a, bb, dt, scalars, kp, mp, np_, tile=None):
     # The panel offsets in 64 bits: with int32 indices (``a[base + k*4 + c]``) PoCL did not vectorize the
     # loop (the sign extension of each index hides that they are consecutive): 10-15x slower.
     abase = b.let(Cast(op("mul", op("add", op("mul", bz, Mp), rp), op("mul", Kp, sm)), INT64), "abase")
-    bbase = b.let(Cast(op("mul", op("add", op("mul", bz, Np), cp), op("mul", Kp, sn)), INT64), "bbase")
+    if rhs_view is None:
+        bbase = b.let(Cast(op("mul", op("add", op("mul", bz, Np), cp), op("mul", Kp, sn)), INT64), "bbase")
+        bstep, bsk, bsn = sn, rn, 1
+    else:
+        off, bsb, bsk, bsn, ncp = rhs_view
+        col = b.let(op("mul", select(op("lt", cp, const(ncp, INT32)), cp, const(ncp - 1, INT32)), sn))
+        bbase = b.let(Cast(op("add", op("add", const(off, INT32), op("mul", bz, const(bsb, INT32))),
+                              op("mul", col, const(bsn, INT32))), INT64), "bbase")
+        bstep = const(bsk, INT32)
     accs = [[b.var(dt, const(0, dt)) for _ in range(rn)] for _ in range(rm)]
     with b.loop(const(0, INT32), Kp, const(uk, INT32)) as k:
         ak = b.let(op("add", abase, Cast(op("mul", k, sm), INT64)), "ak")
-        bk = b.let(op("add", bbase, Cast(op("mul", k, sn), INT64)), "bk")
+        bk = b.let(op("add", bbase, Cast(op("mul", k, bstep), INT64)), "bk")
         register_product(b, lambda u, i: b.load(a, op("add", ak, const(u * rm + i, INT64)), dt),
-                         lambda u, j: b.load(bb, op("add", bk, const(u * rn + j, INT64)), dt), uk, accs)
+                         lambda u, j: b.load(bb, op("add", bk, const(u * bsk + j * bsn, INT64)), dt), uk, accs)
     return accs
 
 
-def register_dot(group, lspec, rspec, layout, tile=None):
+def register_dot(group, lspec, rspec, layout, tile=None, rhs_view=None):
     """The product kernel of ``DotGroup`` ``group`` over packed operands ``lspec`` ``[B][Mp][Kp][RM]`` and
-    ``rspec`` ``[B][Np][Kp][RN]``; ``layout = (wx, wy, Mp, Np, Kp)``. Returns its launch."""
+    ``rspec`` ``[B][Np][Kp][RN]`` (or the unpacked rhs read through ``rhs_view``: ``packed_product``);
+    ``layout = (wx, wy, Mp, Np, Kp)``. Returns its launch."""
     wx, wy, mp, np_, kp = layout
     dt = group.eqn.inputs[0].aval.dtype
     b, args, tracker, em = group._kernel_start()
@@ -244,7 +285,7 @@ def register_dot(group, lspec, rspec, layout, tile=None):
     bb = b.buffer(rspec, dt, False, "rhs")
     args[bb] = rspec
     t = tile or DEFAULT_TILE
-    accs = packed_product(b, a, bb, dt, scalars, kp, mp, np_, t)
+    accs = packed_product(b, a, bb, dt, scalars, kp, mp, np_, t, rhs_view)
     row0 = b.let(op("mul", Special("global_id", 1), const(t["rm"], INT32)), "row0")
     col0 = b.let(op("mul", Special("global_id", 0), const(t["rn"], INT32)), "col0")
     with store_loop(b, accs, dt) as (i, j, v):

@@ -6,6 +6,11 @@ concatenated beside the data's) is read off the program (``iota_dim``): that bat
 output's own coordinate, and the walk skips the batch dimension (the cross-entropy gradient of a 16x64x96
 transformer batch walked 1,024 updates per output element; now one). The order of the updates that land on
 one element is unchanged, so results are bit for bit the same.
+
+On CPUs (OpenCL's PoCL, webgpu's lavapipe) the scheduler option ``scatter_columns`` lets a work item own a
+column instead, where that is less work than the element walk (see ``ScatterGroup._plan_columns``): the
+embedding gradient of the transformer LM (1,024 data-indexed rows into a 96 x 64 table) went from 5.5 to
+0.09 ms on PoCL 3.0.
 """
 
 from __future__ import annotations
@@ -31,22 +36,22 @@ from fnarray.lowering.kernels.rules import (
 # ---------------------------------------------------------------------------- scatter
 
 
-#: Parallel lanes assumed of a CPU adapter when ``_plan_columns`` weighs the column kernel's fewer work items
-#: (lavapipe: 8-wide SIMD over invocations on 2 threads).
+#: Parallel lanes assumed of a CPU when ``_plan_columns`` weighs the column kernel's fewer work items
+#: (lavapipe and PoCL: 8-wide SIMD over work items on 2 threads).
 CPU_LANES = 16
 
 
 class ScatterGroup(Group):
     """Each work item owns one output element and walks the updates in order: deterministic, no atomics.
 
-    With the scheduler option ``scatter_columns`` (webgpu on a CPU adapter), where it costs less, each work
-    item owns a *column* instead: every output element with the same coordinates outside the scattered axes.
-    It copies the operand's column (or a first kernel copies the whole operand, where the columns are few or
-    long), then walks the updates in order, combining each into the element it addresses: the same order of
-    combination per element (so the same result, bit for bit), ``u`` steps per column instead of ``u`` per
-    element. An embedding gradient of 1,024 rows into a 1,536 x 64 table: 98,304 work items of 1,024 steps
-    became 64 of 2,560; a one-hot target's gradient (every axis scattered) one work item of 1,024 steps after
-    a copy kernel.
+    With the scheduler option ``scatter_columns`` (CPU OpenCL, webgpu on a CPU adapter), where it costs less
+    than the element walk (which skips the pinned batch dimensions), each work item owns a *column* instead:
+    every output element with the same coordinates outside the scattered axes. It copies the operand's column
+    (or a first kernel copies the whole operand, where the columns are few or long), then walks the updates
+    in order, combining each into the element it addresses: the same order of combination per element (so the
+    same result, bit for bit), ``u`` steps per column instead of ``u`` per element. An embedding gradient of
+    1,024 rows into a 1,536 x 64 table: 98,304 work items of 1,024 steps became 64 of 2,560. A one-hot
+    target's gradient (every axis scattered, the batch columns pinned) keeps its one-update element walk.
     """
 
     kind = "scatter"
@@ -77,10 +82,9 @@ class ScatterGroup(Group):
         walked = tuple(d for d in range(len(batch)) if d not in pinned)
         wshape = tuple(batch[d] for d in walked)
         nb = math.prod(wshape)
-        if not pinned:   # a pinned walk is already short (one update per element for a cross-entropy gradient)
-            columns = self._plan_columns(nb)
-            if columns is not None:
-                return self._columns(batch, nb, columns == "copy first")
+        columns = self._plan_columns(nb, math.prod(batch))
+        if columns is not None:
+            return self._columns(batch, math.prod(batch), columns == "copy first")
         b, args, tracker, em = self._kernel_start()
         gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
         dt = out.aval.dtype
@@ -113,17 +117,19 @@ class ScatterGroup(Group):
         b.name = kernel_name("scatter", tracker.eqns)
         return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "scatter")]
 
-    def _plan_columns(self, nb):
+    def _plan_columns(self, walked, nb):
         """``None`` (the element kernel), ``"one kernel"`` or ``"copy first"`` (the column kernel, after a
         kernel copying the operand): the column kernel where asked for, within the target's loop limit,
-        and less work than the element kernel's (its fewer work items counted as at least ``CPU_LANES``)."""
+        and less work than the element kernel's (its fewer work items counted as at least ``CPU_LANES``).
+        ``walked``: the updates an element's walk visits (those of the batch dimensions not pinned to an
+        output coordinate, ``iota_dim``); ``nb``: all updates, which a column walks."""
         if not self.ctx.opts.get("scatter_columns", False) or nb == 0:
             return None
         shape, axes = self.shape, self.eqn.params["axes"]
         cells = math.prod(shape[a] for a in axes)
         columns = math.prod(shape) // max(cells, 1)
         cap = self.ctx.caps.max_loop_iterations or (1 << 30)
-        element = cells * columns * nb / CPU_LANES
+        element = cells * columns * walked / CPU_LANES
         if cells + nb <= cap // 2 and columns >= CPU_LANES and (cells + nb) * columns / CPU_LANES < element:
             return "one kernel"
         if nb <= cap // 2 and cells * columns / CPU_LANES + nb * -(-columns // CPU_LANES) < element:

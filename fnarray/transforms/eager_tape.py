@@ -1,0 +1,208 @@
+"""Tapes: a key's program run equation by equation on the eager cache's executables (``eager_jit``'s middle stage).
+
+``fnarray.transforms.eager_jit`` keys a namespace call on concrete arrays by its function, argument structure,
+avals, constants, device and configuration. Its general path (``fnarray.numpy``'s Python, promotion, ``bind``,
+the eager cache) costs 10-25 us a call on numpy:0 and mlx:0 (``benchmarks/call_path.py``); a whole-function
+program costs 0.35-1.5 ms to trace, partition and lower. A tape sits between them: the function traced once at
+the key's avals (``trace_to_program``, ~30-80 us: no partitioning, no lowering), each equation given the
+executable the general path itself runs for that primitive at those avals (``placement._eager_executable``:
+shared with the general path, compiled there on a miss), and then replayed per call as a flat list of
+``executable(*buffers)`` calls: a few microseconds, with the general path's own numerics (the same one-primitive
+executables, in the program's order).
+
+A trace fails where the function reads values (a data-dependent shape, a check of a concrete value): the key
+then has no tape (``make`` returns ``None``) and its caller keeps the general path, as a program that fails to
+trace does. So does a program whose output is a literal or depends on no argument, whose constants are not
+arrays of the key's device, or that holds an equation with effects (a host callback: left to the general path,
+so that callbacks keep one place of execution).
+
+Replays run on the arrays' device, as the general path does; an output is committed where an argument it depends
+on is (the general path's rule, primitive by primitive). Equations without array inputs (``iota``, a broadcast
+literal) run there too, as in a program; an *output* that depends on no argument (``zeros_like(x)``) would lie on
+the default device, uncommitted, on the general path: such a function gets no tape. Any error of a replay is the
+caller's to handle (``eager_jit`` then runs the general path, which raises its own error).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from fnarray import tree_util
+from fnarray.core.builder import trace_to_program
+from fnarray.core.ir import Literal
+from fnarray.core.passes import has_effect
+from fnarray.devices import placement
+from fnarray.devices.array_impl import ArrayImpl
+
+__all__ = ["Tape", "make"]
+
+# A step may call NumPy's function itself (the numpy backend's ``eager_call``): its RuntimeWarnings (``x / 0.0``,
+# overflow to inf) are silenced here as the numpy backend's and ``eager_ops``' are (the general path warns not).
+warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fnarray\.transforms\.eager_tape")
+
+
+class Tape:
+    """A traced program as ``steps``: ``(call, input slots, single)`` each, whose outputs (one buffer where
+    ``single``, else a list) are appended to the slots.
+
+    Slots: the call's array buffers (in ``eager_jit``'s key order), then ``fixed`` (the program's constants and
+    literal buffers), then each step's outputs in order. ``outs`` are the output slots, ``out_avals`` their avals,
+    ``out_tree`` the output structure (``single``: one array); ``out_deps``, where an output depends on some of the
+    arguments only, the arguments of each (whose committed flags make its own, as on the general path).
+    """
+
+    __slots__ = ("steps", "fixed", "outs", "out_avals", "out_tree", "single", "n", "one", "out_deps")
+
+    def __init__(self, steps, fixed, outs, out_avals, out_tree, n, out_deps=None):
+        self.steps, self.fixed, self.outs, self.out_avals, self.out_tree = steps, fixed, outs, out_avals, out_tree
+        self.single = out_tree.num_nodes == 1 and out_tree.num_leaves == 1
+        self.n, self.out_deps = n, out_deps
+        # the commonest tape: one step of one output over the arguments in order, returned (``run``'s short path)
+        self.one = (steps[0][0] if len(steps) == 1 and steps[0][2] and steps[0][1] == tuple(range(n)) and not fixed
+                    and self.single and outs == (n,) and out_deps is None else None)
+
+    def run(self, arrays):
+        """The outputs (a pytree of ``ArrayImpl``) of the traced function of ``arrays`` (``ArrayImpl`` s of the
+        key's avals on one device). Raises what a backend raises; ``None`` where an array was donated/deleted."""
+        env = []
+        committed = False
+        for a in arrays:
+            b = a._buf
+            if b is None:
+                return None
+            env.append(b)
+            if a._committed:
+                committed = True
+        one = self.one
+        if one is not None:
+            r = ArrayImpl()  # ArrayImpl.make inline, as jit's hot path
+            r.aval, r._device, r._buf, r._committed, r._host = self.out_avals[0], arrays[0]._device, one(*env), \
+                committed, None
+            return r
+        env += self.fixed
+        for call, ins, single in self.steps:
+            if single:
+                env.append(call(*[env[i] for i in ins]))
+            else:
+                env += call(*[env[i] for i in ins])
+        dev = arrays[0]._device
+        if self.out_deps is not None:  # outputs that depend on some of the arguments only
+            return self.out_tree.unflatten([
+                arrays[i] if i < self.n else ArrayImpl.make(av, dev, env[i], any(arrays[k]._committed for k in ks))
+                for i, av, ks in zip(self.outs, self.out_avals, self.out_deps)])
+        if self.single:
+            i = self.outs[0]
+            if i < self.n:  # the function returned its argument
+                return arrays[i]
+            r = ArrayImpl()  # ArrayImpl.make inline, as jit's hot path
+            r.aval, r._device, r._buf, r._committed, r._host = self.out_avals[0], dev, env[i], committed, None
+            return r
+        return self.out_tree.unflatten([arrays[i] if i < self.n else ArrayImpl.make(av, dev, env[i], committed)
+                                        for i, av in zip(self.outs, self.out_avals)])
+
+
+def _entry(exe, eqn, avals, dev):
+    """``(call, single)`` for an equation's eager executable ``exe``: the backend's implementation itself where it
+    offers one (``Backend.eager_call``, numpy; an executable's ``one``, mlx: ``call(*bufs) -> buf``, ``single``),
+    else the executable's direct entry or the executable (``call(*bufs) -> [bufs]``). Errors are not translated
+    here: the caller re-runs the general path on any."""
+    if not eqn.primitive.multiple_results:
+        fn = dev.impl.eager_call(eqn.primitive, eqn.params, avals, [v.aval for v in eqn.outputs])
+        if fn is not None:
+            return fn, True
+    call = getattr(exe, "call_args", None)
+    if call is not None and getattr(exe, "reraise", None) is not None:
+        one = getattr(exe, "one", None)  # mlx: the rule of one output itself, beside its direct entry
+        return (one, True) if one is not None and not eqn.primitive.multiple_results else (call, False)
+
+    def run(*bufs):
+        return exe(list(bufs))
+    return run, False
+
+
+def _trace(program, arrays):
+    """``(program IR, consts, out_tree)`` of ``program(*arrays)`` traced at the arrays' avals."""
+    store = []
+
+    def flat(*tracers):
+        leaves, tree = tree_util.tree_flatten(program(*tracers))
+        store.append(tree)
+        return leaves
+    prog, consts = trace_to_program(flat, [a.aval for a in arrays], debug_name=getattr(program, "__name__", "fun"))
+    return prog, consts, store[0]
+
+
+def make(program, arrays):
+    """The tape of ``program`` (a function of arrays: ``eager_jit``'s template of a call) at ``arrays``' avals
+    and device, or ``None`` where it cannot be made (the module docstring). Errors of tracing are caught
+    (``None``); those of compiling an equation's executable are too."""
+    try:
+        prog, consts, out_tree = _trace(program, arrays)
+    except Exception:  # noqa: BLE001 (not traceable at these avals: the caller keeps the general path)
+        return None
+    dev = arrays[0]._device
+    slots = {id(v): i for i, v in enumerate(prog.invars)}
+    fixed = []
+    for v, c in zip(prog.constvars, consts):
+        if type(c) is not ArrayImpl or c._device is not dev or c._buf is None:
+            return None
+        slots[id(v)] = len(arrays) + len(fixed)
+        fixed.append(c._buf)
+    deps = {id(v): 1 << i for i, v in enumerate(prog.invars)}  # the arguments each value depends on (bits)
+    try:
+        steps = _steps(prog, dev, slots, fixed, len(arrays), deps)
+    except Exception:  # noqa: BLE001 (an equation without an eager executable here: the general path)
+        return None
+    if steps is None:
+        return None
+    outs, masks = [], []
+    for o in prog.outvars:
+        if type(o) is Literal or id(o) not in slots or not deps.get(id(o)):
+            return None  # a constant output: the general path makes it on the default device, uncommitted
+        outs.append(slots[id(o)])
+        masks.append(deps[id(o)])
+    n = len(arrays)
+    out_deps = None
+    if any(m != (1 << n) - 1 for m in masks):  # an output committed only by the arguments it depends on
+        out_deps = tuple(tuple(i for i in range(n) if m >> i & 1) for m in masks)
+    return Tape(tuple(steps), tuple(fixed), tuple(outs), tuple(o.aval for o in prog.outvars), out_tree, n, out_deps)
+
+
+def _steps(prog, dev, slots, fixed, n, deps):
+    """The tape's steps (filling ``slots``, ``fixed`` and each value's ``deps``), or ``None`` for an equation a
+    tape leaves alone."""
+    steps = []
+    count = n + len(fixed)  # slots so far; literals are added to ``fixed`` first (their slots move: see below)
+    literals = []
+    for eqn in prog.eqns:
+        if has_effect(eqn):
+            return None
+        ins, avals, mask = [], [], 0
+        for x in eqn.inputs:
+            avals.append(x.aval)
+            if type(x) is Literal:
+                literals.append(dev.impl.scalar_to_device(x.val, x.aval.dtype, dev))
+                ins.append(("literal", len(literals) - 1))
+            else:
+                ins.append(slots[id(x)])
+                mask |= deps.get(id(x), 0)
+        exe, out_avals = placement._eager_executable(eqn.primitive, eqn.params, tuple(avals), dev)
+        if tuple(out_avals) != tuple(v.aval for v in eqn.outputs):
+            return None
+        for v in eqn.outputs:
+            slots[id(v)] = ("step", count)
+            deps[id(v)] = mask
+            count += 1
+        steps.append((*_entry(exe, eqn, tuple(avals), dev), ins))
+    # Literals go after the constants, so steps' slots move by their number.
+    shift = len(literals)
+    base = n + len(fixed)
+    fixed.extend(literals)
+
+    def slot(s):
+        if type(s) is tuple:
+            return base + s[1] if s[0] == "literal" else s[1] + shift
+        return s
+    for k, v in list(slots.items()):
+        slots[k] = slot(v)
+    return [(call, tuple(slot(s) for s in ins), single) for call, single, ins in steps]
