@@ -5,9 +5,14 @@ The model is the example's llama architecture (RMSNorm, RoPE, grouped-query atte
 (speed does not depend on training); 4-bit is ``fa.nn.quantize(group_size=64, bits=4)``. Per device, in one
 interleaved run (best of ``--number`` alternating calls after a warm-up call each):
 
-- decode: the example's jitted decode step (one token, fixed-capacity ``KVCache``s at position ``--prompt``,
-  the sampled id read back to the host each call), in tokens/s;
-- prefill: the jitted prefill of ``--prompt`` tokens into empty caches, in tokens/s.
+- decode: the example's jitted decode step (one token, fixed-capacity ``KVCache``s from position ``--prompt``,
+  walking up to 8 positions on, each call fed the caches and token the last returned, donating the caches where
+  the example does; the sampled id read back to the host each call), in tokens/s;
+- prefill: the jitted prefill of ``--prompt`` tokens into empty caches (``--filled N``: caches holding ``N``
+  positions already; raw rows then only on jax:0), in tokens/s.
+
+``--donation`` times only the decode step, its caches donated (``jit(donate_argnums=...)``: written in place on
+opencl and webgpu) against copied, interleaved.
 
 On mlx:0 the same weights also run in raw MLX as mlx-lm runs a model (``mx.fast.rms_norm``, ``mx.fast.rope``,
 ``mx.fast.scaled_dot_product_attention``, ``mx.quantized_matmul`` for 4-bit, a preallocated cache written by slice,
@@ -39,18 +44,41 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import numpy as np  # noqa: E402
 
 VOCAB = 96
+_WALK = 8   # decode positions walked before going back to the start (_fnarray_steps)
 
 
-def _fnarray_steps(fa, llm, model, dev, prompt, capacity):
-    """``(decode, prefill)`` zero-argument callables of the example's jitted steps on ``dev``."""
-    prefill, decode, _ = llm.make_generators(dev, 0.9, 1.0)
+def _fnarray_steps(fa, llm, model, dev, prompt, capacity, donate=None, filled=0):
+    """``(decode, prefill)`` zero-argument callables of the example's jitted steps on ``dev``.
+
+    The decode step (donating its caches where ``donate``, by default where the example does) is fed the caches
+    and token it returned, from position ``prompt + filled``; every ``_WALK`` calls (or when the caches are full)
+    their position goes back there with the prefill's token (a new offset array: a donated one is deleted), so
+    that the positions timed stay within a few of the start (best-of timing leaves out the call that resets).
+    The prefill writes the ``prompt`` tokens into caches holding ``filled`` positions already (empty for 0)."""
+    prefill, decode, _ = llm.make_generators(dev, 0.9, 1.0, donate=donate)
     ids = fa.device_put(np.arange(prompt, dtype=np.int32)[None] % VOCAB, dev)
     key = fa.device_put(fa.random.key(0), dev)   # on the device: a key on numpy:0 is copied over every call
     empty = model.make_caches(1, capacity, dev)
-    token, filled = prefill(model, empty, ids, key, greedy=True)
+    if filled:
+        before = fa.device_put((np.arange(filled, dtype=np.int32)[None] + 1) % VOCAB, dev)
+        empty = prefill(model, empty, before, key, greedy=True)[1]
+    token, caches = prefill(model, empty, ids, key, greedy=True)
+    start = prompt + filled
+    state = {"token": token, "caches": caches, "pos": start}
 
     def run_decode():
-        return int(decode(model, filled, token, key, greedy=True)[0][0])
+        if state["pos"] >= min(capacity, start + _WALK):
+            at = fa.device_put(np.int32(start), dev)
+            state["caches"] = tuple(type(c)(c.keys, c.values, at) for c in state["caches"])
+            state["pos"], state["token"] = start, token
+        new, state["caches"] = decode(model, state["caches"], state["token"], key, greedy=True)
+        state["token"] = new
+        state["pos"] += 1
+        return int(new[0])
+
+    # the next call decodes the prefill's token at ``start`` again (the later positions' old entries lie past the
+    # filled length, unread): the token a raw step at ``start`` picks
+    run_decode.restart = lambda: state.update(pos=capacity)
 
     def run_prefill():
         return int(prefill(model, empty, ids, key, greedy=True)[0][0])
@@ -131,8 +159,9 @@ def _mlx_steps(model, cfg, prompt, capacity):
 # ------------------------------------------------------------------------------------------ raw JAX
 
 
-def _jax_steps(model, cfg, prompt, capacity):
-    """The model's decode and prefill in raw JAX: one ``jax.jit`` per step, fixed-shape caches. Float32 weights
+def _jax_steps(model, cfg, prompt, capacity, filled=0):
+    """The model's decode and prefill in raw JAX: one ``jax.jit`` per step, fixed-shape caches (the prefill into
+    caches holding ``filled`` positions, the decode after it, as ``_fnarray_steps``). Float32 weights
     multiply as ``einsum('...d,od->...o')`` (XLA's library dot; ``x @ w.T`` made XLA CPU emit a one-row product
     as a single-threaded loop, 2x slower at width 1024); 4-bit weights (MLX's packed words, as
     ``fa.nn.quantize`` made them) are dequantized in the jitted step with shifts and masks and multiplied as
@@ -192,14 +221,16 @@ def _jax_steps(model, cfg, prompt, capacity):
 
     step = jax.jit(forward)
     empty = tuple((jnp.zeros((1, capacity, kv, hd)), jnp.zeros((1, capacity, kv, hd))) for _ in range(layers))
+    if filled:
+        empty = step(p, jnp.asarray((np.arange(filled, dtype=np.int32)[None] + 1) % VOCAB), empty, jnp.int32(0))[1]
     ids = jnp.asarray(np.arange(prompt, dtype=np.int32)[None] % VOCAB)
-    token, filled = step(p, ids, empty, jnp.int32(0))
+    token, caches = step(p, ids, empty, jnp.int32(filled))
 
     def run_decode():
-        return int(step(p, token[None], filled, jnp.int32(prompt))[0][0])
+        return int(step(p, token[None], caches, jnp.int32(prompt + filled))[0][0])
 
     def run_prefill():
-        return int(step(p, ids, empty, jnp.int32(0))[0][0])
+        return int(step(p, ids, empty, jnp.int32(filled))[0][0])
 
     return run_decode, run_prefill
 
@@ -308,9 +339,17 @@ def main(argv=None):
     ap.add_argument("--prompt", type=int, default=64, help="prompt tokens (prefill) and the decode position")
     ap.add_argument("--capacity", type=int, default=128, help="cache positions")
     ap.add_argument("--no-tinygrad", action="store_true", help="skip the tinygrad rows on opencl")
+    ap.add_argument("--filled", type=int, default=0,
+                    help="cache positions filled before the prompt: the prefill writes into a filled cache (also "
+                         "timed into empty caches, interleaved), the decode steps after both (raw rows: JAX only)")
+    ap.add_argument("--donation", action="store_true",
+                    help="time only the decode step, with its caches donated and copied (jit donate_argnums "
+                         "and not), interleaved; the ratio copied / donated in wall clock and CPU time")
     args = ap.parse_args(argv)
+    if args.prompt + args.filled >= args.capacity:
+        ap.error(f"--prompt {args.prompt} + --filled {args.filled} must leave room in --capacity {args.capacity}")
     tinygrad = False
-    if "opencl" in args.devices and not args.no_tinygrad:
+    if "opencl" in args.devices and not (args.no_tinygrad or args.filled or args.donation):
         from vs_tinygrad import _point_tinygrad_at_pyopencl_pocl
         _point_tinygrad_at_pyopencl_pocl()   # before PyOpenCL lists its platforms: both see one list
         os.environ.setdefault("DEV", "CL")
@@ -326,26 +365,23 @@ def main(argv=None):
     cfg = (args.layers, args.heads, args.kv_heads, args.dim // args.heads)
     base = llm.Llama(VOCAB, args.dim, args.heads, args.kv_heads, args.layers, args.hidden, key=fa.random.key(0))
     print(f"model: width {args.dim}, {args.heads}/{args.kv_heads} heads, {args.layers} blocks, SwiGLU {args.hidden}; "
-          f"prompt {args.prompt}, cache {args.capacity}")
+          f"prompt {args.prompt} after {args.filled} filled positions, cache {args.capacity}")
+    if args.donation:
+        return _donation(fa, llm, nn, base, args)
     print(f"{'device':10} {'weights':8} {'decode tok/s':>12} {'prefill tok/s':>13} {'raw decode':>10} "
           f"{'raw prefill':>11} {'decode x raw':>12} {'prefill x raw':>13}")
-    for name in args.devices.split(","):
-        try:
-            dev = fa.get_device(name)
-        except Exception as e:  # a device this machine lacks: say so and go on
-            print(f"{name:10} unavailable: {e}")
-            continue
-        models = [("float32", fa.device_put(base, dev)),
-                  ("4-bit", fa.device_put(nn.quantize(base, group_size=64, bits=4), dev))]
+    for name, dev, models in _devices_and_models(fa, nn, base, args.devices):
         fns, labels = [], []
         for label, m in models:
-            fns.extend(_fnarray_steps(fa, llm, m, dev, args.prompt, args.capacity))
+            fns.extend(_fnarray_steps(fa, llm, m, dev, args.prompt, args.capacity, filled=args.filled))
             labels.append(label)
         raw = []
-        if dev.backend == "mlx":
+        if dev.backend == "jax":
+            raw = [_jax_steps(m, cfg, args.prompt, args.capacity, args.filled) for _, m in models]
+        elif args.filled:
+            pass   # the raw MLX and tinygrad steps start from empty caches
+        elif dev.backend == "mlx":
             raw = [_mlx_steps(m, cfg, args.prompt, args.capacity) for _, m in models]
-        elif dev.backend == "jax":
-            raw = [_jax_steps(m, cfg, args.prompt, args.capacity) for _, m in models]
         elif dev.backend == "opencl" and tinygrad:
             raw = []
             for _, m in models:
@@ -356,7 +392,11 @@ def main(argv=None):
                     break
         for pair in raw:
             fns.extend(pair)
-        times = best_of(fns, args.number, warm=2)[0]   # a first call compiles
+        if args.filled:   # the same prefill into empty caches, for the last column
+            fns.extend(_fnarray_steps(fa, llm, m, dev, args.prompt, args.capacity)[1] for _, m in models)
+        times, cpu = best_of(fns, args.number, warm=2)   # a first call compiles
+        for fn in fns:
+            getattr(fn, "restart", lambda: None)()
         tokens = [fn() for fn in fns]
         for i, label in enumerate(labels):
             dec, pre = times[2 * i], times[2 * i + 1]
@@ -367,7 +407,39 @@ def main(argv=None):
                 ours, theirs = tokens[2 * i:2 * i + 2], tokens[2 * len(labels) + 2 * i:2 * len(labels) + 2 * i + 2]
                 if ours != theirs:
                     line += f"  tokens differ: {ours} vs {theirs}"
+            if args.filled:
+                k = 2 * len(labels) + 2 * len(raw) + i
+                empty = times[k]
+                line += (f"  into empty caches: {args.prompt / empty:.1f} tok/s (filled / empty {pre / empty:.2f}, "
+                         f"CPU time {cpu[2 * i + 1] / cpu[k]:.2f})")
             print(line, flush=True)
+
+
+def _devices_and_models(fa, nn, base, names):
+    """``(name, device, [("float32", model), ("4-bit", model)])`` for each device of the comma-separated ``names``
+    this machine has (a line for each it lacks), the models on it."""
+    for name in names.split(","):
+        try:
+            dev = fa.get_device(name)
+        except Exception as e:  # a device this machine lacks: say so and go on
+            print(f"{name:10} unavailable: {e}")
+            continue
+        yield name, dev, [("float32", fa.device_put(base, dev)),
+                          ("4-bit", fa.device_put(nn.quantize(base, group_size=64, bits=4), dev))]
+
+
+def _donation(fa, llm, nn, base, args):
+    """``--donation``: per device and weights, the decode step with donated caches against copied ones."""
+    print(f"{'device':10} {'weights':8} {'donated tok/s':>13} {'copied tok/s':>12} {'copied / donated':>16} "
+          f"{'(CPU time)':>10}")
+    for name, dev, models in _devices_and_models(fa, nn, base, args.devices):
+        fns = [_fnarray_steps(fa, llm, m, dev, args.prompt, args.capacity, donate=d, filled=args.filled)[0]
+               for _, m in models for d in (True, False)]
+        wall, cpu = best_of(fns, args.number, warm=2)
+        for i, (label, _) in enumerate(models):
+            don, cop = 2 * i, 2 * i + 1
+            print(f"{name:10} {label:8} {1 / wall[don]:13.1f} {1 / wall[cop]:12.1f} {wall[cop] / wall[don]:16.2f} "
+                  f"{cpu[cop] / cpu[don]:10.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ After training (or loading ``--weights``) it reports the held-out perplexity and
 of the float32 model and of each ``--quantize`` width (``fa.nn.quantize``: MLX's affine format, the linear layers
 and the embedding), then generates from a prompt with each model, greedily and with top-p sampling: a jitted
 prefill writes the prompt into fixed-capacity ``fa.nn.KVCache``s (one per layer), and a jitted decode step takes
-one token and the caches and returns the next token and the caches. The caches never change shape, so the decode
+one token and the caches and returns the next token and the caches (donating them where the backend then writes
+the new position in place: opencl and webgpu). The caches never change shape, so the decode
 step is traced and compiled once for the whole generation (the run prints the count), and tokens per second are
 measured after that first call.
 
@@ -192,10 +193,15 @@ def _top_p_pick(logits, key, top_p, temperature):
     return fa.random.categorical(key, kept, axis=-1).astype(fnp.int32)
 
 
-def make_generators(device, top_p, temperature):
+def make_generators(device, top_p, temperature, donate=None):
     """``(prefill, decode, counts)``: jitted ``prefill(model, caches, ids, key, greedy)`` and
     ``decode(model, caches, token, key, greedy) -> (next tokens int32[B], caches)``; ``counts["decode"]`` counts the
-    decode step's traces (``greedy`` is static: one trace per mode)."""
+    decode step's traces (``greedy`` is static: one trace per mode).
+
+    ``donate``: whether the decode step donates its caches (``jit(donate_argnums=...)``: the caches passed in are
+    deleted, and their new positions are written into their buffers in place instead of copying every cache each
+    step); default: where ``device``'s backend updates donated inputs in place (opencl, webgpu:
+    ``Backend.updates_in_place``)."""
     counts = {"prefill": 0, "decode": 0}
 
     def pick(logits, key, greedy):
@@ -213,8 +219,10 @@ def make_generators(device, top_p, temperature):
         logits, caches = model(token[:, None], caches)
         return pick(logits[:, -1], key, greedy), caches
 
+    if donate is None:
+        donate = device.impl.updates_in_place
     return (fa.jit(prefill, static_argnames="greedy", device=device),
-            fa.jit(decode, static_argnames="greedy", device=device), counts)
+            fa.jit(decode, static_argnames="greedy", device=device, donate_argnums=(1,) if donate else ()), counts)
 
 
 def generate(model, prompt, new_tokens, key, generators, device, greedy=True, capacity=None):

@@ -82,3 +82,29 @@ def test_bad_command_lines_exit_with_a_message(argv, capsys):
     assert e.value.code == 2
     assert "error" in capsys.readouterr().err
     assert fa.default_device() is not None
+
+
+def test_decode_step_donates_its_caches_where_they_are_updated_in_place(device):
+    """Where the backend writes a donated cache's update in place (``Backend.updates_in_place``: opencl, webgpu),
+    the example's decode step donates its caches: the caches passed in are deleted, the step's kernels write each
+    new position in place, no more launches than the copying step, and the next token and the new caches equal
+    the copying step's; elsewhere the caches are kept."""
+    model = fa.device_put(llm.Llama(96, 16, 2, 1, 2, 32, key=fa.random.key(1)), device)
+    key = fa.device_put(fa.random.key(0), device)
+    donating = device.impl.updates_in_place
+    prefill, decode_step, _ = llm.make_generators(device, 0.9, 1.0)
+    _, copying, _ = llm.make_generators(device, 0.9, 1.0, donate=False)
+    ids = fa.device_put(np.asarray([[5, 9, 2]], np.int32), device)
+    token, caches = prefill(model, model.make_caches(1, 8, device), ids, key, greedy=True)
+    want_token, want = copying(model, caches, token, key, greedy=True)
+    if donating:
+        n_donated = len(decode_step.lower(model, caches, token, key, greedy=True).kernels())
+        n_copying = len(copying.lower(model, caches, token, key, greedy=True).kernels())
+        assert n_donated <= n_copying
+        assert any(k.name.startswith("update") for k in decode_step.lower(model, caches, token, key,
+                                                                          greedy=True).kernels())
+    got_token, got = decode_step(model, caches, token, key, greedy=True)
+    assert all(leaf.is_deleted() == donating for leaf in fa.tree.leaves(caches))
+    assert int(got_token[0]) == int(want_token[0])
+    for g, w in zip(fa.tree.leaves(got), fa.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))

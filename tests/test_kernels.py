@@ -382,6 +382,32 @@ def test_donated_dynamic_update_slice_writes_only_the_update_into_the_input(targ
     assert anywhere.outputs[1] is anywhere.inputs[0]
 
 
+def _two_caches(keys, values, k, v, pos):
+    """A layer's key and value caches updated at ``pos`` (``v`` with more rows than ``k``: the two updates differ in
+    size) and a read of both new caches."""
+    new_k = fa.lax.dynamic_update_slice(keys, fnp.tanh(k), (pos, 0))
+    new_v = fa.lax.dynamic_update_slice(values, v * 2.0, (pos, 0))
+    return fnp.sum(new_k) + fnp.sum(new_v), new_k, new_v
+
+
+def test_donated_caches_of_one_layer_are_one_update_kernel(target):
+    """Two donated caches updated side by side (a layer's keys and values) are written by one in-place kernel,
+    over the larger update, never more launches than without donation; each output shares its input's buffer."""
+    caps, render = target
+    args = (f32(256, 8), f32(256, 8, seed=1), f32(1, 8), f32(3, 8), np.int32(5))
+    prog = traced(_two_caches, *args)
+    sched = schedule(prog, caps, workgroup=64, donate={0: 1, 1: 2})
+    for la in sched.launches:
+        render(la.kernel)
+    assert sched.outputs[1] is sched.inputs[0] and sched.outputs[2] is sched.inputs[1]
+    updates = [la for la in sched.launches if la.kind == "update"]
+    assert len(updates) == 1 and updates[0].global_size == (64,)
+    written = {a for p, a in zip(updates[0].kernel.params, updates[0].args, strict=True)
+               if isinstance(p, BufferParam) and p.writes}
+    assert {sched.inputs[0], sched.inputs[1]} <= written
+    assert len(sched.launches) <= len(schedule(prog, caps, workgroup=64).launches)
+
+
 def test_donated_input_read_elsewhere_is_not_updated_in_place():
     """Another read of the donated input (the old value, after the update would have overwritten it) keeps the
     copy: the output gets a buffer of its own."""

@@ -406,3 +406,120 @@ def test_memory_pool_gives_back_free_blocks(dev, monkeypatch):
     assert held <= max(1 << 20, pool.active_bytes) + (600 << 10), held
     x = fa.device_put(np.arange(5, dtype=np.float32), dev)
     np.testing.assert_array_equal(np.asarray(x * 2.0), np.arange(5) * 2.0)   # the pool still serves
+
+
+# ------------------------------------------------------------------------------ donated inputs updated in place
+
+
+def _cache_step(cache, x, pos):
+    """``x`` written at row ``pos`` of ``cache`` (a KV cache's update) and the new cache's column sums."""
+    new = fa.lax.dynamic_update_slice(cache, fnp.tanh(x) * 2.0, (pos, 0))
+    return fnp.sum(new, axis=0), new
+
+
+def _kernel_names(lowered):
+    return [k.name.rsplit("_", 1)[0] for k in lowered.kernels()]   # without the digest of the source
+
+
+@pytest.mark.parametrize("profiled", [False, True])
+def test_donated_cache_is_updated_in_place(dev, profiled):
+    """``jit(donate_argnums=...)`` on opencl: a ``dynamic_update_slice`` of the donated cache is one kernel over
+    the new row, written into the donated buffer, which the result takes over (no new buffer, no copy of the
+    cache); the same kernel count as without donation; the results equal NumPy's float64 step after step (also
+    under the profiler, whose calls run on a second queue), and the donated array is deleted."""
+    f = fa.jit(_cache_step, donate_argnums=0)
+    cache = fa.device_put(np.zeros((256, 8), np.float32), dev)
+    first = cache.call_view()[0].mem
+    args = (cache, np.zeros((1, 8), np.float32), np.int32(0))
+    assert _kernel_names(f.lower(*args)) == ["update_tanh_mul_dynamic_update_slice", "reduce_reduce_sum"]
+    assert _kernel_names(fa.jit(_cache_step).lower(*args)) == [
+        "map_tanh_mul_dynamic_update_slice", "reduce_reduce_sum"]                 # the whole cache written
+    want = np.zeros((256, 8))
+    for pos in (0, 3, 255, 300):                                 # 300: clamped to the last row
+        x = np.random.default_rng(pos).normal(size=(1, 8)).astype(np.float32)
+        if profiled:
+            with fa.profiler.trace():
+                total, new = f(cache, fa.device_put(x, dev), np.int32(pos))
+        else:
+            total, new = f(cache, fa.device_put(x, dev), np.int32(pos))
+        assert cache.is_deleted() and new.call_view()[0].mem is first
+        with pytest.raises(RuntimeError, match="donated"):
+            np.asarray(cache)
+        want[min(pos, 255)] = np.tanh(x[0].astype(np.float64)) * 2.0
+        np.testing.assert_allclose(np.asarray(total), want.sum(0), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(new), want, rtol=1e-6, atol=1e-6)
+        cache = new
+    # Without donation the cache is a new buffer each call, and the argument keeps its value.
+    _, again = fa.jit(_cache_step)(cache, fa.device_put(np.ones((1, 8), np.float32), dev), np.int32(0))
+    assert again.call_view()[0].mem is not first and not cache.is_deleted()
+    np.testing.assert_allclose(np.asarray(cache), want, rtol=1e-6, atol=1e-6)
+
+
+def test_donated_caches_of_one_layer_are_updated_in_place(dev):
+    """A layer's key and value caches, both donated, updated by one kernel (updates of 1 and 3 rows); the results
+    equal NumPy's float64 step after step, both buffers kept."""
+    def step(keys, values, k, v, pos):
+        new_k = fa.lax.dynamic_update_slice(keys, fnp.tanh(k), (pos, 0))
+        new_v = fa.lax.dynamic_update_slice(values, v * 2.0, (pos, 0))
+        return fnp.sum(new_k) + fnp.sum(new_v), new_k, new_v
+
+    f = fa.jit(step, donate_argnums=(0, 1))
+    keys, values = fa.device_put(np.zeros((64, 8), np.float32), dev), fa.device_put(np.zeros((64, 8), np.float32), dev)
+    mems = (keys.call_view()[0].mem, values.call_view()[0].mem)
+    rng = np.random.default_rng(3)
+    want_k, want_v = np.zeros((64, 8)), np.zeros((64, 8))
+    for pos in (0, 7, 62):                                       # 62: the 3-row update clamped to start at 61
+        k, v = rng.normal(size=(1, 8)).astype(np.float32), rng.normal(size=(3, 8)).astype(np.float32)
+        total, keys, values = f(keys, values, k, v, np.int32(pos))
+        want_k[pos] = np.tanh(k[0].astype(np.float64))
+        want_v[min(pos, 61):min(pos, 61) + 3] = v.astype(np.float64) * 2.0
+        assert (keys.call_view()[0].mem, values.call_view()[0].mem) == mems
+        np.testing.assert_allclose(np.asarray(keys), want_k, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(values), want_v, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(float(total), want_k.sum() + want_v.sum(), rtol=1e-5, atol=1e-4)
+    names = _kernel_names(f.lower(keys, values, k, v, np.int32(0)))
+    assert [n for n in names if n.startswith("update")] == ["update_tanh_dynamic_update_slice_mul"]
+
+
+def test_donated_device_scalar_is_copied_not_overwritten(dev):
+    """A rank-0 array may be one of the device's cached scalars (uploads of equal values share a buffer): its
+    in-place update goes to a copy, so the cached value stays."""
+    f = fa.jit(lambda c, v: fa.lax.dynamic_update_slice(c, v, ()), donate_argnums=0)
+    a = fa.device_put(np.float32(1.5), dev)
+    got = f(a, np.float32(7.0))
+    assert a.is_deleted() and float(got) == 7.0
+    assert float(fa.device_put(np.float32(1.5), dev)) == 1.5
+
+
+@pytest.mark.parametrize("how", ["set", "add", "max"])
+def test_donated_scatter_is_updated_in_place(dev, how):
+    """A scatter into a donated array writes only the updated rows, in place: repeated indices combine in order
+    (``set``: the last wins), out-of-bounds ones are dropped; against NumPy's ``ufunc.at`` in float64."""
+    rng = np.random.default_rng(7)
+    x = rng.uniform(0.5, 1.5, (6, 5, 3)).astype(np.float32)
+    rows = np.asarray([4, 1, 4, 9, 0, 1], np.int32)             # 4 and 1 twice; 9 out of bounds
+    u = rng.uniform(0.5, 1.5, (6, 5, 3)).astype(np.float32)
+    f = fa.jit(lambda a, i, v: getattr(a.at[i], how)(v), donate_argnums=0)
+    a = fa.device_put(x, dev)
+    before = a.call_view()[0].mem
+    got = f(a, rows, u)
+    assert a.is_deleted() and got.call_view()[0].mem is before
+    want = x.astype(np.float64)
+    keep = rows < x.shape[0]
+    if how == "set":
+        want[rows[keep]] = u[keep].astype(np.float64)           # the repeated rows' last update wins
+    else:
+        {"add": np.add, "max": np.maximum}[how].at(want, rows[keep], u[keep].astype(np.float64))
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+
+
+def test_an_alias_of_a_donated_buffer_says_so(dev):
+    """An array sharing the donated array's buffer (a jitted call's output that is its input) cannot be read
+    after the buffer was updated in place: a clear error, never the updated values."""
+    x = fa.device_put(np.zeros((4, 2), np.float32), dev)
+    alias = fa.jit(lambda a: a)(x)
+    f = fa.jit(lambda c: fa.lax.dynamic_update_slice(c, fnp.ones((1, 2), np.float32), (0, 0)), donate_argnums=0)
+    got = f(x)
+    np.testing.assert_array_equal(np.asarray(got)[0], [1.0, 1.0])
+    with pytest.raises(RuntimeError, match="donated"):
+        np.asarray(alias)

@@ -208,6 +208,12 @@ class Backend:
     #: into the program as literals (``jax.jit`` does the same with the NumPy constants a function closes over;
     #: XLA then folds them: unpacking shifts, RoPE frequencies). The executable still takes every input.
     inlines_constants = False
+    #: Whether ``jit(donate_argnums=...)`` makes a ``dynamic_update_slice`` or scatter of a donated input write
+    #: only its update into the donated buffer (the kernel backends: ``lowering/kernels/groups/in_place.py``), so
+    #: that a decoding step's KV cache update costs the new positions, not a copy of the cache. False where
+    #: donation changes no cost (numpy) or was measured slower (XLA on the CPU: docs/performance.md, "jax:0
+    #: against raw JAX"); ``examples/llm.py`` donates its caches where it is true.
+    updates_in_place = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -34,9 +34,13 @@ class KernelLowered(Lowered):
     control flow the host must drive compiles to ``host_control.HostDriven`` instead.
     """
 
-    def __init__(self, program, device):
+    def __init__(self, program, device, donate=()):
         super().__init__(program, device)
         self._plan = None
+        # ``{input position: output position or None}``: a jitted call's donated arguments (any output) or an
+        # exported step's state (its own output); a ``dynamic_update_slice`` or scatter of one is written into it
+        # in place (the scheduler's ``donate`` option, ``groups/in_place.py``).
+        self.donate = dict(donate) if isinstance(donate, dict) else {int(i): None for i in donate}
 
     def _schedules(self):
         if self._plan is None:
@@ -50,7 +54,12 @@ class KernelLowered(Lowered):
         fields = {f.name: getattr(caps, f.name) for f in dataclasses.fields(caps)}
         fields["dtypes"] = sorted(d.name for d in caps.dtypes)
         return (f"{self.device.backend}|{self.device.description}|{sorted(fields.items())}"
-                f"|tuning={tuning.cache_version(self.device)}")
+                f"|tuning={tuning.cache_version(self.device)}"
+                + (f"|donate={sorted(self.donate.items())}" if self.donate else ""))
+
+    def _donate_options(self) -> dict:
+        """The scheduler options of the donation: ``{"donate": ...}``, or none."""
+        return {"donate": self.donate} if self.donate else {}
 
     def _cached_schedule(self):
         """The schedule, from the persistent compilation cache when it is on (keyed by the program's text,

@@ -480,13 +480,14 @@ def _place_root(ctx, groups, v):
 
 def _place_in_place(ctx, groups, e):
     """An in-place ``dynamic_update_slice`` or scatter (``groups/in_place.py``): written by a recent map kernel
-    that reads nothing it needs to wait for (a cache update beside the rotated query: one launch), else by a
-    kernel of its own."""
+    that reads nothing it needs to wait for (a cache update beside the rotated query: one launch) or by a recent
+    in-place update kernel (a layer's key and value caches: one launch), else by a kernel of its own."""
     g = InPlaceUpdateGroup(ctx, e)
     g.analyse()
     host = None
     for cand in reversed(groups[-_JOIN_WINDOW:]):
-        if type(cand) is MapGroup and g.can_join(cand, ctx.group_of, ctx.caps.max_buffers_per_kernel):
+        if type(cand) in (MapGroup, InPlaceUpdateGroup) and g.can_join(cand, ctx.group_of,
+                                                                      ctx.caps.max_buffers_per_kernel):
             host = cand
             break
         if any(ctx.group_of.get(r) is cand for r in g.reads):
@@ -494,6 +495,9 @@ def _place_in_place(ctx, groups, e):
     if host is None:
         g.index = len(groups)
         groups.append(g)
+    elif type(host) is InPlaceUpdateGroup:
+        host.absorb(g)
+        g = host
     else:
         g.take_over(host)
         groups[host.index] = g
@@ -547,7 +551,7 @@ def _can_join(ctx, g, reads, own, v):
     limit = ctx.caps.max_buffers_per_kernel
     if limit is not None and len(g.reads | set(reads)) + len(g.products) + 1 > limit:
         return False
-    if isinstance(g, InPlaceUpdateGroup) and g.eqn.outputs[0] in reads:
+    if isinstance(g, InPlaceUpdateGroup) and any(u.outputs[0] in reads for u in g.updates):
         return False   # its work items write the updated elements, not their own: a read would race with them
     for r, keys in reads.items():
         pg = ctx.group_of.get(r)

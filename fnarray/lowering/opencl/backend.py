@@ -251,6 +251,9 @@ class _DeviceState:
         return buf
 
     def download(self, buf: CLBuffer) -> np.ndarray:
+        if buf.mem is None:   # dispatch.py: a donated buffer an in-place update took over
+            raise RuntimeError(f"this array ({buf.dtype.name}{list(buf.shape)}) shares its buffer with an array "
+                               "donated to a jitted call, which updated it in place: it can no longer be used")
         host = np.empty(buf.shape, _storage(buf.dtype))
         if host.nbytes:
             cl.enqueue_copy(self.queue, host, buf.mem, is_blocking=True)
@@ -330,12 +333,12 @@ def _tuning_facts(cl_device, is_gpu) -> tuple:
 class OpenCLLowered(KernelLowered):
     """A program scheduled into OpenCL C kernels for one device."""
 
-    def __init__(self, program: Program, device: Device, state: _DeviceState):
-        super().__init__(program, device)
+    def __init__(self, program: Program, device: Device, state: _DeviceState, donate=()):
+        super().__init__(program, device, donate)
         self.state = state
 
     def _schedule_now(self):
-        opts = {}
+        opts = self._donate_options()
         if self.state.caps.matmul_tiling == "register":   # a CPU device (PoCL)
             # groups/scatter.py: a work item per column where it is less work (an embedding's gradient: each
             # element walked all 1,024 token rows, 5.5 ms on PoCL 3.0; by column 0.1 ms).
@@ -391,6 +394,7 @@ class OpenCLBackend(Backend):
     expected_fallbacks = EXPECTED_FALLBACKS
     expected_decompositions = EXPECTED_DECOMPOSITIONS
     name = "opencl"
+    updates_in_place = True   # donated inputs: groups/in_place.py, dispatch.py
 
     def __init__(self):
         self._devices = []
@@ -485,7 +489,7 @@ class OpenCLBackend(Backend):
         return None
 
     def lower(self, program, device, donate=()):
-        return OpenCLLowered(program, device, self._states[device])
+        return OpenCLLowered(program, device, self._states[device], donate)
 
     def to_device(self, array, device):
         return self._states[device].upload(array)

@@ -10,6 +10,13 @@ and one pool allocation per output, and makes no program, kernel or buffer (the 
 blocks). Intermediates past the device's budget for executable-held memory (``HELD_BYTES`` over all
 executables) are allocated per call instead.
 
+A donated input (``jit(donate_argnums=...)``) that a ``dynamic_update_slice`` or a scatter updates in place
+(the scheduler's ``donate`` option: ``groups/in_place.py``) is written by its kernel where it lies: the output
+takes its buffer over, and the donated ``CLBuffer`` is left holding none (as JAX deletes a donated array, every
+array sharing it is then unusable); an array passed both as the donated argument and as another (or a cached
+device scalar) is copied first, so that the other keeps its value. A KV cache's decoding step then writes one
+position instead of copying the cache.
+
 The in-order queue makes the arena safe without waiting: the next call's kernels write it after this
 call's have read it. A ``cl.Kernel`` holds its arguments, so setting the per-call ones and enqueueing
 is one step under the device's lock (two threads calling one executable take turns).
@@ -100,15 +107,29 @@ class Executable:
             state.held_bytes += held
         weakref.finalize(self, _give_back, state, held).atexit = False
         self.fresh = [(slot(a), a.shape, a.dtype) for a in fresh]
-        self.outs = []
+        self.outs = self._output_plan(sched, fresh, slot)
+        self.nslots = len(slots)
+
+    def _output_plan(self, sched, fresh, slot):
+        """Where each output comes from: ``("const", CLBuffer) | ("updated", input index) | ("slot", slot) |
+        ("empty", spec)``; sets ``self.updated``, the inputs a kernel writes: donated ones that a
+        ``dynamic_update_slice`` or scatter updates in place (groups/in_place.py), whose output takes the buffer
+        over."""
+        position = {a: i for i, a in enumerate(sched.inputs)}
+        self.updated = sorted({position[a] for launch in sched.launches
+                               for p, a in zip(launch.kernel.params, launch.args, strict=True)
+                               if isinstance(p, BufferParam) and p.writes and a in position})
+        outs = []
         for o in sched.outputs:
             if isinstance(o, Literal):
-                self.outs.append(("const", state.upload(np.asarray(o.val, o.aval.dtype))))
-            elif o in inputs or o in fresh:
-                self.outs.append(("slot", slot(o)))
+                outs.append(("const", self.state.upload(np.asarray(o.val, o.aval.dtype))))
+            elif o in position and position[o] in self.updated:
+                outs.append(("updated", position[o]))
+            elif o in position or o in fresh:
+                outs.append(("slot", slot(o)))
             else:  # an output no kernel writes (zero-size): a fresh empty buffer
-                self.outs.append(("empty", o))
-        self.nslots = len(slots)
+                outs.append(("empty", o))
+        return outs
 
     def __call__(self, bufs):
         if _profile.recorder is not None:
@@ -117,23 +138,39 @@ class Executable:
         queue = state.queue
         enqueue = cl.enqueue_nd_range_kernel
         with state.lock:  # this executable's kernels may be shared with another thread: args + enqueue at once
-            env = self._env(bufs)
+            env, copies = self._env(bufs)
             for st in self.steps:
                 knl = st.kernel
                 for i, s in st.dyn:
                     knl.set_arg(i, env[s].mem)
                 enqueue(queue, knl, st.gsize, st.lsize)
-        return self._outputs(env)
+        return self._outputs(env, bufs, copies)
 
     def _env(self, bufs):
-        """The per-call buffers by slot: the inputs, then fresh outputs (and intermediates past the budget)."""
+        """The per-call buffers by slot: the inputs, then fresh outputs (and intermediates past the budget);
+        and ``{input index: copy}`` of the updated inputs that need a buffer of their own (lock held)."""
         env = [None] * self.nslots
         for s, b in zip(self.in_slots, bufs, strict=True):
             env[s] = b
         alloc = self.state.alloc
         for s, shape, dt in self.fresh:
             env[s] = alloc(shape, dt)
-        return env
+        copies = {}
+        for i in self.updated:
+            b = bufs[i]
+            if self._shared(bufs, i):
+                c = copies[i] = alloc(b.shape, b.dtype)
+                cl.enqueue_copy(self.state.queue, c.mem, b.mem, byte_count=b.nbytes)
+                env[self.in_slots[i]] = c
+        return env, copies
+
+    def _shared(self, bufs, i) -> bool:
+        """Whether the updated input ``i``'s buffer is also another input's (one array passed as a donated
+        argument and as another, which must keep its value) or one of the device's cached scalars."""
+        b = bufs[i]
+        if any(j != i and (c is b or c.mem is b.mem) for j, c in enumerate(bufs)):
+            return True
+        return not b.shape and any(v is b for v in self.state.scalars.values())
 
     def _profiled(self, bufs):
         """``__call__`` under the profiler: the kernels on a profiling queue, one wait, spans from the events."""
@@ -147,9 +184,9 @@ class Executable:
         # so the main queue's earlier work is finished first, and no other thread's call (on either queue)
         # may use this executable's kernels or arena until these kernels have run.
         with state.lock:
+            env, copies = self._env(bufs)
             state.queue.finish()
             queue = state.profiling_queue()
-            env = self._env(bufs)
             events = []
             for st in self.steps:
                 knl = st.kernel
@@ -168,14 +205,23 @@ class Executable:
                 _profile.device_spans([(st.name, t0, t1, {"global_size": tuple(st.gsize),
                                                           "local_size": tuple(st.lsize) if st.lsize else None})
                                        for st, (t0, t1) in zip(self.steps, times, strict=True)], begin, end)
-        return self._outputs(env)
+        return self._outputs(env, bufs, copies)
 
-    def _outputs(self, env):
+    def _outputs(self, env, bufs, copies):
         state = self.state
         out = []
         for kind, v in self.outs:
             if kind == "slot":
                 out.append(env[v])
+            elif kind == "updated":
+                # updated in place: the output takes the donated buffer over (the donated array, which jit
+                # deletes after the call, then holds none), or is the copy _env made
+                b = copies.get(v)
+                if b is None:
+                    src = bufs[v]
+                    b = type(src)(src.mem, src.shape, src.dtype, src.owner)
+                    src.mem = None
+                out.append(b)
             elif kind == "const":
                 out.append(v)
             else:

@@ -653,18 +653,12 @@ class WebGPULowered(KernelLowered):
     """A program scheduled into WGSL kernels for one webgpu device."""
 
     def __init__(self, program, device, backend, donate=()):
-        super().__init__(program, device)
+        super().__init__(program, device, donate)
         self.backend = backend
-        # ``{input position: output position or None}``: a jitted call's donated arguments (any output) or an
-        # exported step's state (its own output); a ``dynamic_update_slice`` of one writes into it in place.
-        self.donate = dict(donate) if isinstance(donate, dict) else {int(i): None for i in donate}
-
-    def _cache_identity(self) -> str:
-        return super()._cache_identity() + (f"|donate={sorted(self.donate.items())}" if self.donate else "")
 
     def _schedule_now(self):
         caps = self.backend.capabilities(self.device)
-        opts = {"donate": self.donate} if self.donate else {}
+        opts = self._donate_options()
         if not caps.tiling_pays:   # a CPU adapter (lavapipe)
             opts["dot_block"] = CPU_DOT_BLOCK
             opts["dot_vec4"] = True          # groups/dot.py: operands read four elements per load where aligned
@@ -729,6 +723,7 @@ class WebGPUBackend(Backend):
     read_only_dtypes = frozenset({_U8, *dtypes.LOW_BIT_DTYPES})
     expected_decompositions = EXPECTED_DECOMPOSITIONS | {"erfc"}
     name = "webgpu"
+    updates_in_place = True   # donated inputs: groups/in_place.py, dispatch.py
 
     def __init__(self, wgpu, gpu: _GPU):
         self.wgpu = wgpu

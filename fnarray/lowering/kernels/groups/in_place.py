@@ -80,15 +80,21 @@ class InPlaceUpdateGroup(MapGroup):
 
     def __init__(self, ctx, eqn):
         super().__init__(ctx, _update_of(eqn).aval.shape)
-        self.eqn = eqn
+        self.updates = [eqn]   # the equations this kernel writes in place (more after ``absorb``), in order
         self.products.append(eqn.outputs[0])
+
+    @property
+    def eqn(self):
+        """The first update's equation."""
+        return self.updates[0]
 
     def analyse(self):
         analyse_val(self, *self.eqn.inputs[1:])
 
     def can_join(self, host, producer_group, limit) -> bool:
-        """Whether this update can be written by the earlier map kernel ``host`` (``producer_group``: var ->
-        group): everything it reads comes from kernels before ``host``, and the buffers fit ``limit``."""
+        """Whether this update can be written by the earlier map kernel or in-place update kernel ``host``
+        (``producer_group``: var -> group): everything it reads comes from kernels before ``host``, and the
+        buffers fit ``limit``."""
         if limit is not None and len(host.reads | self.reads) + len(host.products) + 1 > limit:
             return False
         for r in self.reads:
@@ -108,23 +114,35 @@ class InPlaceUpdateGroup(MapGroup):
         self.reads |= host.reads
         self.index = host.index
 
+    def absorb(self, other):
+        """Write ``other``'s update too (another cache's, beside this one's: one launch for a layer's keys and
+        values); the kernel iterates over the larger of the shapes, the smaller one's values becoming guests."""
+        size = _update_of(other.eqn).aval.size
+        if size > math.prod(self.shape):
+            self.guests = list(self.guests) + list(self.roots)
+            self.roots, self.shape = [], _update_of(other.eqn).aval.shape
+        self.updates.append(other.eqn)
+        self.products.append(other.eqn.outputs[0])
+        self.reads |= other.reads
+
     def codegen(self):
         ctx = self.ctx
-        e = self.eqn
-        u = _update_of(e)
-        n = math.prod(self.shape)     # the update's size, or more when a larger guest made the group grow
+        n = math.prod(self.shape)     # the largest update's size, or more when a larger guest made the group grow
         b = KernelBuilder("k")
         args: dict = {}
         tracker = Tracker(ctx)
-        tracker.add(e)
+        for e in self.updates:
+            tracker.add(e)
         em = ctx.emitter(b, args=args, computes=set(self.roots) | set(self.guests), tracker=tracker)
         gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
-        with b.when(op("lt", gid, const(u.aval.size, INT32))):
-            idx = index_vars(b, gid, u.aval.shape, "upd")
-            if e.primitive is P.dynamic_update_slice:
-                self._update_slice(b, em, args, idx)
-            else:
-                self._scatter(b, em, args, gid, idx)
+        for k, e in enumerate(self.updates):
+            u = _update_of(e)
+            with b.when(op("lt", gid, const(u.aval.size, INT32))):
+                idx = index_vars(b, gid, u.aval.shape, f"upd{k}_" if k else "upd")
+                if e.primitive is P.dynamic_update_slice:
+                    self._update_slice(b, em, args, idx, e)
+                else:
+                    self._scatter(b, em, args, gid, idx, e)
         if self.roots:
             with b.when(op("lt", gid, const(n, INT32))):
                 self.emit_roots(b, em, args, index_vars(b, gid, self.shape), gid)
@@ -141,21 +159,19 @@ class InPlaceUpdateGroup(MapGroup):
         b.name = kernel_name("update", tracker.eqns)
         return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "update")]
 
-    def _update_slice(self, b, em, args, idx):
-        """Element ``idx`` of the update stored at its place: the starts clamped so that the update fits (as
+    def _update_slice(self, b, em, args, idx, e):
+        """Element ``idx`` of ``e``'s update stored at its place: the starts clamped so that the update fits (as
         ``dynamic_update_slice``, JAX's and XLA's)."""
-        x, u, starts = self.eqn.inputs[0], self.eqn.inputs[1], self.eqn.inputs[2:]
+        x, u, starts = e.inputs[0], e.inputs[1], e.inputs[2:]
         at = tuple(i + em.clamp_index(em.val(s, ()), 0, dim - k)
                    for i, s, dim, k in zip(idx, starts, x.aval.shape, u.aval.shape, strict=True))
-        b.store(self.ctx.output(b, args, self.eqn.outputs[0]), em.index_expr(linearize(at, x.aval.shape)),
-                em.val(u, idx))
+        b.store(self.ctx.output(b, args, e.outputs[0]), em.index_expr(linearize(at, x.aval.shape)), em.val(u, idx))
 
-    def _scatter(self, b, em, args, gid, idx):
-        """Element ``idx`` of the updates (batch index ``bi``, element ``r`` of the row): the work item of the first
-        update to an element combines, in order, every update to it with the element's value and stores the
-        result (deterministic: as ``ScatterGroup``, whose work items own output elements); updates out of
-        bounds are dropped."""
-        e = self.eqn
+    def _scatter(self, b, em, args, gid, idx, e):
+        """Element ``idx`` of scatter ``e``'s updates (batch index ``bi``, element ``r`` of the row): the work item
+        of the first update to an element combines, in order, every update to it with the element's value and
+        stores the result (deterministic: as ``ScatterGroup``, whose work items own output elements); updates out
+        of bounds are dropped."""
         x, indices, updates = e.inputs
         axes = e.params["axes"]
         batch = indices.aval.shape[:-1]
