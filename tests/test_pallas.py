@@ -187,6 +187,20 @@ def test_padded_blocks_with_mask(device):
     np.testing.assert_allclose(np.asarray(got), 2 * x, rtol=1e-6)
 
 
+def test_zero_size_arrays(device):
+    """Whole-array refs of size 0 (no grid) and an empty grid return empty results, as in JAX's Pallas
+    (a whole-array block of an empty axis once divided by zero)."""
+    def add(x_ref, y_ref, o_ref):
+        o_ref[...] = x_ref[...] + y_ref[...]
+
+    for shape in [(0,), (0, 16), (3, 0)]:
+        z = fa.device_put(np.zeros(shape, np.float32), device)
+        with own_kernels(device):
+            got = pl.pallas_call(add, out_shape=pl.ShapeDtypeStruct(shape, fnp.float32))(z, z)
+            jitted = fa.jit(lambda a: pl.pallas_call(add, out_shape=pl.ShapeDtypeStruct(shape, fnp.float32))(a, a))(z)
+        assert np.asarray(got).shape == shape and np.asarray(jitted).shape == shape
+
+
 def test_scratch_and_aliases(device):
     """A scratch ref in work-group memory, and an output aliased to its input (it starts as the input)."""
     x = rng.standard_normal((4, 8)).astype(np.float32)
