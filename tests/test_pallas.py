@@ -201,6 +201,21 @@ def test_zero_size_arrays(device):
         assert np.asarray(got).shape == shape and np.asarray(jitted).shape == shape
 
 
+def test_index_map_past_the_array_raises_on_every_backend(device):
+    """A block index past the array at a corner of the grid raises IndexError when the call is made (the
+    interpreter's error), not only on numpy: on a device the kernel would read and write past the buffer."""
+    def add(x_ref, y_ref, o_ref):
+        o_ref[...] = x_ref[...] + y_ref[...]
+
+    x = fa.device_put(np.ones(16, np.float32), device)
+    f = pl.pallas_call(add, out_shape=pl.ShapeDtypeStruct((16,), fnp.float32), grid=(2,),
+                       in_specs=[pl.BlockSpec((8,), lambda i: (i + 1,))] * 2, out_specs=pl.BlockSpec((8,), lambda i: (i,)))
+    with own_kernels(device), pytest.raises(IndexError, match="block 2 on axis 0, past the end"):
+        f(x, x)
+    with own_kernels(device), pytest.raises(IndexError, match="past the end"):
+        fa.jit(f)(x, x)
+
+
 def test_scratch_and_aliases(device):
     """A scratch ref in work-group memory, and an output aliased to its input (it starts as the input)."""
     x = rng.standard_normal((4, 8)).astype(np.float32)
