@@ -209,7 +209,8 @@ def test_index_map_past_the_array_raises_on_every_backend(device):
 
     x = fa.device_put(np.ones(16, np.float32), device)
     f = pl.pallas_call(add, out_shape=pl.ShapeDtypeStruct((16,), fnp.float32), grid=(2,),
-                       in_specs=[pl.BlockSpec((8,), lambda i: (i + 1,))] * 2, out_specs=pl.BlockSpec((8,), lambda i: (i,)))
+                       in_specs=[pl.BlockSpec((8,), lambda i: (i + 1,))] * 2,
+                       out_specs=pl.BlockSpec((8,), lambda i: (i,)))
     with own_kernels(device), pytest.raises(IndexError, match="block 2 on axis 0, past the end"):
         f(x, x)
     with own_kernels(device), pytest.raises(IndexError, match="past the end"):

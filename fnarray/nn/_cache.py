@@ -30,9 +30,10 @@ class KVCache(Module):
     ``cache = cache.update(k, v)`` with the new positions' keys and values ``(B, T, K, H)`` and then
     ``cache.attend(q)`` (``dot_product_attention(q, cache.keys, cache.values, mask="causal",
     key_value_seq_lengths=[cache.offset] * B)``, the same as ``mask=cache.causal_mask(T)``).
-    Writing past ``capacity`` raises eagerly but is not detected under ``jit`` (``dynamic_update_slice`` clamps its start, as JAX's):
-    size the cache for the whole generation. Source: the KV cache of autoregressive transformers (Pope et al.,
-    "Efficiently scaling transformer inference", 2022); the fixed-shape form of ``jax`` decoding loops.
+    Writing past ``capacity`` raises eagerly but is not detected under ``jit`` (``dynamic_update_slice`` clamps
+    its start, as JAX's): size the cache for the whole generation. Source: the KV cache of autoregressive
+    transformers (Pope et al., "Efficiently scaling transformer inference", 2022); the fixed-shape
+    form of ``jax`` decoding loops.
     """
 
     keys: object
