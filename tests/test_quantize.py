@@ -333,9 +333,9 @@ def test_nn_quantize_returns_a_new_model_as_mlx_nn_quantize():
 
 
 def test_nn_quantize_takes_mlx_style_predicates():
-    """MLX asks its predicate of leaf modules only and selects by ``hasattr(m, "to_quantized")`` (mlx-lm's
-    predicates): a predicate accepting every module quantizes the layers (containers and the functions Sequential
-    wraps are walked past), and Linear/Embedding have ``to_quantized``; a selected leaf without one raises."""
+    """MLX asks its predicate of leaf modules only: a predicate accepting every module quantizes the layers
+    (containers and the functions Sequential wraps are walked past); a selected leaf without a quantized form
+    raises."""
     k1, k2, k3 = fa.random.split(fa.random.key(1), 3)
     seq = fa.nn.Sequential([fa.nn.Embedding(40, 64, key=k1), fa.nn.Linear(64, 32, key=k2), fa.nn.relu,
                             fa.nn.Linear(32, 8, key=k3)])
@@ -343,12 +343,6 @@ def test_nn_quantize_takes_mlx_style_predicates():
     assert [type(m).__name__ for m in q.layers] == ["QuantizedEmbedding", "QuantizedLinear", "Lambda",
                                                     "QuantizedLinear"]
     assert [m.bits for m in q.layers if hasattr(m, "bits")] == [8, 8, 8]
-    q = fa.nn.quantize(seq, group_size=64, class_predicate=lambda p, m: hasattr(m, "to_quantized")
-                       and m.weight.shape[-1] % 64 == 0)
-    assert [type(m).__name__ for m in q.layers] == ["QuantizedEmbedding", "QuantizedLinear", "Lambda", "Linear"]
-    ql = seq.layers[1].to_quantized(group_size=32, bits=3)
-    np.testing.assert_array_equal(np.asarray(ql.weight), np.asarray(
-        fa.nn.QuantizedLinear.from_linear(seq.layers[1], group_size=32, bits=3).weight))
     with pytest.raises(TypeError, match="LayerNorm"):
         fa.nn.quantize(fa.nn.Sequential([fa.nn.Linear(64, 8, key=k1), fa.nn.LayerNorm(8)]), group_size=64,
                        class_predicate=lambda p, m: True)

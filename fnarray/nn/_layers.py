@@ -107,12 +107,6 @@ class Linear(Module):
             y = y + self.bias
         return fnp.reshape(y, lead + (self.out_features,)) if len(lead) > 1 else y
 
-    def to_quantized(self, group_size: int | None = None, bits: int | None = None, mode: str = "affine"):
-        """``QuantizedLinear.from_linear(self, group_size, bits, mode)`` (``mlx.nn.Linear.to_quantized``), so
-        MLX predicates such as ``hasattr(m, "to_quantized")`` select it; errors as ``fa.quantize``'s."""
-        from fnarray.nn._quantized import QuantizedLinear
-        return QuantizedLinear.from_linear(self, group_size, bits, mode)
-
 
 class Embedding(Module):
     """A lookup table: ``Embedding(n, d)(ids) == weight[ids]`` (PyTorch/Equinox ``Embedding``).
@@ -140,12 +134,6 @@ class Embedding(Module):
         if not dtypes.is_int(ids.dtype):
             raise TypeError(f"Embedding takes integer ids, got dtype {ids.dtype.name}")
         return fnp.take(self.weight, ids, axis=0)
-
-    def to_quantized(self, group_size: int | None = None, bits: int | None = None, mode: str = "affine"):
-        """``QuantizedEmbedding.from_embedding(self, group_size, bits, mode)``
-        (``mlx.nn.Embedding.to_quantized``); errors as ``fa.quantize``'s."""
-        from fnarray.nn._quantized import QuantizedEmbedding
-        return QuantizedEmbedding.from_embedding(self, group_size, bits, mode)
 
     def attend(self, x):
         """Logits against every embedding, ``x @ weight.T`` (a tied output layer): ``(..., d) -> (..., n)``."""
