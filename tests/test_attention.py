@@ -444,6 +444,11 @@ def test_kv_cache_checks_shapes():
         cache.update(np.zeros((1, 5, 2, 8), np.float32), np.zeros((1, 5, 2, 8), np.float32))
     with pytest.raises(ValueError, match="at least 1"):
         nn.KVCache.create(1, 0, 2, 8)
+    # Eagerly (a concrete offset) a write past the capacity raises instead of clamping over the last positions.
+    full = cache.update(np.ones((1, 3, 2, 8), np.float32), np.ones((1, 3, 2, 8), np.float32))
+    with pytest.raises(ValueError, match="overflow the capacity 4"):
+        full.update(np.zeros((1, 2, 2, 8), np.float32), np.zeros((1, 2, 2, 8), np.float32))
+    assert int(full.update(np.zeros((1, 1, 2, 8), np.float32), np.zeros((1, 1, 2, 8), np.float32)).offset) == 4
 
 
 @pytest.mark.enable_x64

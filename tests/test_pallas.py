@@ -187,6 +187,36 @@ def test_padded_blocks_with_mask(device):
     np.testing.assert_allclose(np.asarray(got), 2 * x, rtol=1e-6)
 
 
+def test_zero_size_arrays(device):
+    """Whole-array refs of size 0 (no grid) and an empty grid return empty results, as in JAX's Pallas
+    (a whole-array block of an empty axis once divided by zero)."""
+    def add(x_ref, y_ref, o_ref):
+        o_ref[...] = x_ref[...] + y_ref[...]
+
+    for shape in [(0,), (0, 16), (3, 0)]:
+        z = fa.device_put(np.zeros(shape, np.float32), device)
+        with own_kernels(device):
+            got = pl.pallas_call(add, out_shape=pl.ShapeDtypeStruct(shape, fnp.float32))(z, z)
+            jitted = fa.jit(lambda a: pl.pallas_call(add, out_shape=pl.ShapeDtypeStruct(shape, fnp.float32))(a, a))(z)
+        assert np.asarray(got).shape == shape and np.asarray(jitted).shape == shape
+
+
+def test_index_map_past_the_array_raises_on_every_backend(device):
+    """A block index past the array at a corner of the grid raises IndexError when the call is made (the
+    interpreter's error), not only on numpy: on a device the kernel would read and write past the buffer."""
+    def add(x_ref, y_ref, o_ref):
+        o_ref[...] = x_ref[...] + y_ref[...]
+
+    x = fa.device_put(np.ones(16, np.float32), device)
+    f = pl.pallas_call(add, out_shape=pl.ShapeDtypeStruct((16,), fnp.float32), grid=(2,),
+                       in_specs=[pl.BlockSpec((8,), lambda i: (i + 1,))] * 2,
+                       out_specs=pl.BlockSpec((8,), lambda i: (i,)))
+    with own_kernels(device), pytest.raises(IndexError, match="block 2 on axis 0, past the end"):
+        f(x, x)
+    with own_kernels(device), pytest.raises(IndexError, match="past the end"):
+        fa.jit(f)(x, x)
+
+
 def test_scratch_and_aliases(device):
     """A scratch ref in work-group memory, and an output aliased to its input (it starts as the input)."""
     x = rng.standard_normal((4, 8)).astype(np.float32)

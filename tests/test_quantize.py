@@ -332,6 +332,22 @@ def test_nn_quantize_returns_a_new_model_as_mlx_nn_quantize():
     np.testing.assert_array_equal(np.asarray(fa.jit(lambda m, i: m(i))(q, _IDS)), np.asarray(q(_IDS)))
 
 
+def test_nn_quantize_takes_mlx_style_predicates():
+    """MLX asks its predicate of leaf modules only: a predicate accepting every module quantizes the layers
+    (containers and the functions Sequential wraps are walked past); a selected leaf without a quantized form
+    raises."""
+    k1, k2, k3 = fa.random.split(fa.random.key(1), 3)
+    seq = fa.nn.Sequential([fa.nn.Embedding(40, 64, key=k1), fa.nn.Linear(64, 32, key=k2), fa.nn.relu,
+                            fa.nn.Linear(32, 8, key=k3)])
+    q = fa.nn.quantize(seq, group_size=32, class_predicate=lambda p, m: {"bits": 8})
+    assert [type(m).__name__ for m in q.layers] == ["QuantizedEmbedding", "QuantizedLinear", "Lambda",
+                                                    "QuantizedLinear"]
+    assert [m.bits for m in q.layers if hasattr(m, "bits")] == [8, 8, 8]
+    with pytest.raises(TypeError, match="LayerNorm"):
+        fa.nn.quantize(fa.nn.Sequential([fa.nn.Linear(64, 8, key=k1), fa.nn.LayerNorm(8)]), group_size=64,
+                       class_predicate=lambda p, m: True)
+
+
 def test_from_linear_matches_mlx_quantized_linear():
     import mlx.nn as mnn
     lin = fa.nn.Linear(128, 16, key=fa.random.key(1))

@@ -90,7 +90,7 @@ class Block(NamedTuple):
     @property
     def padded(self) -> bool:
         """Whether the blocks do not divide the array (the last block of some axis is padded)."""
-        return any(n is not None and s % n for n, s in zip(self.block_shape, self.shape, strict=True))
+        return any(n and s % n for n, s in zip(self.block_shape, self.shape, strict=True))
 
 
 def ref_shape(block: Block):

@@ -30,9 +30,10 @@ class KVCache(Module):
     ``cache = cache.update(k, v)`` with the new positions' keys and values ``(B, T, K, H)`` and then
     ``cache.attend(q)`` (``dot_product_attention(q, cache.keys, cache.values, mask="causal",
     key_value_seq_lengths=[cache.offset] * B)``, the same as ``mask=cache.causal_mask(T)``).
-    Writing past ``capacity`` is not detected under ``jit`` (``dynamic_update_slice`` clamps its start, as JAX's):
-    size the cache for the whole generation. Source: the KV cache of autoregressive transformers (Pope et al.,
-    "Efficiently scaling transformer inference", 2022); the fixed-shape form of ``jax`` decoding loops.
+    Writing past ``capacity`` raises eagerly but is not detected under ``jit`` (``dynamic_update_slice`` clamps
+    its start, as JAX's): size the cache for the whole generation. Source: the KV cache of autoregressive
+    transformers (Pope et al., "Efficiently scaling transformer inference", 2022); the fixed-shape
+    form of ``jax`` decoding loops.
     """
 
     keys: object
@@ -69,8 +70,9 @@ class KVCache(Module):
     def update(self, keys, values):
         """A new cache with ``keys``, ``values`` ``(B, T, K, H)`` written at positions ``offset .. offset + T - 1``.
 
-        Raises: ``ShapeError`` when the batch, heads or head size differ from the cache's or ``T`` exceeds the
-        capacity (past the end under ``jit``, the write is clamped: see the class).
+        Raises: ``ShapeError`` when the batch, heads or head size differ from the cache's, ``T`` exceeds the
+        capacity, or (eagerly, with a concrete ``offset``) ``offset + T`` does; past the end under ``jit`` the
+        write is clamped: see the class.
         """
         from fnarray import lax
         fnp = _np()
@@ -80,6 +82,10 @@ class KVCache(Module):
             if x.ndim != 4 or x.shape[0] != want[0] or x.shape[2:] != want[2:] or x.shape[1] > want[1]:
                 raise ShapeError(f"KVCache.update: {name} must be (B={want[0]}, T<={want[1]}, K={want[2]}, "
                                  f"H={want[3]}), got {tuple(x.shape)}")
+        from fnarray.core.tracing import Tracer
+        if not isinstance(self.offset, Tracer) and int(self.offset) + keys.shape[1] > want[1]:
+            raise ShapeError(f"KVCache.update: {keys.shape[1]} new positions at offset {int(self.offset)} overflow "
+                             f"the capacity {want[1]}; create the cache with capacity >= the whole generation")
         zero = fnp.zeros((), dtype="int32")
         start = (zero, self.offset, zero, zero)
         new_keys = lax.dynamic_update_slice(self.keys, keys.astype(self.keys.dtype), start)

@@ -18,7 +18,7 @@ from typing import Any
 from fnarray._quantize import dequantize, quantize as quantize_array, quantized_matmul
 from fnarray.core import dtypes
 from fnarray.core.quantized import check_format
-from fnarray.nn._layers import Embedding, Linear
+from fnarray.nn._layers import Embedding, Lambda, Linear
 from fnarray.nn._module import Module
 
 __all__ = ["QuantizedLinear", "QuantizedEmbedding", "quantize"]
@@ -161,6 +161,21 @@ def _quantizable(module, group_size) -> bool:
     return isinstance(module, (Linear, Embedding)) and module.weight.shape[-1] % group_size == 0
 
 
+def _has_quantized_form(module) -> bool:
+    return isinstance(module, (Linear, Embedding)) or callable(getattr(module, "to_quantized", None))
+
+
+def _has_module_children(node) -> bool:
+    """Whether a module holds another module in a field (directly or in a list, tuple or dict)."""
+    def holds(value):
+        if isinstance(value, Module):
+            return True
+        if isinstance(value, (list, tuple)):
+            return any(holds(v) for v in value)
+        return isinstance(value, dict) and any(holds(v) for v in value.values())
+    return any(holds(getattr(node, f.name)) for f in dataclasses.fields(node))
+
+
 def _to_quantized(module, group_size, bits, mode):
     if isinstance(module, Linear):
         return QuantizedLinear.from_linear(module, group_size, bits, mode)
@@ -183,14 +198,17 @@ def quantize(model, group_size: int | None = None, bits: int | None = None, *, m
       group_size, bits, mode: the format (``fa.quantize``; ``None``: the mode's defaults).
       class_predicate: ``(path, module) -> bool | dict``, asked of every module (``path`` dotted, as
         ``"layers.0.attention.q_proj"``; ``""`` for the root): ``True`` quantizes it with the arguments above, a
-        dict quantizes it with those entries (``group_size``, ``bits``, ``mode``) replaced. Default: every
-        ``Linear`` and ``Embedding`` whose last axis divides into groups of ``group_size``.
+        dict quantizes it with those entries (``group_size``, ``bits``, ``mode``) replaced. A selected module
+        that holds other modules and has no quantized form (no ``to_quantized``) is walked into instead, and a
+        ``Lambda`` (a function ``Sequential`` wrapped) is left alone, so a predicate that accepts everything
+        quantizes the layers, as MLX's (which asks leaf modules only).
+        Default: every ``Linear`` and ``Embedding`` whose last axis divides into groups of ``group_size``.
 
     Returns:
       the new model; ``model`` itself is unchanged (modules are immutable).
 
     Raises:
-      ValueError: an unsupported format. TypeError: a selected module with no quantized form.
+      ValueError: an unsupported format. TypeError: a selected leaf module with no quantized form.
     """
     group_size, bits = check_format(group_size, bits, mode, "quantize")
 
@@ -202,6 +220,10 @@ def quantize(model, group_size: int | None = None, bits: int | None = None, *, m
     def walk(node, path):
         if isinstance(node, Module):
             choice = pick(path, node)
+            if choice and not _has_quantized_form(node) and (_has_module_children(node) or isinstance(node, Lambda)):
+                # MLX asks leaf modules only: walk into a container the predicate accepts, and skip a function
+                # that Sequential wrapped (in MLX a plain function, not a module)
+                choice = False
             if choice:
                 opts = {"group_size": group_size, "bits": bits, "mode": mode}
                 if isinstance(choice, dict):

@@ -582,6 +582,25 @@ def _block(spec, aval, grid, where):
     return Block(bs, imap, shape)
 
 
+def _check_grid_corners(kname, grid, blocks):
+    """Raise ``IndexError`` when an index_map sends a corner of the grid (every combination of each axis's first
+    and last index, up to 5 axes) to a block past its array: on a device that reads and writes arbitrary memory,
+    where the interpreter raises the same error. Affine index maps (the usual ones) are checked entirely."""
+    import itertools
+
+    from fnarray.lowering.numpy.pallas import block_offsets
+    from fnarray.lowering.numpy.program import compile_numpy
+    if not grid or len(grid) > 5 or any(int(g) <= 0 for g in grid):
+        return
+    corners = list(itertools.product(*[sorted({0, int(g) - 1}) for g in grid]))
+    for blk in blocks:
+        if blk.index_map is None or any(s == 0 for s in blk.shape):
+            continue
+        imap = compile_numpy(blk.index_map)
+        for pid in corners:
+            block_offsets(blk, [int(v) for v in imap([np.int32(p) for p in pid])], kname)
+
+
 def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, out_specs=None, scratch_shapes=(),
                 input_output_aliases=None, interpret=False, compiler_params=None, name=None, debug=False,
                 cost_estimate=None, backend=None, **unsupported):
@@ -641,6 +660,7 @@ def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, ou
                           for i, (s, a) in enumerate(zip(ispecs, in_avals, strict=True)))
         out_blocks = tuple(_block(s, a, grid_t, f"pallas_call {kname}: out_specs[{i}]")
                            for i, (s, a) in enumerate(zip(ospecs, out_avals, strict=True)))
+        _check_grid_corners(kname, grid_t, in_blocks + out_blocks)
         for i, o in aliases:
             if not (0 <= i < len(leaves) and 0 <= o < len(out_avals)):
                 raise ValueError(f"pallas_call {kname}: input_output_aliases {{{i}: {o}}} names an input or output "
