@@ -145,6 +145,92 @@ def test_devices_without_argument_lists_the_default_backend_as_jax():
                                                 key=[d.backend for d in every].index)  # grouped by backend
 
 
+def test_default_device_as_a_context_manager(device):
+    """``with fa.default_device(d):`` as ``with jax.default_device(d):``: creation functions, ``device_put`` and a
+    ``jit`` call without array arguments run on ``d`` inside, values as NumPy's; a device string works too;
+    blocks nest; the default before is back after the block, after an exception too."""
+    before = fa.default_device()
+    f = fa.jit(lambda: fnp.arange(4, dtype=fnp.float32) * 2)
+    with fa.default_device(device) as entered:
+        assert entered is device and fa.default_device() is device
+        assert fnp.zeros(3).device == device and fa.device_put(np.ones(2)).device == device
+        got = f()
+        assert got.device == device and not got.committed
+        np.testing.assert_array_equal(np.asarray(got), np.arange(4) * 2.0)
+        with fa.default_device("numpy:0"):
+            assert fa.default_device() == fa.get_device("numpy") and f().device == fa.get_device("numpy")
+        assert fa.default_device() is device and f().device == device
+    assert fa.default_device() is before and f().device == before
+    with fa.default_device(str(device)):   # "opencl:0", as get_device takes it
+        assert fa.default_device() == device
+    with pytest.raises(KeyError):
+        with fa.default_device(device):
+            raise KeyError("inside")
+    assert fa.default_device() is before
+    fa.default_device(device)   # without `with`: nothing changes, as in JAX
+    assert fa.default_device() is before
+
+    @fa.default_device(device)
+    def made():
+        return fnp.ones(2).device
+    assert made() == device and fa.default_device() is before
+
+
+def test_default_device_scope_is_per_thread():
+    """A ``with fa.default_device(d):`` block holds in its own thread only (JAX's thread-local value): a thread
+    started inside it sees the global default, and a thread's block does not change the main thread's."""
+    import threading
+    devs = fa.devices(all_backends=True)
+    other = next((d for d in devs if d != fa.default_device()), None)
+    if other is None:
+        pytest.skip("one device only")
+    before = fa.default_device()
+    seen, entered, release = {}, threading.Event(), threading.Event()
+
+    def worker():
+        seen["start"] = fa.default_device()
+        with fa.default_device(other):
+            seen["inside"] = fa.default_device()
+            entered.set()
+            release.wait(30)
+        seen["after"] = fa.default_device()
+
+    with fa.default_device(other):
+        t = threading.Thread(target=worker)
+        t.start()
+        entered.wait(30)
+        assert fa.default_device() is other
+    assert fa.default_device() is before   # the worker is still inside its own block
+    release.set()
+    t.join(30)
+    assert seen == {"start": before, "inside": other, "after": before}
+
+
+def test_default_device_scope_and_the_global_setting():
+    """A block wins over ``config.update("jax_default_device", d)`` (the process-wide setting, still honoured
+    outside it); ``with fa.default_device(None):`` is fnarray's own choice, the setting ignored, as JAX's; a name
+    that is no device raises ValueError when ``default_device(name)`` is called."""
+    own = fa.default_device()
+    other = next((d for d in fa.devices(all_backends=True) if d != own), None)
+    if other is None:
+        pytest.skip("one device only")
+    saved = fa.config.default_device
+    try:
+        fa.config.update("jax_default_device", str(other))
+        assert fa.default_device() == other
+        with fa.default_device(own):
+            assert fa.default_device() is own
+        with fa.default_device(None) as entered:
+            assert entered is None and fa.default_device() == own
+        assert fa.default_device() == other
+    finally:
+        fa.config.default_device = saved
+    with pytest.raises(ValueError, match="nodevice"):
+        fa.default_device("nodevice:0")
+    with pytest.raises(TypeError):
+        fa.default_device(3)
+
+
 def test_devices_all_gives_reasons(testdev):
     fa.register_backend("brokendev", _broken_factory, install_hint="pip install libbroken")
     try:

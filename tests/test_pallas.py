@@ -201,6 +201,80 @@ def test_zero_size_arrays(device):
         assert np.asarray(got).shape == shape and np.asarray(jitted).shape == shape
 
 
+def _unstored_kernels():
+    """Kernels that leave part of their output unwritten, or read it before writing it: ``(name, f, want)``
+    for an input ``x`` of 16 float32s (``want(x)`` in float64, the unwritten elements 0)."""
+    def first_half(x_ref, o_ref):
+        o_ref[:8] = x_ref[:8] * 2.0
+    half = pl.pallas_call(first_half, out_shape=pl.ShapeDtypeStruct((16,), fnp.float32))
+
+    def one_block(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + 1.0
+    spec = pl.BlockSpec((8,), lambda i: (0,))   # both instances write block 0; block 1 is never written
+    blocks = pl.pallas_call(one_block, out_shape=pl.ShapeDtypeStruct((16,), fnp.float32), grid=(2,),
+                            in_specs=[spec], out_specs=spec)
+
+    def first_only(x_ref, o_ref):
+        @pl.when(pl.program_id(0) == 0)
+        def _():
+            o_ref[...] = x_ref[...] * 3.0
+    spec2 = pl.BlockSpec((8,), lambda i: (i,))
+    when = pl.pallas_call(first_only, out_shape=pl.ShapeDtypeStruct((16,), fnp.float32), grid=(2,),
+                          in_specs=[spec2], out_specs=spec2)
+
+    def accumulate(x_ref, o_ref, p_ref):
+        o_ref[...] += x_ref[...]   # reads the output before any write: it starts as zeros
+
+    two = pl.pallas_call(accumulate, out_shape=(pl.ShapeDtypeStruct((16,), fnp.float32),
+                                                pl.ShapeDtypeStruct((4,), fnp.int32)))
+    return [("half", half, lambda x: np.concatenate([2 * x[:8], np.zeros(8)])),
+            ("one_block", blocks, lambda x: np.concatenate([x[:8] + 1, np.zeros(8)])),
+            ("when", when, lambda x: np.concatenate([3 * x[:8], np.zeros(8)])),
+            ("accumulate", lambda x: two(x)[0], lambda x: x.astype(np.float64)),
+            ("untouched", lambda x: two(x)[1], lambda x: np.zeros(4))]
+
+
+def test_unstored_results_start_as_zeros(device):
+    """What a kernel never stores is 0 on the numpy interpreter and the kernel backends (opencl, webgpu: a fill
+    launch before the kernel; mlx: ``init_value=0``), not a reused buffer's old values (docs/kernels.md
+    "Results the kernel does not write"); jax:0 follows JAX (unspecified: NaN in its interpreter), not checked."""
+    if device.backend == "jax":
+        pytest.skip("JAX leaves unwritten results unspecified (its interpreter fills NaN)")
+    x = rng.standard_normal(16).astype(np.float32)
+    for name, f, want in _unstored_kernels():
+        for _ in range(2):   # a freed buffer of old values is there to be reused by the second call
+            junk = fa.device_put(np.full(64, 7.0, np.float32), device) + 1.0
+            fa.block_until_ready(junk)
+            del junk
+            with own_kernels(device):
+                got = fa.jit(f)(fa.device_put(x, device))
+            np.testing.assert_allclose(np.asarray(got), want(x), rtol=1e-6, err_msg=name)
+
+
+def test_zero_fill_only_where_a_kernel_may_not_write_everything():
+    """The fill launch is left out where every block is written whole before it is read (``stores_everything``):
+    the docs' kernels, the k-accumulating product zeroed at ``k == 0``, a result carried unused through a
+    ``fori_loop`` (flash attention); it is there for the kernels of ``_unstored_kernels``."""
+    devs = [d for d in fa.devices(all_backends=True) if d.backend in ("opencl", "webgpu")]
+    if not devs:
+        pytest.skip("no kernel backend")
+    d = devs[0]
+    x = fa.device_put(rng.standard_normal(16).astype(np.float32), d)
+    for name, f, _ in _unstored_kernels():
+        with own_kernels(d):
+            assert "pallas_zero_fill" in fa.jit(f).lower(x).as_text(), name
+    from examples.kernels import flash_attention
+    k = doc_kernels(fnp, pl, pl.ShapeDtypeStruct)
+    a = fa.device_put(rng.standard_normal((32, 32)).astype(np.float32), d)
+    q = fa.device_put(rng.standard_normal((1, 32, 16)).astype(np.float32), d)
+    cases = [(k["add_vectors"], (x, x)), (k["matmul"], (a, a)), (k["matmul_k"], (a, a)), (k["softmax"], (a,)),
+             (k["row_sums"], (a,)), (flash_attention.flash_attention, (q, q, q))]
+    for f, args in cases:
+        with own_kernels(d):
+            text = fa.jit(f).lower(*args).as_text()
+        assert "pallas" in text and "pallas_zero_fill" not in text, f
+
+
 def test_index_map_past_the_array_raises_on_every_backend(device):
     """A block index past the array at a corner of the grid raises IndexError when the call is made (the
     interpreter's error), not only on numpy: on a device the kernel would read and write past the buffer."""

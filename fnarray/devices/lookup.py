@@ -6,7 +6,9 @@ Read by the placement rules (``devices.placement``, which re-exports these names
 
 from __future__ import annotations
 
+import contextvars
 import difflib
+import functools
 import importlib.util
 import os
 import re
@@ -17,7 +19,7 @@ from fnarray.core.config import config
 from fnarray.core.errors import BackendUnavailable
 from fnarray.devices.backend import Device, backend_names, get_backend
 
-__all__ = ["devices", "default_device", "parse_device"]
+__all__ = ["devices", "default_device", "parse_device", "DefaultDeviceScope"]
 
 
 def devices(backend: str | None = None, *, all_backends: bool = False, all: bool = False) -> list[Device]:  # noqa: A002
@@ -87,26 +89,85 @@ def _forced_host_devices() -> int:
     return int(m.group(1)) if m else 0
 
 
-def default_device() -> Device:
-    """The device for arrays and calls that name none (as ``jax.devices()[0]``).
+#: the devices of the ``with default_device(d):`` blocks active in this thread, innermost last. A context variable
+#: is per thread (a new thread starts with none: the global setting applies there, as JAX's thread-local
+#: configuration) and per asyncio task, and cheaper to read than a ``threading.local``.
+_SCOPES: contextvars.ContextVar = contextvars.ContextVar("fnarray_default_device", default=())
+_NOT_GIVEN = object()
 
-    ``fnarray.config.default_device`` (env ``FNARRAY_DEVICE``) if set; else an
-    accelerator (MLX on Metal, JAX on CUDA/ROCm/TPU) if one is found, or ``jax:0`` when ``XLA_FLAGS`` forces
-    several XLA host devices (``--xla_force_host_platform_device_count=N``, N > 1); else ``numpy:0``.
+
+class DefaultDeviceScope:
+    """What ``default_device(d)`` returns: a context manager (and function decorator) making ``d`` the default
+    device of this thread inside it, as the object ``jax.default_device(d)`` returns (JAX's
+    ``StateContextManager`` of ``jax_default_device``, jax/_src/config.py). Entering returns the device (``None``
+    for ``default_device(None)``); leaving, by an exception too, restores what was the default before."""
+
+    __slots__ = ("device",)
+
+    def __init__(self, device):
+        self.device = None if device is None else parse_device(device)
+
+    def __enter__(self):
+        _SCOPES.set(_SCOPES.get() + (self.device,))
+        return self.device
+
+    def __exit__(self, *exc):
+        _SCOPES.set(_SCOPES.get()[:-1])
+        return False
+
+    def __call__(self, fun):
+        """``@fa.default_device(d)``: ``fun`` runs with ``d`` as the default device."""
+        @functools.wraps(fun)
+        def inside(*args, **kwargs):
+            with self:
+                return fun(*args, **kwargs)
+        return inside
+
+    def __repr__(self):
+        return f"default_device({self.device!r})"
+
+
+def default_device(device=_NOT_GIVEN):
+    """The device for arrays and calls that name none (as ``jax.devices()[0]``); with an argument, a context
+    manager making ``device`` that default inside it (``with jax.default_device(d):``).
+
+    Without an argument: the device of the innermost ``with fa.default_device(d):`` active in this thread; else
+    ``fnarray.config.default_device`` (env ``FNARRAY_DEVICE``; ``config.update("jax_default_device", d)``) if set;
+    else an accelerator (MLX on Metal, JAX on CUDA/ROCm/TPU) if one is found, or ``jax:0`` when ``XLA_FLAGS``
+    forces several XLA host devices (``--xla_force_host_platform_device_count=N``, N > 1); else ``numpy:0``.
     ``fnarray.config.platforms`` (JAX's ``jax_platforms``/``jax_platform_name``), when set, keeps that choice
     only if it runs on one of the platforms named; else the first device of the first platform named, in
     order, that an installed backend has (``"cpu"``: numpy:0).
 
+    With an argument (JAX's ``jax.default_device``, the ``jax_default_device`` option's context manager,
+    jax/_src/config.py ``State.__call__``): ``with fa.default_device(d):`` makes ``d`` the default device in
+    this thread until the block ends (by an exception too), then restores the one before; blocks nest, other
+    threads are not affected, and ``@fa.default_device(d)`` decorates a function. ``d`` is a ``Device`` or a
+    string ``get_device`` accepts (``"opencl:0"``, ``"numpy"``, ``"jax:gpu"``); ``None`` means fnarray's own
+    choice (the global ``config.default_device`` ignored inside, as JAX's ``with jax.default_device(None):``).
+    Calling it without ``with`` changes nothing, as in JAX; set the default for the whole process, every thread,
+    with ``fa.config.update("jax_default_device", d)``. Arrays already made stay where they are: the scope
+    decides where creation functions, ``device_put(x)``, eager operations on uncommitted inputs and ``jit``
+    calls without array arguments run.
+
     Returns:
-      A ``Device``; the probe result is cached for the process.
+      A ``Device`` without an argument; a ``DefaultDeviceScope`` with one. The probe of fnarray's own choice is
+      cached for the process.
 
     Raises:
-      ValueError, TypeError, BackendUnavailable: only for a configured
-        ``default_device`` that ``get_device`` rejects (see there).
+      ValueError, TypeError, BackendUnavailable: for a ``device`` (or a configured ``default_device``) that
+        ``get_device`` rejects (see there), when ``default_device(device)`` is called.
       RuntimeError: ``config.platforms`` names only platforms that no installed backend has (JAX raises
         ``RuntimeError`` for a platform it cannot initialise).
     """
-    if config.default_device is not None:
+    if device is not _NOT_GIVEN:
+        return DefaultDeviceScope(device)
+    stack = _SCOPES.get()
+    if stack:
+        d = stack[-1]
+        if d is not None:
+            return d
+    elif config.default_device is not None:
         try:
             return parse_device(config.default_device)
         except ValueError as e:

@@ -1408,6 +1408,93 @@ def _zero_fill(prog, ref):
     return fill.get(stores[0].inputs[1], False)
 
 
+def _first_touch_writes(prog, ref, grid_vars):
+    """Whether every program instance's first use of ``ref`` (top-level, in order) writes all of it: an unmasked
+    ``ref[...] = v`` (``_whole``), or ``pl.when(program_id(j) == 0)`` storing zeros into all of it. Returns the
+    grid axes the block must not move along for that to cover every block (``(j,)`` for the ``when`` form:
+    only the instances with ``program_id(j) == 0`` write), or ``None`` when neither holds."""
+    made = {}
+    for e in prog.eqns:
+        if any(a is ref for a in e.inputs):
+            after = _passed_unused(e, ref)
+            if after is not None:
+                ref = after
+                continue
+            if e.primitive is pallas_store_p and _whole(e, ref) and all(a is not ref for a in e.inputs[1:]):
+                return ()
+            if e.primitive is pallas_when_p and len(e.inputs) == 2 and e.inputs[1] is ref and \
+                    e.params["num_consts"] == 0 and _zero_fill(e.params["body"], e.params["body"].invars[0]):
+                c = made.get(e.inputs[0])
+                if c is not None and c.primitive is P.eq and isinstance(c.inputs[1], Literal) and \
+                        int(c.inputs[1].val) == 0 and c.inputs[0] in grid_vars:
+                    return (grid_vars.index(c.inputs[0]),)
+            return None
+        for o in e.outputs:
+            made[o] = e
+    return None
+
+
+def _passed_unused(e, ref):
+    """Where ``ref`` lives after ``e``, a ``fori_loop``/``pl.when`` given it (as every ref in scope is) whose body
+    never uses it: ``ref`` itself (a constant of the body) or ``e``'s output (a carry returned as it came);
+    ``None`` for any other equation or use."""
+    if e.primitive not in (pallas_loop_p, pallas_when_p):
+        return None
+    body = getattr(e.params["body"], "program", e.params["body"])
+    skip, first = (2, 1) if e.primitive is pallas_loop_p else (1, 0)  # operands after (lower, upper) / pred;
+    nc = e.params["num_consts"]                                      # a loop body's first invar: its counter
+    if len(body.invars) != len(e.inputs) - skip + first:
+        return None
+    at = [k - skip for k, a in enumerate(e.inputs) if a is ref]
+    if len(at) != 1 or at[0] < 0:
+        return None
+    v = body.invars[first + at[0]]
+    if any(x is v for d in body.eqns for x in d.inputs):
+        return None
+    outs = [k for k, x in enumerate(body.outvars) if x is v]
+    if at[0] < nc:
+        return ref if not outs else None
+    c = at[0] - nc
+    return e.outputs[c] if outs == [c] else None
+
+
+def _covers(block, grid, still=()):
+    """Whether the blocks the index map picks over ``grid`` (the instances with ``program_id(j) == 0`` for
+    ``j`` in ``still``) include every block of the array: per axis of more than one block a distinct grid index
+    with enough instances, a constant 0 block index elsewhere. A sufficient condition (other maps: ``False``)."""
+    if block.index_map is None:
+        return all((n or 1) >= s for n, s in zip(block.block_shape, block.shape, strict=True))
+    prog = block.index_map
+    invars = list(prog.invars)
+    if any(_depends(prog, j) for j in still):
+        return False
+    used = set()
+    for v, n, s in zip(prog.outvars, block.block_shape, block.shape, strict=True):
+        need = -(-s // (n or 1))
+        if isinstance(v, Literal):
+            if need > 1 or int(v.val) != 0:
+                return False
+            continue
+        j = next((k for k, x in enumerate(invars) if x is v), None)
+        if j is None or j in used or grid[j] < need or (need <= 1 and grid[j] != 1):
+            return False
+        used.add(j)
+    return True
+
+
+def stores_everything(p, k):
+    """Whether the kernel of ``pallas_call`` params ``p`` provably writes every element of its ``k``-th result
+    before reading it: each program instance's first use of the result's ref writes all of its block
+    (``_first_touch_writes``) and the blocks of the grid cover the array (``_covers``). Where it does not, the
+    result starts as zeros (``PallasGroup``'s fill launch), as on the numpy interpreter (docs/kernels.md)."""
+    grid, prog = tuple(p["grid"]), p["body"].program
+    ng, nin = len(grid), len(p["in_blocks"])
+    if len(prog.invars) < ng + nin + len(p["out_blocks"]):
+        return False
+    still = _first_touch_writes(prog, prog.invars[ng + nin + k], list(prog.invars[:ng]))
+    return still is not None and _covers(p["out_blocks"][k], grid, still)
+
+
 def _accumulating_dot(p):
     """The ``k``-accumulating matrix product (``examples/kernels/matmul.py``): a body ``[pl.when(program_id(k)
     == 0): o_ref[...] = 0]; o_ref[...] += x_ref[...] @ y_ref[...]`` whose output block does not move along the
@@ -1711,7 +1798,8 @@ def _drop_last_barrier(stmts, after):
 
 
 class PallasGroup(EquationGroup):
-    """One ``pallas_call`` equation: a copy launch per aliased output, then the kernel."""
+    """One ``pallas_call`` equation: a copy launch per aliased output, a zero fill per other output the kernel
+    may not write all of (``stores_everything``), then the kernel."""
 
     kind = "pallas"
 
@@ -1730,8 +1818,13 @@ class PallasGroup(EquationGroup):
     def _variant(self, choice):
         ctx, e = self.ctx, self.eqn
         launches = []
+        aliased = {}
         for i, o in e.params["aliases"]:
+            aliased[o] = i
             launches.append(self._copy(e.inputs[i], e.outputs[o]))
+        for k, v in enumerate(e.outputs):  # results the kernel may not write all of start as zeros
+            if k not in aliased and v.aval.size and not stores_everything(e.params, k):
+                launches.append(self._zeros(v))
         tracker = Tracker(ctx)
         tracker.add(e)
         args: dict = {}
@@ -1751,6 +1844,19 @@ class PallasGroup(EquationGroup):
         vals = [args[pp.name] for pp in kernel.params]
         launches.append(Launch(kernel, vals, gsize, lsize, tracker.eqns, "pallas"))
         return launches
+
+    def _zeros(self, dst):
+        """A launch storing zeros into all of ``dst`` (a result ``stores_everything`` cannot vouch for)."""
+        ctx = self.ctx
+        b = KernelBuilder("pallas_zero_fill")
+        args: dict = {}
+        out = ctx.output(b, args, dst)
+        n = dst.aval.size
+        gid, gsize, lsize = ctx.gid(b, n, ctx.wg)
+        with b.when(op("lt", gid, _i(n))):
+            b.store(out, gid, const(0, dst.aval.dtype))
+        kernel = b.build()
+        return Launch(kernel, [args[pp.name] for pp in kernel.params], gsize, lsize, [self.eqn], "fill")
 
     def _copy(self, src, dst):
         ctx = self.ctx
