@@ -241,7 +241,7 @@ def test_jax_decode_rows_fuse_the_unpacking_into_the_product(rows):
                                            ("mxfp8", 4160, 1), ("nvfp4", 4096, 1)])
 def test_jax_long_contractions_still_fuse(mode, cols, rows):
     """Issue 30: XLA's CPU fusion takes a dot's producers only while its vector is under 16 KiB, so at 4096
-    float32 elements the unpacking wrote a transposed float copy of the weights on every call (34x float32's
+    float32 elements the unpacking wrote a transposed float copy of the weights on every call (36-38x float32's
     time at 4096 x 4096). Cut into chunks (``_chunks``), the optimised program's top level holds no dot, no
     transpose and no value as large as one chunk of float weights: every product is a fusion reading the
     packed words. (Floating modes at several rows still write their element lookup, a gather feeding every

@@ -11,10 +11,10 @@ one ``f32[2816,1024]`` loop fusion per weight, 7x slower than float32). So:
 - up to ``DECODE_ROWS`` rows of ``x`` (a decode step): one fused matrix-vector product per row (each reads the
   packed words; 2816 x 2816 4-bit, one row: 0.38x the float32 product's time, against 2.6x before);
 - XLA fuses a dot's producers only while its vector is under 16 KiB (``kFusionThresholdBytes`` of XLA's CPU
-  instruction fusion: 4064 float32 elements fuse, 4096 do not, measured with jax 0.7), so with
+  instruction fusion: 4064 float32 elements fuse, 4096 do not, measured with jax 0.10.2), so with
   ``transpose`` the contraction is cut into ``_chunks`` under ``FUSED_VECTOR_BYTES`` and the partial products
   summed (issue 30: a 4096 x 4096 4-bit product, one row, wrote a transposed ``f32[4096,4096]`` copy on every
-  call, 34x float32's time);
+  call, 36-38x float32's time);
 - more rows (prefill): the dequantized weights feeding one ``dot_general``, whose blocked product amortizes
   writing them over the rows.
 """
