@@ -237,6 +237,52 @@ def test_jax_decode_rows_fuse_the_unpacking_into_the_product(rows):
     np.testing.assert_allclose(np.asarray(f(x, w_q, scales, biases)), x @ wd.T, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("mode,cols,rows", [("affine", 4096, 1), ("affine", 8320, 2), ("mxfp4", 4096, 1),
+                                           ("mxfp8", 4160, 1), ("nvfp4", 4096, 1)])
+def test_jax_long_contractions_still_fuse(mode, cols, rows):
+    """Issue 30: XLA's CPU fusion takes a dot's producers only while its vector is under 16 KiB, so at 4096
+    float32 elements the unpacking wrote a transposed float copy of the weights on every call (36-38x float32's
+    time at 4096 x 4096). Cut into chunks (``_chunks``), the optimised program's top level holds no dot, no
+    transpose and no value as large as one chunk of float weights: every product is a fusion reading the
+    packed words. (Floating modes at several rows still write their element lookup, a gather feeding every
+    row's product, as before issue 30: one row each here.)"""
+    import re
+    jax = pytest.importorskip("jax")
+    from fnarray.lowering.jax.quantized import _chunks, jax_quantized_matmul
+    opts = dict(group_size=64, bits=4) if mode == "affine" else {}
+    group_size, bits = fa.core.quantized.check_format(opts.get("group_size"), opts.get("bits"), mode)
+    n = 256
+    parts = [np.asarray(a) for a in fa.quantize(_weights(n, cols, group_size), mode=mode, **opts)]
+    x = np.random.default_rng(1).standard_normal((rows, cols)).astype(np.float32)
+    f = jax.jit(functools.partial(jax_quantized_matmul, transpose=True, group_size=group_size, bits=bits,
+                                  mode=mode))
+    hlo = f.lower(x, *parts).compile().as_text()
+    entry = hlo[hlo.index("ENTRY"):]
+    chunk = min(b - a for a, b in _chunks(cols, max(32, group_size), 4))
+    assert chunk * 4 < 16 * 1024
+    for line in entry.splitlines():
+        shape = re.search(r"= f32\[([\d,]*)\]", line)
+        if "parameter(" in line or not shape:
+            continue
+        assert " dot(" not in line and "transpose(" not in line, line
+        assert np.prod([int(d) for d in shape.group(1).split(",") if d]) < n * chunk, line
+    wd = np.asarray(fa.dequantize(*parts, mode=mode, dtype=np.float32, **opts), np.float64)
+    np.testing.assert_allclose(np.asarray(f(x, *parts)), x @ wd.T, rtol=1e-5, atol=1e-3)
+
+
+def test_jax_chunks_cut_whole_groups_under_the_fusion_limit():
+    from fnarray.lowering.jax.quantized import _chunks
+    assert _chunks(4064, 32, 4) == [(0, 4064)]
+    assert _chunks(16, 32, 4) == [(0, 16)]   # nvfp4's one group: less than a step
+    assert _chunks(4096, 32, 4) == [(0, 2048), (2048, 4096)]
+    assert _chunks(4096, 128, 8) == [(0, 1408), (1408, 2816), (2816, 4096)]
+    for k, step, size in [(8320, 64, 4), (11008, 128, 4), (6144, 32, 8), (64, 64, 4)]:
+        cuts = _chunks(k, step, size)
+        assert cuts[0][0] == 0 and cuts[-1][1] == k and all(a % step == 0 for a, _ in cuts)
+        assert all(b0 == a1 for (_, b0), (a1, _) in zip(cuts, cuts[1:]))
+        assert all((b - a) * size < 16 * 1024 for a, b in cuts)
+
+
 def test_errors_name_what_was_given():
     w = np.ones((4, 64), np.float32)
     with pytest.raises(ValueError, match="bits=7"):
