@@ -63,7 +63,7 @@ def test_child_process_answers():
 
 
 def test_table(monkeypatch, capsys):
-    def fake(which, device, name, quick, timeout):
+    def fake(which, device, name, quick, timeout, clock="wall"):
         if device == "webgpu:0":
             return {"error": "timeout 1 s"}
         base = {"numpy:0": 1.0, "jax:0": 2.0, "mlx:0": 3.0, "opencl:0": 4.0, None: 0.5}[device]

@@ -150,6 +150,10 @@ def default_device(device=_NOT_GIVEN):
     decides where creation functions, ``device_put(x)``, eager operations on uncommitted inputs and ``jit``
     calls without array arguments run.
 
+    Args:
+      device: optional; a ``Device``, a device string (``"opencl:0"``) or ``None`` (fnarray's own choice) to make
+        the default inside a ``with`` block; left out, the current default device is returned.
+
     Returns:
       A ``Device`` without an argument; a ``DefaultDeviceScope`` with one. The probe of fnarray's own choice is
       cached for the process.

@@ -550,20 +550,7 @@ class DotGroup(Group):
             rhs = _OperandReader(b, bb, rp[0], dt, bbase, n0, rx, s["N"], s["b_sn"], s["b_sk"], along[1], self._load)
             for reader in (lhs, rhs):
                 reader.bind(args)
-            accs = [b.var(acc_dt, const(0, acc_dt)) for _ in range(ry * rx)]
-            step = 4 if "k" in along else 1
-            with b.loop(c0, s["K"], const(step, INT32) if step > 1 else None) as k:
-                for reader in (lhs, rhs):
-                    reader.start(k)
-                for kk in range(step):
-                    xs, ys = lhs.values(k, kk), rhs.values(k, kk)
-                    if acc_dt != dt:
-                        xs = [b.let(convert(b, x, acc_dt)) for x in xs]
-                        ys = [b.let(convert(b, y, acc_dt)) for y in ys]
-                    for i, x in enumerate(xs):
-                        for j, y in enumerate(ys):
-                            acc = accs[i * rx + j]
-                            b.assign(acc, add_of(b, acc, b.let(mul_of(b, x, y))))
+            accs = _accumulate(b, lhs, rhs, s["K"], 4 if "k" in along else 1, dt, acc_dt, ry * rx)
             held = b.array("private", acc_dt, ry * rx, "acc")
             for i, acc in enumerate(accs):
                 b.store(held, const(i, INT32), acc, space="private")
@@ -685,6 +672,26 @@ def _tree_sum(terms):
         terms = [op("add", terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
                  for i in range(0, len(terms), 2)]
     return terms[0]
+
+
+def _accumulate(b, lhs, rhs, count, step, dt, acc_dt, n_acc):
+    """The blocked product's loop over the contraction (``count`` steps, ``step`` per iteration, each reading
+    the ``lhs`` and ``rhs`` readers' values): ``n_acc`` accumulators of dtype ``acc_dt``, one per (lhs row, rhs
+    column) of the block, row-major, each adding its products in the order of the contraction; returns them."""
+    accs = [b.var(acc_dt, const(0, acc_dt)) for _ in range(n_acc)]
+    with b.loop(const(0, INT32), count, const(step, INT32) if step > 1 else None) as k:
+        for reader in (lhs, rhs):
+            reader.start(k)
+        for kk in range(step):
+            xs, ys = lhs.values(k, kk), rhs.values(k, kk)
+            if acc_dt != dt:
+                xs = [b.let(convert(b, x, acc_dt)) for x in xs]
+                ys = [b.let(convert(b, y, acc_dt)) for y in ys]
+            for i, x in enumerate(xs):
+                for j, y in enumerate(ys):
+                    acc = accs[i * len(ys) + j]
+                    b.assign(acc, add_of(b, acc, b.let(mul_of(b, x, y))))
+    return accs
 
 
 class _OperandReader:
