@@ -1,8 +1,27 @@
-"""The interleaved timer the benchmark scripts share (import it after ``_checkout``: this folder is on the path)."""
+"""What the benchmark scripts share: the interleaved timer, the load line they print first and the loop over the
+devices they were asked for (import it after ``_checkout``: this folder is on the path)."""
 
 from __future__ import annotations
 
+import subprocess
 import time
+
+
+def load_line() -> str:
+    """``uptime``'s line (the load average), which each script prints before its table."""
+    return "uptime: " + subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def available_devices(fa, names):
+    """``(name, device)`` for each of the comma-separated device ``names`` this machine has; a line saying why
+    for each it lacks (a missing backend is reported, not fatal)."""
+    for name in names.split(","):
+        try:
+            dev = fa.get_device(name)
+        except Exception as e:  # noqa: BLE001
+            print(f"{name:10} unavailable: {e}")
+            continue
+        yield name, dev
 
 
 def best_of(fns, number, warm=1):

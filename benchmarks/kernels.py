@@ -24,6 +24,7 @@ import numpy as np
 import _checkout  # noqa: F401  (this checkout's fnarray, not an installed one)
 
 import fnarray as fa
+from _timing import available_devices
 
 sys.path.insert(0, os.path.join(_checkout.ROOT, "examples"))
 from kernels import flash_attention, layer_norm, matmul, quantized_matvec, softmax, vector_add  # noqa: E402
@@ -92,12 +93,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     fa.config.fallback = "error"   # a kernel that falls back would time the interpreter
     print(f"{'device':<10} {'kernel':<26} {'pallas ms':>10} {'fnarray ms':>11} {'ratio':>7}")
-    for name in args.devices.split(","):
-        try:
-            dev = fa.get_device(name)
-        except Exception as e:  # noqa: BLE001 (a missing backend is reported, not fatal)
-            print(f"{name:<10} unavailable: {e}")
-            continue
+    for name, dev in available_devices(fa, args.devices):
         for label, kernel, own, inputs in _cases(args.quick):
             if args.only and not label.startswith(tuple(args.only.split(","))):
                 continue

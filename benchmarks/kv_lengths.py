@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _checkout  # noqa: E402,F401  (this checkout's fnarray)
-from _timing import best_of  # noqa: E402
+from _timing import available_devices, best_of, load_line  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 
@@ -138,16 +137,11 @@ def main(argv=None):
     args = ap.parse_args(argv)
     import fnarray as fa
     import llm
-    print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    print(load_line())
     base = llm.Llama(VOCAB, 256, 8, 4, 4, 768, key=fa.random.key(0))
     print(f"cache {args.capacity} positions, {args.filled} filled; best of {args.number} interleaved calls")
     print(f"{'device':10} {'call':26} {'before ms':>10} {'now ms':>10} {'before / now':>12}")
-    for name in args.devices.split(","):
-        try:
-            dev = fa.get_device(name)
-        except Exception as e:  # a device this machine lacks: say so and go on
-            print(f"{name:10} unavailable: {e}")
-            continue
+    for name, dev in available_devices(fa, args.devices):
         model = fa.device_put(base, dev)
         before, tok_before = _decode_step(fa, llm, model, dev, args.filled, args.capacity, masked=True)
         after, tok_after = _decode_step(fa, llm, model, dev, args.filled, args.capacity, masked=False)

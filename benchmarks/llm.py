@@ -32,12 +32,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _checkout  # noqa: E402,F401  (this checkout's fnarray)
-from _timing import best_of  # noqa: E402
+from _timing import available_devices, best_of, load_line  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 
@@ -361,7 +360,7 @@ def main(argv=None):
     import fnarray as fa
     import llm
     from fnarray import nn
-    print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    print(load_line())
     cfg = (args.layers, args.heads, args.kv_heads, args.dim // args.heads)
     base = llm.Llama(VOCAB, args.dim, args.heads, args.kv_heads, args.layers, args.hidden, key=fa.random.key(0))
     print(f"model: width {args.dim}, {args.heads}/{args.kv_heads} heads, {args.layers} blocks, SwiGLU {args.hidden}; "
@@ -418,12 +417,7 @@ def main(argv=None):
 def _devices_and_models(fa, nn, base, names):
     """``(name, device, [("float32", model), ("4-bit", model)])`` for each device of the comma-separated ``names``
     this machine has (a line for each it lacks), the models on it."""
-    for name in names.split(","):
-        try:
-            dev = fa.get_device(name)
-        except Exception as e:  # a device this machine lacks: say so and go on
-            print(f"{name:10} unavailable: {e}")
-            continue
+    for name, dev in available_devices(fa, names):
         yield name, dev, [("float32", fa.device_put(base, dev)),
                           ("4-bit", fa.device_put(nn.quantize(base, group_size=64, bits=4), dev))]
 

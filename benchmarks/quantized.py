@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _checkout  # noqa: E402,F401  (this checkout's fnarray)
-from _timing import best_of  # noqa: E402
+from _timing import available_devices, best_of, load_line  # noqa: E402
 
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
@@ -87,15 +86,10 @@ def main(argv=None):
                     help="with a float8 mode: x @ w (the bytes along the output axis) instead of x @ w.T")
     args = ap.parse_args(argv)
     import fnarray as fa
-    print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    print(load_line())
     print(f"{'device':10} {'size':>6} {'rows':>4} {'float32 ms':>11} {'4-bit ms':>9} {'ratio':>6} "
           f"{'cpu f32':>8} {'cpu 4b':>7} {'ratio':>6} {'rel. err':>9}")
-    for name in args.devices.split(","):
-        try:
-            dev = fa.get_device(name)
-        except Exception as e:  # a device this machine lacks: say so and go on
-            print(f"{name:10} unavailable: {e}")
-            continue
+    for name, dev in available_devices(fa, args.devices):
         n = args.size or (2048 if dev.backend == "webgpu" else 4096)
         for rows in (int(r) for r in args.rows.split(",")):
             fns, err = _cases(fa, dev, n, rows, mode=args.mode, columns=args.columns)

@@ -19,12 +19,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _checkout  # noqa: E402,F401  (this checkout's fnarray)
-from _timing import best_of  # noqa: E402
+from _timing import available_devices, best_of, load_line  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -73,16 +72,11 @@ def main(argv=None):
     ap.add_argument("--group-size", type=int, default=64)
     args = ap.parse_args(argv)
     import fnarray as fa
-    print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    print(load_line())
     print(f"x @ W, {args.size} x {args.size}, {args.bits}-bit group {args.group_size}; best of {args.number}")
     print(f"{'device':10} {'rows':>4} {'float32 ms':>10} {'tiled ms':>9} {'mat-vec ms':>10} {'mv/tiled':>8} "
           f"{'f32/tiled':>9} {'cpu mv/tiled':>12} {'diff':>8}")
-    for name in args.devices.split(","):
-        try:
-            dev = fa.get_device(name)
-        except Exception as e:  # a device this machine lacks: say so and go on
-            print(f"{name:10} unavailable: {e}")
-            continue
+    for name, dev in available_devices(fa, args.devices):
         for rows in (int(r) for r in args.rows.split(",")):
             fns, diff = _calls(fa, dev, args.size, rows, args.bits, args.group_size)
             (t32, tt, tm), (_, ct, cm) = best_of(fns, args.number)

@@ -13,12 +13,11 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _checkout  # noqa: E402,F401  (this checkout's fnarray)
-from _timing import best_of  # noqa: E402
+from _timing import best_of, load_line  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -51,7 +50,7 @@ def main(argv=None):
     ap.add_argument("--devices", default="opencl:0,mlx:0")
     args = ap.parse_args(argv)
     import fnarray as fa
-    print("uptime:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    print(load_line())
     print(f"{'device':10} {'size':>5} {'rows':>4} {'float32':>8} " + " ".join(f"{m:>8}" for m in MODES)
           + "   (process CPU ms; relative error of each mode)")
     fa.config.fallback = "error"   # each product on its device's own kernels, or an error
