@@ -36,7 +36,7 @@ import numpy as np
 from fnarray.core.attention import (MASKED_LOGIT, acc_dtype, dot_product_attention_p, lengths_operand, offset_limit,
                                     split_operands)
 from fnarray.core.ir import Var
-from fnarray.lowering.kernels.groups.base import contiguous_strides, EquationGroup, kernel_name, make_launch
+from fnarray.lowering.kernels.groups.base import contiguous_strides, EquationGroup, kernel_name, make_launch, tree_sum
 from fnarray.lowering.kernels.ir import BOOL, INT32, Cast, const
 from fnarray.lowering.kernels.rules import op, select
 
@@ -270,7 +270,7 @@ class _Row:
                 for term in terms[1:]:
                     acc = b.let(op("add", acc, term), "dp")
                 sums.append(acc)
-            return _tree_sum(sums)
+            return tree_sum(sums)
         total = b.var(self.dtype, const(0, self.dtype), "dot")
         with b.loop(const(0, INT32), const(self.size, INT32), hint="h") as h:
             b.assign(total, op("add", total, op("mul", b.load(self.arr, h, self.dtype, "private"), other(h))))
@@ -296,12 +296,6 @@ class _Row:
         with b.loop(const(0, INT32), const(self.size, INT32), hint="h") as h:
             fn(h, b.load(self.arr, h, self.dtype, "private"))
 
-
-def _tree_sum(terms):
-    while len(terms) > 1:
-        terms = [op("add", terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
-                 for i in range(0, len(terms), 2)]
-    return terms[0]
 
 
 def _clamp(x, lo, hi):

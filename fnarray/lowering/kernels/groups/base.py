@@ -376,6 +376,15 @@ def linear_index(ix):
     return to_expr(ix)
 
 
+def tree_sum(terms):
+    """The sum of ``terms`` (kernel expressions, at least one) as a balanced tree of adds: fewer dependent adds
+    than a chain, so the lanes of a product or a group's partial sums add in parallel."""
+    while len(terms) > 1:
+        terms = [op("add", terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
+                 for i in range(0, len(terms), 2)]
+    return terms[0]
+
+
 def inline_reads(ctx, atom) -> set:
     """The buffers that computing ``atom`` inline reads."""
     if not isinstance(atom, Var):

@@ -22,6 +22,7 @@ from fnarray.lowering.kernels.groups.base import (
     kernel_name,
     make_launch,
     reshape_strides,
+    tree_sum,
 )
 from fnarray.lowering.kernels.groups import register_tiles
 from fnarray.lowering.kernels.groups.register_tiles import (
@@ -338,7 +339,7 @@ class DotGroup(Group):
                         for r, xv in enumerate(xs):
                             d = dots[r][c][(4 * u + j) % lanes]
                             b.assign(d, add_of(b, d, b.let(mul_of(b, xv, wv))))
-        return [[_tree_sum(lane) for lane in row] for row in dots]
+        return [[tree_sum(lane) for lane in row] for row in dots]
 
     def _column_word_sums(self, b, names, where, x_rows, layout):
         """``_words``' contraction along ``n``: per step ``k`` the block's words ``wcols`` of row ``k`` (word offset
@@ -665,13 +666,6 @@ def _byte_value(b, word, j, held, dt):
     byte = op("and", byte, const(255, UINT32)) if j < 3 else byte
     return b.let(convert(b, b.let(Cast(byte, held)), dt), "wv")
 
-
-def _tree_sum(terms):
-    """The sum of ``terms`` (kernel expressions) as a balanced tree."""
-    while len(terms) > 1:
-        terms = [op("add", terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
-                 for i in range(0, len(terms), 2)]
-    return terms[0]
 
 
 def _accumulate(b, lhs, rhs, count, step, dt, acc_dt, n_acc):

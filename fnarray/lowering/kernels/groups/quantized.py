@@ -51,7 +51,14 @@ from fnarray.core.ir import Var
 from fnarray.core.quantized import quantized_matmul_p
 from fnarray.lowering.packed import FLOAT_FORMATS
 from fnarray.lowering.kernels.builder import KernelBuilder
-from fnarray.lowering.kernels.groups.base import EquationGroup, contiguous_strides, index_vars, kernel_name, make_launch
+from fnarray.lowering.kernels.groups.base import (
+    EquationGroup,
+    contiguous_strides,
+    index_vars,
+    kernel_name,
+    make_launch,
+    tree_sum,
+)
 from fnarray.lowering.kernels.groups.register_tiles import store_loop
 from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Bitcast, Cast, Special, const
 from fnarray.lowering.kernels.rules import op, select
@@ -464,12 +471,12 @@ class QuantizedMatmulGroup(EquationGroup):
             if bs is None:   # mxfp4: the doubled E2M1 values times half the E8M0 scale, no bias
                 scale = b.let(_e8m0_half(b.load(ss, gi, np.dtype(np.uint8)), acc), "scale")
                 for r in range(len(row_ids)):
-                    b.assign(total[r], op("add", total[r], op("mul", scale, _tree_sum(dots[r]))))
+                    b.assign(total[r], op("add", total[r], op("mul", scale, tree_sum(dots[r]))))
             else:
                 scale = self._load_f(b, ss, gi, xdt, acc)
                 bias = self._load_f(b, bs, gi, xdt, acc)
                 for r in range(len(row_ids)):
-                    dot, xsum = _tree_sum(dots[r]), _tree_sum(sums[r])
+                    dot, xsum = tree_sum(dots[r]), tree_sum(sums[r])
                     b.assign(total[r], op("add", total[r], op("add", op("mul", scale, dot), op("mul", bias, xsum))))
         return total
 
@@ -501,7 +508,7 @@ class QuantizedMatmulGroup(EquationGroup):
             gi = b.let(op("add", grow, g), "gi")
             scale = b.let(_float_scale(b.load(ss, gi, np.dtype(np.uint8)), mode, acc), "scale")
             for r in range(len(row_ids)):
-                b.assign(total[r], op("add", total[r], op("mul", scale, _tree_sum(dots[r]))))
+                b.assign(total[r], op("add", total[r], op("mul", scale, tree_sum(dots[r]))))
         return total
 
     def _columns_of_w(self, b, names, col, row_ids, k, n, gs, bits, xdt, acc):
@@ -587,13 +594,6 @@ def _dequantized(b, q, scale, bias, acc):
         return op("mul", scale, b.let(_e2m1_doubled(q, acc)))
     return op("add", op("mul", scale, b.let(Cast(b.let(Cast(q, INT32)), acc))), bias)
 
-
-def _tree_sum(terms):
-    """The sum of ``terms`` (kernel expressions) as a balanced tree."""
-    while len(terms) > 1:
-        terms = [op("add", terms[i], terms[i + 1]) if i + 1 < len(terms) else terms[i]
-                 for i in range(0, len(terms), 2)]
-    return terms[0]
 
 
 def _element(b, words, start, bits, mask):
