@@ -118,7 +118,8 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     if q.dtype != k.dtype or q.dtype != v.dtype:
         raise DTypeError(f"dot_product_attention: query, key and value need one dtype, got {q.dtype.name}, "
                          f"{k.dtype.name}, {v.dtype.name}")
-    scale = 1.0 / math.sqrt(H) if scale is None else scale
+    if scale is None:   # H = 0: an empty result, whatever the scale (JAX divides by zero here)
+        scale = 1.0 / math.sqrt(H) if H else 1.0
     lower_right = _causal_string(mask, is_causal)
     if lower_right:
         mask, is_causal = None, True
