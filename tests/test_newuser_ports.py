@@ -200,3 +200,12 @@ def test_mlx_jit_from_threads_exits_cleanly():
                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
         assert run.returncode == 0, run.stderr[-2000:]
         assert "wrong 0" in run.stdout
+
+
+def test_donated_array_passed_twice(device):
+    """``f(donate(a), a)``: XLA refused it on jax:0 (``INVALID_ARGUMENT``) where the other backends run it."""
+    step = fa.jit(lambda p, x: p - 0.5 * x, donate_argnums=(0,), device=device)
+    q = fa.device_put(np.full(8, 2.0, np.float32), device)
+    np.testing.assert_array_equal(np.asarray(step(q, q)), np.full(8, 1.0, np.float32))
+    with pytest.raises(RuntimeError, match="donated"):
+        np.asarray(q)
