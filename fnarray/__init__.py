@@ -71,7 +71,8 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
-    "Array", "ShapedArray", "ShapeDtypeStruct", "eval_shape", "Program", "Device", "config", "jit", "make_ir", "devices", "default_device", "get_device",
+    "Array", "ShapedArray", "ShapeDtypeStruct", "eval_shape", "Program",
+    "Device", "config", "jit", "make_ir", "devices", "default_device", "get_device",
     "device_put", "register_backend", "check_program", "numpy", "tree_util", "lax",
     "FnArrayError", "ShapeError", "DTypeError", "ConcretizationError", "UnsupportedOnDevice",
     "BackendUnavailable", "TracerLeakError", "FallbackWarning", "LinAlgError",

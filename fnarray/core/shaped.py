@@ -32,10 +32,6 @@ class ShapedArray(NamedTuple):
     def size(self) -> int:
         return math.prod(self.shape)
 
-    def __repr__(self):
-        weak = ", weak_type=True" if self.weak_type else ""
-        return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name}{weak})"
-
     def update(self, shape=None, dtype=None, weak_type=None) -> "ShapedArray":
         return ShapedArray(self.shape if shape is None else tuple(shape),
                            self.dtype if dtype is None else dtype,
