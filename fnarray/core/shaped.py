@@ -84,13 +84,8 @@ class ShapeDtypeStruct:
         object.__setattr__(self, "shape", tuple(int(n) for n in shape))
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
 
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
+    ndim = ShapedArray.ndim   # the same properties: len and product of ``shape``
+    size = ShapedArray.size
 
     def __repr__(self):
         weak = ", weak_type=True" if self.weak_type else ""
