@@ -209,3 +209,22 @@ def test_donated_array_passed_twice(device):
     np.testing.assert_array_equal(np.asarray(step(q, q)), np.full(8, 1.0, np.float32))
     with pytest.raises(RuntimeError, match="donated"):
         np.asarray(q)
+
+
+@pytest.mark.parametrize("mask", [None, "causal", "bool", "additive"])
+def test_scaled_dot_product_attention_in_mlx_layout(device, mask):
+    """``mx.fast.scaled_dot_product_attention(q, k, v, scale=, mask=)`` ports with ``mx.fast`` -> ``fa.nn``."""
+    mx = pytest.importorskip("mlx.core")
+    rng = _rng()
+    q = rng.standard_normal((2, 4, 5, 8)).astype(np.float32)
+    k, v = (rng.standard_normal((2, 2, 7, 8)).astype(np.float32) for _ in range(2))
+    m = {"bool": rng.random((2, 1, 5, 7)) > 0.3, "additive": rng.standard_normal((2, 4, 5, 7)).astype(np.float32)
+         }.get(mask, mask)
+    want = mx.fast.scaled_dot_product_attention(mx.array(q), mx.array(k), mx.array(v), scale=0.3,
+                                                mask=mx.array(m) if isinstance(m, np.ndarray) else m)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fa.FallbackWarning)
+        got = nn.scaled_dot_product_attention(*(fa.device_put(a, device) for a in (q, k, v)), scale=0.3, mask=m)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-6)
+    with pytest.raises(fa.ShapeError, match="MLX's layout"):
+        nn.scaled_dot_product_attention(q[0], k[0], v[0], scale=0.3)
