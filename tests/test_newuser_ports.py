@@ -42,6 +42,8 @@ def test_shape_dtype_struct_and_eval_shape_as_jax():
     assert fa.eval_shape(lambda a: a * 2, 1.0).weak_type
     prog = fa.make_jaxpr(f)(*structs)     # structs stand for arrays when tracing, too
     assert [v.aval.shape for v in prog.outvars] == [(3, 5), ()]
+    compiled = fa.jit(lambda a: fnp.sin(a) * 2).lower(fa.ShapeDtypeStruct((3,), "float32")).compile()
+    np.testing.assert_allclose(np.asarray(compiled(fnp.ones(3))), np.full(3, 2 * np.sin(1.0)), rtol=1e-6)
     assert pl.ShapeDtypeStruct is fa.ShapeDtypeStruct
     assert repr(fa.ShapeDtypeStruct((2,), "int8")) == "ShapeDtypeStruct(shape=(2,), dtype=int8)"
     with pytest.raises(fa.ContractionShapeError):
