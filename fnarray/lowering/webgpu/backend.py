@@ -53,6 +53,7 @@ import dataclasses
 import functools
 import math
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -150,6 +151,21 @@ PORTABLE_LIMITS = {
     "max-compute-workgroups-per-dimension": 65535,
     "max-bind-groups": 4,
 }
+
+
+def _tuning_facts(gpu) -> tuple:
+    """``Capabilities.tuning_facts`` of a webgpu adapter: its kind (``"cpu"`` for a CPU adapter, lavapipe) and,
+    where the adapter's name says it (lavapipe: ``"llvmpipe (LLVM 15.0.6, 256 bits)"``), the width of the
+    vectors its compiler runs the work items in (``simd_bits``) and the major version of that LLVM."""
+    facts = [("device", "cpu" if gpu.adapter_type.lower() == "cpu" else "gpu")]
+    name = str(gpu.info.get("device", ""))
+    bits = re.search(r"(\d+) bits", name)
+    if bits:
+        facts.append(("simd_bits", int(bits.group(1))))
+    llvm = re.search(r"LLVM (\d+)", name)
+    if llvm:
+        facts.append(("llvm", int(llvm.group(1))))
+    return tuple(facts)
 
 
 def _import_wgpu():
@@ -756,7 +772,7 @@ class WebGPUBackend(Backend):
                 # (docs/performance.md); a GPU keeps one, whose neighbouring invocations read
                 # neighbouring elements.
                 items_per_work_item=4 if self.gpu.adapter_type.lower() == "cpu" else 1,
-                memory_check="compiled", tunable=True)
+                memory_check="compiled", tunable=True, tuning_facts=_tuning_facts(self.gpu))
             self._caps = caps
         return caps
 
