@@ -491,7 +491,9 @@ def test_the_block_model_picks_what_full_tuning_measured_on_lavapipe():
         facts = {**LAVAPIPE, "rows": 512, "cols": 512, "lhs_vec": None, "rhs_vec": None}
         block = tuning.modelled(dot_group.BLOCK_TUNABLE, BLOCK_DEFAULT, facts)
         assert block["rows"] * block["cols"] == dot_group.BLOCK_ACCUMULATORS
-    for facts in ({}, {"device": "gpu", "rows": 64, "cols": 64}, {"device": "cpu"}):
+    # a product under BLOCK_MIN_WORK multiply-adds: the larger block's compile costs more than it saves
+    small = {**LAVAPIPE, "rows": 1024, "cols": 64, "lhs_vec": "k", "rhs_vec": "k", "work": 1024 * 64 * 64}
+    for facts in ({}, {"device": "gpu", "rows": 64, "cols": 64}, {"device": "cpu"}, small):
         with config_setting("autotune", "fast"):
             assert tuning.modelled(dot_group.BLOCK_TUNABLE, BLOCK_DEFAULT, facts) == BLOCK_DEFAULT
     with config_setting("autotune", "off"):
@@ -517,8 +519,9 @@ def test_fast_mode_blocks_a_product_by_the_model_untimed_with_the_same_results()
     devs = [d for d in _kernel_devices() if d.backend == "webgpu" and d.platform == "cpu"]
     if not devs:
         pytest.skip("no CPU webgpu adapter here (the blocked product is its form)")
-    a = np.random.default_rng(5).standard_normal((72, 64)).astype(np.float32)
-    b = np.random.default_rng(6).standard_normal((64, 100)).astype(np.float32)
+    # 256 x 256 x 132: past BLOCK_MIN_WORK multiply-adds, the model takes a larger block
+    a = np.random.default_rng(5).standard_normal((256, 256)).astype(np.float32)
+    b = np.random.default_rng(6).standard_normal((256, 132)).astype(np.float32)
     want = np.maximum(a.astype(np.float64) @ b, 0)
     got = {}
     for mode in ("off", "fast"):

@@ -124,6 +124,15 @@ def _block_valid(choice, facts) -> bool:
     return all(choice[k] == 4 or choice[k] // 2 < facts.get(k, choice[k]) for k in ("rows", "cols"))
 
 
+#: The fewest multiply-adds (batch x rows x cols x contraction) of a product whose block the cost model
+#: (``_block_cost``) enlarges past the default. With a cold shader cache lavapipe compiles an 8 x 16 block
+#: ~1.5 s longer than 8 x 4 per kernel (first calls, CPU s: the digits MLP step 2.7 -> 16.0, the transformer step
+#: 10.1 -> 45.7), and a product under 2**23 multiply-adds (~4.5 ms at 8 x 4 there) gains under ~1.5 ms a call:
+#: over a thousand calls to repay its compile. Above it (the transformer's 1024 x 256 x 64 products, the VAE's)
+#: the gain is 2.5-6.7 ms a call (docs/performance.md).
+BLOCK_MIN_WORK = 1 << 23
+
+
 def block_loads(block, along) -> tuple:
     """``(loads, addresses)`` of one contraction step of a ``block = (rows, cols)`` work item of the blocked
     product (``DotGroup._blocked``), each operand read as ``along`` says (``_vector_reads``: ``"k"``, four steps
@@ -144,11 +153,14 @@ def _block_cost(choice, default, facts) -> float:
     for the block's ``rows x cols`` multiply-adds, plus the multiply-add itself; the padding of the output
     (``facts`` ``rows x cols``) to whole narrowed blocks is work too. The row addresses a work item keeps
     live (``block_loads``) break ties, then wider blocks (the output's and the rhs's contiguous dimension).
+    A product of fewer than ``BLOCK_MIN_WORK`` multiply-adds (``facts["work"]``) keeps the default: the
+    larger block's compile costs more than it saves in a thousand calls.
     Accumulators are bounded by ``BLOCK_ACCUMULATORS`` (``valid``), past which lavapipe's compile time
     explodes; below it the spilled accumulators are contiguous stack slots, cheap against a gather.
     Measured against ``full``'s choices on the transformer and MLP steps' 34 products (lavapipe, 256 bits):
     docs/performance.md. Elsewhere (a GPU, or no facts): the default."""
-    if facts.get("device") != "cpu" or "rows" not in facts or "cols" not in facts:
+    if (facts.get("device") != "cpu" or "rows" not in facts or "cols" not in facts
+            or facts.get("work", BLOCK_MIN_WORK) < BLOCK_MIN_WORK):
         return float(choice != default)
     lanes = max(1, int(facts.get("simd_bits", 128)) // 32)
     rows, cols = facts["rows"], facts["cols"]
@@ -161,7 +173,8 @@ def _block_cost(choice, default, facts) -> float:
 #: Outputs per work item of the blocked product (``DotGroup._blocked``, where ``dot_block`` asks for it:
 #: webgpu on a CPU adapter). Larger blocks run lavapipe's products up to 2x faster (8 x 16 against 8 x 4,
 #: docs/performance.md) and take about twice as long to compile. Mode ``"off"`` keeps the scheduler option's
-#: block (8 x 4); mode ``"fast"`` takes the cost model's (``_block_cost``) untimed; mode ``"full"`` times every
+#: block (8 x 4); mode ``"fast"`` takes the cost model's (``_block_cost``: larger blocks for products of at least
+#: ``BLOCK_MIN_WORK`` multiply-adds) untimed; mode ``"full"`` times every
 #: block per product on the device and keeps the choice in the persistent cache, which ``"fast"`` reuses.
 BLOCK_TUNABLE = Tunable("dot_block", {"rows": (4, 8, 16), "cols": (4, 8, 16)},
                         doc="outputs per work item (rows x cols) of the blocked matrix product",
@@ -285,7 +298,7 @@ class DotGroup(Group):
             launches.extend(self.ctx.tuned(BLOCK_TUNABLE, {"rows": ry, "cols": rx},
                                            lambda c: [self._blocked(lp, rp, self._narrowed(c))],
                                            {"rows": self.M, "cols": self.N, "lhs_vec": along[0],
-                                            "rhs_vec": along[1]}))
+                                            "rhs_vec": along[1], "work": B * M * N * K}))
         return launches
 
     def _word_plans(self):
