@@ -417,6 +417,37 @@ def test_nn_quantize_takes_mlx_style_predicates():
                        class_predicate=lambda p, m: True)
 
 
+@pytest.mark.parametrize("mode,opts", [("affine", dict(group_size=32, bits=3)), ("affine", {}), ("mxfp4", {}),
+                                       ("nvfp4", {})])
+def test_to_quantized_is_what_nn_quantize_does_and_mlx_to_quantized(mode, opts):
+    """``Linear.to_quantized``/``Embedding.to_quantized`` (``mlx.nn``'s methods) give what ``fa.nn.quantize``
+    gives the same layer, field for field, and MLX's own ``to_quantized`` of the same weights; mlx-lm's
+    ``hasattr(m, "to_quantized")`` predicate selects both kinds of layer."""
+    import mlx.nn as mnn
+    k1, k2 = fa.random.split(fa.random.key(3))
+    lin, emb = fa.nn.Linear(128, 16, key=k1), fa.nn.Embedding(24, 128, key=k2)
+    model = fa.nn.Sequential([emb, lin])
+    by_walk = fa.nn.quantize(model, mode=mode, class_predicate=lambda p, m: hasattr(m, "to_quantized"), **opts)
+    mlin, memb = mnn.Linear(128, 16), mnn.Embedding(24, 128)
+    mlin.weight, mlin.bias = mx.array(np.asarray(lin.weight)), mx.array(np.asarray(lin.bias))
+    memb.weight = mx.array(np.asarray(emb.weight))
+    for layer, walked, mlayer, cls in [(lin, by_walk.layers[1], mlin, fa.nn.QuantizedLinear),
+                                       (emb, by_walk.layers[0], memb, fa.nn.QuantizedEmbedding)]:
+        q = layer.to_quantized(mode=mode, **opts)
+        mq = mlayer.to_quantized(mode=mode, **opts)
+        assert type(q) is cls and type(walked) is cls and (q.group_size, q.bits, q.mode) == (
+            walked.group_size, walked.bits, walked.mode) == (mq.group_size, mq.bits, mq.mode)
+        for name in ("weight", "scales", "biases"):
+            mine = getattr(q, name)
+            assert (mine is None) == (getattr(walked, name) is None) == (mode != "affine" and name == "biases")
+            if mine is not None:
+                np.testing.assert_array_equal(np.asarray(mine), np.asarray(getattr(walked, name)), err_msg=name)
+                np.testing.assert_array_equal(np.asarray(mine), np.array(getattr(mq, name)), err_msg=name)
+    assert not hasattr(by_walk.layers[0], "to_quantized")   # quantized layers are not quantized again
+    with pytest.raises(ValueError, match="group_size"):
+        fa.nn.Linear(48, 4, key=k1).to_quantized(group_size=32)
+
+
 def test_from_linear_matches_mlx_quantized_linear():
     import mlx.nn as mnn
     lin = fa.nn.Linear(128, 16, key=fa.random.key(1))
