@@ -370,7 +370,8 @@ class MlxBackend(Backend):
         if group is not None:  # a run of several processes: one device per process (fnarray.lowering.mlx.spmd)
             mine = self._devices[0]
             self._devices = _spmd.process_devices(group, mine.handle, mine.platform, mine.description)
-        all_but = frozenset(dtypes.ALL_DTYPES) - {dtypes.complex128}
+        # (the low-bit dtypes as their bytes, in conversions and data movement only: low_bit.py)
+        all_but = (frozenset(dtypes.ALL_DTYPES) - {dtypes.complex128}) | frozenset(dtypes.LOW_BIT_DTYPES)
         self._caps = {
             "cpu": Capabilities(dtypes=all_but, control_flow="host", eager_programs="repeated_call"),
             "gpu": Capabilities(dtypes=all_but - {dtypes.float64}, control_flow="host",
