@@ -84,17 +84,23 @@ def test_bad_command_lines_exit_with_a_message(argv, capsys):
     assert fa.default_device() is not None
 
 
+def _tiny_steps(device):
+    """A tiny model, a key and prompt ids on ``device``, the example's generators (donating where it does) and
+    copying ones."""
+    model = fa.device_put(llm.Llama(96, 16, 2, 1, 2, 32, key=fa.random.key(1)), device)
+    key = fa.device_put(fa.random.key(0), device)
+    ids = fa.device_put(np.asarray([[5, 9, 2]], np.int32), device)
+    return (model, key, ids, llm.make_generators(device, 0.9, 1.0),
+            llm.make_generators(device, 0.9, 1.0, donate=False))
+
+
 def test_decode_step_donates_its_caches_where_they_are_updated_in_place(device):
     """Where the backend writes a donated cache's update in place (``Backend.updates_in_place``: opencl, webgpu),
     the example's decode step donates its caches: the caches passed in are deleted, the step's kernels write each
     new position in place, no more launches than the copying step, and the next token and the new caches equal
     the copying step's; elsewhere the caches are kept."""
-    model = fa.device_put(llm.Llama(96, 16, 2, 1, 2, 32, key=fa.random.key(1)), device)
-    key = fa.device_put(fa.random.key(0), device)
+    model, key, ids, (prefill, decode_step, _), (_, copying, _) = _tiny_steps(device)
     donating = device.impl.updates_in_place
-    prefill, decode_step, _ = llm.make_generators(device, 0.9, 1.0)
-    _, copying, _ = llm.make_generators(device, 0.9, 1.0, donate=False)
-    ids = fa.device_put(np.asarray([[5, 9, 2]], np.int32), device)
     token, caches = prefill(model, model.make_caches(1, 8, device), ids, key, greedy=True)
     want_token, want = copying(model, caches, token, key, greedy=True)
     if donating:
@@ -115,12 +121,8 @@ def test_prefill_donates_its_caches_where_they_are_updated_in_place(device):
     its caches too: the caches passed in are deleted, and the kernels writing them cover the prompt's positions
     only (the copying prefill's cover the whole capacity, so they grow with it; the donated ones do not), with no
     more launches; the token and the new caches equal the copying prefill's. Elsewhere the caches are kept."""
-    model = fa.device_put(llm.Llama(96, 16, 2, 1, 2, 32, key=fa.random.key(1)), device)
-    key = fa.device_put(fa.random.key(0), device)
+    model, key, ids, (prefill, _, _), (copying, _, _) = _tiny_steps(device)
     donating = device.impl.updates_in_place
-    prefill, _, _ = llm.make_generators(device, 0.9, 1.0)
-    copying, _, _ = llm.make_generators(device, 0.9, 1.0, donate=False)
-    ids = fa.device_put(np.asarray([[5, 9, 2]], np.int32), device)
 
     def cache_writes(step, capacity):
         """(launches, work items of the kernels that write the caches: their dynamic_update_slice)."""
