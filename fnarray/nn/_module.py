@@ -175,10 +175,13 @@ class Module:
             if static is False or (static is None and (f.name in keep or _holds_arrays(v))):
                 dyn.append(f.name)
         object.__setattr__(self, "_fa_dynamic", tuple(dyn))
-        try:   # a module finished twice (a subclass's __init__ calling its parent's): rebuilt at the next flatten
-            object.__delattr__(self, "_fa_flat")
-        except AttributeError:
-            pass
+        # a module finished twice (a subclass's __init__ calling its parent's): rebuilt at the next flatten, and
+        # the leaves jit's hot path keeps (``fnarray.transforms.jit.LEAVES_ATTR``) at the next read
+        for kept in ("_fa_flat", "_fa_leaves"):
+            try:
+                object.__delattr__(self, kept)
+            except AttributeError:
+                pass
         check = getattr(self, "__check_init__", None)
         if check is not None:
             check()
