@@ -143,13 +143,18 @@ def _global_size() -> int:
 
 
 def _unfast(fast, ckey, ex, hot=None):
-    """Drop ``ex`` from the fast table (which holds a subset of the executables) and from the hot record."""
+    """Drop ``ex`` from the fast table (which holds a subset of the executables) and from the hot records
+    (``hot``: ``[last call's record, {avals: record}]``, ``_Executables``)."""
     if fast.get(ckey[0]) is ex:
         fast.pop(ckey[0], None)
     if hot is not None:
         h = hot[0]
         if h is not None and h.gid == ex.gid:
             hot[0] = None
+        by_avals = hot[1]
+        h = by_avals.get(ckey[0][1])
+        if h is not None and h.gid == ex.gid:
+            by_avals.pop(ckey[0][1], None)
 
 
 def _unindex(by_ckey, fast, hot, gid, ex):
@@ -360,7 +365,9 @@ class _Executables:
 
     ``compiled``: an LRU of ``config.jit_cache_size`` executables keyed by their int id; ``by_ckey``: the same
     looked up by (trace key, device, configuration); ``fast``: trace key -> one of them, for calls on its
-    device with the current configuration; ``hot``: ``[_Hot or None]``, the last call's executable.
+    device with the current configuration; ``hot``: ``[_Hot or None, {avals: _Hot}]``, the last call's
+    executable, and the records of calls of positional arrays only by their avals (a loop whose shapes take
+    turns, as a decode loop's growing cache: each call a hit without a key).
     """
 
     __slots__ = ("by_ckey", "fast", "hot", "compiled", "compiled_d", "lock", "building", "__weakref__")
@@ -368,7 +375,7 @@ class _Executables:
     def __init__(self):
         self.by_ckey: dict = {}
         self.fast: dict = {}
-        self.hot = [None]
+        self.hot = [None, {}]
         self.compiled = LRUCache(_per_function_size,
                                  on_evict=functools.partial(_unindex, self.by_ckey, self.fast, self.hot))
         self.compiled_d = self.compiled._d
@@ -592,6 +599,7 @@ class Jitted:
             for tables in cache.options.values():
                 tables.fast.clear()
                 tables.hot[0] = None
+                tables.hot[1].clear()
 
     def _prepare(self, args, kwargs):
         statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
@@ -672,8 +680,12 @@ class Jitted:
         ex = self._fast.get(hot.ckey[0])
         if ex is not None and ex.gid == hot.gid:
             _unfast(self._fast, hot.ckey, ex, self._hot)
-        elif self._hot[0] is hot:
+            return
+        if self._hot[0] is hot:
             self._hot[0] = None
+        by_avals = self._hot[1]
+        if by_avals.get(hot.in_avals) is hot:
+            by_avals.pop(hot.in_avals, None)
 
     def __call__(self, *args, **kwargs):
         # The hot path (docs/design.md "The call path"): the last call's executable, when this call's arrays have its
@@ -709,13 +721,17 @@ class Jitted:
             out = self._call_hot(hot, args, kwargs)
             if out is not _MISS:
                 return out
+            if not kwargs and self._hot[1]:
+                out = self._call_hot_by_avals(args)
+                if out is not _MISS:
+                    return out
         return self._call_keyed(args, kwargs)
 
     def _call_hot(self, hot, args, kwargs):
         """The hot record's general case: the same static arguments, ``args`` read along its structure, each
         leaf an array of its aval on its device; ``_MISS`` otherwise."""
         if kwargs or hot.static_kw:
-            if len(kwargs) != len(hot.static_kw):
+            if kwargs is None or len(kwargs) != len(hot.static_kw):
                 return _MISS
             for k, v in hot.static_kw:
                 a = kwargs.get(k, _MISS)
@@ -779,6 +795,21 @@ class Jitted:
             r._host = None
             return r
         return hot.out_tree.unflatten([ArrayImpl.make(av, dev, b, committed) for av, b in zip(hot.out_avals, outs)])
+
+    def _call_hot_by_avals(self, args):
+        """Positional arrays whose avals have a record of their own (``_Executables.hot[1]``): that record's
+        call, made the hot one; ``_MISS`` otherwise."""
+        try:
+            avals = tuple([x.aval for x in args])
+        except AttributeError:  # a scalar, a NumPy array, a container...
+            return _MISS
+        h = self._hot[1].get(avals)
+        if h is None or h.generation != config.generation:
+            return _MISS
+        out = self._call_hot(h, args, None)
+        if out is not _MISS:
+            self._hot[0] = h
+        return out
 
     def _call_keyed(self, args, kwargs):
         """The general path: flatten, key, then the fast table's executable (``_call_fast``) or a trace and an
@@ -927,6 +958,10 @@ class Jitted:
         h.generation = config.generation  # the fast table checked that ex is valid in this configuration
         if ex.gid in self._compiled_d:  # not evicted meanwhile
             self._hot[0] = h
+            if h.tree is None and not h.static_pos and not h.static_kw:
+                self._hot[1][h.in_avals] = h
+                if ex.gid not in self._compiled_d:  # evicted meanwhile: keep the tables consistent
+                    _unfast(self._fast, ex.ckey, ex, self._hot)
 
     def direct_entry(self, nargs, device):
         """The direct entry of this function's one executable, for a caller that checks the arguments itself.
