@@ -454,3 +454,43 @@ def test_a_hot_call_with_a_static_keyword_takes_few_python_calls():
     f(x, x, k=1)
     calls = python_calls(lambda: f(x, x, k=1))
     assert len(calls) <= 5, calls  # the lambda, __call__, _call_hot, ...
+
+
+@pytest.mark.filterwarnings("ignore:.*cannot run on webgpu")   # float64 falls back to numpy:0 there
+def test_hot_path_with_a_static_keyword_follows_the_x64_switch(device):
+    f = fa.jit(lambda a, *, k: a + np.float64(k), static_argnames="k")
+    x = fa.device_put(fnp.asarray(np.arange(3, dtype=np.float32)), device)
+    for _ in range(3):
+        assert f(x, k=1).dtype == np.float32  # the float64 constant is float32 with x64 off
+    old = fa.config.enable_x64
+    fa.config.enable_x64 = True
+    try:
+        for _ in range(3):
+            y = f(x, k=1)
+            assert y.dtype == np.float64
+    finally:
+        fa.config.enable_x64 = old
+    assert f(x, k=1).dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(y), [1.0, 2.0, 3.0])
+
+
+class _Odd:
+    """A static value whose equality raises: the hot path must leave it to the general path's key."""
+
+    def __hash__(self):
+        return 7
+
+    def __eq__(self, other):
+        if other is not self:
+            raise RuntimeError("no comparison")
+        return True
+
+
+def test_hot_path_static_values_that_do_not_compare():
+    f = fa.jit(lambda a, o: a * 2.0, static_argnums=1)
+    x = fnp.arange(3, dtype=fnp.float32)
+    o = _Odd()
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(f(x, o)), [0.0, 2.0, 4.0])
+    with pytest.raises(RuntimeError, match="no comparison"):
+        f(x, _Odd())  # the key's own comparison raises, as in JAX

@@ -229,8 +229,9 @@ def _reader(tree):
 
     A tuple is read element by element. A module whose whole structure is immutable (``_frozen``: a model, a
     ``KVCache``) keeps its leaves in ``LEAVES_ATTR`` at its first read: the same object passed again (a model
-    from step to step) costs one attribute read instead of a flatten (~0.4 us per module, ~60 modules in
-    examples/llm.py's model). Any other structure is flattened along ``tree`` (``flatten_up_to``)."""
+    from step to step) costs one attribute read instead of a flatten (~0.4 us per module: 13 us a call for the ~30
+    modules of examples/llm.py's model at benchmarks/call_path.py's size). Any other structure is flattened along
+    ``tree`` (``flatten_up_to``)."""
     if tree.is_leaf():
         return None
     t = tree.type
@@ -252,11 +253,17 @@ def _reader(tree):
                 out.extend(got)
             return out
         return read_tuple
+
+    def read_other(x):
+        try:
+            return tree.flatten_up_to(x)
+        except (ValueError, TypeError):
+            return None
     if getattr(t, "_fa_is_module", False) and _frozen(tree):
         def read_module(x):
-            if type(x) is not t:
-                return None
-            d = x.__dict__
+            d = getattr(x, "__dict__", None) if type(x) is t else None
+            if d is None:
+                return read_other(x)
             kept = d.get(LEAVES_ATTR)
             if kept is not None and (kept[0] is tree or kept[0] == tree):
                 return kept[1]
@@ -267,12 +274,6 @@ def _reader(tree):
             d[LEAVES_ATTR] = (tree, leaves)
             return leaves
         return read_module
-
-    def read_other(x):
-        try:
-            return tree.flatten_up_to(x)
-        except (ValueError, TypeError):
-            return None
     return read_other
 
 
@@ -729,21 +730,24 @@ class Jitted:
     def _call_hot(self, hot, args, kwargs):
         """The hot record's general case: the same static arguments, ``args`` read along its structure, each
         leaf an array of its aval on its device; ``_MISS`` otherwise."""
-        if kwargs or hot.static_kw:
-            if kwargs is None or len(kwargs) != len(hot.static_kw):
-                return _MISS
-            for k, v in hot.static_kw:
-                a = kwargs.get(k, _MISS)
-                if a is not v and not (type(a) is type(v) and a == v):
+        try:  # a static value's own __eq__ may raise: the general path then decides
+            if kwargs or hot.static_kw:
+                if kwargs is None or len(kwargs) != len(hot.static_kw):
                     return _MISS
-        if hot.static_pos:
-            if len(args) != hot.nargs:
-                return _MISS
-            for i, v in hot.static_pos:
-                a = args[i]
-                if a is not v and not (type(a) is type(v) and a == v):
+                for k, v in hot.static_kw:
+                    a = kwargs.get(k, _MISS)
+                    if a is not v and not (type(a) is type(v) and a == v):
+                        return _MISS
+            if hot.static_pos:
+                if len(args) != hot.nargs:
                     return _MISS
-            args = [args[i] for i in hot.dyn_pos]
+                for i, v in hot.static_pos:
+                    a = args[i]
+                    if a is not v and not (type(a) is type(v) and a == v):
+                        return _MISS
+                args = [args[i] for i in hot.dyn_pos]
+        except Exception:  # noqa: BLE001
+            return _MISS
         readers = hot.readers
         if readers is None:
             leaves = args
@@ -810,10 +814,9 @@ class Jitted:
         """Positional arrays whose avals have a record of their own (``_Executables.hot[1]``): that record's
         call, made the hot one; ``_MISS`` otherwise."""
         try:
-            avals = tuple([x.aval for x in args])
-        except AttributeError:  # a scalar, a NumPy array, a container...
+            h = self._hot[1].get(tuple([x.aval for x in args]))
+        except (AttributeError, TypeError):  # a scalar, a NumPy array, a container, an object of the user's
             return _MISS
-        h = self._hot[1].get(avals)
         if h is None or h.generation != config.generation:
             return _MISS
         out = self._call_hot(h, args, None)
