@@ -169,12 +169,12 @@ class _Hot:
 
     Made for calls whose leaves are all arrays on the executable's device and whose keyword arguments, if any,
     are static. A call hits when its static arguments equal the record's (same type, ``==``), its dynamic
-    positional arguments read along ``readers`` (``None``: every one an array) to arrays of exactly
+    positional arguments read by ``read`` (``None``: every one an array) to arrays of exactly
     ``in_avals`` on ``device``, and the configuration is unchanged. ``donated``: the leaf positions deleted
     after the call (``donate_argnums``).
     """
 
-    __slots__ = ("gid", "ckey", "tree", "readers", "n", "in_avals", "device", "generation", "const_bufs",
+    __slots__ = ("gid", "ckey", "tree", "read", "n", "in_avals", "device", "generation", "const_bufs",
                  "committed", "call", "star", "reraise", "out_avals", "out_tree", "single", "one", "nargs",
                  "static_pos", "static_kw", "dyn_pos", "donated")
 
@@ -182,7 +182,7 @@ class _Hot:
         # No reference to ``ex`` itself (which holds this record): an evicted executable is freed at once.
         self.gid, self.ckey = ex.gid, ex.ckey
         self.tree, self.n, self.in_avals, self.device = tree, len(in_avals), in_avals, device
-        self.readers = None if tree is None else tuple(_reader(c) for c in tree.children())
+        self.read = None if tree is None else _reader(tree)  # the positional arguments' leaves
         self.generation = config.generation
         self.const_bufs = tuple(ex.const_bufs)
         self.committed = committed
@@ -745,24 +745,15 @@ class Jitted:
                     a = args[i]
                     if a is not v and not (type(a) is type(v) and a == v):
                         return _MISS
-                args = [args[i] for i in hot.dyn_pos]
+                args = tuple([args[i] for i in hot.dyn_pos])
         except Exception:  # noqa: BLE001
             return _MISS
-        readers = hot.readers
-        if readers is None:
+        if hot.read is None:
             leaves = args
         else:
-            if len(args) != len(readers):
+            leaves = hot.read(args)
+            if leaves is None:
                 return _MISS
-            leaves = []
-            for x, r in zip(args, readers):
-                if r is None:
-                    leaves.append(x)
-                    continue
-                got = r(x)
-                if got is None:
-                    return _MISS
-                leaves.extend(got)
         if len(leaves) != hot.n:
             return _MISS
         dev = hot.device
