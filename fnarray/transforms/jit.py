@@ -952,7 +952,9 @@ class Jitted:
         if h is None:
             in_tree, avals, statics = ex.ckey[0]
             args_tree, kwargs_tree = in_tree.children()  # the structure of (dynamic args, dynamic kwargs)
-            if kwargs_tree.num_nodes != 1:
+            # dynamic keyword arguments; or donation beside a static position counted from the end, where the
+            # donated leaves' positions (_donated_positions) are not sure to be the ones _donate deletes
+            if kwargs_tree.num_nodes != 1 or (self.donate_argnums and any(i < 0 for i in self.static_argnums)):
                 ex.hot = False
                 return
             nargs = args_tree.num_children
