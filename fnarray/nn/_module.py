@@ -124,9 +124,19 @@ def _flatten(m):
 
 
 def _unflatten(aux, children):
+    # ``_fa_from_fields`` written into the instance's dictionary at once (fields are plain instance attributes):
+    # a jitted training step unflattens its returned model on every call (~30 modules in examples/llm.py's
+    # model: 69 -> 25 us).
     cls, dyn, static = aux
-    obj = cls._fa_from_fields(list(zip(dyn, children, strict=True)), list(static))
-    object.__setattr__(obj, "_fa_flat", (aux, _children_getter(dyn)))   # the same fields: reused by its flatten
+    if len(children) != len(dyn):
+        raise ValueError(f"{cls.__name__} has {len(dyn)} array fields ({', '.join(dyn)}), got {len(children)} "
+                         "children to unflatten")
+    obj = object.__new__(cls)
+    d = obj.__dict__
+    d.update(zip(dyn, children))
+    d.update(static)
+    d["_fa_dynamic"] = dyn
+    d["_fa_flat"] = (aux, _children_getter(dyn))   # the same fields: reused by its flatten
     return obj
 
 
@@ -189,10 +199,13 @@ class Module:
             if static is False or (static is None and (f.name in keep or _holds_arrays(v))):
                 dyn.append(f.name)
         object.__setattr__(self, "_fa_dynamic", tuple(dyn))
-        try:   # a module finished twice (a subclass's __init__ calling its parent's): rebuilt at the next flatten
-            object.__delattr__(self, "_fa_flat")
-        except AttributeError:
-            pass
+        # a module finished twice (a subclass's __init__ calling its parent's): rebuilt at the next flatten, and
+        # the leaves jit's hot path keeps (``fnarray.transforms.jit.LEAVES_ATTR``) at the next read
+        for kept in ("_fa_flat", "_fa_leaves"):
+            try:
+                object.__delattr__(self, kept)
+            except AttributeError:
+                pass
         check = getattr(self, "__check_init__", None)
         if check is not None:
             check()
