@@ -64,9 +64,12 @@ def test_independent_maps_become_one_launch(form):
     assert len(fused) == len(apart) - 1
     (la,) = _maps(fused)
     assert la.kernel.name.startswith("hmap_") and la is fused[-1]
-    # Segments of whole work-groups: the first map's items (a quarter of them with 4 per item), then the second's.
-    items = -(-1000 // (4 if form == "per4" else 1))
-    assert la.global_size == ((-(-items // 64) + 1) * 64,)
+    # Segments of whole work-groups: the first map's items (a quarter of them with 4 per item), then the second's
+    # with its guest (the slice of 28 elements beside the 24), which with 4 elements per item is a segment of its own.
+    if form == "per4":
+        assert la.global_size == ((-(-250 // 64) + 2) * 64,)
+    else:
+        assert la.global_size == ((-(-1000 // 64) + 1) * 64,)
     render_wgsl(la.kernel)
     render_opencl(la.kernel)
 
@@ -131,3 +134,24 @@ def test_no_merge_where_one_reads_what_the_other_writes():
             if d.backend in ("opencl", "webgpu"):
                 for g, want in zip(fa.jit(f, device=d)(x, w[0]), got, strict=True):
                     np.testing.assert_allclose(np.asarray(g), np.asarray(want), rtol=2e-6, atol=2e-6)
+
+
+def _guest(x, y):
+    return x * 2.0 + 1.0, fnp.exp(y) - 1.0   # y's map rides along as a guest of x's kernel
+
+
+def test_guests_become_segments_where_items_compute_several_elements():
+    x, y = np.linspace(-2, 2, 1000).astype(np.float32), np.linspace(-1, 1, 10).astype(np.float32)
+    prog = fa.make_ir(_guest)(x, y)
+    per4 = dataclasses.replace(_CAPS, items_per_work_item=4)
+    (la,) = schedule(prog, per4, workgroup=64).launches
+    # 250 items of 4 elements (4 work-groups), then a work-group for the 10 elements of the guest
+    assert la.kernel.name.startswith("hmap_") and la.global_size == (5 * 64,)
+    (guest,) = schedule(prog, dataclasses.replace(per4, horizontal_fusion=False), workgroup=64).launches
+    assert guest.global_size == (1024,)     # with a guest, one element per item
+    (plain,) = schedule(prog, _CAPS, workgroup=64).launches   # one element per item anyway: kept as it was
+    assert plain.kernel.name.startswith("map_") and plain.global_size == (1024,)
+    for d in fa.devices(all_backends=True):
+        got = fa.jit(_guest, device=d)(fa.device_put(x, d), fa.device_put(y, d))
+        np.testing.assert_allclose(np.asarray(got[0]), x.astype(np.float64) * 2 + 1, rtol=2e-6, atol=2e-6)
+        np.testing.assert_allclose(np.asarray(got[1]), np.expm1(y.astype(np.float64)), rtol=2e-6, atol=2e-6)

@@ -35,7 +35,7 @@ from fnarray.lowering.kernels.groups.in_place import InPlaceUpdateGroup
 from fnarray.lowering.kernels.ir import INT32, Special, const
 from fnarray.lowering.kernels.rules import op
 
-__all__ = ["HorizontalGroup", "fuse_horizontal"]
+__all__ = ["HorizontalGroup", "fuse_horizontal", "split_guests"]
 
 
 class HorizontalGroup(Group):
@@ -111,6 +111,10 @@ def _fits(ctx, a, b) -> bool:
     return limit is None or len(a.reads | b.reads) + _stores(ctx, a) + _stores(ctx, b) <= limit
 
 
+def _fusable(g) -> bool:
+    return type(g) is MapGroup or isinstance(g, HorizontalGroup)
+
+
 def _partner(ctx, out, g, window):
     """The position in ``out`` of the latest map kernel that ``g`` can merge with, or ``None``. The merged launch
     takes ``g``'s place, after every kernel of ``out``: the partner moves past the kernels after it, so none of
@@ -120,11 +124,31 @@ def _partner(ctx, out, g, window):
         c = out[j]
         if isinstance(c, InPlaceUpdateGroup):
             return None   # it overwrites a buffer in place: nothing moves past it
-        if (type(c) is MapGroup or isinstance(c, HorizontalGroup)) and _fits(ctx, c, g) and not (
+        if _fusable(c) and _fits(ctx, c, g) and not (
                 read_later.intersection(c.products) or g.reads.intersection(c.products)):
             return j
         read_later |= c.reads
     return None
+
+
+def split_guests(ctx, g):
+    """Map kernel ``g`` with its guests (smaller values computed by its first work items, ``_place_root``) as a
+    ``HorizontalGroup``: its roots one segment, each guest shape another, so every segment computes
+    ``Capabilities.items_per_work_item`` elements per item (a kernel with guests computes one: lavapipe's 4
+    elements per invocation were lost on a parameter's whole update for the sake of a bias beside it). The
+    buffers are the same; ``g`` itself where it has no guests."""
+    if type(g) is not MapGroup or not g.guests or not g.roots:
+        return g
+    by_shape: dict = {}
+    for v in g.guests:
+        by_shape.setdefault(v.aval.shape, []).append(v)
+    members = []
+    for shape, roots in [(g.shape, g.roots), *by_shape.items()]:
+        m = MapGroup(ctx, shape)
+        for v in roots:
+            m.add_root(v, set(m.root_reads(v)) - set(g.products))
+        members.append(m)
+    return HorizontalGroup(ctx, members)
 
 
 def fuse_horizontal(ctx, groups, window=64) -> list:
@@ -133,9 +157,11 @@ def fuse_horizontal(ctx, groups, window=64) -> list:
     time in the number of kernels). Needs ``ctx.needed`` (the values stored for other kernels or the caller)."""
     if not ctx.caps.horizontal_fusion:
         return groups
+    if ctx.caps.items_per_work_item > 1:
+        groups = [split_guests(ctx, g) for g in groups]
     out: list = []
     for g in groups:
-        j = _partner(ctx, out, g, window) if type(g) is MapGroup and g.products else None
+        j = _partner(ctx, out, g, window) if _fusable(g) and g.products else None
         if j is None:
             out.append(g)
             continue
