@@ -82,7 +82,8 @@ class HorizontalGroup(Group):
         computes = {v for m in self.members for v in m.roots + m.guests}
         em = ctx.emitter(b, args=args, computes=computes, tracker=tracker)
         pers = [m.items_per(f, choice) for m, f in zip(self.members, flat, strict=True)]
-        groups = [max(1, -(-(-(-math.prod(m.shape) // per)) // wg)) for m, per in zip(self.members, pers, strict=True)]
+        items = [_ceil_div(math.prod(m.shape), per) for m, per in zip(self.members, pers, strict=True)]
+        groups = [max(1, _ceil_div(n, wg)) for n in items]
         gid, gsize, lsize = ctx.gid(b, sum(groups) * wg, wg)
         scalars: dict = {}
         start = 0
@@ -100,6 +101,10 @@ class HorizontalGroup(Group):
             start = end
         b.name = kernel_name("hmap", tracker.eqns)
         return [make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "map")]
+
+
+def _ceil_div(a, b) -> int:
+    return -(-a // b)
 
 
 def _stores(ctx, g) -> int:
