@@ -111,7 +111,15 @@ def _stores(ctx, g) -> int:
     return sum(p in ctx.needed for p in g.products)
 
 
+def _elements(g) -> int:
+    """Work items ``g``'s segments need at most (one element each, padded to whole work-groups of up to 1,024)."""
+    return sum(math.prod(m.shape) + 1024 for m in getattr(g, "members", [g]))
+
+
 def _fits(ctx, a, b) -> bool:
+    """Whether ``a`` and ``b`` fit one kernel: its buffers within the target's limit, its work-item ids in int32."""
+    if _elements(a) + _elements(b) >= 2 ** 31:
+        return False
     limit = ctx.caps.max_buffers_per_kernel
     return limit is None or len(a.reads | b.reads) + _stores(ctx, a) + _stores(ctx, b) <= limit
 
