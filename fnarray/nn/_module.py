@@ -130,6 +130,19 @@ def _unflatten(aux, children):
     return obj
 
 
+def _refuse_unannotated(module):
+    """An ``__init__`` that set ``self.layers = [...]`` without a class annotation (MLX's style) made an attribute
+    the pytree never sees: ``grad``, ``jit``, ``fa.nn.quantize`` and ``fa.save`` would silently skip its arrays."""
+    names = {f.name for f in dataclasses.fields(module)}
+    stray = [n for n, v in vars(module).items() if n not in names and not n.startswith("_") and _holds_arrays(v)]
+    if stray:
+        cls = type(module).__name__
+        raise TypeError(f"{cls}.__init__ set {', '.join('self.' + n for n in stray)}, holding arrays or modules, "
+                        f"without a class annotation; fnarray modules are dataclasses and only annotated fields "
+                        f"are part of the model (grad, jit, fa.nn.quantize and fa.save would skip it): declare "
+                        f"it in the class body, e.g. `{stray[0]}: list` (docs/from_mlx.md)")
+
+
 class Module:
     """Base class of the layers: an immutable dataclass that is a pytree (see the module docstring).
 
@@ -168,6 +181,7 @@ class Module:
         if missing:
             raise TypeError(f"{type(self).__name__}.__init__ did not set the field(s) {', '.join(missing)}; "
                             "every annotated field needs a value")
+        _refuse_unannotated(self)
         dyn = []
         for f in dataclasses.fields(self):
             static = f.metadata.get("static")

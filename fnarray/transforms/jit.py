@@ -48,7 +48,7 @@ from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
 from fnarray.core.ir import Program
 from fnarray.core.passes import consts_as_inputs, cse
-from fnarray.core.shaped import ShapedArray
+from fnarray.core.shaped import ShapeDtypeStruct, ShapedArray
 from fnarray.devices import nan_check
 from fnarray.devices.array_impl import ArrayImpl, call_fields as _call_fields
 from fnarray.devices.partition import compile_program
@@ -85,6 +85,8 @@ def leaf_aval(x, where="argument") -> ShapedArray:
         return ShapedArray(np.shape(x), dtypes.canonicalize(x.dtype), False)
     if _is_foreign_array(x):
         return leaf_aval(foreign_to_numpy(x), where)
+    if isinstance(x, ShapeDtypeStruct):   # an abstract argument (eval_shape, make_jaxpr, trace/lower)
+        return ShapedArray(x.shape, dtypes.canonicalize(x.dtype), x.weak_type)
     raise TypeError(f"{where} is a {type(x).__name__}, which is not an array; jitted functions take "
                     "arrays (fnarray's, NumPy's, or another library's with __array__ or __dlpack__), scalars "
                     "and pytrees of them. Mark it static with static_argnums or static_argnames if it is "
@@ -1066,5 +1068,29 @@ def make_ir(fun, *, static_argnums=(), static_argnames=()):
     def traced(*args, **kwargs):
         return j.trace(*args, **kwargs).program
     return traced
+
+
+def eval_shape(fun, *args, **kwargs):
+    """The shapes and dtypes of ``fun(*args, **kwargs)`` without computing it (``jax.eval_shape``).
+
+    Args:
+      fun: a function of arrays, scalars and pytrees of them.
+      *args, **kwargs: arrays, scalars or ``fa.ShapeDtypeStruct``s standing for arrays (pytrees of them).
+
+    Returns:
+      ``fun``'s output pytree with a ``fa.ShapeDtypeStruct`` (shape, dtype, weak type) per array.
+
+    Raises:
+      The errors of tracing ``fun`` under ``jit``: ``TypeError`` for an argument that is not an array, scalar
+      or ``ShapeDtypeStruct``, ``ConcretizationError`` when ``fun`` needs a traced value's contents, and the
+      shape and dtype errors ``fun``'s operations raise.
+
+    Example:
+      >>> fa.eval_shape(lambda a: a @ a.T, fa.ShapeDtypeStruct((3, 4), fnp.float32))
+      ShapeDtypeStruct(shape=(3, 3), dtype=float32)
+    """
+    t = Jitted(fun).trace(*args, **kwargs)
+    outs = [ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in t.program.out_avals]
+    return tree_util.tree_unflatten(t.entry.out_tree, outs)
 
 

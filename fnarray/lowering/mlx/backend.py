@@ -104,6 +104,7 @@ general path, whose operations compile nothing here.
 from __future__ import annotations
 
 import importlib
+import threading
 
 import numpy as np
 
@@ -229,8 +230,17 @@ def _only_device(handle) -> bool:
     return handle == mx.cpu and not mx.is_available(mx.gpu)
 
 
+#: The thread that may call ``mx.compile``d functions. MLX 0.32 caches a compiled function's traces per thread;
+#: a thread's cache is destroyed when the thread ends, and when that happens while the interpreter shuts down its
+#: destructor cannot take the GIL and the process aborts ("terminate called without an active exception"; raw MLX:
+#: a function compiled in the main thread and called from four threads aborted 5 runs of 6). Other threads run
+#: the same operations eagerly (same results, without the fusion).
+_COMPILE_THREAD = threading.main_thread().ident
+
+
 class _WarmCompile:
-    """Runs a program eagerly, and through ``mx.compile`` from its ``after``-th call on.
+    """Runs a program eagerly, and through ``mx.compile`` from its ``after``-th call on (in the main thread:
+    ``_COMPILE_THREAD``; other threads keep running it eagerly).
 
     Should MLX fail to compile the program, it keeps running eagerly (same operations, same results).
     """
@@ -241,14 +251,17 @@ class _WarmCompile:
         self.raw, self.fn, self.left, self.handle = fn, fn, after, handle
 
     def __call__(self, bufs):
-        if self.left > 0:  # > 0, not truthy: two threads may both decrement past zero
+        fn = self.fn
+        if threading.get_ident() != _COMPILE_THREAD:
+            fn = self.raw
+        elif self.left > 0:  # > 0, not truthy: two threads may both decrement past zero
             self.left -= 1
             if self.left == 0:
                 return self._switch(bufs)
         if mx.default_device() == self.handle:
-            return self.fn(*bufs)
+            return fn(*bufs)
         with mx.stream(self.handle):
-            return self.fn(*bufs)
+            return fn(*bufs)
 
     def _switch(self, bufs):
         compiled = mx.compile(self.raw)
