@@ -267,6 +267,7 @@ def _lower(name, f, example_args, bake_argnums, state_argnums, device) -> _Lower
     """Trace and schedule one entry point on the webgpu ``device``."""
     from fnarray import tree_util
     from fnarray.export._names import leaf_names, param_names
+    from fnarray.lowering.webgpu.backend import portable_limits
     from fnarray.transforms.jit import Jitted
 
     who = "fnarray.export.webgpu" + (f" (entry {name!r})" if name else "")
@@ -279,7 +280,9 @@ def _lower(name, f, example_args, bake_argnums, state_argnums, device) -> _Lower
     is_state = []
     for i, pname in enumerate(param_names(fun, len(example_args), who)):
         is_state.extend([i in state] * len(leaf_names(pname, example_args[i])))
-    with _fallback_error():
+    # The kernels are scheduled within WebGPU's default limits (8 storage buffers per kernel), which every
+    # browser gives, however many the native device was opened with.
+    with _fallback_error(), portable_limits():
         traced = Jitted(fun).trace(*example_args)
         program, consts = traced.program, traced.consts
         if len(program.invars) != len(leaves):

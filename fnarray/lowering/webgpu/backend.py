@@ -28,10 +28,12 @@ inside any code) is only queued for the pool, which takes it back under the lock
 The pipeline and layout caches are LRUs of ``fnarray.config.kernel_cache_size``.
 
 Limits are read from the device, never assumed. The device is requested with
-WebGPU's default compute limits (``PORTABLE_LIMITS``: 8 storage buffers per
-stage, 256 invocations per work-group...), what every browser gives, even where
-the native adapter allows more, so that an exported bundle runs everywhere; only
-buffer sizes are the adapter's. The scheduler never binds more storage buffers
+WebGPU's default compute limits (``PORTABLE_LIMITS``: 256 invocations per
+work-group...), what every browser gives, even where the native adapter allows
+more; buffer sizes and the storage buffers per stage (up to
+``NATIVE_STORAGE_BUFFERS``: fewer, bigger kernels) are the adapter's.
+``fa.export.webgpu`` schedules within ``portable_limits()`` (8 storage buffers
+per kernel), so that an exported bundle runs everywhere. The scheduler never binds more storage buffers
 than ``maxStorageBuffersPerShaderStage``, a dispatch of more than
 ``maxComputeWorkgroupsPerDimension`` work-groups folds into a second dimension,
 and an array larger than ``maxStorageBufferBindingSize`` cannot be bound: its
@@ -49,6 +51,8 @@ primitive) and, with ``shader-f16``, ``float16``. Other dtypes go through the pa
 from __future__ import annotations
 
 import collections
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import math
@@ -152,6 +156,24 @@ PORTABLE_LIMITS = {
     "max-compute-workgroups-per-dimension": 65535,
     "max-bind-groups": 4,
 }
+#: Storage buffers per kernel asked of a native adapter, up to what it offers (lavapipe: 32), where
+#: ``PORTABLE_LIMITS`` would give 8: more buffers per kernel let the scheduler fuse more, and on lavapipe each
+#: launch costs ~0.1-0.7 ms of waiting (the digits MLP step: 24 launches at 8, 15 at 32, 9.0 -> 3.7 ms wall,
+#: tenth session). ``fa.export.webgpu`` schedules under ``portable_limits()`` (8), so bundles run everywhere.
+NATIVE_STORAGE_BUFFERS = 32
+_PORTABLE = contextvars.ContextVar("fnarray_webgpu_portable", default=False)
+
+
+@contextlib.contextmanager
+def portable_limits():
+    """Within the block, the webgpu backend's ``capabilities`` are WebGPU's default limits (``PORTABLE_LIMITS``:
+    8 storage buffers per kernel) whatever the native device was opened with: ``fa.export.webgpu`` schedules a
+    browser bundle's kernels under it. Per thread and per context (a ``contextvars`` variable)."""
+    token = _PORTABLE.set(True)
+    try:
+        yield
+    finally:
+        _PORTABLE.reset(token)
 
 
 def _tuning_facts(gpu) -> tuple:
@@ -307,6 +329,9 @@ class _GPU:
         # The compute limits every WebGPU implementation (a browser included) gives by default: the device
         # is made with those, so kernels that run here run everywhere. Buffer sizes are the adapter's.
         want = {k: min(v, lim[k]) for k, v in PORTABLE_LIMITS.items() if k in lim}
+        key = "max-storage-buffers-per-shader-stage"
+        if key in lim:   # more per kernel where the adapter has them; exports schedule with PORTABLE_LIMITS
+            want[key] = max(want[key], min(NATIVE_STORAGE_BUFFERS, lim[key]))
         want.update({k: lim[k] for k in ("max-storage-buffer-binding-size", "max-buffer-size") if k in lim})
         feats = ["shader-f16"] if self.has_f16 else []
         # Timestamp queries only serve the profiler (kernel device times); asked for where offered.
@@ -786,27 +811,34 @@ class WebGPUBackend(Backend):
     def capabilities(self, device=None) -> Capabilities:
         caps = self._caps
         if caps is None:
-            lim = self.gpu.limits
-            ds = set(_BASE_DTYPES)
-            if self.gpu.has_f16:
-                ds.add(_F16)
-            caps = Capabilities(
-                dtypes=frozenset(ds),
-                max_buffers_per_kernel=lim["max-storage-buffers-per-shader-stage"],
-                max_workgroup_size=min(lim["max-compute-invocations-per-workgroup"],
-                                       lim["max-compute-workgroup-size-x"]),
-                max_dispatch=lim["max-compute-workgroups-per-dimension"],
-                local_memory=True, local_memory_bytes=int(lim.get("max-compute-workgroup-storage-size", 16384)),
-                atomics=False, tiling_pays=self.gpu.adapter_type.lower() != "cpu",
-                control_flow="host", max_buffer_bytes=int(lim["max-buffer-size"]),
-                max_loop_iterations=_loop_cap(self.gpu.info),
-                # A CPU adapter (lavapipe) runs 4 elements per invocation of a map kernel faster
-                # (docs/performance.md); a GPU keeps one, whose neighbouring invocations read
-                # neighbouring elements.
-                items_per_work_item=4 if self.gpu.adapter_type.lower() == "cpu" else 1,
-                memory_check="compiled", tunable=True, tuning_facts=_tuning_facts(self.gpu))
-            self._caps = caps
+            caps = self._caps = self._native_capabilities()
+        if _PORTABLE.get():
+            portable = PORTABLE_LIMITS["max-storage-buffers-per-shader-stage"]
+            if caps.max_buffers_per_kernel > portable:
+                caps = dataclasses.replace(caps, max_buffers_per_kernel=portable)
         return caps
+
+    def _native_capabilities(self) -> Capabilities:
+        """The ``Capabilities`` of the device as opened (its limits, dtypes, adapter kind)."""
+        lim = self.gpu.limits
+        ds = set(_BASE_DTYPES)
+        if self.gpu.has_f16:
+            ds.add(_F16)
+        return Capabilities(
+            dtypes=frozenset(ds),
+            max_buffers_per_kernel=lim["max-storage-buffers-per-shader-stage"],
+            max_workgroup_size=min(lim["max-compute-invocations-per-workgroup"],
+                                   lim["max-compute-workgroup-size-x"]),
+            max_dispatch=lim["max-compute-workgroups-per-dimension"],
+            local_memory=True, local_memory_bytes=int(lim.get("max-compute-workgroup-storage-size", 16384)),
+            atomics=False, tiling_pays=self.gpu.adapter_type.lower() != "cpu",
+            control_flow="host", max_buffer_bytes=int(lim["max-buffer-size"]),
+            max_loop_iterations=_loop_cap(self.gpu.info),
+            # A CPU adapter (lavapipe) runs 4 elements per invocation of a map kernel faster
+            # (docs/performance.md); a GPU keeps one, whose neighbouring invocations read
+            # neighbouring elements.
+            items_per_work_item=4 if self.gpu.adapter_type.lower() == "cpu" else 1,
+            memory_check="compiled", tunable=True, tuning_facts=_tuning_facts(self.gpu))
 
     def lowers_natively(self, eqn, device):
         prim = eqn.primitive
