@@ -196,23 +196,25 @@ class QuantizedMatmulGroup(EquationGroup):
         ``lid, lid + wg, ...`` of the row, dequantized in registers (``scale * dot + bias * sum(x)``)."""
         xs, ws, ss, bs = names
         xdt = self.eqn.inputs[0].aval.dtype
-        gs, bits = self.eqn.params["group_size"], self.eqn.params["bits"]
-        words, chunks, per_group = k * bits // 32, k // 32, gs // 32
+        gs, bits, mode = self.eqn.params["group_size"], self.eqn.params["bits"], self.eqn.params["mode"]
+        ce = min(32, gs)   # elements per chunk: 32, or nvfp4's group of 16
+        cw = ce * bits // 32
+        words, chunks, per_group = k * bits // 32, k // ce, gs // ce
         mask = const((1 << bits) - 1, UINT32)
         wrow = b.let(op("mul", col, const(words, INT32)), "wrow")
         grow = b.let(op("mul", col, const(k // gs, INT32)), "grow")
         x_rows = [b.let(op("mul", r, const(k, INT32)), "xrow") for r in row_ids]
         partial = [b.var(acc, const(0, acc), "part") for _ in row_ids]
         with b.loop(lid, const(chunks, INT32), const(_COOPERATIVE_WG, INT32), hint="c") as c:
-            base_w = b.let(op("add", wrow, op("mul", c, const(bits, INT32))), "wb")
-            wd = [b.load(ws, b.let(op("add", base_w, const(t, INT32))), UINT32) for t in range(bits)]
+            base_w = b.let(op("add", wrow, op("mul", c, const(cw, INT32))), "wb")
+            wd = [b.load(ws, b.let(op("add", base_w, const(t, INT32))), UINT32) for t in range(cw)]
             gi = b.let(op("add", grow, op("div", c, const(per_group, INT32))), "gi")
             scale, bias = self._group_scale(b, (ss, bs), gi, xdt, acc)
-            base_x = b.let(op("mul", c, const(32, INT32)), "xb")
+            base_x = b.let(op("mul", c, const(ce, INT32)), "xb")
             dots = [b.var(acc, const(0, acc), "dot") for _ in row_ids]
             sums = [b.var(acc, const(0, acc), "xsum") for _ in row_ids]
-            for j in range(32):
-                qf = b.let(_code_value(_element(b, wd, j * bits, bits, mask), acc, bias is None), "q")
+            for j in range(ce):
+                qf = b.let(_code_value(_element(b, wd, j * bits, bits, mask), acc, mode), "q")
                 for r, xr in enumerate(x_rows):
                     xv = self._load_f(b, xs, b.let(op("add", xr, op("add", base_x, const(j, INT32)))), xdt, acc)
                     b.assign(dots[r], op("add", dots[r], op("mul", xv, qf)))
@@ -226,12 +228,13 @@ class QuantizedMatmulGroup(EquationGroup):
         return partial
 
     def _group_scale(self, b, names, gi, xdt, acc):
-        """``(scale, bias)`` of group ``gi`` in ``acc``: the affine format's own, or for mxfp4 (``names[1]`` is
-        ``None``) half the E8M0 scale of the uint8 (``_e8m0_half``, for the doubled E2M1 values of
-        ``_code_value``) and ``None``."""
+        """``(scale, bias)`` of group ``gi`` in ``acc``: the affine format's own, or for a floating mode
+        (``names[1]`` is ``None``) the uint8 scale's value matching ``_float_element`` (``_float_scale``: half the
+        E8M0 scale for mxfp4's doubled E2M1 values) and ``None``."""
         ss, bs = names
         if bs is None:
-            return b.let(_e8m0_half(b.load(ss, gi, np.dtype(np.uint8)), acc), "scale"), None
+            scale = _float_scale(b.load(ss, gi, np.dtype(np.uint8)), self.eqn.params["mode"], acc)
+            return b.let(scale, "scale"), None
         return self._load_f(b, ss, gi, xdt, acc), self._load_f(b, bs, gi, xdt, acc)
 
     def _tiled(self, n, m, k, tile):
@@ -324,7 +327,8 @@ class QuantizedMatmulGroup(EquationGroup):
             gi = b.let(op("add", op("mul", row, const(groups, INT32)), gcol), "gi")
             scale, bias = self._group_scale(b, (ss, bs), gi, xdt, acc)
             for c in range(rn):
-                wv[d, c] = b.let(_dequantized(b, _element(b, wd, c * bits, bits, mask), scale, bias, acc), "wv")
+                wv[d, c] = b.let(_dequantized(b, _element(b, wd, c * bits, bits, mask), scale, bias, acc,
+                                              self.eqn.params["mode"]), "wv")
             for r, xr in enumerate(x_rows):
                 xv[d, r] = self._load_f(b, xs, b.let(op("add", xr, row)), xdt, acc)
         for r in range(len(x_rows)):
@@ -362,7 +366,7 @@ class QuantizedMatmulGroup(EquationGroup):
                 for j0 in range(0, span_elems, u):
                     js = range(j0, min(j0 + u, span_elems))
                     wv = {(j, c): b.let(_dequantized(b, _element(b, wd[c], j * bits, bits, mask), scale[c], bias[c],
-                                                     acc), "wv")
+                                                     acc, p["mode"]), "wv")
                           for j in js for c in range(rn)}
                     xv = {(j, r): self._load_f(b, xs, b.let(op("add", x_rows[r], op("add", xb, const(j, INT32)))),
                                                x.aval.dtype, acc) for j in js for r in range(rm)}
@@ -427,8 +431,9 @@ class QuantizedMatmulGroup(EquationGroup):
                 src = b.let(op("add", op("mul", col, const(groups, INT32)), t), "si")
                 dst = b.let(op("add", op("mul", op("add", op("mul", pn, const(groups, INT32)), t), const(rn, INT32)),
                                       c), "di")
-                if len(ops) == 2:   # mxfp4
-                    b.store(dsts[1], dst, b.let(_e8m0_half(b.load(srcs[1], src, np.dtype(np.uint8)), acc)))
+                if len(ops) == 2:   # a floating mode: the uint8 scale's value (_float_scale)
+                    b.store(dsts[1], dst, b.let(_float_scale(b.load(srcs[1], src, np.dtype(np.uint8)),
+                                                             e.params["mode"], acc)))
                 for k_ in range(1, len(ops)) if len(ops) == 3 else ():
                     b.store(dsts[k_], dst, self._load_f(b, srcs[k_], src, ops[k_].aval.dtype, acc))
         b.name = "quantized_pack"
@@ -581,17 +586,18 @@ def _local_sums(b, partial, lid, wg, acc):
     return [b.load(red, const(r * wg, INT32), acc, "local") for r in range(rows)]
 
 
-def _code_value(q, acc, mxfp4):
-    """The value in ``acc`` of the element code ``q`` (uint32) before its group's scale: the integer, or for mxfp4
-    the doubled E2M1 value (``_e2m1_doubled``)."""
-    return _e2m1_doubled(q, acc) if mxfp4 else Cast(q, acc)
+def _code_value(q, acc, mode):
+    """The value in ``acc`` of the element code ``q`` (uint32) before its group's scale: the integer (affine), or a
+    floating mode's ``_float_element`` (mxfp4's doubled E2M1 value, ...)."""
+    return Cast(q, acc) if mode == "affine" else _float_element(q, mode, acc)
 
 
-def _dequantized(b, q, scale, bias, acc):
+def _dequantized(b, q, scale, bias, acc, mode):
     """The weight of code ``q`` (uint32): ``scale * q + bias`` (affine; ``q`` through int32, as the tiled forms
-    always converted it), or for mxfp4 (``bias`` ``None``, ``scale`` half the E8M0 scale) ``scale * 2 * E2M1[q]``."""
+    always converted it), or for a floating mode (``bias`` ``None``, ``scale`` from ``_float_scale``)
+    ``scale * _float_element(q)`` (mxfp4: half the E8M0 scale times the doubled E2M1 value)."""
     if bias is None:
-        return op("mul", scale, b.let(_e2m1_doubled(q, acc)))
+        return op("mul", scale, b.let(_float_element(q, mode, acc)))
     return op("add", op("mul", scale, b.let(Cast(b.let(Cast(q, INT32)), acc))), bias)
 
 
@@ -693,15 +699,9 @@ def cooperative(caps) -> bool:
 
 
 def unsupported_reason(eqn, caps):
-    """Why the kernels cannot run this ``quantized_matmul`` equation on a target with ``caps``, or ``None``: a
-    product in a form that lacks its mode (``"affine"`` and ``"mxfp4"`` have every form; ``"mxfp8"`` and
-    ``"nvfp4"`` the matrix-vector form only), or a work item's walk longer than the driver's loop limit (lavapipe
-    stops loops silently past it)."""
-    if eqn.params["mode"] not in ("affine", "mxfp4"):
-        m = math.prod(eqn.inputs[0].aval.shape[:-1])
-        if tiled(m, caps) or (eqn.params["transpose"] and cooperative(caps)):   # _tiled, _tiled_columns
-            return (f"quantized_matmul mode={eqn.params['mode']!r} has the matrix-vector kernel only (up to "
-                    f"{ROWS} rows of x on a CPU device); the tiled and cooperative forms have 'affine' and 'mxfp4'")
+    """Why the kernels cannot run this ``quantized_matmul`` equation on a target with ``caps``, or ``None``: a work
+    item's walk longer than the driver's loop limit (lavapipe stops loops silently past it). Every mode (affine,
+    mxfp4, mxfp8, nvfp4) has every form."""
     limit = getattr(caps, "max_loop_iterations", None)
     k = eqn.inputs[0].aval.shape[-1]
     steps = k // 32 if eqn.params["transpose"] else k
