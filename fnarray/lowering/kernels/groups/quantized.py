@@ -249,7 +249,8 @@ class QuantizedMatmulGroup(EquationGroup):
         gs, bits = p["group_size"], p["bits"]
         rm, rn = tile["rm"], tile["rn"]
         acc = _acc_dtype(e.outputs[0].aval.dtype)
-        words, groups = k * bits // 32, k // gs
+        panel_bits = 16 if _float_panels(p["mode"]) else bits   # the floating modes' panels: bfloat16 values
+        words, groups = k * panel_bits // 32, k // gs
         npan = -(-n // rn)
         pack, wspec, sspec, bspec = self._pack_launch(n, words, groups, rn, npan, acc, tile)
         wx = min(tile["wx"], _pow2_at_least(npan))
@@ -348,9 +349,14 @@ class QuantizedMatmulGroup(EquationGroup):
         rm, rn, u = tile["rm"], tile["rn"], tile["u"]
         acc = _acc_dtype(self.eqn.outputs[0].aval.dtype)
         x = self.eqn.inputs[0]
-        # A span: the fewest whole words holding whole elements (1 word of 2, 4 or 8 bits; 3 of 3 or 6 bits...).
+        bf16 = _float_panels(p["mode"])
+        bits = 16 if bf16 else bits
+        # A span: the fewest whole words holding whole elements (1 word of 2, 4 or 8 bits; 3 of 3 or 6 bits...);
+        # bfloat16 panels: enough words for ``u`` elements inside a group.
         span_bits = bits * 32 // math.gcd(bits, 32)
         span_words, span_elems = span_bits // 32, span_bits // bits
+        while bf16 and span_elems < u and gs % (2 * span_elems) == 0:
+            span_words, span_elems = 2 * span_words, 2 * span_elems
         mask = const((1 << bits) - 1, UINT32)
         with b.loop(const(0, INT32), const(groups, INT32), hint="g") as g:
             gi = b.let(op("add", sbase, op("mul", g, const(rn, INT32))), "gi")
@@ -365,7 +371,8 @@ class QuantizedMatmulGroup(EquationGroup):
                 xb = b.let(op("mul", span, const(span_elems, INT32)), "xb")
                 for j0 in range(0, span_elems, u):
                     js = range(j0, min(j0 + u, span_elems))
-                    wv = {(j, c): b.let(_dequantized(b, _element(b, wd[c], j * bits, bits, mask), scale[c], bias[c],
+                    wv = {(j, c): b.let(_bf16_element(b, wd[c], j, scale[c], acc) if bf16 else
+                                        _dequantized(b, _element(b, wd[c], j * bits, bits, mask), scale[c], bias[c],
                                                      acc, p["mode"]), "wv")
                           for j in js for c in range(rn)}
                     xv = {(j, r): self._load_f(b, xs, b.let(op("add", x_rows[r], op("add", xb, const(j, INT32)))),
@@ -418,8 +425,22 @@ class QuantizedMatmulGroup(EquationGroup):
         for spec, dt in ((wspec, np.dtype(np.uint32)), (sspec, acc), (bspec, acc))[:len(ops)]:
             dsts.append(b.buffer(spec, dt, True, "out"))
             args[dsts[-1]] = spec
+        mode = e.params["mode"]
+        if _float_panels(mode):
+            gsize, lsize = self._pack_floats(b, srcs, dsts, (n, words, groups, rn, npan), acc)
+        else:
+            gsize, lsize = self._pack_words(b, srcs, dsts, (n, words, groups, rn, npan), acc)
+        b.name = "quantized_pack"
+        return make_launch(b, args, {}, gsize, lsize, [], "copy"), wspec, sspec, bspec
+
+    def _pack_words(self, b, srcs, dsts, sizes, acc):
+        """``_pack_launch``'s body for the affine mode (and the floating ones with ``FLOAT_PANELS`` off): a work item
+        per panel word, copied; the scales and biases of its position (below ``groups``) converted to ``acc`` (a
+        floating mode's uint8 scale as ``_float_scale``'s value). Returns the launch sizes."""
+        n, words, groups, rn, npan = sizes
+        ops = self.eqn.inputs[1:]
         items = npan * words * rn
-        gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
+        gid, gsize, lsize = self.ctx.gid(b, items, self.ctx.wg)
         with b.when(op("lt", gid, const(items, INT32))):
             c = b.let(op("rem", gid, const(rn, INT32)), "c")
             t = b.let(op("rem", op("div", gid, const(rn, INT32)), const(words, INT32)), "t")
@@ -431,13 +452,53 @@ class QuantizedMatmulGroup(EquationGroup):
                 src = b.let(op("add", op("mul", col, const(groups, INT32)), t), "si")
                 dst = b.let(op("add", op("mul", op("add", op("mul", pn, const(groups, INT32)), t), const(rn, INT32)),
                                       c), "di")
-                if len(ops) == 2:   # a floating mode: the uint8 scale's value (_float_scale)
+                if len(ops) == 2:   # a floating mode (FLOAT_PANELS off): the uint8 scale's value (_float_scale)
                     b.store(dsts[1], dst, b.let(_float_scale(b.load(srcs[1], src, np.dtype(np.uint8)),
-                                                             e.params["mode"], acc)))
+                                                             self.eqn.params["mode"], acc)))
                 for k_ in range(1, len(ops)) if len(ops) == 3 else ():
                     b.store(dsts[k_], dst, self._load_f(b, srcs[k_], src, ops[k_].aval.dtype, acc))
-        b.name = "quantized_pack"
-        return make_launch(b, args, {}, gsize, lsize, [], "copy"), wspec, sspec, bspec
+        return gsize, lsize
+
+    def _pack_floats(self, b, srcs, dsts, sizes, acc):
+        """``_pack_launch``'s body for a floating mode (``_float_panels``): a work item per packed source word of
+        a panel column (``32 / bits`` codes), each code decoded once (``_float_element``, constant shifts) and
+        written as bfloat16 bits, two to a panel word (the first low; exact: E2M1 and E4M3 values have at most 4
+        significant bits); the uint8 scale of its position (below ``groups``) as ``_float_scale``'s value. Every
+        work item computes (past the end on the last one) and only the stores are guarded, so PoCL vectorises
+        it across work items. Returns the launch sizes."""
+        n, words, groups, rn, npan = sizes
+        mode, bits = self.eqn.params["mode"], self.eqn.params["bits"]
+        src_words = math.prod(self.eqn.inputs[1].aval.shape[1:])   # words of one weight row
+        per = 32 // bits // 2   # panel words per source word
+        items = npan * src_words * rn
+        gid, gsize, lsize = self.ctx.gid(b, items, self.ctx.wg)
+        inside = b.let(op("lt", gid, const(items, INT32)), "inside")
+        item = b.let(select(inside, gid, const(items - 1, INT32)), "item")
+        c = b.let(op("rem", item, const(rn, INT32)), "c")
+        sw = b.let(op("rem", op("div", item, const(rn, INT32)), const(src_words, INT32)), "sw")
+        pn = b.let(op("div", item, const(rn * src_words, INT32)), "pn")
+        col = b.let(op("add", op("mul", pn, const(rn, INT32)), c), "col")
+        col = b.let(select(op("lt", col, const(n, INT32)), col, const(n - 1, INT32)), "col")
+        wd = b.load(srcs[0], b.let(op("add", op("mul", col, const(src_words, INT32)), sw)), UINT32)
+        mask = const((1 << bits) - 1, UINT32)
+        vals = [b.let(Bitcast(_float_element(_element(b, [wd], j * bits, bits, mask), mode, F32), UINT32), "fv")
+                for j in range(32 // bits)]
+        base = b.let(op("add", op("mul", pn, const(words * rn, INT32)),
+                        op("add", op("mul", sw, const(per * rn, INT32)), c)), "dw")
+        svals = b.let(_float_scale(b.load(srcs[1], b.let(op("add", op("mul", col, const(groups, INT32)),
+                                                                   select(op("lt", sw, const(groups, INT32)), sw,
+                                                                          const(groups - 1, INT32)))),
+                                          np.dtype(np.uint8)), mode, acc), "sv")
+        with b.when(inside):
+            for t in range(per):
+                b.store(dsts[0], b.let(op("add", base, const(t * rn, INT32))),
+                        op("or", op("shr", vals[2 * t], const(16, UINT32)),
+                           op("and", vals[2 * t + 1], const(0xFFFF0000, UINT32))))
+            with b.when(op("lt", sw, const(groups, INT32))):
+                dst = b.let(op("add", op("mul", op("add", op("mul", pn, const(groups, INT32)), sw), const(rn, INT32)),
+                                      c), "di")
+                b.store(dsts[1], dst, svals)
+        return gsize, lsize
 
     def _load_f(self, b, name, index, dtype, acc):
         v = b.load(name, index, dtype)
@@ -602,6 +663,14 @@ def _dequantized(b, q, scale, bias, acc, mode):
 
 
 
+def _bf16_element(b, words, j, scale, acc):
+    """``scale`` times element ``j`` of a span of bfloat16 panel ``words`` (two to a word, the first low): the
+    element's bits moved to the top of a float32 (``_float_panels``)."""
+    w = words[j // 2]
+    v = Bitcast(op("shl", w, const(16, UINT32)) if j % 2 == 0 else op("and", w, const(0xFFFF0000, UINT32)), F32)
+    return op("mul", scale, b.let(Cast(v, acc) if acc != F32 else v))
+
+
 def _element(b, words, start, bits, mask):
     """The ``bits``-bit integer at bit ``start`` of a chunk held in ``words`` (constant shifts only)."""
     t, s = divmod(start, 32)
@@ -617,13 +686,35 @@ def _element(b, words, start, bits, mask):
 _E2M1_DOUBLED_NIBBLES = 0xC8643210
 
 
-def _e2m1_doubled(q, acc):
+def _e2m1_doubled_lut(q, acc):
     """Twice the value of the E2M1 code ``q`` (uint32 below 16) in ``acc``: the doubled magnitude from a constant's
-    nibble, negated for sign bit 3 (exact; half the scale restores it, ``_e8m0_half``)."""
+    nibble, negated for sign bit 3 (exact; half the scale restores it, ``_e8m0_half``). The decode of before
+    ``_e2m1_doubled`` (``E2M1_BITS`` off)."""
     t = Cast(op("and", op("shr", const(_E2M1_DOUBLED_NIBBLES, UINT32),
                           op("shl", op("and", q, const(7, UINT32)), const(2, UINT32))), const(15, UINT32)), INT32)
     neg = op("ne", op("and", q, const(8, UINT32)), const(0, UINT32))
     return Cast(select(neg, op("neg", t), t), acc)
+
+
+#: Whether ``_e2m1_doubled`` builds the float's bits with integer ops (on) or converts a constant's nibble (off:
+#: ``_e2m1_doubled_lut``, the decode of before, whose per-lane shift of a constant made mxfp4's panel copy 2.1 ms
+#: of 3.5 on PoCL 3.0 at 1024 x 1024; ``benchmarks/quantized_tiles.py --before``).
+E2M1_BITS = True
+
+
+def _e2m1_doubled(q, acc):
+    """Twice the value of the E2M1 code ``q`` (uint32 below 16) in ``acc``, exact (half the scale restores it,
+    ``_e8m0_half``): the float32 bits built with integer ops, no table and no conversion. A magnitude code ``c``
+    (``q & 7``) of 2 or more doubled is ``2**(c >> 1) * (1 + (c & 1) / 2)``, whose bits are ``(c + 254) << 22`` (the
+    exponent ``(c >> 1) + 127`` above the significand's top bit ``c & 1``); 0 and 1 are 0.0 and 1.0,
+    ``c * 0x3F800000``; sign bit 3 moves to bit 31 (code 8 is -0.0)."""
+    if not E2M1_BITS:
+        return _e2m1_doubled_lut(q, acc)
+    mag = op("and", q, const(7, UINT32))
+    bits = select(op("lt", mag, const(2, UINT32)), op("mul", mag, const(0x3F800000, UINT32)),
+                  op("shl", op("add", mag, const(254, UINT32)), const(22, UINT32)))
+    v = Bitcast(op("or", bits, op("shl", op("and", q, const(8, UINT32)), const(28, UINT32))), F32)
+    return Cast(v, acc) if acc != F32 else v
 
 
 def _e8m0_half(s, acc):
@@ -674,6 +765,18 @@ def _pow2_at_least(n: int) -> int:
     while p < n:
         p *= 2
     return p
+
+
+#: Whether the floating modes' tiled form (``_tiled``) lays its panels out as bfloat16 values (the copy kernel decodes
+#: each code once; the product kernel's decode is one shift or mask) instead of the packed codes (decoded per element
+#: in the product kernel: E4M3 made mxfp8's product 26x slower than affine's on PoCL 3.0). Off: the form of before
+#: (``benchmarks/quantized_tiles.py --before``).
+FLOAT_PANELS = True
+
+
+def _float_panels(mode) -> bool:
+    """Whether the tiled form of ``mode`` holds bfloat16 values in its panels (``FLOAT_PANELS``, floating modes)."""
+    return FLOAT_PANELS and mode != "affine"
 
 
 #: Rows of ``x`` above which a product takes a tiled form (at most ``ROWS``: the matrix-vector form).
