@@ -8,8 +8,9 @@ read back each call) of: float32 ``x @ W.T`` on the device, each mode on numpy:0
 reference dequantizes blocks of weight rows and calls BLAS) and each mode on the device with
 ``fallback="error"``. With ``--before`` each floating mode is also compiled in the same process as before the
 tenth session (``quantized.FLOAT_PANELS`` and ``E2M1_BITS`` off: the panels hold the packed codes, decoded per
-element in the product kernel, E2M1 from a constant's nibbles), so before and after are interleaved too. Times are process CPU ms (steadier than
-wall time on a loaded machine, docs/traps.md); the load average is printed first.
+element in the product kernel, E2M1 from a constant's nibbles), so before and after are interleaved too. Times
+are process CPU ms (steadier than wall time on a loaded machine, docs/traps.md); the load average is printed
+first.
 
     PYTHONPATH=. python benchmarks/quantized_tiles.py [--size 1024] [--rows 256] [--number 7]
         [--devices opencl:0,webgpu:0] [--modes affine,mxfp4,mxfp8,nvfp4] [--before]
