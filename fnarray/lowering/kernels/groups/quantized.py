@@ -249,7 +249,7 @@ class QuantizedMatmulGroup(EquationGroup):
         gs, bits = p["group_size"], p["bits"]
         rm, rn = tile["rm"], tile["rn"]
         acc = _acc_dtype(e.outputs[0].aval.dtype)
-        panel_bits = 16 if _float_panels(p["mode"]) else bits   # the floating modes' panels: bfloat16 values
+        panel_bits = 16 if _float_panels(p["mode"], self.ctx.caps) else bits   # bfloat16 values or the codes
         words, groups = k * panel_bits // 32, k // gs
         npan = -(-n // rn)
         pack, wspec, sspec, bspec = self._pack_launch(n, words, groups, rn, npan, acc, tile)
@@ -349,7 +349,7 @@ class QuantizedMatmulGroup(EquationGroup):
         rm, rn, u = tile["rm"], tile["rn"], tile["u"]
         acc = _acc_dtype(self.eqn.outputs[0].aval.dtype)
         x = self.eqn.inputs[0]
-        bf16 = _float_panels(p["mode"])
+        bf16 = _float_panels(p["mode"], self.ctx.caps)
         bits = 16 if bf16 else bits
         # A span: the fewest whole words holding whole elements (1 word of 2, 4 or 8 bits; 3 of 3 or 6 bits...);
         # bfloat16 panels: enough words for ``u`` elements inside a group.
@@ -426,7 +426,7 @@ class QuantizedMatmulGroup(EquationGroup):
             dsts.append(b.buffer(spec, dt, True, "out"))
             args[dsts[-1]] = spec
         mode = e.params["mode"]
-        if _float_panels(mode):
+        if _float_panels(mode, ctx.caps):
             gsize, lsize = self._pack_floats(b, srcs, dsts, (n, words, groups, rn, npan), acc)
         else:
             gsize, lsize = self._pack_words(b, srcs, dsts, (n, words, groups, rn, npan), acc)
@@ -767,16 +767,19 @@ def _pow2_at_least(n: int) -> int:
     return p
 
 
-#: Whether the floating modes' tiled form (``_tiled``) lays its panels out as bfloat16 values (the copy kernel decodes
-#: each code once; the product kernel's decode is one shift or mask) instead of the packed codes (decoded per element
-#: in the product kernel: E4M3 made mxfp8's product 26x slower than affine's on PoCL 3.0). Off: the form of before
-#: (``benchmarks/quantized_tiles.py --before``).
+#: Whether the floating modes' tiled form (``_tiled``) on CPU OpenCL devices lays its panels out as bfloat16 values
+#: (the copy kernel decodes each code once; the product kernel's decode is one shift or mask) instead of the packed
+#: codes (decoded per element in the product kernel: E4M3 made mxfp8's product 26x slower than affine's on PoCL 3.0).
+#: Off: the form of before (``benchmarks/quantized_tiles.py --before``).
 FLOAT_PANELS = True
 
 
-def _float_panels(mode) -> bool:
-    """Whether the tiled form of ``mode`` holds bfloat16 values in its panels (``FLOAT_PANELS``, floating modes)."""
-    return FLOAT_PANELS and mode != "affine"
+def _float_panels(mode, caps) -> bool:
+    """Whether the tiled form of ``mode`` holds bfloat16 values in its panels (``FLOAT_PANELS``): floating modes on
+    CPU OpenCL devices (``uniform_guard``). lavapipe took 1.4x longer with them (four times the panel bytes: 110 ms
+    against 77 at 256 rows of 1024 x 1024 mxfp4), and a GPU's memory is its bottleneck more than its arithmetic, so
+    they keep the codes, decoded in registers."""
+    return FLOAT_PANELS and mode != "affine" and bool(getattr(caps, "uniform_guard", False))
 
 
 #: Rows of ``x`` above which a product takes a tiled form (at most ``ROWS``: the matrix-vector form).
