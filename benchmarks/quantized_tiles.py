@@ -7,9 +7,8 @@ x columns). Per device, one interleaved run (best of ``--number`` alternating ca
 read back each call) of: float32 ``x @ W.T`` on the device, each mode on numpy:0 (what a fallback runs: the
 reference dequantizes blocks of weight rows and calls BLAS) and each mode on the device with
 ``fallback="error"``. With ``--before`` each floating mode is also compiled in the same process as before the
-tenth session (``quantized.FLOAT_PANELS`` and ``E2M1_BITS`` off: the panels hold the packed codes, decoded per
-element in the product kernel, E2M1 from a constant's nibbles: "old") and with the packed codes in the panels
-and the new E2M1 decode ("codes"), so before and after are interleaved too. Times
+tenth session ("old": ``quantized.FLOAT_PANELS`` off, the panels hold the packed codes, decoded per element in
+the product kernel), so before and after are interleaved too. Times
 are process CPU ms (steadier than wall time on a loaded machine, docs/traps.md); the load average is printed
 first.
 
@@ -55,15 +54,14 @@ def _calls(fa, dev, n, rows, modes, before):
         opts = dict(group_size=32, bits=4) if mode == "affine" else {}
         parts = [np.asarray(a) for a in fa.quantize(w, mode=mode, **opts)]
         cols.append((f"{mode} np", _product(fa, cpu, x, parts, mode, opts)))
-        variants = (("old", False, False), ("codes", False, True)) if before and mode != "affine" else ()
-        for label, panels, bits in variants:
-            Q.FLOAT_PANELS, Q.E2M1_BITS = panels, bits
+        if before and mode != "affine":
+            Q.FLOAT_PANELS = False
             try:
                 call = _product(fa, dev, x, parts, mode, opts)
-                call()   # compiled now, with the old panels and E2M1 decode
+                call()   # compiled now, with the codes in the panels
             finally:
-                Q.FLOAT_PANELS = Q.E2M1_BITS = True
-            cols.append((f"{mode} {label}", call))
+                Q.FLOAT_PANELS = True
+            cols.append((f"{mode} old", call))
         cols.append((mode, _product(fa, dev, x, parts, mode, opts)))
     out = []
     for label, call in cols:

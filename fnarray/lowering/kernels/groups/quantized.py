@@ -461,8 +461,8 @@ class QuantizedMatmulGroup(EquationGroup):
 
     def _pack_floats(self, b, srcs, dsts, sizes, acc):
         """``_pack_launch``'s body for a floating mode (``_float_panels``): a work item per packed source word of
-        a panel column (``32 / bits`` codes), each code decoded once (``_float_element``, constant shifts) and
-        written as bfloat16 bits, two to a panel word (the first low; exact: E2M1 and E4M3 values have at most 4
+        a panel column (``32 / bits`` codes), each code decoded once (``_float_bits``, constant shifts) and written
+        as bfloat16 bits, two to a panel word (the first low; exact: E2M1 and E4M3 values have at most 4
         significant bits); the uint8 scale of its position (below ``groups``) as ``_float_scale``'s value. Every
         work item computes (past the end on the last one) and only the stores are guarded, so PoCL vectorises
         it across work items. Returns the launch sizes."""
@@ -481,8 +481,7 @@ class QuantizedMatmulGroup(EquationGroup):
         col = b.let(select(op("lt", col, const(n, INT32)), col, const(n - 1, INT32)), "col")
         wd = b.load(srcs[0], b.let(op("add", op("mul", col, const(src_words, INT32)), sw)), UINT32)
         mask = const((1 << bits) - 1, UINT32)
-        vals = [b.let(Bitcast(_float_element(_element(b, [wd], j * bits, bits, mask), mode, F32), UINT32), "fv")
-                for j in range(32 // bits)]
+        vals = [b.let(_float_bits(_element(b, [wd], j * bits, bits, mask), mode), "fv") for j in range(32 // bits)]
         base = b.let(op("add", op("mul", pn, const(words * rn, INT32)),
                         op("add", op("mul", sw, const(per * rn, INT32)), c)), "dw")
         svals = b.let(_float_scale(b.load(srcs[1], b.let(op("add", op("mul", col, const(groups, INT32)),
@@ -686,35 +685,28 @@ def _element(b, words, start, bits, mask):
 _E2M1_DOUBLED_NIBBLES = 0xC8643210
 
 
-def _e2m1_doubled_lut(q, acc):
+def _e2m1_doubled(q, acc):
     """Twice the value of the E2M1 code ``q`` (uint32 below 16) in ``acc``: the doubled magnitude from a constant's
-    nibble, negated for sign bit 3 (exact; half the scale restores it, ``_e8m0_half``). The decode of before
-    ``_e2m1_doubled`` (``E2M1_BITS`` off)."""
+    nibble, negated for sign bit 3 (exact; half the scale restores it, ``_e8m0_half``)."""
     t = Cast(op("and", op("shr", const(_E2M1_DOUBLED_NIBBLES, UINT32),
                           op("shl", op("and", q, const(7, UINT32)), const(2, UINT32))), const(15, UINT32)), INT32)
     neg = op("ne", op("and", q, const(8, UINT32)), const(0, UINT32))
     return Cast(select(neg, op("neg", t), t), acc)
 
 
-#: Whether ``_e2m1_doubled`` builds the float's bits with integer ops (on) or converts a constant's nibble (off:
-#: ``_e2m1_doubled_lut``, the decode of before, whose per-lane shift of a constant made mxfp4's panel copy 2.1 ms
-#: of 3.5 on PoCL 3.0 at 1024 x 1024; ``benchmarks/quantized_tiles.py --before``).
-E2M1_BITS = True
-
-
-def _e2m1_doubled(q, acc):
-    """Twice the value of the E2M1 code ``q`` (uint32 below 16) in ``acc``, exact (half the scale restores it,
-    ``_e8m0_half``): the float32 bits built with integer ops, no table and no conversion. A magnitude code ``c``
-    (``q & 7``) of 2 or more doubled is ``2**(c >> 1) * (1 + (c & 1) / 2)``, whose bits are ``(c + 254) << 22`` (the
-    exponent ``(c >> 1) + 127`` above the significand's top bit ``c & 1``); 0 and 1 are 0.0 and 1.0,
-    ``c * 0x3F800000``; sign bit 3 moves to bit 31 (code 8 is -0.0)."""
-    if not E2M1_BITS:
-        return _e2m1_doubled_lut(q, acc)
+def _e2m1_doubled_bits(q):
+    """``_e2m1_doubled``'s value as float32 bits (uint32) built with integer ops, no table and no conversion: a
+    magnitude code ``c`` (``q & 7``) of 2 or more doubled is ``2**(c >> 1) * (1 + (c & 1) / 2)``, whose bits are
+    ``(c + 254) << 22`` (the exponent ``(c >> 1) + 127`` above the significand's top bit ``c & 1``); 0 and 1 are 0.0
+    and 1.0, ``-c & 0x3F800000``; sign bit 3 moves to bit 31 (code 8 is -0.0). In the tiled form's copy kernel
+    (``_pack_floats``) it took mxfp4's copy from 3.5 to 2.1 ms on PoCL 3.0 (1024 x 1024); in the product kernels
+    the table was as fast or faster (256 rows of the tiled form with the codes: 18.3 ms against 14.7), so they keep
+    ``_e2m1_doubled``."""
     mag = op("and", q, const(7, UINT32))
-    bits = select(op("lt", mag, const(2, UINT32)), op("mul", mag, const(0x3F800000, UINT32)),
-                  op("shl", op("add", mag, const(254, UINT32)), const(22, UINT32)))
-    v = Bitcast(op("or", bits, op("shl", op("and", q, const(8, UINT32)), const(28, UINT32))), F32)
-    return Cast(v, acc) if acc != F32 else v
+    small = op("and", op("sub", const(0, UINT32), mag), const(0x3F800000, UINT32))
+    normal = op("shl", op("add", mag, const(254, UINT32)), const(22, UINT32))
+    low = select(op("lt", mag, const(2, UINT32)), small, normal)
+    return op("or", low, op("shl", op("and", q, const(8, UINT32)), const(28, UINT32)))
 
 
 def _e8m0_half(s, acc):
@@ -749,6 +741,12 @@ def _float_element(q, mode, acc):
     """The value a floating mode's element code ``q`` (uint32) stands for, in ``acc``, before ``_float_scale``:
     E2M1 doubled (mxfp4, nvfp4: ``_e2m1_doubled``) or E4M3 (mxfp8)."""
     return _e4m3_value(q, acc) if mode == "mxfp8" else _e2m1_doubled(q, acc)
+
+
+def _float_bits(q, mode):
+    """``_float_element``'s float32 value as its bits (uint32): E2M1 doubled from integer ops
+    (``_e2m1_doubled_bits``), E4M3 through ``_e4m3_value``."""
+    return Bitcast(_e4m3_value(q, F32), UINT32) if mode == "mxfp8" else _e2m1_doubled_bits(q)
 
 
 def _float_scale(s, mode, acc):
