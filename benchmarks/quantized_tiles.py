@@ -13,7 +13,9 @@ are process CPU ms (steadier than wall time on a loaded machine, docs/traps.md);
 first.
 
     PYTHONPATH=. python benchmarks/quantized_tiles.py [--size 1024] [--rows 256] [--number 7]
-        [--devices opencl:0,webgpu:0] [--modes affine,mxfp4,mxfp8,nvfp4] [--before]
+        [--devices opencl:0,webgpu:0] [--modes affine,mxfp4,mxfp8,nvfp4] [--before] [--columns]
+
+``--columns`` times ``x @ W`` (``transpose=False``, the ``_tiled_columns`` form, which reads the words in place).
 
 For PoCL 3.1: ``sh benchmarks/pocl31.sh /work/pocl31 run python benchmarks/quantized_tiles.py --devices opencl:0``.
 """
@@ -39,20 +41,26 @@ def _product(fa, dev, x, parts, mode, opts):
     return functools.partial(lambda q, args: np.asarray(q(*args)), q, args)
 
 
-def _calls(fa, dev, n, rows, modes, before):
-    """``(label, call, relative error against float32)`` per column."""
+def _driver(dev):
+    """The OpenCL platform's version (PoCL 3.0 or 3.1); empty for other devices."""
+    return dev.impl.state(dev).cl_device.platform.version if dev.backend == "opencl" else ""
+
+
+def _calls(fa, dev, n, rows, modes, before, columns=False):
+    """``(label, call, relative error against float32)`` per column (``columns``: ``x @ W``, ``transpose=False``)."""
     from fnarray.lowering.kernels.groups import quantized as Q
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
     x = rng.standard_normal((rows, n)).astype(np.float32)
-    ref = x @ w.T
-    f32 = fa.jit(lambda x, w: x @ w.T)
+    ref = x @ (w if columns else w.T)
+    f32 = fa.jit(lambda x, w: x @ (w if columns else w.T))
     xd, wd = fa.device_put(x, dev), fa.device_put(w, dev)
     cols = [("float32", lambda: np.asarray(f32(xd, wd)))]
     cpu = fa.devices("numpy")[0]
     for mode in modes:
         opts = dict(group_size=32, bits=4) if mode == "affine" else {}
         parts = [np.asarray(a) for a in fa.quantize(w, mode=mode, **opts)]
+        opts["transpose"] = not columns
         cols.append((f"{mode} np", _product(fa, cpu, x, parts, mode, opts)))
         if before and mode != "affine":
             Q.FLOAT_PANELS = False
@@ -77,6 +85,7 @@ def main(argv=None):
     ap.add_argument("--devices", default="opencl:0,webgpu:0")
     ap.add_argument("--modes", default="affine,mxfp4,mxfp8,nvfp4")
     ap.add_argument("--before", action="store_true")
+    ap.add_argument("--columns", action="store_true", help="x @ W (transpose=False: the _tiled_columns form)")
     args = ap.parse_args(argv)
     import fnarray as fa
     print(load_line())
@@ -84,11 +93,12 @@ def main(argv=None):
     known = {str(d): d for d in fa.devices(all_backends=True)}
     for name in args.devices.split(","):
         dev = known[name]
-        print(f"{name} ({getattr(dev, 'platform_version', '')})")
+        print(name, _driver(dev))
         for rows in (int(r) for r in args.rows.split(",")):
-            cols = _calls(fa, dev, args.size, rows, args.modes.split(","), args.before)
+            cols = _calls(fa, dev, args.size, rows, args.modes.split(","), args.before, args.columns)
             _, cpu = best_of([c for _, c, _ in cols], args.number)
-            print(f"  {args.size} x {args.size}, {rows} rows, process CPU ms (relative error vs float32):")
+            form = "x @ W" if args.columns else "x @ W.T"
+            print(f"  {args.size} x {args.size}, {rows} rows, {form}, process CPU ms (relative error vs float32):")
             for (label, _, err), t in zip(cols, cpu, strict=True):
                 print(f"    {label:12} {t * 1e3:8.2f}   {err:.4f}")
     print(load_line())

@@ -284,6 +284,11 @@ class QuantizedMatmulGroup(EquationGroup):
         per row): no copy kernel. Neighbouring work items read neighbouring words."""
         e = self.eqn
         gs, bits = e.params["group_size"], e.params["bits"]
+        launches = []
+        if _float_panels(e.params["mode"], self.ctx.caps):   # W as bfloat16 values, decoded once by a copy kernel
+            transcode, wspec = self._transcode_launch(k, n)
+            launches.append(transcode)
+            bits = 16
         span_elems = (bits * 32 // math.gcd(bits, 32)) // bits   # the fewest columns filling whole words
         rn = max(tile["rn"], span_elems)
         rm = max(1, min(tile["rm"], 64 // rn))
@@ -292,6 +297,10 @@ class QuantizedMatmulGroup(EquationGroup):
         wx, wy = min(tile["wx"], _pow2_at_least(npan)), min(tile["wy"], _pow2_at_least(blocks))
         b, args, tracker, em = self._kernel_start()
         xs, ws, ss, bs = tuple(self.input_buffers(b, args)) + (None,) * (4 - len(e.inputs))   # mxfp4: no biases
+        if launches:   # the product reads the copy's words in place of the packed ones
+            del args[ws]
+            ws = b.buffer(wspec, np.dtype(np.uint32), False, "w")
+            args[ws] = wspec
         panel, row0, x_rows = _tile_position(b, npan, rm, m, k)
         wcol = b.let(op("mul", panel, const(rn * bits // 32, INT32)), "wcol")
         gcol = b.let(op("div", op("mul", panel, const(rn, INT32)), const(gs, INT32)), "gcol")
@@ -307,8 +316,39 @@ class QuantizedMatmulGroup(EquationGroup):
                 self._column_rows(b, (xs, ws, ss, bs), x_rows, (kk, wcol, gcol), accs, sizes, 1)
         self._tile_store(b, em, args, accs, acc, row0, (m, n, rn))
         b.name = kernel_name("quantized_ctile", tracker.eqns)
-        return [make_launch(b, args, {}, (-(-npan // wx) * wx, -(-blocks // wy) * wy), (wx, wy), tracker.eqns,
-                            "quantized", fixed_local=True)]
+        return launches + [make_launch(b, args, {}, (-(-npan // wx) * wx, -(-blocks // wy) * wy), (wx, wy),
+                                       tracker.eqns, "quantized", fixed_local=True)]
+
+    def _transcode_launch(self, k, n):
+        """A copy kernel writing ``W``'s codes (``transpose=False``: ``k`` rows of ``n`` packed along the output
+        axis) as bfloat16 values (``_float_bits``), two to a uint32 word, the first low, in the same row-major order:
+        a work item per packed word, every work item computing and only the stores guarded. Returns
+        ``(launch, words spec)``."""
+        ctx = self.ctx
+        e = self.eqn
+        mode, bits = e.params["mode"], e.params["bits"]
+        w = e.inputs[1]
+        spec = ctx.spec(("qcols_w", id(self)), (k, n // 2), np.dtype(np.uint32))
+        b = KernelBuilder("quantized_decode")
+        src = b.buffer(ctx.spec(w), w.aval.dtype, False, "in")
+        dst = b.buffer(spec, np.dtype(np.uint32), True, "out")
+        args = {src: ctx.spec(w), dst: spec}
+        items = k * n * bits // 32
+        per = 32 // bits // 2   # words written per packed word
+        gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
+        inside = b.let(op("lt", gid, const(items, INT32)), "inside")
+        item = b.let(select(inside, gid, const(items - 1, INT32)), "item")
+        wd = b.load(src, item, UINT32)
+        mask = const((1 << bits) - 1, UINT32)
+        vals = [b.let(_float_bits(_element(b, [wd], j * bits, bits, mask), mode), "fv") for j in range(32 // bits)]
+        base = b.let(op("mul", item, const(per, INT32)), "dw")
+        with b.when(inside):
+            for t in range(per):
+                b.store(dst, b.let(op("add", base, const(t, INT32))),
+                        op("or", op("shr", vals[2 * t], const(16, UINT32)),
+                           op("and", vals[2 * t + 1], const(0xFFFF0000, UINT32))))
+        b.name = "quantized_decode"
+        return make_launch(b, args, {}, gsize, lsize, [], "copy"), spec
 
     def _column_rows(self, b, buffers, x_rows, where, accs, sizes, u):
         """``u`` rows ``kk ..`` of ``W`` in ``_tiled_columns``: each row's panel words, scale and bias loaded, its
@@ -319,6 +359,8 @@ class QuantizedMatmulGroup(EquationGroup):
         words, groups, rn, bits = sizes
         xdt = self.eqn.inputs[0].aval.dtype
         acc = _acc_dtype(self.eqn.outputs[0].aval.dtype)
+        bf16 = _float_panels(self.eqn.params["mode"], self.ctx.caps)
+        bits = 16 if bf16 else bits
         mask = const((1 << bits) - 1, UINT32)
         wv, xv = {}, {}
         for d in range(u):
@@ -328,7 +370,8 @@ class QuantizedMatmulGroup(EquationGroup):
             gi = b.let(op("add", op("mul", row, const(groups, INT32)), gcol), "gi")
             scale, bias = self._group_scale(b, (ss, bs), gi, xdt, acc)
             for c in range(rn):
-                wv[d, c] = b.let(_dequantized(b, _element(b, wd, c * bits, bits, mask), scale, bias, acc,
+                wv[d, c] = b.let(_bf16_element(b, wd, c, scale, acc) if bf16 else
+                                 _dequantized(b, _element(b, wd, c * bits, bits, mask), scale, bias, acc,
                                               self.eqn.params["mode"]), "wv")
             for r, xr in enumerate(x_rows):
                 xv[d, r] = self._load_f(b, xs, b.let(op("add", xr, row)), xdt, acc)
