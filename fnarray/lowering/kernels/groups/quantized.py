@@ -30,6 +30,14 @@ computes ``rm x rn`` outputs, each element dequantized once for its ``rm`` rows.
 (``benchmarks/quantized_columns.py``, load 12): 4.6x and 6.5x faster than the matrix-vector form on PoCL 3.0 (0.72x
 and 0.54x float32's register-tiled matmul), 9.3x and 12x on lavapipe (13x and 20x its float32 matmul).
 
+Every mode has every form. The floating modes (mxfp4, mxfp8, nvfp4: no biases, a uint8 scale per group of 32 or
+16) decode their codes in registers from the bits (E2M1 from a constant's nibbles, E4M3 and the scales by moving
+their fields into a float32's). On CPU OpenCL devices (``_float_panels``) their tiled forms decode each code once
+instead, in a copy kernel writing bfloat16 values (exact), so the product kernel's decode is one shift or mask:
+per element of the product the E4M3 decode made mxfp8's tiled form 26x slower than affine's on PoCL 3.0, and
+mxfp4's 1.8x (``benchmarks/quantized_tiles.py``; docs/performance.md "Floating quantized modes in the tiled
+kernels"). lavapipe keeps the codes (the four times larger panels cost it more than the decode).
+
 On GPUs (``cooperative(caps)``: work-group memory, local tiling, no CPU-style guards) a ``transpose=True`` product
 of up to ``ROWS`` rows takes a cooperative form instead: a work-group of 64 per output column, its work items
 taking the row's chunks in turn (neighbouring work items read neighbouring words) and summing their parts in
