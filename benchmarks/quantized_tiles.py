@@ -8,7 +8,8 @@ read back each call) of: float32 ``x @ W.T`` on the device, each mode on numpy:0
 reference dequantizes blocks of weight rows and calls BLAS) and each mode on the device with
 ``fallback="error"``. With ``--before`` each floating mode is also compiled in the same process as before the
 tenth session ("old": ``quantized.FLOAT_PANELS`` off, the panels hold the packed codes, decoded per element in
-the product kernel), so before and after are interleaved too. Times
+the product kernel; ``x @ W`` with the 3 x 16 tile it had, ``DEFAULT_TILE``, instead of ``COLUMNS_TILE``), so before
+and after are interleaved too. Times
 are process CPU ms (steadier than wall time on a loaded machine, docs/traps.md); the load average is printed
 first.
 
@@ -62,13 +63,16 @@ def _calls(fa, dev, n, rows, modes, before, columns=False):
         parts = [np.asarray(a) for a in fa.quantize(w, mode=mode, **opts)]
         opts["transpose"] = not columns
         cols.append((f"{mode} np", _product(fa, cpu, x, parts, mode, opts)))
-        if before and mode != "affine":
+        if before:
+            columns_tile = dict(Q.COLUMNS_TILE)
             Q.FLOAT_PANELS = False
+            Q.COLUMNS_TILE.update(Q.DEFAULT_TILE)
             try:
                 call = _product(fa, dev, x, parts, mode, opts)
-                call()   # compiled now, with the codes in the panels
+                call()   # compiled now, with the codes in the panels and x @ W's tile of before
             finally:
                 Q.FLOAT_PANELS = True
+                Q.COLUMNS_TILE.update(columns_tile)
             cols.append((f"{mode} old", call))
         cols.append((mode, _product(fa, dev, x, parts, mode, opts)))
     out = []

@@ -74,7 +74,7 @@ from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.zero_size import REWRITES, fill
 
 __all__ = ["QuantizedMatmulGroup", "GROUPS", "OPERAND_VIEWS", "ROWS", "LANES", "TILE_TUNABLE", "DEFAULT_TILE",
-           "cooperative", "tiled", "unsupported_reason"]
+           "COLUMNS_TILE", "cooperative", "tiled", "unsupported_reason"]
 
 #: The most rows of ``x`` one work item computes (the batch of a decode step: 1 to 4 rows in one pass).
 ROWS = 4
@@ -90,6 +90,10 @@ LANES = {1: 8}
 #: 6x16 0.94); on PoCL 3.1 4x16 and 6x16 were best (0.68, 0.66; 3x16 0.73); on lavapipe 4x16 u 8 (0.07 of
 #: its float32 matmul; 3x16 0.09).
 DEFAULT_TILE = {"rm": 3, "rn": 16, "u": 4, "wx": 8, "wy": 8}
+#: ``_tiled_columns``' (``x @ W``) default tile: 4 x 16 was best on PoCL 3.0, PoCL 3.1 and lavapipe alike (256 rows of
+#: 1024 x 1024, process CPU ms against 3 x 16: PoCL 3.0 affine 19.7 / 23.6, mxfp4 14.2 / 17.7; PoCL 3.1 affine 15.2
+#: / 19.9, mxfp4 23.4 / 35.2; lavapipe affine 55 / 63, mxfp4 53 / 62; 2x16, 4x8, 3x8 u8 and 6x8 slower).
+COLUMNS_TILE = {"rm": 4, "rn": 16, "u": 4, "wx": 8, "wy": 8}
 TILE_TUNABLE = Tunable("quantized_tile", {"rm": (1, 2, 3, 4, 6), "rn": (8, 16), "u": (4, 8), "wx": (8,), "wy": (8,)},
                        doc="rows x columns per work item, elements per accumulator statement and the work-group "
                            "shape of quantized_matmul's tiled (prefill) kernel",
@@ -126,7 +130,8 @@ class QuantizedMatmulGroup(EquationGroup):
         blocks = -(-m // rows)
         if tiled(m, ctx.caps):
             form = self._tiled if p["transpose"] else self._tiled_columns
-            return ctx.tuned(TILE_TUNABLE, dict(DEFAULT_TILE), lambda t: form(n, m, k, t))
+            return ctx.tuned(TILE_TUNABLE, dict(DEFAULT_TILE if p["transpose"] else COLUMNS_TILE),
+                             lambda t: form(n, m, k, t))
         if p["transpose"] and cooperative(ctx.caps):
             return self._cooperative(n, m, k, rows, blocks)
         b, args, tracker, em = self._kernel_start()
