@@ -711,10 +711,9 @@ def test_float_modes_round_densely_as_mlx(device, mode):
 @pytest.mark.parametrize("mode", FLOAT_MODES)
 @pytest.mark.parametrize("transpose", [True, False])
 def test_float_modes_quantized_matmul_matches_mlx(device, transpose, mode):
-    """Against ``mx.quantized_matmul(mode=...)`` and NumPy in float64 on the dequantized weights; mxfp4 runs with
+    """Against ``mx.quantized_matmul(mode=...)`` and NumPy in float64 on the dequantized weights, every mode with
     ``fallback="error"`` on every backend (opencl and webgpu: the matrix-vector kernel up to 4 rows, the tiled
-    forms for 10; every kernel form: ``test_mxfp4_in_every_kernel_form_matches_mlx``), mxfp8 and nvfp4 on
-    opencl's matrix-vector kernel, their tiled form (10 rows) on numpy:0 (``test_float_kernels_name_the_mode``)."""
+    forms for 10; every kernel form: ``test_float_modes_in_every_kernel_form_match_mlx``)."""
     rng = np.random.default_rng(3)
     w = _weights(40, 256, 32)
     w[5, :40] *= 300.0   # nvfp4's E4M3 scales saturate at 448
@@ -724,13 +723,9 @@ def test_float_modes_quantized_matmul_matches_mlx(device, transpose, mode):
     qmm = fa.jit(functools.partial(fa.quantized_matmul, transpose=transpose, mode=mode))
     args = [fa.device_put(np.array(a), device) for a in (w_q, scales)]
     for shape in ((k,), (3, k), (2, 5, k)):
-        # mxfp4 has every kernel form; mxfp8 and nvfp4 the matrix-vector kernel (up to 4 rows of x) on opencl.
-        native = mode == "mxfp4" or (device.backend != "webgpu" and not (device.backend == "opencl"
-                                                                          and len(shape) > 2))
         x = rng.standard_normal(shape).astype(np.float32)
         want = np.array(mx.quantized_matmul(mx.array(x), w_q, scales, transpose=transpose, mode=mode))
-        with fallback_mode("error" if native else "warn"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", fa.FallbackWarning)
+        with fallback_mode("error"):
             got = qmm(fa.device_put(x, device), *args)
         assert got.shape == want.shape and got.dtype == np.float32
         tol = 2e-5 * np.sqrt(k) * np.abs(wd).max()
@@ -751,7 +746,8 @@ def test_float_modes_decode_every_code(device, transpose):
     """Every E4M3 element code (mxfp8, under scale 2**0), every E8M0 scale (mxfp8, over elements 1.0; 0 and 255
     aside: 2**-127 is subnormal, which XLA flushes, and 2**128 is inf) and every E4M3 scale code (nvfp4, over
     elements 1.0) read back through ``quantized_matmul`` as ``packed.E4M3`` (0x7F and 0xFF are NaN, as MLX's) and
-    ``packed.E8M0``: ``x`` one-hot, so each output is one weight. opencl's kernels decode them from their bits."""
+    ``packed.E8M0``: ``x`` one-hot, so each output is one weight. opencl's and webgpu's kernels decode them from
+    their bits (``fallback="error"``)."""
     from fnarray.lowering.packed import E4M3, E8M0
     codes = np.arange(256, dtype=np.uint8)
     one = {"mxfp8": 0x38, "nvfp4": 2}   # the element code of 1.0
@@ -770,9 +766,7 @@ def test_float_modes_decode_every_code(device, transpose):
             row = np.zeros((256, gs), np.uint8)
             row[:, 0] = q
             w, scales, x = _packed_codes(row.reshape(1, -1), bits), s[None, :], np.ones((1, 1), np.float32)
-        native = device.backend != "webgpu"
-        with fallback_mode("error" if native else "warn"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", fa.FallbackWarning)
+        with fallback_mode("error"):
             got = np.asarray(fa.quantized_matmul(*(fa.device_put(a, device) for a in (x, w, scales)),
                                                  transpose=transpose, mode=mode))
         got = got[0] if transpose else got[0].reshape(256, gs)[:, 0]
@@ -851,32 +845,22 @@ def test_float_modes_errors_name_what_was_given(mode):
             fa.nn.QuantizedLinear(64, 4, mode=mode, key=fa.random.key(0), **bad)
 
 
-@pytest.mark.parametrize("mode", ["mxfp8", "nvfp4"])
-def test_float_kernels_name_the_mode(mode):
-    """mxfp8's and nvfp4's kernel is the matrix-vector form: with ``fallback="error"`` a prefill-sized product
-    (the tiled form) raises naming the mode (mxfp4 has every form: ``test_mxfp4_in_every_kernel_form_matches_mlx``)."""
-    kdevs = [d for d in fa.devices(all_backends=True) if d.backend in ("opencl", "webgpu")]
-    if not kdevs:
-        pytest.skip("no opencl or webgpu device")
-    w_q, scales = fa.quantize(_weights(4, 64, 32), mode=mode)
-    for dev in kdevs:
-        with fallback_mode("error"), pytest.raises(fa.UnsupportedOnDevice, match=mode):
-            fa.jit(functools.partial(fa.quantized_matmul, mode=mode))(
-                *(fa.device_put(a, dev) for a in (np.ones((8, 64), np.float32), w_q, scales)))
-
-
 @pytest.mark.parametrize("kdev", [d for d in fa.devices(all_backends=True) if d.backend in ("opencl", "webgpu")],
                          ids=str)
-def test_mxfp4_in_every_kernel_form_matches_mlx(kdev):
-    """mxfp4 in each ``quantized_matmul`` kernel form, ``fallback="error"``, with an epilogue: the matrix-vector
-    form (1 and 3 rows), the tiled forms (6 and 10 rows; ``transpose=True`` packs the E8M0 scales as floats,
-    ``transpose=False`` reads them in place) and, forced with a GPU's capabilities, the cooperative form (webgpu
-    reads the uint8 scales four to a u32 word). Weights over 60 binades with zero, subnormal and non-finite groups
-    (``_float_weights``), against ``mx.quantized_matmul`` and NumPy in float64, relative to ``|x| @ |W|``."""
+@pytest.mark.parametrize("mode", FLOAT_MODES)
+def test_float_modes_in_every_kernel_form_match_mlx(kdev, mode):
+    """Each floating mode in each ``quantized_matmul`` kernel form, ``fallback="error"``, with an epilogue: the
+    matrix-vector form (1 and 3 rows), the tiled forms (6 and 10 rows; ``transpose=True`` packs the scales as
+    floats, and on CPU OpenCL devices the codes as bfloat16 values; ``transpose=False`` reads the scales in place,
+    there the codes as bfloat16 values from a copy kernel) and, forced with a GPU's capabilities, the cooperative form
+    (webgpu reads the uint8 scales four to a u32 word; nvfp4's chunks are its groups of 16). Weights over 60
+    binades with zero, subnormal and non-finite groups (``_float_weights``), against ``mx.quantized_matmul`` and
+    NumPy in float64, relative to ``|x| @ |W|``."""
     from fnarray.lowering.kernels.groups.quantized import cooperative
-    w = _float_weights(np.float32, "mxfp4")
-    w_q, scales = mx.quantize(mx.array(w), group_size=32, bits=4, mode="mxfp4")
-    wd = np.array(mx.dequantize(w_q, scales, group_size=32, bits=4, mode="mxfp4", dtype=mx.float32), np.float64)
+    gs, bits = _MODE_FORMATS[mode]
+    w = _float_weights(np.float32, mode)
+    w_q, scales = mx.quantize(mx.array(w), group_size=gs, bits=bits, mode=mode)
+    wd = np.array(mx.dequantize(w_q, scales, group_size=gs, bits=bits, mode=mode, dtype=mx.float32), np.float64)
     args = [fa.device_put(np.array(a), kdev) for a in (w_q, scales)]
     rng = np.random.default_rng(11)
     gpu = {"tiling_pays": True} if kdev.backend == "webgpu" else {"matmul_tiling": "local", "uniform_guard": False}
@@ -888,18 +872,20 @@ def test_mxfp4_in_every_kernel_form_matches_mlx(kdev):
             for transpose, rows in itertools.product((True, False), (1, 3, 6, 10)):
                 x = rng.standard_normal((rows, 64)).astype(np.float32)
                 f = fa.jit(lambda x, w, s, t=transpose: fa.nn.relu(fa.quantized_matmul(x, w, s, transpose=t,
-                                                                                       mode="mxfp4")))
+                                                                                       mode=mode)))
                 wt = wd.T if transpose else wd
                 got = np.asarray(f(fa.device_put(x, kdev), *args), np.float64)
-                mlx = np.array(mx.quantized_matmul(mx.array(x), w_q, scales, transpose=transpose, group_size=32,
-                                                   bits=4, mode="mxfp4"), np.float64)
+                mlx = np.array(mx.quantized_matmul(mx.array(x), w_q, scales, transpose=transpose, group_size=gs,
+                                                   bits=bits, mode=mode), np.float64)
                 tol = 1e-6 * (np.abs(x.astype(np.float64)) @ np.abs(wt)) + 1e-37
                 for want in (np.maximum(x.astype(np.float64) @ wt, 0), np.maximum(mlx, 0)):
                     assert np.all(np.abs(got - want) <= tol), (transpose, rows, np.abs(got - want).max())
                 names = [k.name for k in f.lower(fa.device_put(x, kdev), *args).kernels()]
+                # CPU OpenCL devices decode x @ W's codes to bfloat16 once in a copy kernel (_float_panels)
+                decode = ["quantized_decode"] if kdev.backend == "opencl" and not caps else []
                 want_names = (["quantized_wg"] if caps and transpose and rows <= 4 else ["quantized_quantized"]
                               if rows <= 4 else ["quantized_pack", "quantized_tile"] if transpose
-                              else ["quantized_ctile"])
+                              else decode + ["quantized_ctile"])
                 assert [nm[:len(w_)] for nm, w_ in zip(names, want_names)] == want_names, names
                 assert len(names) == len(want_names) and "max" in names[-1], names   # the relu: the epilogue
 

@@ -30,6 +30,14 @@ computes ``rm x rn`` outputs, each element dequantized once for its ``rm`` rows.
 (``benchmarks/quantized_columns.py``, load 12): 4.6x and 6.5x faster than the matrix-vector form on PoCL 3.0 (0.72x
 and 0.54x float32's register-tiled matmul), 9.3x and 12x on lavapipe (13x and 20x its float32 matmul).
 
+Every mode has every form. The floating modes (mxfp4, mxfp8, nvfp4: no biases, a uint8 scale per group of 32 or
+16) decode their codes in registers from the bits (E2M1 from a constant's nibbles, E4M3 and the scales by moving
+their fields into a float32's). On CPU OpenCL devices (``_float_panels``) their tiled forms decode each code once
+instead, in a copy kernel writing bfloat16 values (exact), so the product kernel's decode is one shift or mask:
+per element of the product the E4M3 decode made mxfp8's tiled form 26x slower than affine's on PoCL 3.0, and
+mxfp4's 1.8x (``benchmarks/quantized_tiles.py``; docs/performance.md "Floating quantized modes in the tiled
+kernels"). lavapipe keeps the codes (the four times larger panels cost it more than the decode).
+
 On GPUs (``cooperative(caps)``: work-group memory, local tiling, no CPU-style guards) a ``transpose=True`` product
 of up to ``ROWS`` rows takes a cooperative form instead: a work-group of 64 per output column, its work items
 taking the row's chunks in turn (neighbouring work items read neighbouring words) and summing their parts in
@@ -66,7 +74,7 @@ from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.zero_size import REWRITES, fill
 
 __all__ = ["QuantizedMatmulGroup", "GROUPS", "OPERAND_VIEWS", "ROWS", "LANES", "TILE_TUNABLE", "DEFAULT_TILE",
-           "cooperative", "tiled", "unsupported_reason"]
+           "COLUMNS_TILE", "cooperative", "tiled", "unsupported_reason"]
 
 #: The most rows of ``x`` one work item computes (the batch of a decode step: 1 to 4 rows in one pass).
 ROWS = 4
@@ -82,6 +90,10 @@ LANES = {1: 8}
 #: 6x16 0.94); on PoCL 3.1 4x16 and 6x16 were best (0.68, 0.66; 3x16 0.73); on lavapipe 4x16 u 8 (0.07 of
 #: its float32 matmul; 3x16 0.09).
 DEFAULT_TILE = {"rm": 3, "rn": 16, "u": 4, "wx": 8, "wy": 8}
+#: ``_tiled_columns``' (``x @ W``) default tile: 4 x 16 was best on PoCL 3.0, PoCL 3.1 and lavapipe alike (256 rows of
+#: 1024 x 1024, process CPU ms against 3 x 16: PoCL 3.0 affine 19.7 / 23.6, mxfp4 14.2 / 17.7; PoCL 3.1 affine 15.2
+#: / 19.9, mxfp4 23.4 / 35.2; lavapipe affine 55 / 63, mxfp4 53 / 62; 2x16, 4x8, 3x8 u8 and 6x8 slower).
+COLUMNS_TILE = {"rm": 4, "rn": 16, "u": 4, "wx": 8, "wy": 8}
 TILE_TUNABLE = Tunable("quantized_tile", {"rm": (1, 2, 3, 4, 6), "rn": (8, 16), "u": (4, 8), "wx": (8,), "wy": (8,)},
                        doc="rows x columns per work item, elements per accumulator statement and the work-group "
                            "shape of quantized_matmul's tiled (prefill) kernel",
@@ -118,7 +130,8 @@ class QuantizedMatmulGroup(EquationGroup):
         blocks = -(-m // rows)
         if tiled(m, ctx.caps):
             form = self._tiled if p["transpose"] else self._tiled_columns
-            return ctx.tuned(TILE_TUNABLE, dict(DEFAULT_TILE), lambda t: form(n, m, k, t))
+            return ctx.tuned(TILE_TUNABLE, dict(DEFAULT_TILE if p["transpose"] else COLUMNS_TILE),
+                             lambda t: form(n, m, k, t))
         if p["transpose"] and cooperative(ctx.caps):
             return self._cooperative(n, m, k, rows, blocks)
         b, args, tracker, em = self._kernel_start()
@@ -196,23 +209,25 @@ class QuantizedMatmulGroup(EquationGroup):
         ``lid, lid + wg, ...`` of the row, dequantized in registers (``scale * dot + bias * sum(x)``)."""
         xs, ws, ss, bs = names
         xdt = self.eqn.inputs[0].aval.dtype
-        gs, bits = self.eqn.params["group_size"], self.eqn.params["bits"]
-        words, chunks, per_group = k * bits // 32, k // 32, gs // 32
+        gs, bits, mode = self.eqn.params["group_size"], self.eqn.params["bits"], self.eqn.params["mode"]
+        ce = min(32, gs)   # elements per chunk: 32, or nvfp4's group of 16
+        cw = ce * bits // 32
+        words, chunks, per_group = k * bits // 32, k // ce, gs // ce
         mask = const((1 << bits) - 1, UINT32)
         wrow = b.let(op("mul", col, const(words, INT32)), "wrow")
         grow = b.let(op("mul", col, const(k // gs, INT32)), "grow")
         x_rows = [b.let(op("mul", r, const(k, INT32)), "xrow") for r in row_ids]
         partial = [b.var(acc, const(0, acc), "part") for _ in row_ids]
         with b.loop(lid, const(chunks, INT32), const(_COOPERATIVE_WG, INT32), hint="c") as c:
-            base_w = b.let(op("add", wrow, op("mul", c, const(bits, INT32))), "wb")
-            wd = [b.load(ws, b.let(op("add", base_w, const(t, INT32))), UINT32) for t in range(bits)]
+            base_w = b.let(op("add", wrow, op("mul", c, const(cw, INT32))), "wb")
+            wd = [b.load(ws, b.let(op("add", base_w, const(t, INT32))), UINT32) for t in range(cw)]
             gi = b.let(op("add", grow, op("div", c, const(per_group, INT32))), "gi")
             scale, bias = self._group_scale(b, (ss, bs), gi, xdt, acc)
-            base_x = b.let(op("mul", c, const(32, INT32)), "xb")
+            base_x = b.let(op("mul", c, const(ce, INT32)), "xb")
             dots = [b.var(acc, const(0, acc), "dot") for _ in row_ids]
             sums = [b.var(acc, const(0, acc), "xsum") for _ in row_ids]
-            for j in range(32):
-                qf = b.let(_code_value(_element(b, wd, j * bits, bits, mask), acc, bias is None), "q")
+            for j in range(ce):
+                qf = b.let(_code_value(_element(b, wd, j * bits, bits, mask), acc, mode), "q")
                 for r, xr in enumerate(x_rows):
                     xv = self._load_f(b, xs, b.let(op("add", xr, op("add", base_x, const(j, INT32)))), xdt, acc)
                     b.assign(dots[r], op("add", dots[r], op("mul", xv, qf)))
@@ -226,12 +241,13 @@ class QuantizedMatmulGroup(EquationGroup):
         return partial
 
     def _group_scale(self, b, names, gi, xdt, acc):
-        """``(scale, bias)`` of group ``gi`` in ``acc``: the affine format's own, or for mxfp4 (``names[1]`` is
-        ``None``) half the E8M0 scale of the uint8 (``_e8m0_half``, for the doubled E2M1 values of
-        ``_code_value``) and ``None``."""
+        """``(scale, bias)`` of group ``gi`` in ``acc``: the affine format's own, or for a floating mode
+        (``names[1]`` is ``None``) the uint8 scale's value matching ``_float_element`` (``_float_scale``: half the
+        E8M0 scale for mxfp4's doubled E2M1 values) and ``None``."""
         ss, bs = names
         if bs is None:
-            return b.let(_e8m0_half(b.load(ss, gi, np.dtype(np.uint8)), acc), "scale"), None
+            scale = _float_scale(b.load(ss, gi, np.dtype(np.uint8)), self.eqn.params["mode"], acc)
+            return b.let(scale, "scale"), None
         return self._load_f(b, ss, gi, xdt, acc), self._load_f(b, bs, gi, xdt, acc)
 
     def _tiled(self, n, m, k, tile):
@@ -246,7 +262,8 @@ class QuantizedMatmulGroup(EquationGroup):
         gs, bits = p["group_size"], p["bits"]
         rm, rn = tile["rm"], tile["rn"]
         acc = _acc_dtype(e.outputs[0].aval.dtype)
-        words, groups = k * bits // 32, k // gs
+        panel_bits = 16 if _float_panels(p["mode"], self.ctx.caps) else bits   # bfloat16 values or the codes
+        words, groups = k * panel_bits // 32, k // gs
         npan = -(-n // rn)
         pack, wspec, sspec, bspec = self._pack_launch(n, words, groups, rn, npan, acc, tile)
         wx = min(tile["wx"], _pow2_at_least(npan))
@@ -280,6 +297,11 @@ class QuantizedMatmulGroup(EquationGroup):
         per row): no copy kernel. Neighbouring work items read neighbouring words."""
         e = self.eqn
         gs, bits = e.params["group_size"], e.params["bits"]
+        launches = []
+        if _float_panels(e.params["mode"], self.ctx.caps):   # W as bfloat16 values, decoded once by a copy kernel
+            transcode, wspec = self._transcode_launch(k, n)
+            launches.append(transcode)
+            bits = 16
         span_elems = (bits * 32 // math.gcd(bits, 32)) // bits   # the fewest columns filling whole words
         rn = max(tile["rn"], span_elems)
         rm = max(1, min(tile["rm"], 64 // rn))
@@ -288,6 +310,10 @@ class QuantizedMatmulGroup(EquationGroup):
         wx, wy = min(tile["wx"], _pow2_at_least(npan)), min(tile["wy"], _pow2_at_least(blocks))
         b, args, tracker, em = self._kernel_start()
         xs, ws, ss, bs = tuple(self.input_buffers(b, args)) + (None,) * (4 - len(e.inputs))   # mxfp4: no biases
+        if launches:   # the product reads the copy's words in place of the packed ones
+            del args[ws]
+            ws = b.buffer(wspec, np.dtype(np.uint32), False, "w")
+            args[ws] = wspec
         panel, row0, x_rows = _tile_position(b, npan, rm, m, k)
         wcol = b.let(op("mul", panel, const(rn * bits // 32, INT32)), "wcol")
         gcol = b.let(op("div", op("mul", panel, const(rn, INT32)), const(gs, INT32)), "gcol")
@@ -303,8 +329,39 @@ class QuantizedMatmulGroup(EquationGroup):
                 self._column_rows(b, (xs, ws, ss, bs), x_rows, (kk, wcol, gcol), accs, sizes, 1)
         self._tile_store(b, em, args, accs, acc, row0, (m, n, rn))
         b.name = kernel_name("quantized_ctile", tracker.eqns)
-        return [make_launch(b, args, {}, (-(-npan // wx) * wx, -(-blocks // wy) * wy), (wx, wy), tracker.eqns,
-                            "quantized", fixed_local=True)]
+        return launches + [make_launch(b, args, {}, (-(-npan // wx) * wx, -(-blocks // wy) * wy), (wx, wy),
+                                       tracker.eqns, "quantized", fixed_local=True)]
+
+    def _transcode_launch(self, k, n):
+        """A copy kernel writing ``W``'s codes (``transpose=False``: ``k`` rows of ``n`` packed along the output
+        axis) as bfloat16 values (``_float_bits``), two to a uint32 word, the first low, in the same row-major order:
+        a work item per packed word, every work item computing and only the stores guarded. Returns
+        ``(launch, words spec)``."""
+        ctx = self.ctx
+        e = self.eqn
+        mode, bits = e.params["mode"], e.params["bits"]
+        w = e.inputs[1]
+        spec = ctx.spec(("qcols_w", id(self)), (k, n // 2), np.dtype(np.uint32))
+        b = KernelBuilder("quantized_decode")
+        src = b.buffer(ctx.spec(w), w.aval.dtype, False, "in")
+        dst = b.buffer(spec, np.dtype(np.uint32), True, "out")
+        args = {src: ctx.spec(w), dst: spec}
+        items = k * n * bits // 32
+        per = 32 // bits // 2   # words written per packed word
+        gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
+        inside = b.let(op("lt", gid, const(items, INT32)), "inside")
+        item = b.let(select(inside, gid, const(items - 1, INT32)), "item")
+        wd = b.load(src, item, UINT32)
+        mask = const((1 << bits) - 1, UINT32)
+        vals = [b.let(_float_bits(_element(b, [wd], j * bits, bits, mask), mode), "fv") for j in range(32 // bits)]
+        base = b.let(op("mul", item, const(per, INT32)), "dw")
+        with b.when(inside):
+            for t in range(per):
+                b.store(dst, b.let(op("add", base, const(t, INT32))),
+                        op("or", op("shr", vals[2 * t], const(16, UINT32)),
+                           op("and", vals[2 * t + 1], const(0xFFFF0000, UINT32))))
+        b.name = "quantized_decode"
+        return make_launch(b, args, {}, gsize, lsize, [], "copy"), spec
 
     def _column_rows(self, b, buffers, x_rows, where, accs, sizes, u):
         """``u`` rows ``kk ..`` of ``W`` in ``_tiled_columns``: each row's panel words, scale and bias loaded, its
@@ -315,6 +372,8 @@ class QuantizedMatmulGroup(EquationGroup):
         words, groups, rn, bits = sizes
         xdt = self.eqn.inputs[0].aval.dtype
         acc = _acc_dtype(self.eqn.outputs[0].aval.dtype)
+        bf16 = _float_panels(self.eqn.params["mode"], self.ctx.caps)
+        bits = 16 if bf16 else bits
         mask = const((1 << bits) - 1, UINT32)
         wv, xv = {}, {}
         for d in range(u):
@@ -324,7 +383,9 @@ class QuantizedMatmulGroup(EquationGroup):
             gi = b.let(op("add", op("mul", row, const(groups, INT32)), gcol), "gi")
             scale, bias = self._group_scale(b, (ss, bs), gi, xdt, acc)
             for c in range(rn):
-                wv[d, c] = b.let(_dequantized(b, _element(b, wd, c * bits, bits, mask), scale, bias, acc), "wv")
+                wv[d, c] = b.let(_bf16_element(b, wd, c, scale, acc) if bf16 else
+                                 _dequantized(b, _element(b, wd, c * bits, bits, mask), scale, bias, acc,
+                                              self.eqn.params["mode"]), "wv")
             for r, xr in enumerate(x_rows):
                 xv[d, r] = self._load_f(b, xs, b.let(op("add", xr, row)), xdt, acc)
         for r in range(len(x_rows)):
@@ -344,9 +405,14 @@ class QuantizedMatmulGroup(EquationGroup):
         rm, rn, u = tile["rm"], tile["rn"], tile["u"]
         acc = _acc_dtype(self.eqn.outputs[0].aval.dtype)
         x = self.eqn.inputs[0]
-        # A span: the fewest whole words holding whole elements (1 word of 2, 4 or 8 bits; 3 of 3 or 6 bits...).
+        bf16 = _float_panels(p["mode"], self.ctx.caps)
+        bits = 16 if bf16 else bits
+        # A span: the fewest whole words holding whole elements (1 word of 2, 4 or 8 bits; 3 of 3 or 6 bits...);
+        # bfloat16 panels: enough words for ``u`` elements inside a group.
         span_bits = bits * 32 // math.gcd(bits, 32)
         span_words, span_elems = span_bits // 32, span_bits // bits
+        while bf16 and span_elems < u and gs % (2 * span_elems) == 0:
+            span_words, span_elems = 2 * span_words, 2 * span_elems
         mask = const((1 << bits) - 1, UINT32)
         with b.loop(const(0, INT32), const(groups, INT32), hint="g") as g:
             gi = b.let(op("add", sbase, op("mul", g, const(rn, INT32))), "gi")
@@ -361,8 +427,9 @@ class QuantizedMatmulGroup(EquationGroup):
                 xb = b.let(op("mul", span, const(span_elems, INT32)), "xb")
                 for j0 in range(0, span_elems, u):
                     js = range(j0, min(j0 + u, span_elems))
-                    wv = {(j, c): b.let(_dequantized(b, _element(b, wd[c], j * bits, bits, mask), scale[c], bias[c],
-                                                     acc), "wv")
+                    wv = {(j, c): b.let(_bf16_element(b, wd[c], j, scale[c], acc) if bf16 else
+                                        _dequantized(b, _element(b, wd[c], j * bits, bits, mask), scale[c], bias[c],
+                                                     acc, p["mode"]), "wv")
                           for j in js for c in range(rn)}
                     xv = {(j, r): self._load_f(b, xs, b.let(op("add", x_rows[r], op("add", xb, const(j, INT32)))),
                                                x.aval.dtype, acc) for j in js for r in range(rm)}
@@ -414,8 +481,22 @@ class QuantizedMatmulGroup(EquationGroup):
         for spec, dt in ((wspec, np.dtype(np.uint32)), (sspec, acc), (bspec, acc))[:len(ops)]:
             dsts.append(b.buffer(spec, dt, True, "out"))
             args[dsts[-1]] = spec
+        mode = e.params["mode"]
+        if _float_panels(mode, ctx.caps):
+            gsize, lsize = self._pack_floats(b, srcs, dsts, (n, words, groups, rn, npan), acc)
+        else:
+            gsize, lsize = self._pack_words(b, srcs, dsts, (n, words, groups, rn, npan), acc)
+        b.name = "quantized_pack"
+        return make_launch(b, args, {}, gsize, lsize, [], "copy"), wspec, sspec, bspec
+
+    def _pack_words(self, b, srcs, dsts, sizes, acc):
+        """``_pack_launch``'s body for the affine mode (and the floating ones with ``FLOAT_PANELS`` off): a work item
+        per panel word, copied; the scales and biases of its position (below ``groups``) converted to ``acc`` (a
+        floating mode's uint8 scale as ``_float_scale``'s value). Returns the launch sizes."""
+        n, words, groups, rn, npan = sizes
+        ops = self.eqn.inputs[1:]
         items = npan * words * rn
-        gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
+        gid, gsize, lsize = self.ctx.gid(b, items, self.ctx.wg)
         with b.when(op("lt", gid, const(items, INT32))):
             c = b.let(op("rem", gid, const(rn, INT32)), "c")
             t = b.let(op("rem", op("div", gid, const(rn, INT32)), const(words, INT32)), "t")
@@ -427,12 +508,52 @@ class QuantizedMatmulGroup(EquationGroup):
                 src = b.let(op("add", op("mul", col, const(groups, INT32)), t), "si")
                 dst = b.let(op("add", op("mul", op("add", op("mul", pn, const(groups, INT32)), t), const(rn, INT32)),
                                       c), "di")
-                if len(ops) == 2:   # mxfp4
-                    b.store(dsts[1], dst, b.let(_e8m0_half(b.load(srcs[1], src, np.dtype(np.uint8)), acc)))
+                if len(ops) == 2:   # a floating mode (FLOAT_PANELS off): the uint8 scale's value (_float_scale)
+                    b.store(dsts[1], dst, b.let(_float_scale(b.load(srcs[1], src, np.dtype(np.uint8)),
+                                                             self.eqn.params["mode"], acc)))
                 for k_ in range(1, len(ops)) if len(ops) == 3 else ():
                     b.store(dsts[k_], dst, self._load_f(b, srcs[k_], src, ops[k_].aval.dtype, acc))
-        b.name = "quantized_pack"
-        return make_launch(b, args, {}, gsize, lsize, [], "copy"), wspec, sspec, bspec
+        return gsize, lsize
+
+    def _pack_floats(self, b, srcs, dsts, sizes, acc):
+        """``_pack_launch``'s body for a floating mode (``_float_panels``): a work item per packed source word of
+        a panel column (``32 / bits`` codes), each code decoded once (``_float_bits``, constant shifts) and written
+        as bfloat16 bits, two to a panel word (the first low; exact: E2M1 and E4M3 values have at most 4
+        significant bits); the uint8 scale of its position (below ``groups``) as ``_float_scale``'s value. Every
+        work item computes (past the end on the last one) and only the stores are guarded, so PoCL vectorises
+        it across work items. Returns the launch sizes."""
+        n, words, groups, rn, npan = sizes
+        mode, bits = self.eqn.params["mode"], self.eqn.params["bits"]
+        src_words = math.prod(self.eqn.inputs[1].aval.shape[1:])   # words of one weight row
+        per = 32 // bits // 2   # panel words per source word
+        items = npan * src_words * rn
+        gid, gsize, lsize = self.ctx.gid(b, items, self.ctx.wg)
+        inside = b.let(op("lt", gid, const(items, INT32)), "inside")
+        item = b.let(select(inside, gid, const(items - 1, INT32)), "item")
+        c = b.let(op("rem", item, const(rn, INT32)), "c")
+        sw = b.let(op("rem", op("div", item, const(rn, INT32)), const(src_words, INT32)), "sw")
+        pn = b.let(op("div", item, const(rn * src_words, INT32)), "pn")
+        col = b.let(op("add", op("mul", pn, const(rn, INT32)), c), "col")
+        col = b.let(select(op("lt", col, const(n, INT32)), col, const(n - 1, INT32)), "col")
+        wd = b.load(srcs[0], b.let(op("add", op("mul", col, const(src_words, INT32)), sw)), UINT32)
+        mask = const((1 << bits) - 1, UINT32)
+        vals = [b.let(_float_bits(_element(b, [wd], j * bits, bits, mask), mode), "fv") for j in range(32 // bits)]
+        base = b.let(op("add", op("mul", pn, const(words * rn, INT32)),
+                        op("add", op("mul", sw, const(per * rn, INT32)), c)), "dw")
+        svals = b.let(_float_scale(b.load(srcs[1], b.let(op("add", op("mul", col, const(groups, INT32)),
+                                                                   select(op("lt", sw, const(groups, INT32)), sw,
+                                                                          const(groups - 1, INT32)))),
+                                          np.dtype(np.uint8)), mode, acc), "sv")
+        with b.when(inside):
+            for t in range(per):
+                b.store(dsts[0], b.let(op("add", base, const(t * rn, INT32))),
+                        op("or", op("shr", vals[2 * t], const(16, UINT32)),
+                           op("and", vals[2 * t + 1], const(0xFFFF0000, UINT32))))
+            with b.when(op("lt", sw, const(groups, INT32))):
+                dst = b.let(op("add", op("mul", op("add", op("mul", pn, const(groups, INT32)), sw), const(rn, INT32)),
+                                      c), "di")
+                b.store(dsts[1], dst, svals)
+        return gsize, lsize
 
     def _load_f(self, b, name, index, dtype, acc):
         v = b.load(name, index, dtype)
@@ -581,19 +702,28 @@ def _local_sums(b, partial, lid, wg, acc):
     return [b.load(red, const(r * wg, INT32), acc, "local") for r in range(rows)]
 
 
-def _code_value(q, acc, mxfp4):
-    """The value in ``acc`` of the element code ``q`` (uint32) before its group's scale: the integer, or for mxfp4
-    the doubled E2M1 value (``_e2m1_doubled``)."""
-    return _e2m1_doubled(q, acc) if mxfp4 else Cast(q, acc)
+def _code_value(q, acc, mode):
+    """The value in ``acc`` of the element code ``q`` (uint32) before its group's scale: the integer (affine), or a
+    floating mode's ``_float_element`` (mxfp4's doubled E2M1 value, ...)."""
+    return Cast(q, acc) if mode == "affine" else _float_element(q, mode, acc)
 
 
-def _dequantized(b, q, scale, bias, acc):
+def _dequantized(b, q, scale, bias, acc, mode):
     """The weight of code ``q`` (uint32): ``scale * q + bias`` (affine; ``q`` through int32, as the tiled forms
-    always converted it), or for mxfp4 (``bias`` ``None``, ``scale`` half the E8M0 scale) ``scale * 2 * E2M1[q]``."""
+    always converted it), or for a floating mode (``bias`` ``None``, ``scale`` from ``_float_scale``)
+    ``scale * _float_element(q)`` (mxfp4: half the E8M0 scale times the doubled E2M1 value)."""
     if bias is None:
-        return op("mul", scale, b.let(_e2m1_doubled(q, acc)))
+        return op("mul", scale, b.let(_float_element(q, mode, acc)))
     return op("add", op("mul", scale, b.let(Cast(b.let(Cast(q, INT32)), acc))), bias)
 
+
+
+def _bf16_element(b, words, j, scale, acc):
+    """``scale`` times element ``j`` of a span of bfloat16 panel ``words`` (two to a word, the first low): the
+    element's bits moved to the top of a float32 (``_float_panels``)."""
+    w = words[j // 2]
+    v = Bitcast(op("shl", w, const(16, UINT32)) if j % 2 == 0 else op("and", w, const(0xFFFF0000, UINT32)), F32)
+    return op("mul", scale, b.let(Cast(v, acc) if acc != F32 else v))
 
 
 def _element(b, words, start, bits, mask):
@@ -618,6 +748,21 @@ def _e2m1_doubled(q, acc):
                           op("shl", op("and", q, const(7, UINT32)), const(2, UINT32))), const(15, UINT32)), INT32)
     neg = op("ne", op("and", q, const(8, UINT32)), const(0, UINT32))
     return Cast(select(neg, op("neg", t), t), acc)
+
+
+def _e2m1_doubled_bits(q):
+    """``_e2m1_doubled``'s value as float32 bits (uint32) built with integer ops, no table and no conversion: a
+    magnitude code ``c`` (``q & 7``) of 2 or more doubled is ``2**(c >> 1) * (1 + (c & 1) / 2)``, whose bits are
+    ``(c + 254) << 22`` (the exponent ``(c >> 1) + 127`` above the significand's top bit ``c & 1``); 0 and 1 are 0.0
+    and 1.0, ``-c & 0x3F800000``; sign bit 3 moves to bit 31 (code 8 is -0.0). In the tiled form's copy kernel
+    (``_pack_floats``) it took mxfp4's copy from 3.5 to 2.1 ms on PoCL 3.0 (1024 x 1024); in the product kernels
+    the table was as fast or faster (256 rows of the tiled form with the codes: 18.3 ms against 14.7), so they keep
+    ``_e2m1_doubled``."""
+    mag = op("and", q, const(7, UINT32))
+    small = op("and", op("sub", const(0, UINT32), mag), const(0x3F800000, UINT32))
+    normal = op("shl", op("add", mag, const(254, UINT32)), const(22, UINT32))
+    low = select(op("lt", mag, const(2, UINT32)), small, normal)
+    return op("or", low, op("shl", op("and", q, const(8, UINT32)), const(28, UINT32)))
 
 
 def _e8m0_half(s, acc):
@@ -654,6 +799,12 @@ def _float_element(q, mode, acc):
     return _e4m3_value(q, acc) if mode == "mxfp8" else _e2m1_doubled(q, acc)
 
 
+def _float_bits(q, mode):
+    """``_float_element``'s float32 value as its bits (uint32): E2M1 doubled from integer ops
+    (``_e2m1_doubled_bits``), E4M3 through ``_e4m3_value``."""
+    return Bitcast(_e4m3_value(q, F32), UINT32) if mode == "mxfp8" else _e2m1_doubled_bits(q)
+
+
 def _float_scale(s, mode, acc):
     """The scale of a floating mode's uint8 ``s``, in ``acc``, matching ``_float_element``: half the E8M0 scale
     (mxfp4, whose elements are doubled), the E8M0 scale (mxfp8), half the E4M3 value (nvfp4); all exact."""
@@ -668,6 +819,21 @@ def _pow2_at_least(n: int) -> int:
     while p < n:
         p *= 2
     return p
+
+
+#: Whether the floating modes' tiled form (``_tiled``) on CPU OpenCL devices lays its panels out as bfloat16 values
+#: (the copy kernel decodes each code once; the product kernel's decode is one shift or mask) instead of the packed
+#: codes (decoded per element in the product kernel: E4M3 made mxfp8's product 26x slower than affine's on PoCL 3.0).
+#: Off: the form of before (``benchmarks/quantized_tiles.py --before``).
+FLOAT_PANELS = True
+
+
+def _float_panels(mode, caps) -> bool:
+    """Whether the tiled form of ``mode`` holds bfloat16 values in its panels (``FLOAT_PANELS``): floating modes on
+    CPU OpenCL devices (``uniform_guard``). lavapipe took 1.4x longer with them (four times the panel bytes: 110 ms
+    against 77 at 256 rows of 1024 x 1024 mxfp4), and a GPU's memory is its bottleneck more than its arithmetic, so
+    they keep the codes, decoded in registers."""
+    return FLOAT_PANELS and mode != "affine" and bool(getattr(caps, "uniform_guard", False))
 
 
 #: Rows of ``x`` above which a product takes a tiled form (at most ``ROWS``: the matrix-vector form).
@@ -693,15 +859,9 @@ def cooperative(caps) -> bool:
 
 
 def unsupported_reason(eqn, caps):
-    """Why the kernels cannot run this ``quantized_matmul`` equation on a target with ``caps``, or ``None``: a
-    product in a form that lacks its mode (``"affine"`` and ``"mxfp4"`` have every form; ``"mxfp8"`` and
-    ``"nvfp4"`` the matrix-vector form only), or a work item's walk longer than the driver's loop limit (lavapipe
-    stops loops silently past it)."""
-    if eqn.params["mode"] not in ("affine", "mxfp4"):
-        m = math.prod(eqn.inputs[0].aval.shape[:-1])
-        if tiled(m, caps) or (eqn.params["transpose"] and cooperative(caps)):   # _tiled, _tiled_columns
-            return (f"quantized_matmul mode={eqn.params['mode']!r} has the matrix-vector kernel only (up to "
-                    f"{ROWS} rows of x on a CPU device); the tiled and cooperative forms have 'affine' and 'mxfp4'")
+    """Why the kernels cannot run this ``quantized_matmul`` equation on a target with ``caps``, or ``None``: a work
+    item's walk longer than the driver's loop limit (lavapipe stops loops silently past it). Every mode (affine,
+    mxfp4, mxfp8, nvfp4) has every form."""
     limit = getattr(caps, "max_loop_iterations", None)
     k = eqn.inputs[0].aval.shape[-1]
     steps = k // 32 if eqn.params["transpose"] else k
