@@ -15,7 +15,14 @@ programs on jax:0 against raw ``jax.jit`` of the same program, each in a fresh p
 and fnarray's build time per IR equation: the VAE example's 10x10 image grid of ``random.bernoulli`` samples
 (100 slices of one draw), the same grid of ``sin``, and a jitted ``grad`` of a 64-64-128-10 MLP.
 
-Usage: python benchmarks/first_call.py [--device numpy:0 --device jax:0 ...] [--pocl-cache] [--vs-jax]
+With ``--breakdown`` it splits the first call of the digits step (no fnarray cache, PoCL's kernel cache off) on
+opencl:0 and webgpu:0 into its parts, timed by wrapping the functions that do them: ``schedule`` (kernel
+schedule), ``render`` (kernel source), ``build`` (clBuildProgram, one per jitted program) or ``pipeline``
+(WGSL module + compute pipeline, one per distinct kernel), ``launch`` (enqueueing) and ``wait`` (waiting for
+the results: on PoCL, its compile of each kernel at its first launch), the rest being trace, partition and
+dispatch, with the number of calls of each.
+
+Usage: python benchmarks/first_call.py [--device numpy:0 --device jax:0 ...] [--pocl-cache] [--vs-jax] [--breakdown]
 Prints a table in milliseconds; asserts nothing.
 """
 
@@ -58,6 +65,84 @@ def child(device):
     float(loss)
     t2 = time.perf_counter()
     print(json.dumps({"first_ms": (t1 - t0) * 1e3, "second_ms": (t2 - t1) * 1e3}))
+
+
+def _wrap(parts, counts, owner, attr, part):
+    """Replace ``owner.attr`` by a wrapper adding its time to ``parts[part]`` and its calls to ``counts[part]``."""
+    f = getattr(owner, attr)
+
+    def timed(*a, **k):
+        t0 = time.perf_counter()
+        try:
+            return f(*a, **k)
+        finally:
+            parts[part] = parts.get(part, 0.0) + (time.perf_counter() - t0) * 1e3
+            counts[part] = counts.get(part, 0) + 1
+    setattr(owner, attr, timed)
+
+
+def _instrument(device, parts, counts):
+    """Wrap the backend functions that make up a first call on ``device`` (``--breakdown``)."""
+    if device.startswith("opencl"):
+        from fnarray.lowering.opencl import backend, dispatch
+        _wrap(parts, counts, backend, "render_opencl", "render")
+        _wrap(parts, counts, backend.OpenCLLowered, "_schedule_now", "schedule")
+        _wrap(parts, counts, backend._DeviceState, "_build", "build")
+        _wrap(parts, counts, dispatch.cl, "enqueue_nd_range_kernel", "launch")
+    elif device.startswith("webgpu"):
+        from fnarray.lowering.webgpu import backend
+        _wrap(parts, counts, backend, "render_wgsl", "render")
+        _wrap(parts, counts, backend.WebGPULowered, "_schedule_now", "schedule")
+        _wrap(parts, counts, backend._GPU, "_new_pipeline", "pipeline")
+
+
+def child_breakdown(device):
+    """The digits step's first call on ``device`` split into parts (``--breakdown``); prints one JSON line."""
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import numpy as np
+
+    import digits_mlp
+    import fnarray as fa
+    parts, counts = {}, {}
+    _instrument(device, parts, counts)
+    rng = np.random.default_rng(0)
+    opt = fa.optim.adam(1e-3)
+    params = fa.device_put({k: np.asarray(v) for k, v in digits_mlp.init_params(fa.random.key(0)).items()}, device)
+    state = opt.init(params)
+    args = fa.device_put((rng.random((256, 64), dtype=np.float32), rng.integers(0, 10, 256).astype(np.int32),
+                          np.arange(64, dtype=np.int32)), device)
+    step = digits_mlp.make_train_step(opt, device)
+    for leaf in fa.tree_util.tree_leaves((params, state)):
+        leaf.block_until_ready()
+    parts.clear()
+    counts.clear()
+    t0 = time.perf_counter()
+    _, _, loss = step(params, state, *args)
+    t1 = time.perf_counter()
+    float(loss)
+    t2 = time.perf_counter()
+    parts["wait"] = (t2 - t1) * 1e3
+    first = (t2 - t0) * 1e3
+    parts["other"] = first - sum(parts.values())
+    print(json.dumps({"first_ms": first, "parts_ms": parts, "counts": counts}))
+
+
+def breakdown(devices):
+    """Print the ``--breakdown`` table: one row per device, a column per part (ms, and calls)."""
+    env = dict(os.environ, POCL_KERNEL_CACHE="0", PYTHONPATH=ROOT, OPENBLAS_NUM_THREADS="1", FNARRAY_AUTOTUNE="off")
+    env.pop("FNARRAY_CACHE_DIR", None)
+    names = ("schedule", "render", "build", "pipeline", "launch", "wait", "other")
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    print(f"{'device':10s} {'first ms':>9s} " + " ".join(f"{n:>14s}" for n in names))
+    for d in devices:
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--breakdown-child", d], env=env,
+                             cwd=ROOT, capture_output=True, text=True, timeout=900)
+        if out.returncode:
+            raise RuntimeError(f"{d}: {out.stderr[-2000:]}")
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        cells = [f"{r['parts_ms'][n]:8.0f}" + (f" ({r['counts'][n]:3d})" if n in r["counts"] else " " * 6)
+                 if n in r["parts_ms"] else f"{'—':>14s}" for n in names]
+        print(f"{d:10s} {r['first_ms']:9.0f} " + " ".join(cells), flush=True)
 
 
 def _programs(np_, random):
@@ -160,11 +245,17 @@ def main(argv=None):
     ap.add_argument("--pocl-cache", action="store_true",
                     help="keep PoCL's own kernel cache on (fresh for 'off' and 'cold', filled for 'warm')")
     ap.add_argument("--vs-jax", action="store_true", help="build time of whole programs on jax:0 against raw JAX")
+    ap.add_argument("--breakdown", action="store_true", help="the first call's parts on opencl:0 and webgpu:0")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--breakdown-child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--vs-jax-child", nargs=2, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return child(args.child)
+    if args.breakdown_child:
+        return child_breakdown(args.breakdown_child)
+    if args.breakdown:
+        return breakdown(args.device or ["opencl:0", "webgpu:0"])
     if args.vs_jax_child:
         return child_vs_jax(*args.vs_jax_child)
     if args.vs_jax:

@@ -88,3 +88,53 @@ def test_jacobian_sweep_of_one_form_builds_once(dev, builds):
         np.testing.assert_allclose(np.asarray(jr), want, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(np.asarray(h), np.diag(-c * c * np.sin(c * xs) + 2), rtol=1e-4, atol=1e-5)
     assert len(builds) == n, f"the second and third functions built {len(builds) - n} programs"
+
+
+def test_a_multi_kernel_program_builds_once_and_renders_each_kernel_once(dev, builds, monkeypatch):
+    """A jitted program of several kernels is one ``clBuildProgram`` (PoCL's cost per build is large), and each
+    kernel is printed once (the unique name goes into the printed signature, not through a second render)."""
+    from fnarray.lowering.opencl import backend as ocl
+    rendered, launches = [], []
+    real_render, real_compile = ocl.render_opencl, ocl.OpenCLLowered._compile_schedule
+    monkeypatch.setattr(ocl, "render_opencl", lambda k: rendered.append(k.name) or real_render(k))
+    monkeypatch.setattr(ocl.OpenCLLowered, "_compile_schedule",
+                        lambda self, sched: launches.extend(sched.launches) or real_compile(self, sched))
+    x, w = _x(dev, 48).reshape(6, 8), _x(dev, 40, seed=3).reshape(8, 5)
+    x.block_until_ready(), w.block_until_ready()
+    del builds[:], rendered[:], launches[:]   # the eager reshapes' kernels
+    f = fa.jit(lambda a, b: fnp.tanh(a @ b).sum(axis=0) + fnp.max(a) * fnp.cumsum(a[:, 0]).sum(), device=dev)
+    got = np.asarray(f(x, w))
+    assert len(launches) >= 3, launches
+    assert len(builds) <= 1, builds
+    assert len(rendered) == len(launches), (rendered, [la.kernel.name for la in launches])
+    xs, ws = np.asarray(x).astype(np.float64), np.asarray(w).astype(np.float64)
+    want = np.tanh(xs @ ws).sum(axis=0) + xs.max() * np.cumsum(xs[:, 0]).sum()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("local_size", [None, (64,)])
+def test_named_source_is_the_renamed_kernels_rendering(local_size):
+    """``_named_source``'s text (renamed in the signature) is byte for byte what the renamed kernel renders to,
+    with and without a ``reqd_work_group_size`` attribute."""
+    import dataclasses
+
+    from fnarray.lowering.kernels.opencl_c import render_opencl
+    from fnarray.lowering.opencl import backend as ocl
+    seen = []
+    real = ocl.OpenCLLowered._compile_schedule
+    dev = require_backend("opencl")[0]
+    x = _x(dev, 300)
+    try:
+        ocl.OpenCLLowered._compile_schedule = lambda self, sched: seen.extend(l.kernel for l in sched.launches) or \
+            real(self, sched)
+        fa.jit(lambda v: fnp.sort(fnp.sin(v)) + fnp.sum(v), device=dev)(x).block_until_ready()
+    finally:
+        ocl.OpenCLLowered._compile_schedule = real
+    assert seen
+    for k in seen:
+        k = dataclasses.replace(k, local_size=local_size) if local_size is not None else k
+        name, text = ocl._named_source(k)
+        assert text == render_opencl(dataclasses.replace(k, name=name))
+        odd = dataclasses.replace(k, name="n")   # a name that is also a parameter's
+        name, text = ocl._named_source(odd)
+        assert text == render_opencl(dataclasses.replace(odd, name=name))

@@ -307,6 +307,12 @@ def _named_source(kernel):
     text = render_opencl(kernel)
     digest = hashlib.sha1(text.encode()).hexdigest()[:8]
     name = f"{kernel.name}_{digest}"
+    # The name appears once in the text, in the signature (opencl_c.py: ``__kernel ... void NAME(``): renaming
+    # it there gives the text the renamed kernel renders to, without rendering it a second time (0.3-0.4 s of
+    # the digits step's first call on PoCL; docs/performance.md "First call with cold kernel caches").
+    old = f" void {kernel.name}("
+    if text.count(old) == 1:
+        return name, text.replace(old, f" void {name}(", 1)
     return name, render_opencl(_renamed(kernel, name))
 
 
