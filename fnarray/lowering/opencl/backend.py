@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import os
 import re
 import threading
 import time
@@ -159,6 +160,11 @@ class _DeviceState:
         self.pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(self.queue))
         self.lock = threading.RLock()  # kernel arguments + enqueue, builds, pool allocation
         self.programs = LRUCache(_kernel_cache_size)  # kernel source -> built cl.Program
+        try:  # PoCL compiles kernels lazily (``_build``)
+            self.is_pocl = "Portable Computing Language" in cl_device.platform.name
+        except cl.Error:  # pragma: no cover (a driver without the query)
+            self.is_pocl = False
+        self.pending_binaries: list = []  # (cache folder, key, cl.Program) to store at exit (``_build``)
         self.scalars: dict = {}       # (dtype, bytes) -> CLBuffer of a 0-d value (arrays are immutable)
         self.held_bytes = 0           # buffer bytes executables keep between calls (dispatch.py: arenas)
         ext = cl_device.extensions.split()
@@ -203,6 +209,22 @@ class _DeviceState:
         self.queue.finish()
         if self._profiling_queue is not None:
             self._profiling_queue.finish()
+
+    def store_binaries(self):
+        """Write the program binaries ``_build`` deferred into the persistent cache (called at exit)."""
+        with self.lock:
+            pending, self.pending_binaries = self.pending_binaries, []
+        for root, k, prog in pending:
+            if compile_cache.cache_dir() != root:  # the cache folder changed since: not this one's entry
+                continue
+            binaries = prog.binaries
+            if binaries and binaries[0]:
+                compile_cache.put("opencl", k, bytes(binaries[0]))
+
+    def at_exit(self):
+        """``finish``, then ``store_binaries`` (``teardown.keep_until_exit``)."""
+        self.finish()
+        self.store_binaries()
 
     def profiling_queue(self):
         """A second in-order queue with profiling events, made on first use (only the profiler uses it)."""
@@ -293,13 +315,30 @@ class _DeviceState:
             except cl.Error:  # a binary the driver no longer accepts: compile the source again
                 pass
         prog = cl.Program(self.context, text).build()
-        binaries = prog.binaries
-        if binaries and binaries[0]:
-            compile_cache.put("opencl", k, bytes(binaries[0]))
+        if not self.is_pocl:
+            binaries = prog.binaries  # compiled by the build already: cheap to read
+            if binaries and binaries[0]:
+                compile_cache.put("opencl", k, bytes(binaries[0]))
+        elif not _pocl_kernel_cache_on():
+            # PoCL compiles a kernel at its first launch, for the launch's work-group size; reading
+            # ``prog.binaries`` makes it compile every kernel once more, for any size (about as long as the
+            # launches' compile: a cold first call twice as slow, docs/performance.md "The persistent cache, cold,
+            # on PoCL"). So the binary is read at exit, after the process's calls.
+            with self.lock:
+                self.pending_binaries.append((compile_cache.cache_dir(), k, prog))
+        # else PoCL's own kernel cache (POCL_KERNEL_CACHE, on by default) keeps the built program and the
+        # launches' compiled kernels on disk, keyed by the source: a later process building the same text finds
+        # them there, so fnarray keeps no binary of its own (and no compile is paid to make one).
         return prog
 
 
 # ------------------------------------------------------------------------------------------ kernels
+
+
+def _pocl_kernel_cache_on() -> bool:
+    """Whether PoCL keeps compiled kernels on disk: its ``POCL_KERNEL_CACHE`` variable, on unless set to 0/off."""
+    v = os.environ.get("POCL_KERNEL_CACHE", "1").strip().lower()
+    return v not in ("0", "off", "no", "false", "")
 
 
 def _named_source(kernel):
@@ -428,7 +467,7 @@ class OpenCLBackend(Backend):
                 continue
             # At exit: finish its queues, and keep context, queues, pool and programs out of the interpreter's
             # teardown (fnarray/devices/teardown.py: the segfault at exit).
-            teardown.keep_until_exit(state, state.finish)
+            teardown.keep_until_exit(state, state.at_exit)
             i = len(self._devices)
             kind = "gpu" if d.type & cl.device_type.GPU else "cpu"
             desc = f"{platform.name.strip()} {d.name.strip()} ({d.version.strip()})"
