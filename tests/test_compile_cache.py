@@ -59,15 +59,14 @@ def test_entries_round_trip_and_a_corrupted_one_is_ignored(cache_dir):
     assert compile_cache.key("a", "bc") != compile_cache.key("ab", "c")
 
 
-def test_truncated_opencl_entry_warns_is_rebuilt_and_correct(cache_dir, monkeypatch):
+def test_truncated_opencl_entry_warns_is_rebuilt_and_correct(cache_dir):
     require_backend("opencl")
-    monkeypatch.setenv("POCL_KERNEL_CACHE", "0")  # PoCL's own cache off: fnarray keeps the binary (at exit)
     dev = fa.devices("opencl")[0]
     state = dev.impl.state(dev)
     src = ("__kernel void fnarray_cache_probe(__global float *x) "
            "{ x[get_global_id(0)] = 2.0f * x[get_global_id(0)] + 1.0f; }")
     state._build(src)
-    state.store_binaries()
+    state.store_binaries()  # PoCL: read at exit (other drivers: at the build, and this does nothing)
     (path,) = _entries(cache_dir, "opencl")
     full = open(path, "rb").read()
     open(path, "wb").write(full[: len(full) // 2])   # a writer killed half way (no rename would allow this)
@@ -110,10 +109,9 @@ def _count_binary_reads(monkeypatch):
 
 def test_pocl_binaries_are_read_after_the_first_call_not_before(cache_dir, monkeypatch):
     # Reading ``prog.binaries`` right after the build made PoCL compile every kernel a second time (a cold first
-    # call with the cache twice as slow as without it): with PoCL's own kernel cache off, fnarray reads them at
-    # exit (``_DeviceState.at_exit``), here called by hand.
+    # call with the cache twice as slow as without it): fnarray reads them at exit (``_DeviceState.at_exit``),
+    # here called by hand.
     dev, state = _pocl_state()
-    monkeypatch.setenv("POCL_KERNEL_CACHE", "0")
     reads = _count_binary_reads(monkeypatch)
     import fnarray.numpy as fnp
     c = float(np.random.default_rng().integers(1 << 20)) + 0.5   # a program this process has not built yet
@@ -128,19 +126,6 @@ def test_pocl_binaries_are_read_after_the_first_call_not_before(cache_dir, monke
     assert _entries(cache_dir, "opencl")
     state.store_binaries()   # nothing left: no second read
     assert len(reads) == len(_entries(cache_dir, "opencl"))
-
-
-def test_pocl_with_its_own_kernel_cache_stores_no_binary(cache_dir, monkeypatch):
-    # PoCL's kernel cache (on by default) keeps the program and its launched kernels for a later process: no
-    # binary is read or kept by fnarray.
-    dev, state = _pocl_state()
-    monkeypatch.delenv("POCL_KERNEL_CACHE", raising=False)
-    reads = _count_binary_reads(monkeypatch)
-    src = ("__kernel void fnarray_pocl_cache_probe(__global float *x) "
-           f"{{ x[get_global_id(0)] = x[get_global_id(0)] + {np.random.default_rng().integers(1 << 20)}.0f; }}")
-    state._build(src)
-    state.at_exit()
-    assert reads == [] and _entries(cache_dir, "opencl") == [] and not state.pending_binaries
 
 
 _HIT_WORKER = textwrap.dedent("""

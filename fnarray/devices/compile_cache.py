@@ -5,9 +5,8 @@ What is kept there:
 
 - OpenCL program binaries (``Program.binaries``), rebuilt from the binary in a later process
   instead of compiling the OpenCL C again. On PoCL, which compiles a kernel at its first launch,
-  reading the binary makes it compile every kernel once more: there the binary is read at exit, and
-  not at all while PoCL's own kernel cache (``POCL_KERNEL_CACHE``, on by default) keeps the compiled
-  kernels for the next process (``fnarray/lowering/opencl/backend.py``, ``_DeviceState._build``);
+  reading the binary makes it compile every kernel once more: there the binary is read at exit,
+  after the process's calls (``fnarray/lowering/opencl/backend.py``, ``_DeviceState._build``);
 - kernel schedules of the opencl and webgpu backends (the fused kernels, their generated source and
   launch plans, pickled), so a later process neither schedules nor renders them again (the WGSL
   pipelines themselves are created anew: wgpu-py 0.32 has no pipeline cache);
