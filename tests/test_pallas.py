@@ -357,6 +357,58 @@ def test_k_accumulating_matmul_renders_without_barriers():
     assert "(long)" in text   # the wide addresses the tile's column loads share
 
 
+def _plain_matmul(bm, bn, bk, squeeze=False):
+    """``x @ y`` accumulated over a ``k`` grid axis, zeroed at ``k == 0``, no aliases (the example's form);
+    ``squeeze``: the operands and result carry a leading axis of 1 that the blocks drop."""
+    def kernel(x_ref, y_ref, o_ref):
+        @pl.when(pl.program_id(2) == 0)
+        def _():
+            o_ref[...] = fnp.zeros_like(o_ref)
+        o_ref[...] += fnp.dot(x_ref[...], y_ref[...])
+
+    def spec(shape, f):
+        return pl.BlockSpec((None,) + shape, lambda i, j, kk: (0,) + f(i, j, kk)) if squeeze else pl.BlockSpec(
+            shape, f)
+
+    def f(x, y):
+        (m, k), n = x.shape[-2:], y.shape[-1]
+        return pl.pallas_call(
+            kernel, out_shape=pl.ShapeDtypeStruct(x.shape[:-1] + (n,), x.dtype), grid=(m // bm, n // bn, k // bk),
+            in_specs=[spec((bm, bk), lambda i, j, kk: (i, kk)), spec((bk, bn), lambda i, j, kk: (kk, j))],
+            out_specs=spec((bm, bn), lambda i, j, kk: (i, j)))(x, y)
+    return f
+
+
+#: (m, k, n), (bm, bn, bk), squeeze, whether a CPU WebGPU adapter reads the operands as vectors
+_PLAIN_MATMULS = [((32, 40, 64), (16, 32, 8), False, True), ((24, 36, 48), (8, 24, 12), True, True),
+                  ((16, 10, 16), (8, 8, 5), False, False), ((12, 16, 18), (6, 6, 16), False, False),
+                  ((64, 64, 64), (32, 32, 32), False, True)]
+
+
+@pytest.mark.parametrize("case", range(len(_PLAIN_MATMULS)))
+def test_k_accumulating_matmul_vector_reads(device, case):
+    """The k-accumulating product without aliases: on a CPU WebGPU adapter (the scheduler option ``dot_vec4``)
+    both operands are read four float32 elements per load where their last axes and blocks are multiples of 4
+    (``_accumulate_vectors``; WGSL ``vec4<f32>`` bindings), else one element per load; on CPU OpenCL devices a
+    4 x 16 register tile where the block allows it. Same result as NumPy in float64 everywhere."""
+    (m, k, n), (bm, bn, bk), squeeze, vec = _PLAIN_MATMULS[case]
+    x = rng.standard_normal((1, m, k) if squeeze else (m, k)).astype(np.float32)
+    y = rng.standard_normal((1, k, n) if squeeze else (k, n)).astype(np.float32)
+    want = x.astype(np.float64) @ y
+    f = fa.jit(_plain_matmul(bm, bn, bk, squeeze))
+    args = [fa.device_put(a, device) for a in (x, y)]
+    with own_kernels(device):
+        got = f(*args)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(_plain_matmul(bm, bn, bk, squeeze)(
+        *[fa.device_put(a, device) for a in (x, y)])))
+    caps = device.impl.capabilities(device) if device.backend == "webgpu" else None
+    if caps is not None and not caps.tiling_pays:
+        with own_kernels(device):
+            text = f.lower(*args).as_text()
+        assert ("vec4<f32>" in text) == vec
+
+
 def test_store_reading_its_own_ref(device):
     """``o[...] = o[::-1]``-like stores (the value reads other elements of the ref it overwrites)."""
     x = rng.standard_normal(64).astype(np.float32)

@@ -64,8 +64,8 @@ from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.barriers import prune_barriers
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import Launch, EquationGroup, Tracker
-from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, Cast, Const, For, If, Load, Op, \
-    Special, const, without
+from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, Cast, Const, For, If, Lane, Load, \
+    Op, Special, const, vector_dtype, without
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import ELEMENTWISE, add_of, convert, highest, lowest, max_of, min_of, mul_of, op, \
     select
@@ -464,6 +464,8 @@ class _Renderer:
         # a transposed ``dot`` operand (``k.T``) staged in work-group memory in its own layout (``render(stage=)``)
         self.stage_swapped = False
         self.row_private = {}   # row mode: the block arrays held as each item's private row (``block_array``)
+        # ``vectors(b, k)``: the name of a four-float32 vector binding of input ``k`` (``render(vectors=)``)
+        self.vectors = None
 
     # -------------------------------------------------------------- memory
     def local_array(self, dtype, size, hint):
@@ -1058,10 +1060,11 @@ def _dot_operands(b, staged, ranks, dims, acc_d):
     return operands
 
 
-def _dot_tile(shape, wg, most=16):
+def _dot_tile(shape, wg, most=16, widest=8):
     """``(rows, cols)`` of the register tile each work item of a ``dot`` computes: the outputs per work item
     (where the work-group divides them, at most ``most``), as columns of the last axis first (contiguous
-    operand reads), then rows of the axis before it; ``(1, 1)`` where it does not divide evenly."""
+    operand reads, at most ``widest``), then rows of the axis before it; ``(1, 1)`` where it does not divide
+    evenly."""
     n = math.prod(shape)
     if not shape or n % wg or n // wg < 2:
         return 1, 1
@@ -1069,7 +1072,9 @@ def _dot_tile(shape, wg, most=16):
     while n % (per * wg) and per > 1:
         per -= 1
     tc = 1
-    for c in (8, 4, 2):
+    for c in (16, 8, 4, 2):
+        if c > widest:
+            continue
         if per % c == 0 and shape[-1] % c == 0:
             tc = c
             break
@@ -1556,8 +1561,10 @@ def _accumulating_dot(p):
 
 def _render_accumulating_dot(r, p, match, ins, outs, pids, kdim):
     """The body ``_accumulating_dot`` matched, for the instance ``pids`` of the other grid axes: each work item
-    keeps a register tile of the output block (``_dot_tile``) across the ``kdim`` grid steps and each block's
-    contraction, then stores it once."""
+    keeps a register tile of the output block (``_dot_tile``: ``_FUSED_TILE`` outputs, up to 16 columns, on CPU
+    OpenCL devices; ``_VECTOR_TILE`` where operands are read as vectors) across the ``kdim`` grid steps and each
+    block's contraction, then stores it once. Where ``_vector_operands`` allows it, both operands are read four
+    float32 elements per load (``_accumulate_vectors``)."""
     zero, xi, yi = match
     b = r.b
     ob = p["out_blocks"][0]
@@ -1565,9 +1572,15 @@ def _render_accumulating_dot(r, p, match, ins, outs, pids, kdim):
     acc_d = _acc_dtype(d)
     oref = _global_ref(r, outs[0], ob, d, pids[:-1] + [_i(0)])
     oshape = tuple(oref.shape)
-    tr, tc = _dot_tile(oshape, r.wg, _FUSED_TILE if r.wide else 16)
+    vec = r.vectors is not None and _vector_operands(p, xi, yi, d)
+    if r.wide:
+        tr, tc = _dot_tile(oshape, r.wg, _FUSED_TILE, 16)
+    else:
+        tr, tc = _dot_tile(oshape, r.wg, _VECTOR_TILE if vec else 16)
+    vec = vec and tc % 4 == 0
     tshape = (oshape[0] // tr, oshape[1] // tc)
     nk = p["in_blocks"][xi].ref_shape[1]
+    names = (r.vectors(b, xi), r.vectors(b, yi)) if vec else None
 
     def body(tidx, slot):
         elems = []
@@ -1585,42 +1598,98 @@ def _render_accumulating_dot(r, p, match, ins, outs, pids, kdim):
             kp = pids[:-1] + [kg]
             xr = _global_ref(r, ins[xi], p["in_blocks"][xi], d, kp)
             yr = _global_ref(r, ins[yi], p["in_blocks"][yi], d, kp)
-            uk = _UNROLL_K if len(elems) > 1 and nk % _UNROLL_K == 0 else 1
-            with b.loop(_i(0), _i(nk), _i(uk), hint="k") as k:
-                for u in range(uk):
-                    ku = op("add", k, _i(u)) if u else k
-                    cache: dict = {}
-
-                    def val(ref, ix, key):
-                        if key not in cache:
-                            ad = _bound_address(b, ref.address(list(ix), False))
-                            cache[key] = convert(b, b.let(Load("global", ref.name, ad, d), "ld"), acc_d)
-                        return cache[key]
-                    for acc, (i, j) in zip(accs, elems, strict=True):
-                        xa = val(xr, (i, ku), ("x", i))
-                        yb = val(yr, (ku, j), ("y", j))
-                        b.assign(acc, op("add", acc, op("mul", xa, yb)))
+            if vec:
+                _accumulate_vectors(b, (xr, yr), names, nk, accs, elems[::tc], elems[:tc], d)
+            else:
+                _accumulate_scalars(b, (xr, yr), nk, accs, elems, d, acc_d)
         for acc, ix in zip(accs, elems, strict=True):
             b.store(oref.name, oref.address(list(ix), False), _narrow(b, acc, d))
 
     r.par_for(tshape, body)
 
 
-#: Outputs per work item of ``_render_accumulating_dot``'s register tile on CPU OpenCL devices (4 x 8, as
-#: ``register_tiles``' default): the 256^3 example on PoCL 3.0 took 0.53x the time of 16 per item (2 x 8).
-_FUSED_TILE = 32
+def _accumulate_scalars(b, refs, nk, accs, elems, d, acc_d):
+    """One grid step's contraction of ``_render_accumulating_dot``, one element per load (each loaded once per
+    step of the contraction), ``_UNROLL_K`` steps per iteration."""
+    xr, yr = refs
+    uk = _UNROLL_K if len(elems) > 1 and nk % _UNROLL_K == 0 else 1
+    with b.loop(_i(0), _i(nk), _i(uk), hint="k") as k:
+        for u in range(uk):
+            ku = op("add", k, _i(u)) if u else k
+            cache: dict = {}
+
+            def val(ref, ix, key):
+                if key not in cache:
+                    ad = _bound_address(b, ref.address(list(ix), False))
+                    cache[key] = convert(b, b.let(Load("global", ref.name, ad, d), "ld"), acc_d)
+                return cache[key]
+            for acc, (i, j) in zip(accs, elems, strict=True):
+                xa = val(xr, (i, ku), ("x", i))
+                yb = val(yr, (ku, j), ("y", j))
+                b.assign(acc, op("add", acc, op("mul", xa, yb)))
 
 
-def default_workgroup(eqn, caps):
-    """``workgroup_size`` of one ``pallas_call`` equation: for a k-accumulating product on a CPU OpenCL device
-    (``_accumulating_dot``), one work item per ``_FUSED_TILE`` outputs of the block."""
+def _vector_operands(p, xi, yi, d):
+    """Whether the k-accumulating product's operands can be read four elements per load (``r.vectors``, the
+    scheduler option ``dot_vec4``: webgpu on a CPU adapter): float32 blocks whose last axis is the array's
+    last, with that axis's length, the block's extent along it and the contraction block all multiples of 4
+    (every vector then whole and aligned in its buffer)."""
+    if d != np.dtype(np.float32) or p["aliases"]:
+        return False
+    for k in (xi, yi):
+        bk = p["in_blocks"][k]
+        if (bk.block_shape[-1] is None or len(bk.ref_shape) != 2 or bk.shape[-1] % 4 or bk.block_shape[-1] % 4):
+            return False
+    return True
+
+
+def _accumulate_vectors(b, refs, names, nk, accs, rows, cols, d):
+    """One grid step's contraction of ``_render_accumulating_dot`` with vector reads: per four steps of the
+    contraction one vector of ``x`` per tile row (its four contraction elements) and per step one vector of
+    ``y`` per four tile columns; each accumulator adds its products in the contraction's order, as the scalar
+    form (the same results, bit for bit)."""
+    xr, yr = refs
+    v4 = vector_dtype(d)
+    tc = len(cols)
+    with b.loop(_i(0), _i(nk), _i(4), hint="k") as k:
+        xs = [b.let(Load("global", names[0], _div(xr.address([i, k], False), 4), v4), "xv") for i, _ in rows]
+        for u in range(4):
+            ku = op("add", k, _i(u)) if u else k
+            ys = []
+            for q in range(0, tc, 4):
+                yv = b.let(Load("global", names[1], _div(yr.address([ku, cols[q][1]], False), 4), v4), "yv")
+                ys.extend(b.let(Lane(yv, lane, d)) for lane in range(4))
+            for a, xv in enumerate(xs):
+                xa = b.let(Lane(xv, u, d))
+                for c in range(tc):
+                    acc = accs[a * tc + c]
+                    b.assign(acc, op("add", acc, op("mul", xa, ys[c])))
+
+
+#: Outputs per work item of ``_render_accumulating_dot``'s register tile on CPU OpenCL devices (4 x 16): the
+#: 256^3 example with 32 x 32 blocks on PoCL 3.0 took 0.6x the time of 4 x 8, on PoCL 3.1 0.75x (tenth
+#: session; 4 x 8 had been 0.53x the time of 2 x 8); 8 x 8 was close, 8 x 16 slower on PoCL 3.0.
+_FUSED_TILE = 64
+#: The same where the operands are read as vectors (``_accumulate_vectors``, lavapipe): 8 x 8 (the example
+#: 0.85x the time of fnarray's own product there; 4 x 8 1.0x, 16 x 4 and 4 x 16 0.96-1.01x; tenth session)
+_VECTOR_TILE = 64
+
+
+def default_workgroup(eqn, caps, vectors=False):
+    """``workgroup_size`` of one ``pallas_call`` equation: for a k-accumulating product (``_accumulating_dot``)
+    on a CPU OpenCL device, one work item per ``_FUSED_TILE`` outputs of the block; with ``vectors`` (operands
+    read as vectors: ``render(vectors=)``) where ``_vector_operands`` allows it, one per ``_VECTOR_TILE``."""
     p = eqn.params
-    if (getattr(caps, "matmul_tiling", "local") == "register" and "workgroup" not in dict(p["compiler_params"])
-            and _accumulating_dot(p) is not None):
+    register = getattr(caps, "matmul_tiling", "local") == "register"
+    match = _accumulating_dot(p) if (register or vectors) and "workgroup" not in dict(p["compiler_params"]) \
+        else None
+    if match is not None and (register or _vector_operands(p, match[1], match[2],
+                                                            np.dtype(p["out_avals"][0].dtype))):
+        tile = _FUSED_TILE if register else _VECTOR_TILE
         n = math.prod(p["out_blocks"][0].ref_shape)
         cap = min(_MAX_WG, caps.max_workgroup_size or _MAX_WG)
-        if n % _FUSED_TILE == 0 and 1 <= n // _FUSED_TILE <= cap:
-            return n // _FUSED_TILE
+        if n % tile == 0 and 1 <= n // tile <= cap:
+            return n // tile
     blocks = list(p["in_blocks"]) + list(p["out_blocks"])
     largest = max([math.prod(bk.ref_shape) for bk in blocks] + [math.prod(s.shape) for s in p["scratch"]] + [1])
     return workgroup_size(caps, p, largest, _has_dot(p["body"].program))
@@ -1652,23 +1721,27 @@ def _rows_by_default(caps):
     return not caps.tiling_pays and getattr(caps, "matmul_tiling", "local") != "register"
 
 
-def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False):
+def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=None):
     """The kernel of one ``pallas_call`` equation: ``(builder, global size, local size)``; ``buffer_names(b)``
     gives ``(input names, output names)``; ``wg``: the work-group size (default ``default_workgroup``).
     ``rows``: one work item per row of the blocks (``row_count`` of them, ``wg`` ignored) and no barriers, where
     every work item reads and writes only its own row of work-group memory and of the output and scratch refs;
     where it would not, the usual form. ``stage``: a transposed ``dot`` operand is staged in work-group memory
-    in its own layout (``_Renderer.stage_swapped``; not in row mode). A kernel whose usual form does not render
-    (its blocks past the work-group memory) is tried in row mode too, where its block values are private
-    arrays. Raises ``Unrenderable``."""
+    in its own layout (``_Renderer.stage_swapped``; not in row mode). ``vectors(b, k)``: the name of a binding
+    of input ``k`` as four-float32 vectors (``ir.vector_dtype``; only for targets that print them: WGSL),
+    through which a k-accumulating product reads its operands (``_accumulate_vectors``). A kernel whose usual
+    form does not render (its blocks past the work-group memory) is tried in row mode too, where its block
+    values are private arrays. Raises ``Unrenderable``."""
     n_rows = row_count(eqn, caps)
     if rows and n_rows is not None:
         try:
             return _render(eqn, caps, buffer_names, n_rows, True)
         except _NotRowwise:
             wg = None
+    if wg is None:
+        wg = default_workgroup(eqn, caps, vectors is not None)
     try:
-        return _render(eqn, caps, buffer_names, default_workgroup(eqn, caps) if wg is None else wg, False, stage)
+        return _render(eqn, caps, buffer_names, wg, False, stage, vectors)
     except Unrenderable:
         if rows or n_rows is None:
             raise
@@ -1679,7 +1752,7 @@ def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False):
         raise
 
 
-def _render(eqn, caps, buffer_names, wg, rows, stage=False):
+def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None):
     p = eqn.params
     grid = tuple(p["grid"])
     total = math.prod(grid)
@@ -1691,6 +1764,7 @@ def _render(eqn, caps, buffer_names, wg, rows, stage=False):
     fused = None if r.stage_dots else _accumulating_dot(p)
     r.rows = rows and fused is None
     r.stage_swapped = stage
+    r.vectors = vectors
     if fused is not None:
         grid, total = grid[:-1], math.prod(grid[:-1])
     scratch_names = [r.local_array(s.dtype, math.prod(s.shape), "scr") for s in p["scratch"]]
@@ -1804,7 +1878,8 @@ class PallasGroup(EquationGroup):
     kind = "pallas"
 
     def codegen(self):
-        default = {"workgroup": default_workgroup(self.eqn, self.ctx.caps), "rows": False, "stage": False}
+        default = {"workgroup": default_workgroup(self.eqn, self.ctx.caps, self._vectors_allowed()), "rows": False,
+                   "stage": False}
         n_rows = row_count(self.eqn, self.ctx.caps)
         cp = dict(self.eqn.params["compiler_params"])
         if n_rows is not None and (cp.get("rows") is True or _rows_by_default(self.ctx.caps)):
@@ -1838,12 +1913,27 @@ class PallasGroup(EquationGroup):
                 ins.append(nm)
             return ins, [ctx.output(b, args, v) for v in e.outputs]
 
+        def vectors(b, k):
+            a = e.inputs[k]
+            spec = ctx.spec(a)
+            nm = b.buffer(("vec4", spec), vector_dtype(a.aval.dtype), False, "wide")
+            args[nm] = spec
+            return nm
+
         b, gsize, lsize = render(e, ctx.caps, names, choice["workgroup"], choice.get("rows", False),
-                                 choice.get("stage", False))
+                                 choice.get("stage", False), vectors if self._vectors_allowed() else None)
         kernel = hoisted_kernel(b, lsize, bool(getattr(ctx.caps, "uniform_guard", False)))
         vals = [args[pp.name] for pp in kernel.params]
         launches.append(Launch(kernel, vals, gsize, lsize, tracker.eqns, "pallas"))
         return launches
+
+    def _vectors_allowed(self):
+        """Whether the kernel may bind its inputs a second time as vectors (``render(vectors=)``): the scheduler
+        option ``dot_vec4`` (webgpu on a CPU adapter, as ``groups/dot.py``), with room for two more bindings
+        within the target's buffers per kernel."""
+        limit = self.ctx.caps.max_buffers_per_kernel
+        n = len(self.eqn.inputs) + len(self.eqn.outputs) + 2
+        return bool(self.ctx.opts.get("dot_vec4", False)) and (limit is None or n <= limit)
 
     def _zeros(self, dst):
         """A launch storing zeros into all of ``dst`` (a result ``stores_everything`` cannot vouch for)."""
