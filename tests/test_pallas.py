@@ -409,6 +409,46 @@ def test_k_accumulating_matmul_vector_reads(device, case):
         assert ("vec4<f32>" in text) == vec
 
 
+def _attention_like(rows, d, n, params):
+    """``(x @ y.T) @ z`` per block of ``rows`` rows of ``x`` (``(m, d)``), ``y`` ``(n, d)`` read whole, ``z``
+    ``(n, d)`` read in two halves of its rows: the two products of flash attention's body."""
+    def kernel(x_ref, y_ref, z_ref, o_ref):
+        s = x_ref[...] @ y_ref[...].T
+        h = n // 2
+        o_ref[...] = s[:, :h] @ z_ref[pl.ds(0, h), :] + s[:, h:] @ z_ref[pl.ds(h, h), :]
+
+    def f(x, y, z):
+        m = x.shape[0]
+        return pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((m, d), x.dtype), grid=(m // rows,),
+                              in_specs=[pl.BlockSpec((rows, d), lambda i: (i, 0)),
+                                        pl.BlockSpec((n, d), lambda i: (0, 0)), pl.BlockSpec((n, d), lambda i: (0, 0))],
+                              out_specs=pl.BlockSpec((rows, d), lambda i: (i, 0)), compiler_params=params)(x, y, z)
+    return f
+
+
+@pytest.mark.parametrize("d,n,vec", [(32, 16, True), (8, 8, True), (6, 16, False), (32, 12, True)])
+@pytest.mark.parametrize("params", [None, {"rows": False, "workgroup": 16}])
+def test_dot_operands_read_as_vectors(device, d, n, vec, params):
+    """A ``dot`` operand that is a plain load of a float32 input, contiguous and 4-aligned along the
+    contraction (``y.T``) or along the register tile's columns (``z``), is read four elements per load on a
+    CPU WebGPU adapter (``_vector_plans``), in row mode and in the shared form; the products keep their order,
+    so the result equals the scalar form's and NumPy's (float64) within float32 rounding, on every device."""
+    x = rng.standard_normal((32, d)).astype(np.float32)
+    y = rng.standard_normal((n, d)).astype(np.float32)
+    z = rng.standard_normal((n, d)).astype(np.float32)
+    want = (x.astype(np.float64) @ y.T) @ z
+    f = fa.jit(_attention_like(16, d, n, params))
+    args = [fa.device_put(a, device) for a in (x, y, z)]
+    with own_kernels(device):
+        got = f(*args)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+    caps = device.impl.capabilities(device) if device.backend == "webgpu" else None
+    if caps is not None and not caps.tiling_pays:
+        with own_kernels(device):
+            text = f.lower(*args).as_text()
+        assert ("vec4<f32>" in text) == vec
+
+
 def test_store_reading_its_own_ref(device):
     """``o[...] = o[::-1]``-like stores (the value reads other elements of the ref it overwrites)."""
     x = rng.standard_normal(64).astype(np.float32)

@@ -324,6 +324,10 @@ class _Lazy:
     aligned: dict = dataclasses.field(default_factory=dict)   # ref -> the block it reads only at the own element
     heavy: bool = False   # computes a transcendental function (``facts.with_cost("expensive")``) per element
     swapped: bool = False   # a transpose that moves the last axis (``k.T``): ``stage_swapped`` stages it
+    # ``(axis, vec)``: a plain load of float32 input elements, ``vec(idx)`` the four-element vector (``Load`` of
+    # the input's vector binding) holding elements ``idx`` .. ``idx + 3`` along ``axis``, for ``idx[axis]`` a
+    # multiple of 4 (``_vector_load``; ``_dot`` reads its operands through it)
+    vector: tuple | None = None
 
 
 @dataclasses.dataclass
@@ -339,6 +343,7 @@ class _Ref:
     axes: tuple = ()                  # global: the array axis of each ref axis
     padded: bool = False
     wide: bool = False                # global: 64-bit addresses, their constant part added last (``_wide``)
+    vector: int | None = None         # global input: its position, for its vector binding (``vector_name``)
 
     def coords(self, idx):
         """Array coordinates of ref element ``idx`` (a global ref)."""
@@ -465,7 +470,13 @@ class _Renderer:
         self.stage_swapped = False
         self.row_private = {}   # row mode: the block arrays held as each item's private row (``block_array``)
         # ``vectors(b, k)``: the name of a four-float32 vector binding of input ``k`` (``render(vectors=)``)
-        self.vectors = None
+        self.vectors, self.vector_names = None, {}
+
+    def vector_name(self, k):
+        """The name of input ``k``'s four-float32 vector binding (``render(vectors=)``), made on first use."""
+        if k not in self.vector_names:
+            self.vector_names[k] = self.vectors(self.b, k)
+        return self.vector_names[k]
 
     # -------------------------------------------------------------- memory
     def local_array(self, dtype, size, hint):
@@ -791,7 +802,18 @@ def _transpose(r, e, vals):
         for k, p in enumerate(perm):
             src[p] = idx[k]
         return x.at(tuple(src))
-    return _Lazy(shape, x.dtype, at, x.reads, heavy=_heavy(x), swapped=bool(perm) and perm[-1] != len(perm) - 1)
+    vector = None
+    if x.vector is not None:
+        axis, xvec = x.vector
+
+        def vec(idx):
+            src = [None] * len(perm)
+            for k, p in enumerate(perm):
+                src[p] = idx[k]
+            return xvec(tuple(src))
+        vector = (list(perm).index(axis), vec)
+    return _Lazy(shape, x.dtype, at, x.reads, heavy=_heavy(x), swapped=bool(perm) and perm[-1] != len(perm) - 1,
+                 vector=vector)
 
 
 def _iota(r, e, vals):
@@ -989,12 +1011,13 @@ def _dot(r, e, vals):
     tshape = oshape[:-2] + (oshape[-2] // tr,) if tr > 1 else oshape[:-1]
     tshape = tshape + (oshape[-1] // tc,) if oshape else tshape
 
-    operands = _dot_operands(b, (xs, ys), (len(x.shape), len(y.shape)), (lb, rb, lc, rc, lfree, rfree), acc_d)
+    nk = math.prod(kshape)
+    dims = (lb, rb, lc, rc, lfree, rfree)
 
     def body(tidx, slot):
         # A register tile: each work item computes tr x tc outputs of the last two axes, so a loaded operand
         # element serves several products (equal loads are bound once) and the sums are independent.
-        elems = []
+        elems, bases = [], []
         for a in range(tr):
             for c in range(tc):
                 idx = list(tidx)
@@ -1002,20 +1025,24 @@ def _dot(r, e, vals):
                     col = op("add", op("mul", idx[-1], _i(tc)), _i(c))
                     # unbound where addresses are wide: the constant column offset reaches each address
                     idx[-1] = (col if r.wide else b.let(col, "tj")) if tc > 1 else idx[-1]
+                    bases.append((op("add", op("mul", tidx[-1], _i(tc)), _i(c - c % 4)), c % 4))
                 if tr > 1:
                     idx[-2] = b.let(op("add", op("mul", idx[-2], _i(tr)), _i(a)), "ti")
                 elems.append(tuple(idx))
         accs = [b.var(acc_d, const(0, acc_d), "acc") for _ in elems]
-        nk = math.prod(kshape)
         uk = _UNROLL_K if len(elems) > 1 and nk % _UNROLL_K == 0 else 1
         if r.unrolled(nk):
             uk = nk
+        plans = _vector_plans(r, (xs, ys), dims, nk, uk, tc) if oshape else (None, None)
+        operands = _dot_operands(b, (xs, ys), (len(x.shape), len(y.shape)), dims, acc_d, plans)
         with b.loop(_i(0), _i(nk), _i(uk), hint="k") if uk < nk else _null() as k:
+            vectors: dict = {}
             for u in range(uk):
                 kidx = _unravel(_i(u) if k is None else b.let(op("add", k, _i(u)), "ku") if u else k, kshape)
-                cache: dict = {}
-                for acc, idx in zip(accs, elems, strict=True):
-                    xa, yc = operands(idx, kidx, cache)
+                cache: dict = {"vectors": vectors}
+                for n, (acc, idx) in enumerate(zip(accs, elems, strict=True)):
+                    at = (k, u) + bases[n] if any(plans) else None
+                    xa, yc = operands(idx, kidx, cache, at)
                     b.assign(acc, op("add", acc, op("mul", xa, yc)))
         for acc, idx in zip(accs, elems, strict=True):
             r.put_elem(name, idx, oshape, convert(b, acc, d) if acc_d != d else acc)
@@ -1029,15 +1056,35 @@ def _dot(r, e, vals):
 _UNROLL_K = 4
 
 
-def _dot_operands(b, staged, ranks, dims, acc_d):
-    """``operands(idx, kidx, cache) -> (x element, y element)`` of a ``dot`` for output index ``idx`` and
-    contraction index ``kidx``, as ``acc_d``; an element several outputs of a tile read is computed once per
-    ``cache`` (an inline operand may be a whole expression: attention's ``exp(s - m)`` for ``p @ v``)."""
+def _dot_operands(b, staged, ranks, dims, acc_d, plans=(None, None)):
+    """``operands(idx, kidx, cache, at=None) -> (x element, y element)`` of a ``dot`` for output index ``idx``
+    and contraction index ``kidx``, as ``acc_d``; an element several outputs of a tile read is computed once
+    per ``cache`` (an inline operand may be a whole expression: attention's ``exp(s - m)`` for ``p @ v``).
+    ``plans``: per operand ``None``, ``"k"`` or ``"cols"`` (``_vector_plans``): its elements are lanes of
+    vector loads (``_Lazy.vector``), along the contraction (``at = (k, u, ...)``: step ``u`` of an iteration
+    at ``k``, a multiple of 4, or ``None`` where the contraction is written out) or along the tile's columns
+    (``at = (..., base, lane)``: the element's column is ``base + lane``, ``base`` a multiple of 4); the vectors
+    of one iteration are loaded once (``cache["vectors"]``, shared by its steps)."""
     xs, ys = staged
     lb, rb, lc, rc, lfree, rfree = dims
     nb = len(lb)
 
-    def operands(idx, kidx, cache):
+    def lane(which, val, ix, at, cache):
+        plan, (axis, vec) = plans[which], val.vector
+        k, u, base, ln = at
+        start = list(ix)
+        if plan == "k":
+            start[axis] = _i(u - u % 4) if k is None else op("add", k, _i(u - u % 4)) if u >= 4 else k
+            ln = u % 4
+        else:
+            start[axis] = base
+        key = (which, tuple(start))
+        vectors = cache["vectors"]
+        if key not in vectors:
+            vectors[key] = vec(tuple(start))
+        return b.let(Lane(vectors[key], ln, val.dtype), "vx")
+
+    def operands(idx, kidx, cache, at=None):
         bidx, li, ri = idx[:nb], idx[nb:nb + len(lfree)], idx[nb + len(lfree):]
         xi, yi = [None] * ranks[0], [None] * ranks[1]
         for dd, i in zip(lb, bidx, strict=True):
@@ -1053,11 +1100,37 @@ def _dot_operands(b, staged, ranks, dims, acc_d):
             yi[ee] = i
         xi, yi = tuple(xi), tuple(yi)
         if ("x", xi) not in cache:
-            cache["x", xi] = convert(b, xs.at(xi), acc_d)
+            v = lane(0, xs, xi, at, cache) if at is not None and plans[0] else xs.at(xi)
+            cache["x", xi] = convert(b, v, acc_d)
         if ("y", yi) not in cache:
-            cache["y", yi] = convert(b, ys.at(yi), acc_d)
+            v = lane(1, ys, yi, at, cache) if at is not None and plans[1] else ys.at(yi)
+            cache["y", yi] = convert(b, v, acc_d)
         return cache["x", xi], cache["y", yi]
     return operands
+
+
+def _vector_plans(r, staged, dims, nk, uk, tc):
+    """How ``_dot`` reads each operand (``_dot_operands``' ``plans``): ``"k"`` where the operand is a plain
+    load (``_Lazy.vector``) whose vector axis is the contraction's (one axis, a multiple of 4 long, taken 4 or a
+    multiple of 4 steps per iteration: flash attention's ``k.T``), ``"cols"`` for the right operand where its
+    vector axis is the output's last, whose register tile is a multiple of 4 columns (``p @ v``'s ``v``), else
+    ``None`` (one element per load). Only where ``render(vectors=)`` gives vector bindings (a CPU WebGPU
+    adapter) and addresses are 32-bit."""
+    if r.vectors is None or r.wide:
+        return None, None
+    lb, rb, lc, rc, lfree, rfree = dims
+    out = []
+    for which, (val, c) in enumerate(zip(staged, (lc, rc), strict=True)):
+        vec = getattr(val, "vector", None)
+        if vec is None:
+            out.append(None)
+        elif len(c) == 1 and vec[0] == c[0] and nk % 4 == 0 and uk % 4 == 0:
+            out.append("k")
+        elif which == 1 and rfree and vec[0] == rfree[-1] and tc % 4 == 0:
+            out.append("cols")
+        else:
+            out.append(None)
+    return tuple(out)
 
 
 def _dot_tile(shape, wg, most=16, widest=8):
@@ -1139,7 +1212,27 @@ def _load(r, e, vals):
         return b.let(select(m if inside else op("land", m, ref.inside(ri)), v, fill), "mv")
     reads = frozenset([ref.name]) | (mask.reads if masked else frozenset()) | (
         other.reads if other is not None else frozenset())
-    return _Lazy(shape, ref.dtype, at, reads, {ref.name: _block_key(indexer, starts)})
+    vector = None if masked else _vector_load(r, ref, indexer, starts, shape)
+    return _Lazy(shape, ref.dtype, at, reads, {ref.name: _block_key(indexer, starts)}, vector=vector)
+
+
+def _vector_load(r, ref, indexer, starts, shape):
+    """``_Lazy.vector`` of an unmasked load of ``ref``: where the ref is a float32 input block with a vector
+    binding whose last axis is the array's last (a multiple of 4 long, the block's offset along it a multiple
+    of 4: ``_global_ref``) and the load takes a slice of that axis starting at a constant multiple of 4; else
+    ``None``."""
+    if ref.vector is None or not shape or indexer[-1][0] == "i":
+        return None
+    start = _scalar(starts[-1])
+    if not isinstance(start, Const) or int(start.value) % 4:
+        return None
+    b = r.b
+
+    def vec(idx):
+        ri = _ref_index(ref, indexer, starts, idx)
+        return b.let(Load("global", r.vector_name(ref.vector), _div(ref.address(ri, False), 4),
+                          vector_dtype(ref.dtype)), "vl")
+    return len(shape) - 1, vec
 
 
 def _statically_inside(ref, indexer, starts):
@@ -1368,11 +1461,16 @@ def _index_map_offsets(r, block, pids):
     return offs
 
 
-def _global_ref(r, name, block, dtype, pids):
+def _global_ref(r, name, block, dtype, pids, vector=None):
+    """The ``_Ref`` of a block of a global buffer at the grid indices ``pids``; ``vector``: the buffer's input
+    position, kept as ``_Ref.vector`` where its vector binding (``_Renderer.vector_name``) may serve: a float32
+    block whose last axis is the array's last, both extents along it multiples of 4, not padded."""
     offs = _index_map_offsets(r, block, pids)
     axes = tuple(a for a, n in enumerate(block.block_shape) if n is not None)
+    vec = vector is not None and np.dtype(dtype) == np.dtype(np.float32) and not block.padded and bool(axes) \
+        and axes[-1] == len(block.shape) - 1 and block.shape[-1] % 4 == 0 and block.block_shape[-1] % 4 == 0
     return _Ref("global", name, np.dtype(dtype), block.ref_shape, tuple(block.shape), tuple(offs), axes, block.padded,
-                r.wide)
+                r.wide, vector if vec else None)
 
 
 def _depends(prog, i):
@@ -1580,7 +1678,7 @@ def _render_accumulating_dot(r, p, match, ins, outs, pids, kdim):
     vec = vec and tc % 4 == 0
     tshape = (oshape[0] // tr, oshape[1] // tc)
     nk = p["in_blocks"][xi].ref_shape[1]
-    names = (r.vectors(b, xi), r.vectors(b, yi)) if vec else None
+    names = (r.vector_name(xi), r.vector_name(yi)) if vec else None
 
     def body(tidx, slot):
         elems = []
@@ -1735,7 +1833,7 @@ def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=No
     n_rows = row_count(eqn, caps)
     if rows and n_rows is not None:
         try:
-            return _render(eqn, caps, buffer_names, n_rows, True)
+            return _render(eqn, caps, buffer_names, n_rows, True, vectors=vectors)
         except _NotRowwise:
             wg = None
     if wg is None:
@@ -1746,7 +1844,7 @@ def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=No
         if rows or n_rows is None:
             raise
         try:
-            return _render(eqn, caps, buffer_names, n_rows, True)
+            return _render(eqn, caps, buffer_names, n_rows, True, vectors=vectors)
         except _NotRowwise:
             pass
         raise
@@ -1786,8 +1884,8 @@ def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None):
             if walk:
                 r.barrier("global")
             return b, gsize, lsize
-        refs = [_global_ref(r, nm, bk, a.aval.dtype, pids)
-                for nm, bk, a in zip(ins, p["in_blocks"], eqn.inputs, strict=True)]
+        refs = [_global_ref(r, nm, bk, a.aval.dtype, pids, k if r.vectors is not None else None)
+                for k, (nm, bk, a) in enumerate(zip(ins, p["in_blocks"], eqn.inputs, strict=True))]
         refs += [_global_ref(r, nm, bk, a.dtype, pids)
                  for nm, bk, a in zip(outs, p["out_blocks"], p["out_avals"], strict=True)]
         refs += [_Ref("local", nm, s.dtype, tuple(s.shape)) for nm, s in zip(scratch_names, p["scratch"], strict=True)]
