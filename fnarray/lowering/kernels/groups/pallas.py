@@ -35,6 +35,15 @@ all of ``k`` and stored once (``_render_accumulating_dot``). On CPU OpenCL devic
 with their constant part added last (``_wide``); on CPU devices lanes of a shared reduction take unrolled runs of
 consecutive elements, whose index arithmetic ``_div``/``_rem`` keep constant (docs/performance.md).
 
+On a CPU WebGPU adapter (the scheduler option ``dot_vec4``, ``render(vectors=)``) a float32 input may also be
+bound as ``vec4<f32>`` vectors: the k-accumulating product reads both operands four elements per load into an
+8 x 8 register tile (``_accumulate_vectors``), and a ``dot`` operand that is a plain load of an input, 4-aligned
+along the contraction (flash attention's ``k.T``) or along the register tile's columns (its ``v``), is read as
+lanes of vector loads (``_Lazy.vector``, ``_vector_plans``). Each product is still added in the contraction's
+order, so the results equal the scalar form's. On lavapipe the loads were the cost (flash attention with its
+``k`` loads replaced by a constant took half the time); four elements per load made flash attention 1.6x and
+the matmul 2.4x faster there (docs/performance.md).
+
 *Row mode* (``render(rows=True)``, the default on lavapipe, a ``PALLAS_TUNABLE`` choice elsewhere): one work
 item per row of the first output block, each phase giving row ``lid`` of its block to item ``lid``, the block
 values in the item's private arrays and no barrier; ``_Renderer.own_row`` refuses (``_NotRowwise``) any access of
@@ -64,8 +73,8 @@ from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.barriers import prune_barriers
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import Launch, EquationGroup, Tracker
-from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, Cast, Const, For, If, Lane, Load, \
-    Op, Special, const, vector_dtype, without
+from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, BufferParam, Cast, Const, For, \
+    If, Lane, Load, Op, Special, const, vector_dtype, without
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import ELEMENTWISE, add_of, convert, highest, lowest, max_of, min_of, mul_of, op, \
     select
@@ -324,9 +333,9 @@ class _Lazy:
     aligned: dict = dataclasses.field(default_factory=dict)   # ref -> the block it reads only at the own element
     heavy: bool = False   # computes a transcendental function (``facts.with_cost("expensive")``) per element
     swapped: bool = False   # a transpose that moves the last axis (``k.T``): ``stage_swapped`` stages it
-    # ``(axis, vec)``: a plain load of float32 input elements, ``vec(idx)`` the four-element vector (``Load`` of
-    # the input's vector binding) holding elements ``idx`` .. ``idx + 3`` along ``axis``, for ``idx[axis]`` a
-    # multiple of 4 (``_vector_load``; ``_dot`` reads its operands through it)
+    # ``(axis, vec, k)``: a plain load of float32 elements of input ``k``, ``vec(idx)`` the four-element vector
+    # (``Load`` of the input's vector binding) holding elements ``idx`` .. ``idx + 3`` along ``axis``, for
+    # ``idx[axis]`` a multiple of 4 (``_vector_load``; ``_dot`` reads its operands through it)
     vector: tuple | None = None
 
 
@@ -470,11 +479,15 @@ class _Renderer:
         self.stage_swapped = False
         self.row_private = {}   # row mode: the block arrays held as each item's private row (``block_array``)
         # ``vectors(b, k)``: the name of a four-float32 vector binding of input ``k`` (``render(vectors=)``)
-        self.vectors, self.vector_names = None, {}
+        # ``vector_room``: the vector bindings the target's buffers per kernel leave room for (``None``: any)
+        self.vectors, self.vector_names, self.vector_room = None, {}, None
 
     def vector_name(self, k):
-        """The name of input ``k``'s four-float32 vector binding (``render(vectors=)``), made on first use."""
+        """The name of input ``k``'s four-float32 vector binding (``render(vectors=)``), made on first use;
+        ``None`` where the target's buffers per kernel leave no room for another."""
         if k not in self.vector_names:
+            if self.vector_room is not None and len(self.vector_names) >= self.vector_room:
+                return None
             self.vector_names[k] = self.vectors(self.b, k)
         return self.vector_names[k]
 
@@ -804,14 +817,14 @@ def _transpose(r, e, vals):
         return x.at(tuple(src))
     vector = None
     if x.vector is not None:
-        axis, xvec = x.vector
+        axis, xvec, k = x.vector
 
         def vec(idx):
             src = [None] * len(perm)
             for k, p in enumerate(perm):
                 src[p] = idx[k]
             return xvec(tuple(src))
-        vector = (list(perm).index(axis), vec)
+        vector = (list(perm).index(axis), vec, k)
     return _Lazy(shape, x.dtype, at, x.reads, heavy=_heavy(x), swapped=bool(perm) and perm[-1] != len(perm) - 1,
                  vector=vector)
 
@@ -1070,7 +1083,7 @@ def _dot_operands(b, staged, ranks, dims, acc_d, plans=(None, None)):
     nb = len(lb)
 
     def lane(which, val, ix, at, cache):
-        plan, (axis, vec) = plans[which], val.vector
+        plan, (axis, vec, _) = plans[which], val.vector
         k, u, base, ln = at
         start = list(ix)
         if plan == "k":
@@ -1122,14 +1135,12 @@ def _vector_plans(r, staged, dims, nk, uk, tc):
     out = []
     for which, (val, c) in enumerate(zip(staged, (lc, rc), strict=True)):
         vec = getattr(val, "vector", None)
-        if vec is None:
-            out.append(None)
-        elif len(c) == 1 and vec[0] == c[0] and nk % 4 == 0 and uk % 4 == 0:
-            out.append("k")
-        elif which == 1 and rfree and vec[0] == rfree[-1] and tc % 4 == 0:
-            out.append("cols")
-        else:
-            out.append(None)
+        plan = None
+        if vec is not None and len(c) == 1 and vec[0] == c[0] and nk % 4 == 0 and uk % 4 == 0:
+            plan = "k"
+        elif vec is not None and which == 1 and rfree and vec[0] == rfree[-1] and tc % 4 == 0:
+            plan = "cols"
+        out.append(plan if plan is None or r.vector_name(vec[2]) is not None else None)
     return tuple(out)
 
 
@@ -1232,7 +1243,7 @@ def _vector_load(r, ref, indexer, starts, shape):
         ri = _ref_index(ref, indexer, starts, idx)
         return b.let(Load("global", r.vector_name(ref.vector), _div(ref.address(ri, False), 4),
                           vector_dtype(ref.dtype)), "vl")
-    return len(shape) - 1, vec
+    return len(shape) - 1, vec, ref.vector
 
 
 def _statically_inside(ref, indexer, starts):
@@ -1670,7 +1681,8 @@ def _render_accumulating_dot(r, p, match, ins, outs, pids, kdim):
     acc_d = _acc_dtype(d)
     oref = _global_ref(r, outs[0], ob, d, pids[:-1] + [_i(0)])
     oshape = tuple(oref.shape)
-    vec = r.vectors is not None and _vector_operands(p, xi, yi, d)
+    vec = r.vectors is not None and _vector_operands(p, xi, yi, d) and (
+        r.vector_room is None or r.vector_room >= 2)
     if r.wide:
         tr, tc = _dot_tile(oshape, r.wg, _FUSED_TILE, 16)
     else:
@@ -1863,6 +1875,8 @@ def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None):
     r.rows = rows and fused is None
     r.stage_swapped = stage
     r.vectors = vectors
+    if caps.max_buffers_per_kernel is not None:
+        r.vector_room = caps.max_buffers_per_kernel - len(eqn.inputs) - len(p["out_avals"])
     if fused is not None:
         grid, total = grid[:-1], math.prod(grid[:-1])
     scratch_names = [r.local_array(s.dtype, math.prod(s.shape), "scr") for s in p["scratch"]]
@@ -2022,13 +2036,19 @@ class PallasGroup(EquationGroup):
                                  choice.get("stage", False), vectors if self._vectors_allowed() else None)
         kernel = hoisted_kernel(b, lsize, bool(getattr(ctx.caps, "uniform_guard", False)))
         vals = [args[pp.name] for pp in kernel.params]
+        if not _vectors_unwritten(kernel, vals):   # WebGPU refuses a buffer bound read-only and writable at once
+            args.clear()
+            b, gsize, lsize = render(e, ctx.caps, names, choice["workgroup"], choice.get("rows", False),
+                                     choice.get("stage", False))
+            kernel = hoisted_kernel(b, lsize, bool(getattr(ctx.caps, "uniform_guard", False)))
+            vals = [args[pp.name] for pp in kernel.params]
         launches.append(Launch(kernel, vals, gsize, lsize, tracker.eqns, "pallas"))
         return launches
 
     def _vectors_allowed(self):
         """Whether the kernel may bind its inputs a second time as vectors (``render(vectors=)``): the scheduler
         option ``dot_vec4`` (webgpu on a CPU adapter, as ``groups/dot.py``), with room for two more bindings
-        within the target's buffers per kernel."""
+        within the target's buffers per kernel (``_Renderer.vector_room`` counts them as they are made)."""
         limit = self.ctx.caps.max_buffers_per_kernel
         n = len(self.eqn.inputs) + len(self.eqn.outputs) + 2
         return bool(self.ctx.opts.get("dot_vec4", False)) and (limit is None or n <= limit)
@@ -2060,6 +2080,14 @@ class PallasGroup(EquationGroup):
             b.store(out, gid, b.load(nm, gid, src.aval.dtype))
         kernel = b.build()
         return Launch(kernel, [args[pp.name] for pp in kernel.params], gsize, lsize, [self.eqn], "copy")
+
+
+def _vectors_unwritten(kernel, vals):
+    """Whether no buffer that ``kernel`` binds as vectors is one it also writes (the values ``vals`` of its
+    parameters compared by identity, as ``groups/dot.py``'s ``_vectors_fit``)."""
+    bufs = [(pp, a) for pp, a in zip(kernel.params, vals, strict=True) if isinstance(pp, BufferParam)]
+    written = {id(a) for pp, a in bufs if pp.writes}
+    return not any(id(a) in written for pp, a in bufs if np.dtype(pp.dtype).subdtype is not None)
 
 
 _REASONS: dict = {}
