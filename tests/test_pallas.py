@@ -449,6 +449,33 @@ def test_dot_operands_read_as_vectors(device, d, n, vec, params):
         assert ("vec4<f32>" in text) == vec
 
 
+@pytest.mark.parametrize("pairs", [2, 3])
+def test_dot_vector_bindings_within_the_buffer_limit(device, pairs):
+    """``sum_i x_i @ y_i.T``: every operand could be read as vectors (each one more binding of its buffer), but a
+    WebGPU kernel binds at most ``max_buffers_per_kernel`` buffers (8 on lavapipe): the bindings past it are
+    not made (2 pairs: 3 of the 4 wanted; 3 pairs: none), those operands are read one element per load, and
+    the result is the same."""
+    xs = [rng.standard_normal((32, 16)).astype(np.float32) for _ in range(2 * pairs)]
+
+    def kernel(*refs):
+        o_ref = refs[-1]
+        acc = refs[0][...] @ refs[1][...].T
+        for i in range(1, pairs):
+            acc = acc + refs[2 * i][...] @ refs[2 * i + 1][...].T
+        o_ref[...] = acc
+
+    def f(*args):
+        spec = pl.BlockSpec((16, 16), lambda i: (i, 0))
+        whole = pl.BlockSpec((32, 16), lambda i: (0, 0))
+        return pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((32, 32), np.float32), grid=(2,),
+                              in_specs=[spec, whole] * pairs, out_specs=pl.BlockSpec((16, 32), lambda i: (i, 0)))(
+            *args)
+    want = sum(xs[2 * i].astype(np.float64) @ xs[2 * i + 1].T for i in range(pairs))
+    with own_kernels(device):
+        got = fa.jit(f)(*[fa.device_put(a, device) for a in xs])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+
+
 def test_store_reading_its_own_ref(device):
     """``o[...] = o[::-1]``-like stores (the value reads other elements of the ref it overwrites)."""
     x = rng.standard_normal(64).astype(np.float32)
