@@ -427,12 +427,14 @@ def _attention_like(rows, d, n, params):
 
 
 @pytest.mark.parametrize("d,n,vec", [(32, 16, True), (8, 8, True), (6, 16, False), (32, 12, True)])
-@pytest.mark.parametrize("params", [None, {"rows": False, "workgroup": 16}])
+@pytest.mark.parametrize("params", [None, {"rows": False, "workgroup": 16}, {"rows": False, "tile": 64},
+                                    {"rows": False, "workgroup": 8, "tile": 64, "stage": True}])
 def test_dot_operands_read_as_vectors(device, d, n, vec, params):
     """A ``dot`` operand that is a plain load of a float32 input, contiguous and 4-aligned along the
     contraction (``y.T``) or along the register tile's columns (``z``), is read four elements per load on a
     CPU WebGPU adapter (``_vector_plans``), in row mode and in the shared form; the products keep their order,
-    so the result equals the scalar form's and NumPy's (float64) within float32 rounding, on every device."""
+    so the result equals the scalar form's and NumPy's (float64) within float32 rounding, on every device; also
+    with register tiles of up to 64 outputs (``compiler_params={"tile": 64}``, ``PALLAS_TUNABLE``'s ``tile``)."""
     x = rng.standard_normal((32, d)).astype(np.float32)
     y = rng.standard_normal((n, d)).astype(np.float32)
     z = rng.standard_normal((n, d)).astype(np.float32)
@@ -539,20 +541,22 @@ def test_pallas_tunable_offers_row_mode_at_its_row_count():
     """``PALLAS_TUNABLE``'s candidates: row mode once, at the work-group size of the block's rows (the group's
     ``rows`` fact), and not at all where ``row_count`` gives none (fact 0)."""
     from fnarray.lowering.kernels.groups.pallas import PALLAS_TUNABLE
-    default = {"workgroup": 8, "rows": False, "stage": False}
+    default = {"workgroup": 8, "rows": False, "stage": False, "tile": 16}
     rows = [c for c in PALLAS_TUNABLE.candidates(default, {"rows": 16, "workgroup_limit": 256}) if c["rows"]]
-    assert rows == [{"workgroup": 16, "rows": True, "stage": False}]
+    assert rows == [{"workgroup": 16, "rows": True, "stage": False, "tile": 16}]
     assert not [c for c in PALLAS_TUNABLE.candidates(default, {"rows": 0, "workgroup_limit": 256}) if c["rows"]]
 
 
 def test_pallas_cost_model_stages_transposed_operands_on_llvm_15():
     """``PALLAS_TUNABLE``'s cost model (mode ``"fast"``): on PoCL with LLVM 15 or later the default plus a staged
-    transposed ``dot`` operand; on LLVM 14 and elsewhere the default itself."""
+    transposed ``dot`` operand and register tiles of up to 64 outputs; on LLVM 14 and elsewhere the default
+    itself."""
     from fnarray.lowering.kernels import tuning
     from fnarray.lowering.kernels.groups.pallas import PALLAS_TUNABLE
-    default = {"workgroup": 8, "rows": False, "stage": False}
+    default = {"workgroup": 8, "rows": False, "stage": False, "tile": 16}
     base = {"workgroup_limit": 4096, "rows": 16, "device": "cpu", "compiler": "pocl"}
-    assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 15}, mode="fast") == {**default, "stage": True}
+    assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 15}, mode="fast") == {**default, "stage": True,
+                                                                                           "tile": 64}
     assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 14}, mode="fast") == default
     assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 15}, mode="off") == default
 

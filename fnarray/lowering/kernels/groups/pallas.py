@@ -90,6 +90,9 @@ _MAX_WG = 256
 #: (lavapipe) (``workgroup_size``)
 _CPU_OPENCL_WG = 8
 _CPU_WG = 16
+#: the most outputs of a ``dot``'s register tile per work item by default (``_dot_tile``; ``PALLAS_TUNABLE``'s
+#: ``tile``)
+_DOT_TILE = 16
 
 
 class Unrenderable(Exception):
@@ -135,21 +138,26 @@ def _pallas_cost(choice, default, facts):
     """``PALLAS_TUNABLE``'s cost model: the default, except that PoCL compiling with LLVM 15 or later (Debian's
     PoCL 3.1) vectorises a register tile's columns read from a transposed operand (flash attention's ``k.T``)
     into gathers, so there staging it costs less (the flash-attention example 0.68x the time; 1.09x on PoCL 3.0,
-    LLVM 14). Each choice away from the default costs a little (nothing else is modelled)."""
+    LLVM 14), and ``dot`` register tiles of up to 64 outputs, 16 columns, cost less than of 16 (the example
+    0.87x the time; 1.09x on PoCL 3.0; tenth session). Each choice away from the default costs a little
+    (nothing else is modelled)."""
     away = sum(choice.get(k) != default.get(k) for k in choice) * 0.01
     if facts.get("compiler") == "pocl" and facts.get("llvm", 0) >= 15 and not choice.get("rows"):
-        return away + (0.0 if choice.get("stage") else 1.0)
+        return away + (0.0 if choice.get("stage") else 1.0) + (0.0 if choice.get("tile", _DOT_TILE) > _DOT_TILE
+                                                              else 0.5)
     return away
 
 
 PALLAS_TUNABLE = Tunable("pallas_workgroup", {"workgroup": (8, 16, 32, 64, 128, 256), "rows": (False, True),
-                                              "stage": (False, True)},
+                                              "stage": (False, True), "tile": (_DOT_TILE, 64)},
                          doc="work items per program instance of a pallas_call kernel; one work item per row "
                              "of the blocks without barriers (rows, where ``row_count`` allows it); a "
-                             "transposed dot operand staged in work-group memory (stage)",
+                             "transposed dot operand staged in work-group memory (stage); the most outputs of "
+                             "a dot's register tile per work item (tile: 16, of up to 8 columns, or 64, of up "
+                             "to 16)",
                          valid=lambda c, facts: c["workgroup"] <= facts.get("workgroup_limit", _MAX_WG) and (
                              not c.get("rows") or c["workgroup"] == facts.get("rows")
-                             and not c.get("stage")),
+                             and not c.get("stage") and c.get("tile", _DOT_TILE) == _DOT_TILE),
                          cost=_pallas_cost)
 
 
@@ -481,6 +489,8 @@ class _Renderer:
         # ``vectors(b, k)``: the name of a four-float32 vector binding of input ``k`` (``render(vectors=)``)
         # ``vector_room``: the vector bindings the target's buffers per kernel leave room for (``None``: any)
         self.vectors, self.vector_names, self.vector_room = None, {}, None
+        # the most outputs of a ``dot``'s register tile per work item (``render(tile=)``)
+        self.dot_tile = _DOT_TILE
 
     def vector_name(self, k):
         """The name of input ``k``'s four-float32 vector binding (``render(vectors=)``), made on first use;
@@ -1020,7 +1030,7 @@ def _dot(r, e, vals):
     name = r.block_array(d, tuple(out.shape), "dot")
 
     oshape = tuple(out.shape)
-    tr, tc = _row_tile(oshape) if r.rows else _dot_tile(oshape, r.wg)
+    tr, tc = _row_tile(oshape) if r.rows else _dot_tile(oshape, r.wg, r.dot_tile, 16 if r.dot_tile > 16 else 8)
     tshape = oshape[:-2] + (oshape[-2] // tr,) if tr > 1 else oshape[:-1]
     tshape = tshape + (oshape[-1] // tc,) if oshape else tshape
 
@@ -1831,7 +1841,7 @@ def _rows_by_default(caps):
     return not caps.tiling_pays and getattr(caps, "matmul_tiling", "local") != "register"
 
 
-def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=None):
+def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=None, tile=_DOT_TILE):
     """The kernel of one ``pallas_call`` equation: ``(builder, global size, local size)``; ``buffer_names(b)``
     gives ``(input names, output names)``; ``wg``: the work-group size (default ``default_workgroup``).
     ``rows``: one work item per row of the blocks (``row_count`` of them, ``wg`` ignored) and no barriers, where
@@ -1841,7 +1851,8 @@ def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=No
     of input ``k`` as four-float32 vectors (``ir.vector_dtype``; only for targets that print them: WGSL),
     through which a k-accumulating product reads its operands (``_accumulate_vectors``). A kernel whose usual
     form does not render (its blocks past the work-group memory) is tried in row mode too, where its block
-    values are private arrays. Raises ``Unrenderable``."""
+    values are private arrays. ``tile``: the most outputs of a ``dot``'s register tile per work item outside
+    row mode (up to 16 columns above 16, else 8). Raises ``Unrenderable``."""
     n_rows = row_count(eqn, caps)
     if rows and n_rows is not None:
         try:
@@ -1851,7 +1862,7 @@ def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=No
     if wg is None:
         wg = default_workgroup(eqn, caps, vectors is not None)
     try:
-        return _render(eqn, caps, buffer_names, wg, False, stage, vectors)
+        return _render(eqn, caps, buffer_names, wg, False, stage, vectors, tile)
     except Unrenderable:
         if rows or n_rows is None:
             raise
@@ -1862,7 +1873,7 @@ def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=No
         raise
 
 
-def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None):
+def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None, tile=_DOT_TILE):
     p = eqn.params
     grid = tuple(p["grid"])
     total = math.prod(grid)
@@ -1874,7 +1885,7 @@ def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None):
     fused = None if r.stage_dots else _accumulating_dot(p)
     r.rows = rows and fused is None
     r.stage_swapped = stage
-    r.vectors = vectors
+    r.vectors, r.dot_tile = vectors, tile
     if caps.max_buffers_per_kernel is not None:
         r.vector_room = caps.max_buffers_per_kernel - len(eqn.inputs) - len(p["out_avals"])
     if fused is not None:
@@ -1991,14 +2002,16 @@ class PallasGroup(EquationGroup):
 
     def codegen(self):
         default = {"workgroup": default_workgroup(self.eqn, self.ctx.caps, self._vectors_allowed()), "rows": False,
-                   "stage": False}
+                   "stage": False, "tile": _DOT_TILE}
         n_rows = row_count(self.eqn, self.ctx.caps)
         cp = dict(self.eqn.params["compiler_params"])
         if n_rows is not None and (cp.get("rows") is True or _rows_by_default(self.ctx.caps)):
-            default = {"workgroup": n_rows, "rows": True, "stage": False}
+            default = {"workgroup": n_rows, "rows": True, "stage": False, "tile": _DOT_TILE}
         if "stage" in cp:
             default["stage"] = bool(cp["stage"])
-        if "workgroup" in cp or "rows" in cp or "stage" in cp:
+        if "tile" in cp:
+            default["tile"] = int(cp["tile"])
+        if "workgroup" in cp or "rows" in cp or "stage" in cp or "tile" in cp:
             return self._variant(default)
         return self.ctx.tuned(PALLAS_TUNABLE, default, self._variant, {"rows": n_rows or 0})
 
@@ -2033,13 +2046,14 @@ class PallasGroup(EquationGroup):
             return nm
 
         b, gsize, lsize = render(e, ctx.caps, names, choice["workgroup"], choice.get("rows", False),
-                                 choice.get("stage", False), vectors if self._vectors_allowed() else None)
+                                 choice.get("stage", False), vectors if self._vectors_allowed() else None,
+                                 choice.get("tile", _DOT_TILE))
         kernel = hoisted_kernel(b, lsize, bool(getattr(ctx.caps, "uniform_guard", False)))
         vals = [args[pp.name] for pp in kernel.params]
         if not _vectors_unwritten(kernel, vals):   # WebGPU refuses a buffer bound read-only and writable at once
             args.clear()
             b, gsize, lsize = render(e, ctx.caps, names, choice["workgroup"], choice.get("rows", False),
-                                     choice.get("stage", False))
+                                     choice.get("stage", False), tile=choice.get("tile", _DOT_TILE))
             kernel = hoisted_kernel(b, lsize, bool(getattr(ctx.caps, "uniform_guard", False)))
             vals = [args[pp.name] for pp in kernel.params]
         launches.append(Launch(kernel, vals, gsize, lsize, tracker.eqns, "pallas"))
