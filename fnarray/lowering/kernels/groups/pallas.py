@@ -1040,18 +1040,7 @@ def _dot(r, e, vals):
     def body(tidx, slot):
         # A register tile: each work item computes tr x tc outputs of the last two axes, so a loaded operand
         # element serves several products (equal loads are bound once) and the sums are independent.
-        elems, bases = [], []
-        for a in range(tr):
-            for c in range(tc):
-                idx = list(tidx)
-                if oshape:
-                    col = op("add", op("mul", idx[-1], _i(tc)), _i(c))
-                    # unbound where addresses are wide: the constant column offset reaches each address
-                    idx[-1] = (col if r.wide else b.let(col, "tj")) if tc > 1 else idx[-1]
-                    bases.append((op("add", op("mul", tidx[-1], _i(tc)), _i(c - c % 4)), c % 4))
-                if tr > 1:
-                    idx[-2] = b.let(op("add", op("mul", idx[-2], _i(tr)), _i(a)), "ti")
-                elems.append(tuple(idx))
+        elems, bases = _tile_elements(r, tidx, (tr, tc), bool(oshape))
         accs = [b.var(acc_d, const(0, acc_d), "acc") for _ in elems]
         uk = _UNROLL_K if len(elems) > 1 and nk % _UNROLL_K == 0 else 1
         if r.unrolled(nk):
@@ -1073,6 +1062,27 @@ def _dot(r, e, vals):
     r.par_for(tshape, body, fresh=True)
     r.barrier()
     return r.local_value(name, tuple(out.shape), d)
+
+
+def _tile_elements(r, tidx, tile, has_axes):
+    """The output indices of the ``tile = (tr, tc)`` register tile at tile index ``tidx`` (rows of the
+    second-to-last axis, columns of the last), and per element ``(base, lane)``: its column is ``base + lane``
+    with ``base`` a multiple of 4 (``_dot_operands``' vector reads along the columns)."""
+    b = r.b
+    tr, tc = tile
+    elems, bases = [], []
+    for a in range(tr):
+        for c in range(tc):
+            idx = list(tidx)
+            if has_axes:
+                col = op("add", op("mul", idx[-1], _i(tc)), _i(c))
+                # unbound where addresses are wide: the constant column offset reaches each address
+                idx[-1] = (col if r.wide else b.let(col, "tj")) if tc > 1 else idx[-1]
+                bases.append((op("add", op("mul", tidx[-1], _i(tc)), _i(c - c % 4)), c % 4))
+            if tr > 1:
+                idx[-2] = b.let(op("add", op("mul", idx[-2], _i(tr)), _i(a)), "ti")
+            elems.append(tuple(idx))
+    return elems, bases
 
 
 #: contraction steps per iteration of a register-tiled ``dot``'s loop (where they divide the contraction)
