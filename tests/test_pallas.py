@@ -559,6 +559,27 @@ def test_pallas_cost_model_stages_transposed_operands_on_llvm_15():
                                                                                            "tile": 64}
     assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 14}, mode="fast") == default
     assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 15}, mode="off") == default
+    # a body without a dot (reductions only) keeps its default, row mode on CPU OpenCL devices
+    rows = {"workgroup": 16, "rows": True, "stage": False, "tile": 16}
+    assert tuning.modelled(PALLAS_TUNABLE, rows, {**base, "llvm": 15, "dot": 0}, mode="fast") == rows
+    assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 15, "dot": 1}, mode="fast")["stage"]
+
+
+def test_row_mode_by_default_on_cpu_opencl_without_a_dot():
+    """On a CPU OpenCL device (PoCL) a body of reductions only (the softmax and layer-norm examples) renders in row
+    mode by default (no barrier), one with a ``dot`` (the flash-attention example) does not."""
+    import sys
+    import pathlib
+    devs = [d for d in fa.devices(all_backends=True) if d.backend == "opencl"]
+    if not devs or devs[0].impl.capabilities(devs[0]).matmul_tiling != "register":
+        pytest.skip("no CPU OpenCL device")
+    sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "examples"))
+    from kernels import flash_attention, softmax
+    x = fa.device_put(rng.standard_normal((16, 64)).astype(np.float32), devs[0])
+    q = fa.device_put(rng.standard_normal((1, 32, 16)).astype(np.float32), devs[0])
+    with own_kernels(devs[0]):
+        assert "barrier(" not in fa.jit(softmax.softmax_forward).lower(x).as_text()
+        assert "barrier(" in fa.jit(flash_attention.flash_attention).lower(q, q, q).as_text()
 
 
 def test_atomics_in_the_interpreter():

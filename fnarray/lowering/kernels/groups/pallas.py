@@ -139,10 +139,13 @@ def _pallas_cost(choice, default, facts):
     PoCL 3.1) vectorises a register tile's columns read from a transposed operand (flash attention's ``k.T``)
     into gathers, so there staging it costs less (the flash-attention example 0.68x the time; 1.09x on PoCL 3.0,
     LLVM 14), and ``dot`` register tiles of up to 64 outputs, 16 columns, cost less than of 16 (the example
-    0.87x the time; 1.09x on PoCL 3.0; tenth session). Each choice away from the default costs a little
-    (nothing else is modelled)."""
+    0.87x the time; 1.09x on PoCL 3.0; tenth session), and row mode more (1.2x the staged form). Only for a
+    body with a ``dot`` (the group's fact ``dot``). Each choice away from the default costs a little (nothing
+    else is modelled)."""
     away = sum(choice.get(k) != default.get(k) for k in choice) * 0.01
-    if facts.get("compiler") == "pocl" and facts.get("llvm", 0) >= 15 and not choice.get("rows"):
+    if facts.get("compiler") == "pocl" and facts.get("llvm", 0) >= 15 and facts.get("dot", 1):
+        if choice.get("rows"):
+            return away + 1.0
         return away + (0.0 if choice.get("stage") else 1.0) + (0.0 if choice.get("tile", _DOT_TILE) > _DOT_TILE
                                                               else 0.5)
     return away
@@ -1843,12 +1846,15 @@ def row_count(eqn, caps):
     return shape[0] if len(shape) >= 1 and 2 <= shape[0] <= cap else None
 
 
-def _rows_by_default(caps):
+def _rows_by_default(caps, program):
     """Whether row mode is the default where ``row_count`` allows it: on a CPU WebGPU adapter (lavapipe: flash
-    attention 0.6x the time, its SIMD lanes reading each item's private row with one vector access); not on
-    CPU OpenCL devices (PoCL 3.0 1.1x the time, PoCL 3.1 0.9x: docs/performance.md), where ``PALLAS_TUNABLE``
-    may still choose it."""
-    return not caps.tiling_pays and getattr(caps, "matmul_tiling", "local") != "register"
+    attention 0.6x the time, its SIMD lanes reading each item's private row with one vector access); on CPU
+    OpenCL devices for a body without a ``dot`` (reductions only: the softmax and layer-norm examples 0.25-0.5x
+    the time on PoCL 3.0 and 3.1, tenth session), not with one (flash attention: PoCL 3.0 1.1x the time, PoCL
+    3.1 1.2x of its staged form: docs/performance.md), where ``PALLAS_TUNABLE`` may still choose it."""
+    if getattr(caps, "matmul_tiling", "local") == "register":
+        return not any(e.primitive is P.dot_general for e in walk_body(program))
+    return not caps.tiling_pays
 
 
 def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=None, tile=_DOT_TILE):
@@ -2015,7 +2021,8 @@ class PallasGroup(EquationGroup):
                    "stage": False, "tile": _DOT_TILE}
         n_rows = row_count(self.eqn, self.ctx.caps)
         cp = dict(self.eqn.params["compiler_params"])
-        if n_rows is not None and (cp.get("rows") is True or _rows_by_default(self.ctx.caps)):
+        if n_rows is not None and (cp.get("rows") is True
+                                   or _rows_by_default(self.ctx.caps, self.eqn.params["body"].program)):
             default = {"workgroup": n_rows, "rows": True, "stage": False, "tile": _DOT_TILE}
         if "stage" in cp:
             default["stage"] = bool(cp["stage"])
@@ -2023,7 +2030,8 @@ class PallasGroup(EquationGroup):
             default["tile"] = int(cp["tile"])
         if "workgroup" in cp or "rows" in cp or "stage" in cp or "tile" in cp:
             return self._variant(default)
-        return self.ctx.tuned(PALLAS_TUNABLE, default, self._variant, {"rows": n_rows or 0})
+        has_dot = any(q.primitive is P.dot_general for q in walk_body(self.eqn.params["body"].program))
+        return self.ctx.tuned(PALLAS_TUNABLE, default, self._variant, {"rows": n_rows or 0, "dot": int(has_dot)})
 
     def _variant(self, choice):
         ctx, e = self.ctx, self.eqn
