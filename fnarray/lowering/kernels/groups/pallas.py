@@ -44,7 +44,8 @@ order, so the results equal the scalar form's. On lavapipe the loads were the co
 ``k`` loads replaced by a constant took half the time); four elements per load made flash attention 1.6x and
 the matmul 2.4x faster there (docs/performance.md).
 
-*Row mode* (``render(rows=True)``, the default on lavapipe, a ``PALLAS_TUNABLE`` choice elsewhere): one work
+*Row mode* (``render(rows=True)``, the default on lavapipe and, for a body without a ``dot``, on PoCL; a
+``PALLAS_TUNABLE`` choice elsewhere): one work
 item per row of the first output block, each phase giving row ``lid`` of its block to item ``lid``, the block
 values in the item's private arrays and no barrier; ``_Renderer.own_row`` refuses (``_NotRowwise``) any access of
 shared memory outside the item's row, and the usual form is rendered instead. Outside row mode a transposed
