@@ -114,7 +114,8 @@ class Capabilities:
     device (``lowering/kernels/tuning.py``: the opencl and webgpu backends).
     ``tuning_facts``: what the kernel groups' cost models (``lowering/kernels/tuning.py``, ``Tunable.cost``)
     know of the device, as ``(name, value)`` pairs: ``("device", "cpu" | "gpu")``, ``("compiler", "pocl")``,
-    ``("llvm", 15)`` (the major version of the LLVM a CPU driver compiles with); empty: no model applies.
+    ``("llvm", 15)`` (the major version of the LLVM a CPU driver compiles with), ``("simd_bits", 256)`` (the
+    vector width a CPU driver runs work items in: lavapipe's); empty: no model applies.
     """
 
     dtypes: frozenset
