@@ -466,6 +466,30 @@ def function_cache(fun) -> _FunctionCache:
     return hit
 
 
+def _hot_dynamic_args(hot, args, kwargs):
+    """``args`` without its static ones when they, and the keyword arguments, equal the hot record's;
+    ``_MISS`` otherwise (also where a static value's own ``__eq__`` raises: the general path then decides)."""
+    try:
+        if kwargs or hot.static_kw:
+            if kwargs is None or len(kwargs) != len(hot.static_kw):
+                return _MISS
+            for k, v in hot.static_kw:
+                a = kwargs.get(k, _MISS)
+                if a is not v and not (type(a) is type(v) and a == v):
+                    return _MISS
+        if hot.static_pos:
+            if len(args) != hot.nargs:
+                return _MISS
+            for i, v in hot.static_pos:
+                a = args[i]
+                if a is not v and not (type(a) is type(v) and a == v):
+                    return _MISS
+            return tuple([args[i] for i in hot.dyn_pos])
+    except Exception:  # noqa: BLE001
+        return _MISS
+    return args
+
+
 class Jitted:
     """A function compiled by ``fnarray.jit``. Its caches are ``fun``'s (``function_cache``), shared with every
     other ``Jitted`` of ``fun``; ``shared=False`` gives it caches of its own (for functions made per call, such
@@ -733,23 +757,8 @@ class Jitted:
     def _call_hot(self, hot, args, kwargs):
         """The hot record's general case: the same static arguments, ``args`` read along its structure, each
         leaf an array of its aval on its device; ``_MISS`` otherwise."""
-        try:  # a static value's own __eq__ may raise: the general path then decides
-            if kwargs or hot.static_kw:
-                if kwargs is None or len(kwargs) != len(hot.static_kw):
-                    return _MISS
-                for k, v in hot.static_kw:
-                    a = kwargs.get(k, _MISS)
-                    if a is not v and not (type(a) is type(v) and a == v):
-                        return _MISS
-            if hot.static_pos:
-                if len(args) != hot.nargs:
-                    return _MISS
-                for i, v in hot.static_pos:
-                    a = args[i]
-                    if a is not v and not (type(a) is type(v) and a == v):
-                        return _MISS
-                args = tuple([args[i] for i in hot.dyn_pos])
-        except Exception:  # noqa: BLE001
+        args = _hot_dynamic_args(hot, args, kwargs)
+        if args is _MISS:
             return _MISS
         if hot.read is None:
             leaves = args
