@@ -35,6 +35,7 @@ SHAPES = {
     "vae": [(32, 784, 512), (32, 512, 512), (32, 512, 784)],
     "mlp": [(64, 64, 128), (64, 128, 128)],
     "transformer": [(1024, 64, 256), (1024, 256, 64), (1024, 64, 96)],
+    "rows": [(64, 512, 512), (100, 512, 512), (128, 784, 512), (256, 512, 784)],   # the transposed form's bound
 }
 PRODUCTS = {   # name -> (function, operands by name)
     "x @ w": (lambda x, w: x @ w, ("x", "w")),
@@ -51,7 +52,7 @@ VARIANTS = (("before", 1, False), ("packs", register_tiles.PACK_BLOCK, False),
             ("after", register_tiles.PACK_BLOCK, True))
 
 
-def _lowered(dev, f, args, variant):
+def lowered(dev, f, args, variant):
     """``f`` jitted on ``dev`` and called once under ``variant`` (its kernels are chosen then)."""
     old = register_tiles.PACK_BLOCK, dot.TRANSPOSED_PRODUCTS
     _, register_tiles.PACK_BLOCK, dot.TRANSPOSED_PRODUCTS = variant
@@ -63,20 +64,21 @@ def _lowered(dev, f, args, variant):
     return lambda: fa.block_until_ready(jf(*args))
 
 
-def _device_us(call, reps=5):
-    """``(pack, product)`` device microseconds per call, from the profiler's kernel spans."""
+def device_us(call, reps=5, prefix="dot_pack"):
+    """``(named, others)``: the device microseconds per call of the kernels whose names start with ``prefix``
+    and of the others, from the profiler's kernel spans of ``reps`` calls."""
     with fa.profiler.trace() as h:
         for _ in range(reps):
             call()
-    pack = prod = 0.0
+    named = others = 0.0
     for r in h.profile.records:
         if r.kind == "kernel":
             us = r.args.get("device_us", r.dur / 1e3)
-            if r.name.startswith("dot_pack"):
-                pack += us
+            if r.name.startswith(prefix):
+                named += us
             else:
-                prod += us
-    return pack / reps, prod / reps
+                others += us
+    return named / reps, others / reps
 
 
 def main(argv=None):
@@ -102,9 +104,9 @@ def main(argv=None):
                 for pname in a.products.split(","):
                     f, operands = PRODUCTS[pname]
                     args = [vals[n] for n in operands]
-                    calls = [_lowered(dev, f, args, v) for v in VARIANTS]
+                    calls = [lowered(dev, f, args, v) for v in VARIANTS]
                     wall, cpu = _timing.best_of(calls, a.rounds, warm=2)
-                    dev_us = [_device_us(c) for c in calls]
+                    dev_us = [device_us(c) for c in calls]
                     ratios = " ".join(f"{wall[k] / wall[0]:5.2f},{cpu[k] / cpu[0]:5.2f}" for k in range(1, len(calls)))
                     print(f"{group + f' {b}x{i}x{o}':>22} {pname:>9} | {' '.join(f'{w * 1e6:6.0f}' for w in wall)} "
                           f"| {ratios} | {' '.join(f'{p:4.0f}/{q:<4.0f}' for p, q in dev_us)}")

@@ -58,6 +58,10 @@ UNPACKED_RHS_MIN = 1 << 16
 #: Whether a skinny product with a transposed rhs (``d @ w.T``) runs transposed, reading the rhs where it lies
 #: (``DotGroup._transposed_rhs``); off, the rhs is packed (benchmarks/backward_products.py compares the two).
 TRANSPOSED_PRODUCTS = True
+#: The most rows of a product that runs transposed. Against the packed form (both packs in blocks), load 13:
+#: ``[M, 512-784] @ [512-784, 512-784]``: M = 64 0.77-0.97x on both PoCLs; M = 100-256 0.82-0.92x on PoCL 3.0
+#: but 0.98-1.08x on 3.1: the same bound as the unpacked rhs.
+TRANSPOSED_ROWS = UNPACKED_RHS_ROWS
 
 
 #: The most rows of ``x`` the word form (``DotGroup._words``: low-bit weights read a word at a time) takes, one
@@ -412,7 +416,7 @@ class DotGroup(Group):
         a rhs of at least ``UNPACKED_RHS_MIN`` elements, as ``_unpacked_rhs``) whose rhs is a view with its
         contraction along memory and its columns not (``d @ w.T``, the input's gradient of ``x @ w``; ``x @ w.T``,
         a ``Linear`` layer), in whole loop iterations of any tile (no bounds tests)."""
-        if (not TRANSPOSED_PRODUCTS or self.B != 1 or self.M > UNPACKED_RHS_ROWS
+        if (not TRANSPOSED_PRODUCTS or self.B != 1 or self.M > TRANSPOSED_ROWS
                 or self.K * self.N < UNPACKED_RHS_MIN or self.K % max(register_tiles.TUNABLE.choices["uk"])):
             return None
         rp = self.operand_plans()[1]
