@@ -109,13 +109,28 @@ _MATMULS = [
      lambda a, b: a @ np.swapaxes(b, 1, 2), True),
 ]
 
+def _float8(*shape):
+    """float8 weights (held as bytes) and their float32 values."""
+    w8 = fnp.asarray(_f32(*shape)).astype(dtypes.float8_e4m3fn)
+    return w8, np.asarray(w8.astype(np.float32))
+
+
+_W8, _W8_VALUES = _float8(256, 264)
+_MATMULS += [
+    # a float8 weight read through its ``astype``: the unpacked and transposed forms would read its bytes as
+    # floats, so it is packed (converted by the pack)
+    ("float8_rhs", lambda a, b: a @ b.astype(np.float32), (_f32(32, 256), _W8), lambda a, b: a @ _W8_VALUES, True),
+    ("float8_rhs_transposed", lambda a, b: a @ b.astype(np.float32).T, (_f32(32, 264), _W8),
+     lambda a, b: a @ _W8_VALUES.T, True),
+]
+
 # The cases whose product runs transposed (a weight read as the kernel's lhs: ``DotGroup._transposed_product``)
 # or whose packs write blocks of contraction steps (``register_tiles.pack_block``); the others write panel rows.
 _T, _B = "weight as lhs", "blocks"
 _FORMS = {"batched": {_B}, "fused": {_B}, "skinny": {_B}, "skinny_sliced": {_B}, "skinny_reshaped_fused": {_B},
           "transposed_rhs": {_T, _B}, "transposed_rhs_fused": {_T, _B}, "transposed_rhs_reshaped": {_T, _B},
           "transposed_rhs_sliced": {_T, _B}, "blocks_k68": {_B}, "blocks_two_dims": {_B},
-          "blocks_batched_transposed": {_B}}
+          "blocks_batched_transposed": {_B}, "float8_rhs": {_B}, "float8_rhs_transposed": {_B}}
 
 
 @pytest.mark.parametrize("name,f,args,ref,register", _MATMULS, ids=[m[0] for m in _MATMULS])

@@ -420,9 +420,14 @@ class DotGroup(Group):
                 or self.K * self.N < UNPACKED_RHS_MIN or self.K % max(register_tiles.TUNABLE.choices["uk"])):
             return None
         rp = self.operand_plans()[1]
-        if rp is None or rp[2][1] != 1 or rp[2][2] == 1:
+        if not self._read_as_is(rp) or rp[2][1] != 1 or rp[2][2] == 1:
             return None
         return rp
+
+    def _read_as_is(self, plan) -> bool:
+        """Whether an operand ``plan`` reads a buffer of the operand's own dtype (not a low-bit base read through
+        its ``astype``, which only the word form and ``_load`` convert): the register kernels read it unconverted."""
+        return plan is not None and plan[0].aval.dtype == self.eqn.inputs[0].aval.dtype
 
     def _transposed_product(self, tile):
         """``out.T = rhs.T @ lhs.T`` (``_transposed_rhs``): the kernel's lhs is the rhs read where it lies (each
@@ -470,7 +475,7 @@ class DotGroup(Group):
                 or self.K % tile["uk"]):
             return None
         rp = self.operand_plans()[1]
-        if rp is None or rp[2][2] != 1 or rp[2][1] % 1024 == 0:
+        if not self._read_as_is(rp) or rp[2][2] != 1 or rp[2][1] % 1024 == 0:
             return None
         return rp
 
