@@ -6,18 +6,32 @@ Rows (f32[4] operands, so that fnarray's own time per call dominates):
   numpy:0 eager ``x * 2.0``, ``x * y``, ``fnp.multiply(x, y)``, ``fnp.exp(x)``, and on f32[4, 4] ``x @ y``,
           ``sum(x, axis=0)``, ``x[1]``, ``x + row`` vs NumPy's; cached jitted ``a*2+1`` vs NumPy's expression;
   mlx:0   eager ``x * 2.0`` vs MLX's (both evaluated); cached jitted ``a*2+1`` vs ``mx.compile``.
+Cached jitted calls of small functions (``--rows jax-hits,numpy-hits``; issue 28: a hit must cost little more
+than the backend's own call):
+  ``a*b+c`` of three f32[16]; a dict of 20 f32[4] in and out (``v * 2``); a static keyword argument
+  (``jit(static_argnames=...)``); a softmax step over a cache of 10 sizes called in turn (benchmarks/programs.py's
+  jitted decode loop, per call); examples/llm.py's decode step at a small size (2 layers of width 32, its caches
+  and token carried from call to call, ``greedy`` static). On jax:0 against ``jax.jit`` of the same function
+  and, for the llm step, against the executable's own entry (``jax.jit`` of fnarray's lowered program on the
+  flat buffers: the floor of what any wrapper can reach); on numpy:0 against the same NumPy expression and, for
+  the llm step, the generated NumPy function on the flat buffers.
 Each round times every variant for ``--number`` calls, alternating; a cell is the minimum over ``--rounds``.
+``--clock thread`` times the calling thread's CPU (``time.thread_time``): the Python of a call, without XLA's
+worker threads or another process preempting it (what a loaded 2-core machine lets one compare).
 The machine is shared: read the ratios, with the load average printed beside them.
 
-Usage: python benchmarks/call_path.py [--rounds 9] [--number 3000] [--rows jax,numpy,mlx] [--json]
+Usage: python benchmarks/call_path.py [--rounds 9] [--number 3000] [--rows jax,numpy,mlx,jax-hits,numpy-hits]
+                                      [--clock wall|thread] [--json]
 Prints a Markdown table (or one JSON object); asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -78,26 +92,127 @@ def _rows(which):
                                                 lambda: mx.eval(xm * 2.0), "MLX")
         rows["mlx:0 jitted a*2+1, evaluated"] = (lambda: k(xx).block_until_ready(),
                                                  lambda: mx.eval(km(xm)), "mx.compile")
+    for dev in ("jax:0", "numpy:0"):
+        if dev.split(":")[0] + "-hits" in which:
+            rows.update(_hit_rows(dev))
     return rows
 
 
-def _timed(fn, number):
+def _example_llm():
+    """examples/llm.py as a module (benchmarks/ has an llm.py of its own)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    examples = os.path.join(os.path.dirname(here), "examples")
+    if examples not in sys.path:
+        sys.path.append(examples)   # its own imports: _cli, transformer_lm
+    spec = importlib.util.spec_from_file_location("_example_llm", os.path.join(examples, "llm.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod   # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _direct_entry(jitted, args, kwargs):
+    """``jitted``'s executable for these arguments called on their flat buffers, as the backend's own entry
+    (``call_args``) takes them: the floor under any wrapper's hit."""
+    jitted(*args, **kwargs)
+    ex = next(iter(jitted._tables.fast.values()))
+    bufs = list(ex.const_bufs) + [x.call_view()[0] for x in fa.tree_util.tree_leaves((args, kwargs))
+                                  if hasattr(x, "call_view")]
+    call = getattr(ex.exe, "call_args", None)
+    if call is None:
+        return lambda: ex.exe(bufs)
+    return lambda: call(*bufs)
+
+
+def _hit_rows(dev):
+    """Cached jitted calls of small functions on ``dev`` (jax:0 or numpy:0) against the raw library."""
+    on_jax = dev == "jax:0"
+    if on_jax:
+        import jax
+        import jax.numpy as raw_np
+        raw_jit, raw_put, raw_name = jax.jit, jax.device_put, "jax.jit"
+    else:
+        raw_np, raw_jit, raw_put, raw_name = np, (lambda f, **_: f), (lambda x: x), "NumPy"
+    put = lambda x: fa.device_put(x, dev)  # noqa: E731
+    rows = {}
+
+    three = [np.arange(16, dtype=np.float32) + i for i in range(3)]
+    f3 = lambda a, b, c: a * b + c  # noqa: E731
+    j3, r3 = fa.jit(f3), raw_jit(f3)
+    xs, rs = [put(v) for v in three], [raw_put(v) for v in three]
+    rows[f"{dev} jitted a*b+c, 3 args"] = (lambda: j3(*xs), lambda: r3(*rs), raw_name)
+
+    tree = {f"w{i:02d}": np.full(4, i, np.float32) for i in range(20)}
+    ft = lambda p: {k: v * 2.0 for k, v in p.items()}  # noqa: E731
+    jt, rt = fa.jit(ft), raw_jit(ft)
+    tf, tr = put(tree), {k: raw_put(v) for k, v in tree.items()}
+    rows[f"{dev} jitted dict of 20 in and out"] = (lambda: jt(tf), lambda: rt(tr), raw_name)
+
+    fk = lambda a, b, mode: a * b if mode == "mul" else a + b  # noqa: E731
+    jk, rk = fa.jit(fk, static_argnames="mode"), raw_jit(fk, static_argnames="mode")
+    rows[f"{dev} jitted, a static keyword"] = (lambda: jk(xs[0], xs[1], mode="mul"),
+                                               lambda: rk(rs[0], rs[1], mode="mul"), raw_name)
+
+    w = 32
+
+    def softmax_step(np_):
+        def step(cache, q, row):
+            cache = np_.concatenate([cache, row], axis=0)
+            sc = q @ cache.T
+            e = np_.exp(sc - sc.max(axis=-1, keepdims=True))
+            return cache, (e / e.sum(axis=-1, keepdims=True)) @ cache
+        return step
+    js, rsm = fa.jit(softmax_step(fnp)), raw_jit(softmax_step(raw_np))
+    qn, rown = np.full((1, w), 0.01, np.float32), np.full((1, w), 0.02, np.float32)
+    caches = [np.zeros((n, w), np.float32) for n in range(1, 11)]
+    fargs = [(put(c), put(qn), put(rown)) for c in caches]
+    rargs = [(raw_put(c), raw_put(qn), raw_put(rown)) for c in caches]
+
+    def turns(fn, all_args):
+        def run():
+            for a in all_args:
+                out = fn(*a)
+            return out[1]
+        return run
+    rows[f"{dev} jitted softmax step, 10 shapes in turn (x10 calls)"] = (turns(js, fargs), turns(rsm, rargs),
+                                                                          raw_name)
+
+    llm = _example_llm()
+    device = [d for d in fa.devices(all_backends=True) if str(d) == dev][0]
+    model = fa.device_put(llm.Llama(len(llm.VOCAB), dim=32, heads=4, kv_heads=2, layers=2, hidden=64,
+                                    key=fa.random.key(0)), device)
+    _, decode, _ = llm.make_generators(device, 0.9, 1.0)
+    kv, token = model.make_caches(1, 64, device), put(np.zeros(1, np.int32))
+    key = fa.device_put(fa.random.key(1), device)
+    state = [token, kv]
+
+    def step():
+        state[0], state[1] = decode(model, state[1], state[0], key, greedy=True)
+        return state[0]
+    rows[f"{dev} examples/llm.py decode step, carried"] = (
+        step, _direct_entry(decode, (model, kv, token, key), {"greedy": True}), "the executable's own entry")
+    return rows
+
+
+def _timed(fn, number, clock=time.perf_counter):
     """Mean seconds per call of ``number`` calls, the last result waited for (asynchronous backends)."""
-    t0 = time.perf_counter()
+    t0 = clock()
     for _ in range(number):
         r = fn()
     if hasattr(r, "block_until_ready"):
         r.block_until_ready()
-    return (time.perf_counter() - t0) / number
+    return (clock() - t0) / number
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--number", type=int, default=3000)
-    ap.add_argument("--rows", default="jax,numpy,mlx")
+    ap.add_argument("--rows", default="jax,numpy,mlx,jax-hits,numpy-hits")
+    ap.add_argument("--clock", choices=("wall", "thread"), default="wall")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    clock = time.thread_time if args.clock == "thread" else time.perf_counter
     rows = _rows(args.rows.split(","))
     load0 = os.getloadavg()[0]
     for fa_fn, raw_fn, _ in rows.values():  # warm: traces, compiles, the fast paths' entries
@@ -108,13 +223,14 @@ def main(argv=None):
     for _ in range(args.rounds):
         for name, (fa_fn, raw_fn, _) in rows.items():
             for i, fn in enumerate((fa_fn, raw_fn)):
-                t = _timed(fn, args.number) * 1e6
+                t = _timed(fn, args.number, clock) * 1e6
                 best[name][i] = min(best[name][i], t)
     load = (load0, os.getloadavg()[0])
     if args.json:
-        print(json.dumps({"rows": best, "load": load}))
+        print(json.dumps({"rows": best, "load": load, "clock": args.clock}))
         return
-    print(f"load average {load[0]:.2f} -> {load[1]:.2f}; minimum over {args.rounds} rounds of {args.number} calls")
+    print(f"load average {load[0]:.2f} -> {load[1]:.2f}; minimum over {args.rounds} rounds of {args.number} calls; "
+          f"{args.clock} clock")
     print("| call | fnarray (us) | raw (us) | raw form | fnarray / raw |")
     print("|---|---:|---:|---|---:|")
     for name, (tf, tr) in best.items():

@@ -61,7 +61,7 @@ def _prefill_step(fa, llm, model, dev, filled, prompt, capacity, before):
     if before:
         nn.KVCache.attend = _mask_array_attend
     try:
-        prefill, _, counts = llm.make_generators(dev, 0.9, 1.0)
+        prefill, _, counts = llm.make_generators(dev, 0.9, 1.0, donate=False)   # the caches are reused below
         key = fa.random.key(0)
         ids = fa.device_put(np.arange(prompt, dtype=np.int32)[None] % VOCAB, dev)
         caches = model.make_caches(1, capacity, dev)

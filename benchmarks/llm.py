@@ -11,8 +11,9 @@ interleaved run (best of ``--number`` alternating calls after a warm-up call eac
 - prefill: the jitted prefill of ``--prompt`` tokens into empty caches (``--filled N``: caches holding ``N``
   positions already; raw rows then only on jax:0), in tokens/s.
 
-``--donation`` times only the decode step, its caches donated (``jit(donate_argnums=...)``: written in place on
-opencl and webgpu) against copied, interleaved.
+``--donation`` times only the decode step and the prefill, their caches donated (``jit(donate_argnums=...)``:
+written in place on opencl and webgpu) against copied, interleaved (each prefill given new empty caches,
+donated or not).
 
 On mlx:0 the same weights also run in raw MLX as mlx-lm runs a model (``mx.fast.rms_norm``, ``mx.fast.rope``,
 ``mx.fast.scaled_dot_product_attention``, ``mx.quantized_matmul`` for 4-bit, a preallocated cache written by slice,
@@ -46,22 +47,28 @@ VOCAB = 96
 _WALK = 8   # decode positions walked before going back to the start (_fnarray_steps)
 
 
-def _fnarray_steps(fa, llm, model, dev, prompt, capacity, donate=None, filled=0):
+def _fnarray_steps(fa, llm, model, dev, prompt, capacity, donate=None, filled=0, fresh=False):
     """``(decode, prefill)`` zero-argument callables of the example's jitted steps on ``dev``.
 
     The decode step (donating its caches where ``donate``, by default where the example does) is fed the caches
     and token it returned, from position ``prompt + filled``; every ``_WALK`` calls (or when the caches are full)
     their position goes back there with the prefill's token (a new offset array: a donated one is deleted), so
     that the positions timed stay within a few of the start (best-of timing leaves out the call that resets).
-    The prefill writes the ``prompt`` tokens into caches holding ``filled`` positions already (empty for 0)."""
+    The prefill writes the ``prompt`` tokens into caches holding ``filled`` positions already (empty for 0). Where
+    the example's prefill donates its caches, each timed prefill is given new empty caches (``make_caches``, as
+    ``llm.generate`` does for every generation: the time includes making them); with ``filled`` it does not
+    donate (its filled caches are reused call after call); ``fresh``: new empty caches for every prefill either
+    way (a donated against a copied prefill, same work outside it)."""
     prefill, decode, _ = llm.make_generators(dev, 0.9, 1.0, donate=donate)
     ids = fa.device_put(np.arange(prompt, dtype=np.int32)[None] % VOCAB, dev)
     key = fa.device_put(fa.random.key(0), dev)   # on the device: a key on numpy:0 is copied over every call
     empty = model.make_caches(1, capacity, dev)
     if filled:
+        prefill = llm.make_generators(dev, 0.9, 1.0, donate=False)[0]
         before = fa.device_put((np.arange(filled, dtype=np.int32)[None] + 1) % VOCAB, dev)
         empty = prefill(model, empty, before, key, greedy=True)[1]
-    token, caches = prefill(model, empty, ids, key, greedy=True)
+    donating = not filled and (dev.impl.updates_in_place if donate is None else donate)
+    token, caches = prefill(model, model.make_caches(1, capacity, dev) if donating else empty, ids, key, greedy=True)
     start = prompt + filled
     state = {"token": token, "caches": caches, "pos": start}
 
@@ -80,7 +87,8 @@ def _fnarray_steps(fa, llm, model, dev, prompt, capacity, donate=None, filled=0)
     run_decode.restart = lambda: state.update(pos=capacity)
 
     def run_prefill():
-        return int(prefill(model, empty, ids, key, greedy=True)[0][0])
+        caches = model.make_caches(1, capacity, dev) if donating or (fresh and not filled) else empty
+        return int(prefill(model, caches, ids, key, greedy=True)[0][0])
 
     return run_decode, run_prefill
 
@@ -342,8 +350,9 @@ def main(argv=None):
                     help="cache positions filled before the prompt: the prefill writes into a filled cache (also "
                          "timed into empty caches, interleaved), the decode steps after both (raw rows: JAX only)")
     ap.add_argument("--donation", action="store_true",
-                    help="time only the decode step, with its caches donated and copied (jit donate_argnums "
-                         "and not), interleaved; the ratio copied / donated in wall clock and CPU time")
+                    help="time only the decode step and the prefill, with their caches donated and copied (jit "
+                         "donate_argnums and not), interleaved; the ratio copied / donated in wall clock and CPU "
+                         "time")
     args = ap.parse_args(argv)
     if args.prompt + args.filled >= args.capacity:
         ap.error(f"--prompt {args.prompt} + --filled {args.filled} must leave room in --capacity {args.capacity}")
@@ -423,18 +432,20 @@ def _devices_and_models(fa, nn, base, names):
 
 
 def _donation(fa, llm, nn, base, args):
-    """``--donation``: per device and weights, the decode step with donated caches against copied ones."""
-    print(f"{'device':10} {'weights':8} {'donated tok/s':>13} {'copied tok/s':>12} {'copied / donated':>16} "
-          f"{'(CPU time)':>10}")
+    """``--donation``: per device and weights, the decode step and the prefill with donated caches against copied
+    ones."""
+    print(f"{'device':10} {'weights':8} {'step':8} {'donated tok/s':>13} {'copied tok/s':>12} "
+          f"{'copied / donated':>16} {'(CPU time)':>10}")
     for name, dev, models in _devices_and_models(fa, nn, base, args.devices):
-        fns = [_fnarray_steps(fa, llm, m, dev, args.prompt, args.capacity, donate=d, filled=args.filled)[0]
-               for _, m in models for d in (True, False)]
+        fns = [step for _, m in models for d in (True, False)
+               for step in _fnarray_steps(fa, llm, m, dev, args.prompt, args.capacity, donate=d, filled=args.filled,
+                                          fresh=True)]
         wall, cpu = best_of(fns, args.number, warm=2)
         for i, (label, _) in enumerate(models):
-            don, cop = 2 * i, 2 * i + 1
-            print(f"{name:10} {label:8} {1 / wall[don]:13.1f} {1 / wall[cop]:12.1f} {wall[cop] / wall[don]:16.2f} "
-                  f"{cpu[cop] / cpu[don]:10.2f}", flush=True)
-
+            for j, (step, tokens) in enumerate((("decode", 1), ("prefill", args.prompt))):
+                don, cop = 4 * i + j, 4 * i + 2 + j
+                print(f"{name:10} {label:8} {step:8} {tokens / wall[don]:13.1f} {tokens / wall[cop]:12.1f} "
+                      f"{wall[cop] / wall[don]:16.2f} {cpu[cop] / cpu[don]:10.2f}", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -198,10 +198,12 @@ def make_generators(device, top_p, temperature, donate=None):
     ``decode(model, caches, token, key, greedy) -> (next tokens int32[B], caches)``; ``counts["decode"]`` counts the
     decode step's traces (``greedy`` is static: one trace per mode).
 
-    ``donate``: whether the decode step donates its caches (``jit(donate_argnums=...)``: the caches passed in are
-    deleted, and their new positions are written into their buffers in place instead of copying every cache each
-    step); default: where ``device``'s backend updates donated inputs in place (opencl, webgpu:
-    ``Backend.updates_in_place``)."""
+    ``donate``: whether both steps donate their caches (``jit(donate_argnums=...)``: the caches passed in are
+    deleted, and the new positions are written into their buffers in place instead of copying every cache each
+    call: the prompt's positions by the prefill, one position a step by the decode step); default: where
+    ``device``'s backend updates donated inputs in place (opencl, webgpu: ``Backend.updates_in_place``). A
+    caller that reuses caches after a call (a benchmark timing the prefill on the same empty caches) passes
+    copies, or ``donate=False``."""
     counts = {"prefill": 0, "decode": 0}
 
     def pick(logits, key, greedy):
@@ -221,8 +223,9 @@ def make_generators(device, top_p, temperature, donate=None):
 
     if donate is None:
         donate = device.impl.updates_in_place
-    return (fa.jit(prefill, static_argnames="greedy", device=device),
-            fa.jit(decode, static_argnames="greedy", device=device, donate_argnums=(1,) if donate else ()), counts)
+    caches_arg = (1,) if donate else ()
+    return (fa.jit(prefill, static_argnames="greedy", device=device, donate_argnums=caches_arg),
+            fa.jit(decode, static_argnames="greedy", device=device, donate_argnums=caches_arg), counts)
 
 
 def generate(model, prompt, new_tokens, key, generators, device, greedy=True, capacity=None):

@@ -81,7 +81,7 @@ def main(argv=None):
     p.add_argument("--iters", type=int, default=80)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--device", default=None)
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="print nothing (main() still returns the results)")
     args = p.parse_args(argv)
     if args.points < 4 or args.steps < 1 or args.dt <= 0 or args.nu <= 0 or args.guess <= 0 or args.iters < 0:
         p.error("--points >= 4, --steps >= 1 and positive --dt, --nu and --guess are needed")

@@ -12,7 +12,7 @@ from fnarray.core.errors import (BackendUnavailable, ConcretizationError, Contra
                                  FallbackWarning, FnArrayError, LinAlgError, ShapeError, TracerLeakError,
                                  UnsupportedOnDevice)
 from fnarray.core.ir import Program, check_program
-from fnarray.core.shaped import ShapedArray
+from fnarray.core.shaped import ShapeDtypeStruct, ShapedArray
 from fnarray.devices.backend import Device, register_backend
 from fnarray.devices.placement import block_until_ready, default_device, device_get, device_put, devices
 from fnarray.devices.placement import parse_device as get_device
@@ -21,7 +21,7 @@ from fnarray import numpy  # noqa: F401  (installs Array's operators)
 from fnarray.devices import eager_ops as _eager_ops
 from fnarray import tree_util  # noqa: F401
 from fnarray import tree  # noqa: F401  (fa.tree.map, as jax.tree)
-from fnarray.transforms.jit import jit, make_ir
+from fnarray.transforms.jit import eval_shape, jit, make_ir
 
 from fnarray.transforms import eager_jit as _eager_jit  # noqa: E402
 
@@ -71,7 +71,8 @@ def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
-    "Array", "ShapedArray", "Program", "Device", "config", "jit", "make_ir", "devices", "default_device", "get_device",
+    "Array", "ShapedArray", "ShapeDtypeStruct", "eval_shape", "Program",
+    "Device", "config", "jit", "make_ir", "devices", "default_device", "get_device",
     "device_put", "register_backend", "check_program", "numpy", "tree_util", "lax",
     "FnArrayError", "ShapeError", "DTypeError", "ConcretizationError", "UnsupportedOnDevice",
     "BackendUnavailable", "TracerLeakError", "FallbackWarning", "LinAlgError",

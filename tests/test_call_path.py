@@ -5,6 +5,7 @@ and for scalar arguments of jitted calls (not donated ones). Counted uploads, no
 asserted here; the times are in benchmarks/call_overhead.py.
 """
 
+import functools
 import math
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 
 import fnarray as fa
 import fnarray.numpy as fnp
-from helpers import python_calls, run_threads
+from helpers import count_lowerings, python_calls, run_threads
 
 
 def _count_uploads(monkeypatch, device):
@@ -294,3 +295,202 @@ def test_a_hot_call_takes_few_python_calls():
     f(x)
     calls = python_calls(lambda: f(x))
     assert len(calls) <= 5, calls  # the lambda, __call__, ...
+
+
+# ------------------------------------------------- the hot path with static arguments, donation, modules, device=
+
+def _counting_trace(monkeypatch, f):
+    """A list that grows by one each time ``f``'s general path looks up a trace (a call that is not a hit)."""
+    looked_up = []
+    orig = type(f)._trace
+
+    def counting(self, *a, **k):
+        looked_up.append(1)
+        return orig(self, *a, **k)
+    monkeypatch.setattr(type(f), "_trace", counting)
+    return looked_up
+
+
+def test_static_arguments_take_the_hot_path(device, monkeypatch):
+    traced = []
+
+    def fun(a, n, *, mode):
+        traced.append((n, mode))
+        return a * n if mode == "mul" else a + n
+    f = fa.jit(fun, static_argnums=1, static_argnames="mode")
+    x = fa.device_put(fnp.arange(3, dtype=fnp.float32), device)
+    xn = np.arange(3, dtype=np.float32)
+    for _ in range(2):
+        f(x, 2, mode="mul")
+    lowered = count_lowerings(monkeypatch, device)
+    looked_up = _counting_trace(monkeypatch, f)
+    for _ in range(5):
+        y = f(x, 2, mode="mul")
+    assert looked_up == [] and lowered == [] and traced == [(2, "mul")]
+    np.testing.assert_array_equal(np.asarray(y), xn * 2)
+    # another static value, by position or by keyword: the general path, a trace of its own, right results
+    np.testing.assert_array_equal(np.asarray(f(x, 3, mode="mul")), xn * 3)
+    np.testing.assert_array_equal(np.asarray(f(x, 2, mode="add")), xn + 2)
+    np.testing.assert_array_equal(np.asarray(f(x, 2.0, mode="mul")), xn * 2)  # equal, another type: a miss
+    np.testing.assert_array_equal(np.asarray(f(x, 2, mode="mul")), xn * 2)
+    assert sorted(set(traced), key=str) == sorted({(2, "mul"), (3, "mul"), (2, "add")}, key=str)
+    assert len(looked_up) == 2  # the two new keys; 2.0 equals 2 in the key (as in JAX): the fast table's
+    with pytest.raises(TypeError):
+        f(x, 2)  # the keyword is missing: the hot record must not run the call
+    with pytest.raises(TypeError, match="unhashable"):
+        f(x, [2], mode="mul")
+
+
+def test_a_static_keyword_call_keeps_weak_types_apart(device):
+    f = fa.jit(lambda a, b, *, k: a * b + k, static_argnames="k")
+    x = fa.device_put(fnp.arange(3, dtype=fnp.float32), device)
+    strong = fa.device_put(fnp.asarray(np.float32(2.0)), device)
+    weak = fa.device_put(fnp.asarray(2.0), device)
+    assert weak.aval.weak_type and not strong.aval.weak_type
+    for _ in range(3):
+        ys, yw = f(x, strong, k=1), f(x, weak, k=1)
+        hs, hw = f(strong, strong, k=1), f(weak, weak, k=1)
+    assert ys.dtype == yw.dtype == np.float32
+    assert not hs.aval.weak_type and hw.aval.weak_type  # weak in, weak out: another executable
+    np.testing.assert_array_equal(np.asarray(yw), np.arange(3, dtype=np.float32) * 2 + 1)
+
+
+def test_donating_calls_take_the_hot_path(device, monkeypatch):
+    f = fa.jit(lambda s, a: s + a, donate_argnums=0)
+    a = fa.device_put(fnp.ones(3, dtype=fnp.float32), device)
+    s = fa.device_put(fnp.zeros(3, dtype=fnp.float32), device)
+    for _ in range(2):
+        s = f(s, a)
+    looked_up = _counting_trace(monkeypatch, f)
+    for _ in range(5):
+        old, s = s, f(s, a)
+        assert old.is_deleted() and not a.is_deleted()
+    assert looked_up == [] and _hot(f).donated == (0,)
+    np.testing.assert_array_equal(np.asarray(s), np.full(3, 7.0, np.float32))
+    with pytest.raises(RuntimeError, match="donated"):
+        f(old, a)
+
+
+def test_a_fixed_device_takes_the_hot_path(monkeypatch):
+    g = fa.jit(lambda a, b: a * b, device="numpy:0")
+    x = fnp.arange(3, dtype=fnp.float32)
+    for _ in range(2):
+        g(x, x)
+    looked_up = _counting_trace(monkeypatch, g)
+    for _ in range(3):
+        y = g(x, x)
+    assert looked_up == [] and y.committed
+    np.testing.assert_array_equal(np.asarray(y), np.arange(3, dtype=np.float32) ** 2)
+
+
+class _Affine(fa.nn.Module):
+    w: object
+    b: object
+    scale: float = 1.0
+
+    def __call__(self, x):
+        return (x @ self.w + self.b) * self.scale
+
+
+class _Listed(fa.nn.Module):
+    parts: object   # a list of arrays: a mutable container, never kept by the hot path
+
+
+def test_a_module_argument_keeps_its_leaves_and_stays_right(device, monkeypatch):
+    """The same module object passed again is read from the leaves it keeps; another module, one with another
+    static field, one holding a list that changes in place, and a module whose array was donated are all right."""
+    rng = np.random.default_rng(0)
+    wn, bn = rng.standard_normal((3, 2)).astype(np.float32), rng.standard_normal(2).astype(np.float32)
+    put = functools.partial(fa.device_put, device=device)
+    m = _Affine(put(wn), put(bn))
+    x = put(np.ones((4, 3), np.float32))
+    f = fa.jit(lambda m, x: m(x))
+    want = np.ones((4, 3), np.float32) @ wn + bn
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(f(m, x)), want, rtol=1e-6)
+    looked_up = _counting_trace(monkeypatch, f)
+    for _ in range(3):
+        f(m, x)
+    assert looked_up == []
+    m2 = m.replace(b=put(bn + 1))
+    np.testing.assert_allclose(np.asarray(f(m2, x)), want + 1, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(f(m.replace(scale=2.0), x)), want * 2, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(f(m, x)), want, rtol=1e-6)
+    g = fa.jit(lambda m: sum(m.parts))
+    parts = [put(np.ones(2, np.float32)), put(np.ones(2, np.float32))]
+    lm = _Listed(parts)
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(g(lm)), [2.0, 2.0])
+    parts[0] = put(np.full(2, 5.0, np.float32))  # changed in place: read again on every call
+    for _ in range(2):
+        np.testing.assert_array_equal(np.asarray(g(lm)), [6.0, 6.0])
+    fa.jit(lambda a: a * 2.0, donate_argnums=0)(m.w)
+    with pytest.raises(RuntimeError, match="donated"):
+        f(m, x)
+
+
+def test_hot_path_with_statics_and_modules_is_thread_safe(device):
+    put = functools.partial(fa.device_put, device=device)
+    models = [_Affine(put(np.full((2, 2), k, np.float32)), put(np.full(2, k, np.float32))) for k in range(4)]
+    f = fa.jit(lambda m, x, *, add: m(x) + add, static_argnames="add")
+
+    def work(k):
+        for i in range(150):
+            n = 1 + (i + k) % 3              # three shapes and two static values, alternating between threads
+            add = float((i + k) % 2)
+            j = (i + k) % 4
+            m = models[j]
+            x = put(np.full((n, 2), k, np.float32))
+            want = np.full((n, 2), k * j * 2 + j + add, np.float32)   # x @ w + b + add, w and b filled with j
+            np.testing.assert_array_equal(np.asarray(f(m, x, add=add)), want)
+
+    run_threads(work)
+
+
+def test_a_hot_call_with_a_static_keyword_takes_few_python_calls():
+    f = fa.jit(lambda a, b, *, k: a * b + k, static_argnames="k")
+    x = fnp.arange(4, dtype=fnp.float32)
+    f(x, x, k=1)
+    f(x, x, k=1)
+    calls = python_calls(lambda: f(x, x, k=1))
+    assert len(calls) <= 5, calls  # the lambda, __call__, _call_hot, ...
+
+
+@pytest.mark.filterwarnings("ignore:.*cannot run on webgpu")   # float64 falls back to numpy:0 there
+def test_hot_path_with_a_static_keyword_follows_the_x64_switch(device):
+    f = fa.jit(lambda a, *, k: a + np.float64(k), static_argnames="k")
+    x = fa.device_put(fnp.asarray(np.arange(3, dtype=np.float32)), device)
+    for _ in range(3):
+        assert f(x, k=1).dtype == np.float32  # the float64 constant is float32 with x64 off
+    old = fa.config.enable_x64
+    fa.config.enable_x64 = True
+    try:
+        for _ in range(3):
+            y = f(x, k=1)
+            assert y.dtype == np.float64
+    finally:
+        fa.config.enable_x64 = old
+    assert f(x, k=1).dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(y), [1.0, 2.0, 3.0])
+
+
+class _Odd:
+    """A static value whose equality raises: the hot path must leave it to the general path's key."""
+
+    def __hash__(self):
+        return 7
+
+    def __eq__(self, other):
+        if other is not self:
+            raise RuntimeError("no comparison")
+        return True
+
+
+def test_hot_path_static_values_that_do_not_compare():
+    f = fa.jit(lambda a, o: a * 2.0, static_argnums=1)
+    x = fnp.arange(3, dtype=fnp.float32)
+    o = _Odd()
+    for _ in range(3):
+        np.testing.assert_array_equal(np.asarray(f(x, o)), [0.0, 2.0, 4.0])
+    with pytest.raises(RuntimeError, match="no comparison"):
+        f(x, _Odd())  # the key's own comparison raises, as in JAX

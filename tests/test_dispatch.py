@@ -367,6 +367,44 @@ def test_webgpu_upload_into_a_recycled_buffer_comes_after_recorded_calls():
         np.testing.assert_array_equal(np.asarray(y), np.full(16, 7.0 + k, np.float32))
 
 
+def test_webgpu_small_uploads_are_recorded_after_the_calls_that_read_their_buffers():
+    """An upload while calls are recorded is a copy recorded into the same encoder (``_GPU._staged_upload``): no
+    submit. A buffer read by a recorded call and given back to the pool before the submit may take the upload:
+    the call still reads the old values (its copy runs first), the upload's array the new ones."""
+    import gc
+    from fnarray.lowering.webgpu import dispatch
+    dev = _webgpu()
+    gpu = dev.impl.gpu
+    f = fa.jit(lambda a: a * 2.0 + 1.0, device=dev)
+    np.asarray(f(fa.device_put(np.zeros(24, np.float32), dev)))
+    for k in range(4):
+        a = fa.device_put(np.full(24, float(k), np.float32), dev)
+        np.asarray(a)   # its upload done: nothing recorded now
+        outs, ups = [], []
+        before = gpu.submits
+        outs.append(f(a))                 # recorded: reads a's buffer when the encoder runs
+        assert gpu.open_launches > 0
+        del a
+        gc.collect()                      # a's buffer back to the pool, still read by the recorded call
+        for j in range(3):
+            ups.append(fa.device_put(np.full(24, 100.0 * (k + 1) + j, np.float32), dev))
+            outs.append(f(ups[-1]))
+        assert gpu.submits == before      # three uploads and four calls in the one open encoder
+        np.testing.assert_array_equal(np.asarray(outs[0]), np.full(24, 2.0 * k + 1))
+        for j in range(3):
+            v = 100.0 * (k + 1) + j
+            np.testing.assert_array_equal(np.asarray(ups[j]), np.full(24, v, np.float32))
+            np.testing.assert_array_equal(np.asarray(outs[j + 1]), np.full(24, 2 * v + 1, np.float32))
+    # past the size bound an upload submits the encoder first, then writes its buffer
+    big = np.arange(dispatch.STAGED_UPLOAD_BYTES // 4 + 1, dtype=np.float32)
+    out = f(fa.device_put(np.zeros(24, np.float32), dev))
+    before = gpu.submits
+    bd = fa.device_put(big, dev)
+    assert gpu.submits == before + 1
+    np.testing.assert_array_equal(np.asarray(bd), big)
+    np.testing.assert_array_equal(np.asarray(out), np.ones(24, np.float32))
+
+
 def test_webgpu_a_call_of_many_kernels_is_submitted_at_its_end():
     from fnarray.lowering.webgpu import dispatch
     dev = _webgpu()

@@ -84,17 +84,23 @@ def test_bad_command_lines_exit_with_a_message(argv, capsys):
     assert fa.default_device() is not None
 
 
+def _tiny_steps(device):
+    """A tiny model, a key and prompt ids on ``device``, the example's generators (donating where it does) and
+    copying ones."""
+    model = fa.device_put(llm.Llama(96, 16, 2, 1, 2, 32, key=fa.random.key(1)), device)
+    key = fa.device_put(fa.random.key(0), device)
+    ids = fa.device_put(np.asarray([[5, 9, 2]], np.int32), device)
+    return (model, key, ids, llm.make_generators(device, 0.9, 1.0),
+            llm.make_generators(device, 0.9, 1.0, donate=False))
+
+
 def test_decode_step_donates_its_caches_where_they_are_updated_in_place(device):
     """Where the backend writes a donated cache's update in place (``Backend.updates_in_place``: opencl, webgpu),
     the example's decode step donates its caches: the caches passed in are deleted, the step's kernels write each
     new position in place, no more launches than the copying step, and the next token and the new caches equal
     the copying step's; elsewhere the caches are kept."""
-    model = fa.device_put(llm.Llama(96, 16, 2, 1, 2, 32, key=fa.random.key(1)), device)
-    key = fa.device_put(fa.random.key(0), device)
+    model, key, ids, (prefill, decode_step, _), (_, copying, _) = _tiny_steps(device)
     donating = device.impl.updates_in_place
-    prefill, decode_step, _ = llm.make_generators(device, 0.9, 1.0)
-    _, copying, _ = llm.make_generators(device, 0.9, 1.0, donate=False)
-    ids = fa.device_put(np.asarray([[5, 9, 2]], np.int32), device)
     token, caches = prefill(model, model.make_caches(1, 8, device), ids, key, greedy=True)
     want_token, want = copying(model, caches, token, key, greedy=True)
     if donating:
@@ -104,6 +110,35 @@ def test_decode_step_donates_its_caches_where_they_are_updated_in_place(device):
         assert any(k.name.startswith("update") for k in decode_step.lower(model, caches, token, key,
                                                                           greedy=True).kernels())
     got_token, got = decode_step(model, caches, token, key, greedy=True)
+    assert all(leaf.is_deleted() == donating for leaf in fa.tree.leaves(caches))
+    assert int(got_token[0]) == int(want_token[0])
+    for g, w in zip(fa.tree.leaves(got), fa.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+def test_prefill_donates_its_caches_where_they_are_updated_in_place(device):
+    """Where the backend writes a donated cache's update in place (opencl, webgpu), the example's prefill donates
+    its caches too: the caches passed in are deleted, and the kernels writing them cover the prompt's positions
+    only (the copying prefill's cover the whole capacity, so they grow with it; the donated ones do not), with no
+    more launches; the token and the new caches equal the copying prefill's. Elsewhere the caches are kept."""
+    model, key, ids, (prefill, _, _), (copying, _, _) = _tiny_steps(device)
+    donating = device.impl.updates_in_place
+
+    def cache_writes(step, capacity):
+        """(launches, work items of the kernels that write the caches: their dynamic_update_slice)."""
+        ks = step.lower(model, model.make_caches(1, capacity, device), ids, key, greedy=True).kernels()
+        writes = [k for k in ks if any("dynamic_update_slice" in str(e) for e in k.eqns)]
+        assert writes
+        return len(ks), sum(int(np.prod(k.global_size)) for k in writes)
+
+    if donating:
+        (n_don, don64), (n_cop, cop64) = cache_writes(prefill, 64), cache_writes(copying, 64)
+        (_, don256), (_, cop256) = cache_writes(prefill, 256), cache_writes(copying, 256)
+        assert n_don <= n_cop and don64 < cop64
+        assert don256 == don64 and cop256 > cop64   # the prompt's positions against the whole capacity
+    want_token, want = copying(model, model.make_caches(1, 8, device), ids, key, greedy=True)
+    caches = model.make_caches(1, 8, device)
+    got_token, got = prefill(model, caches, ids, key, greedy=True)
     assert all(leaf.is_deleted() == donating for leaf in fa.tree.leaves(caches))
     assert int(got_token[0]) == int(want_token[0])
     for g, w in zip(fa.tree.leaves(got), fa.tree.leaves(want), strict=True):

@@ -3,11 +3,11 @@
 References: ml_dtypes/NumPy conversions (bit for bit), ``jax.numpy.promote_types`` (the lattice, every pair),
 NumPy float64 of the upcast values (arithmetic, matmul), and our own pinned semantics where XLA's differ
 (float -> int saturates, integer division by zero is 0). Every device runs every case: numpy:0 and jax:0
-natively; opencl converts natively to and from them, webgpu out of them (the arrays are bytes on the device,
-kernels convert them in registers), with ``fallback="error"`` in the cast tests (every byte pattern, a float
-sweep with every rounding tie, subnormals, overflow and NaN); other operations there, and everything on mlx,
-through the numpy fallback (a ``FallbackWarning`` naming the dtype, and ``UnsupportedOnDevice`` with
-``fallback="error"``).
+natively; opencl and mlx convert natively to and from them, webgpu out of them (the arrays are bytes on the
+device, kernels convert them in registers; mlx's programs convert their bytes with MLX operations), with
+``fallback="error"`` in the cast tests (every byte pattern, a float sweep with every rounding tie, subnormals,
+overflow and NaN); other operations there through the numpy fallback (a ``FallbackWarning`` naming the dtype,
+and ``UnsupportedOnDevice`` with ``fallback="error"``).
 """
 
 from __future__ import annotations
@@ -48,11 +48,15 @@ def _put(x, device):
 
 def _cast_mode(device, src, dst):
     """``fallback="error"`` where ``device`` converts ``src`` to ``dst`` itself: numpy and jax; opencl where it
-    has both dtypes, except float64 into a float8 (it rounds once from float64 on numpy:0); webgpu out of a
-    low-bit dtype only (it reads their bytes, and uint8's, but writes none); else ``"warn"``."""
+    has both dtypes, except float64 into a float8 (it rounds once from float64 on numpy:0); mlx the same, from
+    and to the dtypes it has (``lowering/mlx/low_bit.py``); webgpu out of a low-bit dtype only (it reads their
+    bytes, and uint8's, but writes none); else ``"warn"``."""
     src, dst = np.dtype(src), np.dtype(dst)
     if device.backend in NATIVE:
         return "error"
+    if device.backend == "mlx":
+        return "warn" if src in (np.float64, np.complex64, np.complex128) or dst in (np.complex64, np.complex128) \
+            else "error"
     if device.backend not in ("opencl", "webgpu") or (device.backend == "webgpu" and (dst in LOW or dst == np.uint8)):
         return "warn"
     caps = device.impl.capabilities(device)
@@ -286,10 +290,10 @@ def test_data_movement_keeps_the_bytes(device, d, move):
     weights can be laid out on the device before their upcast."""
     w = np.arange(256, dtype=np.uint8).reshape(16, 16).view(d)
     f = fa.jit(_MOVES[move])
-    with fallback_mode("error" if device.backend in NATIVE + ("opencl",) else "warn"):
+    with fallback_mode("error" if device.backend in NATIVE + ("opencl", "mlx") else "warn"):
         got = np.asarray(f(_put(w, device)))
     want = np.asarray(f(_put(w, "numpy:0")))
-    if got.dtype == d and device.backend in ("numpy", "opencl"):   # the very bytes (XLA may rewrite NaNs)
+    if got.dtype == d and device.backend in ("numpy", "opencl", "mlx"):   # the very bytes (XLA may rewrite NaNs)
         assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
     else:
         _same_bits(got, want)
@@ -518,7 +522,7 @@ def test_kernel_and_mlx_devices_fall_back_naming_the_dtype(device, monkeypatch):
             x = _put(np.array([1.5, 2.0], E4M3), device)
             assert float((x + x).astype(fnp.float32).sum()) == 7.0
         return
-    converts = device.backend in ("opencl", "webgpu")   # their kernels convert the bytes; arithmetic falls back
+    converts = device.backend in ("opencl", "webgpu", "mlx")   # they convert the bytes; arithmetic falls back
     x = _put(np.array([1.5, 2.0], E4M3), device)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
@@ -536,3 +540,24 @@ def test_kernel_and_mlx_devices_fall_back_naming_the_dtype(device, monkeypatch):
             else:
                 with pytest.raises(fa.UnsupportedOnDevice, match=d.name):
                     a.astype(fnp.float32)
+
+
+def test_mlx_holds_the_bytes_and_decodes_e4m3_without_from_fp8():
+    """mlx keeps a low-bit array as ml_dtypes' NumPy array outside programs and as its bytes inside
+    (``lowering/mlx/low_bit.py``); e4m3fn's decoding through float16, used where MLX lacks ``mx.from_fp8``, and
+    ``mx.from_fp8`` itself, give ml_dtypes' value of every byte; a program with a low-bit value is never given
+    to ``mx.compile``."""
+    mx = pytest.importorskip("mlx.core")
+    from fnarray.lowering.mlx import low_bit
+    from fnarray.lowering.mlx.program import Generated
+    codes = np.arange(256, dtype=np.uint8)
+    want = codes.view(E4M3).astype(np.float32)
+    for use in (False, True):
+        got = np.asarray(low_bit.e4m3_to_float32(mx.array(codes), use_from_fp8=use))
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        assert np.array_equal(got.view(np.uint32)[~np.isnan(want)], want.view(np.uint32)[~np.isnan(want)])
+    x = fa.device_put(codes.view(E4M3), "mlx:0")
+    assert type(x.buf()) is np.ndarray and x.buf().dtype == E4M3
+    prog = fa.jit(lambda v: v.T.astype(fnp.float32).astype(E5M2)).trace(np.zeros((4, 2), E4M3)).program
+    gen = Generated(prog)
+    assert gen.has_low_bit and "bits_of(" in gen.source and "typed(" in gen.source

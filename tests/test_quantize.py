@@ -219,33 +219,56 @@ def test_jax_program_keeps_the_packed_weights_as_its_only_weight_input():
     assert "tensor<64x4xf32>" in header               # scales and biases
 
 
-@pytest.mark.parametrize("rows", [1, 3])
-def test_jax_decode_rows_fuse_the_unpacking_into_the_product(rows):
+@pytest.mark.parametrize("mode,rows", [("affine", 1), ("affine", 3), ("mxfp4", 2), ("mxfp8", 4), ("nvfp4", 3)])
+def test_jax_decode_rows_fuse_the_unpacking_into_the_product(mode, rows):
     """XLA's optimised program for a decode step (up to ``DECODE_ROWS`` rows) holds no float weight matrix
     between its fusions: each row's product is one loop fusion reading the packed words
-    (``lowering/jax/quantized.py``; before, a fusion wrote ``f32[64,256]`` on every call)."""
+    (``lowering/jax/quantized.py``; before, a fusion wrote ``f32[64,256]`` on every call, and for the floating
+    modes at several rows the gathered element values, which every row read, until the tenth session decoded
+    them by bit arithmetic)."""
+    import re
     jax = pytest.importorskip("jax")
     from fnarray.lowering.jax.quantized import DECODE_ROWS, jax_quantized_matmul
     assert rows <= DECODE_ROWS
-    w_q, scales, biases = (np.asarray(a) for a in fa.quantize(_weights(64, 256, 64), group_size=64, bits=4))
+    opts = dict(group_size=64, bits=4) if mode == "affine" else {}
+    group_size, bits = fa.core.quantized.check_format(opts.get("group_size"), opts.get("bits"), mode)
+    parts = [np.asarray(a) for a in fa.quantize(_weights(64, 256, group_size), mode=mode, **opts)]
     x = np.random.default_rng(0).standard_normal((rows, 256)).astype(np.float32)
-    f = jax.jit(functools.partial(jax_quantized_matmul, transpose=True, group_size=64, bits=4, mode="affine"))
-    hlo = f.lower(x, w_q, scales, biases).compile().as_text()
+    f = jax.jit(functools.partial(jax_quantized_matmul, transpose=True, group_size=group_size, bits=bits,
+                                  mode=mode))
+    hlo = f.lower(x, *parts).compile().as_text()
     entry = hlo[hlo.index("ENTRY"):]
-    assert "f32[64,256]" not in entry and "f32[256,64]" not in entry, entry
-    wd = np.asarray(fa.dequantize(w_q, scales, biases, group_size=64, bits=4), np.float64)
-    np.testing.assert_allclose(np.asarray(f(x, w_q, scales, biases)), x @ wd.T, rtol=1e-5, atol=1e-4)
+    for line in entry.splitlines():
+        shape = re.search(r"= f32\[([\d,]*)\]", line)
+        if shape and "parameter(" not in line:   # only outputs, at most the scales' values (64 x 16 for nvfp4)
+            assert np.prod([int(d) for d in shape.group(1).split(",") if d]) <= 64 * 16, line
+    wd = np.asarray(fa.dequantize(*parts, mode=mode, dtype=np.float32, **opts), np.float64)
+    np.testing.assert_allclose(np.asarray(f(x, *parts)), x @ wd.T, rtol=1e-5, atol=1e-4)
+
+
+def test_jax_element_decoders_match_the_tables():
+    """The floating modes' element values by bit arithmetic (``e2m1_values``, ``e4m3_values``: through float16,
+    whose subnormals XLA's CPU float32 arithmetic would flush) equal ``packed``'s tables bit for bit, every code
+    (``-0.0`` and the E4M3 subnormals included; ``0x7F``/``0xFF`` NaN)."""
+    jax = pytest.importorskip("jax")
+    from jax import lax
+    from fnarray.lowering.jax.quantized import e2m1_values, e4m3_values
+    from fnarray.lowering.packed import E2M1, E4M3
+    for decode, table in [(e2m1_values, E2M1), (e4m3_values, E4M3)]:
+        got = np.asarray(jax.jit(lambda c: decode(jax.numpy, lax, c))(np.arange(len(table), dtype=np.uint32)))
+        nan = np.isnan(table)
+        np.testing.assert_array_equal(np.isnan(got), nan)
+        np.testing.assert_array_equal(got.view(np.uint32)[~nan], table.view(np.uint32)[~nan])
 
 
 @pytest.mark.parametrize("mode,cols,rows", [("affine", 4096, 1), ("affine", 8320, 2), ("mxfp4", 4096, 1),
-                                           ("mxfp8", 4160, 1), ("nvfp4", 4096, 1)])
+                                           ("mxfp8", 4160, 1), ("nvfp4", 4096, 3)])
 def test_jax_long_contractions_still_fuse(mode, cols, rows):
     """Issue 30: XLA's CPU fusion takes a dot's producers only while its vector is under 16 KiB, so at 4096
     float32 elements the unpacking wrote a transposed float copy of the weights on every call (36-38x float32's
     time at 4096 x 4096). Cut into chunks (``_chunks``), the optimised program's top level holds no dot, no
     transpose and no value as large as one chunk of float weights: every product is a fusion reading the
-    packed words. (Floating modes at several rows still write their element lookup, a gather feeding every
-    row's product, as before issue 30: one row each here.)"""
+    packed words."""
     import re
     jax = pytest.importorskip("jax")
     from fnarray.lowering.jax.quantized import _chunks, jax_quantized_matmul
@@ -392,6 +415,37 @@ def test_nn_quantize_takes_mlx_style_predicates():
     with pytest.raises(TypeError, match="LayerNorm"):
         fa.nn.quantize(fa.nn.Sequential([fa.nn.Linear(64, 8, key=k1), fa.nn.LayerNorm(8)]), group_size=64,
                        class_predicate=lambda p, m: True)
+
+
+@pytest.mark.parametrize("mode,opts", [("affine", dict(group_size=32, bits=3)), ("affine", {}), ("mxfp4", {}),
+                                       ("nvfp4", {})])
+def test_to_quantized_is_what_nn_quantize_does_and_mlx_to_quantized(mode, opts):
+    """``Linear.to_quantized``/``Embedding.to_quantized`` (``mlx.nn``'s methods) give what ``fa.nn.quantize``
+    gives the same layer, field for field, and MLX's own ``to_quantized`` of the same weights; mlx-lm's
+    ``hasattr(m, "to_quantized")`` predicate selects both kinds of layer."""
+    import mlx.nn as mnn
+    k1, k2 = fa.random.split(fa.random.key(3))
+    lin, emb = fa.nn.Linear(128, 16, key=k1), fa.nn.Embedding(24, 128, key=k2)
+    model = fa.nn.Sequential([emb, lin])
+    by_walk = fa.nn.quantize(model, mode=mode, class_predicate=lambda p, m: hasattr(m, "to_quantized"), **opts)
+    mlin, memb = mnn.Linear(128, 16), mnn.Embedding(24, 128)
+    mlin.weight, mlin.bias = mx.array(np.asarray(lin.weight)), mx.array(np.asarray(lin.bias))
+    memb.weight = mx.array(np.asarray(emb.weight))
+    for layer, walked, mlayer, cls in [(lin, by_walk.layers[1], mlin, fa.nn.QuantizedLinear),
+                                       (emb, by_walk.layers[0], memb, fa.nn.QuantizedEmbedding)]:
+        q = layer.to_quantized(mode=mode, **opts)
+        mq = mlayer.to_quantized(mode=mode, **opts)
+        assert type(q) is cls and type(walked) is cls and (q.group_size, q.bits, q.mode) == (
+            walked.group_size, walked.bits, walked.mode) == (mq.group_size, mq.bits, mq.mode)
+        for name in ("weight", "scales", "biases"):
+            mine = getattr(q, name)
+            assert (mine is None) == (getattr(walked, name) is None) == (mode != "affine" and name == "biases")
+            if mine is not None:
+                np.testing.assert_array_equal(np.asarray(mine), np.asarray(getattr(walked, name)), err_msg=name)
+                np.testing.assert_array_equal(np.asarray(mine), np.array(getattr(mq, name)), err_msg=name)
+    assert not hasattr(by_walk.layers[0], "to_quantized")   # quantized layers are not quantized again
+    with pytest.raises(ValueError, match="group_size"):
+        fa.nn.Linear(48, 4, key=k1).to_quantized(group_size=32)
 
 
 def test_from_linear_matches_mlx_quantized_linear():

@@ -299,8 +299,8 @@ _PRODUCT = textwrap.dedent("""
 @pytest.mark.parametrize("dev", [str(d) for d in _kernel_devices() if d.backend == "webgpu" and d.platform == "cpu"])
 def test_a_product_block_chosen_by_full_tuning_is_reused_by_fast_in_the_next_process(tmp_path, dev):
     # The blocked product's outputs per work item (dot_group.BLOCK_TUNABLE: webgpu on a CPU adapter): mode "full"
-    # times every block and keeps the choice on disk; a second process in mode "fast" (which alone would keep
-    # the default, 8 x 4) reads it from there and times nothing.
+    # times every block and keeps the choice on disk; a second process in mode "fast" (which alone would take
+    # the cost model's block untimed) reads it from there and times nothing.
     script = tmp_path / "product.py"
     script.write_text(_PRODUCT)
     cache = tmp_path / "cache"
@@ -469,6 +469,71 @@ def test_the_tile_model_weighs_padding_against_wider_tiles():
             costs = [register_tiles.TUNABLE.cost(c, register_tiles.DEFAULT_TILE, facts)
                      for c in register_tiles.TUNABLE.candidates(register_tiles.DEFAULT_TILE, facts)]
             assert register_tiles.TUNABLE.cost(tile, register_tiles.DEFAULT_TILE, facts) == min(costs)
+
+
+LAVAPIPE = {"device": "cpu", "simd_bits": 256, "llvm": 15, "workgroup_limit": 256}
+BLOCK_DEFAULT = {"rows": 8, "cols": 4}
+
+
+def test_the_block_model_picks_what_full_tuning_measured_on_lavapipe():
+    # docs/performance.md: `full` picked 8 x 16 or 16 x 8 for 29 of the transformer and MLP steps' 34 products;
+    # the model prices those two alike but for the row addresses and takes the wider one
+    cases = [(1024, 256, "k", "rows"), (1024, 64, "k", "k"), (64, 256, "rows", "rows"), (64, 64, None, None),
+             (96, 64, "rows", "rows")]
+    with config_setting("autotune", "fast"):
+        for rows, cols, lv, rv in cases:
+            facts = {**LAVAPIPE, "rows": rows, "cols": cols, "lhs_vec": lv, "rhs_vec": rv}
+            assert tuning.modelled(dot_group.BLOCK_TUNABLE, BLOCK_DEFAULT, facts) == {"rows": 8, "cols": 16}
+        # 20 columns: 16 would compute 32 of them, 8 24; four per block waste none
+        facts = {**LAVAPIPE, "rows": 1000, "cols": 20, "lhs_vec": "k", "rhs_vec": "k"}
+        assert tuning.modelled(dot_group.BLOCK_TUNABLE, BLOCK_DEFAULT, facts) == {"rows": 16, "cols": 4}
+        # scalar loads (no vec4) cost four times a vector's: larger blocks still, each within 128 accumulators
+        facts = {**LAVAPIPE, "rows": 512, "cols": 512, "lhs_vec": None, "rhs_vec": None}
+        block = tuning.modelled(dot_group.BLOCK_TUNABLE, BLOCK_DEFAULT, facts)
+        assert block["rows"] * block["cols"] == dot_group.BLOCK_ACCUMULATORS
+    # a product under BLOCK_MIN_WORK multiply-adds: the larger block's compile costs more than it saves
+    small = {**LAVAPIPE, "rows": 1024, "cols": 64, "lhs_vec": "k", "rhs_vec": "k", "work": 1024 * 64 * 64}
+    for facts in ({}, {"device": "gpu", "rows": 64, "cols": 64}, {"device": "cpu"}, small):
+        with config_setting("autotune", "fast"):
+            assert tuning.modelled(dot_group.BLOCK_TUNABLE, BLOCK_DEFAULT, facts) == BLOCK_DEFAULT
+    with config_setting("autotune", "off"):
+        assert tuning.modelled(dot_group.BLOCK_TUNABLE, BLOCK_DEFAULT, {**LAVAPIPE, "rows": 64, "cols": 64}) == \
+            BLOCK_DEFAULT
+
+
+def test_the_block_model_counts_vector_loads_and_row_addresses():
+    assert dot_group.block_loads((8, 16), ("k", "rows")) == (6, 12)
+    assert dot_group.block_loads((16, 8), ("k", "rows")) == (6, 18)
+    assert dot_group.block_loads((8, 4), (None, None)) == (12, 12)
+
+
+@pytest.mark.parametrize("dev", [d for d in _kernel_devices() if d.backend == "webgpu"], ids=str)
+def test_webgpu_adapters_report_their_vector_width_to_the_cost_models(dev):
+    facts = dict(dev.impl.capabilities(dev).tuning_facts)
+    assert facts["device"] == dev.platform
+    if "llvmpipe" in dev.description:
+        assert facts["simd_bits"] in (128, 256, 512) and facts["llvm"] >= 10
+
+
+def test_fast_mode_blocks_a_product_by_the_model_untimed_with_the_same_results():
+    devs = [d for d in _kernel_devices() if d.backend == "webgpu" and d.platform == "cpu"]
+    if not devs:
+        pytest.skip("no CPU webgpu adapter here (the blocked product is its form)")
+    # 256 x 256 x 132: past BLOCK_MIN_WORK multiply-adds, the model takes a larger block
+    a = np.random.default_rng(5).standard_normal((256, 256)).astype(np.float32)
+    b = np.random.default_rng(6).standard_normal((256, 132)).astype(np.float32)
+    want = np.maximum(a.astype(np.float64) @ b, 0)
+    got = {}
+    for mode in ("off", "fast"):
+        tuning.clear()
+        with config_setting("autotune", mode):
+            got[mode] = np.asarray(fa.jit(lambda a, b: fnp.maximum(a @ b, 0.0))(fa.device_put(a, devs[0]),
+                                                                                  fa.device_put(b, devs[0])))
+        np.testing.assert_allclose(got[mode], want, rtol=RTOL * 10, atol=1e-4)
+        assert tuning.stats()["measured"] == 0
+        assert tuning.stats()["modelled"] == (mode == "fast")
+    # each accumulator adds its products in the contraction's order whatever the block: the same bits
+    np.testing.assert_array_equal(got["off"], got["fast"])
 
 
 def test_opencl_devices_report_their_compiler_to_the_cost_models():

@@ -25,7 +25,7 @@ import pytest
 import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core.errors import BackendUnavailable, FallbackWarning, UnsupportedOnDevice
-from helpers import check_traced, require_backend
+from helpers import check_traced, config_setting, require_backend
 from math_cases import (BINARY_SPECIAL, HELPER_CASES, LIN, SPECIAL, UNARY_SPECIAL, Y, check_binary_special,
                         check_unary_special)
 
@@ -264,9 +264,13 @@ def test_blocked_matrix_products_equal_numpy(wdev, name, f, shapes):
             "transposed_rhs_epilogue": lambda: np.maximum(a64[0] @ a64[1].T + 1.0, 0.0)}.get(
         name, lambda: a64[0] @ a64[1])()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    if wdev.platform == "cpu" and name == "square":   # 8 x 4 outputs per work item: 256 work items
-        (k,) = fa.jit(f).lower(*_on(wdev, *args)).kernels()
+    if wdev.platform == "cpu" and name == "square":
+        with config_setting("autotune", "off"):   # 8 x 4 outputs per work item: 256 work items
+            (k,) = fa.jit(f).lower(*_on(wdev, *args)).kernels()
         assert k.global_size[0] == -(-64 // CPU_DOT_BLOCK[0]) * -(-128 // CPU_DOT_BLOCK[1])
+        with config_setting("autotune", "fast"):  # under dot.BLOCK_MIN_WORK: the block model keeps 8 x 4
+            (k,) = fa.jit(f).lower(*_on(wdev, *args)).kernels()
+        assert k.global_size[0] == 256
 
 
 def test_blocked_integer_products_are_exact(wdev):

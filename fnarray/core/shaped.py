@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import NamedTuple
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from fnarray.core import dtypes
 
-__all__ = ["ShapedArray"]
+__all__ = ["ShapedArray", "ShapeDtypeStruct"]
 
 
 class ShapedArray(NamedTuple):
@@ -46,3 +47,46 @@ class ShapedArray(NamedTuple):
     def __repr__(self):
         weak = ", weak_type=True" if self.weak_type else ""
         return f"ShapedArray({self.str_short()}{weak})"
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeDtypeStruct:
+    """A shape and a dtype standing for an array, as ``jax.ShapeDtypeStruct`` (``fa.ShapeDtypeStruct`` and
+    ``pl.ShapeDtypeStruct`` are this class).
+
+    ``fa.eval_shape`` returns them; ``fa.eval_shape``, ``fa.make_jaxpr`` and ``fa.jit(f).trace``/``.lower`` take
+    them as arguments in place of arrays (nothing is computed); ``pallas_call``'s ``out_shape`` is made of them.
+
+    Args:
+      shape: a sequence of non-negative ints.
+      dtype: anything ``numpy.dtype`` takes (``fnp.float32``, ``"int8"``...). Kept as given: with x64 off a
+        float64 struct stands for a float32 argument, as in JAX.
+      sharding: kept for JAX's signature; unused.
+      weak_type: whether it stands for a Python scalar's weakly typed value.
+
+    Raises:
+      TypeError: an entry of ``shape`` is not an int, or ``dtype`` is not a dtype.
+      ValueError: an entry of ``shape`` is negative.
+    """
+
+    shape: tuple
+    dtype: object
+    sharding: object = None
+    weak_type: bool = False
+
+    def __post_init__(self):
+        shape = (self.shape,) if isinstance(self.shape, (int, np.integer)) else tuple(self.shape)
+        for n in shape:
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+                raise TypeError(f"ShapeDtypeStruct: shape entries must be ints, got {shape!r}")
+            if n < 0:
+                raise ValueError(f"ShapeDtypeStruct: shape entries must be >= 0, got {shape!r}")
+        object.__setattr__(self, "shape", tuple(int(n) for n in shape))
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+
+    ndim = ShapedArray.ndim   # the same properties: len and product of ``shape``
+    size = ShapedArray.size
+
+    def __repr__(self):
+        weak = ", weak_type=True" if self.weak_type else ""
+        return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name}{weak})"

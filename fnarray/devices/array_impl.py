@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import operator
-
 import numpy as np
 
 from fnarray.core.array import Array
@@ -12,7 +10,7 @@ from fnarray.devices import dlpack
 from fnarray.devices.lookup import parse_device
 from fnarray.devices.sharding import Shard, SingleDeviceSharding
 
-__all__ = ["ArrayImpl", "call_fields", "set_placement"]
+__all__ = ["ArrayImpl", "set_placement"]
 
 _ABSENT = object()
 
@@ -209,7 +207,3 @@ def set_placement(device_put, array_from_numpy) -> None:
     """Install the placement functions (called once by ``devices.placement`` when it is imported)."""
     _placement.device_put, _placement.array_from_numpy = device_put, array_from_numpy
 
-
-#: ``call_fields(x) -> (aval, buffer or None if donated/deleted, device, committed)`` of an ``ArrayImpl``: what a
-#: jitted call reads of each argument, in one C call (the upper layers read no private field).
-call_fields = operator.attrgetter("aval", "_buf", "_device", "_committed")

@@ -114,7 +114,11 @@ class Capabilities:
     device (``lowering/kernels/tuning.py``: the opencl and webgpu backends).
     ``tuning_facts``: what the kernel groups' cost models (``lowering/kernels/tuning.py``, ``Tunable.cost``)
     know of the device, as ``(name, value)`` pairs: ``("device", "cpu" | "gpu")``, ``("compiler", "pocl")``,
-    ``("llvm", 15)`` (the major version of the LLVM a CPU driver compiles with); empty: no model applies.
+    ``("llvm", 15)`` (the major version of the LLVM a CPU driver compiles with), ``("simd_bits", 256)`` (the
+    vector width a CPU driver runs work items in: lavapipe's); empty: no model applies.
+    ``horizontal_fusion``: the kernel scheduler merges independent map kernels of different shapes (an optimizer's
+    update of each parameter leaf) into one launch over their concatenated work items
+    (``lowering/kernels/groups/horizontal.py``).
     """
 
     dtypes: frozenset
@@ -137,6 +141,7 @@ class Capabilities:
     reference: bool = False
     tunable: bool = False
     tuning_facts: tuple = ()
+    horizontal_fusion: bool = True
 
 
 class _Compiling(threading.local):

@@ -18,7 +18,7 @@
 """
 
 from fnarray.nn import initializers, losses
-from fnarray.nn._attention import dot_product_attention
+from fnarray.nn._attention import dot_product_attention, scaled_dot_product_attention
 from fnarray.nn._cache import KVCache
 from fnarray.nn._conv import Conv, Conv1d, Conv2d, Conv3d
 from fnarray.nn._functions import (celu, elu, gelu, hard_sigmoid, hard_silu, hard_swish, hard_tanh, leaky_relu,
@@ -42,7 +42,7 @@ __all__ = [
     "celu", "elu", "gelu", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh", "initializers", "leaky_relu",
     "log_sigmoid", "log_softmax", "logsumexp", "one_hot", "relu", "relu6", "selu", "sigmoid", "silu", "soft_sign",
     "softmax", "softplus", "standardize", "swish", "tanh",
-    "dot_product_attention", "KVCache", "losses", "Module", "field", "static_field",
+    "dot_product_attention", "scaled_dot_product_attention", "KVCache", "losses", "Module", "field", "static_field",
     "BatchNorm", "BatchNormState", "Dropout", "Embedding", "Identity", "Lambda", "LayerNorm", "Linear", "MLP",
     "MultiHeadAttention", "RMSNorm", "Sequential", "Conv", "Conv1d", "Conv2d", "Conv3d", "avg_pool", "max_pool",
     "min_pool", "QuantizedEmbedding", "QuantizedLinear", "quantize",

@@ -15,7 +15,7 @@ import numpy as np
 from fnarray.core import dtypes
 from fnarray.core.errors import DTypeError, ShapeError
 
-__all__ = ["dot_product_attention"]
+__all__ = ["dot_product_attention", "scaled_dot_product_attention"]
 
 
 def _np():
@@ -118,7 +118,8 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     if q.dtype != k.dtype or q.dtype != v.dtype:
         raise DTypeError(f"dot_product_attention: query, key and value need one dtype, got {q.dtype.name}, "
                          f"{k.dtype.name}, {v.dtype.name}")
-    scale = 1.0 / math.sqrt(H) if scale is None else scale
+    if scale is None:   # H = 0: an empty result, whatever the scale (JAX divides by zero here)
+        scale = 1.0 / math.sqrt(H) if H else 1.0
     lower_right = _causal_string(mask, is_causal)
     if lower_right:
         mask, is_causal = None, True
@@ -170,6 +171,39 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
         lse = stop_gradient(lse)
         return (out[0], lse[0]) if unbatched else (out, lse)
     return out[0] if unbatched else out
+
+
+def scaled_dot_product_attention(q, k, v, *, scale, mask=None):
+    """MLX's ``mx.fast.scaled_dot_product_attention`` in MLX's layout: heads before positions.
+
+    Args:
+      q: ``(B, N, T, H)`` queries; k, v: ``(B, K, S, H)`` keys and values, ``N`` a multiple of ``K``
+        (grouped-query heads); one floating dtype.
+      scale: the logits' factor (required, as MLX's; ``1 / sqrt(H)`` is the usual one).
+      mask: ``None``; ``"causal"`` (aligned at the bottom right: the last query with the last key); a bool array
+        broadcasting to ``(B, N, T, S)`` (``True`` keeps a key); or a float array added to the logits.
+    Returns:
+      ``(B, N, T, H)`` in ``q``'s dtype: ``dot_product_attention`` on the transposed operands (one fused
+      primitive; ``mx.fast.scaled_dot_product_attention`` itself on mlx).
+    Raises:
+      TypeError: ``scale`` missing; ShapeError: ranks other than 4, or the shapes of ``dot_product_attention``;
+      DTypeError: non-floating operands; ValueError: a mask string other than ``"causal"``.
+    Source: MLX's ``mlx.core.fast.scaled_dot_product_attention`` (its layout and mask forms).
+    """
+    fnp = _np()
+    q, k, v = fnp.asarray(q), fnp.asarray(k), fnp.asarray(v)
+    if not q.ndim == k.ndim == v.ndim == 4:
+        raise ShapeError(f"scaled_dot_product_attention: q, k and v must be (B, N, T, H), (B, K, S, H) and "
+                         f"(B, K, S, H) (MLX's layout), got shapes {q.shape}, {k.shape}, {v.shape}")
+    bias = None
+    if mask is not None and not isinstance(mask, str):
+        mask = fnp.asarray(mask)
+        if mask.dtype != dtypes.bool_:
+            mask, bias = None, mask
+    heads_last = (0, 2, 1, 3)
+    out = dot_product_attention(fnp.transpose(q, heads_last), fnp.transpose(k, heads_last),
+                                fnp.transpose(v, heads_last), bias=bias, mask=mask, scale=scale)
+    return fnp.transpose(out, heads_last)
 
 
 def _causal_string(mask, is_causal):

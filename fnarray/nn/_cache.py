@@ -12,6 +12,8 @@ of the filled keys: a causal mask with a run-time offset, no mask array).
 
 from __future__ import annotations
 
+import numpy as np
+
 from fnarray.core.errors import ShapeError
 from fnarray.nn._module import Module
 
@@ -48,11 +50,14 @@ class KVCache(Module):
           batch, capacity, kv_heads, head_dim: positive ints; dtype: the keys' and values' dtype; device: where
             the arrays live (default: the default device).
         Returns: a ``KVCache``.
-        Raises: ``ValueError`` for a size below 1.
+        Raises: ``TypeError`` for a size that is not an int; ``ValueError`` for a size below 1.
         """
         import fnarray as fa
         fnp = _np()
         sizes = dict(batch=batch, capacity=capacity, kv_heads=kv_heads, head_dim=head_dim)
+        odd = {k: v for k, v in sizes.items() if isinstance(v, bool) or not isinstance(v, (int, np.integer))}
+        if odd:
+            raise TypeError(f"KVCache.create: sizes must be ints, got {odd}")
         bad = {k: v for k, v in sizes.items() if int(v) < 1}
         if bad:
             raise ValueError(f"KVCache.create: sizes must be at least 1, got {bad}")
@@ -70,7 +75,8 @@ class KVCache(Module):
     def update(self, keys, values):
         """A new cache with ``keys``, ``values`` ``(B, T, K, H)`` written at positions ``offset .. offset + T - 1``.
 
-        Raises: ``ShapeError`` when the batch, heads or head size differ from the cache's, ``T`` exceeds the
+        Raises: ``ShapeError`` when the batch, heads or head size differ from the cache's, keys and values hold
+        different numbers of positions, ``T`` exceeds the
         capacity, or (eagerly, with a concrete ``offset``) ``offset + T`` does; past the end under ``jit`` the
         write is clamped: see the class.
         """
@@ -82,6 +88,9 @@ class KVCache(Module):
             if x.ndim != 4 or x.shape[0] != want[0] or x.shape[2:] != want[2:] or x.shape[1] > want[1]:
                 raise ShapeError(f"KVCache.update: {name} must be (B={want[0]}, T<={want[1]}, K={want[2]}, "
                                  f"H={want[3]}), got {tuple(x.shape)}")
+        if keys.shape[1] != values.shape[1]:
+            raise ShapeError(f"KVCache.update: keys {tuple(keys.shape)} and values {tuple(values.shape)} must hold "
+                             f"the same number of new positions")
         from fnarray.core.tracing import Tracer
         if not isinstance(self.offset, Tracer) and int(self.offset) + keys.shape[1] > want[1]:
             raise ShapeError(f"KVCache.update: {keys.shape[1]} new positions at offset {int(self.offset)} overflow "

@@ -15,9 +15,10 @@ from typing import Any, Callable, NamedTuple
 from fnarray import random
 from fnarray.core import dtypes
 from fnarray.core.errors import ShapeError
-from fnarray.nn import initializers
 from fnarray.nn._attention import dot_product_attention
 from fnarray.nn._module import Module, field
+from fnarray.nn._params import embedding_params, linear_params, positive
+from fnarray.nn._quantized_layers import QuantizedEmbedding, QuantizedLinear
 
 __all__ = ["BatchNorm", "BatchNormState", "Dropout", "Embedding", "Identity", "Lambda", "LayerNorm", "Linear", "MLP",
            "MultiHeadAttention", "RMSNorm", "Sequential"]
@@ -26,12 +27,6 @@ __all__ = ["BatchNorm", "BatchNormState", "Dropout", "Embedding", "Identity", "L
 def _np():
     from fnarray import numpy as fnp
     return fnp
-
-
-def _positive(n, name, what):
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"{what}: {name} must be a positive int, got {n!r}")
-    return n
 
 
 def _check_last(x, size, what, name="in_features"):
@@ -85,12 +80,7 @@ class Linear(Module):
     def __init__(self, in_features: int, out_features: int, use_bias: bool = True, *, key, dtype=dtypes.float32,
                  weight_init=None, bias_init=None, bias: bool | None = None):
         use_bias = use_bias if bias is None else bias  # mlx.nn.Linear(input_dims, output_dims, bias=True)
-        _positive(in_features, "in_features", "Linear")
-        _positive(out_features, "out_features", "Linear")
-        winit = weight_init or initializers.variance_scaling(1 / 3, "fan_in", "uniform", in_axis=-1, out_axis=-2)
-        wkey, bkey = random.split(key)
-        self.weight = winit(wkey, (out_features, in_features), dtype)
-        self.bias = (bias_init or initializers.zeros)(bkey, (out_features,), dtype) if use_bias else None
+        self.weight, self.bias = linear_params(in_features, out_features, use_bias, key, dtype, weight_init, bias_init)
         self.in_features, self.out_features, self.use_bias = in_features, out_features, use_bias
 
     def __call__(self, x, *, key=None):
@@ -108,6 +98,12 @@ class Linear(Module):
         return fnp.reshape(y, lead + (self.out_features,)) if len(lead) > 1 else y
 
 
+    def to_quantized(self, group_size: int | None = None, bits: int | None = None, mode: str = "affine"):
+        """This layer quantized, a ``QuantizedLinear`` (``mlx.nn.Linear.to_quantized``; what ``fa.nn.quantize``
+        calls). Args: the format (``fa.quantize``; ``None``: the mode's defaults). Raises ``ValueError`` for an
+        unsupported format or ``in_features`` not divisible by ``group_size``."""
+        return QuantizedLinear.from_linear(self, group_size, bits, mode)
+
 class Embedding(Module):
     """A lookup table: ``Embedding(n, d)(ids) == weight[ids]`` (PyTorch/Equinox ``Embedding``).
 
@@ -123,9 +119,7 @@ class Embedding(Module):
     embedding_dim: int
 
     def __init__(self, num_embeddings: int, embedding_dim: int, *, key, dtype=dtypes.float32, weight_init=None):
-        _positive(num_embeddings, "num_embeddings", "Embedding")
-        _positive(embedding_dim, "embedding_dim", "Embedding")
-        self.weight = (weight_init or initializers.normal(1.0))(key, (num_embeddings, embedding_dim), dtype)
+        self.weight = embedding_params(num_embeddings, embedding_dim, key, dtype, weight_init)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
 
     def __call__(self, ids, *, key=None):
@@ -143,16 +137,23 @@ class Embedding(Module):
         y = fnp.matmul(fnp.reshape(x, (-1, x.shape[-1])), fnp.matrix_transpose(self.weight))
         return fnp.reshape(y, lead + (self.num_embeddings,))
 
+    def to_quantized(self, group_size: int | None = None, bits: int | None = None, mode: str = "affine"):
+        """This table quantized, a ``QuantizedEmbedding`` (``mlx.nn.Embedding.to_quantized``; what
+        ``fa.nn.quantize`` calls). Args: the format (``fa.quantize``; ``None``: the mode's defaults). Raises
+        ``ValueError`` for an unsupported format or ``embedding_dim`` not divisible by ``group_size``."""
+        return QuantizedEmbedding.from_embedding(self, group_size, bits, mode)
+
 
 def _norm_shape(shape, what):
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     for n in shape:
-        _positive(n, "shape", what)
+        positive(n, "shape", what)
     return shape
 
 
 def _compute_dtype(x):
     return dtypes.float32 if x.dtype in (dtypes.float16, dtypes.bfloat16) else x.dtype
+
 
 
 class LayerNorm(Module):
@@ -265,7 +266,7 @@ class BatchNorm(Module):
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.99, use_weight: bool = True,
                  use_bias: bool = True, *, dtype=dtypes.float32, running_var_ddof: int = 0):
         fnp = _np()
-        _positive(num_features, "num_features", "BatchNorm")
+        positive(num_features, "num_features", "BatchNorm")
         if not 0.0 <= momentum <= 1.0:
             raise ValueError(f"BatchNorm: momentum must lie in [0, 1], got {momentum}")
         self.num_features, self.eps, self.momentum = num_features, float(eps), float(momentum)
@@ -395,8 +396,8 @@ class MultiHeadAttention(Module):
                  output_size: int | None = None, qk_size: int | None = None, vo_size: int | None = None,
                  use_query_bias: bool = False, use_key_bias: bool = False, use_value_bias: bool = False,
                  use_output_bias: bool = False, *, key, dtype=dtypes.float32):
-        _positive(num_heads, "num_heads", "MultiHeadAttention")
-        _positive(query_size, "query_size", "MultiHeadAttention")
+        positive(num_heads, "num_heads", "MultiHeadAttention")
+        positive(query_size, "query_size", "MultiHeadAttention")
         key_size = key_size or query_size
         value_size = value_size or query_size
         output_size = output_size or query_size

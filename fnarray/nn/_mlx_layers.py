@@ -19,7 +19,7 @@ import numpy as np
 
 from fnarray import random
 from fnarray.core import dtypes
-from fnarray.core.errors import ShapeError
+from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.nn import _functions as F
 from fnarray.nn._layers import Dropout, LayerNorm, Linear, MultiHeadAttention
 from fnarray.nn._module import Module, field
@@ -282,7 +282,8 @@ class RoPE(Module):
 
     Args (constructor): ``dims`` (even), ``traditional`` (False), ``base`` (10000), ``scale`` (1.0).
     Call: ``rope(x, offset=0)``: ``x: (..., L, D)`` with ``D >= dims`` -> the same shape and dtype.
-    Raises: ``ValueError`` for an odd ``dims``; ``ShapeError`` for an input with fewer than ``dims`` features.
+    Raises: ``ValueError`` for an odd ``dims`` or a ``base`` that is not positive; ``ShapeError`` for an input
+    with fewer than ``dims`` features; ``DTypeError`` for an input that is not floating (MLX raises too).
     """
 
     dims: int
@@ -293,10 +294,15 @@ class RoPE(Module):
     def __check_init__(self):
         if self.dims <= 0 or self.dims % 2:
             raise ValueError(f"RoPE: dims must be positive and even, got {self.dims}")
+        if not self.base > 0:
+            raise ValueError(f"RoPE: base must be positive (the frequencies are base ** (-2i / dims)), got {self.base}")
 
     def __call__(self, x, offset=0):
         fnp = _np()
         x = fnp.asarray(x)
+        if not dtypes.is_float(x.dtype):
+            raise DTypeError(f"RoPE: the input must be floating (a rotation of integers would be truncated), got "
+                             f"{x.dtype.name}; cast it with .astype(fnp.float32)")
         if x.ndim < 2 or x.shape[-1] < self.dims:
             raise ShapeError(f"RoPE({self.dims}): the input must be (..., L, D) with D >= {self.dims}, got "
                              f"{tuple(x.shape)}")

@@ -124,10 +124,33 @@ def _flatten(m):
 
 
 def _unflatten(aux, children):
+    # ``_fa_from_fields`` written into the instance's dictionary at once (fields are plain instance attributes):
+    # a jitted training step unflattens its returned model on every call (~30 modules in examples/llm.py's
+    # model: 69 -> 25 us).
     cls, dyn, static = aux
-    obj = cls._fa_from_fields(list(zip(dyn, children, strict=True)), list(static))
-    object.__setattr__(obj, "_fa_flat", (aux, _children_getter(dyn)))   # the same fields: reused by its flatten
+    if len(children) != len(dyn):
+        raise ValueError(f"{cls.__name__} has {len(dyn)} array fields ({', '.join(dyn)}), got {len(children)} "
+                         "children to unflatten")
+    obj = object.__new__(cls)
+    d = obj.__dict__
+    d.update(zip(dyn, children))
+    d.update(static)
+    d["_fa_dynamic"] = dyn
+    d["_fa_flat"] = (aux, _children_getter(dyn))   # the same fields: reused by its flatten
     return obj
+
+
+def _refuse_unannotated(module):
+    """An ``__init__`` that set ``self.layers = [...]`` without a class annotation (MLX's style) made an attribute
+    the pytree never sees: ``grad``, ``jit``, ``fa.nn.quantize`` and ``fa.save`` would silently skip its arrays."""
+    names = {f.name for f in dataclasses.fields(module)}
+    stray = [n for n, v in vars(module).items() if n not in names and not n.startswith("_") and _holds_arrays(v)]
+    if stray:
+        cls = type(module).__name__
+        raise TypeError(f"{cls}.__init__ set {', '.join('self.' + n for n in stray)}, holding arrays or modules, "
+                        f"without a class annotation; fnarray modules are dataclasses and only annotated fields "
+                        f"are part of the model (grad, jit, fa.nn.quantize and fa.save would skip it): declare "
+                        f"it in the class body, e.g. `{stray[0]}: list` (docs/from_mlx.md)")
 
 
 class Module:
@@ -168,6 +191,7 @@ class Module:
         if missing:
             raise TypeError(f"{type(self).__name__}.__init__ did not set the field(s) {', '.join(missing)}; "
                             "every annotated field needs a value")
+        _refuse_unannotated(self)
         dyn = []
         for f in dataclasses.fields(self):
             static = f.metadata.get("static")
@@ -175,10 +199,13 @@ class Module:
             if static is False or (static is None and (f.name in keep or _holds_arrays(v))):
                 dyn.append(f.name)
         object.__setattr__(self, "_fa_dynamic", tuple(dyn))
-        try:   # a module finished twice (a subclass's __init__ calling its parent's): rebuilt at the next flatten
-            object.__delattr__(self, "_fa_flat")
-        except AttributeError:
-            pass
+        # a module finished twice (a subclass's __init__ calling its parent's): rebuilt at the next flatten, and
+        # the leaves jit's hot path keeps (``fnarray.transforms.jit.LEAVES_ATTR``) at the next read
+        for kept in ("_fa_flat", "_fa_leaves"):
+            try:
+                object.__delattr__(self, kept)
+            except AttributeError:
+                pass
         check = getattr(self, "__check_init__", None)
         if check is not None:
             check()

@@ -48,9 +48,9 @@ from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
 from fnarray.core.ir import Program
 from fnarray.core.passes import consts_as_inputs, cse
-from fnarray.core.shaped import ShapedArray
+from fnarray.core.shaped import ShapeDtypeStruct, ShapedArray
 from fnarray.devices import nan_check
-from fnarray.devices.array_impl import ArrayImpl, call_fields as _call_fields
+from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.partition import compile_program
 from fnarray.devices.placement import default_device, parse_device, placement_device
 from fnarray.transforms.signature_diff import describe_mismatch
@@ -85,6 +85,8 @@ def leaf_aval(x, where="argument") -> ShapedArray:
         return ShapedArray(np.shape(x), dtypes.canonicalize(x.dtype), False)
     if _is_foreign_array(x):
         return leaf_aval(foreign_to_numpy(x), where)
+    if isinstance(x, ShapeDtypeStruct):   # an abstract argument (eval_shape, make_jaxpr, trace/lower)
+        return ShapedArray(x.shape, dtypes.canonicalize(x.dtype), x.weak_type)
     raise TypeError(f"{where} is a {type(x).__name__}, which is not an array; jitted functions take "
                     "arrays (fnarray's, NumPy's, or another library's with __array__ or __dlpack__), scalars "
                     "and pytrees of them. Mark it static with static_argnums or static_argnames if it is "
@@ -143,13 +145,18 @@ def _global_size() -> int:
 
 
 def _unfast(fast, ckey, ex, hot=None):
-    """Drop ``ex`` from the fast table (which holds a subset of the executables) and from the hot record."""
+    """Drop ``ex`` from the fast table (which holds a subset of the executables) and from the hot records
+    (``hot``: ``[last call's record, {avals: record}]``, ``_Executables``)."""
     if fast.get(ckey[0]) is ex:
         fast.pop(ckey[0], None)
     if hot is not None:
         h = hot[0]
         if h is not None and h.gid == ex.gid:
             hot[0] = None
+        by_avals = hot[1]
+        h = by_avals.get(ckey[0][1])
+        if h is not None and h.gid == ex.gid:
+            by_avals.pop(ckey[0][1], None)
 
 
 def _unindex(by_ckey, fast, hot, gid, ex):
@@ -162,18 +169,22 @@ def _unindex(by_ckey, fast, hot, gid, ex):
 class _Hot:
     """The last call's executable with what a repeated call needs, checked without building a key.
 
-    Made for calls without keyword or static arguments, without donation, whose leaves are all arrays on the
-    executable's device. A call hits when its positional arguments flatten along ``tree`` (``None``: every
-    argument is an array) to arrays of exactly ``in_avals`` on ``device`` and the configuration is unchanged.
+    Made for calls whose leaves are all arrays on the executable's device and whose keyword arguments, if any,
+    are static. A call hits when its static arguments equal the record's (same type, ``==``), its dynamic
+    positional arguments read by ``read`` (``None``: every one an array) to arrays of exactly
+    ``in_avals`` on ``device``, and the configuration is unchanged. ``donated``: the leaf positions deleted
+    after the call (``donate_argnums``).
     """
 
-    __slots__ = ("gid", "ckey", "tree", "n", "in_avals", "device", "generation", "const_bufs", "committed", "call",
-                 "star", "reraise", "out_avals", "out_tree", "single", "one")
+    __slots__ = ("gid", "ckey", "tree", "read", "n", "in_avals", "device", "generation", "const_bufs",
+                 "committed", "call", "star", "reraise", "out_avals", "out_tree", "single", "one", "nargs",
+                 "static_pos", "static_kw", "dyn_pos", "donated")
 
-    def __init__(self, ex, tree, in_avals, device, committed):
+    def __init__(self, ex, tree, in_avals, device, committed, nargs=None, statics=(), donated=()):
         # No reference to ``ex`` itself (which holds this record): an evicted executable is freed at once.
         self.gid, self.ckey = ex.gid, ex.ckey
         self.tree, self.n, self.in_avals, self.device = tree, len(in_avals), in_avals, device
+        self.read = None if tree is None else _reader(tree)  # the positional arguments' leaves
         self.generation = config.generation
         self.const_bufs = tuple(ex.const_bufs)
         self.committed = committed
@@ -186,8 +197,86 @@ class _Hot:
         self.out_avals = tuple(ex.out_avals)
         self.out_tree = ex.out_tree
         self.single = ex.out_tree.num_nodes == 1 and ex.out_tree.num_leaves == 1  # the output is one array
+        # static arguments: by position (the call's positional count ``nargs`` is then fixed) and by keyword
+        self.static_pos = tuple((k, v) for k, v in statics if isinstance(k, int))
+        self.static_kw = tuple((k, v) for k, v in statics if isinstance(k, str))
+        self.nargs = nargs
+        static_at = {k for k, _ in self.static_pos}
+        self.dyn_pos = tuple(i for i in range(nargs) if i not in static_at) if self.static_pos else None
+        self.donated = tuple(donated)
         # one array argument, no constants, one array out, a direct entry: __call__'s shortest path
-        self.one = tree is None and self.n == 1 and self.star and self.single and not self.const_bufs
+        self.one = tree is None and self.n == 1 and self.star and self.single and not self.const_bufs and \
+            not statics and not self.donated
+
+
+def _frozen(tree) -> bool:
+    """Whether every node of ``tree`` is a tuple, a named tuple, ``None`` or an ``fnarray.nn.Module``: containers
+    that cannot change after they are made, so that one object always has the same leaves."""
+    if tree.is_leaf():
+        return True
+    t = tree.type
+    if not (t is tuple or t is type(None) or getattr(t, "_fa_is_module", False)
+            or (issubclass(t, tuple) and hasattr(t, "_fields"))):
+        return False
+    return all(_frozen(c) for c in tree.children())
+
+
+#: The attribute under which a module keeps its leaves for jit's hot path: ``(treedef, leaves)``.
+LEAVES_ATTR = "_fa_leaves"
+
+
+def _reader(tree):
+    """How the hot path reads the leaves of an argument of structure ``tree``: ``None`` for an array leaf, else
+    ``read(x) -> leaves``, ``None`` where ``x`` does not have that structure.
+
+    A tuple is read element by element. A module whose whole structure is immutable (``_frozen``: a model, a
+    ``KVCache``) keeps its leaves in ``LEAVES_ATTR`` at its first read: the same object passed again (a model
+    from step to step) costs one attribute read instead of a flatten (~0.4 us per module: 13 us a call for the ~30
+    modules of examples/llm.py's model at benchmarks/call_path.py's size). Any other structure is flattened along
+    ``tree`` (``flatten_up_to``)."""
+    if tree.is_leaf():
+        return None
+    t = tree.type
+    if t is tuple:
+        subs = tuple(_reader(c) for c in tree.children())
+        n = len(subs)
+
+        def read_tuple(x):
+            if type(x) is not tuple or len(x) != n:
+                return None
+            out = []
+            for c, r in zip(x, subs):
+                if r is None:
+                    out.append(c)
+                    continue
+                got = r(c)
+                if got is None:
+                    return None
+                out.extend(got)
+            return out
+        return read_tuple
+
+    def read_other(x):
+        try:
+            return tree.flatten_up_to(x)
+        except (ValueError, TypeError):
+            return None
+    if getattr(t, "_fa_is_module", False) and _frozen(tree):
+        def read_module(x):
+            d = getattr(x, "__dict__", None) if type(x) is t else None
+            if d is None:
+                return read_other(x)
+            kept = d.get(LEAVES_ATTR)
+            if kept is not None and (kept[0] is tree or kept[0] == tree):
+                return kept[1]
+            try:
+                leaves = tuple(tree.flatten_up_to(x))
+            except (ValueError, TypeError):
+                return None
+            d[LEAVES_ATTR] = (tree, leaves)
+            return leaves
+        return read_module
+    return read_other
 
 
 def _evict_from_owner(gid, ref):
@@ -279,7 +368,9 @@ class _Executables:
 
     ``compiled``: an LRU of ``config.jit_cache_size`` executables keyed by their int id; ``by_ckey``: the same
     looked up by (trace key, device, configuration); ``fast``: trace key -> one of them, for calls on its
-    device with the current configuration; ``hot``: ``[_Hot or None]``, the last call's executable.
+    device with the current configuration; ``hot``: ``[_Hot or None, {avals: _Hot}]``, the last call's
+    executable, and the records of calls of positional arrays only by their avals (a loop whose shapes take
+    turns, as a decode loop's growing cache: each call a hit without a key).
     """
 
     __slots__ = ("by_ckey", "fast", "hot", "compiled", "compiled_d", "lock", "building", "__weakref__")
@@ -287,7 +378,7 @@ class _Executables:
     def __init__(self):
         self.by_ckey: dict = {}
         self.fast: dict = {}
-        self.hot = [None]
+        self.hot = [None, {}]
         self.compiled = LRUCache(_per_function_size,
                                  on_evict=functools.partial(_unindex, self.by_ckey, self.fast, self.hot))
         self.compiled_d = self.compiled._d
@@ -373,6 +464,30 @@ def function_cache(fun) -> _FunctionCache:
     except Exception:  # noqa: BLE001 (not weakly referenceable, unhashable, or an __eq__ that raises)
         return _FunctionCache()
     return hit
+
+
+def _hot_dynamic_args(hot, args, kwargs):
+    """``args`` without its static ones when they, and the keyword arguments, equal the hot record's;
+    ``_MISS`` otherwise (also where a static value's own ``__eq__`` raises: the general path then decides)."""
+    try:
+        if kwargs or hot.static_kw:
+            if kwargs is None or len(kwargs) != len(hot.static_kw):
+                return _MISS
+            for k, v in hot.static_kw:
+                a = kwargs.get(k, _MISS)
+                if a is not v and not (type(a) is type(v) and a == v):
+                    return _MISS
+        if hot.static_pos:
+            if len(args) != hot.nargs:
+                return _MISS
+            for i, v in hot.static_pos:
+                a = args[i]
+                if a is not v and not (type(a) is type(v) and a == v):
+                    return _MISS
+            return tuple([args[i] for i in hot.dyn_pos])
+    except Exception:  # noqa: BLE001
+        return _MISS
+    return args
 
 
 class Jitted:
@@ -511,6 +626,7 @@ class Jitted:
             for tables in cache.options.values():
                 tables.fast.clear()
                 tables.hot[0] = None
+                tables.hot[1].clear()
 
     def _prepare(self, args, kwargs):
         statics, dyn_args, dyn_kwargs = self._split(args, kwargs)
@@ -591,8 +707,12 @@ class Jitted:
         ex = self._fast.get(hot.ckey[0])
         if ex is not None and ex.gid == hot.gid:
             _unfast(self._fast, hot.ckey, ex, self._hot)
-        elif self._hot[0] is hot:
+            return
+        if self._hot[0] is hot:
             self._hot[0] = None
+        by_avals = self._hot[1]
+        if by_avals.get(hot.in_avals) is hot:
+            by_avals.pop(hot.in_avals, None)
 
     def __call__(self, *args, **kwargs):
         # The hot path (docs/design.md "The call path"): the last call's executable, when this call's arrays have its
@@ -600,17 +720,17 @@ class Jitted:
         # aval is compared by identity first (arrays made by one executable share their aval objects). The
         # commonest call (one array in, one out, through jax.jit's callable or the generated NumPy function) is
         # inlined here: no frame but the backend's (measured 1.55 -> 1.3x jax.jit on jax:0). The other tiers
-        # are the steps below: _call_hot (the hot record's general case), then _call_keyed (flatten, _scan,
-        # key) with _call_fast (the fast table) or _call_traced (trace, stage or compile).
+        # are the steps below: _call_hot (the hot record's general case: statics, pytrees, donation), then
+        # _call_hot_by_avals (positional arrays whose shapes take turns), then _call_keyed (flatten, _scan, key)
+        # with _call_fast (the fast table) or _call_traced (trace, stage or compile).
         hot = self._hot[0]
-        if hot is not None and not kwargs and hot.generation == config.generation and \
+        if hot is not None and hot.generation == config.generation and \
                 (tracing.plain or _TRACE_STATE.dynamic[-1].level == 0):
-            if hot.one and len(args) == 1:
+            if hot.one and len(args) == 1 and not kwargs:
                 x = args[0]
                 if type(x) is ArrayImpl:
-                    xav, b, x_dev, x_committed = _call_fields(x)
-                    av, dev = hot.in_avals[0], hot.device
-                    if b is not None and x_dev is dev and (xav is av or xav == av):
+                    b, av, dev = x._buf, hot.in_avals[0], hot.device
+                    if b is not None and x._device is dev and (x.aval is av or x.aval == av):
                         gid = hot.gid
                         try:  # LRU order, per function and global: two GIL-atomic moves of int keys, no lock
                             self._compiled_d.move_to_end(gid)
@@ -623,37 +743,44 @@ class Jitted:
                             hot.reraise(e)
                         r = ArrayImpl()  # ArrayImpl.make inline (one Python frame less per call)
                         r.aval, r._device, r._buf, r._host = hot.out_avals[0], dev, outs[0], None
-                        r._committed = hot.committed or x_committed
+                        r._committed = hot.committed or x._committed
                         return r
-            out = self._call_hot(hot, args)
+            out = self._call_hot(hot, args, kwargs)
             if out is not _MISS:
                 return out
+            if not kwargs and self._hot[1]:
+                out = self._call_hot_by_avals(args)
+                if out is not _MISS:
+                    return out
         return self._call_keyed(args, kwargs)
 
-    def _call_hot(self, hot, args):
-        """The hot record's general case: ``args`` flattened along its structure, each leaf an array of its
-        aval on its device; ``_MISS`` otherwise."""
-        tree = hot.tree
-        if tree is None:
+    def _call_hot(self, hot, args, kwargs):
+        """The hot record's general case: the same static arguments, ``args`` read along its structure, each
+        leaf an array of its aval on its device; ``_MISS`` otherwise."""
+        args = _hot_dynamic_args(hot, args, kwargs)
+        if args is _MISS:
+            return _MISS
+        if hot.read is None:
             leaves = args
         else:
-            try:
-                leaves = tree.flatten_up_to(args)
-            except ValueError:
+            leaves = hot.read(args)
+            if leaves is None:
                 return _MISS
         if len(leaves) != hot.n:
             return _MISS
         dev = hot.device
         bufs = list(hot.const_bufs)
         committed = hot.committed
+        # The arrays' slots read directly (Python 3.11 specializes a slot read: two reads cost less than one
+        # ``call_fields`` call and its tuple, 1.6 against 3.0 us over 20 leaves); ArrayImpl's own code, inlined.
         for x, av in zip(leaves, hot.in_avals):
             if type(x) is not ArrayImpl:
                 return _MISS
-            xav, b, x_dev, x_committed = _call_fields(x)
-            if b is None or x_dev is not dev or (xav is not av and xav != av):
+            b = x._buf
+            if b is None or x._device is not dev or (x.aval is not av and x.aval != av):
                 return _MISS
             bufs.append(b)
-            if x_committed:
+            if x._committed:
                 committed = True
         gid = hot.gid
         try:  # LRU order, per function and global: two GIL-atomic moves of int keys, no lock
@@ -668,12 +795,37 @@ class Jitted:
                 hot.reraise(e)
         else:
             outs = hot.call(bufs)
+        for p in hot.donated:
+            leaves[p].delete()
         if hot.single:
             r = ArrayImpl()  # ArrayImpl.make inline (one Python frame less per call)
             r.aval, r._device, r._buf, r._committed = hot.out_avals[0], dev, outs[0], committed
             r._host = None
             return r
-        return hot.out_tree.unflatten([ArrayImpl.make(av, dev, b, committed) for av, b in zip(hot.out_avals, outs)])
+        made = []
+        for av, b in zip(hot.out_avals, outs):  # ArrayImpl.make inline: ~50 ns an output less
+            r = ArrayImpl()
+            r.aval = av
+            r._device = dev
+            r._buf = b
+            r._committed = committed
+            r._host = None
+            made.append(r)
+        return hot.out_tree.unflatten(made)
+
+    def _call_hot_by_avals(self, args):
+        """Positional arrays whose avals have a record of their own (``_Executables.hot[1]``): that record's
+        call, made the hot one; ``_MISS`` otherwise."""
+        try:
+            h = self._hot[1].get(tuple([x.aval for x in args]))
+        except (AttributeError, TypeError):  # a scalar, a NumPy array, a container, an object of the user's
+            return _MISS
+        if h is None or h.generation != config.generation:
+            return _MISS
+        out = self._call_hot(h, args, None)
+        if out is not _MISS:
+            self._hot[0] = h
+        return out
 
     def _call_keyed(self, args, kwargs):
         """The general path: flatten, key, then the fast table's executable (``_call_fast``) or a trace and an
@@ -720,13 +872,13 @@ class Jitted:
         dev = None
         for x in leaves:
             if type(x) is ArrayImpl:
-                av, b, x_dev, x_committed = _call_fields(x)   # one C call per leaf (a decode step has ~100)
-                avals.append(av)
+                b, x_dev = x._buf, x._device   # slot reads, as _call_hot's (a decode step has ~100 leaves)
+                avals.append(x.aval)
                 if dev is None:
                     dev = x_dev
                 if b is None or x_dev is not dev:
                     plain = False
-                if x_committed:
+                if x._committed:
                     committed = True
                 bufs.append(b)
             else:
@@ -753,12 +905,16 @@ class Jitted:
         device = fast.device
         if dev is None and self.device is None and device is not default_device():
             return _MISS  # no array argument: the default device decides, and it is not this entry's
-        if plain and (dev is None or dev is device) and not self.donate_argnums:
-            out_bufs = fast.exe(fast.const_bufs + bufs if fast.const_bufs else bufs)
-            if dev is not None and not kwargs and not self.static_argnums:
-                self._make_hot(fast, len(args))
-            return tree_util.tree_unflatten(fast.out_tree, [
-                ArrayImpl.make(av, device, b, committed) for av, b in zip(fast.out_avals, out_bufs)])
+        if plain and (dev is None or dev is device):
+            if self.donate_argnums:
+                out = self._run(fast, leaves, device, args)
+            else:
+                out_bufs = fast.exe(fast.const_bufs + bufs if fast.const_bufs else bufs)
+                out = tree_util.tree_unflatten(fast.out_tree, [
+                    ArrayImpl.make(av, device, b, committed) for av, b in zip(fast.out_avals, out_bufs)])
+            if dev is not None and fast.hot is not False:
+                self._make_hot(fast, args)
+            return out
         if self.device is None:
             for x in leaves:
                 if type(x) is ArrayImpl and x.device is not device:
@@ -800,17 +956,30 @@ class Jitted:
             _unfast(self._fast, ex.ckey, ex, self._hot)
         return self._run(ex, leaves, device, args)
 
-    def _make_hot(self, ex, nargs):
-        """Make ``ex`` (just run from the fast table, with array leaves on its device) the hot record."""
+    def _make_hot(self, ex, args):
+        """Make ``ex`` (just run from the fast table, with array leaves on its device) the hot record; ``args``:
+        the call's positional arguments. An executable called with dynamic keyword arguments gets none
+        (``ex.hot = False``)."""
         h = ex.hot
         if h is None:
             in_tree, avals, statics = ex.ckey[0]
-            args_tree = in_tree.children()[0]  # the structure of (args, {}): its first child is args'
+            args_tree, kwargs_tree = in_tree.children()  # the structure of (dynamic args, dynamic kwargs)
+            # dynamic keyword arguments; or donation beside a static position counted from the end, where the
+            # donated leaves' positions (_donated_positions) are not sure to be the ones _donate deletes
+            if kwargs_tree.num_nodes != 1 or (self.donate_argnums and any(i < 0 for i in self.static_argnums)):
+                ex.hot = False
+                return
+            nargs = args_tree.num_children
             flat = args_tree.num_leaves == nargs and args_tree.num_nodes == nargs + 1
-            h = ex.hot = _Hot(ex, None if flat else args_tree, avals, ex.device, self.device is not None)
+            h = ex.hot = _Hot(ex, None if flat else args_tree, avals, ex.device, self.device is not None,
+                              len(args), statics, self._donated_positions(args))
         h.generation = config.generation  # the fast table checked that ex is valid in this configuration
         if ex.gid in self._compiled_d:  # not evicted meanwhile
             self._hot[0] = h
+            if h.tree is None and not h.static_pos and not h.static_kw:
+                self._hot[1][h.in_avals] = h
+                if ex.gid not in self._compiled_d:  # evicted meanwhile: keep the tables consistent
+                    _unfast(self._fast, ex.ckey, ex, self._hot)
 
     def direct_entry(self, nargs, device):
         """The direct entry of this function's one executable, for a caller that checks the arguments itself.
@@ -827,6 +996,8 @@ class Jitted:
         whose outputs are always committed, a backend without a direct entry: ``call_args`` and ``reraise``);
         the caller then calls this ``Jitted`` as usual.
         """
+        if self.static_argnums or self.static_argnames or self.donate_argnums:
+            return False
         h = self._hot[0]
         if h is None:  # after a first call: the fast table holds the executable but no hot record yet
             fast = self._fast
@@ -835,11 +1006,12 @@ class Jitted:
             ex = next(iter(fast.values()), None)
             if ex is None or ex.device is not device or ex.generation != config.generation:
                 return None
-            self._make_hot(ex, nargs)
+            self._make_hot(ex, [None] * nargs)
             h = self._hot[0]
             if h is None:
                 return None
-        if not h.star or h.tree is not None or h.n != nargs or h.const_bufs or h.committed or h.device is not device:
+        if not h.star or h.tree is not None or h.n != nargs or h.const_bufs or h.committed or h.device is not device \
+                or h.static_pos or h.static_kw or h.donated:
             return False
         return h.call, h.out_avals, h.out_tree, h.single
 
@@ -1066,5 +1238,29 @@ def make_ir(fun, *, static_argnums=(), static_argnames=()):
     def traced(*args, **kwargs):
         return j.trace(*args, **kwargs).program
     return traced
+
+
+def eval_shape(fun, *args, **kwargs):
+    """The shapes and dtypes of ``fun(*args, **kwargs)`` without computing it (``jax.eval_shape``).
+
+    Args:
+      fun: a function of arrays, scalars and pytrees of them.
+      *args, **kwargs: arrays, scalars or ``fa.ShapeDtypeStruct``s standing for arrays (pytrees of them).
+
+    Returns:
+      ``fun``'s output pytree with a ``fa.ShapeDtypeStruct`` (shape, dtype, weak type) per array.
+
+    Raises:
+      The errors of tracing ``fun`` under ``jit``: ``TypeError`` for an argument that is not an array, scalar
+      or ``ShapeDtypeStruct``, ``ConcretizationError`` when ``fun`` needs a traced value's contents, and the
+      shape and dtype errors ``fun``'s operations raise.
+
+    Example:
+      >>> fa.eval_shape(lambda a: a @ a.T, fa.ShapeDtypeStruct((3, 4), fnp.float32))
+      ShapeDtypeStruct(shape=(3, 3), dtype=float32)
+    """
+    t = Jitted(fun).trace(*args, **kwargs)
+    outs = [ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in t.program.out_avals]
+    return tree_util.tree_unflatten(t.entry.out_tree, outs)
 
 

@@ -24,7 +24,7 @@ from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.core.ir import Eqn, Literal, Params, Program, Var
 from fnarray.core.pallas import (ATOMIC_OPS, Block, KernelBody, pallas_atomic_p, pallas_call_p, pallas_load_p,
                                  pallas_loop_p, pallas_store_p, pallas_when_p)
-from fnarray.core.shaped import ShapedArray
+from fnarray.core.shaped import ShapeDtypeStruct, ShapedArray
 from fnarray.core.tracing import Tracer
 from fnarray.transforms import control_flow
 
@@ -38,18 +38,6 @@ _SUPPORTED_INDEX = ("integers (Python or traced int scalars), slices with static
 
 
 # ------------------------------------------------------------------------------------------ small types
-
-
-@dataclasses.dataclass(frozen=True)
-class ShapeDtypeStruct:
-    """A shape and dtype (``jax.ShapeDtypeStruct``): what ``out_shape`` and scratch shapes are made of."""
-
-    shape: tuple
-    dtype: object
-
-    def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(int(n) for n in self.shape))
-        object.__setattr__(self, "dtype", np.dtype(self.dtype))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -639,6 +627,8 @@ def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, ou
     if grid_spec is not None:
         grid, in_specs, out_specs = grid_spec.grid, grid_spec.in_specs, grid_spec.out_specs
         scratch_shapes = grid_spec.scratch_shapes or scratch_shapes
+    if not callable(kernel):
+        raise TypeError(f"pallas_call: the kernel must be a function of refs, got {type(kernel).__name__}")
     kname = name or getattr(kernel, "__name__", "kernel")
     grid_t = _grid(grid)
     out_leaves, out_tree = tree_util.tree_flatten(out_shape)
@@ -712,6 +702,7 @@ def _trace_body(kernel, kname, grid, in_blocks, in_avals, out_blocks, out_avals,
             i = counters.get(kind, 0)
             counters[kind] = i + 1
             k.refs.append(Ref(k, s, kind, i))
+        _check_arity(kernel, kname, kinds)
         _stack().append(k)
         try:
             out = kernel(*k.refs)
@@ -727,6 +718,23 @@ def _trace_body(kernel, kname, grid, in_blocks, in_avals, out_blocks, out_avals,
     body, consts = trace_to_program(flat, [ShapedArray((), _INT32)] * len(grid) + ref_avals, debug_name=kname)
     body, consts = _iotas_inline(body, consts)
     return _consts_as_refs(body, len(grid) + len(in_blocks), consts), refs, consts
+
+
+def _check_arity(kernel, kname, kinds):
+    """A ``TypeError`` naming the refs a kernel is given when its signature cannot take them (rather than
+    Python's ``missing 1 required positional argument`` from inside the trace)."""
+    try:
+        sig = inspect.signature(kernel)
+    except (TypeError, ValueError):   # a builtin or C callable: let the call itself say
+        return
+    try:
+        sig.bind(*kinds)
+    except TypeError:
+        words = {"in": ("input", "inputs"), "out": ("output", "outputs"), "scratch": ("scratch", "scratch")}
+        counts = ", ".join(f"{kinds.count(k)} {words[k][kinds.count(k) != 1]}" for k in words if k in kinds)
+        raise TypeError(f"pallas_call {kname}: the kernel is called with {len(kinds)} refs ({counts or 'none'}: one "
+                        f"per input array leaf, then one per out_shape leaf, then the scratch_shapes), but its "
+                        f"signature {sig} does not take {len(kinds)} positional arguments") from None
 
 
 def _iotas_inline(body, consts):

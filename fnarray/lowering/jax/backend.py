@@ -166,6 +166,7 @@ class JaxLowered(Lowered):
                     vals[i] = a
                 return _interpret(prog, vals)
 
+        self._donate = tuple(sorted(set(donate)))
         self._jitted = jax.jit(fn, donate_argnums=tuple(donate))
         self._gspmd = None
         if any(e.primitive in (P.reduce_max, P.reduce_min) for e in walk_eqns(prog)):
@@ -217,6 +218,8 @@ class JaxLowered(Lowered):
                 jitted.lower(*self._jit_avals()).compile()
         if self._packing is not None:
             jitted = self._packed_call(jitted)
+        if self._donate:
+            jitted = self._unaliased(jitted)
         if self._pin is not None:
             pin = self._pin
 
@@ -237,6 +240,17 @@ class JaxLowered(Lowered):
                         if "Unsupported reduction computation" not in str(e):
                             raise
                         return list(gspmd(*bufs))
+            if not x64:
+                # jit's hot path calls this without the list and the context manager (a softmax's max is such
+                # a reduction: ~1.5 us a call less)
+                def call_args(*bufs):
+                    try:
+                        return jitted(*bufs)
+                    except jax.errors.JaxRuntimeError as e:
+                        if "Unsupported reduction computation" not in str(e):
+                            raise
+                        return gspmd(*bufs)
+                exe.call_args = call_args
             return exe
         if x64:
             def exe(bufs):
@@ -249,6 +263,23 @@ class JaxLowered(Lowered):
             # the AOT stages costs ~2 us more per call). jit's hot path calls it directly.
             exe.call_args = jitted
         return exe
+
+    def _unaliased(self, jitted):
+        """``jitted`` with a donated buffer that the same call also passes at another position copied first: XLA
+        refuses ``f(donate(a), a)`` (``INVALID_ARGUMENT``, raw JAX too), where the other backends run it (the
+        donation then has nothing to reuse)."""
+        donated = self._donate
+
+        def call(*bufs):
+            ids = [id(b) for b in bufs]
+            if len(set(ids)) == len(ids):
+                return jitted(*bufs)
+            bufs = list(bufs)
+            for i in donated:
+                if ids.count(ids[i]) > 1:
+                    bufs[i] = jax.device_put(bufs[i], may_alias=False)
+            return jitted(*bufs)
+        return call
 
     def _packed_call(self, jitted):
         """``jitted`` called on the inputs with the small ones of each dtype packed on the host (one

@@ -50,6 +50,7 @@ from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels import groups as groups_package
 from fnarray.lowering.kernels.emitter import INJECTIVE, Emitter, shaped_index
 from fnarray.lowering.kernels.groups.base import CALLS, REDUCTIONS, SCATTERS, BufSpec, Launch, MapGroup, Schedule
+from fnarray.lowering.kernels.groups.horizontal import fuse_horizontal
 from fnarray.lowering.kernels.groups.in_place import InPlaceUpdateGroup, in_place_updates
 from fnarray.lowering.kernels.groups.reduce import ReduceGroup
 from fnarray.lowering.kernels.index import linearize
@@ -608,6 +609,7 @@ def schedule(program: Program, caps, **opts) -> Schedule:
         for r in g.reads:
             if ctx.group_of.get(r) is not g:
                 ctx.needed.add(r)
+    groups = fuse_horizontal(ctx, groups, _JOIN_WINDOW)
     launches = []
     for g in groups:
         launches.extend(g.codegen())

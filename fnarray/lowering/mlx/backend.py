@@ -19,9 +19,9 @@ halvings), integer ``dot_general`` (products summed in blocks; MLX's matmul is
 floating-point only), multi-key ``sort`` (successive stable argsorts).
 
 Unsupported (these fall back to numpy with a ``FallbackWarning``, see
-``supports``): ``complex128`` and the low-bit dtypes (``float8_e4m3fn``, ``float8_e5m2``, ``int4``,
-``uint4``) everywhere (MLX 0.32 has no such dtypes; its ``to_fp8`` saturates e4m3 overflow and NaN to 448, where
-ml_dtypes gives NaN, so it cannot stand for the conversion); ``float64``
+``supports``): ``complex128``; the low-bit dtypes (``float8_e4m3fn``, ``float8_e5m2``, ``int4``, ``uint4``)
+except in conversions and data movement (``low_bit.py``: MLX 0.32 has no such dtypes, so mlx holds their bytes);
+``float64``
 on the GPU (Metal has none); on the CPU, ``float64`` only where MLX computes it
 exactly — its CPU transcendental functions round through float32 (``exp`` of a
 float64 is float32-accurate), so float64 transcendental and special functions
@@ -104,6 +104,7 @@ general path, whose operations compile nothing here.
 from __future__ import annotations
 
 import importlib
+import threading
 
 import numpy as np
 
@@ -122,11 +123,12 @@ from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered, compiling
 from fnarray.lowering.mlx import conv, linalg, pallas
 from fnarray.lowering.mlx.common import IMPORT_ERROR, RULES, from_numpy, mx, to_numpy
+from fnarray.lowering.mlx.low_bit import low_bit_reason
 from fnarray.lowering.mlx.program import Generated as _Generated
 
 #: The rule modules, one per primitive family; importing one registers its rules into ``common.RULES``.
 FAMILIES = ("elementwise", "structural", "reductions", "dot", "attention", "conv", "windows", "linalg", "fft",
-            "quantized", "control_flow", "pallas")
+            "quantized", "control_flow", "pallas", "low_bit")
 for _family in FAMILIES:
     importlib.import_module(f"{__package__}.{_family}")
 
@@ -161,13 +163,11 @@ _COMPLEX_OK = frozenset({
 _COMPLEX_OK = _COMPLEX_OK | {fft_p} | linalg.COMPLEX_OK
 
 
-def _dtype_reason(prim, eqn_dtypes, platform):
-    for d in eqn_dtypes:
-        if dtypes.is_low_bit(d):
-            return (f"MLX has no {d.name} dtype: float8 and int4 arrays stay NumPy arrays on mlx devices and every "
-                    "operation on them, casts included, runs on numpy:0 (mx.from_fp8/mx.to_fp8 convert e4m3 bytes, "
-                    "but to_fp8 saturates overflow and NaN to 448 where ml_dtypes gives NaN; MLX has no e5m2 or "
-                    "int4)")
+def _dtype_reason(prim, eqn_dtypes, platform, params):
+    if any(dtypes.is_low_bit(d) for d in eqn_dtypes):
+        r = low_bit_reason(prim, eqn_dtypes, params)
+        if r is not None:
+            return r
     if dtypes.complex128 in eqn_dtypes:
         return "MLX has no complex128"
     if dtypes.float64 in eqn_dtypes:
@@ -229,8 +229,17 @@ def _only_device(handle) -> bool:
     return handle == mx.cpu and not mx.is_available(mx.gpu)
 
 
+#: The thread that may call ``mx.compile``d functions. MLX 0.32 caches a compiled function's traces per thread;
+#: a thread's cache is destroyed when the thread ends, and when that happens while the interpreter shuts down its
+#: destructor cannot take the GIL and the process aborts ("terminate called without an active exception"; raw MLX:
+#: a function compiled in the main thread and called from four threads aborted 5 runs of 6). Other threads run
+#: the same operations eagerly (same results, without the fusion).
+_COMPILE_THREAD = threading.main_thread().ident
+
+
 class _WarmCompile:
-    """Runs a program eagerly, and through ``mx.compile`` from its ``after``-th call on.
+    """Runs a program eagerly, and through ``mx.compile`` from its ``after``-th call on (in the main thread:
+    ``_COMPILE_THREAD``; other threads keep running it eagerly).
 
     Should MLX fail to compile the program, it keeps running eagerly (same operations, same results).
     """
@@ -241,14 +250,17 @@ class _WarmCompile:
         self.raw, self.fn, self.left, self.handle = fn, fn, after, handle
 
     def __call__(self, bufs):
-        if self.left > 0:  # > 0, not truthy: two threads may both decrement past zero
+        fn = self.fn
+        if threading.get_ident() != _COMPILE_THREAD:
+            fn = self.raw
+        elif self.left > 0:  # > 0, not truthy: two threads may both decrement past zero
             self.left -= 1
             if self.left == 0:
                 return self._switch(bufs)
         if mx.default_device() == self.handle:
-            return self.fn(*bufs)
+            return fn(*bufs)
         with mx.stream(self.handle):
-            return self.fn(*bufs)
+            return fn(*bufs)
 
     def _switch(self, bufs):
         compiled = mx.compile(self.raw)
@@ -264,7 +276,7 @@ class _WarmCompile:
 def _compile_policy(gen: _Generated, device: Device, eager: bool = False) -> int | None:
     """Call number from which ``mx.compile`` is used (1: from the first call), or ``None``: never (``eager``:
     the program of an eager call, ``fnarray.devices.backend.compiling``)."""
-    if COMPILE_MODE == "never" or gen.n_eqns < 2 or gen.has_empty:
+    if COMPILE_MODE == "never" or gen.n_eqns < 2 or gen.has_empty or gen.has_low_bit:
         return None
     if eager and COMPILE_MODE != "always":
         return None
@@ -371,7 +383,8 @@ class MlxBackend(Backend):
         if group is not None:  # a run of several processes: one device per process (fnarray.lowering.mlx.spmd)
             mine = self._devices[0]
             self._devices = _spmd.process_devices(group, mine.handle, mine.platform, mine.description)
-        all_but = frozenset(dtypes.ALL_DTYPES) - {dtypes.complex128}
+        # (the low-bit dtypes as their bytes, in conversions and data movement only: low_bit.py)
+        all_but = (frozenset(dtypes.ALL_DTYPES) - {dtypes.complex128}) | frozenset(dtypes.LOW_BIT_DTYPES)
         self._caps = {
             "cpu": Capabilities(dtypes=all_but, control_flow="host", eager_programs="repeated_call"),
             "gpu": Capabilities(dtypes=all_but - {dtypes.float64}, control_flow="host",
@@ -404,7 +417,7 @@ class MlxBackend(Backend):
             r = check(eqn, device)
             if r is not None:
                 return r
-        return _dtype_reason(prim, _eqn_dtypes(eqn), device.platform)
+        return _dtype_reason(prim, _eqn_dtypes(eqn), device.platform, eqn.params)
 
     def lower(self, program, device, donate=()):
         # MLX reuses a buffer in place when nothing else holds it, so donation needs nothing here:
@@ -429,10 +442,10 @@ class MlxBackend(Backend):
             if _needs_host(eqn) or unsupported_reason(eqn, device) is not None:
                 return None
         else:
-            r = _dtype_reason(primitive, {a.dtype for a in in_avals} | {o.dtype for o in outs} |
-                              {p for p in params.values() if isinstance(p, np.dtype)}, device.platform)
-            if r is not None:
-                return None
+            ds = {a.dtype for a in in_avals} | {o.dtype for o in outs} | {p for p in params.values()
+                                                                          if isinstance(p, np.dtype)}
+            if any(dtypes.is_low_bit(d) for d in ds) or _dtype_reason(primitive, ds, device.platform, params):
+                return None   # (low-bit arrays are NumPy arrays outside programs: programs convert them)
         fn = RULES[primitive](params, list(in_avals), outs)
         return _eager_apply(fn, primitive.multiple_results, device.handle)
 

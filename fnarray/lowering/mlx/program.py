@@ -11,7 +11,9 @@ from fnarray.core.ir import Literal, Program
 from fnarray.core.passes import dce
 from fnarray.lowering.common import code_of
 from fnarray.core.subprograms import CONTROL_FLOW
+from fnarray.core import dtypes
 from fnarray.lowering.mlx.common import RULES, from_numpy
+from fnarray.lowering.mlx.low_bit import bits_of, typed
 from fnarray.lowering.zero_size import drop_zero_size, has_zero_size, is_fill
 
 
@@ -27,7 +29,7 @@ class Generated:
             prog, _ = dce(drop_zero_size(prog))
             self.has_empty = has_zero_size(prog)
         names: dict = {}
-        glb: dict = {"__name__": "fnarray.lowering.mlx_program"}
+        glb: dict = {"__name__": "fnarray.lowering.mlx_program", "bits_of": bits_of, "typed": typed}
         consts, lines = [], []
         self.max_elements = max([v.aval.size for v in list(prog.constvars) + list(prog.invars)] +
                                 [o.aval.size for e in prog.eqns for o in e.outputs] + [0])
@@ -37,13 +39,15 @@ class Generated:
                 k = f"k{len(consts)}"
                 consts.append(f"#   {k} = {a.val!r} ({a.aval.dtype.name})")
                 if execute:
-                    glb[k] = from_numpy(np.asarray(a.val, a.aval.dtype))
+                    glb[k] = _constant(a.val, a.aval.dtype)
                 return k
             if a not in names:
                 names[a] = f"v{len(names)}"
             return names[a]
 
         ins = [name(v) for v in list(prog.constvars) + list(prog.invars)]
+        lines += _low_bit_entry(prog, name)
+        self.has_low_bit = _has_low_bit(prog)
         for i, e in enumerate(prog.eqns):
             f = f"f{i}_{e.primitive.name}"
             if is_fill(e):  # a zero-size value: an empty NumPy buffer, made once, never given to MLX
@@ -68,7 +72,7 @@ class Generated:
                 lines.append(f"    {lhs} = {f}({args})")
             else:
                 lines.append(f"    {outs[0]} = {f}({args})")
-        lines.append(f"    return [{', '.join(name(a) for a in prog.outvars)}]")
+        lines.append(_low_bit_return(prog, name, glb))
         header = (["# MLX program; constants:"] + consts) if consts else []
         self.source = "\n".join(header + [f"def program({', '.join(ins)}):"] + lines) + "\n"
         self.n_eqns = len(prog.eqns)
@@ -76,6 +80,32 @@ class Generated:
         if execute:
             exec(code_of(self.source, "<fnarray mlx program>"), glb)  # noqa: S102 (our own codegen)
             self.fn = glb["program"]
+
+
+def _constant(value, dtype):
+    """A literal as the program holds it: an ``mx.array``, a low-bit one's bytes (``low_bit.py``)."""
+    c = from_numpy(np.asarray(value, dtype))
+    return bits_of(c) if dtypes.is_low_bit(dtype) else c
+
+
+def _has_low_bit(prog) -> bool:
+    """Whether a low-bit value goes in or is made (the program's ends convert them; never ``mx.compile``)."""
+    return any(dtypes.is_low_bit(v.aval.dtype) for v in list(prog.constvars) + list(prog.invars)) or \
+        any(dtypes.is_low_bit(o.aval.dtype) for e in prog.eqns for o in e.outputs)
+
+
+def _low_bit_entry(prog, name):
+    """Lines converting the low-bit inputs (``low_bit.py``: NumPy arrays outside a program) to their bytes."""
+    return [f"    {name(v)} = bits_of({name(v)})" for v in list(prog.constvars) + list(prog.invars)
+            if dtypes.is_low_bit(v.aval.dtype)]
+
+
+def _low_bit_return(prog, name, glb):
+    """The return line, the low-bit outputs' bytes converted to NumPy arrays of their dtypes (names in ``glb``)."""
+    for d in {a.aval.dtype for a in prog.outvars if dtypes.is_low_bit(a.aval.dtype)}:
+        glb[f"dtype_{d.name}"] = d
+    return "    return [" + ", ".join(f"typed({name(a)}, dtype_{a.aval.dtype.name})"
+                                      if dtypes.is_low_bit(a.aval.dtype) else name(a) for a in prog.outvars) + "]"
 
 
 _generated_cache: "weakref.WeakKeyDictionary[Program, Generated]" = weakref.WeakKeyDictionary()

@@ -175,6 +175,10 @@ def _update(ref, indexer, starts, value, mask, combine, what):
     old = np.array(np.broadcast_to(data[idx], inside.shape))
     value = np.broadcast_to(np.asarray(value, data.dtype), inside.shape)
     sel = need & inside
+    if data.ndim == 0:   # a 0-d ref: a boolean selection of a 0-d array is 1-d, which data[()] cannot take
+        if sel:
+            data[()] = combine(old, value)
+        return _Ref(data, ref.valid, ref.name), old
     full = tuple(np.broadcast_to(i, inside.shape)[sel] for i in idx)
     data[full] = combine(old[sel], value[sel])
     return _Ref(data, ref.valid, ref.name), old

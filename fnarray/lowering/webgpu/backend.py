@@ -53,6 +53,7 @@ import dataclasses
 import functools
 import math
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -89,6 +90,7 @@ from fnarray.lowering.kernels.groups.attention import unsupported_reason as atte
 from fnarray.lowering.kernels.groups import linalg
 from fnarray.lowering.kernels.no_kernel import EXPECTED_DECOMPOSITIONS, EXPECTED_FALLBACKS, no_kernel_reason
 from fnarray.lowering.kernels.wgsl import DEFAULT_GROUP_SIZE, render_wgsl, uniform_bytes, wgsl_layout
+from fnarray.lowering.webgpu import dispatch
 from fnarray.lowering.webgpu.dispatch import Runner
 
 __all__ = ["make_backend", "WebGPUBackend", "WGBuffer", "PORTABLE_LIMITS"]
@@ -150,6 +152,21 @@ PORTABLE_LIMITS = {
     "max-compute-workgroups-per-dimension": 65535,
     "max-bind-groups": 4,
 }
+
+
+def _tuning_facts(gpu) -> tuple:
+    """``Capabilities.tuning_facts`` of a webgpu adapter: its kind (``"cpu"`` for a CPU adapter, lavapipe) and,
+    where the adapter's name says it (lavapipe: ``"llvmpipe (LLVM 15.0.6, 256 bits)"``), the width of the
+    vectors its compiler runs the work items in (``simd_bits``) and the major version of that LLVM."""
+    facts = [("device", "cpu" if gpu.adapter_type.lower() == "cpu" else "gpu")]
+    name = str(gpu.info.get("device", ""))
+    bits = re.search(r"(\d+) bits", name)
+    if bits:
+        facts.append(("simd_bits", int(bits.group(1))))
+    llvm = re.search(r"LLVM (\d+)", name)
+    if llvm:
+        facts.append(("llvm", int(llvm.group(1))))
+    return tuple(facts)
 
 
 def _import_wgpu():
@@ -263,6 +280,9 @@ class _GPU:
         self._recording = None          # the command encoder small calls record into (dispatch.py), or None
         self.open_launches = 0          # kernels recorded into it
         self.submits = 0                # command buffers submitted (tests count them)
+        self._staged: list = []         # staging buffers the open encoder copies uploads from (``upload``)
+        self._staged_bytes = 0
+        self._staging: dict = {}        # padded byte size -> staging buffers free since the last submit
         self._returned = collections.deque()  # buffers given back by finalizers, pooled at the next alloc
         self.usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
@@ -316,9 +336,10 @@ class _GPU:
 
     # ------------------------------------------------------------------ the open command encoder
     def encoder(self):
-        """The open command encoder (lock held): calls record into it, ``flush`` submits it. Every other use
-        of the queue (``write_buffer``, ``read_buffer``, a submit of its own) flushes first, so the queue
-        still runs the work in the order the calls were made (dispatch.py's module docstring)."""
+        """The open command encoder (lock held): calls and small uploads record into it, ``flush`` submits it.
+        Every other use of the queue (a large upload's ``write_buffer``, ``read_buffer``, a submit of its own)
+        flushes first, so the queue still runs the work in the order the calls were made (dispatch.py's module
+        docstring)."""
         enc = self._recording
         if enc is None:
             enc = self._recording = self.device.create_command_encoder()
@@ -340,6 +361,12 @@ class _GPU:
             self.queue.submit([enc.finish()])
             self.submits += 1
             self.pending = True
+            # The staging buffers' copies are submitted: a later write_buffer into one runs after them.
+            for b in self._staged:
+                free = self._staging.setdefault(b.size, [])
+                if len(free) < _POOLED_PER_SIZE:
+                    free.append(b)
+            self._staged, self._staged_bytes = [], 0
 
     # ------------------------------------------------------------------ buffers
     @_locked
@@ -409,10 +436,31 @@ class _GPU:
         # submitted on that buffer. A new buffer per upload (create_buffer_with_data) grew the pool by one
         # wgpu-py buffer object per call, since uploads never drew from it (issue 12).
         buf = self._pooled(len(raw))
-        self.flush()  # the write runs before the next submit's work: the recorded calls' work must precede it
-        self.queue.write_buffer(buf, 0, raw)
+        if not self._staged_upload(buf, raw):
+            self.flush()  # the write runs before the next submit's work: the recorded calls' work must precede it
+            self.queue.write_buffer(buf, 0, raw)
         self.pending = True
         return WGBuffer(buf, d, a.shape, self)
+
+    def _staged_upload(self, buf, raw) -> bool:
+        """Record the upload of ``raw`` into ``buf`` in the open command encoder, if one is open and the upload
+        is small (``dispatch.STAGED_UPLOAD_BYTES``): ``raw`` is written into a staging buffer that no recorded
+        work reads (one free since the last submit, or a new one), and a copy from it into ``buf`` is recorded
+        after the calls recorded so far, which may still read ``buf``'s old contents (a pooled buffer given
+        back while its recorded work waits). ``False``: not recorded (lock held)."""
+        enc = self._recording
+        n = len(raw)
+        if (enc is None or n > dispatch.STAGED_UPLOAD_BYTES or len(self._staged) >= dispatch.BATCH_LAUNCHES
+                or self._staged_bytes + n > dispatch.STAGED_UPLOADS_HELD):
+            return False
+        free = self._staging.get(n)
+        src = free.pop() if free else self.device.create_buffer(size=n, usage=self.wgpu.BufferUsage.COPY_SRC
+                                                                 | self.wgpu.BufferUsage.COPY_DST)
+        self.queue.write_buffer(src, 0, raw)
+        enc.copy_buffer_to_buffer(src, 0, buf, 0, n)
+        self._staged.append(src)
+        self._staged_bytes += n
+        return True
 
     @_locked
     def download(self, b: WGBuffer) -> np.ndarray:
@@ -756,7 +804,7 @@ class WebGPUBackend(Backend):
                 # (docs/performance.md); a GPU keeps one, whose neighbouring invocations read
                 # neighbouring elements.
                 items_per_work_item=4 if self.gpu.adapter_type.lower() == "cpu" else 1,
-                memory_check="compiled", tunable=True)
+                memory_check="compiled", tunable=True, tuning_facts=_tuning_facts(self.gpu))
             self._caps = caps
         return caps
 

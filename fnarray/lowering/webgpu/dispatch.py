@@ -16,8 +16,10 @@ pass with ``set_pipeline`` (skipped when the previous launch used the same pipel
 ``dispatch_workgroups`` per kernel, the output copies: at most ``3 * kernels + inputs + outputs + 5`` API calls
 (with the encoder's ``finish`` and ``submit``), and no buffer, pipeline or bind group made after the first
 call. The encoder is submitted once it holds ``BATCH_LAUNCHES`` kernels, at the end of a call of
-``ALONE_LAUNCHES`` kernels or more, and before any other use of the queue (an upload's ``write_buffer``, which
-wgpu runs ahead of the next submit's work; a readback; a wait; the profiler's own submits): a command buffer
+``ALONE_LAUNCHES`` kernels or more, and before any other use of the queue (a readback; a wait; the profiler's
+own submits; a large upload's ``write_buffer``, which wgpu runs ahead of the next submit's work). A small upload
+(``STAGED_UPLOAD_BYTES``) is recorded instead: written into a staging buffer that no recorded work reads, then
+copied into its buffer by the encoder, in order with the calls recorded around it. A command buffer
 costs a fixed ~30 us on lavapipe however little it holds, so forty decode steps or an eager loop's
 operations share a few. Work is not started until then, which a CPU adapter does not miss (it runs the work
 inside ``submit``); on a GPU the bound keeps the delay to a few small kernels.
@@ -48,7 +50,8 @@ import numpy as np
 from fnarray.core import profile as _profile
 from fnarray.lowering.kernels.lowered import donated_must_copy
 
-__all__ = ["Runner", "STAGE_BYTES", "HELD_BYTES", "BATCH_LAUNCHES", "ALONE_LAUNCHES"]
+__all__ = ["Runner", "STAGE_BYTES", "HELD_BYTES", "BATCH_LAUNCHES", "ALONE_LAUNCHES", "STAGED_UPLOAD_BYTES",
+           "STAGED_UPLOADS_HELD"]
 
 #: Inputs and outputs up to this many bytes go through the runner's staging buffers (a copy each call);
 #: larger ones are bound directly (a copy would cost more than a bind group).
@@ -62,6 +65,14 @@ HELD_BYTES = 128 << 20
 #: however little it holds: small calls (an eager operation, a decode step) share one.
 BATCH_LAUNCHES = 64
 ALONE_LAUNCHES = 16
+#: An upload of up to this many bytes while the GPU's command encoder is open is written into a staging buffer
+#: (``queue.write_buffer``: no recorded work reads that buffer, so running ahead of the encoder is harmless) and
+#: copied into its pooled buffer by a copy recorded into the encoder, after the work recorded before it: no
+#: submit (a jacobian sweep uploads a small array per call: 784 submits of 3,048 calls went to uploads). Larger
+#: uploads, and any once the open encoder's staged bytes pass ``STAGED_UPLOADS_HELD`` (or its count
+#: ``BATCH_LAUNCHES``), submit the encoder and write the buffer directly. 0: every upload submits first.
+STAGED_UPLOAD_BYTES = 64 << 10
+STAGED_UPLOADS_HELD = 4 << 20
 #: Most timestamp queries in one query set (WebGPU's limit is 4096).
 _MAX_QUERIES = 4096
 

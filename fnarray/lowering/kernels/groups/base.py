@@ -319,34 +319,51 @@ class MapGroup(Group):
 
     def _gen(self, flat, choice):
         ctx = self.ctx
-        n = math.prod(self.shape)
         b = KernelBuilder("k")
         args: dict = {}
         tracker = Tracker(ctx)
         em = ctx.emitter(b, args=args, computes=set(self.roots) | set(self.guests), tracker=tracker)
-        per, wg = choice["per"], choice["wg"]
-        if not (flat and per > 1 and self.roots and not self.guests and n + per * wg < 2 ** 31):
-            per = 1
-        gid, gsize, lsize = ctx.gid(b, -(-n // per), wg)
-        scalars = {}
+        per = self.items_per(flat, choice)
+        gid, gsize, lsize = ctx.gid(b, -(-math.prod(self.shape) // per), choice["wg"])
+        scalars: dict = {}
+        seg = Segment(gid, Special("group_id", 0), lsize[0], len(gsize) == 1)
+        self.emit_body(b, em, args, scalars, seg, flat, per, choice)
+        b.name = kernel_name("map", tracker.eqns)
+        return [make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "map")]
+
+    def items_per(self, flat, choice) -> int:
+        """Elements per work item of this kernel for ``choice`` (``MAP_TUNABLE``'s ``per`` where it applies: flat
+        indices, no guests and an element count that stays within int32 after the padding)."""
+        n, per = math.prod(self.shape), choice["per"]
+        if not (flat and per > 1 and self.roots and not self.guests and n + per * choice["wg"] < 2 ** 31):
+            return 1
+        return per
+
+    def emit_body(self, b, em, args, scalars, seg, flat, per, choice):
+        """The statements of the group's work items, at the work-item id ``seg.gid`` (``Segment``): the roots
+        (``per`` elements per item, a flat or a shaped index, the bounds test as ``choice["guard"]`` asks) and
+        then the guests on the first items. Element counts become scalar arguments named ``seg.name`` (added
+        to ``scalars``), so one compiled kernel serves many shapes."""
+        ctx, gid = self.ctx, seg.gid
+        n = math.prod(self.shape)
         if per > 1:
             # Elements per * gid + k (k < per) of every root, each lane under its own bound test.
-            limit = b.scalar("n")
-            scalars["n"] = n
+            limit = b.scalar(seg.name)
+            scalars[seg.name] = n
             for k in range(per):
                 e = b.let(op("add", op("mul", gid, const(per, INT32)), const(k, INT32)), "e")
                 with b.when(op("lt", e, limit)):
                     self.emit_roots(b, em, args, Flat(e), e)
         elif flat:
-            limit = b.scalar("n")
-            scalars["n"] = n
-            if choice.get("guard", ctx.caps.uniform_guard) and self.roots and len(gsize) == 1:
+            limit = b.scalar(seg.name)
+            scalars[seg.name] = n
+            if choice.get("guard", ctx.caps.uniform_guard) and self.roots and seg.uniform:
                 # Every item computes, at its own element or (past the end, in the last work-group) at the
                 # last one, with no branch; the stores go in a branch uniform over the group for the
                 # work-groups wholly inside, item by item in the last one. The CPU compilers vectorise that
                 # across items: with the body in both branches (one copy per branch) PoCL did so only for
                 # small bodies (a 4M erf map 3-4x slower, expm1 3x).
-                full = b.let(op("lt", Special("group_id", 0), op("div", limit, const(lsize[0], INT32))), "full")
+                full = b.let(op("lt", seg.group, op("div", limit, const(seg.wg, INT32))), "full")
                 inside = b.let(op("lt", gid, limit), "inside")
                 e = b.let(select(op("lor", full, inside), gid, op("sub", limit, const(1, INT32))), "e")
                 self.emit_roots(b, em, args, Flat(e), e, store_guards=(full, inside))
@@ -355,7 +372,7 @@ class MapGroup(Group):
                     self.emit_roots(b, em, args, Flat(gid), gid)
         else:
             with b.when(op("lt", gid, const(n, INT32))):
-                idx = index_vars(b, gid, self.shape)
+                idx = index_vars(b, gid, self.shape, seg.prefix + "i")
                 self.emit_roots(b, em, args, idx, gid)
         by_shape: dict = {}
         for v in self.guests:
@@ -363,13 +380,24 @@ class MapGroup(Group):
         for k, (shape, vs) in enumerate(by_shape.items()):
             size = math.prod(shape)
             with b.when(op("lt", gid, const(size, INT32))):
-                idx = Flat(gid) if flat else index_vars(b, gid, shape, f"g{k}_")
+                idx = Flat(gid) if flat else index_vars(b, gid, shape, f"{seg.prefix}g{k}_")
                 for v in vs:
                     val = em.val(v, idx)
                     if v in ctx.needed:
                         b.store(ctx.output(b, args, v), gid, val)
-        b.name = kernel_name("map", tracker.eqns)
-        return [make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "map")]
+
+
+class Segment:
+    """Where a map kernel's work items are: ``gid``, the item's id (an int32 kernel expression, 0 at the first item
+    of the map's range), ``group``, its work-group's id counted the same way, ``wg`` items per work-group,
+    ``uniform`` (whether ``group`` is a true work-group id, so that a test of it is uniform over the group),
+    ``name`` (the element count's scalar argument) and ``prefix`` (of the index variables' names). A plain map
+    kernel is one segment starting at item 0; a horizontal kernel (``groups/horizontal.py``) has one per map."""
+
+    __slots__ = ("gid", "group", "wg", "uniform", "name", "prefix")
+
+    def __init__(self, gid, group, wg, uniform, name="n", prefix=""):
+        self.gid, self.group, self.wg, self.uniform, self.name, self.prefix = gid, group, wg, uniform, name, prefix
 
 
 def linear_index(ix):

@@ -118,22 +118,75 @@ def tile_product(b, tiles, dt, tx, ty, tile):
                 b.store(acc, slot, add_of(b, cur, prod), space="private")
 
 
+#: The most accumulators (rows x cols) of a blocked product's work item: lavapipe's compile time grows much faster
+#: than the block's gain past it (the transformer step's first call: 6 s at 8 x 4, 68.5 s at 16 x 8, 332 s at
+#: 16 x 16, docs/performance.md).
+BLOCK_ACCUMULATORS = 128
+
+
 def _block_valid(choice, facts) -> bool:
-    """A block worth building: at most 128 accumulators, and no taller (wider) than the output's rows
-    (columns) need where a smaller candidate already covers them (both narrow to the same kernel)."""
-    if choice["rows"] * choice["cols"] > 128:
+    """A block worth building: at most ``BLOCK_ACCUMULATORS`` accumulators, and no taller (wider) than the
+    output's rows (columns) need where a smaller candidate already covers them (both narrow to the same kernel)."""
+    if choice["rows"] * choice["cols"] > BLOCK_ACCUMULATORS:
         return False
     return all(choice[k] == 4 or choice[k] // 2 < facts.get(k, choice[k]) for k in ("rows", "cols"))
 
 
+#: The fewest multiply-adds (batch x rows x cols x contraction) of a product whose block the cost model
+#: (``_block_cost``) enlarges past the default. With a cold shader cache lavapipe compiles an 8 x 16 block
+#: ~1.5 s longer than 8 x 4 per kernel (first calls, CPU s: the digits MLP step 2.7 -> 16.0, the transformer step
+#: 10.1 -> 45.7), and a product under 2**23 multiply-adds (~4.5 ms at 8 x 4 there) gains under ~1.5 ms a call:
+#: over a thousand calls to repay its compile. Above it (the transformer's 1024 x 256 x 64 products, the VAE's)
+#: the gain is 2.5-6.7 ms a call (docs/performance.md).
+BLOCK_MIN_WORK = 1 << 23
+
+
+def block_loads(block, along) -> tuple:
+    """``(loads, addresses)`` of one contraction step of a ``block = (rows, cols)`` work item of the blocked
+    product (``DotGroup._blocked``), each operand read as ``along`` says (``_vector_reads``: ``"k"``, four steps
+    of a row per load; ``"rows"``, four rows of a step per load; ``None``, an element per load): the loads per
+    step, and the row addresses the work item keeps live across the loop."""
+    loads = addresses = 0.0
+    for r, how in zip(block, along, strict=True):
+        loads += r / 4 if how is not None else r
+        addresses += r / 4 if how == "rows" else r
+    return loads, addresses
+
+
+def _block_cost(choice, default, facts) -> float:
+    """The blocked product's cost model on a CPU adapter (``facts["device"] == "cpu"``: lavapipe runs
+    ``simd_bits / 32`` work items per vector instruction and gathers each of their loads lane by lane), in
+    vector multiply-adds per output and contraction step: each gathered load costs one instruction per lane
+    (a ``vec4`` load, ``_vector_reads``, one per lane for four elements), so a step costs ``loads x lanes``
+    for the block's ``rows x cols`` multiply-adds, plus the multiply-add itself; the padding of the output
+    (``facts`` ``rows x cols``) to whole narrowed blocks is work too. The row addresses a work item keeps
+    live (``block_loads``) break ties, then wider blocks (the output's and the rhs's contiguous dimension).
+    A product of fewer than ``BLOCK_MIN_WORK`` multiply-adds (``facts["work"]``) keeps the default: the
+    larger block's compile costs more than it saves in a thousand calls.
+    Accumulators are bounded by ``BLOCK_ACCUMULATORS`` (``valid``), past which lavapipe's compile time
+    explodes; below it the spilled accumulators are contiguous stack slots, cheap against a gather.
+    Measured against ``full``'s choices on the transformer and MLP steps' 34 products (lavapipe, 256 bits):
+    docs/performance.md. Elsewhere (a GPU, or no facts): the default."""
+    if (facts.get("device") != "cpu" or "rows" not in facts or "cols" not in facts
+            or facts.get("work", BLOCK_MIN_WORK) < BLOCK_MIN_WORK):
+        return float(choice != default)
+    lanes = max(1, int(facts.get("simd_bits", 128)) // 32)
+    rows, cols = facts["rows"], facts["cols"]
+    r, c = min(choice["rows"], rows), min(choice["cols"], cols)
+    loads, addresses = block_loads((r, c), (facts.get("lhs_vec"), facts.get("rhs_vec")))
+    padded = -(-rows // r) * r * -(-cols // c) * c / (rows * cols)
+    return padded * (1 + loads * lanes / (r * c)) + 1e-3 * addresses / (r * c) - 1e-6 * c
+
+
 #: Outputs per work item of the blocked product (``DotGroup._blocked``, where ``dot_block`` asks for it:
-#: webgpu on a CPU adapter). Larger blocks run lavapipe's products up to 2x faster (16 x 8 against 8 x 4,
-#: docs/performance.md) but take longer to compile, so the default stays the scheduler option's (8 x 4);
-#: mode ``"full"`` times every block per product on the device and keeps the choice in the persistent cache,
-#: where mode ``"fast"`` reuses it.
+#: webgpu on a CPU adapter). Larger blocks run lavapipe's products up to 2x faster (8 x 16 against 8 x 4,
+#: docs/performance.md) and take about twice as long to compile. Mode ``"off"`` keeps the scheduler option's
+#: block (8 x 4); mode ``"fast"`` takes the cost model's (``_block_cost``: larger blocks for products of at least
+#: ``BLOCK_MIN_WORK`` multiply-adds) untimed; mode ``"full"`` times every
+#: block per product on the device and keeps the choice in the persistent cache, which ``"fast"`` reuses.
 BLOCK_TUNABLE = Tunable("dot_block", {"rows": (4, 8, 16), "cols": (4, 8, 16)},
                         doc="outputs per work item (rows x cols) of the blocked matrix product",
-                        valid=_block_valid)
+                        valid=_block_valid, cost=_block_cost)
 
 
 class DotGroup(Group):
@@ -249,9 +302,11 @@ class DotGroup(Group):
             launches.append(self._simple(lp, rp))
         else:
             ry, rx = self._block()
+            along = self._vector_reads(lp, rp, (4, 4)) if lp[0].dtype == rp[0].dtype == dt else (None, None)
             launches.extend(self.ctx.tuned(BLOCK_TUNABLE, {"rows": ry, "cols": rx},
                                            lambda c: [self._blocked(lp, rp, self._narrowed(c))],
-                                           {"rows": self.M, "cols": self.N}))
+                                           {"rows": self.M, "cols": self.N, "lhs_vec": along[0],
+                                            "rhs_vec": along[1], "work": B * M * N * K}))
         return launches
 
     def _word_plans(self):

@@ -58,6 +58,7 @@ import numpy as np
 
 from fnarray.core import primitives as P
 from fnarray.core.ir import Literal, Var
+from fnarray.core.subprograms import CALL_PROGRAM
 from fnarray.core.pallas import pallas_atomic_p, pallas_call_p, pallas_load_p, pallas_loop_p, pallas_store_p, \
     pallas_when_p, walk_body
 from fnarray.lowering.kernels import facts
@@ -661,7 +662,7 @@ class _Renderer:
                 else:
                     raise Unrenderable(f"{e.primitive.name} inside a kernel has no kernel form (the kernels render "
                                        f"elementwise operations, broadcasts, reshapes, transposes, iota, "
-                                       f"reductions, dot, loads, stores, fori_loop and pl.when)")
+                                       f"reductions, dot, calls, loads, stores, fori_loop and pl.when)")
             else:
                 outs = rule(self, e, vals)
                 if not e.primitive.multiple_results:
@@ -1340,12 +1341,20 @@ def _atomic(r, e, vals):
     return [ref, r.local_value(olds, shape, ref.dtype)]
 
 
+def _call(r, e, vals):
+    """A call inside a kernel (``jax.nn.relu``'s ``custom_jvp``, a nested ``jit``, ``remat``): its program
+    inline. The kernel is run, never differentiated through the call, so only the primal program matters."""
+    return r.run(e.params[CALL_PROGRAM[e.primitive]], list(vals))
+
+
 _RULES = {P.broadcast_in_dim: _broadcast, P.reshape: _reshape, P.transpose: _transpose, P.iota: _iota,
           P.slice_p: _slice, P.rev: _rev, P.copy_p: _identity, P.stop_gradient: _identity, P.name_p: _identity,
           P.dot_general: _dot, pallas_load_p: _load, pallas_store_p: _store, pallas_loop_p: _loop,
           pallas_when_p: _when, pallas_atomic_p: _atomic}
 for _p in _REDUCE:
     _RULES[_p] = _reduce
+for _p in CALL_PROGRAM:
+    _RULES[_p] = _call
 
 
 # ------------------------------------------------------------------------------------------ the group
