@@ -12,7 +12,10 @@ compilation (``render_wgsl`` is wrapped for kernels named ``pallas_flash*``):
 - ``staged_first``, ``staged_second``: both copied, only the first (``k``) or the second (``v``) vector binding
   read from the copy, the other still from its buffer; ``copied``: both copied, neither read from the copy;
 - ``barrier``: only a ``workgroupBarrier()`` at the top of the key loop (the cost of a barrier there);
-- ``barrier_once``: one ``workgroupBarrier()`` before the loop.
+- ``barrier_once``: one ``workgroupBarrier()`` before the loop;
+- ``half_loads`` (an estimate, wrong results): half of the loop's ``k`` and ``v`` vector loads repeat the
+  addresses of the other half (merged by the compiler), as two query rows per work item would read each
+  vector once for both rows.
 
 All variants and the example's unfused reference are timed interleaved (process CPU time, median), and each
 variant's output is compared with the unedited kernel's (equal to the last bit: the same products in the same
@@ -44,7 +47,7 @@ from kernels import flash_attention  # noqa: E402
 
 HEADS, LENGTH, D, BLOCK = 4, 256, 32, 16
 #: the edits timed against the unedited kernel (``_edit``)
-VARIANTS = ("staged", "staged_first", "staged_second", "copied", "barrier", "barrier_once")
+VARIANTS = ("staged", "staged_first", "staged_second", "copied", "barrier", "barrier_once", "half_loads")
 _LOOP = re.compile(r"for \(var (it\d+): i32 = 0i; \1 < \w+; \1 \+= 1i\) \{\n(\s*let (x\d+): i32 = [^\n]*\n)")
 
 
@@ -65,6 +68,8 @@ def _edit(src, variant, blocks):
     it, first = m.group(1), m.end()
     if variant == "barrier_once":
         return src[:m.start()] + "workgroupBarrier();\n    " + src[m.start():]
+    if variant == "half_loads":
+        return _half_loads(src, m.group(3))
     if variant == "barrier":
         return src[:first] + "        workgroupBarrier();\n" + src[first:]
     wides = sorted(set(re.findall(r"var<storage, read> (wide\d+): array<vec4<f32>>", src)))
@@ -103,6 +108,22 @@ def _flash(q, k, v, adds):
     return out
 
 
+def _half_loads(src, x):
+    """The kernel with half of its ``k`` and ``v`` vector loads made repeats of the other half (the same
+    address, merged by the compiler): what two query rows per work item, each vector serving both, would save
+    in loads. The results are wrong (not compared)."""
+    wides = sorted(set(re.findall(r"var<storage, read> (wide\d+): array<vec4<f32>>", src)))
+    # k: the score block's keys 8..15 read as keys 0..7
+    src = re.sub(rf"({wides[0]}\[\(\(\(pid0 \* \d+i\) \+ \(\({x} \+ )(\d+)i\)",
+                 lambda m: m.group(1) + f"{int(m.group(2)) % 8}i)", src)
+    # v: in each unrolled run of 4 keys, the 3rd and 4th read as the 1st and 2nd
+    names = list(dict.fromkeys(re.findall(rf"{wides[1]}\[\(*pid0 \* \d+i\) \+ \(\({x} \+ (\w+)\)", src)))
+    for run in range(0, len(names) - 3, 4):
+        for a, b in zip(names[run + 2:run + 4], names[run:run + 2], strict=True):
+            src = re.sub(rf"({wides[1]}\[\(*pid0 \* \d+i\) \+ \(\({x} \+ ){a}\)", rf"\g<1>{b})", src)
+    return src
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="webgpu:0")
@@ -128,6 +149,8 @@ def main(argv=None):
         mode["variant"] = variant
         fns[variant or "plain"] = f = fa.jit(functools.partial(_flash, adds=k))
         out = np.asarray(f(*xs))
+        if variant == "half_loads":
+            continue   # an estimate: its results are wrong
         if variant not in rendered:
             raise RuntimeError(f"the {variant} variant was not compiled (a cached executable was reused)")
         want = out if want is None else want
