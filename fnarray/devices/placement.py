@@ -215,7 +215,8 @@ def _eager_executable(primitive, params, avals, device, compile=True):
         if not compile:
             return None
         from fnarray.devices.partition import compile_eqn
-        out = primitive.abstract_eval(*avals, **params)
+        # ``params._d``: the ``Params``' dict itself (splatting the mapping goes through ``Mapping.keys``)
+        out = primitive.abstract_eval(*avals, **getattr(params, "_d", params))
         out_avals = tuple(out) if primitive.multiple_results else (out,)
         hit = _eager_cache.put(key, _EagerEntry(compile_eqn(primitive, params, avals, out_avals, device),
                                                 out_avals))

@@ -65,7 +65,7 @@ class NumpyBackend(Backend):
         return NumpyLowered(program, device)
 
     def eager_fast(self, primitive, params, in_avals, device):
-        out = primitive.abstract_eval(*in_avals, **params)
+        out = primitive.abstract_eval(*in_avals, **getattr(params, "_d", params))  # (Params' own dict: no Mapping.keys)
         outs = list(out) if primitive.multiple_results else [out]
         fn = IMPLS[primitive](params, list(in_avals), outs)
         if primitive.multiple_results:
