@@ -23,7 +23,8 @@ Each round times every variant for ``--number`` calls, alternating; a cell is th
 worker threads or another process preempting it (what a loaded 2-core machine lets one compare).
 The machine is shared: read the ratios, with the load average printed beside them.
 
-Usage: python benchmarks/call_path.py [--rounds 9] [--number 3000] [--rows jax,numpy,mlx,jax-hits,numpy-hits,numpy-first]
+Usage: python benchmarks/call_path.py [--rounds 9] [--number 3000]
+                                      [--rows jax,numpy,mlx,jax-hits,numpy-hits,numpy-first]
                                       [--clock wall|thread] [--json]
 Prints a Markdown table (or one JSON object); asserts nothing.
 """
