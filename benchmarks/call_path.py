@@ -15,12 +15,16 @@ than the backend's own call):
   and, for the llm step, against the executable's own entry (``jax.jit`` of fnarray's lowered program on the
   flat buffers: the floor of what any wrapper can reach); on numpy:0 against the same NumPy expression and, for
   the llm step, the generated NumPy function on the flat buffers.
+First calls of keys on numpy:0 (``--rows numpy-first``; issue 28 item 2: the general eager path): a loop over
+  200 shapes of ``tanh(a*x+b)*x+1``, ``sum(x, axis=0)``, ``x @ y``, ``x[idx]``, ``concatenate``, every key
+  and primitive new at each call (the caches cleared as the cycle wraps), against NumPy on the same shapes.
 Each round times every variant for ``--number`` calls, alternating; a cell is the minimum over ``--rounds``.
 ``--clock thread`` times the calling thread's CPU (``time.thread_time``): the Python of a call, without XLA's
 worker threads or another process preempting it (what a loaded 2-core machine lets one compare).
 The machine is shared: read the ratios, with the load average printed beside them.
 
-Usage: python benchmarks/call_path.py [--rounds 9] [--number 3000] [--rows jax,numpy,mlx,jax-hits,numpy-hits]
+Usage: python benchmarks/call_path.py [--rounds 9] [--number 3000]
+                                      [--rows jax,numpy,mlx,jax-hits,numpy-hits,numpy-first]
                                       [--clock wall|thread] [--json]
 Prints a Markdown table (or one JSON object); asserts nothing.
 """
@@ -95,6 +99,61 @@ def _rows(which):
     for dev in ("jax:0", "numpy:0"):
         if dev.split(":")[0] + "-hits" in which:
             rows.update(_hit_rows(dev))
+    if "numpy-first" in which:
+        rows.update(_first_call_rows())
+    return rows
+
+
+FIRST_SHAPES = 200
+
+
+def _first_call_rows():
+    """First calls of keys on numpy:0 (issue 28 item 2): each call of a row takes the next of ``FIRST_SHAPES``
+    shapes (cycling), with ``fnarray.transforms.eager_jit``'s keys and the eager cache cleared before every call
+    once the cycle wraps, so every call takes the general path and compiles each primitive's eager executable
+    afresh (no tape, no program); NumPy runs the same expression on the same shapes. Per call, not per
+    primitive (``tanh(a*x+b)*x+1`` is 5 primitives, ``x[idx]`` 7)."""
+    from fnarray.devices import placement
+    from fnarray.transforms import eager_jit
+    n = FIRST_SHAPES
+    rng = np.random.default_rng(0)
+    put = lambda v: fa.device_put(v, "numpy:0")  # noqa: E731
+    vecs = [rng.standard_normal(i + 1).astype(np.float32) for i in range(n)]
+    mats = [rng.standard_normal((i % 20 + 2, i // 20 + 2)).astype(np.float32) for i in range(n)]
+    rhs = [rng.standard_normal((i // 20 + 2, 3)).astype(np.float32) for i in range(n)]
+    idx = np.array([0, -1], np.int32)
+    pairs = [(rng.standard_normal((i + 1, 2)).astype(np.float32), rng.standard_normal((2, 2)).astype(np.float32))
+             for i in range(n)]
+    cases = {
+        "tanh(a*x+b)*x+1": ([(put(v),) for v in vecs], [(v,) for v in vecs],
+                            lambda x: fnp.tanh(2.0 * x + 1.0) * x + 1, lambda x: np.tanh(2.0 * x + 1.0) * x + 1),
+        "sum(x, axis=0)": ([(put(m),) for m in mats], [(m,) for m in mats],
+                           lambda x: fnp.sum(x, axis=0), lambda x: np.sum(x, axis=0)),
+        "x @ y": ([(put(m), put(r)) for m, r in zip(mats, rhs)], list(zip(mats, rhs)),
+                  lambda x, y: x @ y, lambda x, y: x @ y),
+        "x[idx]": ([(put(v), put(idx)) for v in vecs], [(v, idx) for v in vecs],
+                   lambda x, i: x[i], lambda x, i: x[i]),
+        "concatenate": ([tuple(put(a) for a in p) for p in pairs], pairs,
+                        lambda a, b: fnp.concatenate([a, b]), lambda a, b: np.concatenate([a, b])),
+    }
+
+    def cycling(fn, all_args, clear):
+        state = [0]
+
+        def run():
+            k = state[0]
+            state[0] = (k + 1) % n
+            if clear and k == 0:  # a new cycle: every key and primitive is new again
+                eager_jit._seen.clear()
+                eager_jit._programs.clear()
+                placement._eager_cache.clear()
+            return fn(*all_args[k])
+        return run
+
+    rows = {}
+    for name, (fa_args, np_args, f, g) in cases.items():
+        rows[f"numpy:0 first calls, {n} shapes: {name}"] = (cycling(f, fa_args, True), cycling(g, np_args, False),
+                                                            "NumPy")
     return rows
 
 

@@ -38,3 +38,17 @@ def test_hit_rows_answer(call_path, capsys, rows):
     assert any("llm.py decode step" in n for n in names)
     for fa_us, raw_us in out["rows"].values():
         assert math.isfinite(fa_us) and fa_us > 0 and math.isfinite(raw_us) and raw_us > 0
+
+
+def test_first_call_rows_answer(call_path, capsys):
+    """The first-call rows (issue 28 item 2) run each key on the general path: no tape nor program is made."""
+    from fnarray.transforms import eager_jit
+    before = eager_jit.cache_info()
+    call_path.main(["--rows", "numpy-first", "--rounds", "1", "--number", "3", "--clock", "thread", "--json"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    names = list(out["rows"])
+    assert len(names) == 5 and all(n.startswith("numpy:0 first calls") for n in names), names
+    for fa_us, raw_us in out["rows"].values():
+        assert math.isfinite(fa_us) and fa_us > 0 and math.isfinite(raw_us) and raw_us > 0
+    after = eager_jit.cache_info()
+    assert (after["tapes"], after["made"]) == (before["tapes"], before["made"])

@@ -456,3 +456,26 @@ def test_donated_array_passed_twice_keeps_the_other_argument(kdev):
     np.testing.assert_array_equal(np.asarray(new), want)
     np.testing.assert_array_equal(np.asarray(other), c0)
     assert a.is_deleted()
+
+
+def test_donated_must_copy_is_one_rule_for_both_kernel_backends():
+    """``donated_must_copy`` (opencl's ``_env`` and webgpu's ``_bind`` both ask it): a donated input is copied
+    where its memory is also another input's (the same array twice, or two buffer objects over one memory) or is
+    a cached 0-d scalar's; not where it is its own, nor for a cached array of another shape."""
+    from types import SimpleNamespace
+
+    from fnarray.lowering.kernels.lowered import donated_must_copy
+
+    def buf(mem, shape=(4,)):
+        return SimpleNamespace(mem=mem, shape=shape)
+
+    def memory(b):
+        return b.mem
+
+    a, b, s = buf(object()), buf(object()), buf(object(), ())
+    assert not donated_must_copy([a, b], 0, memory)
+    assert donated_must_copy([a, a], 0, memory)
+    assert donated_must_copy([a, buf(a.mem)], 1, memory)      # another buffer object over the same memory
+    assert donated_must_copy([s, b], 0, memory, cached=[s])
+    assert not donated_must_copy([s, b], 0, memory, cached=[buf(object(), ())])
+    assert not donated_must_copy([a, b], 0, memory, cached=[a])  # only 0-d values are cached

@@ -357,6 +357,127 @@ def test_k_accumulating_matmul_renders_without_barriers():
     assert "(long)" in text   # the wide addresses the tile's column loads share
 
 
+def _plain_matmul(bm, bn, bk, squeeze=False):
+    """``x @ y`` accumulated over a ``k`` grid axis, zeroed at ``k == 0``, no aliases (the example's form);
+    ``squeeze``: the operands and result carry a leading axis of 1 that the blocks drop."""
+    def kernel(x_ref, y_ref, o_ref):
+        @pl.when(pl.program_id(2) == 0)
+        def _():
+            o_ref[...] = fnp.zeros_like(o_ref)
+        o_ref[...] += fnp.dot(x_ref[...], y_ref[...])
+
+    def spec(shape, f):
+        return pl.BlockSpec((None,) + shape, lambda i, j, kk: (0,) + f(i, j, kk)) if squeeze else pl.BlockSpec(
+            shape, f)
+
+    def f(x, y):
+        (m, k), n = x.shape[-2:], y.shape[-1]
+        return pl.pallas_call(
+            kernel, out_shape=pl.ShapeDtypeStruct(x.shape[:-1] + (n,), x.dtype), grid=(m // bm, n // bn, k // bk),
+            in_specs=[spec((bm, bk), lambda i, j, kk: (i, kk)), spec((bk, bn), lambda i, j, kk: (kk, j))],
+            out_specs=spec((bm, bn), lambda i, j, kk: (i, j)))(x, y)
+    return f
+
+
+#: (m, k, n), (bm, bn, bk), squeeze, whether a CPU WebGPU adapter reads the operands as vectors
+_PLAIN_MATMULS = [((32, 40, 64), (16, 32, 8), False, True), ((24, 36, 48), (8, 24, 12), True, True),
+                  ((16, 10, 16), (8, 8, 5), False, False), ((12, 16, 18), (6, 6, 16), False, False),
+                  ((64, 64, 64), (32, 32, 32), False, True)]
+
+
+@pytest.mark.parametrize("case", range(len(_PLAIN_MATMULS)))
+def test_k_accumulating_matmul_vector_reads(device, case):
+    """The k-accumulating product without aliases: on a CPU WebGPU adapter (the scheduler option ``dot_vec4``)
+    both operands are read four float32 elements per load where their last axes and blocks are multiples of 4
+    (``_accumulate_vectors``; WGSL ``vec4<f32>`` bindings), else one element per load; on CPU OpenCL devices a
+    4 x 16 register tile where the block allows it. Same result as NumPy in float64 everywhere."""
+    (m, k, n), (bm, bn, bk), squeeze, vec = _PLAIN_MATMULS[case]
+    x = rng.standard_normal((1, m, k) if squeeze else (m, k)).astype(np.float32)
+    y = rng.standard_normal((1, k, n) if squeeze else (k, n)).astype(np.float32)
+    want = x.astype(np.float64) @ y
+    f = fa.jit(_plain_matmul(bm, bn, bk, squeeze))
+    args = [fa.device_put(a, device) for a in (x, y)]
+    with own_kernels(device):
+        got = f(*args)
+        eager = _plain_matmul(bm, bn, bk, squeeze)(*[fa.device_put(a, device) for a in (x, y)])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(eager))
+    caps = device.impl.capabilities(device) if device.backend == "webgpu" else None
+    if caps is not None and not caps.tiling_pays:
+        with own_kernels(device):
+            text = f.lower(*args).as_text()
+        assert ("vec4<f32>" in text) == vec
+
+
+def _attention_like(rows, d, n, params):
+    """``(x @ y.T) @ z`` per block of ``rows`` rows of ``x`` (``(m, d)``), ``y`` ``(n, d)`` read whole, ``z``
+    ``(n, d)`` read in two halves of its rows: the two products of flash attention's body."""
+    def kernel(x_ref, y_ref, z_ref, o_ref):
+        s = x_ref[...] @ y_ref[...].T
+        h = n // 2
+        o_ref[...] = s[:, :h] @ z_ref[pl.ds(0, h), :] + s[:, h:] @ z_ref[pl.ds(h, h), :]
+
+    def f(x, y, z):
+        m = x.shape[0]
+        return pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((m, d), x.dtype), grid=(m // rows,),
+                              in_specs=[pl.BlockSpec((rows, d), lambda i: (i, 0)),
+                                        pl.BlockSpec((n, d), lambda i: (0, 0)), pl.BlockSpec((n, d), lambda i: (0, 0))],
+                              out_specs=pl.BlockSpec((rows, d), lambda i: (i, 0)), compiler_params=params)(x, y, z)
+    return f
+
+
+@pytest.mark.parametrize("d,n,vec", [(32, 16, True), (8, 8, True), (6, 16, False), (32, 12, True)])
+@pytest.mark.parametrize("params", [None, {"rows": False, "workgroup": 16}, {"rows": False, "tile": 64},
+                                    {"rows": False, "workgroup": 8, "tile": 64, "stage": True}])
+def test_dot_operands_read_as_vectors(device, d, n, vec, params):
+    """A ``dot`` operand that is a plain load of a float32 input, contiguous and 4-aligned along the
+    contraction (``y.T``) or along the register tile's columns (``z``), is read four elements per load on a
+    CPU WebGPU adapter (``_vector_plans``), in row mode and in the shared form; the products keep their order,
+    so the result equals the scalar form's and NumPy's (float64) within float32 rounding, on every device; also
+    with register tiles of up to 64 outputs (``compiler_params={"tile": 64}``, ``PALLAS_TUNABLE``'s ``tile``)."""
+    x = rng.standard_normal((32, d)).astype(np.float32)
+    y = rng.standard_normal((n, d)).astype(np.float32)
+    z = rng.standard_normal((n, d)).astype(np.float32)
+    want = (x.astype(np.float64) @ y.T) @ z
+    f = fa.jit(_attention_like(16, d, n, params))
+    args = [fa.device_put(a, device) for a in (x, y, z)]
+    with own_kernels(device):
+        got = f(*args)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+    caps = device.impl.capabilities(device) if device.backend == "webgpu" else None
+    if caps is not None and not caps.tiling_pays:
+        with own_kernels(device):
+            text = f.lower(*args).as_text()
+        assert ("vec4<f32>" in text) == vec
+
+
+@pytest.mark.parametrize("pairs", [2, 3])
+def test_dot_vector_bindings_within_the_buffer_limit(device, pairs):
+    """``sum_i x_i @ y_i.T``: every operand could be read as vectors (each one more binding of its buffer), but a
+    WebGPU kernel binds at most ``max_buffers_per_kernel`` buffers (8 on lavapipe): the bindings past it are
+    not made (2 pairs: 3 of the 4 wanted; 3 pairs: none), those operands are read one element per load, and
+    the result is the same."""
+    xs = [rng.standard_normal((32, 16)).astype(np.float32) for _ in range(2 * pairs)]
+
+    def kernel(*refs):
+        o_ref = refs[-1]
+        acc = refs[0][...] @ refs[1][...].T
+        for i in range(1, pairs):
+            acc = acc + refs[2 * i][...] @ refs[2 * i + 1][...].T
+        o_ref[...] = acc
+
+    def f(*args):
+        spec = pl.BlockSpec((16, 16), lambda i: (i, 0))
+        whole = pl.BlockSpec((32, 16), lambda i: (0, 0))
+        return pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((32, 32), np.float32), grid=(2,),
+                              in_specs=[spec, whole] * pairs, out_specs=pl.BlockSpec((16, 32), lambda i: (i, 0)))(
+            *args)
+    want = sum(xs[2 * i].astype(np.float64) @ xs[2 * i + 1].T for i in range(pairs))
+    with own_kernels(device):
+        got = fa.jit(f)(*[fa.device_put(a, device) for a in xs])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+
+
 def test_store_reading_its_own_ref(device):
     """``o[...] = o[::-1]``-like stores (the value reads other elements of the ref it overwrites)."""
     x = rng.standard_normal(64).astype(np.float32)
@@ -420,22 +541,45 @@ def test_pallas_tunable_offers_row_mode_at_its_row_count():
     """``PALLAS_TUNABLE``'s candidates: row mode once, at the work-group size of the block's rows (the group's
     ``rows`` fact), and not at all where ``row_count`` gives none (fact 0)."""
     from fnarray.lowering.kernels.groups.pallas import PALLAS_TUNABLE
-    default = {"workgroup": 8, "rows": False, "stage": False}
+    default = {"workgroup": 8, "rows": False, "stage": False, "tile": 16}
     rows = [c for c in PALLAS_TUNABLE.candidates(default, {"rows": 16, "workgroup_limit": 256}) if c["rows"]]
-    assert rows == [{"workgroup": 16, "rows": True, "stage": False}]
+    assert rows == [{"workgroup": 16, "rows": True, "stage": False, "tile": 16}]
     assert not [c for c in PALLAS_TUNABLE.candidates(default, {"rows": 0, "workgroup_limit": 256}) if c["rows"]]
 
 
 def test_pallas_cost_model_stages_transposed_operands_on_llvm_15():
     """``PALLAS_TUNABLE``'s cost model (mode ``"fast"``): on PoCL with LLVM 15 or later the default plus a staged
-    transposed ``dot`` operand; on LLVM 14 and elsewhere the default itself."""
+    transposed ``dot`` operand and register tiles of up to 64 outputs; on LLVM 14 and elsewhere the default
+    itself."""
     from fnarray.lowering.kernels import tuning
     from fnarray.lowering.kernels.groups.pallas import PALLAS_TUNABLE
-    default = {"workgroup": 8, "rows": False, "stage": False}
+    default = {"workgroup": 8, "rows": False, "stage": False, "tile": 16}
     base = {"workgroup_limit": 4096, "rows": 16, "device": "cpu", "compiler": "pocl"}
-    assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 15}, mode="fast") == {**default, "stage": True}
+    assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 15}, mode="fast") == {**default, "stage": True,
+                                                                                           "tile": 64}
     assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 14}, mode="fast") == default
     assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 15}, mode="off") == default
+    # a body without a dot (reductions only) keeps its default, row mode on CPU OpenCL devices
+    rows = {"workgroup": 16, "rows": True, "stage": False, "tile": 16}
+    assert tuning.modelled(PALLAS_TUNABLE, rows, {**base, "llvm": 15, "dot": 0}, mode="fast") == rows
+    assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 15, "dot": 1}, mode="fast")["stage"]
+
+
+def test_row_mode_by_default_on_cpu_opencl_without_a_dot():
+    """On a CPU OpenCL device (PoCL) a body of reductions only (the softmax and layer-norm examples) renders in row
+    mode by default (no barrier), one with a ``dot`` (the flash-attention example) does not."""
+    import sys
+    import pathlib
+    devs = [d for d in fa.devices(all_backends=True) if d.backend == "opencl"]
+    if not devs or devs[0].impl.capabilities(devs[0]).matmul_tiling != "register":
+        pytest.skip("no CPU OpenCL device")
+    sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "examples"))
+    from kernels import flash_attention, softmax
+    x = fa.device_put(rng.standard_normal((16, 64)).astype(np.float32), devs[0])
+    q = fa.device_put(rng.standard_normal((1, 32, 16)).astype(np.float32), devs[0])
+    with own_kernels(devs[0]):
+        assert "barrier(" not in fa.jit(softmax.softmax_forward).lower(x).as_text()
+        assert "barrier(" in fa.jit(flash_attention.flash_attention).lower(q, q, q).as_text()
 
 
 def test_atomics_in_the_interpreter():

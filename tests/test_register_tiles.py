@@ -90,14 +90,55 @@ _MATMULS = [
     ("skinny_reshaped_fused", lambda a, b, c: fa.nn.relu(a @ b.reshape(256, 272) + c),
      (_f32(17, 256), _f32(16, 16, 272), _f32(272)), lambda a, b, c: np.maximum(a @ b.reshape(256, 272) + c, 0),
      True),
+    # skinny products with a transposed rhs (``d @ w.T``) run transposed, the rhs read where it lies as the
+    # kernel's lhs: rows of ``w`` past whole panels (301), an epilogue, a reshaped and a sliced weight
+    ("transposed_rhs", lambda a, b: a @ b.T, (_f32(33, 256), _f32(301, 256)), lambda a, b: a @ b.T, True),
+    ("transposed_rhs_fused", lambda a, b, c: fa.nn.relu(a @ b.T + c), (_f32(20, 512), _f32(130, 512), _f32(130)),
+     lambda a, b, c: np.maximum(a @ b.T + c, 0), True),
+    ("transposed_rhs_reshaped", lambda a, b: a @ b.reshape(260, 256).T, (_f32(64, 256), _f32(260, 16, 16)),
+     lambda a, b: a @ b.reshape(260, 256).T, True),
+    ("transposed_rhs_sliced", lambda a, b: a @ b[:, 8:].T, (_f32(7, 256), _f32(300, 264)),
+     lambda a, b: a @ b[:, 8:].T, True),
+    # packs writing a block of contraction steps per work item (an operand whose contraction runs along memory
+    # and whose panel lanes do not): 4 steps where 8 do not divide the contraction (68, past it in 72-step
+    # panels), a contraction over two dimensions, a batch of transposed right operands
+    ("blocks_k68", lambda a, b: a @ b, (_f32(100, 68), _f32(68, 72)), lambda a, b: a @ b, True),
+    ("blocks_two_dims", _dg((((1, 2), (0, 1)), ((), ()))), (_f32(40, 4, 16), _f32(4, 16, 36)),
+     lambda a, b: np.einsum("mij,ijn->mn", a, b), True),
+    ("blocks_batched_transposed", lambda a, b: a @ fnp.swapaxes(b, 1, 2), (_f32(3, 40, 64), _f32(3, 36, 64)),
+     lambda a, b: a @ np.swapaxes(b, 1, 2), True),
 ]
+
+def _float8(*shape):
+    """float8 weights (held as bytes) and their float32 values."""
+    w8 = fnp.asarray(_f32(*shape)).astype(dtypes.float8_e4m3fn)
+    return w8, np.asarray(w8.astype(np.float32))
+
+
+_W8, _W8_VALUES = _float8(256, 264)
+_MATMULS += [
+    # a float8 weight read through its ``astype``: the unpacked and transposed forms would read its bytes as
+    # floats, so it is packed (converted by the pack)
+    ("float8_rhs", lambda a, b: a @ b.astype(np.float32), (_f32(32, 256), _W8), lambda a, b: a @ _W8_VALUES, True),
+    ("float8_rhs_transposed", lambda a, b: a @ b.astype(np.float32).T, (_f32(32, 264), _W8),
+     lambda a, b: a @ _W8_VALUES.T, True),
+]
+
+# The cases whose product runs transposed (a weight read as the kernel's lhs: ``DotGroup._transposed_product``)
+# or whose packs write blocks of contraction steps (``register_tiles.pack_block``); the others write panel rows.
+_T, _B = "weight as lhs", "blocks"
+_FORMS = {"batched": {_B}, "fused": {_B}, "skinny": {_B}, "skinny_sliced": {_B}, "skinny_reshaped_fused": {_B},
+          "transposed_rhs": {_T, _B}, "transposed_rhs_fused": {_T, _B}, "transposed_rhs_reshaped": {_T, _B},
+          "transposed_rhs_sliced": {_T, _B}, "blocks_k68": {_B}, "blocks_two_dims": {_B},
+          "blocks_batched_transposed": {_B}, "float8_rhs": {_B}, "float8_rhs_transposed": {_B}}
 
 
 @pytest.mark.parametrize("name,f,args,ref,register", _MATMULS, ids=[m[0] for m in _MATMULS])
 def test_register_matmul(cl, name, f, args, ref, register):
     with _register(cl):
         jf = fa.jit(f, device=cl)
-        names = _kernels(jf, *args)
+        kernels = jf.lower(*args).kernels()
+        names = [k.name for k in kernels]
         got = jf(*args)
     want = ref(*(np.asarray(a, np.float64) for a in args))
     _check(got, want)
@@ -105,21 +146,35 @@ def test_register_matmul(cl, name, f, args, ref, register):
     if register:  # one pack kernel (both operands; a skinny product's lhs), then the product with the epilogue
         assert [n.split("_")[:2] for n in names[-2:]] == [["dot", "pack"], ["dot", "reg"]], names
         assert sum(n.startswith("dot_pack") for n in names) == 1, names
+        # the forms the cases are named for: a weight read as the kernel's lhs, packs writing blocks
+        forms = {f for f, there in (("weight as lhs", "const long arow" in kernels[-1].source),
+                                    ("blocks", "kq" in kernels[-2].source)) if there}
+        assert forms == _FORMS.get(name, set()), (name, forms)
 
 
 @pytest.mark.enable_x64
-def test_register_matmul_float64_and_specials(cl):
+@pytest.mark.parametrize("form", ["packed", "transposed"])
+def test_register_matmul_float64_and_specials(cl, form):
     """float64 accumulates in float64; an inf or NaN reaches exactly the outputs it touches (the padding of
-    the panels is zero and never meets it)."""
-    a, b = _f32(45, 70).astype(np.float64), _f32(70, 61).astype(np.float64)
-    a[3, 5], b[7, 60] = np.inf, np.nan
+    the panels is zero and never meets it; in the transposed form, rows of the weight past the last are read
+    again for outputs that are not stored)."""
+    if form == "packed":
+        a, b = _f32(45, 72).astype(np.float64), _f32(72, 61).astype(np.float64)
+        a[3, 5], b[7, 60] = np.inf, np.nan
+        f = lambda x, y: x @ y  # noqa: E731
+    else:   # ``b`` is a weight ``[257, 256]`` read transposed
+        a, b = _f32(9, 256).astype(np.float64), _f32(257, 256).astype(np.float64)
+        a[3, 5], b[256, 7] = np.inf, np.nan
+        f = lambda x, y: x @ y.T  # noqa: E731
     with _register(cl):
         if dtypes.float64 not in cl.impl.capabilities(cl).dtypes:
             pytest.skip("the OpenCL device has no float64")
-        jf = fa.jit(lambda x, y: x @ y, device=cl)
-        assert any(n.startswith("dot_reg") for n in _kernels(jf, a, b))
+        jf = fa.jit(f, device=cl)
+        names = _kernels(jf, a, b)
+        assert any(n.startswith("dot_reg") for n in names)
+        assert (sum(n.startswith("dot_pack") for n in names), len(names)) == (1, 2), names
         got = np.asarray(jf(a, b))
-    want = a @ b
+    want = f(a, b)
     assert got.dtype == np.float64
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
@@ -222,8 +277,8 @@ def _packed(f, *args):
 
 def test_skinny_products_read_the_rhs_unpacked():
     """At most ``UNPACKED_RHS_ROWS`` rows, a rhs with consecutive columns is read where it lies (its pack cost as
-    much as the product); a small rhs, a transposed one (``x @ w.T``), rows 4 KiB apart and batches (slower
-    unpacked), ragged columns or contraction, and more rows are packed."""
+    much as the product); a small rhs, rows 4 KiB apart and batches (slower unpacked), ragged columns or
+    contraction, and more rows are packed. A transposed one: ``test_skinny_transposed_products``."""
     from fnarray.lowering.kernels.groups.dot import UNPACKED_RHS_ROWS
 
     def matmul(x, w):
@@ -232,7 +287,6 @@ def test_skinny_products_read_the_rhs_unpacked():
     assert _packed(matmul, _f32(UNPACKED_RHS_ROWS, 256), _f32(256, 256)) == one
     assert _packed(matmul, _f32(UNPACKED_RHS_ROWS + 1, 256), _f32(256, 256)) == two
     assert _packed(matmul, _f32(32, 128), _f32(128, 128)) == two   # a small rhs: its pack is cheap
-    assert _packed(lambda x, w: x @ w.T, _f32(32, 256), _f32(256, 256)) == two
     assert _packed(matmul, _f32(32, 256), _f32(256, 260)) == two   # 260 columns: not whole panels of 8
     assert _packed(matmul, _f32(32, 258), _f32(258, 256)) == two   # 258: not whole steps of 4
     assert _packed(matmul, _f32(16, 64), _f32(64, 1024)) == two  # rows 4 KiB apart
@@ -247,13 +301,53 @@ def test_register_form_needs_64_bit_indices():
     assert [ln.kernel.name.split("_")[:2] for ln in sched.launches] == [["dot", "tiled"]]
 
 
+def test_skinny_transposed_products():
+    """``d @ w.T`` with at most ``UNPACKED_RHS_ROWS`` rows and a weight of at least ``UNPACKED_RHS_MIN`` elements
+    runs transposed: one pack (``d``, across the output's rows), the product reading ``w`` where it lies as its
+    lhs, its rows 4 to a work item (``_tile_cost``'s ``lhs="rows"``). More rows, a small weight, a contraction
+    not in whole steps of 8 and a batch pack both operands. Values: ``test_register_matmul``."""
+    from fnarray.lowering.kernels.groups.dot import UNPACKED_RHS_ROWS
+
+    def product(d, w):
+        return d @ w.T
+    one, two = [("dot_pack", 1), ("dot_reg", 0)], [("dot_pack", 2), ("dot_reg", 0)]
+    assert _packed(product, _f32(UNPACKED_RHS_ROWS, 256), _f32(256, 256)) == one
+    assert _packed(product, _f32(UNPACKED_RHS_ROWS + 1, 256), _f32(256, 256)) == two
+    assert _packed(product, _f32(32, 128), _f32(128, 128)) == two
+    assert _packed(product, _f32(32, 260), _f32(256, 260)) == two
+    assert _packed(lambda d, w: d @ fnp.swapaxes(w, 1, 2), _f32(2, 32, 256), _f32(2, 256, 256)) == two
+    pocl = dataclasses.replace(CAPS, tuning_facts=(("device", "cpu"), ("compiler", "pocl")))
+    sched = schedule(_traced(product, _f32(32, 512), _f32(784, 512)), pocl, workgroup=64)
+    src = render_opencl(sched.launches[-1].kernel)
+    assert src.count("const long arow") == 4, src
+
+
+def _pack_items(f, *args):
+    """The pack launch of ``f``'s schedule on ``CAPS``: its global size and, per panel buffer it writes, the
+    panel rows ``batch * panels * kp``."""
+    sched = schedule(_traced(f, *args), CAPS, workgroup=64)
+    (ln,) = [ln for ln in sched.launches if ln.kernel.name.startswith("dot_pack")]
+    return ln, [math.prod(a.shape[:3]) for a in ln.args if len(getattr(a, "shape", ())) == 4]
+
+
 def test_pack_work_item_writes_a_panel_row():
     """A pack kernel's work item copies one panel row (its ``width`` lanes in a loop, the panel's index
-    arithmetic once): one work item per element was 3x slower on PoCL 3.0. Both operands are packed by one
-    kernel, each in its own whole work-groups. Values: ``test_register_matmul``."""
-    sched = schedule(_traced(lambda x, w: x @ w, _f32(100, 64), _f32(64, 72)), CAPS, workgroup=64)
-    (ln,) = [ln for ln in sched.launches if ln.kernel.name.startswith("dot_pack")]
-    rows = [math.prod(a.shape[:3]) for a in ln.args if len(getattr(a, "shape", ())) == 4]
-    assert len(rows) == 2 and all(a.shape[3] > 1 for a in ln.args if len(getattr(a, "shape", ())) == 4)
+    arithmetic once) where the panel's lanes run along memory (``x.T`` and ``d`` of ``x.T @ d``): one work item
+    per element was 3x slower on PoCL 3.0. Both operands are packed by one kernel, each in its own whole
+    work-groups. Values: ``test_register_matmul``."""
+    ln, rows = _pack_items(lambda x, d: x.T @ d, _f32(64, 100), _f32(64, 72))
+    assert len(rows) == 2
     assert -(-rows[0] // 64) * 64 + rows[1] <= ln.global_size[0] < -(-rows[0] // 64) * 64 + rows[1] + 64
     assert render_opencl(ln.kernel).count("for (int r") == 2
+
+
+@pytest.mark.parametrize("k,block", [(64, 8), (68, 4), (66, 1)])
+def test_pack_work_item_writes_a_block(k, block):
+    """Where the contraction runs along memory and the panel's lanes do not (the lhs ``x`` of ``x @ w``; the rhs
+    ``w.T`` of ``d @ w.T``), a work item writes ``PACK_BLOCK`` (8) panel rows, or 4 where 8 do not divide the
+    contraction, or one (66: neither does): ``pack_block``. Values: ``test_register_matmul``."""
+    ln, rows = _pack_items(lambda x, w: x @ w, _f32(100, k), _f32(k, 72))
+    first = -(-(rows[0] // block) // 64) * 64
+    assert first + rows[1] <= ln.global_size[0] < first + rows[1] + 64
+    ln, rows = _pack_items(lambda d, w: d @ w.T, _f32(100, k), _f32(72, k))
+    assert -(-(rows[0] // block) // 64) * 64 + rows[1] // block <= ln.global_size[0]

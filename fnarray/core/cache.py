@@ -79,7 +79,11 @@ class LRUCache:
             if old is not None:
                 d.move_to_end(key)
                 return old
-            limit = max(0, self._maxsize())
+            limit = self._maxsize()
+            if len(d) < limit:  # room already (most inserts): no eviction pass
+                d[key] = value
+                return value
+            limit = max(0, limit)
             self._evict(d, limit - 1, evicted)  # first make room: the length never exceeds the bound
             if limit:
                 d[key] = value

@@ -85,7 +85,8 @@ class Params(Mapping):
 
     def __hash__(self):
         if self._hash is None:
-            self._hash = hash(tuple(sorted(self._d.items(), key=lambda kv: kv[0])))
+            # (order-free: every bind of an eager call makes a Params and its key hashes it; no sort)
+            self._hash = hash(frozenset(self._d.items()))
         return self._hash
 
     def __eq__(self, other):

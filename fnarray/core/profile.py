@@ -82,6 +82,12 @@ def span(kind: str, name: str, **args):
     return inner
 
 
+def silent(kind: str) -> bool:
+    """Whether a ``span`` of ``kind`` would do nothing now (no recorder, and not logged): a hot caller then skips
+    making its name and arguments (an eager compile of each new shape on numpy:0 formats the device's name)."""
+    return recorder is None and not (kind in _LOGGED and _log.logger.isEnabledFor(_log.logging.INFO))
+
+
 def completed(kind: str, name: str, start_ns: int, dur_ns: int, **args) -> None:
     """Record a span that already ended, as a child of this thread's innermost open span (when recording).
 

@@ -128,7 +128,8 @@ def compile_program(program: Program, device: Device, donate=(), consts=None):
     """
     program = cse(program)
     fits = memory.check_program(program, device)
-    return _translating(_compile_program(program, device, donate, recount=not fits, consts=consts), program, device)
+    return _translating(_compile_program(program, device, donate, recount=not fits, consts=consts),
+                       program.out_avals, device)
 
 
 class _Translating:
@@ -137,10 +138,10 @@ class _Translating:
     Transparent otherwise: attributes are the wrapped executable's (``__wrapped__`` is it).
     """
 
-    __slots__ = ("__wrapped__", "_program", "_device")
+    __slots__ = ("__wrapped__", "_out_avals", "_device")
 
-    def __init__(self, exe, program, device):
-        self.__wrapped__, self._program, self._device = exe, program, device
+    def __init__(self, exe, out_avals, device):
+        self.__wrapped__, self._out_avals, self._device = exe, out_avals, device
 
     def __call__(self, bufs):
         try:
@@ -151,7 +152,7 @@ class _Translating:
     def reraise(self, e: Exception):
         """Raise ``e`` as fnarray's ``ResourceExhaustedError`` where it is an out-of-memory error, else as is
         (for callers of ``call_args``, which bypasses ``__call__``)."""
-        err = memory.translate(e, self._device, self._program.out_avals)
+        err = memory.translate(e, self._device, self._out_avals)
         if err is None:
             raise e
         raise err from e
@@ -190,25 +191,34 @@ def _compile_program(program: Program, device: Device, donate=(), recount=False,
 
 def compile_eqn(primitive, params, in_avals, out_avals, device: Device):
     """An executable for one primitive (eager execution), through the same fallback."""
+    if _profile.silent("compile"):
+        return _compile_eqn(primitive, params, in_avals, out_avals, device)
     with _profile.span("compile", f"eager {primitive.name} for {device}", device=str(device)):
         return _compile_eqn(primitive, params, in_avals, out_avals, device)
 
 
 def _compile_eqn(primitive, params, in_avals, out_avals, device: Device):
     backend = device.impl
-    prog = program_from_eqn(primitive, params, in_avals, out_avals)
     memory.check_avals(out_avals, device, f"the operation {primitive.name} (eager: its result is a buffer of its "
                        "own; under fnarray.jit a backend that fuses may need none)")
     fast = getattr(backend, "eager_fast", None)
     # The fast path skips partitioning: only for what the device supports (fallback needs the slow one).
     # An equation holding a host callback goes through partitioning too, unless the backend calls it in place.
-    if fast is not None and (backend.capabilities(device).reference or (
-            backend.lowers_natively(prog.eqns[0], device)
-            and unsupported_reason(prog.eqns[0], device) is None
-            and (backend.host_callbacks or not has_effect(prog.eqns[0])))):
-        exe = fast(primitive, params, in_avals, device)
+    # A reference backend (numpy) needs no program for it (a first call of each new shape makes one: ~2 us).
+    prog = None
+    if fast is not None and not backend.capabilities(device).reference:
+        prog = program_from_eqn(primitive, params, in_avals, out_avals)
+        if not (backend.lowers_natively(prog.eqns[0], device) and unsupported_reason(prog.eqns[0], device) is None
+                and (backend.host_callbacks or not has_effect(prog.eqns[0]))):
+            fast = None
+    if fast is not None:
+        known = getattr(backend, "eager_fast_known", None)  # (the output avals given: numpy)
+        exe = (fast(primitive, params, in_avals, device) if known is None
+               else known(primitive, params, in_avals, out_avals, device))
         if exe is not None:
-            return _translating(exe, prog, device)
+            return _translating(exe, tuple(out_avals), device)
+    if prog is None:
+        prog = program_from_eqn(primitive, params, in_avals, out_avals)
     return compile_program(prog, device)
 
 

@@ -215,7 +215,8 @@ def _eager_executable(primitive, params, avals, device, compile=True):
         if not compile:
             return None
         from fnarray.devices.partition import compile_eqn
-        out = primitive.abstract_eval(*avals, **params)
+        # ``params._d``: the ``Params``' dict itself (splatting the mapping goes through ``Mapping.keys``)
+        out = primitive.abstract_eval(*avals, **getattr(params, "_d", params))
         out_avals = tuple(out) if primitive.multiple_results else (out,)
         hit = _eager_cache.put(key, _EagerEntry(compile_eqn(primitive, params, avals, out_avals, device),
                                                 out_avals))
@@ -238,6 +239,60 @@ def _scalar_aval(a):
 
 def eager_apply(primitive, args, params):
     """Evaluate one primitive on concrete arguments (arrays or scalars)."""
+    # The common case in one pass: arrays (not a subclass) with buffers, on one device, and Python/NumPy scalars
+    # (each primitive of a first call of a function takes this path: issue 28 item 2).
+    device = None
+    committed = False
+    avals, bufs = [], []
+    for a in args:
+        if type(a) is ArrayImpl:
+            b = a._buf
+            if b is None or (device is not None and a._device is not device):
+                break  # deleted or donated, or a second device: the general loop below
+            device = a._device
+            if a._committed:
+                committed = True
+            avals.append(a.aval)
+            bufs.append(b)
+        elif type(a) in _PY_SCALARS:
+            avals.append(_scalar_aval(a))
+            bufs.append(a)  # converted below, once the device is known
+        else:
+            break
+    else:
+        if device is None:
+            device = default_device()
+        impl = None
+        for k, a in enumerate(bufs):
+            if type(a) in _PY_SCALARS:
+                if impl is None:
+                    impl = device.impl
+                bufs[k] = impl.scalar_to_device(a, avals[k].dtype, device)
+        return _eager_run(primitive, args, params, tuple(avals), bufs, device, committed)
+    return _eager_apply_general(primitive, args, params)
+
+
+_PY_SCALARS = frozenset({bool, int, float, complex})
+
+
+def _eager_run(primitive, args, params, avals, bufs, device, committed):
+    exe, out_avals = _eager_executable(primitive, params, avals, device)
+    outs = exe(bufs)
+    if primitive.multiple_results:
+        res = [ArrayImpl.make(av, device, b, committed) for av, b in zip(out_avals, outs, strict=True)]
+    else:
+        if len(outs) != 1:
+            raise ValueError(f"{primitive.name}: {len(outs)} outputs for one result")
+        r = ArrayImpl()  # ArrayImpl.make inline
+        r.aval, r._device, r._buf, r._committed, r._host = out_avals[0], device, outs[0], committed, None
+        res = [r]
+    if debug_check is not None:  # fnarray.config.debug_nans / debug_infs (fnarray.devices.nan_check)
+        debug_check(primitive, args, res)
+    return res if primitive.multiple_results else res[0]
+
+
+def _eager_apply_general(primitive, args, params):
+    """``eager_apply`` for arguments on several devices, array subclasses, deleted arrays and errors."""
     device = None
     committed = False
     for a in args:
@@ -269,12 +324,7 @@ def eager_apply(primitive, args, params):
         else:
             raise TypeError(f"{primitive.name} got {type(a).__name__}; expected an fnarray Array or a scalar. "
                             "Wrap NumPy arrays with fnarray.numpy.asarray.")
-    exe, out_avals = _eager_executable(primitive, params, tuple(avals), device)
-    outs = exe(bufs)
-    res = [ArrayImpl.make(av, device, b, committed) for av, b in zip(out_avals, outs, strict=True)]
-    if debug_check is not None:  # fnarray.config.debug_nans / debug_infs (fnarray.devices.nan_check)
-        debug_check(primitive, args, res)
-    return res if primitive.multiple_results else res[0]
+    return _eager_run(primitive, args, params, tuple(avals), bufs, device, committed)
 
 
 #: ``check(primitive, args, outs)`` while ``config.debug_nans`` or ``debug_infs`` is on, else ``None``.

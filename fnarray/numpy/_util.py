@@ -36,6 +36,8 @@ def asarray_internal(x, dtype=None, where: str = "asarray"):
 
     An explicit 64-bit ``dtype`` while ``config.enable_x64`` is off gives the 32-bit one with JAX's warning
     naming ``where`` (``dtypes.requested``); NumPy 64-bit values become 32-bit silently."""
+    if dtype is None and isinstance(x, Array):  # the common case first (every namespace function converts)
+        return x
     from fnarray.devices.placement import array_from_numpy
     dtype = dtypes.requested(dtype, where)
     if isinstance(x, Array):

@@ -19,11 +19,35 @@ from fnarray.devices.backend import Lowered
 from fnarray.lowering.kernels import tuning
 from fnarray.lowering.kernels.groups.base import BufSpec
 
-__all__ = ["KernelLowered"]
+__all__ = ["KernelLowered", "donated_must_copy"]
 
 #: read the persistent cache's kernel schedules (``python -m fnarray tune`` turns it off, so that every kernel is
 #: scheduled, and so tuned, again; new schedules are still written)
 READ_SCHEDULE_CACHE = [True]
+
+
+def donated_must_copy(bufs, i, memory, cached=()) -> bool:
+    """Whether a kernel executable's call must copy its donated input ``i`` before a kernel updates it in place
+    (``groups/in_place.py``), rather than write the caller's buffer: the opencl and webgpu dispatchers' one rule.
+
+    Args:
+        bufs: the call's input buffers (``CLBuffer``/``WGBuffer``: each with a ``shape``), by input position.
+        i: the position of a donated input that a kernel of the call writes.
+        memory: ``memory(buf)``, the device memory a buffer object wraps (``.mem``, ``.buffer``): two buffer
+            objects may share it (``device_put`` to the same device, an array passed twice).
+        cached: the device's cached buffers of 0-d values (opencl's ``state.scalars``), which every array of
+            that value shares.
+
+    Returns:
+        True where the donated memory is also another input's (one array passed as the donated argument and as
+        another, which must keep its value) or is a cached scalar's; the copy is then written, and becomes the
+        output, while the caller's buffer keeps its value (JAX copies a donated buffer it cannot reuse too).
+    """
+    b = bufs[i]
+    m = memory(b)
+    if any(j != i and (c is b or memory(c) is m) for j, c in enumerate(bufs)):
+        return True
+    return not b.shape and any(v is b for v in cached)
 
 
 class KernelLowered(Lowered):

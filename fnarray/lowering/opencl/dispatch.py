@@ -38,6 +38,7 @@ import pyopencl as cl
 from fnarray.core import profile as _profile
 from fnarray.core.ir import Literal
 from fnarray.lowering.kernels.ir import BufferParam
+from fnarray.lowering.kernels.lowered import donated_must_copy
 
 __all__ = ["Executable", "HELD_BYTES"]
 
@@ -158,19 +159,11 @@ class Executable:
         copies = {}
         for i in self.updated:
             b = bufs[i]
-            if self._shared(bufs, i):
+            if donated_must_copy(bufs, i, _memory, self.state.scalars.values()):
                 c = copies[i] = alloc(b.shape, b.dtype)
                 cl.enqueue_copy(self.state.queue, c.mem, b.mem, byte_count=b.nbytes)
                 env[self.in_slots[i]] = c
         return env, copies
-
-    def _shared(self, bufs, i) -> bool:
-        """Whether the updated input ``i``'s buffer is also another input's (one array passed as a donated
-        argument and as another, which must keep its value) or one of the device's cached scalars."""
-        b = bufs[i]
-        if any(j != i and (c is b or c.mem is b.mem) for j, c in enumerate(bufs)):
-            return True
-        return not b.shape and any(v is b for v in self.state.scalars.values())
 
     def _profiled(self, bufs):
         """``__call__`` under the profiler: the kernels on a profiling queue, one wait, spans from the events."""
@@ -227,6 +220,11 @@ class Executable:
             else:
                 out.append(state.alloc(v.shape, v.dtype))
         return out
+
+
+def _memory(buf):
+    """The OpenCL memory object a ``CLBuffer`` wraps (``donated_must_copy``'s accessor)."""
+    return buf.mem
 
 
 def _give_back(state, held):

@@ -48,6 +48,7 @@ import weakref
 import numpy as np
 
 from fnarray.core import profile as _profile
+from fnarray.lowering.kernels.lowered import donated_must_copy
 
 __all__ = ["Runner", "STAGE_BYTES", "HELD_BYTES", "BATCH_LAUNCHES", "ALONE_LAUNCHES", "STAGED_UPLOAD_BYTES",
            "STAGED_UPLOADS_HELD"]
@@ -222,8 +223,7 @@ class Runner:
             b = made[k] = gpu.alloc(spec.dtype, spec.shape)
             vals[k] = b.buffer
         for i in self.updated:
-            if any(j != i and bufs[j].buffer is bufs[i].buffer for j in range(len(bufs))):
-                # one array passed as a donated argument and as another: the other must keep its value
+            if donated_must_copy(bufs, i, _memory):
                 b = made[("copy", i)] = gpu.alloc(bufs[i].dtype, bufs[i].shape)
                 vals[i] = b.buffer
         return vals, made
@@ -334,6 +334,11 @@ class Runner:
                 "query_set": qs, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1})
             cp.end()
         return qs, resolve
+
+
+def _memory(buf):
+    """The ``wgpu`` buffer a ``WGBuffer`` wraps (``donated_must_copy``'s accessor)."""
+    return buf.buffer
 
 
 def _give_back(gpu, held):

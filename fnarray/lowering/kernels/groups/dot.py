@@ -26,6 +26,7 @@ from fnarray.lowering.kernels.groups.base import (
 )
 from fnarray.lowering.kernels.groups import register_tiles
 from fnarray.lowering.kernels.groups.register_tiles import (
+    pack_block,
     packs_launch,
     padded_k,
     panels,
@@ -54,6 +55,13 @@ REGISTER_MIN_WORK = 1 << 16
 #: 0.8-1.4x; a 128 x 128 rhs 0.8-1.2x (its pack takes a few us, in the lhs pack's launch).
 UNPACKED_RHS_ROWS = 64
 UNPACKED_RHS_MIN = 1 << 16
+#: Whether a skinny product with a transposed rhs (``d @ w.T``) runs transposed, reading the rhs where it lies
+#: (``DotGroup._transposed_rhs``); off, the rhs is packed (benchmarks/backward_products.py compares the two).
+TRANSPOSED_PRODUCTS = True
+#: The most rows of a product that runs transposed. Against the packed form (both packs in blocks), load 13:
+#: ``[M, 512-784] @ [512-784, 512-784]``: M = 64 0.77-0.97x on both PoCLs; M = 100-256 0.82-0.92x on PoCL 3.0
+#: but 0.98-1.08x on 3.1: the same bound as the unpacked rhs.
+TRANSPOSED_ROWS = UNPACKED_RHS_ROWS
 
 
 #: The most rows of ``x`` the word form (``DotGroup._words``: low-bit weights read a word at a time) takes, one
@@ -451,21 +459,61 @@ class DotGroup(Group):
                 and self.M * self.N * self.K >= REGISTER_MIN_WORK and min(self.M, self.N) >= 4)
 
     def _register(self):
+        if self._transposed_rhs() is not None:
+            return self.ctx.tuned(register_tiles.TUNABLE, register_tiles.DEFAULT_TILE, self._transposed_product,
+                                  {"rows": self.N, "cols": self.M, "lhs": "rows"})
         return self.ctx.tuned(register_tiles.TUNABLE, register_tiles.DEFAULT_TILE, self._register_variant,
                               {"rows": self.M, "cols": self.N})
+
+    def _transposed_rhs(self):
+        """The rhs plan ``(base, offset, (batch, contraction, column strides))`` where the product runs transposed
+        (``_transposed_product``), else ``None``: a skinny unbatched product (at most ``UNPACKED_RHS_ROWS`` rows,
+        a rhs of at least ``UNPACKED_RHS_MIN`` elements, as ``_unpacked_rhs``) whose rhs is a view with its
+        contraction along memory and its columns not (``d @ w.T``, the input's gradient of ``x @ w``; ``x @ w.T``,
+        a ``Linear`` layer), in whole loop iterations of any tile (no bounds tests)."""
+        if (not TRANSPOSED_PRODUCTS or self.B != 1 or self.M > TRANSPOSED_ROWS
+                or self.K * self.N < UNPACKED_RHS_MIN or self.K % max(register_tiles.TUNABLE.choices["uk"])):
+            return None
+        rp = self.operand_plans()[1]
+        if not self._read_as_is(rp) or rp[2][1] != 1 or rp[2][2] == 1:
+            return None
+        return rp
+
+    def _read_as_is(self, plan) -> bool:
+        """Whether an operand ``plan`` reads a buffer of the operand's own dtype (not a low-bit base read through
+        its ``astype``, which only the word form and ``_load`` convert): the register kernels read it unconverted."""
+        return plan is not None and plan[0].aval.dtype == self.eqn.inputs[0].aval.dtype
+
+    def _transposed_product(self, tile):
+        """``out.T = rhs.T @ lhs.T`` (``_transposed_rhs``): the kernel's lhs is the rhs read where it lies (each
+        work item's rows are columns of ``out``, each a run of memory along the contraction, broadcast against
+        the packed values), its rhs the lhs packed into panels across ``out``'s rows; each output is stored at
+        its place in ``out``. The weight is never packed: its pack (a transpose) cost as much as the product."""
+        lhs, _ = self.eqn.inputs
+        wx, wy, mp, np_ = panels(self.N, self.M, tile)
+        kp = padded_k(self.K, tile)
+        lp = self.plan(lhs, (self.lb, self.lc, self.lf))
+        groups = (self.lb, self.lc, self.lf)
+        la, (ls,) = packs_launch(self.ctx, self, [(lhs, groups, 2, kp, np_, "lhs",
+                                                   pack_block(lhs, groups, 2, lp and lp[2], kp))], tile)
+        base, off, (sb, sk, sn) = self._transposed_rhs()
+        return [la, register_dot(self, self.ctx.spec(base), ls, (wx, wy, mp, np_, kp), tile,
+                                 lhs_view=(off, sb, sn, sk, self.N), transposed=True)]
 
     def _register_variant(self, tile):
         lhs, rhs = self.eqn.inputs
         wx, wy, mp, np_ = panels(self.M, self.N, tile)
         kp = padded_k(self.K, tile)
-        lpart = (lhs, (self.lb, self.lf, self.lc), 1, kp, mp, "lhs")
+        lp, rp = self.operand_plans()
+        lgroups, rgroups = (self.lb, self.lf, self.lc), (self.rb, self.rc, self.rf)
+        lpart = (lhs, lgroups, 1, kp, mp, "lhs", pack_block(lhs, lgroups, 1, lp and lp[2], kp))
         view = self._unpacked_rhs(tile)
         if view is not None:
             la, (ls,) = packs_launch(self.ctx, self, [lpart], tile)
             base, off, (sb, sk, sn) = view
             rhs_view = (off, sb, sk, sn, self.N // tile["rn"])
             return [la, register_dot(self, ls, self.ctx.spec(base), (wx, wy, mp, np_, kp), tile, rhs_view)]
-        rpart = (rhs, (self.rb, self.rc, self.rf), 2, kp, np_, "rhs")
+        rpart = (rhs, rgroups, 2, kp, np_, "rhs", pack_block(rhs, rgroups, 2, rp and rp[2], kp))
         pa, (ls, rs) = packs_launch(self.ctx, self, [lpart, rpart], tile)
         return [pa, register_dot(self, ls, rs, (wx, wy, mp, np_, kp), tile)]
 
@@ -482,7 +530,7 @@ class DotGroup(Group):
                 or self.K % tile["uk"]):
             return None
         rp = self.operand_plans()[1]
-        if rp is None or rp[2][2] != 1 or rp[2][1] % 1024 == 0:
+        if not self._read_as_is(rp) or rp[2][2] != 1 or rp[2][1] % 1024 == 0:
             return None
         return rp
 

@@ -35,7 +35,17 @@ all of ``k`` and stored once (``_render_accumulating_dot``). On CPU OpenCL devic
 with their constant part added last (``_wide``); on CPU devices lanes of a shared reduction take unrolled runs of
 consecutive elements, whose index arithmetic ``_div``/``_rem`` keep constant (docs/performance.md).
 
-*Row mode* (``render(rows=True)``, the default on lavapipe, a ``PALLAS_TUNABLE`` choice elsewhere): one work
+On a CPU WebGPU adapter (the scheduler option ``dot_vec4``, ``render(vectors=)``) a float32 input may also be
+bound as ``vec4<f32>`` vectors: the k-accumulating product reads both operands four elements per load into an
+8 x 8 register tile (``_accumulate_vectors``), and a ``dot`` operand that is a plain load of an input, 4-aligned
+along the contraction (flash attention's ``k.T``) or along the register tile's columns (its ``v``), is read as
+lanes of vector loads (``_Lazy.vector``, ``_vector_plans``). Each product is still added in the contraction's
+order, so the results equal the scalar form's. On lavapipe the loads were the cost (flash attention with its
+``k`` loads replaced by a constant took half the time); four elements per load made flash attention 1.6x and
+the matmul 2.4x faster there (docs/performance.md).
+
+*Row mode* (``render(rows=True)``, the default on lavapipe and, for a body without a ``dot``, on PoCL; a
+``PALLAS_TUNABLE`` choice elsewhere): one work
 item per row of the first output block, each phase giving row ``lid`` of its block to item ``lid``, the block
 values in the item's private arrays and no barrier; ``_Renderer.own_row`` refuses (``_NotRowwise``) any access of
 shared memory outside the item's row, and the usual form is rendered instead. Outside row mode a transposed
@@ -65,8 +75,8 @@ from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.barriers import prune_barriers
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import Launch, EquationGroup, Tracker
-from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, Cast, Const, For, If, Load, Op, \
-    Special, const, without
+from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, BufferParam, Cast, Const, For, \
+    If, Lane, Load, Op, Special, const, vector_dtype, without
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import ELEMENTWISE, add_of, convert, highest, lowest, max_of, min_of, mul_of, op, \
     select
@@ -82,6 +92,9 @@ _MAX_WG = 256
 #: (lavapipe) (``workgroup_size``)
 _CPU_OPENCL_WG = 8
 _CPU_WG = 16
+#: the most outputs of a ``dot``'s register tile per work item by default (``_dot_tile``; ``PALLAS_TUNABLE``'s
+#: ``tile``)
+_DOT_TILE = 16
 
 
 class Unrenderable(Exception):
@@ -127,21 +140,29 @@ def _pallas_cost(choice, default, facts):
     """``PALLAS_TUNABLE``'s cost model: the default, except that PoCL compiling with LLVM 15 or later (Debian's
     PoCL 3.1) vectorises a register tile's columns read from a transposed operand (flash attention's ``k.T``)
     into gathers, so there staging it costs less (the flash-attention example 0.68x the time; 1.09x on PoCL 3.0,
-    LLVM 14). Each choice away from the default costs a little (nothing else is modelled)."""
+    LLVM 14), and ``dot`` register tiles of up to 64 outputs, 16 columns, cost less than of 16 (the example
+    0.87x the time; 1.09x on PoCL 3.0; tenth session), and row mode more (1.2x the staged form). Only for a
+    body with a ``dot`` (the group's fact ``dot``). Each choice away from the default costs a little (nothing
+    else is modelled)."""
     away = sum(choice.get(k) != default.get(k) for k in choice) * 0.01
-    if facts.get("compiler") == "pocl" and facts.get("llvm", 0) >= 15 and not choice.get("rows"):
-        return away + (0.0 if choice.get("stage") else 1.0)
+    if facts.get("compiler") == "pocl" and facts.get("llvm", 0) >= 15 and facts.get("dot", 1):
+        if choice.get("rows"):
+            return away + 1.0
+        return away + (0.0 if choice.get("stage") else 1.0) + (0.0 if choice.get("tile", _DOT_TILE) > _DOT_TILE
+                                                              else 0.5)
     return away
 
 
 PALLAS_TUNABLE = Tunable("pallas_workgroup", {"workgroup": (8, 16, 32, 64, 128, 256), "rows": (False, True),
-                                              "stage": (False, True)},
+                                              "stage": (False, True), "tile": (_DOT_TILE, 64)},
                          doc="work items per program instance of a pallas_call kernel; one work item per row "
                              "of the blocks without barriers (rows, where ``row_count`` allows it); a "
-                             "transposed dot operand staged in work-group memory (stage)",
+                             "transposed dot operand staged in work-group memory (stage); the most outputs of "
+                             "a dot's register tile per work item (tile: 16, of up to 8 columns, or 64, of up "
+                             "to 16)",
                          valid=lambda c, facts: c["workgroup"] <= facts.get("workgroup_limit", _MAX_WG) and (
                              not c.get("rows") or c["workgroup"] == facts.get("rows")
-                             and not c.get("stage")),
+                             and not c.get("stage") and c.get("tile", _DOT_TILE) == _DOT_TILE),
                          cost=_pallas_cost)
 
 
@@ -325,6 +346,10 @@ class _Lazy:
     aligned: dict = dataclasses.field(default_factory=dict)   # ref -> the block it reads only at the own element
     heavy: bool = False   # computes a transcendental function (``facts.with_cost("expensive")``) per element
     swapped: bool = False   # a transpose that moves the last axis (``k.T``): ``stage_swapped`` stages it
+    # ``(axis, vec, k)``: a plain load of float32 elements of input ``k``, ``vec(idx)`` the four-element vector
+    # (``Load`` of the input's vector binding) holding elements ``idx`` .. ``idx + 3`` along ``axis``, for
+    # ``idx[axis]`` a multiple of 4 (``_vector_load``; ``_dot`` reads its operands through it)
+    vector: tuple | None = None
 
 
 @dataclasses.dataclass
@@ -340,6 +365,7 @@ class _Ref:
     axes: tuple = ()                  # global: the array axis of each ref axis
     padded: bool = False
     wide: bool = False                # global: 64-bit addresses, their constant part added last (``_wide``)
+    vector: int | None = None         # global input: its position, for its vector binding (``vector_name``)
 
     def coords(self, idx):
         """Array coordinates of ref element ``idx`` (a global ref)."""
@@ -465,6 +491,20 @@ class _Renderer:
         # a transposed ``dot`` operand (``k.T``) staged in work-group memory in its own layout (``render(stage=)``)
         self.stage_swapped = False
         self.row_private = {}   # row mode: the block arrays held as each item's private row (``block_array``)
+        # ``vectors(b, k)``: the name of a four-float32 vector binding of input ``k`` (``render(vectors=)``)
+        # ``vector_room``: the vector bindings the target's buffers per kernel leave room for (``None``: any)
+        self.vectors, self.vector_names, self.vector_room = None, {}, None
+        # the most outputs of a ``dot``'s register tile per work item (``render(tile=)``)
+        self.dot_tile = _DOT_TILE
+
+    def vector_name(self, k):
+        """The name of input ``k``'s four-float32 vector binding (``render(vectors=)``), made on first use;
+        ``None`` where the target's buffers per kernel leave no room for another."""
+        if k not in self.vector_names:
+            if self.vector_room is not None and len(self.vector_names) >= self.vector_room:
+                return None
+            self.vector_names[k] = self.vectors(self.b, k)
+        return self.vector_names[k]
 
     # -------------------------------------------------------------- memory
     def local_array(self, dtype, size, hint):
@@ -790,7 +830,18 @@ def _transpose(r, e, vals):
         for k, p in enumerate(perm):
             src[p] = idx[k]
         return x.at(tuple(src))
-    return _Lazy(shape, x.dtype, at, x.reads, heavy=_heavy(x), swapped=bool(perm) and perm[-1] != len(perm) - 1)
+    vector = None
+    if x.vector is not None:
+        axis, xvec, k = x.vector
+
+        def vec(idx):
+            src = [None] * len(perm)
+            for k, p in enumerate(perm):
+                src[p] = idx[k]
+            return xvec(tuple(src))
+        vector = (list(perm).index(axis), vec, k)
+    return _Lazy(shape, x.dtype, at, x.reads, heavy=_heavy(x), swapped=bool(perm) and perm[-1] != len(perm) - 1,
+                 vector=vector)
 
 
 def _iota(r, e, vals):
@@ -984,37 +1035,31 @@ def _dot(r, e, vals):
     name = r.block_array(d, tuple(out.shape), "dot")
 
     oshape = tuple(out.shape)
-    tr, tc = _row_tile(oshape) if r.rows else _dot_tile(oshape, r.wg)
+    tr, tc = _row_tile(oshape) if r.rows else _dot_tile(oshape, r.wg, r.dot_tile, 16 if r.dot_tile > 16 else 8)
     tshape = oshape[:-2] + (oshape[-2] // tr,) if tr > 1 else oshape[:-1]
     tshape = tshape + (oshape[-1] // tc,) if oshape else tshape
 
-    operands = _dot_operands(b, (xs, ys), (len(x.shape), len(y.shape)), (lb, rb, lc, rc, lfree, rfree), acc_d)
+    nk = math.prod(kshape)
+    dims = (lb, rb, lc, rc, lfree, rfree)
 
     def body(tidx, slot):
         # A register tile: each work item computes tr x tc outputs of the last two axes, so a loaded operand
         # element serves several products (equal loads are bound once) and the sums are independent.
-        elems = []
-        for a in range(tr):
-            for c in range(tc):
-                idx = list(tidx)
-                if oshape:
-                    col = op("add", op("mul", idx[-1], _i(tc)), _i(c))
-                    # unbound where addresses are wide: the constant column offset reaches each address
-                    idx[-1] = (col if r.wide else b.let(col, "tj")) if tc > 1 else idx[-1]
-                if tr > 1:
-                    idx[-2] = b.let(op("add", op("mul", idx[-2], _i(tr)), _i(a)), "ti")
-                elems.append(tuple(idx))
+        elems, bases = _tile_elements(r, tidx, (tr, tc), bool(oshape))
         accs = [b.var(acc_d, const(0, acc_d), "acc") for _ in elems]
-        nk = math.prod(kshape)
         uk = _UNROLL_K if len(elems) > 1 and nk % _UNROLL_K == 0 else 1
         if r.unrolled(nk):
             uk = nk
+        plans = _vector_plans(r, (xs, ys), dims, nk, uk, tc) if oshape else (None, None)
+        operands = _dot_operands(b, (xs, ys), (len(x.shape), len(y.shape)), dims, acc_d, plans)
         with b.loop(_i(0), _i(nk), _i(uk), hint="k") if uk < nk else _null() as k:
+            vectors: dict = {}
             for u in range(uk):
                 kidx = _unravel(_i(u) if k is None else b.let(op("add", k, _i(u)), "ku") if u else k, kshape)
-                cache: dict = {}
-                for acc, idx in zip(accs, elems, strict=True):
-                    xa, yc = operands(idx, kidx, cache)
+                cache: dict = {"vectors": vectors}
+                for n, (acc, idx) in enumerate(zip(accs, elems, strict=True)):
+                    at = (k, u) + bases[n] if any(plans) else None
+                    xa, yc = operands(idx, kidx, cache, at)
                     b.assign(acc, op("add", acc, op("mul", xa, yc)))
         for acc, idx in zip(accs, elems, strict=True):
             r.put_elem(name, idx, oshape, convert(b, acc, d) if acc_d != d else acc)
@@ -1024,19 +1069,60 @@ def _dot(r, e, vals):
     return r.local_value(name, tuple(out.shape), d)
 
 
+def _tile_elements(r, tidx, tile, has_axes):
+    """The output indices of the ``tile = (tr, tc)`` register tile at tile index ``tidx`` (rows of the
+    second-to-last axis, columns of the last), and per element ``(base, lane)``: its column is ``base + lane``
+    with ``base`` a multiple of 4 (``_dot_operands``' vector reads along the columns)."""
+    b = r.b
+    tr, tc = tile
+    elems, bases = [], []
+    for a in range(tr):
+        for c in range(tc):
+            idx = list(tidx)
+            if has_axes:
+                col = op("add", op("mul", idx[-1], _i(tc)), _i(c))
+                # unbound where addresses are wide: the constant column offset reaches each address
+                idx[-1] = (col if r.wide else b.let(col, "tj")) if tc > 1 else idx[-1]
+                bases.append((op("add", op("mul", tidx[-1], _i(tc)), _i(c - c % 4)), c % 4))
+            if tr > 1:
+                idx[-2] = b.let(op("add", op("mul", idx[-2], _i(tr)), _i(a)), "ti")
+            elems.append(tuple(idx))
+    return elems, bases
+
+
 #: contraction steps per iteration of a register-tiled ``dot``'s loop (where they divide the contraction)
 _UNROLL_K = 4
 
 
-def _dot_operands(b, staged, ranks, dims, acc_d):
-    """``operands(idx, kidx, cache) -> (x element, y element)`` of a ``dot`` for output index ``idx`` and
-    contraction index ``kidx``, as ``acc_d``; an element several outputs of a tile read is computed once per
-    ``cache`` (an inline operand may be a whole expression: attention's ``exp(s - m)`` for ``p @ v``)."""
+def _dot_operands(b, staged, ranks, dims, acc_d, plans=(None, None)):
+    """``operands(idx, kidx, cache, at=None) -> (x element, y element)`` of a ``dot`` for output index ``idx``
+    and contraction index ``kidx``, as ``acc_d``; an element several outputs of a tile read is computed once
+    per ``cache`` (an inline operand may be a whole expression: attention's ``exp(s - m)`` for ``p @ v``).
+    ``plans``: per operand ``None``, ``"k"`` or ``"cols"`` (``_vector_plans``): its elements are lanes of
+    vector loads (``_Lazy.vector``), along the contraction (``at = (k, u, ...)``: step ``u`` of an iteration
+    at ``k``, a multiple of 4, or ``None`` where the contraction is written out) or along the tile's columns
+    (``at = (..., base, lane)``: the element's column is ``base + lane``, ``base`` a multiple of 4); the vectors
+    of one iteration are loaded once (``cache["vectors"]``, shared by its steps)."""
     xs, ys = staged
     lb, rb, lc, rc, lfree, rfree = dims
     nb = len(lb)
 
-    def operands(idx, kidx, cache):
+    def lane(which, val, ix, at, cache):
+        plan, (axis, vec, _) = plans[which], val.vector
+        k, u, base, ln = at
+        start = list(ix)
+        if plan == "k":
+            start[axis] = _i(u - u % 4) if k is None else op("add", k, _i(u - u % 4)) if u >= 4 else k
+            ln = u % 4
+        else:
+            start[axis] = base
+        key = (which, tuple(start))
+        vectors = cache["vectors"]
+        if key not in vectors:
+            vectors[key] = vec(tuple(start))
+        return b.let(Lane(vectors[key], ln, val.dtype), "vx")
+
+    def operands(idx, kidx, cache, at=None):
         bidx, li, ri = idx[:nb], idx[nb:nb + len(lfree)], idx[nb + len(lfree):]
         xi, yi = [None] * ranks[0], [None] * ranks[1]
         for dd, i in zip(lb, bidx, strict=True):
@@ -1052,17 +1138,42 @@ def _dot_operands(b, staged, ranks, dims, acc_d):
             yi[ee] = i
         xi, yi = tuple(xi), tuple(yi)
         if ("x", xi) not in cache:
-            cache["x", xi] = convert(b, xs.at(xi), acc_d)
+            v = lane(0, xs, xi, at, cache) if at is not None and plans[0] else xs.at(xi)
+            cache["x", xi] = convert(b, v, acc_d)
         if ("y", yi) not in cache:
-            cache["y", yi] = convert(b, ys.at(yi), acc_d)
+            v = lane(1, ys, yi, at, cache) if at is not None and plans[1] else ys.at(yi)
+            cache["y", yi] = convert(b, v, acc_d)
         return cache["x", xi], cache["y", yi]
     return operands
 
 
-def _dot_tile(shape, wg, most=16):
+def _vector_plans(r, staged, dims, nk, uk, tc):
+    """How ``_dot`` reads each operand (``_dot_operands``' ``plans``): ``"k"`` where the operand is a plain
+    load (``_Lazy.vector``) whose vector axis is the contraction's (one axis, a multiple of 4 long, taken 4 or a
+    multiple of 4 steps per iteration: flash attention's ``k.T``), ``"cols"`` for the right operand where its
+    vector axis is the output's last, whose register tile is a multiple of 4 columns (``p @ v``'s ``v``), else
+    ``None`` (one element per load). Only where ``render(vectors=)`` gives vector bindings (a CPU WebGPU
+    adapter) and addresses are 32-bit."""
+    if r.vectors is None or r.wide:
+        return None, None
+    lb, rb, lc, rc, lfree, rfree = dims
+    out = []
+    for which, (val, c) in enumerate(zip(staged, (lc, rc), strict=True)):
+        vec = getattr(val, "vector", None)
+        plan = None
+        if vec is not None and len(c) == 1 and vec[0] == c[0] and nk % 4 == 0 and uk % 4 == 0:
+            plan = "k"
+        elif vec is not None and which == 1 and rfree and vec[0] == rfree[-1] and tc % 4 == 0:
+            plan = "cols"
+        out.append(plan if plan is None or r.vector_name(vec[2]) is not None else None)
+    return tuple(out)
+
+
+def _dot_tile(shape, wg, most=16, widest=8):
     """``(rows, cols)`` of the register tile each work item of a ``dot`` computes: the outputs per work item
     (where the work-group divides them, at most ``most``), as columns of the last axis first (contiguous
-    operand reads), then rows of the axis before it; ``(1, 1)`` where it does not divide evenly."""
+    operand reads, at most ``widest``), then rows of the axis before it; ``(1, 1)`` where it does not divide
+    evenly."""
     n = math.prod(shape)
     if not shape or n % wg or n // wg < 2:
         return 1, 1
@@ -1070,7 +1181,9 @@ def _dot_tile(shape, wg, most=16):
     while n % (per * wg) and per > 1:
         per -= 1
     tc = 1
-    for c in (8, 4, 2):
+    for c in (16, 8, 4, 2):
+        if c > widest:
+            continue
         if per % c == 0 and shape[-1] % c == 0:
             tc = c
             break
@@ -1135,7 +1248,27 @@ def _load(r, e, vals):
         return b.let(select(m if inside else op("land", m, ref.inside(ri)), v, fill), "mv")
     reads = frozenset([ref.name]) | (mask.reads if masked else frozenset()) | (
         other.reads if other is not None else frozenset())
-    return _Lazy(shape, ref.dtype, at, reads, {ref.name: _block_key(indexer, starts)})
+    vector = None if masked else _vector_load(r, ref, indexer, starts, shape)
+    return _Lazy(shape, ref.dtype, at, reads, {ref.name: _block_key(indexer, starts)}, vector=vector)
+
+
+def _vector_load(r, ref, indexer, starts, shape):
+    """``_Lazy.vector`` of an unmasked load of ``ref``: where the ref is a float32 input block with a vector
+    binding whose last axis is the array's last (a multiple of 4 long, the block's offset along it a multiple
+    of 4: ``_global_ref``) and the load takes a slice of that axis starting at a constant multiple of 4; else
+    ``None``."""
+    if ref.vector is None or not shape or indexer[-1][0] == "i":
+        return None
+    start = _scalar(starts[-1])
+    if not isinstance(start, Const) or int(start.value) % 4:
+        return None
+    b = r.b
+
+    def vec(idx):
+        ri = _ref_index(ref, indexer, starts, idx)
+        return b.let(Load("global", r.vector_name(ref.vector), _div(ref.address(ri, False), 4),
+                          vector_dtype(ref.dtype)), "vl")
+    return len(shape) - 1, vec, ref.vector
 
 
 def _statically_inside(ref, indexer, starts):
@@ -1372,11 +1505,16 @@ def _index_map_offsets(r, block, pids):
     return offs
 
 
-def _global_ref(r, name, block, dtype, pids):
+def _global_ref(r, name, block, dtype, pids, vector=None):
+    """The ``_Ref`` of a block of a global buffer at the grid indices ``pids``; ``vector``: the buffer's input
+    position, kept as ``_Ref.vector`` where its vector binding (``_Renderer.vector_name``) may serve: a float32
+    block whose last axis is the array's last, both extents along it multiples of 4, not padded."""
     offs = _index_map_offsets(r, block, pids)
     axes = tuple(a for a, n in enumerate(block.block_shape) if n is not None)
+    vec = vector is not None and np.dtype(dtype) == np.dtype(np.float32) and not block.padded and bool(axes) \
+        and axes[-1] == len(block.shape) - 1 and block.shape[-1] % 4 == 0 and block.block_shape[-1] % 4 == 0
     return _Ref("global", name, np.dtype(dtype), block.ref_shape, tuple(block.shape), tuple(offs), axes, block.padded,
-                r.wide)
+                r.wide, vector if vec else None)
 
 
 def _depends(prog, i):
@@ -1565,8 +1703,10 @@ def _accumulating_dot(p):
 
 def _render_accumulating_dot(r, p, match, ins, outs, pids, kdim):
     """The body ``_accumulating_dot`` matched, for the instance ``pids`` of the other grid axes: each work item
-    keeps a register tile of the output block (``_dot_tile``) across the ``kdim`` grid steps and each block's
-    contraction, then stores it once."""
+    keeps a register tile of the output block (``_dot_tile``: ``_FUSED_TILE`` outputs, up to 16 columns, on CPU
+    OpenCL devices; ``_VECTOR_TILE`` where operands are read as vectors) across the ``kdim`` grid steps and each
+    block's contraction, then stores it once. Where ``_vector_operands`` allows it, both operands are read four
+    float32 elements per load (``_accumulate_vectors``)."""
     zero, xi, yi = match
     b = r.b
     ob = p["out_blocks"][0]
@@ -1574,9 +1714,16 @@ def _render_accumulating_dot(r, p, match, ins, outs, pids, kdim):
     acc_d = _acc_dtype(d)
     oref = _global_ref(r, outs[0], ob, d, pids[:-1] + [_i(0)])
     oshape = tuple(oref.shape)
-    tr, tc = _dot_tile(oshape, r.wg, _FUSED_TILE if r.wide else 16)
+    vec = r.vectors is not None and _vector_operands(p, xi, yi, d) and (
+        r.vector_room is None or r.vector_room >= 2)
+    if r.wide:
+        tr, tc = _dot_tile(oshape, r.wg, _FUSED_TILE, 16)
+    else:
+        tr, tc = _dot_tile(oshape, r.wg, _VECTOR_TILE if vec else 16)
+    vec = vec and tc % 4 == 0
     tshape = (oshape[0] // tr, oshape[1] // tc)
     nk = p["in_blocks"][xi].ref_shape[1]
+    names = (r.vector_name(xi), r.vector_name(yi)) if vec else None
 
     def body(tidx, slot):
         elems = []
@@ -1594,42 +1741,98 @@ def _render_accumulating_dot(r, p, match, ins, outs, pids, kdim):
             kp = pids[:-1] + [kg]
             xr = _global_ref(r, ins[xi], p["in_blocks"][xi], d, kp)
             yr = _global_ref(r, ins[yi], p["in_blocks"][yi], d, kp)
-            uk = _UNROLL_K if len(elems) > 1 and nk % _UNROLL_K == 0 else 1
-            with b.loop(_i(0), _i(nk), _i(uk), hint="k") as k:
-                for u in range(uk):
-                    ku = op("add", k, _i(u)) if u else k
-                    cache: dict = {}
-
-                    def val(ref, ix, key):
-                        if key not in cache:
-                            ad = _bound_address(b, ref.address(list(ix), False))
-                            cache[key] = convert(b, b.let(Load("global", ref.name, ad, d), "ld"), acc_d)
-                        return cache[key]
-                    for acc, (i, j) in zip(accs, elems, strict=True):
-                        xa = val(xr, (i, ku), ("x", i))
-                        yb = val(yr, (ku, j), ("y", j))
-                        b.assign(acc, op("add", acc, op("mul", xa, yb)))
+            if vec:
+                _accumulate_vectors(b, (xr, yr), names, nk, accs, elems[::tc], elems[:tc], d)
+            else:
+                _accumulate_scalars(b, (xr, yr), nk, accs, elems, d, acc_d)
         for acc, ix in zip(accs, elems, strict=True):
             b.store(oref.name, oref.address(list(ix), False), _narrow(b, acc, d))
 
     r.par_for(tshape, body)
 
 
-#: Outputs per work item of ``_render_accumulating_dot``'s register tile on CPU OpenCL devices (4 x 8, as
-#: ``register_tiles``' default): the 256^3 example on PoCL 3.0 took 0.53x the time of 16 per item (2 x 8).
-_FUSED_TILE = 32
+def _accumulate_scalars(b, refs, nk, accs, elems, d, acc_d):
+    """One grid step's contraction of ``_render_accumulating_dot``, one element per load (each loaded once per
+    step of the contraction), ``_UNROLL_K`` steps per iteration."""
+    xr, yr = refs
+    uk = _UNROLL_K if len(elems) > 1 and nk % _UNROLL_K == 0 else 1
+    with b.loop(_i(0), _i(nk), _i(uk), hint="k") as k:
+        for u in range(uk):
+            ku = op("add", k, _i(u)) if u else k
+            cache: dict = {}
+
+            def val(ref, ix, key):
+                if key not in cache:
+                    ad = _bound_address(b, ref.address(list(ix), False))
+                    cache[key] = convert(b, b.let(Load("global", ref.name, ad, d), "ld"), acc_d)
+                return cache[key]
+            for acc, (i, j) in zip(accs, elems, strict=True):
+                xa = val(xr, (i, ku), ("x", i))
+                yb = val(yr, (ku, j), ("y", j))
+                b.assign(acc, op("add", acc, op("mul", xa, yb)))
 
 
-def default_workgroup(eqn, caps):
-    """``workgroup_size`` of one ``pallas_call`` equation: for a k-accumulating product on a CPU OpenCL device
-    (``_accumulating_dot``), one work item per ``_FUSED_TILE`` outputs of the block."""
+def _vector_operands(p, xi, yi, d):
+    """Whether the k-accumulating product's operands can be read four elements per load (``r.vectors``, the
+    scheduler option ``dot_vec4``: webgpu on a CPU adapter): float32 blocks whose last axis is the array's
+    last, with that axis's length, the block's extent along it and the contraction block all multiples of 4
+    (every vector then whole and aligned in its buffer)."""
+    if d != np.dtype(np.float32) or p["aliases"]:
+        return False
+    for k in (xi, yi):
+        bk = p["in_blocks"][k]
+        if (bk.block_shape[-1] is None or len(bk.ref_shape) != 2 or bk.shape[-1] % 4 or bk.block_shape[-1] % 4):
+            return False
+    return True
+
+
+def _accumulate_vectors(b, refs, names, nk, accs, rows, cols, d):
+    """One grid step's contraction of ``_render_accumulating_dot`` with vector reads: per four steps of the
+    contraction one vector of ``x`` per tile row (its four contraction elements) and per step one vector of
+    ``y`` per four tile columns; each accumulator adds its products in the contraction's order, as the scalar
+    form (the same results, bit for bit)."""
+    xr, yr = refs
+    v4 = vector_dtype(d)
+    tc = len(cols)
+    with b.loop(_i(0), _i(nk), _i(4), hint="k") as k:
+        xs = [b.let(Load("global", names[0], _div(xr.address([i, k], False), 4), v4), "xv") for i, _ in rows]
+        for u in range(4):
+            ku = op("add", k, _i(u)) if u else k
+            ys = []
+            for q in range(0, tc, 4):
+                yv = b.let(Load("global", names[1], _div(yr.address([ku, cols[q][1]], False), 4), v4), "yv")
+                ys.extend(b.let(Lane(yv, lane, d)) for lane in range(4))
+            for a, xv in enumerate(xs):
+                xa = b.let(Lane(xv, u, d))
+                for c in range(tc):
+                    acc = accs[a * tc + c]
+                    b.assign(acc, op("add", acc, op("mul", xa, ys[c])))
+
+
+#: Outputs per work item of ``_render_accumulating_dot``'s register tile on CPU OpenCL devices (4 x 16): the
+#: 256^3 example with 32 x 32 blocks on PoCL 3.0 took 0.6x the time of 4 x 8, on PoCL 3.1 0.75x (tenth
+#: session; 4 x 8 had been 0.53x the time of 2 x 8); 8 x 8 was close, 8 x 16 slower on PoCL 3.0.
+_FUSED_TILE = 64
+#: The same where the operands are read as vectors (``_accumulate_vectors``, lavapipe): 8 x 8 (the example
+#: 0.85x the time of fnarray's own product there; 4 x 8 1.0x, 16 x 4 and 4 x 16 0.96-1.01x; tenth session)
+_VECTOR_TILE = 64
+
+
+def default_workgroup(eqn, caps, vectors=False):
+    """``workgroup_size`` of one ``pallas_call`` equation: for a k-accumulating product (``_accumulating_dot``)
+    on a CPU OpenCL device, one work item per ``_FUSED_TILE`` outputs of the block; with ``vectors`` (operands
+    read as vectors: ``render(vectors=)``) where ``_vector_operands`` allows it, one per ``_VECTOR_TILE``."""
     p = eqn.params
-    if (getattr(caps, "matmul_tiling", "local") == "register" and "workgroup" not in dict(p["compiler_params"])
-            and _accumulating_dot(p) is not None):
+    register = getattr(caps, "matmul_tiling", "local") == "register"
+    match = _accumulating_dot(p) if (register or vectors) and "workgroup" not in dict(p["compiler_params"]) \
+        else None
+    if match is not None and (register or _vector_operands(p, match[1], match[2],
+                                                            np.dtype(p["out_avals"][0].dtype))):
+        tile = _FUSED_TILE if register else _VECTOR_TILE
         n = math.prod(p["out_blocks"][0].ref_shape)
         cap = min(_MAX_WG, caps.max_workgroup_size or _MAX_WG)
-        if n % _FUSED_TILE == 0 and 1 <= n // _FUSED_TILE <= cap:
-            return n // _FUSED_TILE
+        if n % tile == 0 and 1 <= n // tile <= cap:
+            return n // tile
     blocks = list(p["in_blocks"]) + list(p["out_blocks"])
     largest = max([math.prod(bk.ref_shape) for bk in blocks] + [math.prod(s.shape) for s in p["scratch"]] + [1])
     return workgroup_size(caps, p, largest, _has_dot(p["body"].program))
@@ -1653,42 +1856,50 @@ def row_count(eqn, caps):
     return shape[0] if len(shape) >= 1 and 2 <= shape[0] <= cap else None
 
 
-def _rows_by_default(caps):
+def _rows_by_default(caps, program):
     """Whether row mode is the default where ``row_count`` allows it: on a CPU WebGPU adapter (lavapipe: flash
-    attention 0.6x the time, its SIMD lanes reading each item's private row with one vector access); not on
-    CPU OpenCL devices (PoCL 3.0 1.1x the time, PoCL 3.1 0.9x: docs/performance.md), where ``PALLAS_TUNABLE``
-    may still choose it."""
-    return not caps.tiling_pays and getattr(caps, "matmul_tiling", "local") != "register"
+    attention 0.6x the time, its SIMD lanes reading each item's private row with one vector access); on CPU
+    OpenCL devices for a body without a ``dot`` (reductions only: the softmax and layer-norm examples 0.25-0.5x
+    the time on PoCL 3.0 and 3.1, tenth session), not with one (flash attention: PoCL 3.0 1.1x the time, PoCL
+    3.1 1.2x of its staged form: docs/performance.md), where ``PALLAS_TUNABLE`` may still choose it."""
+    if getattr(caps, "matmul_tiling", "local") == "register":
+        return not any(e.primitive is P.dot_general for e in walk_body(program))
+    return not caps.tiling_pays
 
 
-def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False):
+def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=None, tile=_DOT_TILE):
     """The kernel of one ``pallas_call`` equation: ``(builder, global size, local size)``; ``buffer_names(b)``
     gives ``(input names, output names)``; ``wg``: the work-group size (default ``default_workgroup``).
     ``rows``: one work item per row of the blocks (``row_count`` of them, ``wg`` ignored) and no barriers, where
     every work item reads and writes only its own row of work-group memory and of the output and scratch refs;
     where it would not, the usual form. ``stage``: a transposed ``dot`` operand is staged in work-group memory
-    in its own layout (``_Renderer.stage_swapped``; not in row mode). A kernel whose usual form does not render
-    (its blocks past the work-group memory) is tried in row mode too, where its block values are private
-    arrays. Raises ``Unrenderable``."""
+    in its own layout (``_Renderer.stage_swapped``; not in row mode). ``vectors(b, k)``: the name of a binding
+    of input ``k`` as four-float32 vectors (``ir.vector_dtype``; only for targets that print them: WGSL),
+    through which a k-accumulating product reads its operands (``_accumulate_vectors``). A kernel whose usual
+    form does not render (its blocks past the work-group memory) is tried in row mode too, where its block
+    values are private arrays. ``tile``: the most outputs of a ``dot``'s register tile per work item outside
+    row mode (up to 16 columns above 16, else 8). Raises ``Unrenderable``."""
     n_rows = row_count(eqn, caps)
     if rows and n_rows is not None:
         try:
-            return _render(eqn, caps, buffer_names, n_rows, True)
+            return _render(eqn, caps, buffer_names, n_rows, True, vectors=vectors)
         except _NotRowwise:
             wg = None
+    if wg is None:
+        wg = default_workgroup(eqn, caps, vectors is not None)
     try:
-        return _render(eqn, caps, buffer_names, default_workgroup(eqn, caps) if wg is None else wg, False, stage)
+        return _render(eqn, caps, buffer_names, wg, False, stage, vectors, tile)
     except Unrenderable:
         if rows or n_rows is None:
             raise
         try:
-            return _render(eqn, caps, buffer_names, n_rows, True)
+            return _render(eqn, caps, buffer_names, n_rows, True, vectors=vectors)
         except _NotRowwise:
             pass
         raise
 
 
-def _render(eqn, caps, buffer_names, wg, rows, stage=False):
+def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None, tile=_DOT_TILE):
     p = eqn.params
     grid = tuple(p["grid"])
     total = math.prod(grid)
@@ -1700,6 +1911,9 @@ def _render(eqn, caps, buffer_names, wg, rows, stage=False):
     fused = None if r.stage_dots else _accumulating_dot(p)
     r.rows = rows and fused is None
     r.stage_swapped = stage
+    r.vectors, r.dot_tile = vectors, tile
+    if caps.max_buffers_per_kernel is not None:
+        r.vector_room = caps.max_buffers_per_kernel - len(eqn.inputs) - len(p["out_avals"])
     if fused is not None:
         grid, total = grid[:-1], math.prod(grid[:-1])
     scratch_names = [r.local_array(s.dtype, math.prod(s.shape), "scr") for s in p["scratch"]]
@@ -1721,8 +1935,8 @@ def _render(eqn, caps, buffer_names, wg, rows, stage=False):
             if walk:
                 r.barrier("global")
             return b, gsize, lsize
-        refs = [_global_ref(r, nm, bk, a.aval.dtype, pids)
-                for nm, bk, a in zip(ins, p["in_blocks"], eqn.inputs, strict=True)]
+        refs = [_global_ref(r, nm, bk, a.aval.dtype, pids, k if r.vectors is not None else None)
+                for k, (nm, bk, a) in enumerate(zip(ins, p["in_blocks"], eqn.inputs, strict=True))]
         refs += [_global_ref(r, nm, bk, a.dtype, pids)
                  for nm, bk, a in zip(outs, p["out_blocks"], p["out_avals"], strict=True)]
         refs += [_Ref("local", nm, s.dtype, tuple(s.shape)) for nm, s in zip(scratch_names, p["scratch"], strict=True)]
@@ -1813,16 +2027,21 @@ class PallasGroup(EquationGroup):
     kind = "pallas"
 
     def codegen(self):
-        default = {"workgroup": default_workgroup(self.eqn, self.ctx.caps), "rows": False, "stage": False}
+        default = {"workgroup": default_workgroup(self.eqn, self.ctx.caps, self._vectors_allowed()), "rows": False,
+                   "stage": False, "tile": _DOT_TILE}
         n_rows = row_count(self.eqn, self.ctx.caps)
         cp = dict(self.eqn.params["compiler_params"])
-        if n_rows is not None and (cp.get("rows") is True or _rows_by_default(self.ctx.caps)):
-            default = {"workgroup": n_rows, "rows": True, "stage": False}
+        if n_rows is not None and (cp.get("rows") is True
+                                   or _rows_by_default(self.ctx.caps, self.eqn.params["body"].program)):
+            default = {"workgroup": n_rows, "rows": True, "stage": False, "tile": _DOT_TILE}
         if "stage" in cp:
             default["stage"] = bool(cp["stage"])
-        if "workgroup" in cp or "rows" in cp or "stage" in cp:
+        if "tile" in cp:
+            default["tile"] = int(cp["tile"])
+        if "workgroup" in cp or "rows" in cp or "stage" in cp or "tile" in cp:
             return self._variant(default)
-        return self.ctx.tuned(PALLAS_TUNABLE, default, self._variant, {"rows": n_rows or 0})
+        has_dot = any(q.primitive is P.dot_general for q in walk_body(self.eqn.params["body"].program))
+        return self.ctx.tuned(PALLAS_TUNABLE, default, self._variant, {"rows": n_rows or 0, "dot": int(has_dot)})
 
     def _variant(self, choice):
         ctx, e = self.ctx, self.eqn
@@ -1847,12 +2066,34 @@ class PallasGroup(EquationGroup):
                 ins.append(nm)
             return ins, [ctx.output(b, args, v) for v in e.outputs]
 
+        def vectors(b, k):
+            a = e.inputs[k]
+            spec = ctx.spec(a)
+            nm = b.buffer(("vec4", spec), vector_dtype(a.aval.dtype), False, "wide")
+            args[nm] = spec
+            return nm
+
         b, gsize, lsize = render(e, ctx.caps, names, choice["workgroup"], choice.get("rows", False),
-                                 choice.get("stage", False))
+                                 choice.get("stage", False), vectors if self._vectors_allowed() else None,
+                                 choice.get("tile", _DOT_TILE))
         kernel = hoisted_kernel(b, lsize, bool(getattr(ctx.caps, "uniform_guard", False)))
         vals = [args[pp.name] for pp in kernel.params]
+        if not _vectors_unwritten(kernel, vals):   # WebGPU refuses a buffer bound read-only and writable at once
+            args.clear()
+            b, gsize, lsize = render(e, ctx.caps, names, choice["workgroup"], choice.get("rows", False),
+                                     choice.get("stage", False), tile=choice.get("tile", _DOT_TILE))
+            kernel = hoisted_kernel(b, lsize, bool(getattr(ctx.caps, "uniform_guard", False)))
+            vals = [args[pp.name] for pp in kernel.params]
         launches.append(Launch(kernel, vals, gsize, lsize, tracker.eqns, "pallas"))
         return launches
+
+    def _vectors_allowed(self):
+        """Whether the kernel may bind its inputs a second time as vectors (``render(vectors=)``): the scheduler
+        option ``dot_vec4`` (webgpu on a CPU adapter, as ``groups/dot.py``), with room for two more bindings
+        within the target's buffers per kernel (``_Renderer.vector_room`` counts them as they are made)."""
+        limit = self.ctx.caps.max_buffers_per_kernel
+        n = len(self.eqn.inputs) + len(self.eqn.outputs) + 2
+        return bool(self.ctx.opts.get("dot_vec4", False)) and (limit is None or n <= limit)
 
     def _zeros(self, dst):
         """A launch storing zeros into all of ``dst`` (a result ``stores_everything`` cannot vouch for)."""
@@ -1881,6 +2122,14 @@ class PallasGroup(EquationGroup):
             b.store(out, gid, b.load(nm, gid, src.aval.dtype))
         kernel = b.build()
         return Launch(kernel, [args[pp.name] for pp in kernel.params], gsize, lsize, [self.eqn], "copy")
+
+
+def _vectors_unwritten(kernel, vals):
+    """Whether no buffer that ``kernel`` binds as vectors is one it also writes (the values ``vals`` of its
+    parameters compared by identity, as ``groups/dot.py``'s ``_vectors_fit``)."""
+    bufs = [(pp, a) for pp, a in zip(kernel.params, vals, strict=True) if isinstance(pp, BufferParam)]
+    written = {id(a) for pp, a in bufs if pp.writes}
+    return not any(id(a) in written for pp, a in bufs if np.dtype(pp.dtype).subdtype is not None)
 
 
 _REASONS: dict = {}
