@@ -66,11 +66,13 @@ def test_truncated_opencl_entry_warns_is_rebuilt_and_correct(cache_dir):
     src = ("__kernel void fnarray_cache_probe(__global float *x) "
            "{ x[get_global_id(0)] = 2.0f * x[get_global_id(0)] + 1.0f; }")
     state._build(src)
+    state.store_binaries()  # PoCL: read at exit (other drivers: at the build, and this does nothing)
     (path,) = _entries(cache_dir, "opencl")
     full = open(path, "rb").read()
     open(path, "wb").write(full[: len(full) // 2])   # a writer killed half way (no rename would allow this)
     with pytest.warns(compile_cache.CacheWarning, match="truncated or corrupted"):
         prog = state._build(src)
+    state.store_binaries()
     assert open(path, "rb").read() == full or compile_cache._unpack(open(path, "rb").read()) is not None
     import pyopencl as cl
     x = np.arange(8, dtype=np.float32)
@@ -81,6 +83,90 @@ def test_truncated_opencl_entry_warns_is_rebuilt_and_correct(cache_dir):
     np.testing.assert_array_equal(out, 2 * x + 1)
     # The rebuilt entry is read back from the binary by the next build.
     assert compile_cache.get("opencl", os.path.basename(path)[:-4]) is not None
+
+
+def _pocl_state():
+    require_backend("opencl")
+    dev = fa.devices("opencl")[0]
+    state = dev.impl.state(dev)
+    if not state.is_pocl:
+        pytest.skip("PoCL-only: other drivers compile at clBuildProgram, and their binaries are stored then")
+    return dev, state
+
+
+def _count_binary_reads(monkeypatch):
+    """Count reads of ``cl.Program.binaries`` (the read that makes PoCL compile every kernel)."""
+    import pyopencl as cl
+    reads = []
+
+    def binaries(prog):
+        reads.append(prog)
+        return prog.get_info(cl.program_info.BINARIES)
+
+    monkeypatch.setattr(cl.Program, "binaries", property(binaries), raising=False)
+    return reads
+
+
+def test_pocl_binaries_are_read_after_the_first_call_not_before(cache_dir, monkeypatch):
+    # Reading ``prog.binaries`` right after the build made PoCL compile every kernel a second time (a cold first
+    # call with the cache twice as slow as without it): fnarray reads them at exit (``_DeviceState.at_exit``),
+    # here called by hand.
+    dev, state = _pocl_state()
+    reads = _count_binary_reads(monkeypatch)
+    import fnarray.numpy as fnp
+    c = float(np.random.default_rng().integers(1 << 20)) + 0.5   # a program this process has not built yet
+    f = fa.jit(lambda a: fnp.exp(a * 0.25) + c)
+    x = np.linspace(-1, 1, 17, dtype=np.float32)
+    out = np.asarray(f(fa.device_put(x, dev)))
+    np.testing.assert_allclose(out, np.exp(x.astype(np.float64) * 0.25) + c, rtol=1e-6)
+    assert reads == [] and _entries(cache_dir, "opencl") == []
+    assert state.pending_binaries
+    state.at_exit()
+    assert reads and not state.pending_binaries
+    assert _entries(cache_dir, "opencl")
+    state.store_binaries()   # nothing left: no second read
+    assert len(reads) == len(_entries(cache_dir, "opencl"))
+
+
+_HIT_WORKER = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import fnarray as fa
+    import fnarray.numpy as fnp
+    from fnarray.devices import compile_cache
+    hits = []
+    get = compile_cache.get
+    def counted(ns, k):
+        got = get(ns, k)
+        if ns == "opencl":
+            hits.append(got is not None)
+        return got
+    compile_cache.get = counted
+    f = fa.jit(lambda a: fnp.cos(a * 1.5) * 2.0)
+    x = fa.device_put(np.linspace(-1, 1, 9, dtype=np.float32), "opencl:0")
+    print(repr(np.asarray(f(x)).tolist()))
+    print(repr(hits))
+""")
+
+
+def test_a_second_process_reads_the_opencl_binary_the_first_stored_at_exit(tmp_path):
+    require_backend("opencl")
+    script = tmp_path / "worker.py"
+    script.write_text(_HIT_WORKER)
+    root = tmp_path / "cache"
+    env = dict(os.environ, PYTHONPATH=os.getcwd(), FNARRAY_CACHE_DIR=str(root), POCL_KERNEL_CACHE="0")
+    x = np.linspace(-1, 1, 9, dtype=np.float32)
+    outs = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0 and "CacheWarning" not in r.stderr, r.stderr
+        values, hits = r.stdout.strip().splitlines()[-2:]
+        np.testing.assert_allclose(eval(values), np.cos(x * 1.5) * 2.0, rtol=1e-5, atol=1e-6)
+        outs.append(eval(hits))
+        assert _entries(root, "opencl")   # the first process stored its binary (at exit, on PoCL)
+    # The second process found every program it built in the cache (its schedules are read back too, so it
+    # may build fewer programs than the first).
+    assert outs[0] and not any(outs[0]) and outs[1] and all(outs[1]), outs
 
 
 _WORKER = textwrap.dedent("""

@@ -58,7 +58,8 @@ class Config:
       ``UnsupportedOnDevice``) or ``"silent"``. Env: ``FNARRAY_FALLBACK``.
     - ``default_device``: a device string, or ``None`` to pick one. Env: ``FNARRAY_DEVICE``.
     - ``compilation_cache_dir``: a folder for the persistent compilation cache (OpenCL program binaries,
-      JAX's XLA executables; ``fnarray.devices.compile_cache``), or ``None`` (default): off.
+      JAX's XLA executables; ``fnarray.devices.compile_cache``), or ``None`` (default): off. On PoCL the
+      binaries are written at exit.
       Env: ``FNARRAY_CACHE_DIR``.
     - ``debug_nans`` / ``debug_infs``: when a jitted call or an eager op produces a NaN (an inf) in a
       floating output, raise ``FloatingPointError`` naming the first primitive that made it and the

@@ -4,7 +4,9 @@ Off unless ``fnarray.config.compilation_cache_dir`` (env ``FNARRAY_CACHE_DIR``) 
 What is kept there:
 
 - OpenCL program binaries (``Program.binaries``), rebuilt from the binary in a later process
-  instead of compiling the OpenCL C again;
+  instead of compiling the OpenCL C again. On PoCL, which compiles a kernel at its first launch,
+  reading the binary makes it compile every kernel once more: there the binary is read at exit,
+  after the process's calls (``fnarray/lowering/opencl/backend.py``, ``_DeviceState._build``);
 - kernel schedules of the opencl and webgpu backends (the fused kernels, their generated source and
   launch plans, pickled), so a later process neither schedules nor renders them again (the WGSL
   pipelines themselves are created anew: wgpu-py 0.32 has no pipeline cache);

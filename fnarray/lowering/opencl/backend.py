@@ -159,6 +159,11 @@ class _DeviceState:
         self.pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(self.queue))
         self.lock = threading.RLock()  # kernel arguments + enqueue, builds, pool allocation
         self.programs = LRUCache(_kernel_cache_size)  # kernel source -> built cl.Program
+        try:  # PoCL compiles kernels lazily (``_build``)
+            self.is_pocl = "Portable Computing Language" in cl_device.platform.name
+        except cl.Error:  # pragma: no cover (a driver without the query)
+            self.is_pocl = False
+        self.pending_binaries: list = []  # (cache folder, key, cl.Program) to store at exit (``_build``)
         self.scalars: dict = {}       # (dtype, bytes) -> CLBuffer of a 0-d value (arrays are immutable)
         self.held_bytes = 0           # buffer bytes executables keep between calls (dispatch.py: arenas)
         ext = cl_device.extensions.split()
@@ -203,6 +208,22 @@ class _DeviceState:
         self.queue.finish()
         if self._profiling_queue is not None:
             self._profiling_queue.finish()
+
+    def store_binaries(self):
+        """Write the program binaries ``_build`` deferred into the persistent cache (called at exit)."""
+        with self.lock:
+            pending, self.pending_binaries = self.pending_binaries, []
+        for root, k, prog in pending:
+            if compile_cache.cache_dir() != root:  # the cache folder changed since: not this one's entry
+                continue
+            binaries = prog.binaries
+            if binaries and binaries[0]:
+                compile_cache.put("opencl", k, bytes(binaries[0]))
+
+    def at_exit(self):
+        """``finish``, then ``store_binaries`` (``teardown.keep_until_exit``)."""
+        self.finish()
+        self.store_binaries()
 
     def profiling_queue(self):
         """A second in-order queue with profiling events, made on first use (only the profiler uses it)."""
@@ -293,9 +314,19 @@ class _DeviceState:
             except cl.Error:  # a binary the driver no longer accepts: compile the source again
                 pass
         prog = cl.Program(self.context, text).build()
-        binaries = prog.binaries
-        if binaries and binaries[0]:
-            compile_cache.put("opencl", k, bytes(binaries[0]))
+        if not self.is_pocl:
+            binaries = prog.binaries  # compiled by the build already: cheap to read
+            if binaries and binaries[0]:
+                compile_cache.put("opencl", k, bytes(binaries[0]))
+        else:
+            # PoCL compiles a kernel at its first launch, for the launch's work-group size; reading
+            # ``prog.binaries`` makes it compile every kernel once more, for any size (about as long as the
+            # launches' compile: a cold first call twice as slow, docs/performance.md "The persistent cache, cold,
+            # on PoCL"). So the binary is read at exit, after the process's calls. (Storing none while PoCL's own
+            # kernel cache is on was measured too: a later process then builds from source through PoCL's cache,
+            # 0.05-0.1 s slower on its first call than from the binary.)
+            with self.lock:
+                self.pending_binaries.append((compile_cache.cache_dir(), k, prog))
         return prog
 
 
@@ -428,7 +459,7 @@ class OpenCLBackend(Backend):
                 continue
             # At exit: finish its queues, and keep context, queues, pool and programs out of the interpreter's
             # teardown (fnarray/devices/teardown.py: the segfault at exit).
-            teardown.keep_until_exit(state, state.finish)
+            teardown.keep_until_exit(state, state.at_exit)
             i = len(self._devices)
             kind = "gpu" if d.type & cl.device_type.GPU else "cpu"
             desc = f"{platform.name.strip()} {d.name.strip()} ({d.version.strip()})"
