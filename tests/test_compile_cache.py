@@ -128,6 +128,25 @@ def test_pocl_binaries_are_read_after_the_first_call_not_before(cache_dir, monke
     assert len(reads) == len(_entries(cache_dir, "opencl"))
 
 
+def test_pocl_binaries_waiting_for_the_exit_are_bounded(cache_dir, monkeypatch):
+    # A long process building many programs keeps at most PENDING_BINARIES_MAX waiting; the oldest are stored.
+    from fnarray.lowering.opencl import backend as ocl
+    dev, state = _pocl_state()
+    state.store_binaries()   # what earlier tests left
+    reads = _count_binary_reads(monkeypatch)
+    monkeypatch.setattr(ocl, "PENDING_BINARIES_MAX", 2)
+    base = float(np.random.default_rng().integers(1 << 20))
+    x = fa.device_put(np.linspace(-1, 1, 5, dtype=np.float32), dev)
+    for i in range(5):   # five programs this process has not built yet
+        c = base + i + 0.5
+        np.testing.assert_allclose(np.asarray(fa.jit(lambda a, c=c: a * 3.0 + c)(x)),
+                                   np.linspace(-1, 1, 5) * 3.0 + c, rtol=1e-6)
+        assert len(state.pending_binaries) <= 2
+    assert len(reads) >= 3 and len(_entries(cache_dir, "opencl")) == len(reads)
+    state.store_binaries()
+    assert not state.pending_binaries and len(_entries(cache_dir, "opencl")) == len(reads)
+
+
 _HIT_WORKER = textwrap.dedent("""
     import sys
     import numpy as np

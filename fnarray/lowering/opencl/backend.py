@@ -148,6 +148,11 @@ def _storage(dtype):
     return np.dtype(np.uint8) if dtype == np.bool_ or dtypes.is_low_bit(dtype) else np.dtype(dtype)
 
 
+#: Programs whose binaries wait for the exit (PoCL, ``_DeviceState._build``) at most; past it the oldest are
+#: stored at once, so a long process building many programs keeps a bounded number of them alive.
+PENDING_BINARIES_MAX = 256
+
+
 class _DeviceState:
     """One OpenCL device: context, in-order queue, memory pool, program cache and capabilities."""
 
@@ -213,6 +218,11 @@ class _DeviceState:
         """Write the program binaries ``_build`` deferred into the persistent cache (called at exit)."""
         with self.lock:
             pending, self.pending_binaries = self.pending_binaries, []
+        self._store(pending)
+
+    @staticmethod
+    def _store(pending):
+        """Read each ``(cache folder, key, cl.Program)``'s binary and write it into the persistent cache."""
         for root, k, prog in pending:
             if compile_cache.cache_dir() != root:  # the cache folder changed since: not this one's entry
                 continue
@@ -327,6 +337,10 @@ class _DeviceState:
             # 0.05-0.1 s slower on its first call than from the binary.)
             with self.lock:
                 self.pending_binaries.append((compile_cache.cache_dir(), k, prog))
+                over = self.pending_binaries[:-PENDING_BINARIES_MAX] if (
+                    len(self.pending_binaries) > PENDING_BINARIES_MAX) else []
+                del self.pending_binaries[:len(over)]
+            self._store(over)   # bounded memory: the oldest, long since launched, are stored now
         return prog
 
 
