@@ -158,8 +158,9 @@ PORTABLE_LIMITS = {
 }
 #: Storage buffers per kernel asked of a native adapter, up to what it offers (lavapipe: 32), where
 #: ``PORTABLE_LIMITS`` would give 8: more buffers per kernel let the scheduler fuse more, and on lavapipe each
-#: launch costs ~0.1-0.7 ms of waiting (the digits MLP step: 24 launches at 8, 15 at 32, 9.0 -> 3.7 ms wall,
-#: tenth session). ``fa.export.webgpu`` schedules under ``portable_limits()`` (8), so bundles run everywhere.
+#: launch costs ~0.1-0.7 ms of waiting (the digits MLP step of ``benchmarks/digits_step.py``: 22 kernels at 8,
+#: 14 at 32, 0.80x the CPU time; tenth session). ``fa.export.webgpu`` schedules under ``portable_limits()``
+#: (8), so bundles run everywhere.
 NATIVE_STORAGE_BUFFERS = 32
 _PORTABLE = contextvars.ContextVar("fnarray_webgpu_portable", default=False)
 
@@ -327,10 +328,11 @@ class _GPU:
             return self._device
         lim = self.adapter.limits
         # The compute limits every WebGPU implementation (a browser included) gives by default: the device
-        # is made with those, so kernels that run here run everywhere. Buffer sizes are the adapter's.
+        # is made with those, except the storage buffers per stage (the adapter's, up to
+        # NATIVE_STORAGE_BUFFERS; exports schedule within PORTABLE_LIMITS' 8). Buffer sizes are the adapter's.
         want = {k: min(v, lim[k]) for k, v in PORTABLE_LIMITS.items() if k in lim}
         key = "max-storage-buffers-per-shader-stage"
-        if key in lim:   # more per kernel where the adapter has them; exports schedule with PORTABLE_LIMITS
+        if key in lim:
             want[key] = max(want[key], min(NATIVE_STORAGE_BUFFERS, lim[key]))
         want.update({k: lim[k] for k in ("max-storage-buffer-binding-size", "max-buffer-size") if k in lim})
         feats = ["shader-f16"] if self.has_f16 else []
@@ -804,6 +806,7 @@ class WebGPUBackend(Backend):
         platform = "cpu" if gpu.adapter_type.lower() == "cpu" else "gpu"
         self._devices = [Device("webgpu", 0, platform, gpu.describe(), handle=gpu)]
         self._caps = None
+        self._portable_caps = None   # (``_caps``, the same within portable_limits()), made on first use
 
     def devices(self):
         return self._devices
@@ -812,11 +815,14 @@ class WebGPUBackend(Backend):
         caps = self._caps
         if caps is None:
             caps = self._caps = self._native_capabilities()
-        if _PORTABLE.get():
+        if not _PORTABLE.get():
+            return caps
+        made = self._portable_caps   # (the capabilities it was made from, the portable ones)
+        if made is None or made[0] is not caps:
             portable = PORTABLE_LIMITS["max-storage-buffers-per-shader-stage"]
-            if caps.max_buffers_per_kernel > portable:
-                caps = dataclasses.replace(caps, max_buffers_per_kernel=portable)
-        return caps
+            made = self._portable_caps = (caps, dataclasses.replace(
+                caps, max_buffers_per_kernel=min(portable, caps.max_buffers_per_kernel)))
+        return made[1]
 
     def _native_capabilities(self) -> Capabilities:
         """The ``Capabilities`` of the device as opened (its limits, dtypes, adapter kind)."""
