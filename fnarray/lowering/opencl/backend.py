@@ -337,9 +337,9 @@ class _DeviceState:
             # 0.05-0.1 s slower on its first call than from the binary.)
             with self.lock:
                 self.pending_binaries.append((compile_cache.cache_dir(), k, prog))
-                over = self.pending_binaries[:-PENDING_BINARIES_MAX] if (
-                    len(self.pending_binaries) > PENDING_BINARIES_MAX) else []
-                del self.pending_binaries[:len(over)]
+                excess = max(0, len(self.pending_binaries) - PENDING_BINARIES_MAX)
+                over = self.pending_binaries[:excess]
+                del self.pending_binaries[:excess]
             self._store(over)   # bounded memory: the oldest, long since launched, are stored now
         return prog
 
