@@ -48,7 +48,11 @@ the matmul 2.4x faster there (docs/performance.md).
 ``PALLAS_TUNABLE`` choice elsewhere): one work
 item per row of the first output block, each phase giving row ``lid`` of its block to item ``lid``, the block
 values in the item's private arrays and no barrier; ``_Renderer.own_row`` refuses (``_NotRowwise``) any access of
-shared memory outside the item's row, and the usual form is rendered instead. Outside row mode a transposed
+shared memory outside the item's row, and the usual form is rendered instead. With ``row_tile`` rows per item
+(``render(row_tile=)``, rows ``lid``, ``lid + wg``, ...: ``_Renderer.row_ids``; two by default on lavapipe for a
+body with a ``dot``) the phases take the item's rows in turn and a ``dot`` with a two-axis result computes one
+register tile over all of them, each right-operand vector read once for its rows (flash attention 0.63-0.68x
+the time of one row per item on lavapipe). Outside row mode a transposed
 ``dot`` operand (``k.T``) may be staged in work-group memory in its own layout (``stage``; chosen by
 ``_pallas_cost`` on PoCL with LLVM 15, whose vectoriser gathers the in-place reads).
 
@@ -1022,7 +1026,8 @@ def _shared_reduce(r, name, out_shape, lanes, kinds, partial):
 #: ``dot`` contraction; the code grows), 1.05x at 16
 _ROW_UNROLL = 4
 #: the most outputs of a ``dot``'s register tile in row mode with several rows per work item (``_dot``): their
-#: columns as many as fit
+#: columns as many as fit (lavapipe's flash attention at two rows: 32, tiles of 2 x 16, 0.63-0.64x the time of
+#: one row per item; 16, tiles of 2 x 8, 0.67-0.68x; four rows: 4 x 8 0.79x, 4 x 4 0.90-1.08x)
 _ROW_TILE_OUTPUTS = 32
 #: consecutive elements per lane of a shared reduction, unrolled (``_reduce``)
 _RUN = 8
@@ -1755,7 +1760,7 @@ def _render_accumulating_dot(r, p, match, ins, outs, pids, kdim):
     if r.wide:
         tr, tc = _dot_tile(oshape, r.wg, _FUSED_TILE, 16)
     else:
-        tr, tc = _dot_tile(oshape, r.wg, _VECTOR_TILE if vec else 16)
+        tr, tc = _dot_tile(oshape, r.wg, _VECTOR_TILE if vec else 16, _VECTOR_COLUMNS if vec else 8)
     vec = vec and tc % 4 == 0
     tshape = (oshape[0] // tr, oshape[1] // tc)
     nk = p["in_blocks"][xi].ref_shape[1]
@@ -1773,18 +1778,40 @@ def _render_accumulating_dot(r, p, match, ins, outs, pids, kdim):
         else:
             accs = [b.var(acc_d, convert(b, b.let(Load("global", oref.name, oref.address(list(ix), False), d), "ld"),
                                          acc_d), "acc") for ix in elems]
-        with b.loop(_i(0), _i(p["grid"][kdim]), hint="kg") as kg:
-            kp = pids[:-1] + [kg]
+        nkg = p["grid"][kdim]
+        if vec and nkg > 1 and _walks_contraction(p["in_blocks"][xi], 1, kdim, nkg) \
+                and _walks_contraction(p["in_blocks"][yi], 0, kdim, nkg):
+            # the blocks of k follow each other along the contraction: one loop over all of it, addressed from
+            # the first block (lavapipe: the example 0.92x the time of a loop per block)
+            kp = pids[:-1] + [_i(0)]
             xr = _global_ref(r, ins[xi], p["in_blocks"][xi], d, kp)
             yr = _global_ref(r, ins[yi], p["in_blocks"][yi], d, kp)
-            if vec:
-                _accumulate_vectors(b, (xr, yr), names, nk, accs, elems[::tc], elems[:tc], d)
-            else:
-                _accumulate_scalars(b, (xr, yr), nk, accs, elems, d, acc_d)
+            _accumulate_vectors(b, (xr, yr), names, nk * nkg, accs, elems[::tc], elems[:tc], d)
+        else:
+            with b.loop(_i(0), _i(nkg), hint="kg") as kg:
+                kp = pids[:-1] + [kg]
+                xr = _global_ref(r, ins[xi], p["in_blocks"][xi], d, kp)
+                yr = _global_ref(r, ins[yi], p["in_blocks"][yi], d, kp)
+                if vec:
+                    _accumulate_vectors(b, (xr, yr), names, nk, accs, elems[::tc], elems[:tc], d)
+                else:
+                    _accumulate_scalars(b, (xr, yr), nk, accs, elems, d, acc_d)
         for acc, ix in zip(accs, elems, strict=True):
             b.store(oref.name, oref.address(list(ix), False), _narrow(b, acc, d))
 
     r.par_for(tshape, body)
+
+
+def _walks_contraction(block, axis, kdim, nkg):
+    """Whether the ``nkg`` blocks that grid axis ``kdim`` picks of a k-accumulating product's operand (``axis``:
+    its block's contraction axis) lie one after another along the whole array axis: its index map gives that
+    axis the grid index itself, unpadded."""
+    prog = block.index_map
+    axes = [a for a, n in enumerate(block.block_shape) if n is not None]
+    if prog is None or len(axes) != 2 or block.padded:
+        return False
+    a = axes[axis]
+    return prog.outvars[a] is prog.invars[kdim] and block.block_shape[a] * nkg == block.shape[a]
 
 
 def _accumulate_scalars(b, refs, nk, accs, elems, d, acc_d):
@@ -1849,9 +1876,13 @@ def _accumulate_vectors(b, refs, names, nk, accs, rows, cols, d):
 #: 256^3 example with 32 x 32 blocks on PoCL 3.0 took 0.6x the time of 4 x 8, on PoCL 3.1 0.75x (tenth
 #: session; 4 x 8 had been 0.53x the time of 2 x 8); 8 x 8 was close, 8 x 16 slower on PoCL 3.0.
 _FUSED_TILE = 64
-#: The same where the operands are read as vectors (``_accumulate_vectors``, lavapipe): 8 x 8 (the example
-#: 0.85x the time of fnarray's own product there; 4 x 8 1.0x, 16 x 4 and 4 x 16 0.96-1.01x; tenth session)
-_VECTOR_TILE = 64
+#: The same where the operands are read as vectors (``_accumulate_vectors``, lavapipe), and its most columns:
+#: 8 x 16, as fnarray's own product there (eleventh session: the 256^3 example 1.05x the time of fnarray's own
+#: product with the contraction walked in one loop, ``_walks_contraction``; 8 x 8 1.21x, 16 x 8 1.35x, 4 x 16
+#: 1.47x, 16 x 16 1.66x; tenth session, before the one loop: 8 x 8 0.85x, 4 x 8 1.0x, 16 x 4 and 4 x 16
+#: 0.96-1.01x, against fnarray's own product before it was made 1.6x faster)
+_VECTOR_TILE = 128
+_VECTOR_COLUMNS = 16
 
 
 def default_workgroup(eqn, caps, vectors=False):
