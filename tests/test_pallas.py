@@ -597,7 +597,7 @@ def test_flash_attention_rows_per_work_item(device, row_tile):
     mask) in row mode with ``row_tile`` rows per work item equals NumPy's float64 attention on every device and
     the one-row form to float32 rounding (the same products in the same order); 3 does not divide the block's
     16 rows: one row per item. On a CPU WebGPU adapter (lavapipe) two rows per item are the default: 8 work
-    items for 16 query rows."""
+    items for 16 query rows; not within ``portable_limits()`` (browser bundles)."""
     import sys
     import pathlib
     sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "examples"))
@@ -623,6 +623,11 @@ def test_flash_attention_rows_per_work_item(device, row_tile):
         with own_kernels(device):
             text = fa.jit(flash_attention.flash_attention).lower(*args).as_text()
         assert "@workgroup_size(8," in text and "workgroupBarrier" not in text
+        # a browser bundle keeps one row per item (Chromium's SwiftShader took minutes to compile two)
+        from fnarray.lowering.webgpu.backend import portable_limits
+        with portable_limits(), own_kernels(device):
+            text = fa.jit(lambda q, k, v: flash_attention.flash_attention(q, k, v) * 1.0).lower(*args).as_text()
+        assert "@workgroup_size(16," in text
 
 
 def test_atomics_in_the_interpreter():

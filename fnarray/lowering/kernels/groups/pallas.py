@@ -1938,16 +1938,16 @@ def _rows_by_default(caps, program):
 ROW_TILE = None
 
 
-def _row_tile_default(caps, eqn):
-    """Rows per work item in row mode by default (``render(row_tile=)``): ``ROW_TILE`` where set; else 2 on a CPU
-    WebGPU adapter (lavapipe) for a body with a ``dot`` (flash attention: each ``k``/``v`` vector read once for
-    two query rows, 0.63-0.68x the time of one row per item; four rows 0.79-1.08x: docs/performance.md), else
-    1 (PoCL, whose default for a body with a ``dot`` is not row mode; bodies without one: not measured)."""
+def _row_tile_default(eqn, opts):
+    """Rows per work item in row mode by default (``render(row_tile=)``): ``ROW_TILE`` where set; else for a
+    body with a ``dot`` the scheduler option ``pallas_row_tile`` (the webgpu backend's on a CPU adapter: 2,
+    lavapipe's flash attention then reading each ``k``/``v`` vector once for two query rows, 0.63-0.68x the time
+    of one row per item; four rows 0.79-1.08x: docs/performance.md; not in browser bundles); else 1 (PoCL,
+    whose default for a body with a ``dot`` is not row mode; bodies without one: not measured)."""
     if ROW_TILE is not None:
         return ROW_TILE
-    cpu_webgpu = not caps.tiling_pays and getattr(caps, "matmul_tiling", "local") != "register"
-    if cpu_webgpu and any(e.primitive is P.dot_general for e in walk_body(eqn.params["body"].program)):
-        return 2
+    if any(e.primitive is P.dot_general for e in walk_body(eqn.params["body"].program)):
+        return int(opts.get("pallas_row_tile", 1))
     return 1
 
 
@@ -2123,7 +2123,7 @@ class PallasGroup(EquationGroup):
         cp = dict(self.eqn.params["compiler_params"])
         if n_rows is not None and (cp.get("rows") is True
                                    or _rows_by_default(self.ctx.caps, self.eqn.params["body"].program)):
-            per = int(cp["row_tile"]) if "row_tile" in cp else _row_tile_default(self.ctx.caps, self.eqn)
+            per = int(cp["row_tile"]) if "row_tile" in cp else _row_tile_default(self.eqn, self.ctx.opts)
             per = per if per >= 1 and n_rows % per == 0 else 1
             default = {"workgroup": n_rows // per, "rows": True, "stage": False, "tile": _DOT_TILE, "row_tile": per}
         if "stage" in cp:
