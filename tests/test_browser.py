@@ -610,6 +610,37 @@ def _page_greedy(p, text, temperature="0"):
     return json.loads(c.get_attribute("data-ids")), int(c.get_attribute("data-reused"))
 
 
+def _assert_sampled_like_python(export_llm, model, text, ids, uniforms, temperature, margin=5e-4):
+    """The page's sampled ``ids`` equal numpy:0's for the same uniform draws; where they first differ, the draw must
+    lie within ``margin`` of the boundary between the two ids in the cumulative softmax (float32 sums on
+    SwiftShader and NumPy round differently): the reference with that one draw moved by ``margin`` then gives
+    the page's ids, every later one included (they follow from the same draws)."""
+    def like_page(draws):
+        return export_llm.generate_like_page(model, text, device=REF, temperature=temperature, uniforms=draws,
+                                             **LLM_SIZES)
+    want = like_page(uniforms)
+    if ids == want:
+        return
+    first = next(i for i, (a, b) in enumerate(zip(ids, want)) if a != b)
+    moved = []
+    for delta in (-margin, margin):
+        draws = list(uniforms)
+        draws[first] = min(max(draws[first] + delta, 0.0), 1.0 - 1e-7)
+        moved.append(like_page(draws))
+    assert ids in moved, (f"sampled ids differ from numpy:0's at position {first} and not by a draw within "
+                          f"{margin} of a boundary: page {ids}, numpy:0 {want}, moved draws {moved}")
+
+
+def test_sampled_comparison_rejects_ids_not_explained_by_a_boundary(llm_site):
+    import export_llm
+    text, uniforms = "Return a new list of the ", [0.37, 0.91, 0.05] + [0.5] * (LLM_SIZES["new_tokens"] - 3)
+    ids = export_llm.generate_like_page(llm_site, text, device=REF, temperature=0.8, uniforms=uniforms, **LLM_SIZES)
+    _assert_sampled_like_python(export_llm, llm_site, text, ids, uniforms, temperature=0.8)
+    wrong = ids[:2] + [(ids[2] + 7) % len(export_llm.VOCAB)] + ids[3:]
+    with pytest.raises(AssertionError, match="at position 2"):
+        _assert_sampled_like_python(export_llm, llm_site, text, wrong, uniforms, temperature=0.8)
+
+
 def test_llm_page_continues_text_with_python_greedy_tokens(browser, llm_site, site, tmp_path):
     import export_llm
     _, url = site
@@ -646,8 +677,7 @@ def test_llm_page_continues_text_with_python_greedy_tokens(browser, llm_site, si
                    " t.dispatchEvent(new Event('input')); }")          # sampled on the GPU with the page's draws
         ids, _ = _page_greedy(p, long, "0.8")
         uniforms = json.loads(p.get_attribute("#continuation", "data-uniforms"))
-        assert ids == export_llm.generate_like_page(llm_site, long, device=REF, temperature=0.8, uniforms=uniforms,
-                                                    **LLM_SIZES)
+        _assert_sampled_like_python(export_llm, llm_site, long, ids, uniforms, temperature=0.8)
         print(f"browser LLM page on SwiftShader: {rate:.1f} tokens/s")
 
 
