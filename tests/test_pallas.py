@@ -428,13 +428,17 @@ def _attention_like(rows, d, n, params):
 
 @pytest.mark.parametrize("d,n,vec", [(32, 16, True), (8, 8, True), (6, 16, False), (32, 12, True)])
 @pytest.mark.parametrize("params", [None, {"rows": False, "workgroup": 16}, {"rows": False, "tile": 64},
-                                    {"rows": False, "workgroup": 8, "tile": 64, "stage": True}])
+                                    {"rows": False, "workgroup": 8, "tile": 64, "stage": True},
+                                    {"rows": True, "row_tile": 1}, {"rows": True, "row_tile": 2},
+                                    {"rows": True, "row_tile": 4}])
 def test_dot_operands_read_as_vectors(device, d, n, vec, params):
     """A ``dot`` operand that is a plain load of a float32 input, contiguous and 4-aligned along the
     contraction (``y.T``) or along the register tile's columns (``z``), is read four elements per load on a
     CPU WebGPU adapter (``_vector_plans``), in row mode and in the shared form; the products keep their order,
     so the result equals the scalar form's and NumPy's (float64) within float32 rounding, on every device; also
-    with register tiles of up to 64 outputs (``compiler_params={"tile": 64}``, ``PALLAS_TUNABLE``'s ``tile``)."""
+    with register tiles of up to 64 outputs (``compiler_params={"tile": 64}``, ``PALLAS_TUNABLE``'s ``tile``)
+    and in row mode with one, two or four rows per work item (``row_tile``: one register tile over the item's
+    rows)."""
     x = rng.standard_normal((32, d)).astype(np.float32)
     y = rng.standard_normal((n, d)).astype(np.float32)
     z = rng.standard_normal((n, d)).astype(np.float32)
@@ -492,11 +496,13 @@ def test_store_reading_its_own_ref(device):
     np.testing.assert_allclose(np.asarray(got), x[::-1] + 1, rtol=1e-6)
 
 
+@pytest.mark.parametrize("row_tile", [1, 2])
 @pytest.mark.parametrize("case", ["transposed", "shifted_store", "scratch"])
-def test_row_mode_only_where_rows_stay_private(device, case):
+def test_row_mode_only_where_rows_stay_private(device, case, row_tile):
     """``compiler_params={"rows": True}`` asks for one work item per row without barriers; where an item would
     read another's row (a transposed ``dot`` result, a store one row down read back, a scratch row read by the
-    next row) the kernel keeps the shared form and its barriers, and the result is right on every device."""
+    next row) the kernel keeps the shared form and its barriers, and the result is right on every device; also
+    with two rows per work item (``row_tile``), whose rows are ``lid`` and ``lid + 8``."""
     x = rng.standard_normal((32, 16)).astype(np.float32)
 
     def transposed(x_ref, o_ref):
@@ -525,7 +531,7 @@ def test_row_mode_only_where_rows_stay_private(device, case):
     kernel = {"transposed": transposed, "shifted_store": shifted_store, "scratch": scratch}[case]
     spec = pl.BlockSpec((16, 16), lambda i: (i, 0))
     f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,), in_specs=[spec],
-                       out_specs=spec, compiler_params={"rows": True},
+                       out_specs=spec, compiler_params={"rows": True, "row_tile": row_tile},
                        scratch_shapes=[pl.Local((16, 16), fnp.float32)] if case == "scratch" else ())
     xd = fa.device_put(x, device)
     with own_kernels(device):
@@ -539,12 +545,15 @@ def test_row_mode_only_where_rows_stay_private(device, case):
 
 def test_pallas_tunable_offers_row_mode_at_its_row_count():
     """``PALLAS_TUNABLE``'s candidates: row mode once, at the work-group size of the block's rows (the group's
-    ``rows`` fact), and not at all where ``row_count`` gives none (fact 0)."""
+    ``rows`` fact), and with two rows per work item (``row_tile``) at half that; not at all where ``row_count``
+    gives none (fact 0)."""
     from fnarray.lowering.kernels.groups.pallas import PALLAS_TUNABLE
-    default = {"workgroup": 8, "rows": False, "stage": False, "tile": 16}
+    default = {"workgroup": 8, "rows": False, "stage": False, "tile": 16, "row_tile": 1}
     rows = [c for c in PALLAS_TUNABLE.candidates(default, {"rows": 16, "workgroup_limit": 256}) if c["rows"]]
-    assert rows == [{"workgroup": 16, "rows": True, "stage": False, "tile": 16}]
+    assert rows == [{"workgroup": 16, "rows": True, "stage": False, "tile": 16, "row_tile": 1},
+                    {"workgroup": 8, "rows": True, "stage": False, "tile": 16, "row_tile": 2}]
     assert not [c for c in PALLAS_TUNABLE.candidates(default, {"rows": 0, "workgroup_limit": 256}) if c["rows"]]
+    assert all(c["row_tile"] == 1 for c in PALLAS_TUNABLE.candidates(default, {"rows": 0}))
 
 
 def test_pallas_cost_model_stages_transposed_operands_on_llvm_15():
@@ -553,14 +562,14 @@ def test_pallas_cost_model_stages_transposed_operands_on_llvm_15():
     itself."""
     from fnarray.lowering.kernels import tuning
     from fnarray.lowering.kernels.groups.pallas import PALLAS_TUNABLE
-    default = {"workgroup": 8, "rows": False, "stage": False, "tile": 16}
+    default = {"workgroup": 8, "rows": False, "stage": False, "tile": 16, "row_tile": 1}
     base = {"workgroup_limit": 4096, "rows": 16, "device": "cpu", "compiler": "pocl"}
     assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 15}, mode="fast") == {**default, "stage": True,
                                                                                            "tile": 64}
     assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 14}, mode="fast") == default
     assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 15}, mode="off") == default
     # a body without a dot (reductions only) keeps its default, row mode on CPU OpenCL devices
-    rows = {"workgroup": 16, "rows": True, "stage": False, "tile": 16}
+    rows = {"workgroup": 16, "rows": True, "stage": False, "tile": 16, "row_tile": 1}
     assert tuning.modelled(PALLAS_TUNABLE, rows, {**base, "llvm": 15, "dot": 0}, mode="fast") == rows
     assert tuning.modelled(PALLAS_TUNABLE, default, {**base, "llvm": 15, "dot": 1}, mode="fast")["stage"]
 
@@ -580,6 +589,45 @@ def test_row_mode_by_default_on_cpu_opencl_without_a_dot():
     with own_kernels(devs[0]):
         assert "barrier(" not in fa.jit(softmax.softmax_forward).lower(x).as_text()
         assert "barrier(" in fa.jit(flash_attention.flash_attention).lower(q, q, q).as_text()
+
+
+@pytest.mark.parametrize("row_tile", [1, 2, 3, 4])
+def test_flash_attention_rows_per_work_item(device, row_tile):
+    """The flash-attention example (a ``fori_loop`` with carries, two ``dot`` s, row reductions, a causal
+    mask) in row mode with ``row_tile`` rows per work item equals NumPy's float64 attention on every device and
+    the one-row form to float32 rounding (the same products in the same order); 3 does not divide the block's
+    16 rows: one row per item. On a CPU WebGPU adapter (lavapipe) two rows per item are the default: 8 work
+    items for 16 query rows; not within ``portable_limits()`` (browser bundles)."""
+    import sys
+    import pathlib
+    sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "examples"))
+    from kernels import flash_attention
+    from fnarray.lowering.kernels.groups import pallas as pallas_group
+    q, k, v = (rng.standard_normal((2, 64, 16)).astype(np.float32) for _ in range(3))
+    s = np.einsum("hqd,hkd->hqk", q.astype(np.float64), k) / 4.0
+    s = np.where(np.tril(np.ones((64, 64), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = np.einsum("hqk,hkd->hqd", p / p.sum(-1, keepdims=True), v)
+    args = [fa.device_put(a, device) for a in (q, k, v)]
+    old = pallas_group.ROW_TILE, pallas_group._rows_by_default
+    pallas_group.ROW_TILE, pallas_group._rows_by_default = row_tile, lambda caps, program: True
+    try:
+        with own_kernels(device):
+            f = fa.jit(lambda q, k, v: flash_attention.flash_attention(q, k, v) + 0.0 * row_tile)
+            got = np.asarray(f(*args))
+    finally:
+        pallas_group.ROW_TILE, pallas_group._rows_by_default = old
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    caps = device.impl.capabilities(device) if device.backend == "webgpu" else None
+    if caps is not None and not caps.tiling_pays and row_tile == 2:
+        with own_kernels(device):
+            text = fa.jit(flash_attention.flash_attention).lower(*args).as_text()
+        assert "@workgroup_size(8," in text and "workgroupBarrier" not in text
+        # a browser bundle keeps one row per item (Chromium's SwiftShader took minutes to compile two)
+        from fnarray.lowering.webgpu.backend import portable_limits
+        with portable_limits(), own_kernels(device):
+            text = fa.jit(lambda q, k, v: flash_attention.flash_attention(q, k, v) * 1.0).lower(*args).as_text()
+        assert "@workgroup_size(16," in text
 
 
 def test_atomics_in_the_interpreter():

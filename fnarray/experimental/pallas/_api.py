@@ -603,7 +603,8 @@ def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, ou
       input_output_aliases: ``{input index: output index}``: the output starts as that input's value.
       interpret: run in fnarray's interpreter (the numpy reference) on every backend.
       compiler_params: dict of hints on opencl/webgpu (``{"workgroup": 64}``; ``{"rows": True}``: one work item per
-        row without barriers where the kernel allows it, docs/kernels.md); others are ignored.
+        row without barriers where the kernel allows it, ``{"rows": True, "row_tile": 2}``: two rows per work
+        item, docs/kernels.md); others are ignored.
       name: the kernel's name (in kernel source and errors).
 
     Returns:

@@ -139,6 +139,9 @@ _CACHED_BIND_BYTES = 1 << 20    # only for launches binding at most this many by
 #: step's CPU time on lavapipe: 14.4-15.0 ms with one output per work item, 4.8-5.0 with 4 x 4, 4.1-4.2 with
 #: 8 x 4, 4.2-4.3 with 4 x 8 (load 10-12).
 CPU_DOT_BLOCK = (8, 4)
+#: Rows per work item of a Pallas kernel with a ``dot`` in row mode on a CPU adapter (``groups/pallas.py``,
+#: ``render(row_tile=)``: lavapipe's flash attention 0.63-0.68x the time of one row; eleventh session)
+CPU_PALLAS_ROW_TILE = 2
 #: Output positions (of the last spatial dimension) per work item of the direct convolution on a CPU adapter
 #: (``groups/conv.py``: one weight load serves that many multiply-adds).
 CPU_CONV_POSITIONS = 4
@@ -750,6 +753,10 @@ class WebGPULowered(KernelLowered):
             opts["bake_dot"] = True
             opts["scatter_columns"] = True   # groups/scatter.py: a work item per column where it is less work
             opts["conv_positions"] = CPU_CONV_POSITIONS
+            if not _PORTABLE.get():
+                # groups/pallas.py: two rows per work item in row mode (not in browser bundles: Chromium's
+                # SwiftShader took minutes to compile the flash-attention example's kernel in that form)
+                opts["pallas_row_tile"] = CPU_PALLAS_ROW_TILE
         if tuning.active(self.device):
             opts["tuner"] = _Timer(self.device, self.backend.gpu, caps.max_workgroup_size)
         return schedule_program(self.program, caps, workgroup=DEFAULT_GROUP_SIZE, **opts)

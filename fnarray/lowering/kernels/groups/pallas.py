@@ -48,7 +48,11 @@ the matmul 2.4x faster there (docs/performance.md).
 ``PALLAS_TUNABLE`` choice elsewhere): one work
 item per row of the first output block, each phase giving row ``lid`` of its block to item ``lid``, the block
 values in the item's private arrays and no barrier; ``_Renderer.own_row`` refuses (``_NotRowwise``) any access of
-shared memory outside the item's row, and the usual form is rendered instead. Outside row mode a transposed
+shared memory outside the item's row, and the usual form is rendered instead. With ``row_tile`` rows per item
+(``render(row_tile=)``, rows ``lid``, ``lid + wg``, ...: ``_Renderer.row_ids``; two by default on lavapipe for a
+body with a ``dot``) the phases take the item's rows in turn and a ``dot`` with a two-axis result computes one
+register tile over all of them, each right-operand vector read once for its rows (flash attention 0.63-0.68x
+the time of one row per item on lavapipe). Outside row mode a transposed
 ``dot`` operand (``k.T``) may be staged in work-group memory in its own layout (``stage``; chosen by
 ``_pallas_cost`` on PoCL with LLVM 15, whose vectoriser gathers the in-place reads).
 
@@ -154,14 +158,17 @@ def _pallas_cost(choice, default, facts):
 
 
 PALLAS_TUNABLE = Tunable("pallas_workgroup", {"workgroup": (8, 16, 32, 64, 128, 256), "rows": (False, True),
-                                              "stage": (False, True), "tile": (_DOT_TILE, 64)},
+                                              "stage": (False, True), "tile": (_DOT_TILE, 64),
+                                              "row_tile": (1, 2)},
                          doc="work items per program instance of a pallas_call kernel; one work item per row "
                              "of the blocks without barriers (rows, where ``row_count`` allows it); a "
                              "transposed dot operand staged in work-group memory (stage); the most outputs of "
                              "a dot's register tile per work item (tile: 16, of up to 8 columns, or 64, of up "
-                             "to 16)",
+                             "to 16); in row mode, the rows per work item (row_tile), a dot's register tile "
+                             "over all of them",
                          valid=lambda c, facts: c["workgroup"] <= facts.get("workgroup_limit", _MAX_WG) and (
-                             not c.get("rows") or c["workgroup"] == facts.get("rows")
+                             not c.get("rows") and c.get("row_tile", 1) == 1
+                             or c.get("rows") and c["workgroup"] * c.get("row_tile", 1) == facts.get("rows")
                              and not c.get("stage") and c.get("tile", _DOT_TILE) == _DOT_TILE),
                          cost=_pallas_cost)
 
@@ -488,6 +495,8 @@ class _Renderer:
         # ``lid``; ``shared`` are the refs other work items could write (outputs, scratch), checked like
         # work-group arrays (``own_row``)
         self.rows, self.shared = False, frozenset()
+        # row mode's rows of each work item (``render(row_tile=)``): ``lid``, ``lid + wg``, ... (block rows)
+        self.row_ids = (lid,)
         # a transposed ``dot`` operand (``k.T``) staged in work-group memory in its own layout (``render(stage=)``)
         self.stage_swapped = False
         self.row_private = {}   # row mode: the block arrays held as each item's private row (``block_array``)
@@ -565,20 +574,24 @@ class _Renderer:
                 one(s)
 
     def _row_for(self, shape, fn):
-        """``par_for`` with one work item per row: item ``lid`` takes every element of row ``lid`` of
-        ``shape`` (its first axis, as long as the work-group), in order, the element's place in the row as its
-        slot."""
-        if not shape or shape[0] != self.wg:
+        """``par_for`` with one work item per row: item ``lid`` takes every element of its rows of ``shape``
+        (``row_ids``: rows ``lid``, ``lid + wg``, ... of its first axis, as long as the work-group times the
+        rows per item), in order, the element's place among the item's rows as its slot (row ``j``'s elements
+        after the ``j`` rows before it); element ``c`` of each row in turn."""
+        if not shape or shape[0] != self.wg * len(self.row_ids):
             raise _NotRowwise(f"a phase over {shape} is not one row per work item")
         rest = shape[1:]
         m = math.prod(rest)
+
+        def each(c, sub):
+            for j, row in enumerate(self.row_ids):
+                fn((row,) + sub, op("add", c, _i(j * m)))
         if self.unrolled(m):
             for c in range(m):
-                fn((self.lid,) + tuple(_unravel(_i(c), rest)), _i(c))
+                each(_i(c), tuple(_unravel(_i(c), rest)))
             return
         with self.b.loop(_i(0), _i(m), hint="c") as c:
-            fn((self.lid,) + tuple(self.b.let(x, "ix") if not isinstance(x, Const) else x
-                                   for x in _unravel(c, rest)), c)
+            each(c, tuple(self.b.let(x, "ix") if not isinstance(x, Const) else x for x in _unravel(c, rest)))
 
     def unrolled(self, n):
         """Whether a loop of ``n`` steps over a row is written out step by step (row mode, ``n`` at most
@@ -588,8 +601,15 @@ class _Renderer:
     def own_row(self, idx, what):
         """In row mode: refuse (``_NotRowwise``) a read or write of shared memory at ``idx`` outside the work
         item's own row (another item's element, which no barrier would order)."""
-        if self.rows and (not idx or idx[0] != self.lid):
+        if self.rows and (not idx or idx[0] not in self.row_ids):
             raise _NotRowwise(f"{what} reads or writes another work item's row")
+
+    def row_index(self, idx, shape):
+        """Where element ``idx`` of a ``shape`` block value lies in its work item's private array (row mode,
+        ``block_array``): after the item's rows before ``idx[0]``."""
+        self.own_row(idx, "a block value")
+        m = math.prod(shape[1:])
+        return op("add", _linear(idx[1:], shape[1:]), _i(self.row_ids.index(idx[0]) * m))
 
     def block_array(self, dtype, shape, hint):
         """An array for a block value of ``shape`` written by a parallel phase: in work-group memory, or in row
@@ -598,17 +618,16 @@ class _Renderer:
         all its lanes instead of a gather)."""
         if not self.rows:
             return self.local_array(dtype, math.prod(shape), hint)
-        if not shape or shape[0] != self.wg:
+        if not shape or shape[0] != self.wg * len(self.row_ids):
             raise _NotRowwise(f"a block of {shape} is not one row per work item")
-        name = self.b.array("private", dtype, max(math.prod(shape[1:]), 1), hint)
+        name = self.b.array("private", dtype, len(self.row_ids) * max(math.prod(shape[1:]), 1), hint)
         self.row_private[name] = tuple(shape)
         return name
 
     def put_elem(self, name, idx, shape, value):
         """Element ``idx`` of the ``shape`` block array ``name`` (``block_array``) set to ``value``."""
         if name in self.row_private:
-            self.own_row(idx, "a block value")
-            self.b.store(name, _linear(idx[1:], shape[1:]), value, space="private")
+            self.b.store(name, self.row_index(idx, shape), value, space="private")
         else:
             self.put(name, _linear(idx, shape), value)
 
@@ -664,7 +683,7 @@ class _Renderer:
         def at(idx):
             self.own_row(idx, "a value in work-group memory")
             if name in self.row_private:
-                return b.let(Load("private", name, _linear(idx[1:], shape[1:]), dtype), "lv")
+                return b.let(Load("private", name, self.row_index(idx, shape), dtype), "lv")
             return b.let(Load("local", name, _linear(idx, shape), dtype), "lv")
         lz = _Lazy(tuple(shape), np.dtype(dtype), at, frozenset([name]), {name: _OWN})
         lz.local = name
@@ -1006,6 +1025,10 @@ def _shared_reduce(r, name, out_shape, lanes, kinds, partial):
 #: attention 0.9x the time at 2 or 4 (a register tile's two column tiles), 1.3x at 64 (every row loop, the
 #: ``dot`` contraction; the code grows), 1.05x at 16
 _ROW_UNROLL = 4
+#: the most outputs of a ``dot``'s register tile in row mode with several rows per work item (``_dot``): their
+#: columns as many as fit (lavapipe's flash attention at two rows: 32, tiles of 2 x 16, 0.63-0.64x the time of
+#: one row per item; 16, tiles of 2 x 8, 0.67-0.68x; four rows: 4 x 8 0.79x, 4 x 4 0.90-1.08x)
+_ROW_TILE_OUTPUTS = 32
 #: consecutive elements per lane of a shared reduction, unrolled (``_reduce``)
 _RUN = 8
 
@@ -1035,9 +1058,17 @@ def _dot(r, e, vals):
     name = r.block_array(d, tuple(out.shape), "dot")
 
     oshape = tuple(out.shape)
-    tr, tc = _row_tile(oshape) if r.rows else _dot_tile(oshape, r.wg, r.dot_tile, 16 if r.dot_tile > 16 else 8)
-    tshape = oshape[:-2] + (oshape[-2] // tr,) if tr > 1 else oshape[:-1]
-    tshape = tshape + (oshape[-1] // tc,) if oshape else tshape
+    # row mode with several rows per work item (``row_ids``) and a two-axis result: one register tile over all
+    # the item's rows, so that each right-operand element (flash attention's k and v) is read once for them
+    row_rows = r.row_ids if r.rows and len(r.row_ids) > 1 and len(oshape) == 2 else None
+    if row_rows is not None:
+        tr, tc = len(row_rows), _row_tile(oshape, _ROW_TILE_OUTPUTS // len(row_rows))[1]
+        tshape = (oshape[-1] // tc,)
+    else:
+        tr, tc = _row_tile(oshape) if r.rows else _dot_tile(oshape, r.wg, r.dot_tile,
+                                                            16 if r.dot_tile > 16 else 8)
+        tshape = oshape[:-2] + (oshape[-2] // tr,) if tr > 1 else oshape[:-1]
+        tshape = tshape + (oshape[-1] // tc,) if oshape else tshape
 
     nk = math.prod(kshape)
     dims = (lb, rb, lc, rc, lfree, rfree)
@@ -1045,7 +1076,7 @@ def _dot(r, e, vals):
     def body(tidx, slot):
         # A register tile: each work item computes tr x tc outputs of the last two axes, so a loaded operand
         # element serves several products (equal loads are bound once) and the sums are independent.
-        elems, bases = _tile_elements(r, tidx, (tr, tc), bool(oshape))
+        elems, bases = _tile_elements(r, tidx, (tr, tc), bool(oshape), row_rows)
         accs = [b.var(acc_d, const(0, acc_d), "acc") for _ in elems]
         uk = _UNROLL_K if len(elems) > 1 and nk % _UNROLL_K == 0 else 1
         if r.unrolled(nk):
@@ -1064,15 +1095,23 @@ def _dot(r, e, vals):
         for acc, idx in zip(accs, elems, strict=True):
             r.put_elem(name, idx, oshape, convert(b, acc, d) if acc_d != d else acc)
 
-    r.par_for(tshape, body, fresh=True)
+    if row_rows is None:
+        r.par_for(tshape, body, fresh=True)
+    elif r.unrolled(tshape[0]):
+        for c in range(tshape[0]):
+            body((row_rows[0], _i(c)), _i(c))
+    else:
+        with b.loop(_i(0), _i(tshape[0]), hint="t") as c:
+            body((row_rows[0], c), c)
     r.barrier()
     return r.local_value(name, tuple(out.shape), d)
 
 
-def _tile_elements(r, tidx, tile, has_axes):
+def _tile_elements(r, tidx, tile, has_axes, rows=None):
     """The output indices of the ``tile = (tr, tc)`` register tile at tile index ``tidx`` (rows of the
     second-to-last axis, columns of the last), and per element ``(base, lane)``: its column is ``base + lane``
-    with ``base`` a multiple of 4 (``_dot_operands``' vector reads along the columns)."""
+    with ``base`` a multiple of 4 (``_dot_operands``' vector reads along the columns). ``rows``: the tile's
+    rows themselves (row mode's ``row_ids``; a two-axis result), in place of ``tidx``'s row times ``tr``."""
     b = r.b
     tr, tc = tile
     elems, bases = [], []
@@ -1084,7 +1123,9 @@ def _tile_elements(r, tidx, tile, has_axes):
                 # unbound where addresses are wide: the constant column offset reaches each address
                 idx[-1] = (col if r.wide else b.let(col, "tj")) if tc > 1 else idx[-1]
                 bases.append((op("add", op("mul", tidx[-1], _i(tc)), _i(c - c % 4)), c % 4))
-            if tr > 1:
+            if rows is not None:
+                idx[-2] = rows[a]
+            elif tr > 1:
                 idx[-2] = b.let(op("add", op("mul", idx[-2], _i(tr)), _i(a)), "ti")
             elems.append(tuple(idx))
     return elems, bases
@@ -1719,7 +1760,7 @@ def _render_accumulating_dot(r, p, match, ins, outs, pids, kdim):
     if r.wide:
         tr, tc = _dot_tile(oshape, r.wg, _FUSED_TILE, 16)
     else:
-        tr, tc = _dot_tile(oshape, r.wg, _VECTOR_TILE if vec else 16)
+        tr, tc = _dot_tile(oshape, r.wg, _VECTOR_TILE if vec else 16, _VECTOR_COLUMNS if vec else 8)
     vec = vec and tc % 4 == 0
     tshape = (oshape[0] // tr, oshape[1] // tc)
     nk = p["in_blocks"][xi].ref_shape[1]
@@ -1737,18 +1778,40 @@ def _render_accumulating_dot(r, p, match, ins, outs, pids, kdim):
         else:
             accs = [b.var(acc_d, convert(b, b.let(Load("global", oref.name, oref.address(list(ix), False), d), "ld"),
                                          acc_d), "acc") for ix in elems]
-        with b.loop(_i(0), _i(p["grid"][kdim]), hint="kg") as kg:
-            kp = pids[:-1] + [kg]
+        nkg = p["grid"][kdim]
+        if vec and nkg > 1 and _walks_contraction(p["in_blocks"][xi], 1, kdim, nkg) \
+                and _walks_contraction(p["in_blocks"][yi], 0, kdim, nkg):
+            # the blocks of k follow each other along the contraction: one loop over all of it, addressed from
+            # the first block (lavapipe: the example 0.92x the time of a loop per block)
+            kp = pids[:-1] + [_i(0)]
             xr = _global_ref(r, ins[xi], p["in_blocks"][xi], d, kp)
             yr = _global_ref(r, ins[yi], p["in_blocks"][yi], d, kp)
-            if vec:
-                _accumulate_vectors(b, (xr, yr), names, nk, accs, elems[::tc], elems[:tc], d)
-            else:
-                _accumulate_scalars(b, (xr, yr), nk, accs, elems, d, acc_d)
+            _accumulate_vectors(b, (xr, yr), names, nk * nkg, accs, elems[::tc], elems[:tc], d)
+        else:
+            with b.loop(_i(0), _i(nkg), hint="kg") as kg:
+                kp = pids[:-1] + [kg]
+                xr = _global_ref(r, ins[xi], p["in_blocks"][xi], d, kp)
+                yr = _global_ref(r, ins[yi], p["in_blocks"][yi], d, kp)
+                if vec:
+                    _accumulate_vectors(b, (xr, yr), names, nk, accs, elems[::tc], elems[:tc], d)
+                else:
+                    _accumulate_scalars(b, (xr, yr), nk, accs, elems, d, acc_d)
         for acc, ix in zip(accs, elems, strict=True):
             b.store(oref.name, oref.address(list(ix), False), _narrow(b, acc, d))
 
     r.par_for(tshape, body)
+
+
+def _walks_contraction(block, axis, kdim, nkg):
+    """Whether the ``nkg`` blocks that grid axis ``kdim`` picks of a k-accumulating product's operand (``axis``:
+    its block's contraction axis) lie one after another along the whole array axis: its index map gives that
+    axis the grid index itself, unpadded."""
+    prog = block.index_map
+    axes = [a for a, n in enumerate(block.block_shape) if n is not None]
+    if prog is None or len(axes) != 2 or block.padded:
+        return False
+    a = axes[axis]
+    return prog.outvars[a] is prog.invars[kdim] and block.block_shape[a] * nkg == block.shape[a]
 
 
 def _accumulate_scalars(b, refs, nk, accs, elems, d, acc_d):
@@ -1813,9 +1876,13 @@ def _accumulate_vectors(b, refs, names, nk, accs, rows, cols, d):
 #: 256^3 example with 32 x 32 blocks on PoCL 3.0 took 0.6x the time of 4 x 8, on PoCL 3.1 0.75x (tenth
 #: session; 4 x 8 had been 0.53x the time of 2 x 8); 8 x 8 was close, 8 x 16 slower on PoCL 3.0.
 _FUSED_TILE = 64
-#: The same where the operands are read as vectors (``_accumulate_vectors``, lavapipe): 8 x 8 (the example
-#: 0.85x the time of fnarray's own product there; 4 x 8 1.0x, 16 x 4 and 4 x 16 0.96-1.01x; tenth session)
-_VECTOR_TILE = 64
+#: The same where the operands are read as vectors (``_accumulate_vectors``, lavapipe), and its most columns:
+#: 8 x 16, as fnarray's own product there (eleventh session: the 256^3 example 1.05x the time of fnarray's own
+#: product with the contraction walked in one loop, ``_walks_contraction``; 8 x 8 1.21x, 16 x 8 1.35x, 4 x 16
+#: 1.47x, 16 x 16 1.66x; tenth session, before the one loop: 8 x 8 0.85x, 4 x 8 1.0x, 16 x 4 and 4 x 16
+#: 0.96-1.01x, against fnarray's own product before it was made 1.6x faster)
+_VECTOR_TILE = 128
+_VECTOR_COLUMNS = 16
 
 
 def default_workgroup(eqn, caps, vectors=False):
@@ -1867,7 +1934,24 @@ def _rows_by_default(caps, program):
     return not caps.tiling_pays
 
 
-def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=None, tile=_DOT_TILE):
+#: rows per work item in row mode by default (``_row_tile_default``); tests set it to check the other form
+ROW_TILE = None
+
+
+def _row_tile_default(eqn, opts):
+    """Rows per work item in row mode by default (``render(row_tile=)``): ``ROW_TILE`` where set; else for a
+    body with a ``dot`` the scheduler option ``pallas_row_tile`` (the webgpu backend's on a CPU adapter: 2,
+    lavapipe's flash attention then reading each ``k``/``v`` vector once for two query rows, 0.63-0.68x the time
+    of one row per item; four rows 0.79-1.08x: docs/performance.md; not in browser bundles); else 1 (PoCL,
+    whose default for a body with a ``dot`` is not row mode; bodies without one: not measured)."""
+    if ROW_TILE is not None:
+        return ROW_TILE
+    if any(e.primitive is P.dot_general for e in walk_body(eqn.params["body"].program)):
+        return int(opts.get("pallas_row_tile", 1))
+    return 1
+
+
+def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=None, tile=_DOT_TILE, row_tile=1):
     """The kernel of one ``pallas_call`` equation: ``(builder, global size, local size)``; ``buffer_names(b)``
     gives ``(input names, output names)``; ``wg``: the work-group size (default ``default_workgroup``).
     ``rows``: one work item per row of the blocks (``row_count`` of them, ``wg`` ignored) and no barriers, where
@@ -1878,11 +1962,15 @@ def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=No
     through which a k-accumulating product reads its operands (``_accumulate_vectors``). A kernel whose usual
     form does not render (its blocks past the work-group memory) is tried in row mode too, where its block
     values are private arrays. ``tile``: the most outputs of a ``dot``'s register tile per work item outside
-    row mode (up to 16 columns above 16, else 8). Raises ``Unrenderable``."""
+    row mode (up to 16 columns above 16, else 8). ``row_tile``: in row mode, the rows of the blocks per work
+    item (``row_count / row_tile`` items; a ``dot`` with a two-axis result computes one register tile over all
+    of them, each right-operand element read once for them all); where it does not divide the rows, one.
+    Raises ``Unrenderable``."""
     n_rows = row_count(eqn, caps)
     if rows and n_rows is not None:
+        per = row_tile if row_tile >= 1 and n_rows % row_tile == 0 else 1
         try:
-            return _render(eqn, caps, buffer_names, n_rows, True, vectors=vectors)
+            return _render(eqn, caps, buffer_names, n_rows // per, True, vectors=vectors, row_tile=per)
         except _NotRowwise:
             wg = None
     if wg is None:
@@ -1899,7 +1987,7 @@ def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=No
         raise
 
 
-def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None, tile=_DOT_TILE):
+def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None, tile=_DOT_TILE, row_tile=1):
     p = eqn.params
     grid = tuple(p["grid"])
     total = math.prod(grid)
@@ -1910,6 +1998,8 @@ def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None, tile=_
     # CPU devices (no staged dot operands) walk a k-accumulating product's last grid axis in one work-group
     fused = None if r.stage_dots else _accumulating_dot(p)
     r.rows = rows and fused is None
+    if r.rows:
+        r.row_ids = (lid,) + tuple(b.let(op("add", lid, _i(j * wg)), "row") for j in range(1, row_tile))
     r.stage_swapped = stage
     r.vectors, r.dot_tile = vectors, tile
     if caps.max_buffers_per_kernel is not None:
@@ -2028,17 +2118,19 @@ class PallasGroup(EquationGroup):
 
     def codegen(self):
         default = {"workgroup": default_workgroup(self.eqn, self.ctx.caps, self._vectors_allowed()), "rows": False,
-                   "stage": False, "tile": _DOT_TILE}
+                   "stage": False, "tile": _DOT_TILE, "row_tile": 1}
         n_rows = row_count(self.eqn, self.ctx.caps)
         cp = dict(self.eqn.params["compiler_params"])
         if n_rows is not None and (cp.get("rows") is True
                                    or _rows_by_default(self.ctx.caps, self.eqn.params["body"].program)):
-            default = {"workgroup": n_rows, "rows": True, "stage": False, "tile": _DOT_TILE}
+            per = int(cp["row_tile"]) if "row_tile" in cp else _row_tile_default(self.eqn, self.ctx.opts)
+            per = per if per >= 1 and n_rows % per == 0 else 1
+            default = {"workgroup": n_rows // per, "rows": True, "stage": False, "tile": _DOT_TILE, "row_tile": per}
         if "stage" in cp:
             default["stage"] = bool(cp["stage"])
         if "tile" in cp:
             default["tile"] = int(cp["tile"])
-        if "workgroup" in cp or "rows" in cp or "stage" in cp or "tile" in cp:
+        if any(k in cp for k in ("workgroup", "rows", "stage", "tile", "row_tile")):
             return self._variant(default)
         has_dot = any(q.primitive is P.dot_general for q in walk_body(self.eqn.params["body"].program))
         return self.ctx.tuned(PALLAS_TUNABLE, default, self._variant, {"rows": n_rows or 0, "dot": int(has_dot)})
@@ -2075,13 +2167,14 @@ class PallasGroup(EquationGroup):
 
         b, gsize, lsize = render(e, ctx.caps, names, choice["workgroup"], choice.get("rows", False),
                                  choice.get("stage", False), vectors if self._vectors_allowed() else None,
-                                 choice.get("tile", _DOT_TILE))
+                                 choice.get("tile", _DOT_TILE), choice.get("row_tile", 1))
         kernel = hoisted_kernel(b, lsize, bool(getattr(ctx.caps, "uniform_guard", False)))
         vals = [args[pp.name] for pp in kernel.params]
         if not _vectors_unwritten(kernel, vals):   # WebGPU refuses a buffer bound read-only and writable at once
             args.clear()
             b, gsize, lsize = render(e, ctx.caps, names, choice["workgroup"], choice.get("rows", False),
-                                     choice.get("stage", False), tile=choice.get("tile", _DOT_TILE))
+                                     choice.get("stage", False), tile=choice.get("tile", _DOT_TILE),
+                                     row_tile=choice.get("row_tile", 1))
             kernel = hoisted_kernel(b, lsize, bool(getattr(ctx.caps, "uniform_guard", False)))
             vals = [args[pp.name] for pp in kernel.params]
         launches.append(Launch(kernel, vals, gsize, lsize, tracker.eqns, "pallas"))
