@@ -55,7 +55,12 @@ def map_subprograms(eqn: Eqn, fn) -> Eqn:
             w = fn(v)
             if w is not v:
                 new[k] = w
-        elif t is tuple and any(isinstance(p, Program) for p in v):
+        elif t is tuple:
+            for p in v:
+                if isinstance(p, Program):
+                    break
+            else:
+                continue
             w = tuple(fn(p) if isinstance(p, Program) else p for p in v)
             if any(a is not b for a, b in zip(w, v, strict=True)):
                 new[k] = w
