@@ -38,6 +38,8 @@ import threading
 import time
 import warnings
 
+import numpy as np
+
 from fnarray import tree_util
 from fnarray.core.builder import trace_to_program
 from fnarray.core.config import config
@@ -51,6 +53,7 @@ from fnarray.devices.array_impl import ArrayImpl
 __all__ = ["Tape", "make", "record", "Recorder"]
 
 _clock = time.perf_counter
+_SCALARS = frozenset({bool, int, float, complex})
 _lock = threading.Lock()
 
 # A step may call NumPy's function itself (the numpy backend's ``eager_call``): its RuntimeWarnings (``x / 0.0``,
@@ -167,9 +170,12 @@ class Recorder:
                     return done(primitive, args, out_avals, exe(bufs), device, committed)
                 ins.append(s)
                 mask |= deps[id(a)]
-            else:  # a Python scalar, converted on the device by the general path
+            elif type(a) in _SCALARS or isinstance(a, np.generic):  # converted on the device by the general path
                 ins.append(("fixed", len(self.fixed)))
                 self.fixed.append(b)
+            else:  # (an array of a subclass: its value is not known to be a constant)
+                self.tainted = True
+                return done(primitive, args, out_avals, exe(bufs), device, committed)
         t0 = _clock()
         outs = exe(bufs)
         self.spent += _clock() - t0
