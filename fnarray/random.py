@@ -491,12 +491,15 @@ def _uniform(k, shape, d, minval, maxval, name="uniform"):
     unit = lax.sub(lax.bitcast_convert_type(lax.bitwise_or(mant, one_bits), d), np.asarray(1.0, d)[()])
     lo = _param(minval, d, shape, name, "minval")
     hi = _param(maxval, d, shape, name, "maxval")
-    if _is_static(lo) and _is_static(hi):
-        with np.errstate(all="ignore"):
-            span = (hi - lo).astype(d)
-    else:
-        span = lax.sub(hi, lo)
-    return lax.max(lo, lax.add(lax.mul(unit, span), lo))
+    if not (_is_static(lo) and _is_static(hi)):
+        return lax.max(lo, lax.add(lax.mul(unit, lax.sub(hi, lo)), lo))
+    with np.errstate(all="ignore"):
+        span = (hi - lo).astype(d)
+    # [0, 1) itself: `unit * 1.0 + 0.0` is `unit` bit for bit (it is never -0.0), so both are left out: two
+    # passes over the samples on numpy:0, and on jax a compare and a select per element (XLA folds `x + 0.0` away,
+    # so lowering/jax/elementwise.py spells it out to keep IEEE's sign of zero)
+    scaled = unit if span == 1 else lax.mul(unit, span)
+    return lax.max(lo, scaled if lo == 0 else lax.add(scaled, lo))
 
 
 def uniform(key, shape=(), dtype=None, minval=0.0, maxval=1.0) -> Array:

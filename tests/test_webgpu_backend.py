@@ -79,6 +79,23 @@ def test_device_names_its_adapter(wdev):
     assert fa.devices(all_backends=True)[0].backend == "numpy"
 
 
+def test_block_until_ready_waits_by_polling_the_device_not_by_a_readback(wdev, monkeypatch):
+    # a 4-byte readback cost 400-550 us of CPU a wait on lavapipe; the blocking device poll 110-150 us
+    gpu = wdev.impl.gpu
+    if getattr(gpu.device, "_poll_wait", None) is None:
+        pytest.skip("this wgpu-py has no blocking device poll: waits read 4 bytes back")
+    a = np.arange(48, dtype=np.float32).reshape(6, 8)
+    x, = _on(wdev, a)
+    f = fa.jit(lambda x: (x @ x.T) * 2 + 1, device=wdev)
+    reads = []
+    monkeypatch.setattr(gpu.queue, "read_buffer", lambda *args, **kw: reads.append(args) or pytest.fail("readback"))
+    y = f(x)
+    assert y.block_until_ready() is y
+    assert reads == []
+    monkeypatch.undo()
+    np.testing.assert_allclose(np.asarray(y), (a.astype(np.float64) @ a.T) * 2 + 1, rtol=1e-6)
+
+
 def test_capabilities_come_from_the_device_limits(wdev):
     caps = wdev.impl.capabilities(wdev)
     lim = wdev.impl.gpu.limits
