@@ -477,6 +477,81 @@ def test_a_tape_call_runs_no_general_path(tapes):
     assert len(calls) <= 12, calls
 
 
+def _counting_traces(monkeypatch):
+    """A list that grows by one at each tape made by tracing (``eager_tape.make``), not by recording."""
+    from fnarray.transforms import eager_tape
+    traced = []
+    make = eager_tape.make
+
+    def counted(*a):
+        traced.append(a)
+        return make(*a)
+    monkeypatch.setattr(eager_tape, "make", counted)
+    return traced
+
+
+def test_tapes_are_recorded_from_the_general_path(tapes, device, monkeypatch):
+    """A key's tape is its second call's general path recorded (the executables it ran), not a trace: the tape
+    count grows, ``eager_tape.make`` is never called, and every result is the general path's."""
+    _keyed_device(device)
+    traced = _counting_traces(monkeypatch)
+    a2, b2, v2 = A[:, :5] + 1, B[:5] * 2, V[:5] - 1  # shapes of no other test here (keys of their own)
+    a, b, v, w = (fa.device_put(x, device) for x in (a2, b2, v2, v2 + 1))
+    bt = fa.device_put(b2.T, device)
+    tapes_before = eager_jit.cache_info()["tapes"]
+    for _ in range(3):
+        _against_general(fnp.matmul, a, b)
+        _against_general(fnp.sum, a, 0)
+        _against_general(fnp.concatenate, [a, bt], 0)
+        _against_general(fnp.stack, (v, w), -1)
+        _against_general(fnp.mean, a, 1, None, None, True)
+    assert eager_jit.cache_info()["tapes"] - tapes_before == 5
+    assert [t[0].__name__ for t in traced] == []
+
+
+def _branchy(x):
+    """A function whose Python reads a value of its argument: ``2x`` where ``sum(x) > 0``, else ``3x``."""
+    from fnarray.core import lax
+    return lax.mul(x, fnp.asarray(2.0 if float(lax.reduce_sum(x, axes=(0,))) > 0 else 3.0, x.dtype))
+
+
+def test_a_record_that_reads_a_value_makes_no_tape(tapes, device, monkeypatch):
+    """A host read while recording (``float(x.sum())``) taints the record: no tape from it (a tape would bake in
+    the branch taken), the next call traces (which fails: a tracer has no value), and each result is right."""
+    _keyed_device(device)
+    traced = _counting_traces(monkeypatch)
+    f = eager_jit._wrap(_branchy, "tests")
+    pos, neg = fa.device_put(V * 0 + 1, device), fa.device_put(V * 0 - 1, device)
+    for x, want in ((pos, 2), (pos, 2), (neg, -3), (pos, 2), (neg, -3)):
+        np.testing.assert_array_equal(np.asarray(f(x)), np.full(V.shape, want, np.float32))
+    assert len(traced) == 1  # the third call's trace (it fails: the key keeps the general path)
+
+
+def test_a_record_of_one_array_in_two_places_makes_no_tape(tapes, device, monkeypatch):
+    """``concatenate([x, x])`` and then ``concatenate([x, y])`` (one key): a record cannot tell the two places of
+    one array apart, so that key's tape is traced; each result is right."""
+    _keyed_device(device)
+    traced = _counting_traces(monkeypatch)
+    x, y = fa.device_put(V, device), fa.device_put(V * 2, device)
+    for a, b in ((x, x), (x, x), (x, y), (y, x), (y, y)):
+        np.testing.assert_array_equal(np.asarray(fnp.concatenate([a, b])),
+                                      np.concatenate([np.asarray(a), np.asarray(b)]))
+    assert len(traced) == 1
+
+
+def test_a_record_of_values_made_elsewhere_makes_no_tape(tapes, device, monkeypatch):
+    """A value the record did not see made (a nested jitted call's output) taints it: the function's tape is
+    traced instead, and its results follow its argument."""
+    _keyed_device(device)
+    traced = _counting_traces(monkeypatch)
+    inner = fa.jit(lambda x: x * 2.0)
+    f = eager_jit._wrap(lambda x: fnp.add(inner(x), 1.0), "tests")
+    for k in range(4):
+        x = fa.device_put(V + k, device)
+        np.testing.assert_allclose(np.asarray(f(x)), (V + k) * 2 + 1, rtol=1e-6)
+    assert len(traced) == 1
+
+
 def test_a_tape_gives_way_to_its_program(monkeypatch):
     """numpy's schedule: the general path, then the key's tape from its second call, then its program once the tape
     has run ``TAPED_PROGRAM_CALL`` times or ``TAPE_BUDGET_S`` seconds; each made once, every result the same."""

@@ -87,6 +87,13 @@ def consts_as_inputs(prog: Program) -> Program:
 def _param_key(v):
     """A cache-key form of one parameter value in which values that compare equal but differ in meaning stay
     apart: ``0.0``/``-0.0``, ``1``/``True``/``1.0`` (the rule docs/design.md states for literals)."""
+    t = type(v)
+    if t is int:  # the common params first, by exact type (the isinstance chain below serves subclasses)
+        return ("int", v)
+    if t is tuple:
+        return ("tuple",) + tuple(_param_key(x) for x in v)
+    if t is str or v is None:
+        return v
     if isinstance(v, bool):
         return ("bool", v)
     if isinstance(v, float):
@@ -103,7 +110,8 @@ def _param_key(v):
 
 
 def _eqn_key(eqn: Eqn, inputs: tuple):
-    params = tuple((k, _param_key(v)) for k, v in sorted(eqn.params.items(), key=lambda kv: kv[0]))
+    # (sorted by name alone: names are unique, so no two items' values are ever compared)
+    params = tuple((k, _param_key(v)) for k, v in sorted(eqn.params.items()))
     return eqn.primitive, inputs, params
 
 

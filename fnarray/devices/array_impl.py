@@ -14,6 +14,10 @@ __all__ = ["ArrayImpl", "set_placement"]
 
 _ABSENT = object()
 
+#: The recorder of a general eager call (``fnarray.transforms.eager_tape.Recorder``) while one records, else None:
+#: a host read of any array's value (``_value``, DLPack) then taints it (its tape is not made from the record).
+recording = None
+
 
 class ArrayImpl(Array):
     """A concrete, immutable array: an abstract value, a device and its buffer.
@@ -80,6 +84,8 @@ class ArrayImpl(Array):
         self._host = None
 
     def _value(self) -> np.ndarray:
+        if recording is not None:
+            recording.tainted = True  # (any thread's read: a spurious taint only costs a traced tape)
         h = self._host
         if h is None:
             h = self._device.impl.to_host(self.buf())
@@ -110,6 +116,8 @@ class ArrayImpl(Array):
         and legacy consumers (JAX 0.10) get a copy, on the device for a jax:0 array; an
         explicit ``copy=False`` shares. See ``fnarray.devices.dlpack``.
         """
+        if recording is not None:
+            recording.tainted = True
         kw = {"stream": stream, "max_version": max_version, "dl_device": dl_device}
         if copy is not _ABSENT:  # whether the consumer speaks the 2023.12 protocol (passes copy=) matters
             kw["copy"] = copy

@@ -206,7 +206,9 @@ def _compile_eqn(primitive, params, in_avals, out_avals, device: Device):
     # An equation holding a host callback goes through partitioning too, unless the backend calls it in place.
     # A reference backend (numpy) needs no program for it (a first call of each new shape makes one: ~2 us).
     prog = None
-    if fast is not None and not backend.capabilities(device).reference:
+    # A backend whose ``eager_fast_known`` makes these checks itself (``eager_fast_checks``: mlx) is asked directly.
+    if fast is not None and not backend.capabilities(device).reference and not getattr(backend, "eager_fast_checks",
+                                                                                        False):
         prog = program_from_eqn(primitive, params, in_avals, out_avals)
         if not (backend.lowers_natively(prog.eqns[0], device) and unsupported_reason(prog.eqns[0], device) is None
                 and (backend.host_callbacks or not has_effect(prog.eqns[0]))):

@@ -9,6 +9,8 @@ both. Eager execution is ``jit`` of a one-equation program, cached per
 
 from __future__ import annotations
 
+from threading import get_ident
+
 import numpy as np
 
 from fnarray.core import dtypes, tracing
@@ -180,10 +182,11 @@ def _eager_cache_size() -> int:
 
 
 class _EagerEntry:
-    __slots__ = ("exe", "out_avals", "used")
+    # step: the executable's entry for a tape (``eager_tape._entry``: ``(call, single)``), made at its first tape
+    __slots__ = ("exe", "out_avals", "used", "step")
 
     def __init__(self, exe, out_avals):
-        self.exe, self.out_avals, self.used = exe, out_avals, False
+        self.exe, self.out_avals, self.used, self.step = exe, out_avals, False, None
 
 
 def _used_since(entry) -> bool:
@@ -277,7 +280,16 @@ _PY_SCALARS = frozenset({bool, int, float, complex})
 
 def _eager_run(primitive, args, params, avals, bufs, device, committed):
     exe, out_avals = _eager_executable(primitive, params, avals, device)
+    rec = array_impl.recording
+    if rec is not None and rec.thread == get_ident():  # a general eager call being recorded (eager_tape.record)
+        return rec.record(primitive, args, params, avals, bufs, device, committed, exe, out_avals,
+                          _eager_done)
     outs = exe(bufs)
+    return _eager_done(primitive, args, out_avals, outs, device, committed)
+
+
+def _eager_done(primitive, args, out_avals, outs, device, committed):
+    """``_eager_run``'s result: the outputs ``outs`` (buffers) of ``primitive`` as arrays."""
     if primitive.multiple_results:
         res = [ArrayImpl.make(av, device, b, committed) for av, b in zip(out_avals, outs, strict=True)]
     else:

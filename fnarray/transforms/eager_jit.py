@@ -16,7 +16,8 @@ second call (a loop over new step sizes would otherwise compile each). ``"second
 ``"repeated_call"`` (mlx): the first call of a key takes the general path, so a loop over ever new static values
 (``x[i]`` for each ``i``) traces and compiles nothing; from the second call (numpy; mlx: the third, whose
 general path costs less, ``_TAPE_CALLS``) the key's *tape* serves it
-(``fnarray.transforms.eager_tape``: the function traced once at the key's avals, ~30-80 us, and replayed on the
+(``fnarray.transforms.eager_tape``: that call's general path recorded, ~1.5-2x a general call, or where the
+record is refused the function traced once at the key's avals at the next call, ~30-80 us; replayed on the
 eager cache's own one-primitive executables, ~3-5 us a call against the general path's 10-80 us), and its
 program comes once the tape has run ``TAPED_PROGRAM_CALL`` times or ``TAPE_BUDGET_S`` seconds (a program costs
 0.35-1.5 ms to trace and lower and saves ~1 us a call against a tape, more where it fuses large arrays). A key
@@ -339,10 +340,18 @@ def _make(fn, args, kwargs, key, arrays):
 def _early(fn, args, kwargs, key, arrays):
     """A call of a key without a program nor a tape: the general path (counted), the key's tape made now
     (``_taped``, from the call ``_tape_calls`` says), or its program made now (``_make``)."""
-    seen = _seen.get(key)  # [calls so far, tape failed]: counted in place (no lock; a lost count is harmless)
+    # [calls so far, tape failed (True), or its record refused (_TRACE: the next tape is traced)]: counted in place
+    # (no lock; a lost count is harmless)
+    seen = _seen.get(key)
     n = 0 if seen is None else seen[0]
-    if n >= _tape_calls(key) and (seen is None or not seen[1]):
-        out = _taped(fn, args, kwargs, key, arrays, n)
+    if n >= _tape_calls(key) and (seen is None or seen[1] is not True):
+        out = _taped(fn, args, kwargs, key, arrays, n, seen is None or seen[1] is False)
+        if type(out) is _Refused:  # the call ran (its result stands); its tape is traced at the next call
+            seen = _seen.get(key)
+            if seen is None:
+                seen = _seen.put(key, [n, _TRACE])
+            seen[0], seen[1] = n + 1, _TRACE
+            return out.out
         if out is not _NO_TAPE:
             return out
         seen = _seen.get(key)
@@ -358,9 +367,29 @@ def _early(fn, args, kwargs, key, arrays):
     return fn(*args, **kwargs)
 
 
-def _taped(fn, args, kwargs, key, arrays, n):
+def _taped(fn, args, kwargs, key, arrays, n, recorded=True):
     """The key's tape made and run (its ``_Program`` entry kept), or ``_NO_TAPE`` where it cannot be made. The
-    time of this first run sets the call at which the key gets its program (``TAPE_BUDGET_S``)."""
+    time of this first run sets the call at which the key gets its program (``TAPE_BUDGET_S``).
+
+    ``recorded``: the tape is first made by recording this call's general path (``eager_tape.record``: the
+    executables it runs, ~1.1x a general call, where a trace costs ~3x one); where the record is refused (a host
+    read, a value from a path that runs no eager executable: ``eager_tape.Recorder``) the call's result is
+    returned as ``_Refused`` and the next call traces (``eager_tape.make``); so does a key whose arrays are not
+    distinct objects (a record cannot tell the places of one array apart)."""
+    if recorded and len(arrays) == len({id(a) for a in arrays}):
+        got = eager_tape.record(lambda: fn(*args, **kwargs), arrays)  # (the general path: its own warnings)
+        if got is not None:
+            out, t, spent = got
+            if t is None:
+                return _Refused(out)
+            _stats["tapes"] += 1
+            p = _Program(None)
+            p.tape, p.calls = t, n + 1
+            # the tape's time per call: its executables' (recorded) and ~0.5 us of Python a step
+            _schedule(p, n, spent + 5e-7 * (len(t.steps) + 1))
+            _programs.put(key, p)
+            _seen.pop(key)
+            return out
     _stats["tapes"] += 1
     with np.errstate(all="ignore"):  # tracing converts literals the general path converts quietly
         t = eager_tape.make(_program(fn, args, kwargs), arrays)
@@ -373,16 +402,30 @@ def _taped(fn, args, kwargs, key, arrays, n):
         out = t.run(arrays)
     except Exception:  # the general path raises its own error (or succeeds)
         out = None
-    spent = _clock() - t0
-    p.limit = TAPED_PROGRAM_CALL - 1  # calls before the program's
-    if spent > 0:
-        p.limit = min(p.limit, n + 1 + TAPE_BUDGET_S / spent)
+    _schedule(p, n, _clock() - t0)
     _programs.put(key, p)
     _seen.pop(key)
     return out if out is not None else fn(*args, **kwargs)
 
 
+def _schedule(p, n, spent):
+    """Set the call at which a tape that takes ``spent`` seconds a call gives way to its program."""
+    p.limit = TAPED_PROGRAM_CALL - 1  # calls before the program's
+    if spent > 0:
+        p.limit = min(p.limit, n + 1 + TAPE_BUDGET_S / spent)
+
+
 _NO_TAPE = object()
+_TRACE = "trace"  # a ``_seen`` entry's state: the key's record was refused, its tape is traced
+
+
+class _Refused:
+    """A recorded call's result whose record made no tape."""
+
+    __slots__ = ("out",)
+
+    def __init__(self, out):
+        self.out = out
 
 
 def _call(fn, args, kwargs):

@@ -10,6 +10,15 @@ shared with the general path, compiled there on a miss), and then replayed per c
 ``executable(*buffers)`` calls: a few microseconds, with the general path's own numerics (the same one-primitive
 executables, in the program's order).
 
+A tape is first made by *recording* the call that needs it (``record``, ``Recorder``): the call runs the general
+path as it would, and ``placement._eager_run`` hands each primitive's executable to the recorder, which notes
+where its inputs came from. That costs ~1.5-2x one general call where a trace costs ~3x (issue 28: the third run
+of the decode loop on mlx:0 30-36 -> 15-19 ms, the second on numpy:0 32-34 -> 19-20 ms). A record is refused
+(the next call traces, as below) where the function read a value on the host while recording (its Python may
+branch on it, where a trace would have failed), used a value that no recorded executable made (an operator's
+fast entry, a nested key's tape or program, a jitted call, an array made from the host inside the function), ran
+on another device or a host callback, or got one array in two places (a record cannot tell them apart).
+
 A trace fails where the function reads values (a data-dependent shape, a check of a concrete value): the key
 then has no tape (``make`` returns ``None``) and its caller keeps the general path, as a program that fails to
 trace does. So does a program whose output is a literal or depends on no argument, whose constants are not
@@ -25,16 +34,27 @@ caller's to handle (``eager_jit`` then runs the general path, which raises its o
 
 from __future__ import annotations
 
+import threading
+import time
 import warnings
+
+import numpy as np
 
 from fnarray import tree_util
 from fnarray.core.builder import trace_to_program
+from fnarray.core.config import config
 from fnarray.core.ir import Literal
 from fnarray.core.passes import has_effect
-from fnarray.devices import placement
+from fnarray.core.primitives import EFFECTS
+from fnarray.core.subprograms import subprograms
+from fnarray.devices import array_impl, placement
 from fnarray.devices.array_impl import ArrayImpl
 
-__all__ = ["Tape", "make"]
+__all__ = ["Tape", "make", "record", "Recorder"]
+
+_clock = time.perf_counter
+_SCALARS = frozenset({bool, int, float, complex})
+_lock = threading.Lock()
 
 # A step may call NumPy's function itself (the numpy backend's ``eager_call``): its RuntimeWarnings (``x / 0.0``,
 # overflow to inf) are silenced here as the numpy backend's and ``eager_ops``' are (the general path warns not).
@@ -99,6 +119,144 @@ class Tape:
             return r
         return self.out_tree.unflatten([arrays[i] if i < self.n else ArrayImpl.make(av, dev, env[i], committed)
                                         for i, av in zip(self.outs, self.out_avals)])
+
+
+class _Step:
+    """What ``_entry`` and ``has_effect`` read of a recorded equation (``outputs``: its arrays)."""
+
+    __slots__ = ("primitive", "params", "outputs")
+
+    def __init__(self, primitive, params, outputs):
+        self.primitive, self.params, self.outputs = primitive, params, outputs
+
+
+class Recorder:
+    """The executables a general eager call runs, recorded as a tape's steps (``record``).
+
+    ``placement._eager_run`` hands each primitive of this thread to ``record``, which runs it and notes which
+    values it read: a call's argument, an earlier step's output, or a Python scalar converted on the device (a
+    constant of the key, as a traced literal). Anything else taints the record (``tainted``): a value made by a
+    path that runs no eager executable (an operator's fast entry, a nested key's tape or program, a jitted call,
+    a transfer), an array from the host, another device, an effect; and so does any host read of a value while
+    recording (``ArrayImpl._value``, DLPack): a function whose Python read a value may take another branch for
+    other values, which a trace would have refused (a concrete value of a tracer)."""
+
+    __slots__ = ("thread", "device", "slots", "deps", "keep", "fixed", "steps", "tainted", "spent", "n")
+
+    def __init__(self, arrays):
+        self.n = len(arrays)
+        self.thread = threading.get_ident()
+        self.device = arrays[0]._device
+        self.slots = {id(a): i for i, a in enumerate(arrays)}
+        self.deps = {id(a): 1 << i for i, a in enumerate(arrays)}
+        self.keep = list(arrays)  # the recorded values stay alive, so that their ids stay theirs
+        self.fixed, self.steps = [], []
+        self.tainted, self.spent = False, 0.0
+
+    def record(self, primitive, args, params, avals, bufs, device, committed, exe, out_avals, done):
+        """Run one primitive (as ``placement._eager_run``: ``done`` makes its arrays) and record it."""
+        if self.tainted or device is not self.device or (
+                (primitive in EFFECTS or subprograms(_Step(primitive, params, ())))
+                and has_effect(_Step(primitive, params, ()))):
+            self.tainted = True
+            return done(primitive, args, out_avals, exe(bufs), device, committed)
+        ins, mask = [], 0
+        slots, deps = self.slots, self.deps
+        for a, b in zip(args, bufs):
+            if type(a) is ArrayImpl:
+                s = slots.get(id(a))
+                if s is None:
+                    self.tainted = True
+                    return done(primitive, args, out_avals, exe(bufs), device, committed)
+                ins.append(s)
+                mask |= deps[id(a)]
+            elif type(a) in _SCALARS or isinstance(a, np.generic):  # converted on the device by the general path
+                ins.append(("fixed", len(self.fixed)))
+                self.fixed.append(b)
+            else:  # (an array of a subclass: its value is not known to be a constant)
+                self.tainted = True
+                return done(primitive, args, out_avals, exe(bufs), device, committed)
+        t0 = _clock()
+        outs = exe(bufs)
+        self.spent += _clock() - t0
+        res = done(primitive, args, out_avals, outs, device, committed)
+        k = len(self.steps)
+        for j, r in enumerate(res if primitive.multiple_results else (res,)):
+            slots[id(r)] = ("step", k, j)
+            deps[id(r)] = mask
+            self.keep.append(r)
+        self.steps.append((exe, _Step(primitive, params, res if primitive.multiple_results else (res,)),
+                           tuple(avals), ins))
+        return res
+
+    def tape(self, out):
+        """The tape of the recorded call that returned ``out``, or ``None`` (tainted, or an output that is not
+        an argument or a recorded step's, or depends on no argument: the rules of ``make``)."""
+        if self.tainted or not self.steps:
+            return None
+        leaves, out_tree = tree_util.tree_flatten(out)
+        n = self.n
+        base = n + len(self.fixed)
+        starts, count = [], base  # each step's first output slot
+        for _exe, eqn, _avals, _ins in self.steps:
+            starts.append(count)
+            count += len(eqn.outputs)
+
+        def slot(s):
+            if type(s) is int:
+                return s
+            return n + s[1] if s[0] == "fixed" else starts[s[1]] + s[2]
+        outs, masks = [], []
+        for leaf in leaves:
+            s = self.slots.get(id(leaf)) if type(leaf) is ArrayImpl else None
+            if s is None or not self.deps.get(id(leaf)):
+                return None
+            outs.append(slot(s))
+            masks.append(self.deps[id(leaf)])
+        dev = self.device
+        steps = []
+        for exe, eqn, avals, ins in self.steps:
+            call, single = _cached_entry(exe, eqn, avals, dev)
+            steps.append((call, tuple(slot(s) for s in ins), single))
+        out_deps = None
+        if any(m != (1 << n) - 1 for m in masks):
+            out_deps = tuple(tuple(i for i in range(n) if m >> i & 1) for m in masks)
+        return Tape(tuple(steps), tuple(self.fixed), tuple(outs), tuple(leaf.aval for leaf in leaves), out_tree, n,
+                    out_deps)
+
+
+def record(call, arrays):
+    """``(out, tape, seconds)``: ``call()`` (a general eager call of a key whose arrays are ``arrays``, each
+    once) run while recording, the tape of what it ran (``None`` where the record is tainted: ``Recorder``),
+    and the seconds its executables took (the tape's cost per call, but for its Python). ``None`` where another
+    record is under way (in any thread: one at a time); the caller then makes its tape by tracing. Errors of
+    ``call`` propagate (the general path's own)."""
+    rec = Recorder(arrays)
+    with _lock:
+        if array_impl.recording is not None:
+            return None
+        array_impl.recording = rec
+    try:
+        out = call()
+    finally:
+        array_impl.recording = None
+    try:
+        tape = rec.tape(out)
+    except Exception:  # noqa: BLE001 (an executable without an entry: no tape from the record)
+        tape = None
+    return out, tape, rec.spent
+
+
+def _cached_entry(exe, eqn, avals, dev):
+    """``_entry``, kept on the eager cache's entry of the executable (each new shape of a loop makes a tape of
+    the same few primitives: ~3 us a step otherwise)."""
+    e = placement._eager_d.get((eqn.primitive, eqn.params, avals, dev, config.fallback))
+    if e is None or e.exe is not exe:
+        return _entry(exe, eqn, avals, dev)
+    step = e.step
+    if step is None:
+        step = e.step = _entry(exe, eqn, avals, dev)
+    return step
 
 
 def _entry(exe, eqn, avals, dev):
@@ -193,7 +351,7 @@ def _steps(prog, dev, slots, fixed, n, deps):
             slots[id(v)] = ("step", count)
             deps[id(v)] = mask
             count += 1
-        steps.append((*_entry(exe, eqn, tuple(avals), dev), ins))
+        steps.append((*_cached_entry(exe, eqn, tuple(avals), dev), ins))
     # Literals go after the constants, so steps' slots move by their number.
     shift = len(literals)
     base = n + len(fixed)

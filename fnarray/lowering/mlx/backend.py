@@ -117,7 +117,7 @@ from fnarray.core.errors import BackendUnavailable
 from fnarray.core.fft import fft_p
 from fnarray.core.ir import Program
 from fnarray.core.pallas import pallas_call_p
-from fnarray.core.passes import program_from_eqn
+from fnarray.core.passes import has_effect, program_from_eqn
 from fnarray.core.subprograms import CALL_PROGRAM, subprograms
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered, compiling
@@ -424,22 +424,39 @@ class MlxBackend(Backend):
         # jit drops the donated arrays' references after the call.
         return MlxLowered(program, device, donate)
 
+    #: ``partition.compile_eqn`` skips its own checks (a one-equation program, ``unsupported_reason``, effects)
+    #: before ``eager_fast_known``: it makes every one of them itself and returns ``None`` where the general path
+    #: (partitioning, fallback) is needed (issue 28: each new shape's first eager call of a primitive on mlx:0
+    #: checked and evaluated the rule twice; ~20% of a first call).
+    eager_fast_checks = True
+
     def eager_fast(self, primitive, params, in_avals, device):
         """One primitive applied directly with MLX, or ``None`` where the general path is needed."""
-        if primitive in _HOST or primitive not in RULES or primitive in _DEVICE_CHECKS or _spmd.active():
+        out = primitive.abstract_eval(*in_avals, **getattr(params, "_d", params))
+        return self.eager_fast_known(primitive, params, in_avals, list(out) if primitive.multiple_results
+                                     else [out], device)
+
+    def eager_fast_known(self, primitive, params, in_avals, out_avals, device):
+        """``eager_fast`` given the output avals its caller computed already, making ``supports``' checks,
+        ``lowers_natively``'s and the effect check of ``partition.compile_eqn`` (``eager_fast_checks``)."""
+        if (primitive in _HOST or primitive not in RULES or primitive in _DEVICE_CHECKS or primitive in _UNSUPPORTED
+                or primitive in P.EFFECTS or _spmd.active()):
             return None
         check = _EQN_CHECKS.get(primitive)
         if check is not None and check(list(in_avals), params) is not None:
             return None
-        out = primitive.abstract_eval(*in_avals, **params)
-        outs = list(out) if primitive.multiple_results else [out]
-        if any(a.size == 0 for a in list(in_avals) + outs):
-            return None   # the general path runs the zero-size pass: no MLX call on an empty array
+        outs = list(out_avals)
+        for a in in_avals:
+            if a.size == 0:
+                return None   # the general path runs the zero-size pass: no MLX call on an empty array
+        for a in outs:
+            if a.size == 0:
+                return None
         if primitive in CALL_PROGRAM or any(
                 isinstance(p, Program) for p in params.values()):
             from fnarray.devices.partition import unsupported_reason
             eqn = program_from_eqn(primitive, params, in_avals, outs).eqns[0]
-            if _needs_host(eqn) or unsupported_reason(eqn, device) is not None:
+            if _needs_host(eqn) or has_effect(eqn) or unsupported_reason(eqn, device) is not None:
                 return None
         else:
             ds = {a.dtype for a in in_avals} | {o.dtype for o in outs} | {p for p in params.values()
