@@ -1044,32 +1044,14 @@ def _dot(r, e, vals):
     d = np.dtype(out.dtype)
     acc_d = _acc_dtype(d)
     b = r.b
-    # The operands are staged in work-group memory once (each element is read by many work items).
-    xs = x if getattr(x, "local", None) is not None or not r.stage_dots else r.materialize(x, "ta")
-    ys = y if getattr(y, "local", None) is not None or not r.stage_dots else r.materialize(y, "tb")
-    if r.stage_swapped and not r.rows:
-        # k.T read in place gives a register tile's columns (rows of k) far apart; staged, they are adjacent
-        # (PoCL 3.1 turned the in-place reads into gathers: flash attention 0.68x the time staged, 3.0 1.09x)
-        xs = r.materialize(xs, "ta") if getattr(xs, "swapped", False) else xs
-        ys = r.materialize(ys, "tb") if getattr(ys, "swapped", False) else ys
+    xs, ys = _dot_staged(r, x, y)
     lfree = [k for k in range(len(x.shape)) if k not in lc and k not in lb]
     rfree = [k for k in range(len(y.shape)) if k not in rc and k not in rb]
     kshape = tuple(x.shape[k] for k in lc)
     name = r.block_array(d, tuple(out.shape), "dot")
 
     oshape = tuple(out.shape)
-    # row mode with several rows per work item (``row_ids``) and a two-axis result: one register tile over all
-    # the item's rows, so that each right-operand element (flash attention's k and v) is read once for them
-    row_rows = r.row_ids if r.rows and len(r.row_ids) > 1 and len(oshape) == 2 else None
-    if row_rows is not None:
-        tr, tc = len(row_rows), _row_tile(oshape, _ROW_TILE_OUTPUTS // len(row_rows))[1]
-        tshape = (oshape[-1] // tc,)
-    else:
-        tr, tc = _row_tile(oshape) if r.rows else _dot_tile(oshape, r.wg, r.dot_tile,
-                                                            16 if r.dot_tile > 16 else 8)
-        tshape = oshape[:-2] + (oshape[-2] // tr,) if tr > 1 else oshape[:-1]
-        tshape = tshape + (oshape[-1] // tc,) if oshape else tshape
-
+    row_rows, (tr, tc), tshape = _dot_tiling(r, oshape)
     nk = math.prod(kshape)
     dims = (lb, rb, lc, rc, lfree, rfree)
 
@@ -1105,6 +1087,33 @@ def _dot(r, e, vals):
             body((row_rows[0], c), c)
     r.barrier()
     return r.local_value(name, tuple(out.shape), d)
+
+
+def _dot_staged(r, x, y):
+    """``_dot``'s operands, staged in work-group memory once where the options ask (each element is read by many
+    work items)."""
+    xs = x if getattr(x, "local", None) is not None or not r.stage_dots else r.materialize(x, "ta")
+    ys = y if getattr(y, "local", None) is not None or not r.stage_dots else r.materialize(y, "tb")
+    if r.stage_swapped and not r.rows:
+        # k.T read in place gives a register tile's columns (rows of k) far apart; staged, they are adjacent
+        # (PoCL 3.1 turned the in-place reads into gathers: flash attention 0.68x the time staged, 3.0 1.09x)
+        xs = r.materialize(xs, "ta") if getattr(xs, "swapped", False) else xs
+        ys = r.materialize(ys, "tb") if getattr(ys, "swapped", False) else ys
+    return xs, ys
+
+
+def _dot_tiling(r, oshape):
+    """``(row ids or None, (tile rows, tile columns), the tiles' index shape)`` of ``_dot``'s result ``oshape``.
+
+    Row mode with several rows per work item (``row_ids``) and a two-axis result: one register tile over all the
+    item's rows, so that each right-operand element (flash attention's k and v) is read once for them."""
+    row_rows = r.row_ids if r.rows and len(r.row_ids) > 1 and len(oshape) == 2 else None
+    if row_rows is not None:
+        tr, tc = len(row_rows), _row_tile(oshape, _ROW_TILE_OUTPUTS // len(row_rows))[1]
+        return row_rows, (tr, tc), (oshape[-1] // tc,)
+    tr, tc = _row_tile(oshape) if r.rows else _dot_tile(oshape, r.wg, r.dot_tile, 16 if r.dot_tile > 16 else 8)
+    tshape = oshape[:-2] + (oshape[-2] // tr,) if tr > 1 else oshape[:-1]
+    return None, (tr, tc), tshape + (oshape[-1] // tc,) if oshape else tshape
 
 
 def _tile_elements(r, tidx, tile, has_axes, rows=None):
