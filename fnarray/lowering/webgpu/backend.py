@@ -742,6 +742,11 @@ class WebGPULowered(KernelLowered):
             opts["bake_dot"] = True
             opts["scatter_columns"] = True   # groups/scatter.py: a work item per column where it is less work
             opts["conv_positions"] = CPU_CONV_POSITIONS
+            # kernels/schedule.py: a costly inlined value read by several equations gets a buffer (the
+            # transformer's residual stream was recomputed, gather included, in every layernorm pass; the VAE
+            # grid's random bits in each of 100 slices): transformer step 198-206 -> 179-187 CPU ms, VAE grid
+            # 121-123 -> 98-100 (load 7-9)
+            opts["share_values"] = True
         if tuning.active(self.device):
             opts["tuner"] = _Timer(self.device, self.backend.gpu, caps.max_workgroup_size)
         return schedule_program(self.program, caps, workgroup=DEFAULT_GROUP_SIZE, **opts)
