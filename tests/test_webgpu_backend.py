@@ -347,6 +347,28 @@ def test_shared_values_get_a_buffer_on_a_cpu_adapter(wdev, ref):
     assert len(fa.jit(lambda v: fa.nn.softmax(v, axis=-1)).lower(x).kernels()) == 1
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.bool_])
+def test_concatenations_branch_on_a_cpu_adapter(wdev, ref, dtype):
+    """A concatenation of more than two pieces inside a kernel is a tree of ``if``s on a CPU adapter (the
+    scheduler option ``concat_branches``: a work item evaluates its own piece, where a ``select`` per piece
+    evaluates all of them), a ``select`` chain on a GPU; both equal numpy:0 (an image grid's slices and
+    transposes of a 2-D array, and uneven pieces along the last axis)."""
+    x = _f32(100, 12, seed=5) > 0 if dtype == np.bool_ else _f32(100, 12, seed=5)
+
+    def grid(v):
+        ims = [v[i].reshape((3, 4)) for i in range(9)]
+        rows = [fnp.concatenate([ims[r * 3 + c].T for c in range(3)][::-1], axis=0) for r in range(3)]
+        return fnp.concatenate(rows, axis=1).T
+
+    def uneven(v):
+        return fnp.concatenate([v[:, :1], v[:, 3:7], v[:, 1:3], v[:, 7:]] * 2, axis=1)
+    for f in (grid, uneven):
+        xd = fa.device_put(x, wdev)
+        source = "".join(k.source for k in fa.jit(f).lower(xd).kernels())
+        assert ("cat0 = " in source) == (wdev.platform == "cpu")
+        np.testing.assert_array_equal(np.asarray(fa.jit(f)(xd)), np.asarray(fa.jit(f, device=ref)(x)))
+
+
 def test_direct_conv_computes_several_positions_per_work_item(wdev, ref):
     """On a CPU adapter a work item of the direct convolution computes CPU_CONV_POSITIONS positions of the
     last spatial dimension (7 wide: 4 + 3, the last one past the edge not stored) and 4 output features."""

@@ -231,7 +231,9 @@ class _Ctx:
             name = b.buffer(spec, v.aval.dtype, False, "in")
             args[name] = spec
             return name
-        return Emitter(b, self.producer, buffer_of, on_read, tracker.add if tracker is not None else None)
+        em = Emitter(b, self.producer, buffer_of, on_read, tracker.add if tracker is not None else None)
+        em.branches = bool(self.opts.get("concat_branches", False))
+        return em
 
     def output(self, b, args, v, hint="out") -> str:
         spec = self.spec(v)

@@ -747,6 +747,7 @@ class WebGPULowered(KernelLowered):
             # grid's random bits in each of 100 slices): transformer step 198-206 -> 179-187 CPU ms, VAE grid
             # 121-123 -> 98-100 (load 7-9)
             opts["share_values"] = True
+            opts["concat_branches"] = True   # kernels/emitter.py: one piece evaluated per element, not all
         if tuning.active(self.device):
             opts["tuner"] = _Timer(self.device, self.backend.gpu, caps.max_workgroup_size)
         return schedule_program(self.program, caps, workgroup=DEFAULT_GROUP_SIZE, **opts)
