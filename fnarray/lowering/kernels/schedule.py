@@ -70,7 +70,7 @@ _COST_LIMIT = 240      # largest inlined expression tree (duplicates counted) be
 _EXPENSIVE_COST = 10
 _JOIN_WINDOW = 64    # how many of the latest kernels a new elementwise root may join or ride along with
 _HOIST_SIZE = 1024  # elements of a kernel from which one-element expensive values get their own kernel
-#: With the scheduler option ``share_values`` (webgpu on a CPU adapter): an inlined elementwise value read by
+#: With the scheduler option ``share_values`` (CPU targets: lavapipe, PoCL): an inlined elementwise value read by
 #: two or more equations whose expression costs at least this and reads three buffers, or costs twice this,
 #: gets a buffer (``_Inlining._shared``), so its readers load it once instead of recomputing it
 _SHARED_COST = 10
