@@ -186,11 +186,11 @@ def schedule_program(program: Program, caps, **opts) -> Plan:
     cols)`` per work item of the untiled matrix product, the default of ``dot.BLOCK_TUNABLE``: ``groups/dot.py``),
     ``dot_vec4`` (that product's float32 operands read four elements per load where aligned), ``bake_dot`` (the
     product's sizes and strides as constants in its source, not scalar arguments), ``conv_positions`` (output
-    positions per work item of the direct convolution: ``groups/conv.py``), ``concat_branches`` (a
-    concatenation of more than two pieces as ``if`` branches: ``emitter._concatenate_branches``); for CPU targets
-    (those and CPU OpenCL): ``scatter_columns`` (a work item per column of a scatter where that is less work:
+    positions per work item of the direct convolution: ``groups/conv.py``); for CPU targets (those and CPU
+    OpenCL): ``scatter_columns`` (a work item per column of a scatter where that is less work:
     ``groups/scatter.py``), ``share_values`` (a costly inlined elementwise value read by several equations gets a
-    buffer: ``schedule._Inlining._shared``).
+    buffer: ``schedule._Inlining._shared``), ``concat_branches`` (a concatenation of more than two pieces as
+    ``if`` branches: ``emitter._concatenate_branches``).
     """
     return Plan(program, caps, opts)
 
