@@ -107,6 +107,38 @@ def test_sum_exp_shifted_is_at_most_two_kernels(dev):
                                rtol=1e-5)
 
 
+def test_a_gathered_residual_read_by_a_layernorm_is_computed_once_on_a_cpu_device(dev):
+    """The transformer's residual stream (an embedding gather plus positions) read by a layernorm's row loops gets
+    a buffer of its own on a CPU device (the scheduler option ``share_values``: each loop would redo the gather),
+    and stays inline on a GPU; the result equals float64 NumPy's."""
+    table, pos = f32(96, 64, seed=1), f32(64, 64, seed=2)
+    ids = np.random.default_rng(3).integers(0, 96, (16, 64)).astype(np.int32)
+
+    def f(table, pos, ids):
+        h = fnp.take(table, ids, axis=0) + pos
+        mu = fnp.mean(h, axis=-1, keepdims=True)
+        return (h - mu) / fnp.sqrt(fnp.mean((h - mu) ** 2, axis=-1, keepdims=True) + 1e-5)
+    ks = lowered_kernels(f, dev, table, pos, ids)
+    assert len(ks) == (2 if dev.impl.capabilities(dev).matmul_tiling == "register" else 1), ks
+    h = table[ids].astype(np.float64) + pos
+    want = (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + 1e-5)
+    got = np.asarray(fa.jit(f, device=dev)(put(table, dev), put(pos, dev), put(ids, dev)))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_concatenations_branch_on_a_cpu_device(dev):
+    """A concatenation of more than two uneven pieces inside a kernel is a tree of ``if``s on a CPU device (the
+    scheduler option ``concat_branches``), a ``select`` chain on a GPU; the result equals NumPy's."""
+    x = f32(50, 12, seed=6)
+
+    def f(v):
+        return fnp.sin(fnp.concatenate([v[:, :1], v[:, 3:7], v[:, 1:3], v[:, 7:]] * 2, axis=1))
+    source = "".join(k.source for k in lowered_kernels(f, dev, x))
+    assert ("cat0 = " in source) == (dev.impl.capabilities(dev).matmul_tiling == "register")
+    want = np.sin(np.concatenate([x[:, :1], x[:, 3:7], x[:, 1:3], x[:, 7:]] * 2, axis=1).astype(np.float64))
+    np.testing.assert_allclose(np.asarray(fa.jit(f, device=dev)(put(x, dev))), want, rtol=1e-5, atol=1e-6)
+
+
 def test_matmul_bias_relu_is_one_matmul_kernel(dev):
     x, w, b = f32(100, 70), f32(70, 90, seed=1), f32(90, seed=2)
 

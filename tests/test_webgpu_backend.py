@@ -334,6 +334,58 @@ def test_vector_operand_loads_give_the_scalar_kernels_bits(wdev, monkeypatch, na
     np.testing.assert_array_equal(got.view(np.uint32), scalar.view(np.uint32))
 
 
+def _layernorm(h):
+    mu = fnp.mean(h, axis=-1, keepdims=True)
+    var = fnp.mean((h - mu) ** 2, axis=-1, keepdims=True)
+    return (h - mu) / fnp.sqrt(var + 1e-5)
+
+
+def test_shared_values_get_a_buffer_on_a_cpu_adapter(wdev, ref):
+    """An embedding gather plus positions (the transformer's residual stream), read by a layernorm's passes,
+    is computed once into a buffer on a CPU adapter (the scheduler option ``share_values``: the layernorm's
+    three row loops would each redo the gather), and stays inline on a GPU; a softmax's ``exp(x - max)``
+    (one buffer and a row statistic) stays in its reduction's row loop on both. Results equal numpy:0's."""
+    rng = np.random.default_rng(3)
+    table, pos = _f32(96, 64, seed=1), _f32(64, 64, seed=2)
+    ids = rng.integers(0, 96, (16, 64)).astype(np.int32)
+
+    def f(table, pos, ids):
+        return _layernorm(fnp.take(table, ids, axis=0) + pos)
+    args = [fa.device_put(a, wdev) for a in (table, pos, ids)]
+    kernels = fa.jit(f).lower(*args).kernels()
+    gathers = [k for k in kernels if f"{96 - 1}i" in k.source]   # the gather's clamp to the table's rows
+    assert len(gathers) == 1 and len(kernels) == (2 if wdev.platform == "cpu" else 1), [k.name for k in kernels]
+    want = np.asarray(fa.jit(f, device=ref)(table, pos, ids))
+    np.testing.assert_allclose(np.asarray(fa.jit(f)(*args)), want, rtol=1e-5, atol=1e-5)
+    h = table[ids].astype(np.float64) + pos
+    np.testing.assert_allclose(want, (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + 1e-5),
+                               rtol=1e-4, atol=1e-4)
+    x = fa.device_put(_f32(64, 130, seed=4), wdev)
+    assert len(fa.jit(lambda v: fa.nn.softmax(v, axis=-1)).lower(x).kernels()) == 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.bool_])
+def test_concatenations_branch_on_a_cpu_adapter(wdev, ref, dtype):
+    """A concatenation of more than two pieces inside a kernel is a tree of ``if``s on a CPU adapter (the
+    scheduler option ``concat_branches``: a work item evaluates its own piece, where a ``select`` per piece
+    evaluates all of them), a ``select`` chain on a GPU; both equal numpy:0 (an image grid's slices and
+    transposes of a 2-D array, and uneven pieces along the last axis)."""
+    x = _f32(100, 12, seed=5) > 0 if dtype == np.bool_ else _f32(100, 12, seed=5)
+
+    def grid(v):
+        ims = [v[i].reshape((3, 4)) for i in range(9)]
+        rows = [fnp.concatenate([ims[r * 3 + c].T for c in range(3)][::-1], axis=0) for r in range(3)]
+        return fnp.concatenate(rows, axis=1).T
+
+    def uneven(v):
+        return fnp.concatenate([v[:, :1], v[:, 3:7], v[:, 1:3], v[:, 7:]] * 2, axis=1)
+    for f in (grid, uneven):
+        xd = fa.device_put(x, wdev)
+        source = "".join(k.source for k in fa.jit(f).lower(xd).kernels())
+        assert ("cat0 = " in source) == (wdev.platform == "cpu")
+        np.testing.assert_array_equal(np.asarray(fa.jit(f)(xd)), np.asarray(fa.jit(f, device=ref)(x)))
+
+
 def test_direct_conv_computes_several_positions_per_work_item(wdev, ref):
     """On a CPU adapter a work item of the direct convolution computes CPU_CONV_POSITIONS positions of the
     last spatial dimension (7 wide: 4 + 3, the last one past the edge not stored) and 4 output features."""

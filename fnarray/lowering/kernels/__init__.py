@@ -189,7 +189,9 @@ def schedule_program(program: Program, caps, **opts) -> Plan:
     positions per work item of the direct convolution: ``groups/conv.py``), ``pallas_row_tile`` (rows per work
     item of a ``pallas_call`` kernel with a ``dot`` in row mode: ``groups/pallas.py``); for CPU targets (those and CPU
     OpenCL): ``scatter_columns`` (a work item per column of a scatter where that is less work:
-    ``groups/scatter.py``).
+    ``groups/scatter.py``), ``share_values`` (a costly inlined elementwise value read by several equations gets a
+    buffer: ``schedule._Inlining._shared``), ``concat_branches`` (a concatenation of more than two pieces as
+    ``if`` branches: ``emitter._concatenate_branches``).
     """
     return Plan(program, caps, opts)
 

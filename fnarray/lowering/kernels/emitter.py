@@ -68,6 +68,9 @@ class Emitter:
         self.on_read = on_read
         self.on_apply = on_apply
         self._memo: dict = {}
+        #: a concatenation of more than two pieces as ``if`` branches, not a ``select`` per piece (the
+        #: scheduler option ``concat_branches``)
+        self.branches = False
 
     # ------------------------------------------------------------------ keys
     @staticmethod
@@ -308,17 +311,44 @@ def _concatenate(em, e, idx):
         offsets.append(o)
         o += a.aval.shape[dim]
     i = em.b.let(em.index_expr(idx[dim]))
-    result = None
-    for a, off in reversed(list(zip(pieces, offsets, strict=True))):
+
+    def piece(a, off):
         n = a.aval.shape[dim]
         local = em.b.let(op("sub", i, const(off, INT32))) if off else i
         local = em.b.let(select(op("lt", local, const(0, INT32)), const(0, INT32), local))
         local = em.b.let(select(op("gt", local, const(n - 1, INT32)), const(n - 1, INT32), local))
         sub = tuple(ix_data(local, 0, n - 1) if d == dim and n > 1 else (ix_const(0) if d == dim else j)
                     for d, j in enumerate(idx))
-        v = em.val(a, sub)
-        result = v if result is None else em.b.let(select(op("lt", i, const(off + n, INT32)), v, result))
+        return em.val(a, sub)
+
+    if em.branches and len(pieces) > 2:
+        return _concatenate_branches(em, e, list(zip(pieces, offsets, strict=True)), i, piece)
+    result = None
+    for a, off in reversed(list(zip(pieces, offsets, strict=True))):
+        v = piece(a, off)
+        result = v if result is None else em.b.let(select(op("lt", i, const(off + a.aval.shape[dim], INT32)), v,
+                                                          result))
     return result
+
+
+def _concatenate_branches(em, e, parts, i, piece):
+    """The concatenation as a binary tree of ``if``s on the position ``i`` along its axis (``Emitter.branches``):
+    a work item evaluates one piece, where the ``select`` chain above evaluates every piece (an image grid of
+    100 slices: 100 loads per element). Neighbouring work items mostly take the same branch."""
+    b = em.b
+    out = b.var(e.outputs[0].aval.dtype, const(0, e.outputs[0].aval.dtype), "cat")
+
+    def tree(lo, hi):
+        if hi - lo == 1:
+            b.assign(out, piece(*parts[lo]))
+            return
+        mid = (lo + hi) // 2
+        with b.when(op("lt", i, const(parts[mid][1], INT32))):
+            tree(lo, mid)
+        with b.otherwise():
+            tree(mid, hi)
+    tree(0, len(parts))
+    return b.let(out)
 
 
 @_rule(P.gather)

@@ -70,6 +70,10 @@ _COST_LIMIT = 240      # largest inlined expression tree (duplicates counted) be
 _EXPENSIVE_COST = 10
 _JOIN_WINDOW = 64    # how many of the latest kernels a new elementwise root may join or ride along with
 _HOIST_SIZE = 1024  # elements of a kernel from which one-element expensive values get their own kernel
+#: With the scheduler option ``share_values`` (CPU targets: lavapipe, PoCL): an inlined elementwise value read by
+#: two or more equations whose expression costs at least this and reads three buffers, or costs twice this,
+#: gets a buffer (``_Inlining._shared``), so its readers load it once instead of recomputing it
+_SHARED_COST = 10
 
 
 # ------------------------------------------------------------------------------------------ preparation
@@ -227,7 +231,9 @@ class _Ctx:
             name = b.buffer(spec, v.aval.dtype, False, "in")
             args[name] = spec
             return name
-        return Emitter(b, self.producer, buffer_of, on_read, tracker.add if tracker is not None else None)
+        em = Emitter(b, self.producer, buffer_of, on_read, tracker.add if tracker is not None else None)
+        em.branches = bool(self.opts.get("concat_branches", False))
+        return em
 
     def output(self, b, args, v, hint="out") -> str:
         spec = self.spec(v)
@@ -332,6 +338,11 @@ class _Inlining:
         self.limit = ctx.caps.max_buffers_per_kernel
         self.cost: dict = {}
         self.leaves: dict = {}
+        self.readers: dict = {}
+        if ctx.opts.get("share_values"):
+            for e in ctx.prog.eqns:
+                for a in {a for a in e.inputs if isinstance(a, Var)}:
+                    self.readers[a] = self.readers.get(a, 0) + 1
 
     def cost_of(self, a):
         if not isinstance(a, Var) or self.ctx.in_buffer(a):
@@ -395,6 +406,22 @@ class _Inlining:
                 total, lv = own, frozenset([x])
         self.cost[v] = total
         self.leaves[v] = lv
+        if self.readers.get(v, 0) >= 2 and self._shared(e, v, total, lv):
+            M.add(v)
+
+    def _shared(self, e, v, total, lv) -> bool:
+        """Whether ``v`` (``e``'s result, of inlined cost ``total`` reading buffers ``lv``), read by two or more
+        equations, gets a buffer under the scheduler option ``share_values``: its expression costs at least
+        ``_SHARED_COST`` and reads three or more buffers (a gather's indices and table, a residual stream's
+        sum: every reader would load them all again, in every pass of a row reduction), or costs twice
+        that (random bits). Cheaper values that read one or two buffers stay inline, so a softmax's
+        ``exp(x - max)`` is still computed in its reduction's row loop (one kernel); so do values under
+        ``_HOIST_SIZE`` elements and growing broadcasts."""
+        if total < _SHARED_COST or v.aval.size < _HOIST_SIZE:
+            return False
+        if e.primitive == P.broadcast_in_dim and v.aval.size > e.inputs[0].aval.size:
+            return False
+        return len(lv) >= 3 or total >= 2 * _SHARED_COST
 
     def _shed(self, e, total):
         """The costliest operands of ``e`` get buffers first until its cost is within ``_COST_LIMIT`` (one pass:

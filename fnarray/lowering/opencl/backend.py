@@ -394,6 +394,12 @@ class OpenCLLowered(KernelLowered):
             # groups/scatter.py: a work item per column where it is less work (an embedding's gradient: each
             # element walked all 1,024 token rows, 5.5 ms on PoCL 3.0; by column 0.1 ms).
             opts["scatter_columns"] = True
+            # kernels/schedule.py: a costly inlined value read by several equations gets a buffer (the
+            # transformer step 38.6-39.4 -> 34.9-35.6 CPU ms, the VAE grid 36-38 -> 27-29, load 7-8)
+            opts["share_values"] = True
+            # kernels/emitter.py: a concatenation of more than two pieces as if branches (the VAE grid
+            # 26.8-27.4 -> 22.1-22.9 CPU ms, load 7-8)
+            opts["concat_branches"] = True
         if tuning.active(self.device):
             opts["tuner"] = _Timer(self.device, self.state)
         return schedule_program(self.program, self.state.caps, workgroup=self.state.workgroup,

@@ -753,6 +753,12 @@ class WebGPULowered(KernelLowered):
             opts["bake_dot"] = True
             opts["scatter_columns"] = True   # groups/scatter.py: a work item per column where it is less work
             opts["conv_positions"] = CPU_CONV_POSITIONS
+            # kernels/schedule.py: a costly inlined value read by several equations gets a buffer (the
+            # transformer's residual stream was recomputed, gather included, in every layernorm pass; the VAE
+            # grid's random bits in each of 100 slices): transformer step 198-206 -> 179-187 CPU ms, VAE grid
+            # 121-123 -> 98-100 (load 7-9)
+            opts["share_values"] = True
+            opts["concat_branches"] = True   # kernels/emitter.py: one piece evaluated per element, not all
             if not _PORTABLE.get():
                 # groups/pallas.py: two rows per work item in row mode (not in browser bundles: Chromium's
                 # SwiftShader took minutes to compile the flash-attention example's kernel in that form)
