@@ -68,7 +68,7 @@ from fnarray.lowering.kernels.groups.base import (
     tree_sum,
 )
 from fnarray.lowering.kernels.groups.register_tiles import store_loop
-from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Bitcast, Cast, Special, const
+from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Bitcast, Cast, Lane, Special, const, vector_dtype
 from fnarray.lowering.kernels.rules import op, select
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.zero_size import REWRITES, fill
@@ -134,6 +134,8 @@ class QuantizedMatmulGroup(EquationGroup):
                              lambda t: form(n, m, k, t))
         if p["transpose"] and cooperative(ctx.caps):
             return self._cooperative(n, m, k, rows, blocks)
+        if p["transpose"] and p["mode"] == "affine" and WIDE:
+            return self._wide(n, m, k, rows, blocks)
         b, args, tracker, em = self._kernel_start()
         names = tuple(self.input_buffers(b, args)) + (None,) * (4 - len(e.inputs))   # mxfp4: no biases
         items = blocks * n
@@ -162,7 +164,7 @@ class QuantizedMatmulGroup(EquationGroup):
         b.name = kernel_name("quantized", tracker.eqns)
         return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized")]
 
-    def _store(self, b, em, args, sums, first, row_ids, col, m, n, guard):
+    def _store(self, b, em, args, sums, first, row_ids, col, m, n, guard, tag=""):
         """The results of rows ``first + r`` (those below ``m``, under ``guard``), and the epilogue."""
         out = self.eqn.outputs[0]
         for r, total in enumerate(sums):
@@ -170,7 +172,7 @@ class QuantizedMatmulGroup(EquationGroup):
             with b.when(op("land", guard, ok) if guard is not None else ok):
                 res = b.let(Cast(total, out.aval.dtype) if total.dtype != out.aval.dtype else total, "res")
                 flat = b.let(op("add", op("mul", row_ids[r], const(n, INT32)), col), "o")
-                idx = index_vars(b, flat, self.shape, prefix=f"qo{r}_")
+                idx = index_vars(b, flat, self.shape, prefix=f"qo{r}{tag}_")
                 em.seed(out, idx, res)
                 if out in self.ctx.needed:
                     b.store(self.ctx.output(b, args, out), flat, res)
@@ -203,6 +205,111 @@ class QuantizedMatmulGroup(EquationGroup):
         self._store(b, em, args, totals, first, row_ids, col, m, n, leader)
         b.name = kernel_name("quantized_wg", tracker.eqns)
         return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized", fixed_local=True)]
+
+    def _wide(self, n, m, k, rows, blocks):
+        """The affine ``transpose=True`` matrix-vector form with ``cols`` output columns per work item
+        (``_wide_columns``): each element of ``x`` is loaded once per work item and its group's sum taken once for
+        the ``cols`` columns; the codes are converted through int32 (a uint32 conversion is several instructions on
+        a CPU's vector units) and, where an element sits inside one word, masked in place without a shift (its value
+        ``q * 2**s``, multiplied by ``x * 2**-s``, which the work item forms once for its columns; exact). With the
+        scheduler option ``dot_vec4`` (webgpu on a CPU adapter) ``x`` and the words are read four to a load."""
+        ctx = self.ctx
+        e = self.eqn
+        p = e.params
+        gs, bits = p["group_size"], p["bits"]
+        x = e.inputs[0]
+        xdt = x.aval.dtype
+        acc = _acc_dtype(e.outputs[0].aval.dtype)
+        cols = _wide_columns(rows, n, ctx.caps)
+        ncb = -(-n // cols)
+        b, args, tracker, em = self._kernel_start()
+        xs, ws, ss, bs = self.input_buffers(b, args)
+        vec = bool(ctx.opts.get("dot_vec4", False)) and xdt == F32
+        wvec = vec and bits % 4 == 0 and (k * bits // 32) % 4 == 0
+        if vec:
+            xv4 = b.buffer(("vec4", ctx.spec(x)), vector_dtype(F32), False, "wide")
+            args[xv4] = ctx.spec(x)
+        if wvec:
+            wv4 = b.buffer(("vec4", ctx.spec(e.inputs[1])), vector_dtype(UINT32), False, "wide")
+            args[wv4] = ctx.spec(e.inputs[1])
+        items = blocks * ncb
+        gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
+        inside = op("lt", gid, const(items, INT32))
+        uniform = bool(getattr(ctx.caps, "uniform_guard", False))
+        item = b.let(select(inside, gid, const(items - 1, INT32)), "item") if uniform else gid
+        with b.when(const(True, BOOL) if uniform else inside):
+            cb = b.let(op("rem", item, const(ncb, INT32)), "cb")
+            first = b.let(op("mul", op("div", item, const(ncb, INT32)), const(rows, INT32)), "row")
+            row_ids = [b.let(select(op("lt", op("add", first, const(r, INT32)), const(m, INT32)),
+                                    op("add", first, const(r, INT32)), const(m - 1, INT32)), "rw")
+                       for r in range(rows)]
+            col_ids, col_ok = [], []
+            for c in range(cols):
+                at = b.let(op("add", op("mul", cb, const(cols, INT32)), const(c, INT32)), "cl")
+                col_ok.append(op("lt", at, const(n, INT32)))
+                col_ids.append(b.let(select(col_ok[-1], at, const(n - 1, INT32)), "col"))
+            words, groups = k * bits // 32, k // gs
+            wrows = [b.let(op("mul", c, const(words, INT32)), "wrow") for c in col_ids]
+            grows = [b.let(op("mul", c, const(groups, INT32)), "grow") for c in col_ids]
+            x_rows = [b.let(op("mul", r, const(k, INT32)), "xrow") for r in row_ids]
+            total = [[b.var(acc, const(0, acc), "acc") for _ in range(cols)] for _ in range(rows)]
+            mask = (1 << bits) - 1
+            with b.loop(const(0, INT32), const(groups, INT32), hint="g") as g:
+                dots = [[b.var(acc, const(0, acc), "dot") for _ in range(cols)] for _ in range(rows)]
+                xsum = [b.var(acc, const(0, acc), "xsum") for _ in range(rows)]
+                with b.loop(const(0, INT32), const(gs // 32, INT32), hint="c") as ch:
+                    chunk = b.let(op("add", op("mul", g, const(gs // 32, INT32)), ch), "chunk")
+                    base_x = b.let(op("mul", chunk, const(32, INT32)), "xb")
+                    xvals = []
+                    for r, xr in enumerate(x_rows):
+                        if vec:
+                            at = b.let(op("div", op("add", xr, base_x), const(4, INT32)), "x4")
+                            vs = [b.load(xv4, b.let(op("add", at, const(t, INT32))), vector_dtype(F32))
+                                  for t in range(8)]
+                            xs_r = [b.let(Lane(vs[j // 4], j % 4, F32)) for j in range(32)]
+                        else:
+                            xs_r = [self._load_f(b, xs, b.let(op("add", xr, op("add", base_x, const(j, INT32)))),
+                                                 xdt, acc) for j in range(32)]
+                        for q in range(0, 32, 8):
+                            b.assign(xsum[r], op("add", xsum[r], tree_sum(xs_r[q:q + 8])))
+                        xvals.append(xs_r)
+                    # Each element's place in its word: masked in place (x scaled by 2**-s) or shifted.
+                    places = [_in_place(j * bits % 32, bits) for j in range(32)]
+                    scaled = [[b.let(op("mul", xs_r[j], const(2.0 ** -places[j], acc))) if places[j] else xs_r[j]
+                               for j in range(32)] for xs_r in xvals]
+                    for c in range(cols):
+                        base_w = b.let(op("add", wrows[c], op("mul", chunk, const(bits, INT32))), "wb")
+                        if wvec:
+                            at = b.let(op("div", base_w, const(4, INT32)), "w4")
+                            vs = [b.load(wv4, b.let(op("add", at, const(t, INT32))), vector_dtype(UINT32))
+                                  for t in range(bits // 4)]
+                            wd = [b.let(Lane(vs[t // 4], t % 4, UINT32)) for t in range(bits)]
+                        else:
+                            wd = [b.load(ws, b.let(op("add", base_w, const(t, INT32))), UINT32) for t in range(bits)]
+                        for j in range(32):
+                            t, s = divmod(j * bits, 32)
+                            if places[j]:
+                                qi = op("and", wd[t], const(mask << s, UINT32))
+                            elif s + bits == 32:
+                                qi = op("shr", wd[t], const(s, UINT32))
+                            else:
+                                qi = _element(b, wd, j * bits, bits, const(mask, UINT32))
+                            qf = b.let(Cast(b.let(Cast(qi, INT32)), acc), "q")
+                            for r in range(rows):
+                                b.assign(dots[r][c], op("add", dots[r][c], op("mul", scaled[r][j], qf)))
+                for c in range(cols):
+                    gi = b.let(op("add", grows[c], g), "gi")
+                    scale = self._load_f(b, ss, gi, xdt, acc)
+                    bias = self._load_f(b, bs, gi, xdt, acc)
+                    for r in range(rows):
+                        b.assign(total[r][c], op("add", total[r][c], op("add", op("mul", scale, dots[r][c]),
+                                                                        op("mul", bias, xsum[r]))))
+            for c in range(cols):
+                guard = op("land", inside, col_ok[c]) if uniform else col_ok[c]
+                self._store(b, em, args, [total[r][c] for r in range(rows)], first, row_ids, col_ids[c], m, n,
+                            guard, tag=f"c{c}")
+        b.name = kernel_name("quantized", tracker.eqns)
+        return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized")]
 
     def _cooperative_parts(self, b, names, lid, col, row_ids, k, acc):
         """Each work item's part of the rows' dot products with column ``col``: chunks of 32 elements
@@ -724,6 +831,21 @@ def _bf16_element(b, words, j, scale, acc):
     w = words[j // 2]
     v = Bitcast(op("shl", w, const(16, UINT32)) if j % 2 == 0 else op("and", w, const(0xFFFF0000, UINT32)), F32)
     return op("mul", scale, b.let(Cast(v, acc) if acc != F32 else v))
+
+
+#: Whether affine ``transpose=True`` matrix-vector products take ``_wide`` (several columns per work item).
+WIDE = True
+
+
+def _wide_columns(rows: int, n: int, caps) -> int:
+    """Output columns per work item of ``_wide``."""
+    return 4 if n % 4 == 0 else 1
+
+
+def _in_place(s: int, bits: int) -> int:
+    """``s`` where an element at bit ``s`` of a word is masked in place (inside the word, not its lowest or highest
+    element), else 0 (shifted down: bit 0 needs no shift, the top element no mask, a straddling one two words)."""
+    return s if 0 < s and s + bits < 32 else 0
 
 
 def _element(b, words, start, bits, mask):
