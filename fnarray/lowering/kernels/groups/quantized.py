@@ -135,7 +135,8 @@ class QuantizedMatmulGroup(EquationGroup):
         if p["transpose"] and cooperative(ctx.caps):
             return self._cooperative(n, m, k, rows, blocks)
         if p["transpose"] and p["mode"] == "affine" and WIDE:
-            return self._wide(n, m, k, rows, blocks)
+            return ctx.tuned(WIDE_TUNABLE, wide_shape(m, ctx.caps),
+                             lambda t: self._wide(n, m, k, min(t["rows"], m), -(-m // min(t["rows"], m)), t["cols"]))
         b, args, tracker, em = self._kernel_start()
         names = tuple(self.input_buffers(b, args)) + (None,) * (4 - len(e.inputs))   # mxfp4: no biases
         items = blocks * n
@@ -206,7 +207,7 @@ class QuantizedMatmulGroup(EquationGroup):
         b.name = kernel_name("quantized_wg", tracker.eqns)
         return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized", fixed_local=True)]
 
-    def _wide(self, n, m, k, rows, blocks):
+    def _wide(self, n, m, k, rows, blocks, cols):
         """The affine ``transpose=True`` matrix-vector form with ``cols`` output columns per work item
         (``_wide_columns``): each element of ``x`` is loaded once per work item and its group's sum taken once for
         the ``cols`` columns; the codes are converted through int32 (a uint32 conversion is several instructions on
@@ -220,7 +221,6 @@ class QuantizedMatmulGroup(EquationGroup):
         x = e.inputs[0]
         xdt = x.aval.dtype
         acc = _acc_dtype(e.outputs[0].aval.dtype)
-        cols = _wide_columns(rows, n, ctx.caps)
         ncb = -(-n // cols)
         b, args, tracker, em = self._kernel_start()
         xs, ws, ss, bs = self.input_buffers(b, args)
@@ -837,9 +837,27 @@ def _bf16_element(b, words, j, scale, acc):
 WIDE = True
 
 
-def _wide_columns(rows: int, n: int, caps) -> int:
-    """Output columns per work item of ``_wide``."""
-    return 4 if n % 4 == 0 else 1
+#: ``_wide``'s choices (``kernels/tuning.py``): ``rows`` of ``x`` (at most the product's) x ``cols`` output columns
+#: per work item; the default is ``wide_shape``'s.
+WIDE_TUNABLE = Tunable("quantized_rows", {"rows": (1, 2, 3, 4), "cols": (4, 8, 16, 32)},
+                       doc="rows of x x output columns per work item of quantized_matmul's affine matrix-vector "
+                           "(decode) kernel")
+#: ``{"rows": ..., "cols": ...}`` forced on ``_wide`` (benchmarks), or ``None``: ``wide_shape``'s choice.
+WIDE_SHAPE = None
+
+
+def wide_shape(m: int, caps) -> dict:
+    """``_wide``'s rows x columns per work item for a product of ``m`` rows (up to ``ROWS``) on a target with
+    ``caps``, measured at 2048 x 2048 4-bit (``benchmarks/quantized.py``; docs/performance.md "4-bit matrix-vector
+    products faster than float32's"): lavapipe and PoCL 3.1 (LLVM 15) gain up to 16 columns and 4 rows per item
+    (64 accumulators); PoCL 3.0 (LLVM 14) runs 3-4x slower past 16 accumulators (2 x 16 for 2 rows: 3.4 ms against
+    0.8 with 2 x 8), so there it keeps ``rows x cols`` at 16."""
+    if WIDE_SHAPE is not None:
+        return dict(WIDE_SHAPE)
+    facts = dict(getattr(caps, "tuning_facts", ()) or ())
+    if facts.get("compiler") == "pocl" and facts.get("llvm", 0) < 15:
+        return {"rows": 1, "cols": 16} if m == 1 else {"rows": 2, "cols": 8}
+    return {"rows": min(ROWS, m), "cols": 16}
 
 
 def _in_place(s: int, bits: int) -> int:
