@@ -851,12 +851,12 @@ def wide_shape(m: int, caps) -> dict:
     ``caps``, measured at 2048 x 2048 4-bit (``benchmarks/quantized.py``; docs/performance.md "4-bit matrix-vector
     products faster than float32's"): lavapipe and PoCL 3.1 (LLVM 15) gain up to 16 columns and 4 rows per item
     (64 accumulators); PoCL 3.0 (LLVM 14) runs 3-4x slower past 16 accumulators (2 x 16 for 2 rows: 3.4 ms against
-    0.8 with 2 x 8), so there it keeps ``rows x cols`` at 16."""
+    0.8 with 2 x 8), so there it keeps ``rows x cols`` at 16 (3 rows: 1 x 16, 1.4 ms against 1.8 with 2 x 8)."""
     if WIDE_SHAPE is not None:
         return dict(WIDE_SHAPE)
     facts = dict(getattr(caps, "tuning_facts", ()) or ())
     if facts.get("compiler") == "pocl" and facts.get("llvm", 0) < 15:
-        return {"rows": 1, "cols": 16} if m == 1 else {"rows": 2, "cols": 8}
+        return {"rows": 2, "cols": 8} if m in (2, 4) else {"rows": 1, "cols": 16}
     return {"rows": min(ROWS, m), "cols": 16}
 
 
