@@ -134,8 +134,8 @@ class QuantizedMatmulGroup(EquationGroup):
                              lambda t: form(n, m, k, t))
         if p["transpose"] and cooperative(ctx.caps):
             return self._cooperative(n, m, k, rows, blocks)
-        if p["transpose"] and p["mode"] == "affine" and WIDE:
-            return ctx.tuned(WIDE_TUNABLE, wide_shape(m, ctx.caps),
+        if p["transpose"] and p["mode"] == "affine" and WIDE and wide_shape(m, n, ctx.caps) is not None:
+            return ctx.tuned(WIDE_TUNABLE, wide_shape(m, n, ctx.caps),
                              lambda t: self._wide(n, m, k, min(t["rows"], m), -(-m // min(t["rows"], m)), t["cols"]))
         b, args, tracker, em = self._kernel_start()
         names = tuple(self.input_buffers(b, args)) + (None,) * (4 - len(e.inputs))   # mxfp4: no biases
@@ -846,15 +846,20 @@ WIDE_TUNABLE = Tunable("quantized_rows", {"rows": (1, 2, 3, 4), "cols": (4, 8, 1
 WIDE_SHAPE = None
 
 
-def wide_shape(m: int, caps) -> dict:
-    """``_wide``'s rows x columns per work item for a product of ``m`` rows (up to ``ROWS``) on a target with
-    ``caps``, measured at 2048 x 2048 4-bit (``benchmarks/quantized.py``; docs/performance.md "4-bit matrix-vector
+def wide_shape(m: int, n: int, caps) -> dict | None:
+    """``_wide``'s rows x columns per work item for a product of ``m`` rows (up to ``ROWS``) and ``n`` output
+    columns on a target with ``caps``, or ``None`` where the one-column form (``_rows_of_w``) is faster: one row of
+    fewer than 1024 columns on PoCL (its work items then fill more work-groups, which PoCL spreads over the
+    cores: 256 x 768 4-bit on PoCL 3.1, 0.07 ms against 0.12 with 16 columns, the llm's decode 1.2-1.6x faster).
+    Measured at 2048 x 2048 4-bit (``benchmarks/quantized.py``; docs/performance.md "4-bit matrix-vector
     products faster than float32's"): lavapipe and PoCL 3.1 (LLVM 15) gain up to 16 columns and 4 rows per item
     (64 accumulators); PoCL 3.0 (LLVM 14) runs 3-4x slower past 16 accumulators (2 x 16 for 2 rows: 3.4 ms against
     0.8 with 2 x 8), so there it keeps ``rows x cols`` at 16 (3 rows: 1 x 16, 1.4 ms against 1.8 with 2 x 8)."""
     if WIDE_SHAPE is not None:
         return dict(WIDE_SHAPE)
     facts = dict(getattr(caps, "tuning_facts", ()) or ())
+    if facts.get("compiler") == "pocl" and m == 1 and n < 1024:
+        return None
     if facts.get("compiler") == "pocl" and facts.get("llvm", 0) < 15:
         return {"rows": 2, "cols": 8} if m in (2, 4) else {"rows": 1, "cols": 16}
     return {"rows": min(ROWS, m), "cols": 16}
