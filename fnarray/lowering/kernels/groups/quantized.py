@@ -13,6 +13,14 @@ one pass over the weights computes every row, for longer inputs (prefill) the we
   Per group and row, ``sum(x * q)`` and ``sum(x)`` accumulate (in ``LANES`` independent partial sums, so
   the adds do not wait on each other), and the group adds
   ``scale * sum(x * q) + bias * sum(x)``: two multiplies per group instead of two per element.
+- ``transpose=True``, affine, on CPU devices (``_wide``): a work item computes ``rows x cols`` outputs (up to 4
+  rows x 16 columns, ``wide_shape``; the tunable ``quantized_rows``): each element of ``x`` is loaded once and its
+  group's ``sum(x)`` taken once for all the item's columns (the one-column form above takes it per column), the
+  codes converted through int32 and, where an element lies inside its word, masked in place (``q * 2**s`` times
+  ``x * 2**-s``, formed once per item: exact); on a CPU WebGPU adapter (``dot_vec4``) ``x`` and the words are read
+  as ``vec4``. At 2048 x 2048 4-bit it is 1.9-2.4x faster than float32's product on lavapipe at 1-4 rows (the
+  one-column form: 0.19-0.72x), 4-7x at 1-2 rows on PoCL, parity at 4 rows (docs/performance.md "4-bit
+  matrix-vector products faster than float32's").
 - ``transpose=False`` (``x @ W``, the gradient of the first): the work item walks the ``k`` rows of the
   weights, extracting its column's element at a bit offset known only at run time (shifts kept below 32:
   ``(hi << 1) << (31 - s)``), dequantized as ``scale * q + bias`` per element.
