@@ -156,12 +156,7 @@ class QuantizedMatmulGroup(EquationGroup):
         uniform = bool(getattr(ctx.caps, "uniform_guard", False))
         item = b.let(select(inside, gid, const(items - 1, INT32)), "item") if uniform else gid
         with b.when(const(True, BOOL) if uniform else inside):
-            col = b.let(op("rem", item, const(n, INT32)), "col")
-            first = b.let(op("mul", op("div", item, const(n, INT32)), const(rows, INT32)), "row")
-            # Rows past the end (the last block) compute on the last row and store nothing.
-            row_ids = [b.let(select(op("lt", op("add", first, const(r, INT32)), const(m, INT32)),
-                                    op("add", first, const(r, INT32)), const(m - 1, INT32)), "rw")
-                       for r in range(rows)]
+            col, first, row_ids = _block_rows(b, item, n, rows, m, "col")
             if p["transpose"] and p["mode"] in _FLOAT_WALK:
                 sums = self._rows_of_w_float(b, names, col, row_ids, k, p["mode"], x.aval.dtype, acc)
             elif p["transpose"]:
@@ -246,11 +241,7 @@ class QuantizedMatmulGroup(EquationGroup):
         uniform = bool(getattr(ctx.caps, "uniform_guard", False))
         item = b.let(select(inside, gid, const(items - 1, INT32)), "item") if uniform else gid
         with b.when(const(True, BOOL) if uniform else inside):
-            cb = b.let(op("rem", item, const(ncb, INT32)), "cb")
-            first = b.let(op("mul", op("div", item, const(ncb, INT32)), const(rows, INT32)), "row")
-            row_ids = [b.let(select(op("lt", op("add", first, const(r, INT32)), const(m, INT32)),
-                                    op("add", first, const(r, INT32)), const(m - 1, INT32)), "rw")
-                       for r in range(rows)]
+            cb, first, row_ids = _block_rows(b, item, ncb, rows, m, "cb")
             col_ids, col_ok = [], []
             for c in range(cols):
                 at = b.let(op("add", op("mul", cb, const(cols, INT32)), const(c, INT32)), "cl")
@@ -782,6 +773,18 @@ class QuantizedMatmulGroup(EquationGroup):
                 xv = self._load_f(b, xs, b.let(op("add", xr, kk)), xdt, acc)
                 b.assign(total[r], op("add", total[r], op("mul", xv, wv)))
         return total
+
+
+def _block_rows(b, item, per, rows, m, hint):
+    """A matrix-vector work item's place: ``(item % per`` (its column or block of columns, named ``hint``), its first
+    row ``(item // per) * rows``, the ids of its ``rows`` rows)``; rows past the end (the last block) compute on the
+    last row ``m - 1`` and store nothing."""
+    within = b.let(op("rem", item, const(per, INT32)), hint)
+    first = b.let(op("mul", op("div", item, const(per, INT32)), const(rows, INT32)), "row")
+    row_ids = [b.let(select(op("lt", op("add", first, const(r, INT32)), const(m, INT32)),
+                            op("add", first, const(r, INT32)), const(m - 1, INT32)), "rw")
+               for r in range(rows)]
+    return within, first, row_ids
 
 
 def _tile_position(b, npan, rm, m, k):
