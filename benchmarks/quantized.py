@@ -20,6 +20,11 @@ benchmarks/quantized.py --devices opencl:0``.
 With ``--rows 64,256 --size 1024`` it times prefill-sized products, where the kernels take their tiled form
 (``kernels/groups/quantized.py``) against float32's register-tiled (PoCL) or local-memory (lavapipe) matmul.
 
+``--bits`` picks the affine width (2, 3, 4, 5, 6, 8; group size 64). ``--before`` adds, interleaved, the matrix-vector
+form of before the eleventh session (``quantized.WIDE`` off: one output column per work item, each recomputing its
+group's ``sum(x)``; PoCL keeps it for one row of fewer than 1024 columns anyway) as a "before" column, the ratio
+float32 / before beside the others.
+
 ``--size`` defaults to 4096 on opencl and 2048 on webgpu (Mesa lavapipe is a slow CPU rasteriser); the load
 average is printed first (``uptime``): compare runs at similar loads.
 """
@@ -39,7 +44,7 @@ import numpy as np  # noqa: E402
 
 
 
-def _cases(fa, dev, n, rows, bits=4, group_size=64, mode="affine", columns=False):
+def _cases(fa, dev, n, rows, bits=4, group_size=64, mode="affine", columns=False, before=False):
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
     x = rng.standard_normal((rows, n)).astype(np.float32)
@@ -54,7 +59,17 @@ def _cases(fa, dev, n, rows, bits=4, group_size=64, mode="affine", columns=False
     ref = x @ w.T
     got = np.asarray(q4(xd, *packed))
     err = np.abs(got - ref).max() / np.abs(ref).max()   # quantization error, not a kernel error
-    return (lambda: np.asarray(f32(xd, wd)), lambda: np.asarray(q4(xd, *packed))), err
+    fns = (lambda: np.asarray(f32(xd, wd)), lambda: np.asarray(q4(xd, *packed)))
+    if before:
+        from fnarray.lowering.kernels.groups import quantized as Q
+        old = fa.jit(lambda x, *p: fa.quantized_matmul(x, *p, group_size=group_size, bits=bits, mode=mode))
+        Q.WIDE = False
+        try:
+            np.asarray(old(xd, *packed))   # compiled now, in the form of before
+        finally:
+            Q.WIDE = True
+        fns += (lambda: np.asarray(old(xd, *packed)),)
+    return fns, err
 
 
 def _float8_cases(fa, dev, arrays, dtype, columns):
@@ -84,18 +99,26 @@ def main(argv=None):
                          "scales) or float8 upcast in the product")
     ap.add_argument("--columns", action="store_true",
                     help="with a float8 mode: x @ w (the bytes along the output axis) instead of x @ w.T")
+    ap.add_argument("--bits", type=int, default=4, help="affine bits (2, 3, 4, 5, 6, 8)")
+    ap.add_argument("--before", action="store_true",
+                    help="also time the one-column matrix-vector form of before (affine, interleaved)")
     args = ap.parse_args(argv)
     import fnarray as fa
     print(load_line())
+    extra = f" {'before ms':>9} {'ratio':>6} {'cpu bef':>7} {'ratio':>6}" if args.before else ""
     print(f"{'device':10} {'size':>6} {'rows':>4} {'float32 ms':>11} {'4-bit ms':>9} {'ratio':>6} "
-          f"{'cpu f32':>8} {'cpu 4b':>7} {'ratio':>6} {'rel. err':>9}")
+          f"{'cpu f32':>8} {'cpu 4b':>7} {'ratio':>6} {'rel. err':>9}" + extra)
     for name, dev in available_devices(fa, args.devices):
         n = args.size or (2048 if dev.backend == "webgpu" else 4096)
         for rows in (int(r) for r in args.rows.split(",")):
-            fns, err = _cases(fa, dev, n, rows, mode=args.mode, columns=args.columns)
-            (t32, t4), (c32, c4) = best_of(fns, args.number)
+            fns, err = _cases(fa, dev, n, rows, bits=args.bits, mode=args.mode, columns=args.columns,
+                              before=args.before)
+            wall, cpu = best_of(fns, args.number)
+            (t32, t4), (c32, c4) = wall[:2], cpu[:2]
+            more = (f" {wall[2] * 1e3:9.2f} {t32 / wall[2]:6.2f} {cpu[2] * 1e3:7.2f} {c32 / cpu[2]:6.2f}"
+                    if args.before else "")
             print(f"{name:10} {n:6d} {rows:4d} {t32 * 1e3:11.2f} {t4 * 1e3:9.2f} {t32 / t4:6.2f} "
-                  f"{c32 * 1e3:8.2f} {c4 * 1e3:7.2f} {c32 / c4:6.2f} {err:9.1e}", flush=True)
+                  f"{c32 * 1e3:8.2f} {c4 * 1e3:7.2f} {c32 / c4:6.2f} {err:9.1e}" + more, flush=True)
 
 
 if __name__ == "__main__":

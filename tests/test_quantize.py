@@ -110,6 +110,34 @@ def test_prefill_rows_match_the_float64_reference(on, bits, gs, transpose):
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=2e-5 * np.sqrt(x.shape[-1]))
 
 
+@pytest.mark.parametrize("bits", (3, 4, 8))
+def test_decode_rows_in_every_shape_of_work_item(on, bits):
+    """The affine matrix-vector form (``transpose=True``, 1 to 4 rows) with each rows x columns per work item
+    (``quantized.WIDE_SHAPE`` forced; 40 columns are not whole blocks of 8 or 16, 3 rows not a whole block of 2
+    or 4), against NumPy in float64 on the dequantized weights, with ``fallback="error"``; one form's kernels per
+    device (``WIDE_SHAPE`` is read when the program is scheduled, so each shape gets a new ``jit``)."""
+    if on.backend not in ("opencl", "webgpu"):
+        pytest.skip("the kernel backends' matrix-vector form")
+    from fnarray.lowering.kernels.groups import quantized as Q
+    rng = np.random.default_rng(bits)
+    w_q, scales, biases = (np.asarray(a) for a in fa.quantize(_weights(40, 256, 64), group_size=64, bits=bits))
+    wd = np.asarray(fa.dequantize(w_q, scales, biases, group_size=64, bits=bits), np.float64)
+    args = [fa.device_put(a, on) for a in (w_q, scales, biases)]
+    for shape in ({"rows": 1, "cols": 4}, {"rows": 2, "cols": 16}, {"rows": 4, "cols": 8}):
+        for m in (1, 3, 4):
+            x = rng.standard_normal((m, 256)).astype(np.float32)
+            qmm = fa.jit(lambda x, *p: fa.quantized_matmul(x, *p, group_size=64, bits=bits))
+            Q.WIDE_SHAPE = shape
+            try:
+                got = np.asarray(qmm(fa.device_put(x, on), *args))
+                names = [k.name for k in qmm.lower(fa.device_put(x, on), *args).kernels()]
+            finally:
+                Q.WIDE_SHAPE = None
+            assert len(names) == 1 and names[0].startswith("quantized_quantized_matmul"), names
+            np.testing.assert_allclose(got, x.astype(np.float64) @ wd.T, rtol=1e-5, atol=2e-5 * 16,
+                                       err_msg=f"{shape} {m} rows")
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_quantized_matmul_half_precision(on, dtype):
     """float16/bfloat16 weights and inputs: scales of that dtype bit-identical to MLX's, a result of that dtype

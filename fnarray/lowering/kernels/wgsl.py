@@ -88,7 +88,7 @@ _TYPES = {F32: "f32", I32: "i32", U32: "u32", BOOL: "bool", F16: "f16", C64: "ve
           **{d: "u32" for d in _BYTES},   # a byte's value, in a u32
           # A buffer read four elements at a time (``ir.vector_dtype``: the blocked matrix product on a CPU
           # adapter, where one vec4 load costs lavapipe about what a scalar one does).
-          vector_dtype(F32): "vec4<f32>"}
+          vector_dtype(F32): "vec4<f32>", vector_dtype(U32): "vec4<u32>"}
 # Uniform (host-shareable) types of scalar parameters: bool as u32, f16 as f32.
 _UNIFORM_TYPES = {F32: "f32", I32: "i32", U32: "u32", BOOL: "u32", F16: "f32"}
 _SPECIAL_BUILTINS = {"global_id": "fa_gid", "local_id": "fa_lid", "group_id": "fa_wid"}

@@ -13,6 +13,14 @@ one pass over the weights computes every row, for longer inputs (prefill) the we
   Per group and row, ``sum(x * q)`` and ``sum(x)`` accumulate (in ``LANES`` independent partial sums, so
   the adds do not wait on each other), and the group adds
   ``scale * sum(x * q) + bias * sum(x)``: two multiplies per group instead of two per element.
+- ``transpose=True``, affine, on CPU devices (``_wide``): a work item computes ``rows x cols`` outputs (up to 4
+  rows x 16 columns, ``wide_shape``; the tunable ``quantized_rows``): each element of ``x`` is loaded once and its
+  group's ``sum(x)`` taken once for all the item's columns (the one-column form above takes it per column), the
+  codes converted through int32 and, where an element lies inside its word, masked in place (``q * 2**s`` times
+  ``x * 2**-s``, formed once per item: exact); on a CPU WebGPU adapter (``dot_vec4``) ``x`` and the words are read
+  as ``vec4``. At 2048 x 2048 4-bit it is 1.9-2.4x faster than float32's product on lavapipe at 1-4 rows (the
+  one-column form: 0.19-0.72x), 4-7x at 1-2 rows on PoCL, parity at 4 rows (docs/performance.md "4-bit
+  matrix-vector products faster than float32's").
 - ``transpose=False`` (``x @ W``, the gradient of the first): the work item walks the ``k`` rows of the
   weights, extracting its column's element at a bit offset known only at run time (shifts kept below 32:
   ``(hi << 1) << (31 - s)``), dequantized as ``scale * q + bias`` per element.
@@ -68,7 +76,7 @@ from fnarray.lowering.kernels.groups.base import (
     tree_sum,
 )
 from fnarray.lowering.kernels.groups.register_tiles import store_loop
-from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Bitcast, Cast, Special, const
+from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Bitcast, Cast, Lane, Special, const, vector_dtype
 from fnarray.lowering.kernels.rules import op, select
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.zero_size import REWRITES, fill
@@ -134,6 +142,9 @@ class QuantizedMatmulGroup(EquationGroup):
                              lambda t: form(n, m, k, t))
         if p["transpose"] and cooperative(ctx.caps):
             return self._cooperative(n, m, k, rows, blocks)
+        if p["transpose"] and p["mode"] == "affine" and WIDE and wide_shape(m, n, ctx.caps) is not None:
+            return ctx.tuned(WIDE_TUNABLE, wide_shape(m, n, ctx.caps),
+                             lambda t: self._wide(n, m, k, min(t["rows"], m), -(-m // min(t["rows"], m)), t["cols"]))
         b, args, tracker, em = self._kernel_start()
         names = tuple(self.input_buffers(b, args)) + (None,) * (4 - len(e.inputs))   # mxfp4: no biases
         items = blocks * n
@@ -145,12 +156,7 @@ class QuantizedMatmulGroup(EquationGroup):
         uniform = bool(getattr(ctx.caps, "uniform_guard", False))
         item = b.let(select(inside, gid, const(items - 1, INT32)), "item") if uniform else gid
         with b.when(const(True, BOOL) if uniform else inside):
-            col = b.let(op("rem", item, const(n, INT32)), "col")
-            first = b.let(op("mul", op("div", item, const(n, INT32)), const(rows, INT32)), "row")
-            # Rows past the end (the last block) compute on the last row and store nothing.
-            row_ids = [b.let(select(op("lt", op("add", first, const(r, INT32)), const(m, INT32)),
-                                    op("add", first, const(r, INT32)), const(m - 1, INT32)), "rw")
-                       for r in range(rows)]
+            col, first, row_ids = _block_rows(b, item, n, rows, m, "col")
             if p["transpose"] and p["mode"] in _FLOAT_WALK:
                 sums = self._rows_of_w_float(b, names, col, row_ids, k, p["mode"], x.aval.dtype, acc)
             elif p["transpose"]:
@@ -162,7 +168,7 @@ class QuantizedMatmulGroup(EquationGroup):
         b.name = kernel_name("quantized", tracker.eqns)
         return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized")]
 
-    def _store(self, b, em, args, sums, first, row_ids, col, m, n, guard):
+    def _store(self, b, em, args, sums, first, row_ids, col, m, n, guard, tag=""):
         """The results of rows ``first + r`` (those below ``m``, under ``guard``), and the epilogue."""
         out = self.eqn.outputs[0]
         for r, total in enumerate(sums):
@@ -170,7 +176,7 @@ class QuantizedMatmulGroup(EquationGroup):
             with b.when(op("land", guard, ok) if guard is not None else ok):
                 res = b.let(Cast(total, out.aval.dtype) if total.dtype != out.aval.dtype else total, "res")
                 flat = b.let(op("add", op("mul", row_ids[r], const(n, INT32)), col), "o")
-                idx = index_vars(b, flat, self.shape, prefix=f"qo{r}_")
+                idx = index_vars(b, flat, self.shape, prefix=f"qo{r}{tag}_")
                 em.seed(out, idx, res)
                 if out in self.ctx.needed:
                     b.store(self.ctx.output(b, args, out), flat, res)
@@ -203,6 +209,106 @@ class QuantizedMatmulGroup(EquationGroup):
         self._store(b, em, args, totals, first, row_ids, col, m, n, leader)
         b.name = kernel_name("quantized_wg", tracker.eqns)
         return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized", fixed_local=True)]
+
+    def _wide(self, n, m, k, rows, blocks, cols):
+        """The affine ``transpose=True`` matrix-vector form with ``cols`` output columns per work item
+        (``_wide_columns``): each element of ``x`` is loaded once per work item and its group's sum taken once for
+        the ``cols`` columns; the codes are converted through int32 (a uint32 conversion is several instructions on
+        a CPU's vector units) and, where an element sits inside one word, masked in place without a shift (its value
+        ``q * 2**s``, multiplied by ``x * 2**-s``, which the work item forms once for its columns; exact). With the
+        scheduler option ``dot_vec4`` (webgpu on a CPU adapter) ``x`` and the words are read four to a load."""
+        ctx = self.ctx
+        e = self.eqn
+        p = e.params
+        gs, bits = p["group_size"], p["bits"]
+        x = e.inputs[0]
+        xdt = x.aval.dtype
+        acc = _acc_dtype(e.outputs[0].aval.dtype)
+        ncb = -(-n // cols)
+        b, args, tracker, em = self._kernel_start()
+        xs, ws, ss, bs = self.input_buffers(b, args)
+        vec = bool(ctx.opts.get("dot_vec4", False)) and xdt == F32
+        wvec = vec and bits % 4 == 0 and (k * bits // 32) % 4 == 0
+        if vec:
+            xv4 = b.buffer(("vec4", ctx.spec(x)), vector_dtype(F32), False, "wide")
+            args[xv4] = ctx.spec(x)
+        if wvec:
+            wv4 = b.buffer(("vec4", ctx.spec(e.inputs[1])), vector_dtype(UINT32), False, "wide")
+            args[wv4] = ctx.spec(e.inputs[1])
+        items = blocks * ncb
+        gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
+        inside = op("lt", gid, const(items, INT32))
+        uniform = bool(getattr(ctx.caps, "uniform_guard", False))
+        item = b.let(select(inside, gid, const(items - 1, INT32)), "item") if uniform else gid
+        with b.when(const(True, BOOL) if uniform else inside):
+            cb, first, row_ids = _block_rows(b, item, ncb, rows, m, "cb")
+            col_ids, col_ok = [], []
+            for c in range(cols):
+                at = b.let(op("add", op("mul", cb, const(cols, INT32)), const(c, INT32)), "cl")
+                col_ok.append(op("lt", at, const(n, INT32)))
+                col_ids.append(b.let(select(col_ok[-1], at, const(n - 1, INT32)), "col"))
+            words, groups = k * bits // 32, k // gs
+            wrows = [b.let(op("mul", c, const(words, INT32)), "wrow") for c in col_ids]
+            grows = [b.let(op("mul", c, const(groups, INT32)), "grow") for c in col_ids]
+            x_rows = [b.let(op("mul", r, const(k, INT32)), "xrow") for r in row_ids]
+            total = [[b.var(acc, const(0, acc), "acc") for _ in range(cols)] for _ in range(rows)]
+            mask = (1 << bits) - 1
+            with b.loop(const(0, INT32), const(groups, INT32), hint="g") as g:
+                dots = [[b.var(acc, const(0, acc), "dot") for _ in range(cols)] for _ in range(rows)]
+                xsum = [b.var(acc, const(0, acc), "xsum") for _ in range(rows)]
+                with b.loop(const(0, INT32), const(gs // 32, INT32), hint="c") as ch:
+                    chunk = b.let(op("add", op("mul", g, const(gs // 32, INT32)), ch), "chunk")
+                    base_x = b.let(op("mul", chunk, const(32, INT32)), "xb")
+                    xvals = []
+                    for r, xr in enumerate(x_rows):
+                        if vec:
+                            at = b.let(op("div", op("add", xr, base_x), const(4, INT32)), "x4")
+                            vs = [b.load(xv4, b.let(op("add", at, const(t, INT32))), vector_dtype(F32))
+                                  for t in range(8)]
+                            xs_r = [b.let(Lane(vs[j // 4], j % 4, F32)) for j in range(32)]
+                        else:
+                            xs_r = [self._load_f(b, xs, b.let(op("add", xr, op("add", base_x, const(j, INT32)))),
+                                                 xdt, acc) for j in range(32)]
+                        for q in range(0, 32, 8):
+                            b.assign(xsum[r], op("add", xsum[r], tree_sum(xs_r[q:q + 8])))
+                        xvals.append(xs_r)
+                    # Each element's place in its word: masked in place (x scaled by 2**-s) or shifted.
+                    places = [_in_place(j * bits % 32, bits) for j in range(32)]
+                    scaled = [[b.let(op("mul", xs_r[j], const(2.0 ** -places[j], acc))) if places[j] else xs_r[j]
+                               for j in range(32)] for xs_r in xvals]
+                    for c in range(cols):
+                        base_w = b.let(op("add", wrows[c], op("mul", chunk, const(bits, INT32))), "wb")
+                        if wvec:
+                            at = b.let(op("div", base_w, const(4, INT32)), "w4")
+                            vs = [b.load(wv4, b.let(op("add", at, const(t, INT32))), vector_dtype(UINT32))
+                                  for t in range(bits // 4)]
+                            wd = [b.let(Lane(vs[t // 4], t % 4, UINT32)) for t in range(bits)]
+                        else:
+                            wd = [b.load(ws, b.let(op("add", base_w, const(t, INT32))), UINT32) for t in range(bits)]
+                        for j in range(32):
+                            t, s = divmod(j * bits, 32)
+                            if places[j]:
+                                qi = op("and", wd[t], const(mask << s, UINT32))
+                            elif s + bits == 32:
+                                qi = op("shr", wd[t], const(s, UINT32))
+                            else:
+                                qi = _element(b, wd, j * bits, bits, const(mask, UINT32))
+                            qf = b.let(Cast(b.let(Cast(qi, INT32)), acc), "q")
+                            for r in range(rows):
+                                b.assign(dots[r][c], op("add", dots[r][c], op("mul", scaled[r][j], qf)))
+                for c in range(cols):
+                    gi = b.let(op("add", grows[c], g), "gi")
+                    scale = self._load_f(b, ss, gi, xdt, acc)
+                    bias = self._load_f(b, bs, gi, xdt, acc)
+                    for r in range(rows):
+                        b.assign(total[r][c], op("add", total[r][c], op("add", op("mul", scale, dots[r][c]),
+                                                                        op("mul", bias, xsum[r]))))
+            for c in range(cols):
+                guard = op("land", inside, col_ok[c]) if uniform else col_ok[c]
+                self._store(b, em, args, [total[r][c] for r in range(rows)], first, row_ids, col_ids[c], m, n,
+                            guard, tag=f"c{c}")
+        b.name = kernel_name("quantized", tracker.eqns)
+        return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized")]
 
     def _cooperative_parts(self, b, names, lid, col, row_ids, k, acc):
         """Each work item's part of the rows' dot products with column ``col``: chunks of 32 elements
@@ -669,6 +775,18 @@ class QuantizedMatmulGroup(EquationGroup):
         return total
 
 
+def _block_rows(b, item, per, rows, m, hint):
+    """A matrix-vector work item's place: ``(item % per`` (its column or block of columns, named ``hint``), its first
+    row ``(item // per) * rows``, the ids of its ``rows`` rows)``; rows past the end (the last block) compute on the
+    last row ``m - 1`` and store nothing."""
+    within = b.let(op("rem", item, const(per, INT32)), hint)
+    first = b.let(op("mul", op("div", item, const(per, INT32)), const(rows, INT32)), "row")
+    row_ids = [b.let(select(op("lt", op("add", first, const(r, INT32)), const(m, INT32)),
+                            op("add", first, const(r, INT32)), const(m - 1, INT32)), "rw")
+               for r in range(rows)]
+    return within, first, row_ids
+
+
 def _tile_position(b, npan, rm, m, k):
     """A tiled work item's column panel (global id 0, clamped to the last of ``npan``), first row ``row0`` (global id
     1 times ``rm``) and the offsets in ``x`` of its ``rm`` rows (rows past ``m`` read the last one)."""
@@ -724,6 +842,44 @@ def _bf16_element(b, words, j, scale, acc):
     w = words[j // 2]
     v = Bitcast(op("shl", w, const(16, UINT32)) if j % 2 == 0 else op("and", w, const(0xFFFF0000, UINT32)), F32)
     return op("mul", scale, b.let(Cast(v, acc) if acc != F32 else v))
+
+
+#: Whether affine ``transpose=True`` matrix-vector products take ``_wide`` (several columns per work item).
+WIDE = True
+
+
+#: ``_wide``'s choices (``kernels/tuning.py``): ``rows`` of ``x`` (at most the product's) x ``cols`` output columns
+#: per work item; the default is ``wide_shape``'s.
+WIDE_TUNABLE = Tunable("quantized_rows", {"rows": (1, 2, 3, 4), "cols": (4, 8, 16, 32)},
+                       doc="rows of x x output columns per work item of quantized_matmul's affine matrix-vector "
+                           "(decode) kernel")
+#: ``{"rows": ..., "cols": ...}`` forced on ``_wide`` (benchmarks), or ``None``: ``wide_shape``'s choice.
+WIDE_SHAPE = None
+
+
+def wide_shape(m: int, n: int, caps) -> dict | None:
+    """``_wide``'s rows x columns per work item for a product of ``m`` rows (up to ``ROWS``) and ``n`` output
+    columns on a target with ``caps``, or ``None`` where the one-column form (``_rows_of_w``) is faster: one row of
+    fewer than 1024 columns on PoCL (its work items then fill more work-groups, which PoCL spreads over the
+    cores: 256 x 768 4-bit on PoCL 3.1, 0.07 ms against 0.12 with 16 columns, the llm's decode 1.2-1.6x faster).
+    Measured at 2048 x 2048 4-bit (``benchmarks/quantized.py``; docs/performance.md "4-bit matrix-vector
+    products faster than float32's"): lavapipe and PoCL 3.1 (LLVM 15) gain up to 16 columns and 4 rows per item
+    (64 accumulators); PoCL 3.0 (LLVM 14) runs 3-4x slower past 16 accumulators (2 x 16 for 2 rows: 3.4 ms against
+    0.8 with 2 x 8), so there it keeps ``rows x cols`` at 16 (3 rows: 1 x 16, 1.4 ms against 1.8 with 2 x 8)."""
+    if WIDE_SHAPE is not None:
+        return dict(WIDE_SHAPE)
+    facts = dict(getattr(caps, "tuning_facts", ()) or ())
+    if facts.get("compiler") == "pocl" and m == 1 and n < 1024:
+        return None
+    if facts.get("compiler") == "pocl" and facts.get("llvm", 0) < 15:
+        return {"rows": 2, "cols": 8} if m in (2, 4) else {"rows": 1, "cols": 16}
+    return {"rows": min(ROWS, m), "cols": 16}
+
+
+def _in_place(s: int, bits: int) -> int:
+    """``s`` where an element at bit ``s`` of a word is masked in place (inside the word, not its lowest or highest
+    element), else 0 (shifted down: bit 0 needs no shift, the top element no mask, a straddling one two words)."""
+    return s if 0 < s and s + bits < 32 else 0
 
 
 def _element(b, words, start, bits, mask):
