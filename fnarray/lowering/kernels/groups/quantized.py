@@ -219,22 +219,12 @@ class QuantizedMatmulGroup(EquationGroup):
         scheduler option ``dot_vec4`` (webgpu on a CPU adapter) ``x`` and the words are read four to a load."""
         ctx = self.ctx
         e = self.eqn
-        p = e.params
-        gs, bits = p["group_size"], p["bits"]
-        x = e.inputs[0]
-        xdt = x.aval.dtype
+        gs, bits = e.params["group_size"], e.params["bits"]
+        xdt = e.inputs[0].aval.dtype
         acc = _acc_dtype(e.outputs[0].aval.dtype)
         ncb = -(-n // cols)
         b, args, tracker, em = self._kernel_start()
-        xs, ws, ss, bs = self.input_buffers(b, args)
-        vec = bool(ctx.opts.get("dot_vec4", False)) and xdt == F32
-        wvec = vec and bits % 4 == 0 and (k * bits // 32) % 4 == 0
-        if vec:
-            xv4 = b.buffer(("vec4", ctx.spec(x)), vector_dtype(F32), False, "wide")
-            args[xv4] = ctx.spec(x)
-        if wvec:
-            wv4 = b.buffer(("vec4", ctx.spec(e.inputs[1])), vector_dtype(UINT32), False, "wide")
-            args[wv4] = ctx.spec(e.inputs[1])
+        bufs = self._wide_buffers(b, args, k, bits)
         items = blocks * ncb
         gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
         inside = op("lt", gid, const(items, INT32))
@@ -242,64 +232,22 @@ class QuantizedMatmulGroup(EquationGroup):
         item = b.let(select(inside, gid, const(items - 1, INT32)), "item") if uniform else gid
         with b.when(const(True, BOOL) if uniform else inside):
             cb, first, row_ids = _block_rows(b, item, ncb, rows, m, "cb")
-            col_ids, col_ok = [], []
-            for c in range(cols):
-                at = b.let(op("add", op("mul", cb, const(cols, INT32)), const(c, INT32)), "cl")
-                col_ok.append(op("lt", at, const(n, INT32)))
-                col_ids.append(b.let(select(col_ok[-1], at, const(n - 1, INT32)), "col"))
+            col_ids, col_ok = _wide_column_ids(b, cb, cols, n)
             words, groups = k * bits // 32, k // gs
             wrows = [b.let(op("mul", c, const(words, INT32)), "wrow") for c in col_ids]
             grows = [b.let(op("mul", c, const(groups, INT32)), "grow") for c in col_ids]
             x_rows = [b.let(op("mul", r, const(k, INT32)), "xrow") for r in row_ids]
             total = [[b.var(acc, const(0, acc), "acc") for _ in range(cols)] for _ in range(rows)]
-            mask = (1 << bits) - 1
             with b.loop(const(0, INT32), const(groups, INT32), hint="g") as g:
                 dots = [[b.var(acc, const(0, acc), "dot") for _ in range(cols)] for _ in range(rows)]
                 xsum = [b.var(acc, const(0, acc), "xsum") for _ in range(rows)]
                 with b.loop(const(0, INT32), const(gs // 32, INT32), hint="c") as ch:
                     chunk = b.let(op("add", op("mul", g, const(gs // 32, INT32)), ch), "chunk")
-                    base_x = b.let(op("mul", chunk, const(32, INT32)), "xb")
-                    xvals = []
-                    for r, xr in enumerate(x_rows):
-                        if vec:
-                            at = b.let(op("div", op("add", xr, base_x), const(4, INT32)), "x4")
-                            vs = [b.load(xv4, b.let(op("add", at, const(t, INT32))), vector_dtype(F32))
-                                  for t in range(8)]
-                            xs_r = [b.let(Lane(vs[j // 4], j % 4, F32)) for j in range(32)]
-                        else:
-                            xs_r = [self._load_f(b, xs, b.let(op("add", xr, op("add", base_x, const(j, INT32)))),
-                                                 xdt, acc) for j in range(32)]
-                        for q in range(0, 32, 8):
-                            b.assign(xsum[r], op("add", xsum[r], tree_sum(xs_r[q:q + 8])))
-                        xvals.append(xs_r)
-                    # Each element's place in its word: masked in place (x scaled by 2**-s) or shifted.
-                    places = [_in_place(j * bits % 32, bits) for j in range(32)]
-                    scaled = [[b.let(op("mul", xs_r[j], const(2.0 ** -places[j], acc))) if places[j] else xs_r[j]
-                               for j in range(32)] for xs_r in xvals]
-                    for c in range(cols):
-                        base_w = b.let(op("add", wrows[c], op("mul", chunk, const(bits, INT32))), "wb")
-                        if wvec:
-                            at = b.let(op("div", base_w, const(4, INT32)), "w4")
-                            vs = [b.load(wv4, b.let(op("add", at, const(t, INT32))), vector_dtype(UINT32))
-                                  for t in range(bits // 4)]
-                            wd = [b.let(Lane(vs[t // 4], t % 4, UINT32)) for t in range(bits)]
-                        else:
-                            wd = [b.load(ws, b.let(op("add", base_w, const(t, INT32))), UINT32) for t in range(bits)]
-                        for j in range(32):
-                            t, s = divmod(j * bits, 32)
-                            if places[j]:
-                                qi = op("and", wd[t], const(mask << s, UINT32))
-                            elif s + bits == 32:
-                                qi = op("shr", wd[t], const(s, UINT32))
-                            else:
-                                qi = _element(b, wd, j * bits, bits, const(mask, UINT32))
-                            qf = b.let(Cast(b.let(Cast(qi, INT32)), acc), "q")
-                            for r in range(rows):
-                                b.assign(dots[r][c], op("add", dots[r][c], op("mul", scaled[r][j], qf)))
+                    self._wide_chunk(b, bufs, chunk, x_rows, wrows, xsum, dots, acc)
                 for c in range(cols):
                     gi = b.let(op("add", grows[c], g), "gi")
-                    scale = self._load_f(b, ss, gi, xdt, acc)
-                    bias = self._load_f(b, bs, gi, xdt, acc)
+                    scale = self._load_f(b, bufs["s"], gi, xdt, acc)
+                    bias = self._load_f(b, bufs["b"], gi, xdt, acc)
                     for r in range(rows):
                         b.assign(total[r][c], op("add", total[r][c], op("add", op("mul", scale, dots[r][c]),
                                                                         op("mul", bias, xsum[r]))))
@@ -309,6 +257,65 @@ class QuantizedMatmulGroup(EquationGroup):
                             guard, tag=f"c{c}")
         b.name = kernel_name("quantized", tracker.eqns)
         return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized")]
+
+    def _wide_buffers(self, b, args, k, bits):
+        """``_wide``'s buffers by role (``x``, ``w``, ``s``, ``b``), and the ``vec4`` views of ``x`` (``x4``) and
+        of the words (``w4``) where ``dot_vec4`` reads them four to a load (else ``None``)."""
+        ctx, e = self.ctx, self.eqn
+        x = e.inputs[0]
+        xs, ws, ss, bs = self.input_buffers(b, args)
+        bufs = {"x": xs, "w": ws, "s": ss, "b": bs, "x4": None, "w4": None}
+        if bool(ctx.opts.get("dot_vec4", False)) and x.aval.dtype == F32:
+            bufs["x4"] = b.buffer(("vec4", ctx.spec(x)), vector_dtype(F32), False, "wide")
+            args[bufs["x4"]] = ctx.spec(x)
+            if bits % 4 == 0 and (k * bits // 32) % 4 == 0:
+                bufs["w4"] = b.buffer(("vec4", ctx.spec(e.inputs[1])), vector_dtype(UINT32), False, "wide")
+                args[bufs["w4"]] = ctx.spec(e.inputs[1])
+        return bufs
+
+    def _wide_chunk(self, b, bufs, chunk, x_rows, wrows, xsum, dots, acc):
+        """One chunk of 32 elements of ``_wide``: each row's ``x`` loaded (and added to ``xsum``), each column's
+        words loaded and their codes multiplied into ``dots[row][column]``."""
+        bits = self.eqn.params["bits"]
+        xdt = self.eqn.inputs[0].aval.dtype
+        base_x = b.let(op("mul", chunk, const(32, INT32)), "xb")
+        xvals = []
+        for r, xr in enumerate(x_rows):
+            if bufs["x4"] is not None:
+                at = b.let(op("div", op("add", xr, base_x), const(4, INT32)), "x4")
+                vs = [b.load(bufs["x4"], b.let(op("add", at, const(t, INT32))), vector_dtype(F32)) for t in range(8)]
+                xs_r = [b.let(Lane(vs[j // 4], j % 4, F32)) for j in range(32)]
+            else:
+                xs_r = [self._load_f(b, bufs["x"], b.let(op("add", xr, op("add", base_x, const(j, INT32)))), xdt, acc)
+                        for j in range(32)]
+            for q in range(0, 32, 8):
+                b.assign(xsum[r], op("add", xsum[r], tree_sum(xs_r[q:q + 8])))
+            xvals.append(xs_r)
+        # Each element's place in its word: masked in place (x scaled by 2**-s) or shifted.
+        places = [_in_place(j * bits % 32, bits) for j in range(32)]
+        scaled = [[b.let(op("mul", xs_r[j], const(2.0 ** -places[j], acc))) if places[j] else xs_r[j]
+                   for j in range(32)] for xs_r in xvals]
+        mask = (1 << bits) - 1
+        for c, wrow in enumerate(wrows):
+            base_w = b.let(op("add", wrow, op("mul", chunk, const(bits, INT32))), "wb")
+            if bufs["w4"] is not None:
+                at = b.let(op("div", base_w, const(4, INT32)), "w4")
+                vs = [b.load(bufs["w4"], b.let(op("add", at, const(t, INT32))), vector_dtype(UINT32))
+                      for t in range(bits // 4)]
+                wd = [b.let(Lane(vs[t // 4], t % 4, UINT32)) for t in range(bits)]
+            else:
+                wd = [b.load(bufs["w"], b.let(op("add", base_w, const(t, INT32))), UINT32) for t in range(bits)]
+            for j in range(32):
+                t, s = divmod(j * bits, 32)
+                if places[j]:
+                    qi = op("and", wd[t], const(mask << s, UINT32))
+                elif s + bits == 32:
+                    qi = op("shr", wd[t], const(s, UINT32))
+                else:
+                    qi = _element(b, wd, j * bits, bits, const(mask, UINT32))
+                qf = b.let(Cast(b.let(Cast(qi, INT32)), acc), "q")
+                for r in range(len(x_rows)):
+                    b.assign(dots[r][c], op("add", dots[r][c], op("mul", scaled[r][j], qf)))
 
     def _cooperative_parts(self, b, names, lid, col, row_ids, k, acc):
         """Each work item's part of the rows' dot products with column ``col``: chunks of 32 elements
@@ -773,6 +780,17 @@ class QuantizedMatmulGroup(EquationGroup):
                 xv = self._load_f(b, xs, b.let(op("add", xr, kk)), xdt, acc)
                 b.assign(total[r], op("add", total[r], op("mul", xv, wv)))
         return total
+
+
+def _wide_column_ids(b, cb, cols, n):
+    """The ``cols`` output columns of column block ``cb`` (clamped to ``n - 1`` past the end) and whether each
+    is below ``n``."""
+    col_ids, col_ok = [], []
+    for c in range(cols):
+        at = b.let(op("add", op("mul", cb, const(cols, INT32)), const(c, INT32)), "cl")
+        col_ok.append(op("lt", at, const(n, INT32)))
+        col_ids.append(b.let(select(col_ok[-1], at, const(n - 1, INT32)), "col"))
+    return col_ids, col_ok
 
 
 def _block_rows(b, item, per, rows, m, hint):
