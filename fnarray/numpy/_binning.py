@@ -126,9 +126,13 @@ def histogram_bin_edges(a, bins=10, range=None, weights=None):  # noqa: A002 (Nu
         else:
             lo, hi = fnp.min(a), fnp.max(a)
     else:
-        if np.shape(range) != (2,) and not (isinstance(range, (tuple, list)) and len(range) == 2):
-            raise ValueError(f"histogram: range must be a pair (lo, hi), got {range!r}")
-        lo, hi = (fnp.asarray(r).astype(a.dtype) for r in range)
+        pair = list(range) if isinstance(range, (tuple, list)) else None
+        if pair is None:
+            r = fnp.asarray(range)
+            pair = [r[0], r[1]] if r.shape == (2,) else None
+        if pair is None or len(pair) != 2 or any(np.ndim(v) != 0 for v in pair):
+            raise ValueError(f"histogram: range must be a pair of scalars (lo, hi), got {range!r}")
+        lo, hi = (fnp.asarray(v).astype(a.dtype) for v in pair)
     same = lo == hi
     return fnp.linspace(fnp.where(same, lo - 0.5, lo), fnp.where(same, hi + 0.5, hi), count + 1, dtype=a.dtype)
 

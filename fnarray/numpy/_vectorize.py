@@ -161,7 +161,8 @@ def piecewise(x, condlist, funclist, *args, **kw):
 
     Args:
       x: an array.
-      condlist: a sequence (or an array whose leading axis is the sequence) of boolean arrays of ``x``'s shape.
+      condlist: a sequence (or an array whose leading axis is the sequence) of boolean arrays that broadcast to
+        ``x``'s shape (as ``jax.numpy``).
       funclist: functions of ``x`` (elementwise, called on the whole array) or constants, one per condition,
         plus optionally one more: the value where no condition holds (default 0).
       args, kw: passed to each function.
@@ -170,17 +171,22 @@ def piecewise(x, condlist, funclist, *args, **kw):
       An array of ``x``'s shape and dtype.
 
     Raises:
-      ValueError: ``funclist``'s length is neither ``len(condlist)`` nor one more. ShapeError: a condition of
-        another shape than ``x``.
+      ValueError: ``funclist``'s length is neither ``len(condlist)`` nor one more. ShapeError: a condition that
+        does not broadcast to ``x``'s shape.
     """
     fnp = _np()
     x = fnp.asarray(x)
-    conds = fnp.asarray(condlist).astype(bool)
-    if conds.ndim == x.ndim:          # one condition given alone, as NumPy allows
-        conds = conds[None]
-    if tuple(conds.shape[1:]) != tuple(x.shape):
-        raise ShapeError(f"piecewise: conditions of shape {tuple(conds.shape[1:])} for x of shape {tuple(x.shape)}")
-    n = conds.shape[0]
+    if isinstance(condlist, (list, tuple)):
+        conds = [fnp.asarray(c) for c in condlist]
+    else:
+        c = fnp.asarray(condlist)      # an array: a stack of conditions, or one condition given alone
+        conds = list(c) if c.ndim == x.ndim + 1 else [c]
+    try:
+        conds = [fnp.broadcast_to(c.astype(bool), x.shape) for c in conds]
+    except ShapeError:
+        raise ShapeError(f"piecewise: conditions of shapes {[tuple(c.shape) for c in conds]} do not broadcast to "
+                         f"x's shape {tuple(x.shape)}") from None
+    n = len(conds)
     funcs = list(funclist)
     if len(funcs) not in (n, n + 1):
         raise ValueError(f"piecewise: {n} conditions need {n} or {n + 1} functions, got {len(funcs)}")
