@@ -176,9 +176,9 @@ def put(a, ind, v, mode=None, *, inplace=True):
       a: any array.
       ind: integer flat positions (any shape, may be traced).
       v: values, flattened and repeated to ``ind``'s length (cast to ``a``'s dtype).
-      mode: None or ``"clip"`` (``jax.numpy``'s default: positions clamped into ``[0, a.size - 1]``, a negative
-        one to 0), or ``"wrap"`` (taken modulo ``a.size``, so a negative one counts from the end). NumPy's
-        default ``"raise"`` is not supported.
+      mode: None (``jax.numpy``'s default: a negative position counts from the end, then positions are
+        clamped into ``[0, a.size - 1]``), ``"clip"`` (clamped as given, a negative one to 0) or ``"wrap"``
+        (taken modulo ``a.size``). NumPy's default ``"raise"`` is not supported.
       inplace: must be False, as ``jax.numpy`` (NumPy's default True would change ``a`` in place).
 
     Returns:
@@ -197,7 +197,9 @@ def put(a, ind, v, mode=None, *, inplace=True):
         raise IndexError(f"put: positions must be integers, got {ind.dtype}")
     reps = -(-ind.shape[0] // v.shape[0])
     v = fnp.tile(v, reps)[:ind.shape[0]] if reps > 1 or v.shape[0] != ind.shape[0] else v
-    if mode is None or mode == "clip":
+    if mode is None:
+        ind = fnp.clip(fnp.where(ind < 0, ind + a.size, ind), 0, a.size - 1)
+    elif mode == "clip":
         ind = fnp.clip(ind, 0, a.size - 1)
     elif mode == "wrap":
         ind = ind % a.size
