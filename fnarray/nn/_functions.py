@@ -545,6 +545,12 @@ def glu(x, axis=-1):
 def identity(x):
     """``x`` itself, as an array (mirrors ``jax.nn.identity``: the activation that does nothing).
 
+    Args:
+      x: an array or a scalar.
+
+    Returns:
+      ``x`` as an array, its dtype unchanged.
+
     Raises:
       TypeError: ``x`` is not an array or a scalar.
     """

@@ -14,6 +14,7 @@ import operator
 
 import numpy as np
 
+from fnarray.core.array import Array
 from fnarray.core.errors import AxisError, ConcretizationError, ShapeError
 from fnarray.core.tracing import Tracer
 
@@ -135,23 +136,26 @@ def compress(condition, a, axis=None, *, size=None, fill_value=0, out=None):
     if out is not None:
         raise NotImplementedError("compress: out= is not supported (arrays are immutable)")
     arr, ax = _flat_or_axis(fnp, a, axis, "compress")
-    cond = fnp.asarray(condition).astype(bool)
+    # a NumPy or Python condition stays static, so it selects under jit and vmap too
+    static = None if isinstance(condition, Array) else np.asarray(condition).astype(bool)
+    cond = fnp.asarray(condition).astype(bool) if static is None else static
     if cond.ndim != 1:
         raise ShapeError(f"compress: condition must be 1-d, got shape {tuple(cond.shape)}")
     n = arr.shape[ax]
     cond, extra = cond[:n], cond[n:]
-    if extra.shape[0] and not isinstance(extra, Tracer) and bool(fnp.any(extra)):
+    if extra.shape[0] and not isinstance(extra, Tracer) and bool(np.any(np.asarray(extra))):
         raise ValueError(f"compress: condition has True entries past the axis' length {n}")
     arr = fnp.moveaxis(arr, ax, 0)[:cond.shape[0]]
     if size is None:
         if isinstance(cond, Tracer):
             raise ConcretizationError("compress: a traced condition needs size= (the result's length depends on "
                                       "how many entries are True)")
-        picked = arr[cond]
+        picked = fnp.take(arr, fnp.asarray(np.flatnonzero(np.asarray(cond)).astype(np.int32)), axis=0)
     else:
         size = operator.index(size)
         if not 0 <= size <= arr.shape[0]:
             raise ValueError(f"compress: size must be in [0, {arr.shape[0]}], got {size}")
+        cond = fnp.asarray(cond)
         filled = fnp.where(fnp.reshape(cond, (-1,) + (1,) * (arr.ndim - 1)), arr,
                            fnp.asarray(fill_value).astype(arr.dtype))
         picked = filled[fnp.argsort(cond, stable=True, descending=True)[:size]]
@@ -159,14 +163,22 @@ def compress(condition, a, axis=None, *, size=None, fill_value=0, out=None):
 
 
 def extract(condition, arr, *, size=None, fill_value=0):
-    """The elements of ``arr`` where ``condition`` is True, flattened (``numpy.extract``).
+    """The elements of ``arr`` where ``condition`` is True, flattened (``numpy.extract``, ``jax.numpy.extract``).
 
-    ``size``/``fill_value`` as ``compress`` (``jax.numpy``). Raises as ``compress`` (``condition`` and ``arr``
-    are flattened first, so their shapes need not match: extra entries of ``condition`` must be False).
+    Args:
+      condition: booleans, flattened (a NumPy or Python one stays static, so it works under ``jit``).
+      arr: any array, flattened; ``condition``'s shape need not match (extra entries must be False).
+      size, fill_value: as ``compress`` (``jax.numpy``): a static result length, padded with ``fill_value``.
+
+    Returns:
+      A 1-d array of ``arr``'s dtype.
+
+    Raises:
+      As ``compress``.
     """
     fnp = _np()
-    return compress(fnp.ravel(fnp.asarray(condition)), fnp.ravel(fnp.asarray(arr)), size=size,
-                    fill_value=fill_value)
+    flat = fnp.ravel(condition) if isinstance(condition, Array) else np.ravel(condition)
+    return compress(flat, fnp.ravel(fnp.asarray(arr)), size=size, fill_value=fill_value)
 
 
 def put(a, ind, v, mode=None, *, inplace=True):
