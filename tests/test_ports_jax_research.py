@@ -254,7 +254,8 @@ print("choice", random.choice(k4, 10, (5,), replace=False).tolist(),
 print("bern", random.bernoulli(k5, 0.3, (8,)).astype(jnp.int32).tolist())
 print("gumbel", np.round(np.asarray(random.gumbel(k6, (3,))), 5).tolist())
 print("exp", np.round(np.asarray(random.exponential(k6, (3,))), 5).tolist())
-print("cat batch", random.categorical(k1, W[:4], axis=-1).tolist(), random.categorical(k1, W[:3], shape=(2, 3)).tolist())
+print("cat batch", random.categorical(k1, W[:4], axis=-1).tolist(),
+      random.categorical(k1, W[:3], shape=(2, 3)).tolist())
 print("key_data", random.key_data(random.fold_in(random.key(3), 17)).tolist())
 print("PRNGKey", random.PRNGKey(5).tolist(), random.fold_in(random.PRNGKey(5), 2).tolist())
 print("split shape", random.split(random.key(1), (2, 3)).shape)
@@ -336,7 +337,8 @@ u, c = jnp.unique(jnp.array([3, 1, 3, 2, 1, 3]), return_counts=True)
 print("unique", u.tolist(), c.tolist())
 u, inv = jnp.unique(jnp.array([3, 1, 3, 2]), return_inverse=True, size=4, fill_value=0)
 print("unique size", u.tolist(), inv.tolist())
-print("bincount", jnp.bincount(jnp.array([0, 2, 2, 5]), length=7).tolist(), np.round(np.asarray(jnp.bincount(jnp.array([0, 2, 2]), weights=jnp.array([0.5, 1.0, 2.0]), length=4)), 3).tolist())
+weighted = jnp.bincount(jnp.array([0, 2, 2]), weights=jnp.array([0.5, 1.0, 2.0]), length=4)
+print("bincount", jnp.bincount(jnp.array([0, 2, 2, 5]), length=7).tolist(), np.round(np.asarray(weighted), 3).tolist())
 seg = jnp.array([0, 0, 1, 3, 3, 3])
 vals = jnp.array([1.0, 2.0, 3.0, 4.0, -5.0, 6.0])
 show("segsum", jax.ops.segment_sum(vals, seg, num_segments=4))
@@ -370,7 +372,8 @@ show("compress", jnp.compress(jnp.array([True, False, True]), x, axis=0))
 show("extract", jnp.extract(x > 9, x))
 show("trapz", jnp.trapezoid(jnp.array([1.0, 2.0, 4.0]), dx=0.5))
 show("gather grad", jax.grad(lambda v: jnp.sum(v[jnp.array([0, 0, 2])] ** 2))(jnp.array([1.0, 2.0, 3.0])))
-show("scatter max grad", jax.grad(lambda v: jnp.sum(jnp.zeros(3).at[jnp.array([0, 0, 1])].max(v)))(jnp.array([1.0, 2.0, 3.0])))
+show("scatter max grad",
+     jax.grad(lambda v: jnp.sum(jnp.zeros(3).at[jnp.array([0, 0, 1])].max(v)))(jnp.array([1.0, 2.0, 3.0])))
 show("sort grad", jax.grad(lambda v: jnp.sort(v)[0] * 3 + jnp.sort(v)[-1])(jnp.array([2.0, -1.0, 5.0])))
 show("jit where1", jax.jit(lambda a: jnp.where(a > 2, size=3, fill_value=-1)[0])(jnp.array([1, 3, 5, 0])))
 '''
@@ -447,10 +450,12 @@ print("is logZ", float(logsumexp(lw) - jnp.log(lw.shape[0])))
 val, sgn = logsumexp(jnp.array([1.0, 2.0, 3.0]), b=jnp.array([1.0, -1.0, 0.5]), return_sign=True)
 print("lse sign", float(val), float(sgn))
 print("ess", float(jnp.exp(2 * logsumexp(lw) - logsumexp(2 * lw))))
-print("special", [round(float(v), 5) for v in (gammaln(4.5), xlogy(0.0, 0.0), xlogy(2.0, 3.0), betaln(2.0, 3.5), digamma(1.5), expit(0.3))])
+print("special", [round(float(v), 5) for v in (gammaln(4.5), xlogy(0.0, 0.0), xlogy(2.0, 3.0), betaln(2.0, 3.5),
+                                               digamma(1.5), expit(0.3))])
 print("stats", [round(float(v), 5) for v in (stats.beta.logpdf(0.3, 2.0, 5.0), stats.gamma.logpdf(2.0, 3.0, scale=0.5),
       stats.poisson.logpmf(3, 2.5), stats.t.logpdf(0.7, 4.0), stats.norm.cdf(1.2), stats.norm.ppf(0.9),
-      stats.bernoulli.logpmf(1, 0.3), stats.uniform.logpdf(0.5, 0.0, 2.0), stats.laplace.logpdf(0.4), stats.expon.cdf(0.7), stats.cauchy.logpdf(1.5), stats.logistic.cdf(0.2))])
+      stats.bernoulli.logpmf(1, 0.3), stats.uniform.logpdf(0.5, 0.0, 2.0), stats.laplace.logpdf(0.4),
+      stats.expon.cdf(0.7), stats.cauchy.logpdf(1.5), stats.logistic.cdf(0.2))])
 # cumulative logsumexp by associative_scan
 cum = lax.associative_scan(jnp.logaddexp, lw[:8])
 print("assoc", np.round(np.asarray(cum - lax.cumlogsumexp(lw[:8])), 5).tolist())

@@ -296,7 +296,8 @@ STATS = {
     "logistic.ppf": (fst.logistic.ppf, ss.logistic.ppf, (_UNIT, 0.5, 2.0), 2e-6, 1e-14),
     "logistic.isf": (fst.logistic.isf, ss.logistic.isf, (_UNIT, 0.5, 2.0), 2e-6, 1e-14),
 }
-DEVICE_STATS = ("gamma.cdf", "poisson.logpmf", "t.logpdf", "laplace.cdf", "expon.ppf", "cauchy.logpdf", "logistic.logpdf")
+DEVICE_STATS = ("gamma.cdf", "poisson.logpmf", "t.logpdf", "laplace.cdf", "expon.ppf", "cauchy.logpdf",
+                "logistic.logpdf")
 
 
 def _stats_args(args, dtype):

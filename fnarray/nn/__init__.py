@@ -22,9 +22,9 @@ from fnarray.nn._attention import dot_product_attention, scaled_dot_product_atte
 from fnarray.nn._cache import KVCache
 from fnarray.nn._conv import Conv, Conv1d, Conv2d, Conv3d
 from fnarray.nn._functions import (celu, elu, gelu, glu, hard_sigmoid, hard_silu, hard_swish, hard_tanh, identity,
-                                   leaky_relu, log1mexp, log_sigmoid, log_softmax, logsumexp, mish, one_hot, relu, relu6,
-                                   selu, sigmoid, silu, soft_sign, softmax, softplus, sparse_plus, sparse_sigmoid,
-                                   squareplus, standardize, swish, tanh)
+                                   leaky_relu, log1mexp, log_sigmoid, log_softmax, logsumexp, mish, one_hot, relu,
+                                   relu6, selu, sigmoid, silu, soft_sign, softmax, softplus, sparse_plus,
+                                   sparse_sigmoid, squareplus, standardize, swish, tanh)
 from fnarray.nn._layers import (MLP, BatchNorm, BatchNormState, Dropout, Embedding, Identity, Lambda, LayerNorm,
                                 Linear, MultiHeadAttention, RMSNorm, Sequential)
 from fnarray.nn._mlx_layers import (ALiBi, AvgPool1d, AvgPool2d, AvgPool3d, CELU, ConvTranspose1d, ConvTranspose2d,

@@ -1,6 +1,7 @@
 """The Cauchy distribution (mirrors ``jax.scipy.stats.cauchy``; ``scipy.stats.cauchy``).
 
-Density ``1 / (pi scale (1 + z**2))``, ``z = (x - loc) / scale``. Arguments broadcast together; the result has the promoted floating dtype (``float32`` for integers).
+Density ``1 / (pi scale (1 + z**2))``, ``z = (x - loc) / scale``.
+Arguments broadcast together; the result has the promoted floating dtype (``float32`` for integers).
 
 Raises (every function):
   TypeError: an argument is not an array or a scalar.

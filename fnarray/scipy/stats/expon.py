@@ -1,6 +1,7 @@
 """The exponential distribution (mirrors ``jax.scipy.stats.expon``; ``scipy.stats.expon``).
 
-Density ``exp(-(x - loc) / scale) / scale`` for ``x >= loc``, 0 below. Arguments broadcast together; the result has the promoted floating dtype (``float32`` for integers).
+Density ``exp(-(x - loc) / scale) / scale`` for ``x >= loc``, 0 below.
+Arguments broadcast together; the result has the promoted floating dtype (``float32`` for integers).
 
 Raises (every function):
   TypeError: an argument is not an array or a scalar.

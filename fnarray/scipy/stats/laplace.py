@@ -1,6 +1,7 @@
 """The Laplace (double exponential) distribution (mirrors ``jax.scipy.stats.laplace``; ``scipy.stats.laplace``).
 
-Density ``exp(-|x - loc| / scale) / (2 scale)``. Arguments broadcast together; the result has the promoted floating dtype (``float32`` for integers).
+Density ``exp(-|x - loc| / scale) / (2 scale)``.
+Arguments broadcast together; the result has the promoted floating dtype (``float32`` for integers).
 
 Raises (every function):
   TypeError: an argument is not an array or a scalar.
@@ -40,7 +41,8 @@ def cdf(x, loc=0, scale=1):
 
 
 def ppf(q, loc=0, scale=1):
-    """The inverse of ``cdf`` for ``q`` in ``[0, 1]`` (NaN outside): ``loc - scale sign(q - 1/2) log1p(-2 |q - 1/2|)``."""
+    """The inverse of ``cdf`` for ``q`` in ``[0, 1]`` (NaN outside):
+    ``loc - scale sign(q - 1/2) log1p(-2 |q - 1/2|)``."""
     import fnarray.numpy as fnp
     q, loc, scale = floats("laplace.ppf", q, loc, scale)
     d = q - 0.5

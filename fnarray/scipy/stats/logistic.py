@@ -1,6 +1,7 @@
 """The logistic distribution (mirrors ``jax.scipy.stats.logistic``; ``scipy.stats.logistic``).
 
-Density ``exp(-z) / (scale (1 + exp(-z))**2)``, ``z = (x - loc) / scale``; the cdf is the sigmoid. Arguments broadcast together; the result has the promoted floating dtype (``float32`` for integers).
+Density ``exp(-z) / (scale (1 + exp(-z))**2)``, ``z = (x - loc) / scale``; the cdf is the sigmoid.
+Arguments broadcast together; the result has the promoted floating dtype (``float32`` for integers).
 
 Raises (every function):
   TypeError: an argument is not an array or a scalar.
