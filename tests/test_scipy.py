@@ -314,6 +314,23 @@ def test_stats_against_scipy(name, dtype):
     _check(got, want, r32 if dtype == F32 else r64, atol=1e-30, msg=name)
 
 
+@pytest.mark.parametrize("dist", ["laplace", "expon", "cauchy", "logistic"])
+def test_new_stats_edges_as_scipy(dist):
+    """Infinite and NaN points, and scales that are not positive (SciPy: NaN), for the distributions the
+    eleventh session's probe added."""
+    x = np.array([-1.0, 0.0, 0.5, np.nan, np.inf, -np.inf], F32)
+    q = np.array([0.0, 0.3, 1.0, -0.1, 1.5, np.nan], F32)
+    for fn in ("logpdf", "pdf", "cdf", "logcdf", "sf", "logsf", "ppf", "isf"):
+        if not hasattr(getattr(fst, dist), fn):
+            continue
+        for scale in (2.0, -1.0, 0.0, np.nan):
+            pts = q if fn in ("ppf", "isf") else x
+            got = np.asarray(getattr(getattr(fst, dist), fn)(pts, 0.5, scale))
+            with np.errstate(all="ignore"):
+                want = getattr(getattr(ss, dist), fn)(pts.astype(F64), 0.5, scale)
+            np.testing.assert_allclose(got, want.astype(F32), rtol=1e-5, atol=1e-30, err_msg=f"{dist}.{fn} {scale}")
+
+
 def test_stats_on_device(device):
     _on_device(device, STATS, DEVICE_STATS, 1e-4)
 

@@ -1,7 +1,8 @@
 """The Cauchy distribution (mirrors ``jax.scipy.stats.cauchy``; ``scipy.stats.cauchy``).
 
 Density ``1 / (pi scale (1 + z**2))``, ``z = (x - loc) / scale``.
-Arguments broadcast together; the result has the promoted floating dtype (``float32`` for integers).
+Arguments broadcast together; the result has the promoted floating dtype (``float32`` for integers);
+NaN where ``scale`` is not positive, as SciPy.
 
 Raises (every function):
   TypeError: an argument is not an array or a scalar.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from fnarray.scipy._util import floats
+from fnarray.scipy._util import floats, positive_scale
 from fnarray.scipy._util import log1p as _log1p
 
 __all__ = ["cdf", "logpdf", "pdf", "ppf"]
@@ -24,7 +25,7 @@ def logpdf(x, loc=0, scale=1):
     import fnarray.numpy as fnp
     x, loc, scale = floats("cauchy.logpdf", x, loc, scale)
     z = (x - loc) / scale
-    return -math.log(math.pi) - fnp.log(scale) - _log1p(z * z)
+    return positive_scale(-math.log(math.pi) - fnp.log(scale) - _log1p(z * z), scale)
 
 
 def pdf(x, loc=0, scale=1):
@@ -37,7 +38,7 @@ def cdf(x, loc=0, scale=1):
     """``1/2 + arctan(z) / pi``."""
     import fnarray.numpy as fnp
     x, loc, scale = floats("cauchy.cdf", x, loc, scale)
-    return 0.5 + fnp.arctan((x - loc) / scale) / math.pi
+    return positive_scale(0.5 + fnp.arctan((x - loc) / scale) / math.pi, scale)
 
 
 def ppf(q, loc=0, scale=1):
@@ -46,4 +47,4 @@ def ppf(q, loc=0, scale=1):
     q, loc, scale = floats("cauchy.ppf", q, loc, scale)
     out = loc + scale * fnp.tan(math.pi * (q - 0.5))
     out = fnp.where(q == 0, -fnp.inf, fnp.where(q == 1, fnp.inf, out))
-    return fnp.where((q < 0) | (q > 1), fnp.nan, out)
+    return positive_scale(fnp.where((q < 0) | (q > 1), fnp.nan, out), scale)

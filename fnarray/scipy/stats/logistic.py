@@ -1,7 +1,8 @@
 """The logistic distribution (mirrors ``jax.scipy.stats.logistic``; ``scipy.stats.logistic``).
 
 Density ``exp(-z) / (scale (1 + exp(-z))**2)``, ``z = (x - loc) / scale``; the cdf is the sigmoid.
-Arguments broadcast together; the result has the promoted floating dtype (``float32`` for integers).
+Arguments broadcast together; the result has the promoted floating dtype (``float32`` for integers);
+NaN where ``scale`` is not positive, as SciPy.
 
 Raises (every function):
   TypeError: an argument is not an array or a scalar.
@@ -12,7 +13,7 @@ Raises (every function):
 from __future__ import annotations
 
 from fnarray.scipy import special
-from fnarray.scipy._util import floats
+from fnarray.scipy._util import floats, positive_scale
 
 __all__ = ["cdf", "isf", "logpdf", "pdf", "ppf", "sf"]
 
@@ -27,7 +28,7 @@ def logpdf(x, loc=0, scale=1):
     import fnarray.numpy as fnp
     z, _, scale = _z("logistic.logpdf", x, loc, scale)
     a = fnp.abs(z)
-    return -a - 2.0 * fnp.log1p(fnp.exp(-a)) - fnp.log(scale)
+    return positive_scale(-a - 2.0 * fnp.log1p(fnp.exp(-a)) - fnp.log(scale), scale)
 
 
 def pdf(x, loc=0, scale=1):
@@ -38,23 +39,23 @@ def pdf(x, loc=0, scale=1):
 
 def cdf(x, loc=0, scale=1):
     """``sigmoid(z)``."""
-    z, _, _ = _z("logistic.cdf", x, loc, scale)
-    return special.expit(z)
+    z, _, scale = _z("logistic.cdf", x, loc, scale)
+    return positive_scale(special.expit(z), scale)
 
 
 def sf(x, loc=0, scale=1):
     """``sigmoid(-z)``."""
-    z, _, _ = _z("logistic.sf", x, loc, scale)
-    return special.expit(-z)
+    z, _, scale = _z("logistic.sf", x, loc, scale)
+    return positive_scale(special.expit(-z), scale)
 
 
 def ppf(q, loc=0, scale=1):
     """``loc + scale logit(q)`` (``-inf``/``inf`` at 0 and 1, NaN outside ``[0, 1]``)."""
     q, loc, scale = floats("logistic.ppf", q, loc, scale)
-    return loc + scale * special.logit(q)
+    return positive_scale(loc + scale * special.logit(q), scale)
 
 
 def isf(q, loc=0, scale=1):
     """``ppf(1 - q)``: ``loc - scale logit(q)``."""
     q, loc, scale = floats("logistic.isf", q, loc, scale)
-    return loc - scale * special.logit(q)
+    return positive_scale(loc - scale * special.logit(q), scale)
