@@ -320,6 +320,8 @@ GRAD_SPECS = [
     Spec("apply_along_axis", lambda m, x: m.apply_along_axis(lambda v: m.cumsum(v) * v[0], 1, x), (S,)),
     Spec("piecewise", lambda m, x: m.piecewise(x, [x < 0, x >= 0], [lambda v: v * v, lambda v: m.sin(v)]), (S,),
          AWAY(-2, 2, 0.2)),
+    Spec("gradient", lambda m, x: m.gradient(x, 0.5, axis=1), ((2, 4),)),
+    Spec("gradient[coordinates]", lambda m, x, c: m.gradient(x, m.cumsum(c * c + 0.5), axis=0), ((4, 2), (4,))),
 ]
 
 # Aliases that are the same function object as a name in the table (checked, not re-run).
@@ -343,7 +345,8 @@ NOT_DIFFERENTIABLE = {
     "creates arrays from shapes or scalars": (
         "zeros ones full empty zeros_like ones_like full_like empty_like arange eye "
         "identity tri indices from_dlpack broadcast_shapes tril_indices triu_indices diag_indices "
-        "tril_indices_from triu_indices_from diag_indices_from ix_"),
+        "tril_indices_from triu_indices_from diag_indices_from ix_ mgrid ogrid s_ index_exp hanning hamming "
+        "blackman bartlett kaiser"),
     "dtypes, constants and introspection": (
         "Array bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64 "
         "complex64 complex128 float8_e4m3fn float8_e5m2 int4 uint4 float0 finfo iinfo isdtype result_type can_cast "

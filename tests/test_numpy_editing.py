@@ -1,7 +1,8 @@
 """``jax.numpy`` names a ported research program needed (tests/test_ports_jax_research.py): ``x.at[].divide``,
 ``power`` and ``apply``; ``interp``, ``histogram``, ``histogram_bin_edges`` (``fnarray/numpy/_binning.py``);
 ``delete``, ``insert``, ``compress``, ``extract``, ``put``, ``fill_diagonal`` (``_editing.py``); ``vectorize``,
-``apply_along_axis``, ``piecewise`` (``_vectorize.py``). Each against JAX itself (the oracle; NumPy where JAX
+``apply_along_axis``, ``piecewise`` (``_vectorize.py``); ``mgrid``, ``ogrid``, the windows and ``gradient``
+(``_grids.py``). Each against JAX itself (the oracle; NumPy where JAX
 refuses lists), eager on numpy:0, jitted on every device, and the bad inputs that must raise.
 """
 
@@ -80,6 +81,13 @@ CASES = {
     "piecewise": (lambda m, q: m.piecewise(q, [q < 1, q >= 1], [lambda v: v * 2, lambda v: v - 1]), (Q,)),
     "piecewise_default": (lambda m, q: m.piecewise(q, [q < 0, q > 3], [-1.0, lambda v: v * v, 7.5]), (Q,)),
     "piecewise_overlap": (lambda m, q: m.piecewise(q, [q < 3, q > 0], [1.0, 2.0]), (Q,)),
+    "mgrid": (lambda m, x: m.mgrid[0:1:5j, -1:2] + x[0, 0], (X,)),
+    "ogrid": (lambda m, x: m.ogrid[0:3, 0:1:4j][1] * x[0, 0], (X,)),
+    "windows": (lambda m, x: (m.hanning(7), m.hamming(6), m.blackman(5), m.bartlett(4), m.kaiser(6, 2.5) * x[0, 0]),
+                (X,)),
+    "gradient": (lambda m, x: m.gradient(x), (X,)),
+    "gradient_spacing": (lambda m, x: m.gradient(x, 2.0, 0.5), (X,)),
+    "gradient_coordinates": (lambda m, x, e: m.gradient(x, e, axis=1), (X, EDGES)),
 }
 
 
@@ -93,7 +101,8 @@ def test_against_jax(name):
 
 
 JIT_CASES = ("at_divide", "at_apply_repeats", "interp", "histogram_weights", "delete_array", "insert_column",
-             "compress_size", "put", "vectorize_signature", "apply_along_axis_outer", "piecewise_default")
+             "compress_size", "put", "vectorize_signature", "apply_along_axis_outer", "piecewise_default",
+             "gradient_coordinates")
 
 
 @pytest.mark.parametrize("name", JIT_CASES)
@@ -181,6 +190,13 @@ def test_lists_as_numpy():
     (lambda: fnp.piecewise(Q, [Q < 1], [1.0, 2.0, 3.0]), ValueError, "1 or 2 functions"),
     (lambda: fnp.piecewise(X, [np.ones(5, bool)], [1.0]), ShapeError, "broadcast"),
     (lambda: fnp.arange(3.0).at[0].divide(1.0, mode="nope"), ValueError, "mode"),
+    (lambda: fnp.mgrid[3], TypeError, "slices"),
+    (lambda: fnp.hanning(3.5), TypeError, "static int"),
+    (lambda: fnp.kaiser(4, fnp.asarray(1.0)), TypeError, "static number"),
+    (lambda: fnp.gradient(np.ones(1, np.float32)), ShapeError, "at least 2"),
+    (lambda: fnp.gradient(X, EDGES[:3], axis=1), ShapeError, "coordinates"),
+    (lambda: fnp.gradient(X, 1.0, 2.0, 3.0), ValueError, "spacings"),
+    (lambda: fnp.gradient(X, edge_order=2), NotImplementedError, "edge_order"),
 ])
 def test_bad_inputs_raise(call, error, match):
     with pytest.raises(error, match=match):
