@@ -57,6 +57,7 @@ __all__ = [
     "beta",
     "bits",
     "categorical",
+    "cauchy",
     "choice",
     "dirichlet",
     "exponential",
@@ -68,10 +69,13 @@ __all__ = [
     "key_impl",
     "laplace",
     "loggamma",
+    "logistic",
+    "lognormal",
     "multivariate_normal",
     "normal",
     "permutation",
     "poisson",
+    "rademacher",
     "randint",
     "split",
     "threefry_2x32",
@@ -667,6 +671,110 @@ def laplace(key, shape=(), dtype=None) -> Array:
     lo = np.nextafter(np.asarray(-1.0, d), np.asarray(0.0, d))
     u = _uniform(k, _shape_arg(shape, "laplace"), d, lo, 1.0, "laplace")
     return lax.mul(lax.sign(u), lax.log1p(lax.neg(lax.abs(u))))
+
+
+def cauchy(key, shape=(), dtype=None) -> Array:
+    """Standard Cauchy samples, ``tan(pi (u - 1/2))`` (mirrors ``jax.random.cauchy``).
+
+    ``u`` is uniform on ``[eps, 1)`` (``eps`` the machine epsilon of ``dtype``), JAX's bounds, so the samples
+    are finite and equal JAX's for the same key.
+
+    Args:
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
+      shape: the sample shape (an int or a tuple of non-negative ints).
+      dtype: float16, bfloat16, float32 (default) or float64.
+
+    Returns:
+      An array of ``shape`` and ``dtype``.
+
+    Raises:
+      TypeError: ``key`` is not an array, or ``shape`` is not ints.
+      DTypeError: a non-floating ``dtype``, or a key that is not ``uint32``.
+      ShapeError: a key not of shape ``(2,)``, or a negative dimension in ``shape``.
+      ValueError: a sample of ``2**32`` elements or more (split the key instead).
+    """
+    k = _check_key(key, "cauchy")
+    d = _float_dtype(dtype, "cauchy")
+    u = _uniform(k, _shape_arg(shape, "cauchy"), d, dtypes.finfo(d).eps, 1.0, "cauchy")
+    return lax.tan(lax.mul(np.asarray(np.pi, d)[()], lax.sub(u, np.asarray(0.5, d)[()])))
+
+
+def logistic(key, shape=(), dtype=None) -> Array:
+    """Standard logistic samples, ``log(u) - log1p(-u)`` (mirrors ``jax.random.logistic``).
+
+    ``u`` is uniform on ``[tiny, 1)`` (``tiny`` the smallest normal number of ``dtype``), as in JAX.
+
+    Args:
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
+      shape: the sample shape (an int or a tuple of non-negative ints).
+      dtype: float16, bfloat16, float32 (default) or float64.
+
+    Returns:
+      An array of ``shape`` and ``dtype``.
+
+    Raises:
+      TypeError: ``key`` is not an array, or ``shape`` is not ints.
+      DTypeError: a non-floating ``dtype``, or a key that is not ``uint32``.
+      ShapeError: a key not of shape ``(2,)``, or a negative dimension in ``shape``.
+      ValueError: a sample of ``2**32`` elements or more (split the key instead).
+    """
+    k = _check_key(key, "logistic")
+    d = _float_dtype(dtype, "logistic")
+    u = _uniform(k, _shape_arg(shape, "logistic"), d, dtypes.finfo(d).tiny, 1.0, "logistic")
+    return lax.sub(lax.log(u), lax.log1p(lax.neg(u)))
+
+
+def lognormal(key, sigma=1.0, shape=None, dtype=None) -> Array:
+    """Log-normal samples ``exp(sigma * normal)`` (mirrors ``jax.random.lognormal``).
+
+    Args:
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
+      sigma: the standard deviation of the underlying normal, a scalar or an array broadcast to ``shape``.
+      shape: the sample shape (default: ``sigma``'s shape).
+      dtype: float16, bfloat16, float32 (default) or float64.
+
+    Returns:
+      An array of ``shape`` and ``dtype`` (positive).
+
+    Raises:
+      TypeError: ``key`` is not an array, or ``shape`` is not ints.
+      DTypeError: a non-floating ``dtype``, or a key that is not ``uint32``.
+      ShapeError: a key not of shape ``(2,)``, or a negative dimension in ``shape``.
+      ValueError: a sample of ``2**32`` elements or more (split the key instead).
+      ShapeError: also when ``sigma`` does not broadcast to ``shape``.
+    """
+    k = _check_key(key, "lognormal")
+    d = _float_dtype(dtype, "lognormal")
+    sshape = () if isinstance(sigma, (bool, int, float, np.generic)) else _as_array(sigma).shape
+    shape = tuple(sshape) if shape is None else _shape_arg(shape, "lognormal")
+    return lax.exp(lax.mul(_real_normal(k, shape, d), _param(sigma, d, shape, "lognormal", "sigma")))
+
+
+def rademacher(key, shape=(), dtype=None) -> Array:
+    """Samples of -1 and 1 with probability 1/2 each (mirrors ``jax.random.rademacher``): ``2 b - 1`` for
+    ``b = bernoulli(key, 0.5, shape)``, so they equal JAX's for the same key.
+
+    Args:
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
+      shape: the sample shape (an int or a tuple of non-negative ints).
+      dtype: the result dtype (default int32; a float or signed integer dtype).
+
+    Returns:
+      An array of ``shape`` and ``dtype``.
+
+    Raises:
+      TypeError: ``key`` is not an array, or ``shape`` is not ints.
+      DTypeError: an unsigned or bool ``dtype``, or a key that is not ``uint32``.
+      ShapeError: a key not of shape ``(2,)``, or a negative dimension in ``shape``.
+    """
+    k = _check_key(key, "rademacher")
+    d = dtypes.canonicalize(dtypes.int32 if dtype is None else dtype)
+    if dtypes.is_bool(d) or (dtypes.is_int(d) and not dtypes.is_signed(d)):
+        raise DTypeError(f"rademacher samples -1 and 1: its dtype must be signed or floating, got {d.name}")
+    b = lax.lt(_uniform(k, _shape_arg(shape, "rademacher"), dtypes.float32, 0.0, 1.0, "rademacher"),
+               np.float32(0.5))
+    two_b = lax.convert_element_type(b, d)
+    return lax.sub(lax.add(two_b, two_b), np.asarray(1, d)[()])
 
 
 def truncated_normal(key, lower, upper, shape=None, dtype=None) -> Array:

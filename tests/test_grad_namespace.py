@@ -303,6 +303,25 @@ GRAD_SPECS = [
     Spec("nanprod", lambda m, x: m.nanprod(m.where(x > 1.5, m.nan, x), axis=1), (S,)),
     Spec("nancumsum", lambda m, x: m.nancumsum(m.where(x > 1.5, m.nan, x), axis=1), (S,)),
     Spec("nancumprod", lambda m, x: m.nancumprod(m.where(x > 1.5, m.nan, x)), (S,)),
+    # ---------------------------------------------------------------- the eleventh session's probe (_binning,
+    # _editing, _vectorize): gradients through values, weights and inserted values; positions are static
+    Spec("interp", lambda m, x, fp: m.interp(x, np.array([-1.5, -0.2, 0.4, 1.7]), fp), (S, (4,))),
+    Spec("histogram", lambda m, x, w: m.histogram(x, bins=3, range=(-2.0, 2.0), weights=w)[0], (S, S)),
+    Spec("histogram_bin_edges", lambda m, x: m.histogram_bin_edges(x, bins=3), (S,), SPREAD(-2, 2)),
+    Spec("delete", lambda m, x: m.delete(x, 1, axis=1), (S,)),
+    Spec("insert", lambda m, x, y: m.insert(x, 1, y, axis=1), (S, (2,))),
+    # size=: JAX's own compress and extract need it under jit, where the reference runs
+    Spec("compress", lambda m, x: m.compress(np.array([True, False, True]), x, axis=1, size=2), (S,)),
+    Spec("extract", lambda m, x: m.extract(_MASK, x, size=5, fill_value=0.5), (S,)),
+    Spec("put", lambda m, x, y: m.put(x, np.array([4, 0]), y, inplace=False), (S, (2,))),
+    Spec("fill_diagonal", lambda m, x, v: m.fill_diagonal(x, v, inplace=False), ((3, 3), ())),
+    Spec("vectorize", lambda m, x, y: m.vectorize(lambda a, b: m.sum(a * b), signature="(n),(n)->()")(x, y),
+         (S, (3,))),
+    Spec("apply_along_axis", lambda m, x: m.apply_along_axis(lambda v: m.cumsum(v) * v[0], 1, x), (S,)),
+    Spec("piecewise", lambda m, x: m.piecewise(x, [x < 0, x >= 0], [lambda v: v * v, lambda v: m.sin(v)]), (S,),
+         AWAY(-2, 2, 0.2)),
+    Spec("gradient", lambda m, x: m.gradient(x, 0.5, axis=1), ((2, 4),)),
+    Spec("gradient[coordinates]", lambda m, x, c: m.gradient(x, m.cumsum(c * c + 0.5), axis=0), ((4, 2), (4,))),
 ]
 
 # Aliases that are the same function object as a name in the table (checked, not re-run).
@@ -326,7 +345,8 @@ NOT_DIFFERENTIABLE = {
     "creates arrays from shapes or scalars": (
         "zeros ones full empty zeros_like ones_like full_like empty_like arange eye "
         "identity tri indices from_dlpack broadcast_shapes tril_indices triu_indices diag_indices "
-        "tril_indices_from triu_indices_from diag_indices_from ix_"),
+        "tril_indices_from triu_indices_from diag_indices_from ix_ mgrid ogrid s_ index_exp hanning hamming "
+        "blackman bartlett kaiser"),
     "dtypes, constants and introspection": (
         "Array bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64 "
         "complex64 complex128 float8_e4m3fn float8_e5m2 int4 uint4 float0 finfo iinfo isdtype result_type can_cast "

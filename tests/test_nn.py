@@ -54,6 +54,11 @@ ACTIVATIONS = {
     "hard_silu": lambda x: x * np.clip(x + 3, 0, 6) / 6,
     "hard_tanh": lambda x: np.clip(x, -1, 1),
     "tanh": np.tanh,
+    "mish": lambda x: x * np.tanh(_softplus(x)),
+    "squareplus": lambda x: (x + np.sqrt(x * x + 4)) / 2,
+    "sparse_plus": lambda x: np.where(x <= -1, 0, np.where(x >= 1, x, (x + 1) ** 2 / 4)),
+    "sparse_sigmoid": lambda x: np.clip((x + 1) / 2, 0, 1),
+    "identity": lambda x: x,
 }
 
 X = np.array([-100.0, -20.0, -6.5, -3.0, -1.0, -0.5, -1e-3, 0.0, 1e-3, 0.5, 1.0, 3.0, 6.0, 6.5, 20.0, 100.0])
@@ -270,9 +275,29 @@ def test_activation_gradients_against_finite_differences(name):
     np.testing.assert_allclose(g, ref, rtol=1e-6, atol=1e-8)
 
 
+def test_log1mexp_and_glu_against_jax():
+    x = np.array([0.0, 1e-6, 0.3, np.log(2.0), 0.7, 5.0, 40.0, -1.0, np.nan], np.float32)
+    np.testing.assert_allclose(np.asarray(nn.log1mexp(x)), np.asarray(jnn.log1mexp(x)), rtol=2e-6, atol=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        x64 = x[:7].astype(np.float64)
+        want = np.where(x64 < np.log(2.0), np.log(-np.expm1(-x64)), np.log1p(-np.exp(-x64)))
+    np.testing.assert_allclose(np.asarray(nn.log1mexp(x[:7])), want, rtol=2e-6)
+    g = fa.vmap(fa.grad(nn.log1mexp))(x)                   # 1 / expm1(x): inf at 0, as JAX
+    np.testing.assert_allclose(np.asarray(g), np.asarray(jax.vmap(jax.grad(jnn.log1mexp))(x)), rtol=1e-5)
+    a = np.arange(24.0, dtype=np.float32).reshape(2, 3, 4) / 10 - 1
+    for axis in (-1, 0):
+        np.testing.assert_allclose(np.asarray(nn.glu(a, axis=axis)), np.asarray(jnn.glu(a, axis=axis)), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(nn.squareplus(a, b=0.5)), np.asarray(jnn.squareplus(a, b=0.5)), rtol=1e-6)
+    with pytest.raises(fa.ShapeError, match="odd length"):
+        nn.glu(a, axis=1)
+    with pytest.raises(fa.DTypeError):
+        nn.mish(np.ones(2, np.complex64))
+
+
 def test_gradients_at_kinks_follow_jax():
     grad = fa.grad
-    for name in ("relu", "relu6", "softplus", "leaky_relu", "hard_tanh", "elu"):
+    for name in ("relu", "relu6", "softplus", "leaky_relu", "hard_tanh", "elu", "sparse_plus", "sparse_sigmoid",
+                 "squareplus", "mish"):
         for x0 in (0.0, 6.0, -1.0, 1.0):
             g = float(np.asarray(grad(getattr(nn, name))(fnp.asarray(np.float32(x0)))))
             want = float(jax.grad(getattr(jnn, name))(np.float32(x0)))

@@ -260,12 +260,28 @@ def test_bernoulli_and_choice_and_permutation_match_jax():
 # ----------------------------------------------------------------------------- float samplers vs JAX
 
 
-@pytest.mark.parametrize("name", ["normal", "gumbel", "exponential", "laplace"])
+@pytest.mark.parametrize("name", ["normal", "gumbel", "exponential", "laplace", "cauchy", "logistic"])
 def test_float_samplers_close_to_jax(name):
     # Same formulas as JAX; log/erf_inv round differently per backend, so compare with a tolerance.
     got = np.asarray(getattr(fr, name)(fr.key(3), (2000,)))
     want = np.asarray(getattr(jr, name)(jr.PRNGKey(3), (2000,)))
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def test_lognormal_sigma_and_rademacher_match_jax():
+    sigma = np.array([[0.1], [1.0], [2.5]], np.float32)
+    np.testing.assert_allclose(np.asarray(fr.lognormal(fr.key(5), fnp.asarray(sigma), (3, 4))),
+                               np.asarray(jr.lognormal(jr.PRNGKey(5), sigma, (3, 4))), rtol=2e-5)
+    np.testing.assert_allclose(np.asarray(fr.lognormal(fr.key(5), fnp.asarray(sigma[:, 0]))),
+                               np.asarray(jr.lognormal(jr.PRNGKey(5), sigma[:, 0])), rtol=2e-5)
+    for dtype in (None, np.float32, np.int8):
+        _bits_equal(fr.rademacher(fr.key(6), (50,), dtype=dtype), jr.rademacher(jr.PRNGKey(6), (50,), dtype=dtype))
+    with pytest.raises(fa.DTypeError, match="signed or floating"):
+        fr.rademacher(fr.key(6), (3,), dtype=np.uint8)
+    with pytest.raises(fa.DTypeError, match="floating"):
+        fr.cauchy(fr.key(6), (3,), dtype=np.int32)
+    with pytest.raises(fa.ShapeError, match="sigma"):
+        fr.lognormal(fr.key(6), fnp.ones(3), (2,))
 
 
 def test_truncated_normal_and_complex_normal_close_to_jax():
@@ -291,6 +307,8 @@ SAMPLERS = {
     "categorical": lambda k: fr.categorical(k, fnp.asarray(np.array([[0.0, 1.0, 2.0]] * 2, np.float32))),
     "truncated_normal": lambda k: fr.truncated_normal(k, -0.5, 0.5, (4,)),
     "bernoulli": lambda k: fr.bernoulli(k, 0.5, (8,)),
+    "cauchy": lambda k: fr.cauchy(k, (5,)),
+    "rademacher": lambda k: fr.rademacher(k, (6,)),
     "choice_p": lambda k: fr.choice(k, 4, (5,), p=fnp.asarray(np.array([0.1, 0.2, 0.3, 0.4], np.float32))),
     "choice_noreplace": lambda k: fr.choice(k, fnp.asarray(np.arange(10.0, dtype=np.float32)), (4,),
                                             replace=False),

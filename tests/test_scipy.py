@@ -274,8 +274,30 @@ STATS = {
     "uniform.cdf": (fst.uniform.cdf, ss.uniform.cdf, (_UNIT, 0.2, 0.5), 1e-6, 1e-15),
     "uniform.logcdf": (fst.uniform.logcdf, ss.uniform.logcdf, (_UNIT, 0.2, 0.5), 1e-6, 1e-15),
     "uniform.ppf": (fst.uniform.ppf, ss.uniform.ppf, (_UNIT, 0.2, 0.5), 1e-6, 1e-15),
+    "laplace.logpdf": (fst.laplace.logpdf, ss.laplace.logpdf, (_ZS, 0.5, 2.0), 1e-6, 1e-14),
+    "laplace.pdf": (fst.laplace.pdf, ss.laplace.pdf, (_ZS, 0.5, 2.0), 2e-6, 1e-14),
+    "laplace.cdf": (fst.laplace.cdf, ss.laplace.cdf, (_ZS, 0.5, 2.0), 2e-6, 1e-14),
+    "laplace.ppf": (fst.laplace.ppf, ss.laplace.ppf, (_UNIT, 0.5, 2.0), 2e-6, 1e-14),
+    "expon.logpdf": (fst.expon.logpdf, ss.expon.logpdf, (_ZS, -1.0, 2.0), 1e-6, 1e-14),
+    "expon.pdf": (fst.expon.pdf, ss.expon.pdf, (_ZS, -1.0, 2.0), 2e-6, 1e-14),
+    "expon.cdf": (fst.expon.cdf, ss.expon.cdf, (_ZS, -1.0, 2.0), 2e-6, 1e-14),
+    "expon.logcdf": (fst.expon.logcdf, ss.expon.logcdf, (_ZS, -1.0, 2.0), 2e-6, 1e-14),
+    "expon.sf": (fst.expon.sf, ss.expon.sf, (_ZS, -1.0, 2.0), 2e-6, 1e-14),
+    "expon.logsf": (fst.expon.logsf, ss.expon.logsf, (_ZS, -1.0, 2.0), 2e-6, 1e-14),
+    "expon.ppf": (fst.expon.ppf, ss.expon.ppf, (_UNIT, -1.0, 2.0), 2e-6, 1e-14),
+    "cauchy.logpdf": (fst.cauchy.logpdf, ss.cauchy.logpdf, (_ZS, 0.5, 2.0), 1e-6, 1e-14),
+    "cauchy.pdf": (fst.cauchy.pdf, ss.cauchy.pdf, (_ZS, 0.5, 2.0), 2e-6, 1e-14),
+    "cauchy.cdf": (fst.cauchy.cdf, ss.cauchy.cdf, (_ZS, 0.5, 2.0), 1e-5, 1e-13),
+    "cauchy.ppf": (fst.cauchy.ppf, ss.cauchy.ppf, (_UNIT, 0.5, 2.0), 1e-5, 1e-12),
+    "logistic.logpdf": (fst.logistic.logpdf, ss.logistic.logpdf, (_ZS, 0.5, 2.0), 1e-6, 1e-14),
+    "logistic.pdf": (fst.logistic.pdf, ss.logistic.pdf, (_ZS, 0.5, 2.0), 2e-6, 1e-14),
+    "logistic.cdf": (fst.logistic.cdf, ss.logistic.cdf, (_ZS, 0.5, 2.0), 2e-6, 1e-14),
+    "logistic.sf": (fst.logistic.sf, ss.logistic.sf, (_ZS, 0.5, 2.0), 2e-6, 1e-14),
+    "logistic.ppf": (fst.logistic.ppf, ss.logistic.ppf, (_UNIT, 0.5, 2.0), 2e-6, 1e-14),
+    "logistic.isf": (fst.logistic.isf, ss.logistic.isf, (_UNIT, 0.5, 2.0), 2e-6, 1e-14),
 }
-DEVICE_STATS = ("gamma.cdf", "poisson.logpmf", "t.logpdf")
+DEVICE_STATS = ("gamma.cdf", "poisson.logpmf", "t.logpdf", "laplace.cdf", "expon.ppf", "cauchy.logpdf",
+                "logistic.logpdf")
 
 
 def _stats_args(args, dtype):
@@ -290,6 +312,23 @@ def test_stats_against_scipy(name, dtype):
     want = _reference(ref, args, dtype)
     got = fn(*[fnp.asarray(a) for a in args])
     _check(got, want, r32 if dtype == F32 else r64, atol=1e-30, msg=name)
+
+
+@pytest.mark.parametrize("dist", ["laplace", "expon", "cauchy", "logistic"])
+def test_new_stats_edges_as_scipy(dist):
+    """Infinite and NaN points, and scales that are not positive (SciPy: NaN), for the distributions the
+    eleventh session's probe added."""
+    x = np.array([-1.0, 0.0, 0.5, np.nan, np.inf, -np.inf], F32)
+    q = np.array([0.0, 0.3, 1.0, -0.1, 1.5, np.nan], F32)
+    for fn in ("logpdf", "pdf", "cdf", "logcdf", "sf", "logsf", "ppf", "isf"):
+        if not hasattr(getattr(fst, dist), fn):
+            continue
+        for scale in (2.0, -1.0, 0.0, np.nan):
+            pts = q if fn in ("ppf", "isf") else x
+            got = np.asarray(getattr(getattr(fst, dist), fn)(pts, 0.5, scale))
+            with np.errstate(all="ignore"):
+                want = getattr(getattr(ss, dist), fn)(pts.astype(F64), 0.5, scale)
+            np.testing.assert_allclose(got, want.astype(F32), rtol=1e-5, atol=1e-30, err_msg=f"{dist}.{fn} {scale}")
 
 
 def test_stats_on_device(device):

@@ -194,7 +194,8 @@ NOT_MAPPED = {
     "the result's shape depends on the values (use unique(..., size=n))": (
         "unique_all unique_counts unique_inverse unique_values"),
     "creates arrays from shapes or Python scalars": (
-        "zeros ones full empty arange eye identity tri indices broadcast_shapes from_dlpack"),
+        "zeros ones full empty arange eye identity tri indices broadcast_shapes from_dlpack mgrid ogrid s_ "
+        "index_exp hanning hamming blackman bartlett kaiser"),
     "values unspecified": "empty_like",
     "dtypes, constants and introspection": (
         "Array bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64 "

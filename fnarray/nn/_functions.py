@@ -12,21 +12,25 @@ import math
 import numpy as np
 
 from fnarray.core import dtypes, lax
-from fnarray.core.errors import DTypeError
+from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.core.tracing import is_scalar
 
 __all__ = [
     "celu",
     "elu",
     "gelu",
+    "glu",
     "hard_sigmoid",
     "hard_silu",
     "hard_swish",
     "hard_tanh",
+    "identity",
     "leaky_relu",
+    "log1mexp",
     "log_sigmoid",
     "log_softmax",
     "logsumexp",
+    "mish",
     "one_hot",
     "relu",
     "relu6",
@@ -36,6 +40,9 @@ __all__ = [
     "soft_sign",
     "softmax",
     "softplus",
+    "sparse_plus",
+    "sparse_sigmoid",
+    "squareplus",
     "standardize",
     "swish",
     "tanh",
@@ -396,6 +403,158 @@ def hard_silu(x):
 
 
 hard_swish = hard_silu
+
+
+def mish(x):
+    """``x * tanh(softplus(x))`` (mirrors ``jax.nn.mish``; Misra, 2019).
+
+    Args:
+      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input).
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
+    """
+    x = _real(x, "mish")
+    return x * lax.tanh(softplus(x))
+
+
+def squareplus(x, b=4):
+    """``(x + sqrt(x**2 + b)) / 2``, a smooth ReLU without exponentials (mirrors ``jax.nn.squareplus``; Barron,
+    2021).
+
+    Args:
+      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+      b: the smoothness, ``>= 0`` (``b = 0`` is ``relu``).
+
+    Returns:
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input), positive.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
+    """
+    x = _real(x, "squareplus")
+    return (x + lax.sqrt(x * x + b)) / 2
+
+
+def sparse_plus(x):
+    """0 for ``x <= -1``, ``(x + 1)**2 / 4`` between, ``x`` for ``x >= 1`` (mirrors ``jax.nn.sparse_plus``;
+    sparsemax's smooth ReLU).
+
+    Args:
+      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input).
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
+    """
+    x = _real(x, "sparse_plus")
+    inside = (x + 1) * (x + 1) / 4
+    return _where(x <= -1, 0, _where(x >= 1, x, inside))
+
+
+def sparse_sigmoid(x):
+    """``clip((x + 1) / 2, 0, 1)``, the derivative of ``sparse_plus`` (mirrors ``jax.nn.sparse_sigmoid``).
+
+    Args:
+      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input).
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
+    """
+    x = _real(x, "sparse_sigmoid")
+    return 0.5 * lax.min(lax.max(x + 1, lax.full(x.shape, 0, x.dtype)), lax.full(x.shape, 2, x.dtype))
+
+
+def log1mexp(x):
+    """``log(1 - exp(-x))`` for ``x > 0``, accurate at both ends: ``log(-expm1(-x))`` below ``log 2`` and
+    ``log1p(-exp(-x))`` above (mirrors ``jax.nn.log1mexp``; Maechler, 2012). NaN for ``x < 0``, ``-inf`` at 0.
+
+    Args:
+      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+
+    Returns:
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input).
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+      DTypeError: ``x`` is complex.
+    """
+    return _log1mexp(_real(x, "log1mexp"))
+
+
+def _log1mexp_impl(x):
+    small = lax.lt(x, lax.full((), math.log(2.0), x.dtype))
+    return lax.select(small, lax.log(lax.neg(lax.expm1(lax.neg(x)))), lax.log1p(lax.neg(lax.exp(lax.neg(x)))))
+
+
+def _log1mexp_jvp(primals, tangents):
+    # d/dx log(1 - exp(-x)) = 1 / expm1(x): one expression, so the branch not taken adds no 0 * inf (JAX's rule)
+    (x,), (t,) = primals, tangents
+    return _log1mexp(x), lax.div(t, lax.expm1(x))
+
+
+def _make_log1mexp():
+    from fnarray.transforms.ad import custom_jvp
+    f = custom_jvp(_log1mexp_impl)
+    f.defjvp(_log1mexp_jvp)
+    return f
+
+
+_log1mexp = _make_log1mexp()
+
+
+def glu(x, axis=-1):
+    """Gated linear unit ``a * sigmoid(b)`` of the two halves ``a, b`` of ``x`` along ``axis`` (mirrors
+    ``jax.nn.glu``; Dauphin et al., 2017).
+
+    Args:
+      x: a real array whose ``axis`` has an even length.
+      axis: the axis to split.
+
+    Returns:
+      An array of ``x``'s shape with ``axis`` halved, floating (``float32`` for integer/bool input).
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar. DTypeError: ``x`` is complex.
+      ShapeError: ``axis`` has an odd length. AxisError: ``axis`` out of range.
+    """
+    from fnarray.numpy._util import normalize_axis
+    x = _real(x, "glu")
+    ax = normalize_axis(axis, x.ndim, "glu axis")
+    n = x.shape[ax]
+    if n % 2:
+        raise ShapeError(f"glu: axis {axis} of shape {tuple(x.shape)} has an odd length; it is split in two halves")
+    half = n // 2
+    a = lax.slice_in_dim(x, 0, half, axis=ax)
+    b = lax.slice_in_dim(x, half, n, axis=ax)
+    return a * lax.logistic(b)
+
+
+def identity(x):
+    """``x`` itself, as an array (mirrors ``jax.nn.identity``: the activation that does nothing).
+
+    Args:
+      x: an array or a scalar.
+
+    Returns:
+      ``x`` as an array, its dtype unchanged.
+
+    Raises:
+      TypeError: ``x`` is not an array or a scalar.
+    """
+    return _array(x, "identity")
 
 
 def hard_tanh(x):

@@ -35,7 +35,9 @@ from fnarray.core import dtypes, lax
 from fnarray.core.array import Array
 from fnarray.core.errors import ConcretizationError, ShapeError
 from fnarray.core.tracing import Tracer, is_scalar
+from fnarray.numpy import _elementwise
 from fnarray.numpy._util import asarray_internal, broadcast_shapes, normalize_axis
+from fnarray.transforms.control_flow import while_loop
 
 __all__ = ["_IndexUpdateHelper", "_getitem", "take", "take_along_axis"]
 
@@ -604,6 +606,65 @@ class _IndexUpdateRef:
 
     mul = multiply
 
+    def divide(self, values, *, mode=None, indices_are_sorted=False, unique_indices=False):
+        """``x`` divided by ``values`` at ``key`` (``x[key] /= values``; ``jax.numpy.ndarray.at[...].divide``).
+
+        As JAX: ``x / ones_like(x).at[key].multiply(values)``, so an integer ``x`` gives a float array (true
+        division, ``values`` first cast to ``x.dtype``) and repeated indices divide again.
+        """
+        return _elementwise.divide(self.array, self._factors(values, mode))
+
+    def power(self, values, *, mode=None, indices_are_sorted=False, unique_indices=False):
+        """``x`` raised to ``values`` at ``key`` (``x[key] **= values``; ``jax.numpy.ndarray.at[...].power``).
+
+        As JAX: ``x ** ones_like(x).at[key].multiply(values)`` (``values`` cast to ``x.dtype``; repeated
+        indices multiply their exponents); the result has ``x``'s dtype.
+        """
+        return _elementwise.power(self.array, self._factors(values, mode))
+
+    def _factors(self, values, mode):
+        x = self.array
+        ones = _like(lax.full(x.shape, 1, x.dtype), x)
+        return _update(ones, self.index, values, "multiply", clip=_check_mode(mode, "multiply") == "clip")
+
+    def apply(self, func, *, mode=None, indices_are_sorted=False, unique_indices=False):
+        """``x`` with the unary elementwise function ``func`` applied at ``key`` (``func.at(x, key)``;
+        ``jax.numpy.ndarray.at[...].apply``): an index repeated ``k`` times applies ``func`` ``k`` times.
+
+        Args:
+          func: a function of one array that works elementwise (``fnp.sin``, ``lambda v: v * 3``); it is
+            called on the whole array (as many times as the most repeated index) and its results kept at
+            ``key``, so it must keep the shape and may not change the dtype.
+          mode: as ``set``: out-of-bounds indices are dropped, or clamped with ``"clip"``.
+
+        Raises:
+          TypeError: ``func`` is not callable, or changes the shape or dtype of ``x``.
+        """
+        if not callable(func):
+            raise TypeError(f"x.at[...].apply: func must be callable, got {type(func).__name__}")
+        x = self.array
+        counts = _update(lax.full(x.shape, 0, _I32), self.index, np.int32(1), "add",
+                         clip=_check_mode(mode, "apply") == "clip")
+
+        def applied(y):
+            out = func(y)
+            if getattr(out, "shape", None) != x.shape or out.dtype != x.dtype:
+                raise TypeError(f"x.at[...].apply: func must keep x's shape and dtype {x.aval.str_short()}, "
+                                f"got {getattr(out, 'aval', out)!r}")
+            return out
+
+        if not isinstance(counts, Tracer):
+            for k in range(int(np.max(np.asarray(counts), initial=0))):   # eager: the repeats are known
+                x = _like(lax.select(lax.gt(counts, np.int32(k)), applied(x), x), x)
+            return x
+
+        def body(carry):
+            k, y = carry
+            return k + 1, _like(lax.select(lax.gt(counts, k), applied(y), y), y)
+
+        rounds = lax.reduce_max(counts, tuple(range(x.ndim))) if x.ndim else counts
+        return while_loop(lambda c: c[0] < rounds, body, (np.int32(0), x))[1]
+
     def min(self, values, *, mode=None, indices_are_sorted=False, unique_indices=False):
         """A copy of ``x`` with ``minimum(x[key], values)`` at ``key`` (``numpy.minimum.at``)."""
         return self._apply("min", values, mode)
@@ -615,7 +676,8 @@ class _IndexUpdateRef:
 
 class _IndexUpdateHelper:
     """``x.at``: index it (``x.at[key]``) to get an object with ``set``, ``add``, ``subtract``,
-    ``multiply``, ``min``, ``max`` and ``get``; each returns a new array (``jax.numpy.ndarray.at``).
+    ``multiply``, ``divide``, ``power``, ``min``, ``max``, ``apply`` and ``get``; each returns a new array
+    (``jax.numpy.ndarray.at``).
 
     Example: ``x.at[0, 1:].set(0.0)``, ``x.at[idx].add(v)`` (repeated ``idx`` accumulate).
     """

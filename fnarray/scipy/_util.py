@@ -8,7 +8,7 @@ from fnarray.core import dtypes, lax
 from fnarray.core.array import Array
 from fnarray.core.errors import DTypeError
 
-__all__ = ["floats", "math_dtype", "to_math", "from_math", "const"]
+__all__ = ["floats", "math_dtype", "to_math", "from_math", "const", "positive_scale"]
 
 
 def floats(name, *xs, shape=True):
@@ -84,3 +84,9 @@ def log1p(x):
     for k in range(terms - 1, 0, -1):
         acc = (-1) ** (k + 1) / k + xs * acc
     return fnp.where(small, xs * acc, fnp.log1p(x))
+
+
+def positive_scale(out, scale):
+    """``out`` with NaN where ``scale`` is not positive (or is NaN), as SciPy answers for such a distribution."""
+    import fnarray.numpy as fnp
+    return fnp.where(scale > 0, out, fnp.nan)
