@@ -763,6 +763,8 @@ class WebGPULowered(KernelLowered):
                 # groups/pallas.py: two rows per work item in row mode (not in browser bundles: Chromium's
                 # SwiftShader took minutes to compile the flash-attention example's kernel in that form)
                 opts["pallas_row_tile"] = CPU_PALLAS_ROW_TILE
+                # groups/reduce.py: a work item's row loops read float32 rows four elements per load
+                opts["row_vec4"] = True
         if tuning.active(self.device):
             opts["tuner"] = _Timer(self.device, self.backend.gpu, caps.max_workgroup_size)
         return schedule_program(self.program, caps, workgroup=DEFAULT_GROUP_SIZE, **opts)

@@ -17,7 +17,7 @@ from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import Emitter, Flat, NotFlat, shaped_index
 from fnarray.lowering.kernels.groups.base import REDUCTIONS, Group, Tracker, index_vars, kernel_name, make_launch
 from fnarray.lowering.kernels.index import ix_var, linearize, to_expr, unravel
-from fnarray.lowering.kernels.ir import INT32, Special, const
+from fnarray.lowering.kernels.ir import INT32, BufferParam, Lane, Special, const, vector_dtype
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import (
     add_of,
@@ -358,13 +358,15 @@ class ReduceGroup(Group):
                 pass
         return self._gen(O, R, inner, parallel, False, choice)
 
-    def _gen(self, O, R, inner, parallel, flat, choice):
+    def _gen(self, O, R, inner, parallel, flat, choice, vectors=True):
         """One kernel for the whole group in one of three layouts: a work-group per output combining its
         work-items' accumulators in local memory (``cooperative``), the same for dependent stages
-        (``cooperative_stages``), or a work-item per output (``per_item``)."""
+        (``cooperative_stages``), or a work-item per output (``per_item``). ``vectors=False``: no ``vec4``
+        reads of the rows (``_ReduceKernel.vector_vars``), where a vector binding would exceed the target's
+        buffers per kernel or alias a buffer the kernel writes."""
         stages = self.stages()
         chained = max(stages) > 0
-        k = _ReduceKernel(self, O, R, inner, parallel, flat, choice)
+        k = _ReduceKernel(self, O, R, inner, parallel, flat, choice, vectors)
         if parallel and not chained and not self.row_roots:
             k.cooperative()
         elif parallel:
@@ -373,7 +375,19 @@ class ReduceGroup(Group):
             k.per_item()
         b = k.b
         b.name = kernel_name("reduce", k.tracker.eqns)
-        return [make_launch(b, k.args, k.scalars, k.gsize, k.lsize, k.tracker.eqns, "reduce", fixed_local=parallel)]
+        launch = make_launch(b, k.args, k.scalars, k.gsize, k.lsize, k.tracker.eqns, "reduce", fixed_local=parallel)
+        if k.vectors_bound and not self._vectors_fit(launch):
+            return self._gen(O, R, inner, parallel, flat, choice, vectors=False)
+        return [launch]
+
+    def _vectors_fit(self, launch) -> bool:
+        """Whether ``launch``'s ``vec4`` bindings keep within the target's buffers per kernel and bind no
+        buffer that the kernel also writes (WebGPU refuses a buffer bound read-only and writable at once)."""
+        bufs = [(p, a) for p, a in zip(launch.kernel.params, launch.args, strict=True) if isinstance(p, BufferParam)]
+        limit = self.ctx.caps.max_buffers_per_kernel
+        written = {id(a) for p, a in bufs if p.writes}
+        vector = [a for p, a in bufs if np.dtype(p.dtype).subdtype is not None]
+        return (limit is None or len(bufs) <= limit) and not any(id(a) in written for a in vector)
 
 
 class _ReduceKernel:
@@ -382,7 +396,7 @@ class _ReduceKernel:
     ``flat`` the input element ``r`` of the row is ``base + r * I``; ``rows`` is the row length ``R`` as an
     expression (a kernel argument when flat)."""
 
-    def __init__(self, group, O, R, inner, parallel, flat, choice):
+    def __init__(self, group, O, R, inner, parallel, flat, choice, vectors=True):
         self.g, self.ctx, self.R, self.inner, self.flat = group, group.ctx, R, inner, flat
         self.choice = choice  # REDUCE_TUNABLE's
         ctx = self.ctx
@@ -405,6 +419,9 @@ class _ReduceKernel:
         self.kept = group.kept_operands() if group.row_roots else {}
         self.invariants = group.row_invariants()
         self.out = self.base = self.I = self.rows = None  # set by ``setup``
+        self.vectors = vectors and not parallel and self._rows_aligned()
+        self.vector_names: dict = {}   # buffer var -> its vec4 binding's name
+        self.vectors_bound = False
 
     # ------------------------------------------------------------------ the three layouts
     def cooperative(self):
@@ -469,6 +486,65 @@ class _ReduceKernel:
             return self.em.val(x, Flat(b.let(op("add", self.base, op("mul", r, self.I)))))
         return self.em.val(x, self.x_index(r))
 
+    # ------------------------------------------------------------------ vec4 reads of the rows
+    def _rows_aligned(self) -> bool:
+        """Whether the row loops may read four elements per load (the scheduler option ``row_vec4``, webgpu
+        on a CPU adapter): a work-item per output over the last axis only, shaped indices, and a row length
+        that is a multiple of 4 (each row then starts on a whole vector of the buffer)."""
+        g = self.g
+        return bool(self.ctx.opts.get("row_vec4", False) and not self.flat and self.R % 4 == 0
+                    and g.axes == (len(self.shape) - 1,))
+
+    def vector_vars(self, xs, row_values=False) -> list:
+        """``[(buffer var, "row" | "column")]``: the float32 buffers that computing the values ``xs`` reads at
+        the row's own element (an operand of the input's shape: element ``o * R + r``) or at its position in
+        the row (a ``(R,)`` operand broadcast along the rows: layernorm's scale and offset), that this kernel
+        does not write; empty unless ``_rows_aligned``. ``row_values``: ``xs`` are the row values (their loop
+        reads the kept operands back from their buffers, ``kept_operands``)."""
+        if not self.vectors:
+            return []
+        g, f32 = self.g, np.dtype(np.float32)
+        si = shaped_index(self.shape)
+        own = linearize(si, self.shape)
+        reads: dict = {}
+        # the reads of this kernel's loop body: its own values computed (row values), the kept operands
+        # read back from where the reduction's loop stored them (placeholders here, not analysed)
+        em = self.ctx.emitter(KernelBuilder("analysis"), on_read=lambda var, key: reads.setdefault(var, set()).add(key),
+                              computes=set(g.roots) | set(g.row_roots))
+        for x in self.kept if row_values else ():
+            em.seed(x, si, const(0, x.aval.dtype))
+        for x in xs:
+            em.val(x, si)
+        found: dict = {}
+        for u, keys in reads.items():
+            if u in g.products or u in g.roots or u.aval.dtype != f32 or u.aval.size == 1:
+                continue
+            if u.aval.shape == self.shape and own in keys:
+                found.setdefault(u, "row")
+            elif u.aval.shape == (self.R,) and Emitter.key(u.aval, (si[-1],)) in keys:
+                found.setdefault(u, "column")
+        return list(found.items())
+
+    def vector_steps(self, r, vars_) -> list:
+        """The four row positions ``r .. r + 3`` of one iteration (``r`` a multiple of 4), with each of
+        ``vars_``'s elements there seeded from one ``vec4`` load of its buffer."""
+        b, em, four = self.b, self.em, const(4, INT32)
+        rs = [r] + [b.let(op("add", r, const(k, INT32))) for k in range(1, 4)]
+        xis = [self.x_index(rk) for rk in rs]
+        vdt = vector_dtype(np.float32)
+        for u, kind in vars_:
+            name = self.vector_names.get(u)
+            if name is None:
+                spec = self.ctx.spec(u)
+                name = self.vector_names[u] = b.buffer(("vec4", spec), vdt, False, "wide")
+                self.args[name] = spec
+                self.vectors_bound = True
+            first = to_expr(linearize(xis[0], self.shape)) if kind == "row" else r
+            v = b.load(name, op("div", first, four), vdt)
+            for k, xi in enumerate(xis):
+                em.seed(u, xi if kind == "row" else (xi[-1],), b.let(Lane(v, k, u.aval.dtype)))
+        return rs
+
     def hoist(self, st):
         for u in self.invariants.get(st, ()):
             self.em.seed(u, self.out, self.em.val(u, self.out))
@@ -478,16 +554,18 @@ class _ReduceKernel:
         b, g, em, ctx = self.b, self.g, self.em, self.ctx
         if not g.row_roots:
             return
-        with b.loop(start, self.rows, step) as r:
-            xi = self.x_index(r)
-            pos = b.let(to_expr(linearize(xi, self.shape)))
-            for x, v in self.kept.items():   # stored there by the reduction's loop, by this work-item
-                em.seed(x, xi, b.let(b.load(ctx.output(b, self.args, v), pos, x.aval.dtype), "kept"))
-            for v in g.row_roots:
-                val = em.val(v, xi)
-                em.seed(v, xi, val)
-                if v in ctx.needed:
-                    b.store(ctx.output(b, self.args, v), pos, val)
+        vars_ = self.vector_vars(g.row_roots, row_values=True) if step is None else []
+        with b.loop(start, self.rows, const(4, INT32) if vars_ else step) as r0:
+            for r in self.vector_steps(r0, vars_) if vars_ else [r0]:
+                xi = self.x_index(r)
+                pos = b.let(to_expr(linearize(xi, self.shape)))
+                for x, v in self.kept.items():   # stored there by the reduction's loop, by this work-item
+                    em.seed(x, xi, b.let(b.load(ctx.output(b, self.args, v), pos, x.aval.dtype), "kept"))
+                for v in g.row_roots:
+                    val = em.val(v, xi)
+                    em.seed(v, xi, val)
+                    if v in ctx.needed:
+                        b.store(ctx.output(b, self.args, v), pos, val)
 
     def fold(self, parts, accs, r):
         """One element ``r`` of the row folded into the accumulators ``accs`` (kept operands stored)."""
@@ -511,6 +589,12 @@ class _ReduceKernel:
         parts = self.g.parts if parts is None else parts
         accs = self.fresh(parts)
         U = self.g.lanes(self.R, self.choice["lanes"]) if step is None else 1
+        vars_ = self.vector_vars([x for _, x, _ in parts]) if step is None and U == 1 else []
+        if vars_:   # four elements per iteration, each folded in order: the same sums, bit for bit
+            with b.loop(start, self.rows, const(4, INT32)) as r:
+                for rk in self.vector_steps(r, vars_):
+                    self.fold(parts, accs, rk)
+            return accs
         if U == 1:
             with b.loop(start, self.rows, step) as r:
                 self.fold(parts, accs, r)
