@@ -17,7 +17,7 @@ from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import Emitter, Flat, NotFlat, shaped_index
 from fnarray.lowering.kernels.groups.base import REDUCTIONS, Group, Tracker, index_vars, kernel_name, make_launch
 from fnarray.lowering.kernels.index import ix_var, linearize, to_expr, unravel
-from fnarray.lowering.kernels.ir import INT32, BufferParam, Lane, Special, const, vector_dtype
+from fnarray.lowering.kernels.ir import INT32, BufferParam, Lane, Special, Sym, const, vector_dtype
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import (
     add_of,
@@ -473,77 +473,81 @@ class _ReduceKernel:
             self.rows = const(self.R, INT32)
             self.out = index_vars(b, o, self.g.shape)
 
-    def x_index(self, r):
-        """The coordinates of the row's element ``r`` in the reduced operand."""
+    def x_index(self, r, k=None):
+        """The coordinates of the row's element ``r`` in the reduced operand; with ``k``, of element ``r + k``
+        of a loop over ``r`` by steps of 4 (``r`` then at most ``R - 4``, so that ``r + k`` stays in the row)."""
         g = self.g
-        kidx = iter(unravel(ix_var(r.name, self.R), self.red_shape) if self.red_shape else ())
+        row = ix_var(r.name, self.R) if k is None else ix_var(r.name, self.R - 3) + k
+        kidx = iter(unravel(row, self.red_shape) if self.red_shape else ())
         oidx = iter(self.out)
         return tuple(next(kidx) if d in g.axes else next(oidx) for d in range(len(self.shape)))
 
-    def x_at(self, x, r):
+    def x_at(self, x, r, k=None):
         b = self.b
         if self.flat:
             return self.em.val(x, Flat(b.let(op("add", self.base, op("mul", r, self.I)))))
-        return self.em.val(x, self.x_index(r))
+        return self.em.val(x, self.x_index(r, k))
 
     # ------------------------------------------------------------------ vec4 reads of the rows
     def _rows_aligned(self) -> bool:
         """Whether the row loops may read four elements per load (the scheduler option ``row_vec4``, webgpu
         on a CPU adapter): a work-item per output over the last axis only, shaped indices, and a row length
-        that is a multiple of 4 (each row then starts on a whole vector of the buffer)."""
+        that is a multiple of 4."""
         g = self.g
         return bool(self.ctx.opts.get("row_vec4", False) and not self.flat and self.R % 4 == 0
                     and g.axes == (len(self.shape) - 1,))
 
-    def vector_vars(self, xs, row_values=False) -> list:
-        """``[(buffer var, "row" | "column")]``: the float32 buffers that computing the values ``xs`` reads at
-        the row's own element (an operand of the input's shape: element ``o * R + r``) or at its position in
-        the row (a ``(R,)`` operand broadcast along the rows: layernorm's scale and offset), that this kernel
-        does not write; empty unless ``_rows_aligned``. ``row_values``: ``xs`` are the row values (their loop
+    def vector_reads(self, xs, r, row_values=False) -> list:
+        """``[(buffer var, key)]``: the float32 buffers that computing the values ``xs`` at the elements ``r + k``
+        (``k`` < 4) of a loop by steps of 4 reads at ``key + k``, where ``key`` is a multiple of 4 (its terms
+        other than ``r`` are), and that this kernel does not write: each such read is one ``vec4`` load. Found by
+        emitting ``xs`` into a scratch builder (``ctx.emitter``'s analysis form) that knows what the kernel's
+        emitter knows; empty unless ``_rows_aligned``. ``row_values``: ``xs`` are the row values (their loop
         reads the kept operands back from their buffers, ``kept_operands``)."""
         if not self.vectors:
             return []
         g, f32 = self.g, np.dtype(np.float32)
-        si = shaped_index(self.shape)
-        own = linearize(si, self.shape)
-        reads: dict = {}
-        # the reads of this kernel's loop body: its own values computed (row values), the kept operands
-        # read back from where the reduction's loop stored them (placeholders here, not analysed)
-        em = self.ctx.emitter(KernelBuilder("analysis"), on_read=lambda var, key: reads.setdefault(var, set()).add(key),
-                              computes=set(g.roots) | set(g.row_roots))
-        for x in self.kept if row_values else ():
-            em.seed(x, si, const(0, x.aval.dtype))
-        for x in xs:
-            em.val(x, si)
-        found: dict = {}
-        for u, keys in reads.items():
+        reads = [{} for _ in range(4)]
+        for k, seen in enumerate(reads):
+            an = self.ctx.emitter(KernelBuilder("analysis"), computes=set(g.roots) | set(g.row_roots),
+                                  on_read=lambda var, key, seen=seen: seen.setdefault(var, set()).add(key))
+            an.adopt(self.em)
+            xi = self.x_index(r, k)
+            for x in self.kept if row_values else ():
+                an.seed(x, xi, const(0, x.aval.dtype))
+            for x in xs:
+                an.val(x, xi)
+        rest = -ix_var(r.name, self.R - 3)
+        found = []
+        for u, keys in reads[0].items():
             if u in g.products or u in g.roots or u.aval.dtype != f32 or u.aval.size == 1:
                 continue
-            if u.aval.shape == self.shape and own in keys:
-                found.setdefault(u, "row")
-            elif u.aval.shape == (self.R,) and Emitter.key(u.aval, (si[-1],)) in keys:
-                found.setdefault(u, "column")
-        return list(found.items())
+            for key in sorted(keys, key=repr):
+                off = key + rest
+                if (off.const % 4 == 0 and all(c % 4 == 0 for _, c in off.terms)
+                        and all(key + k in reads[k].get(u, ()) for k in range(1, 4))):
+                    found.append((u, key))
+        return found
 
-    def vector_steps(self, r, vars_) -> list:
-        """The four row positions ``r .. r + 3`` of one iteration (``r`` a multiple of 4), with each of
-        ``vars_``'s elements there seeded from one ``vec4`` load of its buffer."""
+    def vectorised(self, xs, row_values=False) -> bool:
+        """Whether a loop over the row computing ``xs`` takes four elements per iteration: some of its reads
+        are ``vec4`` loads (``vector_reads``, asked of a counter that is not the loop's yet)."""
+        return bool(self.vectors and self.vector_reads(xs, Sym("fa_row", INT32), row_values))
+
+    def vector_loads(self, reads):
+        """``reads``' ``vec4`` loads (``vector_reads``), each lane seeded as its element in the emitter."""
         b, em, four = self.b, self.em, const(4, INT32)
-        rs = [r] + [b.let(op("add", r, const(k, INT32))) for k in range(1, 4)]
-        xis = [self.x_index(rk) for rk in rs]
         vdt = vector_dtype(np.float32)
-        for u, kind in vars_:
+        for u, key in reads:
             name = self.vector_names.get(u)
             if name is None:
                 spec = self.ctx.spec(u)
                 name = self.vector_names[u] = b.buffer(("vec4", spec), vdt, False, "wide")
                 self.args[name] = spec
                 self.vectors_bound = True
-            first = to_expr(linearize(xis[0], self.shape)) if kind == "row" else r
-            v = b.load(name, op("div", first, four), vdt)
-            for k, xi in enumerate(xis):
-                em.seed(u, xi if kind == "row" else (xi[-1],), b.let(Lane(v, k, u.aval.dtype)))
-        return rs
+            v = b.load(name, op("div", to_expr(key), four), vdt)
+            for k in range(4):
+                em.seed_key(u, key + k, b.let(Lane(v, k, u.aval.dtype)))
 
     def hoist(self, st):
         for u in self.invariants.get(st, ()):
@@ -554,10 +558,12 @@ class _ReduceKernel:
         b, g, em, ctx = self.b, self.g, self.em, self.ctx
         if not g.row_roots:
             return
-        vars_ = self.vector_vars(g.row_roots, row_values=True) if step is None else []
-        with b.loop(start, self.rows, const(4, INT32) if vars_ else step) as r0:
-            for r in self.vector_steps(r0, vars_) if vars_ else [r0]:
-                xi = self.x_index(r)
+        vec = step is None and self.vectorised(g.row_roots, row_values=True)
+        with b.loop(start, self.rows, const(4, INT32) if vec else step) as r:
+            if vec:
+                self.vector_loads(self.vector_reads(g.row_roots, r, row_values=True))
+            for k in range(4) if vec else [None]:
+                xi = self.x_index(r, k)
                 pos = b.let(to_expr(linearize(xi, self.shape)))
                 for x, v in self.kept.items():   # stored there by the reduction's loop, by this work-item
                     em.seed(x, xi, b.let(b.load(ctx.output(b, self.args, v), pos, x.aval.dtype), "kept"))
@@ -567,15 +573,17 @@ class _ReduceKernel:
                     if v in ctx.needed:
                         b.store(ctx.output(b, self.args, v), pos, val)
 
-    def fold(self, parts, accs, r):
-        """One element ``r`` of the row folded into the accumulators ``accs`` (kept operands stored)."""
+    def fold(self, parts, accs, r, k=None):
+        """One element ``r`` (``r + k``: ``x_index``) of the row folded into the accumulators ``accs`` (kept
+        operands stored)."""
         b = self.b
         for (_, x, m), acc in zip(parts, accs, strict=True):
-            xv = self.x_at(x, r)
+            xv = self.x_at(x, r, k)
             if x in self.kept:
                 b.store(self.ctx.output(b, self.args, self.kept[x]),
-                        b.let(to_expr(linearize(self.x_index(r), self.shape))), xv)
-            for a, v in zip(acc, m.combine(b, acc, [xv, r] if m.arg else [xv]), strict=True):
+                        b.let(to_expr(linearize(self.x_index(r, k), self.shape))), xv)
+            pos = r if not k else b.let(op("add", r, const(k, INT32)))
+            for a, v in zip(acc, m.combine(b, acc, [xv, pos] if m.arg else [xv]), strict=True):
                 b.assign(a, v)
 
     def fresh(self, parts):
@@ -589,11 +597,13 @@ class _ReduceKernel:
         parts = self.g.parts if parts is None else parts
         accs = self.fresh(parts)
         U = self.g.lanes(self.R, self.choice["lanes"]) if step is None else 1
-        vars_ = self.vector_vars([x for _, x, _ in parts]) if step is None and U == 1 else []
-        if vars_:   # four elements per iteration, each folded in order: the same sums, bit for bit
+        xs = [x for _, x, _ in parts]
+        if step is None and U == 1 and self.vectorised(xs):
+            # four elements per iteration, each folded in order: the same results, bit for bit
             with b.loop(start, self.rows, const(4, INT32)) as r:
-                for rk in self.vector_steps(r, vars_):
-                    self.fold(parts, accs, rk)
+                self.vector_loads(self.vector_reads(xs, r))
+                for k in range(4):
+                    self.fold(parts, accs, r, k)
             return accs
         if U == 1:
             with b.loop(start, self.rows, step) as r:
