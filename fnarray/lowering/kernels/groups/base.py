@@ -124,6 +124,18 @@ def make_launch(b, args, scalars, global_size, local_size, eqns, kind, fixed_loc
     return Launch(kernel, vals, global_size, local_size, eqns, kind)
 
 
+def vectors_fit(caps, launch) -> bool:
+    """Whether ``launch``'s vector bindings (``ir.vector_dtype`` buffer parameters) keep within the target's
+    buffers per kernel (``caps.max_buffers_per_kernel``) and bind no buffer that the kernel also writes (WebGPU
+    refuses a buffer bound read-only and writable at once; buffers compared by identity). Used by the groups that
+    read ``vec4`` operands on CPU adapters (``groups/dot.py``, ``groups/reduce.py``)."""
+    bufs = [(p, a) for p, a in zip(launch.kernel.params, launch.args, strict=True) if isinstance(p, BufferParam)]
+    limit = caps.max_buffers_per_kernel
+    written = {id(a) for p, a in bufs if p.writes}
+    vector = [a for p, a in bufs if np.dtype(p.dtype).subdtype is not None]
+    return (limit is None or len(bufs) <= limit) and not any(id(a) in written for a in vector)
+
+
 def kernel_name(kind, eqns):
     names = []
     for e in eqns:

@@ -15,9 +15,17 @@ from fnarray.core.ir import Var
 from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import Emitter, Flat, NotFlat, shaped_index
-from fnarray.lowering.kernels.groups.base import REDUCTIONS, Group, Tracker, index_vars, kernel_name, make_launch
+from fnarray.lowering.kernels.groups.base import (
+    REDUCTIONS,
+    Group,
+    Tracker,
+    index_vars,
+    kernel_name,
+    make_launch,
+    vectors_fit,
+)
 from fnarray.lowering.kernels.index import ix_var, linearize, to_expr, unravel
-from fnarray.lowering.kernels.ir import INT32, BufferParam, Lane, Special, Sym, const, vector_dtype
+from fnarray.lowering.kernels.ir import INT32, Lane, Special, Sym, const, vector_dtype
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import (
     add_of,
@@ -376,18 +384,9 @@ class ReduceGroup(Group):
         b = k.b
         b.name = kernel_name("reduce", k.tracker.eqns)
         launch = make_launch(b, k.args, k.scalars, k.gsize, k.lsize, k.tracker.eqns, "reduce", fixed_local=parallel)
-        if k.vectors_bound and not self._vectors_fit(launch):
+        if k.vectors_bound and not vectors_fit(self.ctx.caps, launch):
             return self._gen(O, R, inner, parallel, flat, choice, vectors=False)
         return [launch]
-
-    def _vectors_fit(self, launch) -> bool:
-        """Whether ``launch``'s ``vec4`` bindings keep within the target's buffers per kernel and bind no
-        buffer that the kernel also writes (WebGPU refuses a buffer bound read-only and writable at once)."""
-        bufs = [(p, a) for p, a in zip(launch.kernel.params, launch.args, strict=True) if isinstance(p, BufferParam)]
-        limit = self.ctx.caps.max_buffers_per_kernel
-        written = {id(a) for p, a in bufs if p.writes}
-        vector = [a for p, a in bufs if np.dtype(p.dtype).subdtype is not None]
-        return (limit is None or len(bufs) <= limit) and not any(id(a) in written for a in vector)
 
 
 class _ReduceKernel:
