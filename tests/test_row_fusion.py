@@ -327,3 +327,17 @@ def test_vec4_rows_match_float64(cols):
     want = [_softmax_f64(x64), y, np.argmax(x64, -1), x64.sum(-1), dx]
     for a, w in zip(got, want, strict=True):
         np.testing.assert_allclose(a, w, rtol=3e-5, atol=3e-5 * max(1.0, float(np.abs(w).max())))
+
+
+def test_vec4_rows_of_a_gather_match_float64():
+    """A layernorm of embedding rows (``table[ids]``, the transformer's first one): the gathered rows' reads
+    keep one load per element (their index is a value loaded in the kernel), the scale's are vec4."""
+    dev = require_backend("webgpu")[0]
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal((50, 64)).astype(np.float32)
+    ids = rng.integers(0, 50, (1100,)).astype(np.int32)
+    gam = rng.standard_normal(64).astype(np.float32)
+    args = [fa.device_put(fnp.asarray(a), dev) for a in (table, ids, gam)]
+    with fallback_mode("error"):
+        got = np.asarray(fa.jit(lambda t, i, g: _layernorm(t[i]) * g)(*args))
+    np.testing.assert_allclose(got, _ref_layernorm(table[ids].astype(np.float64)) * gam, rtol=3e-5, atol=3e-5)

@@ -24,7 +24,7 @@ from fnarray.lowering.kernels.groups.base import (
     make_launch,
     vectors_fit,
 )
-from fnarray.lowering.kernels.index import ix_var, linearize, to_expr, unravel
+from fnarray.lowering.kernels.index import IxData, IxDiv, IxMod, ix_var, linearize, to_expr, unravel
 from fnarray.lowering.kernels.ir import INT32, Lane, Special, Sym, const, vector_dtype
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import (
@@ -389,6 +389,15 @@ class ReduceGroup(Group):
         return [launch]
 
 
+def _of_indices(ix) -> bool:
+    """Whether the index form ``ix`` is made of index variables only (no data value: a gather's index is a local
+    of the kernel being built, which a scratch builder's analysis names otherwise)."""
+    for t, _ in ix.terms:
+        if isinstance(t, IxData) or (isinstance(t, (IxDiv, IxMod)) and not _of_indices(t.x)):
+            return False
+    return True
+
+
 class _ReduceKernel:
     """One reduce kernel being built for ``ReduceGroup._gen``: its builder, emitter and index state, and the
     steps its layouts are made of. ``out`` is the output element's index (coordinates, or ``Flat``); with
@@ -523,7 +532,7 @@ class _ReduceKernel:
                 continue
             for key in sorted(keys, key=repr):
                 off = key + rest
-                if (off.const % 4 == 0 and all(c % 4 == 0 for _, c in off.terms)
+                if (off.const % 4 == 0 and all(c % 4 == 0 for _, c in off.terms) and _of_indices(key)
                         and all(key + k in reads[k].get(u, ()) for k in range(1, 4))):
                     found.append((u, key))
         return found
