@@ -25,7 +25,7 @@ from fnarray.lowering.kernels.groups.base import (
     vectors_fit,
 )
 from fnarray.lowering.kernels.index import IxData, IxDiv, IxMod, ix_var, linearize, to_expr, unravel
-from fnarray.lowering.kernels.ir import INT32, Lane, Special, Sym, const, vector_dtype
+from fnarray.lowering.kernels.ir import INT32, Lane, Op, Special, Sym, const, vector_dtype
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import (
     add_of,
@@ -429,6 +429,12 @@ class _ReduceKernel:
         self.out = self.base = self.I = self.rows = None  # set by ``setup``
         self.vectors = vectors and not parallel and self._rows_aligned()
         self.vector_names: dict = {}   # buffer var -> its vec4 binding's name
+        # row values stored (and kept operands stored into them) four elements at a time, through a vec4
+        # binding of their output buffer, which every loop of the kernel then takes four elements at a time
+        f32 = np.dtype(np.float32)
+        self.vector_out = {v for v in group.row_roots if v in ctx.needed and v.aval.dtype == f32} \
+            if self.vectors else set()
+        self.pending: dict = {}   # vector_out value -> its four lanes' values, by fold
         self.vectors_bound = False
 
     # ------------------------------------------------------------------ the three layouts
@@ -540,7 +546,22 @@ class _ReduceKernel:
     def vectorised(self, xs, row_values=False) -> bool:
         """Whether a loop over the row computing ``xs`` takes four elements per iteration: some of its reads
         are ``vec4`` loads (``vector_reads``, asked of a counter that is not the loop's yet)."""
-        return bool(self.vectors and self.vector_reads(xs, Sym("fa_row", INT32), row_values))
+        return bool(self.vectors and (self.vector_out or self.vector_reads(xs, Sym("fa_row", INT32), row_values)))
+
+    def wide_output(self, v) -> str:
+        """The name of the vec4 binding (read and written) of row value ``v``'s output buffer."""
+        spec = self.ctx.spec(v)
+        name = self.b.buffer(("vec4", spec), vector_dtype(v.aval.dtype), True, "wide")
+        self.args[name] = spec
+        self.vectors_bound = True
+        return name
+
+    def store_vectors(self, r, values):
+        """``{row value: its four values}`` at ``r .. r + 3`` stored as one vec4 each."""
+        b = self.b
+        at = b.let(op("div", to_expr(linearize(self.x_index(r, 0), self.shape)), const(4, INT32)))
+        for v, vals in values.items():
+            b.store(self.wide_output(v), at, Op("vector4", tuple(vals), vector_dtype(v.aval.dtype)))
 
     def vector_loads(self, reads):
         """``reads``' ``vec4`` loads (``vector_reads``), each lane seeded as its element in the emitter."""
@@ -570,16 +591,27 @@ class _ReduceKernel:
         with b.loop(start, self.rows, const(4, INT32) if vec else step) as r:
             if vec:
                 self.vector_loads(self.vector_reads(g.row_roots, r, row_values=True))
+            kept = {}
+            for x, v in self.kept.items() if vec else ():   # read back four at a time before any store
+                if v in self.vector_out:
+                    at = op("div", to_expr(linearize(self.x_index(r, 0), self.shape)), const(4, INT32))
+                    w = b.let(b.load(self.wide_output(v), at, vector_dtype(x.aval.dtype)), "kept")
+                    kept[x] = [b.let(Lane(w, k, x.aval.dtype)) for k in range(4)]
+            stores: dict = {}
             for k in range(4) if vec else [None]:
                 xi = self.x_index(r, k)
                 pos = b.let(to_expr(linearize(xi, self.shape)))
                 for x, v in self.kept.items():   # stored there by the reduction's loop, by this work-item
-                    em.seed(x, xi, b.let(b.load(ctx.output(b, self.args, v), pos, x.aval.dtype), "kept"))
+                    em.seed(x, xi, kept[x][k] if x in kept else
+                            b.let(b.load(ctx.output(b, self.args, v), pos, x.aval.dtype), "kept"))
                 for v in g.row_roots:
                     val = em.val(v, xi)
                     em.seed(v, xi, val)
-                    if v in ctx.needed:
+                    if v in self.vector_out and vec:
+                        stores.setdefault(v, []).append(val)
+                    elif v in ctx.needed:
                         b.store(ctx.output(b, self.args, v), pos, val)
+            self.store_vectors(r, stores)
 
     def fold(self, parts, accs, r, k=None):
         """One element ``r`` (``r + k``: ``x_index``) of the row folded into the accumulators ``accs`` (kept
@@ -587,7 +619,9 @@ class _ReduceKernel:
         b = self.b
         for (_, x, m), acc in zip(parts, accs, strict=True):
             xv = self.x_at(x, r, k)
-            if x in self.kept:
+            if x in self.kept and k is not None and self.kept[x] in self.vector_out:
+                self.pending.setdefault(self.kept[x], []).append(xv)
+            elif x in self.kept:
                 b.store(self.ctx.output(b, self.args, self.kept[x]),
                         b.let(to_expr(linearize(self.x_index(r, k), self.shape))), xv)
             pos = r if not k else b.let(op("add", r, const(k, INT32)))
@@ -612,6 +646,8 @@ class _ReduceKernel:
                 self.vector_loads(self.vector_reads(xs, r))
                 for k in range(4):
                     self.fold(parts, accs, r, k)
+                self.store_vectors(r, self.pending)
+                self.pending = {}
             return accs
         if U == 1:
             with b.loop(start, self.rows, step) as r:
