@@ -504,9 +504,12 @@ class _ReduceKernel:
 
     # ------------------------------------------------------------------ vec4 reads of the rows
     def _rows_aligned(self) -> bool:
-        """Whether the row loops may read four elements per load (the scheduler option ``row_vec4``, webgpu
-        on a CPU adapter): a work-item per output over the last axis only, shaped indices, and a row length
-        that is a multiple of 4."""
+        """Whether the row loops may take four elements per iteration (the scheduler option ``row_vec4``, webgpu
+        on a CPU adapter, where each lane's scalar load is a gather): a work-item per output over the last axis
+        only, shaped indices, and a row length that is a multiple of 4. Each such loop then reads its operands
+        one ``vec4`` per four elements where their keys allow (``vector_reads``) and stores its row values, and
+        the kept operands into them, one ``vec4`` each (``store_vectors``); the elements are still folded one
+        at a time in order, so the results are the scalar form's, bit for bit."""
         g = self.g
         return bool(self.ctx.opts.get("row_vec4", False) and not self.flat and self.R % 4 == 0
                     and g.axes == (len(self.shape) - 1,))
