@@ -24,7 +24,7 @@ from fnarray.lowering.kernels.groups.base import (
     make_launch,
     vectors_fit,
 )
-from fnarray.lowering.kernels.index import IxData, IxDiv, IxMod, ix_var, linearize, to_expr, unravel
+from fnarray.lowering.kernels.index import IxData, IxDiv, IxMod, IxVar, ix_var, linearize, to_expr, unravel
 from fnarray.lowering.kernels.ir import INT32, Lane, Op, Special, Sym, const, vector_dtype
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import (
@@ -398,6 +398,14 @@ def _of_indices(ix) -> bool:
     return True
 
 
+def _mentions(ix, name) -> bool:
+    """Whether the index form ``ix`` depends on the index variable ``name``."""
+    for t, _ in ix.terms:
+        if (isinstance(t, IxVar) and t.name == name) or (isinstance(t, (IxDiv, IxMod)) and _mentions(t.x, name)):
+            return True
+    return False
+
+
 class _ReduceKernel:
     """One reduce kernel being built for ``ReduceGroup._gen``: its builder, emitter and index state, and the
     steps its layouts are made of. ``out`` is the output element's index (coordinates, or ``Flat``); with
@@ -515,34 +523,35 @@ class _ReduceKernel:
                     and g.axes == (len(self.shape) - 1,))
 
     def vector_reads(self, xs, r, row_values=False) -> list:
-        """``[(buffer var, key)]``: the float32 buffers that computing the values ``xs`` at the elements ``r + k``
-        (``k`` < 4) of a loop by steps of 4 reads at ``key + k``, where ``key`` is a multiple of 4 (its terms
-        other than ``r`` are), and that this kernel does not write: each such read is one ``vec4`` load. Found by
+        """``[(buffer var, key)]``: the float32 buffers that computing the values ``xs`` at the element ``r`` of a
+        loop by steps of 4 reads at ``key = r + 4m`` (``r`` itself, with coefficient 1 and in no division, plus
+        terms and a constant that are multiples of 4), and that this kernel does not write: each such read is one
+        ``vec4`` load, whose lane ``k`` is the element at ``key + k`` (what the loop's element ``r + k`` reads
+        there when the key is affine in the row position; any element it seeds is right either way). Found by
         emitting ``xs`` into a scratch builder (``ctx.emitter``'s analysis form) that knows what the kernel's
         emitter knows; empty unless ``_rows_aligned``. ``row_values``: ``xs`` are the row values (their loop
         reads the kept operands back from their buffers, ``kept_operands``)."""
         if not self.vectors:
             return []
         g, f32 = self.g, np.dtype(np.float32)
-        reads = [{} for _ in range(4)]
-        for k, seen in enumerate(reads):
-            an = self.ctx.emitter(KernelBuilder("analysis"), computes=set(g.roots) | set(g.row_roots),
-                                  on_read=lambda var, key, seen=seen: seen.setdefault(var, set()).add(key))
-            an.adopt(self.em)
-            xi = self.x_index(r, k)
-            for x in self.kept if row_values else ():
-                an.seed(x, xi, const(0, x.aval.dtype))
-            for x in xs:
-                an.val(x, xi)
-        rest = -ix_var(r.name, self.R - 3)
+        reads: dict = {}
+        an = self.ctx.emitter(KernelBuilder("analysis"), computes=set(g.roots) | set(g.row_roots),
+                              on_read=lambda var, key: reads.setdefault(var, set()).add(key))
+        an.adopt(self.em)
+        xi = self.x_index(r, 0)
+        for x in self.kept if row_values else ():
+            an.seed(x, xi, const(0, x.aval.dtype))
+        for x in xs:
+            an.val(x, xi)
+        row = ix_var(r.name, self.R - 3)
         found = []
-        for u, keys in reads[0].items():
+        for u, keys in reads.items():
             if u in g.products or u in g.roots or u.aval.dtype != f32 or u.aval.size == 1:
                 continue
             for key in sorted(keys, key=repr):
-                off = key + rest
+                off = key - row
                 if (off.const % 4 == 0 and all(c % 4 == 0 for _, c in off.terms) and _of_indices(key)
-                        and all(key + k in reads[k].get(u, ()) for k in range(1, 4))):
+                        and (row.is_const() or (key != off and not _mentions(off, r.name)))):
                     found.append((u, key))
         return found
 
