@@ -765,7 +765,7 @@ class WebGPULowered(KernelLowered):
                 opts["pallas_row_tile"] = CPU_PALLAS_ROW_TILE
                 # groups/reduce.py: a work item's loops over float32 rows of a multiple of 4 read them, and store
                 # its row values, four elements per load and store (lavapipe, interleaved, load 3-4: softmax
-                # [1024, 256] 1.8x, layernorm 1.7x; the transformer step 177-180 -> 160-164 CPU ms)
+                # [1024, 256] 1.8x, layernorm 1.7x; the transformer step 173-174 -> 156-157 CPU ms)
                 opts["row_vec4"] = True
         if tuning.active(self.device):
             opts["tuner"] = _Timer(self.device, self.backend.gpu, caps.max_workgroup_size)
