@@ -12,7 +12,7 @@ import pytest
 import fnarray as fa
 import fnarray.numpy as fnp
 
-from helpers import fallback_mode
+from helpers import fallback_mode, require_backend
 
 
 def _layernorm(v):
@@ -283,3 +283,61 @@ def test_reductions_by_work_item_with_several_accumulators(target):
     want = [np.argmax(x64, 1), np.argmin(x64, 1), np.max(x64, 1), np.sum(x64, 1)]
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-5)
+
+
+# --------------------------------------------------------------------- vec4 rows on a CPU adapter
+# On webgpu with a CPU adapter (lavapipe) a work-item's loops over a float32 row whose length is a multiple of 4
+# read it, and a (R,) operand broadcast along the rows (a layernorm's scale and offset), one vec4 per four
+# elements (the scheduler option ``row_vec4``, ``_ReduceKernel.vector_vars``); other lengths keep one load per
+# element. Every element is still folded in order, so the results are those of the scalar form.
+
+def _scaled_layernorm(v, g, b):
+    return _layernorm(v) * g + b
+
+
+@pytest.mark.parametrize("cols", [256, 64, 4, 130, 37], ids=lambda c: f"R{c}")
+def test_vec4_rows_match_float64(cols):
+    dev = require_backend("webgpu")[0]
+    rng = np.random.default_rng(cols)
+    x = rng.standard_normal((1100, cols)).astype(np.float32) * 3
+    x[0, cols - 1] = 40.0   # the maximum in a vector's last lane
+    x[1, :] = 2.0           # ties: argmax takes the first
+    gam = rng.standard_normal(cols).astype(np.float32)
+    bet = rng.standard_normal(cols).astype(np.float32)
+    z, zg, zb = (fa.device_put(fnp.asarray(a), dev) for a in (x, gam, bet))
+
+    def f(v, g, b):
+        loss = lambda v: fnp.sum(_scaled_layernorm(v, g, b) ** 2)   # noqa: E731  (the layernorm's backward)
+        return (fa.nn.softmax(v, axis=-1), _scaled_layernorm(v, g, b), fnp.argmax(v, axis=-1),
+                fnp.sum(v, axis=-1), fa.grad(loss)(v))
+
+    with fallback_mode("error"):
+        jf = fa.jit(f)
+        text = jf.lower(z, zg, zb).as_text()
+        got = [np.asarray(a) for a in jf(z, zg, zb)]
+    cpu = dev.impl.capabilities(dev).tiling_pays is False
+    assert ("array<vec4<f32>>" in text) == (cpu and cols % 4 == 0), text
+    x64, g64, b64 = x.astype(np.float64), gam.astype(np.float64), bet.astype(np.float64)
+    mu = x64.mean(-1, keepdims=True)
+    sd = np.sqrt(((x64 - mu) ** 2).mean(-1, keepdims=True) + 1e-5)
+    xhat = (x64 - mu) / sd
+    y = xhat * g64 + b64
+    dxhat = 2 * y * g64   # d(sum y^2)/dxhat
+    dx = (dxhat - dxhat.mean(-1, keepdims=True) - xhat * (dxhat * xhat).mean(-1, keepdims=True)) / sd
+    want = [_softmax_f64(x64), y, np.argmax(x64, -1), x64.sum(-1), dx]
+    for a, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, w, rtol=3e-5, atol=3e-5 * max(1.0, float(np.abs(w).max())))
+
+
+def test_vec4_rows_of_a_gather_match_float64():
+    """A layernorm of embedding rows (``table[ids]``, the transformer's first one): the gathered rows' reads
+    keep one load per element (their index is a value loaded in the kernel), the scale's are vec4."""
+    dev = require_backend("webgpu")[0]
+    rng = np.random.default_rng(3)
+    table = rng.standard_normal((50, 64)).astype(np.float32)
+    ids = rng.integers(0, 50, (1100,)).astype(np.int32)
+    gam = rng.standard_normal(64).astype(np.float32)
+    args = [fa.device_put(fnp.asarray(a), dev) for a in (table, ids, gam)]
+    with fallback_mode("error"):
+        got = np.asarray(fa.jit(lambda t, i, g: _layernorm(t[i]) * g)(*args))
+    np.testing.assert_allclose(got, _ref_layernorm(table[ids].astype(np.float64)) * gam, rtol=3e-5, atol=3e-5)

@@ -86,6 +86,16 @@ class Emitter:
         """Declare that element ``idx`` of ``var`` is ``value`` in the current scope."""
         self._memo[(var, self.key(var.aval, idx))] = (value, self.b.scope_token())
 
+    def seed_key(self, var, key, value):
+        """``seed`` by the element's key (``key``), where the kernel knows the key and not an index."""
+        self._memo[(var, key)] = (value, self.b.scope_token())
+
+    def adopt(self, other):
+        """Know what emitter ``other`` knows in its live scopes (a scratch emitter that analyses what
+        ``other``'s builder would read next, ``groups/reduce.py``)."""
+        token = self.b.scope_token()
+        self._memo.update({k: (v, token) for k, (v, t) in other._memo.items() if other.b.scope_alive(t)})
+
     def known(self, var, idx):
         """The value seeded or computed for element ``idx`` of ``var`` in a live scope, else ``None``."""
         return self._lookup((var, self.key(var.aval, idx)))

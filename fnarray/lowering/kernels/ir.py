@@ -57,6 +57,8 @@ for _n in ("pow", "atan2", "nextafter", "hypot", "fmod", "copysign", "min", "max
     OPS[_n] = (2, "func")
 # The functions of C's math library that a unary primitive is by its name (``Primitive.library``: log10...).
 families.on_family("unary", lambda p: p.library and OPS.setdefault(p.name, (1, "func")))
+# Four values of one dtype as a vector of ``vector_dtype`` (a store of four elements at once; WGSL ``vec4(...)``).
+OPS["vector4"] = (4, "func")
 OPS["cmake"] = (2, "complex")
 OPS["creal"] = (1, "complex")
 OPS["cimag"] = (1, "complex")

@@ -100,7 +100,8 @@ _XYZ = "xyz"
 _BUILTINS = {"exp": "exp", "exp2": "exp2", "log": "log", "log2": "log2", "sin": "sin", "cos": "cos", "tan": "tan",
              "tanh": "tanh", "sinh": "sinh", "cosh": "cosh", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
              "sqrt": "sqrt", "rsqrt": "inverseSqrt", "floor": "floor", "ceil": "ceil", "rint": "round",
-             "trunc": "trunc", "fabs": "abs", "popcount": "countOneBits", "min": "min", "max": "max"}
+             "trunc": "trunc", "fabs": "abs", "popcount": "countOneBits", "min": "min", "max": "max",
+             "vector4": "vec4"}
 #: The float ops WGSL lacks or leaves open, each expanded into its kernel-IR body before printing: all of them.
 EXPANDED = frozenset(BODIES)
 

@@ -124,6 +124,23 @@ def make_launch(b, args, scalars, global_size, local_size, eqns, kind, fixed_loc
     return Launch(kernel, vals, global_size, local_size, eqns, kind)
 
 
+def vectors_fit(caps, launch) -> bool:
+    """Whether ``launch``'s vector bindings (``ir.vector_dtype`` buffer parameters) keep within the target's
+    buffers per kernel (``caps.max_buffers_per_kernel``) and bind no buffer twice where either binding is written
+    (WebGPU refuses a buffer bound read-only and writable at once; buffers compared by identity): a buffer the
+    kernel writes may be bound as vectors only, as the reduce group's row values are. Used by the groups that
+    read ``vec4`` operands on CPU adapters (``groups/dot.py``, ``groups/reduce.py``)."""
+    bufs = [(p, a) for p, a in zip(launch.kernel.params, launch.args, strict=True) if isinstance(p, BufferParam)]
+    limit = caps.max_buffers_per_kernel
+    if limit is not None and len(bufs) > limit:
+        return False
+    for i, (p, a) in enumerate(bufs):   # a vector binding beside another binding of its buffer, either written
+        if np.dtype(p.dtype).subdtype is not None and any(
+                id(a2) == id(a) and (p.writes or p2.writes) for j, (p2, a2) in enumerate(bufs) if j != i):
+            return False
+    return True
+
+
 def kernel_name(kind, eqns):
     names = []
     for e in eqns:

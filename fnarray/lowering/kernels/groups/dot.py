@@ -23,6 +23,7 @@ from fnarray.lowering.kernels.groups.base import (
     make_launch,
     reshape_strides,
     tree_sum,
+    vectors_fit,
 )
 from fnarray.lowering.kernels.groups import register_tiles
 from fnarray.lowering.kernels.groups.register_tiles import (
@@ -34,7 +35,7 @@ from fnarray.lowering.kernels.groups.register_tiles import (
     register_dtype,
 )
 from fnarray.lowering.kernels.index import ix_data, unravel
-from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, BufferParam, Cast, Lane, Special, const, vector_dtype
+from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Cast, Lane, Special, const, vector_dtype
 from fnarray.lowering.kernels.rules import (
     LOW_BIT,
     add_of,
@@ -667,7 +668,7 @@ class DotGroup(Group):
                         self._finish(b, em, args, bi, gi, gj, v)
         b.name = kernel_name("dot", tracker.eqns)
         launch = make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "dot")
-        if along != (None, None) and not self._vectors_fit(launch):
+        if along != (None, None) and not vectors_fit(self.ctx.caps, launch):
             return self._blocked(lp, rp, block, vectors=False)
         return launch
 
@@ -696,15 +697,6 @@ class DotGroup(Group):
             else:
                 out.append(None)
         return tuple(out)
-
-    def _vectors_fit(self, launch) -> bool:
-        """Whether ``launch``'s vector bindings keep within the target's buffers per kernel and bind no
-        buffer that the kernel also writes (WebGPU refuses a buffer bound read-only and writable at once)."""
-        bufs = [(p, a) for p, a in zip(launch.kernel.params, launch.args, strict=True) if isinstance(p, BufferParam)]
-        limit = self.ctx.caps.max_buffers_per_kernel
-        written = {id(a) for p, a in bufs if p.writes}
-        vector = [a for p, a in bufs if np.dtype(p.dtype).subdtype is not None]
-        return (limit is None or len(bufs) <= limit) and not any(id(a) in written for a in vector)
 
     TX, TY, RX, RY, BK = TILE
 

@@ -2228,7 +2228,7 @@ class PallasGroup(EquationGroup):
 
 def _vectors_unwritten(kernel, vals):
     """Whether no buffer that ``kernel`` binds as vectors is one it also writes (the values ``vals`` of its
-    parameters compared by identity, as ``groups/dot.py``'s ``_vectors_fit``)."""
+    parameters compared by identity, as ``groups/base.py``'s ``vectors_fit``)."""
     bufs = [(pp, a) for pp, a in zip(kernel.params, vals, strict=True) if isinstance(pp, BufferParam)]
     written = {id(a) for pp, a in bufs if pp.writes}
     return not any(id(a) in written for pp, a in bufs if np.dtype(pp.dtype).subdtype is not None)

@@ -15,9 +15,17 @@ from fnarray.core.ir import Var
 from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import Emitter, Flat, NotFlat, shaped_index
-from fnarray.lowering.kernels.groups.base import REDUCTIONS, Group, Tracker, index_vars, kernel_name, make_launch
-from fnarray.lowering.kernels.index import ix_var, linearize, to_expr, unravel
-from fnarray.lowering.kernels.ir import INT32, Special, const
+from fnarray.lowering.kernels.groups.base import (
+    REDUCTIONS,
+    Group,
+    Tracker,
+    index_vars,
+    kernel_name,
+    make_launch,
+    vectors_fit,
+)
+from fnarray.lowering.kernels.index import IxData, IxDiv, IxMod, IxVar, ix_var, linearize, to_expr, unravel
+from fnarray.lowering.kernels.ir import INT32, Lane, Op, Special, Sym, const, vector_dtype
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import (
     add_of,
@@ -358,13 +366,15 @@ class ReduceGroup(Group):
                 pass
         return self._gen(O, R, inner, parallel, False, choice)
 
-    def _gen(self, O, R, inner, parallel, flat, choice):
+    def _gen(self, O, R, inner, parallel, flat, choice, vectors=True):
         """One kernel for the whole group in one of three layouts: a work-group per output combining its
         work-items' accumulators in local memory (``cooperative``), the same for dependent stages
-        (``cooperative_stages``), or a work-item per output (``per_item``)."""
+        (``cooperative_stages``), or a work-item per output (``per_item``). ``vectors=False``: no ``vec4``
+        reads of the rows (``_ReduceKernel.vector_vars``), where a vector binding would exceed the target's
+        buffers per kernel or alias a buffer the kernel writes."""
         stages = self.stages()
         chained = max(stages) > 0
-        k = _ReduceKernel(self, O, R, inner, parallel, flat, choice)
+        k = _ReduceKernel(self, O, R, inner, parallel, flat, choice, vectors)
         if parallel and not chained and not self.row_roots:
             k.cooperative()
         elif parallel:
@@ -373,7 +383,27 @@ class ReduceGroup(Group):
             k.per_item()
         b = k.b
         b.name = kernel_name("reduce", k.tracker.eqns)
-        return [make_launch(b, k.args, k.scalars, k.gsize, k.lsize, k.tracker.eqns, "reduce", fixed_local=parallel)]
+        launch = make_launch(b, k.args, k.scalars, k.gsize, k.lsize, k.tracker.eqns, "reduce", fixed_local=parallel)
+        if k.vectors_bound and not vectors_fit(self.ctx.caps, launch):
+            return self._gen(O, R, inner, parallel, flat, choice, vectors=False)
+        return [launch]
+
+
+def _of_indices(ix) -> bool:
+    """Whether the index form ``ix`` is made of index variables only (no data value: a gather's index is a local
+    of the kernel being built, which a scratch builder's analysis names otherwise)."""
+    for t, _ in ix.terms:
+        if isinstance(t, IxData) or (isinstance(t, (IxDiv, IxMod)) and not _of_indices(t.x)):
+            return False
+    return True
+
+
+def _mentions(ix, name) -> bool:
+    """Whether the index form ``ix`` depends on the index variable ``name``."""
+    for t, _ in ix.terms:
+        if (isinstance(t, IxVar) and t.name == name) or (isinstance(t, (IxDiv, IxMod)) and _mentions(t.x, name)):
+            return True
+    return False
 
 
 class _ReduceKernel:
@@ -382,7 +412,7 @@ class _ReduceKernel:
     ``flat`` the input element ``r`` of the row is ``base + r * I``; ``rows`` is the row length ``R`` as an
     expression (a kernel argument when flat)."""
 
-    def __init__(self, group, O, R, inner, parallel, flat, choice):
+    def __init__(self, group, O, R, inner, parallel, flat, choice, vectors=True):
         self.g, self.ctx, self.R, self.inner, self.flat = group, group.ctx, R, inner, flat
         self.choice = choice  # REDUCE_TUNABLE's
         ctx = self.ctx
@@ -405,6 +435,15 @@ class _ReduceKernel:
         self.kept = group.kept_operands() if group.row_roots else {}
         self.invariants = group.row_invariants()
         self.out = self.base = self.I = self.rows = None  # set by ``setup``
+        self.vectors = vectors and not parallel and self._rows_aligned()
+        self.vector_names: dict = {}   # buffer var -> its vec4 binding's name
+        # row values stored (and kept operands stored into them) four elements at a time, through a vec4
+        # binding of their output buffer, which every loop of the kernel then takes four elements at a time
+        f32 = np.dtype(np.float32)
+        self.vector_out = {v for v in group.row_roots if v in ctx.needed and v.aval.dtype == f32} \
+            if self.vectors else set()
+        self.pending: dict = {}   # vector_out value -> its four lanes' values, by fold
+        self.vectors_bound = False
 
     # ------------------------------------------------------------------ the three layouts
     def cooperative(self):
@@ -456,18 +495,100 @@ class _ReduceKernel:
             self.rows = const(self.R, INT32)
             self.out = index_vars(b, o, self.g.shape)
 
-    def x_index(self, r):
-        """The coordinates of the row's element ``r`` in the reduced operand."""
+    def x_index(self, r, k=None):
+        """The coordinates of the row's element ``r`` in the reduced operand; with ``k``, of element ``r + k``
+        of a loop over ``r`` by steps of 4 (``r`` then at most ``R - 4``, so that ``r + k`` stays in the row)."""
         g = self.g
-        kidx = iter(unravel(ix_var(r.name, self.R), self.red_shape) if self.red_shape else ())
+        row = ix_var(r.name, self.R) if k is None else ix_var(r.name, self.R - 3) + k
+        kidx = iter(unravel(row, self.red_shape) if self.red_shape else ())
         oidx = iter(self.out)
         return tuple(next(kidx) if d in g.axes else next(oidx) for d in range(len(self.shape)))
 
-    def x_at(self, x, r):
+    def x_at(self, x, r, k=None):
         b = self.b
         if self.flat:
             return self.em.val(x, Flat(b.let(op("add", self.base, op("mul", r, self.I)))))
-        return self.em.val(x, self.x_index(r))
+        return self.em.val(x, self.x_index(r, k))
+
+    # ------------------------------------------------------------------ vec4 reads of the rows
+    def _rows_aligned(self) -> bool:
+        """Whether the row loops may take four elements per iteration (the scheduler option ``row_vec4``, webgpu
+        on a CPU adapter, where each lane's scalar load is a gather): a work-item per output over the last axis
+        only, shaped indices, and a row length that is a multiple of 4. Each such loop then reads its operands
+        one ``vec4`` per four elements where their keys allow (``vector_reads``) and stores its row values, and
+        the kept operands into them, one ``vec4`` each (``store_vectors``); the elements are still folded one
+        at a time in order, so the results are the scalar form's, bit for bit."""
+        g = self.g
+        return bool(self.ctx.opts.get("row_vec4", False) and not self.flat and self.R % 4 == 0
+                    and g.axes == (len(self.shape) - 1,))
+
+    def vector_reads(self, xs, r, row_values=False) -> list:
+        """``[(buffer var, key)]``: the float32 buffers that computing the values ``xs`` at the element ``r`` of a
+        loop by steps of 4 reads at ``key = r + 4m`` (``r`` itself, with coefficient 1 and in no division, plus
+        terms and a constant that are multiples of 4), and that this kernel does not write: each such read is one
+        ``vec4`` load, whose lane ``k`` is the element at ``key + k`` (what the loop's element ``r + k`` reads
+        there when the key is affine in the row position; any element it seeds is right either way). Found by
+        emitting ``xs`` into a scratch builder (``ctx.emitter``'s analysis form) that knows what the kernel's
+        emitter knows; empty unless ``_rows_aligned``. ``row_values``: ``xs`` are the row values (their loop
+        reads the kept operands back from their buffers, ``kept_operands``)."""
+        if not self.vectors:
+            return []
+        g, f32 = self.g, np.dtype(np.float32)
+        reads: dict = {}
+        an = self.ctx.emitter(KernelBuilder("analysis"), computes=set(g.roots) | set(g.row_roots),
+                              on_read=lambda var, key: reads.setdefault(var, set()).add(key))
+        an.adopt(self.em)
+        xi = self.x_index(r, 0)
+        for x in self.kept if row_values else ():
+            an.seed(x, xi, const(0, x.aval.dtype))
+        for x in xs:
+            an.val(x, xi)
+        row = ix_var(r.name, self.R - 3)
+        found = []
+        for u, keys in reads.items():
+            if u in g.products or u in g.roots or u.aval.dtype != f32 or u.aval.size == 1:
+                continue
+            for key in sorted(keys, key=repr):
+                off = key - row
+                if (off.const % 4 == 0 and all(c % 4 == 0 for _, c in off.terms) and _of_indices(key)
+                        and (row.is_const() or (key != off and not _mentions(off, r.name)))):
+                    found.append((u, key))
+        return found
+
+    def vectorised(self, xs, row_values=False) -> bool:
+        """Whether a loop over the row computing ``xs`` takes four elements per iteration: some of its reads
+        are ``vec4`` loads (``vector_reads``, asked of a counter that is not the loop's yet)."""
+        return bool(self.vectors and (self.vector_out or self.vector_reads(xs, Sym("fa_row", INT32), row_values)))
+
+    def wide_output(self, v) -> str:
+        """The name of the vec4 binding (read and written) of row value ``v``'s output buffer."""
+        spec = self.ctx.spec(v)
+        name = self.b.buffer(("vec4", spec), vector_dtype(v.aval.dtype), True, "wide")
+        self.args[name] = spec
+        self.vectors_bound = True
+        return name
+
+    def store_vectors(self, r, values):
+        """``{row value: its four values}`` at ``r .. r + 3`` stored as one vec4 each."""
+        b = self.b
+        at = b.let(op("div", to_expr(linearize(self.x_index(r, 0), self.shape)), const(4, INT32)))
+        for v, vals in values.items():
+            b.store(self.wide_output(v), at, Op("vector4", tuple(vals), vector_dtype(v.aval.dtype)))
+
+    def vector_loads(self, reads):
+        """``reads``' ``vec4`` loads (``vector_reads``), each lane seeded as its element in the emitter."""
+        b, em, four = self.b, self.em, const(4, INT32)
+        vdt = vector_dtype(np.float32)
+        for u, key in reads:
+            name = self.vector_names.get(u)
+            if name is None:
+                spec = self.ctx.spec(u)
+                name = self.vector_names[u] = b.buffer(("vec4", spec), vdt, False, "wide")
+                self.args[name] = spec
+                self.vectors_bound = True
+            v = b.load(name, op("div", to_expr(key), four), vdt)
+            for k in range(4):
+                em.seed_key(u, key + k, b.let(Lane(v, k, u.aval.dtype)))
 
     def hoist(self, st):
         for u in self.invariants.get(st, ()):
@@ -478,26 +599,45 @@ class _ReduceKernel:
         b, g, em, ctx = self.b, self.g, self.em, self.ctx
         if not g.row_roots:
             return
-        with b.loop(start, self.rows, step) as r:
-            xi = self.x_index(r)
-            pos = b.let(to_expr(linearize(xi, self.shape)))
-            for x, v in self.kept.items():   # stored there by the reduction's loop, by this work-item
-                em.seed(x, xi, b.let(b.load(ctx.output(b, self.args, v), pos, x.aval.dtype), "kept"))
-            for v in g.row_roots:
-                val = em.val(v, xi)
-                em.seed(v, xi, val)
-                if v in ctx.needed:
-                    b.store(ctx.output(b, self.args, v), pos, val)
+        vec = step is None and self.vectorised(g.row_roots, row_values=True)
+        with b.loop(start, self.rows, const(4, INT32) if vec else step) as r:
+            if vec:
+                self.vector_loads(self.vector_reads(g.row_roots, r, row_values=True))
+            kept = {}
+            for x, v in self.kept.items() if vec else ():   # read back four at a time before any store
+                if v in self.vector_out:
+                    at = op("div", to_expr(linearize(self.x_index(r, 0), self.shape)), const(4, INT32))
+                    w = b.let(b.load(self.wide_output(v), at, vector_dtype(x.aval.dtype)), "kept")
+                    kept[x] = [b.let(Lane(w, k, x.aval.dtype)) for k in range(4)]
+            stores: dict = {}
+            for k in range(4) if vec else [None]:
+                xi = self.x_index(r, k)
+                pos = b.let(to_expr(linearize(xi, self.shape)))
+                for x, v in self.kept.items():   # stored there by the reduction's loop, by this work-item
+                    em.seed(x, xi, kept[x][k] if x in kept else
+                            b.let(b.load(ctx.output(b, self.args, v), pos, x.aval.dtype), "kept"))
+                for v in g.row_roots:
+                    val = em.val(v, xi)
+                    em.seed(v, xi, val)
+                    if v in self.vector_out and vec:
+                        stores.setdefault(v, []).append(val)
+                    elif v in ctx.needed:
+                        b.store(ctx.output(b, self.args, v), pos, val)
+            self.store_vectors(r, stores)
 
-    def fold(self, parts, accs, r):
-        """One element ``r`` of the row folded into the accumulators ``accs`` (kept operands stored)."""
+    def fold(self, parts, accs, r, k=None):
+        """One element ``r`` (``r + k``: ``x_index``) of the row folded into the accumulators ``accs`` (kept
+        operands stored)."""
         b = self.b
         for (_, x, m), acc in zip(parts, accs, strict=True):
-            xv = self.x_at(x, r)
-            if x in self.kept:
+            xv = self.x_at(x, r, k)
+            if x in self.kept and k is not None and self.kept[x] in self.vector_out:
+                self.pending.setdefault(self.kept[x], []).append(xv)
+            elif x in self.kept:
                 b.store(self.ctx.output(b, self.args, self.kept[x]),
-                        b.let(to_expr(linearize(self.x_index(r), self.shape))), xv)
-            for a, v in zip(acc, m.combine(b, acc, [xv, r] if m.arg else [xv]), strict=True):
+                        b.let(to_expr(linearize(self.x_index(r, k), self.shape))), xv)
+            pos = r if not k else b.let(op("add", r, const(k, INT32)))
+            for a, v in zip(acc, m.combine(b, acc, [xv, pos] if m.arg else [xv]), strict=True):
                 b.assign(a, v)
 
     def fresh(self, parts):
@@ -511,6 +651,16 @@ class _ReduceKernel:
         parts = self.g.parts if parts is None else parts
         accs = self.fresh(parts)
         U = self.g.lanes(self.R, self.choice["lanes"]) if step is None else 1
+        xs = [x for _, x, _ in parts]
+        if step is None and U == 1 and self.vectorised(xs):
+            # four elements per iteration, each folded in order: the same results, bit for bit
+            with b.loop(start, self.rows, const(4, INT32)) as r:
+                self.vector_loads(self.vector_reads(xs, r))
+                for k in range(4):
+                    self.fold(parts, accs, r, k)
+                self.store_vectors(r, self.pending)
+                self.pending = {}
+            return accs
         if U == 1:
             with b.loop(start, self.rows, step) as r:
                 self.fold(parts, accs, r)
