@@ -17,7 +17,7 @@ from fnarray.core.subprograms import CALL_PROGRAM
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import Flat, NotFlat, shaped_index
 from fnarray.lowering.kernels.index import linearize, to_expr, unravel
-from fnarray.lowering.kernels.ir import INT32, BufferParam, Let, Special, const
+from fnarray.lowering.kernels.ir import INT32, BufferParam, Let, Special, const, vector_dtype
 from fnarray.lowering.kernels.rules import (
     op,
     select,
@@ -122,6 +122,15 @@ def make_launch(b, args, scalars, global_size, local_size, eqns, kind, fixed_loc
     for p in kernel.params:
         vals.append(args[p.name] if isinstance(p, BufferParam) else scalars[p.name])
     return Launch(kernel, vals, global_size, local_size, eqns, kind)
+
+
+def vec4_binding(b, args, spec, dtype, writes=False) -> str:
+    """The ``vec4`` binding of ``spec``'s buffer (elements of ``dtype`` read four to a load; ``writes``: stored four
+    to a store too), recorded in ``args``: one binding per buffer and access, shared by every caller in a kernel
+    (the builder's key ``("vec4", spec)``). ``vectors_fit`` checks the launch afterwards."""
+    name = b.buffer(("vec4", spec), vector_dtype(dtype), writes, "wide")
+    args[name] = spec
+    return name
 
 
 def vectors_fit(caps, launch) -> bool:

@@ -24,6 +24,7 @@ from fnarray.lowering.kernels.groups.base import (
     reshape_strides,
     tree_sum,
     vectors_fit,
+    vec4_binding,
 )
 from fnarray.lowering.kernels.groups import register_tiles
 from fnarray.lowering.kernels.groups.register_tiles import (
@@ -818,8 +819,7 @@ class _OperandReader:
         """The vector binding of the operand's buffer (beside its element binding, which the epilogue may
         read too), recorded in ``args``."""
         if self.along is not None:
-            self.vname = self.b.buffer(("vec4", self.spec), vector_dtype(self.dt), False, "wide")
-            args[self.vname] = self.spec
+            self.vname = vec4_binding(self.b, args, self.spec, self.dt)
 
     def start(self, k):
         """The loads of one iteration at contraction index ``k`` that all its steps share (``"k"``)."""

@@ -78,7 +78,7 @@ from fnarray.core.pallas import pallas_atomic_p, pallas_call_p, pallas_load_p, p
 from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.barriers import prune_barriers
 from fnarray.lowering.kernels.builder import KernelBuilder
-from fnarray.lowering.kernels.groups.base import Launch, EquationGroup, Tracker
+from fnarray.lowering.kernels.groups.base import Launch, EquationGroup, Tracker, vec4_binding
 from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, BufferParam, Cast, Const, For, \
     If, Lane, Load, Op, Special, const, vector_dtype, without
 from fnarray.lowering.kernels.tuning import Tunable
@@ -2168,11 +2168,7 @@ class PallasGroup(EquationGroup):
             return ins, [ctx.output(b, args, v) for v in e.outputs]
 
         def vectors(b, k):
-            a = e.inputs[k]
-            spec = ctx.spec(a)
-            nm = b.buffer(("vec4", spec), vector_dtype(a.aval.dtype), False, "wide")
-            args[nm] = spec
-            return nm
+            return vec4_binding(b, args, ctx.spec(e.inputs[k]), e.inputs[k].aval.dtype)
 
         b, gsize, lsize = render(e, ctx.caps, names, choice["workgroup"], choice.get("rows", False),
                                  choice.get("stage", False), vectors if self._vectors_allowed() else None,

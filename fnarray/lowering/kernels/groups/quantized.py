@@ -74,6 +74,7 @@ from fnarray.lowering.kernels.groups.base import (
     kernel_name,
     make_launch,
     tree_sum,
+    vec4_binding,
 )
 from fnarray.lowering.kernels.groups.register_tiles import store_loop
 from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Bitcast, Cast, Lane, Special, const, vector_dtype
@@ -266,11 +267,9 @@ class QuantizedMatmulGroup(EquationGroup):
         xs, ws, ss, bs = self.input_buffers(b, args)
         bufs = {"x": xs, "w": ws, "s": ss, "b": bs, "x4": None, "w4": None}
         if bool(ctx.opts.get("dot_vec4", False)) and x.aval.dtype == F32:
-            bufs["x4"] = b.buffer(("vec4", ctx.spec(x)), vector_dtype(F32), False, "wide")
-            args[bufs["x4"]] = ctx.spec(x)
+            bufs["x4"] = vec4_binding(b, args, ctx.spec(x), F32)
             if bits % 4 == 0 and (k * bits // 32) % 4 == 0:
-                bufs["w4"] = b.buffer(("vec4", ctx.spec(e.inputs[1])), vector_dtype(UINT32), False, "wide")
-                args[bufs["w4"]] = ctx.spec(e.inputs[1])
+                bufs["w4"] = vec4_binding(b, args, ctx.spec(e.inputs[1]), UINT32)
         return bufs
 
     def _wide_chunk(self, b, bufs, chunk, x_rows, wrows, xsum, dots, acc):

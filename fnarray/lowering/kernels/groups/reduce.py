@@ -23,6 +23,7 @@ from fnarray.lowering.kernels.groups.base import (
     kernel_name,
     make_launch,
     vectors_fit,
+    vec4_binding,
 )
 from fnarray.lowering.kernels.index import IxData, IxDiv, IxMod, IxVar, ix_var, linearize, to_expr, unravel
 from fnarray.lowering.kernels.ir import INT32, Lane, Op, Special, Sym, const, vector_dtype
@@ -562,9 +563,7 @@ class _ReduceKernel:
 
     def wide_output(self, v) -> str:
         """The name of the vec4 binding (read and written) of row value ``v``'s output buffer."""
-        spec = self.ctx.spec(v)
-        name = self.b.buffer(("vec4", spec), vector_dtype(v.aval.dtype), True, "wide")
-        self.args[name] = spec
+        name = vec4_binding(self.b, self.args, self.ctx.spec(v), v.aval.dtype, writes=True)
         self.vectors_bound = True
         return name
 
@@ -582,9 +581,7 @@ class _ReduceKernel:
         for u, key in reads:
             name = self.vector_names.get(u)
             if name is None:
-                spec = self.ctx.spec(u)
-                name = self.vector_names[u] = b.buffer(("vec4", spec), vdt, False, "wide")
-                self.args[name] = spec
+                name = self.vector_names[u] = vec4_binding(b, self.args, self.ctx.spec(u), np.float32)
                 self.vectors_bound = True
             v = b.load(name, op("div", to_expr(key), four), vdt)
             for k in range(4):
