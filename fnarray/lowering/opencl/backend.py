@@ -325,9 +325,7 @@ class _DeviceState:
                 pass
         prog = cl.Program(self.context, text).build()
         if not self.is_pocl:
-            binaries = prog.binaries  # compiled by the build already: cheap to read
-            if binaries and binaries[0]:
-                compile_cache.put("opencl", k, bytes(binaries[0]))
+            self._store([(compile_cache.cache_dir(), k, prog)])  # compiled by the build already: cheap to read
         else:
             # PoCL compiles a kernel at its first launch, for the launch's work-group size; reading
             # ``prog.binaries`` makes it compile every kernel once more, for any size (about as long as the
