@@ -299,7 +299,7 @@ class MlxLowered(Lowered):
         self._eager = compiling.eager
 
     def as_text(self) -> str:
-        return _Generated(self.program, execute=False).source
+        return _Generated(self.program, execute=False, platform=self.device.platform).source
 
     def compile(self):
         if _spmd.active():  # one process of several: global buffers and shard_map over processes
@@ -310,7 +310,7 @@ class MlxLowered(Lowered):
         if self._host:
             from fnarray.devices.host_control import HostDriven
             return HostDriven(self.program, self.device, [True] * len(self.program.eqns))
-        gen = _Generated(self.program)
+        gen = _Generated(self.program, platform=self.device.platform)
         after = _compile_policy(gen, self.device, self._eager)
         handle = self.device.handle
         if after is None:
