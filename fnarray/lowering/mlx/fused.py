@@ -239,7 +239,7 @@ def _rope(producer, e):
         return None
     x, c, s = found
     shape = tuple(x.aval.shape)
-    if x.aval.dtype != dtypes.float32 or len(shape) < 3 or tuple(e.outputs[0].aval.shape) != shape:
+    if x.aval.dtype != dtypes.float32 or len(shape) < 3 or x.aval.size == 0 or tuple(e.outputs[0].aval.shape) != shape:
         return None
     cos, sin = _broadcast_of(producer, c, P.cos, len(shape)), _broadcast_of(producer, s, P.sin, len(shape))
     if not cos or not sin or cos.inputs[0] is not sin.inputs[0]:

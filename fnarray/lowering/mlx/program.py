@@ -24,13 +24,7 @@ class Generated:
 
     def __init__(self, prog: Program, execute: bool = True, platform: str = "cpu"):
         # (``platform``: the device's, which picks the ``mx.fast`` patterns: ``fused.fuse_patterns``)
-        prog, _ = dce(fuse_patterns(fold_reshapes(prog), platform))
-        # mx.compile is never given empty (NumPy) buffers: such programs stay eager. (The common program has
-        # no zero-size value: one scan, no second dce; eager programs compile per new shape.)
-        self.has_empty = has_zero_size(prog)
-        if self.has_empty:
-            prog, _ = dce(drop_zero_size(prog))
-            self.has_empty = has_zero_size(prog)
+        prog, self.has_empty = _simplified(prog, platform)
         names: dict = {}
         glb: dict = {"__name__": "fnarray.lowering.mlx_program", "bits_of": bits_of, "typed": typed}
         consts, lines = [], []
@@ -84,6 +78,20 @@ class Generated:
         if execute:
             exec(code_of(self.source, "<fnarray mlx program>"), glb)  # noqa: S102 (our own codegen)
             self.fn = glb["program"]
+
+
+def _simplified(prog: Program, platform: str):
+    """``(program, has_empty)``: ``prog`` with reshape chains folded, its zero-size values dropped where it can and
+    then its ``mx.fast`` patterns fused (``fused.fuse_patterns``), dead code eliminated."""
+    prog, _ = dce(fold_reshapes(prog))
+    # mx.compile is never given empty (NumPy) buffers: such programs stay eager. (The common program has
+    # no zero-size value: one scan, no second dce; eager programs compile per new shape.)
+    has_empty = has_zero_size(prog)
+    if has_empty:
+        prog, _ = dce(drop_zero_size(prog))
+        has_empty = has_zero_size(prog)
+    fused = fuse_patterns(prog, platform)
+    return (prog if fused is prog else dce(fused)[0]), has_empty
 
 
 def fold_reshapes(prog: Program) -> Program:
