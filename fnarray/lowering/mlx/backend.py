@@ -29,7 +29,9 @@ fall back (``_F64_APPROXIMATE``); ``complex64`` outside the operations that MLX
 implements for it (``_COMPLEX_OK``); ``custom_lin`` (never executed).
 
 The rules are in one module per primitive family (``FAMILIES``), each registering into
-``common.RULES``; ``program.py`` generates a straight-line program's Python over MLX arrays. This module
+``common.RULES``; ``program.py`` generates a straight-line program's Python over MLX arrays (after folding reshape
+chains and ``fused.py``'s patterns: ``fa.nn.RMSNorm`` as ``mx.fast.rms_norm``, ``fa.nn.RoPE`` as ``mx.fast.rope`` on
+GPUs). This module
 holds what falls back, the devices, the executables and the ``mx.compile`` policy.
 
 Evaluation is lazy, as MLX's: an executable builds the graph and returns
