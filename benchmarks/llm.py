@@ -3,7 +3,10 @@
 The model is the example's llama architecture (RMSNorm, RoPE, grouped-query attention, SwiGLU) at a benchmark size
 (default width 256, 8 query / 4 key-value heads, 4 blocks, SwiGLU 768, vocabulary 96), randomly initialised
 (speed does not depend on training); 4-bit is ``fa.nn.quantize(group_size=64, bits=4)``. Per device, in one
-interleaved run (best of ``--number`` alternating calls after a warm-up call each):
+interleaved run (best of ``--number`` alternating calls after ``--warm`` warm-up calls each, 2 by default: the
+first call traces and compiles; on mlx:0 a jitted program runs through ``mx.compile`` from its 16th call,
+``CPU_COMPILE_AFTER_CALLS``, so ``--warm 16`` times the steps as a long generation runs them and the default
+as its first tokens do):
 
 - decode: the example's jitted decode step (one token, fixed-capacity ``KVCache``s from position ``--prompt``,
   walking up to 8 positions on, each call fed the caches and token the last returned, donating the caches where
@@ -338,6 +341,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--devices", default="numpy:0,jax:0,mlx:0,opencl:0,webgpu:0")
     ap.add_argument("--number", type=int, default=5)
+    ap.add_argument("--warm", type=int, default=2,
+                    help="untimed calls of each step first (mlx:0 compiles a jitted program from its 16th call)")
     ap.add_argument("--dim", type=int, default=256)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--kv-heads", type=int, default=4)
@@ -402,7 +407,7 @@ def main(argv=None):
             fns.extend(pair)
         if args.filled:   # the same prefill into empty caches, for the last column
             fns.extend(_fnarray_steps(fa, llm, m, dev, args.prompt, args.capacity)[1] for _, m in models)
-        times, cpu = best_of(fns, args.number, warm=2)   # a first call compiles
+        times, cpu = best_of(fns, args.number, warm=args.warm)   # a first call compiles
         for fn in fns:
             getattr(fn, "restart", lambda: None)()
         tokens = [fn() for fn in fns]
@@ -440,7 +445,7 @@ def _donation(fa, llm, nn, base, args):
         fns = [step for _, m in models for d in (True, False)
                for step in _fnarray_steps(fa, llm, m, dev, args.prompt, args.capacity, donate=d, filled=args.filled,
                                           fresh=True)]
-        wall, cpu = best_of(fns, args.number, warm=2)
+        wall, cpu = best_of(fns, args.number, warm=args.warm)
         for i, (label, _) in enumerate(models):
             for j, (step, tokens) in enumerate((("decode", 1), ("prefill", args.prompt))):
                 don, cop = 4 * i + j, 4 * i + 2 + j

@@ -29,7 +29,9 @@ fall back (``_F64_APPROXIMATE``); ``complex64`` outside the operations that MLX
 implements for it (``_COMPLEX_OK``); ``custom_lin`` (never executed).
 
 The rules are in one module per primitive family (``FAMILIES``), each registering into
-``common.RULES``; ``program.py`` generates a straight-line program's Python over MLX arrays. This module
+``common.RULES``; ``program.py`` generates a straight-line program's Python over MLX arrays (after folding reshape
+chains and ``fused.py``'s patterns: ``fa.nn.RMSNorm`` as ``mx.fast.rms_norm``, ``fa.nn.RoPE`` as ``mx.fast.rope`` on
+GPUs). This module
 holds what falls back, the devices, the executables and the ``mx.compile`` policy.
 
 Evaluation is lazy, as MLX's: an executable builds the graph and returns
@@ -299,7 +301,7 @@ class MlxLowered(Lowered):
         self._eager = compiling.eager
 
     def as_text(self) -> str:
-        return _Generated(self.program, execute=False).source
+        return _Generated(self.program, execute=False, platform=self.device.platform).source
 
     def compile(self):
         if _spmd.active():  # one process of several: global buffers and shard_map over processes
@@ -310,7 +312,7 @@ class MlxLowered(Lowered):
         if self._host:
             from fnarray.devices.host_control import HostDriven
             return HostDriven(self.program, self.device, [True] * len(self.program.eqns))
-        gen = _Generated(self.program)
+        gen = _Generated(self.program, platform=self.device.platform)
         after = _compile_policy(gen, self.device, self._eager)
         handle = self.device.handle
         if after is None:

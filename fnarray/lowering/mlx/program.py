@@ -7,12 +7,14 @@ import weakref
 
 import numpy as np
 
-from fnarray.core.ir import Literal, Program
+from fnarray.core import primitives as P
+from fnarray.core.ir import Literal, Program, Var
 from fnarray.core.passes import dce
 from fnarray.lowering.common import code_of
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.core import dtypes
 from fnarray.lowering.mlx.common import RULES, from_numpy
+from fnarray.lowering.mlx.fused import Fused, fuse_patterns
 from fnarray.lowering.mlx.low_bit import bits_of, typed
 from fnarray.lowering.zero_size import drop_zero_size, has_zero_size, is_fill
 
@@ -20,14 +22,9 @@ from fnarray.lowering.zero_size import drop_zero_size, has_zero_size, is_fill
 class Generated:
     """Python source for a straight-line program over MLX arrays, and the function it defines."""
 
-    def __init__(self, prog: Program, execute: bool = True):
-        prog, _ = dce(prog)
-        # mx.compile is never given empty (NumPy) buffers: such programs stay eager. (The common program has
-        # no zero-size value: one scan, no second dce; eager programs compile per new shape.)
-        self.has_empty = has_zero_size(prog)
-        if self.has_empty:
-            prog, _ = dce(drop_zero_size(prog))
-            self.has_empty = has_zero_size(prog)
+    def __init__(self, prog: Program, execute: bool = True, platform: str = "cpu"):
+        # (``platform``: the device's, which picks the ``mx.fast`` patterns: ``fused.fuse_patterns``)
+        prog, self.has_empty = _simplified(prog, platform)
         names: dict = {}
         glb: dict = {"__name__": "fnarray.lowering.mlx_program", "bits_of": bits_of, "typed": typed}
         consts, lines = [], []
@@ -62,7 +59,8 @@ class Generated:
                 if e.primitive in CONTROL_FLOW:
                     raise ValueError(f"{e.primitive.name} runs from the host; compile it through "
                                      "fnarray.devices.partition.compile_program")
-                glb[f] = RULES[e.primitive](e.params, [a.aval for a in e.inputs], [o.aval for o in e.outputs])
+                rule = e.primitive.rule if type(e.primitive) is Fused else RULES[e.primitive]
+                glb[f] = rule(e.params, [a.aval for a in e.inputs], [o.aval for o in e.outputs])
             elif e.primitive in CONTROL_FLOW:
                 f = f"host_{e.primitive.name}"
             args = ", ".join(name(a) for a in e.inputs)
@@ -80,6 +78,38 @@ class Generated:
         if execute:
             exec(code_of(self.source, "<fnarray mlx program>"), glb)  # noqa: S102 (our own codegen)
             self.fn = glb["program"]
+
+
+def _simplified(prog: Program, platform: str):
+    """``(program, has_empty)``: ``prog`` with reshape chains folded, its zero-size values dropped where it can and
+    then its ``mx.fast`` patterns fused (``fused.fuse_patterns``), dead code eliminated."""
+    prog, _ = dce(fold_reshapes(prog))
+    # mx.compile is never given empty (NumPy) buffers: such programs stay eager. (The common program has
+    # no zero-size value: one scan, no second dce; eager programs compile per new shape.)
+    has_empty = has_zero_size(prog)
+    if has_empty:
+        prog, _ = dce(drop_zero_size(prog))
+        has_empty = has_zero_size(prog)
+    fused = fuse_patterns(prog, platform)
+    return (prog if fused is prog else dce(fused)[0]), has_empty
+
+
+def fold_reshapes(prog: Program) -> Program:
+    """``prog`` with each reshape of a reshape's output reading that reshape's input instead (the first is then
+    dead where nothing else reads it): one MLX graph node where the IR has a chain, as ``fnp.reshape`` of a
+    product's rows into heads makes (MLX evaluates every node, ~2-3 us each on the CPU, even a reshape).
+    Returns ``prog`` itself when no reshape reads a reshape."""
+    source: dict = {}   # a reshape's output -> the value it reshapes
+    eqns, changed = [], False
+    for e in prog.eqns:
+        if e.primitive is P.reshape and isinstance(e.inputs[0], Var):
+            x = source.get(e.inputs[0], e.inputs[0])
+            if x is not e.inputs[0]:
+                e = e._replace(inputs=(x,))
+                changed = True
+            source[e.outputs[0]] = x
+        eqns.append(e)
+    return Program(prog.constvars, prog.invars, eqns, prog.outvars) if changed else prog
 
 
 def _constant(value, dtype):

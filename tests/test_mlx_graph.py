@@ -1,0 +1,194 @@
+"""The MLX graph a jitted program builds on mlx:0: ``mx.fast`` for ``fa.nn.RMSNorm`` (and ``fa.nn.RoPE`` on GPU
+platforms), no reshape nodes for a matrix product without batch dimensions, one clamped start per moving axis of a
+dynamic slice or update, one reshape for a chain of reshapes (``lowering/mlx/fused.py``, ``program.py``,
+``dot.py``, ``structural.py``). MLX evaluates every node of a graph (~2-3 us each on the CPU), so these pin
+node counts, counted from ``mx.export_to_dot``; every result is compared with NumPy in float64 or numpy:0.
+"""
+
+import collections
+import io
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from fnarray import nn
+from helpers import require_backend
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+
+
+@pytest.fixture(scope="module")
+def mdev():
+    return require_backend("mlx")[0]
+
+
+def _nodes(*arrays):
+    """The operations of the MLX graph computing ``arrays`` (fnarray arrays), by name."""
+    import mlx.core as mx
+    out = io.StringIO()
+    mx.export_to_dot(out, *[a._buf for a in fa.tree_util.tree_leaves(arrays)])
+    return collections.Counter(re.findall(r'label ="([A-Za-z]+)', out.getvalue()))
+
+
+def _rms_ref(x, w, eps):
+    x = x.astype(np.float64)
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def _rope_ref(x, dims, base, scale, offset):
+    """MLX's non-traditional RoPE in float64: halves ``(x[i], x[i + dims/2])`` rotated by ``(offset + l) * scale *
+    base ** (-2i / dims)``, the positions ``l`` along the second-to-last axis."""
+    x = x.astype(np.float64)
+    half = dims // 2
+    theta = ((np.arange(x.shape[-2]) + offset) * scale)[:, None] * base ** (-np.arange(0, dims, 2) / dims)[None]
+    a, b = x[..., :half], x[..., half:dims]
+    out = np.concatenate([a * np.cos(theta) - b * np.sin(theta), a * np.sin(theta) + b * np.cos(theta)], -1)
+    return np.concatenate([out, x[..., dims:]], -1)
+
+
+def test_rms_norm_lowers_to_mx_fast_and_matches_float64(mdev):
+    rng = np.random.default_rng(0)
+    norm = nn.RMSNorm(48, eps=1e-4).replace(weight=fnp.asarray(rng.standard_normal(48).astype(np.float32)))
+    x = rng.standard_normal((3, 5, 48)).astype(np.float32)
+    f = fa.jit(lambda m, v: m(v), device=mdev)
+    text = f.lower(norm, x).as_text()
+    assert "_rms_norm(" in text and "_sqrt(" not in text and "_integer_pow(" not in text
+    got = f(fa.device_put(norm, mdev), fa.device_put(x, mdev))
+    assert _nodes(got)["Sqrt"] == 0   # MLX's own rms_norm (its CPU composite takes rsqrt)
+    np.testing.assert_allclose(np.asarray(got), _rms_ref(x, np.asarray(norm.weight), 1e-4), rtol=2e-6, atol=2e-6)
+
+
+def test_unmatched_norms_keep_the_composite(mdev):
+    """A norm over two axes, a float16 one and one whose weight has another shape: traced equations, same
+    results as numpy:0."""
+    rng = np.random.default_rng(1)
+    cases = [(nn.RMSNorm((4, 8)), rng.standard_normal((2, 4, 8)).astype(np.float32)),
+             (nn.RMSNorm(8, dtype=fnp.float16), rng.standard_normal((2, 8)).astype(np.float16))]
+    for norm, x in cases:
+        f = fa.jit(lambda m, v: m(v), device=mdev)
+        assert "_rms_norm(" not in f.lower(norm, x).as_text()
+        want = fa.jit(lambda m, v: m(v), device="numpy:0")(norm, x)
+        tol = 2e-3 if x.dtype == np.float16 else 2e-6
+        got = f(fa.device_put(norm, mdev), fa.device_put(x, mdev))
+        np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32), rtol=tol, atol=tol)
+    w = fnp.asarray(rng.standard_normal((5, 8)).astype(np.float32))   # a weight over two axes
+
+    def per_row(v):
+        return v / fnp.sqrt(fnp.mean(fnp.square(v), axis=-1, keepdims=True) + 1e-5) * w
+    x = rng.standard_normal((5, 8)).astype(np.float32)
+    assert "_rms_norm(" not in fa.jit(per_row, device=mdev).lower(x).as_text()
+    np.testing.assert_allclose(np.asarray(fa.jit(per_row, device=mdev)(fa.device_put(x, mdev))),
+                               _rms_ref(x, np.asarray(w), 1e-5), rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("dims, offset, scale", [(16, 4, 1.0), (12, 9, 0.5), (16, None, 1.0)])
+def test_rope_pattern_runs_mx_fast_rope(mdev, dims, offset, scale):
+    """On a GPU platform ``fa.nn.RoPE`` at an int32 offset array (a cache's position) becomes ``mx.fast.rope`` (the
+    pattern lowered here with the GPU's patterns and run on MLX's CPU), with features past ``dims`` too; a Python
+    offset (a float32 constant to the lowering; MLX takes integer offsets only) keeps the composite. Results
+    against float64."""
+    import mlx.core as mx
+    from fnarray.lowering.mlx.program import Generated
+    rng = np.random.default_rng(2)
+    rope = nn.RoPE(dims, base=500.0, scale=scale)
+    x = rng.standard_normal((2, 3, 5, 16)).astype(np.float32)
+    if offset is None:
+        prog = fa.make_ir(lambda v: rope(v, offset=6))(x)
+        args, at = [x], 6
+    else:
+        prog = fa.make_ir(lambda v, o: rope(v, offset=o))(x, np.int32(offset))
+        args, at = [x, np.array(offset, np.int32)], offset
+    gpu, cpu = Generated(prog, platform="gpu"), Generated(prog, platform="cpu")
+    assert ("_rope(" in gpu.source) == (offset is not None) and "_rope(" not in cpu.source
+    inv = (500.0 ** (-np.arange(0, dims, 2, dtype=np.float64) / dims)).astype(np.float32)
+    consts = [mx.array(inv)] if offset is not None else [mx.array(np.float32(at)), mx.array(inv)]
+    assert len(consts) == len(prog.constvars)
+    for gen in (gpu, cpu):
+        out = gen.fn(*consts, *[mx.array(a) for a in args])[0]
+        np.testing.assert_allclose(np.array(out), _rope_ref(x, dims, 500.0, scale, at), rtol=1e-5, atol=2e-5)
+
+
+def test_matrix_product_without_batch_dimensions_adds_no_reshape(mdev):
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((1, 64)).astype(np.float32), rng.standard_normal((32, 64)).astype(np.float32)
+    got = fa.jit(lambda a, b: a @ b.T, device=mdev)(fa.device_put(x, mdev), fa.device_put(w, mdev))
+    assert _nodes(got) == {"Transpose": 1, "Matmul": 1}   # (counted before evaluating: then the graph is gone)
+    np.testing.assert_allclose(np.asarray(got), x.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5, atol=1e-5)
+    xs = rng.standard_normal((3, 2, 64)).astype(np.float32)   # batched: still (B, M, K) @ (B, K, N)
+    got = fa.jit(lambda a, b: fnp.einsum("bmk,nk->bmn", a, b), device=mdev)(fa.device_put(xs, mdev),
+                                                                          fa.device_put(w, mdev))
+    np.testing.assert_allclose(np.asarray(got), xs.astype(np.float64) @ w.T.astype(np.float64), rtol=1e-5, atol=1e-5)
+    ints = fa.jit(lambda a, b: a @ b, device=mdev)(fa.device_put(np.arange(6, dtype=np.int32).reshape(2, 3), mdev),
+                                                   fa.device_put(np.arange(12, dtype=np.int32).reshape(3, 4), mdev))
+    np.testing.assert_array_equal(np.asarray(ints), np.arange(6).reshape(2, 3) @ np.arange(12).reshape(3, 4))
+
+
+@pytest.mark.parametrize("start", [5, -3, 200])
+def test_cache_update_clamps_only_the_moving_axis(mdev, start):
+    """A KV cache's one-position update: the start of the one axis that can move is clamped (out-of-range starts
+    too), the starts of the whole axes are not read (any value: clamped to 0); 4 nodes and the update."""
+    from fnarray import lax
+    rng = np.random.default_rng(4)
+    cache, new = rng.standard_normal((1, 16, 2, 4)).astype(np.float32), rng.standard_normal((1, 1, 2, 4)).astype(
+        np.float32)
+
+    def update(c, u, s):
+        return lax.dynamic_update_slice(c, u, (7, s, -2, 9))   # whole axes' starts clamp to 0 whatever they are
+    got = fa.jit(update, device=mdev)(fa.device_put(cache, mdev), fa.device_put(new, mdev),
+                                      fa.device_put(np.int32(start), mdev))
+    nodes = _nodes(got)
+    assert nodes["DynamicSliceUpdate"] == 1 and sum(nodes.values()) <= 5, nodes
+    want = cache.copy()
+    at = min(max(start, 0), 15)
+    want[:, at:at + 1] = new
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+    def read(c, s):
+        return lax.dynamic_slice(c, (3, s, 1, -4), (1, 2, 2, 4))
+    got = fa.jit(read, device=mdev)(fa.device_put(cache, mdev), fa.device_put(np.int32(start), mdev))
+    at = min(max(start, 0), 14)
+    np.testing.assert_array_equal(np.asarray(got), cache[:, at:at + 2])
+
+
+def test_a_chain_of_reshapes_is_one_node(mdev):
+    from fnarray.lowering.mlx.program import Generated
+    x = np.arange(24, dtype=np.float32)
+
+    def chain(v):
+        return fnp.reshape(fnp.reshape(fnp.reshape(v * 2, (4, 6)), (2, 12)), (2, 3, 4)) + 1
+    prog = fa.make_ir(chain)(x)
+    assert Generated(prog).source.count("_reshape(") == 1
+    got = fa.jit(chain, device=mdev)(fa.device_put(x, mdev))
+    assert _nodes(got)["Reshape"] == 1
+    np.testing.assert_array_equal(np.asarray(got), (x * 2).reshape(2, 3, 4) + 1)
+
+
+def test_llm_decode_step_graph(mdev):
+    """The example llama's jitted decode step (2 blocks, width 64): the graph MLX evaluates per token, 315 nodes
+    where it was 420 before these rewrites (108 of them reshapes, now 43; the benchmark's 4-block model: 786 -> 583,
+    and raw MLX's own step, as mlx-lm writes it, 584). Its tokens are numpy:0's."""
+    import llm
+    base = llm.Llama(96, 64, 4, 2, 2, 192, key=fa.random.key(0))
+    tokens = {}
+    for dev in (mdev, fa.get_device("numpy:0")):
+        m = fa.device_put(base, dev)
+        prefill, decode, _ = llm.make_generators(dev, 0.9, 1.0)
+        key = fa.device_put(fa.random.key(0), dev)
+        ids = fa.device_put(np.arange(9, dtype=np.int32)[None] % 96, dev)
+        token, caches = prefill(m, m.make_caches(1, 32, dev), ids, key, greedy=True)
+        out = [int(token[0])]
+        for _ in range(4):
+            token, caches = decode(m, caches, token, key, greedy=True)
+            out.append(int(token[0]))
+        tokens[dev.backend] = out
+        if dev is mdev:
+            nodes = _nodes(decode(m, caches, token, key, greedy=True))
+    assert tokens["mlx"] == tokens["numpy"]
+    assert nodes["Sqrt"] == 0 and nodes["Rsqrt"] == 5      # five norms through mx.fast.rms_norm
+    assert nodes["Maximum"] == nodes["Minimum"] == 5       # four cache updates' clamps and the embedding's
+    assert nodes["Reshape"] <= 45 and sum(nodes.values()) <= 320, nodes
