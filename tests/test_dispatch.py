@@ -75,7 +75,8 @@ def _on(device, seed=0):
 
 
 def _count_wgpu(monkeypatch, counts):
-    """Count every call of the wgpu-py methods the webgpu backend uses (device, encoder, pass, queue)."""
+    """Count every call of the wgpu-py methods the webgpu backend uses (device, encoder, pass, queue), and of the
+    wgpu-native C functions its call path calls directly (``native.Native``: named ``native.wgpu...``)."""
     from wgpu.backends.wgpu_native import _api
     names = {
         "GPUDevice": ("create_buffer", "create_buffer_with_data", "create_bind_group", "create_bind_group_layout",
@@ -90,6 +91,20 @@ def _count_wgpu(monkeypatch, counts):
         cls = getattr(_api, cls_name)
         for meth in methods:
             monkeypatch.setattr(cls, meth, _counted(getattr(cls, meth), f"{cls_name}.{meth}", counts))
+    calls = require_backend("webgpu")[0].impl.gpu.calls
+    if calls.native:
+        monkeypatch.setattr(calls, "lib", _CountedLib(calls.lib, counts))
+
+
+class _CountedLib:
+    """wgpu-native's cffi library with every function call counted as ``native.<name>``."""
+
+    def __init__(self, lib, counts):
+        self._lib, self._counts = lib, counts
+
+    def __getattr__(self, name):
+        f = getattr(self._lib, name)
+        return _counted(f, f"native.{name}", self._counts) if callable(f) else f
 
 
 def _count_opencl(monkeypatch, counts):
@@ -135,25 +150,64 @@ def test_cached_call_costs_a_bounded_number_of_api_calls(kdev, monkeypatch):
     assert n_kernels >= 5
     for _ in range(3):  # compiles; then the pool holds buffers of every output size
         p, m, loss = f(p, m, x, y)
-    if kdev.backend == "opencl":
-        pool = kdev.impl.state(kdev).pool
-        managed = pool.managed_bytes
+    if kdev.backend == "webgpu":
+        float(loss)   # nothing recorded: the counted call opens the command encoder
+        own = _own_buffer_launches(f, (p, m, x, y))
+        args = [p, m, x, y]
+        del p, m, loss   # as a loop lets them go: the pool gives the next outputs
+        _webgpu_calls_count_exactly(kdev, monkeypatch, f, args, n_kernels, own)
+        return
+    pool = kdev.impl.state(kdev).pool
+    managed = pool.managed_bytes
     (p, m, loss), counts = _one_counted_call(kdev, monkeypatch, f, (p, m, x, y))
     n_in, n_out = 10, 9
     made = {k: counts[k] for k in _CREATES[kdev.backend] if counts[k]}
     assert not made, f"a cached call made {made}; all calls: {dict(counts)}"
-    total = sum(counts.values())
-    assert total <= 3 * n_kernels + n_in + n_out + 6, (n_kernels, dict(counts))
-    if kdev.backend == "webgpu":
-        # recorded into the GPU's open command encoder (submitted by the next host use of the queue, or once
-        # it holds BATCH_LAUNCHES kernels): at most one encoder and one submit
-        assert counts["GPUQueue.submit"] <= 1 and counts["GPUDevice.create_command_encoder"] <= 1, dict(counts)
-        assert counts["GPUComputePassEncoder.dispatch_workgroups"] == n_kernels, dict(counts)
-        assert counts["GPUQueue.read_buffer"] == 0 and counts["GPUQueue.write_buffer"] == 0, dict(counts)
-    else:
-        assert counts["enqueue_nd_range_kernel"] == n_kernels and counts["enqueue_copy"] == 0, dict(counts)
-        assert counts["pool.allocate"] <= n_out and counts["Kernel.set_arg"] <= n_in + 2 * n_out, dict(counts)
-        assert pool.managed_bytes == managed  # the pool made no new device memory
+    assert sum(counts.values()) <= 3 * n_kernels + n_in + n_out + 6, (n_kernels, dict(counts))
+    assert counts["enqueue_nd_range_kernel"] == n_kernels and counts["enqueue_copy"] == 0, dict(counts)
+    assert counts["pool.allocate"] <= n_out and counts["Kernel.set_arg"] <= n_in + 2 * n_out, dict(counts)
+    assert pool.managed_bytes == managed  # the pool made no new device memory
+    float(loss)
+
+
+def _own_buffer_launches(f, args):
+    """The launches of ``f``'s plan that bind one of the call's own buffers (an input or an output)."""
+    plan = f.lower(*args)._backend_lowered.launch_plan()
+    own = set(range(plan.n_inputs)) | {o for o in plan.outputs if isinstance(o, int)}
+    return sum(1 for st in plan.steps if own & set(st.slots))
+
+
+def _webgpu_calls_count_exactly(kdev, monkeypatch, f, args, n_kernels, own):
+    """A cached webgpu call records per kernel one bind group (made only where the kernel binds the call's own
+    buffers, and released once recorded), ``set_bind_group`` and ``dispatch_workgroups``, and ``set_pipeline``
+    where the pipeline changes; no copy, no buffer, pipeline or layout made. The first call after a wait opens
+    the command encoder and its compute pass; the next call records into the same pass: no wgpu-py method at all."""
+    from fnarray.lowering.webgpu import dispatch
+    assert 2 * n_kernels < dispatch.BATCH_LAUNCHES and n_kernels < dispatch.ALONE_LAUNCHES   # neither submits
+    assert 0 < own <= n_kernels
+    (args[0], args[1], loss), first = _one_counted_call(kdev, monkeypatch, f, args)   # the old p, m let go
+    (args[0], args[1], loss), second = _one_counted_call(kdev, monkeypatch, f, args)
+    native = kdev.impl.gpu.calls.native
+    for counts in (first, second):
+        made = {k: counts[k] for k in _CREATES["webgpu"] if counts[k]}
+        prefix = "native.wgpuComputePassEncoder" if native else "GPUComputePassEncoder."
+        assert counts[prefix + ("DispatchWorkgroups" if native else "dispatch_workgroups")] == n_kernels
+        assert counts[prefix + ("SetBindGroup" if native else "set_bind_group")] == n_kernels
+        assert 1 <= counts[prefix + ("SetPipeline" if native else "set_pipeline")] <= n_kernels
+        if native:
+            assert not made, f"a cached call made {made}; all calls: {dict(counts)}"
+            assert counts["native.wgpuDeviceCreateBindGroup"] == counts["native.wgpuBindGroupRelease"] == own
+        else:
+            assert made == {"GPUDevice.create_bind_group": own}, dict(counts)
+        assert counts["GPUCommandEncoder.copy_buffer_to_buffer"] == 0, dict(counts)
+        for name in ("GPUQueue.submit", "GPUQueue.write_buffer", "GPUQueue.read_buffer", "GPUCommandEncoder.finish",
+                     "GPUComputePassEncoder.end"):
+            assert counts[name] == 0, dict(counts)
+    assert first["GPUDevice.create_command_encoder"] == first["GPUCommandEncoder.begin_compute_pass"] == 1
+    public = {k: v for k, v in second.items() if not k.startswith("native.")}
+    if native:
+        assert not public, f"a call recorded after another used wgpu-py's methods: {public}"
+    assert sum(second.values()) <= 5 * n_kernels, dict(second)
     float(loss)
 
 

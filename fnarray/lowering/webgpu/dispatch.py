@@ -50,12 +50,9 @@ import numpy as np
 from fnarray.core import profile as _profile
 from fnarray.lowering.kernels.lowered import donated_must_copy
 
-__all__ = ["Runner", "STAGE_BYTES", "HELD_BYTES", "BATCH_LAUNCHES", "ALONE_LAUNCHES", "STAGED_UPLOAD_BYTES",
+__all__ = ["Runner", "HELD_BYTES", "BATCH_LAUNCHES", "ALONE_LAUNCHES", "STAGED_UPLOAD_BYTES",
            "STAGED_UPLOADS_HELD"]
 
-#: Inputs and outputs up to this many bytes go through the runner's staging buffers (a copy each call);
-#: larger ones are bound directly (a copy would cost more than a bind group).
-STAGE_BYTES = 256 << 10
 #: Buffer memory all runners of one GPU may hold between calls (arena and staging); past it a runner
 #: allocates its intermediates per call from the pool, as before this module.
 HELD_BYTES = 128 << 20
@@ -94,86 +91,53 @@ class Runner:
         self.steps = plan.steps
         self.n_inputs = plan.n_inputs
         # Inputs a kernel writes: donated ones that a dynamic_update_slice updates in place (groups/in_place.py).
-        # They are bound directly, never staged, and the output that shares one takes its buffer over.
+        # The output that shares one takes its buffer over.
         self.updated = sorted({k for st in plan.steps for k, w in zip(st.slots, st.writes, strict=True)
                                if w and k < plan.n_inputs})
-        self._owned = []                       # WGBuffers this runner keeps (arena and staging)
+        bound = {k for st in plan.steps for k in st.slots}
+        self.bound_in = [i for i in range(plan.n_inputs) if i in bound]
+        self._owned = []                       # the arena's WGBuffers
         self._held = 0                         # their bytes
-        template = [None] * plan.n_slots       # the wgpu buffer of every slot that does not change
+        template = [None] * plan.n_slots       # the wgpu buffer of every arena slot (the same every call)
+        calls = self.calls = gpu.calls
         with gpu.lock:
-            budget = HELD_BYTES - gpu.held_bytes
-            self._place_inputs(plan, template, budget)
-            stage_out = self._place_slots(plan, template, budget)
+            self._place_slots(plan, template, HELD_BYTES - gpu.held_bytes)
             gpu.held_bytes += self._held
-            # Launches over owned buffers only get their bind group now, once.
-            self.binds = [gpu.bind_group(st.bgl, [template[k] for k in st.slots], st.uniform)
+            # Launches over arena buffers only get their bind group now, once; the others a binder.
+            self.fixed = [gpu.bind_group(st.bgl, [template[k] for k in st.slots], st.uniform)
                           if all(template[k] is not None for k in st.slots) else None for st in plan.steps]
+            self.binders = [(calls.binder(st.bgl, [template[k] for k in st.slots], st.uniform), st.slots)
+                            for st, bg in zip(plan.steps, self.fixed, strict=True) if bg is None]
         weakref.finalize(self, _give_back, gpu, self._held).atexit = False
         self.template = template
-        self.stage_out = list(stage_out.items())
+        self.launches = [(calls.handle(st.pipeline), None if bg is None else calls.handle(bg), st.groups)
+                         for st, bg in zip(plan.steps, self.fixed, strict=True)]
         self.outs = self._output_plan(plan)
         self._queries = None
 
-    def _own(self, spec):
-        """A buffer for ``spec`` that this runner keeps (and counts against ``HELD_BYTES``)."""
-        buf = self.gpu.alloc(spec.dtype, spec.shape)
-        self._owned.append(buf)
-        self._held += buf.buffer.size
-        return buf.buffer
-
-    def _place_inputs(self, plan, template, budget):
-        """Each bound input: copied into a staging buffer of its own (up to ``STAGE_BYTES``, within the
-        budget) or bound directly."""
-        inputs = plan.schedule.inputs
-        bound = {k for st in plan.steps for k in st.slots}
-        self.stage_in = []                     # (input index, staging buffer, bytes)
-        self.direct_in = []                    # input indices bound directly
-        for i in range(plan.n_inputs):
-            if i not in bound:
-                continue
-            nb = _nbytes(inputs[i])
-            if i in self.updated:
-                self.direct_in.append(i)
-                continue
-            if nb <= STAGE_BYTES and self._held + nb <= budget:
-                template[i] = self._own(inputs[i])
-                self.stage_in.append((i, template[i], nb))
-            else:
-                self.direct_in.append(i)
-
     def _place_slots(self, plan, template, budget):
-        """Every other slot: an arena buffer (intermediates), a staging buffer (small outputs a kernel writes)
-        or a fresh buffer per call (``self.fresh``); returns ``{slot: (staging buffer, bytes, spec)}``."""
-        written = {k for st in plan.steps for k, w in zip(st.slots, st.writes, strict=True) if w}
+        """Every slot past the inputs: an arena buffer (an intermediate, within the budget) or a fresh buffer per
+        call (an output, or an intermediate past the budget: ``self.fresh``)."""
         out_slots = {o for o in plan.outputs if isinstance(o, int)}
-        self.fresh = []                        # (slot, spec): allocated per call and bound directly
-        stage_out = {}                         # slot -> (staging buffer, bytes, spec)
+        self.fresh = []                        # (slot, dtype, shape): allocated per call
         for k, spec in plan.allocs:
             nb = _nbytes(spec)
-            if k in out_slots:
-                if k in written and nb <= STAGE_BYTES and self._held + nb <= budget:
-                    stage_out[k] = (self._own(spec), nb, spec)
-                    template[k] = stage_out[k][0]
-                else:
-                    self.fresh.append((k, spec))
-            elif self._held + nb <= budget:
-                template[k] = self._own(spec)
+            if k not in out_slots and self._held + nb <= budget:
+                buf = self.gpu.alloc(spec.dtype, spec.shape)
+                self._owned.append(buf)
+                self._held += buf.buffer.size
+                template[k] = buf.buffer
             else:
-                self.fresh.append((k, spec))
-        return stage_out
+                self.fresh.append((k, spec.dtype, spec.shape))
 
     def _output_plan(self, plan):
-        """Where each output comes from: ``("in", input index) | ("stage", index in stage_out) |
-        ("fresh", slot) | ("const", WGBuffer)``."""
-        order = {k: j for j, (k, _) in enumerate(self.stage_out)}
+        """Where each output comes from: ``("in", input index) | ("fresh", slot) | ("const", WGBuffer)``."""
         outs = []
         for o in plan.outputs:
             if not isinstance(o, int):
                 outs.append(("const", o))
             elif o < self.n_inputs:
                 outs.append(("in", o))
-            elif o in order:
-                outs.append(("stage", order[o]))
             else:
                 outs.append(("fresh", o))
         return outs
@@ -185,42 +149,32 @@ class Runner:
         if len(bufs) != self.n_inputs:
             raise ValueError(f"this webgpu executable takes {self.n_inputs} buffers, got {len(bufs)}")
         gpu = self.gpu
-        with gpu.lock:  # one recording and submit at a time per GPU (the bind-group caches too)
+        calls = self.calls
+        with gpu.lock:  # one recording and submit at a time per GPU
             vals, made = self._bind(bufs)
             # made before anything is recorded: what may raise happens before the shared encoder holds a part
             # of this call
-            binds = [bg if bg is not None else st.bind_group(gpu, [vals[k] for k in st.slots])
-                     for st, bg in zip(self.steps, self.binds, strict=True)]
-            enc = gpu.encoder()
-            self._copy_shared(bufs, made, enc)
-            for i, staging, nb in self.stage_in:
-                enc.copy_buffer_to_buffer(bufs[i].buffer, 0, staging, 0, nb)
-            if self.steps:
-                cp = enc.begin_compute_pass()
-                last = None
-                for st, bg in zip(self.steps, binds, strict=True):
-                    if st.pipeline is not last:
-                        cp.set_pipeline(st.pipeline)
-                        last = st.pipeline
-                    cp.set_bind_group(0, bg)
-                    cp.dispatch_workgroups(*st.groups)
-                cp.end()
-            staged = self._copy_out(enc)
-            gpu.open_launches += len(self.steps)
+            groups = calls.bind_groups(self.binders, vals) if self.binders else ()
+            if made and self.updated:
+                self._copy_shared(bufs, made, gpu.encoder())
+            if self.launches:
+                gpu.pass_pipeline = calls.record(gpu.compute_pass(), self.launches, groups, gpu.pass_pipeline)
+                calls.release(groups)
+            gpu.open_launches += len(self.launches)
             gpu.pending = True
-            if gpu.open_launches >= BATCH_LAUNCHES or len(self.steps) >= ALONE_LAUNCHES:
+            if gpu.open_launches >= BATCH_LAUNCHES or len(self.launches) >= ALONE_LAUNCHES:
                 gpu.flush()
-        return self._outputs(bufs, made, staged)
+        return self._outputs(bufs, made)
 
     def _bind(self, bufs):
         """The buffer of every slot for this call, and the per-call ``WGBuffer``s by slot (lock held)."""
         gpu = self.gpu
         vals = self.template.copy()
-        for i in self.direct_in:
+        for i in self.bound_in:
             vals[i] = bufs[i].buffer
         made = {}
-        for k, spec in self.fresh:
-            b = made[k] = gpu.alloc(spec.dtype, spec.shape)
+        for k, dtype, shape in self.fresh:
+            b = made[k] = gpu.alloc(dtype, shape)
             vals[k] = b.buffer
         for i in self.updated:
             if donated_must_copy(bufs, i, _memory):
@@ -235,22 +189,10 @@ class Runner:
             if b is not None:
                 enc.copy_buffer_to_buffer(bufs[i].buffer, 0, b.buffer, 0, b.buffer.size)
 
-    def _copy_out(self, enc):
-        """Fresh buffers for the staged outputs, their copies recorded (lock held)."""
-        gpu = self.gpu
-        staged = []
-        for _, (staging, nb, spec) in self.stage_out:
-            b = gpu.alloc(spec.dtype, spec.shape)
-            enc.copy_buffer_to_buffer(staging, 0, b.buffer, 0, nb)
-            staged.append(b)
-        return staged
-
-    def _outputs(self, bufs, made, staged):
+    def _outputs(self, bufs, made):
         out = []
         for kind, v in self.outs:
-            if kind == "stage":
-                out.append(staged[v])
-            elif kind == "fresh":
+            if kind == "fresh":
                 out.append(made[v])
             elif kind == "in" and v in self.updated:
                 # updated in place: the output takes the donated buffer over (the donated array, which jit
@@ -283,37 +225,34 @@ class Runner:
         begin = time.perf_counter_ns()
         with gpu.lock:
             vals, made = self._bind(bufs)
+            binds = [bg if bg is not None else gpu.bind_group(st.bgl, [vals[k] for k in st.slots], st.uniform)
+                     for st, bg in zip(self.steps, self.fixed, strict=True)]
             dev = gpu.device
             enc = dev.create_command_encoder()
             self._copy_shared(bufs, made, enc)
-            for i, staging, nb in self.stage_in:
-                enc.copy_buffer_to_buffer(bufs[i].buffer, 0, staging, 0, nb)
             if not timed:
                 gpu.submit(enc)
-                for st, bg in zip(self.steps, self.binds, strict=True):
+                for st, bg in zip(self.steps, binds, strict=True):
                     with _profile.span("kernel", st.entry, workgroups=st.groups):
-                        gpu.dispatch_timed(st, [vals[k] for k in st.slots], bind_group=bg)
-                enc = dev.create_command_encoder()
+                        gpu.dispatch_timed(st, [vals[k] for k in st.slots], bg)
             else:
-                for j, (st, bg) in enumerate(zip(self.steps, self.binds, strict=True)):
+                for j, (st, bg) in enumerate(zip(self.steps, binds, strict=True)):
                     cp = enc.begin_compute_pass(timestamp_writes={
                         "query_set": qs, "beginning_of_pass_write_index": 2 * j,
                         "end_of_pass_write_index": 2 * j + 1})
                     cp.set_pipeline(st.pipeline)
-                    cp.set_bind_group(0, bg if bg is not None else st.bind_group(gpu, [vals[k] for k in st.slots]))
+                    cp.set_bind_group(0, bg)
                     cp.dispatch_workgroups(*st.groups)
                     cp.end()
                 enc.resolve_query_set(qs, 0, 2 * len(self.steps), resolve, 0)
-            staged = self._copy_out(enc)
-            gpu.submit(enc)
-            if timed:
+                gpu.submit(enc)
                 raw = gpu.queue.read_buffer(resolve, 0, 16 * len(self.steps))   # waits for the call
                 gpu.pending = False
                 end = time.perf_counter_ns()
                 stamps = np.frombuffer(raw, np.uint64).reshape(-1, 2)
                 _profile.device_spans([(st.entry, t0, t1, {"workgroups": st.groups})
                                        for st, (t0, t1) in zip(self.steps, stamps.tolist(), strict=True)], begin, end)
-        return self._outputs(bufs, made, staged)
+        return self._outputs(bufs, made)
 
     def _query_set(self):
         """The timestamp query set and its resolve buffer (made on the first profiled call)."""
