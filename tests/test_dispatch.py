@@ -404,8 +404,8 @@ def test_webgpu_small_calls_share_one_command_buffer():
 
 def test_webgpu_upload_into_a_recycled_buffer_comes_after_recorded_calls():
     """A recorded call's output, dropped before the encoder is submitted, goes back to the pool; an upload
-    that reuses its buffer must not be overwritten by the recorded copy (``write_buffer`` runs before the next
-    submit's work, so the open encoder is submitted first)."""
+    must not take its buffer (``write_buffer`` runs before the next submit's work, and the recorded kernel would
+    overwrite the upload), nor submit the encoder: it takes a buffer that no recorded work uses."""
     import gc
     dev = _webgpu()
     gpu = dev.impl.gpu
@@ -417,20 +417,48 @@ def test_webgpu_upload_into_a_recycled_buffer_comes_after_recorded_calls():
         assert gpu.open_launches > 0   # recorded, not submitted yet
         del out
         gc.collect()
+        before = gpu.submits
         y = fa.device_put(np.full(16, 7.0 + k, np.float32), dev)
+        assert gpu.submits == before
         np.testing.assert_array_equal(np.asarray(y), np.full(16, 7.0 + k, np.float32))
 
 
-def test_webgpu_small_uploads_are_recorded_after_the_calls_that_read_their_buffers():
-    """An upload while calls are recorded is a copy recorded into the same encoder (``_GPU._staged_upload``): no
-    submit. A buffer read by a recorded call and given back to the pool before the submit may take the upload:
-    the call still reads the old values (its copy runs first), the upload's array the new ones."""
+def test_webgpu_uploads_while_calls_are_recorded_take_buffers_no_recorded_work_uses(monkeypatch):
+    """An upload while calls are recorded is written into a buffer that no recorded work uses
+    (``_GPU._upload_target``): no copy, no submit. A buffer read by a recorded call and given back to the pool
+    before the submit does not take the upload: the call still reads the old values, the upload's array the new
+    ones. Past ``NEW_UPLOAD_BYTES``, where the pool's buffers of its size are all such ones, the upload submits
+    the encoder first and then takes one."""
     import gc
     from fnarray.lowering.webgpu import dispatch
     dev = _webgpu()
     gpu = dev.impl.gpu
     f = fa.jit(lambda a: a * 2.0 + 1.0, device=dev)
     np.asarray(f(fa.device_put(np.zeros(24, np.float32), dev)))
+    counts = collections.Counter()
+    with monkeypatch.context() as mp:
+        _count_wgpu(mp, counts)
+        _uploads_between_recorded_calls(dev, f)
+    # the only copies are wgpu-py's own, one in each readback (``read_buffer``)
+    assert counts["GPUCommandEncoder.copy_buffer_to_buffer"] == counts["GPUQueue.read_buffer"], dict(counts)
+    n = dispatch.NEW_UPLOAD_BYTES // 4 + 1
+    x = fa.device_put(np.ones(n, np.float32), dev)
+    np.asarray(f(x))
+    out = f(x)            # recorded: reads x's buffer
+    del x
+    gc.collect()          # the only pooled buffer of its size, given back while the encoder is open
+    before = gpu.submits
+    big = np.arange(n, dtype=np.float32)
+    bd = fa.device_put(big, dev)
+    assert gpu.submits == before + 1
+    np.testing.assert_array_equal(np.asarray(bd), big)
+    np.testing.assert_array_equal(np.asarray(out), np.full(n, 3.0, np.float32))
+
+
+def _uploads_between_recorded_calls(dev, f):
+    """Four rounds: a call recorded over an array dropped at once, three uploads and calls recorded after it."""
+    import gc
+    gpu = dev.impl.gpu
     for k in range(4):
         a = fa.device_put(np.full(24, float(k), np.float32), dev)
         np.asarray(a)   # its upload done: nothing recorded now
@@ -449,14 +477,6 @@ def test_webgpu_small_uploads_are_recorded_after_the_calls_that_read_their_buffe
             v = 100.0 * (k + 1) + j
             np.testing.assert_array_equal(np.asarray(ups[j]), np.full(24, v, np.float32))
             np.testing.assert_array_equal(np.asarray(outs[j + 1]), np.full(24, 2 * v + 1, np.float32))
-    # past the size bound an upload submits the encoder first, then writes its buffer
-    big = np.arange(dispatch.STAGED_UPLOAD_BYTES // 4 + 1, dtype=np.float32)
-    out = f(fa.device_put(np.zeros(24, np.float32), dev))
-    before = gpu.submits
-    bd = fa.device_put(big, dev)
-    assert gpu.submits == before + 1
-    np.testing.assert_array_equal(np.asarray(bd), big)
-    np.testing.assert_array_equal(np.asarray(out), np.ones(24, np.float32))
 
 
 def test_webgpu_a_call_of_many_kernels_is_submitted_at_its_end():

@@ -306,10 +306,8 @@ class _GPU:
         self.calls = None               # how calls record (native.Native or native.Public), made with the device
         self.open_launches = 0          # kernels recorded into it
         self.submits = 0                # command buffers submitted (tests count them)
-        self._staged: list = []         # staging buffers the open encoder copies uploads from (``upload``)
-        self._staged_bytes = 0
-        self._staging: dict = {}        # padded byte size -> staging buffers free since the last submit
         self._returned = collections.deque()  # buffers given back by finalizers, pooled at the next alloc
+        self._dirty: set = set()        # ids of buffers pooled while the encoder was open (its work may use them)
         self.usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
     def describe(self) -> str:
@@ -409,12 +407,7 @@ class _GPU:
             self.queue.submit([enc.finish()])
             self.submits += 1
             self.pending = True
-            # The staging buffers' copies are submitted: a later write_buffer into one runs after them.
-            for b in self._staged:
-                free = self._staging.setdefault(b.size, [])
-                if len(free) < _POOLED_PER_SIZE:
-                    free.append(b)
-            self._staged, self._staged_bytes = [], 0
+            self._dirty.clear()   # what the submitted work uses, it uses before any later write
 
     # ------------------------------------------------------------------ buffers
     @_locked
@@ -433,6 +426,26 @@ class _GPU:
             if _alive(b):
                 return b
         return self.device.create_buffer(size=size, usage=self.usage)
+
+    def _upload_target(self, size):
+        """A buffer of ``size`` bytes for an upload, which no work recorded in the open encoder uses (lock held):
+        ``write_buffer`` runs before the next submit's work, so it may run ahead of that work. A pooled one not
+        given back while the encoder was open; where the pool has only such ones, a new buffer (up to
+        ``dispatch.NEW_UPLOAD_BYTES``), or the encoder is submitted first (then every pooled buffer will do)."""
+        self._take_returned()
+        free = self.pool.get(size)
+        dirty = self._dirty
+        if free and dirty:
+            for j in range(len(free) - 1, -1, -1):
+                b = free[j]
+                if id(b) not in dirty and _alive(b):
+                    del free[j]
+                    self.pool_bytes -= size
+                    return b
+            if size <= dispatch.NEW_UPLOAD_BYTES:
+                return self.device.create_buffer(size=size, usage=self.usage)
+            self.flush()
+        return self._pooled(size)
 
     def release(self, buffer):
         """Give ``buffer`` back for reuse by ``alloc``; pooled at the next allocation.
@@ -457,6 +470,8 @@ class _GPU:
             if _alive(buffer) and self.pool_bytes + size <= self.pool_limit and len(free) < _POOLED_PER_SIZE:
                 free.append(buffer)
                 self.pool_bytes += size
+                if self._recording is not None:   # work recorded before its release may still use it
+                    self._dirty.add(id(buffer))
 
     def _check_size(self, nbytes, dtype, shape):
         cap = self.limits.get("max-buffer-size")
@@ -483,31 +498,10 @@ class _GPU:
         # A pooled buffer written through the queue: queue order runs the write after the work already
         # submitted on that buffer. A new buffer per upload (create_buffer_with_data) grew the pool by one
         # wgpu-py buffer object per call, since uploads never drew from it (issue 12).
-        buf = self._pooled(len(raw))
-        if not self._staged_upload(buf, raw):
-            self.flush()  # the write runs before the next submit's work: the recorded calls' work must precede it
-            self.queue.write_buffer(buf, 0, raw)
+        buf = self._upload_target(len(raw))
+        self.queue.write_buffer(buf, 0, raw)
         self.pending = True
         return WGBuffer(buf, d, a.shape, self)
-
-    def _staged_upload(self, buf, raw) -> bool:
-        """Record the upload of ``raw`` into ``buf`` in the open command encoder, if one is open and the upload
-        is small (``dispatch.STAGED_UPLOAD_BYTES``): ``raw`` is written into a staging buffer that no recorded
-        work reads (one free since the last submit, or a new one), and a copy from it into ``buf`` is recorded
-        after the calls recorded so far, which may still read ``buf``'s old contents (a pooled buffer given
-        back while its recorded work waits). ``False``: not recorded (lock held)."""
-        n = len(raw)
-        if (self._recording is None or n > dispatch.STAGED_UPLOAD_BYTES or len(self._staged) >= dispatch.BATCH_LAUNCHES
-                or self._staged_bytes + n > dispatch.STAGED_UPLOADS_HELD):
-            return False
-        free = self._staging.get(n)
-        src = free.pop() if free else self.device.create_buffer(size=n, usage=self.wgpu.BufferUsage.COPY_SRC
-                                                                 | self.wgpu.BufferUsage.COPY_DST)
-        self.queue.write_buffer(src, 0, raw)
-        self.encoder().copy_buffer_to_buffer(src, 0, buf, 0, n)
-        self._staged.append(src)
-        self._staged_bytes += n
-        return True
 
     @_locked
     def download(self, b: WGBuffer) -> np.ndarray:

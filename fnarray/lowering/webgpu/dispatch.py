@@ -50,8 +50,7 @@ import numpy as np
 from fnarray.core import profile as _profile
 from fnarray.lowering.kernels.lowered import donated_must_copy
 
-__all__ = ["Runner", "HELD_BYTES", "BATCH_LAUNCHES", "ALONE_LAUNCHES", "STAGED_UPLOAD_BYTES",
-           "STAGED_UPLOADS_HELD"]
+__all__ = ["Runner", "HELD_BYTES", "BATCH_LAUNCHES", "ALONE_LAUNCHES", "NEW_UPLOAD_BYTES"]
 
 #: Buffer memory all runners of one GPU may hold between calls (arena and staging); past it a runner
 #: allocates its intermediates per call from the pool, as before this module.
@@ -62,14 +61,14 @@ HELD_BYTES = 128 << 20
 #: however little it holds: small calls (an eager operation, a decode step) share one.
 BATCH_LAUNCHES = 64
 ALONE_LAUNCHES = 16
-#: An upload of up to this many bytes while the GPU's command encoder is open is written into a staging buffer
-#: (``queue.write_buffer``: no recorded work reads that buffer, so running ahead of the encoder is harmless) and
-#: copied into its pooled buffer by a copy recorded into the encoder, after the work recorded before it: no
-#: submit (a jacobian sweep uploads a small array per call: 784 submits of 3,048 calls went to uploads). Larger
-#: uploads, and any once the open encoder's staged bytes pass ``STAGED_UPLOADS_HELD`` (or its count
-#: ``BATCH_LAUNCHES``), submit the encoder and write the buffer directly. 0: every upload submits first.
-STAGED_UPLOAD_BYTES = 64 << 10
-STAGED_UPLOADS_HELD = 4 << 20
+#: An upload is written (``queue.write_buffer``, which runs before the next submit's work) into a buffer that no
+#: work recorded in the open command encoder uses: a pooled one not given back while the encoder was open
+#: (``_GPU._upload_target``). Where the pool has only such buffers of its size, an upload of up to this many bytes
+#: takes a new buffer (which then joins the pool: the pool's bounds keep their number), a larger one submits the
+#: encoder first. Neither records a copy nor, below the bound, submits: a jacobian sweep uploads a small array per
+#: few calls (784 of its 3,048 calls submitted for an upload before uploads were staged; then 1,548 staged copies,
+#: each ending the calls' shared compute pass).
+NEW_UPLOAD_BYTES = 64 << 10
 #: Most timestamp queries in one query set (WebGPU's limit is 4096).
 _MAX_QUERIES = 4096
 
