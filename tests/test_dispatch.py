@@ -553,3 +553,97 @@ def test_donated_must_copy_is_one_rule_for_both_kernel_backends():
     assert donated_must_copy([s, b], 0, memory, cached=[s])
     assert not donated_must_copy([s, b], 0, memory, cached=[buf(object(), ())])
     assert not donated_must_copy([a, b], 0, memory, cached=[a])  # only 0-d values are cached
+
+
+# --------------------------------------------------------------------------- webgpu: native calls and their errors
+
+
+def _native_or_skip():
+    gpu = _webgpu().impl.gpu
+    if not gpu.calls.native:
+        pytest.skip("this wgpu-py records through its methods (native.Public)")
+    return gpu
+
+
+def test_webgpu_public_calls_give_the_native_calls_bits(monkeypatch):
+    """The fallback through wgpu-py's methods (``native.Public``) records the same commands: the same bits over
+    several calls, and its cached call makes only the bind groups of the kernels that bind the call's buffers."""
+    from fnarray.lowering.webgpu import native
+    dev = _webgpu()
+    gpu = dev.impl.gpu
+    results = []
+    for calls in (gpu.calls, native.Public(gpu.device)):
+        monkeypatch.setattr(gpu, "calls", calls)
+        f = fa.jit(lambda p, m, x, y: _step(p, m, x, y), device=dev)   # a new runner, made with ``calls``
+        p, m, x, y = _on(dev, seed=5)
+        for _ in range(3):
+            p, m, loss = f(p, m, x, y)
+        results.append([np.asarray(v) for v in (*p.values(), *m.values(), loss)])
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(float(results[1][-1]), _reference(3, seed=5)[-1][2], rtol=2e-5)
+
+
+def test_webgpu_calls_are_public_where_asked_or_where_wgpu_differs(monkeypatch):
+    from fnarray.lowering.webgpu import native
+    device = _webgpu().impl.gpu.device
+    monkeypatch.setenv("FNARRAY_WEBGPU_CALLS", "public")
+    assert not native.make(device).native
+    monkeypatch.delenv("FNARRAY_WEBGPU_CALLS")
+
+    def missing(self, device):
+        raise AttributeError("module 'wgpu.backends.wgpu_native._api' has no attribute 'error_handler'")
+    monkeypatch.setattr(native.Native, "__init__", missing)
+    assert not native.make(device).native
+
+
+def test_webgpu_native_bind_group_errors_raise_before_anything_is_recorded(monkeypatch):
+    """A bind group wgpu-native rejects raises wgpu-py's own error class with wgpu's message (the capture around
+    the call's creations); the ones made before it are released, and the next creation works."""
+    import wgpu
+    gpu = _native_or_skip()
+    calls = gpu.calls
+    dev = _webgpu()
+    f = fa.jit(lambda a: a * 2.0 + 1.0, device=dev)
+    st = f.lower(fa.device_put(np.zeros(8, np.float32), dev))._backend_lowered.launch_plan().steps[0]
+    binder = calls.binder(st.bgl, [None] * len(st.slots), st.uniform)
+    vals = {"good": gpu.alloc(np.float32, (8,)).buffer,
+            "bad": gpu.device.create_buffer(size=32, usage=wgpu.BufferUsage.COPY_DST)}   # no STORAGE usage
+    good = ("good",) * len(st.slots)
+    counts = collections.Counter()
+    monkeypatch.setattr(calls, "lib", _CountedLib(calls.lib, counts))
+    with pytest.raises(wgpu.GPUValidationError, match="STORAGE"):
+        calls.bind_groups([(binder, good), (binder, good[:-1] + ("bad",))], vals)
+    assert counts["native.wgpuDeviceCreateBindGroup"] == counts["native.wgpuBindGroupRelease"] == 2
+    calls.release(calls.bind_groups([(binder, good)], vals))
+
+
+def test_webgpu_native_pass_command_errors_raise_when_the_encoder_is_submitted():
+    """A command recorded through wgpu-native's C functions is validated when the pass ends and the encoder
+    finishes: a dispatch of more work-groups than the device allows raises ``GPUValidationError`` at the flush,
+    naming the dispatch; the GPU records and runs calls again afterwards. (A GPU of its own: the shared one keeps
+    its encoder.)"""
+    import wgpu
+    from fnarray.lowering.webgpu import backend
+    shared = _native_or_skip()
+    gpu = backend._GPU(shared.wgpu, shared.adapter)
+    runner = _one_kernel_runner(gpu)
+    bufs = [gpu.upload(np.arange(8, dtype=np.float32))]
+    pipe, bg, _ = runner.launches[0]
+    too_many = gpu.limits["max-compute-workgroups-per-dimension"] + 1
+    with gpu.lock:
+        groups = gpu.calls.bind_groups(runner.binders, [b.buffer for b in bufs] + [gpu.alloc(np.float32, (8,)).buffer])
+        gpu.calls.record(gpu.compute_pass(), [(pipe, bg, (too_many, 1, 1))], groups, None)
+        gpu.calls.release(groups)
+    with pytest.raises(wgpu.GPUValidationError, match="dispatch"):
+        gpu.flush()
+    np.testing.assert_array_equal(gpu.download(runner(bufs)[0]), np.arange(8) * 2.0 + 1.0)
+
+
+def _one_kernel_runner(gpu):
+    """The runner of ``a * 2 + 1`` over 8 float32s on ``gpu`` (its input and output bound per call)."""
+    from fnarray.lowering.webgpu import backend
+    dev = _webgpu()
+    f = fa.jit(lambda a: a * 2.0 + 1.0, device=dev)
+    lowered = f.lower(fa.device_put(np.zeros(8, np.float32), dev))._backend_lowered
+    return backend._Plan(gpu, lowered.launch_plan().schedule).executable()

@@ -15,11 +15,12 @@ runtime here holds:
 - a buffer pool: a buffer whose array is gone serves the next array of its size
   (no allocation, no zero-fill), safe because one in-order queue runs all work;
 - a pipeline cache keyed by WGSL source, so one compiled pipeline serves every
-  program that schedules the same kernel, and per launch a small cache of bind
-  groups (pooled buffers recur from call to call);
-- one command encoder that calls record into, submitted when it holds enough kernels or
-  before the host next uses the queue (``dispatch.py``): no host round trip between kernels
-  (host-driven control flow adds one predicate readback per iteration).
+  program that schedules the same kernel;
+- one command encoder, and in it one compute pass, that calls record into (through
+  wgpu-native's C functions where wgpu-py's internals allow: ``native.py``), submitted when
+  it holds enough kernels or before the host next uses the queue (``dispatch.py``): no host
+  round trip between kernels (host-driven control flow adds one predicate readback per
+  iteration).
 
 Threads: wgpu-py objects are not safe to use from several threads at once, so every
 use of one GPU's device and queue (allocation, upload, launch, readback, pipeline

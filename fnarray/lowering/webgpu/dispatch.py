@@ -1,38 +1,38 @@
-"""How a webgpu plan runs: its buffers and bind groups made once, small calls sharing one command buffer.
+"""How a webgpu plan runs: its arena made once, calls binding their own buffers, small calls sharing one pass.
 
 A WebGPU command buffer runs once (``GPUCommandBuffer`` is single-use, and render bundles hold no compute
-work), so each call records its work: what makes the recording cheap is that everything it refers to already
-exists. A ``Runner`` (one per compiled plan) owns
+work), so each call records its work. A ``Runner`` (one per compiled plan) owns the *arena*: a buffer per
+intermediate value, kept from call to call (never an output, so no array the user holds can alias it). Kernels
+that bind only arena buffers get their bind group once, when the runner is made; the others bind the call's
+own buffers (its inputs, and its outputs: fresh buffers from the GPU's pool), so each call makes their bind
+groups and releases them once recorded (wgpu keeps what a recorded command uses). Binding directly, nothing is
+copied: an earlier design copied small inputs and outputs through staging buffers so that every bind group
+could be made once, but on lavapipe a recorded copy costs ~3-6 us of CPU and splits the calls' compute passes
+(~15-20 us each), while a bind group made through wgpu-native's C function costs ~2.5 us with its release
+(``native.py``; through wgpu-py's ``create_bind_group`` ~20-35 us).
 
-- the *arena*: a buffer per intermediate value, kept from call to call (never an output, so no array the
-  user holds can alias it);
-- *staging* buffers for the inputs and outputs up to ``STAGE_BYTES``: a call copies its inputs into them
-  (one ``copy_buffer_to_buffer`` each) and its outputs out of them into fresh buffers from the GPU's pool
-  (one copy each), so that every bind group binds only buffers the runner owns;
-- one bind group per kernel launch over those buffers, made when the runner is made.
+A call records, into the GPU's open command encoder and its open compute pass (``_GPU.compute_pass``: the pass is
+shared by consecutive calls, and ended only when something else is recorded into the encoder or it is
+submitted), per kernel ``set_pipeline`` (skipped when the pass's current pipeline is the same),
+``set_bind_group`` and ``dispatch_workgroups``: at most ``3 * kernels`` pass commands and one bind group made
+and released per kernel that binds the call's buffers, all through ``native.Native`` (wgpu-native's C functions)
+where wgpu-py's internals are as expected; no copy, and no buffer, pipeline or layout made once the pool holds
+buffers of the outputs' sizes. The encoder is submitted once it holds ``BATCH_LAUNCHES`` kernels, at the end of a
+call of ``ALONE_LAUNCHES`` kernels or more, and before any other use of the queue (a readback; a wait; the
+profiler's own submits). A command buffer costs a fixed ~30 us on lavapipe however little it holds, so forty
+decode steps or an eager loop's operations share a few. Work is not started until then, which a CPU adapter
+does not miss (it runs the work inside ``submit``); on a GPU the bound keeps the delay to a few small kernels.
 
-A call then records, into the GPU's open command encoder (``_GPU.encoder``): the input copies, one compute
-pass with ``set_pipeline`` (skipped when the previous launch used the same pipeline), ``set_bind_group`` and
-``dispatch_workgroups`` per kernel, the output copies: at most ``3 * kernels + inputs + outputs + 5`` API calls
-(with the encoder's ``finish`` and ``submit``), and no buffer, pipeline or bind group made after the first
-call. The encoder is submitted once it holds ``BATCH_LAUNCHES`` kernels, at the end of a call of
-``ALONE_LAUNCHES`` kernels or more, and before any other use of the queue (a readback; a wait; the profiler's
-own submits; a large upload's ``write_buffer``, which wgpu runs ahead of the next submit's work). A small upload
-(``STAGED_UPLOAD_BYTES``) is recorded instead: written into a staging buffer that no recorded work reads, then
-copied into its buffer by the encoder, in order with the calls recorded around it. A command buffer
-costs a fixed ~30 us on lavapipe however little it holds, so forty decode steps or an eager loop's
-operations share a few. Work is not started until then, which a CPU adapter does not miss (it runs the work
-inside ``submit``); on a GPU the bound keeps the delay to a few small kernels.
+Uploads (``_GPU.upload``) are written with ``queue.write_buffer``, which wgpu runs before the next submit's work:
+into a buffer that no work recorded in the open encoder uses (one pooled before the encoder opened, or a new one
+up to ``NEW_UPLOAD_BYTES``), so no upload records a copy, ends the pass or (below that bound) submits.
 
-Larger inputs and outputs, and intermediates past the GPU's budget for runner-held memory (``HELD_BYTES``
-over all runners), are bound directly instead: their launches keep a small cache of bind groups by buffer
-identity (a data set passed every call binds once).
-
-The in-order queue makes the reuse safe without waiting: a call's copies into the staging buffers run
-after the previous call's kernels have read them (within one command buffer too: its copies and passes run
-in order). A buffer given back to the pool while a recorded call still reads it is reused only by later
-recorded work or after a flush; one let go is kept by wgpu until the work that uses it has run. Two threads
-calling one runner take the GPU's lock for the whole recording, so their work does not interleave.
+The in-order queue makes the reuse safe without waiting: a call's kernels write the arena after the previous
+call's kernels have read it (within one pass too: wgpu orders the dispatches of a pass and puts barriers
+between them where one writes what another uses). A buffer given back to the pool while a recorded call still
+reads it is reused only by later recorded work (as an output) or after a flush; one let go is kept by wgpu
+until the work that uses it has run. Two threads calling one runner take the GPU's lock for the whole
+recording, so their work does not interleave.
 
 Under the profiler a call is recorded the same way, with a timestamp pair around each kernel (one compute
 pass each) where the device has timestamp queries, submitted once and waited for; each kernel becomes a
@@ -52,8 +52,8 @@ from fnarray.lowering.kernels.lowered import donated_must_copy
 
 __all__ = ["Runner", "HELD_BYTES", "BATCH_LAUNCHES", "ALONE_LAUNCHES", "NEW_UPLOAD_BYTES"]
 
-#: Buffer memory all runners of one GPU may hold between calls (arena and staging); past it a runner
-#: allocates its intermediates per call from the pool, as before this module.
+#: Buffer memory all runners of one GPU may hold between calls (their arenas); past it a runner allocates its
+#: intermediates per call from the pool, as before this module.
 HELD_BYTES = 128 << 20
 #: A call records into the GPU's open command encoder, which is submitted once it holds this many kernels (or
 #: when the host next uses the queue: an upload, a readback, a wait); a call of ``ALONE_LAUNCHES`` kernels or
