@@ -1,13 +1,15 @@
 """Dispatch on the kernel backends (issue 28 item 3): what a cached jitted call costs in API calls.
 
 A cached call of a training step on opencl:0 and webgpu:0 must cost a bounded number of driver API
-calls per kernel and make nothing (no buffer, kernel, program, pipeline or bind group) after its first
-calls: every wgpu / pyopencl entry point the backends call is wrapped in a counting shim for one call.
-Also: results equal numpy:0's; two threads calling one jitted function (sharing its kernels, arena and
-staging buffers) get their own results; buffers reused from call to call never alias an output the
-caller still holds; the profiler's kernel spans are the device's time and the host's time around them
-is ``dispatch``; on webgpu, small calls share one command buffer, and every other use of the queue (an
-upload, a readback) comes after the work recorded before it.
+calls per kernel and make nothing (no buffer, kernel, program or pipeline; on webgpu only the bind groups of
+the kernels that bind the call's own buffers, released once recorded) after its first calls: every wgpu /
+pyopencl entry point the backends call, and the wgpu-native C functions webgpu's call path calls directly, is
+wrapped in a counting shim for one call. Also: results equal numpy:0's; two threads calling one jitted
+function (sharing its kernels and arena) get their own results; buffers reused from call to call never alias an
+output the caller still holds; the profiler's kernel spans are the device's time and the host's time around
+them is ``dispatch``; on webgpu, small calls share one command buffer and one compute pass, an upload takes a
+buffer no recorded work uses and a readback comes after the work recorded before it, and errors of the direct
+C calls still raise.
 """
 
 from __future__ import annotations
@@ -224,7 +226,7 @@ def test_results_equal_numpy_over_many_calls(kdev):
 
 
 def test_outputs_the_caller_holds_are_never_reused(kdev):
-    """Every call's outputs stay as they were while later calls reuse the executable's arena and staging
+    """Every call's outputs stay as they were while later calls reuse the executable's arena and the pool's
     buffers: the outputs of all six calls, read only at the end, equal numpy:0's step by step."""
     ref = _reference(6)
     f = fa.jit(_step, device=kdev)
@@ -264,7 +266,7 @@ def test_passthrough_constant_and_reread_outputs_stay_distinct(kdev):
 
 
 def test_two_threads_calling_one_jitted_function(kdev):
-    """Both threads share the function's executable (its kernels, arena and staging buffers); each gets
+    """Both threads share the function's executable (its kernels and arena); each gets
     the results of its own inputs, call after call."""
     f = fa.jit(_step, device=kdev)
     refs = {t: _reference(8, seed=t) for t in (0, 1)}
