@@ -593,6 +593,12 @@ def test_webgpu_calls_are_public_where_asked_or_where_wgpu_differs(monkeypatch):
     assert not native.make(device).native
     monkeypatch.delenv("FNARRAY_WEBGPU_CALLS")
 
+    assert native.make(device).native == _webgpu().impl.gpu.calls.native
+    # a C function declared with another signature (another wgpu-native): wgpu-py's methods
+    other = dict(native._FUNCTIONS, wgpuBindGroupRelease="void(*)(struct WGPUBindGroupImpl *, uint32_t)")
+    monkeypatch.setattr(native, "_FUNCTIONS", other)
+    assert not native.make(device).native
+
     def missing(self, device):
         raise AttributeError("module 'wgpu.backends.wgpu_native._api' has no attribute 'error_handler'")
     monkeypatch.setattr(native.Native, "__init__", missing)
@@ -649,3 +655,35 @@ def _one_kernel_runner(gpu):
     f = fa.jit(lambda a: a * 2.0 + 1.0, device=dev)
     lowered = f.lower(fa.device_put(np.zeros(8, np.float32), dev))._backend_lowered
     return backend._Plan(gpu, lowered.launch_plan().schedule).executable()
+
+
+def test_webgpu_in_place_updates_record_into_the_calls_pass(monkeypatch):
+    """A donated cache updated in place (``dynamic_update_slice``) is bound as the caller's buffer: a call after
+    another records no copy and no wgpu-py method (the pass stays open), and the cache read at the end holds every
+    row written."""
+    gpu = _native_or_skip()
+    dev = _webgpu()
+
+    def step(cache, row, i):
+        cache = fa.lax.dynamic_update_slice(cache, row, (i, 0))
+        return cache, cache.sum()   # an output of its own too
+    f = fa.jit(step, donate_argnums=0)
+    rows = [fa.device_put(np.full((1, 4), k + 1.0, np.float32), dev) for k in range(8)]
+    index = [fa.device_put(np.int32(k), dev) for k in range(8)]
+    cache, total = f(fa.device_put(np.zeros((8, 4), np.float32), dev), rows[0], index[0])
+    float(total)
+    counts = collections.Counter()
+    with monkeypatch.context() as mp:
+        _count_wgpu(mp, counts)
+        cache, total = f(cache, rows[1], index[1])
+        first = dict(counts)
+        counts.clear()
+        for k in range(2, 8):
+            cache, total = f(cache, rows[k], index[k])
+    public = {k: v for k, v in counts.items() if not k.startswith("native.")}
+    assert first.get("GPUCommandEncoder.copy_buffer_to_buffer", 0) == 0 and not public, (first, dict(counts))
+    assert counts["native.wgpuComputePassEncoderDispatchWorkgroups"] == 6 * len(f.lower(cache, rows[0],
+                                                                                          index[0]).kernels())
+    np.testing.assert_array_equal(np.asarray(cache), np.repeat(np.arange(1.0, 9.0, dtype=np.float32), 4).reshape(8, 4))
+    assert float(total) == 4 * 36.0
+    assert gpu.calls.native

@@ -366,10 +366,10 @@ class _GPU:
 
     # ------------------------------------------------------------------ the open command encoder
     def encoder(self):
-        """The open command encoder, its compute pass ended (lock held): small uploads and donated copies record
-        into it, calls into its compute pass (``compute_pass``), ``flush`` submits it. Every other use of the queue
-        (a large upload's ``write_buffer``, ``read_buffer``, a submit of its own) flushes first, so the queue still
-        runs the work in the order the calls were made (dispatch.py's module docstring)."""
+        """The open command encoder, its compute pass ended (lock held): donated inputs' copies record into it,
+        calls into its compute pass (``compute_pass``), ``flush`` submits it. Every other use of the queue
+        (``read_buffer``, a submit of its own, an upload into a buffer that recorded work may use) flushes first,
+        so the queue still runs the work in the order the calls were made (dispatch.py's module docstring)."""
         if self._pass is not None:
             self._end_pass()
         enc = self._recording
@@ -414,8 +414,13 @@ class _GPU:
     @_locked
     def alloc(self, dtype, shape) -> WGBuffer:
         n = math.prod(shape) * storage_itemsize(dtype)
-        self._check_size(n, dtype, shape)
+        self.check_size(n, dtype, shape)
         return WGBuffer(self._pooled(_padded(n)), dtype, shape, self)
+
+    def alloc_checked(self, size, dtype, shape) -> WGBuffer:
+        """``alloc`` of an array whose buffer size ``size`` (padded bytes) was checked already (a runner's outputs,
+        checked when it was made; lock held)."""
+        return WGBuffer(self._pooled(size), dtype, shape, self)
 
     def _pooled(self, size):
         """A wgpu buffer of ``size`` bytes: a free one from the pool, else a new one (lock held)."""
@@ -474,7 +479,8 @@ class _GPU:
                 if self._recording is not None:   # work recorded before its release may still use it
                     self._dirty.add(id(buffer))
 
-    def _check_size(self, nbytes, dtype, shape):
+    def check_size(self, nbytes, dtype, shape):
+        """Raise ``ValueError`` where an array of ``dtype``/``shape`` (``nbytes``) exceeds the device's maxBufferSize."""
         cap = self.limits.get("max-buffer-size")
         if cap is not None and nbytes > cap:
             raise ValueError(f"an array of {np.dtype(dtype).name}{list(shape)} ({nbytes} bytes) exceeds this "
@@ -492,7 +498,7 @@ class _GPU:
         else:
             data = np.ascontiguousarray(a)
         raw = data.tobytes()
-        self._check_size(len(raw), d, a.shape)
+        self.check_size(len(raw), d, a.shape)
         pad = _padded(len(raw)) - len(raw)
         if pad:
             raw += b"\0" * pad

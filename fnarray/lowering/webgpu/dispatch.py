@@ -118,7 +118,7 @@ class Runner:
         """Every slot past the inputs: an arena buffer (an intermediate, within the budget) or a fresh buffer per
         call (an output, or an intermediate past the budget: ``self.fresh``)."""
         out_slots = {o for o in plan.outputs if isinstance(o, int)}
-        self.fresh = []                        # (slot, dtype, shape): allocated per call
+        self.fresh = []                        # (slot, bytes, dtype, shape): allocated per call
         for k, spec in plan.allocs:
             nb = _nbytes(spec)
             if k not in out_slots and self._held + nb <= budget:
@@ -127,7 +127,8 @@ class Runner:
                 self._held += buf.buffer.size
                 template[k] = buf.buffer
             else:
-                self.fresh.append((k, spec.dtype, spec.shape))
+                self.gpu.check_size(nb, spec.dtype, spec.shape)
+                self.fresh.append((k, nb, np.dtype(spec.dtype), tuple(spec.shape)))
 
     def _output_plan(self, plan):
         """Where each output comes from: ``("in", input index) | ("fresh", slot) | ("const", WGBuffer)``."""
@@ -154,7 +155,7 @@ class Runner:
             # made before anything is recorded: what may raise happens before the shared encoder holds a part
             # of this call
             groups = calls.bind_groups(self.binders, vals) if self.binders else ()
-            if made and self.updated:
+            if self.updated and any(("copy", i) in made for i in self.updated):   # ends the calls' pass
                 self._copy_shared(bufs, made, gpu.encoder())
             if self.launches:
                 gpu.pass_pipeline = calls.record(gpu.compute_pass(), self.launches, groups, gpu.pass_pipeline)
@@ -172,8 +173,8 @@ class Runner:
         for i in self.bound_in:
             vals[i] = bufs[i].buffer
         made = {}
-        for k, dtype, shape in self.fresh:
-            b = made[k] = gpu.alloc(dtype, shape)
+        for k, nb, dtype, shape in self.fresh:
+            b = made[k] = gpu.alloc_checked(nb, dtype, shape)
             vals[k] = b.buffer
         for i in self.updated:
             if donated_must_copy(bufs, i, _memory):

@@ -21,8 +21,8 @@ with one descriptor per kernel whose buffer fields are filled in place. What bec
   recorded command never catches anything.
 
 The trade-off is a dependency on wgpu-py internals (``_ffi.ffi``/``lib``, ``_api.error_handler``, the
-``_internal`` handles, ``_helpers.ERROR_TYPES``) and on the C signatures of webgpu.h. ``make`` checks them when the
-device opens; where any is missing (another wgpu-py, another wgpu implementation), or with
+``_internal`` handles, ``_helpers.ERROR_TYPES``) and on the C declarations of webgpu.h. ``make`` checks them when the
+device opens (the functions' C types and the structs' fields against wgpu-py 0.32's); where any is missing (another wgpu-py, another wgpu implementation), or with
 ``FNARRAY_WEBGPU_CALLS=public``, the backend records through wgpu-py's methods instead (``Public``: the same
 commands, the same results, more host time per call).
 """
@@ -33,9 +33,22 @@ import os
 
 __all__ = ["Native", "Public", "make"]
 
-#: The C functions ``Native`` calls (checked by ``make``).
-_FUNCTIONS = ("wgpuDeviceCreateBindGroup", "wgpuBindGroupRelease", "wgpuComputePassEncoderSetPipeline",
-              "wgpuComputePassEncoderSetBindGroup", "wgpuComputePassEncoderDispatchWorkgroups")
+#: The C functions ``Native`` calls and their C types in wgpu-py 0.32's cffi declarations (``make`` checks them:
+#: another signature means another wgpu-native, recorded through wgpu-py's methods instead).
+_FUNCTIONS = {
+    "wgpuDeviceCreateBindGroup": "struct WGPUBindGroupImpl *(*)(struct WGPUDeviceImpl *, WGPUBindGroupDescriptor *)",
+    "wgpuBindGroupRelease": "void(*)(struct WGPUBindGroupImpl *)",
+    "wgpuComputePassEncoderSetPipeline": "void(*)(struct WGPUComputePassEncoderImpl *, struct WGPUComputePipelineImpl *)",
+    "wgpuComputePassEncoderSetBindGroup": ("void(*)(struct WGPUComputePassEncoderImpl *, uint32_t, struct "
+                                           "WGPUBindGroupImpl *, size_t, uint32_t *)"),
+    "wgpuComputePassEncoderDispatchWorkgroups": "void(*)(struct WGPUComputePassEncoderImpl *, uint32_t, uint32_t, "
+                                                "uint32_t)",
+}
+#: The fields of the structs ``Native`` fills, in order.
+_STRUCTS = {
+    "WGPUBindGroupEntry": ("nextInChain", "binding", "buffer", "offset", "size", "sampler", "textureView"),
+    "WGPUBindGroupDescriptor": ("nextInChain", "label", "layout", "entryCount", "entries"),
+}
 #: The name ``Native.bind_groups`` captures errors under (wgpu-py's capture stack matches names).
 _CAPTURE = "wgpuDeviceCreateBindGroup"
 
@@ -107,11 +120,15 @@ class Native:
         self._error_types = _helpers.ERROR_TYPES
         self._fallback_error = _helpers.GPUError
         self.device = device._internal
-        for name in _FUNCTIONS:
-            getattr(self.lib, name)
+        ffi = self.ffi
+        for name, ctype in _FUNCTIONS.items():
+            if ffi.typeof(getattr(self.lib, name)).cname != ctype:
+                raise TypeError(f"{name} is declared as {ffi.typeof(getattr(self.lib, name)).cname}")
+        for name, fields in _STRUCTS.items():
+            if tuple(f for f, _ in ffi.typeof(name).fields) != fields:
+                raise TypeError(f"{name} has other fields")
         self._whole = self.lib.WGPU_WHOLE_SIZE
-        self._null = self.ffi.NULL
-        self.ffi.new("WGPUBindGroupEntry[]", 1)[0].buffer = self.ffi.NULL   # the struct is as expected
+        self._null = ffi.NULL
         if self.device is None:
             raise AttributeError("a wgpu-py device without its native handle")
 
