@@ -158,8 +158,11 @@ class Runner:
             if self.updated and any(("copy", i) in made for i in self.updated):   # ends the calls' pass
                 self._copy_shared(bufs, made, gpu.encoder())
             if self.launches:
-                gpu.pass_pipeline = calls.record(gpu.compute_pass(), self.launches, groups, gpu.pass_pipeline)
-                calls.release(groups)
+                cp, last, gpu.pass_pipeline = gpu.compute_pass(), gpu.pass_pipeline, None
+                try:
+                    gpu.pass_pipeline = calls.record(cp, self.launches, groups, last)
+                finally:
+                    calls.release(groups)
             gpu.open_launches += len(self.launches)
             gpu.pending = True
             if gpu.open_launches >= BATCH_LAUNCHES or len(self.launches) >= ALONE_LAUNCHES:
