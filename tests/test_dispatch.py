@@ -1,13 +1,15 @@
 """Dispatch on the kernel backends (issue 28 item 3): what a cached jitted call costs in API calls.
 
 A cached call of a training step on opencl:0 and webgpu:0 must cost a bounded number of driver API
-calls per kernel and make nothing (no buffer, kernel, program, pipeline or bind group) after its first
-calls: every wgpu / pyopencl entry point the backends call is wrapped in a counting shim for one call.
-Also: results equal numpy:0's; two threads calling one jitted function (sharing its kernels, arena and
-staging buffers) get their own results; buffers reused from call to call never alias an output the
-caller still holds; the profiler's kernel spans are the device's time and the host's time around them
-is ``dispatch``; on webgpu, small calls share one command buffer, and every other use of the queue (an
-upload, a readback) comes after the work recorded before it.
+calls per kernel and make nothing (no buffer, kernel, program or pipeline; on webgpu only the bind groups of
+the kernels that bind the call's own buffers, released once recorded) after its first calls: every wgpu /
+pyopencl entry point the backends call, and the wgpu-native C functions webgpu's call path calls directly, is
+wrapped in a counting shim for one call. Also: results equal numpy:0's; two threads calling one jitted
+function (sharing its kernels and arena) get their own results; buffers reused from call to call never alias an
+output the caller still holds; the profiler's kernel spans are the device's time and the host's time around
+them is ``dispatch``; on webgpu, small calls share one command buffer and one compute pass, an upload takes a
+buffer no recorded work uses and a readback comes after the work recorded before it, and errors of the direct
+C calls still raise.
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ def _on(device, seed=0):
 
 
 def _count_wgpu(monkeypatch, counts):
-    """Count every call of the wgpu-py methods the webgpu backend uses (device, encoder, pass, queue)."""
+    """Count every call of the wgpu-py methods the webgpu backend uses (device, encoder, pass, queue), and of the
+    wgpu-native C functions its call path calls directly (``native.Native``: named ``native.wgpu...``)."""
     from wgpu.backends.wgpu_native import _api
     names = {
         "GPUDevice": ("create_buffer", "create_buffer_with_data", "create_bind_group", "create_bind_group_layout",
@@ -90,6 +93,20 @@ def _count_wgpu(monkeypatch, counts):
         cls = getattr(_api, cls_name)
         for meth in methods:
             monkeypatch.setattr(cls, meth, _counted(getattr(cls, meth), f"{cls_name}.{meth}", counts))
+    calls = require_backend("webgpu")[0].impl.gpu.calls
+    if calls.native:
+        monkeypatch.setattr(calls, "lib", _CountedLib(calls.lib, counts))
+
+
+class _CountedLib:
+    """wgpu-native's cffi library with every function call counted as ``native.<name>``."""
+
+    def __init__(self, lib, counts):
+        self._lib, self._counts = lib, counts
+
+    def __getattr__(self, name):
+        f = getattr(self._lib, name)
+        return _counted(f, f"native.{name}", self._counts) if callable(f) else f
 
 
 def _count_opencl(monkeypatch, counts):
@@ -135,25 +152,64 @@ def test_cached_call_costs_a_bounded_number_of_api_calls(kdev, monkeypatch):
     assert n_kernels >= 5
     for _ in range(3):  # compiles; then the pool holds buffers of every output size
         p, m, loss = f(p, m, x, y)
-    if kdev.backend == "opencl":
-        pool = kdev.impl.state(kdev).pool
-        managed = pool.managed_bytes
+    if kdev.backend == "webgpu":
+        float(loss)   # nothing recorded: the counted call opens the command encoder
+        own = _own_buffer_launches(f, (p, m, x, y))
+        args = [p, m, x, y]
+        del p, m, loss   # as a loop lets them go: the pool gives the next outputs
+        _webgpu_calls_count_exactly(kdev, monkeypatch, f, args, n_kernels, own)
+        return
+    pool = kdev.impl.state(kdev).pool
+    managed = pool.managed_bytes
     (p, m, loss), counts = _one_counted_call(kdev, monkeypatch, f, (p, m, x, y))
     n_in, n_out = 10, 9
     made = {k: counts[k] for k in _CREATES[kdev.backend] if counts[k]}
     assert not made, f"a cached call made {made}; all calls: {dict(counts)}"
-    total = sum(counts.values())
-    assert total <= 3 * n_kernels + n_in + n_out + 6, (n_kernels, dict(counts))
-    if kdev.backend == "webgpu":
-        # recorded into the GPU's open command encoder (submitted by the next host use of the queue, or once
-        # it holds BATCH_LAUNCHES kernels): at most one encoder and one submit
-        assert counts["GPUQueue.submit"] <= 1 and counts["GPUDevice.create_command_encoder"] <= 1, dict(counts)
-        assert counts["GPUComputePassEncoder.dispatch_workgroups"] == n_kernels, dict(counts)
-        assert counts["GPUQueue.read_buffer"] == 0 and counts["GPUQueue.write_buffer"] == 0, dict(counts)
-    else:
-        assert counts["enqueue_nd_range_kernel"] == n_kernels and counts["enqueue_copy"] == 0, dict(counts)
-        assert counts["pool.allocate"] <= n_out and counts["Kernel.set_arg"] <= n_in + 2 * n_out, dict(counts)
-        assert pool.managed_bytes == managed  # the pool made no new device memory
+    assert sum(counts.values()) <= 3 * n_kernels + n_in + n_out + 6, (n_kernels, dict(counts))
+    assert counts["enqueue_nd_range_kernel"] == n_kernels and counts["enqueue_copy"] == 0, dict(counts)
+    assert counts["pool.allocate"] <= n_out and counts["Kernel.set_arg"] <= n_in + 2 * n_out, dict(counts)
+    assert pool.managed_bytes == managed  # the pool made no new device memory
+    float(loss)
+
+
+def _own_buffer_launches(f, args):
+    """The launches of ``f``'s plan that bind one of the call's own buffers (an input or an output)."""
+    plan = f.lower(*args)._backend_lowered.launch_plan()
+    own = set(range(plan.n_inputs)) | {o for o in plan.outputs if isinstance(o, int)}
+    return sum(1 for st in plan.steps if own & set(st.slots))
+
+
+def _webgpu_calls_count_exactly(kdev, monkeypatch, f, args, n_kernels, own):
+    """A cached webgpu call records per kernel one bind group (made only where the kernel binds the call's own
+    buffers, and released once recorded), ``set_bind_group`` and ``dispatch_workgroups``, and ``set_pipeline``
+    where the pipeline changes; no copy, no buffer, pipeline or layout made. The first call after a wait opens
+    the command encoder and its compute pass; the next call records into the same pass: no wgpu-py method at all."""
+    from fnarray.lowering.webgpu import dispatch
+    assert 2 * n_kernels < dispatch.BATCH_LAUNCHES and n_kernels < dispatch.ALONE_LAUNCHES   # neither submits
+    assert 0 < own <= n_kernels
+    (args[0], args[1], loss), first = _one_counted_call(kdev, monkeypatch, f, args)   # the old p, m let go
+    (args[0], args[1], loss), second = _one_counted_call(kdev, monkeypatch, f, args)
+    native = kdev.impl.gpu.calls.native
+    for counts in (first, second):
+        made = {k: counts[k] for k in _CREATES["webgpu"] if counts[k]}
+        prefix = "native.wgpuComputePassEncoder" if native else "GPUComputePassEncoder."
+        assert counts[prefix + ("DispatchWorkgroups" if native else "dispatch_workgroups")] == n_kernels
+        assert counts[prefix + ("SetBindGroup" if native else "set_bind_group")] == n_kernels
+        assert 1 <= counts[prefix + ("SetPipeline" if native else "set_pipeline")] <= n_kernels
+        if native:
+            assert not made, f"a cached call made {made}; all calls: {dict(counts)}"
+            assert counts["native.wgpuDeviceCreateBindGroup"] == counts["native.wgpuBindGroupRelease"] == own
+        else:
+            assert made == {"GPUDevice.create_bind_group": own}, dict(counts)
+        assert counts["GPUCommandEncoder.copy_buffer_to_buffer"] == 0, dict(counts)
+        for name in ("GPUQueue.submit", "GPUQueue.write_buffer", "GPUQueue.read_buffer", "GPUCommandEncoder.finish",
+                     "GPUComputePassEncoder.end"):
+            assert counts[name] == 0, dict(counts)
+    assert first["GPUDevice.create_command_encoder"] == first["GPUCommandEncoder.begin_compute_pass"] == 1
+    public = {k: v for k, v in second.items() if not k.startswith("native.")}
+    if native:
+        assert not public, f"a call recorded after another used wgpu-py's methods: {public}"
+    assert sum(second.values()) <= 5 * n_kernels, dict(second)
     float(loss)
 
 
@@ -170,7 +226,7 @@ def test_results_equal_numpy_over_many_calls(kdev):
 
 
 def test_outputs_the_caller_holds_are_never_reused(kdev):
-    """Every call's outputs stay as they were while later calls reuse the executable's arena and staging
+    """Every call's outputs stay as they were while later calls reuse the executable's arena and the pool's
     buffers: the outputs of all six calls, read only at the end, equal numpy:0's step by step."""
     ref = _reference(6)
     f = fa.jit(_step, device=kdev)
@@ -210,7 +266,7 @@ def test_passthrough_constant_and_reread_outputs_stay_distinct(kdev):
 
 
 def test_two_threads_calling_one_jitted_function(kdev):
-    """Both threads share the function's executable (its kernels, arena and staging buffers); each gets
+    """Both threads share the function's executable (its kernels and arena); each gets
     the results of its own inputs, call after call."""
     f = fa.jit(_step, device=kdev)
     refs = {t: _reference(8, seed=t) for t in (0, 1)}
@@ -350,8 +406,8 @@ def test_webgpu_small_calls_share_one_command_buffer():
 
 def test_webgpu_upload_into_a_recycled_buffer_comes_after_recorded_calls():
     """A recorded call's output, dropped before the encoder is submitted, goes back to the pool; an upload
-    that reuses its buffer must not be overwritten by the recorded copy (``write_buffer`` runs before the next
-    submit's work, so the open encoder is submitted first)."""
+    must not take its buffer (``write_buffer`` runs before the next submit's work, and the recorded kernel would
+    overwrite the upload), nor submit the encoder: it takes a buffer that no recorded work uses."""
     import gc
     dev = _webgpu()
     gpu = dev.impl.gpu
@@ -363,20 +419,48 @@ def test_webgpu_upload_into_a_recycled_buffer_comes_after_recorded_calls():
         assert gpu.open_launches > 0   # recorded, not submitted yet
         del out
         gc.collect()
+        before = gpu.submits
         y = fa.device_put(np.full(16, 7.0 + k, np.float32), dev)
+        assert gpu.submits == before
         np.testing.assert_array_equal(np.asarray(y), np.full(16, 7.0 + k, np.float32))
 
 
-def test_webgpu_small_uploads_are_recorded_after_the_calls_that_read_their_buffers():
-    """An upload while calls are recorded is a copy recorded into the same encoder (``_GPU._staged_upload``): no
-    submit. A buffer read by a recorded call and given back to the pool before the submit may take the upload:
-    the call still reads the old values (its copy runs first), the upload's array the new ones."""
+def test_webgpu_uploads_while_calls_are_recorded_take_buffers_no_recorded_work_uses(monkeypatch):
+    """An upload while calls are recorded is written into a buffer that no recorded work uses
+    (``_GPU._upload_target``): no copy, no submit. A buffer read by a recorded call and given back to the pool
+    before the submit does not take the upload: the call still reads the old values, the upload's array the new
+    ones. Past ``NEW_UPLOAD_BYTES``, where the pool's buffers of its size are all such ones, the upload submits
+    the encoder first and then takes one."""
     import gc
     from fnarray.lowering.webgpu import dispatch
     dev = _webgpu()
     gpu = dev.impl.gpu
     f = fa.jit(lambda a: a * 2.0 + 1.0, device=dev)
     np.asarray(f(fa.device_put(np.zeros(24, np.float32), dev)))
+    counts = collections.Counter()
+    with monkeypatch.context() as mp:
+        _count_wgpu(mp, counts)
+        _uploads_between_recorded_calls(dev, f)
+    # the only copies are wgpu-py's own, one in each readback (``read_buffer``)
+    assert counts["GPUCommandEncoder.copy_buffer_to_buffer"] == counts["GPUQueue.read_buffer"], dict(counts)
+    n = dispatch.NEW_UPLOAD_BYTES // 4 + 1
+    x = fa.device_put(np.ones(n, np.float32), dev)
+    np.asarray(f(x))
+    out = f(x)            # recorded: reads x's buffer
+    del x
+    gc.collect()          # the only pooled buffer of its size, given back while the encoder is open
+    before = gpu.submits
+    big = np.arange(n, dtype=np.float32)
+    bd = fa.device_put(big, dev)
+    assert gpu.submits == before + 1
+    np.testing.assert_array_equal(np.asarray(bd), big)
+    np.testing.assert_array_equal(np.asarray(out), np.full(n, 3.0, np.float32))
+
+
+def _uploads_between_recorded_calls(dev, f):
+    """Four rounds: a call recorded over an array dropped at once, three uploads and calls recorded after it."""
+    import gc
+    gpu = dev.impl.gpu
     for k in range(4):
         a = fa.device_put(np.full(24, float(k), np.float32), dev)
         np.asarray(a)   # its upload done: nothing recorded now
@@ -395,14 +479,6 @@ def test_webgpu_small_uploads_are_recorded_after_the_calls_that_read_their_buffe
             v = 100.0 * (k + 1) + j
             np.testing.assert_array_equal(np.asarray(ups[j]), np.full(24, v, np.float32))
             np.testing.assert_array_equal(np.asarray(outs[j + 1]), np.full(24, 2 * v + 1, np.float32))
-    # past the size bound an upload submits the encoder first, then writes its buffer
-    big = np.arange(dispatch.STAGED_UPLOAD_BYTES // 4 + 1, dtype=np.float32)
-    out = f(fa.device_put(np.zeros(24, np.float32), dev))
-    before = gpu.submits
-    bd = fa.device_put(big, dev)
-    assert gpu.submits == before + 1
-    np.testing.assert_array_equal(np.asarray(bd), big)
-    np.testing.assert_array_equal(np.asarray(out), np.ones(24, np.float32))
 
 
 def test_webgpu_a_call_of_many_kernels_is_submitted_at_its_end():
@@ -479,3 +555,134 @@ def test_donated_must_copy_is_one_rule_for_both_kernel_backends():
     assert donated_must_copy([s, b], 0, memory, cached=[s])
     assert not donated_must_copy([s, b], 0, memory, cached=[buf(object(), ())])
     assert not donated_must_copy([a, b], 0, memory, cached=[a])  # only 0-d values are cached
+
+
+# --------------------------------------------------------------------------- webgpu: native calls and their errors
+
+
+def _native_or_skip():
+    gpu = _webgpu().impl.gpu
+    if not gpu.calls.native:
+        pytest.skip("this wgpu-py records through its methods (native.Public)")
+    return gpu
+
+
+def test_webgpu_public_calls_give_the_native_calls_bits(monkeypatch):
+    """The fallback through wgpu-py's methods (``native.Public``) records the same commands: the same bits over
+    several calls, and its cached call makes only the bind groups of the kernels that bind the call's buffers."""
+    from fnarray.lowering.webgpu import native
+    dev = _webgpu()
+    gpu = dev.impl.gpu
+    results = []
+    for calls in (gpu.calls, native.Public(gpu.device)):
+        monkeypatch.setattr(gpu, "calls", calls)
+        f = fa.jit(lambda p, m, x, y: _step(p, m, x, y), device=dev)   # a new runner, made with ``calls``
+        p, m, x, y = _on(dev, seed=5)
+        for _ in range(3):
+            p, m, loss = f(p, m, x, y)
+        results.append([np.asarray(v) for v in (*p.values(), *m.values(), loss)])
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(float(results[1][-1]), _reference(3, seed=5)[-1][2], rtol=2e-5)
+
+
+def test_webgpu_calls_are_public_where_asked_or_where_wgpu_differs(monkeypatch):
+    from fnarray.lowering.webgpu import native
+    device = _webgpu().impl.gpu.device
+    monkeypatch.setenv("FNARRAY_WEBGPU_CALLS", "public")
+    assert not native.make(device).native
+    monkeypatch.delenv("FNARRAY_WEBGPU_CALLS")
+
+    # a C function declared with another signature (another wgpu-native): wgpu-py's methods
+    other = dict(native._FUNCTIONS, wgpuBindGroupRelease="void(*)(struct WGPUBindGroupImpl *, uint32_t)")
+    monkeypatch.setattr(native, "_FUNCTIONS", other)
+    assert not native.make(device).native
+
+    def missing(self, device):
+        raise AttributeError("module 'wgpu.backends.wgpu_native._api' has no attribute 'error_handler'")
+    monkeypatch.setattr(native.Native, "__init__", missing)
+    assert not native.make(device).native
+
+
+def test_webgpu_native_bind_group_errors_raise_before_anything_is_recorded(monkeypatch):
+    """A bind group wgpu-native rejects raises wgpu-py's own error class with wgpu's message (the capture around
+    the call's creations); the ones made before it are released, and the next creation works."""
+    import wgpu
+    gpu = _native_or_skip()
+    calls = gpu.calls
+    dev = _webgpu()
+    f = fa.jit(lambda a: a * 2.0 + 1.0, device=dev)
+    st = f.lower(fa.device_put(np.zeros(8, np.float32), dev))._backend_lowered.launch_plan().steps[0]
+    binder = calls.binder(st.bgl, [None] * len(st.slots), st.uniform)
+    vals = {"good": gpu.alloc(np.float32, (8,)).buffer,
+            "bad": gpu.device.create_buffer(size=32, usage=wgpu.BufferUsage.COPY_DST)}   # no STORAGE usage
+    good = ("good",) * len(st.slots)
+    counts = collections.Counter()
+    monkeypatch.setattr(calls, "lib", _CountedLib(calls.lib, counts))
+    with pytest.raises(wgpu.GPUValidationError, match="STORAGE"):
+        calls.bind_groups([(binder, good), (binder, good[:-1] + ("bad",))], vals)
+    assert counts["native.wgpuDeviceCreateBindGroup"] == counts["native.wgpuBindGroupRelease"] == 2
+    calls.release(calls.bind_groups([(binder, good)], vals))
+
+
+def test_webgpu_native_pass_command_errors_raise_when_the_encoder_is_submitted():
+    """A command recorded through wgpu-native's C functions is validated when the pass ends and the encoder
+    finishes: a dispatch of more work-groups than the device allows raises ``GPUValidationError`` at the flush,
+    naming the dispatch; the GPU records and runs calls again afterwards. (A GPU of its own: the shared one keeps
+    its encoder.)"""
+    import wgpu
+    from fnarray.lowering.webgpu import backend
+    shared = _native_or_skip()
+    gpu = backend._GPU(shared.wgpu, shared.adapter)
+    runner = _one_kernel_runner(gpu)
+    bufs = [gpu.upload(np.arange(8, dtype=np.float32))]
+    pipe, bg, _ = runner.launches[0]
+    too_many = gpu.limits["max-compute-workgroups-per-dimension"] + 1
+    with gpu.lock:
+        groups = gpu.calls.bind_groups(runner.binders, [b.buffer for b in bufs] + [gpu.alloc(np.float32, (8,)).buffer])
+        gpu.calls.record(gpu.compute_pass(), [(pipe, bg, (too_many, 1, 1))], groups, None)
+        gpu.calls.release(groups)
+    with pytest.raises(wgpu.GPUValidationError, match="dispatch"):
+        gpu.flush()
+    np.testing.assert_array_equal(gpu.download(runner(bufs)[0]), np.arange(8) * 2.0 + 1.0)
+
+
+def _one_kernel_runner(gpu):
+    """The runner of ``a * 2 + 1`` over 8 float32s on ``gpu`` (its input and output bound per call)."""
+    from fnarray.lowering.webgpu import backend
+    dev = _webgpu()
+    f = fa.jit(lambda a: a * 2.0 + 1.0, device=dev)
+    lowered = f.lower(fa.device_put(np.zeros(8, np.float32), dev))._backend_lowered
+    return backend._Plan(gpu, lowered.launch_plan().schedule).executable()
+
+
+def test_webgpu_in_place_updates_record_into_the_calls_pass(monkeypatch):
+    """A donated cache updated in place (``dynamic_update_slice``) is bound as the caller's buffer: a call after
+    another records no copy and no wgpu-py method (the pass stays open), and the cache read at the end holds every
+    row written."""
+    gpu = _native_or_skip()
+    dev = _webgpu()
+
+    def step(cache, row, i):
+        cache = fa.lax.dynamic_update_slice(cache, row, (i, 0))
+        return cache, cache.sum()   # an output of its own too
+    f = fa.jit(step, donate_argnums=0)
+    rows = [fa.device_put(np.full((1, 4), k + 1.0, np.float32), dev) for k in range(8)]
+    index = [fa.device_put(np.int32(k), dev) for k in range(8)]
+    cache, total = f(fa.device_put(np.zeros((8, 4), np.float32), dev), rows[0], index[0])
+    float(total)
+    counts = collections.Counter()
+    with monkeypatch.context() as mp:
+        _count_wgpu(mp, counts)
+        cache, total = f(cache, rows[1], index[1])
+        first = dict(counts)
+        counts.clear()
+        for k in range(2, 8):
+            cache, total = f(cache, rows[k], index[k])
+    public = {k: v for k, v in counts.items() if not k.startswith("native.")}
+    assert first.get("GPUCommandEncoder.copy_buffer_to_buffer", 0) == 0 and not public, (first, dict(counts))
+    assert counts["native.wgpuComputePassEncoderDispatchWorkgroups"] == 6 * len(f.lower(cache, rows[0],
+                                                                                          index[0]).kernels())
+    np.testing.assert_array_equal(np.asarray(cache), np.repeat(np.arange(1.0, 9.0, dtype=np.float32), 4).reshape(8, 4))
+    assert float(total) == 4 * 36.0
+    assert gpu.calls.native

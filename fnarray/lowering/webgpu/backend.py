@@ -15,11 +15,12 @@ runtime here holds:
 - a buffer pool: a buffer whose array is gone serves the next array of its size
   (no allocation, no zero-fill), safe because one in-order queue runs all work;
 - a pipeline cache keyed by WGSL source, so one compiled pipeline serves every
-  program that schedules the same kernel, and per launch a small cache of bind
-  groups (pooled buffers recur from call to call);
-- one command encoder that calls record into, submitted when it holds enough kernels or
-  before the host next uses the queue (``dispatch.py``): no host round trip between kernels
-  (host-driven control flow adds one predicate readback per iteration).
+  program that schedules the same kernel;
+- one command encoder, and in it one compute pass, that calls record into (through
+  wgpu-native's C functions where wgpu-py's internals allow: ``native.py``), submitted when
+  it holds enough kernels or before the host next uses the queue (``dispatch.py``): no host
+  round trip between kernels (host-driven control flow adds one predicate readback per
+  iteration).
 
 Threads: wgpu-py objects are not safe to use from several threads at once, so every
 use of one GPU's device and queue (allocation, upload, launch, readback, pipeline
@@ -62,7 +63,6 @@ import sys
 import tempfile
 import threading
 import time
-import weakref
 
 import numpy as np
 
@@ -94,7 +94,7 @@ from fnarray.lowering.kernels.groups.attention import unsupported_reason as atte
 from fnarray.lowering.kernels.groups import linalg
 from fnarray.lowering.kernels.no_kernel import EXPECTED_DECOMPOSITIONS, EXPECTED_FALLBACKS, no_kernel_reason
 from fnarray.lowering.kernels.wgsl import DEFAULT_GROUP_SIZE, render_wgsl, uniform_bytes, wgsl_layout
-from fnarray.lowering.webgpu import dispatch
+from fnarray.lowering.webgpu import dispatch, native
 from fnarray.lowering.webgpu.dispatch import Runner
 
 __all__ = ["make_backend", "WebGPUBackend", "WGBuffer", "PORTABLE_LIMITS"]
@@ -132,8 +132,6 @@ def _low_bit_reason(eqn):
 # Primitives whose kernels have no complex form (from the kernel facts): complex64 is vec2<f32> in WGSL.
 _COMPLEX_BAD = frozenset(p for p in SCHEDULED if p not in facts.complex_ok() and p not in CALLS)
 _MAX_ELEMENTS = 2**31 - 1
-_CACHED_BIND_GROUPS = 4         # bind groups remembered per kernel launch
-_CACHED_BIND_BYTES = 1 << 20    # only for launches binding at most this many bytes
 #: Outputs (rows, columns) per work item of the untiled matrix product on a CPU adapter (``groups/dot.py``:
 #: lavapipe gathers every operand load; an 8 x 4 block loads 12 elements for 32 products). The digits MLP
 #: step's CPU time on lavapipe: 14.4-15.0 ms with one output per work item, 4.8-5.0 with 4 x 4, 4.1-4.2 with
@@ -304,12 +302,13 @@ class _GPU:
         self.held_bytes = 0             # buffer bytes the plans' runners keep between calls (dispatch.py)
         self.pending = False            # work queued since the last wait (a readback waits for all of it)
         self._recording = None          # the command encoder small calls record into (dispatch.py), or None
+        self._pass = None               # its open compute pass, which consecutive calls share, or None
+        self.pass_pipeline = None       # the pipeline last set in that pass (dispatch.Runner skips setting it again)
+        self.calls = None               # how calls record (native.Native or native.Public), made with the device
         self.open_launches = 0          # kernels recorded into it
         self.submits = 0                # command buffers submitted (tests count them)
-        self._staged: list = []         # staging buffers the open encoder copies uploads from (``upload``)
-        self._staged_bytes = 0
-        self._staging: dict = {}        # padded byte size -> staging buffers free since the last submit
         self._returned = collections.deque()  # buffers given back by finalizers, pooled at the next alloc
+        self._dirty: set = set()        # ids of buffers pooled while the encoder was open (its work may use them)
         self.usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
     def describe(self) -> str:
@@ -350,6 +349,7 @@ class _GPU:
                                      f"(to fix: {_HINT}, or pick another adapter with WGPU_BACKEND_TYPE)") from e
         self._device = dev
         self.queue = dev.queue
+        self.calls = native.make(dev)
         self.limits = dict(dev.limits)
         # At exit: wait for the queued work, and keep the device, queue and pool out of the interpreter's
         # teardown (fnarray/devices/teardown.py).
@@ -366,14 +366,29 @@ class _GPU:
 
     # ------------------------------------------------------------------ the open command encoder
     def encoder(self):
-        """The open command encoder (lock held): calls and small uploads record into it, ``flush`` submits it.
-        Every other use of the queue (a large upload's ``write_buffer``, ``read_buffer``, a submit of its own)
-        flushes first, so the queue still runs the work in the order the calls were made (dispatch.py's module
-        docstring)."""
+        """The open command encoder, its compute pass ended (lock held): donated inputs' copies record into it,
+        calls into its compute pass (``compute_pass``), ``flush`` submits it. Every other use of the queue
+        (``read_buffer``, a submit of its own, an upload into a buffer that recorded work may use) flushes first,
+        so the queue still runs the work in the order the calls were made (dispatch.py's module docstring)."""
+        if self._pass is not None:
+            self._end_pass()
         enc = self._recording
         if enc is None:
             enc = self._recording = self.device.create_command_encoder()
         return enc
+
+    def compute_pass(self):
+        """The open command encoder's compute pass, which consecutive calls record their kernels into (lock held):
+        begun where none is open (its pipeline ``pass_pipeline`` then unset)."""
+        cp = self._pass
+        if cp is None:
+            cp = self._pass = self.encoder().begin_compute_pass()
+            self.pass_pipeline = None
+        return cp
+
+    def _end_pass(self):
+        cp, self._pass, self.pass_pipeline = self._pass, None, None
+        cp.end()
 
     def submit(self, enc):
         """Submit ``enc`` after the open encoder's work (lock held)."""
@@ -387,23 +402,25 @@ class _GPU:
         """Submit the open command encoder, if any."""
         enc = self._recording
         if enc is not None:
+            if self._pass is not None:
+                self._end_pass()
             self._recording, self.open_launches = None, 0
             self.queue.submit([enc.finish()])
             self.submits += 1
             self.pending = True
-            # The staging buffers' copies are submitted: a later write_buffer into one runs after them.
-            for b in self._staged:
-                free = self._staging.setdefault(b.size, [])
-                if len(free) < _POOLED_PER_SIZE:
-                    free.append(b)
-            self._staged, self._staged_bytes = [], 0
+            self._dirty.clear()   # what the submitted work uses, it uses before any later write
 
     # ------------------------------------------------------------------ buffers
     @_locked
     def alloc(self, dtype, shape) -> WGBuffer:
         n = math.prod(shape) * storage_itemsize(dtype)
-        self._check_size(n, dtype, shape)
+        self.check_size(n, dtype, shape)
         return WGBuffer(self._pooled(_padded(n)), dtype, shape, self)
+
+    def alloc_checked(self, size, dtype, shape) -> WGBuffer:
+        """``alloc`` of an array whose buffer size ``size`` (padded bytes) was checked already (a runner's outputs,
+        checked when it was made; lock held)."""
+        return WGBuffer(self._pooled(size), dtype, shape, self)
 
     def _pooled(self, size):
         """A wgpu buffer of ``size`` bytes: a free one from the pool, else a new one (lock held)."""
@@ -415,6 +432,26 @@ class _GPU:
             if _alive(b):
                 return b
         return self.device.create_buffer(size=size, usage=self.usage)
+
+    def _upload_target(self, size):
+        """A buffer of ``size`` bytes for an upload, which no work recorded in the open encoder uses (lock held):
+        ``write_buffer`` runs before the next submit's work, so it may run ahead of that work. A pooled one not
+        given back while the encoder was open; where the pool has only such ones, a new buffer (up to
+        ``dispatch.NEW_UPLOAD_BYTES``), or the encoder is submitted first (then every pooled buffer will do)."""
+        self._take_returned()
+        free = self.pool.get(size)
+        dirty = self._dirty
+        if free and dirty:
+            for j in range(len(free) - 1, -1, -1):
+                b = free[j]
+                if id(b) not in dirty and _alive(b):
+                    del free[j]
+                    self.pool_bytes -= size
+                    return b
+            if size <= dispatch.NEW_UPLOAD_BYTES:
+                return self.device.create_buffer(size=size, usage=self.usage)
+            self.flush()
+        return self._pooled(size)
 
     def release(self, buffer):
         """Give ``buffer`` back for reuse by ``alloc``; pooled at the next allocation.
@@ -439,8 +476,11 @@ class _GPU:
             if _alive(buffer) and self.pool_bytes + size <= self.pool_limit and len(free) < _POOLED_PER_SIZE:
                 free.append(buffer)
                 self.pool_bytes += size
+                if self._recording is not None:   # work recorded before its release may still use it
+                    self._dirty.add(id(buffer))
 
-    def _check_size(self, nbytes, dtype, shape):
+    def check_size(self, nbytes, dtype, shape):
+        """Raise ``ValueError`` where an array of ``dtype``/``shape`` (``nbytes``) exceeds the device's maxBufferSize."""
         cap = self.limits.get("max-buffer-size")
         if cap is not None and nbytes > cap:
             raise ValueError(f"an array of {np.dtype(dtype).name}{list(shape)} ({nbytes} bytes) exceeds this "
@@ -458,39 +498,17 @@ class _GPU:
         else:
             data = np.ascontiguousarray(a)
         raw = data.tobytes()
-        self._check_size(len(raw), d, a.shape)
+        self.check_size(len(raw), d, a.shape)
         pad = _padded(len(raw)) - len(raw)
         if pad:
             raw += b"\0" * pad
         # A pooled buffer written through the queue: queue order runs the write after the work already
         # submitted on that buffer. A new buffer per upload (create_buffer_with_data) grew the pool by one
         # wgpu-py buffer object per call, since uploads never drew from it (issue 12).
-        buf = self._pooled(len(raw))
-        if not self._staged_upload(buf, raw):
-            self.flush()  # the write runs before the next submit's work: the recorded calls' work must precede it
-            self.queue.write_buffer(buf, 0, raw)
+        buf = self._upload_target(len(raw))
+        self.queue.write_buffer(buf, 0, raw)
         self.pending = True
         return WGBuffer(buf, d, a.shape, self)
-
-    def _staged_upload(self, buf, raw) -> bool:
-        """Record the upload of ``raw`` into ``buf`` in the open command encoder, if one is open and the upload
-        is small (``dispatch.STAGED_UPLOAD_BYTES``): ``raw`` is written into a staging buffer that no recorded
-        work reads (one free since the last submit, or a new one), and a copy from it into ``buf`` is recorded
-        after the calls recorded so far, which may still read ``buf``'s old contents (a pooled buffer given
-        back while its recorded work waits). ``False``: not recorded (lock held)."""
-        enc = self._recording
-        n = len(raw)
-        if (enc is None or n > dispatch.STAGED_UPLOAD_BYTES or len(self._staged) >= dispatch.BATCH_LAUNCHES
-                or self._staged_bytes + n > dispatch.STAGED_UPLOADS_HELD):
-            return False
-        free = self._staging.get(n)
-        src = free.pop() if free else self.device.create_buffer(size=n, usage=self.wgpu.BufferUsage.COPY_SRC
-                                                                 | self.wgpu.BufferUsage.COPY_DST)
-        self.queue.write_buffer(src, 0, raw)
-        enc.copy_buffer_to_buffer(src, 0, buf, 0, n)
-        self._staged.append(src)
-        self._staged_bytes += n
-        return True
 
     @_locked
     def download(self, b: WGBuffer) -> np.ndarray:
@@ -563,11 +581,11 @@ class _GPU:
         return (pipe, bgl)
 
     @_locked
-    def dispatch_timed(self, step, buffers, bind_group=None):
-        """Run one launch alone and wait for it; its device time in microseconds from timestamp queries,
-        or ``None`` where the device has none (the profiler's path; never on the call path)."""
+    def dispatch_timed(self, step, buffers, bg):
+        """Run one launch (its bind group ``bg`` over ``buffers``) alone and wait for it; its device time in
+        microseconds from timestamp queries, or ``None`` where the device has none (the profiler's path; never on
+        the call path)."""
         wgpu, dev = self.wgpu, self.device
-        bg = bind_group if bind_group is not None else step.bind_group(self, buffers)
         enc = dev.create_command_encoder()
         qs = None
         if self.has_timestamps:
@@ -640,35 +658,14 @@ def _adapter_key(a):
 
 
 class _Step:
-    """One kernel launch of a plan: pipeline, what it binds (value slots), uniform, work-groups.
+    """One kernel launch of a plan: pipeline, what it binds (value slots), uniform, work-groups. A call makes the
+    bind groups of the launches that bind its own buffers (``dispatch.Runner``, ``native.py``)."""
 
-    ``bind_groups`` caches the bind groups of recent buffer combinations (a bind group costs more
-    than the rest of a small launch, and pooled buffers recur from call to call); only small buffers
-    are cached, since a cached bind group keeps its buffers' memory alive.
-    """
-
-    __slots__ = ("source", "entry", "pipeline", "bgl", "slots", "writes", "uniform", "groups", "launch",
-                 "bind_groups")
+    __slots__ = ("source", "entry", "pipeline", "bgl", "slots", "writes", "uniform", "groups", "launch")
 
     def __init__(self, source, entry, pipeline, bgl, slots, writes, uniform, groups, launch):
         self.source, self.entry, self.pipeline, self.bgl = source, entry, pipeline, bgl
         self.slots, self.writes, self.uniform, self.groups, self.launch = slots, writes, uniform, groups, launch
-        self.bind_groups: dict = {}
-
-    def bind_group(self, gpu, buffers):
-        key = tuple(map(id, buffers))
-        hit = self.bind_groups.get(key)
-        if hit is not None:
-            bg, refs = hit
-            if all(r() is b for r, b in zip(refs, buffers, strict=True)):
-                return bg
-        bg = gpu.bind_group(self.bgl, buffers, self.uniform)
-        if sum(b.size for b in buffers) <= _CACHED_BIND_BYTES:
-            cache = self.bind_groups
-            if len(cache) >= _CACHED_BIND_GROUPS:
-                del cache[next(iter(cache))]
-            cache[key] = (bg, tuple(weakref.ref(b) for b in buffers))
-        return bg
 
 
 class _Plan:

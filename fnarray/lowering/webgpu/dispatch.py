@@ -1,38 +1,38 @@
-"""How a webgpu plan runs: its buffers and bind groups made once, small calls sharing one command buffer.
+"""How a webgpu plan runs: its arena made once, calls binding their own buffers, small calls sharing one pass.
 
 A WebGPU command buffer runs once (``GPUCommandBuffer`` is single-use, and render bundles hold no compute
-work), so each call records its work: what makes the recording cheap is that everything it refers to already
-exists. A ``Runner`` (one per compiled plan) owns
+work), so each call records its work. A ``Runner`` (one per compiled plan) owns the *arena*: a buffer per
+intermediate value, kept from call to call (never an output, so no array the user holds can alias it). Kernels
+that bind only arena buffers get their bind group once, when the runner is made; the others bind the call's
+own buffers (its inputs, and its outputs: fresh buffers from the GPU's pool), so each call makes their bind
+groups and releases them once recorded (wgpu keeps what a recorded command uses). Binding directly, nothing is
+copied: an earlier design copied small inputs and outputs through staging buffers so that every bind group
+could be made once, but on lavapipe a recorded copy costs ~3-6 us of CPU and splits the calls' compute passes
+(~15-20 us each), while a bind group made through wgpu-native's C function costs ~2.5 us with its release
+(``native.py``; through wgpu-py's ``create_bind_group`` ~20-35 us).
 
-- the *arena*: a buffer per intermediate value, kept from call to call (never an output, so no array the
-  user holds can alias it);
-- *staging* buffers for the inputs and outputs up to ``STAGE_BYTES``: a call copies its inputs into them
-  (one ``copy_buffer_to_buffer`` each) and its outputs out of them into fresh buffers from the GPU's pool
-  (one copy each), so that every bind group binds only buffers the runner owns;
-- one bind group per kernel launch over those buffers, made when the runner is made.
+A call records, into the GPU's open command encoder and its open compute pass (``_GPU.compute_pass``: the pass is
+shared by consecutive calls, and ended only when something else is recorded into the encoder or it is
+submitted), per kernel ``set_pipeline`` (skipped when the pass's current pipeline is the same),
+``set_bind_group`` and ``dispatch_workgroups``: at most ``3 * kernels`` pass commands and one bind group made
+and released per kernel that binds the call's buffers, all through ``native.Native`` (wgpu-native's C functions)
+where wgpu-py's internals are as expected; no copy, and no buffer, pipeline or layout made once the pool holds
+buffers of the outputs' sizes. The encoder is submitted once it holds ``BATCH_LAUNCHES`` kernels, at the end of a
+call of ``ALONE_LAUNCHES`` kernels or more, and before any other use of the queue (a readback; a wait; the
+profiler's own submits). A command buffer costs a fixed ~30 us on lavapipe however little it holds, so forty
+decode steps or an eager loop's operations share a few. Work is not started until then, which a CPU adapter
+does not miss (it runs the work inside ``submit``); on a GPU the bound keeps the delay to a few small kernels.
 
-A call then records, into the GPU's open command encoder (``_GPU.encoder``): the input copies, one compute
-pass with ``set_pipeline`` (skipped when the previous launch used the same pipeline), ``set_bind_group`` and
-``dispatch_workgroups`` per kernel, the output copies: at most ``3 * kernels + inputs + outputs + 5`` API calls
-(with the encoder's ``finish`` and ``submit``), and no buffer, pipeline or bind group made after the first
-call. The encoder is submitted once it holds ``BATCH_LAUNCHES`` kernels, at the end of a call of
-``ALONE_LAUNCHES`` kernels or more, and before any other use of the queue (a readback; a wait; the profiler's
-own submits; a large upload's ``write_buffer``, which wgpu runs ahead of the next submit's work). A small upload
-(``STAGED_UPLOAD_BYTES``) is recorded instead: written into a staging buffer that no recorded work reads, then
-copied into its buffer by the encoder, in order with the calls recorded around it. A command buffer
-costs a fixed ~30 us on lavapipe however little it holds, so forty decode steps or an eager loop's
-operations share a few. Work is not started until then, which a CPU adapter does not miss (it runs the work
-inside ``submit``); on a GPU the bound keeps the delay to a few small kernels.
+Uploads (``_GPU.upload``) are written with ``queue.write_buffer``, which wgpu runs before the next submit's work:
+into a buffer that no work recorded in the open encoder uses (one pooled before the encoder opened, or a new one
+up to ``NEW_UPLOAD_BYTES``), so no upload records a copy, ends the pass or (below that bound) submits.
 
-Larger inputs and outputs, and intermediates past the GPU's budget for runner-held memory (``HELD_BYTES``
-over all runners), are bound directly instead: their launches keep a small cache of bind groups by buffer
-identity (a data set passed every call binds once).
-
-The in-order queue makes the reuse safe without waiting: a call's copies into the staging buffers run
-after the previous call's kernels have read them (within one command buffer too: its copies and passes run
-in order). A buffer given back to the pool while a recorded call still reads it is reused only by later
-recorded work or after a flush; one let go is kept by wgpu until the work that uses it has run. Two threads
-calling one runner take the GPU's lock for the whole recording, so their work does not interleave.
+The in-order queue makes the reuse safe without waiting: a call's kernels write the arena after the previous
+call's kernels have read it (within one pass too: wgpu orders the dispatches of a pass and puts barriers
+between them where one writes what another uses). A buffer given back to the pool while a recorded call still
+reads it is reused only by later recorded work (as an output) or after a flush; one let go is kept by wgpu
+until the work that uses it has run. Two threads calling one runner take the GPU's lock for the whole
+recording, so their work does not interleave.
 
 Under the profiler a call is recorded the same way, with a timestamp pair around each kernel (one compute
 pass each) where the device has timestamp queries, submitted once and waited for; each kernel becomes a
@@ -50,14 +50,10 @@ import numpy as np
 from fnarray.core import profile as _profile
 from fnarray.lowering.kernels.lowered import donated_must_copy
 
-__all__ = ["Runner", "STAGE_BYTES", "HELD_BYTES", "BATCH_LAUNCHES", "ALONE_LAUNCHES", "STAGED_UPLOAD_BYTES",
-           "STAGED_UPLOADS_HELD"]
+__all__ = ["Runner", "HELD_BYTES", "BATCH_LAUNCHES", "ALONE_LAUNCHES", "NEW_UPLOAD_BYTES"]
 
-#: Inputs and outputs up to this many bytes go through the runner's staging buffers (a copy each call);
-#: larger ones are bound directly (a copy would cost more than a bind group).
-STAGE_BYTES = 256 << 10
-#: Buffer memory all runners of one GPU may hold between calls (arena and staging); past it a runner
-#: allocates its intermediates per call from the pool, as before this module.
+#: Buffer memory all runners of one GPU may hold between calls (their arenas); past it a runner allocates its
+#: intermediates per call from the pool, as before this module.
 HELD_BYTES = 128 << 20
 #: A call records into the GPU's open command encoder, which is submitted once it holds this many kernels (or
 #: when the host next uses the queue: an upload, a readback, a wait); a call of ``ALONE_LAUNCHES`` kernels or
@@ -65,14 +61,14 @@ HELD_BYTES = 128 << 20
 #: however little it holds: small calls (an eager operation, a decode step) share one.
 BATCH_LAUNCHES = 64
 ALONE_LAUNCHES = 16
-#: An upload of up to this many bytes while the GPU's command encoder is open is written into a staging buffer
-#: (``queue.write_buffer``: no recorded work reads that buffer, so running ahead of the encoder is harmless) and
-#: copied into its pooled buffer by a copy recorded into the encoder, after the work recorded before it: no
-#: submit (a jacobian sweep uploads a small array per call: 784 submits of 3,048 calls went to uploads). Larger
-#: uploads, and any once the open encoder's staged bytes pass ``STAGED_UPLOADS_HELD`` (or its count
-#: ``BATCH_LAUNCHES``), submit the encoder and write the buffer directly. 0: every upload submits first.
-STAGED_UPLOAD_BYTES = 64 << 10
-STAGED_UPLOADS_HELD = 4 << 20
+#: An upload is written (``queue.write_buffer``, which runs before the next submit's work) into a buffer that no
+#: work recorded in the open command encoder uses: a pooled one not given back while the encoder was open
+#: (``_GPU._upload_target``). Where the pool has only such buffers of its size, an upload of up to this many bytes
+#: takes a new buffer (which then joins the pool: the pool's bounds keep their number), a larger one submits the
+#: encoder first. Neither records a copy nor, below the bound, submits: a jacobian sweep uploads a small array per
+#: few calls (784 of its 3,048 calls submitted for an upload before uploads were staged; then 1,548 staged copies,
+#: each ending the calls' shared compute pass).
+NEW_UPLOAD_BYTES = 64 << 10
 #: Most timestamp queries in one query set (WebGPU's limit is 4096).
 _MAX_QUERIES = 4096
 
@@ -94,86 +90,54 @@ class Runner:
         self.steps = plan.steps
         self.n_inputs = plan.n_inputs
         # Inputs a kernel writes: donated ones that a dynamic_update_slice updates in place (groups/in_place.py).
-        # They are bound directly, never staged, and the output that shares one takes its buffer over.
+        # The output that shares one takes its buffer over.
         self.updated = sorted({k for st in plan.steps for k, w in zip(st.slots, st.writes, strict=True)
                                if w and k < plan.n_inputs})
-        self._owned = []                       # WGBuffers this runner keeps (arena and staging)
+        bound = {k for st in plan.steps for k in st.slots}
+        self.bound_in = [i for i in range(plan.n_inputs) if i in bound]
+        self._owned = []                       # the arena's WGBuffers
         self._held = 0                         # their bytes
-        template = [None] * plan.n_slots       # the wgpu buffer of every slot that does not change
+        template = [None] * plan.n_slots       # the wgpu buffer of every arena slot (the same every call)
+        calls = self.calls = gpu.calls
         with gpu.lock:
-            budget = HELD_BYTES - gpu.held_bytes
-            self._place_inputs(plan, template, budget)
-            stage_out = self._place_slots(plan, template, budget)
+            self._place_slots(plan, template, HELD_BYTES - gpu.held_bytes)
             gpu.held_bytes += self._held
-            # Launches over owned buffers only get their bind group now, once.
-            self.binds = [gpu.bind_group(st.bgl, [template[k] for k in st.slots], st.uniform)
+            # Launches over arena buffers only get their bind group now, once; the others a binder.
+            self.fixed = [gpu.bind_group(st.bgl, [template[k] for k in st.slots], st.uniform)
                           if all(template[k] is not None for k in st.slots) else None for st in plan.steps]
+            self.binders = [(calls.binder(st.bgl, [template[k] for k in st.slots], st.uniform), st.slots)
+                            for st, bg in zip(plan.steps, self.fixed, strict=True) if bg is None]
         weakref.finalize(self, _give_back, gpu, self._held).atexit = False
         self.template = template
-        self.stage_out = list(stage_out.items())
+        self.launches = [(calls.handle(st.pipeline), None if bg is None else calls.handle(bg), st.groups)
+                         for st, bg in zip(plan.steps, self.fixed, strict=True)]
         self.outs = self._output_plan(plan)
         self._queries = None
 
-    def _own(self, spec):
-        """A buffer for ``spec`` that this runner keeps (and counts against ``HELD_BYTES``)."""
-        buf = self.gpu.alloc(spec.dtype, spec.shape)
-        self._owned.append(buf)
-        self._held += buf.buffer.size
-        return buf.buffer
-
-    def _place_inputs(self, plan, template, budget):
-        """Each bound input: copied into a staging buffer of its own (up to ``STAGE_BYTES``, within the
-        budget) or bound directly."""
-        inputs = plan.schedule.inputs
-        bound = {k for st in plan.steps for k in st.slots}
-        self.stage_in = []                     # (input index, staging buffer, bytes)
-        self.direct_in = []                    # input indices bound directly
-        for i in range(plan.n_inputs):
-            if i not in bound:
-                continue
-            nb = _nbytes(inputs[i])
-            if i in self.updated:
-                self.direct_in.append(i)
-                continue
-            if nb <= STAGE_BYTES and self._held + nb <= budget:
-                template[i] = self._own(inputs[i])
-                self.stage_in.append((i, template[i], nb))
-            else:
-                self.direct_in.append(i)
-
     def _place_slots(self, plan, template, budget):
-        """Every other slot: an arena buffer (intermediates), a staging buffer (small outputs a kernel writes)
-        or a fresh buffer per call (``self.fresh``); returns ``{slot: (staging buffer, bytes, spec)}``."""
-        written = {k for st in plan.steps for k, w in zip(st.slots, st.writes, strict=True) if w}
+        """Every slot past the inputs: an arena buffer (an intermediate, within the budget) or a fresh buffer per
+        call (an output, or an intermediate past the budget: ``self.fresh``)."""
         out_slots = {o for o in plan.outputs if isinstance(o, int)}
-        self.fresh = []                        # (slot, spec): allocated per call and bound directly
-        stage_out = {}                         # slot -> (staging buffer, bytes, spec)
+        self.fresh = []                        # (slot, bytes, dtype, shape): allocated per call
         for k, spec in plan.allocs:
             nb = _nbytes(spec)
-            if k in out_slots:
-                if k in written and nb <= STAGE_BYTES and self._held + nb <= budget:
-                    stage_out[k] = (self._own(spec), nb, spec)
-                    template[k] = stage_out[k][0]
-                else:
-                    self.fresh.append((k, spec))
-            elif self._held + nb <= budget:
-                template[k] = self._own(spec)
+            if k not in out_slots and self._held + nb <= budget:
+                buf = self.gpu.alloc(spec.dtype, spec.shape)
+                self._owned.append(buf)
+                self._held += buf.buffer.size
+                template[k] = buf.buffer
             else:
-                self.fresh.append((k, spec))
-        return stage_out
+                self.gpu.check_size(nb, spec.dtype, spec.shape)
+                self.fresh.append((k, nb, np.dtype(spec.dtype), tuple(spec.shape)))
 
     def _output_plan(self, plan):
-        """Where each output comes from: ``("in", input index) | ("stage", index in stage_out) |
-        ("fresh", slot) | ("const", WGBuffer)``."""
-        order = {k: j for j, (k, _) in enumerate(self.stage_out)}
+        """Where each output comes from: ``("in", input index) | ("fresh", slot) | ("const", WGBuffer)``."""
         outs = []
         for o in plan.outputs:
             if not isinstance(o, int):
                 outs.append(("const", o))
             elif o < self.n_inputs:
                 outs.append(("in", o))
-            elif o in order:
-                outs.append(("stage", order[o]))
             else:
                 outs.append(("fresh", o))
         return outs
@@ -185,42 +149,35 @@ class Runner:
         if len(bufs) != self.n_inputs:
             raise ValueError(f"this webgpu executable takes {self.n_inputs} buffers, got {len(bufs)}")
         gpu = self.gpu
-        with gpu.lock:  # one recording and submit at a time per GPU (the bind-group caches too)
+        calls = self.calls
+        with gpu.lock:  # one recording and submit at a time per GPU
             vals, made = self._bind(bufs)
             # made before anything is recorded: what may raise happens before the shared encoder holds a part
             # of this call
-            binds = [bg if bg is not None else st.bind_group(gpu, [vals[k] for k in st.slots])
-                     for st, bg in zip(self.steps, self.binds, strict=True)]
-            enc = gpu.encoder()
-            self._copy_shared(bufs, made, enc)
-            for i, staging, nb in self.stage_in:
-                enc.copy_buffer_to_buffer(bufs[i].buffer, 0, staging, 0, nb)
-            if self.steps:
-                cp = enc.begin_compute_pass()
-                last = None
-                for st, bg in zip(self.steps, binds, strict=True):
-                    if st.pipeline is not last:
-                        cp.set_pipeline(st.pipeline)
-                        last = st.pipeline
-                    cp.set_bind_group(0, bg)
-                    cp.dispatch_workgroups(*st.groups)
-                cp.end()
-            staged = self._copy_out(enc)
-            gpu.open_launches += len(self.steps)
+            groups = calls.bind_groups(self.binders, vals) if self.binders else ()
+            if self.updated and any(("copy", i) in made for i in self.updated):   # ends the calls' pass
+                self._copy_shared(bufs, made, gpu.encoder())
+            if self.launches:
+                cp, last, gpu.pass_pipeline = gpu.compute_pass(), gpu.pass_pipeline, None
+                try:
+                    gpu.pass_pipeline = calls.record(cp, self.launches, groups, last)
+                finally:
+                    calls.release(groups)
+            gpu.open_launches += len(self.launches)
             gpu.pending = True
-            if gpu.open_launches >= BATCH_LAUNCHES or len(self.steps) >= ALONE_LAUNCHES:
+            if gpu.open_launches >= BATCH_LAUNCHES or len(self.launches) >= ALONE_LAUNCHES:
                 gpu.flush()
-        return self._outputs(bufs, made, staged)
+        return self._outputs(bufs, made)
 
     def _bind(self, bufs):
         """The buffer of every slot for this call, and the per-call ``WGBuffer``s by slot (lock held)."""
         gpu = self.gpu
         vals = self.template.copy()
-        for i in self.direct_in:
+        for i in self.bound_in:
             vals[i] = bufs[i].buffer
         made = {}
-        for k, spec in self.fresh:
-            b = made[k] = gpu.alloc(spec.dtype, spec.shape)
+        for k, nb, dtype, shape in self.fresh:
+            b = made[k] = gpu.alloc_checked(nb, dtype, shape)
             vals[k] = b.buffer
         for i in self.updated:
             if donated_must_copy(bufs, i, _memory):
@@ -235,22 +192,10 @@ class Runner:
             if b is not None:
                 enc.copy_buffer_to_buffer(bufs[i].buffer, 0, b.buffer, 0, b.buffer.size)
 
-    def _copy_out(self, enc):
-        """Fresh buffers for the staged outputs, their copies recorded (lock held)."""
-        gpu = self.gpu
-        staged = []
-        for _, (staging, nb, spec) in self.stage_out:
-            b = gpu.alloc(spec.dtype, spec.shape)
-            enc.copy_buffer_to_buffer(staging, 0, b.buffer, 0, nb)
-            staged.append(b)
-        return staged
-
-    def _outputs(self, bufs, made, staged):
+    def _outputs(self, bufs, made):
         out = []
         for kind, v in self.outs:
-            if kind == "stage":
-                out.append(staged[v])
-            elif kind == "fresh":
+            if kind == "fresh":
                 out.append(made[v])
             elif kind == "in" and v in self.updated:
                 # updated in place: the output takes the donated buffer over (the donated array, which jit
@@ -283,37 +228,34 @@ class Runner:
         begin = time.perf_counter_ns()
         with gpu.lock:
             vals, made = self._bind(bufs)
+            binds = [bg if bg is not None else gpu.bind_group(st.bgl, [vals[k] for k in st.slots], st.uniform)
+                     for st, bg in zip(self.steps, self.fixed, strict=True)]
             dev = gpu.device
             enc = dev.create_command_encoder()
             self._copy_shared(bufs, made, enc)
-            for i, staging, nb in self.stage_in:
-                enc.copy_buffer_to_buffer(bufs[i].buffer, 0, staging, 0, nb)
             if not timed:
                 gpu.submit(enc)
-                for st, bg in zip(self.steps, self.binds, strict=True):
+                for st, bg in zip(self.steps, binds, strict=True):
                     with _profile.span("kernel", st.entry, workgroups=st.groups):
-                        gpu.dispatch_timed(st, [vals[k] for k in st.slots], bind_group=bg)
-                enc = dev.create_command_encoder()
+                        gpu.dispatch_timed(st, [vals[k] for k in st.slots], bg)
             else:
-                for j, (st, bg) in enumerate(zip(self.steps, self.binds, strict=True)):
+                for j, (st, bg) in enumerate(zip(self.steps, binds, strict=True)):
                     cp = enc.begin_compute_pass(timestamp_writes={
                         "query_set": qs, "beginning_of_pass_write_index": 2 * j,
                         "end_of_pass_write_index": 2 * j + 1})
                     cp.set_pipeline(st.pipeline)
-                    cp.set_bind_group(0, bg if bg is not None else st.bind_group(gpu, [vals[k] for k in st.slots]))
+                    cp.set_bind_group(0, bg)
                     cp.dispatch_workgroups(*st.groups)
                     cp.end()
                 enc.resolve_query_set(qs, 0, 2 * len(self.steps), resolve, 0)
-            staged = self._copy_out(enc)
-            gpu.submit(enc)
-            if timed:
+                gpu.submit(enc)
                 raw = gpu.queue.read_buffer(resolve, 0, 16 * len(self.steps))   # waits for the call
                 gpu.pending = False
                 end = time.perf_counter_ns()
                 stamps = np.frombuffer(raw, np.uint64).reshape(-1, 2)
                 _profile.device_spans([(st.entry, t0, t1, {"workgroups": st.groups})
                                        for st, (t0, t1) in zip(self.steps, stamps.tolist(), strict=True)], begin, end)
-        return self._outputs(bufs, made, staged)
+        return self._outputs(bufs, made)
 
     def _query_set(self):
         """The timestamp query set and its resolve buffer (made on the first profiled call)."""

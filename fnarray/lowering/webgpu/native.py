@@ -1,0 +1,198 @@
+"""How a webgpu call records its kernels: wgpu-native's C functions called directly, or wgpu-py's methods.
+
+A cached call (``dispatch.Runner``) makes a bind group for each kernel that binds the call's own buffers (its
+inputs, its fresh outputs) and records ``set_pipeline``, ``set_bind_group`` and ``dispatch_workgroups`` per kernel.
+Through wgpu-py's methods these cost far more Python than C: ``create_bind_group`` ~20-35 us (descriptor structs
+built from dicts) against ~2.5 us for the C function and its release, a pass command ~1.5 us against ~0.3-0.7 us
+(measured on lavapipe, wgpu-py 0.32). Most of a pass command's cost is the error capture wgpu-py wraps around
+every C call (``_helpers.SafeLibCalls``: a per-thread stack, a slot object, a ``try/finally``).
+
+``Native`` calls the same C functions through wgpu-py's own cffi library (``wgpu.backends.wgpu_native._ffi``),
+with one descriptor per kernel whose buffer fields are filled in place. What becomes of errors:
+
+- bind-group creation reports validation errors synchronously, through the device's error callback:
+  ``bind_groups`` captures once around all of a call's creations, with wgpu-py's own ``ErrorHandler``
+  (``capture``/``release``, what its per-call wrapper does), and raises the ``GPUError`` subclass wgpu-py would
+  (``GPUValidationError`` ...) with wgpu-native's message, before anything of the call is recorded;
+- commands recorded into a compute pass report nothing when called: wgpu-native validates them when the pass
+  ends or the encoder finishes (measured: a dispatch of 100,000 work-groups raised at ``finish``, "In
+  wgpuCommandEncoderFinish ... In a dispatch command ... must be less or equal to 65535"). Passes are ended and
+  encoders finished through wgpu-py's methods, which raise as before; the capture wgpu-py puts around each
+  recorded command never catches anything.
+
+The trade-off is a dependency on wgpu-py internals (``_ffi.ffi``/``lib``, ``_api.error_handler``, the
+``_internal`` handles, ``_helpers.ERROR_TYPES``) and on the C declarations of webgpu.h. ``make`` checks them when the
+device opens (the functions' C types and the structs' fields against wgpu-py 0.32's); where any is missing (another wgpu-py, another wgpu implementation), or with
+``FNARRAY_WEBGPU_CALLS=public``, the backend records through wgpu-py's methods instead (``Public``: the same
+commands, the same results, more host time per call).
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["Native", "Public", "make"]
+
+#: The C functions ``Native`` calls and their C types in wgpu-py 0.32's cffi declarations (``make`` checks them:
+#: another signature means another wgpu-native, recorded through wgpu-py's methods instead).
+_FUNCTIONS = {
+    "wgpuDeviceCreateBindGroup": "struct WGPUBindGroupImpl *(*)(struct WGPUDeviceImpl *, WGPUBindGroupDescriptor *)",
+    "wgpuBindGroupRelease": "void(*)(struct WGPUBindGroupImpl *)",
+    "wgpuComputePassEncoderSetPipeline": "void(*)(struct WGPUComputePassEncoderImpl *, struct WGPUComputePipelineImpl *)",
+    "wgpuComputePassEncoderSetBindGroup": ("void(*)(struct WGPUComputePassEncoderImpl *, uint32_t, struct "
+                                           "WGPUBindGroupImpl *, size_t, uint32_t *)"),
+    "wgpuComputePassEncoderDispatchWorkgroups": "void(*)(struct WGPUComputePassEncoderImpl *, uint32_t, uint32_t, "
+                                                "uint32_t)",
+}
+#: The fields of the structs ``Native`` fills, in order.
+_STRUCTS = {
+    "WGPUBindGroupEntry": ("nextInChain", "binding", "buffer", "offset", "size", "sampler", "textureView"),
+    "WGPUBindGroupDescriptor": ("nextInChain", "label", "layout", "entryCount", "entries"),
+}
+#: The name ``Native.bind_groups`` captures errors under (wgpu-py's capture stack matches names).
+_CAPTURE = "wgpuDeviceCreateBindGroup"
+
+
+def make(device):
+    """``Native`` for a wgpu-py device where its internals are as expected, else ``Public``."""
+    if os.environ.get("FNARRAY_WEBGPU_CALLS", "").lower() == "public":
+        return Public(device)
+    try:
+        return Native(device)
+    except (ImportError, AttributeError, TypeError):   # another wgpu-py: its methods instead
+        return Public(device)
+
+
+class Public:
+    """Records through wgpu-py's methods (the fallback; the same commands as ``Native``)."""
+
+    native = False
+
+    def __init__(self, device):
+        self.device = device
+
+    def handle(self, obj):
+        """What ``record`` takes for a pipeline or a bind group made at compile time: the wgpu-py object."""
+        return obj
+
+    def binder(self, bgl, fixed, uniform):
+        """A bind-group maker for a layout: ``fixed[k]`` the buffer of binding ``k`` or ``None`` where the call's
+        value slot ``slots[k]`` gives it; ``uniform`` a uniform buffer bound last, or ``None``."""
+        return (bgl, tuple(fixed), uniform)
+
+    def bind_groups(self, binders, vals):
+        """A bind group per ``(binder, slots)`` for the buffers ``vals[slot]`` of this call."""
+        made = []
+        for (bgl, fixed, uniform), slots in binders:
+            entries = [{"binding": k, "resource": {"buffer": b if b is not None else vals[s]}}
+                       for k, (b, s) in enumerate(zip(fixed, slots, strict=True))]
+            if uniform is not None:
+                entries.append({"binding": len(fixed), "resource": {"buffer": uniform}})
+            made.append(self.device.create_bind_group(layout=bgl, entries=entries))
+        return made
+
+    def record(self, cp, launches, made, last):
+        """Record ``launches`` (``(pipeline, bind group or None, groups)``; ``None``: the next of ``made``) into
+        the compute pass ``cp`` whose current pipeline is ``last``; returns the pass's pipeline after them."""
+        it = iter(made)
+        for pipe, bg, groups in launches:
+            if pipe is not last:
+                cp.set_pipeline(pipe)
+                last = pipe
+            cp.set_bind_group(0, bg if bg is not None else next(it))
+            cp.dispatch_workgroups(*groups)
+        return last
+
+    def release(self, made):
+        """Let go of a call's bind groups once recorded (the command buffer keeps what it uses)."""
+
+
+class Native:
+    """Records through wgpu-native's C functions (see the module docstring). ``lib`` is read at each call, so that
+    a test may count the calls by replacing it."""
+
+    native = True
+
+    def __init__(self, device):
+        from wgpu.backends.wgpu_native import _api, _ffi, _helpers
+        self.ffi, self.lib = _ffi.ffi, _ffi.lib
+        self._errors = _api.error_handler
+        self._error_types = _helpers.ERROR_TYPES
+        self._fallback_error = _helpers.GPUError
+        self.device = device._internal
+        ffi = self.ffi
+        for name, ctype in _FUNCTIONS.items():
+            if ffi.typeof(getattr(self.lib, name)).cname != ctype:
+                raise TypeError(f"{name} is declared as {ffi.typeof(getattr(self.lib, name)).cname}")
+        for name, fields in _STRUCTS.items():
+            if tuple(f for f, _ in ffi.typeof(name).fields) != fields:
+                raise TypeError(f"{name} has other fields")
+        self._whole = self.lib.WGPU_WHOLE_SIZE
+        self._null = ffi.NULL
+        if self.device is None:
+            raise AttributeError("a wgpu-py device without its native handle")
+
+    def handle(self, obj):
+        """The native handle of a wgpu-py pipeline or bind group (kept alive by the caller)."""
+        return obj._internal
+
+    def binder(self, bgl, fixed, uniform):
+        """A descriptor for ``bgl`` with the ``fixed`` buffers (and ``uniform``) filled in, and the entries that
+        each call fills: ``(entries, descriptor, variable entry indices)``."""
+        ffi = self.ffi
+        n = len(fixed) + (uniform is not None)
+        entries = ffi.new("WGPUBindGroupEntry[]", n)
+        buffers = list(fixed) + ([uniform] if uniform is not None else [])
+        for k, b in enumerate(buffers):
+            entries[k].binding = k
+            entries[k].offset = 0
+            entries[k].size = self._whole
+            entries[k].buffer = b._internal if b is not None else self._null
+        desc = ffi.new("WGPUBindGroupDescriptor *")
+        desc.layout = bgl._internal
+        desc.entryCount = n
+        desc.entries = entries
+        return (entries, desc, tuple(k for k, b in enumerate(fixed) if b is None), (bgl, buffers))
+
+    def bind_groups(self, binders, vals):
+        """A bind group per ``(binder, slots)`` for the buffers ``vals[slot]`` of this call; a validation error
+        raises wgpu-py's ``GPUError`` subclass, after the ones made are released."""
+        create = self.lib.wgpuDeviceCreateBindGroup
+        dev = self.device
+        made = []
+        errors = self._errors
+        errors.capture(_CAPTURE)
+        try:
+            for (entries, desc, var, _), slots in binders:
+                for k in var:
+                    entries[k].buffer = vals[slots[k]]._internal
+                made.append(create(dev, desc))
+        finally:
+            err = errors.release(_CAPTURE)
+        if err is not None:
+            self.release(made)
+            raise self._error_types.get(err[0], self._fallback_error)(err[1])
+        return made
+
+    def record(self, cp, launches, made, last):
+        """As ``Public.record``, with native handles."""
+        lib = self.lib
+        set_pipeline = lib.wgpuComputePassEncoderSetPipeline
+        set_bind_group = lib.wgpuComputePassEncoderSetBindGroup
+        dispatch = lib.wgpuComputePassEncoderDispatchWorkgroups
+        h, null = cp._internal, self._null
+        it = iter(made)
+        for pipe, bg, (x, y, z) in launches:
+            if pipe is not last:
+                set_pipeline(h, pipe)
+                last = pipe
+            set_bind_group(h, 0, bg if bg is not None else next(it), 0, null)
+            dispatch(h, x, y, z)
+        return last
+
+    def release(self, made):
+        """Release a call's bind groups once recorded: wgpu-native's pass holds its own reference to each
+        (checked: a bind group released before its command buffer was submitted still bound its buffers)."""
+        release = self.lib.wgpuBindGroupRelease
+        for h in made:
+            release(h)
