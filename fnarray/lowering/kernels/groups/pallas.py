@@ -45,16 +45,21 @@ order, so the results equal the scalar form's. On lavapipe the loads were the co
 the matmul 2.4x faster there (docs/performance.md).
 
 *Row mode* (``render(rows=True)``, the default on lavapipe and, for a body without a ``dot``, on PoCL; a
-``PALLAS_TUNABLE`` choice elsewhere): one work
-item per row of the first output block, each phase giving row ``lid`` of its block to item ``lid``, the block
-values in the item's private arrays and no barrier; ``_Renderer.own_row`` refuses (``_NotRowwise``) any access of
-shared memory outside the item's row, and the usual form is rendered instead. With ``row_tile`` rows per item
-(``render(row_tile=)``, rows ``lid``, ``lid + wg``, ...: ``_Renderer.row_ids``; two by default on lavapipe for a
-body with a ``dot``) the phases take the item's rows in turn and a ``dot`` with a two-axis result computes one
-register tile over all of them, each right-operand vector read once for its rows (flash attention 0.63-0.68x
-the time of one row per item on lavapipe). Outside row mode a transposed
-``dot`` operand (``k.T``) may be staged in work-group memory in its own layout (``stage``; chosen by
-``_pallas_cost`` on PoCL with LLVM 15, whose vectoriser gathers the in-place reads).
+``PALLAS_TUNABLE`` choice elsewhere): one work item per row of the first output block, each phase giving row ``lid``
+of its block to item ``lid``, the block values in the item's private arrays and no barrier; ``_Renderer.own_row``
+refuses (``_NotRowwise``) any access of shared memory outside the item's row, and the usual form is rendered
+instead. With ``row_tile`` rows per item (``render(row_tile=)``, rows ``lid``, ``lid + wg``, ...:
+``_Renderer.row_ids``; two by default on lavapipe for a body with a ``dot``) the phases take the item's rows in turn
+and a ``dot`` with a two-axis result computes one register tile over all of them, each right-operand vector read
+once for its rows (flash attention 0.63-0.68x the time of one row per item on lavapipe). In a body without a ``dot``
+a reduction of a value that reads refs takes the item's rows in one loop instead (``_joint_reduce``: the 4-bit
+matvec example with 8 rows per item, each element of ``x`` loaded once for the 8, 0.45x the time of one row per item
+on lavapipe); PoCL keeps one row per item there (``_rows_share``: it was not faster). Inline values fold what is
+known while rendering: integer arithmetic on constant coordinates (an unrolled axis's ``iota``, so ``w >> (4 * j)``
+shifts by a constant), index divisions with a constant part past the divisor (``_div``), and an unsigned integer
+below ``2**31`` (masked by or shifted right by a constant) converts to a float through int32 (``_Renderer.small``).
+Outside row mode a transposed ``dot`` operand (``k.T``) may be staged in work-group memory in its own layout
+(``stage``; chosen by ``_pallas_cost`` on PoCL with LLVM 15, whose vectoriser gathers the in-place reads).
 
 What does not render (sorts, gathers, control flow other than ``fori_loop``/``when``, atomics on scratch refs or
 of other dtypes than int32/uint32/float32, blocks past the device's work-group memory) makes
@@ -80,7 +85,7 @@ from fnarray.lowering.kernels.barriers import prune_barriers
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import Launch, EquationGroup, Tracker, vec4_binding
 from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, BufferParam, Cast, Const, For, \
-    If, Lane, Load, Op, Special, const, vector_dtype, without
+    If, Lane, Load, Op, Special, Sym, const, vector_dtype, without
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import ELEMENTWISE, add_of, convert, highest, lowest, max_of, min_of, mul_of, op, \
     select
@@ -302,8 +307,9 @@ def _div(e, c):
     if not qs:
         return op("div", _sum(rest), _i(c))
     r = _sum(rest)
-    if isinstance(r, Const) and 0 <= int(r.value) < c:
-        return _sum(qs)
+    if isinstance(r, Const) and 0 <= int(r.value):
+        # a constant part past ``c`` (element 9 of a run of 64 elements, 8 to a word) folds into the quotient
+        return _sum(qs + ([_i(int(r.value) // c)] if int(r.value) >= c else []))
     return op("add", _sum(qs), op("div", r, _i(c)))
 
 
@@ -337,8 +343,8 @@ def _rem(e, c):
     if not qs:
         return op("rem", e, _i(c))
     r = _sum(rest)
-    if isinstance(r, Const) and 0 <= int(r.value) < c:
-        return r
+    if isinstance(r, Const) and 0 <= int(r.value):
+        return _i(int(r.value) % c)
     return op("rem", r, _i(c))
 
 
@@ -491,12 +497,16 @@ class _Renderer:
         self.local_limit = getattr(caps, "local_memory_bytes", None) or LOCAL_BYTES
         self.barriers = 0
         self.used = set()   # the variables some equation or result reads (an atomic's old values may be unused)
+        self.small = set()   # unsigned locals known below 2**31 (a mask, a right shift): converted through int
         # one work item per row (``render(rows=True)``): every phase gives row ``lid`` of its block to item
         # ``lid``; ``shared`` are the refs other work items could write (outputs, scratch), checked like
         # work-group arrays (``own_row``)
         self.rows, self.shared = False, frozenset()
         # row mode's rows of each work item (``render(row_tile=)``): ``lid``, ``lid + wg``, ... (block rows)
         self.row_ids = (lid,)
+        # row mode with several rows per item in a body without a ``dot``: a reduction takes the item's rows
+        # together (``_joint_reduce``)
+        self.joint_rows = False
         # a transposed ``dot`` operand (``k.T``) staged in work-group memory in its own layout (``render(stage=)``)
         self.stage_swapped = False
         self.row_private = {}   # row mode: the block arrays held as each item's private row (``block_array``)
@@ -573,7 +583,13 @@ class _Renderer:
             with self.b.loop(_i(0), _i(slots), hint="s") as s:
                 one(s)
 
-    def _row_for(self, shape, fn):
+    def row_columns(self, shape, fn):
+        """Row mode: ``fn(idxs)`` for each element of a row of ``shape`` (in order), ``idxs`` that element of each
+        of the item's rows (``row_ids``): the rows' elements computed together (``_reduce``: a load the rows
+        share, such as a matrix-vector product's vector element, is then read once for all of them)."""
+        self._row_for(shape, None, fn)
+
+    def _row_for(self, shape, fn, joint=None):
         """``par_for`` with one work item per row: item ``lid`` takes every element of its rows of ``shape``
         (``row_ids``: rows ``lid``, ``lid + wg``, ... of its first axis, as long as the work-group times the
         rows per item), in order, the element's place among the item's rows as its slot (row ``j``'s elements
@@ -584,6 +600,9 @@ class _Renderer:
         m = math.prod(rest)
 
         def each(c, sub):
+            if joint is not None:
+                joint([(row,) + sub for row in self.row_ids])
+                return
             for j, row in enumerate(self.row_ids):
                 fn((row,) + sub, op("add", c, _i(j * m)))
         if self.unrolled(m):
@@ -745,11 +764,44 @@ class _Renderer:
         out_aval = e.outputs[0].aval
         params = e.params
 
+        small, fold = _small(e, np.dtype(dtype)), _FOLD.get(e.primitive)
+        if e.primitive is P.convert_element_type and np.dtype(dtype).kind == "f" and in_avals[0].dtype.kind == "u":
+            signed = [in_avals[0].update(dtype=_signed(in_avals[0].dtype))]
+
         def at(idx):
             xs = [v.at(idx if v.shape else ()) for v in vals]
-            return b.let(rule(b, xs, params, in_avals, out_aval), "x")
+            if fold is not None and all(isinstance(x, Const) and x.dtype.kind in "iu" for x in xs):
+                return const(fold(*(x.value for x in xs)), dtype)   # index arithmetic on unrolled coordinates
+            if xs and isinstance(xs[0], Sym) and xs[0].name in self.small:
+                return b.let(rule(b, [Cast(xs[0], signed[0].dtype)], params, signed, out_aval), "x")
+            v = b.let(rule(b, xs, params, in_avals, out_aval), "x")
+            if small and isinstance(v, Sym):
+                self.small.add(v.name)
+            return v
         return _Lazy(tuple(shape), np.dtype(dtype), at, frozenset().union(*(v.reads for v in vals)),
                      _aligned(vals, tuple(shape)), e.primitive in _EXPENSIVE or any(_heavy(v) for v in vals))
+
+
+def _signed(d):
+    return np.dtype(f"i{np.dtype(d).itemsize}")
+
+
+#: integer elementwise operations evaluated at rendering time where every operand is a constant
+_FOLD = {P.add: lambda a, b: a + b, P.sub: lambda a, b: a - b, P.mul: lambda a, b: a * b}
+
+
+def _small(e, dtype):
+    """Whether ``e`` (an elementwise equation) gives an unsigned integer below ``2**(bits - 1)``: an ``and`` with
+    such a constant, or a right shift by a positive constant."""
+    if dtype.kind != "u":
+        return False
+    half = 1 << (8 * dtype.itemsize - 1)
+    lits = [int(a.val) for a in e.inputs if isinstance(a, Literal)]
+    if e.primitive is P.and_p:
+        return any(0 <= v < half for v in lits)
+    if e.primitive is P.shift_right_logical:
+        return isinstance(e.inputs[1], Literal) and 0 < int(e.inputs[1].val) < 8 * dtype.itemsize
+    return False
 
 
 class _null:
@@ -866,7 +918,11 @@ def _transpose(r, e, vals):
 def _iota(r, e, vals):
     d, dim = e.params["dtype"], e.params["dimension"]
     shape = tuple(e.params["shape"])
-    return _Lazy(shape, np.dtype(d), lambda idx: convert(r.b, idx[dim], np.dtype(d)))
+
+    def at(idx):
+        i = idx[dim]   # a constant coordinate (an unrolled axis) gives a constant, which later arithmetic folds
+        return const(int(i.value), d) if isinstance(i, Const) else convert(r.b, i, np.dtype(d))
+    return _Lazy(shape, np.dtype(d), at)
 
 
 def _slice(r, e, vals):
@@ -967,23 +1023,64 @@ def _reduce(r, e, vals):
             one_elem(k, idx, acc)
         return acc
 
-    def one_elem(k, idx, acc):
-        ridx = _unravel(k, red_shape)
-        full = [None] * len(x.shape)
-        for dd, i in zip(keep, idx, strict=True):
-            full[dd] = i
-        for dd, i in zip(axes, ridx, strict=True):
-            full[dd] = i
-        v = x.at(tuple(full))
-        b.assign(acc, _combine(b, kind, acc, convert(b, v, acc_d) if acc_d != d else v))
+    def elem(k, idx):
+        v = x.at(_reduced_index(len(x.shape), keep, idx, axes, _unravel(k, red_shape)))
+        return convert(b, v, acc_d) if acc_d != d else v
 
-    if lanes == 1:
+    def one_elem(k, idx, acc):
+        b.assign(acc, _combine(b, kind, acc, elem(k, idx)))
+
+    if lanes == 1 and r.joint_rows and x.reads:
+        # row mode, several rows per item, an operand that reads refs: the item's rows reduced in one loop
+        r.row_columns(out_shape, lambda idxs: _joint_reduce(r, elem, (kind, acc_d, d), n_red, name, out_shape,
+                                                            idxs))
+    elif lanes == 1:
         r.par_for(out_shape, lambda idx, slot: r.put_elem(
             name, idx, out_shape, _narrow(b, partial(idx, _i(0), _i(1)), d)), fresh=True)
     else:
         _shared_reduce(r, name, out_shape, lanes, (kind, acc_d, d), partial)
     r.barrier()
     return r.local_value(name, out_shape, d)
+
+
+def _joint_reduce(r, elem, kinds, n_red, name, out_shape, idxs):
+    """Row mode with several rows per item (``joint_rows``): the results ``idxs`` of ``_reduce`` (one per row of the
+    item; ``elem(k, idx)`` its element ``k``) in one loop, so that a load the rows share (a matrix-vector product's
+    vector element) is read once for all of them. A step takes up to 8 runs of ``_RUN`` elements (one element a run
+    where ``_RUN`` does not divide the row), run by run, each run for every row; element ``j`` of a row's runs has
+    its own chain within the step, the chains combined as a tree into the row's one accumulator, so the loop carries
+    one value per row (eight per row, as ``partial`` carries, took 1.7x the time on PoCL 3.0 for 8 rows of the 4-bit
+    matvec example) and a value that changes once per 64 elements (a group's scale) is loaded once a step."""
+    kind, acc_d, d = kinds
+    b = r.b
+    un = _RUN if r.lane_runs and n_red % _RUN == 0 and n_red > _RUN else 1
+    span = next(m * un for m in (8, 4, 2, 1) if n_red % (m * un) == 0)
+    accs = [b.var(acc_d, _identity_of(kind, acc_d), "acc") for _ in idxs]
+    with b.loop(_i(0), _i(n_red // span), hint="t") as tv:
+        base = op("mul", tv, _i(span))
+        chains = [[None] * un for _ in idxs]
+        for run in range(0, span, un):
+            for vs, idx in zip(chains, idxs, strict=True):
+                for j in range(un):
+                    k = run + j
+                    v = elem(op("add", base, _i(k)) if k else base, idx)
+                    vs[j] = b.let(v if vs[j] is None else _combine(b, kind, vs[j], v), "ev")
+        for vs, acc in zip(chains, accs, strict=True):
+            while len(vs) > 1:
+                vs = [b.let(_combine(b, kind, vs[i], vs[i + 1]), "ev") for i in range(0, len(vs), 2)]
+            b.assign(acc, _combine(b, kind, acc, vs[0]))
+    for idx, acc in zip(idxs, accs, strict=True):
+        r.put_elem(name, idx, out_shape, _narrow(b, acc, d))
+
+
+def _reduced_index(rank, keep, idx, axes, ridx):
+    """The operand's index of a reduction result ``idx`` (along the kept axes) at reduced position ``ridx``."""
+    full = [None] * rank
+    for dd, i in zip(keep, idx, strict=True):
+        full[dd] = i
+    for dd, i in zip(axes, ridx, strict=True):
+        full[dd] = i
+    return tuple(full)
 
 
 def _lanes(r, n_out, n_red):
@@ -1960,6 +2057,15 @@ def _row_tile_default(eqn, opts):
     return 1
 
 
+def _rows_share(eqn, caps):
+    """Whether several rows per work item pay: not on a CPU OpenCL device (PoCL) for a body without a ``dot``,
+    whose rows are then reduced together (``_joint_reduce``). The 4-bit matvec example with 8 rows per item, at
+    load 3.7 against fnarray's own kernel: PoCL 3.1 1.36-1.41x (one row per item 1.12-1.36x), PoCL 3.0 1.53-1.68x
+    (1.76-2.05x): no clear gain on 3.0, a loss on 3.1 (on lavapipe 0.45x the time of one row)."""
+    return getattr(caps, "matmul_tiling", "local") != "register" or any(
+        e.primitive is P.dot_general for e in walk_body(eqn.params["body"].program))
+
+
 def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=None, tile=_DOT_TILE, row_tile=1):
     """The kernel of one ``pallas_call`` equation: ``(builder, global size, local size)``; ``buffer_names(b)``
     gives ``(input names, output names)``; ``wg``: the work-group size (default ``default_workgroup``).
@@ -1977,7 +2083,7 @@ def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=No
     Raises ``Unrenderable``."""
     n_rows = row_count(eqn, caps)
     if rows and n_rows is not None:
-        per = row_tile if row_tile >= 1 and n_rows % row_tile == 0 else 1
+        per = row_tile if row_tile >= 1 and n_rows % row_tile == 0 and _rows_share(eqn, caps) else 1
         try:
             return _render(eqn, caps, buffer_names, n_rows // per, True, vectors=vectors, row_tile=per)
         except _NotRowwise:
@@ -2009,6 +2115,7 @@ def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None, tile=_
     r.rows = rows and fused is None
     if r.rows:
         r.row_ids = (lid,) + tuple(b.let(op("add", lid, _i(j * wg)), "row") for j in range(1, row_tile))
+        r.joint_rows = row_tile > 1 and not any(e.primitive is P.dot_general for e in walk_body(p["body"].program))
     r.stage_swapped = stage
     r.vectors, r.dot_tile = vectors, tile
     if caps.max_buffers_per_kernel is not None:
