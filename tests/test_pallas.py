@@ -503,7 +503,7 @@ def test_row_mode_rows_reduced_together(device, n, kind):
     "row_tile": 4}``): each reduction of a value that reads refs takes the item's rows in one loop
     (``_joint_reduce``: ``v``'s elements loaded once for the four rows), runs of 8 elements where 8 divides the
     row (64, 256; 20 and the halves of 20: one element a run), one result per row and per column of a two-axis
-    result; against NumPy (float64) on every device (PoCL keeps one row per item there: ``_rows_share``)."""
+    result; against NumPy (float64) on every device."""
     x = rng.standard_normal((32, n)).astype(np.float32)
     v = rng.standard_normal(n).astype(np.float32)
     red = {"sum": fnp.sum, "max": fnp.max}[kind]

@@ -53,13 +53,14 @@ instead. With ``row_tile`` rows per item (``render(row_tile=)``, rows ``lid``, `
 and a ``dot`` with a two-axis result computes one register tile over all of them, each right-operand vector read
 once for its rows (flash attention 0.63-0.68x the time of one row per item on lavapipe). In a body without a ``dot``
 a reduction of a value that reads refs takes the item's rows in one loop instead (``_joint_reduce``: the 4-bit
-matvec example with 8 rows per item, each element of ``x`` loaded once for the 8, 0.45x the time of one row per item
-on lavapipe); PoCL keeps one row per item there (``_rows_share``: it was not faster). Inline values fold what is
-known while rendering: integer arithmetic on constant coordinates (an unrolled axis's ``iota``, so ``w >> (4 * j)``
-shifts by a constant), index divisions with a constant part past the divisor (``_div``), and an unsigned integer
-below ``2**31`` (masked by or shifted right by a constant) converts to a float through int32 (``_Renderer.small``).
-Outside row mode a transposed ``dot`` operand (``k.T``) may be staged in work-group memory in its own layout
-(``stage``; chosen by ``_pallas_cost`` on PoCL with LLVM 15, whose vectoriser gathers the in-place reads).
+matvec example with 8 rows per item, each element of ``x`` loaded once for the 8 and first in each step:
+``_shared_first``, 0.45x the time of one row per item on lavapipe, 0.6-0.7x on PoCL 3.0, 0.8x on 3.1). Inline values
+fold what is known while rendering: integer arithmetic on constant coordinates (an unrolled axis's ``iota``, so ``w
+>> (4 * j)`` shifts by a constant), index divisions with a constant part past the divisor (``_div``), and an
+unsigned integer below ``2**31`` (masked by or shifted right by a constant) converts to a float through int32
+(``_Renderer.small``). Outside row mode a transposed ``dot`` operand (``k.T``) may be staged in work-group memory in
+its own layout (``stage``; chosen by ``_pallas_cost`` on PoCL with LLVM 15, whose vectoriser gathers the in-place
+reads).
 
 What does not render (sorts, gathers, control flow other than ``fori_loop``/``when``, atomics on scratch refs or
 of other dtypes than int32/uint32/float32, blocks past the device's work-group memory) makes
@@ -84,8 +85,8 @@ from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.barriers import prune_barriers
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import Launch, EquationGroup, Tracker, vec4_binding
-from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, BufferParam, Cast, Const, For, \
-    If, Lane, Load, Op, Special, Sym, const, vector_dtype, without
+from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Assign, Barrier, BufferParam, Cast, Const, \
+    For, If, Lane, Let, Load, Op, Special, Sym, const, vector_dtype, walk_exprs, without
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import ELEMENTWISE, add_of, convert, highest, lowest, max_of, min_of, mul_of, op, \
     select
@@ -1056,7 +1057,8 @@ def _joint_reduce(r, elem, kinds, n_red, name, out_shape, idxs):
     un = _RUN if r.lane_runs and n_red % _RUN == 0 and n_red > _RUN else 1
     span = next(m * un for m in (8, 4, 2, 1) if n_red % (m * un) == 0)
     accs = [b.var(acc_d, _identity_of(kind, acc_d), "acc") for _ in idxs]
-    with b.loop(_i(0), _i(n_red // span), hint="t") as tv:
+    rows = {x.name for x in r.row_ids if isinstance(x, Sym)}   # and the local id (a ``Special``)
+    with b.loop(_i(0), _i(n_red // span), hint="t", arrange=_shared_first(rows)) as tv:
         base = op("mul", tv, _i(span))
         chains = [[None] * un for _ in idxs]
         for run in range(0, span, un):
@@ -1071,6 +1073,37 @@ def _joint_reduce(r, elem, kinds, n_red, name, out_shape, idxs):
             b.assign(acc, _combine(b, kind, acc, vs[0]))
     for idx, acc in zip(idxs, accs, strict=True):
         r.put_elem(name, idx, out_shape, _narrow(b, acc, d))
+
+
+def _shared_first(rows):
+    """``arrange`` of a loop (``KernelBuilder.loop``) over a straight-line body (no nested blocks, no stores, else
+    the body as it is): each ``Let`` that does not depend on the names ``rows`` (a work item's row ids) or on the
+    local id moved up to just after the statements defining what it reads (``_joint_reduce``: the values the rows
+    share, the vector's loads and their addresses, come first in a step, before the rows' arithmetic). With them
+    inside the first row's arithmetic PoCL 3.0 took 1.5x the time for 8 rows of the 4-bit matvec example, and PoCL
+    3.1 1.1-1.2x; lavapipe the same time."""
+    def arrange(body):
+        if any(not isinstance(s, (Let, Assign)) for s in body):
+            return body
+        kept, slots, at, varying = [], collections.defaultdict(list), {}, set(rows)
+        for s in body:
+            exprs = list(walk_exprs([s]))
+            deps = {e.name for e in exprs if isinstance(e, Sym)}
+            if deps & varying or any(isinstance(e, Special) and e.kind == "local_id" for e in exprs):
+                varying.add(s.name)
+            if isinstance(s, Let) and s.name not in varying:
+                slot = max([at[n] for n in deps if n in at], default=-1)
+                slots[slot].append(s)
+                at[s.name] = slot
+            else:
+                kept.append(s)
+                at[s.name] = len(kept) - 1
+        out = list(slots[-1])
+        for i, s in enumerate(kept):
+            out.append(s)
+            out.extend(slots[i])
+        return tuple(out)
+    return arrange
 
 
 def _reduced_index(rank, keep, idx, axes, ridx):
@@ -2057,15 +2090,6 @@ def _row_tile_default(eqn, opts):
     return 1
 
 
-def _rows_share(eqn, caps):
-    """Whether several rows per work item pay: not on a CPU OpenCL device (PoCL) for a body without a ``dot``,
-    whose rows are then reduced together (``_joint_reduce``). The 4-bit matvec example with 8 rows per item, at
-    load 3.7 against fnarray's own kernel: PoCL 3.1 1.36-1.41x (one row per item 1.12-1.36x), PoCL 3.0 1.53-1.68x
-    (1.76-2.05x): no clear gain on 3.0, a loss on 3.1 (on lavapipe 0.45x the time of one row)."""
-    return getattr(caps, "matmul_tiling", "local") != "register" or any(
-        e.primitive is P.dot_general for e in walk_body(eqn.params["body"].program))
-
-
 def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=None, tile=_DOT_TILE, row_tile=1):
     """The kernel of one ``pallas_call`` equation: ``(builder, global size, local size)``; ``buffer_names(b)``
     gives ``(input names, output names)``; ``wg``: the work-group size (default ``default_workgroup``).
@@ -2083,7 +2107,7 @@ def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=No
     Raises ``Unrenderable``."""
     n_rows = row_count(eqn, caps)
     if rows and n_rows is not None:
-        per = row_tile if row_tile >= 1 and n_rows % row_tile == 0 and _rows_share(eqn, caps) else 1
+        per = row_tile if row_tile >= 1 and n_rows % row_tile == 0 else 1
         try:
             return _render(eqn, caps, buffer_names, n_rows // per, True, vectors=vectors, row_tile=per)
         except _NotRowwise:
