@@ -1044,18 +1044,25 @@ def _reduce(r, e, vals):
     return r.local_value(name, out_shape, d)
 
 
+#: the most runs of ``_RUN`` elements in one step of ``_joint_reduce``'s loop: 8 rows of the 4-bit matvec example
+#: (load 5-6) at 8 / 4 / 2 runs: PoCL 3.1 1.03-1.08x / 1.28-1.41x / 1.51-1.54x fnarray's own kernel, PoCL 3.0
+#: 1.12-1.26x / 1.18-1.20x / 1.17-1.27x, lavapipe 1.37-1.48x / 1.20-1.32x / 0.95-1.29x (one run: 2.6x on PoCL 3.0)
+_JOINT_RUNS = 8
+
+
 def _joint_reduce(r, elem, kinds, n_red, name, out_shape, idxs):
     """Row mode with several rows per item (``joint_rows``): the results ``idxs`` of ``_reduce`` (one per row of the
     item; ``elem(k, idx)`` its element ``k``) in one loop, so that a load the rows share (a matrix-vector product's
-    vector element) is read once for all of them. A step takes up to 8 runs of ``_RUN`` elements (one element a run
-    where ``_RUN`` does not divide the row), run by run, each run for every row; element ``j`` of a row's runs has
-    its own chain within the step, the chains combined as a tree into the row's one accumulator, so the loop carries
-    one value per row (eight per row, as ``partial`` carries, took 1.7x the time on PoCL 3.0 for 8 rows of the 4-bit
-    matvec example) and a value that changes once per 64 elements (a group's scale) is loaded once a step."""
+    vector element) is read once for all of them. A step takes up to ``_JOINT_RUNS`` runs of ``_RUN`` elements (one
+    element a run where ``_RUN`` does not divide the row), run by run, each run for every row; element ``j`` of a
+    row's runs has its own chain within the step, the chains combined as a tree into the row's one accumulator, so
+    the loop carries one value per row (eight per row, as ``partial`` carries, took 1.7x the time on PoCL 3.0 for 8
+    rows of the 4-bit matvec example) and a value that changes once per 64 elements (a group's scale) is loaded once
+    a step."""
     kind, acc_d, d = kinds
     b = r.b
     un = _RUN if r.lane_runs and n_red % _RUN == 0 and n_red > _RUN else 1
-    span = next(m * un for m in (8, 4, 2, 1) if n_red % (m * un) == 0)
+    span = next(m * un for m in (8, 4, 2, 1) if m <= _JOINT_RUNS and n_red % (m * un) == 0)
     accs = [b.var(acc_d, _identity_of(kind, acc_d), "acc") for _ in idxs]
     rows = {x.name for x in r.row_ids if isinstance(x, Sym)}   # and the local id (a ``Special``)
     with b.loop(_i(0), _i(n_red // span), hint="t", arrange=_shared_first(rows)) as tv:
