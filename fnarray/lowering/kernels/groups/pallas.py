@@ -508,6 +508,8 @@ class _Renderer:
         # row mode with several rows per item in a body without a ``dot``: a reduction takes the item's rows
         # together (``_joint_reduce``)
         self.joint_rows = False
+        # ``_load`` reads float32 input elements as lanes of vector loads (``_lane_load``; inside ``_joint_reduce``)
+        self.lane_loads = False
         # a transposed ``dot`` operand (``k.T``) staged in work-group memory in its own layout (``render(stage=)``)
         self.stage_swapped = False
         self.row_private = {}   # row mode: the block arrays held as each item's private row (``block_array``)
@@ -1065,6 +1067,7 @@ def _joint_reduce(r, elem, kinds, n_red, name, out_shape, idxs):
     span = next(m * un for m in (8, 4, 2, 1) if m <= _JOINT_RUNS and n_red % (m * un) == 0)
     accs = [b.var(acc_d, _identity_of(kind, acc_d), "acc") for _ in idxs]
     rows = {x.name for x in r.row_ids if isinstance(x, Sym)}   # and the local id (a ``Special``)
+    r.lane_loads = r.vectors is not None
     with b.loop(_i(0), _i(n_red // span), hint="t", arrange=_shared_first(rows)) as tv:
         base = op("mul", tv, _i(span))
         chains = [[None] * un for _ in idxs]
@@ -1078,6 +1081,7 @@ def _joint_reduce(r, elem, kinds, n_red, name, out_shape, idxs):
             while len(vs) > 1:
                 vs = [b.let(_combine(b, kind, vs[i], vs[i + 1]), "ev") for i in range(0, len(vs), 2)]
             b.assign(acc, _combine(b, kind, acc, vs[0]))
+    r.lane_loads = False
     for idx, acc in zip(idxs, accs, strict=True):
         r.put_elem(name, idx, out_shape, _narrow(b, acc, d))
 
@@ -1424,6 +1428,9 @@ def _load(r, e, vals):
         ri = _ref_index(ref, indexer, starts, idx)
         if ref.name in r.shared:
             r.own_row(ri, f"a load of {ref.name}")
+        v = _lane_load(r, ref, ri) if not masked and r.lane_loads and ref.vector is not None else None
+        if v is not None:
+            return v
         if not ref.wide:   # wide addresses keep the constant parts of the indices (``_wide``)
             ri = [b.let(x, "ri") if not isinstance(x, Const) else x for x in ri]
         v = b.let(Load(ref.space, ref.name, _bound_address(b, ref.address(ri, masked and not inside)), ref.dtype),
@@ -1439,12 +1446,32 @@ def _load(r, e, vals):
     return _Lazy(shape, ref.dtype, at, reads, {ref.name: _block_key(indexer, starts)}, vector=vector)
 
 
+#: the dtypes of the inputs bound a second time as four-element vectors (``_global_ref``): float32 (``dot``
+#: operands, ``_vector_load``, and ``_lane_load``) and uint32 (``_lane_load``: packed words)
+_LANE_DTYPES = (np.dtype(np.float32), np.dtype(np.uint32))
+
+
+def _lane_load(r, ref, ri):
+    """Element ``ri`` of ``ref`` (a float32 or uint32 input block with a vector binding) as a lane of a four-element
+    vector load where its address is a known multiple of 4 plus a constant (``_joint_reduce`` on a CPU WebGPU
+    adapter: the four loads of a run's neighbouring elements become one, shared through the builder's memo), else
+    ``None``."""
+    a = ref.address(ri, False)
+    lane = _rem(a, 4)
+    name = r.vector_name(ref.vector) if isinstance(lane, Const) else None
+    if name is None:
+        return None
+    b = r.b
+    vec = b.let(Load("global", name, _div(a, 4), vector_dtype(ref.dtype)), "vl")
+    return b.let(Lane(vec, int(lane.value), ref.dtype), "ln")
+
+
 def _vector_load(r, ref, indexer, starts, shape):
     """``_Lazy.vector`` of an unmasked load of ``ref``: where the ref is a float32 input block with a vector
     binding whose last axis is the array's last (a multiple of 4 long, the block's offset along it a multiple
     of 4: ``_global_ref``) and the load takes a slice of that axis starting at a constant multiple of 4; else
     ``None``."""
-    if ref.vector is None or not shape or indexer[-1][0] == "i":
+    if ref.vector is None or ref.dtype != np.float32 or not shape or indexer[-1][0] == "i":
         return None
     start = _scalar(starts[-1])
     if not isinstance(start, Const) or int(start.value) % 4:
@@ -1698,7 +1725,7 @@ def _global_ref(r, name, block, dtype, pids, vector=None):
     block whose last axis is the array's last, both extents along it multiples of 4, not padded."""
     offs = _index_map_offsets(r, block, pids)
     axes = tuple(a for a, n in enumerate(block.block_shape) if n is not None)
-    vec = vector is not None and np.dtype(dtype) == np.dtype(np.float32) and not block.padded and bool(axes) \
+    vec = vector is not None and np.dtype(dtype) in _LANE_DTYPES and not block.padded and bool(axes) \
         and axes[-1] == len(block.shape) - 1 and block.shape[-1] % 4 == 0 and block.block_shape[-1] % 4 == 0
     return _Ref("global", name, np.dtype(dtype), block.ref_shape, tuple(block.shape), tuple(offs), axes, block.padded,
                 r.wide, vector if vec else None)
