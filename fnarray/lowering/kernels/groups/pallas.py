@@ -54,13 +54,13 @@ and a ``dot`` with a two-axis result computes one register tile over all of them
 once for its rows (flash attention 0.63-0.68x the time of one row per item on lavapipe). In a body without a ``dot``
 a reduction of a value that reads refs takes the item's rows in one loop instead (``_joint_reduce``: the 4-bit
 matvec example with 8 rows per item, each element of ``x`` loaded once for the 8 and first in each step:
-``_shared_first``, 0.45x the time of one row per item on lavapipe, 0.6-0.7x on PoCL 3.0, 0.8x on 3.1). Inline values
-fold what is known while rendering: integer arithmetic on constant coordinates (an unrolled axis's ``iota``, so ``w
->> (4 * j)`` shifts by a constant), index divisions with a constant part past the divisor (``_div``), and an
-unsigned integer below ``2**31`` (masked by or shifted right by a constant) converts to a float through int32
-(``_Renderer.small``). Outside row mode a transposed ``dot`` operand (``k.T``) may be staged in work-group memory in
-its own layout (``stage``; chosen by ``_pallas_cost`` on PoCL with LLVM 15, whose vectoriser gathers the in-place
-reads).
+``_shared_first``; on lavapipe read as ``vec4`` lanes, ``_lane_load``: 0.3x the time of one row per item of 8-row
+blocks on lavapipe, 0.6-0.7x on PoCL 3.0, 0.8-1.0x on 3.1). Inline values fold what is known while rendering:
+integer arithmetic on constant coordinates (an unrolled axis's ``iota``, so ``w >> (4 * j)`` shifts by a constant),
+index divisions with a constant part past the divisor (``_div``), and an unsigned integer below ``2**31`` (masked by
+or shifted right by a constant) converts to a float through int32 (``_Renderer.small``). Outside row mode a
+transposed ``dot`` operand (``k.T``) may be staged in work-group memory in its own layout (``stage``; chosen by
+``_pallas_cost`` on PoCL with LLVM 15, whose vectoriser gathers the in-place reads).
 
 What does not render (sorts, gathers, control flow other than ``fori_loop``/``when``, atomics on scratch refs or
 of other dtypes than int32/uint32/float32, blocks past the device's work-group memory) makes
