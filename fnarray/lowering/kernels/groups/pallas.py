@@ -774,7 +774,7 @@ class _Renderer:
         def at(idx):
             xs = [v.at(idx if v.shape else ()) for v in vals]
             if fold is not None and all(isinstance(x, Const) and x.dtype.kind in "iu" for x in xs):
-                return const(fold(*(x.value for x in xs)), dtype)   # index arithmetic on unrolled coordinates
+                return _wrapped(fold(*(int(x.value) for x in xs)), dtype)   # arithmetic on unrolled coordinates
             if xs and isinstance(xs[0], Sym) and xs[0].name in self.small:
                 return b.let(rule(b, [Cast(xs[0], signed[0].dtype)], params, signed, out_aval), "x")
             v = b.let(rule(b, xs, params, in_avals, out_aval), "x")
@@ -791,6 +791,16 @@ def _signed(d):
 
 #: integer elementwise operations evaluated at rendering time where every operand is a constant
 _FOLD = {P.add: lambda a, b: a + b, P.sub: lambda a, b: a - b, P.mul: lambda a, b: a * b}
+
+
+def _wrapped(v, dtype):
+    """The Python integer ``v`` as a ``dtype`` constant, wrapped around as the kernel's integer arithmetic does."""
+    dtype = np.dtype(dtype)
+    bits = 8 * dtype.itemsize
+    v &= (1 << bits) - 1
+    if dtype.kind == "i" and v >= 1 << (bits - 1):
+        v -= 1 << bits
+    return const(v, dtype)
 
 
 def _small(e, dtype):
