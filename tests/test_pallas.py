@@ -496,6 +496,34 @@ def test_store_reading_its_own_ref(device):
     np.testing.assert_allclose(np.asarray(got), x[::-1] + 1, rtol=1e-6)
 
 
+@pytest.mark.parametrize("n", [64, 20, 256])
+@pytest.mark.parametrize("kind", ["sum", "max"])
+def test_row_mode_rows_reduced_together(device, n, kind):
+    """Row mode with four rows per work item in a body without a ``dot`` (``compiler_params={"rows": True,
+    "row_tile": 4}``): each reduction of a value that reads refs takes the item's rows in one loop
+    (``_joint_reduce``: ``v``'s elements loaded once for the four rows; on lavapipe ``x`` and ``v`` read as lanes of
+    ``vec4`` loads, ``_lane_load``, the ``arange`` term telling a lane from another), runs of 8 elements where 8
+    divides the row (64, 256; 20 and the halves of 20: one element a run), one result per row and per column of a
+    two-axis result; against NumPy (float64) on every device."""
+    x = rng.standard_normal((32, n)).astype(np.float32)
+    v = rng.standard_normal(n).astype(np.float32)
+    red = {"sum": fnp.sum, "max": fnp.max}[kind]
+
+    def kernel(x_ref, v_ref, o_ref):
+        p = x_ref[...] * (v_ref[...] + fnp.arange(n, dtype=fnp.float32) * 0.125)[None, :]
+        halves = fnp.sum(p.reshape(16, 2, n // 2), axis=2)
+        o_ref[...] = red(p, axis=1) + halves[:, 1] * 0.5
+
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((32,), x.dtype), grid=(2,),
+                       in_specs=[pl.BlockSpec((16, n), lambda i: (i, 0)), pl.BlockSpec((n,), lambda i: (0,))],
+                       out_specs=pl.BlockSpec((16,), lambda i: (i,)), compiler_params={"rows": True, "row_tile": 4})
+    p = x.astype(np.float64) * (v + np.arange(n) * 0.125)
+    want = {"sum": p.sum, "max": p.max}[kind](axis=1) + p[:, n // 2:].sum(axis=1) * 0.5
+    with own_kernels(device):
+        got = np.asarray(fa.jit(f)(fa.device_put(x, device), fa.device_put(v, device)))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("row_tile", [1, 2])
 @pytest.mark.parametrize("case", ["transposed", "shifted_store", "scratch"])
 def test_row_mode_only_where_rows_stay_private(device, case, row_tile):

@@ -164,12 +164,15 @@ class KernelBuilder:
             self._scope_ids.pop()
 
     @contextlib.contextmanager
-    def loop(self, start, stop, step=None, hint: str = "r"):
-        """``for var in range(start, stop, step)``; yields the counter."""
+    def loop(self, start, stop, step=None, hint: str = "r", arrange=None):
+        """``for var in range(start, stop, step)``; yields the counter. ``arrange(statements) -> statements``
+        rewrites the body before the loop is emitted (``groups/pallas.py``'s ``_loads_first``)."""
         var = Sym(self.fresh(hint), INT32)
         with self._scope():
             yield var
         body = tuple(self._scopes.pop())
+        if arrange is not None:
+            body = tuple(arrange(body))
         self.emit(For(var.name, start, stop, step if step is not None else Const(b"\x01\0\0\0", INT32), body))
 
     @contextlib.contextmanager

@@ -45,15 +45,21 @@ order, so the results equal the scalar form's. On lavapipe the loads were the co
 the matmul 2.4x faster there (docs/performance.md).
 
 *Row mode* (``render(rows=True)``, the default on lavapipe and, for a body without a ``dot``, on PoCL; a
-``PALLAS_TUNABLE`` choice elsewhere): one work
-item per row of the first output block, each phase giving row ``lid`` of its block to item ``lid``, the block
-values in the item's private arrays and no barrier; ``_Renderer.own_row`` refuses (``_NotRowwise``) any access of
-shared memory outside the item's row, and the usual form is rendered instead. With ``row_tile`` rows per item
-(``render(row_tile=)``, rows ``lid``, ``lid + wg``, ...: ``_Renderer.row_ids``; two by default on lavapipe for a
-body with a ``dot``) the phases take the item's rows in turn and a ``dot`` with a two-axis result computes one
-register tile over all of them, each right-operand vector read once for its rows (flash attention 0.63-0.68x
-the time of one row per item on lavapipe). Outside row mode a transposed
-``dot`` operand (``k.T``) may be staged in work-group memory in its own layout (``stage``; chosen by
+``PALLAS_TUNABLE`` choice elsewhere): one work item per row of the first output block, each phase giving row ``lid``
+of its block to item ``lid``, the block values in the item's private arrays and no barrier; ``_Renderer.own_row``
+refuses (``_NotRowwise``) any access of shared memory outside the item's row, and the usual form is rendered
+instead. With ``row_tile`` rows per item (``render(row_tile=)``, rows ``lid``, ``lid + wg``, ...:
+``_Renderer.row_ids``; two by default on lavapipe for a body with a ``dot``) the phases take the item's rows in turn
+and a ``dot`` with a two-axis result computes one register tile over all of them, each right-operand vector read
+once for its rows (flash attention 0.63-0.68x the time of one row per item on lavapipe). In a body without a ``dot``
+a reduction of a value that reads refs takes the item's rows in one loop instead (``_joint_reduce``: the 4-bit
+matvec example with 8 rows per item, each element of ``x`` loaded once for the 8 and first in each step:
+``_shared_first``; on lavapipe read as ``vec4`` lanes, ``_lane_load``: 0.3x the time of one row per item of 8-row
+blocks on lavapipe, 0.6-0.7x on PoCL 3.0, 0.8-1.0x on 3.1). Inline values fold what is known while rendering:
+integer arithmetic on constant coordinates (an unrolled axis's ``iota``, so ``w >> (4 * j)`` shifts by a constant),
+index divisions with a constant part past the divisor (``_div``), and an unsigned integer below ``2**31`` (masked by
+or shifted right by a constant) converts to a float through int32 (``_Renderer.small``). Outside row mode a
+transposed ``dot`` operand (``k.T``) may be staged in work-group memory in its own layout (``stage``; chosen by
 ``_pallas_cost`` on PoCL with LLVM 15, whose vectoriser gathers the in-place reads).
 
 What does not render (sorts, gathers, control flow other than ``fori_loop``/``when``, atomics on scratch refs or
@@ -79,8 +85,8 @@ from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.barriers import prune_barriers
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import Launch, EquationGroup, Tracker, vec4_binding
-from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Barrier, BufferParam, Cast, Const, For, \
-    If, Lane, Load, Op, Special, const, vector_dtype, without
+from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Assign, Barrier, BufferParam, Cast, Const, \
+    For, If, Lane, Let, Load, Op, Special, Sym, const, vector_dtype, walk_exprs, without
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import ELEMENTWISE, add_of, convert, highest, lowest, max_of, min_of, mul_of, op, \
     select
@@ -302,8 +308,9 @@ def _div(e, c):
     if not qs:
         return op("div", _sum(rest), _i(c))
     r = _sum(rest)
-    if isinstance(r, Const) and 0 <= int(r.value) < c:
-        return _sum(qs)
+    if isinstance(r, Const) and 0 <= int(r.value):
+        # a constant part past ``c`` (element 9 of a run of 64 elements, 8 to a word) folds into the quotient
+        return _sum(qs + ([_i(int(r.value) // c)] if int(r.value) >= c else []))
     return op("add", _sum(qs), op("div", r, _i(c)))
 
 
@@ -337,8 +344,8 @@ def _rem(e, c):
     if not qs:
         return op("rem", e, _i(c))
     r = _sum(rest)
-    if isinstance(r, Const) and 0 <= int(r.value) < c:
-        return r
+    if isinstance(r, Const) and 0 <= int(r.value):
+        return _i(int(r.value) % c)
     return op("rem", r, _i(c))
 
 
@@ -491,12 +498,18 @@ class _Renderer:
         self.local_limit = getattr(caps, "local_memory_bytes", None) or LOCAL_BYTES
         self.barriers = 0
         self.used = set()   # the variables some equation or result reads (an atomic's old values may be unused)
+        self.small = set()   # unsigned locals known below 2**31 (a mask, a right shift): converted through int
         # one work item per row (``render(rows=True)``): every phase gives row ``lid`` of its block to item
         # ``lid``; ``shared`` are the refs other work items could write (outputs, scratch), checked like
         # work-group arrays (``own_row``)
         self.rows, self.shared = False, frozenset()
         # row mode's rows of each work item (``render(row_tile=)``): ``lid``, ``lid + wg``, ... (block rows)
         self.row_ids = (lid,)
+        # row mode with several rows per item in a body without a ``dot``: a reduction takes the item's rows
+        # together (``_joint_reduce``)
+        self.joint_rows = False
+        # ``_load`` reads float32 input elements as lanes of vector loads (``_lane_load``; inside ``_joint_reduce``)
+        self.lane_loads = False
         # a transposed ``dot`` operand (``k.T``) staged in work-group memory in its own layout (``render(stage=)``)
         self.stage_swapped = False
         self.row_private = {}   # row mode: the block arrays held as each item's private row (``block_array``)
@@ -573,7 +586,13 @@ class _Renderer:
             with self.b.loop(_i(0), _i(slots), hint="s") as s:
                 one(s)
 
-    def _row_for(self, shape, fn):
+    def row_columns(self, shape, fn):
+        """Row mode: ``fn(idxs)`` for each element of a row of ``shape`` (in order), ``idxs`` that element of each
+        of the item's rows (``row_ids``): the rows' elements computed together (``_reduce``: a load the rows
+        share, such as a matrix-vector product's vector element, is then read once for all of them)."""
+        self._row_for(shape, None, fn)
+
+    def _row_for(self, shape, fn, joint=None):
         """``par_for`` with one work item per row: item ``lid`` takes every element of its rows of ``shape``
         (``row_ids``: rows ``lid``, ``lid + wg``, ... of its first axis, as long as the work-group times the
         rows per item), in order, the element's place among the item's rows as its slot (row ``j``'s elements
@@ -584,6 +603,9 @@ class _Renderer:
         m = math.prod(rest)
 
         def each(c, sub):
+            if joint is not None:
+                joint([(row,) + sub for row in self.row_ids])
+                return
             for j, row in enumerate(self.row_ids):
                 fn((row,) + sub, op("add", c, _i(j * m)))
         if self.unrolled(m):
@@ -745,11 +767,54 @@ class _Renderer:
         out_aval = e.outputs[0].aval
         params = e.params
 
+        small, fold = _small(e, np.dtype(dtype)), _FOLD.get(e.primitive)
+        if e.primitive is P.convert_element_type and np.dtype(dtype).kind == "f" and in_avals[0].dtype.kind == "u":
+            signed = [in_avals[0].update(dtype=_signed(in_avals[0].dtype))]
+
         def at(idx):
             xs = [v.at(idx if v.shape else ()) for v in vals]
-            return b.let(rule(b, xs, params, in_avals, out_aval), "x")
+            if fold is not None and all(isinstance(x, Const) and x.dtype.kind in "iu" for x in xs):
+                return _wrapped(fold(*(int(x.value) for x in xs)), dtype)   # arithmetic on unrolled coordinates
+            if xs and isinstance(xs[0], Sym) and xs[0].name in self.small:
+                return b.let(rule(b, [Cast(xs[0], signed[0].dtype)], params, signed, out_aval), "x")
+            v = b.let(rule(b, xs, params, in_avals, out_aval), "x")
+            if small and isinstance(v, Sym):
+                self.small.add(v.name)
+            return v
         return _Lazy(tuple(shape), np.dtype(dtype), at, frozenset().union(*(v.reads for v in vals)),
                      _aligned(vals, tuple(shape)), e.primitive in _EXPENSIVE or any(_heavy(v) for v in vals))
+
+
+def _signed(d):
+    return np.dtype(f"i{np.dtype(d).itemsize}")
+
+
+#: integer elementwise operations evaluated at rendering time where every operand is a constant
+_FOLD = {P.add: lambda a, b: a + b, P.sub: lambda a, b: a - b, P.mul: lambda a, b: a * b}
+
+
+def _wrapped(v, dtype):
+    """The Python integer ``v`` as a ``dtype`` constant, wrapped around as the kernel's integer arithmetic does."""
+    dtype = np.dtype(dtype)
+    bits = 8 * dtype.itemsize
+    v &= (1 << bits) - 1
+    if dtype.kind == "i" and v >= 1 << (bits - 1):
+        v -= 1 << bits
+    return const(v, dtype)
+
+
+def _small(e, dtype):
+    """Whether ``e`` (an elementwise equation) gives an unsigned integer below ``2**(bits - 1)``: an ``and`` with
+    such a constant, or a right shift by a positive constant."""
+    if dtype.kind != "u":
+        return False
+    half = 1 << (8 * dtype.itemsize - 1)
+    lits = [int(a.val) for a in e.inputs if isinstance(a, Literal)]
+    if e.primitive is P.and_p:
+        return any(0 <= v < half for v in lits)
+    if e.primitive is P.shift_right_logical:
+        return isinstance(e.inputs[1], Literal) and 0 < int(e.inputs[1].val) < 8 * dtype.itemsize
+    return False
 
 
 class _null:
@@ -866,7 +931,11 @@ def _transpose(r, e, vals):
 def _iota(r, e, vals):
     d, dim = e.params["dtype"], e.params["dimension"]
     shape = tuple(e.params["shape"])
-    return _Lazy(shape, np.dtype(d), lambda idx: convert(r.b, idx[dim], np.dtype(d)))
+
+    def at(idx):
+        i = idx[dim]   # a constant coordinate (an unrolled axis) gives a constant, which later arithmetic folds
+        return const(int(i.value), d) if isinstance(i, Const) else convert(r.b, i, np.dtype(d))
+    return _Lazy(shape, np.dtype(d), at)
 
 
 def _slice(r, e, vals):
@@ -967,23 +1036,105 @@ def _reduce(r, e, vals):
             one_elem(k, idx, acc)
         return acc
 
-    def one_elem(k, idx, acc):
-        ridx = _unravel(k, red_shape)
-        full = [None] * len(x.shape)
-        for dd, i in zip(keep, idx, strict=True):
-            full[dd] = i
-        for dd, i in zip(axes, ridx, strict=True):
-            full[dd] = i
-        v = x.at(tuple(full))
-        b.assign(acc, _combine(b, kind, acc, convert(b, v, acc_d) if acc_d != d else v))
+    def elem(k, idx):
+        v = x.at(_reduced_index(len(x.shape), keep, idx, axes, _unravel(k, red_shape)))
+        return convert(b, v, acc_d) if acc_d != d else v
 
-    if lanes == 1:
+    def one_elem(k, idx, acc):
+        b.assign(acc, _combine(b, kind, acc, elem(k, idx)))
+
+    if lanes == 1 and r.joint_rows and x.reads:
+        # row mode, several rows per item, an operand that reads refs: the item's rows reduced in one loop
+        r.row_columns(out_shape, lambda idxs: _joint_reduce(r, elem, (kind, acc_d, d), n_red, name, out_shape,
+                                                            idxs))
+    elif lanes == 1:
         r.par_for(out_shape, lambda idx, slot: r.put_elem(
             name, idx, out_shape, _narrow(b, partial(idx, _i(0), _i(1)), d)), fresh=True)
     else:
         _shared_reduce(r, name, out_shape, lanes, (kind, acc_d, d), partial)
     r.barrier()
     return r.local_value(name, out_shape, d)
+
+
+#: the most runs of ``_RUN`` elements in one step of ``_joint_reduce``'s loop: 8 rows of the 4-bit matvec example
+#: (load 5-6) at 8 / 4 / 2 runs: PoCL 3.1 1.03-1.08x / 1.28-1.41x / 1.51-1.54x fnarray's own kernel, PoCL 3.0
+#: 1.12-1.26x / 1.18-1.20x / 1.17-1.27x, lavapipe 1.37-1.48x / 1.20-1.32x / 0.95-1.29x (one run: 2.6x on PoCL 3.0)
+_JOINT_RUNS = 8
+
+
+def _joint_reduce(r, elem, kinds, n_red, name, out_shape, idxs):
+    """Row mode with several rows per item (``joint_rows``): the results ``idxs`` of ``_reduce`` (one per row of the
+    item; ``elem(k, idx)`` its element ``k``) in one loop, so that a load the rows share (a matrix-vector product's
+    vector element) is read once for all of them. A step takes up to ``_JOINT_RUNS`` runs of ``_RUN`` elements (one
+    element a run where ``_RUN`` does not divide the row), run by run, each run for every row; element ``j`` of a
+    row's runs has its own chain within the step, the chains combined as a tree into the row's one accumulator, so
+    the loop carries one value per row (eight per row, as ``partial`` carries, took 1.7x the time on PoCL 3.0 for 8
+    rows of the 4-bit matvec example) and a value that changes once per 64 elements (a group's scale) is loaded once
+    a step."""
+    kind, acc_d, d = kinds
+    b = r.b
+    un = _RUN if r.lane_runs and n_red % _RUN == 0 and n_red > _RUN else 1
+    span = next(m * un for m in (8, 4, 2, 1) if m <= _JOINT_RUNS and n_red % (m * un) == 0)
+    accs = [b.var(acc_d, _identity_of(kind, acc_d), "acc") for _ in idxs]
+    rows = {x.name for x in r.row_ids if isinstance(x, Sym)}   # and the local id (a ``Special``)
+    r.lane_loads = r.vectors is not None
+    with b.loop(_i(0), _i(n_red // span), hint="t", arrange=_shared_first(rows)) as tv:
+        base = op("mul", tv, _i(span))
+        chains = [[None] * un for _ in idxs]
+        for run in range(0, span, un):
+            for vs, idx in zip(chains, idxs, strict=True):
+                for j in range(un):
+                    k = run + j
+                    v = elem(op("add", base, _i(k)) if k else base, idx)
+                    vs[j] = b.let(v if vs[j] is None else _combine(b, kind, vs[j], v), "ev")
+        for vs, acc in zip(chains, accs, strict=True):
+            while len(vs) > 1:
+                vs = [b.let(_combine(b, kind, vs[i], vs[i + 1]), "ev") for i in range(0, len(vs), 2)]
+            b.assign(acc, _combine(b, kind, acc, vs[0]))
+    r.lane_loads = False
+    for idx, acc in zip(idxs, accs, strict=True):
+        r.put_elem(name, idx, out_shape, _narrow(b, acc, d))
+
+
+def _shared_first(rows):
+    """``arrange`` of a loop (``KernelBuilder.loop``) over a straight-line body (no nested blocks, no stores, else
+    the body as it is): each ``Let`` that does not depend on the names ``rows`` (a work item's row ids) or on the
+    local id moved up to just after the statements defining what it reads (``_joint_reduce``: the values the rows
+    share, the vector's loads and their addresses, come first in a step, before the rows' arithmetic). With them
+    inside the first row's arithmetic PoCL 3.0 took 1.5x the time for 8 rows of the 4-bit matvec example, and PoCL
+    3.1 1.1-1.2x; lavapipe the same time."""
+    def arrange(body):
+        if any(not isinstance(s, (Let, Assign)) for s in body):
+            return body
+        kept, slots, at, varying = [], collections.defaultdict(list), {}, set(rows)
+        for s in body:
+            exprs = list(walk_exprs([s]))
+            deps = {e.name for e in exprs if isinstance(e, Sym)}
+            if deps & varying or any(isinstance(e, Special) and e.kind == "local_id" for e in exprs):
+                varying.add(s.name)
+            if isinstance(s, Let) and s.name not in varying:
+                slot = max([at[n] for n in deps if n in at], default=-1)
+                slots[slot].append(s)
+                at[s.name] = slot
+            else:
+                kept.append(s)
+                at[s.name] = len(kept) - 1
+        out = list(slots[-1])
+        for i, s in enumerate(kept):
+            out.append(s)
+            out.extend(slots[i])
+        return tuple(out)
+    return arrange
+
+
+def _reduced_index(rank, keep, idx, axes, ridx):
+    """The operand's index of a reduction result ``idx`` (along the kept axes) at reduced position ``ridx``."""
+    full = [None] * rank
+    for dd, i in zip(keep, idx, strict=True):
+        full[dd] = i
+    for dd, i in zip(axes, ridx, strict=True):
+        full[dd] = i
+    return tuple(full)
 
 
 def _lanes(r, n_out, n_red):
@@ -1287,6 +1438,9 @@ def _load(r, e, vals):
         ri = _ref_index(ref, indexer, starts, idx)
         if ref.name in r.shared:
             r.own_row(ri, f"a load of {ref.name}")
+        v = _lane_load(r, ref, ri) if not masked and r.lane_loads and ref.vector is not None else None
+        if v is not None:
+            return v
         if not ref.wide:   # wide addresses keep the constant parts of the indices (``_wide``)
             ri = [b.let(x, "ri") if not isinstance(x, Const) else x for x in ri]
         v = b.let(Load(ref.space, ref.name, _bound_address(b, ref.address(ri, masked and not inside)), ref.dtype),
@@ -1302,12 +1456,32 @@ def _load(r, e, vals):
     return _Lazy(shape, ref.dtype, at, reads, {ref.name: _block_key(indexer, starts)}, vector=vector)
 
 
+#: the dtypes of the inputs bound a second time as four-element vectors (``_global_ref``): float32 (``dot``
+#: operands, ``_vector_load``, and ``_lane_load``) and uint32 (``_lane_load``: packed words)
+_LANE_DTYPES = (np.dtype(np.float32), np.dtype(np.uint32))
+
+
+def _lane_load(r, ref, ri):
+    """Element ``ri`` of ``ref`` (a float32 or uint32 input block with a vector binding) as a lane of a four-element
+    vector load where its address is a known multiple of 4 plus a constant (``_joint_reduce`` on a CPU WebGPU
+    adapter: the four loads of a run's neighbouring elements become one, shared through the builder's memo), else
+    ``None``."""
+    a = ref.address(ri, False)
+    lane = _rem(a, 4)
+    name = r.vector_name(ref.vector) if isinstance(lane, Const) else None
+    if name is None:
+        return None
+    b = r.b
+    vec = b.let(Load("global", name, _div(a, 4), vector_dtype(ref.dtype)), "vl")
+    return b.let(Lane(vec, int(lane.value), ref.dtype), "ln")
+
+
 def _vector_load(r, ref, indexer, starts, shape):
     """``_Lazy.vector`` of an unmasked load of ``ref``: where the ref is a float32 input block with a vector
     binding whose last axis is the array's last (a multiple of 4 long, the block's offset along it a multiple
     of 4: ``_global_ref``) and the load takes a slice of that axis starting at a constant multiple of 4; else
     ``None``."""
-    if ref.vector is None or not shape or indexer[-1][0] == "i":
+    if ref.vector is None or ref.dtype != np.float32 or not shape or indexer[-1][0] == "i":
         return None
     start = _scalar(starts[-1])
     if not isinstance(start, Const) or int(start.value) % 4:
@@ -1561,7 +1735,7 @@ def _global_ref(r, name, block, dtype, pids, vector=None):
     block whose last axis is the array's last, both extents along it multiples of 4, not padded."""
     offs = _index_map_offsets(r, block, pids)
     axes = tuple(a for a, n in enumerate(block.block_shape) if n is not None)
-    vec = vector is not None and np.dtype(dtype) == np.dtype(np.float32) and not block.padded and bool(axes) \
+    vec = vector is not None and np.dtype(dtype) in _LANE_DTYPES and not block.padded and bool(axes) \
         and axes[-1] == len(block.shape) - 1 and block.shape[-1] % 4 == 0 and block.block_shape[-1] % 4 == 0
     return _Ref("global", name, np.dtype(dtype), block.ref_shape, tuple(block.shape), tuple(offs), axes, block.padded,
                 r.wide, vector if vec else None)
@@ -2009,6 +2183,7 @@ def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None, tile=_
     r.rows = rows and fused is None
     if r.rows:
         r.row_ids = (lid,) + tuple(b.let(op("add", lid, _i(j * wg)), "row") for j in range(1, row_tile))
+        r.joint_rows = row_tile > 1 and not any(e.primitive is P.dot_general for e in walk_body(p["body"].program))
     r.stage_swapped = stage
     r.vectors, r.dot_tile = vectors, tile
     if caps.max_buffers_per_kernel is not None:
