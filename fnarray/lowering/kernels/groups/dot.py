@@ -214,6 +214,9 @@ def _subgroup_cost(choice, default, facts) -> float:
     return padded * (1 + lanes * (rows / lanes + cols) / (rows * cols))
 
 
+#: Whether the subgroup form runs where the scheduler option asks for it (off: the blocked product;
+#: ``benchmarks/webgpu_products.py`` compares the two).
+SUBGROUP_PRODUCTS = True
 #: The subgroup form of the blocked product (``DotGroup._subgroup``, where the scheduler option ``dot_subgroup``
 #: asks: native webgpu on a CPU adapter with subgroups): a subgroup of work items computes ``rows`` rows of the
 #: output, each work item ``cols`` columns of them; each work item loads ``rows / lanes`` lhs values a step and
@@ -710,7 +713,7 @@ class DotGroup(Group):
         and of columns (fewer would leave work items idle)."""
         lanes = int(self.ctx.opts.get("dot_subgroup", 0) or 0)
         f32 = np.dtype(np.float32)
-        if not lanes or lp[0].dtype != f32 or rp[0].dtype != f32 or self.eqn.inputs[0].aval.dtype != f32:
+        if not SUBGROUP_PRODUCTS or not lanes or lp[0].dtype != f32 or rp[0].dtype != f32 or self.eqn.inputs[0].aval.dtype != f32:
             return 0
         if self.eqn.inputs[1].aval.dtype != f32 or self._accumulator_dtype() != f32:
             return 0
