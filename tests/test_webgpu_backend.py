@@ -389,6 +389,30 @@ def test_subgroup_products_give_the_blocked_kernels_bits(wdev, monkeypatch, name
     np.testing.assert_array_equal(got.view(np.uint32), blocked.view(np.uint32))
 
 
+def test_a_device_refusing_subgroups_is_opened_without_them():
+    from fnarray.lowering.webgpu.backend import _GPU
+    asked = []
+
+    class Adapter:
+        def __init__(self, refuses):
+            self.refuses = refuses
+
+        def request_device_sync(self, required_features, required_limits):
+            asked.append(list(required_features))
+            if self.refuses & set(required_features):
+                raise RuntimeError("feature not supported")
+            return "device"
+    gpu = _GPU.__new__(_GPU)
+    gpu.adapter, gpu.has_subgroups = Adapter({"subgroup"}), True
+    assert gpu._request_device(["shader-f16", "subgroup"], {}) == "device"
+    assert asked == [["shader-f16", "subgroup"], ["shader-f16"]] and gpu.has_subgroups is False
+    asked.clear()
+    gpu.adapter = Adapter({"shader-f16"})
+    with pytest.raises(RuntimeError, match="feature"):   # any other refusal is the caller's to report
+        gpu._request_device(["shader-f16"], {})
+    assert asked == [["shader-f16"]]
+
+
 def _layernorm(h):
     mu = fnp.mean(h, axis=-1, keepdims=True)
     var = fnp.mean((h - mu) ** 2, axis=-1, keepdims=True)

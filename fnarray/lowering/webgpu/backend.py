@@ -196,12 +196,13 @@ def _tuning_facts(gpu) -> tuple:
 
 
 def _subgroup_lanes(gpu, caps) -> int:
-    """The subgroup size of a CPU adapter with subgroups (lavapipe runs a subgroup as one vector of
+    """The subgroup size of a CPU adapter whose device has subgroups (lavapipe runs a subgroup as one vector of
     ``simd_bits / 32`` work items: the adapter's name says the width), or 0 where unknown or absent."""
     bits = dict(caps.tuning_facts).get("simd_bits")
     if not getattr(gpu, "has_subgroups", False) or not bits or bits % 32:
         return 0
-    return bits // 32
+    gpu.device   # opened now: a device that refused the feature clears has_subgroups (_GPU._request_device)
+    return bits // 32 if gpu.has_subgroups else 0
 
 
 def _import_wgpu():
@@ -357,7 +358,7 @@ class _GPU:
         if self.has_timestamps:
             feats.append("timestamp-query")
         try:
-            dev = self.adapter.request_device_sync(required_features=feats, required_limits=want)
+            dev = self._request_device(feats, want)
         except Exception as e:  # noqa: BLE001 (a broken driver may raise anything)
             raise BackendUnavailable(f"webgpu adapter {self.describe()} gave no device: {type(e).__name__}: {e} "
                                      f"(to fix: {_HINT}, or pick another adapter with WGPU_BACKEND_TYPE)") from e
@@ -369,6 +370,18 @@ class _GPU:
         self._exit_probe = dev.create_buffer(size=4, usage=self.usage)
         teardown.keep_until_exit(self, self._finish)
         return dev
+
+    def _request_device(self, feats, want):
+        """The wgpu device with ``feats`` and limits ``want``; where asking for subgroups fails, the device
+        without them (``has_subgroups`` then false: the products keep their blocked form)."""
+        try:
+            return self.adapter.request_device_sync(required_features=feats, required_limits=want)
+        except Exception:  # noqa: BLE001 (a broken driver may raise anything)
+            if "subgroup" not in feats:
+                raise
+        self.has_subgroups = False
+        return self.adapter.request_device_sync(required_features=[f for f in feats if f != "subgroup"],
+                                                required_limits=want)
 
     def _finish(self):
         """Block until every queued command has run (a 4-byte readback after them: see docs/traps.md)."""
