@@ -290,7 +290,8 @@ _PRODUCT = textwrap.dedent("""
     a = np.linspace(-1, 1, 96 * 128, dtype=np.float32).reshape(96, 128)
     y = fa.jit(lambda a, b: fnp.maximum(a @ b, 0.0))(fa.device_put(a, dev), fa.device_put(a.T.copy(), dev))
     s = tuning.stats()
-    blocks = [(d.source, d.choice) for d in tuning.decisions() if d.signature.startswith("dot_block:")]
+    blocks = [(d.source, d.choice) for d in tuning.decisions()
+              if d.signature.startswith(("dot_block:", "dot_subgroup:"))]
     print(s["measured"], s["disk_hits"], json.dumps(blocks))
     np.save(sys.argv[2], np.asarray(y))
 """)
@@ -298,8 +299,9 @@ _PRODUCT = textwrap.dedent("""
 
 @pytest.mark.parametrize("dev", [str(d) for d in _kernel_devices() if d.backend == "webgpu" and d.platform == "cpu"])
 def test_a_product_block_chosen_by_full_tuning_is_reused_by_fast_in_the_next_process(tmp_path, dev):
-    # The blocked product's outputs per work item (dot_group.BLOCK_TUNABLE: webgpu on a CPU adapter): mode "full"
-    # times every block and keeps the choice on disk; a second process in mode "fast" (which alone would take
+    # The blocked product's outputs per work item (dot_group.BLOCK_TUNABLE: webgpu on a CPU adapter; its subgroup
+    # form's SUBGROUP_TUNABLE where the adapter has subgroups): mode "full" times every block and keeps the choice
+    # on disk; a second process in mode "fast" (which alone would take
     # the cost model's block untimed) reads it from there and times nothing.
     script = tmp_path / "product.py"
     script.write_text(_PRODUCT)
@@ -349,8 +351,11 @@ def _tunable_cases():
                  np.tanh(xs) + np.log1p(np.abs(xs)) + np.sin(xs) + _erf(xs), tuning.MATH),
         "dot_register": (lambda a, b: fnp.maximum(a @ b + 1.0, 0.0), (a, b),
                          np.maximum(a.astype(np.float64) @ b + 1, 0), register_tiles.TUNABLE),
-        "dot_block": (lambda a, b: fnp.maximum(a @ b + 1.0, 0.0), (a[:36, :64].copy(), b[:64, :44].copy()),
-                      np.maximum(a[:36, :64].astype(np.float64) @ b[:64, :44] + 1, 0), dot_group.BLOCK_TUNABLE),
+        # 6 rows: fewer than a subgroup's (8 on lavapipe), so the blocked form, not the subgroup one
+        "dot_block": (lambda a, b: fnp.maximum(a @ b + 1.0, 0.0), (a[:6, :64].copy(), b[:64, :44].copy()),
+                      np.maximum(a[:6, :64].astype(np.float64) @ b[:64, :44] + 1, 0), dot_group.BLOCK_TUNABLE),
+        "dot_subgroup": (lambda a, b: fnp.maximum(a @ b + 1.0, 0.0), (a[:36, :64].copy(), b[:64, :44].copy()),
+                         np.maximum(a[:36, :64].astype(np.float64) @ b[:64, :44] + 1, 0), dot_group.SUBGROUP_TUNABLE),
         "pallas_workgroup": (_pallas_rows_matmul, (a[:32], b[:, :32]), _pallas_rows_matmul_want(a[:32], b[:, :32]),
                              pallas_group.PALLAS_TUNABLE),
         "quantized_tile": (lambda a, w, s, c: fa.quantized_matmul(a, w, s, c, group_size=32, bits=4) + 1.0,
@@ -388,8 +393,8 @@ def _erf(x):
     return np.vectorize(erf)(x)
 
 
-@pytest.mark.parametrize("kind", ["map", "math", "dot_register", "dot_block", "reduce", "pallas_workgroup",
-                                  "quantized_tile", "quantized_rows"])
+@pytest.mark.parametrize("kind", ["map", "math", "dot_register", "dot_block", "dot_subgroup", "reduce",
+                                  "pallas_workgroup", "quantized_tile", "quantized_rows"])
 def test_every_candidate_of_every_group_gives_the_same_results(monkeypatch, kind):
     fn, args, want, _ = _tunable_cases()[kind]
     ran = 0
@@ -502,6 +507,28 @@ def test_the_block_model_picks_what_full_tuning_measured_on_lavapipe():
     with config_setting("autotune", "off"):
         assert tuning.modelled(dot_group.BLOCK_TUNABLE, BLOCK_DEFAULT, {**LAVAPIPE, "rows": 64, "cols": 64}) == \
             BLOCK_DEFAULT
+
+
+def test_the_subgroup_model_takes_32_rows_past_the_work_bound_and_the_default_below():
+    # docs/performance.md: 32 x 4 ran the transformer's and VAE's large products 1.1-1.3x faster than 16 x 4 but
+    # compiles ~0.5 s longer (cold shader cache); below BLOCK_MIN_WORK multiply-adds the default stays
+    default = dict(dot_group.SUBGROUP_TILE)
+    with config_setting("autotune", "fast"):
+        for rows, cols, k in [(1024, 256, 64), (64, 256, 1024), (32, 512, 784), (784, 512, 32)]:
+            facts = {**LAVAPIPE, "lanes": 8, "rows": rows, "cols": cols, "work": rows * cols * k}
+            assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts) == {"rows": 32, "cols": 4}
+        # 10 columns: one per work item of a subgroup of 8 (the tile narrows to it), rows as long as they pay
+        facts = {**LAVAPIPE, "lanes": 8, "rows": 4096, "cols": 10, "work": 4096 * 10 * 512}
+        assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts)["rows"] == 32
+        small = {**LAVAPIPE, "lanes": 8, "rows": 1024, "cols": 64, "work": 1024 * 64 * 64}
+        for facts in ({}, {"device": "gpu", "rows": 512, "cols": 512}, small):
+            assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts) == default
+    with config_setting("autotune", "off"):
+        facts = {**LAVAPIPE, "lanes": 8, "rows": 1024, "cols": 256, "work": 1 << 24}
+        assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts) == default
+    # every candidate keeps whole row loads of the subgroup and at most BLOCK_ACCUMULATORS accumulators
+    for c in dot_group.SUBGROUP_TUNABLE.candidates(default, {"lanes": 16}):
+        assert c["rows"] % 16 == 0 and c["rows"] * c["cols"] <= dot_group.BLOCK_ACCUMULATORS
 
 
 def test_the_block_model_counts_vector_loads_and_row_addresses():

@@ -278,9 +278,25 @@ BLOCKED_DOTS = [
 ]
 
 
+def _blocks_only(monkeypatch):
+    """The blocked product where the subgroup form (``DotGroup._subgroup``) would run: the form of products it
+    does not take (fewer rows or columns than a subgroup, other dtypes, adapters without subgroups)."""
+    from fnarray.lowering.kernels.groups import dot
+    monkeypatch.setattr(dot.DotGroup, "_subgroup_lanes", lambda self, lp, rp: 0)
+
+
+def _products_equal_numpy(name, got, args):
+    a64 = [a.astype(np.float64) for a in args]
+    want = {"transposed_lhs": lambda: a64[0].T @ a64[1],
+            "transposed_rhs_epilogue": lambda: np.maximum(a64[0] @ a64[1].T + 1.0, 0.0)}.get(
+        name, lambda: a64[0] @ a64[1])()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("name,f,shapes", BLOCKED_DOTS, ids=[c[0] for c in BLOCKED_DOTS])
-def test_blocked_matrix_products_equal_numpy(wdev, name, f, shapes):
+def test_blocked_matrix_products_equal_numpy(wdev, monkeypatch, name, f, shapes):
     from fnarray.lowering.webgpu.backend import CPU_DOT_BLOCK
+    _blocks_only(monkeypatch)
     args = [_f32(*s, seed=i) for i, s in enumerate(shapes)]
     got = np.asarray(fa.jit(f)(*_on(wdev, *args)))
     a64 = [a.astype(np.float64) for a in args]
@@ -321,6 +337,7 @@ VECTOR_DOTS = [
 @pytest.mark.parametrize("name,f,shapes,vectors", VECTOR_DOTS, ids=[c[0] for c in VECTOR_DOTS])
 def test_vector_operand_loads_give_the_scalar_kernels_bits(wdev, monkeypatch, name, f, shapes, vectors):
     from fnarray.lowering.kernels.groups import dot
+    _blocks_only(monkeypatch)
     args = _on(wdev, *[_f32(*s, seed=i) for i, s in enumerate(shapes)])
     (k,) = [k for k in fa.jit(f).lower(*args).kernels() if k.kind == "dot"]
     assert k.source.count("array<vec4<f32>>") == (vectors if wdev.platform == "cpu" else 0)
@@ -332,6 +349,68 @@ def test_vector_operand_loads_give_the_scalar_kernels_bits(wdev, monkeypatch, na
     assert "vec4" not in "".join(k.source for k in g.lower(*args).kernels())
     scalar = np.asarray(g(*args))
     np.testing.assert_array_equal(got.view(np.uint32), scalar.view(np.uint32))
+
+
+# Products of the subgroup form (groups/dot.py ``_subgroup``: native webgpu on a CPU adapter with subgroups, a
+# subgroup sharing its lhs rows by broadcast): (name, f, operand shapes). Row tiles and column tiles cut short
+# (37 rows of 16-row tiles, 45 columns of 32), a contraction not a multiple of 4 (scalar loads), an empty one, a
+# batch with an epilogue reading another operand, both operands transposed, and products past BLOCK_MIN_WORK
+# (32-row tiles by the cost model; the transposed lhs read four rows per load).
+SUBGROUP_DOTS = [
+    ("odd_tiles", lambda a, b: a @ b, ((37, 21), (21, 45))),
+    ("aligned", lambda a, b: a @ b.T, ((40, 16), (24, 16))),
+    ("empty_contraction", lambda a, b: a @ b, ((9, 0), (0, 12))),
+    ("batched_epilogue", lambda a, b, c: (fnp if isinstance(a, fa.Array) else np).tanh(a @ b + c),
+     ((3, 17, 12), (3, 12, 24), (24,))),
+    ("transposed_both", lambda a, b: a.T @ b.T, ((20, 36), (44, 20))),
+    ("large", lambda a, b: a @ b, ((164, 260), (260, 204))),
+    ("large_transposed_lhs", lambda a, b: a.T @ b, ((260, 164), (260, 204))),
+]
+
+
+@pytest.mark.parametrize("name,f,shapes", SUBGROUP_DOTS, ids=[c[0] for c in SUBGROUP_DOTS])
+def test_subgroup_products_give_the_blocked_kernels_bits(wdev, monkeypatch, name, f, shapes):
+    from fnarray.lowering.kernels.groups import dot
+    args = [_f32(*s, seed=i) for i, s in enumerate(shapes)]
+    dargs = _on(wdev, *args)
+    kernels = fa.jit(f).lower(*dargs).kernels()
+    sub = wdev.platform == "cpu" and getattr(wdev.impl.gpu, "has_subgroups", False)
+    assert any("subgroupBroadcast" in k.source for k in kernels) == (sub and name != "empty_contraction"), name
+    got = np.asarray(fa.jit(f)(*dargs))
+    want = f(*[a.astype(np.float64) for a in args])   # NumPy's own product in float64
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1, shapes[0][-1]) ** 0.5)
+    # each accumulator adds its products in the contraction's order: the blocked kernel's bits, and the same
+    # with scalar loads only
+    monkeypatch.setattr(dot.DotGroup, "_subgroup_reads", lambda self, lp, rp, tile, lanes: (None, None))
+    scalar = np.asarray(fa.jit(lambda *a: f(*a))(*dargs))
+    np.testing.assert_array_equal(got.view(np.uint32), scalar.view(np.uint32))
+    _blocks_only(monkeypatch)
+    blocked = np.asarray(fa.jit(lambda *a: f(*a))(*dargs))
+    np.testing.assert_array_equal(got.view(np.uint32), blocked.view(np.uint32))
+
+
+def test_a_device_refusing_subgroups_is_opened_without_them():
+    from fnarray.lowering.webgpu.backend import _GPU
+    asked = []
+
+    class Adapter:
+        def __init__(self, refuses):
+            self.refuses = refuses
+
+        def request_device_sync(self, required_features, required_limits):
+            asked.append(list(required_features))
+            if self.refuses & set(required_features):
+                raise RuntimeError("feature not supported")
+            return "device"
+    gpu = _GPU.__new__(_GPU)
+    gpu.adapter, gpu.has_subgroups = Adapter({"subgroup"}), True
+    assert gpu._request_device(["shader-f16", "subgroup"], {}) == "device"
+    assert asked == [["shader-f16", "subgroup"], ["shader-f16"]] and gpu.has_subgroups is False
+    asked.clear()
+    gpu.adapter = Adapter({"shader-f16"})
+    with pytest.raises(RuntimeError, match="feature"):   # any other refusal is the caller's to report
+        gpu._request_device(["shader-f16"], {})
+    assert asked == [["shader-f16"]]
 
 
 def _layernorm(h):

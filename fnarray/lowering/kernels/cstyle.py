@@ -27,6 +27,7 @@ from fnarray.lowering.kernels.ir import (
     Atomic,
     Barrier,
     Bitcast,
+    Broadcast,
     Cast,
     Comment,
     Const,
@@ -199,6 +200,10 @@ class CStyleRenderer(abc.ABC):
         ``vector_dtype`` is given one)."""
         return f"{vector}[{lane}]"
 
+    def broadcast(self, value: str, lane: int) -> str:
+        """A subgroup's value at ``lane`` in every work item of it (``ir.Broadcast``); only WGSL prints one."""
+        raise TypeError(f"{type(self).__name__} does not print subgroup broadcasts")
+
     def store(self, space: str, name: str, index: str, value: str, dtype) -> str:
         if space == "global" and np.dtype(dtype) in self.storage_types:
             value = self.to_storage(value, dtype)
@@ -268,6 +273,8 @@ class CStyleRenderer(abc.ABC):
             return self.load(e.space, e.name, self.expr(e.index), e.dtype)
         if isinstance(e, Lane):
             return self.lane(self.expr(e.x), e.lane)
+        if isinstance(e, Broadcast):
+            return self.broadcast(self.expr(e.x), e.lane)
         if isinstance(e, Cast):
             return self.cast(self.expr(e.x), e.dtype)
         if isinstance(e, Bitcast):

@@ -28,7 +28,7 @@ import numpy as np
 from fnarray.core import families
 from fnarray.core import primitives as _primitives  # noqa: F401  (the families' members)
 
-__all__ = ["without", "Expr", "Const", "Sym", "Special", "Load", "Lane", "vector_dtype", "Op", "Cast", "Bitcast",
+__all__ = ["without", "Expr", "Const", "Sym", "Special", "Load", "Lane", "Broadcast", "vector_dtype", "Op", "Cast", "Bitcast",
            "Select", "Let", "Decl",
            "Assign", "Store", "Atomic", "ATOMIC_OPS", "ATOMIC_DTYPES", "For", "If", "Barrier", "ArrayDecl",
            "Comment", "BufferParam", "ScalarParam",
@@ -102,7 +102,8 @@ class Sym(Expr):
 
 @_frozen
 class Special(Expr):
-    """A work-item builtin: ``global_id``, ``local_id``, ``group_id``, ``global_size`` of ``dim``."""
+    """A work-item builtin: ``global_id``, ``local_id``, ``group_id``, ``global_size`` of ``dim``; ``lane``: the
+    work item's index in its subgroup (WGSL ``subgroup_invocation_id``; only where ``Broadcast`` is used)."""
 
     kind: str
     dim: int
@@ -132,6 +133,18 @@ def vector_dtype(dtype, lanes: int = 4) -> np.dtype:
 class Lane(Expr):
     """Element ``lane`` (a Python int) of the vector value ``x`` (a ``Load`` of a ``vector_dtype`` buffer);
     ``dtype``: the element's."""
+
+    x: Expr
+    lane: int
+    dtype: np.dtype
+
+
+@_frozen
+class Broadcast(Expr):
+    """The value ``x`` (a scalar or a ``vector_dtype`` value) of the work item at index ``lane`` (a Python int)
+    of the subgroup, in every work item of it (WGSL ``subgroupBroadcast``). Only renderers that print it (WGSL)
+    are given one, in control flow that every work item of the subgroup takes (the blocked product's subgroup
+    form, ``groups/dot.py``, where the scheduler option ``dot_subgroup`` asks)."""
 
     x: Expr
     lane: int
@@ -305,7 +318,7 @@ class Kernel:
 def children(e):
     if isinstance(e, Op):
         return e.args
-    if isinstance(e, (Cast, Bitcast, Lane)):
+    if isinstance(e, (Cast, Bitcast, Lane, Broadcast)):
         return (e.x,)
     if isinstance(e, Select):
         return (e.cond, e.a, e.b)
@@ -366,6 +379,8 @@ def rebuild(e, kids):
         return Load(e.space, e.name, kids[0], e.dtype)
     if isinstance(e, Lane):
         return Lane(kids[0], e.lane, e.dtype)
+    if isinstance(e, Broadcast):
+        return Broadcast(kids[0], e.lane, e.dtype)
     return e
 
 

@@ -254,12 +254,17 @@ class WGSLRenderer(CStyleRenderer):
                         f"{', '.join(sorted(t.name for t in DTYPES))})")
 
     def special(self, e: Special) -> str:
+        if e.kind == "lane":
+            return "i32(fa_lane)"
         if e.kind == "global_size":
             return f"i32(fa_nwg.{_XYZ[e.dim]} * {self._layout.group_size[e.dim]}u)"
         return f"i32({_SPECIAL_BUILTINS[e.kind]}.{_XYZ[e.dim]})"
 
     def cast(self, x: str, dtype) -> str:
         return f"{self.type_name(dtype)}({x})"
+
+    def broadcast(self, value: str, lane: int) -> str:
+        return f"subgroupBroadcast({value}, {lane}u)"
 
     def to_storage(self, value: str, dtype) -> str:
         if np.dtype(dtype) in _BYTES:
@@ -334,9 +339,12 @@ class WGSLRenderer(CStyleRenderer):
 
     def signature(self, kernel: Kernel) -> str:
         gs = ", ".join(f"{g}" for g in self._layout.group_size)
+        # the subgroup builtin only in kernels that read it (a device without the feature compiles the others)
+        lane = any(isinstance(e, Special) and e.kind == "lane" for e in walk_exprs(kernel.body))
         return (f"@compute @workgroup_size({gs})\nfn {kernel.name}(@builtin(global_invocation_id) fa_gid: vec3<u32>, "
                 "@builtin(local_invocation_id) fa_lid: vec3<u32>, @builtin(workgroup_id) fa_wid: vec3<u32>, "
-                "@builtin(num_workgroups) fa_nwg: vec3<u32>)")
+                "@builtin(num_workgroups) fa_nwg: vec3<u32>"
+                + (", @builtin(subgroup_invocation_id) fa_lane: u32)" if lane else ")"))
 
     def prelude(self, kernel: Kernel) -> list:
         exprs = list(walk_exprs(kernel.body))

@@ -36,7 +36,7 @@ from fnarray.lowering.kernels.groups.register_tiles import (
     register_dtype,
 )
 from fnarray.lowering.kernels.index import ix_data, unravel
-from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Cast, Lane, Special, const, vector_dtype
+from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Broadcast, Cast, Lane, Special, const, vector_dtype
 from fnarray.lowering.kernels.rules import (
     LOW_BIT,
     add_of,
@@ -191,6 +191,45 @@ BLOCK_TUNABLE = Tunable("dot_block", {"rows": (4, 8, 16), "cols": (4, 8, 16)},
                         valid=_block_valid, cost=_block_cost)
 
 
+def _subgroup_valid(choice, facts) -> bool:
+    """A subgroup tile worth building: whole row loads of the subgroup's ``lanes`` (``facts``) and at most
+    ``BLOCK_ACCUMULATORS`` accumulators per work item (lavapipe's compile time, as the blocked product's)."""
+    return choice["rows"] % facts.get("lanes", 8) == 0 and choice["rows"] * choice["cols"] <= BLOCK_ACCUMULATORS
+
+
+def _subgroup_cost(choice, default, facts) -> float:
+    """The subgroup form's cost model on a CPU adapter (lavapipe), in the blocked product's units
+    (``_block_cost``): per output and contraction step, one multiply-add plus the element loads a work item
+    makes, ``rows / lanes`` lhs values (the subgroup shares them) and ``cols`` rhs values, each gathered lane by
+    lane; times the output's padding to whole tiles. Products under ``BLOCK_MIN_WORK`` multiply-adds keep the
+    default: a 32 x 4 tile compiles ~0.5 s longer than 16 x 4 with a cold shader cache for ~0.1 ms a call at
+    2**22 multiply-adds (docs/performance.md). Elsewhere (a GPU, or no facts): the default."""
+    if (facts.get("device") != "cpu" or "rows" not in facts or "cols" not in facts
+            or facts.get("work", BLOCK_MIN_WORK) < BLOCK_MIN_WORK):
+        return float(choice != default)
+    lanes = int(facts.get("lanes", 8))
+    rows, cols = min(choice["rows"], facts["rows"]), min(choice["cols"], max(1, facts["cols"] // lanes))
+    width = lanes * cols
+    padded = -(-facts["rows"] // rows) * rows * -(-facts["cols"] // width) * width / (facts["rows"] * facts["cols"])
+    return padded * (1 + lanes * (rows / lanes + cols) / (rows * cols))
+
+
+#: Whether the subgroup form runs where the scheduler option asks for it (off: the blocked product;
+#: ``benchmarks/webgpu_products.py`` compares the two).
+SUBGROUP_PRODUCTS = True
+#: The subgroup form of the blocked product (``DotGroup._subgroup``, where the scheduler option ``dot_subgroup``
+#: asks: native webgpu on a CPU adapter with subgroups): a subgroup of work items computes ``rows`` rows of the
+#: output, each work item ``cols`` columns of them; each work item loads ``rows / lanes`` lhs values a step and
+#: the subgroup broadcasts them (lavapipe gathers a load lane by lane, and broadcasts a lane's value in one
+#: shuffle). Default 16 x 4 (compiled as fast as the 8 x 4 block, 1.4-2x faster than it); the cost model
+#: (``_subgroup_cost``) takes 32 x 4 for products of ``BLOCK_MIN_WORK`` multiply-adds or more (1.7-2x faster than
+#: the 8 x 16 block, compiled in half its time; docs/performance.md). ``full`` times every tile.
+SUBGROUP_TILE = {"rows": 16, "cols": 4}
+SUBGROUP_TUNABLE = Tunable("dot_subgroup", {"rows": (8, 16, 32), "cols": (4, 8)},
+                           doc="rows per subgroup x columns per work item of the subgroup matrix product",
+                           valid=_subgroup_valid, cost=_subgroup_cost)
+
+
 class DotGroup(Group):
     kind = "dot"
     accepts_roots = True
@@ -302,6 +341,11 @@ class DotGroup(Group):
             launches.append(self._tiled(lp, rp))
         elif self._block() == (1, 1):
             launches.append(self._simple(lp, rp))
+        elif self._subgroup_lanes(lp, rp):
+            lanes = self._subgroup_lanes(lp, rp)
+            launches.extend(self.ctx.tuned(SUBGROUP_TUNABLE, dict(SUBGROUP_TILE),
+                                           lambda c: [self._subgroup(lp, rp, lanes, self._subgroup_tile(c, lanes))],
+                                           {"lanes": lanes, "rows": self.M, "cols": self.N, "work": B * M * N * K}))
         else:
             ry, rx = self._block()
             along = self._vector_reads(lp, rp, (4, 4)) if lp[0].dtype == rp[0].dtype == dt else (None, None)
@@ -641,7 +685,6 @@ class DotGroup(Group):
         gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
         dt = self.eqn.inputs[0].aval.dtype
         acc_dt = self._accumulator_dtype()
-        c0 = const(0, INT32)
         # a low-bit operand read through its astype (``_load``) is loaded a byte at a time, never as vec4
         held_as_dt = self._held[a] == dt and self._held[bb] == dt
         along = self._vector_reads(lp, rp, block) if vectors and held_as_dt else (None, None)
@@ -657,21 +700,110 @@ class DotGroup(Group):
             for reader in (lhs, rhs):
                 reader.bind(args)
             accs = _accumulate(b, lhs, rhs, s["K"], 4 if "k" in along else 1, dt, acc_dt, ry * rx)
-            held = b.array("private", acc_dt, ry * rx, "acc")
-            for i, acc in enumerate(accs):
-                b.store(held, const(i, INT32), acc, space="private")
-            with b.loop(c0, const(ry, INT32)) as yy:
-                with b.loop(c0, const(rx, INT32)) as xx:
-                    gi = b.let(op("add", m0, yy), "gi")
-                    gj = b.let(op("add", n0, xx), "gj")
-                    with b.when(op("land", op("lt", gi, s["M"]), op("lt", gj, s["N"]))):
-                        v = b.load(held, op("add", op("mul", yy, const(rx, INT32)), xx), acc_dt, "private")
-                        self._finish(b, em, args, bi, gi, gj, v)
+            self._store_block(b, em, args, accs, (bi, m0, n0, block), None, s)
         b.name = kernel_name("dot", tracker.eqns)
         launch = make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "dot")
         if along != (None, None) and not vectors_fit(self.ctx.caps, launch):
             return self._blocked(lp, rp, block, vectors=False)
         return launch
+
+    def _subgroup_lanes(self, lp, rp) -> int:
+        """The subgroup size of the subgroup form (``_subgroup``: the scheduler option ``dot_subgroup``), or 0
+        where it does not apply: float32 operands read as float32 (no low-bit base), at least a subgroup of rows
+        and of columns (fewer would leave work items idle)."""
+        lanes = int(self.ctx.opts.get("dot_subgroup", 0) or 0)
+        f32 = np.dtype(np.float32)
+        if not SUBGROUP_PRODUCTS or not lanes or lp[0].dtype != f32 or rp[0].dtype != f32 or self.eqn.inputs[0].aval.dtype != f32:
+            return 0
+        if self.eqn.inputs[1].aval.dtype != f32 or self._accumulator_dtype() != f32:
+            return 0
+        return lanes if min(self.M, self.N) >= lanes else 0
+
+    def _subgroup_tile(self, choice, lanes):
+        """A ``SUBGROUP_TUNABLE`` choice narrowed to the output: ``(rows, cols)``, rows a multiple of ``lanes``
+        within the output's rows, columns per work item within ``N / lanes``."""
+        rows = max(lanes, min(choice["rows"], self.M // lanes * lanes))
+        return rows, max(1, min(choice["cols"], self.N // lanes))
+
+    def _subgroup_reads(self, lp, rp, tile, lanes):
+        """``(lhs, rhs)``: how ``_subgroup`` reads each operand four elements at a time (``"k"``, along the
+        contraction; ``"rows"``, along the lhs rows of one load, four per work item, or the rhs columns of a
+        work item) or ``None``, with the conditions of ``_vector_reads`` (aligned, whole vectors)."""
+        if not self.ctx.opts.get("dot_vec4", False):
+            return None, None
+        rows, cols = tile
+        _, loff, (lsb, lsm, lsk) = lp
+        _, roff, (rsb, rsk, rsn) = rp
+
+        def aligned(off, sb, *pairs):
+            return off % 4 == 0 and all(st % 4 == 0 for st, n in ((sb, self.B),) + pairs if n > 1)
+        k4 = self.K % 4 == 0
+        lhs = ("k" if lsk == 1 and k4 and aligned(loff, lsb, (lsm, self.M)) else
+               "rows" if lsm == 1 and self.M % 4 == 0 and rows % (4 * lanes) == 0 and aligned(loff, lsb, (lsk, self.K))
+               else None)
+        rhs = ("rows" if rsn == 1 and self.N % 4 == 0 and cols % 4 == 0 and aligned(roff, rsb, (rsk, self.K)) else
+               "k" if rsk == 1 and k4 and aligned(roff, rsb, (rsn, self.N)) else None)
+        return lhs, rhs
+
+    def _subgroup(self, lp, rp, lanes, tile, vectors=True):
+        """The blocked product with its lhs rows shared by a subgroup (``lanes`` work items; WGSL subgroups on
+        lavapipe: a vector of consecutive work items). A subgroup computes ``rows`` output rows and ``lanes x
+        cols`` columns (``tile``): each work item loads ``rows / lanes`` of the lhs rows a step (``_SharedRows``)
+        and the subgroup broadcasts every row's value to all of its work items, which multiply it into their own
+        ``cols`` columns (``_OperandReader``, as ``_blocked``'s). Every work item runs the loop (a subgroup past
+        the output computes on the last tile; only stores are guarded), so each broadcast is in uniform control
+        flow. Each accumulator adds its products in the order of the contraction: ``_blocked``'s results."""
+        rows, cols = tile
+        ctx = self.ctx
+        b, args, tracker, em = self._kernel_start()
+        scalars = {}
+        a, bb, s = self._params(b, lp, rp, args, scalars)
+        dt = self.eqn.inputs[0].aval.dtype
+        mt, nt = -(-self.M // rows), -(-self.N // (lanes * cols))
+        tiles = self.B * mt * nt
+        wg = lanes * max(1, min(ctx.wg // lanes, tiles // 2))   # two work-groups at least, where there are tiles
+        gid, gsize, lsize = ctx.gid(b, tiles * lanes, wg)
+        sg = b.let(op("div", gid, const(lanes, INT32)), "sg")
+        t = b.let(select(op("lt", sg, const(tiles, INT32)), sg, const(tiles - 1, INT32)), "t")
+        n0 = b.let(op("add", op("mul", op("rem", t, const(nt, INT32)), const(lanes * cols, INT32)),
+                      op("mul", Special("lane", 0), const(cols, INT32))), "n")
+        mn = b.let(op("div", t, const(nt, INT32)))
+        m0 = b.let(op("mul", op("rem", mn, const(mt, INT32)), const(rows, INT32)), "m")
+        bi = b.let(op("div", mn, const(mt, INT32)), "bi")
+        abase = b.let(op("add", s["a_off"], op("mul", bi, s["a_sb"])))
+        bbase = b.let(op("add", s["b_off"], op("mul", bi, s["b_sb"])))
+        along = self._subgroup_reads(lp, rp, tile, lanes) if vectors else (None, None)
+        lhs = _SharedRows(b, a, lp[0], dt, (abase, m0, s["M"], s["a_sm"], s["a_sk"]), (rows, lanes), along[0], self._load)
+        rhs = _OperandReader(b, bb, rp[0], dt, bbase, n0, cols, s["N"], s["b_sn"], s["b_sk"], along[1], self._load)
+        for reader in (lhs, rhs):
+            reader.bind(args)
+        accs = _accumulate(b, lhs, rhs, s["K"], 4 if "k" in along else 1, dt, dt, rows * cols)
+        self._store_block(b, em, args, accs, (bi, m0, n0, tile), op("lt", sg, const(tiles, INT32)), s)
+        b.name = kernel_name("dot_subgroup", tracker.eqns)
+        # the work-group size is the kernel's own (a multiple of the subgroup), not the backend's default
+        launch = make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "dot", fixed_local=True)
+        if along != (None, None) and not vectors_fit(self.ctx.caps, launch):
+            return self._subgroup(lp, rp, lanes, tile, vectors=False)
+        return launch
+
+    def _store_block(self, b, em, args, accs, where, inside, s):
+        """The epilogue of a work item's ``rows x cols`` accumulators ``accs`` (row-major) of output rows
+        ``m0 + i`` and columns ``n0 + j`` of batch ``bi`` (``where``), each stored (``_finish``) where ``inside``
+        (``None``: always) and within the output: through a private array, in loops (one copy of the epilogue's
+        code)."""
+        bi, m0, n0, (rows, cols) = where
+        c0 = const(0, INT32)
+        held = b.array("private", accs[0].dtype, rows * cols, "acc")
+        for i, acc in enumerate(accs):
+            b.store(held, const(i, INT32), acc, space="private")
+        with b.loop(c0, const(rows, INT32)) as yy:
+            with b.loop(c0, const(cols, INT32)) as xx:
+                gi = b.let(op("add", m0, yy), "gi")
+                gj = b.let(op("add", n0, xx), "gj")
+                within = op("land", op("lt", gi, s["M"]), op("lt", gj, s["N"]))
+                with b.when(within if inside is None else op("land", inside, within)):
+                    v = b.load(held, op("add", op("mul", yy, const(cols, INT32)), xx), accs[0].dtype, "private")
+                    self._finish(b, em, args, bi, gi, gj, v)
 
     def _vector_reads(self, lp, rp, block):
         """``(lhs, rhs)``: how ``_blocked`` reads each operand four elements at a time, ``"k"`` (along the
@@ -821,11 +953,18 @@ class _OperandReader:
         if self.along is not None:
             self.vname = vec4_binding(self.b, args, self.spec, self.dt)
 
+    def spread(self, value, dtype) -> list:
+        """The values a work item's load ``value`` (of ``dtype``) gives it: the value itself (``_SharedRows``:
+        every work item's, broadcast)."""
+        return [value]
+
     def start(self, k):
         """The loads of one iteration at contraction index ``k`` that all its steps share (``"k"``)."""
         if self.along == "k":
             kq = self.b.let(op("div", k, const(4, INT32)))
-            self.vectors = [self.b.load(self.vname, op("add", row, kq), vector_dtype(self.dt)) for row in self.rows]
+            vt = vector_dtype(self.dt)
+            self.vectors = [v for row in self.rows for v in self.spread(self.b.load(self.vname, op("add", row, kq), vt),
+                                                                         vt)]
 
     def values(self, k, kk):
         """The operand's ``r`` values at contraction index ``k + kk``."""
@@ -835,13 +974,48 @@ class _OperandReader:
         kat = b.let(op("add", k, const(kk, INT32))) if kk else k
         if self.along is None:
             kofs = b.let(op("mul", kat, self.s_k))
-            return [self.load(b, self.name, op("add", row, kofs), self.dt) for row in self.rows]
+            return [x for row in self.rows for x in self.spread(self.load(b, self.name, op("add", row, kofs), self.dt),
+                                                                self.dt)]
         kofs = b.let(op("mul", kat, self.sk4))
         out = []
         for row in self.rows:
-            v = b.load(self.vname, op("add", row, kofs), vector_dtype(self.dt))
-            out.extend(b.let(Lane(v, lane, self.dt)) for lane in range(4))
+            for v in self.spread(b.load(self.vname, op("add", row, kofs), vector_dtype(self.dt)), vector_dtype(self.dt)):
+                out.extend(b.let(Lane(v, lane, self.dt)) for lane in range(4))
         return out
+
+
+class _SharedRows(_OperandReader):
+    """The lhs rows of ``DotGroup._subgroup``'s tile, loaded by the subgroup's work items together and
+    broadcast: ``rows`` rows from ``first`` (``where = (base, first, count, s_own, s_k)``, as
+    ``_OperandReader``'s), each of the ``lanes`` work items loading ``rows / lanes`` of them a step: one element
+    per load (``along=None``), four steps of its row per vector load (``"k"``), or four consecutive rows per
+    vector load (``"rows"``, ``rows / (4 lanes)`` loads a step). Rows past ``count`` are clamped to the last
+    (their products are not stored). ``values`` gives the ``rows`` values in row order, in every work item."""
+
+    def __init__(self, b, name, spec, dt, where, shape, along, load):
+        base, first, count, s_own, s_k = where
+        self.b, self.name, self.spec, self.dt, self.along, self.load = b, name, spec, dt, along, load
+        self.r, self.lanes = shape
+        self.s_k = s_k
+        lane, four = Special("lane", 0), const(4, INT32)
+        per = 4 * self.lanes if along == "rows" else self.lanes
+        last = b.let(op("sub", count, four if along == "rows" else const(1, INT32)))
+        self.rows = []    # each work item's load addresses, as _OperandReader's
+        for j in range(self.r // per):
+            at = b.let(op("add", op("add", first, const(j * per, INT32)),
+                          op("mul", lane, four) if along == "rows" else lane))
+            if along == "rows":
+                self.rows.append(b.let(op("div", op("add", base, select(op("lt", at, count), at, last)), four)))
+            else:
+                row = b.let(op("add", base, op("mul", select(op("lt", at, count), at, last), s_own)))
+                self.rows.append(b.let(op("div", row, four)) if along == "k" else row)
+        self.sk4 = b.let(op("div", s_k, four)) if along == "rows" else None
+        self.vname = None
+        self.vectors = ()
+
+    def spread(self, value, dtype) -> list:
+        """``value`` of each work item of the subgroup, in lane order, broadcast to all of them."""
+        return [self.b.let(Broadcast(value, lane, dtype), "x") for lane in range(self.lanes)]
 
 
 def operand_view(ctx, v):
