@@ -270,7 +270,7 @@ _NO_PARAMS = Params()
 
 def bind(primitive, *args, **params):
     """Apply ``primitive`` to ``args`` in the innermost trace; the entry point of every op."""
-    p = Params(params) if params else _NO_PARAMS
+    p = Params.taking(params) if params else _NO_PARAMS
     top = _state.dynamic[-1]
     traced = False
     for a in args:
