@@ -269,14 +269,7 @@ def _hit_rows(dev):
 
     w = 32
 
-    def softmax_step(np_):
-        def step(cache, q, row):
-            cache = np_.concatenate([cache, row], axis=0)
-            sc = q @ cache.T
-            e = np_.exp(sc - sc.max(axis=-1, keepdims=True))
-            return cache, (e / e.sum(axis=-1, keepdims=True)) @ cache
-        return step
-    js, rsm = fa.jit(softmax_step(fnp)), raw_jit(softmax_step(raw_np))
+    js, rsm = fa.jit(_decode_step(fnp)), raw_jit(_decode_step(raw_np))
     qn, rown = np.full((1, w), 0.01, np.float32), np.full((1, w), 0.02, np.float32)
     caches = [np.zeros((n, w), np.float32) for n in range(1, 11)]
     fargs = [(put(c), put(qn), put(rown)) for c in caches]
