@@ -153,6 +153,8 @@ def promote(name, *args, to=None):
 
     Returns the list of converted args. ``to`` overrides the result dtype.
     """
+    if to is None and same_dtype(args) is not None:
+        return list(args)  # arrays of one dtype: nothing converts (the loop below changes only a dtype)
     avals = [aval_of(a) for a in args]
     if to is None:
         d, weak = dtypes.result_type(*[(a.dtype, a.weak_type) for a in avals])
