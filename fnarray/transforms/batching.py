@@ -116,20 +116,22 @@ def _shift_axes(axes, bdim):
 class BatchTracer(Tracer):
     """A value inside ``vmap``: ``val`` with the examples along ``batch_dim`` (or ``None``)."""
 
-    __slots__ = ("batch_dim", "val")
+    __slots__ = ("batch_dim", "val", "_av")
 
     def __init__(self, trace, val, batch_dim):
         self._trace = trace
         self.val = val
         self.batch_dim = batch_dim
+        self._av = None  # the aval, made at its first read (``val`` and ``batch_dim`` never change)
 
     @property
     def aval(self) -> ShapedArray:
-        a = _aval(self.val)
-        d = self.batch_dim
-        if d is None:
-            return a
-        return ShapedArray(a.shape[:d] + a.shape[d + 1:], a.dtype, a.weak_type)
+        av = self._av
+        if av is None:
+            a = _aval(self.val)
+            d = self.batch_dim
+            av = self._av = a if d is None else ShapedArray(a.shape[:d] + a.shape[d + 1:], a.dtype, a.weak_type)
+        return av
 
     def full_lower(self):
         return self.val if self.batch_dim is None else self
