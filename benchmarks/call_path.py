@@ -15,16 +15,20 @@ than the backend's own call):
   and, for the llm step, against the executable's own entry (``jax.jit`` of fnarray's lowered program on the
   flat buffers: the floor of what any wrapper can reach); on numpy:0 against the same NumPy expression and, for
   the llm step, the generated NumPy function on the flat buffers.
-First calls of keys on numpy:0 (``--rows numpy-first``; issue 28 item 2: the general eager path): a loop over
-  200 shapes of ``tanh(a*x+b)*x+1``, ``sum(x, axis=0)``, ``x @ y``, ``x[idx]``, ``concatenate``, every key
-  and primitive new at each call (the caches cleared as the cycle wraps), against NumPy on the same shapes.
+First calls of keys on numpy:0 / mlx:0 (``--rows numpy-first`` / ``mlx-first``; issue 28 item 2: the general eager
+  path): a loop over 200 shapes of ``tanh(a*x+b)*x+1``, ``sum(x, axis=0)``, ``x @ y``, ``x[idx]``, ``concatenate``,
+  every key and primitive new at each call (the caches cleared as the cycle wraps), against NumPy / MLX (lazy, as
+  fnarray's mlx:0 calls) on the same shapes.
+The general path with the eager cache warm (``--rows numpy-general`` / ``mlx-general``, alone: they set eager_jit
+  to make no tape nor program in this process): ``x.T``, ``x[1]``, a small product, keepdims reductions, a
+  broadcast subtraction, ``concatenate`` and the whole decode step of ``benchmarks/programs.py``.
 Each round times every variant for ``--number`` calls, alternating; a cell is the minimum over ``--rounds``.
 ``--clock thread`` times the calling thread's CPU (``time.thread_time``): the Python of a call, without XLA's
 worker threads or another process preempting it (what a loaded 2-core machine lets one compare).
 The machine is shared: read the ratios, with the load average printed beside them.
 
 Usage: python benchmarks/call_path.py [--rounds 9] [--number 3000]
-                                      [--rows jax,numpy,mlx,jax-hits,numpy-hits,numpy-first]
+                                      [--rows jax,numpy,mlx,jax-hits,numpy-hits,numpy-first,...]
                                       [--clock wall|thread] [--json]
 Prints a Markdown table (or one JSON object); asserts nothing.
 """
@@ -99,25 +103,37 @@ def _rows(which):
     for dev in ("jax:0", "numpy:0"):
         if dev.split(":")[0] + "-hits" in which:
             rows.update(_hit_rows(dev))
-    if "numpy-first" in which:
-        rows.update(_first_call_rows())
+    for dev in ("numpy:0", "mlx:0"):
+        if dev.split(":")[0] + "-first" in which:
+            rows.update(_first_call_rows(dev))
+        if dev.split(":")[0] + "-general" in which:
+            rows.update(_general_rows(dev))
     return rows
 
 
 FIRST_SHAPES = 200
 
 
-def _first_call_rows():
-    """First calls of keys on numpy:0 (issue 28 item 2): each call of a row takes the next of ``FIRST_SHAPES``
+def _raw(dev):
+    """``(put, namespace, name)`` of ``dev``'s raw library: NumPy for numpy:0, MLX (lazy, as fnarray's) for mlx:0."""
+    if dev.startswith("mlx"):
+        import mlx.core as mx
+        return mx.array, mx, "MLX"
+    return (lambda v: v), np, "NumPy"
+
+
+def _first_call_rows(dev="numpy:0"):
+    """First calls of keys on ``dev`` (issue 28 item 2): each call of a row takes the next of ``FIRST_SHAPES``
     shapes (cycling), with ``fnarray.transforms.eager_jit``'s keys and the eager cache cleared before every call
     once the cycle wraps, so every call takes the general path and compiles each primitive's eager executable
-    afresh (no tape, no program); NumPy runs the same expression on the same shapes. Per call, not per
+    afresh (no tape, no program); the raw library runs the same expression on the same shapes. Per call, not per
     primitive (``tanh(a*x+b)*x+1`` is 5 primitives, ``x[idx]`` 7)."""
     from fnarray.devices import placement
     from fnarray.transforms import eager_jit
     n = FIRST_SHAPES
     rng = np.random.default_rng(0)
-    put = lambda v: fa.device_put(v, "numpy:0")  # noqa: E731
+    put = lambda v: fa.device_put(v, dev)  # noqa: E731
+    rput, rnp, raw_name = _raw(dev)
     vecs = [rng.standard_normal(i + 1).astype(np.float32) for i in range(n)]
     mats = [rng.standard_normal((i % 20 + 2, i // 20 + 2)).astype(np.float32) for i in range(n)]
     rhs = [rng.standard_normal((i // 20 + 2, 3)).astype(np.float32) for i in range(n)]
@@ -125,16 +141,16 @@ def _first_call_rows():
     pairs = [(rng.standard_normal((i + 1, 2)).astype(np.float32), rng.standard_normal((2, 2)).astype(np.float32))
              for i in range(n)]
     cases = {
-        "tanh(a*x+b)*x+1": ([(put(v),) for v in vecs], [(v,) for v in vecs],
-                            lambda x: fnp.tanh(2.0 * x + 1.0) * x + 1, lambda x: np.tanh(2.0 * x + 1.0) * x + 1),
-        "sum(x, axis=0)": ([(put(m),) for m in mats], [(m,) for m in mats],
-                           lambda x: fnp.sum(x, axis=0), lambda x: np.sum(x, axis=0)),
-        "x @ y": ([(put(m), put(r)) for m, r in zip(mats, rhs)], list(zip(mats, rhs)),
+        "tanh(a*x+b)*x+1": ([(put(v),) for v in vecs], [(rput(v),) for v in vecs],
+                            lambda x: fnp.tanh(2.0 * x + 1.0) * x + 1, lambda x: rnp.tanh(2.0 * x + 1.0) * x + 1),
+        "sum(x, axis=0)": ([(put(m),) for m in mats], [(rput(m),) for m in mats],
+                           lambda x: fnp.sum(x, axis=0), lambda x: rnp.sum(x, axis=0)),
+        "x @ y": ([(put(m), put(r)) for m, r in zip(mats, rhs)], [(rput(m), rput(r)) for m, r in zip(mats, rhs)],
                   lambda x, y: x @ y, lambda x, y: x @ y),
-        "x[idx]": ([(put(v), put(idx)) for v in vecs], [(v, idx) for v in vecs],
+        "x[idx]": ([(put(v), put(idx)) for v in vecs], [(rput(v), rput(idx)) for v in vecs],
                    lambda x, i: x[i], lambda x, i: x[i]),
-        "concatenate": ([tuple(put(a) for a in p) for p in pairs], pairs,
-                        lambda a, b: fnp.concatenate([a, b]), lambda a, b: np.concatenate([a, b])),
+        "concatenate": ([tuple(put(a) for a in p) for p in pairs], [tuple(rput(a) for a in p) for p in pairs],
+                        lambda a, b: fnp.concatenate([a, b]), lambda a, b: rnp.concatenate([a, b])),
     }
 
     def cycling(fn, all_args, clear):
@@ -151,10 +167,49 @@ def _first_call_rows():
         return run
 
     rows = {}
-    for name, (fa_args, np_args, f, g) in cases.items():
-        rows[f"numpy:0 first calls, {n} shapes: {name}"] = (cycling(f, fa_args, True), cycling(g, np_args, False),
-                                                            "NumPy")
+    for name, (fa_args, raw_args, f, g) in cases.items():
+        rows[f"{dev} first calls, {n} shapes: {name}"] = (cycling(f, fa_args, True), cycling(g, raw_args, False),
+                                                          raw_name)
     return rows
+
+
+def _decode_step(np_):
+    """``benchmarks/programs.py``'s decode step (concatenate, products, softmax) in namespace ``np_``."""
+    def step(cache, q, row):
+        cache = np_.concatenate([cache, row], axis=0)
+        sc = q @ cache.T
+        e = np_.exp(sc - sc.max(axis=-1, keepdims=True))
+        return cache, (e / e.sum(axis=-1, keepdims=True)) @ cache
+    return step
+
+
+def _general_rows(dev):
+    """Eager calls on the general path with the eager cache warm (issue 28: what every key's first call costs on
+    numpy:0, and its first two on mlx:0, once its primitives' executables exist): ``fnarray.transforms.eager_jit``
+    is set, for this process, to give no key a tape or a program. Run these rows alone (``--rows mlx-general``)."""
+    from fnarray.transforms import eager_jit
+    for k in eager_jit._TAPE_CALLS:
+        eager_jit._TAPE_CALLS[k] = None
+    for k in eager_jit._GENERAL_CALLS:
+        eager_jit._GENERAL_CALLS[k] = None
+    eager_jit.REPEATED_CALL = 1 << 62
+    rng = np.random.default_rng(0)
+    rput, rnp, raw_name = _raw(dev)
+    host = {"c": rng.standard_normal((20, 64)), "q": rng.standard_normal((1, 64)), "s": rng.standard_normal((1, 20)),
+            "m": rng.standard_normal((64, 8)), "v": rng.standard_normal(8)}
+    fa_ = {k: fa.device_put(v.astype(np.float32), dev) for k, v in host.items()}
+    raw = {k: rput(v.astype(np.float32)) for k, v in host.items()}
+    cases = {
+        "x.T": lambda d, np_: d["c"].T,
+        "x[1]": lambda d, np_: d["c"][1],
+        "q @ m": lambda d, np_: d["q"] @ d["m"],
+        "s.sum(axis=-1, keepdims=True)": lambda d, np_: d["s"].sum(axis=-1, keepdims=True),
+        "s - s.max(axis=-1, keepdims=True)": lambda d, np_: d["s"] - d["s"].max(axis=-1, keepdims=True),
+        "concatenate([c, q])": lambda d, np_: np_.concatenate([d["c"], d["q"]], axis=0),
+        "decode step (c of 20 rows)": lambda d, np_: _decode_step(np_)(d["c"], d["q"], d["q"])[1],
+    }
+    return {f"{dev} general path: {name}": ((lambda f=f: f(fa_, fnp)), (lambda f=f: f(raw, rnp)), raw_name)
+            for name, f in cases.items()}
 
 
 def _example_llm():
@@ -214,14 +269,7 @@ def _hit_rows(dev):
 
     w = 32
 
-    def softmax_step(np_):
-        def step(cache, q, row):
-            cache = np_.concatenate([cache, row], axis=0)
-            sc = q @ cache.T
-            e = np_.exp(sc - sc.max(axis=-1, keepdims=True))
-            return cache, (e / e.sum(axis=-1, keepdims=True)) @ cache
-        return step
-    js, rsm = fa.jit(softmax_step(fnp)), raw_jit(softmax_step(raw_np))
+    js, rsm = fa.jit(_decode_step(fnp)), raw_jit(_decode_step(raw_np))
     qn, rown = np.full((1, w), 0.01, np.float32), np.full((1, w), 0.02, np.float32)
     caches = [np.zeros((n, w), np.float32) for n in range(1, 11)]
     fargs = [(put(c), put(qn), put(rown)) for c in caches]

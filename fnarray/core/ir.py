@@ -74,6 +74,13 @@ class Params(Mapping):
         self._d = dict(d, **kw)
         self._hash = None
 
+    @classmethod
+    def taking(cls, d: dict) -> "Params":
+        """``Params`` over ``d`` itself, not a copy (``bind``'s fresh keyword dict: no one else holds it)."""
+        p = cls.__new__(cls)
+        p._d, p._hash = d, None
+        return p
+
     def __getitem__(self, k):
         return self._d[k]
 

@@ -17,8 +17,7 @@ from fnarray.core.tracing import is_scalar
 __all__ = [name for name in dir() if False]  # filled at the end
 
 
-def _aval(x):
-    return get_aval(x)
+_aval = get_aval  # (one name for fnarray.core.avals' function, without a call of its own)
 
 
 def shape(x):

@@ -73,8 +73,11 @@ def _bind(prim, *args, **params):  # replaced by fnarray.core.tracing at import
 
 
 def set_bind(fn):
+    """Install ``fn(primitive, *args, **params)`` as every primitive's ``bind`` (``fnarray.core.tracing``'s): the
+    method itself, so that ``prim.bind(x)`` is one Python call, not two (every operation binds)."""
     global _bind
     _bind = fn
+    Primitive.bind = fn
 
 
 # ----------------------------------------------------------------------------- helpers

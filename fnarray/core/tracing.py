@@ -270,7 +270,7 @@ _NO_PARAMS = Params()
 
 def bind(primitive, *args, **params):
     """Apply ``primitive`` to ``args`` in the innermost trace; the entry point of every op."""
-    p = Params(params) if params else _NO_PARAMS
+    p = Params.taking(params) if params else _NO_PARAMS
     top = _state.dynamic[-1]
     traced = False
     for a in args:
@@ -280,11 +280,12 @@ def bind(primitive, *args, **params):
     if not traced and top.level == 0:
         return _eager_apply(primitive, args, p)
     trace = find_top_trace(args)
-    tracers = [trace.full_raise(a) for a in args]
+    main = trace.main  # (a tracer of the top level is its own raise: no call for it)
+    tracers = [a if isinstance(a, Tracer) and a._trace.main is main else trace.full_raise(a) for a in args]
     outs = trace.process_primitive(primitive, tracers, p)
     if primitive.multiple_results:
         return [full_lower(o) for o in outs]
-    return full_lower(outs)
+    return outs.full_lower() if isinstance(outs, Tracer) else outs  # full_lower, inline
 
 
 primitives.set_bind(bind)

@@ -26,7 +26,7 @@ from fnarray.devices.mesh import PartitionSpec, ambient_mesh, check_spec
 from fnarray.devices.sharding import NamedSharding, Sharding, SingleDeviceSharding
 
 __all__ = ["devices", "default_device", "parse_device", "device_put", "put_sharded", "array_from_numpy",
-           "import_dlpack", "eager_apply", "placement_device"]
+           "import_dlpack", "eager_apply", "eager_key", "placement_device"]
 
 
 _CHECKED_BYTES = 1 << 26
@@ -194,7 +194,7 @@ def _used_since(entry) -> bool:
     return used
 
 
-# (primitive, params, input types, device, fallback mode) -> _EagerEntry; at most
+# eager_key(primitive, params, input types, device) -> _EagerEntry; at most
 # fnarray.config.eager_cache_size entries. A hit only marks its entry used (re-hashing the key to
 # reorder an LRU costs ~0.5 us here, a tenth of an eager call's own time), and eviction gives used
 # entries a second chance (CLOCK). Lookups take no lock; a miss compiles outside the lock and the first
@@ -209,10 +209,25 @@ _eager_cache = LRUCache(_eager_cache_size, on_evict=_eager_dropped, second_chanc
 _eager_d = _eager_cache._d
 
 
+_NO_ITEMS = frozenset()
+
+
+def eager_key(primitive, params, avals, device) -> tuple:
+    """The eager cache's key of one primitive: ``(primitive, params' items, avals, device id, fallback mode)``.
+
+    The params are a ``frozenset`` of their items (hashed and compared in C: a ``Params``' own ``__hash__`` and
+    ``__eq__`` are Python calls, and every bind makes a new one), the device its id (a ``Device``'s hash is a
+    Python call; the entry's executable holds its device, so the id is not reused while the entry lives), and
+    the fallback mode changes what compiles."""
+    d = params._d
+    return (primitive, frozenset(d.items()) if d else _NO_ITEMS, avals, id(device), config._fallback)
+
+
 def _eager_executable(primitive, params, avals, device, compile=True):
     """``(executable, out_avals)`` of one primitive on ``device`` from the eager cache, compiled on a miss (or,
     with ``compile=False``, ``None`` on a miss)."""
-    key = (primitive, params, avals, device, config.fallback)  # the fallback mode changes what compiles
+    d = params._d
+    key = (primitive, frozenset(d.items()) if d else _NO_ITEMS, avals, id(device), config._fallback)  # eager_key
     hit = _eager_d.get(key)
     if hit is None:
         if not compile:

@@ -14,7 +14,8 @@ import math
 from fnarray.core import dtypes, lax
 from fnarray.core.errors import ContractionShapeError, ShapeError
 from fnarray.numpy._manipulation import matrix_transpose  # noqa: F401  (one definition, re-exported here)
-from fnarray.numpy._util import asarray_internal, aval_of, broadcast_shapes, check_arraylike, normalize_axis, promote
+from fnarray.numpy._util import (asarray_internal, aval_of, broadcast_shapes, check_arraylike, normalize_axis, promote,
+                                  same_dtype)
 
 __all__ = [
     "cross",
@@ -38,6 +39,8 @@ __all__ = [
 
 def _arrays(name, *xs):
     """Check, convert and promote ``xs`` to arrays of one dtype."""
+    if same_dtype(xs) is not None:
+        return list(xs)  # arrays of one dtype: nothing to convert (``promote`` changes only a dtype)
     check_arraylike(name, *xs)
     return [asarray_internal(x) for x in promote(name, *[asarray_internal(x) for x in xs])]
 

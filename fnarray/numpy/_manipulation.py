@@ -205,6 +205,9 @@ def ravel(a, order="C"):
 
 
 def _permutation(axes, ndim, name):
+    if type(axes) is tuple and len(axes) == ndim and all(type(a) is int for a in axes) and sorted(axes) == list(
+            range(ndim)):
+        return axes  # the common case (``x.T``, non-negative axes): already a permutation
     axes = tuple(normalize_axis(a, ndim, f"{name} axis") for a in _static_ints(axes, f"{name} axes"))
     if sorted(axes) != list(range(ndim)):
         raise ShapeError(f"{name}: axes {axes} must be a permutation of the {ndim} axes of the array")

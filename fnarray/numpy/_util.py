@@ -13,7 +13,7 @@ from fnarray.core.errors import AxisError, DTypeError, ShapeError
 from fnarray.core.tracing import Tracer, is_scalar
 
 __all__ = ["aval_of", "asarray_internal", "promote", "broadcast_shapes", "broadcast_arrays_",
-           "elementwise", "normalize_axis", "normalize_axes", "check_arraylike", "result_aval"]
+           "elementwise", "normalize_axis", "normalize_axes", "check_arraylike", "result_aval", "same_dtype"]
 
 
 aval_of = get_aval  # one definition, in fnarray.core.avals
@@ -153,6 +153,8 @@ def promote(name, *args, to=None):
 
     Returns the list of converted args. ``to`` overrides the result dtype.
     """
+    if to is None and same_dtype(args) is not None:
+        return list(args)  # arrays of one dtype: nothing converts (the loop below changes only a dtype)
     avals = [aval_of(a) for a in args]
     if to is None:
         d, weak = dtypes.result_type(*[(a.dtype, a.weak_type) for a in avals])
@@ -205,6 +207,14 @@ def elementwise(name, fn, *args, check=None, bool_fn=None):
             if check is not None:
                 check(d)
             return (bool_fn if bool_fn is not None and d == dtypes.bool_ else fn)(*fast)
+        d = same_dtype(args)
+        if d is not None and not args[0].aval.weak_type and not args[1].aval.weak_type:
+            # Two strong arrays of one dtype and different shapes (``x - x.max(axis, keepdims=True)``): nothing to
+            # promote, so only the broadcast below (what the general path does for them, without its passes).
+            if check is not None:
+                check(d)
+            args, _ = broadcast_arrays_(args, name)
+            return (bool_fn if bool_fn is not None and d == dtypes.bool_ else fn)(*args)
     check_arraylike(name, *args)
     _, weak = result_aval(*args)
     args = promote(name, *args)
@@ -227,6 +237,27 @@ def elementwise(name, fn, *args, check=None, bool_fn=None):
 
 
 _PY_OPERANDS = (float, int)
+
+# The dtypes that promote to themselves with x64 on or off (a 64-bit array made under ``enable_x64`` and used
+# outside it promotes to 32 bits).
+_SELF_PROMOTING = frozenset(d for d in dtypes.ALL_DTYPES if d.itemsize < 8 or dtypes.is_complex(d) and d.itemsize == 8)
+
+
+def same_dtype(args):
+    """The dtype of ``args`` where they are all arrays (or tracers) of one dtype that promotes to itself, whatever
+    their weak types: then ``promote`` converts none of them; else ``None``."""
+    d = None
+    for a in args:
+        if not isinstance(a, Array):
+            return None
+        ad = a.aval.dtype
+        if d is None:
+            if ad not in _SELF_PROMOTING:
+                return None
+            d = ad
+        elif ad != d:
+            return None
+    return d
 
 
 def _fast_binary(a, b):

@@ -116,20 +116,22 @@ def _shift_axes(axes, bdim):
 class BatchTracer(Tracer):
     """A value inside ``vmap``: ``val`` with the examples along ``batch_dim`` (or ``None``)."""
 
-    __slots__ = ("batch_dim", "val")
+    __slots__ = ("batch_dim", "val", "_av")
 
     def __init__(self, trace, val, batch_dim):
         self._trace = trace
         self.val = val
         self.batch_dim = batch_dim
+        self._av = None  # the aval, made at its first read (``val`` and ``batch_dim`` never change)
 
     @property
     def aval(self) -> ShapedArray:
-        a = _aval(self.val)
-        d = self.batch_dim
-        if d is None:
-            return a
-        return ShapedArray(a.shape[:d] + a.shape[d + 1:], a.dtype, a.weak_type)
+        av = self._av
+        if av is None:
+            a = _aval(self.val)
+            d = self.batch_dim
+            av = self._av = a if d is None else ShapedArray(a.shape[:d] + a.shape[d + 1:], a.dtype, a.weak_type)
+        return av
 
     def full_lower(self):
         return self.val if self.batch_dim is None else self
@@ -198,10 +200,12 @@ class BatchTrace(Trace):
             # value passed through per example (collective_rules).
             out, out_dim = collective_batchers[primitive](vals, dims, self.main.global_data, **params)
             return BatchTracer(self, out, out_dim)
-        if all(d is None for d in dims) and name is not None and vals and _uses_axis(params, name):
+        unbatched = dims.count(None) == len(dims)
+        if unbatched and name is not None and vals and _uses_axis(params, name):
             # A sub-program names this axis: batch it even though no operand varies.
             vals[0], dims[0] = move_batch_dim(vals[0], None, 0, self.axis_size), 0
-        if all(d is None for d in dims):
+            unbatched = False
+        if unbatched:
             out = primitive.bind(*vals, **params)
             if primitive.multiple_results:
                 return [BatchTracer(self, o, None) for o in out]
@@ -327,10 +331,8 @@ def defvectorized(prim):
 
 def _broadcasting(prim):
     def rule(vals, dims, **params):
-        batched = [(v, d) for v, d in zip(vals, dims, strict=True) if d is not None]
-        unbatched = [v for v, d in zip(vals, dims, strict=True) if d is None]
-        d0, s0 = batched[0][1], _shape(batched[0][0])
-        if all(d == d0 and _shape(v) == s0 for v, d in batched) and all(_shape(v) == () for v in unbatched):
+        d0 = _aligned(vals, dims)
+        if d0 is not None:
             return prim.bind(*vals, **params), d0
         size = _axis_size(vals, dims)
         full = max((_unbatched_shape(v, d) for v, d in zip(vals, dims, strict=True)), key=len)
@@ -346,6 +348,23 @@ def _broadcasting(prim):
         return prim.bind(*args, **params), 0
     rule.__name__ = f"{prim.name}_batch"
     return rule
+
+
+def _aligned(vals, dims):
+    """The batch axis that the batched operands share, where they also share one shape and the others are rank 0
+    (the operation then applies as it is), else ``None``; one pass, no lists (every elementwise operation under
+    ``vmap`` asks; at least one operand is batched)."""
+    d0 = s0 = None
+    for v, d in zip(vals, dims, strict=True):
+        s = _shape(v)
+        if d is None:
+            if s != ():
+                return None
+        elif d0 is None:
+            d0, s0 = d, s
+        elif d != d0 or s != s0:
+            return None
+    return d0
 
 
 def defbroadcasting(prim):

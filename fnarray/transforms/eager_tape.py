@@ -42,7 +42,6 @@ import numpy as np
 
 from fnarray import tree_util
 from fnarray.core.builder import trace_to_program
-from fnarray.core.config import config
 from fnarray.core.ir import Literal
 from fnarray.core.passes import has_effect
 from fnarray.core.primitives import EFFECTS
@@ -250,7 +249,7 @@ def record(call, arrays):
 def _cached_entry(exe, eqn, avals, dev):
     """``_entry``, kept on the eager cache's entry of the executable (each new shape of a loop makes a tape of
     the same few primitives: ~3 us a step otherwise)."""
-    e = placement._eager_d.get((eqn.primitive, eqn.params, avals, dev, config.fallback))
+    e = placement._eager_d.get(placement.eager_key(eqn.primitive, eqn.params, avals, dev))
     if e is None or e.exe is not exe:
         return _entry(exe, eqn, avals, dev)
     step = e.step

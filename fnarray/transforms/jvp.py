@@ -42,16 +42,20 @@ def _arrays(leaves):
 
 
 class JVPTracer(Tracer):
-    __slots__ = ("primal", "tangent")
+    __slots__ = ("primal", "tangent", "_av")
 
     def __init__(self, trace, primal, tangent):
         self._trace = trace
         self.primal = primal
         self.tangent = tangent
+        self._av = None  # the primal's aval, made at its first read (``primal`` never changes)
 
     @property
     def aval(self):
-        return get_aval(self.primal)
+        av = self._av
+        if av is None:
+            av = self._av = get_aval(self.primal)
+        return av
 
     def _concrete(self, what):
         p = self.primal

@@ -182,6 +182,12 @@ def _dtype_reason(prim, eqn_dtypes, platform, params):
     return None
 
 
+#: The dtypes for which ``_dtype_reason`` gives no reason, whatever the primitive (not low-bit, not float64, no
+#: complex): ``eager_fast_known`` skips its checks for them.
+_PLAIN_DTYPES = frozenset(d for d in dtypes.ALL_DTYPES if not dtypes.is_low_bit(d) and not dtypes.is_complex(d)
+                          and d != dtypes.float64)
+
+
 def _eqn_dtypes(eqn):
     ds = {a.aval.dtype for a in eqn.inputs}
     ds.update(o.aval.dtype for o in eqn.outputs)
@@ -449,21 +455,29 @@ class MlxBackend(Backend):
             return None
         outs = list(out_avals)
         for a in in_avals:
-            if a.size == 0:
+            if 0 in a.shape:
                 return None   # the general path runs the zero-size pass: no MLX call on an empty array
+        ds = set()
         for a in outs:
-            if a.size == 0:
+            if 0 in a.shape:
                 return None
-        if primitive in CALL_PROGRAM or any(
-                isinstance(p, Program) for p in params.values()):
+            ds.add(a.dtype)
+        programs = primitive in CALL_PROGRAM
+        for p in params.values():
+            if isinstance(p, Program):
+                programs = True
+            elif isinstance(p, np.dtype):
+                ds.add(p)
+        if programs:
             from fnarray.devices.partition import unsupported_reason
             eqn = program_from_eqn(primitive, params, in_avals, outs).eqns[0]
             if _needs_host(eqn) or has_effect(eqn) or unsupported_reason(eqn, device) is not None:
                 return None
         else:
-            ds = {a.dtype for a in in_avals} | {o.dtype for o in outs} | {p for p in params.values()
-                                                                          if isinstance(p, np.dtype)}
-            if any(dtypes.is_low_bit(d) for d in ds) or _dtype_reason(primitive, ds, device.platform, params):
+            ds.update(a.dtype for a in in_avals)
+            # (dtypes of ``_PLAIN_DTYPES`` alone have no reason: the checks below are for the others)
+            if not ds <= _PLAIN_DTYPES and (any(dtypes.is_low_bit(d) for d in ds)
+                                            or _dtype_reason(primitive, ds, device.platform, params)):
                 return None   # (low-bit arrays are NumPy arrays outside programs: programs convert them)
         fn = RULES[primitive](params, list(in_avals), outs)
         return _eager_apply(fn, primitive.multiple_results, device.handle)

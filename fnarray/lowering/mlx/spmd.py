@@ -65,6 +65,8 @@ __all__ = ["ProcessDevice", "GlobalBuffer", "process_group", "active", "process_
 def process_group():
     """The ``mx.distributed.Group`` of an mlx run of more than one process, else ``None``."""
     from fnarray import distributed
+    if distributed.engine_backend() is None:
+        return None  # not a distributed run (asked at every eager compile: no exception raised and caught)
     try:
         g = distributed.mlx_group()
     except RuntimeError:   # not an mlx run
