@@ -626,7 +626,8 @@ def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, ou
 
     Raises:
       ``TypeError``/``ValueError``/``ShapeError`` for bad specs (wrong ``index_map`` arity, block shapes of the
-      wrong rank, a padded block read without a mask, mismatched aliases, a kernel writing an input).
+      wrong rank, a padded block read without a mask, mismatched aliases, a kernel writing an input, a
+      ``compiler_params`` ``row_tile`` that is not a positive int).
 
     Example::
 
