@@ -86,6 +86,49 @@ def test_unmatched_norms_keep_the_composite(mdev):
                                _rms_ref(x, np.asarray(w), 1e-5), rtol=2e-6, atol=2e-6)
 
 
+def _ms(v, axis=-1):
+    return fnp.mean(v ** 2, axis=axis, keepdims=True)
+
+
+#: RMSNorm-like functions of ``(v, w)`` that are almost the pattern, the pattern itself at odd shapes and values,
+#: and the pattern under transformations; each with its ``x`` shape (``w``: ``(8,)``).
+_NEAR_NORMS = {
+    "eps outside sqrt": (lambda v, w: v / (fnp.sqrt(_ms(v)) + 1e-5) * w, (3, 8)),
+    "eps first": (lambda v, w: v / fnp.sqrt(1e-5 + _ms(v)) * w, (3, 8)),
+    "weight first": (lambda v, w: w * (v / fnp.sqrt(_ms(v) + 1e-5)), (3, 8)),
+    "sum over D - 1": (lambda v, w: v / fnp.sqrt(fnp.sum(v ** 2, -1, keepdims=True) / 7 + 1e-5) * w, (3, 8)),
+    "another numerator": (lambda v, w: (v + 1) / fnp.sqrt(_ms(v) + 1e-5) * w, (3, 8)),
+    "mean over axis 0": (lambda v, w: v / fnp.sqrt(_ms(v, 0) + 1e-5) * w, (8, 8)),
+    "axis 0 reshaped": (lambda v, w: v / fnp.sqrt(fnp.mean(v ** 2, axis=0).reshape(8, 1) + 1e-5) * w, (8, 8)),
+    "weight on axis 0": (lambda v, w: v / fnp.sqrt(_ms(v) + 1e-5) * w[:, None], (8, 8)),
+    "scalar weight": (lambda v, w: v / fnp.sqrt(_ms(v) + 1e-5) * w[0], (3, 8)),
+    "bfloat16 x": (lambda v, w: (v.astype(fnp.bfloat16) / fnp.sqrt(_ms(v.astype(fnp.bfloat16)) + 1e-2)
+                                 * w.astype(fnp.bfloat16)).astype(fnp.float32), (3, 8)),
+    "transposed x": (lambda v, w: v.T / fnp.sqrt(_ms(v.T) + 1e-5) * w, (8, 5)),
+    "zero rows": (lambda v, w: v[:0] / fnp.sqrt(_ms(v[:0]) + 1e-5) * w, (3, 8)),
+    "one element": (lambda v, w: v[:, :1] / fnp.sqrt(_ms(v[:, :1]) + 1e-5) * w[:1], (3, 8)),
+    "grad": (fa.grad(lambda v, w: fnp.sum((v / fnp.sqrt(_ms(v) + 1e-5) * w) ** 2), argnums=(0, 1)), (3, 8)),
+    "vmap": (fa.vmap(lambda v, w: v / fnp.sqrt(_ms(v) + 1e-5) * w, in_axes=(1, None)), (3, 4, 8)),
+    "scan": (lambda v, w: fa.lax.scan(lambda c, r: (c + 1, r / fnp.sqrt(_ms(r) + 1e-5) * w), 0, v)[1],
+             (4, 3, 8)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_NEAR_NORMS))
+def test_almost_rms_norms_match_numpy(mdev, name):
+    """Near misses of the ``mx.fast.rms_norm`` pattern (``fused.py``) keep their meaning, and the pattern under
+    ``grad``/``vmap``/``scan``, at zero-size and one-element rows, in bfloat16 and on a transposed input gives
+    numpy:0's results: a wrong match would compute another function."""
+    fn, shape = _NEAR_NORMS[name]
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    want = fa.tree_util.tree_leaves(fa.jit(fn, device="numpy:0")(x, w))
+    got = fa.tree_util.tree_leaves(fa.jit(fn, device=mdev)(fa.device_put(x, mdev), fa.device_put(w, mdev)))
+    tol = 2e-2 if "bfloat16" in name else 2e-5
+    for g, v in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(v, np.float64), rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("dims, offset, scale", [(16, 4, 1.0), (12, 9, 0.5), (16, None, 1.0)])
 def test_rope_pattern_runs_mx_fast_rope(mdev, dims, offset, scale):
     """On a GPU platform ``fa.nn.RoPE`` at an int32 offset array (a cache's position) becomes ``mx.fast.rope`` (the

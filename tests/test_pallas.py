@@ -11,6 +11,7 @@ without Metal, whose interpreter fallback is expected.
 from __future__ import annotations
 
 import contextlib
+import re
 import warnings
 
 import numpy as np
@@ -519,6 +520,48 @@ def test_row_mode_rows_reduced_together(device, n, kind):
                        out_specs=pl.BlockSpec((16,), lambda i: (i,)), compiler_params={"rows": True, "row_tile": 4})
     p = x.astype(np.float64) * (v + np.arange(n) * 0.125)
     want = {"sum": p.sum, "max": p.max}[kind](axis=1) + p[:, n // 2:].sum(axis=1) * 0.5
+    with own_kernels(device):
+        got = np.asarray(fa.jit(f)(fa.device_put(x, device), fa.device_put(v, device)))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("bad", [0, -2, 2.5, "4", True, None])
+def test_bad_row_tile_raises_at_pallas_call(bad):
+    """``compiler_params={"rows": True, "row_tile": bad}``: a ``ValueError`` naming the value and what is expected
+    when ``pallas_call`` is made (was: 0 and -2 silently one row, 2.5 silently two, ``"4"`` four, ``None`` a bare
+    ``int()`` error at lowering)."""
+    def kernel(x_ref, o_ref):
+        o_ref[...] = fnp.sum(x_ref[...], axis=1)
+
+    with pytest.raises(ValueError, match=re.escape(f"row_tile must be a positive int, got {bad!r}")):
+        pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((16,), fnp.float32),
+                       compiler_params={"rows": True, "row_tile": bad})
+
+
+@pytest.mark.parametrize("row_tile", [3, 5, 8, 32])
+@pytest.mark.parametrize("kind", ["sum", "max", "min"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_row_tile_any_value_masked_reductions(device, row_tile, kind, dtype):
+    """Row mode with ``row_tile`` rows per work item that do (8) or do not (3, 5, 32) divide the block's 16 rows
+    (then one row an item), a masked load (the last 3 columns ``other=0``), sum/max/min, float32 and int32
+    (wrapping products): the joint reductions (``_joint_reduce``) against NumPy (float64 or int64 wrapped)."""
+    n = 20
+    x = (rng.standard_normal((32, n)) * 10).astype(dtype)
+    v = (rng.standard_normal(n) * 3).astype(dtype)
+    red = {"sum": fnp.sum, "max": fnp.max, "min": fnp.min}[kind]
+
+    def kernel(x_ref, v_ref, o_ref):
+        a = pl.load(x_ref, (slice(None), slice(None)), mask=(fnp.arange(n) < n - 3)[None, :], other=0)
+        o_ref[...] = red(a * v_ref[...][None, :], axis=1)
+
+    f = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((32,), dtype), grid=(2,),
+                       in_specs=[pl.BlockSpec((16, n), lambda i: (i, 0)), pl.BlockSpec((n,), lambda i: (0,))],
+                       out_specs=pl.BlockSpec((16,), lambda i: (i,)),
+                       compiler_params={"rows": True, "row_tile": row_tile})
+    wide = np.float64 if dtype == np.float32 else np.int64
+    p = x.astype(wide) * v
+    p[:, n - 3:] = 0
+    want = {"sum": p.sum, "max": p.max, "min": p.min}[kind](axis=1).astype(dtype)
     with own_kernels(device):
         got = np.asarray(fa.jit(f)(fa.device_put(x, device), fa.device_put(v, device)))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

@@ -761,6 +761,43 @@ def test_donated_inputs_are_deleted_and_results_stay_right(wdev):
         np.testing.assert_allclose(np.asarray(p), np.arange(6) - 0.5 * (k + 1))
 
 
+@pytest.mark.parametrize("donate", [(), (0,), (0, 1)])
+def test_inputs_returned_as_outputs_survive_donation_and_delete(wdev, donate):
+    """A jitted function returning an argument as it is (once or twice, beside a computed result): the output
+    shares the argument's buffer, so donating the argument (jit deletes it after the call) or deleting another
+    array that shares the buffer must leave the outputs readable; numpy:0's values. Was: the donated input's
+    buffer went back to the pool and every output holding it raised ``AttributeError`` on read."""
+    x = np.arange(6, dtype=np.float32)
+    f = fa.jit(lambda a, b: (a, b, a, a + 1), donate_argnums=donate)
+    a, b = fa.device_put(x, wdev), fa.device_put(x + 10, wdev)
+    outs = f(a, b)
+    for i in donate:
+        assert (a, b)[i].is_deleted()
+    if not donate:
+        a.delete()   # the outputs sharing a's buffer keep it
+    junk = [fa.jit(lambda v: v * 100)(fa.device_put(x, wdev)) for _ in range(4)]   # pooled buffers reused
+    for got, want in zip(outs, (x, x + 10, x, x + 1), strict=True):
+        np.testing.assert_array_equal(np.asarray(got), want)
+    outs[0].delete()
+    np.testing.assert_array_equal(np.asarray(outs[2]), x)   # the other output holding the same buffer
+    np.testing.assert_array_equal(np.asarray(junk[0]), x * 100)
+
+
+def test_array_sharing_a_buffer_updated_in_place_raises_clearly(wdev):
+    """An array that shares its buffer with another (a jitted identity's output) after that other is donated to
+    an in-place ``dynamic_update_slice``: reading it, passing it to a jitted function or to an eager operation
+    raises ``RuntimeError`` naming the cause (was: ``AttributeError`` from wgpu); the update's result is right."""
+    x = np.arange(8, dtype=np.float32)
+    upd = fa.jit(lambda c, u: fa.lax.dynamic_update_slice(c, u, (np.int32(2),)), donate_argnums=0)
+    a = fa.device_put(x, wdev)
+    shared = fa.jit(lambda v: v)(a)
+    r = upd(a, fa.device_put(np.full(3, -1, np.float32), wdev))
+    for use in (np.asarray, fa.jit(lambda v: v * 2), lambda v: v * 2, lambda v: upd(v, fnp.ones(3))):
+        with pytest.raises(RuntimeError, match="shares its buffer with an array donated"):
+            np.asarray(use(shared))
+    np.testing.assert_array_equal(np.asarray(r), np.concatenate([x[:2], [-1, -1, -1], x[5:]]))
+
+
 def test_digits_training_step_runs_without_fallback(wdev, ref, fallback_mode):
     sys.path.append(str(__import__("pathlib").Path(__file__).resolve().parents[1] / "benchmarks"))
     from backend_vs_raw import fn_init, make_fn_step

@@ -589,6 +589,19 @@ def _check_grid_corners(kname, grid, blocks):
             block_offsets(blk, [int(v) for v in imap([np.int32(p) for p in pid])], kname)
 
 
+
+def _check_row_tile(compiler_params):
+    """Raise ``ValueError`` unless ``compiler_params``'s ``row_tile`` (where given) is an int >= 1 (a bool, float
+    or string is not: lowering would take ``int()`` of it, 2.5 silently as 2)."""
+    if "row_tile" not in compiler_params:
+        return
+    v = compiler_params["row_tile"]
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        raise ValueError(f"pallas_call: compiler_params row_tile must be a positive int, got {v!r}; it is the "
+                         f"rows of the blocks each work item takes in row mode (rows=True), e.g. 2, 4 or 8 "
+                         f"(a value that does not divide the rows runs one row per item)")
+
+
 def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, out_specs=None, scratch_shapes=(),
                 input_output_aliases=None, interpret=False, compiler_params=None, name=None, debug=False,
                 cost_estimate=None, backend=None, **unsupported):
@@ -613,7 +626,8 @@ def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, ou
 
     Raises:
       ``TypeError``/``ValueError``/``ShapeError`` for bad specs (wrong ``index_map`` arity, block shapes of the
-      wrong rank, a padded block read without a mask, mismatched aliases, a kernel writing an input).
+      wrong rank, a padded block read without a mask, mismatched aliases, a kernel writing an input, a
+      ``compiler_params`` ``row_tile`` that is not a positive int).
 
     Example::
 
@@ -635,6 +649,7 @@ def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, ou
     out_leaves, out_tree = tree_util.tree_flatten(out_shape)
     out_avals = tuple(_out_leaf(x, f"pallas_call {kname}") for x in out_leaves)
     if isinstance(compiler_params, dict):
+        _check_row_tile(compiler_params)
         params_t = tuple(sorted((str(k), repr(v) if not isinstance(v, (int, float, str, bool)) else v)
                                 for k, v in compiler_params.items()))
     else:

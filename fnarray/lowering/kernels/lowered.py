@@ -19,7 +19,7 @@ from fnarray.devices.backend import Lowered
 from fnarray.lowering.kernels import tuning
 from fnarray.lowering.kernels.groups.base import BufSpec
 
-__all__ = ["KernelLowered", "donated_must_copy"]
+__all__ = ["KernelLowered", "donated_must_copy", "taken_over"]
 
 #: read the persistent cache's kernel schedules (``python -m fnarray tune`` turns it off, so that every kernel is
 #: scheduled, and so tuned, again; new schedules are still written)
@@ -48,6 +48,16 @@ def donated_must_copy(bufs, i, memory, cached=()) -> bool:
     if any(j != i and (c is b or memory(c) is m) for j, c in enumerate(bufs)):
         return True
     return not b.shape and any(v is b for v in cached)
+
+
+def taken_over(buf) -> RuntimeError:
+    """The error for using ``buf`` (a ``CLBuffer``/``WGBuffer``) after an in-place update took its memory over:
+    another array sharing the buffer object (a jitted identity's output, ``device_put`` to its own device) was
+    donated to a call that updated it in place, and the output now owns the memory. Raised by the opencl and
+    webgpu dispatchers when a call binds it and by their downloads (was: a NULL buffer bound, a crash)."""
+    return RuntimeError(f"this array ({buf.dtype.name}{list(buf.shape)}) shares its buffer with an array donated "
+                        "to a jitted call, which updated it in place: it can no longer be used. Keep a copy "
+                        "(fnp.copy(x)) before donating the other array, or do not donate it")
 
 
 class KernelLowered(Lowered):

@@ -67,7 +67,7 @@ from fnarray.core.ir import Literal, Program
 from fnarray.devices import compile_cache, teardown
 from fnarray.devices.backend import Backend, Capabilities, Device
 from fnarray.lowering.kernels import Schedule, render_opencl, schedule_program, tuning
-from fnarray.lowering.kernels.lowered import KernelLowered
+from fnarray.lowering.kernels.lowered import KernelLowered, taken_over
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.groups import linalg
@@ -283,8 +283,7 @@ class _DeviceState:
 
     def download(self, buf: CLBuffer) -> np.ndarray:
         if buf.mem is None:   # dispatch.py: a donated buffer an in-place update took over
-            raise RuntimeError(f"this array ({buf.dtype.name}{list(buf.shape)}) shares its buffer with an array "
-                               "donated to a jitted call, which updated it in place: it can no longer be used")
+            raise taken_over(buf)
         host = np.empty(buf.shape, _storage(buf.dtype))
         if host.nbytes:
             cl.enqueue_copy(self.queue, host, buf.mem, is_blocking=True)

@@ -38,7 +38,7 @@ import pyopencl as cl
 from fnarray.core import profile as _profile
 from fnarray.core.ir import Literal
 from fnarray.lowering.kernels.ir import BufferParam
-from fnarray.lowering.kernels.lowered import donated_must_copy
+from fnarray.lowering.kernels.lowered import donated_must_copy, taken_over
 
 __all__ = ["Executable", "HELD_BYTES"]
 
@@ -152,6 +152,8 @@ class Executable:
         and ``{input index: copy}`` of the updated inputs that need a buffer of their own (lock held)."""
         env = [None] * self.nslots
         for s, b in zip(self.in_slots, bufs, strict=True):
+            if b.mem is None:   # a buffer an in-place update took over (bound, NULL crashed the kernel)
+                raise taken_over(b)
             env[s] = b
         alloc = self.state.alloc
         for s, shape, dt in self.fresh:

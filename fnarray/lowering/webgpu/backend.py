@@ -78,7 +78,7 @@ from fnarray.devices import teardown
 from fnarray.devices.backend import Backend, Capabilities, Device
 from fnarray.devices.host_control import CONTROL_PRIMITIVES
 from fnarray.lowering.kernels import Schedule, schedule_program, tuning
-from fnarray.lowering.kernels.lowered import KernelLowered
+from fnarray.lowering.kernels.lowered import KernelLowered, taken_over
 from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
 from fnarray.lowering.kernels import facts, wgsl
@@ -539,6 +539,8 @@ class _GPU:
     @_locked
     def download(self, b: WGBuffer) -> np.ndarray:
         n = b.nbytes
+        if b.buffer is None:   # dispatch.py: a donated buffer an in-place update took over
+            raise taken_over(b)
         if n == 0:
             return np.zeros(b.shape, b.dtype)
         self.flush()
@@ -978,11 +980,12 @@ class WebGPUBackend(Backend):
         return buf
 
     def delete(self, buf):
-        # Back to the pool rather than destroyed: work already queued on it may still read it, and the
-        # in-order queue runs that work before any later use of the recycled buffer.
-        b, buf.buffer = buf.buffer, None
-        if b is not None:
-            self.gpu.release(b)
+        # Nothing here: several arrays may share one ``WGBuffer`` (a jitted call's output that is one of its
+        # inputs, donated or not), so the deleted array only drops its reference; the buffer goes back to the
+        # pool (``WGBuffer.__del__``) when the last array holding it goes, at once where it was the only one.
+        # Releasing it here left the other arrays a dead buffer (tests/test_webgpu_backend.py
+        # test_inputs_returned_as_outputs_survive_donation_and_delete).
+        pass
 
 
 def make_backend():

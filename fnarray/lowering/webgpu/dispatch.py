@@ -48,7 +48,7 @@ import weakref
 import numpy as np
 
 from fnarray.core import profile as _profile
-from fnarray.lowering.kernels.lowered import donated_must_copy
+from fnarray.lowering.kernels.lowered import donated_must_copy, taken_over
 
 __all__ = ["Runner", "HELD_BYTES", "BATCH_LAUNCHES", "ALONE_LAUNCHES", "NEW_UPLOAD_BYTES"]
 
@@ -174,7 +174,9 @@ class Runner:
         gpu = self.gpu
         vals = self.template.copy()
         for i in self.bound_in:
-            vals[i] = bufs[i].buffer
+            b = vals[i] = bufs[i].buffer
+            if b is None:   # a buffer an in-place update took over (``_outputs``)
+                raise taken_over(bufs[i])
         made = {}
         for k, nb, dtype, shape in self.fresh:
             b = made[k] = gpu.alloc_checked(nb, dtype, shape)
