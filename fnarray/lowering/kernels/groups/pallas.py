@@ -54,12 +54,14 @@ and a ``dot`` with a two-axis result computes one register tile over all of them
 once for its rows (flash attention 0.63-0.68x the time of one row per item on lavapipe). In a body without a ``dot``
 a reduction of a value that reads refs takes the item's rows in one loop instead (``_joint_reduce``: the 4-bit
 matvec example with 8 rows per item, each element of ``x`` loaded once for the 8 and first in each step:
-``_shared_first``; on lavapipe read as ``vec4`` lanes, ``_lane_load``: 0.3x the time of one row per item of 8-row
-blocks on lavapipe, 0.6-0.7x on PoCL 3.0, 0.8-1.0x on 3.1). Inline values fold what is known while rendering:
-integer arithmetic on constant coordinates (an unrolled axis's ``iota``, so ``w >> (4 * j)`` shifts by a constant),
-index divisions with a constant part past the divisor (``_div``), and an unsigned integer below ``2**31`` (masked by
-or shifted right by a constant) converts to a float through int32 (``_Renderer.small``). Outside row mode a
-transposed ``dot`` operand (``k.T``) may be staged in work-group memory in its own layout (``stage``; chosen by
+``_shared_first``; on lavapipe and on PoCL with LLVM >= 15 (the option ``lane_vec4``) read as ``vec4`` /
+``float4``/``uint4`` lanes, ``_lane_load``; on PoCL with 32-bit ``(int)base + c`` addresses, ``_base32``: 0.3x the
+time of one row per item of 8-row blocks on lavapipe, 0.6-0.7x on PoCL 3.0, 0.8-1.0x on 3.1 before ``_base32`` and
+the OpenCL lanes, which took 0.81x / 0.71x of that kernel's time there). Inline values fold what is known while
+rendering: integer arithmetic on constant coordinates (an unrolled axis's ``iota``, so ``w >> (4 * j)`` shifts by a
+constant), index divisions with a constant part past the divisor (``_div``), and an unsigned integer below ``2**31``
+(masked by or shifted right by a constant) converts to a float through int32 (``_Renderer.small``). Outside row mode
+a transposed ``dot`` operand (``k.T``) may be staged in work-group memory in its own layout (``stage``; chosen by
 ``_pallas_cost`` on PoCL with LLVM 15, whose vectoriser gathers the in-place reads).
 
 What does not render (sorts, gathers, control flow other than ``fori_loop``/``when``, atomics on scratch refs or
@@ -1483,8 +1485,8 @@ _LANE_DTYPES = (np.dtype(np.float32), np.dtype(np.uint32))
 def _lane_load(r, ref, ri):
     """Element ``ri`` of ``ref`` (a float32 or uint32 input block with a vector binding) as a lane of a four-element
     vector load where its address is a known multiple of 4 plus a constant (``_joint_reduce`` on a CPU WebGPU
-    adapter: the four loads of a run's neighbouring elements become one, shared through the builder's memo), else
-    ``None``."""
+    adapter, or with the option ``lane_vec4`` on PoCL: the four loads of a run's neighbouring elements become one,
+    shared through the builder's memo; a wide ref's vector index in ``_wide``'s form), else ``None``."""
     a = dataclasses.replace(ref, wide=False).address(ri, False)   # in 32 bits: its lane a constant
     lane = _rem(a, 4)
     name = r.vector_name(ref.vector) if isinstance(lane, Const) else None
@@ -2161,7 +2163,8 @@ def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=No
     every work item reads and writes only its own row of work-group memory and of the output and scratch refs;
     where it would not, the usual form. ``stage``: a transposed ``dot`` operand is staged in work-group memory
     in its own layout (``_Renderer.stage_swapped``; not in row mode). ``vectors(b, k)``: the name of a binding
-    of input ``k`` as four-float32 vectors (``ir.vector_dtype``; only for targets that print them: WGSL),
+    of input ``k`` as four-float32 vectors (``ir.vector_dtype``; only for targets that print them: WGSL, and
+    OpenCL C, where with 64-bit addresses only ``_lane_load`` reads them),
     through which a k-accumulating product reads its operands (``_accumulate_vectors``). A kernel whose usual
     form does not render (its blocks past the work-group memory) is tried in row mode too, where its block
     values are private arrays. ``tile``: the most outputs of a ``dot``'s register tile per work item outside
