@@ -199,3 +199,31 @@ def test_example_kernel_in_chromium(page, kernel_bundles, name):  # noqa: F811
 # The browser fixtures of tests/test_browser.py (one Chromium for the module, bundles served from 127.0.0.1).
 from test_browser import browser, page, site, wdev  # noqa: E402, F401
 
+
+
+def test_quantized_matvec_reads_lanes(device):
+    """The 4-bit matvec example (8 rows per work item, ``_joint_reduce``) against a float64 NumPy reference
+    (words unpacked by hand); its OpenCL C on a CPU device reads ``x`` and the packed words as ``float4``/``uint4``
+    lanes (``.s0`` ... ``.s3``; ``_lane_load``) where PoCL compiles with LLVM 15 or later (the scheduler option
+    ``lane_vec4``), else one element per load, with 32-bit ``(int)base + c`` addresses in the loop (``_base32``)
+    either way; on a CPU WebGPU adapter as ``vec4`` lanes."""
+    x = _f32(512)
+    w, s, b = (np.asarray(a) for a in fa.quantize(_f32(64, 512), group_size=64, bits=4))
+    q = (w[:, :, None] >> (4 * np.arange(8, dtype=np.uint32))) & 15
+    deq = q.reshape(64, 512) * np.repeat(s.astype(np.float64), 64, 1) + np.repeat(b.astype(np.float64), 64, 1)
+    want = deq @ x.astype(np.float64)
+    args = [fa.device_put(a, device) for a in (x, w, s, b)]
+    f = fa.jit(quantized_matvec.quantized_matvec)
+    with own_kernels(device):
+        got = np.asarray(f(*args))
+        text = f.lower(*args).as_text() if device.backend in ("opencl", "webgpu") else ""
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3 * np.abs(want).max())
+    caps = device.impl.capabilities(device) if text else None
+    if caps is not None and device.backend == "opencl" and caps.matmul_tiling == "register":
+        facts = dict(caps.tuning_facts)
+        lanes = facts.get("compiler") == "pocl" and facts.get("llvm", 0) >= 15
+        loop = text[text.index("for ("):]
+        assert ("const float4 " in loop and "const uint4 " in loop and ".s3;" in loop) == lanes
+        assert "long" not in loop[:loop.index("acc")] and "((int)((t" in loop
+    elif caps is not None and device.backend == "webgpu" and not caps.tiling_pays:
+        assert "vec4<f32>" in text and "vec4<u32>" in text

@@ -23,6 +23,7 @@ from fnarray.lowering.kernels.ir import (
     Kernel,
     Op,
     const,
+    vector_dtype,
     walk_exprs,
 )
 from fnarray.lowering.kernels.opencl_math import BUILTINS, F32, HELPERS
@@ -39,6 +40,9 @@ _TYPES = {
     np.dtype(np.complex64): "float2", np.dtype(np.complex128): "double2",
     # the low-bit dtypes are their bytes; kernels only convert them (kernels/rules.py: LOW_BIT)
     **{d: "uchar" for d in LOW_BIT},
+    # a second binding of an input read four elements per load (``ir.vector_dtype``: ``groups/pallas.py``'s
+    # ``_lane_load`` on CPU devices, the scheduler option ``lane_vec4``); its lanes print as ``.s0``..``.s3``
+    vector_dtype(np.float32): "float4", vector_dtype(np.uint32): "uint4",
 }
 _ORDERED = frozenset({"lt", "le", "gt", "ge"})
 
@@ -107,6 +111,10 @@ class OpenCLRenderer(CStyleRenderer):
 
     def special(self, e) -> str:
         return f"((int){_SPECIALS[e.kind]}({e.dim}))"
+
+    def lane(self, vector: str, lane: int) -> str:
+        """Element ``lane`` of a vector value: OpenCL C's component ``.s<lane>``."""
+        return f"{vector}.s{lane}"
 
     def atomic(self, s, value: str, index: str) -> list:
         """OpenCL C's ``atomic_add``/``atomic_max``/``atomic_min`` on 32-bit integers; on float32 a

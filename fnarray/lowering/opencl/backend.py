@@ -397,6 +397,11 @@ class OpenCLLowered(KernelLowered):
             # kernels/emitter.py: a concatenation of more than two pieces as if branches (the VAE grid
             # 26.8-27.4 -> 22.1-22.9 CPU ms, load 7-8)
             opts["concat_branches"] = True
+            # groups/pallas.py: a reduction of several rows per item reads float32/uint32 inputs as float4/uint4
+            # lanes (``_lane_load``; only there on OpenCL) where PoCL compiles with LLVM 15 or later (PoCL 3.1:
+            # the 4-bit matvec example 0.80x the time; PoCL 3.0, LLVM 14: 1.3x, so not there)
+            facts = dict(self.state.caps.tuning_facts)
+            opts["lane_vec4"] = facts.get("compiler") == "pocl" and facts.get("llvm", 0) >= 15
         if tuning.active(self.device):
             opts["tuner"] = _Timer(self.device, self.state)
         return schedule_program(self.program, self.state.caps, workgroup=self.state.workgroup,

@@ -54,12 +54,14 @@ and a ``dot`` with a two-axis result computes one register tile over all of them
 once for its rows (flash attention 0.63-0.68x the time of one row per item on lavapipe). In a body without a ``dot``
 a reduction of a value that reads refs takes the item's rows in one loop instead (``_joint_reduce``: the 4-bit
 matvec example with 8 rows per item, each element of ``x`` loaded once for the 8 and first in each step:
-``_shared_first``; on lavapipe read as ``vec4`` lanes, ``_lane_load``: 0.3x the time of one row per item of 8-row
-blocks on lavapipe, 0.6-0.7x on PoCL 3.0, 0.8-1.0x on 3.1). Inline values fold what is known while rendering:
-integer arithmetic on constant coordinates (an unrolled axis's ``iota``, so ``w >> (4 * j)`` shifts by a constant),
-index divisions with a constant part past the divisor (``_div``), and an unsigned integer below ``2**31`` (masked by
-or shifted right by a constant) converts to a float through int32 (``_Renderer.small``). Outside row mode a
-transposed ``dot`` operand (``k.T``) may be staged in work-group memory in its own layout (``stage``; chosen by
+``_shared_first``; on lavapipe and on PoCL with LLVM >= 15 (the option ``lane_vec4``) read as ``vec4`` /
+``float4``/``uint4`` lanes, ``_lane_load``; on PoCL with 32-bit ``(int)base + c`` addresses, ``_base32``: 0.3x the
+time of one row per item of 8-row blocks on lavapipe, 0.6-0.7x on PoCL 3.0, 0.8-1.0x on 3.1 before ``_base32`` and
+the OpenCL lanes, which took 0.81x / 0.71x of that kernel's time there). Inline values fold what is known while
+rendering: integer arithmetic on constant coordinates (an unrolled axis's ``iota``, so ``w >> (4 * j)`` shifts by a
+constant), index divisions with a constant part past the divisor (``_div``), and an unsigned integer below ``2**31``
+(masked by or shifted right by a constant) converts to a float through int32 (``_Renderer.small``). Outside row mode
+a transposed ``dot`` operand (``k.T``) may be staged in work-group memory in its own layout (``stage``; chosen by
 ``_pallas_cost`` on PoCL with LLVM 15, whose vectoriser gathers the in-place reads).
 
 What does not render (sorts, gathers, control flow other than ``fori_loop``/``when``, atomics on scratch refs or
@@ -380,6 +382,7 @@ class _Ref:
     padded: bool = False
     wide: bool = False                # global: 64-bit addresses, their constant part added last (``_wide``)
     vector: int | None = None         # global input: its position, for its vector binding (``vector_name``)
+    base32: bool = False              # wide: ``_wide``'s form in 32 bits (``_base32``)
 
     def coords(self, idx):
         """Array coordinates of ref element ``idx`` (a global ref)."""
@@ -397,7 +400,11 @@ class _Ref:
         if clamp:
             g = [op("max", op("min", x, _i(n - 1)), _i(0)) for x, n in zip(g, self.array_shape, strict=True)]
         a = _linear(g, self.array_shape)
-        return _wide(a) if self.wide else a
+        return self.widened(a) if self.wide else a
+
+    def widened(self, a):
+        """The 32-bit address ``a`` in ``_wide``'s form: ``(long)rest + c``, or with ``base32`` ``(int)rest + c``."""
+        return _wide(a, _INT32 if self.base32 else _INT64)
 
     def inside(self, idx):
         """Whether ref element ``idx`` is a real element (within the ref and, for a global ref, the array)."""
@@ -430,19 +437,31 @@ def _const_part(e):
     return e, 0
 
 
-def _wide(a):
-    """A global address as ``(long)rest + c``: the loads of one work item at consecutive constant offsets
-    (a register tile's columns) then share ``rest`` and differ by constants in 64 bits, which PoCL's compiler
-    merges into vector loads; with each int32 address sign-extended on its own it did not (as
-    ``register_tiles.packed_product`` found)."""
+def _wide(a, dtype=None):
+    """A global address as ``(long)rest + c`` (``dtype``: ``int32``, ``(int)rest + c``: ``_base32``): the loads of
+    one work item at consecutive constant offsets (a register tile's columns) then share ``rest`` and differ by
+    constants in 64 bits, which PoCL's compiler merges into vector loads; with each int32 address sign-extended on
+    its own it did not (as ``register_tiles.packed_product`` found)."""
     rest, c = _const_part(a)
     if rest is None:
         return a
-    base = Cast(rest, _INT64)
-    return base if c == 0 else op("add", base, const(c, _INT64))
+    dtype = _INT64 if dtype is None else dtype
+    base = Cast(rest, dtype)
+    return base if c == 0 else op("add", base, const(c, dtype))
 
 
 _INT64 = np.dtype(np.int64)
+_INT32 = np.dtype(np.int32)
+
+
+def _base32(ref):
+    """``ref`` with ``_wide``'s address form in 32 bits (``(int)rest + c``), where it is a wide ref of an array
+    of fewer than 2**31 elements; else ``ref``. Inside ``_joint_reduce`` on PoCL: the 4-bit matvec example took
+    0.81x the time on PoCL 3.0 (LLVM 14) and 0.88x on PoCL 3.1 than with ``long`` addresses; as plain 32-bit
+    sums (no shared ``(int)rest``) it took 1.0x on PoCL 3.0."""
+    if not ref.wide or math.prod(ref.array_shape) >= 2 ** 31:
+        return ref
+    return dataclasses.replace(ref, base32=True)
 
 
 def _bound_address(b, a):
@@ -508,7 +527,8 @@ class _Renderer:
         # row mode with several rows per item in a body without a ``dot``: a reduction takes the item's rows
         # together (``_joint_reduce``)
         self.joint_rows = False
-        # ``_load`` reads float32 input elements as lanes of vector loads (``_lane_load``; inside ``_joint_reduce``)
+        # inside ``_joint_reduce``: ``_load`` reads float32/uint32 input elements as lanes of vector loads where the
+        # input has a vector binding (``_lane_load``), and wide addresses in 32 bits (``_base32``)
         self.lane_loads = False
         # a transposed ``dot`` operand (``k.T``) staged in work-group memory in its own layout (``render(stage=)``)
         self.stage_swapped = False
@@ -1077,7 +1097,7 @@ def _joint_reduce(r, elem, kinds, n_red, name, out_shape, idxs):
     span = next(m * un for m in (8, 4, 2, 1) if m <= _JOINT_RUNS and n_red % (m * un) == 0)
     accs = [b.var(acc_d, _identity_of(kind, acc_d), "acc") for _ in idxs]
     rows = {x.name for x in r.row_ids if isinstance(x, Sym)}   # and the local id (a ``Special``)
-    r.lane_loads = r.vectors is not None
+    r.lane_loads = True
     with b.loop(_i(0), _i(n_red // span), hint="t", arrange=_shared_first(rows)) as tv:
         base = op("mul", tv, _i(span))
         chains = [[None] * un for _ in idxs]
@@ -1435,6 +1455,7 @@ def _load(r, e, vals):
     inside = masked and _statically_inside(ref, indexer, starts)
 
     def at(idx):
+        ref = _base32(vals[0]) if r.lane_loads else vals[0]
         ri = _ref_index(ref, indexer, starts, idx)
         if ref.name in r.shared:
             r.own_row(ri, f"a load of {ref.name}")
@@ -1464,15 +1485,16 @@ _LANE_DTYPES = (np.dtype(np.float32), np.dtype(np.uint32))
 def _lane_load(r, ref, ri):
     """Element ``ri`` of ``ref`` (a float32 or uint32 input block with a vector binding) as a lane of a four-element
     vector load where its address is a known multiple of 4 plus a constant (``_joint_reduce`` on a CPU WebGPU
-    adapter: the four loads of a run's neighbouring elements become one, shared through the builder's memo), else
-    ``None``."""
-    a = ref.address(ri, False)
+    adapter, or with the option ``lane_vec4`` on PoCL: the four loads of a run's neighbouring elements become one,
+    shared through the builder's memo; a wide ref's vector index in ``_wide``'s form), else ``None``."""
+    a = dataclasses.replace(ref, wide=False).address(ri, False)   # in 32 bits: its lane a constant
     lane = _rem(a, 4)
     name = r.vector_name(ref.vector) if isinstance(lane, Const) else None
     if name is None:
         return None
     b = r.b
-    vec = b.let(Load("global", name, _div(a, 4), vector_dtype(ref.dtype)), "vl")
+    q = _div(a, 4)
+    vec = b.let(Load("global", name, b.let(ref.widened(q), "ad") if ref.wide else q, vector_dtype(ref.dtype)), "vl")
     return b.let(Lane(vec, int(lane.value), ref.dtype), "ln")
 
 
@@ -1481,7 +1503,7 @@ def _vector_load(r, ref, indexer, starts, shape):
     binding whose last axis is the array's last (a multiple of 4 long, the block's offset along it a multiple
     of 4: ``_global_ref``) and the load takes a slice of that axis starting at a constant multiple of 4; else
     ``None``."""
-    if ref.vector is None or ref.dtype != np.float32 or not shape or indexer[-1][0] == "i":
+    if ref.vector is None or r.wide or ref.dtype != np.float32 or not shape or indexer[-1][0] == "i":
         return None
     start = _scalar(starts[-1])
     if not isinstance(start, Const) or int(start.value) % 4:
@@ -1938,7 +1960,7 @@ def _render_accumulating_dot(r, p, match, ins, outs, pids, kdim):
     acc_d = _acc_dtype(d)
     oref = _global_ref(r, outs[0], ob, d, pids[:-1] + [_i(0)])
     oshape = tuple(oref.shape)
-    vec = r.vectors is not None and _vector_operands(p, xi, yi, d) and (
+    vec = r.vectors is not None and not r.wide and _vector_operands(p, xi, yi, d) and (
         r.vector_room is None or r.vector_room >= 2)
     if r.wide:
         tr, tc = _dot_tile(oshape, r.wg, _FUSED_TILE, 16)
@@ -2141,7 +2163,8 @@ def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=No
     every work item reads and writes only its own row of work-group memory and of the output and scratch refs;
     where it would not, the usual form. ``stage``: a transposed ``dot`` operand is staged in work-group memory
     in its own layout (``_Renderer.stage_swapped``; not in row mode). ``vectors(b, k)``: the name of a binding
-    of input ``k`` as four-float32 vectors (``ir.vector_dtype``; only for targets that print them: WGSL),
+    of input ``k`` as four-float32 vectors (``ir.vector_dtype``; only for targets that print them: WGSL, and
+    OpenCL C, where with 64-bit addresses only ``_lane_load`` reads them),
     through which a k-accumulating product reads its operands (``_accumulate_vectors``). A kernel whose usual
     form does not render (its blocks past the work-group memory) is tried in row mode too, where its block
     values are private arrays. ``tile``: the most outputs of a ``dot``'s register tile per work item outside
@@ -2366,7 +2389,8 @@ class PallasGroup(EquationGroup):
         within the target's buffers per kernel (``_Renderer.vector_room`` counts them as they are made)."""
         limit = self.ctx.caps.max_buffers_per_kernel
         n = len(self.eqn.inputs) + len(self.eqn.outputs) + 2
-        return bool(self.ctx.opts.get("dot_vec4", False)) and (limit is None or n <= limit)
+        opts = self.ctx.opts
+        return bool(opts.get("dot_vec4", False) or opts.get("lane_vec4", False)) and (limit is None or n <= limit)
 
     def _zeros(self, dst):
         """A launch storing zeros into all of ``dst`` (a result ``stores_everything`` cannot vouch for)."""
