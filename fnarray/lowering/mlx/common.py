@@ -113,15 +113,14 @@ def mx_op(name, upcast):
 
 def expression(template: str, nargs: int, **consts):
     """A rule's function ``fn(a0, ..., a{nargs-1})`` that is the one Python expression ``template`` (``{0}``,
-    ``{1}``, ...: the arguments; ``{name}``: the constant ``consts[name]``, fixed when the program is lowered; the
-    constants it does not name are dropped).
+    ``{1}``, ...: the arguments; ``{name}``: the constant ``consts[name]``, fixed when the program is lowered;
+    ``consts`` holds only those it names).
 
     ``fn.inline`` is ``(template, consts)``: ``program.Generated`` writes the expression into the generated source
     (the constants as literals or names of its globals), so a program runs exactly the MLX calls ``fn`` makes
     without a call of ``fn``. The function is compiled once per template (``_expression_maker``) and bound to
     the constants. ``template`` may use ``mx`` (``mlx.core``) and builtins only.
     """
-    consts = {k: v for k, v in consts.items() if f"{{{k}}}" in template}   # those it uses
     fn = _expression_maker(template, nargs, tuple(consts))(mx, *consts.values())
     fn.inline = (template, consts)
     return fn

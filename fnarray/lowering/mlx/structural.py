@@ -33,9 +33,11 @@ def _broadcast_in_dim(params, in_avals, out_avals):
     for i, dim in enumerate(bd):
         inter[dim] = in_avals[0].shape[i]
     # (a reshape or broadcast to the shape an array has returns the array itself in MLX: left out, same graph)
-    x = "{0}" if tuple(inter) == tuple(in_avals[0].shape) else "{0}.reshape({inter})"
-    return expression(x if tuple(shape) == tuple(inter) else f"mx.broadcast_to({x}, {{shape}})", 1, inter=inter,
-                      shape=shape)
+    consts = {} if tuple(inter) == tuple(in_avals[0].shape) else {"inter": inter}
+    x = "{0}.reshape({inter})" if consts else "{0}"
+    if tuple(shape) != tuple(inter):
+        x, consts["shape"] = f"mx.broadcast_to({x}, {{shape}})", shape
+    return expression(x, 1, **consts)
 
 
 @rule(P.reshape)
