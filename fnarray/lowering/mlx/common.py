@@ -117,7 +117,7 @@ def expression(template: str, nargs: int, **consts):
     ``consts`` holds only those it names).
 
     ``fn.inline`` is ``(template, consts)``: ``program.Generated`` writes the expression into the generated source
-    (the constants as literals or names of its globals), so a program runs exactly the MLX calls ``fn`` makes
+    (the constants as names of its globals), so a program runs exactly the MLX calls ``fn`` makes
     without a call of ``fn``. The function is compiled once per template (``_expression_maker``) and bound to
     the constants. ``template`` may use ``mx`` (``mlx.core``) and builtins only.
     """
