@@ -2,9 +2,13 @@
 
 ``RULES`` maps a primitive to ``factory(params, in_avals, out_avals) -> fn(*arrays)``; the rules are in
 one module per primitive family (``backend.FAMILIES``), the devices and the compile policy in ``backend.py``.
+A rule whose function is one expression makes it with ``expression``: ``program.Generated`` then writes that
+expression into the program's source instead of a call of the function (one Python frame less per equation).
 """
 
 from __future__ import annotations
+
+import functools
 
 import ml_dtypes
 import numpy as np
@@ -105,3 +109,29 @@ def mx_op(name, upcast):
         fn = getattr(mx, name)
         return upcast_low(fn)(params, in_avals, out_avals) if upcast else fn
     return factory
+
+
+def expression(template: str, nargs: int, **consts):
+    """A rule's function ``fn(a0, ..., a{nargs-1})`` that is the one Python expression ``template`` (``{0}``,
+    ``{1}``, ...: the arguments; ``{name}``: the constant ``consts[name]``, fixed when the program is lowered;
+    ``consts`` holds only those it names).
+
+    ``fn.inline`` is ``(template, consts)``: ``program.Generated`` writes the expression into the generated source
+    (the constants as names of its globals), so a program runs exactly the MLX calls ``fn`` makes
+    without a call of ``fn``. The function is compiled once per template (``_expression_maker``) and bound to
+    the constants. ``template`` may use ``mx`` (``mlx.core``) and builtins only.
+    """
+    fn = _expression_maker(template, nargs, tuple(consts))(mx, *consts.values())
+    fn.inline = (template, consts)
+    return fn
+
+
+@functools.lru_cache(maxsize=None)
+def _expression_maker(template, nargs, names):
+    """``make(mx, *constants) -> fn(*arrays)`` of ``expression``'s ``template`` (compiled once per template)."""
+    args = [f"a{i}" for i in range(nargs)]
+    body = template.format(*args, **{n: n for n in names})
+    src = f"def make(mx, {', '.join(names)}):\n    return lambda {', '.join(args)}: {body}\n"
+    glb: dict = {}
+    exec(compile(src, "<fnarray mlx rule>", "exec"), glb)  # noqa: S102 (our own template)
+    return glb["make"]

@@ -9,7 +9,7 @@ import numpy as np
 
 from fnarray.core import dtypes, families
 from fnarray.core import primitives as P
-from fnarray.lowering.mlx.common import F32, LOW, RULES, constant, mx_dtype, mx_op, upcast_low, mx, rule
+from fnarray.lowering.mlx.common import F32, LOW, RULES, constant, expression, mx_dtype, mx_op, upcast_low, mx, rule
 
 
 # The primitives mlx.core has by their own name (``Primitive.library``; exp2 and cbrt, which it lacks, have rules
@@ -60,7 +60,7 @@ for _p, _name in [(P.neg, "negative"), (P.is_finite, "isfinite"), (P.real, "real
 
 
 def _identity(params, in_avals, out_avals):
-    return lambda x: x
+    return expression("{0}", 1)
 
 
 RULES[P.stop_gradient] = _identity
@@ -84,7 +84,7 @@ def _logistic(params, in_avals, out_avals):
     if dtypes.is_complex(d):  # MLX's sigmoid is real-only; the reference's complex form is this one
         one = constant(1, d)
         return lambda x: one / (one + mx.exp(-x))
-    return upcast_low(lambda x: mx.sigmoid(x))(params, in_avals, out_avals)
+    return upcast_low(mx.sigmoid)(params, in_avals, out_avals)
 
 
 @rule(P.sign)
@@ -318,7 +318,7 @@ def _select_n(params, in_avals, out_avals):
 def _convert(params, in_avals, out_avals):
     src, dst = in_avals[0].dtype, params["new_dtype"]
     if src == dst:
-        return lambda x: x
+        return expression("{0}", 1)
     mdst = mx_dtype(dst)
     if dst == dtypes.bool_:
         zero = constant(0, src)
@@ -344,8 +344,8 @@ def _convert(params, in_avals, out_avals):
             return mx.where(t >= hi_f, hi_i, mx.where(t <= lo_f, lo_i, conv))
         return f2i
     if real_first:
-        return lambda x: mx.real(x).astype(mdst)
-    return lambda x: x.astype(mdst)
+        return expression("mx.real({0}).astype({md})", 1, md=mdst)
+    return expression("{0}.astype({md})", 1, md=mdst)
 
 
 @rule(P.bitcast_convert_type)

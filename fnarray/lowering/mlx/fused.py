@@ -16,7 +16,7 @@ from __future__ import annotations
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
 from fnarray.core.ir import Eqn, Literal, Program, Var
-from fnarray.lowering.mlx.common import mx
+from fnarray.lowering.mlx.common import expression, mx
 
 __all__ = ["Fused", "fuse_patterns"]
 
@@ -35,8 +35,7 @@ class Fused:
 
 
 def _rms_norm_rule(params, in_avals, out_avals):
-    eps = params["eps"]
-    return lambda x, w: mx.fast.rms_norm(x, w, eps)
+    return expression("mx.fast.rms_norm({0}, {1}, {eps})", 2, eps=params["eps"])
 
 
 RMS_NORM = Fused("rms_norm", _rms_norm_rule)

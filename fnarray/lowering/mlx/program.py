@@ -1,5 +1,6 @@
 """A straight-line program as generated Python over MLX arrays: one line per equation calling that
-equation's rule from ``common.RULES`` (``Generated``); control flow is never part of one (it runs from the host)."""
+equation's rule from ``common.RULES``, or writing the rule's one expression itself where the rule offers one
+(``common.expression``), as ``Generated`` does; control flow is never part of one (it runs from the host)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from fnarray.core.passes import dce
 from fnarray.lowering.common import code_of
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.core import dtypes
-from fnarray.lowering.mlx.common import RULES, from_numpy
+from fnarray.lowering.mlx.common import RULES, from_numpy, mx
 from fnarray.lowering.mlx.fused import Fused, fuse_patterns
 from fnarray.lowering.mlx.low_bit import bits_of, typed
 from fnarray.lowering.zero_size import drop_zero_size, has_zero_size, is_fill
@@ -26,7 +27,7 @@ class Generated:
         # (``platform``: the device's, which picks the ``mx.fast`` patterns: ``fused.fuse_patterns``)
         prog, self.has_empty = _simplified(prog, platform)
         names: dict = {}
-        glb: dict = {"__name__": "fnarray.lowering.mlx_program", "bits_of": bits_of, "typed": typed}
+        glb: dict = {"__name__": "fnarray.lowering.mlx_program", "bits_of": bits_of, "typed": typed, "mx": mx}
         consts, lines = [], []
         self.max_elements = max([v.aval.size for v in list(prog.constvars) + list(prog.invars)] +
                                 [o.aval.size for e in prog.eqns for o in e.outputs] + [0])
@@ -56,11 +57,12 @@ class Generated:
                 lines.append(f"    {name(e.outputs[0])} = {k}")
                 continue
             if execute:
-                if e.primitive in CONTROL_FLOW:
-                    raise ValueError(f"{e.primitive.name} runs from the host; compile it through "
-                                     "fnarray.devices.partition.compile_program")
-                rule = e.primitive.rule if type(e.primitive) is Fused else RULES[e.primitive]
-                glb[f] = rule(e.params, [a.aval for a in e.inputs], [o.aval for o in e.outputs])
+                fn = _rule_function(e)
+                inline = getattr(fn, "inline", None)
+                if inline is not None and not e.primitive.multiple_results:
+                    lines.append(f"    {name(e.outputs[0])} = {_inlined(inline, f, [name(a) for a in e.inputs], glb)}")
+                    continue
+                glb[f] = fn
             elif e.primitive in CONTROL_FLOW:
                 f = f"host_{e.primitive.name}"
             args = ", ".join(name(a) for a in e.inputs)
@@ -78,6 +80,25 @@ class Generated:
         if execute:
             exec(code_of(self.source, "<fnarray mlx program>"), glb)  # noqa: S102 (our own codegen)
             self.fn = glb["program"]
+
+
+def _rule_function(e):
+    """The function of equation ``e``'s rule (``common.RULES``, a ``Fused`` stand-in's own)."""
+    if e.primitive in CONTROL_FLOW:
+        raise ValueError(f"{e.primitive.name} runs from the host; compile it through "
+                         "fnarray.devices.partition.compile_program")
+    rule = e.primitive.rule if type(e.primitive) is Fused else RULES[e.primitive]
+    return rule(e.params, [a.aval for a in e.inputs], [o.aval for o in e.outputs])
+
+
+def _inlined(inline, f, args, glb) -> str:
+    """The expression of a rule made by ``common.expression`` (``inline``: its template and constants) over the
+    argument names ``args``, its constants bound in ``glb`` as ``{f}_{name}`` (names, not literals: a program
+    traced again at another shape keeps its text, and ``code_of``'s cached code)."""
+    template, consts = inline
+    for k, v in consts.items():
+        glb[f"{f}_{k}"] = v
+    return template.format(*args, **{k: f"{f}_{k}" for k in consts})
 
 
 def _simplified(prog: Program, platform: str):

@@ -10,7 +10,7 @@ import numpy as np
 
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
-from fnarray.lowering.mlx.common import RULES, constant, mx_dtype, mx, rule
+from fnarray.lowering.mlx.common import RULES, constant, expression, mx_dtype, mx, rule
 
 # ------------------------------------------------------------------------------ structural
 
@@ -22,10 +22,8 @@ def _iota(params, in_avals, out_avals):
     inter[dim] = shape[dim]
     count_dtype = mx.int64 if d in (dtypes.int64, dtypes.uint64) else mx.int32
 
-    def f():
-        r = mx.arange(shape[dim], dtype=count_dtype).astype(md)
-        return mx.broadcast_to(r.reshape(inter), shape)
-    return f
+    return expression("mx.broadcast_to(mx.arange({n}, dtype={count}).astype({md}).reshape({inter}), {shape})", 0,
+                      n=shape[dim], count=count_dtype, md=md, inter=inter, shape=shape)
 
 
 @rule(P.broadcast_in_dim)
@@ -34,21 +32,22 @@ def _broadcast_in_dim(params, in_avals, out_avals):
     inter = [1] * len(shape)
     for i, dim in enumerate(bd):
         inter[dim] = in_avals[0].shape[i]
-    if tuple(inter) == tuple(in_avals[0].shape):
-        return lambda x: mx.broadcast_to(x, shape)
-    return lambda x: mx.broadcast_to(x.reshape(inter), shape)
+    # (a reshape or broadcast to the shape an array has returns the array itself in MLX: left out, same graph)
+    consts = {} if tuple(inter) == tuple(in_avals[0].shape) else {"inter": inter}
+    x = "{0}.reshape({inter})" if consts else "{0}"
+    if tuple(shape) != tuple(inter):
+        x, consts["shape"] = f"mx.broadcast_to({x}, {{shape}})", shape
+    return expression(x, 1, **consts)
 
 
 @rule(P.reshape)
 def _reshape(params, in_avals, out_avals):
-    shape = list(params["new_sizes"])
-    return lambda x: x.reshape(shape)
+    return expression("{0}.reshape({shape})", 1, shape=list(params["new_sizes"]))
 
 
 @rule(P.transpose)
 def _transpose(params, in_avals, out_avals):
-    perm = list(params["permutation"])
-    return lambda x: mx.transpose(x, perm)
+    return expression("mx.transpose({0}, {perm})", 1, perm=list(params["permutation"]))
 
 
 @rule(P.rev)
@@ -67,7 +66,7 @@ def _slice(params, in_avals, out_avals):
     if out_avals[0].size == 0:
         md, shape = mx_dtype(out_avals[0].dtype), out_avals[0].shape
         return lambda x: mx.zeros(shape, md)
-    return lambda x: x[idx]
+    return expression("{0}[{idx}]", 1, idx=idx)
 
 
 def _clamped_index(s, d, hi):
@@ -75,6 +74,13 @@ def _clamped_index(s, d, hi):
     if d.itemsize >= 4:
         return mx.clip(s, 0, hi).astype(mx.int32)
     return mx.clip(s.astype(mx.int32), 0, hi)
+
+
+def _clamped_text(s, d, hi):
+    """``_clamped_index`` as a ``common.expression`` template: ``s`` and ``hi`` are its fields' text."""
+    if d.itemsize >= 4:
+        return f"mx.clip({s}, 0, {hi}).astype(mx.int32)"
+    return f"mx.clip({s}.astype(mx.int32), 0, {hi})"
 
 
 @rule(P.dynamic_slice)
@@ -87,23 +93,22 @@ def _dynamic_slice(params, in_avals, out_avals):
         md = mx_dtype(x_aval.dtype)
         return lambda x, *starts: mx.zeros(sizes, md)
     his = [n - k for n, k in zip(x_aval.shape, sizes, strict=True)]
-    axes, starts_of = _moving_axes(his, in_avals[1:])
+    axes, starts, bounds = _moving_axes(his, in_avals[1:], 1)
     if not axes:   # the slice is the whole array: every start clamps to 0
         return lambda x, *starts: x
-
-    def f(x, *starts):
-        return mx.slice(x, starts_of(starts), axes, sizes)
-    return f
+    return expression(f"mx.slice({{0}}, {starts}, {{axes}}, {{sizes}})", len(in_avals), axes=axes, sizes=sizes,
+                      **bounds)
 
 
-def _moving_axes(his, start_avals):
-    """``(axes, starts_of)``: the axes whose start can move (``hi > 0``: a start on any other axis clamps to 0,
-    so it is not read) and ``starts_of(starts)``, their clamped starts as one int32 array. A KV cache's one-token
-    update moves along one axis of four: 4 graph nodes where clamping and stacking every axis's start made 13
-    (MLX evaluates every node: ~2-3 us each on the CPU)."""
+def _moving_axes(his, start_avals, first):
+    """``(axes, starts, bounds)``: the axes whose start can move (``hi > 0``: a start on any other axis clamps to 0,
+    so it is not read), ``starts``, the expression (a ``common.expression`` template; the starts are its
+    arguments from ``{first}`` on, their bounds its constants ``hi{axis}``) of their clamped starts as one int32
+    array, and those bounds by name. A KV cache's one-token update moves along one axis of four: 4 graph nodes
+    where clamping and stacking every axis's start made 13 (MLX evaluates every node: ~2-3 us each on the CPU)."""
     axes = tuple(i for i, h in enumerate(his) if h > 0)
-    picked = [(i, start_avals[i].dtype, his[i]) for i in axes]
-    return axes, lambda starts: mx.stack([_clamped_index(starts[i], d, h) for i, d, h in picked])
+    return axes, "mx.stack([" + ", ".join(_clamped_text(f"{{{first + i}}}", start_avals[i].dtype, f"{{hi{i}}}")
+                                          for i in axes) + "])", {f"hi{i}": his[i] for i in axes}
 
 
 @rule(P.dynamic_update_slice)
@@ -114,13 +119,10 @@ def _dynamic_update_slice(params, in_avals, out_avals):
     if u_aval.size == 0:
         return lambda x, u, *starts: x
     his = [n - k for n, k in zip(x_aval.shape, u_aval.shape, strict=True)]
-    axes, starts_of = _moving_axes(his, in_avals[2:])
+    axes, starts, bounds = _moving_axes(his, in_avals[2:], 2)
     if not axes:   # the update covers the whole array
         return lambda x, u, *starts: u
-
-    def f(x, u, *starts):
-        return mx.slice_update(x, u, starts_of(starts), axes)
-    return f
+    return expression(f"mx.slice_update({{0}}, {{1}}, {starts}, {{axes}})", len(in_avals), axes=axes, **bounds)
 
 
 @rule(P.pad)
@@ -160,8 +162,9 @@ def _pad(params, in_avals, out_avals):
 
 @rule(P.concatenate)
 def _concatenate(params, in_avals, out_avals):
-    dim = params["dimension"]
-    return lambda *xs: mx.concatenate(list(xs), axis=dim)
+    n = len(in_avals)
+    return expression("mx.concatenate([" + ", ".join(f"{{{i}}}" for i in range(n)) + "], axis={dim})", n,
+                      dim=params["dimension"])
 
 
 def _front(ndim, axes):
