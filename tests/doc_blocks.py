@@ -7,7 +7,8 @@ opening fence say how it is meant to run:
 
 - ``<!-- raises: NameOfException -->``: the block must raise that exception (documented failures);
 - ``<!-- prints: text -->``: the block's standard output must contain ``text`` (repeatable);
-- ``<!-- needs: opencl -->``: the block uses that backend by name (skipped, saying so, without it);
+- ``<!-- needs: opencl -->``: the block uses that backend by name (skipped, saying so, without it); ``needs: torch``
+  names an optional library the same way;
 - ``<!-- run with: VAR=value ... python -m fnarray.distributed.launch -n 2 -->``: the block is a whole
   script of its own, run once with that environment and command line (``python`` is this interpreter).
 

@@ -3,6 +3,7 @@ change that), on numpy:0 and on one other installed backend, and prints what its
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -33,9 +34,18 @@ def _env(**extra):
     return env
 
 
+#: ``needs:`` names that are optional libraries rather than backends: how to install each. Without one the page
+#: skips as an optional dependency does (not as a missing backend, which FNARRAY_REQUIRE_ALL_BACKENDS fails).
+_OPTIONAL = {"torch": "the optional interop extra: pip install -e '.[interop]'"}
+
+
 def _needs(marks):
     from fnarray.devices.backend import backend_error
     for name in marks.get("needs", []):
+        if name in _OPTIONAL:
+            if importlib.util.find_spec(name) is None:
+                return f"{name} is not installed ({_OPTIONAL[name]})"
+            continue
         why = backend_error(name)
         if why is not None:
             return f"{BACKEND_UNAVAILABLE}: the block uses {name}: {why}"
