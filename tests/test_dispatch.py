@@ -534,6 +534,22 @@ def test_donated_array_passed_twice_keeps_the_other_argument(kdev):
     assert a.is_deleted()
 
 
+def test_array_sharing_a_buffer_updated_in_place_raises_clearly(kdev):
+    """An array that shares its buffer with another (a jitted identity's output) after that other is donated to
+    an in-place ``dynamic_update_slice``: reading it, passing it to a jitted function or to an eager operation
+    raises ``RuntimeError`` naming the cause (was: a segmentation fault in the kernel reading a NULL buffer on
+    opencl, ``AttributeError`` from wgpu on webgpu); the update's result is right."""
+    x = np.arange(8, dtype=np.float32)
+    upd = fa.jit(lambda c, u: fa.lax.dynamic_update_slice(c, u, (np.int32(2),)), donate_argnums=0)
+    a = fa.device_put(x, kdev)
+    shared = fa.jit(lambda v: v)(a)
+    r = upd(a, fa.device_put(np.full(3, -1, np.float32), kdev))
+    for use in (np.asarray, fa.jit(lambda v: v * 2), lambda v: v * 2, lambda v: upd(v, fnp.ones(3))):
+        with pytest.raises(RuntimeError, match="shares its buffer with an array donated"):
+            np.asarray(use(shared))
+    np.testing.assert_array_equal(np.asarray(r), np.concatenate([x[:2], [-1, -1, -1], x[5:]]))
+
+
 def test_donated_must_copy_is_one_rule_for_both_kernel_backends():
     """``donated_must_copy`` (opencl's ``_env`` and webgpu's ``_bind`` both ask it): a donated input is copied
     where its memory is also another input's (the same array twice, or two buffer objects over one memory) or is
