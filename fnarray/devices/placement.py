@@ -388,20 +388,21 @@ def eager_direct(primitive, args, params):
     avals = tuple(avals)
     key = (primitive, frozenset(params.items()) if params else _NO_ITEMS, avals, id(device), config._fallback)
     hit = _eager_d.get(key)  # eager_key, inline
-    p = Params.taking(params) if params else tracing._NO_PARAMS
     if hit is not None and array_impl.recording is None and debug_check is None:
         one = hit.one
         if one is None:
-            one = hit.one = _one(hit, primitive, p, avals, device)
+            one = hit.one = _one(hit, primitive, Params.taking(params) if params else tracing._NO_PARAMS, avals,
+                                 device)
         if one is not False:
             hit.used = True
             try:
                 out = one(*bufs)
             except Exception:  # the general path raises its own error, translated (or succeeds: an OOM race)
-                return eager_apply(primitive, args, p)
+                return eager_apply(primitive, args, Params.taking(params) if params else tracing._NO_PARAMS)
             r = ArrayImpl()  # ArrayImpl.make inline
             r.aval, r._device, r._buf, r._committed, r._host = hit.out_avals[0], device, out, committed, None
             return r
+    p = Params.taking(params) if params else tracing._NO_PARAMS
     if device is None:
         return eager_apply(primitive, args, p)
     return _eager_run(primitive, args, p, avals, bufs, device, committed)
