@@ -138,3 +138,19 @@ def test_matmul_plain_case_traces_the_same_program():
     assert [e.primitive.name for e in ir.eqns] == ["dot_general"]
     with pytest.raises(fa.ShapeError, match="contracting dimension"):
         fnp.matmul(fa.device_put(A, "numpy:0"), fa.device_put(A, "numpy:0"))
+
+
+def test_broadcasting_operators_take_the_general_path_and_learn_nothing(device):
+    """``Array``'s fast binary operators send operands of two avals (``s - s.max(axis, keepdims=True)``) to the
+    general path without a lookup: results as NumPy's, and no fast entry learned from them."""
+    s = fa.device_put(A, device)
+    m = s.max(axis=-1, keepdims=True)
+    for op, ref in ((lambda x, y: x - y, np.subtract), (lambda x, y: x / y, np.divide),
+                    (lambda x, y: x * y, np.multiply), (lambda x, y: x < y, np.less)):
+        for _ in range(3):  # first calls, then whatever the caches hold
+            got = op(s, m)
+        want = ref(A.astype(np.float64), A.max(axis=-1, keepdims=True).astype(np.float64))
+        assert got.dtype == (np.bool_ if want.dtype == np.bool_ else np.float32) and got.shape == (3, 4)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=2e-6)
+    calls = python_calls(lambda: s - m)
+    assert "_learn" not in calls and "_remember" not in calls, calls
