@@ -154,3 +154,21 @@ def test_broadcasting_operators_take_the_general_path_and_learn_nothing(device):
         np.testing.assert_allclose(np.asarray(got), want, rtol=2e-6)
     calls = python_calls(lambda: s - m)
     assert "_learn" not in calls and "_remember" not in calls, calls
+
+
+def test_integer_index_equals_the_general_path_and_numpy(device):
+    """``x[i]`` of an in-bounds Python int skips the key's parsing (the same two binds); other ints (out of bounds:
+    clamped, docs/design.md "Indices"), NumPy ints and tuples take the parser. Every form against NumPy."""
+    x = fa.device_put(A, device)
+    n = A.shape[0]
+    for i in list(range(-n, n)) + [n, n + 5, -n - 1, -n - 9]:
+        want = A[min(max(i + n if i < 0 else i, 0), n - 1)]
+        for key in (i, np.int32(i), (i, Ellipsis), (i,)):
+            got = x[key]
+            assert got.dtype == np.float32 and got.shape == want.shape, (i, key)
+            np.testing.assert_array_equal(np.asarray(got), want)
+    empty = fa.device_put(np.zeros((0, 2), np.float32), device)
+    with pytest.raises(IndexError, match="out of bounds"):
+        empty[0]
+    ir = fa.make_ir(lambda v: v[1])(A)
+    assert [e.primitive.name for e in ir.eqns] == ["slice", "reshape"]
