@@ -111,6 +111,7 @@ def pytest_configure(config):
     # backend with a filter set at import; pytest restores the filters after collection, so repeat it.
     config.addinivalue_line("filterwarnings", r"ignore::RuntimeWarning:fnarray\.lowering\.numpy")
     config.addinivalue_line("filterwarnings", r"ignore::RuntimeWarning:fnarray\.devices\.eager_ops")
+    config.addinivalue_line("filterwarnings", r"ignore::RuntimeWarning:fnarray\.devices\.placement")
     config.addinivalue_line("filterwarnings", r"ignore::RuntimeWarning:fnarray\.transforms\.eager_tape")
     config.addinivalue_line("markers", "enable_x64: run the test with fnarray.config.enable_x64 on (64-bit dtypes "
                             "kept), restored after it")

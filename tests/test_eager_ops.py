@@ -45,6 +45,7 @@ def _outcome(fn):
         warnings.simplefilter("always")
         warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fnarray\.lowering\.numpy")
         warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fnarray\.devices\.eager_ops")
+        warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fnarray\.devices\.placement")
         warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fnarray\.transforms\.eager_tape")
         try:
             r = fn()

@@ -96,13 +96,13 @@ def bitcast_convert_type(x, new_dtype):
 # Structural ---------------------------------------------------------------------------------
 def iota(dtype, size_or_shape, dimension: int = 0):
     shape_ = (size_or_shape,) if isinstance(size_or_shape, (int, np.integer)) else tuple(size_or_shape)
-    return P.iota.bind(dtype=dtypes.canonicalize(dtype), shape=tuple(int(s) for s in shape_),
+    return P.iota.bind(dtype=dtypes.canonicalize(dtype), shape=tuple(map(int, shape_)),
                        dimension=dimension)
 
 
 def broadcast_in_dim(x, shape, broadcast_dimensions):
-    shape = tuple(int(s) for s in shape)
-    broadcast_dimensions = tuple(int(d) for d in broadcast_dimensions)
+    shape = tuple(map(int, shape))
+    broadcast_dimensions = tuple(map(int, broadcast_dimensions))
     if _aval(x).shape == shape and broadcast_dimensions == tuple(range(len(shape))) and not is_scalar(x):
         return x
     return P.broadcast_in_dim.bind(x, shape=shape, broadcast_dimensions=broadcast_dimensions)
@@ -119,29 +119,29 @@ def broadcast_to_rank_shape(x, shape):
 
 
 def reshape(x, new_sizes):
-    new_sizes = tuple(int(s) for s in new_sizes)
+    new_sizes = tuple(map(int, new_sizes))
     if _aval(x).shape == new_sizes and not is_scalar(x):
         return x
     return P.reshape.bind(x, new_sizes=new_sizes)
 
 
 def transpose(x, permutation):
-    permutation = tuple(int(p) for p in permutation)
+    permutation = tuple(map(int, permutation))
     if permutation == tuple(range(len(permutation))):
         return x
     return P.transpose.bind(x, permutation=permutation)
 
 
 def rev(x, dimensions):
-    dimensions = tuple(int(d) for d in dimensions)
+    dimensions = tuple(map(int, dimensions))
     return P.rev.bind(x, dimensions=dimensions) if dimensions else x
 
 
 def slice(x, start_indices, limit_indices, strides=None):
     n = len(start_indices)
-    strides = tuple(int(s) for s in strides) if strides is not None else (1,) * n
-    start_indices = tuple(int(s) for s in start_indices)
-    limit_indices = tuple(int(s) for s in limit_indices)
+    strides = tuple(map(int, strides)) if strides is not None else (1,) * n
+    start_indices = tuple(map(int, start_indices))
+    limit_indices = tuple(map(int, limit_indices))
     if start_indices == (0,) * n and limit_indices == _aval(x).shape and strides == (1,) * n:
         return x
     return P.slice_p.bind(x, start_indices=start_indices, limit_indices=limit_indices, strides=strides)
@@ -157,7 +157,7 @@ def slice_in_dim(x, start, limit, stride=1, axis=0):
 
 
 def dynamic_slice(x, start_indices, slice_sizes):
-    return P.dynamic_slice.bind(x, *start_indices, slice_sizes=tuple(int(s) for s in slice_sizes))
+    return P.dynamic_slice.bind(x, *start_indices, slice_sizes=tuple(map(int, slice_sizes)))
 
 
 def dynamic_update_slice(x, update, start_indices):
@@ -165,7 +165,7 @@ def dynamic_update_slice(x, update, start_indices):
 
 
 def pad(x, padding_value, padding_config):
-    return P.pad.bind(x, padding_value, padding_config=tuple(tuple(int(v) for v in c) for c in padding_config))
+    return P.pad.bind(x, padding_value, padding_config=tuple(tuple(map(int, c)) for c in padding_config))
 
 
 def concatenate(operands, dimension: int):
@@ -176,12 +176,12 @@ def concatenate(operands, dimension: int):
 
 
 def gather(x, indices, axes):
-    return P.gather.bind(x, indices, axes=tuple(int(a) for a in axes))
+    return P.gather.bind(x, indices, axes=tuple(map(int, axes)))
 
 
 def _scatter(p):
     def f(x, indices, updates, axes):
-        return p.bind(x, indices, updates, axes=tuple(int(a) for a in axes))
+        return p.bind(x, indices, updates, axes=tuple(map(int, axes)))
     f.__name__ = p.name
     return f
 
@@ -193,7 +193,7 @@ scatter, scatter_add, scatter_mul, scatter_min, scatter_max = map(
 # Reductions ---------------------------------------------------------------------------------
 def _red(p):
     def f(x, axes):
-        axes = tuple(sorted(int(a) for a in axes))
+        axes = tuple(sorted(map(int, axes)))
         return p.bind(x, axes=axes) if axes else x
     f.__name__ = p.name
     return f
@@ -235,8 +235,8 @@ def sort(operands, dimension: int = -1, is_stable: bool = True, num_keys: int = 
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
     # ``precision`` (jax.lax.Precision) is accepted for JAX's signature; it changes nothing here
     (lc, rc), (lb, rb) = dimension_numbers
-    dn = ((tuple(int(i) for i in lc), tuple(int(i) for i in rc)),
-          (tuple(int(i) for i in lb), tuple(int(i) for i in rb)))
+    dn = ((tuple(map(int, lc)), tuple(map(int, rc))),
+          (tuple(map(int, lb)), tuple(map(int, rb))))
     pet = dtypes.canonicalize(preferred_element_type) if preferred_element_type is not None else None
     return P.dot_general.bind(lhs, rhs, dimension_numbers=dn, preferred_element_type=pet)
 

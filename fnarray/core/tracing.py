@@ -148,6 +148,7 @@ def _no_eager(primitive, args, params):
 
 _eager_apply = _no_eager
 _first_apply = None  # the eager apply installed first (fnarray.devices'); the profiler swaps in its own
+_direct = None  # bind's eager path while ``plain`` holds (``fnarray.devices.placement.eager_direct``)
 
 #: True while no thread stages primitives (no ``new_dynamic`` block is open anywhere) and the eager apply is the
 #: one installed first: a concrete operation may then skip ``bind`` (``fnarray.devices.eager_ops``, jit's hot
@@ -159,16 +160,19 @@ _staging_lock = threading.Lock()
 
 def _update_plain() -> None:
     global plain
-    plain = _staging == 0 and _first_apply is not None and _eager_apply is _first_apply
+    plain = _staging == 0 and _direct is not None and _eager_apply is _first_apply
 
 
-def set_eager_apply(fn) -> None:
-    """Install eager evaluation (``fnarray.devices`` does this at import; the profiler swaps its own in)."""
-    global _eager_apply, _first_apply
+def set_eager_apply(fn, direct=None) -> None:
+    """Install eager evaluation (``fnarray.devices`` does this at import; the profiler swaps its own in).
+
+    ``direct(primitive, args, kwargs)``, given with the first apply only: what ``bind`` calls instead while
+    ``plain`` holds and no argument is a tracer (``kwargs``: bind's own keyword dict, no ``Params`` made)."""
+    global _eager_apply, _first_apply, _direct
     with _staging_lock:
         _eager_apply = fn
         if _first_apply is None:
-            _first_apply = fn
+            _first_apply, _direct = fn, direct
         _update_plain()
 
 
@@ -270,6 +274,12 @@ _NO_PARAMS = Params()
 
 def bind(primitive, *args, **params):
     """Apply ``primitive`` to ``args`` in the innermost trace; the entry point of every op."""
+    if plain:  # no thread stages anything: without a tracer among the arguments, evaluation (the direct path)
+        for a in args:
+            if isinstance(a, Tracer):
+                break
+        else:
+            return _direct(primitive, args, params)
     p = Params.taking(params) if params else _NO_PARAMS
     top = _state.dynamic[-1]
     traced = False

@@ -172,16 +172,16 @@ def _binary(code, general):
     def method(self, other):
         t = type(other)
         if t is ArrayImpl:
-            if tracing.plain or _fast_now():
-                # The entry is keyed by this array's aval alone (the other's must equal it).
-                av, dev = self.aval, self._device
+            av, oav = self.aval, other.aval
+            if (oav is av or oav == av) and (tracing.plain or _fast_now()):
+                # The entry is keyed by this array's aval alone (the other's must equal it: operands of two
+                # avals, a broadcast, go to the general path without a lookup, and learn nothing there).
+                dev = self._device
                 m = arrays[0]
                 if m[0] is not av or m[1] is not dev or m[2] != config.generation:
                     m = _remember(arrays, (code, av, ArrayImpl), dev, av)
-                oav = other.aval
                 a, b = self._buf, other._buf
-                if (m is not None and other._device is dev and (oav is av or oav == av)
-                        and a is not None and b is not None):
+                if m is not None and other._device is dev and a is not None and b is not None:
                     m[6].used = True
                     try:
                         out = m[3](a, b)
@@ -267,6 +267,8 @@ def _unary(code, general):
 def _miss(code, general, x, *other):
     """The general path, then (where the case is one of the fixed rules) an entry for the next call."""
     out = general(x, *other)
+    if other and type(other[0]) is ArrayImpl and other[0].aval != x.aval:
+        return out  # two avals (a broadcast): no fixed rule of the operand types (``_binary_case``)
     if (type(x) is ArrayImpl and type(out) is ArrayImpl and _STATE.dynamic[-1].level == 0
             and tracing._eager_apply is _APPLY and placement.debug_check is None):
         _learn(code, x, other[0] if other else None, bool(other), out)

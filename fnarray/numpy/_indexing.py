@@ -355,6 +355,13 @@ def _getitem(x, key):
     """``x[key]`` with NumPy's basic and advanced indexing (see the module docstring)."""
     if isinstance(key, tuple) and not key:
         return x
+    if type(key) is int:
+        shape = x.shape
+        if shape and -shape[0] <= key < shape[0]:  # ``x[i]`` in bounds: what ``_basic_get`` binds, without parsing
+            i = key % shape[0]
+            nd = len(shape)
+            y = lax.slice(x, (i,) + (0,) * (nd - 1), (i + 1,) + shape[1:], (1,) * nd)
+            return lax.reshape(y, shape[1:])
     entries, n_indexed = _resolve(x.shape, key)
     if any(e[0] in ("arr", "bool0") for e in entries):
         entries, n_indexed = _strip_trailing_full(entries, x.shape)

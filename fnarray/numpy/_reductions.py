@@ -265,8 +265,8 @@ def _extremum(name, is_max, a, axis, out, keepdims, initial, where):
         if builtins.any(x.shape[i] == 0 for i in axes):
             raise ValueError(f"{name} of an empty array (shape {x.shape}, axis {axis}) has no value; "
                              "pass initial= to give the result of an empty reduction")
-    ident = _lowest(x.dtype) if is_max else _highest(x.dtype)
     if where is not None:
+        ident = _lowest(x.dtype) if is_max else _highest(x.dtype)
         x = _select(_where_mask(name, where, x.shape), x, ident)
     y = (lax.reduce_max if is_max else lax.reduce_min)(x, axes)
     if initial is not None:

@@ -175,6 +175,17 @@ def promote(name, *args, to=None):
 
 def broadcast_shapes(*shapes, name="broadcast"):
     """NumPy's broadcasting of shapes; ``ShapeError`` naming every shape when they do not fit."""
+    if len(shapes) == 2 and len(shapes[0]) == len(shapes[1]):  # two of one rank (the eager hot path: no sets)
+        out = []
+        for m, n in zip(shapes[0], shapes[1]):
+            if m == n or n == 1:
+                out.append(m)
+            elif m == 1:
+                out.append(n)
+            else:
+                break  # they do not fit: the general loop below raises
+        else:
+            return tuple(out)
     nd = max((len(s) for s in shapes), default=0)
     out = []
     for i in range(nd):
@@ -306,6 +317,8 @@ def normalize_axes(axis, ndim, name="axis"):
     """``None`` -> all axes; int or tuple -> sorted non-negative tuple (duplicates raise)."""
     if axis is None:
         return tuple(range(ndim))
+    if type(axis) is int and -ndim <= axis < ndim:  # one axis in range (the common case)
+        return (axis % ndim,)
     axes = (axis,) if not isinstance(axis, (tuple, list)) else tuple(axis)
     out = tuple(normalize_axis(a, ndim, name) for a in axes)
     if len(set(out)) != len(out):
