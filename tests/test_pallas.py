@@ -358,9 +358,10 @@ def test_k_accumulating_matmul_renders_without_barriers():
     assert "(long)" in text   # the wide addresses the tile's column loads share
 
 
-def _plain_matmul(bm, bn, bk, squeeze=False):
+def _plain_matmul(bm, bn, bk, squeeze=False, params=None):
     """``x @ y`` accumulated over a ``k`` grid axis, zeroed at ``k == 0``, no aliases (the example's form);
-    ``squeeze``: the operands and result carry a leading axis of 1 that the blocks drop."""
+    ``squeeze``: the operands and result carry a leading axis of 1 that the blocks drop; ``params``: the
+    ``compiler_params``."""
     def kernel(x_ref, y_ref, o_ref):
         @pl.when(pl.program_id(2) == 0)
         def _():
@@ -376,7 +377,7 @@ def _plain_matmul(bm, bn, bk, squeeze=False):
         return pl.pallas_call(
             kernel, out_shape=pl.ShapeDtypeStruct(x.shape[:-1] + (n,), x.dtype), grid=(m // bm, n // bn, k // bk),
             in_specs=[spec((bm, bk), lambda i, j, kk: (i, kk)), spec((bk, bn), lambda i, j, kk: (kk, j))],
-            out_specs=spec((bm, bn), lambda i, j, kk: (i, j)))(x, y)
+            out_specs=spec((bm, bn), lambda i, j, kk: (i, j)), compiler_params=params)(x, y)
     return f
 
 
@@ -409,6 +410,77 @@ def test_k_accumulating_matmul_vector_reads(device, case):
             text = f.lower(*args).as_text()
         assert ("vec4<f32>" in text) == vec
 
+
+
+#: (m, k, n), (bm, bn, bk), compiler_params of the k-accumulating product in the subgroup form on a CPU WebGPU
+#: adapter with subgroups (8 lanes on lavapipe): one subgroup per block (32 rows x 4 columns per work item), four
+#: (a 64 x 64 block: two subgroups down, two across), eight columns per item (16 work items of a 32 x 128
+#: block), and a contraction walked per grid step (its blocks not consecutive: ``bk`` below the whole).
+_SUBGROUP_MATMULS = [((64, 64, 96), (32, 32, 32), None), ((128, 48, 128), (64, 64, 16), None),
+                     ((32, 24, 256), (32, 128, 8), {"workgroup": 16})]
+
+
+def _in_order(bm, bn, bk, params):
+    """``_plain_matmul``'s product with the blocks of k taken last to first: they do not follow each other
+    along the contraction, so each grid step has its own loop (``_walks_contraction``)."""
+    def kernel(x_ref, y_ref, o_ref):
+        @pl.when(pl.program_id(2) == 0)
+        def _():
+            o_ref[...] = fnp.zeros_like(o_ref)
+        o_ref[...] += fnp.dot(x_ref[...], y_ref[...])
+
+    def f(x, y):
+        (m, k), n = x.shape, y.shape[1]
+        nk = k // bk
+        return pl.pallas_call(
+            kernel, out_shape=pl.ShapeDtypeStruct((m, n), x.dtype), grid=(m // bm, n // bn, nk),
+            in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, nk - 1 - kk)),
+                      pl.BlockSpec((bk, bn), lambda i, j, kk: (nk - 1 - kk, j))],
+            out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)), compiler_params=params)(x, y)
+    return f
+
+
+def test_subgroup_tiles_cover_the_block_once():
+    """``_subgroup_tile``: rows a multiple of the subgroup's lanes and dividing the block, ``lanes x cols``
+    columns dividing it, ``rows x cols`` the block's outputs per work item; ``None`` where none fits."""
+    from fnarray.lowering.kernels.groups import pallas as pg
+    assert pg._subgroup_tile((32, 32), 8, 8) == (32, 4)
+    assert pg._subgroup_tile((64, 64), 32, 8) == (32, 4)
+    assert pg._subgroup_tile((32, 128), 16, 8) == (32, 8)
+    assert pg._subgroup_tile((16, 32), 8, 8) == (16, 4)
+    assert pg._subgroup_tile((32, 64), 8, 8) == (32, 8)
+    for shape, wg, lanes in [((32, 32), 8, 0), ((32, 32), 12, 8), ((8, 8), 8, 8), ((32, 32), 8, 16), ((24, 32), 6, 8)]:
+        assert pg._subgroup_tile(shape, wg, lanes) is None, (shape, wg, lanes)
+
+
+@pytest.mark.parametrize("walks", [True, False], ids=["one_loop", "per_step"])
+@pytest.mark.parametrize("case", range(len(_SUBGROUP_MATMULS)))
+def test_k_accumulating_matmul_shares_rows_across_a_subgroup(device, case, walks, monkeypatch):
+    """The k-accumulating product on a CPU WebGPU adapter with subgroups: each subgroup's work items load
+    their rows of ``x`` and broadcast them (``_subgroup_elements``, WGSL ``subgroupBroadcast``); NumPy's float64
+    product, and the bits of the form without subgroups (each accumulator adds its products in the same
+    order). Elsewhere the usual forms, the same result."""
+    from fnarray.lowering.kernels.groups import pallas as pg
+    (m, k, n), (bm, bn, bk), params = _SUBGROUP_MATMULS[case]
+    x, y = (rng.standard_normal(s).astype(np.float32) for s in ((m, k), (k, n)))
+    args = [fa.device_put(a, device) for a in (x, y)]
+    def form():
+        return fa.jit(_plain_matmul(bm, bn, bk, params=params) if walks else _in_order(bm, bn, bk, params))
+    f = form()
+    with own_kernels(device):
+        got = np.asarray(f(*args))
+        text = f.lower(*args).as_text() if device.backend == "webgpu" else ""
+    want = x.astype(np.float64) @ y
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    sub = device.backend == "webgpu" and device.platform == "cpu" and getattr(device.impl.gpu, "has_subgroups", False)
+    assert ("subgroupBroadcast" in text) == sub
+    if sub:
+        monkeypatch.setattr(pg, "_subgroup_tile", lambda oshape, wg, lanes: None)
+        with own_kernels(device):
+            g = form()
+            plain = np.asarray(g(*args))
+            assert "subgroupBroadcast" not in g.lower(*args).as_text()
+        np.testing.assert_array_equal(got.view(np.uint32), plain.view(np.uint32))
 
 def _attention_like(rows, d, n, params):
     """``(x @ y.T) @ z`` per block of ``rows`` rows of ``x`` (``(m, d)``), ``y`` ``(n, d)`` read whole, ``z``
