@@ -358,10 +358,11 @@ def test_k_accumulating_matmul_renders_without_barriers():
     assert "(long)" in text   # the wide addresses the tile's column loads share
 
 
-def _plain_matmul(bm, bn, bk, squeeze=False, params=None):
+def _plain_matmul(bm, bn, bk, squeeze=False, params=None, reverse=False):
     """``x @ y`` accumulated over a ``k`` grid axis, zeroed at ``k == 0``, no aliases (the example's form);
     ``squeeze``: the operands and result carry a leading axis of 1 that the blocks drop; ``params``: the
-    ``compiler_params``."""
+    ``compiler_params``; ``reverse``: the blocks of k taken last to first (they do not follow each other along
+    the contraction: a loop per grid step, ``_walks_contraction``)."""
     def kernel(x_ref, y_ref, o_ref):
         @pl.when(pl.program_id(2) == 0)
         def _():
@@ -374,9 +375,13 @@ def _plain_matmul(bm, bn, bk, squeeze=False, params=None):
 
     def f(x, y):
         (m, k), n = x.shape[-2:], y.shape[-1]
+        nk = k // bk
+
+        def at(kk):
+            return nk - 1 - kk if reverse else kk
         return pl.pallas_call(
-            kernel, out_shape=pl.ShapeDtypeStruct(x.shape[:-1] + (n,), x.dtype), grid=(m // bm, n // bn, k // bk),
-            in_specs=[spec((bm, bk), lambda i, j, kk: (i, kk)), spec((bk, bn), lambda i, j, kk: (kk, j))],
+            kernel, out_shape=pl.ShapeDtypeStruct(x.shape[:-1] + (n,), x.dtype), grid=(m // bm, n // bn, nk),
+            in_specs=[spec((bm, bk), lambda i, j, kk: (i, at(kk))), spec((bk, bn), lambda i, j, kk: (at(kk), j))],
             out_specs=spec((bm, bn), lambda i, j, kk: (i, j)), compiler_params=params)(x, y)
     return f
 
@@ -420,26 +425,6 @@ _SUBGROUP_MATMULS = [((64, 64, 96), (32, 32, 32), None), ((128, 48, 128), (64, 6
                      ((32, 24, 256), (32, 128, 8), {"workgroup": 16})]
 
 
-def _in_order(bm, bn, bk, params):
-    """``_plain_matmul``'s product with the blocks of k taken last to first: they do not follow each other
-    along the contraction, so each grid step has its own loop (``_walks_contraction``)."""
-    def kernel(x_ref, y_ref, o_ref):
-        @pl.when(pl.program_id(2) == 0)
-        def _():
-            o_ref[...] = fnp.zeros_like(o_ref)
-        o_ref[...] += fnp.dot(x_ref[...], y_ref[...])
-
-    def f(x, y):
-        (m, k), n = x.shape, y.shape[1]
-        nk = k // bk
-        return pl.pallas_call(
-            kernel, out_shape=pl.ShapeDtypeStruct((m, n), x.dtype), grid=(m // bm, n // bn, nk),
-            in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, nk - 1 - kk)),
-                      pl.BlockSpec((bk, bn), lambda i, j, kk: (nk - 1 - kk, j))],
-            out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)), compiler_params=params)(x, y)
-    return f
-
-
 def test_subgroup_tiles_cover_the_block_once():
     """``_subgroup_tile``: rows a multiple of the subgroup's lanes and dividing the block, ``lanes x cols``
     columns dividing it, ``rows x cols`` the block's outputs per work item; ``None`` where none fits."""
@@ -465,7 +450,7 @@ def test_k_accumulating_matmul_shares_rows_across_a_subgroup(device, case, walks
     x, y = (rng.standard_normal(s).astype(np.float32) for s in ((m, k), (k, n)))
     args = [fa.device_put(a, device) for a in (x, y)]
     def form():
-        return fa.jit(_plain_matmul(bm, bn, bk, params=params) if walks else _in_order(bm, bn, bk, params))
+        return fa.jit(_plain_matmul(bm, bn, bk, params=params, reverse=not walks))
     f = form()
     with own_kernels(device):
         got = np.asarray(f(*args))
@@ -527,6 +512,40 @@ def test_dot_operands_read_as_vectors(device, d, n, vec, params):
             text = f.lower(*args).as_text()
         assert ("vec4<f32>" in text) == vec
 
+
+
+@pytest.mark.parametrize("rows", [True, False], ids=["rows", "shared"])
+def test_dot_operand_computed_from_a_load_reads_vectors(device, rows, monkeypatch):
+    """``(x * 0.5 + c) @ y.T`` with ``c`` a rank-0 input: the left operand an elementwise function of a load and
+    a rank-0 value (flash attention's ``q * scale``). On a native CPU WebGPU adapter (the option
+    ``pallas_lane_maps``) it is read as ``vec4`` lanes of ``x`` (``_lane_map``): a kernel other than the one
+    without, the same bits (each product in the contraction's order); NumPy's float64 result everywhere."""
+    from fnarray.lowering.kernels.groups import pallas as pg
+
+    def kernel(c_ref, x_ref, y_ref, o_ref):
+        o_ref[...] = (x_ref[...] * 0.5 + c_ref[0]) @ y_ref[...].T
+
+    def f(c, x, y):
+        return pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((32, 16), x.dtype), grid=(2,),
+                              in_specs=[pl.BlockSpec((1,), lambda i: (0,)), pl.BlockSpec((16, 32), lambda i: (i, 0)),
+                                        pl.BlockSpec((16, 32), lambda i: (0, 0))],
+                              out_specs=pl.BlockSpec((16, 16), lambda i: (i, 0)), compiler_params={"rows": rows})(c, x, y)
+    c = np.array([0.25], np.float32)
+    x, y = (rng.standard_normal(s).astype(np.float32) for s in ((32, 32), (16, 32)))
+    args = [fa.device_put(a, device) for a in (c, x, y)]
+    with own_kernels(device):
+        g = fa.jit(f)
+        got = np.asarray(g(*args))
+        text = g.lower(*args).as_text() if device.backend == "webgpu" else ""
+    np.testing.assert_allclose(got, (x.astype(np.float64) * 0.5 + 0.25) @ y.T, rtol=1e-4, atol=1e-4)
+    native = device.backend == "webgpu" and device.platform == "cpu"
+    monkeypatch.setattr(pg, "_lane_map", lambda *a: (None, None))
+    with own_kernels(device):
+        h = fa.jit(f)
+        plain = np.asarray(h(*args))
+        other = h.lower(*args).as_text() if device.backend == "webgpu" else ""
+    assert (text != other) == native
+    np.testing.assert_array_equal(got.view(np.uint32), plain.view(np.uint32))
 
 @pytest.mark.parametrize("pairs", [2, 3])
 def test_dot_vector_bindings_within_the_buffer_limit(device, pairs):

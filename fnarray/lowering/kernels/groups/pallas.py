@@ -366,6 +366,9 @@ class _Lazy:
     # (``Load`` of the input's vector binding) holding elements ``idx`` .. ``idx + 3`` along ``axis``, for
     # ``idx[axis]`` a multiple of 4 (``_vector_load``; ``_dot`` reads its operands through it)
     vector: tuple | None = None
+    # with ``vector``: ``f(lane) -> Expr``, this value's element from the load's (an elementwise function of a
+    # plain load and rank-0 values: flash attention's ``q * scale``, ``_lane_map``); ``None``: the lane itself
+    lane_map: object = None
 
 
 @dataclasses.dataclass
@@ -541,6 +544,9 @@ class _Renderer:
         # the subgroup size where a k-accumulating product may share its rows of ``x`` across a subgroup
         # (``render(subgroup=)``), else 0
         self.subgroup = 0
+        # elementwise functions of a value read as vectors are read as vectors too (``_lane_map``;
+        # ``render(lane_maps=)``)
+        self.lane_maps = False
 
     def vector_name(self, k):
         """The name of input ``k``'s four-float32 vector binding (``render(vectors=)``), made on first use;
@@ -804,8 +810,26 @@ class _Renderer:
             if small and isinstance(v, Sym):
                 self.small.add(v.name)
             return v
+        vector, lane_map = _lane_map(b, vals, np.dtype(dtype), lambda xs: rule(b, xs, params, in_avals, out_aval)) \
+            if self.lane_maps else (None, None)
         return _Lazy(tuple(shape), np.dtype(dtype), at, frozenset().union(*(v.reads for v in vals)),
-                     _aligned(vals, tuple(shape)), e.primitive in _EXPENSIVE or any(_heavy(v) for v in vals))
+                     _aligned(vals, tuple(shape)), e.primitive in _EXPENSIVE or any(_heavy(v) for v in vals),
+                     vector=vector, lane_map=lane_map)
+
+
+def _lane_map(b, vals, dtype, rule):
+    """``(vector, lane_map)`` of an elementwise float32 value (``_Lazy``'s) whose operands are one value read as
+    vectors (``_Lazy.vector``) of its own shape and rank-0 values: the vectors of that operand, and per lane
+    ``rule`` of its element and the rank-0 values; else ``(None, None)``."""
+    read = [v for v in vals if v.shape]
+    if dtype != np.float32 or len(read) != 1 or read[0].vector is None or read[0].dtype != np.float32:
+        return None, None
+    src = read[0]
+
+    def lane_map(x):
+        x = src.lane_map(x) if src.lane_map is not None else x
+        return b.let(rule([x if v is src else v.at(()) for v in vals]), "x")
+    return src.vector, lane_map
 
 
 def _signed(d):
@@ -948,7 +972,7 @@ def _transpose(r, e, vals):
             return xvec(tuple(src))
         vector = (list(perm).index(axis), vec, k)
     return _Lazy(shape, x.dtype, at, x.reads, heavy=_heavy(x), swapped=bool(perm) and perm[-1] != len(perm) - 1,
-                 vector=vector)
+                 vector=vector, lane_map=x.lane_map if vector is not None else None)
 
 
 def _iota(r, e, vals):
@@ -1344,7 +1368,8 @@ def _dot_operands(b, staged, ranks, dims, acc_d, plans=(None, None)):
         vectors = cache["vectors"]
         if key not in vectors:
             vectors[key] = vec(tuple(start))
-        return b.let(Lane(vectors[key], ln, val.dtype), "vx")
+        v = b.let(Lane(vectors[key], ln, val.dtype), "vx")
+        return val.lane_map(v) if val.lane_map is not None else v
 
     def operands(idx, kidx, cache, at=None):
         bidx, li, ri = idx[:nb], idx[nb:nb + len(lfree)], idx[nb + len(lfree):]
@@ -2227,7 +2252,7 @@ def _row_tile_default(eqn, opts):
 
 
 def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=None, tile=_DOT_TILE, row_tile=1,
-           subgroup=0):
+           subgroup=0, lane_maps=False):
     """The kernel of one ``pallas_call`` equation: ``(builder, global size, local size)``; ``buffer_names(b)``
     gives ``(input names, output names)``; ``wg``: the work-group size (default ``default_workgroup``).
     ``rows``: one work item per row of the blocks (``row_count`` of them, ``wg`` ignored) and no barriers, where
@@ -2244,29 +2269,33 @@ def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=No
     of them, each right-operand element read once for them all); where it does not divide the rows, one.
     ``subgroup``: the subgroup size of a target that prints subgroup broadcasts (WGSL on a CPU adapter with the
     ``subgroup`` feature; 0: none), with which a k-accumulating product read as vectors shares its rows of ``x``
-    across each subgroup (``_subgroup_elements``). Raises ``Unrenderable``."""
+    across each subgroup (``_subgroup_elements``). ``lane_maps``: with ``vectors``, a ``dot`` operand that is
+    an elementwise function of a load and rank-0 values (flash attention's ``q * scale``) is read as vectors as
+    the load would be (``_lane_map``). Raises ``Unrenderable``."""
     n_rows = row_count(eqn, caps)
     if rows and n_rows is not None:
         per = row_tile if row_tile >= 1 and n_rows % row_tile == 0 else 1
         try:
-            return _render(eqn, caps, buffer_names, n_rows // per, True, vectors=vectors, row_tile=per)
+            return _render(eqn, caps, buffer_names, n_rows // per, True, vectors=vectors, row_tile=per,
+                           lane_maps=lane_maps)
         except _NotRowwise:
             wg = None
     if wg is None:
         wg = default_workgroup(eqn, caps, vectors is not None)
     try:
-        return _render(eqn, caps, buffer_names, wg, False, stage, vectors, tile, subgroup=subgroup)
+        return _render(eqn, caps, buffer_names, wg, False, stage, vectors, tile, subgroup=subgroup, lane_maps=lane_maps)
     except Unrenderable:
         if rows or n_rows is None:
             raise
         try:
-            return _render(eqn, caps, buffer_names, n_rows, True, vectors=vectors)
+            return _render(eqn, caps, buffer_names, n_rows, True, vectors=vectors, lane_maps=lane_maps)
         except _NotRowwise:
             pass
         raise
 
 
-def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None, tile=_DOT_TILE, row_tile=1, subgroup=0):
+def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None, tile=_DOT_TILE, row_tile=1, subgroup=0,
+            lane_maps=False):
     p = eqn.params
     grid = tuple(p["grid"])
     total = math.prod(grid)
@@ -2281,7 +2310,7 @@ def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None, tile=_
         r.row_ids = (lid,) + tuple(b.let(op("add", lid, _i(j * wg)), "row") for j in range(1, row_tile))
         r.joint_rows = row_tile > 1 and not any(e.primitive is P.dot_general for e in walk_body(p["body"].program))
     r.stage_swapped = stage
-    r.vectors, r.dot_tile, r.subgroup = vectors, tile, subgroup
+    r.vectors, r.dot_tile, r.subgroup, r.lane_maps = vectors, tile, subgroup, lane_maps
     if caps.max_buffers_per_kernel is not None:
         r.vector_room = caps.max_buffers_per_kernel - len(eqn.inputs) - len(p["out_avals"])
     if fused is not None:
@@ -2444,7 +2473,8 @@ class PallasGroup(EquationGroup):
         vec = self._vectors_allowed()
         b, gsize, lsize = render(e, ctx.caps, names, choice["workgroup"], choice.get("rows", False),
                                  choice.get("stage", False), vectors if vec else None, choice.get("tile", _DOT_TILE),
-                                 choice.get("row_tile", 1), int(ctx.opts.get("dot_subgroup", 0) or 0) if vec else 0)
+                                 choice.get("row_tile", 1), int(ctx.opts.get("dot_subgroup", 0) or 0) if vec else 0,
+                                 vec and bool(ctx.opts.get("pallas_lane_maps", False)))
         kernel = hoisted_kernel(b, lsize, bool(getattr(ctx.caps, "uniform_guard", False)))
         vals = [args[pp.name] for pp in kernel.params]
         if not _vectors_unwritten(kernel, vals):   # WebGPU refuses a buffer bound read-only and writable at once
