@@ -514,6 +514,34 @@ def test_dot_operands_read_as_vectors(device, d, n, vec, params):
 
 
 
+@pytest.mark.parametrize("d,n,row_tile,whole", [(32, 16, 2, True), (8, 32, 2, True), (32, 16, 4, False),
+                                                (16, 64, 8, False)])
+def test_row_mode_dot_shares_the_right_operand_across_a_subgroup(device, d, n, row_tile, whole, monkeypatch):
+    """``(x @ y.T) @ z`` in row mode with several rows per work item: on a native CPU WebGPU adapter with
+    subgroups the vectors of ``y.T`` and ``z`` (the same in every work item) are loaded once per subgroup and
+    broadcast (``_shared_vectors``, WGSL ``subgroupBroadcast``), where the tile's vectors per iteration are a
+    multiple of the subgroup's lanes and the work-group is ``whole`` subgroups (16 rows, ``row_tile`` 2: 8 work
+    items, lavapipe's 8 lanes); NumPy's float64 result, and the bits of the kernel without sharing."""
+    from fnarray.lowering.kernels.groups import pallas as pg
+    x = rng.standard_normal((32, d)).astype(np.float32)
+    y = rng.standard_normal((n, d)).astype(np.float32)
+    z = rng.standard_normal((n, d)).astype(np.float32)
+    args = [fa.device_put(a, device) for a in (x, y, z)]
+    params = {"rows": True, "row_tile": row_tile}
+    with own_kernels(device):
+        f = fa.jit(_attention_like(16, d, n, params))
+        got = np.asarray(f(*args))
+        text = f.lower(*args).as_text() if device.backend == "webgpu" else ""
+    np.testing.assert_allclose(got, (x.astype(np.float64) @ y.T) @ z, rtol=1e-4, atol=1e-4)
+    sub = device.backend == "webgpu" and device.platform == "cpu" and getattr(device.impl.gpu, "has_subgroups", False)
+    assert ("subgroupBroadcast" in text) == (sub and whole)
+    monkeypatch.setattr(pg, "_shared_vectors", lambda *a: {})
+    with own_kernels(device):
+        g = fa.jit(_attention_like(16, d, n, params))
+        plain = np.asarray(g(*args))
+        assert "subgroupBroadcast" not in (g.lower(*args).as_text() if device.backend == "webgpu" else "")
+    np.testing.assert_array_equal(got.view(np.uint32), plain.view(np.uint32))
+
 @pytest.mark.parametrize("rows", [True, False], ids=["rows", "shared"])
 def test_dot_operand_computed_from_a_load_reads_vectors(device, rows, monkeypatch):
     """``(x * 0.5 + c) @ y.T`` with ``c`` a rank-0 input: the left operand an elementwise function of a load and

@@ -42,7 +42,13 @@ along the contraction (flash attention's ``k.T``) or along the register tile's c
 lanes of vector loads (``_Lazy.vector``, ``_vector_plans``). Each product is still added in the contraction's
 order, so the results equal the scalar form's. On lavapipe the loads were the cost (flash attention with its
 ``k`` loads replaced by a constant took half the time); four elements per load made flash attention 1.6x and
-the matmul 2.4x faster there (docs/performance.md).
+the matmul 2.4x faster there (docs/performance.md). Where the adapter has subgroups as well (native, the option
+``dot_subgroup``: ``render(subgroup=)``), the k-accumulating product's subgroups share their rows of x by
+broadcast (``_subgroup_elements``, as ``groups/dot.py``'s ``_subgroup``), and a row-mode ``dot`` loads each vector
+of its right operand (the same in every work item) once per subgroup and broadcasts it (``_shared_vectors``):
+the matmul example 0.6x, flash attention 0.45x the time on lavapipe. With the option ``pallas_lane_maps``, an
+operand computed elementwise from a load and rank-0 values (``q * scale``) is read as the load's lanes
+(``_lane_map``). None of these is in browser bundles (``portable_limits()``).
 
 *Row mode* (``render(rows=True)``, the default on lavapipe and, for a body without a ``dot``, on PoCL; a
 ``PALLAS_TUNABLE`` choice elsewhere): one work item per row of the first output block, each phase giving row ``lid``
@@ -963,14 +969,14 @@ def _transpose(r, e, vals):
         return x.at(tuple(src))
     vector = None
     if x.vector is not None:
-        axis, xvec, k = x.vector
+        axis, xvec, k, xwhere = x.vector
 
-        def vec(idx):
+        def source(idx):
             src = [None] * len(perm)
-            for k, p in enumerate(perm):
-                src[p] = idx[k]
-            return xvec(tuple(src))
-        vector = (list(perm).index(axis), vec, k)
+            for j, p in enumerate(perm):
+                src[p] = idx[j]
+            return tuple(src)
+        vector = (list(perm).index(axis), lambda idx: xvec(source(idx)), k, lambda idx: xwhere(source(idx)))
     return _Lazy(shape, x.dtype, at, x.reads, heavy=_heavy(x), swapped=bool(perm) and perm[-1] != len(perm) - 1,
                  vector=vector, lane_map=x.lane_map if vector is not None else None)
 
@@ -1263,10 +1269,17 @@ def _dot(r, e, vals):
             uk = nk
         plans = _vector_plans(r, (xs, ys), dims, nk, uk, tc) if oshape else (None, None)
         operands = _dot_operands(b, (xs, ys), (len(x.shape), len(y.shape)), dims, acc_d, plans)
+        share = plans[1] is not None and row_rows is not None and not lb and r.subgroup and r.wg % r.subgroup == 0
+
+        def kidx_at(k, u):
+            return _unravel(_i(u) if k is None else b.let(op("add", k, _i(u)), "ku") if u else k, kshape)
         with b.loop(_i(0), _i(nk), _i(uk), hint="k") if uk < nk else _null() as k:
             vectors: dict = {}
+            if share:
+                vectors = _shared_vectors(r, ys, (len(x.shape), len(y.shape)), dims, plans[1], [
+                    (kidx_at(k, u), [(idx, (k, u) + bases[n]) for n, idx in enumerate(elems)]) for u in range(uk)])
             for u in range(uk):
-                kidx = _unravel(_i(u) if k is None else b.let(op("add", k, _i(u)), "ku") if u else k, kshape)
+                kidx = kidx_at(k, u)
                 cache: dict = {"vectors": vectors}
                 for n, (acc, idx) in enumerate(zip(accs, elems, strict=True)):
                     at = (k, u) + bases[n] if any(plans) else None
@@ -1352,40 +1365,19 @@ def _dot_operands(b, staged, ranks, dims, acc_d, plans=(None, None)):
     (``at = (..., base, lane)``: the element's column is ``base + lane``, ``base`` a multiple of 4); the vectors
     of one iteration are loaded once (``cache["vectors"]``, shared by its steps)."""
     xs, ys = staged
-    lb, rb, lc, rc, lfree, rfree = dims
-    nb = len(lb)
 
     def lane(which, val, ix, at, cache):
-        plan, (axis, vec, _) = plans[which], val.vector
-        k, u, base, ln = at
-        start = list(ix)
-        if plan == "k":
-            start[axis] = _i(u - u % 4) if k is None else op("add", k, _i(u - u % 4)) if u >= 4 else k
-            ln = u % 4
-        else:
-            start[axis] = base
-        key = (which, tuple(start))
+        vec = val.vector[1]
+        start, ln = _vector_start(plans[which], val.vector[0], ix, at)
+        key = (which, start)
         vectors = cache["vectors"]
         if key not in vectors:
-            vectors[key] = vec(tuple(start))
+            vectors[key] = vec(start)
         v = b.let(Lane(vectors[key], ln, val.dtype), "vx")
         return val.lane_map(v) if val.lane_map is not None else v
 
     def operands(idx, kidx, cache, at=None):
-        bidx, li, ri = idx[:nb], idx[nb:nb + len(lfree)], idx[nb + len(lfree):]
-        xi, yi = [None] * ranks[0], [None] * ranks[1]
-        for dd, i in zip(lb, bidx, strict=True):
-            xi[dd] = i
-        for dd, i in zip(rb, bidx, strict=True):
-            yi[dd] = i
-        for dd, i in zip(lfree, li, strict=True):
-            xi[dd] = i
-        for dd, i in zip(rfree, ri, strict=True):
-            yi[dd] = i
-        for dd, ee, i in zip(lc, rc, kidx, strict=True):
-            xi[dd] = i
-            yi[ee] = i
-        xi, yi = tuple(xi), tuple(yi)
+        xi, yi = _operand_indices(ranks, dims, idx, kidx)
         if ("x", xi) not in cache:
             v = lane(0, xs, xi, at, cache) if at is not None and plans[0] else xs.at(xi)
             cache["x", xi] = convert(b, v, acc_d)
@@ -1394,6 +1386,69 @@ def _dot_operands(b, staged, ranks, dims, acc_d, plans=(None, None)):
             cache["y", yi] = convert(b, v, acc_d)
         return cache["x", xi], cache["y", yi]
     return operands
+
+
+def _operand_indices(ranks, dims, idx, kidx):
+    """``(x index, y index)`` of a ``dot``'s operands (ranks ``ranks``, ``dims`` as ``_dot_operands``') for
+    output index ``idx`` and contraction index ``kidx``."""
+    lb, rb, lc, rc, lfree, rfree = dims
+    nb = len(lb)
+    bidx, li, ri = idx[:nb], idx[nb:nb + len(lfree)], idx[nb + len(lfree):]
+    xi, yi = [None] * ranks[0], [None] * ranks[1]
+    for dd, i in zip(lb, bidx, strict=True):
+        xi[dd] = i
+    for dd, i in zip(rb, bidx, strict=True):
+        yi[dd] = i
+    for dd, i in zip(lfree, li, strict=True):
+        xi[dd] = i
+    for dd, i in zip(rfree, ri, strict=True):
+        yi[dd] = i
+    for dd, ee, i in zip(lc, rc, kidx, strict=True):
+        xi[dd] = i
+        yi[ee] = i
+    return tuple(xi), tuple(yi)
+
+
+def _vector_start(plan, axis, ix, at):
+    """``(start, lane)``: the first index of the four-element vector (along ``axis``) holding operand element
+    ``ix`` read by ``plan`` at ``at = (k, u, base, lane)`` (``_dot_operands``), and the element's lane in it."""
+    k, u, base, ln = at
+    start = list(ix)
+    if plan == "k":
+        start[axis] = _i(u - u % 4) if k is None else op("add", k, _i(u - u % 4)) if u >= 4 else k
+        ln = u % 4
+    else:
+        start[axis] = base
+    return tuple(start), ln
+
+
+def _shared_vectors(r, ys, ranks, dims, plan, steps):
+    """The right operand's vectors of one iteration of a row-mode ``dot`` (``plan``: ``"k"`` or ``"cols"``),
+    shared across each subgroup (``render(subgroup=)``): its output columns and the contraction are the same in
+    every work item, so are its vectors. ``steps``: per step of the iteration ``(kidx, [(output index, at)])``.
+    The tile's distinct vectors, in order, are loaded ``lanes`` at a time, one per work item (the vector of
+    lane ``l``'s address picked by ``Special("lane")``), then broadcast to all: ``{(1, start): vector}`` for
+    ``_dot_operands``' ``cache["vectors"]``; empty where their count is not a multiple of ``lanes``."""
+    b, lanes = r.b, r.subgroup
+    axis, where = ys.vector[0], ys.vector[3]
+    starts = []
+    for kidx, outs in steps:
+        for idx, at in outs:
+            start = _vector_start(plan, axis, _operand_indices(ranks, dims, idx, kidx)[1], at)[0]
+            if start not in starts:
+                starts.append(start)
+    if len(starts) % lanes:
+        return {}
+    lane, vt, shared = Special("lane", 0), vector_dtype(ys.dtype), {}
+    for m in range(0, len(starts), lanes):
+        group = starts[m:m + lanes]
+        name, address = where(group[-1])
+        for j in range(lanes - 2, -1, -1):
+            address = select(op("eq", lane, _i(j)), where(group[j])[1], address)
+        mine = b.let(Load("global", name, b.let(address, "sa"), vt), "vs")
+        for j, start in enumerate(group):
+            shared[1, start] = b.let(Broadcast(mine, j, vt), "vb")
+    return shared
 
 
 def _vector_plans(r, staged, dims, nk, uk, tc):
@@ -1542,7 +1597,10 @@ def _vector_load(r, ref, indexer, starts, shape):
         ri = _ref_index(ref, indexer, starts, idx)
         return b.let(Load("global", r.vector_name(ref.vector), _div(ref.address(ri, False), 4),
                           vector_dtype(ref.dtype)), "vl")
-    return len(shape) - 1, vec, ref.vector
+
+    def where(idx):
+        return r.vector_name(ref.vector), _div(ref.address(_ref_index(ref, indexer, starts, idx), False), 4)
+    return len(shape) - 1, vec, ref.vector, where
 
 
 def _statically_inside(ref, indexer, starts):
@@ -2277,7 +2335,7 @@ def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=No
         per = row_tile if row_tile >= 1 and n_rows % row_tile == 0 else 1
         try:
             return _render(eqn, caps, buffer_names, n_rows // per, True, vectors=vectors, row_tile=per,
-                           lane_maps=lane_maps)
+                           subgroup=subgroup, lane_maps=lane_maps)
         except _NotRowwise:
             wg = None
     if wg is None:
@@ -2288,7 +2346,8 @@ def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=No
         if rows or n_rows is None:
             raise
         try:
-            return _render(eqn, caps, buffer_names, n_rows, True, vectors=vectors, lane_maps=lane_maps)
+            return _render(eqn, caps, buffer_names, n_rows, True, vectors=vectors, subgroup=subgroup,
+                           lane_maps=lane_maps)
         except _NotRowwise:
             pass
         raise
