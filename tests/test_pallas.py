@@ -358,9 +358,11 @@ def test_k_accumulating_matmul_renders_without_barriers():
     assert "(long)" in text   # the wide addresses the tile's column loads share
 
 
-def _plain_matmul(bm, bn, bk, squeeze=False):
+def _plain_matmul(bm, bn, bk, squeeze=False, params=None, reverse=False):
     """``x @ y`` accumulated over a ``k`` grid axis, zeroed at ``k == 0``, no aliases (the example's form);
-    ``squeeze``: the operands and result carry a leading axis of 1 that the blocks drop."""
+    ``squeeze``: the operands and result carry a leading axis of 1 that the blocks drop; ``params``: the
+    ``compiler_params``; ``reverse``: the blocks of k taken last to first (they do not follow each other along
+    the contraction: a loop per grid step, ``_walks_contraction``)."""
     def kernel(x_ref, y_ref, o_ref):
         @pl.when(pl.program_id(2) == 0)
         def _():
@@ -373,10 +375,14 @@ def _plain_matmul(bm, bn, bk, squeeze=False):
 
     def f(x, y):
         (m, k), n = x.shape[-2:], y.shape[-1]
+        nk = k // bk
+
+        def at(kk):
+            return nk - 1 - kk if reverse else kk
         return pl.pallas_call(
-            kernel, out_shape=pl.ShapeDtypeStruct(x.shape[:-1] + (n,), x.dtype), grid=(m // bm, n // bn, k // bk),
-            in_specs=[spec((bm, bk), lambda i, j, kk: (i, kk)), spec((bk, bn), lambda i, j, kk: (kk, j))],
-            out_specs=spec((bm, bn), lambda i, j, kk: (i, j)))(x, y)
+            kernel, out_shape=pl.ShapeDtypeStruct(x.shape[:-1] + (n,), x.dtype), grid=(m // bm, n // bn, nk),
+            in_specs=[spec((bm, bk), lambda i, j, kk: (i, at(kk))), spec((bk, bn), lambda i, j, kk: (at(kk), j))],
+            out_specs=spec((bm, bn), lambda i, j, kk: (i, j)), compiler_params=params)(x, y)
     return f
 
 
@@ -409,6 +415,57 @@ def test_k_accumulating_matmul_vector_reads(device, case):
             text = f.lower(*args).as_text()
         assert ("vec4<f32>" in text) == vec
 
+
+
+#: (m, k, n), (bm, bn, bk), compiler_params of the k-accumulating product in the subgroup form on a CPU WebGPU
+#: adapter with subgroups (8 lanes on lavapipe): one subgroup per block (32 rows x 4 columns per work item), four
+#: (a 64 x 64 block: two subgroups down, two across), eight columns per item (16 work items of a 32 x 128
+#: block), and a contraction walked per grid step (its blocks not consecutive: ``bk`` below the whole).
+_SUBGROUP_MATMULS = [((64, 64, 96), (32, 32, 32), None), ((128, 48, 128), (64, 64, 16), None),
+                     ((32, 24, 256), (32, 128, 8), {"workgroup": 16})]
+
+
+def test_subgroup_tiles_cover_the_block_once():
+    """``_subgroup_tile``: rows a multiple of the subgroup's lanes and dividing the block, ``lanes x cols``
+    columns dividing it, ``rows x cols`` the block's outputs per work item; ``None`` where none fits."""
+    from fnarray.lowering.kernels.groups import pallas as pg
+    assert pg._subgroup_tile((32, 32), 8, 8) == (32, 4)
+    assert pg._subgroup_tile((64, 64), 32, 8) == (32, 4)
+    assert pg._subgroup_tile((32, 128), 16, 8) == (32, 8)
+    assert pg._subgroup_tile((16, 32), 8, 8) == (16, 4)
+    assert pg._subgroup_tile((32, 64), 8, 8) == (32, 8)
+    for shape, wg, lanes in [((32, 32), 8, 0), ((32, 32), 12, 8), ((8, 8), 8, 8), ((32, 32), 8, 16), ((24, 32), 6, 8)]:
+        assert pg._subgroup_tile(shape, wg, lanes) is None, (shape, wg, lanes)
+
+
+@pytest.mark.parametrize("walks", [True, False], ids=["one_loop", "per_step"])
+@pytest.mark.parametrize("case", range(len(_SUBGROUP_MATMULS)))
+def test_k_accumulating_matmul_shares_rows_across_a_subgroup(device, case, walks, monkeypatch):
+    """The k-accumulating product on a CPU WebGPU adapter with subgroups: each subgroup's work items load
+    their rows of ``x`` and broadcast them (``_subgroup_elements``, WGSL ``subgroupBroadcast``); NumPy's float64
+    product, and the bits of the form without subgroups (each accumulator adds its products in the same
+    order). Elsewhere the usual forms, the same result."""
+    from fnarray.lowering.kernels.groups import pallas as pg
+    (m, k, n), (bm, bn, bk), params = _SUBGROUP_MATMULS[case]
+    x, y = (rng.standard_normal(s).astype(np.float32) for s in ((m, k), (k, n)))
+    args = [fa.device_put(a, device) for a in (x, y)]
+    def form():
+        return fa.jit(_plain_matmul(bm, bn, bk, params=params, reverse=not walks))
+    f = form()
+    with own_kernels(device):
+        got = np.asarray(f(*args))
+        text = f.lower(*args).as_text() if device.backend == "webgpu" else ""
+    want = x.astype(np.float64) @ y
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    sub = device.backend == "webgpu" and device.platform == "cpu" and getattr(device.impl.gpu, "has_subgroups", False)
+    assert ("subgroupBroadcast" in text) == sub
+    if sub:
+        monkeypatch.setattr(pg, "_subgroup_tile", lambda oshape, wg, lanes: None)
+        with own_kernels(device):
+            g = form()
+            plain = np.asarray(g(*args))
+            assert "subgroupBroadcast" not in g.lower(*args).as_text()
+        np.testing.assert_array_equal(got.view(np.uint32), plain.view(np.uint32))
 
 def _attention_like(rows, d, n, params):
     """``(x @ y.T) @ z`` per block of ``rows`` rows of ``x`` (``(m, d)``), ``y`` ``(n, d)`` read whole, ``z``
@@ -455,6 +512,68 @@ def test_dot_operands_read_as_vectors(device, d, n, vec, params):
             text = f.lower(*args).as_text()
         assert ("vec4<f32>" in text) == vec
 
+
+
+@pytest.mark.parametrize("d,n,row_tile,whole", [(32, 16, 2, True), (8, 32, 2, True), (32, 16, 4, False),
+                                                (16, 64, 8, False)])
+def test_row_mode_dot_shares_the_right_operand_across_a_subgroup(device, d, n, row_tile, whole, monkeypatch):
+    """``(x @ y.T) @ z`` in row mode with several rows per work item: on a native CPU WebGPU adapter with
+    subgroups the vectors of ``y.T`` and ``z`` (the same in every work item) are loaded once per subgroup and
+    broadcast (``_shared_vectors``, WGSL ``subgroupBroadcast``), where the tile's vectors per iteration are a
+    multiple of the subgroup's lanes and the work-group is ``whole`` subgroups (16 rows, ``row_tile`` 2: 8 work
+    items, lavapipe's 8 lanes); NumPy's float64 result, and the bits of the kernel without sharing."""
+    from fnarray.lowering.kernels.groups import pallas as pg
+    x = rng.standard_normal((32, d)).astype(np.float32)
+    y = rng.standard_normal((n, d)).astype(np.float32)
+    z = rng.standard_normal((n, d)).astype(np.float32)
+    args = [fa.device_put(a, device) for a in (x, y, z)]
+    params = {"rows": True, "row_tile": row_tile}
+    with own_kernels(device):
+        f = fa.jit(_attention_like(16, d, n, params))
+        got = np.asarray(f(*args))
+        text = f.lower(*args).as_text() if device.backend == "webgpu" else ""
+    np.testing.assert_allclose(got, (x.astype(np.float64) @ y.T) @ z, rtol=1e-4, atol=1e-4)
+    sub = device.backend == "webgpu" and device.platform == "cpu" and getattr(device.impl.gpu, "has_subgroups", False)
+    assert ("subgroupBroadcast" in text) == (sub and whole)
+    monkeypatch.setattr(pg, "_shared_vectors", lambda *a: {})
+    with own_kernels(device):
+        g = fa.jit(_attention_like(16, d, n, params))
+        plain = np.asarray(g(*args))
+        assert "subgroupBroadcast" not in (g.lower(*args).as_text() if device.backend == "webgpu" else "")
+    np.testing.assert_array_equal(got.view(np.uint32), plain.view(np.uint32))
+
+@pytest.mark.parametrize("rows", [True, False], ids=["rows", "shared"])
+def test_dot_operand_computed_from_a_load_reads_vectors(device, rows, monkeypatch):
+    """``(x * 0.5 + c) @ y.T`` with ``c`` a rank-0 input: the left operand an elementwise function of a load and
+    a rank-0 value (flash attention's ``q * scale``). On a native CPU WebGPU adapter (the option
+    ``pallas_lane_maps``) it is read as ``vec4`` lanes of ``x`` (``_lane_map``): a kernel other than the one
+    without, the same bits (each product in the contraction's order); NumPy's float64 result everywhere."""
+    from fnarray.lowering.kernels.groups import pallas as pg
+
+    def kernel(c_ref, x_ref, y_ref, o_ref):
+        o_ref[...] = (x_ref[...] * 0.5 + c_ref[0]) @ y_ref[...].T
+
+    def f(c, x, y):
+        return pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((32, 16), x.dtype), grid=(2,),
+                              in_specs=[pl.BlockSpec((1,), lambda i: (0,)), pl.BlockSpec((16, 32), lambda i: (i, 0)),
+                                        pl.BlockSpec((16, 32), lambda i: (0, 0))],
+                              out_specs=pl.BlockSpec((16, 16), lambda i: (i, 0)), compiler_params={"rows": rows})(c, x, y)
+    c = np.array([0.25], np.float32)
+    x, y = (rng.standard_normal(s).astype(np.float32) for s in ((32, 32), (16, 32)))
+    args = [fa.device_put(a, device) for a in (c, x, y)]
+    with own_kernels(device):
+        g = fa.jit(f)
+        got = np.asarray(g(*args))
+        text = g.lower(*args).as_text() if device.backend == "webgpu" else ""
+    np.testing.assert_allclose(got, (x.astype(np.float64) * 0.5 + 0.25) @ y.T, rtol=1e-4, atol=1e-4)
+    native = device.backend == "webgpu" and device.platform == "cpu"
+    monkeypatch.setattr(pg, "_lane_map", lambda *a: (None, None))
+    with own_kernels(device):
+        h = fa.jit(f)
+        plain = np.asarray(h(*args))
+        other = h.lower(*args).as_text() if device.backend == "webgpu" else ""
+    assert (text != other) == native
+    np.testing.assert_array_equal(got.view(np.uint32), plain.view(np.uint32))
 
 @pytest.mark.parametrize("pairs", [2, 3])
 def test_dot_vector_bindings_within_the_buffer_limit(device, pairs):

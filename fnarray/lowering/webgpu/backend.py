@@ -788,6 +788,9 @@ class WebGPULowered(KernelLowered):
                 # groups/pallas.py: two rows per work item in row mode (not in browser bundles: Chromium's
                 # SwiftShader took minutes to compile the flash-attention example's kernel in that form)
                 opts["pallas_row_tile"] = CPU_PALLAS_ROW_TILE
+                # groups/pallas.py: a dot operand computed elementwise from a load (flash attention's q * scale)
+                # read as vec4 lanes (lavapipe, interleaved, load 10: the flash example 0.96-0.97x the time)
+                opts["pallas_lane_maps"] = True
                 # groups/reduce.py: a work item's loops over float32 rows of a multiple of 4 read them, and store
                 # its row values, four elements per load and store (lavapipe, interleaved, load 3-4: softmax
                 # [1024, 256] 1.8x, layernorm 1.7x; the transformer step 173-174 -> 156-157 CPU ms)

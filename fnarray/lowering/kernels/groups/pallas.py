@@ -42,7 +42,13 @@ along the contraction (flash attention's ``k.T``) or along the register tile's c
 lanes of vector loads (``_Lazy.vector``, ``_vector_plans``). Each product is still added in the contraction's
 order, so the results equal the scalar form's. On lavapipe the loads were the cost (flash attention with its
 ``k`` loads replaced by a constant took half the time); four elements per load made flash attention 1.6x and
-the matmul 2.4x faster there (docs/performance.md).
+the matmul 2.4x faster there (docs/performance.md). Where the adapter has subgroups as well (native, the option
+``dot_subgroup``: ``render(subgroup=)``), the k-accumulating product's subgroups share their rows of x by
+broadcast (``_subgroup_elements``, as ``groups/dot.py``'s ``_subgroup``), and a row-mode ``dot`` loads each vector
+of its right operand (the same in every work item) once per subgroup and broadcasts it (``_shared_vectors``):
+the matmul example 0.6x, flash attention 0.45x the time on lavapipe. With the option ``pallas_lane_maps``, an
+operand computed elementwise from a load and rank-0 values (``q * scale``) is read as the load's lanes
+(``_lane_map``). None of these is in browser bundles (``portable_limits()``).
 
 *Row mode* (``render(rows=True)``, the default on lavapipe and, for a body without a ``dot``, on PoCL; a
 ``PALLAS_TUNABLE`` choice elsewhere): one work item per row of the first output block, each phase giving row ``lid``
@@ -88,7 +94,7 @@ from fnarray.lowering.kernels.barriers import prune_barriers
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import Launch, EquationGroup, Tracker, vec4_binding
 from fnarray.lowering.kernels.ir import ATOMIC_DTYPES, INT32, ArrayDecl, Assign, Barrier, BufferParam, Cast, Const, \
-    For, If, Lane, Let, Load, Op, Special, Sym, const, vector_dtype, walk_exprs, without
+    Broadcast, For, If, Lane, Let, Load, Op, Special, Sym, const, vector_dtype, walk_exprs, without
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import ELEMENTWISE, add_of, convert, highest, lowest, max_of, min_of, mul_of, op, \
     select
@@ -366,6 +372,9 @@ class _Lazy:
     # (``Load`` of the input's vector binding) holding elements ``idx`` .. ``idx + 3`` along ``axis``, for
     # ``idx[axis]`` a multiple of 4 (``_vector_load``; ``_dot`` reads its operands through it)
     vector: tuple | None = None
+    # with ``vector``: ``f(lane) -> Expr``, this value's element from the load's (an elementwise function of a
+    # plain load and rank-0 values: flash attention's ``q * scale``, ``_lane_map``); ``None``: the lane itself
+    lane_map: object = None
 
 
 @dataclasses.dataclass
@@ -538,6 +547,12 @@ class _Renderer:
         self.vectors, self.vector_names, self.vector_room = None, {}, None
         # the most outputs of a ``dot``'s register tile per work item (``render(tile=)``)
         self.dot_tile = _DOT_TILE
+        # the subgroup size where a k-accumulating product may share its rows of ``x`` across a subgroup
+        # (``render(subgroup=)``), else 0
+        self.subgroup = 0
+        # elementwise functions of a value read as vectors are read as vectors too (``_lane_map``;
+        # ``render(lane_maps=)``)
+        self.lane_maps = False
 
     def vector_name(self, k):
         """The name of input ``k``'s four-float32 vector binding (``render(vectors=)``), made on first use;
@@ -801,8 +816,26 @@ class _Renderer:
             if small and isinstance(v, Sym):
                 self.small.add(v.name)
             return v
+        vector, lane_map = _lane_map(b, vals, np.dtype(dtype), lambda xs: rule(b, xs, params, in_avals, out_aval)) \
+            if self.lane_maps else (None, None)
         return _Lazy(tuple(shape), np.dtype(dtype), at, frozenset().union(*(v.reads for v in vals)),
-                     _aligned(vals, tuple(shape)), e.primitive in _EXPENSIVE or any(_heavy(v) for v in vals))
+                     _aligned(vals, tuple(shape)), e.primitive in _EXPENSIVE or any(_heavy(v) for v in vals),
+                     vector=vector, lane_map=lane_map)
+
+
+def _lane_map(b, vals, dtype, rule):
+    """``(vector, lane_map)`` of an elementwise float32 value (``_Lazy``'s) whose operands are one value read as
+    vectors (``_Lazy.vector``) of its own shape and rank-0 values: the vectors of that operand, and per lane
+    ``rule`` of its element and the rank-0 values; else ``(None, None)``."""
+    read = [v for v in vals if v.shape]
+    if dtype != np.float32 or len(read) != 1 or read[0].vector is None or read[0].dtype != np.float32:
+        return None, None
+    src = read[0]
+
+    def lane_map(x):
+        x = src.lane_map(x) if src.lane_map is not None else x
+        return b.let(rule([x if v is src else v.at(()) for v in vals]), "x")
+    return src.vector, lane_map
 
 
 def _signed(d):
@@ -936,16 +969,16 @@ def _transpose(r, e, vals):
         return x.at(tuple(src))
     vector = None
     if x.vector is not None:
-        axis, xvec, k = x.vector
+        axis, xvec, k, xwhere = x.vector
 
-        def vec(idx):
+        def source(idx):
             src = [None] * len(perm)
-            for k, p in enumerate(perm):
-                src[p] = idx[k]
-            return xvec(tuple(src))
-        vector = (list(perm).index(axis), vec, k)
+            for j, p in enumerate(perm):
+                src[p] = idx[j]
+            return tuple(src)
+        vector = (list(perm).index(axis), lambda idx: xvec(source(idx)), k, lambda idx: xwhere(source(idx)))
     return _Lazy(shape, x.dtype, at, x.reads, heavy=_heavy(x), swapped=bool(perm) and perm[-1] != len(perm) - 1,
-                 vector=vector)
+                 vector=vector, lane_map=x.lane_map if vector is not None else None)
 
 
 def _iota(r, e, vals):
@@ -1236,10 +1269,17 @@ def _dot(r, e, vals):
             uk = nk
         plans = _vector_plans(r, (xs, ys), dims, nk, uk, tc) if oshape else (None, None)
         operands = _dot_operands(b, (xs, ys), (len(x.shape), len(y.shape)), dims, acc_d, plans)
+        share = plans[1] is not None and row_rows is not None and not lb and r.subgroup and r.wg % r.subgroup == 0
+
+        def kidx_at(k, u):
+            return _unravel(_i(u) if k is None else b.let(op("add", k, _i(u)), "ku") if u else k, kshape)
         with b.loop(_i(0), _i(nk), _i(uk), hint="k") if uk < nk else _null() as k:
             vectors: dict = {}
+            if share:
+                vectors = _shared_vectors(r, ys, (len(x.shape), len(y.shape)), dims, plans[1], [
+                    (kidx_at(k, u), [(idx, (k, u) + bases[n]) for n, idx in enumerate(elems)]) for u in range(uk)])
             for u in range(uk):
-                kidx = _unravel(_i(u) if k is None else b.let(op("add", k, _i(u)), "ku") if u else k, kshape)
+                kidx = kidx_at(k, u)
                 cache: dict = {"vectors": vectors}
                 for n, (acc, idx) in enumerate(zip(accs, elems, strict=True)):
                     at = (k, u) + bases[n] if any(plans) else None
@@ -1325,39 +1365,19 @@ def _dot_operands(b, staged, ranks, dims, acc_d, plans=(None, None)):
     (``at = (..., base, lane)``: the element's column is ``base + lane``, ``base`` a multiple of 4); the vectors
     of one iteration are loaded once (``cache["vectors"]``, shared by its steps)."""
     xs, ys = staged
-    lb, rb, lc, rc, lfree, rfree = dims
-    nb = len(lb)
 
     def lane(which, val, ix, at, cache):
-        plan, (axis, vec, _) = plans[which], val.vector
-        k, u, base, ln = at
-        start = list(ix)
-        if plan == "k":
-            start[axis] = _i(u - u % 4) if k is None else op("add", k, _i(u - u % 4)) if u >= 4 else k
-            ln = u % 4
-        else:
-            start[axis] = base
-        key = (which, tuple(start))
+        vec = val.vector[1]
+        start, ln = _vector_start(plans[which], val.vector[0], ix, at)
+        key = (which, start)
         vectors = cache["vectors"]
         if key not in vectors:
-            vectors[key] = vec(tuple(start))
-        return b.let(Lane(vectors[key], ln, val.dtype), "vx")
+            vectors[key] = vec(start)
+        v = b.let(Lane(vectors[key], ln, val.dtype), "vx")
+        return val.lane_map(v) if val.lane_map is not None else v
 
     def operands(idx, kidx, cache, at=None):
-        bidx, li, ri = idx[:nb], idx[nb:nb + len(lfree)], idx[nb + len(lfree):]
-        xi, yi = [None] * ranks[0], [None] * ranks[1]
-        for dd, i in zip(lb, bidx, strict=True):
-            xi[dd] = i
-        for dd, i in zip(rb, bidx, strict=True):
-            yi[dd] = i
-        for dd, i in zip(lfree, li, strict=True):
-            xi[dd] = i
-        for dd, i in zip(rfree, ri, strict=True):
-            yi[dd] = i
-        for dd, ee, i in zip(lc, rc, kidx, strict=True):
-            xi[dd] = i
-            yi[ee] = i
-        xi, yi = tuple(xi), tuple(yi)
+        xi, yi = _operand_indices(ranks, dims, idx, kidx)
         if ("x", xi) not in cache:
             v = lane(0, xs, xi, at, cache) if at is not None and plans[0] else xs.at(xi)
             cache["x", xi] = convert(b, v, acc_d)
@@ -1366,6 +1386,69 @@ def _dot_operands(b, staged, ranks, dims, acc_d, plans=(None, None)):
             cache["y", yi] = convert(b, v, acc_d)
         return cache["x", xi], cache["y", yi]
     return operands
+
+
+def _operand_indices(ranks, dims, idx, kidx):
+    """``(x index, y index)`` of a ``dot``'s operands (ranks ``ranks``, ``dims`` as ``_dot_operands``') for
+    output index ``idx`` and contraction index ``kidx``."""
+    lb, rb, lc, rc, lfree, rfree = dims
+    nb = len(lb)
+    bidx, li, ri = idx[:nb], idx[nb:nb + len(lfree)], idx[nb + len(lfree):]
+    xi, yi = [None] * ranks[0], [None] * ranks[1]
+    for dd, i in zip(lb, bidx, strict=True):
+        xi[dd] = i
+    for dd, i in zip(rb, bidx, strict=True):
+        yi[dd] = i
+    for dd, i in zip(lfree, li, strict=True):
+        xi[dd] = i
+    for dd, i in zip(rfree, ri, strict=True):
+        yi[dd] = i
+    for dd, ee, i in zip(lc, rc, kidx, strict=True):
+        xi[dd] = i
+        yi[ee] = i
+    return tuple(xi), tuple(yi)
+
+
+def _vector_start(plan, axis, ix, at):
+    """``(start, lane)``: the first index of the four-element vector (along ``axis``) holding operand element
+    ``ix`` read by ``plan`` at ``at = (k, u, base, lane)`` (``_dot_operands``), and the element's lane in it."""
+    k, u, base, ln = at
+    start = list(ix)
+    if plan == "k":
+        start[axis] = _i(u - u % 4) if k is None else op("add", k, _i(u - u % 4)) if u >= 4 else k
+        ln = u % 4
+    else:
+        start[axis] = base
+    return tuple(start), ln
+
+
+def _shared_vectors(r, ys, ranks, dims, plan, steps):
+    """The right operand's vectors of one iteration of a row-mode ``dot`` (``plan``: ``"k"`` or ``"cols"``),
+    shared across each subgroup (``render(subgroup=)``): its output columns and the contraction are the same in
+    every work item, so are its vectors. ``steps``: per step of the iteration ``(kidx, [(output index, at)])``.
+    The tile's distinct vectors, in order, are loaded ``lanes`` at a time, one per work item (the vector of
+    lane ``l``'s address picked by ``Special("lane")``), then broadcast to all: ``{(1, start): vector}`` for
+    ``_dot_operands``' ``cache["vectors"]``; empty where their count is not a multiple of ``lanes``."""
+    b, lanes = r.b, r.subgroup
+    axis, where = ys.vector[0], ys.vector[3]
+    starts = []
+    for kidx, outs in steps:
+        for idx, at in outs:
+            start = _vector_start(plan, axis, _operand_indices(ranks, dims, idx, kidx)[1], at)[0]
+            if start not in starts:
+                starts.append(start)
+    if len(starts) % lanes:
+        return {}
+    lane, vt, shared = Special("lane", 0), vector_dtype(ys.dtype), {}
+    for m in range(0, len(starts), lanes):
+        group = starts[m:m + lanes]
+        name, address = where(group[-1])
+        for j in range(lanes - 2, -1, -1):
+            address = select(op("eq", lane, _i(j)), where(group[j])[1], address)
+        mine = b.let(Load("global", name, b.let(address, "sa"), vt), "vs")
+        for j, start in enumerate(group):
+            shared[1, start] = b.let(Broadcast(mine, j, vt), "vb")
+    return shared
 
 
 def _vector_plans(r, staged, dims, nk, uk, tc):
@@ -1514,7 +1597,10 @@ def _vector_load(r, ref, indexer, starts, shape):
         ri = _ref_index(ref, indexer, starts, idx)
         return b.let(Load("global", r.vector_name(ref.vector), _div(ref.address(ri, False), 4),
                           vector_dtype(ref.dtype)), "vl")
-    return len(shape) - 1, vec, ref.vector
+
+    def where(idx):
+        return r.vector_name(ref.vector), _div(ref.address(_ref_index(ref, indexer, starts, idx), False), 4)
+    return len(shape) - 1, vec, ref.vector, where
 
 
 def _statically_inside(ref, indexer, starts):
@@ -1952,24 +2038,30 @@ def _render_accumulating_dot(r, p, match, ins, outs, pids, kdim):
     keeps a register tile of the output block (``_dot_tile``: ``_FUSED_TILE`` outputs, up to 16 columns, on CPU
     OpenCL devices; ``_VECTOR_TILE`` where operands are read as vectors) across the ``kdim`` grid steps and each
     block's contraction, then stores it once. Where ``_vector_operands`` allows it, both operands are read four
-    float32 elements per load (``_accumulate_vectors``)."""
-    zero, xi, yi = match
+    float32 elements per load (``_accumulate_vectors``); where the renderer has subgroups as well
+    (``render(subgroup=)``) and ``_subgroup_tile`` fits the work-group, a subgroup shares its rows of ``x``
+    (``_subgroup_elements``)."""
     b = r.b
     ob = p["out_blocks"][0]
     d = np.dtype(p["out_avals"][0].dtype)
-    acc_d = _acc_dtype(d)
     oref = _global_ref(r, outs[0], ob, d, pids[:-1] + [_i(0)])
     oshape = tuple(oref.shape)
-    vec = r.vectors is not None and not r.wide and _vector_operands(p, xi, yi, d) and (
+    vec = r.vectors is not None and not r.wide and _vector_operands(p, match[1], match[2], d) and (
         r.vector_room is None or r.vector_room >= 2)
-    if r.wide:
+    shared = _subgroup_tile(oshape, r.wg, r.subgroup) if vec else None
+    if shared is not None:
+        tr, tc = shared
+    elif r.wide:
         tr, tc = _dot_tile(oshape, r.wg, _FUSED_TILE, 16)
     else:
         tr, tc = _dot_tile(oshape, r.wg, _VECTOR_TILE if vec else 16, _VECTOR_COLUMNS if vec else 8)
     vec = vec and tc % 4 == 0
-    tshape = (oshape[0] // tr, oshape[1] // tc)
-    nk = p["in_blocks"][xi].ref_shape[1]
-    names = (r.vector_name(xi), r.vector_name(yi)) if vec else None
+    names = (r.vector_name(match[1]), r.vector_name(match[2])) if vec else None
+    where = (ins, oref, pids, kdim, names)
+    if shared is not None:
+        elems, loads = _subgroup_elements(r, oshape, shared, r.subgroup)
+        _accumulate_block(r, p, match, where, (elems, loads, tc), r.subgroup)
+        return
 
     def body(tidx, slot):
         elems = []
@@ -1978,33 +2070,87 @@ def _render_accumulating_dot(r, p, match, ins, outs, pids, kdim):
                 col = op("add", op("mul", tidx[1], _i(tc)), _i(c))
                 row = op("add", op("mul", tidx[0], _i(tr)), _i(a))
                 elems.append((row if tr > 1 else tidx[0], (col if r.wide else b.let(col, "tj")) if tc > 1 else tidx[1]))
-        if zero:
-            accs = [b.var(acc_d, const(0, acc_d), "acc") for _ in elems]
-        else:
-            accs = [b.var(acc_d, convert(b, b.let(Load("global", oref.name, oref.address(list(ix), False), d), "ld"),
-                                         acc_d), "acc") for ix in elems]
-        nkg = p["grid"][kdim]
-        if vec and nkg > 1 and _walks_contraction(p["in_blocks"][xi], 1, kdim, nkg) \
-                and _walks_contraction(p["in_blocks"][yi], 0, kdim, nkg):
-            # the blocks of k follow each other along the contraction: one loop over all of it, addressed from
-            # the first block (lavapipe: the example 0.92x the time of a loop per block)
-            kp = pids[:-1] + [_i(0)]
+        _accumulate_block(r, p, match, where, (elems, elems[::tc], tc))
+
+    r.par_for((oshape[0] // tr, oshape[1] // tc), body)
+
+
+def _accumulate_block(r, p, match, where, tile, lanes=0):
+    """A work item's part of ``_render_accumulating_dot``: accumulators for the output elements ``elems``
+    (``tile = (elems, loads, cols)``: row-major, ``cols`` a row; ``loads``, the elements whose rows of ``x`` the
+    item reads: each row's first, or with ``lanes`` its own rows of the subgroup's, ``_subgroup_elements``),
+    zero or the output's values, summed over every step of the contraction (the grid's ``kdim`` steps of
+    ``where = (ins, oref, pids, kdim, names)``; ``names``: the operands' vector bindings or ``None``), then
+    stored."""
+    zero, xi, yi = match
+    ins, oref, pids, kdim, names = where
+    elems, loads, tc = tile
+    b = r.b
+    d = np.dtype(p["out_avals"][0].dtype)
+    acc_d = _acc_dtype(d)
+    if zero:
+        accs = [b.var(acc_d, const(0, acc_d), "acc") for _ in elems]
+    else:
+        accs = [b.var(acc_d, convert(b, b.let(Load("global", oref.name, oref.address(list(ix), False), d), "ld"),
+                                     acc_d), "acc") for ix in elems]
+    nk, nkg = p["in_blocks"][xi].ref_shape[1], p["grid"][kdim]
+    if names and nkg > 1 and _walks_contraction(p["in_blocks"][xi], 1, kdim, nkg) \
+            and _walks_contraction(p["in_blocks"][yi], 0, kdim, nkg):
+        # the blocks of k follow each other along the contraction: one loop over all of it, addressed from
+        # the first block (lavapipe: the example 0.92x the time of a loop per block)
+        kp = pids[:-1] + [_i(0)]
+        xr = _global_ref(r, ins[xi], p["in_blocks"][xi], d, kp)
+        yr = _global_ref(r, ins[yi], p["in_blocks"][yi], d, kp)
+        _accumulate_vectors(b, (xr, yr), names, nk * nkg, accs, loads, elems[:tc], d, lanes)
+    else:
+        with b.loop(_i(0), _i(nkg), hint="kg") as kg:
+            kp = pids[:-1] + [kg]
             xr = _global_ref(r, ins[xi], p["in_blocks"][xi], d, kp)
             yr = _global_ref(r, ins[yi], p["in_blocks"][yi], d, kp)
-            _accumulate_vectors(b, (xr, yr), names, nk * nkg, accs, elems[::tc], elems[:tc], d)
-        else:
-            with b.loop(_i(0), _i(nkg), hint="kg") as kg:
-                kp = pids[:-1] + [kg]
-                xr = _global_ref(r, ins[xi], p["in_blocks"][xi], d, kp)
-                yr = _global_ref(r, ins[yi], p["in_blocks"][yi], d, kp)
-                if vec:
-                    _accumulate_vectors(b, (xr, yr), names, nk, accs, elems[::tc], elems[:tc], d)
-                else:
-                    _accumulate_scalars(b, (xr, yr), nk, accs, elems, d, acc_d)
-        for acc, ix in zip(accs, elems, strict=True):
-            b.store(oref.name, oref.address(list(ix), False), _narrow(b, acc, d))
+            if names:
+                _accumulate_vectors(b, (xr, yr), names, nk, accs, loads, elems[:tc], d, lanes)
+            else:
+                _accumulate_scalars(b, (xr, yr), nk, accs, elems, d, acc_d)
+    for acc, ix in zip(accs, elems, strict=True):
+        b.store(oref.name, oref.address(list(ix), False), _narrow(b, acc, d))
 
-    r.par_for(tshape, body)
+
+def _subgroup_tile(oshape, wg, lanes):
+    """``(rows, cols)`` of a k-accumulating product's subgroup tile (``_subgroup_elements``) for an output block
+    ``oshape`` and ``wg`` work items, or ``None`` where none fits: a subgroup of ``lanes`` work items computes
+    ``rows`` rows of the block (a multiple of ``lanes``), each item ``cols`` of their columns (4 or 8: whole
+    vectors of ``y``), and the work-group's subgroups cover the block once."""
+    n = math.prod(oshape)
+    if not lanes or len(oshape) != 2 or wg % lanes or n % wg:
+        return None
+    per = n // wg
+    for cols in _SUBGROUP_COLUMNS:
+        rows = per // cols
+        if per % cols == 0 and rows % lanes == 0 and oshape[0] % rows == 0 and oshape[1] % (lanes * cols) == 0:
+            return rows, cols
+    return None
+
+
+def _subgroup_elements(r, oshape, tile, lanes):
+    """``(elements, loads)`` of a work item in the subgroup form of a k-accumulating product (as
+    ``DotGroup._subgroup``, ``groups/dot.py``): subgroup ``lid / lanes`` of the work-group computes ``rows``
+    consecutive rows of the ``oshape`` block (``tile = (rows, cols)``) and ``lanes x cols`` columns, the work item
+    at lane ``l`` (``Special("lane")``) columns ``l cols`` to ``l cols + cols - 1`` of them. ``loads``: the rows of
+    ``x`` the item reads, ``l``, ``l + lanes``, ...; ``_accumulate_vectors`` broadcasts each to the subgroup, so
+    the subgroup reads each row once where every item read all of them. Every item runs every step (no
+    per-item branch): the broadcasts are in uniform control flow."""
+    b = r.b
+    rows, cols = tile
+    across = oshape[1] // (lanes * cols)
+    sg, lane = b.let(op("div", r.lid, _i(lanes)), "sg"), Special("lane", 0)
+    r0 = b.let(op("mul", op("div", sg, _i(across)), _i(rows)), "r0") if across > 1 else \
+        b.let(op("mul", sg, _i(rows)), "r0")
+    c0 = b.let(op("add", op("mul", op("rem", sg, _i(across)), _i(lanes * cols)), op("mul", lane, _i(cols))), "c0") \
+        if across > 1 else b.let(op("mul", lane, _i(cols)), "c0")
+    elems = [(b.let(op("add", r0, _i(a)), "ti") if a else r0, b.let(op("add", c0, _i(c)), "tj") if c else c0)
+             for a in range(rows) for c in range(cols)]
+    loads = [(b.let(op("add", r0, op("add", lane, _i(j * lanes))), "ri"), None) for j in range(rows // lanes)]
+    return elems, loads
 
 
 def _walks_contraction(block, axis, kdim, nkg):
@@ -2054,16 +2200,20 @@ def _vector_operands(p, xi, yi, d):
     return True
 
 
-def _accumulate_vectors(b, refs, names, nk, accs, rows, cols, d):
+def _accumulate_vectors(b, refs, names, nk, accs, rows, cols, d, lanes=0):
     """One grid step's contraction of ``_render_accumulating_dot`` with vector reads: per four steps of the
     contraction one vector of ``x`` per tile row (its four contraction elements) and per step one vector of
     ``y`` per four tile columns; each accumulator adds its products in the contraction's order, as the scalar
-    form (the same results, bit for bit)."""
+    form (the same results, bit for bit). With ``lanes``, ``rows`` are the work item's own rows of its
+    subgroup's (``_subgroup_elements``): each vector of ``x`` is broadcast from every work item of the subgroup,
+    the tile's rows in the order lane by lane, row by row."""
     xr, yr = refs
     v4 = vector_dtype(d)
     tc = len(cols)
     with b.loop(_i(0), _i(nk), _i(4), hint="k") as k:
         xs = [b.let(Load("global", names[0], _div(xr.address([i, k], False), 4), v4), "xv") for i, _ in rows]
+        if lanes:
+            xs = [b.let(Broadcast(v, lane, v4), "xb") for v in xs for lane in range(lanes)]
         for u in range(4):
             ku = op("add", k, _i(u)) if u else k
             ys = []
@@ -2088,6 +2238,9 @@ _FUSED_TILE = 64
 #: 0.96-1.01x, against fnarray's own product before it was made 1.6x faster)
 _VECTOR_TILE = 128
 _VECTOR_COLUMNS = 16
+#: Columns per work item of the subgroup form (``_subgroup_tile``), in order of preference: 4, as fnarray's own
+#: product's subgroup form on lavapipe (``groups/dot.py`` ``SUBGROUP_TILE``), then 8
+_SUBGROUP_COLUMNS = (4, 8)
 
 
 def default_workgroup(eqn, caps, vectors=False):
@@ -2156,7 +2309,8 @@ def _row_tile_default(eqn, opts):
     return 1
 
 
-def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=None, tile=_DOT_TILE, row_tile=1):
+def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=None, tile=_DOT_TILE, row_tile=1,
+           subgroup=0, lane_maps=False):
     """The kernel of one ``pallas_call`` equation: ``(builder, global size, local size)``; ``buffer_names(b)``
     gives ``(input names, output names)``; ``wg``: the work-group size (default ``default_workgroup``).
     ``rows``: one work item per row of the blocks (``row_count`` of them, ``wg`` ignored) and no barriers, where
@@ -2171,29 +2325,36 @@ def render(eqn, caps, buffer_names, wg=None, rows=False, stage=False, vectors=No
     row mode (up to 16 columns above 16, else 8). ``row_tile``: in row mode, the rows of the blocks per work
     item (``row_count / row_tile`` items; a ``dot`` with a two-axis result computes one register tile over all
     of them, each right-operand element read once for them all); where it does not divide the rows, one.
-    Raises ``Unrenderable``."""
+    ``subgroup``: the subgroup size of a target that prints subgroup broadcasts (WGSL on a CPU adapter with the
+    ``subgroup`` feature; 0: none), with which a k-accumulating product read as vectors shares its rows of ``x``
+    across each subgroup (``_subgroup_elements``). ``lane_maps``: with ``vectors``, a ``dot`` operand that is
+    an elementwise function of a load and rank-0 values (flash attention's ``q * scale``) is read as vectors as
+    the load would be (``_lane_map``). Raises ``Unrenderable``."""
     n_rows = row_count(eqn, caps)
     if rows and n_rows is not None:
         per = row_tile if row_tile >= 1 and n_rows % row_tile == 0 else 1
         try:
-            return _render(eqn, caps, buffer_names, n_rows // per, True, vectors=vectors, row_tile=per)
+            return _render(eqn, caps, buffer_names, n_rows // per, True, vectors=vectors, row_tile=per,
+                           subgroup=subgroup, lane_maps=lane_maps)
         except _NotRowwise:
             wg = None
     if wg is None:
         wg = default_workgroup(eqn, caps, vectors is not None)
     try:
-        return _render(eqn, caps, buffer_names, wg, False, stage, vectors, tile)
+        return _render(eqn, caps, buffer_names, wg, False, stage, vectors, tile, subgroup=subgroup, lane_maps=lane_maps)
     except Unrenderable:
         if rows or n_rows is None:
             raise
         try:
-            return _render(eqn, caps, buffer_names, n_rows, True, vectors=vectors)
+            return _render(eqn, caps, buffer_names, n_rows, True, vectors=vectors, subgroup=subgroup,
+                           lane_maps=lane_maps)
         except _NotRowwise:
             pass
         raise
 
 
-def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None, tile=_DOT_TILE, row_tile=1):
+def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None, tile=_DOT_TILE, row_tile=1, subgroup=0,
+            lane_maps=False):
     p = eqn.params
     grid = tuple(p["grid"])
     total = math.prod(grid)
@@ -2208,7 +2369,7 @@ def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None, tile=_
         r.row_ids = (lid,) + tuple(b.let(op("add", lid, _i(j * wg)), "row") for j in range(1, row_tile))
         r.joint_rows = row_tile > 1 and not any(e.primitive is P.dot_general for e in walk_body(p["body"].program))
     r.stage_swapped = stage
-    r.vectors, r.dot_tile = vectors, tile
+    r.vectors, r.dot_tile, r.subgroup, r.lane_maps = vectors, tile, subgroup, lane_maps
     if caps.max_buffers_per_kernel is not None:
         r.vector_room = caps.max_buffers_per_kernel - len(eqn.inputs) - len(p["out_avals"])
     if fused is not None:
@@ -2368,9 +2529,11 @@ class PallasGroup(EquationGroup):
         def vectors(b, k):
             return vec4_binding(b, args, ctx.spec(e.inputs[k]), e.inputs[k].aval.dtype)
 
+        vec = self._vectors_allowed()
         b, gsize, lsize = render(e, ctx.caps, names, choice["workgroup"], choice.get("rows", False),
-                                 choice.get("stage", False), vectors if self._vectors_allowed() else None,
-                                 choice.get("tile", _DOT_TILE), choice.get("row_tile", 1))
+                                 choice.get("stage", False), vectors if vec else None, choice.get("tile", _DOT_TILE),
+                                 choice.get("row_tile", 1), int(ctx.opts.get("dot_subgroup", 0) or 0) if vec else 0,
+                                 vec and bool(ctx.opts.get("pallas_lane_maps", False)))
         kernel = hoisted_kernel(b, lsize, bool(getattr(ctx.caps, "uniform_guard", False)))
         vals = [args[pp.name] for pp in kernel.params]
         if not _vectors_unwritten(kernel, vals):   # WebGPU refuses a buffer bound read-only and writable at once
