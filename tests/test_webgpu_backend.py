@@ -338,6 +338,7 @@ VECTOR_DOTS = [
 def test_vector_operand_loads_give_the_scalar_kernels_bits(wdev, monkeypatch, name, f, shapes, vectors):
     from fnarray.lowering.kernels.groups import dot
     _blocks_only(monkeypatch)
+    monkeypatch.setattr(dot, "WIDE_STORES", False)   # the operands' loads only (the stores: STORE_DOTS below)
     args = _on(wdev, *[_f32(*s, seed=i) for i, s in enumerate(shapes)])
     (k,) = [k for k in fa.jit(f).lower(*args).kernels() if k.kind == "dot"]
     assert k.source.count("array<vec4<f32>>") == (vectors if wdev.platform == "cpu" else 0)
@@ -387,6 +388,80 @@ def test_subgroup_products_give_the_blocked_kernels_bits(wdev, monkeypatch, name
     _blocks_only(monkeypatch)
     blocked = np.asarray(fa.jit(lambda *a: f(*a))(*dargs))
     np.testing.assert_array_equal(got.view(np.uint32), blocked.view(np.uint32))
+
+
+def _momentum(x, d, m, p):
+    m2 = 0.9 * m + x.T @ d
+    return p - 1e-3 * m2, m2
+
+
+def _np_or_fnp(a):
+    return fnp if isinstance(a, fa.Array) else np
+
+
+# Epilogues of products whose outputs a CPU adapter stores four columns per store (groups/dot.py ``_finish4``,
+# option ``dot_store4``): (name, f, operand shapes, float32 outputs stored as vec4 there, form). A weight gradient
+# with its momentum update (two outputs, both updated operands read four at a time), in both product forms, a
+# column bias beside a row bias (one read per row), a batch, columns that are not a multiple of 4 (scalar stores),
+# a bool output beside a float one, and an epilogue operand read transposed (scalar loads, vec4 stores).
+STORE_DOTS = [
+    ("momentum", _momentum, ((8, 24), (8, 32), (24, 32), (24, 32)), 2, "subgroup"),
+    ("momentum_blocked", _momentum, ((8, 24), (8, 32), (24, 32), (24, 32)), 2, "blocked"),
+    ("row_and_column_bias", lambda a, b, c, r: _np_or_fnp(a).maximum(a @ b + c + r[:, None], 0),
+     ((20, 12), (12, 32), (32,), (20,)), 1, "subgroup"),
+    ("batched", lambda a, b, c: a @ b + c, ((3, 17, 12), (3, 12, 40), (40,)), 1, "blocked"),
+    ("columns_not_a_multiple_of_4", lambda a, b: a @ b, ((16, 8), (8, 18)), 0, "blocked"),
+    ("bool_beside_float", lambda a, b: (a @ b, a @ b > 0), ((16, 8), (8, 32)), 1, "subgroup"),
+    ("transposed_epilogue_operand", lambda a, b, c: a @ b - c.T, ((16, 8), (8, 32), (32, 16)), 1, "subgroup"),
+]
+
+
+def _bits(x):
+    x = np.asarray(x)
+    return x.view(np.uint32) if x.dtype == np.float32 else x
+
+
+@pytest.mark.parametrize("name,f,shapes,wide,form", STORE_DOTS, ids=[c[0] for c in STORE_DOTS])
+def test_vector_stores_give_the_scalar_kernels_bits(wdev, monkeypatch, name, f, shapes, wide, form):
+    from fnarray.lowering.kernels.groups import dot
+    if form == "blocked":
+        _blocks_only(monkeypatch)
+    args = [_f32(*s, seed=i) for i, s in enumerate(shapes)]
+    dargs = _on(wdev, *args)
+    (k,) = [k for k in fa.jit(f).lower(*dargs).kernels() if k.kind == "dot"]
+    assert k.source.count("read_write> wide") == (wide if wdev.platform == "cpu" else 0), k.source
+    got = fa.tree.leaves(fa.jit(f)(*dargs))
+    want = fa.tree.leaves(f(*[a.astype(np.float64) for a in args]))   # NumPy in float64
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g).astype(np.float64), w, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(dot, "WIDE_STORES", False)   # one element per store: the same values, bit for bit
+    g = fa.jit(lambda *a: f(*a))
+    assert all("read_write> wide" not in k.source for k in g.lower(*dargs).kernels())
+    for a, b in zip(got, fa.tree.leaves(g(*dargs)), strict=True):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+
+
+def test_vector_stores_are_dropped_where_their_bindings_do_not_fit(wdev, monkeypatch):
+    """A kernel whose vec4 output bindings the target refuses (``vectors_fit``: too many buffers, a written buffer
+    bound twice) is built again with scalar stores, keeping its vec4 operand reads; the same bits."""
+    from fnarray.lowering.kernels.groups import base, dot
+    args = _on(wdev, *[_f32(*s, seed=i) for i, s in enumerate(STORE_DOTS[0][2])])
+    wide = fa.tree.leaves(fa.jit(_momentum)(*args))
+    refused = []
+
+    def fits(caps, launch):
+        writes = any(p.writes and np.dtype(p.dtype).subdtype is not None
+                     for p in launch.kernel.params if isinstance(p, base.BufferParam))
+        refused.append(writes)
+        return not writes and base.vectors_fit(caps, launch)
+    monkeypatch.setattr(dot, "vectors_fit", fits)
+    g = fa.jit(lambda *a: _momentum(*a))
+    (k,) = [k for k in g.lower(*args).kernels() if k.kind == "dot"]
+    assert "read_write> wide" not in k.source
+    if wdev.platform == "cpu":
+        assert refused[:2] == [True, False] and "var<storage, read> wide" in k.source
+    for a, b in zip(wide, fa.tree.leaves(g(*args)), strict=True):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
 
 
 def test_a_device_refusing_subgroups_is_opened_without_them():

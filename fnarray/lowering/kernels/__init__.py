@@ -184,7 +184,8 @@ def schedule_program(program: Program, caps, **opts) -> Plan:
     may update in place, ``groups/in_place.py``; ignored where the host drives control flow); for
     targets whose compiler gathers every load (webgpu on a CPU adapter): ``dot_block`` (outputs ``(rows,
     cols)`` per work item of the untiled matrix product, the default of ``dot.BLOCK_TUNABLE``: ``groups/dot.py``),
-    ``dot_vec4`` (that product's float32 operands read four elements per load where aligned), ``bake_dot`` (the
+    ``dot_vec4`` (that product's float32 operands read four elements per load where aligned), ``dot_store4`` (its
+    float32 outputs stored four adjacent columns per store where aligned), ``bake_dot`` (the
     product's sizes and strides as constants in its source, not scalar arguments), ``conv_positions`` (output
     positions per work item of the direct convolution: ``groups/conv.py``), ``pallas_row_tile`` (rows per work
     item of a ``pallas_call`` kernel with a ``dot`` in row mode: ``groups/pallas.py``), ``row_vec4`` (a work item's

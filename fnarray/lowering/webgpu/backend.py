@@ -795,6 +795,9 @@ class WebGPULowered(KernelLowered):
                 # its row values, four elements per load and store (lavapipe, interleaved, load 3-4: softmax
                 # [1024, 256] 1.8x, layernorm 1.7x; the transformer step 173-174 -> 156-157 CPU ms)
                 opts["row_vec4"] = True
+                # groups/dot.py: the blocked and subgroup products store four adjacent float32 columns as one
+                # vec4 (lavapipe stores each lane's element in a loop); the epilogue's values are unchanged
+                opts["dot_store4"] = True
                 lanes = _subgroup_lanes(self.backend.gpu, caps)
                 if lanes:
                     # groups/dot.py: a subgroup shares the product's lhs rows (broadcast), each work item

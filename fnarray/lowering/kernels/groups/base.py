@@ -253,6 +253,23 @@ class Group(abc.ABC):
         """Compute the roots at ``idx`` and store the needed ones at ``store_index``; with ``store_guards``
         ``(first, then)``, the values are computed where this is called and stored under ``first``, else
         under ``then``."""
+        stores = self.root_values(b, em, idx, lambda r: self.ctx.output(b, args, r))
+        if store_guards is None:
+            for name, v in stores:
+                b.store(name, store_index, v)
+            return
+        first, then = store_guards
+        with b.when(first):
+            for name, v in stores:
+                b.store(name, store_index, v)
+        with b.otherwise(), b.when(then):
+            for name, v in stores:
+                b.store(name, store_index, v)
+
+    def root_values(self, b, em, idx, binding) -> list:
+        """``[(binding(root), value)]``: the roots computed at ``idx`` (seeded in ``em``), for each root the kernel
+        stores (``ctx.needed``) its value beside the buffer ``binding`` names for it (called in root order, as each
+        root is computed: the kernel's bindings are numbered in that order)."""
         stores = []
         for r in self.roots:
             ridx = idx
@@ -271,18 +288,8 @@ class Group(abc.ABC):
             v = em.val(r, ridx)
             em.seed(r, ridx, v)
             if r in self.ctx.needed:
-                stores.append((self.ctx.output(b, args, r), v))
-        if store_guards is None:
-            for name, v in stores:
-                b.store(name, store_index, v)
-            return
-        first, then = store_guards
-        with b.when(first):
-            for name, v in stores:
-                b.store(name, store_index, v)
-        with b.otherwise(), b.when(then):
-            for name, v in stores:
-                b.store(name, store_index, v)
+                stores.append((binding(r), v))
+        return stores
 
     def analyse(self):  # noqa: B027 (map kernels compute only roots, which add their reads when they join)
         """Set ``self.reads`` for the group's own computation (roots add theirs when they join)."""

@@ -35,8 +35,8 @@ from fnarray.lowering.kernels.groups.register_tiles import (
     register_dot,
     register_dtype,
 )
-from fnarray.lowering.kernels.index import ix_data, unravel
-from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Broadcast, Cast, Lane, Special, const, vector_dtype
+from fnarray.lowering.kernels.index import ix_data, to_expr, unravel
+from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Broadcast, Cast, Lane, Op, Special, const, vector_dtype
 from fnarray.lowering.kernels.rules import (
     LOW_BIT,
     add_of,
@@ -217,6 +217,10 @@ def _subgroup_cost(choice, default, facts) -> float:
 #: Whether the subgroup form runs where the scheduler option asks for it (off: the blocked product;
 #: ``benchmarks/webgpu_products.py`` compares the two).
 SUBGROUP_PRODUCTS = True
+#: Whether the blocked and subgroup products store four adjacent columns at a time where the scheduler option
+#: ``dot_store4`` asks (``DotGroup._wide_stores``; off: one element per store, ``benchmarks/webgpu_stores.py``
+#: compares the two).
+WIDE_STORES = True
 #: The subgroup form of the blocked product (``DotGroup._subgroup``, where the scheduler option ``dot_subgroup``
 #: asks: native webgpu on a CPU adapter with subgroups): a subgroup of work items computes ``rows`` rows of the
 #: output, each work item ``cols`` columns of them; each work item loads ``rows / lanes`` lhs values a step and
@@ -613,16 +617,18 @@ class DotGroup(Group):
         v = b.load(name, index, held)
         return b.let(convert(b, v, dt)) if held != dt else v
 
-    def _out_index(self, bexpr, mexpr, nexpr):
-        """The output multi-index (``Ix``) of canonical (batch, row, column) kernel values."""
+    def _out_index(self, bexpr, mexpr, nexpr, lane=None):
+        """The output multi-index (``Ix``) of canonical (batch, row, column) kernel values; with ``lane``, of
+        column ``nexpr + lane`` where ``nexpr`` is a multiple of 4 below the last four columns (``_finish4``)."""
         lhs, rhs = self.eqn.inputs
         ls, rs = lhs.aval.shape, rhs.aval.shape
         parts = []
-        for e, size, dims in ((bexpr, self.B, [ls[i] for i in self.lb]), (mexpr, self.M, [ls[i] for i in self.lf]),
-                              (nexpr, self.N, [rs[i] for i in self.rf])):
+        for e, size, dims, k in ((bexpr, self.B, [ls[i] for i in self.lb], None),
+                                 (mexpr, self.M, [ls[i] for i in self.lf], None),
+                                 (nexpr, self.N, [rs[i] for i in self.rf], lane)):
             if not dims:
                 continue
-            parts.extend(unravel(ix_data(e, 0, size - 1), tuple(dims)))
+            parts.extend(unravel(ix_data(e, 0, size - 1) if k is None else ix_data(e, 0, size - 4) + k, tuple(dims)))
         return tuple(parts)
 
     def _finish(self, b, em, args, bexpr, mexpr, nexpr, acc):
@@ -664,7 +670,7 @@ class DotGroup(Group):
         b.name = kernel_name("dot", tracker.eqns)
         return make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "dot")
 
-    def _blocked(self, lp, rp, block, vectors=True):
+    def _blocked(self, lp, rp, block, vectors=True, stores=True):
         """The untiled product with ``block = (RY, RX)`` outputs per work item: RY rows and RX columns
         (clamped to the last row and column at the edges, whose products are computed and not stored),
         RY + RX operand loads per step of the contraction, the epilogue per output as ``_simple``'s.
@@ -674,7 +680,7 @@ class DotGroup(Group):
         loop then takes four steps per iteration) or along the block's rows or columns. Each accumulator
         still adds its products in the order of the contraction, so the results are the same, bit for bit.
         ``vectors=False``: scalar loads only (where a vector binding would exceed the target's buffers per
-        kernel or alias a buffer the kernel writes)."""
+        kernel or alias a buffer the kernel writes); ``stores=False``: no ``vec4`` stores (``_wide_stores``)."""
         ry, rx = block
         ctx = self.ctx
         b, args, tracker, em = self._kernel_start()
@@ -700,11 +706,13 @@ class DotGroup(Group):
             for reader in (lhs, rhs):
                 reader.bind(args)
             accs = _accumulate(b, lhs, rhs, s["K"], 4 if "k" in along else 1, dt, acc_dt, ry * rx)
-            self._store_block(b, em, args, accs, (bi, m0, n0, block), None, s)
+            wide = vectors and stores and self._wide_stores(rx)
+            self._store_block(b, em, args, accs, (bi, m0, n0, block), None, s, wide)
         b.name = kernel_name("dot", tracker.eqns)
         launch = make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "dot")
-        if along != (None, None) and not vectors_fit(self.ctx.caps, launch):
-            return self._blocked(lp, rp, block, vectors=False)
+        if (along != (None, None) or wide) and not vectors_fit(self.ctx.caps, launch):
+            # first without the vec4 stores (a written buffer also read: donated), then without any vectors
+            return self._blocked(lp, rp, block, vectors=vectors and wide, stores=False)
         return launch
 
     def _subgroup_lanes(self, lp, rp) -> int:
@@ -745,7 +753,7 @@ class DotGroup(Group):
                "k" if rsk == 1 and k4 and aligned(roff, rsb, (rsn, self.N)) else None)
         return lhs, rhs
 
-    def _subgroup(self, lp, rp, lanes, tile, vectors=True):
+    def _subgroup(self, lp, rp, lanes, tile, vectors=True, stores=True):
         """The blocked product with its lhs rows shared by a subgroup (``lanes`` work items; WGSL subgroups on
         lavapipe: a vector of consecutive work items). A subgroup computes ``rows`` output rows and ``lanes x
         cols`` columns (``tile``): each work item loads ``rows / lanes`` of the lhs rows a step (``_SharedRows``)
@@ -778,32 +786,117 @@ class DotGroup(Group):
         for reader in (lhs, rhs):
             reader.bind(args)
         accs = _accumulate(b, lhs, rhs, s["K"], 4 if "k" in along else 1, dt, dt, rows * cols)
-        self._store_block(b, em, args, accs, (bi, m0, n0, tile), op("lt", sg, const(tiles, INT32)), s)
+        wide = vectors and stores and self._wide_stores(cols)
+        self._store_block(b, em, args, accs, (bi, m0, n0, tile), op("lt", sg, const(tiles, INT32)), s, wide)
         b.name = kernel_name("dot_subgroup", tracker.eqns)
         # the work-group size is the kernel's own (a multiple of the subgroup), not the backend's default
         launch = make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "dot", fixed_local=True)
-        if along != (None, None) and not vectors_fit(self.ctx.caps, launch):
-            return self._subgroup(lp, rp, lanes, tile, vectors=False)
+        if (along != (None, None) or wide) and not vectors_fit(self.ctx.caps, launch):
+            # first without the vec4 stores (a written buffer also read: donated), then without any vectors
+            return self._subgroup(lp, rp, lanes, tile, vectors=vectors and wide, stores=False)
         return launch
 
-    def _store_block(self, b, em, args, accs, where, inside, s):
+    def _store_block(self, b, em, args, accs, where, inside, s, wide=False):
         """The epilogue of a work item's ``rows x cols`` accumulators ``accs`` (row-major) of output rows
         ``m0 + i`` and columns ``n0 + j`` of batch ``bi`` (``where``), each stored (``_finish``) where ``inside``
         (``None``: always) and within the output: through a private array, in loops (one copy of the epilogue's
-        code)."""
+        code). ``wide`` (``_wide_stores``): four adjacent columns per iteration, stored four at a time
+        (``_finish4``)."""
         bi, m0, n0, (rows, cols) = where
         c0 = const(0, INT32)
         held = b.array("private", accs[0].dtype, rows * cols, "acc")
         for i, acc in enumerate(accs):
             b.store(held, const(i, INT32), acc, space="private")
         with b.loop(c0, const(rows, INT32)) as yy:
-            with b.loop(c0, const(cols, INT32)) as xx:
+            with b.loop(c0, const(cols, INT32), const(4, INT32) if wide else None) as xx:
                 gi = b.let(op("add", m0, yy), "gi")
                 gj = b.let(op("add", n0, xx), "gj")
                 within = op("land", op("lt", gi, s["M"]), op("lt", gj, s["N"]))
                 with b.when(within if inside is None else op("land", inside, within)):
-                    v = b.load(held, op("add", op("mul", yy, const(cols, INT32)), xx), accs[0].dtype, "private")
-                    self._finish(b, em, args, bi, gi, gj, v)
+                    at = op("add", op("mul", yy, const(cols, INT32)), xx)
+                    if wide:
+                        self._finish4(b, em, args, (bi, gi, gj), (held, at, accs[0].dtype))
+                    else:
+                        self._finish(b, em, args, bi, gi, gj, b.load(held, at, accs[0].dtype, "private"))
+
+    def _wide_stores(self, cols) -> bool:
+        """Whether ``_store_block`` stores four adjacent columns at a time (the scheduler option ``dot_store4``,
+        native webgpu on a CPU adapter, where lavapipe stores each lane's element in a loop: one ``vec4`` store
+        per four elements instead): float32 products whose columns per work item and whose output rows are
+        multiples of 4, so that a work item's first column and every row start on a whole, aligned vector."""
+        return bool(WIDE_STORES and self.ctx.opts.get("dot_store4", False) and cols % 4 == 0 and self.N % 4 == 0
+                    and self.eqn.outputs[0].aval.dtype == np.float32)
+
+    def _finish4(self, b, em, args, where, accs):
+        """``_finish`` of four adjacent outputs, columns ``n .. n + 3`` of row ``m`` of batch ``bi`` (``where``),
+        whose accumulators (of dtype ``dt``) are ``held[at .. at + 3]`` (``accs``): the epilogue's operands read four
+        elements at a time where they can be (``_epilogue_loads``), the product (where needed) and the roots computed
+        for each column in turn, then each float32 output stored as one ``vec4`` through its buffer's ``vec4``
+        binding (the reduce group's ``store_vectors``), any other element by element. The values are ``_finish``'s;
+        only loads and stores are grouped (``_wide_stores``: the four are one aligned vector of every buffer indexed
+        as the output). The loop keeps one copy of this code (unrolled over a work item's blocks it ran the
+        transformer's products 0.9x faster but tripled the step's scheduling time)."""
+        bexpr, mexpr, nexpr = where
+        held, at, dt = accs
+        ctx, out, f32 = self.ctx, self.eqn.outputs[0], np.dtype(np.float32)
+        idxs = [self._out_index(bexpr, mexpr, nexpr, k) for k in range(4)]
+        self._epilogue_loads(b, em, args, where, idxs)
+        wide = set()
+
+        def binding(v):
+            if v.aval.dtype != f32:
+                return ctx.output(b, args, v)
+            name = vec4_binding(b, args, ctx.spec(v), f32, writes=True)
+            wide.add(name)
+            return name
+        flat = b.let(op("add", op("mul", op("add", op("mul", bexpr, const(self.M, INT32)), mexpr),
+                                  const(self.N, INT32)), nexpr), "o")
+        lanes: dict = {}
+        for k, idx in enumerate(idxs):
+            acc = b.load(held, at if k == 0 else op("add", at, const(k, INT32)), dt, "private")
+            v = b.let(convert(b, acc, out.aval.dtype))
+            em.seed(out, idx, v)
+            values = [(binding(out), v)] if out in ctx.needed else []
+            for name, val in dict(values + self.root_values(b, em, idx, binding)).items():
+                lanes.setdefault(name, []).append(val)
+        four = b.let(op("div", flat, const(4, INT32)))
+        for name, vals in lanes.items():
+            if name in wide:
+                b.store(name, four, Op("vector4", tuple(vals), vector_dtype(f32)))
+                continue
+            for k, val in enumerate(vals):
+                b.store(name, flat if k == 0 else b.let(op("add", flat, const(k, INT32))), val)
+
+    def _epilogue_loads(self, b, em, args, where, idxs):
+        """The float32 operands of the epilogue that the four columns ``idxs`` (``_finish4``, at ``where``) read at four
+        adjacent elements ``key .. key + 3`` of one buffer, ``key`` a multiple of 4 (every term of it but the
+        column a multiple of 4, the column itself one), each loaded as one ``vec4`` whose lanes are seeded in
+        ``em`` as those elements. Found by computing the roots at the four indices in a scratch emitter that
+        knows what ``em`` knows (the reduce group's ``vector_reads``)."""
+        f32, out = np.dtype(np.float32), self.eqn.outputs[0]
+        reads: list = [{} for _ in idxs]
+        at = [0]
+        an = self.ctx.emitter(KernelBuilder("analysis"), computes=set(self.roots),
+                              on_read=lambda var, key: reads[at[0]].setdefault(var, set()).add(key))
+        an.adopt(em)
+        for k, idx in enumerate(idxs):
+            at[0] = k
+            an.seed(out, idx, const(0, out.aval.dtype))
+            self.root_values(b, an, idx, lambda r: None)
+        bexpr, mexpr, nexpr = where
+        rows = {t for e, n in ((bexpr, self.B), (mexpr, self.M)) for t, _ in ix_data(e, 0, n - 1).terms}
+        column = {t for t, _ in ix_data(nexpr, 0, self.N - 4).terms}
+        for u, keys in reads[0].items():
+            if u.aval.dtype != f32 or u.aval.size == 1 or u in self.roots or u in self.products:
+                continue
+            for key in sorted(keys, key=repr):
+                aligned = key.const % 4 == 0 and all(t in column or (t in rows and c % 4 == 0) for t, c in key.terms)
+                if not aligned or not all(key + k in reads[k].get(u, ()) for k in range(1, 4)):
+                    continue
+                name = vec4_binding(b, args, self.ctx.spec(u), f32)
+                v = b.load(name, op("div", to_expr(key), const(4, INT32)), vector_dtype(f32))
+                for k in range(4):
+                    em.seed_key(u, key + k, b.let(Lane(v, k, f32)))
 
     def _vector_reads(self, lp, rp, block):
         """``(lhs, rhs)``: how ``_blocked`` reads each operand four elements at a time, ``"k"`` (along the
