@@ -24,7 +24,8 @@ no ``mx.compile``), on jax:0 in raw JAX, float32 and 4-bit (one ``jax.jit`` of t
 ``dynamic_update_slice`` into the caches, ``jax.nn.dot_product_attention`` with a mask, the 4-bit weights dequantized
 in the step: ``_jax_steps``), and on opencl:0 in tinygrad on the same OpenCL platform (``TinyJit`` steps, ``DEV=CL``,
 no BEAM search; 4-bit dequantized in the step: ``_tinygrad_steps``; ``--no-tinygrad`` skips it); the ratio is
-fnarray's time over the other's (below 1: fnarray faster). A row whose other implementation picks another token
+fnarray's time over the other's (below 1: fnarray faster), in wall-clock time and (the last two numbers, decode and
+prefill) in process CPU time. A row whose other implementation picks another token
 than fnarray's (same weights, greedy) is marked ``tokens differ``.
 
     PYTHONPATH=. python benchmarks/llm.py [--devices numpy:0,jax:0,mlx:0,opencl:0,webgpu:0] [--number 5]
@@ -382,7 +383,7 @@ def main(argv=None):
     if args.donation:
         return _donation(fa, llm, nn, base, args)
     print(f"{'device':10} {'weights':8} {'decode tok/s':>12} {'prefill tok/s':>13} {'raw decode':>10} "
-          f"{'raw prefill':>11} {'decode x raw':>12} {'prefill x raw':>13}")
+          f"{'raw prefill':>11} {'decode x raw':>12} {'prefill x raw':>13} {'(CPU time)':>10}")
     for name, dev, models in _devices_and_models(fa, nn, base, args.devices):
         fns, labels = [], []
         for label, m in models:
@@ -416,7 +417,9 @@ def main(argv=None):
             line = f"{name:10} {label:8} {1 / dec:12.1f} {args.prompt / pre:13.1f}"
             if i < len(raw):
                 rdec, rpre = times[2 * len(labels) + 2 * i], times[2 * len(labels) + 2 * i + 1]
-                line += f" {1 / rdec:10.1f} {args.prompt / rpre:11.1f} {dec / rdec:12.2f} {pre / rpre:13.2f}"
+                r = 2 * len(labels) + 2 * i
+                line += (f" {1 / rdec:10.1f} {args.prompt / rpre:11.1f} {dec / rdec:12.2f} {pre / rpre:13.2f} "
+                         f"{cpu[2 * i] / cpu[r]:5.2f} {cpu[2 * i + 1] / cpu[r + 1]:4.2f}")
                 ours, theirs = tokens[2 * i:2 * i + 2], tokens[2 * len(labels) + 2 * i:2 * len(labels) + 2 * i + 2]
                 if ours != theirs:
                     line += f"  tokens differ: {ours} vs {theirs}"

@@ -115,6 +115,63 @@ def test_fused_attention_matches_jax(on, name):
     np.testing.assert_allclose(np.asarray(jitted), np.asarray(want), rtol=2e-5, atol=2e-5)
 
 
+#: ``kv_heads_first`` (keys and values ``(B, K, S, H)``, ``KVCache``'s layout) on every kind of key walk: plain,
+#: one key head, bias and mask, several key blocks, a mask with lengths (the removed tail), causal window with lengths.
+HEADS_FIRST = ["plain", "mqa", "bias_mask", "scale_long", "kv_lengths_mask", "kv_lengths_causal_window",
+               "decode_lengths"]
+
+
+@pytest.mark.parametrize("name", HEADS_FIRST)
+def test_keys_heads_first_match_jax(on, name):
+    """``kv_heads_first=True`` with the keys and values transposed to ``(B, K, S, H)``: JAX's result on the
+    ``(B, S, K, H)`` arrays, eagerly, under ``jit`` and with ``return_residual`` (the composite); and
+    ``mask="causal"`` with key lengths (a run-time offset)."""
+    kw, (t, s, n, k) = _case(name)
+    q, kk, v = _qkv(t, s, n, k)
+    want = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, **kw))(q, kk, v)
+    args = [fa.device_put(a, on) for a in (q, np.swapaxes(kk, 1, 2).copy(), np.swapaxes(v, 1, 2).copy())]
+    got = nn.dot_product_attention(*args, **_put(kw, on), kv_heads_first=True)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-5)
+    jitted = fa.jit(lambda q, k, v: nn.dot_product_attention(q, k, v, **_put(kw, on), kv_heads_first=True))(*args)
+    np.testing.assert_allclose(np.asarray(jitted), np.asarray(want), rtol=2e-5, atol=2e-5)
+    out, _ = nn.dot_product_attention(*args, **_put(kw, on), kv_heads_first=True, return_residual=True)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=2e-5, atol=2e-5)
+    if name == "kv_lengths_causal_window":
+        kw, oracle, (t, s) = _lower_right_case("window")
+        q, kk, v = _qkv(t, s)
+        want = jax.nn.dot_product_attention(q, kk, v, **oracle)
+        args = [fa.device_put(a, on) for a in (q, np.swapaxes(kk, 1, 2).copy(), np.swapaxes(v, 1, 2).copy())]
+        got = fa.jit(lambda q, k, v: nn.dot_product_attention(q, k, v, **_put(kw, on), kv_heads_first=True))(*args)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-5)
+
+
+def test_keys_heads_first_gradients_and_vmap(on):
+    """Gradients of ``kv_heads_first`` attention are the default layout's, transposed (whose own are checked against
+    finite differences above); ``vmap`` over a batch of heads-first keys matches a loop over JAX's calls."""
+    q, kk, v = _qkv(t=3, s=9)
+    lengths = np.array([9, 4], np.int32)
+    cot = fa.device_put(RNG.standard_normal(q.shape).astype(np.float32), on)
+
+    def loss(q, k, v, first):
+        out = nn.dot_product_attention(q, k, v, mask="causal", key_value_seq_lengths=fa.device_put(lengths, on),
+                                       kv_heads_first=first)
+        return fnp.sum(out * cot)
+
+    put = lambda x: fa.device_put(x, on)  # noqa: E731
+    want = fa.grad(loss, argnums=(0, 1, 2))(put(q), put(kk), put(v), False)
+    got = fa.jit(fa.grad(loss, argnums=(0, 1, 2)), static_argnums=3)(
+        put(q), put(np.swapaxes(kk, 1, 2).copy()), put(np.swapaxes(v, 1, 2).copy()), True)
+    np.testing.assert_allclose(np.asarray(got[0]), np.asarray(want[0]), rtol=1e-5, atol=1e-6)
+    for g, w in zip(got[1:], want[1:], strict=True):
+        np.testing.assert_allclose(np.swapaxes(np.asarray(g), 1, 2), np.asarray(w), rtol=1e-5, atol=1e-6)
+    ks = np.stack([kk, -kk, kk * 0.5])
+    got = fa.vmap(lambda k: nn.dot_product_attention(put(q), k, put(np.swapaxes(v, 1, 2).copy()),
+                                                     kv_heads_first=True))(put(np.swapaxes(ks, 2, 3).copy()))
+    for i in range(3):
+        want = jax.nn.dot_product_attention(q, ks[i], v)
+        np.testing.assert_allclose(np.asarray(got[i]), np.asarray(want), rtol=2e-5, atol=2e-5)
+
+
 def test_fused_attention_float16_and_unbatched(on):
     if np.dtype(np.float16) not in on.impl.capabilities(on).dtypes:
         pytest.skip(f"{on} has no float16")
@@ -266,8 +323,26 @@ def test_kv_cache_attend_equals_the_masked_call(on):
             cache = cache.update(fa.device_put(kk[:, 3:], on), fa.device_put(v[:, 3:], on))
         qt = fa.device_put(q[:, :t], on)
         got = np.asarray(cache.attend(qt))
-        want = np.asarray(nn.dot_product_attention(qt, cache.keys, cache.values, mask=cache.causal_mask(t)))
+        want = np.asarray(nn.dot_product_attention(qt, cache.keys, cache.values, mask=cache.causal_mask(t),
+                                                   kv_heads_first=True))
         np.testing.assert_array_equal(got, want)
+
+
+def test_kv_cache_keeps_keys_heads_first(on):
+    """``KVCache`` holds ``(B, K, capacity, H)`` (mlx-lm's layout): the entries written at the offset are the new
+    ``(B, T, K, H)`` keys and values transposed, the rest zeros; its attention matches JAX's over the filled keys."""
+    q, kk, v = _qkv(t=4, s=4)
+    cache = nn.KVCache.create(B, 10, K, H, device=on)
+    assert cache.keys.shape == (B, K, 10, H) and cache.capacity == 10
+    cache = cache.update(fa.device_put(kk[:, :3], on), fa.device_put(v[:, :3], on))
+    cache = fa.jit(lambda c, k, v: c.update(k, v))(cache, fa.device_put(kk[:, 3:], on), fa.device_put(v[:, 3:], on))
+    for got, new in ((cache.keys, kk), (cache.values, v)):
+        want = np.zeros((B, K, 10, H), np.float32)
+        want[:, :, :4] = np.swapaxes(new, 1, 2)
+        np.testing.assert_array_equal(np.asarray(got), want)
+    got = cache.attend(fa.device_put(q[:, 3:], on))
+    want = jax.nn.dot_product_attention(q[:, 3:], kk, v)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-5)
 
 
 def _lower_right_mask(t, s, lengths=None, window=None):
@@ -398,13 +473,18 @@ def test_profiler_shows_one_attention_kernel_per_call(backend, tmp_path):
     q, kk, v = (fa.device_put(a, dev) for a in _qkv())
     mask = fa.device_put(RNG.random((B, 1, T, S)) > 0.3, dev)
     f = fa.jit(lambda q, k, v, m: nn.dot_product_attention(q, k, v, mask=m, is_causal=True, local_window_size=3))
+    # keys and values heads first (KVCache's layout): read in place, still one kernel
+    g = fa.jit(lambda q, k, v, m: nn.dot_product_attention(q, k, v, mask=m, is_causal=True, kv_heads_first=True))
+    kf, vf = (fa.device_put(np.swapaxes(np.asarray(a), 1, 2).copy(), dev) for a in (kk, v))
     f(q, kk, v, mask).block_until_ready()
+    g(q, kf, vf, mask).block_until_ready()
     path = tmp_path / "trace.json"
     with fallback_mode("error"), fa.profiler.trace(str(path)):
         for _ in range(3):
             f(q, kk, v, mask).block_until_ready()
+            g(q, kf, vf, mask).block_until_ready()
     kernels = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "kernel"]
-    assert len(kernels) == 3, [e["name"] for e in kernels]
+    assert len(kernels) == 6, [e["name"] for e in kernels]
     assert all("attention" in e["name"] for e in kernels), [e["name"] for e in kernels]
 
 

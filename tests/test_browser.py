@@ -698,7 +698,8 @@ def test_runtime_entries_and_state_api(page, llm_site):
       const k = await m.readState("kv.0.0");
       out.token = t.length;
       out.filled = k.length;
-      out.row3 = sum(k.slice(3 * 32, 4 * 32));
+      // kv.0.0 is float32[1, K=2, capacity=96, H=16] (heads first): position 3 of each head
+      out.row3 = sum(k.slice(3 * 16, 4 * 16)) + sum(k.slice(96 * 16 + 3 * 16, 96 * 16 + 4 * 16));
       out.others = sum(k) - out.row3;
       await m.resetState();
       out.reset = sum(await m.readState("kv.0.0"));
@@ -717,4 +718,4 @@ def test_runtime_entries_and_state_api(page, llm_site):
     assert result["zero"] == 0 and result["token"] == 1 and result["filled"] == LLM_SIZES["capacity"] * 32
     assert result["row3"] > 0 and result["others"] == 0 and result["reset"] == 0   # the write went to position 3
     assert result["written"] == 0.5 * result["filled"]
-    assert result["badWrite"].startswith('state "kv.1.1": expected float32[1, 96, 2, 16] (3072 elements)')
+    assert result["badWrite"].startswith('state "kv.1.1": expected float32[1, 2, 96, 16] (3072 elements)')

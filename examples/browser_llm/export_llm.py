@@ -12,7 +12,7 @@ time, computed in the browser through WebGPU by the WGSL kernels that ``fnarray.
 both return the next character id (int32[1], picked on the GPU: the most likely one when ``temperature`` is 0,
 else drawn from the softmax at ``temperature`` by the page's uniform number ``u``) and the new caches. The model is
 baked (``bake_argnums=(0,)``: the 4-bit weights are the packed uint32 words of ``fa.nn.quantize``, stored as they
-are, never dequantized at export), ``kv`` (one ``(keys, values)`` pair of float32[1, CAPACITY, K, H] per layer) is
+are, never dequantized at export), ``kv`` (one ``(keys, values)`` pair of float32[1, K, CAPACITY, H] per layer) is
 state (``state_argnums=(1,)``): it stays on the GPU between steps, a step writes only its new positions into it (in
 place: ``state_in_place`` in the manifest), and a step reads back only the character id.
 ``pos`` (int32, rank 0) is where the new positions go: the page rewinds it to reuse the cache of the text that did
@@ -70,8 +70,8 @@ def make_steps():
     int32[1, T] written into the caches at ``pos`` (int32, rank 0), and the pick after the last of them: the argmax
     when ``temperature`` (float32, rank 0) is 0, else the id at which the cumulative softmax of the logits divided
     by ``temperature`` first exceeds ``u`` (float32 in [0, 1), rank 0: inverse-CDF sampling). ``kv`` is a tuple of
-    ``(keys, values)`` per layer (float32[1, capacity, K, H]); the same function serves prefill (T = CHUNK) and
-    decode (T = 1)."""
+    ``(keys, values)`` per layer (float32[1, K, capacity, H], heads first as ``nn.KVCache``); the same function
+    serves prefill (T = CHUNK) and decode (T = 1)."""
 
     def step(model, kv, ids, pos, u, temperature):
         caches = tuple(nn.KVCache(k, v, pos) for k, v in kv)
@@ -88,9 +88,9 @@ def make_steps():
 
 
 def empty_kv(model, capacity):
-    """Zero caches for ``model``: a ``(keys, values)`` pair of float32[1, capacity, K, H] per layer (NumPy)."""
+    """Zero caches for ``model``: a ``(keys, values)`` pair of float32[1, K, capacity, H] per layer (NumPy)."""
     att = model.layers[0].attention
-    shape = (1, capacity, att.kv_heads, att.rope.dims)
+    shape = (1, att.kv_heads, capacity, att.rope.dims)
     return tuple((np.zeros(shape, np.float32), np.zeros(shape, np.float32)) for _ in model.layers)
 
 

@@ -1,10 +1,11 @@
 """The ``dot_product_attention`` primitive: scaled dot-product attention as one equation.
 
-``dot_product_attention[scale, is_causal, local_window, has_bias, has_mask, has_lengths, lower_right] q k v [bias]
-[mask] [kv_lengths]``:
+``dot_product_attention[scale, is_causal, local_window, has_bias, has_mask, has_lengths, lower_right, kv_heads_first]
+q k v [bias] [mask] [kv_lengths]``:
 
-- ``q`` is ``(B, T, N, H)``, ``k`` and ``v`` ``(B, S, K, H)`` of ``q``'s float dtype; ``K`` divides ``N``
-  (grouped-query attention: query head ``n`` reads key/value head ``n // (N // K)``).
+- ``q`` is ``(B, T, N, H)``, ``k`` and ``v`` ``(B, S, K, H)`` of ``q``'s float dtype, or with ``kv_heads_first``
+  ``(B, K, S, H)`` (MLX's and mlx-lm's cache layout: each head's keys contiguous, so a library's product reads them
+  in place); ``K`` divides ``N`` (grouped-query attention: query head ``n`` reads key/value head ``n // (N // K)``).
 - ``bias`` (when ``has_bias``) is a float array of rank 4 whose every axis is 1 or the matching size of
   ``(B, N, T, S)``; it is added to the scaled logits. ``mask`` (when ``has_mask``) is a bool array of the same
   kind; ``False`` removes a key.
@@ -44,7 +45,7 @@ from fnarray.core.primitives import Primitive
 from fnarray.core.shaped import ShapedArray
 
 __all__ = ["dot_product_attention_p", "attention_composite", "acc_dtype", "MASKED_LOGIT", "split_operands",
-           "lengths_operand", "offset_limit"]
+           "lengths_operand", "offset_limit", "key_sizes"]
 
 #: The logit a removed key gets (JAX's ``_get_large_negative`` for float32 logits).
 MASKED_LOGIT = float(np.float32(-0.7 * float(np.finfo(np.float32).max)))
@@ -69,6 +70,12 @@ def lengths_operand(operands, has_lengths=False):
     return operands[-1] if has_lengths else None
 
 
+def key_sizes(shape, kv_heads_first=False):
+    """``(S, K)``, the key positions and key/value heads, of a key or value shape in the primitive's layout
+    (``(B, S, K, H)``, or ``(B, K, S, H)`` with ``kv_heads_first``)."""
+    return (shape[2], shape[1]) if kv_heads_first else (shape[1], shape[2])
+
+
 def offset_limit(T, S):
     """The key lengths' clamp ``[0, S + T]`` for the ``lower_right`` offset ``L - T``: below 0 every query's position
     is before the first key, at ``S + T`` the first query's is past the last, so clamping changes no mask and keeps
@@ -82,22 +89,25 @@ def _check_broadcast(name, aval, full):
                          f"or the matching size of (B, N, T, S) = {full}")
 
 
-def _rule(*operands, scale, is_causal, local_window, has_bias, has_mask, has_lengths=False, lower_right=False):
+def _rule(*operands, scale, is_causal, local_window, has_bias, has_mask, has_lengths=False, lower_right=False,
+          kv_heads_first=False):
     if len(operands) != 3 + has_bias + has_mask + has_lengths:
         raise ShapeError(f"dot_product_attention takes q, k, v{', bias' if has_bias else ''}"
                          f"{', mask' if has_mask else ''}{', kv_lengths' if has_lengths else ''}; got {len(operands)} "
                          "operands")
     q, k, v, bias, mask = split_operands(operands, has_bias, has_mask)
+    layout = "(B, K, S, H)" if kv_heads_first else "(B, S, K, H)"
     if not (q.ndim == k.ndim == v.ndim == 4):
-        raise ShapeError(f"dot_product_attention needs q (B, T, N, H) and k, v (B, S, K, H); got shapes {q.shape}, "
+        raise ShapeError(f"dot_product_attention needs q (B, T, N, H) and k, v {layout}; got shapes {q.shape}, "
                          f"{k.shape}, {v.shape}")
     if not dtypes.is_float(q.dtype) or k.dtype != q.dtype or v.dtype != q.dtype:
         raise DTypeError(f"dot_product_attention needs q, k and v of one float dtype, got {q.dtype.name}, "
                          f"{k.dtype.name}, {v.dtype.name}")
     B, T, N, H = q.shape
-    _, S, K, _ = k.shape
+    S, K = key_sizes(k.shape, kv_heads_first)
     if k.shape != v.shape or k.shape[0] != B or k.shape[3] != H:
-        raise ShapeError(f"dot_product_attention: k {k.shape} and v {v.shape} must both be (B={B}, S, K, H={H})")
+        raise ShapeError(f"dot_product_attention: k {k.shape} and v {v.shape} must both be {layout} with B={B}, "
+                         f"H={H}")
     if K == 0 or N % K:
         raise ShapeError(f"dot_product_attention: the {N} query heads must be a multiple of the {K} key heads")
     full = (B, N, T, S)
@@ -118,14 +128,16 @@ def _rule(*operands, scale, is_causal, local_window, has_bias, has_mask, has_len
                          f"{local_window!r}")
     if not isinstance(scale, float):
         raise TypeError(f"dot_product_attention: scale must be a Python float, got {scale!r}")
-    if not isinstance(lower_right, bool):
-        raise TypeError(f"dot_product_attention: lower_right must be a bool, got {lower_right!r}")
+    for name, flag in (("lower_right", lower_right), ("kv_heads_first", kv_heads_first)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"dot_product_attention: {name} must be a bool, got {flag!r}")
     return ShapedArray(q.shape, q.dtype, q.weak_type)
 
 
 dot_product_attention_p = Primitive(
     "dot_product_attention", _rule, kind="other",
-    doc="softmax(q k^T * scale + bias, masked) v for q (B, T, N, H), k, v (B, S, K, H) (grouped-query heads), "
+    doc="softmax(q k^T * scale + bias, masked) v for q (B, T, N, H), k, v (B, S, K, H) or with kv_heads_first "
+        "(B, K, S, H) (grouped-query heads), "
         "with an optional bias and bool mask broadcastable to (B, N, T, S), int32 key lengths (B,), a causal mask "
         "and a local window (aligned at the top left, or with lower_right at the end of the keys: the key lengths "
         "when given, so a run-time offset); "
@@ -166,11 +178,12 @@ def _offsets(operands, B, T, S, has_lengths, lower_right):
 
 @defdecomposition(dot_product_attention_p)
 def attention_composite(*operands, scale, is_causal, local_window, has_bias, has_mask, has_lengths=False,
-                        lower_right=False):
+                        lower_right=False, kv_heads_first=False):
     """The primitive as two ``dot_general``s and a softmax over the ``(B, N, T, S)`` logits."""
     q, k, v, bias, mask = split_operands(operands, has_bias, has_mask)
     B, T, N, H = lax.shape(q)
-    _, S, K, _ = lax.shape(k)
+    S, K = key_sizes(lax.shape(k), kv_heads_first)
+    s_axis, k_axis = (2, 1) if kv_heads_first else (1, 2)
     G = N // K
     out_dtype = lax.dtype(q)
     acc = acc_dtype(out_dtype)
@@ -178,7 +191,7 @@ def attention_composite(*operands, scale, is_causal, local_window, has_bias, has
     kf = lax.convert_element_type(k, acc)
     vf = lax.convert_element_type(v, acc)
     # (B, K, T, G, S): batch axes (b, k), then q's free axes (t, g), then k's (s).
-    logits = lax.dot_general(qf, kf, (((4,), (3,)), ((0, 2), (0, 2))))
+    logits = lax.dot_general(qf, kf, (((4,), (3,)), ((0, 2), (0, k_axis))))
     logits = lax.reshape(lax.transpose(logits, (0, 1, 3, 2, 4)), (B, N, T, S))
     logits = lax.mul(logits, np.asarray(scale, acc)[()])
     full = (B, N, T, S)
@@ -203,6 +216,6 @@ def attention_composite(*operands, scale, is_causal, local_window, has_bias, has
     probs = lax.div(e, lax.broadcast_in_dim(total, full, (0, 1, 2)))
     probs = lax.reshape(probs, (B, K, G, T, S))
     # (B, K, G, T, H): batch axes (b, k), probs' free axes (g, t), v's (h).
-    out = lax.dot_general(probs, vf, (((4,), (1,)), ((0, 1), (0, 2))))
+    out = lax.dot_general(probs, vf, (((4,), (s_axis,)), ((0, 1), (0, k_axis))))
     out = lax.reshape(lax.transpose(out, (0, 3, 1, 2, 4)), (B, T, N, H))
     return lax.convert_element_type(out, out_dtype)

@@ -9,7 +9,7 @@ are a reshape of the queries to ``(B, K, G, T, H)`` against keys ``(B, K, 1, H, 
 
 from __future__ import annotations
 
-from fnarray.core.attention import MASKED_LOGIT, lengths_operand, offset_limit, split_operands
+from fnarray.core.attention import MASKED_LOGIT, key_sizes, lengths_operand, offset_limit, split_operands
 
 __all__ = ["attention", "keep_mask", "query_offsets"]
 
@@ -46,15 +46,16 @@ def keep_mask(xp, T, S, is_causal, local_window, offset=None):
 
 
 def attention(xp, cast, operands, acc, *, scale, is_causal, local_window, has_bias, has_mask, has_lengths=False,
-              lower_right=False):
+              lower_right=False, kv_heads_first=False):
     """The primitive on ``operands`` (arrays of ``xp``) computed in the NumPy dtype ``acc``
     (``fnarray.core.attention.acc_dtype``), the result left in it; ``cast(x, numpy_dtype)`` converts an array."""
     q, k, v, bias, mask = split_operands(operands, has_bias, has_mask)
     B, T, N, H = q.shape
-    _, S, K, _ = k.shape
+    S, K = key_sizes(k.shape, kv_heads_first)
     G = N // K
+    heads = (0, 1, 2, 3) if kv_heads_first else (0, 2, 1, 3)                      # k, v to (B, K, S, H)
     qg = cast(q, acc).reshape(B, T, K, G, H).transpose(0, 2, 3, 1, 4)          # (B, K, G, T, H)
-    kt = cast(k, acc).transpose(0, 2, 3, 1)[:, :, None]                          # (B, K, 1, H, S)
+    kt = cast(k, acc).transpose(heads[:2] + (3, heads[2]))[:, :, None]          # (B, K, 1, H, S)
     logits = xp.matmul(qg, kt).reshape(B, N, T, S) * scale
     if bias is not None:
         logits = logits + cast(bias, acc)
@@ -70,7 +71,7 @@ def attention(xp, cast, operands, acc, *, scale, is_causal, local_window, has_bi
     top = logits.max(axis=-1, keepdims=True)
     e = xp.exp(logits - top)
     probs = (e / e.sum(axis=-1, keepdims=True)).reshape(B, K, G, T, S)
-    vt = cast(v, acc).transpose(0, 2, 1, 3)[:, :, None]                          # (B, K, 1, S, H)
+    vt = cast(v, acc).transpose(heads)[:, :, None]                              # (B, K, 1, S, H)
     out = xp.matmul(probs, vt).transpose(0, 3, 1, 2, 4).reshape(B, T, N, H)    # (B, T, K, G, H) -> (B, T, N, H)
     return out
 

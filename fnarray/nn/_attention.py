@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from fnarray.core import dtypes
+from fnarray.core.attention import key_sizes
 from fnarray.core.errors import DTypeError, ShapeError
 
 __all__ = ["dot_product_attention", "scaled_dot_product_attention"]
@@ -47,13 +48,14 @@ def _seq_mask(lengths, size, name, batch):
 
 def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal: bool = False,
                           query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
-                          implementation=None, return_residual: bool = False):
+                          implementation=None, return_residual: bool = False, kv_heads_first: bool = False):
     """Scaled dot-product attention, ``softmax(q k^T * scale + bias, masked) v`` (``jax.nn.dot_product_attention``).
 
     Args:
       query: ``(B, T, N, H)`` or ``(T, N, H)``, a floating dtype.
-      key: ``(B, S, K, H)`` or ``(S, K, H)``, query's dtype; ``K`` must divide ``N`` (grouped-query
-        attention: query head ``n`` uses key/value head ``n // (N // K)``).
+      key: ``(B, S, K, H)`` or ``(S, K, H)`` (with ``kv_heads_first``, ``(B, K, S, H)`` or ``(K, S, H)``), query's
+        dtype; ``K`` must divide ``N`` (grouped-query attention: query head ``n`` uses key/value head
+        ``n // (N // K)``).
       value: the shape and dtype of ``key``.
       bias: optional, broadcastable to ``(B, N, T, S)``; added to the scaled logits.
       mask: optional boolean, broadcastable to ``(B, N, T, S)``; ``False`` masks a key out. Or the string
@@ -77,6 +79,9 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
         implementation).
       return_residual: also return the log-sum-exp of each query's masked logits, ``(B, T, N)`` (or
         ``(T, N)``) in the inputs' dtype, without gradient (JAX's residual).
+      kv_heads_first: ``key`` and ``value`` are ``(B, K, S, H)`` (MLX's layout; not a JAX argument): each head's
+        keys contiguous, as ``KVCache`` keeps them, so that mlx's attention reads a cache in place rather than
+        copying it per call; the same result as the default layout with the keys and values transposed.
     Returns:
       ``(B, T, N, H)`` (or ``(T, N, H)``) of query's dtype (with ``return_residual``, the pair
       ``(output, residual)``). One ``dot_product_attention`` primitive (``fnarray.core.attention``, one
@@ -91,7 +96,7 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
       ValueError: another ``implementation``, a mask string other than ``"causal"``, or ``mask="causal"`` with
       ``is_causal=True`` (two alignments).
     Source: Vaswani et al., "Attention is all you need" (2017), eq. 1; JAX's masking conventions; MLX's
-    ``mask="causal"`` (bottom-right alignment, as FlashAttention 2.1).
+    ``mask="causal"`` (bottom-right alignment, as FlashAttention 2.1) and heads-first key layout.
     """
     fnp = _np()
     if implementation not in (None, "xla"):
@@ -110,9 +115,10 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     if k.shape != v.shape:
         raise ShapeError(f"dot_product_attention: key {k.shape} and value {v.shape} must have one shape")
     B, T, N, H = q.shape
-    _, S, K, Hk = k.shape
-    if k.shape[0] != B or Hk != H:
-        raise ShapeError(f"dot_product_attention: key {k.shape} must be (B={B}, S, K, H={H}) for query {q.shape}")
+    S, K = key_sizes(k.shape, kv_heads_first)
+    if k.shape[0] != B or k.shape[3] != H:
+        layout = "K, S" if kv_heads_first else "S, K"
+        raise ShapeError(f"dot_product_attention: key {k.shape} must be (B={B}, {layout}, H={H}) for query {q.shape}")
     if K == 0 or N % K:
         raise ShapeError(f"dot_product_attention: the {N} query heads must be a multiple of the {K} key heads")
     if q.dtype != k.dtype or q.dtype != v.dtype:
@@ -125,8 +131,10 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
         mask, is_causal = None, True
     if not return_residual:
         out = _fused(q, k, v, bias, mask, float(scale), is_causal, query_seq_lengths, key_value_seq_lengths,
-                     local_window_size, lower_right)
+                     local_window_size, lower_right, kv_heads_first)
         return out[0] if unbatched else out
+    if kv_heads_first:   # the composite below in the default layout
+        k, v = fnp.swapaxes(k, 1, 2), fnp.swapaxes(v, 1, 2)
     if K != N:
         k = fnp.repeat(k, N // K, axis=2)
         v = fnp.repeat(v, N // K, axis=2)
@@ -183,8 +191,8 @@ def scaled_dot_product_attention(q, k, v, *, scale, mask=None):
       mask: ``None``; ``"causal"`` (aligned at the bottom right: the last query with the last key); a bool array
         broadcasting to ``(B, N, T, S)`` (``True`` keeps a key); or a float array added to the logits.
     Returns:
-      ``(B, N, T, H)`` in ``q``'s dtype: ``dot_product_attention`` on the transposed operands (one fused
-      primitive; ``mx.fast.scaled_dot_product_attention`` itself on mlx).
+      ``(B, N, T, H)`` in ``q``'s dtype: ``dot_product_attention`` on the transposed queries and the keys and values
+      as they are (``kv_heads_first``; one fused primitive, ``mx.fast.scaled_dot_product_attention`` itself on mlx).
     Raises:
       TypeError: ``scale`` missing; ShapeError: ranks other than 4, or the shapes of ``dot_product_attention``;
       DTypeError: non-floating operands; ValueError: a mask string other than ``"causal"``.
@@ -201,8 +209,8 @@ def scaled_dot_product_attention(q, k, v, *, scale, mask=None):
         if mask.dtype != dtypes.bool_:
             mask, bias = None, mask
     heads_last = (0, 2, 1, 3)
-    out = dot_product_attention(fnp.transpose(q, heads_last), fnp.transpose(k, heads_last),
-                                fnp.transpose(v, heads_last), bias=bias, mask=mask, scale=scale)
+    out = dot_product_attention(fnp.transpose(q, heads_last), k, v, bias=bias, mask=mask, scale=scale,
+                                kv_heads_first=True)
     return fnp.transpose(out, heads_last)
 
 
@@ -276,13 +284,13 @@ def _rank4(x, full, name):
 
 
 def _fused(q, k, v, bias, mask, scale, is_causal, query_seq_lengths, key_value_seq_lengths, local_window_size,
-           lower_right=False):
+           lower_right=False, kv_heads_first=False):
     """The primitive on batched ``q, k, v``; the query lengths become a mask operand, the key lengths the primitive's
     ``kv_lengths`` operand."""
     from fnarray.core.attention import dot_product_attention_p
     fnp = _np()
     B, T, N, _ = q.shape
-    S = k.shape[1]
+    S = key_sizes(k.shape, kv_heads_first)[0]
     full = (B, N, T, S)
     operands = [q, k, v]
     if bias is not None:
@@ -310,7 +318,7 @@ def _fused(q, k, v, bias, mask, scale, is_causal, query_seq_lengths, key_value_s
     out = dot_product_attention_p.bind(*operands, scale=scale, is_causal=bool(is_causal), local_window=window,
                                        has_bias=bias is not None, has_mask=keep is not None,
                                        has_lengths=key_value_seq_lengths is not None,
-                                       lower_right=bool(lower_right))
+                                       lower_right=bool(lower_right), kv_heads_first=bool(kv_heads_first))
     if qm is not None:  # padding queries give zeros, as JAX's
         out = fnp.where(qm[:, 0, :, :, None], out, fnp.zeros((), dtype=out.dtype))
     return out

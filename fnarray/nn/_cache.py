@@ -1,7 +1,9 @@
 """``KVCache``: a fixed-capacity key/value cache for autoregressive decoding (the role of mlx-lm's ``KVCache``).
 
-The cache holds ``keys`` and ``values`` of shape ``(B, capacity, K, H)`` (``dot_product_attention``'s layout) and
-the number of filled positions ``offset`` as an int32 array. ``update`` writes new entries at ``offset`` with
+The cache holds ``keys`` and ``values`` of shape ``(B, K, capacity, H)``, heads first (mlx-lm's layout, and
+``dot_product_attention``'s with ``kv_heads_first=True``: each head's keys contiguous, so that a library's product
+reads the cache in place; in the default ``(B, capacity, K, H)`` MLX's CPU attention copied the whole cache every
+step), and the number of filled positions ``offset`` as an int32 array. ``update`` writes new entries at ``offset`` with
 ``dynamic_update_slice`` and returns a new cache (modules are immutable): every shape stays the same from the first
 token to the last, so a jitted decode step taking and returning the cache is traced and compiled once for a whole
 generation, and ``offset`` is data, never a static argument. ``attend`` passes the filled length as
@@ -25,17 +27,26 @@ def _np():
     return fnp
 
 
+def _heads_first(x):
+    """``(B, T, K, H) -> (B, K, T, H)``; one position (a decode step) is a reshape, no transpose."""
+    fnp = _np()
+    if x.shape[1] == 1:
+        return fnp.reshape(x, (x.shape[0], x.shape[2], 1, x.shape[3]))
+    return fnp.swapaxes(x, 1, 2)
+
+
 class KVCache(Module):
-    """A fixed-capacity key/value cache: ``keys``, ``values`` ``(B, capacity, K, H)`` and ``offset`` (int32, rank 0).
+    """A fixed-capacity key/value cache: ``keys``, ``values`` ``(B, K, capacity, H)`` (heads first) and ``offset``
+    (int32, rank 0).
 
     Make one with ``KVCache.create(batch, capacity, kv_heads, head_dim)``; each step calls
     ``cache = cache.update(k, v)`` with the new positions' keys and values ``(B, T, K, H)`` and then
     ``cache.attend(q)`` (``dot_product_attention(q, cache.keys, cache.values, mask="causal",
-    key_value_seq_lengths=[cache.offset] * B)``, the same as ``mask=cache.causal_mask(T)``).
+    key_value_seq_lengths=[cache.offset] * B, kv_heads_first=True)``, the same as ``mask=cache.causal_mask(T)``).
     Writing past ``capacity`` raises eagerly but is not detected under ``jit`` (``dynamic_update_slice`` clamps
     its start, as JAX's): size the cache for the whole generation. Source: the KV cache of autoregressive
     transformers (Pope et al., "Efficiently scaling transformer inference", 2022); the fixed-shape
-    form of ``jax`` decoding loops.
+    form of ``jax`` decoding loops; the heads-first layout of mlx-lm's ``KVCache``.
     """
 
     keys: object
@@ -44,7 +55,7 @@ class KVCache(Module):
 
     @classmethod
     def create(cls, batch, capacity, kv_heads, head_dim, dtype="float32", device=None):
-        """An empty cache: zeros of shape ``(batch, capacity, kv_heads, head_dim)`` and ``offset = 0``.
+        """An empty cache: zeros of shape ``(batch, kv_heads, capacity, head_dim)`` and ``offset = 0``.
 
         Args:
           batch, capacity, kv_heads, head_dim: positive ints; dtype: the keys' and values' dtype; device: where
@@ -61,7 +72,7 @@ class KVCache(Module):
         bad = {k: v for k, v in sizes.items() if int(v) < 1}
         if bad:
             raise ValueError(f"KVCache.create: sizes must be at least 1, got {bad}")
-        shape = (int(batch), int(capacity), int(kv_heads), int(head_dim))
+        shape = (int(batch), int(kv_heads), int(capacity), int(head_dim))
         arrays = (fnp.zeros(shape, dtype=dtype), fnp.zeros(shape, dtype=dtype), fnp.zeros((), dtype="int32"))
         if device is not None:
             arrays = tuple(fa.device_put(a, device) for a in arrays)
@@ -69,8 +80,8 @@ class KVCache(Module):
 
     @property
     def capacity(self) -> int:
-        """The positions the cache holds (its second axis)."""
-        return self.keys.shape[1]
+        """The positions the cache holds (its third axis)."""
+        return self.keys.shape[2]
 
     def update(self, keys, values):
         """A new cache with ``keys``, ``values`` ``(B, T, K, H)`` written at positions ``offset .. offset + T - 1``.
@@ -83,22 +94,22 @@ class KVCache(Module):
         from fnarray import lax
         fnp = _np()
         keys, values = fnp.asarray(keys), fnp.asarray(values)
-        want = self.keys.shape
+        B, K, C, H = self.keys.shape
         for name, x in (("keys", keys), ("values", values)):
-            if x.ndim != 4 or x.shape[0] != want[0] or x.shape[2:] != want[2:] or x.shape[1] > want[1]:
-                raise ShapeError(f"KVCache.update: {name} must be (B={want[0]}, T<={want[1]}, K={want[2]}, "
-                                 f"H={want[3]}), got {tuple(x.shape)}")
+            if x.ndim != 4 or x.shape[0] != B or x.shape[2:] != (K, H) or x.shape[1] > C:
+                raise ShapeError(f"KVCache.update: {name} must be (B={B}, T<={C}, K={K}, H={H}), got "
+                                 f"{tuple(x.shape)}")
         if keys.shape[1] != values.shape[1]:
             raise ShapeError(f"KVCache.update: keys {tuple(keys.shape)} and values {tuple(values.shape)} must hold "
                              f"the same number of new positions")
         from fnarray.core.tracing import Tracer
-        if not isinstance(self.offset, Tracer) and int(self.offset) + keys.shape[1] > want[1]:
+        if not isinstance(self.offset, Tracer) and int(self.offset) + keys.shape[1] > C:
             raise ShapeError(f"KVCache.update: {keys.shape[1]} new positions at offset {int(self.offset)} overflow "
-                             f"the capacity {want[1]}; create the cache with capacity >= the whole generation")
+                             f"the capacity {C}; create the cache with capacity >= the whole generation")
         zero = fnp.zeros((), dtype="int32")
-        start = (zero, self.offset, zero, zero)
-        new_keys = lax.dynamic_update_slice(self.keys, keys.astype(self.keys.dtype), start)
-        new_values = lax.dynamic_update_slice(self.values, values.astype(self.values.dtype), start)
+        start = (zero, zero, self.offset, zero)
+        new_keys = lax.dynamic_update_slice(self.keys, _heads_first(keys.astype(self.keys.dtype)), start)
+        new_values = lax.dynamic_update_slice(self.values, _heads_first(values.astype(self.values.dtype)), start)
         return KVCache(new_keys, new_values, self.offset + keys.shape[1])
 
     def causal_mask(self, length):
@@ -112,9 +123,9 @@ class KVCache(Module):
     def attend(self, queries, *, scale=None):
         """``dot_product_attention(queries, keys, values, mask=causal_mask(T))`` for queries ``(B, T, N, H)`` of the
         positions just written (``N`` a multiple of the cache's ``K``), computed as
-        ``dot_product_attention(..., key_value_seq_lengths=[offset] * B)``, for several positions with
-        ``mask="causal"`` (queries aligned at the end of the ``offset`` filled keys: query ``t`` keeps keys
-        ``s <= offset - T + t``, ``causal_mask``'s condition, as a run-time offset). The same result, but the fused
+        ``dot_product_attention(..., key_value_seq_lengths=[offset] * B, kv_heads_first=True)``, for several
+        positions with ``mask="causal"`` (queries aligned at the end of the ``offset`` filled keys: query ``t`` keeps
+        keys ``s <= offset - T + t``, ``causal_mask``'s condition, as a run-time offset). The same result, but the fused
         kernel walks only the keys each query keeps, not the whole capacity, and reads no mask."""
         from fnarray.nn._attention import dot_product_attention
         fnp = _np()
@@ -122,4 +133,5 @@ class KVCache(Module):
         T = q.shape[1]
         lengths = fnp.broadcast_to(fnp.asarray(self.offset).astype("int32"), (self.keys.shape[0],))
         mask = None if T == 1 else "causal"
-        return dot_product_attention(q, self.keys, self.values, mask=mask, scale=scale, key_value_seq_lengths=lengths)
+        return dot_product_attention(q, self.keys, self.values, mask=mask, scale=scale, key_value_seq_lengths=lengths,
+                                     kv_heads_first=True)

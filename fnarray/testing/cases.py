@@ -480,6 +480,11 @@ def _attention_cases():
          lower_right=True)
     case("dot_product_attention_lower_right_static", att, [f32(1, 5, 2, 4), f32(1, 19, 2, 4), f32(1, 19, 2, 4)],
          scale=0.5, is_causal=True, local_window=None, has_bias=False, has_mask=False, lower_right=True)
+    # keys and values heads first (B, K, S, H): KVCache's layout
+    case("dot_product_attention_heads_first", att, [f32(2, 3, 4, 8), f32(2, 2, 21, 8), f32(2, 2, 21, 8),
+                                                    f32(1, 4, 3, 21), bools(2, 1, 3, 21), np.array([7, 21], np.int32)],
+         scale=0.35, is_causal=True, local_window=(4, 1), has_bias=True, has_mask=True, has_lengths=True,
+         lower_right=True, kv_heads_first=True)
     case("dot_product_attention_no_keys", att, [f32(1, 3, 2, 4), f32(1, 0, 2, 4), f32(1, 0, 2, 4)], scale=0.5,
          is_causal=False, local_window=None, has_bias=False, has_mask=False)
 

@@ -11,23 +11,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from fnarray.core.attention import acc_dtype, dot_product_attention_p, lengths_operand, split_operands
+from fnarray.core.attention import acc_dtype, dot_product_attention_p, key_sizes, lengths_operand, split_operands
 from fnarray.lowering.attention_math import attention, keep_mask, query_offsets
 from fnarray.lowering.jax.common import RULES
 
 __all__ = ["jax_attention"]
 
 
-def jax_attention(*xs, scale, is_causal, local_window, has_bias, has_mask, has_lengths=False, lower_right=False):
+def jax_attention(*xs, scale, is_causal, local_window, has_bias, has_mask, has_lengths=False, lower_right=False,
+                  kv_heads_first=False):
     """``jax.nn.dot_product_attention(q, k, v, bias, mask, scale=, is_causal=, key_value_seq_lengths=,
-    local_window_size=)``."""
+    local_window_size=)`` (keys and values given heads first transposed to its ``(B, S, K, H)``)."""
     import jax
     import jax.numpy as jnp
     params = dict(scale=scale, is_causal=is_causal, local_window=local_window, has_bias=has_bias, has_mask=has_mask,
-                  has_lengths=has_lengths, lower_right=lower_right)
+                  has_lengths=has_lengths, lower_right=lower_right, kv_heads_first=kv_heads_first)
     q, k, v, bias, mask = split_operands(xs, has_bias, has_mask)
     dtype = np.dtype(q.dtype)
-    T, S = q.shape[1], k.shape[1]
+    T, S = q.shape[1], key_sizes(k.shape, kv_heads_first)[0]
     if S == 0:
         return jnp.zeros(q.shape, q.dtype)
     if dtype != np.float32:
@@ -39,6 +40,8 @@ def jax_attention(*xs, scale, is_causal, local_window, has_bias, has_mask, has_l
         keep = keep[None, None] if keep.ndim == 2 else keep
         mask = keep if mask is None else jnp.logical_and(mask, keep)
         is_causal, local_window = False, None
+    if kv_heads_first:
+        k, v = jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2)
     return jax.nn.dot_product_attention(q, k, v, bias, mask, scale=scale, is_causal=is_causal,
                                         key_value_seq_lengths=lengths_operand(xs, has_lengths),
                                         local_window_size=local_window)

@@ -1,7 +1,10 @@
 """``dot_product_attention`` on mlx (registered into ``common.RULES``): ``mx.fast.scaled_dot_product_attention``
 where its arguments fit, else ``lowering/attention_math.py`` in ``mlx.core``.
 
-MLX's kernel takes ``(B, N, T, H)`` operands (the rule transposes), grouped-query heads as they are, and one mask:
+MLX's kernel takes ``(B, N, T, H)`` operands (the rule transposes the queries, and the keys and values unless they
+come heads first, ``kv_heads_first``: on the CPU MLX's attention is a composite whose products copy keys and values
+that are not contiguous per head, a copy of the whole cache every decode step), grouped-query heads as they are, and
+one mask:
 ``"causal"`` (aligned at the bottom right: the primitive's ``lower_right`` without key lengths for ``T <= S``, and
 for ``T == S`` its top-left causal mask too) or an array. For float32
 the bias, the mask, the key lengths, the causal and the window conditions become one additive float32 mask
@@ -16,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fnarray.core.attention import MASKED_LOGIT, acc_dtype, dot_product_attention_p, lengths_operand, split_operands
+from fnarray.core.attention import (MASKED_LOGIT, acc_dtype, dot_product_attention_p, key_sizes, lengths_operand,
+                                    split_operands)
 from fnarray.lowering.attention_math import attention, keep_mask, query_offsets
 from fnarray.lowering.mlx.common import RULES, mx_dtype
 
@@ -25,7 +29,7 @@ __all__ = ["mlx_attention"]
 
 def _fast_mask(mx, q, k, bias, mask, params, lengths=None):
     """MLX's ``mask`` argument for float32 operands: None, ``"causal"`` or one additive float32 array."""
-    T, S = q.shape[1], k.shape[1]
+    T, S = q.shape[1], key_sizes(k.shape, params.get("kv_heads_first", False))[0]
     is_causal, local_window, lower_right = params["is_causal"], params["local_window"], params.get("lower_right")
     offset = query_offsets(mx, [lengths], T, S, lengths is not None, lower_right)
     if lengths is not None:   # (B, 1, 1, S): key s stays while s < kv_lengths[b]
@@ -50,7 +54,8 @@ def mlx_attention(params, in_avals, out_avals):
     the composite for the other float16/bfloat16 calls."""
     import mlx.core as mx
     dtype = np.dtype(in_avals[0].dtype)
-    T, S = in_avals[0].shape[1], in_avals[1].shape[1]
+    heads_first = params.get("kv_heads_first", False)
+    T, S = in_avals[0].shape[1], key_sizes(in_avals[1].shape, heads_first)[0]
     removes = params["has_bias"] or params["has_mask"] or params.get("has_lengths", False)
     square = T == S or (params.get("lower_right", False) and T <= S)   # MLX's "causal" is the primitive's mask
     plain = not removes and params["local_window"] is None and (not params["is_causal"] or square)
@@ -60,8 +65,9 @@ def mlx_attention(params, in_avals, out_avals):
         q, k, v, bias, mask = split_operands(xs, params["has_bias"], params["has_mask"])
         m = _fast_mask(mx, q, k, bias, mask, params, lengths_operand(xs, params.get("has_lengths", False)))
         t = (0, 2, 1, 3)
-        out = mx.fast.scaled_dot_product_attention(q.transpose(t), k.transpose(t), v.transpose(t), scale=scale,
-                                                   mask=m)
+        if not heads_first:
+            k, v = k.transpose(t), v.transpose(t)
+        out = mx.fast.scaled_dot_product_attention(q.transpose(t), k, v, scale=scale, mask=m)
         return out.transpose(t)
 
     def composite(*xs):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fnarray.core.attention import acc_dtype, dot_product_attention_p
+from fnarray.core.attention import acc_dtype, dot_product_attention_p, key_sizes
 from fnarray.lowering.attention_math import attention
 from fnarray.lowering.numpy.common import IMPLS
 
@@ -20,7 +20,7 @@ def numpy_attention(params, in_avals, out_avals):
     """The reference; no keys (``S == 0``) give zeros, as an empty weighted sum."""
     out = out_avals[0]
     acc = acc_dtype(out.dtype)
-    S = in_avals[1].shape[1]
+    S = key_sizes(in_avals[1].shape, params.get("kv_heads_first", False))[0]
 
     def f(*xs):
         if S == 0 or 0 in out.shape:

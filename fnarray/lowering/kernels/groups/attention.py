@@ -3,7 +3,8 @@
 One work item per query row ``(b, t, n)``: it holds the row of ``q`` and an accumulator of ``H`` values (registers:
 head sizes up to ``UNROLL_HEAD`` are unrolled at code generation; a private array above) and walks the keys of its
 key/value head ``n // (N // K)`` (grouped-query heads read the shared head; no key is repeated in memory) in blocks
-of ``KEY_BLOCK``. Per block it computes the block's logits
+of ``KEY_BLOCK``, keys and values in either layout (``(B, S, K, H)``, or ``(B, K, S, H)`` with ``kv_heads_first``: a
+key's stride only differs). Per block it computes the block's logits
 ``q . k_s * scale (+ bias)``, replaces the removed ones (the bool mask, the causal and window conditions) by
 ``MASKED_LOGIT``, and takes the block's maximum ``m'``; the running sum ``l`` and accumulator ``o`` are rescaled
 once by ``exp(m - m')`` and the block's ``exp(logit - m')`` and ``exp(logit - m') * v_s`` added. At the end the
@@ -33,8 +34,8 @@ import math
 
 import numpy as np
 
-from fnarray.core.attention import (MASKED_LOGIT, acc_dtype, dot_product_attention_p, lengths_operand, offset_limit,
-                                    split_operands)
+from fnarray.core.attention import (MASKED_LOGIT, acc_dtype, dot_product_attention_p, key_sizes, lengths_operand,
+                                    offset_limit, split_operands)
 from fnarray.core.ir import Var
 from fnarray.lowering.kernels.groups.base import contiguous_strides, EquationGroup, kernel_name, make_launch, tree_sum
 from fnarray.lowering.kernels.ir import BOOL, INT32, Cast, const
@@ -67,7 +68,7 @@ class AttentionGroup(EquationGroup):
             return []
         q, k, _, bias, mask = split_operands(e.inputs, p["has_bias"], p["has_mask"])
         B, T, N, H = q.aval.shape
-        S, K = k.aval.shape[1], k.aval.shape[2]
+        S, K = key_sizes(k.aval.shape, heads_first := p.get("kv_heads_first", False))
         acc = acc_dtype(out.aval.dtype)
         b, args, tracker, _ = self._kernel_start()
         buffers = self.input_buffers(b, args)
@@ -88,8 +89,8 @@ class AttentionGroup(EquationGroup):
             bb = b.let(op("div", item, const(N * T, INT32)), "bb")
             row = b.let(op("mul", item, const(H, INT32)), "row")
             kh = b.let(op("div", n, const(N // K, INT32)), "kh")
-            kv_base = b.let(op("add", op("mul", bb, const(S * K * H, INT32)), op("mul", kh, const(H, INT32))), "kvb")
-            w = _Walk(b, acc, t, kv_base, K * H, k.aval.dtype, ks, vs, bs, bias, ms, mask)
+            kv_base, key_stride = _kv_start(b, bb, kh, (S, K, H), heads_first)
+            w = _Walk(b, acc, t, kv_base, key_stride, k.aval.dtype, ks, vs, bs, bias, ms, mask)
             w.row_q = _Row(b, acc, H, H <= UNROLL_HEAD)
             w.row_q.fill(lambda h: _to(b.load(qs, op("add", row, h), q.aval.dtype), acc), "qv")
             w.o = _Row(b, acc, H, H <= UNROLL_HEAD, mutable=True)
@@ -111,7 +112,7 @@ class AttentionGroup(EquationGroup):
             with b.loop(lo, hi, const(KEY_BLOCK, INT32), hint="blk") as blk:
                 self._key_block(w, blk, hi)
             if w.length is not None and mask is not None:
-                self._removed_tail(b, w.m, hi, S, K, H, kv_base, vs, k.aval.dtype, acc, w.total, w.o)
+                self._removed_tail(w, hi, S, kv_base)
             inv = b.let(op("div", const(1, acc), w.total), "inv")
             with b.when(inside if uniform else const(True, BOOL)):
                 w.o.each(lambda h, cur: b.store(out_name, op("add", row, h), _to(op("mul", cur, inv), out.aval.dtype)))
@@ -193,15 +194,16 @@ class AttentionGroup(EquationGroup):
         return (bool(getattr(self.ctx.caps, "uniform_guard", False)) and bool(p.get("lower_right"))
                 and p["is_causal"] and p["local_window"] is None and not p["has_mask"] and p.get("has_lengths"))
 
-    def _removed_tail(self, b, m, hi, S, K, H, kv_base, vs, dtype, acc, total, o):
+    def _removed_tail(self, w, hi, S, kv_base):
         """With a mask operand and key lengths the walk stopped at the length; if it removed every key it walked (the
         running maximum is ``MASKED_LOGIT``, each walked key weighed ``exp(0) = 1``), the keys past the length, all
         removed, weigh 1 too: add their values so that the row averages all ``S`` values, as the primitive says."""
-        start = b.let(select(op("le", m, const(MASKED_LOGIT, acc)), hi, const(S, INT32)), "tail")
+        b, acc = w.b, w.acc
+        start = b.let(select(op("le", w.m, const(MASKED_LOGIT, acc)), hi, const(S, INT32)), "tail")
         with b.loop(start, const(S, INT32), hint="r") as s:
-            vb = b.let(op("add", kv_base, op("mul", s, const(K * H, INT32))), "vb")
-            b.assign(total, op("add", total, const(1, acc)))
-            o.update(lambda h, cur: op("add", cur, _to(b.load(vs, op("add", vb, h), dtype), acc)))
+            vb = b.let(op("add", kv_base, op("mul", s, const(w.kh_stride, INT32))), "vb")
+            b.assign(w.total, op("add", w.total, const(1, acc)))
+            w.o.update(lambda h, cur: op("add", cur, _to(b.load(w.vs, op("add", vb, h), w.kdt), acc)))
 
     def _keep(self, b, t, s, ms, mask, offsets, length=None):
         """Whether key ``s`` stays for query ``t``: the mask operand, the causal and window conditions, ``s <
@@ -298,6 +300,16 @@ class _Row:
 
 
 
+def _kv_start(b, bb, kh, sizes, heads_first):
+    """``(element offset, key stride)``: where the keys of batch element ``bb``, key/value head ``kh`` start, and the
+    step from one key to the next: ``K * H`` in ``(B, S, K, H)`` (the other heads' keys lie between), ``H`` with the
+    heads first."""
+    S, K, H = sizes
+    key_stride, head_stride = (H, S * H) if heads_first else (K * H, H)
+    head = op("mul", kh, const(head_stride, INT32))
+    return b.let(op("add", op("mul", bb, const(S * K * H, INT32)), head), "kvb"), key_stride
+
+
 def _clamp(x, lo, hi):
     """``x`` (int32) clamped to ``[lo, hi]``."""
     x = select(op("lt", x, const(hi, INT32)), x, const(hi, INT32))
@@ -327,7 +339,7 @@ def loop_steps(eqn) -> int:
     """The loop iterations one work item runs at most: the key blocks and their two walks over the keys (and, for head
     sizes past ``UNROLL_HEAD``, the loops over the head)."""
     q, k = eqn.inputs[0].aval, eqn.inputs[1].aval
-    H, S = q.shape[3], k.shape[1]
+    H, S = q.shape[3], key_sizes(k.shape, eqn.params.get("kv_heads_first", False))[0]
     blocks = -(-S // KEY_BLOCK)
     if H <= UNROLL_HEAD:
         return blocks + 2 * S
@@ -340,7 +352,8 @@ def unsupported_reason(eqn, caps):
     limit = getattr(caps, "max_loop_iterations", None)
     steps = loop_steps(eqn)
     if limit is not None and steps > limit:
-        S, H = eqn.inputs[1].aval.shape[1], eqn.inputs[0].aval.shape[3]
+        S = key_sizes(eqn.inputs[1].aval.shape, eqn.params.get("kv_heads_first", False))[0]
+        H = eqn.inputs[0].aval.shape[3]
         return (f"dot_product_attention over {S} keys of head size {H}: a work item walks {steps} loop steps, past "
                 f"this device's {limit} loop iterations per invocation")
     return None
