@@ -40,7 +40,8 @@ from fnarray.lowering.kernels.groups.base import contiguous_strides, EquationGro
 from fnarray.lowering.kernels.ir import BOOL, INT32, Cast, const
 from fnarray.lowering.kernels.rules import op, select
 
-__all__ = ["AttentionGroup", "GROUPS", "OPERAND_VIEWS", "KEY_BLOCK", "loop_steps", "unsupported_reason"]
+__all__ = ["AttentionGroup", "GROUPS", "OPERAND_VIEWS", "KEY_BLOCK", "UNROLL_HEAD", "as_heads", "loop_steps",
+           "unsupported_reason"]
 
 #: Keys per block of the online softmax (one rescaling of the accumulator per block).
 KEY_BLOCK = 16
@@ -66,8 +67,8 @@ class AttentionGroup(EquationGroup):
         if math.prod(out.aval.shape) == 0:
             return []
         q, k, _, bias, mask = split_operands(e.inputs, p["has_bias"], p["has_mask"])
-        B, T, N, H = q.aval.shape
-        S, K = k.aval.shape[1], k.aval.shape[2]
+        B, T, N, H = as_heads(q.aval.shape)
+        _, S, K, _ = as_heads(k.aval.shape)
         acc = acc_dtype(out.aval.dtype)
         b, args, tracker, _ = self._kernel_start()
         buffers = self.input_buffers(b, args)
@@ -296,6 +297,12 @@ class _Row:
         with b.loop(const(0, INT32), const(self.size, INT32), hint="h") as h:
             fn(h, b.load(self.arr, h, self.dtype, "private"))
 
+
+
+def as_heads(shape) -> tuple:
+    """``(B, T, N, H)`` of an operand: its shape, or ``(1, T, 1, H)`` for the 2-D rows ``(T, H)`` of an equation that
+    ``kernels/softmax_products.py`` wrote (the same memory: one batch element, one head)."""
+    return tuple(shape) if len(shape) == 4 else (1, shape[0], 1, shape[1])
 
 
 def _clamp(x, lo, hi):
