@@ -77,7 +77,10 @@ class AttentionGroup(EquationGroup):
         ls = lengths_operand(buffers, p.get("has_lengths", False))
         out_name = ctx.output(b, args, out)
         items = B * T * N
-        gid, gsize, lsize = ctx.gid(b, items, ctx.wg)
+        # The 2-D rows of softmax_products (a decode step's few queries): a work-group of the rows alone, so that a
+        # CPU device's uniform guard (every item of a group computes) does not walk the keys 64 times for one row.
+        wg = ctx.wg if q.aval.ndim == 4 else min(ctx.wg, items)
+        gid, gsize, lsize = ctx.gid(b, items, wg)
         inside = op("lt", gid, const(items, INT32))
         # On CPU devices every work item computes (past the end at the last row) and only the stores are guarded:
         # a bounds branch around the body keeps PoCL from vectorising across work items.
