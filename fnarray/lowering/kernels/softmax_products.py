@@ -69,20 +69,16 @@ def fold_softmax_products(prog: Program) -> Program:
 def _match(e, producer, uses):
     """The attention equation for the weighted sum ``e`` (``probabilities @ v``), or None."""
     probs, v = e.inputs
-    if not _product_2d(e) or not isinstance(v, Var) or _private(probs, producer, uses) is None:
-        return None
-    div = producer[probs]
-    if div.primitive is not P.div:
+    div = _made_by(probs, P.div, producer, uses)
+    if not _product_2d(e) or not isinstance(v, Var) or div is None:
         return None
     weights, norm = div.inputs
     total = _row_stat(norm, producer, uses, P.reduce_sum)
-    if total is None or total.inputs[0] is not weights or _private(weights, producer, uses, 2) is None:
+    ex = _made_by(weights, P.exp, producer, uses, 2)
+    if total is None or total.inputs[0] is not weights or ex is None:
         return None
-    ex = producer[weights]
-    if ex.primitive is not P.exp or _private(ex.inputs[0], producer, uses) is None:
-        return None
-    sub = producer[ex.inputs[0]]
-    if sub.primitive is not P.sub:
+    sub = _made_by(ex.inputs[0], P.sub, producer, uses)
+    if sub is None:
         return None
     logits, shift = sub.inputs
     top = _row_stat(shift, producer, uses, P.reduce_max)
@@ -118,15 +114,21 @@ def _private(v, producer, uses, n=1):
     return v if isinstance(v, Var) and v in producer and uses.get(v) == n else None
 
 
+def _made_by(v, primitive, producer, uses, n=1):
+    """The ``primitive`` equation that makes ``v``, when ``v`` is private to the chain (read ``n`` times), or None."""
+    if _private(v, producer, uses, n) is None:
+        return None
+    e = producer[v]
+    return e if e.primitive is primitive else None
+
+
 def _row_stat(v, producer, uses, reduction):
     """The ``reduction`` over axis 1 of a ``(T, S)`` value that ``v`` broadcasts back along its rows (through a
     ``(T, 1)`` reshape and ``stop_gradient``, as ``keepdims`` and ``fnarray.nn.softmax`` write it), or None."""
-    if _private(v, producer, uses) is None:
+    b = _made_by(v, P.broadcast_in_dim, producer, uses)
+    if b is None:
         return None
-    b = producer[v]
     T, S = v.aval.shape
-    if b.primitive is not P.broadcast_in_dim:
-        return None
     src = b.inputs[0]
     if tuple(b.params["broadcast_dimensions"]) != ((0, 1) if src.aval.shape == (T, 1) else (0,)):
         return None
