@@ -6,7 +6,7 @@ kernels on the kernel backends: the logits' product, the softmax's row kernel an
 ``dot_product_attention`` kernel (``groups/attention.py``) computes the same in one launch, a work item per query
 row walking the keys with an online softmax, without the logits in memory. A decode step over a small cache is
 a few tiny launches, and on CPU drivers a launch costs more than its work (lavapipe ~20 us of thread hand-off,
-PoCL ~22 us of enqueue and finish; docs/performance.md "Attention written out, one kernel"), so
+PoCL ~22 us of enqueue and finish; docs/performance.md "Attention written out runs as one kernel"), so
 ``fold_softmax_products`` replaces such a chain by one ``dot_product_attention`` equation when every value
 between the two products is used only by the chain and a row's walk is short (``ROW_WALK``: one work item per
 query row does all of a row's work, which only pays while the rows are small).
