@@ -59,6 +59,7 @@ from fnarray.lowering.kernels import tuning
 from fnarray.lowering.kernels.long_scans import split_long_scans
 from fnarray.lowering.kernels.opencl_c import uses_helpers
 from fnarray.lowering.kernels.rules import op
+from fnarray.lowering.kernels.softmax_products import fold_softmax_products
 from fnarray.lowering.zero_size import drop_zero_size
 
 __all__ = ["schedule", "Schedule", "Launch", "BufSpec", "inline_calls", "SCHEDULED", "REDUCTIONS", "OPAQUE",
@@ -624,6 +625,7 @@ def schedule(program: Program, caps, **opts) -> Schedule:
     prog, _ = dce(drop_zero_size(prog))
     prog = _split_wide(prog, caps.max_buffers_per_kernel)
     prog = _fold_dot_transposes(prog)
+    prog = fold_softmax_products(prog)
     ctx = _Ctx(prog, caps, opts)
     _materialize(ctx)
     groups: list = []
