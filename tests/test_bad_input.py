@@ -9,7 +9,7 @@ import pytest
 
 import fnarray as fa
 import fnarray.numpy as fnp
-from fnarray.core.errors import DTypeError, ExportError, PyTreeError, ResourceExhaustedError
+from fnarray.core.errors import DTypeError, ExportError, PyTreeError, ResourceExhaustedError, ShapeError
 from fnarray.devices import memory
 from fnarray.devices import placement
 
@@ -507,3 +507,17 @@ def test_tune_command_usage_errors(tmp_path):
     r = _tune(tmp_path, "tmod5:f", "float32[100000,100000]", "--device", "numpy:0")
     assert r.returncode == 2 and "MemoryError" not in r.stderr
     _assert_names(r.stderr, "37.3 GiB", "smaller shapes")
+
+
+def test_pallas_grid_beyond_int32_program_ids_and_bad_scratch_shapes():
+    """A grid of 2**31 instances would wrap ``pl.program_id`` (an int32; the interpreter would run for hours);
+    ``pl.VMEM((8.7, 8))`` made 8 rows and ``pl.VMEM((-1, 8))`` said "length should not be negative"."""
+    pl = _pallas()
+    with pytest.raises(ValueError) as e:
+        pl.pallas_call(_rows_kernel, out_shape=pl.ShapeDtypeStruct((16, 4), fnp.float32), grid=(2**16, 2**15))
+    _assert_names(str(e.value), "(65536, 32768)", "2147483648 program instances", "int32", "larger blocks")
+    for shape in ((8.7, 8), (-1, 8), (True, 8)):
+        with pytest.raises(ShapeError) as e:
+            pl.VMEM(shape, fnp.float32)
+        _assert_names(str(e.value), "pl.Local", "non-negative ints", repr(shape))
+    assert pl.VMEM(8, fnp.float32).shape == (8,) and pl.VMEM((np.int64(2), 3), "float32").shape == (2, 3)

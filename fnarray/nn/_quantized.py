@@ -81,16 +81,14 @@ def quantize(model, group_size: int | None = None, bits: int | None = None, *, m
         dict quantizes it with those entries (``group_size``, ``bits``, ``mode``) replaced. A selected module
         that holds other modules and has no quantized form (no ``to_quantized``) is walked into instead, and a
         ``Lambda`` (a function ``Sequential`` wrapped) is left alone, so a predicate that accepts everything
-        quantizes the layers, as MLX's (which asks leaf modules only).
-        Default: every module with ``to_quantized`` (``Linear``, ``Embedding``) whose weight's last axis
-        divides into groups of ``group_size``.
+        quantizes the layers, as MLX's (which asks leaf modules only). Default: every module with
+        ``to_quantized`` (``Linear``, ``Embedding``) whose weight's last axis divides into groups of ``group_size``.
 
     Returns:
       the new model; ``model`` itself is unchanged (modules are immutable).
 
     Raises:
-      ValueError: an unsupported format, or a ``class_predicate`` answer that is neither a bool nor a dict of
-        ``group_size``/``bits``/``mode``. TypeError: a selected leaf module with no quantized form.
+      ValueError: an unsupported format or predicate answer. TypeError: a selected leaf with no quantized form.
     """
     group_size, bits = check_format(group_size, bits, mode, "quantize")
 

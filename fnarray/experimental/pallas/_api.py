@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import threading
 
 import numpy as np
@@ -50,7 +51,11 @@ class Local:
     dtype: object
 
     def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(int(n) for n in self.shape))
+        shape = (self.shape,) if isinstance(self.shape, (int, np.integer)) else tuple(self.shape)
+        if any(not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0 for n in shape):
+            raise ShapeError(f"pl.Local (pl.VMEM): the shape must be non-negative ints, got {self.shape!r}; e.g. "
+                             f"pl.VMEM((8, 128), fnp.float32)")   # int(8.7) would have made 8 rows
+        object.__setattr__(self, "shape", tuple(int(n) for n in shape))
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
 
 
@@ -526,6 +531,10 @@ def _out_leaf(x, where):
     return ShapedArray(tuple(int(n) for n in shape), dtypes.canonicalize(np.dtype(dtype)))
 
 
+#: the most program instances of a grid: ``pl.program_id`` is an int32
+_MAX_INSTANCES = 2**31 - 1
+
+
 def _grid(grid):
     if grid is None:
         return ()
@@ -536,6 +545,10 @@ def _grid(grid):
         if not isinstance(g, (int, np.integer)) or isinstance(g, bool) or g < 0:
             raise TypeError(f"pallas_call: grid entries must be static non-negative ints, got {grid!r}")
         out.append(int(g))
+    if math.prod(out) > _MAX_INSTANCES:   # pl.program_id is an int32: larger grids would wrap
+        raise ValueError(f"pallas_call: the grid {tuple(out)} has {math.prod(out)} program instances, more than "
+                         f"{_MAX_INSTANCES} (program ids are int32); use larger blocks or loop inside the kernel "
+                         f"(fa.lax.fori_loop)")
     return tuple(out)
 
 
@@ -754,7 +767,10 @@ def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, ou
         for s in scratch_shapes or ():
             if not hasattr(s, "shape") or not hasattr(s, "dtype"):
                 raise TypeError(f"pallas_call {kname}: scratch_shapes take pl.Local(shape, dtype), got {s!r}")
-            scratch.append(ShapedArray(tuple(s.shape), dtypes.canonicalize(np.dtype(s.dtype))))
+            if any(not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0 for n in s.shape):
+                raise ShapeError(f"pallas_call {kname}: scratch_shapes entries take shapes of non-negative ints, "
+                                 f"got {tuple(s.shape)!r}; e.g. pl.VMEM((8, 128), fnp.float32)")
+            scratch.append(ShapedArray(tuple(int(n) for n in s.shape), dtypes.canonicalize(np.dtype(s.dtype))))
         body, refs, consts = _trace_body(kernel, kname, grid_t, in_blocks, in_avals, out_blocks, out_avals, scratch)
         for kind, blocks in (("in", in_blocks), ("out", out_blocks)):
             for i, blk in enumerate(blocks):
