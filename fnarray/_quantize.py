@@ -431,7 +431,10 @@ def dequantize(w, scales, biases=None, group_size: int | None = None, bits: int 
             raise DTypeError(f"[dequantize] dtype must be a float dtype, got {out.name}")
         return _dequantize_float(w, scales, out, mode)
     if dtype is not None:
-        return dequantize(w, scales, biases, group_size, bits).astype(dtype)
+        out = dtypes.requested(dtype, "dequantize")
+        if not dtypes.is_float(out):   # as MLX; the float values would be truncated
+            raise DTypeError(f"[dequantize] dtype must be a float dtype, got {out.name}")
+        return dequantize(w, scales, biases, group_size, bits).astype(out)
     return _dequantize(w, scales, biases, int(group_size), int(bits))
 
 

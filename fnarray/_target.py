@@ -29,4 +29,8 @@ def resolve_target(target: str, usage_error):
             return usage_error(f"{target}: {getattr(fn, '__name__', modname)!s} has no attribute {part!r} "
                                f"(callables there: {', '.join(names[:20]) or 'none'})")
         fn = getattr(fn, part)
+    if not callable(fn):
+        # an int here would be taken for an exit status by the caller, silently
+        return usage_error(f"{target} is not a function (a value of type {type(fn).__name__}); name a "
+                           f"function defined in {modname}")
     return fn

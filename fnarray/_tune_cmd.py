@@ -10,6 +10,8 @@ choice: device, kernel group, signature, the choice, its time and the default's.
 
 from __future__ import annotations
 
+import math
+import os
 import re
 import sys
 
@@ -17,6 +19,9 @@ __all__ = ["tune_command", "parse_spec", "table"]
 
 _DTYPES = {"f32": "float32", "f64": "float64", "f16": "float16", "i32": "int32", "i64": "int64", "u8": "uint8",
            "i8": "int8", "u32": "uint32", "bool": "bool"}
+#: the largest random input ``parse_spec`` makes (a typo such as ``float32[100000,100000]`` would otherwise end in
+#: NumPy's MemoryError traceback, or swap the machine)
+_MAX_INPUT_BYTES = 4 * 2**30
 
 
 def _usage_error(message: str) -> int:
@@ -41,6 +46,9 @@ def parse_spec(spec: str, seed: int = 0):
     except TypeError:
         raise ValueError(f"{spec!r}: {m.group(1)!r} is not a dtype") from None
     shape = tuple(int(d) for d in m.group(2).replace(" ", "").split(",") if d)
+    if math.prod(shape) * dt.itemsize > _MAX_INPUT_BYTES:
+        raise ValueError(f"{spec!r} is {math.prod(shape) * dt.itemsize / 2**30:.1f} GiB; random inputs are "
+                         f"limited to {_MAX_INPUT_BYTES // 2**30} GiB: give smaller shapes")
     rng = np.random.default_rng(seed)
     if dt.kind == "f":
         return rng.standard_normal(shape).astype(dt)
@@ -67,6 +75,17 @@ def table(decisions) -> str:
                      d.source))
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def _unwritable(folder: str) -> str | None:
+    """Why the tuning choices cannot be written under ``folder`` (created if missing), or ``None``."""
+    try:
+        os.makedirs(os.path.join(folder, "tuning"), exist_ok=True)
+    except OSError as e:
+        return f"cannot create {os.path.join(folder, 'tuning')} ({e.strerror or e})"
+    if not os.access(os.path.join(folder, "tuning"), os.W_OK):
+        return "the folder is not writable"
+    return None
 
 
 def tune_command(args) -> int:
@@ -99,6 +118,10 @@ def tune_command(args) -> int:
         if not devices:
             return _usage_error("no opencl or webgpu device here: nothing to tune")
     if args.cache_dir:
+        problem = _unwritable(args.cache_dir)
+        if problem:
+            return _usage_error(f"--cache-dir {args.cache_dir}: {problem}; the choices could not be kept there. "
+                                f"Give a folder you can write (it is created if missing)")
         fa.config.compilation_cache_dir = args.cache_dir
     if fa.config.compilation_cache_dir is None:
         print("fnarray tune: no compilation cache folder (set FNARRAY_CACHE_DIR or --cache-dir): the choices "

@@ -9,7 +9,7 @@ import pytest
 
 import fnarray as fa
 import fnarray.numpy as fnp
-from fnarray.core.errors import DTypeError, ExportError, PyTreeError, ResourceExhaustedError
+from fnarray.core.errors import DTypeError, ExportError, PyTreeError, ResourceExhaustedError, ShapeError
 from fnarray.devices import memory
 from fnarray.devices import placement
 
@@ -323,3 +323,201 @@ def test_a_folder_named_fnarray_shadowing_the_package_is_named(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     _assert_names(r.stderr, str(tmp_path / "fnarray"), "shadows the package", "rename it")
+
+
+# ----------------------------------------------------------------- new-user probe, thirteenth session (newuser5)
+# Pallas, quantization, RoPE/attention and ``python -m fnarray tune`` inputs that were accepted silently, gave a
+# wrong result on opencl/webgpu, or ended in an unclear error.
+
+def _pallas():
+    import fnarray.experimental.pallas as pl
+    return pl
+
+
+def _rows_kernel(x_ref, o_ref):
+    x = x_ref[...]
+    o_ref[...] = x - fnp.max(x, axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("params, names", [
+    ({"workgroup": 2.5}, ["workgroup", "positive int", "2.5"]),
+    ({"workgroup": "64"}, ["workgroup", "positive int", "'64'"]),
+    ({"workgroup": True}, ["workgroup", "positive int", "True"]),
+    ({"tile": 0}, ["tile", "positive int", "got 0", "16 or 64"]),      # was a ZeroDivisionError on opencl
+    ({"tile": -1}, ["tile", "positive int"]),
+    ({"stage": "False"}, ["stage", "a bool", "'False'"]),              # was bool("False"): staged
+    ({"rows": 1}, ["rows", "a bool"]),
+    ({"wokgroup": 64}, ["'wokgroup'", "does not read", "workgroup", "spelling"]),
+    ("workgroup=64", ["must be a dict", "'workgroup=64'"]),
+])
+def test_pallas_compiler_params_are_checked(params, names):
+    """Every ``compiler_params`` key fnarray reads is checked when ``pallas_call`` is made, and an unknown key
+    raises (each of these ran silently before, some as another value)."""
+    pl = _pallas()
+    with pytest.raises((ValueError, TypeError)) as e:
+        pl.pallas_call(_rows_kernel, out_shape=pl.ShapeDtypeStruct((16, 4), fnp.float32), compiler_params=params)
+    _assert_names(str(e.value), "compiler_params", *names)
+
+
+def test_pallas_jax_backend_compiler_params_are_accepted():
+    """JAX's per-backend entries (``{"triton": {...}}``) and ``CompilerParams`` objects are accepted, unused."""
+    pl = _pallas()
+    x = np.arange(64, dtype=np.float32).reshape(16, 4)
+    for params in ({"triton": {"num_warps": 4}}, {"mosaic": {"dimension_semantics": ("parallel",)}}, object(),
+                   {"workgroup": np.int64(16), "rows": np.bool_(False)}):
+        f = pl.pallas_call(_rows_kernel, out_shape=pl.ShapeDtypeStruct((16, 4), fnp.float32),
+                           compiler_params=params)
+        np.testing.assert_array_equal(np.asarray(f(x)), x - x.max(-1, keepdims=True))
+
+
+def test_pallas_grid_with_a_zero_axis_runs_no_instance(device):
+    """A grid with a zero-size axis runs no program instance: outputs are zeros (aliased ones their input) on
+    every backend, as the interpreter (opencl and webgpu launched one work-group and returned ``x + 1``)."""
+    pl = _pallas()
+
+    def kernel(x_ref, y_ref, o_ref, p_ref):
+        o_ref[...] = x_ref[...] + 1
+        p_ref[...] = y_ref[...] * 2
+
+    x = np.arange(64, dtype=np.float32).reshape(8, 8)
+    spec = pl.BlockSpec((4, 8), lambda i, j: (i, 0))
+    for grid in ((0, 1), (2, 0)):
+        f = pl.pallas_call(kernel, out_shape=[pl.ShapeDtypeStruct((8, 8), fnp.float32)] * 2, grid=grid,
+                           in_specs=[spec, spec], out_specs=[spec, spec], input_output_aliases={1: 1})
+        o, p = fa.jit(f, device=device)(x, x + 5)
+        np.testing.assert_array_equal(np.asarray(o), np.zeros((8, 8), np.float32))
+        np.testing.assert_array_equal(np.asarray(p), x + 5)
+
+
+@pytest.mark.parametrize("body, names", [
+    (lambda x_ref, o_ref: o_ref.__setitem__(pl_ds(0, 8), x_ref[pl_ds(4, 8)]), ["pl.load", "[4:12]", "mask="]),
+    (lambda x_ref, o_ref: o_ref.__setitem__(pl_ds(4, 8), x_ref[...]), ["pl.store", "[4:12]", "mask="]),
+    (lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[:, pl_ds(-1, 8)]), ["pl.load", "[-1:7] on axis 1"]),
+])
+def test_pallas_static_ds_outside_the_ref_raises_on_every_backend(device, body, names):
+    """An unmasked ``pl.ds`` with a static start that leaves the ref raises ``IndexError`` when the kernel is
+    traced, on every backend (opencl and webgpu read undefined memory or wrote the wrong rows; the interpreter
+    raised only when it ran). With a mask the same load is allowed."""
+    pl = _pallas()
+    x = np.arange(64, dtype=np.float32).reshape(8, 8)
+    with pytest.raises(IndexError) as e:
+        fa.jit(pl.pallas_call(body, out_shape=pl.ShapeDtypeStruct((8, 8), fnp.float32)), device=device)(x)
+    _assert_names(str(e.value), "outside the ref", *names)
+    if device.backend == "jax":
+        return   # JAX's Pallas refuses a static slice past the ref even with a mask ("Out of bound slice")
+
+    def masked(x_ref, o_ref):
+        o_ref[pl.ds(0, 8)] = pl.load(x_ref, pl.ds(4, 8), mask=(fnp.arange(8) < 4)[:, None], other=-1.0)
+    got = fa.jit(pl.pallas_call(masked, out_shape=pl.ShapeDtypeStruct((8, 8), fnp.float32)), device=device)(x)
+    np.testing.assert_array_equal(np.asarray(got), np.concatenate([x[4:], np.full((4, 8), -1, np.float32)]))
+
+
+def pl_ds(start, size):
+    return _pallas().ds(start, size)
+
+
+def test_pallas_program_id_axis_and_aliases_types():
+    """``pl.program_id(0.0)`` named tuple indexing; a list of alias pairs was an ``AttributeError`` and
+    ``{0.5: 0}`` silently input 0."""
+    pl = _pallas()
+    x = np.ones((8, 8), np.float32)
+    bad_axis = pl.pallas_call(lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] + pl.program_id(0.0)),
+                              out_shape=pl.ShapeDtypeStruct((8, 8), fnp.float32), grid=(1,))
+    with pytest.raises(TypeError) as e:
+        bad_axis(x)
+    _assert_names(str(e.value), "pl.program_id", "static int", "0.0", "(1,)")
+    for aliases, names in (([(0, 0)], ["must be a dict", "[(0, 0)]"]), ({0.5: 0}, ["ints", "0.5"])):
+        with pytest.raises(TypeError) as e:
+            pl.pallas_call(lambda x_ref, o_ref: None, out_shape=pl.ShapeDtypeStruct((8, 8), fnp.float32),
+                           input_output_aliases=aliases)
+        _assert_names(str(e.value), "input_output_aliases", *names)
+
+
+@pytest.mark.parametrize("kwargs, name", [({"bits": 4.0}, "bits"), ({"bits": True}, "bits"),
+                                          ({"group_size": 64.0}, "group_size")])
+def test_quantize_format_must_be_ints(kwargs, name):
+    """``bits=True`` quantized to 1 bit and ``4.0`` passed as 4 (``4.0 in (1, 2, ...)``); MLX takes ints."""
+    w = np.ones((4, 64), np.float32)
+    for f in (lambda: fa.quantize(w, **kwargs), lambda: fa.nn.Linear(64, 4, key=fa.random.key(0)).to_quantized(
+            **kwargs)):
+        with pytest.raises(TypeError) as e:
+            f()
+        _assert_names(str(e.value), f"{name} must be an int", repr(kwargs[name]))
+
+
+def test_dequantize_to_an_integer_dtype_raises():
+    parts = fa.quantize(np.ones((4, 64), np.float32))
+    with pytest.raises(DTypeError, match=r"\[dequantize\] dtype must be a float dtype, got int32"):
+        fa.dequantize(*parts, dtype=fnp.int32)
+    assert fa.dequantize(*parts, dtype=fnp.float16).dtype == fnp.float16
+
+
+def test_nn_quantize_class_predicate_answers_are_checked():
+    """As MLX: a predicate answers a bool or a dict of ``group_size``/``bits``/``mode`` (``"yes"`` quantized
+    everything, a misspelt dict key was ignored)."""
+    model = fa.nn.Sequential([fa.nn.Linear(64, 8, key=fa.random.key(0))])
+    with pytest.raises(ValueError) as e:
+        fa.nn.quantize(model, class_predicate=lambda p, m: "yes")
+    _assert_names(str(e.value), "bool or a dict", "'yes'", "Sequential")
+    with pytest.raises(ValueError) as e:
+        fa.nn.quantize(model, class_predicate=lambda p, m: isinstance(m, fa.nn.Linear) and {"bitz": 8})
+    _assert_names(str(e.value), "'layers.0'", "group_size, bits, mode", "not bitz")
+    q = fa.nn.quantize(model, class_predicate=lambda p, m: isinstance(m, fa.nn.Linear) and {"bits": 8})
+    assert isinstance(q.layers[0], fa.nn.QuantizedLinear) and q.layers[0].bits == 8
+    assert fa.nn.quantize(model, class_predicate=lambda p, m: 0) is model   # a false answer skips, as MLX
+
+
+@pytest.mark.parametrize("kwargs, names", [({"dims": 8.0}, ["dims", "8.0"]), ({"dims": 8, "base": "1e4"},
+                                           ["base", "'1e4'"]), ({"dims": 8, "scale": "1"}, ["scale", "'1'"])])
+def test_rope_arguments_are_numbers(kwargs, names):
+    """``RoPE(8.0)`` raised a slicing ``IndexError`` at the call, ``base="1e4"`` a comparison ``TypeError``."""
+    with pytest.raises(ValueError) as e:
+        fa.nn.RoPE(**kwargs)
+    _assert_names(str(e.value), "RoPE", *names)
+
+
+def test_attention_scale_must_be_a_number():
+    q = np.ones((1, 3, 2, 4), np.float32)
+    with pytest.raises(TypeError) as e:
+        fa.nn.dot_product_attention(q, q, q, scale="0.5")   # float("0.5") took it
+    _assert_names(str(e.value), "scale must be a real number", "'0.5'")
+
+
+def _tune(tmp_path, *args):
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    (tmp_path / "tmod5.py").write_text("import fnarray.numpy as fnp\n\nnot_a_function = 3\n\n"
+                                       "def f(x):\n    return fnp.tanh(x)\n")
+    env = dict(os.environ, PYTHONPATH=root)
+    return subprocess.run([sys.executable, "-m", "fnarray", "tune", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_tune_command_usage_errors(tmp_path):
+    """``tune mod:not_a_function`` exited with status 3 and no message (the int was taken for an exit status);
+    an unwritable ``--cache-dir`` printed "kept in ..."; a huge input spec ended in NumPy's MemoryError."""
+    r = _tune(tmp_path, "tmod5:not_a_function", "f32[4]")
+    assert r.returncode == 2
+    _assert_names(r.stderr, "tmod5:not_a_function is not a function", "int")
+    (tmp_path / "afile").write_text("")
+    r = _tune(tmp_path, "tmod5:f", "f32[4]", "--device", "numpy:0", "--cache-dir", str(tmp_path / "afile"))
+    assert r.returncode == 2 and "kept in" not in r.stdout
+    _assert_names(r.stderr, "--cache-dir", "afile", "cannot create")
+    r = _tune(tmp_path, "tmod5:f", "float32[100000,100000]", "--device", "numpy:0")
+    assert r.returncode == 2 and "MemoryError" not in r.stderr
+    _assert_names(r.stderr, "37.3 GiB", "smaller shapes")
+
+
+def test_pallas_grid_beyond_int32_program_ids_and_bad_scratch_shapes():
+    """A grid of 2**31 instances would wrap ``pl.program_id`` (an int32; the interpreter would run for hours);
+    ``pl.VMEM((8.7, 8))`` made 8 rows and ``pl.VMEM((-1, 8))`` said "length should not be negative"."""
+    pl = _pallas()
+    with pytest.raises(ValueError) as e:
+        pl.pallas_call(_rows_kernel, out_shape=pl.ShapeDtypeStruct((16, 4), fnp.float32), grid=(2**16, 2**15))
+    _assert_names(str(e.value), "(65536, 32768)", "2147483648 program instances", "int32", "larger blocks")
+    for shape in ((8.7, 8), (-1, 8), (True, 8)):
+        with pytest.raises(ShapeError) as e:
+            pl.VMEM(shape, fnp.float32)
+        _assert_names(str(e.value), "pl.Local", "non-negative ints", repr(shape))
+    assert pl.VMEM(8, fnp.float32).shape == (8,) and pl.VMEM((np.int64(2), 3), "float32").shape == (2, 3)

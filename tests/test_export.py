@@ -667,3 +667,24 @@ def test_in_place_and_swapped_updates_of_one_state_alternate(gpu, tmp_path):
         np.testing.assert_allclose(total, want.sum(), rtol=1e-5, atol=1e-5)
         want = want * 0.5 + 1.0
     np.testing.assert_allclose(bundle.state("cache"), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["mxfp4", "mxfp8", "nvfp4"])
+def test_floating_mode_quantized_matmul_with_baked_uint8_scales_replays(tmp_path, replay, mode):
+    """A floating mode's uint8 scales may be baked weights (the runtime copies weights as bytes and the kernels
+    read uint8 buffers four to a word); before, the export refused them ("cast it first"), so no mxfp4/mxfp8/
+    nvfp4 model reached a page. A uint8 run-time input still raises."""
+    w = rng.standard_normal((25, 96)).astype(np.float32)
+    x = rng.standard_normal((3, 96)).astype(np.float32)
+    q, s = (np.asarray(a) for a in fa.quantize(w, mode=mode))
+    assert s.dtype == np.uint8 and s.size % 4   # a byte count that is no whole number of words
+
+    def f(x, q, s):
+        return fa.quantized_matmul(x, q, s, mode=mode)
+    fa.export.webgpu(f, x, q, s, path=str(tmp_path), bake_argnums=(1, 2))
+    with open(tmp_path / "model.json", encoding="utf-8") as fh:
+        m = json.load(fh)
+    assert [b["dtype"] for b in m["buffers"] if b["kind"] == "weight" and b["shape"] == list(s.shape)] == ["uint8"]
+    _assert_outputs(replay(tmp_path, {"x": x}), _reference(f, x, q, s))
+    with pytest.raises(UnsupportedOnDevice, match="uint8 cannot cross into the browser"):
+        fa.export.webgpu(f, x, q, s, path=str(tmp_path / "input"), bake_argnums=(1,))

@@ -33,6 +33,8 @@ without materialising the float weights in memory (``fnarray.lowering.packed`` a
 
 from __future__ import annotations
 
+import numpy as np
+
 from fnarray.core import dtypes
 from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.core.primitives import Primitive
@@ -52,11 +54,16 @@ FLOAT_MODES = ("mxfp4", "mxfp8", "nvfp4")
 def check_format(group_size, bits, mode="affine", where="quantize"):
     """``(group_size, bits)`` with MLX's defaults of ``mode`` for ``None``; raises ``ValueError`` for a mode,
     group size or bit width MLX does not have (a floating mode has one of each)."""
-    if mode not in MODES:
+    if not isinstance(mode, str) or mode not in MODES:
         raise ValueError(f"[{where}] mode={mode!r} is not a quantization mode; use one of {tuple(MODES)} (as MLX)")
     default_gs, default_bits = MODES[mode]
     group_size = default_gs if group_size is None else group_size
     bits = default_bits if bits is None else bits
+    for name, v in (("group_size", group_size), ("bits", bits)):
+        # 4.0 == 4 and True == 1 pass the membership tests below: bits=True quantized to 1 bit, silently
+        if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"[{where}] {name} must be an int, got {v!r} ({type(v).__name__}); e.g. "
+                            f"group_size=64, bits=4")
     if mode in FLOAT_MODES:
         if group_size != default_gs or bits != default_bits:
             raise ValueError(f"[{where}] mode={mode!r} needs group_size={default_gs} and bits={default_bits} (as "

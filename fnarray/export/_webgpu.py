@@ -49,6 +49,7 @@ KERNEL_DIR = "kernels"
 _ALIGN = 16
 # The dtypes the JS runtime reads and writes (as Float32Array, Int32Array, Uint32Array, Uint8Array, Uint16Array).
 _DTYPE_NAMES = {"float32", "int32", "uint32", "bool", "float16", "complex64"}  # complex64: (re, im) float32 pairs
+_WEIGHT_ONLY_DTYPES = {"uint8"}   # baked, never an input, output or state the page reads or writes
 
 
 def runtime_source() -> str:
@@ -137,8 +138,12 @@ def _local_bytes(stmts) -> int:
     return total
 
 
-def _dtype_name(d) -> str:
+def _dtype_name(d, weight=False) -> str:
+    """The manifest's name of dtype ``d``; a baked ``weight`` may also be uint8 (mxfp4/mxfp8/nvfp4 scales): the
+    runtime copies weights as bytes, and the kernels read uint8 buffers as little-endian words, four to a word."""
     name = np.dtype(d).name
+    if weight and name in _WEIGHT_ONLY_DTYPES:
+        return name
     if name not in _DTYPE_NAMES:
         raise UnsupportedOnDevice(f"fnarray.export.webgpu: a value of dtype {name} cannot cross into the browser "
                                   f"runtime (it reads {', '.join(sorted(_DTYPE_NAMES))}); cast it first")
@@ -292,8 +297,10 @@ def _lower(name, f, example_args, bake_argnums, state_argnums, device) -> _Lower
         flat = straight_line(program, stack_group=max(2, (caps.max_buffers_per_kernel or 8) - 1))
         check_program(flat)
         _check_supported(flat, device)
-        for v in list(flat.constvars) + list(flat.invars):
-            _dtype_name(v.aval.dtype)
+        for v in flat.constvars:
+            _dtype_name(v.aval.dtype, weight=True)
+        for v, (_, _, baked) in zip(flat.invars, leaves, strict=True):
+            _dtype_name(v.aval.dtype, weight=baked)
         out_tree = traced.entry.out_tree
         if state:
             want = tree_util.tree_structure(example_args[state[0]] if len(state) == 1
@@ -355,8 +362,8 @@ def _write(path, entries, several):
 
     def add_buffer(kind, dtype, shape, name=None, value=None):
         nbytes = _storage_bytes(dtype, shape)
-        entry = {"id": len(buffers), "kind": kind, "dtype": _dtype_name(dtype), "shape": list(shape),
-                 "size": _padded(nbytes)}
+        entry = {"id": len(buffers), "kind": kind, "dtype": _dtype_name(dtype, weight=kind == "weight"),
+                 "shape": list(shape), "size": _padded(nbytes)}
         if name is not None:
             entry["name"] = name
         if value is not None:

@@ -126,6 +126,9 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
                          f"{k.dtype.name}, {v.dtype.name}")
     if scale is None:   # H = 0: an empty result, whatever the scale (JAX divides by zero here)
         scale = 1.0 / math.sqrt(H) if H else 1.0
+    elif isinstance(scale, (str, bytes, bool, complex, np.bool_)):   # float("0.5") would take a string
+        raise TypeError(f"dot_product_attention: scale must be a real number, got {scale!r}; e.g. "
+                        f"scale=1 / math.sqrt({H}) (the default)")
     lower_right = _causal_string(mask, is_causal)
     if lower_right:
         mask, is_causal = None, True

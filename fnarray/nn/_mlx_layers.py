@@ -292,6 +292,12 @@ class RoPE(Module):
     scale: float = 1.0
 
     def __check_init__(self):
+        if not isinstance(self.dims, (int, np.integer)) or isinstance(self.dims, (bool, np.bool_)):
+            raise ValueError(f"RoPE: dims must be a positive even int, got {self.dims!r}")
+        for name in ("base", "scale"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float, np.integer, np.floating)) or isinstance(v, (bool, np.bool_)):
+                raise ValueError(f"RoPE: {name} must be a real number, got {v!r} ({type(v).__name__})")
         if self.dims <= 0 or self.dims % 2:
             raise ValueError(f"RoPE: dims must be positive and even, got {self.dims}")
         if not self.base > 0:

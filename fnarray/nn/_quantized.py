@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from fnarray.core.quantized import check_format
 from fnarray.nn._layers import Lambda
 from fnarray.nn._module import Module
@@ -48,6 +50,25 @@ def _to_quantized(module, group_size, bits, mode):
     return to_quantized(group_size=group_size, bits=bits, mode=mode)
 
 
+_CHOICE_KEYS = ("group_size", "bits", "mode")
+
+
+def _checked_choice(choice, path, module):
+    """A ``class_predicate``'s answer, checked as MLX does: a bool or a dict of ``group_size``/``bits``/``mode``
+    (a string was taken as ``True``, a dict's misspelt key ignored)."""
+    if isinstance(choice, (bool, np.bool_)) or not choice:   # MLX skips a module for any false answer
+        return bool(choice)
+    if not isinstance(choice, dict):
+        raise ValueError(f"[quantize] class_predicate must return a bool or a dict of {', '.join(_CHOICE_KEYS)}; "
+                         f"it returned {choice!r} ({type(choice).__name__}) for {type(module).__name__} at "
+                         f"{path!r}")
+    unknown = sorted(str(k) for k in choice if k not in _CHOICE_KEYS)
+    if unknown:
+        raise ValueError(f"[quantize] class_predicate returned {choice!r} for {type(module).__name__} at {path!r}; "
+                         f"the dict's keys are {', '.join(_CHOICE_KEYS)}, not {', '.join(unknown)}")
+    return choice
+
+
 def quantize(model, group_size: int | None = None, bits: int | None = None, *, mode: str = "affine",
              class_predicate=None):
     """A copy of ``model`` with its linear layers and embeddings quantized (``mlx.nn.quantize``).
@@ -60,22 +81,21 @@ def quantize(model, group_size: int | None = None, bits: int | None = None, *, m
         dict quantizes it with those entries (``group_size``, ``bits``, ``mode``) replaced. A selected module
         that holds other modules and has no quantized form (no ``to_quantized``) is walked into instead, and a
         ``Lambda`` (a function ``Sequential`` wrapped) is left alone, so a predicate that accepts everything
-        quantizes the layers, as MLX's (which asks leaf modules only).
-        Default: every module with ``to_quantized`` (``Linear``, ``Embedding``) whose weight's last axis
-        divides into groups of ``group_size``.
+        quantizes the layers, as MLX's (which asks leaf modules only). Default: every module with
+        ``to_quantized`` (``Linear``, ``Embedding``) whose weight's last axis divides into groups of ``group_size``.
 
     Returns:
       the new model; ``model`` itself is unchanged (modules are immutable).
 
     Raises:
-      ValueError: an unsupported format. TypeError: a selected leaf module with no quantized form.
+      ValueError: an unsupported format or predicate answer. TypeError: a selected leaf with no quantized form.
     """
     group_size, bits = check_format(group_size, bits, mode, "quantize")
 
     def pick(path, module):
         if class_predicate is None:
             return _quantizable(module, group_size)
-        return class_predicate(path, module)
+        return _checked_choice(class_predicate(path, module), path, module)
 
     def walk(node, path):
         if isinstance(node, Module):

@@ -447,10 +447,12 @@ def _pallas_cases():
     (eqn,) = fnarray.make_ir(f)(x).eqns
     case("pallas_call_softmax", eqn.primitive, [x], **dict(eqn.params))
     empty = f32(0, 8)   # no rows: a grid of no program instance, an empty result
-    f0 = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct(empty.shape, empty.dtype), grid=(0,), in_specs=[spec],
+    f0 = pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct(empty.shape, empty.dtype), grid=(1,), in_specs=[spec],
                         out_specs=spec)
     (eqn,) = fnarray.make_ir(f0)(empty).eqns
-    case("pallas_call_empty", eqn.primitive, [empty], **dict(eqn.params))
+    # traced with one instance, then given the zero grid: pallas_call itself binds no equation for a grid with a
+    # zero axis (it returns the unwritten results), and the primitive's rules must still take one
+    case("pallas_call_empty", eqn.primitive, [empty], **dict(eqn.params, grid=(0,)))
 
 
 _pallas_cases()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import threading
 
 import numpy as np
@@ -50,7 +51,11 @@ class Local:
     dtype: object
 
     def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(int(n) for n in self.shape))
+        shape = (self.shape,) if isinstance(self.shape, (int, np.integer)) else tuple(self.shape)
+        if any(not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0 for n in shape):
+            raise ShapeError(f"pl.Local (pl.VMEM): the shape must be non-negative ints, got {self.shape!r}; e.g. "
+                             f"pl.VMEM((8, 128), fnp.float32)")   # int(8.7) would have made 8 rows
+        object.__setattr__(self, "shape", tuple(int(n) for n in shape))
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
 
 
@@ -178,6 +183,9 @@ def program_id(axis):
     """The index of this program instance along grid axis ``axis`` (an int32 scalar; Pallas's
     ``pl.program_id``). Raises ``ValueError`` for an axis the grid does not have."""
     k = _current("pl.program_id")
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, (bool, np.bool_)):
+        raise TypeError(f"pl.program_id(axis): the axis must be a static int naming a grid axis (0 to "
+                        f"{len(k.grid) - 1} for the grid {k.grid}), got {axis!r}")
     if not -len(k.grid) <= axis < len(k.grid):
         raise ValueError(f"pl.program_id({axis}): the grid {k.grid} has {len(k.grid)} axes")
     return k.pids[axis]
@@ -186,6 +194,9 @@ def program_id(axis):
 def num_programs(axis):
     """The grid's size along ``axis`` (a static int here; Pallas's ``pl.num_programs``)."""
     k = _current("pl.num_programs")
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, (bool, np.bool_)):
+        raise TypeError(f"pl.num_programs(axis): the axis must be a static int naming a grid axis (0 to "
+                        f"{len(k.grid) - 1} for the grid {k.grid}), got {axis!r}")
     if not -len(k.grid) <= axis < len(k.grid):
         raise ValueError(f"pl.num_programs({axis}): the grid {k.grid} has {len(k.grid)} axes")
     return k.grid[axis]
@@ -281,6 +292,18 @@ def _indexer(ref, idx, where):
     return tuple(indexer), starts
 
 
+def _check_static_range(ref, indexer, starts, what, verb, fix):
+    """``IndexError`` for an unmasked ``pl.ds`` with a static start that leaves the ref: the interpreter raised
+    only when it ran, and opencl/webgpu read or wrote memory past the block (undefined values, or the wrong
+    rows of the array)."""
+    for d, (e, start, n) in enumerate(zip(indexer, starts, ref.shape, strict=True)):
+        if e[0] == "s" and isinstance(start, (int, np.integer)) and not 0 <= int(start) <= n - e[1]:
+            lo = int(start)
+            raise IndexError(f"{what} a ref of shape {ref.shape} at [{lo}:{lo + e[1]}] on axis {d} {verb} "
+                             f"elements outside the ref (axis size {n}) without a mask; {fix}, or keep "
+                             f"pl.ds(start, size) within 0..{n}")
+
+
 def _as_block(value, shape, dtype, where, what):
     """``value`` (array, tracer or scalar) broadcast to ``shape``, in ``dtype`` where it is weakly typed."""
     import fnarray.numpy as fnp
@@ -325,6 +348,8 @@ def load(x_ref, idx=..., *, mask=None, other=None, cache_modifier=None, eviction
     """
     ref = _ref(x_ref, "pl.load")
     indexer, starts = _indexer(ref, idx, "pl.load")
+    if mask is None:
+        _check_static_range(ref, indexer, starts, "pl.load: a load of", "reads", "pass mask= (and other=) to pl.load")
     shape = tuple(e[1] for e in indexer if e[0] == "s")
     extra = []
     if mask is not None:
@@ -358,6 +383,8 @@ def store(x_ref, idx, val=None, *, mask=None, eviction_policy=None):
         idx, val = ..., idx
     _writable(ref, "pl.store")
     indexer, starts = _indexer(ref, idx, "pl.store")
+    if mask is None:
+        _check_static_range(ref, indexer, starts, "pl.store: a store to", "writes", "pass mask= to pl.store")
     shape = tuple(e[1] for e in indexer if e[0] == "s")
     v = _as_block(val, shape, ref.dtype, "pl.store", "a value")
     extra = [] if mask is None else [_as_block(mask, shape, np.dtype(np.bool_), "pl.store", "mask")]
@@ -504,6 +531,10 @@ def _out_leaf(x, where):
     return ShapedArray(tuple(int(n) for n in shape), dtypes.canonicalize(np.dtype(dtype)))
 
 
+#: the most program instances of a grid: ``pl.program_id`` is an int32
+_MAX_INSTANCES = 2**31 - 1
+
+
 def _grid(grid):
     if grid is None:
         return ()
@@ -514,6 +545,10 @@ def _grid(grid):
         if not isinstance(g, (int, np.integer)) or isinstance(g, bool) or g < 0:
             raise TypeError(f"pallas_call: grid entries must be static non-negative ints, got {grid!r}")
         out.append(int(g))
+    if math.prod(out) > _MAX_INSTANCES:   # pl.program_id is an int32: larger grids would wrap
+        raise ValueError(f"pallas_call: the grid {tuple(out)} has {math.prod(out)} program instances, more than "
+                         f"{_MAX_INSTANCES} (program ids are int32); use larger blocks or loop inside the kernel "
+                         f"(fa.lax.fori_loop)")
     return tuple(out)
 
 
@@ -590,16 +625,70 @@ def _check_grid_corners(kname, grid, blocks):
 
 
 
-def _check_row_tile(compiler_params):
-    """Raise ``ValueError`` unless ``compiler_params``'s ``row_tile`` (where given) is an int >= 1 (a bool, float
-    or string is not: lowering would take ``int()`` of it, 2.5 silently as 2)."""
-    if "row_tile" not in compiler_params:
-        return
-    v = compiler_params["row_tile"]
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-        raise ValueError(f"pallas_call: compiler_params row_tile must be a positive int, got {v!r}; it is the "
-                         f"rows of the blocks each work item takes in row mode (rows=True), e.g. 2, 4 or 8 "
-                         f"(a value that does not divide the rows runs one row per item)")
+#: the ``compiler_params`` keys fnarray reads, each with its check and what it means (docs/kernels.md)
+_PARAMS = {"workgroup": ("a positive int", "the work items per program instance on opencl/webgpu, e.g. 64"),
+           "rows": ("a bool", "True: one work item per row of the blocks (row mode), False: never"),
+           "stage": ("a bool", "True: a transposed dot operand staged in work-group memory"),
+           "tile": ("a positive int", "the most outputs of a dot's register tile per work item: 16 or 64"),
+           "row_tile": ("a positive int", "the rows each work item takes in row mode (rows=True), e.g. 2, 4 or 8 "
+                                          "(a value that does not divide the rows runs one row per item)")}
+#: JAX's per-backend ``compiler_params`` entries (``{"triton": {...}}``, ``{"mosaic": {...}}``): accepted, unused
+_JAX_BACKEND_PARAMS = ("triton", "mosaic", "mosaic_gpu")
+
+
+def _param_ok(key, v):
+    if _PARAMS[key][0] == "a bool":
+        return isinstance(v, (bool, np.bool_))
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and v >= 1
+
+
+def _check_compiler_params(compiler_params):
+    """``compiler_params`` as a dict of the keys fnarray reads (``None`` where none was given);
+    ``ValueError``/``TypeError`` for a key fnarray does not read or a value of the wrong kind (lowering would
+    take ``int()``/``bool()`` of it: ``row_tile=2.5`` silently as 2, ``stage="False"`` as ``True``, ``tile=0``
+    a ``ZeroDivisionError`` on opencl). JAX's backend entries and ``CompilerParams`` objects are accepted, unused.
+    """
+    if compiler_params is None or not isinstance(compiler_params, dict):
+        if isinstance(compiler_params, (str, bytes, int, float, list, tuple, set)):
+            raise TypeError(f"pallas_call: compiler_params must be a dict such as {{'workgroup': 64}}, got "
+                            f"{compiler_params!r}; fnarray reads the keys {', '.join(_PARAMS)}")
+        return None if compiler_params is None else {}   # JAX's pltpu.CompilerParams(...) and the like: unused
+    out = {}
+    for key, v in compiler_params.items():
+        if key in _JAX_BACKEND_PARAMS:
+            continue
+        if key not in _PARAMS:
+            raise ValueError(f"pallas_call: compiler_params has the key {key!r}, which fnarray does not read; its "
+                             f"keys are {', '.join(_PARAMS)} (JAX's per-backend entries "
+                             f"{', '.join(_JAX_BACKEND_PARAMS)} are accepted and ignored). Check the spelling")
+        if not _param_ok(key, v):
+            raise ValueError(f"pallas_call: compiler_params {key} must be {_PARAMS[key][0]}, got {v!r}; it is "
+                             f"{_PARAMS[key][1]}")
+        out[key] = v
+    return out
+
+
+def _aliases(input_output_aliases):
+    """``input_output_aliases`` as sorted ``(input, output)`` int pairs; ``TypeError`` for anything but a dict of
+    ints (a list of pairs was an ``AttributeError``, ``{0.5: 0}`` silently input 0)."""
+    if not input_output_aliases:
+        return ()
+    if not isinstance(input_output_aliases, dict):
+        raise TypeError(f"pallas_call: input_output_aliases must be a dict {{input index: output index}}, got "
+                        f"{input_output_aliases!r}; e.g. input_output_aliases={{0: 0}}")
+    for i, o in input_output_aliases.items():
+        if any(not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)) for v in (i, o)):
+            raise TypeError(f"pallas_call: input_output_aliases maps input indices to output indices (ints), got "
+                            f"{{{i!r}: {o!r}}}")
+    return tuple(sorted((int(i), int(o)) for i, o in input_output_aliases.items()))
+
+
+def _unwritten_results(leaves, out_avals, aliases):
+    """The results of a grid with no program instance: each output as it starts, its aliased input or zeros (what
+    the interpreter gives; docs/kernels.md, "Results the kernel does not write")."""
+    import fnarray.numpy as fnp
+    start = {o: i for i, o in aliases}
+    return [leaves[start[k]] if k in start else fnp.zeros(a.shape, a.dtype) for k, a in enumerate(out_avals)]
 
 
 def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, out_specs=None, scratch_shapes=(),
@@ -617,7 +706,8 @@ def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, ou
       interpret: run in fnarray's interpreter (the numpy reference) on every backend.
       compiler_params: dict of hints on opencl/webgpu (``{"workgroup": 64}``; ``{"rows": True}``: one work item per
         row without barriers where the kernel allows it, ``{"rows": True, "row_tile": 2}``: two rows per work
-        item, docs/kernels.md); others are ignored.
+        item; ``stage``, ``tile``: docs/kernels.md); JAX's ``triton``/``mosaic`` entries and ``CompilerParams``
+        objects are accepted and ignored, other keys raise.
       name: the kernel's name (in kernel source and errors).
 
     Returns:
@@ -627,7 +717,8 @@ def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, ou
     Raises:
       ``TypeError``/``ValueError``/``ShapeError`` for bad specs (wrong ``index_map`` arity, block shapes of the
       wrong rank, a padded block read without a mask, mismatched aliases, a kernel writing an input, a
-      ``compiler_params`` ``row_tile`` that is not a positive int).
+      ``compiler_params`` key fnarray does not read or a value of the wrong kind: ``workgroup``, ``tile``,
+      ``row_tile`` positive ints, ``rows``, ``stage`` bools).
 
     Example::
 
@@ -648,13 +739,10 @@ def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, ou
     grid_t = _grid(grid)
     out_leaves, out_tree = tree_util.tree_flatten(out_shape)
     out_avals = tuple(_out_leaf(x, f"pallas_call {kname}") for x in out_leaves)
-    if isinstance(compiler_params, dict):
-        _check_row_tile(compiler_params)
-        params_t = tuple(sorted((str(k), repr(v) if not isinstance(v, (int, float, str, bool)) else v)
-                                for k, v in compiler_params.items()))
-    else:
-        params_t = () if compiler_params is None else (("params", repr(compiler_params)),)
-    aliases = tuple(sorted((int(i), int(o)) for i, o in (input_output_aliases or {}).items()))
+    checked = _check_compiler_params(compiler_params)
+    params_t = tuple(sorted((str(k), bool(v) if isinstance(v, (bool, np.bool_)) else int(v))
+                            for k, v in (checked or {}).items()))
+    aliases = _aliases(input_output_aliases)
 
     def call(*args):
         import fnarray.numpy as fnp
@@ -679,7 +767,10 @@ def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, ou
         for s in scratch_shapes or ():
             if not hasattr(s, "shape") or not hasattr(s, "dtype"):
                 raise TypeError(f"pallas_call {kname}: scratch_shapes take pl.Local(shape, dtype), got {s!r}")
-            scratch.append(ShapedArray(tuple(s.shape), dtypes.canonicalize(np.dtype(s.dtype))))
+            if any(not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0 for n in s.shape):
+                raise ShapeError(f"pallas_call {kname}: scratch_shapes entries take shapes of non-negative ints, "
+                                 f"got {tuple(s.shape)!r}; e.g. pl.VMEM((8, 128), fnp.float32)")
+            scratch.append(ShapedArray(tuple(int(n) for n in s.shape), dtypes.canonicalize(np.dtype(s.dtype))))
         body, refs, consts = _trace_body(kernel, kname, grid_t, in_blocks, in_avals, out_blocks, out_avals, scratch)
         for kind, blocks in (("in", in_blocks), ("out", out_blocks)):
             for i, blk in enumerate(blocks):
@@ -693,6 +784,8 @@ def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, ou
             leaves = leaves + [fnp.asarray(c) for c in consts]
             in_blocks = in_blocks + tuple(Block(tuple(get_aval(c).shape), None, tuple(get_aval(c).shape))
                                           for c in consts)
+        if 0 in grid_t:   # no program instance runs (opencl/webgpu would launch one work-group regardless)
+            return tree_util.tree_unflatten(out_tree, _unwritten_results(leaves, out_avals, aliases))
         outs = pallas_call_p.bind(*leaves, body=KernelBody(body), grid=grid_t, in_blocks=in_blocks,
                                   out_blocks=out_blocks,
                                   scratch=tuple(scratch), out_avals=out_avals, aliases=aliases, name=kname,
