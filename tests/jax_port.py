@@ -11,14 +11,17 @@ host devices and ``jax_enable_x64`` stay its own), and its standard output is co
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import re
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 
-__all__ = ["rewrite_imports", "run_program", "numbers", "compare_outputs", "assert_port_matches"]
+__all__ = ["rewrite_imports", "run_program", "jax_output", "numbers", "compare_outputs", "assert_port_matches"]
 
 # module prefixes rewritten, longest first: jax.X -> fnarray.X
 _MODULES = ("jax.experimental.shard_map", "jax.example_libraries", "jax.test_util", "jax.ad_checkpoint",
@@ -96,6 +99,39 @@ def run_program(source: str, *, env: dict | None = None, timeout: float = 600.0)
     return proc.stdout
 
 
+_JAX_OUTPUTS: dict[str, str] = {}
+
+
+def jax_output(source: str, *, timeout: float = 600.0) -> str:
+    """``run_program(source)`` (a program as written, under JAX: the reference output), run once per test run.
+
+    Kept in this process, and shared between pytest-xdist's workers (``PYTEST_XDIST_TESTRUNUID``, one per run)
+    through a file per program in the temporary folder: the first worker to ask runs it under a lock, a worker
+    asking meanwhile waits on the lock, then reads the file. Several tests compare ports on every backend with
+    the same JAX output; JAX's run of the research programs alone costs ~45 s of CPU."""
+    jax_env = sorted((k, v) for k, v in os.environ.items() if k.startswith(("JAX_", "XLA_")))
+    key = hashlib.sha256(repr((source, jax_env)).encode()).hexdigest()[:24]
+    if key not in _JAX_OUTPUTS:
+        run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+        _JAX_OUTPUTS[key] = _shared_output(run, key, source, timeout) if run else run_program(source, timeout=timeout)
+    return _JAX_OUTPUTS[key]
+
+
+def _shared_output(run: str, key: str, source: str, timeout: float) -> str:
+    folder = os.path.join(tempfile.gettempdir(), f"fnarray-tests-{os.getuid()}-{run}")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    path = os.path.join(folder, f"jax-{key}.out")
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)          # released when the file closes
+        if not os.path.exists(path):              # a program that fails writes nothing: the next asker reruns it
+            out = run_program(source, timeout=timeout)
+            with open(path + ".part", "w") as f:
+                f.write(out)
+            os.replace(path + ".part", path)
+        with open(path) as f:
+            return f.read()
+
+
 _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|[-+]?inf|nan")
 
 
@@ -118,7 +154,7 @@ def assert_port_matches(source: str, *, env: dict | None = None, rtol: float = 1
                         timeout: float = 600.0) -> tuple[str, str]:
     """Run the JAX program ``source`` under JAX and, after ``rewrite_imports``, under fnarray; assert they
     print the same numbers. Returns both outputs (JAX's first)."""
-    expected = run_program(source, env=env, timeout=timeout)
+    expected = jax_output(source, timeout=timeout) if env is None else run_program(source, env=env, timeout=timeout)
     got = run_program(rewrite_imports(source), env=env, timeout=timeout)
     compare_outputs(expected, got, rtol=rtol, atol=atol)
     return expected, got

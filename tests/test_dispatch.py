@@ -620,6 +620,33 @@ def test_webgpu_calls_are_public_where_asked_or_where_wgpu_differs(monkeypatch):
     assert not native.make(device).native
 
 
+def test_webgpu_type_strings_parsed_at_once_are_what_cffi_parses():
+    """``native.parse_types_at_once`` enters, under each string wgpu-py passes, the very ``(ctype, is a function
+    type)`` pair that cffi's own parse of that string gives (pointers, structs, open arrays, function types,
+    scalars); strings the declarations lack enter nothing."""
+    from fnarray.lowering.webgpu import native
+    _webgpu()
+    from wgpu.backends.wgpu_native import _ffi
+    ffi, strings = _ffi.ffi, native._TYPE_STRINGS
+    kinds = {native._as_argument(s)[1] for s in strings}
+    assert kinds == {"arg", "item", "function"}
+    with ffi._lock:
+        saved = {s: ffi._parsed_types.pop(s) for s in strings if s in ffi._parsed_types}
+    try:
+        assert native.parse_types_at_once(ffi, strings) == len(strings)
+        with ffi._lock:
+            at_once = {s: ffi._parsed_types.pop(s) for s in strings}
+            one_by_one = {s: ffi._typeof_locked(s) for s in strings}     # cffi's own parse, one string each
+        for s in strings:
+            assert at_once[s][0] is one_by_one[s][0] and at_once[s][1] == one_by_one[s][1], s
+        assert native.parse_types_at_once(ffi, strings) == 0              # all there already
+        assert native.parse_types_at_once(ffi, ("WGPUNoSuchStruct *", "uint16_t *")) == 0   # one parse fails
+        assert "WGPUNoSuchStruct *" not in ffi._parsed_types
+    finally:
+        with ffi._lock:
+            ffi._parsed_types.update(saved)
+
+
 def test_webgpu_native_bind_group_errors_raise_before_anything_is_recorded(monkeypatch):
     """A bind group wgpu-native rejects raises wgpu-py's own error class with wgpu's message (the capture around
     the call's creations); the ones made before it are released, and the next creation works."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from jax_port import assert_port_matches, compare_outputs, rewrite_imports, run_program
+from jax_port import assert_port_matches, compare_outputs, jax_output, rewrite_imports, run_program
 
 pytest.importorskip("jax", reason="JAX runs the programs as written")
 
@@ -452,16 +452,11 @@ def test_jax_program_of_other_items(name):
     compare_outputs(expected, run_program(rewrite_imports(source), timeout=300), rtol=2e-4, atol=2e-5)
 
 
-_JAX_OUTPUT: dict = {}
-
-
 @pytest.mark.parametrize("name", ["mnist_classifier", "mnist_vae"])
 def test_jax_program_ports_on_every_device(device, name):
     """The stax + optimizers programs with fnarray's default device set to each backend in turn
     (``FNARRAY_DEVICE``): the same numbers as JAX within the float differences that training amplifies."""
     if str(device) == "numpy:0":
         pytest.skip("numpy:0 is the default device: test_jax_program_ports_unchanged runs it at rtol 2e-4")
-    if name not in _JAX_OUTPUT:
-        _JAX_OUTPUT[name] = run_program(PROGRAMS[name], timeout=300)
     got = run_program(rewrite_imports(PROGRAMS[name]), env={"FNARRAY_DEVICE": str(device)}, timeout=300)
-    compare_outputs(_JAX_OUTPUT[name], got, rtol=2e-3, atol=2e-4)
+    compare_outputs(jax_output(PROGRAMS[name], timeout=300), got, rtol=2e-3, atol=2e-4)

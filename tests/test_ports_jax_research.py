@@ -20,9 +20,11 @@ three ported with their imports changed alone.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
-from jax_port import compare_outputs, rewrite_imports, run_program
+from jax_port import compare_outputs, jax_output, rewrite_imports, run_program
 
 pytest.importorskip("jax", reason="JAX runs the programs as written")
 
@@ -463,7 +465,6 @@ print("cov", np.round(np.asarray(jnp.cov(draws.T)), 3).ravel().tolist())
 '''
 
 PROGRAMS = {"lstm": LSTM, "spectral": SPECTRAL, "sampling": SAMPLING, "indexing": INDEXING, "bayes": BAYES}
-_JAX_OUTPUT: list = []
 
 
 def _all_programs(rewrite):
@@ -477,9 +478,7 @@ def _all_programs(rewrite):
 
 
 def _jax_output():
-    if not _JAX_OUTPUT:
-        _JAX_OUTPUT.append(run_program(_all_programs(lambda source: source), timeout=600))
-    return _JAX_OUTPUT[0]
+    return jax_output(_all_programs(lambda source: source), timeout=600)
 
 
 def test_rewrite_changes_imports_only():
@@ -492,8 +491,11 @@ def test_rewrite_changes_imports_only():
 def test_programs_port_with_imports_only(device):
     """Every program prints JAX's numbers with fnarray's default device set to each backend in turn
     (``FNARRAY_DEVICE``): float rounding only on numpy:0, what training and long loops amplify elsewhere."""
-    want = _jax_output()
+    with ThreadPoolExecutor(1) as pool:   # the port runs while JAX's output is computed or waited for
+        port = pool.submit(run_program, _all_programs(rewrite_imports), env={"FNARRAY_DEVICE": str(device)},
+                           timeout=600)
+        want = _jax_output()
+        got = port.result()
     assert all(f"=== {name}" in want for name in PROGRAMS)
-    got = run_program(_all_programs(rewrite_imports), env={"FNARRAY_DEVICE": str(device)}, timeout=600)
     tight = str(device) == "numpy:0"
     compare_outputs(want, got, rtol=2e-4 if tight else 2e-3, atol=2e-5 if tight else 2e-4)

@@ -1001,6 +1001,7 @@ def make_backend():
     adapter is found, or the driver fails.
     """
     wgpu = _import_wgpu()
+    native.parse_wgpu_types()   # ~45 C type strings in one parse, not one each (~1-3 s a process)
     errors = []
     for adapter in _adapters(wgpu):
         gpu = _GPU(wgpu, adapter)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["Native", "Public", "make"]
+__all__ = ["Native", "Public", "make", "parse_types_at_once", "parse_wgpu_types"]
 
 #: The C functions ``Native`` calls and their C types in wgpu-py 0.32's cffi declarations (``make`` checks them:
 #: another signature means another wgpu-native, recorded through wgpu-py's methods instead).
@@ -51,6 +51,78 @@ _STRUCTS = {
 }
 #: The name ``Native.bind_groups`` captures errors under (wgpu-py's capture stack matches names).
 _CAPTURE = "wgpuDeviceCreateBindGroup"
+
+#: The C type strings that opening a webgpu device and its first calls hand cffi (``ffi.new``/``typeof``), as
+#: wgpu-py 0.32 and ``Native`` spell them (measured with a counting ``FFI._typeof_locked``: 45 in a process that
+#: opens webgpu:0 and runs a jitted product, a sort and a map). One missing here is parsed as before.
+_TYPE_STRINGS = (
+    "WGPUStringView *", "WGPURequestAdapterOptions *", "WGPURequestAdapterCallbackInfo *", "WGPUInstanceDescriptor *",
+    "WGPUAdapterInfo *", "WGPUChainedStruct *", "WGPUChainedStruct * ", "WGPUNativeLimits *", "WGPULimits *",
+    "WGPUQueueDescriptor *", "WGPUDeviceExtras *", "WGPUDeviceLostCallbackInfo *", "WGPUUncapturedErrorCallbackInfo *",
+    "WGPUDeviceDescriptor *", "WGPURequestDeviceCallbackInfo *", "WGPUBindGroupEntry", "WGPUBindGroupDescriptor",
+    "WGPUBufferDescriptor *", "uint8_t *", "WGPUBufferBindingLayout *", "WGPUBindGroupLayoutEntry *",
+    "WGPUBindGroupLayoutDescriptor *", "WGPUShaderSourceWGSL *", "WGPUShaderModuleDescriptor *",
+    "WGPUPipelineLayoutDescriptor *", "WGPUComputeState *", "WGPUComputePipelineDescriptor *",
+    "WGPUBindGroupDescriptor *", "WGPUCommandEncoderDescriptor *", "WGPUComputePassDescriptor *",
+    "WGPUCommandBufferDescriptor *", "WGPUBindGroupEntry *", "uintptr_t", "intptr_t",
+    "char []", "uint8_t []", "WGPUFeatureName[]", "WGPUBindGroupLayoutEntry[]", "WGPUBindGroupLayout[]",
+    "WGPUBindGroupEntry[]", "WGPUCommandBuffer[]",
+    "void(WGPURequestAdapterStatus, WGPUAdapter, WGPUStringView, void *, void *)",
+    "void(WGPUDevice const *, WGPUDeviceLostReason, WGPUStringView, void *, void *)",
+    "void(WGPUDevice const *, WGPUErrorType, WGPUStringView, void *, void *)",
+    "void(WGPURequestDeviceStatus, WGPUDevice, WGPUStringView, void *, void *)",
+)
+
+
+def _as_argument(cdecl: str) -> tuple[str, str]:
+    """How ``cdecl`` is spelled as a parameter of a function-pointer type, and what of that parameter's C type is
+    ``cdecl``'s: ``"arg"`` (itself), ``"item"`` (what it points to) or ``"function"`` (a function type)."""
+    text = cdecl.strip()
+    if text.endswith("[]"):                           # an open array: a pointer to one, whose item it is
+        return f"{text[:-2].strip()} (*)[]", "item"
+    if text.endswith(")"):                            # a function type: as a pointer to a function
+        ret, _, params = text.partition("(")
+        return f"{ret}(*)({params}", "function"
+    if text.endswith("*") or not text.startswith("WGPU"):
+        return text, "arg"
+    return f"{text} *", "item"                        # a struct by value: a pointer to one, whose item it is
+
+
+def parse_types_at_once(ffi, strings=_TYPE_STRINGS) -> int:
+    """Enter ``strings``' C types into ``ffi``'s table of parsed type strings with one parse; returns how many.
+
+    cffi parses each type string it is given once per process, and each parse re-reads a ``typedef`` line for
+    every type name of webgpu.h (~430): the ~45 strings a webgpu device's start and first calls use cost ~1-3 s of
+    every process that opens one (measured on the 2-core machine, loaded and not: docs/performance.md, "CI
+    time"). One function-pointer type taking them all as parameters is parsed once instead, and each parameter's
+    C type entered under the string wgpu-py passes, as ``FFI.typeof`` would (``FFI._parsed_types``: the same
+    ``(ctype, is a function type)`` pairs, the same ctype objects, tests/test_webgpu_backend.py). Where cffi or
+    the declarations differ (another version), nothing is entered and each string is parsed when used, as before.
+    """
+    table = getattr(ffi, "_parsed_types", None)
+    if not isinstance(table, dict):
+        return 0
+    todo = [(s, *_as_argument(s)) for s in strings if s not in table]
+    if not todo:
+        return 0
+    try:
+        params = ffi.typeof(f"void(*)({', '.join(arg for _, arg, _ in todo)})").args
+    except Exception:  # noqa: BLE001 (cffi's CDefError, FFIError...: declarations other than wgpu-py 0.32's)
+        return 0
+    with ffi._lock:
+        for (s, _, what), ctype in zip(todo, params, strict=True):
+            table.setdefault(s, (ctype.item if what == "item" else ctype, what == "function"))
+    return len(todo)
+
+
+def parse_wgpu_types() -> int:
+    """``parse_types_at_once`` on wgpu-py's own cffi library (``wgpu.backends.wgpu_native._ffi.ffi``), before a
+    device opens; 0 where wgpu-py has no such module."""
+    try:
+        from wgpu.backends.wgpu_native import _ffi
+    except ImportError:
+        return 0
+    return parse_types_at_once(getattr(_ffi, "ffi", None))
 
 
 def make(device):
