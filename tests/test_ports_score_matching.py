@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jax_port import compare_outputs, rewrite_imports, run_program
+from jax_port import compare_outputs, jax_output, rewrite_imports, run_program
 
 jax = pytest.importorskip("jax", reason="JAX runs the program as written")
 
@@ -130,7 +130,6 @@ print("per-example input grads", np.round(np.asarray(per_example), 4).tolist())
 nearest = jnp.argmin(jnp.sum((xs[:, None] - CENTERS) ** 2, -1), axis=1)
 print("mode counts", jnp.bincount(nearest, length=4))
 '''
-_JAX_OUTPUT: list = []
 _PORT_DEVICES = ("numpy:0", "opencl:0")
 
 
@@ -147,11 +146,10 @@ def test_score_matching_ports_with_imports_only(device):
     parity suite; running the whole program on them too cost CI 2-4 minutes (docs/design.md's test tiers)."""
     if str(device) not in _PORT_DEVICES:
         pytest.skip(f"the whole program runs on {', '.join(_PORT_DEVICES)}; {device}'s primitives: the parity suite")
-    if not _JAX_OUTPUT:
-        _JAX_OUTPUT.append(run_program(SCORE_MATCHING, timeout=600))
+    want = jax_output(SCORE_MATCHING)
     got = run_program(rewrite_imports(SCORE_MATCHING), env={"FNARRAY_DEVICE": str(device)}, timeout=600)
     tight = str(device) == "numpy:0"
-    compare_outputs(_JAX_OUTPUT[0], got, rtol=2e-4 if tight else 2e-3, atol=2e-5 if tight else 2e-4)
+    compare_outputs(want, got, rtol=2e-4 if tight else 2e-3, atol=2e-5 if tight else 2e-4)
 
 
 def test_ravel_pytree_matches_jax(device):
