@@ -412,6 +412,48 @@ def test_pallas_static_ds_outside_the_ref_raises_on_every_backend(device, body, 
     np.testing.assert_array_equal(np.asarray(got), np.concatenate([x[4:], np.full((4, 8), -1, np.float32)]))
 
 
+
+def _before_load(x_ref, o_ref):
+    o_ref[...] = x_ref[_pallas().program_id(0) - 1]
+
+
+def _before_scalar(x_ref, o_ref):
+    o_ref[0] = x_ref[_pallas().program_id(0) - 1, 0] + fnp.zeros(4)
+
+
+def _before_store(x_ref, o_ref):
+    o_ref[...] = fnp.zeros((4,))
+    o_ref[_pallas().program_id(0) - 3] = x_ref[0, 0] + fnp.zeros(4)
+
+
+@pytest.mark.parametrize("body, names", [(_before_load, ["a load of", "ref[-1, 0:4]", "mask="]),
+                                         (_before_scalar, ["a load of", "ref[-1, 0]"]),
+                                         (_before_store, ["a store to", "ref[-3", "mask="])])
+def test_pallas_traced_index_folding_outside_the_ref_raises(device, body, names):
+    """A traced ref index that folds to a constant outside the ref (``program_id(0) - 1`` in a grid of 1) raises
+    ``IndexError`` on every backend, as the interpreter does (webgpu's WGSL compiler refused the kernel as "a bug
+    in fnarray", opencl read undefined memory or wrote before the buffer); JAX's own Pallas wraps it. The same
+    index under ``pl.when(program_id(0) > 0)``, which never runs, is allowed."""
+    pl = _pallas()
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    shape = (4,) if body is _before_load else (2, 4)
+    f = pl.pallas_call(body, out_shape=pl.ShapeDtypeStruct(shape, fnp.float32), grid=(1,))
+    if device.backend != "jax":
+        with pytest.raises(IndexError) as e:
+            np.asarray(fa.jit(f, device=device)(x))
+        _assert_names(str(e.value), "outside the ref", *names)
+
+    def guarded(x_ref, o_ref):
+        o_ref[...] = x_ref[0] * 2
+
+        @pl.when(pl.program_id(0) > 0)
+        def _():
+            o_ref[...] = x_ref[pl.program_id(0) - 1]
+            o_ref[pl.program_id(0) - 1] = x_ref[1, 0]
+    got = fa.jit(pl.pallas_call(guarded, out_shape=pl.ShapeDtypeStruct((4,), fnp.float32), grid=(1,)),
+                 device=device)(x)
+    np.testing.assert_array_equal(np.asarray(got), x[0] * 2)
+
 def pl_ds(start, size):
     return _pallas().ds(start, size)
 
