@@ -454,6 +454,28 @@ def test_pallas_traced_index_folding_outside_the_ref_raises(device, body, names)
                  device=device)(x)
     np.testing.assert_array_equal(np.asarray(got), x[0] * 2)
 
+
+def test_kvcache_built_directly_checks_its_fields(device):
+    """``KVCache(keys, values, offset)`` built directly checks what ``create``/``update`` did (it took mismatched
+    shapes, a rank-3 cache and an offset of -3 or past the capacity without a word); unflattening does not."""
+    k = fa.device_put(fnp.zeros((1, 2, 8, 4)), device)
+    cases = [((k, fa.device_put(fnp.zeros((1, 2, 8, 3)), device), 0), ShapeError, ["(1, 2, 8, 4)", "(1, 2, 8, 3)"]),
+             ((k[0], k[0], 0), ShapeError, ["keys", "(B, K, capacity, H)", "(2, 8, 4)", "KVCache.create"]),
+             ((None, k, 0), ShapeError, ["keys", "NoneType"]),
+             ((k, k, -3), ValueError, ["offset", "0..8", "-3"]),
+             ((k, k, fa.device_put(fnp.array(9, dtype="int32"), device)), ValueError, ["0..8", "got 9"]),
+             ((k, k, 1.5), TypeError, ["offset", "integer scalar", "1.5"]),
+             ((k, k, fnp.array([1])), TypeError, ["offset", "integer scalar"]),
+             ((k, k, True), TypeError, ["offset", "True"])]
+    for args, kind, names in cases:
+        with pytest.raises(kind) as e:
+            fa.nn.KVCache(*args)
+        _assert_names(str(e.value), "KVCache", *names)
+    c = fa.nn.KVCache(k, k, fa.device_put(fnp.array(8, dtype="int32"), device))
+    assert c.capacity == 8 and int(c.offset) == 8
+    c = fa.jit(lambda c, x: c.update(x, x))(fa.nn.KVCache(k, k, 3), fnp.ones((1, 2, 2, 4)))
+    assert int(c.offset) == 5 and fa.tree_util.tree_map(lambda a: None, c).keys is None
+
 def pl_ds(start, size):
     return _pallas().ds(start, size)
 
