@@ -472,7 +472,7 @@ def quantized_matmul(x, w, scales, biases=None, transpose: bool = True, group_si
 
     Args:
       x: ``(..., k)``; promoted with the scales' dtype (an integer ``x`` with float32 scales gives float32); for
-        the floating modes, a float ``x`` keeps its dtype and an integer one becomes float32.
+        the floating modes, a float ``x`` keeps its dtype and an integer or bool one raises (as MLX).
       w: packed uint32 ``(n, k * bits // 32)`` for ``transpose=True``, ``(k, n * bits // 32)`` otherwise.
       scales: ``(n, k // group_size)`` (``(k, n // group_size)`` for ``transpose=False``), floats for
         ``"affine"``, uint8 for the floating modes (``"mxfp4"``, ``"mxfp8"``, ``"nvfp4"``).
@@ -484,7 +484,8 @@ def quantized_matmul(x, w, scales, biases=None, transpose: bool = True, group_si
 
     Raises:
       ShapeError: the last axis of ``x`` does not match the weights, or weights of rank other than 2.
-      DTypeError: non-uint32 ``w``, a result dtype that is not a float, or floating-mode scales that are not uint8.
+      DTypeError: non-uint32 ``w``, a result dtype that is not a float, floating-mode scales that are not uint8,
+        or an integer or bool ``x`` in a floating mode (a ``TypeError``; MLX raises ``ValueError``).
       ValueError: an unsupported format, or biases given (missing) for a floating mode
         (``"affine"``).
       TypeError: differentiating with respect to ``scales`` or ``biases`` (the weights are constants).
@@ -495,8 +496,10 @@ def quantized_matmul(x, w, scales, biases=None, transpose: bool = True, group_si
     if mode in FLOAT_MODES:
         if biases is not None:
             raise ValueError(f"[quantized_matmul] mode={mode!r} has no biases; pass biases=None")
-        dt = x.dtype if dtypes.is_float(x.dtype) else dtypes.float32
-        return quantized_matmul_p.bind(x.astype(dt), fnp.asarray(w), scales, **params)
+        if not dtypes.is_float(x.dtype):
+            raise DTypeError(f"[quantized_matmul] mode={mode!r} takes a floating x (float32, float16, bfloat16, as "
+                             f"mx.quantized_matmul), got {x.dtype.name}; cast it first, x.astype('float32')")
+        return quantized_matmul_p.bind(x, fnp.asarray(w), scales, **params)
     if biases is None:
         raise ValueError("[quantized_matmul] mode='affine' needs the biases that quantize returned")
     biases = fnp.asarray(biases)

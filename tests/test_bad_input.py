@@ -412,6 +412,70 @@ def test_pallas_static_ds_outside_the_ref_raises_on_every_backend(device, body, 
     np.testing.assert_array_equal(np.asarray(got), np.concatenate([x[4:], np.full((4, 8), -1, np.float32)]))
 
 
+
+def _before_load(x_ref, o_ref):
+    o_ref[...] = x_ref[_pallas().program_id(0) - 1]
+
+
+def _before_scalar(x_ref, o_ref):
+    o_ref[0] = x_ref[_pallas().program_id(0) - 1, 0] + fnp.zeros(4)
+
+
+def _before_store(x_ref, o_ref):
+    o_ref[...] = fnp.zeros((4,))
+    o_ref[_pallas().program_id(0) - 3] = x_ref[0, 0] + fnp.zeros(4)
+
+
+@pytest.mark.parametrize("body, names", [(_before_load, ["a load of", "ref[-1, 0:4]", "mask="]),
+                                         (_before_scalar, ["a load of", "ref[-1, 0]"]),
+                                         (_before_store, ["a store to", "ref[-3", "mask="])])
+def test_pallas_traced_index_folding_outside_the_ref_raises(device, body, names):
+    """A traced ref index that folds to a constant outside the ref (``program_id(0) - 1`` in a grid of 1) raises
+    ``IndexError`` on every backend, as the interpreter does (webgpu's WGSL compiler refused the kernel as "a bug
+    in fnarray", opencl read undefined memory or wrote before the buffer); JAX's own Pallas wraps it. The same
+    index under ``pl.when(program_id(0) > 0)``, which never runs, is allowed."""
+    pl = _pallas()
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    shape = (4,) if body is _before_load else (2, 4)
+    f = pl.pallas_call(body, out_shape=pl.ShapeDtypeStruct(shape, fnp.float32), grid=(1,))
+    if device.backend != "jax":
+        with pytest.raises(IndexError) as e:
+            np.asarray(fa.jit(f, device=device)(x))
+        _assert_names(str(e.value), "outside the ref", *names)
+
+    def guarded(x_ref, o_ref):
+        o_ref[...] = x_ref[0] * 2
+
+        @pl.when(pl.program_id(0) > 0)
+        def _():
+            o_ref[...] = x_ref[pl.program_id(0) - 1]
+            o_ref[pl.program_id(0) - 1] = x_ref[1, 0]
+    got = fa.jit(pl.pallas_call(guarded, out_shape=pl.ShapeDtypeStruct((4,), fnp.float32), grid=(1,)),
+                 device=device)(x)
+    np.testing.assert_array_equal(np.asarray(got), x[0] * 2)
+
+
+def test_kvcache_built_directly_checks_its_fields(device):
+    """``KVCache(keys, values, offset)`` built directly checks what ``create``/``update`` did (it took mismatched
+    shapes, a rank-3 cache and an offset of -3 or past the capacity without a word); unflattening does not."""
+    k = fa.device_put(fnp.zeros((1, 2, 8, 4)), device)
+    cases = [((k, fa.device_put(fnp.zeros((1, 2, 8, 3)), device), 0), ShapeError, ["(1, 2, 8, 4)", "(1, 2, 8, 3)"]),
+             ((k[0], k[0], 0), ShapeError, ["keys", "(B, K, capacity, H)", "(2, 8, 4)", "KVCache.create"]),
+             ((None, k, 0), ShapeError, ["keys", "NoneType"]),
+             ((k, k, -3), ValueError, ["offset", "0..8", "-3"]),
+             ((k, k, fa.device_put(fnp.array(9, dtype="int32"), device)), ValueError, ["0..8", "got 9"]),
+             ((k, k, 1.5), TypeError, ["offset", "integer scalar", "1.5"]),
+             ((k, k, fnp.array([1])), TypeError, ["offset", "integer scalar"]),
+             ((k, k, True), TypeError, ["offset", "True"])]
+    for args, kind, names in cases:
+        with pytest.raises(kind) as e:
+            fa.nn.KVCache(*args)
+        _assert_names(str(e.value), "KVCache", *names)
+    c = fa.nn.KVCache(k, k, fa.device_put(fnp.array(8, dtype="int32"), device))
+    assert c.capacity == 8 and int(c.offset) == 8
+    c = fa.jit(lambda c, x: c.update(x, x))(fa.nn.KVCache(k, k, 3), fnp.ones((1, 2, 2, 4)))
+    assert int(c.offset) == 5 and fa.tree_util.tree_map(lambda a: None, c).keys is None
+
 def pl_ds(start, size):
     return _pallas().ds(start, size)
 

@@ -375,6 +375,25 @@ def test_integer_x_promotes_as_mlx():
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("mode", ["mxfp4", "mxfp8", "nvfp4"])
+def test_integer_x_in_a_floating_mode_raises_as_mlx(device, mode):
+    """The floating modes take a floating ``x`` only, as ``mx.quantized_matmul`` ("Only real floating types are
+    supported"); fnarray made an integer or bool ``x`` float32 (on every backend). A float16 ``x`` keeps its
+    dtype."""
+    w_q, scales = fa.quantize(_weights(4, 64, 32), mode=mode)
+    for dt in (np.int32, np.uint8, np.bool_):
+        x = np.ones((2, 64), dt)
+        with pytest.raises(ValueError, match="floating"):
+            mx.quantized_matmul(mx.array(x), mx.array(np.asarray(w_q)), mx.array(np.asarray(scales)), mode=mode)
+        with pytest.raises(TypeError) as e:
+            fa.jit(lambda x: fa.quantized_matmul(x, w_q, scales, mode=mode), device=device)(x)
+        for part in ("quantized_matmul", mode, "floating x", np.dtype(dt).name, "astype"):
+            assert part in str(e.value), (part, str(e.value))
+    x = np.linspace(-1, 1, 128).reshape(2, 64).astype(np.float16)
+    got = fa.jit(lambda x: fa.quantized_matmul(x, w_q, scales, mode=mode), device=device)(x)
+    assert got.dtype == np.float16
+
+
 # ----------------------------------------------------------------------------------------------- fa.nn
 
 

@@ -43,7 +43,9 @@ class KVCache(Module):
     ``cache = cache.update(k, v)`` with the new positions' keys and values ``(B, T, K, H)`` and then
     ``cache.attend(q)`` (``dot_product_attention(q, cache.keys, cache.values, mask="causal",
     key_value_seq_lengths=[cache.offset] * B, kv_heads_first=True)``, the same as ``mask=cache.causal_mask(T)``).
-    Writing past ``capacity`` raises eagerly but is not detected under ``jit`` (``dynamic_update_slice`` clamps
+    Built directly, ``KVCache(keys, values, offset)`` checks its fields: ``ShapeError`` for keys or values that are
+    not rank 4 or differ in shape, ``TypeError`` for an ``offset`` that is not an integer scalar, ``ValueError`` for
+    a concrete ``offset`` outside ``0 .. capacity``. Writing past ``capacity`` raises eagerly but is not detected under ``jit`` (``dynamic_update_slice`` clamps
     its start, as JAX's): size the cache for the whole generation. Source: the KV cache of autoregressive
     transformers (Pope et al., "Efficiently scaling transformer inference", 2022); the fixed-shape
     form of ``jax`` decoding loops; the heads-first layout of mlx-lm's ``KVCache``.
@@ -78,6 +80,30 @@ class KVCache(Module):
             arrays = tuple(fa.device_put(a, device) for a in arrays)
         return cls(*arrays)
 
+    def __check_init__(self):
+        """The fields' checks (see the class); unflattening a pytree does not run them."""
+        from fnarray.core.tracing import Tracer
+        shapes = {}
+        for name in ("keys", "values"):
+            shape = getattr(getattr(self, name), "shape", None)
+            if shape is None or len(shape) != 4:
+                raise ShapeError(f"KVCache: {name} must be an array of shape (B, K, capacity, H) (heads first), got "
+                                 f"{'a ' + type(getattr(self, name)).__name__ if shape is None else tuple(shape)}; "
+                                 f"make an empty cache with KVCache.create(batch, capacity, kv_heads, head_dim)")
+            shapes[name] = tuple(shape)
+        if shapes["keys"] != shapes["values"]:
+            raise ShapeError(f"KVCache: keys {shapes['keys']} and values {shapes['values']} must have the same shape "
+                             f"(B, K, capacity, H)")
+        off = self.offset
+        dtype = getattr(off, "dtype", None)
+        if isinstance(off, (bool, np.bool_)) or np.shape(off) != () or not (
+                isinstance(off, (int, np.integer)) or dtype is not None and np.issubdtype(np.dtype(dtype), np.integer)):
+            raise TypeError(f"KVCache: offset must be an integer scalar (the filled positions), got {off!r}")
+        capacity = shapes["keys"][2]
+        if not isinstance(off, Tracer) and not 0 <= int(off) <= capacity:
+            raise ValueError(f"KVCache: offset must lie in 0..{capacity} (the filled positions of a cache of "
+                             f"capacity {capacity}), got {int(off)}")
+
     @property
     def capacity(self) -> int:
         """The positions the cache holds (its third axis)."""
@@ -110,7 +136,9 @@ class KVCache(Module):
         start = (zero, zero, self.offset, zero)
         new_keys = lax.dynamic_update_slice(self.keys, _heads_first(keys.astype(self.keys.dtype)), start)
         new_values = lax.dynamic_update_slice(self.values, _heads_first(values.astype(self.values.dtype)), start)
-        return KVCache(new_keys, new_values, self.offset + keys.shape[1])
+        # checked above: built as unflattening does, without the constructor's checks (an eager int(offset) each)
+        new = {"keys": new_keys, "values": new_values, "offset": self.offset + keys.shape[1]}
+        return KVCache._fa_from_fields(list(new.items()), [])
 
     def causal_mask(self, length):
         """``(1, 1, length, capacity)`` bool: after an ``update`` of ``length`` positions, query ``t`` keeps the

@@ -553,6 +553,8 @@ class _Renderer:
         # elementwise functions of a value read as vectors are read as vectors too (``_lane_map``;
         # ``render(lane_maps=)``)
         self.lane_maps = False
+        self.name = "kernel"   # the kernel's name, for errors (``_check_constant_index``)
+        self.guarded = 0   # inside a ``pl.when`` or a loop, which may not run (``_check_constant_index``)
 
     def vector_name(self, k):
         """The name of input ``k``'s four-float32 vector binding (``render(vectors=)``), made on first use;
@@ -1531,6 +1533,8 @@ def _load(r, e, vals):
     shape = tuple(e.outputs[0].aval.shape)
     b = r.b
     masked = mask is not None
+    off = not masked and _check_constant_index(r, vals[0], indexer, starts, "a load of",
+                                               ("reads", "pass mask= (and other=) to pl.load"))
 
     # A masked read of a block that lies inside the array (constant starts, no padding) needs neither the
     # clamped address nor the bounds test: on PoCL the clamp turns a vector load into a gather (a masked
@@ -1542,12 +1546,12 @@ def _load(r, e, vals):
         ri = _ref_index(ref, indexer, starts, idx)
         if ref.name in r.shared:
             r.own_row(ri, f"a load of {ref.name}")
-        v = _lane_load(r, ref, ri) if not masked and r.lane_loads and ref.vector is not None else None
+        v = _lane_load(r, ref, ri) if not masked and not off and r.lane_loads and ref.vector is not None else None
         if v is not None:
             return v
         if not ref.wide:   # wide addresses keep the constant parts of the indices (``_wide``)
             ri = [b.let(x, "ri") if not isinstance(x, Const) else x for x in ri]
-        v = b.let(Load(ref.space, ref.name, _bound_address(b, ref.address(ri, masked and not inside)), ref.dtype),
+        v = b.let(Load(ref.space, ref.name, _bound_address(b, ref.address(ri, off or masked and not inside)), ref.dtype),
                   "ld")
         if not masked:
             return v
@@ -1556,7 +1560,7 @@ def _load(r, e, vals):
         return b.let(select(m if inside else op("land", m, ref.inside(ri)), v, fill), "mv")
     reads = frozenset([ref.name]) | (mask.reads if masked else frozenset()) | (
         other.reads if other is not None else frozenset())
-    vector = None if masked else _vector_load(r, ref, indexer, starts, shape)
+    vector = None if masked or off else _vector_load(r, ref, indexer, starts, shape)
     return _Lazy(shape, ref.dtype, at, reads, {ref.name: _block_key(indexer, starts)}, vector=vector)
 
 
@@ -1619,6 +1623,31 @@ def _statically_inside(ref, indexer, starts):
     return True
 
 
+def _check_constant_index(r, ref, indexer, starts, what, fix):
+    """``IndexError`` where an unmasked load or store's index on some axis is a constant (a literal, or arithmetic
+    on ``program_id`` of a grid axis of size 1, folded) that puts the block outside ``ref``: the interpreter
+    raises the same when it runs; a kernel read undefined memory (OpenCL), refused a constant negative index
+    (WGSL), or wrote outside the buffer. Inside a ``pl.when`` or a loop (which may not run, as a
+    ``pl.when(program_id(0) > 0)`` reading block ``program_id(0) - 1`` does not in a grid of 1) it returns
+    ``True`` instead: the caller clamps the address or drops the store, as the interpreter never reads it."""
+    if any(ent[0] == "s" and ent[1] == 0 for ent in indexer):
+        return False
+    consts = [_scalar(s) for s in starts]
+    for d, (ent, x, n) in enumerate(zip(indexer, consts, ref.shape, strict=True)):
+        size = 1 if ent[0] == "i" else ent[1]
+        if isinstance(x, Const) and not 0 <= int(x.value) <= n - size:
+            if r.guarded:
+                return True
+            desc = ", ".join("?" if not isinstance(c, Const) else str(int(c.value)) if e[0] == "i"
+                             else f"{int(c.value)}:{int(c.value) + e[1]}" for e, c in zip(indexer, consts, strict=True))
+            lo = int(x.value)
+            raise IndexError(f"pallas_call {r.name}: {what} ref[{desc}] (shape {ref.shape}) {fix[0]} elements outside "
+                             f"the ref without a mask: its index on axis {d} is {lo if size == 1 else f'{lo}:{lo + size}'}"
+                             f" when the kernel is built, for an axis of size {n} (a traced index does not wrap "
+                             f"as a negative int does); {fix[1]}")
+    return False
+
+
 def _block_key(indexer, starts):
     return (indexer, tuple(_scalar(s) for s in starts))
 
@@ -1630,6 +1659,7 @@ def _store(r, e, vals):
     starts, (mask,) = _split(rest, len(indexer), (p["masked"],))
     shape = tuple(e.inputs[1].aval.shape)
     b = r.b
+    off = mask is None and _check_constant_index(r, ref, indexer, starts, "a store to", ("writes", "pass mask= to pl.store"))
     staged = None
     key = _block_key(indexer, starts)
     if any(ref.name in v.reads and v.aligned.get(ref.name) != key for v in (value, mask) if v is not None):
@@ -1658,11 +1688,11 @@ def _store(r, e, vals):
             v = _at(value, idx)
             m = _at(mask, idx) if mask is not None else None
         cond = None
-        if m is not None or ref.padded or ref.space == "global" and _may_leave(ref, indexer):
+        if m is not None or off or ref.padded or ref.space == "global" and _may_leave(ref, indexer):
             cond = ref.inside(ri)
             if m is not None:
                 cond = op("land", m, cond)
-        addr = ref.address(ri, m is not None)
+        addr = ref.address(ri, m is not None or off)
         if cond is None:
             b.store(ref.name, addr, v, space=ref.space)
         else:
@@ -1700,7 +1730,9 @@ def _loop(r, e, vals):
     r.barrier()
     with b.loop(_scalar(lo), _scalar(hi), hint="it") as i:
         iv = _Lazy((), np.dtype(np.int32), lambda idx, i=i: i)
+        r.guarded += 1
         outs = r.run(body, [iv] + consts + homes)
+        r.guarded -= 1
         _update_carries(r, homes, outs)
     return homes
 
@@ -1752,7 +1784,9 @@ def _when(r, e, vals):
     pred, ops = vals[0], vals[1:]
     nc = e.params["num_consts"]
     with r.b.when(r.b.let(_scalar(pred), "pred")):
+        r.guarded += 1
         r.run(e.params["body"], list(ops))
+        r.guarded -= 1
     r.barrier("global")
     return list(ops[nc:])
 
@@ -1775,6 +1809,8 @@ def _atomic(r, e, vals):
         raise _NotRowwise("atomics are shared between work items")
     shape = tuple(e.outputs[1].aval.shape)
     b = r.b
+    off = mask is None and _check_constant_index(r, ref, indexer, starts, f"pl.atomic_{kind}: an update of",
+                                                 ("writes", "pass mask= to it"))
     keep = e.outputs[1] in r.used
     olds = r.local_array(ref.dtype, math.prod(shape), "old") if keep else None
 
@@ -1782,7 +1818,7 @@ def _atomic(r, e, vals):
         ri = [b.let(x, "ri") if not isinstance(x, Const) else x for x in _ref_index(ref, indexer, starts, idx)]
         m = _at(mask, idx) if mask is not None else None
         cond = None
-        if m is not None or ref.padded:
+        if m is not None or off or ref.padded:
             cond = ref.inside(ri)
             if m is not None:
                 cond = op("land", m, cond)
@@ -2362,6 +2398,7 @@ def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None, tile=_
     ins, outs = buffer_names(b)
     lid = b.let(Special("local_id", 0), "lid")
     r = _Renderer(b, wg, lid, caps)
+    r.name = p["name"]
     # CPU devices (no staged dot operands) walk a k-accumulating product's last grid axis in one work-group
     fused = None if r.stage_dots else _accumulating_dot(p)
     r.rows = rows and fused is None
