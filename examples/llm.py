@@ -143,6 +143,10 @@ class Llama(nn.Module):
 
     def __call__(self, ids, caches=None):
         h = self.embed(ids)
+        if caches is not None:
+            # the caches advance together: every layer reads the first one's offset (mlx-lm's mask from
+            # ``cache[0]``), so the step's key lengths are one value and the backend builds one mask, not one a layer
+            caches = tuple(nn.KVCache(c.keys, c.values, caches[0].offset) for c in caches)
         new = []
         for i, layer in enumerate(self.layers):
             h, c = layer(h, None if caches is None else caches[i])

@@ -1,7 +1,7 @@
 """The MLX graph a jitted program builds on mlx:0: ``mx.fast`` for ``fa.nn.RMSNorm`` (and ``fa.nn.RoPE`` on GPU
 platforms), no reshape nodes for a matrix product without batch dimensions, one clamped start per moving axis of a
-dynamic slice or update, one reshape for a chain of reshapes (``lowering/mlx/fused.py``, ``program.py``,
-``dot.py``, ``structural.py``). MLX evaluates every node of a graph (~2-3 us each on the CPU), so these pin
+dynamic slice or update, one reshape for a chain of reshapes, one key-length mask per distinct lengths value
+(``lowering/mlx/fused.py``, ``program.py``, ``dot.py``, ``structural.py``, ``attention.py``). MLX evaluates every node of a graph (~2-3 us each on the CPU), so these pin
 node counts, counted from ``mx.export_to_dot``; every result is compared with NumPy in float64 or numpy:0.
 """
 
@@ -230,11 +230,51 @@ def test_llm_decode_step_graph(mdev):
             out.append(int(token[0]))
         tokens[dev.backend] = out
         if dev is mdev:
+            text = decode.lower(m, caches, token, key, greedy=True).as_text()
             nodes = _nodes(decode(m, caches, token, key, greedy=True))
     assert tokens["mlx"] == tokens["numpy"]
+    assert len(re.findall(r"= f\d+_length_mask\(", text)) == 1, text    # the layers read one offset: one mask
     assert nodes["Sqrt"] == 0 and nodes["Rsqrt"] == 5      # five norms through mx.fast.rms_norm
     assert nodes["Maximum"] == nodes["Minimum"] == 5       # four cache updates' clamps and the embedding's
     assert nodes["Reshape"] <= 45 and sum(nodes.values()) <= 320, nodes
+
+
+def _attention_ref(q, k, v, lengths, heads_first):
+    """Attention of queries ``(B, T, N, H)`` over the first ``lengths[b]`` keys, in float64 (every key removed: the
+    values' mean, JAX's)."""
+    k, v = (np.swapaxes(a, 1, 2) if heads_first else a for a in (k, v))   # (B, S, K, H)
+    B, T, N, H = q.shape
+    S, K = k.shape[1], k.shape[2]
+    kk, vv = (np.repeat(a.astype(np.float64), N // K, axis=2) for a in (k, v))
+    logits = np.einsum("btnh,bsnh->bnts", q.astype(np.float64), kk) / np.sqrt(H)
+    keep = np.arange(S)[None, None, None, :] < np.asarray(lengths)[:, None, None, None]
+    logits = np.where(keep, logits, -1e30)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    return np.einsum("bnts,bsnh->btnh", p / p.sum(-1, keepdims=True), vv)
+
+
+@pytest.mark.parametrize("heads_first", [True, False])
+def test_attention_calls_on_one_lengths_value_build_one_mask(mdev, heads_first):
+    """Float32 attention masked by key lengths alone (a decode step's) is the mask's equation and the kernel's
+    (``attention.share_length_masks``): calls on the same lengths build one mask, calls on other lengths their
+    own, and each result is NumPy's in float64 (a zero length: the values' mean)."""
+    rng = np.random.default_rng(7)
+    q1, q2 = (rng.standard_normal((2, 1, 4, 8)).astype(np.float32) for _ in range(2))
+    kv_shape = (2, 2, 12, 8) if heads_first else (2, 12, 2, 8)
+    k, v = (rng.standard_normal(kv_shape).astype(np.float32) for _ in range(2))
+    l1, l2 = np.array([5, 12], np.int32), np.array([0, 3], np.int32)
+
+    def f(q1, q2, k, v, l1, l2):
+        def att(q, lengths):
+            return nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths, kv_heads_first=heads_first)
+        return att(q1, l1), att(q2, l1), att(q1, l2)
+    step = fa.jit(f, device=mdev)
+    args = (q1, q2, k, v, l1, l2)
+    text = step.lower(*args).as_text()
+    assert len(re.findall(r"= f\d+_length_mask\(", text)) == 2 and "_dot_product_attention(" not in text, text
+    for got, (q, lengths) in zip(step(*args), [(q1, l1), (q2, l1), (q1, l2)], strict=True):
+        np.testing.assert_allclose(np.asarray(got), _attention_ref(q, k, v, lengths, heads_first), rtol=1e-5,
+                                   atol=1e-5)
 
 
 def _by_rules(prog, args):

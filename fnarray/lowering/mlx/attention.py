@@ -13,18 +13,27 @@ to a logit rounds to it for any logit below ~1e31). For float16/bfloat16 that st
 or square-causal calls take the kernel, the others the composite. float64 runs on numpy
 (``rules._F64_APPROXIMATE``): MLX 0.32's float64 ``exp`` on the CPU has float32 precision (2.6e-7 off), so no float64
 form here is float64-accurate.
+
+``share_length_masks`` (``program.py``, before generating a program's Python) splits a float32 call masked by key
+lengths alone (a decode step's) into the mask's equation and the kernel's, one mask equation per distinct lengths
+value and key count: the layers of a model that read one offset (``examples/llm.py``'s, mlx-lm's mask from
+``cache[0]``) then build one mask a step, not one a layer (~12 us of MLX calls each on the CPU).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from fnarray.core import dtypes
 from fnarray.core.attention import (MASKED_LOGIT, acc_dtype, dot_product_attention_p, key_sizes, lengths_operand,
                                     split_operands)
 from fnarray.lowering.attention_math import attention, keep_mask, query_offsets
-from fnarray.lowering.mlx.common import RULES, mx_dtype
+from fnarray.core.ir import Eqn, Program, Var
+from fnarray.core.shaped import ShapedArray
+from fnarray.lowering.mlx.common import RULES, expression, mx, mx_dtype
+from fnarray.lowering.mlx.fused import Fused
 
-__all__ = ["mlx_attention"]
+__all__ = ["mlx_attention", "share_length_masks"]
 
 
 def _fast_mask(mx, q, k, bias, mask, params, lengths=None):
@@ -83,3 +92,53 @@ def mlx_attention(params, in_avals, out_avals):
 
 
 RULES[dot_product_attention_p] = mlx_attention
+
+
+def _length_mask_rule(params, in_avals, out_avals):
+    """Key lengths ``(B,)`` -> ``(B, 1, 1, S)`` float32: 0 where ``s < lengths[b]``, else ``MASKED_LOGIT``
+    (``_fast_mask``'s mask of a call with key lengths alone)."""
+    return expression("mx.where(mx.arange({S})[None, None, None, :] < {0}[:, None, None, None], {zero}, {masked})", 1,
+                      S=params["S"], zero=mx.array(0.0, dtype=mx.float32),
+                      masked=mx.array(MASKED_LOGIT, dtype=mx.float32))
+
+
+def _masked_attention_rule(params, in_avals, out_avals):
+    """``mx.fast.scaled_dot_product_attention`` of ``(q, k, v, additive mask)`` in the primitive's layouts."""
+    kv = "{1}, {2}" if params["kv_heads_first"] else "{1}.transpose(0, 2, 1, 3), {2}.transpose(0, 2, 1, 3)"
+    return expression("mx.fast.scaled_dot_product_attention({0}.transpose(0, 2, 1, 3), " + kv +
+                      ", scale={scale}, mask={3}).transpose(0, 2, 1, 3)", 4, scale=params["scale"])
+
+
+LENGTH_MASK = Fused("length_mask", _length_mask_rule)
+MASKED_ATTENTION = Fused("masked_attention", _masked_attention_rule)
+
+
+def _masked_by_lengths_alone(e) -> bool:
+    """Whether ``e`` is a float32 attention call whose only mask is its key lengths (a variable)."""
+    p = e.params
+    return (e.primitive is dot_product_attention_p and p.get("has_lengths", False) and not p["has_bias"] and
+            not p["has_mask"] and not p["is_causal"] and p["local_window"] is None and
+            e.inputs[0].aval.dtype == dtypes.float32 and isinstance(e.inputs[-1], Var))
+
+
+def share_length_masks(prog: Program) -> Program:
+    """``prog`` with each float32 attention masked by key lengths alone made two equations, the additive mask
+    (``LENGTH_MASK``, one per distinct lengths variable and key count: equal masks are built once) and the kernel on
+    it (``MASKED_ATTENTION``); ``prog`` itself where there is none. The same MLX calls as ``mlx_attention``'s."""
+    masks: dict = {}   # (lengths variable, key count) -> the mask variable
+    eqns, changed = [], False
+    for e in prog.eqns:
+        if not _masked_by_lengths_alone(e):
+            eqns.append(e)
+            continue
+        q, k, v, lengths = e.inputs
+        heads_first = bool(e.params.get("kv_heads_first", False))
+        S = key_sizes(k.aval.shape, heads_first)[0]
+        m = masks.get((lengths, S))
+        if m is None:
+            m = masks[(lengths, S)] = Var(ShapedArray((q.aval.shape[0], 1, 1, S), dtypes.float32))
+            eqns.append(Eqn(LENGTH_MASK, (lengths,), {"S": S}, (m,)))
+        params = {"scale": e.params["scale"], "kv_heads_first": heads_first}
+        eqns.append(Eqn(MASKED_ATTENTION, (q, k, v, m), params, e.outputs))
+        changed = True
+    return Program(prog.constvars, prog.invars, eqns, prog.outvars) if changed else prog

@@ -15,6 +15,7 @@ from fnarray.lowering.common import code_of
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.core import dtypes
 from fnarray.lowering.mlx.common import RULES, from_numpy, mx
+from fnarray.lowering.mlx.attention import share_length_masks
 from fnarray.lowering.mlx.fused import Fused, fuse_patterns
 from fnarray.lowering.mlx.low_bit import bits_of, typed
 from fnarray.lowering.zero_size import drop_zero_size, has_zero_size, is_fill
@@ -103,7 +104,8 @@ def _inlined(inline, f, args, glb) -> str:
 
 def _simplified(prog: Program, platform: str):
     """``(program, has_empty)``: ``prog`` with reshape chains folded, its zero-size values dropped where it can and
-    then its ``mx.fast`` patterns fused (``fused.fuse_patterns``), dead code eliminated."""
+    then its ``mx.fast`` patterns fused (``fused.fuse_patterns``) and its key-length masks shared
+    (``attention.share_length_masks``), dead code eliminated."""
     prog, _ = dce(fold_reshapes(prog))
     # mx.compile is never given empty (NumPy) buffers: such programs stay eager. (The common program has
     # no zero-size value: one scan, no second dce; eager programs compile per new shape.)
@@ -111,7 +113,7 @@ def _simplified(prog: Program, platform: str):
     if has_empty:
         prog, _ = dce(drop_zero_size(prog))
         has_empty = has_zero_size(prog)
-    fused = fuse_patterns(prog, platform)
+    fused = share_length_masks(fuse_patterns(prog, platform))
     return (prog if fused is prog else dce(fused)[0]), has_empty
 
 
