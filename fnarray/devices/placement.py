@@ -376,10 +376,10 @@ def eager_direct(primitive, args, params):
     avals, bufs = [], []
     for a in args:
         if type(a) is not ArrayImpl:
-            return eager_apply(primitive, args, Params.taking(params) if params else tracing._NO_PARAMS)
+            return eager_apply(primitive, args, _as_params(params))
         b = a._buf
         if b is None or (device is not None and a._device is not device):
-            return eager_apply(primitive, args, Params.taking(params) if params else tracing._NO_PARAMS)
+            return eager_apply(primitive, args, _as_params(params))
         device = a._device
         if a._committed:
             committed = True
@@ -391,21 +391,24 @@ def eager_direct(primitive, args, params):
     if hit is not None and array_impl.recording is None and debug_check is None:
         one = hit.one
         if one is None:
-            one = hit.one = _one(hit, primitive, Params.taking(params) if params else tracing._NO_PARAMS, avals,
-                                 device)
+            one = hit.one = _one(hit, primitive, _as_params(params), avals, device)
         if one is not False:
             hit.used = True
             try:
                 out = one(*bufs)
             except Exception:  # the general path raises its own error, translated (or succeeds: an OOM race)
-                return eager_apply(primitive, args, Params.taking(params) if params else tracing._NO_PARAMS)
+                return eager_apply(primitive, args, _as_params(params))
             r = ArrayImpl()  # ArrayImpl.make inline
             r.aval, r._device, r._buf, r._committed, r._host = hit.out_avals[0], device, out, committed, None
             return r
-    p = Params.taking(params) if params else tracing._NO_PARAMS
     if device is None:
-        return eager_apply(primitive, args, p)
-    return _eager_run(primitive, args, p, avals, bufs, device, committed)
+        return eager_apply(primitive, args, _as_params(params))
+    return _eager_run(primitive, args, _as_params(params), avals, bufs, device, committed)
+
+
+def _as_params(params):
+    """``bind``'s keyword dict as the ``Params`` the general path takes."""
+    return Params.taking(params) if params else tracing._NO_PARAMS
 
 
 def _one(entry, primitive, params, avals, device):
