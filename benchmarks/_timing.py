@@ -41,3 +41,12 @@ def best_of(fns, number, warm=1):
             wall[k] = min(wall[k], time.perf_counter() - t)
             cpu[k] = min(cpu[k], time.process_time() - c)
     return wall, cpu
+
+
+def per_call_ms(runs, rounds, calls, totals, count):
+    """CPU milliseconds per call of each of ``runs`` (each a callable making ``calls`` calls; ``best_of`` over
+    ``rounds``), and ``totals`` (one number per run) with ``count`` times each added: the products of a program's
+    step, ``count`` of them of this shape (``webgpu_products.py``, ``webgpu_stores.py``)."""
+    _, cpu = best_of(runs, rounds, warm=1)
+    ms = [c / calls * 1e3 for c in cpu]
+    return ms, [t + count * v for t, v in zip(totals, ms, strict=True)]

@@ -99,9 +99,7 @@ def main(argv=None):
         for shape in SHAPES[work]:
             args, f = operands(dev, shape, rng)
             built = [lowered(dev, f, args, on, a.calls) for _, on in VARIANTS]
-            _, cpu = _timing.best_of([run for _, run in built], a.rounds, warm=1)
-            ms = [c / a.calls * 1e3 for c in cpu]
-            total = [t + shape[0] * v for t, v in zip(total, ms, strict=True)]
+            ms, total = _timing.per_call_ms([run for _, run in built], a.rounds, a.calls, total, shape[0])
             count, b, m, n, k, lhs, rhs = shape
             first = f" | {built[0][0]:6.2f} {built[1][0]:6.2f}" if a.cold else ""
             print(f"{count:>2} {f'{b}x{m}x{n}x{k}':>20} {lhs + ',' + rhs:>8} | {ms[0]:7.3f} {ms[1]:8.3f} | "

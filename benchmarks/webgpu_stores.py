@@ -109,9 +109,7 @@ def main(argv=None):
         for shape in SHAPES[work]:
             args = operands(dev, shape, rng)
             runs = [lowered(dev, shape, args, wide, a.calls) for _, wide in VARIANTS]
-            _, cpu = _timing.best_of(runs, a.rounds, warm=1)
-            ms = [c / a.calls * 1e3 for c in cpu]
-            total = [t + shape[0] * v for t, v in zip(total, ms, strict=True)]
+            ms, total = _timing.per_call_ms(runs, a.rounds, a.calls, total, shape[0])
             count, m, n, k, lhs, tail = shape
             print(f"{count:>2} {f'{m}x{n}x{k}':>16} {lhs:>4} {tail:>9} | {ms[0]:7.3f} {ms[1]:7.3f} | "
                   f"{ms[1] / ms[0]:5.2f}")
