@@ -10,7 +10,7 @@ from fnarray.core.ir import Eqn, Literal, Program, Var
 from fnarray.core.primitives import EFFECTS
 from fnarray.core.subprograms import map_subprograms, subprograms
 
-__all__ = ["cse", "dce", "has_effect", "program_from_eqn", "subprograms", "walk_eqns"]
+__all__ = ["cse", "dce", "has_effect", "program_from_eqn", "read_counts", "subprograms", "walk_eqns"]
 
 _effectful: "weakref.WeakKeyDictionary[Program, bool]" = weakref.WeakKeyDictionary()
 
@@ -60,6 +60,16 @@ def program_from_eqn(primitive, params, in_avals, out_avals) -> Program:
     ins = [Var(a) for a in in_avals]
     outs = [Var(a) for a in out_avals]
     return Program([], ins, [Eqn(primitive, tuple(ins), params, tuple(outs))], outs)
+
+
+def read_counts(prog: Program) -> dict:
+    """``{variable: how many equation inputs of prog read it}`` (its top-level equations; outputs not counted)."""
+    counts: dict = {}
+    for e in prog.eqns:
+        for a in e.inputs:
+            if isinstance(a, Var):
+                counts[a] = counts.get(a, 0) + 1
+    return counts
 
 
 def walk_eqns(prog: Program):

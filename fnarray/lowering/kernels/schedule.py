@@ -45,7 +45,7 @@ import pkgutil
 
 from fnarray.core import primitives as P
 from fnarray.core.ir import Eqn, Literal, Program, Var
-from fnarray.core.passes import dce
+from fnarray.core.passes import dce, read_counts
 from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels import groups as groups_package
 from fnarray.lowering.kernels.emitter import INJECTIVE, Emitter, shaped_index
@@ -115,11 +115,7 @@ def _fold_dot_transposes(prog: Program) -> Program:
     """``transpose(dot_general(x, y))`` that swaps the two operands' free dimensions becomes
     ``dot_general(y, x)`` (reverse-mode weight gradients are of this form), so no transposing kernel
     runs; only where the transpose is the product's sole use."""
-    uses: dict = {}
-    for e in prog.eqns:
-        for a in e.inputs:
-            if isinstance(a, Var):
-                uses[a] = uses.get(a, 0) + 1
+    uses = read_counts(prog)
     outs = {a for a in prog.outvars if isinstance(a, Var)}
     producer = {o: e for e in prog.eqns for o in e.outputs}
     replace: dict = {}

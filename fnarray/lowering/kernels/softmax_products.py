@@ -29,7 +29,7 @@ import numpy as np
 from fnarray.core import primitives as P
 from fnarray.core.attention import dot_product_attention_p
 from fnarray.core.ir import Eqn, Literal, Program, Params, Var
-from fnarray.core.passes import dce
+from fnarray.core.passes import dce, read_counts
 from fnarray.lowering.kernels.groups.attention import UNROLL_HEAD
 
 __all__ = ["fold_softmax_products", "ROW_WALK"]
@@ -44,11 +44,7 @@ _ROWS = ((1,), (0,))   # contracting dimensions of a (T, S) @ (S, H) product, no
 def fold_softmax_products(prog: Program) -> Program:
     """``prog`` with every matched chain (module docstring) replaced by one ``dot_product_attention`` equation over
     2-D rows; ``prog`` itself when nothing matches."""
-    uses: dict = {}
-    for e in prog.eqns:
-        for a in e.inputs:
-            if isinstance(a, Var):
-                uses[a] = uses.get(a, 0) + 1
+    uses = read_counts(prog)
     for a in prog.outvars:
         if isinstance(a, Var):
             uses[a] = uses.get(a, 0) + 2   # an output is never a chain's private value

@@ -20,6 +20,7 @@ import numpy as np
 
 from fnarray.core import primitives as P
 from fnarray.core.ir import Var
+from fnarray.core.passes import read_counts
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.groups.base import (SCATTERS, MapGroup, Tracker, analyse_val, index_vars, kernel_name,
                                                   make_launch)
@@ -43,11 +44,7 @@ def in_place_updates(prog, donate) -> dict:
         return {}
     inputs = list(prog.constvars) + list(prog.invars)
     donated = {inputs[i]: o for i, o in donate.items() if 0 <= i < len(inputs)}
-    uses: dict = {}
-    for e in prog.eqns:
-        for a in e.inputs:
-            if isinstance(a, Var):
-                uses[a] = uses.get(a, 0) + 1
+    uses = read_counts(prog)
     outs = list(prog.outvars)
     found = {}
     for e in prog.eqns:
