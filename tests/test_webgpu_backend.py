@@ -464,6 +464,35 @@ def test_vector_stores_are_dropped_where_their_bindings_do_not_fit(wdev, monkeyp
         np.testing.assert_array_equal(_bits(a), _bits(b))
 
 
+@pytest.mark.parametrize("k,bias", [(32, False), (48, False), (32, True)])
+def test_short_products_leave_streamed_updates_to_a_map_kernel(wdev, monkeypatch, k, bias):
+    """On a CPU adapter (``dot_streamed``: a contraction of 32 or less, an output of 2**16 elements or more), a
+    momentum update reading its moment and parameter element by element runs as a map kernel after the product,
+    not in its epilogue; a longer contraction keeps it, and so does an epilogue reading only a bias; the values
+    agree with NumPy in float64 either way."""
+    shapes = ((k, 256), (k, 256), (256, 256), (256, 256))
+    args = [_f32(*s, seed=i) for i, s in enumerate(shapes)]
+    dargs = _on(wdev, *args)
+    if bias:
+        f = lambda x, d, c, _: fnp.maximum(x.T @ d + c[0], 0)   # noqa: E731 (a row of c: one read per column)
+    else:
+        f = _momentum
+    kernels = fa.jit(f).lower(*dargs).kernels()
+    (product,) = [kk for kk in kernels if kk.kind == "dot"]
+    declined = wdev.platform == "cpu" and k <= wb.CPU_DOT_STREAMED[0] and not bias
+    assert (product.name == "dot_subgroup_dot_general") == declined, [kk.name for kk in kernels]
+    assert len(kernels) == 1 + declined
+    got = fa.tree.leaves(fa.jit(f)(*dargs))
+    want = fa.tree.leaves(f(*[a.astype(np.float64) for a in args]))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g).astype(np.float64), w, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(wb, "CPU_DOT_STREAMED", (0, 0))   # the option off: one kernel, the same values
+    g = fa.jit(lambda *a: f(*a))
+    assert len(g.lower(*dargs).kernels()) == 1
+    for a, b in zip(got, fa.tree.leaves(g(*dargs)), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-6)
+
+
 def test_a_device_refusing_subgroups_is_opened_without_them():
     from fnarray.lowering.webgpu.backend import _GPU
     asked = []

@@ -586,7 +586,7 @@ def _can_join(ctx, g, reads, own, v):
             return False
         if r.aval.size != v.aval.size or any(k != own and not (k == "zero" and v.aval.size == 1) for k in keys):
             return False
-    return True
+    return g.takes_root(reads, own)
 
 
 def tune_kernels(ctx, launches) -> list:

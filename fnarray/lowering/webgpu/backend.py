@@ -140,6 +140,11 @@ CPU_DOT_BLOCK = (8, 4)
 #: Rows per work item of a Pallas kernel with a ``dot`` in row mode on a CPU adapter (``groups/pallas.py``,
 #: ``render(row_tile=)``: lavapipe's flash attention 0.63-0.68x the time of one row; eleventh session)
 CPU_PALLAS_ROW_TILE = 2
+#: ``(k, size)``: on a CPU adapter, a product of a contraction of ``k`` or less and an output of ``size`` elements or
+#: more declines epilogues that read other arrays element by element (``groups/dot.py``, ``DotGroup.takes_root``;
+#: native, not browser bundles): the VAE step's K = 32 weight gradients then store, and a map kernel applies the
+#: momentum update (the step 0.85-0.88x the CPU time, interleaved, load 11-14).
+CPU_DOT_STREAMED = (32, 1 << 16)
 #: Output positions (of the last spatial dimension) per work item of the direct convolution on a CPU adapter
 #: (``groups/conv.py``: one weight load serves that many multiply-adds).
 CPU_CONV_POSITIONS = 4
@@ -798,6 +803,10 @@ class WebGPULowered(KernelLowered):
                 # groups/dot.py: the blocked and subgroup products store four adjacent float32 columns as one
                 # vec4 (lavapipe stores each lane's element in a loop); the epilogue's values are unchanged
                 opts["dot_store4"] = True
+                # groups/dot.py: a large product of a contraction of 32 or less takes no epilogue that reads
+                # another array element by element (lavapipe's loads and stores after the accumulators cost ~2x a map
+                # kernel's): the VAE step's weight gradients store, a map kernel applies the momentum update
+                opts["dot_streamed"] = CPU_DOT_STREAMED
                 lanes = _subgroup_lanes(self.backend.gpu, caps)
                 if lanes:
                     # groups/dot.py: a subgroup shares the product's lhs rows (broadcast), each work item

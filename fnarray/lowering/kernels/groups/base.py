@@ -235,6 +235,12 @@ class Group(abc.ABC):
             names.append(name)
         return names
 
+    def takes_root(self, reads, own) -> bool:   # noqa: ARG002 (a hook: DotGroup declines some epilogues)
+        """Whether a root with buffer reads ``reads`` (``root_reads``) computed at element ``own`` of this group
+        may join it, once the scheduler found that it can (``schedule._can_join``): yes, but where a group's
+        form makes some roots cost more inside it than in a map kernel of their own."""
+        return True
+
     def add_guest(self, v, reads):
         """``v`` (smaller than the group's shape) is computed by the first ``v.size`` work items."""
         self.guests.append(v)

@@ -254,6 +254,21 @@ class DotGroup(Group):
         self.K = math.prod(ls[i] for i in lc)
         self.N = math.prod(rs[i] for i in self.rf)
 
+    def takes_root(self, reads, own) -> bool:
+        """Whether a root (its buffer ``reads``, computed at element ``own``) joins the product's epilogue: not where
+        the scheduler option ``dot_streamed`` ``(k, size)`` (native webgpu on a CPU adapter) has the contraction
+        ``K <= k``, the output ``size`` elements or more, and the root reads another array of the output's size
+        element by element (an optimizer update's moment and parameter). lavapipe pays ~2x per element for those
+        accesses in a product's epilogue, after the work item's accumulators, what a map kernel pays; with a
+        short contraction that is most of the product's time (the VAE step's K = 32 weight gradients with their
+        momentum update). The product then stores its result and a map kernel updates; smaller outputs keep
+        their epilogue (the map kernel's launch would cost more)."""
+        k, least = self.ctx.opts.get("dot_streamed", (0, 0))
+        size = math.prod(self.shape)
+        if self.K > k or size < least:
+            return True
+        return not any(r not in self.products and r.aval.size == size and own in keys for r, keys in reads.items())
+
     def plan(self, operand, groups):
         """``(base var, offset, strides per group)`` reading ``operand`` in place, or ``None``."""
         view = operand_view(self.ctx, operand)
