@@ -509,6 +509,33 @@ def test_tapes_are_recorded_from_the_general_path(tapes, device, monkeypatch):
     assert [t[0].__name__ for t in traced] == []
 
 
+def test_a_record_of_warm_primitives_steps_on_their_entries(tapes, device, monkeypatch):
+    """A record whose primitives the eager cache already holds (another key ran them: here the same shapes under
+    another function) takes each step from ``bind``'s direct path (``Recorder.record_one``): the
+    tape's calls are the eager-cache entries' own implementations, nothing is looked up again when the tape is
+    made (``eager_tape._cached_entry`` is not called), and every result is the general path's and NumPy's."""
+    _keyed_device(device)
+    from fnarray.devices import placement
+    from fnarray.transforms import eager_tape
+    looked_up = []
+    cached_entry = eager_tape._cached_entry
+    monkeypatch.setattr(eager_tape, "_cached_entry", lambda *a: looked_up.append(a) or cached_entry(*a))
+    from fnarray.core import lax
+    a2, v2 = A[:3, :5] * 3, A[1:, 1:] + 2  # shapes of no other test here (keys of their own)
+    a, v = fa.device_put(a2, device), fa.device_put(v2, device)
+    # lax's functions are no keys of their own (a nested key's tape would taint the record: its values come
+    # from no recorded step)
+    warm = eager_jit._wrap(lambda a, v: lax.exp(lax.sub(a, v)), "tests")  # the primitives' first calls
+    warm(a, v)
+    f = eager_jit._wrap(lambda a, v: lax.exp(lax.sub(a, v)), "tests")  # its own key, warm primitives
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(_against_general(f, a, v)), np.exp(a2 - v2), rtol=1e-6)
+    assert looked_up == []
+    tape = next(p.tape for key, p in eager_jit._programs._d.items() if key[0] is f.__wrapped__)
+    ones = {getattr(e, "one", None) for e in placement._eager_d.values()} - {None, False}
+    assert len(tape.steps) == 2 and all(call in ones for call, _ins, _single in tape.steps)
+
+
 def _branchy(x):
     """A function whose Python reads a value of its argument: ``2x`` where ``sum(x) > 0``, else ``3x``."""
     from fnarray.core import lax
