@@ -11,11 +11,12 @@ shared with the general path, compiled there on a miss), and then replayed per c
 executables, in the program's order).
 
 A tape is first made by *recording* the call that needs it (``record``, ``Recorder``): the call runs the general
-path as it would, and ``placement._eager_run`` hands each primitive's executable to the recorder, which notes
-where its inputs came from. That costs ~1.5-2x one general call where a trace costs ~3x (issue 28: the third run
-of the decode loop on mlx:0 30-36 -> 15-19 ms, the second on numpy:0 32-34 -> 19-20 ms). A record is refused
-(the next call traces, as below) where the function read a value on the host while recording (its Python may
-branch on it, where a trace would have failed), used a value that no recorded executable made (an operator's
+path as it would, and ``placement._eager_run`` hands each primitive's executable to the recorder (a primitive
+the eager cache holds comes from ``bind``'s direct path with its implementation, ``Recorder.record_one``), which
+notes where its inputs came from. That costs ~1.5x one general call where a trace costs ~3x (issue 28: a record
+of the decode loop's keys on mlx:0 14-16 -> 10.2-10.4 ms, fourteenth session; their general path ~6.5). A record
+is refused (the next call traces, as below) where the function read a value on the host while recording (its
+Python may branch on it, where a trace would have failed), used a value that no recorded executable made (an operator's
 fast entry, a nested key's tape or program, a jitted call, an array made from the host inside the function), ran
 on another device or a host callback, or got one array in two places (a record cannot tell them apart).
 
