@@ -23,6 +23,7 @@ RNG = np.random.default_rng(0)
 A = RNG.standard_normal((4, 6)).astype(np.float32)
 B = RNG.standard_normal((6, 3)).astype(np.float32)
 V = RNG.standard_normal(6).astype(np.float32)
+DEFAULT_TAPE_CALLS = dict(eager_jit._TAPE_CALLS)  # the schedule itself (the fixture below turns tapes off)
 
 # name -> (fnarray call, NumPy float64 reference of the same)
 CASES = {
@@ -318,8 +319,8 @@ def test_eager_compiles_each_shape_once_on_jax(monkeypatch):
 
 def test_eager_compiles_each_shape_at_most_once_on_mlx(monkeypatch):
     """mlx:0 (``eager_programs="repeated_call"``): the general path compiles nothing (MLX's operations are lazy
-    graph nodes), so a loop whose shapes grow makes no program for a key's first call; a later one (here its
-    second) makes the key's tape (traced once, run on the eager executables: nothing is lowered again), its
+    graph nodes), so a loop whose shapes grow makes no program for a key's first call, which is recorded as the
+    key's tape (run from its second call on the eager executables: nothing is lowered again), its
     ``TAPED_PROGRAM_CALL``-th its program, once, never through ``mx.compile`` (however often it is called), and
     nothing after."""
     dev = require_backend("mlx")[0]
@@ -336,9 +337,10 @@ def test_eager_compiles_each_shape_at_most_once_on_mlx(monkeypatch):
     made, tapes = eager_jit.cache_info()["made"], eager_jit.cache_info()["tapes"]
     runs = [_decode(_attend, dev)]                     # the first call of each new key (the first key: its 2nd)
     general = len(lowered)                             # primitives of new shapes (the general path's)
+    taped = eager_jit.cache_info()["tapes"] - tapes    # recorded at the first call (``_RECORD_FIRST``): the
+    assert taped == 8 * 4, eager_jit.cache_info()      # 4 new steps' keys but exp's (eager_ops' entries serve it)
     runs += [_decode(_attend, dev) for _ in range(2)]  # calls 2-3 of each key: its tape, made once
-    taped = eager_jit.cache_info()["tapes"] - tapes
-    assert 9 * 4 <= taped <= 9 * 5, eager_jit.cache_info()
+    assert eager_jit.cache_info()["tapes"] - tapes == taped, eager_jit.cache_info()
     assert eager_jit.cache_info()["made"] - made <= 9, eager_jit.cache_info()  # the first step's keys only
     assert len(lowered) - general == eager_jit.cache_info()["made"] - made, lowered  # tapes lower nothing
     runs.append(_decode(_attend, dev))                 # the 4th call of every key: its program, once
@@ -507,6 +509,81 @@ def test_tapes_are_recorded_from_the_general_path(tapes, device, monkeypatch):
         _against_general(fnp.mean, a, 1, None, None, True)
     assert eager_jit.cache_info()["tapes"] - tapes_before == 5
     assert [t[0].__name__ for t in traced] == []
+
+
+def test_a_record_of_warm_primitives_steps_on_their_entries(tapes, device, monkeypatch):
+    """A record whose primitives the eager cache already holds (another key ran them: here the same shapes under
+    another function) takes each step from ``bind``'s direct path (``Recorder.record_one``): the
+    tape's calls are the eager-cache entries' own implementations, nothing is looked up again when the tape is
+    made (``eager_tape._cached_entry`` is not called), and every result is the general path's and NumPy's."""
+    _keyed_device(device)
+    from fnarray.devices import placement
+    from fnarray.transforms import eager_tape
+    looked_up = []
+    cached_entry = eager_tape._cached_entry
+    monkeypatch.setattr(eager_tape, "_cached_entry", lambda *a: looked_up.append(a) or cached_entry(*a))
+    from fnarray.core import lax
+    a2, v2 = A[:3, :5] * 3, A[1:, 1:] + 2  # shapes of no other test here (keys of their own)
+    a, v = fa.device_put(a2, device), fa.device_put(v2, device)
+    # lax's functions are no keys of their own (a nested key's tape would taint the record: its values come
+    # from no recorded step)
+    warm = eager_jit._wrap(lambda a, v: lax.exp(lax.sub(a, v)), "tests")  # the primitives' first calls
+    warm(a, v)
+    f = eager_jit._wrap(lambda a, v: lax.exp(lax.sub(a, v)), "tests")  # its own key, warm primitives
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(_against_general(f, a, v)), np.exp(a2 - v2), rtol=1e-6)
+    assert looked_up == []
+    tape = next(p.tape for key, p in eager_jit._programs._d.items() if key[0] is f.__wrapped__)
+    ones = {getattr(e, "one", None) for e in placement._eager_d.values()} - {None, False}
+    assert len(tape.steps) == 2 and all(call in ones for call, _ins, _single in tape.steps)
+
+
+def test_mlx_records_a_keys_first_call(monkeypatch):
+    """mlx:0's schedule (``_RECORD_FIRST``): a key's first call is its general path, recorded, and its tape waits
+    in the key's ``_seen`` entry (the programs' cache holds no entry for a key called once); from the second call
+    the tape runs (a handful of Python calls, nothing traced); every result equals the general path's and NumPy's
+    (the decode step of ``benchmarks/programs.py``, whose keys are new at every step)."""
+    dev = require_backend("mlx")[0]
+    monkeypatch.setattr(eager_jit, "_TAPE_CALLS", DEFAULT_TAPE_CALLS)
+    monkeypatch.setattr(eager_jit, "REPEATED_CALL", 10**6)
+    monkeypatch.setattr(eager_jit, "TAPED_PROGRAM_CALL", 10**6)
+    monkeypatch.setattr(eager_jit, "TAPE_BUDGET_S", float("inf"))
+    traced = _counting_traces(monkeypatch)
+    rng = np.random.default_rng(5)
+    q = fa.device_put(rng.standard_normal((3, 7)).astype(np.float32), dev)  # (3 queries: keys of this test's)
+    row = fa.device_put(rng.standard_normal((1, 7)).astype(np.float32), dev)
+
+    def step(cache, q, row):
+        cache = fnp.concatenate([cache, row], axis=0)
+        s = fnp.matmul(q, fnp.transpose(cache))
+        e = fnp.exp(fnp.subtract(s, fnp.max(s, axis=-1, keepdims=True)))
+        return cache, fnp.matmul(fnp.divide(e, fnp.sum(e, axis=-1, keepdims=True)), cache)
+
+    def run():
+        cache, outs = fa.device_put(np.zeros((1, 7), np.float32), dev), []
+        for _ in range(5):  # (at 6 rows its two products would share a key)
+            cache, out = step(cache, q, row)
+            outs.append(np.asarray(out))
+        return outs
+    tapes, programs = eager_jit.cache_info()["tapes"], len(eager_jit._programs)
+    first = run()
+    made = eager_jit.cache_info()["tapes"] - tapes
+    # one tape per key of concatenate, transpose, the two products, max, sum and the broadcasting subtract and
+    # divide (exp takes eager_ops' entry from its second call: no record), all waiting in _seen
+    assert made == 5 * 8 and len(eager_jit._programs) == programs
+    second, third = run(), run()
+    assert eager_jit.cache_info()["tapes"] - tapes == made and traced == []
+    assert len(eager_jit._programs) == programs + made
+    for k, (a, b, c) in enumerate(zip(first, second, third, strict=True)):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+        m = np.concatenate([np.zeros((1, 7)), np.repeat(np.asarray(row, np.float64), k + 1, 0)])
+        s = np.asarray(q, np.float64) @ m.T
+        e = np.exp(s - s.max(-1, keepdims=True))
+        np.testing.assert_allclose(a, e / e.sum(-1, keepdims=True) @ m, rtol=2e-6, atol=1e-6)
+    cache = fa.device_put(np.zeros((1, 7), np.float32), dev)
+    calls = python_calls(lambda: fnp.concatenate([cache, row], axis=0))
+    assert len(calls) <= 12, calls
 
 
 def _branchy(x):

@@ -452,7 +452,14 @@ def _operator(fn, reflected):
     return general
 
 
+#: The namespace functions (as they were before ``install_namespace`` replaced them) whose calls take this
+#: module's entries first: a call of one reaches the function itself on a miss only, after which an entry
+#: serves the same operands (``fnarray.transforms.eager_jit`` records no tape at the first call of such a key).
+FAST_FIRST: set = set()
+
+
 def _replace(ns, old, new):
+    FAST_FIRST.add(old)
     functools.update_wrapper(new, old)
     for attr, value in list(vars(ns).items()):
         if value is old:  # the name and its aliases (``absolute``, ``arcsin``...)

@@ -233,6 +233,13 @@ def eager_key(primitive, params, avals, device) -> tuple:
 def _eager_executable(primitive, params, avals, device, compile=True):
     """``(executable, out_avals)`` of one primitive on ``device`` from the eager cache, compiled on a miss (or,
     with ``compile=False``, ``None`` on a miss)."""
+    hit = _eager_entry(primitive, params, avals, device, compile)
+    return None if hit is None else (hit.exe, hit.out_avals)
+
+
+def _eager_entry(primitive, params, avals, device, compile=True):
+    """The eager cache's ``_EagerEntry`` of one primitive on ``device``, compiled on a miss (or, with
+    ``compile=False``, ``None`` on a miss)."""
     d = params._d
     key = (primitive, frozenset(d.items()) if d else _NO_ITEMS, avals, id(device), config._fallback)  # eager_key
     hit = _eager_d.get(key)
@@ -247,7 +254,7 @@ def _eager_executable(primitive, params, avals, device, compile=True):
                                                 out_avals))
     else:
         hit.used = True
-    return hit.exe, hit.out_avals
+    return hit
 
 
 _SCALAR_AVALS: dict = {}  # a few entries: one per Python scalar type and NumPy scalar dtype
@@ -301,13 +308,12 @@ _PY_SCALARS = frozenset({bool, int, float, complex})
 
 
 def _eager_run(primitive, args, params, avals, bufs, device, committed):
-    exe, out_avals = _eager_executable(primitive, params, avals, device)
+    hit = _eager_entry(primitive, params, avals, device)
     rec = array_impl.recording
     if rec is not None and rec.thread == get_ident():  # a general eager call being recorded (eager_tape.record)
-        return rec.record(primitive, args, params, avals, bufs, device, committed, exe, out_avals,
-                          _eager_done)
-    outs = exe(bufs)
-    return _eager_done(primitive, args, out_avals, outs, device, committed)
+        return rec.record(primitive, args, params, avals, bufs, device, committed, hit, _eager_done)
+    outs = hit.exe(bufs)
+    return _eager_done(primitive, args, hit.out_avals, outs, device, committed)
 
 
 def _eager_done(primitive, args, out_avals, outs, device, committed):
@@ -368,9 +374,11 @@ def eager_direct(primitive, args, params):
     Where every argument is an ``ArrayImpl`` on one device and the eager cache holds the primitive at their avals,
     the backend's one-output implementation itself runs (``_one``: the NumPy function on numpy:0, the MLX rule on
     mlx:0) and its buffer is wrapped: one Python frame between ``bind`` and the backend's operation, against
-    ``eager_apply``'s four (issue 28: ~1 us of ~3 us an eager primitive on mlx:0). Everything else (scalars,
-    several devices, deleted arrays, a first call, multiple results, a recording or ``debug_nans``) is
-    ``eager_apply``'s, and so is any error of the direct call (the general path raises its own, translated)."""
+    ``eager_apply``'s four (issue 28: ~1 us of ~3 us an eager primitive on mlx:0). A hit while this thread
+    records (``eager_tape.record``) is recorded with that implementation as its step (``Recorder.record_one``:
+    nothing looked up again when the tape is made). Everything else (scalars, several devices, deleted arrays, a
+    first call, multiple results, another thread's recording, a step the recorder declines, or ``debug_nans``)
+    is ``eager_apply``'s, and so is any error of the direct call (the general path raises its own, translated)."""
     device = None
     committed = False
     avals, bufs = [], []
@@ -388,12 +396,22 @@ def eager_direct(primitive, args, params):
     avals = tuple(avals)
     key = (primitive, frozenset(params.items()) if params else _NO_ITEMS, avals, id(device), config._fallback)
     hit = _eager_d.get(key)  # eager_key, inline
-    if hit is not None and array_impl.recording is None and debug_check is None:
+    if hit is not None and debug_check is None:
         one = hit.one
         if one is None:
             one = hit.one = _one(hit, primitive, _as_params(params), avals, device)
         if one is not False:
             hit.used = True
+            rec = array_impl.recording
+            if rec is not None:  # a general eager call being recorded (eager_tape.record): its step, resolved
+                if rec.thread == get_ident():
+                    try:
+                        r = rec.record_one(hit, one, primitive, params, args, bufs, device, committed)
+                    except Exception:  # the general path raises its own error, translated (or succeeds)
+                        return eager_apply(primitive, args, _as_params(params))
+                    if r is not None:
+                        return r
+                return _eager_run(primitive, args, _as_params(params), avals, bufs, device, committed)
             try:
                 out = one(*bufs)
             except Exception:  # the general path raises its own error, translated (or succeeds: an OOM race)

@@ -14,10 +14,10 @@ the first call compiles the whole function, so each new shape costs one compile,
 one more for the whole function on the second call; a key holding a float or complex constant waits for its
 second call (a loop over new step sizes would otherwise compile each). ``"second_call"`` (numpy) and
 ``"repeated_call"`` (mlx): the first call of a key takes the general path, so a loop over ever new static values
-(``x[i]`` for each ``i``) traces and compiles nothing; from the second call (numpy; mlx: the third, whose
-general path costs less, ``_TAPE_CALLS``) the key's *tape* serves it
-(``fnarray.transforms.eager_tape``: that call's general path recorded, ~1.5-2x a general call, or where the
-record is refused the function traced once at the key's avals at the next call, ~30-80 us; replayed on the
+(``x[i]`` for each ``i``) traces and compiles nothing; from the second call (``_TAPE_CALLS``) the key's *tape*
+serves it (``fnarray.transforms.eager_tape``: numpy's second call's general path recorded, ~1.5x a general call;
+mlx's *first* call's, ``_RECORD_FIRST``, kept until the second; or where the record is refused the function
+traced once at the key's avals at the next call, ~30-80 us; replayed on the
 eager cache's own one-primitive executables, ~3-5 us a call against the general path's 10-80 us), and its
 program comes once the tape has run ``TAPED_PROGRAM_CALL`` times or ``TAPE_BUDGET_S`` seconds (a program costs
 0.35-1.5 ms to trace and lower and saves ~1 us a call against a tape, more where it fuses large arrays). A key
@@ -63,6 +63,7 @@ from fnarray.core.prng import KeyArray
 from fnarray.devices import placement
 from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.backend import compiling
+from fnarray.devices import eager_ops
 from fnarray.devices.eager_ops import _fast_now
 from fnarray.transforms import eager_tape
 from fnarray.transforms.jit import Jitted
@@ -278,12 +279,21 @@ _GENERAL_CALLS = {"second_call": 1, "first_call": 0, "repeated_call": None}  # N
 
 
 #: How many calls of a key take the general path before its tape (``eager_tape``) serves it; ``None``: no tape
-#: (jax: its program comes at the first call). A tape costs a trace, ~2.5-3x a general call (30-90 us against
-#: 15-35 us on mlx:0, load 10), and then saves ~80% of each call. numpy: from the second call (the tape replaces
-#: the program its second call made before, 1 ms and more); mlx: from the third (a ski rental: two general calls
-#: cost about what the tape costs to make, so a loop run twice pays nothing for it). A key whose tape cannot be
-#: made keeps the schedule of ``_general_calls``.
-_TAPE_CALLS = {"second_call": 1, "first_call": None, "repeated_call": 2}
+#: (jax: its program comes at the first call). A recorded tape costs ~1.5x a general call (a traced one ~3x), and
+#: then saves ~60-80% of each call. numpy: from the second call (the tape replaces the program its second call
+#: made before, 1 ms and more); mlx: from the second too, recorded at the first (``_RECORD_FIRST``). A key whose
+#: tape cannot be made keeps the schedule of ``_general_calls``.
+_TAPE_CALLS = {"second_call": 1, "first_call": None, "repeated_call": 1}
+
+#: The policies whose keys record their *first* call (``eager_tape.record``) where their tape serves from the
+#: second (``_TAPE_CALLS``): the tape waits in the key's ``_seen`` entry, and enters the programs' cache at the
+#: second call, so that keys called once fill neither that cache nor pay more than the record. Not the keys of
+#: functions that ``eager_ops``' entries serve first (``eager_ops.FAST_FIRST``: ``exp``, ``subtract``...; their
+#: second call takes the entry their first call learned, and never the tape). mlx: a record
+#: costs ~1.3-1.6x a general first call (issue 28, fourteenth session), and then each later call of the key is
+#: a tape's (~7 us against the general path's ~20 us in the decode loop of ``benchmarks/programs.py``), where
+#: recording the second call left that call at the general path's price plus the record's.
+_RECORD_FIRST = frozenset({"repeated_call"})
 
 #: A key served by its tape gets its program at its ``TAPED_PROGRAM_CALL``-th call, or once its tape has run for
 #: ``TAPE_BUDGET_S`` seconds in all (counted as calls at the time of the tape's first run), whichever comes
@@ -346,6 +356,11 @@ def _early(fn, args, kwargs, key, arrays):
     # ~0.3 us of a general call): the keys not yet given a tape or a program leave in the order they came, and a
     # key pushed out before its tape's call only counts its calls again.
     seen = _seen_d.get(key)
+    if seen is None:
+        if key[-3] in _RECORD_FIRST and _tape_calls(key) == 1 and _records_first(fn, arrays):
+            return _first_recorded(fn, args, kwargs, key, arrays)
+    elif len(seen) > 2 and seen[1] is False:  # the first call's recorded tape: it serves from now on
+        return _promoted(fn, args, kwargs, key, arrays, seen)
     n = 0 if seen is None else seen[0]
     if n >= _tape_calls(key) and (seen is None or seen[1] is not True):
         out = _taped(fn, args, kwargs, key, arrays, n, seen is None or seen[1] is False)
@@ -408,6 +423,50 @@ def _taped(fn, args, kwargs, key, arrays, n, recorded=True):
     _schedule(p, n, _clock() - t0)
     _programs.put(key, p)
     _seen.pop(key)
+    return out if out is not None else fn(*args, **kwargs)
+
+
+def _records_first(fn, arrays) -> bool:
+    """Whether a first call of ``fn`` on ``arrays`` is recorded (``_RECORD_FIRST``): not where ``eager_ops``'
+    entries serve its next calls (``eager_ops.FAST_FIRST``, arrays of one aval: those entries leave operands
+    of two avals, a broadcast, to the function), nor where one array comes twice (a record cannot tell the places
+    apart)."""
+    if _WRAPPERS.get(fn) in eager_ops.FAST_FIRST:
+        av = arrays[0].aval
+        if all(a.aval == av for a in arrays):
+            return False
+    return len(arrays) == 1 or len(arrays) == len({id(a) for a in arrays})
+
+
+def _first_recorded(fn, args, kwargs, key, arrays):
+    """A key's first call under ``_RECORD_FIRST``: the general path, recorded; its tape (or, where the record is
+    refused, the state that traces it at the next call) kept in the key's ``_seen`` entry."""
+    got = eager_tape.record(lambda: fn(*args, **kwargs), arrays)  # (the general path: its own warnings)
+    if got is None:  # another record under way (a nested key): the next call records
+        _seen.put(key, [1, False])
+        return fn(*args, **kwargs)
+    out, t, spent = got
+    if t is None:
+        _seen.put(key, [1, _TRACE])
+        return out
+    _stats["tapes"] += 1
+    _seen.put(key, [1, False, t, spent])
+    return out
+
+
+def _promoted(fn, args, kwargs, key, arrays, seen):
+    """A key's second call under ``_RECORD_FIRST``: its recorded tape enters the programs' cache and runs (the
+    general path where it cannot: a deleted array, an error, which the general path raises)."""
+    t = seen[2]
+    p = _Program(None)
+    p.tape, p.calls = t, seen[0] + 1
+    _schedule(p, seen[0] - 1, seen[3] + 5e-7 * (len(t.steps) + 1))
+    _programs.put(key, p)
+    _seen.pop(key)
+    try:
+        out = t.run(arrays)
+    except Exception:  # the general path raises its own error (or succeeds)
+        out = None
     return out if out is not None else fn(*args, **kwargs)
 
 

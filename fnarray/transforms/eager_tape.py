@@ -11,11 +11,12 @@ shared with the general path, compiled there on a miss), and then replayed per c
 executables, in the program's order).
 
 A tape is first made by *recording* the call that needs it (``record``, ``Recorder``): the call runs the general
-path as it would, and ``placement._eager_run`` hands each primitive's executable to the recorder, which notes
-where its inputs came from. That costs ~1.5-2x one general call where a trace costs ~3x (issue 28: the third run
-of the decode loop on mlx:0 30-36 -> 15-19 ms, the second on numpy:0 32-34 -> 19-20 ms). A record is refused
-(the next call traces, as below) where the function read a value on the host while recording (its Python may
-branch on it, where a trace would have failed), used a value that no recorded executable made (an operator's
+path as it would, and ``placement._eager_run`` hands each primitive's executable to the recorder (a primitive
+the eager cache holds comes from ``bind``'s direct path with its implementation, ``Recorder.record_one``), which
+notes where its inputs came from. That costs ~1.5x one general call where a trace costs ~3x (issue 28: a record
+of the decode loop's keys on mlx:0 14-16 -> 10.2-10.4 ms, fourteenth session; their general path ~6.5). A record
+is refused (the next call traces, as below) where the function read a value on the host while recording (its
+Python may branch on it, where a trace would have failed), used a value that no recorded executable made (an operator's
 fast entry, a nested key's tape or program, a jitted call, an array made from the host inside the function), ran
 on another device or a host callback, or got one array in two places (a record cannot tell them apart).
 
@@ -121,12 +122,12 @@ class Tape:
 
 
 class _Step:
-    """What ``_entry`` and ``has_effect`` read of a recorded equation (``outputs``: its arrays)."""
+    """What ``has_effect`` reads of a recorded equation."""
 
-    __slots__ = ("primitive", "params", "outputs")
+    __slots__ = ("primitive", "params")
 
-    def __init__(self, primitive, params, outputs):
-        self.primitive, self.params, self.outputs = primitive, params, outputs
+    def __init__(self, primitive, params):
+        self.primitive, self.params = primitive, params
 
 
 class Recorder:
@@ -140,23 +141,34 @@ class Recorder:
     recording (``ArrayImpl._value``, DLPack): a function whose Python read a value may take another branch for
     other values, which a trace would have refused (a concrete value of a tracer)."""
 
-    __slots__ = ("thread", "device", "slots", "deps", "keep", "fixed", "steps", "tainted", "spent", "n")
+    __slots__ = ("thread", "device", "slots", "deps", "keep", "fixed", "steps", "tainted", "spent", "n", "outputs")
 
     def __init__(self, arrays):
-        self.n = len(arrays)
+        self.n = n = len(arrays)
         self.thread = threading.get_ident()
         self.device = arrays[0]._device
-        self.slots = {id(a): i for i, a in enumerate(arrays)}
+        # each value's slot: an argument's index, ``n + k`` for the k-th fixed buffer (known as it comes), and
+        # ``-1 - q`` for the q-th step output (its slot is known once the fixed buffers are counted: ``tape``)
+        self.slots = dict(zip(map(id, arrays), range(n)))
         self.deps = {id(a): 1 << i for i, a in enumerate(arrays)}
         self.keep = list(arrays)  # the recorded values stay alive, so that their ids stay theirs
         self.fixed, self.steps = [], []
-        self.tainted, self.spent = False, 0.0
+        self.tainted, self.spent, self.outputs = False, 0.0, 0
 
-    def record(self, primitive, args, params, avals, bufs, device, committed, exe, out_avals, done):
-        """Run one primitive (as ``placement._eager_run``: ``done`` makes its arrays) and record it."""
-        if self.tainted or device is not self.device or (
-                (primitive in EFFECTS or subprograms(_Step(primitive, params, ())))
-                and has_effect(_Step(primitive, params, ()))):
+    def record(self, primitive, args, params, avals, bufs, device, committed, entry, done):
+        """Run one primitive (as ``placement._eager_run``: ``entry`` is its eager-cache entry, ``done`` makes its
+        arrays) and record it. An entry's tape step (``_entry``) is resolved, and its equation checked for
+        effects, at its first record (kept as the entry's ``step``)."""
+        exe, out_avals = entry.exe, entry.out_avals
+        step = entry.step
+        if step is None and not self.tainted and device is self.device:
+            try:
+                step = None if has_effect(_Step(primitive, params)) else _entry(exe, primitive, params, avals,
+                                                                                 out_avals, device)
+            except Exception:  # noqa: BLE001 (an executable without an entry: no tape from the record)
+                step = None
+            entry.step = step
+        if self.tainted or step is None or device is not self.device:
             self.tainted = True
             return done(primitive, args, out_avals, exe(bufs), device, committed)
         ins, mask = [], 0
@@ -170,7 +182,7 @@ class Recorder:
                 ins.append(s)
                 mask |= deps[id(a)]
             elif type(a) in _SCALARS or isinstance(a, np.generic):  # converted on the device by the general path
-                ins.append(("fixed", len(self.fixed)))
+                ins.append(self.n + len(self.fixed))
                 self.fixed.append(b)
             else:  # (an array of a subclass: its value is not known to be a constant)
                 self.tainted = True
@@ -179,49 +191,81 @@ class Recorder:
         outs = exe(bufs)
         self.spent += _clock() - t0
         res = done(primitive, args, out_avals, outs, device, committed)
-        k = len(self.steps)
-        for j, r in enumerate(res if primitive.multiple_results else (res,)):
-            slots[id(r)] = ("step", k, j)
+        for r in res if primitive.multiple_results else (res,):
+            self.outputs -= 1
+            slots[id(r)] = self.outputs
             deps[id(r)] = mask
             self.keep.append(r)
-        self.steps.append((exe, _Step(primitive, params, res if primitive.multiple_results else (res,)),
-                           tuple(avals), ins))
+        self.steps.append((step[0], step[1], ins))
         return res
+
+    def record_one(self, entry, one, primitive, params, args, bufs, device, committed):
+        """``record`` for ``placement.eager_direct``'s hit of one output: ``one(*bufs)`` (the eager-cache entry
+        ``entry``'s implementation, on the recorder's device) run and recorded with ``one`` as its tape step
+        (``params``: ``bind``'s keyword dict). ``None`` (nothing run) where the step needs ``record``'s checks:
+        the record is tainted, the arrays are on another device, an argument is not a recorded value, or the
+        equation holds an effect (checked once per entry: a clean entry's ``step`` is set to ``(one, True)``).
+        Errors of ``one`` propagate."""
+        if self.tainted or device is not self.device:
+            return None
+        if entry.step is None:
+            if has_effect(_Step(primitive, params)):
+                return None
+            entry.step = (one, True)
+        slots, deps = self.slots, self.deps
+        ins, mask = [], 0
+        for a in args:
+            s = slots.get(id(a))
+            if s is None:
+                return None
+            ins.append(s)
+            mask |= deps[id(a)]
+        t0 = _clock()
+        out = one(*bufs)
+        self.spent += _clock() - t0
+        r = ArrayImpl()  # ArrayImpl.make inline
+        r.aval, r._device, r._buf, r._committed, r._host = entry.out_avals[0], device, out, committed, None
+        self.outputs -= 1
+        slots[id(r)] = self.outputs
+        deps[id(r)] = mask
+        self.keep.append(r)
+        self.steps.append((one, True, ins))
+        return r
 
     def tape(self, out):
         """The tape of the recorded call that returned ``out``, or ``None`` (tainted, or an output that is not
         an argument or a recorded step's, or depends on no argument: the rules of ``make``)."""
         if self.tainted or not self.steps:
             return None
-        leaves, out_tree = tree_util.tree_flatten(out)
+        if type(out) is ArrayImpl:  # the commonest output: one array (its structure made once)
+            leaves, out_tree = [out], _LEAF[0] or _leaf_tree(out)
+        else:
+            leaves, out_tree = tree_util.tree_flatten(out)
         n = self.n
-        base = n + len(self.fixed)
-        starts, count = [], base  # each step's first output slot
-        for _exe, eqn, _avals, _ins in self.steps:
-            starts.append(count)
-            count += len(eqn.outputs)
-
-        def slot(s):
-            if type(s) is int:
-                return s
-            return n + s[1] if s[0] == "fixed" else starts[s[1]] + s[2]
+        b1 = n + len(self.fixed) - 1  # a step's output -1 - q lies at slot n + len(fixed) + q
+        slots, deps = self.slots, self.deps
         outs, masks = [], []
         for leaf in leaves:
-            s = self.slots.get(id(leaf)) if type(leaf) is ArrayImpl else None
-            if s is None or not self.deps.get(id(leaf)):
+            s = slots.get(id(leaf)) if type(leaf) is ArrayImpl else None
+            if s is None or not deps[id(leaf)]:
                 return None
-            outs.append(slot(s))
-            masks.append(self.deps[id(leaf)])
-        dev = self.device
-        steps = []
-        for exe, eqn, avals, ins in self.steps:
-            call, single = _cached_entry(exe, eqn, avals, dev)
-            steps.append((call, tuple(slot(s) for s in ins), single))
+            outs.append(s if s >= 0 else b1 - s)
+            masks.append(deps[id(leaf)])
+        steps = tuple([(call, tuple([s if s >= 0 else b1 - s for s in ins]), single)
+                       for call, single, ins in self.steps])
         out_deps = None
         if any(m != (1 << n) - 1 for m in masks):
             out_deps = tuple(tuple(i for i in range(n) if m >> i & 1) for m in masks)
-        return Tape(tuple(steps), tuple(self.fixed), tuple(outs), tuple(leaf.aval for leaf in leaves), out_tree, n,
+        return Tape(steps, tuple(self.fixed), tuple(outs), tuple([leaf.aval for leaf in leaves]), out_tree, n,
                     out_deps)
+
+
+_LEAF = [None]  # the pytree structure of one array
+
+
+def _leaf_tree(x):
+    _LEAF[0] = tree_util.tree_flatten(x)[1]
+    return _LEAF[0]
 
 
 def record(call, arrays):
@@ -251,26 +295,26 @@ def _cached_entry(exe, eqn, avals, dev):
     the same few primitives: ~3 us a step otherwise)."""
     e = placement._eager_d.get(placement.eager_key(eqn.primitive, eqn.params, avals, dev))
     if e is None or e.exe is not exe:
-        return _entry(exe, eqn, avals, dev)
+        return _entry(exe, eqn.primitive, eqn.params, avals, [v.aval for v in eqn.outputs], dev)
     step = e.step
     if step is None:
-        step = e.step = _entry(exe, eqn, avals, dev)
+        step = e.step = _entry(exe, eqn.primitive, eqn.params, avals, [v.aval for v in eqn.outputs], dev)
     return step
 
 
-def _entry(exe, eqn, avals, dev):
+def _entry(exe, primitive, params, avals, out_avals, dev):
     """``(call, single)`` for an equation's eager executable ``exe``: the backend's implementation itself where it
     offers one (``Backend.eager_call``, numpy; an executable's ``one``, mlx: ``call(*bufs) -> buf``, ``single``),
     else the executable's direct entry or the executable (``call(*bufs) -> [bufs]``). Errors are not translated
     here: the caller re-runs the general path on any."""
-    if not eqn.primitive.multiple_results:
-        fn = dev.impl.eager_call(eqn.primitive, eqn.params, avals, [v.aval for v in eqn.outputs])
+    if not primitive.multiple_results:
+        fn = dev.impl.eager_call(primitive, params, avals, list(out_avals))
         if fn is not None:
             return fn, True
     call = getattr(exe, "call_args", None)
     if call is not None and getattr(exe, "reraise", None) is not None:
         one = getattr(exe, "one", None)  # mlx: the rule of one output itself, beside its direct entry
-        return (one, True) if one is not None and not eqn.primitive.multiple_results else (call, False)
+        return (one, True) if one is not None and not primitive.multiple_results else (call, False)
 
     def run(*bufs):
         return exe(list(bufs))
