@@ -5,8 +5,9 @@ array leaf of the pytree is a tensor named by its dotted path (``layers.0.weight
 ``opt_state.0.mu.w1``), and the file's text metadata holds
 
 * ``fnarray.tree``: the structure as JSON (dicts with their key order and key types, lists,
-  tuples, namedtuples, ``None``, ``fnarray.nn.Module`` classes with their static fields), enough
-  to rebuild the tree without ``like=``;
+  tuples, namedtuples, ``None``, ``fnarray.nn.Module`` classes with their static fields, and
+  registered custom nodes without aux data such as ``fnarray.random.key`` arrays), enough to rebuild
+  the tree without ``like=``;
 * ``fnarray.leaves``: per tensor its fnarray dtype, weak type and CRC-32, so a flipped bit in the
   data is caught at load, and dtypes safetensors lacks (complex, float8) are stored as a view;
 * ``fnarray.shardings``: per committed array where it was (``{"device": "jax:0"}``) or how it was split
@@ -147,7 +148,7 @@ def _is_namedtuple(node) -> bool:
 def _walk(node, prefix, leaves):
     """The JSON structure of ``node``; appends ``(name, leaf)`` for every array leaf to ``leaves``."""
     def child(part):
-        return f"{prefix}.{part}" if prefix else part
+        return f"{prefix}.{part}" if prefix else str(part)
 
     if node is None:
         return None
@@ -171,8 +172,11 @@ def _walk(node, prefix, leaves):
         return {"dict": items}
     one = _one_level(node)
     if one is not None:
-        return {"custom": _qualname(type(node)),
-                "children": [_walk(v, child(e), leaves) for v, e in zip(one.children, one.entries, strict=True)]}
+        entry = {"custom": _qualname(type(node)),
+                 "children": [_walk(v, child(e), leaves) for v, e in zip(one.children, one.entries, strict=True)]}
+        if one.metadata is None:  # no aux data: load can rebuild it through the class's registered unflatten
+            entry["aux"] = None
+        return entry
     name = prefix or "_root"
     leaves.append((name, node))
     return {"leaf": name}
@@ -209,11 +213,25 @@ def _rebuild(s, tensors, where="the root"):
         dyn = [(k, _rebuild(c, tensors, f"{where}.{k}")) for k, c in s["fields"]]
         static = [(k, _decode_static(e, f"{where}.{k}")) for k, e in s["static"]]
         return cls._fa_from_fields(dyn, static)
+    if "custom" in s and "aux" in s:
+        cls = _load_class(s["custom"], where)
+        children = [_rebuild(c, tensors, f"{where}[{i}]") for i, c in enumerate(s["children"])]
+        return _unflatten_custom(cls, children, s["custom"], where)
     if "custom" in s:
         raise CheckpointError(f"the checkpoint holds a custom pytree node {s['custom']} at {where}, which it "
                               "cannot rebuild by itself; pass like= (a tree of the same structure) to fa.load")
     raise CheckpointError(f"unknown structure entry {sorted(s)} at {where}: not an fnarray checkpoint of format "
                           f"{FORMAT}")
+
+
+def _unflatten_custom(cls, children, ref, where):
+    """A custom pytree node of class ``cls`` without aux data, rebuilt through its registered unflatten."""
+    import optree
+    entry = optree.register_pytree_node.get(cls, namespace=tree_util.NAMESPACE) if isinstance(cls, type) else None
+    if entry is None:
+        raise CheckpointError(f"{ref} at {where} is not a registered pytree node class (register it with "
+                              "fnarray.tree_util.register_pytree_node before loading, or pass like= to fa.load)")
+    return entry.unflatten_func(None, children)
 
 
 def _is_module_class(cls) -> bool:
@@ -304,7 +322,7 @@ def save(path, tree) -> None:
     for name, leaf in named:
         if name in specs:
             raise ValueError(f"fa.save: two leaves are both named {name!r} (a dotted path and a key with a dot "
-                             "collide); rename a key")
+                             "collide, or an int key and the same number as a str key); rename a key")
         a, dname, weak = _host(leaf, name)
         if sys.byteorder == "big" and a.dtype.byteorder != "|":
             a = a.byteswap().view(a.dtype.newbyteorder("<"))
@@ -321,6 +339,9 @@ def save(path, tree) -> None:
     if placements:
         metadata["fnarray.shardings"] = json.dumps(placements)
     folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"fa.save: the folder {folder!r} of {path!r} does not exist; create it first "
+                                "(os.makedirs(folder, exist_ok=True))")
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     os.close(fd)
     try:
@@ -406,7 +427,7 @@ def load(path, like=None, device=None, strict=True, shardings=None):
       path: the safetensors file.
       like: optional pytree of the expected structure, whose leaves have ``.shape`` and
         ``.dtype`` (arrays, ``fa.ShapedArray``, ``jax.ShapeDtypeStruct``-like objects): the result
-        takes its structure (so Modules with lambdas, custom nodes and files from other
+        takes its structure (so Modules with lambdas, custom nodes with aux data and files from other
         safetensors writers load too), and every leaf's shape and dtype must match. Each array
         is restored with its ``like`` leaf's placement, as Orbax restores into the target's
         shardings: a global array's ``NamedSharding``, a committed array's device (a leaf with

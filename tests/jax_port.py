@@ -21,10 +21,11 @@ import tempfile
 
 import numpy as np
 
-__all__ = ["rewrite_imports", "run_program", "jax_output", "numbers", "compare_outputs", "assert_port_matches"]
+__all__ = ["rewrite_imports", "run_program", "jax_output", "numbers", "compare_outputs", "assert_port_matches",
+           "PORT_DEVICES", "assert_port_matches_on"]
 
 # module prefixes rewritten, longest first: jax.X -> fnarray.X
-_MODULES = ("jax.experimental.shard_map", "jax.example_libraries", "jax.test_util", "jax.ad_checkpoint",
+_MODULES = ("jax.experimental.shard_map", "jax.experimental.ode", "jax.example_libraries", "jax.test_util", "jax.ad_checkpoint",
             "jax.sharding", "jax.scipy", "jax.numpy", "jax.random", "jax.lax", "jax.nn", "jax.tree_util",
             "jax.tree", "jax.debug", "jax")
 
@@ -158,3 +159,22 @@ def assert_port_matches(source: str, *, env: dict | None = None, rtol: float = 1
     got = run_program(rewrite_imports(source), env=env, timeout=timeout)
     compare_outputs(expected, got, rtol=rtol, atol=atol)
     return expected, got
+
+
+# whole programs run on the reference and one kernel backend; the others run their primitives in the parity
+# suite (running every program on them cost CI minutes: docs/design.md's test tiers)
+PORT_DEVICES = ("numpy:0", "opencl:0")
+
+
+def assert_port_matches_on(source: str, device) -> None:
+    """Run the JAX program ``source`` under JAX and, after ``rewrite_imports``, under fnarray with its default
+    device set to ``device`` (``FNARRAY_DEVICE``); assert they print the same numbers: float rounding on
+    numpy:0 (rtol 2e-4), what training and long loops amplify elsewhere (2e-3). Skips a device outside
+    ``PORT_DEVICES``."""
+    import pytest
+    if str(device) not in PORT_DEVICES:
+        pytest.skip(f"the whole program runs on {', '.join(PORT_DEVICES)}; {device}'s primitives: the parity suite")
+    want = jax_output(source)
+    got = run_program(rewrite_imports(source), env={"FNARRAY_DEVICE": str(device)}, timeout=600)
+    tight = str(device) == "numpy:0"
+    compare_outputs(want, got, rtol=2e-4 if tight else 2e-3, atol=2e-5 if tight else 2e-4)

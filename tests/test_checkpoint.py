@@ -96,6 +96,27 @@ def test_nested_structure_rebuilt_without_like(tmp_path):
         assert _bits_equal(a, b)
 
 
+def test_int_keys_at_the_root_and_prng_keys_round_trip(tmp_path):
+    """An int key at the root names a tensor by its digits (it reached safetensors as an int and failed there);
+    typed PRNG keys (a custom node without aux data) rebuild without like=, as a training state saved with its
+    key needs; an int key and the same number as a str collide, saying so."""
+    keys = fa.random.split(fa.random.key(3), 2)
+    tree = {0: np.arange(3, dtype=np.float32), 7: [np.ones(2, np.int16)], "rng": keys, "one": fa.random.key(9),
+            "opt": fa.optim.adam(0.1).init({"w": fnp.ones(2)})}
+    fa.save(tmp_path / "k.safetensors", tree)
+    out = fa.load(tmp_path / "k.safetensors")
+    assert list(out) == [0, 7, "rng", "one", "opt"]
+    assert fa.tree_util.tree_structure(out) == fa.tree_util.tree_structure(tree)
+    assert out["rng"].dtype == keys.dtype and out["rng"].shape == (2,)
+    np.testing.assert_array_equal(np.asarray(fa.random.key_data(out["rng"])), np.asarray(fa.random.key_data(keys)))
+    np.testing.assert_array_equal(np.asarray(fa.random.normal(out["one"], (3,))),
+                                  np.asarray(fa.random.normal(fa.random.key(9), (3,))))
+    for a, b in zip(fa.tree_util.tree_leaves(out), fa.tree_util.tree_leaves(tree), strict=True):
+        assert _bits_equal(a, b)
+    with pytest.raises(ValueError, match="int key and the same number as a str key"):
+        fa.save(tmp_path / "c.safetensors", {1: np.ones(1), "1": np.zeros(1)})
+
+
 def test_tensor_names_are_dotted_paths_readable_by_safetensors(tmp_path):
     model = fa.nn.MLP(3, 2, 4, 1, key=fa.random.key(0))
     path = tmp_path / "m.safetensors"
@@ -199,6 +220,9 @@ def test_save_rejects_what_it_cannot_store(tmp_path):
     with pytest.raises(TypeError, match="traced"):
         fa.jit(lambda x: fa.save(tmp_path / "a", x))(fnp.ones(2))
     assert not os.path.exists(tmp_path / "a")
+    # a missing folder is named (not the temporary file that could not be made in it)
+    with pytest.raises(FileNotFoundError, match=r"the folder .*nope' of .* does not exist; create it"):
+        fa.save(tmp_path / "nope" / "a.safetensors", {"x": np.ones(1)})
 
 
 def test_save_replaces_atomically_and_leaves_no_temp_file(tmp_path):

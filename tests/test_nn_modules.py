@@ -92,6 +92,26 @@ def test_linear_embedding_mlp_match_numpy():
         lin(np.ones((2, 5), np.float32))
 
 
+def test_embedding_ids_out_of_range():
+    """Concrete ids outside [-n, n) raise naming the first (they gave a NaN row: take's fill mode, where the
+    docstring promised clamping); negative ids count from the end, as ``weight[ids]``; under jit the ids are
+    clamped, as JAX's indexing gather. QuantizedEmbedding the same."""
+    emb = nn.Embedding(5, 3, key=fa.random.key(0))
+    w = _np(emb.weight)
+    with pytest.raises(ValueError, match=r"ids must lie in \[-5, 5\).*got 7 at index \(1,\) \(1 out of range\)"):
+        emb(np.array([1, 7], np.int32))
+    with pytest.raises(ValueError, match="got -6"):
+        emb(np.array([[-6]], np.int32))
+    _close(emb(np.array([-1, -5, 2], np.int32)), w[[4, 0, 2]])
+    _close(fa.jit(emb)(np.array([7, -1, -9], np.int32)), w[[4, 4, 0]])
+    assert emb(np.zeros((0, 2), np.int32)).shape == (0, 2, 3)
+    q = nn.QuantizedEmbedding(5, 64, key=fa.random.key(1))
+    with pytest.raises(ValueError, match=r"QuantizedEmbedding\(5, ...\): ids must lie in \[-5, 5\)"):
+        q(np.array([5], np.int32))
+    _close(q(np.array([-1], np.int32)), np.asarray(q(np.array([4], np.int32))))
+    _close(fa.jit(q)(np.array([9], np.int32)), np.asarray(q(np.array([4], np.int32))))
+
+
 def test_norms_match_numpy():
     x = RNG.randn(3, 4, 6).astype(np.float32)
     ln = nn.LayerNorm(6).replace(weight=fnp.asarray(RNG.randn(6).astype(np.float32)),

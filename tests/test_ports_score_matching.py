@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jax_port import compare_outputs, jax_output, rewrite_imports, run_program
+from jax_port import assert_port_matches_on, rewrite_imports
 
 jax = pytest.importorskip("jax", reason="JAX runs the program as written")
 
@@ -130,9 +130,6 @@ print("per-example input grads", np.round(np.asarray(per_example), 4).tolist())
 nearest = jnp.argmin(jnp.sum((xs[:, None] - CENTERS) ** 2, -1), axis=1)
 print("mode counts", jnp.bincount(nearest, length=4))
 '''
-_PORT_DEVICES = ("numpy:0", "opencl:0")
-
-
 def test_rewrite_changes_imports_only():
     changed = [(a, b) for a, b in zip(SCORE_MATCHING.splitlines(), rewrite_imports(SCORE_MATCHING).splitlines())
                if a != b]
@@ -144,12 +141,7 @@ def test_score_matching_ports_with_imports_only(device):
     counts) with fnarray's default device set to numpy:0 (the reference, tight tolerances) and opencl:0 (generated
     kernels, the scan and loops lowered to them). The other backends run every primitive this program uses in the
     parity suite; running the whole program on them too cost CI 2-4 minutes (docs/design.md's test tiers)."""
-    if str(device) not in _PORT_DEVICES:
-        pytest.skip(f"the whole program runs on {', '.join(_PORT_DEVICES)}; {device}'s primitives: the parity suite")
-    want = jax_output(SCORE_MATCHING)
-    got = run_program(rewrite_imports(SCORE_MATCHING), env={"FNARRAY_DEVICE": str(device)}, timeout=600)
-    tight = str(device) == "numpy:0"
-    compare_outputs(want, got, rtol=2e-4 if tight else 2e-3, atol=2e-5 if tight else 2e-4)
+    assert_port_matches_on(SCORE_MATCHING, device)
 
 
 def test_ravel_pytree_matches_jax(device):

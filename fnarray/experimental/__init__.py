@@ -1,1 +1,2 @@
-"""``fnarray.experimental``: the names JAX programs import from ``jax.experimental`` (``shard_map``, ``pallas``)."""
+"""``fnarray.experimental``: the names JAX programs import from ``jax.experimental`` (``shard_map``, ``pallas``,
+``ode.odeint``)."""

@@ -35,3 +35,22 @@ def embedding_params(num_embeddings, embedding_dim, key, dtype, weight_init=None
     positive(num_embeddings, "num_embeddings", what)
     positive(embedding_dim, "embedding_dim", what)
     return (weight_init or initializers.normal(1.0))(key, (num_embeddings, embedding_dim), dtype)
+
+
+def table_rows(ids, n, what):
+    """The rows of an ``n``-row table that integer ``ids`` name, as ``table[ids]``: negative ids count from the
+    end. Concrete ids outside ``[-n, n)`` raise ``ValueError``; traced ones are left for the caller's
+    ``take(..., mode="clip")`` to clamp onto the table's edge (JAX's indexing gather)."""
+    import numpy as np
+
+    from fnarray import numpy as fnp
+    from fnarray.core.tracing import Tracer
+    if not isinstance(ids, Tracer) and ids.size:
+        host = np.asarray(ids)
+        bad = (host < -n) | (host >= n)
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(f"{what}({n}, ...): ids must lie in [-{n}, {n}) (the table's rows); got {host[where]} "
+                             f"at index {where} ({int(bad.sum())} out of range). Make the table larger "
+                             "(num_embeddings) or fix the ids")
+    return fnp.where(ids < 0, ids + n, ids)
