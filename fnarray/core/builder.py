@@ -110,12 +110,18 @@ class BuilderTrace(Trace):
             if folded is not None:
                 aval = primitive.abstract_eval(*[t.aval for t in tracers], **params)
                 return b.new_tracer(self, aval, Literal(folded, aval))
-        avals = primitive.abstract_eval(*[t.aval for t in tracers], **params)
-        outs = avals if primitive.multiple_results else [avals]
-        out_tracers = [b.new_tracer(self, a) for a in outs]
-        b.eqns.append(Eqn(primitive, tuple(b.atom(t) for t in tracers), params,
-                          tuple(b.vars[id(t)] for t in out_tracers)))
-        return out_tracers if primitive.multiple_results else out_tracers[0]
+        avals = primitive.abstract_eval(*[t._aval for t in tracers], **params)
+        bvars = b.vars
+        ins = tuple(bvars[id(t)] if t.literal is None else t.literal for t in tracers)
+        if not primitive.multiple_results:  # (one output: new_tracer and atom inlined, the common equation)
+            t = BuilderTracer(self, avals)
+            b.tracers.append(t)
+            v = bvars[id(t)] = Var(avals)
+            b.eqns.append(Eqn(primitive, ins, params, (v,)))
+            return t
+        out_tracers = [b.new_tracer(self, a) for a in avals]
+        b.eqns.append(Eqn(primitive, ins, params, tuple(bvars[id(t)] for t in out_tracers)))
+        return out_tracers
 
 
 def trace_to_program(flat_fun, in_avals, *, debug_name="fun"):

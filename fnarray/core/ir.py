@@ -68,17 +68,19 @@ class Literal:
 class Params(Mapping):
     """An immutable, hashable mapping of an equation's static parameters."""
 
-    __slots__ = ("_d", "_hash")
+    # (``_subs``: the sub-programs the values hold, ``subprograms.subprograms``' memo: every pass asks it of
+    # every equation, ~10 walks of the params an equation on a first jitted call; set once, never changed)
+    __slots__ = ("_d", "_hash", "_subs")
 
     def __init__(self, d=(), **kw):
         self._d = dict(d, **kw)
-        self._hash = None
+        self._hash = self._subs = None
 
     @classmethod
     def taking(cls, d: dict) -> "Params":
         """``Params`` over ``d`` itself, not a copy (``bind``'s fresh keyword dict: no one else holds it)."""
         p = cls.__new__(cls)
-        p._d, p._hash = d, None
+        p._d, p._hash, p._subs = d, None, None
         return p
 
     def __getitem__(self, k):

@@ -47,9 +47,13 @@ def dce(prog: Program, used_outputs=None) -> tuple[Program, list[bool]]:
     live = {v for v in outvars if isinstance(v, Var)}
     kept = []
     for e in reversed(prog.eqns):
-        if any(o in live for o in e.outputs) or has_effect(e):
+        outs = e.outputs
+        # (one output, the common equation, without a generator: dce runs ~3 times on a jitted program)
+        if (outs[0] in live if len(outs) == 1 else any(o in live for o in outs)) or has_effect(e):
             kept.append(e)
-            live.update(a for a in e.inputs if isinstance(a, Var))
+            for a in e.inputs:
+                if isinstance(a, Var):
+                    live.add(a)
     kept.reverse()
     used_inputs = [v in live for v in prog.invars]
     return Program(prog.constvars, prog.invars, kept, outvars), used_inputs
@@ -101,7 +105,10 @@ def _param_key(v):
     if t is int:  # the common params first, by exact type (the isinstance chain below serves subclasses)
         return ("int", v)
     if t is tuple:
-        return ("tuple",) + tuple(_param_key(x) for x in v)
+        for x in v:
+            if type(x) is not int:
+                return ("tuple",) + tuple(_param_key(x) for x in v)
+        return ("ints",) + v  # axes, shapes, permutations: no element needs its own key
     if t is str or v is None:
         return v
     if isinstance(v, bool):
@@ -148,11 +155,15 @@ def _cse(prog: Program, memo: dict) -> Program:
     changed = False
     for e in prog.eqns:
         ins = tuple(env.get(a, a) if isinstance(a, Var) else a for a in e.inputs)
-        new = map_subprograms(e, lambda p: _cse(p, memo))
+        if subprograms(e):
+            new = map_subprograms(e, lambda p: _cse(p, memo))
+            effect = has_effect(new)
+        else:  # (most equations: one walk of the params, not three)
+            new, effect = e, e.primitive in EFFECTS
         if ins != e.inputs or new is not e:
             new = new._replace(inputs=ins)
             changed = True
-        if not has_effect(new):
+        if not effect:
             try:
                 key = _eqn_key(new, ins)
                 hit = seen.get(key)

@@ -11,7 +11,7 @@ Both also handle programs held by params not listed here (a primitive added late
 from __future__ import annotations
 
 from fnarray.core import primitives as P
-from fnarray.core.ir import Eqn, Program
+from fnarray.core.ir import Eqn, Params, Program
 
 __all__ = ["SUBPROGRAM_PARAMS", "CALL_PROGRAM", "CONTROL_FLOW", "subprograms", "map_subprograms"]
 
@@ -28,9 +28,20 @@ SUBPROGRAM_PARAMS = {P.cond: ("branches",), P.while_p: ("cond_program", "body_pr
 def subprograms(eqn: Eqn):
     """The sub-programs held in an equation's params (branches, bodies, called programs), in param order (a
     tuple: most equations hold none, and every pass asks each equation: issue 28, a first jitted call on mlx:0
-    asked ~6 times an equation)."""
+    asked ~10 times an equation; the answer is kept on the ``Params``, which never change)."""
+    params = eqn.params
+    out = getattr(params, "_subs", None)
+    if out is not None:
+        return out
+    out = _of_params(params)
+    if type(params) is Params:
+        params._subs = out
+    return out
+
+
+def _of_params(params) -> tuple:
     out = _NONE
-    for v in eqn.params.values():
+    for v in params.values():
         t = type(v)
         if t is Program:
             out = out + (v,)
@@ -48,6 +59,8 @@ _NONE = ()
 
 def map_subprograms(eqn: Eqn, fn) -> Eqn:
     """``eqn`` with each sub-program ``p`` replaced by ``fn(p)``; ``eqn`` itself when nothing changes."""
+    if not subprograms(eqn):
+        return eqn
     new = {}
     for k, v in eqn.params.items():
         t = type(v)

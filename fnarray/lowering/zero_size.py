@@ -38,15 +38,15 @@ __all__ = ["drop_zero_size", "is_fill", "has_zero_size"]
 
 
 def _empty(a) -> bool:
-    return isinstance(a, Var) and a.aval.size == 0
+    return isinstance(a, Var) and 0 in a.aval.shape
 
 
 def has_zero_size(prog: Program) -> bool:
     """Whether any input, output or equation of ``prog`` (not its sub-programs) has a zero-size array."""
-    if any(v.aval.size == 0 for v in prog.constvars + prog.invars):
+    if any(0 in v.aval.shape for v in prog.constvars + prog.invars):
         return True
-    return any(_empty(a) for e in prog.eqns for a in e.inputs + e.outputs) or any(
-        _empty(a) for a in prog.outvars)
+    # (every equation input is an earlier output, an input or a literal: the outputs are enough)
+    return any(0 in o.aval.shape for e in prog.eqns for o in e.outputs) or any(_empty(a) for a in prog.outvars)
 
 
 def _literal(value, aval) -> Literal:

@@ -425,7 +425,10 @@ class MlxBackend(Backend):
             r = check(eqn, device)
             if r is not None:
                 return r
-        return _dtype_reason(prim, _eqn_dtypes(eqn), device.platform, eqn.params)
+        ds = _eqn_dtypes(eqn)
+        if ds <= _PLAIN_DTYPES:  # (no reason for any primitive: one subset test, the common equation)
+            return None
+        return _dtype_reason(prim, ds, device.platform, eqn.params)
 
     def lower(self, program, device, donate=()):
         # MLX reuses a buffer in place when nothing else holds it, so donation needs nothing here:

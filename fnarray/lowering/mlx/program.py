@@ -30,8 +30,7 @@ class Generated:
         names: dict = {}
         glb: dict = {"__name__": "fnarray.lowering.mlx_program", "bits_of": bits_of, "typed": typed, "mx": mx}
         consts, lines = [], []
-        self.max_elements = max([v.aval.size for v in list(prog.constvars) + list(prog.invars)] +
-                                [o.aval.size for e in prog.eqns for o in e.outputs] + [0])
+        self._prog = prog
 
         def name(a):
             if isinstance(a, Literal):
@@ -81,6 +80,15 @@ class Generated:
         if execute:
             exec(code_of(self.source, "<fnarray mlx program>"), glb)  # noqa: S102 (our own codegen)
             self.fn = glb["program"]
+
+
+    @property
+    def max_elements(self) -> int:
+        """The element count of the program's largest input or value (read by ``backend._compile_policy`` only
+        where ``CPU_COMPILE_MAX_ELEMENTS`` is set: not counted on every new shape's first call)."""
+        prog = self._prog
+        return max([v.aval.size for v in prog.constvars + prog.invars] +
+                   [o.aval.size for e in prog.eqns for o in e.outputs] + [0])
 
 
 def _rule_function(e):
