@@ -3,6 +3,7 @@ devices they were asked for (import it after ``_checkout``: this folder is on th
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
@@ -50,3 +51,14 @@ def per_call_ms(runs, rounds, calls, totals, count):
     _, cpu = best_of(runs, rounds, warm=1)
     ms = [c / calls * 1e3 for c in cpu]
     return ms, [t + count * v for t, v in zip(totals, ms, strict=True)]
+
+
+def benchmark_module(name):
+    """The benchmark ``benchmarks/{name}.py`` as a module named ``{name}_benchmark`` (``llm.py``'s raw steps: ``llm``
+    is the example's name on ``sys.path``)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"{name}_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -20,7 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _checkout  # noqa: E402,F401  (this checkout's fnarray)
-from _timing import available_devices, best_of, load_line  # noqa: E402
+from _timing import available_devices, benchmark_module, best_of, load_line  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 
@@ -73,15 +73,6 @@ def _decode(llm, model, dev, prompt, capacity, before, donate):
     return run
 
 
-def _raw_mlx():
-    """``benchmarks/llm.py`` as a module (its raw MLX steps; ``llm`` is the example's name)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("llm_benchmark", os.path.join(os.path.dirname(__file__), "llm.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--devices", default="mlx:0,jax:0,opencl:0,webgpu:0")
@@ -101,7 +92,7 @@ def main(argv=None):
             m = fa.device_put(m, dev)
             fns = [_decode(llm, m, dev, 64, 128, before, args.donate) for before in (False, True)]
             if dev.backend == "mlx":
-                fns.append(_raw_mlx()._mlx_steps(m, (4, 8, 4, 32), 64, 128)[0])
+                fns.append(benchmark_module("llm")._mlx_steps(m, (4, 8, 4, 32), 64, 128)[0])
             tokens = {fn() for fn in fns}
             wall, cpu = best_of(fns, args.number, warm=2)
             raw = f"{wall[2] * 1e3:7.2f}" if len(fns) > 2 else f"{'':7}"

@@ -143,3 +143,27 @@ def test_prefill_donates_its_caches_where_they_are_updated_in_place(device):
     assert int(got_token[0]) == int(want_token[0])
     for g, w in zip(fa.tree.leaves(got), fa.tree.leaves(want), strict=True):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+
+
+def test_unjitted_decode_step_reads_the_offset_once(device, monkeypatch):
+    """An unjitted ``Llama`` call with caches reads the step's offset from the device once, not once a layer: every
+    layer reads the first cache's offset, and the ``KVCache`` checks (``int(offset)`` in the constructor and in
+    ``update``) read that one array, whose host value the first read keeps. Its last logits are a full forward
+    pass's over the whole sequence without caches."""
+    from fnarray.devices import array_impl
+    model, _, ids, _, _ = _tiny_steps(device)
+    _, caches = model(ids, model.make_caches(1, 8, device))
+    reads = []
+    value = array_impl.ArrayImpl._value
+
+    def counted(self):
+        if self._host is None:   # a read from the device (later reads of the same array are the kept value)
+            reads.append(self.aval.str_short())
+        return value(self)
+    monkeypatch.setattr(array_impl.ArrayImpl, "_value", counted)
+    step = fa.device_put(np.asarray([[7]], np.int32), device)
+    logits, caches = model(step, caches)
+    assert reads == ["i32[]"], reads
+    monkeypatch.undo()
+    whole = model(fa.device_put(np.asarray([[5, 9, 2, 7]], np.int32), device))
+    np.testing.assert_allclose(np.asarray(logits)[0, -1], np.asarray(whole)[0, -1], rtol=1e-4, atol=1e-5)

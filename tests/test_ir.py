@@ -98,6 +98,42 @@ def test_captured_zero_d_array_is_a_constvar_not_a_literal():
     assert_close(out, np.full(3, 1.0, np.float32))
 
 
+def test_equal_small_host_constants_are_one_constvar():
+    """Captured host arrays of equal values, dtype, weak type and device are one constant variable (the builder's
+    ``_value_key``; ``fa.nn.RoPE`` makes its frequencies anew each call): CSE then merges the work on them. Other
+    values, dtypes or weak types stay apart, and the result is NumPy's."""
+    def f(x):
+        a = fnp.asarray(np.arange(4, dtype=np.float32))
+        b = fnp.asarray(np.arange(4, dtype=np.float32))     # equal to a: the same variable
+        c = fnp.asarray(np.arange(4, dtype=np.int32))       # another dtype
+        d = fnp.asarray(np.arange(1, 5, dtype=np.float32))  # other values
+        return fnp.sin(x * a) + fnp.sin(x * b) + c + d
+    prog = check_traced(f, fnp.ones(4))
+    assert len(prog.constvars) == 3, prog
+    assert fa.core.passes.cse(prog).eqns.__len__() == len(prog.eqns) - 2   # the second mul and sin
+    x = np.linspace(0, 1, 4, dtype=np.float32)
+    want = 2 * np.sin(x * np.arange(4.0)) + np.arange(4.0) + np.arange(1.0, 5.0)
+    assert_close(fa.jit(f)(x), want.astype(np.float32), rtol=1e-6)
+
+
+def test_shared_constants_keep_their_arrays_alive():
+    """A captured array whose values equal an earlier one's maps to that one's variable, and is kept alive for the
+    trace: a later array made at its address (Python reuses ids) is not taken for it. The result is a Python
+    loop's."""
+    def f(x):
+        out = x
+        for i in range(60):   # each array is garbage after its use; every third one repeats an earlier value
+            a = fnp.asarray(np.full(2, i % 3, np.float32))
+            out = out + a
+            del a
+            b = fnp.asarray(np.full(2, i, np.float32))
+            out = out + b
+            del b
+        return out
+    want = 1.0 + sum(i % 3 + i for i in range(60))
+    assert_close(fa.jit(f)(np.ones(2, np.float32)), np.full(2, want, np.float32))
+
+
 def test_python_and_numpy_scalars_are_literals():
     prog = check_traced(lambda x: x * 2.0 + np.float32(1.5), fnp.ones(3))
     assert prog.constvars == ()

@@ -323,3 +323,54 @@ def test_one_expression_rules_are_written_into_the_source(mdev):
         np.testing.assert_array_equal(np.asarray(g), r)     # the same MLX operations
         np.testing.assert_allclose(np.asarray(g).astype(np.float64), np.asarray(ref).astype(np.float64),
                                    rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("heads_first", [True, False])
+@pytest.mark.parametrize("lengths", [[7, 7], [5, 12], [0, 3], [20, 9], [12, 12]])
+def test_eager_programs_slice_the_keys_to_the_lengths_read_on_the_host(mdev, monkeypatch, heads_first, lengths):
+    """A program that runs eagerly reads attention's key lengths on the host once per lengths value
+    (``attention.host_length_slice``) and gives the kernel the keys up to the longest (no mask where all reach it);
+    ``mx.compile``'s form keeps the mask. Both are NumPy's in float64 for equal, unequal, zero and past-the-end
+    lengths, and the lengths are read once for two calls on them."""
+    from fnarray.lowering.mlx import attention as mlx_attention
+    from fnarray.lowering.mlx import backend as mlx_backend
+    from fnarray.lowering.mlx.program import Generated
+    rng = np.random.default_rng(11)
+    q1, q2 = (rng.standard_normal((2, 1, 4, 8)).astype(np.float32) for _ in range(2))
+    kv_shape = (2, 2, 12, 8) if heads_first else (2, 12, 2, 8)
+    k, v = (rng.standard_normal(kv_shape).astype(np.float32) for _ in range(2))
+    lens = np.array(lengths, np.int32)
+
+    def f(q1, q2, k, v, lens):
+        def att(q):
+            return nn.dot_product_attention(q, k, v, key_value_seq_lengths=lens, kv_heads_first=heads_first)
+        return att(q1), att(q2)
+    args = (q1, q2, k, v, lens)
+    src = Generated(fa.make_ir(f)(*args), host_lengths=True).source
+    assert len(re.findall(r"= f\d+_length_slice\(", src)) == 1 and "length_mask" not in src, src
+    reads = []
+    real = mlx_attention.host_length_slice
+    monkeypatch.setattr(mlx_attention, "host_length_slice", lambda ls, S: reads.append(1) or real(ls, S))
+    want = [_attention_ref(q, k, v, lens, heads_first) for q in (q1, q2)]
+    for mode, n_reads in (("never", 1), ("always", 0)):
+        monkeypatch.setattr(mlx_backend, "COMPILE_MODE", mode)
+        reads.clear()
+        got = fa.jit(lambda *a: f(*a), device=mdev)(*[fa.device_put(a, mdev) for a in args])   # a new trace
+        assert len(reads) == n_reads, mode
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-5)
+
+
+def test_host_length_slice_keeps_the_filled_keys(mdev):
+    """``host_length_slice``'s ``(n, mask)``: the longest length within ``S``, no mask where all lengths reach it;
+    every key (``S``) and the mask for a length below 1; the mask's rows keep ``s < lengths[b]``."""
+    import mlx.core as mx
+
+    from fnarray.lowering.mlx.attention import host_length_slice
+    assert host_length_slice(mx.array([5], dtype=mx.int32), 12) == (5, None)
+    assert host_length_slice(mx.array([30, 14], dtype=mx.int32), 12) == (12, None)
+    for lengths, n in (([3, 7], 7), ([0, 4], 12), ([-2, 20], 12)):
+        got_n, mask = host_length_slice(mx.array(lengths, dtype=mx.int32), 12)
+        keep = np.arange(n)[None, :] < np.array(lengths)[:, None]
+        assert got_n == n
+        np.testing.assert_array_equal(np.asarray(mask)[:, 0, 0] == 0, keep)

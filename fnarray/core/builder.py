@@ -5,7 +5,11 @@ Used by ``jit``, ``make_ir``, linearization and control-flow bodies. It is a
 staged, even on plain arrays created inside the function. Captured arrays
 (``Array`` or tracers of outer levels) become constant variables, never
 literals; Python and NumPy scalars become ``Literal`` atoms, and equations
-whose inputs are all literals are folded at trace time.
+whose inputs are all literals are folded at trace time. Small host arrays
+(``_SHARED_CONSTANT_ELEMENTS``) of equal values become one constant variable
+(``_value_key``), so that CSE merges the work done on them: ``fa.nn.RoPE``
+makes its frequencies anew each call, and a model's layers then share one
+angle computation a step.
 """
 
 from __future__ import annotations
@@ -17,7 +21,13 @@ from fnarray.core.ir import Eqn, Literal, Program, Var
 from fnarray.core.shaped import ShapedArray
 from fnarray.core.tracing import Trace, Tracer, is_scalar, new_dynamic, new_main
 
+import numpy as np
+
 __all__ = ["BuilderTrace", "BuilderTracer", "trace_to_program", "set_literal_folder"]
+
+#: Captured arrays with a host (NumPy) buffer of at most this many elements are keyed by their values
+#: (``_value_key``): equal ones become one constant variable. (Bigger ones would cost a hash of their bytes.)
+_SHARED_CONSTANT_ELEMENTS = 4096
 
 # Primitives of these kinds are folded when all their inputs are literals.
 _FOLDABLE_KINDS = frozenset({"unary", "binary"})
@@ -64,6 +74,8 @@ class Builder:
         self.vars = {}          # id(tracer) -> Var
         self.tracers = []       # keeps tracers alive so that ids stay unique
         self.consts = {}        # id(value) -> (tracer, value)
+        self.by_value = {}      # _value_key(value) -> (tracer, value), small host arrays only
+        self.captured = []      # keeps every captured value alive, so that ids stay unique
 
     def new_tracer(self, trace, aval, literal=None):
         t = BuilderTracer(trace, aval, literal)
@@ -96,8 +108,14 @@ class BuilderTrace(Trace):
                             "Array, a NumPy scalar or a Python number")
         hit = b.consts.get(id(val))
         if hit is None:
-            hit = (b.new_tracer(self, val.aval), val)
-            b.consts[id(val)] = hit
+            key = _value_key(val)
+            hit = None if key is None else b.by_value.get(key)
+            if hit is None:
+                hit = (b.new_tracer(self, val.aval), val)
+                if key is not None:
+                    b.by_value[key] = hit
+            b.consts[id(val)] = hit   # (a second value of an equal key maps to the first one's variable)
+            b.captured.append(val)
         return hit[0]
 
     lift = pure
@@ -124,6 +142,17 @@ class BuilderTrace(Trace):
         return out_tracers
 
 
+def _value_key(val):
+    """``(device, committed, aval, bytes)`` of a concrete array whose buffer is a NumPy array of at most
+    ``_SHARED_CONSTANT_ELEMENTS`` elements (its values known without a device read), else ``None``."""
+    if isinstance(val, Tracer) or not hasattr(val, "call_view"):
+        return None
+    buf, device, committed = val.call_view()
+    if not isinstance(buf, np.ndarray) or buf.size > _SHARED_CONSTANT_ELEMENTS or buf.dtype.hasobject:
+        return None
+    return device, committed, val.aval, buf.dtype.str, np.ascontiguousarray(buf).tobytes()
+
+
 def trace_to_program(flat_fun, in_avals, *, debug_name="fun"):
     """Trace ``flat_fun`` (a function of a flat list of values returning a flat
     list) at ``in_avals``; returns ``(program, consts)``.
@@ -139,9 +168,12 @@ def trace_to_program(flat_fun, in_avals, *, debug_name="fun"):
             outs = flat_fun(*in_tracers)
             out_tracers = [trace.full_raise(o) for o in outs]
     constvars, constvals = [], []
+    seen = set()
     for t, v in builder.consts.values():
-        constvars.append(builder.vars[id(t)])
-        constvals.append(v)
+        if id(t) not in seen:   # values of equal keys share one (tracer, value)
+            seen.add(id(t))
+            constvars.append(builder.vars[id(t)])
+            constvals.append(v)
     prog = Program(constvars, [builder.vars[id(t)] for t in in_tracers], builder.eqns,
                    [builder.atom(t) for t in out_tracers])
     return prog, constvals

@@ -17,7 +17,13 @@ form here is float64-accurate.
 ``share_length_masks`` (``program.py``, before generating a program's Python) splits a float32 call masked by key
 lengths alone (a decode step's) into the mask's equation and the kernel's, one mask equation per distinct lengths
 value and key count: the layers of a model that read one offset (``examples/llm.py``'s, mlx-lm's mask from
-``cache[0]``) then build one mask a step, not one a layer (~12 us of MLX calls each on the CPU).
+``cache[0]``) then build one mask a step, not one a layer (~12 us of MLX calls each on the CPU). With
+``host_lengths`` (a program that runs eagerly: ``backend._compile``) the lengths are read on the host once per
+distinct value instead (``LENGTH_SLICE``, one ``tolist()``: the step's offset is evaluated already, ~4 us) and the
+kernel reads the keys and values sliced to the longest length (``SLICED_ATTENTION``, no mask where every length
+reaches it), as raw MLX slices its cache with a Python int: the kernel walks the filled positions, not the whole
+capacity (~20 us a layer of a decode step at 64 of 128 positions). ``mx.compile`` cannot read values, so its
+form keeps the mask.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from fnarray.core.shaped import ShapedArray
 from fnarray.lowering.mlx.common import RULES, expression, mx, mx_dtype
 from fnarray.lowering.mlx.fused import Fused
 
-__all__ = ["mlx_attention", "share_length_masks"]
+__all__ = ["mlx_attention", "share_length_masks", "host_length_slice"]
 
 
 def _fast_mask(mx, q, k, bias, mask, params, lengths=None):
@@ -109,8 +115,43 @@ def _masked_attention_rule(params, in_avals, out_avals):
                       ", scale={scale}, mask={3}).transpose(0, 2, 1, 3)", 4, scale=params["scale"])
 
 
+def host_length_slice(lengths, S):
+    """``(n, mask)`` for key lengths ``lengths`` (an ``mx.array`` ``(B,)``, read on the host) over ``S`` keys: the
+    keys to keep, ``n = min(max(lengths), S)``, and ``None`` where every length reaches ``n``, else the additive
+    float32 mask ``(B, 1, 1, n)`` of ``_fast_mask``. A length below 1 (a row with every key removed, whose result
+    is the mean of all ``S`` values) gives ``n = S`` and the mask over all of them."""
+    import mlx.core as mx
+    ls = lengths.tolist()
+    lo, n = min(ls), min(max(ls), S)
+    if lo < 1:
+        n = S
+    elif lo >= n:
+        return n, None
+    keep = mx.arange(n)[None, None, None, :] < lengths[:, None, None, None]
+    return n, mx.where(keep, mx.array(0.0, dtype=mx.float32), mx.array(MASKED_LOGIT, dtype=mx.float32))
+
+
+def _length_slice_rule(params, in_avals, out_avals):
+    """Key lengths ``(B,)`` -> ``host_length_slice``'s ``(n, mask)`` (a Python pair, read by ``SLICED_ATTENTION``)."""
+    S = params["S"]
+    return lambda lengths: host_length_slice(lengths, S)
+
+
+def _sliced_attention_rule(params, in_avals, out_avals):
+    """``mx.fast.scaled_dot_product_attention`` of ``q`` over the first ``n`` keys and values, ``(n, mask) =``
+    the fourth argument (``LENGTH_SLICE``'s)."""
+    if params["kv_heads_first"]:
+        kv = "{1}[:, :, :{3}[0]], {2}[:, :, :{3}[0]]"
+    else:
+        kv = "{1}[:, :{3}[0]].transpose(0, 2, 1, 3), {2}[:, :{3}[0]].transpose(0, 2, 1, 3)"
+    return expression("mx.fast.scaled_dot_product_attention({0}.transpose(0, 2, 1, 3), " + kv +
+                      ", scale={scale}, mask={3}[1]).transpose(0, 2, 1, 3)", 4, scale=params["scale"])
+
+
 LENGTH_MASK = Fused("length_mask", _length_mask_rule)
 MASKED_ATTENTION = Fused("masked_attention", _masked_attention_rule)
+LENGTH_SLICE = Fused("length_slice", _length_slice_rule)
+SLICED_ATTENTION = Fused("sliced_attention", _sliced_attention_rule)
 
 
 def _masked_by_lengths_alone(e) -> bool:
@@ -121,10 +162,14 @@ def _masked_by_lengths_alone(e) -> bool:
             e.inputs[0].aval.dtype == dtypes.float32 and isinstance(e.inputs[-1], Var))
 
 
-def share_length_masks(prog: Program) -> Program:
+def share_length_masks(prog: Program, host_lengths: bool = False) -> Program:
     """``prog`` with each float32 attention masked by key lengths alone made two equations, the additive mask
     (``LENGTH_MASK``, one per distinct lengths variable and key count: equal masks are built once) and the kernel on
-    it (``MASKED_ATTENTION``); ``prog`` itself where there is none. The same MLX calls as ``mlx_attention``'s."""
+    it (``MASKED_ATTENTION``); ``prog`` itself where there is none. The same MLX calls as ``mlx_attention``'s.
+
+    ``host_lengths``: ``LENGTH_SLICE`` and ``SLICED_ATTENTION`` instead (the lengths read on the host, the keys
+    sliced to them: for a program that runs eagerly, never through ``mx.compile``)."""
+    make, attend = (LENGTH_SLICE, SLICED_ATTENTION) if host_lengths else (LENGTH_MASK, MASKED_ATTENTION)
     masks: dict = {}   # (lengths variable, key count) -> the mask variable
     eqns, changed = [], False
     for e in prog.eqns:
@@ -137,8 +182,8 @@ def share_length_masks(prog: Program) -> Program:
         m = masks.get((lengths, S))
         if m is None:
             m = masks[(lengths, S)] = Var(ShapedArray((q.aval.shape[0], 1, 1, S), dtypes.float32))
-            eqns.append(Eqn(LENGTH_MASK, (lengths,), {"S": S}, (m,)))
+            eqns.append(Eqn(make, (lengths,), {"S": S}, (m,)))
         params = {"scale": e.params["scale"], "kv_heads_first": heads_first}
-        eqns.append(Eqn(MASKED_ATTENTION, (q, k, v, m), params, e.outputs))
+        eqns.append(Eqn(attend, (q, k, v, m), params, e.outputs))
         changed = True
     return Program(prog.constvars, prog.invars, eqns, prog.outvars) if changed else prog

@@ -252,10 +252,12 @@ class _WarmCompile:
     Should MLX fail to compile the program, it keeps running eagerly (same operations, same results).
     """
 
-    __slots__ = ("fn", "raw", "left", "handle")
+    __slots__ = ("fn", "raw", "left", "handle", "traceable")
 
-    def __init__(self, fn, after, handle):
-        self.raw, self.fn, self.left, self.handle = fn, fn, after, handle
+    def __init__(self, fn, after, handle, traceable=None):
+        # ``traceable``: a zero-argument callable making the function given to mx.compile where ``fn`` cannot be
+        # (it reads values on the host: ``program.Generated(host_lengths=True)``); default ``fn`` itself
+        self.raw, self.fn, self.left, self.handle, self.traceable = fn, fn, after, handle, traceable
 
     def __call__(self, bufs):
         fn = self.fn
@@ -271,7 +273,7 @@ class _WarmCompile:
             return fn(*bufs)
 
     def _switch(self, bufs):
-        compiled = mx.compile(self.raw)
+        compiled = mx.compile(self.raw if self.traceable is None else self.traceable())
         with mx.stream(self.handle), _profile.span("compile", "mx.compile (and its first run)"):
             try:
                 out = compiled(*bufs)
@@ -318,12 +320,19 @@ class MlxLowered(Lowered):
         if self._host:
             from fnarray.devices.host_control import HostDriven
             return HostDriven(self.program, self.device, [True] * len(self.program.eqns))
-        gen = _Generated(self.program, platform=self.device.platform)
+        # The calls that run eagerly read attention's key lengths on the host (program.Generated's host_lengths);
+        # mx.compile gets the form that does not (made when it first compiles, if the program has such a read).
+        platform = self.device.platform
+        gen = _Generated(self.program, platform=platform, host_lengths=True)
         after = _compile_policy(gen, self.device, self._eager)
         handle = self.device.handle
+        if gen.reads_lengths and after == 1:
+            gen = _Generated(self.program, platform=platform)
         if after is None:
             return _on_stream(handle, gen.fn)
-        return _WarmCompile(gen.fn, after, handle)
+        if not gen.reads_lengths:
+            return _WarmCompile(gen.fn, after, handle)
+        return _WarmCompile(gen.fn, after, handle, lambda: _Generated(self.program, platform=platform).fn)
 
 
 def _eager_apply(fn, multiple, handle):

@@ -15,7 +15,7 @@ from fnarray.lowering.common import code_of
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.core import dtypes
 from fnarray.lowering.mlx.common import RULES, from_numpy, mx
-from fnarray.lowering.mlx.attention import share_length_masks
+from fnarray.lowering.mlx.attention import LENGTH_SLICE, share_length_masks
 from fnarray.lowering.mlx.fused import Fused, fuse_patterns
 from fnarray.lowering.mlx.low_bit import bits_of, typed
 from fnarray.lowering.zero_size import drop_zero_size, has_zero_size, is_fill
@@ -24,9 +24,12 @@ from fnarray.lowering.zero_size import drop_zero_size, has_zero_size, is_fill
 class Generated:
     """Python source for a straight-line program over MLX arrays, and the function it defines."""
 
-    def __init__(self, prog: Program, execute: bool = True, platform: str = "cpu"):
-        # (``platform``: the device's, which picks the ``mx.fast`` patterns: ``fused.fuse_patterns``)
-        prog, self.has_empty = _simplified(prog, platform)
+    def __init__(self, prog: Program, execute: bool = True, platform: str = "cpu", host_lengths: bool = False):
+        # (``platform``: the device's, which picks the ``mx.fast`` patterns: ``fused.fuse_patterns``;
+        # ``host_lengths``: attention's key lengths read on the host, for a program never given to mx.compile:
+        # ``attention.share_length_masks``; ``reads_lengths`` says whether the program has such a read)
+        prog, self.has_empty = _simplified(prog, platform, host_lengths)
+        self.reads_lengths = host_lengths and any(e.primitive is LENGTH_SLICE for e in prog.eqns)
         names: dict = {}
         glb: dict = {"__name__": "fnarray.lowering.mlx_program", "bits_of": bits_of, "typed": typed, "mx": mx}
         consts, lines = [], []
@@ -110,10 +113,10 @@ def _inlined(inline, f, args, glb) -> str:
     return template.format(*args, **{k: f"{f}_{k}" for k in consts})
 
 
-def _simplified(prog: Program, platform: str):
+def _simplified(prog: Program, platform: str, host_lengths: bool = False):
     """``(program, has_empty)``: ``prog`` with reshape chains folded, its zero-size values dropped where it can and
-    then its ``mx.fast`` patterns fused (``fused.fuse_patterns``) and its key-length masks shared
-    (``attention.share_length_masks``), dead code eliminated."""
+    then its ``mx.fast`` patterns fused (``fused.fuse_patterns``) and its key-length masks shared or, with
+    ``host_lengths``, its key lengths read on the host (``attention.share_length_masks``), dead code eliminated."""
     prog, _ = dce(fold_reshapes(prog))
     # mx.compile is never given empty (NumPy) buffers: such programs stay eager. (The common program has
     # no zero-size value: one scan, no second dce; eager programs compile per new shape.)
@@ -121,7 +124,7 @@ def _simplified(prog: Program, platform: str):
     if has_empty:
         prog, _ = dce(drop_zero_size(prog))
         has_empty = has_zero_size(prog)
-    fused = share_length_masks(fuse_patterns(prog, platform))
+    fused = share_length_masks(fuse_patterns(prog, platform), host_lengths)
     return (prog if fused is prog else dce(fused)[0]), has_empty
 
 
