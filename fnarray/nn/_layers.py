@@ -129,7 +129,7 @@ class Embedding(Module):
         ids = fnp.asarray(ids)
         if not dtypes.is_int(ids.dtype):
             raise TypeError(f"Embedding takes integer ids, got dtype {ids.dtype.name}")
-        return fnp.take(self.weight, table_rows(ids, self.num_embeddings, "Embedding"), axis=0, mode="clip")
+        return self.weight[table_rows(ids, self.num_embeddings, "Embedding")]
 
     def attend(self, x):
         """Logits against every embedding, ``x @ weight.T`` (a tied output layer): ``(..., d) -> (..., n)``."""

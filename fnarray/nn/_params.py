@@ -38,12 +38,12 @@ def embedding_params(num_embeddings, embedding_dim, key, dtype, weight_init=None
 
 
 def table_rows(ids, n, what):
-    """The rows of an ``n``-row table that integer ``ids`` name, as ``table[ids]``: negative ids count from the
-    end. Concrete ids outside ``[-n, n)`` raise ``ValueError``; traced ones are left for the caller's
-    ``take(..., mode="clip")`` to clamp onto the table's edge (JAX's indexing gather)."""
+    """Integer ``ids`` checked as rows of an ``n``-row table, returned as given for ``table[ids]`` (negative ids
+    count from the end; the indexing gather clamps traced ids onto the table's edge, JAX's indexing gather).
+
+    Raises ``ValueError`` for concrete (eager) ids outside ``[-n, n)``, naming the first one and its index."""
     import numpy as np
 
-    from fnarray import numpy as fnp
     from fnarray.core.tracing import Tracer
     if not isinstance(ids, Tracer) and ids.size:
         host = np.asarray(ids)
@@ -53,4 +53,4 @@ def table_rows(ids, n, what):
             raise ValueError(f"{what}({n}, ...): ids must lie in [-{n}, {n}) (the table's rows); got {host[where]} "
                              f"at index {where} ({int(bad.sum())} out of range). Make the table larger "
                              "(num_embeddings) or fix the ids")
-    return fnp.where(ids < 0, ids + n, ids)
+    return ids

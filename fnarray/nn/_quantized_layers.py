@@ -144,7 +144,7 @@ class QuantizedEmbedding(Module):
         if not dtypes.is_int(ids.dtype):
             raise TypeError(f"QuantizedEmbedding takes integer ids, got dtype {ids.dtype.name}")
         flat = fnp.reshape(table_rows(ids, self.weight.shape[0], "QuantizedEmbedding"), (-1,))
-        rows = [fnp.take(a, flat, axis=0, mode="clip") if a is not None else None for a in (self.weight, self.scales, self.biases)]
+        rows = [a[flat] if a is not None else None for a in (self.weight, self.scales, self.biases)]
         out = dequantize(*rows, group_size=self.group_size, bits=self.bits, mode=self.mode)
         return fnp.reshape(out, tuple(ids.shape) + (out.shape[-1],))
 
