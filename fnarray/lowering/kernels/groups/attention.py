@@ -18,6 +18,13 @@ With ``lower_right`` (queries aligned at the end of the keys) the causal and win
 position ``t + L - T``, ``L`` that length read at run time (or ``S``): a prefill into a cache already holding
 ``L - T`` keys walks, per query, only the keys up to its own position, with no mask operand.
 
+On a native CPU WebGPU adapter with subgroups (the scheduler option ``attention_subgroup``) a query row is a
+subgroup's instead (``AttentionGroup._row_lanes``): each lane holds ``H / lanes`` of the row's head, reads its slice
+of each key and value (as ``vec4`` where the slice is a multiple of 4: lavapipe gathers a load lane by lane), and the
+logit is its partial dot product summed over the lanes by ``subgroupBroadcast`` in lane order, the same value in
+every lane; the softmax's walk is the one above, every lane walking it in step. A decode step's single row then
+keeps all of lavapipe's 8 SIMD lanes busy, where a work item per row left 7 idle.
+
 Everything is computed in float32 (float64 for float64 inputs), as the primitive's semantics say. The running
 maximum starts at ``-finfo(float32).max``, below every logit the primitive can produce but ``-inf``, so the first
 block's rescaling multiplies zeros by zero and no ``inf - inf`` arises. A row with every key removed has every
