@@ -115,6 +115,45 @@ def test_fused_attention_matches_jax(on, name):
     np.testing.assert_allclose(np.asarray(jitted), np.asarray(want), rtol=2e-5, atol=2e-5)
 
 
+def _decode_split_case(name, h):
+    """Keyword arguments of a decode step (``T = 1``, ``B * N = 8`` query rows over 21 keys) for
+    ``test_decode_rows_split_across_a_subgroup_match_jax``."""
+    s = 21
+    if name == "lengths":
+        return {"key_value_seq_lengths": np.array([12, 1], np.int32)}
+    if name == "window_lengths":   # the query (position 0) keeps keys 0-8, and batch element 1 the first 5
+        return {"key_value_seq_lengths": np.array([21, 5], np.int32), "local_window_size": (2, 8)}
+    if name == "bias_mask_lengths":   # batch element 1 removes every key before its length: the tail's average
+        mask = RNG.random((B, 1, 1, s)) > 0.4
+        mask[1, 0, 0, :9] = False
+        return {"key_value_seq_lengths": np.array([21, 9], np.int32), "mask": mask,
+                "bias": RNG.standard_normal((1, N, 1, s)).astype(np.float32)}
+    return {"scale": 0.3}
+
+
+@pytest.mark.parametrize("h", [8, 16, 32, 64])
+@pytest.mark.parametrize("name", ["plain", "lengths", "window_lengths", "bias_mask_lengths"])
+def test_decode_rows_split_across_a_subgroup_match_jax(on, name, h):
+    """A decode step's few query rows: on a CPU WebGPU adapter with subgroups each row is a subgroup's (the lanes
+    split the head, ``vec4`` reads where a lane's slice is a multiple of 4, scalar reads for slices of 2 or 3:
+    ``groups/attention.py`` ``_row_lanes``); every device against JAX, heads first at head size 32."""
+    kw = _decode_split_case(name, h)
+    q, kk, v = _qkv(1, 21, h=h)
+    want = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, **kw))(q, kk, v)
+    first = h == 32
+    if first:
+        kk, v = np.swapaxes(kk, 1, 2).copy(), np.swapaxes(v, 1, 2).copy()
+    args = [fa.device_put(a, on) for a in (q, kk, v)]
+    f = fa.jit(lambda q, k, v: nn.dot_product_attention(q, k, v, **_put(kw, on), kv_heads_first=first))
+    np.testing.assert_allclose(np.asarray(f(*args)), np.asarray(want), rtol=2e-5, atol=2e-5)
+    if on.backend == "webgpu" and on.platform == "cpu" and getattr(on.impl.gpu, "has_subgroups", False):
+        source = "".join(k.source for k in f.lower(*args).kernels())
+        lanes = dict(on.impl.capabilities(on).tuning_facts)["simd_bits"] // 32
+        vectors = h % (4 * lanes) == 0
+        assert ("vec4<f32>" in source) == vectors, source
+        assert ("subgroupBroadcast" in source) == (vectors or (h >= 2 * lanes and B * N <= lanes)), source
+
+
 #: ``kv_heads_first`` (keys and values ``(B, K, S, H)``, ``KVCache``'s layout) on every kind of key walk: plain,
 #: one key head, bias and mask, several key blocks, a mask with lengths (the removed tail), causal window with lengths.
 HEADS_FIRST = ["plain", "mqa", "bias_mask", "scale_long", "kv_lengths_mask", "kv_lengths_causal_window",

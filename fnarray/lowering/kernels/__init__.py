@@ -189,7 +189,9 @@ def schedule_program(program: Program, caps, **opts) -> Plan:
     product's sizes and strides as constants in its source, not scalar arguments), ``conv_positions`` (output
     positions per work item of the direct convolution: ``groups/conv.py``), ``pallas_row_tile`` (rows per work
     item of a ``pallas_call`` kernel with a ``dot`` in row mode: ``groups/pallas.py``), ``row_vec4`` (a work item's
-    loops over float32 rows of a multiple of 4 read them four elements per load: ``groups/reduce.py``); for CPU
+    loops over float32 rows of a multiple of 4 read them four elements per load: ``groups/reduce.py``),
+    ``attention_subgroup`` (the subgroup size of a native CPU WebGPU adapter with subgroups: the attention kernel's
+    query rows split across a subgroup's lanes, ``groups/attention.py``); for CPU
     targets (those and CPU OpenCL): ``scatter_columns`` (a work item per column of a scatter where that is less work:
     ``groups/scatter.py``), ``share_values`` (a costly inlined elementwise value read by several equations gets a
     buffer: ``schedule._Inlining._shared``), ``concat_branches`` (a concatenation of more than two pieces as

@@ -812,6 +812,9 @@ class WebGPULowered(KernelLowered):
                     # groups/dot.py: a subgroup shares the product's lhs rows (broadcast), each work item
                     # 4 columns of 32 rows: the transformer's products 1.6-2.5x faster than the blocks
                     opts["dot_subgroup"] = lanes
+                    # groups/attention.py: a decode step's few query rows get a subgroup each, the lanes
+                    # splitting the head (a work item per row left 7 of lavapipe's 8 lanes idle)
+                    opts["attention_subgroup"] = lanes
         if tuning.active(self.device):
             opts["tuner"] = _Timer(self.device, self.backend.gpu, caps.max_workgroup_size)
         return schedule_program(self.program, caps, workgroup=DEFAULT_GROUP_SIZE, **opts)

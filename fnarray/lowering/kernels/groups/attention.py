@@ -18,6 +18,13 @@ With ``lower_right`` (queries aligned at the end of the keys) the causal and win
 position ``t + L - T``, ``L`` that length read at run time (or ``S``): a prefill into a cache already holding
 ``L - T`` keys walks, per query, only the keys up to its own position, with no mask operand.
 
+On a native CPU WebGPU adapter with subgroups (the scheduler option ``attention_subgroup``) a query row is a
+subgroup's instead (``AttentionGroup._row_lanes``): each lane holds ``H / lanes`` of the row's head, reads its slice
+of each key and value (as ``vec4`` where the slice is a multiple of 4: lavapipe gathers a load lane by lane), and the
+logit is its partial dot product summed over the lanes by ``subgroupBroadcast`` in lane order, the same value in
+every lane; the softmax's walk is the one above, every lane walking it in step. A decode step's single row then
+keeps all of lavapipe's 8 SIMD lanes busy, where a work item per row left 7 idle.
+
 Everything is computed in float32 (float64 for float64 inputs), as the primitive's semantics say. The running
 maximum starts at ``-finfo(float32).max``, below every logit the primitive can produce but ``-inf``, so the first
 block's rescaling multiplies zeros by zero and no ``inf - inf`` arises. A row with every key removed has every
@@ -37,8 +44,9 @@ import numpy as np
 from fnarray.core.attention import (MASKED_LOGIT, acc_dtype, dot_product_attention_p, key_sizes, lengths_operand,
                                     offset_limit, split_operands)
 from fnarray.core.ir import Var
-from fnarray.lowering.kernels.groups.base import contiguous_strides, EquationGroup, kernel_name, make_launch, tree_sum
-from fnarray.lowering.kernels.ir import BOOL, INT32, Cast, const
+from fnarray.lowering.kernels.groups.base import (contiguous_strides, EquationGroup, kernel_name, make_launch, tree_sum,
+                                                  vec4_binding, vectors_fit)
+from fnarray.lowering.kernels.ir import BOOL, INT32, Broadcast, Cast, Lane, Special, const, vector_dtype
 from fnarray.lowering.kernels.rules import op, select
 
 __all__ = ["AttentionGroup", "GROUPS", "OPERAND_VIEWS", "KEY_BLOCK", "UNROLL_HEAD", "as_heads", "loop_steps",
@@ -53,12 +61,19 @@ UNROLL_HEAD = 128
 UNIFORM_FILL = 2
 #: Independent partial sums of an unrolled dot product.
 DOT_LANES = 4
+#: The subgroup form without ``vec4`` reads (``AttentionGroup._row_lanes``) runs for at most this many query rows
+#: per lane of a subgroup and a lane's slice of the head of at least ``SCALAR_SLICE`` elements.
+ROWS_PER_LANES = 1
+SCALAR_SLICE = 2
 
 
 class AttentionGroup(EquationGroup):
     """One ``dot_product_attention`` equation: a work item per query row ``(b, t, n)``."""
 
     kind = "attention"
+    #: whether the subgroup form may read keys and values as ``vec4`` (``_vector_rows``; cleared for a launch
+    #: whose bindings those reads would break, ``vectors_fit``)
+    _vectors = True
 
     def codegen(self):
         ctx = self.ctx
@@ -78,12 +93,8 @@ class AttentionGroup(EquationGroup):
         ls = lengths_operand(buffers, p.get("has_lengths", False))
         out_name = ctx.output(b, args, out)
         items = B * T * N
-        gid, gsize, lsize = ctx.gid(b, items, _group_size(ctx.wg, q.aval, items))
-        inside = op("lt", gid, const(items, INT32))
-        # On CPU devices every work item computes (past the end at the last row) and only the stores are guarded:
-        # a bounds branch around the body keeps PoCL from vectorising across work items.
-        uniform = bool(getattr(ctx.caps, "uniform_guard", False))
-        item = b.let(select(inside, gid, const(items - 1, INT32)), "item") if uniform else gid
+        lanes = self._row_lanes(items, H, acc, k.aval.dtype)
+        item, inside, uniform, sizes = self._rows(b, items, lanes, q.aval)
         with b.when(const(True, BOOL) if uniform else inside):
             n = b.let(op("rem", item, const(N, INT32)), "n")
             t = b.let(op("rem", op("div", item, const(N, INT32)), const(T, INT32)), "t")
@@ -92,23 +103,20 @@ class AttentionGroup(EquationGroup):
             kh = b.let(op("div", n, const(N // K, INT32)), "kh")
             kv_base, key_stride = _kv_start(b, bb, kh, (S, K, H), heads_first)
             w = _Walk(b, acc, t, kv_base, key_stride, k.aval.dtype, ks, vs, bs, bias, ms, mask)
-            w.row_q = _Row(b, acc, H, H <= UNROLL_HEAD)
+            share = w.share = _HeadShare(lanes, H, self._vector_rows(lanes, H, acc, k.aval.dtype))
+            if share.vectors:   # keys and values read four elements per load (lavapipe gathers a load lane by lane)
+                w.vectors = {name: vec4_binding(b, args, ctx.spec(a), np.float32) for name, a in
+                             ((ks, k), (vs, e.inputs[2]))}
+            w.row_q = _Row(b, acc, share.size, share.size <= UNROLL_HEAD, share=share)
             w.row_q.fill(lambda h: _to(b.load(qs, op("add", row, h), q.aval.dtype), acc), "qv")
-            w.o = _Row(b, acc, H, H <= UNROLL_HEAD, mutable=True)
+            w.o = _Row(b, acc, share.size, share.size <= UNROLL_HEAD, mutable=True, share=share)
             w.o.fill(lambda h: const(0, acc), "o")
             w.m = b.var(acc, const(-float(np.finfo(np.float32).max), acc), "m")
             w.total = b.var(acc, const(0, acc), "l")
             w.offsets = {name: _broadcast_offset(b, aval, bb, n, t) for name, aval in
                          ((nm, a.aval) for nm, a in ((bs, bias), (ms, mask)) if a is not None)}
             w.lg = b.array("private", acc, KEY_BLOCK, "lg")
-            w.length = None
-            if lengths is not None:   # the batch element's key length, clamped to [0, S]
-                raw = b.let(b.load(ls, bb, lengths.aval.dtype), "kvn")
-                w.length = b.let(_clamp(raw, 0, S), "kvl")
-                if p.get("lower_right"):   # the queries at the end of the keys: positions t + L - T (data)
-                    w.t = b.let(op("add", t, op("sub", _clamp(raw, *offset_limit(T, S)), const(T, INT32))), "qp")
-            elif p.get("lower_right") and S != T:
-                w.t = b.let(op("add", t, const(S - T, INT32)), "qp")
+            self._positions(w, (lengths, ls), bb, T, S)
             lo, hi = self._key_range(b, w.t, S, w.length)
             with b.loop(lo, hi, const(KEY_BLOCK, INT32), hint="blk") as blk:
                 self._key_block(w, blk, hi)
@@ -117,8 +125,69 @@ class AttentionGroup(EquationGroup):
             inv = b.let(op("div", const(1, acc), w.total), "inv")
             with b.when(inside if uniform else const(True, BOOL)):
                 w.o.each(lambda h, cur: b.store(out_name, op("add", row, h), _to(op("mul", cur, inv), out.aval.dtype)))
-        b.name = kernel_name("attention", tracker.eqns)
-        return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "attention")]
+        b.name = kernel_name("attention_subgroup" if lanes else "attention", tracker.eqns)
+        # the subgroup form's work-group size is its own (a multiple of the subgroup), not the backend's default
+        launch = make_launch(b, args, {}, *sizes, tracker.eqns, "attention", fixed_local=bool(lanes))
+        if share.vectors and not vectors_fit(ctx.caps, launch):   # a donated buffer also written: scalar reads
+            self._vectors = False
+            return self.codegen()
+        return [launch]
+
+    def _rows(self, b, items, lanes, q):
+        """``(item, inside, uniform, (global size, local size))``: the query row of the work item (``lanes``: a
+        subgroup per row, work item ``gid`` being lane ``gid % lanes`` of row ``gid / lanes``), whether it is a
+        row, and whether every work item computes (then only the stores are guarded)."""
+        ctx = self.ctx
+        if lanes:
+            gid, gsize, lsize = ctx.gid(b, items * lanes, lanes * max(1, min(ctx.wg // lanes, items)))
+            gid = b.let(op("div", gid, const(lanes, INT32)), "sg")
+        else:
+            gid, gsize, lsize = ctx.gid(b, items, _group_size(ctx.wg, q, items))
+        inside = op("lt", gid, const(items, INT32))
+        # On CPU devices every work item computes (past the end at the last row) and only the stores are guarded:
+        # a bounds branch around the body keeps PoCL from vectorising across work items. A subgroup per row
+        # guards only its stores too: every lane of a subgroup must reach each broadcast.
+        uniform = bool(getattr(ctx.caps, "uniform_guard", False)) or bool(lanes)
+        item = b.let(select(inside, gid, const(items - 1, INT32)), "item") if uniform else gid
+        return item, inside, uniform, (gsize, lsize)
+
+    def _positions(self, w, lengths, bb, T, S):
+        """The walk's key length ``w.length`` (the batch element's, clamped to ``[0, S]``; ``None`` without a
+        lengths operand) and, aligned at the end of the keys (``lower_right``), the query position ``w.t``:
+        ``t + L - T`` (``L`` the length, data, or ``S``). ``lengths``: the operand and its buffer, or ``None``s."""
+        b, p = w.b, self.eqn.params
+        (lengths, ls), t = lengths, w.t
+        w.length = None
+        if lengths is not None:
+            raw = b.let(b.load(ls, bb, lengths.aval.dtype), "kvn")
+            w.length = b.let(_clamp(raw, 0, S), "kvl")
+            if p.get("lower_right"):
+                w.t = b.let(op("add", t, op("sub", _clamp(raw, *offset_limit(T, S)), const(T, INT32))), "qp")
+        elif p.get("lower_right") and S != T:
+            w.t = b.let(op("add", t, const(S - T, INT32)), "qp")
+
+    def _vector_rows(self, lanes, H, acc, kdt) -> bool:
+        """Whether the subgroup form reads keys and values as ``vec4`` (a lane's slice of the head four elements
+        per load; keys then 4-aligned too): float32, slices of a multiple of 4, where ``codegen`` has not declined."""
+        f32 = np.dtype(np.float32)
+        return bool(lanes) and self._vectors and acc == f32 and np.dtype(kdt) == f32 and H % (4 * lanes) == 0
+
+    def _row_lanes(self, items, H, acc, kdt) -> int:
+        """The subgroup size of the subgroup form (a subgroup of work items per query row, each lane ``H / lanes``
+        of the head: the scheduler option ``attention_subgroup``, native webgpu on a CPU adapter with subgroups),
+        or 0 for a work item per row. With ``vec4`` reads (``_vector_rows``) at any number of rows: lavapipe,
+        call CPU time against a work item per row over 64 keys (load 10-13): 8 heads of 32 1.25x faster for 1
+        query (a decode step) and 1.2x for 64 (a prefill, 512 rows); 1 query of 2 heads of 64 2.6x, of 4 heads of
+        128 2.9x, of 64 heads of 64 1.5x.
+        Without them (head sizes not a multiple of ``4 * lanes``) only for at most ``ROWS_PER_LANES * lanes`` rows
+        and slices of ``SCALAR_SLICE`` elements or more: 8 heads of 16, 1 query, 1.0-1.2x; of 8 (a slice of 1)
+        0.85x; 128 rows of 8 0.55x."""
+        lanes = int(self.ctx.opts.get("attention_subgroup", 0) or 0)
+        if not lanes or acc != np.dtype(np.float32) or H % lanes:
+            return 0
+        if self._vector_rows(lanes, H, acc, kdt):
+            return lanes
+        return lanes if items <= ROWS_PER_LANES * lanes and H >= SCALAR_SLICE * lanes else 0
 
     def _key_block(self, w, blk, hi):
         """One block of up to ``KEY_BLOCK`` keys from ``blk`` of the online softmax: the block's logits and their
@@ -130,7 +199,7 @@ class AttentionGroup(EquationGroup):
         with b.loop(const(0, INT32), count, hint="j") as j:
             s = b.let(op("add", blk, j), "s")
             kb = b.let(op("add", w.kv_base, op("mul", s, const(w.kh_stride, INT32))), "kb")
-            dot = w.row_q.dot(lambda h: _to(b.load(w.ks, op("add", kb, h), w.kdt), acc))
+            dot = w.row_q.dot(w.read(w.ks, kb))
             logit = op("mul", dot, const(p["scale"], acc))
             if w.bias is not None:
                 bidx = _key_offset(w.offsets[w.bs], w.bias.aval, s)
@@ -147,7 +216,8 @@ class AttentionGroup(EquationGroup):
             vb = b.let(op("add", w.kv_base, op("mul", s, const(w.kh_stride, INT32))), "vb")
             wt = b.let(op("exp", op("sub", b.load(w.lg, j, acc, "private"), top)), "w")
             b.assign(w.total, op("add", w.total, wt))
-            w.o.update(lambda h, cur: op("add", cur, op("mul", wt, _to(b.load(w.vs, op("add", vb, h), w.kdt), acc))))
+            vals = w.read(w.vs, vb)
+            w.o.update(lambda j, cur: op("add", cur, op("mul", wt, vals(j))))
         b.assign(w.m, top)
 
     def _key_range(self, b, t, S, length):
@@ -204,7 +274,8 @@ class AttentionGroup(EquationGroup):
         with b.loop(start, const(S, INT32), hint="r") as s:
             vb = b.let(op("add", kv_base, op("mul", s, const(w.kh_stride, INT32))), "vb")
             b.assign(w.total, op("add", w.total, const(1, acc)))
-            w.o.update(lambda h, cur: op("add", cur, _to(b.load(w.vs, op("add", vb, h), w.kdt), acc)))
+            vals = w.read(w.vs, vb)
+            w.o.update(lambda j, cur: op("add", cur, vals(j)))
 
     def _keep(self, b, t, s, ms, mask, offsets, length=None):
         """Whether key ``s`` stays for query ``t``: the mask operand, the causal and window conditions, ``s <
@@ -238,66 +309,115 @@ class _Walk:
     def __init__(self, b, acc, t, kv_base, kh_stride, kdt, ks, vs, bs, bias, ms, mask):
         self.b, self.acc, self.t, self.kv_base, self.kh_stride, self.kdt = b, acc, t, kv_base, kh_stride, kdt
         self.ks, self.vs, self.bs, self.bias, self.ms, self.mask = ks, vs, bs, bias, ms, mask
+        self.share = _HeadShare(0, 0)
+        self.vectors = {}   # a key/value buffer's vec4 binding, where ``share.vectors``
+
+    def read(self, buf, base):
+        """``j -> value``: the work item's ``j``-th element (``share``) of the key or value row at element ``base``
+        of ``buf``, in the accumulation dtype. With ``vec4`` bindings the row's slice is loaded here, a vector per
+        four elements."""
+        b, share = self.b, self.share
+        if buf not in self.vectors:
+            return lambda j: _to(b.load(buf, op("add", base, share.element(j)), self.kdt), self.acc)
+        four = share.size // 4
+        first = b.let(op("add", op("div", base, const(4, INT32)), op("mul", Special("lane", 0), const(four, INT32))),
+                      "v4")
+        vdt = vector_dtype(np.float32)
+        vecs = [b.load(self.vectors[buf], op("add", first, const(i, INT32)), vdt) for i in range(four)]
+        return lambda j: Lane(vecs[j // 4], j % 4, self.acc)
+
+
+class _HeadShare:
+    """How a row's ``H`` head elements are split among the ``lanes`` work items of a subgroup (0: one work item
+    holds them all): a work item holds ``size`` of them, its ``j``-th being element ``lane + lanes * j`` (the
+    lanes of one ``j`` read adjacent elements), or with ``vectors`` element ``lane * size + j`` (a lane's slice
+    contiguous, read as ``vec4``)."""
+
+    def __init__(self, lanes, H, vectors=False):
+        self.lanes, self.size, self.vectors = lanes, (H // lanes if lanes else H), vectors
+
+    def element(self, j):
+        """The head element of a work item's ``j``-th value (``j``: a Python int or an index expression)."""
+        j = const(j, INT32) if isinstance(j, int) else j
+        if not self.lanes:
+            return j
+        if self.vectors:
+            return op("add", op("mul", Special("lane", 0), const(self.size, INT32)), j)
+        return op("add", Special("lane", 0), op("mul", j, const(self.lanes, INT32)))
+
+    def total(self, b, part):
+        """The sum of ``part`` over the subgroup's lanes, in every lane: each lane's value broadcast and added as a
+        tree in lane order (the same sum, rounded the same way, in every lane); ``part`` itself without lanes."""
+        if not self.lanes:
+            return part
+        part = b.let(part, "part")
+        return tree_sum([b.let(Broadcast(part, lane, part.dtype), "pl") for lane in range(self.lanes)])
 
 
 class _Row:
-    """A work item's row of ``H`` values: ``H`` locals when ``unrolled`` (the loops over ``h`` written out at code
-    generation, so the values stay in registers and the dot products are independent multiply-adds), else a
-    private array walked by loops."""
+    """A work item's row of ``size`` values: ``size`` locals when ``unrolled`` (the loops over ``h`` written out at
+    code generation, so the values stay in registers and the dot products are independent multiply-adds), else a
+    private array walked by loops. ``share`` (``_HeadShare``) says which head elements they are; the callbacks
+    get the head element's index."""
 
-    def __init__(self, b, dtype, size, unrolled, mutable=False):
+    def __init__(self, b, dtype, size, unrolled, mutable=False, share=None):
         self.b, self.dtype, self.size, self.unrolled, self.mutable = b, dtype, size, unrolled, mutable
+        self.share = share or _HeadShare(0, size)
         self.vals = None
         self.arr = None
 
     def fill(self, value, hint):
         b = self.b
+        at = self.share.element
         if self.unrolled:
             make = (lambda v: b.var(self.dtype, v, hint)) if self.mutable else (lambda v: b.let(v, hint))
-            self.vals = [make(value(const(h, INT32))) for h in range(self.size)]
+            self.vals = [make(value(at(h))) for h in range(self.size)]
             return
         self.arr = b.array("private", self.dtype, self.size, hint)
         with b.loop(const(0, INT32), const(self.size, INT32), hint="h") as h:
-            b.store(self.arr, h, value(h), space="private")
+            b.store(self.arr, h, value(at(h)), space="private")
 
     def dot(self, other):
-        """``sum_h row[h] * other(h)``: ``DOT_LANES`` independent partial sums summed as a tree when unrolled."""
+        """``sum_j row[j] * other(j)`` over the whole head (``other(j)``: the other row's value at the work item's
+        ``j``-th element; the subgroup's lanes summed by ``share``): ``DOT_LANES`` independent partial sums summed
+        as a tree when unrolled."""
         b = self.b
         if self.unrolled:
             lanes = [[] for _ in range(min(DOT_LANES, self.size))]
             for h, v in enumerate(self.vals):
-                lanes[h % len(lanes)].append(op("mul", v, b.let(other(const(h, INT32)), "kx")))
+                lanes[h % len(lanes)].append(op("mul", v, b.let(other(h), "kx")))
             sums = []
             for terms in lanes:
                 acc = terms[0]
                 for term in terms[1:]:
                     acc = b.let(op("add", acc, term), "dp")
                 sums.append(acc)
-            return tree_sum(sums)
+            return self.share.total(b, tree_sum(sums))
         total = b.var(self.dtype, const(0, self.dtype), "dot")
         with b.loop(const(0, INT32), const(self.size, INT32), hint="h") as h:
             b.assign(total, op("add", total, op("mul", b.load(self.arr, h, self.dtype, "private"), other(h))))
-        return total
+        return self.share.total(b, total)
 
     def update(self, fn):
-        """``row[h] = fn(h, row[h])`` for every ``h``."""
+        """``row[j] = fn(j, row[j])`` for each of the work item's values ``j`` (a Python int when unrolled)."""
         b = self.b
         if self.unrolled:
-            for h, v in enumerate(self.vals):
-                b.assign(v, fn(const(h, INT32), v))
+            for j, v in enumerate(self.vals):
+                b.assign(v, fn(j, v))
             return
-        with b.loop(const(0, INT32), const(self.size, INT32), hint="h") as h:
-            b.store(self.arr, h, fn(h, b.load(self.arr, h, self.dtype, "private")), space="private")
+        with b.loop(const(0, INT32), const(self.size, INT32), hint="h") as j:
+            b.store(self.arr, j, fn(j, b.load(self.arr, j, self.dtype, "private")), space="private")
 
     def each(self, fn):
         """``fn(h, row[h])`` for every ``h`` (statements)."""
         b = self.b
+        at = self.share.element
         if self.unrolled:
             for h, v in enumerate(self.vals):
-                fn(const(h, INT32), v)
+                fn(at(h), v)
             return
         with b.loop(const(0, INT32), const(self.size, INT32), hint="h") as h:
-            fn(h, b.load(self.arr, h, self.dtype, "private"))
+            fn(at(h), b.load(self.arr, h, self.dtype, "private"))
 
 
 def _kv_start(b, bb, kh, sizes, heads_first):
