@@ -390,6 +390,46 @@ def test_subgroup_products_give_the_blocked_kernels_bits(wdev, monkeypatch, name
     np.testing.assert_array_equal(got.view(np.uint32), blocked.view(np.uint32))
 
 
+# Products over per-head views whose batch dimensions (batch, heads) do not collapse to one stride (groups/dot.py,
+# scheduler option ``dot_batch_views``: native webgpu on a CPU adapter reads them in place): (name, f, operand
+# shapes, form). Attention's scores and values (einsum over [batch, seq, heads, d]) in the subgroup and blocked
+# forms, a head width that is not a multiple of 4 (scalar loads), three batch dimensions, and one element per work
+# item (the ``dot_block`` option off).
+HEAD_DOTS = [
+    ("scores", lambda q, k: _np_or_fnp(q).einsum("bqhd,bkhd->bhqk", q, k), ((2, 24, 3, 16), (2, 24, 3, 16)), "subgroup"),
+    ("values", lambda p, v: _np_or_fnp(p).einsum("bhqk,bkhd->bqhd", p, v), ((2, 3, 24, 24), (2, 24, 3, 16)), "subgroup"),
+    ("scores_blocked", lambda q, k: _np_or_fnp(q).einsum("bqhd,bkhd->bhqk", q, k), ((2, 12, 3, 8), (2, 12, 3, 8)),
+     "blocked"),
+    ("odd_width", lambda q, k: _np_or_fnp(q).einsum("bqhd,bkhd->bhqk", q, k), ((2, 10, 3, 5), (2, 9, 3, 5)), "blocked"),
+    ("three_batch_dims", lambda q, k: _np_or_fnp(q).einsum("abqhd,abkhd->abhqk", q, k),
+     ((2, 3, 9, 2, 4), (2, 3, 7, 2, 4)), "blocked"),
+    ("one_output_per_item", lambda q, k: _np_or_fnp(q).einsum("bqhd,bkhd->bhqk", q, k), ((2, 10, 3, 5), (2, 9, 3, 5)),
+     "simple"),
+]
+
+
+@pytest.mark.parametrize("name,f,shapes,form", HEAD_DOTS, ids=[c[0] for c in HEAD_DOTS])
+def test_products_read_per_head_views_in_place(wdev, monkeypatch, name, f, shapes, form):
+    """On a CPU adapter the product reads the per-head operands where they lie (no ``dot_operand_copy``
+    kernel); the values agree with NumPy's einsum in float64 and, bit for bit, with the copied operands' product
+    (``dot.BATCH_VIEWS`` off)."""
+    from fnarray.lowering.kernels.groups import dot
+    if form != "subgroup":
+        _blocks_only(monkeypatch)
+    if form == "simple":
+        monkeypatch.setattr(dot.DotGroup, "_block", lambda self: (1, 1))
+    args = [_f32(*s, seed=i) for i, s in enumerate(shapes)]
+    dargs = _on(wdev, *args)
+    names = [k.name for k in fa.jit(f).lower(*dargs).kernels()]
+    assert ("dot_operand_copy" in names) == (wdev.platform != "cpu"), names
+    got = np.asarray(fa.jit(f)(*dargs))
+    np.testing.assert_allclose(got, f(*[a.astype(np.float64) for a in args]), rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(dot, "BATCH_VIEWS", False)
+    g = fa.jit(lambda *a: f(*a))
+    assert "dot_operand_copy" in [k.name for k in g.lower(*dargs).kernels()]
+    np.testing.assert_array_equal(got.view(np.uint32), np.asarray(g(*dargs)).view(np.uint32))
+
+
 def _momentum(x, d, m, p):
     m2 = 0.9 * m + x.T @ d
     return p - 1e-3 * m2, m2

@@ -807,6 +807,9 @@ class WebGPULowered(KernelLowered):
                 # another array element by element (lavapipe's loads and stores after the accumulators cost ~2x a map
                 # kernel's): the VAE step's weight gradients store, a map kernel applies the momentum update
                 opts["dot_streamed"] = CPU_DOT_STREAMED
+                # groups/dot.py: a product reads an operand whose batch dimensions do not collapse to one stride
+                # (attention's per-head views) where it lies, with no dot_operand_copy kernel first
+                opts["dot_batch_views"] = True
                 lanes = _subgroup_lanes(self.backend.gpu, caps)
                 if lanes:
                     # groups/dot.py: a subgroup shares the product's lhs rows (broadcast), each work item

@@ -233,6 +233,12 @@ SUBGROUP_TUNABLE = Tunable("dot_subgroup", {"rows": (8, 16, 32), "cols": (4, 8)}
                            doc="rows per subgroup x columns per work item of the subgroup matrix product",
                            valid=_subgroup_valid, cost=_subgroup_cost)
 
+#: Whether the scheduler option ``dot_batch_views`` (native webgpu on a CPU adapter) lets a product read an operand
+#: whose batch dimensions keep a stride each (``DotGroup.plan``'s ``split``: the transformer's attention products
+#: over ``[batch, seq, heads, d]`` views) in place, instead of a ``dot_operand_copy`` kernel first (off: the copy;
+#: ``benchmarks/webgpu_batch_views.py`` compares the two).
+BATCH_VIEWS = True
+
 
 class DotGroup(Group):
     kind = "dot"
@@ -269,25 +275,34 @@ class DotGroup(Group):
             return True
         return not any(r not in self.products and r.aval.size == size and own in keys for r, keys in reads.items())
 
-    def plan(self, operand, groups):
-        """``(base var, offset, strides per group)`` reading ``operand`` in place, or ``None``."""
+    def plan(self, operand, groups, split=False):
+        """``(base var, offset, strides per group)`` reading ``operand`` in place, or ``None``. With ``split``, a
+        first (batch) group whose dimensions do not collapse to one stride (attention's ``[batch, seq, heads, d]``
+        read per (batch, head)) gets ``((size, stride), ...)``, its dimensions row-major (``batch_offset``)."""
         view = operand_view(self.ctx, operand)
         if view is None:
             return None
         base, offset, strides = view
         shape = operand.aval.shape
         out = []
-        for dims in groups:
+        for i, dims in enumerate(groups):
             s = collapse_stride(dims, shape, strides)
+            if s is None and split and i == 0:
+                s = tuple((shape[d], strides[d]) for d in dims if shape[d] != 1)
             if s is None:
                 return None
             out.append(s)
         return base, offset, tuple(out)
 
-    def operand_plans(self):
+    def operand_plans(self, split=None):
+        """The ``plan`` of each operand in (batch, rows, contraction) and (batch, contraction, columns) order;
+        ``split`` (default: the scheduler option ``dot_batch_views``, outside the register-tiled kernels) lets
+        the batch dimensions keep a stride each (``plan``)."""
+        if split is None:
+            split = BATCH_VIEWS and bool(self.ctx.opts.get("dot_batch_views", False)) and not self._register_tiled()
         lhs, rhs = self.eqn.inputs
-        lp = self.plan(lhs, (self.lb, self.lf, self.lc))
-        rp = self.plan(rhs, (self.rb, self.rc, self.rf))
+        lp = self.plan(lhs, (self.lb, self.lf, self.lc), split)
+        rp = self.plan(rhs, (self.rb, self.rc, self.rf), split)
         return lp, rp
 
     def analyse(self):
@@ -380,7 +395,7 @@ class DotGroup(Group):
         weights read through their ``astype``: ``operand_view``) laid out with its bytes consecutive along the
         contraction (``along="k"``: ``x @ w8.astype(f32).T``) or the output columns (``"n"``: ``x @ w8.astype(f32)``),
         each row of them starting at a word, so a work item reads four elements per 32-bit word."""
-        lp, rp = self.operand_plans()
+        lp, rp = self.operand_plans(split=False)
         if lp is None or rp is None or rp[0].aval.dtype not in LOW_BIT:
             return None
         dt = self.eqn.inputs[0].aval.dtype
@@ -539,7 +554,7 @@ class DotGroup(Group):
         if (not TRANSPOSED_PRODUCTS or self.B != 1 or self.M > TRANSPOSED_ROWS
                 or self.K * self.N < UNPACKED_RHS_MIN or self.K % max(register_tiles.TUNABLE.choices["uk"])):
             return None
-        rp = self.operand_plans()[1]
+        rp = self.operand_plans(split=False)[1]
         if not self._read_as_is(rp) or rp[2][1] != 1 or rp[2][2] == 1:
             return None
         return rp
@@ -569,7 +584,7 @@ class DotGroup(Group):
         lhs, rhs = self.eqn.inputs
         wx, wy, mp, np_ = panels(self.M, self.N, tile)
         kp = padded_k(self.K, tile)
-        lp, rp = self.operand_plans()
+        lp, rp = self.operand_plans(split=False)
         lgroups, rgroups = (self.lb, self.lf, self.lc), (self.rb, self.rc, self.rf)
         lpart = (lhs, lgroups, 1, kp, mp, "lhs", pack_block(lhs, lgroups, 1, lp and lp[2], kp))
         view = self._unpacked_rhs(tile)
@@ -594,7 +609,7 @@ class DotGroup(Group):
         if (self.B != 1 or self.M > UNPACKED_RHS_ROWS or self.K * self.N < UNPACKED_RHS_MIN or self.N % tile["rn"]
                 or self.K % tile["uk"]):
             return None
-        rp = self.operand_plans()[1]
+        rp = self.operand_plans(split=False)[1]
         if not self._read_as_is(rp) or rp[2][2] != 1 or rp[2][1] % 1024 == 0:
             return None
         return rp
@@ -618,11 +633,12 @@ class DotGroup(Group):
         self._held = {a: lspec.dtype, bb: rspec.dtype}
         names = dict(M=self.M, N=self.N, K=self.K, a_off=loff, a_sb=lsb, a_sm=lsm, a_sk=lsk,
                      b_off=roff, b_sb=rsb, b_sk=rsk, b_sn=rsn)
+        split = {k: names.pop(k) for k in ("a_sb", "b_sb") if isinstance(names[k], tuple)}
         if self.ctx.opts.get("bake_dot", False):
-            return a, bb, {k: const(v, INT32) for k, v in names.items()}
+            return a, bb, {k: const(v, INT32) for k, v in names.items()} | split
         syms = {k: b.scalar(k) for k in names}
         scalars.update(names)
-        return a, bb, syms
+        return a, bb, syms | split
 
     def _load(self, b, name, index, dt):
         """An operand element of dtype ``dt`` from buffer ``name`` (``_params``): a low-bit base (a float8
@@ -672,8 +688,8 @@ class DotGroup(Group):
             mn = b.let(op("div", gid, s["N"]))
             m = b.let(op("rem", mn, s["M"]), "m")
             bi = b.let(op("div", mn, s["M"]), "bi")
-            abase = b.let(op("add", op("add", s["a_off"], op("mul", bi, s["a_sb"])), op("mul", m, s["a_sm"])))
-            bbase = b.let(op("add", op("add", s["b_off"], op("mul", bi, s["b_sb"])), op("mul", n, s["b_sn"])))
+            abase = b.let(op("add", op("add", s["a_off"], batch_offset(bi, s["a_sb"])), op("mul", m, s["a_sm"])))
+            bbase = b.let(op("add", op("add", s["b_off"], batch_offset(bi, s["b_sb"])), op("mul", n, s["b_sn"])))
             acc = b.var(acc_dt, const(0, acc_dt))
             with b.loop(const(0, INT32), s["K"]) as k:
                 x = self._load(b, a, op("add", abase, op("mul", k, s["a_sk"])), dt)
@@ -714,8 +730,8 @@ class DotGroup(Group):
             mn = b.let(op("div", gid, const(nb, INT32)))
             m0 = b.let(op("mul", op("rem", mn, const(mb, INT32)), const(ry, INT32)), "m")
             bi = b.let(op("div", mn, const(mb, INT32)), "bi")
-            abase = b.let(op("add", s["a_off"], op("mul", bi, s["a_sb"])))
-            bbase = b.let(op("add", s["b_off"], op("mul", bi, s["b_sb"])))
+            abase = b.let(op("add", s["a_off"], batch_offset(bi, s["a_sb"])))
+            bbase = b.let(op("add", s["b_off"], batch_offset(bi, s["b_sb"])))
             lhs = _OperandReader(b, a, lp[0], dt, abase, m0, ry, s["M"], s["a_sm"], s["a_sk"], along[0], self._load)
             rhs = _OperandReader(b, bb, rp[0], dt, bbase, n0, rx, s["N"], s["b_sn"], s["b_sk"], along[1], self._load)
             for reader in (lhs, rhs):
@@ -759,7 +775,7 @@ class DotGroup(Group):
         _, roff, (rsb, rsk, rsn) = rp
 
         def aligned(off, sb, *pairs):
-            return off % 4 == 0 and all(st % 4 == 0 for st, n in ((sb, self.B),) + pairs if n > 1)
+            return off % 4 == 0 and all(st % 4 == 0 for st, n in batch_pairs(sb, self.B) + pairs if n > 1)
         k4 = self.K % 4 == 0
         lhs = ("k" if lsk == 1 and k4 and aligned(loff, lsb, (lsm, self.M)) else
                "rows" if lsm == 1 and self.M % 4 == 0 and rows % (4 * lanes) == 0 and aligned(loff, lsb, (lsk, self.K))
@@ -793,8 +809,8 @@ class DotGroup(Group):
         mn = b.let(op("div", t, const(nt, INT32)))
         m0 = b.let(op("mul", op("rem", mn, const(mt, INT32)), const(rows, INT32)), "m")
         bi = b.let(op("div", mn, const(mt, INT32)), "bi")
-        abase = b.let(op("add", s["a_off"], op("mul", bi, s["a_sb"])))
-        bbase = b.let(op("add", s["b_off"], op("mul", bi, s["b_sb"])))
+        abase = b.let(op("add", s["a_off"], batch_offset(bi, s["a_sb"])))
+        bbase = b.let(op("add", s["b_off"], batch_offset(bi, s["b_sb"])))
         along = self._subgroup_reads(lp, rp, tile, lanes) if vectors else (None, None)
         lhs = _SharedRows(b, a, lp[0], dt, (abase, m0, s["M"], s["a_sm"], s["a_sk"]), (rows, lanes), along[0], self._load)
         rhs = _OperandReader(b, bb, rp[0], dt, bbase, n0, cols, s["N"], s["b_sn"], s["b_sk"], along[1], self._load)
@@ -930,7 +946,7 @@ class DotGroup(Group):
         for off, sb, (s_own, n_own, r_own), s_k in ((loff, lsb, (lsm, self.M, ry), lsk),
                                                    (roff, rsb, (rsn, self.N, rx), rsk)):
             def aligned(*pairs, off=off, sb=sb):
-                return off % 4 == 0 and all(st % 4 == 0 for st, n in ((sb, self.B),) + pairs if n > 1)
+                return off % 4 == 0 and all(st % 4 == 0 for st, n in batch_pairs(sb, self.B) + pairs if n > 1)
             if s_k == 1 and self.K % 4 == 0 and aligned((s_own, n_own)):
                 out.append("k")
             elif s_own == 1 and r_own % 4 == 0 and n_own % 4 == 0 and aligned((s_k, self.K)):
@@ -953,8 +969,8 @@ class DotGroup(Group):
         row0 = b.let(op("mul", Special("group_id", 1), const(BM, INT32)), "row0")
         col0 = b.let(op("mul", Special("group_id", 0), const(BN, INT32)), "col0")
         tid = b.let(op("add", op("mul", ty, const(TX, INT32)), tx), "tid")
-        abase = b.let(op("add", s["a_off"], op("mul", bz, s["a_sb"])))
-        bbase = b.let(op("add", s["b_off"], op("mul", bz, s["b_sb"])))
+        abase = b.let(op("add", s["a_off"], batch_offset(bz, s["a_sb"])))
+        bbase = b.let(op("add", s["b_off"], batch_offset(bz, s["b_sb"])))
         tiles = tile_arrays(b, dt, TILE)
         As, Bs, acc = tiles[:3]
         mlast, nlast, klast = (b.let(op("sub", s[k], const(1, INT32))) for k in ("M", "N", "K"))
@@ -994,6 +1010,26 @@ class DotGroup(Group):
         b.name = kernel_name("dot_tiled", tracker.eqns)
         gsize = (-(-self.N // BN) * TX, -(-self.M // BM) * TY, self.B)
         return make_launch(b, args, scalars, gsize, (TX, TY, 1), tracker.eqns, "dot", fixed_local=True)
+
+
+def batch_offset(bi, sb):
+    """The element offset of batch ``bi`` (a kernel expression) of an operand whose batch stride ``sb`` (a
+    ``DotGroup.plan``) is one stride (a constant or scalar parameter) or ``((size, stride), ...)``, the batch
+    dimensions row-major: ``bi`` unravelled over the sizes, each index times its stride."""
+    if not isinstance(sb, tuple):
+        return op("mul", bi, sb)
+    terms, inner = [], 1
+    for i, (size, stride) in enumerate(reversed(sb)):
+        at = op("div", bi, const(inner, INT32)) if inner > 1 else bi
+        at = op("rem", at, const(size, INT32)) if i < len(sb) - 1 else at
+        terms.append(op("mul", at, const(stride, INT32)))
+        inner *= size
+    return tree_sum(terms)
+
+
+def batch_pairs(sb, count) -> tuple:
+    """``((stride, size), ...)`` of a batch stride ``sb`` (``batch_offset``) over ``count`` batches."""
+    return tuple((st, n) for n, st in sb) if isinstance(sb, tuple) else ((sb, count),)
 
 
 def _byte_value(b, word, j, held, dt):
