@@ -193,6 +193,7 @@ GRADS = [
     ("zeta_x", lambda x: fsp.zeta(x, 1.5), [1.5, 2.0, 7.0]),
     ("zeta_q", lambda q: fsp.zeta(2.5, q), [0.1, 1.0, 30.0]),
     ("polygamma_x", lambda x: fsp.polygamma(2, x), [0.3, 2.0, 40.0]),
+    ("polygamma_negative_x", lambda x: fsp.polygamma(1, x), [-2.5, -0.3]),  # zeta's negative-q branch (cond)
     ("multigammaln", lambda a: fsp.multigammaln(a, 4), [1.7, 20.0]),
     ("logit", lambda x: fsp.logit(x), [0.01, 0.5, 0.9]),
     ("entr", lambda x: fsp.entr(x), [0.1, 2.0]),
