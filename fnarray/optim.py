@@ -31,6 +31,11 @@ from fnarray.core import dtypes, lax
 from fnarray.core.errors import PyTreeError, ShapeError
 
 __all__ = [
+    "warmup_exponential_decay_schedule",
+    "warmup_cosine_decay_schedule",
+    "polynomial_schedule",
+    "piecewise_constant_schedule",
+    "join_schedules",
     "EmptyState",
     "GradientTransformation",
     "ScaleByAdamState",
@@ -768,14 +773,7 @@ def linear_schedule(init_value: float, end_value: float, transition_steps: int, 
     Raises:
       Nothing of its own; the schedule raises ``TypeError`` for a ``count`` that is not array-like.
     """
-    if transition_steps <= 0:
-        return constant_schedule(init_value)
-
-    def schedule(count):
-        fnp = _np()
-        t = fnp.clip(_step(count) - transition_begin, 0.0, float(transition_steps)) / float(transition_steps)
-        return init_value + (end_value - init_value) * t
-    return schedule
+    return polynomial_schedule(init_value, end_value, 1.0, transition_steps, transition_begin)  # optax's definition
 
 
 def exponential_decay(init_value: float, transition_steps: int, decay_rate: float, transition_begin: int = 0,
@@ -844,6 +842,140 @@ def cosine_decay_schedule(init_value: float, decay_steps: int, alpha: float = 0.
             cosine = cosine ** exponent
         return init_value * ((1.0 - alpha) * cosine + alpha)
     return schedule
+
+
+def polynomial_schedule(init_value: float, end_value: float, power: float, transition_steps: int,
+                        transition_begin: int = 0) -> Callable:
+    """``(init_value - end_value) * (1 - t / transition_steps) ** power + end_value`` with ``t`` the steps since
+    ``transition_begin``, clipped to ``[0, transition_steps]`` (mirrors ``optax.polynomial_schedule``).
+
+    Args:
+      init_value, end_value: the values before and after the transition.
+      power: the polynomial's power (1 is ``linear_schedule``).
+      transition_steps: its length; ``<= 0`` gives ``constant_schedule(init_value)`` (as optax).
+      transition_begin: the step it starts at.
+
+    Returns:
+      ``schedule(count) -> float32[]`` of ``count``'s shape.
+
+    Raises:
+      Nothing of its own; the schedule raises ``TypeError`` for a ``count`` that is not array-like.
+    """
+    if transition_steps <= 0:
+        return constant_schedule(init_value)
+
+    def schedule(count):
+        fnp = _np()
+        t = fnp.clip(_step(count) - transition_begin, 0.0, float(transition_steps))
+        frac = 1.0 - t / float(transition_steps)
+        return (init_value - end_value) * (frac if power == 1 else frac ** power) + end_value
+    return schedule
+
+
+def piecewise_constant_schedule(init_value: float, boundaries_and_scales: dict | None = None) -> Callable:
+    """``init_value`` times the product of the scales whose boundary the step has reached
+    (mirrors ``optax.piecewise_constant_schedule``: at ``count == boundary`` the scale applies).
+
+    Args:
+      init_value: the value before the first boundary.
+      boundaries_and_scales: ``{step: scale}``, scales non-negative, or None (a constant).
+
+    Returns:
+      ``schedule(count) -> float32[]`` of ``count``'s shape.
+
+    Raises:
+      ValueError: a scale is negative (as optax).
+    """
+    items = sorted((boundaries_and_scales or {}).items())
+    if any(s < 0 for _, s in items):
+        raise ValueError(f"piecewise_constant_schedule expects non-negative scale factors, got "
+                         f"{dict(items)}; a negative learning rate is a sign flip: use scale(-1.0) in a chain")
+
+    def schedule(count):
+        fnp = _np()
+        step = _step(count)
+        v = fnp.full(step.shape, init_value, dtype=dtypes.float32)
+        for boundary, s in items:
+            v = fnp.where(step >= boundary, v * s, v)
+        return v
+    return schedule
+
+
+def join_schedules(schedules, boundaries) -> Callable:
+    """``schedules[i]`` from ``boundaries[i-1]`` on, each called with the steps since its boundary
+    (mirrors ``optax.join_schedules``).
+
+    Args:
+      schedules: ``len(boundaries) + 1`` schedules.
+      boundaries: increasing step numbers.
+
+    Returns:
+      ``schedule(count) -> float32[]`` of ``count``'s shape.
+
+    Raises:
+      ValueError: ``len(schedules) != len(boundaries) + 1``.
+    """
+    schedules, boundaries = list(schedules), list(boundaries)
+    if len(schedules) != len(boundaries) + 1:
+        raise ValueError(f"join_schedules needs one schedule more than boundaries, got {len(schedules)} "
+                         f"schedules and {len(boundaries)} boundaries")
+
+    def schedule(count):
+        fnp = _np()
+        step = fnp.asarray(count)
+        out = schedules[0](step)
+        for boundary, f in zip(boundaries, schedules[1:], strict=True):
+            out = fnp.where(step < boundary, out, f(step - boundary))
+        return out
+    return schedule
+
+
+def warmup_cosine_decay_schedule(init_value: float, peak_value: float, warmup_steps: int, decay_steps: int,
+                                 end_value: float = 0.0, exponent: float = 1.0) -> Callable:
+    """Linear warmup from ``init_value`` to ``peak_value`` over ``warmup_steps``, then cosine decay to
+    ``end_value`` at step ``decay_steps`` (the total, warmup included) (mirrors
+    ``optax.warmup_cosine_decay_schedule``).
+
+    Args:
+      init_value, peak_value, end_value: the values at 0, at ``warmup_steps`` and from ``decay_steps`` on.
+      warmup_steps: the warmup's length.
+      decay_steps: the schedule's total length (``> warmup_steps``).
+      exponent: the power applied to the cosine factor.
+
+    Returns:
+      ``schedule(count) -> float32[]`` of ``count``'s shape.
+
+    Raises:
+      ValueError: ``decay_steps <= warmup_steps``.
+    """
+    alpha = 0.0 if peak_value == 0.0 else end_value / peak_value
+    return join_schedules([linear_schedule(init_value, peak_value, warmup_steps),
+                           cosine_decay_schedule(peak_value, decay_steps - warmup_steps, alpha, exponent)],
+                          [warmup_steps])
+
+
+def warmup_exponential_decay_schedule(init_value: float, peak_value: float, warmup_steps: int,
+                                      transition_steps: int, decay_rate: float, transition_begin: int = 0,
+                                      staircase: bool = False, end_value: float | None = None) -> Callable:
+    """Linear warmup from ``init_value`` to ``peak_value`` over ``warmup_steps``, then
+    ``exponential_decay(peak_value, ...)`` counted from the warmup's end (mirrors
+    ``optax.warmup_exponential_decay_schedule``).
+
+    Args:
+      init_value, peak_value: the values at 0 and at ``warmup_steps``.
+      warmup_steps: the warmup's length.
+      transition_steps, decay_rate, transition_begin, staircase, end_value: as ``exponential_decay``.
+
+    Returns:
+      ``schedule(count) -> float32[]`` of ``count``'s shape.
+
+    Raises:
+      Nothing of its own.
+    """
+    return join_schedules([linear_schedule(init_value, peak_value, warmup_steps),
+                           exponential_decay(peak_value, transition_steps, decay_rate, transition_begin,
+                                             staircase, end_value)],
+                          [warmup_steps])
 
 
 # ----------------------------------------------------------------------------- mlx.optimizers' names

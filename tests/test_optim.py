@@ -212,6 +212,63 @@ def test_schedules_against_formulas(step):
     assert float(np.asarray(optim.constant_schedule(0.3)(c))) == pytest.approx(0.3)
 
 
+
+def _piecewise_ref(init, table, step):
+    v = init
+    for b, s in sorted(table.items()):
+        v = v * s if step >= b else v
+    return v
+
+
+def _cosine_ref(init, steps, alpha, step, exponent=1.0):
+    t = min(step, steps) / steps
+    return init * ((1 - alpha) * (0.5 * (1 + math.cos(math.pi * t))) ** exponent + alpha)
+
+
+@pytest.mark.parametrize("step", [0, 1, 3, 4, 5, 10, 11, 25, 400])
+def test_optax_schedules_against_formulas(step):
+    """The optax schedules against their definitions written as Python loops (optax's docs)."""
+    c = fnp.asarray(np.int32(step))
+    table = {4: 0.5, 10: 0.1, 11: 2.0}
+    cases = [
+        (optim.piecewise_constant_schedule(0.3, table), _piecewise_ref(0.3, table, step)),
+        (optim.piecewise_constant_schedule(0.3), 0.3),
+        (optim.polynomial_schedule(1.0, 0.01, 2.5, 20, transition_begin=3),
+         (1.0 - 0.01) * (1 - min(max(step - 3, 0), 20) / 20) ** 2.5 + 0.01),
+        (optim.warmup_cosine_decay_schedule(0.0, 1.0, 5, 50, end_value=0.1, exponent=2.0),
+         step / 5 if step < 5 else _cosine_ref(1.0, 45, 0.1, step - 5, 2.0)),
+        (optim.warmup_exponential_decay_schedule(0.1, 1.0, 4, 3, 0.5, end_value=0.05),
+         0.1 + 0.9 * step / 4 if step < 4 else max(0.5 ** ((step - 4) / 3), 0.05)),
+        (optim.join_schedules([optim.constant_schedule(2.0), optim.linear_schedule(1.0, 0.0, 10)], [5]),
+         2.0 if step < 5 else 1.0 - min(step - 5, 10) / 10),
+    ]
+    for i, (f, want) in enumerate(cases):
+        got = f(c)
+        assert got.dtype == np.float32, i
+        assert float(np.asarray(got)) == pytest.approx(want, rel=1e-5, abs=1e-7), (i, step)
+
+
+def test_optax_schedules_jit_vector_and_errors():
+    steps = np.arange(0, 30, dtype=np.int32)
+    f = optim.warmup_cosine_decay_schedule(0.0, 1.0, 5, 20)
+    got = np.asarray(fa.jit(f)(fnp.asarray(steps)))
+    want = [s / 5 if s < 5 else _cosine_ref(1.0, 15, 0.0, s - 5) for s in steps]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    pw = optim.piecewise_constant_schedule(1.0, {3: 0.1})
+    np.testing.assert_allclose(np.asarray(fa.jit(pw)(fnp.asarray(steps[:5]))), [1, 1, 1, 0.1, 0.1], rtol=1e-6)
+    with pytest.raises(ValueError, match="non-negative"):
+        optim.piecewise_constant_schedule(1.0, {3: -1.0})
+    with pytest.raises(ValueError, match="one schedule more"):
+        optim.join_schedules([optim.constant_schedule(1.0)], [3])
+    # a schedule as an optimizer's learning rate: sgd steps by -lr(count) * g
+    opt = optim.sgd(optim.piecewise_constant_schedule(1.0, {1: 0.5}))
+    p = {"w": fnp.asarray(np.float32(0.0))}
+    state = opt.init(p)
+    for want in (-1.0, -1.5):
+        u, state = opt.update({"w": fnp.asarray(np.float32(1.0))}, state, p)
+        p = optim.apply_updates(p, u)
+        assert float(np.asarray(p["w"])) == pytest.approx(want)
+
 # ----------------------------------------------------------------------------- convergence
 
 
