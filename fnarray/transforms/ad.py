@@ -372,6 +372,14 @@ def _unpack(res, has_aux):
     return (v,), g
 
 
+def _on_args_device(jac):
+    """``jac`` run inside ``_args_device_scope`` of its arguments."""
+    def on_device(*args, **kwargs):
+        with _args_device_scope(args):
+            return jac(*args, **kwargs)
+    return on_device
+
+
 def _args_device_scope(args):
     """A ``with`` scope for a Jacobian of ``args``: where their concrete arrays share one device that is not the
     default, ``default_device`` of it, so the arrays the transforms make without operands (the basis, symbolic
@@ -436,10 +444,6 @@ def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
     multiple = not isinstance(argnums, int)
 
     def jac(*args, **kwargs):
-        with _args_device_scope(args):
-            return _jac(*args, **kwargs)
-
-    def _jac(*args, **kwargs):
         _check_diff_args(args, nums, "jacfwd")
         nums_n = tuple(i % len(args) for i in nums)
         dargs = tuple(args[i] for i in nums_n)
@@ -479,7 +483,7 @@ def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
         jac_tree = tree_util.tree_map(split, out_t)
         return (jac_tree, aux) if has_aux else jac_tree
 
-    return jac
+    return _on_args_device(jac)
 
 
 def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
@@ -512,10 +516,6 @@ def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
     multiple = not isinstance(argnums, int)
 
     def jac(*args, **kwargs):
-        with _args_device_scope(args):
-            return _jac(*args, **kwargs)
-
-    def _jac(*args, **kwargs):
         _check_diff_args(args, nums, "jacrev", allow_int)
         f, dargs = _argnums_partial(fun, args, kwargs, nums)
         if has_aux:
@@ -542,7 +542,7 @@ def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
         jac_tree = tree_util.tree_unflatten(o_tree, [block(k) for k in range(len(o_flat))])
         return (jac_tree, aux) if has_aux else jac_tree
 
-    return jac
+    return _on_args_device(jac)
 
 
 def hessian(fun, argnums=0, has_aux=False, holomorphic=False):
