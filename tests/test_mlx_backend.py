@@ -522,3 +522,71 @@ def test_direct_entries_with_a_stream_check(mdev, monkeypatch):
         np.testing.assert_allclose(np.asarray(_put(x, mdev) * 3.0), x * 3.0, rtol=1e-6)
         np.testing.assert_allclose(np.asarray(P.sort.bind(_put(x[::-1].copy(), mdev), dimension=0, is_stable=True,
                                                           num_keys=1)[0]), x, rtol=0)
+
+
+def test_float32_scalars_round_as_numpy(mdev, mx):
+    """``scalar_to_device`` makes float32 scalars with ``mx.array`` itself: each value's bits equal NumPy's
+    float32 rounding (ties, subnormals, overflow to inf, signed zeros, NaN, the largest exact ints), and
+    other dtypes and larger ints still go through NumPy (their dtypes and range checks)."""
+    impl = mdev.impl
+    f32 = np.dtype(np.float32)
+    rng = np.random.default_rng(0)
+    values = [0.1, -0.0, 0.0, 1e-40, -1e-45, 3.4028235677973366e+38, 3.4028236e+38, 1e39, -1e39,
+              float("inf"), float("-inf"), 1.0 + 2.0 ** -24, 1.0 + 3 * 2.0 ** -24, 16777217.0,
+              2 ** 24, -(2 ** 24), 7, 0, -3] + list(rng.normal(0, 1e3, 50)) + list(rng.uniform(-1, 1, 50) * 1e-38)
+    for v in values:
+        got = np.asarray(impl.to_host(impl.scalar_to_device(v, f32, mdev)))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # NumPy warns of the overflow to inf
+            want = np.asarray(v, f32)
+        assert got.dtype == np.float32 and got.shape == ()
+        assert got.tobytes() == want.tobytes(), (v, got, want)
+    nan = np.asarray(impl.to_host(impl.scalar_to_device(float("nan"), f32, mdev)))
+    assert np.isnan(nan) and nan.dtype == np.float32
+    big = np.asarray(impl.to_host(impl.scalar_to_device(2 ** 24 + 1, f32, mdev)))  # NumPy's path: its rounding
+    assert big.tobytes() == np.asarray(2 ** 24 + 1, f32).tobytes()
+    i32 = np.asarray(impl.to_host(impl.scalar_to_device(5, np.dtype(np.int32), mdev)))
+    assert i32.dtype == np.int32 and int(i32) == 5
+    # an eager product with a Python float under a transform takes this path: its value is NumPy's
+    x = fa.device_put(np.linspace(-2, 2, 7).astype(np.float32), mdev)
+    got = fa.jvp(lambda x: 0.1 * x, (x,), (fnp.ones_like(x),))
+    assert np.array_equal(np.asarray(got[0]), np.float32(0.1) * np.linspace(-2, 2, 7).astype(np.float32))
+    assert np.array_equal(np.asarray(got[1]), np.full(7, np.float32(0.1)))
+
+
+def test_jacobians_make_their_arrays_on_the_arguments_device(mdev, monkeypatch):
+    """``jacfwd``/``jacrev``/``hessian`` of arrays on mlx:0 while numpy:0 is the default make their basis and
+    zeros on mlx:0: nothing is read back from numpy:0 (main copied ~10 buffers a Jacobian over), and the values
+    equal central finite differences of the function in float64 NumPy; an argument-free zero block lands on
+    mlx:0 too."""
+    rng = np.random.default_rng(3)
+    xn = rng.uniform(-1, 1, 5)
+    mat = rng.normal(0, 0.5, (5, 5))
+    x = fa.device_put(xn.astype(np.float32), mdev)
+    m = fa.device_put(mat.astype(np.float32), mdev)
+
+    def f(x):
+        return fnp.tanh(m @ (0.7 * x)) * x + 1 / (1 + x * x)
+
+    def f64(v):
+        return np.tanh(mat @ (0.7 * v)) * v + 1 / (1 + v * v)
+
+    def fd_jac(g, v, eps=1e-5):
+        return np.stack([(g(v + eps * e) - g(v - eps * e)) / (2 * eps) for e in np.eye(len(v))], axis=-1)
+
+    numpy_dev = parse_device("numpy:0")
+    reads = []
+    orig = numpy_dev.impl.to_host
+    monkeypatch.setattr(numpy_dev.impl, "to_host", lambda b: reads.append(1) or orig(b))
+    with fa.default_device(numpy_dev):
+        jf, jr = fa.jacfwd(f)(x), fa.jacrev(f)(x)
+        h = fa.hessian(lambda x: f(x).sum())(x)
+        zero = fa.jacfwd(lambda x: fnp.ones(3))(x)
+    assert reads == []
+    want = fd_jac(f64, xn)
+    for got in (jf, jr):
+        assert got.device == mdev
+        np.testing.assert_allclose(np.asarray(got), want, rtol=2e-4, atol=2e-5)
+    want_h = fd_jac(lambda v: fd_jac(lambda u: np.atleast_1d(f64(u).sum()), v, 1e-4)[0], xn, 1e-4)
+    np.testing.assert_allclose(np.asarray(h), want_h, rtol=2e-3, atol=2e-3)
+    assert zero.device == mdev and np.array_equal(np.asarray(zero), np.zeros((3, 5), np.float32))

@@ -282,14 +282,20 @@ def bind(primitive, *args, **params):
             return _direct(primitive, args, params)
     p = Params.taking(params) if params else _NO_PARAMS
     top = _state.dynamic[-1]
-    traced = False
+    level = top.level
+    trace = None  # the trace of the innermost tracer, where it is above the dynamic level (find_top_trace, inline)
     for a in args:
         if isinstance(a, Tracer):
-            traced = True
-            break
-    if not traced and top.level == 0:
-        return _eager_apply(primitive, args, p)
-    trace = find_top_trace(args)
+            t = a._trace
+            m = t.main
+            if not m.alive:
+                raise _leak(a)
+            if m.level > level:
+                level, trace = m.level, t  # traces hold only their main: the tracer's own serves (no new one)
+    if trace is None:
+        if level == 0:
+            return _eager_apply(primitive, args, p)
+        trace = top.trace_type(top)
     main = trace.main  # (a tracer of the top level is its own raise: no call for it)
     tracers = [a if isinstance(a, Tracer) and a._trace.main is main else trace.full_raise(a) for a in args]
     outs = trace.process_primitive(primitive, tracers, p)

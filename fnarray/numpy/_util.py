@@ -226,6 +226,13 @@ def elementwise(name, fn, *args, check=None, bool_fn=None):
                 check(d)
             args, _ = broadcast_arrays_(args, name)
             return (bool_fn if bool_fn is not None and d == dtypes.bool_ else fn)(*args)
+    elif len(args) == 1 and isinstance(args[0], Array):
+        av = args[0].aval
+        if not av.weak_type and av.dtype in _SELF_PROMOTING:  # one strong array: nothing to promote or keep weak
+            d = av.dtype
+            if check is not None:
+                check(d)
+            return (bool_fn if bool_fn is not None and d == dtypes.bool_ else fn)(args[0])
     check_arraylike(name, *args)
     _, weak = result_aval(*args)
     args = promote(name, *args)

@@ -19,6 +19,7 @@ face and re-exports their public names. Every rule is IR -> IR, so derivatives r
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import numpy as np
@@ -371,6 +372,34 @@ def _unpack(res, has_aux):
     return (v,), g
 
 
+def _on_args_device(jac):
+    """``jac`` run inside ``_args_device_scope`` of its arguments."""
+    def on_device(*args, **kwargs):
+        with _args_device_scope(args):
+            return jac(*args, **kwargs)
+    return on_device
+
+
+def _args_device_scope(args):
+    """A ``with`` scope for a Jacobian of ``args``: where their concrete arrays share one device that is not the
+    default, ``default_device`` of it, so the arrays the transforms make without operands (the basis, symbolic
+    zeros made concrete, constants) are made there, not made on the default device and copied over at their first
+    use (issue 28: ~450 copies numpy:0 -> mlx:0 a jacobian sweep); else no scope. Values are unchanged: an
+    uncommitted array follows its committed operands either way (docs/design.md, placement)."""
+    from fnarray.devices.array_impl import ArrayImpl
+    from fnarray.devices.lookup import default_device
+    dev = None
+    for x in tree_util.tree_leaves(args):
+        if isinstance(x, ArrayImpl):
+            if dev is None:
+                dev = x.device
+            elif x.device is not dev:
+                return contextlib.nullcontext()
+    if dev is None or dev is default_device():
+        return contextlib.nullcontext()
+    return default_device(dev)
+
+
 def _std_basis(leaves):
     """An identity basis over the flattened leaves: (total, *leaf shapes) per leaf."""
     sizes = [get_aval(x).size for x in leaves]
@@ -401,7 +430,8 @@ def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
       of shape ``O`` and an input leaf of shape ``I``, a block of shape ``O + I``
       in the output's dtype, nested as output structure over input structure (a
       tuple of inputs when ``argnums`` is a tuple); ``(jacobian, aux)`` with
-      ``has_aux``.
+      ``has_aux``. Where the arguments' arrays share one device, the arrays the
+      transform makes (the basis, zeros) are made on it, not on the default device.
 
     Raises:
       DTypeError: (when called) a differentiated argument is not floating.
@@ -453,7 +483,7 @@ def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
         jac_tree = tree_util.tree_map(split, out_t)
         return (jac_tree, aux) if has_aux else jac_tree
 
-    return jac
+    return _on_args_device(jac)
 
 
 def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
@@ -472,7 +502,8 @@ def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
       of shape ``O`` and an input leaf of shape ``I``, a block of shape ``O + I``
       in the input's dtype, nested as output structure over input structure (a
       tuple of inputs when ``argnums`` is a tuple); ``(jacobian, aux)`` with
-      ``has_aux``.
+      ``has_aux``. Where the arguments' arrays share one device, the arrays the
+      transform makes (the basis, zeros) are made on it, not on the default device.
 
     Raises:
       DTypeError: (when called) a differentiated argument is not floating (without
@@ -511,7 +542,7 @@ def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
         jac_tree = tree_util.tree_unflatten(o_tree, [block(k) for k in range(len(o_flat))])
         return (jac_tree, aux) if has_aux else jac_tree
 
-    return jac
+    return _on_args_device(jac)
 
 
 def hessian(fun, argnums=0, has_aux=False, holomorphic=False):

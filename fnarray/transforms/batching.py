@@ -28,6 +28,7 @@ import contextlib
 import functools
 import inspect
 import threading
+import types
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -71,7 +72,13 @@ _aval = get_aval  # fnarray.core.avals
 
 
 def _shape(x) -> tuple:
+    av = getattr(x, "aval", None)  # an array's or tracer's own aval, without ``get_aval``'s call (issue 28)
+    if type(av) is ShapedArray:
+        return av.shape
     return _aval(x).shape
+
+
+_KEPT_DIMS: dict = {}  # (rank, dst) -> the axes an unbatched operand keeps when ``move_batch_dim`` adds one at dst
 
 
 def move_batch_dim(x, src, dst: int, size: int | None = None):
@@ -82,10 +89,13 @@ def move_batch_dim(x, src, dst: int, size: int | None = None):
     when ``src`` is ``None``). Works on arrays, tracers and scalars.
     """
     shape = _shape(x)
-    if src is None:
-        out_shape = shape[:dst] + (size,) + shape[dst:]
-        dims = tuple(i if i < dst else i + 1 for i in range(len(shape)))
-        return lax.broadcast_in_dim(x, out_shape, dims)
+    if src is None:  # (the output has one more axis than ``x``: never ``lax.broadcast_in_dim``'s identity case)
+        n = len(shape)
+        out_shape = shape[:dst] + (int(size),) + shape[dst:]
+        dims = _KEPT_DIMS.get((n, dst))
+        if dims is None:
+            dims = _KEPT_DIMS[(n, dst)] = tuple(i if i < dst else i + 1 for i in range(n))
+        return P.broadcast_in_dim.bind(x, shape=out_shape, broadcast_dimensions=dims)
     if src == dst:
         return x
     perm = [i for i in range(len(shape)) if i != src]
@@ -192,15 +202,21 @@ class BatchTrace(Trace):
         return BatchTracer(self, val, dim)
 
     def process_primitive(self, primitive, tracers, params):
-        vals = [t.val for t in tracers]
-        dims = [t.batch_dim for t in tracers]
-        name = self.main.global_data.name
+        vals, dims = [], []
+        unbatched = True
+        for t in tracers:  # (one pass: every primitive under ``vmap`` comes here; issue 28)
+            vals.append(t.val)
+            d = t.batch_dim
+            dims.append(d)
+            if d is not None:
+                unbatched = False
+        axis = self.main.global_data
         if primitive in collective_batchers:
             # A collective: the reduction it means over this level's axis if it names it, else a
             # value passed through per example (collective_rules).
-            out, out_dim = collective_batchers[primitive](vals, dims, self.main.global_data, **params)
+            out, out_dim = collective_batchers[primitive](vals, dims, axis, **params)
             return BatchTracer(self, out, out_dim)
-        unbatched = dims.count(None) == len(dims)
+        name = axis.name
         if unbatched and name is not None and vals and _uses_axis(params, name):
             # A sub-program names this axis: batch it even though no operand varies.
             vals[0], dims[0] = move_batch_dim(vals[0], None, 0, self.axis_size), 0
@@ -216,11 +232,12 @@ class BatchTrace(Trace):
                 f"vmap has no batching rule for the primitive {primitive.name!r}, so it cannot be "
                 "vectorized. Pass the arguments it depends on with in_axes=None, or compute it with "
                 "a Python loop over the examples and fnarray.numpy.stack.")
-        _rule_axis.stack.append(self.main.global_data)
+        stack = _rule_axis.stack  # (this thread's list: read once)
+        stack.append(axis)
         try:
             out, out_dim = rule(vals, dims, **params)
         finally:
-            _rule_axis.stack.pop()
+            stack.pop()
         if primitive.multiple_results:
             return [BatchTracer(self, o, d) for o, d in zip(out, out_dim, strict=True)]
         return BatchTracer(self, out, out_dim)
@@ -334,11 +351,10 @@ def _broadcasting(prim):
         d0 = _aligned(vals, dims)
         if d0 is not None:
             return prim.bind(*vals, **params), d0
-        size = _axis_size(vals, dims)
-        full = max((_unbatched_shape(v, d) for v, d in zip(vals, dims, strict=True)), key=len)
+        size, full, shapes = _broadcast_plan(vals, dims)
         args = []
-        for v, d in zip(vals, dims, strict=True):
-            rank = len(_unbatched_shape(v, d))
+        for v, d, s in zip(vals, dims, shapes, strict=True):
+            rank = len(s)
             if d is None:
                 args.append(v if rank == 0 else move_batch_dim(v, None, 0, size))
             elif rank == 0 and full:
@@ -348,6 +364,26 @@ def _broadcasting(prim):
         return prim.bind(*args, **params), 0
     rule.__name__ = f"{prim.name}_batch"
     return rule
+
+
+def _broadcast_plan(vals, dims):
+    """``(size, full, shapes)`` of a broadcasting rule's operands in one pass: the batch size, the longest unbatched
+    shape (the first of that rank) and each operand's unbatched shape (each aval read once; issue 28)."""
+    size = None
+    full = None
+    shapes = []
+    for v, d in zip(vals, dims, strict=True):
+        s = _shape(v)
+        if d is not None:
+            if size is None:
+                size = s[d]
+            s = s[:d] + s[d + 1:]
+        shapes.append(s)
+        if full is None or len(s) > len(full):
+            full = s
+    if size is None:
+        raise FnArrayError("a batching rule was called with no batched argument")
+    return size, full, shapes
 
 
 def _aligned(vals, dims):
@@ -845,7 +881,24 @@ def _broadcast_prefix(spec, tree, name, what, out):
         _broadcast_prefix(sc, tc, name + _entry_str(e), what, out)
 
 
+_NAMES: dict = {}  # (code object, nargs) -> ``_arg_names`` of a plain function (its parameters are its code's)
+
+
 def _arg_names(fun, nargs):
+    """The names of ``fun``'s first ``nargs`` positional arguments, for vmap's messages (a plain function's from a
+    cache by its code: ``inspect.signature`` was ~25% of an eager ``vmap`` call's own time; issue 28)."""
+    if type(fun) is types.FunctionType and "__wrapped__" not in fun.__dict__ and "__signature__" not in fun.__dict__:
+        key = (fun.__code__, nargs)
+        names = _NAMES.get(key)
+        if names is None:
+            if len(_NAMES) >= 4096:
+                _NAMES.clear()
+            names = _NAMES[key] = tuple(_signature_names(fun, nargs))
+        return names
+    return _signature_names(fun, nargs)
+
+
+def _signature_names(fun, nargs):
     try:
         params = list(inspect.signature(fun).parameters.values())
     except (TypeError, ValueError):

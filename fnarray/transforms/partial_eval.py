@@ -162,9 +162,14 @@ class PartialEvalTrace(Trace):
     lift = pure
 
     def process_primitive(self, primitive, tracers, params):
-        if all(t.is_known for t in tracers):
-            out = primitive.bind(*[t.value for t in tracers], **params)
-            b = self.builder
+        values = []
+        for t in tracers:  # (a loop, not ``all`` of a generator: every primitive under ``vjp`` asks; issue 28)
+            if not t.is_known:
+                break
+            values.append(t.value)
+        else:
+            out = primitive.bind(*values, **params)
+            b = self.main.global_data
             if b.saveable is not None and not b.saveable(primitive, [t.aval for t in tracers], params):
                 values = list(out) if primitive.multiple_results else [out]
                 recipe = _Recipe(primitive, params, list(tracers), values)

@@ -366,6 +366,10 @@ def _needs_host(eqn) -> bool:
     return any(_needs_host(e) for sub in subprograms(eqn) for e in sub.eqns)
 
 
+_F32 = np.dtype(np.float32)
+_F32_EXACT = 2 ** 24  # ints of at most this magnitude are exact in float32 (no rounding to agree on)
+
+
 class MlxBackend(Backend):
     name = "mlx"
     spmd = True  # a 1-D mesh of one device per process, on mx.distributed (``spmd.py``)
@@ -493,6 +497,18 @@ class MlxBackend(Backend):
                 return None   # (low-bit arrays are NumPy arrays outside programs: programs convert them)
         fn = RULES[primitive](params, list(in_avals), outs)
         return _eager_apply(fn, primitive.multiple_results, device.handle)
+
+    def scalar_to_device(self, value, dtype, device):
+        """A Python or NumPy scalar as a rank-0 buffer of ``dtype``: a Python ``float``, or an ``int`` of at most
+        2**24 in magnitude, becomes a ``float32`` ``mx.array`` directly (one rounding of the double, as NumPy's:
+        ``tests/test_mlx_backend.py::test_float32_scalars_round_as_numpy``), ~0.35 us against ~3.5 us through
+        a NumPy array (issue 28: transforms bind their Python constants on every call); anything else goes
+        through NumPy, its dtypes and range checks."""
+        t = type(value)
+        if (dtype == _F32 and (t is float or t is int and -_F32_EXACT <= value <= _F32_EXACT)
+                and mx is not None and (device is None or device.handle is not None)):
+            return mx.array(value, dtype=mx.float32)
+        return self.to_device(np.asarray(value, dtype), device)
 
     def to_device(self, array, device):
         if device is not None and device.handle is None:
