@@ -145,8 +145,9 @@ class Llama(nn.Module):
         h = self.embed(ids)
         if caches is not None:
             # the caches advance together: every layer reads the first one's offset (mlx-lm's mask from
-            # ``cache[0]``), so the step's key lengths are one value and the backend builds one mask, not one a layer
-            caches = tuple(nn.KVCache(c.keys, c.values, caches[0].offset) for c in caches)
+            # ``cache[0]``), so the step's key lengths are one value and the backend builds one mask, not one a layer;
+            # ``type(c)`` keeps a cache subclass (benchmarks/kv_layout.py's positions-first layout)
+            caches = tuple(type(c)(c.keys, c.values, caches[0].offset) for c in caches)
         new = []
         for i, layer in enumerate(self.layers):
             h, c = layer(h, None if caches is None else caches[i])
