@@ -549,6 +549,12 @@ def test_mlx_records_a_keys_first_call(monkeypatch):
     monkeypatch.setattr(eager_jit, "TAPED_PROGRAM_CALL", 10**6)
     monkeypatch.setattr(eager_jit, "TAPE_BUDGET_S", float("inf"))
     traced = _counting_traces(monkeypatch)
+    # fresh key caches: an earlier test in this process may have called the same functions on these avals
+    from fnarray.core.cache import LRUCache
+    seen = LRUCache(eager_jit._seen_size)
+    programs = LRUCache(eager_jit._programs_size, second_chance=eager_jit._used_since)
+    for name, value in (("_seen", seen), ("_seen_d", seen._d), ("_programs", programs), ("_programs_d", programs._d)):
+        monkeypatch.setattr(eager_jit, name, value)
     rng = np.random.default_rng(5)
     q = fa.device_put(rng.standard_normal((3, 7)).astype(np.float32), dev)  # (3 queries: keys of this test's)
     row = fa.device_put(rng.standard_normal((1, 7)).astype(np.float32), dev)

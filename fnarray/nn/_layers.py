@@ -17,7 +17,7 @@ from fnarray.core import dtypes
 from fnarray.core.errors import ShapeError
 from fnarray.nn._attention import dot_product_attention
 from fnarray.nn._module import Module, field
-from fnarray.nn._params import embedding_params, linear_params, positive, table_rows
+from fnarray.nn._params import embedding_params, linear_params, positive
 from fnarray.nn._quantized_layers import QuantizedEmbedding, QuantizedLinear
 
 __all__ = ["BatchNorm", "BatchNormState", "Dropout", "Embedding", "Identity", "Lambda", "LayerNorm", "Linear", "MLP",
@@ -111,9 +111,9 @@ class Embedding(Module):
       ``weight_init`` (default ``normal(1.0)``: N(0, 1), as PyTorch).
     Fields: ``weight: (num_embeddings, embedding_dim)``.
     Call: integer ``ids`` of any shape -> ``ids.shape + (embedding_dim,)``, as ``weight[ids]``: negative ids
-      count from the end. Concrete (eager) ids outside ``[-num_embeddings, num_embeddings)`` raise
-      ``ValueError``; traced ones (under ``jit``) are clamped onto the table's edge, as JAX's indexing gather
-      (docs/design.md, "Indices"). Non-integer ids raise ``TypeError``.
+      count from the end, and ids outside ``[-num_embeddings, num_embeddings)`` are clamped onto the table's
+      edge, eager or under ``jit``, as JAX's indexing gather (docs/design.md, "Indices"; no host read of the
+      ids, so an eager decode step does not wait for the device). Non-integer ids raise ``TypeError``.
     """
 
     weight: Any
@@ -129,7 +129,7 @@ class Embedding(Module):
         ids = fnp.asarray(ids)
         if not dtypes.is_int(ids.dtype):
             raise TypeError(f"Embedding takes integer ids, got dtype {ids.dtype.name}")
-        return self.weight[table_rows(ids, self.num_embeddings, "Embedding")]
+        return self.weight[ids]
 
     def attend(self, x):
         """Logits against every embedding, ``x @ weight.T`` (a tied output layer): ``(..., d) -> (..., n)``."""

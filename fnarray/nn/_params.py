@@ -36,21 +36,3 @@ def embedding_params(num_embeddings, embedding_dim, key, dtype, weight_init=None
     positive(embedding_dim, "embedding_dim", what)
     return (weight_init or initializers.normal(1.0))(key, (num_embeddings, embedding_dim), dtype)
 
-
-def table_rows(ids, n, what):
-    """Integer ``ids`` checked as rows of an ``n``-row table, returned as given for ``table[ids]`` (negative ids
-    count from the end; the indexing gather clamps traced ids onto the table's edge, JAX's indexing gather).
-
-    Raises ``ValueError`` for concrete (eager) ids outside ``[-n, n)``, naming the first one and its index."""
-    import numpy as np
-
-    from fnarray.core.tracing import Tracer
-    if not isinstance(ids, Tracer) and ids.size:
-        host = np.asarray(ids)
-        bad = (host < -n) | (host >= n)
-        if bad.any():
-            where = tuple(int(i) for i in np.argwhere(bad)[0])
-            raise ValueError(f"{what}({n}, ...): ids must lie in [-{n}, {n}) (the table's rows); got {host[where]} "
-                             f"at index {where} ({int(bad.sum())} out of range). Make the table larger "
-                             "(num_embeddings) or fix the ids")
-    return ids

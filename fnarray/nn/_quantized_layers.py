@@ -21,7 +21,7 @@ from fnarray._quantize import dequantize, quantize as quantize_array, quantized_
 from fnarray.core import dtypes
 from fnarray.core.quantized import check_format
 from fnarray.nn._module import Module
-from fnarray.nn._params import embedding_params, linear_params, table_rows
+from fnarray.nn._params import embedding_params, linear_params
 
 __all__ = ["QuantizedLinear", "QuantizedEmbedding", "quantized_parts"]
 
@@ -108,8 +108,8 @@ class QuantizedEmbedding(Module):
       (``(num_embeddings, dims // group_size)``; floating modes: uint8 scales, biases ``None``); static
       ``group_size``,
       ``bits``, ``mode``.
-    Call: integer ``ids`` -> ``ids.shape + (dims,)``, the dequantized rows (as ``Embedding``: concrete
-      ids outside ``[-num_embeddings, num_embeddings)`` raise ``ValueError``, traced ones are clamped; the
+    Call: integer ``ids`` -> ``ids.shape + (dims,)``, the dequantized rows (as ``Embedding``: negative
+      ids count from the end, ids outside ``[-num_embeddings, num_embeddings)`` are clamped; the
       floating modes' rows are bfloat16, MLX's ``dequantize`` default);
       ``as_linear(x)``: ``x @ W.T`` (a tied output layer) through ``fa.quantized_matmul``.
     """
@@ -143,7 +143,7 @@ class QuantizedEmbedding(Module):
         ids = fnp.asarray(ids)
         if not dtypes.is_int(ids.dtype):
             raise TypeError(f"QuantizedEmbedding takes integer ids, got dtype {ids.dtype.name}")
-        flat = fnp.reshape(table_rows(ids, self.weight.shape[0], "QuantizedEmbedding"), (-1,))
+        flat = fnp.reshape(ids, (-1,))
         rows = [a[flat] if a is not None else None for a in (self.weight, self.scales, self.biases)]
         out = dequantize(*rows, group_size=self.group_size, bits=self.bits, mode=self.mode)
         return fnp.reshape(out, tuple(ids.shape) + (out.shape[-1],))
