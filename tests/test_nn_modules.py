@@ -457,6 +457,37 @@ def test_loss_errors_and_extremes():
     assert np.all(np.isfinite(np.asarray(g)))
 
 
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_cross_entropy_integer_labels_value_and_grad_every_backend(device, axis):
+    """The label's log-probability is a select-sum over the class axis (its gradient a select, not a scatter):
+    the jitted loss and gradient match NumPy float64's ``softmax - one_hot`` on every backend, with a ``-inf``
+    logit in another class, and labels out of range clipped (``mode="clip"``) or NaN (``"nan"``)."""
+    r = np.random.RandomState(11)
+    logits = (r.randn(3, 5, 7) * 3).astype(np.float32)          # classes on the last axis
+    logits[0, 1, 4] = -np.inf
+    labels = r.randint(0, 7, (3, 5)).astype(np.int32)
+    labels[0, 1] = 2
+    lp = _log_softmax64(logits)
+    onehot = np.eye(7)[labels]
+    want_loss = -np.take_along_axis(lp, labels[..., None], -1).mean()
+    want_grad = (np.exp(lp) - onehot) / labels.size
+    moved = (lambda a: np.moveaxis(a, -1, axis)) if axis == 1 else (lambda a: a)
+    f = fa.jit(fa.value_and_grad(lambda z, y: losses.cross_entropy(z, y, axis=axis)))
+    loss, g = f(fa.device_put(np.ascontiguousarray(moved(logits)), device), fa.device_put(labels, device))
+    _close(loss, want_loss, rtol=1e-5, atol=1e-6)
+    _close(g, moved(want_grad), rtol=1e-5, atol=1e-6)
+    bad = labels.copy()
+    bad[2, 3], bad[1, 0] = 9, -1
+    clip = fa.jit(lambda z, y: losses.cross_entropy(z, y, axis=axis, mode="clip", reduction="none"))
+    got = np.asarray(clip(fa.device_put(np.ascontiguousarray(moved(logits)), device), fa.device_put(bad, device)))
+    want = -np.take_along_axis(lp, np.clip(bad, 0, 6)[..., None], -1)[..., 0]
+    _close(got, want, rtol=1e-5, atol=1e-6)
+    nan = fa.jit(lambda z, y: losses.cross_entropy(z, y, axis=axis, reduction="none"))
+    got = np.asarray(nan(fa.device_put(np.ascontiguousarray(moved(logits)), device), fa.device_put(bad, device)))
+    assert np.isnan(got[2, 3]) and np.isnan(got[1, 0])
+    _close(got[0], want[0], rtol=1e-5, atol=1e-6)
+
+
 def test_linear_on_3d_input_every_backend(device):
     """Regression: on the kernel backends a matmul whose bias epilogue is reshaped (``Linear`` on
     ``(B, T, D)``, which multiplies ``(B*T, D)`` and reshapes back) read its own never-written output

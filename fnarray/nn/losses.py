@@ -9,7 +9,7 @@ as PyTorch's).
 
 from __future__ import annotations
 
-from fnarray.core import dtypes
+from fnarray.core import dtypes, lax
 from fnarray.core.errors import ShapeError
 
 __all__ = ["binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "kl_div_loss", "l1_loss",
@@ -70,6 +70,20 @@ def _checked_labels(labels, c, mode):
     return fnp.clip(labels, 0, c - 1), valid
 
 
+def _label_loss(logits, labels, ax):
+    """``-log_softmax(logits)`` at each of ``labels`` (in range) along axis ``ax``, as optax's
+    ``softmax_cross_entropy_with_integer_labels``: ``log(sum(exp(shifted)))`` minus the label's ``shifted``, where
+    ``shifted = logits - max`` (the maximum a constant of the gradient). The label's value is the sum over the axis
+    of ``shifted`` where the class equals the label, not an index read: both terms are row reductions and the
+    gradient, ``softmax - (class == label)``, is a select (no scatter, no stored ``log_softmax``), so on a device
+    the forward and the backward are a row kernel each (docs/performance.md, branch s14-wgpuxent)."""
+    fnp = _np()
+    shifted = logits - lax.stop_gradient(fnp.max(logits, axis=ax, keepdims=True))
+    classes = lax.iota(labels.dtype, logits.shape, ax)
+    picked = fnp.sum(fnp.where(fnp.expand_dims(labels, ax) == classes, shifted, 0), axis=ax)
+    return lax.log(fnp.sum(lax.exp(shifted), axis=ax)) - picked
+
+
 def cross_entropy(logits, labels, *, axis: int = -1, label_smoothing: float = 0.0, reduction: str = "mean",
                   mode: str = "nan"):
     """Softmax cross-entropy ``-sum(p * log_softmax(logits))`` over ``axis``.
@@ -98,7 +112,6 @@ def cross_entropy(logits, labels, *, axis: int = -1, label_smoothing: float = 0.
     c = logits.shape[ax]
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"cross_entropy: label_smoothing must lie in [0, 1), got {label_smoothing}")
-    logp = log_softmax(logits, axis=ax)
     if dtypes.is_int(labels.dtype):
         batch = tuple(logits.shape[:ax] + logits.shape[ax + 1:])
         if tuple(labels.shape) != batch:
@@ -106,15 +119,16 @@ def cross_entropy(logits, labels, *, axis: int = -1, label_smoothing: float = 0.
                              f"{batch}; got {tuple(labels.shape)}")
         labels, valid = _checked_labels(labels, c, mode)
         if label_smoothing == 0.0:
-            picked = fnp.take_along_axis(logp, fnp.expand_dims(labels, ax), axis=ax)
-            loss = -fnp.squeeze(picked, axis=ax)
+            loss = _label_loss(logits, labels, ax)
         else:
+            logp = log_softmax(logits, axis=ax)
             targets = one_hot(labels, c, dtype=logp.dtype, axis=ax)
             targets = targets * (1.0 - label_smoothing) + label_smoothing / c
             loss = -fnp.sum(targets * logp, axis=ax)
         if mode == "nan":
             loss = fnp.where(valid, loss, fnp.nan)
         return _reduce(loss, reduction, "cross_entropy")
+    logp = log_softmax(logits, axis=ax)
     targets = labels.astype(logp.dtype)
     _same_shape(logits, targets, "cross_entropy (probability labels)")
     if label_smoothing:
