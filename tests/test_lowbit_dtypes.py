@@ -344,6 +344,7 @@ def test_float8_arithmetic_rounds_the_float64_result_once(device, d, op):
 
 _F8_FUNCTIONS = {"exp": (fnp.exp, np.exp), "log": (fnp.log, np.log), "sqrt": (fnp.sqrt, np.sqrt),
                  "tanh": (fnp.tanh, np.tanh), "sin": (fnp.sin, np.sin), "cos": (fnp.cos, np.cos),
+                 "exp2": (fnp.exp2, np.exp2), "log1p": (fnp.log1p, np.log1p), "expm1": (fnp.expm1, np.expm1),
                  "rsqrt": (fa.lax.rsqrt, lambda v: 1 / np.sqrt(v)),
                  "logistic": (fa.lax.logistic, lambda v: 1 / (1 + np.exp(-v)))}
 
@@ -351,7 +352,7 @@ _F8_FUNCTIONS = {"exp": (fnp.exp, np.exp), "log": (fnp.log, np.log), "sqrt": (fn
 @pytest.mark.parametrize("d", FLOAT8, ids=lambda d: d.name)
 @pytest.mark.parametrize("fn", list(_F8_FUNCTIONS))
 def test_float8_functions_are_float32_rounded_once(device, d, fn):
-    a = np.abs(_f8_values(d, 300, 3)) if fn in ("log", "sqrt", "rsqrt") else _f8_values(d, 300, 3)
+    a = np.abs(_f8_values(d, 300, 3)) if fn in ("log", "sqrt", "rsqrt", "log1p") else _f8_values(d, 300, 3)
     f, ref = _F8_FUNCTIONS[fn]
     with np.errstate(all="ignore"):
         want = ref(a.astype(np.float64))
@@ -547,8 +548,8 @@ def test_kernel_and_mlx_devices_fall_back_naming_the_dtype(device, monkeypatch):
             assert float((x + x).astype(fnp.float32).sum()) == 7.0
         return
     converts = device.backend in ("opencl", "webgpu", "mlx")   # they convert the bytes; arithmetic falls back
-    mlx = device.backend == "mlx"   # it computes arithmetic by upcasting; a cumulative sum falls back
-    op, want = ((fnp.cumsum, [1.5, 3.5]) if mlx else (lambda v: v * v, [2.25, 4.0]))
+    mlx = device.backend == "mlx"   # it computes arithmetic by upcasting; a cumulative minimum falls back
+    op, want = ((fa.lax.cummin, [1.5, 1.5]) if mlx else (lambda v: v * v, [2.25, 4.0]))
     x = _put(np.array([1.5, 2.0], E4M3), device)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
@@ -592,6 +593,10 @@ _UPCAST_UNARY = {"neg": lambda a: -a, "abs": fnp.abs, "sign": fnp.sign, "square"
                  "pad": lambda a: fnp.pad(a[:5], 2), "ceil": fnp.ceil, "invert": lambda a: ~a,
                  "dynamic_slice": lambda a: fa.lax.dynamic_slice(a, (fnp.asarray(3),), (5,)),
                  "update": lambda a: fa.lax.dynamic_update_slice(a, a[:4], (fnp.asarray(7),)),
+                 "cumsum": lambda a: fnp.cumsum(a.reshape(-1, 8), axis=1), "cummax": fa.lax.cummax,
+                 "cumprod": lambda a: fnp.cumprod(a.reshape(-1, 4), axis=1),
+                 "scatter": lambda a: a.at[fnp.asarray([1, 3, 1])].set(a[:3]),
+                 "scatter_add": lambda a: a.at[fnp.asarray([1, 3, 2])].add(a[5:8]),
                  "sqrt": fnp.sqrt, "floor": fnp.floor, "round": fnp.round, "isfinite": fnp.isfinite,
                  "finite_sum": lambda a: fnp.sum(fnp.where(fnp.isfinite(a), a, 0).reshape(-1, 16), axis=1)}
 _FLOAT_ONLY, _INT_ONLY = {"div", "sqrt", "floor", "ceil", "round", "isfinite"}, {"floordiv", "and", "or", "xor", "invert"}

@@ -49,7 +49,8 @@ UPCAST_PRIMITIVES = frozenset({
     P.neg, P.sign, P.abs_p, P.floor, P.ceil, P.round_p, P.is_finite, P.exp, P.log, P.sqrt, P.rsqrt, P.tanh,
     P.logistic, P.sin, P.cos, P.not_p, P.integer_pow, P.add, P.sub, P.mul, P.div, P.rem, P.max_p, P.min_p,
     P.and_p, P.or_p, P.xor_p, P.eq, P.ne, P.lt, P.le, P.gt, P.ge, P.reduce_sum, P.reduce_prod, P.reduce_max,
-    P.reduce_min, P.argmax, P.argmin, P.dot_general, P.sort, P.gather, P.pad})
+    P.reduce_min, P.argmax, P.argmin, P.dot_general, P.sort, P.gather, P.pad, P.cumsum, P.cumprod, P.cummax,
+    P.exp2, P.log1p, P.expm1, P.scatter, P.scatter_add})
 _FLOAT8 = (dtypes.float8_e4m3fn, dtypes.float8_e5m2)
 #: Per float8: (mantissa bits, smallest normal exponent, largest finite value, the code of an overflow).
 _GRID = {dtypes.float8_e4m3fn: (3, -6, 448.0, 0x7F), dtypes.float8_e5m2: (2, -14, 57344.0, 0x7C)}
