@@ -6,8 +6,10 @@ NumPy float64 of the upcast values (arithmetic, matmul), and our own pinned sema
 natively; opencl and mlx convert natively to and from them, webgpu out of them (the arrays are bytes on the
 device, kernels convert them in registers; mlx's programs convert their bytes with MLX operations), with
 ``fallback="error"`` in the cast tests (every byte pattern, a float sweep with every rounding tie, subnormals,
-overflow and NaN); other operations there through the numpy fallback (a ``FallbackWarning`` naming the dtype,
-and ``UnsupportedOnDevice`` with ``fallback="error"``).
+overflow and NaN); mlx also computes the common arithmetic, compares, reductions and products by upcasting
+(``fallback="error"``, and bit for bit against numpy:0 over every pair of byte patterns, eager and jit);
+other operations there through the numpy fallback (a ``FallbackWarning`` naming the dtype, and
+``UnsupportedOnDevice`` with ``fallback="error"``).
 """
 
 from __future__ import annotations
@@ -62,6 +64,12 @@ def _cast_mode(device, src, dst):
     caps = device.impl.capabilities(device)
     ok = src in caps.dtypes and dst in caps.dtypes
     return "error" if ok and not (src == np.float64 and dst in FLOAT8) else "warn"
+
+
+def _op_mode(device):
+    """``fallback="error"`` where ``device`` computes on the low-bit dtypes itself (numpy and jax natively, mlx by
+    upcasting: ``lowering/mlx/low_bit_upcast.py``), else ``"warn"``."""
+    return "error" if device.backend in NATIVE + ("mlx",) else "warn"
 
 
 def _all_f8(d):
@@ -329,17 +337,27 @@ def test_float8_arithmetic_rounds_the_float64_result_once(device, d, op):
     f, ref = _F8_BINARY[op]
     with np.errstate(all="ignore"):
         want = ref(a.astype(np.float64), b.astype(np.float64)).astype(d)   # exact in float64 for these
-    _same_bits(f(_put(a, device), _put(b, device)), want)
-    _same_bits(_put(a, device) < _put(b, device), a.astype(np.float64) < b.astype(np.float64))
+    with fallback_mode(_op_mode(device)):
+        _same_bits(f(_put(a, device), _put(b, device)), want)
+        _same_bits(_put(a, device) < _put(b, device), a.astype(np.float64) < b.astype(np.float64))
+
+
+_F8_FUNCTIONS = {"exp": (fnp.exp, np.exp), "log": (fnp.log, np.log), "sqrt": (fnp.sqrt, np.sqrt),
+                 "tanh": (fnp.tanh, np.tanh), "sin": (fnp.sin, np.sin), "cos": (fnp.cos, np.cos),
+                 "exp2": (fnp.exp2, np.exp2), "log1p": (fnp.log1p, np.log1p), "expm1": (fnp.expm1, np.expm1),
+                 "rsqrt": (fa.lax.rsqrt, lambda v: 1 / np.sqrt(v)),
+                 "logistic": (fa.lax.logistic, lambda v: 1 / (1 + np.exp(-v)))}
 
 
 @pytest.mark.parametrize("d", FLOAT8, ids=lambda d: d.name)
-@pytest.mark.parametrize("fn", ["exp", "log", "sqrt", "tanh", "sin"])
+@pytest.mark.parametrize("fn", list(_F8_FUNCTIONS))
 def test_float8_functions_are_float32_rounded_once(device, d, fn):
-    a = np.abs(_f8_values(d, 300, 3)) if fn in ("log", "sqrt") else _f8_values(d, 300, 3)
+    a = np.abs(_f8_values(d, 300, 3)) if fn in ("log", "sqrt", "rsqrt", "log1p") else _f8_values(d, 300, 3)
+    f, ref = _F8_FUNCTIONS[fn]
     with np.errstate(all="ignore"):
-        want = getattr(np, fn)(a.astype(np.float64))
-    got = np.asarray(getattr(fnp, fn)(_put(a, device)))
+        want = ref(a.astype(np.float64))
+    with fallback_mode(_op_mode(device)):
+        got = np.asarray(f(_put(a, device)))
     assert got.dtype == d
     # one rounding of a float32 result: within one float8 ulp of the float64 value, at most
     g, w = got.astype(np.float64), want
@@ -372,7 +390,8 @@ def test_int4_arithmetic_wraps(device, d, op):
     pairs = np.array(list(itertools.product(range(lo, hi + 1), repeat=2)), np.int64)   # every pair
     a, b = pairs[:, 0], pairs[:, 1]
     f, ref = _INT_BINARY[op]
-    got = f(_put(a.astype(d), device), _put(b.astype(d), device))
+    with fallback_mode(_op_mode(device)):
+        got = f(_put(a.astype(d), device), _put(b.astype(d), device))
     want = np.asarray(ref(a, b)).astype(np.int64)
     want = want & 15   # the low 4 bits, as a two's-complement 4-bit value for int4
     want = (want - 16 * (want >= 8)) if d == I4 else want
@@ -393,13 +412,14 @@ def test_matmul_by_upcasting_and_in_dtype(device, d):
     with fallback_mode(_cast_mode(device, d, up)):   # the kernel backends' conversion feeds their product
         got = fa.jit(lambda x, w: x.astype(up) @ w.astype(up))(x, w)   # the upcast product (a quantized layer's)
     np.testing.assert_allclose(np.asarray(got, np.float64), exact, rtol=1e-6)
-    native = np.asarray(x @ w)   # in the dtype, as JAX: float32 accumulation rounded once / integers wrap
+    with fallback_mode(_op_mode(device)):
+        native = np.asarray(x @ w)   # in the dtype, as JAX: float32 accumulation rounded once / integers wrap
+        pet = fa.lax.dot(x, w, preferred_element_type=up)
     assert native.dtype == d
     if dtypes.is_float(d):
         _same_bits(native, exact.astype(np.float32).astype(d))
     else:
         _same_bits(native, exact.astype(np.int64).astype(d))
-    pet = fa.lax.dot(x, w, preferred_element_type=up)
     assert pet.dtype == up
     np.testing.assert_allclose(np.asarray(pet, np.float64), exact, rtol=1e-6)
 
@@ -445,6 +465,11 @@ def test_upcast_weights_are_read_by_the_product(device, d, rows, k, n, layout):
 
 
 def test_reductions_and_comparisons(device):
+    with fallback_mode(_op_mode(device)):
+        _reductions_and_comparisons(device)
+
+
+def _reductions_and_comparisons(device):
     f8 = _f8_values(E4M3, 50, 5)
     x = _put(f8, device)
     assert fnp.max(x).dtype == E4M3 and float(fnp.max(x)) == float(f8.astype(np.float64).max())
@@ -523,18 +548,22 @@ def test_kernel_and_mlx_devices_fall_back_naming_the_dtype(device, monkeypatch):
             assert float((x + x).astype(fnp.float32).sum()) == 7.0
         return
     converts = device.backend in ("opencl", "webgpu", "mlx")   # they convert the bytes; arithmetic falls back
+    mlx = device.backend == "mlx"   # it computes arithmetic by upcasting; a cumulative minimum falls back
+    op, want = ((fa.lax.cummin, [1.5, 1.5]) if mlx else (lambda v: v * v, [2.25, 4.0]))
     x = _put(np.array([1.5, 2.0], E4M3), device)
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        y = fa.jit(lambda v: (v * v).astype(fnp.float32))(x)   # a fresh program: partitioned here
-    assert np.asarray(y).tolist() == [2.25, 4.0] and y.device == device
+        y = fa.jit(lambda v: op(v).astype(fnp.float32))(x)   # a fresh program: partitioned here
+    assert np.asarray(y).tolist() == want and y.device == device
     msgs = [str(m.message) for m in w if issubclass(m.category, fa.FallbackWarning)]
     assert msgs and all("float8_e4m3fn" in m for m in msgs), msgs
     with fallback_mode("error"):
         for d, v in ((E4M3, [1.5]), (I4, [3])):
             a = _put(np.array(v).astype(d), device)
             with pytest.raises(fa.UnsupportedOnDevice, match=d.name):
-                a + a
+                op(a)
+            if mlx:
+                assert np.asarray(a + a).astype(np.float64).tolist() == [2.0 * v[0]]
             if converts:
                 assert np.asarray(a.astype(fnp.float32)).tolist() == [float(v[0])]
             else:
@@ -542,10 +571,88 @@ def test_kernel_and_mlx_devices_fall_back_naming_the_dtype(device, monkeypatch):
                     a.astype(fnp.float32)
 
 
+def _every_pair(d):
+    """Every pair of ``d``'s byte patterns (256 for a float8: NaNs, infinities, subnormals, -0 and the largest
+    finite values among them; 16 for int4/uint4) as two arrays of ``d``."""
+    codes = np.arange(256 if d in FLOAT8 else 16, dtype=np.uint8).view(d)
+    i, j = np.meshgrid(np.arange(codes.size), np.arange(codes.size), indexing="ij")
+    return codes[i.ravel()], codes[j.ravel()]
+
+
+_UPCAST_BINARY = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+                  "div": lambda a, b: a / b, "rem": lambda a, b: a % b, "max": fnp.maximum, "min": fnp.minimum,
+                  "lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "eq": lambda a, b: a == b,
+                  "ne": lambda a, b: a != b, "where": lambda a, b: fnp.where(a > b, a, b),
+                  "scalar": lambda a, b: a * 3 - b, "floordiv": lambda a, b: a // b,
+                  "and": lambda a, b: a & b, "or": lambda a, b: a | b, "xor": lambda a, b: a ^ b}
+_UPCAST_UNARY = {"neg": lambda a: -a, "abs": fnp.abs, "sign": fnp.sign, "square": lambda a: a ** 2,
+                 "sum": lambda a: fnp.sum(a.reshape(16, -1), axis=1), "prod": lambda a: fnp.prod(a.reshape(-1, 2), axis=1),
+                 "max": lambda a: fnp.max(a.reshape(16, -1), axis=1), "min": lambda a: fnp.min(a.reshape(-1, 16), axis=0),
+                 "argmax": lambda a: fnp.argmax(a.reshape(16, -1), axis=1), "argmin": lambda a: fnp.argmin(a),
+                 "sort": fnp.sort, "argsort": fnp.argsort, "take": lambda a: a[fnp.asarray([3, 1, 2, 1])],
+                 "pad": lambda a: fnp.pad(a[:5], 2), "ceil": fnp.ceil, "invert": lambda a: ~a,
+                 "dynamic_slice": lambda a: fa.lax.dynamic_slice(a, (fnp.asarray(3),), (5,)),
+                 "update": lambda a: fa.lax.dynamic_update_slice(a, a[:4], (fnp.asarray(7),)),
+                 "cumsum": lambda a: fnp.cumsum(a.reshape(-1, 8), axis=1), "cummax": fa.lax.cummax,
+                 "cumprod": lambda a: fnp.cumprod(a.reshape(-1, 4), axis=1),
+                 "scatter": lambda a: a.at[fnp.asarray([1, 3, 1])].set(a[:3]),
+                 "scatter_add": lambda a: a.at[fnp.asarray([1, 3, 2])].add(a[5:8]),
+                 "sqrt": fnp.sqrt, "floor": fnp.floor, "round": fnp.round, "isfinite": fnp.isfinite,
+                 "finite_sum": lambda a: fnp.sum(fnp.where(fnp.isfinite(a), a, 0).reshape(-1, 16), axis=1)}
+_FLOAT_ONLY, _INT_ONLY = {"div", "sqrt", "floor", "ceil", "round", "isfinite"}, {"floordiv", "and", "or", "xor", "invert"}
+
+
+def _applies(name, d):
+    return name not in (_INT_ONLY if d in FLOAT8 else _FLOAT_ONLY)
+
+
+@pytest.mark.parametrize("d", LOW, ids=lambda d: d.name)
+@pytest.mark.parametrize("path", ["eager", "jit"])
+def test_mlx_upcast_operations_are_numpy_bit_for_bit(d, path):
+    """mlx:0 computes arithmetic, compares, selections, reductions, sorts and gathers of every low-bit dtype by
+    upcasting in its program (``lowering/mlx/low_bit_upcast.py``) with ``fallback="error"``, bit for bit as
+    numpy:0 (``ml_dtypes``: float8 computed in float32 and rounded once, int4 wrapped) over every pair of byte
+    patterns; eager and under ``jit``."""
+    pytest.importorskip("mlx.core")
+    a, b = _every_pair(d)
+    wrap = fa.jit if path == "jit" else (lambda f: f)
+    cases = [(n, f, (a, b)) for n, f in _UPCAST_BINARY.items() if _applies(n, d)]
+    cases += [(n, f, (a,)) for n, f in _UPCAST_UNARY.items() if _applies(n, d)]
+    for name, f, args in cases:
+        with np.errstate(all="ignore"):
+            want = wrap(f)(*(fa.device_put(v, "numpy:0") for v in args))
+        with fallback_mode("error"):
+            got = wrap(f)(*(fa.device_put(v, "mlx:0") for v in args))
+        assert got.device == fa.devices("mlx")[0], name
+        try:
+            _same_bits(got, want)
+        except AssertionError as e:
+            raise AssertionError(f"{d.name} {name}") from e
+
+
+@pytest.mark.parametrize("d", LOW, ids=lambda d: d.name)
+def test_mlx_products_in_the_dtype_are_numpy_bit_for_bit(d):
+    """``x @ w`` in a low-bit dtype on mlx:0 (float32 accumulation rounded once; integers wrap) and with a wider
+    ``preferred_element_type``, every finite byte pattern among the operands, ``fallback="error"``, eager and
+    ``jit``: bit for bit as numpy:0 (products of float8 values are exact in float32; each library adds them in
+    its own order, so a sum that rounds in float32 might, at a float8 tie, round differently: not these)."""
+    pytest.importorskip("mlx.core")
+    rng = np.random.default_rng(11)
+    x, w = _finite_codes(d, (6, 16), rng), _finite_codes(d, (16, 5), rng)
+    up = fnp.float32 if d in FLOAT8 else fnp.int32
+    for f in (lambda p, q: p @ q, lambda p, q: fa.lax.dot(p, q, preferred_element_type=up)):
+        for wrap in (fa.jit, lambda g: g):
+            want = wrap(f)(fa.device_put(x, "numpy:0"), fa.device_put(w, "numpy:0"))
+            with fallback_mode("error"):
+                got = wrap(f)(fa.device_put(x, "mlx:0"), fa.device_put(w, "mlx:0"))
+            _same_bits(got, want)
+
+
 def test_mlx_holds_the_bytes_and_decodes_e4m3_without_from_fp8():
     """mlx keeps a low-bit array as ml_dtypes' NumPy array outside programs and as its bytes inside
     (``lowering/mlx/low_bit.py``); e4m3fn's decoding through float16, used where MLX lacks ``mx.from_fp8``, and
-    ``mx.from_fp8`` itself, give ml_dtypes' value of every byte; a program with a low-bit value is never given
+    ``mx.from_fp8`` itself, give ml_dtypes' value of every byte; float32 into a float8 gives ml_dtypes' very
+    bytes (NaNs' too) both through ``mx.to_fp8`` and without it; a program with a low-bit value is never given
     to ``mx.compile``."""
     mx = pytest.importorskip("mlx.core")
     from fnarray.lowering.mlx import low_bit
@@ -556,6 +663,15 @@ def test_mlx_holds_the_bytes_and_decodes_e4m3_without_from_fp8():
         got = np.asarray(low_bit.e4m3_to_float32(mx.array(codes), use_from_fp8=use))
         assert np.array_equal(np.isnan(got), np.isnan(want))
         assert np.array_equal(got.view(np.uint32)[~np.isnan(want)], want.view(np.uint32)[~np.isnan(want)])
+    from fnarray.core import dtypes as core_dtypes
+    u = np.arange(1 << 19, dtype=np.uint32) << 13   # every tie and neighbour at float8 precision, then random bits
+    rand = np.random.default_rng(12).integers(0, 1 << 32, 1 << 18, dtype=np.uint64).astype(np.uint32)
+    f32 = np.concatenate([u, u | 1, u | (1 << 12), rand]).view(np.float32)
+    for d in FLOAT8:
+        want = f32.astype(d).view(np.uint8)
+        for use in (False, True):   # mx.to_fp8 (e4m3fn, where MLX has it) and the grid addition
+            got = np.asarray(low_bit.float32_to_float8(mx.array(f32), core_dtypes.as_dtype(d), use_to_fp8=use))
+            assert np.array_equal(got, want), (d, use, f32[got != want][:5])
     x = fa.device_put(codes.view(E4M3), "mlx:0")
     assert type(x.buf()) is np.ndarray and x.buf().dtype == E4M3
     prog = fa.jit(lambda v: v.T.astype(fnp.float32).astype(E5M2)).trace(np.zeros((4, 2), E4M3)).program

@@ -20,7 +20,8 @@ floating-point only), multi-key ``sort`` (successive stable argsorts).
 
 Unsupported (these fall back to numpy with a ``FallbackWarning``, see
 ``supports``): ``complex128``; the low-bit dtypes (``float8_e4m3fn``, ``float8_e5m2``, ``int4``, ``uint4``)
-except in conversions and data movement (``low_bit.py``: MLX 0.32 has no such dtypes, so mlx holds their bytes);
+except in conversions, data movement (``low_bit.py``: MLX 0.32 has no such dtypes, so mlx holds their bytes) and
+what ``low_bit_upcast.py`` computes in a wider dtype (arithmetic, compares, reductions, products);
 ``float64``
 on the GPU (Metal has none); on the CPU, ``float64`` only where MLX computes it
 exactly — its CPU transcendental functions round through float32 (``exp`` of a
@@ -130,7 +131,7 @@ from fnarray.lowering.mlx.program import Generated as _Generated
 
 #: The rule modules, one per primitive family; importing one registers its rules into ``common.RULES``.
 FAMILIES = ("elementwise", "structural", "reductions", "dot", "attention", "conv", "windows", "linalg", "fft",
-            "quantized", "control_flow", "pallas", "low_bit")
+            "quantized", "control_flow", "pallas", "low_bit", "low_bit_upcast")
 for _family in FAMILIES:
     importlib.import_module(f"{__package__}.{_family}")
 

@@ -6,22 +6,25 @@ arrays. Inside a program (``program.Generated``) it is an ``mx.uint8`` array of 
 program's entry, ``typed`` at its exit, the bytes as ml_dtypes lays them out: int4/uint4 in a byte's low four
 bits); such a program is never given to ``mx.compile`` (``typed`` reads the bytes back).
 
-Operations (``LOW_BIT_PRIMITIVES``): data movement (the structural rules, unchanged, on the bytes), bit casts
-between a float8 and the 8-bit integers, and ``convert_element_type`` (``low_bit_convert``), bit for bit as
-ml_dtypes:
+Operations (``LOW_BIT_PRIMITIVES``): data movement and ``select_n`` (the structural rules, unchanged, on the
+bytes), bit casts between a float8 and the 8-bit integers, and ``convert_element_type`` (``low_bit_convert``),
+bit for bit as ml_dtypes:
 
 - float8 -> wider: ``mx.from_fp8`` for e4m3fn where the installed MLX has it (0.32 does; it reads 0x7F/0xFF as
   NaN, as ml_dtypes), else the bytes placed in a float16 (``e4m3_to_float32``); e5m2 is a float16's top byte;
 - into a float8 (``float32_to_float8``): round to nearest even on the float8's grid by one float32 addition of a
   power of two whose unit in the last place is that grid's spacing (``(a + c) - c``, exact otherwise), then the
   value's code through float16 (which holds every float8 value); e4m3fn's overflow and infinities give NaN,
-  e5m2's infinity (``mx.to_fp8`` is not used: it saturates overflow and NaN to 448, measured with MLX 0.32.4);
+  e5m2's infinity; e4m3fn through ``mx.to_fp8`` where MLX has it, which rounds as ml_dtypes but saturates
+  overflow and NaN to 448 (measured with MLX 0.32.4): those are set to NaN after it;
 - int4/uint4: the low four bits, sign-extended for int4; into them, integers wrap and floats truncate, saturate
   and take NaN to 0 (the design's float -> int rule).
 
+Arithmetic, compares, reductions, sorts, gathers and products (``UPCAST_PRIMITIVES``) compute in a wider
+dtype inside the program (``low_bit_upcast.py``, over this module's ``decode`` and ``float32_to_float8``).
 float64 into a float8 falls back (ml_dtypes rounds once from float64; this rounds from float32), as does every
-other operation on these dtypes (arithmetic: cast to float32 first). Source: ml_dtypes (the formats and
-conversions), OCP 8-bit floating point v1.0.
+other operation on these dtypes (``low_bit_reason`` says so). Source: ml_dtypes (the formats and conversions),
+OCP 8-bit floating point v1.0.
 """
 
 from __future__ import annotations
@@ -34,11 +37,20 @@ from fnarray.lowering.mlx import elementwise
 from fnarray.lowering.mlx.common import RULES, mx, mx_dtype
 
 __all__ = ["LOW_BIT_PRIMITIVES", "low_bit_reason", "bits_of", "typed", "low_bit_convert", "e4m3_to_float32",
-           "float32_to_float8"]
+           "float32_to_float8", "UPCAST_PRIMITIVES", "decode"]
 
-#: The primitives that take the low-bit dtypes here: conversions and data movement.
+#: The primitives that take the low-bit dtypes on their bytes: conversions and data movement.
 LOW_BIT_PRIMITIVES = frozenset({P.convert_element_type, P.bitcast_convert_type, P.reshape, P.transpose,
-                                P.broadcast_in_dim, P.slice_p, P.rev, P.concatenate, P.copy_p})
+                                P.broadcast_in_dim, P.slice_p, P.rev, P.concatenate, P.copy_p, P.select_n,
+                                P.dynamic_slice, P.dynamic_update_slice, P.stop_gradient, P.name_p})
+#: The primitives computed by upcasting (``low_bit_upcast.py``): the operands decoded to float32 (float8) or
+#: int32 (int4/uint4), the wider dtype's rule, a low-bit result encoded back (rounded once / wrapped).
+UPCAST_PRIMITIVES = frozenset({
+    P.neg, P.sign, P.abs_p, P.floor, P.ceil, P.round_p, P.is_finite, P.exp, P.log, P.sqrt, P.rsqrt, P.tanh,
+    P.logistic, P.sin, P.cos, P.not_p, P.integer_pow, P.add, P.sub, P.mul, P.div, P.rem, P.max_p, P.min_p,
+    P.and_p, P.or_p, P.xor_p, P.eq, P.ne, P.lt, P.le, P.gt, P.ge, P.reduce_sum, P.reduce_prod, P.reduce_max,
+    P.reduce_min, P.argmax, P.argmin, P.dot_general, P.sort, P.gather, P.pad, P.cumsum, P.cumprod, P.cummax,
+    P.exp2, P.log1p, P.expm1, P.scatter, P.scatter_add})
 _FLOAT8 = (dtypes.float8_e4m3fn, dtypes.float8_e5m2)
 #: Per float8: (mantissa bits, smallest normal exponent, largest finite value, the code of an overflow).
 _GRID = {dtypes.float8_e4m3fn: (3, -6, 448.0, 0x7F), dtypes.float8_e5m2: (2, -14, 57344.0, 0x7C)}
@@ -54,10 +66,12 @@ def low_bit_reason(prim, eqn_dtypes, params):
     if not low:
         return None
     d = low[0]
+    if prim in UPCAST_PRIMITIVES:
+        return None
     if prim not in LOW_BIT_PRIMITIVES:
-        return (f"MLX has no {d.name} dtype: mlx holds its bytes and only converts them (astype, bit casts) and "
-                "moves them (transpose, reshape, slice, concatenate...); arithmetic and every other operation on "
-                "it run on numpy:0 (cast to float32 first to compute on mlx)")
+        return (f"MLX has no {d.name} dtype: mlx holds its bytes, converts them, moves them and computes the "
+                "common arithmetic, compares, reductions and products by upcasting (lowering/mlx/low_bit.py); "
+                f"{prim.name} is not among them and runs on numpy:0 (cast to float32 first to compute on mlx)")
     others = [e for e in eqn_dtypes if not dtypes.is_low_bit(e)]
     if prim is P.bitcast_convert_type and (any(dtypes.is_int(e) for e in low) or
                                            any(e.itemsize != 1 for e in others)):
@@ -115,8 +129,21 @@ def _float8_to_float32(b, d):
     return mx.view(mx.left_shift(b.astype(mx.uint16), 8), mx.float16).astype(mx.float32)   # e5m2: float16's top byte
 
 
-def float32_to_float8(x, d):
-    """The bytes (``mx.uint8``) of float32 ``x`` rounded to nearest even into the float8 ``d``, as ml_dtypes."""
+#: The smallest float32 magnitude above which e4m3fn rounds to NaN: halfway between 448 and 480 (a tie rounds to
+#: 448, its mantissa even).
+_E4M3_NAN_ABOVE = 464.0
+
+
+def float32_to_float8(x, d, use_to_fp8=True):
+    """The bytes (``mx.uint8``) of float32 ``x`` rounded to nearest even into the float8 ``d``, as ml_dtypes.
+
+    e4m3fn by ``mx.to_fp8`` where the installed MLX has it (round to nearest even, bit for bit as ml_dtypes for
+    every finite value up to 464 in magnitude, measured over every float32 whose top 19 bits vary and a million
+    random ones, MLX 0.32.4), its saturation of larger values, infinities and NaN to 448 replaced by NaN: 5 MLX
+    operations against the grid addition's 15 (``use_to_fp8=False``, below, and e5m2's)."""
+    if use_to_fp8 and d == dtypes.float8_e4m3fn and hasattr(mx, "to_fp8"):
+        code = mx.to_fp8(x)   # (NaN fails the comparison: NaN too)
+        return mx.where(mx.abs(x) <= _E4M3_NAN_ABOVE, code, mx.bitwise_or(code, 0x7F))
     mbits, emin, top, overflow = _GRID[d]
     u = mx.view(x, mx.uint32)
     sign = mx.right_shift(u, 31).astype(mx.uint8) * 128
@@ -136,7 +163,7 @@ def float32_to_float8(x, d):
     return mx.bitwise_or(code.astype(mx.uint8), sign)
 
 
-def _decode(src):
+def decode(src):
     """``fn(bytes) -> (mx.array, its dtype)``: a low-bit array's values as float32 (float8) or int8/uint8."""
     if src in _FLOAT8:
         return lambda b: _float8_to_float32(b, src), dtypes.float32
@@ -189,14 +216,14 @@ def low_bit_convert(convert):
         if src == dst:
             return bits_of
         if dtypes.is_low_bit(src):
-            decode, mid = _decode(src)
+            dec, mid = decode(src)
             if dtypes.is_low_bit(dst):
                 encode = _encode(dst, mid, rule_of)
-                return lambda x: encode(decode(bits_of(x)))
+                return lambda x: encode(dec(bits_of(x)))
             out = rule_of(dst, mid)
             if src in _FLOAT8 and dtypes.is_float(dst) and dst != dtypes.float32:
-                return _signed_nan(decode, out, dst)
-            return lambda x: out(decode(bits_of(x)))
+                return _signed_nan(dec, out, dst)
+            return lambda x: out(dec(bits_of(x)))
         return _encode(dst, src, rule_of)
     return factory
 

@@ -1,0 +1,97 @@
+"""The low-bit dtypes' arithmetic on mlx by upcasting inside the program (``low_bit.UPCAST_PRIMITIVES``).
+
+Each low-bit operand's bytes are decoded (a float8 to float32, exactly; int4/uint4 to int32), the wider dtype's
+own rule computes (every dtype in the equation, ``preferred_element_type`` included, widened alike), and a
+low-bit result is encoded back: a float8 by ``low_bit.float32_to_float8`` (round to nearest even once, each
+format's overflow and NaN), int4/uint4 as their low four bits (wrap-around). That is the numpy reference's
+(``lowering/numpy``: float8 computed in float32 and rounded once; ml_dtypes' int4 wraps), bit for bit where
+the float32 computation is exact or correctly rounded in both (add, sub, mul, div, sqrt, max/min, compares,
+casts, and sums and products while float32 holds them exactly); sums that round in float32 may differ in
+their order of additions, and ``exp``/``log``/... in MLX's float32 last bit, as for float32 itself.
+Registered over the other families' rules, so imported last (``backend.FAMILIES``). Source: ml_dtypes
+(float8 ufuncs: float32 arithmetic rounded once; int4: wrap-around).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from fnarray.core import dtypes
+from fnarray.core import primitives as P
+from fnarray.lowering.mlx import dot, elementwise, reductions  # noqa: F401 (their rules are wrapped here)
+from fnarray.lowering.mlx.common import RULES, mx
+from fnarray.lowering.mlx.low_bit import UPCAST_PRIMITIVES, bits_of, decode, float32_to_float8
+
+__all__ = ["widened", "upcast_rule"]
+
+
+def widened(d):
+    """The dtype a low-bit ``d`` computes in here (float32 for a float8, int32 for int4/uint4); ``d`` otherwise."""
+    if not dtypes.is_low_bit(d):
+        return d
+    return dtypes.float32 if dtypes.is_float(d) else dtypes.int32
+
+
+def _wide_aval(a):
+    from fnarray.core.shaped import ShapedArray
+    return a if not dtypes.is_low_bit(a.dtype) else ShapedArray(a.shape, widened(a.dtype))
+
+
+def _decoder(d):
+    """``fn(x) -> mx.array`` of the values of an operand of dtype ``d`` in ``widened(d)``."""
+    if not dtypes.is_low_bit(d):
+        return lambda x: x
+    if d == dtypes.float8_e4m3fn and hasattr(mx, "from_fp8"):   # one operation (a NaN's payload aside, as decode)
+        return lambda x: mx.from_fp8(bits_of(x), dtype=mx.float32)
+    dec, mid = decode(d)
+    if mid == dtypes.float32:
+        return lambda x: dec(bits_of(x))
+    return lambda x: dec(bits_of(x)).astype(mx.int32)
+
+
+def _encoder(d):
+    """``fn(x) -> bytes`` of a result of dtype ``d`` computed in ``widened(d)``."""
+    if not dtypes.is_low_bit(d):
+        return lambda x: x
+    if dtypes.is_float(d):
+        return lambda x: float32_to_float8(x, d)
+    return lambda x: mx.bitwise_and(x, 15).astype(mx.uint8)   # int4/uint4 wrap: the low four bits
+
+
+#: The operations that agree with their results modulo 16 (a ring's and the bitwise ones): on int4/uint4 they
+#: compute on the bytes as uint8 (a nibble is its value modulo 16), then keep the low four bits; no decoding.
+_MOD16 = frozenset({P.add, P.sub, P.mul, P.neg, P.and_p, P.or_p, P.xor_p, P.not_p})
+
+
+def _as_uint8(a):
+    from fnarray.core.shaped import ShapedArray
+    return ShapedArray(a.shape, dtypes.uint8)
+
+
+def upcast_rule(prim, rule):
+    """The rule ``rule(params, in_avals, out_avals)`` of ``prim`` over low-bit operands: decoded, computed in the
+    wider dtypes, the low-bit results encoded (module docstring); the rule itself where no dtype is low-bit."""
+    multiple_results = prim.multiple_results
+
+    @functools.wraps(rule)   # (the rule's own line stays its site: ``_rule_sites``)
+    def factory(params, in_avals, out_avals):
+        if not any(dtypes.is_low_bit(a.dtype) for a in list(in_avals) + list(out_avals)):
+            return rule(params, in_avals, out_avals)
+        if prim in _MOD16 and all(a.dtype in (dtypes.int4, dtypes.uint4) for a in in_avals):
+            fn = rule(params, [_as_uint8(a) for a in in_avals], [_as_uint8(a) for a in out_avals])
+            return lambda *xs: mx.bitwise_and(fn(*(bits_of(x) for x in xs)), 15)
+        wide_params = {k: (widened(v) if isinstance(v, np.dtype) else v) for k, v in params.items()}
+        fn = rule(wide_params, [_wide_aval(a) for a in in_avals], [_wide_aval(a) for a in out_avals])
+        decs = [_decoder(a.dtype) for a in in_avals]
+        encs = [_encoder(a.dtype) for a in out_avals]
+        if multiple_results:
+            return lambda *xs: [e(r) for e, r in zip(encs, fn(*(d(x) for d, x in zip(decs, xs))))]
+        enc = encs[0]
+        return lambda *xs: enc(fn(*(d(x) for d, x in zip(decs, xs))))
+    return factory
+
+
+for _prim in UPCAST_PRIMITIVES:
+    RULES[_prim] = upcast_rule(_prim, RULES[_prim])
