@@ -45,8 +45,8 @@ def _grid_points(dt):
 
 
 _UNARY = ["erf", "erfc", "erfinv", "ndtr", "log_ndtr", "ndtri", "expit", "logit", "gammaln", "digamma", "entr",
-          "i0e", "i1e"]
-_BINARY = ["betaln", "gammainc", "gammaincc", "xlogy", "xlog1py"]
+          "i0e", "i1e", "i0", "i1"]
+_BINARY = ["betaln", "gammainc", "gammaincc", "xlogy", "xlog1py", "zeta"]
 _TERNARY = ["betainc"]
 _REDUCTIONS = ["logsumexp", "softmax", "log_softmax"]
 # Accurate in absolute terms where the result crosses zero (lgamma's zeros at 1 and 2) or is a probability.
@@ -62,11 +62,21 @@ _DEVIATIONS = {
                "two poles meet (SciPy takes limits: betaln(-1, 1) = 0); a subnormal with inf is -inf (SciPy's "
                "overflow gives NaN); two subnormals give NaN on MLX, which flushes inside lgamma but not in the "
                "comparison that catches the pole"),
+    "i0": (lambda x: np.isinf(x), "I0(+-inf) = inf, the limit (SciPy's Cephes gives NaN); the finite edges agree"),
+    "i1": (lambda x: np.isinf(x), "I1(+-inf) = +-inf, the limit (SciPy's Cephes gives NaN); the finite edges agree"),
+    "zeta": (lambda x, q: np.isposinf(x) & (q > 1),
+             "zeta(inf, q > 1) = 0, the limit (SciPy gives NaN); zeta(inf, inf) stays NaN (inf ** -inf, where SciPy "
+             "gives 0)"),
 }
 
 
+# Functions of an integer order (``polygamma(n, x)``, ``multigammaln(a, d)``): their float argument's edges are
+# tested beside SciPy in tests/test_scipy.py, order by order.
+_INTEGER_ORDER = ["polygamma", "multigammaln"]
+
+
 def test_every_special_function_is_in_the_edge_table():
-    assert set(fsp.__all__) == set(_UNARY + _BINARY + _TERNARY + _REDUCTIONS)
+    assert set(fsp.__all__) == set(_UNARY + _BINARY + _TERNARY + _REDUCTIONS + _INTEGER_ORDER)
 
 
 def _subnormal(v, dt):
