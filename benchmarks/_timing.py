@@ -53,6 +53,28 @@ def per_call_ms(runs, rounds, calls, totals, count):
     return ms, [t + count * v for t, v in zip(totals, ms, strict=True)]
 
 
+def jit_swapped(fa, module, attr, value, dev, f, args, calls):
+    """``f`` jitted on ``dev`` while ``module.attr`` is ``value`` (a scheduler switch, a loss form: the swap holds
+    through the trace and the first call, which builds the program, then the old value is back), as
+    ``(run, kernel names)``: ``run`` makes ``calls`` calls and waits for the last; the names are one call's
+    kernels from ``fa.profiler`` (``webgpu_batch_views.py``, ``webgpu_cross_entropy.py``)."""
+    old = getattr(module, attr)
+    setattr(module, attr, value)
+    try:
+        jf = fa.jit(lambda *a: f(*a), device=dev)   # a new function: fa.jit caches by function
+        fa.block_until_ready(jf(*args))
+    finally:
+        setattr(module, attr, old)
+    with fa.profiler.trace() as h:
+        fa.block_until_ready(jf(*args))
+    names = [r.name for r in h.profile.records if r.kind == "kernel"]
+
+    def run():
+        for _ in range(calls - 1):
+            jf(*args)
+        fa.block_until_ready(jf(*args))
+    return run, names
+
 def benchmark_module(name):
     """The benchmark ``benchmarks/{name}.py`` as a module named ``{name}_benchmark`` (``llm.py``'s raw steps: ``llm``
     is the example's name on ``sys.path``)."""

@@ -30,21 +30,7 @@ VARIANTS = (("copies", False), ("views", True))
 def lowered(dev, step, args, views, calls):
     """``(callable making calls steps, kernels per step, dot_operand_copy kernels per step)`` with
     ``dot.BATCH_VIEWS = views`` while the step is scheduled."""
-    old = dot.BATCH_VIEWS
-    dot.BATCH_VIEWS = views
-    try:
-        jf = fa.jit(lambda *a: step(*a), device=dev)   # a new function: fa.jit caches by function
-        fa.block_until_ready(jf(*args))
-    finally:
-        dot.BATCH_VIEWS = old
-    with fa.profiler.trace() as h:
-        fa.block_until_ready(jf(*args))
-    names = [r.name for r in h.profile.records if r.kind == "kernel"]
-
-    def run():
-        for _ in range(calls - 1):
-            jf(*args)
-        fa.block_until_ready(jf(*args))
+    run, names = _timing.jit_swapped(fa, dot, "BATCH_VIEWS", views, dev, step, args, calls)
     return run, len(names), sum(n.startswith("dot_operand_copy") for n in names)
 
 

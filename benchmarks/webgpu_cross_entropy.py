@@ -47,22 +47,8 @@ def _loss_alone(dev, rows, classes):
 def lowered(dev, f, args, label_loss, calls):
     """``(callable making calls calls, kernels per call)`` with ``label_loss`` as the cross-entropy's per-example
     loss while ``f`` is traced."""
-    old = losses._label_loss
-    losses._label_loss = label_loss
-    try:
-        jf = fa.jit(lambda *a: f(*a), device=dev)   # a new function: fa.jit caches by function
-        fa.block_until_ready(jf(*args))
-    finally:
-        losses._label_loss = old
-    with fa.profiler.trace() as h:
-        fa.block_until_ready(jf(*args))
-    kernels = sum(r.kind == "kernel" for r in h.profile.records)
-
-    def run():
-        for _ in range(calls - 1):
-            jf(*args)
-        fa.block_until_ready(jf(*args))
-    return run, kernels
+    run, names = _timing.jit_swapped(fa, losses, "_label_loss", label_loss, dev, f, args, calls)
+    return run, len(names)
 
 
 def main(argv=None):
