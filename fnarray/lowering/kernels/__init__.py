@@ -189,7 +189,10 @@ def schedule_program(program: Program, caps, **opts) -> Plan:
     product's sizes and strides as constants in its source, not scalar arguments), ``conv_positions`` (output
     positions per work item of the direct convolution: ``groups/conv.py``), ``pallas_row_tile`` (rows per work
     item of a ``pallas_call`` kernel with a ``dot`` in row mode: ``groups/pallas.py``), ``row_vec4`` (a work item's
-    loops over float32 rows of a multiple of 4 read them four elements per load: ``groups/reduce.py``),
+    loops over float32 rows of a multiple of 4 read them four elements per load: ``groups/reduce.py``), ``row_cache``
+    (the longest row whose computed operand a work item's row kernel keeps in a private array between its loops),
+    ``reduce_per_item`` (``(outputs, rows)``: a reduction into at least that many outputs of rows of at most that many
+    elements keeps a work item per output, not a cooperating work-group: both ``groups/reduce.py``),
     ``attention_subgroup`` (the subgroup size of a native CPU WebGPU adapter with subgroups: the attention kernel's
     query rows split across a subgroup's lanes, ``groups/attention.py``); for CPU
     targets (those and CPU OpenCL): ``scatter_columns`` (a work item per column of a scatter where that is less work:

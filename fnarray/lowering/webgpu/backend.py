@@ -148,6 +148,13 @@ CPU_DOT_STREAMED = (32, 1 << 16)
 #: Output positions (of the last spatial dimension) per work item of the direct convolution on a CPU adapter
 #: (``groups/conv.py``: one weight load serves that many multiply-adds).
 CPU_CONV_POSITIONS = 4
+#: The longest row (elements) whose computed operand a work item's row kernel keeps in a private array between its
+#: loops on a CPU adapter (``groups/reduce.py``, ``_ReduceKernel.cache_rows``; native, not browser bundles).
+CPU_ROW_CACHE = 256
+#: ``(outputs, rows)``: on a CPU adapter a reduction into at least ``outputs`` outputs of rows of at most ``rows``
+#: elements keeps a work item per output, not a work-group cooperating through barriers (``groups/reduce.py``,
+#: ``ReduceGroup.cooperative``; native, not browser bundles).
+CPU_REDUCE_PER_ITEM = (16, 4096)
 _POOLED_PER_SIZE = 64           # free buffers kept per byte size (each wgpu-py buffer costs ~1.5 KB of host memory)
 #: The compute limits WebGPU gives by default on every adapter (browsers included); the device asks
 #: for these, not for what a native adapter could give, so that kernels are portable.
@@ -800,6 +807,12 @@ class WebGPULowered(KernelLowered):
                 # its row values, four elements per load and store (lavapipe, interleaved, load 3-4: softmax
                 # [1024, 256] 1.8x, layernorm 1.7x; the transformer step 173-174 -> 156-157 CPU ms)
                 opts["row_vec4"] = True
+                # groups/reduce.py: a row's computed operand (layernorm's gathered embedding, a masked score row)
+                # kept in a private array by the first loop over the row and read there by the later ones
+                opts["row_cache"] = CPU_ROW_CACHE
+                # groups/reduce.py: many outputs of rows of a few thousand elements: a work item per output
+                # (lavapipe switches a work-group's coroutines at every barrier of the combining tree)
+                opts["reduce_per_item"] = CPU_REDUCE_PER_ITEM
                 # groups/dot.py: the blocked and subgroup products store four adjacent float32 columns as one
                 # vec4 (lavapipe stores each lane's element in a loop); the epilogue's values are unchanged
                 opts["dot_store4"] = True

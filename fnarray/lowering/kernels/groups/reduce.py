@@ -179,9 +179,20 @@ class ReduceGroup(Group):
         return Emitter.key(aval, idx)
 
     def cooperative(self) -> bool:
-        """Whether the kernel is a work-group per output element (long reductions into few outputs)."""
+        """Whether the kernel is a work-group per output element (long reductions into few outputs). With the
+        scheduler option ``reduce_per_item`` ``(outputs, rows)`` (webgpu on a CPU adapter), a reduction into at
+        least ``outputs`` outputs of rows of at most ``rows`` elements keeps a work item per output: lavapipe
+        runs a work-group's invocations as coroutines switched at every barrier of the combining tree, which
+        cost more than the work items' longer loops (a layernorm's column sums over 1024 rows 0.63x, softmax
+        over [256, 1024] 0.54x the CPU time; fewer outputs leave the SIMD lanes idle, longer rows slower)."""
         O, R, _ = self._sizes()
-        return bool(R > 64 and O < 1024 and self.ctx.caps.local_memory)
+        if not (R > 64 and O < 1024 and self.ctx.caps.local_memory):
+            return False
+        per_item = self.ctx.opts.get("reduce_per_item")
+        cap = getattr(self.ctx.caps, "max_loop_iterations", None)
+        if per_item and cap is not None and (max(self.stages()) + 2) * R > cap:
+            return True   # a work item's loops over the row would pass the driver's limit
+        return not per_item or O < per_item[0] or R > per_item[1]
 
     def coop_size(self, R) -> int:
         """The work-group size of the cooperative kernel for rows of ``R`` elements (a power of two)."""
@@ -445,6 +456,8 @@ class _ReduceKernel:
             if self.vectors else set()
         self.pending: dict = {}   # vector_out value -> its four lanes' values, by fold
         self.vectors_bound = False
+        self.cache: dict = {}     # operand -> the private array holding its row (``cache_rows``)
+        self.cache_filled = False   # whether the first loop has stored them (later loops read them there)
 
     # ------------------------------------------------------------------ the three layouts
     def cooperative(self):
@@ -479,6 +492,7 @@ class _ReduceKernel:
         self.scalars["O"] = self.O
         with b.when(op("lt", self.o, b.scalar("O"))):
             self.setup()
+            self.cache_rows()
             self.staged()
             self.row_values(const(0, INT32), None)
 
@@ -495,6 +509,38 @@ class _ReduceKernel:
         else:
             self.rows = const(self.R, INT32)
             self.out = index_vars(b, o, self.g.shape)
+
+    def cache_rows(self):
+        """The operands of the first loop over the row that a later loop reads again at the same element,
+        kept in a private array of the row (the scheduler option ``row_cache``: the longest row kept; a work
+        item per output, shaped indices), so that the later loops read them there instead of computing them
+        again (layernorm's gathered embedding row, read by its variance and its normalised row; a masked
+        attention row, read by its sum of exps and its softmax). Only values computed inline (not a plain
+        buffer read) of float32 are kept: each later loop then reads one private element where it would
+        have gathered and recomputed; the values and the order of the additions are unchanged."""
+        g, ctx = self.g, self.ctx
+        limit = int(ctx.opts.get("row_cache", 0) or 0)
+        stages = g.stages()
+        if self.flat or not limit or self.R > limit or (max(stages) == 0 and not g.row_roots):
+            return
+        later = [x for (_, x, _), st in zip(g.parts, stages, strict=True) if st > 0] + list(g.row_roots)
+        f32 = np.dtype(np.float32)
+        first = [x for (_, x, _), st in zip(g.parts, stages, strict=True) if st == 0]
+        for x in dict.fromkeys(first):
+            if (isinstance(x, Var) and x not in self.kept and x.aval.dtype == f32 and x.aval.shape == self.shape
+                    and not ctx.in_buffer(x) and ctx.producer.get(x) is not None
+                    and any(g._uses(v, x) for v in later)):
+                self.cache[x] = self.b.array("private", f32, self.R, "row")
+
+    def cached_row(self, r, k=None):
+        """Seed the kept operands (``cache_rows``) at element ``r`` (``r + k``) from their private arrays."""
+        if not self.cache_filled:
+            return
+        b = self.b
+        at = r if not k else b.let(op("add", r, const(k, INT32)))
+        xi = self.x_index(r, k)
+        for x, arr in self.cache.items():
+            self.em.seed(x, xi, b.load(arr, at, x.aval.dtype, "private"))
 
     def x_index(self, r, k=None):
         """The coordinates of the row's element ``r`` in the reduced operand; with ``k``, of element ``r + k``
@@ -541,6 +587,8 @@ class _ReduceKernel:
         an.adopt(self.em)
         xi = self.x_index(r, 0)
         for x in self.kept if row_values else ():
+            an.seed(x, xi, const(0, x.aval.dtype))
+        for x in self.cache if self.cache_filled else ():   # read from the private row, not recomputed
             an.seed(x, xi, const(0, x.aval.dtype))
         for x in xs:
             an.val(x, xi)
@@ -608,6 +656,7 @@ class _ReduceKernel:
                     kept[x] = [b.let(Lane(w, k, x.aval.dtype)) for k in range(4)]
             stores: dict = {}
             for k in range(4) if vec else [None]:
+                self.cached_row(r, k)
                 xi = self.x_index(r, k)
                 pos = b.let(to_expr(linearize(xi, self.shape)))
                 for x, v in self.kept.items():   # stored there by the reduction's loop, by this work-item
@@ -626,8 +675,11 @@ class _ReduceKernel:
         """One element ``r`` (``r + k``: ``x_index``) of the row folded into the accumulators ``accs`` (kept
         operands stored)."""
         b = self.b
+        self.cached_row(r, k)
         for (_, x, m), acc in zip(parts, accs, strict=True):
             xv = self.x_at(x, r, k)
+            if x in self.cache and not self.cache_filled:
+                b.store(self.cache[x], r if not k else b.let(op("add", r, const(k, INT32))), xv, space="private")
             if x in self.kept and k is not None and self.kept[x] in self.vector_out:
                 self.pending.setdefault(self.kept[x], []).append(xv)
             elif x in self.kept:
@@ -723,6 +775,7 @@ class _ReduceKernel:
         for st in range(max(stages) + 1):
             parts = [p for p, s in zip(g.parts, stages, strict=True) if s == st]
             self.results(parts, self.accumulate(const(0, INT32), None, parts))
+            self.cache_filled = bool(self.cache)
             self.hoist(st)
         g.emit_roots(self.b, self.em, self.args, self.out, self.o)
 
