@@ -623,8 +623,8 @@ _UPCAST_UNARY.update({
     "erf": fa.lax.erf, "erf_inv": fa.lax.erf_inv, "tan": fnp.tan, "asinh": fnp.arcsinh, "cbrt": fnp.cbrt,
     "log2": fnp.log2, "log10": fnp.log10, "cosh": fnp.cosh, "atan": fnp.arctan, "lgamma": fa.lax.lgamma,
     "cumlogsumexp": lambda a: fa.lax.cumlogsumexp(a.reshape(-1, 4), axis=1),
-    "cube": lambda a: a ** 3})
-_FLOAT_ONLY |= {"nextafter", "atan2", "pow", "erf", "erf_inv", "tan", "asinh", "cbrt", "log2", "log10", "cosh",
+    "cube": lambda a: a ** 3, "sign_primitive": fa.lax.sign})
+_FLOAT_ONLY |= {"sign_primitive", "nextafter", "atan2", "pow", "erf", "erf_inv", "tan", "asinh", "cbrt", "log2", "log10", "cosh",
                 "atan", "lgamma", "cumlogsumexp"}
 _INT_ONLY |= {"shift_left", "shift_right_logical", "shift_right_arithmetic", "popcount", "reduce_or", "reduce_and"}
 #: MLX's float32 functions against NumPy's: within one float8 unit (the float32 values differ in the last bit,
