@@ -107,7 +107,8 @@ def test_expected_fallback_tables_name_real_primitives():
     for dev in fa.devices(all_backends=True):
         for (prim, dt), reason in get_backend(dev.backend).expected_fallbacks.items():
             assert prim in names, f"{dev.backend}: {prim} is no primitive"
-            assert dt == "*" or dt in {d.name for d in dtypes.ALL_DTYPES}, f"{dev.backend}: {dt} is no dtype"
+            known = {d.name for d in (*dtypes.ALL_DTYPES, *dtypes.LOW_BIT_DTYPES)}   # (low-bit: low_bit_cases)
+            assert dt == "*" or dt in known, f"{dev.backend}: {dt} is no dtype"
             assert len(reason) > 20, f"{dev.backend}: {prim} ({dt}) needs a reason"
 
 

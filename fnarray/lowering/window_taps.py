@@ -29,6 +29,8 @@ def identity(op, d):
     if dtypes.is_int(d):
         info = dtypes.iinfo(d)
         return int(info.min if op == "max" else info.max)
+    if d == dtypes.float8_e4m3fn:   # no infinities (inf would be NaN): its finite extremes, as numpy:0's windows
+        return -448.0 if op == "max" else 448.0
     return -np.inf if op == "max" else np.inf
 
 

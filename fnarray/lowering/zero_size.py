@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fnarray.core import dtypes
 from fnarray.core import primitives as P
 from fnarray.core.attention import dot_product_attention_p
 from fnarray.core.conv import conv_general_dilated_p
@@ -76,13 +77,17 @@ def is_fill(e: Eqn) -> bool:
 def _lowest(d):
     if d == np.bool_:
         return False
-    return np.iinfo(d).min if np.issubdtype(d, np.integer) else -np.inf
+    if dtypes.is_int(d):   # int4/uint4 too (ml_dtypes' limits; NumPy's iinfo has none)
+        return dtypes.iinfo(d).min
+    return -np.inf if not np.isnan(np.asarray(-np.inf).astype(d)) else dtypes.finfo(d).min   # e4m3fn: no inf
 
 
 def _highest(d):
     if d == np.bool_:
         return True
-    return np.iinfo(d).max if np.issubdtype(d, np.integer) else np.inf
+    if dtypes.is_int(d):
+        return dtypes.iinfo(d).max
+    return np.inf if not np.isnan(np.asarray(np.inf).astype(d)) else dtypes.finfo(d).max
 
 
 IDENTITY = {

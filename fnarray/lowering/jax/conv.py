@@ -14,7 +14,7 @@ from fnarray.lowering.jax.common import RULES
 
 __all__ = ["conv_general_dilated_rule"]
 
-_LOW = (dtypes.float16, dtypes.bfloat16)
+_LOW = (dtypes.float16, dtypes.bfloat16, dtypes.float8_e4m3fn, dtypes.float8_e5m2)   # accumulated in float32
 
 
 def _precision(lax, p):

@@ -192,18 +192,35 @@ def _float8_in_float32(fn):
         d = x.dtype
         if d not in _FLOAT8:
             return fn(x, *rest, **params)
-        up = [lax.convert_element_type(a, np.float32) for a in (x, *rest)]
+        up = [lax.convert_element_type(a, np.float32) if a.dtype in _FLOAT8 else a for a in (x, *rest)]
         return lax.convert_element_type(fn(*up, **params), d)
+    return rule
+
+
+def _int4_in_int8(fn):
+    """``fn`` over int4/uint4 ``x`` in int8/uint8 (JAX's bitwise reductions refuse them), wrapped back."""
+    @functools.wraps(fn)
+    def rule(x, **params):
+        wide = {dtypes.int4: np.int8, dtypes.uint4: np.uint8}.get(x.dtype)
+        if wide is None:
+            return fn(x, **params)
+        return lax.convert_element_type(fn(lax.convert_element_type(x, wide), **params), x.dtype)
     return rule
 
 
 def wrap_float8_rules():
     """Make the float-valued elementwise rules compute float8 operands in float32 (``backend.py`` calls it once
-    every family module has registered its rules)."""
+    every family module has registered its rules), and the sums and products too (XLA adds float8 in float8
+    steps; the reference, as for float16, in float32, rounded once); int4/uint4 bitwise reductions in 8 bits."""
+    from fnarray.core import windows as W
     inexact = [p for p in families.members("unary") if p not in _EXACT_IN_F8]
-    for p in inexact + [P.add, P.sub, P.mul, P.div, P.rem, P.pow_p, P.atan2]:
+    for p in inexact + [P.add, P.sub, P.mul, P.div, P.rem, P.pow_p, P.atan2, P.reduce_sum, P.reduce_prod,
+                        P.cumsum, P.cumprod, P.cumlogsumexp, P.scatter_add, P.scatter_mul, W.reduce_window_sum_p,
+                        W.select_and_scatter_add_p]:
         if p in RULES:
             RULES[p] = _float8_in_float32(RULES[p])
+    for p in (P.reduce_and, P.reduce_or):
+        RULES[p] = _int4_in_int8(RULES[p])
 
 
 def _population_count(x):

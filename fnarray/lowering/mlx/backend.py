@@ -380,6 +380,11 @@ class MlxBackend(Backend):
         ("cholesky", "complex64"): "MLX has no complex64 cholesky (mx.linalg.cholesky is real only)",
         ("conv_general_dilated", "int32"): "MLX's conv_general takes floating-point operands only",
         ("pallas_call", "*"): "user kernels run in fnarray's interpreter on mlx where MLX has no Metal (Linux)",
+        # the low-bit dtypes (``testing/low_bit_cases.py``): everything else computes by upcasting
+        ("conv_general_dilated", "int4"): "MLX's conv_general takes floating-point operands only (int32 too)",
+        ("conv_general_dilated", "uint4"): "MLX's conv_general takes floating-point operands only (int32 too)",
+        ("quantized_matmul", "float8_e4m3fn"): "mx.quantized_matmul takes float32/float16/bfloat16 activations",
+        ("quantized_matmul", "float8_e5m2"): "mx.quantized_matmul takes float32/float16/bfloat16 activations",
     }
 
     def device_fallbacks(self, device):

@@ -90,8 +90,8 @@ def _logistic(params, in_avals, out_avals):
 @rule(P.sign)
 def _sign(params, in_avals, out_avals):
     d = in_avals[0].dtype
-    if dtypes.is_float(d):  # MLX's sign(NaN) is 0; the reference keeps NaN
-        return lambda x: mx.where(mx.isnan(x), x, mx.sign(x))
+    if dtypes.is_float(d):  # MLX's sign(NaN) is 0 and sign(-0.0) +0.0; the reference keeps NaN and -0.0 (as XLA)
+        return lambda x: mx.where(mx.isnan(x) | (x == 0), x, mx.sign(x))
     return lambda x: mx.sign(x)
 
 

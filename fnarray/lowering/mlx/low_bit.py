@@ -20,10 +20,12 @@ bit for bit as ml_dtypes:
 - int4/uint4: the low four bits, sign-extended for int4; into them, integers wrap and floats truncate, saturate
   and take NaN to 0 (the design's float -> int rule).
 
-Arithmetic, compares, reductions, sorts, gathers and products (``UPCAST_PRIMITIVES``) compute in a wider
-dtype inside the program (``low_bit_upcast.py``, over this module's ``decode`` and ``float32_to_float8``).
-float64 into a float8 falls back (ml_dtypes rounds once from float64; this rounds from float32), as does every
-other operation on these dtypes (``low_bit_reason`` says so). Source: ml_dtypes (the formats and conversions),
+Arithmetic, compares, reductions, scans, shifts, sorts, gathers, scatters, windows and products
+(``UPCAST_PRIMITIVES``: every primitive of the parity cases but convolutions of int4/uint4 and
+``quantized_matmul`` of float8 activations, which MLX has no form for) compute in a wider dtype inside the
+program (``low_bit_upcast.py``, over this module's ``decode`` and ``float32_to_float8``). float64 into a float8
+falls back (ml_dtypes rounds once from float64; this rounds from float32), as does every other operation on
+these dtypes (``low_bit_reason`` says so). Source: ml_dtypes (the formats and conversions),
 OCP 8-bit floating point v1.0.
 """
 
@@ -33,6 +35,9 @@ import numpy as np
 
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
+from fnarray.core import windows as W
+from fnarray.core.attention import dot_product_attention_p
+from fnarray.core.conv import conv_general_dilated_p
 from fnarray.lowering.mlx import elementwise
 from fnarray.lowering.mlx.common import RULES, mx, mx_dtype
 
@@ -50,7 +55,14 @@ UPCAST_PRIMITIVES = frozenset({
     P.logistic, P.sin, P.cos, P.not_p, P.integer_pow, P.add, P.sub, P.mul, P.div, P.rem, P.max_p, P.min_p,
     P.and_p, P.or_p, P.xor_p, P.eq, P.ne, P.lt, P.le, P.gt, P.ge, P.reduce_sum, P.reduce_prod, P.reduce_max,
     P.reduce_min, P.argmax, P.argmin, P.dot_general, P.sort, P.gather, P.pad, P.cumsum, P.cumprod, P.cummax,
-    P.exp2, P.log1p, P.expm1, P.scatter, P.scatter_add})
+    P.exp2, P.log1p, P.expm1, P.scatter, P.scatter_add,
+    # fifteenth session: the other float functions, bit operations on the nibble, the remaining scans, scatters,
+    # windows and products (``low_bit_upcast``: cummin as -cummax(-x), shifts and population_count of a nibble)
+    P.tan, P.asin, P.acos, P.atan, P.sinh, P.cosh, P.asinh, P.acosh, P.atanh, P.cbrt, P.erf, P.erf_inv, P.log2,
+    P.log10, P.atan2, P.pow_p, P.nextafter, P.cummin, P.cumlogsumexp, P.shift_left, P.shift_right_logical,
+    P.shift_right_arithmetic, P.population_count, P.reduce_and, P.reduce_or, P.scatter_mul, P.scatter_min,
+    P.scatter_max, W.reduce_window_sum_p, W.reduce_window_max_p, W.reduce_window_min_p, W.select_and_gather_add_p,
+    W.select_and_scatter_add_p, conv_general_dilated_p, dot_product_attention_p})
 _FLOAT8 = (dtypes.float8_e4m3fn, dtypes.float8_e5m2)
 #: Per float8: (mantissa bits, smallest normal exponent, largest finite value, the code of an overflow).
 _GRID = {dtypes.float8_e4m3fn: (3, -6, 448.0, 0x7F), dtypes.float8_e5m2: (2, -14, 57344.0, 0x7C)}
@@ -70,7 +82,8 @@ def low_bit_reason(prim, eqn_dtypes, params):
         return None
     if prim not in LOW_BIT_PRIMITIVES:
         return (f"MLX has no {d.name} dtype: mlx holds its bytes, converts them, moves them and computes the "
-                "common arithmetic, compares, reductions and products by upcasting (lowering/mlx/low_bit.py); "
+                "arithmetic, compares, reductions, scans, scatters, windows and products by upcasting "
+                "(lowering/mlx/low_bit.py); "
                 f"{prim.name} is not among them and runs on numpy:0 (cast to float32 first to compute on mlx)")
     others = [e for e in eqn_dtypes if not dtypes.is_low_bit(e)]
     if prim is P.bitcast_convert_type and (any(dtypes.is_int(e) for e in low) or
@@ -88,7 +101,8 @@ def bits_of(x):
     """A low-bit array's bytes as ``mx.uint8`` (a NumPy array of the dtype, or already bytes)."""
     if isinstance(x, mx.array):
         return x
-    return mx.array(np.ascontiguousarray(x).view(np.uint8))
+    x = np.asarray(x)   # (``ascontiguousarray`` would make a rank-0 constant rank 1)
+    return mx.array(np.ascontiguousarray(x).view(np.uint8).reshape(x.shape))
 
 
 def typed(x, dtype):

@@ -23,7 +23,8 @@ from fnarray.lowering.numpy.common import IMPLS
 
 __all__ = ["conv_general_dilated_impl", "dilate_and_pad"]
 
-_LOW = (dtypes.float16, dtypes.bfloat16)
+#: the float dtypes a convolution accumulates in float32, rounding once (float8 too, as its products)
+_LOW = (dtypes.float16, dtypes.bfloat16, dtypes.float8_e4m3fn, dtypes.float8_e5m2)
 
 
 def dilate_and_pad(x, lhs_dilation, padding, first=2):
@@ -44,6 +45,8 @@ def dilate_and_pad(x, lhs_dilation, padding, first=2):
 
 def _compute_dtype(in_dtype, out_dtype):
     if dtypes.is_int(in_dtype):
+        if dtypes.is_low_bit(out_dtype):
+            return np.dtype(np.int32)   # int4/uint4: NumPy cannot add them; int32 wraps into 4 bits at the end
         return out_dtype  # preferred_element_type (int8 -> int32) or the input's own type; ints wrap
     d = np.promote_types(in_dtype, out_dtype)
     return np.dtype(np.float32) if d in _LOW else d

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fnarray.core import dtypes
 from fnarray.core import primitives as P
 from fnarray.lowering.numpy.common import direct, factory, with_params
 
@@ -131,7 +132,22 @@ def _set(out, sel, upd):
 
 
 with_params(P.scatter)(_scatter_impl(_set))
-with_params(P.scatter_add)(_scatter_impl(np.add.at))
-with_params(P.scatter_mul)(_scatter_impl(np.multiply.at))
+_FLOAT8 = (dtypes.float8_e4m3fn, dtypes.float8_e5m2)
+
+
+def _accumulated(update):
+    """``update`` (``np.add.at``, ``np.multiply.at``) in float32 for float8, rounded once at the end (as
+    ``reduce_sum``; ml_dtypes' own float8 ``add.at`` rounds after each update)."""
+    def acc(out, sel, upd):
+        if out.dtype not in _FLOAT8:
+            return update(out, sel, upd)
+        wide = out.astype(np.float32)
+        update(wide, sel, upd.astype(np.float32))
+        out[...] = wide.astype(out.dtype)
+    return acc
+
+
+with_params(P.scatter_add)(_scatter_impl(_accumulated(np.add.at)))
+with_params(P.scatter_mul)(_scatter_impl(_accumulated(np.multiply.at)))
 with_params(P.scatter_min)(_scatter_impl(np.minimum.at))
 with_params(P.scatter_max)(_scatter_impl(np.maximum.at))

@@ -19,7 +19,8 @@ from fnarray.lowering.numpy.common import IMPLS
 
 __all__ = ["reduce_window", "select_and_gather_add", "select_and_scatter_add", "padded_operand"]
 
-_LOW = (dtypes.float16, dtypes.bfloat16)
+#: the float dtypes a window sums in float32, rounding once (float8 too: ml_dtypes' own float8 additions round each)
+_LOW = (dtypes.float16, dtypes.bfloat16, dtypes.float8_e4m3fn, dtypes.float8_e5m2)
 
 
 def _lowest(d):
