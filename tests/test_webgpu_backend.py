@@ -341,7 +341,8 @@ def test_vector_operand_loads_give_the_scalar_kernels_bits(wdev, monkeypatch, na
     monkeypatch.setattr(dot, "WIDE_STORES", False)   # the operands' loads only (the stores: STORE_DOTS below)
     args = _on(wdev, *[_f32(*s, seed=i) for i, s in enumerate(shapes)])
     (k,) = [k for k in fa.jit(f).lower(*args).kernels() if k.kind == "dot"]
-    assert k.source.count("array<vec4<f32>>") == (vectors if wdev.platform == "cpu" else 0)
+    # storage (``array<vec4<f32>>``) or, for operands of 64 KiB or less, uniform (``array<vec4<f32>, n>``) bindings
+    assert k.source.count("array<vec4<f32>") == (vectors if wdev.platform == "cpu" else 0)
     got = np.asarray(fa.jit(f)(*args))
     np.testing.assert_allclose(got, np.asarray(fa.jit(f, device=fa.devices("numpy")[0])(
         *[np.asarray(a) for a in args])), rtol=1e-5, atol=1e-5)
@@ -430,6 +431,43 @@ def test_products_read_per_head_views_in_place(wdev, monkeypatch, name, f, shape
     np.testing.assert_array_equal(got.view(np.uint32), np.asarray(g(*dargs)).view(np.uint32))
 
 
+# Products whose vec4 operands of 64 KiB or less a CPU adapter binds as uniform arrays (groups/dot.py, scheduler
+# option ``dot_uniform``): (name, f, operand shapes, uniform bindings of the product kernel there, form). Tiles cut
+# short (odd rows and columns: the rhs then read by scalar loads from storage), operands transposed (the lhs too),
+# a batch with an epilogue reading another operand, one operand just over 64 KiB (a storage binding) beside one of
+# exactly 64 KiB, the same array as both operands (one uniform binding), and the blocked form.
+UNIFORM_DOTS = [
+    ("odd_tiles", lambda a, b: a @ b, ((37, 20), (20, 45)), 1, "subgroup"),
+    ("transposed_both", lambda a, b: a.T @ b.T, ((20, 36), (44, 20)), 1, "subgroup"),
+    ("batched_epilogue", lambda a, b, c: a @ b + c[:, :1, :], ((3, 17, 12), (3, 12, 32), (3, 12, 32)), 2,
+     "subgroup"),
+    ("over_64_kib", lambda a, b: a @ b, ((16, 128), (128, 129)), 1, "subgroup"),
+    ("exactly_64_kib", lambda a, b: a @ b, ((16, 128), (128, 128)), 2, "subgroup"),
+    ("same_operand", lambda a: a @ a.T, ((24, 16),), 1, "subgroup"),
+    ("blocked", lambda a, b: a.T @ b, ((8, 12), (8, 20)), 2, "blocked"),
+]
+
+
+@pytest.mark.parametrize("name,f,shapes,uniforms,form", UNIFORM_DOTS, ids=[c[0] for c in UNIFORM_DOTS])
+def test_uniform_operands_give_the_storage_kernels_bits(wdev, monkeypatch, name, f, shapes, uniforms, form):
+    """On a CPU adapter a product reads its vec4 operands of at most 64 KiB through uniform bindings; the values
+    agree with NumPy in float64 and, bit for bit, with the storage bindings' kernel (``dot.UNIFORM_OPERANDS``
+    off): only where the elements are loaded from changes."""
+    from fnarray.lowering.kernels.groups import dot
+    if form == "blocked":
+        _blocks_only(monkeypatch)
+    args = [_f32(*s, seed=i) for i, s in enumerate(shapes)]
+    dargs = _on(wdev, *args)
+    (k,) = [k for k in fa.jit(f).lower(*dargs).kernels() if k.kind == "dot"]
+    assert k.source.count("var<uniform> uni") == (uniforms if wdev.platform == "cpu" else 0), k.source
+    got = np.asarray(fa.jit(f)(*dargs))
+    np.testing.assert_allclose(got, f(*[a.astype(np.float64) for a in args]), rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(dot, "UNIFORM_OPERANDS", False)
+    g = fa.jit(lambda *a: f(*a))
+    assert all("var<uniform> uni" not in k.source for k in g.lower(*dargs).kernels())
+    np.testing.assert_array_equal(got.view(np.uint32), np.asarray(g(*dargs)).view(np.uint32))
+
+
 def _momentum(x, d, m, p):
     m2 = 0.9 * m + x.T @ d
     return p - 1e-3 * m2, m2
@@ -499,7 +537,8 @@ def test_vector_stores_are_dropped_where_their_bindings_do_not_fit(wdev, monkeyp
     (k,) = [k for k in g.lower(*args).kernels() if k.kind == "dot"]
     assert "read_write> wide" not in k.source
     if wdev.platform == "cpu":
-        assert refused[:2] == [True, False] and "var<storage, read> wide" in k.source
+        assert refused[:2] == [True, False]
+        assert "var<storage, read> wide" in k.source or "var<uniform> uni" in k.source
     for a, b in zip(wide, fa.tree.leaves(g(*args)), strict=True):
         np.testing.assert_array_equal(_bits(a), _bits(b))
 
@@ -1036,7 +1075,8 @@ def test_a_broken_driver_does_not_crash(monkeypatch):
 
     gpu_ns = types.SimpleNamespace(request_adapter_sync=lambda **kw: BrokenAdapter(),
                                    enumerate_adapters_sync=lambda: [BrokenAdapter()])
-    fake = types.SimpleNamespace(gpu=gpu_ns, BufferUsage=types.SimpleNamespace(STORAGE=1, COPY_SRC=2, COPY_DST=4))
+    fake = types.SimpleNamespace(gpu=gpu_ns, BufferUsage=types.SimpleNamespace(STORAGE=1, COPY_SRC=2, COPY_DST=4,
+                                                                                     UNIFORM=8))
     monkeypatch.setattr(webgpu, "_import_wgpu", lambda: fake)
     with pytest.raises(BackendUnavailable, match="driver exploded.*to fix"):
         webgpu.make_backend()

@@ -49,13 +49,13 @@ class KernelBuilder:
         self._next_scope = 1
 
     # ------------------------------------------------------------------ parameters
-    def buffer(self, key, dtype, writes: bool, hint: str = "buf") -> str:
-        """The parameter name of buffer ``key`` (added on first use)."""
+    def buffer(self, key, dtype, writes: bool, hint: str = "buf", uniform: int = 0) -> str:
+        """The parameter name of buffer ``key`` (added on first use; ``uniform``: ``BufferParam``'s, read-only)."""
         name = self._param_names.get(("buf", key))
         if name is None:
             name = f"{hint}{sum(isinstance(p, BufferParam) for p in self.params)}"
             self._param_names[("buf", key)] = name
-            self.params.append(BufferParam(name, dtype, writes))
+            self.params.append(BufferParam(name, dtype, writes, uniform))
         elif writes:
             i = next(i for i, p in enumerate(self.params) if getattr(p, "name", None) == name)
             p = self.params[i]

@@ -285,11 +285,15 @@ class Comment:
 
 @_frozen
 class BufferParam:
-    """A global buffer argument; ``writes`` says whether the kernel stores to it."""
+    """A global buffer argument; ``writes`` says whether the kernel stores to it. ``uniform``: 0 for a storage
+    buffer, else the length (in ``dtype`` elements) of a read-only array bound as a uniform buffer (WGSL's
+    ``var<uniform>``, a fixed size; only where a scheduler option asks for it: ``groups/dot.py``'s
+    ``dot_uniform``)."""
 
     name: str
     dtype: np.dtype
     writes: bool
+    uniform: int = 0
 
 
 @_frozen

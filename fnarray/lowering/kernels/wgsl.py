@@ -358,6 +358,9 @@ class WGSLRenderer(CStyleRenderer):
             elem = self.storage_name(p.dtype)
             if p.name in self._atomic:
                 elem = f"atomic<{'u32' if np.dtype(p.dtype) == F32 else elem}>"
+            if p.uniform:   # BufferParam.uniform: a read-only array of fixed length in a uniform buffer
+                lines.append(f"@group(0) @binding({k}) var<uniform> {p.name}: array<{elem}, {p.uniform}>;")
+                continue
             lines.append(f"@group(0) @binding({k}) var<storage, {access}> {p.name}: array<{elem}>;")
         if lay.uniform_fields:
             lines.append("struct FaArgs {")

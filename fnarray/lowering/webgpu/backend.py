@@ -145,6 +145,11 @@ CPU_PALLAS_ROW_TILE = 2
 #: native, not browser bundles): the VAE step's K = 32 weight gradients then store, and a map kernel applies the
 #: momentum update (the step 0.85-0.88x the CPU time, interleaved, load 11-14).
 CPU_DOT_STREAMED = (32, 1 << 16)
+#: Bytes: on a CPU adapter, a product's operand read four elements per load whose whole buffer has at most this many
+#: bytes is bound as a uniform buffer (``groups/dot.py``'s ``dot_uniform``; native, not browser bundles): lavapipe
+#: (Mesa 22.3) gathers a uniform array's per-lane elements in one go and a storage array's lane by lane, in a loop
+#: with a branch per lane. WebGPU's default ``maxUniformBufferBindingSize`` (64 KiB), which the device is made with.
+CPU_DOT_UNIFORM = 1 << 16
 #: Output positions (of the last spatial dimension) per work item of the direct convolution on a CPU adapter
 #: (``groups/conv.py``: one weight load serves that many multiply-adds).
 CPU_CONV_POSITIONS = 4
@@ -334,6 +339,8 @@ class _GPU:
         self._returned = collections.deque()  # buffers given back by finalizers, pooled at the next alloc
         self._dirty: set = set()        # ids of buffers pooled while the encoder was open (its work may use them)
         self.usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+        if self.adapter_type.lower() == "cpu":   # groups/dot.py's dot_uniform binds small operands as uniforms
+            self.usage |= wgpu.BufferUsage.UNIFORM
 
     def describe(self) -> str:
         i = self.info
@@ -584,13 +591,14 @@ class _GPU:
     # ------------------------------------------------------------------ pipelines
     @_locked
     def bind_group_layout(self, rw: tuple, uniform: bool):
-        """The layout of storage buffers (``rw[k]``: written) then, if ``uniform``, one uniform buffer."""
+        """The layout of buffers (``rw[k]``: ``True`` written, ``False`` read, ``"uniform"`` an array read through
+        a uniform binding, ``BufferParam.uniform``) then, if ``uniform``, one uniform buffer of scalars."""
         key = (rw, uniform)
         bgl = self.layouts.get(key)
         if bgl is None:
             wgpu = self.wgpu
-            entries = [{"binding": k, "visibility": wgpu.ShaderStage.COMPUTE,
-                        "buffer": {"type": "storage" if w else "read-only-storage"}}
+            kinds = {True: "storage", False: "read-only-storage", "uniform": "uniform"}
+            entries = [{"binding": k, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": kinds[w]}}
                        for k, w in enumerate(rw)]
             if uniform:
                 entries.append({"binding": len(rw), "visibility": wgpu.ShaderStage.COMPUTE,
@@ -739,7 +747,7 @@ class _Plan:
             for p, a in zip(kernel.params, launch.args, strict=True):
                 if isinstance(p, BufferParam):
                     slots.append(slot(a))
-                    rw.append(bool(p.writes))
+                    rw.append("uniform" if p.uniform else bool(p.writes))
                 else:
                     scalars[p.name] = a
             gs = tuple(launch.global_size) + (1,) * (3 - len(launch.global_size))
@@ -823,6 +831,9 @@ class WebGPULowered(KernelLowered):
                 # groups/dot.py: a product reads an operand whose batch dimensions do not collapse to one stride
                 # (attention's per-head views) where it lies, with no dot_operand_copy kernel first
                 opts["dot_batch_views"] = True
+                # groups/dot.py: a product's operand of at most 64 KiB (a weight of the transformer, the VAE's
+                # activations) read through a uniform binding (lavapipe gathers those per lane in one go)
+                opts["dot_uniform"] = CPU_DOT_UNIFORM
                 lanes = _subgroup_lanes(self.backend.gpu, caps)
                 if lanes:
                     # groups/dot.py: a subgroup shares the product's lhs rows (broadcast), each work item

@@ -92,7 +92,7 @@ class Runner:
         # Inputs a kernel writes: donated ones that a dynamic_update_slice updates in place (groups/in_place.py).
         # The output that shares one takes its buffer over.
         self.updated = sorted({k for st in plan.steps for k, w in zip(st.slots, st.writes, strict=True)
-                               if w and k < plan.n_inputs})
+                               if w is True and k < plan.n_inputs})
         bound = {k for st in plan.steps for k in st.slots}
         self.bound_in = [i for i in range(plan.n_inputs) if i in bound]
         self._owned = []                       # the arena's WGBuffers

@@ -133,6 +133,17 @@ def vec4_binding(b, args, spec, dtype, writes=False) -> str:
     return name
 
 
+def uniform_binding(b, args, spec, dtype) -> str:
+    """The ``vec4`` binding of ``spec``'s buffer as a read-only uniform buffer (``BufferParam.uniform``: WGSL's
+    ``var<uniform>`` array of the buffer's whole vectors), recorded in ``args``; the caller checks that the buffer
+    fits the target's uniform binding (the scheduler option ``dot_uniform``). Mesa 22.3's lavapipe loads a uniform
+    array at per-lane addresses as one gather, a storage array lane by lane in a loop with a branch and a bounds
+    test per lane (docs/performance.md, fifteenth session). ``vectors_fit`` checks the launch afterwards."""
+    name = b.buffer(("uniform", spec), vector_dtype(dtype), False, "uni", uniform=math.prod(spec.shape) // 4)
+    args[name] = spec
+    return name
+
+
 def vectors_fit(caps, launch) -> bool:
     """Whether ``launch``'s vector bindings (``ir.vector_dtype`` buffer parameters) keep within the target's
     buffers per kernel (``caps.max_buffers_per_kernel``) and bind no buffer twice where either binding is written

@@ -23,6 +23,7 @@ from fnarray.lowering.kernels.groups.base import (
     make_launch,
     reshape_strides,
     tree_sum,
+    uniform_binding,
     vectors_fit,
     vec4_binding,
 )
@@ -232,6 +233,13 @@ SUBGROUP_TILE = {"rows": 16, "cols": 4}
 SUBGROUP_TUNABLE = Tunable("dot_subgroup", {"rows": (8, 16, 32), "cols": (4, 8)},
                            doc="rows per subgroup x columns per work item of the subgroup matrix product",
                            valid=_subgroup_valid, cost=_subgroup_cost)
+
+#: Whether the blocked and subgroup products read a ``vec4`` operand whose whole buffer fits the scheduler option
+#: ``dot_uniform`` (bytes; native webgpu on a CPU adapter) through a uniform binding (off: a storage binding;
+#: ``benchmarks/webgpu_uniform_products.py`` compares the two). Lavapipe (Mesa 22.3) loads a storage buffer at
+#: per-lane addresses lane by lane in a loop (a branch and a bounds test per lane), a uniform buffer by one
+#: gather: a raw 1024 x 64 x 64 product 0.60x the CPU time with its 16 KiB rhs so bound (docs/performance.md).
+UNIFORM_OPERANDS = True
 
 #: Whether the scheduler option ``dot_batch_views`` (native webgpu on a CPU adapter) lets a product read an operand
 #: whose batch dimensions keep a stride each (``DotGroup.plan``'s ``split``: the transformer's attention products
@@ -735,7 +743,7 @@ class DotGroup(Group):
             lhs = _OperandReader(b, a, lp[0], dt, abase, m0, ry, s["M"], s["a_sm"], s["a_sk"], along[0], self._load)
             rhs = _OperandReader(b, bb, rp[0], dt, bbase, n0, rx, s["N"], s["b_sn"], s["b_sk"], along[1], self._load)
             for reader in (lhs, rhs):
-                reader.bind(args)
+                reader.bind(args, ctx.opts.get("dot_uniform", 0))
             accs = _accumulate(b, lhs, rhs, s["K"], 4 if "k" in along else 1, dt, acc_dt, ry * rx)
             wide = vectors and stores and self._wide_stores(rx)
             self._store_block(b, em, args, accs, (bi, m0, n0, block), None, s, wide)
@@ -815,7 +823,7 @@ class DotGroup(Group):
         lhs = _SharedRows(b, a, lp[0], dt, (abase, m0, s["M"], s["a_sm"], s["a_sk"]), (rows, lanes), along[0], self._load)
         rhs = _OperandReader(b, bb, rp[0], dt, bbase, n0, cols, s["N"], s["b_sn"], s["b_sk"], along[1], self._load)
         for reader in (lhs, rhs):
-            reader.bind(args)
+            reader.bind(args, ctx.opts.get("dot_uniform", 0))
         accs = _accumulate(b, lhs, rhs, s["K"], 4 if "k" in along else 1, dt, dt, rows * cols)
         wide = vectors and stores and self._wide_stores(cols)
         self._store_block(b, em, args, accs, (bi, m0, n0, tile), op("lt", sg, const(tiles, INT32)), s, wide)
@@ -1091,10 +1099,16 @@ class _OperandReader:
         self.vname = None
         self.vectors = ()
 
-    def bind(self, args):
+    def bind(self, args, uniform=0):
         """The vector binding of the operand's buffer (beside its element binding, which the epilogue may
-        read too), recorded in ``args``."""
-        if self.along is not None:
+        read too), recorded in ``args``: a uniform binding (``base.uniform_binding``) where the whole buffer has at
+        most ``uniform`` bytes (the scheduler option ``dot_uniform``; ``UNIFORM_OPERANDS``), else a storage one."""
+        if self.along is None:
+            return
+        nbytes = math.prod(self.spec.shape) * np.dtype(self.spec.dtype).itemsize
+        if UNIFORM_OPERANDS and np.dtype(self.spec.dtype) == np.dtype(self.dt) and nbytes <= uniform:
+            self.vname = uniform_binding(self.b, args, self.spec, self.dt)
+        else:
             self.vname = vec4_binding(self.b, args, self.spec, self.dt)
 
     def spread(self, value, dtype) -> list:
