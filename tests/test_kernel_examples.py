@@ -196,6 +196,22 @@ def test_example_kernel_in_chromium(page, kernel_bundles, name):  # noqa: F811
     np.testing.assert_allclose(np.asarray(got[0]).reshape(want.shape), want, rtol=tol, atol=max(tol, 3e-5))
 
 
+
+def test_revisited_block_in_chromium(page, site, wdev):  # noqa: F811
+    """A bundle (``fa.export.webgpu``) of a kernel whose instances share output blocks along two axes (``o = o *
+    0.5 + x``, ``tests/test_pallas.py``'s ``_decay_call``: the grid's order matters) runs them in order in the
+    browser too: NumPy's float64 loop over the grid."""
+    from test_browser import _inputs
+    from test_pallas import _decay_call, _decay_loop
+    grid, out_map, x_map = (3, 8), (lambda i, k: (0, 0)), (lambda i, k: (i * 8 + k, 0, 0))
+    x, c = _f32(24, 16, 64), _f32(16, 64)
+    f = _decay_call(grid, out_map, x_map, 16, 64, 1)
+    manifest = fa.export.webgpu(f, x, c, path=site[0] / "kernel_revisited")
+    got = page.evaluate("([dir, inputs]) => window.runBundle(dir, inputs)",
+                        ["kernel_revisited", _inputs(manifest, f, (x, c), ())])
+    want = _decay_loop(x, c, grid, out_map, x_map, 16)
+    np.testing.assert_allclose(np.asarray(got[0]).reshape(want.shape), want, rtol=1e-5, atol=1e-5)
+
 # The browser fixtures of tests/test_browser.py (one Chromium for the module, bundles served from 127.0.0.1).
 from test_browser import browser, page, site, wdev  # noqa: E402, F401
 

@@ -35,6 +35,7 @@ import fnarray.numpy as fnp
 from fnarray.core.pallas import pallas_call_p
 from fnarray.core.subprograms import subprograms
 from fnarray.lowering.kernels import metal
+from fnarray.lowering.kernels.groups.pallas import revisited_axes
 from fnarray.lowering.kernels.ir import BufferParam, Kernel, Load, Op, Store, Sym, const
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
@@ -417,8 +418,10 @@ def test_metal_kernel_arguments(name, fake_metal, tmp_path):
         assert len(got["inputs"]) == len(src.input_names)
         for a, k in zip(got["inputs"], call.operands, strict=True):
             assert a is operands[k] or np.array_equal(np.asarray(a), np.asarray(operands[k]).reshape(a.shape))
-        # grid = program instances x threadgroup size (MLX's grid counts threads); one threadgroup per instance
-        instances = int(np.prod(eqn.params["grid"]))
+        # grid = program instances x threadgroup size (MLX's grid counts threads); one threadgroup per instance,
+        # except the instances sharing an output block (the matmul's k axis: ``revisited_axes``), which one walks
+        grid = eqn.params["grid"]
+        instances = int(np.prod([n for a, n in enumerate(grid) if a not in revisited_axes(eqn.params)]))
         tg = got["threadgroup"]
         assert tg == (call.kernel.local_size[0], 1, 1) and 32 <= tg[0] <= 256
         assert got["grid"] == (instances * tg[0], 1, 1)

@@ -11,6 +11,7 @@ without Metal, whose interpreter fallback is expected.
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import warnings
 
@@ -343,6 +344,176 @@ def test_k_accumulating_matmul(device, zero, swapped, scale):
     with own_kernels(device, aliased=True):
         got = fa.jit(_acc_matmul(zero, swapped, scale))(*[fa.device_put(a, device) for a in (x, y, c)])
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+
+
+def _decay_kernel(seq):
+    """``o = o * 0.5 + x`` per grid step, zeroed where every axis in ``seq`` is 0: the result depends on the
+    order the steps of one output block run in (a later step halves what the earlier ones added)."""
+    def kernel(x_ref, o_ref):
+        first = pl.program_id(seq[0]) == 0
+        for a in seq[1:]:
+            first = fnp.logical_and(first, pl.program_id(a) == 0)
+
+        @pl.when(first)
+        def _():
+            o_ref[...] = fnp.zeros_like(o_ref)
+        o_ref[...] = o_ref[...] * 0.5 + x_ref[...]
+    return kernel
+
+
+def _decay_reference(x, grid, step_of, block_of, rows):
+    """NumPy float64: the grid's instances one after another in Pallas's order (row-major), each halving its
+    output block and adding its ``x`` block (``step_of(pid)``: the step's index into ``x``, ``block_of(pid)``:
+    the output's row block); zeroed before the first step."""
+    out = np.zeros((x.shape[1], x.shape[2]))
+    seen = set()
+    for pid in np.ndindex(*grid):
+        i = block_of(pid)
+        sl = slice(i * rows, (i + 1) * rows)
+        if i not in seen:
+            out[sl], _ = 0.0, seen.add(i)
+        out[sl] = out[sl] * 0.5 + x[step_of(pid), sl].astype(np.float64)
+    return out
+
+
+#: grid, the axes the output ignores (walked in order inside one block's instances), step of x, output block, the
+#: block's (rows, cols): big enough that on main, where each instance was a work-group, PoCL's and lavapipe's
+#: threads ran some of one block's instances at once or out of order in most calls (the first case in every call)
+_REVISITS = {"last": ((4, 48), (1,), lambda p: p[1], lambda p: p[0], (32, 256)),
+             "first": ((64, 4), (0,), lambda p: p[0], lambda p: p[1], (64, 256)),
+             "two": ((8, 4, 6), (0, 2), lambda p: p[0] * 6 + p[2], lambda p: p[1], (32, 256))}
+
+
+@pytest.mark.parametrize("case", sorted(_REVISITS))
+def test_revisited_block_runs_its_steps_in_order(device, case):
+    """Grid instances that write the same output block (along axes its index map ignores) run one after another
+    in the grid's row-major order, as Pallas's sequential grid: ``o = o * 0.5 + x`` (which the matched product
+    form does not take) against NumPy's float64 loop over the grid. On opencl/webgpu they were separate
+    work-groups, which ran at once and in any order (a race: the CI's scaled k-accumulating product); called three
+    times, as a race shows in some calls only."""
+    grid, seq, step_of, block_of, (rows, cols) = _REVISITS[case]
+    nb = grid[[a for a in range(len(grid)) if a not in seq][0]]
+    steps = math.prod(grid[a] for a in seq)
+    x = rng.standard_normal((steps, nb * rows, cols)).astype(np.float32)
+
+    def imap_x(*p):
+        return (step_of(p), block_of(p), 0)
+
+    f = pl.pallas_call(_decay_kernel(seq), out_shape=pl.ShapeDtypeStruct((nb * rows, cols), fnp.float32), grid=grid,
+                       in_specs=[pl.BlockSpec((None, rows, cols), imap_x)],
+                       out_specs=pl.BlockSpec((rows, cols), lambda *p: (block_of(p), 0)))
+    want = _decay_reference(x, grid, step_of, block_of, rows)
+    g, xd = fa.jit(f), fa.device_put(x, device)
+    with own_kernels(device):
+        for _ in range(3):   # a race shows in some calls only
+            np.testing.assert_allclose(np.asarray(g(xd)), want, rtol=1e-5, atol=1e-5)
+
+
+def test_scaled_k_accumulating_matmul_many_steps(device):
+    """The scaled k-accumulating product (the general path, not ``_accumulating_dot``'s matched form) over 32
+    ``k`` steps: each output block's steps accumulate in order (before, concurrent work-groups lost updates)."""
+    x = rng.standard_normal((32, 256)).astype(np.float32)
+    y = rng.standard_normal((256, 64)).astype(np.float32)
+    c = np.zeros((32, 64), np.float32)
+    want = 2.0 * (x.astype(np.float64) @ y)
+    with own_kernels(device, aliased=True):
+        got = fa.jit(_acc_matmul(True, True, 2.0))(*[fa.device_put(a, device) for a in (x, y, c)])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-4)
+
+
+def _decay_call(grid, out_map, x_map, rows, cols, nb, extra=False):
+    """``o = o * 0.5 + x`` per instance, ``o`` starting as an aliased ``c`` (``(nb * rows, cols)``); ``x``
+    blocks ``(rows, cols)`` at ``x_map``; ``extra``: a second output (``x``'s shape) each instance writes its own
+    block of (``x * 2`` at ``x_map``), which moves along every axis."""
+    def kernel(x_ref, c_ref, *refs):
+        o_ref = refs[0]
+        o_ref[...] = o_ref[...] * 0.5 + x_ref[...]
+        if extra:
+            refs[1][...] = x_ref[...] * 2.0
+
+    def f(x, c):
+        xs, os_ = pl.BlockSpec((None, rows, cols), x_map), pl.BlockSpec((rows, cols), out_map)
+        shapes = [pl.ShapeDtypeStruct(c.shape, c.dtype)] + ([pl.ShapeDtypeStruct(x.shape, x.dtype)] if extra else [])
+        return pl.pallas_call(kernel, out_shape=shapes, grid=grid, in_specs=[xs, os_],
+                              out_specs=[os_] + ([xs] if extra else []), input_output_aliases={1: 0})(x, c)
+    return f
+
+
+def _decay_loop(x, c, grid, out_map, x_map, rows):
+    """NumPy float64: ``_decay_call``'s first output, the grid's instances one after another (row-major)."""
+    out = c.astype(np.float64)
+    for pid in np.ndindex(*grid):
+        i, (s, j, _) = out_map(*pid)[0], x_map(*pid)
+        out[i * rows:(i + 1) * rows] = out[i * rows:(i + 1) * rows] * 0.5 + x[s, j * rows:(j + 1) * rows]
+    return out
+
+
+#: grid, the output's index map, x's (step, row block, 0): pairs of instances sharing a block through ``i // 2``
+#: (a map that depends on ``i`` but not one to one), and a second output that moves along ``k`` while the first
+#: ignores it
+_SHARED_BLOCKS = {"halves": ((8, 6), lambda i, k: (i // 2, 0), lambda i, k: (k, i // 2, 0), 4),
+                  "two_outputs": ((4, 12), lambda i, k: (i, 0), lambda i, k: (k, i, 0), 4)}
+
+
+#: the capabilities a kernel backend's device is also run with (``helpers.kernel_capabilities``): 3 work-groups
+#: per dispatch (each walking several blocks' instances), and a GPU's (tiles in work-group memory)
+_FORMS = [{}, {"max_dispatch": 3}, {"tiling_pays": True, "local_memory": True, "matmul_tiling": "local",
+                                    "uniform_guard": False}]
+
+
+@pytest.mark.parametrize("case", sorted(_SHARED_BLOCKS))
+def test_instances_sharing_a_block_run_in_order(device, case):
+    """Instances whose output block is the same (``revisited_axes``) run in the grid's order on every device;
+    on opencl/webgpu in every form of the kernel (``_FORMS``). NumPy's float64 loop over the grid is the
+    reference; the second output of ``two_outputs`` (each instance its own block) is ``2 * x``."""
+    from helpers import kernel_capabilities
+    grid, out_map, x_map, nb = _SHARED_BLOCKS[case]
+    rows, cols = 16, 64
+    steps = max(x_map(*p)[0] for p in np.ndindex(*grid)) + 1
+    x = rng.standard_normal((steps, nb * rows, cols)).astype(np.float32)
+    c = rng.standard_normal((nb * rows, cols)).astype(np.float32)
+    want = _decay_loop(x, c, grid, out_map, x_map, rows)
+    extra = case == "two_outputs"
+    for change in _FORMS if device.backend in ("opencl", "webgpu") else _FORMS[:1]:
+        with own_kernels(device, aliased=True), \
+                kernel_capabilities(device, **change) if change else contextlib.nullcontext():
+            got = fa.jit(_decay_call(grid, out_map, x_map, rows, cols, nb, extra))(
+                *[fa.device_put(a, device) for a in (x, c)])
+        np.testing.assert_allclose(np.asarray(got[0]), want, rtol=1e-5, atol=1e-5, err_msg=str(change))
+        if extra:
+            np.testing.assert_array_equal(np.asarray(got[1]), x * 2)
+
+
+def test_revisited_axes_follow_the_output_index_maps():
+    """``revisited_axes``: the grid axes along which some output's index map does not move its block one to
+    one (ignored, ``i // 2``, ``min``, ``i + j``), for outputs the body reads or writes other than atomically;
+    axes of one index never count."""
+    from fnarray.core.pallas import pallas_call_p
+    from fnarray.lowering.kernels.groups.pallas import revisited_axes
+
+    def axes(grid, out_map, kernel=None, out_shape=(64, 64), block=(8, 8)):
+        def store(x_ref, o_ref):
+            o_ref[...] = x_ref[...]
+        f = pl.pallas_call(kernel or store, out_shape=pl.ShapeDtypeStruct(out_shape, fnp.float32), grid=grid,
+                           in_specs=[pl.BlockSpec(block, lambda *p: (0, 0))],
+                           out_specs=None if out_map is None else pl.BlockSpec(block, out_map))
+        prog = fa.make_ir(f)(np.zeros((64, 64), np.float32))
+        eqn = next(e for e in prog.eqns if e.primitive is pallas_call_p)
+        return revisited_axes(eqn.params)
+
+    assert axes((8, 8), lambda i, j: (i, j)) == ()
+    assert axes((8, 8, 4), lambda i, j, k: (i, j)) == (2,)
+    assert axes((4, 8, 8), lambda k, i, j: (i, j)) == (0,)
+    assert axes((8, 1, 8), lambda i, k, j: (i, j)) == ()          # one index: nothing to order
+    assert axes((4, 8), lambda i, j: (2 * i + 1, 7 - j)) == ()
+    assert axes((8, 8), lambda i, j: (i // 2, j)) == (0,)
+    assert axes((8, 8), lambda i, j: (fnp.minimum(i, 3), j)) == (0,)
+    assert axes((4, 4), lambda i, j: (i + j, 0), out_shape=(64, 8)) == (0, 1)
+    assert axes((4, 4), None, out_shape=(8, 8)) == (0, 1)   # a whole-array output: every instance's block
+
+    def atomic(x_ref, o_ref):
+        pl.atomic_add(o_ref, (slice(None), slice(None)), x_ref[...])
+    assert axes((4, 4), lambda i, j: (0, 0), atomic, out_shape=(8, 8)) == ()
 
 
 def test_k_accumulating_matmul_renders_without_barriers():

@@ -3,7 +3,8 @@ elsewhere fnarray's interpreter, with the reason in a ``FallbackWarning``.
 
 The body goes through the same two steps as on opencl and webgpu: the Pallas kernel group
 (``kernels/groups/pallas.py``) renders it into the kernel IR for ``METAL_CAPS`` (one threadgroup per program
-instance; ``dot`` operands, reductions and loop carries in threadgroup memory), and the Metal renderer
+instance, or per output block for the instances that share one, walked in the grid's order: ``revisited_axes``;
+``dot`` operands, reductions and loop carries in threadgroup memory), and the Metal renderer
 (``kernels/metal.py``) prints it. ``mx.fast.metal_kernel`` then gets (``MetalCall``):
 
 - ``source``: the body of the kernel function (MLX writes the signature), ``header``: what goes before it;

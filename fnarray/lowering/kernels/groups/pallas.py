@@ -1,7 +1,13 @@
 """``pallas_call`` as a kernel: a user's Pallas kernel body rendered into fnarray's kernel IR.
 
 One work-group runs one program instance of the grid (instance ``group_id``; past the device's dispatch limit
-each work-group walks several instances). The traced body (``fnarray.core.pallas``) is rendered statement by
+each work-group walks several instances), except that the instances which may write the same output block
+(along the grid axes ``revisited_axes`` finds: those some output's index map ignores or does not follow one to
+one, for an output the body touches other than by atomics) are one work-group's, which walks them in the grid's
+row-major order, a barrier between steps: Pallas's grid is sequential, and a kernel accumulating into a block
+along ``k`` (``o_ref[...] += ...``) sees what the step before wrote. (Before the fifteenth session each of them
+was a work-group of its own, and concurrent work-groups raced on the block: the CI's scaled k-accumulating
+product came out wrong in one block.) The other axes are spread across work-groups. The traced body (``fnarray.core.pallas``) is rendered statement by
 statement, with block values in one of three forms:
 
 - *inline* (``_Lazy``): a function from an element's coordinates to a kernel-IR expression: loads from a ref,
@@ -100,7 +106,7 @@ from fnarray.lowering.kernels.rules import ELEMENTWISE, add_of, convert, highest
     select
 
 __all__ = ["PallasGroup", "GROUPS", "OPERAND_VIEWS", "unsupported_reason", "LOCAL_BYTES", "workgroup_size",
-           "Unrenderable", "render", "hoisted_kernel", "default_workgroup", "PALLAS_TUNABLE"]
+           "Unrenderable", "render", "hoisted_kernel", "default_workgroup", "PALLAS_TUNABLE", "revisited_axes"]
 
 #: Work-group memory one kernel may use where the device does not report its size
 #: (``Capabilities.local_memory_bytes``): WebGPU's guaranteed ``maxComputeWorkgroupStorageSize``.
@@ -1894,6 +1900,85 @@ def _depends(prog, i):
     return any(isinstance(a, Var) and a in dep for a in prog.outvars)
 
 
+#: index-map equations whose result is an injective function of their one non-constant operand (with a constant
+#: other operand: ``mul`` by a nonzero one); ``_moving_axes``
+_INJECTIVE = (P.add, P.sub, P.mul, P.neg, P.copy_p, P.convert_element_type)
+
+
+def _moving_axes(prog):
+    """The inputs (grid axes) ``j`` of the index map ``prog`` that some block index follows one to one: a result
+    that is input ``j`` itself, or made from it alone by adding, subtracting or multiplying by a nonzero constant,
+    negating, copying or widening (``i``, ``2 * i + 1``; not ``i // 2``, ``min(i, 3)`` or ``i + j``). Instances
+    that differ along such an axis get different blocks; along any other axis (one the map ignores, or follows
+    in any other way) they may get the same block."""
+    src = {v: j for j, v in enumerate(prog.invars)}
+    const = set()
+    for e in prog.eqns:
+        ins = [a for a in e.inputs if isinstance(a, Var) and a not in const]
+        if not ins:
+            const.update(e.outputs)
+            continue
+        if e.primitive not in _INJECTIVE or len(ins) != 1 or ins[0] not in src or len(e.outputs) != 1:
+            continue
+        other = [a for a in e.inputs if a is not ins[0]]
+        if e.primitive is P.mul and not (len(other) == 1 and isinstance(other[0], Literal) and other[0].val != 0):
+            continue
+        out = e.outputs[0]
+        if e.primitive is P.convert_element_type and not (
+                np.dtype(out.aval.dtype).kind in "iu" and np.dtype(out.aval.dtype).itemsize
+                >= np.dtype(ins[0].aval.dtype).itemsize):
+            continue
+        src[out] = src[ins[0]]
+    return {src[v] for v in prog.outvars if isinstance(v, Var) and v in src}
+
+
+def _ref_uses(prog, refs):
+    """What the body ``prog`` does with the refs ``refs`` (its variables; a ref a store, an atomic or a
+    ``fori_loop``/``pl.when`` carry returns is followed too): a set of ``"atomic"`` (``pl.atomic_*``) and
+    ``"other"`` (loads, stores, anything else)."""
+    refs, found = set(refs), set()
+    for e in prog.eqns:
+        at = [k for k, a in enumerate(e.inputs) if isinstance(a, Var) and a in refs]
+        if not at:
+            continue
+        if e.primitive in (pallas_loop_p, pallas_when_p):
+            body = getattr(e.params["body"], "program", e.params["body"])
+            skip, first = (2, 1) if e.primitive is pallas_loop_p else (1, 0)   # as ``_passed_unused``
+            nc = e.params["num_consts"]
+            inner = {body.invars[first + k - skip] for k in at if k >= skip}
+            found |= _ref_uses(body, inner) | ({"other"} if any(k < skip for k in at) else set())
+            refs.update(e.outputs[k - skip - nc] for k in at if k - skip >= nc)
+            continue
+        found.add("atomic" if e.primitive is pallas_atomic_p else "other")
+        if e.primitive in (pallas_store_p, pallas_atomic_p):
+            refs.add(e.outputs[0])
+        elif e.primitive is not pallas_load_p:
+            refs.update(e.outputs)
+    return found
+
+
+def revisited_axes(p):
+    """The grid axes of ``pallas_call`` params ``p`` whose program instances may write the same block of an
+    output: along them instances must run one after another, in the grid's order, as in Pallas (a kernel
+    accumulating ``o_ref[...] += ...`` along ``k`` sees what the step before wrote). An axis counts for an output
+    that the body reads or writes other than by ``pl.atomic_*`` (which may run in any order) where the output's
+    index map does not follow it one to one (``_moving_axes``; all axes for a whole-array output), and has more
+    than one index. Instances differing along the other axes write different blocks of every such output, so
+    they may run at once. ``dimension_semantics`` is not read: an axis marked ``"parallel"`` that the
+    output's index map ignores is walked in order too. Sorted; ``()`` where no instances share a block."""
+    grid, prog = tuple(p["grid"]), p["body"].program
+    ng, nin = len(grid), len(p["in_blocks"])
+    if len(prog.invars) < ng + nin + len(p["out_blocks"]):
+        return tuple(a for a in range(ng) if grid[a] > 1)
+    out = set()
+    for k, ob in enumerate(p["out_blocks"]):
+        if not _ref_uses(prog, {prog.invars[ng + nin + k]}) - {"atomic"}:
+            continue
+        moving = set() if ob.index_map is None else _moving_axes(ob.index_map)
+        out.update(a for a in range(ng) if grid[a] > 1 and a not in moving)
+    return tuple(sorted(out))
+
+
 def _whole(e, ref):
     """Whether ``e`` is an unmasked ``pallas_load``/``pallas_store`` of all of ``ref`` (``x_ref[...]``)."""
     p = e.params
@@ -2027,8 +2112,8 @@ def _accumulating_dot(p):
     ng, nin = len(grid), len(p["in_blocks"])
     if ob.index_map is None or ob.padded or len(ob.ref_shape) != 2 or _depends(ob.index_map, ng - 1):
         return None
-    # every other axis moves the block (else several work-groups would write one block)
-    if any(grid[a] > 1 and not _depends(ob.index_map, a) for a in range(ng - 1)):
+    # the block follows every other axis one to one (else several work-groups would write one block)
+    if any(a != ng - 1 for a in revisited_axes(p)):
         return None
     if len(prog.invars) != ng + nin + 1 or any(bk.padded for bk in p["in_blocks"]):
         return None
@@ -2393,7 +2478,6 @@ def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None, tile=_
             lane_maps=False):
     p = eqn.params
     grid = tuple(p["grid"])
-    total = math.prod(grid)
     b = KernelBuilder("pallas_" + "".join(c if c.isalnum() else "_" for c in p["name"])[:40])
     ins, outs = buffer_names(b)
     lid = b.let(Special("local_id", 0), "lid")
@@ -2409,10 +2493,12 @@ def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None, tile=_
     r.vectors, r.dot_tile, r.subgroup, r.lane_maps = vectors, tile, subgroup, lane_maps
     if caps.max_buffers_per_kernel is not None:
         r.vector_room = caps.max_buffers_per_kernel - len(eqn.inputs) - len(p["out_avals"])
-    if fused is not None:
-        grid, total = grid[:-1], math.prod(grid[:-1])
     scratch_names = [r.local_array(s.dtype, math.prod(s.shape), "scr") for s in p["scratch"]]
     r.shared = frozenset(scratch_names) | frozenset(outs)
+    # instances that may write one output block (``revisited_axes``) are walked in order by one work-group
+    seq = (len(grid) - 1,) if fused is not None else revisited_axes(p)
+    spread = [a for a in range(len(grid)) if a not in seq]
+    total = math.prod(grid[a] for a in spread)
     lim = caps.max_dispatch
     groups = total if lim is None else min(total, lim)
     gsize, lsize = (max(groups, 1) * wg,), (wg,)
@@ -2424,12 +2510,31 @@ def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None, tile=_
     with loop as inst:
         inst = Special("group_id", 0) if inst is None else inst
         inst = b.let(inst, "inst")
-        pids = [b.let(x, "pid") if not isinstance(x, Const) else x for x in _unravel(inst, grid)] if grid else []
+        pids = dict(zip(spread, _pids(b, inst, [grid[a] for a in spread]), strict=True))
         if fused is not None:
-            _render_accumulating_dot(r, p, fused, ins, outs, pids + [None], len(grid))
-            if walk:
-                r.barrier("global")
-            return b, gsize, lsize
+            _render_accumulating_dot(r, p, fused, ins, outs, [pids[a] for a in spread] + [None], len(grid) - 1)
+        else:
+            _render_steps(r, eqn, (ins, outs, scratch_names), pids, [(a, grid[a]) for a in seq])
+        if walk:
+            r.barrier("global")
+    return b, gsize, lsize
+
+
+def _pids(b, flat, shape):
+    """The grid indices of the instance ``flat`` of a grid ``shape`` (row-major), each a ``Let``."""
+    return [b.let(x, "pid") if not isinstance(x, Const) else x for x in _unravel(flat, shape)] if shape else []
+
+
+def _render_steps(r, eqn, names, pids, seq):
+    """The body of ``eqn`` for one work-group: at the grid indices ``pids`` (axis: index) of the axes spread
+    across work-groups, and where ``seq`` (``(axis, size)`` pairs: ``revisited_axes``) is not empty, for every
+    index along those axes in the grid's (row-major) order, in a loop, a barrier after each step (so the next
+    sees what it stored)."""
+    b, p = r.b, eqn.params
+    ins, outs, scratch_names = names
+
+    def body(pids):
+        pids = [pids[a] for a in range(len(pids))]
         refs = [_global_ref(r, nm, bk, a.aval.dtype, pids, k if r.vectors is not None else None)
                 for k, (nm, bk, a) in enumerate(zip(ins, p["in_blocks"], eqn.inputs, strict=True))]
         refs += [_global_ref(r, nm, bk, a.dtype, pids)
@@ -2437,9 +2542,13 @@ def _render(eqn, caps, buffer_names, wg, rows, stage=False, vectors=None, tile=_
         refs += [_Ref("local", nm, s.dtype, tuple(s.shape)) for nm, s in zip(scratch_names, p["scratch"], strict=True)]
         pid_vals = [_Lazy((), np.dtype(np.int32), lambda idx, x=x: x) for x in pids]
         r.run(p["body"].program, pid_vals + refs)
-        if walk:
-            r.barrier("global")
-    return b, gsize, lsize
+    if not seq:
+        body(pids)
+        return
+    with b.loop(_i(0), _i(math.prod(n for _, n in seq)), hint="step") as step:
+        steps = _pids(b, step, [n for _, n in seq])
+        body({**pids, **dict(zip((a for a, _ in seq), steps, strict=True))})
+        r.barrier("global")
 
 
 def _hoist_local_arrays(kernel):
