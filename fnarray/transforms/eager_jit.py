@@ -111,11 +111,12 @@ class _Program:
 
     __slots__ = ("jitted", "used", "call", "out_avals", "out_tree", "single", "tape", "calls", "limit", "run")
 
-    def __init__(self, jitted, tape=None, calls=0):
+    def __init__(self, jitted, tape=None, calls=0, replay=True):
         self.jitted, self.used, self.call = jitted, False, None
         self.tape, self.calls, self.limit = tape, calls, 0
-        # the tape's replay (``Tape.replay``: a generated straight-line function), which the wrapper calls itself
-        self.run = None if tape is None else tape.replay()
+        # the tape's replay (``Tape.replay``: a generated straight-line function), which the wrapper calls itself;
+        # made at the tape's first replay (``_hit``) where ``replay`` is false
+        self.run = tape.replay() if tape is not None and replay else None
 
     def take_hot(self, n, device):
         """Take the jitted function's direct entry (``Jitted.direct_entry``) for ``n`` arrays on ``device``, after
@@ -438,7 +439,7 @@ def _taped(fn, args, kwargs, key, arrays, n, recorded=True):
             if t is None:
                 return _Refused(out)
             _stats["tapes"] += 1
-            p = _Program(None, t, n + 1)
+            p = _Program(None, t, n + 1, replay=False)  # (its replay made at its first: this call is dear)
             # the tape's time per call: its executables' (recorded) and ~0.5 us of Python a step
             _schedule(p, n, spent + 5e-7 * (len(t.steps) + 1))
             _programs.put(key, p)
@@ -556,6 +557,14 @@ def _hit(fn, args, kwargs, key, arrays, p):
     if p.jitted is None:
         if p.tape is None:
             return fn(*args, **kwargs)
+        if p.run is None and p.calls < p.limit:  # a recorded tape's first replay: its function made now
+            p.run = p.tape.replay()
+            p.calls += 1
+            try:
+                out = p.run(arrays)
+            except Exception:  # the general path raises its own error (or succeeds)
+                out = None
+            return out if out is not None else fn(*args, **kwargs)
         return _make(fn, args, kwargs, key, arrays)  # (the wrapper replays a tape below its limit)
     try:
         out = p.jitted(*arrays)
