@@ -103,7 +103,7 @@ def test_a_repeated_call_runs_one_cached_program():
         a @ b
     n = eager_jit.cache_info()["programs"]
     calls = python_calls(lambda: a @ b)
-    # from the program's second call: the operator, the wrapper, _call, _keyed and the executable itself (jit's
+    # from the program's second call: the operator, the wrapper, _keyed, _hit and the executable itself (jit's
     # hot path is skipped: the key already matched the arrays' avals and device); ~75 on the general path
     assert len(calls) <= 8, calls
     assert eager_jit.cache_info()["programs"] == n
