@@ -14,6 +14,8 @@ run the same operations; fnarray's transformer is ``examples/transformer_lm.py``
   matrix product, softmax), eager and with the step jitted (a new shape, so a compile, every step);
 - ``jacobians``: ``jacfwd``, ``jacrev`` and ``hessian`` of many small distinct functions, eagerly, as a
   notebook calls them (MLX has no jacobian: ``vmap`` of ``jvp`` / ``vjp``, as its docs write it);
+  ``jacobians_staged``: the same with ``fa.config.stage_eager_transforms`` on (opt-in: each transform of each
+  function one cached jitted program; the raw libraries run the plain sweep);
 - ``stack``: ``stack`` of 5,000 small arrays, eagerly.
 
 "first" is the first run of the workload in a fresh process (tracing and compiling included, imports and
@@ -45,7 +47,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-WORKLOADS = ("vae", "transformer", "decode", "decode_jit", "jacobians", "stack")
+WORKLOADS = ("vae", "transformer", "decode", "decode_jit", "jacobians", "jacobians_staged", "stack")
 BACKENDS = ("numpy:0", "jax:0", "mlx:0", "opencl:0", "webgpu:0")
 RAW = {"jax:0": "jax", "mlx:0": "mlx"}   # the raw library each device's rows are compared with
 
@@ -55,6 +57,7 @@ SIZES = {
     "transformer": dict(dim=(64, 32), context=(64, 32), batch=(16, 8), layers=(2, 1), steps=(20, 5)),
     "decode": dict(steps=(40, 10), width=(64, 32)),
     "jacobians": dict(functions=(40, 8), n=(8, 4)),
+    "jacobians_staged": dict(functions=(40, 8), n=(8, 4)),
     "stack": dict(arrays=(5000, 500)),
 }
 
@@ -368,6 +371,15 @@ def jacobians(L, quick):
             out += [L.jacfwd(f)(x), L.jacrev(f)(x), L.hessian(lambda x, f=f: f(x).sum())(x)]
         L.ready(out)
     return {"jacobians": {"first_s": _timed(sweep), "steady_s": _timed(sweep)}}
+
+
+def jacobians_staged(L, quick):
+    """The same sweep with ``fa.config.stage_eager_transforms`` on (fnarray): each transform of each function a
+    cached jitted program, keyed by the function's fingerprint (the raw libraries run the plain sweep)."""
+    if L.name == "fnarray":
+        import fnarray as fa
+        fa.config.stage_eager_transforms = True
+    return {"jacobians staged": jacobians(L, quick)["jacobians"]}
 
 
 # ---------------------------------------------------------------------------------------------------- stack

@@ -113,6 +113,7 @@ def pytest_configure(config):
     config.addinivalue_line("filterwarnings", r"ignore::RuntimeWarning:fnarray\.devices\.eager_ops")
     config.addinivalue_line("filterwarnings", r"ignore::RuntimeWarning:fnarray\.devices\.placement")
     config.addinivalue_line("filterwarnings", r"ignore::RuntimeWarning:fnarray\.transforms\.eager_tape")
+    config.addinivalue_line("filterwarnings", r"ignore::RuntimeWarning:fnarray\.transforms\.tape_source")
     config.addinivalue_line("markers", "enable_x64: run the test with fnarray.config.enable_x64 on (64-bit dtypes "
                             "kept), restored after it")
 

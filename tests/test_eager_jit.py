@@ -103,7 +103,7 @@ def test_a_repeated_call_runs_one_cached_program():
         a @ b
     n = eager_jit.cache_info()["programs"]
     calls = python_calls(lambda: a @ b)
-    # from the program's second call: the operator, the wrapper, _call, _keyed and the executable itself (jit's
+    # from the program's second call: the operator, the wrapper, _keyed, _hit and the executable itself (jit's
     # hot path is skipped: the key already matched the arrays' avals and device); ~75 on the general path
     assert len(calls) <= 8, calls
     assert eager_jit.cache_info()["programs"] == n
@@ -688,3 +688,70 @@ def test_a_program_that_fails_leaves_the_tape(tapes, monkeypatch):
     keyed = eager_jit._keyed(fnp.cumsum.__wrapped__, (x, 1), {})
     p = eager_jit._programs_d[keyed[0]]
     assert p.tape is not None and p.jitted is None and p.calls == 4  # the 3rd call tried the program
+
+
+def _decode_step(cache, q, row):
+    """``benchmarks/programs.py``'s decode step: its keys are new at every cache length."""
+    cache = fnp.concatenate([cache, row], axis=0)
+    sc = q @ cache.T
+    e = fnp.exp(sc - sc.max(axis=-1, keepdims=True))
+    return cache, (e / e.sum(axis=-1, keepdims=True)) @ cache
+
+
+def test_tape_replays_are_generated_once_per_structure(tapes, device, monkeypatch):
+    """A tape's replay is one generated function (``tape_source``) whose source depends on the tape's structure
+    only: a decode loop whose cache grows by a row a step compiles its structures at the first lengths and none
+    after; every replay's result equals the interpreted tape's (``Tape.run``: value bits, dtype, weak type,
+    shape, committed flag, device) and the steps' results NumPy's float64 softmax attention."""
+    _keyed_device(device)
+    from fnarray.transforms import eager_tape, tape_source
+    generated, checked = [], []
+    replay = eager_tape.Tape.replay
+
+    def both(tape):
+        fn = replay(tape)
+        generated.append(fn.__code__.co_filename == "<fnarray tape>")
+
+        def run(arrays):
+            got = fn(arrays)
+            assert _observed(got) == _observed(tape.run(arrays))
+            checked.append(1)
+            return got
+        return run
+    monkeypatch.setattr(eager_tape.Tape, "replay", both)
+    rng = np.random.default_rng(5)
+    q0, row0 = rng.standard_normal((1, 8)).astype(np.float32), rng.standard_normal((1, 8)).astype(np.float32)
+    q, row = fa.device_put(q0, device), fa.device_put(row0, device)
+    compiled = []
+    for _ in range(3):  # each key's first call (general path), then its tape twice
+        cache, c0 = fa.device_put(np.zeros((1, 8), np.float32), device), np.zeros((1, 8))
+        for _ in range(6):
+            cache, out = _decode_step(cache, q, row)
+            c0 = np.concatenate([c0, row0.astype(np.float64)])
+            sc = q0.astype(np.float64) @ c0.T
+            e = np.exp(sc - sc.max(-1, keepdims=True))
+            np.testing.assert_allclose(np.asarray(out), e / e.sum(-1, keepdims=True) @ c0, rtol=1e-5, atol=1e-6)
+            np.testing.assert_array_equal(np.asarray(cache), c0.astype(np.float32))
+        compiled.append(tape_source.stats["compiled"])
+    assert compiled[1] == compiled[2]  # the third run compiles nothing
+    assert generated and all(generated) and len(checked) >= len(generated)
+
+
+@pytest.mark.parametrize("stage", ["program", "tape"])
+def test_keyword_arrays_in_either_order(stage, device, request):
+    """Keyword arguments are keyed in the call's order: ``clip(x, min=lo, max=hi)`` and ``clip(x, max=hi,
+    min=lo)`` are two keys whose arrays come in two orders; each one's program (or tape) fills them by name
+    (NumPy's clip)."""
+    if stage == "tape":
+        request.getfixturevalue("tapes")
+        _keyed_device(device)
+    x0, lo0, hi0 = (np.array(v, np.float32) for v in ([-2.0, 0.5, 3.0], [-1.0, 0.0, 1.0], [1.0, 0.25, 2.0]))
+    x, lo, hi = (fa.device_put(v, device) for v in (x0, lo0, hi0))
+    general = fnp.clip
+    while hasattr(general, "__wrapped__"):
+        general = general.__wrapped__
+    want = _observed(general(x, min=lo, max=hi))
+    for _ in range(3):
+        assert _observed(fnp.clip(x, min=lo, max=hi)) == want
+        assert _observed(fnp.clip(x, max=hi, min=lo)) == want
+    np.testing.assert_array_equal(np.asarray(fnp.clip(x, max=hi, min=lo)), np.clip(x0, lo0, hi0))

@@ -47,6 +47,7 @@ def _outcome(fn):
         warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fnarray\.devices\.eager_ops")
         warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fnarray\.devices\.placement")
         warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fnarray\.transforms\.eager_tape")
+        warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fnarray\.transforms\.tape_source")
         try:
             r = fn()
         except Exception as e:  # noqa: BLE001 (the error is what is compared)

@@ -80,6 +80,12 @@ class Config:
       of the jit cache key: a function already compiled keeps its kernels).
       Env: ``FNARRAY_AUTOTUNE``.
 
+    - ``stage_eager_transforms``: an eager ``jacfwd``/``jacrev``/``hessian`` call on concrete arrays runs a
+      cached ``jit`` of the transformed function, keyed by the function's code, closure values, defaults and
+      the globals it names, where those are values the rule of ``fnarray.transforms.staged_transforms`` keys
+      (immutable values, arrays, functions, modules); the function's Python (its side effects) then runs once
+      per key and avals, at the trace, not at every call (docs/design.md, "Staged eager transforms"). Off by
+      default. Env: ``FNARRAY_STAGE_EAGER_TRANSFORMS=1``.
     - ``platforms`` (also ``platform_name``): JAX's ``jax_platforms`` / ``jax_platform_name``, the platforms
       (``"cpu"``, ``"gpu"``, ``"cuda"``, ``"rocm"``, ``"tpu"``, ``"metal"``; a comma-separated list, in order of
       preference) the default device may run on, or ``None`` (default): any. It narrows fnarray's own choice
@@ -130,6 +136,7 @@ class Config:
         self._enable_x64 = _env_flag("FNARRAY_ENABLE_X64")
         self._autotune = "fast"
         self.autotune = os.environ.get("FNARRAY_AUTOTUNE", "fast")
+        self.stage_eager_transforms = _env_flag("FNARRAY_STAGE_EAGER_TRANSFORMS")
         self.debug_hook = None  # set by fnarray.devices.nan_check: called when debug_nans/debug_infs change
         self._frozen = True  # from here on, only names defined above (or on the class) may be set
 

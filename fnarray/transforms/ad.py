@@ -29,10 +29,12 @@ from fnarray.core import dtypes, lax
 from fnarray.core import primitives as P
 from fnarray.core.array import Array
 from fnarray.core.avals import get_aval
+from fnarray.core.config import config
 from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.core.interpreter import eval_program
 from fnarray.core.tracing import is_scalar
 from fnarray.transforms import ad_rules  # noqa: F401  (fills the rule tables)
+from fnarray.transforms import staged_transforms
 from fnarray.transforms import fft_rules  # noqa: F401  (the fft primitive's rules)
 from fnarray.transforms import quantized_rules  # noqa: F401  (quantized_matmul's rules)
 from fnarray.transforms import pallas_rules  # noqa: F401  (pallas_call's rules)
@@ -372,10 +374,16 @@ def _unpack(res, has_aux):
     return (v,), g
 
 
-def _on_args_device(jac):
-    """``jac`` run inside ``_args_device_scope`` of its arguments."""
+def _on_args_device(jac, kind, fun):
+    """``jac`` run inside ``_args_device_scope`` of its arguments; with ``config.stage_eager_transforms`` on, a
+    call on concrete arrays runs a cached ``jit`` of it where ``staged_transforms``' rule allows (``kind``: the
+    transform's name and options, ``fun``: the function it transforms, whose fingerprint keys the program)."""
     def on_device(*args, **kwargs):
         with _args_device_scope(args):
+            if config.stage_eager_transforms:
+                out = staged_transforms.call(kind, fun, jac, args, kwargs)
+                if out is not staged_transforms.NO:
+                    return out
             return jac(*args, **kwargs)
     return on_device
 
@@ -483,7 +491,7 @@ def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
         jac_tree = tree_util.tree_map(split, out_t)
         return (jac_tree, aux) if has_aux else jac_tree
 
-    return _on_args_device(jac)
+    return _on_args_device(jac, ("jacfwd", nums, multiple, has_aux), fun)
 
 
 def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
@@ -542,7 +550,7 @@ def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
         jac_tree = tree_util.tree_unflatten(o_tree, [block(k) for k in range(len(o_flat))])
         return (jac_tree, aux) if has_aux else jac_tree
 
-    return _on_args_device(jac)
+    return _on_args_device(jac, ("jacrev", nums, multiple, has_aux, allow_int), fun)
 
 
 def hessian(fun, argnums=0, has_aux=False, holomorphic=False):

@@ -109,11 +109,14 @@ class _Program:
     while there is no entry yet (jit's path serves and asks again after a call), ``False`` where there is none
     (jit's path serves from then on). ``jitted`` and ``tape`` both ``None``: the key takes the general path."""
 
-    __slots__ = ("jitted", "used", "call", "out_avals", "out_tree", "single", "tape", "calls", "limit")
+    __slots__ = ("jitted", "used", "call", "out_avals", "out_tree", "single", "tape", "calls", "limit", "run")
 
-    def __init__(self, jitted):
+    def __init__(self, jitted, tape=None, calls=0, replay=True):
         self.jitted, self.used, self.call = jitted, False, None
-        self.tape, self.calls, self.limit = None, 0, 0
+        self.tape, self.calls, self.limit = tape, calls, 0
+        # the tape's replay (``Tape.replay``: a generated straight-line function), which the wrapper calls itself;
+        # made at the tape's first replay (``_hit``) where ``replay`` is false
+        self.run = tape.replay() if tape is not None and replay else None
 
     def take_hot(self, n, device):
         """Take the jitted function's direct entry (``Jitted.direct_entry``) for ``n`` arrays on ``device``, after
@@ -159,18 +162,14 @@ def _add(x, key, arrays) -> bool:
         key.append(x.aval)
         arrays.append(x)
     elif t in _VALUE_LEAVES:
-        key.append(t)
-        key.append(x)
+        key += (t, x)
     elif t is KeyArray and type(x._data) is ArrayImpl:  # typed keys: their words are the program's argument
         key.append(t)
         key.append(x._data.aval)
         arrays.append(x._data)
     elif t is tuple or t is list:
-        key.append(t)
-        key.append(len(x))
-        for y in x:
-            if not _add(y, key, arrays):
-                return False
+        key += (t, len(x))
+        return _add_all(x, key, arrays)
     elif t is float:
         key.append(t)
         key.append(x if x else str(x))  # 0.0 and -0.0 compare equal: their strings do not
@@ -194,36 +193,73 @@ def _add(x, key, arrays) -> bool:
     return True
 
 
-def _keyed(fn, args, kwargs):
-    """``(key, arrays)`` of a call, or None where the call takes the general path."""
-    key = [fn]
-    arrays = []
-    for x in args:
-        if type(x) is ArrayImpl:  # the common case inline
+def _add_all(xs, key, arrays) -> bool:
+    """``_add`` of each of ``xs``, its first two cases inline (``concatenate([a, b])``, ``axes=(1, 0)``: no call
+    per element)."""
+    for x in xs:
+        t = type(x)
+        if t is ArrayImpl:
             key.append(x.aval)
             arrays.append(x)
+        elif t in _VALUE_LEAVES:
+            key += (t, x)
         elif not _add(x, key, arrays):
-            return None
+            return False
+    return True
+
+
+def _keyed(fn, args, kwargs):
+    """``(key, arrays)`` of a call, or None where the call takes the general path. Keyword arguments are keyed in
+    the call's order (another order is another key, with the same program: ``_program`` fills them by name).
+    The key does not say whether the device runs programs (``_policy``: asked on a miss, ``_early``)."""
+    if not kwargs:  # one or two arrays on one device: the commonest calls, their key made at once
+        n = len(args)
+        if n == 2:
+            x, y = args
+            if type(x) is ArrayImpl and type(y) is ArrayImpl:
+                dev = x._device
+                if y._device is dev:
+                    return (fn, x.aval, y.aval, id(dev), config.generation), args
+        elif n == 1:
+            x = args[0]
+            if type(x) is ArrayImpl:
+                return (fn, x.aval, id(x._device), config.generation), args
+    key = [fn]
+    arrays = []
+    if not _add_all(args, key, arrays):
+        return None
     if kwargs:
-        for name in sorted(kwargs):
-            key.append(name)
-            if not _add(kwargs[name], key, arrays):
-                return None
+        for name, x in kwargs.items():
+            t = type(x)
+            if t in _VALUE_LEAVES:  # ``axis=-1, keepdims=True``
+                key += (name, t, x)
+            else:
+                key.append(name)
+                if not _add(x, key, arrays):
+                    return None
     if not arrays:
         return None
     dev = arrays[0]._device
-    for a in arrays:
-        if a._device is not dev:
-            return None
-    policy = _POLICY.get(id(dev))
-    if policy is None:
-        policy = _POLICY[id(dev)] = dev.impl.capabilities(dev).eager_programs
-    if policy == "off":
-        return None
-    key.append(policy)
+    if len(arrays) > 1:
+        for a in arrays:
+            if a._device is not dev:
+                return None
     key.append(id(dev))  # devices live as long as the process (a Device's own hash is a Python call)
     key.append(config.generation)
     return tuple(key), arrays
+
+
+def _device_policy(dev) -> str:
+    """``dev``'s ``Capabilities.eager_programs`` (kept by the device's id, which is the key's)."""
+    policy = _POLICY.get(id(dev))
+    if policy is None:
+        policy = _POLICY[id(dev)] = dev.impl.capabilities(dev).eager_programs
+    return policy
+
+
+def _policy(key) -> str:
+    """The ``eager_programs`` policy of a key's device (``_early`` read it first)."""
+    return _POLICY[key[-2]]
 
 
 def _template(x):
@@ -250,7 +286,7 @@ def _fill(x, arrays):
 
 def _program(fn, args, kwargs):
     """``g(*arrays)``: ``fn`` of the call's arguments with its arrays replaced by ``g``'s (in their order)."""
-    args_t, kwargs_t = _template(args), {name: _template(v) for name, v in sorted(kwargs.items())}
+    args_t, kwargs_t = _template(args), {name: _template(v) for name, v in kwargs.items()}  # ``_keyed``'s order
 
     def program(*arrays):
         it = iter(arrays)
@@ -306,7 +342,7 @@ TAPE_BUDGET_S = 0.005
 
 
 def _tape_calls(key):
-    n = _TAPE_CALLS[key[-3]]
+    n = _TAPE_CALLS[_policy(key)]
     return 1 << 62 if n is None else n
 
 
@@ -314,7 +350,7 @@ def _general_calls(key) -> int:
     """How many calls of a key take the general path before its program is made: one where the device
     compiles programs cheaply (``"second_call"``) or the key holds a float or complex constant (a NumPy one
     too), which a loop may change on every call; ``REPEATED_CALL - 1`` under ``"repeated_call"``."""
-    n = _GENERAL_CALLS[key[-3]]
+    n = _GENERAL_CALLS[_policy(key)]
     if n is None:
         return REPEATED_CALL - 1
     if n == 0 and any(type(k) is type and issubclass(k, _BY_VALUE + (np.inexact,)) for k in key):
@@ -357,7 +393,9 @@ def _early(fn, args, kwargs, key, arrays):
     # key pushed out before its tape's call only counts its calls again.
     seen = _seen_d.get(key)
     if seen is None:
-        if key[-3] in _RECORD_FIRST and _tape_calls(key) == 1 and _records_first(fn, arrays):
+        if _device_policy(arrays[0]._device) == "off":  # kernels per primitive (opencl, webgpu): the general path
+            return fn(*args, **kwargs)
+        if _policy(key) in _RECORD_FIRST and _tape_calls(key) == 1 and _records_first(fn, arrays):
             return _first_recorded(fn, args, kwargs, key, arrays)
     elif len(seen) > 2 and seen[1] is False:  # the first call's recorded tape: it serves from now on
         return _promoted(fn, args, kwargs, key, arrays, seen)
@@ -401,8 +439,7 @@ def _taped(fn, args, kwargs, key, arrays, n, recorded=True):
             if t is None:
                 return _Refused(out)
             _stats["tapes"] += 1
-            p = _Program(None)
-            p.tape, p.calls = t, n + 1
+            p = _Program(None, t, n + 1, replay=False)  # (its replay made at its first: this call is dear)
             # the tape's time per call: its executables' (recorded) and ~0.5 us of Python a step
             _schedule(p, n, spent + 5e-7 * (len(t.steps) + 1))
             _programs.put(key, p)
@@ -413,11 +450,10 @@ def _taped(fn, args, kwargs, key, arrays, n, recorded=True):
         t = eager_tape.make(_program(fn, args, kwargs), arrays)
     if t is None:
         return _NO_TAPE
-    p = _Program(None)
-    p.tape, p.calls = t, n + 1
+    p = _Program(None, t, n + 1)
     t0 = _clock()
     try:
-        out = t.run(arrays)
+        out = p.run(arrays)
     except Exception:  # the general path raises its own error (or succeeds)
         out = None
     _schedule(p, n, _clock() - t0)
@@ -450,21 +486,22 @@ def _first_recorded(fn, args, kwargs, key, arrays):
         _seen.put(key, [1, _TRACE])
         return out
     _stats["tapes"] += 1
-    _seen.put(key, [1, False, t, spent])
+    # the key's entry for its second call, made now (its replay generated): the second call only moves it
+    p = _Program(None, t, 2)
+    _schedule(p, 0, spent + 5e-7 * (len(t.steps) + 1))
+    _seen.put(key, [1, False, p])
     return out
 
 
 def _promoted(fn, args, kwargs, key, arrays, seen):
-    """A key's second call under ``_RECORD_FIRST``: its recorded tape enters the programs' cache and runs (the
-    general path where it cannot: a deleted array, an error, which the general path raises)."""
-    t = seen[2]
-    p = _Program(None)
-    p.tape, p.calls = t, seen[0] + 1
-    _schedule(p, seen[0] - 1, seen[3] + 5e-7 * (len(t.steps) + 1))
+    """A key's second call under ``_RECORD_FIRST``: its recorded tape's entry (made by ``_first_recorded``)
+    enters the programs' cache and runs (the general path where it cannot: a deleted array, an error, which the
+    general path raises)."""
+    p = seen[2]
     _programs.put(key, p)
     _seen.pop(key)
     try:
-        out = t.run(arrays)
+        out = p.run(arrays)
     except Exception:  # the general path raises its own error (or succeeds)
         out = None
     return out if out is not None else fn(*args, **kwargs)
@@ -490,14 +527,10 @@ class _Refused:
         self.out = out
 
 
-def _call(fn, args, kwargs):
-    keyed = _keyed(fn, args, kwargs)
-    if keyed is None:
-        return fn(*args, **kwargs)
-    key, arrays = keyed
-    p = _programs_d.get(key)
-    if p is None:
-        return _early(fn, args, kwargs, key, arrays)
+def _hit(fn, args, kwargs, key, arrays, p):
+    """A call of a key the programs' cache holds (``p``), but for its tape's replay, which the wrapper runs
+    itself: the program's direct entry, jit's path, the tape's last call before its program (``_make``), or the
+    general path (a key whose program and tape both failed)."""
     p.used = True
     call = p.call
     if call:
@@ -524,15 +557,15 @@ def _call(fn, args, kwargs):
     if p.jitted is None:
         if p.tape is None:
             return fn(*args, **kwargs)
-        n = p.calls
-        if n >= p.limit:
-            return _make(fn, args, kwargs, key, arrays)
-        p.calls = n + 1  # (no lock: a count lost to a race is harmless)
-        try:
-            out = p.tape.run(arrays)
-        except Exception:  # the general path raises its own error (or succeeds)
-            return fn(*args, **kwargs)
-        return out if out is not None else fn(*args, **kwargs)
+        if p.run is None and p.calls < p.limit:  # a recorded tape's first replay: its function made now
+            p.run = p.tape.replay()
+            p.calls += 1
+            try:
+                out = p.run(arrays)
+            except Exception:  # the general path raises its own error (or succeeds)
+                out = None
+            return out if out is not None else fn(*args, **kwargs)
+        return _make(fn, args, kwargs, key, arrays)  # (the wrapper replays a tape below its limit)
     try:
         out = p.jitted(*arrays)
     except Exception:  # the general path raises its own error (or succeeds)
@@ -555,7 +588,23 @@ def _wrap(fn, module):
 
     def f(*args, **kwargs):
         if (tracing.plain or _fast_now()) and placement.debug_check is None:
-            return _call(fn, args, kwargs)
+            keyed = _keyed(fn, args, kwargs)
+            if keyed is not None:
+                key, arrays = keyed
+                p = _programs_d.get(key)
+                if p is None:
+                    return _early(fn, args, kwargs, key, arrays)
+                run, n = p.run, p.calls
+                if run is None or n >= p.limit:
+                    return _hit(fn, args, kwargs, key, arrays, p)
+                p.used = True
+                p.calls = n + 1  # (no lock: a count lost to a race is harmless)
+                try:
+                    out = run(arrays)  # the key's tape (``Tape.replay``)
+                except Exception:  # the general path raises its own error (or succeeds)
+                    out = None
+                if out is not None:
+                    return out
         return fn(*args, **kwargs)
     _WRAPPERS[fn] = functools.update_wrapper(f, fn)
     _WRAPPED.add(f)

@@ -49,6 +49,7 @@ from fnarray.core.primitives import EFFECTS
 from fnarray.core.subprograms import subprograms
 from fnarray.devices import array_impl, placement
 from fnarray.devices.array_impl import ArrayImpl
+from fnarray.transforms import tape_source
 
 __all__ = ["Tape", "make", "record", "Recorder"]
 
@@ -71,15 +72,25 @@ class Tape:
     arguments only, the arguments of each (whose committed flags make its own, as on the general path).
     """
 
-    __slots__ = ("steps", "fixed", "outs", "out_avals", "out_tree", "single", "n", "one", "out_deps")
+    __slots__ = ("steps", "fixed", "outs", "out_avals", "out_tree", "single", "n", "one", "out_deps", "nouts")
 
-    def __init__(self, steps, fixed, outs, out_avals, out_tree, n, out_deps=None):
+    def __init__(self, steps, fixed, outs, out_avals, out_tree, n, out_deps=None, nouts=None):
         self.steps, self.fixed, self.outs, self.out_avals, self.out_tree = steps, fixed, outs, out_avals, out_tree
         self.single = out_tree.num_nodes == 1 and out_tree.num_leaves == 1
-        self.n, self.out_deps = n, out_deps
+        self.n, self.out_deps, self.nouts = n, out_deps, nouts
         # the commonest tape: one step of one output over the arguments in order, returned (``run``'s short path)
         self.one = (steps[0][0] if len(steps) == 1 and steps[0][2] and steps[0][1] == tuple(range(n)) and not fixed
                     and self.single and outs == (n,) and out_deps is None else None)
+
+    def replay(self):
+        """``run`` as one generated function of ``arrays`` (``fnarray.transforms.tape_source``: a straight line of
+        the steps' calls, ~3x fewer bytecodes), or ``run`` itself where the tape is longer than
+        ``tape_source.MAX_STEPS`` or its steps' output counts are not known."""
+        if self.nouts is not None:
+            fn = tape_source.replay(self, self.nouts)
+            if fn is not None:
+                return fn
+        return self.run
 
     def run(self, arrays):
         """The outputs (a pytree of ``ArrayImpl``) of the traced function of ``arrays`` (``ArrayImpl`` s of the
@@ -196,7 +207,7 @@ class Recorder:
             slots[id(r)] = self.outputs
             deps[id(r)] = mask
             self.keep.append(r)
-        self.steps.append((step[0], step[1], ins))
+        self.steps.append((step[0], step[1], ins, len(res) if primitive.multiple_results else 1))
         return res
 
     def record_one(self, entry, one, primitive, params, args, bufs, device, committed):
@@ -229,7 +240,7 @@ class Recorder:
         slots[id(r)] = self.outputs
         deps[id(r)] = mask
         self.keep.append(r)
-        self.steps.append((one, True, ins))
+        self.steps.append((one, True, ins, 1))
         return r
 
     def tape(self, out):
@@ -252,12 +263,12 @@ class Recorder:
             outs.append(s if s >= 0 else b1 - s)
             masks.append(deps[id(leaf)])
         steps = tuple([(call, tuple([s if s >= 0 else b1 - s for s in ins]), single)
-                       for call, single, ins in self.steps])
+                       for call, single, ins, _k in self.steps])
         out_deps = None
         if any(m != (1 << n) - 1 for m in masks):
             out_deps = tuple(tuple(i for i in range(n) if m >> i & 1) for m in masks)
         return Tape(steps, tuple(self.fixed), tuple(outs), tuple([leaf.aval for leaf in leaves]), out_tree, n,
-                    out_deps)
+                    out_deps, tuple([k for _c, _s, _i, k in self.steps]))
 
 
 _LEAF = [None]  # the pytree structure of one array
@@ -352,6 +363,7 @@ def make(program, arrays):
     deps = {id(v): 1 << i for i, v in enumerate(prog.invars)}  # the arguments each value depends on (bits)
     try:
         steps = _steps(prog, dev, slots, fixed, len(arrays), deps)
+        nouts = tuple(len(eqn.outputs) for eqn in prog.eqns)
     except Exception:  # noqa: BLE001 (an equation without an eager executable here: the general path)
         return None
     if steps is None:
@@ -366,7 +378,8 @@ def make(program, arrays):
     out_deps = None
     if any(m != (1 << n) - 1 for m in masks):  # an output committed only by the arguments it depends on
         out_deps = tuple(tuple(i for i in range(n) if m >> i & 1) for m in masks)
-    return Tape(tuple(steps), tuple(fixed), tuple(outs), tuple(o.aval for o in prog.outvars), out_tree, n, out_deps)
+    return Tape(tuple(steps), tuple(fixed), tuple(outs), tuple(o.aval for o in prog.outvars), out_tree, n, out_deps,
+                nouts)
 
 
 def _steps(prog, dev, slots, fixed, n, deps):
