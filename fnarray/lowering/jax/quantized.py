@@ -275,7 +275,8 @@ def jax_quantized_matmul(x, w, scales, *biases, transpose, group_size, bits, mod
     """``x @ dequantize(w).T`` (``transpose``) or ``x @ dequantize(w)`` for ``x (..., k)``, accumulated in float32
     (float64 for float64); the floating modes (no biases) decode their element and scale values by bit
     arithmetic; the jitted program's only weight input is the packed uint32 array, and up to ``DECODE_ROWS`` rows
-    no float weight matrix is written (see the module docstring). Source: MLX's ``quantized_matmul`` (the
+    no value as large as the weights is written, in either orientation (``transpose=False`` reads the words
+    transposed once: ``_decode_columns``; see the module docstring). Source: MLX's ``quantized_matmul`` (the
     format), XLA CPU's fusion of matrix-vector products."""
     import jax.numpy as jnp
     from jax import lax
