@@ -8,7 +8,8 @@ column is the median of ``--number`` alternating calls in process CPU ms (the re
 than wall time on a loaded machine, docs/traps.md); XLA is asked for one thread (``XLA_FLAGS``), so CPU time is
 the product's own work; the load average is printed first.
 
-    PYTHONPATH=. python benchmarks/jax_quantized_rows.py [--size 2048] [--rows 1,2,4] [--number 21]
+    PYTHONPATH=. python benchmarks/jax_quantized_rows.py [--size 2048] [--rows 1,2,4] [--number 21] \\
+        [--modes affine,mxfp4] [--bits 4] [--group-size 64] [--forms x@W.T,x@W]
 """
 
 from __future__ import annotations
@@ -34,9 +35,13 @@ def _raw(jnp, mode, transpose, group_size, bits):
     from fnarray.lowering.packed import FLOAT_FORMATS
 
     def f(x, w, scales, biases=None):
-        per = 32 // bits
-        shifts = jnp.asarray((np.arange(per) * bits).astype(np.uint32))
-        q = ((w[:, :, None] >> shifts) & jnp.uint32((1 << bits) - 1)).reshape(w.shape[0], -1)
+        if 32 % bits:   # 3, 5, 6 bits cross words: fnarray's shared reader (gathers of the low and high words)
+            from fnarray.lowering.packed import unpack
+            q = unpack(jnp, w, bits, jnp.asarray)
+        else:
+            per = 32 // bits
+            shifts = jnp.asarray((np.arange(per) * bits).astype(np.uint32))
+            q = ((w[:, :, None] >> shifts) & jnp.uint32((1 << bits) - 1)).reshape(w.shape[0], -1)
         rows, cols = q.shape
         if mode == "affine":
             q = q.astype(jnp.float32).reshape(rows, cols // group_size, group_size)
@@ -51,13 +56,13 @@ def _raw(jnp, mode, transpose, group_size, bits):
     return f
 
 
-def _calls(fa, jax, dev, n, rows, mode, transpose):
+def _calls(fa, jax, dev, n, rows, mode, transpose, bits=4, group_size=64):
     """Zero-argument callables: float32, fnarray, raw JAX; and fnarray's and raw's largest error against
     float64."""
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32)
     x = rng.standard_normal((rows, n)).astype(np.float32)
-    opts = dict(group_size=64, bits=4) if mode == "affine" else {}
+    opts = dict(group_size=group_size, bits=bits) if mode == "affine" else {}
     group_size, bits = fa.core.quantized.check_format(opts.get("group_size"), opts.get("bits"), mode)
     parts = [np.asarray(a) for a in fa.quantize(w, mode=mode, **opts)]
     wd = np.asarray(fa.dequantize(*parts, mode=mode, dtype=np.float32, **opts), np.float64)
@@ -92,6 +97,9 @@ def main(argv=None):
     ap.add_argument("--rows", default="1,2,4")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--number", type=int, default=21)
+    ap.add_argument("--bits", type=int, default=4, help="affine mode's bits (2, 3, 4, 5, 6, 8)")
+    ap.add_argument("--group-size", type=int, default=64, help="affine mode's group size (32, 64, 128)")
+    ap.add_argument("--forms", default="x@W.T,x@W", help="orientations: x@W.T (transpose=True), x@W")
     args = ap.parse_args(argv)
     import jax
 
@@ -101,9 +109,9 @@ def main(argv=None):
     print(f"{'mode':7} {'form':7} {'rows':>4} {'float32':>8} {'fnarray':>8} {'raw':>8} {'fa/f32':>7} {'fa/raw':>7}"
           "   (CPU ms, median of alternating calls; largest error of fnarray, raw)")
     for mode in args.modes.split(","):
-        for transpose in (True, False):
+        for transpose in [form == "x@W.T" for form in args.forms.split(",")]:
             for rows in (int(r) for r in args.rows.split(",")):
-                calls, errs = _calls(fa, jax, dev, args.size, rows, mode, transpose)
+                calls, errs = _calls(fa, jax, dev, args.size, rows, mode, transpose, args.bits, args.group_size)
                 cpu = median_of(calls, args.number)
                 print(f"{mode:7} {'x@W.T' if transpose else 'x@W':7} {rows:>4} "
                       + " ".join(f"{t * 1e3:>8.3f}" for t in cpu)

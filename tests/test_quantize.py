@@ -274,6 +274,83 @@ def test_jax_decode_rows_fuse_the_unpacking_into_the_product(mode, rows):
     np.testing.assert_allclose(np.asarray(f(x, *parts)), x @ wd.T, rtol=1e-5, atol=1e-4)
 
 
+def _largest_buffers(hlo):
+    """``(elements, line)`` of every value the optimised program's entry computation makes (any dtype;
+    parameters and tuples left out)."""
+    import re
+    out = []
+    for line in hlo[hlo.index("ENTRY"):].splitlines():
+        shape = re.search(r"= [a-z]+[0-9]*\[([\d,]*)\]", line)
+        if shape and "parameter(" not in line:
+            out.append((int(np.prod([int(d) for d in shape.group(1).split(",") if d])), line))
+    return out
+
+
+_DECODE_FORMATS = [("affine", b, g) for b in (2, 3, 4, 5, 6, 8) for g in (32, 64, 128)] + \
+    [(m, None, None) for m in ("mxfp4", "mxfp8", "nvfp4")]
+
+
+@pytest.mark.parametrize("transpose", [True, False])
+@pytest.mark.parametrize("mode,bits,gs", _DECODE_FORMATS)
+def test_jax_decode_products_write_no_weight_matrix(mode, bits, gs, transpose):
+    """Issue 30: on jax, the unpacking and scaling of a decode product (1-4 rows) are fused by XLA into the
+    products: the optimised program makes no value (float or integer) with as many elements as the weights,
+    for either orientation, every bits and group size (``transpose=False`` reads words transposed once, a
+    ``bits / 32`` share; 3, 5 and 6 bits are unpacked in pieces, where a gather or concatenation of the
+    elements was written whole: ``lowering/jax/quantized.py``); the result equals NumPy's float64 product."""
+    jax = pytest.importorskip("jax")
+    from fnarray.lowering.jax.quantized import jax_quantized_matmul
+    group_size, bits = fa.core.quantized.check_format(gs, bits, mode)
+    opts = dict(group_size=gs, bits=bits) if mode == "affine" else {}
+    n, k = (96, 2 * max(32, group_size) * 3) if transpose else (2 * max(32, group_size) * 3, 96)
+    rng = np.random.default_rng(bits + group_size)
+    parts = [np.asarray(a) for a in fa.quantize(rng.standard_normal((n, k) if transpose else (k, n))
+                                                .astype(np.float32), mode=mode, **opts)]
+    wd = np.asarray(fa.dequantize(*parts, mode=mode, dtype=np.float32, **opts), np.float64)
+    for rows in (1, 3):
+        x = rng.standard_normal((rows, k)).astype(np.float32)
+        f = jax.jit(functools.partial(jax_quantized_matmul, transpose=transpose, group_size=group_size, bits=bits,
+                                      mode=mode))
+        for size, line in _largest_buffers(f.lower(x, *parts).compile().as_text()):
+            assert size < n * k, line
+        np.testing.assert_allclose(np.asarray(f(x, *parts)), x @ (wd.T if transpose else wd), rtol=1e-5,
+                                   atol=1e-4)
+
+
+@pytest.mark.parametrize("mode,k,rows", [("affine", 4160, 1), ("affine", 8200, 3), ("mxfp8", 4100, 2)])
+def test_jax_long_columns_contractions_fuse(mode, k, rows):
+    """``transpose=False`` over a contraction past XLA's 16 KiB fusion limit (any length: no groups along it):
+    cut into chunks as ``transpose=True`` is, no value as large as one chunk of float weights, and no dot at the
+    top level."""
+    jax = pytest.importorskip("jax")
+    from fnarray.lowering.jax.quantized import _chunks, jax_quantized_matmul
+    opts = dict(group_size=64, bits=4) if mode == "affine" else {}
+    group_size, bits = fa.core.quantized.check_format(opts.get("group_size"), opts.get("bits"), mode)
+    n = 128
+    rng = np.random.default_rng(k)
+    parts = [np.asarray(a) for a in fa.quantize(rng.standard_normal((k, n)).astype(np.float32), mode=mode, **opts)]
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    f = jax.jit(functools.partial(jax_quantized_matmul, transpose=False, group_size=group_size, bits=bits,
+                                  mode=mode))
+    chunk = min(b - a for a, b in _chunks(k, 32 if k % 32 == 0 else 1, 4))
+    assert chunk * 4 < 16 * 1024 and chunk > k // 4   # near-equal chunks, no short tail
+    for size, line in _largest_buffers(f.lower(x, *parts).compile().as_text()):
+        assert " dot(" not in line, line
+        assert size < n * chunk or " u32[" in line and size < n * k, line   # the words, transposed
+    wd = np.asarray(fa.dequantize(*parts, mode=mode, dtype=np.float32, **opts), np.float64)
+    np.testing.assert_allclose(np.asarray(f(x, *parts)), x @ wd, rtol=1e-5, atol=1e-3)
+
+
+def test_jax_transposed_tiles_equal_the_transpose():
+    """``transposed`` (the gather in tiles behind ``transpose=False``'s decode products) is ``a.T`` for sides
+    with and without a whole tile (16, 96, prime 37 and 1)."""
+    jax = pytest.importorskip("jax")
+    from fnarray.lowering.jax.quantized import transposed
+    for shape in [(16, 16), (96, 40), (37, 12), (1, 5), (256, 96)]:
+        a = np.random.default_rng(sum(shape)).integers(0, 2 ** 32, shape, dtype=np.uint32)
+        np.testing.assert_array_equal(np.asarray(jax.jit(lambda v: transposed(jax.numpy, v))(a)), a.T)
+
+
 def test_jax_element_decoders_match_the_tables():
     """The floating modes' element values by bit arithmetic (``e2m1_values``, ``e4m3_values``: through float16,
     whose subnormals XLA's CPU float32 arithmetic would flush) equal ``packed``'s tables bit for bit, every code

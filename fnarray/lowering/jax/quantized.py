@@ -15,19 +15,26 @@ row: 0.38x the float32 product's time, against 2.6x before):
   cut into ``_chunks`` under ``FUSED_VECTOR_BYTES`` and the partial products summed (issue 30: a 4096 x 4096
   4-bit product, one row, wrote a transposed ``f32[4096,4096]`` copy on every call, 36-38x float32's time);
 - the fused product is fast only where the contraction runs along memory, which with ``transpose=False``
-  (``x @ W``, the packed words along the output axis) it does not: there each row's product reads the float
-  weights written by one loop fusion (tenth session, 2048 x 2048 4-bit, one row, XLA on one thread, load 11:
-  materialising 10-17 ms against float32's 2.2 ms; the fused strided forms were all slower: a fused column
-  reduction or product 26-38 ms, the words re-packed along the contraction by a reduce 43 ms, transposed by a
-  scatter 26 ms, dequantized in 32-128-row blocks in a loop 14-16 ms. XLA's CPU pipeline expands
-  optimization barriers before simplifying, so a transposed copy of the words cannot be forced through one);
+  (``x @ W``, the packed words along the output axis) it does not: a product fused on the words as they lie
+  reads them across rows (tenth session, 2048 x 2048 4-bit, one row: fused column reductions or products 26-38
+  ms against float32's 2.2 ms), so until the fifteenth session each row's product read float weights written
+  whole by one loop fusion. Now (``_decode_columns``) the words, scales and biases are transposed once by
+  ``transposed``, a gather in 16 x 16 tiles that XLA's CPU fusion leaves on its own (a ``transpose``, or a
+  transposed copy through a ``while``/``cond``/optimization barrier, is copied into the consumer's fusion or
+  given the words' own layout, and read across rows again), and each row's product is the fused form above
+  on the transposed words: the only full-size buffer is the uint32 words' (``bits / 32`` of the float
+  weights' elements);
+- 3, 5 and 6 bits cross words, so their unpacking (``unpack_trailing``, ``unpack_leading``) is cut into one piece
+  per word of a 32-element chunk, each a broadcast shift, and the product into one dot per piece: a gather or a
+  concatenation of the elements is written whole (``u32[n, k]``) once several rows' products read it;
 - the floating modes decode their elements by bit arithmetic (``e2m1_values``, ``e4m3_values``), not by a table
   gather: XLA copies cheap elementwise producers into each row's fusion but not a gather, which several rows'
   products read and so was written whole (the looked-up weights, before the tenth session); their scales are
   still looked up (a small array).
 
 More rows (prefill): the dequantized weights feed one ``dot_general``, whose blocked product amortizes writing
-them over the rows.
+them over the rows (a ``scan`` over blocks of rows dequantized and multiplied, or blocks unrolled, took 1.5-2x
+its time, fifteenth session: XLA schedules every unrolled block's dequantization before the first product).
 """
 
 from __future__ import annotations
@@ -36,14 +43,17 @@ import numpy as np
 
 from fnarray.core.quantized import FLOAT_MODES, quantized_matmul_p
 from fnarray.lowering.jax.common import RULES
-from fnarray.lowering.packed import FLOAT_FORMATS, acc_dtype, unpack
+from fnarray.lowering.packed import FLOAT_FORMATS, acc_dtype, unpack, unpack_plan
 
-__all__ = ["jax_quantized_matmul", "DECODE_ROWS", "FUSED_VECTOR_BYTES", "e2m1_values", "e4m3_values"]
+__all__ = ["jax_quantized_matmul", "DECODE_ROWS", "FUSED_VECTOR_BYTES", "TILE", "e2m1_values", "e4m3_values",
+           "transposed", "unpack_leading"]
 
 #: Rows of ``x`` up to which the product is one fused matrix-vector product per row.
 DECODE_ROWS = 4
 #: XLA's CPU backend fuses the producers of a matrix-vector dot only for a vector of fewer bytes than this.
 FUSED_VECTOR_BYTES = 16 * 1024
+#: Side of the tiles in which ``transposed`` gathers (``transpose=False``'s words, scales and biases).
+TILE = 16
 
 
 def _chunks(k, step, itemsize):
@@ -115,26 +125,158 @@ def _dequantize(jnp, w, scales, biases, acc, group_size, bits, mode):
     return (q * scales.astype(acc)[:, :, None] + biases.astype(acc)[:, :, None]).reshape(rows, cols)
 
 
+def _summed(lax, parts):
+    """The sum of ``parts`` (row products), behind an optimization barrier: an add of two dots becomes XLA's
+    output fusion of the second, which then no longer fuses its dequantizing producers (measured: a transposed
+    copy again)."""
+    return parts[0] if len(parts) == 1 else sum(lax.optimization_barrier(parts))
+
+
+def _row_products(jnp, xs, wd, acc):
+    """``(m, n)``: each row of ``xs (m, k)`` times ``wd (n, k)`` transposed, one matrix-vector product a row (the
+    form XLA's CPU backend fuses with the producers of ``wd``)."""
+    return jnp.stack([jnp.matmul(xs[i], wd.T, preferred_element_type=acc) for i in range(xs.shape[0])])
+
+
+def _fused_rows(jnp, lax, xs, weights, step, acc):
+    """``(m, n)``: each row of ``xs (m, k)`` times the float weights that ``weights(a, b)`` gives for the
+    contraction's elements ``a:b`` (elementwise on packed words: a list of ``(r, c, b - a)`` pieces whose
+    ``(r, c)`` products, joined along ``c`` and flattened, are the ``n`` outputs in order), as fused
+    matrix-vector products, one per row, piece and contraction chunk (the module docstring), summed."""
+    parts = []
+    for a, b in _chunks(xs.shape[1], step, acc.itemsize):
+        outs = [_row_products(jnp, xs[:, a:b], p.reshape(-1, b - a), acc).reshape((-1,) + p.shape[:2])
+                for p in weights(a, b)]
+        parts.append((outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=2)).reshape(xs.shape[0], -1))
+    return _summed(lax, parts)
+
+
+def unpack_trailing(jnp, w, bits):
+    """The ``bits``-bit integers of packed words ``w (n, words)`` for ``bits`` not dividing 32 (3, 5, 6), as
+    ``[(e0, e1, q)]``: ``q (n, chunks, e1 - e0)`` uint32 holds elements ``e0:e1`` of every 32-element chunk
+    (those starting in the chunk's word ``i``, one entry per word), each a broadcast shift of two words: no
+    gather, which XLA's CPU fusion writes whole (``u32[n, k]``) where several rows' products read it."""
+    n, words = w.shape
+    lo, _, shift = unpack_plan(bits)
+    w3 = jnp.asarray(w).reshape(n, words // bits, bits)   # a constant of the program arrives as a NumPy array
+    mask = np.uint32((1 << bits) - 1)
+    out = []
+    for i in range(bits):
+        e = np.flatnonzero(lo == i)
+        s = jnp.asarray(shift[e])[None, None, :]
+        v = w3[:, :, i, None] >> s
+        if i + 1 < bits:   # elements crossing into the next word: its bits land at 32 - s, shifted in two steps
+            v = v | ((w3[:, :, i + 1, None] << np.uint32(1)) << (np.uint32(31) - s))
+        out.append((int(e[0]), int(e[-1]) + 1, v & mask))
+    return out
+
+
 def _decode_rows(jnp, lax, xs, w, scales, biases, acc, group_size, bits, mode):
     """``(m, n)``: each row of ``xs (m, k)`` times the dequantized weights ``w (n, k)`` (``transpose``) as fused
-    matrix-vector products, one per row and contraction chunk (the module docstring), summed."""
+    matrix-vector products reading the packed words (``_fused_rows``); for 3, 5 and 6 bits one product per
+    ``unpack_trailing`` piece of the contraction, its elements of ``xs`` picked to match."""
+    step = max(32, group_size)
+    if 32 % bits == 0:
+        def weights(a, b):
+            wa, wb, ga, gb = a * bits // 32, b * bits // 32, a // group_size, b // group_size
+            wd = _dequantize(jnp, w[:, wa:wb], scales[:, ga:gb], None if biases is None else biases[:, ga:gb],
+                             acc, group_size, bits, mode)
+            return [wd[:, None, :]]
+        return _fused_rows(jnp, lax, xs, weights, step, acc)
     parts = []
-    for a, b in _chunks(xs.shape[1], max(32, group_size), acc.itemsize):
-        wa, wb, ga, gb = a * bits // 32, b * bits // 32, a // group_size, b // group_size
-        wd = _dequantize(jnp, w[:, wa:wb], scales[:, ga:gb], None if biases is None else biases[:, ga:gb], acc,
-                         group_size, bits, mode)
-        parts.append(jnp.stack([jnp.matmul(xs[i, a:b], wd.T, preferred_element_type=acc)
-                                for i in range(xs.shape[0])]))
-    # Summed behind an optimization barrier: an add of two dots becomes XLA's output fusion of the second,
-    # which then no longer fuses its dequantizing producers (measured: a transposed copy again).
-    return parts[0] if len(parts) == 1 else sum(lax.optimization_barrier(parts))
+    m, n = xs.shape[0], w.shape[0]
+    for a, b in _chunks(xs.shape[1], step, acc.itemsize):
+        ga, gb = a // group_size, b // group_size
+        s, c = [jnp.broadcast_to(v[:, ga:gb, None].astype(acc), (n, gb - ga, group_size // 32)).reshape(n, 1, -1)
+                for v in (scales, biases)]
+        for e0, e1, q in unpack_trailing(jnp, w[:, a * bits // 32:b * bits // 32], bits):
+            # Contracted element by element of the chunk, chunk innermost: affine reads the loop vectorizes
+            # (chunk-major order divides by e1 - e0 for every element: 3 bits, 1024 x 1024, 3 against 1 ms).
+            wd = (jnp.swapaxes(q, 1, 2).astype(acc) * s + c).reshape(n, -1)
+            xp = jnp.swapaxes(xs[:, a:b].reshape(m, -1, 32)[:, :, e0:e1], 1, 2).reshape(m, -1)
+            parts.append(_row_products(jnp, xp, wd, acc))
+    return _summed(lax, parts)
+
+
+def _tile(n):
+    """The largest divisor of ``n`` up to ``TILE``."""
+    t = min(TILE, n)
+    while n % t:
+        t -= 1
+    return t
+
+
+def transposed(jnp, a):
+    """``a.T`` of a 2-D array ``(k, c)``, written whole by a gather in tiles of up to ``TILE`` x ``TILE`` (each
+    tile read from a few cache lines): the ``(c, k)`` result, read by index arithmetic from the tiles.
+
+    A ``transpose`` is copied into its consumer's fusion, which then reads ``a`` across its rows (the slow
+    strided product of the module docstring); XLA's CPU fusion leaves a gather on its own, and the tiled order
+    costs less than a plain transposing gather or copy (2048 x 256 words: 0.7 against 1.3-1.9 ms, one thread).
+    """
+    a = jnp.asarray(a)   # a constant of the program arrives as a NumPy array
+    k, c = a.shape
+    tk, tc = _tile(k), _tile(c)
+    rows = jnp.arange(k // tk, dtype=jnp.int32)[None, :, None, None] * tk + \
+        jnp.arange(tk, dtype=jnp.int32)[None, None, None, :]
+    cols = jnp.arange(c // tc, dtype=jnp.int32)[:, None, None, None] * tc + \
+        jnp.arange(tc, dtype=jnp.int32)[None, None, :, None]
+    return a[rows, cols].transpose(0, 2, 1, 3).reshape(c, k)
+
+
+def unpack_leading(jnp, wt, bits):
+    """The ``bits``-bit integers of packed words ``wt (words, k)`` whose bit stream runs down the leading axis
+    (``unpack`` of ``wt.T``, transposed), as uint32 pieces ``(r, c, k)``: row ``c * j + e`` of the ``(words * 32 // bits, k)`` integers
+    is row ``(j, e)`` of the pieces joined along ``c``. Where ``bits`` divides 32, one piece ``(words, 32 // bits,
+    k)``; else ``r`` counts chunks of ``bits`` words (32 elements) and there is one piece per word of a chunk (3 bits: 11, 11, 10
+    elements), those starting in it, each a broadcast shift of two word rows: no gather and no concatenation,
+    which XLA's CPU fusion would write whole where several rows' products read them (``u32[n, k]``, measured)."""
+    words, k = wt.shape
+    if 32 % bits == 0:
+        mask = np.uint32((1 << bits) - 1)
+        shifts = jnp.asarray((np.arange(32 // bits) * bits).astype(np.uint32))[None, :, None]
+        return [(wt[:, None, :] >> shifts) & mask]
+    return [jnp.moveaxis(q, 0, 2) for _, _, q in unpack_trailing(jnp, wt.T, bits)]
+
+
+def _decode_columns(jnp, lax, xs, w, scales, biases, acc, group_size, bits, mode):
+    """``(m, n)``: each row of ``xs (m, k)`` times the dequantized weights ``w (k, n)`` (``transpose=False``):
+    the words, scales and biases transposed once (``transposed``: uint32 words, a ``bits / 32`` share of the
+    float weights' count), then fused matrix-vector products reading the transposed words along the contraction
+    (``_fused_rows``, one per piece of ``unpack_leading``)."""
+    wt = transposed(jnp, w)
+    if mode in FLOAT_MODES:
+        # The scale values looked up once (a small array), then transposed with the words.
+        st = transposed(jnp, jnp.take(jnp.asarray(FLOAT_FORMATS[mode][1].astype(acc)), scales.astype(jnp.int32),
+                                      axis=0))
+        bt = None
+    else:
+        st, bt = transposed(jnp, scales.astype(acc)), transposed(jnp, biases.astype(acc))
+
+    # Rows of the pieces (words, or chunks of 32 elements) per group: each row lies in one group.
+    per_group = group_size // (32 // bits if 32 % bits == 0 else 32)
+
+    def per_row(v, a, b):
+        """Scales or biases ``(groups, k)`` per row of the pieces, contraction elements ``a:b``: ``(r, 1, b - a)``."""
+        v = v[:, a:b]
+        return jnp.broadcast_to(v[:, None, :], (v.shape[0], per_group, b - a)).reshape(-1, 1, b - a)
+
+    def weights(a, b):
+        s = per_row(st, a, b)
+        if mode in FLOAT_MODES:
+            return [_ELEMENT_DECODERS[mode](jnp, lax, q).astype(acc) * s for q in unpack_leading(jnp, wt[:, a:b], bits)]
+        c = per_row(bt, a, b)
+        return [q.astype(acc) * s + c for q in unpack_leading(jnp, wt[:, a:b], bits)]
+    # No group runs along the contraction here: chunks of whole 32s where they fit, else of any length.
+    return _fused_rows(jnp, lax, xs, weights, 32 if xs.shape[1] % 32 == 0 else 1, acc)
 
 
 def jax_quantized_matmul(x, w, scales, *biases, transpose, group_size, bits, mode):
     """``x @ dequantize(w).T`` (``transpose``) or ``x @ dequantize(w)`` for ``x (..., k)``, accumulated in float32
     (float64 for float64); the floating modes (no biases) decode their element and scale values by bit
     arithmetic; the jitted program's only weight input is the packed uint32 array, and up to ``DECODE_ROWS`` rows
-    no float weight matrix is written (see the module docstring). Source: MLX's ``quantized_matmul`` (the
+    no value as large as the weights is written, in either orientation (``transpose=False`` reads the words
+    transposed once: ``_decode_columns``; see the module docstring). Source: MLX's ``quantized_matmul`` (the
     format), XLA CPU's fusion of matrix-vector products."""
     import jax.numpy as jnp
     from jax import lax
@@ -142,15 +284,11 @@ def jax_quantized_matmul(x, w, scales, *biases, transpose, group_size, bits, mod
     m = int(np.prod(x.shape[:-1], dtype=np.int64))
     k = x.shape[-1]
     bias = biases[0] if biases else None
-    if 0 < m <= DECODE_ROWS and transpose:
-        out = _decode_rows(jnp, lax, x.astype(acc).reshape(m, k), w, scales, bias, acc, group_size, bits, mode)
+    if 0 < m <= DECODE_ROWS:
+        decode = _decode_rows if transpose else _decode_columns
+        out = decode(jnp, lax, x.astype(acc).reshape(m, k), w, scales, bias, acc, group_size, bits, mode)
         return out.reshape(x.shape[:-1] + (out.shape[1],)).astype(x.dtype)
     wd = _dequantize(jnp, w, scales, bias, acc, group_size, bits, mode)
-    if 0 < m <= DECODE_ROWS:
-        # transpose=False: the packed words run along the output axis; see the module docstring.
-        xs = x.astype(acc).reshape(m, k)
-        out = jnp.stack([jnp.matmul(xs[i], wd, preferred_element_type=acc) for i in range(m)])
-        return out.reshape(x.shape[:-1] + (out.shape[1],)).astype(x.dtype)
     contract = (1,) if transpose else (0,)
     out = lax.dot_general(x.astype(acc), wd, (((x.ndim - 1,), contract), ((), ())),
                           preferred_element_type=acc)
