@@ -163,7 +163,8 @@ def test_reduce_window_with_any_computation_matches_jax(device, case):
 
 def test_reduce_window_general_bad_input_and_edges():
     """A computation that is not elementwise or changes the dtype raises ``TypeError`` naming it and what it
-    returned; a non-callable one ``TypeError``; an array ``init_value`` ``ShapeError``; an empty operand gives
+    returned; a non-callable one ``TypeError``; an array ``init_value`` ``ShapeError``; a window of more than 1024
+    taps ``ValueError`` (one program step per tap: a 40x40 window would trace 1600); an empty operand gives
     an empty result as JAX; integer products are exact; ``vmap`` of the composite equals JAX's."""
     import jax
     import numpy as np
@@ -183,6 +184,8 @@ def test_reduce_window_general_bad_input_and_edges():
         lax.reduce_window(x, 1.0, lambda a, b: a > b, *win)
     with pytest.raises(ShapeError, match=r"init_value must be a scalar, got shape \(2,\)"):
         lax.reduce_window(x, fnp.ones(2), lax.mul, *win)
+    with pytest.raises(ValueError, match=r"\(1, 40, 40, 1\) has 1600 taps \(at most 1024\)"):
+        lax.reduce_window(fnp.ones((1, 40, 40, 1)), 1.0, lax.mul, (1, 40, 40, 1), (1, 1, 1, 1), "VALID")
     empty = np.ones((0, 4), np.float32)
     assert lax.reduce_window(empty, 1.0, lax.mul, (1, 2), (1, 1), "VALID").shape == \
         jax.lax.reduce_window(empty, 1.0, jax.lax.mul, (1, 2), (1, 1), "VALID").shape

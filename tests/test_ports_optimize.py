@@ -214,3 +214,10 @@ def test_minimize_bad_arguments_raise_clearly():
     for tol in (-1, float("nan")):
         with pytest.raises(ValueError, match="tol must be a positive number"):
             minimize(q, z, method="BFGS", tol=tol)
+
+
+def test_minimize_refuses_a_dense_hessian_too_large():
+    """BFGS keeps an ``n x n`` inverse Hessian: past 16384 variables it raises ``ValueError`` naming the size and
+    what to use instead, before allocating anything (JAX runs out of memory instead)."""
+    with pytest.raises(ValueError, match=r"dense 20000 x 20000 inverse Hessian.*at most 16384.*fnarray.optim"):
+        minimize(lambda x: fnp.sum(x ** 2), fnp.zeros(20000), method="BFGS")

@@ -27,6 +27,8 @@ from fnarray.core.tracing import is_scalar
 
 __all__ = ["reduce_window", "reduce_window_sum", "reduce_window_max", "reduce_window_min"]
 
+_MAX_TAPS = 1024  # window taps of the general composite: each is a slice and a computation in the program
+
 
 def _ints(name, value, rank, default):
     if value is None:
@@ -156,6 +158,7 @@ def reduce_window(operand, init_value, computation, window_dimensions, window_st
 
     Raises:
       TypeError: ``computation`` is not callable or not elementwise, or ``operand`` is a pytree.
+      ValueError: a computation other than add/max/min over a window of more than 1024 taps.
       ShapeError: (a ``ValueError``) wrong-length tuples, strides or dilations <= 0, an unknown padding
         string, a window larger than the padded operand.
       DTypeError: a dtype the reduction does not accept (bool sums, complex max/min).
@@ -209,6 +212,12 @@ def _general(operand, init_value, computation, params):
     if get_aval(init).shape != ():
         raise ShapeError(f"reduce_window: init_value must be a scalar, got shape {get_aval(init).shape}")
     out_shape = W.window_out_shape("reduce_window", aval.shape, **params)
+    taps = math.prod(params["window_dimensions"])
+    if taps > _MAX_TAPS:
+        raise ValueError(f"reduce_window: a computation other than add/max/min runs one step per window tap, and "
+                         f"window_dimensions {params['window_dimensions']} has {taps} taps (at most {_MAX_TAPS}). "
+                         "Use add, max or min (a product of positive values is exp of a window sum of logs), or "
+                         "reduce in stages (two windows whose product is this one, with strides)")
     acc = lax.full(out_shape, init, d)
     if 0 in out_shape:
         return acc

@@ -27,6 +27,7 @@ from fnarray.core.errors import DTypeError, ShapeError
 
 __all__ = ["OptimizeResults", "minimize"]
 
+_MAX_DENSE = 16384            # variables: the n x n inverse Hessian and its update take ~4 n^2 floats (4 GiB in float32)
 _C1, _C2 = 1e-4, 0.9          # the sufficient-decrease and curvature constants of the Wolfe conditions
 _STATUS_MESSAGES = {0: "converged", 1: "maximum number of BFGS iterations reached",
                     3: "line search failed: the bracket shrank to nothing or the direction was not one of descent",
@@ -77,6 +78,11 @@ def _check_x0(x0):
                          "inside fun (fnarray.flatten_util.ravel_pytree does that for a pytree)")
     if x0.shape[0] == 0:
         raise ShapeError("minimize needs at least one variable, got x0 of shape (0,)")
+    n, itemsize = x0.shape[0], np.dtype(x0.dtype.name).itemsize
+    if n > _MAX_DENSE:
+        raise ValueError(f"minimize(method='BFGS') keeps a dense {n} x {n} inverse Hessian and its update "
+                         f"(~{4 * n * n * itemsize / 2**30:.0f} GiB for x0 of shape ({n},)); it takes at most "
+                         f"{_MAX_DENSE} variables. Fit a larger model with a first-order optimizer (fnarray.optim)")
     return x0
 
 
@@ -280,7 +286,7 @@ def minimize(fun, x0, args=(), *, method, tol=None, options=None):
     Raises:
       TypeError: ``args`` is not a tuple, ``options`` has an unknown key, or ``fun`` does not return a real
         scalar. ValueError: an unknown ``method``, or an option out of range. ShapeError: ``x0`` is not 1-D or
-        is empty. DTypeError: a complex ``x0``.
+        is empty. DTypeError: a complex ``x0``. ValueError: more than 16384 variables (the dense inverse Hessian).
 
     Method: BFGS with a strong-Wolfe line search (the module docstring has the sources and where JAX's results
     differ). Not differentiable with respect to ``args`` (neither is JAX's).
