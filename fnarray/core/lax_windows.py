@@ -143,8 +143,8 @@ def reduce_window(operand, init_value, computation, window_dimensions, window_st
         ``minimum``, ``operator.add``, or a function that computes one of them on two scalars): one primitive.
         Any other function of two scalars (``lax.mul``, ``fnp.logaddexp``, ``lambda a, b: a * b``...) runs as
         JAX runs it: each window folded from ``init_value`` over its taps on operand elements (padding adds
-        nothing), as one strided slice and one ``computation`` call per window tap (it must be elementwise, and associative and
-        commutative for the result not to depend on the order, as in JAX).
+        nothing), as one strided slice and one ``computation`` call per window tap (it must be elementwise,
+        and associative and commutative for the result not to depend on the order, as in JAX).
       window_dimensions: ``r`` ints >= 1, the window's extent along each dimension.
       window_strides: ``r`` ints >= 1 (default all 1).
       padding: ``"VALID"``, ``"SAME"``, ``"SAME_LOWER"`` (see ``padtype_to_pads``, computed from the dilated
@@ -204,8 +204,9 @@ def _general(operand, init_value, computation, params):
     """``reduce_window`` with any other ``computation`` (a product, ``logaddexp``, a function of your own), as
     JAX runs it: each window folded from ``init_value`` over the taps that fall on operand elements (padding and
     base-dilation holes add nothing, as on the add/max/min paths). Written as one strided slice per window tap
-    folded with ``computation`` on whole arrays (a ``select`` keeps the fold where a tap falls on padding) (the function must be elementwise, as one written on two scalars with fnarray's operations is),
-    so ``grad``/``vmap``/``jit`` follow; it costs a slice and a ``computation`` per tap."""
+    folded with ``computation`` on whole arrays (a ``select`` keeps the fold where a tap falls on padding; the
+    function must be elementwise, as one written on two scalars with fnarray's operations is), so
+    ``grad``/``vmap``/``jit`` follow; it costs a slice and a ``computation`` per tap."""
     aval = get_aval(operand)
     d = aval.dtype
     init = np.asarray(init_value).astype(d)[()] if is_scalar(init_value) else lax.convert_element_type(init_value, d)

@@ -27,11 +27,8 @@ from fnarray.core.errors import DTypeError, ShapeError
 
 __all__ = ["OptimizeResults", "minimize"]
 
-_MAX_DENSE = 16384            # variables: the n x n inverse Hessian and its update take ~4 n^2 floats (4 GiB in float32)
+_MAX_DENSE = 16384            # variables: the n x n inverse Hessian and its update hold ~4 n^2 floats (4 GiB, float32)
 _C1, _C2 = 1e-4, 0.9          # the sufficient-decrease and curvature constants of the Wolfe conditions
-_STATUS_MESSAGES = {0: "converged", 1: "maximum number of BFGS iterations reached",
-                    3: "line search failed: the bracket shrank to nothing or the direction was not one of descent",
-                    5: "maximum number of line search iterations reached"}
 
 
 class OptimizeResults(NamedTuple):
@@ -154,6 +151,15 @@ def _zoom_trial(s):
     return fnp.where(fnp.isfinite(c), inner, 0.5 * (lo + hi))
 
 
+def _pick(default, *cases):
+    """The ``(a, f, slope)`` triple of the first case whose condition holds, else ``default`` (elementwise)."""
+    fnp = _fnp()
+    out = default
+    for cond, triple in reversed(cases):
+        out = tuple(fnp.where(cond, t, o) for t, o in zip(triple, out, strict=True))
+    return out
+
+
 def _ls_body(vg, x, p, f0, d0, ls_maxiter):
     """One trial step of the strong-Wolfe line search along ``p`` from ``x`` (``f0``, slope ``d0``): the
     bracketing phase (``zoom`` false) or the zoom phase, as Nocedal & Wright's algorithms 3.5 and 3.6."""
@@ -166,7 +172,8 @@ def _ls_body(vg, x, p, f0, d0, ls_maxiter):
         a = fnp.where(zoom, _zoom_trial(s), s["a_cur"])
         f, g = vg(x + a * p)
         d = fnp.dot(g, p)
-        too_high = ~(f <= f0 + _C1 * a * d0) | (~zoom & (s["i"] > 0) & (f >= s["f_prev"])) | (zoom & (f >= s["f_lo"]))
+        too_high = (~(f <= f0 + _C1 * a * d0) | (~zoom & (s["i"] > 0) & (f >= s["f_prev"]))
+                    | (zoom & (f >= s["f_lo"])))
         curvature = fnp.abs(d) <= -_C2 * d0
         # Hager & Zhang's approximate Wolfe conditions: where f is flat to its rounding near a minimum the
         # sufficient-decrease test cannot be met, a step with f within rounding of f0 and a flat slope is taken
@@ -179,24 +186,20 @@ def _ls_body(vg, x, p, f0, d0, ls_maxiter):
         z_lo = zoom & ~too_high & ~wolfe
         z_flip = z_lo & (d * (s["a_hi"] - s["a_lo"]) >= 0)
         new = dict(s)
-        new["a_lo"] = fnp.where(b_to_lo, s["a_prev"], fnp.where(b_turn | z_lo, a, s["a_lo"]))
-        new["f_lo"] = fnp.where(b_to_lo, s["f_prev"], fnp.where(b_turn | z_lo, f, s["f_lo"]))
-        new["d_lo"] = fnp.where(b_to_lo, s["d_prev"], fnp.where(b_turn | z_lo, d, s["d_lo"]))
-        hi_from_prev = b_turn
-        hi_from_a = b_to_lo | z_hi
-        hi_from_lo = z_flip
-        new["a_hi"] = fnp.where(hi_from_a, a, fnp.where(hi_from_prev, s["a_prev"], fnp.where(hi_from_lo, s["a_lo"], s["a_hi"])))
-        new["f_hi"] = fnp.where(hi_from_a, f, fnp.where(hi_from_prev, s["f_prev"], fnp.where(hi_from_lo, s["f_lo"], s["f_hi"])))
-        new["d_hi"] = fnp.where(hi_from_a, d, fnp.where(hi_from_prev, s["d_prev"], fnp.where(hi_from_lo, s["d_lo"], s["d_hi"])))
+        trial = (a, f, d)
+        prev = (s["a_prev"], s["f_prev"], s["d_prev"])
+        lo = (s["a_lo"], s["f_lo"], s["d_lo"])
+        hi = (s["a_hi"], s["f_hi"], s["d_hi"])
+        new["a_lo"], new["f_lo"], new["d_lo"] = _pick(lo, (b_to_lo, prev), (b_turn | z_lo, trial))
+        new["a_hi"], new["f_hi"], new["d_hi"] = _pick(hi, (b_to_lo | z_hi, trial), (b_turn, prev), (z_flip, lo))
         new["zoom"] = zoom | b_to_lo | b_turn
         grow = ~zoom & ~too_high & ~wolfe & (d < 0)
         new["a_prev"], new["f_prev"], new["d_prev"] = a, f, d
         new["a_cur"] = fnp.where(grow, 2.0 * a, s["a_cur"])
         new["i"] = s["i"] + 1
-        new["done"] = wolfe
         new["a"], new["f"], new["g"] = a, f, g
-        collapsed = new["zoom"] & (fnp.abs(new["a_hi"] - new["a_lo"]) <= eps * fnp.maximum(fnp.abs(new["a_lo"]),
-                                                                                               fnp.abs(new["a_hi"])))
+        scale = fnp.maximum(fnp.abs(new["a_lo"]), fnp.abs(new["a_hi"]))
+        collapsed = new["zoom"] & (fnp.abs(new["a_hi"] - new["a_lo"]) <= eps * scale)
         new["status"] = fnp.where(wolfe, 0, fnp.where(collapsed, 3, fnp.where(new["i"] >= ls_maxiter, 5, -1)))
         return new
     return body
@@ -209,7 +212,7 @@ def _line_search(vg, x, f0, g0, p, alpha1, ls_maxiter):
     from fnarray.transforms.control_flow import while_loop
     d0 = fnp.dot(g0, p)
     z = fnp.zeros((), x.dtype)
-    s = {"i": fnp.asarray(0, dtype=fnp.int32), "zoom": fnp.asarray(False), "done": fnp.asarray(False), "status": fnp.asarray(-1),
+    s = {"i": fnp.asarray(0, dtype=fnp.int32), "zoom": fnp.asarray(False), "status": fnp.asarray(-1, dtype=fnp.int32),
          "a_cur": alpha1, "a_prev": z, "f_prev": f0, "d_prev": d0, "a_lo": z, "f_lo": f0, "d_lo": d0,
          "a_hi": z, "f_hi": f0, "d_hi": d0, "a": z, "f": f0, "g": g0}
     s = while_loop(lambda s: s["status"] < 0, _ls_body(vg, x, p, f0, d0, ls_maxiter), s)
@@ -255,7 +258,8 @@ def _bfgs(vg, x0, maxiter, norm, gtol, ls_maxiter):
     f0, g0 = vg(x0)
     finite = fnp.isfinite(f0) & fnp.all(fnp.isfinite(g0))
     s = {"x": x0, "f": f0, "g": g0, "h": fnp.eye(x0.shape[0], dtype=x0.dtype),
-         "f_old": f0 + fnp.linalg.norm(g0) / 2, "k": fnp.asarray(0, dtype=fnp.int32), "nfev": fnp.asarray(1, dtype=fnp.int32),
+         "f_old": f0 + fnp.linalg.norm(g0) / 2, "k": fnp.asarray(0, dtype=fnp.int32),
+         "nfev": fnp.asarray(1, dtype=fnp.int32),
          "converged": finite & (fnp.linalg.norm(g0, ord=norm) < gtol), "status": fnp.where(finite, 0, 3)}
     s = while_loop(lambda s: ~s["converged"] & (s["status"] == 0) & (s["k"] < maxiter),
                    _bfgs_body(vg, norm, gtol, ls_maxiter), s)
