@@ -251,8 +251,8 @@ def test_padtype_to_pads_matches_jax():
 
 
 @pytest.mark.parametrize("call,err,match", [
-    (lambda x: lax.reduce_window(x, 1.0, lax.mul, (2, 2)), TypeError, "add, max and min"),
-    (lambda x: lax.reduce_window(x, 0.0, lambda a, b: a * 2 + b, (2, 2)), TypeError, "not one of them"),
+    (lambda x: lax.reduce_window(x, 1.0, "mul", (2, 2)), TypeError, "function of two scalars"),
+    (lambda x: lax.reduce_window(x, 0.0, lambda a, b: fnp.sum(a * 2 + b), (2, 2)), TypeError, "elementwise"),
     (lambda x: lax.reduce_window((x, x), (0.0, 0.0), lax.add, (2, 2)), TypeError, "pytree"),
     (lambda x: lax.reduce_window_sum(x, (5, 2)), ShapeError, r"window of dimension 0 covers 5 .* only 4"),
     (lambda x: lax.reduce_window_sum(x, (2, 2), window_dilation=(1, 6)), ShapeError,

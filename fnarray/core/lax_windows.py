@@ -27,6 +27,8 @@ from fnarray.core.tracing import is_scalar
 
 __all__ = ["reduce_window", "reduce_window_sum", "reduce_window_max", "reduce_window_min"]
 
+_MAX_TAPS = 1024  # window taps of the general composite: each is a slice and a computation in the program
+
 
 def _ints(name, value, rank, default):
     if value is None:
@@ -129,7 +131,8 @@ def _as_operand(x):
 
 def reduce_window(operand, init_value, computation, window_dimensions, window_strides=None, padding="VALID",
                   base_dilation=None, window_dilation=None):
-    """Reduction over padded, dilated windows (as ``jax.lax.reduce_window``), for sums, maxima and minima.
+    """Reduction over padded, dilated windows (as ``jax.lax.reduce_window``): sums, maxima and minima as one
+    primitive each, any other computation as a composite.
 
     Args:
       operand: an array of any rank ``r``.
@@ -137,7 +140,11 @@ def reduce_window(operand, init_value, computation, window_dimensions, window_st
         and the holes of ``base_dilation`` add nothing). Usually the identity: ``0`` for ``add``, ``-inf``
         (or the dtype's lowest value) for ``max``, ``inf`` for ``min``; other values are honoured.
       computation: ``fnarray.lax.add``, ``max`` or ``min`` (or ``fnarray.numpy.add`` / ``maximum`` /
-        ``minimum``, ``operator.add``, or a function that computes one of them on two scalars).
+        ``minimum``, ``operator.add``, or a function that computes one of them on two scalars): one primitive.
+        Any other function of two scalars (``lax.mul``, ``fnp.logaddexp``, ``lambda a, b: a * b``...) runs as
+        JAX runs it: each window folded from ``init_value`` over its taps on operand elements (padding adds
+        nothing), as one strided slice and one ``computation`` call per window tap (it must be elementwise,
+        and associative and commutative for the result not to depend on the order, as in JAX).
       window_dimensions: ``r`` ints >= 1, the window's extent along each dimension.
       window_strides: ``r`` ints >= 1 (default all 1).
       padding: ``"VALID"``, ``"SAME"``, ``"SAME_LOWER"`` (see ``padtype_to_pads``, computed from the dilated
@@ -150,7 +157,8 @@ def reduce_window(operand, init_value, computation, window_dimensions, window_st
       elements.
 
     Raises:
-      TypeError: ``computation`` is not one of the supported reductions, or ``operand`` is a pytree.
+      TypeError: ``computation`` is not callable or not elementwise, or ``operand`` is a pytree.
+      ValueError: a computation other than add/max/min over a window of more than 1024 taps.
       ShapeError: (a ``ValueError``) wrong-length tuples, strides or dilations <= 0, an unknown padding
         string, a window larger than the padded operand.
       DTypeError: a dtype the reduction does not accept (bool sums, complex max/min).
@@ -166,15 +174,73 @@ def reduce_window(operand, init_value, computation, window_dimensions, window_st
                         "supported: call reduce_window once per array")
     operand = _as_operand(operand)
     aval = get_aval(operand)
-    op = _monoid(computation, aval.dtype) if callable(computation) else None
-    if op is None:
-        raise TypeError(
-            f"reduce_window supports the computations add, max and min (fnarray.lax.add/max/min, "
-            f"fnarray.numpy.add/maximum/minimum, operator.add); got {_computation_name(computation)}, which on "
-            f"two {aval.dtype.name} scalars is not one of them. Write other reductions from these (a product "
-            f"as exp of a sum of logs, a mean as a sum divided by the window size)")
+    if not callable(computation):
+        raise TypeError(f"reduce_window: computation must be a function of two scalars (fnarray.lax.add, max, min, "
+                        f"mul or your own), got {type(computation).__name__}")
+    op = _monoid(computation, aval.dtype)
     params = _window(aval.shape, window_dimensions, window_strides, padding, base_dilation, window_dilation)
+    if op is None:
+        return _general(operand, init_value, computation, params)
     return _apply(operand, init_value, op, params)
+
+
+def _valid_mask(shape, config):
+    """Which elements of the padded, base-dilated operand are the operand's (padding and holes are not)."""
+    axes = []
+    for n, (lo, hi, interior) in zip(shape, config, strict=True):
+        size = lo + hi + n + max(n - 1, 0) * interior
+        keep = np.zeros(max(size, 0), bool)
+        pos = lo + np.arange(n) * (interior + 1)
+        keep[pos[(pos >= 0) & (pos < size)]] = True
+        axes.append(keep)
+    rank = len(axes)
+    mask = np.ones((), bool)
+    for i, keep in enumerate(axes):       # the outer product of the per-axis masks
+        mask = mask & keep.reshape((1,) * i + (-1,) + (1,) * (rank - i - 1))
+    return mask
+
+
+def _general(operand, init_value, computation, params):
+    """``reduce_window`` with any other ``computation`` (a product, ``logaddexp``, a function of your own), as
+    JAX runs it: each window folded from ``init_value`` over the taps that fall on operand elements (padding and
+    base-dilation holes add nothing, as on the add/max/min paths). Written as one strided slice per window tap
+    folded with ``computation`` on whole arrays (a ``select`` keeps the fold where a tap falls on padding; the
+    function must be elementwise, as one written on two scalars with fnarray's operations is), so
+    ``grad``/``vmap``/``jit`` follow; it costs a slice and a ``computation`` per tap."""
+    aval = get_aval(operand)
+    d = aval.dtype
+    init = np.asarray(init_value).astype(d)[()] if is_scalar(init_value) else lax.convert_element_type(init_value, d)
+    if get_aval(init).shape != ():
+        raise ShapeError(f"reduce_window: init_value must be a scalar, got shape {get_aval(init).shape}")
+    out_shape = W.window_out_shape("reduce_window", aval.shape, **params)
+    taps = math.prod(params["window_dimensions"])
+    if taps > _MAX_TAPS:
+        raise ValueError(f"reduce_window: a computation other than add/max/min runs one step per window tap, and "
+                         f"window_dimensions {params['window_dimensions']} has {taps} taps (at most {_MAX_TAPS}). "
+                         "Use add, max or min (a product of positive values is exp of a window sum of logs), or "
+                         "reduce in stages (two windows whose product is this one, with strides)")
+    acc = lax.full(out_shape, init, d)
+    if 0 in out_shape:
+        return acc
+    config = [(lo, hi, b - 1) for (lo, hi), b in zip(params["padding"], params["base_dilation"], strict=True)]
+    padded = lax.pad(operand, lax.convert_element_type(init, d), config)
+    valid = _valid_mask(aval.shape, config)
+    strides = params["window_strides"]
+    for tap in np.ndindex(*params["window_dimensions"]):
+        starts = [int(t) * wd for t, wd in zip(tap, params["window_dilation"], strict=True)]
+        limits = [s0 + (n - 1) * st + 1 for s0, n, st in zip(starts, out_shape, strides, strict=True)]
+        index = tuple(slice(a, b, c) for a, b, c in zip(starts, limits, strides, strict=True))
+        if not valid[index].any():
+            continue
+        folded = computation(acc, lax.slice(padded, starts, limits, strides))
+        acc = folded if valid[index].all() or get_aval(folded).shape != tuple(out_shape) else \
+            lax.select(asarray(np.ascontiguousarray(valid[index])), folded, acc)
+        got = get_aval(acc)
+        if got.shape != tuple(out_shape) or got.dtype != d:
+            raise TypeError(f"reduce_window: computation {_computation_name(computation)} must return one value "
+                            f"of its operands' dtype {d.name} per pair (elementwise), got {got.dtype.name}"
+                            f"{list(got.shape)} from two {d.name}{list(out_shape)} arrays")
+    return acc
 
 
 def _shortcut(op, what):

@@ -455,21 +455,23 @@ array_impl.set_placement(device_put, array_from_numpy)
 
 
 
-def block_until_ready(x):
-    """Wait until every array in the pytree ``x`` is computed (``jax.block_until_ready``).
+def block_until_ready(x, *more):
+    """Wait until every array in the pytree ``x`` is computed (``jax.block_until_ready``); with several
+    arguments, every array in each (MLX's ``mx.eval(a, b)`` is ``block_until_ready(a, b)``).
 
     Args:
       x: any pytree; leaves that are not fnarray arrays (NumPy values, scalars, tracers) are passed over.
+      *more: further pytrees, waited for in the same way.
     Returns:
-      ``x`` itself.
+      ``x`` itself, or the tuple ``(x, *more)`` when more than one argument is given.
     Raises:
       RuntimeError: a leaf was donated (deleted) before.
     """
     import optree
-    for leaf in optree.tree_leaves(x, none_is_leaf=False, namespace="fnarray"):
+    for leaf in optree.tree_leaves((x, *more), none_is_leaf=False, namespace="fnarray"):
         if isinstance(leaf, ArrayImpl):
             leaf.block_until_ready()
-    return x
+    return (x, *more) if more else x
 
 
 def device_get(x):

@@ -30,6 +30,8 @@ __all__ = [
     "lecun_uniform",
     "normal",
     "ones",
+    "orthogonal",
+    "delta_orthogonal",
     "truncated_normal",
     "uniform",
     "variance_scaling",
@@ -394,6 +396,97 @@ def lecun_normal(in_axis=-2, out_axis=-1, batch_axis=(), dtype=dtypes.float32):
       of ``fnarray.random``.
     """
     return variance_scaling(1.0, "fan_in", "truncated_normal", in_axis, out_axis, batch_axis, dtype)
+
+
+def _orthonormal(key, rows, cols, d):
+    """A ``(rows, cols)`` matrix with orthonormal columns (``rows >= cols``) or rows, drawn uniformly (Haar):
+    the QR factor of a standard normal matrix with each column's sign fixed by ``R``'s diagonal (Mezzadri 2007,
+    "How to generate random matrices from the classical compact groups"), as JAX's ``orthogonal``."""
+    from fnarray import numpy as fnp
+    tall = rows >= cols
+    a = random.normal(key, (rows, cols) if tall else (cols, rows), d)
+    q, r = fnp.linalg.qr(a)
+    q = q * fnp.sign(fnp.diagonal(r))[None, :]
+    return q if tall else q.T
+
+
+def orthogonal(scale=1.0, column_axis=-1, dtype=dtypes.float32):
+    """An initializer of (semi-)orthogonal weights (mirrors ``jax.nn.initializers.orthogonal``).
+
+    The weight is viewed as a matrix with ``shape[column_axis]`` columns and the product of the other dimensions
+    as rows; that matrix has orthonormal columns (or rows, when it is wide) times ``scale``. Saxe, McClelland &
+    Ganguli 2014, "Exact solutions to the nonlinear dynamics of learning in deep linear neural networks"; the
+    matrix is the sign-fixed QR factor of a standard normal draw, so with the same key it is JAX's (float
+    rounding apart).
+
+    Args:
+      scale: the factor on the orthonormal matrix.
+      column_axis: the dimension that indexes the columns (default the last).
+      dtype: the default dtype of the returned initializer (a real floating dtype).
+
+    Returns:
+      ``init(key, shape, dtype=dtype)``.
+
+    Raises:
+      ``init`` raises ``ShapeError`` for a ``shape`` of rank < 2 (as JAX's ``ValueError`` text says: orthogonal
+      needs at least a 2-D shape), a ``column_axis`` outside it or a negative dimension, ``TypeError`` for a
+      shape that is not ints, ``DTypeError`` for a non-floating ``dtype``, and the key errors of
+      ``fnarray.random``.
+    """
+    default = dtype
+
+    def init(key, shape, dtype=default):
+        from fnarray import numpy as fnp
+        shape = _shape(shape, "orthogonal")
+        d = _float(dtype, "orthogonal")
+        if len(shape) < 2:
+            raise ShapeError(f"orthogonal initializer requires at least a 2D shape, got {shape}; use normal or "
+                             "uniform for a vector")
+        if not -len(shape) <= column_axis < len(shape):
+            raise ShapeError(f"orthogonal: column_axis {column_axis} is out of range for shape {shape}")
+        axis = column_axis % len(shape)
+        cols = shape[axis]
+        rest = shape[:axis] + shape[axis + 1:]
+        if 0 in shape:
+            return fnp.zeros(shape, d)
+        q = _orthonormal(key, math.prod(rest), cols, d)
+        return fnp.moveaxis(q.reshape(rest + (cols,)), -1, axis) * np.asarray(scale, d)[()]
+    return init
+
+
+def delta_orthogonal(scale=1.0, column_axis=-1, dtype=dtypes.float32):
+    """An initializer of convolution kernels that are orthogonal at the centre tap and zero elsewhere (mirrors
+    ``jax.nn.initializers.delta_orthogonal``; Xiao et al. 2018, "Dynamical isometry and a mean field theory of
+    CNNs").
+
+    Args:
+      scale, column_axis, dtype: as ``orthogonal``, applied to the ``(in, out)`` matrix (``column_axis`` is -1,
+        -2, 0 or 1).
+
+    Returns:
+      ``init(key, shape, dtype=dtype)`` for a shape ``(*spatial, in, out)`` with 1 to 3 spatial dimensions and
+      ``in <= out``: the centre tap ``(shape[i] - 1) // 2`` of each spatial dimension (JAX's) holds
+      ``orthogonal(scale, column_axis)`` of shape ``(in, out)``.
+
+    Raises:
+      ``init`` raises ``ShapeError`` for a rank other than 3, 4 or 5 or more input than output channels, and the
+      errors of ``orthogonal``.
+    """
+    default = dtype
+
+    def init(key, shape, dtype=default):
+        from fnarray import numpy as fnp
+        shape = _shape(shape, "delta_orthogonal")
+        d = _float(dtype, "delta_orthogonal")
+        if len(shape) not in (3, 4, 5):
+            raise ShapeError(f"delta_orthogonal initializer requires a 3D, 4D or 5D shape, got {shape}")
+        if shape[-2] > shape[-1]:
+            raise ShapeError(f"delta_orthogonal needs in_channels <= out_channels, got shape {shape} "
+                             f"({shape[-2]} > {shape[-1]})")
+        centre = orthogonal(scale, column_axis, d)(key, shape[-2:], d)
+        taps = tuple((n - 1) // 2 for n in shape[:-2])
+        return fnp.zeros(shape, d).at[taps].set(centre)
+    return init
 
 
 xavier_uniform, xavier_normal = glorot_uniform, glorot_normal
