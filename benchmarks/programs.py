@@ -376,10 +376,14 @@ def jacobians(L, quick):
 def jacobians_staged(L, quick):
     """The same sweep with ``fa.config.stage_eager_transforms`` on (fnarray): each transform of each function a
     cached jitted program, keyed by the function's fingerprint (the raw libraries run the plain sweep)."""
-    if L.name == "fnarray":
-        import fnarray as fa
-        fa.config.stage_eager_transforms = True
-    return {"jacobians staged": jacobians(L, quick)["jacobians"]}
+    if L.name != "fnarray":
+        return {"jacobians staged": jacobians(L, quick)["jacobians"]}
+    import fnarray as fa
+    before, fa.config.stage_eager_transforms = fa.config.stage_eager_transforms, True
+    try:   # tests run the workloads in their own process: the setting must not outlive the sweep
+        return {"jacobians staged": jacobians(L, quick)["jacobians"]}
+    finally:
+        fa.config.stage_eager_transforms = before
 
 
 # ---------------------------------------------------------------------------------------------------- stack
