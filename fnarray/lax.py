@@ -33,8 +33,10 @@ globals().update({n: getattr(_collectives, n) for n in _COLLECTIVES})
 from fnarray.transforms.shard_map import with_sharding_constraint  # noqa: E402,F401  (jax.lax's)
 from fnarray import _lax_more  # noqa: E402  (dynamic_slice_in_dim, top_k, Precision, ...: fnarray/_lax_more.py)
 
-_MORE = list(_lax_more.__all__)
-globals().update({n: getattr(_lax_more, n) for n in _MORE})
+from fnarray._lax_reduce import reduce  # noqa: E402,F401,A004  (jax.lax.reduce: fnarray/_lax_reduce.py)
+
+_MORE = list(_lax_more.__all__) + ["reduce"]
+globals().update({n: getattr(_lax_more, n) for n in _lax_more.__all__})
 
 __all__ = sorted(set(_CORE + _CONTROL + _CONV + _WINDOWS + _COLLECTIVES + _MORE + ["with_sharding_constraint"]))
 

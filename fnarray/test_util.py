@@ -88,21 +88,19 @@ def _numerical_jvp(f, primals, tangents, eps):
     """The central difference ``(f(x + eps t) - f(x - eps t)) / (2 eps)``.
 
     Where a primal is float32 or narrower and 64-bit is off, ``f`` is evaluated at the primals widened to
-    float64 with ``config.enable_x64`` on for the two calls (not thread-safe: it is the global switch), and
-    in ``f``'s dtype as JAX where that fails. A float32 quotient's rounding error, about ``1e-7 |f| / eps``,
+    float64 with 64-bit dtypes on for the two calls (``x64_scope``: in this thread only, so other threads
+    keep their setting), and in ``f``'s dtype as JAX where that fails. A float32 quotient's rounding error, about ``1e-7 |f| / eps``,
     is the size of float32's tolerance, so JAX's form passes or fails by the last bit of its kernels' rounding
     (the autodiff cookbook's ``check_grads(loss, (W, b), order=2)`` failed on NumPy 2.4's float32 ``tanh``).
     """
-    from fnarray.core.config import config
+    from fnarray.core.config import config, x64_scope
     wide_p, wide_t = _widened(primals), _widened(tangents)
     if wide_p is not None and not config.enable_x64:
-        config.enable_x64 = True
         try:
-            return _difference(f, wide_p, tangents if wide_t is None else wide_t, eps)
+            with x64_scope(True):
+                return _difference(f, wide_p, tangents if wide_t is None else wide_t, eps)
         except Exception:   # f needs its own dtypes (a kernel of fixed dtype): JAX's form below
             pass
-        finally:
-            config.enable_x64 = False
     return _difference(f, primals, tangents, eps)
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
+import threading
 
-__all__ = ["config"]
+__all__ = ["config", "x64_scope"]
 
 _FALLBACK_MODES = ("warn", "error", "silent")
 _AUTOTUNE_MODES = ("off", "fast", "full")
@@ -48,6 +50,32 @@ def _size_property(name):
 
 def _env_flag(name) -> bool:
     return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+class _Scoped(threading.local):
+    """This thread's overrides of the global settings (``x64_scope``); ``None``: the global value holds."""
+
+    x64 = None
+
+
+_scoped = _Scoped()
+#: how many ``x64_scope`` blocks are open, over all threads (under ``_scope_lock``)
+_open_scopes = 0
+_scope_lock = threading.Lock()
+
+
+class _Generation:
+    """``Config.generation`` while some thread is in an ``x64_scope``: the global count, paired with the
+    scope's setting in a thread that is in one, so that a cache entry made under one thread's 64-bit setting
+    never serves another's. A non-data descriptor: while no scope is open anywhere, the instance's own
+    ``generation`` attribute (the plain count) shadows it, and the hot paths that compare it (jit's, eager
+    operations') read an attribute, not a property (a property costs them ~3% of a small eager op)."""
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        x64 = _scoped.x64
+        return obj._generation if x64 is None else (obj._generation, x64)
 
 
 class Config:
@@ -122,7 +150,8 @@ class Config:
     """
 
     def __init__(self):
-        self.generation = 0  # bumped by every change, so caches keyed on the configuration can check it
+        self._generation = 0  # bumped by every change, so caches keyed on the configuration can check it
+        self.generation = 0   # the same, read by the hot paths (``_Generation``)
         self._fallback = "warn"
         self._default_device = os.environ.get("FNARRAY_DEVICE") or None
         self._platforms = None
@@ -198,17 +227,28 @@ class Config:
         self._debug_infs = bool(on)
         self._debug_changed()
 
+    #: the configuration's version, which caches keyed on it compare: bumped by every change of a setting that
+    #: changes lowering, a tuple inside an ``x64_scope`` (``_Generation``)
+    generation = _Generation()
+
+    def _bump(self):
+        with _scope_lock:
+            self._generation += 1
+            if not _open_scopes:
+                object.__setattr__(self, "generation", self._generation)
+
     @property
     def enable_x64(self) -> bool:
-        return self._enable_x64
+        x64 = _scoped.x64
+        return self._enable_x64 if x64 is None else x64
 
     @enable_x64.setter
     def enable_x64(self, on):
         self._enable_x64 = bool(on)
-        self.generation += 1
+        self._bump()
 
     def _debug_changed(self):
-        self.generation += 1
+        self._bump()
         if self.debug_hook is not None:
             self.debug_hook()
 
@@ -251,7 +291,7 @@ class Config:
     @default_device.setter
     def default_device(self, device):
         self._default_device = device
-        self.generation += 1
+        self._bump()
 
     @property
     def platforms(self):
@@ -274,7 +314,7 @@ class Config:
                 raise ValueError(f"fnarray.config.platforms: unknown platform {bad[0] if bad else value!r}; JAX's "
                                  f"platform names are {', '.join(_PLATFORMS)}")
         self._platforms = names
-        self.generation += 1
+        self._bump()
 
     # JAX's jax_platform_name names one platform; here it is the same setting as jax_platforms
     platform_name = platforms
@@ -288,11 +328,11 @@ class Config:
         if mode not in _FALLBACK_MODES:
             raise ValueError(f"fnarray.config.fallback must be one of {_FALLBACK_MODES}, got {mode!r}")
         self._fallback = mode
-        self.generation += 1
+        self._bump()
 
     def lowering_key(self) -> tuple:
         """The part of the configuration that changes lowering (a jit cache key component)."""
-        return (self._fallback, self._debug_nans, self._debug_infs, self._enable_x64)
+        return (self._fallback, self._debug_nans, self._debug_infs, self.enable_x64)
 
     def __repr__(self):
         sizes = ", ".join(f"{n}={getattr(self, n)}" for n in _CACHE_SIZES)
@@ -300,3 +340,32 @@ class Config:
 
 
 config = Config()
+
+
+@contextlib.contextmanager
+def x64_scope(on: bool = True):
+    """Within the ``with`` block, in this thread only, ``config.enable_x64`` reads ``on`` (as JAX's
+    ``jax.experimental.enable_x64`` / ``disable_x64`` context managers); other threads, and this one after the
+    block, see the global setting. Scopes nest; the global ``config.enable_x64 = ...`` is unchanged by them.
+
+    Args:
+      on: ``True`` keeps 64-bit dtypes in the block, ``False`` narrows them to 32-bit.
+    Raises:
+      TypeError: ``on`` is not a bool (or NumPy bool).
+    """
+    if not isinstance(on, bool) and type(on).__name__ != "bool_":   # (NumPy's bool, without importing NumPy)
+        raise TypeError(f"x64_scope(on) takes a bool (True: 64-bit dtypes in the block), got {type(on).__name__}")
+    global _open_scopes
+    with _scope_lock:
+        _open_scopes += 1
+        config.__dict__.pop("generation", None)   # the descriptor answers while a scope is open
+    previous = _scoped.x64
+    _scoped.x64 = bool(on)
+    try:
+        yield
+    finally:
+        _scoped.x64 = previous
+        with _scope_lock:
+            _open_scopes -= 1
+            if not _open_scopes:
+                object.__setattr__(config, "generation", config._generation)

@@ -189,13 +189,13 @@ _NARROW = {float64: float32, int64: int32, uint64: uint32, complex128: complex64
 
 def x64_enabled() -> bool:
     """Whether 64-bit dtypes are kept (``fnarray.config.enable_x64``)."""
-    return config._enable_x64
+    return config.enable_x64
 
 
 def narrow(d: np.dtype) -> np.dtype:
     """``d`` as it is stored under the current ``enable_x64`` setting: a 64-bit dtype's 32-bit counterpart
     while it is off, else ``d`` itself. ``d`` is one of our dtypes (see ``as_dtype``)."""
-    return d if config._enable_x64 else _NARROW.get(d, d)
+    return d if config.enable_x64 else _NARROW.get(d, d)
 
 
 def canonicalize(dtype) -> np.dtype:
@@ -221,7 +221,7 @@ def requested(dtype, where: str) -> np.dtype:
     if dtype is None:
         return None
     d = as_dtype(dtype)
-    if config._enable_x64 or d not in _NARROW:
+    if config.enable_x64 or d not in _NARROW:
         return d
     if dtype is not float and dtype is not int and dtype is not complex:  # (np.dtype("float64") == float)
         warnings.warn(f"Explicitly requested dtype {d.name} requested in {where} is not available, and will be "

@@ -69,9 +69,10 @@ def _window(operand_shape, window_dimensions, window_strides, padding, base_dila
 
 
 @functools.lru_cache(maxsize=256)
-def _monoid(computation, dtype) -> str | None:
-    """``"add"``, ``"max"`` or ``"min"`` if ``computation(a, b)`` on two scalars of ``dtype`` is exactly that
-    one primitive of ``a`` and ``b``; else ``None``."""
+def binary_primitive(computation, dtype):
+    """The primitive ``computation(a, b)`` is, on two scalars of ``dtype``, where it is exactly one binary primitive
+    of ``a`` and ``b`` (``fnarray.lax.add``, ``fnp.maximum``, ``operator.mul``, ``lambda a, b: a & b``...);
+    else ``None`` (traced once per computation and dtype)."""
     from fnarray.core.builder import trace_to_program  # noqa: PLC0415 (builder imports tracing machinery)
     aval = ShapedArray((), dtype)
     try:
@@ -81,12 +82,17 @@ def _monoid(computation, dtype) -> str | None:
     if len(prog.eqns) != 1 or len(prog.outvars) != 1:
         return None
     eqn = prog.eqns[0]
-    names = {P.add: "add", P.max_p: "max", P.min_p: "min"}
-    if eqn.primitive not in names or not isinstance(prog.outvars[0], Var) or prog.outvars[0] is not eqn.outputs[0]:
+    if not isinstance(prog.outvars[0], Var) or prog.outvars[0] is not eqn.outputs[0] or len(eqn.inputs) != 2:
         return None
     if sorted(map(id, eqn.inputs)) != sorted(map(id, prog.invars)):
         return None
-    return names[eqn.primitive]
+    return eqn.primitive
+
+
+def _monoid(computation, dtype) -> str | None:
+    """``"add"``, ``"max"`` or ``"min"`` if ``computation(a, b)`` on two scalars of ``dtype`` is exactly that
+    one primitive of ``a`` and ``b``; else ``None``."""
+    return {P.add: "add", P.max_p: "max", P.min_p: "min"}.get(binary_primitive(computation, dtype))
 
 
 def _computation_name(computation) -> str:

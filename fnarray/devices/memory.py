@@ -8,7 +8,10 @@ decides which values get buffers (``Capabilities.memory_check == "compiled"``: X
 kernel scheduler's inline values) a program whose values do not fit is not refused on that count:
 its outputs are checked, and then what the lowered program allocates after fusion
 (``Lowered.memory_use``, ``check_lowered``), so ``jit(lambda: ones((10**5, 10**5)).sum())`` runs
-on jax:0 as it does under ``jax.jit``. What a backend reports at run
+on jax:0 as it does under ``jax.jit``. Besides its results, an equation's scratch buffers
+(``devices/scratch.py``: the padded, base-dilated operand a window reduction or convolution builds) are
+counted with them (``check_eqn``), so a small result of a huge dilation is refused before it runs; on a
+"compiled" backend such scratch sends the program to ``check_lowered``. What a backend reports at run
 time (XLA's ``RESOURCE_EXHAUSTED``, NumPy's ``MemoryError``) is translated into the same
 ``ResourceExhaustedError`` by ``translate``.
 """
@@ -20,8 +23,9 @@ import math
 import os
 
 from fnarray.core.errors import ResourceExhaustedError
+from fnarray.devices.scratch import scratch_bytes
 
-__all__ = ["host_memory_bytes", "limits", "check_avals", "check_program", "check_lowered", "translate",
+__all__ = ["host_memory_bytes", "limits", "check_avals", "check_program", "check_eqn", "check_lowered", "translate",
            "format_bytes"]
 
 
@@ -107,7 +111,49 @@ def check_program(program, device, what: str = "this program") -> bool:
                 if deferred:
                     return False
                 check_avals([v.aval], device, f"{what} ({e.primitive.name})")
+        in_avals = [getattr(v, "aval", None) for v in e.inputs]
+        if not check_eqn(e.primitive, e.params, in_avals, [v.aval for v in e.outputs], device,
+                         f"{what} ({e.primitive.name})"):
+            return False
     return True
+
+
+def check_eqn(primitive, params, in_avals, out_avals, device, what: str = "this operation") -> bool:
+    """Check the scratch buffers one equation's implementation allocates (``devices.scratch.SCRATCH``: the
+    padded, base-dilated operand of a window reduction or convolution), together with its results.
+
+    Returns:
+      ``True`` where they fit (or the primitive has none); ``False`` where they do not but the device's
+      compiler decides what gets a buffer (``memory_check == "compiled"``): the caller measures the lowered
+      program (``check_lowered``).
+    Raises:
+      ResourceExhaustedError: (``memory_check == "values"``) one scratch buffer larger than the device's
+        largest, or scratch and results together larger than its memory; the message names the buffer, the
+        operand's shape and the parameters that size it, and what to do.
+    """
+    use = scratch_bytes(primitive, params, in_avals, out_avals)
+    if not use:
+        return True
+    per_buffer, memory = limits(device)
+    results = sum(_nbytes(a) for a in out_avals)
+    big = max(use, key=lambda u: u[1])
+    total = results + sum(n for _, n in use)
+    if big[1] <= per_buffer and total <= memory:
+        return True
+    if device.impl.capabilities(device).memory_check == "compiled":
+        return False
+    sizing = {k: params[k] for k in ("base_dilation", "lhs_dilation", "padding", "window_strides") if k in params}
+    operand = next((a for a in in_avals if a is not None and hasattr(a, "shape")), None)
+    given = f"an operand {operand.dtype}{list(operand.shape)}" if operand is not None else "its operands"
+    limit = (f"at most {format_bytes(per_buffer)} in one buffer" if big[1] > per_buffer
+             else f"{format_bytes(memory)} of memory")
+    raise ResourceExhaustedError(
+        f"{what} would allocate {big[0]} ({format_bytes(big[1])}; {format_bytes(total)} in all with its "
+        f"results) on {device}, which holds {limit}: {primitive.name} of {given} with "
+        f"{', '.join(f'{k}={v}' for k, v in sizing.items())} builds that buffer before it reads the windows "
+        "(it grows with the dilation and the padding, not with the result). Use a smaller dilation or padding, "
+        "compute the result in chunks (fnarray.lax.map over slices of the operand), or a device whose "
+        "backend indexes the operand in place (jax, opencl, webgpu; fnarray.devices(all_backends=True)).")
 
 
 def check_lowered(lowered, device, what: str = "this program") -> None:

@@ -201,7 +201,9 @@ def _compile_eqn(primitive, params, in_avals, out_avals, device: Device):
     backend = device.impl
     memory.check_avals(out_avals, device, f"the operation {primitive.name} (eager: its result is a buffer of its "
                        "own; under fnarray.jit a backend that fuses may need none)")
-    fast = getattr(backend, "eager_fast", None)
+    # scratch that does not fit where the backend's compiler decides: the program's path measures the lowered one
+    fits = memory.check_eqn(primitive, params, in_avals, out_avals, device, f"the operation {primitive.name}")
+    fast = getattr(backend, "eager_fast", None) if fits else None
     # The fast path skips partitioning: only for what the device supports (fallback needs the slow one).
     # An equation holding a host callback goes through partitioning too, unless the backend calls it in place.
     # A reference backend (numpy) needs no program for it (a first call of each new shape makes one: ~2 us).

@@ -642,7 +642,30 @@ def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = 
     return (out, sign) if return_sign else out
 
 
-def softmax(x, axis=-1):
+def _where_mask(where, x, name):
+    """``where`` as a bool array of ``x``'s shape (``ShapeError`` where it does not broadcast to it)."""
+    mask = _array(where, name)
+    if not dtypes.is_bool(mask.dtype):
+        raise DTypeError(f"{name}: where must be a bool array (True: the element takes part), got {mask.dtype.name}")
+    try:
+        np.broadcast_shapes(mask.shape, x.shape)
+    except ValueError:
+        raise ShapeError(f"{name}: where of shape {mask.shape} does not broadcast to x's shape {x.shape}") from None
+    return _bcast_to(mask, x.shape)
+
+
+def _masked_shift(x, axes, where, name):
+    """``(x - max, mask)``: the maximum over ``axes`` (of the elements ``where`` keeps; 0 for a slice it keeps
+    none of), under ``stop_gradient``; ``mask`` is ``None`` without ``where``."""
+    if where is None:
+        return x - lax.stop_gradient(_max_keep(x, axes)), None
+    mask = _where_mask(where, x, name)
+    m = _max_keep(lax.select(mask, x, lax.full(x.shape, -np.inf, x.dtype)), axes)
+    m = lax.select(lax.is_finite(m), m, lax.full(m.shape, 0, x.dtype))
+    return x - lax.stop_gradient(m), mask
+
+
+def softmax(x, axis=-1, where=None):
     """``exp(x) / sum(exp(x))`` over ``axis`` (mirrors ``jax.nn.softmax``).
 
     Computed as ``exp(x - max)`` normalized, with the maximum under ``stop_gradient``.
@@ -650,41 +673,55 @@ def softmax(x, axis=-1):
     Args:
       x: a real array.
       axis: an int, a tuple of ints or ``None``.
+      where: ``None``, or a bool array broadcastable to ``x``: only its ``True`` elements take part; the others
+        are 0 in the result (as JAX's ``where=``).
 
     Returns:
       A float array of ``x``'s shape (``float32`` for integer input) whose slices
-      along ``axis`` sum to 1.
+      along ``axis`` sum to 1 (over the elements ``where`` keeps).
 
     Raises:
-      ShapeError: an axis out of range or repeated (``AxisError``, a ``ShapeError``).
+      ShapeError: an axis out of range or repeated (``AxisError``, a ``ShapeError``), or ``where`` that does not
+        broadcast to ``x``.
       TypeError: ``x`` is not an array or a scalar, or ``axis`` is not an int or tuple.
-      DTypeError: ``x`` is complex.
+      DTypeError: ``x`` is complex, or ``where`` is not bool.
     """
     x = _real(x, "softmax")
     axes = _axes(axis, x.ndim)
-    unnormalized = lax.exp(x - lax.stop_gradient(_max_keep(x, axes)))
-    return unnormalized / _sum_keep(unnormalized, axes)
+    shifted, mask = _masked_shift(x, axes, where, "softmax")
+    unnormalized = lax.exp(shifted)
+    if mask is None:
+        return unnormalized / _sum_keep(unnormalized, axes)
+    zeros = lax.full(x.shape, 0, x.dtype)
+    unnormalized = lax.select(mask, unnormalized, zeros)
+    return lax.select(mask, unnormalized / _sum_keep(unnormalized, axes), zeros)
 
 
-def log_softmax(x, axis=-1):
+def log_softmax(x, axis=-1, where=None):
     """``x - logsumexp(x)`` over ``axis`` (mirrors ``jax.nn.log_softmax``).
 
     Args:
       x: a real array.
       axis: an int, a tuple of ints or ``None``.
+      where: ``None``, or a bool array broadcastable to ``x``: only its ``True`` elements take part; the others
+        are ``-inf`` in the result (as JAX's ``where=``).
 
     Returns:
       A float array of ``x``'s shape (``float32`` for integer input).
 
     Raises:
-      ShapeError: an axis out of range or repeated (``AxisError``, a ``ShapeError``).
+      ShapeError: an axis out of range or repeated (``AxisError``, a ``ShapeError``), or ``where`` that does not
+        broadcast to ``x``.
       TypeError: ``x`` is not an array or a scalar, or ``axis`` is not an int or tuple.
-      DTypeError: ``x`` is complex.
+      DTypeError: ``x`` is complex, or ``where`` is not bool.
     """
     x = _real(x, "log_softmax")
     axes = _axes(axis, x.ndim)
-    shifted = x - lax.stop_gradient(_max_keep(x, axes))
-    return shifted - lax.log(_sum_keep(lax.exp(shifted), axes))
+    shifted, mask = _masked_shift(x, axes, where, "log_softmax")
+    if mask is None:
+        return shifted - lax.log(_sum_keep(lax.exp(shifted), axes))
+    exps = lax.select(mask, lax.exp(shifted), lax.full(x.shape, 0, x.dtype))
+    return lax.select(mask, shifted - lax.log(_sum_keep(exps, axes)), lax.full(x.shape, -np.inf, x.dtype))
 
 
 def standardize(x, axis=-1, mean=None, variance=None, epsilon=1e-5):
