@@ -317,6 +317,34 @@ def test_jax_decode_products_write_no_weight_matrix(mode, bits, gs, transpose):
                                    atol=1e-4)
 
 
+@pytest.mark.parametrize("transpose", [True, False])
+@pytest.mark.parametrize("mode,bits,gs", [("affine", 3, 32), ("mxfp4", None, None)])
+def test_jax_prefill_products_dequantize_in_blocks(mode, bits, gs, transpose, monkeypatch):
+    """Issue 30: a jax prefill product (more than 4 rows) over weights past ``BLOCKED_WEIGHT_BYTES`` (lowered
+    here to 0) dequantizes blocks of ``prefill_block_rows`` weight rows in turn: the compiled program's
+    temporaries (XLA's buffer assignment) stay under a quarter of the float weights' bytes where blocks are an
+    eighth (whole blocks) and under a half with a shorter last block (134 = 2 x 67 rows, blocks of 20); the
+    result equals NumPy's float64 product, batch axes kept, in both orientations."""
+    jax = pytest.importorskip("jax")
+    from fnarray.lowering.jax import quantized
+    group_size, bits = fa.core.quantized.check_format(gs, bits, mode)
+    opts = dict(group_size=gs, bits=bits) if mode == "affine" else {}
+    monkeypatch.setattr(quantized, "BLOCKED_WEIGHT_BYTES", 0)
+    rng = np.random.default_rng(bits + group_size)
+    for rows, cols, block, bound in [(128, 128, 16, 4), (134, 128, 20, 2)]:
+        monkeypatch.setattr(quantized, "PREFILL_BLOCK_BYTES", block * cols * 4)
+        assert quantized.prefill_block_rows(rows, cols * 4) == block
+        parts = [np.asarray(a) for a in fa.quantize(rng.standard_normal((rows, cols)).astype(np.float32), mode=mode,
+                                                    **opts)]
+        wd = np.asarray(fa.dequantize(*parts, mode=mode, dtype=np.float32, **opts), np.float64)
+        k = cols if transpose else rows
+        x = rng.standard_normal((2, 3, k)).astype(np.float32)
+        f = jax.jit(functools.partial(quantized.jax_quantized_matmul, transpose=transpose, group_size=group_size,
+                                      bits=bits, mode=mode))
+        assert f.lower(x, *parts).compile().memory_analysis().temp_size_in_bytes < rows * cols * 4 / bound
+        np.testing.assert_allclose(np.asarray(f(x, *parts)), x @ (wd.T if transpose else wd), rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("mode,k,rows", [("affine", 4160, 1), ("affine", 8200, 3), ("mxfp8", 4100, 2)])
 def test_jax_long_columns_contractions_fuse(mode, k, rows):
     """``transpose=False`` over a contraction past XLA's 16 KiB fusion limit (any length: no groups along it):

@@ -32,9 +32,16 @@ row: 0.38x the float32 product's time, against 2.6x before):
   products read and so was written whole (the looked-up weights, before the tenth session); their scales are
   still looked up (a small array).
 
-More rows (prefill): the dequantized weights feed one ``dot_general``, whose blocked product amortizes writing
-them over the rows (a ``scan`` over blocks of rows dequantized and multiplied, or blocks unrolled, took 1.5-2x
-its time, fifteenth session: XLA schedules every unrolled block's dequantization before the first product).
+More rows (prefill): the dequantized weights feed XLA's library dot (YNNPACK's, ``ynn_fusion`` in the HLO),
+whose product amortizes writing them over the rows. Up to ``BLOCKED_WEIGHT_BYTES`` of float weights they are
+dequantized whole into one dot; past it (``_prefill``) a ``lax.scan`` dequantizes ``PREFILL_BLOCK_BYTES`` of
+weight rows at a time (``prefill_block_rows``), one library dot a block, so the program's temporaries are one
+block, not the float weights. Measured (sixteenth session, ``benchmarks/jax_quantized_rows.py``, one thread,
+load 12-20): each library dot costs ~0.3-0.4 ms on its own (a 16-row product by 256 columns of 2048: 0.88 ms,
+by all 2048: 4.4 ms), so at 2048 x 2048 (16 MiB of floats) four or eight blocks took 1.1-1.7x the whole
+dequantization; at 4096 x 4096 (64 MiB) blocks of 512 rows (8 MiB, in cache while their dot reads them) took
+0.55-0.8x. Unrolled blocks gain nothing: XLA schedules every block's dequantization before the first product,
+an optimization barrier between them included.
 """
 
 from __future__ import annotations
@@ -45,13 +52,17 @@ from fnarray.core.quantized import FLOAT_MODES, quantized_matmul_p
 from fnarray.lowering.jax.common import RULES
 from fnarray.lowering.packed import FLOAT_FORMATS, acc_dtype, unpack, unpack_plan
 
-__all__ = ["jax_quantized_matmul", "DECODE_ROWS", "FUSED_VECTOR_BYTES", "TILE", "e2m1_values", "e4m3_values",
-           "transposed", "unpack_leading"]
+__all__ = ["jax_quantized_matmul", "BLOCKED_WEIGHT_BYTES", "DECODE_ROWS", "FUSED_VECTOR_BYTES", "PREFILL_BLOCK_BYTES",
+           "TILE", "e2m1_values", "e4m3_values", "prefill_block_rows", "transposed", "unpack_leading"]
 
 #: Rows of ``x`` up to which the product is one fused matrix-vector product per row.
 DECODE_ROWS = 4
 #: XLA's CPU backend fuses the producers of a matrix-vector dot only for a vector of fewer bytes than this.
 FUSED_VECTOR_BYTES = 16 * 1024
+#: Float weights of at least this many bytes are dequantized in blocks by a prefill product (``_prefill``).
+BLOCKED_WEIGHT_BYTES = 32 * 1024 * 1024
+#: Float bytes of one block of weights dequantized at a time by a prefill product.
+PREFILL_BLOCK_BYTES = 8 * 1024 * 1024
 #: Side of the tiles in which ``transposed`` gathers (``transpose=False``'s words, scales and biases).
 TILE = 16
 
@@ -271,12 +282,65 @@ def _decode_columns(jnp, lax, xs, w, scales, biases, acc, group_size, bits, mode
     return _fused_rows(jnp, lax, xs, weights, 32 if xs.shape[1] % 32 == 0 else 1, acc)
 
 
+def prefill_block_rows(rows, row_bytes):
+    """Rows of the weights (their leading axis, ``rows`` of ``row_bytes`` float bytes each) dequantized at a time by
+    a prefill product: all of them (one block) while the float weights are under ``BLOCKED_WEIGHT_BYTES``, else
+    the most rows whose floats fit ``PREFILL_BLOCK_BYTES`` (at least one), or the largest divisor of ``rows`` down
+    to half that many (no shorter last block, whose floats would be a second buffer; the rule measured in the
+    module docstring)."""
+    if rows * row_bytes < BLOCKED_WEIGHT_BYTES:
+        return rows
+    most = max(1, min(rows, PREFILL_BLOCK_BYTES // row_bytes))
+    return next((r for r in range(most, most // 2, -1) if rows % r == 0), most)
+
+
+def _prefill(jnp, lax, xs, w, scales, biases, acc, group_size, bits, mode, transpose):
+    """``(m, n)``: ``xs (m, k)`` times the dequantized weights (``(n, k)``, ``transpose``; else ``(k, n)``),
+    library dots on blocks of ``prefill_block_rows`` weight rows dequantized in turn by a ``lax.scan`` (one
+    block's floats live at a time): with ``transpose`` each block gives a block of output columns, else a block
+    of the contraction, its product summed into the carry; the rows past the last whole block are one more
+    block after the loop."""
+    w, scales = jnp.asarray(w), jnp.asarray(scales)
+    biases = None if biases is None else jnp.asarray(biases)
+    rows, cols = w.shape[0], w.shape[1] * 32 // bits
+    size = prefill_block_rows(rows, cols * acc.itemsize)
+    whole = rows // size * size
+    contract = (((1,), (1,)), ((), ())) if transpose else (((1,), (0,)), ((), ()))
+
+    def product(x, part):
+        """``x`` times the float weights of ``part`` (words, scales, biases of some weight rows)."""
+        return lax.dot_general(x, _dequantize(jnp, *part, acc, group_size, bits, mode), contract,
+                               preferred_element_type=acc)
+
+    def blocks(v, a, b):
+        """Rows ``a:b`` of ``v`` (``None`` stays) cut into blocks of ``size`` along a new leading axis."""
+        return None if v is None else v[a:b].reshape((-1, size) + v.shape[1:])
+
+    parts = (w, scales, biases)
+    if whole == rows and size == rows:
+        return product(xs, parts)
+    tail = tuple(None if v is None else v[whole:] for v in parts)
+    if transpose:
+        outs = [] if whole == 0 else [lax.map(lambda part: product(xs, part),
+                                              tuple(blocks(v, 0, whole) for v in parts))]
+        outs = [jnp.moveaxis(outs[0], 0, 1).reshape(xs.shape[0], whole)] if outs else []
+        outs += [product(xs, tail)] if whole < rows else []
+        return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=1)
+    out = jnp.zeros((xs.shape[0], cols), acc)
+    if whole:
+        x_blocks = jnp.moveaxis(xs[:, :whole].reshape(xs.shape[0], -1, size), 1, 0)
+        out = lax.scan(lambda total, xp: (total + product(xp[0], xp[1]), None), out,
+                       (x_blocks, tuple(blocks(v, 0, whole) for v in parts)))[0]
+    return out + product(xs[:, whole:], tail) if whole < rows else out
+
+
 def jax_quantized_matmul(x, w, scales, *biases, transpose, group_size, bits, mode):
     """``x @ dequantize(w).T`` (``transpose``) or ``x @ dequantize(w)`` for ``x (..., k)``, accumulated in float32
     (float64 for float64); the floating modes (no biases) decode their element and scale values by bit
     arithmetic; the jitted program's only weight input is the packed uint32 array, and up to ``DECODE_ROWS`` rows
     no value as large as the weights is written, in either orientation (``transpose=False`` reads the words
-    transposed once: ``_decode_columns``; see the module docstring). Source: MLX's ``quantized_matmul`` (the
+    transposed once: ``_decode_columns``; see the module docstring); more rows dequantize weights past
+    ``BLOCKED_WEIGHT_BYTES`` a block of rows at a time (``_prefill``). Source: MLX's ``quantized_matmul`` (the
     format), XLA CPU's fusion of matrix-vector products."""
     import jax.numpy as jnp
     from jax import lax
@@ -288,11 +352,8 @@ def jax_quantized_matmul(x, w, scales, *biases, transpose, group_size, bits, mod
         decode = _decode_rows if transpose else _decode_columns
         out = decode(jnp, lax, x.astype(acc).reshape(m, k), w, scales, bias, acc, group_size, bits, mode)
         return out.reshape(x.shape[:-1] + (out.shape[1],)).astype(x.dtype)
-    wd = _dequantize(jnp, w, scales, bias, acc, group_size, bits, mode)
-    contract = (1,) if transpose else (0,)
-    out = lax.dot_general(x.astype(acc), wd, (((x.ndim - 1,), contract), ((), ())),
-                          preferred_element_type=acc)
-    return out.astype(x.dtype)
+    out = _prefill(jnp, lax, x.astype(acc).reshape(m, k), w, scales, bias, acc, group_size, bits, mode, transpose)
+    return out.reshape(x.shape[:-1] + (out.shape[1],)).astype(x.dtype)
 
 
 assert set(_ELEMENT_DECODERS) == set(FLOAT_FORMATS) == set(FLOAT_MODES)
