@@ -77,6 +77,9 @@ class Emitter:
         #: a concatenation of more than two pieces as ``if`` branches, not a ``select`` per piece (the
         #: scheduler option ``concat_branches``)
         self.branches = False
+        #: pieces that are one chain at shifted slices read through that chain (the scheduler option
+        #: ``uniform_pieces``, on unless a backend turns it off)
+        self.uniform = True
         #: per ``slice`` equation (by id) being evaluated as another piece of a concatenation, the index shift
         #: of its start (``_concatenate_uniform``), and that state as a key part (``()`` when none)
         self._shift: dict = {}
@@ -349,7 +352,7 @@ def _concatenate(em, e, idx):
     for a in pieces:
         offsets.append(o)
         o += a.aval.shape[dim]
-    if UNIFORM_PIECES and len(pieces) > 1 and len({a.aval for a in pieces}) == 1:
+    if UNIFORM_PIECES and em.uniform and len(pieces) > 1 and len({a.aval for a in pieces}) == 1:
         steps = slice_steps(em, pieces)
         if steps is not None and idx[dim].bounds()[0] >= 0:
             return _concatenate_uniform(em, pieces[0], steps, idx, dim)
