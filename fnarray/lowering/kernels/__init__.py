@@ -198,7 +198,8 @@ def schedule_program(program: Program, caps, **opts) -> Plan:
     targets (those and CPU OpenCL): ``scatter_columns`` (a work item per column of a scatter where that is less work:
     ``groups/scatter.py``), ``share_values`` (a costly inlined elementwise value read by several equations gets a
     buffer: ``schedule._Inlining._shared``), ``concat_branches`` (a concatenation of more than two pieces as
-    ``if`` branches: ``emitter._concatenate_branches``).
+    ``if`` branches: ``emitter._concatenate_branches``); ``uniform_pieces`` (default on; off: pieces that are one
+    chain at shifted slices are still chosen per element, not read through one chain: ``kernels/uniform_pieces.py``).
     """
     return Plan(program, caps, opts)
 

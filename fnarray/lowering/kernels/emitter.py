@@ -20,6 +20,7 @@ compiled kernel serves every shape. Rules that need the shape raise
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 from fnarray.core import primitives as P
@@ -27,6 +28,11 @@ from fnarray.core.ir import Literal
 from fnarray.lowering.kernels.index import Ix, ix_const, ix_data, linearize, to_expr, unravel
 from fnarray.lowering.kernels.ir import INT32, Cast, Expr, const
 from fnarray.lowering.kernels.rules import ELEMENTWISE, convert, op, select
+from fnarray.lowering.kernels.uniform_pieces import slice_steps
+
+#: concatenations of pieces that are one chain at shifted slices as that chain, read once (``_concatenate_uniform``;
+#: ``benchmarks/concat_pieces.py`` turns it off to time the forms before it)
+UNIFORM_PIECES = True
 
 __all__ = ["Emitter", "Flat", "NotFlat", "STRUCTURAL", "INJECTIVE", "zero_index", "shaped_index"]
 
@@ -71,6 +77,13 @@ class Emitter:
         #: a concatenation of more than two pieces as ``if`` branches, not a ``select`` per piece (the
         #: scheduler option ``concat_branches``)
         self.branches = False
+        #: pieces that are one chain at shifted slices read through that chain (the scheduler option
+        #: ``uniform_pieces``, on unless a backend turns it off)
+        self.uniform = True
+        #: per ``slice`` equation (by id) being evaluated as another piece of a concatenation, the index shift
+        #: of its start (``_concatenate_uniform``), and that state as a key part (``()`` when none)
+        self._shift: dict = {}
+        self._variant = ()
 
     # ------------------------------------------------------------------ keys
     @staticmethod
@@ -113,7 +126,7 @@ class Emitter:
         aval = a.aval
         if aval.size == 1:
             idx = zero_index(aval)
-        k = (a, self.key(aval, idx))
+        k = (a, self.key(aval, idx)) + self._variant
         hit = self._lookup(k)
         if hit is not None:
             return hit
@@ -146,6 +159,22 @@ class Emitter:
         return ELEMENTWISE[prim](self.b, xs, e.params, [a.aval for a in e.inputs], out)
 
     # ------------------------------------------------------------------ helpers for rules
+    @contextlib.contextmanager
+    def shifted(self, shifts):
+        """Evaluate with the starts of the ``slice`` equations keyed (by id) in ``shifts`` moved by those ``Ix``
+        tuples, added to any shift already in force; values computed meanwhile are remembered apart."""
+        saved = self._shift, self._variant
+        merged = dict(self._shift)
+        for i, sh in shifts.items():
+            old = merged.get(i)
+            merged[i] = sh if old is None else tuple(x + y for x, y in zip(old, sh, strict=True))
+        self._shift = merged
+        self._variant = (tuple(sorted(merged.items())),)
+        try:
+            yield
+        finally:
+            self._shift, self._variant = saved
+
     def index_expr(self, ix: Ix):
         return to_expr(ix)
 
@@ -225,6 +254,9 @@ def _slice(em, e, idx):
         raise NotFlat
     in_idx = tuple(i * st + s for i, s, st in zip(idx, e.params["start_indices"], e.params["strides"],
                                                     strict=True))
+    shift = em._shift.get(id(e))
+    if shift is not None:
+        in_idx = tuple(i + d for i, d in zip(in_idx, shift, strict=True))
     return em.val(e.inputs[0], in_idx)
 
 
@@ -320,6 +352,10 @@ def _concatenate(em, e, idx):
     for a in pieces:
         offsets.append(o)
         o += a.aval.shape[dim]
+    if UNIFORM_PIECES and em.uniform and len(pieces) > 1 and len({a.aval for a in pieces}) == 1:
+        steps = slice_steps(em, pieces)
+        if steps is not None and idx[dim].bounds()[0] >= 0:
+            return _concatenate_uniform(em, pieces[0], steps, idx, dim)
     i = em.b.let(em.index_expr(idx[dim]))
 
     def piece(a, off):
@@ -339,6 +375,17 @@ def _concatenate(em, e, idx):
         result = v if result is None else em.b.let(select(op("lt", i, const(off + a.aval.shape[dim], INT32)), v,
                                                           result))
     return result
+
+
+def _concatenate_uniform(em, first, steps, idx, dim):
+    """Pieces that are ``first``'s chain with slices started ``k * step`` further (``uniform_pieces``): element
+    ``i`` along ``dim`` is element ``i % m`` of piece ``i // m``, read through ``first``'s chain with each moving
+    slice shifted by ``(i // m) * step``: one chain and one load per element, whatever the number of pieces."""
+    m = first.aval.shape[dim]
+    k = idx[dim] // m
+    sub = tuple(idx[dim] % m if d == dim else j for d, j in enumerate(idx))
+    with em.shifted({i: tuple(k * s for s in step) for i, (_e, step) in steps.items()}):
+        return em.val(first, sub)
 
 
 def _concatenate_branches(em, e, parts, i, piece):

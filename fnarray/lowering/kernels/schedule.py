@@ -230,6 +230,7 @@ class _Ctx:
             return name
         em = Emitter(b, self.producer, buffer_of, on_read, tracker.add if tracker is not None else None)
         em.branches = bool(self.opts.get("concat_branches", False))
+        em.uniform = bool(self.opts.get("uniform_pieces", True))
         return em
 
     def output(self, b, args, v, hint="out") -> str:

@@ -397,6 +397,10 @@ class OpenCLLowered(KernelLowered):
             # kernels/emitter.py: a concatenation of more than two pieces as if branches (the VAE grid
             # 26.8-27.4 -> 22.1-22.9 CPU ms, load 7-8)
             opts["concat_branches"] = True
+            # kernels/uniform_pieces.py: not on PoCL, where the branch tree above reads the VAE grid's 100 slices
+            # faster than one chain at shifted slices with its divisions (4.5-4.9 vs 17-19 ns an element, 25
+            # slices 5-7 vs 8-12, load 22; benchmarks/concat_pieces.py); lavapipe is the other way round
+            opts["uniform_pieces"] = False
             # groups/pallas.py: a reduction of several rows per item reads float32/uint32 inputs as float4/uint4
             # lanes (``_lane_load``; only there on OpenCL) where PoCL compiles with LLVM 15 or later (PoCL 3.1:
             # the 4-bit matvec example 0.80x the time; PoCL 3.0, LLVM 14: 1.3x, so not there)
