@@ -7,9 +7,11 @@ product's ``vec4`` operand whose whole buffer fits as a WGSL ``var<uniform>`` ar
 array's lane by lane. ``dot.UNIFORM_OPERANDS = False`` restores the storage bindings. Each product of
 ``webgpu_products.SHAPES`` (its count per step beside it) is lowered both ways in one process and timed
 interleaved: process CPU time (lavapipe's threads included) of ``--calls`` calls, best of ``--rounds``; the last
-line per workload sums count x time over its products; ``uniforms``: how many operands the new form binds so.
+line per workload sums count x time over its products; ``uniforms``: how many uniform arrays the new form binds.
+``--windows`` compares ``dot.UNIFORM_WINDOWS`` off and on instead (a larger operand read four rows or columns a
+load bound as several 64 KiB uniform windows of its buffer, sixteenth session), whole-buffer uniforms on in both.
 
-Usage: python benchmarks/webgpu_uniform_products.py [--workloads transformer,vae] [--rounds 5] [--calls 10]
+Usage: python benchmarks/webgpu_uniform_products.py [--workloads transformer,vae] [--rounds 5] [--calls 10] [--windows]
 Asserts nothing.
 """
 
@@ -36,17 +38,19 @@ def main(argv=None):
     ap.add_argument("--workloads", default=",".join(SHAPES))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--windows", action="store_true", help="dot.UNIFORM_WINDOWS off against on")
     a = ap.parse_args(argv)
+    switch, names = ("UNIFORM_WINDOWS", "no windows windows") if a.windows else ("UNIFORM_OPERANDS", "storage uniform")
     print(_timing.load_line())
     dev = fa.get_device("webgpu:0")
     print(f"webgpu:0: {dev.description}")
     rng = np.random.default_rng(0)
     for work in a.workloads.split(","):
-        print(f"{'x':>2} {'batch x M x N x K':>20} {'layout':>8} | uniforms | CPU ms/call storage uniform | ratio")
+        print(f"{'x':>2} {'batch x M x N x K':>20} {'layout':>8} | uniforms | CPU ms/call {names} | ratio")
         total = [0.0, 0.0]
         for shape in SHAPES[work]:
             args, f = operands(dev, shape, rng)
-            runs = [_timing.jit_swapped(fa, dot, "UNIFORM_OPERANDS", on, dev, f, args, a.calls)[0]
+            runs = [_timing.jit_swapped(fa, dot, switch, on, dev, f, args, a.calls)[0]
                     for on in (False, True)]
             ms, total = _timing.per_call_ms(runs, a.rounds, a.calls, total, shape[0])
             count, b, m, n, k, lhs, rhs = shape
