@@ -7,23 +7,34 @@ product's ``vec4`` operand whose whole buffer fits as a WGSL ``var<uniform>`` ar
 array's lane by lane. ``dot.UNIFORM_OPERANDS = False`` restores the storage bindings. Each product of
 ``webgpu_products.SHAPES`` (its count per step beside it) is lowered both ways in one process and timed
 interleaved: process CPU time (lavapipe's threads included) of ``--calls`` calls, best of ``--rounds``; the last
-line per workload sums count x time over its products; ``uniforms``: how many operands the new form binds so.
+line per workload sums count x time over its products; ``uniforms``: how many uniform arrays the new form binds.
+``--windows`` compares ``dot.UNIFORM_WINDOWS`` off and on instead (a larger operand read four rows or columns a
+load bound as several 64 KiB uniform windows of its buffer, sixteenth session), whole-buffer uniforms on in both.
+``--cold`` turns Mesa's shader cache off (``MESA_SHADER_CACHE_DISABLE``) and adds each variant's first call (compile
+included, and one profiled call) in CPU seconds.
 
-Usage: python benchmarks/webgpu_uniform_products.py [--workloads transformer,vae] [--rounds 5] [--calls 10]
+Usage: python benchmarks/webgpu_uniform_products.py [--workloads transformer,vae] [--rounds 5] [--calls 10] [--windows]
+       [--cold]
 Asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+import time
 
-import numpy as np
+if "--cold" in sys.argv:
+    os.environ["MESA_SHADER_CACHE_DISABLE"] = "true"   # before the driver loads
 
-import _checkout  # noqa: F401  (this checkout's fnarray, not an installed one)
-import _timing
-import fnarray as fa
-from fnarray.lowering.kernels.groups import dot
-from webgpu_products import SHAPES, operands
+import numpy as np  # noqa: E402
+
+import _checkout  # noqa: E402,F401  (this checkout's fnarray, not an installed one)
+import _timing  # noqa: E402
+import fnarray as fa  # noqa: E402
+from fnarray.lowering.kernels.groups import dot  # noqa: E402
+from webgpu_products import SHAPES, operands  # noqa: E402
 
 
 def uniforms(dev, f, args) -> int:
@@ -36,22 +47,29 @@ def main(argv=None):
     ap.add_argument("--workloads", default=",".join(SHAPES))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--windows", action="store_true", help="dot.UNIFORM_WINDOWS off against on")
+    ap.add_argument("--cold", action="store_true", help="Mesa's shader cache off; first calls in CPU s")
     a = ap.parse_args(argv)
+    switch, names = ("UNIFORM_WINDOWS", "no windows windows") if a.windows else ("UNIFORM_OPERANDS", "storage uniform")
     print(_timing.load_line())
     dev = fa.get_device("webgpu:0")
     print(f"webgpu:0: {dev.description}")
     rng = np.random.default_rng(0)
     for work in a.workloads.split(","):
-        print(f"{'x':>2} {'batch x M x N x K':>20} {'layout':>8} | uniforms | CPU ms/call storage uniform | ratio")
+        print(f"{'x':>2} {'batch x M x N x K':>20} {'layout':>8} | uniforms | CPU ms/call {names} | ratio")
         total = [0.0, 0.0]
         for shape in SHAPES[work]:
             args, f = operands(dev, shape, rng)
-            runs = [_timing.jit_swapped(fa, dot, "UNIFORM_OPERANDS", on, dev, f, args, a.calls)[0]
-                    for on in (False, True)]
+            runs, first = [], []
+            for on in (False, True):
+                t = time.process_time()
+                runs.append(_timing.jit_swapped(fa, dot, switch, on, dev, f, args, a.calls)[0])
+                first.append(time.process_time() - t)
             ms, total = _timing.per_call_ms(runs, a.rounds, a.calls, total, shape[0])
             count, b, m, n, k, lhs, rhs = shape
             print(f"{count:>2} {f'{b}x{m}x{n}x{k}':>20} {lhs + ',' + rhs:>8} | {uniforms(dev, f, args):>8} | "
-                  f"{ms[0]:7.3f} {ms[1]:8.3f} | {ms[1] / ms[0]:5.2f}", flush=True)
+                  f"{ms[0]:7.3f} {ms[1]:8.3f} | {ms[1] / ms[0]:5.2f}"
+                  + (f" | first call {first[0]:.2f} -> {first[1]:.2f} s" if a.cold else ""), flush=True)
         print(f"{work}: the step's products {total[0]:.1f} -> {total[1]:.1f} CPU ms ({total[1] / total[0]:.2f}x)")
     print(_timing.load_line())
 

@@ -468,6 +468,66 @@ def test_uniform_operands_give_the_storage_kernels_bits(wdev, monkeypatch, name,
     np.testing.assert_array_equal(got.view(np.uint32), np.asarray(g(*dargs)).view(np.uint32))
 
 
+# Products whose larger vec4 operand read four rows or columns a load (a weight gradient's ``x.T``, the rhs as it
+# lies) a CPU adapter binds as several uniform windows of its buffer, the contraction's loop split where a window
+# ends (groups/dot.py, scheduler option ``dot_uniform_windows``): (name, f, operand shapes, uniform bindings of the
+# product kernel there in the subgroup and the blocked form). Operands of 75-86 KiB whose windows end inside the
+# contraction (steps 224 and 256 of 300), odd rows and an odd contraction (the lhs then read by scalar loads), a
+# transposed rhs of 48 KiB bound whole beside a windowed lhs, both operands windowed, a batch (storage: windows
+# are for one batch), and an operand needing more windows than a stage's uniform buffers (storage).
+WINDOW_DOTS = [
+    ("weight_gradient", lambda a, b: a.T @ b, ((300, 64), (300, 72)), (2, 4)),
+    ("odd_rows_and_steps", lambda a, b: a.T @ b, ((301, 37), (301, 60)), (2, 2)),
+    ("transposed_rhs", lambda a, b: a.T @ b.T, ((300, 64), (40, 300)), (1, 3)),
+    ("both_windowed", lambda a, b: a.T @ b, ((300, 96), (300, 68)), (2, 4)),
+    ("batched", lambda a, b: a.mT @ b, ((3, 200, 32), (3, 200, 40)), (0, 0)),
+    ("over_budget", lambda a, b: a.T @ b, ((800, 8), (800, 256)), (0, 1)),
+]
+
+
+@pytest.mark.parametrize("form", ["subgroup", "blocked"])
+@pytest.mark.parametrize("name,f,shapes,uniforms", WINDOW_DOTS, ids=[c[0] for c in WINDOW_DOTS])
+def test_uniform_windows_give_the_storage_kernels_bits(wdev, monkeypatch, name, f, shapes, uniforms, form):
+    """On a CPU adapter a product's larger operand read four rows or columns a load is bound as uniform windows of
+    at most 64 KiB each; the values agree with NumPy in float64 and, bit for bit, with the kernel that reads it
+    from storage (``dot.UNIFORM_WINDOWS`` off: the accumulators add in the contraction's order either way)."""
+    from fnarray.lowering.kernels.groups import dot
+    if form == "blocked":
+        _blocks_only(monkeypatch)
+    args = [_f32(*s, seed=i) for i, s in enumerate(shapes)]
+    dargs = _on(wdev, *args)
+    (k,) = [k for k in fa.jit(f).lower(*dargs).kernels() if k.kind == "dot"]
+    want = uniforms[form == "blocked"] if wdev.platform == "cpu" else 0
+    assert k.source.count("var<uniform> uni") == want, k.source
+    assert all(int(n) * 16 <= 1 << 16 for n in re.findall(r"var<uniform> uni\w*: array<vec4<f32>, (\d+)>", k.source))
+    got = np.asarray(fa.jit(f)(*dargs))
+    np.testing.assert_allclose(got, f(*[a.astype(np.float64) for a in args]), rtol=1e-5, atol=1e-4)
+    monkeypatch.setattr(dot, "UNIFORM_WINDOWS", False)
+    g = fa.jit(lambda *a: f(*a))
+    np.testing.assert_array_equal(got.view(np.uint32), np.asarray(g(*dargs)).view(np.uint32))
+
+
+@pytest.mark.parametrize("off,geometry,steps,split", [
+    (0, (1, 72, 72), (300, 1), True), (8, (1, 260, 244), (301, 4), True), (0, (1, 64, 64), (1024, 1), True),
+    (0, (1, 64, 64), (100, 1), True), (0, (1, 20000, 16400), (8, 1), False), (0, (1, 4100, 4096), (8, 1), False)])
+def test_uniform_windows_cover_the_contraction(off, geometry, steps, split):
+    """``dot._uniform_windows``: consecutive runs of the contraction from 0 to K (each but the last a multiple of
+    the step), each window starting at a multiple of the alignment, at most 64 KiB, holding every element its
+    steps read (``off + k * s_k + i``, ``i < count``); none where one step's elements exceed a window, or where
+    no run of steps that fits one starts at an aligned byte (a row of 16,400 bytes: 16 steps)."""
+    from fnarray.lowering.kernels.groups import dot
+    _, s_k, count = geometry
+    K, step = steps
+    spec = types.SimpleNamespace(shape=(off + (K - 1) * s_k + count,), dtype=np.dtype(np.float32))
+    ws = dot._uniform_windows(spec, off, geometry, steps, (1 << 16, 256))
+    assert bool(ws) == split
+    if split:
+        assert [w[0] for w in ws] == [0] + [w[1] for w in ws[:-1]] and ws[-1][1] == K
+    for k0, k1, start, size in ws:
+        assert start % 256 == 0 and size <= 1 << 16 and (k1 == K or (k1 - k0) % step == 0)
+        assert start <= 4 * (off + k0 * s_k) and 4 * (off + (k1 - 1) * s_k + count) <= start + size
+
+
 def _momentum(x, d, m, p):
     m2 = 0.9 * m + x.T @ d
     return p - 1e-3 * m2, m2

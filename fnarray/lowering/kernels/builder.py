@@ -49,13 +49,14 @@ class KernelBuilder:
         self._next_scope = 1
 
     # ------------------------------------------------------------------ parameters
-    def buffer(self, key, dtype, writes: bool, hint: str = "buf", uniform: int = 0) -> str:
-        """The parameter name of buffer ``key`` (added on first use; ``uniform``: ``BufferParam``'s, read-only)."""
+    def buffer(self, key, dtype, writes: bool, hint: str = "buf", uniform: int = 0, offset: int = -1) -> str:
+        """The parameter name of buffer ``key`` (added on first use; ``uniform``, ``offset``: ``BufferParam``'s,
+        read-only)."""
         name = self._param_names.get(("buf", key))
         if name is None:
             name = f"{hint}{sum(isinstance(p, BufferParam) for p in self.params)}"
             self._param_names[("buf", key)] = name
-            self.params.append(BufferParam(name, dtype, writes, uniform))
+            self.params.append(BufferParam(name, dtype, writes, uniform, offset))
         elif writes:
             i = next(i for i, p in enumerate(self.params) if getattr(p, "name", None) == name)
             p = self.params[i]

@@ -288,12 +288,15 @@ class BufferParam:
     """A global buffer argument; ``writes`` says whether the kernel stores to it. ``uniform``: 0 for a storage
     buffer, else the length (in ``dtype`` elements) of a read-only array bound as a uniform buffer (WGSL's
     ``var<uniform>``, a fixed size; only where a scheduler option asks for it: ``groups/dot.py``'s
-    ``dot_uniform``)."""
+    ``dot_uniform``). ``offset``: for a uniform array, the byte offset in the buffer where it starts (a window of
+    a larger buffer, ``groups/dot.py``'s ``dot_uniform_windows``; a multiple of the target's
+    ``minUniformBufferOffsetAlignment``), -1 for the whole buffer."""
 
     name: str
     dtype: np.dtype
     writes: bool
     uniform: int = 0
+    offset: int = -1
 
 
 @_frozen

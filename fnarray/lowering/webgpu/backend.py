@@ -220,6 +220,15 @@ def _subgroup_lanes(gpu, caps) -> int:
     return bits // 32 if gpu.has_subgroups else 0
 
 
+def _uniform_windows(gpu) -> tuple:
+    """``(bindings, alignment)`` of the scheduler option ``dot_uniform_windows`` (``groups/dot.py``: a product's
+    large operand bound as several uniform windows): the device's uniform buffers per shader stage less the one of
+    the kernel's scalars, and its ``minUniformBufferOffsetAlignment`` (bytes)."""
+    lim = gpu.device.limits
+    return (max(0, lim.get("max-uniform-buffers-per-shader-stage", 12) - 1),
+            max(16, lim.get("min-uniform-buffer-offset-alignment", 256)))
+
+
 def _import_wgpu():
     if not os.environ.get("XDG_RUNTIME_DIR") and sys.platform.startswith("linux"):
         # Mesa's drivers print "XDG_RUNTIME_DIR is invalid or not set" on every start of a headless
@@ -666,8 +675,11 @@ class _GPU:
         return self.device.create_buffer_with_data(data=raw, usage=usage)
 
     @_locked
-    def bind_group(self, bgl, buffers, uniform):
-        entries = [{"binding": k, "resource": {"buffer": b}} for k, b in enumerate(buffers)]
+    def bind_group(self, bgl, buffers, uniform, windows=None):
+        """A bind group of ``buffers`` (then ``uniform``, or ``None``); ``windows[k]``: ``(offset, size)`` in bytes
+        where binding ``k`` is a window of its buffer (``_Step.windows``), else ``None``."""
+        entries = [{"binding": k, "resource": {"buffer": b} | native.window_entry(windows, k)}
+                   for k, b in enumerate(buffers)]
         if uniform is not None:
             entries.append({"binding": len(buffers), "resource": {"buffer": uniform}})
         return self.device.create_bind_group(layout=bgl, entries=entries)
@@ -709,11 +721,16 @@ class _Step:
     """One kernel launch of a plan: pipeline, what it binds (value slots), uniform, work-groups. A call makes the
     bind groups of the launches that bind its own buffers (``dispatch.Runner``, ``native.py``)."""
 
-    __slots__ = ("source", "entry", "pipeline", "bgl", "slots", "writes", "uniform", "groups", "launch")
+    __slots__ = ("source", "entry", "pipeline", "bgl", "slots", "writes", "uniform", "groups", "launch", "windows")
 
     def __init__(self, source, entry, pipeline, bgl, slots, writes, uniform, groups, launch):
         self.source, self.entry, self.pipeline, self.bgl = source, entry, pipeline, bgl
         self.slots, self.writes, self.uniform, self.groups, self.launch = slots, writes, uniform, groups, launch
+        # (byte offset, size) of each binding that is a window of its buffer (BufferParam.offset), else None
+        params = [p for p in launch.kernel.params if isinstance(p, BufferParam)]
+        windows = tuple((p.offset, p.uniform * np.dtype(p.dtype).itemsize) if p.uniform and p.offset >= 0 else None
+                        for p in params)
+        self.windows = windows if any(windows) else None
 
 
 class _Plan:
@@ -832,8 +849,10 @@ class WebGPULowered(KernelLowered):
                 # (attention's per-head views) where it lies, with no dot_operand_copy kernel first
                 opts["dot_batch_views"] = True
                 # groups/dot.py: a product's operand of at most 64 KiB (a weight of the transformer, the VAE's
-                # activations) read through a uniform binding (lavapipe gathers those per lane in one go)
+                # activations) read through a uniform binding (lavapipe gathers those per lane in one go); a larger
+                # one read four rows or columns a load (a weight gradient's x.T) through several uniform windows
                 opts["dot_uniform"] = CPU_DOT_UNIFORM
+                opts["dot_uniform_windows"] = _uniform_windows(self.backend.gpu)
                 lanes = _subgroup_lanes(self.backend.gpu, caps)
                 if lanes:
                     # groups/dot.py: a subgroup shares the product's lhs rows (broadcast), each work item

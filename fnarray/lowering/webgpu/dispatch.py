@@ -103,9 +103,9 @@ class Runner:
             self._place_slots(plan, template, HELD_BYTES - gpu.held_bytes)
             gpu.held_bytes += self._held
             # Launches over arena buffers only get their bind group now, once; the others a binder.
-            self.fixed = [gpu.bind_group(st.bgl, [template[k] for k in st.slots], st.uniform)
+            self.fixed = [gpu.bind_group(st.bgl, [template[k] for k in st.slots], st.uniform, st.windows)
                           if all(template[k] is not None for k in st.slots) else None for st in plan.steps]
-            self.binders = [(calls.binder(st.bgl, [template[k] for k in st.slots], st.uniform), st.slots)
+            self.binders = [(calls.binder(st.bgl, [template[k] for k in st.slots], st.uniform, st.windows), st.slots)
                             for st, bg in zip(plan.steps, self.fixed, strict=True) if bg is None]
         weakref.finalize(self, _give_back, gpu, self._held).atexit = False
         self.template = template
@@ -230,7 +230,8 @@ class Runner:
         begin = time.perf_counter_ns()
         with gpu.lock:
             vals, made = self._bind(bufs)
-            binds = [bg if bg is not None else gpu.bind_group(st.bgl, [vals[k] for k in st.slots], st.uniform)
+            binds = [bg if bg is not None
+                     else gpu.bind_group(st.bgl, [vals[k] for k in st.slots], st.uniform, st.windows)
                      for st, bg in zip(self.steps, self.fixed, strict=True)]
             dev = gpu.device
             enc = dev.create_command_encoder()

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["Native", "Public", "make", "parse_types_at_once", "parse_wgpu_types"]
+__all__ = ["Native", "Public", "make", "parse_types_at_once", "parse_wgpu_types", "window_entry"]
 
 #: The C functions ``Native`` calls and their C types in wgpu-py 0.32's cffi declarations (``make`` checks them:
 #: another signature means another wgpu-native, recorded through wgpu-py's methods instead).
@@ -125,6 +125,13 @@ def parse_wgpu_types() -> int:
     return parse_types_at_once(getattr(_ffi, "ffi", None))
 
 
+def window_entry(windows, k) -> dict:
+    """The ``offset`` and ``size`` (bytes) of a bind-group entry's buffer resource where binding ``k`` is a window
+    of its buffer (``windows[k]``, ``backend._Step.windows``); empty for the whole buffer."""
+    w = windows[k] if windows is not None and k < len(windows) else None
+    return {} if w is None else {"offset": w[0], "size": w[1]}
+
+
 def make(device):
     """``Native`` for a wgpu-py device where its internals are as expected, else ``Public``."""
     if os.environ.get("FNARRAY_WEBGPU_CALLS", "").lower() == "public":
@@ -147,16 +154,18 @@ class Public:
         """What ``record`` takes for a pipeline or a bind group made at compile time: the wgpu-py object."""
         return obj
 
-    def binder(self, bgl, fixed, uniform):
+    def binder(self, bgl, fixed, uniform, windows=None):
         """A bind-group maker for a layout: ``fixed[k]`` the buffer of binding ``k`` or ``None`` where the call's
-        value slot ``slots[k]`` gives it; ``uniform`` a uniform buffer bound last, or ``None``."""
-        return (bgl, tuple(fixed), uniform)
+        value slot ``slots[k]`` gives it; ``uniform`` a uniform buffer bound last, or ``None``; ``windows[k]``:
+        ``(offset, size)`` where binding ``k`` is a window of its buffer (``backend._Step.windows``)."""
+        return (bgl, tuple(fixed), uniform, windows)
 
     def bind_groups(self, binders, vals):
         """A bind group per ``(binder, slots)`` for the buffers ``vals[slot]`` of this call."""
         made = []
-        for (bgl, fixed, uniform), slots in binders:
-            entries = [{"binding": k, "resource": {"buffer": b if b is not None else vals[s]}}
+        for (bgl, fixed, uniform, windows), slots in binders:
+            entries = [{"binding": k,
+                        "resource": {"buffer": b if b is not None else vals[s]} | window_entry(windows, k)}
                        for k, (b, s) in enumerate(zip(fixed, slots, strict=True))]
             if uniform is not None:
                 entries.append({"binding": len(fixed), "resource": {"buffer": uniform}})
@@ -208,17 +217,19 @@ class Native:
         """The native handle of a wgpu-py pipeline or bind group (kept alive by the caller)."""
         return obj._internal
 
-    def binder(self, bgl, fixed, uniform):
-        """A descriptor for ``bgl`` with the ``fixed`` buffers (and ``uniform``) filled in, and the entries that
-        each call fills: ``(entries, descriptor, variable entry indices)``."""
+    def binder(self, bgl, fixed, uniform, windows=None):
+        """A descriptor for ``bgl`` with the ``fixed`` buffers (and ``uniform``; ``windows`` as
+        ``Public.binder``'s) filled in, and the entries that each call fills: ``(entries, descriptor, variable
+        entry indices)``."""
         ffi = self.ffi
         n = len(fixed) + (uniform is not None)
         entries = ffi.new("WGPUBindGroupEntry[]", n)
         buffers = list(fixed) + ([uniform] if uniform is not None else [])
         for k, b in enumerate(buffers):
             entries[k].binding = k
-            entries[k].offset = 0
-            entries[k].size = self._whole
+            w = windows[k] if windows is not None and k < len(fixed) else None
+            entries[k].offset = 0 if w is None else w[0]
+            entries[k].size = self._whole if w is None else w[1]
             entries[k].buffer = b._internal if b is not None else self._null
         desc = ffi.new("WGPUBindGroupDescriptor *")
         desc.layout = bgl._internal

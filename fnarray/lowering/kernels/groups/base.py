@@ -133,26 +133,35 @@ def vec4_binding(b, args, spec, dtype, writes=False) -> str:
     return name
 
 
-def uniform_binding(b, args, spec, dtype) -> str:
+def uniform_binding(b, args, spec, dtype, window=None) -> str:
     """The ``vec4`` binding of ``spec``'s buffer as a read-only uniform buffer (``BufferParam.uniform``: WGSL's
     ``var<uniform>`` array of the buffer's whole vectors), recorded in ``args``; the caller checks that the buffer
     fits the target's uniform binding (the scheduler option ``dot_uniform``). Mesa 22.3's lavapipe loads a uniform
     array at per-lane addresses as one gather, a storage array lane by lane in a loop with a branch and a bounds
-    test per lane (docs/performance.md, fifteenth session). ``vectors_fit`` checks the launch afterwards."""
-    name = b.buffer(("uniform", spec), vector_dtype(dtype), False, "uni", uniform=math.prod(spec.shape) // 4)
+    test per lane (docs/performance.md, fifteenth session). ``window = (offset, size)`` (bytes, multiples of 16):
+    only that range of the buffer, as its own binding (``BufferParam.offset``; ``groups/dot.py``'s windows).
+    ``vectors_fit`` checks the launch afterwards."""
+    if window is None:
+        name = b.buffer(("uniform", spec), vector_dtype(dtype), False, "uni", uniform=math.prod(spec.shape) // 4)
+    else:
+        offset, size = window
+        name = b.buffer(("uniform", spec, offset), vector_dtype(dtype), False, "uni", uniform=size // 16,
+                        offset=offset)
     args[name] = spec
     return name
 
 
 def vectors_fit(caps, launch) -> bool:
     """Whether ``launch``'s vector bindings (``ir.vector_dtype`` buffer parameters) keep within the target's
-    buffers per kernel (``caps.max_buffers_per_kernel``) and bind no buffer twice where either binding is written
-    (WebGPU refuses a buffer bound read-only and writable at once; buffers compared by identity): a buffer the
-    kernel writes may be bound as vectors only, as the reduce group's row values are. Used by the groups that
-    read ``vec4`` operands on CPU adapters (``groups/dot.py``, ``groups/reduce.py``)."""
+    storage buffers per kernel (``caps.max_buffers_per_kernel``; uniform arrays, ``BufferParam.uniform``, not
+    counted: the product group keeps those within the uniform buffers of a stage itself) and bind no buffer
+    twice where either binding is written (WebGPU refuses a buffer bound read-only and writable at once; buffers
+    compared by identity): a buffer the kernel writes may be bound as vectors only, as the reduce group's row
+    values are. Used by the groups that read ``vec4`` operands on CPU adapters (``groups/dot.py``,
+    ``groups/reduce.py``)."""
     bufs = [(p, a) for p, a in zip(launch.kernel.params, launch.args, strict=True) if isinstance(p, BufferParam)]
     limit = caps.max_buffers_per_kernel
-    if limit is not None and len(bufs) > limit:
+    if limit is not None and sum(not p.uniform for p, _ in bufs) > limit:   # uniform arrays have their own limit
         return False
     for i, (p, a) in enumerate(bufs):   # a vector binding beside another binding of its buffer, either written
         if np.dtype(p.dtype).subdtype is not None and any(

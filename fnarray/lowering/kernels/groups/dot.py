@@ -241,6 +241,16 @@ SUBGROUP_TUNABLE = Tunable("dot_subgroup", {"rows": (8, 16, 32), "cols": (4, 8)}
 #: gather: a raw 1024 x 64 x 64 product 0.60x the CPU time with its 16 KiB rhs so bound (docs/performance.md).
 UNIFORM_OPERANDS = True
 
+#: Whether a single-batch product's ``vec4`` operand read four rows (lhs) or columns (rhs) at a time (``"rows"``:
+#: a weight gradient's ``x.T @ d``, the VAE's ``[32, 784]`` activations as a weight gradient's rhs) whose buffer is
+#: over ``dot_uniform`` bytes is bound as several uniform windows of the buffer, each a run of the contraction's
+#: steps, where the scheduler option ``dot_uniform_windows`` ``(bindings, alignment)`` allows (native webgpu on a CPU
+#: adapter: the stage's uniform buffers less the scalars' one, ``minUniformBufferOffsetAlignment``): the loop over
+#: the contraction is split where a window ends (``_accumulate``; each accumulator adds in the contraction's order,
+#: so the results are the storage kernel's bits). Off: a storage binding (``benchmarks/webgpu_uniform_products.py
+#: --windows`` compares the two).
+UNIFORM_WINDOWS = True
+
 #: Whether the scheduler option ``dot_batch_views`` (native webgpu on a CPU adapter) lets a product read an operand
 #: whose batch dimensions keep a stride each (``DotGroup.plan``'s ``split``: the transformer's attention products
 #: over ``[batch, seq, heads, d]`` views) in place, instead of a ``dot_operand_copy`` kernel first (off: the copy;
@@ -742,8 +752,7 @@ class DotGroup(Group):
             bbase = b.let(op("add", s["b_off"], batch_offset(bi, s["b_sb"])))
             lhs = _OperandReader(b, a, lp[0], dt, abase, m0, ry, s["M"], s["a_sm"], s["a_sk"], along[0], self._load)
             rhs = _OperandReader(b, bb, rp[0], dt, bbase, n0, rx, s["N"], s["b_sn"], s["b_sk"], along[1], self._load)
-            for reader in (lhs, rhs):
-                reader.bind(args, ctx.opts.get("dot_uniform", 0))
+            self._bind_readers(args, (lhs, rhs), (lp, rp), 4 if "k" in along else 1)
             accs = _accumulate(b, lhs, rhs, s["K"], 4 if "k" in along else 1, dt, acc_dt, ry * rx)
             wide = vectors and stores and self._wide_stores(rx)
             self._store_block(b, em, args, accs, (bi, m0, n0, block), None, s, wide)
@@ -753,6 +762,31 @@ class DotGroup(Group):
             # first without the vec4 stores (a written buffer also read: donated), then without any vectors
             return self._blocked(lp, rp, block, vectors=vectors and wide, stores=False)
         return launch
+
+    def _bind_readers(self, args, readers, plans, step):
+        """Bind the ``vec4`` reads of the ``(lhs, rhs)`` readers of the blocked or subgroup product (operand
+        ``plans`` ``(lp, rp)``, the contraction taken ``step`` at a time): each operand whose whole buffer fits
+        the scheduler option ``dot_uniform`` as a uniform array, then, within ``dot_uniform_windows``' bindings
+        left, those that ``_uniform_windows`` can split into windows (fewest windows first), the rest as
+        storage (``_OperandReader.bind``)."""
+        opts = self.ctx.opts
+        uniform = opts.get("dot_uniform", 0)
+        bindings, align = opts.get("dot_uniform_windows", (0, 256))
+        whole = [r.fits(uniform) for r in readers]
+        left = bindings - sum(whole)
+        split = [()] * len(readers)
+        for i, r in enumerate(readers):
+            if UNIFORM_OPERANDS and UNIFORM_WINDOWS and not whole[i] and r.along == "rows" and self.B == 1 and bindings:
+                own, k_stride = (plans[i][2][1], plans[i][2][2]) if i == 0 else (plans[i][2][2], plans[i][2][1])
+                count = self.M if i == 0 else self.N
+                split[i] = _uniform_windows(r.spec, plans[i][1], (own, k_stride, count), (self.K, step),
+                                            (uniform, align))
+        for i in sorted(range(len(readers)), key=lambda i: len(split[i])):
+            if split[i] and len(split[i]) > left:
+                split[i] = ()
+            left -= len(split[i])
+        for r, w in zip(readers, split, strict=True):
+            r.bind(args, uniform, w)
 
     def _subgroup_lanes(self, lp, rp) -> int:
         """The subgroup size of the subgroup form (``_subgroup``: the scheduler option ``dot_subgroup``), or 0
@@ -822,8 +856,7 @@ class DotGroup(Group):
         along = self._subgroup_reads(lp, rp, tile, lanes) if vectors else (None, None)
         lhs = _SharedRows(b, a, lp[0], dt, (abase, m0, s["M"], s["a_sm"], s["a_sk"]), (rows, lanes), along[0], self._load)
         rhs = _OperandReader(b, bb, rp[0], dt, bbase, n0, cols, s["N"], s["b_sn"], s["b_sk"], along[1], self._load)
-        for reader in (lhs, rhs):
-            reader.bind(args, ctx.opts.get("dot_uniform", 0))
+        self._bind_readers(args, (lhs, rhs), (lp, rp), 4 if "k" in along else 1)
         accs = _accumulate(b, lhs, rhs, s["K"], 4 if "k" in along else 1, dt, dt, rows * cols)
         wide = vectors and stores and self._wide_stores(cols)
         self._store_block(b, em, args, accs, (bi, m0, n0, tile), op("lt", sg, const(tiles, INT32)), s, wide)
@@ -1053,19 +1086,53 @@ def _accumulate(b, lhs, rhs, count, step, dt, acc_dt, n_acc):
     the ``lhs`` and ``rhs`` readers' values): ``n_acc`` accumulators of dtype ``acc_dt``, one per (lhs row, rhs
     column) of the block, row-major, each adding its products in the order of the contraction; returns them."""
     accs = [b.var(acc_dt, const(0, acc_dt)) for _ in range(n_acc)]
-    with b.loop(const(0, INT32), count, const(step, INT32) if step > 1 else None) as k:
-        for reader in (lhs, rhs):
-            reader.start(k)
-        for kk in range(step):
-            xs, ys = lhs.values(k, kk), rhs.values(k, kk)
-            if acc_dt != dt:
-                xs = [b.let(convert(b, x, acc_dt)) for x in xs]
-                ys = [b.let(convert(b, y, acc_dt)) for y in ys]
-            for i, x in enumerate(xs):
-                for j, y in enumerate(ys):
-                    acc = accs[i * len(ys) + j]
-                    b.assign(acc, add_of(b, acc, b.let(mul_of(b, x, y))))
+    # a reader bound as uniform windows (``_uniform_windows``) splits the loop where one of its windows ends
+    ends = sorted({k for r in (lhs, rhs) for k0, k1, _ in r.windows for k in (k0, k1)})
+    for k0, k1 in zip(ends, ends[1:]) if ends else [(const(0, INT32), count)]:
+        if ends:
+            for r in (lhs, rhs):
+                r.window(k0)
+            k0, k1 = const(k0, INT32), const(k1, INT32)
+        with b.loop(k0, k1, const(step, INT32) if step > 1 else None) as k:
+            for reader in (lhs, rhs):
+                reader.start(k)
+            for kk in range(step):
+                xs, ys = lhs.values(k, kk), rhs.values(k, kk)
+                if acc_dt != dt:
+                    xs = [b.let(convert(b, x, acc_dt)) for x in xs]
+                    ys = [b.let(convert(b, y, acc_dt)) for y in ys]
+                for i, x in enumerate(xs):
+                    for j, y in enumerate(ys):
+                        acc = accs[i * len(ys) + j]
+                        b.assign(acc, add_of(b, acc, b.let(mul_of(b, x, y))))
     return accs
+
+
+def _uniform_windows(spec, off, geometry, steps, limits) -> tuple:
+    """``((k0, k1, offset, size), ...)``: windows of ``spec``'s buffer (float32 elements; ``off`` the operand's
+    first element) that hold a ``"rows"``-read operand's contraction steps ``k0 .. k1 - 1``, each at most
+    ``limit`` bytes starting at a byte ``offset`` that is a multiple of ``align`` (``limits = (limit, align)``:
+    WebGPU's ``maxUniformBufferBindingSize`` and ``minUniformBufferOffsetAlignment``), or ``()`` where one step
+    does not fit. ``geometry = (s_own, s_k, count)``: the element (row ``k``, own index ``i``) lies at
+    ``off + k * s_k + i``, ``i < count``, ``s_own == 1``; ``steps = (K, step)``: the contraction's length, each
+    window but the last a multiple of ``step`` steps. Step ``k`` of window ``k0`` is read at vector
+    ``(off + i) / 4 + (k - k0) * s_k / 4`` of the window (``_OperandReader.values``)."""
+    s_own, s_k, count = geometry
+    K, step = steps
+    limit, align = limits
+    if s_own != 1 or s_k < count or off % 4 or s_k % 4:
+        return ()
+    unit = math.lcm(step, align // math.gcd(4 * s_k, align))
+    per = ((limit // 4 - off - count) // s_k + 1) // unit * unit if limit // 4 >= off + count else 0
+    if per <= 0:
+        return ()
+    total = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
+    out = []
+    for k0 in range(0, K, per):
+        k1 = min(K, k0 + per)
+        start = 4 * k0 * s_k
+        out.append((k0, k1, start, min(4 * ((k1 - k0 - 1) * s_k + off + count), total - start)))
+    return tuple(out)
 
 
 class _OperandReader:
@@ -1098,18 +1165,36 @@ class _OperandReader:
             self.sk4 = b.let(op("div", s_k, four))
         self.vname = None
         self.vectors = ()
+        self.windows, self.first_step = (), 0
 
-    def bind(self, args, uniform=0):
+    def fits(self, uniform) -> bool:
+        """Whether the operand is read as vectors from a buffer of at most ``uniform`` bytes (the scheduler option
+        ``dot_uniform``; ``UNIFORM_OPERANDS``) of its own dtype: ``bind`` makes it one uniform array."""
+        nbytes = math.prod(self.spec.shape) * np.dtype(self.spec.dtype).itemsize
+        return (self.along is not None and UNIFORM_OPERANDS and np.dtype(self.spec.dtype) == np.dtype(self.dt)
+                and nbytes <= uniform)
+
+    def bind(self, args, uniform=0, windows=()):
         """The vector binding of the operand's buffer (beside its element binding, which the epilogue may
-        read too), recorded in ``args``: a uniform binding (``base.uniform_binding``) where the whole buffer has at
-        most ``uniform`` bytes (the scheduler option ``dot_uniform``; ``UNIFORM_OPERANDS``), else a storage one."""
+        read too), recorded in ``args``: a uniform binding (``base.uniform_binding``) where the whole buffer
+        ``fits``; else, given ``windows`` (``_uniform_windows``: ``(k0, k1, offset, size)``), a uniform binding per
+        window, read by ``values`` at the window of ``window``'s steps; else a storage one."""
         if self.along is None:
             return
-        nbytes = math.prod(self.spec.shape) * np.dtype(self.spec.dtype).itemsize
-        if UNIFORM_OPERANDS and np.dtype(self.spec.dtype) == np.dtype(self.dt) and nbytes <= uniform:
+        if self.fits(uniform):
             self.vname = uniform_binding(self.b, args, self.spec, self.dt)
+        elif windows and np.dtype(self.spec.dtype) == np.dtype(self.dt):
+            self.windows = tuple((k0, k1, uniform_binding(self.b, args, self.spec, self.dt, (at, size)))
+                                 for k0, k1, at, size in windows)
         else:
             self.vname = vec4_binding(self.b, args, self.spec, self.dt)
+
+    def window(self, k):
+        """Read the steps from ``k`` on (a loop of ``_accumulate``'s that starts at ``k``) from the window that
+        holds step ``k`` (where ``bind`` made windows)."""
+        for k0, k1, name in self.windows:
+            if k0 <= k < k1:
+                self.vname, self.first_step = name, k0
 
     def spread(self, value, dtype) -> list:
         """The values a work item's load ``value`` (of ``dtype``) gives it: the value itself (``_SharedRows``:
@@ -1134,6 +1219,8 @@ class _OperandReader:
             kofs = b.let(op("mul", kat, self.s_k))
             return [x for row in self.rows for x in self.spread(self.load(b, self.name, op("add", row, kofs), self.dt),
                                                                 self.dt)]
+        if self.first_step:   # a window's steps from its first (``window``)
+            kat = b.let(op("sub", kat, const(self.first_step, INT32)))
         kofs = b.let(op("mul", kat, self.sk4))
         out = []
         for row in self.rows:
@@ -1170,6 +1257,7 @@ class _SharedRows(_OperandReader):
         self.sk4 = b.let(op("div", s_k, four)) if along == "rows" else None
         self.vname = None
         self.vectors = ()
+        self.windows, self.first_step = (), 0
 
     def spread(self, value, dtype) -> list:
         """``value`` of each work item of the subgroup, in lane order, broadcast to all of them."""
