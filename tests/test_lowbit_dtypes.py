@@ -729,6 +729,26 @@ def test_kernel_backends_upcast_bit_for_bit(device):
                 raise AssertionError(f"{d.name} {name}: {e}"[:600]) from None
 
 
+def test_control_flow_carries_low_bit_values(device):
+    """``fori_loop``, ``while_loop``, ``cond`` and ``scan`` carrying float8 and int4 values, their bodies computing
+    on them: opencl:0 and webgpu:0 with ``fallback="error"`` (the carries are byte buffers, the bodies upcast),
+    bit for bit as numpy:0 (jax:0 and mlx:0 skipped: their while loops compile slowly, and their bodies are the
+    parity cases' operations)."""
+    if device.backend in ("jax", "mlx"):
+        pytest.skip("the kernel backends' control flow over byte carries (test time)")
+    fs = {"fori": lambda v: fa.lax.fori_loop(0, 3, lambda i, c: c * v + v, v),
+          "while": lambda v: fa.lax.while_loop(lambda c: c[1] < 4, lambda c: (c[0] + v, c[1] + 1), (v, 0))[0],
+          "cond": lambda v: fa.lax.cond(v[0] > v[1], lambda u: u + u, lambda u: u * u, v),
+          "scan": lambda v: fa.lax.scan(lambda c, e: (c + e, c * e), v[0], v)}
+    for d, v in ((E4M3, np.array([1.5, 2, -3, 0.5, 7], np.float32).astype(E4M3)), (I4, np.array([1, 2, -3, 5, 7]).astype(I4))):
+        for name, f in fs.items():
+            want = fa.jit(f)(fa.device_put(v, "numpy:0"))
+            with fallback_mode("error" if device.backend in NATIVE + ("opencl", "webgpu") else "warn"):
+                got = fa.jit(f)(_put(v, device))
+            for g, w in zip(fa.tree_util.tree_leaves(got), fa.tree_util.tree_leaves(want), strict=True):
+                _same_bits(np.asarray(g), np.asarray(w))
+
+
 @pytest.mark.parametrize("d", LOW, ids=lambda d: d.name)
 def test_mlx_products_in_the_dtype_are_numpy_bit_for_bit(d):
     """``x @ w`` in a low-bit dtype on mlx:0 (float32 accumulation rounded once; integers wrap) and with a wider

@@ -106,6 +106,8 @@ def _low_bit_reason(eqn):
     if not low:
         return None
     d = low[0]
+    if eqn.primitive in _CONTROL or eqn.primitive in CALLS:
+        return None   # the carries are buffers; the partitioner checks the sub-programs' equations
     if eqn.primitive not in _LOW_BIT_PRIMITIVES:
         return (f"OpenCL C has no {d.name} type: kernels convert its bytes, in registers (astype, bit casts), "
                 "move them (transpose, reshape, slice, concatenate...), and compute its arithmetic in "

@@ -126,6 +126,8 @@ def _low_bit_reason(eqn):
         return None
     if d == _U8 and eqn.primitive is quantized_matmul_p:
         return None   # the mxfp4 scales, read as bytes
+    if d != _U8 and (eqn.primitive in CONTROL_PRIMITIVES or eqn.primitive in CALLS):
+        return None   # the carries are buffers; the partitioner checks the sub-programs' equations
     if d != _U8 and eqn.primitive not in _LOW_BIT_PRIMITIVES:
         return (f"WGSL has no {d.name} type: webgpu kernels read and write its bytes, converting them (astype) and "
                 "moving them; its arithmetic computes in float32/int32 between conversions "
