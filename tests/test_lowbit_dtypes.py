@@ -3,12 +3,13 @@
 References: ml_dtypes/NumPy conversions (bit for bit), ``jax.numpy.promote_types`` (the lattice, every pair),
 NumPy float64 of the upcast values (arithmetic, matmul), and our own pinned semantics where XLA's differ
 (float -> int saturates, integer division by zero is 0). Every device runs every case: numpy:0 and jax:0
-natively; opencl and mlx convert natively to and from them, webgpu out of them (the arrays are bytes on the
-device, kernels convert them in registers; mlx's programs convert their bytes with MLX operations), with
-``fallback="error"`` in the cast tests (every byte pattern, a float sweep with every rounding tie, subnormals,
-overflow and NaN); mlx also computes the common arithmetic, compares, reductions and products by upcasting
-(``fallback="error"``, and bit for bit against numpy:0 over every pair of byte patterns, eager and jit);
-other operations there through the numpy fallback (a ``FallbackWarning`` naming the dtype, and
+natively; opencl, webgpu and mlx convert natively to and from them (the arrays are bytes on the device, kernels
+convert them in registers, webgpu's write them with an atomic byte store; mlx's programs convert their bytes
+with MLX operations), with ``fallback="error"`` in the cast tests (every byte pattern, a float sweep with every
+rounding tie, subnormals, overflow and NaN); mlx, opencl and webgpu also compute the arithmetic, compares,
+reductions, scans and products by upcasting (mlx in its rules, the kernel backends through
+``core/low_bit_upcast.py``; ``fallback="error"``, and bit for bit against numpy:0 over every pair of byte
+patterns); other operations there through the numpy fallback (a ``FallbackWarning`` naming the dtype, and
 ``UnsupportedOnDevice`` with ``fallback="error"``).
 """
 
@@ -51,25 +52,30 @@ def _put(x, device):
 def _cast_mode(device, src, dst):
     """``fallback="error"`` where ``device`` converts ``src`` to ``dst`` itself: numpy and jax; opencl where it
     has both dtypes, except float64 into a float8 (it rounds once from float64 on numpy:0); mlx the same, from
-    and to the dtypes it has (``lowering/mlx/low_bit.py``); webgpu out of a low-bit dtype only (it reads their
-    bytes, and uint8's, but writes none); else ``"warn"``."""
+    and to the dtypes it has (``lowering/mlx/low_bit.py``); webgpu the same but into uint8 (it reads uint8's bytes
+    but writes none); else ``"warn"``."""
     src, dst = np.dtype(src), np.dtype(dst)
     if device.backend in NATIVE:
         return "error"
     if device.backend == "mlx":
         return "warn" if src in (np.float64, np.complex64, np.complex128) or dst in (np.complex64, np.complex128) \
             else "error"
-    if device.backend not in ("opencl", "webgpu") or (device.backend == "webgpu" and (dst in LOW or dst == np.uint8)):
+    if device.backend not in ("opencl", "webgpu") or (device.backend == "webgpu" and dst == np.uint8):
         return "warn"
     caps = device.impl.capabilities(device)
     ok = src in caps.dtypes and dst in caps.dtypes
     return "error" if ok and not (src == np.float64 and dst in FLOAT8) else "warn"
 
 
+#: The backends that compute on the low-bit dtypes by upcasting (mlx: ``lowering/mlx/low_bit_upcast.py``; the kernel
+#: backends: ``core/low_bit_upcast.py``).
+UPCASTING = ("mlx", "opencl", "webgpu")
+
+
 def _op_mode(device):
-    """``fallback="error"`` where ``device`` computes on the low-bit dtypes itself (numpy and jax natively, mlx by
-    upcasting: ``lowering/mlx/low_bit_upcast.py``), else ``"warn"``."""
-    return "error" if device.backend in NATIVE + ("mlx",) else "warn"
+    """``fallback="error"`` where ``device`` computes on the low-bit dtypes itself (numpy and jax natively, the
+    others by upcasting: ``UPCASTING``), else ``"warn"``."""
+    return "error" if device.backend in NATIVE + UPCASTING else "warn"
 
 
 def _all_f8(d):
@@ -293,15 +299,15 @@ _MOVES = {
 @pytest.mark.parametrize("move", list(_MOVES))
 @pytest.mark.parametrize("d", LOW, ids=lambda d: d.name)
 def test_data_movement_keeps_the_bytes(device, d, move):
-    """Transposes, reshapes, slices, reversals, broadcasts and concatenations move every byte pattern (opencl the
-    very bytes, NaNs included; XLA may rewrite a float8 NaN's); opencl runs them with ``fallback="error"``, so
-    weights can be laid out on the device before their upcast."""
+    """Transposes, reshapes, slices, reversals, broadcasts and concatenations move every byte pattern (opencl and
+    webgpu the very bytes, NaNs included; XLA may rewrite a float8 NaN's); opencl and webgpu run them with
+    ``fallback="error"``, so weights can be laid out on the device before their upcast."""
     w = np.arange(256, dtype=np.uint8).reshape(16, 16).view(d)
     f = fa.jit(_MOVES[move])
-    with fallback_mode("error" if device.backend in NATIVE + ("opencl", "mlx") else "warn"):
+    with fallback_mode("error" if device.backend in NATIVE + UPCASTING else "warn"):
         got = np.asarray(f(_put(w, device)))
     want = np.asarray(f(_put(w, "numpy:0")))
-    if got.dtype == d and device.backend in ("numpy", "opencl", "mlx"):   # the very bytes (XLA may rewrite NaNs)
+    if got.dtype == d and device.backend in ("numpy",) + UPCASTING:   # the very bytes (XLA may rewrite NaNs)
         assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
     else:
         _same_bits(got, want)
@@ -547,11 +553,14 @@ def test_kernel_and_mlx_devices_fall_back_naming_the_dtype(device, monkeypatch):
             x = _put(np.array([1.5, 2.0], E4M3), device)
             assert float((x + x).astype(fnp.float32).sum()) == 7.0
         return
-    converts = device.backend in ("opencl", "webgpu", "mlx")   # they convert the bytes; arithmetic falls back
-    mlx = device.backend == "mlx"   # it computes by upcasting; an int4 convolution falls back (MLX's are float)
+    converts = device.backend in UPCASTING   # they convert the bytes and compute by upcasting
+    mlx = device.backend == "mlx"   # an int4 convolution falls back (MLX's are float)
+    kernel = device.backend in ("opencl", "webgpu")   # float8 nextafter falls back (it steps the code)
     if mlx:   # 3 * 3 = 9 wraps to -7 in int4
         op, want, d0, v0 = (lambda v: fa.lax.conv_general_dilated(v.reshape(1, 1, -1), v[:1].reshape(1, 1, 1), (1,),
                                                                   "VALID").reshape(-1), [-7.0, -6.0], I4, [3, -2])
+    elif kernel:   # one float8 step toward -v: 1.5 -> 1.375, 2 -> 1.875
+        op, want, d0, v0 = (lambda v: fnp.nextafter(v, -v)), [1.375, 1.875], E4M3, [1.5, 2.0]
     else:
         op, want, d0, v0 = (lambda v: v * v), [2.25, 4.0], E4M3, [1.5, 2.0]
     x = _put(np.array(v0).astype(d0), device)
@@ -562,11 +571,11 @@ def test_kernel_and_mlx_devices_fall_back_naming_the_dtype(device, monkeypatch):
     msgs = [str(m.message) for m in w if issubclass(m.category, fa.FallbackWarning)]
     assert msgs and all(d0.name in m for m in msgs), msgs
     with fallback_mode("error"):
-        for d, v in ((E4M3, [1.5]), (I4, [3])) if not mlx else ((I4, [3]),):
+        for d, v in ((I4, [3]),) if mlx else ((E4M3, [1.5]),) if kernel else ((E4M3, [1.5]), (I4, [3])):
             a = _put(np.array(v).astype(d), device)
             with pytest.raises(fa.UnsupportedOnDevice, match=d.name):
                 op(a)
-            if mlx:
+            if mlx or kernel:
                 assert np.asarray(a + a).astype(np.float64).tolist() == [2.0 * v[0]]
             if converts:
                 assert np.asarray(a.astype(fnp.float32)).tolist() == [float(v[0])]
@@ -685,6 +694,61 @@ def test_upcast_operations_are_numpy_bit_for_bit(d, path, backend):
     assert not bad, "\n".join(bad)
 
 
+#: The every-pair operations the kernel backends run (one program per dtype, ``jit``: a subset, for test time; the
+#: parity cases cover one case of every primitive, ``_KERNEL_PARITY``)
+_KERNEL_PAIR_OPS = ("add", "sub", "mul", "div", "rem", "max", "min", "lt", "eq", "where", "scalar", "floordiv",
+                    "xor", "shift_left", "shift_right_logical", "shift_right_arithmetic", "popcount", "neg", "abs",
+                    "invert", "sqrt", "round", "isfinite", "sum", "argmax", "cumsum")
+
+
+def test_kernel_backends_upcast_bit_for_bit(device):
+    """opencl:0 and webgpu:0 compute the low-bit dtypes' arithmetic, compares, bit operations, reductions, scans,
+    sorts and gathers in float32/int32 between conversions (``core/low_bit_upcast.py``; webgpu writes the bytes
+    with an atomic byte store), ``fallback="error"``, bit for bit as numpy:0 over every pair of byte patterns
+    (NaN, infinities, overflow, subnormals, -0; every int4/uint4 shift amount), all the operations of a dtype in
+    one jitted program (fused kernels writing several byte arrays)."""
+    if device.backend not in ("opencl", "webgpu"):
+        pytest.skip("the kernel backends' upcasting (mlx and jax: test_upcast_operations_are_numpy_bit_for_bit)")
+    for d in LOW:
+        a, b = _every_pair(d)
+        ops = [(n, _UPCAST_BINARY[n], 2) if n in _UPCAST_BINARY else (n, _UPCAST_UNARY[n], 1)
+               for n in dict.fromkeys(_KERNEL_PAIR_OPS) if _applies(n, d)
+               and not (n == "rem" and d in FLOAT8 and device.backend == "webgpu")]   # (its sign: an int8 bit cast)
+
+        def f(x, y, ops=ops):
+            return [fn(x, y) if k == 2 else fn(x) for _, fn, k in ops]
+        with np.errstate(all="ignore"):
+            want = fa.jit(f)(fa.device_put(a, "numpy:0"), fa.device_put(b, "numpy:0"))
+        with fallback_mode("error"):
+            got = fa.jit(f)(_put(a, device), _put(b, device))
+        for (name, _, _), g, w in zip(ops, got, want, strict=True):
+            assert g.device == device, name
+            try:
+                _same_bits(g, w)
+            except AssertionError as e:
+                raise AssertionError(f"{d.name} {name}: {e}"[:600]) from None
+
+
+def test_control_flow_carries_low_bit_values(device):
+    """``fori_loop``, ``while_loop``, ``cond`` and ``scan`` carrying float8 and int4 values, their bodies computing
+    on them: opencl:0 and webgpu:0 with ``fallback="error"`` (the carries are byte buffers, the bodies upcast),
+    bit for bit as numpy:0 (jax:0 and mlx:0 skipped: their while loops compile slowly, and their bodies are the
+    parity cases' operations)."""
+    if device.backend in ("jax", "mlx"):
+        pytest.skip("the kernel backends' control flow over byte carries (test time)")
+    fs = {"fori": lambda v: fa.lax.fori_loop(0, 3, lambda i, c: c * v + v, v),
+          "while": lambda v: fa.lax.while_loop(lambda c: c[1] < 4, lambda c: (c[0] + v, c[1] + 1), (v, 0))[0],
+          "cond": lambda v: fa.lax.cond(v[0] > v[1], lambda u: u + u, lambda u: u * u, v),
+          "scan": lambda v: fa.lax.scan(lambda c, e: (c + e, c * e), v[0], v)}
+    for d, v in ((E4M3, np.array([1.5, 2, -3, 0.5, 7], np.float32).astype(E4M3)), (I4, np.array([1, 2, -3, 5, 7]).astype(I4))):
+        for name, f in fs.items():
+            want = fa.jit(f)(fa.device_put(v, "numpy:0"))
+            with fallback_mode("error" if device.backend in NATIVE + ("opencl", "webgpu") else "warn"):
+                got = fa.jit(f)(_put(v, device))
+            for g, w in zip(fa.tree_util.tree_leaves(got), fa.tree_util.tree_leaves(want), strict=True):
+                _same_bits(np.asarray(g), np.asarray(w))
+
+
 @pytest.mark.parametrize("d", LOW, ids=lambda d: d.name)
 def test_mlx_products_in_the_dtype_are_numpy_bit_for_bit(d):
     """``x @ w`` in a low-bit dtype on mlx:0 (float32 accumulation rounded once; integers wrap) and with a wider
@@ -740,23 +804,34 @@ def _low_bit_cases():
     return low_bit_cases(CASES)
 
 
+#: The primitives whose low-bit parity cases run on opencl:0 and webgpu:0 (a subset, for test time: each case
+#: builds its kernels; every case passed there bit for bit in the sixteenth session, ``docs/performance.md``):
+#: maps, a transcendental, bit operations, reductions, a scan, products, data movement, a scatter, a window, a
+#: sort, and what still falls back (``nextafter``).
+_KERNEL_PARITY = frozenset({"add", "div", "exp", "erf_inv", "shift_right_arithmetic", "population_count", "reduce_sum",
+                            "reduce_max", "argmax", "cumsum", "dot_general", "select_n", "gather", "scatter_add",
+                            "reduce_window_sum", "sort", "transpose", "pad", "dynamic_update_slice",
+                            "quantized_matmul", "conv_general_dilated", "nextafter"})
+
+
 @pytest.mark.parametrize("name,prim,inputs,params", _low_bit_cases(), ids=[c[0] for c in _low_bit_cases()])
 def test_low_bit_parity(device, name, prim, inputs, params, monkeypatch):
-    """Every primitive's parity case in each low-bit dtype (``testing/low_bit_cases.py``), under ``jit``: numpy:0,
-    jax:0 and mlx:0 run it with ``fallback="error"`` unless their expected-fallback table lists it (and then it
-    must still fall back), bit for bit as numpy:0 (NaNs as one); opencl and webgpu, which hold these dtypes as
-    bytes and compute on them through the fallback, give numpy:0's results."""
+    """Every primitive's parity case in each low-bit dtype (``testing/low_bit_cases.py``), under ``jit``: every
+    device runs it with ``fallback="error"`` unless its expected-fallback table lists it (and then it must still
+    fall back), bit for bit as numpy:0 (NaNs as one); opencl and webgpu (which compute by upcasting,
+    ``core/low_bit_upcast.py``) the cases of ``_KERNEL_PARITY`` only."""
     from fnarray.testing.fallbacks import expected_fallback
+    if device.backend in ("opencl", "webgpu") and prim.name not in _KERNEL_PARITY:
+        pytest.skip("a kernel backend runs the parity subset _KERNEL_PARITY (test time)")
     ref = fa.jit(lambda *a: prim.bind(*a, **params), device=fa.devices("numpy")[0])
     with np.errstate(all="ignore"):
         want = ref(*(fa.device_put(x, "numpy:0") for x in inputs))
     run = fa.jit(lambda *a: prim.bind(*a, **params), device=device)
     args = [fa.device_put(x, device) for x in inputs]
-    native = device.backend in NATIVE + ("mlx",)
-    expected = expected_fallback(device, prim, inputs, params) if native else "opencl/webgpu: bytes only"
+    expected = expected_fallback(device, prim, inputs, params)
     if expected is None:
         monkeypatch.setattr(fa.config, "fallback", "error")
-    elif native:
+    else:
         monkeypatch.setattr(fa.config, "fallback", "error")
         with pytest.raises(fa.UnsupportedOnDevice):
             run(*args)

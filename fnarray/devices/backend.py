@@ -232,6 +232,12 @@ class Backend:
         decomposition is used, where there is one, and otherwise it falls back)."""
         return True
 
+    #: ``keeps_low_bit(eqn, device) -> bool`` where the backend holds the low-bit dtypes as bytes and computes on
+    #: them in a wider dtype: whether it takes ``eqn`` (a primitive of ``core/low_bit_upcast.UPCAST_PRIMITIVES``
+    #: with a low-bit dtype) as it is; the equations it rejects are rewritten into conversions around the wide
+    #: operation before lowering (``decompose_for``). ``None`` (the default): the backend takes them all.
+    keeps_low_bit = None
+
     def supports(self, eqn: Eqn, device: Device) -> str | None:
         """``None`` if the device runs ``eqn``, else the reason it cannot."""
         caps = self.capabilities(device)
@@ -384,9 +390,13 @@ def no_engine_error(backend: str, n: int) -> ValueError:
 
 
 def decompose_for(program: Program, device: Device) -> Program:
-    """``program`` with what ``device``'s backend does not lower natively expanded into its decompositions."""
+    """``program`` with what ``device``'s backend does not lower natively expanded into its decompositions (and,
+    first, its low-bit operations in a wider dtype where the backend asks for that: ``Backend.keeps_low_bit``)."""
     from fnarray.core.decompositions import decompose
     backend = device.impl
+    if backend.keeps_low_bit is not None:
+        from fnarray.core.low_bit_upcast import upcast_low_bit
+        program = upcast_low_bit(program, lambda eqn: backend.keeps_low_bit(eqn, device))
     return decompose(program, lambda eqn: backend.lowers_natively(eqn, device))
 
 

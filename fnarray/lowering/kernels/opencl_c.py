@@ -67,6 +67,11 @@ class OpenCLRenderer(CStyleRenderer):
     int_suffix = {np.dtype(np.int32): "", np.dtype(np.uint32): "u", np.dtype(np.int64): "L",
                   np.dtype(np.uint64): "UL"}
     array_spaces = {"local": "__local "}
+
+    def literal(self, c):
+        if c.dtype in LOW_BIT:   # a low-bit constant (a literal broadcast) is its byte, as kernels hold these values
+            return f"((uchar){c.bits[0]})"
+        return super().literal(c)
     functions = {"min": "min", "max": "max", "fabs": "fabs"}
     #: the transcendentals as the driver's built-ins (a kernel's ``math == "builtin"``), not ``opencl_math.HELPERS``
     builtin_math = False

@@ -7,9 +7,13 @@ rewritten before printing:
   ``k`` for the ``k``-th buffer parameter); ``bool`` buffers hold ``u32``. A parameter of
   ``ir.vector_dtype(float32)`` is ``array<vec4<f32>>`` (a second binding of a buffer that a kernel reads
   four elements per load; ``ir.Lane`` prints as ``v[i]``). A float8/int4/uint4 or uint8
-  buffer holds its bytes four to a ``u32`` (as the host's bytes): a load takes byte ``i`` of word ``i / 4``;
-  nothing stores one byte (WGSL has no 8-bit type and a word shared by four work items would need atomics),
-  so kernels read these dtypes only (the backend's ``supports``).
+  buffer holds its bytes four to a ``u32`` (as the host's bytes): a load takes byte ``i`` of word ``i / 4``.
+  WGSL has no 8-bit type and four work items share a word, so a kernel that writes a low-bit buffer declares
+  it ``array<atomic<u32>>`` and stores byte ``i`` as one ``atomicXor`` of the new byte with the old one (read by
+  ``atomicLoad``) at its place in the word: only this work item changes those eight bits, and the others' XORs
+  touch other bits, so the updates commute and no word needs clearing first (a conversion into float8 or int4
+  takes 3-5x the time of one into int32 on lavapipe at load 20-23; an ``atomicAnd`` then ``atomicOr`` took as
+  long or longer). uint8 buffers stay read only (the backend's ``supports``).
   Scalar parameters live in one uniform struct (``fa_args``, the binding after
   the buffers) that the body reads into locals. ``wgsl_layout(kernel)``
   describes this layout for the runtime, ``uniform_bytes`` fills the struct.
@@ -228,6 +232,7 @@ class WGSLRenderer(CStyleRenderer):
         self._layout = layout
         self._workgroup_arrays = [s for s in _array_decls(kernel.body) if s.space == "local"]
         self._atomic = atomic_buffers(kernel.body)
+        self._atomic.update({p.name: p.dtype for p in layout.buffers if p.writes and np.dtype(p.dtype) in LOW_BIT})
         try:
             return super().render(dataclasses.replace(kernel, body=tuple(pre) + _without_local_arrays(kernel.body)))
         finally:
@@ -240,6 +245,8 @@ class WGSLRenderer(CStyleRenderer):
         d, v = c.dtype, c.value
         if d == BOOL:
             return "true" if v else "false"
+        if d in LOW_BIT:   # a low-bit constant (a literal broadcast) is its byte, in a u32 as kernels hold it
+            return f"{c.bits[0]}u"
         if d == I32:
             v = int(v)
             return f"{v}i" if v >= 0 else ("bitcast<i32>(0x80000000u)" if v == -2**31 else f"({v}i)")
@@ -268,8 +275,8 @@ class WGSLRenderer(CStyleRenderer):
 
     def to_storage(self, value: str, dtype) -> str:
         if np.dtype(dtype) in _BYTES:
-            raise TypeError(f"WGSL stores no single bytes: {np.dtype(dtype).name} results are not written by "
-                            "webgpu kernels (the backend's supports refuses them)")
+            raise TypeError(f"WGSL stores no single bytes: {np.dtype(dtype).name} results are written by the "
+                            "atomic byte store (store), never as a word")
         return f"select(0u, 1u, {value})"
 
     def from_storage(self, text: str, dtype) -> str:
@@ -285,13 +292,18 @@ class WGSLRenderer(CStyleRenderer):
     # WGSL then allows only atomic accesses of it, so its loads and stores are atomicLoad/atomicStore.
     def load(self, space, name, index, dtype) -> str:
         if space == "global" and np.dtype(dtype) in _BYTES:   # byte i of a buffer of u32 words
-            return f"(({name}[({index}) >> 2u] >> ((u32({index}) & 3u) << 3u)) & 255u)"
+            word = f"atomicLoad(&{name}[({index}) >> 2u])" if name in self._atomic else f"{name}[({index}) >> 2u]"
+            return f"(({word} >> ((u32({index}) & 3u) << 3u)) & 255u)"
         if space == "global" and name in self._atomic:
             text = f"atomicLoad(&{name}[{index}])"
             return f"bitcast<f32>({text})" if np.dtype(dtype) == F32 else text
         return super().load(space, name, index, dtype)
 
     def store(self, space, name, index, value, dtype) -> str:
+        if space == "global" and np.dtype(dtype) in LOW_BIT:   # byte i of word i / 4: XOR the old byte to the new
+            word, shift = f"&{name}[({index}) >> 2u]", f"((u32({index}) & 3u) << 3u)"
+            old = f"((atomicLoad({word}) >> {shift}) & 255u)"
+            return f"atomicXor({word}, ((u32({value}) & 255u) ^ {old}) << {shift});"
         if space == "global" and name in self._atomic:
             bits = f"bitcast<u32>({value})" if np.dtype(dtype) == F32 else value
             return f"atomicStore(&{name}[{index}], {bits});"

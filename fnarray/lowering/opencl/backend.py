@@ -92,10 +92,12 @@ _MAX_ELEMENTS = 2**31 - 1
 
 
 #: The primitives whose kernels take the low-bit dtypes (held as their bytes): conversions (in registers, bit for bit
-#: as ml_dtypes: kernels/rules.py's to_low_bit/low_bit_value) and data movement (the bytes as they are); every other
-#: operation on them runs on numpy:0.
+#: as ml_dtypes: kernels/rules.py's to_low_bit/low_bit_value) and data movement (the bytes as they are); those of
+#: ``core/low_bit_upcast.UPCAST_PRIMITIVES`` compute between conversions to and from float32/int32
+#: (``OpenCLBackend.keeps_low_bit``); every other operation on them runs on numpy:0.
 _LOW_BIT_PRIMITIVES = frozenset({P.convert_element_type, P.bitcast_convert_type, P.reshape, P.transpose,
-                                 P.broadcast_in_dim, P.slice_p, P.rev, P.concatenate, P.copy_p})
+                                 P.broadcast_in_dim, P.slice_p, P.rev, P.concatenate, P.copy_p, P.stop_gradient,
+                                 P.name_p})
 
 
 def _low_bit_reason(eqn):
@@ -104,10 +106,13 @@ def _low_bit_reason(eqn):
     if not low:
         return None
     d = low[0]
+    if eqn.primitive in _CONTROL or eqn.primitive in CALLS:
+        return None   # the carries are buffers; the partitioner checks the sub-programs' equations
     if eqn.primitive not in _LOW_BIT_PRIMITIVES:
-        return (f"OpenCL C has no {d.name} type: kernels only convert its bytes, in registers (astype, bit "
-                "casts), and move them (transpose, reshape, slice, concatenate...); arithmetic and every other "
-                "operation on it run on numpy:0 (cast to float32 or int32 first to compute on the device)")
+        return (f"OpenCL C has no {d.name} type: kernels convert its bytes, in registers (astype, bit casts), "
+                "move them (transpose, reshape, slice, concatenate...), and compute its arithmetic in "
+                "float32/int32 between conversions (core/low_bit_upcast.py); this operation has no such form, "
+                "so it runs on numpy:0")
     src, dst = eqn.inputs[0].aval.dtype, eqn.outputs[0].aval.dtype
     if eqn.primitive is P.convert_element_type and src == dtypes.float64 and dtypes.is_float(dst):
         return (f"float64 -> {dst.name} rounds once from float64 (ml_dtypes); the kernels round from float32 "
@@ -505,6 +510,11 @@ class OpenCLBackend(Backend):
 
     def capabilities(self, device):
         return self._states[device].caps
+
+    def keeps_low_bit(self, eqn, device):
+        """Whether the kernels take ``eqn``'s low-bit bytes as they are (``_LOW_BIT_PRIMITIVES``); the other
+        equations of ``core/low_bit_upcast.UPCAST_PRIMITIVES`` are computed in float32/int32 between conversions."""
+        return eqn.primitive in _LOW_BIT_PRIMITIVES
 
     def lowers_natively(self, eqn, device):
         if accumulates_in_low_precision(eqn):  # the kernels accumulate in the operand dtype

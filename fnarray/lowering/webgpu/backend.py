@@ -108,24 +108,37 @@ _BASE_DTYPES = frozenset({dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bo
                           *dtypes.LOW_BIT_DTYPES})
 
 
+#: The primitives whose kernels take the low-bit dtypes as their bytes (four to a u32 word, read by byte, written by
+#: an atomic byte store: ``kernels/wgsl.py``): conversions (bit for bit as ml_dtypes: ``kernels/rules.py``) and data
+#: movement; those of ``core/low_bit_upcast.UPCAST_PRIMITIVES`` compute between conversions to and from
+#: float32/int32 (``WebGPUBackend.keeps_low_bit``).
+_LOW_BIT_PRIMITIVES = frozenset({P.convert_element_type, P.reshape, P.transpose, P.broadcast_in_dim, P.slice_p,
+                                 P.rev, P.concatenate, P.copy_p, P.stop_gradient, P.name_p})
+
+
 def _low_bit_reason(eqn):
     """Why an equation touching a float8/int4/uint4 or uint8 array cannot run here, or ``None``: their buffers hold
     the bytes four to a u32 word, which kernels read (``astype`` out of them; ``quantized_matmul``'s mxfp4 E8M0
-    scales, uint8) but cannot write a byte of."""
+    scales, uint8) and write (low-bit bytes only, ``kernels/wgsl.py``'s atomic byte store)."""
     d = next((a.aval.dtype for a in list(eqn.inputs) + list(eqn.outputs)
               if dtypes.is_low_bit(a.aval.dtype) or a.aval.dtype == _U8), None)
     if d is None:
         return None
     if d == _U8 and eqn.primitive is quantized_matmul_p:
         return None   # the mxfp4 scales, read as bytes
-    if eqn.primitive is not P.convert_element_type:
-        return (f"WGSL has no {d.name} type: webgpu kernels only read its bytes, converting them (astype to a "
-                "WebGPU dtype); arithmetic, slicing and every other operation on it run on numpy:0 (cast to "
-                "float32 or int32 first to compute on the device)")
+    if d != _U8 and (eqn.primitive in CONTROL_PRIMITIVES or eqn.primitive in CALLS):
+        return None   # the carries are buffers; the partitioner checks the sub-programs' equations
+    if d != _U8 and eqn.primitive not in _LOW_BIT_PRIMITIVES:
+        return (f"WGSL has no {d.name} type: webgpu kernels read and write its bytes, converting them (astype) and "
+                "moving them; its arithmetic computes in float32/int32 between conversions "
+                "(core/low_bit_upcast.py), and this operation has no such form, so it runs on numpy:0")
+    if d == _U8 and eqn.primitive is not P.convert_element_type:
+        return ("WGSL has no uint8 type: webgpu kernels only read its bytes, converting them (astype to a WebGPU "
+                "dtype); arithmetic, slicing and every other operation on it run on numpy:0")
     out = eqn.outputs[0].aval.dtype
-    if dtypes.is_low_bit(out) or out == _U8:
-        return (f"WGSL has no 8-bit type: a webgpu kernel cannot write one {out.name} byte of a 32-bit word "
-                "(four work items would share it, without atomics), so casts into it run on numpy:0")
+    if out == _U8:
+        return ("WGSL has no 8-bit type: webgpu kernels write the low-bit dtypes' bytes (an atomic byte store) but "
+                "no uint8, so casts into it run on numpy:0")
     return None
 
 
@@ -913,8 +926,9 @@ class WebGPUBackend(Backend):
     #: backends: ``kernels/no_kernel.py``); int8 casts fall back through ``Capabilities.dtypes``, casts into uint8
     #: through ``read_only_dtypes``.
     expected_fallbacks = EXPECTED_FALLBACKS
-    #: The dtypes held as bytes, four to a u32 word, that kernels read but never write (``_low_bit_reason``).
-    read_only_dtypes = frozenset({_U8, *dtypes.LOW_BIT_DTYPES})
+    #: The dtypes held as bytes, four to a u32 word, that kernels read but never write (``_low_bit_reason``; the
+    #: low-bit dtypes' bytes are written by an atomic byte store, ``kernels/wgsl.py``).
+    read_only_dtypes = frozenset({_U8})
     expected_decompositions = EXPECTED_DECOMPOSITIONS | {"erfc"}
     name = "webgpu"
     updates_in_place = True   # donated inputs: groups/in_place.py, dispatch.py
@@ -964,6 +978,11 @@ class WebGPUBackend(Backend):
             # neighbouring elements.
             items_per_work_item=4 if self.gpu.adapter_type.lower() == "cpu" else 1,
             memory_check="compiled", tunable=True, tuning_facts=_tuning_facts(self.gpu))
+
+    def keeps_low_bit(self, eqn, device):
+        """Whether the kernels take ``eqn``'s low-bit bytes as they are (``_LOW_BIT_PRIMITIVES``); the other
+        equations of ``core/low_bit_upcast.UPCAST_PRIMITIVES`` are computed in float32/int32 between conversions."""
+        return eqn.primitive in _LOW_BIT_PRIMITIVES
 
     def lowers_natively(self, eqn, device):
         prim = eqn.primitive
