@@ -15,10 +15,6 @@ Asserts nothing.
 
 from __future__ import annotations
 
-import argparse
-
-import numpy as np
-
 import _checkout  # noqa: F401  (this checkout's fnarray, not an installed one)
 import _timing
 import fnarray as fa
@@ -32,29 +28,19 @@ def uniforms(dev, f, args) -> int:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", default=",".join(SHAPES))
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--calls", type=int, default=10)
-    a = ap.parse_args(argv)
-    print(_timing.load_line())
-    dev = fa.get_device("webgpu:0")
-    print(f"webgpu:0: {dev.description}")
-    rng = np.random.default_rng(0)
-    for work in a.workloads.split(","):
-        print(f"{'x':>2} {'batch x M x N x K':>20} {'layout':>8} | uniforms | CPU ms/call storage uniform | ratio")
-        total = [0.0, 0.0]
-        for shape in SHAPES[work]:
-            args, f = operands(dev, shape, rng)
-            runs = [_timing.jit_swapped(fa, dot, "UNIFORM_OPERANDS", on, dev, f, args, a.calls)[0]
-                    for on in (False, True)]
-            ms, total = _timing.per_call_ms(runs, a.rounds, a.calls, total, shape[0])
-            count, b, m, n, k, lhs, rhs = shape
-            print(f"{count:>2} {f'{b}x{m}x{n}x{k}':>20} {lhs + ',' + rhs:>8} | {uniforms(dev, f, args):>8} | "
-                  f"{ms[0]:7.3f} {ms[1]:8.3f} | {ms[1] / ms[0]:5.2f}", flush=True)
-        print(f"{work}: the step's products {total[0]:.1f} -> {total[1]:.1f} CPU ms ({total[1] / total[0]:.2f}x)")
-    print(_timing.load_line())
+    a, dev = _timing.webgpu_options(__doc__, argv, rounds=5, calls=10, workloads=SHAPES)
 
+    def measure(shape, rng):
+        args, f = operands(dev, shape, rng)
+        runs = [_timing.jit_swapped(fa, dot, "UNIFORM_OPERANDS", on, dev, f, args, a.calls)[0] for on in (False, True)]
+
+        def row(ms):
+            count, b, m, n, k, lhs, rhs = shape
+            return (f"{count:>2} {f'{b}x{m}x{n}x{k}':>20} {lhs + ',' + rhs:>8} | {uniforms(dev, f, args):>8} | "
+                    f"{ms[0]:7.3f} {ms[1]:8.3f} | {ms[1] / ms[0]:5.2f}")
+        return runs, row
+    _timing.product_sweep(a, SHAPES, f"{'x':>2} {'batch x M x N x K':>20} {'layout':>8} | uniforms | "
+                          "CPU ms/call storage uniform | ratio", measure)
 
 if __name__ == "__main__":
     main()
