@@ -1,5 +1,6 @@
-"""What the benchmark scripts share: the interleaved timer, the load line they print first and the loop over the
-devices they were asked for (import it after ``_checkout``: this folder is on the path)."""
+"""What the benchmark scripts share: the interleaved timer, the load line they print first, the loop over the
+devices they were asked for, the webgpu scripts' options and their sweep over a step's products (import it after
+``_checkout``: this folder is on the path)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,45 @@ def benchmark_module(name):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def webgpu_options(doc, argv, rounds, calls, workloads=None, flags=None):
+    """The options a webgpu benchmark shares, parsed from ``argv`` (``--rounds``, ``--calls`` with these defaults;
+    ``--workloads`` when ``workloads``, a dict keyed by workload, is given, all of them by default; each of
+    ``flags``, ``{"--name": help}``, a switch), then the load line and webgpu:0's description printed:
+    ``(options, webgpu:0)``. ``doc``: the script's docstring, whose first line describes it."""
+    import argparse
+
+    import fnarray as fa
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    if workloads is not None:
+        ap.add_argument("--workloads", default=",".join(workloads))
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--calls", type=int, default=calls)
+    for name, what in (flags or {}).items():
+        ap.add_argument(name, action="store_true", help=what)
+    options = ap.parse_args(argv)
+    print(load_line())
+    dev = fa.get_device("webgpu:0")
+    print(f"webgpu:0: {dev.description}")
+    return options, dev
+
+
+def product_sweep(options, shapes, header, measure):
+    """The table of ``webgpu_products.py``, ``webgpu_stores.py`` and ``webgpu_uniform_products.py``: for each of
+    ``options.workloads`` the ``header`` line, then a line per shape of ``shapes[workload]`` (its first entry the
+    count per step), then the step's total of count x CPU ms per call of each variant, and the load line last.
+    ``measure(shape, rng)`` gives ``(runs, row)``: the two variants' callables, each making ``options.calls``
+    calls (timed by ``per_call_ms`` over ``options.rounds``), and ``row(ms)``, the shape's line from their
+    milliseconds; ``rng`` is one NumPy generator (seed 0) for the whole sweep."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    for work in options.workloads.split(","):
+        print(header)
+        total = [0.0, 0.0]
+        for shape in shapes[work]:
+            runs, row = measure(shape, rng)
+            ms, total = per_call_ms(runs, options.rounds, options.calls, total, shape[0])
+            print(row(ms), flush=True)
+        print(f"{work}: the step's products {total[0]:.1f} -> {total[1]:.1f} CPU ms ({total[1] / total[0]:.2f}x)")
+    print(load_line())

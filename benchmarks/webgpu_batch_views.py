@@ -16,8 +16,6 @@ Asserts nothing.
 
 from __future__ import annotations
 
-import argparse
-
 import _checkout  # noqa: F401  (this checkout's fnarray, not an installed one)
 import _timing
 import backward_steps
@@ -35,13 +33,7 @@ def lowered(dev, step, args, views, calls):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--calls", type=int, default=4)
-    a = ap.parse_args(argv)
-    print(_timing.load_line())
-    dev = fa.get_device("webgpu:0")
-    print(f"webgpu:0: {dev.description}")
+    a, dev = _timing.webgpu_options(__doc__, argv, rounds=7, calls=4)
     step, args = backward_steps.STEPS["transformer"](dev)
     built = [lowered(dev, step, args, views, a.calls) for _, views in VARIANTS]
     wall, cpu = _timing.best_of([run for run, _, _ in built], a.rounds)

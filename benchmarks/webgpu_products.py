@@ -15,7 +15,6 @@ Asserts nothing.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -82,31 +81,21 @@ def lowered(dev, f, args, subgroups, calls):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", default=",".join(SHAPES))
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--calls", type=int, default=10)
-    ap.add_argument("--cold", action="store_true", help="Mesa's shader cache off; first calls printed")
-    a = ap.parse_args(argv)
-    print(_timing.load_line())
-    dev = fa.get_device("webgpu:0")
-    print(f"webgpu:0: {dev.description}")
-    rng = np.random.default_rng(0)
-    for work in a.workloads.split(","):
-        print(f"{'x':>2} {'batch x M x N x K':>20} {'layout':>8} | CPU ms/call blocked subgroup | ratio"
-              + (" | first call s blocked subgroup" if a.cold else ""))
-        total = [0.0, 0.0]
-        for shape in SHAPES[work]:
-            args, f = operands(dev, shape, rng)
-            built = [lowered(dev, f, args, on, a.calls) for _, on in VARIANTS]
-            ms, total = _timing.per_call_ms([run for _, run in built], a.rounds, a.calls, total, shape[0])
+    a, dev = _timing.webgpu_options(__doc__, argv, rounds=5, calls=10, workloads=SHAPES,
+                                    flags={"--cold": "Mesa's shader cache off; first calls printed"})
+
+    def measure(shape, rng):
+        args, f = operands(dev, shape, rng)
+        built = [lowered(dev, f, args, on, a.calls) for _, on in VARIANTS]
+
+        def row(ms):
             count, b, m, n, k, lhs, rhs = shape
             first = f" | {built[0][0]:6.2f} {built[1][0]:6.2f}" if a.cold else ""
-            print(f"{count:>2} {f'{b}x{m}x{n}x{k}':>20} {lhs + ',' + rhs:>8} | {ms[0]:7.3f} {ms[1]:8.3f} | "
-                  f"{ms[1] / ms[0]:5.2f}{first}")
-        print(f"{work}: the step's products {total[0]:.1f} -> {total[1]:.1f} CPU ms ({total[1] / total[0]:.2f}x)")
-    print(_timing.load_line())
-
+            return (f"{count:>2} {f'{b}x{m}x{n}x{k}':>20} {lhs + ',' + rhs:>8} | {ms[0]:7.3f} {ms[1]:8.3f} | "
+                    f"{ms[1] / ms[0]:5.2f}{first}")
+        return [run for _, run in built], row
+    _timing.product_sweep(a, SHAPES, f"{'x':>2} {'batch x M x N x K':>20} {'layout':>8} | CPU ms/call blocked "
+                          "subgroup | ratio" + (" | first call s blocked subgroup" if a.cold else ""), measure)
 
 if __name__ == "__main__":
     main()

@@ -15,8 +15,6 @@ Asserts nothing (tests/test_webgpu_backend.py checks the results).
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
 import _checkout  # noqa: F401  (this checkout's fnarray, not an installed one)
@@ -94,28 +92,18 @@ def lowered(dev, shape, args, wide, calls):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", default=",".join(SHAPES))
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--calls", type=int, default=10)
-    a = ap.parse_args(argv)
-    print(_timing.load_line())
-    dev = fa.get_device("webgpu:0")
-    print(f"webgpu:0: {dev.description}")
-    rng = np.random.default_rng(0)
-    for work in a.workloads.split(","):
-        print(f"{'x':>2} {'M x N x K':>16} {'lhs':>4} {'epilogue':>9} | CPU ms/call scalar vec4 | ratio")
-        total = [0.0, 0.0]
-        for shape in SHAPES[work]:
-            args = operands(dev, shape, rng)
-            runs = [lowered(dev, shape, args, wide, a.calls) for _, wide in VARIANTS]
-            ms, total = _timing.per_call_ms(runs, a.rounds, a.calls, total, shape[0])
-            count, m, n, k, lhs, tail = shape
-            print(f"{count:>2} {f'{m}x{n}x{k}':>16} {lhs:>4} {tail:>9} | {ms[0]:7.3f} {ms[1]:7.3f} | "
-                  f"{ms[1] / ms[0]:5.2f}")
-        print(f"{work}: the products {total[0]:.1f} -> {total[1]:.1f} CPU ms ({total[1] / total[0]:.2f}x)")
-    print(_timing.load_line())
+    a, dev = _timing.webgpu_options(__doc__, argv, rounds=5, calls=10, workloads=SHAPES)
 
+    def measure(shape, rng):
+        args = operands(dev, shape, rng)
+
+        def row(ms):
+            count, m, n, k, lhs, tail = shape
+            return (f"{count:>2} {f'{m}x{n}x{k}':>16} {lhs:>4} {tail:>9} | {ms[0]:7.3f} {ms[1]:7.3f} | "
+                    f"{ms[1] / ms[0]:5.2f}")
+        return [lowered(dev, shape, args, wide, a.calls) for _, wide in VARIANTS], row
+    _timing.product_sweep(a, SHAPES, f"{'x':>2} {'M x N x K':>16} {'lhs':>4} {'epilogue':>9} | "
+                          "CPU ms/call scalar vec4 | ratio", measure)
 
 if __name__ == "__main__":
     main()

@@ -20,15 +20,12 @@ Asserts nothing.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 
 if "--cold" in sys.argv:
     os.environ["MESA_SHADER_CACHE_DISABLE"] = "true"   # before the driver loads
-
-import numpy as np  # noqa: E402
 
 import _checkout  # noqa: E402,F401  (this checkout's fnarray, not an installed one)
 import _timing  # noqa: E402
@@ -43,35 +40,27 @@ def uniforms(dev, f, args) -> int:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workloads", default=",".join(SHAPES))
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--calls", type=int, default=10)
-    ap.add_argument("--windows", action="store_true", help="dot.UNIFORM_WINDOWS off against on")
-    ap.add_argument("--cold", action="store_true", help="Mesa's shader cache off; first calls in CPU s")
-    a = ap.parse_args(argv)
+    a, dev = _timing.webgpu_options(__doc__, argv, rounds=5, calls=10, workloads=SHAPES,
+                                    flags={"--windows": "dot.UNIFORM_WINDOWS off against on",
+                                           "--cold": "Mesa's shader cache off; first calls in CPU s"})
     switch, names = ("UNIFORM_WINDOWS", "no windows windows") if a.windows else ("UNIFORM_OPERANDS", "storage uniform")
-    print(_timing.load_line())
-    dev = fa.get_device("webgpu:0")
-    print(f"webgpu:0: {dev.description}")
-    rng = np.random.default_rng(0)
-    for work in a.workloads.split(","):
-        print(f"{'x':>2} {'batch x M x N x K':>20} {'layout':>8} | uniforms | CPU ms/call {names} | ratio")
-        total = [0.0, 0.0]
-        for shape in SHAPES[work]:
-            args, f = operands(dev, shape, rng)
-            runs, first = [], []
-            for on in (False, True):
-                t = time.process_time()
-                runs.append(_timing.jit_swapped(fa, dot, switch, on, dev, f, args, a.calls)[0])
-                first.append(time.process_time() - t)
-            ms, total = _timing.per_call_ms(runs, a.rounds, a.calls, total, shape[0])
+
+    def measure(shape, rng):
+        args, f = operands(dev, shape, rng)
+        runs, first = [], []
+        for on in (False, True):
+            t = time.process_time()
+            runs.append(_timing.jit_swapped(fa, dot, switch, on, dev, f, args, a.calls)[0])
+            first.append(time.process_time() - t)
+
+        def row(ms):
             count, b, m, n, k, lhs, rhs = shape
-            print(f"{count:>2} {f'{b}x{m}x{n}x{k}':>20} {lhs + ',' + rhs:>8} | {uniforms(dev, f, args):>8} | "
-                  f"{ms[0]:7.3f} {ms[1]:8.3f} | {ms[1] / ms[0]:5.2f}"
-                  + (f" | first call {first[0]:.2f} -> {first[1]:.2f} s" if a.cold else ""), flush=True)
-        print(f"{work}: the step's products {total[0]:.1f} -> {total[1]:.1f} CPU ms ({total[1] / total[0]:.2f}x)")
-    print(_timing.load_line())
+            return (f"{count:>2} {f'{b}x{m}x{n}x{k}':>20} {lhs + ',' + rhs:>8} | {uniforms(dev, f, args):>8} | "
+                    f"{ms[0]:7.3f} {ms[1]:8.3f} | {ms[1] / ms[0]:5.2f}"
+                    + (f" | first call {first[0]:.2f} -> {first[1]:.2f} s" if a.cold else ""))
+        return runs, row
+    _timing.product_sweep(a, SHAPES, f"{'x':>2} {'batch x M x N x K':>20} {'layout':>8} | uniforms | "
+                          f"CPU ms/call {names} | ratio", measure)
 
 
 if __name__ == "__main__":

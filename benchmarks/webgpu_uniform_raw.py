@@ -13,7 +13,6 @@ Asserts nothing.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 
@@ -87,13 +86,8 @@ def runner(wgpu, dev, source, sizes, uniform, calls):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--calls", type=int, default=10)
-    a = ap.parse_args(argv)
+    a, fdev = _timing.webgpu_options(__doc__, argv, rounds=5, calls=10)
     import wgpu
-    print(_timing.load_line())
-    fdev = fa.get_device("webgpu:0")
     adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
     dev = adapter.request_device_sync(required_features=["subgroup"])
     for shape in SHAPES:
