@@ -317,6 +317,61 @@ def test_eager_compiles_each_shape_once_on_jax(monkeypatch):
         np.testing.assert_allclose(a, want, rtol=2e-6, atol=1e-6)
 
 
+def test_float_constants_are_weak_inputs_on_jax():
+    """jax:0: a call's Python floats that float32 holds exactly go into its first call's program as weakly typed
+    scalars (``eager_jit._WEAK_FLOAT_POLICIES``), so new bounds reuse it: one XLA compile for both calls (a shape
+    no other test draws), where the floats as constants compiled per primitive at the first call and a program per
+    bounds at the second. The samples are those of the program with the bounds as constants, bit for bit, and
+    within rounding of the general path's (XLA's fused erf_inv)."""
+    dev = require_backend("jax")[0]
+    k = fa.device_put(fa.random.PRNGKey(11), dev)
+    fa.random.split(k)  # (the key's own first-call work)
+    xla, stop = _xla_compiles()
+    try:
+        made = eager_jit.cache_info()["made"]
+        a = fa.random.truncated_normal(k, -2.0, 2.0, (3, 7))
+        b = fa.random.truncated_normal(k, -1.0, 1.0, (3, 7))
+        assert len(xla) == 1 and eager_jit.cache_info()["made"] - made == 1, (len(xla), eager_jit.cache_info())
+    finally:
+        stop()
+    for got, lo in ((a, 2.0), (b, 1.0)):
+        consts = fa.jit(lambda k, lo=lo: fa.random.truncated_normal(k, -lo, lo, (3, 7)))(k)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(consts))
+        general = fa.random.truncated_normal.__wrapped__(k, -lo, lo, (3, 7))
+        np.testing.assert_allclose(np.asarray(got), np.asarray(general), rtol=1e-6, atol=1e-7)
+        assert got.dtype == general.dtype and got.weak_type == general.weak_type
+        assert np.all(np.abs(np.asarray(got)) < lo)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.int32, np.bool_])
+def test_weak_float_inputs_promote_as_constants(dtype):
+    """jax:0's programs with floats as weak inputs give numpy:0's values, dtypes and weak types (``x_f16 * 0.5``
+    stays float16, an int or bool array with a float is weak float32), for exact floats (inputs), inexact ones
+    (``0.1``: constants) and ``-0.0``, at the first and the second call."""
+    dev = require_backend("jax")[0]
+    x = (RNG.standard_normal(5) * 3).astype(dtype)
+    for s in (2.5, 0.1, -0.0, 1e-3, 65504.0):
+        for fn in (fnp.multiply, fnp.add, fnp.subtract):
+            want = fn(fa.device_put(x, "numpy:0"), s)
+            for _ in range(2):
+                got = fn(fa.device_put(x, dev), s)
+                assert (got.dtype, got.weak_type) == (want.dtype, want.weak_type), (fn, s)
+                np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=f"{fn.__name__} {s}")
+
+
+def test_a_float_needed_by_value_keeps_its_constant():
+    """A function that reads a float's value (Python control flow) cannot take it as an input: that call takes
+    its own key's path (the general path, then a program with the float as a constant), with the right result."""
+    dev = require_backend("jax")[0]
+
+    def scale(x, s):
+        return x * s if s > 1.0 else x - s
+    f = eager_jit._wrap(scale, __name__)
+    x = fa.device_put(np.arange(3, dtype=np.float32), dev)
+    for s in (2.0, 0.5, 2.0, 0.5, 4.0):
+        np.testing.assert_array_equal(np.asarray(f(x, s)), scale(np.arange(3, dtype=np.float32), s))
+
+
 def test_eager_compiles_each_shape_at_most_once_on_mlx(monkeypatch):
     """mlx:0 (``eager_programs="repeated_call"``): the general path compiles nothing (MLX's operations are lazy
     graph nodes), so a loop whose shapes grow makes no program for a key's first call, which is recorded as the
