@@ -11,8 +11,12 @@ a call on concrete arrays (``ArrayImpl``), from a thread that stages nothing, wi
 and runs one jitted program of the whole function (``fnarray.jit``'s hot path: a few Python calls) from the
 call its device's ``Capabilities.eager_programs`` says. ``"first_call"`` (jax: XLA takes 10-100 ms a program):
 the first call compiles the whole function, so each new shape costs one compile, not one per primitive and then
-one more for the whole function on the second call; a key holding a float or complex constant waits for its
-second call (a loop over new step sizes would otherwise compile each). ``"second_call"`` (numpy) and
+one more for the whole function on the second call. A call's Python floats that float32 holds exactly
+(``-2.0``, ``0.5``, ``1e3``) are its program's inputs there, weakly typed float32 scalars as ``jax.jit`` passes
+Python floats (``_WEAK_FLOAT_POLICIES``: one program for every value, a random initialiser's bounds included); a
+key holding another float (``0.1``) or a complex constant waits for its second call (a loop over new step sizes
+would otherwise compile each), as does one whose function needs a float's value (its trace with the float as an
+input fails). ``"second_call"`` (numpy) and
 ``"repeated_call"`` (mlx): the first call of a key takes the general path, so a loop over ever new static values
 (``x[i]`` for each ``i``) traces and compiles nothing; from the second call (``_TAPE_CALLS``) the key's *tape*
 serves it (``fnarray.transforms.eager_tape``: numpy's second call's general path recorded, ~1.5x a general call;
@@ -350,7 +354,8 @@ def _tape_calls(key):
 def _general_calls(key) -> int:
     """How many calls of a key take the general path before its program is made: one where the device
     compiles programs cheaply (``"second_call"``) or the key holds a float or complex constant (a NumPy one
-    too), which a loop may change on every call; ``REPEATED_CALL - 1`` under ``"repeated_call"``."""
+    too), which a loop may change on every call (under ``_WEAK_FLOAT_POLICIES`` only the floats that could not go
+    in as inputs: ``_weak_float_call`` served the others); ``REPEATED_CALL - 1`` under ``"repeated_call"``."""
     n = _GENERAL_CALLS[_policy(key)]
     if n is None:
         return REPEATED_CALL - 1
