@@ -179,3 +179,15 @@ def pytest_runtest_makereport(item, call):
 def pytest_unconfigure(config):
     if _XLA_CACHE_MADE is not None:
         shutil.rmtree(_XLA_CACHE_MADE, ignore_errors=True)
+
+
+def pytest_runtest_logreport(report):
+    """With ``FNARRAY_TEST_DURATIONS=<file>``, the run's main process (the xdist controller) appends one JSON line
+    per test phase to the file (node id, phase, seconds, outcome): ``benchmarks/ci_time.py`` sums them by file,
+    to find where CI's time goes (docs/internals.md, open work)."""
+    path = os.environ.get("FNARRAY_TEST_DURATIONS")
+    if path and not os.environ.get("PYTEST_XDIST_WORKER"):
+        import json
+        with open(path, "a") as f:
+            f.write(json.dumps({"id": report.nodeid, "when": report.when, "seconds": report.duration,
+                                "outcome": report.outcome}) + "\n")
