@@ -17,22 +17,14 @@ import argparse
 import warnings
 
 import _checkout  # noqa: F401  (this checkout's fnarray first on sys.path)
-import ml_dtypes
 import numpy as np
 from _timing import available_devices, best_of, load_line
+from low_bit_mlx import operands
 
 
 def _cases(fa, fnp, dev, n, k):
     """``(name, raw NumPy, fnarray on dev)`` callables for each case."""
-    rng = np.random.default_rng(0)
-    e4 = np.dtype(ml_dtypes.float8_e4m3fn)
-    i4 = np.dtype(ml_dtypes.int4)
-    a, b = (rng.standard_normal(n) * 3).astype(e4), (rng.standard_normal(n) * 3).astype(e4)
-    p, q = rng.integers(-8, 8, n).astype(i4), rng.integers(-8, 8, n).astype(i4)
-    x, w = (rng.standard_normal((k, k))).astype(e4), (rng.standard_normal((k, k))).astype(e4)
-    ad, bd, pd, qd, xd, wd = (fa.device_put(v, dev) for v in (a, b, p, q, x, w))
-    fma, add4 = fa.jit(lambda u, v: u * v + u), fa.jit(lambda u, v: u + v - u * v)
-    total, prod = fa.jit(lambda u: fnp.sum(u)), fa.jit(lambda u, v: u @ v)
+    (a, b, p, q, x, w), (ad, bd, pd, qd, xd, wd), (fma, add4, total, prod), e4 = operands(fa, fnp, dev, n, k)
 
     def on_device(fn, *args):
         return lambda: fa.block_until_ready(fn(*args))

@@ -21,19 +21,27 @@ import numpy as np
 from _timing import best_of, load_line
 
 
-def _cases(fa, fnp, n, k):
-    """``(name, raw NumPy, raw MLX, fnarray)`` callables for each case."""
-    import mlx.core as mx
+def operands(fa, fnp, dev, n, k):
+    """The cases' operands and programs, shared with ``low_bit_kernels.py``: ``(host, on_dev, programs, e4)``:
+    float8 ``a, b`` and int4 ``p, q`` of ``n`` elements and float8 ``x, w`` of ``k x k`` (seed 0), the same
+    arrays put on ``dev``, the jitted ``a*b+a``, ``p+q-p*q``, ``sum`` and ``@``, and the float8 dtype."""
     rng = np.random.default_rng(0)
     e4 = np.dtype(ml_dtypes.float8_e4m3fn)
     i4 = np.dtype(ml_dtypes.int4)
     a, b = (rng.standard_normal(n) * 3).astype(e4), (rng.standard_normal(n) * 3).astype(e4)
     p, q = rng.integers(-8, 8, n).astype(i4), rng.integers(-8, 8, n).astype(i4)
     x, w = (rng.standard_normal((k, k))).astype(e4), (rng.standard_normal((k, k))).astype(e4)
-    dev = fa.get_device("mlx:0")
-    ad, bd, pd, qd, xd, wd = (fa.device_put(v, dev) for v in (a, b, p, q, x, w))
-    fma, add4 = fa.jit(lambda u, v: u * v + u), fa.jit(lambda u, v: u + v - u * v)
-    total, prod = fa.jit(lambda u: fnp.sum(u)), fa.jit(lambda u, v: u @ v)
+    host = (a, b, p, q, x, w)
+    programs = (fa.jit(lambda u, v: u * v + u), fa.jit(lambda u, v: u + v - u * v), fa.jit(lambda u: fnp.sum(u)),
+                fa.jit(lambda u, v: u @ v))
+    return host, tuple(fa.device_put(v, dev) for v in host), programs, e4
+
+
+def _cases(fa, fnp, n, k):
+    """``(name, raw NumPy, raw MLX, fnarray)`` callables for each case."""
+    import mlx.core as mx
+    (a, b, p, q, x, w), (ad, bd, pd, qd, xd, wd), (fma, add4, total, prod), e4 = operands(
+        fa, fnp, fa.get_device("mlx:0"), n, k)
 
     def mlx_raw(fn, *arrays):   # raw MLX on the bytes (from NumPy, as ours): mx.from_fp8 / mx.to_fp8 around fn
         def run():
