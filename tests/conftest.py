@@ -12,6 +12,10 @@ dtype, float64 parity cases) turns it on with the marker ``@pytest.mark.enable_x
 module as ``pytestmark = pytest.mark.enable_x64``), or takes the ``x64`` fixture; either restores the setting
 after the test. A test parametrized with a 64-bit dtype (``float64``, ``np.int64``, ``"complex128"``...) gets
 the marker by itself. ``X64_MODULES`` lists the modules that still run entirely with x64 on.
+
+Kernel backends: ``kdev`` runs a test once per kernel backend (opencl's and webgpu's first device, required as
+above), and ``no_fallback`` makes an equation that the device cannot run raise instead of running on numpy; a
+module whose every test needs it says ``pytestmark = pytest.mark.usefixtures("no_fallback")``.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ _XLA_CACHE_MADE = _share_xla_compiles()
 
 import fnarray  # noqa: E402
 
-from helpers import BACKEND_UNAVAILABLE, config_setting  # noqa: E402
+from helpers import BACKEND_UNAVAILABLE, config_setting, fallback_mode, require_backend  # noqa: E402
 
 
 #: Test modules that run every test with ``enable_x64`` on. They were written when 64-bit values were always
@@ -81,6 +85,20 @@ def _x64_on():
             os.environ.pop("FNARRAY_ENABLE_X64", None)
         else:
             os.environ["FNARRAY_ENABLE_X64"] = env
+
+
+@pytest.fixture(params=("opencl", "webgpu"), scope="module")
+def kdev(request):
+    """The first device of each kernel backend (the test runs once per backend; a missing one skips, which CI
+    counts as a failure)."""
+    return require_backend(request.param)[0]
+
+
+@pytest.fixture
+def no_fallback():
+    """``fa.config.fallback = "error"`` for the test: a kernel backend must run every equation itself."""
+    with fallback_mode("error"):
+        yield
 
 
 @pytest.fixture

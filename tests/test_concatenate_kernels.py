@@ -16,18 +16,8 @@ import pytest
 import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.lowering.kernels.uniform_pieces import slice_steps
-from helpers import fallback_mode, require_backend
 
-
-@pytest.fixture(params=("opencl", "webgpu"), scope="module")
-def kdev(request):
-    return require_backend(request.param)[0]
-
-
-@pytest.fixture(autouse=True)
-def no_fallback():
-    with fallback_mode("error"):
-        yield
+pytestmark = pytest.mark.usefixtures("no_fallback")
 
 
 def _mixed(np_, x, y, n, axis, seed):

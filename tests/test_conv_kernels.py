@@ -26,7 +26,9 @@ from fnarray.core import primitives as P
 from fnarray.core import windows as W
 from fnarray.devices.backend import Capabilities
 from fnarray.lowering.kernels import render_opencl, render_wgsl, schedule
-from helpers import fallback_mode, require_backend, kernel_capabilities
+from helpers import kernel_capabilities
+
+pytestmark = pytest.mark.usefixtures("no_fallback")
 from test_browser import _inputs, browser, page, site, wdev  # noqa: F401  (the browser fixtures)
 
 REF = fa.devices("numpy")[0]
@@ -35,17 +37,6 @@ rng = np.random.default_rng(14)
 
 def _f32(*shape):
     return rng.standard_normal(shape).astype(np.float32)
-
-
-@pytest.fixture(params=["opencl", "webgpu"], scope="module")
-def kdev(request):
-    return require_backend(request.param)[0]
-
-
-@pytest.fixture(autouse=True)
-def _no_fallback():
-    with fallback_mode("error"):
-        yield
 
 
 _caps = kernel_capabilities   # a kernel device scheduled with other Capabilities (tests/helpers.py)

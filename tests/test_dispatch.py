@@ -61,11 +61,6 @@ def _reference(steps, seed=0):
     return out
 
 
-@pytest.fixture(params=["opencl", "webgpu"])
-def kdev(request):
-    return require_backend(request.param)[0]
-
-
 def _on(device, seed=0):
     params, x, y = _data(seed)
     p = fa.device_put(params, device)

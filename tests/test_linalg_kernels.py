@@ -19,21 +19,9 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core import linalg as LA
 from fnarray.core.errors import FallbackWarning, UnsupportedOnDevice
-from helpers import fallback_mode, require_backend, kernel_capabilities
+from helpers import require_backend, kernel_capabilities
 
-KERNEL_DEVICES = ("opencl", "webgpu")
-
-
-@pytest.fixture(params=KERNEL_DEVICES, scope="module")
-def kdev(request):
-    return require_backend(request.param)[0]
-
-
-@pytest.fixture(autouse=True)
-def no_fallback():
-    with fallback_mode("error"):
-        yield
-
+pytestmark = pytest.mark.usefixtures("no_fallback")
 
 def _dtypes(dev):
     out = [np.float32]

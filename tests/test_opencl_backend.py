@@ -22,7 +22,7 @@ from fnarray.core.config import config
 from fnarray.core.errors import BackendUnavailable, FallbackWarning, UnsupportedOnDevice
 from fnarray.testing.cases import CASES, NOT_EXECUTED
 
-from helpers import fallback_mode, require_backend
+from helpers import require_backend
 
 sys.path.append(str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))  # after examples/: both have an llm.py
 from backend_vs_raw import fn_init, fn_loss, make_fn_step  # noqa: E402
@@ -33,12 +33,6 @@ REF = fa.devices("numpy")[0]
 @pytest.fixture(scope="module")
 def dev():
     return require_backend("opencl")[0]
-
-
-@pytest.fixture
-def no_fallback():
-    with fallback_mode("error"):
-        yield
 
 
 def put(x, device):

@@ -22,7 +22,6 @@ from fnarray.devices.backend import Capabilities
 from fnarray.lowering.kernels import schedule
 from fnarray.lowering.kernels.groups.scatter import iota_dim
 from fnarray.lowering.kernels.ir import For
-from helpers import require_backend
 
 CAPS = Capabilities(dtypes=frozenset(dtypes.ALL_DTYPES), max_workgroup_size=256, local_memory=True,
                     tiling_pays=True, control_flow="host")
@@ -160,12 +159,6 @@ def test_iota_dim_refuses_a_narrowing_cast_that_wraps():
 
 
 # ------------------------------------------------------------------ the column kernel on CPU kernel devices
-
-
-@pytest.fixture(scope="module", params=["opencl", "webgpu"])
-def kdev(request):
-    """A kernel backend's device (PoCL and lavapipe here: CPUs, which plan the column kernel where it pays)."""
-    return require_backend(request.param)[0]
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ import numpy as np
 from fnarray.core import primitives as P
 from fnarray.core.avals import get_aval
 from fnarray.core.ir import Eqn, IRError, Literal, Params, Program, Var
-from fnarray.core.subprograms import map_subprograms
+from fnarray.core.subprograms import rewrite_equations
 
 __all__ = ["Decomposition", "DECOMPOSITIONS", "defdecomposition", "decomposition_for", "decompose"]
 
@@ -125,24 +125,15 @@ def _expand(eqn: Eqn) -> list:
 
 def decompose(program: Program, native: Callable) -> Program:
     """``program`` with every equation that ``native(eqn)`` rejects and that has a usable decomposition
-    expanded into it (in sub-programs too). Returns ``program`` itself when nothing changes."""
-    changed = False
-    eqns = []
-    work = list(reversed(program.eqns))
-    while work:
-        e = work.pop()
-        if e.primitive in DECOMPOSITIONS and not native(e):
-            d, _ = decomposition_for(e)
-            if d is not None:
-                work.extend(reversed(_expand(e)))
-                changed = True
-                continue
-        f = map_subprograms(e, lambda p: decompose(p, native))
-        changed = changed or f is not e
-        eqns.append(f)
-    if not changed:
-        return program
-    return Program(program.constvars, program.invars, eqns, program.outvars)
+    expanded into it (in sub-programs too; a decomposition's own equations are expanded in turn). Returns
+    ``program`` itself when nothing changes."""
+
+    def expand(e):
+        if e.primitive in DECOMPOSITIONS and not native(e) and decomposition_for(e)[0] is not None:
+            return _expand(e)
+        return None
+
+    return rewrite_equations(program, expand, again=True)
 
 
 # ------------------------------------------------------------------------------------------ special functions

@@ -31,7 +31,7 @@ from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.ir import Eqn, Literal, Params, Program, Var
 from fnarray.core.quantized import quantized_matmul_p
 from fnarray.core.shaped import ShapedArray
-from fnarray.core.subprograms import map_subprograms
+from fnarray.core.subprograms import rewrite_equations
 
 __all__ = ["UPCAST_PRIMITIVES", "NIBBLE_AS", "widened", "needs_upcast", "upcast_low_bit"]
 
@@ -114,15 +114,4 @@ def _upcast(eqn: Eqn) -> list:
 def upcast_low_bit(program: Program, keep) -> Program:
     """``program`` with every equation that ``needs_upcast`` and that ``keep(eqn)`` rejects computed in the wider
     dtypes (module docstring), in sub-programs too. Returns ``program`` itself when nothing changes."""
-    changed, eqns = False, []
-    for e in program.eqns:
-        if needs_upcast(e) and not keep(e):
-            eqns.extend(_upcast(e))
-            changed = True
-            continue
-        f = map_subprograms(e, lambda p: upcast_low_bit(p, keep))
-        changed = changed or f is not e
-        eqns.append(f)
-    if not changed:
-        return program
-    return Program(program.constvars, program.invars, eqns, program.outvars)
+    return rewrite_equations(program, lambda e: _upcast(e) if needs_upcast(e) and not keep(e) else None)

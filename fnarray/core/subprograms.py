@@ -4,7 +4,9 @@ One definition for every pass that looks inside them (the kernel scheduler, the 
 export, the decomposition pass, the mlx and numpy backends): ``SUBPROGRAM_PARAMS`` names, per primitive, the
 params that hold a ``Program`` or a tuple of them; ``CALL_PROGRAM`` names the one program a call-like
 primitive runs (``call``, ``remat`` and the custom-derivative calls, which run their primal program).
-``subprograms(eqn)`` yields them and ``map_subprograms(eqn, fn)`` rebuilds an equation with them replaced.
+``subprograms(eqn)`` yields them and ``map_subprograms(eqn, fn)`` rebuilds an equation with them replaced;
+``rewrite_equations(program, rewrite)`` is the skeleton of a pass that replaces some equations by others, in
+sub-programs too (the decomposition pass and the low-bit upcast).
 Both also handle programs held by params not listed here (a primitive added later), so a walk never misses one.
 """
 
@@ -13,7 +15,8 @@ from __future__ import annotations
 from fnarray.core import primitives as P
 from fnarray.core.ir import Eqn, Params, Program
 
-__all__ = ["SUBPROGRAM_PARAMS", "CALL_PROGRAM", "CONTROL_FLOW", "subprograms", "map_subprograms"]
+__all__ = ["SUBPROGRAM_PARAMS", "CALL_PROGRAM", "CONTROL_FLOW", "subprograms", "map_subprograms",
+           "rewrite_equations"]
 
 #: The program a call-like primitive runs, by param name.
 CALL_PROGRAM = {P.call: "program", P.remat: "program", P.custom_jvp_call: "call_program",
@@ -78,3 +81,30 @@ def map_subprograms(eqn: Eqn, fn) -> Eqn:
             if any(a is not b for a, b in zip(w, v, strict=True)):
                 new[k] = w
     return eqn._replace(params=eqn.params.replace(**new)) if new else eqn
+
+
+def rewrite_equations(program: Program, rewrite, *, again: bool = False) -> Program:
+    """``program`` with each equation ``e`` for which ``rewrite(e)`` returns a list of equations replaced by
+    that list, and each other equation's sub-programs rewritten the same way (``rewrite(e)`` returns ``None`` to
+    keep ``e``). With ``again``, the replacement equations are offered to ``rewrite`` in turn (a decomposition
+    whose equations may themselves need decomposing); ``rewrite`` must then make progress, or this loops.
+    Returns ``program`` itself when nothing changes, so callers can test ``is``."""
+    changed = False
+    eqns = []
+    work = list(reversed(program.eqns))
+    while work:
+        e = work.pop()
+        replacement = rewrite(e)
+        if replacement is not None:
+            changed = True
+            if again:
+                work.extend(reversed(replacement))
+            else:
+                eqns.extend(replacement)
+            continue
+        f = map_subprograms(e, lambda p: rewrite_equations(p, rewrite, again=again))
+        changed = changed or f is not e
+        eqns.append(f)
+    if not changed:
+        return program
+    return Program(program.constvars, program.invars, eqns, program.outvars)
