@@ -253,12 +253,13 @@ class _WarmCompile:
     Should MLX fail to compile the program, it keeps running eagerly (same operations, same results).
     """
 
-    __slots__ = ("fn", "raw", "left", "handle", "traceable")
+    __slots__ = ("fn", "raw", "left", "handle", "traceable", "only")
 
     def __init__(self, fn, after, handle, traceable=None):
         # ``traceable``: a zero-argument callable making the function given to mx.compile where ``fn`` cannot be
         # (it reads values on the host: ``program.Generated(host_lengths=True)``); default ``fn`` itself
         self.raw, self.fn, self.left, self.handle, self.traceable = fn, fn, after, handle, traceable
+        self.only = _only_device(handle)  # the default device always (mlx[cpu]): no stream to pick
 
     def __call__(self, bufs):
         fn = self.fn
@@ -272,6 +273,17 @@ class _WarmCompile:
             return fn(*bufs)
         with mx.stream(self.handle):
             return fn(*bufs)
+
+    def call_args(self, *bufs):
+        """``self(bufs)`` without the list: jit's hot record calls this directly (``_Hot.star``), one frame and
+        no ``partition._Translating`` between it and the program once the warm-up count is spent; errors come
+        out untranslated (the hot path translates them with ``reraise``)."""
+        if self.left > 0 or threading.get_ident() != _COMPILE_THREAD:
+            return self(bufs)
+        if self.only or mx.default_device() == self.handle:
+            return self.fn(*bufs)
+        with mx.stream(self.handle):
+            return self.fn(*bufs)
 
     def _switch(self, bufs):
         compiled = mx.compile(self.raw if self.traceable is None else self.traceable())
