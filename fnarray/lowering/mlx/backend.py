@@ -262,6 +262,12 @@ class _WarmCompile:
         self.only = _only_device(handle)  # the default device always (mlx[cpu]): no stream to pick
 
     def __call__(self, bufs):
+        return self.call_args(*bufs)
+
+    def call_args(self, *bufs):
+        """``self(bufs)`` without the list: jit's hot record calls this directly (``_Hot.star``), with no
+        ``partition._Translating`` frame between it and the program; errors come out untranslated (the hot path
+        translates them with ``reraise``)."""
         fn = self.fn
         if threading.get_ident() != _COMPILE_THREAD:
             fn = self.raw
@@ -269,21 +275,10 @@ class _WarmCompile:
             self.left -= 1
             if self.left == 0:
                 return self._switch(bufs)
-        if mx.default_device() == self.handle:
-            return fn(*bufs)
-        with mx.stream(self.handle):
-            return fn(*bufs)
-
-    def call_args(self, *bufs):
-        """``self(bufs)`` without the list: jit's hot record calls this directly (``_Hot.star``), one frame and
-        no ``partition._Translating`` between it and the program once the warm-up count is spent; errors come
-        out untranslated (the hot path translates them with ``reraise``)."""
-        if self.left > 0 or threading.get_ident() != _COMPILE_THREAD:
-            return self(bufs)
         if self.only or mx.default_device() == self.handle:
-            return self.fn(*bufs)
+            return fn(*bufs)
         with mx.stream(self.handle):
-            return self.fn(*bufs)
+            return fn(*bufs)
 
     def _switch(self, bufs):
         compiled = mx.compile(self.raw if self.traceable is None else self.traceable())
