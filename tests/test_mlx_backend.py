@@ -511,7 +511,7 @@ def test_direct_entries_with_a_stream_check(mdev, monkeypatch):
     form, forced here (a machine with a GPU takes it for its CPU device), gives the same results."""
     from fnarray.lowering.mlx import backend as mlx_lowering
     monkeypatch.setattr(mlx_lowering, "_only_device", lambda handle: False)
-    monkeypatch.setattr(mlx_lowering, "COMPILE_MODE", "never")  # (a _WarmCompile has no direct entry)
+    monkeypatch.setattr(mlx_lowering, "COMPILE_MODE", "never")  # (the stream wrapper of an uncompiled program)
     x = np.linspace(-2, 2, 13).astype(np.float32)  # a shape no other test's eager entries have
     f = fa.jit(lambda a: fnp.tanh(a) * 2.0 + a[::-1], device=mdev)
     exe = f.lower(_put(x, mdev)).compile().entry.exe

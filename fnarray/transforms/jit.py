@@ -745,43 +745,47 @@ class Jitted:
                         r.aval, r._device, r._buf, r._host = hot.out_avals[0], dev, outs[0], None
                         r._committed = hot.committed or x._committed
                         return r
-            out = self._call_hot(hot, args, kwargs)
-            if out is not _MISS:
-                return out
             if not kwargs and self._hot[1]:
+                # positional arrays: their avals' own record, the last call's among them (a loop whose shapes
+                # grow or take turns misses the last call's record every call: one lookup, not two checks)
                 out = self._call_hot_by_avals(args)
                 if out is not _MISS:
                     return out
+            out = self._call_hot(hot, args, kwargs)
+            if out is not _MISS:
+                return out
         return self._call_keyed(args, kwargs)
 
-    def _call_hot(self, hot, args, kwargs):
-        """The hot record's general case: the same static arguments, ``args`` read along its structure, each
-        leaf an array of its aval on its device; ``_MISS`` otherwise."""
-        args = _hot_dynamic_args(hot, args, kwargs)
-        if args is _MISS:
-            return _MISS
-        if hot.read is None:
-            leaves = args
-        else:
-            leaves = hot.read(args)
-            if leaves is None:
-                return _MISS
-        if len(leaves) != hot.n:
-            return _MISS
+    def _call_hot(self, hot, args, kwargs, checked=None):
+        """The hot record's general case: the same static arguments, ``args`` read along its structure, each leaf an
+        array of its aval on its device; ``_MISS`` otherwise. ``checked``: ``(bufs, committed)``, run as is."""
         dev = hot.device
-        bufs = list(hot.const_bufs)
-        committed = hot.committed
-        # The arrays' slots read directly (Python 3.11 specializes a slot read: two reads cost less than one
-        # ``call_fields`` call and its tuple, 1.6 against 3.0 us over 20 leaves); ArrayImpl's own code, inlined.
-        for x, av in zip(leaves, hot.in_avals):
-            if type(x) is not ArrayImpl:
+        if checked is None:
+            args = _hot_dynamic_args(hot, args, kwargs)
+            if args is _MISS:
                 return _MISS
-            b = x._buf
-            if b is None or x._device is not dev or (x.aval is not av and x.aval != av):
+            if hot.read is None:
+                leaves = args
+            else:
+                leaves = hot.read(args)
+                if leaves is None:
+                    return _MISS
+            if len(leaves) != hot.n:
                 return _MISS
-            bufs.append(b)
-            if x._committed:
-                committed = True
+            bufs, committed = list(hot.const_bufs), hot.committed
+            # The arrays' slots read directly (Python 3.11 specializes a slot read: two reads cost less than one
+            # ``call_fields`` call and its tuple, 1.6 against 3.0 us over 20 leaves); ArrayImpl's own code, inlined.
+            for x, av in zip(leaves, hot.in_avals):
+                if type(x) is not ArrayImpl:
+                    return _MISS
+                b = x._buf
+                if b is None or x._device is not dev or (x.aval is not av and x.aval != av):
+                    return _MISS
+                bufs.append(b)
+                if x._committed:
+                    committed = True
+        else:
+            (bufs, committed), leaves = checked, args
         gid = hot.gid
         try:  # LRU order, per function and global: two GIL-atomic moves of int keys, no lock
             self._compiled_d.move_to_end(gid)
@@ -815,17 +819,27 @@ class Jitted:
 
     def _call_hot_by_avals(self, args):
         """Positional arrays whose avals have a record of their own (``_Executables.hot[1]``): that record's
-        call, made the hot one; ``_MISS`` otherwise."""
-        try:
-            h = self._hot[1].get(tuple([x.aval for x in args]))
-        except (AttributeError, TypeError):  # a scalar, a NumPy array, a container, an object of the user's
+        call, made the hot one; ``_MISS`` otherwise. One pass over the arguments (type, buffer, one device), then
+        the lookup, which compares the avals: ``_call_hot`` checks nothing again."""
+        avals, bufs, committed, dev = [], [], False, None
+        for x in args:
+            if type(x) is not ArrayImpl:  # a scalar, a NumPy array, a container, an object of the user's
+                return _MISS
+            b = x._buf
+            if b is None or (x._device is not dev and dev is not None):
+                return _MISS
+            dev = x._device
+            avals.append(x.aval)
+            bufs.append(b)
+            if x._committed:
+                committed = True
+        h = self._hot[1].get(tuple(avals))
+        if h is None or h.generation != config.generation or h.device is not dev:
             return _MISS
-        if h is None or h.generation != config.generation:
-            return _MISS
-        out = self._call_hot(h, args, None)
-        if out is not _MISS:
-            self._hot[0] = h
-        return out
+        if h.const_bufs:
+            bufs[:0] = h.const_bufs
+        self._hot[0] = h
+        return self._call_hot(h, args, None, (bufs, committed or h.committed))
 
     def _call_keyed(self, args, kwargs):
         """The general path: flatten, key, then the fast table's executable (``_call_fast``) or a trace and an
@@ -954,7 +968,13 @@ class Jitted:
         self._fast[key] = ex
         if ex.gid not in self._compiled_d:  # evicted meanwhile: keep the tables consistent
             _unfast(self._fast, ex.ckey, ex, self._hot)
-        return self._run(ex, leaves, device, args)
+        out = self._run(ex, leaves, device, args)
+        if ex.hot is not False and not self.donate_argnums and _on_device(leaves, device):
+            # The hot record from the first call on: a loop whose shapes grow (a decode step) calls each shape's
+            # executable once a pass, so a record made at the second call left every later pass on the keyed
+            # path (flatten, scan, key) for one call of each shape (issue 28, seventeenth session).
+            self._make_hot(ex, args)
+        return out
 
     def _make_hot(self, ex, args):
         """Make ``ex`` (just run from the fast table, with array leaves on its device) the hot record; ``args``:
@@ -1072,6 +1092,14 @@ class Jitted:
 
 
 _PY_SCALARS = (bool, int, float, complex)
+
+
+def _on_device(leaves, device) -> bool:
+    """Whether ``leaves`` are one or more live arrays, every one on ``device`` (what a hot record needs)."""
+    for x in leaves:
+        if type(x) is not ArrayImpl or x._buf is None or x._device is not device:
+            return False
+    return bool(leaves)
 
 
 def _to(x, device):

@@ -253,14 +253,21 @@ class _WarmCompile:
     Should MLX fail to compile the program, it keeps running eagerly (same operations, same results).
     """
 
-    __slots__ = ("fn", "raw", "left", "handle", "traceable")
+    __slots__ = ("fn", "raw", "left", "handle", "traceable", "only")
 
     def __init__(self, fn, after, handle, traceable=None):
         # ``traceable``: a zero-argument callable making the function given to mx.compile where ``fn`` cannot be
         # (it reads values on the host: ``program.Generated(host_lengths=True)``); default ``fn`` itself
         self.raw, self.fn, self.left, self.handle, self.traceable = fn, fn, after, handle, traceable
+        self.only = _only_device(handle)  # the default device always (mlx[cpu]): no stream to pick
 
     def __call__(self, bufs):
+        return self.call_args(*bufs)
+
+    def call_args(self, *bufs):
+        """``self(bufs)`` without the list: jit's hot record calls this directly (``_Hot.star``), with no
+        ``partition._Translating`` frame between it and the program; errors come out untranslated (the hot path
+        translates them with ``reraise``)."""
         fn = self.fn
         if threading.get_ident() != _COMPILE_THREAD:
             fn = self.raw
@@ -268,7 +275,7 @@ class _WarmCompile:
             self.left -= 1
             if self.left == 0:
                 return self._switch(bufs)
-        if mx.default_device() == self.handle:
+        if self.only or mx.default_device() == self.handle:
             return fn(*bufs)
         with mx.stream(self.handle):
             return fn(*bufs)

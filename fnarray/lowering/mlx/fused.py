@@ -18,7 +18,7 @@ from fnarray.core import primitives as P
 from fnarray.core.ir import Eqn, Literal, Program, Var
 from fnarray.lowering.mlx.common import expression, mx
 
-__all__ = ["Fused", "fuse_patterns"]
+__all__ = ["Fused", "fuse_patterns", "rewrite_each"]
 
 
 class Fused:
@@ -261,13 +261,21 @@ def fuse_patterns(prog: Program, platform: str = "cpu") -> Program:
     """``prog`` with each matched pattern's last equation replaced by one ``Fused`` equation over the pattern's
     inputs (run ``dce`` after it): ``fa.nn.RMSNorm`` everywhere, ``fa.nn.RoPE`` on ``ROPE_PLATFORMS``; ``prog``
     itself where nothing matches."""
-    rope = platform in ROPE_PLATFORMS
+    if platform in ROPE_PLATFORMS:
+        return rewrite_each(prog, lambda producer, e: _rms_norm(producer, e) or _rope(producer, e))
+    return rewrite_each(prog, _rms_norm)
+
+
+def rewrite_each(prog: Program, rewrite) -> Program:
+    """``prog`` with each equation ``e`` replaced by ``rewrite(producer, e)`` where that is not ``None``
+    (``producer``: each variable's equation so far, the rewritten ones included); ``prog`` itself where nothing
+    was replaced."""
     producer: dict = {}
     eqns, changed = [], False
     for e in prog.eqns:
-        fused = _rms_norm(producer, e) or (_rope(producer, e) if rope else None)
-        if fused is not None:
-            e, changed = fused, True
+        new = rewrite(producer, e)
+        if new is not None:
+            e, changed = new, True
         for o in e.outputs:
             producer[o] = e
         eqns.append(e)

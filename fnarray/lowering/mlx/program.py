@@ -17,6 +17,7 @@ from fnarray.core import dtypes
 from fnarray.lowering.mlx.common import RULES, from_numpy, mx
 from fnarray.lowering.mlx.attention import LENGTH_SLICE, share_length_masks
 from fnarray.lowering.mlx.fused import Fused, fuse_patterns
+from fnarray.lowering.mlx.keepdims import keep_reduced_axes
 from fnarray.lowering.mlx.low_bit import bits_of, typed
 from fnarray.lowering.zero_size import drop_zero_size, has_zero_size, is_fill
 
@@ -115,7 +116,8 @@ def _inlined(inline, f, args, glb) -> str:
 
 def _simplified(prog: Program, platform: str, host_lengths: bool = False):
     """``(program, has_empty)``: ``prog`` with reshape chains folded, its zero-size values dropped where it can and
-    then its ``mx.fast`` patterns fused (``fused.fuse_patterns``) and its key-length masks shared or, with
+    then its ``mx.fast`` patterns fused (``fused.fuse_patterns``), its reductions kept at their operand's rank and
+    the broadcasts MLX makes by itself dropped (``keepdims.keep_reduced_axes``), its key-length masks shared or, with
     ``host_lengths``, its key lengths read on the host (``attention.share_length_masks``), dead code eliminated."""
     prog, _ = dce(fold_reshapes(prog))
     # mx.compile is never given empty (NumPy) buffers: such programs stay eager. (The common program has
@@ -124,7 +126,7 @@ def _simplified(prog: Program, platform: str, host_lengths: bool = False):
     if has_empty:
         prog, _ = dce(drop_zero_size(prog))
         has_empty = has_zero_size(prog)
-    fused = share_length_masks(fuse_patterns(prog, platform), host_lengths)
+    fused = share_length_masks(keep_reduced_axes(fuse_patterns(prog, platform)), host_lengths)
     return (prog if fused is prog else dce(fused)[0]), has_empty
 
 

@@ -1,0 +1,89 @@
+"""A jitted step whose shapes grow (a decode loop's cache) and mlx:0's program of it (issue 28, seventeenth session).
+
+Pinned by counts, never times: from the loop's second pass on every call takes jit's hot records (no key built,
+no ``mx.eval``), and the mlx program of a softmax makes MLX's keepdims reductions and leaves broadcasts to MLX's
+binary operations (the generated text), with the values of a NumPy float64 loop.
+"""
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from fnarray.transforms import jit as jit_module
+from helpers import python_calls, require_backend
+
+W, STEPS = 8, 5
+
+
+def _step(np_):
+    def step(cache, q, row):
+        cache = np_.concatenate([cache, row], axis=0)
+        sc = q @ cache.T
+        e = np_.exp(sc - sc.max(axis=-1, keepdims=True))
+        return cache, (e / e.sum(axis=-1, keepdims=True)) @ cache
+    return step
+
+
+def _inputs():
+    rng = np.random.default_rng(0)
+    return [rng.normal(size=s).astype(np.float32) for s in ((1, W), (1, W), (1, W))]
+
+
+def _reference():
+    cache, q, row = (a.astype(np.float64) for a in _inputs())
+    for _ in range(STEPS):
+        cache, out = _step(np)(cache, q, row)
+    return cache, out
+
+
+@pytest.mark.parametrize("backend", ["numpy", "mlx"])
+def test_a_growing_loop_takes_the_hot_records_from_its_second_pass(backend, monkeypatch):
+    dev = require_backend(backend)[0]
+    cache0, q, row = (fa.device_put(a, dev) for a in _inputs())
+    step = fa.jit(_step(fnp))
+
+    def run(each=None):
+        cache = cache0
+        for _ in range(STEPS):
+            if each is not None:
+                each(cache)
+            cache, out = step(cache, q, row)
+        return cache, out
+    run()  # the first pass traces each shape (and makes its hot record)
+    keyed, evals = [], []
+    orig = jit_module.Jitted._call_keyed
+    monkeypatch.setattr(jit_module.Jitted, "_call_keyed", lambda self, a, k: keyed.append(1) or orig(self, a, k))
+    if backend == "mlx":
+        import mlx.core as mx
+        real_eval = mx.eval
+        monkeypatch.setattr(mx, "eval", lambda *a: evals.append(1) or real_eval(*a))
+    frames = []
+    cache, out = run(lambda c: frames.append(python_calls(lambda: step(c, q, row))))
+    assert keyed == [] and evals == []
+    # one record looked up by the arrays' avals, then run: no flatten, no key, no second check
+    assert all(f[:4] == ["<lambda>", "__call__", "_call_hot_by_avals", "_call_hot"] for f in frames[1:]), frames
+    if backend == "mlx":  # then the program's direct entry (warm-up count included) and the program: MLX calls
+        assert all(f[4:] == ["call_args", "program"] for f in frames[1:]), frames
+    want_cache, want_out = _reference()
+    np.testing.assert_allclose(np.asarray(cache), want_cache, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(out), want_out, rtol=1e-5, atol=1e-6)
+
+
+def test_mlx_programs_keep_reduced_axes_and_leave_broadcasts_to_mlx():
+    dev = require_backend("mlx")[0]
+    cache, q, row = (fa.device_put(a, dev) for a in _inputs())
+    text = fa.jit(_step(fnp)).lower(cache, q, row).as_text()
+    assert "reduce_max_keepdims" in text and "reduce_sum_keepdims" in text, text
+    assert "broadcast_in_dim" not in text and "reshape" not in text, text
+    # integers keep the rules' own reduction (MLX widens small integer sums) and their broadcast
+    xi = fa.device_put(np.arange(12, dtype=np.int32).reshape(3, 4), dev)
+    f = fa.jit(lambda x: x - x.max(axis=1, keepdims=True))
+    text = f.lower(xi).as_text()
+    assert "keepdims" not in text and "broadcast_in_dim" in text, text
+    np.testing.assert_array_equal(np.asarray(f(xi)), np.asarray(xi) - np.asarray(xi).max(1, keepdims=True))
+    # an operand broadcast against another broadcast (no operand of the output's shape) stays broadcast
+    x = np.linspace(-1, 1, 4, dtype=np.float32)
+    g = fa.jit(lambda a, b: fnp.broadcast_to(a[:, None], (4, 3)) * fnp.broadcast_to(b[None, :3], (4, 3)))
+    got = g(fa.device_put(x, dev), fa.device_put(x, dev))
+    np.testing.assert_allclose(np.asarray(got), x[:, None].astype(np.float64) * x[None, :3], rtol=1e-6)
