@@ -875,3 +875,21 @@ def test_webgpu_map_kernels_store_byte_words(device):
             for g, w in zip(fa.tree_util.tree_leaves(got), fa.tree_util.tree_leaves(want), strict=True):
                 assert g.device == device
                 _same_bits(np.asarray(g), np.asarray(w))
+
+
+def test_webgpu_products_convert_reused_low_bit_operands_first(device):
+    """On lavapipe (the scheduler option ``dot_upcast_reuse``, 16), a product whose low-bit operand's elements are
+    each used by more than 16 rows or columns reads it converted by a map kernel first (``dot.converted_first``),
+    while a decode-sized product (3 rows, 12 columns) reads the bytes; both bit for bit as numpy:0 with ``fallback="error"``."""
+    if device.backend != "webgpu" or device.impl.gpu.adapter_type.lower() != "cpu":
+        pytest.skip("lavapipe's scheduler option dot_upcast_reuse")
+    rng = np.random.default_rng(19)
+    f = fa.jit(lambda x, w: x @ w)
+    for rows, cols in ((20, 20), (3, 12)):
+        x, w = _finite_codes(E4M3, (rows, 8), rng), _finite_codes(E4M3, (8, cols), rng)
+        want = f(_put(x, "numpy:0"), _put(w, "numpy:0"))
+        with fallback_mode("error"):
+            got = f(_put(x, device), _put(w, device))
+        _same_bits(np.asarray(got), np.asarray(want))
+        names = [k.name for k in f.lower(_put(x, device), _put(w, device)).kernels()]
+        assert any("convert" in nm and not nm.startswith("dot") for nm in names) == (cols > 16), names
