@@ -841,3 +841,55 @@ def test_low_bit_parity(device, name, prim, inputs, params, monkeypatch):
     for g, w in zip(got, want, strict=True):
         assert g.device == device
         _same_bits(np.asarray(g), np.asarray(w))
+
+
+#: Byte outputs of map kernels at sizes that are not a multiple of four, one element, none, through a shaped
+#: index (a transpose, a broadcast), strided reads, beside a float32 output and beside a smaller value
+_WORD_OUTPUTS = {
+    "one": lambda a, b: a[:1] * b[:1] + a[:1], "three": lambda a, b: a[:3] - b[:3],
+    "six": lambda a, b: a[:6] * b[:6], "seven": lambda a, b: fnp.maximum(a[:7], b[:7]),
+    "empty": lambda a, b: a[:0] + b[:0], "transposed": lambda a, b: a[:12].reshape(3, 4).T + b[:12].reshape(4, 3),
+    "moved": lambda a, b: a[:10].reshape(2, 5).T, "broadcast": lambda a, b: a[:3, None] * b[None, :5],
+    "strided": lambda a, b: a[::3] + b[::-3], "with_float32": lambda a, b: (a * b, (a + b).astype(fnp.float32)),
+    "with_smaller": lambda a, b: (a * 3, a[:2] + b[:2])}
+
+
+def test_webgpu_map_kernels_store_byte_words(device):
+    """webgpu:0's map kernels write a low-bit result a 32-bit word at a time, each work item computing the word's
+    four elements (``Capabilities.word_stores``, ``groups/base.py``): a lone ``a * b + a`` prints no atomic, and
+    the outputs of ``_WORD_OUTPUTS`` (sizes 0, 1, 3, 6, 7, 13, shaped and strided indices, mixed outputs, the
+    horizontally fused kernels of one program) are numpy:0's bit for bit with ``fallback="error"``."""
+    if device.backend != "webgpu":
+        pytest.skip("webgpu's word stores (the other backends store bytes)")
+    rng = np.random.default_rng(17)
+    for d in (E4M3, I4):
+        a, b = (np.arange(256 if d in FLOAT8 else 16, dtype=np.uint8)[rng.integers(0, 256 if d in FLOAT8 else 16, 13)]
+                .view(d) for _ in range(2))
+        lone = fa.jit(lambda x, y: x * y + x)
+        assert "atomic" not in lone.lower(_put(a, device), _put(b, device)).as_text()
+        for f in (lone, fa.jit(lambda x, y: {k: g(x, y) for k, g in _WORD_OUTPUTS.items()})):
+            with np.errstate(all="ignore"):
+                want = f(_put(a, "numpy:0"), _put(b, "numpy:0"))
+            with fallback_mode("error"):
+                got = f(_put(a, device), _put(b, device))
+            for g, w in zip(fa.tree_util.tree_leaves(got), fa.tree_util.tree_leaves(want), strict=True):
+                assert g.device == device
+                _same_bits(np.asarray(g), np.asarray(w))
+
+
+def test_webgpu_products_convert_reused_low_bit_operands_first(device):
+    """On lavapipe (the scheduler option ``dot_upcast_reuse``, 16), a product whose low-bit operand's elements are
+    each used by more than 16 rows or columns reads it converted by a map kernel first (``dot.converted_first``),
+    while a decode-sized product (3 rows, 12 columns) reads the bytes; both bit for bit as numpy:0 with ``fallback="error"``."""
+    if device.backend != "webgpu" or device.impl.gpu.adapter_type.lower() != "cpu":
+        pytest.skip("lavapipe's scheduler option dot_upcast_reuse")
+    rng = np.random.default_rng(19)
+    f = fa.jit(lambda x, w: x @ w)
+    for rows, cols in ((20, 20), (3, 12)):
+        x, w = _finite_codes(E4M3, (rows, 8), rng), _finite_codes(E4M3, (8, cols), rng)
+        want = f(_put(x, "numpy:0"), _put(w, "numpy:0"))
+        with fallback_mode("error"):
+            got = f(_put(x, device), _put(w, device))
+        _same_bits(np.asarray(got), np.asarray(want))
+        names = [k.name for k in f.lower(_put(x, device), _put(w, device)).kernels()]
+        assert any("convert" in nm and not nm.startswith("dot") for nm in names) == (cols > 16), names

@@ -119,6 +119,10 @@ class Capabilities:
     ``horizontal_fusion``: the kernel scheduler merges independent map kernels of different shapes (an optimizer's
     update of each parameter leaf) into one launch over their concatenated work items
     (``lowering/kernels/groups/horizontal.py``).
+    ``word_stores``: the device's kernels write one-byte elements (the low-bit dtypes) a 32-bit word at a time:
+    a map kernel's work item computes the four elements of a word and stores the word (WGSL has no 8-bit type;
+    other writers of such a buffer update their byte atomically). The map kernel then computes four elements
+    per item (``groups/base.py``, ``MapGroup.items_per``).
     """
 
     dtypes: frozenset
@@ -142,6 +146,7 @@ class Capabilities:
     tunable: bool = False
     tuning_facts: tuple = ()
     horizontal_fusion: bool = True
+    word_stores: bool = False
 
 
 class _Compiling(threading.local):

@@ -193,6 +193,8 @@ def schedule_program(program: Program, caps, **opts) -> Plan:
     (the longest row whose computed operand a work item's row kernel keeps in a private array between its loops),
     ``reduce_per_item`` (``(outputs, rows)``: a reduction into at least that many outputs of rows of at most that many
     elements keeps a work item per output, not a cooperating work-group: both ``groups/reduce.py``),
+    ``dot_upcast_reuse`` (a product's low-bit operand whose elements it uses more than that many times is
+    converted by a kernel of its own, not read as bytes: ``dot.converted_first``),
     ``attention_subgroup`` (the subgroup size of a native CPU WebGPU adapter with subgroups: the attention kernel's
     query rows split across a subgroup's lanes, ``groups/attention.py``); for CPU
     targets (those and CPU OpenCL): ``scatter_columns`` (a work item per column of a scatter where that is less work:

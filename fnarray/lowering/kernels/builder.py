@@ -31,6 +31,7 @@ from fnarray.lowering.kernels.ir import (
     Sym,
     children,
     walk_exprs,
+    walk_stmts,
 )
 
 __all__ = ["KernelBuilder"]
@@ -207,15 +208,7 @@ class KernelBuilder:
 
 
 def _stored(stmts) -> set:
-    out = set()
-    for s in stmts:
-        if isinstance(s, (Store, Atomic)):
-            out.add(s.name)
-        elif isinstance(s, For):
-            out |= _stored(s.body)
-        elif isinstance(s, If):
-            out |= _stored(s.then) | _stored(s.orelse)
-    return out
+    return {s.name for s in walk_stmts(stmts) if isinstance(s, (Store, Atomic))}
 
 
 def _drop_unused(body):

@@ -33,7 +33,7 @@ __all__ = ["without", "Expr", "Const", "Sym", "Special", "Load", "Lane", "Broadc
            "Assign", "Store", "Atomic", "ATOMIC_OPS", "ATOMIC_DTYPES", "For", "If", "Barrier", "ArrayDecl",
            "Comment", "BufferParam", "ScalarParam",
            "Kernel", "OPS", "const", "INT32", "BOOL", "UINT32", "walk_exprs", "map_exprs", "children", "rebuild",
-           "atomic_buffers"]
+           "atomic_buffers", "walk_stmts"]
 
 INT32 = np.dtype(np.int32)
 UINT32 = np.dtype(np.uint32)
@@ -358,18 +358,21 @@ def walk_exprs(stmts):
             yield from walk_exprs(s.orelse)
 
 
+def walk_stmts(stmts):
+    """Every statement, at every depth of ``For`` bodies and ``If`` branches, in program order (each before the
+    statements inside it)."""
+    for s in stmts:
+        yield s
+        if isinstance(s, For):
+            yield from walk_stmts(s.body)
+        elif isinstance(s, If):
+            yield from walk_stmts(s.then)
+            yield from walk_stmts(s.orelse)
+
+
 def atomic_buffers(stmts) -> dict:
     """The buffers the statements update atomically: name -> the dtype of the values (``Atomic``)."""
-    out = {}
-    for s in stmts:
-        if isinstance(s, Atomic):
-            out[s.name] = s.value.dtype
-        elif isinstance(s, For):
-            out.update(atomic_buffers(s.body))
-        elif isinstance(s, If):
-            out.update(atomic_buffers(s.then))
-            out.update(atomic_buffers(s.orelse))
-    return out
+    return {s.name: s.value.dtype for s in walk_stmts(stmts) if isinstance(s, Atomic)}
 
 
 def rebuild(e, kids):

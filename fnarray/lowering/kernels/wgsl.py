@@ -8,8 +8,11 @@ rewritten before printing:
   ``ir.vector_dtype(float32)`` is ``array<vec4<f32>>`` (a second binding of a buffer that a kernel reads
   four elements per load; ``ir.Lane`` prints as ``v[i]``). A float8/int4/uint4 or uint8
   buffer holds its bytes four to a ``u32`` (as the host's bytes): a load takes byte ``i`` of word ``i / 4``.
-  WGSL has no 8-bit type and four work items share a word, so a kernel that writes a low-bit buffer declares
-  it ``array<atomic<u32>>`` and stores byte ``i`` as one ``atomicXor`` of the new byte with the old one (read by
+  WGSL has no 8-bit type. A map kernel's work item computes the four elements of a word and stores the word
+  whole (``Capabilities.word_stores``, ``groups/base.py``: a ``Store`` of a ``uint32`` value into a byte
+  buffer prints as a plain store of word ``index``). Where four work items share a word (other kernels, a map
+  kernel with guests), the kernel declares the buffer
+  ``array<atomic<u32>>`` and stores byte ``i`` as one ``atomicXor`` of the new byte with the old one (read by
   ``atomicLoad``) at its place in the word: only this work item changes those eight bits, and the others' XORs
   touch other bits, so the updates commute and no word needs clearing first (a conversion into float8 or int4
   takes 3-5x the time of one into int32 on lavapipe at load 20-23; an ``atomicAnd`` then ``atomicOr`` took as
@@ -64,10 +67,12 @@ from fnarray.lowering.kernels.ir import (
     Op,
     ScalarParam,
     Special,
+    Store,
     Sym,
     atomic_buffers,
     vector_dtype,
     walk_exprs,
+    walk_stmts,
     without,
 )
 from fnarray.lowering.kernels.rules import LOW_BIT
@@ -232,7 +237,8 @@ class WGSLRenderer(CStyleRenderer):
         self._layout = layout
         self._workgroup_arrays = [s for s in _array_decls(kernel.body) if s.space == "local"]
         self._atomic = atomic_buffers(kernel.body)
-        self._atomic.update({p.name: p.dtype for p in layout.buffers if p.writes and np.dtype(p.dtype) in LOW_BIT})
+        bytes_stored = _byte_stores(kernel.body)
+        self._atomic.update({p.name: p.dtype for p in layout.buffers if p.name in bytes_stored})
         try:
             return super().render(dataclasses.replace(kernel, body=tuple(pre) + _without_local_arrays(kernel.body)))
         finally:
@@ -403,19 +409,18 @@ def _without_local_arrays(stmts) -> tuple:
     return without(stmts, lambda s: isinstance(s, ArrayDecl) and s.space == "local")
 
 
+def _byte_stores(stmts) -> set:
+    """The buffers that the statements store single bytes into (a ``Store`` of a ``LOW_BIT`` value, printed as
+    an atomic byte update); a ``uint32`` word stored into a byte buffer (``MapGroup.packed_roots``) is not one."""
+    return {s.name for s in walk_stmts(stmts) if isinstance(s, Store) and np.dtype(s.value.dtype) in LOW_BIT}
+
+
 def _positive_const(e) -> bool:
     return isinstance(e, Const) and e.value > 0
 
 
 def _array_decls(stmts):
-    for s in stmts:
-        if isinstance(s, ArrayDecl):
-            yield s
-        elif isinstance(s, For):
-            yield from _array_decls(s.body)
-        elif isinstance(s, If):
-            yield from _array_decls(s.then)
-            yield from _array_decls(s.orelse)
+    return (s for s in walk_stmts(stmts) if isinstance(s, ArrayDecl))
 
 
 def render_wgsl(kernel: Kernel) -> str:

@@ -153,6 +153,10 @@ CPU_DOT_BLOCK = (8, 4)
 #: Rows per work item of a Pallas kernel with a ``dot`` in row mode on a CPU adapter (``groups/pallas.py``,
 #: ``render(row_tile=)``: lavapipe's flash attention 0.63-0.68x the time of one row; eleventh session)
 CPU_PALLAS_ROW_TILE = 2
+#: On a CPU adapter, a low-bit operand whose elements a product uses more than this many times (more than two of
+#: its blocks of 8 rows would convert each byte; not a decode step's weights) is converted by a map kernel first,
+#: not in the product's loop (``groups/dot.py``, ``converted_first``; 256x256 float8 ``@``: 48 -> 8.7 ms, load ~16).
+CPU_DOT_UPCAST_REUSE = 16
 #: ``(k, size)``: on a CPU adapter, a product of a contraction of ``k`` or less and an output of ``size`` elements or
 #: more declines epilogues that read other arrays element by element (``groups/dot.py``, ``DotGroup.takes_root``;
 #: native, not browser bundles): the VAE step's K = 32 weight gradients then store, and a map kernel applies the
@@ -821,7 +825,7 @@ class WebGPULowered(KernelLowered):
         caps = self.backend.capabilities(self.device)
         opts = self._donate_options()
         if not caps.tiling_pays:   # a CPU adapter (lavapipe)
-            opts["dot_block"] = CPU_DOT_BLOCK
+            opts.update(dot_block=CPU_DOT_BLOCK, dot_upcast_reuse=CPU_DOT_UPCAST_REUSE)
             opts["dot_vec4"] = True          # groups/dot.py: operands read four elements per load where aligned
             # the product's sizes and strides as constants, not uniforms: lavapipe then folds the address
             # arithmetic (the transformer step 248 -> 217-221 CPU ms, the MLP's 4.0 -> 3.5-3.8, load 9-12)
@@ -977,7 +981,7 @@ class WebGPUBackend(Backend):
             # (docs/performance.md); a GPU keeps one, whose neighbouring invocations read
             # neighbouring elements.
             items_per_work_item=4 if self.gpu.adapter_type.lower() == "cpu" else 1,
-            memory_check="compiled", tunable=True, tuning_facts=_tuning_facts(self.gpu))
+            memory_check="compiled", tunable=True, tuning_facts=_tuning_facts(self.gpu), word_stores=True)
 
     def keeps_low_bit(self, eqn, device):
         """Whether the kernels take ``eqn``'s low-bit bytes as they are (``_LOW_BIT_PRIMITIVES``); the other

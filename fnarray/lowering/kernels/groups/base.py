@@ -17,8 +17,9 @@ from fnarray.core.subprograms import CALL_PROGRAM
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import Flat, NotFlat, shaped_index
 from fnarray.lowering.kernels.index import linearize, to_expr, unravel
-from fnarray.lowering.kernels.ir import INT32, BufferParam, Let, Special, const, vector_dtype
+from fnarray.lowering.kernels.ir import INT32, UINT32, BufferParam, Cast, Let, Special, const, vector_dtype
 from fnarray.lowering.kernels.rules import (
+    LOW_BIT,
     op,
     select,
 )
@@ -361,6 +362,11 @@ class EquationGroup(Group):
         self.reads |= {a for a in self.eqn.inputs if isinstance(a, Var)}
 
 
+#: Elements of a one-byte dtype in a 32-bit word: what a work item computes where the kernel stores words
+#: (``MapGroup.packed_roots``).
+WORD = 4
+
+
 class MapGroup(Group):
     kind = "map"
     accepts_roots = True
@@ -392,11 +398,23 @@ class MapGroup(Group):
 
     def items_per(self, flat, choice) -> int:
         """Elements per work item of this kernel for ``choice`` (``MAP_TUNABLE``'s ``per`` where it applies: flat
-        indices, no guests and an element count that stays within int32 after the padding)."""
+        indices, no guests and an element count that stays within int32 after the padding); ``WORD`` where the
+        kernel stores words of bytes (``packed_roots``), flat or not."""
         n, per = math.prod(self.shape), choice["per"]
+        if self.packed_roots() and n + WORD * choice["wg"] < 2 ** 31:
+            return WORD
         if not (flat and per > 1 and self.roots and not self.guests and n + per * choice["wg"] < 2 ** 31):
             return 1
         return per
+
+    def packed_roots(self) -> list:
+        """The roots this kernel writes a 32-bit word at a time (``Capabilities.word_stores``: the stored roots of
+        a one-byte dtype, ``LOW_BIT``), each work item computing the ``WORD`` elements of one word; none in a
+        kernel with guests (its items compute one element each: those roots keep the target's byte store)."""
+        ctx = self.ctx
+        if not getattr(ctx.caps, "word_stores", False) or self.guests:
+            return []
+        return [r for r in self.roots if r in ctx.needed and np.dtype(r.aval.dtype) in LOW_BIT]
 
     def emit_body(self, b, em, args, scalars, seg, flat, per, choice):
         """The statements of the group's work items, at the work-item id ``seg.gid`` (``Segment``): the roots
@@ -407,12 +425,19 @@ class MapGroup(Group):
         n = math.prod(self.shape)
         if per > 1:
             # Elements per * gid + k (k < per) of every root, each lane under its own bound test.
-            limit = b.scalar(seg.name)
-            scalars[seg.name] = n
+            limit = b.scalar(seg.name) if flat else const(n, INT32)
+            if flat:
+                scalars[seg.name] = n
+            words = {r: b.var(UINT32, const(0, UINT32), "word") for r in self.packed_roots()} if per == WORD else {}
             for k in range(per):
                 e = b.let(op("add", op("mul", gid, const(per, INT32)), const(k, INT32)), "e")
                 with b.when(op("lt", e, limit)):
-                    self.emit_roots(b, em, args, Flat(e), e)
+                    idx = Flat(e) if flat else index_vars(b, e, self.shape, f"{seg.prefix}l{k}_i")
+                    self._emit_lane(b, em, args, idx, e, words, k)
+            if words:   # word gid holds elements WORD * gid + k: one plain store each, no other item touches it
+                with b.when(op("lt", op("mul", gid, const(WORD, INT32)), limit)):
+                    for r, w in words.items():
+                        b.store(ctx.output(b, args, r), gid, w)
         elif flat:
             limit = b.scalar(seg.name)
             scalars[seg.name] = n
@@ -445,6 +470,16 @@ class MapGroup(Group):
                     if v in ctx.needed:
                         b.store(ctx.output(b, args, v), gid, val)
 
+
+    def _emit_lane(self, b, em, args, idx, e, words, k):
+        """The roots at element ``e`` (index ``idx``), lane ``k`` of its work item: the roots of ``words`` (root ->
+        the item's word, a mutable uint32) put their byte at bits ``8k`` of the word, the others are stored."""
+        for (r, name), v in self.root_values(b, em, idx, lambda r: (r, self.ctx.output(b, args, r))):
+            if r in words:
+                byte = op("and", Cast(v, UINT32), const(255, UINT32))
+                b.assign(words[r], op("or", words[r], op("shl", byte, const(8 * k, UINT32))))
+            else:
+                b.store(name, e, v)
 
 class Segment:
     """Where a map kernel's work items are: ``gid``, the item's id (an int32 kernel expression, 0 at the first item
