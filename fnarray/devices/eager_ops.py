@@ -311,10 +311,7 @@ def _learn(code, x, other, binary, out):
             return
     entry = _OpEntry(fn, conv, out_avals[0], dev)
     if _insert(key, entry, dev):  # the primitive's entry stays cached while this one is (``_OpEntry.live``)
-        if base.kept_by is None:
-            base.kept_by = [entry]
-        else:
-            base.kept_by.append(entry)
+        base.kept_by = [e for e in base.kept_by or () if e.live] + [entry]  # (the forgotten ones dropped)
 
 
 def _binary_case(code, av, dev, other):
