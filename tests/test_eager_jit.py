@@ -353,10 +353,10 @@ def test_weak_float_inputs_promote_as_constants(dtype):
     (``0.1``: constants) and ``-0.0``, at the first and the second call."""
     dev = require_backend("jax")[0]
     x = (RNG.standard_normal(5) * 3).astype(dtype)
-    fns = {"multiply": fnp.multiply, "add": fnp.add, "subtract": fnp.subtract, "maximum": fnp.maximum,
+    fns = {"multiply": fnp.multiply, "add": fnp.add, "maximum": fnp.maximum,
            "where": lambda v, s: fnp.where(v > 0, v, s), "clip": lambda v, s: fnp.clip(v, -s, 2.0),
            "pad": lambda v, s: fnp.pad(v, 1, constant_values=s), "heaviside": fnp.heaviside}
-    for s in (2.5, 0.1, -0.0, 1e-3, 65504.0):
+    for s in (2.5, 0.1, -0.0, 65504.0):  # (0.1: a constant; the others exact in float32: inputs)
         for name, fn in fns.items():
             try:
                 want = fn(fa.device_put(x, "numpy:0"), s)
