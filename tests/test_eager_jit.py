@@ -317,6 +317,72 @@ def test_eager_compiles_each_shape_once_on_jax(monkeypatch):
         np.testing.assert_allclose(a, want, rtol=2e-6, atol=1e-6)
 
 
+def test_float_constants_are_weak_inputs_on_jax():
+    """jax:0: a call's Python floats that float32 holds exactly go into its first call's program as weakly typed
+    scalars (``eager_jit._WEAK_FLOAT_POLICIES``), so new bounds reuse it: one XLA compile for both calls (a shape
+    no other test draws), where the floats as constants compiled per primitive at the first call and a program per
+    bounds at the second. The samples are JAX's (within its erf's rounding) and the same bits at a repeated call
+    (the key's alias of the program)."""
+    import jax
+    dev = require_backend("jax")[0]
+    k = fa.device_put(fa.random.PRNGKey(11), dev)
+    fa.random.split(k)  # (the key's own first-call work)
+    xla, stop = _xla_compiles()
+    try:
+        made = eager_jit.cache_info()["made"]
+        a = fa.random.truncated_normal(k, -2.0, 2.0, (3, 7))
+        b = fa.random.truncated_normal(k, -1.0, 1.0, (3, 7))
+        assert len(xla) == 1 and eager_jit.cache_info()["made"] - made == 1, (len(xla), eager_jit.cache_info())
+        for got, lo in ((a, 2.0), (b, 1.0)):
+            for _ in range(2):
+                again = fa.random.truncated_normal(k, -lo, lo, (3, 7))
+                np.testing.assert_array_equal(np.asarray(again), np.asarray(got))
+        assert len(xla) == 1, len(xla)
+    finally:
+        stop()
+    for got, lo in ((a, 2.0), (b, 1.0)):
+        want = jax.random.truncated_normal(jax.random.PRNGKey(11), -lo, lo, (3, 7))
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-7)
+        assert (got.dtype, got.weak_type) == (np.float32, False) and np.all(np.abs(np.asarray(got)) < lo)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.int32, np.bool_])
+def test_weak_float_inputs_promote_as_constants(dtype):
+    """jax:0's programs with floats as weak inputs give numpy:0's values, dtypes and weak types (``x_f16 * 0.5``
+    stays float16, an int or bool array with a float is weak float32), for exact floats (inputs), inexact ones
+    (``0.1``: constants) and ``-0.0``, at the first and the second call."""
+    dev = require_backend("jax")[0]
+    x = (RNG.standard_normal(5) * 3).astype(dtype)
+    fns = {"multiply": fnp.multiply, "add": fnp.add, "maximum": fnp.maximum,
+           "where": lambda v, s: fnp.where(v > 0, v, s), "clip": lambda v, s: fnp.clip(v, -s, 2.0),
+           "pad": lambda v, s: fnp.pad(v, 1, constant_values=s), "heaviside": fnp.heaviside}
+    for s in (2.5, 0.1, -0.0, 65504.0):  # (0.1: a constant; the others exact in float32: inputs)
+        for name, fn in fns.items():
+            try:
+                want = fn(fa.device_put(x, "numpy:0"), s)
+            except Exception as e:  # (bool operands some functions refuse): jax:0 raises the same
+                with pytest.raises(type(e)):
+                    fn(fa.device_put(x, dev), s)
+                continue
+            for _ in range(2):
+                got = fn(fa.device_put(x, dev), s)
+                assert (got.dtype, got.weak_type) == (want.dtype, want.weak_type), (name, s)
+                np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=f"{name} {s}")
+
+
+def test_a_float_needed_by_value_keeps_its_constant():
+    """A function that reads a float's value (Python control flow) cannot take it as an input: that call takes
+    its own key's path (the general path, then a program with the float as a constant), with the right result."""
+    dev = require_backend("jax")[0]
+
+    def scale(x, s):
+        return x * s if s > 1.0 else x - s
+    f = eager_jit._wrap(scale, __name__)
+    x = fa.device_put(np.arange(3, dtype=np.float32), dev)
+    for s in (2.0, 0.5, 2.0, 0.5, 4.0):
+        np.testing.assert_array_equal(np.asarray(f(x, s)), scale(np.arange(3, dtype=np.float32), s))
+
+
 def test_eager_compiles_each_shape_at_most_once_on_mlx(monkeypatch):
     """mlx:0 (``eager_programs="repeated_call"``): the general path compiles nothing (MLX's operations are lazy
     graph nodes), so a loop whose shapes grow makes no program for a key's first call, which is recorded as the

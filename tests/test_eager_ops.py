@@ -267,6 +267,34 @@ def test_the_profiler_sees_fast_operations():
     assert "mul" in names, names
 
 
+def test_a_fast_entry_keeps_the_primitives_entry_that_the_profiler_runs(device):
+    """A loop that a fast entry serves never runs the primitive's own entry, which the general path (the
+    profiler's eager apply) runs: the eager cache keeps it while the fast entry is cached, so after other
+    operations churned the cache (8 entries here; the suite's 1024 in a long run) the warmed loop compiles nothing
+    under the profiler (``placement._used_since``: a warmed jax:0 loop compiled again inside the trace)."""
+    x = fa.device_put(np.arange(5, dtype=np.float32), device)
+    for _ in range(2):
+        y = x * 1.5
+    with fa.profiler.trace():  # (the profiler's own first use on the device: webgpu's timestamp queries)
+        y = x * 1.5
+    key = ("mul", x.aval, float)
+    entry = placement._eager_d.get(key + (id(x.device),)) or placement._eager_d.get(key)
+    assert entry is not None and entry.device is x.device
+    old = fa.config.eager_cache_size
+    fa.config.eager_cache_size = 8
+    try:
+        for n in range(6, 22):  # reductions of their own (on numpy:0) fill the cache, while x * 1.5 is a hit
+            fnp.sum(fa.device_put(np.arange(n, dtype=np.float32), "numpy:0"))
+            y = x * 1.5
+    finally:
+        fa.config.eager_cache_size = old
+    with fa.profiler.trace() as prof:
+        y = x * 1.5
+    kinds = [r.kind for r in prof.profile.records]
+    assert "compile" not in kinds and "lower" not in kinds, kinds
+    np.testing.assert_array_equal(np.asarray(y), np.arange(5, dtype=np.float32) * np.float32(1.5))
+
+
 def test_clearing_the_eager_cache_clears_the_entries():
     x = fnp.asarray(np.arange(3, dtype=np.float32))
     x - 1.0

@@ -11,6 +11,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.example_libraries import optimizers as fopt
 from fnarray.example_libraries import stax as fstax
+from helpers import require_backend
 
 jax = pytest.importorskip("jax", reason="JAX is the oracle of these tests")
 from jax.example_libraries import optimizers as jopt  # noqa: E402
@@ -166,6 +167,34 @@ def test_stax_layer_matches_jax(device, layer):
     want = j_apply(j_params, x)
     for a, b in zip(_leaves(got, fa), _leaves(want, jax)):
         np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5, err_msg=f"{layer} outputs on {device}")
+
+
+def test_dense_first_call_compiles_about_as_often_as_jax():
+    """jax:0: a ``Dense`` layer's init and apply at a new shape compile at most twice as many XLA programs as
+    JAX's own (issue 28: its initialisers' float bounds are their programs' weak inputs,
+    ``eager_jit._WEAK_FLOAT_POLICIES``; 43 compiles against JAX's 13 before). Shapes no other test uses."""
+    import jax.monitoring
+    dev = require_backend("jax")[0]
+    counts = []
+
+    def listener(name, secs, **kwargs):
+        if name == "/jax/core/compile/backend_compile_duration":
+            counts.append(secs)
+    x = np.random.default_rng(3).standard_normal((3, 11)).astype(np.float32)
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        j_init, j_apply = jstax.Dense(7)
+        _shape, j_params = j_init(jax.random.PRNGKey(5), x.shape)
+        want = np.asarray(j_apply(j_params, x))
+        n_jax = len(counts)
+        f_init, f_apply = fstax.Dense(7)
+        _shape, f_params = f_init(fa.device_put(fa.random.PRNGKey(5), dev), x.shape)
+        got = np.asarray(f_apply(f_params, fa.device_put(x, dev)))
+        n_fa = len(counts) - n_jax
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert n_fa <= 2 * max(n_jax, 7), (n_fa, n_jax)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
 
 
 @pytest.mark.parametrize("init", ["normal", "uniform", "ones"])

@@ -492,6 +492,27 @@ def test_adding_a_constant_zero_gives_ieee_signed_zeros(device):
             np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(want[zero]), err_msg=f"case {k} {how}")
 
 
+# ------------------------------------------------------------------ a bool array times inf or NaN
+
+@pytest.mark.filterwarnings("ignore::fnarray.FallbackWarning")   # opencl:0 here has no cl_khr_fp16
+def test_false_times_inf_is_nan(device):
+    """``bool_array * inf``: False converts to 0.0 and 0.0 * inf is NaN (NumPy). XLA's simplifier rewrites
+    ``convert(pred) * y`` as ``select(pred, y, 0)``, so jax:0 gave 0 there, eagerly (the first, second and third
+    calls: general path, program, fast entry) and under jit (``jnp`` gives 0 too)."""
+    b = np.array([True, False, True, False])
+    x = fnp.asarray(b, device=device)
+    with np.errstate(invalid="ignore"):
+        cases = [(lambda v: v * np.inf, b * np.inf), (lambda v: -np.inf * v, -np.inf * b),
+                 (lambda v: fnp.multiply(v, np.nan), b * np.nan),
+                 (lambda v: v.astype(fnp.float16) * np.inf, b.astype(np.float16) * np.float16(np.inf))]
+    for k, (fn, want) in enumerate(cases):
+        for how, f in (("eager", fn), ("eager", fn), ("eager", fn), ("jit", fa.jit(fn))):
+            with np.errstate(invalid="ignore"):   # (numpy:0 computes as NumPy does)
+                got = np.asarray(f(x))
+            np.testing.assert_array_equal(got, want.astype(got.dtype), err_msg=f"case {k} {how}")
+            assert got.dtype == (np.float16 if k == 3 else np.float32), (k, got.dtype)
+
+
 # ------------------------------------------------------------------ float16 accumulates in float32
 
 _F16_ACCUMULATIONS = {

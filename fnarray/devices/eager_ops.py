@@ -122,17 +122,21 @@ class _OpEntry:
     """A fast operator's cached implementation (an eager-cache value beside the general ``_EagerEntry``).
 
     ``memo`` is the one-element list of the operator's last hit that may hold this entry; ``forget`` (called
-    by the eager cache when it evicts or clears the entry) empties it, so an evicted entry is not served."""
+    by the eager cache when it evicts or clears the entry, and by ``_insert`` when it replaces it) empties it, so
+    an evicted entry is not served, and clears ``live``: while it is set, the primitive's own entry, which the
+    general path runs, is kept in the cache with it (``placement._used_since``)."""
 
-    __slots__ = ("fn", "conv", "out_aval", "device", "generation", "used", "memo")
+    __slots__ = ("fn", "conv", "out_aval", "device", "generation", "used", "memo", "live")
 
     def __init__(self, fn, conv, out_aval, device):
         self.fn, self.conv, self.out_aval, self.device = fn, conv, out_aval, device
         self.generation = config.generation
         self.used = False
         self.memo = None
+        self.live = True
 
     def forget(self):
+        self.live = False
         memo = self.memo
         if memo is not None and memo[0][-1] is self:
             memo[0] = _NO_MEMO  # (another thread may have just read the old hit: it is still correct)
@@ -292,12 +296,12 @@ def _learn(code, x, other, binary, out):
     # the entry saves (operators keep their entries: x * 2.0 is the loop body everyone writes).
     compile = binary or dev.impl.capabilities(dev).eager_programs != "first_call"
     try:
-        found = placement._eager_executable(prim, _PARAMS, in_avals, dev, compile=compile)
+        base = placement._eager_entry(prim, _PARAMS, in_avals, dev, compile=compile)
     except Exception:  # noqa: BLE001 (no entry: the general path keeps serving this case)
         return
-    if found is None:
+    if base is None:
         return
-    exe, out_avals = found
+    exe, out_avals = base.exe, base.out_avals
     if len(out_avals) != 1 or out.aval != out_avals[0] or out._device is not dev:
         return
     fn = dev.impl.eager_call(prim, _PARAMS, in_avals, out_avals)
@@ -305,7 +309,9 @@ def _learn(code, x, other, binary, out):
         fn = _one_output(exe, len(in_avals))
         if fn is None:
             return
-    _insert(key, _OpEntry(fn, conv, out_avals[0], dev), dev)
+    entry = _OpEntry(fn, conv, out_avals[0], dev)
+    if _insert(key, entry, dev):  # the primitive's entry stays cached while this one is (``_OpEntry.live``)
+        base.kept_by = [e for e in base.kept_by or () if e.live] + [entry]  # (the forgotten ones dropped)
 
 
 def _binary_case(code, av, dev, other):
@@ -338,17 +344,21 @@ def _unary_case(code, av):
     return prim, (av,), (code, av), None
 
 
-def _insert(key, entry, dev):
+def _insert(key, entry, dev) -> bool:
     """``entry`` into the eager cache under ``key``: the key's first device keeps the short key, others are
-    looked up by the device's id too; a stale entry (another configuration, or an id reused) is replaced."""
+    looked up by the device's id too; a stale entry (another configuration, or an id reused) is replaced (and
+    forgotten). False where a current entry of the key was there already (``entry`` is dropped)."""
     old = _D.get(key)
     if old is not None and old.device is not dev and old.generation == config.generation:
         key = key + (id(dev),)
         old = _D.get(key)
     if old is None:
-        placement._eager_cache.put(key, entry)
-    elif old.generation != config.generation or old.device is not dev:
+        return placement._eager_cache.put(key, entry) is entry
+    if old.generation != config.generation or old.device is not dev:
         placement._eager_cache.set(key, entry)
+        old.forget()
+        return True
+    return False
 
 
 def _converter(dev, d, weak, quiet):

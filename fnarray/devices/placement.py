@@ -189,16 +189,30 @@ def _eager_cache_size() -> int:
 
 class _EagerEntry:
     # step: the executable's entry for a tape (``eager_tape._entry``: ``(call, single)``), made at its first tape;
-    # one: ``fn(*bufs) -> buf`` for ``eager_direct`` (None: not looked up yet; False: the entry has none)
-    __slots__ = ("exe", "out_avals", "used", "step", "one")
+    # one: ``fn(*bufs) -> buf`` for ``eager_direct`` (None: not looked up yet; False: the entry has none);
+    # kept_by: the fast operators' entries made from this one (``eager_ops._OpEntry``), or None
+    __slots__ = ("exe", "out_avals", "used", "step", "one", "kept_by")
 
     def __init__(self, exe, out_avals):
         self.exe, self.out_avals, self.used, self.step, self.one = exe, out_avals, False, None, None
+        self.kept_by = None
 
 
 def _used_since(entry) -> bool:
+    """The eager cache's second chance: ``entry`` was used since it last came up, or it is the primitive's entry
+    of a fast operator's entry still cached (``kept_by``). A fast operator's hits never touch the primitive's
+    entry, which the general path needs, so without this a loop served by the operator would leave it to be
+    evicted, and the same loop under the profiler (whose eager apply is the general path) would compile it again
+    in the middle of a warmed loop (``tests/test_profiler.py``)."""
     used, entry.used = entry.used, False
-    return used
+    if used:
+        return True
+    kept_by = getattr(entry, "kept_by", None)
+    if kept_by:
+        live = [e for e in kept_by if e.live]
+        entry.kept_by = live or None
+        return bool(live)
+    return False
 
 
 # eager_key(primitive, params, input types, device) -> _EagerEntry; at most

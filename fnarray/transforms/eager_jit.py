@@ -11,8 +11,12 @@ a call on concrete arrays (``ArrayImpl``), from a thread that stages nothing, wi
 and runs one jitted program of the whole function (``fnarray.jit``'s hot path: a few Python calls) from the
 call its device's ``Capabilities.eager_programs`` says. ``"first_call"`` (jax: XLA takes 10-100 ms a program):
 the first call compiles the whole function, so each new shape costs one compile, not one per primitive and then
-one more for the whole function on the second call; a key holding a float or complex constant waits for its
-second call (a loop over new step sizes would otherwise compile each). ``"second_call"`` (numpy) and
+one more for the whole function on the second call. A call's Python floats that float32 holds exactly
+(``-2.0``, ``0.5``, ``1e3``) are its program's inputs there, weakly typed float32 scalars as ``jax.jit`` passes
+Python floats (``_WEAK_FLOAT_POLICIES``: one program for every value, a random initialiser's bounds included); a
+key holding another float (``0.1``) or a complex constant waits for its second call (a loop over new step sizes
+would otherwise compile each), as does one whose function needs a float's value (its trace with the float as an
+input fails). ``"second_call"`` (numpy) and
 ``"repeated_call"`` (mlx): the first call of a key takes the general path, so a loop over ever new static values
 (``x[i]`` for each ``i``) traces and compiles nothing; from the second call (``_TAPE_CALLS``) the key's *tape*
 serves it (``fnarray.transforms.eager_tape``: numpy's second call's general path recorded, ~1.5x a general call;
@@ -60,6 +64,7 @@ from fnarray.core import dtypes, tracing
 from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
 from fnarray.core.prng import KeyArray
+from fnarray.core.shaped import ShapedArray
 from fnarray.devices import placement
 from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.backend import compiling
@@ -349,7 +354,8 @@ def _tape_calls(key):
 def _general_calls(key) -> int:
     """How many calls of a key take the general path before its program is made: one where the device
     compiles programs cheaply (``"second_call"``) or the key holds a float or complex constant (a NumPy one
-    too), which a loop may change on every call; ``REPEATED_CALL - 1`` under ``"repeated_call"``."""
+    too), which a loop may change on every call (under ``_WEAK_FLOAT_POLICIES`` only the floats that could not go
+    in as inputs: ``_weak_float_call`` served the others); ``REPEATED_CALL - 1`` under ``"repeated_call"``."""
     n = _GENERAL_CALLS[_policy(key)]
     if n is None:
         return REPEATED_CALL - 1
@@ -358,8 +364,9 @@ def _general_calls(key) -> int:
     return n
 
 
-def _make(fn, args, kwargs, key, arrays):
-    """The key's program, made and called (or the general path's result, where it cannot be made)."""
+def _make(fn, args, kwargs, key, arrays, general=None):
+    """The key's program, made and called (or the general path's result, where it cannot be made: ``fn`` of the
+    call's arguments, or ``general``'s result where it is given)."""
     # a fresh function per key: caches of its own, not an entry of jit's table of functions
     jitted = Jitted(_program(fn, args, kwargs), shared=False)
     _stats["programs"] += 1
@@ -374,7 +381,7 @@ def _make(fn, args, kwargs, key, arrays):
             old.limit = float("inf")  # the key keeps its tape
         else:
             _programs.put(key, _Program(None))
-        return fn(*args, **kwargs)
+        return fn(*args, **kwargs) if general is None else general()
     finally:
         compiling.eager = False
     p = _Program(jitted)
@@ -399,6 +406,10 @@ def _early(fn, args, kwargs, key, arrays):
             return _first_recorded(fn, args, kwargs, key, arrays)
     elif len(seen) > 2 and seen[1] is False:  # the first call's recorded tape: it serves from now on
         return _promoted(fn, args, kwargs, key, arrays, seen)
+    if _policy(key) in _WEAK_FLOAT_POLICIES:
+        out = _weak_float_call(fn, args, kwargs, key, arrays, seen)
+        if out is not _NO_PROGRAM:
+            return out
     n = 0 if seen is None else seen[0]
     if n >= _tape_calls(key) and (seen is None or seen[1] is not True):
         out = _taped(fn, args, kwargs, key, arrays, n, seen is None or seen[1] is False)
@@ -421,6 +432,110 @@ def _early(fn, args, kwargs, key, arrays):
     else:
         seen[0] = n + 1
     return fn(*args, **kwargs)
+
+
+#: The policies under which a key's Python floats that float32 holds exactly are its program's runtime inputs
+#: (weakly typed float32 scalars, as ``jax.jit`` passes Python floats) from its first call: jax, where the general
+#: path compiles one XLA program per primitive and shape, and a key whose floats were constants waited for its
+#: second call (``_general_calls``), so that functions called once per shape with float constants (random
+#: initialisers: ``truncated_normal(key, -2.0, 2.0, shape)``) compiled per primitive (issue 28: a stax ``Dense``
+#: init made 43 compiles where JAX's made 13). Only floats that float32 holds exactly: the literal and the input
+#: then have one value and one aval (weak float32), so promotion and rounding are the literal's (a float16 result
+#: rounds the float once either way); others (``0.1``) keep their value keys.
+_WEAK_FLOAT_POLICIES = frozenset({"first_call"})
+
+_NO_PROGRAM = object()
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _exact_f32(x) -> bool:
+    """Whether the Python float ``x`` is a float32 value (NaN not: its payload would not be kept)."""
+    if x != x:
+        return False
+    if abs(x) > _F32_MAX:
+        return abs(x) == float("inf")
+    return float(np.float32(x)) == x
+
+
+def _weak_floats(x, dev):
+    """``x`` with each Python float that float32 holds exactly (``_exact_f32``) made a weakly typed float32 scalar
+    on ``dev``, inside tuples and lists; ``x`` itself where it holds none."""
+    t = type(x)
+    if t is float:
+        if not _exact_f32(x):
+            return x
+        if x == 0:  # (the backends' caches of scalars leave out zeros: -0.0 == 0.0)
+            z = (str(x), id(dev))
+            buf = _ZEROS.get(z)
+            if buf is None:
+                buf = _ZEROS[z] = dev.impl.scalar_to_device(x, dtypes.float32, dev)
+        else:
+            buf = dev.impl.scalar_to_device(x, dtypes.float32, dev)
+        return ArrayImpl.make(_WEAK_F32, dev, buf, False)
+    if t is tuple or t is list:
+        ys = [_weak_floats(y, dev) for y in x]
+        return x if all(y is z for y, z in zip(ys, x)) else t(ys)
+    return x
+
+
+_WEAK_F32 = ShapedArray((), dtypes.float32, True)
+_ZEROS: dict = {}  # (str(0.0) or str(-0.0), id(device)) -> its buffer (devices live as long as the process)
+
+
+def _weak_float_call(fn, args, kwargs, key, arrays, seen):
+    """A call whose float constants go in as weakly typed scalars (``_WEAK_FLOAT_POLICIES``): served by the
+    program of the key where they are arrays (made now where there is none), or ``_NO_PROGRAM`` where the call
+    holds no such float or that program cannot be made (``fn`` needs a float's value: the call's own ``key``
+    decides, with its floats as constants). At ``key``'s second call (``seen``) the key gets an alias of that
+    program (``_alias``), so that a call repeated with the same floats is a hit."""
+    dev = arrays[0]._device
+    wargs = _weak_floats(args, dev)
+    wkwargs = {name: _weak_floats(v, dev) for name, v in kwargs.items()}
+    if wargs is args and all(wkwargs[name] is v for name, v in kwargs.items()):
+        return _NO_PROGRAM
+    keyed = _keyed(fn, wargs, wkwargs)
+    if keyed is None:
+        return _NO_PROGRAM
+    wkey, warrays = keyed
+    p = _programs_d.get(wkey)
+    if p is None:
+        out = _make(fn, wargs, wkwargs, wkey, warrays, general=lambda: _NO_PROGRAM)
+        if out is _NO_PROGRAM:
+            return out
+        p = _programs_d.get(wkey)
+    elif p.jitted is None:
+        return _NO_PROGRAM
+    else:
+        out = _hit(fn, args, kwargs, wkey, warrays, p)
+    if seen is None:
+        _seen.put(key, [1, False])
+    elif p is not None and p.call:
+        _programs.put(key, _alias(p, arrays, warrays))
+        _seen.pop(key)
+    return out
+
+
+def _alias(p, arrays, warrays):
+    """A ``_Program`` for a key whose floats went in as the weakly typed scalars of ``warrays`` (the arrays of
+    ``p``'s key): its direct entry takes the key's own arrays and puts those scalars' buffers in their places."""
+    plan, j = [], 0
+    for w in warrays:
+        if j < len(arrays) and w is arrays[j]:
+            plan.append(j)
+            j += 1
+        else:
+            plan.append(w._buf)  # (a buffer, never an int)
+    plan = tuple(plan)
+    call, jitted = p.call, p.jitted
+
+    def direct(*bufs):
+        return call(*[bufs[i] if type(i) is int else i for i in plan])
+
+    def program(*xs):
+        return jitted(*[xs[i] if type(i) is int else w for i, w in zip(plan, warrays)])
+    a = _Program(program)
+    a.call, a.out_avals, a.out_tree, a.single = direct, p.out_avals, p.out_tree, p.single
+    return a
 
 
 def _taped(fn, args, kwargs, key, arrays, n, recorded=True):

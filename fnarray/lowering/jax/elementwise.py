@@ -159,6 +159,10 @@ def _convert(x, *, new_dtype, weak_type=False):
         return x
     if new_dtype == np.bool_:
         return x != 0
+    if src == np.bool_ and dtypes.is_inexact(new_dtype):
+        # through uint8: XLA's simplifier rewrites ``convert(pred) * y`` as ``select(pred, y, 0)``, which gives 0
+        # for False * inf (and False * NaN) where NumPy's 0.0 * inf is NaN (``jnp`` itself gives 0 there)
+        x = lax.convert_element_type(x, np.uint8)
     if jnp.issubdtype(src, jnp.complexfloating) and not dtypes.is_complex(new_dtype):
         x = lax.real(x)
         src = x.dtype

@@ -1,0 +1,94 @@
+"""First calls of ``example_libraries.stax`` layers on jax:0 against raw JAX's ``jax.example_libraries.stax``.
+
+Issue 28 item 2 ("eager execution compiles each shape once"). For each layer, a fresh process runs JAX's init and
+apply at a new shape, then fnarray's on jax:0 (same key, same input), and prints for each its XLA compiles (JAX's
+``/jax/core/compile/backend_compile_duration`` events), their seconds, and the process CPU time of init + apply
+(the results read back), with fnarray's CPU time as a ratio of JAX's. Layers: ``Dense(5)`` on ``(2, 3)``, the
+test suite's small CNN (``Conv``, ``Elu``, ``MaxPool``, ``Flatten``, ``Dense``, ``Softmax`` on ``(2, 7, 7, 2)``)
+and MLP (three ``Dense`` layers on ``(3, 6)``).
+
+Usage: python benchmarks/stax_first_call.py [--layer Dense --layer cnn ...]
+Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import _checkout  # noqa: F401 (this checkout's fnarray first on sys.path)
+
+LAYERS = ("Dense", "cnn", "mlp")
+
+
+def _layer(stax, name):
+    return {
+        "Dense": (lambda: stax.Dense(5), (2, 3)),
+        "cnn": (lambda: stax.serial(stax.Conv(4, (3, 3)), stax.Elu, stax.MaxPool((2, 2), (2, 2)), stax.Flatten,
+                                    stax.Dense(3), stax.Softmax), (2, 7, 7, 2)),
+        "mlp": (lambda: stax.serial(stax.Dense(8), stax.Relu, stax.Dense(8), stax.Tanh, stax.Dense(4),
+                                    stax.LogSoftmax), (3, 6)),
+    }[name]
+
+
+def _measure(name) -> dict:
+    """One process's numbers: JAX's, then fnarray's on jax:0."""
+    import time
+
+    import jax
+    import jax.monitoring
+    import numpy as np
+    from jax.example_libraries import stax as jstax
+
+    import fnarray as fa
+    from fnarray.example_libraries import stax as fstax
+    compiles = []
+
+    def listener(event, secs, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(secs)
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    make, shape = _layer(jstax, name)
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    out = {}
+    for lib in ("jax", "fnarray"):
+        compiles.clear()
+        t0 = time.process_time()
+        if lib == "jax":
+            init, apply = make()
+            _s, params = init(jax.random.PRNGKey(7), shape)
+            leaves = jax.tree_util.tree_leaves((params, apply(params, x)))
+        else:
+            init, apply = _layer(fstax, name)[0]()
+            dev = fa.devices("jax")[0]
+            _s, params = init(fa.device_put(fa.random.PRNGKey(7), dev), shape)
+            leaves = fa.tree_util.tree_leaves((params, apply(params, fa.device_put(x, dev))))
+        [np.asarray(a) for a in leaves]
+        out[lib] = {"compiles": len(compiles), "compile_s": sum(compiles), "cpu_s": time.process_time() - t0}
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layer", action="append", choices=LAYERS)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(_measure(args.child)))
+        return
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    print(f"{'layer':8} {'jax compiles':>12} {'fa compiles':>11} {'jax cpu s':>9} {'fa cpu s':>8} {'fa/jax':>6}")
+    for name in args.layer or LAYERS:
+        got = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", name], env=env, check=True,
+                             capture_output=True, text=True).stdout
+        r = json.loads(got.strip().splitlines()[-1])
+        j, f = r["jax"], r["fnarray"]
+        print(f"{name:8} {j['compiles']:12d} {f['compiles']:11d} {j['cpu_s']:9.2f} {f['cpu_s']:8.2f} "
+              f"{f['cpu_s'] / j['cpu_s']:6.2f}")
+
+
+if __name__ == "__main__":
+    main()
