@@ -1,9 +1,12 @@
 """Process exit never crashes in a driver (issue 27, item 9: opencl:0 segfaulted at exit in one run of two).
 
-50 short programs, a few at a time, each building kernels on opencl:0 and webgpu:0, dropping some, leaving
-work queued, and exiting: every one must exit with status 0 (a segfault is -11, an abort -6) within a bound.
+20 short programs, a few at a time, each building kernels on opencl:0 and webgpu:0, dropping some, leaving
+work queued (several launches per kernel, so both drivers' queues are busy when the interpreter starts its
+teardown), and exiting: every one must exit with status 0 (a segfault is -11, an abort -6) within a bound.
 ``fnarray/devices/teardown.py`` finishes the queues at exit and keeps the drivers' objects out of the
-interpreter's teardown.
+interpreter's teardown. (50 programs until the seventeenth session, ~3 s of CPU each, most of it the interpreter
+start, imports and device set-up: 20, each with more work queued at exit, take the same exit path at 40% of the
+cost; the race is rare, so this is a smoke check, not a frequency bound: docs/internals.md, "Open work".)
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ import pytest
 
 import fnarray as fa
 
-pytestmark = pytest.mark.slow  # 50 interpreter starts
+pytestmark = pytest.mark.slow  # 20 interpreter starts
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUNS = 50
+RUNS = 20
 AT_ONCE = 3
 PER_RUN_S = 300
 
@@ -32,6 +35,7 @@ for name in sys.argv[1:]:
     x = fa.device_put(fnp.arange(4096.0).reshape(64, 64), dev)
     f = fa.jit(lambda a: fnp.tanh(a @ a * 1e-4).sum(axis=0))
     kept = [f(x), fnp.sort(x, axis=1), fnp.cumsum(x, axis=0)]   # kernels built, work queued, never read
+    kept += [f(x) for _ in range(4)]                             # the same kernel launched again, queued
     del f
     dropped = fa.jit(lambda a: a * 2.0 + 1.0)(x)                 # one more kernel, its result dropped
     del dropped
@@ -57,7 +61,7 @@ def _run(names):
     return r.returncode, (r.stdout + r.stderr)[-1500:]
 
 
-def test_fifty_programs_exit_cleanly():
+def test_programs_exit_cleanly():
     names = _kernel_devices()
     with ThreadPoolExecutor(AT_ONCE) as pool:
         results = list(pool.map(lambda _: _run(names), range(RUNS)))

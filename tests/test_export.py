@@ -74,6 +74,7 @@ class _Bundle:
             with open(os.path.join(path, k["file"]), encoding="utf-8") as fh:
                 self.modules.append(device.create_shader_module(code=fh.read()))
         self.entries = {e["name"]: e for e in m.get("entries", [])} or {None: m}
+        self.pipes = {}  # (kernel, binding types) -> (bind group layout, pipeline)
         self.where = {}  # manifest buffer id -> the buffer playing that role now (a state and its partner swap)
 
     def buf(self, i):
@@ -102,10 +103,7 @@ class _Bundle:
                 entries.append({"binding": len(res), "visibility": wgpu.ShaderStage.COMPUTE,
                                 "buffer": {"type": "uniform"}})
                 res.append({"binding": len(res), "resource": {"buffer": ub}})
-            bgl = device.create_bind_group_layout(entries=entries)
-            pipe = device.create_compute_pipeline(
-                layout=device.create_pipeline_layout(bind_group_layouts=[bgl]),
-                compute={"module": self.modules[d["kernel"]], "entry_point": m["kernels"][d["kernel"]]["entry"]})
+            bgl, pipe = self._pipeline(d["kernel"], entries)
             cp.set_pipeline(pipe)
             cp.set_bind_group(0, device.create_bind_group(layout=bgl, entries=res))
             cp.dispatch_workgroups(*d["workgroups"])
@@ -121,6 +119,18 @@ class _Bundle:
                 enc.copy_buffer_to_buffer(self.buf(u["from"]), 0, self.buf(u["to"]), 0, m["buffers"][u["to"]]["size"])
         device.queue.submit([enc.finish()])
         return outs
+
+    def _pipeline(self, kernel, entries):
+        """The bind group layout and pipeline of ``kernel`` with these binding types, made at its first dispatch
+        and reused, as the runtime makes each once at load (a pipeline per dispatch per step cost the llm
+        bundle's replay ~60% of its test's time in shader compiles)."""
+        key = (kernel, tuple(e["buffer"]["type"] for e in entries))
+        if key not in self.pipes:
+            bgl = self.device.create_bind_group_layout(entries=entries)
+            self.pipes[key] = bgl, self.device.create_compute_pipeline(
+                layout=self.device.create_pipeline_layout(bind_group_layouts=[bgl]),
+                compute={"module": self.modules[kernel], "entry_point": self.m["kernels"][kernel]["entry"]})
+        return self.pipes[key]
 
     def _read(self, spec, buffer):
         b = self.m["buffers"][buffer]
