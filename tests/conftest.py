@@ -6,6 +6,9 @@ skips with a reason starting ``"backend unavailable"``. CI sets
 ``FNARRAY_REQUIRE_ALL_BACKENDS=1``: such skips then count as failures, so that
 nothing this machine can run is silently skipped (docs/design.md, "Testing").
 
+A parametrized matrix marked ``@pytest.mark.parity_subset(keep=f)`` runs whole on numpy:0 (the full-matrix tier)
+and, on the other devices, only the cases where ``f(**params)`` is true (the parity tier); the rest are deselected.
+
 64-bit dtypes: tests run with ``fnarray.config.enable_x64`` as the user gets it (off, as in JAX, unless
 ``FNARRAY_ENABLE_X64`` is set). A test that needs float64/int64 arrays (a NumPy-float64 oracle that checks the
 dtype, float64 parity cases) turns it on with the marker ``@pytest.mark.enable_x64`` (on a test, a class, or a
@@ -149,6 +152,26 @@ def pytest_collection_modifyitems(config, items):
             params = getattr(getattr(item, "callspec", None), "params", {})
             if any(_is_64_bit_dtype(v) for v in params.values()):
                 item.add_marker(pytest.mark.enable_x64)
+    _deselect_outside_the_parity_subset(config, items)
+
+
+def _deselect_outside_the_parity_subset(config, items):
+    """The two test tiers of docs/design.md ("Testing") in one parametrized test: a test marked
+    ``@pytest.mark.parity_subset(keep=...)`` runs every case of its matrix on the numpy backend and, on every other
+    device, only the cases where ``keep(**params)`` (its parameters, ``device`` among them) is true; the others are
+    deselected at collection (not skipped: ``FNARRAY_REQUIRE_ALL_BACKENDS`` stays about missing backends)."""
+    kept, dropped = [], []
+    for item in items:
+        mark = item.get_closest_marker("parity_subset")
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        device = params.get("device")
+        if mark is None or device is None or device.backend == "numpy" or mark.kwargs["keep"](**params):
+            kept.append(item)
+        else:
+            dropped.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 def pytest_configure(config):
@@ -159,6 +182,8 @@ def pytest_configure(config):
     config.addinivalue_line("filterwarnings", r"ignore::RuntimeWarning:fnarray\.devices\.placement")
     config.addinivalue_line("filterwarnings", r"ignore::RuntimeWarning:fnarray\.transforms\.eager_tape")
     config.addinivalue_line("filterwarnings", r"ignore::RuntimeWarning:fnarray\.transforms\.tape_source")
+    config.addinivalue_line("markers", "parity_subset(keep=f): the full parameter matrix on the numpy backend, on "
+                            "other devices only the cases where f(**params) is true (docs/design.md's tiers)")
     config.addinivalue_line("markers", "enable_x64: run the test with fnarray.config.enable_x64 on (64-bit dtypes "
                             "kept), restored after it")
 

@@ -6,10 +6,16 @@ offset with key lengths); central finite differences of a float64 NumPy attentio
 Python loop for ``vmap``. opencl and webgpu run with ``fallback="error"`` (their own kernel,
 ``lowering/kernels/groups/attention.py``), and the profiler must show one attention kernel per call there. A jitted
 decode step over a ``KVCache`` must be traced once for a whole generation.
+
+Each case's inputs and JAX result are made once and shared by every device's parametrization (``functools.cache``).
+Tiers (docs/design.md, "Testing"): the decode-split matrix (case x head size) runs whole on numpy:0 and on opencl and
+webgpu (the head size chooses their kernel's lanes and vector reads); jax and mlx, where it chooses nothing, run each
+case at one head size (``_decode_split_parity``), 32 (keys heads first) among them.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -102,11 +108,22 @@ def _put(kw, device):
     return {a: fa.device_put(b, device) if isinstance(b, np.ndarray) else b for a, b in kw.items()}
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_fused_attention_matches_jax(on, name):
+def _jax_attention(kw, q, k, v):
+    return np.asarray(jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, **kw))(q, k, v))
+
+
+@functools.cache
+def _case_with_oracle(name):
+    """``(kw, q, k, v, JAX's result)`` of a ``_case``: made once and shared by every device's parametrization (the
+    oracle is traced and compiled once per case, not once per device)."""
     kw, (t, s, n, k) = _case(name)
     q, kk, v = _qkv(t, s, n, k)
-    want = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, **kw))(q, kk, v)
+    return kw, q, kk, v, _jax_attention(kw, q, kk, v)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_fused_attention_matches_jax(on, name):
+    kw, q, kk, v, want = _case_with_oracle(name)
     args = [fa.device_put(a, on) for a in (q, kk, v)]
     got = nn.dot_product_attention(*args, **_put(kw, on))
     assert got.shape == want.shape and got.dtype == np.float32
@@ -131,15 +148,32 @@ def _decode_split_case(name, h):
     return {"scale": 0.3}
 
 
-@pytest.mark.parametrize("h", [8, 16, 32, 64])
-@pytest.mark.parametrize("name", ["plain", "lengths", "window_lengths", "bias_mask_lengths"])
+@functools.cache
+def _decode_split_case_with_oracle(name, h):
+    """``(kw, q, k, v, JAX's result)`` of a ``_decode_split_case``, made once for every device."""
+    kw = _decode_split_case(name, h)
+    q, kk, v = _qkv(1, 21, h=h)
+    return kw, q, kk, v, _jax_attention(kw, q, kk, v)
+
+
+_DECODE_SPLIT = ["plain", "lengths", "window_lengths", "bias_mask_lengths"]
+_HEAD_SIZES = [8, 16, 32, 64]
+
+
+def _decode_split_parity(device, name, h, **_):
+    """Whether a decode-split case runs on ``device`` besides numpy:0: every case on the kernel backends, one head
+    size per case (the ``k``-th for the ``k``-th) on jax and mlx."""
+    return device.backend in ("opencl", "webgpu") or _HEAD_SIZES[_DECODE_SPLIT.index(name)] == h
+
+
+@pytest.mark.parity_subset(keep=_decode_split_parity)
+@pytest.mark.parametrize("h", _HEAD_SIZES)
+@pytest.mark.parametrize("name", _DECODE_SPLIT)
 def test_decode_rows_split_across_a_subgroup_match_jax(on, name, h):
     """A decode step's few query rows: on a CPU WebGPU adapter with subgroups each row is a subgroup's (the lanes
     split the head, ``vec4`` reads where a lane's slice is a multiple of 4, scalar reads for slices of 2 or 3:
     ``groups/attention.py`` ``_row_lanes``); every device against JAX, heads first at head size 32."""
-    kw = _decode_split_case(name, h)
-    q, kk, v = _qkv(1, 21, h=h)
-    want = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, **kw))(q, kk, v)
+    kw, q, kk, v, want = _decode_split_case_with_oracle(name, h)
     first = h == 32
     if first:
         kk, v = np.swapaxes(kk, 1, 2).copy(), np.swapaxes(v, 1, 2).copy()
@@ -165,9 +199,7 @@ def test_keys_heads_first_match_jax(on, name):
     """``kv_heads_first=True`` with the keys and values transposed to ``(B, K, S, H)``: JAX's result on the
     ``(B, S, K, H)`` arrays, eagerly, under ``jit`` and with ``return_residual`` (the composite); and
     ``mask="causal"`` with key lengths (a run-time offset)."""
-    kw, (t, s, n, k) = _case(name)
-    q, kk, v = _qkv(t, s, n, k)
-    want = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, **kw))(q, kk, v)
+    kw, q, kk, v, want = _case_with_oracle(name)
     args = [fa.device_put(a, on) for a in (q, np.swapaxes(kk, 1, 2).copy(), np.swapaxes(v, 1, 2).copy())]
     got = nn.dot_product_attention(*args, **_put(kw, on), kv_heads_first=True)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-5)
@@ -426,13 +458,20 @@ LOWER_RIGHT = ["prefill_after_cache", "lengths_past_the_ends", "static", "more_q
                "bias_and_padding", "long"]
 
 
+@functools.cache
+def _lower_right_case_with_oracle(name):
+    """``(kw, q, k, v, JAX's result with the explicit mask)`` of a ``_lower_right_case``, made once for every
+    device."""
+    kw, oracle, (t, s) = _lower_right_case(name)
+    q, kk, v = _qkv(t, s)
+    return kw, q, kk, v, _jax_attention(oracle, q, kk, v)
+
+
 @pytest.mark.parametrize("name", LOWER_RIGHT)
 def test_causal_with_a_run_time_offset_matches_jax_with_an_explicit_mask(on, name):
     """``mask="causal"``: the queries aligned at the end of the keys (their lengths: a run-time offset), against
     ``jax.nn.dot_product_attention`` given the same mask built in NumPy."""
-    kw, oracle, (t, s) = _lower_right_case(name)
-    q, kk, v = _qkv(t, s)
-    want = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, **oracle))(q, kk, v)
+    kw, q, kk, v, want = _lower_right_case_with_oracle(name)
     args = [fa.device_put(a, on) for a in (q, kk, v)]
     got = nn.dot_product_attention(*args, **_put(kw, on))
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=2e-5)

@@ -1,5 +1,9 @@
 """Indexing as JAX documents it, against JAX: static out-of-bounds ints, ``.at[...].get/set/...(mode=...)``,
-``take``/``take_along_axis`` modes and fill values; eager and under ``jit``, on every device."""
+``take``/``take_along_axis`` modes and fill values; eager and under ``jit``, on every device.
+
+Tiers (docs/design.md, "Testing"): numpy:0 runs every case in every dtype of ``CASE_DTYPES``; the other devices
+run the parity tier (``_parity_case``): every case once, its dtype taken in turn from the case's dtypes, so that
+each mode and each dtype (float32, int32, uint8, bool) runs on every device."""
 
 from __future__ import annotations
 
@@ -85,6 +89,14 @@ def _fnarray_case(name, dtype, device, jitted):
     return CASES[name](fa, x, i)
 
 
+def _parity_case(name, dtype, **_):
+    """Whether ``(name, dtype)`` runs outside numpy:0: the case's ``k``-th dtype for the ``k``-th case (modulo the
+    number of its dtypes)."""
+    dts = [d for n, d in CASE_DTYPES if n == name]
+    return dts[list(CASES).index(name) % len(dts)] == dtype
+
+
+@pytest.mark.parity_subset(keep=_parity_case)
 @pytest.mark.parametrize("name,dtype", CASE_DTYPES)
 def test_indexing_modes_match_jax(device, name, dtype):
     want, want_dtype = _jax_case(name, dtype)

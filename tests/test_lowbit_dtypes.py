@@ -11,6 +11,11 @@ reductions, scans and products by upcasting (mlx in its rules, the kernel backen
 ``core/low_bit_upcast.py``; ``fallback="error"``, and bit for bit against numpy:0 over every pair of byte
 patterns); other operations there through the numpy fallback (a ``FallbackWarning`` naming the dtype, and
 ``UnsupportedOnDevice`` with ``fallback="error"``).
+
+Tiers (docs/design.md, "Testing"): the cast, movement, arithmetic and function tables run on every device; the
+parity-case table (``test_low_bit_parity``) runs whole on numpy:0 and as the parity tier elsewhere (jax and mlx
+every primitive in one float8 and one 4-bit integer dtype, opencl and webgpu ``_KERNEL_PARITY`` in every dtype);
+the every-pair upcasting test runs jax's eager path in one float8 and one 4-bit integer dtype (``_UPCAST_RUNS``).
 """
 
 from __future__ import annotations
@@ -661,9 +666,14 @@ def _within_one_unit(got, want):
 _JAX_ZERO_SIGNS = {"max", "min", "sign", "cumsum", "cummin_zeros"}
 
 
-@pytest.mark.parametrize("d", LOW, ids=lambda d: d.name)
-@pytest.mark.parametrize("path", ["eager", "jit"])
-@pytest.mark.parametrize("backend", ["mlx", "jax"])
+#: ``(backend, path, dtype)`` of ``test_upcast_operations_are_numpy_bit_for_bit``: mlx every dtype both ways; jax
+#: (native, its eager calls compile one XLA program per operation: 25 of the test's 40 s) every dtype under ``jit``
+#: and one float8 and one 4-bit integer dtype eager (the parity tier of docs/design.md, "Testing")
+_UPCAST_RUNS = [("mlx", p, d) for p in ("eager", "jit") for d in LOW] + [("jax", "jit", d) for d in LOW] + \
+    [("jax", "eager", d) for d in (E5M2, I4)]
+
+
+@pytest.mark.parametrize("backend,path,d", _UPCAST_RUNS, ids=lambda v: getattr(v, "name", v))
 def test_upcast_operations_are_numpy_bit_for_bit(d, path, backend):
     """mlx:0 computes arithmetic, compares, selections, reductions, scans, shifts, sorts, gathers and scatters of
     every low-bit dtype by upcasting in its program (``lowering/mlx/low_bit_upcast.py``), jax:0 natively (float8
@@ -814,15 +824,36 @@ _KERNEL_PARITY = frozenset({"add", "div", "exp", "erf_inv", "shift_right_arithme
                             "quantized_matmul", "conv_general_dilated", "nextafter"})
 
 
+def _one_float8_and_one_int4_each(cases):
+    """The names of the cases that run on jax:0 and mlx:0 (the parity tier): every primitive in one float8 dtype
+    and one 4-bit integer dtype (where it has them), e4m3fn/e5m2 and int4/uint4 taken in turn from one primitive to
+    the next, so each dtype meets half the primitives; the whole table runs on numpy:0."""
+    order = list(dict.fromkeys(prim.name for _, prim, _, _ in cases))
+    return frozenset(name for name, prim, _, _ in cases
+                     if name.rpartition("-")[2] in (("float8_e4m3fn", "int4"), ("float8_e5m2", "uint4"))[
+                         order.index(prim.name) % 2])
+
+
+_NATIVE_PARITY = _one_float8_and_one_int4_each(_low_bit_cases())
+
+
+def _low_bit_parity_case(device, name, prim, **_):
+    """The parity tier of ``test_low_bit_parity`` (docs/design.md, "Testing"): opencl and webgpu (which compute by
+    upcasting, ``core/low_bit_upcast.py``) run the primitives of ``_KERNEL_PARITY`` in every low-bit dtype, jax
+    and mlx every primitive in one float8 and one 4-bit integer dtype (``_NATIVE_PARITY``)."""
+    if device.backend in ("opencl", "webgpu"):
+        return prim.name in _KERNEL_PARITY
+    return name in _NATIVE_PARITY
+
+
+@pytest.mark.parity_subset(keep=_low_bit_parity_case)
 @pytest.mark.parametrize("name,prim,inputs,params", _low_bit_cases(), ids=[c[0] for c in _low_bit_cases()])
 def test_low_bit_parity(device, name, prim, inputs, params, monkeypatch):
     """Every primitive's parity case in each low-bit dtype (``testing/low_bit_cases.py``), under ``jit``: every
     device runs it with ``fallback="error"`` unless its expected-fallback table lists it (and then it must still
-    fall back), bit for bit as numpy:0 (NaNs as one); opencl and webgpu (which compute by upcasting,
-    ``core/low_bit_upcast.py``) the cases of ``_KERNEL_PARITY`` only."""
+    fall back), bit for bit as numpy:0 (NaNs as one). numpy:0 runs the whole table, the other devices the parity
+    tier (``_low_bit_parity_case``)."""
     from fnarray.testing.fallbacks import expected_fallback
-    if device.backend in ("opencl", "webgpu") and prim.name not in _KERNEL_PARITY:
-        pytest.skip("a kernel backend runs the parity subset _KERNEL_PARITY (test time)")
     ref = fa.jit(lambda *a: prim.bind(*a, **params), device=fa.devices("numpy")[0])
     with np.errstate(all="ignore"):
         want = ref(*(fa.device_put(x, "numpy:0") for x in inputs))

@@ -6,6 +6,10 @@ The kernels below are written once as functions of ``(jnp, pl, ShapeDtypeStruct)
 with ``jax.numpy``/``jax.experimental.pallas`` and with ``fnarray.numpy``/``fnarray.experimental.pallas``.
 Every device runs them with ``fallback="error"`` (a kernel of its own, or JAX's Pallas on jax), except mlx
 without Metal, whose interpreter fallback is expected.
+
+Tiers (docs/design.md, "Testing"): a matrix over ``compiler_params`` (hints that only opencl and webgpu read) runs
+whole on numpy:0, opencl and webgpu; jax and mlx, which ignore the hints, run it with one setting of them
+(``_hints_parity``).
 """
 
 from __future__ import annotations
@@ -655,6 +659,14 @@ def _attention_like(rows, d, n, params):
     return f
 
 
+def _hints_parity(device, params=None, row_tile=8, **_):
+    """Whether a case of a ``compiler_params`` matrix runs on ``device`` besides numpy:0: every case on the kernel
+    backends (which read the hints), on jax and mlx only the cases with no hints (``params=None``) or 8 rows a
+    work item (``row_tile``)."""
+    return device.backend in ("opencl", "webgpu") or (params is None and row_tile == 8)
+
+
+@pytest.mark.parity_subset(keep=_hints_parity)
 @pytest.mark.parametrize("d,n,vec", [(32, 16, True), (8, 8, True), (6, 16, False), (32, 12, True)])
 @pytest.mark.parametrize("params", [None, {"rows": False, "workgroup": 16}, {"rows": False, "tile": 64},
                                     {"rows": False, "workgroup": 8, "tile": 64, "stage": True},
@@ -828,6 +840,7 @@ def test_bad_row_tile_raises_at_pallas_call(bad):
                        compiler_params={"rows": True, "row_tile": bad})
 
 
+@pytest.mark.parity_subset(keep=_hints_parity)
 @pytest.mark.parametrize("row_tile", [3, 5, 8, 32])
 @pytest.mark.parametrize("kind", ["sum", "max", "min"])
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])
