@@ -105,9 +105,15 @@ def test_example_trains_and_matches_a_float64_forward(tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_example_on_every_backend(device):
+@pytest.fixture(scope="module")
+def numpy_run():
+    """The tiny run on numpy:0, once for the module: the reference every backend's run is compared with."""
+    return lm.main(TINY + ["--device", "numpy:0", "--sample-length", "0"])
+
+
+def test_example_on_every_backend(device, numpy_run):
     out = lm.main(TINY + ["--device", str(device), "--sample-length", "0"])
-    ref = lm.main(TINY + ["--device", "numpy:0", "--sample-length", "0"])
+    ref = numpy_run
     assert out["device"] == str(device)
     np.testing.assert_allclose(out["losses"], ref["losses"], rtol=2e-3, atol=2e-4)
     assert out["val_loss"] == pytest.approx(ref["val_loss"], rel=2e-3)
