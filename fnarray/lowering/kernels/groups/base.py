@@ -470,7 +470,6 @@ class MapGroup(Group):
                     if v in ctx.needed:
                         b.store(ctx.output(b, args, v), gid, val)
 
-
     def _emit_lane(self, b, em, args, idx, e, words, k):
         """The roots at element ``e`` (index ``idx``), lane ``k`` of its work item: the roots of ``words`` (root ->
         the item's word, a mutable uint32) put their byte at bits ``8k`` of the word, the others are stored."""
@@ -480,6 +479,7 @@ class MapGroup(Group):
                 b.assign(words[r], op("or", words[r], op("shl", byte, const(8 * k, UINT32))))
             else:
                 b.store(name, e, v)
+
 
 class Segment:
     """Where a map kernel's work items are: ``gid``, the item's id (an int32 kernel expression, 0 at the first item
