@@ -345,6 +345,18 @@ def assert_same(a, b, msg=""):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=msg)
 
 
+def decode_step(np_):
+    """``benchmarks/programs.py``'s decode step in namespace ``np_`` (``fnarray.numpy`` or NumPy, the reference):
+    ``step(cache, q, row) -> (cache with row appended, softmax(q @ cache.T) @ cache)``; its shapes grow by a row
+    a call."""
+    def step(cache, q, row):
+        cache = np_.concatenate([cache, row], axis=0)
+        sc = q @ cache.T
+        e = np_.exp(sc - sc.max(axis=-1, keepdims=True))
+        return cache, (e / e.sum(axis=-1, keepdims=True)) @ cache
+    return step
+
+
 def check_traced(f, *args, **kwargs):
     """Trace ``f`` with ``fa.make_ir`` and run the verifier on the program; returns the program."""
     prog = fa.make_ir(f)(*args, **kwargs)

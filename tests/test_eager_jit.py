@@ -17,7 +17,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core.errors import ShapeError
 from fnarray.transforms import eager_jit
-from helpers import count_lowerings, python_calls, require_backend, run_threads
+from helpers import count_lowerings, decode_step, python_calls, require_backend, run_threads
 
 RNG = np.random.default_rng(0)
 A = RNG.standard_normal((4, 6)).astype(np.float32)
@@ -756,12 +756,7 @@ def test_a_program_that_fails_leaves_the_tape(tapes, monkeypatch):
     assert p.tape is not None and p.jitted is None and p.calls == 4  # the 3rd call tried the program
 
 
-def _decode_step(cache, q, row):
-    """``benchmarks/programs.py``'s decode step: its keys are new at every cache length."""
-    cache = fnp.concatenate([cache, row], axis=0)
-    sc = q @ cache.T
-    e = fnp.exp(sc - sc.max(axis=-1, keepdims=True))
-    return cache, (e / e.sum(axis=-1, keepdims=True)) @ cache
+_decode_step = decode_step(fnp)  # its keys are new at every cache length
 
 
 def test_tape_replays_are_generated_once_per_structure(tapes, device, monkeypatch):

@@ -11,18 +11,9 @@ import pytest
 import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.transforms import jit as jit_module
-from helpers import python_calls, require_backend
+from helpers import decode_step, python_calls, require_backend
 
 W, STEPS = 8, 5
-
-
-def _step(np_):
-    def step(cache, q, row):
-        cache = np_.concatenate([cache, row], axis=0)
-        sc = q @ cache.T
-        e = np_.exp(sc - sc.max(axis=-1, keepdims=True))
-        return cache, (e / e.sum(axis=-1, keepdims=True)) @ cache
-    return step
 
 
 def _inputs():
@@ -33,7 +24,7 @@ def _inputs():
 def _reference():
     cache, q, row = (a.astype(np.float64) for a in _inputs())
     for _ in range(STEPS):
-        cache, out = _step(np)(cache, q, row)
+        cache, out = decode_step(np)(cache, q, row)
     return cache, out
 
 
@@ -41,7 +32,7 @@ def _reference():
 def test_a_growing_loop_takes_the_hot_records_from_its_second_pass(backend, monkeypatch):
     dev = require_backend(backend)[0]
     cache0, q, row = (fa.device_put(a, dev) for a in _inputs())
-    step = fa.jit(_step(fnp))
+    step = fa.jit(decode_step(fnp))
 
     def run(each=None):
         cache = cache0
@@ -73,7 +64,7 @@ def test_a_growing_loop_takes_the_hot_records_from_its_second_pass(backend, monk
 def test_mlx_programs_keep_reduced_axes_and_leave_broadcasts_to_mlx():
     dev = require_backend("mlx")[0]
     cache, q, row = (fa.device_put(a, dev) for a in _inputs())
-    text = fa.jit(_step(fnp)).lower(cache, q, row).as_text()
+    text = fa.jit(decode_step(fnp)).lower(cache, q, row).as_text()
     assert "reduce_max_keepdims" in text and "reduce_sum_keepdims" in text, text
     assert "broadcast_in_dim" not in text and "reshape" not in text, text
     # integers keep the rules' own reduction (MLX widens small integer sums) and their broadcast
