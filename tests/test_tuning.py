@@ -18,6 +18,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.lowering.kernels import tuning
 from fnarray.lowering.kernels.groups import base as base_group
+from fnarray.lowering.kernels.groups import conv as conv_group
 from fnarray.lowering.kernels.groups import dot as dot_group
 from fnarray.lowering.kernels.groups import pallas as pallas_group
 from fnarray.lowering.kernels.groups import quantized as quantized_group
@@ -342,7 +343,12 @@ def _tunable_cases():
     e = np.exp(r64 - r64.max(-1, keepdims=True))
     w_q, scales, biases = (np.asarray(v) for v in fa.quantize(b.T.copy()[:, :64], group_size=32, bits=4))
     wd = np.asarray(fa.dequantize(w_q, scales, biases, group_size=32, bits=4), np.float64)
+    xc = np.random.default_rng(4).standard_normal((2, 8, 8, 6)).astype(np.float32)
+    kc = np.random.default_rng(5).standard_normal((3, 3, 6, 20)).astype(np.float32)
     return {
+        # 6 input features (a tail after the 4- or 8-step loop), 20 output features (a partial panel of every
+        # width)
+        "conv_register": (_conv_plus_one, (xc, kc), _conv_plus_one_want(xc, kc), conv_group.CONV_TUNABLE),
         "reduce": (lambda v: fa.nn.softmax(v, axis=-1) + fnp.max(v, axis=-1, keepdims=True), (rows,),
                    e / e.sum(-1, keepdims=True) + r64.max(-1, keepdims=True), reduce_group.REDUCE_TUNABLE),
         "map": (lambda x: fnp.tanh(x * 2.0 + 1.0) * x + fnp.exp(-x * x), (x,),
@@ -365,6 +371,18 @@ def _tunable_cases():
                            (a[:3, :64].copy(), w_q, scales, biases), a[:3, :64].astype(np.float64) @ wd.T + 1,
                            quantized_group.WIDE_TUNABLE),
     }
+
+
+def _conv_plus_one(x, k):
+    """A 3x3 SAME convolution (NHWC, HWIO) plus 1."""
+    return fa.lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")) + 1.0
+
+
+def _conv_plus_one_want(x, k):
+    """``_conv_plus_one`` in float64 NumPy (windows of the zero-padded input)."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(1, 2))   # n, y, x, c, a, b
+    return np.einsum("nyxcab,abco->nyxo", win, k.astype(np.float64)) + 1
 
 
 def _pallas_rows_matmul(a, b):
@@ -393,8 +411,8 @@ def _erf(x):
     return np.vectorize(erf)(x)
 
 
-@pytest.mark.parametrize("kind", ["map", "math", "dot_register", "dot_block", "dot_subgroup", "reduce",
-                                  "pallas_workgroup", "quantized_tile", "quantized_rows"])
+@pytest.mark.parametrize("kind", ["map", "math", "dot_register", "conv_register", "dot_block", "dot_subgroup",
+                                  "reduce", "pallas_workgroup", "quantized_tile", "quantized_rows"])
 def test_every_candidate_of_every_group_gives_the_same_results(monkeypatch, kind):
     fn, args, want, _ = _tunable_cases()[kind]
     ran = 0
