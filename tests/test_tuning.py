@@ -474,6 +474,22 @@ def test_cost_models_pick_what_full_tuning_measured_on_each_pocl():
     assert tuning.stats()["modelled"] == 3 and tuning.stats()["measured"] == 0
 
 
+def test_the_conv_model_takes_wider_feature_blocks_where_they_fill_their_panels():
+    # the 3x3 conv 32 -> 64 of vs_tinygrad.py: full tuning picked 4 x 16 or 2 x 32 on both PoCLs (4 x 8: 1.4-1.6x
+    # slower); 8 output features keep 8-wide panels (16 would be half padding); 8 rows apart cost more than 4
+    with config_setting("autotune", "fast"):
+        wide = tuning.modelled(conv_group.CONV_TUNABLE, conv_group.CONV_DEFAULT, {**POCL30, "rows": 32768, "cols": 64})
+        assert (wide["rm"], wide["rn"]) == (4, 16)
+        narrow = tuning.modelled(conv_group.CONV_TUNABLE, conv_group.CONV_DEFAULT, {**POCL31, "rows": 32768, "cols": 8})
+        assert (narrow["rm"], narrow["rn"]) == (4, 8)
+        # its weight gradient: 8 rows of one run of input (the batch innermost), where full tuning picked 8 x 8
+        rows = tuning.modelled(conv_group.CONV_TUNABLE, conv_group.CONV_DEFAULT,
+                               {**POCL30, "rows": 288, "cols": 64, "rows_together": True})
+        assert (rows["rm"], rows["rn"]) == (8, 8)
+    assert tuning.modelled(conv_group.CONV_TUNABLE, conv_group.CONV_DEFAULT, POCL30, mode="off") == \
+        conv_group.CONV_DEFAULT
+
+
 def test_cost_models_keep_the_default_without_facts_and_in_mode_off():
     tables = [(base_group.MAP_TUNABLE, {"per": 4, "wg": 64, "guard": False}),
               (reduce_group.REDUCE_TUNABLE, {"lanes": 1, "wg": 128}),

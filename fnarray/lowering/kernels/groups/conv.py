@@ -22,7 +22,8 @@ Three kernels compute it (written here in the kernel IR):
   local memory by computing each element's im2col address.
 - the *register-tiled* kernel (where ``Capabilities.matmul_tiling == "register"``: CPU OpenCL devices,
   ``register_tiles.py``): the weights packed into zero-padded panels of 8 output features by a copy
-  kernel, the input read where it lies, 4 x 8 outputs per work item in registers, no local memory; where
+  kernel, the input read where it lies, ``rm x rn`` outputs per work item in registers (``CONV_TUNABLE``: 4 x 8
+  by default, 4 x 16 by the cost model, timed by ``autotune="full"``), no local memory; where
   the input's features are not its unit stride (a weight gradient, whose contracted "features" are the
   batch) the contraction runs features outermost and the innermost window dimension innermost
   (``_features_outer``).
@@ -82,9 +83,13 @@ CONV_DEFAULT = {"rm": RM, "rn": RN, "uk": UK, "wx": 8, "wy": 8}
 
 def _conv_cost(tile, default, facts) -> float:
     """The register tile's cost model (``register_tiles.TUNABLE``'s, ``facts`` ``rows`` = output positions,
-    ``cols`` = output features of a group) with the input's rows as streams of their own (``lhs="rows"``): each
-    of the ``rm`` rows is a window position's run of input features, read where it lies, so more than 4 cost
-    0.1 each, and wider ``rn`` blocks cost fewer loads per multiply-add."""
+    ``cols`` = output features of a group), with the input's rows as streams of their own (``lhs="rows"``) unless
+    ``facts["rows_together"]``: a row is a window position's run of input features, read where it lies, so more
+    than 4 rows cost 0.1 each; a weight gradient's rows are consecutive elements of one run (the batch innermost,
+    ``nfast``), where 8 x 8 ran fastest (the 3x3 conv 32 -> 64's weight gradient: 8 x 8 45 ms, 4 x 16 54, 4 x 8
+    80, load 12). Wider ``rn`` blocks cost fewer loads per multiply-add."""
+    if facts.get("rows_together"):
+        return register_tiles.TUNABLE.cost(tile, default, facts)
     return register_tiles.TUNABLE.cost(tile, default, {**facts, "lhs": "rows"})
 
 
@@ -568,7 +573,8 @@ class ConvGroup(Group):
     def _register(self, plans):
         """The register-tiled kernels (``_register_variant``) in the ``CONV_TUNABLE`` choice of this device."""
         g = self.geo
-        facts = {"rows": g.M, "cols": g.Og, "features": g.Cg, "window": g.window}
+        # (rows of 8 share one run of input where the batch is the input's unit stride: ``nfast``)
+        facts = {"rows": g.M, "cols": g.Og, "rows_together": plans[0][2][g.lspec[0]] == 1 and g.Nout % 8 == 0}
         return self.ctx.tuned(CONV_TUNABLE, dict(CONV_DEFAULT), lambda t: self._register_variant(plans, t), facts)
 
     def _register_variant(self, plans, t):
