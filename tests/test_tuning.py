@@ -18,6 +18,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.lowering.kernels import tuning
 from fnarray.lowering.kernels.groups import base as base_group
+from fnarray.lowering.kernels.groups import conv as conv_group
 from fnarray.lowering.kernels.groups import dot as dot_group
 from fnarray.lowering.kernels.groups import pallas as pallas_group
 from fnarray.lowering.kernels.groups import quantized as quantized_group
@@ -342,7 +343,12 @@ def _tunable_cases():
     e = np.exp(r64 - r64.max(-1, keepdims=True))
     w_q, scales, biases = (np.asarray(v) for v in fa.quantize(b.T.copy()[:, :64], group_size=32, bits=4))
     wd = np.asarray(fa.dequantize(w_q, scales, biases, group_size=32, bits=4), np.float64)
+    xc = np.random.default_rng(4).standard_normal((2, 8, 8, 6)).astype(np.float32)
+    kc = np.random.default_rng(5).standard_normal((3, 3, 6, 20)).astype(np.float32)
     return {
+        # 6 input features (a tail after the 4- or 8-step loop), 20 output features (a partial panel of every
+        # width)
+        "conv_register": (_conv_plus_one, (xc, kc), _conv_plus_one_want(xc, kc), conv_group.CONV_TUNABLE),
         "reduce": (lambda v: fa.nn.softmax(v, axis=-1) + fnp.max(v, axis=-1, keepdims=True), (rows,),
                    e / e.sum(-1, keepdims=True) + r64.max(-1, keepdims=True), reduce_group.REDUCE_TUNABLE),
         "map": (lambda x: fnp.tanh(x * 2.0 + 1.0) * x + fnp.exp(-x * x), (x,),
@@ -365,6 +371,18 @@ def _tunable_cases():
                            (a[:3, :64].copy(), w_q, scales, biases), a[:3, :64].astype(np.float64) @ wd.T + 1,
                            quantized_group.WIDE_TUNABLE),
     }
+
+
+def _conv_plus_one(x, k):
+    """A 3x3 SAME convolution (NHWC, HWIO) plus 1."""
+    return fa.lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")) + 1.0
+
+
+def _conv_plus_one_want(x, k):
+    """``_conv_plus_one`` in float64 NumPy (windows of the zero-padded input)."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(1, 2))   # n, y, x, c, a, b
+    return np.einsum("nyxcab,abco->nyxo", win, k.astype(np.float64)) + 1
 
 
 def _pallas_rows_matmul(a, b):
@@ -393,8 +411,8 @@ def _erf(x):
     return np.vectorize(erf)(x)
 
 
-@pytest.mark.parametrize("kind", ["map", "math", "dot_register", "dot_block", "dot_subgroup", "reduce",
-                                  "pallas_workgroup", "quantized_tile", "quantized_rows"])
+@pytest.mark.parametrize("kind", ["map", "math", "dot_register", "conv_register", "dot_block", "dot_subgroup",
+                                  "reduce", "pallas_workgroup", "quantized_tile", "quantized_rows"])
 def test_every_candidate_of_every_group_gives_the_same_results(monkeypatch, kind):
     fn, args, want, _ = _tunable_cases()[kind]
     ran = 0
@@ -454,6 +472,22 @@ def test_cost_models_pick_what_full_tuning_measured_on_each_pocl():
                                {**POCL30, "rows": 1024, "cols": 1024})
         assert tile["rm"] * tile["rn"] == 64 and tile["uk"] == 8
     assert tuning.stats()["modelled"] == 3 and tuning.stats()["measured"] == 0
+
+
+def test_the_conv_model_takes_wider_feature_blocks_where_they_fill_their_panels():
+    # the 3x3 conv 32 -> 64 of vs_tinygrad.py: full tuning picked 4 x 16 or 2 x 32 on both PoCLs (4 x 8: 1.4-1.6x
+    # slower); 8 output features keep 8-wide panels (16 would be half padding); 8 rows apart cost more than 4
+    with config_setting("autotune", "fast"):
+        wide = tuning.modelled(conv_group.CONV_TUNABLE, conv_group.CONV_DEFAULT, {**POCL30, "rows": 32768, "cols": 64})
+        assert (wide["rm"], wide["rn"]) == (4, 16)
+        narrow = tuning.modelled(conv_group.CONV_TUNABLE, conv_group.CONV_DEFAULT, {**POCL31, "rows": 32768, "cols": 8})
+        assert (narrow["rm"], narrow["rn"]) == (4, 8)
+        # its weight gradient: 8 rows of one run of input (the batch innermost), where full tuning picked 8 x 8
+        rows = tuning.modelled(conv_group.CONV_TUNABLE, conv_group.CONV_DEFAULT,
+                               {**POCL30, "rows": 288, "cols": 64, "rows_together": True})
+        assert (rows["rm"], rows["rn"]) == (8, 8)
+    assert tuning.modelled(conv_group.CONV_TUNABLE, conv_group.CONV_DEFAULT, POCL30, mode="off") == \
+        conv_group.CONV_DEFAULT
 
 
 def test_cost_models_keep_the_default_without_facts_and_in_mode_off():

@@ -22,7 +22,8 @@ Three kernels compute it (written here in the kernel IR):
   local memory by computing each element's im2col address.
 - the *register-tiled* kernel (where ``Capabilities.matmul_tiling == "register"``: CPU OpenCL devices,
   ``register_tiles.py``): the weights packed into zero-padded panels of 8 output features by a copy
-  kernel, the input read where it lies, 4 x 8 outputs per work item in registers, no local memory; where
+  kernel, the input read where it lies, ``rm x rn`` outputs per work item in registers (``CONV_TUNABLE``: 4 x 8
+  by default, 4 x 16 by the cost model, timed by ``autotune="full"``), no local memory; where
   the input's features are not its unit stride (a weight gradient, whose contracted "features" are the
   batch) the contraction runs features outermost and the innermost window dimension innermost
   (``_features_outer``).
@@ -45,6 +46,7 @@ import numpy as np
 from fnarray.core import primitives as P
 from fnarray.core.conv import conv_general_dilated_p
 from fnarray.core.ir import Literal
+from fnarray.lowering.kernels.groups import register_tiles
 from fnarray.lowering.kernels.groups.base import (
     VIEW_OPS,
     Group,
@@ -68,9 +70,38 @@ from fnarray.lowering.kernels.groups.register_tiles import (
 from fnarray.lowering.kernels.index import ix_const, ix_data
 from fnarray.lowering.kernels.ir import INT32, Cast, Special, const
 from fnarray.lowering.kernels.rules import add_of, convert, mul_of, op, select
+from fnarray.lowering.kernels.tuning import Tunable
 
-__all__ = ["CONV", "ConvGroup", "strided_view", "GROUPS", "OPERAND_VIEWS"]
+__all__ = ["CONV", "ConvGroup", "strided_view", "GROUPS", "OPERAND_VIEWS", "CONV_TUNABLE", "CONV_DEFAULT"]
 CONV = conv_general_dilated_p
+
+#: The register-tiled kernel's default (``register_tiles``' hand-tuned product tile): ``rm`` output positions x
+#: ``rn`` output features per work item, ``uk`` contraction steps per loop iteration, ``wx x wy`` work items per
+#: group at most.
+CONV_DEFAULT = {"rm": RM, "rn": RN, "uk": UK, "wx": 8, "wy": 8}
+
+
+def _conv_cost(tile, default, facts) -> float:
+    """The register tile's cost model (``register_tiles.TUNABLE``'s, ``facts`` ``rows`` = output positions,
+    ``cols`` = output features of a group), with the input's rows as streams of their own (``lhs="rows"``) unless
+    ``facts["rows_together"]``: a row is a window position's run of input features, read where it lies, so more
+    than 4 rows cost 0.1 each; a weight gradient's rows are consecutive elements of one run (the batch innermost,
+    ``nfast``), where 8 x 8 ran fastest (the 3x3 conv 32 -> 64's weight gradient: 8 x 8 45 ms, 4 x 16 54, 4 x 8
+    80, load 12). Wider ``rn`` blocks cost fewer loads per multiply-add."""
+    if facts.get("rows_together"):
+        return register_tiles.TUNABLE.cost(tile, default, facts)
+    return register_tiles.TUNABLE.cost(tile, default, {**facts, "lhs": "rows"})
+
+
+#: The register-tiled convolution's tunable choices (``kernels/tuning.py``): register blocking over output
+#: features (``rn``: each input value loaded once serves ``rn`` multiply-adds) and output positions (``rm``:
+#: each packed weight serves ``rm``), contraction steps per iteration (``uk``). At most 64 accumulators.
+CONV_TUNABLE = Tunable("conv_register", {"rm": (2, 4, 8), "rn": (8, 16, 32), "uk": (4,), "wx": (8,), "wy": (8,)},
+                       doc="output positions (rm) x output features (rn) per work item and contraction steps per "
+                           "iteration (uk) of the register-tiled convolution",
+                       valid=lambda c, f: (c["rm"] * c["rn"] <= 64
+                                           and c["wx"] * c["wy"] <= (f.get("workgroup_limit") or 1024)),
+                       cost=_conv_cost)
 
 
 def strided_view(ctx, v):
@@ -540,13 +571,22 @@ class ConvGroup(Group):
         return [first, make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "conv")]
 
     def _register(self, plans):
+        """The register-tiled kernels (``_register_variant``) in the ``CONV_TUNABLE`` choice of this device."""
+        g = self.geo
+        # (rows of 8 share one run of input where the batch is the input's unit stride: ``nfast``)
+        facts = {"rows": g.M, "cols": g.Og, "rows_together": plans[0][2][g.lspec[0]] == 1 and g.Nout % 8 == 0}
+        return self.ctx.tuned(CONV_TUNABLE, dict(CONV_DEFAULT), lambda t: self._register_variant(plans, t), facts)
+
+    def _register_variant(self, plans, t):
         """The implicit GEMM with register tiles (``register_tiles``): the weights packed into panels of
-        ``RN`` output features ``[group][panel][k][RN]`` (``k`` = (window position, input feature), as the
-        tiled kernel's contraction), the input read where it lies, ``RM`` output positions per work item
-        each with its own window bounds, ``UK`` input features per loop step."""
+        ``rn`` output features ``[group][panel][k][rn]`` (``k`` = (window position, input feature), as the
+        tiled kernel's contraction), the input read where it lies, ``rm`` output positions per work item
+        each with its own window bounds, ``uk`` input features per loop step (``t``: a ``CONV_TUNABLE``
+        choice)."""
         g = self.geo
         dt = self.eqn.inputs[0].aval.dtype
-        wx, wy, mp, np_ = panels(g.M, g.Og)
+        rm, rn = t["rm"], t["rn"]
+        wx, wy, mp, np_ = panels(g.M, g.Og, t)
         # (Packing the input too, as im2col panels, measured 2x slower for a channels-first forward conv and
         # no faster for the weight gradient: the pack's gather costs what the merged loads save.)
         # Where the input features are not its unit stride (a weight gradient: the "features" are the batch,
@@ -555,7 +595,7 @@ class ConvGroup(Group):
         # elements. Features innermost, each step read RM*UK elements a whole image apart, which all fall into
         # one cache set (the 32x32x32 weight gradient: ~3x slower).
         features_outer = plans[0][2][g.lspec[1]] != 1 and g.nsp >= 1 and g.k_sp[-1] >= UK
-        pack_launch, pack = (self._pack_features_outer if features_outer else self._pack_weights)(plans, np_, g.K)
+        pack_launch, pack = (self._pack_features_outer if features_outer else self._pack_weights)(plans, np_, g.K, rn)
         b, args, scalars, tracker, em = self._begin("k")
         lname, rname, s = self._scalars(b, args, scalars, plans)
         pname = b.buffer(pack, dt, False, "wp")
@@ -572,27 +612,27 @@ class ConvGroup(Group):
         # (a weight gradient: the input's features are the "batch") and a multiple of RM, the batch runs
         # innermost instead, so that a work item's RM rows are consecutive elements at the same positions
         # (one bounds test, loads at constant offsets that merge).
-        nfast = plans[0][2][g.lspec[0]] == 1 and g.Nout % RM == 0
+        nfast = plans[0][2][g.lspec[0]] == 1 and g.Nout % rm == 0
         order = self._row_order(nfast, s)
-        rows = self._register_rows(b, s, rp, M, lgrp, nfast, order)
+        rows = self._register_rows(b, s, rp, M, lgrp, nfast, order, rm)
         wbase = b.let(Cast(op("mul", op("add", op("mul", grp, b.scalar("Np")), cp),
-                              op("mul", b.scalar("K"), const(RN, INT32))), INT64), "wbase")
-        accs = [[b.var(dt, const(0, dt)) for _ in range(RN)] for _ in range(RM)]
+                              op("mul", b.scalar("K"), const(rn, INT32))), INT64), "wbase")
+        accs = [[b.var(dt, const(0, dt)) for _ in range(rn)] for _ in range(rm)]
         if features_outer:
-            self._features_outer(b, s, lname, pname, rows, nfast, wbase, accs, dt)
+            self._features_outer(b, s, lname, pname, rows, nfast, wbase, accs, dt, t["uk"])
         else:
-            self._features_inner(b, s, lname, pname, rows, nfast, wbase, accs, dt, lf)
+            self._features_inner(b, s, lname, pname, rows, nfast, wbase, accs, dt, lf, t["uk"])
         self._register_store(b, em, args, s, M, order, accs, dt, cp, rp, grp)
         b.name = kernel_name("conv_reg", tracker.eqns)
         main = make_launch(b, args, scalars, (np_, mp, g.Gt), (wx, wy, 1), tracker.eqns, "conv", fixed_local=True)
         return [pack_launch, main]
 
     @staticmethod
-    def _register_rows(b, s, rp, M, lgrp, nfast, order):
-        """``(input offset, positions)`` of the work item's ``RM`` output rows (a row past the end at row 0)."""
+    def _register_rows(b, s, rp, M, lgrp, nfast, order, rm):
+        """``(input offset, positions)`` of the work item's ``rm`` output rows (a row past the end at row 0)."""
         rows = []
-        for i in range(RM):
-            gm = b.let(op("add", op("mul", rp, const(RM, INT32)), const(i, INT32)), "gm")
+        for i in range(rm):
+            gm = b.let(op("add", op("mul", rp, const(rm, INT32)), const(i, INT32)), "gm")
             if nfast and i:
                 rows.append((op("add", rows[0][0], const(i, INT32)), rows[0][1]))
                 continue
@@ -600,12 +640,13 @@ class ConvGroup(Group):
             rows.append((b.let(op("add", lgrp, op("mul", n, s["l_b"])), "lrow"), ys))
         return rows
 
-    def _features_inner(self, b, s, lname, pname, rows, nfast, wbase, accs, dt, lf):
+    def _features_inner(self, b, s, lname, pname, rows, nfast, wbase, accs, dt, lf, uk):
         """The register kernel's contraction with the input features innermost: a loop per window dimension
-        (each row's bounds tested), then the features, ``UK`` per step and a tail one by one."""
+        (each row's bounds tested), then the features, ``uk`` per step and a tail one by one."""
         g = self.geo
         c0 = const(0, INT32)
-        cmain = g.Cg // UK * UK
+        rm, rn = len(accs), len(accs[0])
+        cmain = g.Cg // uk * uk
 
         def taps(d, bases, oks, t):
             if d == g.nsp:
@@ -619,35 +660,35 @@ class ConvGroup(Group):
             # Rows outside the input read element l_off (any valid one) and multiply by zero.
             safe = [b.let(Cast(select(ok, base, s["l_off"]), INT64)) if ok is not None else
                     b.let(Cast(base, INT64)) for base, ok in zip(bases, oks, strict=True)]
-            if nfast:  # one bounds test for the RM rows, at constant offsets from row 0
-                safe = [safe[0]] + [b.let(op("add", safe[0], const(i, INT64))) for i in range(1, RM)]
+            if nfast:  # one bounds test for the rm rows, at constant offsets from row 0
+                safe = [safe[0]] + [b.let(op("add", safe[0], const(i, INT64))) for i in range(1, rm)]
             zero = const(0, dt)
             kt = b.let(op("mul", t, const(g.Cg, INT32)))
 
             def step(c, width):
-                wk = b.let(op("add", wbase, Cast(op("mul", op("add", kt, c), const(RN, INT32)), INT64)))
+                wk = b.let(op("add", wbase, Cast(op("mul", op("add", kt, c), const(rn, INT32)), INT64)))
                 cl = b.let(op("mul", Cast(c, INT64), lf))
 
                 def load_a(u, i):
                     x = b.load(lname, op("add", safe[i], op("add", cl, op("mul", const(u, INT64), lf))), dt)
                     return x if oks[i] is None else b.let(select(oks[i], x, zero))
 
-                register_product(b, load_a, lambda u, j: b.load(pname, op("add", wk, const(u * RN + j, INT64)), dt),
+                register_product(b, load_a, lambda u, j: b.load(pname, op("add", wk, const(u * rn + j, INT64)), dt),
                                  width, accs)
 
             if cmain:
-                with b.loop(c0, const(cmain, INT32), const(UK, INT32)) as c:
-                    step(c, UK)
+                with b.loop(c0, const(cmain, INT32), const(uk, INT32)) as c:
+                    step(c, uk)
             if cmain < g.Cg:
                 with b.loop(const(cmain, INT32), const(g.Cg, INT32)) as c:
                     step(c, 1)
 
-        taps(0, [r[0] for r in rows], [None] * RM, c0)
+        taps(0, [r[0] for r in rows], [None] * rm, c0)
 
     def _register_store(self, b, em, args, s, M, order, accs, dt, cp, rp, grp):
         """The register tile's results (those inside the output) through the epilogue."""
-        row0 = b.let(op("mul", rp, const(RM, INT32)), "row0")
-        col0 = b.let(op("mul", cp, const(RN, INT32)), "col0")
+        row0 = b.let(op("mul", rp, const(len(accs), INT32)), "row0")
+        col0 = b.let(op("mul", cp, const(len(accs[0]), INT32)), "col0")
         ogrp = b.let(op("mul", grp, s["Og"]), "ogrp")
         with store_loop(b, accs, dt) as (i, j, v):
             gm = b.let(op("add", row0, i), "gm")
@@ -656,10 +697,10 @@ class ConvGroup(Group):
                 n, ys = order(_decode(b, gm, order.sizes, "m"))
                 self._finish(b, em, args, s, n, b.let(op("add", ogrp, gj), "oc"), ys, v)
 
-    def _features_outer(self, b, s, lname, pname, rows, nfast, wbase, accs, dt):
+    def _features_outer(self, b, s, lname, pname, rows, nfast, wbase, accs, dt, uk):
         """The register kernel's contraction with the input features outermost: for each feature, the window
-        positions in row-major order, the innermost dimension ``UK`` positions per step (a tail one by one);
-        the packed weights in the same order (``_pack_features_outer``). Where the ``RM`` rows share their
+        positions in row-major order, the innermost dimension ``uk`` positions per step (a tail one by one);
+        the packed weights in the same order (``_pack_features_outer``). Where the ``rm`` rows share their
         positions (``nfast``) and the input is not dilated, an outer window position outside the input is
         skipped by a branch and the innermost loop runs over the positions inside only (its bounds computed
         once), so the loop body tests nothing: ~1.3x faster than a test per position."""
@@ -667,19 +708,20 @@ class ConvGroup(Group):
         c0 = const(0, INT32)
         zero = const(0, dt)
         last = g.nsp - 1
+        rm, rn = len(accs), len(accs[0])
         ksizes = [s[f"k{d}"] for d in range(g.nsp)]
         win = b.let(_window_size(ksizes), "win")
 
         def step(w, width, bases, oks, t):
             # k = (feature, window position): the packed weights of positions t + w + u (t: the feature's
             # first k and the outer window dimensions' share).
-            wk = b.let(op("add", wbase, Cast(op("mul", op("add", t, w), const(RN, INT32)), INT64)))
+            wk = b.let(op("add", wbase, Cast(op("mul", op("add", t, w), const(rn, INT32)), INT64)))
             addrs = []
             for u in range(width):
                 nb, no = self._row_positions(b, s, rows, nfast, last, op("add", w, const(u, INT32)) if u else w,
                                              bases, oks)
                 row = []
-                for i in range(RM):
+                for i in range(rm):
                     if nfast and i:
                         row.append((b.let(op("add", row[0][0], const(i, INT64))), row[0][1]))
                         continue
@@ -690,20 +732,20 @@ class ConvGroup(Group):
                 addr, ok = addrs[u][i]
                 return b.let(select(ok, b.load(lname, addr, dt), zero))
 
-            register_product(b, load_a, lambda u, j: b.load(pname, op("add", wk, const(u * RN + j, INT64)), dt),
+            register_product(b, load_a, lambda u, j: b.load(pname, op("add", wk, const(u * rn + j, INT64)), dt),
                              width, accs)
 
         if nfast and not g.dilated:
-            self._features_outer_ranged(b, s, lname, pname, rows, wbase, accs, dt, win)
+            self._features_outer_ranged(b, s, lname, pname, rows, wbase, accs, dt, win, uk)
             return
 
         def taps(d, bases, oks, t, ck):
             if d == last:
                 kl = ksizes[last]
                 tl = b.let(op("add", ck, op("mul", t, kl)) if d else ck)
-                main = b.let(op("mul", op("div", kl, const(UK, INT32)), const(UK, INT32)), "kmain")
-                with b.loop(c0, main, const(UK, INT32)) as w:
-                    step(w, UK, bases, oks, tl)
+                main = b.let(op("mul", op("div", kl, const(uk, INT32)), const(uk, INT32)), "kmain")
+                with b.loop(c0, main, const(uk, INT32)) as w:
+                    step(w, uk, bases, oks, tl)
                 with b.loop(main, kl) as w:
                     step(w, 1, bases, oks, tl)
                 return
@@ -714,9 +756,9 @@ class ConvGroup(Group):
         with b.loop(c0, s["Cg"]) as c:
             fbase = b.let(op("mul", c, s["l_f"]), "fb")
             base0 = [b.let(op("add", r[0], fbase)) for r in rows]
-            taps(0, base0, [None] * RM, c0, b.let(op("mul", c, win), "ck"))
+            taps(0, base0, [None] * rm, c0, b.let(op("mul", c, win), "ck"))
 
-    def _features_outer_ranged(self, b, s, lname, pname, rows, wbase, accs, dt, win):
+    def _features_outer_ranged(self, b, s, lname, pname, rows, wbase, accs, dt, win, uk):
         """``_features_outer`` for rows at the same positions (consecutive elements) of an undilated input:
         branches for the outer window dimensions, the innermost loop over its in-bounds range."""
         g = self.geo
@@ -730,13 +772,14 @@ class ConvGroup(Group):
             return select(op("gt", a, c0), op("div", op("sub", op("add", a, d), const(1, INT32)), d), op("div", a, d))
 
         def step(w, width, base, t):
-            wk = b.let(op("add", wbase, Cast(op("mul", op("add", t, w), const(RN, INT32)), INT64)))
+            wk = b.let(op("add", wbase, Cast(op("mul", op("add", t, w), const(len(accs[0]), INT32)), INT64)))
             q0 = b.let(op("add", op("sub", op("mul", ys[last], s[f"st{last}"]), s[f"pl{last}"]),
                               op("mul", w, s[f"rd{last}"])))
             starts = [b.let(Cast(op("add", base, op("mul", op("add", q0, op("mul", const(u, INT32), s[f"rd{last}"])),
                                                     s[f"l_s{last}"])), INT64)) for u in range(width)]
             register_product(b, lambda u, i: b.load(lname, op("add", starts[u], const(i, INT64)), dt),
-                             lambda u, j: b.load(pname, op("add", wk, const(u * RN + j, INT64)), dt), width, accs)
+                             lambda u, j: b.load(pname, op("add", wk, const(u * len(accs[0]) + j, INT64)), dt),
+                             width, accs)
 
         def taps(d, base, t, ck):
             if d == last:
@@ -747,11 +790,11 @@ class ConvGroup(Group):
                 hi0 = b.let(cdiv(op("sub", s[f"in{d}"], off), rd))
                 hi1 = b.let(select(op("lt", hi0, ksizes[d]), hi0, ksizes[d]))
                 hi = b.let(select(op("lt", hi1, lo), lo, hi1), "whi")
-                main = b.let(op("add", lo, op("mul", op("div", op("sub", hi, lo), const(UK, INT32)),
-                                              const(UK, INT32))), "wmain")
+                main = b.let(op("add", lo, op("mul", op("div", op("sub", hi, lo), const(uk, INT32)),
+                                              const(uk, INT32))), "wmain")
                 tl = b.let(op("add", ck, op("mul", t, ksizes[d])) if d else ck)
-                with b.loop(lo, main, const(UK, INT32)) as w:
-                    step(w, UK, base, tl)
+                with b.loop(lo, main, const(uk, INT32)) as w:
+                    step(w, uk, base, tl)
                 with b.loop(main, hi) as w:
                     step(w, 1, base, tl)
                 return
@@ -775,20 +818,20 @@ class ConvGroup(Group):
         order.sizes = [*ysizes, s["Nout"]] if nfast else [s["Nout"], *ysizes]
         return order
 
-    def _pack_weights(self, plans, np_, kp):
-        """``(launch, spec)``: a copy kernel writing the weights as zero-padded panels ``[group][np_][K][RN]``
+    def _pack_weights(self, plans, np_, kp, rn):
+        """``(launch, spec)``: a copy kernel writing the weights as zero-padded panels ``[group][np_][K][rn]``
         into a scratch buffer, and the buffer's spec."""
         g = self.geo
         ctx = self.ctx
         dt = self.eqn.inputs[1].aval.dtype
-        spec = ctx.spec(("convpack", id(self)), (g.Gt, np_, kp, RN), dt)
+        spec = ctx.spec(("convpack", id(self), rn, np_), (g.Gt, np_, kp, rn), dt)
         b, args, scalars, tracker, em = self._begin("k")
         _, rname, s = self._scalars(b, args, scalars, plans)
-        total = g.Gt * np_ * kp * RN
+        total = g.Gt * np_ * kp * rn
         gid, gsize, lsize = ctx.gid(b, total, ctx.wg)
         with b.when(op("lt", gid, const(total, INT32))):
             # (Local names must not meet the scalars': a local "k1" hid the kernel size k1.)
-            c, kq, grp, j = panel_coords(b, gid, RN, kp, np_, ("pc", "pk", "pp", "pg"))
+            c, kq, grp, j = panel_coords(b, gid, rn, kp, np_, ("pc", "pk", "pp", "pg"))
             inside = b.let(op("lt", kq, const(g.K, INT32)))
             k = b.let(select(inside, kq, const(0, INT32)))
             ok = b.let(op("land", op("lt", j, s["Og"]), inside))
@@ -804,17 +847,17 @@ class ConvGroup(Group):
         b.name = "conv_pack"
         return make_launch(b, args, scalars, gsize, lsize, [], "copy"), spec
 
-    def _pack_features_outer(self, plans, np_, kp):
+    def _pack_features_outer(self, plans, np_, kp, rn):
         """``(launch, spec)``: the weights as ``_pack_weights`` packs them, with the contraction index ``k`` =
         (input feature, window position) (the register kernel's ``_features_outer`` order). One work item per
-        (k, panel), in the source's order, copying the panel's ``RN`` output features: consecutive items read
+        (k, panel), in the source's order, copying the panel's ``rn`` output features: consecutive items read
         consecutive features (in panel order each of the ``np_`` passes over this operand, a weight gradient's
-        whole output gradient, read ``RN`` of every row's features), and the divisors are constants (with the
+        whole output gradient, read ``rn`` of every row's features), and the divisors are constants (with the
         sizes as scalar arguments the integer divisions cost ~1/4 of the weight gradient's time)."""
         g = self.geo
         ctx = self.ctx
         dt = self.eqn.inputs[1].aval.dtype
-        spec = ctx.spec(("convpack", id(self)), (g.Gt, np_, kp, RN), dt)
+        spec = ctx.spec(("convpack", id(self), rn, np_), (g.Gt, np_, kp, rn), dt)
         b, args, scalars, tracker, em = self._begin("k")
         _, rname, s = self._scalars(b, args, scalars, plans)
         total = g.Gt * np_ * kp
@@ -833,11 +876,11 @@ class ConvGroup(Group):
             base = op("add", s["r_off"], op("mul", ci, s["r_i"]))
             for d in range(g.nsp):
                 base = op("add", base, op("mul", ws[d], s[f"r_s{d}"]))
-            j0 = b.let(op("mul", pn, const(RN, INT32)), "pj")
+            j0 = b.let(op("mul", pn, const(rn, INT32)), "pj")
             base = b.let(op("add", base, op("mul", op("add", op("mul", grp, s["Og"]), j0), s["r_o"])))
             slot = b.let(op("mul", op("add", op("mul", op("add", op("mul", grp, const(np_, INT32)), pn),
-                                                         const(kp, INT32)), kq), const(RN, INT32)))
-            for c in range(RN):
+                                                         const(kp, INT32)), kq), const(rn, INT32)))
+            for c in range(rn):
                 ok = b.let(op("land", op("lt", op("add", j0, const(c, INT32)), s["Og"]), inside))
                 addr = b.let(select(ok, op("add", base, op("mul", const(c, INT32), s["r_o"])), s["r_off"]))
                 w = b.load(rname, addr, dt)

@@ -55,8 +55,8 @@ WX, WY = 8, 8
 #: (a 784 x 512 ``w.T`` packed into 8-wide panels, hand-written kernels, load 8: 95-102 us against 378-403 for
 #: a panel row per work item on PoCL 3.0, 132-170 against 194-383 on 3.1; 4 steps 180-220, 16 steps 130-180).
 PACK_BLOCK = 8
-#: The product's tunable choices (``kernels/tuning.py``; the dot group asks for them, the conv group keeps the
-#: defaults): ``rm x rn`` outputs per work item, ``uk`` contraction steps per loop iteration, ``wx x wy`` the
+#: The product's tunable choices (``kernels/tuning.py``; the dot group asks for them, the conv group declares its
+#: own, ``conv.CONV_TUNABLE``, priced by this table's model): ``rm x rn`` outputs per work item, ``uk`` contraction steps per loop iteration, ``wx x wy`` the
 #: most work items per group. At most 64 accumulators (more spilled on AVX2, above).
 DEFAULT_TILE = {"rm": RM, "rn": RN, "uk": UK, "wx": WX, "wy": WY}
 def _tile_cost(tile, default, facts) -> float:
