@@ -35,7 +35,8 @@ def _raw(jnp, mode, transpose, group_size, bits):
     from fnarray.lowering.packed import FLOAT_FORMATS
 
     def f(x, w, scales, biases=None):
-        if 32 % bits:   # 3, 5, 6 bits cross words: fnarray's shared reader (gathers of the low and high words)
+        if 32 % bits:   # 3, 5, 6 bits cross words: gathers of each element's low and high word (``packed.unpack``;
+            # a static slice and shift per element, stacked, measured 2.5x slower: 3 bits, 2048², 16 rows)
             from fnarray.lowering.packed import unpack
             q = unpack(jnp, w, bits, jnp.asarray)
         else:
@@ -56,6 +57,22 @@ def _raw(jnp, mode, transpose, group_size, bits):
     return f
 
 
+def _mlx_call(parts, x, mode, transpose, bits, group_size):
+    """MLX's own ``mx.quantized_matmul`` on the same packed weights (a reference of what a fused kernel does);
+    ``None`` where MLX is not installed."""
+    try:
+        import mlx.core as mx
+    except ImportError:
+        return None
+    mparts, mxx = [mx.array(a) for a in parts], mx.array(x)
+    opts = dict(group_size=group_size, bits=bits) if mode == "affine" else {}
+    biases = mparts[2] if mode == "affine" else None
+
+    def call():
+        mx.eval(mx.quantized_matmul(mxx, mparts[0], mparts[1], biases, transpose=transpose, mode=mode, **opts))
+    return call
+
+
 def _calls(fa, jax, dev, n, rows, mode, transpose, bits=4, group_size=64):
     """Zero-argument callables: float32, fnarray, raw JAX; and fnarray's and raw's largest error against
     float64."""
@@ -73,8 +90,9 @@ def _calls(fa, jax, dev, n, rows, mode, transpose, bits=4, group_size=64):
     q = fa.jit(functools.partial(fa.quantized_matmul, transpose=transpose, mode=mode, **opts), device=dev)
     fparts, fx = [fa.device_put(a, dev) for a in parts], fa.device_put(x, dev)
     errs = [np.abs(np.asarray(q(fx, *fparts)) - ref).max(), np.abs(np.asarray(raw(jx, *jparts)) - ref).max()]
-    return [lambda: f32(jx, jw).block_until_ready(), lambda: q(fx, *fparts).block_until_ready(),
-            lambda: raw(jx, *jparts).block_until_ready()], errs
+    calls = [lambda: f32(jx, jw).block_until_ready(), lambda: q(fx, *fparts).block_until_ready(),
+             lambda: raw(jx, *jparts).block_until_ready()]
+    return calls + [_mlx_call(parts, x, mode, transpose, bits, group_size)], errs
 
 
 def median_of(fns, number):
@@ -91,31 +109,45 @@ def median_of(fns, number):
     return [float(np.median(c)) for c in cpu]
 
 
+def _rows(fa, jax, dev, args):
+    """One printed line per size, bits, mode, orientation and rows of ``args``."""
+    for n in (int(v) for v in str(args.size).split(",")):
+        for bits in (int(v) for v in str(args.bits).split(",")):
+            for mode in args.modes.split(","):
+                if mode != "affine" and bits != int(str(args.bits).split(",")[0]):
+                    continue   # the floating modes have one format: run them once
+                for transpose in [form == "x@W.T" for form in args.forms.split(",")]:
+                    for rows in (int(r) for r in args.rows.split(",")):
+                        calls, errs = _calls(fa, jax, dev, n, rows, mode, transpose, bits, args.group_size)
+                        cpu = median_of([c for c in calls if c is not None and (args.mlx or c is not calls[3])],
+                                        args.number) + [float("nan")]
+                        print(f"{n:>5} {bits if mode == 'affine' else '-':>4} {mode:7} "
+                              f"{'x@W.T' if transpose else 'x@W':7} {rows:>4} "
+                              + " ".join(f"{t * 1e3:>8.3f}" for t in cpu[:4])
+                              + f" {cpu[1] / cpu[0]:>7.2f} {cpu[1] / cpu[2]:>7.2f} {cpu[1] / cpu[3]:>7.2f}"
+                              f"   {errs[0]:.1e} {errs[1]:.1e}", flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", type=int, default=2048)
+    ap.add_argument("--size", default="2048", help="weight widths (square), comma-separated")
     ap.add_argument("--rows", default="1,2,4")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--number", type=int, default=21)
-    ap.add_argument("--bits", type=int, default=4, help="affine mode's bits (2, 3, 4, 5, 6, 8)")
+    ap.add_argument("--bits", default="4", help="affine mode's bits (2, 3, 4, 5, 6, 8), comma-separated")
     ap.add_argument("--group-size", type=int, default=64, help="affine mode's group size (32, 64, 128)")
     ap.add_argument("--forms", default="x@W.T,x@W", help="orientations: x@W.T (transpose=True), x@W")
+    ap.add_argument("--mlx", action="store_true", help="a column of MLX's own mx.quantized_matmul (mlx installed)")
     args = ap.parse_args(argv)
     import jax
 
     import fnarray as fa
     dev = fa.get_device("jax:0")
     print(load_line())
-    print(f"{'mode':7} {'form':7} {'rows':>4} {'float32':>8} {'fnarray':>8} {'raw':>8} {'fa/f32':>7} {'fa/raw':>7}"
+    print(f"{'size':>5} {'bits':>4} {'mode':7} {'form':7} {'rows':>4} {'float32':>8} {'fnarray':>8} {'raw':>8} "
+          f"{'mlx':>8} {'fa/f32':>7} {'fa/raw':>7} {'fa/mlx':>7}"
           "   (CPU ms, median of alternating calls; largest error of fnarray, raw)")
-    for mode in args.modes.split(","):
-        for transpose in [form == "x@W.T" for form in args.forms.split(",")]:
-            for rows in (int(r) for r in args.rows.split(",")):
-                calls, errs = _calls(fa, jax, dev, args.size, rows, mode, transpose, args.bits, args.group_size)
-                cpu = median_of(calls, args.number)
-                print(f"{mode:7} {'x@W.T' if transpose else 'x@W':7} {rows:>4} "
-                      + " ".join(f"{t * 1e3:>8.3f}" for t in cpu)
-                      + f" {cpu[1] / cpu[0]:>7.2f} {cpu[1] / cpu[2]:>7.2f}   {errs[0]:.1e} {errs[1]:.1e}")
+    _rows(fa, jax, dev, args)
 
 
 if __name__ == "__main__":

@@ -327,7 +327,8 @@ def test_jax_decode_products_write_no_weight_matrix(mode, bits, gs, transpose):
     parts = [np.asarray(a) for a in fa.quantize(rng.standard_normal((n, k) if transpose else (k, n))
                                                 .astype(np.float32), mode=mode, **opts)]
     wd = np.asarray(fa.dequantize(*parts, mode=mode, dtype=np.float32, **opts), np.float64)
-    for rows in (1, 3):
+    # x @ W.T of 3, 5 or 6 bits dequantizes first from two rows on (``_dequantize_first``: faster)
+    for rows in (1,) if transpose and 32 % bits else (1, 3):
         x = rng.standard_normal((rows, k)).astype(np.float32)
         f = jax.jit(functools.partial(jax_quantized_matmul, transpose=transpose, group_size=group_size, bits=bits,
                                       mode=mode))
@@ -361,7 +362,31 @@ def test_jax_prefill_products_dequantize_in_blocks(mode, bits, gs, transpose, mo
         x = rng.standard_normal((2, 3, k)).astype(np.float32)
         f = jax.jit(functools.partial(quantized.jax_quantized_matmul, transpose=transpose, group_size=group_size,
                                       bits=bits, mode=mode))
-        assert f.lower(x, *parts).compile().memory_analysis().temp_size_in_bytes < rows * cols * 4 / bound
+        compiled = f.lower(x, *parts).compile()
+        assert compiled.memory_analysis().temp_size_in_bytes < rows * cols * 4 / bound
+        assert mode != "affine" or " gather(" not in compiled.as_text()   # mxfp4 looks its scales up
+        np.testing.assert_allclose(np.asarray(f(x, *parts)), x @ (wd.T if transpose else wd), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("bits", [3, 6])
+def test_jax_prefill_unpacks_crossing_elements_without_gathers(bits):
+    """Issue 30: a jax prefill product (more than 4 rows, weights under ``BLOCKED_WEIGHT_BYTES``: one
+    dequantization; and ``x @ W.T`` from two rows, ``_dequantize_first``) of 3- or 6-bit words, whose elements
+    cross words, unpacks them by static slices and shifts of each 32-element chunk's words (``_elements``): the
+    compiled program has no gather (``packed.unpack``'s gathers were written whole before the float weights, 2x
+    float32's time at 2048²), in both orientations; the result equals NumPy's float64 product."""
+    jax = pytest.importorskip("jax")
+    from fnarray.lowering.jax.quantized import jax_quantized_matmul
+    rng = np.random.default_rng(bits)
+    parts = [np.asarray(a) for a in fa.quantize(rng.standard_normal((96, 128)).astype(np.float32), group_size=32,
+                                                bits=bits)]
+    wd = np.asarray(fa.dequantize(*parts, group_size=32, bits=bits, dtype=np.float32), np.float64)
+    for transpose, rows in [(True, 3), (True, 6), (False, 6)]:
+        x = rng.standard_normal((rows, 128 if transpose else 96)).astype(np.float32)
+        f = jax.jit(functools.partial(jax_quantized_matmul, transpose=transpose, group_size=32, bits=bits,
+                                      mode="affine"))
+        text = f.lower(x, *parts).compile().as_text()
+        assert " gather(" not in text and " dot(" in text, text
         np.testing.assert_allclose(np.asarray(f(x, *parts)), x @ (wd.T if transpose else wd), rtol=1e-5, atol=1e-4)
 
 

@@ -32,7 +32,7 @@ row: 0.38x the float32 product's time, against 2.6x before):
   products read and so was written whole (the looked-up weights, before the tenth session); their scales are
   still looked up (a small array).
 
-More rows (prefill): the dequantized weights feed XLA's library dot (YNNPACK's, ``ynn_fusion`` in the HLO),
+More rows (prefill; and ``x @ W.T`` of 3, 5 or 6 bits from two rows, ``_dequantize_first``): the dequantized weights feed XLA's library dot (YNNPACK's, ``ynn_fusion`` in the HLO),
 whose product amortizes writing them over the rows. Up to ``BLOCKED_WEIGHT_BYTES`` of float weights they are
 dequantized whole into one dot; past it (``_prefill``) a ``lax.scan`` dequantizes ``PREFILL_BLOCK_BYTES`` of
 weight rows at a time (``prefill_block_rows``), one library dot a block, so the program's temporaries are one
@@ -123,7 +123,7 @@ def _dequantize(jnp, w, scales, biases, acc, group_size, bits, mode):
     """The float weights (``acc``) of packed words ``w`` with their scales (and biases), elementwise (the floating
     modes' element values by bit arithmetic, no gather)."""
     from jax import lax
-    q = unpack(jnp, w, bits, jnp.asarray)
+    q = _elements(jnp, w, bits)
     rows, cols = q.shape
     if mode in FLOAT_MODES:
         # Elements by bit arithmetic; scales (one a group) from their table: written once where several rows
@@ -134,6 +134,19 @@ def _dequantize(jnp, w, scales, biases, acc, group_size, bits, mode):
         return (q.reshape(rows, cols // group_size, group_size) * s[:, :, None]).reshape(rows, cols)
     q = q.astype(acc).reshape(rows, cols // group_size, group_size)
     return (q * scales.astype(acc)[:, :, None] + biases.astype(acc)[:, :, None]).reshape(rows, cols)
+
+
+def _elements(jnp, w, bits):
+    """The ``bits``-bit integers ``(n, words * 32 // bits)`` uint32 of packed words ``w (n, words)`` by shifts and
+    masks of whole words: ``packed.unpack`` where ``bits`` divides 32 (a broadcast shift), else the
+    ``unpack_trailing`` pieces joined per 32-element chunk (static slices and shifts of each chunk's words).
+    ``packed.unpack``'s gathers of each element's low and high word, which XLA's CPU fusion writes whole
+    (``u32[n, k]`` twice) before the loop making the float weights, made a 3-bit 2048 x 2048 prefill of 16 rows
+    2x float32's time (16.2 against 8.2 ms, one thread); the pieces' concatenation fuses into that loop (8.7 ms)."""
+    if 32 % bits == 0:
+        return unpack(jnp, w, bits, jnp.asarray)
+    pieces = unpack_trailing(jnp, w, bits)
+    return jnp.concatenate([q for _, _, q in pieces], axis=2).reshape(w.shape[0], -1)
 
 
 def _summed(lax, parts):
@@ -334,12 +347,25 @@ def _prefill(jnp, lax, xs, w, scales, biases, acc, group_size, bits, mode, trans
     return out + product(xs[:, whole:], tail) if whole < rows else out
 
 
+def _dequantize_first(m, bits, transpose):
+    """Whether a decode product of ``m`` rows (at most ``DECODE_ROWS``) dequantizes the weights for a library dot
+    (``_prefill``) rather than fusing the unpacking into each row's product: for ``x @ W.T`` of 3, 5 or 6 bits
+    from two rows on. Each ``unpack_trailing`` piece's fused product reads words ``bits`` apart, once per row, so
+    its cost grows with the rows, while the gather-free dequantization (``_elements``) is written once
+    (eighteenth session, 2048², one thread, load ~11: 3 bits at 2 and 4 rows 23 and 40 ms fused against 9.6
+    and 9.1 dequantized first, 6 bits 21 and 37 against 12 and 9.8; one row 7.3 against 5.9, kept fused, which
+    writes no weight matrix). ``x @ W`` reads its words transposed and is faster fused (3 bits, 4 rows: 7.0
+    against 12.7 ms)."""
+    return transpose and m > 1 and 32 % bits != 0
+
+
 def jax_quantized_matmul(x, w, scales, *biases, transpose, group_size, bits, mode):
     """``x @ dequantize(w).T`` (``transpose``) or ``x @ dequantize(w)`` for ``x (..., k)``, accumulated in float32
     (float64 for float64); the floating modes (no biases) decode their element and scale values by bit
     arithmetic; the jitted program's only weight input is the packed uint32 array, and up to ``DECODE_ROWS`` rows
     no value as large as the weights is written, in either orientation (``transpose=False`` reads the words
-    transposed once: ``_decode_columns``; see the module docstring); more rows dequantize weights past
+    transposed once: ``_decode_columns``; see the module docstring), except ``x @ W.T`` of 3, 5 or 6 bits from
+    two rows on (``_dequantize_first``); more rows dequantize weights past
     ``BLOCKED_WEIGHT_BYTES`` a block of rows at a time (``_prefill``). Source: MLX's ``quantized_matmul`` (the
     format), XLA CPU's fusion of matrix-vector products."""
     import jax.numpy as jnp
@@ -348,7 +374,7 @@ def jax_quantized_matmul(x, w, scales, *biases, transpose, group_size, bits, mod
     m = int(np.prod(x.shape[:-1], dtype=np.int64))
     k = x.shape[-1]
     bias = biases[0] if biases else None
-    if 0 < m <= DECODE_ROWS:
+    if 0 < m <= DECODE_ROWS and not _dequantize_first(m, bits, transpose):
         decode = _decode_rows if transpose else _decode_columns
         out = decode(jnp, lax, x.astype(acc).reshape(m, k), w, scales, bias, acc, group_size, bits, mode)
         return out.reshape(x.shape[:-1] + (out.shape[1],)).astype(x.dtype)
