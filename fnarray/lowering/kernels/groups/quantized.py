@@ -46,8 +46,9 @@ for all the rows; the rows' ``x`` is loaded four elements a load, ``rows / lanes
 broadcast. No copy kernel. The panel form above ran 2.2x float32's product there (lavapipe gathers a work item's
 panel words and ``x`` values lane by lane); the subgroup form runs 0.5-0.6x of it at 64 rows of the llm's widths
 (docs/performance.md, "4-bit prefill on webgpu:0 faster than float32"). On PoCL a form shaped as float32's
-register-tiled product (``x`` in panels of 16 rows, 4-8 weight rows per work item, the words dequantized in place)
-was slower than the panel form (1.1-1.9x its time at 64 rows of 1024 x 1024 and 2816 x 1024): not kept.
+register-tiled product (``x`` in panels of 8 or 16 rows, 4 or 8 weight rows per work item, the words dequantized in
+place) was no faster than the panel form (64 rows of 1024 x 1024 and 2816 x 1024: 1.0-1.1x its time with 8 x 8,
+1.6-1.8x with 16 x 4; float32's product 0.6-0.8x): not kept.
 
 Every mode has every form. The floating modes (mxfp4, mxfp8, nvfp4: no biases, a uint8 scale per group of 32 or
 16) decode their codes in registers from the bits (E2M1 from a constant's nibbles, E4M3 and the scales by moving
