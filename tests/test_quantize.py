@@ -1048,7 +1048,8 @@ def test_float_modes_errors_name_what_was_given(mode):
 def test_float_modes_in_every_kernel_form_match_mlx(kdev, mode):
     """Each floating mode in each ``quantized_matmul`` kernel form, ``fallback="error"``, with an epilogue: the
     matrix-vector form (1 and 3 rows), the tiled forms (6 and 10 rows; ``transpose=True`` packs the scales as
-    floats, and on CPU OpenCL devices the codes as bfloat16 values; ``transpose=False`` reads the scales in place,
+    floats, and on CPU OpenCL devices the codes as bfloat16 values, but on a CPU WebGPU adapter with subgroups 10
+    rows take the subgroup form, reading them in place; ``transpose=False`` reads the scales in place,
     there the codes as bfloat16 values from a copy kernel) and, forced with a GPU's capabilities, the cooperative form
     (webgpu reads the uint8 scales four to a u32 word; nvfp4's chunks are its groups of 16). Weights over 60
     binades with zero, subnormal and non-finite groups (``_float_weights``), against ``mx.quantized_matmul`` and
@@ -1061,6 +1062,9 @@ def test_float_modes_in_every_kernel_form_match_mlx(kdev, mode):
     args = [fa.device_put(np.array(a), kdev) for a in (w_q, scales)]
     rng = np.random.default_rng(11)
     gpu = {"tiling_pays": True} if kdev.backend == "webgpu" else {"matmul_tiling": "local", "uniform_guard": False}
+    # a CPU WebGPU adapter with subgroups (not the forced GPU capabilities): 8 rows or more of x @ W.T take the
+    # subgroup form (_subgroup_tiled)
+    sub = kdev.backend == "webgpu" and kdev.platform == "cpu" and getattr(kdev.impl.gpu, "has_subgroups", False)
     for caps in ({}, gpu):
         with _kernel_caps(kdev, **caps), fallback_mode("error"):
             if caps:
@@ -1081,7 +1085,8 @@ def test_float_modes_in_every_kernel_form_match_mlx(kdev, mode):
                 # CPU OpenCL devices decode x @ W's codes to bfloat16 once in a copy kernel (_float_panels)
                 decode = ["quantized_decode"] if kdev.backend == "opencl" and not caps else []
                 want_names = (["quantized_wg"] if caps and transpose and rows <= 4 else ["quantized_quantized"]
-                              if rows <= 4 else ["quantized_pack", "quantized_tile"] if transpose
+                              if rows <= 4 else ["quantized_subgroup"] if transpose and rows >= 8 and sub and not caps
+                              else ["quantized_pack", "quantized_tile"] if transpose
                               else decode + ["quantized_ctile"])
                 assert [nm[:len(w_)] for nm, w_ in zip(names, want_names)] == want_names, names
                 assert len(names) == len(want_names) and "max" in names[-1], names   # the relu: the epilogue

@@ -367,6 +367,10 @@ def _tunable_cases():
         "quantized_tile": (lambda a, w, s, c: fa.quantized_matmul(a, w, s, c, group_size=32, bits=4) + 1.0,
                            (a[:, :64].copy(), w_q, scales, biases), a[:, :64].astype(np.float64) @ wd.T + 1,
                            quantized_group.TILE_TUNABLE),
+        # 37 rows: the subgroup prefill form on a CPU WebGPU adapter with subgroups
+        "quantized_subgroup": (lambda a, w, s, c: fa.quantized_matmul(a, w, s, c, group_size=32, bits=4) + 1.0,
+                               (a[:, :64].copy(), w_q, scales, biases), a[:, :64].astype(np.float64) @ wd.T + 1,
+                               quantized_group.SUBGROUP_TUNABLE),
         "quantized_rows": (lambda a, w, s, c: fa.quantized_matmul(a, w, s, c, group_size=32, bits=4) + 1.0,
                            (a[:3, :64].copy(), w_q, scales, biases), a[:3, :64].astype(np.float64) @ wd.T + 1,
                            quantized_group.WIDE_TUNABLE),
@@ -412,7 +416,8 @@ def _erf(x):
 
 
 @pytest.mark.parametrize("kind", ["map", "math", "dot_register", "conv_register", "dot_block", "dot_subgroup",
-                                  "reduce", "pallas_workgroup", "quantized_tile", "quantized_rows"])
+                                  "reduce", "pallas_workgroup", "quantized_tile", "quantized_subgroup",
+                                  "quantized_rows"])
 def test_every_candidate_of_every_group_gives_the_same_results(monkeypatch, kind):
     fn, args, want, _ = _tunable_cases()[kind]
     ran = 0

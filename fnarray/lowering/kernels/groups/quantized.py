@@ -38,6 +38,18 @@ computes ``rm x rn`` outputs, each element dequantized once for its ``rm`` rows.
 (``benchmarks/quantized_columns.py``, load 12): 4.6x and 6.5x faster than the matrix-vector form on PoCL 3.0 (0.72x
 and 0.54x float32's register-tiled matmul), 9.3x and 12x on lavapipe (13x and 20x its float32 matmul).
 
+On a CPU WebGPU adapter with subgroups (lavapipe: the scheduler options ``dot_subgroup`` and ``dot_vec4``) a
+``transpose=True`` product of 8 rows or more takes the subgroup form instead (``_subgroup_tiled``), shaped as
+float32's subgroup product (``groups/dot.py``): a subgroup of work items computes ``rows`` rows x ``lanes * cols``
+columns (``SUBGROUP_TUNABLE``, default 16 x 8), each work item dequantizing its columns' elements once per word
+for all the rows; the rows' ``x`` is loaded four elements a load, ``rows / lanes`` rows per work item, and
+broadcast. No copy kernel. The panel form above ran 2.2x float32's product there (lavapipe gathers a work item's
+panel words and ``x`` values lane by lane); the subgroup form runs 0.5-0.6x of it at 64 rows of the llm's widths
+(docs/performance.md, "4-bit prefill on webgpu:0 faster than float32"). On PoCL a form shaped as float32's
+register-tiled product (``x`` in panels of 8 or 16 rows, 4 or 8 weight rows per work item, the words dequantized in
+place) was no faster than the panel form (64 rows of 1024 x 1024 and 2816 x 1024: 1.0-1.1x its time with 8 x 8,
+1.6-1.8x with 16 x 4; float32's product 0.6-0.8x): not kept.
+
 Every mode has every form. The floating modes (mxfp4, mxfp8, nvfp4: no biases, a uint8 scale per group of 32 or
 16) decode their codes in registers from the bits (E2M1 from a constant's nibbles, E4M3 and the scales by moving
 their fields into a float32's). On CPU OpenCL devices (``_float_panels``) their tiled forms decode each code once
@@ -75,9 +87,11 @@ from fnarray.lowering.kernels.groups.base import (
     make_launch,
     tree_sum,
     vec4_binding,
+    vectors_fit,
 )
 from fnarray.lowering.kernels.groups.register_tiles import store_loop
-from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Bitcast, Cast, Lane, Special, const, vector_dtype
+from fnarray.lowering.kernels.ir import (BOOL, INT32, UINT32, Bitcast, Broadcast, Cast, Lane, Special, const,
+                                         vector_dtype)
 from fnarray.lowering.kernels.rules import op, select
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.zero_size import REWRITES, fill
@@ -137,6 +151,11 @@ class QuantizedMatmulGroup(EquationGroup):
         k = x.aval.shape[-1]
         rows = min(ROWS, m)
         blocks = -(-m // rows)
+        lanes = subgroup_lanes(m, n, p, x.aval.dtype, out.aval.dtype, ctx.opts)
+        if tiled(m, ctx.caps) and lanes:
+            launch = ctx.tuned(SUBGROUP_TUNABLE, dict(SUBGROUP_TILE), lambda t: self._subgroup_tiled(n, m, k, t, lanes))
+            if vectors_fit(ctx.caps, launch[0]):
+                return launch
         if tiled(m, ctx.caps):
             form = self._tiled if p["transpose"] else self._tiled_columns
             return ctx.tuned(TILE_TUNABLE, dict(DEFAULT_TILE if p["transpose"] else COLUMNS_TILE),
@@ -401,6 +420,92 @@ class QuantizedMatmulGroup(EquationGroup):
         product = make_launch(b, args, {}, (cols_g, rows_g), (wx, wy), tracker.eqns, "quantized", fixed_local=True)
         return [pack, product]
 
+    def _subgroup_tiled(self, n, m, k, tile, lanes):
+        """The prefill form (``transpose=True``) on a CPU WebGPU adapter with subgroups (``subgroup_lanes``), shaped
+        as float32's subgroup product (``groups/dot.py``, ``DotGroup._subgroup``): a subgroup of ``lanes`` work
+        items computes ``rows`` rows x ``lanes * cols`` columns, each work item ``cols`` neighbouring columns of
+        them (``tile``, narrowed to the product). Per word of its columns' weight rows a work item loads the
+        word, dequantizes its ``32 / bits`` elements once (``scale * q + bias``) and multiplies each into its
+        ``rows`` rows; the rows' ``x`` values are loaded four to a load by the subgroup's work items together,
+        ``rows / lanes`` rows each, and broadcast (lavapipe gathers a load lane by lane and broadcasts a lane's
+        vector in one shuffle). No copy kernel: the packed weights, scales and biases are read in place. Every
+        work item runs the loops (a subgroup past the output computes on the last tile; only stores are
+        guarded), so each broadcast is in uniform control flow."""
+        ctx = self.ctx
+        e = self.eqn
+        rows = max(lanes, min(tile["rows"], m // lanes * lanes))
+        cols = max(1, min(tile["cols"], n // lanes))
+        per = 32 // e.params["bits"]   # elements per word
+        mt, nt = -(-m // rows), -(-n // (lanes * cols))
+        tiles = mt * nt
+        b, args, tracker, em = self._kernel_start()
+        xs, ws, ss, bs = tuple(self.input_buffers(b, args)) + (None,) * (4 - len(e.inputs))   # mxfp4: no biases
+        x4 = vec4_binding(b, args, ctx.spec(e.inputs[0]), F32)
+        gid, gsize, lsize = ctx.gid(b, tiles * lanes, lanes * max(1, min(ctx.wg // lanes, tiles // 2)))
+        sg = b.let(op("div", gid, const(lanes, INT32)), "sg")
+        t = b.let(select(op("lt", sg, const(tiles, INT32)), sg, const(tiles - 1, INT32)), "t")
+        lane = Special("lane", 0)
+        n0 = b.let(op("add", op("mul", op("rem", t, const(nt, INT32)), const(lanes * cols, INT32)),
+                      op("mul", lane, const(cols, INT32))), "n0")
+        m0 = b.let(op("mul", op("div", t, const(nt, INT32)), const(rows, INT32)), "m0")
+        col_ids = [b.let(select(op("lt", op("add", n0, const(c, INT32)), const(n, INT32)),
+                                op("add", n0, const(c, INT32)), const(n - 1, INT32)), "col") for c in range(cols)]
+        # the vec4 index of the start of each row this work item loads: rows m0 + j * lanes + lane (clamped)
+        x_rows = []
+        for j in range(rows // lanes):
+            at = b.let(op("add", m0, op("add", const(j * lanes, INT32), lane)), "xr")
+            x_rows.append(b.let(op("mul", select(op("lt", at, const(m, INT32)), at, const(m - 1, INT32)),
+                                   const(k // 4, INT32)), "xq"))
+        acc = F32
+        accs = [[b.var(acc, const(0, acc)) for _ in range(cols)] for _ in range(rows)]
+        vec = vector_dtype(F32)
+
+        def x_values(wi):
+            """Row ``m0 + r``'s ``x`` at the word's elements, ``[r][element]``: each work item's loads broadcast."""
+            kq = b.let(op("mul", wi, const(per // 4, INT32)), "kq")
+            xv = [[None] * per for _ in range(rows)]
+            for j, xr in enumerate(x_rows):
+                for h in range(per // 4):
+                    v = b.load(x4, b.let(op("add", xr, op("add", kq, const(h, INT32)))), vec)
+                    for ln in range(lanes):
+                        shared = b.let(Broadcast(v, ln, vec), "x")
+                        for q in range(4):
+                            xv[j * lanes + ln][4 * h + q] = b.let(Lane(shared, q, F32))
+            return xv
+        self._dequantized_walk(b, (ws, ss, bs), col_ids, accs, x_values)
+        self._tile_store(b, em, args, accs, acc, m0, (m, n, cols), n0, op("lt", sg, const(tiles, INT32)))
+        b.name = kernel_name("quantized_subgroup", tracker.eqns)
+        return [make_launch(b, args, {}, gsize, lsize, tracker.eqns, "quantized", fixed_local=True)]
+
+    def _dequantized_walk(self, b, bufs, col_ids, accs, x_values):
+        """The contraction of ``_subgroup_tiled``:
+        per group the scales (and biases) of the work item's weight rows ``col_ids``, per word of the group their
+        words, each of a word's ``32 / bits`` elements dequantized once (``scale * q + bias``) and multiplied into
+        every row's accumulators ``accs[row][column]``; ``x_values(word index)`` gives the rows' ``x`` at the
+        word's elements, ``[row][element]``."""
+        ws, ss, bs = bufs
+        p = self.eqn.params
+        gs, bits, mode = p["group_size"], p["bits"], p["mode"]
+        k = self.eqn.inputs[0].aval.shape[-1]
+        per, words, groups, wpg = 32 // bits, k * bits // 32, k // gs, gs * bits // 32
+        acc = accs[0][0].dtype
+        wrows = [b.let(op("mul", c, const(words, INT32)), "wrow") for c in col_ids]
+        grows = [b.let(op("mul", c, const(groups, INT32)), "grow") for c in col_ids]
+        mask = const((1 << bits) - 1, UINT32)
+        with b.loop(const(0, INT32), const(groups, INT32), hint="g") as g:
+            sdt = self.eqn.inputs[2].aval.dtype
+            scales = [self._group_scale(b, (ss, bs), b.let(op("add", gr, g), "gi"), sdt, acc) for gr in grows]
+            with b.loop(const(0, INT32), const(wpg, INT32), hint="w") as tw:
+                wi = b.let(op("add", op("mul", g, const(wpg, INT32)), tw), "wi")
+                wd = [b.load(ws, b.let(op("add", wr, wi)), UINT32) for wr in wrows]
+                xe = x_values(wi)
+                for el in range(per):
+                    wv = [b.let(_dequantized(b, _element(b, [wd[c]], el * bits, bits, mask), scale, bias, acc, mode),
+                                "wv") for c, (scale, bias) in enumerate(scales)]
+                    for r, row in enumerate(accs):
+                        for c, a in enumerate(row):
+                            b.assign(a, op("add", a, op("mul", xe[r][el], wv[c])))
+
     def _tiled_columns(self, n, m, k, tile):
         """The prefill form of ``transpose=False`` (``x @ W``, more than ``ROWS`` rows): a work item computes ``rm``
         rows x ``rn`` neighbouring output columns in registers. ``W``'s rows are packed along the output axis, so a
@@ -552,16 +657,19 @@ class QuantizedMatmulGroup(EquationGroup):
                                 total = op("add", total, op("mul", xv[j, r], wv[j, c]))
                             b.assign(accs[r][c], total)
 
-    def _tile_store(self, b, em, args, accs, acc, row0, sizes):
-        """The tiled kernel's results: each accumulator inside the ``m x n`` output stored (and its roots)."""
+    def _tile_store(self, b, em, args, accs, acc, row0, sizes, col0=None, guard=None):
+        """The tiled kernel's results: each accumulator inside the ``m x n`` output stored (and its roots), where
+        ``guard`` (``None``: always). ``col0``: the first column (default global id 0 times ``rn``)."""
         m, n, rn = sizes
         e = self.eqn
-        col0 = b.let(op("mul", Special("global_id", 0), const(rn, INT32)), "col0")
+        if col0 is None:
+            col0 = b.let(op("mul", Special("global_id", 0), const(rn, INT32)), "col0")
         out = e.outputs[0]
         with store_loop(b, accs, acc) as (i, j, v):
             gr = b.let(op("add", row0, i), "gr")
             gc = b.let(op("add", col0, j), "gc")
-            with b.when(op("land", op("lt", gr, const(m, INT32)), op("lt", gc, const(n, INT32)))):
+            within = op("land", op("lt", gr, const(m, INT32)), op("lt", gc, const(n, INT32)))
+            with b.when(within if guard is None else op("land", guard, within)):
                 res = b.let(Cast(v, out.aval.dtype) if acc != out.aval.dtype else v, "res")
                 flat = b.let(op("add", op("mul", gr, const(n, INT32)), gc), "o")
                 idx = index_vars(b, flat, self.shape, prefix="qo_")
@@ -1007,6 +1115,34 @@ def _float_panels(mode, caps) -> bool:
     against 77 at 256 rows of 1024 x 1024 mxfp4), and a GPU's memory is its bottleneck more than its arithmetic, so
     they keep the codes, decoded in registers."""
     return FLOAT_PANELS and mode != "affine" and bool(getattr(caps, "uniform_guard", False))
+
+
+#: Whether ``transpose=True`` prefill products take ``_subgroup_tiled`` where ``subgroup_lanes`` allows (off: the
+#: panel form ``_tiled``; ``benchmarks/quantized_tiles.py`` compares the two).
+SUBGROUP_TILES = True
+#: ``_subgroup_tiled``'s default tile: rows per subgroup x columns per work item. 16 x 8 was best on lavapipe (64 rows
+#: of a 4-bit product, process CPU ms, load 12: 1024 x 1024 20.0-21.8 against 32 x 4 24.8-29.6, 16 x 4 28.3,
+#: 8 x 16 29.0, 8 x 8 29.5, 32 x 2 38.7; 1024 x 2816 56.8 against 70.0 with 32 x 4).
+SUBGROUP_TILE = {"rows": 16, "cols": 8}
+SUBGROUP_TUNABLE = Tunable("quantized_subgroup", {"rows": (16, 32), "cols": (4, 8)},
+                           doc="rows per subgroup x columns per work item of quantized_matmul's subgroup prefill "
+                               "kernel (CPU WebGPU adapters)",
+                           valid=lambda c, f: c["rows"] * c["cols"] <= 128)
+
+
+def subgroup_lanes(m, n, params, xdt, odt, opts) -> int:
+    """The subgroup size ``_subgroup_tiled`` runs with for a ``transpose=True`` product of ``m`` rows and ``n``
+    columns (``params``: the equation's) of float32 ``x`` (``xdt``) and result (``odt``), or 0 where it does not
+    apply: the scheduler options ``dot_subgroup`` (native webgpu on a CPU adapter with subgroups) and ``dot_vec4``
+    (``x`` read four to a load), at least a subgroup of rows and of columns, and whole ``vec4`` loads per word
+    (2, 4 or 8 bits)."""
+    lanes = int(opts.get("dot_subgroup", 0) or 0)
+    f32 = np.dtype(np.float32)
+    if not SUBGROUP_TILES or not lanes or not opts.get("dot_vec4", False) or not params["transpose"]:
+        return 0
+    if xdt != f32 or odt != f32 or params["bits"] not in (2, 4, 8) or min(m, n) < lanes:
+        return 0
+    return lanes
 
 
 #: Rows of ``x`` above which a product takes a tiled form (at most ``ROWS``: the matrix-vector form).
