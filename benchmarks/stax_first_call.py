@@ -3,11 +3,14 @@
 Issue 28 item 2 ("eager execution compiles each shape once"). For each layer, a fresh process runs JAX's init and
 apply at a new shape, then fnarray's on jax:0 (same key, same input), and prints for each its XLA compiles (JAX's
 ``/jax/core/compile/backend_compile_duration`` events), their seconds, and the process CPU time of init + apply
-(the results read back), with fnarray's CPU time as a ratio of JAX's. Layers: ``Dense(5)`` on ``(2, 3)``, the
+(the results read back), with fnarray's CPU time as a ratio of JAX's (``--fnarray-first``: fnarray's run first,
+paying XLA's one-time set-up in the process). Layers: ``Dense(5)`` on ``(2, 3)``, the
 test suite's small CNN (``Conv``, ``Elu``, ``MaxPool``, ``Flatten``, ``Dense``, ``Softmax`` on ``(2, 7, 7, 2)``)
-and MLP (three ``Dense`` layers on ``(3, 6)``).
+and MLP (three ``Dense`` layers on ``(3, 6)``). With ``--sampler`` the same for one first call of a sampler of
+``random`` at ``(3, 5)`` (``truncated_normal`` between -2 and 2, ``normal``, ``uniform``, ``bernoulli`` at 0.5,
+``categorical`` of zero logits).
 
-Usage: python benchmarks/stax_first_call.py [--layer Dense --layer cnn ...]
+Usage: python benchmarks/stax_first_call.py [--layer Dense --layer cnn ...] [--sampler normal ...]
 Asserts nothing.
 """
 
@@ -22,6 +25,14 @@ import sys
 import _checkout  # noqa: F401 (this checkout's fnarray first on sys.path)
 
 LAYERS = ("Dense", "cnn", "mlp")
+SAMPLERS = ("truncated_normal", "normal", "uniform", "bernoulli", "categorical")
+
+
+def _sampler(random, name, zeros):
+    """``(key, *args)`` -> the sampler's first call at ``(3, 5)``, for ``random`` (JAX's or fnarray's)."""
+    args = {"truncated_normal": (-2.0, 2.0, (3, 5)), "normal": ((3, 5),), "uniform": ((3, 5),),
+            "bernoulli": (0.5, (3, 5)), "categorical": (zeros,)}[name]
+    return lambda key: getattr(random, name)(key, *args)
 
 
 def _layer(stax, name):
@@ -34,7 +45,7 @@ def _layer(stax, name):
     }[name]
 
 
-def _measure(name) -> dict:
+def _measure(name, order) -> dict:
     """One process's numbers: JAX's, then fnarray's on jax:0."""
     import time
 
@@ -51,10 +62,12 @@ def _measure(name) -> dict:
         if event == "/jax/core/compile/backend_compile_duration":
             compiles.append(secs)
     jax.monitoring.register_event_duration_secs_listener(listener)
+    if name in SAMPLERS:
+        return _measure_sampler(name, compiles, order)
     make, shape = _layer(jstax, name)
     x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
     out = {}
-    for lib in ("jax", "fnarray"):
+    for lib in order:
         compiles.clear()
         t0 = time.process_time()
         if lib == "jax":
@@ -71,22 +84,47 @@ def _measure(name) -> dict:
     return out
 
 
+def _measure_sampler(name, compiles, order) -> dict:
+    import time
+
+    import jax
+    import numpy as np
+
+    import fnarray as fa
+    dev = fa.devices("jax")[0]
+    zeros = np.zeros((3, 5), np.float32)
+    out = {}
+    libs = {"jax": (jax.random, jax.random.PRNGKey(7)),
+            "fnarray": (fa.random, fa.device_put(fa.random.PRNGKey(7), dev))}
+    for lib in order:
+        random, key = libs[lib]
+        draw = _sampler(random, name, zeros if lib == "jax" else fa.device_put(zeros, dev))
+        compiles.clear()
+        t0 = time.process_time()
+        np.asarray(draw(key))
+        out[lib] = {"compiles": len(compiles), "compile_s": sum(compiles), "cpu_s": time.process_time() - t0}
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layer", action="append", choices=LAYERS)
+    ap.add_argument("--sampler", action="append", choices=SAMPLERS)
+    ap.add_argument("--fnarray-first", action="store_true",
+                    help="run fnarray's calls first in each process (XLA's one-time set-up then counts as fnarray's)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(_measure(args.child)))
+        print(json.dumps(_measure(args.child, ("fnarray", "jax") if args.fnarray_first else ("jax", "fnarray"))))
         return
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    print(f"{'layer':8} {'jax compiles':>12} {'fa compiles':>11} {'jax cpu s':>9} {'fa cpu s':>8} {'fa/jax':>6}")
-    for name in args.layer or LAYERS:
-        got = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", name], env=env, check=True,
+    print(f"{'layer':16} {'jax compiles':>12} {'fa compiles':>11} {'jax cpu s':>9} {'fa cpu s':>8} {'fa/jax':>6}")
+    for name in (args.layer or []) + (args.sampler or []) or LAYERS:
+        got = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", name] + ["--fnarray-first"] * args.fnarray_first, env=env, check=True,
                              capture_output=True, text=True).stdout
         r = json.loads(got.strip().splitlines()[-1])
         j, f = r["jax"], r["fnarray"]
-        print(f"{name:8} {j['compiles']:12d} {f['compiles']:11d} {j['cpu_s']:9.2f} {f['cpu_s']:8.2f} "
+        print(f"{name:16} {j['compiles']:12d} {f['compiles']:11d} {j['cpu_s']:9.2f} {f['cpu_s']:8.2f} "
               f"{f['cpu_s'] / j['cpu_s']:6.2f}")
 
 

@@ -785,10 +785,12 @@ def truncated_normal(key, lower, upper, shape=None, dtype=None) -> Array:
     space, so that far tails stay inside their interval (``lower = 8`` in float32, where ``erf`` of both
     bounds rounds to 1, or ``lower = 1e3``): the interval is mirrored to the side of
     the lower tail (``x -> -x`` where ``lower + upper > 0``), ``log p = log Φ(upper) + log(r + u (1 - r))``
-    with ``r = Φ(lower) / Φ(upper)`` from ``log_ndtr``, and ``x`` the inverse of ``log_ndtr`` at ``log p``
-    (``ndtri(exp(log p))`` where ``exp`` does not underflow, else Newton's method from the asymptotic
-    ``log Φ(x) ~ -x²/2 - log(-x √(2π))``); clipped into the open interval so that rounding never leaves it.
-    JAX's ``erf``-based form puts every sample of ``(8, 1e6)`` near 1e6 in float32.
+    with ``r = Φ(lower) / Φ(upper)`` from ``log_ndtr``'s lower regions, and ``x`` the inverse of ``log_ndtr`` at
+    ``log p`` (three Newton steps from the asymptotic ``log Φ(x) ~ -x²/2 - log(-x √(2π))``; half floats in
+    float32); clipped into the open interval so that rounding never leaves it. JAX's ``erf``-based form puts every
+    sample of ``(8, 1e6)`` near 1e6 in float32. Bounds that are Python or NumPy scalars reaching into ``[-2, 2]``
+    leave the log-space part out of the program (its ``erfc``, logs and Newton steps take XLA longer to compile than
+    the rest: jax:0's first calls).
 
     Args:
       key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
@@ -800,6 +802,31 @@ def truncated_normal(key, lower, upper, shape=None, dtype=None) -> Array:
     Raises:
       ``DTypeError`` for a non-float dtype; ``ShapeError`` when the bounds do not broadcast.
     """
+    if _reaches_center(lower, upper):
+        return _truncated_normal_center(key, lower, upper, shape, dtype)
+    return _truncated_normal_any(key, lower, upper, shape, dtype)
+
+
+def _reaches_center(lower, upper) -> bool:
+    """Whether the bounds are Python or NumPy real scalars whose interval reaches into ``[-2, 2]`` (then no sample
+    takes the log-space tail of ``truncated_normal``, in any float dtype: rounding keeps ``lower <= 2``)."""
+    real = (bool, int, float, np.bool_, np.integer, np.floating)
+    return isinstance(lower, real) and isinstance(upper, real) and bool(lower <= 2) and bool(upper >= -2)
+
+
+def _truncated_normal_center(key, lower, upper, shape, dtype):
+    """``truncated_normal`` without its log-space tail, for static bounds that ``_reaches_center`` (eager calls run
+    it as a program of its own: its bounds are still inputs there; with the tail XLA's compile on jax:0 takes
+    several times longer than JAX's ``truncated_normal``)."""
+    return _truncated_normal(key, lower, upper, shape, dtype, tails=False)
+
+
+def _truncated_normal_any(key, lower, upper, shape, dtype):
+    """``truncated_normal`` with its log-space tail, selected where ``lower > 2`` or ``upper < -2``."""
+    return _truncated_normal(key, lower, upper, shape, dtype, tails=True)
+
+
+def _truncated_normal(key, lower, upper, shape, dtype, tails):
     from fnarray.numpy._util import broadcast_shapes
     k = _check_key(key, "truncated_normal")
     d = _float_dtype(dtype, "truncated_normal")
@@ -814,44 +841,57 @@ def truncated_normal(key, lower, upper, shape=None, dtype=None) -> Array:
     b = lax.erf(lax.div(hi, sqrt2))
     u = _uniform(k, shape, d, a, b, "truncated_normal")
     x = lax.mul(sqrt2, lax.erf_inv(u))
-    two = np.asarray(2.0, d)[()]
-    tail = lax.bitwise_or(lax.gt(lo, two), lax.lt(hi, lax.neg(two)))
-    x = lax.select(tail, _truncated_normal_log_space(k, shape, d, lo, hi), x)
+    if tails:
+        two = np.asarray(2.0, d)[()]
+        tail = lax.bitwise_or(lax.gt(lo, two), lax.lt(hi, lax.neg(two)))
+        x = lax.select(tail, _truncated_normal_log_space(k, shape, d, lo, hi), x)
     inf = np.asarray(np.inf, d)[()]
     above = lax.nextafter(lax.stop_gradient(lo), inf)
     below = lax.nextafter(lax.stop_gradient(hi), lax.neg(inf))
     return lax.min(lax.max(x, above), below)
 
 
-def _ndtri_of_log(log_p):
-    """The inverse of ``log_ndtr``: ``x`` with ``log Φ(x) = log_p``, for ``log_p <= 0``."""
+def _log_ndtr_below(x):
+    """``log Φ(x)`` for the tail's ``x <= -2``: ``log(erfc(-x/√2) / 2)`` down to -10 (float32; float64: -37), below
+    it the asymptotic series of Abramowitz and Stegun 26.2.12 with three terms, as ``log_ndtr``'s two lower regions
+    (one ``erfc``, where ``log_ndtr`` also computes its upper region's)."""
     import fnarray.numpy as fnp
-    from fnarray.scipy.special import log_ndtr, ndtri
-    # Below this log p, exp(log p) is subnormal or zero (float32: 1.4e-35; float64: 1e-304).
-    floor = -80.0 if log_p.dtype.itemsize <= 4 else -700.0
-    small = log_p < floor
-    x = ndtri(fnp.exp(fnp.where(small, floor, log_p)))
-    # -x²/2 - log(-x) - log √(2π) = log p, with log(-x) ~ log(t)/2 for t = -2 log p: a start within 1%.
-    t = -2.0 * fnp.where(small, log_p, floor)
-    x = fnp.where(small, -fnp.sqrt(t - fnp.log(t) - math.log(2 * math.pi)), x)
+    bound = -37.0 if x.dtype == dtypes.float64 else -10.0
+    mid = fnp.log(0.5 * lax.erfc(fnp.maximum(x, bound) * -math.sqrt(0.5)))
+    x_lo = fnp.minimum(x, bound)
+    inv2 = 1.0 / (x_lo * x_lo)
+    series = inv2 * (-1.0 + inv2 * (3.0 - 15.0 * inv2))  # sum over k = 1..3 of (-1)^k (2k-1)!! / x^(2k)
+    lo = -0.5 * x_lo * x_lo - fnp.log(-x_lo) - 0.5 * math.log(2 * math.pi) + fnp.log1p(series)
+    return fnp.where(x > bound, mid, lo)
+
+
+def _ndtri_of_log_below(log_p):
+    """The inverse of ``log_ndtr`` in the lower tail: ``x`` with ``log Φ(x) = log_p``, for ``log_p < log Φ(-2)``
+    (others are clamped there: finite values that ``truncated_normal`` does not select). Start ``-√(t - log t -
+    log 2π)`` with ``t = -2 log p`` (``-x²/2 - log(-x √(2π)) = log p``: 4% off at -2, closer further out), then three
+    Newton steps on ``log Φ`` (concave: from the first step on, the steps approach the root from below)."""
+    import fnarray.numpy as fnp
+    log_p = fnp.minimum(log_p, -3.78)  # log Φ(-2) = -3.7832
+    t = -2.0 * log_p
+    x = -fnp.sqrt(t - fnp.log(t) - math.log(2 * math.pi))
     for _ in range(3):
-        xs = fnp.where(small, x, -1.0)
-        lg = log_ndtr(xs)
-        slope = fnp.exp(-0.5 * xs * xs - 0.5 * math.log(2 * math.pi) - lg)  # d log Φ / dx = φ / Φ
-        x = fnp.where(small, xs - (lg - log_p) / slope, x)
+        lg = _log_ndtr_below(x)
+        x = x - (lg - log_p) * fnp.exp(lg + 0.5 * x * x + 0.5 * math.log(2 * math.pi))  # / (d log Φ / dx = φ / Φ)
     return x
 
 
 def _truncated_normal_log_space(k, shape, d, lo, hi):
     import fnarray.numpy as fnp
-    from fnarray.scipy.special import log_ndtr
-    flip = lax.gt(lax.add(lo, hi), np.asarray(0, d)[()])
+    # half floats in float32 (as ``log_ndtr``): -x²/2 overflows float16 beyond 362
+    m = dtypes.float64 if d == dtypes.float64 else dtypes.float32
+    lo, hi = lax.convert_element_type(lo, m), lax.convert_element_type(hi, m)
+    flip = lax.gt(lax.add(lo, hi), np.asarray(0, m)[()])
     a = fnp.where(flip, -hi, lo)
     b = fnp.where(flip, -lo, hi)
-    la, lb = log_ndtr(a), log_ndtr(b)
+    la, lb = _log_ndtr_below(a), _log_ndtr_below(b)
     r = fnp.exp(la - lb)
-    u = 1.0 - _uniform(k, shape, d, 0.0, 1.0, "truncated_normal")  # in (0, 1]
-    x = _ndtri_of_log(lb + fnp.log(r + u * (1.0 - r)))
+    u = 1.0 - lax.convert_element_type(_uniform(k, shape, d, 0.0, 1.0, "truncated_normal"), m)  # in (0, 1]
+    x = _ndtri_of_log_below(lb + fnp.log(r + u * (1.0 - r)))
     return lax.convert_element_type(fnp.where(flip, -x, x), d)
 
 
@@ -1160,7 +1200,9 @@ _random_dists.random = sys.modules[__name__]
 
 def _install_eager_jit():
     from fnarray.transforms import eager_jit  # eager calls run as cached jitted programs
-    eager_jit.install(sys.modules[__name__], excluded=("PRNGKey", "key", "key_data", "wrap_key_data", "key_impl"))
+    eager_jit.install(sys.modules[__name__], excluded=("PRNGKey", "key", "key_data", "wrap_key_data", "key_impl",
+                                                       "truncated_normal"),
+                      private=("_truncated_normal_center", "_truncated_normal_any"))
 
 
 _install_eager_jit()

@@ -444,6 +444,19 @@ def test_truncated_normal_bounds_and_mean(lo, hi):
     assert abs(x.mean() - _truncnorm_mean(lo, hi)) < 4 * x.std() / math.sqrt(n) + 1e-6
 
 
+def test_truncated_normal_static_central_bounds_leave_the_tail_out():
+    """Python bounds whose interval reaches into ``[-2, 2]`` (``glorot_normal``'s ``-2, 2``) give a program without
+    the log-space tail (``erfc`` in its ``log_ndtr``: XLA took ~2 s to compile it on jax:0, stax's
+    first calls 1.7-3x raw JAX's CPU, issue 28); bounds beyond 2 keep it. Static bounds draw the bits of the full
+    program (array bounds; numpy:0: the tail's compile would be this test's cost on jax:0)."""
+    def text(lo, hi):
+        return str(fa.make_jaxpr(lambda k: fr.truncated_normal(k, lo, hi, (3,)))(fr.key(8)))
+    assert "erf_inv" in text(-2, 2.0) and "erfc" not in text(-2, 2.0) and "erfc" not in text(-np.inf, 0.5)
+    assert "erfc" in text(2.5, 3.0) and "erfc" in text(fnp.asarray(-2.0), 2.0)
+    for lo, hi in ((-2.0, 2.0), (-np.inf, 0.5), (2.5, 3.0)):
+        _bits_equal(fr.truncated_normal(fr.key(8), lo, hi, (6,)), fr.truncated_normal(fr.key(8), fnp.asarray(lo), hi, (6,)))
+
+
 def test_choice_variants():
     k = fr.key(6)
     a = fnp.asarray(np.arange(10, dtype=np.float32) * 10)

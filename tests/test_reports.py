@@ -258,6 +258,18 @@ def test_truncated_normal_far_tails_follow_scipy(device, lo, hi):
     assert stats.kstest(x, dist.cdf).pvalue > 1e-4
 
 
+def test_truncated_normal_float16_tails_follow_scipy():
+    """float16 tails go through float32 (as ``log_ndtr``; ``-x²/2`` overflows float16 past 362): ``(12, 13)`` was 85
+    float16 eps off, ``(8, inf)`` off as well (numpy:0; the other devices share the program's equations)."""
+    from scipy import stats
+    for lo, hi in ((12.0, 13.0), (8.0, np.inf)):
+        x = np.asarray(fa.random.truncated_normal(fa.random.key(11), lo, hi, (400,), np.float16)).astype(np.float64)
+        assert np.all((x > lo) & (x < hi)), (lo, hi, x[(x <= lo) | (x >= hi)][:5])
+        qs = np.array([0.05, 0.5, 0.95])
+        got, want = np.quantile(x, qs), stats.truncnorm(lo, hi).ppf(qs)
+        assert np.all(np.abs(got - want) < 0.1 / lo + 2.0 ** -6), (lo, hi, got, want)
+
+
 def _edge_pattern(v):
     v = np.asarray(v, np.float64)
     return np.where(np.isnan(v), "nan", np.where(v == -np.inf, "-inf", np.where(v == 0, "0", np.where(

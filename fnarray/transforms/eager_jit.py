@@ -731,11 +731,13 @@ def _wrap(fn, module):
     return f
 
 
-def install(ns, excluded=()) -> None:
+def install(ns, excluded=(), private=()) -> None:
     """Wrap ``ns``'s array functions (those in its ``__all__``, and their aliases) as the module docstring says:
     ``fnarray.numpy`` and its ``linalg`` and ``fft``, ``fnarray.nn``, ``fnarray.random``, ``fnarray.scipy``'s
-    ``special`` and ``linalg`` install themselves. ``excluded``: more names to leave alone."""
-    public = set(ns.__all__) | {"_getitem", "_reshape_method", "_transpose_method"}
+    ``special`` and ``linalg`` install themselves. ``excluded``: more names to leave alone; ``private``: private
+    functions to wrap too (a public function, excluded, that picks one of them by its static arguments:
+    ``random.truncated_normal``)."""
+    public = set(ns.__all__) | {"_getitem", "_reshape_method", "_transpose_method"} | set(private)
     for name, value in list(vars(ns).items()):
         if (isinstance(value, types.FunctionType) and name in public and name not in _EXCLUDED
                 and name not in excluded):
