@@ -201,8 +201,8 @@ def _subgroup_valid(choice, facts) -> bool:
 
 #: The fewest multiply-adds of a product whose subgroup tile the cost model (``_subgroup_cost``) chooses (below
 #: it the default 16 x 4). Half ``BLOCK_MIN_WORK``: the transformer's 2**22 products gain 0.4-1.1 ms a call
-#: from the model's tile (its weight gradients 3x), repaying a cold compile's ~0.5 s within ~1,000 calls
-#: (docs/performance.md, eighteenth session).
+#: from the model's tile (its weight gradients 3x; ~20 ms a step), for +6-12 s of cold shader compiles of its
+#: first call (Mesa's cache off), repaid within ~600 steps (docs/performance.md, eighteenth session).
 SUBGROUP_MIN_WORK = 1 << 22
 
 #: What a storage-bound operand's element costs the subgroup form against a uniform-bound one's
