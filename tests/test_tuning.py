@@ -550,16 +550,26 @@ def test_the_block_model_picks_what_full_tuning_measured_on_lavapipe():
 
 def test_the_subgroup_model_takes_32_rows_past_the_work_bound_and_the_default_below():
     # docs/performance.md: 32 x 4 ran the transformer's and VAE's large products 1.1-1.3x faster than 16 x 4 but
-    # compiles ~0.5 s longer (cold shader cache); below BLOCK_MIN_WORK multiply-adds the default stays
+    # compiles ~0.5 s longer (cold shader cache); below SUBGROUP_MIN_WORK multiply-adds the default stays
     default = dict(dot_group.SUBGROUP_TILE)
     with config_setting("autotune", "fast"):
-        for rows, cols, k in [(1024, 256, 64), (64, 256, 1024), (32, 512, 784), (784, 512, 32)]:
+        for rows, cols, k in [(1024, 256, 64), (64, 256, 1024), (32, 512, 784), (784, 512, 32), (1024, 64, 64)]:
             facts = {**LAVAPIPE, "lanes": 8, "rows": rows, "cols": cols, "work": rows * cols * k}
             assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts) == {"rows": 32, "cols": 4}
         # 10 columns: one per work item of a subgroup of 8 (the tile narrows to it), rows as long as they pay
         facts = {**LAVAPIPE, "lanes": 8, "rows": 4096, "cols": 10, "work": 4096 * 10 * 512}
         assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts)["rows"] == 32
-        small = {**LAVAPIPE, "lanes": 8, "rows": 1024, "cols": 64, "work": 1024 * 64 * 64}
+        # eighteenth session (docs/performance.md): an lhs gathered from storage lane by lane and a uniform rhs
+        # (the transformer's activations times a weight): fewer lhs rows, more columns, 0.67-0.73x the time of 32 x 4
+        for rows, cols, k in [(1024, 256, 64), (1024, 64, 64), (1024, 64, 256)]:
+            facts = {**LAVAPIPE, "lanes": 8, "rows": rows, "cols": cols, "work": rows * cols * k,
+                     "lhs_uniform": False, "lhs_uniform_tall": False, "rhs_uniform": True}
+            assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts) == {"rows": 16, "cols": 8}
+            # the lhs uniform when read four rows a load (32 rows), or both from storage: 32 x 4 again
+            for lhs_tall, rhs in ((True, True), (False, False)):
+                facts.update(lhs_uniform_tall=lhs_tall, rhs_uniform=rhs)
+                assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts) == {"rows": 32, "cols": 4}
+        small = {**LAVAPIPE, "lanes": 8, "rows": 1024, "cols": 64, "work": 1024 * 64 * 32}
         for facts in ({}, {"device": "gpu", "rows": 512, "cols": 512}, small):
             assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts) == default
     with config_setting("autotune", "off"):

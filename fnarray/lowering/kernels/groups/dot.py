@@ -199,21 +199,39 @@ def _subgroup_valid(choice, facts) -> bool:
     return choice["rows"] % facts.get("lanes", 8) == 0 and choice["rows"] * choice["cols"] <= BLOCK_ACCUMULATORS
 
 
+#: The fewest multiply-adds of a product whose subgroup tile the cost model (``_subgroup_cost``) chooses (below
+#: it the default 16 x 4). Half ``BLOCK_MIN_WORK``: the transformer's 2**22 products gain 0.4-1.1 ms a call
+#: from the model's tile (its weight gradients 3x; ~20 ms a step), for +6-12 s of cold shader compiles of its
+#: first call (Mesa's cache off), repaid within ~600 steps (docs/performance.md, eighteenth session).
+SUBGROUP_MIN_WORK = 1 << 22
+
+#: What a storage-bound operand's element costs the subgroup form against a uniform-bound one's
+#: (``_subgroup_cost``): lavapipe (Mesa 22.3) loads a storage buffer at per-lane addresses lane by lane, each
+#: lane's element bounds-checked and inserted into the vector through the stack, and gathers a uniform array's
+#: lanes in one go. 4 ranks the tiles of the transformer's and VAE's products as measured (docs/performance.md,
+#: eighteenth session).
+STORAGE_GATHER = 4.0
+
+
 def _subgroup_cost(choice, default, facts) -> float:
     """The subgroup form's cost model on a CPU adapter (lavapipe), in the blocked product's units
     (``_block_cost``): per output and contraction step, one multiply-add plus the element loads a work item
     makes, ``rows / lanes`` lhs values (the subgroup shares them) and ``cols`` rhs values, each gathered lane by
-    lane; times the output's padding to whole tiles. Products under ``BLOCK_MIN_WORK`` multiply-adds keep the
-    default: a 32 x 4 tile compiles ~0.5 s longer than 16 x 4 with a cold shader cache for ~0.1 ms a call at
-    2**22 multiply-adds (docs/performance.md). Elsewhere (a GPU, or no facts): the default."""
+    lane, an operand bound as storage (``facts`` ``lhs_uniform``/``lhs_uniform_tall``/``rhs_uniform``,
+    ``DotGroup._subgroup_uniform``) ``STORAGE_GATHER`` times a uniform one's; times the output's padding to
+    whole tiles. Products under ``SUBGROUP_MIN_WORK`` multiply-adds keep the default: a 32 x 4 tile compiles
+    ~0.5 s longer than 16 x 4 with a cold shader cache. Elsewhere (a GPU, or no facts): the default."""
     if (facts.get("device") != "cpu" or "rows" not in facts or "cols" not in facts
-            or facts.get("work", BLOCK_MIN_WORK) < BLOCK_MIN_WORK):
+            or facts.get("work", SUBGROUP_MIN_WORK) < SUBGROUP_MIN_WORK):
         return float(choice != default)
     lanes = int(facts.get("lanes", 8))
     rows, cols = min(choice["rows"], facts["rows"]), min(choice["cols"], max(1, facts["cols"] // lanes))
     width = lanes * cols
     padded = -(-facts["rows"] // rows) * rows * -(-facts["cols"] // width) * width / (facts["rows"] * facts["cols"])
-    return padded * (1 + lanes * (rows / lanes + cols) / (rows * cols))
+    tall = rows % (4 * lanes) == 0
+    lhs = 1.0 if facts.get("lhs_uniform_tall" if tall else "lhs_uniform", True) else STORAGE_GATHER
+    rhs = 1.0 if facts.get("rhs_uniform", True) else STORAGE_GATHER
+    return padded * (1 + lanes * (lhs * rows / lanes + rhs * cols) / (rows * cols))
 
 
 #: Whether the subgroup form runs where the scheduler option asks for it (off: the blocked product;
@@ -228,8 +246,9 @@ WIDE_STORES = True
 #: output, each work item ``cols`` columns of them; each work item loads ``rows / lanes`` lhs values a step and
 #: the subgroup broadcasts them (lavapipe gathers a load lane by lane, and broadcasts a lane's value in one
 #: shuffle). Default 16 x 4 (compiled as fast as the 8 x 4 block, 1.4-2x faster than it); the cost model
-#: (``_subgroup_cost``) takes 32 x 4 for products of ``BLOCK_MIN_WORK`` multiply-adds or more (1.7-2x faster than
-#: the 8 x 16 block, compiled in half its time; docs/performance.md). ``full`` times every tile.
+#: (``_subgroup_cost``) takes 32 x 4 for products of ``SUBGROUP_MIN_WORK`` multiply-adds or more (1.7-2x faster
+#: than the 8 x 16 block, compiled in half its time; docs/performance.md), 16 x 8 where the lhs is gathered from
+#: storage and the rhs is uniform (the transformer's activations times a weight). ``full`` times every tile.
 SUBGROUP_TILE = {"rows": 16, "cols": 4}
 SUBGROUP_TUNABLE = Tunable("dot_subgroup", {"rows": (8, 16, 32), "cols": (4, 8)},
                            doc="rows per subgroup x columns per work item of the subgroup matrix product",
@@ -398,7 +417,8 @@ class DotGroup(Group):
             lanes = self._subgroup_lanes(lp, rp)
             launches.extend(self.ctx.tuned(SUBGROUP_TUNABLE, dict(SUBGROUP_TILE),
                                            lambda c: [self._subgroup(lp, rp, lanes, self._subgroup_tile(c, lanes))],
-                                           {"lanes": lanes, "rows": self.M, "cols": self.N, "work": B * M * N * K}))
+                                           {"lanes": lanes, "rows": self.M, "cols": self.N, "work": B * M * N * K,
+                                            **self._subgroup_uniform(lp, rp, lanes)}))
         else:
             ry, rx = self._block()
             along = self._vector_reads(lp, rp, (4, 4)) if lp[0].dtype == rp[0].dtype == dt else (None, None)
@@ -766,28 +786,51 @@ class DotGroup(Group):
 
     def _bind_readers(self, args, readers, plans, step):
         """Bind the ``vec4`` reads of the ``(lhs, rhs)`` readers of the blocked or subgroup product (operand
-        ``plans`` ``(lp, rp)``, the contraction taken ``step`` at a time): each operand whose whole buffer fits
-        the scheduler option ``dot_uniform`` as a uniform array, then, within ``dot_uniform_windows``' bindings
-        left, those that ``_uniform_windows`` can split into windows (fewest windows first), the rest as
-        storage (``_OperandReader.bind``)."""
-        opts = self.ctx.opts
-        uniform = opts.get("dot_uniform", 0)
-        bindings, align = opts.get("dot_uniform_windows", (0, 256))
-        whole = [r.fits(uniform) for r in readers]
+        ``plans`` ``(lp, rp)``, the contraction taken ``step`` at a time) as ``_uniform_plan`` says: each operand
+        whose whole buffer fits the scheduler option ``dot_uniform`` as a uniform array, those it splits into
+        windows as several, the rest as storage (``_OperandReader.bind``)."""
+        _, split = self._uniform_plan([r.fits(self.ctx.opts.get("dot_uniform", 0)) for r in readers],
+                                      [(r.spec, r.along) for r in readers], plans, step)
+        for r, w in zip(readers, split, strict=True):
+            r.bind(args, self.ctx.opts.get("dot_uniform", 0), w)
+
+    def _uniform_plan(self, whole, reads, plans, step):
+        """``(whole, split)``: which of the two operands (``reads``: ``(spec, along)`` each, ``whole``: whether
+        its whole buffer fits ``dot_uniform``, ``_OperandReader.fits``) a product binds as one uniform array,
+        and the uniform windows (``_uniform_windows``) of the others: within ``dot_uniform_windows``' bindings
+        left after the whole ones, the operands with the fewest windows first; ``()`` for a storage binding."""
+        uniform = self.ctx.opts.get("dot_uniform", 0)
+        bindings, align = self.ctx.opts.get("dot_uniform_windows", (0, 256))
         left = bindings - sum(whole)
-        split = [()] * len(readers)
-        for i, r in enumerate(readers):
-            if UNIFORM_OPERANDS and UNIFORM_WINDOWS and not whole[i] and r.along == "rows" and self.B == 1 and bindings:
+        split = [()] * len(reads)
+        for i, (spec, along) in enumerate(reads):
+            if UNIFORM_OPERANDS and UNIFORM_WINDOWS and not whole[i] and along == "rows" and self.B == 1 and bindings:
                 own, k_stride = (plans[i][2][1], plans[i][2][2]) if i == 0 else (plans[i][2][2], plans[i][2][1])
                 count = self.M if i == 0 else self.N
-                split[i] = _uniform_windows(r.spec, plans[i][1], (own, k_stride, count), (self.K, step),
+                split[i] = _uniform_windows(spec, plans[i][1], (own, k_stride, count), (self.K, step),
                                             (uniform, align))
-        for i in sorted(range(len(readers)), key=lambda i: len(split[i])):
+        for i in sorted(range(len(reads)), key=lambda i: len(split[i])):
             if split[i] and len(split[i]) > left:
                 split[i] = ()
             left -= len(split[i])
-        for r, w in zip(readers, split, strict=True):
-            r.bind(args, uniform, w)
+        return whole, split
+
+    def _subgroup_uniform(self, lp, rp, lanes) -> dict:
+        """The tuning facts of how the subgroup form's operands are bound (``_uniform_plan``): ``lhs_uniform``
+        (``lhs_uniform_tall``: with the tile's rows a multiple of ``4 x lanes``, where the lhs may be read four
+        rows a load) and ``rhs_uniform``, each whether the operand is read from uniform bindings (lavapipe
+        gathers their lanes in one go) rather than a storage one (lane by lane: ``_subgroup_cost``)."""
+        out = {}
+        for key, rows in (("lhs_uniform", lanes), ("lhs_uniform_tall", 4 * lanes)):
+            along = self._subgroup_reads(lp, rp, (rows, 4), lanes)
+            reads = [(p[0], a) for p, a in zip((lp, rp), along, strict=True)]
+            whole = [a is not None and UNIFORM_OPERANDS and np.dtype(p[0].dtype) == np.dtype(np.float32)
+                     and math.prod(p[0].shape) * 4 <= self.ctx.opts.get("dot_uniform", 0)
+                     for p, a in zip((lp, rp), along, strict=True)]
+            whole, split = self._uniform_plan(whole, reads, (lp, rp), 4 if "k" in along else 1)
+            out[key] = bool(whole[0] or split[0])
+            out["rhs_uniform"] = bool(whole[1] or split[1])
+        return out
 
     def _subgroup_lanes(self, lp, rp) -> int:
         """The subgroup size of the subgroup form (``_subgroup``: the scheduler option ``dot_subgroup``), or 0
