@@ -142,6 +142,37 @@ def test_kernel_caches_are_bounded(sizes):
     assert checked == 2
 
 
+def test_pallas_kernel_answers_are_bounded(sizes):
+    """``groups.pallas.unsupported_reason`` keeps its answer per (kernel body, blocks, capabilities), each key holding
+    its body's program: at most ``kernel_cache_size`` of them, the least recently used evicted (its body no
+    longer held), and an evicted body's answer found again."""
+    from fnarray.experimental import pallas as pl
+    from fnarray.lowering.kernels.groups import pallas as kernel_pallas
+    from helpers import require_backend
+    device = require_backend("opencl")[0]
+    caps = device.impl.capabilities(device)
+    sizes.kernel_cache_size = 2
+    kernel_pallas._REASONS.trim()
+
+    def body(c):  # a new kernel body per call (its constant c)
+        def kernel(x_ref, o_ref):
+            o_ref[...] = x_ref[...] * c
+        x = fnp.zeros(8, fnp.float32)
+        (eqn,) = fa.make_ir(lambda x: pl.pallas_call(kernel, out_shape=pl.ShapeDtypeStruct((8,), fnp.float32))(x))(
+            x).eqns
+        return eqn
+
+    kept, dropped = body(2.0), body(3.0)
+    assert kernel_pallas.unsupported_reason(kept, caps) is None
+    assert kernel_pallas.unsupported_reason(dropped, caps) is None
+    for c in (4.0, 5.0):
+        assert kernel_pallas.unsupported_reason(body(c), caps) is None
+        assert len(kernel_pallas._REASONS) <= 2
+    assert not any(key[0] is dropped.params["body"] for key in kernel_pallas._REASONS.keys())  # not held
+    assert kernel_pallas.unsupported_reason(kept, caps) is None  # evicted too: rendered again
+    assert len(kernel_pallas._REASONS) == 2
+
+
 def test_webgpu_pool_does_not_grow_on_cached_calls():
     """Cached calls that upload their inputs reuse pooled buffers (before: one more wgpu buffer per call). An upload
     while calls are recorded takes a pooled buffer that no recorded work uses, or a new one: the pool grows during

@@ -356,8 +356,25 @@ def test_a_static_keyword_call_keeps_weak_types_apart(device):
 
 
 def test_donating_calls_take_the_hot_path(device, monkeypatch):
+    """A donating call makes its hot record at its first call, as any call does (the record holds the donated
+    leaves' positions, no input): fresh inputs then take the hot path (one trace, one key, one compile), each
+    deleted after its call and the other argument kept; a donated input raises when used again."""
     f = fa.jit(lambda s, a: s + a, donate_argnums=0)
     a = fa.device_put(fnp.ones(3, dtype=fnp.float32), device)
+    keyed, call_keyed = [], type(f)._call_keyed
+
+    def counted(self, *args):
+        keyed.append(self is f)
+        return call_keyed(self, *args)
+    monkeypatch.setattr(type(f), "_call_keyed", counted)
+    traced, lowered = _counting_trace(monkeypatch, f), count_lowerings(monkeypatch, device)
+    for i in range(3):
+        fresh = fa.device_put(np.full(3, i, np.float32), device)
+        out = f(fresh, a)
+        assert fresh.is_deleted() and not a.is_deleted()
+        np.testing.assert_array_equal(np.asarray(out), np.full(3, i + 1.0, np.float32))
+    assert (keyed, len(traced), len(lowered)) == ([True], 1, 1), (keyed, traced, lowered)
+    assert _hot(f).donated == (0,)
     s = fa.device_put(fnp.zeros(3, dtype=fnp.float32), device)
     for _ in range(2):
         s = f(s, a)

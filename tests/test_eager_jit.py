@@ -441,10 +441,23 @@ def test_jitted_loops_compile_each_shape_once(monkeypatch, backend):
 
 
 # ------------------------------------------------------------------------------------------------------- tapes
+def _fresh_keys(monkeypatch):
+    """Empty key caches of eager_jit for one test: an earlier test in this process (the file before it, or
+    whatever an xdist worker ran) may have called the same functions on the same avals, so that a key's stage
+    (general path, record, tape, program) would be that test's, not the one this test's calls give it."""
+    from fnarray.core.cache import LRUCache
+    seen = LRUCache(eager_jit._seen_size)
+    programs = LRUCache(eager_jit._programs_size, second_chance=eager_jit._used_since)
+    for name, value in (("_seen", seen), ("_seen_d", seen._d), ("_programs", programs), ("_programs_d", programs._d)):
+        monkeypatch.setattr(eager_jit, name, value)
+
+
 @pytest.fixture
 def tapes(monkeypatch):
     """Every key's tape (``eager_tape``) from its second call, and no program: the stage mlx runs between a key's
-    first call and its ``TAPED_PROGRAM_CALL``-th, here on every backend that keys calls."""
+    first call and its ``TAPED_PROGRAM_CALL``-th, here on every backend that keys calls; with empty key caches
+    (``_fresh_keys``: a key an earlier test called may hold its program or tape already)."""
+    _fresh_keys(monkeypatch)
     monkeypatch.setattr(eager_jit, "REPEATED_CALL", 10**6)
     monkeypatch.setattr(eager_jit, "TAPED_PROGRAM_CALL", 10**6)
     monkeypatch.setattr(eager_jit, "_GENERAL_CALLS", dict.fromkeys(eager_jit._GENERAL_CALLS))
@@ -537,10 +550,14 @@ def test_tapes_are_keyed_by_the_x64_setting(tapes):
 
 def test_a_tape_call_runs_no_general_path(tapes):
     """From a key's second call its tape runs: a handful of Python calls per primitive, not the general path's
-    ~75 (``fnarray.numpy``, promotion, ``bind``, the eager cache)."""
+    ~75 (``fnarray.numpy``, promotion, ``bind``, the eager cache). numpy:0 records the tape at the key's second
+    call and makes its replay (``tape_source``) at the tape's first run, the third call: counted from the
+    fourth."""
     a, b = fnp.asarray(A), fnp.asarray(B)
-    for _ in range(2):
+    for _ in range(3):
         a @ b
+    (p,) = eager_jit._programs_d.values()
+    assert p.jitted is None and p.tape is not None and p.run is not None  # the key's tape, not its program
     calls = python_calls(lambda: a @ b)
     assert len(calls) <= 12, calls
 
@@ -615,12 +632,7 @@ def test_mlx_records_a_keys_first_call(monkeypatch):
     monkeypatch.setattr(eager_jit, "TAPED_PROGRAM_CALL", 10**6)
     monkeypatch.setattr(eager_jit, "TAPE_BUDGET_S", float("inf"))
     traced = _counting_traces(monkeypatch)
-    # fresh key caches: an earlier test in this process may have called the same functions on these avals
-    from fnarray.core.cache import LRUCache
-    seen = LRUCache(eager_jit._seen_size)
-    programs = LRUCache(eager_jit._programs_size, second_chance=eager_jit._used_since)
-    for name, value in (("_seen", seen), ("_seen_d", seen._d), ("_programs", programs), ("_programs_d", programs._d)):
-        monkeypatch.setattr(eager_jit, name, value)
+    _fresh_keys(monkeypatch)
     rng = np.random.default_rng(5)
     q = fa.device_put(rng.standard_normal((3, 7)).astype(np.float32), dev)  # (3 queries: keys of this test's)
     row = fa.device_put(rng.standard_normal((1, 7)).astype(np.float32), dev)
@@ -765,7 +777,11 @@ def test_tape_replays_are_generated_once_per_structure(tapes, device, monkeypatc
     after; every replay's result equals the interpreted tape's (``Tape.run``: value bits, dtype, weak type,
     shape, committed flag, device) and the steps' results NumPy's float64 softmax attention."""
     _keyed_device(device)
+    from fnarray.core.cache import LRUCache
     from fnarray.transforms import eager_tape, tape_source
+    factories = LRUCache(tape_source._FACTORIES)  # no structure compiled yet (an earlier test's tapes share them)
+    monkeypatch.setattr(tape_source, "_factories", factories)
+    monkeypatch.setattr(tape_source, "_factories_d", factories._d)
     generated, checked = [], []
     replay = eager_tape.Tape.replay
 
@@ -783,18 +799,23 @@ def test_tape_replays_are_generated_once_per_structure(tapes, device, monkeypatc
     rng = np.random.default_rng(5)
     q0, row0 = rng.standard_normal((1, 8)).astype(np.float32), rng.standard_normal((1, 8)).astype(np.float32)
     q, row = fa.device_put(q0, device), fa.device_put(row0, device)
-    compiled = []
-    for _ in range(3):  # each key's first call (general path), then its tape twice
+    compiled, before = [], tape_source.stats["compiled"]
+    # numpy:0: each key's general path, its record, its tape's first run (where its replay is made), a replay;
+    # mlx:0: each key's recorded first call, then three replays
+    for _ in range(4):
         cache, c0 = fa.device_put(np.zeros((1, 8), np.float32), device), np.zeros((1, 8))
         for _ in range(6):
             cache, out = _decode_step(cache, q, row)
+            compiled.append(tape_source.stats["compiled"])
             c0 = np.concatenate([c0, row0.astype(np.float64)])
             sc = q0.astype(np.float64) @ c0.T
             e = np.exp(sc - sc.max(-1, keepdims=True))
             np.testing.assert_allclose(np.asarray(out), e / e.sum(-1, keepdims=True) @ c0, rtol=1e-5, atol=1e-6)
             np.testing.assert_array_equal(np.asarray(cache), c0.astype(np.float32))
-        compiled.append(tape_source.stats["compiled"])
-    assert compiled[1] == compiled[2]  # the third run compiles nothing
+    assert compiled[-1] > before, compiled  # fresh structures: compiled here
+    for run in range(4):  # compiled at the loop's first lengths only (later ones share their structures)
+        assert compiled[6 * run + 1] == compiled[6 * run + 5], compiled
+    assert compiled[-7] == compiled[-1], compiled  # the last run compiles nothing
     assert generated and all(generated) and len(checked) >= len(generated)
 
 

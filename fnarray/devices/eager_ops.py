@@ -311,7 +311,7 @@ def _learn(code, x, other, binary, out):
             return
     entry = _OpEntry(fn, conv, out_avals[0], dev)
     if _insert(key, entry, dev):  # the primitive's entry stays cached while this one is (``_OpEntry.live``)
-        base.kept_by = [e for e in base.kept_by or () if e.live] + [entry]  # (the forgotten ones dropped)
+        base.kept_by = base.live_keepers() + [entry]  # (the forgotten ones dropped)
 
 
 def _binary_case(code, av, dev, other):

@@ -197,6 +197,14 @@ class _EagerEntry:
         self.exe, self.out_avals, self.used, self.step, self.one = exe, out_avals, False, None, None
         self.kept_by = None
 
+    def live_keepers(self) -> list:
+        """The entries of ``kept_by`` still cached (``eager_ops._OpEntry.live``), which ``kept_by`` is trimmed to
+        (``None`` where there are none): the one filter of the eager cache's second chance (``_used_since``) and
+        of ``eager_ops._learn``, which adds an entry."""
+        live = [e for e in self.kept_by or () if e.live]
+        self.kept_by = live or None
+        return live
+
 
 def _used_since(entry) -> bool:
     """The eager cache's second chance: ``entry`` was used since it last came up, or it is the primitive's entry
@@ -207,11 +215,8 @@ def _used_since(entry) -> bool:
     used, entry.used = entry.used, False
     if used:
         return True
-    kept_by = getattr(entry, "kept_by", None)
-    if kept_by:
-        live = [e for e in kept_by if e.live]
-        entry.kept_by = live or None
-        return bool(live)
+    if getattr(entry, "kept_by", None):  # (the fast operators' own entries have none)
+        return bool(entry.live_keepers())
     return False
 
 

@@ -968,11 +968,14 @@ class Jitted:
         self._fast[key] = ex
         if ex.gid not in self._compiled_d:  # evicted meanwhile: keep the tables consistent
             _unfast(self._fast, ex.ckey, ex, self._hot)
+        # The hot record from the first call on: a loop whose shapes grow (a decode step) calls each shape's
+        # executable once a pass, so a record made at the second call left every later pass on the keyed path
+        # (flatten, scan, key) for one call of each shape (issue 28, seventeenth session). Donating calls too, as
+        # ``_call_fast`` makes theirs: a record holds the donated leaves' positions, never an input; the leaves
+        # are checked before the run, which deletes the donated ones.
+        hot = ex.hot is not False and _on_device(leaves, device)
         out = self._run(ex, leaves, device, args)
-        if ex.hot is not False and not self.donate_argnums and _on_device(leaves, device):
-            # The hot record from the first call on: a loop whose shapes grow (a decode step) calls each shape's
-            # executable once a pass, so a record made at the second call left every later pass on the keyed
-            # path (flatten, scan, key) for one call of each shape (issue 28, seventeenth session).
+        if hot:
             self._make_hot(ex, args)
         return out
 

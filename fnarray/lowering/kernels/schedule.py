@@ -195,6 +195,7 @@ class _Ctx:
         self.needed: set = set()   # materialised variables some other kernel (or the caller) reads
         self.wg = min(opts.get("workgroup", 128), caps.max_workgroup_size or 1024)
         self._nspec = 0
+        self.memo: dict = {}  # what a group module computes once per run, by its name (``dot.converted_first``)
         # ``dynamic_update_slice`` and scatter equations written into their donated operand
         # (``groups/in_place.py``): the result shares the operand's buffer.
         self.in_place = in_place_updates(prog, opts.get("donate"))

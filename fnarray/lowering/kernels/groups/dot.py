@@ -5,7 +5,6 @@ where the target says tiling pays, with the elementwise epilogue fused) and oper
 from __future__ import annotations
 
 import math
-import weakref
 
 import numpy as np
 
@@ -1342,9 +1341,6 @@ def operand_view(ctx, v):
     return base, off, tuple(out)
 
 
-_CONVERTED_FIRST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def converted_first(ctx) -> set:
     """The conversions out of a low-bit dtype that ``operand_view`` does not read through: with the scheduler
     option ``dot_upcast_reuse`` (``r``), those feeding (through views) a product operand each of whose elements
@@ -1352,13 +1348,13 @@ def converted_first(ctx) -> set:
     from a buffer a map kernel writes. A byte converted in the product's loop is converted again in every work
     item that uses it (a block of rows each): lavapipe took 48 ms for a 256x256 float8 product so, 8.7-10.7 ms
     with its operands converted first (6.2 ms for float32 operands); a decode step's weights (1-4 rows) are still
-    read as bytes. Cached per scheduling run."""
+    read as bytes. Computed once per scheduling run (kept in ``ctx.memo``)."""
     limit = ctx.opts.get("dot_upcast_reuse")
     if limit is None:
         return frozenset()
-    found = _CONVERTED_FIRST.get(ctx)
+    found = ctx.memo.get("converted_first")
     if found is None:
-        found = _CONVERTED_FIRST[ctx] = set()
+        found = ctx.memo["converted_first"] = set()
         for e in ctx.prog.eqns:
             if e.primitive is P.dot_general:
                 free = [_free_size(x.aval.shape, dims) for x, dims in zip(e.inputs, zip(*e.params["dimension_numbers"]),

@@ -91,6 +91,8 @@ import math
 import numpy as np
 
 from fnarray.core import primitives as P
+from fnarray.core.cache import LRUCache
+from fnarray.core.config import config
 from fnarray.core.ir import Literal, Var
 from fnarray.core.subprograms import CALL_PROGRAM
 from fnarray.core.pallas import pallas_atomic_p, pallas_call_p, pallas_load_p, pallas_loop_p, pallas_store_p, \
@@ -2738,7 +2740,9 @@ def _vectors_unwritten(kernel, vals):
     return not any(id(a) in written for pp, a in bufs if np.dtype(pp.dtype).subdtype is not None)
 
 
-_REASONS: dict = {}
+#: (kernel body, blocks, compiler parameters, capabilities) -> why it cannot run there, or "" (it renders): each
+#: key holds its body's program alive, so at most ``config.kernel_cache_size`` (as the built kernels per device).
+_REASONS = LRUCache(lambda: config.kernel_cache_size)
 
 
 def unsupported_reason(eqn, caps):
@@ -2753,16 +2757,18 @@ def unsupported_reason(eqn, caps):
            caps.max_workgroup_size, caps.max_dispatch, getattr(caps, "local_memory_bytes", None), caps.tiling_pays,
            getattr(caps, "matmul_tiling", None),
            tuple(sorted(d.name for d in caps.dtypes)))
-    if key not in _REASONS:
+    reason = _REASONS.get(key)
+    if reason is None:
         try:
             def names(b):
                 return ([b.buffer(("in", k), a.aval.dtype, False, "in") for k, a in enumerate(eqn.inputs)],
                         [b.buffer(("out", k), a.dtype, True, "out") for k, a in enumerate(eqn.params["out_avals"])])
             render(eqn, caps, names)
-            _REASONS[key] = None
+            reason = ""
         except Unrenderable as ex:
-            _REASONS[key] = str(ex)
-    return _REASONS[key]
+            reason = str(ex) or type(ex).__name__
+        reason = _REASONS.put(key, reason)
+    return reason or None
 
 
 def _operand_buffer(ctx, a):
