@@ -53,7 +53,7 @@ def test_a_growing_loop_takes_the_hot_records_from_its_second_pass(backend, monk
     cache, out = run(lambda c: frames.append(python_calls(lambda: step(c, q, row))))
     assert keyed == [] and evals == []
     # one record looked up by the arrays' avals, then run: no flatten, no key, no second check
-    assert all(f[:4] == ["<lambda>", "__call__", "_call_hot_by_avals", "_call_hot"] for f in frames[1:]), frames
+    assert all(f[:4] == ["<lambda>", "__call__", "_call_hot_by_avals", "_run_hot"] for f in frames[1:]), frames
     if backend == "mlx":  # then the program's direct entry (warm-up count included) and the program: MLX calls
         assert all(f[4:] == ["call_args", "program"] for f in frames[1:]), frames
     want_cache, want_out = _reference()
@@ -78,3 +78,36 @@ def test_mlx_programs_keep_reduced_axes_and_leave_broadcasts_to_mlx():
     g = fa.jit(lambda a, b: fnp.broadcast_to(a[:, None], (4, 3)) * fnp.broadcast_to(b[None, :3], (4, 3)))
     got = g(fa.device_put(x, dev), fa.device_put(x, dev))
     np.testing.assert_allclose(np.asarray(got), x[:, None].astype(np.float64) * x[None, :3], rtol=1e-6)
+
+
+def _mlx_calls_of_tapes(shape):
+    """``{(function name, dtype name): MLX calls a replay makes}`` of the eager tapes whose first array has
+    ``shape``."""
+    from fnarray.lowering.mlx import keepdims
+    from fnarray.transforms import eager_jit
+    calls = {}
+    for key, p in eager_jit._programs._d.items():
+        first = next((k for k in key[1:] if type(k).__name__ == "ShapedArray"), None)
+        if p.tape is not None and first is not None and tuple(first.shape) == shape:
+            calls[key[0].__name__, first.dtype.name] = sum(call is not keepdims.same for call, _ins, _single in p.tape.steps)
+    return calls
+
+
+def test_mlx_eager_tapes_keep_reduced_axes_and_leave_broadcasts_to_mlx():
+    # eighteenth session: the keepdims rewrite of the programs above, made on the eager tapes' steps (each of these
+    # calls was two MLX calls, a reduction and its reshape, a broadcast and the operation)
+    dev = require_backend("mlx")[0]
+    x64 = np.random.default_rng(1).normal(size=(3, 11))
+    x = fa.device_put(x64.astype(np.float32), dev)
+    xi = fa.device_put(np.arange(33, dtype=np.int32).reshape(3, 11), dev)
+    for _ in range(3):   # the first call records each key's tape, the second and third replay it
+        d = fnp.exp(x - x.max(axis=-1, keepdims=True))
+        got = d / d.sum(axis=-1, keepdims=True)
+        got_i = xi - xi.max(axis=0, keepdims=True)
+        np.testing.assert_allclose(np.asarray(got), np.exp(x64 - x64.max(-1, keepdims=True)) /
+                                   np.exp(x64 - x64.max(-1, keepdims=True)).sum(-1, keepdims=True), rtol=1e-5)
+        np.testing.assert_array_equal(np.asarray(got_i), np.asarray(xi) - np.asarray(xi).max(0, keepdims=True))
+    calls = _mlx_calls_of_tapes((3, 11))
+    want = {("max", "float32"): 1, ("subtract", "float32"): 1, ("sum", "float32"): 1, ("divide", "float32"): 1,
+            ("max", "int32"): 2, ("subtract", "int32"): 2}   # integers: the rules' own reduction and broadcast
+    assert {k: calls.get(k) for k in want} == want, calls

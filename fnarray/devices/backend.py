@@ -266,6 +266,15 @@ class Backend:
         (the default): they call the eager executable."""
         return None
 
+    def tape_steps(self, steps, eqns, starts, outs):
+        """Optionally, an eager tape's steps rewritten for this backend (``transforms/eager_tape.py``): ``steps``
+        are ``(call, input slots, single)``, ``eqns[q]`` step ``q``'s ``(primitive, params, in_avals, out_avals)``,
+        ``starts[q]`` the slot of its first output, ``outs`` the tape's output slots. Returns as many steps, each
+        with its outputs' count and their values unchanged where a later step or an output reads them (the mlx
+        backend's keepdims reductions and implicit broadcasts, ``lowering/mlx/keepdims.py``). The default: ``steps``
+        as they are."""
+        return steps
+
     def to_device(self, array, device: Device):
         """A NumPy array (or scalar) into a buffer on ``device``."""
         raise NotImplementedError

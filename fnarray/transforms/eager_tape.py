@@ -152,7 +152,8 @@ class Recorder:
     recording (``ArrayImpl._value``, DLPack): a function whose Python read a value may take another branch for
     other values, which a trace would have refused (a concrete value of a tracer)."""
 
-    __slots__ = ("thread", "device", "slots", "deps", "keep", "fixed", "steps", "tainted", "spent", "n", "outputs")
+    __slots__ = ("thread", "device", "slots", "deps", "keep", "fixed", "steps", "tainted", "spent", "n", "outputs",
+                 "eqns")
 
     def __init__(self, arrays):
         self.n = n = len(arrays)
@@ -164,6 +165,7 @@ class Recorder:
         self.deps = {id(a): 1 << i for i, a in enumerate(arrays)}
         self.keep = list(arrays)  # the recorded values stay alive, so that their ids stay theirs
         self.fixed, self.steps = [], []
+        self.eqns = []  # each step's (primitive, params, in_avals, out_avals), for ``Backend.tape_steps``
         self.tainted, self.spent, self.outputs = False, 0.0, 0
 
     def record(self, primitive, args, params, avals, bufs, device, committed, entry, done):
@@ -208,6 +210,7 @@ class Recorder:
             deps[id(r)] = mask
             self.keep.append(r)
         self.steps.append((step[0], step[1], ins, len(res) if primitive.multiple_results else 1))
+        self.eqns.append((primitive, params, avals, out_avals))
         return res
 
     def record_one(self, entry, one, primitive, params, args, bufs, device, committed):
@@ -241,6 +244,7 @@ class Recorder:
         deps[id(r)] = mask
         self.keep.append(r)
         self.steps.append((one, True, ins, 1))
+        self.eqns.append((primitive, params, [a.aval for a in args], entry.out_avals))
         return r
 
     def tape(self, out):
@@ -262,16 +266,27 @@ class Recorder:
                 return None
             outs.append(s if s >= 0 else b1 - s)
             masks.append(deps[id(leaf)])
-        steps = tuple([(call, tuple([s if s >= 0 else b1 - s for s in ins]), single)
-                       for call, single, ins, _k in self.steps])
+        steps = [(call, tuple([s if s >= 0 else b1 - s for s in ins]), single) for call, single, ins, _k in self.steps]
+        nouts = tuple([k for _c, _s, _i, k in self.steps])
+        steps = _for_backend(steps, self.eqns, nouts, b1 + 1, outs, self.device)
         out_deps = None
         if any(m != (1 << n) - 1 for m in masks):
             out_deps = tuple(tuple(i for i in range(n) if m >> i & 1) for m in masks)
         return Tape(steps, tuple(self.fixed), tuple(outs), tuple([leaf.aval for leaf in leaves]), out_tree, n,
-                    out_deps, tuple([k for _c, _s, _i, k in self.steps]))
+                    out_deps, nouts)
 
 
 _LEAF = [None]  # the pytree structure of one array
+
+
+def _for_backend(steps, eqns, nouts, first, outs, dev) -> tuple:
+    """``steps`` rewritten by ``dev``'s backend (``Backend.tape_steps``; ``first``: the slot of the first step's
+    first output, ``nouts`` each step's count of outputs)."""
+    starts, s = [], first
+    for k in nouts:
+        starts.append(s)
+        s += k
+    return tuple(dev.impl.tape_steps(steps, eqns, starts, outs))
 
 
 def _leaf_tree(x):
@@ -378,8 +393,9 @@ def make(program, arrays):
     out_deps = None
     if any(m != (1 << n) - 1 for m in masks):  # an output committed only by the arguments it depends on
         out_deps = tuple(tuple(i for i in range(n) if m >> i & 1) for m in masks)
-    return Tape(tuple(steps), tuple(fixed), tuple(outs), tuple(o.aval for o in prog.outvars), out_tree, n, out_deps,
-                nouts)
+    eqns = [(e.primitive, e.params, [x.aval for x in e.inputs], [o.aval for o in e.outputs]) for e in prog.eqns]
+    steps = _for_backend(steps, eqns, nouts, n + len(fixed), outs, dev)
+    return Tape(steps, tuple(fixed), tuple(outs), tuple(o.aval for o in prog.outvars), out_tree, n, out_deps, nouts)
 
 
 def _steps(prog, dev, slots, fixed, n, deps):

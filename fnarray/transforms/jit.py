@@ -178,7 +178,7 @@ class _Hot:
 
     __slots__ = ("gid", "ckey", "tree", "read", "n", "in_avals", "device", "generation", "const_bufs",
                  "committed", "call", "star", "reraise", "out_avals", "out_tree", "single", "one", "nargs",
-                 "static_pos", "static_kw", "dyn_pos", "donated")
+                 "static_pos", "static_kw", "dyn_pos", "donated", "flat_out")
 
     def __init__(self, ex, tree, in_avals, device, committed, nargs=None, statics=(), donated=()):
         # No reference to ``ex`` itself (which holds this record): an evicted executable is freed at once.
@@ -197,6 +197,10 @@ class _Hot:
         self.out_avals = tuple(ex.out_avals)
         self.out_tree = ex.out_tree
         self.single = ex.out_tree.num_nodes == 1 and ex.out_tree.num_leaves == 1  # the output is one array
+        # the output is a plain tuple of arrays (a decode step's ``(cache, out)``): made as a tuple, no unflatten
+        t = ex.out_tree
+        self.flat_out = (not self.single and t.type is tuple and t.num_nodes == t.num_leaves + 1
+                         and t.num_children == t.num_leaves)
         # static arguments: by position (the call's positional count ``nargs`` is then fixed) and by keyword
         self.static_pos = tuple((k, v) for k, v in statics if isinstance(k, int))
         self.static_kw = tuple((k, v) for k, v in statics if isinstance(k, str))
@@ -756,40 +760,41 @@ class Jitted:
                 return out
         return self._call_keyed(args, kwargs)
 
-    def _call_hot(self, hot, args, kwargs, checked=None):
+    def _call_hot(self, hot, args, kwargs):
         """The hot record's general case: the same static arguments, ``args`` read along its structure, each leaf an
-        array of its aval on its device; ``_MISS`` otherwise. ``checked``: ``(bufs, committed)``, run as is."""
+        array of its aval on its device; ``_MISS`` otherwise."""
         dev = hot.device
-        if checked is None:
-            args = _hot_dynamic_args(hot, args, kwargs)
-            if args is _MISS:
-                return _MISS
-            if hot.read is None:
-                leaves = args
-            else:
-                leaves = hot.read(args)
-                if leaves is None:
-                    return _MISS
-            if len(leaves) != hot.n:
-                return _MISS
-            bufs, committed = list(hot.const_bufs), hot.committed
-            # The arrays' slots read directly (Python 3.11 specializes a slot read: two reads cost less than one
-            # ``call_fields`` call and its tuple, 1.6 against 3.0 us over 20 leaves); ArrayImpl's own code, inlined.
-            for x, av in zip(leaves, hot.in_avals):
-                if type(x) is not ArrayImpl:
-                    return _MISS
-                b = x._buf
-                if b is None or x._device is not dev or (x.aval is not av and x.aval != av):
-                    return _MISS
-                bufs.append(b)
-                if x._committed:
-                    committed = True
+        args = _hot_dynamic_args(hot, args, kwargs)
+        if args is _MISS:
+            return _MISS
+        if hot.read is None:
+            leaves = args
         else:
-            (bufs, committed), leaves = checked, args
-        gid = hot.gid
+            leaves = hot.read(args)
+            if leaves is None:
+                return _MISS
+        if len(leaves) != hot.n:
+            return _MISS
+        bufs, committed = list(hot.const_bufs), hot.committed
+        # The arrays' slots read directly (Python 3.11 specializes a slot read: two reads cost less than one
+        # ``call_fields`` call and its tuple, 1.6 against 3.0 us over 20 leaves); ArrayImpl's own code, inlined.
+        for x, av in zip(leaves, hot.in_avals):
+            if type(x) is not ArrayImpl:
+                return _MISS
+            b = x._buf
+            if b is None or x._device is not dev or (x.aval is not av and x.aval != av):
+                return _MISS
+            bufs.append(b)
+            if x._committed:
+                committed = True
+        return self._run_hot(hot, bufs, leaves, dev, committed)
+
+    def _run_hot(self, hot, bufs, leaves, dev, committed):
+        """Run the hot record ``hot`` on the checked buffers ``bufs`` (its constants first) of the arrays
+        ``leaves``: the outputs as arrays on ``dev`` (``committed``), in its output structure."""
         try:  # LRU order, per function and global: two GIL-atomic moves of int keys, no lock
-            self._compiled_d.move_to_end(gid)
-            _GLOBAL_D.move_to_end(gid)
+            self._compiled_d.move_to_end(hot.gid)
+            _GLOBAL_D.move_to_end(hot.gid)
         except KeyError:
             self._hot_evicted(hot)
         if hot.star:
@@ -815,7 +820,8 @@ class Jitted:
             r._committed = committed
             r._host = None
             made.append(r)
-        return hot.out_tree.unflatten(made)
+        # a plain tuple of arrays (a decode step's ``(cache, out)``) made directly: no ``out_tree.unflatten``
+        return tuple(made) if hot.flat_out else hot.out_tree.unflatten(made)
 
     def _call_hot_by_avals(self, args):
         """Positional arrays whose avals have a record of their own (``_Executables.hot[1]``): that record's
@@ -839,7 +845,7 @@ class Jitted:
         if h.const_bufs:
             bufs[:0] = h.const_bufs
         self._hot[0] = h
-        return self._call_hot(h, args, None, (bufs, committed or h.committed))
+        return self._run_hot(h, bufs, args, dev, committed or h.committed)
 
     def _call_keyed(self, args, kwargs):
         """The general path: flatten, key, then the fast table's executable (``_call_fast``) or a trace and an

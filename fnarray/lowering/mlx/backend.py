@@ -124,7 +124,7 @@ from fnarray.core.passes import has_effect, program_from_eqn
 from fnarray.core.subprograms import CALL_PROGRAM, subprograms
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered, compiling
-from fnarray.lowering.mlx import conv, linalg, pallas
+from fnarray.lowering.mlx import conv, keepdims, linalg, pallas
 from fnarray.lowering.mlx.common import IMPORT_ERROR, RULES, from_numpy, mx, to_numpy
 from fnarray.lowering.mlx.low_bit import low_bit_reason
 from fnarray.lowering.mlx.program import Generated as _Generated
@@ -455,6 +455,10 @@ class MlxBackend(Backend):
         if ds <= _PLAIN_DTYPES:  # (no reason for any primitive: one subset test, the common equation)
             return None
         return _dtype_reason(prim, ds, device.platform, eqn.params)
+
+    def tape_steps(self, steps, eqns, starts, outs):
+        """Eager tapes replay MLX's keepdims reductions and its own broadcasts, as programs do (``keepdims.py``)."""
+        return keepdims.tape_steps(steps, eqns, starts, outs)
 
     def lower(self, program, device, donate=()):
         # MLX reuses a buffer in place when nothing else holds it, so donation needs nothing here:

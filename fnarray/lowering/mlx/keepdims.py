@@ -17,6 +17,12 @@ written the traced way measured 0.78-0.95 against 0.70 ms a 40-step decode loop,
 
 The values are the same bits (no arithmetic changes); the broadcast and reshape equations go where nothing else
 reads them (``dce`` after the rewrite).
+
+``tape_steps`` makes the same rewrite on an eager tape's steps (``transforms/eager_tape.py``; a tape replays the
+eager executables of one primitive each, which ``x.max(axis=-1, keepdims=True)`` and ``x - m`` run as two MLX
+calls each): the reduction's step becomes MLX's keepdims reduction and the reshape's step passes it on; a
+broadcast read only by such a binary operation passes its operand on. No step is removed (the tape's slots stay
+where they are): the steps left are Python's identity, no MLX call and no graph node.
 """
 
 from __future__ import annotations
@@ -24,10 +30,10 @@ from __future__ import annotations
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
 from fnarray.core.ir import Eqn, Program, Var
-from fnarray.lowering.mlx.common import expression
+from fnarray.lowering.mlx.common import LOW, expression, mx
 from fnarray.lowering.mlx.fused import Fused, rewrite_each
 
-__all__ = ["keep_reduced_axes"]
+__all__ = ["keep_reduced_axes", "tape_steps", "same"]
 
 
 def _keepdims_rule(name):
@@ -48,6 +54,13 @@ def _real_float(aval) -> bool:
     return dtypes.is_float(d) and not dtypes.is_complex(d) and not dtypes.is_low_bit(d)
 
 
+def _keeps(x_aval, axes, out_aval) -> bool:
+    """Whether a reduction of ``x_aval`` over ``axes`` reshaped to ``out_aval`` is MLX's keepdims reduction."""
+    if not axes or not _real_float(x_aval) or any(x_aval.shape[a] == 0 for a in axes):
+        return False
+    return tuple(out_aval.shape) == tuple(1 if i in axes else s for i, s in enumerate(x_aval.shape))
+
+
 def _kept(producer, e):
     """The ``Fused`` keepdims equation replacing ``e = reshape(reduce(x))``, else ``None``."""
     r = producer.get(e.inputs[0]) if isinstance(e.inputs[0], Var) else None
@@ -55,12 +68,17 @@ def _kept(producer, e):
         return None
     x = r.inputs[0]
     axes = tuple(r.params["axes"])
-    if not isinstance(x, Var) or not axes or not _real_float(x.aval) or any(x.aval.shape[a] == 0 for a in axes):
-        return None
-    want = tuple(1 if i in axes else s for i, s in enumerate(x.aval.shape))
-    if tuple(e.outputs[0].aval.shape) != want:
+    if not isinstance(x, Var) or not _keeps(x.aval, axes, e.outputs[0].aval):
         return None
     return Eqn(KEEPDIMS[r.primitive], (x,), {"axes": axes}, e.outputs)
+
+
+def _numpy_broadcast(src, dims, shape) -> bool:
+    """Whether ``broadcast_in_dim`` of a ``src``-shaped operand along ``dims`` to ``shape`` is NumPy's broadcast."""
+    lead = len(shape) - len(src)
+    if tuple(dims) != tuple(range(lead, len(shape))):
+        return False
+    return all(s == 1 or s == shape[lead + i] for i, s in enumerate(src))
 
 
 def _implicit(producer, a, shape):
@@ -69,11 +87,7 @@ def _implicit(producer, a, shape):
     b = producer.get(a) if isinstance(a, Var) else None
     if b is None or b.primitive is not P.broadcast_in_dim or not isinstance(b.inputs[0], Var):
         return None
-    src = b.inputs[0].aval.shape
-    lead = len(shape) - len(src)
-    if tuple(b.params["broadcast_dimensions"]) != tuple(range(lead, len(shape))):
-        return None
-    if any(s != 1 and s != shape[lead + i] for i, s in enumerate(src)):
+    if not _numpy_broadcast(b.inputs[0].aval.shape, b.params["broadcast_dimensions"], shape):
         return None
     return b.inputs[0]
 
@@ -103,3 +117,60 @@ def keep_reduced_axes(prog: Program) -> Program:
     broadcasts its float binary operations would make anyway dropped from their operands (run ``dce`` after it);
     ``prog`` itself where nothing matches."""
     return rewrite_each(prog, _rewrite)
+
+
+# ------------------------------------------------------------------------------------------------ eager tapes
+def same(x):
+    """A tape step that passes its operand on (a reshape or broadcast that MLX's neighbouring call makes)."""
+    return x
+
+
+_MX_NAMES = {P.reduce_sum: "sum", P.reduce_max: "max", P.reduce_min: "min"}
+
+
+def _keepdims_step(name, axes):
+    fn = getattr(mx, name)
+
+    def step(x):
+        return fn(x, axis=axes, keepdims=True)
+    return step
+
+
+def tape_steps(steps, eqns, starts, outs):
+    """An eager tape's steps with ``keep_reduced_axes``' rewrites (the mlx backend's ``Backend.tape_steps``: its
+    arguments and result). Only steps that call the rule itself (``single``: MLX's one device, no stream to pick)
+    are rewritten, and only values that one step reads and that are not outputs of the tape change their shape;
+    float16/bfloat16 reductions keep their rule (it sums in float32), as everything not floating-point does."""
+    producer = {starts[q]: q for q, e in enumerate(eqns) if len(e[3]) == 1}
+    readers: dict = {}
+    for _call, ins, _single in steps:
+        for s in ins:
+            readers[s] = readers.get(s, 0) + 1
+    outs = set(outs)
+    new = list(steps)
+    for q, (prim, params, in_avals, out_avals) in enumerate(eqns):
+        call, ins, single = new[q]
+        if not single or len(ins) != len(in_avals):
+            continue
+        if prim is P.reshape:
+            r = producer.get(ins[0])
+            if r is None or readers.get(ins[0]) != 1 or ins[0] in outs or not new[r][2]:
+                continue
+            rprim, rparams, r_in, _r_out = eqns[r]
+            axes = tuple(rparams.get("axes", ()))
+            if rprim in _MX_NAMES and r_in[0].dtype not in LOW and _keeps(r_in[0], axes, out_avals[0]):
+                new[r] = (_keepdims_step(_MX_NAMES[rprim], list(axes)), new[r][1], True)
+                new[q] = (same, ins, True)
+        elif prim in BROADCASTING and _real_float(out_avals[0]) and len(ins) == 2:
+            shape = tuple(out_avals[0].shape)
+            for j in (0, 1):
+                a, b = producer.get(ins[j]), in_avals[1 - j]
+                if a is None or tuple(b.shape) != shape or b.dtype != in_avals[j].dtype or not new[a][2]:
+                    continue
+                bprim, bparams, b_in, _b_out = eqns[a]
+                if (bprim is P.broadcast_in_dim and len(new[a][1]) == 1 and readers.get(ins[j]) == 1
+                        and ins[j] not in outs and b_in[0].dtype == b.dtype
+                        and _numpy_broadcast(b_in[0].shape, bparams["broadcast_dimensions"], shape)):
+                    new[a] = (same, new[a][1], True)
+                    break
+    return new
