@@ -489,15 +489,10 @@ def _weak_float_call(fn, args, kwargs, key, arrays, seen):
     holds no such float or that program cannot be made (``fn`` needs a float's value: the call's own ``key``
     decides, with its floats as constants). At ``key``'s second call (``seen``) the key gets an alias of that
     program (``_alias``), so that a call repeated with the same floats is a hit."""
-    dev = arrays[0]._device
-    wargs = _weak_floats(args, dev)
-    wkwargs = {name: _weak_floats(v, dev) for name, v in kwargs.items()}
-    if wargs is args and all(wkwargs[name] is v for name, v in kwargs.items()):
+    weak = _weak_keyed(fn, args, kwargs, arrays[0]._device)
+    if weak is None:
         return _NO_PROGRAM
-    keyed = _keyed(fn, wargs, wkwargs)
-    if keyed is None:
-        return _NO_PROGRAM
-    wkey, warrays = keyed
+    wargs, wkwargs, wkey, warrays = weak
     p = _programs_d.get(wkey)
     if p is None:
         out = _make(fn, wargs, wkwargs, wkey, warrays, general=lambda: _NO_PROGRAM)
@@ -514,6 +509,17 @@ def _weak_float_call(fn, args, kwargs, key, arrays, seen):
         _programs.put(key, _alias(p, arrays, warrays))
         _seen.pop(key)
     return out
+
+
+def _weak_keyed(fn, args, kwargs, dev):
+    """``(args, kwargs, key, arrays)`` of a call with its floats that float32 holds made weakly typed scalars on
+    ``dev`` (``_weak_floats``); None where it holds none or that call has no key."""
+    wargs = _weak_floats(args, dev)
+    wkwargs = {name: _weak_floats(v, dev) for name, v in kwargs.items()}
+    if wargs is args and all(wkwargs[name] is v for name, v in kwargs.items()):
+        return None
+    keyed = _keyed(fn, wargs, wkwargs)
+    return None if keyed is None else (wargs, wkwargs) + keyed
 
 
 def _alias(p, arrays, warrays):
@@ -734,13 +740,9 @@ def _profiled(fn, args, kwargs):
 def _weak_program(fn, args, kwargs, dev):
     """``(program, arrays)`` of the key where the call's floats are weak float32 inputs (``_weak_float_call``),
     where that key has a program; else None."""
-    wargs = _weak_floats(args, dev)
-    wkwargs = {name: _weak_floats(v, dev) for name, v in kwargs.items()}
-    if wargs is args and all(wkwargs[name] is v for name, v in kwargs.items()):
-        return None
-    keyed = _keyed(fn, wargs, wkwargs)
-    p = None if keyed is None else _programs_d.get(keyed[0])
-    return None if p is None or p.jitted is None else (p, keyed[1])
+    weak = _weak_keyed(fn, args, kwargs, dev)
+    p = None if weak is None else _programs_d.get(weak[2])
+    return None if p is None or p.jitted is None else (p, weak[3])
 
 
 _WRAPPERS: dict = {}  # function -> its wrapper (a function exported by several modules is wrapped once)
