@@ -289,3 +289,34 @@ def test_tiny_eager_ops_get_the_jit_advice_on_every_device(device):
     if s.dominant in ("dispatch", "kernel"):
         assert "Many tiny" in s.verdict and "faster" not in s.verdict.split("Many tiny")[1].replace(
             "a faster device would not help", ""), s.verdict
+
+
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+def test_a_profiled_loop_of_eager_functions_runs_their_programs(backend, monkeypatch):
+    """Issue 28: once the unprofiled loop has made a ``fnarray.numpy`` function's program (``eager_jit``; jax:0 at
+    the first call, numpy:0 once its tape has run, here at the third call), the same loop under the profiler
+    lowers and compiles nothing (on jax:0 it compiled each primitive of the function, which it had never run one by
+    one) and its spans are the program's calls, named by the function. On jax:0 a new shape's first call under the
+    profiler compiles the function's one program, as unprofiled, and the verdict names the function."""
+    from helpers import count_lowerings, require_backend
+    from fnarray.transforms import eager_jit
+    dev = require_backend(backend)[0]
+    monkeypatch.setattr(eager_jit, "TAPED_PROGRAM_CALL", 3)
+    host = np.linspace(-1.0, 2.0, 21).reshape(3, 7)
+    x = fa.device_put(host.astype(np.float32), dev)
+    for _ in range(4):
+        fnp.std(x, axis=0)
+    lowered = count_lowerings(monkeypatch, dev)
+    with fa.profiler.trace() as h:
+        for _ in range(3):
+            got = fnp.std(x, axis=0)
+    assert lowered == [], lowered
+    assert [r.name for r in h.profile.records if r.parent is None] == ["jit(std)"] * 3
+    np.testing.assert_allclose(np.asarray(got), np.std(host, axis=0), rtol=1e-5)
+    if backend == "jax":
+        y = fa.device_put(host[:2].astype(np.float32), dev)
+        with fa.profiler.trace() as h:
+            got = fnp.std(y, axis=0)
+        assert len(lowered) == 1, lowered  # the whole function's program, not one per primitive
+        np.testing.assert_allclose(np.asarray(got), np.std(host[:2], axis=0), rtol=1e-5)
+        assert "first calls of std" in fa.profiler.summary(h.profile, print=False).verdict

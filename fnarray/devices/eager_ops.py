@@ -52,7 +52,7 @@ from fnarray.core.config import config
 from fnarray.devices import placement
 from fnarray.devices.array_impl import ArrayImpl
 
-__all__ = ["install_namespace"]
+__all__ = ["install_namespace", "serves"]
 
 warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fnarray\.devices\.eager_ops")
 
@@ -425,7 +425,7 @@ def install_namespace(ns) -> None:
     """
     for name, (code, rcode) in _NAMESPACE_BINARY.items():
         fn = getattr(ns, name)
-        _replace(ns, fn, _namespace_binary(fn, code, rcode))
+        _replace(ns, fn, _namespace_binary(fn, code, rcode), (code, rcode))
         # ArrayImpl's operators, which tried the same entries already, fall back to the replaced function
         # itself (Array's operator would call the new one, and so look them up a second time).
         for c, reflected in ((code, False), (rcode, True)):
@@ -433,7 +433,7 @@ def install_namespace(ns) -> None:
                 _install_operator(c, (_reflected if reflected else _binary)(c, _operator(fn, reflected)))
     for name, code in _NAMESPACE_UNARY.items():
         fn = getattr(ns, name)
-        _replace(ns, fn, _namespace_unary(fn, code))
+        _replace(ns, fn, _namespace_unary(fn, code), (code,))
         if code in _DUNDER:
             _install_operator(code, _unary(code, fn))
 
@@ -468,8 +468,45 @@ def _operator(fn, reflected):
 FAST_FIRST: set = set()
 
 
-def _replace(ns, old, new):
+#: Each function of ``FAST_FIRST`` -> ``(code, reflected code or None)`` of a binary function, ``(code,)`` of a
+#: unary one: the keys of the entries that serve its calls (``serves``).
+_CODES: dict = {}
+
+
+def serves(fn, args) -> bool:
+    """Whether a current entry of this module serves ``fn(*args)`` (``fn`` one of ``FAST_FIRST``; ``args``
+    positional), so that the call never reaches ``fn`` while the unprofiled eager apply is installed: the
+    profiler's caller (``fnarray.transforms.eager_jit``) then takes the general path, whose primitive entry the
+    entry keeps cached (``placement._used_since``), and makes no program the unprofiled loop never makes."""
+    codes = _CODES.get(fn)
+    if codes is None or len(args) != len(codes):
+        return False
+    key = _entry_key(codes, *args)
+    if key is None:
+        return False
+    dev = (args[0] if type(args[0]) is ArrayImpl else args[1])._device
+    e = _lookup(key, dev)
+    return e is not None and e.generation == config.generation
+
+
+def _entry_key(codes, x, y=_NO_MEMO):
+    """The key of the entry that serves a call of the function of ``codes`` (``_CODES``) on ``x`` (and ``y``),
+    as ``_unary``, ``_binary`` and ``_reflected`` look it up; None where none does."""
+    if y is _NO_MEMO:
+        return (codes[0], x.aval) if type(x) is ArrayImpl else None
+    tx, ty = type(x), type(y)
+    if tx is ArrayImpl:
+        if ty is ArrayImpl:
+            return (codes[0], x.aval, ty) if y.aval == x.aval and y._device is x._device else None
+        return (codes[0], x.aval, ty) if ty is float or ty is int else None
+    if ty is ArrayImpl and codes[1] is not None and (tx is float or tx is int):
+        return codes[1], y.aval, tx
+    return None
+
+
+def _replace(ns, old, new, codes):
     FAST_FIRST.add(old)
+    _CODES[old] = codes
     functools.update_wrapper(new, old)
     for attr, value in list(vars(ns).items()):
         if value is old:  # the name and its aliases (``absolute``, ``arcsin``...)
