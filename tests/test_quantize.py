@@ -18,6 +18,7 @@ orientations, with the group size turning with the bits, so each group size meet
 from __future__ import annotations
 
 import functools
+import gc
 import itertools
 import warnings
 
@@ -730,6 +731,34 @@ def test_a_layers_bias_and_activation_fuse_into_the_kernel(on, rows):
         want = ["quantized_pack", "quantized_tile_quantized_matmul"] if rows[0] > 1 else ["quantized_quantized_matmul"]
         assert [k.name[:len(w)] for k, w in zip(kernels, want)] == want and len(kernels) == len(want), kernels
         assert "max" in kernels[-1].name   # the epilogue's relu
+
+
+def test_prefill_panels_follow_the_weights_call_after_call(on):
+    """The tiled form's panels (opencl: its copy kernel runs again only when the weights' buffers change): one jitted
+    prefill called with weights A, A, B, A, then with a new array put where A's freed buffer was (the memory pool
+    may hand it the same block), against NumPy in float64 each time; on opencl only the repeated call leaves the
+    copy out (``fa.profiler``'s kernel spans)."""
+    rng = np.random.default_rng(3)
+    x = fa.device_put(rng.standard_normal((9, 128)).astype(np.float32), on)
+    qmm = fa.jit(functools.partial(fa.quantized_matmul, group_size=32, bits=4))
+    ws = [tuple(np.asarray(a) for a in fa.quantize(_weights(24, 128, 32, seed), group_size=32, bits=4))
+          for seed in (1, 2, 3)]
+
+    def kernels(parts, on_device):
+        want = np.asarray(x, np.float64) @ np.asarray(fa.dequantize(*parts, group_size=32, bits=4), np.float64).T
+        with fa.profiler.trace() as h:
+            got = np.asarray(qmm(x, *on_device))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+        return [r.name[:14] for r in h.profile.records if r.kind == "kernel"]
+
+    a, b = ([fa.device_put(p, on) for p in w] for w in ws[:2])
+    runs = [kernels(ws[0], a), kernels(ws[0], a), kernels(ws[1], b), kernels(ws[0], a)]
+    del a
+    gc.collect()
+    runs.append(kernels(ws[2], [fa.device_put(p, on) for p in ws[2]]))
+    if on.backend == "opencl":
+        both = ["quantized_pack", "quantized_tile"]
+        assert runs == [both, ["quantized_tile"], both, both, both], runs
 
 
 def test_x_at_w_with_many_rows_is_one_tiled_kernel_with_its_epilogue(on):

@@ -17,6 +17,12 @@ array sharing it is then unusable); an array passed both as the donated argument
 device scalar) is copied first, so that the other keeps its value. A KV cache's decoding step then writes one
 position instead of copying the cache.
 
+A layout copy that reads only the call's inputs into arena buffers (``_mark_kept``: the tiled ``quantized_matmul``'s
+panels of a model's weights) is left out of a call whose input buffers are the very ones its last run read (kept by
+weak reference: a freed buffer, whose block the pool may hand to another array, or one taken over by an in-place
+update, runs it again): a 4-bit prefill then copies its weights once instead of every call (PoCL 3.0, width 1024:
+11 of its 83 ms of kernel time; docs/performance.md, "opencl:0 4-bit prefill: the panel copy kept").
+
 The in-order queue makes the arena safe without waiting: the next call's kernels write it after this
 call's have read it. A ``cl.Kernel`` holds its arguments, so setting the per-call ones and enqueueing
 is one step under the device's lock (two threads calling one executable take turns).
@@ -51,7 +57,7 @@ def _nbytes(spec) -> int:
 
 
 class _Step:
-    __slots__ = ("kernel", "gsize", "lsize", "dyn", "name", "source")
+    __slots__ = ("kernel", "gsize", "lsize", "dyn", "name", "source", "kept", "seen")
 
 
 class Executable:
@@ -110,6 +116,42 @@ class Executable:
         self.fresh = [(slot(a), a.shape, a.dtype) for a in fresh]
         self.outs = self._output_plan(sched, fresh, slot)
         self.nslots = len(slots)
+        self._mark_kept(sched, slot)
+
+    def _mark_kept(self, sched, slot):
+        """Sets each step's ``kept``: the slots of the inputs of a layout copy (a ``"copy"`` launch: the tiled
+        ``quantized_matmul``'s panels, a product's packed operand) that reads only the call's inputs (none updated
+        in place) and writes only arena buffers no other launch writes, so that its results stay valid while the
+        same input buffers come back (a model's weights, call after call); ``None`` for every other step."""
+        inputs = set(sched.inputs)
+        updated = {sched.inputs[i] for i in self.updated}
+        writers: dict = {}
+        for launch in sched.launches:
+            for p, a in zip(launch.kernel.params, launch.args, strict=True):
+                if isinstance(p, BufferParam) and p.writes:
+                    writers[a] = writers.get(a, 0) + 1
+        for st, launch in zip(self.steps, sched.launches, strict=True):
+            st.kept, st.seen = None, ()
+            bound = [(p, a) for p, a in zip(launch.kernel.params, launch.args, strict=True)
+                     if isinstance(p, BufferParam)]
+            reads = [a for p, a in bound if not p.writes]
+            writes = [a for p, a in bound if p.writes]
+            if (launch.kind == "copy" and reads and writes and all(a in inputs and a not in updated for a in reads)
+                    and all(a in self._arena and writers[a] == 1 for a in writes)):
+                st.kept = tuple(dict.fromkeys(slot(a) for a in reads))
+
+    def _to_run(self, env):
+        """The steps this call enqueues: every step but the kept copies whose input buffers are the very ones
+        (alive, not taken over) their last run read; those that run record their inputs (lock held)."""
+        run = []
+        for st in self.steps:
+            if st.kept is not None:
+                seen = st.seen
+                if len(seen) == len(st.kept) and all(r() is env[s] for r, s in zip(seen, st.kept, strict=True)):
+                    continue
+                st.seen = tuple(weakref.ref(env[s]) for s in st.kept)
+            run.append(st)
+        return run
 
     def _output_plan(self, sched, fresh, slot):
         """Where each output comes from: ``("const", CLBuffer) | ("updated", input index) | ("slot", slot) |
@@ -140,7 +182,7 @@ class Executable:
         enqueue = cl.enqueue_nd_range_kernel
         with state.lock:  # this executable's kernels may be shared with another thread: args + enqueue at once
             env, copies = self._env(bufs)
-            for st in self.steps:
+            for st in self._to_run(env):
                 knl = st.kernel
                 for i, s in st.dyn:
                     knl.set_arg(i, env[s].mem)
@@ -183,7 +225,8 @@ class Executable:
             state.queue.finish()
             queue = state.profiling_queue()
             events = []
-            for st in self.steps:
+            steps = self._to_run(env)
+            for st in steps:
                 knl = st.kernel
                 for i, s in st.dyn:
                     knl.set_arg(i, env[s].mem)
@@ -199,7 +242,7 @@ class Executable:
             if times:
                 _profile.device_spans([(st.name, t0, t1, {"global_size": tuple(st.gsize),
                                                           "local_size": tuple(st.lsize) if st.lsize else None})
-                                       for st, (t0, t1) in zip(self.steps, times, strict=True)], begin, end)
+                                       for st, (t0, t1) in zip(steps, times, strict=True)], begin, end)
         return self._outputs(env, bufs, copies)
 
     def _outputs(self, env, bufs, copies):
