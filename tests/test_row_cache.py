@@ -108,3 +108,5 @@ def test_masked_softmax_rows_and_gradient_match_float64(target, shape):
         np.testing.assert_allclose(a, want, rtol=3e-5, atol=3e-6)
     kept = _keeps_rows(dev) and s.size > 0
     assert (_private_rows(text, shape[-1]) > 0) == kept, text
+    # the exps that the row values divide: a private row too, not their output buffer stored and read back
+    assert (len(re.findall(rf"var kept\d+: array<f32, {shape[-1]}>", text)) > 0) == kept, text

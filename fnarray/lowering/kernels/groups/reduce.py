@@ -457,6 +457,7 @@ class _ReduceKernel:
         self.pending: dict = {}   # vector_out value -> its four lanes' values, by fold
         self.vectors_bound = False
         self.cache: dict = {}     # operand -> the private array holding its row (``cache_rows``)
+        self.kept_rows: dict = {}   # kept operand -> the private array holding its row (``cache_rows``)
         self.cache_filled = False   # whether the first loop has stored them (later loops read them there)
 
     # ------------------------------------------------------------------ the three layouts
@@ -517,14 +518,21 @@ class _ReduceKernel:
         again (layernorm's gathered embedding row, read by its variance and its normalised row; a masked
         attention row, read by its sum of exps and its softmax). Only values computed inline (not a plain
         buffer read) of float32 are kept: each later loop then reads one private element where it would
-        have gathered and recomputed; the values and the order of the additions are unchanged."""
+        have gathered and recomputed; the values and the order of the additions are unchanged. The kept
+        operands (``kept_operands``: softmax's ``exp(x - max)``) get a private row as well, where the reduction's
+        loop stores them and the row values' loop reads them, instead of their row value's output buffer (a store
+        and a load of a storage buffer per element, each a loop over the lanes on lavapipe: the causal softmax's
+        kernel over [4096, 64] 0.6-0.75x the CPU time, docs/performance.md)."""
         g, ctx = self.g, self.ctx
         limit = int(ctx.opts.get("row_cache", 0) or 0)
         stages = g.stages()
         if self.flat or not limit or self.R > limit or (max(stages) == 0 and not g.row_roots):
             return
-        later = [x for (_, x, _), st in zip(g.parts, stages, strict=True) if st > 0] + list(g.row_roots)
         f32 = np.dtype(np.float32)
+        for x in self.kept:
+            if x.aval.dtype == f32:
+                self.kept_rows[x] = self.b.array("private", f32, self.R, "kept")
+        later = [x for (_, x, _), st in zip(g.parts, stages, strict=True) if st > 0] + list(g.row_roots)
         first = [x for (_, x, _), st in zip(g.parts, stages, strict=True) if st == 0]
         for x in dict.fromkeys(first):
             if (isinstance(x, Var) and x not in self.kept and x.aval.dtype == f32 and x.aval.shape == self.shape
@@ -650,7 +658,7 @@ class _ReduceKernel:
                 self.vector_loads(self.vector_reads(g.row_roots, r, row_values=True))
             kept = {}
             for x, v in self.kept.items() if vec else ():   # read back four at a time before any store
-                if v in self.vector_out:
+                if v in self.vector_out and x not in self.kept_rows:
                     at = op("div", to_expr(linearize(self.x_index(r, 0), self.shape)), const(4, INT32))
                     w = b.let(b.load(self.wide_output(v), at, vector_dtype(x.aval.dtype)), "kept")
                     kept[x] = [b.let(Lane(w, k, x.aval.dtype)) for k in range(4)]
@@ -660,6 +668,10 @@ class _ReduceKernel:
                 xi = self.x_index(r, k)
                 pos = b.let(to_expr(linearize(xi, self.shape)))
                 for x, v in self.kept.items():   # stored there by the reduction's loop, by this work-item
+                    if x in self.kept_rows:
+                        at = r if not k else b.let(op("add", r, const(k, INT32)))
+                        em.seed(x, xi, b.let(b.load(self.kept_rows[x], at, x.aval.dtype, "private")))
+                        continue
                     em.seed(x, xi, kept[x][k] if x in kept else
                             b.let(b.load(ctx.output(b, self.args, v), pos, x.aval.dtype), "kept"))
                 for v in g.row_roots:
@@ -680,7 +692,9 @@ class _ReduceKernel:
             xv = self.x_at(x, r, k)
             if x in self.cache and not self.cache_filled:
                 b.store(self.cache[x], r if not k else b.let(op("add", r, const(k, INT32))), xv, space="private")
-            if x in self.kept and k is not None and self.kept[x] in self.vector_out:
+            if x in self.kept_rows:
+                b.store(self.kept_rows[x], r if not k else b.let(op("add", r, const(k, INT32))), xv, space="private")
+            elif x in self.kept and k is not None and self.kept[x] in self.vector_out:
                 self.pending.setdefault(self.kept[x], []).append(xv)
             elif x in self.kept:
                 b.store(self.ctx.output(b, self.args, self.kept[x]),
