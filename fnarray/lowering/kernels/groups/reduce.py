@@ -589,17 +589,7 @@ class _ReduceKernel:
         if not self.vectors:
             return []
         g, f32 = self.g, np.dtype(np.float32)
-        reads: dict = {}
-        an = self.ctx.emitter(KernelBuilder("analysis"), computes=set(g.roots) | set(g.row_roots),
-                              on_read=lambda var, key: reads.setdefault(var, set()).add(key))
-        an.adopt(self.em)
-        xi = self.x_index(r, 0)
-        for x in self.kept if row_values else ():
-            an.seed(x, xi, const(0, x.aval.dtype))
-        for x in self.cache if self.cache_filled else ():   # read from the private row, not recomputed
-            an.seed(x, xi, const(0, x.aval.dtype))
-        for x in xs:
-            an.val(x, xi)
+        reads = self._loop_reads(xs, r, 0, row_values)
         row = ix_var(r.name, self.R - 3)
         found = []
         for u, keys in reads.items():
@@ -611,6 +601,42 @@ class _ReduceKernel:
                         and (row.is_const() or (key != off and not _mentions(off, r.name)))):
                     found.append((u, key))
         return found
+
+    def _loop_reads(self, xs, r, k, row_values) -> dict:
+        """``{buffer var: keys}`` that computing ``xs`` at the row's element ``r`` (``r + k``: ``x_index``) of a loop
+        reads: ``xs`` emitted into a scratch builder (``ctx.emitter``'s analysis form) that knows what the kernel's
+        emitter knows, the kept operands (``row_values``) and the cached rows read where the loop reads them."""
+        g = self.g
+        reads: dict = {}
+        an = self.ctx.emitter(KernelBuilder("analysis"), computes=set(g.roots) | set(g.row_roots),
+                              on_read=lambda var, key: reads.setdefault(var, set()).add(key))
+        an.adopt(self.em)
+        xi = self.x_index(r, k)
+        for x in self.kept if row_values else ():
+            an.seed(x, xi, const(0, x.aval.dtype))
+        for x in self.cache if self.cache_filled else ():   # read from the private row, not recomputed
+            an.seed(x, xi, const(0, x.aval.dtype))
+        for x in xs:
+            an.val(x, xi)
+        return reads
+
+    def hoist_reads(self, xs, vec, row_values=False):
+        """Load before a loop over the row the buffer elements that computing ``xs`` reads at the same place for
+        every element of the row (layernorm's token id, a bias of the output's own column, a scalar), each seeded
+        for the loop's body to find (the scheduler option ``row_hoist``, webgpu on a CPU adapter: lavapipe loads a
+        storage element lane by lane, in a loop, and does not move a load out of the row's loop itself). ``vec``:
+        the loop takes four elements per iteration. The values read are the same; only where they are loaded."""
+        if not self.ctx.opts.get("row_hoist") or self.flat:
+            return
+        g, b, row = self.g, self.b, Sym("fa_row", INT32)
+        for u, keys in self._loop_reads(xs, row, 0 if vec else None, row_values).items():
+            if u in g.products or u in g.roots:
+                continue
+            for key in keys:
+                if key != "zero" and (not _of_indices(key) or _mentions(key, row.name)):
+                    continue
+                at = const(0, INT32) if key == "zero" else to_expr(key)
+                self.em.seed_key(u, key, b.let(b.load(self.em.buffer_of(u), at, u.aval.dtype), "row_inv"))
 
     def vectorised(self, xs, row_values=False) -> bool:
         """Whether a loop over the row computing ``xs`` takes four elements per iteration: some of its reads
@@ -653,6 +679,8 @@ class _ReduceKernel:
         if not g.row_roots:
             return
         vec = step is None and self.vectorised(g.row_roots, row_values=True)
+        if step is None:
+            self.hoist_reads(g.row_roots, vec, row_values=True)
         with b.loop(start, self.rows, const(4, INT32) if vec else step) as r:
             if vec:
                 self.vector_loads(self.vector_reads(g.row_roots, r, row_values=True))
@@ -717,6 +745,7 @@ class _ReduceKernel:
         xs = [x for _, x, _ in parts]
         if step is None and U == 1 and self.vectorised(xs):
             # four elements per iteration, each folded in order: the same results, bit for bit
+            self.hoist_reads(xs, True)
             with b.loop(start, self.rows, const(4, INT32)) as r:
                 self.vector_loads(self.vector_reads(xs, r))
                 for k in range(4):
@@ -725,6 +754,8 @@ class _ReduceKernel:
                 self.pending = {}
             return accs
         if U == 1:
+            if step is None:
+                self.hoist_reads(xs, False)
             with b.loop(start, self.rows, step) as r:
                 self.fold(parts, accs, r)
             return accs
