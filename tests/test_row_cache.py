@@ -68,6 +68,11 @@ def test_embedding_layernorm_rows_match_float64(target, batch, seq, width):
     np.testing.assert_allclose(got, want, rtol=3e-5, atol=3e-5 * max(1.0, float(np.abs(want).max(initial=0))))
     kept = _keeps_rows(dev) and batch > 0 and width <= webgpu_backend.CPU_ROW_CACHE
     assert (_private_rows(text, width) > 0) == kept, text
+    if width <= 64:   # a work item per row (longer rows of so few outputs: a work-group): the token id is read
+        # once before the row's first loop, not once per element in it (the scheduler option ``row_hoist``)
+        ids_bufs = re.findall(r"var<storage, read> (\w+): array<i32>", text)
+        before = text.split("for (")[0]
+        assert any(f"{n}[" in before for n in ids_bufs) == kept, text
 
 
 def _masked_softmax(s):
@@ -108,3 +113,5 @@ def test_masked_softmax_rows_and_gradient_match_float64(target, shape):
         np.testing.assert_allclose(a, want, rtol=3e-5, atol=3e-6)
     kept = _keeps_rows(dev) and s.size > 0
     assert (_private_rows(text, shape[-1]) > 0) == kept, text
+    # the exps that the row values divide: a private row too, not their output buffer stored and read back
+    assert (len(re.findall(rf"var kept\d+: array<f32, {shape[-1]}>", text)) > 0) == kept, text

@@ -191,6 +191,8 @@ def schedule_program(program: Program, caps, **opts) -> Plan:
     item of a ``pallas_call`` kernel with a ``dot`` in row mode: ``groups/pallas.py``), ``row_vec4`` (a work item's
     loops over float32 rows of a multiple of 4 read them four elements per load: ``groups/reduce.py``), ``row_cache``
     (the longest row whose computed operand a work item's row kernel keeps in a private array between its loops),
+    ``row_hoist`` (a work item's row loops load the buffer elements they read at one place for the whole row once,
+    before the loop),
     ``reduce_per_item`` (``(outputs, rows)``: a reduction into at least that many outputs of rows of at most that many
     elements keeps a work item per output, not a cooperating work-group: both ``groups/reduce.py``),
     ``dot_upcast_reuse`` (a product's low-bit operand whose elements it uses more than that many times is

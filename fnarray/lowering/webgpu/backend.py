@@ -849,9 +849,9 @@ class WebGPULowered(KernelLowered):
                 # its row values, four elements per load and store (lavapipe, interleaved, load 3-4: softmax
                 # [1024, 256] 1.8x, layernorm 1.7x; the transformer step 173-174 -> 156-157 CPU ms)
                 opts["row_vec4"] = True
-                # groups/reduce.py: a row's computed operand (layernorm's gathered embedding, a masked score row)
-                # kept in a private array by the first loop over the row and read there by the later ones
-                opts["row_cache"] = CPU_ROW_CACHE
+                # groups/reduce.py: a row's computed operand (a gathered embedding, a masked score row) in a private
+                # array between its loops; what a row's loop reads at one place for the row (a token id) loaded before
+                opts["row_cache"], opts["row_hoist"] = CPU_ROW_CACHE, True
                 # groups/reduce.py: many outputs of rows of a few thousand elements: a work item per output
                 # (lavapipe switches a work-group's coroutines at every barrier of the combining tree)
                 opts["reduce_per_item"] = CPU_REDUCE_PER_ITEM

@@ -457,6 +457,7 @@ class _ReduceKernel:
         self.pending: dict = {}   # vector_out value -> its four lanes' values, by fold
         self.vectors_bound = False
         self.cache: dict = {}     # operand -> the private array holding its row (``cache_rows``)
+        self.kept_rows: dict = {}   # kept operand -> the private array holding its row (``cache_rows``)
         self.cache_filled = False   # whether the first loop has stored them (later loops read them there)
 
     # ------------------------------------------------------------------ the three layouts
@@ -517,14 +518,21 @@ class _ReduceKernel:
         again (layernorm's gathered embedding row, read by its variance and its normalised row; a masked
         attention row, read by its sum of exps and its softmax). Only values computed inline (not a plain
         buffer read) of float32 are kept: each later loop then reads one private element where it would
-        have gathered and recomputed; the values and the order of the additions are unchanged."""
+        have gathered and recomputed; the values and the order of the additions are unchanged. The kept
+        operands (``kept_operands``: softmax's ``exp(x - max)``) get a private row as well, where the reduction's
+        loop stores them and the row values' loop reads them, instead of their row value's output buffer (a store
+        and a load of a storage buffer per element, each a loop over the lanes on lavapipe: the causal softmax's
+        kernel over [4096, 64] 0.6-0.75x the CPU time, docs/performance.md)."""
         g, ctx = self.g, self.ctx
         limit = int(ctx.opts.get("row_cache", 0) or 0)
         stages = g.stages()
         if self.flat or not limit or self.R > limit or (max(stages) == 0 and not g.row_roots):
             return
-        later = [x for (_, x, _), st in zip(g.parts, stages, strict=True) if st > 0] + list(g.row_roots)
         f32 = np.dtype(np.float32)
+        for x in self.kept:
+            if x.aval.dtype == f32:
+                self.kept_rows[x] = self.b.array("private", f32, self.R, "kept")
+        later = [x for (_, x, _), st in zip(g.parts, stages, strict=True) if st > 0] + list(g.row_roots)
         first = [x for (_, x, _), st in zip(g.parts, stages, strict=True) if st == 0]
         for x in dict.fromkeys(first):
             if (isinstance(x, Var) and x not in self.kept and x.aval.dtype == f32 and x.aval.shape == self.shape
@@ -581,17 +589,7 @@ class _ReduceKernel:
         if not self.vectors:
             return []
         g, f32 = self.g, np.dtype(np.float32)
-        reads: dict = {}
-        an = self.ctx.emitter(KernelBuilder("analysis"), computes=set(g.roots) | set(g.row_roots),
-                              on_read=lambda var, key: reads.setdefault(var, set()).add(key))
-        an.adopt(self.em)
-        xi = self.x_index(r, 0)
-        for x in self.kept if row_values else ():
-            an.seed(x, xi, const(0, x.aval.dtype))
-        for x in self.cache if self.cache_filled else ():   # read from the private row, not recomputed
-            an.seed(x, xi, const(0, x.aval.dtype))
-        for x in xs:
-            an.val(x, xi)
+        reads = self._loop_reads(xs, r, 0, row_values)
         row = ix_var(r.name, self.R - 3)
         found = []
         for u, keys in reads.items():
@@ -603,6 +601,42 @@ class _ReduceKernel:
                         and (row.is_const() or (key != off and not _mentions(off, r.name)))):
                     found.append((u, key))
         return found
+
+    def _loop_reads(self, xs, r, k, row_values) -> dict:
+        """``{buffer var: keys}`` that computing ``xs`` at the row's element ``r`` (``r + k``: ``x_index``) of a loop
+        reads: ``xs`` emitted into a scratch builder (``ctx.emitter``'s analysis form) that knows what the kernel's
+        emitter knows, the kept operands (``row_values``) and the cached rows read where the loop reads them."""
+        g = self.g
+        reads: dict = {}
+        an = self.ctx.emitter(KernelBuilder("analysis"), computes=set(g.roots) | set(g.row_roots),
+                              on_read=lambda var, key: reads.setdefault(var, set()).add(key))
+        an.adopt(self.em)
+        xi = self.x_index(r, k)
+        for x in self.kept if row_values else ():
+            an.seed(x, xi, const(0, x.aval.dtype))
+        for x in self.cache if self.cache_filled else ():   # read from the private row, not recomputed
+            an.seed(x, xi, const(0, x.aval.dtype))
+        for x in xs:
+            an.val(x, xi)
+        return reads
+
+    def hoist_reads(self, xs, vec, row_values=False):
+        """Load before a loop over the row the buffer elements that computing ``xs`` reads at the same place for
+        every element of the row (layernorm's token id, a bias of the output's own column, a scalar), each seeded
+        for the loop's body to find (the scheduler option ``row_hoist``, webgpu on a CPU adapter: lavapipe loads a
+        storage element lane by lane, in a loop, and does not move a load out of the row's loop itself). ``vec``:
+        the loop takes four elements per iteration. The values read are the same; only where they are loaded."""
+        if not self.ctx.opts.get("row_hoist") or self.flat:
+            return
+        g, b, row = self.g, self.b, Sym("fa_row", INT32)
+        for u, keys in self._loop_reads(xs, row, 0 if vec else None, row_values).items():
+            if u in g.products or u in g.roots:
+                continue
+            for key in keys:
+                if key != "zero" and (not _of_indices(key) or _mentions(key, row.name)):
+                    continue
+                at = const(0, INT32) if key == "zero" else to_expr(key)
+                self.em.seed_key(u, key, b.let(b.load(self.em.buffer_of(u), at, u.aval.dtype), "row_inv"))
 
     def vectorised(self, xs, row_values=False) -> bool:
         """Whether a loop over the row computing ``xs`` takes four elements per iteration: some of its reads
@@ -645,12 +679,14 @@ class _ReduceKernel:
         if not g.row_roots:
             return
         vec = step is None and self.vectorised(g.row_roots, row_values=True)
+        if step is None:
+            self.hoist_reads(g.row_roots, vec, row_values=True)
         with b.loop(start, self.rows, const(4, INT32) if vec else step) as r:
             if vec:
                 self.vector_loads(self.vector_reads(g.row_roots, r, row_values=True))
             kept = {}
             for x, v in self.kept.items() if vec else ():   # read back four at a time before any store
-                if v in self.vector_out:
+                if v in self.vector_out and x not in self.kept_rows:
                     at = op("div", to_expr(linearize(self.x_index(r, 0), self.shape)), const(4, INT32))
                     w = b.let(b.load(self.wide_output(v), at, vector_dtype(x.aval.dtype)), "kept")
                     kept[x] = [b.let(Lane(w, k, x.aval.dtype)) for k in range(4)]
@@ -660,6 +696,10 @@ class _ReduceKernel:
                 xi = self.x_index(r, k)
                 pos = b.let(to_expr(linearize(xi, self.shape)))
                 for x, v in self.kept.items():   # stored there by the reduction's loop, by this work-item
+                    if x in self.kept_rows:
+                        at = r if not k else b.let(op("add", r, const(k, INT32)))
+                        em.seed(x, xi, b.let(b.load(self.kept_rows[x], at, x.aval.dtype, "private")))
+                        continue
                     em.seed(x, xi, kept[x][k] if x in kept else
                             b.let(b.load(ctx.output(b, self.args, v), pos, x.aval.dtype), "kept"))
                 for v in g.row_roots:
@@ -680,7 +720,9 @@ class _ReduceKernel:
             xv = self.x_at(x, r, k)
             if x in self.cache and not self.cache_filled:
                 b.store(self.cache[x], r if not k else b.let(op("add", r, const(k, INT32))), xv, space="private")
-            if x in self.kept and k is not None and self.kept[x] in self.vector_out:
+            if x in self.kept_rows:
+                b.store(self.kept_rows[x], r if not k else b.let(op("add", r, const(k, INT32))), xv, space="private")
+            elif x in self.kept and k is not None and self.kept[x] in self.vector_out:
                 self.pending.setdefault(self.kept[x], []).append(xv)
             elif x in self.kept:
                 b.store(self.ctx.output(b, self.args, self.kept[x]),
@@ -703,6 +745,7 @@ class _ReduceKernel:
         xs = [x for _, x, _ in parts]
         if step is None and U == 1 and self.vectorised(xs):
             # four elements per iteration, each folded in order: the same results, bit for bit
+            self.hoist_reads(xs, True)
             with b.loop(start, self.rows, const(4, INT32)) as r:
                 self.vector_loads(self.vector_reads(xs, r))
                 for k in range(4):
@@ -711,6 +754,8 @@ class _ReduceKernel:
                 self.pending = {}
             return accs
         if U == 1:
+            if step is None:
+                self.hoist_reads(xs, False)
             with b.loop(start, self.rows, step) as r:
                 self.fold(parts, accs, r)
             return accs
