@@ -761,6 +761,34 @@ def test_prefill_panels_follow_the_weights_call_after_call(on):
         assert runs == [both, ["quantized_tile"], both, both, both], runs
 
 
+@pytest.mark.parametrize("kdev", ["opencl"], indirect=True)
+def test_prefill_elements_masked_in_place_are_the_shifted_products(kdev, no_fallback, monkeypatch):
+    """The tiled ``x @ W.T`` kernel masks an affine element inside its word in place (``q * 2**s`` against the
+    scale times ``2**-s``): random 4-bit words (every code at every position), 6 rows, against NumPy in float64 on
+    the dequantized weights and bit for bit against the kernel that shifts every element down
+    (``quantized.IN_PLACE`` off; every bit width's tiled form is checked against float64 by
+    ``test_prefill_rows_match_the_float64_reference``)."""
+    from fnarray.lowering.kernels.groups import quantized
+    rng = np.random.default_rng(4)
+    gs, k, n, bits = 32, 128, 24, 4
+    w_q = rng.integers(0, 2 ** 32, (n, k * bits // 32), dtype=np.uint32)
+    scales = rng.uniform(-0.1, 0.1, (n, k // gs)).astype(np.float32)
+    biases = rng.uniform(-1, 1, (n, k // gs)).astype(np.float32)
+    wd = np.asarray(fa.dequantize(w_q, scales, biases, group_size=gs, bits=bits), np.float64)
+    x = rng.standard_normal((6, k)).astype(np.float32)
+    args = [fa.device_put(a, kdev) for a in (x, w_q, scales, biases)]
+    got = []
+    for in_place in (True, False):
+        monkeypatch.setattr(quantized, "IN_PLACE", in_place)
+        f = fa.jit(functools.partial(fa.quantized_matmul, transpose=True, group_size=gs, bits=bits))
+        assert [nm[:14] for nm in (k_.name for k_ in f.lower(*args).kernels())] == ["quantized_pack",
+                                                                                   "quantized_tile"]
+        got.append(np.asarray(f(*args)))
+    want = x.astype(np.float64) @ wd.T
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=2e-5 * np.sqrt(k))
+    np.testing.assert_array_equal(got[0], got[1])
+
+
 def test_x_at_w_with_many_rows_is_one_tiled_kernel_with_its_epilogue(on):
     """``transpose=False`` with more than 4 rows: one kernel (the tiled form reads the packed rows of ``W`` in
     place, no copy kernel), the bias and relu its epilogue; against NumPy in float64."""

@@ -29,7 +29,9 @@ For more than ``ROWS`` rows (prefill, ``tiled``) ``transpose=True`` takes a tile
 packed words out in panels of ``rn`` output columns (``[panel][word][column]``: the panel's words of one position
 side by side; scales and biases likewise, in the accumulation dtype), then a work item computes ``rm`` rows x
 ``rn`` columns in registers, dequantizing each weight once (``scale * q + bias``) for its ``rm`` rows; the tile
-is a tunable choice (``TILE_TUNABLE``, default 3 x 16). Against float32's register-tiled matmul on PoCL 3.0,
+is a tunable choice (``TILE_TUNABLE``, default 4 x 16). An affine element inside its word is masked in place, not
+shifted down: ``q * 2**s`` converts exactly and meets the group's scale times ``2**-s`` (the same products, one
+integer operation fewer per element: 0.75-0.9x the kernel's time on PoCL). Against float32's register-tiled matmul on PoCL 3.0,
 64 and 256 rows of a 1024 x 1024 4-bit product take 0.45-0.6x its time (they took 1.7-2.7x with the
 matrix-vector form), 0.74x on PoCL 3.1 and 0.1x on lavapipe. ``transpose=False`` (``x @ W``, the gradient) has a
 tiled form of its own (``_tiled_columns``): ``W``'s rows are packed along the output axis, so a work item's ``rn``
@@ -111,8 +113,12 @@ LANES = {1: 8}
 #: per work-group (column panels x row blocks). 3 x 16, u 4 measured best on PoCL 3.0 (256 rows of a
 #: 1024 x 1024 4-bit product, process CPU time against float32's: 3x16 0.60, 4x16 0.77, 2x16 0.79, 4x8 0.78,
 #: 6x16 0.94); on PoCL 3.1 4x16 and 6x16 were best (0.68, 0.66; 3x16 0.73); on lavapipe 4x16 u 8 (0.07 of
-#: its float32 matmul; 3x16 0.09).
-DEFAULT_TILE = {"rm": 3, "rn": 16, "u": 4, "wx": 8, "wy": 8}
+#: its float32 matmul; 3x16 0.09). With affine elements masked in place (``_in_place_shift``, one shift fewer per
+#: element) 4x16 is best on both PoCLs at the llm's widths (64 and 256 rows of 1024 x 2816, 2816 x 1024 and
+#: 1024 x 1024 4-bit, group 64, process CPU time against float32's product, load 11-12: PoCL 3.0 4x16 1.05-1.20,
+#: 3x16 1.25-1.40; PoCL 3.1 4x16 1.06-1.32, 3x16 1.23-1.46; u 8, 6x8, 8x8 and 4x8 no better; mxfp4 and nvfp4
+#: 0.90-1.31 against 1.00-1.52 with 3x16; docs/performance.md, "opencl:0 4-bit prefill: elements masked in place").
+DEFAULT_TILE = {"rm": 4, "rn": 16, "u": 4, "wx": 8, "wy": 8}
 #: ``_tiled_columns``' (``x @ W``) default tile: 4 x 16 was best on PoCL 3.0, PoCL 3.1 and lavapipe alike (256 rows of
 #: 1024 x 1024, process CPU ms against 3 x 16: PoCL 3.0 affine 19.7 / 23.6, mxfp4 14.2 / 17.7; PoCL 3.1 affine 15.2
 #: / 19.9, mxfp4 23.4 / 35.2; lavapipe affine 55 / 63, mxfp4 53 / 62; 2x16, 4x8, 3x8 u8 and 6x8 slower).
@@ -630,7 +636,6 @@ class QuantizedMatmulGroup(EquationGroup):
         span_words, span_elems = span_bits // 32, span_bits // bits
         while bf16 and span_elems < u and gs % (2 * span_elems) == 0:
             span_words, span_elems = 2 * span_words, 2 * span_elems
-        mask = const((1 << bits) - 1, UINT32)
         with b.loop(const(0, INT32), const(groups, INT32), hint="g") as g:
             gi = b.let(op("add", sbase, op("mul", g, const(rn, INT32))), "gi")
             scale = [self._load_f(b, ss, b.let(op("add", gi, const(c, INT32))), acc, acc) for c in range(rn)]
@@ -642,11 +647,11 @@ class QuantizedMatmulGroup(EquationGroup):
                 wd = [[b.load(ws, b.let(op("add", wb, const(j * rn + c, INT32))), UINT32) for j in range(span_words)]
                       for c in range(rn)]
                 xb = b.let(op("mul", span, const(span_elems, INT32)), "xb")
+                shifted = {}   # scale * 2**-s per column, by in-place shift s (_in_place_shift)
                 for j0 in range(0, span_elems, u):
                     js = range(j0, min(j0 + u, span_elems))
-                    wv = {(j, c): b.let(_bf16_element(b, wd[c], j, scale[c], acc) if bf16 else
-                                        _dequantized(b, _element(b, wd[c], j * bits, bits, mask), scale[c], bias[c],
-                                                     acc, p["mode"]), "wv")
+                    wv = {(j, c): b.let(self._tile_weight(b, wd[c], j, (scale, bias, shifted), c, acc, bf16, bits)
+                                        , "wv")
                           for j in js for c in range(rn)}
                     xv = {(j, r): self._load_f(b, xs, b.let(op("add", x_rows[r], op("add", xb, const(j, INT32)))),
                                                x.aval.dtype, acc) for j in js for r in range(rm)}
@@ -656,6 +661,25 @@ class QuantizedMatmulGroup(EquationGroup):
                             for j in js:   # one expression per accumulator (contracted into fused multiply-adds)
                                 total = op("add", total, op("mul", xv[j, r], wv[j, c]))
                             b.assign(accs[r][c], total)
+
+    def _tile_weight(self, b, words, j, group, c, acc, bf16, bits):
+        """Element ``j`` of column ``c``'s span ``words`` in ``_tile_contraction``, dequantized: a bfloat16 panel
+        value times its scale, or ``scale * q + bias``. An affine element that lies inside its word below the sign
+        bit is masked in place (``_in_place_shift``: ``q * 2**s`` converted exactly) and multiplied by the scale
+        times ``2**-s`` (formed once per group, kept in ``group[2]`` by ``s``): the same products as
+        ``scale * q``, one shift fewer per element."""
+        scale, bias, shifted = group
+        if bf16:
+            return _bf16_element(b, words, j, scale[c], acc)
+        mode = self.eqn.params["mode"]
+        s = _in_place_shift(j * bits, bits, mode)
+        if s is None:
+            return _dequantized(b, _element(b, words, j * bits, bits, const((1 << bits) - 1, UINT32)), scale[c],
+                                bias[c], acc, mode)
+        if (s, c) not in shifted:
+            shifted[s, c] = b.let(op("mul", scale[c], const(2.0 ** -s, acc)), "ss")
+        q = b.let(op("and", words[j * bits // 32], const(((1 << bits) - 1) << s, UINT32)), "qi")
+        return op("add", op("mul", shifted[s, c], b.let(Cast(b.let(Cast(q, INT32)), acc))), bias[c])
 
     def _tile_store(self, b, em, args, accs, acc, row0, sizes, col0=None, guard=None):
         """The tiled kernel's results: each accumulator inside the ``m x n`` output stored (and its roots), where
@@ -959,6 +983,20 @@ def _dequantized(b, q, scale, bias, acc, mode):
         return op("mul", scale, b.let(_float_element(q, mode, acc)))
     return op("add", op("mul", scale, b.let(Cast(b.let(Cast(q, INT32)), acc))), bias)
 
+
+
+#: Whether the tiled form masks an affine element in place (``_in_place_shift``) rather than shifting it down.
+IN_PLACE = True
+
+
+def _in_place_shift(start, bits, mode):
+    """The shift ``s`` of an affine element at bit ``start`` of a chunk that ``QuantizedMatmulGroup._tile_weight``
+    masks in place (``q * 2**s`` stays below 2**31, so its int32 conversion is exact), or ``None`` (``IN_PLACE`` off,
+    a floating mode, an element at shift 0 or straddling words or reaching the sign bit: shifted as ``_element``)."""
+    s = start % 32
+    if not IN_PLACE or mode != "affine" or s == 0 or s + bits > 31:
+        return None
+    return s
 
 
 def _bf16_element(b, words, j, scale, acc):
