@@ -111,3 +111,9 @@ def test_mlx_eager_tapes_keep_reduced_axes_and_leave_broadcasts_to_mlx():
     want = {("max", "float32"): 1, ("subtract", "float32"): 1, ("sum", "float32"): 1, ("divide", "float32"): 1,
             ("max", "int32"): 2, ("subtract", "int32"): 2}   # integers: the rules' own reduction and broadcast
     assert {k: calls.get(k) for k in want} == want, calls
+    # nineteenth session: a replay names a passed-on operand in place of calling ``keepdims.same`` (the reshape
+    # after the keepdims reduction), and a broadcasting operator goes to the namespace's wrapper without
+    # eager_ops' ``_miss`` (which learns nothing from two avals)
+    m = x.max(axis=-1, keepdims=True)
+    names = python_calls(lambda: x.max(axis=-1, keepdims=True)) + python_calls(lambda: x - m)
+    assert "same" not in names and "_miss" not in names and "_keyed" not in names, names

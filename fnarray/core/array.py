@@ -60,12 +60,12 @@ def _binop(name, reflected=False):
     # NotImplemented, so Python tries the other side and `x == None` is False, as in JAX.
     if reflected:
         def method(self, other):
-            if not isinstance(other, (Array,) + _OPERAND_TYPES):
+            if not isinstance(other, _OPERANDS):
                 return foreign_operand(other, name)
             return getattr(ops, name)(other, self)
     else:
         def method(self, other):
-            if not isinstance(other, (Array,) + _OPERAND_TYPES):
+            if not isinstance(other, _OPERANDS):
                 return foreign_operand(other, name)
             return getattr(ops, name)(self, other)
     method.__name__ = f"__{'r' if reflected else ''}{name}__"
@@ -264,3 +264,7 @@ class Array:
         if ndigits is None:
             return round(self.item())
         return ops.round(self, ndigits)
+
+
+# What Array's binary operators accept (others give NotImplemented): one tuple, not one made per call.
+_OPERANDS = (Array,) + _OPERAND_TYPES

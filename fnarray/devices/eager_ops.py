@@ -177,7 +177,9 @@ def _binary(code, general):
         t = type(other)
         if t is ArrayImpl:
             av, oav = self.aval, other.aval
-            if (oav is av or oav == av) and (tracing.plain or _fast_now()):
+            if oav is not av and oav != av:  # two avals (a broadcast): the general path, nothing to learn
+                return general(self, other)
+            if tracing.plain or _fast_now():
                 # The entry is keyed by this array's aval alone (the other's must equal it: operands of two
                 # avals, a broadcast, go to the general path without a lookup, and learn nothing there).
                 dev = self._device
@@ -394,6 +396,9 @@ def _one_output(exe, n):
     call = getattr(exe, "call_args", None)
     if call is not None and getattr(exe, "reraise", None) is not None:
         # Errors are not translated here: any error of a fast call re-runs the general path, which does.
+        one = getattr(exe, "one", None)  # mlx: the rule of one output itself (``buf -> buf``, no list)
+        if one is not None:
+            return one
         if n == 1:
             def fn(a):
                 return call(a)[0]

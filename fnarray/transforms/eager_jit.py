@@ -392,14 +392,19 @@ def _make(fn, args, kwargs, key, arrays, general=None):
     return out
 
 
-def _early(fn, args, kwargs, key, arrays):
+_UNSEEN = object()  # ``_early``'s default: the caller did not look the key up in ``_seen``
+
+
+def _early(fn, args, kwargs, key, arrays, seen=_UNSEEN):
     """A call of a key without a program nor a tape: the general path (counted), the key's tape made now
-    (``_taped``, from the call ``_tape_calls`` says), or its program made now (``_make``)."""
+    (``_taped``, from the call ``_tape_calls`` says), or its program made now (``_make``). ``seen``: the key's
+    ``_seen`` entry where the caller looked it up already."""
     # [calls so far, tape failed (True), or its record refused (_TRACE: the next tape is traced)]: counted in place
     # (no lock; a lost count is harmless). Looked up without reordering (``_seen_d``: a reorder re-hashes the key,
     # ~0.3 us of a general call): the keys not yet given a tape or a program leave in the order they came, and a
     # key pushed out before its tape's call only counts its calls again.
-    seen = _seen_d.get(key)
+    if seen is _UNSEEN:
+        seen = _seen_d.get(key)
     if seen is None:
         if _device_policy(arrays[0]._device) == "off":  # kernels per primitive (opencl, webgpu): the general path
             return fn(*args, **kwargs)
@@ -621,7 +626,7 @@ def _promoted(fn, args, kwargs, key, arrays, seen):
     general path raises)."""
     p = seen[2]
     _programs.put(key, p)
-    _seen.pop(key)
+    _seen_d.pop(key, None)  # (one GIL-atomic operation, as ``_early``'s lookup: no lock)
     try:
         out = p.run(arrays)
     except Exception:  # the general path raises its own error (or succeeds)
@@ -755,15 +760,55 @@ def _wrap(fn, module):
         return w
     if fn in _WRAPPED:
         return fn  # already a wrapper (imported from a module installed before)
+    f = _wrapper(fn)
+    _WRAPPERS[fn] = functools.update_wrapper(f, fn)
+    _WRAPPED.add(f)
+    # Named after the namespace that exports it, where pickle and checkpoints (which refer to functions by
+    # module and name, and check that the name gives the same object) find this wrapper.
+    f.__module__ = module
+    if "<" in f.__qualname__:  # made by a factory (``_arith.<locals>.f``): its public name
+        f.__qualname__ = f.__name__
+    return f
 
+
+def _wrapper(fn):
+    """The wrapper of ``fn`` (``_wrap``): the module docstring's keyed call."""
     def f(*args, **kwargs):
         if (tracing.plain or _fast_now()) and placement.debug_check is None:
-            keyed = _keyed(fn, args, kwargs)
+            # ``_keyed``'s commonest keys made here (no call): one or two arrays, or one array with keyword
+            # values (``x.sum(axis=-1, keepdims=True)``), on one device
+            keyed = None
+            n = len(args)
+            x = args[0] if n else None
+            if type(x) is ArrayImpl:
+                if n == 1:
+                    if not kwargs:
+                        keyed = (fn, x.aval, id(x._device), config.generation), args
+                    else:
+                        key = [fn, x.aval]
+                        for name, v in kwargs.items():
+                            t = type(v)
+                            if t not in _VALUE_LEAVES:
+                                break
+                            key += (name, t, v)
+                        else:
+                            key.append(id(x._device))
+                            key.append(config.generation)
+                            keyed = tuple(key), args
+                elif n == 2 and not kwargs:
+                    y = args[1]
+                    if type(y) is ArrayImpl and y._device is x._device:
+                        keyed = (fn, x.aval, y.aval, id(x._device), config.generation), args
+            if keyed is None:
+                keyed = _keyed(fn, args, kwargs)
             if keyed is not None:
                 key, arrays = keyed
                 p = _programs_d.get(key)
                 if p is None:
-                    return _early(fn, args, kwargs, key, arrays)
+                    seen = _seen_d.get(key)
+                    if seen is not None and len(seen) > 2 and seen[1] is False:  # (``_early``'s first case)
+                        return _promoted(fn, args, kwargs, key, arrays, seen)
+                    return _early(fn, args, kwargs, key, arrays, seen)
                 run, n = p.run, p.calls
                 if run is None or n >= p.limit:
                     return _hit(fn, args, kwargs, key, arrays, p)
@@ -778,13 +823,6 @@ def _wrap(fn, module):
         elif _profile.recorder is not None:
             return _profiled(fn, args, kwargs)
         return fn(*args, **kwargs)
-    _WRAPPERS[fn] = functools.update_wrapper(f, fn)
-    _WRAPPED.add(f)
-    # Named after the namespace that exports it, where pickle and checkpoints (which refer to functions by
-    # module and name, and check that the name gives the same object) find this wrapper.
-    f.__module__ = module
-    if "<" in f.__qualname__:  # made by a factory (``_arith.<locals>.f``): its public name
-        f.__qualname__ = f.__name__
     return f
 
 

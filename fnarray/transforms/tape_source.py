@@ -22,7 +22,9 @@ The source depends on the tape's *structure* only (how many arguments, each step
 count, which slots are outputs and which arguments each output's committed flag reads); the step callables,
 constant buffers, output avals and pytree structure are the arguments of a factory compiled once per structure
 (``_factories``, an LRU cache of ``_FACTORIES`` structures: the decode loop's keys, new at every step, share a
-handful). Compiling a new structure costs ~50-100 us; tapes of more than ``MAX_STEPS`` steps keep ``Tape.run``
+handful). A step whose call has a true ``passes_operand`` attribute returns its one operand (the mlx backend's
+``keepdims.same``, where MLX's neighbouring call broadcasts or keeps the axes itself): its slot names that
+operand, with no call. Compiling a new structure costs ~50-100 us; tapes of more than ``MAX_STEPS`` steps keep ``Tape.run``
 (their structures rarely repeat, and the source would grow with them).
 """
 
@@ -50,7 +52,10 @@ stats = {"compiled": 0}  # structures compiled since the process started (a coun
 def _structure(tape, nouts):
     """What the generated source depends on (a hashable key of ``_factories``), and the steps' calls."""
     calls, ins, single = zip(*tape.steps) if tape.steps else ((), (), ())  # (C-level: at each tape's first replay)
-    return (tape.n, len(tape.fixed), tuple(zip(ins, single, nouts)), tape.outs, tape.out_deps, tape.single), calls
+    passes = tuple(bool(getattr(c, "passes_operand", False)) and one and len(i) == 1
+                   for c, i, one in zip(calls, ins, single))
+    return (tape.n, len(tape.fixed), tuple(zip(ins, single, nouts, passes)), tape.outs, tape.out_deps,
+            tape.single), calls
 
 
 def _committed(args) -> str:
@@ -70,8 +75,10 @@ def _body(n, nfixed, steps, outs, out_deps, single) -> list:
     lines.append(f"    if {' or '.join(f'v{i} is None' for i in range(n))}:")
     lines.append("        return None")
     slot = n + nfixed
-    for k, (ins, one, nout) in enumerate(steps):
+    for k, (ins, one, nout, passes) in enumerate(steps):
         call = f"s{k}({', '.join(_name(s, n, nfixed) for s in ins)})"
+        if passes:  # a step that returns its one operand (``passes_operand``): the slot names that value
+            call = _name(ins[0], n, nfixed)
         if one:
             lines.append(f"    v{slot} = {call}")
         else:

@@ -121,8 +121,13 @@ def keep_reduced_axes(prog: Program) -> Program:
 
 # ------------------------------------------------------------------------------------------------ eager tapes
 def same(x):
-    """A tape step that passes its operand on (a reshape or broadcast that MLX's neighbouring call makes)."""
+    """A tape step that passes its operand on (a reshape or broadcast that MLX's neighbouring call makes); a
+    tape's generated replay names the operand in its place, with no call (``passes_operand``,
+    ``transforms/tape_source.py``)."""
     return x
+
+
+same.passes_operand = True
 
 
 _MX_NAMES = {P.reduce_sum: "sum", P.reduce_max: "max", P.reduce_min: "min"}
