@@ -247,6 +247,8 @@ def test_grad_wrt_the_quantized_weights_raises_naming_dequantize():
         fa.grad(lambda b: fnp.sum(fa.quantized_matmul(x, w_q, scales, b, group_size=32, bits=4)))(biases)
     with pytest.raises(NotImplementedError, match="dequantize"):
         fa.vmap(lambda s: fa.quantized_matmul(x, w_q, s, biases, group_size=32, bits=4))(fnp.stack([scales] * 2))
+    with pytest.raises(DTypeError, match="uint32.*fnarray.dequantize"):   # the words: grad's integer check says it
+        fa.grad(lambda w: fnp.sum(fa.quantized_matmul(x, w, scales, biases, group_size=32, bits=4)))(w_q)
     # The way the message names: through the float weights, d/dscale of sum(x @ (scale * q + bias).T) is sum(x * q).
     g = fa.grad(lambda s: fnp.sum(x @ fa.dequantize(w_q, s, biases, group_size=32, bits=4).T))(scales)
     q = (np.asarray(fa.dequantize(w_q, fnp.ones_like(scales), fnp.zeros_like(biases), group_size=32, bits=4)))
