@@ -404,7 +404,11 @@ def dequantize(w, scales, biases=None, group_size: int | None = None, bits: int 
     group_size, bits = check_format(group_size, bits, mode, "dequantize")
     w, scales = fnp.asarray(w), fnp.asarray(scales)
     if w.dtype != dtypes.uint32:
-        raise DTypeError(f"[dequantize] needs packed uint32 weights, got {w.dtype.name}")
+        raise DTypeError(f"[dequantize] needs packed uint32 weights, got {w.dtype.name} (make them with "
+                         f"fnarray.quantize)")
+    if w.ndim < 2:
+        raise ShapeError(f"[dequantize] needs packed weights of at least 2 dimensions (rows, words), as quantize "
+                         f"returns them, got shape {w.shape}")
     if mode in FLOAT_MODES:
         if biases is not None:
             raise ValueError(f"[dequantize] mode={mode!r} has no biases; pass biases=None")
@@ -420,11 +424,10 @@ def dequantize(w, scales, biases=None, group_size: int | None = None, bits: int 
                              f"and {biases.dtype.name}")
     full = weight_shape(w.shape, bits)
     groups = full[:-1] + (full[-1] // group_size,)
-    if w.ndim < 2 or (w.shape[-1] * 32) % bits or full[-1] % group_size or scales.shape != groups \
-            or biases.shape != groups:
+    if (w.shape[-1] * 32) % bits or full[-1] % group_size or scales.shape != groups or biases.shape != groups:
         raise ShapeError(f"[dequantize] packed weights {w.shape} at bits={bits} stand for shape {full}, whose "
                          f"scales and biases have shape {groups} at group_size={group_size}; got {scales.shape} "
-                         f"and {biases.shape}")
+                         f"and {biases.shape}; pass the group_size and bits that quantize made them with")
     if mode in FLOAT_MODES:
         out = dtypes.bfloat16 if dtype is None else dtypes.requested(dtype, "dequantize")
         if not dtypes.is_float(out):

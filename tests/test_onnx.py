@@ -32,15 +32,20 @@ REF = fa.devices("numpy")[0]
 rng = np.random.default_rng(11)
 
 
-def _session(model):
+def _session(model, optimized=None):
+    """A one-thread CPU session; ``optimized``: where ONNX Runtime writes the graph it optimised. Fused
+    ``MatMulNBits`` run at accuracy level 0 (float activations; ONNX Runtime's default, 4, quantizes them to int8)."""
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
+    opts.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "0")
+    if optimized is not None:
+        opts.optimized_model_filepath = str(optimized)
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def _ort_run(model, feeds):
-    sess = _session(model)
+def _ort_run(model, feeds, optimized=None):
+    sess = _session(model, optimized)
     names = [i.name for i in sess.get_inputs()]
     assert sorted(names) == sorted(feeds), (names, list(feeds))
     return sess.run(None, {k: np.asarray(v) for k, v in feeds.items()})
@@ -467,7 +472,11 @@ def test_quantized_matmul(tmp_path, bits, form):
             assert all(t.data_type != onnx.TensorProto.UINT32 for t in model.graph.initializer)
             packed = w.nbytes * bits // 32 + s.nbytes + b.nbytes   # the integers at their width, scales, biases
             assert os.path.getsize(tmp_path / "q.onnx") < packed * 1.2 + 4096
-        _close(_ort_run(model, feeds), _ref(f, x, wq, s, b), f"quantized_matmul bits={bits} {form}")
+        got = _ort_run(model, feeds, optimized=tmp_path / "opt.onnx")
+        _close(got, _ref(f, x, wq, s, b), f"quantized_matmul bits={bits} {form}")
+        # x @ W.T's QDQ is ONNX Runtime's MatMulNBits pattern (DequantizeLinear along the contraction into MatMul)
+        fused = {n.op_type for n in onnx.load(tmp_path / "opt.onnx").graph.node}
+        assert ("MatMulNBits" in fused) == (qdq and transpose), (bits, form, transpose, sorted(fused))
 
 
 @pytest.mark.parametrize("mode", ["mxfp4", "mxfp8", "nvfp4"])

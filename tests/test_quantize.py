@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import gc
 import itertools
+import re
 import warnings
 
 import numpy as np
@@ -246,6 +247,8 @@ def test_grad_wrt_the_quantized_weights_raises_naming_dequantize():
         fa.grad(lambda b: fnp.sum(fa.quantized_matmul(x, w_q, scales, b, group_size=32, bits=4)))(biases)
     with pytest.raises(NotImplementedError, match="dequantize"):
         fa.vmap(lambda s: fa.quantized_matmul(x, w_q, s, biases, group_size=32, bits=4))(fnp.stack([scales] * 2))
+    with pytest.raises(DTypeError, match="uint32.*fnarray.dequantize"):   # the words: grad's integer check says it
+        fa.grad(lambda w: fnp.sum(fa.quantized_matmul(x, w, scales, biases, group_size=32, bits=4)))(w_q)
     # The way the message names: through the float weights, d/dscale of sum(x @ (scale * q + bias).T) is sum(x * q).
     g = fa.grad(lambda s: fnp.sum(x @ fa.dequantize(w_q, s, biases, group_size=32, bits=4).T))(scales)
     q = (np.asarray(fa.dequantize(w_q, fnp.ones_like(scales), fnp.zeros_like(biases), group_size=32, bits=4)))
@@ -508,13 +511,16 @@ def test_errors_name_what_was_given():
     w_q, scales, biases = fa.quantize(w, group_size=32, bits=4)
     with pytest.raises(ShapeError, match="must be 64"):
         fa.quantized_matmul(np.ones((2, 32), np.float32), w_q, scales, biases, group_size=32, bits=4)
-    with pytest.raises(ShapeError, match="scales and biases"):
+    with pytest.raises(ShapeError, match=r"got \(4, 2\) and \(4, 2\); pass the group_size and bits"):
         fa.quantized_matmul(np.ones((2, 64), np.float32), w_q, scales, biases, group_size=64, bits=4)
     with pytest.raises(DTypeError, match="uint32"):
         fa.quantized_matmul(np.ones((2, 64), np.float32), np.asarray(w_q, np.int32), scales, biases,
                             group_size=32, bits=4)
-    with pytest.raises(ShapeError, match="scales and biases"):
+    with pytest.raises(ShapeError, match="scales and biases.*pass the group_size and bits"):
         fa.dequantize(w_q, scales[:, :1], biases, group_size=32, bits=4)
+    for words in (w_q[0], w_q[0, 0]):    # a scalar raised IndexError
+        with pytest.raises(ShapeError, match=rf"at least 2 dimensions.*got shape {re.escape(str(words.shape))}"):
+            fa.dequantize(words, scales, biases, group_size=32, bits=4)
 
 
 def test_integer_x_promotes_as_mlx():

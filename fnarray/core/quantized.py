@@ -116,7 +116,8 @@ def _rule(x, w, scales, *biases, transpose, group_size, bits, mode):
     if cols % group_size or scales.shape != groups or any(b.shape != groups for b in biases):
         raise ShapeError(f"quantized_matmul: packed weights {w.shape} at bits={bits} stand for a ({rows}, {cols}) "
                          f"matrix, whose scales and biases have shape {groups} for group_size={group_size}; "
-                         f"got {scales.shape} and {[b.shape for b in biases]}")
+                         f"got {' and '.join(str(a.shape) for a in (scales, *biases))}; pass the group_size and "
+                         f"bits (and mode) that fnarray.quantize made them with")
     k, n = (cols, rows) if transpose else (rows, cols)
     if x.shape[-1] != k:
         raise ShapeError(f"quantized_matmul: the last axis of x {x.shape} must be {k}, the contraction of the "

@@ -879,8 +879,10 @@ def _quantized_matmul(g, e, ins):
     """``x @ W.T`` (or ``x @ W``) with ``W = q * scale + bias`` per group of ``group_size`` along W's rows.
 
     Weights known at export (captured or baked) with 4 or 8 bits, at opset >= 21: QDQ, the blocked
-    ``DequantizeLinear`` of the integers as a ``uint4``/``uint8`` initializer (ONNX Runtime's graph optimizer
-    turns the pattern into its ``MatMulNBits``), plus the biases, then ``MatMul``. Otherwise (weights as
+    ``DequantizeLinear`` of the integers as a ``uint4``/``uint8`` initializer; for ``x @ W.T`` laid out
+    ``(contraction, outputs)`` feeding ``MatMul`` directly, the biases' part added after (``_qdq_product``: ONNX
+    Runtime's graph optimizer turns the pattern into its ``MatMulNBits``), for ``x @ W`` (blocks along the output
+    axis, which ``MatMulNBits`` does not take) plus the biases, then ``MatMul``. Otherwise (weights as
     inputs, 2, 3 and 6 bits, older opsets): the packed uint32 words unpacked with ``BitShift``/``BitwiseAnd``
     (``fnarray.lowering.packed.unpack`` in ONNX operators), scaled and shifted, then ``MatMul``. The floating
     modes (``"mxfp4"``, ``"mxfp8"``, ``"nvfp4"``): the words unpacked likewise, the element values (E2M1, E4M3) and
@@ -900,6 +902,9 @@ def _quantized_matmul(g, e, ins):
     if p["mode"] in FLOAT_FORMATS:
         _need_opset(g, e, 18, "BitwiseAnd (unpacking the packed words)")
         wd = _float_weights(g, w, scales, (rows, cols), acc, p["mode"])
+    elif transpose and known is not None and bits in _QDQ_TYPES and g.opset >= 21:
+        r = _qdq_product(g, (to_acc(x), _av(e, 0).shape), (known, scales, biases[0]), (rows, cols, gs, bits), to_acc)
+        return r if out == acc else g.node("Cast", [r], to=_elem_type(g.onnx, out))
     else:
         wd = _affine_weights(g, e, (w, scales, biases[0]), (rows, cols, gs, bits), known, to_acc)
     if transpose:
@@ -920,6 +925,34 @@ def _float_weights(g, w, scales, shape, acc, mode):
     wd = g.node("Mul", [g.node("Reshape", [vals, g.i64([rows, cols // group, group])]),
                         g.node("Unsqueeze", [sc, g.i64([2])])])
     return g.node("Reshape", [wd, g.i64([rows, cols])])
+
+
+def _qdq_product(g, x_and_shape, operands, sizes, to_acc):
+    """``x @ W.T`` for known 4/8-bit affine words in the form ONNX Runtime fuses into ``MatMulNBits``: the integers
+    transposed at export to ``(cols, rows)`` (the contraction first, ONNX's low-nibble-first packing), a blocked
+    ``DequantizeLinear`` along that axis (no zero point) feeding ``MatMul`` directly, plus the biases' part
+    ``sum_g(x's group g) @ biases.T`` (``W = q * scale + bias`` per group, so ``x @ W.T`` splits exactly in two)."""
+    x, x_shape = x_and_shape
+    known, scales, biases = operands
+    rows, cols, gs, bits = sizes
+    data = np.frombuffer(np.ascontiguousarray(known, "<u4").tobytes(), np.uint8)
+    if bits == 4:
+        data = np.stack([data & 15, data >> 4], axis=-1)
+    q_t = np.ascontiguousarray(data.reshape(rows, cols).T).reshape(-1)
+    raw = (q_t[0::2] | (q_t[1::2] << 4) if bits == 4 else q_t).astype(np.uint8).tobytes()
+    tensor = g.onnx.helper.make_tensor(g.names.fresh("q"), getattr(g.onnx.TensorProto, _QDQ_TYPES[bits]),
+                                       [cols, rows], raw, raw=True)
+    qname = g.names.fresh("q")
+    g.nodes.append(g.onnx.helper.make_node("Constant", [], [qname], value=tensor))
+    scales_t = g.node("Transpose", [to_acc(scales)], perm=[1, 0])
+    wd = g.node("DequantizeLinear", [qname, scales_t], axis=0, block_size=gs)
+    # x as (1, M, cols): a 2-d MatMul followed by an Add would be fused into Gemm first, which MatMulNBits is not
+    m = int(np.prod(x_shape[:-1], dtype=np.int64))
+    x3 = g.node("Reshape", [x, g.i64([1, m, cols])])
+    sums = _reduce_node(g, "ReduceSum", g.node("Reshape", [x3, g.i64([1, m, cols // gs, gs])]), [-1])
+    shift = g.node("MatMul", [sums, g.node("Transpose", [to_acc(biases)], perm=[1, 0])])
+    y = g.node("Add", [g.node("MatMul", [x3, wd]), shift])
+    return g.node("Reshape", [y, g.i64(list(x_shape[:-1]) + [rows])])
 
 
 def _affine_weights(g, e, operands, sizes, known, to_acc):

@@ -256,10 +256,13 @@ def _check_diff_args(args, argnums, name, allow_int=False):
         for leaf in tree_util.tree_leaves(args[i]):
             a = get_aval(leaf)
             if not dtypes.is_inexact(a.dtype) and not allow_int:
+                packed = (" (uint32 packed weights of fnarray.quantize are constants of quantized_matmul: to "
+                          "differentiate weights, keep them as floats, or differentiate fnarray.dequantize's scales "
+                          "and biases)") if a.dtype == dtypes.uint32 else ""
                 raise DTypeError(
                     f"{name} requires real- or complex-valued inputs (floating dtypes), but argument {i} has "
                     f"dtype {a.dtype.name}. Integer and boolean inputs have no derivative; convert them with "
-                    ".astype(float) or pass allow_int=True to get float0 zeros.")
+                    f".astype(float) or pass allow_int=True to get float0 zeros{packed}.")
 
 
 def _argnums_partial(fun, args, kwargs, nums):
