@@ -10,11 +10,13 @@ interleaved: process CPU time (lavapipe's threads included) of ``--calls`` calls
 line per workload sums count x time over its products; ``uniforms``: how many uniform arrays the new form binds.
 ``--windows`` compares ``dot.UNIFORM_WINDOWS`` off and on instead (a larger operand read four rows or columns a
 load bound as several 64 KiB uniform windows of its buffer, sixteenth session), whole-buffer uniforms on in both.
+``--row-windows`` compares ``dot.UNIFORM_ROW_WINDOWS`` off and on (a large lhs read four contraction steps a load
+bound as one 64 KiB uniform window of its rows per dispatch, nineteenth session).
 ``--cold`` turns Mesa's shader cache off (``MESA_SHADER_CACHE_DISABLE``) and adds each variant's first call (compile
 included, and one profiled call) in CPU seconds.
 
 Usage: python benchmarks/webgpu_uniform_products.py [--workloads transformer,vae] [--rounds 5] [--calls 10] [--windows]
-       [--cold]
+       [--row-windows] [--cold]
 Asserts nothing.
 """
 
@@ -42,8 +44,11 @@ def uniforms(dev, f, args) -> int:
 def main(argv=None):
     a, dev = _timing.webgpu_options(__doc__, argv, rounds=5, calls=10, workloads=SHAPES,
                                     flags={"--windows": "dot.UNIFORM_WINDOWS off against on",
+                                           "--row-windows": "dot.UNIFORM_ROW_WINDOWS off against on",
                                            "--cold": "Mesa's shader cache off; first calls in CPU s"})
-    switch, names = ("UNIFORM_WINDOWS", "no windows windows") if a.windows else ("UNIFORM_OPERANDS", "storage uniform")
+    switch, names = (("UNIFORM_WINDOWS", "no windows windows") if a.windows else
+                     ("UNIFORM_ROW_WINDOWS", "storage row windows") if a.row_windows else
+                     ("UNIFORM_OPERANDS", "storage uniform"))
 
     def measure(shape, rng):
         args, f = operands(dev, shape, rng)

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import sys
 import types
@@ -526,6 +527,58 @@ def test_uniform_windows_cover_the_contraction(off, geometry, steps, split):
     for k0, k1, start, size in ws:
         assert start % 256 == 0 and size <= 1 << 16 and (k1 == K or (k1 - k0) % step == 0)
         assert start <= 4 * (off + k0 * s_k) and 4 * (off + (k1 - 1) * s_k + count) <= start + size
+
+
+# Products whose lhs read four contraction steps a load (rows as they lie) is over 64 KiB: a CPU adapter binds it
+# as one uniform window of its rows per dispatch (groups/dot.py ``UNIFORM_ROW_WINDOWS``): (name, f, operand
+# shapes, dispatches there). Two windows, the last one moved back to end at the buffer's end (odd rows and columns,
+# an epilogue reading another operand), and a batch (storage: the windows are for one batch).
+ROW_WINDOW_DOTS = [
+    ("odd_epilogue", lambda a, b, c: a @ b + c, ((301, 60), (60, 36), (301, 36)), 2),
+    ("batched", lambda a, b: a @ b, ((2, 300, 64), (2, 64, 16)), 1),
+]
+
+
+@pytest.mark.parametrize("name,f,shapes,dispatches", ROW_WINDOW_DOTS, ids=[c[0] for c in ROW_WINDOW_DOTS])
+def test_row_windows_give_the_storage_kernels_bits(wdev, monkeypatch, name, f, shapes, dispatches):
+    """On a CPU adapter a product's lhs over 64 KiB read along its rows is bound as a uniform window of at most
+    64 KiB per dispatch, every dispatch running one kernel source; the values agree with NumPy in float64 and, bit
+    for bit, with the kernel that reads it from storage (``dot.UNIFORM_ROW_WINDOWS`` off)."""
+    from fnarray.lowering.kernels.groups import dot
+    args = [_f32(*s, seed=i) for i, s in enumerate(shapes)]
+    dargs = _on(wdev, *args)
+    ks = [k for k in fa.jit(f).lower(*dargs).kernels() if k.kind == "dot"]
+    assert len(ks) == (dispatches if wdev.platform == "cpu" else 1) and len({k.source for k in ks}) == 1
+    if len(ks) > 1:   # the lhs (binding 0) as a uniform array of at most 64 KiB, its rows from m_base
+        size = re.match(r"@group\(0\) @binding\(0\) var<uniform> uni\w*: array<vec4<f32>, (\d+)>", ks[0].source)
+        assert size and int(size.group(1)) * 16 <= 1 << 16 and "m_base" in ks[0].source, ks[0].source
+    got = np.asarray(fa.jit(f)(*dargs))
+    np.testing.assert_allclose(got, f(*[a.astype(np.float64) for a in args]), rtol=1e-5, atol=1e-4)
+    monkeypatch.setattr(dot, "UNIFORM_ROW_WINDOWS", False)
+    g = fa.jit(lambda *a: f(*a))
+    assert len([k for k in g.lower(*dargs).kernels() if k.kind == "dot"]) == 1
+    np.testing.assert_array_equal(got.view(np.uint32), np.asarray(g(*dargs)).view(np.uint32))
+
+
+@pytest.mark.parametrize("off,geometry,tile,count", [
+    (0, (64, 64, 1024), 32, 4), (0, (64, 64, 300), 16, 2), (8, (60, 60, 301), 16, 2), (0, (784, 784, 32), 32, 0),
+    (0, (256, 256, 1 << 15), 16, 0)])
+def test_row_windows_cover_the_rows(off, geometry, tile, count):
+    """``dot._row_windows``: ``count`` windows of one size, at most 64 KiB, each starting at a multiple of the
+    alignment and within the buffer, holding whole tiles of consecutive rows from 0 to M and every element of them;
+    none where a tile's rows exceed a window (the VAE's ``[32, 784]`` in 32-row tiles) or too many windows."""
+    from fnarray.lowering.kernels.groups import dot
+    s_m, K, M = geometry
+    spec = types.SimpleNamespace(shape=(off + (M - 1) * s_m + K,), dtype=np.dtype(np.float32))
+    plan = dot._row_windows(spec, off, geometry, tile, (1 << 16, 32))
+    assert len(plan[2] if plan else ()) == count
+    if plan:
+        per, size, ws = plan
+        assert per % tile == 0 and size <= 1 << 16 and size % 16 == 0
+        assert [w[0] for w in ws] == list(range(0, M, per)) and [w[1] for w in ws] == [min(M, w[0] + per) for w in ws]
+        for r0, r1, at in ws:
+            assert at % 32 == 0 and 0 <= at <= 4 * (off + r0 * s_m) and 4 * (off + (r1 - 1) * s_m + K) <= at + size
+            assert at + size <= 4 * math.prod(spec.shape)
 
 
 def _momentum(x, d, m, p):

@@ -771,12 +771,16 @@ class _Plan:
             return k
 
         self.steps = []
+        rendered: dict = {}   # the launches of one kernel body (a product's row windows, groups/dot.py): one render
         for launch in sched.launches:
             kernel = launch.kernel
             if kernel.local_size is None:
                 kernel = dataclasses.replace(kernel, local_size=tuple(launch.local_size))
-            layout = wgsl_layout(kernel)
-            source = render_wgsl(kernel)
+            same = (id(kernel.body), kernel.name, kernel.local_size, kernel.math,
+                    tuple(dataclasses.replace(p, offset=-1) if isinstance(p, BufferParam) else p for p in kernel.params))
+            if same not in rendered:
+                rendered[same] = (wgsl_layout(kernel), render_wgsl(kernel))
+            layout, source = rendered[same]
             slots, rw, scalars = [], [], {}
             for p, a in zip(kernel.params, launch.args, strict=True):
                 if isinstance(p, BufferParam):

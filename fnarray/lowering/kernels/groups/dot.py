@@ -4,6 +4,7 @@ where the target says tiling pays, with the elementwise epilogue fused) and oper
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -15,6 +16,7 @@ from fnarray.lowering.kernels.emitter import shaped_index
 from fnarray.lowering.kernels.groups.base import (
     VIEW_OPS,
     Group,
+    Launch,
     Tracker,
     collapse_stride,
     contiguous_strides,
@@ -270,6 +272,19 @@ UNIFORM_OPERANDS = True
 #: --windows`` compares the two).
 UNIFORM_WINDOWS = True
 
+#: Whether the subgroup form reads a single-batch lhs whose rows are read four contraction steps a load (``"k"``: the
+#: transformer's ``[1024, 64]`` and ``[1024, 256]`` activations times a weight) and whose buffer is over
+#: ``dot_uniform`` bytes through a uniform window of the buffer along its rows, one dispatch per window
+#: (``_row_windows``: each binds its own 64 KiB or less at its own offset and computes the output rows it holds),
+#: where the scheduler option ``dot_uniform_windows`` allows (native webgpu on a CPU adapter): lavapipe gathers a
+#: uniform array's lanes at once and a storage buffer's lane by lane. The kernel's source is the same for every
+#: window (one pipeline); each accumulator adds in the contraction's order, so the results are the storage
+#: kernel's bits. Off: a storage binding (``benchmarks/webgpu_uniform_products.py --row-windows`` compares the two).
+UNIFORM_ROW_WINDOWS = True
+#: The most dispatches (row windows) a product's lhs is split into (``UNIFORM_ROW_WINDOWS``); more rows than that
+#: many windows hold keep the storage binding.
+ROW_WINDOWS_MAX = 32
+
 #: Whether the scheduler option ``dot_batch_views`` (native webgpu on a CPU adapter) lets a product read an operand
 #: whose batch dimensions keep a stride each (``DotGroup.plan``'s ``split``: the transformer's attention products
 #: over ``[batch, seq, heads, d]`` views) in place, instead of a ``dot_operand_copy`` kernel first (off: the copy;
@@ -415,7 +430,7 @@ class DotGroup(Group):
         elif self._subgroup_lanes(lp, rp):
             lanes = self._subgroup_lanes(lp, rp)
             launches.extend(self.ctx.tuned(SUBGROUP_TUNABLE, dict(SUBGROUP_TILE),
-                                           lambda c: [self._subgroup(lp, rp, lanes, self._subgroup_tile(c, lanes))],
+                                           lambda c: self._subgroup(lp, rp, lanes, self._subgroup_tile(c, lanes)),
                                            {"lanes": lanes, "rows": self.M, "cols": self.N, "work": B * M * N * K,
                                             **self._subgroup_uniform(lp, rp, lanes)}))
         else:
@@ -783,15 +798,22 @@ class DotGroup(Group):
             return self._blocked(lp, rp, block, vectors=vectors and wide, stores=False)
         return launch
 
-    def _bind_readers(self, args, readers, plans, step):
+    def _bind_readers(self, args, readers, plans, step, rowwin=()):
         """Bind the ``vec4`` reads of the ``(lhs, rhs)`` readers of the blocked or subgroup product (operand
         ``plans`` ``(lp, rp)``, the contraction taken ``step`` at a time) as ``_uniform_plan`` says: each operand
         whose whole buffer fits the scheduler option ``dot_uniform`` as a uniform array, those it splits into
-        windows as several, the rest as storage (``_OperandReader.bind``)."""
-        _, split = self._uniform_plan([r.fits(self.ctx.opts.get("dot_uniform", 0)) for r in readers],
-                                      [(r.spec, r.along) for r in readers], plans, step)
-        for r, w in zip(readers, split, strict=True):
-            r.bind(args, self.ctx.opts.get("dot_uniform", 0), w)
+        windows as several, the rest as storage (``_OperandReader.bind``). ``rowwin`` (``_row_plan``): the lhs as
+        one uniform row window of that size, placed by each dispatch (``_row_launches``)."""
+        whole = [r.fits(self.ctx.opts.get("dot_uniform", 0)) for r in readers]
+        _, split = self._uniform_plan([whole[0] or bool(rowwin), whole[1]], [(r.spec, r.along) for r in readers],
+                                      plans, step)
+        for i, (r, w) in enumerate(zip(readers, split, strict=True)):
+            if i == 0 and rowwin and not whole[0]:
+                r.vname = r.b.buffer(("uniform rows", r.spec), vector_dtype(r.dt), False, "uni",
+                                     uniform=rowwin[1] // 16, offset=0)
+                args[r.vname] = r.spec
+            else:
+                r.bind(args, self.ctx.opts.get("dot_uniform", 0), w)
 
     def _uniform_plan(self, whole, reads, plans, step):
         """``(whole, split)``: which of the two operands (``reads``: ``(spec, along)`` each, ``whole``: whether
@@ -826,10 +848,25 @@ class DotGroup(Group):
             whole = [a is not None and UNIFORM_OPERANDS and np.dtype(p[0].dtype) == np.dtype(np.float32)
                      and math.prod(p[0].shape) * 4 <= self.ctx.opts.get("dot_uniform", 0)
                      for p, a in zip((lp, rp), along, strict=True)]
+            rowwin = self._row_plan(lp, along[0], rows)
+            whole[0] = whole[0] or bool(rowwin)
             whole, split = self._uniform_plan(whole, reads, (lp, rp), 4 if "k" in along else 1)
             out[key] = bool(whole[0] or split[0])
             out["rhs_uniform"] = bool(whole[1] or split[1])
         return out
+
+    def _row_plan(self, lp, along, rows) -> tuple:
+        """The uniform row windows (``_row_windows``) the subgroup form reads its lhs through (``UNIFORM_ROW_WINDOWS``;
+        ``lp``: the lhs plan with its buffer spec, read ``along``, ``rows`` rows a tile), or ``()``: a single-batch
+        float32 lhs read ``"k"`` whose buffer is over ``dot_uniform``, where ``dot_uniform_windows`` allows it."""
+        uniform = self.ctx.opts.get("dot_uniform", 0)
+        bindings, align = self.ctx.opts.get("dot_uniform_windows", (0, 256))
+        spec, off, (_, s_m, _) = lp
+        if not (UNIFORM_OPERANDS and UNIFORM_ROW_WINDOWS and bindings and along == "k" and self.B == 1
+                and np.dtype(spec.dtype) == np.dtype(np.float32)
+                and math.prod(spec.shape) * 4 > uniform):
+            return ()
+        return _row_windows(spec, off, (s_m, self.K, self.M), rows, (uniform, align))
 
     def _subgroup_lanes(self, lp, rp) -> int:
         """The subgroup size of the subgroup form (``_subgroup``: the scheduler option ``dot_subgroup``), or 0
@@ -883,7 +920,9 @@ class DotGroup(Group):
         scalars = {}
         a, bb, s = self._params(b, lp, rp, args, scalars)
         dt = self.eqn.inputs[0].aval.dtype
-        mt, nt = -(-self.M // rows), -(-self.N // (lanes * cols))
+        along = self._subgroup_reads(lp, rp, tile, lanes) if vectors else (None, None)
+        rowwin = self._row_plan(lp, along[0], rows)
+        mt, nt = -(-(rowwin[0] if rowwin else self.M) // rows), -(-self.N // (lanes * cols))
         tiles = self.B * mt * nt
         wg = lanes * max(1, min(ctx.wg // lanes, tiles // 2))   # two work-groups at least, where there are tiles
         gid, gsize, lsize = ctx.gid(b, tiles * lanes, wg)
@@ -893,13 +932,16 @@ class DotGroup(Group):
                       op("mul", Special("lane", 0), const(cols, INT32))), "n")
         mn = b.let(op("div", t, const(nt, INT32)))
         m0 = b.let(op("mul", op("rem", mn, const(mt, INT32)), const(rows, INT32)), "m")
+        if rowwin:   # the rows of this dispatch's window (``_row_launches``): from m_base, below m_end
+            s = dict(s, M=b.scalar("m_end"), a_off=b.scalar("a_off"))   # scalars even where ``bake_dot`` asks
+            scalars.update(m_base=0, m_end=self.M, a_off=lp[1])
+            m0 = b.let(op("add", m0, b.scalar("m_base")), "m")
         bi = b.let(op("div", mn, const(mt, INT32)), "bi")
         abase = b.let(op("add", s["a_off"], batch_offset(bi, s["a_sb"])))
         bbase = b.let(op("add", s["b_off"], batch_offset(bi, s["b_sb"])))
-        along = self._subgroup_reads(lp, rp, tile, lanes) if vectors else (None, None)
         lhs = _SharedRows(b, a, lp[0], dt, (abase, m0, s["M"], s["a_sm"], s["a_sk"]), (rows, lanes), along[0], self._load)
         rhs = _OperandReader(b, bb, rp[0], dt, bbase, n0, cols, s["N"], s["b_sn"], s["b_sk"], along[1], self._load)
-        self._bind_readers(args, (lhs, rhs), (lp, rp), 4 if "k" in along else 1)
+        self._bind_readers(args, (lhs, rhs), (lp, rp), 4 if "k" in along else 1, rowwin)
         accs = _accumulate(b, lhs, rhs, s["K"], 4 if "k" in along else 1, dt, dt, rows * cols)
         wide = vectors and stores and self._wide_stores(cols)
         self._store_block(b, em, args, accs, (bi, m0, n0, tile), op("lt", sg, const(tiles, INT32)), s, wide)
@@ -909,7 +951,7 @@ class DotGroup(Group):
         if (along != (None, None) or wide) and not vectors_fit(self.ctx.caps, launch):
             # first without the vec4 stores (a written buffer also read: donated), then without any vectors
             return self._subgroup(lp, rp, lanes, tile, vectors=vectors and wide, stores=False)
-        return launch
+        return _row_launches(launch, lhs.vname, rowwin[2], lp[1]) if rowwin else [launch]
 
     def _store_block(self, b, em, args, accs, where, inside, s, wide=False):
         """The epilogue of a work item's ``rows x cols`` accumulators ``accs`` (row-major) of output rows
@@ -1176,6 +1218,51 @@ def _uniform_windows(spec, off, geometry, steps, limits) -> tuple:
         start = 4 * k0 * s_k
         out.append((k0, k1, start, min(4 * ((k1 - k0 - 1) * s_k + off + count), total - start)))
     return tuple(out)
+
+
+def _row_windows(spec, off, geometry, tile_rows, limits) -> tuple:
+    """``(rows, size, ((r0, r1, offset), ...))``: windows of ``spec``'s buffer (float32 elements; ``off`` the
+    operand's first element) of ``size`` bytes each (at most ``limit``, a multiple of 16), window ``i`` starting at
+    byte ``offset`` (a multiple of ``align``; ``limits = (limit, align)``) and holding the lhs rows ``r0 .. r1 - 1``
+    whole, ``rows`` rows a window (a multiple of ``tile_rows``: a dispatch computes whole tiles), or ``()`` where a
+    tile's rows do not fit or more than ``ROW_WINDOWS_MAX`` windows would be needed (the VAE's ``[32, 784]`` lhs in
+    32-row tiles: two windows would compute each tile twice, 1.2-1.4x the storage kernel's time). ``geometry = (s_m, K, M)``: row ``m``
+    of the operand is the ``K`` elements from ``off + m * s_m`` (``s_m >= K``). Every window has the same size, so
+    one kernel source reads them all: the last one starts early enough to end within the buffer."""
+    s_m, K, M = geometry
+    limit, align = limits
+    total = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
+    if off % 4 or s_m % 4 or s_m < K or K <= 0 or M <= 0 or 4 * K > limit:
+        return ()
+    per = ((limit // 4 - K) // s_m + 1) // tile_rows * tile_rows
+    while per > 0 and -(-M // per) <= ROW_WINDOWS_MAX:
+        bounds = [(r0, min(M, r0 + per)) for r0 in range(0, M, per)]
+        starts = [4 * (off + r0 * s_m) for r0, _ in bounds]
+        spans = [(at - at % align, 4 * (off + (r1 - 1) * s_m + K)) for at, (_, r1) in zip(starts, bounds, strict=True)]
+        size = -(-max(end - at for at, end in spans) // 16) * 16
+        if any(at + size > total for at, _ in spans):
+            # a window that would run past the buffer's end ends at it: sized so that it starts at an aligned byte
+            size += (total - size) % align
+        if size <= limit and size <= total and total % 16 == 0:
+            moved = [min(at, total - size) for at, _ in spans]
+            return per, size, tuple((r0, r1, at) for (r0, r1), at in zip(bounds, moved, strict=True))
+        per -= tile_rows
+    return ()
+
+
+def _row_launches(launch, name, windows, off) -> list:
+    """One launch of the subgroup product ``launch`` per row window (``_row_windows``' ``(r0, r1, offset)``): the
+    uniform binding ``name`` placed at the window's byte ``offset`` (``BufferParam.offset``), the scalars
+    ``m_base``/``m_end`` its rows and ``a_off`` the lhs's first element (``off``) counted from the window's start.
+    The kernel's source, and so its pipeline, is the same for every window."""
+    kernel, out = launch.kernel, []
+    for r0, r1, at in windows:
+        params = tuple(dataclasses.replace(p, offset=at) if p.name == name else p for p in kernel.params)
+        given = {"m_base": r0, "m_end": r1, "a_off": off - at // 4}
+        args = [given.get(p.name, v) for p, v in zip(kernel.params, launch.args, strict=True)]
+        out.append(Launch(dataclasses.replace(kernel, params=params), args, launch.global_size, launch.local_size,
+                          launch.eqns, launch.kind))
+    return out
 
 
 class _OperandReader:
