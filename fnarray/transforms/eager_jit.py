@@ -74,7 +74,7 @@ from fnarray.devices.eager_ops import _fast_now
 from fnarray.transforms import eager_tape
 from fnarray.transforms.jit import Jitted
 
-__all__ = ["install", "cache_info"]
+__all__ = ["install", "cache_info", "wrapped"]
 
 _POLICY: dict = {}   # id(device) -> its Capabilities.eager_programs (devices live as long as the process)
 
@@ -786,6 +786,12 @@ def _wrap(fn, module):
     if "<" in f.__qualname__:  # made by a factory (``_arith.<locals>.f``): its public name
         f.__qualname__ = f.__name__
     return f
+
+
+def wrapped(f):
+    """The function that ``f`` wraps where ``f`` is one of this module's wrappers (``install``), else None: its
+    general path, without the key's program (``eager_ops`` runs it for an operator's first call on a new shape)."""
+    return f.__wrapped__ if f in _WRAPPED else None
 
 
 def install(ns, excluded=(), private=()) -> None:
