@@ -27,7 +27,8 @@ from fnarray.transforms import eager_jit as _eager_jit  # noqa: E402
 
 for _ns in (numpy, numpy.linalg, numpy.fft):  # eager calls of fnp's functions run as cached jitted programs
     _eager_jit.install(_ns, excluded=numpy._extras.NOT_ARRAY_RESULTS if _ns is numpy else ())
-_eager_ops.install_namespace(numpy)  # fnp.multiply(x, y) of concrete arrays takes the operators' fast path
+# fnp.multiply(x, y) of concrete arrays takes the operators' fast path (a miss: the general path under eager_jit's)
+_eager_ops.install_namespace(numpy, _eager_jit.wrapped)
 
 __version__ = "0.1.0"
 

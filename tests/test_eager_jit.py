@@ -317,6 +317,28 @@ def test_eager_compiles_each_shape_once_on_jax(monkeypatch):
         np.testing.assert_allclose(a, want, rtol=2e-6, atol=1e-6)
 
 
+def test_operators_compile_each_new_shape_once_on_jax(monkeypatch):
+    """jax:0: operators with a Python scalar or an array of the same aval (``x * 2.0``, ``1 + y``, ``z - x``,
+    ``w / 4.0``) on a new shape lower one program each, the primitive that their ``eager_ops`` entry then calls
+    (no whole-function program of ``eager_jit`` first: the same primitive, compiled twice), and nothing at a
+    repeated shape or at a new scalar; the results are NumPy's."""
+    dev = require_backend("jax")[0]
+
+    def step(x, a):
+        return (((x * a) + 1) - x) / 4.0, (3.0 * x) + 1
+    lowered = count_lowerings(monkeypatch, dev)
+    outs = []
+    for n in (41, 42, 41):        # two new shapes (sizes no other test draws), then a repeated one
+        x = fa.device_put(np.linspace(-1, 1, n, dtype=np.float32), dev)
+        outs += [step(x, a) for a in (2.0, 0.5)]
+    assert lowered == [1] * 5 * 2, lowered  # mul, add, sub, div, the reflected mul: once per new shape
+    for (got, got2), n, a in zip(outs, np.repeat([41, 42, 41], 2), (2.0, 0.5) * 3):
+        x = np.linspace(-1, 1, n, dtype=np.float32).astype(np.float64)
+        np.testing.assert_allclose(np.asarray(got), ((x * a + 1) - x) / 4.0, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(np.asarray(got2), 3.0 * x + 1, rtol=1e-6, atol=1e-7)
+        assert (got.dtype, got.weak_type, got.device) == (np.float32, False, dev)
+
+
 def test_float_constants_are_weak_inputs_on_jax():
     """jax:0: a call's Python floats that float32 holds exactly go into its first call's program as weakly typed
     scalars (``eager_jit._WEAK_FLOAT_POLICIES``), so new bounds reuse it: one XLA compile for both calls (a shape

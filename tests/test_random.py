@@ -453,6 +453,11 @@ def test_truncated_normal_static_central_bounds_leave_the_tail_out():
         return str(fa.make_jaxpr(lambda k: fr.truncated_normal(k, lo, hi, (3,)))(fr.key(8)))
     assert "erf_inv" in text(-2, 2.0) and "erfc" not in text(-2, 2.0) and "erfc" not in text(-np.inf, 0.5)
     assert "erfc" in text(2.5, 3.0) and "erfc" in text(fnp.asarray(-2.0), 2.0)
+    # The tail itself: both bounds' log Φ in one stacked call, one draw of bits, two Newton steps in float32 (main
+    # before the nineteenth session: 207 equations, 5 erfc, 17 logs; JAX's truncated_normal ~25 and no tail)
+    eqns = fa.make_ir(lambda k, a: fr.truncated_normal(k, a, 2.0, (3,)))(fr.key(8), fnp.asarray(-2.0)).eqns
+    names = [e.primitive.name for e in eqns]
+    assert len(eqns) <= 150 and names.count("erfc") == 3 and names.count("log") + names.count("log1p") == 11, names
     for lo, hi in ((-2.0, 2.0), (-np.inf, 0.5), (2.5, 3.0)):
         _bits_equal(fr.truncated_normal(fr.key(8), lo, hi, (6,)), fr.truncated_normal(fr.key(8), fnp.asarray(lo), hi, (6,)))
 

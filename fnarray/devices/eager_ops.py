@@ -19,7 +19,10 @@ promotion is a fixed rule of the operand types:
 and only where the operator is that one primitive at that dtype (``+`` of bools is ``or``, ``/`` of
 integers converts first: those stay general). Before an entry is kept, the general path's result must have
 the aval and device of the primitive's own eager executable at those input avals (made here if the general
-path ran the whole function as one program, ``fnarray.transforms.eager_jit``).
+path ran the whole function as one program, ``fnarray.transforms.eager_jit``). On a device whose compiles are slow
+(``eager_programs`` ``"first_call"``: XLA) a binary operator's miss in such a case runs the function under
+``eager_jit``'s wrapper, primitive by primitive, so that a new shape compiles that one primitive once, and not the
+wrapper's program of it first (issue 28: ``x * 2.0`` in a loop whose shape grows compiled each shape twice).
 
 ``install_namespace`` gives ``fnarray.numpy``'s elementwise functions of the same primitives (``add`` ...
 ``not_equal``, ``maximum``, ``minimum``, ``negative``, ``abs``, ``exp``, ``log``, ``sqrt``, ``sin`` ... at the
@@ -170,7 +173,7 @@ def _remember(memo, key, dev, *head):
     return m
 
 
-def _binary(code, general):
+def _binary(code, general, raw=None):
     arrays, scalars = [_NO_MEMO], [_NO_MEMO]  # the last hits with an array operand and with a Python scalar
 
     def method(self, other):
@@ -213,13 +216,13 @@ def _binary(code, general):
                     r = ArrayImpl()
                     r.aval, r._device, r._buf, r._committed, r._host = m[5], dev, out, self._committed, None
                     return r
-        return _miss(code, general, self, other)
+        return _miss(code, general, self, other, raw=raw)
     method.__name__ = general.__name__
     method.__doc__ = general.__doc__
     return method
 
 
-def _reflected(code, general):
+def _reflected(code, general, raw=None):
     scalars = [_NO_MEMO]
 
     def method(self, other):
@@ -239,7 +242,7 @@ def _reflected(code, general):
                 r = ArrayImpl()
                 r.aval, r._device, r._buf, r._committed, r._host = m[5], dev, out, self._committed, None
                 return r
-        return _miss(code, general, self, other)
+        return _miss(code, general, self, other, raw=raw)
     method.__name__ = general.__name__
     method.__doc__ = general.__doc__
     return method
@@ -270,33 +273,47 @@ def _unary(code, general):
     return method
 
 
-def _miss(code, general, x, *other):
-    """The general path, then (where the case is one of the fixed rules) an entry for the next call."""
-    out = general(x, *other)
+def _miss(code, general, x, *other, raw=None):
+    """The general path, then (where the case is one of the fixed rules) an entry for the next call.
+
+    ``raw``: the namespace function under ``fnarray.transforms.eager_jit``'s wrapper (its general path, primitive
+    by primitive). A binary case of a fixed rule on a device whose compiles are slow (``eager_programs``
+    ``"first_call"``: XLA) runs through it, so that a new shape compiles the one primitive that the entry then
+    calls, and not the whole function's program first (the same one primitive) and that executable after it."""
     if other and type(other[0]) is ArrayImpl and other[0].aval != x.aval:
-        return out  # two avals (a broadcast): no fixed rule of the operand types (``_binary_case``)
-    if (type(x) is ArrayImpl and type(out) is ArrayImpl and _STATE.dynamic[-1].level == 0
-            and tracing._eager_apply is _APPLY and placement.debug_check is None):
-        _learn(code, x, other[0] if other else None, bool(other), out)
+        return general(x, *other)  # two avals (a broadcast): no fixed rule of the operand types (``_binary_case``)
+    if not (type(x) is ArrayImpl and _STATE.dynamic[-1].level == 0 and tracing._eager_apply is _APPLY
+            and placement.debug_check is None) or x.aval.weak_type:
+        return general(x, *other)
+    av, dev = x.aval, x._device
+    case = _binary_case(code, av, dev, other[0]) if other else _unary_case(code, av)
+    if case is None:
+        return general(x, *other)
+    slow = _slow_compiles(dev)
+    out = (raw if other and slow and raw is not None else general)(x, *other)
+    if type(out) is ArrayImpl:
+        # A device whose compiles are slow compiles no primitive for a unary function: its whole-function program
+        # (``eager_jit``) serves the case, and a second compile of each new shape would cost more than the entry
+        # saves. Operators keep their entries (x * 2.0 is the loop body everyone writes), made by ``raw``.
+        _learn(case, out, dev, compile=bool(other) or not slow)
     return out
 
 
-def _learn(code, x, other, binary, out):
-    """After the general path computed ``out`` for operator ``code`` of ``x`` (and ``other``): an entry for the
-    next such call, where the case is a fixed rule of the types and the primitive's executable gives ``out``."""
-    av, dev = x.aval, x._device
-    if av.weak_type:
-        return
-    case = _binary_case(code, av, dev, other) if binary else _unary_case(code, av)
-    if case is None:
-        return
+_SLOW: dict = {}  # id(device) -> whether its Capabilities.eager_programs is "first_call" (devices outlive this)
+
+
+def _slow_compiles(dev) -> bool:
+    slow = _SLOW.get(id(dev))
+    if slow is None:
+        slow = _SLOW[id(dev)] = dev.impl.capabilities(dev).eager_programs == "first_call"
+    return slow
+
+
+def _learn(case, out, dev, compile):
+    """After the general path computed ``out`` for a fixed-rule ``case`` (``_binary_case``, ``_unary_case``) on
+    ``dev``: an entry for the next such call, where the primitive's eager executable (the general path made it,
+    unless it ran the whole function as a program: made here where ``compile``) gives ``out``'s aval."""
     prim, in_avals, key, conv = case
-    # The primitive's eager executable (the general path made it, unless it ran the whole function as a
-    # program: fnarray.transforms.eager_jit); its output must be what the general path returned. A device
-    # whose compiles are slow (eager_programs "first_call": XLA) compiles none for a unary function: its
-    # whole-function program serves the case, and a second compile of each new shape would cost more than
-    # the entry saves (operators keep their entries: x * 2.0 is the loop body everyone writes).
-    compile = binary or dev.impl.capabilities(dev).eager_programs != "first_call"
     try:
         base = placement._eager_entry(prim, _PARAMS, in_avals, dev, compile=compile)
     except Exception:  # noqa: BLE001 (no entry: the general path keeps serving this case)
@@ -419,10 +436,11 @@ _DUNDER = {"add": "__add__", "radd": "__radd__", "sub": "__sub__", "rsub": "__rs
            "le": "__le__", "gt": "__gt__", "ge": "__ge__", "eq": "__eq__", "ne": "__ne__", "neg": "__neg__"}
 
 
-def install_namespace(ns) -> None:
+def install_namespace(ns, unwrap=None) -> None:
     """Give ``ArrayImpl`` its fast operators, and replace ``ns``'s (``fnarray.numpy``'s) elementwise functions
     of ``_NAMESPACE_BINARY`` and ``_NAMESPACE_UNARY`` (and their aliases) by ones that take the same entries
-    first.
+    first. ``unwrap(fn)``: the function under a wrapper ``fn`` of ``fnarray.transforms.eager_jit`` (None for
+    others), whose general path a binary miss on a ``"first_call"`` device takes (``_miss``).
 
     ``fnp.multiply(x, y)`` of concrete arrays then costs what ``x * y`` does (plus a call), not the general
     path's ~40 Python calls. A wrapper's own fast method falls back to the function it replaced (never to
@@ -430,12 +448,14 @@ def install_namespace(ns) -> None:
     """
     for name, (code, rcode) in _NAMESPACE_BINARY.items():
         fn = getattr(ns, name)
-        _replace(ns, fn, _namespace_binary(fn, code, rcode), (code, rcode))
+        raw = None if unwrap is None else unwrap(fn)
+        _replace(ns, fn, _namespace_binary(fn, code, rcode, raw), (code, rcode))
         # ArrayImpl's operators, which tried the same entries already, fall back to the replaced function
         # itself (Array's operator would call the new one, and so look them up a second time).
         for c, reflected in ((code, False), (rcode, True)):
             if c in _DUNDER:
-                _install_operator(c, (_reflected if reflected else _binary)(c, _operator(fn, reflected)))
+                _install_operator(c, (_reflected if reflected else _binary)(
+                    c, _operator(fn, reflected), None if raw is None else _operator(raw, reflected)))
     for name, code in _NAMESPACE_UNARY.items():
         fn = getattr(ns, name)
         _replace(ns, fn, _namespace_unary(fn, code), (code,))
@@ -518,9 +538,10 @@ def _replace(ns, old, new, codes):
             setattr(ns, attr, new)
 
 
-def _namespace_binary(fn, code, rcode):
-    fast = _binary(code, fn)
-    rfast = _reflected(rcode, lambda x, s: fn(s, x)) if rcode is not None else None
+def _namespace_binary(fn, code, rcode, raw=None):
+    fast = _binary(code, fn, raw)
+    rraw = None if raw is None else (lambda x, s: raw(s, x))
+    rfast = _reflected(rcode, lambda x, s: fn(s, x), rraw) if rcode is not None else None
 
     def f(x1, x2, /):
         if type(x1) is ArrayImpl:

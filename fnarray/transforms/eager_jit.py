@@ -74,7 +74,7 @@ from fnarray.devices.eager_ops import _fast_now
 from fnarray.transforms import eager_tape
 from fnarray.transforms.jit import Jitted
 
-__all__ = ["install", "cache_info"]
+__all__ = ["install", "cache_info", "wrapped"]
 
 _POLICY: dict = {}   # id(device) -> its Capabilities.eager_programs (devices live as long as the process)
 
@@ -824,6 +824,12 @@ def _wrapper(fn):
             return _profiled(fn, args, kwargs)
         return fn(*args, **kwargs)
     return f
+
+
+def wrapped(f):
+    """The function that ``f`` wraps where ``f`` is one of this module's wrappers (``install``), else None: its
+    general path, without the key's program (``eager_ops`` runs it for an operator's first call on a new shape)."""
+    return f.__wrapped__ if f in _WRAPPED else None
 
 
 def install(ns, excluded=(), private=()) -> None:
