@@ -307,6 +307,12 @@ def _largest_buffers(hlo):
     return out
 
 
+def _elements_of(line):
+    """The element count of the value an HLO instruction ``line`` makes."""
+    import re
+    return int(np.prod([int(d) for d in re.search(r"= [a-z]+[0-9]*\[([\d,]*)\]", line).group(1).split(",") if d]))
+
+
 _DECODE_FORMATS = [("affine", b, g) for b in (2, 3, 4, 5, 6, 8) for g in (32, 64, 128)] + \
     [(m, None, None) for m in ("mxfp4", "mxfp8", "nvfp4")]
 #: jax is a parity-tier backend: every bits value and float mode in both orientations, the group size turning
@@ -321,7 +327,8 @@ def test_jax_decode_products_write_no_weight_matrix(mode, bits, gs, transpose):
     products: the optimised program makes no value (float or integer) with as many elements as the weights,
     for either orientation, every bits and group size (``transpose=False`` reads words transposed once, a
     ``bits / 32`` share; 3, 5 and 6 bits are unpacked in pieces, where a gather or concatenation of the
-    elements was written whole: ``lowering/jax/quantized.py``); the result equals NumPy's float64 product."""
+    elements was written whole: ``lowering/jax/quantized.py``; ``x @ W.T`` in the affine mode gathers nothing but
+    ``x``, spread to the lanes of 3, 5 and 6 bits); the result equals NumPy's float64 product."""
     jax = pytest.importorskip("jax")
     from fnarray.lowering.jax.quantized import jax_quantized_matmul
     group_size, bits = fa.core.quantized.check_format(gs, bits, mode)
@@ -331,13 +338,18 @@ def test_jax_decode_products_write_no_weight_matrix(mode, bits, gs, transpose):
     parts = [np.asarray(a) for a in fa.quantize(rng.standard_normal((n, k) if transpose else (k, n))
                                                 .astype(np.float32), mode=mode, **opts)]
     wd = np.asarray(fa.dequantize(*parts, mode=mode, dtype=np.float32, **opts), np.float64)
-    # x @ W.T of 3, 5 or 6 bits dequantizes first from two rows on (``_dequantize_first``: faster)
-    for rows in (1,) if transpose and 32 % bits else (1, 3):
+    # x @ W.T of 3, 5 or 6 bits dequantizes first from three rows on (``_dequantize_first``: faster); below,
+    # ``x`` alone is spread to its lanes by a gather (``_crossing_rows``: at most twice its size)
+    for rows in (1, 2) if transpose and 32 % bits else (1, 3):
         x = rng.standard_normal((rows, k)).astype(np.float32)
         f = jax.jit(functools.partial(jax_quantized_matmul, transpose=transpose, group_size=group_size, bits=bits,
                                       mode=mode))
-        for size, line in _largest_buffers(f.lower(x, *parts).compile().as_text()):
+        text = f.lower(x, *parts).compile().as_text()
+        for size, line in _largest_buffers(text):
             assert size < n * k, line
+        gathers = [line for line in text.splitlines() if " gather(" in line]
+        assert mode != "affine" or not transpose or \
+            all(" f32[" in line and _elements_of(line) <= 2 * rows * k for line in gathers), gathers
         np.testing.assert_allclose(np.asarray(f(x, *parts)), x @ (wd.T if transpose else wd), rtol=1e-5,
                                    atol=1e-4)
 

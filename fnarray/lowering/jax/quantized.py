@@ -24,15 +24,20 @@ row: 0.38x the float32 product's time, against 2.6x before):
   given the words' own layout, and read across rows again), and each row's product is the fused form above
   on the transposed words: the only full-size buffer is the uint32 words' (``bits / 32`` of the float
   weights' elements);
-- 3, 5 and 6 bits cross words, so their unpacking (``unpack_trailing``, ``unpack_leading``) is cut into one piece
-  per word of a 32-element chunk, each a broadcast shift, and the product into one dot per piece: a gather or a
-  concatenation of the elements is written whole (``u32[n, k]``) once several rows' products read it;
+- 3, 5 and 6 bits cross words. ``x @ W`` (``unpack_leading``) cuts their unpacking into one piece per word of a
+  32-element chunk, each a broadcast shift, and the product into one dot per piece: a gather or a
+  concatenation of the elements is written whole (``u32[n, k]``) once several rows' products read it.
+  ``x @ W.T`` (``_crossing_rows``, nineteenth session) broadcasts every word to a power-of-two count of lanes
+  with shifts from the word's base position plus an iota, ``x`` spread to the lanes by a small gather: XLA's
+  fused loop, vectorised 8 lanes at a time, then reads one word and contiguous lanes per vector, where the
+  pieces (words ``bits`` apart, elements ``e1 - e0`` apart) were read a lane at a time (2048², one row: 1.2-1.7x
+  float32's time, against 5-9x);
 - the floating modes decode their elements by bit arithmetic (``e2m1_values``, ``e4m3_values``), not by a table
   gather: XLA copies cheap elementwise producers into each row's fusion but not a gather, which several rows'
   products read and so was written whole (the looked-up weights, before the tenth session); their scales are
   still looked up (a small array).
 
-More rows (prefill; and ``x @ W.T`` of 3, 5 or 6 bits from two rows, ``_dequantize_first``): the dequantized weights feed XLA's library dot (YNNPACK's, ``ynn_fusion`` in the HLO),
+More rows (prefill; and ``x @ W.T`` of 3, 5 or 6 bits from three rows, ``_dequantize_first``): the dequantized weights feed XLA's library dot (YNNPACK's, ``ynn_fusion`` in the HLO),
 whose product amortizes writing them over the rows. Up to ``BLOCKED_WEIGHT_BYTES`` of float weights they are
 dequantized whole into one dot; past it (``_prefill``) a ``lax.scan`` dequantizes ``PREFILL_BLOCK_BYTES`` of
 weight rows at a time (``prefill_block_rows``), one library dot a block, so the program's temporaries are one
@@ -53,7 +58,8 @@ from fnarray.lowering.jax.common import RULES
 from fnarray.lowering.packed import FLOAT_FORMATS, acc_dtype, unpack, unpack_plan
 
 __all__ = ["jax_quantized_matmul", "BLOCKED_WEIGHT_BYTES", "DECODE_ROWS", "FUSED_VECTOR_BYTES", "PREFILL_BLOCK_BYTES",
-           "TILE", "e2m1_values", "e4m3_values", "prefill_block_rows", "transposed", "unpack_leading"]
+           "TILE", "e2m1_values", "e4m3_values", "prefill_block_rows", "transposed", "unpack_leading",
+           "word_lanes"]
 
 #: Rows of ``x`` up to which the product is one fused matrix-vector product per row.
 DECODE_ROWS = 4
@@ -195,10 +201,59 @@ def unpack_trailing(jnp, w, bits):
     return out
 
 
+def word_lanes(bits):
+    """The lane plan of ``_crossing_rows`` for ``bits`` not dividing 32 (3, 5, 6): ``(lanes, base, elements)``.
+    Each word of a 32-element chunk (``bits`` words) gives ``lanes`` values (a power of two, 8 or 16), lane ``l``
+    of word ``i`` the bits at position ``base[i] + l * bits`` of it: ``base[i] = (-32 * i) % bits - bits``, so lane 0
+    holds the low bits of the element begun in word ``i - 1`` (a left shift: a negative position) and the next
+    lanes the elements begun in word ``i``; a position at or past 32 (or at ``-bits``) holds nothing (an
+    out-of-range shift gives 0). ``elements (bits, lanes)`` int32 is each lane's element of the chunk, 32 where
+    the lane holds nothing."""
+    base = np.array([(-32 * i) % bits - bits for i in range(bits)], np.int32)
+    used = max(-(-(32 - int(b)) // bits) for b in base)
+    lanes = max(8, 1 << (used - 1).bit_length())
+    pos = base[:, None] + np.arange(lanes, dtype=np.int32)[None, :] * bits
+    elements = np.where((pos > -bits) & (pos < 32), (32 * np.arange(bits)[:, None] + pos) // bits, 32)
+    return lanes, base, elements.astype(np.int32)
+
+
+def _crossing_rows(jnp, lax, xs, w, scales, biases, acc, group_size, bits):
+    """``(m, n)``: each row of ``xs (m, k)`` times the affine dequantized weights ``w (n, k)`` for ``bits`` not
+    dividing 32, as fused matrix-vector products over ``word_lanes``' lanes: each packed word is broadcast to
+    ``lanes`` values by shifts whose amounts are the word's base position (one value a word, from a small
+    ``(words,)`` array) plus the lane times ``bits`` (an iota), so every 8-lane vector of XLA's fused loop reads one
+    word and contiguous lanes (the per-element plans, pieces of words ``bits`` apart or tables indexed by the
+    word within its chunk, were scalar loads per lane: 6-8x float32's time at 2048², one row). A crossing
+    element's two parts fall in two lanes whose ``x`` values are the same element's (``x`` spread to the lanes by
+    a gather of ``x`` itself, ``lanes * bits / 32`` of its size: computed once, not fused into the products);
+    the scales multiply inside the product, the biases are one small product of the per-group sums of ``x``."""
+    m, k = xs.shape
+    n, words = w.shape
+    lanes, base, elements = word_lanes(bits)
+    chunks = words // bits
+    mask = np.uint32((1 << bits) - 1)
+    position = jnp.asarray(np.tile(base, chunks))[:, None] + \
+        jnp.arange(lanes, dtype=jnp.int32)[None, :] * np.int32(bits)                     # (words, lanes)
+    right = jnp.maximum(position, 0).astype(jnp.uint32)
+    left = jnp.maximum(-position, 0).astype(jnp.uint32)
+    per_group = group_size * bits // 32   # words a group
+    scale = jnp.broadcast_to(jnp.asarray(scales).astype(acc)[:, :, None], (n, scales.shape[1], per_group))
+    wq = ((((jnp.asarray(w)[:, :, None] >> right) << left) & mask).astype(acc) * scale.reshape(n, words, 1))
+    where = np.where(elements < 32, np.arange(chunks)[:, None, None] * 32 + elements[None], k).reshape(-1)
+    xl = jnp.concatenate([xs, jnp.zeros((m, 1), acc)], axis=1)[:, where].reshape(m, words, lanes)
+    parts = []
+    for a, b in _chunks(words * lanes, per_group * lanes, acc.itemsize):
+        wa, wb = a // lanes, b // lanes
+        parts.append(_row_products(jnp, xl[:, wa:wb].reshape(m, -1), wq[:, wa:wb].reshape(n, -1), acc))
+    sums = xs.reshape(m, -1, group_size).sum(axis=2)
+    parts.append(jnp.matmul(sums, jnp.asarray(biases).astype(acc).T, preferred_element_type=acc))
+    return _summed(lax, parts)
+
+
 def _decode_rows(jnp, lax, xs, w, scales, biases, acc, group_size, bits, mode):
     """``(m, n)``: each row of ``xs (m, k)`` times the dequantized weights ``w (n, k)`` (``transpose``) as fused
-    matrix-vector products reading the packed words (``_fused_rows``); for 3, 5 and 6 bits one product per
-    ``unpack_trailing`` piece of the contraction, its elements of ``xs`` picked to match."""
+    matrix-vector products reading the packed words (``_fused_rows``); for 3, 5 and 6 bits over the lanes of
+    ``_crossing_rows``."""
     step = max(32, group_size)
     if 32 % bits == 0:
         def weights(a, b):
@@ -207,19 +262,7 @@ def _decode_rows(jnp, lax, xs, w, scales, biases, acc, group_size, bits, mode):
                              acc, group_size, bits, mode)
             return [wd[:, None, :]]
         return _fused_rows(jnp, lax, xs, weights, step, acc)
-    parts = []
-    m, n = xs.shape[0], w.shape[0]
-    for a, b in _chunks(xs.shape[1], step, acc.itemsize):
-        ga, gb = a // group_size, b // group_size
-        s, c = [jnp.broadcast_to(v[:, ga:gb, None].astype(acc), (n, gb - ga, group_size // 32)).reshape(n, 1, -1)
-                for v in (scales, biases)]
-        for e0, e1, q in unpack_trailing(jnp, w[:, a * bits // 32:b * bits // 32], bits):
-            # Contracted element by element of the chunk, chunk innermost: affine reads the loop vectorizes
-            # (chunk-major order divides by e1 - e0 for every element: 3 bits, 1024 x 1024, 3 against 1 ms).
-            wd = (jnp.swapaxes(q, 1, 2).astype(acc) * s + c).reshape(n, -1)
-            xp = jnp.swapaxes(xs[:, a:b].reshape(m, -1, 32)[:, :, e0:e1], 1, 2).reshape(m, -1)
-            parts.append(_row_products(jnp, xp, wd, acc))
-    return _summed(lax, parts)
+    return _crossing_rows(jnp, lax, xs, w, scales, biases, acc, group_size, bits)
 
 
 def _tile(n):
@@ -350,13 +393,13 @@ def _prefill(jnp, lax, xs, w, scales, biases, acc, group_size, bits, mode, trans
 def _dequantize_first(m, bits, transpose):
     """Whether a decode product of ``m`` rows (at most ``DECODE_ROWS``) dequantizes the weights for a library dot
     (``_prefill``) rather than fusing the unpacking into each row's product: for ``x @ W.T`` of 3, 5 or 6 bits
-    from two rows on. Each ``unpack_trailing`` piece's fused product reads words ``bits`` apart, once per row, so
-    its cost grows with the rows, while the gather-free dequantization (``_elements``) is written once
-    (eighteenth session, 2048², one thread, load ~11: 3 bits at 2 and 4 rows 23 and 40 ms fused against 9.6
-    and 9.1 dequantized first, 6 bits 21 and 37 against 12 and 9.8; one row 7.3 against 5.9, kept fused, which
-    writes no weight matrix). ``x @ W`` reads its words transposed and is faster fused (3 bits, 4 rows: 7.0
-    against 12.7 ms)."""
-    return transpose and m > 1 and 32 % bits != 0
+    from three rows on. Each row's fused product (``_crossing_rows``) unpacks the words again, so its cost grows
+    with the rows, while the gather-free dequantization (``_elements``) is written once (nineteenth session,
+    2048², one thread, load 12-16, CPU ms fused against dequantized first: 3 bits at 2 rows 4.2-4.7 against
+    6.5-7.5, 3 rows 6.5 against 6.7, 4 rows 13 against 8.1; 6 bits 2 rows 3.8-5.4 against 9.9-13, 3 rows 7.6
+    against 8.8, 4 rows 13 against 12; at 1024², 3 rows 2.4-2.7 against 1.7-2.0). ``x @ W`` reads its words
+    transposed and is faster fused (3 bits, 4 rows: 7.0 against 12.7 ms, eighteenth session)."""
+    return transpose and m > 2 and 32 % bits != 0
 
 
 def jax_quantized_matmul(x, w, scales, *biases, transpose, group_size, bits, mode):
@@ -365,7 +408,7 @@ def jax_quantized_matmul(x, w, scales, *biases, transpose, group_size, bits, mod
     arithmetic; the jitted program's only weight input is the packed uint32 array, and up to ``DECODE_ROWS`` rows
     no value as large as the weights is written, in either orientation (``transpose=False`` reads the words
     transposed once: ``_decode_columns``; see the module docstring), except ``x @ W.T`` of 3, 5 or 6 bits from
-    two rows on (``_dequantize_first``); more rows dequantize weights past
+    three rows on (``_dequantize_first``); more rows dequantize weights past
     ``BLOCKED_WEIGHT_BYTES`` a block of rows at a time (``_prefill``). Source: MLX's ``quantized_matmul`` (the
     format), XLA CPU's fusion of matrix-vector products."""
     import jax.numpy as jnp
