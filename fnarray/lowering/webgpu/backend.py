@@ -173,6 +173,9 @@ CPU_CONV_POSITIONS = 4
 #: The longest row (elements) whose computed operand a work item's row kernel keeps in a private array between its
 #: loops on a CPU adapter (``groups/reduce.py``, ``_ReduceKernel.cache_rows``; native, not browser bundles).
 CPU_ROW_CACHE = 256
+#: groups/base.py's ``map_uniform``: a map operand smaller than this (bytes) stays a storage binding, whose kernel
+#: serves every size (a whole uniform array's length is part of the source: a compile per size)
+CPU_MAP_UNIFORM_LEAST = 1 << 14
 #: ``(outputs, rows)``: on a CPU adapter a reduction into at least ``outputs`` outputs of rows of at most ``rows``
 #: elements keeps a work item per output, not a work-group cooperating through barriers (``groups/reduce.py``,
 #: ``ReduceGroup.cooperative``; native, not browser bundles).
@@ -244,6 +247,15 @@ def _uniform_windows(gpu) -> tuple:
     lim = gpu.device.limits
     return (max(0, lim.get("max-uniform-buffers-per-shader-stage", 12) - 1),
             max(16, lim.get("min-uniform-buffer-offset-alignment", 256)))
+
+
+def _map_options(gpu) -> dict:
+    """The scheduler options of map kernels on a CPU adapter (native, not browser bundles): ``map_vec4``
+    (``groups/base.py``: a work item's four flat elements read from each float32 operand at its own element as one
+    vec4 and stored as one) and ``map_uniform`` (there, each such operand of 16-64 KiB read through a uniform
+    binding, whose lanes lavapipe gathers at once: 16K-element momentum updates 0.40x the vec4 storage time; a
+    larger map launched once per 64 KiB window of its operands: the VAE's update 0.12x its CPU time)."""
+    return {"map_vec4": True, "map_uniform": (_uniform_windows(gpu)[0], CPU_DOT_UNIFORM, CPU_MAP_UNIFORM_LEAST)}
 
 
 def _import_wgpu():
@@ -852,7 +864,7 @@ class WebGPULowered(KernelLowered):
                 # groups/reduce.py: a work item's loops over float32 rows of a multiple of 4 read them, and store
                 # its row values, four elements per load and store (lavapipe, interleaved, load 3-4: softmax
                 # [1024, 256] 1.8x, layernorm 1.7x; the transformer step 173-174 -> 156-157 CPU ms)
-                opts["row_vec4"] = True
+                opts.update(row_vec4=True, **_map_options(self.backend.gpu))   # and map kernels' vectors
                 # groups/reduce.py: a row's computed operand (a gathered embedding, a masked score row) in a private
                 # array between its loops; what a row's loop reads at one place for the row (a token id) loaded before
                 opts["row_cache"], opts["row_hoist"] = CPU_ROW_CACHE, True

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import abc
+import dataclasses
 import math
 
 import numpy as np
@@ -17,7 +18,7 @@ from fnarray.core.subprograms import CALL_PROGRAM
 from fnarray.lowering.kernels.builder import KernelBuilder
 from fnarray.lowering.kernels.emitter import Flat, NotFlat, shaped_index
 from fnarray.lowering.kernels.index import linearize, to_expr, unravel
-from fnarray.lowering.kernels.ir import INT32, UINT32, BufferParam, Cast, Let, Special, const, vector_dtype
+from fnarray.lowering.kernels.ir import INT32, UINT32, BufferParam, Cast, Lane, Let, Op, Special, Sym, const, vector_dtype
 from fnarray.lowering.kernels.rules import (
     LOW_BIT,
     op,
@@ -392,9 +393,15 @@ class MapGroup(Group):
         gid, gsize, lsize = ctx.gid(b, -(-math.prod(self.shape) // per), choice["wg"])
         scalars: dict = {}
         seg = Segment(gid, Special("group_id", 0), lsize[0], len(gsize) == 1)
+        if self.vector_items(flat, per) and self.uniform_chunks():
+            return self.chunk_launches(choice)
         self.emit_body(b, em, args, scalars, seg, flat, per, choice)
         b.name = kernel_name("map", tracker.eqns)
-        return [make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "map")]
+        launch = make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "map")
+        if self.vector_items(flat, per) and not vectors_fit(ctx.caps, launch):
+            self.scalar_items = True   # too many bindings with the vec4 ones (or one written and read): scalar
+            return self._gen(flat, choice)
+        return [launch]
 
     def items_per(self, flat, choice) -> int:
         """Elements per work item of this kernel for ``choice`` (``MAP_TUNABLE``'s ``per`` where it applies: flat
@@ -423,7 +430,10 @@ class MapGroup(Group):
         to ``scalars``), so one compiled kernel serves many shapes."""
         ctx, gid = self.ctx, seg.gid
         n = math.prod(self.shape)
-        if per > 1:
+        if self.vector_items(flat, per):
+            scalars[seg.name] = n
+            self._emit_vector4(b, em, args, gid, b.scalar(seg.name))
+        elif per > 1:
             # Elements per * gid + k (k < per) of every root, each lane under its own bound test.
             limit = b.scalar(seg.name) if flat else const(n, INT32)
             if flat:
@@ -470,6 +480,98 @@ class MapGroup(Group):
                     if v in ctx.needed:
                         b.store(ctx.output(b, args, v), gid, val)
 
+    def vector_items(self, flat, per) -> bool:
+        """Whether the work items take their four elements as ``vec4`` loads and stores (``_emit_vector4``): the
+        scheduler option ``map_vec4`` (webgpu on a CPU adapter, where each lane's scalar load or store of a storage
+        buffer is a loop over the lanes), four flat elements per item, no guests, no packed roots, an element
+        count that is a multiple of 4 (no item holds a partial vector) and unset ``scalar_items`` (the launch's
+        vector bindings did not fit, ``vectors_fit``)."""
+        return bool(self.ctx.opts.get("map_vec4") and flat and per == 4 and not self.guests
+                    and not getattr(self, "scalar_items", False) and not self.packed_roots()
+                    and math.prod(self.shape) % 4 == 0)
+
+    def uniform_chunks(self) -> bool:
+        """Whether this map kernel is launched once per ``bytes`` of its elements (``chunk_launches``): the
+        scheduler option ``map_uniform`` ``(bindings, bytes, least)`` (webgpu on a CPU adapter), float32 results of more
+        than ``bytes``, no guests. A horizontal kernel (``groups/horizontal.py``) launches such a member apart,
+        before its other members (no data passes between them)."""
+        bindings, most, _ = self.ctx.opts.get("map_uniform", (0, 0, 0))
+        return bool(bindings and not self.guests and self.ctx.caps.items_per_work_item == 4
+                    and any(r.aval.dtype == np.float32 for r in self.roots)
+                    and 4 * math.prod(self.shape) > most and math.prod(self.shape) % 4 == 0)
+
+    def chunk_launches(self, choice) -> list:
+        """One launch per ``bytes`` (``map_uniform``) of the elements, each reading its window of every float32
+        operand of the map's size through a uniform binding (``_emit_vector4``; a window's offset is a multiple of
+        64 KiB, within ``minUniformBufferOffsetAlignment``). Launched in order on one queue, as separate kernels:
+        their element ranges are disjoint, so the results are the one kernel's."""
+        ctx = self.ctx
+        items, step = math.prod(self.shape) // 4, ctx.opts["map_uniform"][1] // 16
+        built: dict = {}   # vectors a launch -> (its launch, its first vector): the others differ in offsets
+        launches = []
+        for c0 in range(0, items, step):
+            count = min(step, items - c0)
+            if count not in built:
+                b = KernelBuilder("k")
+                args: dict = {}
+                tracker = Tracker(ctx)
+                em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
+                gid, gsize, lsize = ctx.gid(b, count, choice["wg"])
+                self._emit_vector4(b, em, args, gid, b.scalar("n"), (b.scalar("base"), c0, count))
+                b.name = kernel_name("map", tracker.eqns)
+                built[count] = (make_launch(b, args, {"n": 4 * (c0 + count), "base": c0}, gsize, lsize,
+                                            tracker.eqns, "map"), c0)
+            launches.append(_moved(*built[count], c0, count))
+        if not all(vectors_fit(ctx.caps, launch) for launch in launches):
+            self.scalar_items = True
+            return self._gen(True, choice)
+        return launches
+
+    def _emit_vector4(self, b, em, args, gid, limit, window=None):
+        """Elements ``4 gid .. 4 gid + 3`` of the roots (``vector_items``): each float32 buffer that the roots read
+        at their own element is one ``vec4`` load (lane ``k`` seeded as element ``4 gid + k``), each float32 root
+        stored is one ``vec4`` store; other reads and stores stay scalar. The values are computed one lane at a
+        time by the same expressions as the scalar form: the results are its results, bit for bit."""
+        ctx, f32 = self.ctx, np.dtype(np.float32)
+        at = Sym("fa_e", INT32)
+        reads: dict = {}
+        an = ctx.emitter(KernelBuilder("analysis"), computes=set(self.roots),
+                         on_read=lambda var, key: reads.setdefault(var, set()).add(key))
+        for r in self.roots:
+            an.val(r, Flat(at))
+        wide = [u for u, keys in reads.items()
+                if ("flat", at) in keys and u.aval.dtype == f32 and u.aval.size == math.prod(self.shape)]
+        at = gid if window is None else b.let(op("add", gid, window[0]), "g")   # the item's vector, all told
+        e0 = b.let(op("mul", at, const(4, INT32)), "e")
+        with b.when(op("lt", e0, limit)):
+            es = [e0] + [b.let(op("add", e0, const(k, INT32)), "e") for k in (1, 2, 3)]
+            room, most, least = ctx.opts.get("map_uniform", (0, 0, 0))
+            room -= sum(isinstance(p, BufferParam) and bool(p.uniform) for p in b.params)   # earlier segments'
+            for u in wide:
+                local = gid
+                if room > 0 and window is not None:   # this launch's window of the buffer
+                    name = uniform_binding(b, args, ctx.spec(u), f32, (16 * window[1], 16 * window[2]))
+                elif room > 0 and least <= 4 * u.aval.size <= most:   # its length in the source: not the smallest
+                    name = uniform_binding(b, args, ctx.spec(u), f32)
+                else:
+                    name, local = vec4_binding(b, args, ctx.spec(u), f32), at
+                room -= 1
+                v = b.load(name, local, vector_dtype(f32))
+                for k in range(4):
+                    em.seed_key(u, ("flat", es[k]), b.let(Lane(v, k, f32)))
+            values: dict = {}
+            for e in es:
+                for r, v in self.root_values(b, em, Flat(e), lambda r: r):
+                    values.setdefault(r, []).append(v)
+            for r, vals in values.items():
+                if r.aval.dtype == f32:
+                    wide_out = vec4_binding(b, args, ctx.spec(r), f32, writes=True)
+                    b.store(wide_out, at, Op("vector4", tuple(vals), vector_dtype(f32)))
+                else:
+                    name = ctx.output(b, args, r)
+                    for e, v in zip(es, vals, strict=True):
+                        b.store(name, e, v)
+
     def _emit_lane(self, b, em, args, idx, e, words, k):
         """The roots at element ``e`` (index ``idx``), lane ``k`` of its work item: the roots of ``words`` (root ->
         the item's word, a mutable uint32) put their byte at bits ``8k`` of the word, the others are stored."""
@@ -479,6 +581,21 @@ class MapGroup(Group):
                 b.assign(words[r], op("or", words[r], op("shl", byte, const(8 * k, UINT32))))
             else:
                 b.store(name, e, v)
+
+
+def _moved(launch, first, c0, count):
+    """``launch`` (a window launch of ``MapGroup.chunk_launches``, built at vector ``first``) at vector ``c0``: its
+    uniform windows' offsets moved along and its scalars ``n``, ``base`` set; the kernel's source is the same."""
+    if c0 == first:
+        return launch
+    k = launch.kernel
+    params = tuple(dataclasses.replace(p, offset=p.offset + 16 * (c0 - first))
+                   if isinstance(p, BufferParam) and p.uniform and p.offset >= 0 else p for p in k.params)
+    scalars = {"n": 4 * (c0 + count), "base": c0}
+    args = [scalars.get(p.name, a) if not isinstance(p, BufferParam) else a
+            for p, a in zip(k.params, launch.args, strict=True)]
+    return Launch(dataclasses.replace(k, params=params), args, launch.global_size, launch.local_size, launch.eqns,
+                  launch.kind)
 
 
 class Segment:

@@ -30,6 +30,7 @@ from fnarray.lowering.kernels.groups.base import (
     Tracker,
     kernel_name,
     make_launch,
+    vectors_fit,
 )
 from fnarray.lowering.kernels.groups.in_place import InPlaceUpdateGroup
 from fnarray.lowering.kernels.ir import INT32, Special, const
@@ -81,14 +82,25 @@ class HorizontalGroup(Group):
         tracker = Tracker(ctx)
         computes = {v for m in self.members for v in m.roots + m.guests}
         em = ctx.emitter(b, args=args, computes=computes, tracker=tracker)
+        full_flat = flat
         pers = [m.items_per(f, choice) for m, f in zip(self.members, flat, strict=True)]
-        items = [_ceil_div(math.prod(m.shape), per) for m, per in zip(self.members, pers, strict=True)]
+        chunked, kept = [], []   # members launched in uniform windows of their own (MapGroup.uniform_chunks) first
+        for k, m in enumerate(self.members):
+            self._at = k
+            if m.vector_items(flat[k], pers[k]) and m.uniform_chunks():
+                chunked.extend(m.chunk_launches(choice))
+            else:
+                kept.append(k)
+        if not kept:
+            return chunked
+        members, flat, pers = [self.members[k] for k in kept], [flat[k] for k in kept], [pers[k] for k in kept]
+        items = [_ceil_div(math.prod(m.shape), per) for m, per in zip(members, pers, strict=True)]
         groups = [max(1, _ceil_div(n, wg)) for n in items]
         gid, gsize, lsize = ctx.gid(b, sum(groups) * wg, wg)
         scalars: dict = {}
         start = 0
-        for k, m in enumerate(self.members):
-            self._at = k
+        for k, m in enumerate(members):
+            self._at = kept[k]
             end = start + groups[k]
             inside = op("lt", gid, const(end * wg, INT32))
             if start:
@@ -100,7 +112,13 @@ class HorizontalGroup(Group):
                 m.emit_body(b, em, args, scalars, seg, flat[k], pers[k], choice)
             start = end
         b.name = kernel_name("hmap", tracker.eqns)
-        return [make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "map")]
+        launch = make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "map")
+        vec = [m for m, f, per in zip(members, flat, pers, strict=True) if m.vector_items(f, per)]
+        if vec and not vectors_fit(ctx.caps, launch):   # the members' vec4 bindings do not fit: scalar items
+            for m in vec:
+                m.scalar_items = True
+            return self._gen(full_flat, choice)
+        return [*chunked, launch]
 
 
 def _ceil_div(a, b) -> int:
