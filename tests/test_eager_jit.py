@@ -690,6 +690,11 @@ def test_mlx_records_a_keys_first_call(monkeypatch):
     cache = fa.device_put(np.zeros((1, 7), np.float32), dev)
     calls = python_calls(lambda: fnp.concatenate([cache, row], axis=0))
     assert len(calls) <= 12, calls
+    # a first call of every key (a cache of 8 rows: shapes no call above made), recorded: counted, not timed
+    # (issue 28's first pass of a growing loop: 1286 Python calls on main at a59891b, 1180 with s19-mlxfirst)
+    cache = fa.device_put(np.zeros((8, 7), np.float32), dev)
+    calls = python_calls(lambda: step(cache, q, row))
+    assert eager_jit.cache_info()["tapes"] - tapes == made + 8 and len(calls) <= 1230, len(calls)
 
 
 def _branchy(x):

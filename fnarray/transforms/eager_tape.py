@@ -270,8 +270,11 @@ class Recorder:
         nouts = tuple([k for _c, _s, _i, k in self.steps])
         steps = _for_backend(steps, self.eqns, nouts, b1 + 1, outs, self.device)
         out_deps = None
-        if any(m != (1 << n) - 1 for m in masks):
-            out_deps = tuple(tuple(i for i in range(n) if m >> i & 1) for m in masks)
+        every = (1 << n) - 1
+        for m in masks:  # (a loop, not ``any`` over a generator: each new key's first call makes a tape)
+            if m != every:
+                out_deps = tuple(tuple(i for i in range(n) if m >> i & 1) for m in masks)
+                break
         return Tape(steps, tuple(self.fixed), tuple(outs), tuple([leaf.aval for leaf in leaves]), out_tree, n,
                     out_deps, nouts)
 

@@ -52,8 +52,8 @@ stats = {"compiled": 0}  # structures compiled since the process started (a coun
 def _structure(tape, nouts):
     """What the generated source depends on (a hashable key of ``_factories``), and the steps' calls."""
     calls, ins, single = zip(*tape.steps) if tape.steps else ((), (), ())  # (C-level: at each tape's first replay)
-    passes = tuple(bool(getattr(c, "passes_operand", False)) and one and len(i) == 1
-                   for c, i, one in zip(calls, ins, single))
+    passes = tuple([bool(getattr(c, "passes_operand", False)) and one and len(i) == 1
+                    for c, i, one in zip(calls, ins, single)])
     return (tape.n, len(tape.fixed), tuple(zip(ins, single, nouts, passes)), tape.outs, tape.out_deps,
             tape.single), calls
 

@@ -507,7 +507,8 @@ class MlxBackend(Backend):
             if _needs_host(eqn) or has_effect(eqn) or unsupported_reason(eqn, device) is not None:
                 return None
         else:
-            ds.update(a.dtype for a in in_avals)
+            for a in in_avals:  # (a loop: each new shape's first eager call of a primitive passes here)
+                ds.add(a.dtype)
             # (dtypes of ``_PLAIN_DTYPES`` alone have no reason: the checks below are for the others)
             if not ds <= _PLAIN_DTYPES and (any(dtypes.is_low_bit(d) for d in ds)
                                             or _dtype_reason(primitive, ds, device.platform, params)):

@@ -105,6 +105,9 @@ def _nextafter_float8(d):
     return f
 
 
+_LOW_BIT = frozenset(dtypes.LOW_BIT_DTYPES)
+
+
 def upcast_rule(prim, rule):
     """The rule ``rule(params, in_avals, out_avals)`` of ``prim`` over low-bit operands: decoded, computed in the
     wider dtypes, the low-bit results encoded (module docstring); the rule itself where no dtype is low-bit."""
@@ -112,7 +115,11 @@ def upcast_rule(prim, rule):
 
     @functools.wraps(rule)   # (the rule's own line stays its site: ``_rule_sites``)
     def factory(params, in_avals, out_avals):
-        if not any(dtypes.is_low_bit(a.dtype) for a in list(in_avals) + list(out_avals)):
+        # (a loop, not ``any`` over a generator: each new shape's first eager call of every wrapped rule asks)
+        for a in (*in_avals, *out_avals):
+            if a.dtype in _LOW_BIT:
+                break
+        else:
             return rule(params, in_avals, out_avals)
         if prim in _MOD16 and all(a.dtype in (dtypes.int4, dtypes.uint4) for a in in_avals):
             fn = rule(params, [_as_uint8(a) for a in in_avals], [_as_uint8(a) for a in out_avals])

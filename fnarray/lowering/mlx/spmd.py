@@ -62,9 +62,15 @@ __all__ = ["ProcessDevice", "GlobalBuffer", "process_group", "active", "process_
 # ----------------------------------------------------------------------------- the run and its devices
 
 
+_DISTRIBUTED = [None]  # the ``fnarray.distributed`` module, once ``process_group`` imported it
+
+
 def process_group():
     """The ``mx.distributed.Group`` of an mlx run of more than one process, else ``None``."""
-    from fnarray import distributed
+    distributed = _DISTRIBUTED[0]
+    if distributed is None:  # (imported at the first call: asked at every eager compile, ~1 us an import)
+        from fnarray import distributed
+        _DISTRIBUTED[0] = distributed
     if distributed.engine_backend() is None:
         return None  # not a distributed run (asked at every eager compile: no exception raised and caught)
     try:
