@@ -899,7 +899,7 @@ class DotGroup(Group):
                and math.prod(p[0].shape) * 4 > uniform for p, a in zip((lp, rp), along, strict=True)]
         if not any(big):
             return ()
-        for per in [d for d in range(self.B - 1, 0, -1) if self.B % d == 0 and self.B // d <= ROW_WINDOWS_MAX]:
+        for per in [d for d in range(self.B, 0, -1) if self.B % d == 0 and self.B // d <= ROW_WINDOWS_MAX]:
             plans = [_batch_windows(p[0], p[1], (p[2][0], e, self.B), per, (uniform, align)) if g else ((), 0)
                      for p, e, g in zip((lp, rp), extents, big, strict=True)]
             if all(w for (w, _), g in zip(plans, big, strict=True) if g):
