@@ -11,12 +11,14 @@ line per workload sums count x time over its products; ``uniforms``: how many un
 ``--windows`` compares ``dot.UNIFORM_WINDOWS`` off and on instead (a larger operand read four rows or columns a
 load bound as several 64 KiB uniform windows of its buffer, sixteenth session), whole-buffer uniforms on in both.
 ``--row-windows`` compares ``dot.UNIFORM_ROW_WINDOWS`` off and on (a large lhs read four contraction steps a load
-bound as one 64 KiB uniform window of its rows per dispatch, nineteenth session).
+bound as one 64 KiB uniform window of its rows per dispatch, nineteenth session). ``--batch-windows`` compares
+``dot.UNIFORM_BATCH_WINDOWS`` off and on (a batched product's operands bound as uniform windows of whole batch
+elements, one dispatch per window, nineteenth session).
 ``--cold`` turns Mesa's shader cache off (``MESA_SHADER_CACHE_DISABLE``) and adds each variant's first call (compile
 included, and one profiled call) in CPU seconds.
 
 Usage: python benchmarks/webgpu_uniform_products.py [--workloads transformer,vae] [--rounds 5] [--calls 10] [--windows]
-       [--row-windows] [--cold]
+       [--row-windows] [--batch-windows] [--cold]
 Asserts nothing.
 """
 
@@ -45,9 +47,11 @@ def main(argv=None):
     a, dev = _timing.webgpu_options(__doc__, argv, rounds=5, calls=10, workloads=SHAPES,
                                     flags={"--windows": "dot.UNIFORM_WINDOWS off against on",
                                            "--row-windows": "dot.UNIFORM_ROW_WINDOWS off against on",
+                                           "--batch-windows": "dot.UNIFORM_BATCH_WINDOWS off against on",
                                            "--cold": "Mesa's shader cache off; first calls in CPU s"})
     switch, names = (("UNIFORM_WINDOWS", "no windows windows") if a.windows else
                      ("UNIFORM_ROW_WINDOWS", "storage row windows") if a.row_windows else
+                     ("UNIFORM_BATCH_WINDOWS", "storage batch windows") if a.batch_windows else
                      ("UNIFORM_OPERANDS", "storage uniform"))
 
     def measure(shape, rng):

@@ -475,7 +475,8 @@ def test_uniform_operands_give_the_storage_kernels_bits(wdev, monkeypatch, name,
 # product kernel there in the subgroup and the blocked form). Operands of 75-86 KiB whose windows end inside the
 # contraction (steps 224 and 256 of 300), odd rows and an odd contraction (the lhs then read by scalar loads), a
 # transposed rhs of 48 KiB bound whole beside a windowed lhs, both operands windowed, a batch (storage: windows
-# are for one batch), and an operand needing more windows than a stage's uniform buffers (storage).
+# are for one batch; its batch windows, ``UNIFORM_BATCH_WINDOWS``, are off here and pinned by
+# ``ROW_WINDOW_DOTS``), and an operand needing more windows than a stage's uniform buffers (storage).
 WINDOW_DOTS = [
     ("weight_gradient", lambda a, b: a.T @ b, ((300, 64), (300, 72)), (2, 4)),
     ("odd_rows_and_steps", lambda a, b: a.T @ b, ((301, 37), (301, 60)), (2, 2)),
@@ -493,6 +494,7 @@ def test_uniform_windows_give_the_storage_kernels_bits(wdev, monkeypatch, name, 
     at most 64 KiB each; the values agree with NumPy in float64 and, bit for bit, with the kernel that reads it
     from storage (``dot.UNIFORM_WINDOWS`` off: the accumulators add in the contraction's order either way)."""
     from fnarray.lowering.kernels.groups import dot
+    monkeypatch.setattr(dot, "UNIFORM_BATCH_WINDOWS", False)
     if form == "blocked":
         _blocks_only(monkeypatch)
     args = [_f32(*s, seed=i) for i, s in enumerate(shapes)]
@@ -531,30 +533,38 @@ def test_uniform_windows_cover_the_contraction(off, geometry, steps, split):
 
 # Products whose lhs read four contraction steps a load (rows as they lie) is over 64 KiB: a CPU adapter binds it
 # as one uniform window of its rows per dispatch (groups/dot.py ``UNIFORM_ROW_WINDOWS``): (name, f, operand
-# shapes, dispatches there). Two windows, the last one moved back to end at the buffer's end (odd rows and columns,
-# an epilogue reading another operand), and a batch (storage: the windows are for one batch).
+# shapes, dispatches there, the switch, the window's first-index scalar). Two windows, the last one moved back to
+# end at the buffer's end (odd rows and columns, an epilogue reading another operand), and a batch (storage: the
+# row windows are for one batch; a batch element over 64 KiB has no batch window). Batched products over 64 KiB
+# read through uniform windows of whole batch elements (``UNIFORM_BATCH_WINDOWS``): attention's q @ k^T over
+# [batch, seq, heads, d] views (both operands windowed), and p @ v with an epilogue (the lhs windowed).
 ROW_WINDOW_DOTS = [
-    ("odd_epilogue", lambda a, b, c: a @ b + c, ((301, 60), (60, 36), (301, 36)), 2),
-    ("batched", lambda a, b: a @ b, ((2, 300, 64), (2, 64, 16)), 1),
+    ("odd_epilogue", lambda a, b, c: a @ b + c, ((301, 60), (60, 36), (301, 36)), 2, "UNIFORM_ROW_WINDOWS", "m_base"),
+    ("batched", lambda a, b: a @ b, ((2, 300, 64), (2, 64, 16)), 1, "UNIFORM_ROW_WINDOWS", "m_base"),
+    ("attention_qk", lambda q, k: q.transpose(0, 2, 1, 3) @ k.transpose(0, 2, 3, 1),
+     ((8, 64, 4, 16), (8, 64, 4, 16)), 2, "UNIFORM_BATCH_WINDOWS", "b_base"),
+    ("attention_pv", lambda p, v, c: p @ v.transpose(0, 2, 1, 3) + c, ((8, 4, 64, 36), (8, 36, 4, 16), (8, 4, 64, 16)),
+     8, "UNIFORM_BATCH_WINDOWS", "b_base"),
 ]
 
 
-@pytest.mark.parametrize("name,f,shapes,dispatches", ROW_WINDOW_DOTS, ids=[c[0] for c in ROW_WINDOW_DOTS])
-def test_row_windows_give_the_storage_kernels_bits(wdev, monkeypatch, name, f, shapes, dispatches):
-    """On a CPU adapter a product's lhs over 64 KiB read along its rows is bound as a uniform window of at most
-    64 KiB per dispatch, every dispatch running one kernel source; the values agree with NumPy in float64 and, bit
-    for bit, with the kernel that reads it from storage (``dot.UNIFORM_ROW_WINDOWS`` off)."""
+@pytest.mark.parametrize("name,f,shapes,dispatches,switch,first", ROW_WINDOW_DOTS, ids=[c[0] for c in ROW_WINDOW_DOTS])
+def test_row_windows_give_the_storage_kernels_bits(wdev, monkeypatch, name, f, shapes, dispatches, switch, first):
+    """On a CPU adapter a product's lhs over 64 KiB read along its rows (a batched product's operands over 64 KiB:
+    whole batch elements) is bound as a uniform window of at most 64 KiB per dispatch, every dispatch running one
+    kernel source; the values agree with NumPy in float64 and, bit for bit, with the kernel that reads it from
+    storage (``switch`` off)."""
     from fnarray.lowering.kernels.groups import dot
     args = [_f32(*s, seed=i) for i, s in enumerate(shapes)]
     dargs = _on(wdev, *args)
     ks = [k for k in fa.jit(f).lower(*dargs).kernels() if k.kind == "dot"]
     assert len(ks) == (dispatches if wdev.platform == "cpu" else 1) and len({k.source for k in ks}) == 1
-    if len(ks) > 1:   # the lhs (binding 0) as a uniform array of at most 64 KiB, its rows from m_base
-        size = re.match(r"@group\(0\) @binding\(0\) var<uniform> uni\w*: array<vec4<f32>, (\d+)>", ks[0].source)
-        assert size and int(size.group(1)) * 16 <= 1 << 16 and "m_base" in ks[0].source, ks[0].source
+    if len(ks) > 1:   # operands as uniform arrays of at most 64 KiB, the window's first row or batch a scalar
+        sizes = re.findall(r"var<uniform> uni\w*: array<vec4<f32>, (\d+)>", ks[0].source)
+        assert sizes and all(int(n) * 16 <= 1 << 16 for n in sizes) and first in ks[0].source, ks[0].source
     got = np.asarray(fa.jit(f)(*dargs))
     np.testing.assert_allclose(got, f(*[a.astype(np.float64) for a in args]), rtol=1e-5, atol=1e-4)
-    monkeypatch.setattr(dot, "UNIFORM_ROW_WINDOWS", False)
+    monkeypatch.setattr(dot, switch, False)
     g = fa.jit(lambda *a: f(*a))
     assert len([k for k in g.lower(*dargs).kernels() if k.kind == "dot"]) == 1
     np.testing.assert_array_equal(got.view(np.uint32), np.asarray(g(*dargs)).view(np.uint32))

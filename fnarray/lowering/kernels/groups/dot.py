@@ -285,6 +285,15 @@ UNIFORM_ROW_WINDOWS = True
 #: many windows hold keep the storage binding.
 ROW_WINDOWS_MAX = 32
 
+#: Whether the subgroup form reads a batched product's ``vec4`` operands whose buffers are over ``dot_uniform`` bytes
+#: (attention's ``q @ k^T`` and ``p @ v``, batch = batch x heads) through uniform windows of whole batch elements,
+#: one dispatch per run of ``per`` batch elements (``_batch_windows``: each binds the bytes of its batch elements of
+#: each operand, at most 64 KiB, at its own offset), where the scheduler option ``dot_uniform_windows`` allows
+#: (native webgpu on a CPU adapter: lavapipe gathers a uniform array's lanes at once, a storage buffer's lane by
+#: lane). One kernel source for every window; each accumulator adds in the contraction's order, so the results are
+#: the storage kernel's bits. Off: storage bindings (``benchmarks/webgpu_uniform_products.py --batch-windows``).
+UNIFORM_BATCH_WINDOWS = True
+
 #: Whether the scheduler option ``dot_batch_views`` (native webgpu on a CPU adapter) lets a product read an operand
 #: whose batch dimensions keep a stride each (``DotGroup.plan``'s ``split``: the transformer's attention products
 #: over ``[batch, seq, heads, d]`` views) in place, instead of a ``dot_operand_copy`` kernel first (off: the copy;
@@ -798,17 +807,22 @@ class DotGroup(Group):
             return self._blocked(lp, rp, block, vectors=vectors and wide, stores=False)
         return launch
 
-    def _bind_readers(self, args, readers, plans, step, rowwin=()):
+    def _bind_readers(self, args, readers, plans, step, rowwin=(), batchwin=()):
         """Bind the ``vec4`` reads of the ``(lhs, rhs)`` readers of the blocked or subgroup product (operand
         ``plans`` ``(lp, rp)``, the contraction taken ``step`` at a time) as ``_uniform_plan`` says: each operand
         whose whole buffer fits the scheduler option ``dot_uniform`` as a uniform array, those it splits into
         windows as several, the rest as storage (``_OperandReader.bind``). ``rowwin`` (``_row_plan``): the lhs as
-        one uniform row window of that size, placed by each dispatch (``_row_launches``)."""
+        one uniform row window of that size, placed by each dispatch (``_row_launches``); ``batchwin``
+        (``_batch_plan``): each operand with a window size as a uniform window of its batch elements."""
         whole = [r.fits(self.ctx.opts.get("dot_uniform", 0)) for r in readers]
         _, split = self._uniform_plan([whole[0] or bool(rowwin), whole[1]], [(r.spec, r.along) for r in readers],
                                       plans, step)
         for i, (r, w) in enumerate(zip(readers, split, strict=True)):
-            if i == 0 and rowwin and not whole[0]:
+            if batchwin and batchwin[1][i]:
+                r.vname = r.b.buffer(("uniform batches", i, r.spec), vector_dtype(r.dt), False, "uni",
+                                     uniform=batchwin[1][i] // 16, offset=0)
+                args[r.vname] = r.spec
+            elif i == 0 and rowwin and not whole[0]:
                 r.vname = r.b.buffer(("uniform rows", r.spec), vector_dtype(r.dt), False, "uni",
                                      uniform=rowwin[1] // 16, offset=0)
                 args[r.vname] = r.spec
@@ -851,8 +865,9 @@ class DotGroup(Group):
             rowwin = self._row_plan(lp, along[0], rows)
             whole[0] = whole[0] or bool(rowwin)
             whole, split = self._uniform_plan(whole, reads, (lp, rp), 4 if "k" in along else 1)
-            out[key] = bool(whole[0] or split[0])
-            out["rhs_uniform"] = bool(whole[1] or split[1])
+            sizes = (self._batch_plan(lp, rp, along) or (0, (0, 0)))[1]
+            out[key] = bool(whole[0] or split[0] or sizes[0])
+            out["rhs_uniform"] = bool(whole[1] or split[1] or sizes[1])
         return out
 
     def _row_plan(self, lp, along, rows) -> tuple:
@@ -867,6 +882,31 @@ class DotGroup(Group):
                 and math.prod(spec.shape) * 4 > uniform):
             return ()
         return _row_windows(spec, off, (s_m, self.K, self.M), rows, (uniform, align))
+
+    def _batch_plan(self, lp, rp, along) -> tuple:
+        """The uniform batch windows (``_batch_windows``) the subgroup form reads its operands through
+        (``UNIFORM_BATCH_WINDOWS``; ``lp``, ``rp``: the plans with their buffer specs, read ``along``):
+        ``(per, (lhs size, rhs size), ((b0, lhs offset, rhs offset), ...))``, a size 0 for an operand that keeps
+        its binding (its whole buffer within ``dot_uniform``, or not read as vectors), or ``()``: one batch, no
+        operand over ``dot_uniform`` read as float32 vectors, or no run of batch elements whose windows fit."""
+        uniform = self.ctx.opts.get("dot_uniform", 0)
+        bindings, align = self.ctx.opts.get("dot_uniform_windows", (0, 256))
+        if not (UNIFORM_OPERANDS and UNIFORM_BATCH_WINDOWS and bindings >= 2 and self.B > 1):
+            return ()
+        extents = ((self.M - 1) * lp[2][1] + (self.K - 1) * lp[2][2] + 1,
+                   (self.K - 1) * rp[2][1] + (self.N - 1) * rp[2][2] + 1)
+        big = [a is not None and np.dtype(p[0].dtype) == np.dtype(np.float32)
+               and math.prod(p[0].shape) * 4 > uniform for p, a in zip((lp, rp), along, strict=True)]
+        if not any(big):
+            return ()
+        for per in [d for d in range(self.B, 0, -1) if self.B % d == 0 and self.B // d <= ROW_WINDOWS_MAX]:
+            plans = [_batch_windows(p[0], p[1], (p[2][0], e, self.B), per, (uniform, align)) if g else ((), 0)
+                     for p, e, g in zip((lp, rp), extents, big, strict=True)]
+            if all(w for (w, _), g in zip(plans, big, strict=True) if g):
+                starts = [w or (0,) * (self.B // per) for w, _ in plans]
+                return per, (plans[0][1], plans[1][1]), tuple(
+                    (b0 * per, la, ra) for b0, (la, ra) in enumerate(zip(*starts, strict=True)))
+        return ()
 
     def _subgroup_lanes(self, lp, rp) -> int:
         """The subgroup size of the subgroup form (``_subgroup``: the scheduler option ``dot_subgroup``), or 0
@@ -922,8 +962,9 @@ class DotGroup(Group):
         dt = self.eqn.inputs[0].aval.dtype
         along = self._subgroup_reads(lp, rp, tile, lanes) if vectors else (None, None)
         rowwin = self._row_plan(lp, along[0], rows)
+        batchwin = self._batch_plan(lp, rp, along)
         mt, nt = -(-(rowwin[0] if rowwin else self.M) // rows), -(-self.N // (lanes * cols))
-        tiles = self.B * mt * nt
+        tiles = (batchwin[0] if batchwin else self.B) * mt * nt
         wg = lanes * max(1, min(ctx.wg // lanes, tiles // 2))   # two work-groups at least, where there are tiles
         gid, gsize, lsize = ctx.gid(b, tiles * lanes, wg)
         sg = b.let(op("div", gid, const(lanes, INT32)), "sg")
@@ -937,11 +978,15 @@ class DotGroup(Group):
             scalars.update(m_base=0, m_end=self.M, a_off=lp[1])
             m0 = b.let(op("add", m0, b.scalar("m_base")), "m")
         bi = b.let(op("div", mn, const(mt, INT32)), "bi")
+        if batchwin:   # the batch elements of this dispatch's windows (``_batch_launches``): from b_base
+            s = dict(s, a_off=b.scalar("a_off"), b_off=b.scalar("b_off"))
+            scalars.update(b_base=0, a_off=lp[1], b_off=rp[1])
+            bi = b.let(op("add", bi, b.scalar("b_base")), "bi")
         abase = b.let(op("add", s["a_off"], batch_offset(bi, s["a_sb"])))
         bbase = b.let(op("add", s["b_off"], batch_offset(bi, s["b_sb"])))
         lhs = _SharedRows(b, a, lp[0], dt, (abase, m0, s["M"], s["a_sm"], s["a_sk"]), (rows, lanes), along[0], self._load)
         rhs = _OperandReader(b, bb, rp[0], dt, bbase, n0, cols, s["N"], s["b_sn"], s["b_sk"], along[1], self._load)
-        self._bind_readers(args, (lhs, rhs), (lp, rp), 4 if "k" in along else 1, rowwin)
+        self._bind_readers(args, (lhs, rhs), (lp, rp), 4 if "k" in along else 1, rowwin, batchwin)
         accs = _accumulate(b, lhs, rhs, s["K"], 4 if "k" in along else 1, dt, dt, rows * cols)
         wide = vectors and stores and self._wide_stores(cols)
         self._store_block(b, em, args, accs, (bi, m0, n0, tile), op("lt", sg, const(tiles, INT32)), s, wide)
@@ -951,6 +996,9 @@ class DotGroup(Group):
         if (along != (None, None) or wide) and not vectors_fit(self.ctx.caps, launch):
             # first without the vec4 stores (a written buffer also read: donated), then without any vectors
             return self._subgroup(lp, rp, lanes, tile, vectors=vectors and wide, stores=False)
+        if batchwin:
+            return _batch_launches(launch, [r.vname if n else None for r, n in zip((lhs, rhs), batchwin[1], strict=True)],
+                                   batchwin[2], (lp[1], rp[1]))
         return _row_launches(launch, lhs.vname, rowwin[2], lp[1]) if rowwin else [launch]
 
     def _store_block(self, b, em, args, accs, where, inside, s, wide=False):
@@ -1259,6 +1307,52 @@ def _row_launches(launch, name, windows, off) -> list:
     for r0, r1, at in windows:
         params = tuple(dataclasses.replace(p, offset=at) if p.name == name else p for p in kernel.params)
         given = {"m_base": r0, "m_end": r1, "a_off": off - at // 4}
+        args = [given.get(p.name, v) for p, v in zip(kernel.params, launch.args, strict=True)]
+        out.append(Launch(dataclasses.replace(kernel, params=params), args, launch.global_size, launch.local_size,
+                          launch.eqns, launch.kind))
+    return out
+
+
+def _batch_windows(spec, off, geometry, per, limits) -> tuple:
+    """``(offsets, size)``: windows of ``spec``'s buffer (float32 elements; ``off`` the operand's first element) of
+    ``size`` bytes each (at most ``limit``, a multiple of 16), window ``i`` starting at byte ``offsets[i]`` (a
+    multiple of ``align``; ``limits = (limit, align)``) and holding every element of the batch elements
+    ``i * per .. (i + 1) * per - 1``, or ``((), 0)`` where they do not fit. ``geometry = (sb, extent, B)``: batch
+    element ``bi`` of ``B`` is the ``extent`` elements from ``off + batch_offset(bi, sb)`` (``sb`` one stride or
+    ``((size, stride), ...)``, row-major). Every window has the same size (one kernel source reads them all): one
+    that would run past the buffer's end is moved back to end within it."""
+    sb, extent, count = geometry
+    limit, align = limits
+    total = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
+    pairs = ((count, sb),) if not isinstance(sb, tuple) else sb
+    sizes = [n for n, _ in pairs]
+
+    def first(bi):
+        return off + sum(int(i) * st for i, (_, st) in zip(np.unravel_index(bi, sizes), pairs, strict=True))
+    spans = []
+    for b0 in range(0, count, per):
+        firsts = [first(bi) for bi in range(b0, b0 + per)]
+        at = 4 * min(firsts)
+        spans.append((at - at % align, 4 * (max(firsts) + extent)))
+    size = -(-max(end - at for at, end in spans) // 16) * 16
+    if any(at + size > total for at, _ in spans):
+        size += (total - size) % align
+    if off % 4 or size > limit or size > total or total % 16:
+        return (), 0
+    return tuple(min(at, total - size) for at, _ in spans), size
+
+
+def _batch_launches(launch, names, windows, offs) -> list:
+    """One launch of the subgroup product ``launch`` per batch window (``DotGroup._batch_plan``'s ``(b0, lhs
+    offset, rhs offset)``): each operand's uniform binding of ``names`` (``None``: the operand keeps its binding)
+    placed at its window's byte offset, the scalar ``b_base`` the window's first batch element and ``a_off``,
+    ``b_off`` the operands' first elements (``offs``) counted from their windows' starts."""
+    kernel, out = launch.kernel, []
+    for b0, *ats in windows:
+        placed = {n: at for n, at in zip(names, ats, strict=True) if n is not None}
+        params = tuple(dataclasses.replace(p, offset=placed[p.name]) if p.name in placed else p for p in kernel.params)
+        given = {"b_base": b0, **{k: off - (at // 4 if n is not None else 0)
+                                  for k, off, n, at in zip(("a_off", "b_off"), offs, names, ats, strict=True)}}
         args = [given.get(p.name, v) for p, v in zip(kernel.params, launch.args, strict=True)]
         out.append(Launch(dataclasses.replace(kernel, params=params), args, launch.global_size, launch.local_size,
                           launch.eqns, launch.kind))
