@@ -97,7 +97,8 @@ _FIXES = {
 
 
 def _fallbacks(device):
-    """The primitives and dtypes ``device`` declares unsupported (they run on numpy:0)."""
+    """The primitives and dtypes ``device`` declares unsupported (they run on numpy:0), and the primitives its
+    backend lowers through their decompositions (``Backend.expected_decompositions``: they run on ``device``)."""
     from fnarray.core import dtypes
     from fnarray.core.ir import Eqn, Params, Var
     from fnarray.core.shaped import ShapedArray
@@ -116,11 +117,13 @@ def _fallbacks(device):
         eqn = Eqn(prim, tuple(Var(a) for a in avals), Params(params), tuple(Var(a) for a in outs))
         reason = backend.supports(eqn, device)
         seen.add(prim)
-        if reason is not None:
+        # a primitive the backend lowers through its decomposition (log2 on jax:0) runs there: no fallback
+        if reason is not None and prim.name not in backend.expected_decompositions:
             prims[prim.name] = reason
     caps = backend.capabilities(device)
     missing_dtypes = sorted(d.name for d in dtypes.KNOWN_DTYPES if d not in caps.dtypes)
-    return {"primitives": prims, "dtypes": missing_dtypes, "control_flow": caps.control_flow}
+    return {"primitives": prims, "dtypes": missing_dtypes, "control_flow": caps.control_flow,
+            "decomposed": sorted(backend.expected_decompositions)}
 
 
 def report() -> dict:
@@ -211,6 +214,8 @@ def _fmt(rep) -> str:
                     prims = ", ".join(f"{p} ({r})" for p, r in fb["primitives"].items()) or "none"
                     lines.append(f"             falls back to numpy: primitives: {prims}; "
                                  f"dtypes: {', '.join(fb['dtypes']) or 'none'}; control flow: {fb['control_flow']}")
+                    if fb["decomposed"]:
+                        lines.append(f"             runs through decompositions: {', '.join(fb['decomposed'])}")
                 else:
                     lines.append(f"             fallback probe failed: {fb}")
         else:

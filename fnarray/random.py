@@ -849,10 +849,16 @@ def _truncated_normal(key, lower, upper, shape, dtype, tails):
     a = lax.erf(lax.div(lo, sqrt2))
     b = lax.erf(lax.div(hi, sqrt2))
     unit = _unit(k, shape, d)  # one draw of bits for both parts (XLA would merge two, after compiling them)
-    x = lax.mul(sqrt2, lax.erf_inv(_scaled(unit, shape, d, a, b, "truncated_normal")))
+    u = _scaled(unit, shape, d, a, b, "truncated_normal")
     if tails:
         two = np.asarray(2.0, d)[()]
         tail = lax.bitwise_or(lax.gt(lo, two), lax.lt(hi, lax.neg(two)))
+        # a tail element's erf part reads ``unit`` (in [0, 1)), not u: where erf rounds the bounds to +-1, erf_inv
+        # has an infinite derivative at u, and the select's zero cotangent times it was a NaN gradient of the
+        # bounds (|bound| >= 10 in float32; docs/transforms.md, NaN-safe where)
+        u = lax.select(tail, unit, u)
+    x = lax.mul(sqrt2, lax.erf_inv(u))
+    if tails:
         x = lax.select(tail, _truncated_normal_log_space(unit, d, lo, hi), x)
     inf = np.asarray(np.inf, d)[()]
     above = lax.nextafter(lax.stop_gradient(lo), inf)
@@ -866,8 +872,11 @@ def _log_ndtr_below(x):
     (one ``erfc``, where ``log_ndtr`` also computes its upper region's)."""
     import fnarray.numpy as fnp
     bound = -37.0 if x.dtype == dtypes.float64 else -10.0
-    mid = fnp.log(0.5 * lax.erfc(fnp.maximum(x, bound) * -math.sqrt(0.5)))
-    x_lo = fnp.minimum(x, bound)
+    # each branch clamped 0.01 past the switch (finite where unselected): clamped at the switch itself,
+    # max/min at x == bound split the gradient with the constant and the selected branch had half of it
+    # (truncated_normal's bound at -10 or 10, float32)
+    mid = fnp.log(0.5 * lax.erfc(fnp.maximum(x, bound - 0.01) * -math.sqrt(0.5)))
+    x_lo = fnp.minimum(x, bound + 0.01)
     inv2 = 1.0 / (x_lo * x_lo)
     series = inv2 * (-1.0 + inv2 * (3.0 - 15.0 * inv2))  # sum over k = 1..3 of (-1)^k (2k-1)!! / x^(2k)
     lo = -0.5 * x_lo * x_lo - fnp.log(-x_lo) - 0.5 * math.log(2 * math.pi) + fnp.log1p(series)

@@ -55,3 +55,9 @@ def test_doctor_json_and_exit_code():
     assert rep["backends"]["numpy"]["usable"]
     for name, e in rep["backends"].items():
         assert e["usable"] or e["reason"], name
+    from fnarray.devices.backend import get_backend
+    for name, e in rep["backends"].items():   # log2 on jax:0 was said to fall back to numpy: it is decomposed
+        for d in e.get("devices", ()):
+            declared = get_backend(name).expected_decompositions
+            assert d["falls_back"]["decomposed"] == sorted(declared), (name, d)
+            assert not declared & set(d["falls_back"]["primitives"]), (name, d["falls_back"])

@@ -530,6 +530,11 @@ def test_errors_name_what_was_given():
                             group_size=32, bits=4)
     with pytest.raises(ShapeError, match="scales and biases.*pass the group_size and bits"):
         fa.dequantize(w_q, scales[:, :1], biases, group_size=32, bits=4)
+    stack = r"got shapes \(1, 4, 8\) and \(1, 4, 2\) and \(1, 4, 2\); multiply by each matrix"
+    with pytest.raises(ShapeError, match=stack):    # the biases printed as a list
+        fa.quantized_matmul(np.ones(64, np.float32), w_q[None], scales[None], biases[None], group_size=32, bits=4)
+    with pytest.raises(ShapeError, match=r"got a scalar; pass x of shape \(64,\)"):
+        fa.quantized_matmul(np.float32(1), w_q, scales, biases, group_size=32, bits=4)
     for words in (w_q[0], w_q[0, 0]):    # a scalar raised IndexError
         with pytest.raises(ShapeError, match=rf"at least 2 dimensions.*got shape {re.escape(str(words.shape))}"):
             fa.dequantize(words, scales, biases, group_size=32, bits=4)

@@ -462,6 +462,28 @@ def test_truncated_normal_static_central_bounds_leave_the_tail_out():
         _bits_equal(fr.truncated_normal(fr.key(8), lo, hi, (6,)), fr.truncated_normal(fr.key(8), fnp.asarray(lo), hi, (6,)))
 
 
+def test_truncated_normal_gradient_of_array_bounds_matches_finite_differences(device):
+    """The gradient of samples with respect to their bounds (the key fixed) equals central differences, in the
+    tail too: at bounds of 10 and beyond the erf part's unselected erf_inv(1) made it NaN, and at a bound of
+    exactly -10 (``_log_ndtr_below``'s switch, after the flip of (10, 11)) min/max at the tie gave half of it.
+    Both were in the traced program, the same on every backend; its tail compiles for 10 s on jax, opencl and
+    webgpu (CI's budget), so the two that run it eagerly in well under a second check it."""
+    if str(device) not in ("numpy:0", "mlx:0"):
+        pytest.skip("the program is backend-independent; numpy:0 and mlx:0 check it without a 10 s compile")
+    k = fa.device_put(fr.key(0), device)
+    lo = np.array([-1.0, 3.0, 10.0, -10.0, -40.0], np.float32)
+    bounds = [fa.device_put(fnp.asarray(v), device) for v in (lo, lo + np.float32(1))]
+
+    def total(lo, hi):   # each bound moves its own column only: a gradient of the sum is every derivative
+        return fnp.sum(fr.truncated_normal(k, lo, hi, (4, 5)), axis=0)
+    grads = fa.grad(lambda a, b: fnp.sum(total(a, b)), argnums=(0, 1))(*bounds)
+    eps = np.float32(1e-2)
+    for i, g in enumerate(grads):
+        step = lambda s: np.asarray(total(*[v + s * eps * (j == i) for j, v in enumerate(bounds)]), np.float64)
+        want = (step(1) - step(-1)) / (2 * eps)
+        np.testing.assert_allclose(np.asarray(g), want, rtol=2e-2, atol=2e-3, err_msg=f"{device} {i}")
+
+
 def test_choice_variants():
     k = fr.key(6)
     a = fnp.asarray(np.arange(10, dtype=np.float32) * 10)

@@ -107,10 +107,13 @@ def _rule(x, w, scales, *biases, transpose, group_size, bits, mode):
         raise DTypeError(f"quantized_matmul needs a float x, got {x.dtype.name}")
     _check_scales(x, scales, biases, mode)
     if w.ndim != 2 or scales.ndim != 2 or any(b.ndim != 2 for b in biases):
-        raise ShapeError(f"quantized_matmul needs 2-d weights, scales and biases, got shapes {w.shape}, "
-                         f"{scales.shape} and {[b.shape for b in biases]}")
+        raise ShapeError(f"quantized_matmul needs 2-d weights, scales and biases, got shapes "
+                         f"{' and '.join(str(a.shape) for a in (w, scales, *biases))}; multiply by each matrix "
+                         f"of a stack in turn (w[i], scales[i], ...), or dequantize the stack (fnarray.dequantize) "
+                         f"and use a matmul")
     if x.ndim < 1:
-        raise ShapeError("quantized_matmul needs x of rank 1 or more, got a scalar")
+        raise ShapeError(f"quantized_matmul needs x of rank 1 or more (..., k), got a scalar; pass x of shape "
+                         f"({weight_shape(w.shape, bits)[1 if transpose else 0]},) for one vector")
     rows, cols = weight_shape(w.shape, bits)
     groups = (rows, cols // group_size)
     if cols % group_size or scales.shape != groups or any(b.shape != groups for b in biases):
