@@ -496,8 +496,13 @@ def test_webgpu_buffers_let_go_before_their_recorded_work_is_submitted(monkeypat
     buffers before the submit, and the recorded work still reads them (wgpu keeps what a command buffer uses)."""
     import gc
     dev = _webgpu()
+    from fnarray.lowering.webgpu import dispatch
     gpu = dev.impl.gpu
     monkeypatch.setattr(gpu, "pool_limit", 0)
+    # a map over 1.2 MB is launched once per 64 KiB uniform window on a CPU adapter (19 launches a call, more than
+    # a call submitted alone): the calls stay recorded only if the submit bounds are out of the way
+    monkeypatch.setattr(dispatch, "ALONE_LAUNCHES", 10**6)
+    monkeypatch.setattr(dispatch, "BATCH_LAUNCHES", 10**6)
     f = fa.jit(lambda a: a * 3.0 + 1.0, device=dev)
     x0 = np.linspace(-1, 1, 300_000, dtype=np.float32)   # 1.2 MB: bound directly, no cached bind group
     y = f(fa.device_put(x0, dev))
