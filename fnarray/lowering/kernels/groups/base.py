@@ -588,10 +588,18 @@ def _moved(launch, first, c0, count):
     uniform windows' offsets moved along and its scalars ``n``, ``base`` set; the kernel's source is the same."""
     if c0 == first:
         return launch
+    offsets = {p.name: p.offset + 16 * (c0 - first) for p in launch.kernel.params
+               if isinstance(p, BufferParam) and p.uniform and p.offset >= 0}
+    return placed(launch, offsets, {"n": 4 * (c0 + count), "base": c0})
+
+
+def placed(launch, offsets, scalars) -> Launch:
+    """``launch`` with its buffer parameters named in ``offsets`` bound at those byte offsets
+    (``BufferParam.offset``) and its scalar parameters named in ``scalars`` given those values: one launch of a
+    window kernel (a map's, a product's row or batch windows) moved to another window; the kernel's source, and so
+    its pipeline, is the same."""
     k = launch.kernel
-    params = tuple(dataclasses.replace(p, offset=p.offset + 16 * (c0 - first))
-                   if isinstance(p, BufferParam) and p.uniform and p.offset >= 0 else p for p in k.params)
-    scalars = {"n": 4 * (c0 + count), "base": c0}
+    params = tuple(dataclasses.replace(p, offset=offsets[p.name]) if p.name in offsets else p for p in k.params)
     args = [scalars.get(p.name, a) if not isinstance(p, BufferParam) else a
             for p, a in zip(k.params, launch.args, strict=True)]
     return Launch(dataclasses.replace(k, params=params), args, launch.global_size, launch.local_size, launch.eqns,

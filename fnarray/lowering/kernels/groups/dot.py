@@ -4,7 +4,6 @@ where the target says tiling pays, with the elementwise epilogue fused) and oper
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
@@ -16,13 +15,13 @@ from fnarray.lowering.kernels.emitter import shaped_index
 from fnarray.lowering.kernels.groups.base import (
     VIEW_OPS,
     Group,
-    Launch,
     Tracker,
     collapse_stride,
     contiguous_strides,
     index_vars,
     kernel_name,
     make_launch,
+    placed,
     reshape_strides,
     tree_sum,
     uniform_binding,
@@ -1303,14 +1302,8 @@ def _row_launches(launch, name, windows, off) -> list:
     uniform binding ``name`` placed at the window's byte ``offset`` (``BufferParam.offset``), the scalars
     ``m_base``/``m_end`` its rows and ``a_off`` the lhs's first element (``off``) counted from the window's start.
     The kernel's source, and so its pipeline, is the same for every window."""
-    kernel, out = launch.kernel, []
-    for r0, r1, at in windows:
-        params = tuple(dataclasses.replace(p, offset=at) if p.name == name else p for p in kernel.params)
-        given = {"m_base": r0, "m_end": r1, "a_off": off - at // 4}
-        args = [given.get(p.name, v) for p, v in zip(kernel.params, launch.args, strict=True)]
-        out.append(Launch(dataclasses.replace(kernel, params=params), args, launch.global_size, launch.local_size,
-                          launch.eqns, launch.kind))
-    return out
+    return [placed(launch, {name: at}, {"m_base": r0, "m_end": r1, "a_off": off - at // 4})
+            for r0, r1, at in windows]
 
 
 def _batch_windows(spec, off, geometry, per, limits) -> tuple:
@@ -1347,15 +1340,11 @@ def _batch_launches(launch, names, windows, offs) -> list:
     offset, rhs offset)``): each operand's uniform binding of ``names`` (``None``: the operand keeps its binding)
     placed at its window's byte offset, the scalar ``b_base`` the window's first batch element and ``a_off``,
     ``b_off`` the operands' first elements (``offs``) counted from their windows' starts."""
-    kernel, out = launch.kernel, []
+    out = []
     for b0, *ats in windows:
-        placed = {n: at for n, at in zip(names, ats, strict=True) if n is not None}
-        params = tuple(dataclasses.replace(p, offset=placed[p.name]) if p.name in placed else p for p in kernel.params)
         given = {"b_base": b0, **{k: off - (at // 4 if n is not None else 0)
                                   for k, off, n, at in zip(("a_off", "b_off"), offs, names, ats, strict=True)}}
-        args = [given.get(p.name, v) for p, v in zip(kernel.params, launch.args, strict=True)]
-        out.append(Launch(dataclasses.replace(kernel, params=params), args, launch.global_size, launch.local_size,
-                          launch.eqns, launch.kind))
+        out.append(placed(launch, {n: at for n, at in zip(names, ats, strict=True) if n is not None}, given))
     return out
 
 
