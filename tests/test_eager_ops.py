@@ -165,6 +165,7 @@ def test_an_overflowing_int_raises_the_general_error_after_an_entry_exists():
     with pytest.raises(OverflowError) as general:
         _general("add", x, 2**31)
     assert str(fast.value) == str(general.value)
+    assert "astype" in str(fast.value) and "[-2147483648, 2147483647]" in str(fast.value)  # says what to do
 
 
 @pytest.mark.enable_x64

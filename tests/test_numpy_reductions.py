@@ -283,6 +283,10 @@ def test_keepdims_argmax_and_0d():
     assert_close(fnp.sum(s), np.array(2.5, np.float32))
     with pytest.raises(ShapeError):
         fnp.sum(s, axis=0)
+    m = fnp.ones((2, 3))
+    for axis in ((0, 0), (1, -1), [0, -2]):  # as NumPy and jax.numpy refuse, with what to do
+        with pytest.raises(ShapeError, match="more than once.*give each axis once"):
+            fnp.sum(m, axis=axis)
 
 
 def test_where_and_initial():

@@ -62,6 +62,17 @@ def test_python_int_outside_int32_needs_an_explicit_dtype():
     assert fnp.asarray([2 ** 40], dtype=fnp.int64).dtype == np.dtype("int64")
 
 
+def test_python_int_out_of_range_of_an_int_array_says_what_to_do(device):
+    """As ``jax.numpy``: an ``OverflowError`` (never a wrapped value), eager and traced, both operand orders."""
+    x = on_device(np.arange(3, dtype=np.int32), device)
+    for f in (lambda: x + 2 ** 31, lambda: (-2 ** 31 - 1) * x, lambda: fnp.subtract(x, 2 ** 40),
+              lambda: fa.jit(lambda v: v + 2 ** 31)(x)):
+        with pytest.raises(OverflowError, match=r"out of range for int32.*astype"):
+            f()
+    assert np.asarray(x + (2 ** 31 - 1)).tolist() == [2 ** 31 - 1, -2 ** 31, -2 ** 31 + 1]  # in range: wraps
+    assert np.asarray(x + (-2 ** 31)).tolist() == [-2 ** 31, -2 ** 31 + 1, -2 ** 31 + 2]
+
+
 # ------------------------------------------------------------------------- promotion
 
 

@@ -45,7 +45,7 @@ __all__ = [
     "narrow", "promote_types",
     "result_type", "is_float", "is_complex", "is_int", "is_unsigned",
     "is_signed", "is_bool", "is_inexact", "short_name", "default_for_kind",
-    "dtype_of_scalar", "scalar_operand_dtype", "scalar_literal", "finfo", "iinfo",
+    "dtype_of_scalar", "scalar_operand_dtype", "scalar_literal", "int_out_of_range", "finfo", "iinfo",
     "extended", "prng_key", "KeyDType", "key_fry", "is_key",
 ]
 
@@ -470,6 +470,17 @@ def scalar_operand_dtype(d: np.dtype, pytype: type):
             return None
         return d, False
     return None
+
+
+def int_out_of_range(x: int, d: np.dtype) -> OverflowError:
+    """The error for a Python int ``x`` that does not fit the integer dtype ``d`` it is combined with (as
+    ``jax.numpy`` raises ``OverflowError``; NumPy 2 too): what was given, the range, and what to do."""
+    info = np.iinfo(d)
+    wider = "int64" if d != int64 else "a float dtype"
+    return OverflowError(
+        f"Python int {x} is out of range for {d.name} ([{info.min}, {info.max}]), the dtype of the array it is "
+        f"combined with; cast the array to a wider dtype first (x.astype({wider!r}); int64 needs "
+        "fnarray.config.update('enable_x64', True)), or give a value in range")
 
 
 def scalar_literal(x, d: np.dtype, quiet: bool = False):

@@ -392,8 +392,9 @@ def fmod(x1, x2, /):
 def pow(x1, x2, /):  # noqa: A001 (array API name)
     """``x1 ** x2`` (array API ``pow``; ``numpy.power``); ``0 ** 0 == 1``.
 
-    Integer powers use binary exponentiation; a negative integer exponent gives 0
-    unless the base is 1 or -1 (as ``jax.numpy.power``; NumPy raises ``ValueError``). A Python
+    Integer powers use binary exponentiation; a negative exponent array element gives 0
+    unless the base is 1 or -1 (as ``jax.numpy.power`` under ``jit``; NumPy raises ``ValueError``), and a
+    negative Python int exponent of an integer array raises ``TypeError`` (as ``jax.numpy``). A Python
     int exponent with an array base keeps the base's dtype (``lax.integer_pow``). Otherwise
     JAX's promotion (weak Python scalars; ``float16`` with ``int32`` gives ``float16``, NumPy ``float64``); lists
     are not accepted, as in ``jax.numpy``.
@@ -405,7 +406,7 @@ def pow(x1, x2, /):  # noqa: A001 (array API name)
       An array of the promoted dtype and the broadcast shape.
 
     Raises:
-      TypeError: an argument is not an array or a scalar.
+      TypeError: an argument is not an array or a scalar; an integer array to a negative Python int power.
       ShapeError: the shapes do not broadcast.
       DTypeError: a bool argument.
     """
@@ -414,6 +415,10 @@ def pow(x1, x2, /):  # noqa: A001 (array API name)
         d = aval_of(x1).dtype
         if dtypes.is_bool(d):
             raise DTypeError("pow does not accept bool arrays")
+        if x2 < 0 and dtypes.is_int(d):
+            raise TypeError(f"pow: an integer array ({d.name}) cannot be raised to the negative Python int power "
+                            f"{x2} (as jax.numpy and NumPy refuse it); cast the base to a float dtype first "
+                            f"(x.astype('float32') ** {x2}) or use fnarray.numpy.float_power")
         if x2 >= 0 or dtypes.is_inexact(d):
             if isinstance(x1, np.ndarray):
                 from fnarray.numpy._util import asarray_internal

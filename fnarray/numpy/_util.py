@@ -113,6 +113,7 @@ def _has_array(x):
     return any(isinstance(e, Array) or (isinstance(e, (list, tuple)) and _has_array(e)) for e in x)
 
 
+_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1  # the range of a weak Python int beside int32
 _PY_TYPE_OF_DEFAULT = {dtypes.float32: float, dtypes.int32: int, dtypes.complex64: complex}
 
 
@@ -127,6 +128,8 @@ def _scalar_to(x, d, weak=False):
         return x
     if weak:
         py = _PY_TYPE_OF_DEFAULT.get(d)
+        if py is int and not _INT32_MIN <= x <= _INT32_MAX:
+            raise dtypes.int_out_of_range(x, d)
         if py is not None:
             return py(x)
         return lax.convert_element_type(_cast_scalar(x, d), d, weak_type=True)
@@ -137,8 +140,7 @@ def _cast_scalar(x, d):
     if isinstance(x, (int, np.integer)) and not isinstance(x, bool) and dtypes.is_int(d) and not dtypes.is_low_bit(d):
         info = dtypes.iinfo(d)
         if not info.min <= int(x) <= info.max:
-            raise OverflowError(f"Python int {int(x)} is out of range for {d.name} "
-                                f"([{info.min}, {info.max}])")
+            raise dtypes.int_out_of_range(int(x), d)
     if isinstance(x, complex) and not dtypes.is_complex(d):
         raise DTypeError(f"a complex scalar cannot be combined into a {d.name} result")
     return dtypes.scalar_literal(x, d, quiet=True)
@@ -296,6 +298,8 @@ def _fast_binary(a, b):
         rule = dtypes.scalar_operand_dtype(av.dtype, tb)
         if rule is None:
             return None  # a weak result, or a range check: general path
+        if tb is int and rule[1] and not _INT32_MIN <= b <= _INT32_MAX:
+            raise dtypes.int_out_of_range(b, rule[0])
         lit = b if rule[1] else dtypes.scalar_literal(b, rule[0])
         return (lit, a) if swap else (a, lit)
     if isinstance(b, Array):
@@ -329,5 +333,7 @@ def normalize_axes(axis, ndim, name="axis"):
     axes = (axis,) if not isinstance(axis, (tuple, list)) else tuple(axis)
     out = tuple(normalize_axis(a, ndim, name) for a in axes)
     if len(set(out)) != len(out):
-        raise ShapeError(f"repeated {name} in {axis}")
+        twice = sorted({a for a in out if out.count(a) > 1})
+        raise ShapeError(f"{name}={axis!r} names {name} {', '.join(map(str, twice))} more than once (negative "
+                         f"axes count from the end of the {ndim} axes); give each axis once")
     return tuple(sorted(out))
