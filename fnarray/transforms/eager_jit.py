@@ -341,8 +341,11 @@ _RECORD_FIRST = frozenset({"repeated_call"})
 #: called again (``_unpromoted``) stops recording its keys' first calls: a loop whose shapes grow (a decode loop's
 #: cache, a stack of ever more rows) makes a new key at every step, and each record costs ~0.3-0.6x a general call
 #: for a tape no call runs (issue 28: 20-25% of mlx:0's first pass of such a loop). Its keys then record at their
-#: second call (``_taped``, as numpy's), and the first key of it called a second time resumes the records.
-RECORD_UNPROMOTED = 64
+#: second call (``_taped``, as numpy's), and the first key of it called a second time resumes the records. The
+#: cost moves to a second pass of such a loop, whose keys past the bound record instead of replaying: at 64, the
+#: decode loop of ``benchmarks/programs.py`` (40 steps, two products a step) read 3.5 -> 5.5 ms in its second pass
+#: for ~8% off its first (s20-mlxfirst, load 15-17), so the bound sits above the loops that are run again.
+RECORD_UNPROMOTED = 256
 
 #: function -> how many of its keys' first calls made a tape since one of its keys was last called a second time
 #: (counted without a lock: a lost count is harmless; one entry per wrapped function, a fixed set).
