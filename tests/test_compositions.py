@@ -544,3 +544,25 @@ def test_has_aux_that_depends_on_the_input_is_returned_as_values():
         np.testing.assert_allclose(np.asarray(aux["double"]), 2 * np.asarray(x))
         assert float(aux["total"]) == 15.0 and float(v) == 55.0
     assert fa.grad(f, has_aux=True)(x, "kept")[1]["label"] == "kept"  # a non-array aux leaf stays as it is
+
+
+def test_jacobian_basis_made_once_per_shape(device):
+    """``jacfwd``/``jacrev`` of small inputs reuse one identity basis per (shapes, dtypes, device) (``ad._bases``:
+    issue 28's sweep over many functions made it on the host and copied it at every call): a second Jacobian
+    places no array, a deleted basis is made again, and every result is ``diag(2 x)``."""
+    import fnarray as fa
+    from fnarray.transforms import ad
+    from helpers import python_calls
+    x = fa.device_put(np.linspace(-1, 1, 5, dtype=np.float32), device)
+    want = np.diag(2 * np.asarray(x, np.float64))
+
+    def f(v):
+        return v * v
+    for jac in (fa.jacfwd, fa.jacrev):
+        np.testing.assert_allclose(np.asarray(jac(f)(x)), want, rtol=1e-5, atol=1e-6)
+        calls = []
+        calls = python_calls(lambda jac=jac: calls.append(np.asarray(jac(f)(x))))
+        assert "array_from_numpy" not in calls
+    (_dev, basis), = [v for k, v in ad._bases._d.items() if k[0] == ((5,),) and v[0] is x.device]
+    basis[0].delete()
+    np.testing.assert_allclose(np.asarray(fa.jacfwd(f)(x)), want, rtol=1e-5, atol=1e-6)

@@ -414,15 +414,20 @@ def _concatenate_rule(*xs, dimension):
     x0 = xs[0]
     if not 0 <= dimension < x0.ndim:
         raise ShapeError(f"concatenate: dimension {dimension} out of range for rank {x0.ndim}")
-    for x in xs[1:]:
-        if x.dtype != x0.dtype:
-            raise DTypeError(f"concatenate: dtypes differ ({x0.dtype.name}, {x.dtype.name})")
-        if x.ndim != x0.ndim or any(a != b for i, (a, b) in enumerate(zip(x.shape, x0.shape, strict=True))
-                                    if i != dimension):
-            raise ShapeError(f"concatenate along {dimension}: shapes {x0.shape} and {x.shape} do not fit")
+    head, tail = x0.shape[:dimension], x0.shape[dimension + 1:]
+    size, weak = 0, True
+    for x in xs:  # (one loop of C comparisons: ``stack`` of 5,000 arrays checks each, issue 28)
+        if x is not x0:
+            if x.dtype != x0.dtype:
+                raise DTypeError(f"concatenate: dtypes differ ({x0.dtype.name}, {x.dtype.name})")
+            s = x.shape
+            if len(s) != len(x0.shape) or s[:dimension] != head or s[dimension + 1:] != tail:
+                raise ShapeError(f"concatenate along {dimension}: shapes {x0.shape} and {s} do not fit")
+        size += x.shape[dimension]
+        weak = weak and x.weak_type
     shape = list(x0.shape)
-    shape[dimension] = sum(x.shape[dimension] for x in xs)
-    return ShapedArray(tuple(shape), x0.dtype, all(x.weak_type for x in xs))
+    shape[dimension] = size
+    return ShapedArray(tuple(shape), x0.dtype, weak)
 
 
 concatenate = Primitive("concatenate", _concatenate_rule, kind="structural")

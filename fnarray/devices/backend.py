@@ -66,7 +66,8 @@ class Device:
 
     @property
     def impl(self) -> "Backend":
-        return get_backend(self.backend)
+        b = _BACKENDS.get(self.backend)  # (``get_backend``'s first line: a started backend, without its call)
+        return b if b is not None else get_backend(self.backend)
 
 
 @dataclasses.dataclass(frozen=True)

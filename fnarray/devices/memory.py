@@ -54,6 +54,11 @@ def limits(device) -> tuple[int, int]:
     return min(caps.max_buffer_bytes or memory, memory), memory
 
 
+#: Values of at most this many bytes in all are not measured against a device (``check_avals``): every device
+#: holds more in one buffer (OpenCL's embedded profile promises 1 MiB, WebGPU 256 MiB).
+SMALL_BYTES = 1 << 16
+
+
 def _nbytes(aval) -> int:
     return math.prod(aval.shape) * aval.dtype.itemsize
 
@@ -72,13 +77,17 @@ def check_avals(avals, device, what: str = "this operation") -> None:
       what: who allocates, for the message (``"fnarray.device_put"``, ``"jit(f)"``...).
     Raises:
       ResourceExhaustedError: one value larger than the device's largest buffer, or all together
-        larger than its memory; the message names shape, dtype, bytes, device and what to do.
+        larger than its memory; the message names shape, dtype, bytes, device and what to do. Values of at most
+        ``SMALL_BYTES`` in all are not measured.
     """
-    per_buffer, memory = limits(device)
     total = 0
     for av in avals:
+        total += math.prod(av.shape) * av.dtype.itemsize
+    if total <= SMALL_BYTES:  # (each new shape's first eager call of a primitive is checked: issue 28)
+        return
+    per_buffer, memory = limits(device)
+    for av in avals:
         n = _nbytes(av)
-        total += n
         if n > per_buffer:
             raise ResourceExhaustedError(
                 f"{what} would allocate {av.dtype}{list(av.shape)} ({format_bytes(n)}) on {device}, which holds "

@@ -22,6 +22,7 @@ from fnarray.core.passes import cse, has_effect, program_from_eqn, subprograms, 
 from fnarray.core.primitives import EFFECTS
 from fnarray.devices import host_control, memory
 from fnarray.devices.backend import Device, decompose_for
+from fnarray.devices.scratch import SCRATCH
 
 __all__ = ["compile_program", "compile_eqn", "unsupported_reason", "lower_program"]
 
@@ -135,13 +136,16 @@ def compile_program(program: Program, device: Device, donate=(), consts=None):
 class _Translating:
     """An executable whose backend's out-of-memory errors become fnarray's ``ResourceExhaustedError``.
 
-    Transparent otherwise: attributes are the wrapped executable's (``__wrapped__`` is it).
+    Transparent otherwise: attributes are the wrapped executable's (``__wrapped__`` is it); its direct entries
+    ``call_args`` and ``one`` (``None`` where it has none) are copied at once, which every new eager entry's tape
+    step and fast operator read (a ``__getattr__`` call each otherwise: issue 28, each new shape's first call).
     """
 
-    __slots__ = ("__wrapped__", "_out_avals", "_device")
+    __slots__ = ("__wrapped__", "_out_avals", "_device", "call_args", "one")
 
     def __init__(self, exe, out_avals, device):
         self.__wrapped__, self._out_avals, self._device = exe, out_avals, device
+        self.call_args, self.one = getattr(exe, "call_args", None), getattr(exe, "one", None)
 
     def __call__(self, bufs):
         try:
@@ -197,20 +201,39 @@ def compile_eqn(primitive, params, in_avals, out_avals, device: Device):
         return _compile_eqn(primitive, params, in_avals, out_avals, device)
 
 
+#: id(device) -> ``(backend, whether its eager_fast needs partition's checks first)``: what ``_compile_eqn`` asks
+#: of the backend that depends on no equation, once per device (each new shape's first eager call of every
+#: primitive compiles one: issue 28), kept with the backend object it was asked of (a backend registered again
+#: under its name is asked again).
+_EAGER_CHECKS: dict = {}
+
+
+def _checks_first(backend, device) -> bool:
+    """Whether ``backend``'s ``eager_fast`` on ``device`` needs ``_compile_eqn``'s own checks (a one-equation
+    program, ``unsupported_reason``, effects) first: not on a reference backend (numpy: it runs everything), nor
+    where its ``eager_fast_known`` makes them itself (``eager_fast_checks``: mlx)."""
+    known = _EAGER_CHECKS.get(id(device))
+    if known is None or known[0] is not backend:
+        known = _EAGER_CHECKS[id(device)] = (backend, not backend.capabilities(device).reference
+                                             and not getattr(backend, "eager_fast_checks", False))
+    return known[1]
+
+
 def _compile_eqn(primitive, params, in_avals, out_avals, device: Device):
     backend = device.impl
     memory.check_avals(out_avals, device, f"the operation {primitive.name} (eager: its result is a buffer of its "
                        "own; under fnarray.jit a backend that fuses may need none)")
     # scratch that does not fit where the backend's compiler decides: the program's path measures the lowered one
-    fits = memory.check_eqn(primitive, params, in_avals, out_avals, device, f"the operation {primitive.name}")
+    # (most primitives have no scratch: ``SCRATCH`` asked here, without the call)
+    fits = primitive not in SCRATCH or memory.check_eqn(primitive, params, in_avals, out_avals, device,
+                                                        f"the operation {primitive.name}")
     fast = getattr(backend, "eager_fast", None) if fits else None
     # The fast path skips partitioning: only for what the device supports (fallback needs the slow one).
     # An equation holding a host callback goes through partitioning too, unless the backend calls it in place.
     # A reference backend (numpy) needs no program for it (a first call of each new shape makes one: ~2 us).
     prog = None
     # A backend whose ``eager_fast_known`` makes these checks itself (``eager_fast_checks``: mlx) is asked directly.
-    if fast is not None and not backend.capabilities(device).reference and not getattr(backend, "eager_fast_checks",
-                                                                                        False):
+    if fast is not None and _checks_first(backend, device):
         prog = program_from_eqn(primitive, params, in_avals, out_avals)
         if not (backend.lowers_natively(prog.eqns[0], device) and unsupported_reason(prog.eqns[0], device) is None
                 and (backend.host_callbacks or not has_effect(prog.eqns[0]))):

@@ -337,6 +337,20 @@ _TAPE_CALLS = {"second_call": 1, "first_call": None, "repeated_call": 1}
 #: recording the second call left that call at the general path's price plus the record's.
 _RECORD_FIRST = frozenset({"repeated_call"})
 
+#: Under ``_RECORD_FIRST``, a function whose first calls made this many tapes in a row with none of their keys
+#: called again (``_unpromoted``) stops recording its keys' first calls: a loop whose shapes grow (a decode loop's
+#: cache, a stack of ever more rows) makes a new key at every step, and each record costs ~0.3-0.6x a general call
+#: for a tape no call runs (issue 28: 20-25% of mlx:0's first pass of such a loop). Its keys then record at their
+#: second call (``_taped``, as numpy's), and the first key of it called a second time resumes the records. The
+#: cost moves to a second pass of such a loop, whose keys past the bound record instead of replaying: at 64, the
+#: decode loop of ``benchmarks/programs.py`` (40 steps, two products a step) read 3.5 -> 5.5 ms in its second pass
+#: for ~8% off its first (s20-mlxfirst, load 15-17), so the bound sits above the loops that are run again.
+RECORD_UNPROMOTED = 256
+
+#: function -> how many of its keys' first calls made a tape since one of its keys was last called a second time
+#: (counted without a lock: a lost count is harmless; one entry per wrapped function, a fixed set).
+_unpromoted: dict = {}
+
 #: A key served by its tape gets its program at its ``TAPED_PROGRAM_CALL``-th call, or once its tape has run for
 #: ``TAPE_BUDGET_S`` seconds in all (counted as calls at the time of the tape's first run), whichever comes
 #: first (a ski rental with the tape's own time as the rent):
@@ -408,10 +422,13 @@ def _early(fn, args, kwargs, key, arrays, seen=_UNSEEN):
     if seen is None:
         if _device_policy(arrays[0]._device) == "off":  # kernels per primitive (opencl, webgpu): the general path
             return fn(*args, **kwargs)
-        if _policy(key) in _RECORD_FIRST and _tape_calls(key) == 1 and _records_first(fn, arrays):
+        if (_policy(key) in _RECORD_FIRST and _tape_calls(key) == 1 and _records_first(fn, arrays)
+                and _unpromoted.get(fn, 0) < RECORD_UNPROMOTED):
             return _first_recorded(fn, args, kwargs, key, arrays)
     elif len(seen) > 2 and seen[1] is False:  # the first call's recorded tape: it serves from now on
         return _promoted(fn, args, kwargs, key, arrays, seen)
+    elif fn in _unpromoted:  # a key called again: its function's first calls are worth recording
+        _unpromoted.pop(fn, None)
     if _policy(key) in _WEAK_FLOAT_POLICIES:
         out = _weak_float_call(fn, args, kwargs, key, arrays, seen)
         if out is not _NO_PROGRAM:
@@ -613,6 +630,7 @@ def _first_recorded(fn, args, kwargs, key, arrays):
         _seen.put(key, [1, _TRACE])
         return out
     _stats["tapes"] += 1
+    _unpromoted[fn] = _unpromoted.get(fn, 0) + 1
     # the key's entry for its second call, made now (its replay generated): the second call only moves it
     p = _Program(None, t, 2)
     _schedule(p, 0, spent + 5e-7 * (len(t.steps) + 1))
@@ -627,6 +645,8 @@ def _promoted(fn, args, kwargs, key, arrays, seen):
     p = seen[2]
     _programs.put(key, p)
     _seen_d.pop(key, None)  # (one GIL-atomic operation, as ``_early``'s lookup: no lock)
+    if fn in _unpromoted:
+        _unpromoted.pop(fn, None)  # (a key of it came back: its first calls keep recording)
     try:
         out = p.run(arrays)
     except Exception:  # the general path raises its own error (or succeeds)

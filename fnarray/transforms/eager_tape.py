@@ -49,6 +49,7 @@ from fnarray.core.primitives import EFFECTS
 from fnarray.core.subprograms import subprograms
 from fnarray.devices import array_impl, placement
 from fnarray.devices.array_impl import ArrayImpl
+from fnarray.devices.backend import Backend
 from fnarray.transforms import tape_source
 
 __all__ = ["Tape", "make", "record", "Recorder"]
@@ -85,7 +86,7 @@ class Tape:
     def replay(self):
         """``run`` as one generated function of ``arrays`` (``fnarray.transforms.tape_source``: a straight line of
         the steps' calls, ~3x fewer bytecodes), or ``run`` itself where the tape is longer than
-        ``tape_source.MAX_STEPS`` or its steps' output counts are not known."""
+        ``tape_source.MAX_STEPS`` (or its arguments ``MAX_SLOTS``) or its steps' output counts are not known."""
         if self.nouts is not None:
             fn = tape_source.replay(self, self.nouts)
             if fn is not None:
@@ -336,8 +337,9 @@ def _entry(exe, primitive, params, avals, out_avals, dev):
     offers one (``Backend.eager_call``, numpy; an executable's ``one``, mlx: ``call(*bufs) -> buf``, ``single``),
     else the executable's direct entry or the executable (``call(*bufs) -> [bufs]``). Errors are not translated
     here: the caller re-runs the general path on any."""
-    if not primitive.multiple_results:
-        fn = dev.impl.eager_call(primitive, params, avals, list(out_avals))
+    impl = dev.impl
+    if not primitive.multiple_results and type(impl).eager_call is not Backend.eager_call:  # (mlx: none, no call)
+        fn = impl.eager_call(primitive, params, avals, list(out_avals))
         if fn is not None:
             return fn, True
     call = getattr(exe, "call_args", None)

@@ -25,7 +25,8 @@ constant buffers, output avals and pytree structure are the arguments of a facto
 handful). A step whose call has a true ``passes_operand`` attribute returns its one operand (the mlx backend's
 ``keepdims.same``, where MLX's neighbouring call broadcasts or keeps the axes itself): its slot names that
 operand, with no call. Compiling a new structure costs ~50-100 us; tapes of more than ``MAX_STEPS`` steps keep ``Tape.run``
-(their structures rarely repeat, and the source would grow with them).
+(their structures rarely repeat, and the source would grow with them), and so do tapes of more than ``MAX_SLOTS``
+arguments and constants (``fnp.stack`` of a list of 5,000 arrays).
 """
 
 from __future__ import annotations
@@ -35,10 +36,14 @@ import warnings
 from fnarray.core.cache import LRUCache
 from fnarray.devices.array_impl import ArrayImpl
 
-__all__ = ["replay", "MAX_STEPS", "stats"]
+__all__ = ["replay", "MAX_STEPS", "MAX_SLOTS", "stats"]
 
 #: Tapes of more steps than this are interpreted (``Tape.run``).
 MAX_STEPS = 48
+#: Tapes of more arguments and constant buffers than this are interpreted too: the source unpacks each as a
+#: local, so it grows with them (``fnp.stack`` of 5,000 arrays: ~0.5 s in ``compile`` at its first call, for a
+#: structure that no other count shares; issue 28).
+MAX_SLOTS = 64
 _FACTORIES = 256
 _factories = LRUCache(_FACTORIES)
 
@@ -116,8 +121,9 @@ def _factory(structure):
 def replay(tape, nouts):
     """The generated ``run(arrays)`` of ``tape`` (an ``eager_tape.Tape``; ``nouts``: each step's count of
     outputs), equal to ``tape.run``: the outputs (a pytree of ``ArrayImpl``), or ``None`` where an array was
-    donated or deleted; errors of the steps propagate. ``None`` for a tape of more than ``MAX_STEPS`` steps."""
-    if len(tape.steps) > MAX_STEPS:
+    donated or deleted; errors of the steps propagate. ``None`` for a tape of more than ``MAX_STEPS`` steps or
+    ``MAX_SLOTS`` arguments and constants."""
+    if len(tape.steps) > MAX_STEPS or tape.n + len(tape.fixed) > MAX_SLOTS:
         return None
     key, calls = _structure(tape, nouts)
     factory = _factories_d.get(key)  # (no reordering: eviction is by age of the structure's first tape)
