@@ -203,7 +203,9 @@ def schedule_program(program: Program, caps, **opts) -> Plan:
     ``groups/scatter.py``), ``share_values`` (a costly inlined elementwise value read by several equations gets a
     buffer: ``schedule._Inlining._shared``), ``concat_branches`` (a concatenation of more than two pieces as
     ``if`` branches: ``emitter._concatenate_branches``); ``uniform_pieces`` (default on; off: pieces that are one
-    chain at shifted slices are still chosen per element, not read through one chain: ``kernels/uniform_pieces.py``).
+    chain at shifted slices are still chosen per element, not read through one chain: ``kernels/uniform_pieces.py``);
+    ``recompute_below`` (CPU OpenCL: an expensive value broadcast to fewer elements than that is recomputed inline,
+    not given a kernel of its own: ``schedule._Inlining.elementwise``).
     """
     return Plan(program, caps, opts)
 

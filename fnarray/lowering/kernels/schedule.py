@@ -76,7 +76,6 @@ _HOIST_SIZE = 1024  # elements of a kernel from which one-element expensive valu
 #: gets a buffer (``_Inlining._shared``), so its readers load it once instead of recomputing it
 _SHARED_COST = 10
 
-
 # ------------------------------------------------------------------------------------------ preparation
 
 
@@ -399,8 +398,12 @@ class _Inlining:
         if limit is not None:
             total = own + sum(cost_of(a) for a in e.inputs)
         if e.primitive == P.broadcast_in_dim:
+            # An expensive value broadcast to 4x its size gets a buffer, unless the broadcast has fewer elements
+            # than the scheduler option ``recompute_below``: each element then recomputes it inline (a small
+            # jacobian's ``tanh(c * x)`` under its ``[8, 8]`` broadcast: one launch, not two)
             x = e.inputs[0]
-            if isinstance(x, Var) and v.aval.size >= 4 * max(x.aval.size, 1) and cost_of(x) >= _EXPENSIVE_COST:
+            if (isinstance(x, Var) and v.aval.size >= 4 * max(x.aval.size, 1) and cost_of(x) >= _EXPENSIVE_COST
+                    and v.aval.size >= self.ctx.opts.get("recompute_below", 0)):
                 M.add(x)
                 total, lv = own, frozenset([x])
         self.cost[v] = total

@@ -68,6 +68,7 @@ from fnarray.devices import compile_cache, teardown
 from fnarray.devices.backend import Backend, Capabilities, Device
 from fnarray.lowering.kernels import Schedule, render_opencl, schedule_program, tuning
 from fnarray.lowering.kernels.lowered import KernelLowered, taken_over
+from fnarray.lowering.kernels.literal_args import literals_as_args
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.groups import linalg
@@ -411,6 +412,10 @@ class OpenCLLowered(KernelLowered):
             # the 4-bit matvec example 0.80x the time; PoCL 3.0, LLVM 14: 1.3x, so not there)
             facts = dict(self.state.caps.tuning_facts)
             opts["lane_vec4"] = facts.get("compiler") == "pocl" and facts.get("llvm", 0) >= 15
+            # kernels/schedule.py: an expensive value under a broadcast of fewer than 1024 elements recomputed
+            # by each element, not a launch of its own (a PoCL launch costs ~70 us of its threads' CPU time; the
+            # jacobians_staged sweep's map-form programs 2 launches -> 1)
+            opts["recompute_below"] = 1024
         if tuning.active(self.device):
             opts["tuner"] = _Timer(self.device, self.state)
         return schedule_program(self.program, self.state.caps, workgroup=self.state.workgroup,
@@ -423,6 +428,9 @@ class OpenCLLowered(KernelLowered):
         return _named_source(kernel)
 
     def _compile_schedule(self, sched):
+        # kernels/literal_args.py: programs that differ only in a constant share their kernels' sources, each
+        # built once (the jacobians_staged sweep's 40 functions of five forms)
+        sched = literals_as_args(sched)
         named = [_named_source(launch.kernel) for launch in sched.launches]
         return Executable(self.state, sched, named)
 
