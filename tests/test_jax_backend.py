@@ -105,3 +105,26 @@ def test_random_bits_equal_numpy_backend(jdev):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     u = fa.jit(lambda k: fa.random.uniform(k, (100,)), device=jdev)(k)
     np.testing.assert_array_equal(np.asarray(u), np.asarray(fa.random.uniform(k, (100,))))
+
+
+@pytest.mark.enable_x64
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_programs_differing_in_a_literal_share_one_jax_jit(jdev, dtype):
+    """Programs whose text differs only in a literal (``c`` closed over) share one ``jax.jit``
+    (``lowering/jax/shared.py``): the first compiled as it is, the second and later through one program that reads
+    the literals that differed (``c``, not the ``1.0``) as arguments; results against NumPy, signed zeros kept."""
+    import re
+    from fnarray.lowering.jax import shared
+    shared._shared.clear()
+    x = fa.device_put(np.array([-1.5, 0.25, 2.0], dtype), jdev)
+    made, texts, kept = shared.stats["made"], [], []   # (kept: the table holds what it made weakly)
+    for c in (3.0, -0.0, 0.5, 3.0, 0.0):
+        f, g = fa.jit(lambda a, c=c: a * c + 1.0), fa.jit(lambda a, c=c: a * c)
+        kept += [f, g]
+        np.testing.assert_array_equal(np.asarray(f(x)), np.asarray(x) * dtype(c) + dtype(1))
+        np.testing.assert_array_equal(np.signbit(np.asarray(g(x))), np.signbit(np.asarray(x) * dtype(c)))
+        texts.append(f.lower(x).as_text())
+    # two jax.jit objects for each of the two structures (a * c + 1.0, a * c), not one for each of the ten programs
+    assert shared.stats["made"] - made == 4
+    args = [len(re.findall(r"%arg\d+:", t.split("@main(")[1].split("->")[0])) for t in texts]
+    assert args == [1, 2, 2, 2, 2]

@@ -10,7 +10,7 @@ from fnarray.core.ir import Eqn, Literal, Program, Var
 from fnarray.core.primitives import EFFECTS
 from fnarray.core.subprograms import map_subprograms, subprograms
 
-__all__ = ["cse", "dce", "has_effect", "program_from_eqn", "read_counts", "subprograms", "walk_eqns"]
+__all__ = ["cse", "dce", "has_effect", "param_key", "program_from_eqn", "read_counts", "subprograms", "walk_eqns"]
 
 _effectful: "weakref.WeakKeyDictionary[Program, bool]" = weakref.WeakKeyDictionary()
 
@@ -98,7 +98,7 @@ def consts_as_inputs(prog: Program) -> Program:
 # ----------------------------------------------------------------------------- common subexpressions
 
 
-def _param_key(v):
+def param_key(v):
     """A cache-key form of one parameter value in which values that compare equal but differ in meaning stay
     apart: ``0.0``/``-0.0``, ``1``/``True``/``1.0`` (the rule docs/design.md states for literals)."""
     t = type(v)
@@ -107,7 +107,7 @@ def _param_key(v):
     if t is tuple:
         for x in v:
             if type(x) is not int:
-                return ("tuple",) + tuple(_param_key(x) for x in v)
+                return ("tuple",) + tuple(param_key(x) for x in v)
         return ("ints",) + v  # axes, shapes, permutations: no element needs its own key
     if t is str or v is None:
         return v
@@ -122,13 +122,13 @@ def _param_key(v):
     if isinstance(v, np.generic):
         return ("scalar", v.dtype.str, v.tobytes())
     if isinstance(v, tuple):
-        return ("tuple",) + tuple(_param_key(x) for x in v)
+        return ("tuple",) + tuple(param_key(x) for x in v)
     return v
 
 
 def _eqn_key(eqn: Eqn, inputs: tuple):
     # (sorted by name alone: names are unique, so no two items' values are ever compared)
-    params = tuple((k, _param_key(v)) for k, v in sorted(eqn.params.items()))
+    params = tuple((k, param_key(v)) for k, v in sorted(eqn.params.items()))
     return eqn.primitive, inputs, params
 
 

@@ -47,6 +47,7 @@ from fnarray.lowering.jax.common import RULES, interpret as _interpret, manual  
 from fnarray.lowering.jax import spmd  # noqa: E402  (imported by the loop above; its mesh functions)
 from fnarray.lowering.jax.elementwise import wrap_float8_rules  # noqa: E402
 from fnarray.lowering.jax.dot import fold_transposes  # noqa: E402
+from fnarray.lowering.jax.shared import lifted, lookup, structure  # noqa: E402
 
 wrap_float8_rules()
 
@@ -121,6 +122,69 @@ def _inlined(prog: Program, consts):
     return out
 
 
+def _unpacked(n, packing):
+    """The positions of the ``n`` inputs that ``packing`` does not pack."""
+    packed = {i for pos in packing.values() for i in pos}
+    return [i for i in range(n) if i not in packed]
+
+
+def _program_fn(prog: Program, ins, inlined, packing):
+    """The function ``jax.jit`` traces: ``prog`` interpreted on its arguments (constvars, then invars; the packed
+    ones first where ``packing`` packs them), the inlined constants' arguments replaced by their values."""
+    if packing is None:
+        if inlined:
+            def fn(*args):
+                vals = list(args)
+                for i, a in inlined.items():
+                    vals[i] = a
+                return _interpret(prog, vals)
+        else:
+            def fn(*args):
+                return _interpret(prog, list(args))
+        return fn
+    rest = _unpacked(len(ins), packing)
+
+    def fn(*args):
+        # args: one flat array per packed dtype (in ``packing`` order), then the other inputs.
+        vals = [None] * len(ins)
+        for flat, pos in zip(args, packing.values(), strict=False):
+            off = 0
+            for i in pos:
+                aval = ins[i].aval
+                vals[i] = lax.slice(flat, (off,), (off + aval.size,)).reshape(aval.shape)
+                off += aval.size
+        for i, a in zip(rest, args[len(packing):], strict=True):
+            vals[i] = a
+        for i, a in inlined.items():
+            vals[i] = a
+        return _interpret(prog, vals)
+    return fn
+
+
+def _jits(prog: Program, inlined, packing, donate):
+    """``(jitted, gspmd)``: ``jax.jit`` of ``prog`` (``_program_fn``), and, for a program with float max/min
+    reductions, the same traced with plain reductions (``None`` otherwise; ``compile``'s fallback)."""
+    fn = _program_fn(prog, list(prog.constvars) + list(prog.invars), inlined, packing)
+    jitted = jax.jit(fn, donate_argnums=donate)
+    gspmd = None
+    if any(e.primitive in (P.reduce_max, P.reduce_min) for e in walk_eqns(prog)):
+        def fn_gspmd(*args):
+            manual.gspmd = getattr(manual, "gspmd", 0) + 1
+            try:
+                return fn(*args)
+            finally:
+                manual.gspmd -= 1
+        gspmd = jax.jit(fn_gspmd, donate_argnums=donate)
+    return jitted, gspmd
+
+
+def _with_args(jitted, extra):
+    """``jitted`` called with the device scalars ``extra`` after its arguments."""
+    def call(*bufs):
+        return jitted(*bufs, *extra)
+    return call
+
+
 class JaxLowered(Lowered):
     def __init__(self, program, device, donate=(), consts=None):
         super().__init__(program, device)
@@ -135,56 +199,33 @@ class JaxLowered(Lowered):
         # drops unused arguments from the XLA program.
         inlined = self.inlined = _inlined(prog, consts)
         self._packing = packing = _packing(prog, donate, inlined)
-
-        if packing is None:
-            if inlined:
-                def fn(*args):
-                    vals = list(args)
-                    for i, a in inlined.items():
-                        vals[i] = a
-                    return _interpret(prog, vals)
-            else:
-                def fn(*args):
-                    return _interpret(prog, list(args))
-        else:
-            packed_pos = {i for pos in packing.values() for i in pos}
-            rest = [i for i in range(len(ins)) if i not in packed_pos]
-            self._rest = rest
-
-            def fn(*args):
-                # args: one flat array per packed dtype (in ``packing`` order), then the other inputs.
-                vals = [None] * len(ins)
-                for flat, pos in zip(args, packing.values(), strict=False):
-                    off = 0
-                    for i in pos:
-                        aval = ins[i].aval
-                        vals[i] = lax.slice(flat, (off,), (off + aval.size,)).reshape(aval.shape)
-                        off += aval.size
-                for i, a in zip(rest, args[len(packing):], strict=True):
-                    vals[i] = a
-                for i, a in inlined.items():
-                    vals[i] = a
-                return _interpret(prog, vals)
-
         self._donate = tuple(sorted(set(donate)))
-        self._jitted = jax.jit(fn, donate_argnums=tuple(donate))
-        self._gspmd = None
-        if any(e.primitive in (P.reduce_max, P.reduce_min) for e in walk_eqns(prog)):
-            def fn_gspmd(*args):
-                manual.gspmd = getattr(manual, "gspmd", 0) + 1
-                try:
-                    return fn(*args)
-                finally:
-                    manual.gspmd -= 1
-            self._gspmd = jax.jit(fn_gspmd, donate_argnums=tuple(donate))
+
+        if packing is not None:
+            self._rest = _unpacked(len(ins), packing)
+        shared = None if packing is not None else structure(prog, inlined, self._donate)
+        self._extra, self._made = (), None
+        if shared is None:
+            self._jitted, self._gspmd = _jits(prog, inlined, packing, self._donate)
+        else:
+            # programs of the same text but for their literals share one jax.jit (``shared``'s docstring)
+            key, lits = shared
+
+            def make(positions):
+                return _jits(lifted(prog, positions)[0], inlined, None, self._donate)
+            self._made, positions = lookup(key, lits, make)   # (held: the table holds it weakly)
+            self._jitted, self._gspmd = self._made.value
+            # (placed as any upload: uncommitted on JAX's default device, so a call on a sharded global array works)
+            self._extra = tuple(device.impl.to_device(np.asarray(lits[i].val), device) for i in positions)
         # A program without inputs has nothing to say where it runs: pin it to the device.
         self._pin = None if (prog.invars or prog.constvars) else handle
 
     def _jit_avals(self):
         """The abstract arguments of the jitted function (packed inputs first where they are packed)."""
         ins = list(self._prog.constvars) + list(self._prog.invars)
-        if self._packing is None:
-            return [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in ins]
+        if self._packing is None:  # (and the literals read as arguments, ``shared``)
+            return [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in ins] + \
+                [jax.ShapeDtypeStruct((), e.dtype) for e in self._extra]
         packed = [jax.ShapeDtypeStruct((sum(ins[i].aval.size for i in pos),), d) for d, pos in self._packing.items()]
         return packed + [jax.ShapeDtypeStruct(ins[i].aval.shape, ins[i].aval.dtype) for i in self._rest]
 
@@ -210,12 +251,20 @@ class JaxLowered(Lowered):
                 ("the outputs", int(m.output_size_in_bytes) - int(m.alias_size_in_bytes))]
 
     def compile(self):
-        jitted, x64 = self._jitted, self.x64
+        exe = self._executable()
+        if self._made is not None:
+            exe.shared = self._made   # kept alive while the executable is (``shared``'s table holds it weakly)
+        return exe
+
+    def _executable(self):
+        jitted, gspmd, x64 = self._jitted, self._gspmd, self.x64
+        if self._extra:   # the literals this program reads as arguments (``shared``)
+            jitted, gspmd = _with_args(jitted, self._extra), gspmd and _with_args(gspmd, self._extra)
         if _profile.recorder is not None:
             # XLA compiles on the first call; under the profiler it compiles here, ahead of time, so that
             # its time is a span of its own (the first call then finds JAX's cache warm).
             with _profile.span("compile", "XLA compile", device=str(self.device)), _x64(x64):
-                jitted.lower(*self._jit_avals()).compile()
+                self._jitted.lower(*self._jit_avals()).compile()
         if self._packing is not None:
             jitted = self._packed_call(jitted)
         if self._donate:
@@ -227,10 +276,10 @@ class JaxLowered(Lowered):
                 with jax.default_device(pin), _x64(x64):
                     return list(jitted(*bufs))
             return exe
-        if self._gspmd is not None:
+        if gspmd is not None:
             # Float max/min reductions: their NaN-keeping comparator is refused by XLA's partitioner over
             # arrays sharded across devices; such calls take the program traced with plain reductions.
-            gspmd = self._packed_call(self._gspmd) if self._packing is not None else self._gspmd
+            gspmd = self._packed_call(gspmd) if self._packing is not None else gspmd
 
             def exe(bufs):
                 with _x64(x64):
