@@ -5,7 +5,10 @@ work), so each call records its work. A ``Runner`` (one per compiled plan) owns 
 intermediate value, kept from call to call (never an output, so no array the user holds can alias it). Kernels
 that bind only arena buffers get their bind group once, when the runner is made; the others bind the call's
 own buffers (its inputs, and its outputs: fresh buffers from the GPU's pool), so each call makes their bind
-groups and releases them once recorded (wgpu keeps what a recorded command uses). Binding directly, nothing is
+groups and releases them once recorded (wgpu keeps what a recorded command uses), except where a launch's
+binder keeps its last bind group (``KEPT_BIND_BYTES``): a call given the buffers of the last one binds it
+again (a decode step's runner pass after pass, ``stack`` of the same arrays: 168 bind groups of 31 buffers a
+call). Binding directly, nothing is
 copied: an earlier design copied small inputs and outputs through staging buffers so that every bind group
 could be made once, but on lavapipe a recorded copy costs ~3-6 us of CPU and splits the calls' compute passes
 (~15-20 us each), while a bind group made through wgpu-native's C function costs ~2.5 us with its release
@@ -50,7 +53,7 @@ import numpy as np
 from fnarray.core import profile as _profile
 from fnarray.lowering.kernels.lowered import donated_must_copy, taken_over
 
-__all__ = ["Runner", "HELD_BYTES", "BATCH_LAUNCHES", "ALONE_LAUNCHES", "NEW_UPLOAD_BYTES"]
+__all__ = ["Runner", "HELD_BYTES", "BATCH_LAUNCHES", "ALONE_LAUNCHES", "NEW_UPLOAD_BYTES", "KEPT_BIND_BYTES"]
 
 #: Buffer memory all runners of one GPU may hold between calls (their arenas); past it a runner allocates its
 #: intermediates per call from the pool, as before this module.
@@ -69,6 +72,12 @@ ALONE_LAUNCHES = 16
 #: few calls (784 of its 3,048 calls submitted for an upload before uploads were staged; then 1,548 staged copies,
 #: each ending the calls' shared compute pass).
 NEW_UPLOAD_BYTES = 64 << 10
+#: A runner's launches that bind the call's own buffers keep their last bind group, and the buffers it binds, up
+#: to this many bytes of those buffers in all (``Runner._binders``, ``native.Native.bind_groups``): a call given
+#: the same buffers as the last one (a decode step pass after pass, ``stack`` of the same arrays) makes no bind
+#: group. The bound is what a runner may keep alive past its arrays' lives (a kept buffer is not freed; most are
+#: pooled anyway); ``stack`` of 5,000 arrays of three floats keeps ~140 KB.
+KEPT_BIND_BYTES = 256 << 10
 #: Most timestamp queries in one query set (WebGPU's limit is 4096).
 _MAX_QUERIES = 4096
 
@@ -105,9 +114,10 @@ class Runner:
             # Launches over arena buffers only get their bind group now, once; the others a binder.
             self.fixed = [gpu.bind_group(st.bgl, [template[k] for k in st.slots], st.uniform, st.windows)
                           if all(template[k] is not None for k in st.slots) else None for st in plan.steps]
-            self.binders = [(calls.binder(st.bgl, [template[k] for k in st.slots], st.uniform, st.windows), st.slots)
-                            for st, bg in zip(plan.steps, self.fixed, strict=True) if bg is None]
+            self.binders = self._binders(plan, template)
         weakref.finalize(self, _give_back, gpu, self._held).atexit = False
+        if self.binders:
+            weakref.finalize(self, _forget, gpu, self.binders).atexit = False
         self.template = template
         self.launches = [(calls.handle(st.pipeline), None if bg is None else calls.handle(bg), st.groups)
                          for st, bg in zip(plan.steps, self.fixed, strict=True)]
@@ -129,6 +139,24 @@ class Runner:
             else:
                 self.gpu.check_size(nb, spec.dtype, spec.shape)
                 self.fresh.append((k, nb, np.dtype(spec.dtype), tuple(spec.shape)))
+
+    def _binders(self, plan, template):
+        """A binder per launch that binds the call's own buffers, paired with its slots; those whose call buffers
+        come to ``KEPT_BIND_BYTES`` or less in all keep their last bind group (``native.Native.bind_groups``), so
+        that a call given the same buffers as the last one makes none (lock held)."""
+        nbytes = {i: _nbytes(spec) for i, spec in enumerate(plan.schedule.inputs)}
+        nbytes.update({k: nb for k, nb, _, _ in self.fresh})
+        binders, kept = [], 0
+        for st, bg in zip(plan.steps, self.fixed, strict=True):
+            if bg is not None:
+                continue
+            own = {k for k in st.slots if template[k] is None}
+            size = sum(nbytes[k] for k in own)
+            keep = kept + size <= KEPT_BIND_BYTES
+            kept += size if keep else 0
+            binders.append((self.calls.binder(st.bgl, [template[k] for k in st.slots], st.uniform, st.windows,
+                                              keep=keep), st.slots))
+        return binders
 
     def _output_plan(self, plan):
         """Where each output comes from: ``("in", input index) | ("fresh", slot) | ("const", WGBuffer)``."""
@@ -284,6 +312,12 @@ class Runner:
 def _memory(buf):
     """The ``wgpu`` buffer a ``WGBuffer`` wraps (``donated_must_copy``'s accessor)."""
     return buf.buffer
+
+
+def _forget(gpu, binders):
+    """Release the bind groups a runner's binders keep (the runner is gone)."""
+    with gpu.lock:
+        gpu.calls.forget(binders)
 
 
 def _give_back(gpu, held):

@@ -49,6 +49,10 @@ _STRUCTS = {
     "WGPUBindGroupEntry": ("nextInChain", "binding", "buffer", "offset", "size", "sampler", "textureView"),
     "WGPUBindGroupDescriptor": ("nextInChain", "label", "layout", "entryCount", "entries"),
 }
+#: A binder that keeps its last bind group (``Native.bind_groups``) stops keeping after this many calls given
+#: other buffers than the kept ones: an eager operation's runner, given new arrays call after call, then costs
+#: what it did before bind groups were kept (a call that misses the kept one costs ~3-5 us more than none).
+KEEP_MISSES = 8
 #: The name ``Native.bind_groups`` captures errors under (wgpu-py's capture stack matches names).
 _CAPTURE = "wgpuDeviceCreateBindGroup"
 
@@ -154,10 +158,11 @@ class Public:
         """What ``record`` takes for a pipeline or a bind group made at compile time: the wgpu-py object."""
         return obj
 
-    def binder(self, bgl, fixed, uniform, windows=None):
+    def binder(self, bgl, fixed, uniform, windows=None, keep=False):
         """A bind-group maker for a layout: ``fixed[k]`` the buffer of binding ``k`` or ``None`` where the call's
         value slot ``slots[k]`` gives it; ``uniform`` a uniform buffer bound last, or ``None``; ``windows[k]``:
-        ``(offset, size)`` where binding ``k`` is a window of its buffer (``backend._Step.windows``)."""
+        ``(offset, size)`` where binding ``k`` is a window of its buffer (``backend._Step.windows``). ``keep``
+        (``Native``'s kept bind groups) is ignored: wgpu-py's methods make one a call."""
         return (bgl, tuple(fixed), uniform, windows)
 
     def bind_groups(self, binders, vals):
@@ -186,6 +191,9 @@ class Public:
 
     def release(self, made):
         """Let go of a call's bind groups once recorded (the command buffer keeps what it uses)."""
+
+    def forget(self, binders):
+        """Nothing kept (``Native.forget``)."""
 
 
 class Native:
@@ -217,10 +225,12 @@ class Native:
         """The native handle of a wgpu-py pipeline or bind group (kept alive by the caller)."""
         return obj._internal
 
-    def binder(self, bgl, fixed, uniform, windows=None):
+    def binder(self, bgl, fixed, uniform, windows=None, keep=False):
         """A descriptor for ``bgl`` with the ``fixed`` buffers (and ``uniform``; ``windows`` as
-        ``Public.binder``'s) filled in, and the entries that each call fills: ``(entries, descriptor, variable
-        entry indices)``."""
+        ``Public.binder``'s) filled in, and the entries that each call fills: ``[entries, descriptor, variable
+        entry indices, what the descriptor points to, kept]``. With ``keep``, the last bind group made is kept
+        (``kept``: ``(buffers, handle, misses)``) and bound again while a call gives the same buffers
+        (``bind_groups``)."""
         ffi = self.ffi
         n = len(fixed) + (uniform is not None)
         entries = ffi.new("WGPUBindGroupEntry[]", n)
@@ -235,27 +245,67 @@ class Native:
         desc.layout = bgl._internal
         desc.entryCount = n
         desc.entries = entries
-        return (entries, desc, tuple(k for k, b in enumerate(fixed) if b is None), (bgl, buffers))
+        return [entries, desc, tuple(k for k, b in enumerate(fixed) if b is None), (bgl, buffers),
+                (None, None, -1) if keep else None]
 
     def bind_groups(self, binders, vals):
         """A bind group per ``(binder, slots)`` for the buffers ``vals[slot]`` of this call; a validation error
-        raises wgpu-py's ``GPUError`` subclass, after the ones made are released."""
+        raises wgpu-py's ``GPUError`` subclass, after the ones made are released.
+
+        A binder made with ``keep`` binds its kept bind group again where the call's buffers are the ones it was
+        made for (the same wgpu-py buffer objects, which the binder keeps alive, so none is freed and none's
+        identity reused while kept: a bind group names buffers, not their contents). Otherwise the new bind
+        group replaces the kept one, which is released, and after ``KEEP_MISSES`` such calls the binder stops
+        keeping. A decode step's or ``stack``'s call is given the same buffers pass after pass (the pool hands
+        back the buffers last freed), and then makes none. Returns the handles to bind, in order, whose
+        ``drop`` lists those ``release`` lets go once recorded."""
         create = self.lib.wgpuDeviceCreateBindGroup
         dev = self.device
-        made = []
-        errors = self._errors
-        errors.capture(_CAPTURE)
+        made, new, errors = _Made(), [], None
         try:
-            for (entries, desc, var, _), slots in binders:
+            for binder, slots in binders:
+                entries, desc, var, _, kept = binder
+                if kept is not None:
+                    key = tuple([vals[slots[k]] for k in var])
+                    if kept[0] == key:
+                        made.append(kept[1])
+                        continue
+                if errors is None:
+                    errors = self._errors
+                    errors.capture(_CAPTURE)
                 for k in var:
                     entries[k].buffer = vals[slots[k]]._internal
-                made.append(create(dev, desc))
+                h = create(dev, desc)
+                made.append(h)
+                new.append((binder, h, key if kept is not None else None))
         finally:
-            err = errors.release(_CAPTURE)
+            err = errors.release(_CAPTURE) if errors is not None else None
         if err is not None:
-            self.release(made)
+            self.release([h for _, h, _ in new])
             raise self._error_types.get(err[0], self._fallback_error)(err[1])
+        made.drop = drop = []
+        for binder, h, key in new:
+            if key is None:
+                drop.append(h)
+                continue
+            _, old, misses = binder[4]
+            if old is not None:   # a pass that bound it holds its own reference
+                drop.append(old)
+            if misses < KEEP_MISSES:
+                binder[4] = (key, h, misses + 1)
+            else:   # an eager operation's binder, given new arrays call after call: keeps nothing from now on
+                binder[4] = None
+                drop.append(h)
         return made
+
+    def forget(self, binders):
+        """Release the bind groups ``binders`` keep (their runner is gone)."""
+        release = self.lib.wgpuBindGroupRelease
+        for binder, _ in binders:
+            kept = binder[4]
+            if kept is not None and kept[1] is not None:
+                binder[4] = None
+                release(kept[1])
 
     def record(self, cp, launches, made, last):
         """As ``Public.record``, with native handles."""
@@ -274,8 +324,15 @@ class Native:
         return last
 
     def release(self, made):
-        """Release a call's bind groups once recorded: wgpu-native's pass holds its own reference to each
-        (checked: a bind group released before its command buffer was submitted still bound its buffers)."""
+        """Release a call's bind groups once recorded (``made.drop`` where ``bind_groups`` made it: the kept ones
+        stay): wgpu-native's pass holds its own reference to each (checked: a bind group released before its
+        command buffer was submitted still bound its buffers)."""
         release = self.lib.wgpuBindGroupRelease
-        for h in made:
+        for h in getattr(made, "drop", made):
             release(h)
+
+
+class _Made(list):
+    """``Native.bind_groups``' handles to bind, with ``drop``: those to release once recorded."""
+
+    __slots__ = ("drop",)
