@@ -21,7 +21,12 @@ Programs: ``layernorm`` (the transformer's ``tok[ids] + pos[arange]`` then a lay
 gradient's column sums, ``[1024, 64]`` over axis 0), ``wide`` (a softmax over ``[256, 1024]``), ``step``
 (``backward_steps.py``'s transformer training step).
 
+With ``--uniform-rows`` the variants are ``groups/reduce.py``'s ``UNIFORM_ROWS`` off (``storage``: the rows read from
+storage bindings) and on (``uniform``: through uniform bindings, a larger operand through windows of whole rows, a
+dispatch per window), row cache and a work item per output on in both (twentieth session).
+
 Usage: python benchmarks/webgpu_row_cache.py [--rounds 7] [--calls 4] [--programs layernorm,softmax,columns,wide,step]
+[--uniform-rows]
 Asserts nothing.
 """
 
@@ -36,12 +41,15 @@ import _timing
 import backward_steps
 import fnarray as fa
 import fnarray.numpy as fnp
+from fnarray.lowering.kernels.groups import reduce
 from fnarray.lowering.webgpu import backend
 
 B, T, D, V, HEADS = 16, 64, 64, 96, 4
 #: (name, CPU_ROW_CACHE, CPU_REDUCE_PER_ITEM)
 VARIANTS = (("off", 0, None), ("cache", backend.CPU_ROW_CACHE, None),
             ("both", backend.CPU_ROW_CACHE, backend.CPU_REDUCE_PER_ITEM))
+#: ``--uniform-rows``: (name, ``reduce.UNIFORM_ROWS``)
+UNIFORM_VARIANTS = (("storage", False), ("uniform", True))
 
 
 def _layernorm(ids, tok, pos, g, b):
@@ -91,9 +99,12 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=4)
     ap.add_argument("--programs", default="layernorm,softmax,columns,wide,step")
+    ap.add_argument("--uniform-rows", action="store_true", help="reduce.UNIFORM_ROWS off against on")
     a = ap.parse_args(argv)
     print(_timing.load_line())
     dev = fa.get_device("webgpu:0")
+    if a.uniform_rows:
+        return _uniform_rows(dev, a)
     print(f"webgpu:0: {dev.description}; CPU ms (wall ms) per call, ratios to off")
     print("| program | kernels off / both | " + " | ".join(n for n, _, _ in VARIANTS) + " | cache / off | both / off |")
     print("|---|---:|" + "---:|" * (len(VARIANTS) + 2))
@@ -107,6 +118,24 @@ def main(argv=None):
         cells = " | ".join(f"{ci:.2f} ({wi:.2f})" for ci, wi in zip(c, w, strict=True))
         print(f"| {name} | {len(built[0][1])} / {len(built[-1][1])} | {cells} | {c[1] / c[0]:.2f} ({w[1] / w[0]:.2f}) "
               f"| {c[2] / c[0]:.2f} ({w[2] / w[0]:.2f}) |", flush=True)
+    print(_timing.load_line())
+
+
+def _uniform_rows(dev, a):
+    """``--uniform-rows``: each program jitted with ``reduce.UNIFORM_ROWS`` off and on, called interleaved."""
+    print(f"webgpu:0: {dev.description}; CPU ms (wall ms) per call, ratio uniform / storage")
+    print("| program | launches storage / uniform | storage | uniform | uniform / storage |")
+    print("|---|---:|---:|---:|---:|")
+    table = programs(dev)
+    for name in a.programs.split(","):
+        f, args = table[name]
+        built = [_timing.jit_swapped(fa, reduce, "UNIFORM_ROWS", on, dev, f, args, a.calls)
+                 for _, on in UNIFORM_VARIANTS]
+        wall, cpu = _timing.best_of([run for run, _ in built], a.rounds)
+        c = [x / a.calls * 1e3 for x in cpu]
+        w = [x / a.calls * 1e3 for x in wall]
+        print(f"| {name} | {len(built[0][1])} / {len(built[1][1])} | {c[0]:.2f} ({w[0]:.2f}) | {c[1]:.2f} ({w[1]:.2f}) "
+              f"| {c[1] / c[0]:.2f} ({w[1] / w[0]:.2f}) |", flush=True)
     print(_timing.load_line())
 
 

@@ -261,7 +261,8 @@ def test_row_values_stay_within_the_loop_limit(target):
         else:
             be._caps = old
     assert importlib.import_module("fnarray.lowering.kernels.groups.reduce").ROW_VALUES
-    assert text.count("__kernel ") + text.count("@compute") == 2, text
+    # two kernels (a row kernel dispatched once per uniform window of rows prints its source once a dispatch)
+    assert len({line for line in text.splitlines() if " kernel, global " in line}) == 2, text
     np.testing.assert_allclose(got, _softmax_f64(x.astype(np.float64)), rtol=3e-5, atol=3e-6)
 
 
@@ -317,6 +318,10 @@ def test_vec4_rows_match_float64(cols):
         got = [np.asarray(a) for a in jf(z, zg, zb)]
     cpu = dev.impl.capabilities(dev).tiling_pays is False
     assert ("array<vec4<f32>>" in text) == (cpu and cols % 4 == 0), text
+    # rows over 64 KiB read through uniform windows of whole rows, a dispatch each (reduce.UNIFORM_ROWS): 1100 rows
+    # of 64 in 5 windows (the last moved back to end at the buffer's end), of 256 in 18; the scale (R,) whole
+    assert ("- w_off)]" in text) == (cpu and cols in (64, 256)), text
+    assert (f"array<vec4<f32>, {cols // 4}>;" in text) == (cpu and cols in (64, 256)), text
     x64, g64, b64 = x.astype(np.float64), gam.astype(np.float64), bet.astype(np.float64)
     mu = x64.mean(-1, keepdims=True)
     sd = np.sqrt(((x64 - mu) ** 2).mean(-1, keepdims=True) + 1e-5)
@@ -327,6 +332,26 @@ def test_vec4_rows_match_float64(cols):
     want = [_softmax_f64(x64), y, np.argmax(x64, -1), x64.sum(-1), dx]
     for a, w in zip(got, want, strict=True):
         np.testing.assert_allclose(a, w, rtol=3e-5, atol=3e-5 * max(1.0, float(np.abs(w).max())))
+
+
+@pytest.mark.parametrize("O,R,align,count", [(1100, 64, 256, 5), (4096, 64, 256, 16), (1100, 40, 256, 0),
+                                              (100, 64, 256, 0), (1100, 256, 64, 18), (20000, 64, 256, 0)])
+def test_row_windows_cover_the_rows(O, R, align, count):
+    """``reduce._row_windows``: windows of whole rows, all of one size (at most 64 KiB, a multiple of the alignment)
+    and at aligned offsets, in order, each holding its rows (the last one moved back to end at the buffer's end);
+    none where the rows fit one binding (100 x 64), the buffer's size is not aligned (1100 x 40: 176,000 bytes) or
+    more than ``ROW_WINDOWS_MOST`` windows would be needed."""
+    from fnarray.lowering.kernels.groups import reduce
+    plan = reduce._row_windows(O, R, (1 << 16, align))
+    assert len(plan[1] if plan else ()) == count
+    if not plan:
+        return
+    per, wins = plan
+    size = 4 * per * R
+    assert size <= 1 << 16 and size % align == 0
+    assert [w[0] for w in wins] == list(range(0, O, per)) and [w[1] for w in wins] == [*[w[0] for w in wins[1:]], O]
+    for o0, o1, at in wins:
+        assert at % align == 0 and at <= 4 * o0 * R and 4 * o1 * R <= at + size <= 4 * O * R
 
 
 def test_vec4_rows_of_a_gather_match_float64():

@@ -22,11 +22,13 @@ from fnarray.lowering.kernels.groups.base import (
     index_vars,
     kernel_name,
     make_launch,
+    placed,
+    uniform_binding,
     vectors_fit,
     vec4_binding,
 )
 from fnarray.lowering.kernels.index import IxData, IxDiv, IxMod, IxVar, ix_var, linearize, to_expr, unravel
-from fnarray.lowering.kernels.ir import INT32, Lane, Op, Special, Sym, const, vector_dtype
+from fnarray.lowering.kernels.ir import INT32, BufferParam, Lane, Op, Special, Sym, const, vector_dtype
 from fnarray.lowering.kernels.tuning import Tunable
 from fnarray.lowering.kernels.rules import (
     add_of,
@@ -48,6 +50,24 @@ from fnarray.lowering.kernels.rules import (
 #: and the row statistics never reach a buffer. Measured on both CPU adapters here, interleaved: softmax
 #: and layernorm over 4096x1024 1.1-2x faster than the two-kernel form (docs/performance.md).
 ROW_VALUES = True
+
+#: Whether a work item's row loops that read float32 operands four elements a load (the scheduler option ``row_vec4``)
+#: read them through uniform bindings where the scheduler options ``dot_uniform`` (bytes) and ``dot_uniform_windows``
+#: (``(bindings, alignment)``) allow (native webgpu on a CPU adapter; lavapipe gathers a uniform array's lanes at once
+#: and a storage buffer's lane by lane, docs/traps.md): a buffer of at most ``dot_uniform`` bytes whole (a layernorm's
+#: scale and shift), a larger one read at the row's own elements (the attention scores under a softmax) through a
+#: window of whole rows, the kernel dispatched once per window (``_row_windows``; one source for every window, its
+#: first row and the window's offset scalars of the launch, ``base.placed``). The same loads and the same order of
+#: the additions: the results are the storage kernel's bits. Off: storage bindings (an A/B switch).
+UNIFORM_ROWS = True
+#: The most dispatches (row windows) a row kernel is split into (``UNIFORM_ROWS``); a larger operand keeps its storage
+#: binding.
+ROW_WINDOWS_MOST = 64
+#: The fewest loads of row windows (``UNIFORM_ROWS``: loops over the row that read one, each one ``vec4`` load an
+#: iteration) for a row kernel to be dispatched once per window: a row read once (the causal softmax's scores, kept in a
+#: private row by ``row_cache`` for the later loops) gained less than the extra dispatches cost (lavapipe, [16, 4, 64,
+#: 64]: 1.14x the CPU time with 16 windows; a layernorm's rows, read by three loops, 0.50x; docs/performance.md).
+ROW_WINDOW_READS = 2
 
 
 _NO_FACT = facts.KernelFact("group", "other")
@@ -378,7 +398,7 @@ class ReduceGroup(Group):
                 pass
         return self._gen(O, R, inner, parallel, False, choice)
 
-    def _gen(self, O, R, inner, parallel, flat, choice, vectors=True):
+    def _gen(self, O, R, inner, parallel, flat, choice, vectors=True, windows=True):
         """One kernel for the whole group in one of three layouts: a work-group per output combining its
         work-items' accumulators in local memory (``cooperative``), the same for dependent stages
         (``cooperative_stages``), or a work-item per output (``per_item``). ``vectors=False``: no ``vec4``
@@ -386,7 +406,7 @@ class ReduceGroup(Group):
         buffers per kernel or alias a buffer the kernel writes."""
         stages = self.stages()
         chained = max(stages) > 0
-        k = _ReduceKernel(self, O, R, inner, parallel, flat, choice, vectors)
+        k = _ReduceKernel(self, O, R, inner, parallel, flat, choice, vectors, windows)
         if parallel and not chained and not self.row_roots:
             k.cooperative()
         elif parallel:
@@ -398,7 +418,27 @@ class ReduceGroup(Group):
         launch = make_launch(b, k.args, k.scalars, k.gsize, k.lsize, k.tracker.eqns, "reduce", fixed_local=parallel)
         if k.vectors_bound and not vectors_fit(self.ctx.caps, launch):
             return self._gen(O, R, inner, parallel, flat, choice, vectors=False)
-        return [launch]
+        if k.windows and k.window_reads < ROW_WINDOW_READS:   # too few reads of windows: one dispatch for every row
+            return self._gen(O, R, inner, parallel, flat, choice, vectors, windows=False)
+        return k.window_launches(launch) if k.windows else [launch]
+
+
+def _row_windows(O, R, limits) -> tuple:
+    """``(per, ((o0, o1, offset), ...))``: windows of a buffer of ``O`` rows of ``R`` float32 elements (row-major, ``R``
+    a multiple of 4) of ``per`` whole rows each (``4 per R`` bytes, at most ``limit`` and a multiple of ``align``;
+    ``limits = (limit, align)``), window ``i`` holding the rows ``o0 .. o1 - 1`` from byte ``offset``: the last one moved
+    back to end at the buffer's end, so that every window has the same size (one kernel source reads them all). ``()``
+    where the buffer fits one binding, its size is not a multiple of ``align``, or more than ``ROW_WINDOWS_MOST``
+    windows would be needed."""
+    limit, align = limits
+    row, total = 4 * R, 4 * R * O
+    if total <= limit or total % align or row % 16:
+        return ()
+    step = align // math.gcd(align, row)   # rows a window's size is a multiple of, so that every offset is aligned
+    per = limit // row // step * step
+    if per == 0 or -(-O // per) > ROW_WINDOWS_MOST:
+        return ()
+    return per, tuple((o0, min(O, o0 + per), min(o0 * row, total - per * row)) for o0 in range(0, O, per))
 
 
 def _of_indices(ix) -> bool:
@@ -424,7 +464,7 @@ class _ReduceKernel:
     ``flat`` the input element ``r`` of the row is ``base + r * I``; ``rows`` is the row length ``R`` as an
     expression (a kernel argument when flat)."""
 
-    def __init__(self, group, O, R, inner, parallel, flat, choice, vectors=True):
+    def __init__(self, group, O, R, inner, parallel, flat, choice, vectors=True, windows=True):
         self.g, self.ctx, self.R, self.inner, self.flat = group, group.ctx, R, inner, flat
         self.choice = choice  # REDUCE_TUNABLE's
         ctx = self.ctx
@@ -436,19 +476,26 @@ class _ReduceKernel:
         self.em = ctx.emitter(b, args=self.args, computes=set(group.roots) | set(group.row_roots),
                               tracker=self.tracker)
         self.scalars: dict = {}
+        self.O, self.shape = O, group.x_shape
+        self.vectors = vectors and not parallel and self._rows_aligned()
+        self.windows = self._windows() if windows and self.vectors else ()
+        self.window_names: set = set()   # the uniform bindings of the windows (``_row_windows``) that a load reads
+        self.window_reads = 0   # the loads of them
         if parallel:
             self.wg = group.coop_size(R)
             self.o, self.lid = Special("group_id", 0), Special("local_id", 0)
             self.gsize, self.lsize = (O * self.wg,), (self.wg,)
+        elif self.windows:   # a dispatch per window of rows: the work item's row counted from the window's first
+            gid, self.gsize, self.lsize = ctx.gid(b, self.windows[0], choice["wg"])
+            self.o = b.let(op("add", gid, b.scalar("o_base")), "o")
+            self.scalars.update(o_base=0, w_off=self.windows[1][0][2] // 16)
         else:
             self.o, self.gsize, self.lsize = ctx.gid(b, O, choice["wg"])
-        self.O, self.shape = O, group.x_shape
         self.red_shape = tuple(self.shape[a] for a in group.axes)
         self.kept = group.kept_operands() if group.row_roots else {}
         self.invariants = group.row_invariants()
         self.out = self.base = self.I = self.rows = None  # set by ``setup``
-        self.vectors = vectors and not parallel and self._rows_aligned()
-        self.vector_names: dict = {}   # buffer var -> its vec4 binding's name
+        self.vector_names: dict = {}   # (buffer var, whether its window is read) -> its vec4 binding's name
         # row values stored (and kept operands stored into them) four elements at a time, through a vec4
         # binding of their output buffer, which every loop of the kernel then takes four elements at a time
         f32 = np.dtype(np.float32)
@@ -490,7 +537,7 @@ class _ReduceKernel:
     def per_item(self):
         """A work-item per output, its stages one loop over the row each, then the row values."""
         b = self.b
-        self.scalars["O"] = self.O
+        self.scalars["O"] = self.windows[1][0][1] if self.windows else self.O   # a window's end row, or all of them
         with b.when(op("lt", self.o, b.scalar("O"))):
             self.setup()
             self.cache_rows()
@@ -656,18 +703,57 @@ class _ReduceKernel:
         for v, vals in values.items():
             b.store(self.wide_output(v), at, Op("vector4", tuple(vals), vector_dtype(v.aval.dtype)))
 
-    def vector_loads(self, reads):
-        """``reads``' ``vec4`` loads (``vector_reads``), each lane seeded as its element in the emitter."""
+    def vector_loads(self, reads, r):
+        """``reads``' ``vec4`` loads (``vector_reads`` at the loop's element ``r``), each lane seeded as its element in
+        the emitter."""
         b, em, four = self.b, self.em, const(4, INT32)
         vdt = vector_dtype(np.float32)
         for u, key in reads:
-            name = self.vector_names.get(u)
+            window = bool(self.windows) and u.aval.size == self.O * self.R and key == linearize(
+                self.x_index(r, 0), self.shape)   # the row's own elements
+            name = self.vector_names.get((u, window))
             if name is None:
-                name = self.vector_names[u] = vec4_binding(b, self.args, self.ctx.spec(u), np.float32)
-                self.vectors_bound = True
-            v = b.load(name, op("div", to_expr(key), four), vdt)
+                name = self.vector_names[u, window] = self.row_binding(u, window)
+            at = op("div", to_expr(key), four)
+            if name in self.window_names:
+                at = op("sub", at, b.scalar("w_off"))
+                self.window_reads += 1
+            v = b.load(name, at, vdt)
             for k in range(4):
                 em.seed_key(u, key + k, b.let(Lane(v, k, u.aval.dtype)))
+
+    def row_binding(self, u, window) -> str:
+        """The ``vec4`` binding of float32 operand ``u``'s buffer for ``vector_loads`` (``UNIFORM_ROWS``): the whole
+        buffer as a uniform array where it has at most ``dot_uniform`` bytes, else this launch's window of its rows
+        (``window``: it is read at the row's own elements, ``_row_windows``), while the stage has uniform bindings
+        left (``dot_uniform_windows``); else a storage binding."""
+        b, ctx, f32 = self.b, self.ctx, np.dtype(np.float32)
+        spec = ctx.spec(u)
+        self.vectors_bound = True   # ``vectors_fit`` checks them all (a buffer also bound written refuses any)
+        size = 4 * math.prod(spec.shape)
+        room = ctx.opts.get("dot_uniform_windows", (0, 16))[0] - sum(
+            isinstance(p, BufferParam) and bool(p.uniform) for p in b.params)
+        if UNIFORM_ROWS and room > 0 and size % 16 == 0 and size <= ctx.opts.get("dot_uniform", 0):
+            return uniform_binding(b, self.args, spec, f32)
+        if UNIFORM_ROWS and room > 0 and window and size == 4 * self.O * self.R:
+            per, wins = self.windows
+            name = uniform_binding(b, self.args, spec, f32, (wins[0][2], 4 * per * self.R))
+            self.window_names.add(name)
+            return name
+        return vec4_binding(b, self.args, spec, f32)
+
+    def _windows(self) -> tuple:
+        """``_row_windows`` of this kernel's rows where ``UNIFORM_ROWS`` and the scheduler options allow."""
+        opts = self.ctx.opts
+        if not (UNIFORM_ROWS and opts.get("dot_uniform") and opts.get("dot_uniform_windows")):
+            return ()
+        return _row_windows(self.O, self.R, (opts["dot_uniform"], opts["dot_uniform_windows"][1]))
+
+    def window_launches(self, launch) -> list:
+        """``launch`` once per window of rows (``_row_windows``): its window bindings placed at the window's offset,
+        the scalars ``o_base`` (the window's first row), ``O`` (its end) and ``w_off`` (its offset in vectors)."""
+        return [placed(launch, dict.fromkeys(self.window_names, at), {"o_base": o0, "O": o1, "w_off": at // 16})
+                for o0, o1, at in self.windows[1]]
 
     def hoist(self, st):
         for u in self.invariants.get(st, ()):
@@ -683,7 +769,7 @@ class _ReduceKernel:
             self.hoist_reads(g.row_roots, vec, row_values=True)
         with b.loop(start, self.rows, const(4, INT32) if vec else step) as r:
             if vec:
-                self.vector_loads(self.vector_reads(g.row_roots, r, row_values=True))
+                self.vector_loads(self.vector_reads(g.row_roots, r, row_values=True), r)
             kept = {}
             for x, v in self.kept.items() if vec else ():   # read back four at a time before any store
                 if v in self.vector_out and x not in self.kept_rows:
@@ -747,7 +833,7 @@ class _ReduceKernel:
             # four elements per iteration, each folded in order: the same results, bit for bit
             self.hoist_reads(xs, True)
             with b.loop(start, self.rows, const(4, INT32)) as r:
-                self.vector_loads(self.vector_reads(xs, r))
+                self.vector_loads(self.vector_reads(xs, r), r)
                 for k in range(4):
                     self.fold(parts, accs, r, k)
                 self.store_vectors(r, self.pending)
