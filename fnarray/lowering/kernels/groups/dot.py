@@ -1244,8 +1244,8 @@ def _uniform_windows(spec, off, geometry, steps, limits) -> tuple:
     """``((k0, k1, offset, size), ...)``: windows of ``spec``'s buffer (float32 elements; ``off`` the operand's
     first element) that hold a ``"rows"``-read operand's contraction steps ``k0 .. k1 - 1``, each at most
     ``limit`` bytes starting at a byte ``offset`` that is a multiple of ``align`` (``limits = (limit, align)``:
-    WebGPU's ``maxUniformBufferBindingSize`` and ``minUniformBufferOffsetAlignment``), or ``()`` where one step
-    does not fit. ``geometry = (s_own, s_k, count)``: the element (row ``k``, own index ``i``) lies at
+    WebGPU's ``maxUniformBufferBindingSize`` and ``minUniformBufferOffsetAlignment``; the size rounded to 16 bytes,
+    ``_fit_windows``), or ``()`` where one step does not fit or a window does not fit the buffer. ``geometry = (s_own, s_k, count)``: the element (row ``k``, own index ``i``) lies at
     ``off + k * s_k + i``, ``i < count``, ``s_own == 1``; ``steps = (K, step)``: the contraction's length, each
     window but the last a multiple of ``step`` steps. Step ``k`` of window ``k0`` is read at vector
     ``(off + i) / 4 + (k - k0) * s_k / 4`` of the window (``_OperandReader.values``)."""
@@ -1263,7 +1263,10 @@ def _uniform_windows(spec, off, geometry, steps, limits) -> tuple:
     for k0 in range(0, K, per):
         k1 = min(K, k0 + per)
         start = 4 * k0 * s_k
-        out.append((k0, k1, start, min(4 * ((k1 - k0 - 1) * s_k + off + count), total - start)))
+        fit = _fit_windows([(start, start + 4 * ((k1 - k0 - 1) * s_k + off + count))], total, limits)
+        if not fit or fit[1] != (start,):   # the reads count from the window's step k0: it may not move
+            return ()
+        out.append((k0, k1, start, fit[0]))
     return tuple(out)
 
 
@@ -1286,13 +1289,9 @@ def _row_windows(spec, off, geometry, tile_rows, limits) -> tuple:
         bounds = [(r0, min(M, r0 + per)) for r0 in range(0, M, per)]
         starts = [4 * (off + r0 * s_m) for r0, _ in bounds]
         spans = [(at - at % align, 4 * (off + (r1 - 1) * s_m + K)) for at, (_, r1) in zip(starts, bounds, strict=True)]
-        size = -(-max(end - at for at, end in spans) // 16) * 16
-        if any(at + size > total for at, _ in spans):
-            # a window that would run past the buffer's end ends at it: sized so that it starts at an aligned byte
-            size += (total - size) % align
-        if size <= limit and size <= total and total % 16 == 0:
-            moved = [min(at, total - size) for at, _ in spans]
-            return per, size, tuple((r0, r1, at) for (r0, r1), at in zip(bounds, moved, strict=True))
+        fit = _fit_windows(spans, total, limits)
+        if fit:
+            return per, fit[0], tuple((r0, r1, at) for (r0, r1), at in zip(bounds, fit[1], strict=True))
         per -= tile_rows
     return ()
 
@@ -1315,7 +1314,7 @@ def _batch_windows(spec, off, geometry, per, limits) -> tuple:
     ``((size, stride), ...)``, row-major). Every window has the same size (one kernel source reads them all): one
     that would run past the buffer's end is moved back to end within it."""
     sb, extent, count = geometry
-    limit, align = limits
+    align = limits[1]
     total = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
     pairs = ((count, sb),) if not isinstance(sb, tuple) else sb
     sizes = [n for n, _ in pairs]
@@ -1327,12 +1326,26 @@ def _batch_windows(spec, off, geometry, per, limits) -> tuple:
         firsts = [first(bi) for bi in range(b0, b0 + per)]
         at = 4 * min(firsts)
         spans.append((at - at % align, 4 * (max(firsts) + extent)))
+    fit = _fit_windows(spans, total, limits) if off % 4 == 0 else ()
+    return (fit[1], fit[0]) if fit else ((), 0)
+
+
+def _fit_windows(spans, total, limits) -> tuple:
+    """``(size, offsets)``: one uniform window size (bytes, a multiple of 16, at most ``limit``) that holds every
+    span ``(at, end)`` of ``spans`` (byte ranges of a buffer of ``total`` bytes, each ``at`` a multiple of ``align``;
+    ``limits = (limit, align)``: WebGPU's ``maxUniformBufferBindingSize`` and ``minUniformBufferOffsetAlignment``)
+    from its window's byte offset, or ``()`` where none fits. Each span's window starts at its ``at``, except one that
+    would run past the buffer's end: it ends at the end instead, moved back to an aligned start (the size grown to
+    the next one), so that one kernel source reads every window (``_row_windows``, ``_batch_windows``,
+    ``_uniform_windows``)."""
+    limit, align = limits
     size = -(-max(end - at for at, end in spans) // 16) * 16
     if any(at + size > total for at, _ in spans):
+        # a window that would run past the buffer's end ends at it: sized so that it starts at an aligned byte
         size += (total - size) % align
-    if off % 4 or size > limit or size > total or total % 16:
-        return (), 0
-    return tuple(min(at, total - size) for at, _ in spans), size
+    if size > limit or size > total or total % 16:
+        return ()
+    return size, tuple(min(at, total - size) for at, _ in spans)
 
 
 def _batch_launches(launch, names, windows, offs) -> list:
