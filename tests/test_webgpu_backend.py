@@ -534,12 +534,14 @@ def test_uniform_windows_cover_the_contraction(off, geometry, steps, split):
 # Products whose lhs read four contraction steps a load (rows as they lie) is over 64 KiB: a CPU adapter binds it
 # as one uniform window of its rows per dispatch (groups/dot.py ``UNIFORM_ROW_WINDOWS``): (name, f, operand
 # shapes, dispatches there, the switch, the window's first-index scalar). Two windows, the last one moved back to
-# end at the buffer's end (odd rows and columns, an epilogue reading another operand), and a batch (storage: the
+# end at the buffer's end (odd rows and columns, an epilogue reading another operand), 16-row tiles of 4 KiB rows
+# each bound as two windows of 8 rows (the last tile's second part past the rows), and a batch (storage: the
 # row windows are for one batch; a batch element over 64 KiB has no batch window). Batched products over 64 KiB
 # read through uniform windows of whole batch elements (``UNIFORM_BATCH_WINDOWS``): attention's q @ k^T over
 # [batch, seq, heads, d] views (both operands windowed), and p @ v with an epilogue (the lhs windowed).
 ROW_WINDOW_DOTS = [
     ("odd_epilogue", lambda a, b, c: a @ b + c, ((301, 60), (60, 36), (301, 36)), 2, "UNIFORM_ROW_WINDOWS", "m_base"),
+    ("tile_in_parts", lambda a, b: a @ b, ((40, 1040), (1040, 16)), 3, "UNIFORM_ROW_WINDOWS", "a_off1"),
     ("batched", lambda a, b: a @ b, ((2, 300, 64), (2, 64, 16)), 1, "UNIFORM_ROW_WINDOWS", "m_base"),
     ("attention_qk", lambda q, k: q.transpose(0, 2, 1, 3) @ k.transpose(0, 2, 3, 1),
      ((8, 64, 4, 16), (8, 64, 4, 16)), 2, "UNIFORM_BATCH_WINDOWS", "b_base"),
@@ -570,25 +572,31 @@ def test_row_windows_give_the_storage_kernels_bits(wdev, monkeypatch, name, f, s
     np.testing.assert_array_equal(got.view(np.uint32), np.asarray(g(*dargs)).view(np.uint32))
 
 
-@pytest.mark.parametrize("off,geometry,tile,count", [
-    (0, (64, 64, 1024), 32, 4), (0, (64, 64, 300), 16, 2), (8, (60, 60, 301), 16, 2), (0, (784, 784, 32), 32, 0),
-    (0, (256, 256, 1 << 15), 16, 0)])
-def test_row_windows_cover_the_rows(off, geometry, tile, count):
-    """``dot._row_windows``: ``count`` windows of one size, at most 64 KiB, each starting at a multiple of the
-    alignment and within the buffer, holding whole tiles of consecutive rows from 0 to M and every element of them;
-    none where a tile's rows exceed a window (the VAE's ``[32, 784]`` in 32-row tiles) or too many windows."""
+@pytest.mark.parametrize("off,geometry,tile,count,parts", [
+    (0, (64, 64, 1024), 32, 4, 1), (0, (64, 64, 300), 16, 2, 1), (8, (60, 60, 301), 16, 2, 1),
+    (0, (784, 784, 32), 32, 1, 2), (0, (784, 784, 40), 32, 2, 2), (0, (2048, 2048, 64), 32, 2, 4),
+    (0, (256, 256, 1 << 15), 16, 0, 1)])
+def test_row_windows_cover_the_rows(off, geometry, tile, count, parts):
+    """``dot._row_windows``: ``count`` dispatches of windows of one size, at most 64 KiB, each starting at a
+    multiple of the alignment and within the buffer, holding whole tiles of consecutive rows from 0 to M and
+    every element of them; a tile over one window (the VAE's ``[32, 784]`` in 32-row tiles, 8-row loads) in
+    ``parts`` windows, one per run of whole loads (rows past M read as the last row); none where too many
+    dispatches would be needed."""
     from fnarray.lowering.kernels.groups import dot
     s_m, K, M = geometry
     spec = types.SimpleNamespace(shape=(off + (M - 1) * s_m + K,), dtype=np.dtype(np.float32))
-    plan = dot._row_windows(spec, off, geometry, tile, (1 << 16, 32))
+    plan = dot._row_windows(spec, off, geometry, (tile, 8, 4), (1 << 16, 32))
     assert len(plan[2] if plan else ()) == count
     if plan:
         per, size, ws = plan
         assert per % tile == 0 and size <= 1 << 16 and size % 16 == 0
         assert [w[0] for w in ws] == list(range(0, M, per)) and [w[1] for w in ws] == [min(M, w[0] + per) for w in ws]
-        for r0, r1, at in ws:
-            assert at % 32 == 0 and 0 <= at <= 4 * (off + r0 * s_m) and 4 * (off + (r1 - 1) * s_m + K) <= at + size
-            assert at + size <= 4 * math.prod(spec.shape)
+        for r0, r1, ats in ws:
+            assert len(ats) == parts and (parts == 1 or per == tile)
+            for q, at in enumerate(ats):
+                lo, hi = (min(r0 + q * per // parts, r1 - 1), min(r0 + (q + 1) * per // parts, r1) - 1)
+                assert at % 32 == 0 and 0 <= at <= 4 * (off + lo * s_m) and 4 * (off + hi * s_m + K) <= at + size
+                assert at + size <= 4 * math.prod(spec.shape)
 
 
 def _momentum(x, d, m, p):

@@ -279,6 +279,9 @@ UNIFORM_WINDOWS = True
 #: uniform array's lanes at once and a storage buffer's lane by lane. The kernel's source is the same for every
 #: window (one pipeline); each accumulator adds in the contraction's order, so the results are the storage
 #: kernel's bits. Off: a storage binding (``benchmarks/webgpu_uniform_products.py --row-windows`` compares the two).
+#: Where a tile's rows are over one window (the VAE's ``[32, 784]`` lhs in 32-row tiles, 100 KiB), each dispatch
+#: binds its tile as several windows of whole subgroup loads of rows (``_row_windows``' parts: two of 16 rows), each
+#: load reading the window that holds its rows.
 UNIFORM_ROW_WINDOWS = True
 #: The most dispatches (row windows) a product's lhs is split into (``UNIFORM_ROW_WINDOWS``); more rows than that
 #: many windows hold keep the storage binding.
@@ -811,10 +814,11 @@ class DotGroup(Group):
         ``plans`` ``(lp, rp)``, the contraction taken ``step`` at a time) as ``_uniform_plan`` says: each operand
         whose whole buffer fits the scheduler option ``dot_uniform`` as a uniform array, those it splits into
         windows as several, the rest as storage (``_OperandReader.bind``). ``rowwin`` (``_row_plan``): the lhs as
-        one uniform row window of that size, placed by each dispatch (``_row_launches``); ``batchwin``
+        uniform row windows of that size (one per part of a tile), placed by each dispatch (``_row_launches``);
+        ``batchwin``
         (``_batch_plan``): each operand with a window size as a uniform window of its batch elements."""
         whole = [r.fits(self.ctx.opts.get("dot_uniform", 0)) for r in readers]
-        _, split = self._uniform_plan([whole[0] or bool(rowwin), whole[1]], [(r.spec, r.along) for r in readers],
+        _, split = self._uniform_plan([whole[0] or _row_parts(rowwin), whole[1]], [(r.spec, r.along) for r in readers],
                                       plans, step)
         for i, (r, w) in enumerate(zip(readers, split, strict=True)):
             if batchwin and batchwin[1][i]:
@@ -822,9 +826,12 @@ class DotGroup(Group):
                                      uniform=batchwin[1][i] // 16, offset=0)
                 args[r.vname] = r.spec
             elif i == 0 and rowwin and not whole[0]:
-                r.vname = r.b.buffer(("uniform rows", r.spec), vector_dtype(r.dt), False, "uni",
-                                     uniform=rowwin[1] // 16, offset=0)
-                args[r.vname] = r.spec
+                names = [r.b.buffer(("uniform rows", r.spec) + ((p,) if p else ()), vector_dtype(r.dt), False, "uni",
+                                    uniform=rowwin[1] // 16, offset=0) for p in range(_row_parts(rowwin))]
+                args.update((n, r.spec) for n in names)
+                r.vname, r.part_names = names[0], names
+                if len(names) > 1:   # each load of the tile's rows from its part's window
+                    r.row_names = [names[q] for q in r.parts]
             else:
                 r.bind(args, self.ctx.opts.get("dot_uniform", 0), w)
 
@@ -862,7 +869,7 @@ class DotGroup(Group):
                      and math.prod(p[0].shape) * 4 <= self.ctx.opts.get("dot_uniform", 0)
                      for p, a in zip((lp, rp), along, strict=True)]
             rowwin = self._row_plan(lp, along[0], rows)
-            whole[0] = whole[0] or bool(rowwin)
+            whole[0] = whole[0] or _row_parts(rowwin)
             whole, split = self._uniform_plan(whole, reads, (lp, rp), 4 if "k" in along else 1)
             sizes = (self._batch_plan(lp, rp, along) or (0, (0, 0)))[1]
             out[key] = bool(whole[0] or split[0] or sizes[0])
@@ -872,7 +879,8 @@ class DotGroup(Group):
     def _row_plan(self, lp, along, rows) -> tuple:
         """The uniform row windows (``_row_windows``) the subgroup form reads its lhs through (``UNIFORM_ROW_WINDOWS``;
         ``lp``: the lhs plan with its buffer spec, read ``along``, ``rows`` rows a tile), or ``()``: a single-batch
-        float32 lhs read ``"k"`` whose buffer is over ``dot_uniform``, where ``dot_uniform_windows`` allows it."""
+        float32 lhs read ``"k"`` whose buffer is over ``dot_uniform``, where ``dot_uniform_windows`` allows it; a tile
+        over one window in parts of whole subgroup loads (``dot_subgroup`` rows), at most a stage's bindings."""
         uniform = self.ctx.opts.get("dot_uniform", 0)
         bindings, align = self.ctx.opts.get("dot_uniform_windows", (0, 256))
         spec, off, (_, s_m, _) = lp
@@ -880,7 +888,8 @@ class DotGroup(Group):
                 and np.dtype(spec.dtype) == np.dtype(np.float32)
                 and math.prod(spec.shape) * 4 > uniform):
             return ()
-        return _row_windows(spec, off, (s_m, self.K, self.M), rows, (uniform, align))
+        lanes = int(self.ctx.opts.get("dot_subgroup", 0) or 0) or rows
+        return _row_windows(spec, off, (s_m, self.K, self.M), (rows, lanes, bindings), (uniform, align))
 
     def _batch_plan(self, lp, rp, along) -> tuple:
         """The uniform batch windows (``_batch_windows``) the subgroup form reads its operands through
@@ -976,6 +985,9 @@ class DotGroup(Group):
             s = dict(s, M=b.scalar("m_end"), a_off=b.scalar("a_off"))   # scalars even where ``bake_dot`` asks
             scalars.update(m_base=0, m_end=self.M, a_off=lp[1])
             m0 = b.let(op("add", m0, b.scalar("m_base")), "m")
+            # a tile in parts (``_row_windows``): the lhs's first element counted from each part's window
+            scalars.update({f"a_off{q}": lp[1] for q in range(1, _row_parts(rowwin))})
+            parts = [s["a_off"]] + [b.scalar(f"a_off{q}") for q in range(1, _row_parts(rowwin))]
         bi = b.let(op("div", mn, const(mt, INT32)), "bi")
         if batchwin:   # the batch elements of this dispatch's windows (``_batch_launches``): from b_base
             s = dict(s, a_off=b.scalar("a_off"), b_off=b.scalar("b_off"))
@@ -983,6 +995,8 @@ class DotGroup(Group):
             bi = b.let(op("add", bi, b.scalar("b_base")), "bi")
         abase = b.let(op("add", s["a_off"], batch_offset(bi, s["a_sb"])))
         bbase = b.let(op("add", s["b_off"], batch_offset(bi, s["b_sb"])))
+        if rowwin and len(parts) > 1:
+            abase = (abase,) + tuple(b.let(op("add", o, batch_offset(bi, s["a_sb"]))) for o in parts[1:])
         lhs = _SharedRows(b, a, lp[0], dt, (abase, m0, s["M"], s["a_sm"], s["a_sk"]), (rows, lanes), along[0], self._load)
         rhs = _OperandReader(b, bb, rp[0], dt, bbase, n0, cols, s["N"], s["b_sn"], s["b_sk"], along[1], self._load)
         self._bind_readers(args, (lhs, rhs), (lp, rp), 4 if "k" in along else 1, rowwin, batchwin)
@@ -998,7 +1012,7 @@ class DotGroup(Group):
         if batchwin:
             return _batch_launches(launch, [r.vname if n else None for r, n in zip((lhs, rhs), batchwin[1], strict=True)],
                                    batchwin[2], (lp[1], rp[1]))
-        return _row_launches(launch, lhs.vname, rowwin[2], lp[1]) if rowwin else [launch]
+        return _row_launches(launch, lhs.part_names, rowwin[2], lp[1]) if rowwin else [launch]
 
     def _store_block(self, b, em, args, accs, where, inside, s, wide=False):
         """The epilogue of a work item's ``rows x cols`` accumulators ``accs`` (row-major) of output rows
@@ -1244,8 +1258,8 @@ def _uniform_windows(spec, off, geometry, steps, limits) -> tuple:
     """``((k0, k1, offset, size), ...)``: windows of ``spec``'s buffer (float32 elements; ``off`` the operand's
     first element) that hold a ``"rows"``-read operand's contraction steps ``k0 .. k1 - 1``, each at most
     ``limit`` bytes starting at a byte ``offset`` that is a multiple of ``align`` (``limits = (limit, align)``:
-    WebGPU's ``maxUniformBufferBindingSize`` and ``minUniformBufferOffsetAlignment``), or ``()`` where one step
-    does not fit. ``geometry = (s_own, s_k, count)``: the element (row ``k``, own index ``i``) lies at
+    WebGPU's ``maxUniformBufferBindingSize`` and ``minUniformBufferOffsetAlignment``; the size rounded to 16 bytes,
+    ``_fit_windows``), or ``()`` where one step does not fit or a window does not fit the buffer. ``geometry = (s_own, s_k, count)``: the element (row ``k``, own index ``i``) lies at
     ``off + k * s_k + i``, ``i < count``, ``s_own == 1``; ``steps = (K, step)``: the contraction's length, each
     window but the last a multiple of ``step`` steps. Step ``k`` of window ``k0`` is read at vector
     ``(off + i) / 4 + (k - k0) * s_k / 4`` of the window (``_OperandReader.values``)."""
@@ -1263,47 +1277,70 @@ def _uniform_windows(spec, off, geometry, steps, limits) -> tuple:
     for k0 in range(0, K, per):
         k1 = min(K, k0 + per)
         start = 4 * k0 * s_k
-        out.append((k0, k1, start, min(4 * ((k1 - k0 - 1) * s_k + off + count), total - start)))
+        fit = _fit_windows([(start, start + 4 * ((k1 - k0 - 1) * s_k + off + count))], total, limits)
+        if not fit or fit[1] != (start,):   # the reads count from the window's step k0: it may not move
+            return ()
+        out.append((k0, k1, start, fit[0]))
     return tuple(out)
 
 
-def _row_windows(spec, off, geometry, tile_rows, limits) -> tuple:
-    """``(rows, size, ((r0, r1, offset), ...))``: windows of ``spec``'s buffer (float32 elements; ``off`` the
-    operand's first element) of ``size`` bytes each (at most ``limit``, a multiple of 16), window ``i`` starting at
-    byte ``offset`` (a multiple of ``align``; ``limits = (limit, align)``) and holding the lhs rows ``r0 .. r1 - 1``
-    whole, ``rows`` rows a window (a multiple of ``tile_rows``: a dispatch computes whole tiles), or ``()`` where a
-    tile's rows do not fit or more than ``ROW_WINDOWS_MAX`` windows would be needed (the VAE's ``[32, 784]`` lhs in
-    32-row tiles: two windows would compute each tile twice, 1.2-1.4x the storage kernel's time). ``geometry = (s_m, K, M)``: row ``m``
-    of the operand is the ``K`` elements from ``off + m * s_m`` (``s_m >= K``). Every window has the same size, so
-    one kernel source reads them all: the last one starts early enough to end within the buffer."""
+def _row_windows(spec, off, geometry, tile, limits) -> tuple:
+    """``(rows, size, ((r0, r1, offsets), ...))``: windows of ``spec``'s buffer (float32 elements; ``off`` the
+    operand's first element) of ``size`` bytes each (at most ``limit``, a multiple of 16), each starting at a byte
+    of ``offsets`` (multiples of ``align``; ``limits = (limit, align)``); a dispatch's holding the lhs rows ``r0 ..
+    r1 - 1`` whole, ``rows`` rows a dispatch (a multiple of the tile's rows: a dispatch computes whole tiles). Where
+    a tile's rows do not fit one window, each dispatch computes one tile bound as ``parts`` windows (``offsets``,
+    at most ``tile = (tile rows, lanes, parts)``' ``parts``), part ``q`` holding the tile's rows ``q * tile rows /
+    parts`` on (a multiple of ``lanes``: a subgroup's load reads one part), the rows past ``r1`` counted as row
+    ``r1 - 1`` (the reads clamp them so). ``()`` where neither fits or more than ``ROW_WINDOWS_MAX`` dispatches
+    would be needed (a tile in parts of 32 rows of 256 KiB rows). One window, not a tile in parts, per dispatch for
+    a 32-row tile split over two dispatches: each tile computed twice, 1.2-1.4x the storage kernel's time.
+    ``geometry = (s_m, K, M)``: row ``m`` of the operand is the ``K`` elements from ``off + m * s_m`` (``s_m >=
+    K``). Every window has the same size, so one kernel source reads them all: the last one starts early enough to
+    end within the buffer (``_fit_windows``)."""
     s_m, K, M = geometry
+    tile_rows, lanes, most = tile
     limit, align = limits
     total = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
     if off % 4 or s_m % 4 or s_m < K or K <= 0 or M <= 0 or 4 * K > limit:
         return ()
+
+    def fitted(per, parts):
+        bounds = [(r0, min(M, r0 + per)) for r0 in range(0, M, per)]
+        spans = []
+        for r0, r1 in bounds:
+            for q in range(parts):   # part q's rows, clamped below r1 as the reads clamp them
+                lo, hi = min(r0 + q * per // parts, r1 - 1), min(r0 + (q + 1) * per // parts, r1) - 1
+                at = 4 * (off + lo * s_m)
+                spans.append((at - at % align, 4 * (off + hi * s_m + K)))
+        fit = _fit_windows(spans, total, limits)
+        return fit and (per, fit[0], tuple((r0, r1, fit[1][i * parts:(i + 1) * parts])
+                                           for i, (r0, r1) in enumerate(bounds)))
     per = ((limit // 4 - K) // s_m + 1) // tile_rows * tile_rows
     while per > 0 and -(-M // per) <= ROW_WINDOWS_MAX:
-        bounds = [(r0, min(M, r0 + per)) for r0 in range(0, M, per)]
-        starts = [4 * (off + r0 * s_m) for r0, _ in bounds]
-        spans = [(at - at % align, 4 * (off + (r1 - 1) * s_m + K)) for at, (_, r1) in zip(starts, bounds, strict=True)]
-        size = -(-max(end - at for at, end in spans) // 16) * 16
-        if any(at + size > total for at, _ in spans):
-            # a window that would run past the buffer's end ends at it: sized so that it starts at an aligned byte
-            size += (total - size) % align
-        if size <= limit and size <= total and total % 16 == 0:
-            moved = [min(at, total - size) for at, _ in spans]
-            return per, size, tuple((r0, r1, at) for (r0, r1), at in zip(bounds, moved, strict=True))
+        if plan := fitted(per, 1):
+            return plan
         per -= tile_rows
+    for parts in range(2, min(most, tile_rows // lanes) + 1):
+        if tile_rows % (parts * lanes) == 0 and -(-M // tile_rows) <= ROW_WINDOWS_MAX and (plan := fitted(tile_rows, parts)):
+            return plan
     return ()
 
 
-def _row_launches(launch, name, windows, off) -> list:
-    """One launch of the subgroup product ``launch`` per row window (``_row_windows``' ``(r0, r1, offset)``): the
-    uniform binding ``name`` placed at the window's byte ``offset`` (``BufferParam.offset``), the scalars
-    ``m_base``/``m_end`` its rows and ``a_off`` the lhs's first element (``off``) counted from the window's start.
-    The kernel's source, and so its pipeline, is the same for every window."""
-    return [placed(launch, {name: at}, {"m_base": r0, "m_end": r1, "a_off": off - at // 4})
-            for r0, r1, at in windows]
+def _row_parts(rowwin) -> int:
+    """The uniform bindings of a row plan's lhs (``_row_windows``' parts of a tile; 0 without one)."""
+    return len(rowwin[2][0][2]) if rowwin else 0
+
+
+def _row_launches(launch, names, windows, off) -> list:
+    """One launch of the subgroup product ``launch`` per row window (``_row_windows``' ``(r0, r1, offsets)``): the
+    uniform bindings ``names`` (one per part of a tile) placed at the window's byte ``offsets``
+    (``BufferParam.offset``), the scalars ``m_base``/``m_end`` its rows and ``a_off``, ``a_off1``, ... the lhs's
+    first element (``off``) counted from each part's window's start. The kernel's source, and so its pipeline, is
+    the same for every window."""
+    return [placed(launch, dict(zip(names, ats, strict=True)),
+                   {"m_base": r0, "m_end": r1, **{f"a_off{q or ''}": off - at // 4 for q, at in enumerate(ats)}})
+            for r0, r1, ats in windows]
 
 
 def _batch_windows(spec, off, geometry, per, limits) -> tuple:
@@ -1315,7 +1352,7 @@ def _batch_windows(spec, off, geometry, per, limits) -> tuple:
     ``((size, stride), ...)``, row-major). Every window has the same size (one kernel source reads them all): one
     that would run past the buffer's end is moved back to end within it."""
     sb, extent, count = geometry
-    limit, align = limits
+    align = limits[1]
     total = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
     pairs = ((count, sb),) if not isinstance(sb, tuple) else sb
     sizes = [n for n, _ in pairs]
@@ -1327,12 +1364,26 @@ def _batch_windows(spec, off, geometry, per, limits) -> tuple:
         firsts = [first(bi) for bi in range(b0, b0 + per)]
         at = 4 * min(firsts)
         spans.append((at - at % align, 4 * (max(firsts) + extent)))
+    fit = _fit_windows(spans, total, limits) if off % 4 == 0 else ()
+    return (fit[1], fit[0]) if fit else ((), 0)
+
+
+def _fit_windows(spans, total, limits) -> tuple:
+    """``(size, offsets)``: one uniform window size (bytes, a multiple of 16, at most ``limit``) that holds every
+    span ``(at, end)`` of ``spans`` (byte ranges of a buffer of ``total`` bytes, each ``at`` a multiple of ``align``;
+    ``limits = (limit, align)``: WebGPU's ``maxUniformBufferBindingSize`` and ``minUniformBufferOffsetAlignment``)
+    from its window's byte offset, or ``()`` where none fits. Each span's window starts at its ``at``, except one that
+    would run past the buffer's end: it ends at the end instead, moved back to an aligned start (the size grown to
+    the next one), so that one kernel source reads every window (``_row_windows``, ``_batch_windows``,
+    ``_uniform_windows``)."""
+    limit, align = limits
     size = -(-max(end - at for at, end in spans) // 16) * 16
     if any(at + size > total for at, _ in spans):
+        # a window that would run past the buffer's end ends at it: sized so that it starts at an aligned byte
         size += (total - size) % align
-    if off % 4 or size > limit or size > total or total % 16:
-        return (), 0
-    return tuple(min(at, total - size) for at, _ in spans), size
+    if size > limit or size > total or total % 16:
+        return ()
+    return size, tuple(min(at, total - size) for at, _ in spans)
 
 
 def _batch_launches(launch, names, windows, offs) -> list:
@@ -1376,7 +1427,7 @@ class _OperandReader:
                 at = b.let(op("add", first, const(4 * q, INT32))) if q else first
                 self.rows.append(b.let(op("div", op("add", base, select(op("lt", at, count), at, last)), four)))
             self.sk4 = b.let(op("div", s_k, four))
-        self.vname = None
+        self.vname, self.row_names, self.part_names = None, (), ()
         self.vectors = ()
         self.windows, self.first_step = (), 0
 
@@ -1419,8 +1470,9 @@ class _OperandReader:
         if self.along == "k":
             kq = self.b.let(op("div", k, const(4, INT32)))
             vt = vector_dtype(self.dt)
-            self.vectors = [v for row in self.rows for v in self.spread(self.b.load(self.vname, op("add", row, kq), vt),
-                                                                         vt)]
+            names = self.row_names or [self.vname] * len(self.rows)
+            self.vectors = [v for row, name in zip(self.rows, names, strict=True)
+                            for v in self.spread(self.b.load(name, op("add", row, kq), vt), vt)]
 
     def values(self, k, kk):
         """The operand's ``r`` values at contraction index ``k + kk``."""
@@ -1448,10 +1500,13 @@ class _SharedRows(_OperandReader):
     ``_OperandReader``'s), each of the ``lanes`` work items loading ``rows / lanes`` of them a step: one element
     per load (``along=None``), four steps of its row per vector load (``"k"``), or four consecutive rows per
     vector load (``"rows"``, ``rows / (4 lanes)`` loads a step). Rows past ``count`` are clamped to the last
-    (their products are not stored). ``values`` gives the ``rows`` values in row order, in every work item."""
+    (their products are not stored). ``values`` gives the ``rows`` values in row order, in every work item. A
+    ``base`` of several element offsets (``DotGroup._subgroup``: a tile in parts of row windows, ``_row_windows``)
+    gives each part's rows their own (``parts``: each load's part; ``row_names``, set by the binding, its window)."""
 
     def __init__(self, b, name, spec, dt, where, shape, along, load):
         base, first, count, s_own, s_k = where
+        bases = base if isinstance(base, tuple) else (base,)
         self.b, self.name, self.spec, self.dt, self.along, self.load = b, name, spec, dt, along, load
         self.r, self.lanes = shape
         self.s_k = s_k
@@ -1459,7 +1514,9 @@ class _SharedRows(_OperandReader):
         per = 4 * self.lanes if along == "rows" else self.lanes
         last = b.let(op("sub", count, four if along == "rows" else const(1, INT32)))
         self.rows = []    # each work item's load addresses, as _OperandReader's
+        self.parts = [j * per * len(bases) // self.r for j in range(self.r // per)]
         for j in range(self.r // per):
+            base = bases[self.parts[j]]
             at = b.let(op("add", op("add", first, const(j * per, INT32)),
                           op("mul", lane, four) if along == "rows" else lane))
             if along == "rows":
@@ -1468,7 +1525,7 @@ class _SharedRows(_OperandReader):
                 row = b.let(op("add", base, op("mul", select(op("lt", at, count), at, last), s_own)))
                 self.rows.append(b.let(op("div", row, four)) if along == "k" else row)
         self.sk4 = b.let(op("div", s_k, four)) if along == "rows" else None
-        self.vname = None
+        self.vname, self.row_names, self.part_names = None, (), ()
         self.vectors = ()
         self.windows, self.first_step = (), 0
 
