@@ -256,6 +256,11 @@ def _unary(code, general):
             av, dev = self.aval, self._device
             m = last[0]
             if m[0] is not av or m[1] is not dev or m[2] != config.generation:
+                if _SLOW.get(id(dev)):
+                    # a device whose compiles are slow has no unary entries (``_miss`` learns none): eager_jit's
+                    # program of the function serves the call, reached without a lookup or the miss's checks
+                    # (8 of a jax:0 decode step's 44 Python calls)
+                    return general(self)
                 m = _remember(last, (code, av), dev, av)
             a = self._buf
             if m is not None and a is not None:
@@ -291,11 +296,12 @@ def _miss(code, general, x, *other, raw=None):
         return general(x, *other)
     slow = _slow_compiles(dev)
     out = (raw if other and slow and raw is not None else general)(x, *other)
-    if type(out) is ArrayImpl:
+    if type(out) is ArrayImpl and (other or not slow):
         # A device whose compiles are slow compiles no primitive for a unary function: its whole-function program
         # (``eager_jit``) serves the case, and a second compile of each new shape would cost more than the entry
-        # saves. Operators keep their entries (x * 2.0 is the loop body everyone writes), made by ``raw``.
-        _learn(case, out, dev, compile=bool(other) or not slow)
+        # saves; nor does it look for one made elsewhere (``_unary`` then goes to ``general`` at once). Operators
+        # keep their entries (x * 2.0 is the loop body everyone writes), made by ``raw``.
+        _learn(case, out, dev)
     return out
 
 
@@ -309,13 +315,13 @@ def _slow_compiles(dev) -> bool:
     return slow
 
 
-def _learn(case, out, dev, compile):
+def _learn(case, out, dev):
     """After the general path computed ``out`` for a fixed-rule ``case`` (``_binary_case``, ``_unary_case``) on
     ``dev``: an entry for the next such call, where the primitive's eager executable (the general path made it,
-    unless it ran the whole function as a program: made here where ``compile``) gives ``out``'s aval."""
+    unless it ran the whole function as a program: made here) gives ``out``'s aval."""
     prim, in_avals, key, conv = case
     try:
-        base = placement._eager_entry(prim, _PARAMS, in_avals, dev, compile=compile)
+        base = placement._eager_entry(prim, _PARAMS, in_avals, dev)
     except Exception:  # noqa: BLE001 (no entry: the general path keeps serving this case)
         return
     if base is None:
