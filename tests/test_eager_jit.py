@@ -694,10 +694,11 @@ def test_mlx_records_a_keys_first_call(monkeypatch):
     # (issue 28's first pass of a growing loop: 1286 Python calls on main at a59891b, 1180 with s19-mlxfirst when
     # the test runs alone; 1330 at fcab1b4 inside the whole suite, whose earlier tests leave eager caches and
     # config that the miss path reads: the bound is on growth, with that spread)
-    # (s20-mlxfirst: 1044 alone; the miss path's per-device checks kept, ``Device.impl`` one call)
+    # (s20-mlxfirst: 1044 alone, 1192 inside the whole suite at 5e52883; the miss path's per-device checks kept,
+    # ``Device.impl`` one call)
     cache = fa.device_put(np.zeros((8, 7), np.float32), dev)
     calls = python_calls(lambda: step(cache, q, row))
-    assert eager_jit.cache_info()["tapes"] - tapes == made + 8 and len(calls) <= 1150, len(calls)
+    assert eager_jit.cache_info()["tapes"] - tapes == made + 8 and len(calls) <= 1250, len(calls)
     # one primitive's eager miss (a shape no call made): 45 Python calls at c8ec195, 37 with s20-mlxfirst
     from fnarray.core import lax
     x = fa.device_put(np.ones((11, 3), np.float32), dev)
