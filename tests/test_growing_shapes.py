@@ -28,6 +28,15 @@ def _reference(steps=STEPS):
     return cache, out
 
 
+def _loop(step, cache, q, row, steps, each=None):
+    """``steps`` calls of ``step``, the cache growing a row each; ``each(cache)`` before each call."""
+    for _ in range(steps):
+        if each is not None:
+            each(cache)
+        cache, out = step(cache, q, row)
+    return cache, out
+
+
 @pytest.mark.parametrize("backend", ["numpy", "mlx", "jax"])
 def test_a_growing_loop_takes_the_hot_records_from_its_second_pass(backend, monkeypatch):
     dev = require_backend(backend)[0]
@@ -36,12 +45,7 @@ def test_a_growing_loop_takes_the_hot_records_from_its_second_pass(backend, monk
     steps = 3 if backend == "jax" else STEPS  # (each shape an XLA compile on jax:0)
 
     def run(each=None):
-        cache = cache0
-        for _ in range(steps):
-            if each is not None:
-                each(cache)
-            cache, out = step(cache, q, row)
-        return cache, out
+        return _loop(step, cache0, q, row, steps, each)
     run()  # the first pass traces each shape (and makes its hot record)
     keyed, evals = [], []
     orig = jit_module.Jitted._call_keyed
@@ -133,12 +137,7 @@ def test_an_eager_growing_loop_on_jax_reaches_its_programs_without_misses(monkey
     steps = 2  # (each operation's each shape an XLA compile)
 
     def run(each=None):
-        cache = cache0
-        for _ in range(steps):
-            if each is not None:
-                each(cache)
-            cache, out = step(cache, q, row)
-        return cache, out
+        return _loop(step, cache0, q, row, steps, each)
     run()
     run()  # a key's second call promotes its program
     misses = []

@@ -45,7 +45,7 @@ __all__ = [
     "narrow", "promote_types",
     "result_type", "is_float", "is_complex", "is_int", "is_unsigned",
     "is_signed", "is_bool", "is_inexact", "short_name", "default_for_kind",
-    "dtype_of_scalar", "scalar_operand_dtype", "scalar_literal", "int_out_of_range", "finfo", "iinfo",
+    "dtype_of_scalar", "scalar_operand_dtype", "scalar_literal", "int_out_of_range", "check_weak_int", "finfo", "iinfo",
     "extended", "prng_key", "KeyDType", "key_fry", "is_key",
 ]
 
@@ -481,6 +481,16 @@ def int_out_of_range(x: int, d: np.dtype) -> OverflowError:
         f"Python int {x} is out of range for {d.name} ([{info.min}, {info.max}]), the dtype of the array it is "
         f"combined with; cast the array to a wider dtype first (x.astype({wider!r}); int64 needs "
         "fnarray.config.update('enable_x64', True)), or give a value in range")
+
+
+_WEAK_INT_MIN, _WEAK_INT_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+def check_weak_int(x: int, d: np.dtype) -> None:
+    """Raise ``int_out_of_range`` where the Python int ``x``, kept a weak literal beside an array of ``d``
+    (``int32``: ``scalar_operand_dtype``'s ``(int32, True)``), does not fit ``int32``."""
+    if not _WEAK_INT_MIN <= x <= _WEAK_INT_MAX:
+        raise int_out_of_range(x, d)
 
 
 def scalar_literal(x, d: np.dtype, quiet: bool = False):

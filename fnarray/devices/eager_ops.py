@@ -355,8 +355,8 @@ def _binary_case(code, av, dev, other):
         if rule is None:
             return None
         d, weak = rule
-        if t is int and weak and not -(2 ** 31) <= other < 2 ** 31:
-            raise dtypes.int_out_of_range(other, d)
+        if t is int and weak:
+            dtypes.check_weak_int(other, d)
         quiet = code in _QUIET
         lit_aval = placement._scalar_aval(other if weak else dtypes.scalar_literal(other, d, quiet))
         in_avals = (lit_aval, av) if reflected else (av, lit_aval)

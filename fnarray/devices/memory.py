@@ -82,7 +82,7 @@ def check_avals(avals, device, what: str = "this operation") -> None:
     """
     total = 0
     for av in avals:
-        total += math.prod(av.shape) * av.dtype.itemsize
+        total += _nbytes(av)
     if total <= SMALL_BYTES:  # (each new shape's first eager call of a primitive is checked: issue 28)
         return
     per_buffer, memory = limits(device)

@@ -113,7 +113,6 @@ def _has_array(x):
     return any(isinstance(e, Array) or (isinstance(e, (list, tuple)) and _has_array(e)) for e in x)
 
 
-_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1  # the range of a weak Python int beside int32
 _PY_TYPE_OF_DEFAULT = {dtypes.float32: float, dtypes.int32: int, dtypes.complex64: complex}
 
 
@@ -128,8 +127,8 @@ def _scalar_to(x, d, weak=False):
         return x
     if weak:
         py = _PY_TYPE_OF_DEFAULT.get(d)
-        if py is int and not _INT32_MIN <= x <= _INT32_MAX:
-            raise dtypes.int_out_of_range(x, d)
+        if py is int:
+            dtypes.check_weak_int(x, d)
         if py is not None:
             return py(x)
         return lax.convert_element_type(_cast_scalar(x, d), d, weak_type=True)
@@ -298,8 +297,8 @@ def _fast_binary(a, b):
         rule = dtypes.scalar_operand_dtype(av.dtype, tb)
         if rule is None:
             return None  # a weak result, or a range check: general path
-        if tb is int and rule[1] and not _INT32_MIN <= b <= _INT32_MAX:
-            raise dtypes.int_out_of_range(b, rule[0])
+        if tb is int and rule[1]:
+            dtypes.check_weak_int(b, rule[0])
         lit = b if rule[1] else dtypes.scalar_literal(b, rule[0])
         return (lit, a) if swap else (a, lit)
     if isinstance(b, Array):

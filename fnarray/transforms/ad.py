@@ -451,7 +451,6 @@ _bases = LRUCache(_BASES)
 def _std_basis(leaves):
     """An identity basis over the flattened leaves: (total, *leaf shapes) per leaf; small ones cached
     (``_BASES``)."""
-    from fnarray.devices.lookup import default_device
     avals = [get_aval(x) for x in leaves]
     dt = [tangent_aval(a).dtype for a in avals]
     total = sum(a.size for a in avals)

@@ -76,6 +76,7 @@ _HOIST_SIZE = 1024  # elements of a kernel from which one-element expensive valu
 #: gets a buffer (``_Inlining._shared``), so its readers load it once instead of recomputing it
 _SHARED_COST = 10
 
+
 # ------------------------------------------------------------------------------------------ preparation
 
 
