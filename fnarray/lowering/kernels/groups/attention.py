@@ -375,7 +375,8 @@ class _Pieces:
             self.store = ctx.output(b, args, e.outputs[1], "cat"), b.let(first_row, "cat0")
 
     def _places(self, b, base):
-        """``[(element offset in piece i of the key at element base, whether it lies in piece i)]``."""
+        """``[(element offset in piece i of the key at element base, clamped into the piece; whether the key lies
+        before the end of piece i)]``: the first piece whose condition holds has it."""
         out = []
         for lo, last, end in self.spans:
             at = b.let(op("sub", base, lo), "kp")
