@@ -21,7 +21,7 @@ import pytest
 
 import fnarray as fa
 import fnarray.numpy as fnp
-from helpers import require_backend, run_threads
+from helpers import decode_step, require_backend, run_threads
 
 # --------------------------------------------------------------------------- the program
 
@@ -688,6 +688,42 @@ def test_webgpu_call_given_the_last_calls_buffers_makes_no_bind_group(monkeypatc
         assert counts["native.wgpuDeviceCreateBindGroup"] == counts["native.wgpuBindGroupRelease"] == made, counts
         np.testing.assert_array_equal(gpu.download(out), np.arange(8) * k * 2.0 + 1.0)
         del out
+
+
+def test_webgpu_growing_decode_loop_records_one_dispatch_a_step(monkeypatch):
+    """A jitted decode step whose cache grows a row a call (a new shape, so a plan of its own, each call) is one
+    kernel reading the cache's pieces (``kernels/softmax_products.py``), of one WGSL source for every length: once
+    the loop has run, a step records one dispatch, the pass sets the pipeline once for the whole loop, and no buffer
+    or pipeline is made. The values are a NumPy float64 loop's."""
+    dev = require_backend("webgpu")[0]
+    rng = np.random.default_rng(0)
+    cache0, q, row = (rng.normal(size=(1, 64)).astype(np.float32) for _ in range(3))
+    step, steps = fa.jit(decode_step(fnp)), 3
+    args = [fa.device_put(a, dev) for a in (cache0, q, row)]
+
+    def run():
+        cache = args[0]
+        for _ in range(steps):
+            cache, out = step(cache, *args[1:])
+        return cache, out
+    float(run()[1][0, 0])   # the first pass compiles each length, then waits: the next call opens the encoder
+    counts = collections.Counter()
+    with monkeypatch.context() as mp:
+        _count_wgpu(mp, counts)
+        cache, out = run()
+    native = dev.impl.gpu.calls.native
+    prefix = "native.wgpuComputePassEncoder" if native else "GPUComputePassEncoder."
+    assert counts[prefix + ("DispatchWorkgroups" if native else "dispatch_workgroups")] == steps, dict(counts)
+    assert counts[prefix + ("SetPipeline" if native else "set_pipeline")] == 1, dict(counts)
+    assert not {k: counts[k] for k in _CREATES["webgpu"] if counts[k]}, dict(counts)
+    # at most the step's own bind group (none where the pool gave the buffers of its last call)
+    assert counts["native.wgpuDeviceCreateBindGroup"] == counts["native.wgpuBindGroupRelease"] <= steps
+    want = cache0.astype(np.float64), q.astype(np.float64), row.astype(np.float64)
+    c = want[0]
+    for _ in range(steps):
+        c, w = decode_step(np)(c, *want[1:])
+    np.testing.assert_array_equal(np.asarray(cache), c)
+    np.testing.assert_allclose(np.asarray(out), w, rtol=2e-5, atol=2e-6)
 
 
 def test_webgpu_native_pass_command_errors_raise_when_the_encoder_is_submitted():

@@ -16,6 +16,15 @@ the ``(T, H)`` result: the same memory as the primitive's ``(1, T, 1, H)`` and `
 attention group reads (``groups/attention.py`` ``as_heads``), so no reshape is copied. It exists only inside the
 scheduler (the primitive's own rule asks for rank 4).
 
+Where the keys and values are one value made by a ``concatenate`` along the rows (a decode step's cache grown by a
+row: ``cache = concatenate([cache, row])``), the equation takes the concatenation's pieces instead (``q, *pieces``,
+the parameter ``kv_pieces`` their rows) and, where anything else reads the grown cache, writes it as its second
+output: the attention kernel reads each key from the piece holding it and its first query row stores the keys it
+walks (``groups/attention.py`` ``_Pieces``). A decode step is then one launch instead of two, and the kernel takes
+the number of keys and the pieces' ends as scalar arguments, so the step of every length is one source: one
+pipeline or program compiled for a whole growing loop, set once in a pass of its steps (issue 28: a launch costs
+lavapipe ~20-30 us of CPU, more than a decode step's work).
+
 Results: the online softmax rounds differently (the sums rescaled per block of keys, ``o / l`` as ``o * (1 / l)``,
 a scale ``/ c`` applied as ``* (1 / c)``): equal to the unfused kernels within float32 rounding. Non-finite logits
 give what the unfused chain gives: NaN rows for a NaN or ``+inf`` logit and for rows of ``-inf`` logits alone
@@ -37,6 +46,9 @@ __all__ = ["fold_softmax_products", "ROW_WALK"]
 #: Most keys x head size of one query row folded into the attention kernel (a work item walks them twice: logits,
 #: then weighted values). A decode step over 64 cached rows of head size 64 is 4,096.
 ROW_WALK = 4096
+#: Most pieces of a concatenation that the attention kernel reads its keys and values from (``_from_pieces``): each
+#: is a binding of its own (WebGPU's portable limit is 8 storage buffers a kernel).
+MAX_PIECES = 4
 _F32 = np.dtype(np.float32)
 _ROWS = ((1,), (0,))   # contracting dimensions of a (T, S) @ (S, H) product, no batch dimensions
 
@@ -49,21 +61,25 @@ def fold_softmax_products(prog: Program) -> Program:
         if isinstance(a, Var):
             uses[a] = uses.get(a, 0) + 2   # an output is never a chain's private value
     producer = {o: e for e in prog.eqns for o in e.outputs}
-    replace = {}
+    replace, dropped = {}, set()
     for e in prog.eqns:
         if e.primitive is P.dot_general:
-            folded = _match(e, producer, uses)
-            if folded is not None:
+            matched = _match(e, producer, uses)
+            if matched is not None:
+                folded, cat = _from_pieces(*matched, e, prog, producer, uses)
                 replace[id(e)] = folded
+                if cat is not None:
+                    dropped.add(id(cat))
     if not replace:
         return prog
-    eqns = [replace.get(id(e), e) for e in prog.eqns]
+    eqns = [replace.get(id(e), e) for e in prog.eqns if id(e) not in dropped]
     out, _ = dce(Program(prog.constvars, prog.invars, eqns, prog.outvars))
     return out
 
 
 def _match(e, producer, uses):
-    """The attention equation for the weighted sum ``e`` (``probabilities @ v``), or None."""
+    """The attention equation for the weighted sum ``e`` (``probabilities @ v``) and the chain's logits product, or
+    None."""
     probs, v = e.inputs
     div = _made_by(probs, P.div, producer, uses)
     if not _product_2d(e) or not isinstance(v, Var) or div is None:
@@ -93,7 +109,33 @@ def _match(e, producer, uses):
         return None
     params = Params(scale=scale, is_causal=False, local_window=None, has_bias=False, has_mask=False,
                     has_lengths=False, lower_right=False)
-    return Eqn(dot_product_attention_p, (q, k, v), params, e.outputs)
+    return Eqn(dot_product_attention_p, (q, k, v), params, e.outputs), first
+
+
+def _from_pieces(att, logits, e, prog, producer, uses):
+    """``(equation, concatenation)``: where the keys and values of the folded ``att`` (``logits``: the chain's
+    product ``q @ k.T``, ``e`` its weighted sum, where ``att`` goes) are one value that a ``concatenate`` of at most
+    ``MAX_PIECES`` 2-D rows makes (a decode step's grown cache), ``att`` reading them from those pieces (the
+    parameter ``kv_pieces``: their rows), with the concatenation as its second output where anything else reads it,
+    and the ``concatenate`` equation it replaces; else ``(att, None)``. Anything else that reads the concatenation
+    must come after ``e``, where ``att`` makes it."""
+    q, k, v = att.inputs
+    cat = producer.get(k)
+    if (k is not v or cat is None or cat.primitive is not P.concatenate or cat.params["dimension"] != 0
+            or not 1 < len(cat.inputs) <= MAX_PIECES or not all(isinstance(a, Var) for a in cat.inputs)):
+        return att, None
+    chain = {id(e)}
+    kt = logits.inputs[1]
+    if uses.get(kt) == 1:
+        chain.add(id(producer[kt]))   # the transpose, which dce removes with the chain
+    for x in prog.eqns:
+        if x is e:
+            break
+        if id(x) not in chain and any(a is k for a in x.inputs):
+            return att, None
+    params = Params(att.params, kv_pieces=tuple(a.aval.shape[0] for a in cat.inputs))
+    outputs = e.outputs + ((k,) if uses.get(k, 0) > 2 else ())   # read by the transpose and the weighted sum
+    return Eqn(dot_product_attention_p, (q, *cat.inputs), params, outputs), cat
 
 
 def _product_2d(e) -> bool:

@@ -44,6 +44,7 @@ import numpy as np
 from fnarray.core.attention import (MASKED_LOGIT, acc_dtype, dot_product_attention_p, key_sizes, lengths_operand,
                                     offset_limit, split_operands)
 from fnarray.core.ir import Var
+from fnarray.core.shaped import ShapedArray
 from fnarray.lowering.kernels.groups.base import (contiguous_strides, EquationGroup, kernel_name, make_launch, tree_sum,
                                                   vec4_binding, vectors_fit)
 from fnarray.lowering.kernels.ir import BOOL, INT32, Broadcast, Cast, Lane, Special, const, vector_dtype
@@ -82,13 +83,15 @@ class AttentionGroup(EquationGroup):
         out = e.outputs[0]
         if math.prod(out.aval.shape) == 0:
             return []
-        q, k, _, bias, mask = split_operands(e.inputs, p["has_bias"], p["has_mask"])
+        q, k, v, bias, mask = split_operands(_operands(e), p["has_bias"], p["has_mask"])
         B, T, N, H = as_heads(q.aval.shape)
         S, K = key_sizes(as_heads(k.aval.shape), heads_first := p.get("kv_heads_first", False))
         acc = acc_dtype(out.aval.dtype)
         b, args, tracker, _ = self._kernel_start()
         buffers = self.input_buffers(b, args)
-        qs, ks, vs, bs, ms = split_operands(buffers, p["has_bias"], p["has_mask"])
+        qs, ks, vs, bs, ms = self._buffers(b, buffers, H)
+        if pieces := isinstance(ks, _Pieces):
+            S = ks.keys   # a scalar: one kernel source for every length of a growing cache
         lengths = lengths_operand(e.inputs, p.get("has_lengths", False))
         ls = lengths_operand(buffers, p.get("has_lengths", False))
         out_name = ctx.output(b, args, out)
@@ -104,9 +107,10 @@ class AttentionGroup(EquationGroup):
             kv_base, key_stride = _kv_start(b, bb, kh, (S, K, H), heads_first)
             w = _Walk(b, acc, t, kv_base, key_stride, k.aval.dtype, ks, vs, bs, bias, ms, mask)
             share = w.share = _HeadShare(lanes, H, self._vector_rows(lanes, H, acc, k.aval.dtype))
-            if share.vectors:   # keys and values read four elements per load (lavapipe gathers a load lane by lane)
-                w.vectors = {name: vec4_binding(b, args, ctx.spec(a), np.float32) for name, a in
-                             ((ks, k), (vs, e.inputs[2]))}
+            if pieces:
+                ks.bind(ctx, b, args, e, share.vectors, op("land", inside, op("eq", item, const(0, INT32))))
+            elif share.vectors:   # keys and values read four elements per load (lavapipe gathers a load lane by lane)
+                w.vectors = {name: vec4_binding(b, args, ctx.spec(a), np.float32) for name, a in ((ks, k), (vs, v))}
             w.row_q = _Row(b, acc, share.size, share.size <= UNROLL_HEAD, share=share)
             w.row_q.fill(lambda h: _to(b.load(qs, op("add", row, h), q.aval.dtype), acc), "qv")
             w.o = _Row(b, acc, share.size, share.size <= UNROLL_HEAD, mutable=True, share=share)
@@ -127,11 +131,20 @@ class AttentionGroup(EquationGroup):
                 w.o.each(lambda h, cur: b.store(out_name, op("add", row, h), _to(op("mul", cur, inv), out.aval.dtype)))
         b.name = kernel_name("attention_subgroup" if lanes else "attention", tracker.eqns)
         # the subgroup form's work-group size is its own (a multiple of the subgroup), not the backend's default
-        launch = make_launch(b, args, {}, *sizes, tracker.eqns, "attention", fixed_local=bool(lanes))
+        launch = make_launch(b, args, getattr(ks, "scalars", {}), *sizes, tracker.eqns, "attention", bool(lanes))
         if share.vectors and not vectors_fit(ctx.caps, launch):   # a donated buffer also written: scalar reads
             self._vectors = False
             return self.codegen()
         return [launch]
+
+    def _buffers(self, b, buffers, H):
+        """The buffers of ``(q, k, v, bias, mask)`` (``None`` where absent); with ``kv_pieces`` (keys and values one
+        concatenation, ``kernels/softmax_products.py``) ``k`` and ``v`` one ``_Pieces`` over the pieces' buffers."""
+        p = self.eqn.params
+        if not p.get("kv_pieces"):
+            return split_operands(buffers, p["has_bias"], p["has_mask"])
+        kv = _Pieces(b, buffers[1:], p["kv_pieces"], H)
+        return buffers[0], kv, kv, None, None
 
     def _rows(self, b, items, lanes, q):
         """``(item, inside, uniform, (global size, local size))``: the query row of the work item (``lanes``: a
@@ -199,7 +212,10 @@ class AttentionGroup(EquationGroup):
         with b.loop(const(0, INT32), count, hint="j") as j:
             s = b.let(op("add", blk, j), "s")
             kb = b.let(op("add", w.kv_base, op("mul", s, const(w.kh_stride, INT32))), "kb")
-            dot = w.row_q.dot(w.read(w.ks, kb))
+            keys = w.read(w.ks, kb)
+            dot = w.row_q.dot(keys)
+            if isinstance(w.ks, _Pieces) and w.ks.store is not None:
+                w.ks.keep(b, kb, keys, w.share)
             logit = op("mul", dot, const(p["scale"], acc))
             if w.bias is not None:
                 bidx = _key_offset(w.offsets[w.bs], w.bias.aval, s)
@@ -227,7 +243,7 @@ class AttentionGroup(EquationGroup):
         the values' average, as the primitive says. With a mask operand that could remove the kept keys too, every
         key is walked, or the keys before ``length`` and then ``_removed_tail``. See ``_uniform_walk``."""
         p = self.eqn.params
-        full = (const(0, INT32), const(S, INT32))
+        full = (const(0, INT32), const(S, INT32) if isinstance(S, int) else S)
         if p["has_mask"] or (not p["is_causal"] and p["local_window"] is None):
             if length is None:
                 return full
@@ -317,6 +333,8 @@ class _Walk:
         of ``buf``, in the accumulation dtype. With ``vec4`` bindings the row's slice is loaded here, a vector per
         four elements."""
         b, share = self.b, self.share
+        if isinstance(buf, _Pieces):
+            return buf.read(b, base, share, self.acc)
         if buf not in self.vectors:
             return lambda j: _to(b.load(buf, op("add", base, share.element(j)), self.kdt), self.acc)
         four = share.size // 4
@@ -325,6 +343,76 @@ class _Walk:
         vdt = vector_dtype(np.float32)
         vecs = [b.load(self.vectors[buf], op("add", first, const(i, INT32)), vdt) for i in range(four)]
         return lambda j: Lane(vecs[j // 4], j % 4, self.acc)
+
+
+class _Pieces:
+    """Keys and values that are one concatenation along the keys (``kernels/softmax_products.py``'s ``kv_pieces``: a
+    decode step's cache grown by a row), read from its pieces: ``names`` their buffers, ``rows`` their keys, ``H``
+    the head size. Every read loads the key's elements from each piece at a clamped place and selects the one
+    holding the key (a few loads more than one buffer's, against a launch less). The number of keys (``keys``) and
+    where each piece ends are scalar parameters (``scalars``), not constants: the kernel of every length of a
+    growing cache is one source, so one compiled pipeline or program, and consecutive steps set it once."""
+
+    def __init__(self, b, names, rows, H):
+        self.names, self.H = names, H
+        self.keys = b.scalar("kv_rows")
+        ends = [sum(rows[:i + 1]) * H for i in range(len(rows))]   # element offsets where the pieces end
+        self.scalars = {"kv_rows": sum(rows), **{f"kv_end{i}": n for i, n in enumerate(ends[:-1])}}
+        ends = [b.scalar(f"kv_end{i}") for i in range(len(rows) - 1)] + [op("mul", self.keys, const(H, INT32))]
+        starts = [const(0, INT32)] + ends[:-1]
+        # each piece's (first element, first element of its last key, end), computed once a work item
+        self.spans = [(lo, b.let(op("sub", op("sub", end, lo), const(H, INT32)), "klast"), b.let(end, "kend"))
+                      for lo, end in zip(starts, ends, strict=True)]
+        self.vectors = None   # the pieces' vec4 bindings, where the walk reads four elements a load
+        self.store = None     # (the concatenation's buffer, condition) where the walk stores it (``keep``)
+
+    def bind(self, ctx, b, args, e, vectors, first_row):
+        """Bind the pieces as ``vec4`` where ``vectors``, and the concatenation where ``e`` outputs it (its second
+        output), stored by the work items where ``first_row`` holds."""
+        if vectors:
+            self.vectors = [vec4_binding(b, args, ctx.spec(a), np.float32) for a in e.inputs[1:]]
+        if len(e.outputs) > 1:
+            self.store = ctx.output(b, args, e.outputs[1], "cat"), b.let(first_row, "cat0")
+
+    def _places(self, b, base):
+        """``[(element offset in piece i of the key at element base, clamped into the piece; whether the key lies
+        before the end of piece i)]``: the first piece whose condition holds has it."""
+        out = []
+        for lo, last, end in self.spans:
+            at = b.let(op("sub", base, lo), "kp")
+            at = select(op("lt", at, last), at, last)
+            out.append((b.let(select(op("gt", at, const(0, INT32)), at, const(0, INT32)), "kp"), op("lt", base, end)))
+        return out
+
+    def read(self, b, base, share, acc):
+        """``j -> value`` as ``_Walk.read``'s, for the key at element ``base`` of the concatenation."""
+        places = self._places(b, base)
+        if self.vectors is None:
+            picks = [(lambda j, name=name, at=at: _to(b.load(name, op("add", at, share.element(j)), np.float32), acc),
+                      inside) for name, (at, inside) in zip(self.names, places, strict=True)]
+        else:
+            four = share.size // 4
+            picks = []
+            for name, (at, inside) in zip(self.vectors, places, strict=True):
+                first = b.let(op("add", op("div", at, const(4, INT32)),
+                                 op("mul", Special("lane", 0), const(four, INT32))), "v4")
+                vecs = [b.load(name, op("add", first, const(i, INT32)), vector_dtype(np.float32)) for i in range(four)]
+                picks.append((lambda j, vecs=vecs: Lane(vecs[j // 4], j % 4, acc), inside))
+
+        def value(j):
+            out = picks[-1][0](j)
+            for pick, inside in reversed(picks[:-1]):
+                out = select(inside, pick(j), out)
+            return out
+        return value
+
+    def keep(self, b, base, keys, share):
+        """Store the work item's elements ``keys(j)`` of the key at element ``base`` into the concatenation, where
+        ``store``'s condition holds (the first query row; every key of the walk is stored once)."""
+        name, cond = self.store
+        with b.when(cond):
+            for j in range(share.size):
+                b.store(name, op("add", base, share.element(j)), b.let(keys(j), "kx"))   # the dot's own value
 
 
 class _HeadShare:
@@ -420,6 +508,25 @@ class _Row:
             fn(at(h), b.load(self.arr, h, self.dtype, "private"))
 
 
+def _operands(e) -> tuple:
+    """The equation's operands in the primitive's order; with ``kv_pieces`` (its keys and values one concatenation
+    of its operands past ``q``: ``_Pieces``) ``(q, whole, whole)``, ``whole`` standing for the concatenation (an
+    ``aval`` alone)."""
+    pieces = e.params.get("kv_pieces")
+    if not pieces:
+        return e.inputs
+    first = e.inputs[1].aval
+    whole = _Whole(ShapedArray((sum(pieces), first.shape[1]), first.dtype))
+    return e.inputs[0], whole, whole
+
+
+class _Whole:
+    """A value known by its ``aval`` alone (``_operands``)."""
+
+    def __init__(self, aval):
+        self.aval = aval
+
+
 def _kv_start(b, bb, kh, sizes, heads_first):
     """``(element offset, key stride)``: where the keys of batch element ``bb``, key/value head ``kh`` start, and the
     step from one key to the next: ``K * H`` in ``(B, S, K, H)`` (the other heads' keys lie between), ``H`` with the
@@ -427,7 +534,8 @@ def _kv_start(b, bb, kh, sizes, heads_first):
     S, K, H = sizes
     key_stride, head_stride = (H, S * H) if heads_first else (K * H, H)
     head = op("mul", kh, const(head_stride, INT32))
-    return b.let(op("add", op("mul", bb, const(S * K * H, INT32)), head), "kvb"), key_stride
+    batch = const(S * K * H, INT32) if isinstance(S, int) else op("mul", S, const(K * H, INT32))   # S: a scalar
+    return b.let(op("add", op("mul", bb, batch), head), "kvb"), key_stride
 
 
 def as_heads(shape) -> tuple:
