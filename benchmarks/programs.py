@@ -120,11 +120,7 @@ def _lib(which, device):
     L.normal, L.bernoulli = fa.random.normal, fa.random.bernoulli
     L.put = lambda a: fa.device_put(a, device)
 
-    def ready(tree):
-        for leaf in fa.tree_util.tree_leaves(tree):
-            leaf.block_until_ready()
-        return tree
-    L.ready = ready
+    L.ready = fa.block_until_ready   # (as raw MLX's ``mx.eval(tree)`` and ``jax.block_until_ready``: the tree at once)
     L.device = device
     return L
 

@@ -563,6 +563,11 @@ def test_jacobian_basis_made_once_per_shape(device):
         calls = []
         calls = python_calls(lambda jac=jac: calls.append(np.asarray(jac(f)(x))))
         assert "array_from_numpy" not in calls
-    (_dev, basis), = [v for k, v in ad._bases._d.items() if k[0] == ((5,),) and v[0] is x.device]
+    if device.impl.eager_jacobian is not None:   # mlx: MLX's own transforms, with their basis made once per shape
+        from fnarray.lowering.mlx import jacobians
+        assert (5,) in jacobians._bases
+        return
+    (_dev, basis), = [v for k, v in ad._bases._d.items()   # (this configuration's: earlier tests may leave others)
+                      if k[0] == ((5,),) and k[3] == fa.config.generation and v[0] is x.device]
     basis[0].delete()
     np.testing.assert_allclose(np.asarray(fa.jacfwd(f)(x)), want, rtol=1e-5, atol=1e-6)

@@ -26,7 +26,7 @@ from fnarray.core.ir import Params
 
 __all__ = ["MainTrace", "Trace", "Tracer", "EvalTrace", "bind", "new_main", "new_dynamic",
            "full_raise", "full_lower", "find_top_trace", "user_frame", "is_scalar",
-           "set_eager_apply", "current_dynamic", "trace_level"]
+           "set_eager_apply", "current_dynamic", "trace_level", "transforming"]
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -199,6 +199,11 @@ def current_dynamic() -> MainTrace:
 def trace_level() -> int:
     """This thread's dynamic trace level: 0 when primitives on plain values evaluate eagerly."""
     return _state.dynamic[-1].level
+
+
+def transforming() -> bool:
+    """Whether this thread has a trace open (a transformation's level or a dynamic one) above evaluation."""
+    return len(_state.stack) > 1 or _state.dynamic[-1].level > 0
 
 
 class new_main:  # noqa: N801 (used as the function it was: ``with new_main(...) as main``)

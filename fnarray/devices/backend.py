@@ -267,6 +267,13 @@ class Backend:
         (the default): they call the eager executable."""
         return None
 
+    #: Optionally, ``eager_jacobian(kind, fun, args, argnum, x) -> Array | None``: an eager ``kind`` (``"jacfwd"``,
+    #: ``"jacrev"``, ``"hessian"``) of ``fun`` at concrete ``args``, differentiated at ``argnum`` (the array ``x``
+    #: of this backend), by the backend library's own transforms where the backend's rule allows; ``None``:
+    #: fnarray's transform runs it, then ``learn_jacobian(kind, fun, args, argnum, x, result)``. The mlx backend's
+    #: is ``lowering/mlx/jacobians.py``.
+    eager_jacobian = None
+
     def tape_steps(self, steps, eqns, starts, outs):
         """Optionally, an eager tape's steps rewritten for this backend (``transforms/eager_tape.py``): ``steps``
         are ``(call, input slots, single)``, ``eqns[q]`` step ``q``'s ``(primitive, params, in_avals, out_avals)``,
@@ -295,6 +302,12 @@ class Backend:
 
     def block_until_ready(self, buf):
         return buf
+
+    def block_until_ready_all(self, bufs):
+        """Wait for each of ``bufs`` (``fnarray.block_until_ready`` of a pytree); a backend whose library waits
+        for several at once overrides it."""
+        for b in bufs:
+            self.block_until_ready(b)
 
     def delete(self, buf):
         pass

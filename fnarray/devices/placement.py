@@ -487,9 +487,19 @@ def block_until_ready(x, *more):
       RuntimeError: a leaf was donated (deleted) before.
     """
     import optree
+    by_backend: dict = {}   # each backend waits for its buffers at once (MLX: one ``mx.eval`` of them all)
     for leaf in optree.tree_leaves((x, *more), none_is_leaf=False, namespace="fnarray"):
         if isinstance(leaf, ArrayImpl):
-            leaf.block_until_ready()
+            b = leaf._buf
+            if b is None:
+                leaf.buf()  # raises: donated or deleted
+            impl = leaf._device.impl
+            bufs = by_backend.get(impl)
+            if bufs is None:
+                bufs = by_backend[impl] = []
+            bufs.append(b)
+    for impl, bufs in by_backend.items():
+        impl.block_until_ready_all(bufs)
     return (x, *more) if more else x
 
 

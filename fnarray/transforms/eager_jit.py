@@ -819,6 +819,8 @@ def _wrapper(fn):
                     y = args[1]
                     if type(y) is ArrayImpl and y._device is x._device:
                         keyed = (fn, x.aval, y.aval, id(x._device), config.generation), args
+            elif isinstance(x, tracing.Tracer):  # a transformation's value: no key holds one (the general path)
+                return fn(*args, **kwargs)
             if keyed is None:
                 keyed = _keyed(fn, args, kwargs)
             if keyed is not None:

@@ -124,7 +124,7 @@ from fnarray.core.passes import has_effect, program_from_eqn
 from fnarray.core.subprograms import CALL_PROGRAM, subprograms
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered, compiling
-from fnarray.lowering.mlx import conv, keepdims, linalg, pallas
+from fnarray.lowering.mlx import conv, jacobians, keepdims, linalg, pallas
 from fnarray.lowering.mlx.common import IMPORT_ERROR, RULES, from_numpy, mx, to_numpy
 from fnarray.lowering.mlx.low_bit import low_bit_reason
 from fnarray.lowering.mlx.program import Generated as _Generated
@@ -480,6 +480,11 @@ class MlxBackend(Backend):
     def eager_fast_known(self, primitive, params, in_avals, out_avals, device):
         """``eager_fast`` given the output avals its caller computed already, making ``supports``' checks,
         ``lowers_natively``'s and the effect check of ``partition.compile_eqn`` (``eager_fast_checks``)."""
+        fn = self.eager_rule(primitive, params, in_avals, out_avals, device)
+        return None if fn is None else _eager_apply(fn, primitive.multiple_results, device.handle)
+
+    def eager_rule(self, primitive, params, in_avals, out_avals, device):
+        """``eager_fast_known``'s checks, then the rule's ``fn(*arrays)`` itself (on no stream), or ``None``."""
         if (primitive in _HOST or primitive not in RULES or primitive in _DEVICE_CHECKS or primitive in _UNSUPPORTED
                 or primitive in P.EFFECTS or _spmd.active()):
             return None
@@ -513,8 +518,16 @@ class MlxBackend(Backend):
             if not ds <= _PLAIN_DTYPES and (any(dtypes.is_low_bit(d) for d in ds)
                                             or _dtype_reason(primitive, ds, device.platform, params)):
                 return None   # (low-bit arrays are NumPy arrays outside programs: programs convert them)
-        fn = RULES[primitive](params, list(in_avals), outs)
-        return _eager_apply(fn, primitive.multiple_results, device.handle)
+        return RULES[primitive](params, list(in_avals), outs)
+
+    def eager_jacobian(self, kind, fun, args, argnum, x):
+        """``Backend.eager_jacobian``: through MLX's own transforms (``jacobians.py``)."""
+        out = jacobians.jacobian(kind, fun, args, argnum, x)
+        return None if out is jacobians.NO else out
+
+    def learn_jacobian(self, kind, fun, args, argnum, x, result):
+        """``Backend.learn_jacobian``: ``jacobians.learn``."""
+        jacobians.learn(kind, fun, args, argnum, x, result)
 
     def scalar_to_device(self, value, dtype, device):
         """A Python or NumPy scalar as a rank-0 buffer of ``dtype``: a Python ``float``, or an ``int`` of at most
@@ -545,6 +558,14 @@ class MlxBackend(Backend):
         if isinstance(b, mx.array):
             mx.eval(b)
         return buf
+
+    def block_until_ready_all(self, bufs):
+        """One ``mx.eval`` of every MLX buffer, as raw MLX's ``mx.eval(tree)`` (issue 28: a sweep's 120 results
+        waited for one by one cost ~13 us an ``mx.eval`` more than one evaluation of them all)."""
+        local = [b.local if isinstance(b, _spmd.GlobalBuffer) else b for b in bufs]
+        local = [b for b in local if isinstance(b, mx.array)]
+        if local:
+            mx.eval(*local)
 
     # Meshes and global arrays over the processes of an mlx run (``Backend``'s hooks; the work is in ``spmd.py``).
 
