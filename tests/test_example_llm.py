@@ -158,11 +158,14 @@ def test_prefill_donates_its_caches_where_they_are_updated_in_place(device):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
 
 
+@pytest.mark.parity_subset(keep=lambda device, **_: device.backend in ("mlx", "webgpu"))
 def test_unjitted_decode_step_reads_the_offset_once(device, monkeypatch):
     """An unjitted ``Llama`` call with caches reads the step's offset from the device once, not once a layer: every
     layer reads the first cache's offset, and the ``KVCache`` checks (``int(offset)`` in the constructor and in
     ``update``) read that one array, whose host value the first read keeps. Its last logits are a full forward
-    pass's over the whole sequence without caches."""
+    pass's over the whole sequence without caches. The reads are the model's and ``ArrayImpl``'s logic, the same on
+    every device: mlx:0 and webgpu:0 hold their values off the host; jax:0 and opencl:0 would only add ~15 s of
+    eager compiles each (CI's budget)."""
     from fnarray.devices import array_impl
     model, _, ids, _, _ = _tiny_steps(device)
     _, caches = model(ids, model.make_caches(1, 8, device))
