@@ -798,7 +798,7 @@ def truncated_normal(key, lower, upper, shape=None, dtype=None) -> Array:
     ``log p`` (three Newton steps from the asymptotic ``log Φ(x) ~ -x²/2 - log(-x √(2π))``; half floats in
     float32); clipped into the open interval so that rounding never leaves it. JAX's ``erf``-based form puts every
     sample of ``(8, 1e6)`` near 1e6 in float32. Bounds that are Python or NumPy scalars reaching into ``[-2, 2]``
-    leave the log-space part out of the program (its ``erfc``, logs and Newton steps take XLA longer to compile than
+    leave the log-space part out of the program (its logs, polynomials and Newton steps take XLA longer to compile than
     the rest: jax:0's first calls).
 
     Args:
@@ -867,20 +867,45 @@ def _truncated_normal(key, lower, upper, shape, dtype, tails):
 
 
 def _log_ndtr_below(x):
-    """``log Φ(x)`` for the tail's ``x <= -2``: ``log(erfc(-x/√2) / 2)`` down to -10 (float32; float64: -37), below
-    it the asymptotic series of Abramowitz and Stegun 26.2.12 with three terms, as ``log_ndtr``'s two lower regions
-    (one ``erfc``, where ``log_ndtr`` also computes its upper region's)."""
+    """``(log Φ(x), Φ(x) / φ(x))`` for the tail's ``x <= -2`` (the Mills ratio is Newton's step for the inverse).
+
+    float32 (``_log_ndtr_below_float32``): from ``erfc``'s own polynomials, no ``erfc``. float64: ``log(erfc(-x/√2)
+    / 2)`` down to -37, below it the asymptotic series of Abramowitz and Stegun 26.2.12 with three terms, as
+    ``log_ndtr``'s two lower regions (one ``erfc``, where ``log_ndtr`` also computes its upper region's)."""
     import fnarray.numpy as fnp
-    bound = -37.0 if x.dtype == dtypes.float64 else -10.0
+    if x.dtype != dtypes.float64:
+        return _log_ndtr_below_float32(x)
+    bound = -37.0
     # each branch clamped 0.01 past the switch (finite where unselected): clamped at the switch itself,
     # max/min at x == bound split the gradient with the constant and the selected branch had half of it
-    # (truncated_normal's bound at -10 or 10, float32)
+    # (truncated_normal's bound at -10 or 10, float32, when float32 took this form)
     mid = fnp.log(0.5 * lax.erfc(fnp.maximum(x, bound - 0.01) * -math.sqrt(0.5)))
     x_lo = fnp.minimum(x, bound + 0.01)
     inv2 = 1.0 / (x_lo * x_lo)
     series = inv2 * (-1.0 + inv2 * (3.0 - 15.0 * inv2))  # sum over k = 1..3 of (-1)^k (2k-1)!! / x^(2k)
     lo = -0.5 * x_lo * x_lo - fnp.log(-x_lo) - 0.5 * math.log(2 * math.pi) + fnp.log1p(series)
-    return fnp.where(x > bound, mid, lo)
+    lg = fnp.where(x > bound, mid, lo)
+    return lg, fnp.exp(lg + 0.5 * x * x + 0.5 * math.log(2 * math.pi))
+
+
+def _log_ndtr_below_float32(x):
+    """``_log_ndtr_below`` in float32 without ``erfc`` (whose expansion XLA took most of the tail's compile on):
+    ``Φ(x) = erfc(z) / 2`` with ``z = -x/√2``, and ``erfc(z) = exp(-z²) g(z)`` with ``g`` the polynomial that
+    ``erfc``'s float32 decomposition evaluates (``decompositions._ERFC_MID`` below ``z = 2.5``, ``_ERFC_LARGE`` in
+    ``1/z²`` above: its constant and linear terms are the asymptotic series', so it holds as ``z`` grows). So
+    ``log Φ(x) = -x²/2 + log g(z) - log 2`` (within 1.7 float32 ulps of SciPy's ``log_ndtr`` over ``[-1e7, -2]``,
+    no exp to underflow, no series region) and ``Φ(x) / φ(x) = g(z) √(π/2)``. Unselected elements are clamped
+    to ``x <= -1/√2`` (finite values and gradients)."""
+    from fnarray.core.decompositions import _ERFC_LARGE, _ERFC_MID, _horner
+    import fnarray.numpy as fnp
+    f32 = np.dtype(np.float32)
+    x = fnp.minimum(x, -math.sqrt(0.5))
+    z = x * -math.sqrt(0.5)   # >= 0.5, where the polynomials start
+    zm, zl = fnp.minimum(z, 2.5), fnp.maximum(z, 2.5)
+    mid = _horner(lax, zm - 1.5, _ERFC_MID, f32)
+    large = _horner(lax, 1.0 / (zl * zl), _ERFC_LARGE, f32) / zl
+    g = fnp.where(z < 2.5, mid, large)
+    return -0.5 * x * x + fnp.log(g) - math.log(2.0), g * math.sqrt(0.5 * math.pi)
 
 
 def _ndtri_of_log_below(log_p):
@@ -888,15 +913,14 @@ def _ndtri_of_log_below(log_p):
     (others are clamped there: finite values that ``truncated_normal`` does not select). Start ``-√(t - log t -
     log 2π)`` with ``t = -2 log p`` (``-x²/2 - log(-x √(2π)) = log p``: 4% off at -2, closer further out), then
     Newton steps on ``log Φ`` (concave: from the first step on, the steps approach the root from below): two in
-    float32 (within 1.9 ulps of SciPy's ``ndtri_exp`` for ``log p`` in ``[-1e7, -3.79]``; a third gives 1.5 and costs
-    an ``erfc`` and three logs more, which XLA compiles on jax:0), three in float64."""
+    float32 (within 1.8 ulps of SciPy's ``ndtri_exp`` for ``log p`` in ``[-1e7, -3.79]``), three in float64."""
     import fnarray.numpy as fnp
     log_p = fnp.minimum(log_p, -3.78)  # log Φ(-2) = -3.7832
     t = -2.0 * log_p
     x = -fnp.sqrt(t - fnp.log(t) - math.log(2 * math.pi))
     for _ in range(3 if log_p.dtype == dtypes.float64 else 2):
-        lg = _log_ndtr_below(x)
-        x = x - (lg - log_p) * fnp.exp(lg + 0.5 * x * x + 0.5 * math.log(2 * math.pi))  # / (d log Φ / dx = φ / Φ)
+        lg, mills = _log_ndtr_below(x)
+        x = x - (lg - log_p) * mills  # / (d log Φ / dx = φ / Φ)
     return x
 
 
@@ -908,8 +932,8 @@ def _truncated_normal_log_space(unit, d, lo, hi):
     flip = lax.gt(lax.add(lo, hi), np.asarray(0, m)[()])
     a = fnp.where(flip, -hi, lo)
     b = fnp.where(flip, -lo, hi)
-    # both bounds in one ``_log_ndtr_below`` (stacked): one erfc, series and three logs fewer for XLA to compile
-    both = _log_ndtr_below(lax.concatenate([lax.expand_dims(a, (0,)), lax.expand_dims(b, (0,))], 0))
+    # both bounds in one ``_log_ndtr_below`` (stacked): one evaluation fewer for XLA to compile
+    both = _log_ndtr_below(lax.concatenate([lax.expand_dims(a, (0,)), lax.expand_dims(b, (0,))], 0))[0]
     la, lb = both[0], both[1]
     r = fnp.exp(la - lb)
     u = 1.0 - lax.convert_element_type(unit, m)  # in (0, 1]

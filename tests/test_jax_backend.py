@@ -46,6 +46,30 @@ def test_32bit_programs_do_not_enter_x64(jdev):
     assert "stablehlo" in low.as_text()
 
 
+def test_device_put_copies_numpy_memory(jdev, monkeypatch):
+    # jax.device_put(may_alias=False) of a NumPy array aligned to 64 bytes aliased its memory (JAX 0.10): a write
+    # to the NumPy array changed the fnarray array. And its Python cost ~30 us a call, 10x jaxlib's copying entry
+    # that fnarray calls instead (lowering/jax/transfer.py; benchmarks/programs.py's decode loop places its cache
+    # once a pass): jax.device_put is not called.
+    import jax
+
+    def refused(*args, **kwargs):
+        raise AssertionError("jax.device_put called: jaxlib's batched_device_put was not used")
+    monkeypatch.setattr(jax, "device_put", refused)
+    room = np.zeros(1024 + 16, np.float32)
+    start = (-room.ctypes.data % 64) // 4
+    host = room[start:start + 1024]
+    assert host.ctypes.data % 64 == 0
+    host[:] = np.arange(1024)
+    swapped = np.arange(6, dtype=">i4")[::2]   # a non-native, strided view
+    x, y = fa.device_put(host, jdev), fa.device_put(swapped, jdev)
+    monkeypatch.undo()
+    host[:], swapped[:] = -1, -1
+    np.testing.assert_array_equal(np.asarray(x), np.arange(1024, dtype=np.float32))
+    np.testing.assert_array_equal(np.asarray(y), [0, 2, 4])
+    assert y.dtype == np.int32
+
+
 def test_donation_invalidates_input(jdev):
     f = fa.jit(lambda p, g: p - 0.1 * g, donate_argnums=0, device=jdev)
     p = fa.device_put(fnp.ones(1024), jdev)

@@ -120,6 +120,8 @@ def device_put(x, device=None):
         return optree.tree_map(lambda leaf: leaf if isinstance(leaf, tracing.Tracer) else
                                put_sharded(leaf, device), x, none_is_leaf=False, namespace="fnarray")
     dev = parse_device(device) if device is not None else None
+    if type(x) is np.ndarray:  # one NumPy array (a loop's fresh state): no tree to walk (~4 us of 10 on jax:0)
+        return array_from_numpy(x, dev or default_device(), committed=dev is not None)
 
     def put(leaf):
         if isinstance(leaf, tracing.Tracer):

@@ -48,6 +48,7 @@ from fnarray.lowering.jax import spmd  # noqa: E402  (imported by the loop above
 from fnarray.lowering.jax.elementwise import wrap_float8_rules  # noqa: E402
 from fnarray.lowering.jax.dot import fold_transposes  # noqa: E402
 from fnarray.lowering.jax.shared import lifted, lookup, structure  # noqa: E402
+from fnarray.lowering.jax import transfer  # noqa: E402
 
 wrap_float8_rules()
 
@@ -449,17 +450,12 @@ class JaxBackend(Backend):
         a = np.asarray(array)
         if not a.dtype.isnative:  # JAX refuses '>f4'; its aval is float32
             a = a.astype(a.dtype.newbyteorder("="))
-        with _x64(a.dtype in _X64):
-            # A copy into memory XLA owns: on the CPU, device_put of a NumPy array may alias the NumPy
-            # buffer instead, and every later call then pays for it (a jitted MLP step measured 1.8x
-            # slower with such inputs). may_alias=False copies without compiling anything; jnp.array(
-            # copy=True) compiled and cached an XLA copy per new shape (~1.5 MiB each, never freed).
-            if device.handle == _default_handle():
-                # Uncommitted on JAX's default device, so that XLA may combine it with a global array
-                # sharded over several devices (fa.device_put(x, NamedSharding)); a committed one would be
-                # "incompatible devices" there. Where it runs is the same.
-                return jax.device_put(a, may_alias=False)
-            return jax.device_put(a, device.handle, may_alias=False)
+        # A copy into memory XLA owns, never an alias of the NumPy buffer (``transfer``'s docstring). Uncommitted
+        # on JAX's default device, so that XLA may combine it with a global array sharded over several devices
+        # (fa.device_put(x, NamedSharding)); a committed one would be "incompatible devices" there. Where it runs
+        # is the same.
+        handle = device.handle
+        return transfer.put(a, handle, handle != _default_handle(), a.dtype in _X64)
 
     def to_host(self, buf):
         a = np.asarray(buf)
