@@ -67,6 +67,9 @@ class Trace:
 
     def full_raise(self, val):
         if not isinstance(val, Tracer):
+            if type(val) is np.ndarray:   # a NumPy array the function returns: a constant, as in JAX
+                from fnarray.core.avals import asarray   # (avals imports this module)
+                val = asarray(val)
             return self.pure(val)
         main = val._trace.main
         if main is self.main:
@@ -108,6 +111,8 @@ class Tracer(Array):
         return self
 
     def _concrete(self, what):
+        if not self._trace.main.alive:   # a leaked tracer: not a value of the running transformation
+            raise _leak(self)
         where = user_frame()
         raise ConcretizationError(
             f"{what} on a traced value {self.aval.str_short()} at {where}: Python control flow "
