@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fnarray import tree_util
-from fnarray.core.errors import ShapeError
+from fnarray.core.errors import ShapeError, check_callable
 
 __all__ = ["map"]
 
@@ -25,6 +25,7 @@ def _map(f, xs, *, batch_size: int | None = None):
     from fnarray.transforms.batching import vmap
     from fnarray.transforms.control_flow import scan
 
+    check_callable(f, "map")
     flat, treedef = tree_util.tree_flatten(xs)
     flat = [fnp.asarray(x) for x in flat]
     lengths = {x.shape[0] if x.ndim else None for x in flat}

@@ -585,3 +585,98 @@ def test_pallas_grid_beyond_int32_program_ids_and_bad_scratch_shapes():
             pl.VMEM(shape, fnp.float32)
         _assert_names(str(e.value), "pl.Local", "non-negative ints", repr(shape))
     assert pl.VMEM(8, fnp.float32).shape == (8,) and pl.VMEM((np.int64(2), 3), "float32").shape == (2, 3)
+
+
+# ---- new-user probe, twenty-first session (branch s21-newuser)
+
+def test_transforms_name_a_non_callable_and_argnums_of_the_wrong_type():
+    """``jacfwd(None)``, ``vjp(5, x)``, ``checkpoint(3)``... said "'int' object is not callable" from deep inside;
+    ``grad(argnums=1.0)`` "'float' object is not iterable"; ``jit(static_argnums="b")`` "'<=' not supported"."""
+    x = fnp.ones(2)
+    for make in (lambda: fa.jacfwd(None)(x), lambda: fa.jacrev(None)(x), lambda: fa.hessian([])(x),
+                 lambda: fa.linearize(3, x), lambda: fa.vjp(5, x), lambda: fa.jvp(5, (x,), (x,)),
+                 lambda: fa.checkpoint(3)(x), lambda: fa.lax.map(3, x), lambda: fa.custom_vjp(3),
+                 lambda: fa.custom_jvp(3), lambda: fa.custom_vjp(fnp.sin).defvjp(3, 4)):
+        with pytest.raises(TypeError, match="needs a callable as .*, got (NoneType None|int [345]|list)"):
+            make()
+    with pytest.raises(TypeError) as e:
+        fa.grad(lambda a, b: a * b, argnums=1.0)
+    _assert_names(str(e.value), "grad: argnums must be an int or a sequence of ints", "1.0")
+    with pytest.raises(TypeError) as e:
+        fa.jit(lambda a, b: a * b, static_argnums="b")
+    _assert_names(str(e.value), "static_argnums", "'b'", "static_argnames=")
+    with pytest.raises(TypeError, match="donate_argnums"):
+        fa.jit(lambda a: a, donate_argnums=0.5)
+    g = fa.grad(lambda a, b: a * b, argnums=np.int64(1))(2.0, 3.0)   # a NumPy int names one argument, as in JAX
+    assert not isinstance(g, tuple) and float(g) == 2.0
+
+
+def test_vjp_cotangent_of_another_dtype_is_named():
+    """An int32 cotangent for a float32 output raised "mul needs operands of one dtype" from a backward rule."""
+    y, pull = fa.vjp(fnp.sin, fnp.arange(3.0))
+    with pytest.raises(DTypeError) as e:
+        pull(fnp.arange(3))
+    _assert_names(str(e.value), "vjp: cotangent 0 has dtype int32", "float32", ".astype('float32')")
+    _, pull_s = fa.vjp(lambda v: fnp.sum(fnp.sin(v)), fnp.arange(3.0, dtype=fnp.float16))
+    np.testing.assert_allclose(np.asarray(pull_s(2.0)[0], np.float32), 2 * np.cos(np.arange(3.0)), rtol=2e-3)
+
+
+def test_jit_python_int_argument_beyond_int32_is_named():
+    """A Python int argument is a weak int32: 2**40 gave NumPy's "out of bounds for int32", 2**70 "too large to
+    convert to C long", once the call reached the device."""
+    f = fa.jit(lambda a: a + 1)
+    assert int(f(5)) == 6
+    for big in (2**40, -2**31 - 1, 2**70):
+        with pytest.raises(OverflowError) as e:
+            f(big)
+        _assert_names(str(e.value), f"the Python int {big}", "does not fit int32", "static_argnums")
+    assert int(f(2**31 - 1)) == -2**31   # in range: wraps as JAX's int32
+
+
+def test_static_int_indices_beyond_int64_clamp_as_any_out_of_bounds_index():
+    """``x[2**70]`` raised NumPy's "Python int too large to convert to C long" where ``x[2**40]`` clamps."""
+    x = fnp.arange(3.0)
+    assert float(x[2**70]) == 2.0 and float(x[-2**70]) == 0.0
+    np.testing.assert_array_equal(np.asarray(x.at[2**70].set(9.0)), [0.0, 1.0, 2.0])
+    assert np.isnan(float(x.at[-2**70].get(mode="fill")))
+
+
+def test_custom_vjp_fwd_must_return_a_pair():
+    """A fwd returning only the output: an array of two rows unpacked into a wrong output and residual, and
+    ``vjp`` returned the first row as the function's output."""
+    f = fa.custom_vjp(fnp.sin)
+    f.defvjp(lambda v: fnp.sin(v), lambda r, g: (g * fnp.cos(r),))
+    for run in (lambda: fa.vjp(f, fnp.asarray([0.5, 1.0])), lambda: fa.grad(lambda v: fnp.sum(f(v)))(fnp.ones(3))):
+        with pytest.raises(TypeError) as e:
+            run()
+        _assert_names(str(e.value), "custom_vjp fwd", "must return a pair (output, residuals)", "an array f32[")
+
+
+def test_lax_static_parameters_of_the_wrong_kind():
+    """``fori_loop(0, 2**40, ...)`` ran a scan of 2**40 steps (a hang; JAX raises OverflowError);
+    ``integer_pow(x, 2.5)`` squared; ``dot_general`` with axis 5 of a matrix said "tuple index out of range";
+    ``argmax(index_dtype=float32)`` returned float positions."""
+    for lo, hi in ((0, 2**40), (-2**40, 0)):
+        with pytest.raises(OverflowError) as e:
+            fa.lax.fori_loop(lo, hi, lambda i, c: c + 1, 0)
+        _assert_names(str(e.value), f"fori_loop bound {lo or hi}", "int32", "enable_x64")
+    with pytest.raises(TypeError) as e:
+        fa.lax.integer_pow(fnp.arange(3.0), 2.5)
+    _assert_names(str(e.value), "integer_pow", "float 2.5", "power")
+    m = fnp.ones((2, 3))
+    with pytest.raises(ShapeError) as e:
+        fa.lax.dot_general(m, m, (((5,), (1,)), ((), ())))
+    _assert_names(str(e.value), "dot_general", "(5,)", "[0, 2)")
+    with pytest.raises(DTypeError, match="index_dtype must be an integer dtype"):
+        fa.lax.argmax(fnp.arange(3.0), 0, fnp.float32)
+
+
+def test_transformed_functions_may_return_numpy_arrays():
+    """As in JAX, a NumPy array a jitted or vmapped function returns is a constant output: jit said "ndarray is
+    not an array or a scalar", vmap "broadcast_in_dim got ndarray"."""
+    x = fnp.arange(3.0)
+    out = fa.jit(lambda a: (a * 2, np.ones(2)))(x)[1]
+    assert out.dtype == fnp.float32 and np.array_equal(np.asarray(out), np.ones(2))
+    np.testing.assert_array_equal(np.asarray(fa.vmap(lambda a: np.arange(2.0))(x)), np.tile(np.arange(2.0), (3, 1)))
+    _, aux = fa.grad(lambda a: (fnp.sum(a), np.zeros(1)), has_aux=True)(x)
+    np.testing.assert_array_equal(np.asarray(aux), [0.0])

@@ -329,6 +329,8 @@ def test_traced_values_do_not_leak():
     fa.jit(f)(fnp.ones(2))
     with pytest.raises(fa.TracerLeakError):
         fa.jit(lambda y: y + leaked[0])(fnp.ones(2))
+    with pytest.raises(fa.TracerLeakError):   # not a ConcretizationError ("while it is transformed")
+        np.asarray(leaked[0])
 
 
 def test_changing_pytree_structures_between_calls_retrace_correctly():

@@ -548,3 +548,14 @@ def test_float16_accumulates_in_float32(device, name):
     got = fa.jit(f, device=device)(fa.device_put(a, device), fa.device_put(b, device))
     assert got.dtype == np.float16
     np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=2e-3)
+
+
+def test_pow_one_half_follows_ieee_pow_on_numpy():
+    """numpy:0 took NumPy's 0-d-exponent shortcut (``x ** 0.5`` as ``sqrt``): ``(-inf) ** 0.5`` was NaN and
+    ``(-0.0) ** 0.5`` -0.0, where IEEE 754's pow, JAX (``jnp.power``), jax:0, mlx:0 and webgpu:0 give inf and +0.0
+    (twenty-first session's new-user probe); an array exponent already gave those."""
+    v = np.array([-np.inf, -0.0, 4.0, -4.0], np.float32)
+    for got in (fnp.asarray(v) ** 0.5, fa.jit(lambda a: fnp.power(a, 0.5))(v), fnp.asarray(v, dtype=fnp.float16) ** 0.5):
+        r = np.asarray(got, np.float32)
+        np.testing.assert_array_equal(r, [np.inf, 0.0, 2.0, np.nan])
+        assert not np.signbit(r[1])

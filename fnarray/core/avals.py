@@ -16,6 +16,7 @@ import numpy as np
 from fnarray.core import dtypes
 from fnarray.core.errors import not_initialized
 from fnarray.core.shaped import ShapedArray
+from fnarray.core import tracing
 from fnarray.core.tracing import is_scalar
 
 __all__ = ["get_aval", "asarray", "set_asarray"]
@@ -45,6 +46,7 @@ def set_asarray(fn) -> None:
     """Install the namespace's ``asarray`` (``fnarray.numpy`` does at import)."""
     global _asarray
     _asarray = fn
+    tracing.set_numpy_constant(fn)
 
 
 def asarray(x, dtype=None):

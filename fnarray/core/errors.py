@@ -97,3 +97,26 @@ def not_initialized(what: str) -> RuntimeError:
             "package; rename it, or run Python from another directory")
     return RuntimeError(f"{what}: the fnarray package was not initialized; import fnarray (the package) before "
                         "using its submodules")
+
+
+def check_callable(fun, who: str, role: str = "its first argument (the function to transform)"):
+    """``fun``, or the ``TypeError`` of ``who`` (``"jit"``, ``"custom_vjp.defvjp"``...) given something that is not a
+    function as ``role`` (JAX: "Expected a callable value"); arguments given in the wrong order are the usual
+    cause."""
+    if not callable(fun):
+        shown = repr(fun)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise TypeError(f"{who} needs a callable as {role}, got {type(fun).__name__} {shown}")
+    return fun
+
+
+def int_tuple(value, who: str, what: str) -> tuple:
+    """``value`` (an int or a sequence of ints: ``argnums``, ``static_argnums``, ``donate_argnums``) as a tuple of
+    Python ints, or a ``TypeError`` naming ``who``'s ``what`` and what was given."""
+    items = tuple(value) if isinstance(value, (tuple, list, range)) else (value,)
+    if all(hasattr(type(i), "__index__") and not isinstance(i, bool) for i in items):
+        return tuple(i.__index__() for i in items)
+    hint = "; name parameters with static_argnames=" if (who, what) == ("jit", "static_argnums") and \
+        any(isinstance(i, str) for i in items) else ""
+    raise TypeError(f"{who}: {what} must be an int or a sequence of ints (positions of arguments), got "
+                    f"{value!r}{hint}")

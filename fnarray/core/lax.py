@@ -68,7 +68,12 @@ complex = _bin(P.complex_p)
 
 
 def integer_pow(x, y: int):
-    return P.integer_pow.bind(x, y=int(y))
+    """``x ** y`` for a static integer ``y`` (``jax.lax.integer_pow``); a float ``y`` raises ``TypeError``
+    (``int(y)`` made ``integer_pow(x, 2.5)`` the square)."""
+    if isinstance(y, bool) or not hasattr(type(y), "__index__"):
+        raise TypeError(f"integer_pow: the exponent y must be a Python int, got {type(y).__name__} {y!r}; use "
+                        "fnarray.lax.pow or fnarray.numpy.power for other exponents")
+    return P.integer_pow.bind(x, y=y.__index__())
 
 
 def select_n(which, *cases):

@@ -438,7 +438,8 @@ def _gather_shape(name, x, indices, axes):
         raise ShapeError(f"{name}: indices must be integer with last dimension {len(axes)}, "
                          f"got {indices.str_short()}")
     if len(set(axes)) != len(axes) or any(not 0 <= a < x.ndim for a in axes):
-        raise ShapeError(f"{name}: axes {axes} invalid for rank {x.ndim}")
+        raise ShapeError(f"{name}: axes {axes} invalid for rank {x.ndim}: each must lie in [0, {x.ndim}) and "
+                         "appear once")
     rest = tuple(n for i, n in enumerate(x.shape) if i not in axes)
     return indices.shape[:-1] + rest
 
@@ -474,7 +475,8 @@ scatter_max = Primitive("scatter_max", _scatter_rule, kind="other", doc=_SCATTER
 
 def _check_axes(name, x, axes):
     if len(set(axes)) != len(axes) or any(not 0 <= a < x.ndim for a in axes):
-        raise ShapeError(f"{name}: axes {axes} invalid for rank {x.ndim}")
+        raise ShapeError(f"{name}: axes {axes} invalid for rank {x.ndim}: each must lie in [0, {x.ndim}) and "
+                         "appear once")
 
 
 def reduction(name, accepts=_ANY, doc=""):
@@ -504,6 +506,9 @@ def _arg_rule(name):
         if x.shape[axes[0]] == 0:
             raise ShapeError(f"{name} of an empty axis (shape {x.shape}, axis {axes[0]})")
         _dtype_check(name, x, *_NOT_COMPLEX)
+        if not dtypes.is_int(index_dtype):   # as JAX; a float32 index_dtype gave float positions
+            raise DTypeError(f"{name}: index_dtype must be an integer dtype (int32, int64...), got "
+                             f"{np.dtype(index_dtype).name}")
         _check_indices_fit(name, x.shape[axes[0]], index_dtype,
                            f"pass index_dtype=int64 to fnarray.lax.{name} (where the device has int64), or "
                            f"reduce pieces of the axis and combine them")
@@ -555,6 +560,8 @@ def _dot_general_rule(lhs, rhs, *, dimension_numbers, preferred_element_type=Non
     (lc, rc), (lb, rb) = dimension_numbers
     if len(lc) != len(rc) or len(lb) != len(rb):
         raise ShapeError(f"dot_general: mismatched dimension_numbers {dimension_numbers}")
+    _check_axes("dot_general", lhs, tuple(lc) + tuple(lb))   # before the sizes are read (an axis 5 of a
+    _check_axes("dot_general", rhs, tuple(rc) + tuple(rb))   # matrix was "tuple index out of range")
     for a, b in zip(lc, rc, strict=True):
         if lhs.shape[a] != rhs.shape[b]:
             raise ContractionShapeError(
@@ -566,8 +573,6 @@ def _dot_general_rule(lhs, rhs, *, dimension_numbers, preferred_element_type=Non
                 f"dot_general: batch dimension {a} of lhs {lhs.shape} != {b} of rhs {rhs.shape}")
     if lhs.dtype != rhs.dtype:
         raise DTypeError(f"dot_general needs one dtype, got {lhs.dtype.name} and {rhs.dtype.name}")
-    _check_axes("dot_general", lhs, tuple(lc) + tuple(lb))
-    _check_axes("dot_general", rhs, tuple(rc) + tuple(rb))
     lfree = [n for i, n in enumerate(lhs.shape) if i not in lc and i not in lb]
     rfree = [n for i, n in enumerate(rhs.shape) if i not in rc and i not in rb]
     shape = tuple(lhs.shape[i] for i in lb) + tuple(lfree) + tuple(rfree)

@@ -67,6 +67,8 @@ class Trace:
 
     def full_raise(self, val):
         if not isinstance(val, Tracer):
+            if type(val) is np.ndarray:   # a NumPy array the function returns: a constant, as in JAX
+                val = _numpy_constant(val)
             return self.pure(val)
         main = val._trace.main
         if main is self.main:
@@ -79,6 +81,19 @@ class Trace:
             f"a value of an inner transformation ({main.trace_type.__name__}, level {main.level}) "
             f"reached an outer one ({self.main.trace_type.__name__}, level {self.main.level}); "
             "this happens when a traced value is stored outside the function and used later")
+
+
+def _no_numpy_constant(x):
+    raise not_initialized("a NumPy array in a traced function")
+
+
+_numpy_constant = _no_numpy_constant   # fnarray.numpy's asarray, installed by core.avals.set_asarray
+
+
+def set_numpy_constant(fn) -> None:
+    """Install how ``Trace.full_raise`` makes a NumPy array into an ``Array`` (``core.avals.set_asarray`` does)."""
+    global _numpy_constant
+    _numpy_constant = fn
 
 
 def _leak(t):
@@ -108,6 +123,8 @@ class Tracer(Array):
         return self
 
     def _concrete(self, what):
+        if not self._trace.main.alive:   # a leaked tracer: not a value of the running transformation
+            raise _leak(self)
         where = user_frame()
         raise ConcretizationError(
             f"{what} on a traced value {self.aval.str_short()} at {where}: Python control flow "

@@ -169,8 +169,10 @@ def _resolve(shape, key):
                 raise IndexError(f"index {p} is out of bounds for axis {ax} with size 0")
             if -n <= p < n:
                 out.append(("int", p % n, ax))
-            else:  # as JAX: an index like any other, clamped when read, dropped when updated (or filled)
-                out.append(("dyn", np.int64(p), ax))
+            else:  # as JAX: an index like any other, clamped when read, dropped when updated (or filled); held as
+                # the nearest out-of-bounds index, which behaves alike and fits int64 (x[2**70] was NumPy's
+                # OverflowError "too large to convert to C long")
+                out.append(("dyn", np.int64(n if p >= n else -n - 1), ax))
             ax += 1
         else:
             out.append((kind, p, ax))

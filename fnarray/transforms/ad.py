@@ -31,7 +31,7 @@ from fnarray.core.array import Array
 from fnarray.core.avals import get_aval
 from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
-from fnarray.core.errors import DTypeError, ShapeError
+from fnarray.core.errors import DTypeError, ShapeError, check_callable, int_tuple
 from fnarray.core.interpreter import eval_program
 from fnarray.core.tracing import is_scalar
 from fnarray.devices.array_impl import ArrayImpl
@@ -120,6 +120,7 @@ def linearize(fun, *primals):
       ShapeError, DTypeError: (from ``f_jvp``) a tangent whose shape or dtype differs
         from its primal's.
     """
+    check_callable(fun, "linearize")
     p_flat, p_tree = tree_util.tree_flatten(primals)
     p_flat = _arrays(p_flat)
     out_tree_store = []
@@ -200,7 +201,10 @@ def vjp(fun, *primals, has_aux=False):
       TypeError: with ``has_aux``, ``fun`` does not return a pair; (from ``f_vjp``)
         the cotangent's structure differs from the output's.
       ShapeError: (from ``f_vjp``) a cotangent's shape differs from its output's.
+      DTypeError: (from ``f_vjp``) a floating output's cotangent has another dtype (a Python scalar is taken
+        in the output's dtype).
     """
+    check_callable(fun, "vjp")
     p_flat, p_tree = tree_util.tree_flatten(primals)
     p_flat = _arrays(p_flat)
     store = []
@@ -225,17 +229,14 @@ def vjp(fun, *primals, has_aux=False):
     out_tree, n = info["tree"], info["n"]
     outs, aux_outs = all_outs[:n], all_outs[n:]
     aux_zeros = [Zero(tangent_aval(get_aval(a))) for a in aux_outs]
-    out_shapes = [get_aval(o).shape for o in outs]
+    out_avals = [get_aval(o) for o in outs]
 
     def pullback(res, ct):
         ct_flat, ct_tree = tree_util.tree_flatten(ct)
         if ct_tree != out_tree:
             raise TypeError(f"vjp: the cotangent must have the output's structure {out_tree}, got {ct_tree}")
-        for i, (c, shape) in enumerate(zip(ct_flat, out_shapes, strict=True)):
-            ca = get_aval(c)
-            if ca.shape != shape:
-                raise ShapeError(f"vjp: cotangent {i} has shape {ca.shape}, the output has shape {shape}")
-        return tuple(tree_util.tree_unflatten(p_tree, f_flat(res, list(ct_flat) + aux_zeros)))
+        return tuple(tree_util.tree_unflatten(p_tree, f_flat(res, _checked_cotangents(ct_flat, out_avals)
+                                                             + aux_zeros)))
 
     # A pytree (as JAX's): its leaves are the residuals, so it can be passed to jit and inspected.
     f_vjp = tree_util.Partial(pullback, res)
@@ -248,8 +249,32 @@ def vjp(fun, *primals, has_aux=False):
     return primal_out, f_vjp
 
 
-def _argnums_tuple(argnums):
-    return (argnums,) if isinstance(argnums, int) else tuple(argnums)
+def _checked_cotangents(cts, out_avals) -> list:
+    """``vjp``'s cotangents checked against the outputs' avals: each of the output's shape and, for a floating
+    output, of its dtype (as ``jax.vjp``'s pullback; a mismatch otherwise surfaced as a backward rule's
+    "mul needs operands of one dtype"). A Python scalar (weak) is taken in the output's dtype."""
+    out = []
+    for i, (c, oa) in enumerate(zip(cts, out_avals, strict=True)):
+        ca = get_aval(c)
+        if ca.shape != oa.shape:
+            raise ShapeError(f"vjp: cotangent {i} has shape {ca.shape}, the output has shape {oa.shape}")
+        if ca.dtype != oa.dtype and dtypes.is_inexact(oa.dtype):
+            if not (ca.weak_type and dtypes.is_inexact(ca.dtype) or is_scalar(c) and not isinstance(c, bool)):
+                raise DTypeError(f"vjp: cotangent {i} has dtype {ca.dtype}, but the output it stands for has dtype "
+                                 f"{oa.dtype}; give cotangents their outputs' dtypes (cast with "
+                                 f".astype({oa.dtype.name!r}))")
+            c = lax.convert_element_type(c, oa.dtype)
+        out.append(c)
+    return out
+
+
+def _argnums_tuple(argnums, who):
+    return int_tuple(argnums, who, "argnums")
+
+
+def _several(argnums) -> bool:
+    """Whether ``argnums`` names several arguments (a sequence: the derivative is a tuple), as JAX's."""
+    return isinstance(argnums, (tuple, list, range))
 
 
 def _check_diff_args(args, argnums, name, allow_int=False):
@@ -307,10 +332,9 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
         ``allow_int``), the output is integer or bool, or it is complex without
         ``holomorphic``.
     """
-    if not callable(fun):
-        raise TypeError(f"grad needs a callable, got {type(fun).__name__} {fun!r}")
-    multiple = not isinstance(argnums, int)
-    nums = _argnums_tuple(argnums)
+    check_callable(fun, "grad")
+    multiple = _several(argnums)
+    nums = _argnums_tuple(argnums, "grad")
 
     @functools.wraps(fun)
     def vg(*args, **kwargs):
@@ -523,8 +547,9 @@ def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
         not defined for it), or with ``has_aux`` does not return a pair.
     """
     from fnarray.transforms.batching import vmap
-    nums = _argnums_tuple(argnums)
-    multiple = not isinstance(argnums, int)
+    check_callable(fun, "jacfwd")
+    nums = _argnums_tuple(argnums, "jacfwd")
+    multiple = _several(argnums)
 
     def jac(*args, **kwargs):
         _check_diff_args(args, nums, "jacfwd")
@@ -595,8 +620,9 @@ def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
       TypeError: (when called) with ``has_aux`` ``fun`` does not return a pair.
     """
     from fnarray.transforms.batching import vmap
-    nums = _argnums_tuple(argnums)
-    multiple = not isinstance(argnums, int)
+    check_callable(fun, "jacrev")
+    nums = _argnums_tuple(argnums, "jacrev")
+    multiple = _several(argnums)
 
     def jac(*args, **kwargs):
         _check_diff_args(args, nums, "jacrev", allow_int)
@@ -649,9 +675,10 @@ def hessian(fun, argnums=0, has_aux=False, holomorphic=False):
     """
     # Staged (``config.stage_eager_transforms``), the call is keyed by ``fun``'s fingerprint and the options, not
     # by the fingerprint of jacrev's closure inside jacfwd's (issue 28: ~35 values walked a call against ~10).
+    check_callable(fun, "hessian")
     composed = jacfwd(jacrev(fun, argnums, has_aux=has_aux), argnums, has_aux=has_aux).eager
-    nums = _argnums_tuple(argnums)
-    return _on_args_device(composed, ("hessian", nums, not isinstance(argnums, int), has_aux), fun)
+    return _on_args_device(composed, ("hessian", _argnums_tuple(argnums, "hessian"), _several(argnums), has_aux),
+                           fun)
 
 
 def stop_gradient(x):

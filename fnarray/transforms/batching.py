@@ -41,7 +41,7 @@ from fnarray.core.avals import get_aval
 from fnarray.core import primitives as P
 from fnarray.core.array import Array
 from fnarray.core.builder import trace_to_program
-from fnarray.core.errors import ConcretizationError, FnArrayError, ShapeError
+from fnarray.core.errors import ConcretizationError, FnArrayError, ShapeError, check_callable
 from fnarray.core.interpreter import eval_program
 from fnarray.core.ir import Program
 from fnarray.core.prng import threefry2x32_p
@@ -996,8 +996,7 @@ def _batched_call(fun, args, kwargs, flat, axes, size, axis_name, out_axes):
 def _checked_vmap_options(fun, in_axes, out_axes, axis_size, axis_name, spmd_axis_name):
     """``vmap``'s options checked (the errors its docstring lists); returns ``in_axes`` (a top-level list as a
     tuple, as JAX)."""
-    if not callable(fun):
-        raise TypeError(f"vmap needs a callable, got {type(fun).__name__}")
+    check_callable(fun, "vmap")
     if isinstance(in_axes, list):  # as JAX: a top-level list means a tuple (one entry per argument)
         in_axes = tuple(in_axes)
     if not (_is_axis(in_axes) or type(in_axes) is tuple):

@@ -458,6 +458,11 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
     if not dtypes.is_int(la.dtype) or not dtypes.is_int(ua.dtype) or isinstance(lower, bool) or \
             isinstance(upper, bool):
         raise TypeError(f"fori_loop bounds must be integers, got {la.dtype.name} and {ua.dtype.name}")
+    for b in (lower, upper):   # a weak int32 (JAX raises OverflowError too); 2**40 ran a scan of 2**40 steps
+        if type(b) is int and not -2 ** 31 <= b < 2 ** 31:
+            raise OverflowError(f"fori_loop bound {b} does not fit int32 (Python int bounds are weak int32, as in "
+                                "JAX); pass bounds in int32's range, or int64 arrays with 64-bit enabled "
+                                "(fnarray.config.update('enable_x64', True)) for a loop that long")
     d, _ = dtypes.result_type((la.dtype, la.weak_type), (ua.dtype, ua.weak_type))
     lo, hi = _static_bound(lower), _static_bound(upper)
 

@@ -17,6 +17,7 @@ from fnarray.core import dtypes, lax
 from fnarray.core import primitives as P
 from fnarray.core.avals import get_aval
 from fnarray.core.builder import trace_to_program
+from fnarray.core.errors import check_callable
 from fnarray.core.interpreter import eval_program
 from fnarray.core.passes import consts_as_inputs
 from fnarray.core.shaped import ShapedArray
@@ -109,7 +110,7 @@ class custom_jvp:
     """
 
     def __init__(self, fun, nondiff_argnums=()):
-        self.fun = fun
+        self.fun = check_callable(fun, "custom_jvp")
         self.nondiff_argnums = tuple(nondiff_argnums)
         self.jvp = None
         functools.update_wrapper(self, fun)
@@ -129,7 +130,7 @@ class custom_jvp:
           Nothing here; a rule that returns the wrong structure raises ``TypeError`` when the
           function is differentiated.
         """
-        self.jvp = jvp_fn
+        self.jvp = check_callable(jvp_fn, "custom_jvp.defjvp", "the rule")
         return jvp_fn
 
     def defjvps(self, *tangent_fns):
@@ -303,7 +304,7 @@ class custom_vjp:
     """
 
     def __init__(self, fun, nondiff_argnums=()):
-        self.fun = fun
+        self.fun = check_callable(fun, "custom_vjp")
         self.nondiff_argnums = tuple(nondiff_argnums)
         self.fwd = self.bwd = None
         functools.update_wrapper(self, fun)
@@ -324,7 +325,8 @@ class custom_vjp:
           Nothing here; rules of the wrong structure raise ``TypeError`` when the function is
           called or differentiated.
         """
-        self.fwd, self.bwd = fwd, bwd
+        self.fwd, self.bwd = check_callable(fwd, "custom_vjp.defvjp", "fwd"), check_callable(bwd, "custom_vjp.defvjp",
+                                                                                           "bwd")
 
     def __call__(self, *args):
         if self.fwd is None:
@@ -361,7 +363,13 @@ class custom_vjp:
         n_dyn = len(flat)
 
         def fwd_flat(primals):
-            out, res = fwd(*rebuild(tree_util.tree_unflatten(in_tree, list(primals[len(primals) - n_dyn:]))))
+            pair = fwd(*rebuild(tree_util.tree_unflatten(in_tree, list(primals[len(primals) - n_dyn:]))))
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                # as JAX: an array of two rows would otherwise unpack into a wrong output and residual
+                raise TypeError(f"custom_vjp fwd {fwd_flat.__name__} must return a pair (output, residuals), got "
+                                f"{_kind(pair)}; return the function's output and what bwd needs, e.g. "
+                                "(y, (x,))")
+            out, res = pair
             o_flat, o_tree = tree_util.tree_flatten(out)
             if out_tree[0] is None:
                 out_tree[0] = o_tree
@@ -386,6 +394,14 @@ class custom_vjp:
         fwd_flat.__name__ = getattr(fwd, "__name__", "fwd")
         bwd_flat.__name__ = getattr(bwd, "__name__", "bwd")
         return fwd_flat, bwd_flat
+
+
+def _kind(v) -> str:
+    """What a rule returned, for an error: ``"a tuple of 3"``, ``"an array f32[2]"``."""
+    if isinstance(v, (tuple, list)):
+        return f"a {type(v).__name__} of {len(v)}"
+    aval = getattr(v, "aval", None)
+    return f"an array {aval.str_short()}" if hasattr(aval, "str_short") else f"a {type(v).__name__}"
 
 
 def _custom_vjp_directly(top, flat, fwd_flat, bwd_flat, in_tree):

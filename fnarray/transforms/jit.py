@@ -46,6 +46,7 @@ from fnarray.core import primitives as P
 from fnarray.core.builder import trace_to_program
 from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
+from fnarray.core.errors import check_callable, int_tuple
 from fnarray.core.ir import Program
 from fnarray.core.passes import consts_as_inputs, cse
 from fnarray.core.shaped import ShapeDtypeStruct, ShapedArray
@@ -80,6 +81,11 @@ def leaf_aval(x, where="argument") -> ShapedArray:
         return x.aval
     if isinstance(x, (bool, int, float, complex)):
         d, w = dtypes.dtype_of_scalar(x)
+        if w and d == dtypes.int32 and not -2 ** 31 <= x < 2 ** 31:
+            raise OverflowError(f"{where} is the Python int {x}, which does not fit int32 (a Python int "
+                                "argument is a weak int32, as in JAX); pass it as an array of a wider dtype "
+                                "(fnarray.numpy.asarray(x, dtype='int64') with fnarray.config.update('enable_x64', "
+                                "True)), as a float, or mark it static (static_argnums) if it is configuration")
         return ShapedArray((), d, w)
     if isinstance(x, (np.ndarray, np.generic)):
         return ShapedArray(np.shape(x), dtypes.canonicalize(x.dtype), False)
@@ -500,13 +506,13 @@ class Jitted:
     as ``eager_jit``'s programs, which would only crowd the table of functions)."""
 
     def __init__(self, fun, static_argnums=(), static_argnames=(), donate_argnums=(), device=None, shared=True):
-        if not callable(fun):
-            raise TypeError(f"jit needs a callable, got {type(fun).__name__}")
+        check_callable(fun, "jit")
         self.fun = fun
         functools.update_wrapper(self, fun, updated=())  # never copy fun.__dict__ over ours
         cache = function_cache(fun) if shared else _FunctionCache()
         self._sig = cache.signature_of(fun)
-        static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+        static_argnums = int_tuple(static_argnums, "jit", "static_argnums")
+        donate_argnums = int_tuple(donate_argnums, "jit", "donate_argnums")
         static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
         params = list(self._sig.parameters) if self._sig else []
         self._check_argnums(static_argnums, static_argnames, donate_argnums, params)
@@ -519,7 +525,7 @@ class Jitted:
                 names.add(params[i])
         self.static_argnums = tuple(sorted(nums))
         self.static_argnames = tuple(sorted(names))
-        self.donate_argnums = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
+        self.donate_argnums = donate_argnums
         self.device = parse_device(device) if device is not None else None
         # The function's caches (module docstring), shared with every jit of it; the attributes below are
         # their tables, so the call path reads them as plain attributes.
@@ -542,7 +548,7 @@ class Jitted:
         n_pos = sum(k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
                     for k in kinds)
         name = getattr(self.fun, "__name__", "fun")
-        donate = (donate_argnums,) if isinstance(donate_argnums, int) else tuple(donate_argnums)
+        donate = donate_argnums
         for what, nums in (("static_argnums", static_argnums), ("donate_argnums", donate)):
             for i in nums:
                 if not -n_pos <= i < n_pos:

@@ -14,7 +14,7 @@ from fnarray.core import dtypes
 from fnarray.core.array import Array
 from fnarray.core.avals import get_aval
 from fnarray.core.builder import trace_to_program
-from fnarray.core.errors import DTypeError, ShapeError
+from fnarray.core.errors import DTypeError, ShapeError, check_callable
 from fnarray.core.interpreter import eval_program
 from fnarray.core.ir import Program
 from fnarray.core.passes import consts_as_inputs
@@ -148,6 +148,7 @@ def jvp(fun, primals, tangents, has_aux=False):
       ShapeError: a tangent's shape differs from its primal's.
       DTypeError: a tangent's dtype differs from its primal's.
     """
+    check_callable(fun, "jvp")
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
         raise TypeError("jvp takes primals and tangents as tuples or lists of arguments, "
                         f"got {type(primals).__name__} and {type(tangents).__name__}")

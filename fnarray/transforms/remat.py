@@ -16,6 +16,7 @@ from fnarray.core import primitives as P
 from fnarray.core import avals
 from fnarray.core.avals import get_aval
 from fnarray.core.builder import trace_to_program
+from fnarray.core.errors import check_callable, int_tuple
 from fnarray.core.interpreter import eval_program
 from fnarray.core.passes import consts_as_inputs
 from fnarray.transforms.ad_tables import (
@@ -105,9 +106,8 @@ def checkpoint(fun, *, prevent_cse=True, policy=None, static_argnums=()):
     if policy is not None and not callable(policy):
         raise TypeError(f"checkpoint: policy must be None or a callable (a fnarray.checkpoint_policies policy), "
                         f"got {type(policy).__name__}")
-    static_argnums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
-    if not all(isinstance(i, int) and not isinstance(i, bool) for i in static_argnums):
-        raise TypeError(f"checkpoint: static_argnums must be an int or a tuple of ints, got {static_argnums!r}")
+    check_callable(fun, "checkpoint")
+    static_argnums = int_tuple(static_argnums, "checkpoint", "static_argnums")
 
     @functools.wraps(fun)
     def wrapped(*args, **kwargs):

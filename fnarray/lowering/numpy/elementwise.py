@@ -194,7 +194,12 @@ def _rem(x, y):
 
 
 def _pow(x, y):
-    return np.power(x, y)
+    r = np.power(x, y)
+    if np.ndim(y) == 0 and y == 0.5 and r.dtype.kind == "f":
+        # NumPy computes a 0-d exponent of 0.5 as sqrt: (-inf) ** 0.5 NaN and (-0.0) ** 0.5 -0.0, where IEEE 754's
+        # pow (NumPy's own with an array exponent, XLA, MLX, OpenCL, WGSL) gives inf and +0.0
+        r = np.where(np.isneginf(x), np.inf, r).astype(r.dtype) + r.dtype.type(0)
+    return r
 
 
 def _by_kind(int_fn, float_fn):
