@@ -538,15 +538,16 @@ def test_uniform_windows_cover_the_contraction(off, geometry, steps, split):
 # each bound as two windows of 8 rows (the last tile's second part past the rows), and a batch (storage: the
 # row windows are for one batch; a batch element over 64 KiB has no batch window). Batched products over 64 KiB
 # read through uniform windows of whole batch elements (``UNIFORM_BATCH_WINDOWS``): attention's q @ k^T over
-# [batch, seq, heads, d] views (both operands windowed), and p @ v with an epilogue (the lhs windowed).
+# [batch, seq, heads, d] views (both operands windowed), and p @ v with an epilogue (the lhs windowed, 8 KiB batch
+# elements: 4 dispatches, ``ROW_WINDOWS_MAX``).
 ROW_WINDOW_DOTS = [
     ("odd_epilogue", lambda a, b, c: a @ b + c, ((301, 60), (60, 36), (301, 36)), 2, "UNIFORM_ROW_WINDOWS", "m_base"),
     ("tile_in_parts", lambda a, b: a @ b, ((40, 1040), (1040, 16)), 3, "UNIFORM_ROW_WINDOWS", "a_off1"),
     ("batched", lambda a, b: a @ b, ((2, 300, 64), (2, 64, 16)), 1, "UNIFORM_ROW_WINDOWS", "m_base"),
     ("attention_qk", lambda q, k: q.transpose(0, 2, 1, 3) @ k.transpose(0, 2, 3, 1),
      ((8, 64, 4, 16), (8, 64, 4, 16)), 2, "UNIFORM_BATCH_WINDOWS", "b_base"),
-    ("attention_pv", lambda p, v, c: p @ v.transpose(0, 2, 1, 3) + c, ((8, 4, 64, 36), (8, 36, 4, 16), (8, 4, 64, 16)),
-     8, "UNIFORM_BATCH_WINDOWS", "b_base"),
+    ("attention_pv", lambda p, v, c: p @ v.transpose(0, 2, 1, 3) + c, ((8, 4, 64, 32), (8, 32, 4, 16), (8, 4, 64, 16)),
+     4, "UNIFORM_BATCH_WINDOWS", "b_base"),
 ]
 
 
@@ -575,13 +576,14 @@ def test_row_windows_give_the_storage_kernels_bits(wdev, monkeypatch, name, f, s
 @pytest.mark.parametrize("off,geometry,tile,count,parts", [
     (0, (64, 64, 1024), 32, 4, 1), (0, (64, 64, 300), 16, 2, 1), (8, (60, 60, 301), 16, 2, 1),
     (0, (784, 784, 32), 32, 1, 2), (0, (784, 784, 40), 32, 2, 2), (0, (2048, 2048, 64), 32, 2, 4),
-    (0, (256, 256, 1 << 15), 16, 0, 1)])
+    (0, (256, 256, 1 << 15), 16, 0, 1), (0, (64, 64, 1100), 32, 0, 1), (0, (256, 256, 1024), 32, 0, 1)])
 def test_row_windows_cover_the_rows(off, geometry, tile, count, parts):
     """``dot._row_windows``: ``count`` dispatches of windows of one size, at most 64 KiB, each starting at a
     multiple of the alignment and within the buffer, holding whole tiles of consecutive rows from 0 to M and
     every element of them; a tile over one window (the VAE's ``[32, 784]`` in 32-row tiles, 8-row loads) in
-    ``parts`` windows, one per run of whole loads (rows past M read as the last row); none where too many
-    dispatches would be needed."""
+    ``parts`` windows, one per run of whole loads (rows past M read as the last row); none where more than
+    ``ROW_WINDOWS_MAX`` (4) dispatches would be needed (1100 rows of 256 bytes: 5; the transformer's ``[1024,
+    256]``: 16)."""
     from fnarray.lowering.kernels.groups import dot
     s_m, K, M = geometry
     spec = types.SimpleNamespace(shape=(off + (M - 1) * s_m + K,), dtype=np.dtype(np.float32))
@@ -597,6 +599,21 @@ def test_row_windows_cover_the_rows(off, geometry, tile, count, parts):
                 lo, hi = (min(r0 + q * per // parts, r1 - 1), min(r0 + (q + 1) * per // parts, r1) - 1)
                 assert at % 32 == 0 and 0 <= at <= 4 * (off + lo * s_m) and 4 * (off + hi * s_m + K) <= at + size
                 assert at + size <= 4 * math.prod(spec.shape)
+
+
+@pytest.mark.parametrize("d,dispatches", [(32, 4), (36, 0)])
+def test_batch_windows_stop_at_the_dispatch_cap(d, dispatches):
+    """``DotGroup._batch_plan``: a batched product's lhs of 32 batch elements of ``[64, d]`` float32 is bound as
+    uniform windows of whole batch elements in at most ``ROW_WINDOWS_MAX`` (4) dispatches: elements of 8 KiB, 8 a
+    window, in 4; of 9 KiB (7 a window; 4 divides 32: 8 dispatches) from storage in one."""
+    from fnarray.lowering.kernels.groups import dot
+    B, M, K, N = 32, 64, d, 16
+    ctx = types.SimpleNamespace(opts={"dot_uniform": 1 << 16, "dot_uniform_windows": (11, 256)})
+    group = types.SimpleNamespace(B=B, M=M, K=K, N=N, ctx=ctx)
+    lhs = types.SimpleNamespace(shape=(B, M, K), dtype=np.dtype(np.float32))
+    rhs = types.SimpleNamespace(shape=(B, K, N), dtype=np.dtype(np.float32))
+    plan = dot.DotGroup._batch_plan(group, (lhs, 0, (M * K, K, 1)), (rhs, 0, (K * N, N, 1)), ("k", "rows"))
+    assert len(plan[2] if plan else ()) == dispatches
 
 
 def _momentum(x, d, m, p):

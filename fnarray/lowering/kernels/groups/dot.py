@@ -283,9 +283,14 @@ UNIFORM_WINDOWS = True
 #: binds its tile as several windows of whole subgroup loads of rows (``_row_windows``' parts: two of 16 rows), each
 #: load reading the window that holds its rows.
 UNIFORM_ROW_WINDOWS = True
-#: The most dispatches (row windows) a product's lhs is split into (``UNIFORM_ROW_WINDOWS``); more rows than that
-#: many windows hold keep the storage binding.
-ROW_WINDOWS_MAX = 32
+#: The most dispatches (row or batch windows) a product is split into (``UNIFORM_ROW_WINDOWS``,
+#: ``UNIFORM_BATCH_WINDOWS``); more rows or batch elements than that many windows hold keep the storage binding, one
+#: dispatch. The subgroup form's 128 accumulators a work item make a product's time its multiply-adds and
+#: broadcasts, not its loads: a uniform window saves little (the transformer's ``[1024, 64]`` lhs, 4 windows, equal
+#: with ``LP_NUM_THREADS=0``), and past 4 dispatches the launches cost more than it saves (lavapipe, load 14: the
+#: ``[1024, 256]`` lhs in 16 windows 1.25-1.38x the storage kernel's CPU time, the attention products in 16 batch
+#: windows 1.28-1.48x, in 4 0.92x; docs/performance.md, twenty-first session). 32 before.
+ROW_WINDOWS_MAX = 4
 
 #: Whether the subgroup form reads a batched product's ``vec4`` operands whose buffers are over ``dot_uniform`` bytes
 #: (attention's ``q @ k^T`` and ``p @ v``, batch = batch x heads) through uniform windows of whole batch elements,
