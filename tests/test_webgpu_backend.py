@@ -601,6 +601,21 @@ def test_row_windows_cover_the_rows(off, geometry, tile, count, parts):
                 assert at + size <= 4 * math.prod(spec.shape)
 
 
+@pytest.mark.parametrize("shape", [(16, 64, 256), (4, 256, 256), (1024, 256)])
+def test_plain_index_reads_a_reshape_as_the_flat_index(shape):
+    """``dot._plain``: the index of element ``(m, n + k)`` of a ``[1024, 256]`` product output, unravelled into an
+    operand of ``shape`` and linearised (``((m * 256 + n + k) // 16384) * 16384 + (m % 64) * 256 + n + k``), is
+    ``m * 256 + n + k`` for each of the four columns a ``vec4`` epilogue load reads (``n`` a multiple of 4 below
+    253), so ``DotGroup._epilogue_loads`` reads such an operand four elements a load."""
+    from fnarray.lowering.kernels import index
+    from fnarray.lowering.kernels.groups import dot
+    from fnarray.lowering.kernels.ir import INT32, Sym
+    m, n = index.ix_data(Sym("m", INT32), 0, 1023), index.ix_data(Sym("n", INT32), 0, 252)
+    for k in range(4):
+        flat = m * 256 + n + k
+        assert dot._plain(index.linearize(index.unravel(flat, shape), shape)) == flat
+
+
 @pytest.mark.parametrize("d,dispatches", [(32, 4), (36, 0)])
 def test_batch_windows_stop_at_the_dispatch_cap(d, dispatches):
     """``DotGroup._batch_plan``: a batched product's lhs of 32 batch elements of ``[64, d]`` float32 is bound as
@@ -629,7 +644,8 @@ def _np_or_fnp(a):
 # option ``dot_store4``): (name, f, operand shapes, float32 outputs stored as vec4 there, form). A weight gradient
 # with its momentum update (two outputs, both updated operands read four at a time), in both product forms, a
 # column bias beside a row bias (one read per row), a batch, columns that are not a multiple of 4 (scalar stores),
-# a bool output beside a float one, and an epilogue operand read transposed (scalar loads, vec4 stores).
+# a bool output beside a float one, and an epilogue operand read transposed (scalar loads, vec4 stores) beside one
+# read through a reshape (``dot._plain``: vec4 loads).
 STORE_DOTS = [
     ("momentum", _momentum, ((8, 24), (8, 32), (24, 32), (24, 32)), 2, "subgroup"),
     ("momentum_blocked", _momentum, ((8, 24), (8, 32), (24, 32), (24, 32)), 2, "blocked"),
@@ -638,7 +654,8 @@ STORE_DOTS = [
     ("batched", lambda a, b, c: a @ b + c, ((3, 17, 12), (3, 12, 40), (40,)), 1, "blocked"),
     ("columns_not_a_multiple_of_4", lambda a, b: a @ b, ((16, 8), (8, 18)), 0, "blocked"),
     ("bool_beside_float", lambda a, b: (a @ b, a @ b > 0), ((16, 8), (8, 32)), 1, "subgroup"),
-    ("transposed_epilogue_operand", lambda a, b, c: a @ b - c.T, ((16, 8), (8, 32), (32, 16)), 1, "subgroup"),
+    ("transposed_and_reshaped_epilogue_operands", lambda a, b, c, d: a @ b - c.T + d.reshape(16, 32),
+     ((16, 8), (8, 32), (32, 16), (2, 8, 32)), 1, "subgroup"),
 ]
 
 
