@@ -538,15 +538,16 @@ def test_uniform_windows_cover_the_contraction(off, geometry, steps, split):
 # each bound as two windows of 8 rows (the last tile's second part past the rows), and a batch (storage: the
 # row windows are for one batch; a batch element over 64 KiB has no batch window). Batched products over 64 KiB
 # read through uniform windows of whole batch elements (``UNIFORM_BATCH_WINDOWS``): attention's q @ k^T over
-# [batch, seq, heads, d] views (both operands windowed), and p @ v with an epilogue (the lhs windowed).
+# [batch, seq, heads, d] views (both operands windowed), and p @ v with an epilogue (the lhs windowed, 8 KiB batch
+# elements: 4 dispatches, ``ROW_WINDOWS_MAX``).
 ROW_WINDOW_DOTS = [
     ("odd_epilogue", lambda a, b, c: a @ b + c, ((301, 60), (60, 36), (301, 36)), 2, "UNIFORM_ROW_WINDOWS", "m_base"),
     ("tile_in_parts", lambda a, b: a @ b, ((40, 1040), (1040, 16)), 3, "UNIFORM_ROW_WINDOWS", "a_off1"),
     ("batched", lambda a, b: a @ b, ((2, 300, 64), (2, 64, 16)), 1, "UNIFORM_ROW_WINDOWS", "m_base"),
     ("attention_qk", lambda q, k: q.transpose(0, 2, 1, 3) @ k.transpose(0, 2, 3, 1),
      ((8, 64, 4, 16), (8, 64, 4, 16)), 2, "UNIFORM_BATCH_WINDOWS", "b_base"),
-    ("attention_pv", lambda p, v, c: p @ v.transpose(0, 2, 1, 3) + c, ((8, 4, 64, 36), (8, 36, 4, 16), (8, 4, 64, 16)),
-     8, "UNIFORM_BATCH_WINDOWS", "b_base"),
+    ("attention_pv", lambda p, v, c: p @ v.transpose(0, 2, 1, 3) + c, ((8, 4, 64, 32), (8, 32, 4, 16), (8, 4, 64, 16)),
+     4, "UNIFORM_BATCH_WINDOWS", "b_base"),
 ]
 
 
@@ -575,13 +576,14 @@ def test_row_windows_give_the_storage_kernels_bits(wdev, monkeypatch, name, f, s
 @pytest.mark.parametrize("off,geometry,tile,count,parts", [
     (0, (64, 64, 1024), 32, 4, 1), (0, (64, 64, 300), 16, 2, 1), (8, (60, 60, 301), 16, 2, 1),
     (0, (784, 784, 32), 32, 1, 2), (0, (784, 784, 40), 32, 2, 2), (0, (2048, 2048, 64), 32, 2, 4),
-    (0, (256, 256, 1 << 15), 16, 0, 1)])
+    (0, (256, 256, 1 << 15), 16, 0, 1), (0, (64, 64, 1100), 32, 0, 1), (0, (256, 256, 1024), 32, 0, 1)])
 def test_row_windows_cover_the_rows(off, geometry, tile, count, parts):
     """``dot._row_windows``: ``count`` dispatches of windows of one size, at most 64 KiB, each starting at a
     multiple of the alignment and within the buffer, holding whole tiles of consecutive rows from 0 to M and
     every element of them; a tile over one window (the VAE's ``[32, 784]`` in 32-row tiles, 8-row loads) in
-    ``parts`` windows, one per run of whole loads (rows past M read as the last row); none where too many
-    dispatches would be needed."""
+    ``parts`` windows, one per run of whole loads (rows past M read as the last row); none where more than
+    ``ROW_WINDOWS_MAX`` (4) dispatches would be needed (1100 rows of 256 bytes: 5; the transformer's ``[1024,
+    256]``: 16)."""
     from fnarray.lowering.kernels.groups import dot
     s_m, K, M = geometry
     spec = types.SimpleNamespace(shape=(off + (M - 1) * s_m + K,), dtype=np.dtype(np.float32))
@@ -599,6 +601,36 @@ def test_row_windows_cover_the_rows(off, geometry, tile, count, parts):
                 assert at + size <= 4 * math.prod(spec.shape)
 
 
+@pytest.mark.parametrize("shape", [(16, 64, 256), (4, 256, 256), (1024, 256)])
+def test_plain_index_reads_a_reshape_as_the_flat_index(shape):
+    """``dot._plain``: the index of element ``(m, n + k)`` of a ``[1024, 256]`` product output, unravelled into an
+    operand of ``shape`` and linearised (``((m * 256 + n + k) // 16384) * 16384 + (m % 64) * 256 + n + k``), is
+    ``m * 256 + n + k`` for each of the four columns a ``vec4`` epilogue load reads (``n`` a multiple of 4 below
+    253), so ``DotGroup._epilogue_loads`` reads such an operand four elements a load."""
+    from fnarray.lowering.kernels import index
+    from fnarray.lowering.kernels.groups import dot
+    from fnarray.lowering.kernels.ir import INT32, Sym
+    m, n = index.ix_data(Sym("m", INT32), 0, 1023), index.ix_data(Sym("n", INT32), 0, 252)
+    for k in range(4):
+        flat = m * 256 + n + k
+        assert dot._plain(index.linearize(index.unravel(flat, shape), shape)) == flat
+
+
+@pytest.mark.parametrize("d,dispatches", [(32, 4), (36, 0)])
+def test_batch_windows_stop_at_the_dispatch_cap(d, dispatches):
+    """``DotGroup._batch_plan``: a batched product's lhs of 32 batch elements of ``[64, d]`` float32 is bound as
+    uniform windows of whole batch elements in at most ``ROW_WINDOWS_MAX`` (4) dispatches: elements of 8 KiB, 8 a
+    window, in 4; of 9 KiB (7 a window; 4 divides 32: 8 dispatches) from storage in one."""
+    from fnarray.lowering.kernels.groups import dot
+    B, M, K, N = 32, 64, d, 16
+    ctx = types.SimpleNamespace(opts={"dot_uniform": 1 << 16, "dot_uniform_windows": (11, 256)})
+    group = types.SimpleNamespace(B=B, M=M, K=K, N=N, ctx=ctx)
+    lhs = types.SimpleNamespace(shape=(B, M, K), dtype=np.dtype(np.float32))
+    rhs = types.SimpleNamespace(shape=(B, K, N), dtype=np.dtype(np.float32))
+    plan = dot.DotGroup._batch_plan(group, (lhs, 0, (M * K, K, 1)), (rhs, 0, (K * N, N, 1)), ("k", "rows"))
+    assert len(plan[2] if plan else ()) == dispatches
+
+
 def _momentum(x, d, m, p):
     m2 = 0.9 * m + x.T @ d
     return p - 1e-3 * m2, m2
@@ -612,7 +644,8 @@ def _np_or_fnp(a):
 # option ``dot_store4``): (name, f, operand shapes, float32 outputs stored as vec4 there, form). A weight gradient
 # with its momentum update (two outputs, both updated operands read four at a time), in both product forms, a
 # column bias beside a row bias (one read per row), a batch, columns that are not a multiple of 4 (scalar stores),
-# a bool output beside a float one, and an epilogue operand read transposed (scalar loads, vec4 stores).
+# a bool output beside a float one, and an epilogue operand read transposed (scalar loads, vec4 stores) beside one
+# read through a reshape (``dot._plain``: vec4 loads).
 STORE_DOTS = [
     ("momentum", _momentum, ((8, 24), (8, 32), (24, 32), (24, 32)), 2, "subgroup"),
     ("momentum_blocked", _momentum, ((8, 24), (8, 32), (24, 32), (24, 32)), 2, "blocked"),
@@ -621,7 +654,8 @@ STORE_DOTS = [
     ("batched", lambda a, b, c: a @ b + c, ((3, 17, 12), (3, 12, 40), (40,)), 1, "blocked"),
     ("columns_not_a_multiple_of_4", lambda a, b: a @ b, ((16, 8), (8, 18)), 0, "blocked"),
     ("bool_beside_float", lambda a, b: (a @ b, a @ b > 0), ((16, 8), (8, 32)), 1, "subgroup"),
-    ("transposed_epilogue_operand", lambda a, b, c: a @ b - c.T, ((16, 8), (8, 32), (32, 16)), 1, "subgroup"),
+    ("transposed_and_reshaped_epilogue_operands", lambda a, b, c, d: a @ b - c.T + d.reshape(16, 32),
+     ((16, 8), (8, 32), (32, 16), (2, 8, 32)), 1, "subgroup"),
 ]
 
 

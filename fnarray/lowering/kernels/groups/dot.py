@@ -37,7 +37,7 @@ from fnarray.lowering.kernels.groups.register_tiles import (
     register_dot,
     register_dtype,
 )
-from fnarray.lowering.kernels.index import ix_data, to_expr, unravel
+from fnarray.lowering.kernels.index import Ix, IxDiv, IxMod, ix_data, to_expr, unravel
 from fnarray.lowering.kernels.ir import BOOL, INT32, UINT32, Broadcast, Cast, Lane, Op, Special, const, vector_dtype
 from fnarray.lowering.kernels.rules import (
     LOW_BIT,
@@ -283,9 +283,14 @@ UNIFORM_WINDOWS = True
 #: binds its tile as several windows of whole subgroup loads of rows (``_row_windows``' parts: two of 16 rows), each
 #: load reading the window that holds its rows.
 UNIFORM_ROW_WINDOWS = True
-#: The most dispatches (row windows) a product's lhs is split into (``UNIFORM_ROW_WINDOWS``); more rows than that
-#: many windows hold keep the storage binding.
-ROW_WINDOWS_MAX = 32
+#: The most dispatches (row or batch windows) a product is split into (``UNIFORM_ROW_WINDOWS``,
+#: ``UNIFORM_BATCH_WINDOWS``); more rows or batch elements than that many windows hold keep the storage binding, one
+#: dispatch. The subgroup form's 128 accumulators a work item make a product's time its multiply-adds and
+#: broadcasts, not its loads: a uniform window saves little (the transformer's ``[1024, 64]`` lhs, 4 windows, equal
+#: with ``LP_NUM_THREADS=0``), and past 4 dispatches the launches cost more than it saves (lavapipe, load 14: the
+#: ``[1024, 256]`` lhs in 16 windows 1.25-1.38x the storage kernel's CPU time, the attention products in 16 batch
+#: windows 1.28-1.48x, in 4 0.92x; docs/performance.md, twenty-first session). 32 before.
+ROW_WINDOWS_MAX = 4
 
 #: Whether the subgroup form reads a batched product's ``vec4`` operands whose buffers are over ``dot_uniform`` bytes
 #: (attention's ``q @ k^T`` and ``p @ v``, batch = batch x heads) through uniform windows of whole batch elements,
@@ -1090,7 +1095,9 @@ class DotGroup(Group):
         adjacent elements ``key .. key + 3`` of one buffer, ``key`` a multiple of 4 (every term of it but the
         column a multiple of 4, the column itself one), each loaded as one ``vec4`` whose lanes are seeded in
         ``em`` as those elements. Found by computing the roots at the four indices in a scratch emitter that
-        knows what ``em`` knows (the reduce group's ``vector_reads``)."""
+        knows what ``em`` knows (the reduce group's ``vector_reads``); an index through a reshape of the output's
+        flat index (the transformer's gelu gradient reading its ``[16, 64, 256]`` activations) compared as that
+        flat index (``_plain``: lavapipe then loads it as one ``vec4``, not lane by lane, element by element)."""
         f32, out = np.dtype(np.float32), self.eqn.outputs[0]
         reads: list = [{} for _ in idxs]
         at = [0]
@@ -1108,13 +1115,16 @@ class DotGroup(Group):
             if u.aval.dtype != f32 or u.aval.size == 1 or u in self.roots or u in self.products:
                 continue
             for key in sorted(keys, key=repr):
-                aligned = key.const % 4 == 0 and all(t in column or (t in rows and c % 4 == 0) for t, c in key.terms)
-                if not aligned or not all(key + k in reads[k].get(u, ()) for k in range(1, 4)):
+                flat = _plain(key)   # a reshape's index through the flat one (``(m * 256 + n) // 16384``...)
+                aligned = flat.const % 4 == 0 and all(t in column or (t in rows and c % 4 == 0) for t, c in flat.terms)
+                lanes = [key] + [next((o for o in sorted(reads[k].get(u, ()), key=repr) if _plain(o) == flat + k), None)
+                                 for k in range(1, 4)]
+                if not aligned or None in lanes:
                     continue
                 name = vec4_binding(b, args, self.ctx.spec(u), f32)
-                v = b.load(name, op("div", to_expr(key), const(4, INT32)), vector_dtype(f32))
-                for k in range(4):
-                    em.seed_key(u, key + k, b.let(Lane(v, k, f32)))
+                v = b.load(name, op("div", to_expr(flat), const(4, INT32)), vector_dtype(f32))
+                for k, at in enumerate(lanes):
+                    em.seed_key(u, at, b.let(Lane(v, k, f32)))
 
     def _vector_reads(self, lp, rp, block):
         """``(lhs, rhs)``: how ``_blocked`` reads each operand four elements at a time, ``"k"`` (along the
@@ -1197,6 +1207,26 @@ class DotGroup(Group):
         b.name = kernel_name("dot_tiled", tracker.eqns)
         gsize = (-(-self.N // BN) * TX, -(-self.M // BM) * TY, self.B)
         return make_launch(b, args, scalars, gsize, (TX, TY, 1), tracker.eqns, "dot", fixed_local=True)
+
+
+def _plain(ix):
+    """``ix`` with each term ``x // k`` or ``x % k`` whose ``x`` is ``g S + R`` (``0 <= R < g``, ``g`` a coefficient
+    of ``x`` dividing ``k``) written ``S // (k / g)`` or ``(S % (k / g)) g + R``, so that a flat index unravelled
+    through a reshape folds back (``index._fold_divmod``): ``((m * 256 + n) // 16384) * 16384 + (m % 64) * 256 + n``,
+    ``n < 256``, is ``m * 256 + n`` (``DotGroup._epilogue_loads``: the transformer's ``[16, 64, 256]`` activations
+    read as ``[1024, 256]``)."""
+    out = Ix({}, ix.const)
+    for t, c in ix.terms:
+        part = Ix({t: c}, 0)
+        if isinstance(t, (IxDiv, IxMod)):
+            for g in sorted({k for _, k in t.x.terms if k > 1 and t.k % k == 0}, reverse=True):
+                s = Ix({u: k // g for u, k in t.x.terms if k % g == 0}, t.x.const // g)
+                r = Ix({u: k for u, k in t.x.terms if k % g}, t.x.const % g)
+                if r.bounds()[0] >= 0 and r.bounds()[1] < g and s.bounds()[0] >= 0:
+                    part = (s // (t.k // g) if isinstance(t, IxDiv) else (s % (t.k // g)) * g + r) * c
+                    break
+        out = out + part
+    return out
 
 
 def batch_offset(bi, sb):
