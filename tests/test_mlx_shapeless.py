@@ -20,6 +20,7 @@ from helpers import decode_step, no_shapeless_rules, python_calls, require_backe
 
 RNG = np.random.default_rng(21)
 A = RNG.standard_normal((3, 5)).astype(np.float32)
+A[0, :3] = np.inf, np.nan, -0.0  # (NaN propagates, -0.0 keeps its sign, as on the keyed path)
 B = RNG.standard_normal((5, 4)).astype(np.float32)
 ROW = RNG.standard_normal((1, 5)).astype(np.float32)
 COL = RNG.standard_normal((3, 1)).astype(np.float32)

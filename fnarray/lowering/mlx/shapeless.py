@@ -56,8 +56,8 @@ def _result(shape, dev, buf, committed):
 
 
 def _plain(x) -> bool:
-    """A float32, strongly typed, non-empty array with an MLX buffer on a device the rules serve (``_unary`` and
-    ``_binary`` make the same test inline)."""
+    """A float32, strongly typed, non-empty array with an MLX buffer on a device the rules serve (``_unary``,
+    ``_binary`` and ``_matmul`` make the same test inline)."""
     if type(x) is not ArrayImpl or type(x._buf) is not _MXA or id(x._device) not in _DEVICES:
         return False
     av = x.aval
@@ -136,12 +136,16 @@ def _matmul(args, kwargs):
         if v is not None:
             return None
     x, y = args
-    if not (_plain(x) and _plain(y)) or y._device is not x._device:
+    if type(x) is not ArrayImpl or type(y) is not ArrayImpl:
         return None
-    a, b = x.aval.shape, y.aval.shape
-    if len(a) != 2 or len(b) != 2 or a[1] != b[0] or a[0] * b[1] > _MAX_ELEMENTS:
+    av, bv, dev, xb, yb = x.aval, y.aval, x._device, x._buf, y._buf  # (``_plain`` of both, inline)
+    if (type(xb) is not _MXA or type(yb) is not _MXA or y._device is not dev or id(dev) not in _DEVICES
+            or av.dtype != _F32 or bv.dtype != _F32 or av.weak_type or bv.weak_type):
         return None
-    return _result((a[0], b[1]), x._device, mx.matmul(x._buf, y._buf), x._committed or y._committed)
+    a, b = av.shape, bv.shape
+    if len(a) != 2 or len(b) != 2 or a[1] != b[0] or 0 in a or 0 in b or a[0] * b[1] > _MAX_ELEMENTS:
+        return None
+    return _result((a[0], b[1]), dev, mx.matmul(xb, yb), x._committed or y._committed)
 
 
 def _transpose(args, kwargs):
