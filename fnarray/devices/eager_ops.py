@@ -178,15 +178,24 @@ def _binary(code, general, raw=None, name=None):
     """``ArrayImpl``'s operator ``code`` (or the namespace function of qualified name ``name``, which a backend's
     rule of any shape may serve: ``fnarray.devices.shapeless``) over ``general``."""
     arrays, scalars = [_NO_MEMO], [_NO_MEMO]  # the last hits with an array operand and with a Python scalar
+    pairs = [_NO_MEMO]  # the last broadcast a backend's rule of any shape served: ``(aval, other aval, ...)``
 
     def method(self, other):
         t = type(other)
         if t is ArrayImpl:
             av, oav = self.aval, other.aval
             if oav is not av and oav != av:  # two avals (a broadcast): the general path, nothing to learn
-                if (av.dtype in _SERVED.get(id(self._device), ()) and (tracing.plain or _fast_now())
-                        and placement.debug_check is None and array_impl.recording is None):
-                    out = _shapeless(name, (self, other))  # (without the namespace's wrapper: two calls less)
+                dev = self._device
+                if av.dtype in _SERVED.get(id(dev), ()) and (tracing.plain or _fast_now()):
+                    m = pairs[0]
+                    a, b = self._buf, other._buf
+                    if (m[0] is av and m[1] is oav and m[2] is dev and other._device is dev and a is not None
+                            and b is not None and m[3] == config.generation):
+                        r = ArrayImpl()  # (the rule's last result for these two avals: its function and aval)
+                        r.aval, r._device, r._buf, r._host = m[5], dev, m[4](a, b), None
+                        r._committed = self._committed or other._committed
+                        return r
+                    out = _shapeless(name, (self, other), pairs, av, oav)  # (no wrapper: two calls less)
                     if out is not None:
                         return out
                 return general(self, other)
@@ -197,7 +206,7 @@ def _binary(code, general, raw=None, name=None):
                 m = arrays[0]
                 if m[0] is not av or m[1] is not dev or m[2] != config.generation:
                     if av.dtype in _SERVED.get(id(dev), ()):  # (a backend's rule of any shape serves it)
-                        out = _shapeless(name, (self, other))
+                        out = _shapeless(name, (self, other), arrays, av)
                         return general(self, other) if out is None else out
                     m = _remember(arrays, (code, av, ArrayImpl), dev, av)
                 a, b = self._buf, other._buf
@@ -276,7 +285,7 @@ def _unary(code, general, name=None):
                 if av.dtype in _SERVED.get(id(dev), ()):
                     # nor one whose backend's rule of any shape serves it (``fnarray.devices.shapeless``: mlx's
                     # float32), where an entry per new shape costs more than the rule saves
-                    out = _shapeless(name, (self,)) if placement.debug_check is None else None
+                    out = _shapeless(name, (self,), last, av)
                     return general(self) if out is None else out
                 m = _remember(last, (code, av), dev, av)
             a = self._buf
@@ -295,14 +304,23 @@ def _unary(code, general, name=None):
     return method
 
 
-def _shapeless(name, args):
+def _shapeless(name, args, memo, *head):
     """The call of the rule of any shape of the namespace function ``name`` (``fnarray.devices.shapeless``) on
-    ``args``, or None (no rule, a record under way, or the rule does not serve these operands). The caller has
-    checked that the call is plain (``_fast_now``); the namespace's wrapper would ask the same rule."""
+    ``args``, or None (no rule, a record under way, ``debug_nans``, or the rule does not serve these operands).
+    The caller has checked that the call is plain (``_fast_now``); the namespace's wrapper would ask the same rule.
+
+    A served call whose rule names its function (``rule.fn``: one elementwise MLX function, whatever the shape)
+    becomes the operator's last hit in ``memo`` (``head``: its avals), as a learned entry does: a loop whose shapes
+    repeat then calls that function without the rule's checks, one whose shapes grow calls the rule each time."""
     rule = _RULES.get(name)
-    if rule is None or array_impl.recording is not None:
+    if rule is None or array_impl.recording is not None or placement.debug_check is not None:
         return None
-    return rule(args, _NO_KWARGS)
+    out = rule(args, _NO_KWARGS)
+    fn = getattr(rule, "fn", None)
+    if out is not None and fn is not None:
+        dev = out._device
+        memo[0] = head + (dev, config.generation, fn, out.aval, None, _OpEntry(fn, None, out.aval, dev))
+    return out
 
 
 _RULES = shapeless.RULES

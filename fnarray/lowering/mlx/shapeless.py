@@ -43,13 +43,26 @@ _AVALS: dict = {}  # shape -> its float32 aval: one object per shape, as the exe
 _MX_NAME = {P.div: "divide"}  # MLX's names of the primitives whose rule is one expression of an MLX function
 
 
-def _result(shape, dev, buf, committed):
-    """The array of ``buf``, of ``shape`` (float32) on ``dev``."""
+# The last avals ``matmul`` and ``x.T`` served, with their result's aval (a loop whose shapes repeat skips the
+# checks and the shape arithmetic; one tuple replaced whole, so a thread reads the old one or the new one)
+_LAST_MATMUL = [(None, None, None, None)]
+_LAST_T = [(None, None, None)]
+
+
+def _aval(shape):
     av = _AVALS.get(shape)
     if av is None:
         if len(_AVALS) >= 4096:
             _AVALS.clear()
         av = _AVALS[shape] = ShapedArray(shape, _F32)
+    return av
+
+
+def _result(shape, dev, buf, committed):
+    """The array of ``buf``, of ``shape`` (float32) on ``dev``."""
+    av = _AVALS.get(shape)
+    if av is None:
+        av = _aval(shape)
     r = ArrayImpl()  # ArrayImpl.make inline, as the other eager hot paths
     r.aval, r._device, r._buf, r._committed, r._host = av, dev, buf, committed, None
     return r
@@ -88,6 +101,7 @@ def _unary(fn):
         r = ArrayImpl()  # (``_result`` inline: the aval is the operand's)
         r.aval, r._device, r._buf, r._committed, r._host = av, dev, fn(buf), x._committed, None
         return r
+    rule.fn = fn  # (``eager_ops`` keeps it as the operator's last hit: the same call for a repeated aval)
     return rule
 
 
@@ -126,6 +140,7 @@ def _binary(fn):
         if 0 in shape or math.prod(shape) > _MAX_ELEMENTS:
             return None
         return _result(shape, dev, fn(xb, yb), x._committed or y._committed)
+    rule.fn = fn
     return rule
 
 
@@ -139,13 +154,19 @@ def _matmul(args, kwargs):
     if type(x) is not ArrayImpl or type(y) is not ArrayImpl:
         return None
     av, bv, dev, xb, yb = x.aval, y.aval, x._device, x._buf, y._buf  # (``_plain`` of both, inline)
-    if (type(xb) is not _MXA or type(yb) is not _MXA or y._device is not dev or id(dev) not in _DEVICES
-            or av.dtype != _F32 or bv.dtype != _F32 or av.weak_type or bv.weak_type):
+    if type(xb) is not _MXA or type(yb) is not _MXA or y._device is not dev:
         return None
-    a, b = av.shape, bv.shape
-    if len(a) != 2 or len(b) != 2 or a[1] != b[0] or 0 in a or 0 in b or a[0] * b[1] > _MAX_ELEMENTS:
-        return None
-    return _result((a[0], b[1]), dev, mx.matmul(xb, yb), x._committed or y._committed)
+    m = _LAST_MATMUL[0]
+    if m[0] is not av or m[1] is not bv or m[2] is not dev:  # (the last served avals: checked already)
+        if (id(dev) not in _DEVICES or av.dtype != _F32 or bv.dtype != _F32 or av.weak_type or bv.weak_type):
+            return None
+        a, b = av.shape, bv.shape
+        if len(a) != 2 or len(b) != 2 or a[1] != b[0] or 0 in a or 0 in b or a[0] * b[1] > _MAX_ELEMENTS:
+            return None
+        m = _LAST_MATMUL[0] = (av, bv, dev, _aval((a[0], b[1])))
+    r = ArrayImpl()
+    r.aval, r._device, r._buf, r._committed, r._host = m[3], dev, mx.matmul(xb, yb), x._committed or y._committed, None
+    return r
 
 
 def _transpose(args, kwargs):
@@ -157,6 +178,12 @@ def _transpose(args, kwargs):
     else:
         return None
     x = args[0]
+    if axes is None and type(x) is ArrayImpl:  # (the last served aval of ``x.T``: checked already)
+        m = _LAST_T[0]
+        if m[0] is x.aval and m[1] is x._device and type(x._buf) is _MXA:
+            r = ArrayImpl()
+            r.aval, r._device, r._buf, r._committed, r._host = m[2], m[1], mx.transpose(x._buf), x._committed, None
+            return r
     if not _plain(x):
         return None
     shape = x.aval.shape
@@ -164,7 +191,9 @@ def _transpose(args, kwargs):
     if n < 2 or math.prod(shape) > _MAX_ELEMENTS:
         return None
     if axes is None:
-        return _result(shape[::-1], x._device, mx.transpose(x._buf), x._committed)
+        out = _result(shape[::-1], x._device, mx.transpose(x._buf), x._committed)
+        _LAST_T[0] = (x.aval, x._device, out.aval)
+        return out
     if type(axes) not in (tuple, list) or sorted(axes) != list(range(n)) or not all(type(i) is int for i in axes):
         return None
     return _result(tuple([shape[i] for i in axes]), x._device, mx.transpose(x._buf, axes), x._committed)
