@@ -799,21 +799,19 @@ _SERVED = shapeless.SERVED
 
 
 def _wrapper(fn, qualname):
-    """The wrapper of ``fn`` (``_wrap``; ``qualname``: its name in its namespace): a backend's rule of any shape
-    where one serves the call (``_SHAPELESS``), else the module docstring's keyed call."""
+    """``fn``'s wrapper (``_wrap``; ``qualname``: its namespace's name): a rule of any shape, else the keyed call."""
     def f(*args, **kwargs):
         if (tracing.plain or _fast_now()) and placement.debug_check is None:
             n = len(args)
             x = args[0] if n else None
             rule = _SHAPELESS.get(qualname)
-            if rule is not None and array_impl.recording is None:  # (no record under way: ``eager_tape``)
-                a = x[0] if (type(x) is list or type(x) is tuple) and x else x
-                if type(a) is ArrayImpl and a.aval.dtype in _SERVED.get(id(a._device), ()):
-                    out = rule(args, kwargs)
-                    if out is not None:
-                        return out
-            # ``_keyed``'s commonest keys made here (no call): one or two arrays, or one array with keyword
-            # values (``x.sum(axis=-1, keepdims=True)``), on one device
+            a = x[0] if rule is not None and (type(x) is list or type(x) is tuple) and x else x
+            if (rule is not None and type(a) is ArrayImpl and a.aval.dtype in _SERVED.get(id(a._device), ())
+                    and array_impl.recording is None):  # (no record under way: ``eager_tape``)
+                out = rule(args, kwargs)
+                if out is not None:
+                    return out
+            # ``_keyed``'s commonest keys made here, no call: one or two arrays, or one with keyword values
             keyed = None
             if type(x) is ArrayImpl:
                 if n == 1:
