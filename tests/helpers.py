@@ -29,10 +29,20 @@ __all__ = [
     "oracle_promote", "to_inexact", "reference", "assert_close", "assert_same", "check_traced",
     "eager_and_jit", "random_array", "on_device", "int_div_ref", "int_rem_ref", "shift_ref",
     "saturating_cast_ref", "ALL_DTYPES", "DTYPE_NAMES", "fallback_mode", "config_setting", "python_calls",
-    "run_threads", "kernel_capabilities",
+    "run_threads", "kernel_capabilities", "no_shapeless_rules",
 ]
 
 BACKEND_UNAVAILABLE = "backend unavailable"
+
+
+def no_shapeless_rules(monkeypatch) -> None:
+    """Switch off the backends' eager rules of any shape (``fnarray.devices.shapeless``: mlx's float32 calls) for
+    a test, so that its eager calls take the keyed path (records, tapes, programs) that it pins."""
+    from fnarray.devices import eager_ops
+    from fnarray.transforms import eager_jit
+    monkeypatch.setattr(eager_jit, "_SHAPELESS", {})
+    monkeypatch.setattr(eager_jit, "_SERVED", {})
+    monkeypatch.setattr(eager_ops, "_SERVED", {})
 
 
 def python_calls(fn) -> list:

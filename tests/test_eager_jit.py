@@ -17,7 +17,7 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core.errors import ShapeError
 from fnarray.transforms import eager_jit
-from helpers import count_lowerings, decode_step, python_calls, require_backend, run_threads
+from helpers import count_lowerings, decode_step, no_shapeless_rules, python_calls, require_backend, run_threads
 
 RNG = np.random.default_rng(0)
 A = RNG.standard_normal((4, 6)).astype(np.float32)
@@ -60,6 +60,9 @@ def _programs_from_the_second_call(monkeypatch):
     monkeypatch.setattr(eager_jit, "REPEATED_CALL", 2)
     monkeypatch.setattr(eager_jit, "_TAPE_CALLS", dict.fromkeys(eager_jit._TAPE_CALLS))
     monkeypatch.setattr(eager_jit, "TAPE_BUDGET_S", float("inf"))
+    # the keyed path on every device: mlx's float32 calls of the functions that its rules of any shape serve
+    # (``fnarray.devices.shapeless``) skip it otherwise (``test_mlx_shapeless.py`` compares the two)
+    no_shapeless_rules(monkeypatch)
 
 
 def _observed(r):

@@ -21,7 +21,14 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core import dtypes
 from fnarray.devices import eager_ops, placement
-from helpers import python_calls, run_threads
+from helpers import no_shapeless_rules, python_calls, run_threads
+
+
+@pytest.fixture(autouse=True)
+def _entries_everywhere(monkeypatch):
+    """The operators' entries on every device: mlx's float32 calls take its rules of any shape otherwise
+    (``fnarray.devices.shapeless``, compared with the keyed path in ``test_mlx_shapeless.py``)."""
+    no_shapeless_rules(monkeypatch)
 
 BINARY = {
     "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,

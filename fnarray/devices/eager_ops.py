@@ -52,7 +52,7 @@ from fnarray.core import dtypes, families, tracing
 from fnarray.core import primitives as P
 from fnarray.core.array import _OPERAND_TYPES, Array, foreign_operand
 from fnarray.core.config import config
-from fnarray.devices import placement
+from fnarray.devices import array_impl, placement, shapeless
 from fnarray.devices.array_impl import ArrayImpl
 
 __all__ = ["install_namespace", "serves"]
@@ -63,6 +63,7 @@ _STATE = tracing._state          # this thread's trace levels
 _APPLY = placement.eager_apply   # the unprofiled eager apply: the fast path runs only while it is installed
 _D = placement._eager_d          # the eager cache's mapping (GIL-atomic gets, no lock)
 _PARAMS = tracing._NO_PARAMS     # what ``bind`` passes for a primitive without params
+_SERVED = shapeless.SERVED        # id(device) -> the dtypes a backend's rules of any shape take there
 
 
 def _not_bool(d) -> bool:
@@ -173,14 +174,30 @@ def _remember(memo, key, dev, *head):
     return m
 
 
-def _binary(code, general, raw=None):
+def _binary(code, general, raw=None, name=None):
+    """``ArrayImpl``'s operator ``code`` (or the namespace function of qualified name ``name``, which a backend's
+    rule of any shape may serve: ``fnarray.devices.shapeless``) over ``general``."""
     arrays, scalars = [_NO_MEMO], [_NO_MEMO]  # the last hits with an array operand and with a Python scalar
+    pairs = [_NO_MEMO]  # the last broadcast a backend's rule of any shape served: ``(aval, other aval, ...)``
 
     def method(self, other):
         t = type(other)
         if t is ArrayImpl:
             av, oav = self.aval, other.aval
             if oav is not av and oav != av:  # two avals (a broadcast): the general path, nothing to learn
+                dev = self._device
+                if av.dtype in _SERVED.get(id(dev), ()) and (tracing.plain or _fast_now()):
+                    m = pairs[0]
+                    a, b = self._buf, other._buf
+                    if (m[0] is av and m[1] is oav and m[2] is dev and other._device is dev and a is not None
+                            and b is not None and m[3] == config.generation):
+                        r = ArrayImpl()  # (the rule's last result for these two avals: its function and aval)
+                        r.aval, r._device, r._buf, r._host = m[5], dev, m[4](a, b), None
+                        r._committed = self._committed or other._committed
+                        return r
+                    out = _shapeless(name, (self, other), pairs, av, oav)  # (no wrapper: two calls less)
+                    if out is not None:
+                        return out
                 return general(self, other)
             if tracing.plain or _fast_now():
                 # The entry is keyed by this array's aval alone (the other's must equal it: operands of two
@@ -188,6 +205,9 @@ def _binary(code, general, raw=None):
                 dev = self._device
                 m = arrays[0]
                 if m[0] is not av or m[1] is not dev or m[2] != config.generation:
+                    if av.dtype in _SERVED.get(id(dev), ()):  # (a backend's rule of any shape serves it)
+                        out = _shapeless(name, (self, other), arrays, av)
+                        return general(self, other) if out is None else out
                     m = _remember(arrays, (code, av, ArrayImpl), dev, av)
                 a, b = self._buf, other._buf
                 if m is not None and other._device is dev and a is not None and b is not None:
@@ -248,7 +268,8 @@ def _reflected(code, general, raw=None):
     return method
 
 
-def _unary(code, general):
+def _unary(code, general, name=None):
+    """``ArrayImpl``'s operator ``code`` (or the namespace function of qualified name ``name``) over ``general``."""
     last = [_NO_MEMO]
 
     def method(self):
@@ -261,6 +282,11 @@ def _unary(code, general):
                     # program of the function serves the call, reached without a lookup or the miss's checks
                     # (8 of a jax:0 decode step's 44 Python calls)
                     return general(self)
+                if av.dtype in _SERVED.get(id(dev), ()):
+                    # nor one whose backend's rule of any shape serves it (``fnarray.devices.shapeless``: mlx's
+                    # float32), where an entry per new shape costs more than the rule saves
+                    out = _shapeless(name, (self,), last, av)
+                    return general(self) if out is None else out
                 m = _remember(last, (code, av), dev, av)
             a = self._buf
             if m is not None and a is not None:
@@ -276,6 +302,29 @@ def _unary(code, general):
     method.__name__ = general.__name__
     method.__doc__ = general.__doc__
     return method
+
+
+def _shapeless(name, args, memo, *head):
+    """The call of the rule of any shape of the namespace function ``name`` (``fnarray.devices.shapeless``) on
+    ``args``, or None (no rule, a record under way, ``debug_nans``, or the rule does not serve these operands).
+    The caller has checked that the call is plain (``_fast_now``); the namespace's wrapper would ask the same rule.
+
+    A served call whose rule names its function (``rule.fn``: one elementwise MLX function, whatever the shape)
+    becomes the operator's last hit in ``memo`` (``head``: its avals), as a learned entry does: a loop whose shapes
+    repeat then calls that function without the rule's checks, one whose shapes grow calls the rule each time."""
+    rule = _RULES.get(name)
+    if rule is None or array_impl.recording is not None or placement.debug_check is not None:
+        return None
+    out = rule(args, _NO_KWARGS)
+    fn = getattr(rule, "fn", None)
+    if out is not None and fn is not None:
+        dev = out._device
+        memo[0] = head + (dev, config.generation, fn, out.aval, None, _OpEntry(fn, None, out.aval, dev))
+    return out
+
+
+_RULES = shapeless.RULES
+_NO_KWARGS: dict = {}
 
 
 def _miss(code, general, x, *other, raw=None):
@@ -457,18 +506,21 @@ def install_namespace(ns, unwrap=None) -> None:
     for name, (code, rcode) in _NAMESPACE_BINARY.items():
         fn = getattr(ns, name)
         raw = None if unwrap is None else unwrap(fn)
-        _replace(ns, fn, _namespace_binary(fn, code, rcode, raw), (code, rcode))
+        qualname = f"{ns.__name__}.{name}"
+        _replace(ns, fn, _namespace_binary(fn, code, rcode, raw, qualname), (code, rcode))
         # ArrayImpl's operators, which tried the same entries already, fall back to the replaced function
         # itself (Array's operator would call the new one, and so look them up a second time).
         for c, reflected in ((code, False), (rcode, True)):
             if c in _DUNDER:
-                _install_operator(c, (_reflected if reflected else _binary)(
-                    c, _operator(fn, reflected), None if raw is None else _operator(raw, reflected)))
+                raw_op = None if raw is None else _operator(raw, reflected)
+                _install_operator(c, _reflected(c, _operator(fn, reflected), raw_op) if reflected else
+                                  _binary(c, _operator(fn, reflected), raw_op, qualname))
     for name, code in _NAMESPACE_UNARY.items():
         fn = getattr(ns, name)
-        _replace(ns, fn, _namespace_unary(fn, code), (code,))
+        qualname = f"{ns.__name__}.{name}"
+        _replace(ns, fn, _namespace_unary(fn, code, qualname), (code,))
         if code in _DUNDER:
-            _install_operator(code, _unary(code, fn))
+            _install_operator(code, _unary(code, fn, qualname))
 
 
 def _install_operator(code, method):
@@ -546,8 +598,8 @@ def _replace(ns, old, new, codes):
             setattr(ns, attr, new)
 
 
-def _namespace_binary(fn, code, rcode, raw=None):
-    fast = _binary(code, fn, raw)
+def _namespace_binary(fn, code, rcode, raw=None, name=None):
+    fast = _binary(code, fn, raw, name)
     rraw = None if raw is None else (lambda x, s: raw(s, x))
     rfast = _reflected(rcode, lambda x, s: fn(s, x), rraw) if rcode is not None else None
 
@@ -562,8 +614,8 @@ def _namespace_binary(fn, code, rcode, raw=None):
     return f
 
 
-def _namespace_unary(fn, code):
-    fast = _unary(code, fn)
+def _namespace_unary(fn, code, name=None):
+    fast = _unary(code, fn, name)
 
     def f(x, /):
         return fast(x) if type(x) is ArrayImpl else fn(x)

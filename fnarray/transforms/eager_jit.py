@@ -69,7 +69,7 @@ from fnarray.core.shaped import ShapedArray
 from fnarray.devices import placement
 from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.backend import compiling
-from fnarray.devices import eager_ops
+from fnarray.devices import array_impl, eager_ops, shapeless
 from fnarray.devices.eager_ops import _fast_now
 from fnarray.transforms import eager_tape
 from fnarray.transforms.jit import Jitted
@@ -780,7 +780,7 @@ def _wrap(fn, module):
         return w
     if fn in _WRAPPED:
         return fn  # already a wrapper (imported from a module installed before)
-    f = _wrapper(fn)
+    f = _wrapper(fn, f"{module}.{fn.__name__}")
     _WRAPPERS[fn] = functools.update_wrapper(f, fn)
     _WRAPPED.add(f)
     # Named after the namespace that exports it, where pickle and checkpoints (which refer to functions by
@@ -791,15 +791,28 @@ def _wrap(fn, module):
     return f
 
 
-def _wrapper(fn):
-    """The wrapper of ``fn`` (``_wrap``): the module docstring's keyed call."""
+# A backend's rules of any shape (``fnarray.devices.shapeless``: mlx's float32 calls), asked first where the call's
+# first array (``concatenate``'s: its list's first) has a dtype that the rules of its device serve: other devices'
+# calls pay two lookups, no call.
+_SHAPELESS = shapeless.RULES
+_SERVED = shapeless.SERVED
+
+
+def _wrapper(fn, qualname):
+    """``fn``'s wrapper (``_wrap``; ``qualname``: its namespace's name): a rule of any shape, else the keyed call."""
     def f(*args, **kwargs):
         if (tracing.plain or _fast_now()) and placement.debug_check is None:
-            # ``_keyed``'s commonest keys made here (no call): one or two arrays, or one array with keyword
-            # values (``x.sum(axis=-1, keepdims=True)``), on one device
-            keyed = None
             n = len(args)
             x = args[0] if n else None
+            rule = _SHAPELESS.get(qualname)
+            a = x[0] if rule is not None and (type(x) is list or type(x) is tuple) and x else x
+            if (rule is not None and type(a) is ArrayImpl and a.aval.dtype in _SERVED.get(id(a._device), ())
+                    and array_impl.recording is None):  # (no record under way: ``eager_tape``)
+                out = rule(args, kwargs)
+                if out is not None:
+                    return out
+            # ``_keyed``'s commonest keys made here, no call: one or two arrays, or one with keyword values
+            keyed = None
             if type(x) is ArrayImpl:
                 if n == 1:
                     if not kwargs:
@@ -812,8 +825,7 @@ def _wrapper(fn):
                                 break
                             key += (name, t, v)
                         else:
-                            key.append(id(x._device))
-                            key.append(config.generation)
+                            key += (id(x._device), config.generation)
                             keyed = tuple(key), args
                 elif n == 2 and not kwargs:
                     y = args[1]

@@ -123,8 +123,10 @@ from fnarray.core.pallas import pallas_call_p
 from fnarray.core.passes import has_effect, program_from_eqn
 from fnarray.core.subprograms import CALL_PROGRAM, subprograms
 from fnarray.core.subprograms import CONTROL_FLOW
+from fnarray.devices import shapeless
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered, compiling
 from fnarray.lowering.mlx import conv, jacobians, keepdims, linalg, pallas
+from fnarray.lowering.mlx import shapeless as mlx_shapeless
 from fnarray.lowering.mlx.common import IMPORT_ERROR, RULES, from_numpy, mx, to_numpy
 from fnarray.lowering.mlx.low_bit import low_bit_reason
 from fnarray.lowering.mlx.program import Generated as _Generated
@@ -417,6 +419,9 @@ class MlxBackend(Backend):
         if group is not None:  # a run of several processes: one device per process (fnarray.lowering.mlx.spmd)
             mine = self._devices[0]
             self._devices = _spmd.process_devices(group, mine.handle, mine.platform, mine.description)
+        else:  # eager namespace calls of float32 arrays straight to MLX on its one device (``shapeless.py``)
+            served = [d for d in self._devices if _only_device(d.handle)]
+            shapeless.register(mlx_shapeless.rules(served), served, mlx_shapeless.DTYPES)
         # (the low-bit dtypes as their bytes, in conversions and data movement only: low_bit.py)
         all_but = (frozenset(dtypes.ALL_DTYPES) - {dtypes.complex128}) | frozenset(dtypes.LOW_BIT_DTYPES)
         self._caps = {

@@ -1,0 +1,314 @@
+"""mlx:0's shape-polymorphic eager calls (``fnarray.devices.shapeless``): float32 arrays straight to MLX.
+
+MLX's operations take arrays of any shape and only build graph nodes, so an eager call on a new shape needs none
+of the keyed path's per-shape work (a record, the primitives' eager misses: ~25 Python calls a primitive on
+mlx:0, a decode loop's first pass 18-24x raw MLX; issue 28). These rules compute the call with the MLX operations
+that the general path's primitives run on this backend (``common.RULES`` at float32, which are MLX's functions
+themselves), from the arguments alone, for:
+
+- ``exp``, ``log``, ``tanh``... (``eager_ops``' unary functions) and ``add``, ``subtract``, ``multiply``,
+  ``divide``, ``maximum``, ``minimum`` of two arrays of one rank, broadcast as NumPy does (the general path's
+  ``broadcast_in_dim`` is exact, and MLX broadcasts the same way);
+- ``matmul`` of two matrices, ``transpose`` (``.T``) of a matrix or more, ``concatenate`` of arrays of one rank;
+- ``sum``, ``max`` and ``min`` over int or tuple axes, with ``keepdims``.
+
+Each operand must be a float32, not weakly typed, non-empty array on a device whose operations run on MLX's one
+device (``mlx[cpu]`` without a GPU: no stream to pick) with an ``mx.array`` buffer, and the result at most
+``memory.SMALL_BYTES`` (the size the general path checks against the device's memory above). Anything else
+(another dtype, a Python scalar operand, a rank promotion, an error to raise: a contraction that does not match,
+an axis out of range) returns None and takes the keyed path, which raises its own errors.
+``tests/test_mlx_shapeless.py`` compares every rule with the general path and NumPy.
+"""
+
+from __future__ import annotations
+
+import math
+
+from fnarray.core import dtypes, families
+from fnarray.core import primitives as P
+from fnarray.core.ir import Params
+from fnarray.core.shaped import ShapedArray
+from fnarray.devices import memory
+from fnarray.devices.array_impl import ArrayImpl
+from fnarray.lowering.mlx.common import RULES, mx
+
+__all__ = ["DTYPES", "rules"]
+
+_F32 = dtypes.float32
+_MAX_ELEMENTS = memory.SMALL_BYTES // _F32.itemsize
+_MXA = mx.array if mx is not None else None
+_DEVICES: set = set()  # ids of the devices the rules serve (``rules``; devices live as long as the process)
+
+_AVALS: dict = {}  # shape -> its float32 aval: one object per shape, as the executables' outputs share one
+_MX_NAME = {P.div: "divide"}  # MLX's names of the primitives whose rule is one expression of an MLX function
+
+
+# The last avals ``matmul`` and ``x.T`` served, with their result's aval (a loop whose shapes repeat skips the
+# checks and the shape arithmetic; one tuple replaced whole, so a thread reads the old one or the new one)
+_LAST_MATMUL = [(None, None, None, None)]
+_LAST_T = [(None, None, None)]
+
+
+def _aval(shape):
+    av = _AVALS.get(shape)
+    if av is None:
+        if len(_AVALS) >= 4096:
+            _AVALS.clear()
+        av = _AVALS[shape] = ShapedArray(shape, _F32)
+    return av
+
+
+def _result(shape, dev, buf, committed):
+    """The array of ``buf``, of ``shape`` (float32) on ``dev``."""
+    av = _AVALS.get(shape)
+    if av is None:
+        av = _aval(shape)
+    r = ArrayImpl()  # ArrayImpl.make inline, as the other eager hot paths
+    r.aval, r._device, r._buf, r._committed, r._host = av, dev, buf, committed, None
+    return r
+
+
+def _plain(x) -> bool:
+    """A float32, strongly typed, non-empty array with an MLX buffer on a device the rules serve (``_unary``,
+    ``_binary`` and ``_matmul`` make the same test inline)."""
+    if type(x) is not ArrayImpl or type(x._buf) is not _MXA or id(x._device) not in _DEVICES:
+        return False
+    av = x.aval
+    return av.dtype == _F32 and not av.weak_type and 0 not in av.shape
+
+
+def _elementwise(prim, arity):
+    """The float32 function of an elementwise primitive's rule (MLX's function itself: ``mx.exp``)."""
+    av = ShapedArray((1,), _F32)
+    fn = RULES[prim](Params(), [av] * arity, [av])
+    inline = getattr(fn, "inline", None)  # ``common.expression``'s ``mx.divide({0}, {1})``: that function itself
+    if inline is not None and not inline[1] and inline[0] == f"mx.{_MX_NAME.get(prim, prim.name)}({{0}}, {{1}})":
+        return getattr(mx, _MX_NAME.get(prim, prim.name))
+    return fn
+
+
+def _unary(fn):
+    def rule(args, kwargs):
+        if kwargs or len(args) != 1:
+            return None
+        x = args[0]
+        if type(x) is not ArrayImpl:
+            return None
+        av, buf, dev = x.aval, x._buf, x._device
+        if (type(buf) is not _MXA or av.dtype != _F32 or av.weak_type or id(dev) not in _DEVICES
+                or 0 in av.shape or math.prod(av.shape) > _MAX_ELEMENTS):
+            return None
+        r = ArrayImpl()  # (``_result`` inline: the aval is the operand's)
+        r.aval, r._device, r._buf, r._committed, r._host = av, dev, fn(buf), x._committed, None
+        return r
+    rule.fn = fn  # (``eager_ops`` keeps it as the operator's last hit: the same call for a repeated aval)
+    return rule
+
+
+def _broadcast(a, b):
+    """NumPy's broadcast of two shapes of one rank, or None."""
+    out = []
+    for m, n in zip(a, b):
+        if m == n or n == 1:
+            out.append(m)
+        elif m == 1:
+            out.append(n)
+        else:
+            return None
+    return tuple(out)
+
+
+def _binary(fn):
+    def rule(args, kwargs):
+        if kwargs or len(args) != 2:
+            return None
+        x, y = args
+        if type(x) is not ArrayImpl or type(y) is not ArrayImpl:
+            return None
+        a, b, dev = x.aval, y.aval, x._device
+        xb, yb = x._buf, y._buf
+        if (type(xb) is not _MXA or type(yb) is not _MXA or y._device is not dev or id(dev) not in _DEVICES
+                or a.dtype != _F32 or b.dtype != _F32 or a.weak_type or b.weak_type):
+            return None
+        shape = a.shape
+        if shape != b.shape:
+            if len(shape) != len(b.shape):  # a rank promotion: the keyed path (and its checks)
+                return None
+            shape = _broadcast(shape, b.shape)
+            if shape is None:
+                return None
+        if 0 in shape or math.prod(shape) > _MAX_ELEMENTS:
+            return None
+        return _result(shape, dev, fn(xb, yb), x._committed or y._committed)
+    rule.fn = fn
+    return rule
+
+
+def _matmul(args, kwargs):
+    if len(args) != 2:
+        return None
+    for v in kwargs.values():  # (``precision``, ``preferred_element_type``, ``out_sharding``: their defaults only)
+        if v is not None:
+            return None
+    x, y = args
+    if type(x) is not ArrayImpl or type(y) is not ArrayImpl:
+        return None
+    av, bv, dev, xb, yb = x.aval, y.aval, x._device, x._buf, y._buf  # (``_plain`` of both, inline)
+    if type(xb) is not _MXA or type(yb) is not _MXA or y._device is not dev:
+        return None
+    m = _LAST_MATMUL[0]
+    if m[0] is not av or m[1] is not bv or m[2] is not dev:  # (the last served avals: checked already)
+        if (id(dev) not in _DEVICES or av.dtype != _F32 or bv.dtype != _F32 or av.weak_type or bv.weak_type):
+            return None
+        a, b = av.shape, bv.shape
+        if len(a) != 2 or len(b) != 2 or a[1] != b[0] or 0 in a or 0 in b or a[0] * b[1] > _MAX_ELEMENTS:
+            return None
+        m = _LAST_MATMUL[0] = (av, bv, dev, _aval((a[0], b[1])))
+    r = ArrayImpl()
+    r.aval, r._device, r._buf, r._committed, r._host = m[3], dev, mx.matmul(xb, yb), x._committed or y._committed, None
+    return r
+
+
+def _transpose(args, kwargs):
+    n = len(args)
+    if n == 1 and not kwargs:  # ``x.T``, ``transpose(x)``: the axes reversed
+        axes = None
+    elif n + len(kwargs) == 2 and (n == 2 or "axes" in kwargs):
+        axes = args[1] if n == 2 else kwargs["axes"]
+    else:
+        return None
+    x = args[0]
+    if axes is None and type(x) is ArrayImpl:  # (the last served aval of ``x.T``: checked already)
+        m = _LAST_T[0]
+        if m[0] is x.aval and m[1] is x._device and type(x._buf) is _MXA:
+            r = ArrayImpl()
+            r.aval, r._device, r._buf, r._committed, r._host = m[2], m[1], mx.transpose(x._buf), x._committed, None
+            return r
+    if not _plain(x):
+        return None
+    shape = x.aval.shape
+    n = len(shape)
+    if n < 2 or math.prod(shape) > _MAX_ELEMENTS:
+        return None
+    if axes is None:
+        out = _result(shape[::-1], x._device, mx.transpose(x._buf), x._committed)
+        _LAST_T[0] = (x.aval, x._device, out.aval)
+        return out
+    if type(axes) not in (tuple, list) or sorted(axes) != list(range(n)) or not all(type(i) is int for i in axes):
+        return None
+    return _result(tuple([shape[i] for i in axes]), x._device, mx.transpose(x._buf, axes), x._committed)
+
+
+def _concatenate(args, kwargs):
+    n = len(args)
+    if n == 2 and "axis" not in kwargs:
+        xs, axis = args
+    elif n == 1:
+        xs, axis = args[0], kwargs.get("axis", 0)
+    else:
+        return None
+    for k, v in kwargs.items():
+        if k != "axis" and (k != "dtype" or v is not None):
+            return None
+    if type(xs) not in (list, tuple) or len(xs) < 2 or type(axis) is not int:
+        return None
+    x0 = xs[0]
+    if type(x0) is not ArrayImpl:
+        return None
+    dev, shape = x0._device, x0.aval.shape
+    nd = len(shape)
+    if not -nd <= axis < nd:
+        return None
+    axis %= nd
+    before, after = shape[:axis], shape[axis + 1:]
+    total, committed, bufs = 0, False, []
+    for x in xs:
+        if not _plain(x) or x._device is not dev:
+            return None
+        s = x.aval.shape
+        if len(s) != nd or s[axis + 1:] != after or (axis and s[:axis] != before):
+            return None
+        total += s[axis]
+        committed = committed or x._committed
+        bufs.append(x._buf)
+    out = before + (total,) + after
+    if math.prod(out) > _MAX_ELEMENTS:
+        return None
+    return _result(out, dev, mx.concatenate(bufs, axis), committed)
+
+
+# the keyword arguments a reduction takes here: its axes and keepdims, and the others at their defaults
+_REDUCTION_DEFAULTS = {"dtype": None, "out": None, "initial": None, "where": None, "promote_integers": True}
+
+
+def _reduction(fn):
+    def rule(args, kwargs):
+        n = len(args)
+        if n == 2 and "axis" not in kwargs:
+            axis = args[1]
+        elif n == 1:
+            axis = kwargs.get("axis")
+        else:
+            return None
+        keepdims = kwargs.get("keepdims", False)
+        if len(kwargs) > ("axis" in kwargs) + ("keepdims" in kwargs):
+            for k, v in kwargs.items():
+                if k not in ("axis", "keepdims") and (k not in _REDUCTION_DEFAULTS or v is not _REDUCTION_DEFAULTS[k]):
+                    return None
+        x = args[0]
+        if not _plain(x) or type(keepdims) is not bool:
+            return None
+        shape = x.aval.shape
+        if math.prod(shape) > _MAX_ELEMENTS:
+            return None
+        nd = len(shape)
+        if type(axis) is int:  # (the common call: one axis)
+            if not -nd <= axis < nd:
+                return None
+            a = axis % nd
+            axes = [a]
+            out = shape[:a] + (1,) + shape[a + 1:] if keepdims else shape[:a] + shape[a + 1:]
+        else:
+            axes = _axes(axis, nd)
+            if not axes:
+                return None
+            out = tuple([1 if i in axes else d for i, d in enumerate(shape)]) if keepdims else \
+                tuple([d for i, d in enumerate(shape) if i not in axes])
+        return _result(out, x._device, fn(x._buf, axes, keepdims), x._committed)
+    return rule
+
+
+def _axes(axis, n):
+    """``axis`` (None or a tuple of ints) as a sorted list of non-negative axes of a rank-``n`` array, or None where
+    it is out of range or repeated (the keyed path raises)."""
+    if axis is None:
+        return list(range(n))
+    if type(axis) is not tuple:
+        return None
+    axes = sorted([i % n for i in axis if type(i) is int and -n <= i < n])
+    if len(axes) != len(axis) or len(set(axes)) != len(axes):
+        return None
+    return axes
+
+
+# the namespace functions that are exactly one elementwise primitive at float32 (``eager_ops``' tables: NumPy's
+# functions of a primitive's own name, ``Primitive.library``), by name; comparisons (bool results) are left out
+_UNARY = {"negative": P.neg, "abs": P.abs_p, **{p.name: p for p in families.members("unary") if p.library}}
+_BINARY = {"add": P.add, "subtract": P.sub, "multiply": P.mul, "divide": P.div, "maximum": P.max_p,
+           "minimum": P.min_p}
+
+
+#: the dtypes the rules take (``fnarray.devices.shapeless.SERVED``)
+DTYPES = frozenset({_F32})
+
+
+def rules(devices) -> dict:
+    """``{qualified name of a namespace function: rule}`` serving ``devices`` (the mlx devices whose operations
+    run on MLX's one device), for ``fnarray.devices.shapeless.register``."""
+    _DEVICES.update(id(d) for d in devices)
+    out = {f"fnarray.numpy.{name}": _unary(_elementwise(prim, 1)) for name, prim in _UNARY.items()}
+    out.update({f"fnarray.numpy.{name}": _binary(_elementwise(prim, 2)) for name, prim in _BINARY.items()})
+    out.update({"fnarray.numpy.matmul": _matmul, "fnarray.numpy.transpose": _transpose,
+                "fnarray.numpy.concatenate": _concatenate, "fnarray.numpy.sum": _reduction(mx.sum),
+                "fnarray.numpy.max": _reduction(mx.max), "fnarray.numpy.min": _reduction(mx.min)})
+    return out
