@@ -94,7 +94,7 @@ from fnarray.lowering.kernels.groups.attention import unsupported_reason as atte
 from fnarray.lowering.kernels.groups import linalg
 from fnarray.lowering.kernels.no_kernel import EXPECTED_DECOMPOSITIONS, EXPECTED_FALLBACKS, no_kernel_reason
 from fnarray.lowering.kernels.wgsl import DEFAULT_GROUP_SIZE, render_wgsl, uniform_bytes, wgsl_layout
-from fnarray.lowering.webgpu import dispatch, native
+from fnarray.lowering.webgpu import deferred, dispatch, native
 from fnarray.lowering.webgpu.dispatch import Runner
 
 __all__ = ["make_backend", "WebGPUBackend", "WGBuffer", "PORTABLE_LIMITS"]
@@ -180,7 +180,26 @@ CPU_MAP_UNIFORM_LEAST = 1 << 14
 #: elements keeps a work item per output, not a work-group cooperating through barriers (``groups/reduce.py``,
 #: ``ReduceGroup.cooperative``; native, not browser bundles).
 CPU_REDUCE_PER_ITEM = (16, 4096)
-_POOLED_PER_SIZE = 64           # free buffers kept per byte size (each wgpu-py buffer costs ~1.5 KB of host memory)
+#: ``recompute_below`` on a CPU adapter (``kernels/__init__.py``'s ``schedule_program``): an expensive value under
+#: a broadcast of fewer elements is recomputed by each of them, not given a launch of its own (a lavapipe launch
+#: costs ~30-40 us of CPU: the staged jacobian sweep's map-form programs 2 launches -> 1, 280 -> 200 a sweep, as
+#: on opencl)
+CPU_RECOMPUTE = 1024
+#: Free buffers the pool keeps per byte size: ``_POOLED_PER_SIZE``, and more of a small size, up to
+#: ``_POOLED_SMALL_BYTES`` of them and ``_POOLED_SMALL_MOST`` buffers (each wgpu-py buffer costs ~1.5 KB of host
+#: memory). A new buffer costs ~90 us of the calling thread (``create_buffer``) and more in lavapipe's threads:
+#: a staged jacobian sweep holds 120 results of 256 bytes, and with 64 kept its every pass made 56 buffers
+#: (8.7 -> 5.9 ms of CPU a sweep with them pooled, load 5).
+_POOLED_PER_SIZE = 64
+_POOLED_SMALL_BYTES = 1 << 20
+_POOLED_SMALL_MOST = 1024
+
+
+def _pooled_per_size(size: int) -> int:
+    """How many free buffers of ``size`` bytes the pool keeps."""
+    return max(_POOLED_PER_SIZE, min(_POOLED_SMALL_MOST, _POOLED_SMALL_BYTES // max(size, 1)))
+
+
 #: The compute limits WebGPU gives by default on every adapter (browsers included); the device asks
 #: for these, not for what a native adapter could give, so that kernels are portable.
 PORTABLE_LIMITS = {
@@ -288,13 +307,22 @@ class WGBuffer:
     """A device array: a wgpu storage buffer holding ``size`` elements of ``dtype`` (row-major ``shape``).
 
     ``bool`` elements are stored as ``u32``. The wgpu buffer is at least 4 bytes and a multiple
-    of 4 (WebGPU's binding rules), so a zero-size or odd-size array still binds.
+    of 4 (WebGPU's binding rules), so a zero-size or odd-size array still binds. ``shared``: a view or a deferred
+    eager value reads it too (``deferred.py``), so an in-place update must not take it over.
     """
 
-    __slots__ = ("buffer", "dtype", "shape", "gpu", "__weakref__")
+    __slots__ = ("buffer", "dtype", "shape", "gpu", "shared", "__weakref__")
 
     def __init__(self, buffer, dtype, shape, gpu):
         self.buffer, self.dtype, self.shape, self.gpu = buffer, np.dtype(dtype), tuple(shape), gpu
+        self.shared = False
+
+    def take_over(self, shape=None) -> WGBuffer:
+        """A ``WGBuffer`` (of ``shape``, else this one's) that owns this memory from now on: an in-place update's
+        output (``dispatch.Runner._outputs``); this one (and every array holding it) holds none."""
+        b = WGBuffer(self.buffer, self.dtype, self.shape if shape is None else shape, self.gpu)
+        self.buffer = None
+        return b
 
     def __del__(self):
         # The wgpu buffer goes back to its GPU's pool: the next array of that size reuses it without a new
@@ -544,7 +572,7 @@ class _GPU:
         self._returned.append(buffer)
 
     def _take_returned(self):
-        """Pool the returned buffers: up to ``pool_limit`` bytes and ``_POOLED_PER_SIZE`` per size (lock held)."""
+        """Pool the returned buffers: up to ``pool_limit`` bytes and ``_pooled_per_size`` of each size (lock held)."""
         returned = self._returned
         while returned:
             try:
@@ -556,7 +584,7 @@ class _GPU:
             # released by wgpu-py; pooling it would hand a dead buffer to a later bind group (a wgpu panic).
             # Buffers beyond the bounds are let go (wgpu-py frees them with the last reference).
             free = self.pool.setdefault(size, [])
-            if _alive(buffer) and self.pool_bytes + size <= self.pool_limit and len(free) < _POOLED_PER_SIZE:
+            if _alive(buffer) and self.pool_bytes + size <= self.pool_limit and len(free) < _pooled_per_size(size):
                 free.append(buffer)
                 self.pool_bytes += size
                 if self._recording is not None:   # work recorded before its release may still use it
@@ -841,7 +869,7 @@ class WebGPULowered(KernelLowered):
         caps = self.backend.capabilities(self.device)
         opts = self._donate_options()
         if not caps.tiling_pays:   # a CPU adapter (lavapipe)
-            opts.update(dot_block=CPU_DOT_BLOCK, dot_upcast_reuse=CPU_DOT_UPCAST_REUSE)
+            opts.update(dot_block=CPU_DOT_BLOCK, dot_upcast_reuse=CPU_DOT_UPCAST_REUSE, recompute_below=CPU_RECOMPUTE)
             opts["dot_vec4"] = True          # groups/dot.py: operands read four elements per load where aligned
             # the product's sizes and strides as constants, not uniforms: lavapipe then folds the address
             # arithmetic (the transformer step 248 -> 217-221 CPU ms, the MLP's 4.0 -> 3.5-3.8, load 9-12)
@@ -1071,6 +1099,11 @@ class WebGPUBackend(Backend):
     def lower(self, program, device, donate=()):
         return WebGPULowered(program, device, self, donate)
 
+    def eager_fast(self, primitive, params, in_avals, device):
+        """Eager ``reshape`` as a view, broadcasts and transposes deferred into the elementwise operation that
+        reads them (``deferred.py``); ``None`` (compiled as any program) for the other primitives."""
+        return deferred.eager_fast(primitive, params, in_avals, device)
+
     def to_device(self, array, device):
         return self.gpu.upload(np.asarray(array))
 
@@ -1079,6 +1112,7 @@ class WebGPUBackend(Backend):
 
     def block_until_ready(self, buf):
         if buf.nbytes:
+            buf.buffer   # noqa: B018 (a deferred eager value runs now: deferred.py)
             self.gpu.wait(buf)
         return buf
 

@@ -210,7 +210,8 @@ class Runner:
             b = made[k] = gpu.alloc_checked(nb, dtype, shape)
             vals[k] = b.buffer
         for i in self.updated:
-            if donated_must_copy(bufs, i, _memory):
+            # a copy too where a view or a deferred eager value reads the buffer (deferred.py)
+            if bufs[i].shared or donated_must_copy(bufs, i, _memory):
                 b = made[("copy", i)] = gpu.alloc(bufs[i].dtype, bufs[i].shape)
                 vals[i] = b.buffer
         return vals, made
@@ -232,9 +233,7 @@ class Runner:
                 # deletes after the call, then holds none)
                 b = made.get(("copy", v))
                 if b is None:
-                    src = bufs[v]
-                    b = type(src)(src.buffer, src.dtype, src.shape, src.gpu)
-                    src.buffer = None
+                    b = bufs[v].take_over()
                 out.append(b)
             elif kind == "in":
                 out.append(bufs[v])

@@ -1,0 +1,228 @@
+"""Eager index operations on webgpu without a launch of their own: ``reshape`` a view, broadcasts and transposes
+deferred into the elementwise operation that reads them.
+
+Eagerly, each primitive is its own one-kernel program, and on a CPU adapter a launch costs ~30-50 us of CPU
+however few elements it moves (lavapipe, docs/internals.md). The transformations' bookkeeping moves a lot of
+them: an eager ``jacfwd``/``jacrev``/``hessian`` sweep of small functions ran 3,376 launches, 912 of them
+``broadcast_in_dim`` (``vmap`` broadcasting an unbatched operand to its batched partner's shape), 208
+``reshape`` and 120 ``transpose`` of a few floats. ``WebGPUBackend.eager_fast`` (this module's ``eager_fast``)
+makes them cheaper:
+
+- ``reshape`` returns a ``View``: the same wgpu buffer under the new shape (buffers are row-major and dense), no
+  launch at all;
+- ``broadcast_in_dim`` and ``transpose`` return a ``Deferred``: its operand and the equation, nothing run. An
+  elementwise operation given deferred operands (``_Elementwise``) runs one program of their equations and its
+  own (``_fused``): the scheduler makes that one map kernel, which reads the operands where they lie. Any other
+  use of a deferred buffer (another primitive, a jitted call, a readback) reads ``buffer``, which runs the
+  equation then (``Deferred.made``), once: so it never costs more launches than running it at once.
+
+Both keep their operand's buffer alive, and mark it ``shared``: a jitted call that would update it in place
+(a donated input, ``groups/in_place.py``) updates a copy instead (``dispatch.Runner._bind``), so the view or the
+deferred value keeps what it was given.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fnarray.core import primitives as P
+from fnarray.core.cache import LRUCache
+from fnarray.core.config import config
+from fnarray.core.ir import Eqn, Program, Var
+from fnarray.core.passes import program_from_eqn
+from fnarray.devices.partition import compile_program
+from fnarray.lowering.kernels import facts
+
+__all__ = ["View", "Deferred", "eager_fast", "DEFERRED", "FUSED_VARIANTS"]
+
+#: The primitives whose eager result is a ``Deferred``.
+DEFERRED = frozenset({P.broadcast_in_dim, P.transpose})
+#: The elementwise primitives that read deferred operands in their own kernel (those the scheduler fuses into any
+#: map kernel).
+_ELEMENTWISE = frozenset(p for p, f in facts.FACTS.items() if f.group == "map" and f.emit in ("rule", "func"))
+#: Fused programs kept per elementwise eager entry (one per pattern of deferred operands); past that, the operands
+#: are made and the entry's own program runs.
+FUSED_VARIANTS = 8
+
+
+def _plain_size() -> int:
+    return config.eager_cache_size
+
+
+#: ``(chain, device id) -> executable`` of the deferred chains run alone (``Deferred.make``)
+_plain = LRUCache(_plain_size)
+
+
+class View:
+    """``reshape`` of a buffer (``WGBuffer``): its memory under another ``shape`` (see the module docstring)."""
+
+    __slots__ = ("base", "dtype", "shape", "gpu", "shared", "__weakref__")
+
+    def __init__(self, base, shape):
+        base = _settled(base)
+        base.shared = True
+        self.base, self.dtype, self.shape, self.gpu, self.shared = base, base.dtype, tuple(shape), base.gpu, True
+
+    @property
+    def buffer(self):
+        return self.base.buffer
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.base.nbytes
+
+    def take_over(self):
+        """A ``WGBuffer`` that owns this memory from now on (an in-place update's output); the base and its
+        views hold none."""
+        return self.base.take_over(self.shape)
+
+    def __repr__(self):
+        return f"View({self.dtype.name}{list(self.shape)} of {self.base!r})"
+
+
+class Deferred:
+    """The result of ``DEFERRED`` primitives (and reshapes of it) not run yet: their ``source`` buffer, ``chain``
+    (the equations from it, each ``(primitive, params, input aval, result aval)``) and ``device``; ``made`` the
+    buffer once run (see the module docstring)."""
+
+    __slots__ = ("source", "chain", "device", "made", "dtype", "shape", "gpu", "__weakref__")
+
+    def __init__(self, source, eqn, device):
+        root = source.source if type(source) is Deferred else None
+        if root is not None:   # not run yet: a chain, one program when it runs
+            chain, source = source.chain + (eqn,), root
+        else:
+            chain, source = (eqn,), _settled(source)
+        source.shared = True
+        self.source, self.chain, self.device, self.made = source, chain, device, None
+        self.dtype, self.shape, self.gpu = source.dtype, eqn[3].shape, source.gpu
+
+    @property
+    def shared(self) -> bool:
+        made = self.made
+        return made is not None and made.shared
+
+    @property
+    def buffer(self):
+        made = self.made
+        if made is None:
+            made = self.make()
+        return made.buffer
+
+    def make(self):
+        """Run the chain (once) and return its buffer."""
+        with self.gpu.lock:
+            made = self.made
+            if made is None:
+                key = (self.chain, id(self.device))
+                exe = _plain.get(key)
+                if exe is None:
+                    src = Var(self.chain[0][2])
+                    out = _chained(src, self.chain, eqns := [])
+                    exe = _plain.put(key, compile_program(Program([], [src], eqns, [out]), self.device))
+                made = self.made = exe([self.source])[0]
+                self.source = None   # (``source is None``: run; read first, so a reader sees one or the other)
+            return made
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * (4 if self.dtype == np.bool_ else self.dtype.itemsize)   # bool: a u32 each
+
+    def take_over(self, shape=None):
+        return self.make().take_over(shape)
+
+    def __repr__(self):
+        return f"Deferred({' '.join(e[0].name for e in self.chain)} -> {self.dtype.name}{list(self.shape)})"
+
+
+def _settled(buf):
+    """The ``WGBuffer`` a ``View`` or a run ``Deferred`` reads (``buf`` itself for the others)."""
+    if type(buf) is View:
+        return buf.base
+    if type(buf) is Deferred and buf.source is None:
+        return buf.made
+    return buf
+
+
+def _chained(var, chain, eqns):
+    """The variable of ``chain``'s last result from ``var``, its equations appended to ``eqns``."""
+    for prim, params, _, aval in chain:
+        out = Var(aval)
+        eqns.append(Eqn(prim, (var,), params, (out,)))
+        var = out
+    return var
+
+
+def eager_fast(primitive, params, in_avals, device):
+    """``WebGPUBackend.eager_fast``: the eager executable of ``reshape``, of the ``DEFERRED`` primitives and of the
+    elementwise ones (see the module docstring), ``None`` for the others (compiled as any program)."""
+    out = primitive.abstract_eval(*in_avals, **params)
+    if primitive is P.reshape:
+        shape, eqn = tuple(params["new_sizes"]), (primitive, params, in_avals[0], out)
+        # a reshape of a deferred value joins its chain; of anything else it is a view
+        return lambda bufs: [Deferred(bufs[0], eqn, device)
+                             if type(bufs[0]) is Deferred and bufs[0].source is not None else View(bufs[0], shape)]
+    if primitive in DEFERRED:
+        eqn = (primitive, params, in_avals[0], out)
+        return lambda bufs: [Deferred(bufs[0], eqn, device)]
+    if primitive in _ELEMENTWISE and not primitive.multiple_results:
+        return _Elementwise(primitive, params, in_avals, out, device)
+    return None
+
+
+class _Elementwise:
+    """The eager executable of an elementwise primitive: its own program, or one fused with the equations of its
+    deferred operands (``_fused``)."""
+
+    __slots__ = ("plain", "eqn", "device", "fused")
+
+    def __init__(self, primitive, params, in_avals, out, device):
+        self.plain = compile_program(program_from_eqn(primitive, params, in_avals, (out,)), device)
+        self.eqn, self.device, self.fused = (primitive, params, in_avals, out), device, {}
+
+    def __call__(self, bufs):
+        for b in bufs:
+            if type(b) is Deferred and b.source is not None:
+                return self._deferred(bufs)
+        return self.plain(bufs)
+
+    def _deferred(self, bufs):
+        key, args = [], []
+        for b in bufs:
+            src = b.source if type(b) is Deferred else None
+            key.append(None if src is None else b.chain)
+            args.append(b if src is None else src)
+        key = tuple(key)
+        exe = self.fused.get(key)
+        if exe is None:
+            if len(self.fused) >= FUSED_VARIANTS:
+                return self.plain(bufs)
+            exe = self.fused[key] = self._fused(key)
+        return exe(args)
+
+    def _fused(self, key):
+        """The program of the deferred operands' chains (``key``: each operand's, or ``None``) then this one."""
+        primitive, params, in_avals, out = self.eqn
+        ins, args, eqns = [], [], []
+        for aval, k in zip(in_avals, key, strict=True):
+            if k is None:
+                v = Var(aval)
+                ins.append(v)
+                args.append(v)
+                continue
+            src = Var(k[0][2])
+            ins.append(src)
+            args.append(_chained(src, k, eqns))
+        o = Var(out)
+        eqns.append(Eqn(primitive, tuple(args), params, (o,)))
+        return compile_program(Program([], ins, eqns, [o]), self.device)

@@ -1,0 +1,120 @@
+"""webgpu's eager index operations without launches of their own (fnarray/lowering/webgpu/deferred.py): a reshape is
+a view of its operand's buffer, broadcasts and transposes run inside the elementwise operation that reads them,
+or once when anything else reads them; launches counted per call (issue 28: jacobians' launches that only move a
+few floats), values against NumPy, and in-place updates of a buffer that a view or a deferred value reads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from helpers import config_setting, require_backend
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """``(device, count)``: webgpu:0 and a list whose ``[0]`` counts the kernels launched since it was zeroed."""
+    from fnarray.lowering.webgpu import dispatch
+    device = require_backend("webgpu")[0]
+    count = [0]
+    call = dispatch.Runner.__call__
+
+    def counting(self, bufs):
+        count[0] += len(self.launches)
+        return call(self, bufs)
+    monkeypatch.setattr(dispatch.Runner, "__call__", counting)
+    return device, count
+
+
+def _launched(count, fn):
+    fn()   # compiles what it needs
+    count[0] = 0
+    out = fn()
+    return count[0], out
+
+
+def test_reshape_is_a_view_and_index_operations_run_in_their_reader(launches):
+    device, count = launches
+    x0 = np.arange(8, dtype=np.float32) - 3.5
+    m0 = np.arange(64, dtype=np.float32).reshape(8, 8) / 7
+    x, m = fa.device_put(x0, device), fa.device_put(m0, device)
+    n, r = _launched(count, lambda: x.reshape(2, 4))
+    assert n == 0 and r._buf.buffer is x._buf.buffer
+    np.testing.assert_array_equal(np.asarray(r), x0.reshape(2, 4))
+    # vmap's broadcast of an unbatched operand, a transpose and a reshape of it: one launch with the product
+    n, y = _launched(count, lambda: fa.lax.broadcast_in_dim(x, (8, 8), (1,)) * m)
+    assert n == 1
+    np.testing.assert_allclose(np.asarray(y), x0[None, :] * m0)
+    n, y = _launched(count, lambda: fnp.tanh(fa.lax.broadcast_in_dim(x, (2, 8), (1,)).T.reshape(4, 4)))
+    assert n == 1
+    np.testing.assert_allclose(np.asarray(y), np.tanh(np.broadcast_to(x0, (2, 8)).T.reshape(4, 4)), rtol=1e-6)
+    # read by anything else (a reduction, a readback, block_until_ready), it runs once, on its own
+    b = fa.lax.broadcast_in_dim(x, (8, 8), (0,))
+    n, s = _launched(count, lambda: fnp.sum(b, axis=1))
+    assert n == 1   # the broadcast ran at the first call, and is kept
+    np.testing.assert_allclose(np.asarray(s), 8 * x0)
+    count[0] = 0
+    np.testing.assert_array_equal(np.asarray(m.T), m0.T)
+    assert count[0] == 1
+    count[0] = 0
+    m.T.block_until_ready()
+    assert count[0] == 1
+
+
+def test_a_donated_buffer_that_a_view_or_deferred_value_reads_is_updated_as_a_copy(launches):
+    device, _ = launches
+    x0 = np.arange(8, dtype=np.float32)
+    upd = fa.jit(lambda c, u: fa.lax.dynamic_update_slice(c, u, (np.int32(2),)), donate_argnums=0)
+    for make, want in ((lambda a: a.reshape(2, 4), x0.reshape(2, 4)),
+                       (lambda a: fa.lax.broadcast_in_dim(a, (3, 8), (1,)), np.broadcast_to(x0, (3, 8)))):
+        a = fa.device_put(x0, device)
+        kept = make(a)
+        r = upd(a, fa.device_put(np.full(3, -1, np.float32), device))
+        np.testing.assert_array_equal(np.asarray(kept), want)
+        np.testing.assert_array_equal(np.asarray(r), np.concatenate([x0[:2], [-1, -1, -1], x0[5:]]))
+        assert a.is_deleted()
+    # a view donated to an in-place update: its output owns the memory, in the view's shape
+    a = fa.device_put(x0.reshape(2, 4), device)
+    r = upd(a.reshape(8), fa.device_put(np.full(3, -1, np.float32), device))
+    np.testing.assert_array_equal(np.asarray(r), np.concatenate([x0[:2], [-1, -1, -1], x0[5:]]))
+    np.testing.assert_array_equal(np.asarray(a), x0.reshape(2, 4))
+
+
+def test_jacobian_launches_per_call(launches):
+    """``jacfwd``/``jacrev``/``hessian`` of ``tanh(c x) x`` at 8 points: eagerly 14/13/49 launches before
+    deferred.py, 11/10/31 now; staged (``stage_eager_transforms``) one each, was two (``tanh(c x)`` under the
+    ``[8, 8]`` broadcast recomputed per element: the scheduler's ``recompute_below``)."""
+    device, count = launches
+    x0 = np.linspace(-1, 1, 8, dtype=np.float32)
+    x = fa.device_put(x0, device)
+
+    def f(x):
+        return fnp.tanh(0.7 * x) * x
+
+    t = np.tanh(0.7 * x0.astype(np.float64))
+    s = 1 - t * t   # d/dx tanh(0.7 x) = 0.7 s
+    want = (np.diag(0.7 * s * x0 + t), np.diag(0.7 * s * x0 + t), np.diag(1.4 * s - 0.98 * s * t * x0))
+    transforms = (fa.jacfwd(f), fa.jacrev(f), fa.hessian(lambda x: f(x).sum()))
+    for staged, counts in ((False, (11, 10, 31)), (True, (1, 1, 1))):
+        with config_setting("stage_eager_transforms", staged):
+            for transform, n_want, w in zip(transforms, counts, want, strict=True):
+                n, got = _launched(count, lambda transform=transform: transform(x).block_until_ready())
+                assert n == n_want, (staged, transform, n)
+                np.testing.assert_allclose(np.asarray(got), w, rtol=2e-5, atol=2e-6)
+
+
+def test_small_buffers_are_pooled_past_sixty_four_of_a_size(launches):
+    """A sweep holding 120 results of 256 bytes takes them all from the pool the second time (with 64 kept a
+    size, 56 new wgpu buffers a pass: most of the staged jacobian sweep's time)."""
+    device, _ = launches
+    from fnarray.lowering.webgpu import backend
+    gpu = device.impl.gpu
+    x = fa.device_put(np.ones((8, 8), np.float32), device)
+    held = [x + float(k) for k in range(120)]
+    del held
+    gpu.alloc(np.float32, (1,))   # takes back the buffers returned meanwhile
+    assert len(gpu.pool[256]) >= 120
+    assert backend._pooled_per_size(256) == backend._POOLED_SMALL_MOST
+    assert backend._pooled_per_size(1 << 20) == backend._POOLED_PER_SIZE
