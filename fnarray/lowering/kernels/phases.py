@@ -3,14 +3,14 @@
 On PoCL every launch costs its calling thread an enqueue (a lock the driver's worker threads also take) and wakes
 the worker threads, which then wait on each other's locks: measured on a growing-cache decode step (a
 concatenation, then an attention kernel of one work item), 42% of the process's CPU time was PoCL's two worker
-threads and 3% the kernels' own code (docs/performance.md, "opencl:0 decode: small launches as one"). Where the
-kernels are that small, fewer launches is the lever, not faster kernels.
+threads and 3% the kernels' own code (docs/performance.md, "opencl:0 decode: small launches as one, one source for
+every length"). Where the kernels are that small, fewer launches is the lever, not faster kernels.
 
-``merge_small`` rewrites a finished schedule: a run of consecutive launches that each index work items only by
-``global_id(0)`` (no work-group, local memory, barrier or atomic) and whose estimated work together stays under a
-bound becomes one launch of one work item that runs each original kernel's body in order, for every work item of
-its own launch (a loop over its global size, its ``global_id`` the loop counter): the same statements on the same
-values, so results are the same bits. One work item runs them in program order, so a phase reads what an earlier
+``merge_small`` rewrites a finished schedule: a run of consecutive launches that each tell work items apart only by
+``global_id(0)`` (and ``group_id(0)``/``local_id(0)`` where the work-group size is fixed; no local memory, barrier
+or atomic) and whose estimated work together stays under a bound becomes one launch of one work item that runs each
+original kernel's body in order, for every work item of its own launch (a loop over its global size, its
+``global_id`` the loop counter): the same statements on the same values, so results are the same bits. One work item runs them in program order, so a phase reads what an earlier
 phase wrote without a barrier. Each buffer is one parameter however many phases bind it (an intermediate one
 phase writes and a later one reads is one pointer, so ``restrict`` holds); scalar parameters are renamed per
 phase.
