@@ -51,21 +51,27 @@ class IntArgs:
 
     def launch(self, launch: Launch) -> Launch:
         """``launch`` with its places whose constants have differed in its structure as scalar arguments, or as it
-        is."""
+        is. A kernel is first known by a cheap key (name, parameters, statements at the top); its structure (a walk
+        and a hash of its whole IR, ~5 ms for a large kernel) is made only once a second kernel of that key comes."""
         kernel = launch.kernel
-        values, divisors = [], set()
-
-        def hole(c, place, divisor):
-            values.append(c)
-            if divisor:
-                divisors.add(place)
-            return Sym(f"\0int{place}", INT32)
-        structure = _places(kernel, hole)
-        if not values:
+        key = (kernel.name, kernel.params, len(kernel.body), kernel.local_size, kernel.math)
+        seen = self._known.get(key)
+        if seen is None:
+            self._known.put(key, {"first": kernel, "structures": {}})
             return launch
-        entry = self._known.get(structure)
+        structures = seen["structures"]
+        if seen["first"] is not None:   # the key's first kernel, its structure made now
+            first = _structure(seen["first"])
+            if first is not None:
+                structures[first[0]] = [first[1], ()]
+            seen["first"] = None
+        made = _structure(kernel)
+        if made is None:
+            return launch
+        structure, values, divisors = made
+        entry = structures.get(structure)
         if entry is None:
-            self._known.put(structure, [tuple(values), ()])
+            structures[structure] = [values, ()]
             return launch
         first, classes = entry
         new = tuple(p for p, (a, b) in enumerate(zip(first, values, strict=True)) if a != b and not _placed(classes, p))
@@ -75,6 +81,21 @@ class IntArgs:
             return launch
         entry[1] = classes
         return _as_args(launch, classes, values)
+
+
+def _structure(kernel):
+    """``(structure, values, divisor places)`` of ``kernel``: its IR with each int32 constant's place a
+    placeholder, the constants by place, and the places that are divisors, moduli or shift amounts; ``None``
+    where it has no int32 constant."""
+    values, divisors = [], set()
+
+    def hole(c, place, divisor):
+        values.append(c)
+        if divisor:
+            divisors.add(place)
+        return Sym(f"\0int{place}", INT32)
+    structure = _places(kernel, hole)
+    return (structure, tuple(values), divisors) if values else None
 
 
 def _places(kernel, leaf):

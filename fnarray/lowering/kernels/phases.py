@@ -175,11 +175,11 @@ def merged_schedule(sched: Schedule, max_buffers: int, below: int = MERGE_BELOW)
 
 def merge_small(launches, max_buffers: int, below: int = MERGE_BELOW) -> list:
     """``launches`` with each run of consecutive mergeable launches (``_phase_ready``, one ``math`` form, at most
-    ``max_buffers`` buffers, together under ``below`` statements of ``work_estimate``) as one launch (the module
+    ``max_buffers`` parameters, together under ``below`` statements of ``work_estimate``) as one launch (the module
     docstring); the others as they are."""
     out: list = []
     run: list = []
-    work = 0
+    work, bindings = 0, {}
 
     def flush():
         out.append(_merged(run) if len(run) > 1 else run[0])
@@ -187,34 +187,33 @@ def merge_small(launches, max_buffers: int, below: int = MERGE_BELOW) -> list:
 
     for la in launches:
         w = work_estimate(la) if _phase_ready(la) and _buffers([la]) is not None else None
-        if run and (w is None or work + w > below or la.kernel.math != run[0].kernel.math
-                    or not _fits(run + [la], max_buffers)):
+        more = _buffers([la], dict(bindings)) if run and w is not None else None
+        if run and (w is None or work + w > below or la.kernel.math != run[0].kernel.math or more is None
+                    or len(more) + sum(_scalars(x) for x in run + [la]) > max_buffers):
             flush()
+            more = None
         if w is None or w > below:
             out.append(la)
             continue
         if not run:
-            work = 0
+            work, more = 0, _buffers([la])
         run.append(la)
-        work += w
+        work, bindings = work + w, more
     if run:
         flush()
     return out
 
 
-def _fits(launches, max_buffers) -> bool:
-    """Whether one kernel may take the parameters of ``launches``: their bindings (``_buffers``) and scalars, at
-    most ``max_buffers`` in all."""
-    found = _buffers(launches)
-    scalars = sum(not isinstance(p, BufferParam) for la in launches for p in la.kernel.params)
-    return found is not None and len(found) + scalars <= max_buffers
+def _scalars(launch) -> int:
+    return sum(not isinstance(p, BufferParam) for p in launch.kernel.params)
 
 
-def _buffers(launches) -> dict | None:
-    """The distinct bindings the launches make, in order of first binding: ``(BufSpec, dtype)`` -> writes (a buffer
-    bound both as elements and as ``vector_dtype`` vectors is two); ``None`` where a buffer some launch writes is
-    bound with two dtypes (two ``restrict`` pointers to one written buffer)."""
-    found: dict = {}
+def _buffers(launches, found=None) -> dict | None:
+    """The distinct bindings the launches make (after ``found``'s, which it extends), in order of first binding:
+    ``(BufSpec, dtype)`` -> writes (a buffer bound both as elements and as ``vector_dtype`` vectors is two);
+    ``None`` where a buffer some launch writes is bound with two dtypes (two ``restrict`` pointers to one written
+    buffer)."""
+    found = {} if found is None else found
     for la in launches:
         for p, a in zip(la.kernel.params, la.args, strict=True):
             if isinstance(p, BufferParam):
