@@ -152,3 +152,30 @@ def test_an_eager_growing_loop_on_jax_reaches_its_programs_without_misses(monkey
     want_cache, want_out = _reference(steps)
     np.testing.assert_allclose(np.asarray(cache), want_cache, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(out), want_out, rtol=1e-5, atol=1e-6)
+
+
+def test_an_opencl_growing_loop_is_one_launch_a_step_and_a_few_builds(monkeypatch):
+    """On a CPU OpenCL device (PoCL) each step's concatenation and attention kernels are one launch
+    (``kernels/phases.py``), and the lengths share one kernel source, the constants that follow the length its
+    arguments (``kernels/int_args.py``): at most three programs built for five lengths (main: five, two kernels
+    each; issue 28, twenty-first session)."""
+    import pyopencl as cl
+    dev = require_backend("opencl")[0]
+    if dev.impl.capabilities(dev).matmul_tiling != "register":
+        pytest.skip("merged launches are for CPU OpenCL devices (PoCL); this one is a GPU")
+    state = dev.impl.state(dev)
+    built = []
+    orig_build = state._build
+    monkeypatch.setattr(state, "_build", lambda text: built.append(text) or orig_build(text))
+    cache0, q, row = (fa.device_put(a, dev) for a in _inputs())
+    step = fa.jit(decode_step(fnp))
+    _loop(step, cache0, q, row, STEPS)
+    assert 1 <= len(built) <= 3, len(built)
+    launches = []
+    orig_enqueue = cl.enqueue_nd_range_kernel
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel", lambda *a, **k: launches.append(1) or orig_enqueue(*a, **k))
+    cache, out = _loop(step, cache0, q, row, STEPS)
+    assert len(launches) == STEPS
+    want_cache, want_out = _reference()
+    np.testing.assert_allclose(np.asarray(cache), want_cache, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(out), want_out, rtol=1e-5, atol=1e-6)

@@ -32,8 +32,8 @@ __all__ = ["without", "Expr", "Const", "Sym", "Special", "Load", "Lane", "Broadc
            "Select", "Let", "Decl",
            "Assign", "Store", "Atomic", "ATOMIC_OPS", "ATOMIC_DTYPES", "For", "If", "Barrier", "ArrayDecl",
            "Comment", "BufferParam", "ScalarParam",
-           "Kernel", "OPS", "const", "INT32", "BOOL", "UINT32", "walk_exprs", "map_exprs", "children", "rebuild",
-           "atomic_buffers", "walk_stmts"]
+           "Kernel", "OPS", "const", "INT32", "BOOL", "UINT32", "walk_exprs", "map_exprs", "map_stmts", "children",
+           "rebuild", "atomic_buffers", "walk_stmts"]
 
 INT32 = np.dtype(np.int32)
 UINT32 = np.dtype(np.uint32)
@@ -407,28 +407,31 @@ def map_exprs(kernel: Kernel, fn) -> Kernel:
             memo[e] = r
         return r
 
-    def stmts(ss):
-        out = []
-        for s in ss:
-            if isinstance(s, Let):
-                out.append(Let(s.name, rw(s.value)))
-            elif isinstance(s, Decl):
-                out.append(Decl(s.name, s.dtype, rw(s.value)))
-            elif isinstance(s, Assign):
-                out.append(Assign(s.name, rw(s.value)))
-            elif isinstance(s, Store):
-                out.append(Store(s.space, s.name, rw(s.index), rw(s.value)))
-            elif isinstance(s, Atomic):
-                out.append(dataclasses.replace(s, index=rw(s.index), value=rw(s.value)))
-            elif isinstance(s, For):
-                out.append(For(s.var, rw(s.start), rw(s.stop), rw(s.step), stmts(s.body)))
-            elif isinstance(s, If):
-                out.append(If(rw(s.cond), stmts(s.then), stmts(s.orelse)))
-            else:
-                out.append(s)
-        return tuple(out)
+    return dataclasses.replace(kernel, body=map_stmts(kernel.body, rw))
 
-    return dataclasses.replace(kernel, body=stmts(kernel.body))
+
+def map_stmts(stmts, rw) -> tuple:
+    """``stmts`` with every statement's expressions (at every depth) replaced by ``rw(expr)``, in program order
+    (a statement's index before its value, a loop's bounds before its body)."""
+    out = []
+    for s in stmts:
+        if isinstance(s, Let):
+            out.append(Let(s.name, rw(s.value)))
+        elif isinstance(s, Decl):
+            out.append(Decl(s.name, s.dtype, rw(s.value)))
+        elif isinstance(s, Assign):
+            out.append(Assign(s.name, rw(s.value)))
+        elif isinstance(s, Store):
+            out.append(Store(s.space, s.name, rw(s.index), rw(s.value)))
+        elif isinstance(s, Atomic):
+            out.append(dataclasses.replace(s, index=rw(s.index), value=rw(s.value)))
+        elif isinstance(s, For):
+            out.append(For(s.var, rw(s.start), rw(s.stop), rw(s.step), map_stmts(s.body, rw)))
+        elif isinstance(s, If):
+            out.append(If(rw(s.cond), map_stmts(s.then, rw), map_stmts(s.orelse, rw)))
+        else:
+            out.append(s)
+    return tuple(out)
 
 
 def without(stmts, drop) -> tuple:

@@ -69,6 +69,8 @@ from fnarray.devices.backend import Backend, Capabilities, Device
 from fnarray.lowering.kernels import Schedule, render_opencl, schedule_program, tuning
 from fnarray.lowering.kernels.lowered import KernelLowered, taken_over
 from fnarray.lowering.kernels.literal_args import literals_as_args
+from fnarray.lowering.kernels import phases
+from fnarray.lowering.kernels.int_args import IntArgs
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.lowering.kernels import facts
 from fnarray.lowering.kernels.groups import linalg
@@ -170,6 +172,7 @@ class _DeviceState:
         self.pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(self.queue))
         self.lock = threading.RLock()  # kernel arguments + enqueue, builds, pool allocation
         self.programs = LRUCache(_kernel_cache_size)  # kernel source -> built cl.Program
+        self.int_args = IntArgs(_kernel_cache_size)    # kernel structures met, their varying constants
         try:  # PoCL compiles kernels lazily (``_build``)
             self.is_pocl = "Portable Computing Language" in cl_device.platform.name
         except cl.Error:  # pragma: no cover (a driver without the query)
@@ -431,6 +434,14 @@ class OpenCLLowered(KernelLowered):
         # kernels/literal_args.py: programs that differ only in a constant share their kernels' sources, each
         # built once (the jacobians_staged sweep's 40 functions of five forms)
         sched = literals_as_args(sched)
+        if self.state.caps.matmul_tiling == "register":   # a CPU device (PoCL)
+            # kernels/phases.py: consecutive small launches as the phases of one launch of one work item (a PoCL
+            # launch's cost is mostly its worker threads waking and taking locks: the jitted decode step's concat
+            # and attention kernels 2 launches -> 1); ``kernels()`` still lists the scheduled kernels
+            sched = phases.merged_schedule(sched, self.state.caps.max_buffers_per_kernel, phases.MERGE_BELOW)
+        # kernels/int_args.py: kernels that differ only in int32 constants following a size (a growing cache's
+        # length) share one source, those constants as arguments: built once, not once a length
+        sched = self.state.int_args.schedule(sched)
         named = [_named_source(launch.kernel) for launch in sched.launches]
         return Executable(self.state, sched, named)
 

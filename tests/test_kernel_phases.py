@@ -1,0 +1,74 @@
+"""Consecutive small launches as the phases of one launch on CPU OpenCL (``kernels/phases.py``) and the int32
+constants that follow a size as kernel arguments (``kernels/int_args.py``): a decode step whose cache grows by a
+row is one launch (its concatenation and attention kernels), a buffer one phase writes and a later one reads one
+parameter of it, and one source for every length; launches with work-group memory or too much work keep their
+own launch. Schedules only (nothing is built): the runtime counts and values are ``test_growing_shapes.py``'s."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from fnarray.lowering.kernels import phases, render_opencl
+from fnarray.lowering.kernels.int_args import IntArgs
+from fnarray.lowering.kernels.ir import BufferParam
+from helpers import decode_step, require_backend
+
+W = 16
+
+
+def _cpu_opencl():
+    dev = require_backend("opencl")[0]
+    if dev.impl.capabilities(dev).matmul_tiling != "register":
+        import pytest
+        pytest.skip("merged launches are for CPU OpenCL devices (PoCL); this one is a GPU")
+    return dev
+
+
+def _decode_schedule(dev, length):
+    rng = np.random.default_rng(length)
+    args = [fa.device_put(rng.standard_normal(s).astype(np.float32), dev) for s in ((length, W), (1, W), (1, W))]
+    return fa.jit(decode_step(fnp), device=dev).lower(*args)._backend_lowered._schedules().schedule
+
+
+def test_decode_step_is_one_launch_of_one_source_for_every_length():
+    """The step's concatenation (the new cache, an output) and attention (reading it) merge into one launch whose
+    cache is one writable parameter; the merged kernels of lengths 5, 6, 7 share one source from the second on,
+    the constants that follow the length its int32 arguments, with the values of each length (schedules only:
+    nothing built; the loop's runtime counts are ``test_growing_shapes.py``'s)."""
+    dev = _cpu_opencl()
+    ints = IntArgs(16)
+    sources, args = [], []
+    for length in (5, 6, 7):
+        sched = _decode_schedule(dev, length)
+        assert [la.kind for la in sched.launches] == ["map", "attention"]
+        (merged,) = phases.merged_schedule(sched, 64, phases.MERGE_BELOW).launches
+        params = [p for p in merged.kernel.params if isinstance(p, BufferParam)]
+        assert merged.kind == "phases" and merged.global_size == (1,) and len(params) == len(merged.args) == 5
+        new_cache = sched.launches[0].args[-1]
+        assert params[merged.args.index(new_cache)].writes and sched.launches[1].args.count(new_cache) == 1
+        lifted = ints.launch(merged)
+        sources.append(render_opencl(lifted.kernel))
+        args.append(lifted.args[len(params):])
+    assert "ilit" not in sources[0] and "ilit0" in sources[1] and sources[1] == sources[2]
+    assert args[0] == () and len(args[1]) == len(args[2]) and all(a != b for a, b in zip(*args[1:], strict=True))
+    assert (7 + 1) * W in args[2] and 7 in args[2]   # the new cache's size (a bound, a stride) and its length
+
+
+def test_launches_that_cannot_be_phases_keep_their_own():
+    """A row sum over work-groups (local memory, barriers) and a map of more work than ``MERGE_BELOW`` keep their
+    own launches, and the small map before the row sum is not merged across it (schedules only: nothing built)."""
+    dev = _cpu_opencl()
+
+    def f(a, m, big):
+        s = fnp.tanh(a) * 2.0                        # a small map
+        r = (m * s[0]).sum(axis=1)                   # [4, 65536] row sums: a work-group a row
+        return fnp.sin(r) + 1.0, big * 3.0 + s[1]    # a map of 2**18 elements
+    args = [fa.device_put(np.ones(shape, np.float32), dev) for shape in ((2,), (4, 1 << 16), (1 << 18,))]
+    launches = fa.jit(f, device=dev).lower(*args)._backend_lowered._schedules().schedule.launches
+    assert [la.kind for la in launches] == ["map", "reduce", "map"]
+    small, rows, big = launches
+    assert phases._phase_ready(small) and not phases._phase_ready(rows)
+    assert phases.work_estimate(small) < phases.MERGE_BELOW < phases.work_estimate(big)
+    assert phases.merge_small(launches, 64, phases.MERGE_BELOW) == launches
