@@ -1,6 +1,6 @@
 """Consecutive small launches as the phases of one launch on CPU OpenCL (``kernels/phases.py``) and the int32
-constants that follow a size as kernel arguments (``kernels/int_args.py``): a decode step whose cache grows by a
-row is one launch (its concatenation and attention kernels), a buffer one phase writes and a later one reads one
+constants that follow a size as kernel arguments (``kernels/int_args.py``): a step whose cache grows by a row
+(its concatenation and a product reading it) is one launch, a buffer one phase writes and a later one reads one
 parameter of it, and one source for every length; launches with work-group memory or too much work keep their
 own launch. Schedules only (nothing is built): the runtime counts and values are ``test_growing_shapes.py``'s."""
 
@@ -26,14 +26,23 @@ def _cpu_opencl():
     return dev
 
 
-def _decode_schedule(dev, length):
+def _grow_and_score(cache, q, row):
+    """A cache grown by a row and ``tanh(q @ cache.T)``: a concatenation and a product, two small launches (the
+    whole decode step of ``helpers.decode_step`` is one attention launch already, reading the concatenation's
+    pieces)."""
+    cache = fnp.concatenate([cache, row], axis=0)
+    return cache, fnp.tanh(q @ cache.T)
+
+
+def _decode_schedule(dev, length, f=_grow_and_score):
     rng = np.random.default_rng(length)
     args = [fa.device_put(rng.standard_normal(s).astype(np.float32), dev) for s in ((length, W), (1, W), (1, W))]
-    return fa.jit(decode_step(fnp), device=dev).lower(*args)._backend_lowered._schedules().schedule
+    return fa.jit(f, device=dev).lower(*args)._backend_lowered._schedules().schedule
 
 
 def test_decode_step_is_one_launch_of_one_source_for_every_length():
-    """The step's concatenation (the new cache, an output) and attention (reading it) merge into one launch whose
+    """The decode step is one attention launch; a step's concatenation (the new cache, an output) and a product
+    reading it merge into one launch whose
     cache is one writable parameter; the merged kernels of lengths 5, 6, 7 share one source from the second on,
     the constants that follow the length its int32 arguments, with the values of each length (schedules only:
     nothing built; the loop's runtime counts are ``test_growing_shapes.py``'s)."""
@@ -42,15 +51,16 @@ def test_decode_step_is_one_launch_of_one_source_for_every_length():
     sources, args = [], []
     for length in (5, 6, 7):
         sched = _decode_schedule(dev, length)
-        assert [la.kind for la in sched.launches] == ["map", "attention"]
+        assert [la.kind for la in _decode_schedule(dev, length, decode_step(fnp)).launches] == ["attention"]
+        assert [la.kind for la in sched.launches] == ["map", "dot"]
         (merged,) = phases.merged_schedule(sched, 64, phases.MERGE_BELOW).launches
         params = [p for p in merged.kernel.params if isinstance(p, BufferParam)]
-        assert merged.kind == "phases" and merged.global_size == (1,) and len(params) == len(merged.args) == 5
+        assert merged.kind == "phases" and merged.global_size == (1,) and len(params) == 5
         new_cache = sched.launches[0].args[-1]
         assert params[merged.args.index(new_cache)].writes and sched.launches[1].args.count(new_cache) == 1
         lifted = ints.launch(merged)
         sources.append(render_opencl(lifted.kernel))
-        args.append(lifted.args[len(params):])
+        args.append(lifted.args[len(merged.args):])
     assert "ilit" not in sources[0] and "ilit0" in sources[1] and sources[1] == sources[2]
     assert args[0] == () and len(args[1]) == len(args[2]) and all(a != b for a, b in zip(*args[1:], strict=True))
     assert (7 + 1) * W in args[2] and 7 in args[2]   # the new cache's size (a bound, a stride) and its length
