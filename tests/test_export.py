@@ -585,7 +585,11 @@ def test_llm_bundle_keeps_packed_weights_and_generates_python_greedy_tokens(wdev
         # each cache updated in place: no partner, no copy, and only the new positions written
         assert e["state_updates"] == [] and e["state_in_place"] == ["kv.0.0", "kv.0.1", "kv.1.0", "kv.1.1"]
         writes = _state_writes(tmp_path, m, e)
-        assert len(writes) == 4 and all(n < capacity * 2 * 8 for n in writes.values()), writes
+        state = {st["buffer"] for st in m["state"]}
+        written = {b["buffer"] for k in writes for b in e["dispatches"][k]["bindings"] if b["write"]} & state
+        # every cache written (a layer's keys and values by one kernel where the schedule fuses their updates)
+        assert written == state and len(writes) in (2, 4) and all(n < capacity * 2 * 8 for n in writes.values()), \
+            writes
     assert [s["name"] for s in m["state"]] == ["kv.0.0", "kv.0.1", "kv.1.0", "kv.1.1"]
     assert all("partner" not in s for s in m["state"])
     # Each packed matrix once, bit for bit; nothing of the size of a dequantized matrix.
