@@ -207,6 +207,19 @@ def test_linspace(start, stop, num, endpoint, dtype):
         fnp.linspace(0, 1, -1)
 
 
+@pytest.mark.parametrize("fn", [fnp.linspace, fnp.logspace, fnp.geomspace])
+def test_sample_count_is_an_integer_as_numpy(fn):
+    """A float count raises as NumPy and JAX (it was truncated: 5.7 gave 5 values); NumPy integers and concrete
+    0-d integer arrays are counts."""
+    for bad in (5.0, 5.7, "5"):
+        with pytest.raises(TypeError, match="num must be an integer"):
+            fn(1, 2, bad)
+    with pytest.raises(ValueError, match="num must be >= 0"):
+        fn(1, 2, -1)
+    for num in (np.int64(3), fnp.asarray(3)):
+        np.testing.assert_allclose(np.asarray(fn(1, 2, num)), getattr(np, fn.__name__)(1, 2, 3), rtol=1e-6)
+
+
 @pytest.mark.enable_x64
 @pytest.mark.parametrize("kw", [{}, {"base": 2.0}, {"endpoint": False}, {"num": 4, "dtype": "float64"}])
 def test_logspace(kw):

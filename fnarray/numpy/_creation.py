@@ -406,16 +406,25 @@ def _linspace_arrays(start, stop, num, dtype, endpoint):
     return lax.convert_element_type(out, d)
 
 
+def sample_count(num, who: str) -> int:
+    """``num`` of ``linspace``/``logspace``/``geomspace`` as a Python int: an integer (NumPy's and JAX's rule: a
+    float count, 5.0 or 5.7, raises ``TypeError``, never truncated) and >= 0 (``ValueError``)."""
+    try:
+        num = operator.index(num)
+    except TypeError:
+        raise TypeError(f"{who}: num must be an integer, got {num!r} of type {type(num).__name__}; pass "
+                        f"int(num) if a whole float was meant") from None
+    if num < 0:
+        raise ValueError(f"{who}: num must be >= 0, got {num}")
+    return num
+
+
 def _linspace(start, stop, num, dtype, device, endpoint):
     """The values of ``linspace`` along a new leading axis."""
-    num = int(num)
-    if num < 0:
-        raise ValueError(f"linspace: num must be >= 0, got {num}")
+    num = sample_count(num, "linspace")
     if isinstance(start, (Array, np.ndarray)) or isinstance(stop, (Array, np.ndarray)):
         return _place(_linspace_arrays(start, stop, num, dtype, endpoint), device)
     start, stop = _static(start, "linspace"), _static(stop, "linspace")
-    if num < 0:
-        raise ValueError(f"linspace: num must be >= 0, got {num}")
     if dtype is None:
         dtype = dtypes.complex64 if isinstance(start, complex) or isinstance(stop, complex) else dtypes.float32
     d = dtypes.requested(dtype, "linspace")
@@ -448,6 +457,7 @@ def linspace(start, stop, /, num=50, endpoint=True, retstep=False, dtype=None, a
 
     Raises:
       ValueError: ``num < 0``.
+      TypeError: ``num`` is not an integer (a float count, as NumPy and JAX).
     """
     out = _linspace(start, stop, num, dtype, device, endpoint)
     if axis != 0:
@@ -455,7 +465,7 @@ def linspace(start, stop, /, num=50, endpoint=True, retstep=False, dtype=None, a
         out = moveaxis(out, 0, axis)
     if not retstep:
         return out
-    div = (int(num) - 1) if endpoint else int(num)
+    div = (num - 1) if endpoint else num
     delta = lax.sub(asarray_internal(stop, dtype=out.dtype), asarray_internal(start, dtype=out.dtype))
     if div > 0:
         step = lax.div(delta, np.asarray(div, out.dtype)[()])
@@ -483,13 +493,15 @@ def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, device=N
 
     Raises:
       ValueError: ``num < 0``.
+      TypeError: ``num`` is not an integer.
     """
+    num = sample_count(num, "logspace")
     if isinstance(start, (Array, np.ndarray)) or isinstance(stop, (Array, np.ndarray)):
         from fnarray.numpy._elementwise import power
-        exps = _linspace_arrays(start, stop, int(num), dtype, endpoint)
+        exps = _linspace_arrays(start, stop, num, dtype, endpoint)
         return _place(lax.convert_element_type(power(base, exps), exps.dtype), device)
     d = dtypes.requested(dtype, "logspace") if dtype is not None else dtypes.float32
-    vals = np.logspace(_static(start, "logspace"), _static(stop, "logspace"), int(num), endpoint=endpoint, base=base)
+    vals = np.logspace(_static(start, "logspace"), _static(stop, "logspace"), num, endpoint=endpoint, base=base)
     return _place(asarray_internal(vals.astype(d)), device)
 
 

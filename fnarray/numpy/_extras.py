@@ -443,7 +443,9 @@ def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
 
     Negative bounds (both negative) give negative values, as NumPy; a zero bound raises ``ValueError``.
     """
+    from fnarray.numpy._creation import sample_count
     fnp = _np()
+    num = sample_count(num, "geomspace")
     host = (int, float, np.number, np.ndarray)
     if not (isinstance(start, host) and isinstance(stop, host)):    # arrays and tracers: traced bounds
         s_, e_ = fnp.asarray(start), fnp.asarray(stop)
@@ -453,7 +455,7 @@ def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
         s, e = np.asarray(start), np.asarray(stop)
         if np.any(s == 0) or np.any(e == 0):
             raise ValueError("geomspace: a bound is zero (a geometric sequence cannot contain 0)")
-        vals = np.geomspace(s.astype(np.float64), e.astype(np.float64), int(num), endpoint=endpoint)
+        vals = np.geomspace(s.astype(np.float64), e.astype(np.float64), num, endpoint=endpoint)
         out = fnp.asarray(vals.astype(np.float32) if dtype is None else vals)
     if dtype is not None:
         out = out.astype(dtype)
