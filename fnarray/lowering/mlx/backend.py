@@ -567,8 +567,7 @@ class MlxBackend(Backend):
     def block_until_ready_all(self, bufs):
         """One ``mx.eval`` of every MLX buffer, as raw MLX's ``mx.eval(tree)`` (issue 28: a sweep's 120 results
         waited for one by one cost ~13 us an ``mx.eval`` more than one evaluation of them all)."""
-        local = [b.local if isinstance(b, _spmd.GlobalBuffer) else b for b in bufs]
-        local = [b for b in local if isinstance(b, mx.array)]
+        local = _mx_arrays(bufs)
         if local:
             mx.eval(*local)
 
@@ -599,10 +598,15 @@ class MlxBackend(Backend):
 
     def schedule(self, bufs):
         """Start evaluating ``bufs`` without waiting (host-driven loops keep MLX's graphs short)."""
-        arrays = [b.local if isinstance(b, _spmd.GlobalBuffer) else b for b in bufs]
-        arrays = [b for b in arrays if isinstance(b, mx.array)]
+        arrays = _mx_arrays(bufs)
         if arrays:
             mx.async_eval(*arrays)
+
+
+def _mx_arrays(bufs) -> list:
+    """The MLX arrays of ``bufs`` (a global buffer's local one; other buffers, NumPy's, passed over)."""
+    local = [b.local if isinstance(b, _spmd.GlobalBuffer) else b for b in bufs]
+    return [b for b in local if isinstance(b, mx.array)]
 
 
 def make_backend():
