@@ -127,7 +127,7 @@ from fnarray.devices import shapeless
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered, compiling
 from fnarray.lowering.mlx import conv, jacobians, keepdims, linalg, pallas
 from fnarray.lowering.mlx import shapeless as mlx_shapeless
-from fnarray.lowering.mlx.common import IMPORT_ERROR, RULES, from_numpy, mx, to_numpy
+from fnarray.lowering.mlx.common import F32_EXACT, IMPORT_ERROR, RULES, from_numpy, mx, to_numpy
 from fnarray.lowering.mlx.low_bit import low_bit_reason
 from fnarray.lowering.mlx.program import Generated as _Generated
 
@@ -377,7 +377,6 @@ def _needs_host(eqn) -> bool:
 
 
 _F32 = np.dtype(np.float32)
-_F32_EXACT = 2 ** 24  # ints of at most this magnitude are exact in float32 (no rounding to agree on)
 
 
 class MlxBackend(Backend):
@@ -541,7 +540,7 @@ class MlxBackend(Backend):
         a NumPy array (issue 28: transforms bind their Python constants on every call); anything else goes
         through NumPy, its dtypes and range checks."""
         t = type(value)
-        if (dtype == _F32 and (t is float or t is int and -_F32_EXACT <= value <= _F32_EXACT)
+        if (dtype == _F32 and (t is float or t is int and -F32_EXACT <= value <= F32_EXACT)
                 and mx is not None and (device is None or device.handle is not None)):
             return mx.array(value, dtype=mx.float32)
         return self.to_device(np.asarray(value, dtype), device)

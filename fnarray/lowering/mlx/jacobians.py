@@ -45,7 +45,7 @@ from fnarray.core.shaped import ShapedArray
 from fnarray.core.tracing import Trace, Tracer
 from fnarray.devices import placement
 from fnarray.devices.array_impl import ArrayImpl
-from fnarray.lowering.mlx.common import mx
+from fnarray.lowering.mlx.common import F32_EXACT, mx
 
 __all__ = ["DIFFERENTIABLE", "jacobian", "NO", "stats"]
 
@@ -61,7 +61,6 @@ _SCALARS = frozenset({bool, int, float})
 _NO_PARAMS = Params()
 _WEAK_F32 = ShapedArray((), _F32, True)   # a Python float's aval
 _F32_SCALAR = ShapedArray((), _F32, False)   # a Python int's beside a float32 value (``dtypes.scalar_literal``)
-_F32_EXACT = 2 ** 24
 _VALUES = frozenset({dtypes.float32, dtypes.int32, dtypes.bool_})   # the dtypes a value of the function may have
 
 NO = object()   # ``jacobian``: fnarray's own transform runs the call
@@ -128,7 +127,7 @@ def _operator(primitive, general, reflected=False):
         t = type(other)
         if t is float:
             o = _MxTracer(trace, mx.array(other, dtype=mx.float32), _WEAK_F32)   # (``pure`` of a float, inline)
-        elif t is int and -_F32_EXACT <= other <= _F32_EXACT:   # (a float32 literal: exact, no rounding)
+        elif t is int and -F32_EXACT <= other <= F32_EXACT:   # (a float32 literal: exact, no rounding)
             o = _MxTracer(trace, mx.array(other, dtype=mx.float32), _F32_SCALAR)
         elif t is _MxTracer and other._trace.main is trace.main and other.aval == av:
             o = other
