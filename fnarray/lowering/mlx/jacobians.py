@@ -102,7 +102,8 @@ class _MxTracer(Tracer):
             return Array.sum(self, *args, **kwargs)
         key = _SUM_ALL.get(av)
         if key is None:
-            key = _SUM_ALL[av] = (P.reduce_sum, frozenset({("axes", tuple(range(av.ndim)))}), (av,))
+            key = (P.reduce_sum, frozenset({("axes", tuple(range(av.ndim)))}), (av,))
+            _keep(_SUM_ALL, av, key)
         hit = _rules.get(key)
         if hit is None:
             return trace.process_primitive(P.reduce_sum, [self], Params(axes=tuple(range(av.ndim))))
@@ -182,9 +183,7 @@ class _MxTrace(Trace):
             hit = _rule(primitive, params, avals, self.main.global_data["device"])
             if hit is None:
                 raise _refuse(self.main)
-            if len(_rules) >= _KEPT:
-                _rules.clear()
-            _rules[key] = hit
+            _keep(_rules, key, hit)
         return _MxTracer(self, hit[0](*[t.buf for t in tracers]), hit[1])
 
 
