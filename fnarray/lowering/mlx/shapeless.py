@@ -27,7 +27,7 @@ import math
 from fnarray.core import dtypes, families
 from fnarray.core import primitives as P
 from fnarray.core.ir import Params
-from fnarray.core.shaped import ShapedArray
+from fnarray.core.shaped import ShapedArray, broadcast_same_rank
 from fnarray.devices import memory
 from fnarray.devices.array_impl import ArrayImpl
 from fnarray.lowering.mlx.common import RULES, mx
@@ -105,19 +105,6 @@ def _unary(fn):
     return rule
 
 
-def _broadcast(a, b):
-    """NumPy's broadcast of two shapes of one rank, or None."""
-    out = []
-    for m, n in zip(a, b):
-        if m == n or n == 1:
-            out.append(m)
-        elif m == 1:
-            out.append(n)
-        else:
-            return None
-    return tuple(out)
-
-
 def _binary(fn):
     def rule(args, kwargs):
         if kwargs or len(args) != 2:
@@ -134,7 +121,7 @@ def _binary(fn):
         if shape != b.shape:
             if len(shape) != len(b.shape):  # a rank promotion: the keyed path (and its checks)
                 return None
-            shape = _broadcast(shape, b.shape)
+            shape = broadcast_same_rank(shape, b.shape)
             if shape is None:
                 return None
         if 0 in shape or math.prod(shape) > _MAX_ELEMENTS:
