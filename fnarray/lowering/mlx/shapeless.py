@@ -82,8 +82,9 @@ def _elementwise(prim, arity):
     av = ShapedArray((1,), _F32)
     fn = RULES[prim](Params(), [av] * arity, [av])
     inline = getattr(fn, "inline", None)  # ``common.expression``'s ``mx.divide({0}, {1})``: that function itself
-    if inline is not None and not inline[1] and inline[0] == f"mx.{_MX_NAME.get(prim, prim.name)}({{0}}, {{1}})":
-        return getattr(mx, _MX_NAME.get(prim, prim.name))
+    name = _MX_NAME.get(prim, prim.name)
+    if inline is not None and not inline[1] and inline[0] == f"mx.{name}({{0}}, {{1}})":
+        return getattr(mx, name)
     return fn
 
 
