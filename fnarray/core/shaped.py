@@ -10,7 +10,7 @@ import numpy as np
 
 from fnarray.core import dtypes
 
-__all__ = ["ShapedArray", "ShapeDtypeStruct"]
+__all__ = ["ShapedArray", "ShapeDtypeStruct", "broadcast_same_rank"]
 
 
 class ShapedArray(NamedTuple):
@@ -47,6 +47,20 @@ class ShapedArray(NamedTuple):
     def __repr__(self):
         weak = ", weak_type=True" if self.weak_type else ""
         return f"ShapedArray({self.str_short()}{weak})"
+
+
+def broadcast_same_rank(a, b):
+    """NumPy's broadcast of two shapes of one rank as a tuple, or ``None`` where they do not fit (the caller
+    raises or takes another path: ``fnarray.numpy._util.broadcast_shapes``, mlx's rules of any shape)."""
+    out = []
+    for m, n in zip(a, b):
+        if m == n or n == 1:
+            out.append(m)
+        elif m == 1:
+            out.append(n)
+        else:
+            return None
+    return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True)

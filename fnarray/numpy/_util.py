@@ -10,6 +10,7 @@ from fnarray.core import dtypes, lax
 from fnarray.core.array import Array
 from fnarray.core.avals import get_aval, set_asarray
 from fnarray.core.errors import AxisError, DTypeError, ShapeError
+from fnarray.core.shaped import broadcast_same_rank
 from fnarray.core.tracing import Tracer, is_scalar
 
 __all__ = ["aval_of", "asarray_internal", "promote", "broadcast_shapes", "broadcast_arrays_",
@@ -177,16 +178,9 @@ def promote(name, *args, to=None):
 def broadcast_shapes(*shapes, name="broadcast"):
     """NumPy's broadcasting of shapes; ``ShapeError`` naming every shape when they do not fit."""
     if len(shapes) == 2 and len(shapes[0]) == len(shapes[1]):  # two of one rank (the eager hot path: no sets)
-        out = []
-        for m, n in zip(shapes[0], shapes[1]):
-            if m == n or n == 1:
-                out.append(m)
-            elif m == 1:
-                out.append(n)
-            else:
-                break  # they do not fit: the general loop below raises
-        else:
-            return tuple(out)
+        out = broadcast_same_rank(shapes[0], shapes[1])
+        if out is not None:
+            return out  # (else they do not fit: the general loop below raises)
     nd = max((len(s) for s in shapes), default=0)
     out = []
     for i in range(nd):

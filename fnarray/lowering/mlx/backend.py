@@ -127,7 +127,7 @@ from fnarray.devices import shapeless
 from fnarray.devices.backend import Backend, Capabilities, Device, Lowered, compiling
 from fnarray.lowering.mlx import conv, jacobians, keepdims, linalg, pallas
 from fnarray.lowering.mlx import shapeless as mlx_shapeless
-from fnarray.lowering.mlx.common import IMPORT_ERROR, RULES, from_numpy, mx, to_numpy
+from fnarray.lowering.mlx.common import F32_EXACT, IMPORT_ERROR, RULES, from_numpy, mx, to_numpy
 from fnarray.lowering.mlx.low_bit import low_bit_reason
 from fnarray.lowering.mlx.program import Generated as _Generated
 
@@ -377,7 +377,6 @@ def _needs_host(eqn) -> bool:
 
 
 _F32 = np.dtype(np.float32)
-_F32_EXACT = 2 ** 24  # ints of at most this magnitude are exact in float32 (no rounding to agree on)
 
 
 class MlxBackend(Backend):
@@ -527,8 +526,7 @@ class MlxBackend(Backend):
 
     def eager_jacobian(self, kind, fun, args, argnum, x):
         """``Backend.eager_jacobian``: through MLX's own transforms (``jacobians.py``)."""
-        out = jacobians.jacobian(kind, fun, args, argnum, x)
-        return None if out is jacobians.NO else out
+        return jacobians.jacobian(kind, fun, args, argnum, x)
 
     def learn_jacobian(self, kind, fun, args, argnum, x, result):
         """``Backend.learn_jacobian``: ``jacobians.learn``."""
@@ -541,7 +539,7 @@ class MlxBackend(Backend):
         a NumPy array (issue 28: transforms bind their Python constants on every call); anything else goes
         through NumPy, its dtypes and range checks."""
         t = type(value)
-        if (dtype == _F32 and (t is float or t is int and -_F32_EXACT <= value <= _F32_EXACT)
+        if (dtype == _F32 and (t is float or t is int and -F32_EXACT <= value <= F32_EXACT)
                 and mx is not None and (device is None or device.handle is not None)):
             return mx.array(value, dtype=mx.float32)
         return self.to_device(np.asarray(value, dtype), device)
@@ -567,8 +565,7 @@ class MlxBackend(Backend):
     def block_until_ready_all(self, bufs):
         """One ``mx.eval`` of every MLX buffer, as raw MLX's ``mx.eval(tree)`` (issue 28: a sweep's 120 results
         waited for one by one cost ~13 us an ``mx.eval`` more than one evaluation of them all)."""
-        local = [b.local if isinstance(b, _spmd.GlobalBuffer) else b for b in bufs]
-        local = [b for b in local if isinstance(b, mx.array)]
+        local = _mx_arrays(bufs)
         if local:
             mx.eval(*local)
 
@@ -599,10 +596,15 @@ class MlxBackend(Backend):
 
     def schedule(self, bufs):
         """Start evaluating ``bufs`` without waiting (host-driven loops keep MLX's graphs short)."""
-        arrays = [b.local if isinstance(b, _spmd.GlobalBuffer) else b for b in bufs]
-        arrays = [b for b in arrays if isinstance(b, mx.array)]
+        arrays = _mx_arrays(bufs)
         if arrays:
             mx.async_eval(*arrays)
+
+
+def _mx_arrays(bufs) -> list:
+    """The MLX arrays of ``bufs`` (a global buffer's local one; other buffers, NumPy's, passed over)."""
+    local = [b.local if isinstance(b, _spmd.GlobalBuffer) else b for b in bufs]
+    return [b for b in local if isinstance(b, mx.array)]
 
 
 def make_backend():

@@ -28,6 +28,7 @@ RULES: dict = {}
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 LOW = (dtypes.float16, dtypes.bfloat16)
 F32 = dtypes.float32
+F32_EXACT = 2 ** 24  # ints of at most this magnitude are exact in float32 (no rounding to agree on)
 
 
 def _mx_dtypes():

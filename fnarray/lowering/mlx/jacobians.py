@@ -15,7 +15,7 @@ The rule: ``DIFFERENTIABLE`` holds the primitives whose mlx rule MLX differentia
 not). Anything else the function binds *refuses* the call: ``stop_gradient`` (whose mlx rule is the identity),
 ``custom_jvp_call``/``custom_vjp_call`` (whose rules MLX would not see), ``max``/``min`` (whose ties MLX and JAX
 split differently), a jitted call, a value read on the host (Python control flow on a value, which fnarray's
-transform allows on primal values), another device's array. A refused call runs as fnarray's transform (``NO``),
+transform allows on primal values), another device's array. A refused call runs as fnarray's transform (``None``),
 the function's Python a second time, and that function (its code, closure and defaults, at those avals) is not
 tried again. So are a call with keyword arguments, ``has_aux``, several ``argnums``, a differentiated argument
 that is not a strongly typed float32 array, a call inside another transformation, while a thread stages, with
@@ -45,9 +45,9 @@ from fnarray.core.shaped import ShapedArray
 from fnarray.core.tracing import Trace, Tracer
 from fnarray.devices import placement
 from fnarray.devices.array_impl import ArrayImpl
-from fnarray.lowering.mlx.common import mx
+from fnarray.lowering.mlx.common import F32_EXACT, mx
 
-__all__ = ["DIFFERENTIABLE", "jacobian", "NO", "stats"]
+__all__ = ["DIFFERENTIABLE", "jacobian", "learn", "stats"]
 
 #: The primitives whose mlx rule MLX differentiates as fnarray's JVP rule does (module docstring).
 DIFFERENTIABLE = frozenset({
@@ -61,10 +61,8 @@ _SCALARS = frozenset({bool, int, float})
 _NO_PARAMS = Params()
 _WEAK_F32 = ShapedArray((), _F32, True)   # a Python float's aval
 _F32_SCALAR = ShapedArray((), _F32, False)   # a Python int's beside a float32 value (``dtypes.scalar_literal``)
-_F32_EXACT = 2 ** 24
 _VALUES = frozenset({dtypes.float32, dtypes.int32, dtypes.bool_})   # the dtypes a value of the function may have
 
-NO = object()   # ``jacobian``: fnarray's own transform runs the call
 stats = {"native": 0, "refused": 0}   # calls MLX's transforms served, calls refused (counters for tests)
 
 _rules: dict = {}     # (primitive, [params,] avals) -> (fn, out aval), for ``_generation[0]``: configuration, device
@@ -103,7 +101,8 @@ class _MxTracer(Tracer):
             return Array.sum(self, *args, **kwargs)
         key = _SUM_ALL.get(av)
         if key is None:
-            key = _SUM_ALL[av] = (P.reduce_sum, frozenset({("axes", tuple(range(av.ndim)))}), (av,))
+            key = (P.reduce_sum, frozenset({("axes", tuple(range(av.ndim)))}), (av,))
+            _keep(_SUM_ALL, av, key)
         hit = _rules.get(key)
         if hit is None:
             return trace.process_primitive(P.reduce_sum, [self], Params(axes=tuple(range(av.ndim))))
@@ -128,7 +127,7 @@ def _operator(primitive, general, reflected=False):
         t = type(other)
         if t is float:
             o = _MxTracer(trace, mx.array(other, dtype=mx.float32), _WEAK_F32)   # (``pure`` of a float, inline)
-        elif t is int and -_F32_EXACT <= other <= _F32_EXACT:   # (a float32 literal: exact, no rounding)
+        elif t is int and -F32_EXACT <= other <= F32_EXACT:   # (a float32 literal: exact, no rounding)
             o = _MxTracer(trace, mx.array(other, dtype=mx.float32), _F32_SCALAR)
         elif t is _MxTracer and other._trace.main is trace.main and other.aval == av:
             o = other
@@ -183,9 +182,7 @@ class _MxTrace(Trace):
             hit = _rule(primitive, params, avals, self.main.global_data["device"])
             if hit is None:
                 raise _refuse(self.main)
-            if len(_rules) >= _KEPT:
-                _rules.clear()
-            _rules[key] = hit
+            _keep(_rules, key, hit)
         return _MxTracer(self, hit[0](*[t.buf for t in tracers]), hit[1])
 
 
@@ -231,28 +228,28 @@ def _closure_ids(fun):
 
 def jacobian(kind, fun, args, argnum, x):
     """``kind`` (``"jacfwd"``, ``"jacrev"``, ``"hessian"``) of ``fun`` at ``args``, differentiated at ``argnum``
-    (the concrete array ``x``), through MLX's transforms, as an ``ArrayImpl`` on ``x``'s device; ``NO`` where the
+    (the concrete array ``x``), through MLX's transforms, as an ``ArrayImpl`` on ``x``'s device; ``None`` where the
     module docstring's rule leaves the call to fnarray's transform (which then ``learn``s the output aval)."""
     av = x.aval
     if (type(fun) is not types.FunctionType or x._buf is None or av.dtype != _F32 or av.weak_type or not av.size
             or not tracing.plain or tracing.transforming() or placement.debug_check is not None):
-        return NO   # (``plain``: no thread stages and the profiler is off; ``debug_check``: debug_nans/infs)
+        return None   # (``plain``: no thread stages and the profiler is off; ``debug_check``: debug_nans/infs)
     device = x._device
     if len(args) > 1:
         for a in args:
             if type(a) is ArrayImpl and a._device is not device:
-                return NO
+                return None
     where = _where(fun, args, argnum)
     refusal = where + _closure_ids(fun)
     if refusal in _refused:
-        return NO
+        return None
     out_aval = None
     run = kind
     if kind != "jacfwd":
         out_aval = _outputs.get(where + (kind,))
         if out_aval is None:
             if av.size > FORWARD_FIRST:
-                return NO   # (fnarray's transform runs it; ``learn`` keeps its output aval)
+                return None   # (fnarray's transform runs it; ``learn`` keeps its output aval)
             run = "forward " + kind   # (the same Jacobian by forward mode, which needs no output aval)
     gen = (config.generation, device)
     if gen != _generation[0]:   # (another configuration or device: rules made anew)
@@ -267,11 +264,11 @@ def jacobian(kind, fun, args, argnum, x):
     out = state["out"]
     if out is not None and out_aval is not None and out != out_aval:   # (another output aval: learn it again)
         _keep(_outputs, where + (kind,), out)
-        return NO
+        return None
     if buf is None or state["refused"] or out is None:
         _keep(_refused, refusal, True)
         stats["refused"] += 1
-        return NO
+        return None
     if out_aval is None and kind != "jacfwd":
         _keep(_outputs, where + (kind,), out)
     stats["native"] += 1

@@ -27,7 +27,7 @@ import math
 from fnarray.core import dtypes, families
 from fnarray.core import primitives as P
 from fnarray.core.ir import Params
-from fnarray.core.shaped import ShapedArray
+from fnarray.core.shaped import ShapedArray, broadcast_same_rank
 from fnarray.devices import memory
 from fnarray.devices.array_impl import ArrayImpl
 from fnarray.lowering.mlx.common import RULES, mx
@@ -82,8 +82,9 @@ def _elementwise(prim, arity):
     av = ShapedArray((1,), _F32)
     fn = RULES[prim](Params(), [av] * arity, [av])
     inline = getattr(fn, "inline", None)  # ``common.expression``'s ``mx.divide({0}, {1})``: that function itself
-    if inline is not None and not inline[1] and inline[0] == f"mx.{_MX_NAME.get(prim, prim.name)}({{0}}, {{1}})":
-        return getattr(mx, _MX_NAME.get(prim, prim.name))
+    name = _MX_NAME.get(prim, prim.name)
+    if inline is not None and not inline[1] and inline[0] == f"mx.{name}({{0}}, {{1}})":
+        return getattr(mx, name)
     return fn
 
 
@@ -105,19 +106,6 @@ def _unary(fn):
     return rule
 
 
-def _broadcast(a, b):
-    """NumPy's broadcast of two shapes of one rank, or None."""
-    out = []
-    for m, n in zip(a, b):
-        if m == n or n == 1:
-            out.append(m)
-        elif m == 1:
-            out.append(n)
-        else:
-            return None
-    return tuple(out)
-
-
 def _binary(fn):
     def rule(args, kwargs):
         if kwargs or len(args) != 2:
@@ -134,7 +122,7 @@ def _binary(fn):
         if shape != b.shape:
             if len(shape) != len(b.shape):  # a rank promotion: the keyed path (and its checks)
                 return None
-            shape = _broadcast(shape, b.shape)
+            shape = broadcast_same_rank(shape, b.shape)
             if shape is None:
                 return None
         if 0 in shape or math.prod(shape) > _MAX_ELEMENTS:
