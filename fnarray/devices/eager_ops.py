@@ -207,7 +207,9 @@ def _binary(code, general, raw=None, name=None):
                 if m[0] is not av or m[1] is not dev or m[2] != config.generation:
                     if av.dtype in _SERVED.get(id(dev), ()):  # (a backend's rule of any shape serves it)
                         out = _shapeless(name, (self, other), arrays, av)
-                        return general(self, other) if out is None else out
+                        if out is not None:
+                            return out
+                        # declined (a large, weak or empty operand): the learned entry, as for other dtypes
                     m = _remember(arrays, (code, av, ArrayImpl), dev, av)
                 a, b = self._buf, other._buf
                 if m is not None and other._device is dev and a is not None and b is not None:
@@ -286,7 +288,9 @@ def _unary(code, general, name=None):
                     # nor one whose backend's rule of any shape serves it (``fnarray.devices.shapeless``: mlx's
                     # float32), where an entry per new shape costs more than the rule saves
                     out = _shapeless(name, (self,), last, av)
-                    return general(self) if out is None else out
+                    if out is not None:
+                        return out
+                    # declined (a large, weak or empty operand): the learned entry, as for other dtypes
                 m = _remember(last, (code, av), dev, av)
             a = self._buf
             if m is not None and a is not None:
