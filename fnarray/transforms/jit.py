@@ -81,7 +81,7 @@ def leaf_aval(x, where="argument") -> ShapedArray:
         return x.aval
     if isinstance(x, (bool, int, float, complex)):
         d, w = dtypes.dtype_of_scalar(x)
-        if w and d == dtypes.int32 and not -2 ** 31 <= x < 2 ** 31:
+        if w and d == dtypes.int32 and not dtypes.fits_weak_int(x):
             raise OverflowError(f"{where} is the Python int {x}, which does not fit int32 (a Python int "
                                 "argument is a weak int32, as in JAX); pass it as an array of a wider dtype "
                                 "(fnarray.numpy.asarray(x, dtype='int64') with fnarray.config.update('enable_x64', "
