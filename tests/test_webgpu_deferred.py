@@ -75,7 +75,7 @@ def test_a_donated_buffer_that_a_view_or_deferred_value_reads_is_updated_as_a_co
         np.testing.assert_array_equal(np.asarray(kept), want)
         np.testing.assert_array_equal(np.asarray(r), np.concatenate([x0[:2], [-1, -1, -1], x0[5:]]))
         assert a.is_deleted()
-    # a view donated to an in-place update: its output owns the memory, in the view's shape
+    # a view donated to an in-place update: updated as a copy (a view always shares its base), the base kept
     a = fa.device_put(x0.reshape(2, 4), device)
     r = upd(a.reshape(8), fa.device_put(np.full(3, -1, np.float32), device))
     np.testing.assert_array_equal(np.asarray(r), np.concatenate([x0[:2], [-1, -1, -1], x0[5:]]))

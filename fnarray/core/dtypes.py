@@ -45,7 +45,8 @@ __all__ = [
     "narrow", "promote_types",
     "result_type", "is_float", "is_complex", "is_int", "is_unsigned",
     "is_signed", "is_bool", "is_inexact", "short_name", "default_for_kind",
-    "dtype_of_scalar", "scalar_operand_dtype", "scalar_literal", "int_out_of_range", "check_weak_int", "finfo", "iinfo",
+    "dtype_of_scalar", "scalar_operand_dtype", "scalar_literal", "int_out_of_range", "fits_weak_int", "check_weak_int",
+    "finfo", "iinfo",
     "extended", "prng_key", "KeyDType", "key_fry", "is_key",
 ]
 
@@ -486,10 +487,16 @@ def int_out_of_range(x: int, d: np.dtype) -> OverflowError:
 _WEAK_INT_MIN, _WEAK_INT_MAX = -(2 ** 31), 2 ** 31 - 1
 
 
+def fits_weak_int(x: int) -> bool:
+    """Whether the Python int ``x`` fits ``int32``, the dtype of a weak Python int (``dtype_of_scalar``): a literal
+    beside an array, a jitted function's argument, a ``fori_loop`` bound."""
+    return _WEAK_INT_MIN <= x <= _WEAK_INT_MAX
+
+
 def check_weak_int(x: int, d: np.dtype) -> None:
     """Raise ``int_out_of_range`` where the Python int ``x``, kept a weak literal beside an array of ``d``
     (``int32``: ``scalar_operand_dtype``'s ``(int32, True)``), does not fit ``int32``."""
-    if not _WEAK_INT_MIN <= x <= _WEAK_INT_MAX:
+    if not fits_weak_int(x):
         raise int_out_of_range(x, d)
 
 

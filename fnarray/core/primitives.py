@@ -437,9 +437,7 @@ def _gather_shape(name, x, indices, axes):
     if not dtypes.is_int(indices.dtype) or indices.ndim < 1 or indices.shape[-1] != len(axes):
         raise ShapeError(f"{name}: indices must be integer with last dimension {len(axes)}, "
                          f"got {indices.str_short()}")
-    if len(set(axes)) != len(axes) or any(not 0 <= a < x.ndim for a in axes):
-        raise ShapeError(f"{name}: axes {axes} invalid for rank {x.ndim}: each must lie in [0, {x.ndim}) and "
-                         "appear once")
+    _check_axes(name, x, axes)
     rest = tuple(n for i, n in enumerate(x.shape) if i not in axes)
     return indices.shape[:-1] + rest
 

@@ -492,9 +492,7 @@ def block_until_ready(x, *more):
     by_backend: dict = {}   # each backend waits for its buffers at once (MLX: one ``mx.eval`` of them all)
     for leaf in optree.tree_leaves((x, *more), none_is_leaf=False, namespace="fnarray"):
         if isinstance(leaf, ArrayImpl):
-            b = leaf._buf
-            if b is None:
-                leaf.buf()  # raises: donated or deleted
+            b = leaf.buf()  # raises: donated or deleted
             impl = leaf._device.impl
             bufs = by_backend.get(impl)
             if bufs is None:

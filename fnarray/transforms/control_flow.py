@@ -459,7 +459,7 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
             isinstance(upper, bool):
         raise TypeError(f"fori_loop bounds must be integers, got {la.dtype.name} and {ua.dtype.name}")
     for b in (lower, upper):   # a weak int32 (JAX raises OverflowError too); 2**40 ran a scan of 2**40 steps
-        if type(b) is int and not -2 ** 31 <= b < 2 ** 31:
+        if type(b) is int and not dtypes.fits_weak_int(b):
             raise OverflowError(f"fori_loop bound {b} does not fit int32 (Python int bounds are weak int32, as in "
                                 "JAX); pass bounds in int32's range, or int64 arrays with 64-bit enabled "
                                 "(fnarray.config.update('enable_x64', True)) for a loop that long")

@@ -325,8 +325,8 @@ class custom_vjp:
           Nothing here; rules of the wrong structure raise ``TypeError`` when the function is
           called or differentiated.
         """
-        self.fwd, self.bwd = check_callable(fwd, "custom_vjp.defvjp", "fwd"), check_callable(bwd, "custom_vjp.defvjp",
-                                                                                           "bwd")
+        self.fwd = check_callable(fwd, "custom_vjp.defvjp", "fwd")
+        self.bwd = check_callable(bwd, "custom_vjp.defvjp", "bwd")
 
     def __call__(self, *args):
         if self.fwd is None:
@@ -366,8 +366,8 @@ class custom_vjp:
             pair = fwd(*rebuild(tree_util.tree_unflatten(in_tree, list(primals[len(primals) - n_dyn:]))))
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:
                 # as JAX: an array of two rows would otherwise unpack into a wrong output and residual
-                raise TypeError(f"custom_vjp fwd {fwd_flat.__name__} must return a pair (output, residuals), got "
-                                f"{_kind(pair)}; return the function's output and what bwd needs, e.g. "
+                raise TypeError(f"custom_vjp fwd {getattr(fwd, '__name__', '')} must return a pair (output, "
+                                f"residuals), got {_kind(pair)}; return the function's output and what bwd needs, e.g. "
                                 "(y, (x,))")
             out, res = pair
             o_flat, o_tree = tree_util.tree_flatten(out)

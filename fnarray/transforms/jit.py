@@ -81,7 +81,7 @@ def leaf_aval(x, where="argument") -> ShapedArray:
         return x.aval
     if isinstance(x, (bool, int, float, complex)):
         d, w = dtypes.dtype_of_scalar(x)
-        if w and d == dtypes.int32 and not -2 ** 31 <= x < 2 ** 31:
+        if w and d == dtypes.int32 and not dtypes.fits_weak_int(x):
             raise OverflowError(f"{where} is the Python int {x}, which does not fit int32 (a Python int "
                                 "argument is a weak int32, as in JAX); pass it as an array of a wider dtype "
                                 "(fnarray.numpy.asarray(x, dtype='int64') with fnarray.config.update('enable_x64', "
@@ -548,8 +548,7 @@ class Jitted:
         n_pos = sum(k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
                     for k in kinds)
         name = getattr(self.fun, "__name__", "fun")
-        donate = donate_argnums
-        for what, nums in (("static_argnums", static_argnums), ("donate_argnums", donate)):
+        for what, nums in (("static_argnums", static_argnums), ("donate_argnums", donate_argnums)):
             for i in nums:
                 if not -n_pos <= i < n_pos:
                     raise ValueError(f"jit: {what} {i} does not refer to a positional parameter of {name}, "
@@ -559,7 +558,7 @@ class Jitted:
                 if n not in params:
                     raise ValueError(f"jit: static_argnames {n!r} is not a parameter of {name}; its parameters "
                                      f"are {', '.join(params) or 'none'}")
-        both = {i % n_pos for i in static_argnums} & {i % n_pos for i in donate} if n_pos else set()
+        both = {i % n_pos for i in static_argnums} & {i % n_pos for i in donate_argnums} if n_pos else set()
         if both:
             raise ValueError(f"jit: argument {sorted(both)[0]} of {name} is both static and donated; a static "
                              "argument is a hashable Python value, not a buffer to donate")

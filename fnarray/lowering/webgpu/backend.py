@@ -317,10 +317,10 @@ class WGBuffer:
         self.buffer, self.dtype, self.shape, self.gpu = buffer, np.dtype(dtype), tuple(shape), gpu
         self.shared = False
 
-    def take_over(self, shape=None) -> WGBuffer:
-        """A ``WGBuffer`` (of ``shape``, else this one's) that owns this memory from now on: an in-place update's
-        output (``dispatch.Runner._outputs``); this one (and every array holding it) holds none."""
-        b = WGBuffer(self.buffer, self.dtype, self.shape if shape is None else shape, self.gpu)
+    def take_over(self) -> WGBuffer:
+        """A ``WGBuffer`` that owns this memory from now on: an in-place update's output
+        (``dispatch.Runner._outputs``); this one (and every array holding it) holds none."""
+        b = WGBuffer(self.buffer, self.dtype, self.shape, self.gpu)
         self.buffer = None
         return b
 

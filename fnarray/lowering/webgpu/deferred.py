@@ -58,12 +58,13 @@ _plain = LRUCache(_plain_size)
 class View:
     """``reshape`` of a buffer (``WGBuffer``): its memory under another ``shape`` (see the module docstring)."""
 
-    __slots__ = ("base", "dtype", "shape", "gpu", "shared", "__weakref__")
+    __slots__ = ("base", "dtype", "shape", "gpu", "__weakref__")
+    shared = True   # its base is read by others: an in-place update copies it (``dispatch.Runner._bind``)
 
     def __init__(self, base, shape):
         base = _settled(base)
         base.shared = True
-        self.base, self.dtype, self.shape, self.gpu, self.shared = base, base.dtype, tuple(shape), base.gpu, True
+        self.base, self.dtype, self.shape, self.gpu = base, base.dtype, tuple(shape), base.gpu
 
     @property
     def buffer(self):
@@ -76,11 +77,6 @@ class View:
     @property
     def nbytes(self) -> int:
         return self.base.nbytes
-
-    def take_over(self):
-        """A ``WGBuffer`` that owns this memory from now on (an in-place update's output); the base and its
-        views hold none."""
-        return self.base.take_over(self.shape)
 
     def __repr__(self):
         return f"View({self.dtype.name}{list(self.shape)} of {self.base!r})"
@@ -138,8 +134,8 @@ class Deferred:
     def nbytes(self) -> int:
         return self.size * (4 if self.dtype == np.bool_ else self.dtype.itemsize)   # bool: a u32 each
 
-    def take_over(self, shape=None):
-        return self.make().take_over(shape)
+    def take_over(self):
+        return self.make().take_over()
 
     def __repr__(self):
         return f"Deferred({' '.join(e[0].name for e in self.chain)} -> {self.dtype.name}{list(self.shape)})"
