@@ -110,13 +110,13 @@ def check_callable(fun, who: str, role: str = "its first argument (the function 
     return fun
 
 
-def int_tuple(value, who: str, what: str) -> tuple:
+def int_tuple(value, who: str, what: str, str_hint: str = "") -> tuple:
     """``value`` (an int or a sequence of ints: ``argnums``, ``static_argnums``, ``donate_argnums``) as a tuple of
-    Python ints, or a ``TypeError`` naming ``who``'s ``what`` and what was given."""
+    Python ints, or a ``TypeError`` naming ``who``'s ``what`` and what was given (with ``str_hint`` appended where
+    an item is a string: the caller's advice for names given as positions)."""
     items = tuple(value) if isinstance(value, (tuple, list, range)) else (value,)
     if all(hasattr(type(i), "__index__") and not isinstance(i, bool) for i in items):
         return tuple(i.__index__() for i in items)
-    hint = "; name parameters with static_argnames=" if (who, what) == ("jit", "static_argnums") and \
-        any(isinstance(i, str) for i in items) else ""
+    hint = str_hint if any(isinstance(i, str) for i in items) else ""
     raise TypeError(f"{who}: {what} must be an int or a sequence of ints (positions of arguments), got "
                     f"{value!r}{hint}")

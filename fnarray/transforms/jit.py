@@ -511,7 +511,8 @@ class Jitted:
         functools.update_wrapper(self, fun, updated=())  # never copy fun.__dict__ over ours
         cache = function_cache(fun) if shared else _FunctionCache()
         self._sig = cache.signature_of(fun)
-        static_argnums = int_tuple(static_argnums, "jit", "static_argnums")
+        static_argnums = int_tuple(static_argnums, "jit", "static_argnums",
+                                   str_hint="; name parameters with static_argnames=")
         donate_argnums = int_tuple(donate_argnums, "jit", "donate_argnums")
         static_argnames = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
         params = list(self._sig.parameters) if self._sig else []
