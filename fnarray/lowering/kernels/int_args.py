@@ -25,7 +25,8 @@ import numpy as np
 
 from fnarray.core.cache import LRUCache
 from fnarray.lowering.kernels.groups.base import Launch, Schedule
-from fnarray.lowering.kernels.ir import INT32, Const, Op, ScalarParam, Sym, children, map_stmts, rebuild, walk_exprs
+from fnarray.lowering.kernels.ir import INT32, Const, Op, Sym, children, map_stmts, rebuild
+from fnarray.lowering.kernels.literal_args import with_scalar_args
 
 __all__ = ["IntArgs", "MAX_INT_ARGS"]
 
@@ -135,18 +136,7 @@ def _split(classes, values, first=None) -> tuple:
 def _as_args(launch, classes, values) -> Launch:
     """``launch`` with the constants at each class of places a scalar parameter ``ilit0``, ``ilit1``... (in the
     order of the classes)."""
-    kernel = launch.kernel
-    taken = {getattr(p, "name", None) for p in kernel.params}
-    taken |= {e.name for e in walk_exprs(kernel.body) if isinstance(e, Sym)}
-    syms, n = [], 0
-    for _ in classes:
-        while f"ilit{n}" in taken:
-            n += 1
-        syms.append(Sym(f"ilit{n}", INT32))
-        n += 1
-    of = {p: syms[k] for k, c in enumerate(classes) for p in c}
-    body = _places(kernel, lambda c, place, _divisor: of.get(place, c)).body
-    params = kernel.params + tuple(ScalarParam(s.name, INT32) for s in syms)
-    args = launch.args + tuple(int(np.asarray(values[c[0]].value)) for c in classes)
-    return Launch(dataclasses.replace(kernel, params=params, body=body), args, launch.global_size,
-                  launch.local_size, launch.eqns, launch.kind)
+    def body(syms):
+        of = {p: syms[k] for k, c in enumerate(classes) for p in c}
+        return _places(launch.kernel, lambda c, place, _divisor: of.get(place, c)).body
+    return with_scalar_args(launch, "ilit", [(INT32, int(np.asarray(values[c[0]].value))) for c in classes], body)

@@ -26,7 +26,7 @@ from fnarray.core.passes import walk_eqns
 from fnarray.lowering.kernels.groups.base import Launch, Schedule
 from fnarray.lowering.kernels.ir import Const, ScalarParam, Sym, map_exprs, walk_exprs
 
-__all__ = ["literals_as_args", "MAX_LITERAL_ARGS"]
+__all__ = ["literals_as_args", "with_scalar_args", "MAX_LITERAL_ARGS"]
 
 #: At most this many constants of one kernel become arguments (the first ones met; the rest stay in the source).
 MAX_LITERAL_ARGS = 8
@@ -51,24 +51,35 @@ def _as_args(launch, wanted) -> Launch:
     """``launch`` with its constants in ``wanted`` (``(dtype, bits)``) as scalar parameters ``lit0``,
     ``lit1``... in the order the body first reads them (so equal kernels name them alike)."""
     kernel = launch.kernel
-    taken = {getattr(p, "name", None) for p in kernel.params}
-    taken |= {e.name for e in walk_exprs(kernel.body) if isinstance(e, Sym)}
     order: dict = {}
     for e in walk_exprs(kernel.body):
         if isinstance(e, Const) and (e.dtype, e.bits) in wanted and e not in order and len(order) < MAX_LITERAL_ARGS:
             order[e] = None
     if not order:
         return launch
-    names, n = {}, 0
-    for c in order:
-        while f"lit{n}" in taken:
+
+    def body(syms):
+        names = dict(zip(order, syms, strict=True))
+        return map_exprs(kernel, lambda e: names.get(e, e) if isinstance(e, Const) else e).body
+    return with_scalar_args(launch, "lit", [(c.dtype, c.value) for c in order], body)
+
+
+def with_scalar_args(launch, prefix: str, values, body) -> Launch:
+    """``launch`` with a scalar parameter for each ``(dtype, value)`` of ``values``, named ``<prefix>0``,
+    ``<prefix>1``... (skipping names the kernel already uses), set to ``value``, and its body ``body(syms)`` (``syms``:
+    those parameters' ``Sym``, in order). Used here and by ``int_args``."""
+    kernel = launch.kernel
+    taken = {getattr(p, "name", None) for p in kernel.params}
+    taken |= {e.name for e in walk_exprs(kernel.body) if isinstance(e, Sym)}
+    syms, n = [], 0
+    for dtype, _ in values:
+        while f"{prefix}{n}" in taken:
             n += 1
-        names[c] = Sym(f"lit{n}", c.dtype)
+        syms.append(Sym(f"{prefix}{n}", dtype))
         n += 1
-    body = map_exprs(kernel, lambda e: names.get(e, e) if isinstance(e, Const) else e).body
-    params = kernel.params + tuple(ScalarParam(s.name, s.dtype) for s in names.values())
-    args = launch.args + tuple(c.value for c in names)
-    return Launch(dataclasses.replace(kernel, params=params, body=body), args, launch.global_size,
+    params = kernel.params + tuple(ScalarParam(s.name, s.dtype) for s in syms)
+    args = launch.args + tuple(v for _, v in values)
+    return Launch(dataclasses.replace(kernel, params=params, body=body(syms)), args, launch.global_size,
                   launch.local_size, launch.eqns, launch.kind)
 
 

@@ -182,26 +182,34 @@ def merge_small(launches, max_buffers: int, below: int = MERGE_BELOW) -> list:
     work, bindings = 0, {}
 
     def flush():
-        out.append(_merged(run) if len(run) > 1 else run[0])
+        out.append(_merged(run, bindings) if len(run) > 1 else run[0])
         run.clear()
 
     for la in launches:
-        w = work_estimate(la) if _phase_ready(la) and _buffers([la]) is not None else None
-        more = _buffers([la], dict(bindings)) if run and w is not None else None
-        if run and (w is None or work + w > below or la.kernel.math != run[0].kernel.math or more is None
+        own = _phase_work(la, below)
+        more = _buffers([la], dict(bindings)) if run and own is not None else None
+        if run and (own is None or work + own[0] > below or la.kernel.math != run[0].kernel.math or more is None
                     or len(more) + sum(_scalars(x) for x in run + [la]) > max_buffers):
             flush()
             more = None
-        if w is None or w > below:
+        if own is None:
             out.append(la)
             continue
         if not run:
-            work, more = 0, _buffers([la])
+            work, more = 0, own[1]
         run.append(la)
-        work, bindings = work + w, more
+        work, bindings = work + own[0], more
     if run:
         flush()
     return out
+
+
+def _phase_work(launch, below):
+    """``(work_estimate, _buffers)`` of ``launch`` where it may be a phase (``_phase_ready``) of a run under
+    ``below``, else ``None``."""
+    own = _buffers([launch]) if _phase_ready(launch) else None
+    work = work_estimate(launch) if own is not None else None
+    return None if work is None or work > below else (work, own)
 
 
 def _scalars(launch) -> int:
@@ -227,9 +235,9 @@ def _buffers(launches, found=None) -> dict | None:
     return found
 
 
-def _merged(run) -> Launch:
-    """The launches of ``run`` as one launch of one work item (the module docstring)."""
-    buffers = _buffers(run)
+def _merged(run, buffers) -> Launch:
+    """The launches of ``run`` as one launch of one work item (the module docstring); ``buffers``: their
+    ``_buffers``."""
     index = {key: i for i, key in enumerate(buffers)}
     dtypes: dict = {}
     params, args, body, eqns = [], [], [], []

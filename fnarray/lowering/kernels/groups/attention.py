@@ -131,7 +131,7 @@ class AttentionGroup(EquationGroup):
                 w.o.each(lambda h, cur: b.store(out_name, op("add", row, h), _to(op("mul", cur, inv), out.aval.dtype)))
         b.name = kernel_name("attention_subgroup" if lanes else "attention", tracker.eqns)
         # the subgroup form's work-group size is its own (a multiple of the subgroup), not the backend's default
-        launch = make_launch(b, args, getattr(ks, "scalars", {}), *sizes, tracker.eqns, "attention", bool(lanes))
+        launch = make_launch(b, args, ks.scalars if pieces else {}, *sizes, tracker.eqns, "attention", bool(lanes))
         if share.vectors and not vectors_fit(ctx.caps, launch):   # a donated buffer also written: scalar reads
             self._vectors = False
             return self.codegen()
@@ -510,21 +510,14 @@ class _Row:
 
 def _operands(e) -> tuple:
     """The equation's operands in the primitive's order; with ``kv_pieces`` (its keys and values one concatenation
-    of its operands past ``q``: ``_Pieces``) ``(q, whole, whole)``, ``whole`` standing for the concatenation (an
-    ``aval`` alone)."""
+    of its operands past ``q``: ``_Pieces``) ``(q, whole, whole)``, ``whole`` a ``Var`` standing for the concatenation
+    (its ``aval`` alone is read)."""
     pieces = e.params.get("kv_pieces")
     if not pieces:
         return e.inputs
     first = e.inputs[1].aval
-    whole = _Whole(ShapedArray((sum(pieces), first.shape[1]), first.dtype))
+    whole = Var(ShapedArray((sum(pieces), first.shape[1]), first.dtype))
     return e.inputs[0], whole, whole
-
-
-class _Whole:
-    """A value known by its ``aval`` alone (``_operands``)."""
-
-    def __init__(self, aval):
-        self.aval = aval
 
 
 def _kv_start(b, bb, kh, sizes, heads_first):

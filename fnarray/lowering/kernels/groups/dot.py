@@ -1116,15 +1116,16 @@ class DotGroup(Group):
                 continue
             for key in sorted(keys, key=repr):
                 flat = _plain(key)   # a reshape's index through the flat one (``(m * 256 + n) // 16384``...)
-                aligned = flat.const % 4 == 0 and all(t in column or (t in rows and c % 4 == 0) for t, c in flat.terms)
+                if flat.const % 4 or not all(t in column or (t in rows and c % 4 == 0) for t, c in flat.terms):
+                    continue   # not aligned
                 lanes = [key] + [next((o for o in sorted(reads[k].get(u, ()), key=repr) if _plain(o) == flat + k), None)
                                  for k in range(1, 4)]
-                if not aligned or None in lanes:
+                if None in lanes:
                     continue
                 name = vec4_binding(b, args, self.ctx.spec(u), f32)
                 v = b.load(name, op("div", to_expr(flat), const(4, INT32)), vector_dtype(f32))
-                for k, at in enumerate(lanes):
-                    em.seed_key(u, at, b.let(Lane(v, k, f32)))
+                for k, lane_key in enumerate(lanes):
+                    em.seed_key(u, lane_key, b.let(Lane(v, k, f32)))
 
     def _vector_reads(self, lp, rp, block):
         """``(lhs, rhs)``: how ``_blocked`` reads each operand four elements at a time, ``"k"`` (along the
@@ -1222,7 +1223,8 @@ def _plain(ix):
             for g in sorted({k for _, k in t.x.terms if k > 1 and t.k % k == 0}, reverse=True):
                 s = Ix({u: k // g for u, k in t.x.terms if k % g == 0}, t.x.const // g)
                 r = Ix({u: k for u, k in t.x.terms if k % g}, t.x.const % g)
-                if r.bounds()[0] >= 0 and r.bounds()[1] < g and s.bounds()[0] >= 0:
+                lo, hi = r.bounds()
+                if lo >= 0 and hi < g and s.bounds()[0] >= 0:
                     part = (s // (t.k // g) if isinstance(t, IxDiv) else (s % (t.k // g)) * g + r) * c
                     break
         out = out + part
