@@ -70,9 +70,8 @@ class IntArgs:
         if made is None:
             return launch
         structure, values, divisors = made
-        entry = structures.get(structure)
-        if entry is None:
-            structures[structure] = [values, ()]
+        entry = structures.setdefault(structure, [values, ()])   # (the structure hashed once)
+        if entry[0] is values:   # the structure's first kernel
             return launch
         first, classes = entry
         new = tuple(p for p, (a, b) in enumerate(zip(first, values, strict=True)) if a != b and not _placed(classes, p))
