@@ -29,7 +29,7 @@ __all__ = [
     "oracle_promote", "to_inexact", "reference", "assert_close", "assert_same", "check_traced",
     "eager_and_jit", "random_array", "on_device", "int_div_ref", "int_rem_ref", "shift_ref",
     "saturating_cast_ref", "ALL_DTYPES", "DTYPE_NAMES", "fallback_mode", "config_setting", "python_calls",
-    "run_threads", "kernel_capabilities", "no_shapeless_rules",
+    "run_threads", "kernel_capabilities", "no_shapeless_rules", "decode_loop", "cpu_opencl",
 ]
 
 BACKEND_UNAVAILABLE = "backend unavailable"
@@ -365,6 +365,26 @@ def decode_step(np_):
         e = np_.exp(sc - sc.max(axis=-1, keepdims=True))
         return cache, (e / e.sum(axis=-1, keepdims=True)) @ cache
     return step
+
+
+def decode_loop(step, cache, q, row, steps, each=None):
+    """``steps`` calls of a ``decode_step`` ``step``, the cache growing a row each (``each(cache)`` before each
+    call); returns the last ``(cache, out)``."""
+    for _ in range(steps):
+        if each is not None:
+            each(cache)
+        cache, out = step(cache, q, row)
+    return cache, out
+
+
+def cpu_opencl():
+    """The first OpenCL device where it is a CPU device (PoCL: ``matmul_tiling == "register"``); skips otherwise
+    (merged launches, ``kernels/phases.py``, are for CPU OpenCL)."""
+    dev = require_backend("opencl")[0]
+    if dev.impl.capabilities(dev).matmul_tiling != "register":
+        import pytest
+        pytest.skip("merged launches are for CPU OpenCL devices (PoCL); this one is a GPU")
+    return dev
 
 
 def check_traced(f, *args, **kwargs):

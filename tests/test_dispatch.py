@@ -21,7 +21,7 @@ import pytest
 
 import fnarray as fa
 import fnarray.numpy as fnp
-from helpers import decode_step, require_backend, run_threads
+from helpers import decode_loop, decode_step, require_backend, run_threads
 
 # --------------------------------------------------------------------------- the program
 
@@ -711,10 +711,7 @@ def test_webgpu_growing_decode_loop_records_one_dispatch_a_step(monkeypatch):
     args = [fa.device_put(a, dev) for a in (cache0, q, row)]
 
     def run():
-        cache = args[0]
-        for _ in range(steps):
-            cache, out = step(cache, *args[1:])
-        return cache, out
+        return decode_loop(step, *args, steps)
     float(run()[1][0, 0])   # the first pass compiles each length, then waits: the next call opens the encoder
     counts = collections.Counter()
     with monkeypatch.context() as mp:

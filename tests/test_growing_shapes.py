@@ -11,7 +11,7 @@ import pytest
 import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.transforms import jit as jit_module
-from helpers import decode_step, no_shapeless_rules, python_calls, require_backend
+from helpers import cpu_opencl, decode_loop, decode_step, no_shapeless_rules, python_calls, require_backend
 
 W, STEPS = 8, 5
 
@@ -28,15 +28,6 @@ def _reference(steps=STEPS):
     return cache, out
 
 
-def _loop(step, cache, q, row, steps, each=None):
-    """``steps`` calls of ``step``, the cache growing a row each; ``each(cache)`` before each call."""
-    for _ in range(steps):
-        if each is not None:
-            each(cache)
-        cache, out = step(cache, q, row)
-    return cache, out
-
-
 @pytest.mark.parametrize("backend", ["numpy", "mlx", "jax"])
 def test_a_growing_loop_takes_the_hot_records_from_its_second_pass(backend, monkeypatch):
     dev = require_backend(backend)[0]
@@ -45,7 +36,7 @@ def test_a_growing_loop_takes_the_hot_records_from_its_second_pass(backend, monk
     steps = 3 if backend == "jax" else STEPS  # (each shape an XLA compile on jax:0)
 
     def run(each=None):
-        return _loop(step, cache0, q, row, steps, each)
+        return decode_loop(step, cache0, q, row, steps, each)
     run()  # the first pass traces each shape (and makes its hot record)
     keyed, evals = [], []
     orig = jit_module.Jitted._call_keyed
@@ -139,7 +130,7 @@ def test_an_eager_growing_loop_on_jax_reaches_its_programs_without_misses(monkey
     steps = 2  # (each operation's each shape an XLA compile)
 
     def run(each=None):
-        return _loop(step, cache0, q, row, steps, each)
+        return decode_loop(step, cache0, q, row, steps, each)
     run()
     run()  # a key's second call promotes its program
     misses = []
@@ -155,26 +146,25 @@ def test_an_eager_growing_loop_on_jax_reaches_its_programs_without_misses(monkey
 
 
 def test_an_opencl_growing_loop_is_one_launch_a_step_and_a_few_builds(monkeypatch):
-    """On a CPU OpenCL device (PoCL) each step's concatenation and attention kernels are one launch
-    (``kernels/phases.py``), and the lengths share one kernel source, the constants that follow the length its
+    """On a CPU OpenCL device (PoCL) each step is one launch (its attention kernel reads the concatenation's
+    pieces: ``kernels/softmax_products.py``; small kernels left beside it are phases of one launch:
+    ``kernels/phases.py``), and the lengths share one kernel source, the constants that follow the length its
     arguments (``kernels/int_args.py``): at most three programs built for five lengths (main: five, two kernels
     each; issue 28, twenty-first session); none when an earlier test in the process built that source."""
     import pyopencl as cl
-    dev = require_backend("opencl")[0]
-    if dev.impl.capabilities(dev).matmul_tiling != "register":
-        pytest.skip("merged launches are for CPU OpenCL devices (PoCL); this one is a GPU")
+    dev = cpu_opencl()
     state = dev.impl.state(dev)
     built = []
     orig_build = state._build
     monkeypatch.setattr(state, "_build", lambda text: built.append(text) or orig_build(text))
     cache0, q, row = (fa.device_put(a, dev) for a in _inputs())
     step = fa.jit(decode_step(fnp))
-    _loop(step, cache0, q, row, STEPS)
+    decode_loop(step, cache0, q, row, STEPS)
     assert len(built) <= 3, len(built)   # none where an earlier test built the same source
     launches = []
     orig_enqueue = cl.enqueue_nd_range_kernel
     monkeypatch.setattr(cl, "enqueue_nd_range_kernel", lambda *a, **k: launches.append(1) or orig_enqueue(*a, **k))
-    cache, out = _loop(step, cache0, q, row, STEPS)
+    cache, out = decode_loop(step, cache0, q, row, STEPS)
     assert len(launches) == STEPS
     want_cache, want_out = _reference()
     np.testing.assert_allclose(np.asarray(cache), want_cache, rtol=1e-6)

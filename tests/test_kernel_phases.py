@@ -13,17 +13,9 @@ import fnarray.numpy as fnp
 from fnarray.lowering.kernels import phases, render_opencl
 from fnarray.lowering.kernels.int_args import IntArgs
 from fnarray.lowering.kernels.ir import BufferParam
-from helpers import decode_step, require_backend
+from helpers import cpu_opencl, decode_step
 
 W = 16
-
-
-def _cpu_opencl():
-    dev = require_backend("opencl")[0]
-    if dev.impl.capabilities(dev).matmul_tiling != "register":
-        import pytest
-        pytest.skip("merged launches are for CPU OpenCL devices (PoCL); this one is a GPU")
-    return dev
 
 
 def _grow_and_score(cache, q, row):
@@ -46,7 +38,7 @@ def test_decode_step_is_one_launch_of_one_source_for_every_length():
     cache is one writable parameter; the merged kernels of lengths 5, 6, 7 share one source from the second on,
     the constants that follow the length its int32 arguments, with the values of each length (schedules only:
     nothing built; the loop's runtime counts are ``test_growing_shapes.py``'s)."""
-    dev = _cpu_opencl()
+    dev = cpu_opencl()
     ints = IntArgs(16)
     sources, args = [], []
     for length in (5, 6, 7):
@@ -69,7 +61,7 @@ def test_decode_step_is_one_launch_of_one_source_for_every_length():
 def test_launches_that_cannot_be_phases_keep_their_own():
     """A row sum over work-groups (local memory, barriers) and a map of more work than ``MERGE_BELOW`` keep their
     own launches, and the small map before the row sum is not merged across it (schedules only: nothing built)."""
-    dev = _cpu_opencl()
+    dev = cpu_opencl()
 
     def f(a, m, big):
         s = fnp.tanh(a) * 2.0                        # a small map
