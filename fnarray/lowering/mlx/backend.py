@@ -528,6 +528,10 @@ class MlxBackend(Backend):
         """``Backend.eager_jacobian``: through MLX's own transforms (``jacobians.py``)."""
         return jacobians.jacobian(kind, fun, args, argnum, x)
 
+    def staged_jacobian(self, kind, fun, args, argnum, x, tapes):
+        """``Backend.staged_jacobian``: a record replayed under MLX's own transforms (``jacobians.staged``)."""
+        return jacobians.staged(kind, fun, args, argnum, x, tapes)
+
     def learn_jacobian(self, kind, fun, args, argnum, x, result):
         """``Backend.learn_jacobian``: ``jacobians.learn``."""
         jacobians.learn(kind, fun, args, argnum, x, result)
