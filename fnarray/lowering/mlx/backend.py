@@ -253,15 +253,19 @@ class _WarmCompile:
     ``_COMPILE_THREAD``; other threads keep running it eagerly).
 
     Should MLX fail to compile the program, it keeps running eagerly (same operations, same results).
+    ``shape_free``: the program reads no size (``program.Generated.shape_free``): it is compiled with
+    ``shapeless=True`` and serves every program equal to its own up to sizes (``jit`` hands it theirs, so its calls
+    count theirs too); a compiled call MLX refuses at new sizes runs eagerly.
     """
 
-    __slots__ = ("fn", "raw", "left", "handle", "traceable", "only")
+    __slots__ = ("fn", "raw", "left", "handle", "traceable", "only", "shape_free")
 
-    def __init__(self, fn, after, handle, traceable=None):
+    def __init__(self, fn, after, handle, traceable=None, shape_free=False):
         # ``traceable``: a zero-argument callable making the function given to mx.compile where ``fn`` cannot be
         # (it reads values on the host: ``program.Generated(host_lengths=True)``); default ``fn`` itself
         self.raw, self.fn, self.left, self.handle, self.traceable = fn, fn, after, handle, traceable
         self.only = _only_device(handle)  # the default device always (mlx[cpu]): no stream to pick
+        self.shape_free = shape_free
 
     def __call__(self, bufs):
         return self.call_args(*bufs)
@@ -277,13 +281,20 @@ class _WarmCompile:
             self.left -= 1
             if self.left == 0:
                 return self._switch(bufs)
-        if self.only or mx.default_device() == self.handle:
-            return fn(*bufs)
+        try:
+            if self.only or mx.default_device() == self.handle:
+                return fn(*bufs)
+            with mx.stream(self.handle):
+                return fn(*bufs)
+        except Exception:  # noqa: BLE001 (MLX's errors of a shapeless trace have no type of their own)
+            if fn is self.raw or not self.shape_free:
+                raise
+        # a shapeless compiled program MLX refuses at these sizes: the same operations eagerly
         with mx.stream(self.handle):
-            return fn(*bufs)
+            return self.raw(*bufs)
 
     def _switch(self, bufs):
-        compiled = mx.compile(self.raw if self.traceable is None else self.traceable())
+        compiled = mx.compile(self.raw if self.traceable is None else self.traceable(), shapeless=self.shape_free)
         with mx.stream(self.handle), _profile.span("compile", "mx.compile (and its first run)"):
             try:
                 out = compiled(*bufs)
@@ -339,9 +350,11 @@ class MlxLowered(Lowered):
         if gen.reads_lengths and after == 1:
             gen = _Generated(self.program, platform=platform)
         if after is None:
-            return _on_stream(handle, gen.fn)
+            run = _on_stream(handle, gen.fn)
+            run.shape_free = gen.shape_free
+            return run
         if not gen.reads_lengths:
-            return _WarmCompile(gen.fn, after, handle)
+            return _WarmCompile(gen.fn, after, handle, shape_free=gen.shape_free)
         return _WarmCompile(gen.fn, after, handle, lambda: _Generated(self.program, platform=platform).fn)
 
 
@@ -420,7 +433,8 @@ class MlxBackend(Backend):
             self._devices = _spmd.process_devices(group, mine.handle, mine.platform, mine.description)
         else:  # eager namespace calls of float32 arrays straight to MLX on its one device (``shapeless.py``)
             served = [d for d in self._devices if _only_device(d.handle)]
-            shapeless.register(mlx_shapeless.rules(served), served, mlx_shapeless.DTYPES)
+            if served:  # (none where MLX has a GPU: each operation then picks its device's stream)
+                shapeless.register(mlx_shapeless.rules(served), served, mlx_shapeless.DTYPES)
         # (the low-bit dtypes as their bytes, in conversions and data movement only: low_bit.py)
         all_but = (frozenset(dtypes.ALL_DTYPES) - {dtypes.complex128}) | frozenset(dtypes.LOW_BIT_DTYPES)
         self._caps = {
