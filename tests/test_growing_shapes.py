@@ -65,6 +65,8 @@ def test_mlx_programs_equal_up_to_sizes_share_one_shapeless_executable(monkeypat
     from fnarray.lowering.mlx import backend as mlx_backend
     dev = require_backend("mlx")[0]
     monkeypatch.setattr(mlx_backend, "CPU_COMPILE_AFTER_CALLS", 2)
+    compiles, real_compile = [], mlx_backend.mx.compile
+    monkeypatch.setattr(mlx_backend.mx, "compile", lambda f, **k: compiles.append(k) or real_compile(f, **k))
     lowered = []
     real = jit_module.compile_program
     monkeypatch.setattr(jit_module, "compile_program", lambda *a, **k: lowered.append(1) or real(*a, **k))
@@ -72,7 +74,7 @@ def test_mlx_programs_equal_up_to_sizes_share_one_shapeless_executable(monkeypat
     cache, out = decode_loop(fa.jit(decode_step(fnp)), cache0, q, row, 6)
     # the one-row cache (a size of 1 is told apart), then every other length (up to 7 rows: 8 would equal W, a
     # new key, as any size equal to another is)
-    assert len(lowered) == 2, lowered
+    assert len(lowered) == 2 and compiles == [{"shapeless": True}], (lowered, compiles)
     want_cache, want_out = _reference(6)
     np.testing.assert_allclose(np.asarray(cache), want_cache, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(out), want_out, rtol=1e-5, atol=1e-6)

@@ -141,6 +141,9 @@ def at_sizes(exe, program: Program, device: Device):
     same program up to its sizes (``core.size_free.size_free_key``), checked against the device's memory as
     ``compile_program`` checks it, its out-of-memory errors naming this program's results."""
     memory.check_program(program, device)
+    shared = getattr(exe.__wrapped__, "shared_by_sizes", None)  # (the backend's word: several sizes run it)
+    if shared is not None:
+        shared()
     out = _translating(exe.__wrapped__, program.out_avals, device)
     out.shape_free = True
     return out
