@@ -14,7 +14,7 @@ from fnarray.core.passes import dce
 from fnarray.lowering.common import code_of
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.core import dtypes
-from fnarray.lowering.mlx.common import RULES, from_numpy, mx
+from fnarray.lowering.mlx.common import RULES, SHAPE_FREE, from_numpy, mx
 from fnarray.lowering.mlx.attention import LENGTH_SLICE, share_length_masks
 from fnarray.lowering.mlx.fused import Fused, fuse_patterns
 from fnarray.lowering.mlx.keepdims import keep_reduced_axes
@@ -50,6 +50,7 @@ class Generated:
         ins = [name(v) for v in list(prog.constvars) + list(prog.invars)]
         lines += _low_bit_entry(prog, name)
         self.has_low_bit = _has_low_bit(prog)
+        self.shape_free = execute and not (self.has_empty or self.has_low_bit or self.reads_lengths)  # (below)
         for i, e in enumerate(prog.eqns):
             f = f"f{i}_{e.primitive.name}"
             if is_fill(e):  # a zero-size value: an empty NumPy buffer, made once, never given to MLX
@@ -62,6 +63,7 @@ class Generated:
                 continue
             if execute:
                 fn = _rule_function(e)
+                self.shape_free = self.shape_free and _reads_no_size(e.primitive, fn)
                 inline = getattr(fn, "inline", None)
                 if inline is not None and not e.primitive.multiple_results:
                     lines.append(f"    {name(e.outputs[0])} = {_inlined(inline, f, [name(a) for a in e.inputs], glb)}")
@@ -79,12 +81,10 @@ class Generated:
         lines.append(_low_bit_return(prog, name, glb))
         header = (["# MLX program; constants:"] + consts) if consts else []
         self.source = "\n".join(header + [f"def program({', '.join(ins)}):"] + lines) + "\n"
-        self.n_eqns = len(prog.eqns)
-        self.fn = None
+        self.n_eqns, self.fn = len(prog.eqns), None
         if execute:
             exec(code_of(self.source, "<fnarray mlx program>"), glb)  # noqa: S102 (our own codegen)
             self.fn = glb["program"]
-
 
     @property
     def max_elements(self) -> int:
@@ -93,6 +93,14 @@ class Generated:
         prog = self._prog
         return max([v.aval.size for v in prog.constvars + prog.invars] +
                    [o.aval.size for e in prog.eqns for o in e.outputs] + [0])
+
+
+def _reads_no_size(prim, fn) -> bool:
+    """Whether ``fn``, ``prim``'s rule's function, reads no size (``common.SHAPE_FREE``). ``Generated.shape_free``:
+    every line's does, none of the program's values is empty or low-bit, none is read on the host; its function
+    then serves the program at every size, as ``mx.compile(shapeless=True)`` traces it once."""
+    check = SHAPE_FREE.get(prim, False)
+    return check is None or (check is not False and check(fn))
 
 
 def _rule_function(e):
