@@ -81,7 +81,7 @@ from fnarray.lowering.kernels import Schedule, schedule_program, tuning
 from fnarray.lowering.kernels.lowered import KernelLowered, taken_over
 from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
-from fnarray.lowering.kernels import facts, wgsl
+from fnarray.lowering.kernels import deferred, facts, wgsl
 from fnarray.core.fft import fft_p
 from fnarray.core.quantized import quantized_matmul_p
 from fnarray.core.pallas import pallas_call_p
@@ -94,7 +94,7 @@ from fnarray.lowering.kernels.groups.attention import unsupported_reason as atte
 from fnarray.lowering.kernels.groups import linalg
 from fnarray.lowering.kernels.no_kernel import EXPECTED_DECOMPOSITIONS, EXPECTED_FALLBACKS, no_kernel_reason
 from fnarray.lowering.kernels.wgsl import DEFAULT_GROUP_SIZE, render_wgsl, uniform_bytes, wgsl_layout
-from fnarray.lowering.webgpu import deferred, dispatch, native
+from fnarray.lowering.webgpu import dispatch, native
 from fnarray.lowering.webgpu.dispatch import Runner
 
 __all__ = ["make_backend", "WebGPUBackend", "WGBuffer", "PORTABLE_LIMITS"]
@@ -308,7 +308,7 @@ class WGBuffer:
 
     ``bool`` elements are stored as ``u32``. The wgpu buffer is at least 4 bytes and a multiple
     of 4 (WebGPU's binding rules), so a zero-size or odd-size array still binds. ``shared``: a view or a deferred
-    eager value reads it too (``deferred.py``), so an in-place update must not take it over.
+    eager value reads it too (``kernels/deferred.py``), so an in-place update must not take it over.
     """
 
     __slots__ = ("buffer", "dtype", "shape", "gpu", "shared", "__weakref__")
@@ -1127,8 +1127,8 @@ class WebGPUBackend(Backend):
 
     def eager_fast(self, primitive, params, in_avals, device):
         """Eager ``reshape`` as a view, broadcasts and transposes deferred into the elementwise operation that
-        reads them (``deferred.py``); ``None`` (compiled as any program) for the other primitives."""
-        return deferred.eager_fast(primitive, params, in_avals, device)
+        reads them (``kernels/deferred.py``); ``None`` (compiled as any program) for the other primitives."""
+        return deferred.eager_fast(primitive, params, in_avals, device, self.gpu.lock)
 
     def to_device(self, array, device):
         return self.gpu.upload(np.asarray(array))
@@ -1138,7 +1138,7 @@ class WebGPUBackend(Backend):
 
     def block_until_ready(self, buf):
         if buf.nbytes:
-            buf.buffer   # noqa: B018 (a deferred eager value runs now: deferred.py)
+            buf.buffer   # noqa: B018 (a deferred eager value runs now: kernels/deferred.py)
             self.gpu.wait(buf)
         return buf
 

@@ -209,7 +209,7 @@ class Runner:
         if self.fresh:
             gpu.alloc_fresh(self.fresh, vals, made)
         for i in self.updated:
-            # a copy too where a view or a deferred eager value reads the buffer (deferred.py)
+            # a copy too where a view or a deferred eager value reads the buffer (kernels/deferred.py)
             if bufs[i].shared or donated_must_copy(bufs, i, _memory):
                 b = made[("copy", i)] = gpu.alloc(bufs[i].dtype, bufs[i].shape)
                 vals[i] = b.buffer
