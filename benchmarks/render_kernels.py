@@ -12,7 +12,12 @@ uniform guards) and as a GPU (``GPU``: tiles staged in work-group memory, per-it
 item), so that the GPU forms of the groups (the conv tiled kernel, the quantized cooperative kernel) are written
 too. Files: ``OUT_DIR/<target>[_gpu].txt`` and the programs that were not rendered, ``<...>.failed.txt``.
 
-Usage: FNARRAY_AUTOTUNE=off python benchmarks/render_kernels.py OUT_DIR [--only opencl|webgpu]
+``--compiled`` (opencl only) renders the kernels as ``_compile_schedule`` hands them to the driver instead: after
+``literals_as_args``, the phases of ``kernels/phases.py`` (CPU devices) and ``kernels/int_args.py`` (whose
+per-device record of kernel structures carries from one program to the next, in this file's order), each under
+its digest-suffixed name; a change to those passes shows there.
+
+Usage: FNARRAY_AUTOTUNE=off python benchmarks/render_kernels.py OUT_DIR [--only opencl|webgpu] [--compiled]
 Prints one line per file: the number of programs and rendered kernels.
 """
 
@@ -46,6 +51,15 @@ def _record(cls, named_source, sink):
             sink.append(f"// {name} global={tuple(launch.global_size)} local={launch.local_size}\n{src}")
         raise _Rendered
     cls._compile_schedule = compile_schedule
+
+
+def _record_compiled(module, sink):
+    """``module.Executable`` (the OpenCL backend's) records the named sources ``_compile_schedule`` built."""
+    def executable(state, sched, named):
+        for launch, (name, src) in zip(sched.launches, named, strict=True):
+            sink.append(f"// {name} global={tuple(launch.global_size)} local={launch.local_size}\n{src}")
+        raise _Rendered
+    module.Executable = executable
 
 
 #: what the GPU variant changes in a device's capabilities
@@ -181,6 +195,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out")
     parser.add_argument("--only", choices=("opencl", "webgpu"))
+    parser.add_argument("--compiled", action="store_true", help="opencl's kernels after its compile-time passes")
     args = parser.parse_args()
     from fnarray.lowering.opencl import backend as ocl
     from fnarray.lowering.webgpu import backend as wgpu
@@ -189,19 +204,22 @@ def main():
     targets = {"opencl": (ocl.OpenCLLowered, ocl._named_source), "webgpu": (wgpu.WebGPULowered, wgpu._named_source)}
     warnings.simplefilter("ignore")
     for target, (cls, named) in targets.items():
-        if args.only and target != args.only:
+        if args.only and target != args.only or args.compiled and target != "opencl":
             continue
         device = fa.devices(target)[0]
         for variant, caps in ((target, contextlib.nullcontext()), (f"{target}_gpu", _as_gpu(device))):
             with caps:
-                _render_all(cls, named, device, out, variant)
+                _render_all(cls, named, device, out, variant, ocl if args.compiled else None)
 
 
-def _render_all(cls, named, device, out, variant):
+def _render_all(cls, named, device, out, variant, compiled=None):
     lines, cases, kernels, failed = [], 0, 0, []
     for name, f, inputs in _programs():
         sink: list = []
-        _record(cls, named, sink)
+        if compiled is None:
+            _record(cls, named, sink)
+        else:
+            _record_compiled(compiled, sink)
         try:
             fa.jit(f, device=device)(*[fa.device_put(np.asarray(x), device) for x in inputs])
         except _Rendered:

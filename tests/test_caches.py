@@ -288,3 +288,24 @@ def test_cache_size_zero_keeps_nothing(sizes):
     _call(g, 2, "numpy:0")
     _call(g, 2, "numpy:0")
     assert len(g._compiled) == len(g._by_ckey) == len(g._fast) == 0
+
+
+def test_gc_paused_blocks_nest_and_leave_collection_as_they_found_it():
+    """``gc_pause.paused`` (around kernel scheduling and compiling): automatic collection is off inside, nested
+    blocks included, back on after the outermost only where it was on before."""
+    import gc
+
+    from fnarray.core import gc_pause
+    assert gc.isenabled()
+    with gc_pause.paused():
+        with gc_pause.paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_pause.paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -472,9 +472,9 @@ def _fresh_keys(monkeypatch):
     """Empty key caches of eager_jit for one test: an earlier test in this process (the file before it, or
     whatever an xdist worker ran) may have called the same functions on the same avals, so that a key's stage
     (general path, record, tape, program) would be that test's, not the one this test's calls give it."""
-    from fnarray.core.cache import LRUCache
+    from fnarray.core.cache import LRUCache, used_since
     seen = LRUCache(eager_jit._seen_size)
-    programs = LRUCache(eager_jit._programs_size, second_chance=eager_jit._used_since)
+    programs = LRUCache(eager_jit._programs_size, second_chance=used_since)
     for name, value in (("_seen", seen), ("_seen_d", seen._d), ("_programs", programs), ("_programs_d", programs._d)):
         monkeypatch.setattr(eager_jit, name, value)
 

@@ -74,3 +74,26 @@ def test_launches_that_cannot_be_phases_keep_their_own():
     assert phases._phase_ready(small) and not phases._phase_ready(rows)
     assert phases.work_estimate(small) < phases.MERGE_BELOW < phases.work_estimate(big)
     assert phases.merge_small(launches, 64, phases.MERGE_BELOW) == launches
+
+
+def test_equal_kernels_are_analysed_and_rendered_once(monkeypatch):
+    """A kernel equal to one met before (a network's second layer, stack's concatenations) reuses what was made of
+    it: ``IntArgs`` walks each distinct kernel's IR once and lifts its constants once (the same lifted kernel), and
+    the device state renders each distinct kernel once (schedules only: nothing built)."""
+    from fnarray.lowering.kernels import int_args
+    from fnarray.lowering.opencl import backend as ocl
+    dev = cpu_opencl()
+    walked, rendered = [], []
+    monkeypatch.setattr(int_args, "_structure", lambda k, real=int_args._structure: walked.append(k) or real(k))
+    monkeypatch.setattr(ocl, "_named_source", lambda k, real=ocl._named_source: rendered.append(k) or real(k))
+    ints = IntArgs(16)
+    runs = [[ints.launch(la) for la in _decode_schedule(dev, n).launches] for n in (5, 5, 6, 6)]
+    assert len(walked) == 4   # lengths 5 and 6, two kernels each; the second schedule of each length walks nothing
+    assert [la.kernel for la in runs[0]] == [la.kernel for la in runs[1]] and "ilit0" not in str(runs[0][1].kernel)
+    lifted = [sum(getattr(p, "name", "").startswith("ilit") for p in la.kernel.params) for la in runs[2]]
+    assert all(lifted) and all(a.kernel is b.kernel and a.args[-n:] == b.args[-n:]
+                               for a, b, n in zip(runs[2], runs[3], lifted, strict=True))
+    state = dev.impl.state(dev)
+    rendered.clear()
+    named = [state.named_source(la.kernel) for run in runs for la in run]
+    assert named[:2] == named[2:4] and named[4:6] == named[6:] and len(rendered) <= 4

@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 import threading
 
-__all__ = ["LRUCache"]
+__all__ = ["LRUCache", "used_since"]
 
 
 class LRUCache:
@@ -160,3 +160,10 @@ class LRUCache:
 
     def __repr__(self):
         return f"LRUCache({len(self._d)}/{self._maxsize()} entries)"
+
+
+def used_since(value) -> bool:
+    """A ``second_chance`` for values with a ``used`` mark that their hits set: whether ``value`` was used since
+    the cache last came to it (the mark is cleared)."""
+    used, value.used = value.used, False
+    return used

@@ -62,7 +62,7 @@ import numpy as np
 
 from fnarray.core import dtypes, tracing
 from fnarray.core import profile as _profile
-from fnarray.core.cache import LRUCache
+from fnarray.core.cache import LRUCache, used_since
 from fnarray.core.config import config
 from fnarray.core.prng import KeyArray
 from fnarray.core.shaped import ShapedArray
@@ -136,14 +136,9 @@ class _Program:
         self.call, self.out_avals, self.out_tree, self.single = entry
 
 
-def _used_since(p) -> bool:
-    used, p.used = p.used, False
-    return used
-
-
 # A hit marks its program used (rehashing the key to reorder the LRU would cost more than the lookup);
 # eviction gives used programs a second chance (CLOCK), as the eager cache does.
-_programs = LRUCache(_programs_size, second_chance=_used_since)
+_programs = LRUCache(_programs_size, second_chance=used_since)
 _programs_d = _programs._d
 _seen = LRUCache(_seen_size)
 _seen_d = _seen._d

@@ -14,7 +14,9 @@ it is a divisor, a remainder's modulus or a shift amount keeps the kernel as it 
 costs far more than one by a constant, which the compiler turns into a multiplication). The values reach the
 kernel as int32 arguments set when the executable is made: the same bits.
 
-Used by the OpenCL backend (``opencl/backend.py``), after ``literal_args`` and ``phases``.
+A kernel equal to one met before (a network's second layer; the transformer step's 146 kernels are 74 distinct)
+reuses what was made of it (``_Made``: its structure, its lifted kernel), for the cost of a hash and a comparison
+of its IR. Used by the OpenCL backend (``opencl/backend.py``), after ``literal_args`` and ``phases``.
 """
 
 from __future__ import annotations
@@ -23,9 +25,23 @@ import dataclasses
 
 import numpy as np
 
-from fnarray.core.cache import LRUCache
-from fnarray.lowering.kernels.groups.base import Launch, Schedule
-from fnarray.lowering.kernels.ir import INT32, Const, Op, Sym, children, map_stmts, rebuild
+from fnarray.core.cache import LRUCache, used_since
+from fnarray.lowering.kernels.groups.base import Launch
+from fnarray.lowering.kernels.ir import (
+    INT32,
+    Bitcast,
+    Broadcast,
+    Cast,
+    Const,
+    Lane,
+    Load,
+    Op,
+    Select,
+    Sym,
+    children,
+    map_stmts,
+    rebuild,
+)
 from fnarray.lowering.kernels.literal_args import with_scalar_args
 
 __all__ = ["IntArgs", "MAX_INT_ARGS"]
@@ -42,18 +58,15 @@ class IntArgs:
 
     def __init__(self, maxsize):
         self._known = LRUCache(maxsize)
-
-    def schedule(self, sched: Schedule) -> Schedule:
-        """``sched`` with each launch through ``launch``; the same schedule where none changes."""
-        launches = [self.launch(la) for la in sched.launches]
-        if all(a is b for a, b in zip(launches, sched.launches, strict=True)):
-            return sched
-        return Schedule(sched.inputs, launches, sched.outputs, sched.program)
+        # kernel -> _Made: what ``_structure`` and ``_as_args`` made of it (a kernel met again, the second layer's
+        # copy of the first's, costs a hash and a comparison of its IR); hits do not reorder (``second_chance``)
+        self._made = LRUCache(maxsize, second_chance=used_since)
 
     def launch(self, launch: Launch) -> Launch:
         """``launch`` with its places whose constants have differed in its structure as scalar arguments, or as it
         is. A kernel is first known by a cheap key (name, parameters, statements at the top); its structure (a walk
-        and a hash of its whole IR, ~5 ms for a large kernel) is made only once a second kernel of that key comes."""
+        of its whole IR, ~1 ms for a large kernel) is made only once a second kernel of that key comes, and once
+        for equal kernels (``_Made``)."""
         kernel = launch.kernel
         key = (kernel.name, kernel.params, len(kernel.body), kernel.local_size, kernel.math)
         seen = self._known.get(key)
@@ -62,16 +75,16 @@ class IntArgs:
             return launch
         structures = seen["structures"]
         if seen["first"] is not None:   # the key's first kernel, its structure made now
-            first = _structure(seen["first"])
+            first = self._of(seen["first"]).structure
             if first is not None:
                 structures[first[0]] = [first[1], ()]
             seen["first"] = None
-        made = _structure(kernel)
-        if made is None:
+        made = self._of(kernel)
+        if made.structure is None:
             return launch
-        structure, values, divisors = made
-        entry = structures.setdefault(structure, [values, ()])   # (the structure hashed once)
-        if entry[0] is values:   # the structure's first kernel
+        structure, values, divisors = made.structure
+        entry = structures.setdefault(structure, fresh := [values, ()])   # (the structure hashed once)
+        if entry is fresh:   # the structure's first kernel
             return launch
         first, classes = entry
         new = tuple(p for p, (a, b) in enumerate(zip(first, values, strict=True)) if a != b and not _placed(classes, p))
@@ -80,40 +93,105 @@ class IntArgs:
         if not classes or len(classes) > MAX_INT_ARGS or divisors & {p for c in classes for p in c}:
             return launch
         entry[1] = classes
-        return _as_args(launch, classes, values)
+        lifted = made.lifted.get(classes)
+        if lifted is None:
+            out = _as_args(launch, classes, values)
+            made.lifted[classes] = (out.kernel, out.args[len(launch.args):])
+            return out
+        kernel, extra = lifted
+        return Launch(kernel, launch.args + extra, launch.global_size, launch.local_size, launch.eqns, launch.kind)
+
+    def _of(self, kernel) -> _Made:
+        made = self._made.peek(kernel)
+        if made is None:
+            made = self._made.put(kernel, _Made(_structure(kernel)))
+        made.used = True
+        return made
+
+
+class _Made:
+    """What ``IntArgs`` made of one kernel: its ``_structure`` and, by classes of places lifted, the kernel with
+    them as arguments and the values of those arguments (``lifted``: the same for every equal kernel); ``used``:
+    met since the cache last came to it."""
+
+    __slots__ = ("structure", "lifted", "used")
+
+    def __init__(self, structure):
+        self.structure, self.lifted, self.used = structure, {}, True
 
 
 def _structure(kernel):
-    """``(structure, values, divisor places)`` of ``kernel``: its IR with each int32 constant's place a
-    placeholder, the constants by place, and the places that are divisors, moduli or shift amounts; ``None``
-    where it has no int32 constant."""
+    """``(structure, values, divisor places)`` of ``kernel``: its IR with each int32 constant a placeholder (as
+    nested tuples: equal for two kernels exactly where their IR is equal but for int32 constants), the constants
+    by place, and the places that are divisors, moduli or shift amounts; ``None`` where it has no int32 constant.
+    Each distinct node is visited once (``_Forms``): the IR is a graph whose shared subexpressions a tree walk
+    would rebuild at every place they occur."""
+    forms = _Forms()
     values, divisors = [], set()
 
-    def hole(c, place, divisor):
-        values.append(c)
-        if divisor:
-            divisors.add(place)
-        return Sym(f"\0int{place}", INT32)
-    structure = _places(kernel, hole)
+    def rw(e):
+        form, consts, divs = forms.of(e)
+        divisors.update(len(values) + d for d in divs)
+        values.extend(consts)
+        return form
+    structure = dataclasses.replace(kernel, body=map_stmts(kernel.body, rw))
     return (structure, tuple(values), divisors) if values else None
 
 
-def _places(kernel, leaf):
-    """``kernel`` with its int32 constant at each place (depth first, in statement order) replaced by
-    ``leaf(const, place, divisor)`` (``divisor``: it is a divisor, a remainder's modulus or a shift amount)."""
-    count = [0]
+_HOLE = "\0int"   # an int32 constant's place in a structure
 
-    def rw(e, divisor=False):
+
+class _Forms:
+    """``of(e)``: ``(form, constants, divisors)`` of the expression ``e``, each node once (by identity): ``form``
+    the expression as nested tuples with ``_HOLE`` for each int32 constant, ``constants`` those constants in
+    ``_places``' order, ``divisors`` the positions among them that are a divisor, modulus or shift amount."""
+
+    def __init__(self):
+        self._seen: dict = {}
+
+    def of(self, e):
+        made = self._seen.get(id(e))
+        if made is None:
+            made = self._seen[id(e)] = self._make(e)
+        return made
+
+    def _make(self, e):
         if isinstance(e, Const):
-            if e.dtype != INT32:
-                return e
-            count[0] += 1
-            return leaf(e, count[0] - 1, divisor)
+            return (_HOLE, (e,), ()) if e.dtype == INT32 else (e, (), ())
         kids = children(e)
         if not kids:
+            return e, (), ()
+        form, consts, divs = [_SHELLS[type(e)](e)], (), ()
+        divides = isinstance(e, Op) and e.op in _DIVISORS
+        for i, kid in enumerate(kids):
+            f, c, d = self.of(kid)
+            form.append(f)
+            if divides and i == 1 and f is _HOLE:
+                d = (0,)
+            divs += tuple(len(consts) + k for k in d) if d else ()
+            consts += c
+        return tuple(form), consts, divs
+
+
+#: what tells apart the nodes with sub-expressions besides those (``ir.children``), by type
+_SHELLS = {Op: lambda e: ("op", e.op, e.dtype), Cast: lambda e: ("cast", e.dtype),
+           Bitcast: lambda e: ("bitcast", e.dtype), Select: lambda e: ("select",),
+           Load: lambda e: ("load", e.space, e.name, e.dtype), Lane: lambda e: ("lane", e.lane, e.dtype),
+           Broadcast: lambda e: ("broadcast", e.lane, e.dtype)}
+
+
+def _places(kernel, leaf):
+    """``kernel`` with its int32 constant at each place (depth first, in statement order, as ``_structure``
+    numbers them) replaced by ``leaf(const, place)``; sub-expressions without one are kept as they are."""
+    forms, count = _Forms(), [0]
+
+    def rw(e):
+        if not forms.of(e)[1]:
             return e
-        div = isinstance(e, Op) and e.op in _DIVISORS
-        return rebuild(e, [rw(c, div and i == 1) for i, c in enumerate(kids)])
+        if isinstance(e, Const):
+            count[0] += 1
+            return leaf(e, count[0] - 1)
+        return rebuild(e, [rw(c) for c in children(e)])
     return dataclasses.replace(kernel, body=map_stmts(kernel.body, rw))
 
 
@@ -137,5 +215,5 @@ def _as_args(launch, classes, values) -> Launch:
     order of the classes)."""
     def body(syms):
         of = {p: syms[k] for k, c in enumerate(classes) for p in c}
-        return _places(launch.kernel, lambda c, place, _divisor: of.get(place, c)).body
+        return _places(launch.kernel, lambda c, place: of.get(place, c)).body
     return with_scalar_args(launch, "ilit", [(INT32, int(np.asarray(values[c[0]].value))) for c in classes], body)

@@ -335,27 +335,41 @@ def children(e):
 
 
 def walk_exprs(stmts):
-    """Every expression (and sub-expression) of the statements, depth first."""
-    def visit(e):
-        yield e
-        for c in children(e):
-            yield from visit(c)
+    """Every expression (and sub-expression) of the statements, depth first, each object once: a sub-expression
+    shared by several is met at its first place only (every caller asks which expressions occur; a tree walk
+    would go through a shared one at each place)."""
+    seen: set = set()
+    stack: list = []
+    for e in _stmt_exprs(stmts):
+        stack.append(e)
+        while stack:
+            e = stack.pop()
+            if id(e) in seen:
+                continue
+            seen.add(id(e))
+            yield e
+            kids = children(e)
+            if kids:
+                stack.extend(reversed(kids))
 
+
+def _stmt_exprs(stmts):
+    """The statements' own expressions (not their sub-expressions), in program order, at every depth."""
     for s in stmts:
         if isinstance(s, (Let, Assign, Decl)):
-            yield from visit(s.value)
+            yield s.value
         elif isinstance(s, (Store, Atomic)):
-            yield from visit(s.index)
-            yield from visit(s.value)
+            yield s.index
+            yield s.value
         elif isinstance(s, For):
-            yield from visit(s.start)
-            yield from visit(s.stop)
-            yield from visit(s.step)
-            yield from walk_exprs(s.body)
+            yield s.start
+            yield s.stop
+            yield s.step
+            yield from _stmt_exprs(s.body)
         elif isinstance(s, If):
-            yield from visit(s.cond)
-            yield from walk_exprs(s.then)
-            yield from walk_exprs(s.orelse)
+            yield s.cond
+            yield from _stmt_exprs(s.then)
+            yield from _stmt_exprs(s.orelse)
 
 
 def walk_stmts(stmts):

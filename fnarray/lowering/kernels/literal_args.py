@@ -91,5 +91,4 @@ def literals_as_args(sched: Schedule) -> Schedule:
     wanted = _fractional_literals(sched.program)
     if not wanted:
         return sched
-    launches = [_as_args(la, wanted) for la in sched.launches]
-    return Schedule(sched.inputs, launches, sched.outputs, sched.program)
+    return sched.with_launches(_as_args(la, wanted) for la in sched.launches)

@@ -11,6 +11,7 @@ import warnings
 
 import numpy as np
 
+from fnarray.core import gc_pause
 from fnarray.core import profile as _profile
 from fnarray.core.ir import Literal, pp_program
 from fnarray.core.passes import walk_eqns
@@ -78,7 +79,8 @@ class KernelLowered(Lowered):
 
     def _schedules(self):
         if self._plan is None:
-            with _profile.span("lower", f"schedule kernels for {self.device}", eqns=len(self.program.eqns)):
+            with _profile.span("lower", f"schedule kernels for {self.device}", eqns=len(self.program.eqns)), \
+                    gc_pause.paused():   # the IR's objects are acyclic: collections would only walk the heap
                 self._plan = self._cached_schedule()
         return self._plan
 
@@ -144,7 +146,8 @@ class KernelLowered(Lowered):
         if plan.host_driven:
             from fnarray.devices import host_control
             return host_control.HostDriven(self.program, self.device, [True] * len(self.program.eqns))
-        return self._compile_schedule(plan.schedule)
+        with gc_pause.paused():
+            return self._compile_schedule(plan.schedule)
 
 
 def _literal_bits(program) -> bytes:

@@ -167,49 +167,66 @@ def _phase_ready(launch) -> bool:
 
 def merged_schedule(sched: Schedule, max_buffers: int, below: int = MERGE_BELOW) -> Schedule:
     """``sched`` with its launches merged by ``merge_small``; the same schedule where none is."""
-    launches = merge_small(sched.launches, max_buffers, below)
-    if len(launches) == len(sched.launches):
-        return sched
-    return Schedule(sched.inputs, launches, sched.outputs, sched.program)
+    return sched.with_launches(merge_small(sched.launches, max_buffers, below))
 
 
 def merge_small(launches, max_buffers: int, below: int = MERGE_BELOW) -> list:
     """``launches`` with each run of consecutive mergeable launches (``_phase_ready``, one ``math`` form, at most
     ``max_buffers`` parameters, together under ``below`` statements of ``work_estimate``) as one launch (the module
-    docstring); the others as they are."""
+    docstring); the others as they are. A launch's own checks (``_phase_work``, walks of its IR) are made only
+    once a neighbour passes the cheap ones with it (``_joined``: stack's 100-input concatenations never do)."""
     out: list = []
     run: list = []
-    work, bindings = 0, {}
+    work, bindings = None, {}   # the run's work (None while its one launch is unchecked) and bindings
 
     def flush():
         out.append(_merged(run, bindings) if len(run) > 1 else run[0])
         run.clear()
 
     for la in launches:
-        own = _phase_work(la, below)
-        more = _buffers([la], dict(bindings)) if run and own is not None else None
-        if run and (own is None or work + own[0] > below or la.kernel.math != run[0].kernel.math or more is None
-                    or len(more) + sum(_scalars(x) for x in run + [la]) > max_buffers):
+        more = _joined(run, bindings, la, max_buffers) if run else None
+        if more is not None and work is None:   # the run's one launch, checked now that ``la`` could join it
+            first = _phase_work(run[0], below)
+            if first is None:
+                flush()
+                more = None
+            else:
+                work = first[0]
+        own = _phase_work(la, below) if more is not None else None
+        if own is not None and work + own[0] <= below:
+            run.append(la)
+            work, bindings = work + own[0], more
+            continue
+        if run:
             flush()
-            more = None
-        if own is None:
+        alone = _buffers([la]) if more is None or own is not None else None
+        if alone is None:   # it cannot be a phase
             out.append(la)
             continue
-        if not run:
-            work, more = 0, own[1]
         run.append(la)
-        work, bindings = work + own[0], more
+        work, bindings = (None if own is None else own[0]), alone
     if run:
         flush()
     return out
 
 
+def _joined(run, bindings, launch, max_buffers) -> dict | None:
+    """The bindings of ``run`` (``bindings``) and ``launch`` together (``_buffers``) where ``launch`` may join
+    ``run`` by the checks that walk no IR: one ``math`` form, at most ``max_buffers`` parameters; else ``None``."""
+    if launch.kernel.math != run[0].kernel.math:
+        return None
+    more = _buffers([launch], dict(bindings))
+    if more is None or len(more) + sum(_scalars(x) for x in run) + _scalars(launch) > max_buffers:
+        return None
+    return more
+
+
 def _phase_work(launch, below):
     """``(work_estimate, _buffers)`` of ``launch`` where it may be a phase (``_phase_ready``) of a run under
-    ``below``, else ``None``."""
-    own = _buffers([launch]) if _phase_ready(launch) else None
+    ``below``, else ``None`` (the walk of ``_phase_ready`` last: a large kernel's estimate rules it out first)."""
+    own = _buffers([launch])
     work = work_estimate(launch) if own is not None else None
-    return None if work is None or work > below else (work, own)
+    return None if work is None or work > below or not _phase_ready(launch) else (work, own)
 
 
 def _scalars(launch) -> int:

@@ -59,7 +59,7 @@ from fnarray.core.attention import dot_product_attention_p
 from fnarray.lowering.kernels.groups.fft import unsupported_reason as fft_unsupported_reason
 from fnarray.lowering.kernels.groups.quantized import unsupported_reason as quantized_unsupported_reason
 from fnarray.lowering.kernels.groups.attention import unsupported_reason as attention_unsupported_reason
-from fnarray.core.cache import LRUCache
+from fnarray.core.cache import LRUCache, used_since
 from fnarray.core.config import config
 from fnarray.core.decompositions import accumulates_in_low_precision
 from fnarray.core.errors import BackendUnavailable
@@ -176,6 +176,7 @@ class _DeviceState:
         self.lock = threading.RLock()  # kernel arguments + enqueue, builds, pool allocation
         self.programs = LRUCache(_kernel_cache_size)  # kernel source -> built cl.Program
         self.int_args = IntArgs(_kernel_cache_size)    # kernel structures met, their varying constants
+        self.sources = LRUCache(_kernel_cache_size, second_chance=used_since)   # kernel IR -> _Source
         try:  # PoCL compiles kernels lazily (``_build``)
             self.is_pocl = "Portable Computing Language" in cl_device.platform.name
         except cl.Error:  # pragma: no cover (a driver without the query)
@@ -321,6 +322,16 @@ class _DeviceState:
                     got[s] = self.programs.put(s, prog)
         return got
 
+    def named_source(self, kernel):
+        """``_named_source(kernel)``, rendered once for equal kernels: a kernel met again (the transformer step's
+        second layer, its backward's copies of the forward's; stack's 50 concatenations) costs a hash and a
+        comparison of its IR, not a render (the transformer's first call: 146 kernels, 74 sources)."""
+        source = self.sources.peek(kernel)
+        if source is None:
+            source = self.sources.put(kernel, _Source(_named_source(kernel)))
+        source.used = True
+        return source.named
+
     def _build(self, text):
         """``cl.Program(text).build()``, through the persistent cache of program binaries when it is on."""
         if compile_cache.cache_dir() is None:
@@ -368,6 +379,15 @@ def _named_source(kernel):
     if text.count(old) == 1:
         return name, text.replace(old, f" void {name}(", 1)
     return name, render_opencl(_renamed(kernel, name))
+
+
+class _Source:
+    """A kernel's ``(name, source)`` in ``_DeviceState.sources``; ``used``: met since the cache last came to it."""
+
+    __slots__ = ("named", "used")
+
+    def __init__(self, named):
+        self.named, self.used = named, True
 
 
 def _renamed(kernel, name):
@@ -444,8 +464,8 @@ class OpenCLLowered(KernelLowered):
             sched = phases.merged_schedule(sched, self.state.caps.max_buffers_per_kernel, phases.MERGE_BELOW)
         # kernels/int_args.py: kernels that differ only in int32 constants following a size (a growing cache's
         # length) share one source, those constants as arguments: built once, not once a length
-        sched = self.state.int_args.schedule(sched)
-        named = [_named_source(launch.kernel) for launch in sched.launches]
+        sched = sched.with_launches(map(self.state.int_args.launch, sched.launches))
+        named = [self.state.named_source(launch.kernel) for launch in sched.launches]
         return Executable(self.state, sched, named)
 
 
