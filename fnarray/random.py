@@ -794,12 +794,14 @@ def truncated_normal(key, lower, upper, shape=None, dtype=None) -> Array:
     space, so that far tails stay inside their interval (``lower = 8`` in float32, where ``erf`` of both
     bounds rounds to 1, or ``lower = 1e3``): the interval is mirrored to the side of
     the lower tail (``x -> -x`` where ``lower + upper > 0``), ``log p = log Φ(upper) + log(r + u (1 - r))``
-    with ``r = Φ(lower) / Φ(upper)`` from ``log_ndtr``'s lower regions, and ``x`` the inverse of ``log_ndtr`` at
-    ``log p`` (three Newton steps from the asymptotic ``log Φ(x) ~ -x²/2 - log(-x √(2π))``; half floats in
-    float32); clipped into the open interval so that rounding never leaves it. JAX's ``erf``-based form puts every
-    sample of ``(8, 1e6)`` near 1e6 in float32. Bounds that are Python or NumPy scalars reaching into ``[-2, 2]``
-    leave the log-space part out of the program (its logs, polynomials and Newton steps take XLA longer to compile than
-    the rest: jax:0's first calls).
+    with ``r = Φ(lower) / Φ(upper)``, and ``x`` the inverse of ``log Φ`` at ``log p``: in float32 (half floats too)
+    one Halley step from an asymptotic start, ``Φ`` from a rational ``erfcx`` (``_tail_float32``; within 1.03 ulps of
+    SciPy), in float64 three Newton steps on ``log_ndtr``'s lower regions; clipped into the open interval so that
+    rounding never leaves it. JAX's ``erf``-based form puts every sample of ``(8, 1e6)`` near 1e6 in float32.
+    Bounds whose values are known at the call (Python or NumPy scalars and arrays, and concrete arrays of at most
+    65,536 elements, which an eager call reads to the host: one wait for them) and reach into ``[-2, 2]`` leave
+    the log-space part out of the program (XLA compiles it for about a third of the whole: jax:0's first calls);
+    traced bounds (under ``jit``, ``grad``, ``vmap``) keep it.
 
     Args:
       key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
@@ -816,17 +818,37 @@ def truncated_normal(key, lower, upper, shape=None, dtype=None) -> Array:
     return _truncated_normal_any(key, lower, upper, shape, dtype)
 
 
+#: concrete array bounds of at most this many elements are read to the host by ``truncated_normal`` (``_known``)
+_READ_BOUNDS_UP_TO = 1 << 16
+
+
 def _reaches_center(lower, upper) -> bool:
-    """Whether the bounds are Python or NumPy real scalars whose interval reaches into ``[-2, 2]`` (then no sample
-    takes the log-space tail of ``truncated_normal``, in any float dtype: rounding keeps ``lower <= 2``)."""
-    real = (bool, int, float, np.bool_, np.integer, np.floating)
-    return isinstance(lower, real) and isinstance(upper, real) and bool(lower <= 2) and bool(upper >= -2)
+    """Whether every interval of the bounds reaches into ``[-2, 2]``, their values known (``_known``): no element
+    ``lower > 2`` or ``upper < -2`` (then no sample takes the log-space tail of ``truncated_normal``, in any float
+    dtype: rounding keeps ``lower <= 2``; a NaN bound selects no tail in the program either)."""
+    lo = _known(lower)
+    if lo is None or np.any(lo > 2):
+        return False
+    hi = _known(upper)
+    return hi is not None and not np.any(hi < -2)
+
+
+def _known(v):
+    """The real values of ``v`` as a NumPy array where they are known without tracing: Python and NumPy scalars and
+    arrays, and concrete arrays (``ArrayImpl``: an eager call) of at most ``_READ_BOUNDS_UP_TO`` elements, read from
+    their device; ``None`` for anything else (tracers, larger arrays, complex values)."""
+    from fnarray.devices.array_impl import ArrayImpl
+    if isinstance(v, (bool, int, float, np.generic, np.ndarray)) or (
+            isinstance(v, ArrayImpl) and v.size <= _READ_BOUNDS_UP_TO):
+        a = np.asarray(v)
+        return a if a.dtype.kind in "biuf" else None
+    return None
 
 
 def _truncated_normal_center(key, lower, upper, shape, dtype):
-    """``truncated_normal`` without its log-space tail, for static bounds that ``_reaches_center`` (eager calls run
-    it as a program of its own: its bounds are still inputs there; with the tail XLA's compile on jax:0 takes
-    several times longer than JAX's ``truncated_normal``)."""
+    """``truncated_normal`` without its log-space tail, for bounds that ``_reaches_center`` (eager calls run it as a
+    program of its own: its bounds are still inputs there; with the tail XLA's compile on jax:0 takes half as long
+    again)."""
     return _truncated_normal(key, lower, upper, shape, dtype, tails=False)
 
 
@@ -867,14 +889,11 @@ def _truncated_normal(key, lower, upper, shape, dtype, tails):
 
 
 def _log_ndtr_below(x):
-    """``(log Φ(x), Φ(x) / φ(x))`` for the tail's ``x <= -2`` (the Mills ratio is Newton's step for the inverse).
-
-    float32 (``_log_ndtr_below_float32``): from ``erfc``'s own polynomials, no ``erfc``. float64: ``log(erfc(-x/√2)
-    / 2)`` down to -37, below it the asymptotic series of Abramowitz and Stegun 26.2.12 with three terms, as
-    ``log_ndtr``'s two lower regions (one ``erfc``, where ``log_ndtr`` also computes its upper region's)."""
+    """``(log Φ(x), Φ(x) / φ(x))`` in float64 for the tail's ``x <= -2`` (the Mills ratio is Newton's step for the
+    inverse): ``log(erfc(-x/√2) / 2)`` down to -37, below it the asymptotic series of Abramowitz and Stegun 26.2.12
+    with three terms, as ``log_ndtr``'s two lower regions (one ``erfc``, where ``log_ndtr`` also computes its upper
+    region's)."""
     import fnarray.numpy as fnp
-    if x.dtype != dtypes.float64:
-        return _log_ndtr_below_float32(x)
     bound = -37.0
     # each branch clamped 0.01 past the switch (finite where unselected): clamped at the switch itself,
     # max/min at x == bound split the gradient with the constant and the selected branch had half of it
@@ -888,40 +907,91 @@ def _log_ndtr_below(x):
     return lg, fnp.exp(lg + 0.5 * x * x + 0.5 * math.log(2 * math.pi))
 
 
-def _log_ndtr_below_float32(x):
-    """``_log_ndtr_below`` in float32 without ``erfc`` (whose expansion XLA took most of the tail's compile on):
-    ``Φ(x) = erfc(z) / 2`` with ``z = -x/√2``, and ``erfc(z) = exp(-z²) g(z)`` with ``g`` the polynomial that
-    ``erfc``'s float32 decomposition evaluates (``decompositions._ERFC_MID`` below ``z = 2.5``, ``_ERFC_LARGE`` in
-    ``1/z²`` above: its constant and linear terms are the asymptotic series', so it holds as ``z`` grows). So
-    ``log Φ(x) = -x²/2 + log g(z) - log 2`` (within 1.7 float32 ulps of SciPy's ``log_ndtr`` over ``[-1e7, -2]``,
-    no exp to underflow, no series region) and ``Φ(x) / φ(x) = g(z) √(π/2)``. Unselected elements are clamped
-    to ``x <= -1/√2`` (finite values and gradients)."""
-    from fnarray.core.decompositions import _ERFC_LARGE, _ERFC_MID, _horner
-    import fnarray.numpy as fnp
-    f32 = np.dtype(np.float32)
-    x = fnp.minimum(x, -math.sqrt(0.5))
-    z = x * -math.sqrt(0.5)   # >= 0.5, where the polynomials start
-    zm, zl = fnp.minimum(z, 2.5), fnp.maximum(z, 2.5)
-    mid = _horner(lax, zm - 1.5, _ERFC_MID, f32)
-    large = _horner(lax, 1.0 / (zl * zl), _ERFC_LARGE, f32) / zl
-    g = fnp.where(z < 2.5, mid, large)
-    return -0.5 * x * x + fnp.log(g) - math.log(2.0), g * math.sqrt(0.5 * math.pi)
-
-
 def _ndtri_of_log_below(log_p):
-    """The inverse of ``log_ndtr`` in the lower tail: ``x`` with ``log Φ(x) = log_p``, for ``log_p < log Φ(-2)``
-    (others are clamped there: finite values that ``truncated_normal`` does not select). Start ``-√(t - log t -
-    log 2π)`` with ``t = -2 log p`` (``-x²/2 - log(-x √(2π)) = log p``: 4% off at -2, closer further out), then
-    Newton steps on ``log Φ`` (concave: from the first step on, the steps approach the root from below): two in
-    float32 (within 1.8 ulps of SciPy's ``ndtri_exp`` for ``log p`` in ``[-1e7, -3.79]``), three in float64."""
+    """The inverse of ``log_ndtr`` in the lower tail, float64: ``x`` with ``log Φ(x) = log_p``, for ``log_p < log
+    Φ(-2)`` (others are clamped there: finite values that ``truncated_normal`` does not select). Start ``-√(t - log t
+    - log 2π)`` with ``t = -2 log p`` (``-x²/2 - log(-x √(2π)) = log p``: 4% off at -2, closer further out), then
+    three Newton steps on ``log Φ`` (concave: from the first step on, the steps approach the root from below)."""
     import fnarray.numpy as fnp
     log_p = fnp.minimum(log_p, -3.78)  # log Φ(-2) = -3.7832
     t = -2.0 * log_p
     x = -fnp.sqrt(t - fnp.log(t) - math.log(2 * math.pi))
-    for _ in range(3 if log_p.dtype == dtypes.float64 else 2):
+    for _ in range(3):
         lg, mills = _log_ndtr_below(x)
         x = x - (lg - log_p) * mills  # / (d log Φ / dx = φ / Φ)
     return x
+
+
+# ``z erfcx(z) = 1/√π + w P(w) / Q(w)`` with ``w = 1/z²``, for ``z >= √2`` (``w <= 1/2``, the tail's ``x <= -2``): a
+# relative least-squares fit made for fnarray in float64 (Loeb's iteration, then reweighted towards the largest
+# error) to SciPy's ``erfcx``; within 1.5e-7 in float64 and 1.4e-7 (2.3 float32 ulps) evaluated in float32 (``erfc``'s
+# own two float32 polynomials: 1.6e-7). At ``w = 0`` it is the asymptotic series' ``1/√π (1 - w/2 + ...)``.
+_ERFCX_P = (-0.2820947468280792, -1.9062947034835815, -2.3384487628936768, -0.12559442222118378)
+_ERFCX_Q = (1.0, 8.257570266723633, 16.930776596069336, 7.860334873199463)
+# ``log m`` for ``m`` in ``[1, 2)`` within 3.5e-3, less ``127 log 2``: a minimax quadratic in ``m - 1`` made for
+# fnarray, its terms collected in ``m`` (``_rough_log``).
+_ROUGH_LOG = (0.0034240002278238535 - 0.9253297448158264 - 0.23903053998947144 - 127 * math.log(2.0),
+              0.9253297448158264 + 2 * 0.23903053998947144, -0.23903053998947144)
+
+
+def _minus_scaled_mills(x):
+    """``-ρ(x)``, ``ρ(x) = erfcx(-x/√2) / √2``, for float32 ``x <= -2``, from ``_ERFCX_P / _ERFCX_Q``: ``Φ(x) =
+    exp(-x²/2) ρ(x) / √2`` and ``Φ(x) / φ(x) = ρ(x) √π``, with neither an ``exp`` to underflow nor an ``erfc``;
+    ``ρ(-inf) = 0``. (Negative: ``f / x``, no negation; the callers' ratios and constants absorb the sign.)"""
+    from fnarray.core.decompositions import _horner
+    f32 = np.dtype(np.float32)
+    w = 2.0 / (x * x)
+    f = 1.0 / math.sqrt(math.pi) + w * (_horner(lax, w, _ERFCX_P, f32) / _horner(lax, w, _ERFCX_Q, f32))
+    return f / x
+
+
+def _rough_log(v, negative=False):
+    """``log |v|`` within 3.5e-3 for normal float32 ``v``, positive (or all negative: ``negative``): its exponent
+    times ``log 2`` plus a quadratic in its mantissa (``_ROUGH_LOG``). Bit operations, no ``log`` (XLA compiles each
+    ``log`` for ~10 ms on jax:0) and no gradient."""
+    from fnarray.core.decompositions import _horner
+    f32 = np.dtype(np.float32)
+    bits = lax.bitcast_convert_type(v, _U32)
+    exponent = lax.convert_element_type(lax.shift_right_logical(bits, np.uint32(23)), f32)  # + 256 with the sign
+    mantissa = lax.bitcast_convert_type(lax.bitwise_or(lax.bitwise_and(bits, np.uint32(0x7FFFFF)),
+                                                       np.uint32(0x3F800000)), f32)
+    coefs = (_ROUGH_LOG[0] - 256 * math.log(2.0) * negative,) + _ROUGH_LOG[1:]
+    return exponent * math.log(2.0) + _horner(lax, mantissa, coefs, f32)
+
+
+def _tail_float32(a, b, u):
+    """Samples of the standard normal truncated to ``(a, b)``, ``b < -2``, for ``u`` in ``(0, 1]``, in float32: ``x``
+    with ``log Φ(x) = log p = log Φ(b) + log v``, ``v = r + u (1 - r)``, ``r = Φ(a) / Φ(b) = exp((b² - a²)/2) ρ(a) /
+    ρ(b)`` (``_minus_scaled_mills``; ``r = 0`` at ``a = -inf``).
+
+    The start: with ``t = -2 log p`` and ``k = log t + log 2π``, ``x₁ = -√(t - k + (k - 2) / (t - k + 2))``, the
+    asymptotic inverse ``x² ≈ t - k + (k - 2)/t`` with its denominator moved for ``t`` near ``-2 log Φ(-2) = 7.57``:
+    within 0.39% of the root for ``log p`` in ``[-1e7, log Φ(-2)]``, and within 0.55% with its two logs (``t``'s and
+    ``k``'s) from ``_rough_log``; ``x₁ <= -2.005``. Then one Halley step on ``E(x) = log Φ(x) - log p`` (cubic: 7e-9 in
+    float64; ``log Φ``'s derivatives are ``m = φ/Φ`` and ``-m (x + m)``), whose residual ``E(x₁) = (b - x₁)(b + x₁)/2 +
+    log(ρ(x₁) / (ρ(b) v))`` holds this function's only ``log`` (its only ``exp`` is ``r``'s: XLA compiles each for
+    ~10 ms on jax:0; the form with two Newton steps had five logs). Within 1.03 float32 ulps of SciPy's
+    ``ndtri_exp(log p)`` (``log p`` from SciPy's ``log_ndtr`` of the float32 bounds, in float64) for ``b`` in
+    ``[-1e4, -2]``.
+
+    Gradients: the start carries none (bit operations), and the Halley step's derivative in ``E(x₁)``, ``4μ₁ / (2 +
+    E(x₁ μ₁ + 1))²`` with ``μ = Φ/φ``, is ``μ`` at the root to first order in ``E`` (``dμ/dx = 1 + x μ``), so the
+    bounds' gradients are the exact inverse's (implicit differentiation) within ``O(E²)``. Unselected elements are
+    clamped to ``a <= b <= -2``: finite values and gradients."""
+    import fnarray.numpy as fnp
+    b = fnp.minimum(b, -2.0)
+    a = fnp.minimum(a, b)
+    nrho_b = _minus_scaled_mills(b)   # (a and b stacked into one call: XLA fused the whole call into each slice)
+    r = fnp.exp((b - a) * (b + a) * 0.5) * _minus_scaled_mills(a) / nrho_b
+    nrho_v = nrho_b * (r + u * (1.0 - r))       # -ρ(b) v
+    sg = lax.stop_gradient
+    t = fnp.maximum(sg(b) * sg(b) - 2.0 * _rough_log(sg(nrho_v), negative=True) + math.log(2.0), 7.566)
+    k = _rough_log(t) + math.log(2 * math.pi)
+    x1 = -fnp.sqrt(t - k + (k - 2.0) / (t - k + 2.0))
+    nrho_1 = _minus_scaled_mills(x1)
+    mu_1 = nrho_1 * -math.sqrt(math.pi)
+    err = (b - x1) * (b + x1) * 0.5 + fnp.log(nrho_1 / nrho_v)
+    return x1 - 2.0 * err * mu_1 / (2.0 + err * (x1 * mu_1 + 1.0))
 
 
 def _truncated_normal_log_space(unit, d, lo, hi):
@@ -932,12 +1002,15 @@ def _truncated_normal_log_space(unit, d, lo, hi):
     flip = lax.gt(lax.add(lo, hi), np.asarray(0, m)[()])
     a = fnp.where(flip, -hi, lo)
     b = fnp.where(flip, -lo, hi)
-    # both bounds in one ``_log_ndtr_below`` (stacked): one evaluation fewer for XLA to compile
-    both = _log_ndtr_below(lax.concatenate([lax.expand_dims(a, (0,)), lax.expand_dims(b, (0,))], 0))[0]
-    la, lb = both[0], both[1]
-    r = fnp.exp(la - lb)
     u = 1.0 - lax.convert_element_type(unit, m)  # in (0, 1]
-    x = _ndtri_of_log_below(lb + fnp.log(r + u * (1.0 - r)))
+    if m == dtypes.float32:
+        x = _tail_float32(a, b, u)
+    else:
+        # both bounds in one ``_log_ndtr_below`` (stacked): one evaluation fewer for XLA to compile
+        both = _log_ndtr_below(lax.concatenate([lax.expand_dims(a, (0,)), lax.expand_dims(b, (0,))], 0))[0]
+        la, lb = both[0], both[1]
+        r = fnp.exp(la - lb)
+        x = _ndtri_of_log_below(lb + fnp.log(r + u * (1.0 - r)))
     return lax.convert_element_type(fnp.where(flip, -x, x), d)
 
 

@@ -236,6 +236,22 @@ def test_weak_types_through_control_flow_match_jax(device, name):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=f"{name} ({how})")
 
 
+def test_fori_loop_bounds_past_int32_with_x64_as_jax():
+    """With 64-bit enabled JAX reads a Python int bound past int32 as a weak int64: ``fori_loop(2**40, 2**40 + 3)``
+    runs three steps with a weak int64 index, eagerly and under jit (fnarray raised OverflowError, as it still does
+    with 64-bit off: tests/test_bad_input.py). Beside a traced int32 bound such a bound does not fit: an error."""
+    body = lambda i, c: c + i   # noqa: E731
+    with jax.enable_x64(True):   # (traced only: JAX's compile of the loop would be most of this test's time)
+        want = jax.eval_shape(lambda: jax.lax.fori_loop(2 ** 40, 2 ** 40 + 3, body, 0))
+    with config_setting("enable_x64", True):
+        got = [fa.lax.fori_loop(2 ** 40, 2 ** 40 + 3, body, 0),
+               fa.jit(lambda n: fa.lax.fori_loop(2 ** 40, n, body, 0))(np.int64(2 ** 40 + 3))]
+        with pytest.raises(OverflowError, match="fori_loop bound 1099511627776 does not fit int32"):
+            fa.jit(lambda n: fa.lax.fori_loop(2 ** 40, n, body, 0))(np.int32(3))
+    assert (got[0].dtype, got[0].weak_type) == (want.dtype, want.weak_type) == (np.int64, True)
+    assert [int(g) for g in got] == [sum(range(2 ** 40, 2 ** 40 + 3))] * 2
+
+
 def test_issue_example_fori_loop_carry_stays_weak():
     # the issue's example: JAX gives int8 (the Python-int carry stays weak through the loop)
     out = fa.lax.fori_loop(0, 10, lambda i, a: a + i, 0) + fnp.int8(1)

@@ -411,6 +411,36 @@ def _static_bound(x):
                         f"{aval_of(x).str_short() if isinstance(x, Array) else x!r}") from None
 
 
+def _fits(*bounds) -> bool:
+    return all(dtypes.fits_weak_int(b) for b in bounds)
+
+
+def _check_int64_bound(b: int) -> None:
+    """``OverflowError`` unless a bound past int32 can be a weak int64: 64-bit enabled (JAX's Python ints are then
+    weak int64) and ``b`` in int64's range."""
+    if not dtypes.x64_enabled():
+        raise OverflowError(f"fori_loop bound {b} does not fit int32 (Python int bounds are weak int32, as in JAX); "
+                            "pass bounds in int32's range, or enable 64-bit (fnarray.config.update('enable_x64', "
+                            "True)) for a loop that long")
+    if not -2 ** 63 <= b < 2 ** 63:
+        raise OverflowError(f"fori_loop bound {b} does not fit int64, the widest index; pass a bound in its range")
+
+
+def _weak_int64(b: int):
+    """``b`` as a weak int64 scalar (``_check_int64_bound``)."""
+    _check_int64_bound(b)
+    return lax.convert_element_type(np.int64(b), dtypes.int64, weak_type=True)
+
+
+def _bound_aval(b):
+    """A bound's type as ``fori_loop`` reads it: a Python int is a weak int32 where int32 holds it (as in JAX), else
+    a weak int64 (``_check_int64_bound``: 2**40 with 64-bit off ran a scan of 2**40 steps)."""
+    if type(b) is not int or _fits(b):
+        return aval_of(b)
+    _check_int64_bound(b)
+    return ShapedArray((), dtypes.int64, weak_type=True)
+
+
 #: Set by ``fnarray.experimental.pallas``: ``(lower, upper, body_fun, init_val) -> (result,)`` inside a kernel
 #: body being traced, ``None`` elsewhere.
 kernel_fori_loop = None
@@ -425,8 +455,8 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
 
     Args:
       lower, upper: integer scalars. With static bounds ``i`` is a weak int32 (it starts as the Python
-        int ``lower``, as in JAX), so a Python-scalar carry that adds it stays weak; with a traced bound
-        ``i`` has the bounds' promoted dtype.
+        int ``lower``, as in JAX), so a Python-scalar carry that adds it stays weak (a weak int64 where a bound
+        does not fit int32, with 64-bit enabled); with a traced bound ``i`` has the bounds' promoted dtype.
       body_fun: ``(i, carry) -> carry`` with the same structure, shapes and dtypes.
       init_val: the initial carry (pytree of arrays or scalars).
       unroll: with static bounds, how many iterations one step of the scan runs.
@@ -435,8 +465,9 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
       the final carry.
 
     Raises:
-      ``TypeError`` for non-integer bounds; the errors of ``while_loop``
-      when ``body_fun`` changes the carry's type.
+      ``TypeError`` for non-integer bounds; ``OverflowError`` for a bound past int32 with 64-bit off, past
+      int64, or past the dtype of the other, traced bound; the errors of ``while_loop`` when ``body_fun``
+      changes the carry's type.
 
     Example::
 
@@ -449,7 +480,7 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
         if loop is not None:
             return loop[0]
     try:
-        la, ua = aval_of(lower), aval_of(upper)
+        la, ua = _bound_aval(lower), _bound_aval(upper)
     except TypeError:
         raise TypeError(f"fori_loop bounds must be integers (Python ints or integer scalars), got "
                         f"{type(lower).__name__} {lower!r:.30} and {type(upper).__name__} {upper!r:.30}") from None
@@ -458,11 +489,6 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
     if not dtypes.is_int(la.dtype) or not dtypes.is_int(ua.dtype) or isinstance(lower, bool) or \
             isinstance(upper, bool):
         raise TypeError(f"fori_loop bounds must be integers, got {la.dtype.name} and {ua.dtype.name}")
-    for b in (lower, upper):   # a weak int32 (JAX raises OverflowError too); 2**40 ran a scan of 2**40 steps
-        if type(b) is int and not dtypes.fits_weak_int(b):
-            raise OverflowError(f"fori_loop bound {b} does not fit int32 (Python int bounds are weak int32, as in "
-                                "JAX); pass bounds in int32's range, or int64 arrays with 64-bit enabled "
-                                "(fnarray.config.update('enable_x64', True)) for a loop that long")
     d, _ = dtypes.result_type((la.dtype, la.weak_type), (ua.dtype, ua.weak_type))
     lo, hi = _static_bound(lower), _static_bound(upper)
 
@@ -477,16 +503,23 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
 
     if lo is not None and hi is not None:
         # As JAX: with static bounds the index starts as the Python int ``lo``, a weak int32 (whatever the
-        # bounds' dtype), so that a Python-scalar carry it meets stays weak.
+        # bounds' dtype), so that a Python-scalar carry it meets stays weak; a weak int64 where a bound needs it
+        start, step_by = (lo, 1) if _fits(lo, hi) else (_weak_int64(lo), _weak_int64(1))
+
         def step(carry, _):
             i, x = carry
-            return (lax.add(i, 1), checked_body(i, x)), None
-        (_, out), _ = _scan_impl("fori_loop", step, (lo, init_val), None,
+            return (lax.add(i, step_by), checked_body(i, x)), None
+        (_, out), _ = _scan_impl("fori_loop", step, (start, init_val), None,
                                  max(hi - lo, 0), False, 1 if unroll is None else unroll, "body_fun")
         return out
+    for b in (lo, hi):   # a static bound beside a traced one: converted to the traced bound's dtype
+        if b is not None and not np.iinfo(d).min <= b <= np.iinfo(d).max:
+            raise OverflowError(f"fori_loop bound {b} does not fit {d.name}, the dtype of the loop index beside the "
+                                f"other, traced bound ({(ua if b is lo else la).str_short()}); pass that bound as "
+                                "an int64 array (with 64-bit enabled)")
     one = np.ones((), d)[()]
-    lo_v = lax.convert_element_type(lower, d)
-    hi_v = lax.convert_element_type(upper, d)
+    lo_v = lax.convert_element_type(np.asarray(lower, d)[()] if type(lower) is int else lower, d)
+    hi_v = lax.convert_element_type(np.asarray(upper, d)[()] if type(upper) is int else upper, d)
 
     def loop_cond(carry):
         return lax.lt(carry[0], hi_v)

@@ -71,6 +71,18 @@ RULES[P.name_p] = lambda x, *, name: x
 RULES[P.integer_pow] = lambda x, *, y: lax.integer_pow(x, y)
 
 
+@functools.cache
+def _lax_broadcasts_rank0() -> bool:
+    """Whether ``lax``'s binary operations take a rank-0 operand beside an array (JAX 0.5 and later: the jaxpr then
+    holds no ``broadcast_in_dim`` per scalar literal, a third of a polynomial's equations for JAX to trace and
+    lower on a first call)."""
+    try:
+        jax.eval_shape(lambda a: lax.add(a, np.float32(1)), jax.ShapeDtypeStruct((2,), np.float32))
+        return True
+    except TypeError:
+        return False
+
+
 def _bcast(x, y):
     """Rank-0 operands broadcast in fnarray's binary primitives; lax wants equal shapes."""
     sx, sy = jnp.shape(x), jnp.shape(y)
@@ -81,9 +93,15 @@ def _bcast(x, y):
     return x, lax.broadcast(y, sx)
 
 
+def _operands(x, y):
+    """``x, y`` for one of ``lax``'s binary operations: a rank-0 operand as it is where ``lax`` broadcasts it
+    itself, else broadcast here (``_bcast``)."""
+    return (x, y) if _lax_broadcasts_rank0() else _bcast(x, y)
+
+
 def _binary(prim, fn):
     def f(x, y):
-        return fn(*_bcast(x, y))
+        return fn(*_operands(x, y))
     RULES[prim] = f
 
 
@@ -108,13 +126,13 @@ def _add(x, y):
     if jnp.shape(x) == jnp.shape(y) or jnp.shape(y) == ():
         if _is_zero_const(y, False):
             return _plus_zero(lax.broadcast(x, jnp.shape(y)) if jnp.shape(x) == () else x)
-    return lax.add(*_bcast(x, y))
+    return lax.add(*_operands(x, y))
 
 
 def _sub(x, y):
     if (jnp.shape(x) == jnp.shape(y) or jnp.shape(y) == ()) and _is_zero_const(y, True):
         return _plus_zero(lax.broadcast(x, jnp.shape(y)) if jnp.shape(x) == () else x)  # x - (-0.0) = x + 0.0
-    return lax.sub(*_bcast(x, y))
+    return lax.sub(*_operands(x, y))
 
 
 RULES[P.add], RULES[P.sub] = _add, _sub
