@@ -703,7 +703,8 @@ def test_webgpu_growing_decode_loop_records_one_dispatch_a_step(monkeypatch):
     """A jitted decode step whose cache grows a row a call (a new shape, so a plan of its own, each call) is one
     kernel reading the cache's pieces (``kernels/softmax_products.py``), of one WGSL source for every length: once
     the loop has run, a step records one dispatch, the pass sets the pipeline once for the whole loop, and no buffer
-    or pipeline is made. The values are a NumPy float64 loop's."""
+    or pipeline is made; the pass and its wait are one command encoder, one compute pass and one submit, with no
+    upload or copy. The values are a NumPy float64 loop's."""
     dev = require_backend("webgpu")[0]
     rng = np.random.default_rng(0)
     cache0, q, row = (rng.normal(size=(1, 64)).astype(np.float32) for _ in range(3))
@@ -717,11 +718,15 @@ def test_webgpu_growing_decode_loop_records_one_dispatch_a_step(monkeypatch):
     with monkeypatch.context() as mp:
         _count_wgpu(mp, counts)
         cache, out = run()
+        fa.block_until_ready(out)
     native = dev.impl.gpu.calls.native
     prefix = "native.wgpuComputePassEncoder" if native else "GPUComputePassEncoder."
     assert counts[prefix + ("DispatchWorkgroups" if native else "dispatch_workgroups")] == steps, dict(counts)
     assert counts[prefix + ("SetPipeline" if native else "set_pipeline")] == 1, dict(counts)
     assert not {k: counts[k] for k in _CREATES["webgpu"] if counts[k]}, dict(counts)
+    once = ("GPUDevice.create_command_encoder", "GPUCommandEncoder.begin_compute_pass", "GPUQueue.submit")
+    assert [counts[k] for k in once] == [1, 1, 1], dict(counts)
+    assert counts["GPUQueue.write_buffer"] == counts["GPUCommandEncoder.copy_buffer_to_buffer"] == 0, dict(counts)
     # at most the step's own bind group (none where the pool gave the buffers of its last call)
     assert counts["native.wgpuDeviceCreateBindGroup"] == counts["native.wgpuBindGroupRelease"] <= steps
     want = cache0.astype(np.float64), q.astype(np.float64), row.astype(np.float64)

@@ -59,6 +59,38 @@ def test_a_growing_loop_takes_the_hot_records_from_its_second_pass(backend, monk
     np.testing.assert_allclose(np.asarray(out), want_out, rtol=1e-5, atol=1e-6)
 
 
+def test_mlx_programs_equal_up_to_sizes_share_one_shapeless_executable(monkeypatch):
+    # a new cache length lowers nothing where the step's program reads no size (``core/size_free.py``); the shared
+    # program goes through mx.compile(shapeless=True) at its second call here, and serves every later length
+    from fnarray.lowering.mlx import backend as mlx_backend
+    dev = require_backend("mlx")[0]
+    monkeypatch.setattr(mlx_backend, "CPU_COMPILE_AFTER_CALLS", 2)
+    compiles, real_compile = [], mlx_backend.mx.compile
+    monkeypatch.setattr(mlx_backend.mx, "compile", lambda f, **k: compiles.append(k) or real_compile(f, **k))
+    lowered = []
+    real = jit_module.compile_program
+    monkeypatch.setattr(jit_module, "compile_program", lambda *a, **k: lowered.append(1) or real(*a, **k))
+    cache0, q, row = (fa.device_put(a, dev) for a in _inputs())
+    cache, out = decode_loop(fa.jit(decode_step(fnp)), cache0, q, row, 6)
+    # the one-row cache (a size of 1 is told apart), then every other length (up to 7 rows: 8 would equal W, a
+    # new key, as any size equal to another is)
+    assert len(lowered) == 2 and compiles == [{"shapeless": True}], (lowered, compiles)
+    want_cache, want_out = _reference(6)
+    np.testing.assert_allclose(np.asarray(cache), want_cache, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(out), want_out, rtol=1e-5, atol=1e-6)
+    # programs that read a size are not shared: a mean over the growing axis divides by a literal of its length, a
+    # reshape by the traced length has its sizes in the rule; a sum over it is shared, and right at every length
+    fs = [lambda x: x - x.mean(axis=0), lambda x: fnp.exp(x.reshape(x.shape[0] * 2, -1)), lambda x: x.sum(axis=0)]
+    refs = [lambda x: x - x.mean(axis=0), lambda x: np.exp(x.reshape(x.shape[0] * 2, -1)), lambda x: x.sum(axis=0)]
+    for f, ref in zip(fs, refs):
+        f, lowered[:] = fa.jit(f), []
+        for n in range(2, 7):
+            x = np.linspace(-1, 1, 16 * n).reshape(n, 16)
+            np.testing.assert_allclose(np.asarray(f(fa.device_put(x.astype(np.float32), dev))), ref(x), rtol=1e-5,
+                                       atol=1e-6)
+        assert len(lowered) == (1 if ref is refs[2] else 5), lowered
+
+
 def test_mlx_programs_keep_reduced_axes_and_leave_broadcasts_to_mlx():
     dev = require_backend("mlx")[0]
     cache, q, row = (fa.device_put(a, dev) for a in _inputs())

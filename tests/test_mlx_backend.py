@@ -669,3 +669,34 @@ def test_eager_jacobians_through_mlx_transforms(mdev, mx, monkeypatch):
     monkeypatch.setattr(mx, "eval", lambda *a: evals.append(len(a)) or real(*a))
     fa.block_until_ready([fa.jacfwd(f)(x), {"h": fa.jacrev(f)(x)}, x * 2.0])
     assert evals == [3]
+
+
+def test_staged_jacobians_replay_a_record_under_mlx_transforms(mdev):
+    """With ``stage_eager_transforms`` on, a Jacobian on mlx:0 records its function's MLX operations once a key
+    and avals and replays them under MLX's transforms (``jacobians.staged``; issue 28: the jitted program's trace,
+    transforms and lowering made programs.py's staged sweep's first call 8.7x raw MLX): a later call runs none of
+    the function's Python and reads its other argument's new value; results equal numpy:0's eager transform
+    (aval, committed flag, values). ``stop_gradient`` is refused and runs as the staged (jitted) program."""
+    from fnarray.lowering.mlx import jacobians
+    from helpers import config_setting, python_calls
+    rng = np.random.default_rng(5)
+    xn, mat = rng.uniform(-1, 1, 4).astype(np.float32), rng.normal(0, 0.5, (4, 4)).astype(np.float32)
+
+    def f(x, m):
+        return fnp.tanh(m @ (0.7 * x)) * x + 1 / (1 + x * x)
+
+    def sweep(dev, m):
+        x, m = fa.device_put(xn, dev), fa.device_put(m, dev)
+        return [fa.jacfwd(f)(x, m), fa.jacrev(f)(x, m), fa.hessian(lambda x, m: f(x, m).sum())(x, m),
+                fa.jacrev(lambda x: fa.lax.stop_gradient(x) * x)(x)]
+    want = sweep(parse_device(REF), mat) + sweep(parse_device(REF), 2 * mat)
+    with config_setting("stage_eager_transforms", True):
+        before = dict(jacobians.stats)
+        got = sweep(mdev, mat) + sweep(mdev, 2 * mat)
+        assert [jacobians.stats[k] - before[k] for k in ("taped", "replayed", "refused")] == [2, 6, 1]
+        x, m = fa.device_put(xn, mdev), fa.device_put(mat, mdev)
+        calls = python_calls(lambda: fa.jacrev(f)(x, m))
+    assert "f" not in calls and len(calls) <= 55, calls   # (48: the transform's wrapper, fingerprint, replay)
+    for g, w in zip(got, want, strict=True):
+        assert g.aval == w.aval and g.device == mdev and g.committed == w.committed
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-6)

@@ -273,6 +273,12 @@ class Backend:
     #: fnarray's transform runs it, then ``learn_jacobian(kind, fun, args, argnum, x, result)``. The mlx backend's
     #: is ``lowering/mlx/jacobians.py``.
     eager_jacobian = None
+    #: Optionally, ``staged_jacobian(kind, fun, args, argnum, x, tapes) -> Array | None``: the same for a staged
+    #: call (``config.stage_eager_transforms``, ``transforms/staged_transforms.py``), where ``fun``'s Python may
+    #: run once per avals: ``tapes`` is a dict the staged program's cache entry owns (what the backend keeps of
+    #: ``fun`` lives and dies with it); ``None``: the staged program runs it. The mlx backend's is
+    #: ``lowering/mlx/jacobians.py``'s ``staged``.
+    staged_jacobian = None
 
     def tape_steps(self, steps, eqns, starts, outs):
         """Optionally, an eager tape's steps rewritten for this backend (``transforms/eager_tape.py``): ``steps``

@@ -55,7 +55,7 @@ from fnarray.core.config import config
 from fnarray.devices import array_impl, placement, shapeless
 from fnarray.devices.array_impl import ArrayImpl
 
-__all__ = ["install_namespace", "serves"]
+__all__ = ["install_namespace", "namespace_primitives", "serves"]
 
 warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"fnarray\.devices\.eager_ops")
 
@@ -114,6 +114,14 @@ _NAMESPACE_BINARY = {
 }
 # fnarray.numpy's unary functions -> code (``_UNARY``)
 _NAMESPACE_UNARY = {"negative": "neg", **{name: name for name in _UNARY if name != "neg"}}
+
+
+def namespace_primitives(arity: int) -> dict:
+    """``{name: primitive}``: fnarray.numpy's elementwise functions of ``arity`` (1 or 2) arrays that are exactly
+    that one primitive at float dtypes (the tables above; ``lowering/mlx/shapeless.py`` serves them on any shape)."""
+    if arity == 1:
+        return {name: _UNARY[code][0] for name, code in _NAMESPACE_UNARY.items()}
+    return {name: _BINARY[code][0] for name, (code, _) in _NAMESPACE_BINARY.items()}
 
 
 def _fast_now() -> bool:

@@ -129,8 +129,24 @@ def compile_program(program: Program, device: Device, donate=(), consts=None):
     """
     program = cse(program)
     fits = memory.check_program(program, device)
-    return _translating(_compile_program(program, device, donate, recount=not fits, consts=consts),
+    exe = _translating(_compile_program(program, device, donate, recount=not fits, consts=consts),
                        program.out_avals, device)
+    # (a decomposition may write constants made from sizes: such a program serves its own sizes only)
+    exe.shape_free = getattr(exe.__wrapped__, "shape_free", False) and decompose_for(program, device) is program
+    return exe
+
+
+def at_sizes(exe, program: Program, device: Device):
+    """``compile_program``'s executable ``exe``, which serves every size (``shape_free``), for ``program``: the
+    same program up to its sizes (``core.size_free.size_free_key``), checked against the device's memory as
+    ``compile_program`` checks it, its out-of-memory errors naming this program's results."""
+    memory.check_program(program, device)
+    shared = getattr(exe.__wrapped__, "shared_by_sizes", None)  # (the backend's word: several sizes run it)
+    if shared is not None:
+        shared()
+    out = _translating(exe.__wrapped__, program.out_avals, device)
+    out.shape_free = True
+    return out
 
 
 class _Translating:
@@ -141,11 +157,12 @@ class _Translating:
     step and fast operator read (a ``__getattr__`` call each otherwise: issue 28, each new shape's first call).
     """
 
-    __slots__ = ("__wrapped__", "_out_avals", "_device", "call_args", "one")
+    __slots__ = ("__wrapped__", "_out_avals", "_device", "call_args", "one", "shape_free")
 
     def __init__(self, exe, out_avals, device):
         self.__wrapped__, self._out_avals, self._device = exe, out_avals, device
         self.call_args, self.one = getattr(exe, "call_args", None), getattr(exe, "one", None)
+        self.shape_free = False  # (``compile_program``: whether it serves the program at every size)
 
     def __call__(self, bufs):
         try:

@@ -269,6 +269,8 @@ def _checked_cotangents(cts, out_avals) -> list:
 
 
 def _argnums_tuple(argnums, who):
+    if type(argnums) is int:   # (the commonest, ``argnums=0``: no general check)
+        return (argnums,)
     return int_tuple(argnums, who, "argnums")
 
 
@@ -412,17 +414,17 @@ def _on_args_device(jac, kind, fun):
     argnum = nums[0] if len(nums) == 1 and not multiple and not has_aux else None
 
     def on_device(*args, **kwargs):
-        if argnum is not None and not kwargs and not config.stage_eager_transforms and -len(args) <= argnum < len(args):
+        if config.stage_eager_transforms:   # (the scope is the program's: a backend's replay needs none)
+            out = staged_transforms.call(kind, fun, jac, args, kwargs, argnum, _args_device_scope)
+            if out is not staged_transforms.NO:
+                return out
+        elif argnum is not None and not kwargs and -len(args) <= argnum < len(args):
             x = args[argnum]
             if type(x) is ArrayImpl:
                 impl = x._device.impl
                 if impl.eager_jacobian is not None:
                     return _by_backend(impl, name, fun, jac, args, argnum, x)
         with _args_device_scope(args):
-            if config.stage_eager_transforms:
-                out = staged_transforms.call(kind, fun, jac, args, kwargs)
-                if out is not staged_transforms.NO:
-                    return out
             return jac(*args, **kwargs)
     on_device.eager = jac   # the transform itself, without the scope or the staging (``hessian`` composes it)
     return on_device
@@ -546,12 +548,12 @@ def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
       TypeError: (when called) ``fun`` is a ``custom_vjp`` function (forward mode is
         not defined for it), or with ``has_aux`` does not return a pair.
     """
-    from fnarray.transforms.batching import vmap
     check_callable(fun, "jacfwd")
     nums = _argnums_tuple(argnums, "jacfwd")
     multiple = _several(argnums)
 
     def jac(*args, **kwargs):
+        from fnarray.transforms.batching import vmap   # (here: a call a backend runs itself imports nothing)
         _check_diff_args(args, nums, "jacfwd")
         nums_n = tuple(i % len(args) for i in nums)
         dargs = tuple(args[i] for i in nums_n)
@@ -619,12 +621,12 @@ def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
       ValueError: (when called) an ``argnums`` entry is out of range.
       TypeError: (when called) with ``has_aux`` ``fun`` does not return a pair.
     """
-    from fnarray.transforms.batching import vmap
     check_callable(fun, "jacrev")
     nums = _argnums_tuple(argnums, "jacrev")
     multiple = _several(argnums)
 
     def jac(*args, **kwargs):
+        from fnarray.transforms.batching import vmap
         _check_diff_args(args, nums, "jacrev", allow_int)
         f, dargs = _argnums_partial(fun, args, kwargs, nums)
         if has_aux:
@@ -675,10 +677,16 @@ def hessian(fun, argnums=0, has_aux=False, holomorphic=False):
     """
     # Staged (``config.stage_eager_transforms``), the call is keyed by ``fun``'s fingerprint and the options, not
     # by the fingerprint of jacrev's closure inside jacfwd's (issue 28: ~35 values walked a call against ~10).
+    # The composition is made at its first use: a call a backend runs itself (mlx's eager and staged Jacobians)
+    # needs none (issue 28: two transforms made, ~4 us, for each ``hessian(lambda x, f=f: ...)`` of a sweep).
     check_callable(fun, "hessian")
-    composed = jacfwd(jacrev(fun, argnums, has_aux=has_aux), argnums, has_aux=has_aux).eager
-    return _on_args_device(composed, ("hessian", _argnums_tuple(argnums, "hessian"), _several(argnums), has_aux),
-                           fun)
+    composed = []
+
+    def eager(*args, **kwargs):
+        if not composed:
+            composed.append(jacfwd(jacrev(fun, argnums, has_aux=has_aux), argnums, has_aux=has_aux).eager)
+        return composed[0](*args, **kwargs)
+    return _on_args_device(eager, ("hessian", _argnums_tuple(argnums, "hessian"), _several(argnums), has_aux), fun)
 
 
 def stop_gradient(x):

@@ -50,9 +50,10 @@ from fnarray.core.errors import check_callable, int_tuple
 from fnarray.core.ir import Program
 from fnarray.core.passes import consts_as_inputs, cse
 from fnarray.core.shaped import ShapeDtypeStruct, ShapedArray
+from fnarray.core.size_free import size_free_key
 from fnarray.devices import nan_check
 from fnarray.devices.array_impl import ArrayImpl
-from fnarray.devices.partition import compile_program
+from fnarray.devices.partition import at_sizes, compile_program
 from fnarray.devices.placement import default_device, parse_device, placement_device
 from fnarray.transforms.signature_diff import describe_mismatch
 
@@ -383,7 +384,7 @@ class _Executables:
     turns, as a decode loop's growing cache: each call a hit without a key).
     """
 
-    __slots__ = ("by_ckey", "fast", "hot", "compiled", "compiled_d", "lock", "building", "__weakref__")
+    __slots__ = ("by_ckey", "fast", "hot", "compiled", "compiled_d", "lock", "building", "sizes", "__weakref__")
 
     def __init__(self):
         self.by_ckey: dict = {}
@@ -394,6 +395,9 @@ class _Executables:
         self.compiled_d = self.compiled._d
         self.lock = threading.Lock()
         self.building: dict = {}  # ckey -> _Building
+        # (program key up to sizes, device, configuration, donation) -> an executable that serves every size
+        # (``Jitted._sized``; at most ``config.jit_cache_size`` of them)
+        self.sizes: dict = {}
 
     def _forget(self, ex):
         """Drop executable ``ex`` (the global LRU evicted it)."""
@@ -691,9 +695,10 @@ class Jitted:
         debugging = config.debug_nans or config.debug_infs
         if debugging:
             donated = ()  # the inputs are needed again to re-run the call op by op
-        hit.exe = compile_program(entry.program, device, donate=tuple(n + p for p in donated), consts=entry.consts)
-        if debugging:
+            hit.exe = compile_program(entry.program, device, donate=(), consts=entry.consts)
             hit.exe = nan_check.wrap_executable(hit.exe, self, key, entry.program, device)
+        else:
+            hit.exe = self._sized(entry.program, ckey, device, tuple(n + p for p in donated), entry.consts)
         hit.const_bufs = [_to(c, device) for c in entry.consts]
         hit.owner, hit.ckey, hit.gid = weakref.ref(self._tables), ckey, next(_GIDS)
         with self._tables.lock:
@@ -705,6 +710,27 @@ class Jitted:
                 self._compiled.pop(hit.gid)
                 _unindex(self._by_ckey, self._fast, self._hot, hit.gid, hit)
         return cached
+
+    def _sized(self, program, ckey, device, donate, consts):
+        """``compile_program``'s executable for ``program``, or the one of an earlier program equal to it up to its
+        sizes (``core.size_free``) where that one serves every size (``shape_free``: a decode step's program at
+        each new cache length on mlx:0, one executable, no lowering; issue 28)."""
+        sizes = self._tables.sizes
+        skey = None
+        if sizes:  # (keyed only once an executable serves every size: nothing to pay on other backends)
+            skey = (size_free_key(program), device, ckey[2], donate)
+            exe = sizes.get(skey) if skey[0] is not None else None
+            if exe is not None:
+                return at_sizes(exe, program, device)
+        exe = compile_program(program, device, donate=donate, consts=consts)
+        if getattr(exe, "shape_free", False):
+            if skey is None:
+                skey = (size_free_key(program), device, ckey[2], donate)
+            if skey[0] is not None:
+                if len(sizes) >= max(config.jit_cache_size, 1):
+                    sizes.clear()
+                sizes[skey] = exe
+        return exe
 
     def cache_info(self):
         """Entries in this function's caches: ``{"traces": n, "executables": n, "bound": n}``."""

@@ -26,6 +26,11 @@ What changes with the setting on: the function's Python runs once per (fingerpri
 not at every call (a ``print`` inside prints once), as under ``fnarray.jit``; results are jit's (equal to the
 eager transform's up to float rounding of fused operations). Attributes read off a module or object at trace
 time are not keyed (``np.pi``, ``model.w``): a program made before such a value changes keeps the old one.
+
+A backend may run a staged call of one differentiated argument itself (``Backend.staged_jacobian``): mlx records
+the function's MLX operations at its first call and replays them under MLX's own transforms
+(``lowering/mlx/jacobians.py``), in the same cache entry, with the same semantics; the jitted program is then made
+only for what it refuses.
 """
 
 from __future__ import annotations
@@ -49,6 +54,10 @@ _BY_IDENTITY = (types.ModuleType, type, types.BuiltinFunctionType, np.dtype, np.
 NO = object()  # ``call``: run eagerly; as a cache entry: the staged call failed once (eager from then on)
 
 _programs = LRUCache(lambda: config.eager_cache_size)
+#: a fingerprint -> ``(tapes, kept)``: the dict a backend's ``staged_jacobian`` keeps its records of that function in,
+#: shared by the entries of its transforms (``jacfwd`` and ``jacrev`` of one function record it once), and the
+#: objects the fingerprint holds by identity (kept alive while the key is here: no identity is reused meanwhile)
+_tapes = LRUCache(lambda: config.eager_cache_size)
 stats = {"staged": 0, "refused": 0}  # programs made, and calls left eager by the rule (counters for tests)
 
 
@@ -121,10 +130,31 @@ def fingerprint(f):
     return None if key is None else (key, keep)
 
 
-def call(kind, fun, jac, args, kwargs):
+class _Staged:
+    """A cache entry: the ``jit`` of the transform (made at its first use), the objects its key holds by
+    identity (``kept``), and the records a backend's ``staged_jacobian`` keeps of the function (``tapes``, one
+    dict for every transform of a fingerprint: ``_tapes``)."""
+
+    __slots__ = ("jac", "jitted", "kept", "tapes")
+
+    def __init__(self, jac, fp):
+        self.jac, self.jitted, self.kept = jac, None, fp[1]
+        self.tapes = _tapes.put(fp[0], ({}, fp[1]))[0]
+
+    def program(self):
+        if self.jitted is None:
+            from fnarray.transforms.jit import jit
+            self.jitted = jit(self.jac)
+        return self.jitted
+
+
+def call(kind, fun, jac, args, kwargs, argnum, scope):
     """``jac(*args, **kwargs)`` (the eager transform ``kind`` of ``fun``: a tuple of the transform's name and
-    options), through a cached ``jit`` of it where ``config.stage_eager_transforms`` is on and the module
-    docstring's rule allows; ``NO`` where the caller runs it eagerly."""
+    options), through a cached ``jit`` of it, run inside ``scope(args)``, where ``config.stage_eager_transforms`` is
+    on and the module docstring's rule allows; ``NO`` where the caller runs it eagerly. With one differentiated
+    argument (``argnum``, else ``None``), the argument's backend may run the call itself
+    (``Backend.staged_jacobian``: mlx records the function's operations once and replays them under MLX's
+    transforms), else the program runs it."""
     if kwargs or not args or not tracing.plain:  # (another thread staging, the profiler on: eager)
         return NO
     for x in args:
@@ -139,11 +169,18 @@ def call(kind, fun, jac, args, kwargs):
     if entry is NO:
         return NO
     if entry is None:
-        from fnarray.transforms.jit import jit
-        entry = _programs.put(key, (jit(jac), fp[1]))
+        entry = _programs.put(key, _Staged(jac, fp))
         stats["staged"] += 1
+    if argnum is not None and -len(args) <= argnum < len(args):
+        x = args[argnum]
+        native = x._device.impl.staged_jacobian
+        if native is not None:
+            out = native(kind[0], fun, args, argnum % len(args), x, entry.tapes)
+            if out is not None:
+                return out
     try:
-        return entry[0](*args)
+        with scope(args):
+            return entry.program()(*args)
     except Exception:  # noqa: BLE001 (not traceable, or the function's own error: the eager call decides)
         _programs.set(key, NO)
         return NO

@@ -257,15 +257,21 @@ class _WarmCompile:
     ``_COMPILE_THREAD``; other threads keep running it eagerly).
 
     Should MLX fail to compile the program, it keeps running eagerly (same operations, same results).
+    ``shape_free``: the program reads no size (``program.Generated.shape_free``), so it serves every program
+    equal to its own up to sizes (``jit`` hands it theirs, through ``partition.at_sizes``, so its calls count
+    theirs too). Once another size takes it (``shared_by_sizes``) it compiles with ``shapeless=True``, one
+    compile for every size (a program of one size keeps MLX's compile for its shapes); a shapeless compiled
+    call MLX refuses at new sizes runs eagerly.
     """
 
-    __slots__ = ("fn", "raw", "left", "handle", "traceable", "only")
+    __slots__ = ("fn", "raw", "left", "handle", "traceable", "only", "shape_free", "shapeless")
 
-    def __init__(self, fn, after, handle, traceable=None):
+    def __init__(self, fn, after, handle, traceable=None, shape_free=False):
         # ``traceable``: a zero-argument callable making the function given to mx.compile where ``fn`` cannot be
         # (it reads values on the host: ``program.Generated(host_lengths=True)``); default ``fn`` itself
         self.raw, self.fn, self.left, self.handle, self.traceable = fn, fn, after, handle, traceable
         self.only = _only_device(handle)  # the default device always (mlx[cpu]): no stream to pick
+        self.shape_free, self.shapeless = shape_free, False
 
     def __call__(self, bufs):
         return self.call_args(*bufs)
@@ -281,13 +287,26 @@ class _WarmCompile:
             self.left -= 1
             if self.left == 0:
                 return self._switch(bufs)
-        if self.only or mx.default_device() == self.handle:
-            return fn(*bufs)
+        try:
+            if self.only or mx.default_device() == self.handle:
+                return fn(*bufs)
+            with mx.stream(self.handle):
+                return fn(*bufs)
+        except Exception:  # noqa: BLE001 (MLX's errors of a shapeless trace have no type of their own)
+            if fn is self.raw or not self.shapeless:
+                raise
+        # a shapeless compiled program MLX refuses at these sizes: the same operations eagerly
         with mx.stream(self.handle):
-            return fn(*bufs)
+            return self.raw(*bufs)
+
+    def shared_by_sizes(self):
+        """Another size's program takes this one (``partition.at_sizes``): compile it shapeless, unless it is
+        compiled already (MLX's compile then traces each new shape: right, as raw MLX's)."""
+        if self.fn is self.raw:
+            self.shapeless = True
 
     def _switch(self, bufs):
-        compiled = mx.compile(self.raw if self.traceable is None else self.traceable())
+        compiled = mx.compile(self.raw if self.traceable is None else self.traceable(), shapeless=self.shapeless)
         with mx.stream(self.handle), _profile.span("compile", "mx.compile (and its first run)"):
             try:
                 out = compiled(*bufs)
@@ -356,9 +375,11 @@ class MlxLowered(Lowered):
         if gen.reads_lengths and after == 1:
             gen = _Generated(self.program, platform=platform)
         if after is None:
-            return _on_stream(handle, gen.fn)
+            run = _on_stream(handle, gen.fn)
+            run.shape_free = gen.shape_free
+            return run
         if not gen.reads_lengths:
-            return _WarmCompile(_until_compiled(gen), after, handle)
+            return _WarmCompile(_until_compiled(gen), after, handle, shape_free=gen.shape_free)
         return _WarmCompile(_until_compiled(gen), after, handle,
                             lambda: _until_compiled(_Generated(self.program, platform=platform)))
 
@@ -438,7 +459,8 @@ class MlxBackend(Backend):
             self._devices = _spmd.process_devices(group, mine.handle, mine.platform, mine.description)
         else:  # eager namespace calls of float32 arrays straight to MLX on its one device (``shapeless.py``)
             served = [d for d in self._devices if _only_device(d.handle)]
-            shapeless.register(mlx_shapeless.rules(served), served, mlx_shapeless.DTYPES)
+            if served:  # (none where MLX has a GPU: each operation then picks its device's stream)
+                shapeless.register(mlx_shapeless.rules(served), served, mlx_shapeless.DTYPES)
         # (the low-bit dtypes as their bytes, in conversions and data movement only: low_bit.py)
         all_but = (frozenset(dtypes.ALL_DTYPES) - {dtypes.complex128}) | frozenset(dtypes.LOW_BIT_DTYPES)
         self._caps = {
@@ -545,6 +567,10 @@ class MlxBackend(Backend):
     def eager_jacobian(self, kind, fun, args, argnum, x):
         """``Backend.eager_jacobian``: through MLX's own transforms (``jacobians.py``)."""
         return jacobians.jacobian(kind, fun, args, argnum, x)
+
+    def staged_jacobian(self, kind, fun, args, argnum, x, tapes):
+        """``Backend.staged_jacobian``: a record replayed under MLX's own transforms (``jacobians.staged``)."""
+        return jacobians.staged(kind, fun, args, argnum, x, tapes)
 
     def learn_jacobian(self, kind, fun, args, argnum, x, result):
         """``Backend.learn_jacobian``: ``jacobians.learn``."""

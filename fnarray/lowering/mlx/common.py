@@ -25,6 +25,14 @@ else:
 
 RULES: dict = {}
 
+#: The primitives whose rule makes a function that reads no dimension size, neither when it is made nor when it
+#: runs (no ``x.shape``, no size-derived constant): it depends on the equation's params, dtypes and ranks alone
+#: (for non-empty operands, not low-bit: programs with either are never shared), so one generated program serves
+#: every program equal to its own up to its sizes (``core/size_free.py``) and ``mx.compile(shapeless=True)`` may
+#: trace it once for all (``program.Generated.shape_free``). ``prim -> None`` where every function of the rule
+#: qualifies, or ``check(fn) -> bool`` where only some do. Each family marks its own rules.
+SHAPE_FREE: dict = {}
+
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 LOW = (dtypes.float16, dtypes.bfloat16)
 F32 = dtypes.float32
@@ -85,10 +93,13 @@ def constant(value, d):
     return from_numpy(np.asarray(value, dtype=d))
 
 
-def rule(prim):
-    """Register ``factory(params, in_avals, out_avals) -> fn(*arrays)`` for ``prim``."""
+def rule(prim, shape_free=False):
+    """Register ``factory(params, in_avals, out_avals) -> fn(*arrays)`` for ``prim`` (``shape_free``: mark it in
+    ``SHAPE_FREE``, ``True`` for every function it makes or a ``check(fn)``)."""
     def deco(fn):
         RULES[prim] = fn
+        if shape_free:
+            SHAPE_FREE[prim] = None if shape_free is True else shape_free
         return fn
     return deco
 

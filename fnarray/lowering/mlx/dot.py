@@ -12,7 +12,15 @@ from fnarray.lowering.mlx.common import F32, LOW, expression, mx_dtype, mx, rule
 _INT_DOT_BLOCK = 1 << 22  # elements of the broadcast product per block (integer dot_general)
 
 
-@rule(P.dot_general)
+def _size_free_product(fn) -> bool:
+    """Whether a product's function reads no size: the one expression of a floating product whose operands are
+    the matrices themselves (transposed perhaps, its result cast perhaps), with no reshape to the sizes of these
+    operands (``_float_product``), as a decode step's ``q @ cache.T``."""
+    inline = getattr(fn, "inline", None)
+    return inline is not None and set(inline[1]) <= {"lperm", "rperm", "mo"}
+
+
+@rule(P.dot_general, shape_free=_size_free_product)
 def _dot_general(params, in_avals, out_avals):
     (lc, rc), (lb, rb) = params["dimension_numbers"]
     la, ra = in_avals

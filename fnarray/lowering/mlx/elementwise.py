@@ -9,17 +9,25 @@ import numpy as np
 
 from fnarray.core import dtypes, families
 from fnarray.core import primitives as P
-from fnarray.lowering.mlx.common import F32, LOW, RULES, constant, expression, mx_dtype, mx_op, upcast_low, mx, rule
+from fnarray.lowering.mlx.common import (F32, LOW, RULES, SHAPE_FREE, constant, expression, mx_dtype, mx_op,
+                                         upcast_low, mx, rule)
 
 
 # The primitives mlx.core has by their own name (``Primitive.library``; exp2 and cbrt, which it lacks, have rules
 # below), then those it spells otherwise.
-families.on_family("unary", lambda p: p.library and RULES.__setitem__(p, mx_op(p.name, upcast=True)))
+def _library_rule(p):
+    if p.library:
+        RULES[p] = mx_op(p.name, upcast=True)
+        SHAPE_FREE[p] = None  # (MLX's function itself, or its float32 form: reads no size)
+
+
+families.on_family("unary", _library_rule)
 for _p, _name in [(P.floor, "floor"), (P.ceil, "ceil"), (P.round_p, "round"), (P.log2, "log2"),
                   (P.asin, "arcsin"), (P.acos, "arccos"), (P.atan, "arctan"), (P.asinh, "arcsinh"),
                   (P.acosh, "arccosh"), (P.atanh, "arctanh"), (P.rsqrt, "rsqrt"),
                   (P.erf_inv, "erfinv"), (P.pow_p, "power"), (P.atan2, "arctan2")]:
     RULES[_p] = mx_op(_name, upcast=True)
+    SHAPE_FREE[_p] = None
 
 # erf's Maclaurin series 2/sqrt(pi) sum (-1)^k x^(2k+1) / (k! (2k+1)), to x^9: below 1/10 its next term is
 # under 1e-14 relative.
@@ -57,18 +65,19 @@ for _p, _name in [(P.neg, "negative"), (P.is_finite, "isfinite"), (P.real, "real
                   (P.lt, "less"), (P.le, "less_equal"), (P.gt, "greater"), (P.ge, "greater_equal"),
                   (P.and_p, "bitwise_and"), (P.or_p, "bitwise_or"), (P.xor_p, "bitwise_xor")]:
     RULES[_p] = mx_op(_name, upcast=False)
+    SHAPE_FREE[_p] = None
 
 
 def _identity(params, in_avals, out_avals):
     return expression("{0}", 1)
 
 
-RULES[P.stop_gradient] = _identity
-RULES[P.copy_p] = _identity
-RULES[P.name_p] = _identity
+for _p in (P.stop_gradient, P.copy_p, P.name_p):
+    RULES[_p] = _identity
+    SHAPE_FREE[_p] = None
 
 
-@rule(P.exp2)
+@rule(P.exp2, shape_free=True)
 def _exp2(params, in_avals, out_avals):
     d = in_avals[0].dtype
     if dtypes.is_complex(d):
@@ -78,7 +87,7 @@ def _exp2(params, in_avals, out_avals):
     return upcast_low(lambda x: mx.power(two, x))(params, in_avals, out_avals)
 
 
-@rule(P.logistic)
+@rule(P.logistic, shape_free=True)
 def _logistic(params, in_avals, out_avals):
     d = in_avals[0].dtype
     if dtypes.is_complex(d):  # MLX's sigmoid is real-only; the reference's complex form is this one
@@ -87,7 +96,7 @@ def _logistic(params, in_avals, out_avals):
     return upcast_low(mx.sigmoid)(params, in_avals, out_avals)
 
 
-@rule(P.sign)
+@rule(P.sign, shape_free=True)
 def _sign(params, in_avals, out_avals):
     d = in_avals[0].dtype
     if dtypes.is_float(d):  # MLX's sign(NaN) is 0 and sign(-0.0) +0.0; the reference keeps NaN and -0.0 (as XLA)
@@ -95,14 +104,14 @@ def _sign(params, in_avals, out_avals):
     return lambda x: mx.sign(x)
 
 
-@rule(P.not_p)
+@rule(P.not_p, shape_free=True)
 def _not(params, in_avals, out_avals):
     if in_avals[0].dtype == dtypes.bool_:
         return lambda x: mx.logical_not(x)
     return lambda x: mx.bitwise_invert(x)
 
 
-@rule(P.cbrt)
+@rule(P.cbrt, shape_free=True)
 def _cbrt(params, in_avals, out_avals):
     d = in_avals[0].dtype
     third = constant(1.0 / 3.0, F32 if d in LOW else d)
@@ -113,7 +122,7 @@ def _cbrt(params, in_avals, out_avals):
     return upcast_low(f)(params, in_avals, out_avals)
 
 
-@rule(P.integer_pow)
+@rule(P.integer_pow, shape_free=True)
 def _integer_pow(params, in_avals, out_avals):
     y = params["y"]
 
@@ -177,7 +186,7 @@ def _trunc_div_signed(x, y, zero, one, minus_one):
     return mx.where(y == zero, zero, q)
 
 
-@rule(P.div)
+@rule(P.div, shape_free=True)
 def _div(params, in_avals, out_avals):
     d = in_avals[0].dtype
     if not dtypes.is_int(d):
@@ -295,7 +304,7 @@ def _complex(params, in_avals, out_avals):
     return f
 
 
-@rule(P.select_n)
+@rule(P.select_n, shape_free=True)
 def _select_n(params, in_avals, out_avals):
     n = len(in_avals) - 1
     if n == 1:
@@ -314,7 +323,7 @@ def _select_n(params, in_avals, out_avals):
 
 # ------------------------------------------------------------------------------ conversions
 
-@rule(P.convert_element_type)
+@rule(P.convert_element_type, shape_free=True)
 def _convert(params, in_avals, out_avals):
     src, dst = in_avals[0].dtype, params["new_dtype"]
     if src == dst:

@@ -28,6 +28,16 @@ the output aval it shows is kept (``_outputs``); a later call whose function ret
 fnarray's transform once and corrects the entry. Results are fnarray's in layout (``O + I``), dtype and committed
 flag, and in value up to float rounding (``tests/test_mlx_backend.py`` compares both paths); the identity bases are
 made once per shape (raw MLX's ``mx.eye`` at each call is two more operations of every Jacobian's graph).
+
+Staged calls (``config.stage_eager_transforms``: ``staged``, ``Backend.staged_jacobian``) follow the same rule, with
+the staged semantics (``transforms/staged_transforms.py``): the function's Python runs once per staged key (its
+fingerprint) and avals, under ``_Recorder``, which writes each rule it applies and each constant it lifts into a
+``_Tape``; every call, the first included, replays the tape under MLX's transforms, the arguments in its first
+slots (the differentiated one an array of MLX's transforms; the others are inputs, not constants). The recording
+shows the output aval, so ``jacrev``/``hessian`` need no forward first call. The tape lives in the staged
+program's cache entry; a function the rule refuses runs as that entry's jitted program (its Python a second time
+at that first call). Issue 28: the jitted program's trace, IR transforms and lowering made the first staged sweep
+of ``benchmarks/programs.py`` 8.7x raw MLX.
 """
 from __future__ import annotations
 
@@ -45,9 +55,10 @@ from fnarray.core.shaped import ShapedArray
 from fnarray.core.tracing import Trace, Tracer
 from fnarray.devices import placement
 from fnarray.devices.array_impl import ArrayImpl
+from fnarray.devices.lookup import default_device
 from fnarray.lowering.mlx.common import F32_EXACT, mx
 
-__all__ = ["DIFFERENTIABLE", "jacobian", "learn", "stats"]
+__all__ = ["DIFFERENTIABLE", "jacobian", "learn", "staged", "stats"]
 
 #: The primitives whose mlx rule MLX differentiates as fnarray's JVP rule does (module docstring).
 DIFFERENTIABLE = frozenset({
@@ -63,7 +74,9 @@ _WEAK_F32 = ShapedArray((), _F32, True)   # a Python float's aval
 _F32_SCALAR = ShapedArray((), _F32, False)   # a Python int's beside a float32 value (``dtypes.scalar_literal``)
 _VALUES = frozenset({dtypes.float32, dtypes.int32, dtypes.bool_})   # the dtypes a value of the function may have
 
-stats = {"native": 0, "refused": 0}   # calls MLX's transforms served, calls refused (counters for tests)
+#: counters for tests: eager calls MLX's transforms served, calls (or staged records) refused, staged records made,
+#: staged calls replayed
+stats = {"native": 0, "refused": 0, "taped": 0, "replayed": 0}
 
 _rules: dict = {}     # (primitive, [params,] avals) -> (fn, out aval), for ``_generation[0]``: configuration, device
 _generation = [None]
@@ -106,6 +119,8 @@ class _MxTracer(Tracer):
         hit = _rules.get(key)
         if hit is None:
             return trace.process_primitive(P.reduce_sum, [self], Params(axes=tuple(range(av.ndim))))
+        if type(self) is not _MxTracer:   # (a ``_Slot``: recorded)
+            return trace.apply(hit, self)
         return _MxTracer(trace, hit[0](self.buf), hit[1])
 
 
@@ -114,22 +129,22 @@ def _refuse(main):
     return _Refused()
 
 
-def _operator(primitive, general, reflected=False):
+def _operator(primitive, general, reflected=False, recorded=False):
     """``_MxTracer``'s ``+ - * /``: a strongly typed float32 value with a Python ``float``/``int`` or with a value
     of its own aval applies ``primitive`` at once (``fnarray.numpy``'s promotion of those operands, as
     ``numpy._util._fast_binary`` makes it: a float stays a weak literal, an int becomes a float32 one); anything
-    else is ``Array``'s ``general`` operator (issue 28: ~11 Python calls an operation, against ~2)."""
+    else is ``Array``'s ``general`` operator (issue 28: ~11 Python calls an operation, against ~2). ``recorded``:
+    ``_Slot``'s, whose scalar operand and result are ``_Recorder``'s (``scalar``, ``apply``: the tape's)."""
     def method(self, other):
         av = self.aval
         trace = self._trace
         if av.dtype != _F32 or av.weak_type or not trace.main.alive:
             return general(self, other)
         t = type(other)
-        if t is float:
-            o = _MxTracer(trace, mx.array(other, dtype=mx.float32), _WEAK_F32)   # (``pure`` of a float, inline)
-        elif t is int and -F32_EXACT <= other <= F32_EXACT:   # (a float32 literal: exact, no rounding)
-            o = _MxTracer(trace, mx.array(other, dtype=mx.float32), _F32_SCALAR)
-        elif t is _MxTracer and other._trace.main is trace.main and other.aval == av:
+        if t is float or (t is int and -F32_EXACT <= other <= F32_EXACT):
+            aval = _WEAK_F32 if t is float else _F32_SCALAR   # (an int: a float32 literal, exact, no rounding)
+            o = trace.scalar(other, aval) if recorded else _MxTracer(trace, mx.array(other, dtype=mx.float32), aval)
+        elif t is type(self) and other._trace.main is trace.main and other.aval == av:
             o = other
         else:
             return general(self, other)
@@ -137,14 +152,18 @@ def _operator(primitive, general, reflected=False):
         hit = _rules.get((primitive, (a.aval, b.aval)))   # (``process_primitive``'s key and lookup, inline)
         if hit is None:
             return trace.process_primitive(primitive, [a, b], _NO_PARAMS)
-        return _MxTracer(trace, hit[0](a.buf, b.buf), hit[1])
+        return trace.apply(hit, a, b) if recorded else _MxTracer(trace, hit[0](a.buf, b.buf), hit[1])
     method.__name__ = general.__name__
     return method
 
 
-for _name, _p in (("add", P.add), ("sub", P.sub), ("mul", P.mul), ("truediv", P.div)):
-    setattr(_MxTracer, f"__{_name}__", _operator(_p, getattr(Array, f"__{_name}__")))
-    setattr(_MxTracer, f"__r{_name}__", _operator(_p, getattr(Array, f"__r{_name}__"), reflected=True))
+def _operators(cls, recorded):
+    for name, p in (("add", P.add), ("sub", P.sub), ("mul", P.mul), ("truediv", P.div)):
+        setattr(cls, f"__{name}__", _operator(p, getattr(Array, f"__{name}__"), recorded=recorded))
+        setattr(cls, f"__r{name}__", _operator(p, getattr(Array, f"__r{name}__"), True, recorded))
+
+
+_operators(_MxTracer, False)
 
 
 class _MxTrace(Trace):
@@ -179,11 +198,17 @@ class _MxTrace(Trace):
         key = (primitive, frozenset(d.items()), avals) if d else (primitive, avals)
         hit = _rules.get(key)
         if hit is None:
-            hit = _rule(primitive, params, avals, self.main.global_data["device"])
-            if hit is None:
-                raise _refuse(self.main)
-            _keep(_rules, key, hit)
+            hit = _miss(self.main, primitive, params, avals, key)
         return _MxTracer(self, hit[0](*[t.buf for t in tracers]), hit[1])
+
+
+def _miss(main, primitive, params, avals, key):
+    """``(fn, out aval)``: ``primitive``'s mlx rule at ``avals``, made and kept under ``key``, or the refusal."""
+    hit = _rule(primitive, params, avals, main.global_data["device"])
+    if hit is None:
+        raise _refuse(main)
+    _keep(_rules, key, hit)
+    return hit
 
 
 def _rule(primitive, params, avals, device):
@@ -230,15 +255,10 @@ def jacobian(kind, fun, args, argnum, x):
     """``kind`` (``"jacfwd"``, ``"jacrev"``, ``"hessian"``) of ``fun`` at ``args``, differentiated at ``argnum``
     (the concrete array ``x``), through MLX's transforms, as an ``ArrayImpl`` on ``x``'s device; ``None`` where the
     module docstring's rule leaves the call to fnarray's transform (which then ``learn``s the output aval)."""
+    device = _served(fun, args, x)
+    if device is None:
+        return None
     av = x.aval
-    if (type(fun) is not types.FunctionType or x._buf is None or av.dtype != _F32 or av.weak_type or not av.size
-            or not tracing.plain or tracing.transforming() or placement.debug_check is not None):
-        return None   # (``plain``: no thread stages and the profiler is off; ``debug_check``: debug_nans/infs)
-    device = x._device
-    if len(args) > 1:
-        for a in args:
-            if type(a) is ArrayImpl and a._device is not device:
-                return None
     where = _where(fun, args, argnum)
     refusal = where + _closure_ids(fun)
     if refusal in _refused:
@@ -251,10 +271,6 @@ def jacobian(kind, fun, args, argnum, x):
             if av.size > FORWARD_FIRST:
                 return None   # (fnarray's transform runs it; ``learn`` keeps its output aval)
             run = "forward " + kind   # (the same Jacobian by forward mode, which needs no output aval)
-    gen = (config.generation, device)
-    if gen != _generation[0]:   # (another configuration or device: rules made anew)
-        _rules.clear()
-        _generation[0] = gen
     state = {"device": device, "impl": device.impl, "refused": False, "committed": x._committed, "out": None,
              "expect": out_aval}
     try:
@@ -274,6 +290,25 @@ def jacobian(kind, fun, args, argnum, x):
     stats["native"] += 1
     shape = out.shape + av.shape * (2 if kind == "hessian" else 1)
     return ArrayImpl.make(ShapedArray(shape, out.dtype), device, buf, state["committed"])
+
+
+def _served(fun, args, x):
+    """``x``'s device where the module docstring's rule lets MLX's transforms take a call of ``fun`` at ``args``
+    (before the function runs), else ``None``; ``_rules`` is emptied for another configuration or device."""
+    av = x.aval
+    if (type(fun) is not types.FunctionType or x._buf is None or av.dtype != _F32 or av.weak_type or not av.size
+            or not tracing.plain or tracing.transforming() or placement.debug_check is not None):
+        return None   # (``plain``: no thread stages and the profiler is off; ``debug_check``: debug_nans/infs)
+    device = x._device
+    if len(args) > 1:
+        for a in args:
+            if type(a) is ArrayImpl and a._device is not device:
+                return None
+    gen = (config.generation, device)
+    if gen != _generation[0]:   # (another configuration or device: rules made anew)
+        _rules.clear()
+        _generation[0] = gen
+    return device
 
 
 def learn(kind, fun, args, argnum, x, result):
@@ -340,6 +375,9 @@ def _basis(shape):
 
 def _jacfwd(g, shape):
     """``xb -> O + I``: a JVP per input element, vectorized (``mx.vmap`` of ``mx.jvp``)."""
+    if len(shape) == 1:   # (the basis' rows are the tangents and the columns ``I``: no reshape either side)
+        return lambda xb: mx.vmap(lambda t: mx.jvp(g, [xb], [t])[1][0], in_axes=0, out_axes=-1)(_basis(shape))
+
     def jac(xb):
         basis = _basis(shape) if shape else _basis((1,))   # (a scalar ``x``: one tangent of shape ())
         cols = mx.vmap(lambda t: mx.jvp(g, [xb], [t.reshape(shape)])[1][0], in_axes=0, out_axes=-1)(basis)
@@ -353,5 +391,140 @@ def _jacrev(g, shape, out_shape):
         if not out_shape:
             return mx.vjp(g, [xb], [_basis(())])[1][0]
         rows = mx.vmap(lambda c: mx.vjp(g, [xb], [c])[1][0])(_basis(out_shape))   # (m,) + I
-        return rows.reshape(out_shape + shape)
+        return rows if len(out_shape) == 1 else rows.reshape(out_shape + shape)
     return jac
+
+
+# ---------------------------------------------------------------------------------------- staged: record, replay
+class _Tape:
+    """The MLX operations a function applied at its first staged call: ``steps`` ``(fn, input slots)`` over the
+    slots ``args + consts + outputs of the steps``; ``out`` the result's slot, ``aval`` its aval, ``committed``
+    whether a committed array the function closes over was read, ``results`` the Jacobians' avals by kind and
+    argnum."""
+
+    __slots__ = ("nargs", "consts", "steps", "out", "aval", "committed", "results")
+
+    def __init__(self, nargs):
+        self.nargs, self.consts, self.steps, self.results = nargs, [], [], {}   # results: (kind, argnum) -> aval
+
+    def finish(self, out, aval, committed):
+        """Number the slots (recorded as ``("a" | "c" | "s", i)``: argument, constant, step) for ``replay``."""
+        first = {"a": 0, "c": self.nargs, "s": self.nargs + len(self.consts)}
+        self.steps = [(fn, tuple([first[k] + i for k, i in ins])) for fn, ins in self.steps]
+        self.out, self.aval, self.committed = first[out[0]] + out[1], aval, committed
+
+    def replay(self, bufs):
+        """The result's MLX array for the arguments' ``bufs`` (arrays of MLX's transforms among them)."""
+        env = bufs + self.consts
+        for fn, ins in self.steps:
+            if len(ins) == 1:
+                env.append(fn(env[ins[0]]))
+            elif len(ins) == 2:
+                env.append(fn(env[ins[0]], env[ins[1]]))
+            else:
+                env.append(fn(*[env[i] for i in ins]))
+        return env[self.out]
+
+
+class _Slot(_MxTracer):
+    """A value of the function under ``_Recorder``: its aval and its slot of the tape (``at``), no MLX array
+    (``buf``: a constant's, else ``None``: the record applies nothing, the replays do)."""
+
+    __slots__ = ("at",)
+
+    def __init__(self, trace, buf, aval, at):
+        self._trace, self.buf, self.aval, self.at = trace, buf, aval, at
+
+
+_operators(_Slot, True)
+
+
+class _Recorder(_MxTrace):
+    """``_MxTrace``'s rules and refusals, written into ``main.global_data["tape"]`` instead of applied."""
+
+    __slots__ = ()
+
+    def pure(self, val):
+        t = _MxTrace.pure(self, val)
+        return self._constant(t.buf, t.aval)
+
+    lift = pure
+
+    def scalar(self, value, aval):
+        """A Python ``float`` or ``int`` operand of ``_operator``'s, of ``aval``: a constant of the tape."""
+        return self._constant(mx.array(value, dtype=mx.float32), aval)
+
+    def _constant(self, buf, aval):
+        consts = self.main.global_data["tape"].consts
+        consts.append(buf)
+        return _Slot(self, buf, aval, ("c", len(consts) - 1))
+
+    def apply(self, hit, *tracers):
+        """``hit`` (a rule and its output aval: ``_hit``'s) on ``tracers``: a step of the tape."""
+        steps = self.main.global_data["tape"].steps
+        steps.append((hit[0], [t.at for t in tracers]))
+        return _Slot(self, None, hit[1], ("s", len(steps) - 1))
+
+    def process_primitive(self, primitive, tracers, params):
+        avals = tuple([t.aval for t in tracers])
+        d = params._d
+        key = (primitive, frozenset(d.items()), avals) if d else (primitive, avals)
+        return self.apply(_rules.get(key) or _miss(self.main, primitive, params, avals, key), *tracers)
+
+
+_NOT_TAPED = object()   # a ``staged`` key whose function refused: the staged program (jit) runs it
+
+
+def staged(kind, fun, args, argnum, x, tapes):
+    """``kind`` of ``fun`` at ``args`` (concrete arrays) differentiated at ``argnum`` (``x``), for a staged call
+    (``config.stage_eager_transforms``, ``Backend.staged_jacobian``): the MLX operations the function applies
+    are recorded once per avals into ``tapes`` (the staged program's own dict) and replayed under MLX's
+    transforms; ``None`` where the module docstring's rule leaves the call to the staged program."""
+    device = _served(fun, args, x)
+    if device is None:
+        return None
+    key = (x.aval if len(args) == 1 else tuple([a.aval for a in args]), device, config.generation)
+    tape = tapes.get(key)
+    if tape is None:
+        tape = tapes[key] = _record(fun, args, device)
+    if tape is _NOT_TAPED:
+        return None
+    bufs = [a._buf for a in args]
+
+    def g(xm):
+        env = bufs[:]
+        env[argnum] = xm
+        return tape.replay(env)
+    try:
+        buf = _run(kind, g, x, tape.aval, device)
+    except Exception:  # noqa: BLE001 (an MLX limitation: the staged program decides)
+        tapes[key] = _NOT_TAPED
+        return None
+    stats["replayed"] += 1
+    aval = tape.results.get((kind, argnum))
+    if aval is None:
+        aval = tape.results[kind, argnum] = ShapedArray(
+            tape.aval.shape + x.aval.shape * (2 if kind == "hessian" else 1), _F32)
+    committed = tape.committed or (x._committed if len(args) == 1 else any([a._committed for a in args]))
+    return ArrayImpl.make(aval, device, buf, committed)
+
+
+def _record(fun, args, device):
+    """``fun``'s ``_Tape`` at ``args``, or ``_NOT_TAPED`` where it does something the rule refuses."""
+    tape = _Tape(len(args))
+    state = {"device": device, "impl": device.impl, "refused": False, "committed": False, "tape": tape}
+    try:   # (arrays the function makes without operands are made on the arguments' device: ``transforms/ad.py``)
+        with default_device(device), tracing.new_main(_Recorder, state) as main:
+            trace = _Recorder(main)
+            out = fun(*[_Slot(trace, None, a.aval, ("a", i)) for i, a in enumerate(args)])
+            if (type(out) is not _Slot or out._trace.main is not main or out.aval.dtype != _F32
+                    or out.aval.weak_type):
+                raise _refuse(main)
+    except Exception:  # noqa: BLE001 (refused, or the function failed: the staged program decides)
+        state["refused"] = True
+    if state["refused"]:
+        stats["refused"] += 1
+        return _NOT_TAPED
+    stats["taped"] += 1
+    tape.finish(out.at, out.aval, state["committed"])
+    return tape

@@ -30,7 +30,7 @@ from __future__ import annotations
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
 from fnarray.core.ir import Eqn, Program, Var
-from fnarray.lowering.mlx.common import LOW, expression, mx
+from fnarray.lowering.mlx.common import LOW, SHAPE_FREE, expression, mx
 from fnarray.lowering.mlx.fused import Fused, rewrite_each
 
 __all__ = ["keep_reduced_axes", "tape_steps", "same"]
@@ -45,6 +45,7 @@ def _keepdims_rule(name):
 #: the reductions rewritten, as ``Fused`` stand-ins named after them
 KEEPDIMS = {p: Fused(f"{p.name}_keepdims", _keepdims_rule(name))
             for p, name in ((P.reduce_sum, "sum"), (P.reduce_max, "max"), (P.reduce_min, "min"))}
+SHAPE_FREE.update(dict.fromkeys(KEEPDIMS.values()))  # (MLX's reduction over the axes: reads no size)
 #: binary primitives whose mlx rule, on floating-point operands, is one MLX call broadcasting as NumPy does
 BROADCASTING = frozenset({P.add, P.sub, P.mul, P.div, P.max_p, P.min_p})
 

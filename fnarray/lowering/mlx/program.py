@@ -15,7 +15,7 @@ from fnarray.core.passes import dce
 from fnarray.lowering.common import code_of
 from fnarray.core.subprograms import CONTROL_FLOW
 from fnarray.core import dtypes
-from fnarray.lowering.mlx.common import RULES, from_numpy, mx
+from fnarray.lowering.mlx.common import RULES, SHAPE_FREE, from_numpy, mx
 from fnarray.lowering.mlx.attention import LENGTH_SLICE, share_length_masks
 from fnarray.lowering.mlx.fused import Fused, fuse_patterns
 from fnarray.lowering.mlx.keepdims import keep_reduced_axes
@@ -38,6 +38,8 @@ class Generated:
         self.has_low_bit = _has_low_bit(prog)
         # the equations' rule functions (None: a zero-size value's, made without one; or not executing)
         self._fns = [None if not execute or is_fill(e) else _rule_function(e) for e in prog.eqns]
+        self.shape_free = (execute and not (self.has_empty or self.has_low_bit or self.reads_lengths)
+                           and all(_reads_no_size(e.primitive, fn) for e, fn in zip(prog.eqns, self._fns)))
         self.n_eqns = len(prog.eqns)
         self._source = self._fn = self._glb = None
 
@@ -167,6 +169,14 @@ def _interpreter(prog: Program, fns: list):
                 env[out] = fn(*[env[i] for i in args])
         return [env[i] for i in rets]
     return program_multiple
+
+
+def _reads_no_size(prim, fn) -> bool:
+    """Whether ``fn``, ``prim``'s rule's function, reads no size (``common.SHAPE_FREE``). ``Generated.shape_free``:
+    every line's does, none of the program's values is empty or low-bit, none is read on the host; its function
+    then serves the program at every size, as ``mx.compile(shapeless=True)`` traces it once."""
+    check = SHAPE_FREE.get(prim, False)
+    return check is None or (check is not False and check(fn))
 
 
 def _rule_function(e):

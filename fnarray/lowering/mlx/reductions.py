@@ -9,7 +9,7 @@ import numpy as np
 
 from fnarray.core import dtypes
 from fnarray.core import primitives as P
-from fnarray.lowering.mlx.common import F32, LOW, RULES, constant, mx_dtype, mx, rule
+from fnarray.lowering.mlx.common import F32, LOW, RULES, SHAPE_FREE, constant, mx_dtype, mx, rule
 
 
 def _reduction(name):
@@ -59,6 +59,9 @@ def _extremum(name, bool_name, identity):
 
 RULES[P.reduce_max] = _extremum("max", "any", _lowest)
 RULES[P.reduce_min] = _extremum("min", "all", _highest)
+# (their functions read the axes alone; an empty axis' fill reads its shape, but a program with an empty value is
+# never shared: ``program.Generated.shape_free``)
+SHAPE_FREE.update(dict.fromkeys((P.reduce_sum, P.reduce_prod, P.reduce_max, P.reduce_min)))
 
 
 def _fold(x, axes, shape, op, identity):

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import math
 
-from fnarray.core import dtypes, families
+from fnarray.core import dtypes
 from fnarray.core import primitives as P
 from fnarray.core.ir import Params
 from fnarray.core.shaped import ShapedArray, broadcast_same_rank
-from fnarray.devices import memory
+from fnarray.devices import eager_ops, memory
 from fnarray.devices.array_impl import ArrayImpl
 from fnarray.lowering.mlx.common import RULES, mx
 
@@ -279,11 +279,11 @@ def _axes(axis, n):
     return axes
 
 
-# the namespace functions that are exactly one elementwise primitive at float32 (``eager_ops``' tables: NumPy's
-# functions of a primitive's own name, ``Primitive.library``), by name; comparisons (bool results) are left out
-_UNARY = {"negative": P.neg, "abs": P.abs_p, **{p.name: p for p in families.members("unary") if p.library}}
-_BINARY = {"add": P.add, "subtract": P.sub, "multiply": P.mul, "divide": P.div, "maximum": P.max_p,
-           "minimum": P.min_p}
+# the namespace functions that are exactly one elementwise primitive at float32 (``eager_ops``' tables), by name;
+# comparisons (bool results) are left out
+_UNARY = eager_ops.namespace_primitives(1)
+_BINARY = {name: p for name, p in eager_ops.namespace_primitives(2).items()
+           if p.abstract_eval(_aval((1,)), _aval((1,))).dtype == _F32}
 
 
 #: the dtypes the rules take (``fnarray.devices.shapeless.SERVED``)

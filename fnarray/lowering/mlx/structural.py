@@ -45,7 +45,7 @@ def _reshape(params, in_avals, out_avals):
     return expression("{0}.reshape({shape})", 1, shape=list(params["new_sizes"]))
 
 
-@rule(P.transpose)
+@rule(P.transpose, shape_free=True)
 def _transpose(params, in_avals, out_avals):
     return expression("mx.transpose({0}, {perm})", 1, perm=list(params["permutation"]))
 
@@ -166,7 +166,7 @@ def _pad(params, in_avals, out_avals):
 CONCATENATE_INLINE_MAX = 32
 
 
-@rule(P.concatenate)
+@rule(P.concatenate, shape_free=True)
 def _concatenate(params, in_avals, out_avals):
     n = len(in_avals)
     dim = params["dimension"]

@@ -72,7 +72,7 @@ from fnarray.lowering.kernels.literal_args import literals_as_args
 from fnarray.lowering.kernels import phases
 from fnarray.lowering.kernels.int_args import IntArgs
 from fnarray.core.subprograms import CONTROL_FLOW
-from fnarray.lowering.kernels import facts
+from fnarray.lowering.kernels import deferred, facts
 from fnarray.lowering.kernels.groups import linalg
 from fnarray.lowering.kernels.no_kernel import EXPECTED_DECOMPOSITIONS, EXPECTED_FALLBACKS, no_kernel_reason
 from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
@@ -125,13 +125,16 @@ def _low_bit_reason(eqn):
 class CLBuffer:
     """A device array: an OpenCL buffer holding ``shape`` elements of ``dtype`` (row-major).
 
-    ``bool`` is stored as one byte per element; a zero-size array holds a small dummy buffer.
+    ``bool`` is stored as one byte per element; a zero-size array holds a small dummy buffer. ``owner``: its
+    device's ``_DeviceState``. ``shared``: a view or a deferred eager value reads it too (``kernels/deferred.py``),
+    so an in-place update must not take it over.
     """
 
-    __slots__ = ("mem", "shape", "dtype", "owner", "__weakref__")
+    __slots__ = ("mem", "shape", "dtype", "owner", "shared", "__weakref__")
 
     def __init__(self, mem, shape, dtype, owner):
         self.mem, self.shape, self.dtype, self.owner = mem, tuple(shape), np.dtype(dtype), owner
+        self.shared = False
 
     @property
     def size(self) -> int:
@@ -583,6 +586,11 @@ class OpenCLBackend(Backend):
     def lower(self, program, device, donate=()):
         return OpenCLLowered(program, device, self._states[device], donate)
 
+    def eager_fast(self, primitive, params, in_avals, device):
+        """Eager ``reshape`` as a view, broadcasts and transposes deferred into the elementwise operation that
+        reads them (``kernels/deferred.py``); ``None`` (compiled as any program) for the other primitives."""
+        return deferred.eager_fast(primitive, params, in_avals, device, self._states[device].lock)
+
     def to_device(self, array, device):
         return self._states[device].upload(array)
 
@@ -590,6 +598,7 @@ class OpenCLBackend(Backend):
         return buf.owner.download(buf)
 
     def block_until_ready(self, buf):
+        buf.mem   # noqa: B018 (a deferred eager value runs now: kernels/deferred.py)
         buf.owner.queue.finish()
         return buf
 

@@ -45,6 +45,7 @@ from fnarray.core import profile as _profile
 from fnarray.core.ir import Literal
 from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.lowering.kernels.lowered import donated_must_copy, taken_over
+from fnarray.lowering.kernels.deferred import settled
 
 __all__ = ["Executable", "HELD_BYTES"]
 
@@ -203,7 +204,8 @@ class Executable:
         copies = {}
         for i in self.updated:
             b = bufs[i]
-            if donated_must_copy(bufs, i, _memory, self.state.scalars.values()):
+            # a copy too where a view or a deferred eager value reads the buffer (kernels/deferred.py)
+            if b.shared or donated_must_copy(bufs, i, _memory, self.state.scalars.values()):
                 c = copies[i] = alloc(b.shape, b.dtype)
                 cl.enqueue_copy(self.state.queue, c.mem, b.mem, byte_count=b.nbytes)
                 env[self.in_slots[i]] = c
@@ -256,7 +258,7 @@ class Executable:
                 # deletes after the call, then holds none), or is the copy _env made
                 b = copies.get(v)
                 if b is None:
-                    src = bufs[v]
+                    src = settled(bufs[v])   # (a deferred value's buffer, run by ``_env``)
                     b = type(src)(src.mem, src.shape, src.dtype, src.owner)
                     src.mem = None
                 out.append(b)

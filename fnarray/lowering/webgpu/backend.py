@@ -81,7 +81,7 @@ from fnarray.lowering.kernels import Schedule, schedule_program, tuning
 from fnarray.lowering.kernels.lowered import KernelLowered, taken_over
 from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
-from fnarray.lowering.kernels import facts, wgsl
+from fnarray.lowering.kernels import deferred, facts, wgsl
 from fnarray.core.fft import fft_p
 from fnarray.core.quantized import quantized_matmul_p
 from fnarray.core.pallas import pallas_call_p
@@ -94,7 +94,7 @@ from fnarray.lowering.kernels.groups.attention import unsupported_reason as atte
 from fnarray.lowering.kernels.groups import linalg
 from fnarray.lowering.kernels.no_kernel import EXPECTED_DECOMPOSITIONS, EXPECTED_FALLBACKS, no_kernel_reason
 from fnarray.lowering.kernels.wgsl import DEFAULT_GROUP_SIZE, render_wgsl, uniform_bytes, wgsl_layout
-from fnarray.lowering.webgpu import deferred, dispatch, native
+from fnarray.lowering.webgpu import dispatch, native
 from fnarray.lowering.webgpu.dispatch import Runner
 
 __all__ = ["make_backend", "WebGPUBackend", "WGBuffer", "PORTABLE_LIMITS"]
@@ -308,7 +308,7 @@ class WGBuffer:
 
     ``bool`` elements are stored as ``u32``. The wgpu buffer is at least 4 bytes and a multiple
     of 4 (WebGPU's binding rules), so a zero-size or odd-size array still binds. ``shared``: a view or a deferred
-    eager value reads it too (``deferred.py``), so an in-place update must not take it over.
+    eager value reads it too (``kernels/deferred.py``), so an in-place update must not take it over.
     """
 
     __slots__ = ("buffer", "dtype", "shape", "gpu", "shared", "__weakref__")
@@ -392,6 +392,7 @@ class _GPU:
         self.pipelines = LRUCache(_kernel_cache_size)   # WGSL source -> (pipeline, bind-group layout)
         self.layouts = LRUCache(_kernel_cache_size)     # (written flags, uniform) -> bind-group layout
         self.pool: dict = {}            # padded byte size -> free wgpu buffers
+        self._pool_caps: dict = {}      # padded byte size -> how many of them the pool keeps (_pooled_per_size)
         self.pool_bytes = 0
         self.pool_limit = 256 << 20
         self.held_bytes = 0             # buffer bytes the plans' runners keep between calls (dispatch.py)
@@ -528,10 +529,26 @@ class _GPU:
         self.check_size(n, dtype, shape)
         return WGBuffer(self._pooled(_padded(n)), dtype, shape, self)
 
-    def alloc_checked(self, size, dtype, shape) -> WGBuffer:
-        """``alloc`` of an array whose buffer size ``size`` (padded bytes) was checked already (a runner's outputs,
-        checked when it was made; lock held)."""
-        return WGBuffer(self._pooled(size), dtype, shape, self)
+    def alloc_fresh(self, fresh, vals, made):
+        """A runner's per-call outputs (lock held): for each ``(slot, size, dtype, shape)`` of ``fresh`` (padded
+        bytes checked when the runner was made, a NumPy dtype, a tuple) a ``WGBuffer`` from the pool into
+        ``made[slot]``, its wgpu buffer into ``vals[slot]``. One pass over the returned buffers for them all, and no
+        dtype or shape normalised again: a decode step's two outputs cost ~1 us less of the calling thread."""
+        self._take_returned()
+        pool, new = self.pool, WGBuffer.__new__
+        for k, size, dtype, shape in fresh:
+            free, b = pool.get(size), None
+            while free:
+                self.pool_bytes -= size
+                b = free.pop()
+                if _alive(b):
+                    break
+                b = None
+            if b is None:
+                b = self.device.create_buffer(size=size, usage=self.usage)
+            w = made[k] = new(WGBuffer)
+            w.buffer, w.dtype, w.shape, w.gpu, w.shared = b, dtype, shape, self, False
+            vals[k] = b
 
     def _pooled(self, size):
         """A wgpu buffer of ``size`` bytes: a free one from the pool, else a new one (lock held)."""
@@ -572,8 +589,14 @@ class _GPU:
         self._returned.append(buffer)
 
     def _take_returned(self):
-        """Pool the returned buffers: up to ``pool_limit`` bytes and ``_pooled_per_size`` of each size (lock held)."""
+        """Pool the returned buffers: up to ``pool_limit`` bytes and ``_pooled_per_size`` of each size (lock held).
+        A decode step returns two buffers and takes two (``alloc_fresh``): the per-size bound is looked up, not
+        computed, per buffer."""
         returned = self._returned
+        if not returned:
+            return
+        pool, caps = self.pool, self._pool_caps
+        dirty = self._dirty if self._recording is not None else None   # work recorded before may still use it
         while returned:
             try:
                 buffer = returned.popleft()
@@ -583,12 +606,15 @@ class _GPU:
             # A buffer finalized in the same garbage-collection cycle as its WGBuffer may already be
             # released by wgpu-py; pooling it would hand a dead buffer to a later bind group (a wgpu panic).
             # Buffers beyond the bounds are let go (wgpu-py frees them with the last reference).
-            free = self.pool.setdefault(size, [])
-            if _alive(buffer) and self.pool_bytes + size <= self.pool_limit and len(free) < _pooled_per_size(size):
+            free = pool.get(size)
+            if free is None:
+                free = pool[size] = []
+                caps[size] = _pooled_per_size(size)
+            if _alive(buffer) and self.pool_bytes + size <= self.pool_limit and len(free) < caps[size]:
                 free.append(buffer)
                 self.pool_bytes += size
-                if self._recording is not None:   # work recorded before its release may still use it
-                    self._dirty.add(id(buffer))
+                if dirty is not None:
+                    dirty.add(id(buffer))
 
     def check_size(self, nbytes, dtype, shape):
         """Raise ``ValueError`` where an array of ``dtype``/``shape`` (``nbytes``) exceeds the device's maxBufferSize."""
@@ -1101,8 +1127,8 @@ class WebGPUBackend(Backend):
 
     def eager_fast(self, primitive, params, in_avals, device):
         """Eager ``reshape`` as a view, broadcasts and transposes deferred into the elementwise operation that
-        reads them (``deferred.py``); ``None`` (compiled as any program) for the other primitives."""
-        return deferred.eager_fast(primitive, params, in_avals, device)
+        reads them (``kernels/deferred.py``); ``None`` (compiled as any program) for the other primitives."""
+        return deferred.eager_fast(primitive, params, in_avals, device, self.gpu.lock)
 
     def to_device(self, array, device):
         return self.gpu.upload(np.asarray(array))
@@ -1112,7 +1138,7 @@ class WebGPUBackend(Backend):
 
     def block_until_ready(self, buf):
         if buf.nbytes:
-            buf.buffer   # noqa: B018 (a deferred eager value runs now: deferred.py)
+            buf.buffer   # noqa: B018 (a deferred eager value runs now: kernels/deferred.py)
             self.gpu.wait(buf)
         return buf
 

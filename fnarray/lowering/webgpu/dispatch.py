@@ -206,11 +206,10 @@ class Runner:
             if b is None:   # a buffer an in-place update took over (``_outputs``)
                 raise taken_over(bufs[i])
         made = {}
-        for k, nb, dtype, shape in self.fresh:
-            b = made[k] = gpu.alloc_checked(nb, dtype, shape)
-            vals[k] = b.buffer
+        if self.fresh:
+            gpu.alloc_fresh(self.fresh, vals, made)
         for i in self.updated:
-            # a copy too where a view or a deferred eager value reads the buffer (deferred.py)
+            # a copy too where a view or a deferred eager value reads the buffer (kernels/deferred.py)
             if bufs[i].shared or donated_must_copy(bufs, i, _memory):
                 b = made[("copy", i)] = gpu.alloc(bufs[i].dtype, bufs[i].shape)
                 vals[i] = b.buffer

@@ -1,7 +1,8 @@
-"""webgpu's eager index operations without launches of their own (fnarray/lowering/webgpu/deferred.py): a reshape is
-a view of its operand's buffer, broadcasts and transposes run inside the elementwise operation that reads them,
-or once when anything else reads them; launches counted per call (issue 28: jacobians' launches that only move a
-few floats), values against NumPy, and in-place updates of a buffer that a view or a deferred value reads."""
+"""The kernel backends' eager index operations without launches of their own (fnarray/lowering/kernels/deferred.py,
+on webgpu:0 and opencl:0): a reshape is a view of its operand's buffer, broadcasts and transposes run inside the
+elementwise operation that reads them, or once when anything else reads them; launches counted per call (issue 28:
+jacobians' launches that only move a few floats), values against NumPy, and in-place updates of a buffer that a
+view or a deferred value reads."""
 
 from __future__ import annotations
 
@@ -13,18 +14,33 @@ import fnarray.numpy as fnp
 from helpers import config_setting, require_backend
 
 
-@pytest.fixture
-def launches(monkeypatch):
-    """``(device, count)``: webgpu:0 and a list whose ``[0]`` counts the kernels launched since it was zeroed."""
+def _count_webgpu(monkeypatch, count):
     from fnarray.lowering.webgpu import dispatch
-    device = require_backend("webgpu")[0]
-    count = [0]
     call = dispatch.Runner.__call__
 
     def counting(self, bufs):
         count[0] += len(self.launches)
         return call(self, bufs)
     monkeypatch.setattr(dispatch.Runner, "__call__", counting)
+
+
+def _count_opencl(monkeypatch, count):
+    import pyopencl as cl
+    enqueue = cl.enqueue_nd_range_kernel
+
+    def counting(*args, **kwargs):
+        count[0] += 1
+        return enqueue(*args, **kwargs)
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel", counting)
+
+
+@pytest.fixture(params=["webgpu", "opencl"])
+def launches(request, monkeypatch):
+    """``(device, count)``: webgpu:0 or opencl:0 and a list whose ``[0]`` counts the kernels launched since it was
+    zeroed."""
+    device = require_backend(request.param)[0]
+    count = [0]
+    (_count_webgpu if request.param == "webgpu" else _count_opencl)(monkeypatch, count)
     return device, count
 
 
@@ -41,7 +57,7 @@ def test_reshape_is_a_view_and_index_operations_run_in_their_reader(launches):
     m0 = np.arange(64, dtype=np.float32).reshape(8, 8) / 7
     x, m = fa.device_put(x0, device), fa.device_put(m0, device)
     n, r = _launched(count, lambda: x.reshape(2, 4))
-    assert n == 0 and r._buf.buffer is x._buf.buffer
+    assert n == 0 and r._buf.base is x._buf
     np.testing.assert_array_equal(np.asarray(r), x0.reshape(2, 4))
     # vmap's broadcast of an unbatched operand, a transpose and a reshape of it: one launch with the product
     n, y = _launched(count, lambda: fa.lax.broadcast_in_dim(x, (8, 8), (1,)) * m)
@@ -105,10 +121,10 @@ def test_jacobian_launches_per_call(launches):
                 np.testing.assert_allclose(np.asarray(got), w, rtol=2e-5, atol=2e-6)
 
 
-def test_small_buffers_are_pooled_past_sixty_four_of_a_size(launches):
+def test_small_buffers_are_pooled_past_sixty_four_of_a_size():
     """A sweep holding 120 results of 256 bytes takes them all from the pool the second time (with 64 kept a
-    size, 56 new wgpu buffers a pass: most of the staged jacobian sweep's time)."""
-    device, _ = launches
+    size, 56 new wgpu buffers a pass: most of the staged jacobian sweep's time): webgpu:0."""
+    device = require_backend("webgpu")[0]
     from fnarray.lowering.webgpu import backend
     gpu = device.impl.gpu
     x = fa.device_put(np.ones((8, 8), np.float32), device)

@@ -1,24 +1,29 @@
-"""Eager index operations on webgpu without a launch of their own: ``reshape`` a view, broadcasts and transposes
-deferred into the elementwise operation that reads them.
+"""Eager index operations on the kernel backends (webgpu, opencl) without a launch of their own: ``reshape`` a
+view, broadcasts and transposes deferred into the elementwise operation that reads them.
 
-Eagerly, each primitive is its own one-kernel program, and on a CPU adapter a launch costs ~30-50 us of CPU
-however few elements it moves (lavapipe, docs/internals.md). The transformations' bookkeeping moves a lot of
-them: an eager ``jacfwd``/``jacrev``/``hessian`` sweep of small functions ran 3,376 launches, 912 of them
-``broadcast_in_dim`` (``vmap`` broadcasting an unbatched operand to its batched partner's shape), 208
-``reshape`` and 120 ``transpose`` of a few floats. ``WebGPUBackend.eager_fast`` (this module's ``eager_fast``)
-makes them cheaper:
+Eagerly, each primitive is its own one-kernel program, and on a CPU driver a launch costs tens of microseconds of
+CPU however few elements it moves (lavapipe ~30-50 us, PoCL's enqueue and worker wake-up ~15-40 us;
+docs/internals.md). The transformations' bookkeeping moves a lot of them: an eager ``jacfwd``/``jacrev``/``hessian``
+sweep of small functions ran 3,376 launches, 912 of them ``broadcast_in_dim`` (``vmap`` broadcasting an unbatched
+operand to its batched partner's shape), 208 ``reshape`` and 120 ``transpose`` of a few floats. A backend's
+``eager_fast`` (this module's ``eager_fast``) makes them cheaper:
 
-- ``reshape`` returns a ``View``: the same wgpu buffer under the new shape (buffers are row-major and dense), no
+- ``reshape`` returns a ``View``: the same device memory under the new shape (buffers are row-major and dense), no
   launch at all;
 - ``broadcast_in_dim`` and ``transpose`` return a ``Deferred``: its operand and the equation, nothing run. An
   elementwise operation given deferred operands (``_Elementwise``) runs one program of their equations and its
   own (``_fused``): the scheduler makes that one map kernel, which reads the operands where they lie. Any other
-  use of a deferred buffer (another primitive, a jitted call, a readback) reads ``buffer``, which runs the
-  equation then (``Deferred.made``), once: so it never costs more launches than running it at once.
+  use of a deferred buffer (another primitive, a jitted call, a readback) reads its memory (``buffer`` on webgpu,
+  ``mem`` on opencl), which runs the equation then (``Deferred.make``), once: so it never costs more launches
+  than running it at once.
 
 Both keep their operand's buffer alive, and mark it ``shared``: a jitted call that would update it in place
-(a donated input, ``groups/in_place.py``) updates a copy instead (``dispatch.Runner._bind``), so the view or the
-deferred value keeps what it was given.
+(a donated input, ``groups/in_place.py``) updates a copy instead (the dispatchers' ``_bind``/``_env``), so the
+view or the deferred value keeps what it was given.
+
+The buffers are the backends' own (``WGBuffer``: ``buffer``, ``gpu``; ``CLBuffer``: ``mem``, ``owner``); ``View``
+and ``Deferred`` answer both sets of names from the buffer they read, and take the device's lock from the backend
+(``eager_fast``'s ``lock``).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from fnarray.core.passes import program_from_eqn
 from fnarray.devices.partition import compile_program
 from fnarray.lowering.kernels import facts
 
-__all__ = ["View", "Deferred", "eager_fast", "DEFERRED", "FUSED_VARIANTS"]
+__all__ = ["View", "Deferred", "eager_fast", "settled", "DEFERRED", "FUSED_VARIANTS"]
 
 #: The primitives whose eager result is a ``Deferred``.
 DEFERRED = frozenset({P.broadcast_in_dim, P.transpose})
@@ -56,19 +61,32 @@ _plain = LRUCache(_plain_size)
 
 
 class View:
-    """``reshape`` of a buffer (``WGBuffer``): its memory under another ``shape`` (see the module docstring)."""
+    """``reshape`` of a buffer (``WGBuffer``, ``CLBuffer``): its memory under another ``shape`` (see the module
+    docstring)."""
 
-    __slots__ = ("base", "dtype", "shape", "gpu", "__weakref__")
-    shared = True   # its base is read by others: an in-place update copies it (``dispatch.Runner._bind``)
+    __slots__ = ("base", "dtype", "shape", "__weakref__")
+    shared = True   # its base is read by others: an in-place update copies it (the dispatchers' ``_bind``)
 
     def __init__(self, base, shape):
-        base = _settled(base)
+        base = settled(base)
         base.shared = True
-        self.base, self.dtype, self.shape, self.gpu = base, base.dtype, tuple(shape), base.gpu
+        self.base, self.dtype, self.shape = base, base.dtype, tuple(shape)
 
     @property
-    def buffer(self):
+    def buffer(self):   # webgpu's memory
         return self.base.buffer
+
+    @property
+    def mem(self):      # opencl's memory
+        return self.base.mem
+
+    @property
+    def gpu(self):
+        return self.base.gpu
+
+    @property
+    def owner(self):
+        return self.base.owner
 
     @property
     def size(self) -> int:
@@ -84,20 +102,22 @@ class View:
 
 class Deferred:
     """The result of ``DEFERRED`` primitives (and reshapes of it) not run yet: their ``source`` buffer, ``chain``
-    (the equations from it, each ``(primitive, params, input aval, result aval)``) and ``device``; ``made`` the
-    buffer once run (see the module docstring)."""
+    (the equations from it, each ``(primitive, params, input aval, result aval)``), ``device`` and the device's
+    ``lock``; ``made`` the buffer once run (see the module docstring)."""
 
-    __slots__ = ("source", "chain", "device", "made", "dtype", "shape", "gpu", "__weakref__")
+    __slots__ = ("source", "chain", "device", "lock", "made", "dtype", "shape", "itemsize", "__weakref__")
 
-    def __init__(self, source, eqn, device):
+    def __init__(self, source, eqn, device, lock):
         root = source.source if type(source) is Deferred else None
         if root is not None:   # not run yet: a chain, one program when it runs
             chain, source = source.chain + (eqn,), root
         else:
-            chain, source = (eqn,), _settled(source)
+            chain, source = (eqn,), settled(source)
         source.shared = True
-        self.source, self.chain, self.device, self.made = source, chain, device, None
-        self.dtype, self.shape, self.gpu = source.dtype, eqn[3].shape, source.gpu
+        self.source, self.chain, self.device, self.lock, self.made = source, chain, device, lock, None
+        self.dtype, self.shape = source.dtype, eqn[3].shape
+        n = source.size   # the bytes an element takes in the backend's storage (webgpu's bool: a u32)
+        self.itemsize = source.nbytes // n if n else source.dtype.itemsize
 
     @property
     def shared(self) -> bool:
@@ -105,15 +125,30 @@ class Deferred:
         return made is not None and made.shared
 
     @property
-    def buffer(self):
-        made = self.made
-        if made is None:
-            made = self.make()
-        return made.buffer
+    def buffer(self):   # webgpu's memory
+        return (self.made or self.make()).buffer
+
+    @property
+    def mem(self):      # opencl's memory
+        return (self.made or self.make()).mem
+
+    @property
+    def gpu(self):
+        return self._holder().gpu
+
+    @property
+    def owner(self):
+        return self._holder().owner
+
+    def _holder(self):
+        """The buffer whose device attributes this one shares: the source until run, then what it made (``make``
+        sets ``made`` before it drops ``source``)."""
+        source = self.source
+        return source if source is not None else self.made
 
     def make(self):
         """Run the chain (once) and return its buffer."""
-        with self.gpu.lock:
+        with self.lock:
             made = self.made
             if made is None:
                 key = (self.chain, id(self.device))
@@ -132,7 +167,7 @@ class Deferred:
 
     @property
     def nbytes(self) -> int:
-        return self.size * (4 if self.dtype == np.bool_ else self.dtype.itemsize)   # bool: a u32 each
+        return self.size * self.itemsize
 
     def take_over(self):
         return self.make().take_over()
@@ -141,8 +176,8 @@ class Deferred:
         return f"Deferred({' '.join(e[0].name for e in self.chain)} -> {self.dtype.name}{list(self.shape)})"
 
 
-def _settled(buf):
-    """The ``WGBuffer`` a ``View`` or a run ``Deferred`` reads (``buf`` itself for the others)."""
+def settled(buf):
+    """The backend's buffer a ``View`` or a run ``Deferred`` reads (``buf`` itself for the others)."""
     if type(buf) is View:
         return buf.base
     if type(buf) is Deferred and buf.source is None:
@@ -159,18 +194,27 @@ def _chained(var, chain, eqns):
     return var
 
 
-def eager_fast(primitive, params, in_avals, device):
-    """``WebGPUBackend.eager_fast``: the eager executable of ``reshape``, of the ``DEFERRED`` primitives and of the
-    elementwise ones (see the module docstring), ``None`` for the others (compiled as any program)."""
+def eager_fast(primitive, params, in_avals, device, lock):
+    """A kernel backend's ``eager_fast``: the eager executable of ``reshape``, of the ``DEFERRED`` primitives and of
+    the elementwise ones (see the module docstring), ``None`` for the others (compiled as any program).
+
+    Args:
+        primitive, params, in_avals: the equation run eagerly (its operands' abstract values).
+        device: the ``Device`` it runs on.
+        lock: the device's lock (``threading.RLock``), held while a deferred value runs.
+
+    Returns:
+        ``bufs -> [buffer]`` or ``None``.
+    """
     out = primitive.abstract_eval(*in_avals, **params)
     if primitive is P.reshape:
         shape, eqn = tuple(params["new_sizes"]), (primitive, params, in_avals[0], out)
         # a reshape of a deferred value joins its chain; of anything else it is a view
-        return lambda bufs: [Deferred(bufs[0], eqn, device)
+        return lambda bufs: [Deferred(bufs[0], eqn, device, lock)
                              if type(bufs[0]) is Deferred and bufs[0].source is not None else View(bufs[0], shape)]
     if primitive in DEFERRED:
         eqn = (primitive, params, in_avals[0], out)
-        return lambda bufs: [Deferred(bufs[0], eqn, device)]
+        return lambda bufs: [Deferred(bufs[0], eqn, device, lock)]
     if primitive in _ELEMENTWISE and not primitive.multiple_results:
         return _Elementwise(primitive, params, in_avals, out, device)
     return None
