@@ -385,6 +385,28 @@ def test_compile_modes_agree(mdev, mode, monkeypatch):
         assert not isinstance(exe, mlx_lowering._WarmCompile)
 
 
+def test_long_programs_run_interpreted_until_compiled(mdev, monkeypatch):
+    """A program of ``INTERPRET_FROM`` equations or more runs its rules' functions in a loop until ``mx.compile``
+    takes it: its Python source is never compiled; results as numpy's (a two-result ``threefry2x32``, literals
+    shared between equations, an output that is an input)."""
+    from fnarray.lowering.common import code_of
+    from fnarray.lowering.mlx import backend as mlx_lowering
+    from fnarray.lowering.mlx import program
+    monkeypatch.setattr(mlx_lowering, "INTERPRET_FROM", 1)
+    monkeypatch.setattr(mlx_lowering, "CPU_COMPILE_AFTER_CALLS", 1000)
+    sources = []
+    monkeypatch.setattr(program, "code_of", lambda *a: sources.append(a) or code_of(*a))
+
+    def f(key, x):
+        return fa.random.uniform(key, x.shape) * 2.0 + x * 2.0, (x > 0.5).sum(), x
+
+    x = np.linspace(0, 1, 12, dtype=np.float32).reshape(3, 4)
+    for _ in range(2):
+        got, want = _both(f, fa.random.key_data(fa.random.key(3)), x, dev=mdev)
+        _close(got, want)
+    assert sources == []
+
+
 def test_composed_functions_at_special_values(mdev):
     special = np.array([0.0, -0.0, 1.0, 2.0, -1.0, -2.5, 0.5, 1e-30, -1e-30, 1e30, 3e38, np.inf, -np.inf, np.nan],
                        np.float32)

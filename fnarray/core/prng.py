@@ -4,8 +4,9 @@ One primitive rather than ~120 elementwise equations, as in JAX (``jax.extend.ra
 the compiler's sake: XLA's fusion copies an elementwise chain into every consumer, so 100 slices of one
 ``random.bernoulli`` draw compiled the cipher 100 times (8.4 s of XLA compile against 3.7 s for raw JAX, whose
 CPU lowering is a rolled loop that fusion cannot enter). The jax backend hands the primitive to JAX's own
-lowering; the numpy backend computes it directly; every other backend (mlx, opencl, webgpu, ONNX) expands its
-decomposition, the rounds written over ``fnarray.core.lax``, which their kernel compilers fuse.
+lowering; the numpy backend computes it directly; the mlx backend writes the rounds as MLX operations
+(``lowering/mlx/prng.py``); every other backend (opencl, webgpu, ONNX) expands its decomposition, the rounds
+written over ``fnarray.core.lax``, which their kernel compilers fuse.
 
 Salmon, Moraes, Dror and Shaw (2011), "Parallel random numbers: as easy as 1, 2, 3" (Threefry-2x32-20), with
 JAX's key schedule: a key injection after every four rounds, the third key word the xor of the other two and

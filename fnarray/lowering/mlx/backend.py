@@ -133,7 +133,7 @@ from fnarray.lowering.mlx.program import Generated as _Generated
 
 #: The rule modules, one per primitive family; importing one registers its rules into ``common.RULES``.
 FAMILIES = ("elementwise", "structural", "reductions", "dot", "attention", "conv", "windows", "linalg", "fft",
-            "quantized", "control_flow", "pallas", "low_bit", "low_bit_upcast")
+            "quantized", "control_flow", "pallas", "low_bit", "low_bit_upcast", "prng")
 for _family in FAMILIES:
     importlib.import_module(f"{__package__}.{_family}")
 
@@ -213,6 +213,10 @@ COMPILE_MODE = "auto"
 CPU_COMPILE_MAX_ELEMENTS = None
 #: On the CPU, a program is compiled from this call on (a cold compile costs ~1 s per fused kernel).
 CPU_COMPILE_AFTER_CALLS = 16
+#: A program given to ``mx.compile`` of at least this many equations runs through its interpreter until then
+#: (``_until_compiled``): writing and compiling its Python source cost ~13 ms of the transformer step's first call
+#: (1,060 equations; ~12 us a line), the interpreter ~0.3-0.4 us an equation a call more than the source's lines.
+INTERPRET_FROM = 100
 
 # ------------------------------------------------------------------------------ executables
 
@@ -326,6 +330,19 @@ def _compile_policy(gen: _Generated, device: Device, eager: bool = False) -> int
     return None
 
 
+def _until_compiled(gen: _Generated):
+    """The function a program given to ``mx.compile`` runs until then (and is traced by it; a program MLX fails
+    to compile keeps it): its source compiled (``gen.fn``), or from ``INTERPRET_FROM`` equations on its
+    interpreter (``gen.interpreted``), which never writes the source: the ``CPU_COMPILE_AFTER_CALLS`` - 1 calls
+    through the interpreter cost less than writing and compiling a long source (~12 us a line), and a small
+    program's calls (a decode step's) keep the straight lines' speed."""
+    if gen.n_eqns >= INTERPRET_FROM:
+        fn = gen.interpreted
+        if fn is not None:
+            return fn
+    return gen.fn
+
+
 class MlxLowered(Lowered):
     """A program lowered to MLX operations; ``as_text()`` is the generated Python source."""
 
@@ -362,8 +379,9 @@ class MlxLowered(Lowered):
             run.shape_free = gen.shape_free
             return run
         if not gen.reads_lengths:
-            return _WarmCompile(gen.fn, after, handle, shape_free=gen.shape_free)
-        return _WarmCompile(gen.fn, after, handle, lambda: _Generated(self.program, platform=platform).fn)
+            return _WarmCompile(_until_compiled(gen), after, handle, shape_free=gen.shape_free)
+        return _WarmCompile(_until_compiled(gen), after, handle,
+                            lambda: _until_compiled(_Generated(self.program, platform=platform)))
 
 
 def _eager_apply(fn, multiple, handle):
@@ -404,7 +422,7 @@ class MlxBackend(Backend):
     name = "mlx"
     spmd = True  # a 1-D mesh of one device per process, on mx.distributed (``spmd.py``)
     #: What the parity cases run on numpy:0 here, and why (``Backend.expected_fallbacks``).
-    expected_decompositions = frozenset({"digamma", "erfc", "lgamma", "sharding_constraint", "threefry2x32"})
+    expected_decompositions = frozenset({"digamma", "erfc", "lgamma", "sharding_constraint"})
     expected_fallbacks = {
         ("cholesky", "complex64"): "MLX has no complex64 cholesky (mx.linalg.cholesky is real only)",
         ("conv_general_dilated", "int32"): "MLX's conv_general takes floating-point operands only",

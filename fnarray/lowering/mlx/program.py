@@ -1,6 +1,7 @@
 """A straight-line program as generated Python over MLX arrays: one line per equation calling that
 equation's rule from ``common.RULES``, or writing the rule's one expression itself where the rule offers one
-(``common.expression``), as ``Generated`` does; control flow is never part of one (it runs from the host)."""
+(``common.expression``), as ``Generated`` does, or the same rule functions called in a loop (``Generated.interpreted``,
+which writes no source: ``backend._until_compiled``); control flow is never part of one (it runs from the host)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ from fnarray.lowering.zero_size import drop_zero_size, has_zero_size, is_fill
 
 
 class Generated:
-    """Python source for a straight-line program over MLX arrays, and the function it defines."""
+    """A straight-line program over MLX arrays: its equations' rule functions, run by the Python source written
+    from them (``source``, written and compiled at the first read of ``fn``) or by a loop over them
+    (``interpreted``)."""
 
     def __init__(self, prog: Program, execute: bool = True, platform: str = "cpu", host_lengths: bool = False):
         # (``platform``: the device's, which picks the ``mx.fast`` patterns: ``fused.fuse_patterns``;
@@ -31,60 +34,44 @@ class Generated:
         # ``attention.share_length_masks``; ``reads_lengths`` says whether the program has such a read)
         prog, self.has_empty = _simplified(prog, platform, host_lengths)
         self.reads_lengths = host_lengths and any(e.primitive is LENGTH_SLICE for e in prog.eqns)
-        names: dict = {}
-        glb: dict = {"__name__": "fnarray.lowering.mlx_program", "bits_of": bits_of, "typed": typed, "mx": mx}
-        consts, lines = [], []
-        self._prog = prog
-
-        def name(a):
-            if isinstance(a, Literal):
-                k = f"k{len(consts)}"
-                consts.append(f"#   {k} = {a.val!r} ({a.aval.dtype.name})")
-                if execute:
-                    glb[k] = _constant(a.val, a.aval.dtype)
-                return k
-            if a not in names:
-                names[a] = f"v{len(names)}"
-            return names[a]
-
-        ins = [name(v) for v in list(prog.constvars) + list(prog.invars)]
-        lines += _low_bit_entry(prog, name)
+        self._prog, self._execute = prog, execute
         self.has_low_bit = _has_low_bit(prog)
-        self.shape_free = execute and not (self.has_empty or self.has_low_bit or self.reads_lengths)  # (below)
-        for i, e in enumerate(prog.eqns):
-            f = f"f{i}_{e.primitive.name}"
-            if is_fill(e):  # a zero-size value: an empty NumPy buffer, made once, never given to MLX
-                k = f"e{i}"
-                o = e.outputs[0].aval
-                consts.append(f"#   {k} = empty {o.str_short()}")
-                if execute:
-                    glb[k] = from_numpy(np.zeros(o.shape, o.dtype))
-                lines.append(f"    {name(e.outputs[0])} = {k}")
-                continue
-            if execute:
-                fn = _rule_function(e)
-                self.shape_free = self.shape_free and _reads_no_size(e.primitive, fn)
-                inline = getattr(fn, "inline", None)
-                if inline is not None and not e.primitive.multiple_results:
-                    lines.append(f"    {name(e.outputs[0])} = {_inlined(inline, f, [name(a) for a in e.inputs], glb)}")
-                    continue
-                glb[f] = fn
-            elif e.primitive in CONTROL_FLOW:
-                f = f"host_{e.primitive.name}"
-            args = ", ".join(name(a) for a in e.inputs)
-            outs = [name(o) for o in e.outputs]
-            if e.primitive.multiple_results or e.primitive in CONTROL_FLOW:
-                lhs = ", ".join(outs) + ("," if len(outs) == 1 else "")
-                lines.append(f"    {lhs} = {f}({args})")
-            else:
-                lines.append(f"    {outs[0]} = {f}({args})")
-        lines.append(_low_bit_return(prog, name, glb))
-        header = (["# MLX program; constants:"] + consts) if consts else []
-        self.source = "\n".join(header + [f"def program({', '.join(ins)}):"] + lines) + "\n"
-        self.n_eqns, self.fn = len(prog.eqns), None
-        if execute:
-            exec(code_of(self.source, "<fnarray mlx program>"), glb)  # noqa: S102 (our own codegen)
-            self.fn = glb["program"]
+        # the equations' rule functions (None: a zero-size value's, made without one; or not executing)
+        self._fns = [None if not execute or is_fill(e) else _rule_function(e) for e in prog.eqns]
+        self.shape_free = (execute and not (self.has_empty or self.has_low_bit or self.reads_lengths)
+                           and all(_reads_no_size(e.primitive, fn) for e, fn in zip(prog.eqns, self._fns)))
+        self.n_eqns = len(prog.eqns)
+        self._source = self._fn = self._glb = None
+
+    @property
+    def source(self) -> str:
+        """The program as Python source (written at the first read): a line per equation calling its rule's
+        function ``f{i}_{name}`` or writing its rule's one expression itself (``common.expression``)."""
+        if self._source is None:
+            self._glb = {"__name__": "fnarray.lowering.mlx_program", "bits_of": bits_of, "typed": typed, "mx": mx}
+            self._source = _written(self._prog, self._fns, self._glb, self._execute)
+        return self._source
+
+    @property
+    def fn(self):
+        """The program's function ``fn(*bufs) -> [bufs]``: its source compiled (once, at the first read); ``None``
+        for a ``Generated(execute=False)``."""
+        if self._fn is None and self._execute:
+            source = self.source
+            exec(code_of(source, "<fnarray mlx program>"), self._glb)  # noqa: S102 (our own codegen)
+            self._fn = self._glb["program"]
+        return self._fn
+
+    @property
+    def interpreted(self):
+        """The same function as ``fn`` without writing or compiling its source: a loop over the equations' rule
+        functions, ~0.3-0.4 us an equation a call more than ``fn``'s straight lines, where writing and compiling
+        the source cost ~12 us a line (the transformer step of ``benchmarks/programs.py``: 1,060 equations,
+        13 ms); ``None`` where the program makes zero-size values or holds low-bit ones (their conversions are
+        written into the source only) or for a ``Generated(execute=False)``."""
+        if self.has_low_bit or not self._execute or any(fn is None for fn in self._fns):
+            return None
+        return _interpreter(self._prog, self._fns)
 
     @property
     def max_elements(self) -> int:
@@ -93,6 +80,95 @@ class Generated:
         prog = self._prog
         return max([v.aval.size for v in prog.constvars + prog.invars] +
                    [o.aval.size for e in prog.eqns for o in e.outputs] + [0])
+
+
+def _written(prog: Program, fns: list, glb: dict, execute: bool) -> str:
+    """``prog``'s Python source over the rule functions ``fns`` (``Generated.source``), binding in ``glb`` what it
+    names: the functions, the literals' constants, the zero-size values' empty buffers."""
+    names: dict = {}
+    consts: list = []   # the source's comment lines on its constants
+
+    def name(a):
+        if isinstance(a, Literal):
+            k = f"k{len(consts)}"
+            consts.append(f"#   {k} = {a.val!r} ({a.aval.dtype.name})")
+            if execute:
+                glb[k] = _constant(a.val, a.aval.dtype)
+            return k
+        if a not in names:
+            names[a] = f"v{len(names)}"
+        return names[a]
+
+    ins = [name(v) for v in list(prog.constvars) + list(prog.invars)]
+    lines = _low_bit_entry(prog, name)
+    for i, (e, fn) in enumerate(zip(prog.eqns, fns, strict=True)):
+        f = f"f{i}_{e.primitive.name}"
+        if is_fill(e):  # a zero-size value: an empty NumPy buffer, made once, never given to MLX
+            k = f"e{i}"
+            o = e.outputs[0].aval
+            consts.append(f"#   {k} = empty {o.str_short()}")
+            if execute:
+                glb[k] = from_numpy(np.zeros(o.shape, o.dtype))
+            lines.append(f"    {name(e.outputs[0])} = {k}")
+            continue
+        if execute:
+            inline = getattr(fn, "inline", None)
+            if inline is not None and not e.primitive.multiple_results:
+                lines.append(f"    {name(e.outputs[0])} = {_inlined(inline, f, [name(a) for a in e.inputs], glb)}")
+                continue
+            glb[f] = fn
+        elif e.primitive in CONTROL_FLOW:
+            f = f"host_{e.primitive.name}"
+        args = ", ".join(name(a) for a in e.inputs)
+        outs = [name(o) for o in e.outputs]
+        if e.primitive.multiple_results or e.primitive in CONTROL_FLOW:
+            lhs = ", ".join(outs) + ("," if len(outs) == 1 else "")
+            lines.append(f"    {lhs} = {f}({args})")
+        else:
+            lines.append(f"    {outs[0]} = {f}({args})")
+    lines.append(_low_bit_return(prog, name, glb))
+    header = (["# MLX program; constants:"] + consts) if consts else []
+    return "\n".join(header + [f"def program({', '.join(ins)}):"] + lines) + "\n"
+
+
+def _interpreter(prog: Program, fns: list):
+    """``fn(*bufs) -> [bufs]`` calling the rule functions ``fns`` of ``prog``'s equations in order over one list of
+    values: the inputs (constvars, invars) first, then the literals' constants and the values the equations make."""
+    slot = {v: i for i, v in enumerate(list(prog.constvars) + list(prog.invars))}
+    first = [None] * len(slot)
+
+    def at(a):
+        i = slot.get(a)   # (equal literals share a slot: a Literal is keyed by its dtype, weak type and bits)
+        if i is None:
+            i = slot[a] = len(first)
+            first.append(_constant(a.val, a.aval.dtype) if isinstance(a, Literal) else None)
+        return i
+    plan = [(fn, tuple(at(a) for a in e.inputs),
+             tuple(at(o) for o in e.outputs) if e.primitive.multiple_results else at(e.outputs[0]),
+             e.primitive.multiple_results) for e, fn in zip(prog.eqns, fns, strict=True)]
+    rets, n = [at(a) for a in prog.outvars], len(prog.constvars) + len(prog.invars)
+    if not any(multiple for *_, multiple in plan):
+        plan = [(fn, args, out) for fn, args, out, _ in plan]
+
+        def program(*bufs):
+            env = first.copy()
+            env[:n] = bufs
+            for fn, args, out in plan:
+                env[out] = fn(*[env[i] for i in args])
+            return [env[i] for i in rets]
+        return program
+
+    def program_multiple(*bufs):
+        env = first.copy()
+        env[:n] = bufs
+        for fn, args, out, multiple in plan:
+            if multiple:
+                for i, v in zip(out, fn(*[env[i] for i in args]), strict=True):
+                    env[i] = v
+            else:
+                env[out] = fn(*[env[i] for i in args])
+        return [env[i] for i in rets]
+    return program_multiple
 
 
 def _reads_no_size(prim, fn) -> bool:
