@@ -20,7 +20,7 @@ from fnarray.core import dtypes
 from fnarray.core import lax as _lax
 from fnarray.core import primitives as P
 from fnarray.core.avals import get_aval
-from fnarray.core.errors import ShapeError
+from fnarray.core.errors import ShapeError, check_callable
 from fnarray.core.lax_windows import binary_primitive
 from fnarray.core.tracing import is_scalar
 
@@ -109,9 +109,7 @@ def reduce(operands, init_values, computation, dimensions):
         ``computation`` returns another structure.
       ShapeError: operands of different shapes, or a dimension out of range or repeated.
     """
-    if not callable(computation):
-        raise TypeError(f"reduce: computation must be a function of two values (fnarray.lax.add or your own), "
-                        f"got {type(computation).__name__}")
+    check_callable(computation, "reduce", "computation (a function of two values: fnarray.lax.add or your own)")
     xs, tree = tree_util.tree_flatten(operands)
     inits, init_tree = tree_util.tree_flatten(init_values)
     if init_tree != tree:

@@ -21,6 +21,7 @@ from fnarray import tree_util
 from fnarray.core import primitives as P
 from fnarray.core import tracing
 from fnarray.core.array import Array
+from fnarray.core.errors import check_callable
 
 __all__ = ["print", "callback", "visualize_array_sharding"]
 
@@ -104,8 +105,7 @@ def callback(fn, *args, **kwargs) -> None:
     Raises: ``TypeError`` if ``fn`` is not callable. Under ``vmap`` ``fn`` runs once per example (index
       order); under ``grad`` it sees the forward pass's primal values and does not change derivatives.
     """
-    if not callable(fn):
-        raise TypeError(f"fnarray.debug.callback needs a callable, got {type(fn).__name__}")
+    check_callable(fn, "fnarray.debug.callback", "fn (its first argument)")
     leaves, in_tree = tree_util.tree_flatten((args, kwargs))
     static, dyn = [], []
     for i, x in enumerate(leaves):

@@ -28,7 +28,7 @@ import numpy as np
 
 from fnarray import tree_util
 from fnarray.core import dtypes, lax
-from fnarray.core.errors import PyTreeError, ShapeError
+from fnarray.core.errors import PyTreeError, ShapeError, check_callable
 
 __all__ = [
     "warmup_exponential_decay_schedule",
@@ -304,8 +304,7 @@ def scale_by_schedule(step_size_fn: Callable) -> GradientTransformation:
     Raises:
       TypeError: ``step_size_fn`` is not callable.
     """
-    if not callable(step_size_fn):
-        raise TypeError(f"scale_by_schedule needs a function of the step count, got {type(step_size_fn).__name__}")
+    check_callable(step_size_fn, "scale_by_schedule", "step_size_fn (a function of the step count)")
 
     def init(params):
         return ScaleByScheduleState(count=_count0())

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import optree
 
-from fnarray.core.errors import PyTreeError
+from fnarray.core.errors import PyTreeError, check_callable
 
 __all__ = ["tree_map", "tree_leaves", "tree_flatten", "tree_unflatten", "tree_structure",
            "tree_reduce", "tree_all", "tree_transpose", "register_pytree_node", "register_dataclass",
@@ -99,9 +99,7 @@ def tree_map(f: Callable, tree, *rest, is_leaf=None):
 
     Raises ``ValueError`` naming both structures when they differ, ``TypeError`` when ``f`` is not callable.
     """
-    if not callable(f):
-        raise TypeError(f"tree_map: f must be a function of the leaves, got {type(f).__name__} {f!r:.40}; "
-                        "call it as tree_map(f, tree, *rest)")
+    check_callable(f, "tree_map", "f (a function of the leaves)", "; call it as tree_map(f, tree, *rest)")
     return optree.tree_map(f, tree, *rest, is_leaf=is_leaf, **_KW)
 
 

@@ -596,9 +596,22 @@ def test_transforms_name_a_non_callable_and_argnums_of_the_wrong_type():
     for make in (lambda: fa.jacfwd(None)(x), lambda: fa.jacrev(None)(x), lambda: fa.hessian([])(x),
                  lambda: fa.linearize(3, x), lambda: fa.vjp(5, x), lambda: fa.jvp(5, (x,), (x,)),
                  lambda: fa.checkpoint(3)(x), lambda: fa.lax.map(3, x), lambda: fa.custom_vjp(3),
-                 lambda: fa.custom_jvp(3), lambda: fa.custom_vjp(fnp.sin).defvjp(3, 4)):
+                 lambda: fa.custom_jvp(3), lambda: fa.custom_vjp(fnp.sin).defvjp(3, 4),
+                 lambda: fa.lax.cond(True, fnp.sin, 3, x), lambda: fa.lax.while_loop(fnp.sin, 3, x),
+                 lambda: fa.lax.fori_loop(0, 2, 3, x), lambda: fa.lax.scan(3, x, x),
+                 lambda: fa.checkpoint(fnp.sin, policy=3), lambda: fa.tree_util.tree_map([], x),
+                 lambda: fa.debug.callback(3), lambda: fa.lax.reduce(x, 0.0, 3, (0,))):
         with pytest.raises(TypeError, match="needs a callable as .*, got (NoneType None|int [345]|list)"):
             make()
+    with pytest.raises(TypeError, match=r"tree_map needs a callable as f \(a function of the leaves\), got list "
+                                        r"\[\]; call it as tree_map\(f, tree, \*rest\)"):
+        fa.tree_util.tree_map([], x)
+    with pytest.raises(TypeError, match="custom_jvp: nondiff_argnums must be an int or a sequence of ints"):
+        fa.custom_jvp(fnp.sin, nondiff_argnums="n")
+    f = fa.custom_vjp(fnp.sin, nondiff_argnums=(2,))
+    f.defvjp(lambda v: (fnp.sin(v), v), lambda v, g: (g * fnp.cos(v),))
+    with pytest.raises(ValueError, match="custom_vjp function sin: nondiff_argnums holds 2, but the call has 1"):
+        f(x)
     with pytest.raises(TypeError) as e:
         fa.grad(lambda a, b: a * b, argnums=1.0)
     _assert_names(str(e.value), "grad: argnums must be an int or a sequence of ints", "1.0")
@@ -669,6 +682,38 @@ def test_lax_static_parameters_of_the_wrong_kind():
     _assert_names(str(e.value), "dot_general", "(5,)", "[0, 2)")
     with pytest.raises(DTypeError, match="index_dtype must be an integer dtype"):
         fa.lax.argmax(fnp.arange(3.0), 0, fnp.float32)
+
+
+def test_s21_probe_leftovers_on_the_host():
+    """``full`` of a float into an integer dtype converts as ``astype`` (JAX's: truncated, saturated, NaN -> 0;
+    NumPy raised for NaN, wrapped a float32 NaN to the minimum, and said "Python integer -2 out of bounds" for
+    -2.5 into uint8); ``lax.reshape``'s ``dimensions`` transposes first (``jax.lax.reshape``); ``device_put`` of a
+    leaked tracer returned it; reverse mode through an integer output names the transform and the dtype."""
+    for fill, dtype, want in ((np.inf, fnp.int32, 2**31 - 1), (-2.5, fnp.uint8, 0), (300.0, fnp.uint8, 255),
+                              (np.float32(np.nan), fnp.int32, 0), (-7.9, fnp.int8, -7), (-1e30, fnp.int16, -2**15)):
+        assert np.asarray(fnp.full_like(np.zeros(2, dtype), fill)).tolist() == [want] * 2, (fill, dtype)
+    x = fnp.arange(6).reshape(2, 3)
+    np.testing.assert_array_equal(np.asarray(fa.lax.reshape(x, (3, 2), dimensions=(1, 0))),
+                                  np.arange(6).reshape(2, 3).T.reshape(3, 2))
+    with pytest.raises(TypeError) as e:
+        fa.lax.reshape(x, (6,), dimensions=(0, 0))
+    _assert_names(str(e.value), "reshape: dimensions must be a permutation", "(0, 1)", "(0, 0)")
+    with pytest.raises(TypeError, match=r"eye: shape must be an int or a tuple of ints, got \(2.0, 2.0\)"):
+        fnp.eye(2.0)   # (was the identity: NumPy and JAX refuse it)
+    with pytest.raises(TypeError, match="arange: bounds and step must be real numbers"):
+        fnp.arange(3j)   # (was "must be real number, not complex")
+    leaked = []
+    fa.jit(lambda a: leaked.append(a) or a)(1.0)
+    for put in (fa.device_put, lambda t: fa.device_put({"w": t}, "numpy:0")):
+        with pytest.raises(fa.TracerLeakError, match="used after the transformation that made it returned"):
+            put(leaked[0])
+    jac = fa.jacfwd(lambda a: (fnp.sin(a), (a * 4).astype(fnp.int32)))(fnp.ones(2))
+    assert [(j.dtype, j.shape) for j in jac] == [(fnp.float32, (2, 2)), (fnp.int32, (2, 2))]
+    assert not np.asarray(jac[1]).any()
+    for transform, name in ((fa.hessian, "jacrev"), (lambda f: fa.grad(lambda a: f(a).sum()), "grad")):
+        with pytest.raises(DTypeError) as e:
+            transform(lambda a: (a * 2).astype(fnp.int32))(fnp.ones(2))
+        _assert_names(str(e.value), f"{name} requires real-valued outputs", "int32", "fnarray.vjp")
 
 
 def test_transformed_functions_may_return_numpy_arrays():

@@ -140,7 +140,7 @@ def test_pallas_call_bad_kernels_say_what_is_wrong():
         pl.pallas_call(add_kernel, out_shape=sds)(x)
     with pytest.raises(TypeError, match=r"called with 4 refs \(3 inputs, 1 output"):
         pl.pallas_call(add_kernel, out_shape=sds)(x, x, x)
-    with pytest.raises(TypeError, match="the kernel must be a function of refs, got NoneType"):
+    with pytest.raises(TypeError, match=r"pallas_call needs a callable as the kernel \(a function of refs\), got NoneType"):
         pl.pallas_call(None, out_shape=sds)(x, x)
 
 
@@ -205,12 +205,29 @@ def test_mlx_jit_from_threads_exits_cleanly():
 
 
 def test_donated_array_passed_twice(device):
-    """``f(donate(a), a)``: XLA refused it on jax:0 (``INVALID_ARGUMENT``) where the other backends run it."""
+    """``f(donate(a), a)`` and ``f(donate(a), donate(a))``: a ``RuntimeError`` before the call on every backend, as
+    XLA's ``INVALID_ARGUMENT`` in JAX (jax-ml/jax#9635), the array kept; ``f(donate(a), a.copy())`` runs."""
     step = fa.jit(lambda p, x: p - 0.5 * x, donate_argnums=(0,), device=device)
+    both = fa.jit(lambda p, x: p - 0.5 * x, donate_argnums=(0, 1), device=device)
     q = fa.device_put(np.full(8, 2.0, np.float32), device)
-    np.testing.assert_array_equal(np.asarray(step(q, q)), np.full(8, 1.0, np.float32))
+    for f, which in ((step, "0 donated"), (both, "both donated")):
+        with pytest.raises(RuntimeError, match=f"arguments 0 and 1 of the call .* one array, {which}"):
+            f(q, q)
+    np.testing.assert_array_equal(np.asarray(step(q, q.copy())), np.full(8, 1.0, np.float32))
     with pytest.raises(RuntimeError, match="donated"):
         np.asarray(q)
+
+
+def test_s21_probe_leftovers_as_jax(device):
+    """The twenty-first probe's leftovers, each as JAX 0.10 gives it: ``full`` of NaN into an integer dtype gives 0
+    (was NumPy's "cannot convert float NaN to integer"), ``jacfwd`` of an integer or boolean output gives zeros of its dtype (was float0, which jax:0 and
+    mlx:0 could not hold), and ``jacrev`` through one raises (gave float zeros; mlx:0 has a path of its own)."""
+    assert np.asarray(fnp.full(2, np.nan, dtype=fnp.int32, device=device)).tolist() == [0, 0]
+    v = fa.device_put(np.array([0.5, -1.0], np.float32), device)
+    jac = fa.jacfwd(lambda a: a > 0)(v)   # (an int32 output: test_bad_input's host test)
+    assert (jac.dtype, jac.shape, np.asarray(jac).any()) == (fnp.bool_, (2, 2), False)
+    with pytest.raises(TypeError, match="jacrev requires real-valued outputs .*dtype bool"):
+        fa.jacrev(lambda a: a > 0)(v)
 
 
 @pytest.mark.parametrize("mask", [None, "causal", "bool", "additive"])

@@ -99,14 +99,14 @@ def not_initialized(what: str) -> RuntimeError:
                         "using its submodules")
 
 
-def check_callable(fun, who: str, role: str = "its first argument (the function to transform)"):
+def check_callable(fun, who: str, role: str = "its first argument (the function to transform)", hint: str = ""):
     """``fun``, or the ``TypeError`` of ``who`` (``"jit"``, ``"custom_vjp.defvjp"``...) given something that is not a
-    function as ``role`` (JAX: "Expected a callable value"); arguments given in the wrong order are the usual
-    cause."""
+    function as ``role`` (JAX: "Expected a callable value"; ``role`` may say what the function takes, and ``hint``,
+    appended after what was given, what to do); arguments given in the wrong order are the usual cause."""
     if not callable(fun):
         shown = repr(fun)
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        raise TypeError(f"{who} needs a callable as {role}, got {type(fun).__name__} {shown}")
+        raise TypeError(f"{who} needs a callable as {role}, got {type(fun).__name__} {shown}{hint}")
     return fun
 
 

@@ -123,7 +123,16 @@ def broadcast_to_rank_shape(x, shape):
     return broadcast_in_dim(x, shape, tuple(range(nd, len(shape))))
 
 
-def reshape(x, new_sizes):
+def reshape(x, new_sizes, dimensions=None):
+    """``x`` with shape ``new_sizes`` (row-major; as ``jax.lax.reshape``), after transposing ``x`` by
+    ``dimensions`` (a permutation of its axes) where given. Raises ``TypeError`` for ``dimensions`` that are not
+    a permutation of ``x``'s axes; the ``reshape`` primitive's error for sizes of another element count."""
+    if dimensions is not None:
+        dims, rank = tuple(dimensions), _aval(x).ndim
+        if sorted(dims) != list(range(rank)):
+            raise TypeError(f"reshape: dimensions must be a permutation of the operand's axes {tuple(range(rank))} "
+                            f"(shape {_aval(x).shape}), got {dims}; give each axis once, in the order to read them")
+        x = transpose(x, dims)
     new_sizes = tuple(map(int, new_sizes))
     if _aval(x).shape == new_sizes and not is_scalar(x):
         return x
@@ -250,11 +259,22 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
 def full(shape, fill_value, dtype=None):
     """An array of ``shape`` filled with the scalar ``fill_value`` (cast to ``dtype``; default its own)."""
     d = dtypes.canonicalize(dtype if dtype is not None else _aval(fill_value).dtype)
-    v = convert_element_type(fill_value, d) if not is_scalar(fill_value) else np.asarray(fill_value, d)[()]
+    v = convert_element_type(fill_value, d) if not is_scalar(fill_value) else _host_scalar(fill_value, d)
     if tuple(shape) == () and is_scalar(v):
         # A scalar: under tracing this folds to a literal instead of a broadcast equation.
         return P.convert_element_type.bind(v, new_dtype=d, weak_type=False)
     return broadcast_in_dim(v, tuple(shape), ())
+
+
+def _host_scalar(value, d):
+    """The Python or NumPy scalar ``value`` as a NumPy scalar of dtype ``d``; a float into an integer dtype by
+    ``convert_element_type``'s rule (truncated, saturated, NaN -> 0, as JAX's ``full``), where NumPy raises
+    for NaN and infinities and wraps a float32 NaN to the dtype's minimum."""
+    if d.kind in "iu" and (type(value) is float or isinstance(value, np.generic) and dtypes.is_float(value.dtype)):
+        f, info = float(value), dtypes.iinfo(d)
+        n = 0 if f != f else info.max if f >= info.max else info.min if f <= info.min else int(f)
+        return np.asarray(n, d)[()]
+    return np.asarray(value, d)[()]
 
 
 def zeros_like(x):

@@ -20,7 +20,7 @@ from fnarray.core import primitives as P
 from fnarray.core import windows as W
 from fnarray.core.conv import padtype_to_pads  # one definition (fnarray.lax exports it from lax_conv)
 from fnarray.core.avals import asarray, get_aval
-from fnarray.core.errors import ShapeError
+from fnarray.core.errors import ShapeError, check_callable
 from fnarray.core.ir import Var
 from fnarray.core.shaped import ShapedArray
 from fnarray.core.tracing import is_scalar
@@ -180,9 +180,8 @@ def reduce_window(operand, init_value, computation, window_dimensions, window_st
                         "supported: call reduce_window once per array")
     operand = _as_operand(operand)
     aval = get_aval(operand)
-    if not callable(computation):
-        raise TypeError(f"reduce_window: computation must be a function of two scalars (fnarray.lax.add, max, min, "
-                        f"mul or your own), got {type(computation).__name__}")
+    check_callable(computation, "reduce_window", "computation (a function of two scalars: fnarray.lax.add, max, "
+                   "min, mul or your own)")
     op = _monoid(computation, aval.dtype)
     params = _window(aval.shape, window_dimensions, window_strides, padding, base_dilation, window_dilation)
     if op is None:

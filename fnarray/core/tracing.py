@@ -96,6 +96,13 @@ def set_numpy_constant(fn) -> None:
     _numpy_constant = fn
 
 
+def live(t: "Tracer") -> "Tracer":
+    """``t``, or the ``TracerLeakError`` of a tracer whose transformation has returned (a leaked value)."""
+    if not t._trace.main.alive:
+        raise _leak(t)
+    return t
+
+
 def _leak(t):
     return TracerLeakError(
         f"a traced value ({t.aval.str_short()} from {t._trace.main.trace_type.__name__}) was used after the "

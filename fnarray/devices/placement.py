@@ -112,12 +112,13 @@ def device_put(x, device=None):
       DTypeError: a leaf whose dtype fnarray does not have (strings, objects...).
       TypeError, ValueError, BackendUnavailable: an invalid ``device`` (see ``get_device``).
       RuntimeError: ``x`` holds an array that was donated or deleted.
+      TracerLeakError: ``x`` holds a traced value whose transformation has returned (a leaked tracer).
     """
     import optree
     if isinstance(device, PartitionSpec):  # JAX 0.10: over the ambient mesh
         device = NamedSharding(ambient_mesh(f"device_put(x, {device!r})"), device)
     if isinstance(device, Sharding):  # a global array laid out over a mesh (fnarray.sharding)
-        return optree.tree_map(lambda leaf: leaf if isinstance(leaf, tracing.Tracer) else
+        return optree.tree_map(lambda leaf: tracing.live(leaf) if isinstance(leaf, tracing.Tracer) else
                                put_sharded(leaf, device), x, none_is_leaf=False, namespace="fnarray")
     dev = parse_device(device) if device is not None else None
     if type(x) is np.ndarray:  # one NumPy array (a loop's fresh state): no tree to walk (~4 us of 10 on jax:0)
@@ -125,7 +126,7 @@ def device_put(x, device=None):
 
     def put(leaf):
         if isinstance(leaf, tracing.Tracer):
-            return leaf
+            return tracing.live(leaf)
         target = dev or default_device()
         if isinstance(leaf, ArrayImpl):
             if leaf.device == target:

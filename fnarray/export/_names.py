@@ -11,7 +11,9 @@ import inspect
 
 import optree
 
-__all__ = ["export_leaves", "fname", "out_names", "param_names", "leaf_names"]
+from fnarray.core.errors import check_callable, int_tuple
+
+__all__ = ["argnum_positions", "export_leaves", "fname", "out_names", "param_names", "leaf_names"]
 
 
 def _entry_name(e) -> str:
@@ -61,6 +63,19 @@ def out_names(treedef) -> list[str]:
     return [".".join(["out"] + [str(k) for k in p]) for p in paths]
 
 
+def argnum_positions(who: str, argnums, nargs: int, what: str) -> list:
+    """``argnums`` (an int or a sequence of ints, ``who``'s ``what``) as the sorted non-negative positions among
+    ``nargs`` example arguments: ``errors.int_tuple``'s ``TypeError`` for another kind of value, a ``ValueError``
+    for a position that names no example argument."""
+    out = set()
+    for i in int_tuple(argnums, who, what):
+        if not -nargs <= i < nargs:
+            raise ValueError(f"{who}: {what} holds {i!r}, which is not the position of one of the {nargs} example "
+                             "arguments")
+        out.add(i % nargs)
+    return sorted(out)
+
+
 def export_leaves(who: str, f, example_args, bake_argnums, where: str):
     """The function to trace and ``(name, value, baked)`` per flattened argument leaf.
 
@@ -72,20 +87,15 @@ def export_leaves(who: str, f, example_args, bake_argnums, where: str):
       where: where the user passes the inputs by name, for the collision message.
     Returns: ``(fun, leaves)``.
     Raises:
-      TypeError: ``f`` is not callable, or takes fewer positional arguments than were given.
-      ValueError: a bad ``bake_argnums``, or two inputs with one name.
+      TypeError: ``f`` is not callable, or takes fewer positional arguments than were given; ``bake_argnums``
+        that are not ints.
+      ValueError: a ``bake_argnums`` entry that names no argument, or two inputs with one name.
     """
     from fnarray.transforms.jit import Jitted
 
-    if not callable(f):
-        raise TypeError(f"{who} needs a callable, got {type(f).__name__}")
+    check_callable(f, who, "the function to export")
     nargs = len(example_args)
-    bake = set()
-    for i in ((bake_argnums,) if isinstance(bake_argnums, int) else tuple(bake_argnums)):
-        if not isinstance(i, int) or not -nargs <= i < nargs:
-            raise ValueError(f"{who}: bake_argnums holds {i!r}, which is not the position of one of "
-                             f"the {nargs} example arguments")
-        bake.add(i % nargs)
+    bake = set(argnum_positions(who, bake_argnums, nargs, "bake_argnums"))
     fun = f.fun if isinstance(f, Jitted) else f
     names = param_names(fun, nargs, who)
     leaves = []

@@ -1291,9 +1291,10 @@ def onnx(f, *example_args, path, bake_argnums=(), opset=None):
         ``digamma``, ``nextafter``, ``population_count``, ``bitcast_convert_type``, bitwise
         reductions of integers.
       ImportError: the ``onnx`` package is not installed (``pip install 'fnarray[onnx]'``).
-      ValueError: an ``opset`` below 17, a bad ``bake_argnums``, two inputs with one name.
-      TypeError: ``f`` is not callable or takes fewer positional arguments than given; ``path`` is not a str
-        or ``os.PathLike``. IsADirectoryError: ``path`` is a folder.
+      ValueError: an ``opset`` below 17, a ``bake_argnums`` entry that names no argument, two inputs with one
+        name.
+      TypeError: ``f`` is not callable or takes fewer positional arguments than given; ``bake_argnums`` that are
+        not ints; ``path`` is not a str or ``os.PathLike``. IsADirectoryError: ``path`` is a folder.
       onnx.checker.ValidationError: the written graph does not validate (a bug: please report it).
 
     Mirrors no NumPy/JAX function; JAX's closest relative is ``jax.export`` (and

@@ -258,27 +258,17 @@ def webgpu(f, *example_args, path, bake_argnums=(), state_argnums=()):
                           f"({type(e).__name__}); give a folder you can write, with free space") from e
 
 
-def _argnums(who, argnums, nargs, what):
-    out = set()
-    for i in ((argnums,) if isinstance(argnums, int) else tuple(argnums)):
-        if not isinstance(i, int) or not -nargs <= i < nargs:
-            raise ValueError(f"{who}: {what} holds {i!r}, which is not the position of one of the {nargs} example "
-                             "arguments")
-        out.add(i % nargs)
-    return sorted(out)
-
-
 def _lower(name, f, example_args, bake_argnums, state_argnums, device) -> _Lowered:
     """Trace and schedule one entry point on the webgpu ``device``."""
     from fnarray import tree_util
-    from fnarray.export._names import leaf_names, param_names
+    from fnarray.export._names import argnum_positions, leaf_names, param_names
     from fnarray.lowering.webgpu.backend import portable_limits
     from fnarray.transforms.jit import Jitted
 
     who = "fnarray.export.webgpu" + (f" (entry {name!r})" if name else "")
     fun, leaves = export_leaves(who, f, example_args, bake_argnums, "the page's model.run({...})")
-    state = _argnums(who, state_argnums, len(example_args), "state_argnums")
-    both = set(state) & set(_argnums(who, bake_argnums, len(example_args), "bake_argnums"))
+    state = argnum_positions(who, state_argnums, len(example_args), "state_argnums")
+    both = set(state) & set(argnum_positions(who, bake_argnums, len(example_args), "bake_argnums"))
     if both:
         raise ValueError(f"{who}: argument {min(both)} is in both bake_argnums and state_argnums; a state argument "
                          "is kept by the page, a baked one is fixed")

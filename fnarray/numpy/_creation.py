@@ -99,7 +99,8 @@ def full(shape, fill_value, dtype=None, *, device=None):
 
     Args:
       shape: an int or a tuple of non-negative ints (static).
-      fill_value: a scalar or a 0-d array (cast to ``dtype``).
+      fill_value: a scalar or a 0-d array (cast to ``dtype``; a float into an integer dtype as ``astype``:
+        truncated, saturated, NaN -> 0, as JAX's).
       dtype: the result dtype; default the fill value's.
       device: a ``Device`` or a string; the result is committed there (default: the default device, uncommitted).
 
@@ -320,12 +321,16 @@ def arange(start, /, stop=None, step=None, dtype=None, *, device=None):
 
     Raises:
       ValueError: ``step == 0``.
+      TypeError: a complex bound or step.
       ConcretizationError: a traced bound.
       OverflowError: an integer result does not fit in the dtype (``arange(2**31 - 3, 2**31 + 2)``
         in ``int32``), as ``asarray(2**40)``; pass ``dtype=int64`` for such ranges.
     """
     step = 1 if step is None else step
     start, stop, step = (_static(v, "arange") for v in (start, stop, step))
+    if any(isinstance(v, (complex, np.complexfloating)) for v in (start, stop, step)):
+        raise TypeError(f"arange: bounds and step must be real numbers, got {(start, stop, step)!r} (JAX 0.10 "
+                        "refuses complex ones too); build the real and imaginary parts with arange and combine them")
     if stop is None:
         start, stop = 0, start
     if step == 0:
@@ -520,9 +525,10 @@ def eye(n_rows, n_cols=None, /, k=0, dtype=None, *, device=None):
       An array of shape ``(n_rows, n_cols)``.
 
     Raises:
-      TypeError: a non-integer ``k``.
+      TypeError: a non-integer ``k``, ``n_rows`` or ``n_cols`` (``eye(2.0)``, as NumPy and JAX).
+      ShapeError: a negative ``n_rows`` or ``n_cols``.
     """
-    n_cols = n_rows if n_cols is None else n_cols
+    n_rows, n_cols = _shape((n_rows, n_rows if n_cols is None else n_cols), "eye")
     d = _default_float(dtype, "eye")
     # A diagonal past either edge is empty: clamping keeps huge k within int32 index math.
     k = max(-n_rows, min(operator.index(k), n_cols))

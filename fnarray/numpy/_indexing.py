@@ -33,7 +33,7 @@ import numpy as np
 
 from fnarray.core import dtypes, lax
 from fnarray.core.array import Array
-from fnarray.core.errors import ConcretizationError, ShapeError
+from fnarray.core.errors import ConcretizationError, ShapeError, check_callable
 from fnarray.core.tracing import Tracer, is_scalar
 from fnarray.numpy import _elementwise
 from fnarray.numpy._util import asarray_internal, broadcast_shapes, normalize_axis
@@ -649,8 +649,7 @@ class _IndexUpdateRef:
         Raises:
           TypeError: ``func`` is not callable, or changes the shape or dtype of ``x``.
         """
-        if not callable(func):
-            raise TypeError(f"x.at[...].apply: func must be callable, got {type(func).__name__}")
+        check_callable(func, "x.at[...].apply", "func (a function of the elements)")
         x = self.array
         counts = _update(lax.full(x.shape, 0, _I32), self.index, np.int32(1), "add",
                          clip=_check_mode(mode, "apply") == "clip")

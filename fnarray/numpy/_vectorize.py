@@ -12,7 +12,7 @@ import functools
 import operator
 import re
 
-from fnarray.core.errors import ShapeError
+from fnarray.core.errors import ShapeError, check_callable
 from fnarray.numpy._util import normalize_axis
 from fnarray.transforms.batching import vmap
 
@@ -71,8 +71,7 @@ def vectorize(pyfunc, *, excluded=frozenset(), signature=None):
         broadcast; a result whose core axes disagree with the signature.
     """
     fnp = _np()
-    if not callable(pyfunc):
-        raise TypeError(f"vectorize: pyfunc must be callable, got {type(pyfunc).__name__}")
+    check_callable(pyfunc, "vectorize", "pyfunc")
     excluded = frozenset(excluded)
     parsed = None if signature is None else _parse_signature(signature)
 

@@ -295,6 +295,30 @@ def _check_diff_args(args, argnums, name, allow_int=False):
                     f".astype(float) or pass allow_int=True to get float0 zeros{packed}.")
 
 
+def _float0_as_zeros(primals, tangents):
+    """``tangents`` with each ``float0`` tangent (a NumPy array: of an integer or boolean output) replaced by zeros
+    of its primal's shape and dtype: ``jacfwd``'s block of such an output, as JAX's, and no float0 array for a
+    device to hold. ``tangents`` itself where there is none (one walk of its leaves)."""
+    leaves, tree = tree_util.tree_flatten(tangents)
+    if not any(type(t) is np.ndarray and t.dtype == dtypes.float0 for t in leaves):
+        return tangents
+    out = [lax.full(t.shape, 0, get_aval(p).dtype) if type(t) is np.ndarray and t.dtype == dtypes.float0 else t
+           for p, t in zip(tree_util.tree_leaves(primals), leaves, strict=True)]
+    return tree_util.tree_unflatten(tree, out)
+
+
+def _check_float_outputs(outs, name):
+    """The ``DTypeError`` (a ``TypeError``, as JAX's) of reverse mode through an integer or boolean output leaf:
+    it has no cotangent, and JAX refuses it rather than give zeros."""
+    for k, leaf in enumerate(outs):
+        d = get_aval(leaf).dtype
+        if not dtypes.is_inexact(d):
+            which = f"output leaf {k} has" if len(outs) > 1 else "the output has"
+            raise DTypeError(f"{name} requires real-valued outputs (floating dtypes), but {which} dtype {d.name}: an "
+                             "integer or boolean function is piecewise constant. Differentiate a float expression "
+                             "instead (for example before a comparison or a cast), or use fnarray.vjp directly.")
+
+
 def _argnums_partial(fun, args, kwargs, nums):
     """``(f, diff_args)``: ``f(*diff_args)`` is ``fun(*args, **kwargs)`` with the arguments at
     ``nums`` replaced by ``f``'s own (the other arguments are held fixed)."""
@@ -354,10 +378,7 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
                         if isinstance(out, (tuple, list)) and not has_aux else "")
             raise TypeError(f"grad requires a scalar output (shape ()), got {shape}.{aux_hint} For a non-scalar "
                             "output use fnarray.jacrev or fnarray.vjp, or reduce it (e.g. .sum()) first.")
-        if not dtypes.is_inexact(oa.dtype):
-            raise DTypeError(f"grad requires a floating output, got {oa.dtype.name}: an integer or boolean "
-                             "function is piecewise constant. Differentiate a float expression instead (for "
-                             "example before a comparison or a cast).")
+        _check_float_outputs([out], "grad")
         if dtypes.is_complex(oa.dtype) and not holomorphic:
             raise DTypeError("grad of a complex output needs holomorphic=True (as in JAX)")
         # the seed keeps the output's weak type (as JAX's): a weak output has weak gradients
@@ -537,10 +558,10 @@ def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
     Returns:
       A function with ``fun``'s signature returning the Jacobian: for an output leaf
       of shape ``O`` and an input leaf of shape ``I``, a block of shape ``O + I``
-      in the output's dtype, nested as output structure over input structure (a
-      tuple of inputs when ``argnums`` is a tuple); ``(jacobian, aux)`` with
-      ``has_aux``. Where the arguments' arrays share one device, the arrays the
-      transform makes (the basis, zeros) are made on it, not on the default device.
+      in the output's dtype (zeros for an integer or boolean output, as JAX's), nested as output structure over
+      input structure (a tuple of inputs when ``argnums`` is a tuple); ``(jacobian, aux)`` with ``has_aux``.
+      Where the arguments' arrays share one device, the arrays the transform makes (the basis, zeros) are made
+      on it, not on the default device.
 
     Raises:
       DTypeError: (when called) a differentiated argument is not floating.
@@ -573,7 +594,8 @@ def jacfwd(fun, argnums=0, has_aux=False, holomorphic=False):
 
         def push(*ts):
             r = jvp(f_flat, tuple(d_flat), tuple(ts), has_aux=has_aux)
-            return (r[1], r[2]) if has_aux else r[1]
+            out_t = _float0_as_zeros(r[0], r[1])
+            return (out_t, r[2]) if has_aux else out_t
 
         res = vmap(push, in_axes=0, out_axes=-1)(*basis) if not has_aux else vmap(
             push, in_axes=0, out_axes=(-1, None))(*basis)
@@ -617,7 +639,7 @@ def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
 
     Raises:
       DTypeError: (when called) a differentiated argument is not floating (without
-        ``allow_int``).
+        ``allow_int``), or an output leaf is integer or boolean (as JAX's ``TypeError``).
       ValueError: (when called) an ``argnums`` entry is out of range.
       TypeError: (when called) with ``has_aux`` ``fun`` does not return a pair.
     """
@@ -634,6 +656,7 @@ def jacrev(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False):
         else:
             out, f_vjp = vjp(f, *dargs)
         o_flat, o_tree = tree_util.tree_flatten(out)
+        _check_float_outputs(o_flat, "jacrev")
         basis, total = _std_basis(o_flat)
 
         def pull(*cts):
@@ -672,7 +695,7 @@ def hessian(fun, argnums=0, has_aux=False, holomorphic=False):
 
     Raises:
       The errors of ``jacfwd`` and ``jacrev``: ``DTypeError`` for non-floating
-      arguments, ``ValueError`` for an out-of-range ``argnums``, ``TypeError`` for a
+      arguments or an integer output, ``ValueError`` for an out-of-range ``argnums``, ``TypeError`` for a
       ``custom_vjp`` function (forward mode over it is not defined).
     """
     # Staged (``config.stage_eager_transforms``), the call is keyed by ``fun``'s fingerprint and the options, not

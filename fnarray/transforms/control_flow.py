@@ -34,7 +34,7 @@ from fnarray.core import dtypes, lax
 from fnarray.core import primitives as P
 from fnarray.core.array import Array
 from fnarray.core.builder import trace_to_program
-from fnarray.core.errors import DTypeError, FnArrayError, ShapeError
+from fnarray.core.errors import DTypeError, FnArrayError, ShapeError, check_callable
 from fnarray.core.interpreter import eval_program
 from fnarray.core.ir import Eqn, Literal, Params, Program, Var
 from fnarray.core.passes import consts_as_inputs
@@ -247,8 +247,7 @@ def _cond_impl(where, index, funs, names, operands):
     ops, in_tree = _flatten_operands(operands, f"{where}'s operands")
     in_avals = [aval_of(x) for x in ops]
     for fn, name in zip(funs, names, strict=True):
-        if not callable(fn):
-            raise TypeError(f"{where}: {name} must be callable, got {type(fn).__name__}")
+        check_callable(fn, where, name)
     traced = [_trace_branch(fn, name, in_tree, in_avals) for fn, name in zip(funs, names, strict=True)]
     casts = _weak_output_casts([prog.out_avals for prog, _, _ in traced])
     traced = [_trace_branch(fn, name, in_tree, in_avals, c) if any(d is not None for d in c) else t
@@ -335,9 +334,8 @@ def switch(index, branches, *operands):
 
 
 def _while_impl(where, cond_fun, body_fun, init_val, body_name="body_fun", init_name="init_val"):
-    if not callable(cond_fun) or not callable(body_fun):
-        raise TypeError(f"{where}: cond_fun and body_fun must be callable, got {type(cond_fun).__name__} "
-                        f"and {type(body_fun).__name__}")
+    check_callable(cond_fun, where, "cond_fun")
+    check_callable(body_fun, where, body_name)
     init, tree = _flatten_operands(init_val, f"{where}'s {init_name}")
     while True:  # retrace until no weak carry changes type (each change removes weakness or widens)
         avals = [aval_of(x) for x in init]
@@ -473,8 +471,7 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
 
         >>> fnarray.fori_loop(0, 5, lambda i, acc: acc + i * x, fnarray.numpy.zeros_like(x))
     """
-    if not callable(body_fun):
-        raise TypeError(f"fori_loop: body_fun must be callable, got {type(body_fun).__name__}")
+    check_callable(body_fun, "fori_loop", "body_fun (a function of the index and the carry)")
     if kernel_fori_loop is not None:   # inside a Pallas kernel body: a kernel loop carrying the refs
         loop = kernel_fori_loop(lower, upper, body_fun, init_val)
         if loop is not None:
@@ -568,8 +565,7 @@ def _scan_length(xs_avals, length):
 
 
 def _scan_impl(where, f, init, xs, length, reverse, unroll, fname="f"):
-    if not callable(f):
-        raise TypeError(f"{where}: {fname} must be callable, got {type(f).__name__}")
+    check_callable(f, where, fname)
     carry, carry_tree = _flatten_operands(init, f"{where}'s init")
     xs_leaves, xs_tree = _flatten_operands(xs, f"{where}'s xs")
     xs_full = [aval_of(x) for x in xs_leaves]

@@ -17,7 +17,7 @@ from fnarray.core import dtypes, lax
 from fnarray.core import primitives as P
 from fnarray.core.avals import get_aval
 from fnarray.core.builder import trace_to_program
-from fnarray.core.errors import check_callable
+from fnarray.core.errors import check_callable, int_tuple
 from fnarray.core.interpreter import eval_program
 from fnarray.core.passes import consts_as_inputs
 from fnarray.core.shaped import ShapedArray
@@ -73,10 +73,17 @@ def _check_rule_avals(rule, what, expected, got):
                             "; fix the rule so that its outputs match")
 
 
-def _split_nondiff(args, nondiff_argnums):
+def _split_nondiff(args, nondiff_argnums, owner):
     """``(static, dyn, rebuild)``: the arguments at ``nondiff_argnums``, the others, and a function
-    putting a new list of the others back among the static ones in their original positions."""
-    nd = {i % len(args) for i in nondiff_argnums} if args else set()
+    putting a new list of the others back among the static ones in their original positions; a ``ValueError``
+    naming ``owner`` (the ``custom_jvp``/``custom_vjp``) for a position that names none of ``args`` (was: taken
+    modulo their count)."""
+    for i in nondiff_argnums:
+        if not -len(args) <= i < len(args):
+            raise ValueError(f"{type(owner).__name__} function {getattr(owner.fun, '__name__', '')}: nondiff_argnums "
+                             f"holds {i}, but the call has {len(args)} positional arguments; pass every argument "
+                             "that nondiff_argnums names positionally")
+    nd = {i % len(args) for i in nondiff_argnums}
     static = [args[i] for i in sorted(nd)]
     dyn = [a for i, a in enumerate(args) if i not in nd]
 
@@ -111,7 +118,7 @@ class custom_jvp:
 
     def __init__(self, fun, nondiff_argnums=()):
         self.fun = check_callable(fun, "custom_jvp")
-        self.nondiff_argnums = tuple(nondiff_argnums)
+        self.nondiff_argnums = int_tuple(nondiff_argnums, "custom_jvp", "nondiff_argnums")
         self.jvp = None
         functools.update_wrapper(self, fun)
 
@@ -163,7 +170,7 @@ class custom_jvp:
         if self.jvp is None:
             raise TypeError(f"custom_jvp function {getattr(self.fun, '__name__', '')} has no JVP rule: define one "
                             "with @f.defjvp before calling it")
-        static, dyn, rebuild = _split_nondiff(args, self.nondiff_argnums)
+        static, dyn, rebuild = _split_nondiff(args, self.nondiff_argnums, self)
         direct = self._call_directly(args, static, dyn, rebuild)
         if direct is not None:
             return direct[0]
@@ -305,7 +312,7 @@ class custom_vjp:
 
     def __init__(self, fun, nondiff_argnums=()):
         self.fun = check_callable(fun, "custom_vjp")
-        self.nondiff_argnums = tuple(nondiff_argnums)
+        self.nondiff_argnums = int_tuple(nondiff_argnums, "custom_vjp", "nondiff_argnums")
         self.fwd = self.bwd = None
         functools.update_wrapper(self, fun)
 
@@ -332,7 +339,7 @@ class custom_vjp:
         if self.fwd is None:
             raise TypeError(f"custom_vjp function {getattr(self.fun, '__name__', '')} has no rule: define one "
                             "with f.defvjp(fwd, bwd) before calling it")
-        static, dyn, rebuild = _split_nondiff(args, self.nondiff_argnums)
+        static, dyn, rebuild = _split_nondiff(args, self.nondiff_argnums, self)
         flat, in_tree = tree_util.tree_flatten(tuple(dyn))
         top = find_top_trace(flat)
         if top.main.level == 0:

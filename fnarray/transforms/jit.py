@@ -824,6 +824,8 @@ class Jitted:
     def _run_hot(self, hot, bufs, leaves, dev, committed):
         """Run the hot record ``hot`` on the checked buffers ``bufs`` (its constants first) of the arrays
         ``leaves``: the outputs as arrays on ``dev`` (``committed``), in its output structure."""
+        if hot.donated and len(set(map(id, leaves))) != len(leaves):
+            _check_donation(leaves, hot.donated, self.fun)
         try:  # LRU order, per function and global: two GIL-atomic moves of int keys, no lock
             self._compiled_d.move_to_end(hot.gid)
             _GLOBAL_D.move_to_end(hot.gid)
@@ -1094,6 +1096,8 @@ class Jitted:
                 bufs.append(device.impl.scalar_to_device(x, dtypes.dtype_of_scalar(x)[0], device))
             else:
                 bufs.append(_to(x, device))
+        if self.donate_argnums and len(set(map(id, leaves))) != len(leaves):
+            _check_donation(leaves, self._donated_positions(args), self.fun)
         out_bufs = ex.exe(bufs)
         outs = [ArrayImpl.make(av, device, b, committed) for av, b in zip(ex.out_avals, out_bufs, strict=True)]
         if self.donate_argnums:
@@ -1133,6 +1137,28 @@ class Jitted:
 
 
 _PY_SCALARS = (bool, int, float, complex)
+
+
+def _check_donation(leaves, donated, fun) -> None:
+    """The ``RuntimeError`` of a call that passes a donated array again at another position (``f(a, a)`` with
+    ``donate_argnums=0``, or both donated), as XLA's and so JAX's (``INVALID_ARGUMENT``, "Toy example for this
+    bug: f(donate(a), a)"; jax-ml/jax#9635): the outputs may overwrite a donated buffer while another position
+    still reads it. ``leaves``: the call's flattened dynamic arguments; ``donated``: the positions among them that
+    are donated. Arrays are compared as objects, as JAX's are: two arrays that share a buffer inside fnarray
+    (``x.copy()`` of an immutable array) are two arguments, and the backends copy the donated one. (The hot path
+    calls it only where some object repeats.)"""
+    first: dict = {}
+    for i, x in enumerate(leaves):
+        if type(x) is not ArrayImpl:
+            continue
+        j = first.setdefault(id(x), i)
+        if j != i and (i in donated or j in donated):
+            which = "both donated" if i in donated and j in donated else f"{j if j in donated else i} donated"
+            raise RuntimeError(
+                f"jit({getattr(fun, '__name__', 'fun')}): array arguments {j} and {i} of the call (flattened, static "
+                f"arguments left out) are one array, {which} (donate_argnums): the outputs may overwrite a donated "
+                "buffer before the other argument is read, so XLA and JAX refuse f(donate(a), a). Pass a copy as "
+                "one of them (a.copy()), or do not donate it")
 
 
 def _on_device(leaves, device) -> bool:
@@ -1247,7 +1273,9 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), d
       static_argnums / static_argnames: arguments that are configuration: hashable
         values that become part of the cache key (a new value retraces).
       donate_argnums: positional arguments whose buffers the call may reuse; the
-        donated arrays are deleted after the call and using them raises.
+        donated arrays are deleted after the call and using them raises. A donated
+        array passed again in the same call (``f(a, a)``) raises ``RuntimeError``, as
+        XLA's refusal in JAX; pass a copy (``a.copy()``) instead.
       device: the device to run on (``Device`` or a string like ``"numpy:0"``);
         default: the committed inputs' device, else the default device.
       in_shardings / out_shardings: ``fnarray.sharding`` shardings (a pytree prefix of the positional
@@ -1267,6 +1295,8 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), d
         with ``device=``, an argument committed to another device.
       ConcretizationError: (when called) ``fun`` needs a concrete value of a traced
         argument (``if x > 0:``).
+      RuntimeError: (when called) a donated or deleted array, or a donated array
+        passed at two positions.
 
     Usable as a decorator, with or without arguments. As in JAX, the caches belong to ``fun`` (held weakly;
     equal callables share them), not to the returned wrapper: ``jit(f)`` made twice, or ``jit(f)(x)`` in a

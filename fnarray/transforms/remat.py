@@ -103,9 +103,8 @@ def checkpoint(fun, *, prevent_cse=True, policy=None, static_argnums=()):
       Otherwise what ``fun`` raises while it is traced (e.g. ``ConcretizationError`` for Python control
       flow on a traced value).
     """
-    if policy is not None and not callable(policy):
-        raise TypeError(f"checkpoint: policy must be None or a callable (a fnarray.checkpoint_policies policy), "
-                        f"got {type(policy).__name__}")
+    if policy is not None:
+        check_callable(policy, "checkpoint", "policy (None or a fnarray.checkpoint_policies policy)")
     check_callable(fun, "checkpoint")
     static_argnums = int_tuple(static_argnums, "checkpoint", "static_argnums")
 

@@ -21,7 +21,7 @@ from fnarray.core import dtypes, lax
 from fnarray.core import primitives as P
 from fnarray.core.avals import get_aval
 from fnarray.core.builder import trace_to_program
-from fnarray.core.errors import DTypeError, ShapeError
+from fnarray.core.errors import DTypeError, ShapeError, check_callable
 from fnarray.core.ir import Eqn, Literal, Params, Program, Var
 from fnarray.core.pallas import (ATOMIC_OPS, Block, KernelBody, pallas_atomic_p, pallas_call_p, pallas_load_p,
                                  pallas_loop_p, pallas_store_p, pallas_when_p)
@@ -733,8 +733,7 @@ def pallas_call(kernel, out_shape, *, grid_spec=None, grid=(), in_specs=None, ou
     if grid_spec is not None:
         grid, in_specs, out_specs = grid_spec.grid, grid_spec.in_specs, grid_spec.out_specs
         scratch_shapes = grid_spec.scratch_shapes or scratch_shapes
-    if not callable(kernel):
-        raise TypeError(f"pallas_call: the kernel must be a function of refs, got {type(kernel).__name__}")
+    check_callable(kernel, "pallas_call", "the kernel (a function of refs)")
     kname = name or getattr(kernel, "__name__", "kernel")
     grid_t = _grid(grid)
     out_leaves, out_tree = tree_util.tree_flatten(out_shape)

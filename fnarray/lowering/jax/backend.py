@@ -316,8 +316,9 @@ class JaxLowered(Lowered):
 
     def _unaliased(self, jitted):
         """``jitted`` with a donated buffer that the same call also passes at another position copied first: XLA
-        refuses ``f(donate(a), a)`` (``INVALID_ARGUMENT``, raw JAX too), where the other backends run it (the
-        donation then has nothing to reuse)."""
+        refuses ``f(donate(a), a)`` (``INVALID_ARGUMENT``); ``jit`` refuses one array passed twice so too
+        (``transforms/jit._check_donation``), but two arrays of fnarray may share one ``jax.Array`` (``x.copy()``
+        and ``fnp.array(x)`` of an immutable array), which JAX would see as one buffer."""
         donated = self._donate
 
         def call(*bufs):
