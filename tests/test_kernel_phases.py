@@ -7,13 +7,14 @@ own launch. Schedules only (nothing is built): the runtime counts and values are
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.lowering.kernels import phases, render_opencl
 from fnarray.lowering.kernels.int_args import IntArgs
 from fnarray.lowering.kernels.ir import BufferParam
-from helpers import cpu_opencl, decode_step
+from helpers import cpu_opencl, decode_step, require_backend
 
 W = 16
 
@@ -97,3 +98,26 @@ def test_equal_kernels_are_analysed_and_rendered_once(monkeypatch):
     rendered.clear()
     named = [state.named_source(la.kernel) for run in runs for la in run]
     assert named[:2] == named[2:4] and named[4:6] == named[6:] and len(rendered) <= 4
+
+
+def _sum_scan(x):
+    """A column sum, its running sum and a map: three small launches, each reading what the one before wrote."""
+    return fnp.cumsum(x.sum(axis=0)) + fnp.exp(x[0])
+
+
+def test_webgpu_small_launches_are_phases_of_one_work_group():
+    """On a CPU webgpu adapter (lavapipe) such a run is one dispatch of one work-group of 64 items, each phase a
+    loop over its work items strided by the group, a storage barrier before each phase that reads what the one
+    before wrote (WGSL orders invocations' storage accesses only there, within one work-group); the values are
+    numpy:0's."""
+    dev = require_backend("webgpu")[0]
+    if dev.platform != "cpu":
+        pytest.skip("merged launches are for CPU webgpu adapters (lavapipe); this one is a GPU")
+    x = np.random.default_rng(0).standard_normal((8, W)).astype(np.float32)
+    f = fa.jit(_sum_scan, device=dev)
+    lowered = f.lower(x)._backend_lowered
+    assert [la.kind for la in lowered._schedules().schedule.launches] == ["reduce", "cumulative", "map"]
+    (step,) = lowered.launch_plan().steps
+    assert step.launch.kind == "phases" and step.groups == (1, 1, 1)
+    assert "@workgroup_size(64, 1, 1)" in step.source and step.source.count("storageBarrier();") == 2
+    np.testing.assert_allclose(np.asarray(f(x)), np.asarray(fa.jit(_sum_scan, device="numpy:0")(x)), rtol=1e-6)

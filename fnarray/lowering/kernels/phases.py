@@ -1,4 +1,5 @@
-"""Consecutive small launches of a schedule as the phases of one launch of one work item (CPU OpenCL).
+"""Consecutive small launches of a schedule as the phases of one launch: of one work item (CPU OpenCL), of one
+work-group (CPU webgpu).
 
 On PoCL every launch costs its calling thread an enqueue (a lock the driver's worker threads also take) and wakes
 the worker threads, which then wait on each other's locks: measured on a growing-cache decode step (a
@@ -18,8 +19,21 @@ phase.
 The work estimate counts statements executed (a loop's body times its trip count): the merged launch runs on one
 of the device's threads, so a run is merged only while its work is small next to a launch's cost. Used by the
 OpenCL backend on CPU devices when it compiles a schedule (``merged_schedule``, after ``literals_as_args``; a
-lowered program's ``kernels()`` lists the scheduled kernels, as they were before both); GPU devices and WebGPU
-keep one launch per kernel.
+lowered program's ``kernels()`` lists the scheduled kernels, as they were before both); GPU devices keep one
+launch per kernel.
+
+WebGPU on a CPU adapter (lavapipe, ~30 us of CPU a dispatch) takes the same runs in another form (``group``): one
+launch of one *work-group* of ``group`` items, each phase a loop over its work items strided by the group (the
+first from ``local_id``), and a ``storageBarrier`` (with a ``workgroupBarrier``) before a phase that reads or
+writes what an earlier phase since the last barrier wrote, or writes what it read. WGSL orders the storage
+accesses of invocations only at a barrier, and only within one work-group, so the run is one work-group (the
+barriers are at the top of the body: uniform control flow); llvmpipe runs its items eight to a vector, not one
+work item's scalar code. A uniform binding (``BufferParam.uniform``: a product's small operand, a window) is one
+binding per buffer, length and offset, within ``max_uniform`` with the scalars' struct; a buffer some phase
+writes has one binding. Not as work-group ranges of one dispatch (each launch its own work-groups, a branch on
+the work-group's id): Mesa 22.3's llvmpipe runs an ``if`` under an execution mask, so every work-group ran every
+launch's code (docs/performance.md, "webgpu:0: small launches as phases, map windows a launch", twenty-second
+session).
 """
 
 from __future__ import annotations
@@ -165,26 +179,29 @@ def _phase_ready(launch) -> bool:
     return True
 
 
-def merged_schedule(sched: Schedule, max_buffers: int, below: int = MERGE_BELOW) -> Schedule:
+def merged_schedule(sched: Schedule, max_buffers: int, below: int = MERGE_BELOW, group: int = 1,
+                    max_uniform: int = 0) -> Schedule:
     """``sched`` with its launches merged by ``merge_small``; the same schedule where none is."""
-    return sched.with_launches(merge_small(sched.launches, max_buffers, below))
+    return sched.with_launches(merge_small(sched.launches, max_buffers, below, group, max_uniform))
 
 
-def merge_small(launches, max_buffers: int, below: int = MERGE_BELOW) -> list:
+def merge_small(launches, max_buffers: int, below: int = MERGE_BELOW, group: int = 1, max_uniform: int = 0) -> list:
     """``launches`` with each run of consecutive mergeable launches (``_phase_ready``, one ``math`` form, at most
-    ``max_buffers`` parameters, together under ``below`` statements of ``work_estimate``) as one launch (the module
-    docstring); the others as they are. A launch's own checks (``_phase_work``, walks of its IR) are made only
-    once a neighbour passes the cheap ones with it (``_joined``: stack's 100-input concatenations never do)."""
+    ``max_buffers`` parameters, at most ``max_uniform`` uniform bindings with the scalars' struct, together under
+    ``below`` statements of ``work_estimate``) as one launch of one work item (``group`` 1: OpenCL) or of one
+    work-group of ``group`` items (WebGPU) (the module docstring); the others as they are. A launch's own checks
+    (``_phase_work``, walks of its IR) are made only once a neighbour passes the cheap ones with it (``_joined``:
+    stack's 100-input concatenations never do)."""
     out: list = []
     run: list = []
     work, bindings = None, {}   # the run's work (None while its one launch is unchecked) and bindings
 
     def flush():
-        out.append(_merged(run, bindings) if len(run) > 1 else run[0])
+        out.append(_merged(run, bindings, group) if len(run) > 1 else run[0])
         run.clear()
 
     for la in launches:
-        more = _joined(run, bindings, la, max_buffers) if run else None
+        more = _joined(run, bindings, la, max_buffers, max_uniform) if run else None
         if more is not None and work is None:   # the run's one launch, checked now that ``la`` could join it
             first = _phase_work(run[0], below)
             if first is None:
@@ -210,15 +227,17 @@ def merge_small(launches, max_buffers: int, below: int = MERGE_BELOW) -> list:
     return out
 
 
-def _joined(run, bindings, launch, max_buffers) -> dict | None:
+def _joined(run, bindings, launch, max_buffers, max_uniform) -> dict | None:
     """The bindings of ``run`` (``bindings``) and ``launch`` together (``_buffers``) where ``launch`` may join
-    ``run`` by the checks that walk no IR: one ``math`` form, at most ``max_buffers`` parameters; else ``None``."""
+    ``run`` by the checks that walk no IR: one ``math`` form, at most ``max_buffers`` parameters, at most
+    ``max_uniform`` uniform bindings with the scalars' struct; else ``None``."""
     if launch.kernel.math != run[0].kernel.math:
         return None
     more = _buffers([launch], dict(bindings))
     if more is None or len(more) + sum(_scalars(x) for x in run) + _scalars(launch) > max_buffers:
         return None
-    return more
+    uniforms = _uniforms(more)
+    return None if uniforms and uniforms + 1 > max_uniform else more
 
 
 def _phase_work(launch, below):
@@ -233,18 +252,29 @@ def _scalars(launch) -> int:
     return sum(not isinstance(p, BufferParam) for p in launch.kernel.params)
 
 
+def _uniforms(bindings) -> int:
+    return sum(len(key) > 2 for key in bindings)
+
+
+def _binding(p, a) -> tuple:
+    """The binding of buffer parameter ``p`` given ``a``: ``(BufSpec, dtype)``, and for a uniform one (WGSL) its
+    length and offset too."""
+    return (a, p.dtype, p.uniform, p.offset) if p.uniform else (a, p.dtype)
+
+
 def _buffers(launches, found=None) -> dict | None:
     """The distinct bindings the launches make (after ``found``'s, which it extends), in order of first binding:
-    ``(BufSpec, dtype)`` -> writes (a buffer bound both as elements and as ``vector_dtype`` vectors is two);
-    ``None`` where a buffer some launch writes is bound with two dtypes (two ``restrict`` pointers to one written
-    buffer)."""
+    ``_binding`` -> writes (a buffer bound both as elements and as ``vector_dtype`` vectors is two); ``None`` where
+    a buffer some launch writes has two bindings (two ``restrict`` pointers to one written buffer; in WGSL, a
+    writable binding and another of one buffer in one dispatch)."""
     found = {} if found is None else found
     for la in launches:
         for p, a in zip(la.kernel.params, la.args, strict=True):
             if isinstance(p, BufferParam):
-                found[a, p.dtype] = found.get((a, p.dtype), False) or p.writes
+                key = _binding(p, a)
+                found[key] = found.get(key, False) or p.writes
     specs: dict = {}
-    for (spec, _), writes in found.items():
+    for (spec, *_), writes in found.items():
         n, w = specs.get(spec, (0, False))
         specs[spec] = (n + 1, w or writes)
     if any(n > 1 and w for n, w in specs.values()):
@@ -252,36 +282,61 @@ def _buffers(launches, found=None) -> dict | None:
     return found
 
 
-def _merged(run, buffers) -> Launch:
-    """The launches of ``run`` as one launch of one work item (the module docstring); ``buffers``: their
-    ``_buffers``."""
+def _merged(run, buffers, group=1) -> Launch:
+    """The launches of ``run`` as one launch of one work item, or of one work-group of ``group`` items (the module
+    docstring); ``buffers``: their ``_buffers``."""
     index = {key: i for i, key in enumerate(buffers)}
     dtypes: dict = {}
     params, args, body, eqns = [], [], [], []
+    fence = _Fence() if group > 1 else None
     for k, la in enumerate(run):
         rename = {}
         for p, a in zip(la.kernel.params, la.args, strict=True):
             if isinstance(p, BufferParam):
-                rename[p.name] = f"b{index[a, p.dtype]}"
+                rename[p.name] = f"b{index[_binding(p, a)]}"
                 dtypes.setdefault(rename[p.name], p)
             else:
                 rename[p.name] = f"s{k}_{p.name}"
                 params.append(ScalarParam(rename[p.name], p.dtype))
                 args.append(a)
-        body.append(_phase(la, rename, k))
+        if fence is not None and fence.needed(la) and body:
+            body.append(Barrier("global"))
+        body.append(_phase(la, rename, k, group))
         eqns.extend(la.eqns)
     # buffer parameters first, in order of first binding, each writable where any phase writes it
     bufs = [dataclasses.replace(dtypes[f"b{i}"], name=f"b{i}", writes=w) for i, w in enumerate(buffers.values())]
     first = run[0].kernel
     name = "phases_" + "_".join(la.kernel.name for la in run)[:_NAME_MAX].rstrip("_")
     kernel = dataclasses.replace(first, name=name, params=tuple(bufs) + tuple(params), body=tuple(body),
-                                 local_size=(1,))
-    return Launch(kernel, tuple(spec for spec, _ in buffers) + tuple(args), (1,), (1,), eqns, "phases")
+                                 local_size=(group,))
+    return Launch(kernel, tuple(spec for spec, *_ in buffers) + tuple(args), (group,), (group,), eqns, "phases")
 
 
-def _phase(launch, rename, k) -> For:
+class _Fence:
+    """Where a one-work-group run needs a barrier: before a phase that reads or writes a buffer an earlier phase
+    since the last barrier wrote, or writes one such a phase read (another item may touch that element)."""
+
+    def __init__(self):
+        self.read, self.written = set(), set()
+
+    def needed(self, launch) -> bool:
+        """Whether a barrier must come before ``launch`` (which then counts as the first phase after it)."""
+        read = {a for p, a in zip(launch.kernel.params, launch.args, strict=True)
+                if isinstance(p, BufferParam) and not p.writes}
+        written = {a for p, a in zip(launch.kernel.params, launch.args, strict=True)
+                   if isinstance(p, BufferParam) and p.writes}
+        clash = bool(written & (self.read | self.written) or read & self.written)
+        if clash:
+            self.read, self.written = set(), set()
+        self.read |= read
+        self.written |= written
+        return clash
+
+
+def _phase(launch, rename, k, items=1) -> For:
     """``launch``'s body as a loop over its work items, ``global_id(0)`` the loop counter (its group and its place
-    in it: the counter's quotient and remainder by the work-group size), its parameters renamed by ``rename``."""
+    in it: the counter's quotient and remainder by the work-group size), its parameters renamed by ``rename``; the
+    loop of one work item (``items`` 1) or shared by the ``items`` work items of one work-group, strided by it."""
     kernel = launch.kernel
     taken = {e.name for e in walk_exprs(kernel.body) if isinstance(e, Sym)}
     taken |= {getattr(s, "name", None) for s in walk_stmts(kernel.body)} | {getattr(s, "var", None)
@@ -306,7 +361,8 @@ def _phase(launch, rename, k) -> For:
         return e
 
     body = map_exprs(kernel, expr).body
-    return For(var, const(0, INT32), size, const(1, INT32), tuple(_renamed_stores(body, rename)))
+    start = const(0, INT32) if items == 1 else Special("local_id", 0)
+    return For(var, start, size, const(items, INT32), tuple(_renamed_stores(body, rename)))
 
 
 def _renamed_stores(stmts, rename):

@@ -81,7 +81,7 @@ from fnarray.lowering.kernels import Schedule, schedule_program, tuning
 from fnarray.lowering.kernels.lowered import KernelLowered, taken_over
 from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.lowering.kernels.schedule import CALLS, REDUCTIONS, SCHEDULED
-from fnarray.lowering.kernels import deferred, facts, wgsl
+from fnarray.lowering.kernels import deferred, facts, phases, wgsl
 from fnarray.core.fft import fft_p
 from fnarray.core.quantized import quantized_matmul_p
 from fnarray.core.pallas import pallas_call_p
@@ -185,6 +185,9 @@ CPU_REDUCE_PER_ITEM = (16, 4096)
 #: costs ~30-40 us of CPU: the staged jacobian sweep's map-form programs 2 launches -> 1, 280 -> 200 a sweep, as
 #: on opencl)
 CPU_RECOMPUTE = 1024
+#: ``kernels/phases.py``'s bound on a CPU adapter: consecutive small launches whose work together stays under this
+#: many statements (``phases.work_estimate``) run as the phases of one work-group of one dispatch
+CPU_PHASES_BELOW = 1 << 16
 #: Free buffers the pool keeps per byte size: ``_POOLED_PER_SIZE``, and more of a small size, up to
 #: ``_POOLED_SMALL_BYTES`` of them and ``_POOLED_SMALL_MOST`` buffers (each wgpu-py buffer costs ~1.5 KB of host
 #: memory). A new buffer costs ~90 us of the calling thread (``create_buffer``) and more in lavapipe's threads:
@@ -219,6 +222,11 @@ PORTABLE_LIMITS = {
 #: 14 at 32, 0.80x the CPU time; tenth session). ``fa.export.webgpu`` schedules under ``portable_limits()``
 #: (8), so bundles run everywhere.
 NATIVE_STORAGE_BUFFERS = 32
+#: Uniform buffers per stage asked of a native adapter, up to what it offers (lavapipe: 15), where
+#: ``PORTABLE_LIMITS`` gives 12: a map's 64 KiB windows (``groups/base.py``'s ``map_uniform``) take several a
+#: launch where their uniform bindings fit (the VAE step's momentum update, 6 bindings a window: 1 window a launch
+#: at 12, 2 at 15). The products' windows stay within the portable 12 (``_uniform_windows``).
+NATIVE_UNIFORM_BUFFERS = 15
 _PORTABLE = contextvars.ContextVar("fnarray_webgpu_portable", default=False)
 
 
@@ -259,12 +267,15 @@ def _subgroup_lanes(gpu, caps) -> int:
     return bits // 32 if gpu.has_subgroups else 0
 
 
-def _uniform_windows(gpu) -> tuple:
+def _uniform_windows(gpu, native=False) -> tuple:
     """``(bindings, alignment)`` of the scheduler option ``dot_uniform_windows`` (``groups/dot.py``: a product's
-    large operand bound as several uniform windows): the device's uniform buffers per shader stage less the one of
-    the kernel's scalars, and its ``minUniformBufferOffsetAlignment`` (bytes)."""
+    large operand bound as several uniform windows): the device's uniform buffers per shader stage (within
+    ``PORTABLE_LIMITS``' 12 unless ``native``) less the one of the kernel's scalars, and its
+    ``minUniformBufferOffsetAlignment`` (bytes)."""
     lim = gpu.device.limits
-    return (max(0, lim.get("max-uniform-buffers-per-shader-stage", 12) - 1),
+    key = "max-uniform-buffers-per-shader-stage"
+    bindings = lim.get(key, 12) if native else min(lim.get(key, 12), PORTABLE_LIMITS[key])
+    return (max(0, bindings - 1),
             max(16, lim.get("min-uniform-buffer-offset-alignment", 256)))
 
 
@@ -273,8 +284,10 @@ def _map_options(gpu) -> dict:
     (``groups/base.py``: a work item's four flat elements read from each float32 operand at its own element as one
     vec4 and stored as one) and ``map_uniform`` (there, each such operand of 16-64 KiB read through a uniform
     binding, whose lanes lavapipe gathers at once: 16K-element momentum updates 0.40x the vec4 storage time; a
-    larger map launched once per 64 KiB window of its operands: the VAE's update 0.12x its CPU time)."""
-    return {"map_vec4": True, "map_uniform": (_uniform_windows(gpu)[0], CPU_DOT_UNIFORM, CPU_MAP_UNIFORM_LEAST)}
+    larger map launched in 64 KiB windows of its operands, the VAE's update 0.12x its CPU time, as many full
+    windows a launch as the device's uniform buffers hold: ``NATIVE_UNIFORM_BUFFERS``)."""
+    return {"map_vec4": True, "map_uniform": (_uniform_windows(gpu, native=True)[0], CPU_DOT_UNIFORM,
+                                              CPU_MAP_UNIFORM_LEAST)}
 
 
 def _import_wgpu():
@@ -428,12 +441,14 @@ class _GPU:
             return self._device
         lim = self.adapter.limits
         # The compute limits every WebGPU implementation (a browser included) gives by default: the device
-        # is made with those, except the storage buffers per stage (the adapter's, up to
-        # NATIVE_STORAGE_BUFFERS; exports schedule within PORTABLE_LIMITS' 8). Buffer sizes are the adapter's.
+        # is made with those, except the storage and uniform buffers per stage (the adapter's, up to
+        # NATIVE_STORAGE_BUFFERS and NATIVE_UNIFORM_BUFFERS; exports schedule within PORTABLE_LIMITS' 8 storage
+        # buffers, and no map windows). Buffer sizes are the adapter's.
         want = {k: min(v, lim[k]) for k, v in PORTABLE_LIMITS.items() if k in lim}
-        key = "max-storage-buffers-per-shader-stage"
-        if key in lim:
-            want[key] = max(want[key], min(NATIVE_STORAGE_BUFFERS, lim[key]))
+        for key, most in (("max-storage-buffers-per-shader-stage", NATIVE_STORAGE_BUFFERS),
+                          ("max-uniform-buffers-per-shader-stage", NATIVE_UNIFORM_BUFFERS)):
+            if key in lim:
+                want[key] = max(want[key], min(most, lim[key]))
         want.update({k: lim[k] for k in ("max-storage-buffer-binding-size", "max-buffer-size") if k in lim})
         feats = ["shader-f16"] if self.has_f16 else []
         if self.has_subgroups:
@@ -956,14 +971,25 @@ class WebGPULowered(KernelLowered):
         return _named_source(kernel)
 
     def _compile_schedule(self, sched):
-        return _Plan(self.backend.gpu, sched).executable()
+        return _Plan(self.backend.gpu, self._dispatched(sched)).executable()
+
+    def _dispatched(self, sched):
+        """``sched`` as dispatched: on a CPU adapter (native, not browser bundles), consecutive small launches as
+        the phases of one work-group of one dispatch (``kernels/phases.py``: lavapipe costs ~30 us of CPU a
+        dispatch however little it holds)."""
+        caps = self.backend.capabilities(self.device)
+        if caps.tiling_pays or _PORTABLE.get():
+            return sched
+        uniform = self.backend.gpu.limits.get("max-uniform-buffers-per-shader-stage", 12)
+        return phases.merged_schedule(sched, caps.max_buffers_per_kernel, CPU_PHASES_BELOW, DEFAULT_GROUP_SIZE,
+                                      uniform)
 
     def launch_plan(self):
         """What ``compile()`` runs, for a straight-line program: a plan with value slots (``n_inputs``,
         ``allocs``), ``steps`` in dispatch order (WGSL source, entry, bound slots, work-groups, launch) and
         ``outputs``; ``None`` when the host drives control flow. The browser export reads it."""
         plan = self._schedules()
-        return None if plan.host_driven else _Plan(self.backend.gpu, plan.schedule)
+        return None if plan.host_driven else _Plan(self.backend.gpu, self._dispatched(plan.schedule))
 
 
 def _named_source(kernel):

@@ -375,6 +375,8 @@ class EquationGroup(Group):
 #: Elements of a one-byte dtype in a 32-bit word: what a work item computes where the kernel stores words
 #: (``MapGroup.packed_roots``).
 WORD = 4
+#: The most windows of ``MapGroup.chunk_launches`` one launch takes (past the uniform buffers' own bound).
+MAP_WINDOWS_MOST = 8
 
 
 class MapGroup(Group):
@@ -500,7 +502,7 @@ class MapGroup(Group):
                     and math.prod(self.shape) % 4 == 0)
 
     def uniform_chunks(self) -> bool:
-        """Whether this map kernel is launched once per ``bytes`` of its elements (``chunk_launches``): the
+        """Whether this map kernel is launched in windows of ``bytes`` of its elements (``chunk_launches``): the
         scheduler option ``map_uniform`` ``(bindings, bytes, least)`` (webgpu on a CPU adapter), float32 results of more
         than ``bytes``, no guests. A horizontal kernel (``groups/horizontal.py``) launches such a member apart,
         before its other members (no data passes between them)."""
@@ -512,29 +514,54 @@ class MapGroup(Group):
     def chunk_launches(self, choice) -> list:
         """One launch per ``bytes`` (``map_uniform``) of the elements, each reading its window of every float32
         operand of the map's size through a uniform binding (``_emit_vector4``; a window's offset is a multiple of
-        64 KiB, within ``minUniformBufferOffsetAlignment``). Launched in order on one queue, as separate kernels:
-        their element ranges are disjoint, so the results are the one kernel's."""
+        64 KiB, within ``minUniformBufferOffsetAlignment``), several full windows a launch where their bindings
+        fit the stage's uniform buffers (``_windows_a_launch``: a work item takes its vector of each). Launched
+        in order on one queue, as separate kernels: their element ranges are disjoint, so the results are the one
+        kernel's."""
         ctx = self.ctx
         items, step = math.prod(self.shape) // 4, ctx.opts["map_uniform"][1] // 16
-        built: dict = {}   # vectors a launch -> (its launch, its first vector): the others differ in offsets
+        built: dict = {}   # (vectors, windows) a launch -> (its launch, its first vector): the others differ in offsets
         launches = []
-        for c0 in range(0, items, step):
+        c0, full = 0, items // step
+        per = self._windows_a_launch(choice, step) if full > 1 else 1
+        while c0 < items:
             count = min(step, items - c0)
-            if count not in built:
-                b = KernelBuilder("k")
-                args: dict = {}
-                tracker = Tracker(ctx)
-                em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
-                gid, gsize, lsize = ctx.gid(b, count, choice["wg"])
-                self._emit_vector4(b, em, args, gid, b.scalar("n"), (b.scalar("base"), c0, count))
-                b.name = kernel_name("map", tracker.eqns)
-                built[count] = (make_launch(b, args, {"n": 4 * (c0 + count), "base": c0}, gsize, lsize,
-                                            tracker.eqns, "map"), c0)
-            launches.append(_moved(*built[count], c0, count))
+            windows = min(per, (items - c0) // step) if count == step else 1
+            if (count, windows) not in built:
+                built[count, windows] = (self._window_launch(choice, c0, count, windows), c0)
+            launch, first = built[count, windows]
+            launches.append(_moved(launch, first, c0, count * windows))
+            c0 += count * windows
         if not all(vectors_fit(ctx.caps, launch) for launch in launches):
             self.scalar_items = True
             return self._gen(True, choice)
         return launches
+
+    def _window_launch(self, choice, c0, count, windows):
+        """The launch of ``windows`` consecutive windows of ``count`` vectors from vector ``c0``: each work item
+        takes its vector of every window (``_emit_vector4`` once a window, the window's offset a constant)."""
+        ctx = self.ctx
+        b = KernelBuilder("k")
+        args: dict = {}
+        tracker = Tracker(ctx)
+        em = ctx.emitter(b, args=args, computes=set(self.roots), tracker=tracker)
+        gid, gsize, lsize = ctx.gid(b, count, choice["wg"])
+        base, n = b.scalar("base"), b.scalar("n")
+        for w in range(windows):
+            at = base if w == 0 else op("add", base, const(w * count, INT32))
+            self._emit_vector4(b, em, args, gid, n, (at, c0 + w * count, count))
+        b.name = kernel_name("map", tracker.eqns)
+        return make_launch(b, args, {"n": 4 * (c0 + windows * count), "base": c0}, gsize, lsize, tracker.eqns, "map")
+
+    def _windows_a_launch(self, choice, step) -> int:
+        """How many full windows one launch takes: as many as the stage's uniform buffers hold the bindings of
+        (``map_uniform``'s ``bindings``; ``MAP_WINDOWS_MOST`` at most), the one-window kernel's uniform bindings
+        each. A lavapipe dispatch costs ~30 us of CPU however little it holds (``kernels/phases.py``); one
+        dispatch of several windows' work items each in a branch by work-group ran every branch (Mesa 22.3)."""
+        one = self._window_launch(choice, 0, step, 1)
+        bound = sum(isinstance(p, BufferParam) and bool(p.uniform) for p in one.kernel.params)
+        room = self.ctx.opts["map_uniform"][0]
+        return max(1, min(MAP_WINDOWS_MOST, room // bound)) if bound else 1
 
     def _emit_vector4(self, b, em, args, gid, limit, window=None):
         """Elements ``4 gid .. 4 gid + 3`` of the roots (``vector_items``): each float32 buffer that the roots read
@@ -593,8 +620,9 @@ class MapGroup(Group):
 
 
 def _moved(launch, first, c0, count):
-    """``launch`` (a window launch of ``MapGroup.chunk_launches``, built at vector ``first``) at vector ``c0``: its
-    uniform windows' offsets moved along and its scalars ``n``, ``base`` set; the kernel's source is the same."""
+    """``launch`` (a window launch of ``MapGroup.chunk_launches``, built at vector ``first``) at vector ``c0``, its
+    windows ``count`` vectors in all: its uniform windows' offsets moved along and its scalars ``n``, ``base`` set;
+    the kernel's source is the same."""
     if c0 == first:
         return launch
     offsets = {p.name: p.offset + 16 * (c0 - first) for p in launch.kernel.params
