@@ -47,7 +47,7 @@ def test_breakdown_child(name, capsys, monkeypatch):
     assert {"wait", "other"} <= set(out["parts_ms"])
     assert set(out["parts_ms"]) - {"wait", "other"} <= KERNEL_PARTS.get(platform, set())
     if platform == "opencl":   # one program build for the whole jitted step, whatever its number of kernels
-        assert out["counts"].get("build", 0) <= 1 and out["counts"]["render"] == out["counts"]["launch"], out
+        assert out["counts"].get("build", 0) <= 1 and 1 <= out["counts"]["render"] <= out["counts"]["launch"], out
 
 
 def test_breakdown_table(monkeypatch, capsys):

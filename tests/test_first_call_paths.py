@@ -54,7 +54,8 @@ def test_growing_cache_traces_and_lowers_once_per_shape(device, monkeypatch):
             np.testing.assert_allclose(np.asarray(cache), want[i][0], rtol=1e-6)
             np.testing.assert_allclose(np.asarray(out), want[i][1], rtol=2e-5, atol=1e-6)
     assert traces == [(n, W) for n in range(1, 7)]
-    assert len(lowered) == 6
+    # mlx:0: lengths 2-6 are one program up to its sizes, lowered once (``core/size_free.py``); length 1 is its own
+    assert len(lowered) == (2 if str(device).startswith("mlx") else 6)
 
 
 def _var(*shape):
