@@ -29,6 +29,7 @@ for _ns in (numpy, numpy.linalg, numpy.fft):  # eager calls of fnp's functions r
     _eager_jit.install(_ns, excluded=numpy._extras.NOT_ARRAY_RESULTS if _ns is numpy else ())
 # fnp.multiply(x, y) of concrete arrays takes the operators' fast path (a miss: the general path under eager_jit's)
 _eager_ops.install_namespace(numpy, _eager_jit.wrapped)
+_eager_jit.install_methods(numpy)  # x @ y, x.T, x.sum(...) ask a backend's rule of any shape first
 
 __version__ = "0.1.0"
 

@@ -15,6 +15,7 @@ import pytest
 import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.devices import memory, shapeless
+from fnarray.lowering.mlx import shapeless as mlx_shapeless
 from fnarray.transforms import eager_jit
 from helpers import decode_step, no_shapeless_rules, python_calls, require_backend
 
@@ -78,6 +79,8 @@ def test_each_rule_equals_the_keyed_path_and_numpy(name, dev, monkeypatch):
         frames = python_calls(lambda: call(*xs))
         got = call(*xs)
         assert "bind" not in frames and eager_jit.cache_info()["tapes"] == tapes, frames
+        if name in ("T", "matmul", "sum keepdims"):  # ``ArrayImpl``'s methods ask the rule itself (no wrapper)
+            assert frames[2] == "method" and "f" not in frames, frames
         with monkeypatch.context() as m:
             no_shapeless_rules(m)
             want = call(*xs)
@@ -104,6 +107,8 @@ def test_calls_the_rules_do_not_take_reach_the_keyed_path(dev, monkeypatch):
     xi = fa.device_put(F.astype(np.int32), dev)
     keyed = [
         (lambda: fnp.exp(xi), np.exp(F.astype(np.int32))),  # another dtype
+        (lambda: xi.sum(axis=0) + (xi @ xi.T)[0, 0], F.astype(np.int32).sum(0)  # (``ArrayImpl``'s methods too)
+         + (F.astype(np.int32) @ F.astype(np.int32).T)[0, 0]),
         (lambda: x - fa.device_put(F[0], dev), F - F[0]),  # a rank promotion
         (lambda: fnp.sum(x, axis=1, dtype=fnp.float32), F.sum(1)),  # a keyword at another value than its default
         (lambda: fnp.exp(big), np.full(big.shape, np.e)),  # past memory.SMALL_BYTES
@@ -144,15 +149,18 @@ def test_a_record_under_way_takes_no_rule(dev):
 def test_a_growing_decode_step_is_a_few_python_calls_an_operation(dev):
     """The decode step of ``benchmarks/programs.py`` on a cache of a length no call made: each of its nine
     operations one rule (issue 28, twenty-first session: 1044-1250 Python calls a first call on main, ~75 on a
-    key's second call; here 52 either way, counted alone), with the values of NumPy in float64."""
+    key's second call; here 52 either way, counted alone; twenty-second session: 40 on new shapes, 18 on the same
+    ones, with ``x @ y``, ``x.T``, ``x.sum`` asking the rules themselves and the operands' avals known), with the
+    values of NumPy in float64."""
     step = decode_step(fnp)
     q = fa.device_put(RNG.standard_normal((1, 5)).astype(np.float32), dev)
     row = fa.device_put(ROW, dev)
     cache = fa.device_put(RNG.standard_normal((11, 5)).astype(np.float32), dev)
     first = python_calls(lambda: step(cache, q, row))
     second = python_calls(lambda: step(cache, q, row))
-    assert len(first) <= 70 and len(second) <= 70, (len(first), len(second))
+    assert len(first) <= 44 and len(second) <= 26, (len(first), len(second))
     assert "bind" not in first and "_miss" not in first and "_early" not in first, first
+    mlx_shapeless._forget()  # (the interned and known avals emptied: the rules test the operands again)
     got_cache, got = step(cache, q, row)
     want_cache, want = decode_step(np)(*(np.asarray(a, np.float64) for a in (cache, q, row)))
     np.testing.assert_array_equal(np.asarray(got_cache), want_cache.astype(np.float32))

@@ -328,15 +328,18 @@ def _shapeless(name, args, memo, *head):
     if rule is None or array_impl.recording is not None or placement.debug_check is not None:
         return None
     out = rule(args, _NO_KWARGS)
-    fn = getattr(rule, "fn", None)
-    if out is not None and fn is not None:
-        dev = out._device
-        memo[0] = head + (dev, config.generation, fn, out.aval, None, _OpEntry(fn, None, out.aval, dev))
+    if out is not None:
+        fn = getattr(rule, "fn", None)
+        if fn is not None:
+            memo[0] = head + (out._device, config.generation, fn, out.aval, None, _RULE_ENTRY)
     return out
 
 
 _RULES = shapeless.RULES
 _NO_KWARGS: dict = {}
+# the entry of a last hit that a rule of any shape made (``_shapeless``): in no cache, so never forgotten; only its
+# ``used`` flag is written (one object for all, not one made at each call of a growing loop)
+_RULE_ENTRY = _OpEntry(None, None, None, None)
 
 
 def _miss(code, general, x, *other, raw=None):

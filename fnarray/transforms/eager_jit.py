@@ -74,7 +74,7 @@ from fnarray.devices.eager_ops import _fast_now
 from fnarray.transforms import eager_tape
 from fnarray.transforms.jit import Jitted
 
-__all__ = ["install", "cache_info", "wrapped"]
+__all__ = ["install", "install_methods", "cache_info", "wrapped"]
 
 _POLICY: dict = {}   # id(device) -> its Capabilities.eager_programs (devices live as long as the process)
 
@@ -859,6 +859,77 @@ def wrapped(f):
     """The function that ``f`` wraps where ``f`` is one of this module's wrappers (``install``), else None: its
     general path, without the key's program (``eager_ops`` runs it for an operator's first call on a new shape)."""
     return f.__wrapped__ if f in _WRAPPED else None
+
+
+def _rule_first(ns, name, generic):
+    """``ArrayImpl``'s method ``generic`` (``Array``'s, which calls ``ns``'s function ``name`` on the array and its
+    arguments) with the backend's rule of any shape (``_SHAPELESS``) asked first on a device that has rules (the rule
+    tests the dtype), under the wrapper's own tests, then that function itself: ``x.sum(axis=-1)`` on mlx:0's
+    float32 reaches MLX two Python frames sooner (``Array``'s forwarding method and the wrapper), other calls one
+    sooner (``Array``'s method)."""
+    qualname = f"{ns.__name__}.{name}"
+
+    def method(self, *args, **kwargs):
+        if (id(self._device) in _SERVED and (tracing.plain or _fast_now())
+                and placement.debug_check is None and array_impl.recording is None):
+            rule = _SHAPELESS.get(qualname)
+            if rule is not None:
+                out = rule((self, *args), kwargs)
+                if out is not None:
+                    return out
+        return getattr(ns, name)(self, *args, **kwargs)
+    method.__name__, method.__doc__ = generic.__name__, generic.__doc__
+    return method
+
+
+def _rule_first_unary(ns, name, generic):
+    """``_rule_first`` of a method of ``self`` alone (``x.T``), which packs no arguments."""
+    qualname = f"{ns.__name__}.{name}"
+
+    def method(self):
+        if (id(self._device) in _SERVED and (tracing.plain or _fast_now())
+                and placement.debug_check is None and array_impl.recording is None):
+            rule = _SHAPELESS.get(qualname)
+            if rule is not None:
+                out = rule((self,), _NO_KWARGS)
+                if out is not None:
+                    return out
+        return getattr(ns, name)(self)
+    method.__name__, method.__doc__ = generic.__name__, generic.__doc__
+    return method
+
+
+def _rule_first_binary(ns, name, generic):
+    """``_rule_first`` of an operator (``x @ y``), which packs no arguments; an operand that is no ``ArrayImpl``
+    takes ``generic`` (``Array``'s operator: ``NotImplemented`` for a foreign one)."""
+    qualname = f"{ns.__name__}.{name}"
+
+    def method(self, other):
+        if type(other) is not ArrayImpl:
+            return generic(self, other)
+        if (id(self._device) in _SERVED and (tracing.plain or _fast_now())
+                and placement.debug_check is None and array_impl.recording is None):
+            rule = _SHAPELESS.get(qualname)
+            if rule is not None:
+                out = rule((self, other), _NO_KWARGS)
+                if out is not None:
+                    return out
+        return getattr(ns, name)(self, other)
+    method.__name__, method.__doc__ = generic.__name__, generic.__doc__
+    return method
+
+
+_NO_KWARGS: dict = {}
+
+
+def install_methods(ns) -> None:
+    """Give ``ArrayImpl`` the methods of ``_rule_first`` over ``Array``'s (``ns``: ``fnarray.numpy``, whose functions
+    they call): ``@``, ``.T``, ``.sum``, ``.max``, ``.min``."""
+    from fnarray.core.array import Array
+    for name in ("sum", "max", "min"):
+        setattr(ArrayImpl, name, _rule_first(ns, name, getattr(Array, name)))
+    ArrayImpl.__matmul__ = _rule_first_binary(ns, "matmul", Array.__matmul__)
+    ArrayImpl.T = property(_rule_first_unary(ns, "transpose", Array.T.fget), doc=Array.T.__doc__)
 
 
 def install(ns, excluded=(), private=()) -> None:

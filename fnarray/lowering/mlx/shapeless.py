@@ -13,8 +13,10 @@ themselves), from the arguments alone, for:
 - ``sum``, ``max`` and ``min`` over int or tuple axes, with ``keepdims``.
 
 Each operand must be a float32, not weakly typed, non-empty array on a device whose operations run on MLX's one
-device (``mlx[cpu]`` without a GPU: no stream to pick) with an ``mx.array`` buffer, and the result at most
-``memory.SMALL_BYTES`` (the size the general path checks against the device's memory above). Anything else
+device (``mlx[cpu]`` without a GPU: no stream to pick) with an ``mx.array`` buffer, and each operand and the
+result at most ``memory.SMALL_BYTES`` (the size the general path checks against the device's memory above). The
+rules' results have one interned aval per shape (``_KNOWN``), so an operand made by a rule skips the tests of its
+aval (a growing loop's shapes are new at every step: no last hit serves them). Anything else
 (another dtype, a Python scalar operand, a rank promotion, an error to raise: a contraction that does not match,
 an axis out of range) returns None and takes the keyed path, which raises its own errors.
 ``tests/test_mlx_shapeless.py`` compares every rule with the general path and NumPy.
@@ -40,6 +42,14 @@ _MXA = mx.array if mx is not None else None
 _DEVICES: set = set()  # ids of the devices the rules serve (``rules``; devices live as long as the process)
 
 _AVALS: dict = {}  # shape -> its float32 aval: one object per shape, as the executables' outputs share one
+# The ids of ``_AVALS``' avals and of the other avals ``_plain_aval`` passed (kept alive there and in ``_PASSED``,
+# so no other live aval has one): float32, strong, non-empty and at most ``_MAX_ELEMENTS`` (the rules make no
+# other), so an operand whose aval is one of them needs no test of those; a growing loop's results all are, and
+# its placed operands (``q``, a new row) are after their first test.
+_KNOWN: set = set()
+_PASSED: list = []
+# (shape, other shape) of two operands of one rank that broadcast -> their result's aval (``_binary``)
+_PAIRS: dict = {}
 _MX_NAME = {P.div: "divide"}  # MLX's names of the primitives whose rule is one expression of an MLX function
 
 
@@ -53,8 +63,10 @@ def _aval(shape):
     av = _AVALS.get(shape)
     if av is None:
         if len(_AVALS) >= 4096:
-            _AVALS.clear()
-        av = _AVALS[shape] = ShapedArray(shape, _F32)
+            _forget()
+        av = ShapedArray(shape, _F32)
+        _KNOWN.add(id(av))  # (before ``_AVALS`` keeps it: ``_forget``)
+        _AVALS[shape] = av
     return av
 
 
@@ -74,7 +86,29 @@ def _plain(x) -> bool:
     if type(x) is not ArrayImpl or type(x._buf) is not _MXA or id(x._device) not in _DEVICES:
         return False
     av = x.aval
-    return av.dtype == _F32 and not av.weak_type and 0 not in av.shape
+    return id(av) in _KNOWN or _plain_aval(av)
+
+
+def _plain_aval(av) -> bool:
+    """``av`` is float32, strongly typed, non-empty and of at most ``_MAX_ELEMENTS`` (what ``_KNOWN``'s avals are;
+    one that passes joins them)."""
+    if av.dtype == _F32 and not av.weak_type and 0 not in av.shape and math.prod(av.shape) <= _MAX_ELEMENTS:
+        if len(_PASSED) >= 4096:
+            _forget()
+        _KNOWN.add(id(av))  # (before the reference is kept: ``_forget`` may run between, in another thread)
+        _PASSED.append(av)
+        return True
+    return False
+
+
+def _forget():
+    """Empty the interned avals and what is known of them; ``_KNOWN`` first and last, so that an id another thread
+    adds meanwhile (before it keeps the aval, ``_aval`` and ``_plain_aval``) is never left without its aval."""
+    _KNOWN.clear()
+    _AVALS.clear()
+    _PASSED.clear()
+    _PAIRS.clear()
+    _KNOWN.clear()
 
 
 def _elementwise(prim, arity):
@@ -96,8 +130,7 @@ def _unary(fn):
         if type(x) is not ArrayImpl:
             return None
         av, buf, dev = x.aval, x._buf, x._device
-        if (type(buf) is not _MXA or av.dtype != _F32 or av.weak_type or id(dev) not in _DEVICES
-                or 0 in av.shape or math.prod(av.shape) > _MAX_ELEMENTS):
+        if type(buf) is not _MXA or id(dev) not in _DEVICES or (id(av) not in _KNOWN and not _plain_aval(av)):
             return None
         r = ArrayImpl()  # (``_result`` inline: the aval is the operand's)
         r.aval, r._device, r._buf, r._committed, r._host = av, dev, fn(buf), x._committed, None
@@ -116,20 +149,37 @@ def _binary(fn):
         a, b, dev = x.aval, y.aval, x._device
         xb, yb = x._buf, y._buf
         if (type(xb) is not _MXA or type(yb) is not _MXA or y._device is not dev or id(dev) not in _DEVICES
-                or a.dtype != _F32 or b.dtype != _F32 or a.weak_type or b.weak_type):
+                or (id(a) not in _KNOWN and not _plain_aval(a)) or (id(b) not in _KNOWN and not _plain_aval(b))):
             return None
-        shape = a.shape
-        if shape != b.shape:
-            if len(shape) != len(b.shape):  # a rank promotion: the keyed path (and its checks)
-                return None
-            shape = broadcast_same_rank(shape, b.shape)
-            if shape is None:
-                return None
-        if 0 in shape or math.prod(shape) > _MAX_ELEMENTS:
-            return None
-        return _result(shape, dev, fn(xb, yb), x._committed or y._committed)
+        sa = a.shape
+        if a is not b and sa != b.shape:
+            a = _PAIRS.get((sa, b.shape))
+            if a is None:
+                a = _broadcast(sa, b.shape)
+                if a is None:
+                    return None
+        elif id(a) not in _KNOWN:  # (the result's aval is the interned one of its shape)
+            a = _aval(sa)
+        r = ArrayImpl()  # (``_result`` inline)
+        r.aval, r._device, r._buf, r._committed, r._host = a, dev, fn(xb, yb), x._committed or y._committed, None
+        return r
     rule.fn = fn
     return rule
+
+
+def _broadcast(sa, sb):
+    """The aval of NumPy's broadcast of shapes ``sa`` and ``sb`` (each of an operand ``_binary`` takes), kept in
+    ``_PAIRS``; None where their ranks differ (a rank promotion: the keyed path and its checks) or they do not fit
+    or the result is larger than ``_MAX_ELEMENTS``."""
+    if len(sa) != len(sb):
+        return None
+    shape = broadcast_same_rank(sa, sb)
+    if shape is None or math.prod(shape) > _MAX_ELEMENTS:
+        return None
+    if len(_PAIRS) >= 4096:
+        _PAIRS.clear()
+    out = _PAIRS[(sa, sb)] = _aval(shape)
+    return out
 
 
 def _matmul(args, kwargs):
@@ -146,12 +196,14 @@ def _matmul(args, kwargs):
         return None
     m = _LAST_MATMUL[0]
     if m[0] is not av or m[1] is not bv or m[2] is not dev:  # (the last served avals: checked already)
-        if (id(dev) not in _DEVICES or av.dtype != _F32 or bv.dtype != _F32 or av.weak_type or bv.weak_type):
+        if (id(dev) not in _DEVICES or (id(av) not in _KNOWN and not _plain_aval(av))
+                or (id(bv) not in _KNOWN and not _plain_aval(bv))):
             return None
         a, b = av.shape, bv.shape
-        if len(a) != 2 or len(b) != 2 or a[1] != b[0] or 0 in a or 0 in b or a[0] * b[1] > _MAX_ELEMENTS:
+        if len(a) != 2 or len(b) != 2 or a[1] != b[0] or a[0] * b[1] > _MAX_ELEMENTS:
             return None
-        m = _LAST_MATMUL[0] = (av, bv, dev, _aval((a[0], b[1])))
+        out = (a[0], b[1])
+        m = _LAST_MATMUL[0] = (av, bv, dev, _AVALS.get(out) or _aval(out))
     r = ArrayImpl()
     r.aval, r._device, r._buf, r._committed, r._host = m[3], dev, mx.matmul(xb, yb), x._committed or y._committed, None
     return r
@@ -174,14 +226,20 @@ def _transpose(args, kwargs):
             return r
     if not _plain(x):
         return None
-    shape = x.aval.shape
+    av = x.aval
+    shape = av.shape
     n = len(shape)
-    if n < 2 or math.prod(shape) > _MAX_ELEMENTS:
+    if n < 2:
         return None
     if axes is None:
-        out = _result(shape[::-1], x._device, mx.transpose(x._buf), x._committed)
-        _LAST_T[0] = (x.aval, x._device, out.aval)
-        return out
+        t = shape[::-1]
+        out = _AVALS.get(t)
+        if out is None:
+            out = _aval(t)
+        r = ArrayImpl()  # (``_result`` inline)
+        r.aval, r._device, r._buf, r._committed, r._host = out, x._device, mx.transpose(x._buf), x._committed, None
+        _LAST_T[0] = (av, x._device, out)
+        return r
     if type(axes) not in (tuple, list) or sorted(axes) != list(range(n)) or not all(type(i) is int for i in axes):
         return None
     return _result(tuple([shape[i] for i in axes]), x._device, mx.transpose(x._buf, axes), x._committed)
@@ -201,7 +259,7 @@ def _concatenate(args, kwargs):
     if type(xs) not in (list, tuple) or len(xs) < 2 or type(axis) is not int:
         return None
     x0 = xs[0]
-    if type(x0) is not ArrayImpl:
+    if type(x0) is not ArrayImpl or id(x0._device) not in _DEVICES:
         return None
     dev, shape = x0._device, x0.aval.shape
     nd = len(shape)
@@ -210,10 +268,13 @@ def _concatenate(args, kwargs):
     axis %= nd
     before, after = shape[:axis], shape[axis + 1:]
     total, committed, bufs = 0, False, []
-    for x in xs:
-        if not _plain(x) or x._device is not dev:
+    for x in xs:  # (``_plain`` of each, inline)
+        if type(x) is not ArrayImpl or x._device is not dev or type(x._buf) is not _MXA:
             return None
-        s = x.aval.shape
+        av = x.aval
+        if id(av) not in _KNOWN and not _plain_aval(av):
+            return None
+        s = av.shape
         if len(s) != nd or s[axis + 1:] != after or (axis and s[:axis] != before):
             return None
         total += s[axis]
@@ -222,7 +283,11 @@ def _concatenate(args, kwargs):
     out = before + (total,) + after
     if math.prod(out) > _MAX_ELEMENTS:
         return None
-    return _result(out, dev, mx.concatenate(bufs, axis), committed)
+    av = _AVALS.get(out)
+    r = ArrayImpl()  # (``_result`` inline)
+    r.aval, r._device, r._buf, r._committed, r._host = av if av is not None else _aval(out), dev, \
+        mx.concatenate(bufs, axis), committed, None
+    return r
 
 
 # the keyword arguments a reduction takes here: its axes and keepdims, and the others at their defaults
@@ -244,11 +309,12 @@ def _reduction(fn):
                 if k not in ("axis", "keepdims") and (k not in _REDUCTION_DEFAULTS or v is not _REDUCTION_DEFAULTS[k]):
                     return None
         x = args[0]
-        if not _plain(x) or type(keepdims) is not bool:
+        if type(x) is not ArrayImpl or type(keepdims) is not bool:
             return None
-        shape = x.aval.shape
-        if math.prod(shape) > _MAX_ELEMENTS:
+        av, buf, dev = x.aval, x._buf, x._device  # (``_plain`` inline)
+        if type(buf) is not _MXA or id(dev) not in _DEVICES or (id(av) not in _KNOWN and not _plain_aval(av)):
             return None
+        shape = av.shape
         nd = len(shape)
         if type(axis) is int:  # (the common call: one axis)
             if not -nd <= axis < nd:
@@ -262,7 +328,11 @@ def _reduction(fn):
                 return None
             out = tuple([1 if i in axes else d for i, d in enumerate(shape)]) if keepdims else \
                 tuple([d for i, d in enumerate(shape) if i not in axes])
-        return _result(out, x._device, fn(x._buf, axes, keepdims), x._committed)
+        av = _AVALS.get(out)
+        r = ArrayImpl()  # (``_result`` inline)
+        r.aval, r._device, r._buf, r._committed, r._host = av if av is not None else _aval(out), dev, \
+            fn(buf, axes, keepdims), x._committed, None
+        return r
     return rule
 
 
