@@ -556,6 +556,14 @@ def test_the_subgroup_model_takes_32_rows_past_the_work_bound_and_the_default_be
         for rows, cols, k in [(1024, 256, 64), (64, 256, 1024), (32, 512, 784), (784, 512, 32), (1024, 64, 64)]:
             facts = {**LAVAPIPE, "lanes": 8, "rows": rows, "cols": cols, "work": rows * cols * k}
             assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts) == {"rows": 32, "cols": 4}
+        # the VAE step's products as bound there (twenty-second session, benchmarks/webgpu_tiles.py): 32 x 4 ran
+        # each 0.79-0.99x the time of the next tile: [32, K] activations uniform times a storage weight, and the
+        # K = 32 weight gradients, an lhs uniform only four rows a load times a uniform rhs
+        vae = [(32, 512, 784, dict(lhs_uniform=True, lhs_uniform_tall=True, rhs_uniform=False)),
+               (512, 784, 32, dict(lhs_uniform=False, lhs_uniform_tall=True, rhs_uniform=True))]
+        for rows, cols, k, bound in vae:
+            facts = {**LAVAPIPE, "lanes": 8, "rows": rows, "cols": cols, "work": rows * cols * k, **bound}
+            assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts) == {"rows": 32, "cols": 4}
         # 10 columns: one per work item of a subgroup of 8 (the tile narrows to it), rows as long as they pay
         facts = {**LAVAPIPE, "lanes": 8, "rows": 4096, "cols": 10, "work": 4096 * 10 * 512}
         assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts)["rows"] == 32
