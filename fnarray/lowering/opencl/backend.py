@@ -259,6 +259,10 @@ class _DeviceState:
     # ------------------------------------------------------------------ buffers
     def alloc(self, shape, dtype) -> CLBuffer:
         n = max(math.prod(shape) * np.dtype(dtype).itemsize, 16)   # bool: one byte, as _storage's uint8
+        return self.alloc_bytes(n, shape, dtype)
+
+    def alloc_bytes(self, n, shape, dtype) -> CLBuffer:
+        """``alloc`` of ``n`` bytes (``max(size * itemsize, 16)``, worked out by the caller once: dispatch.py)."""
         with self.lock:
             mem = self.pool.allocate(n)
             pool = self.pool

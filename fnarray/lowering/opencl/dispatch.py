@@ -35,6 +35,7 @@ arguments, enqueueing, waiting) stays in the enclosing span, which the profiler 
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
 
@@ -54,7 +55,11 @@ HELD_BYTES = 128 << 20
 
 
 def _nbytes(spec) -> int:
-    return max(spec.size * np.dtype(spec.dtype).itemsize, 16)   # as _DeviceState.alloc (bool: one byte)
+    return _bytes(spec.shape, spec.dtype)
+
+
+def _bytes(shape, dtype) -> int:
+    return max(math.prod(shape) * np.dtype(dtype).itemsize, 16)   # as _DeviceState.alloc (bool: one byte)
 
 
 class _Step:
@@ -118,6 +123,33 @@ class Executable:
         self.outs = self._output_plan(sched, fresh, slot)
         self.nslots = len(slots)
         self._mark_kept(sched, slot)
+        self._direct = self._direct_plan()
+        #: ``one(*bufs) -> buffer`` of a one-output executable (``placement.eager_direct``'s direct call)
+        self.one = self._one if len(self.outs) == 1 else None
+
+    def _direct_plan(self):
+        """What ``_direct_call`` needs of a one-kernel executable that keeps nothing and updates no input (every
+        eager operation): ``(kernel, global size, local size, [(argument index, position in the call's list)],
+        [(bytes, shape, dtype)] of the fresh buffers, [output's position in the list, or its constant buffer])``,
+        the list being the inputs then the fresh buffers; ``None`` for any other executable."""
+        if len(self.steps) != 1 or self.steps[0].kept is not None or self.updated:
+            return None
+        at = {}
+        for j, s in enumerate(self.in_slots):
+            at[s] = j
+        for k, (s, _, _) in enumerate(self.fresh):
+            at[s] = len(self.in_slots) + k
+        outs = []
+        for kind, v in self.outs:
+            if kind == "slot":
+                outs.append(at[v])
+            elif kind == "const":
+                outs.append(v)
+            else:
+                return None
+        st = self.steps[0]
+        return (st.kernel, st.gsize, st.lsize, [(i, at[s]) for i, s in st.dyn],
+                [(_bytes(shape, dt), tuple(shape), np.dtype(dt)) for _, shape, dt in self.fresh], outs)
 
     def _mark_kept(self, sched, slot):
         """Sets each step's ``kept``: the slots of the inputs of a layout copy (a ``"copy"`` launch: the tiled
@@ -178,6 +210,8 @@ class Executable:
     def __call__(self, bufs):
         if _profile.recorder is not None:
             return self._profiled(bufs)
+        if self._direct is not None:
+            return self._direct_call(bufs)
         state = self.state
         queue = state.queue
         enqueue = cl.enqueue_nd_range_kernel
@@ -189,6 +223,32 @@ class Executable:
                     knl.set_arg(i, env[s].mem)
                 enqueue(queue, knl, st.gsize, st.lsize)
         return self._outputs(env, bufs, copies)
+
+    def _one(self, *bufs):
+        if _profile.recorder is not None:
+            return self._profiled(bufs)[0]
+        if self._direct is not None:
+            return self._direct_call(bufs)[0]
+        return self(bufs)[0]
+
+    def _direct_call(self, bufs):
+        """``__call__`` of a one-kernel executable (``_direct_plan``): no slot list, no kept copies, no updated
+        inputs to copy; the fresh buffers straight from the pool (the eager jacobian sweep's 2,216 launches)."""
+        knl, gsize, lsize, binds, fresh, outs = self._direct
+        state = self.state
+        with state.lock:  # as __call__: arguments and enqueue at once
+            env = list(bufs)
+            for b in env:
+                if b.mem is None:   # taken over by an in-place update (a deferred value runs here, once)
+                    raise taken_over(b)
+            if fresh:
+                alloc = state.alloc_bytes
+                for n, shape, dt in fresh:
+                    env.append(alloc(n, shape, dt))
+            for i, k in binds:
+                knl.set_arg(i, env[k].mem)
+            cl.enqueue_nd_range_kernel(state.queue, knl, gsize, lsize)
+        return [env[k] if type(k) is int else k for k in outs]
 
     def _env(self, bufs):
         """The per-call buffers by slot: the inputs, then fresh outputs (and intermediates past the budget);
