@@ -139,3 +139,41 @@ def test_small_buffers_are_pooled_past_sixty_four_of_a_size():
     assert len(gpu.pool[256]) >= 120
     assert backend._pooled_per_size(256) == backend._POOLED_SMALL_MOST
     assert backend._pooled_per_size(1 << 20) == backend._POOLED_PER_SIZE
+
+
+def test_small_eager_launches_wait_in_batches_until_read(monkeypatch):
+    """On a CPU device small eager launches are held behind a user event (opencl's ``_DeviceState.hold``): PoCL's
+    threads woken once a batch of ``HOLD_LAUNCHES``; a read, ``block_until_ready`` or anything taking the queue
+    lets the held ones go first. opencl:0."""
+    device = require_backend("opencl")[0]
+    import pyopencl as cl
+    from fnarray.lowering.opencl import backend
+    state = device.impl.state(device)
+    if not state.hold_items:
+        pytest.skip(f"{device} is a GPU: nothing held")
+    x0 = np.linspace(-1, 1, 8, dtype=np.float32)
+    x = fa.device_put(x0, device)
+    (x * 0.5).block_until_ready()   # compiled
+    held, opened = [], []
+    enqueue, user_event = cl.enqueue_nd_range_kernel, cl.UserEvent
+
+    class Gate(user_event):
+        def set_status(self, status):
+            opened.append(held.count(self))
+            return super().set_status(status)
+
+    def counting(queue, kernel, gsize, lsize, wait_for=None, **kw):
+        held.extend(wait_for or [None])
+        return enqueue(queue, kernel, gsize, lsize, wait_for=wait_for, **kw)
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel", counting)
+    monkeypatch.setattr(cl, "UserEvent", Gate)
+    y, n = x, backend.HOLD_LAUNCHES + 8
+    for _ in range(n):
+        y = y * 0.5
+    assert opened == [backend.HOLD_LAUNCHES] and None not in held
+    np.testing.assert_allclose(np.asarray(y), x0 * 0.5 ** n, rtol=1e-6)   # the read lets the last 8 go
+    assert opened == [backend.HOLD_LAUNCHES, 8]
+    y = x * 0.5
+    state.queue.finish()   # the queue taken: the held launch goes first
+    assert opened[-1] == 1
+    np.testing.assert_array_equal(np.asarray(y), x0 * 0.5)

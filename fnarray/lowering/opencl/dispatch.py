@@ -23,6 +23,13 @@ weak reference: a freed buffer, whose block the pool may hand to another array, 
 update, runs it again): a 4-bit prefill then copies its weights once instead of every call (PoCL 3.0, width 1024:
 11 of its 83 ms of kernel time; docs/performance.md, "opencl:0 4-bit prefill: the panel copy kept").
 
+A one-kernel executable that keeps nothing and updates no input (every eager operation) has a shorter call
+(``_direct_call``: its bindings planned once, no slot list) and ``one(*bufs)``, which ``placement.eager_direct``
+calls straight from ``bind``; on a CPU device its launch, when small (``HOLD_ITEMS`` work items), is *held*: it
+waits for a user event that opens once ``HOLD_LAUNCHES`` are held or as soon as anything else is enqueued or the
+host waits (``_DeviceState.hold``), so that PoCL's worker threads wake once a batch of eager launches, not once
+each (the eager jacobian sweep: docs/performance.md, "opencl:0 eager launches held").
+
 The in-order queue makes the arena safe without waiting: the next call's kernels write it after this
 call's have read it. A ``cl.Kernel`` holds its arguments, so setting the per-call ones and enqueueing
 is one step under the device's lock (two threads calling one executable take turns).
@@ -148,8 +155,9 @@ class Executable:
             else:
                 return None
         st = self.steps[0]
+        held = math.prod(st.gsize) <= self.state.hold_items   # (a CPU device's small launch: _DeviceState.hold)
         return (st.kernel, st.gsize, st.lsize, [(i, at[s]) for i, s in st.dyn],
-                [(_bytes(shape, dt), tuple(shape), np.dtype(dt)) for _, shape, dt in self.fresh], outs)
+                [(_bytes(shape, dt), tuple(shape), np.dtype(dt)) for _, shape, dt in self.fresh], outs, held)
 
     def _mark_kept(self, sched, slot):
         """Sets each step's ``kept``: the slots of the inputs of a layout copy (a ``"copy"`` launch: the tiled
@@ -234,7 +242,7 @@ class Executable:
     def _direct_call(self, bufs):
         """``__call__`` of a one-kernel executable (``_direct_plan``): no slot list, no kept copies, no updated
         inputs to copy; the fresh buffers straight from the pool (the eager jacobian sweep's 2,216 launches)."""
-        knl, gsize, lsize, binds, fresh, outs = self._direct
+        knl, gsize, lsize, binds, fresh, outs, held = self._direct
         state = self.state
         with state.lock:  # as __call__: arguments and enqueue at once
             env = list(bufs)
@@ -247,7 +255,10 @@ class Executable:
                     env.append(alloc(n, shape, dt))
             for i, k in binds:
                 knl.set_arg(i, env[k].mem)
-            cl.enqueue_nd_range_kernel(state.queue, knl, gsize, lsize)
+            if held:
+                state.hold(knl, gsize, lsize)
+            else:
+                cl.enqueue_nd_range_kernel(state.queue, knl, gsize, lsize)
         return [env[k] if type(k) is int else k for k in outs]
 
     def _env(self, bufs):
