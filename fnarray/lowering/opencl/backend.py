@@ -262,12 +262,12 @@ class _DeviceState:
             gate.set_status(cl.command_execution_status.COMPLETE)
 
     def wait(self):
-        """Block until every command queued so far on the main queue has run (a marker enqueued under the lock:
-        no launch another thread holds afterwards is waited for)."""
+        """Block until every command queued on the main queue has run. Under the lock, so that no launch another
+        thread holds meanwhile is waited for (held until its batch fills); ``clFinish``, since a marker's event
+        waited for cost PoCL ~10 us more (the staged jacobian sweep's 120 waits: 3 -> 9 ms)."""
         with self.lock:
             self.release()
-            marker = cl.enqueue_marker(self._queue)
-        marker.wait()
+            self._queue.finish()
 
     def finish(self):
         """Block until every command queued on this device has run."""
@@ -352,10 +352,9 @@ class _DeviceState:
         host = np.empty(buf.shape, _storage(buf.dtype))
         if host.nbytes:
             mem = buf.mem
-            with self.lock:   # (``wait``: the copy enqueued as the held launches go, then waited for unlocked)
+            with self.lock:   # (as ``wait``)
                 self.release()
-                done = cl.enqueue_copy(self._queue, host, mem, is_blocking=False)
-            done.wait()
+                cl.enqueue_copy(self._queue, host, mem, is_blocking=True)
         return host.view(buf.dtype) if buf.dtype == np.bool_ or dtypes.is_low_bit(buf.dtype) else host
 
     # ------------------------------------------------------------------ programs
