@@ -51,8 +51,12 @@ def _launched(count, fn):
     return count[0], out
 
 
-def test_reshape_is_a_view_and_index_operations_run_in_their_reader(launches):
+def test_reshape_is_a_view_and_index_operations_run_in_their_reader(launches, monkeypatch):
     device, count = launches
+    from fnarray.devices import placement
+    general = [0]   # eager calls through ``placement._eager_run``: a hit calls the executable's ``one`` directly
+    run = placement._eager_run
+    monkeypatch.setattr(placement, "_eager_run", lambda *a: general.__setitem__(0, general[0] + 1) or run(*a))
     x0 = np.arange(8, dtype=np.float32) - 3.5
     m0 = np.arange(64, dtype=np.float32).reshape(8, 8) / 7
     x, m = fa.device_put(x0, device), fa.device_put(m0, device)
@@ -63,8 +67,9 @@ def test_reshape_is_a_view_and_index_operations_run_in_their_reader(launches):
     n, y = _launched(count, lambda: fa.lax.broadcast_in_dim(x, (8, 8), (1,)) * m)
     assert n == 1
     np.testing.assert_allclose(np.asarray(y), x0[None, :] * m0)
+    general[0] = 0
     n, y = _launched(count, lambda: fnp.tanh(fa.lax.broadcast_in_dim(x, (2, 8), (1,)).T.reshape(4, 4)))
-    assert n == 1
+    assert n == 1 and general[0] == 4   # the first call's four misses; the second's hits direct
     np.testing.assert_allclose(np.asarray(y), np.tanh(np.broadcast_to(x0, (2, 8)).T.reshape(4, 4)), rtol=1e-6)
     # read by anything else (a reduction, a readback, block_until_ready), it runs once, on its own
     b = fa.lax.broadcast_in_dim(x, (8, 8), (0,))
@@ -134,3 +139,41 @@ def test_small_buffers_are_pooled_past_sixty_four_of_a_size():
     assert len(gpu.pool[256]) >= 120
     assert backend._pooled_per_size(256) == backend._POOLED_SMALL_MOST
     assert backend._pooled_per_size(1 << 20) == backend._POOLED_PER_SIZE
+
+
+def test_small_eager_launches_wait_in_batches_until_read(monkeypatch):
+    """On a CPU device small eager launches are held behind a user event (opencl's ``_DeviceState.hold``): PoCL's
+    threads woken once a batch of ``HOLD_LAUNCHES``; a read, ``block_until_ready`` or anything taking the queue
+    lets the held ones go first. opencl:0."""
+    device = require_backend("opencl")[0]
+    import pyopencl as cl
+    from fnarray.lowering.opencl import backend
+    state = device.impl.state(device)
+    if not state.hold_items:
+        pytest.skip(f"{device} is a GPU: nothing held")
+    x0 = np.linspace(-1, 1, 8, dtype=np.float32)
+    x = fa.device_put(x0, device)
+    (x * 0.5).block_until_ready()   # compiled
+    held, opened = [], []
+    enqueue, user_event = cl.enqueue_nd_range_kernel, cl.UserEvent
+
+    class Gate(user_event):
+        def set_status(self, status):
+            opened.append(held.count(self))
+            return super().set_status(status)
+
+    def counting(queue, kernel, gsize, lsize, wait_for=None, **kw):
+        held.extend(wait_for or [None])
+        return enqueue(queue, kernel, gsize, lsize, wait_for=wait_for, **kw)
+    monkeypatch.setattr(cl, "enqueue_nd_range_kernel", counting)
+    monkeypatch.setattr(cl, "UserEvent", Gate)
+    y, n = x, backend.HOLD_LAUNCHES + 8
+    for _ in range(n):
+        y = y * 0.5
+    assert opened == [backend.HOLD_LAUNCHES] and None not in held
+    np.testing.assert_allclose(np.asarray(y), x0 * 0.5 ** n, rtol=1e-6)   # the read lets the last 8 go
+    assert opened == [backend.HOLD_LAUNCHES, 8]
+    y = x * 0.5
+    state.queue.finish()   # the queue taken: the held launch goes first
+    assert opened[-1] == 1
+    np.testing.assert_array_equal(np.asarray(y), x0 * 0.5)

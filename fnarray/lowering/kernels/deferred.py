@@ -210,14 +210,27 @@ def eager_fast(primitive, params, in_avals, device, lock):
     if primitive is P.reshape:
         shape, eqn = tuple(params["new_sizes"]), (primitive, params, in_avals[0], out)
         # a reshape of a deferred value joins its chain; of anything else it is a view
-        return lambda bufs: [Deferred(bufs[0], eqn, device, lock)
-                             if type(bufs[0]) is Deferred and bufs[0].source is not None else View(bufs[0], shape)]
+        return _Unary(lambda b: Deferred(b, eqn, device, lock) if type(b) is Deferred and b.source is not None
+                      else View(b, shape))
     if primitive in DEFERRED:
         eqn = (primitive, params, in_avals[0], out)
-        return lambda bufs: [Deferred(bufs[0], eqn, device, lock)]
+        return _Unary(lambda b: Deferred(b, eqn, device, lock))
     if primitive in _ELEMENTWISE and not primitive.multiple_results:
         return _Elementwise(primitive, params, in_avals, out, device)
     return None
+
+
+class _Unary:
+    """The eager executable ``bufs -> [buffer]`` of ``one(buf) -> buffer`` (a view, a deferred value), ``one`` being
+    ``placement.eager_direct``'s direct call."""
+
+    __slots__ = ("one",)
+
+    def __init__(self, one):
+        self.one = one
+
+    def __call__(self, bufs):
+        return [self.one(*bufs)]
 
 
 class _Elementwise:
@@ -235,6 +248,15 @@ class _Elementwise:
             if type(b) is Deferred and b.source is not None:
                 return self._deferred(bufs)
         return self.plain(bufs)
+
+    def one(self, *bufs):
+        """``self(bufs)[0]`` (``placement.eager_direct``'s direct call): the plain program's own ``one`` where it
+        has one (opencl's one-kernel ``Executable``)."""
+        for b in bufs:
+            if type(b) is Deferred and b.source is not None:
+                return self._deferred(bufs)[0]
+        one = self.plain.one
+        return one(*bufs) if one is not None else self.plain(bufs)[0]
 
     def _deferred(self, bufs):
         key, args = [], []

@@ -20,7 +20,9 @@ is printed as OpenCL C by ``render_opencl``. Here lives the runtime:
 - a jitted call enqueues all its kernels without a host round trip, each once,
   with the arguments that do not change between calls set when it was compiled
   (``dispatch.py``); only reading values (``to_host``), ``block_until_ready``, a
-  host-driven loop's predicate and fallback transfers wait for the queue.
+  host-driven loop's predicate and fallback transfers wait for the queue. On a
+  CPU device small eager launches are held back in batches (``_DeviceState.hold``):
+  each wait, and anything else taking the ``queue``, lets them go first.
 
 Threads: a ``cl.Kernel`` holds its arguments, so setting them and enqueueing is
 one step under the device's lock (an executable, and its kernels, may be shared
@@ -148,7 +150,11 @@ class CLBuffer:
         return f"CLBuffer({self.dtype.name}{list(self.shape)})"
 
 
-_POOL_HELD_BYTES = 256 << 20   # free pooled memory always kept (as the webgpu backend's pool_limit)
+_POOL_HELD_BYTES = 256 << 20
+#: Small eager launches a CPU device holds back at most (``_DeviceState.hold``; 0: none held)
+HOLD_LAUNCHES = 32
+#: Work items of a launch that may be held (``dispatch.Executable``: a one-kernel executable's launch)
+HOLD_ITEMS = 4096   # free pooled memory always kept (as the webgpu backend's pool_limit)
 
 
 def _kernel_cache_size() -> int:
@@ -170,9 +176,14 @@ class _DeviceState:
     def __init__(self, cl_device):
         self.cl_device = cl_device
         self.context = cl.Context([cl_device])
-        self.queue = cl.CommandQueue(self.context)
+        self._queue = cl.CommandQueue(self.context)
         self._profiling_queue = None
-        self.pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(self.queue))
+        self.pool = cl_tools.MemoryPool(cl_tools.ImmediateAllocator(self._queue))
+        # small eager launches held behind a user event (``hold``); on CPU devices only (PoCL: its worker threads
+        # woken once a batch, not once a launch)
+        self.hold_items = HOLD_ITEMS if not cl_device.type & cl.device_type.GPU and HOLD_LAUNCHES > 0 else 0
+        self._gate = None             # the cl.UserEvent the held launches wait for, or None
+        self._held = 0
         self.lock = threading.RLock()  # kernel arguments + enqueue, builds, pool allocation
         self.programs = LRUCache(_kernel_cache_size)  # kernel source -> built cl.Program
         self.int_args = IntArgs(_kernel_cache_size)    # kernel structures met, their varying constants
@@ -221,9 +232,46 @@ class _DeviceState:
             dtypes.uint64: "an embedded-profile device has no 64-bit integers",
         }
 
+    @property
+    def queue(self):
+        """The in-order queue, the held launches let go first (what is enqueued on it may be waited for)."""
+        if self._gate is not None:
+            with self.lock:
+                self.release()
+        return self._queue
+
+    def hold(self, kernel, gsize, lsize):
+        """Enqueue a small eager launch (lock held) behind the device's gate: a ``cl.UserEvent`` that opens once
+        ``HOLD_LAUNCHES`` wait, or as anything else is enqueued or waited for (``queue``, ``wait``, ``download``).
+        Each launch on its own woke PoCL's worker threads, ~2.5 context switches of the calling thread's core a
+        launch (docs/performance.md, "opencl:0 eager launches held")."""
+        gate = self._gate
+        if gate is None:
+            gate = self._gate = cl.UserEvent(self.context)
+            self._held = 0
+        cl.enqueue_nd_range_kernel(self._queue, kernel, gsize, lsize, wait_for=(gate,))
+        self._held += 1
+        if self._held >= HOLD_LAUNCHES:
+            self.release()
+
+    def release(self):
+        """Let the held launches run (lock held)."""
+        gate = self._gate
+        if gate is not None:
+            self._gate = None
+            gate.set_status(cl.command_execution_status.COMPLETE)
+
+    def wait(self):
+        """Block until every command queued on the main queue has run. Under the lock, so that no launch another
+        thread holds meanwhile is waited for (held until its batch fills); ``clFinish``, since a marker's event
+        waited for cost PoCL ~10 us more (the staged jacobian sweep's 120 waits: 3 -> 9 ms)."""
+        with self.lock:
+            self.release()
+            self._queue.finish()
+
     def finish(self):
         """Block until every command queued on this device has run."""
-        self.queue.finish()
+        self.wait()
         if self._profiling_queue is not None:
             self._profiling_queue.finish()
 
@@ -259,6 +307,10 @@ class _DeviceState:
     # ------------------------------------------------------------------ buffers
     def alloc(self, shape, dtype) -> CLBuffer:
         n = max(math.prod(shape) * np.dtype(dtype).itemsize, 16)   # bool: one byte, as _storage's uint8
+        return self.alloc_bytes(n, shape, dtype)
+
+    def alloc_bytes(self, n, shape, dtype) -> CLBuffer:
+        """``alloc`` of ``n`` bytes (``max(size * itemsize, 16)``, worked out by the caller once: dispatch.py)."""
         with self.lock:
             mem = self.pool.allocate(n)
             pool = self.pool
@@ -299,7 +351,10 @@ class _DeviceState:
             raise taken_over(buf)
         host = np.empty(buf.shape, _storage(buf.dtype))
         if host.nbytes:
-            cl.enqueue_copy(self.queue, host, buf.mem, is_blocking=True)
+            mem = buf.mem
+            with self.lock:   # (as ``wait``)
+                self.release()
+                cl.enqueue_copy(self._queue, host, mem, is_blocking=True)
         return host.view(buf.dtype) if buf.dtype == np.bool_ or dtypes.is_low_bit(buf.dtype) else host
 
     # ------------------------------------------------------------------ programs
@@ -619,7 +674,7 @@ class OpenCLBackend(Backend):
 
     def block_until_ready(self, buf):
         buf.mem   # noqa: B018 (a deferred eager value runs now: kernels/deferred.py)
-        buf.owner.queue.finish()
+        buf.owner.wait()
         return buf
 
     def delete(self, buf):

@@ -23,6 +23,13 @@ weak reference: a freed buffer, whose block the pool may hand to another array, 
 update, runs it again): a 4-bit prefill then copies its weights once instead of every call (PoCL 3.0, width 1024:
 11 of its 83 ms of kernel time; docs/performance.md, "opencl:0 4-bit prefill: the panel copy kept").
 
+A one-kernel executable that keeps nothing and updates no input (every eager operation) has a shorter call
+(``_direct_call``: its bindings planned once, no slot list) and ``one(*bufs)``, which ``placement.eager_direct``
+calls straight from ``bind``; on a CPU device its launch, when small (``HOLD_ITEMS`` work items), is *held*: it
+waits for a user event that opens once ``HOLD_LAUNCHES`` are held or as soon as anything else is enqueued or the
+host waits (``_DeviceState.hold``), so that PoCL's worker threads wake once a batch of eager launches, not once
+each (the eager jacobian sweep: docs/performance.md, "opencl:0 eager launches held").
+
 The in-order queue makes the arena safe without waiting: the next call's kernels write it after this
 call's have read it. A ``cl.Kernel`` holds its arguments, so setting the per-call ones and enqueueing
 is one step under the device's lock (two threads calling one executable take turns).
@@ -35,6 +42,7 @@ arguments, enqueueing, waiting) stays in the enclosing span, which the profiler 
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
 
@@ -54,7 +62,11 @@ HELD_BYTES = 128 << 20
 
 
 def _nbytes(spec) -> int:
-    return max(spec.size * np.dtype(spec.dtype).itemsize, 16)   # as _DeviceState.alloc (bool: one byte)
+    return _bytes(spec.shape, spec.dtype)
+
+
+def _bytes(shape, dtype) -> int:
+    return max(math.prod(shape) * np.dtype(dtype).itemsize, 16)   # as _DeviceState.alloc (bool: one byte)
 
 
 class _Step:
@@ -118,6 +130,34 @@ class Executable:
         self.outs = self._output_plan(sched, fresh, slot)
         self.nslots = len(slots)
         self._mark_kept(sched, slot)
+        self._direct = self._direct_plan()
+        #: ``one(*bufs) -> buffer`` of a one-output executable (``placement.eager_direct``'s direct call)
+        self.one = self._one if len(self.outs) == 1 else None
+
+    def _direct_plan(self):
+        """What ``_direct_call`` needs of a one-kernel executable that keeps nothing and updates no input (every
+        eager operation): ``(kernel, global size, local size, [(argument index, position in the call's list)],
+        [(bytes, shape, dtype)] of the fresh buffers, [output's position in the list, or its constant buffer])``,
+        the list being the inputs then the fresh buffers; ``None`` for any other executable."""
+        if len(self.steps) != 1 or self.steps[0].kept is not None or self.updated:
+            return None
+        at = {}
+        for j, s in enumerate(self.in_slots):
+            at[s] = j
+        for k, (s, _, _) in enumerate(self.fresh):
+            at[s] = len(self.in_slots) + k
+        outs = []
+        for kind, v in self.outs:
+            if kind == "slot":
+                outs.append(at[v])
+            elif kind == "const":
+                outs.append(v)
+            else:
+                return None
+        st = self.steps[0]
+        held = math.prod(st.gsize) <= self.state.hold_items   # (a CPU device's small launch: _DeviceState.hold)
+        return (st.kernel, st.gsize, st.lsize, [(i, at[s]) for i, s in st.dyn],
+                [(_bytes(shape, dt), tuple(shape), np.dtype(dt)) for _, shape, dt in self.fresh], outs, held)
 
     def _mark_kept(self, sched, slot):
         """Sets each step's ``kept``: the slots of the inputs of a layout copy (a ``"copy"`` launch: the tiled
@@ -178,6 +218,8 @@ class Executable:
     def __call__(self, bufs):
         if _profile.recorder is not None:
             return self._profiled(bufs)
+        if self._direct is not None:
+            return self._direct_call(bufs)
         state = self.state
         queue = state.queue
         enqueue = cl.enqueue_nd_range_kernel
@@ -189,6 +231,35 @@ class Executable:
                     knl.set_arg(i, env[s].mem)
                 enqueue(queue, knl, st.gsize, st.lsize)
         return self._outputs(env, bufs, copies)
+
+    def _one(self, *bufs):
+        if _profile.recorder is not None:
+            return self._profiled(bufs)[0]
+        if self._direct is not None:
+            return self._direct_call(bufs)[0]
+        return self(bufs)[0]
+
+    def _direct_call(self, bufs):
+        """``__call__`` of a one-kernel executable (``_direct_plan``): no slot list, no kept copies, no updated
+        inputs to copy; the fresh buffers straight from the pool (the eager jacobian sweep's 2,216 launches)."""
+        knl, gsize, lsize, binds, fresh, outs, held = self._direct
+        state = self.state
+        with state.lock:  # as __call__: arguments and enqueue at once
+            env = list(bufs)
+            for b in env:
+                if b.mem is None:   # taken over by an in-place update (a deferred value runs here, once)
+                    raise taken_over(b)
+            if fresh:
+                alloc = state.alloc_bytes
+                for n, shape, dt in fresh:
+                    env.append(alloc(n, shape, dt))
+            for i, k in binds:
+                knl.set_arg(i, env[k].mem)
+            if held:
+                state.hold(knl, gsize, lsize)
+            else:
+                cl.enqueue_nd_range_kernel(state.queue, knl, gsize, lsize)
+        return [env[k] if type(k) is int else k for k in outs]
 
     def _env(self, bufs):
         """The per-call buffers by slot: the inputs, then fresh outputs (and intermediates past the budget);
