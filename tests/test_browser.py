@@ -612,23 +612,33 @@ def _page_greedy(p, text, temperature="0"):
 
 def _assert_sampled_like_python(export_llm, model, text, ids, uniforms, temperature, margin=5e-4):
     """The page's sampled ``ids`` equal numpy:0's for the same uniform draws; where they first differ, the draw must
-    lie within ``margin`` of the boundary between the two ids in the cumulative softmax (float32 sums on
-    SwiftShader and NumPy round differently): the reference with that one draw moved by ``margin`` then gives
-    the page's ids, every later one included (they follow from the same draws)."""
-    def like_page(draws):
+    lie within ``margin`` of the page's id's interval in the cumulative softmax (float32 sums on SwiftShader and
+    NumPy round differently): a draw moved by at most ``margin`` then gives the page's ids in the reference, every
+    later one included (they follow from the same draws). The id drawn at a position grows with its draw, so the
+    moved draw is found by bisection; ids of tiny probability between two boundaries (several within ``margin``)
+    are found too."""
+    def like_page(draw):
+        draws = list(uniforms)
+        if draw is not None:
+            draws[first] = min(max(draw, 0.0), 1.0 - 1e-7)
         return export_llm.generate_like_page(model, text, device=REF, temperature=temperature, uniforms=draws,
                                              **LLM_SIZES)
-    want = like_page(uniforms)
+    first = None
+    want = like_page(None)
     if ids == want:
         return
     first = next(i for i, (a, b) in enumerate(zip(ids, want)) if a != b)
-    moved = []
-    for delta in (-margin, margin):
-        draws = list(uniforms)
-        draws[first] = min(max(draws[first] + delta, 0.0), 1.0 - 1e-7)
-        moved.append(like_page(draws))
-    assert ids in moved, (f"sampled ids differ from numpy:0's at position {first} and not by a draw within "
-                          f"{margin} of a boundary: page {ids}, numpy:0 {want}, moved draws {moved}")
+    lo, hi = uniforms[first] - margin, uniforms[first] + margin
+    seen = {}
+    for _ in range(40):                                 # float32 draws: the interval is spent in ~20 halvings
+        mid = (lo + hi) / 2
+        got = seen[mid] = like_page(mid)
+        if got[first] == ids[first] or hi - lo < 1e-9:
+            break
+        lo, hi = (mid, hi) if got[first] < ids[first] else (lo, mid)
+    assert ids in seen.values(), (
+        f"sampled ids differ from numpy:0's at position {first} and no draw within {margin} of "
+        f"{uniforms[first]} gives the page's: page {ids}, numpy:0 {want}, moved draws {list(seen.values())[:4]}")
 
 
 def test_sampled_comparison_rejects_ids_not_explained_by_a_boundary(llm_site):
@@ -639,6 +649,29 @@ def test_sampled_comparison_rejects_ids_not_explained_by_a_boundary(llm_site):
     wrong = ids[:2] + [(ids[2] + 7) % len(export_llm.VOCAB)] + ids[3:]
     with pytest.raises(AssertionError, match="at position 2"):
         _assert_sampled_like_python(export_llm, llm_site, text, wrong, uniforms, temperature=0.8)
+
+
+def test_sampled_comparison_accepts_a_draw_moved_across_a_boundary(llm_site):
+    """A page whose float32 sums put a draw on the other side of a boundary (the harness's CPU once did) passes."""
+    import export_llm
+    text, uniforms = "Return a new list of the ", [0.5] * LLM_SIZES["new_tokens"]
+
+    def at(draw):
+        draws = uniforms[:2] + [draw] + uniforms[3:]
+        return export_llm.generate_like_page(llm_site, text, device=REF, temperature=0.8, uniforms=draws,
+                                             **LLM_SIZES)
+    lo, hi = 0.02, 0.98                                  # a boundary at position 2, found by bisection
+    assert at(lo)[2] != at(hi)[2]
+    while hi - lo > 1e-5:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if at(mid)[2] == at(lo)[2] else (lo, mid)
+    page = at(hi + 2e-4)
+    assert page != at(lo - 2e-4)
+    _assert_sampled_like_python(export_llm, llm_site, text, page, uniforms[:2] + [lo - 2e-4] + uniforms[3:],
+                                temperature=0.8)
+    with pytest.raises(AssertionError, match="at position 2"):
+        _assert_sampled_like_python(export_llm, llm_site, text, page, uniforms[:2] + [lo - 2e-3] + uniforms[3:],
+                                    temperature=0.8)
 
 
 def test_llm_page_continues_text_with_python_greedy_tokens(browser, llm_site, site, tmp_path):
