@@ -67,17 +67,33 @@ def test_mlx_programs_equal_up_to_sizes_share_one_shapeless_executable(monkeypat
     monkeypatch.setattr(mlx_backend, "CPU_COMPILE_AFTER_CALLS", 2)
     compiles, real_compile = [], mlx_backend.mx.compile
     monkeypatch.setattr(mlx_backend.mx, "compile", lambda f, **k: compiles.append(k) or real_compile(f, **k))
-    lowered = []
+    lowered, traced = [], []
     real = jit_module.compile_program
     monkeypatch.setattr(jit_module, "compile_program", lambda *a, **k: lowered.append(1) or real(*a, **k))
+    real_trace = jit_module.trace_to_program
+    monkeypatch.setattr(jit_module, "trace_to_program", lambda *a, **k: traced.append(1) or real_trace(*a, **k))
     cache0, q, row = (fa.device_put(a, dev) for a in _inputs())
-    cache, out = decode_loop(fa.jit(decode_step(fnp)), cache0, q, row, 6)
+    step = fa.jit(decode_step(fnp))
+    cache, out = decode_loop(step, cache0, q, row, 6)
     # the one-row cache (a size of 1 is told apart), then every other length (up to 7 rows: 8 would equal W, a
-    # new key, as any size equal to another is)
+    # new key, as any size equal to another is); the function itself runs once per length (as under jax.jit:
+    # shapes are static, its Python may read them), and a second pass runs none of it
     assert len(lowered) == 2 and compiles == [{"shapeless": True}], (lowered, compiles)
+    assert len(traced) == 6, traced
+    decode_loop(step, cache0, q, row, 6)
+    assert len(traced) == 6 and len(lowered) == 2, (traced, lowered)
     want_cache, want_out = _reference(6)
     np.testing.assert_allclose(np.asarray(cache), want_cache, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(out), want_out, rtol=1e-5, atol=1e-6)
+    # a branch on a size: each length is traced, so a longer input takes the other branch (two programs, each
+    # shared by the lengths of its branch)
+    branchy = fa.jit(lambda x: x * 2.0 if x.shape[0] > 3 else x + 1.0)
+    traced[:], lowered[:] = [], []
+    for n in range(2, 7):
+        x = np.linspace(-1, 1, 16 * n).reshape(n, 16)
+        got = np.asarray(branchy(fa.device_put(x.astype(np.float32), dev)))
+        np.testing.assert_allclose(got, x * 2.0 if n > 3 else x + 1.0, rtol=1e-6, atol=1e-7)
+    assert len(traced) == 5 and len(lowered) == 2, (traced, lowered)
     # programs that read a size are not shared: a mean over the growing axis divides by a literal of its length, a
     # reshape by the traced length has its sizes in the rule; a sum over it is shared, and right at every length
     fs = [lambda x: x - x.mean(axis=0), lambda x: fnp.exp(x.reshape(x.shape[0] * 2, -1)), lambda x: x.sum(axis=0)]

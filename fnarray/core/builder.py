@@ -122,15 +122,24 @@ class BuilderTrace(Trace):
 
     def process_primitive(self, primitive, tracers, params):
         b = self.builder
-        if all(t.literal is not None for t in tracers) and tracers and (
-                primitive.kind in _FOLDABLE_KINDS or primitive.name in _FOLDABLE_NAMES):
+        bvars = b.vars
+        # the inputs' atoms and avals in one loop (no generator: each equation of every trace passes here)
+        ins, in_avals, all_literal = [], [], bool(tracers)
+        for t in tracers:
+            lit = t.literal
+            if lit is None:
+                all_literal = False
+                ins.append(bvars[id(t)])
+            else:
+                ins.append(lit)
+            in_avals.append(t._aval)
+        if all_literal and (primitive.kind in _FOLDABLE_KINDS or primitive.name in _FOLDABLE_NAMES):
             folded = _fold(primitive, [t.literal.val for t in tracers], params)
             if folded is not None:
-                aval = primitive.abstract_eval(*[t.aval for t in tracers], **params)
+                aval = primitive.abstract_eval(*in_avals, **params)
                 return b.new_tracer(self, aval, Literal(folded, aval))
-        avals = primitive.abstract_eval(*[t._aval for t in tracers], **params)
-        bvars = b.vars
-        ins = tuple(bvars[id(t)] if t.literal is None else t.literal for t in tracers)
+        avals = primitive.abstract_eval(*in_avals, **params)
+        ins = tuple(ins)
         if not primitive.multiple_results:  # (one output: new_tracer and atom inlined, the common equation)
             t = BuilderTracer(self, avals)
             b.tracers.append(t)

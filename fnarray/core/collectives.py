@@ -539,8 +539,11 @@ def free_axis_names(program) -> set:
     for e in program.eqns:
         if e.primitive in COLLECTIVES:
             names.update(names_of(e.params["axis_name"]))
+        subs = subprograms(e)
+        if not subs:  # (most equations: no sets made; jit asks this of each new shape's program, issue 28)
+            continue
         inner: set = set()
-        for sub in subprograms(e):
+        for sub in subs:
             inner |= free_axis_names(sub)
         if e.primitive.name == "shard_map":
             inner -= set(e.params["mesh"].axis_names)

@@ -29,22 +29,23 @@ _SHAPE_PARAMS = {P.reshape: "new_sizes", P.broadcast_in_dim: "shape"}
 def size_free_key(prog: Program):
     """``prog``'s key up to a renaming of its dimension sizes (module docstring); ``None`` for a program with
     sub-programs (a ``call``, a loop: their sizes are not renamed here)."""
+    # (one loop over the equations, no helper calls for variables already named: jit keys each new length's
+    # program of a growing loop with it, issue 28)
     sizes: dict = {}
     names: dict = {}
+    shapes: dict = {}   # shape -> its renamed form (a program's values share few shapes)
 
     def dims(shape):
-        # sizes of 2 or more as -1, -2, ... in order of first appearance (never equal to a size)
-        return tuple([d if d < 2 else sizes.setdefault(d, -1 - len(sizes)) for d in shape])
+        got = shapes.get(shape)
+        if got is None:
+            # sizes of 2 or more as -1, -2, ... in order of first appearance (never equal to a size)
+            got = shapes[shape] = tuple([d if d < 2 else sizes.setdefault(d, -1 - len(sizes)) for d in shape])
+        return got
 
     def var(v):
-        n = names.get(v)
-        if n is None:
-            a = v.aval
-            n = names[v] = (len(names), a.dtype, a.weak_type, dims(a.shape))
+        a = v.aval
+        n = names[v] = (len(names), a.dtype, a.weak_type, dims(a.shape))
         return n
-
-    def atom(a):
-        return a if type(a) is Literal else var(a)
 
     ins = tuple([var(v) for v in prog.constvars] + [var(v) for v in prog.invars])
     eqns = []
@@ -53,6 +54,13 @@ def size_free_key(prog: Program):
             return None
         shape_param = _SHAPE_PARAMS.get(e.primitive)
         params = tuple([(k, dims(v) if k == shape_param else param_key(v)) for k, v in e.params.items()])
-        eqns.append((e.primitive, tuple([atom(a) for a in e.inputs]), params,
-                     tuple([var(o) for o in e.outputs])))
-    return ins, tuple(eqns), tuple([atom(a) for a in prog.outvars])
+        atoms = []
+        for a in e.inputs:
+            if type(a) is Literal:
+                atoms.append(a)
+            else:
+                n = names.get(a)
+                atoms.append(var(a) if n is None else n)
+        eqns.append((e.primitive, tuple(atoms), params, tuple([var(o) for o in e.outputs])))
+    outs = tuple([a if type(a) is Literal else names.get(a) or var(a) for a in prog.outvars])
+    return ins, tuple(eqns), outs

@@ -321,6 +321,8 @@ def bind(primitive, *args, **params):
                 raise _leak(a)
             if m.level > level:
                 level, trace = m.level, t  # traces hold only their main: the tracer's own serves (no new one)
+            elif trace is None and m is top and level:
+                trace = t  # a tracer of the dynamic level (a jit trace's values): its trace, not a new one
     if trace is None:
         if level == 0:
             return _eager_apply(primitive, args, p)

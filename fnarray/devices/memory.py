@@ -23,7 +23,7 @@ import math
 import os
 
 from fnarray.core.errors import ResourceExhaustedError
-from fnarray.devices.scratch import scratch_bytes
+from fnarray.devices.scratch import SCRATCH, scratch_bytes
 
 __all__ = ["host_memory_bytes", "limits", "check_avals", "check_program", "check_eqn", "check_lowered", "translate",
            "format_bytes"]
@@ -120,6 +120,8 @@ def check_program(program, device, what: str = "this program") -> bool:
                 if deferred:
                     return False
                 check_avals([v.aval], device, f"{what} ({e.primitive.name})")
+        if e.primitive not in SCRATCH:  # no scratch buffers (most primitives): no lists made (issue 28)
+            continue
         in_avals = [getattr(v, "aval", None) for v in e.inputs]
         if not check_eqn(e.primitive, e.params, in_avals, [v.aval for v in e.outputs], device,
                          f"{what} ({e.primitive.name})"):

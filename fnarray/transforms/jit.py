@@ -337,12 +337,23 @@ _WAIT_S = 10.0  # a waiter builds on its own after this long (a build that waits
 
 
 class _Building:
-    """A trace or compile in progress in ``thread``; ``done`` is set when it ends (well or not)."""
+    """A trace or compile in progress in ``thread``; ``done`` is held until it ends (well or not).
+
+    A plain lock, taken here and released by the builder (``threading.Event`` made a condition and a lock, ~2 us
+    of each new shape's call, twice: issue 28); a waiter takes it and gives it back at once (``wait``)."""
 
     __slots__ = ("done", "thread")
 
     def __init__(self, thread):
-        self.done, self.thread = threading.Event(), thread
+        self.done, self.thread = threading.Lock(), thread
+        self.done.acquire()
+
+    def wait(self, timeout) -> bool:
+        """Whether the build ended within ``timeout`` seconds."""
+        if not self.done.acquire(timeout=timeout):
+            return False
+        self.done.release()
+        return True
 
 
 def _once(lock, building, key, lookup, build):
@@ -361,7 +372,7 @@ def _once(lock, building, key, lookup, build):
             if b is None:
                 b = building[key] = _Building(me)
                 break
-        if b.thread == me or not b.done.wait(_WAIT_S):
+        if b.thread == me or not b.wait(_WAIT_S):
             return build()
     try:
         return build()
@@ -369,7 +380,7 @@ def _once(lock, building, key, lookup, build):
         with lock:
             if building.get(key) is b:
                 del building[key]
-        b.done.set()
+        b.done.release()
 
 
 # ---------------------------------------------------------------------- the caches of one function
