@@ -16,7 +16,8 @@ Each operand must be a float32, not weakly typed, non-empty array on a device wh
 device (``mlx[cpu]`` without a GPU: no stream to pick) with an ``mx.array`` buffer, and each operand and the
 result at most ``memory.SMALL_BYTES`` (the size the general path checks against the device's memory above). The
 rules' results have one interned aval per shape (``_KNOWN``), so an operand made by a rule skips the tests of its
-aval (a growing loop's shapes are new at every step: no last hit serves them). Anything else
+aval (a growing loop's shapes are new at every step: no last hit serves them), and a call on avals a rule served
+before is found by their ids (``_SERVED_CALLS``: no aval test or shape arithmetic again). Anything else
 (another dtype, a Python scalar operand, a rank promotion, an error to raise: a contraction that does not match,
 an axis out of range) returns None and takes the keyed path, which raises its own errors.
 ``tests/test_mlx_shapeless.py`` compares every rule with the general path and NumPy.
