@@ -211,6 +211,30 @@ def test_a_chain_of_reshapes_is_one_node(mdev):
     np.testing.assert_array_equal(np.asarray(got), (x * 2).reshape(2, 3, 4) + 1)
 
 
+def test_a_jitted_draw_is_the_cipher_and_evaluates_nothing_until_read(mdev, monkeypatch):
+    """The VAE grid of ``benchmarks/programs.py`` draws Bernoulli samples in a jitted program (issue 28: 1.1x raw MLX
+    steady, all of it the cipher's passes and nodes: docs/performance.md, twenty-third session). The draw's graph is
+    Threefry-2x32 as one MLX operation per operation of its 20 rounds (``lowering/mlx/prng.py``: no range checks of
+    shifts by literal amounts, ~130 equations before the twenty-second session), and the call evaluates nothing
+    until its result is read (one ``mx.eval``, as raw MLX's ``mx.eval(tree)``); the samples are numpy:0's."""
+    import mlx.core as mx
+    import fnarray.random as fr
+    evals = []
+    for name in ("eval", "async_eval"):
+        real = getattr(mx, name)
+        monkeypatch.setattr(mx, name, lambda *a, real=real, name=name: evals.append(name) or real(*a))
+    p = np.linspace(0, 1, 42, dtype=np.float32).reshape(6, 7)
+    f = fa.jit(lambda k, p: fr.bernoulli(k, p))
+    got = f(fa.device_put(fr.key(3), mdev), fa.device_put(p, mdev))
+    nodes = _nodes(got)
+    assert not evals and nodes["LeftShift"] == 20 and nodes["RightShift"] == 21 and sum(nodes.values()) <= 205, \
+        (evals, nodes)
+    fa.block_until_ready(got)
+    assert evals == ["eval"], evals
+    cpu = fa.devices("numpy")[0]
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(f(fa.device_put(fr.key(3), cpu), fa.device_put(p, cpu))))
+
+
 def test_llm_decode_step_graph(mdev):
     """The example llama's jitted decode step (2 blocks, width 64): the graph MLX evaluates per token, 315 nodes
     where it was 420 before these rewrites (108 of them reshapes, now 43; the benchmark's 4-block model: 786 -> 583,

@@ -160,6 +160,18 @@ def test_a_growing_decode_step_is_a_few_python_calls_an_operation(dev):
     second = python_calls(lambda: step(cache, q, row))
     assert len(first) <= 44 and len(second) <= 26, (len(first), len(second))
     assert "bind" not in first and "_miss" not in first and "_early" not in first, first
+    # a length served before, after another one (a growing loop's later passes): every rule finds the call by its
+    # operands' avals (``_SERVED_CALLS``: twenty-third session), no operand tested and no shape computed again
+    longer = fnp.concatenate([cache, row], axis=0)
+    step(longer, q, row)
+    again = python_calls(lambda: step(cache, q, row))
+    tests = {"_plain", "_plain_aval", "_aval", "_pair", "broadcast_same_rank", "_concatenate_new"}
+    assert len(again) <= 24 and not tests & set(again), again
+    for c in (longer, cache):
+        got_cache, got = step(c, q, row)
+        want_cache, want = decode_step(np)(*(np.asarray(a, np.float64) for a in (c, q, row)))
+        np.testing.assert_array_equal(np.asarray(got_cache), want_cache.astype(np.float32))
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
     mlx_shapeless._forget()  # (the interned and known avals emptied: the rules test the operands again)
     got_cache, got = step(cache, q, row)
     want_cache, want = decode_step(np)(*(np.asarray(a, np.float64) for a in (cache, q, row)))
@@ -183,3 +195,12 @@ def test_a_repeated_aval_takes_the_last_hit(dev):
     x64, y64, m64 = (np.asarray(a, np.float64) for a in (x, y, m))
     for k, want in (("x * y", x64 * y64), ("-x", -x64), ("x - m", x64 - m64), ("x @ y.T", x64 @ y64.T)):
         np.testing.assert_allclose(np.asarray(calls[k]()), want, rtol=1e-6, atol=1e-6)
+    # one aval served with other static arguments and operand orders (each its own entry), twice each
+    for _ in range(2):
+        for axis, keepdims in ((-1, True), (-1, False), (0, True), (None, False), (1, False)):
+            np.testing.assert_allclose(np.asarray(x.sum(axis=axis, keepdims=keepdims)),
+                                       x64.sum(axis=axis, keepdims=keepdims), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(m - x), m64 - x64, rtol=1e-6, atol=1e-6)
+        for axis in (0, -1, 1):
+            np.testing.assert_array_equal(np.asarray(fnp.concatenate([x, y], axis=axis)),
+                                          np.concatenate([x64, y64], axis=axis).astype(np.float32))

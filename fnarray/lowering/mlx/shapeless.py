@@ -16,7 +16,8 @@ Each operand must be a float32, not weakly typed, non-empty array on a device wh
 device (``mlx[cpu]`` without a GPU: no stream to pick) with an ``mx.array`` buffer, and each operand and the
 result at most ``memory.SMALL_BYTES`` (the size the general path checks against the device's memory above). The
 rules' results have one interned aval per shape (``_KNOWN``), so an operand made by a rule skips the tests of its
-aval (a growing loop's shapes are new at every step: no last hit serves them). Anything else
+aval (a growing loop's shapes are new at every step: no last hit serves them), and a call on avals a rule served
+before is found by their ids (``_SERVED_CALLS``: no aval test or shape arithmetic again). Anything else
 (another dtype, a Python scalar operand, a rank promotion, an error to raise: a contraction that does not match,
 an axis out of range) returns None and takes the keyed path, which raises its own errors.
 ``tests/test_mlx_shapeless.py`` compares every rule with the general path and NumPy.
@@ -48,15 +49,16 @@ _AVALS: dict = {}  # shape -> its float32 aval: one object per shape, as the exe
 # its placed operands (``q``, a new row) are after their first test.
 _KNOWN: set = set()
 _PASSED: list = []
-# (shape, other shape) of two operands of one rank that broadcast -> their result's aval (``_binary``)
-_PAIRS: dict = {}
 _MX_NAME = {P.div: "divide"}  # MLX's names of the primitives whose rule is one expression of an MLX function
 
 
-# The last avals ``matmul`` and ``x.T`` served, with their result's aval (a loop whose shapes repeat skips the
-# checks and the shape arithmetic; one tuple replaced whole, so a thread reads the old one or the new one)
-_LAST_MATMUL = [(None, None, None, None)]
-_LAST_T = [(None, None, None)]
+# The calls ``matmul``, ``x.T``, ``concatenate`` and the reductions served, by the ids of their operands' avals (and
+# their static arguments) -> those avals and what the call made of them: the result's aval, the axes in range. A
+# call on avals served before (a loop whose shapes repeat, or a growing loop's later passes over the same lengths)
+# skips the operands' tests and the shape arithmetic. An entry holds its avals and is taken only where they are the
+# operands' own (``is``): an id is never read for another object. One dict for all (the keys' first items differ),
+# emptied when full.
+_SERVED_CALLS: dict = {}
 
 
 def _aval(shape):
@@ -107,7 +109,7 @@ def _forget():
     _KNOWN.clear()
     _AVALS.clear()
     _PASSED.clear()
-    _PAIRS.clear()
+    _SERVED_CALLS.clear()
     _KNOWN.clear()
 
 
@@ -148,18 +150,19 @@ def _binary(fn):
             return None
         a, b, dev = x.aval, y.aval, x._device
         xb, yb = x._buf, y._buf
-        if (type(xb) is not _MXA or type(yb) is not _MXA or y._device is not dev or id(dev) not in _DEVICES
-                or (id(a) not in _KNOWN and not _plain_aval(a)) or (id(b) not in _KNOWN and not _plain_aval(b))):
+        if type(xb) is not _MXA or type(yb) is not _MXA or y._device is not dev or id(dev) not in _DEVICES:
             return None
-        sa = a.shape
-        if a is not b and sa != b.shape:
-            a = _PAIRS.get((sa, b.shape))
-            if a is None:
-                a = _broadcast(sa, b.shape)
+        if a is b:
+            if id(a) not in _KNOWN and not _plain_aval(a):
+                return None
+        else:
+            m = _SERVED_CALLS.get((id(a), id(b)))
+            if m is not None and m[0] is a and m[1] is b:  # (a pair served before: tested, its result known)
+                a = m[2]
+            else:
+                a = _pair(a, b)
                 if a is None:
                     return None
-        elif id(a) not in _KNOWN:  # (the result's aval is the interned one of its shape)
-            a = _aval(sa)
         r = ArrayImpl()  # (``_result`` inline)
         r.aval, r._device, r._buf, r._committed, r._host = a, dev, fn(xb, yb), x._committed or y._committed, None
         return r
@@ -167,18 +170,25 @@ def _binary(fn):
     return rule
 
 
-def _broadcast(sa, sb):
-    """The aval of NumPy's broadcast of shapes ``sa`` and ``sb`` (each of an operand ``_binary`` takes), kept in
-    ``_PAIRS``; None where their ranks differ (a rank promotion: the keyed path and its checks) or they do not fit
-    or the result is larger than ``_MAX_ELEMENTS``."""
-    if len(sa) != len(sb):
+def _pair(a, b):
+    """The aval of the result of a binary rule on operands of the avals ``a`` and ``b`` (two objects), kept in
+    ``_SERVED_CALLS`` by their ids; None where either is not plain (``_plain_aval``), their ranks differ (a rank
+    promotion: the keyed path and its checks), they do not broadcast or the result is larger than
+    ``_MAX_ELEMENTS``."""
+    if (id(a) not in _KNOWN and not _plain_aval(a)) or (id(b) not in _KNOWN and not _plain_aval(b)):
         return None
-    shape = broadcast_same_rank(sa, sb)
-    if shape is None or math.prod(shape) > _MAX_ELEMENTS:
-        return None
-    if len(_PAIRS) >= 4096:
-        _PAIRS.clear()
-    out = _PAIRS[(sa, sb)] = _aval(shape)
+    sa, sb = a.shape, b.shape
+    out = a
+    if sa != sb:
+        if len(sa) != len(sb):
+            return None
+        shape = broadcast_same_rank(sa, sb)
+        if shape is None or math.prod(shape) > _MAX_ELEMENTS:
+            return None
+        out = _aval(shape)
+    if len(_SERVED_CALLS) >= 4096:  # (bounded: emptied when full)
+        _SERVED_CALLS.clear()
+    _SERVED_CALLS[(id(a), id(b))] = (a, b, out)
     return out
 
 
@@ -194,8 +204,9 @@ def _matmul(args, kwargs):
     av, bv, dev, xb, yb = x.aval, y.aval, x._device, x._buf, y._buf  # (``_plain`` of both, inline)
     if type(xb) is not _MXA or type(yb) is not _MXA or y._device is not dev:
         return None
-    m = _LAST_MATMUL[0]
-    if m[0] is not av or m[1] is not bv or m[2] is not dev:  # (the last served avals: checked already)
+    key = (_matmul, id(av), id(bv))
+    m = _SERVED_CALLS.get(key)
+    if m is None or m[0] is not av or m[1] is not bv or m[2] is not dev:  # (served avals: checked already)
         if (id(dev) not in _DEVICES or (id(av) not in _KNOWN and not _plain_aval(av))
                 or (id(bv) not in _KNOWN and not _plain_aval(bv))):
             return None
@@ -203,7 +214,10 @@ def _matmul(args, kwargs):
         if len(a) != 2 or len(b) != 2 or a[1] != b[0] or a[0] * b[1] > _MAX_ELEMENTS:
             return None
         out = (a[0], b[1])
-        m = _LAST_MATMUL[0] = (av, bv, dev, _AVALS.get(out) or _aval(out))
+        m = (av, bv, dev, _AVALS.get(out) or _aval(out))
+        if len(_SERVED_CALLS) >= 4096:  # (bounded: emptied when full)
+            _SERVED_CALLS.clear()
+        _SERVED_CALLS[key] = m
     r = ArrayImpl()
     r.aval, r._device, r._buf, r._committed, r._host = m[3], dev, mx.matmul(xb, yb), x._committed or y._committed, None
     return r
@@ -218,9 +232,10 @@ def _transpose(args, kwargs):
     else:
         return None
     x = args[0]
-    if axes is None and type(x) is ArrayImpl:  # (the last served aval of ``x.T``: checked already)
-        m = _LAST_T[0]
-        if m[0] is x.aval and m[1] is x._device and type(x._buf) is _MXA:
+    if axes is None and type(x) is ArrayImpl:  # (an aval ``x.T`` served: checked already)
+        av = x.aval
+        m = _SERVED_CALLS.get((_transpose, id(av)))
+        if m is not None and m[0] is av and m[1] is x._device and type(x._buf) is _MXA:
             r = ArrayImpl()
             r.aval, r._device, r._buf, r._committed, r._host = m[2], m[1], mx.transpose(x._buf), x._committed, None
             return r
@@ -238,7 +253,9 @@ def _transpose(args, kwargs):
             out = _aval(t)
         r = ArrayImpl()  # (``_result`` inline)
         r.aval, r._device, r._buf, r._committed, r._host = out, x._device, mx.transpose(x._buf), x._committed, None
-        _LAST_T[0] = (av, x._device, out)
+        if len(_SERVED_CALLS) >= 4096:  # (bounded: emptied when full)
+            _SERVED_CALLS.clear()
+        _SERVED_CALLS[(_transpose, id(av))] = (av, x._device, out)
         return r
     if type(axes) not in (tuple, list) or sorted(axes) != list(range(n)) or not all(type(i) is int for i in axes):
         return None
@@ -261,11 +278,31 @@ def _concatenate(args, kwargs):
     x0 = xs[0]
     if type(x0) is not ArrayImpl or id(x0._device) not in _DEVICES:
         return None
+    if len(xs) == 2:  # (two operands whose avals were served together: checked already)
+        x1 = xs[1]
+        if type(x1) is ArrayImpl:
+            a0, a1 = x0.aval, x1.aval
+            m = _SERVED_CALLS.get((_concatenate, id(a0), id(a1), axis))
+            if m is not None and m[0] is a0 and m[1] is a1:
+                dev, b0, b1 = x0._device, x0._buf, x1._buf
+                if x1._device is not dev or type(b0) is not _MXA or type(b1) is not _MXA:
+                    return None
+                r = ArrayImpl()
+                r.aval, r._device, r._buf, r._committed, r._host = m[3], dev, mx.concatenate([b0, b1], m[2]), \
+                    x0._committed or x1._committed, None
+                return r
+    return _concatenate_new(xs, axis)
+
+
+def _concatenate_new(xs, axis):
+    """``_concatenate`` of operands whose avals it has not served together (``xs``: two or more, the first an array
+    on a device the rules serve; ``axis`` an int as given), or None where the keyed path must take the call."""
+    x0 = xs[0]
     dev, shape = x0._device, x0.aval.shape
     nd = len(shape)
     if not -nd <= axis < nd:
         return None
-    axis %= nd
+    axis0, axis = axis, axis % nd  # (as given, the memo's key; in range)
     before, after = shape[:axis], shape[axis + 1:]
     total, committed, bufs = 0, False, []
     for x in xs:  # (``_plain`` of each, inline)
@@ -284,9 +321,14 @@ def _concatenate(args, kwargs):
     if math.prod(out) > _MAX_ELEMENTS:
         return None
     av = _AVALS.get(out)
+    if av is None:
+        av = _aval(out)
+    if len(xs) == 2:
+        if len(_SERVED_CALLS) >= 4096:  # (bounded: emptied when full)
+            _SERVED_CALLS.clear()
+        _SERVED_CALLS[(_concatenate, id(xs[0].aval), id(xs[1].aval), axis0)] = (xs[0].aval, xs[1].aval, axis, av)
     r = ArrayImpl()  # (``_result`` inline)
-    r.aval, r._device, r._buf, r._committed, r._host = av if av is not None else _aval(out), dev, \
-        mx.concatenate(bufs, axis), committed, None
+    r.aval, r._device, r._buf, r._committed, r._host = av, dev, mx.concatenate(bufs, axis), committed, None
     return r
 
 
@@ -312,7 +354,17 @@ def _reduction(fn):
         if type(x) is not ArrayImpl or type(keepdims) is not bool:
             return None
         av, buf, dev = x.aval, x._buf, x._device  # (``_plain`` inline)
-        if type(buf) is not _MXA or id(dev) not in _DEVICES or (id(av) not in _KNOWN and not _plain_aval(av)):
+        if type(buf) is not _MXA or id(dev) not in _DEVICES:
+            return None
+        key = (rule, id(av), axis, keepdims) if axis is None or type(axis) is int else None
+        if key is not None:  # (an aval this reduction served with these arguments: checked already)
+            m = _SERVED_CALLS.get(key)
+            if m is not None and m[0] is av:
+                r = ArrayImpl()
+                r.aval, r._device, r._buf, r._committed, r._host = m[2], dev, fn(buf, m[1], keepdims), \
+                    x._committed, None
+                return r
+        if id(av) not in _KNOWN and not _plain_aval(av):
             return None
         shape = av.shape
         nd = len(shape)
@@ -328,10 +380,15 @@ def _reduction(fn):
                 return None
             out = tuple([1 if i in axes else d for i, d in enumerate(shape)]) if keepdims else \
                 tuple([d for i, d in enumerate(shape) if i not in axes])
-        av = _AVALS.get(out)
+        out_av = _AVALS.get(out)
+        if out_av is None:
+            out_av = _aval(out)
+        if key is not None:
+            if len(_SERVED_CALLS) >= 4096:  # (bounded: emptied when full)
+                _SERVED_CALLS.clear()
+            _SERVED_CALLS[key] = (av, axes, out_av)
         r = ArrayImpl()  # (``_result`` inline)
-        r.aval, r._device, r._buf, r._committed, r._host = av if av is not None else _aval(out), dev, \
-            fn(buf, axes, keepdims), x._committed, None
+        r.aval, r._device, r._buf, r._committed, r._host = out_av, dev, fn(buf, axes, keepdims), x._committed, None
         return r
     return rule
 
