@@ -29,7 +29,7 @@ __all__ = [
     "oracle_promote", "to_inexact", "reference", "assert_close", "assert_same", "check_traced",
     "eager_and_jit", "random_array", "on_device", "int_div_ref", "int_rem_ref", "shift_ref",
     "saturating_cast_ref", "ALL_DTYPES", "DTYPE_NAMES", "fallback_mode", "config_setting", "python_calls",
-    "run_threads", "kernel_capabilities", "no_shapeless_rules", "decode_loop", "cpu_opencl",
+    "run_threads", "kernel_capabilities", "no_shapeless_rules", "decode_loop", "cpu_opencl", "assert_argmax",
 ]
 
 BACKEND_UNAVAILABLE = "backend unavailable"
@@ -345,6 +345,19 @@ def assert_close(actual, expected, dtype=None, *, rtol=None, atol=None, weak_typ
                                    err_msg=msg)
     else:
         np.testing.assert_array_equal(got, expected.astype(want), err_msg=msg)
+
+
+def assert_argmax(logits, ids, atol, msg=""):
+    """Each ``ids[t]`` is the argmax of the reference's ``logits[t]`` (float[T, V]), or within ``atol`` of its
+    maximum: a near-tie that another backend's or driver's float32 rounding may break the other way (the
+    reference's own margin, the top-2 gap, is then within the float tolerance). An id further below the maximum
+    fails, naming the position, the id, the argmax and the gap."""
+    logits, ids = np.asarray(logits, np.float64), np.asarray(ids)
+    assert logits.shape == (len(ids), logits.shape[-1]), f"{msg}: logits {logits.shape} for {len(ids)} ids"
+    gap = logits.max(axis=-1) - logits[np.arange(len(ids)), ids]
+    bad = np.flatnonzero(gap > atol)
+    assert not bad.size, (f"{msg}: id {ids[bad[0]]} at position {bad[0]} is {gap[bad[0]]:.3g} below the maximum "
+                          f"(id {np.argmax(logits[bad[0]])}), more than the tolerance {atol}; ids {ids.tolist()}")
 
 
 def assert_same(a, b, msg=""):

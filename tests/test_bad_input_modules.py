@@ -8,6 +8,9 @@ placement, dtypes); this file is the per-module sweep.
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import numpy as np
 import pytest
 
@@ -137,9 +140,11 @@ CASES = [
 
 
 def _save_load(tree, like):
-    path = "/tmp/fnarray_bad_input_like.safetensors"
-    fa.save(path, tree)
-    return fa.load(path, like)
+    """``fa.load`` of ``tree`` saved in a folder of this call's own (never a fixed path that another run may write)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "like.safetensors")
+        fa.save(path, tree)
+        return fa.load(path, like)
 
 
 def test_every_module_has_each_kind():

@@ -9,6 +9,7 @@ import os
 import shlex
 import subprocess
 import sys
+import warnings
 
 import pytest
 
@@ -54,10 +55,34 @@ def _needs(marks):
 
 def _only_verdict(error: str) -> bool:
     """Whether a failed block's only fault is a profiler verdict (``prints: ... dominates``) other than the page's:
-    a verdict weighs measured times, so a load spike on a shared machine can flip it; such a page runs up to three
-    times."""
+    a verdict weighs measured times, which a loaded or faster machine changes (the harness's CPU is not this
+    one)."""
     lines = error.strip().splitlines()
     return bool(lines) and all(ln.startswith("the output lacks") and ln.endswith(" dominates'") for ln in lines)
+
+
+#: The verdict's words for each group of the profile's layers (tracing, lowering and compiling are one group).
+_VERDICT_GROUPS = {"dispatch": ("dispatch",), "compile": ("trace", "lower", "compile"), "transfer": ("transfer",),
+                   "kernel time": ("kernel",), "fallback": ("fallback",), "host-driven loop overhead": ("loop",)}
+
+
+def _verdict_explained(out: str) -> bool:
+    """Whether the block's last printed profile names, as its verdict, the group of layers with the largest share
+    of its own table (to the table's 0.1% rounding): the verdict then follows from the times this machine measured,
+    which no test may judge; the profiler's rules themselves are pinned on crafted profiles in test_profiler.py.
+    A verdict that contradicts its table is still a failure."""
+    import re
+    ms = {k: float(v) for k, v in re.findall(r"^(\w+)\s+([\d.]+)\s+[\d.]+%\s+\d+\s", out, re.M)}
+    verdicts = re.findall(r"^verdict: (.+?) dominates \(([^)\n]*)", out, re.M)
+    if not verdicts or verdicts[-1][0] not in _VERDICT_GROUPS or not ms:
+        return False
+    name, detail = verdicts[-1]
+    groups = {g: sum(ms.get(k, 0.0) for k in layers) for g, layers in _VERDICT_GROUPS.items()}
+    moved = re.search(r"with ([\d.]+) ms of copies", detail)   # copies for a fallback count as the fallback's
+    if moved:
+        groups["transfer"] -= float(moved.group(1))
+        groups["fallback"] += float(moved.group(1))
+    return groups[name] >= max(groups.values()) - 0.01 * len(ms)   # the table's ms are rounded to 0.01
 
 
 def _run_page(page, device, workdir, n_blocks):
@@ -83,10 +108,11 @@ def test_page_blocks_run(page, where, tmp_path):
         pytest.skip(f"{missing[0][1]} ({page} block {missing[0][0]})")
     workdir = _workdir(tmp_path)
     bad = _run_page(page, device, workdir, len(todo))
-    for _retry in range(2):   # a profiler verdict under a load spike: up to twice more (seen at load 10 in CI)
-        if not bad or not all(_only_verdict(b["error"]) for b in bad):
-            break
-        bad = _run_page(page, device, workdir, len(todo))
+    timed = [b for b in bad if _only_verdict(b["error"]) and _verdict_explained(b["out"])]
+    for b in timed:           # another verdict that this machine's times give (under load, on another CPU)
+        warnings.warn(f"{page} block {b['block']} on {device}: {b['error'].strip()}; its profile's own times give "
+                      "that verdict (not judged: a verdict weighs measured times)")
+    bad = [b for b in bad if b not in timed]
     assert not bad, f"{page} on {device}: " + "\n".join(f"block {b['block']}: {b['error']}\n{b['out']}"
                                                         for b in bad)
 
@@ -124,6 +150,23 @@ def test_markers_are_read():
             "```python\nprint(1)\n```\n")
     found = [(m.group(2), doc_blocks._MARK.findall(m.group(1))) for m in doc_blocks._BLOCK.finditer(text)]
     assert found == [("raise ValueError\n", [("raises", "ValueError"), ("prints", "hi")]), ("print(1)\n", [])]
+
+
+def test_a_verdict_other_than_the_pages_passes_only_where_its_table_gives_it():
+    """A block whose profile printed another verdict than its ``prints:`` passes where that verdict names the
+    largest group of its own table (compile: trace + lower + compile), and fails where it contradicts it."""
+    table = ("layer        total ms   share    count   mean us\n"
+             "dispatch        56.28   41.1%        6    9379.9\ntrace           20.00   14.6%        1   20000.0\n"
+             "lower            5.00    3.6%        1    5000.0\ncompile         23.41   17.1%        1   23414.1\n"
+             "kernel          32.20   23.5%        6    5366.7\nloop             0.00    0.0%        0         -\n")
+    assert _only_verdict("the output lacks 'kernel time dominates'")
+    assert _verdict_explained(table + "verdict: dispatch dominates (41%), 30% of the time in the host's work")
+    for wrong in ("kernel time dominates (24%): the computation", "transfer dominates (0%)", "what dominates (1%)"):
+        assert not _verdict_explained(table + "verdict: " + wrong)
+    assert _verdict_explained(table.replace("56.28", "45.00") + "verdict: compile dominates (38%: trace 16%")
+    fallback = table.replace("loop ", "fallback ") + "transfer        60.00   20.0%        2   30000.0\n"
+    assert not _verdict_explained(fallback + "verdict: fallback dominates (0%): sin (float64)")
+    assert _verdict_explained(fallback + "verdict: fallback dominates (41%, with 60.00 ms of copies to numpy:0)")
 
 
 def test_documents_the_docs_cite_are_in_the_repository():

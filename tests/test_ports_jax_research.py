@@ -171,7 +171,8 @@ kk = jnp.fft.fftfreq(32, 1 / 32)
 df = jnp.real(jnp.fft.ifft(1j * kk * jnp.fft.fft(f)))
 print("deriv err", float(jnp.max(jnp.abs(df - (3 * jnp.cos(3 * xs) - 2.5 * jnp.sin(5 * xs))))) < 1e-4)
 spec = jnp.abs(jnp.fft.fftshift(jnp.fft.fft(f)))
-print("peaks", jnp.argsort(spec)[-4:].tolist(), np.round(np.asarray(jnp.sort(spec)[-4:]), 3).tolist())
+# the four peaks as a set: |X[k]| and |X[-k]| of a real signal tie (8, 8, 16, 16), so their order is rounding's
+print("peaks", sorted(jnp.argsort(spec)[-4:].tolist()), np.round(np.asarray(jnp.sort(spec)[-4:]), 3).tolist())
 # 2D poisson solve with rfft2/irfft2
 n = 16
 yy, xx = jnp.meshgrid(jnp.arange(n), jnp.arange(n), indexing="ij")
@@ -439,7 +440,9 @@ def hmc_step(w, key):
   w_new = lax.cond(accept, lambda: w1, lambda: w)
   return w_new, (w_new, accept)
 
-keys = random.split(random.PRNGKey(0), 200)
+# key 2: JAX's |log u - log_accept| of every one of the 200 decisions is >= 6e-3 (key 0's came within 2.5e-5, the
+# size of float32 rounding of these energies across backends: a flipped decision changes the whole chain)
+keys = random.split(random.PRNGKey(2), 200)
 _, (samples, accepts) = lax.scan(hmc_step, res.x, keys)
 print("hmc mean", np.round(np.asarray(samples[50:].mean(0)), 3).tolist(), "accept", float(accepts.mean()))
 
