@@ -1,5 +1,6 @@
 """Samplers of ``fnarray.random`` that need rejection loops or linear algebra: ``gamma``, ``loggamma``, ``beta``,
-``dirichlet``, ``poisson`` and ``multivariate_normal`` (mirrors ``jax.random``; re-exported there).
+``dirichlet``, ``chisquare``, ``t``, ``f``, ``poisson`` and ``multivariate_normal`` (mirrors ``jax.random``;
+re-exported there).
 
 The rejection samplers run one bounded ``while_loop`` over the whole sample: iteration ``i`` draws fresh
 normals and uniforms for every element from ``fold_in(key, i)``, and each element keeps its first accepted
@@ -24,7 +25,7 @@ from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.scipy._util import log1p as _log1p
 from fnarray.transforms.ad import custom_jvp
 
-__all__ = ["beta", "dirichlet", "gamma", "loggamma", "multivariate_normal", "poisson"]
+__all__ = ["beta", "chisquare", "dirichlet", "f", "gamma", "loggamma", "multivariate_normal", "poisson", "t"]
 
 _MAX_TRIES = 100
 
@@ -158,6 +159,12 @@ def _log_gamma_reparam_jvp(primals, tangents):
     return log_x, ta * (-dpda / x_dpdx)
 
 
+def _log_gamma_draw(k, a, shape, m):
+    """``log`` of Gamma(a, 1) samples of ``shape`` in dtype ``m``, differentiable in ``a`` (the implicit
+    reparameterization)."""
+    return _log_gamma_reparam(a, lax.stop_gradient(_log_gamma_sample(k, a, shape, m)))
+
+
 def _gamma_setup(name, key, a, shape, dtype):
     r = _r()
     k = r._check_key(key, name)
@@ -215,8 +222,7 @@ def loggamma(key, a, shape=None, dtype=None):
       ShapeError: ``a`` does not broadcast to ``shape``.
     """
     k, a, shape, m, d = _gamma_setup("loggamma", key, a, shape, dtype)
-    log_x = _log_gamma_sample(k, a, shape, m)
-    return lax.convert_element_type(_log_gamma_reparam(a, lax.stop_gradient(log_x)), d)
+    return lax.convert_element_type(_log_gamma_draw(k, a, shape, m), d)
 
 
 def beta(key, a, b, shape=None, dtype=None):
@@ -247,8 +253,7 @@ def beta(key, a, b, shape=None, dtype=None):
     shape = _sample_shape("beta", shape, broadcast_shapes(a.shape, b.shape, name="beta"))
     a, b = _broadcast(a, shape), _broadcast(b, shape)
     ka, kb = r._split2(k)
-    la = _log_gamma_reparam(a, lax.stop_gradient(_log_gamma_sample(ka, a, shape, m)))
-    lb = _log_gamma_reparam(b, lax.stop_gradient(_log_gamma_sample(kb, b, shape, m)))
+    la, lb = _log_gamma_draw(ka, a, shape, m), _log_gamma_draw(kb, b, shape, m)
     return lax.convert_element_type(fnp.exp(la - fnp.logaddexp(la, lb)), d)
 
 
@@ -282,9 +287,101 @@ def dirichlet(key, alpha, shape=None, dtype=None):
     batch = _sample_shape("dirichlet", shape, alpha.shape[:-1])
     full = tuple(batch) + (alpha.shape[-1],)
     alpha = _broadcast(alpha, full)
-    lg = _log_gamma_reparam(alpha, lax.stop_gradient(_log_gamma_sample(k, alpha, full, m)))
+    lg = _log_gamma_draw(k, alpha, full, m)
     out = fnp.exp(lg - logsumexp(lg, axis=-1, keepdims=True))
     return lax.convert_element_type(out, d)
+
+
+# ----------------------------------------------------------------------------- chi-square, Student's t, F
+
+
+def _df_setup(name, key, dfs, shape, dtype):
+    """``(key, [df broadcast to shape, ...], shape, compute dtype, result dtype)`` for the ``df`` parameters."""
+    from fnarray.numpy._util import broadcast_shapes
+    k = _r()._check_key(key, name)
+    params = [_float_param(name, v, dtype, what) for what, v in dfs]
+    m, d = params[0][1], params[0][2]
+    shape = _sample_shape(name, shape, broadcast_shapes(*(a.shape for a, _, _ in params), name=name))
+    return k, [_broadcast(a, shape) for a, _, _ in params], shape, m, d
+
+
+def _chisquare(k, df, shape, m):
+    return _fnp().exp(_log_gamma_draw(k, df / 2, shape, m)) * 2
+
+
+def chisquare(key, df, shape=None, dtype=None):
+    """Chi-square samples with ``df`` degrees of freedom (mirrors ``jax.random.chisquare``): ``2 exp(loggamma(df /
+    2))``, as JAX composes it (this module's gamma stream, so other values than JAX's; the same distribution).
+
+    Args:
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
+      df: positive float scalar or array, the degrees of freedom.
+      shape: the sample shape (default ``df``'s shape); ``df`` must broadcast to it.
+      dtype: float16, bfloat16, float32 (default) or float64.
+
+    Returns:
+      An array of ``shape`` and ``dtype``, positive; differentiable in ``df`` (the gamma's reparameterization).
+
+    Raises:
+      TypeError: ``key`` is not a key, or ``df`` not an array or scalar.
+      DTypeError: a non-floating ``dtype``, or a complex ``df``.
+      ShapeError: ``df`` does not broadcast to ``shape``.
+    """
+    k, (df,), shape, m, d = _df_setup("chisquare", key, [("df", df)], shape, dtype)
+    return lax.convert_element_type(_chisquare(k, df, shape, m), d)
+
+
+def t(key, df, shape=None, dtype=None):
+    """Student's t samples with ``df`` degrees of freedom (mirrors ``jax.random.t``): ``n sqrt((df / 2) / g)``
+    for ``n`` normal from the first of ``split(key)`` and ``g`` Gamma(df / 2) from the second, as JAX composes it
+    (``n`` is JAX's normal stream, ``g`` this module's gamma stream: other values than JAX's, the same
+    distribution).
+
+    Args:
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
+      df: positive float scalar or array, the degrees of freedom.
+      shape: the sample shape (default ``df``'s shape); ``df`` must broadcast to it.
+      dtype: float16, bfloat16, float32 (default) or float64.
+
+    Returns:
+      An array of ``shape`` and ``dtype``.
+
+    Raises:
+      TypeError: ``key`` is not a key, or ``df`` not an array or scalar.
+      DTypeError: a non-floating ``dtype``, or a complex ``df``.
+      ShapeError: ``df`` does not broadcast to ``shape``.
+    """
+    r = _r()
+    k, (df,), shape, m, d = _df_setup("t", key, [("df", df)], shape, dtype)
+    kn, kg = r._split2(k)
+    half = df / 2
+    g = _fnp().exp(_log_gamma_draw(kg, half, shape, m))
+    return lax.convert_element_type(r.normal(kn, shape, m) * _fnp().sqrt(half / g), d)
+
+
+def f(key, dfnum, dfden, shape=None, dtype=None):
+    """F-distribution samples (mirrors ``jax.random.f``): ``(chisquare(dfnum) / dfnum) / (chisquare(dfden) /
+    dfden)``, the denominator's chi-square from the first of ``split(key)`` and the numerator's from the second,
+    as JAX composes it (this module's gamma stream: other values than JAX's, the same distribution).
+
+    Args:
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
+      dfnum, dfden: positive float scalars or arrays, the numerator's and denominator's degrees of freedom.
+      shape: the sample shape (default: the broadcast shape of ``dfnum`` and ``dfden``).
+      dtype: float16, bfloat16, float32 (default) or float64.
+
+    Returns:
+      An array of ``shape`` and ``dtype``, positive.
+
+    Raises:
+      TypeError: ``key`` is not a key, or a parameter not an array or scalar.
+      DTypeError: a non-floating ``dtype``, or a complex parameter.
+      ShapeError: the parameters do not broadcast to ``shape``.
+    """
+    k, (num, den), shape, m, d = _df_setup("f", key, [("dfnum", dfnum), ("dfden", dfden)], shape, dtype)
+    k_den, k_num = _r()._split2(k)
+    return lax.convert_element_type((_chisquare(k_num, num, shape, m) / num) / (_chisquare(k_den, den, shape, m)
+                                                                                 / den), d)
 
 
 # ----------------------------------------------------------------------------- Poisson
