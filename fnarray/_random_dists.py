@@ -1,6 +1,6 @@
 """Samplers of ``fnarray.random`` that need rejection loops or linear algebra: ``gamma``, ``loggamma``, ``beta``,
-``dirichlet``, ``chisquare``, ``t``, ``f``, ``poisson`` and ``multivariate_normal`` (mirrors ``jax.random``;
-re-exported there).
+``dirichlet``, ``chisquare``, ``t``, ``f``, ``binomial``, ``poisson`` and ``multivariate_normal`` (mirrors
+``jax.random``; re-exported there).
 
 The rejection samplers run one bounded ``while_loop`` over the whole sample: iteration ``i`` draws fresh
 normals and uniforms for every element from ``fold_in(key, i)``, and each element keeps its first accepted
@@ -25,7 +25,8 @@ from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.scipy._util import log1p as _log1p
 from fnarray.transforms.ad import custom_jvp
 
-__all__ = ["beta", "chisquare", "dirichlet", "f", "gamma", "loggamma", "multivariate_normal", "poisson", "t"]
+__all__ = ["beta", "binomial", "chisquare", "dirichlet", "f", "gamma", "loggamma", "multivariate_normal", "poisson",
+           "t"]
 
 _MAX_TRIES = 100
 
@@ -382,6 +383,110 @@ def f(key, dfnum, dfden, shape=None, dtype=None):
     k_den, k_num = _r()._split2(k)
     return lax.convert_element_type((_chisquare(k_num, num, shape, m) / num) / (_chisquare(k_den, den, shape, m)
                                                                                  / den), d)
+
+
+# ----------------------------------------------------------------------------- binomial
+
+# Stirling's series tail log(k!) - [(k + 1/2) log(k + 1) - (k + 1) + log(2 pi) / 2] for k = 0..9 (TensorFlow's and
+# JAX's table for BTRS); beyond, the series' first three terms.
+_STIRLING_TAIL = (0.0810614667953272, 0.0413406959554092, 0.0276779256849983, 0.02079067210376509,
+                  0.0166446911898211, 0.0138761288230707, 0.0118967099458917, 0.0104112652619720,
+                  0.00925546218271273, 0.00833056343336287)
+
+
+def _stirling_tail(k):
+    fnp = _fnp()
+    kc = fnp.clip(k, 0.0, 9.0)
+    kp1sq = (kc + 1) * (kc + 1)
+    approx = (1.0 / 12 - (1.0 / 360 - 1.0 / 1260 / kp1sq) / kp1sq) / (kc + 1)
+    table = fnp.asarray(np.asarray(_STIRLING_TAIL, np.float64).astype(kc.dtype))
+    return fnp.where(k <= 9, fnp.take(table, fnp.floor(kc).astype(dtypes.int32)), approx)
+
+
+def _btrs_accepts(u, v, n, q):
+    """``(k, accepted)`` of one BTRS round (Hormann 1993, "The generation of binomial random variates"; the form of
+    TensorFlow's and JAX's) for ``n`` trials of probability ``q <= 1/2`` from uniforms ``u``, ``v``."""
+    fnp = _fnp()
+    stddev = fnp.sqrt(n * q * (1 - q))
+    b = 1.15 + 2.53 * stddev
+    a = -0.0873 + 0.0248 * b + 0.01 * q
+    r = q / (1 - q)
+    mode = fnp.floor((n + 1) * q)
+    uu = u - 0.5
+    us = 0.5 - fnp.abs(uu)
+    k = fnp.floor((2 * a / us + b) * uu + n * q + 0.5)
+    lv = fnp.log(v * (2.83 + 5.1 / b) * stddev / (a / (us * us) + b))
+    ub = ((mode + 0.5) * fnp.log((mode + 1) / (r * (n - mode + 1))) + (n + 1) * fnp.log((n - mode + 1) / (n - k + 1))
+          + (k + 0.5) * fnp.log(r * (n - k + 1) / (k + 1)) + _stirling_tail(mode) + _stirling_tail(n - mode)
+          - _stirling_tail(k) - _stirling_tail(n - k))
+    return k, ((us >= 0.07) & (v <= 0.92 - 4.2 / b)) | ((k >= 0) & (k <= n) & (lv <= ub))
+
+
+def _binomial_loop(key, n, q, shape, m):
+    """Binomial counts (float) of ``n`` (integral, finite, >= 0) trials of probability ``q`` in ``[0, 1/2]``: where
+    ``n q <= 10`` the inversion by geometric waiting times (one success a round), else BTRS (acceptance above
+    0.9), as JAX and TensorFlow choose."""
+    from fnarray.transforms.control_flow import while_loop
+    fnp = _fnp()
+    r = _r()
+    inv = n * q <= 10.0
+    n_b, q_b = fnp.where(inv, 1e4, n), fnp.where(inv, 0.5, q)
+    log1mq = _log1p(-fnp.where(inv, q, 0.5))
+    cap = max(_MAX_TRIES, 80)   # inversion: n q <= 10 successes and one more round, past 80 with p < 1e-40
+
+    def cond(s):
+        return (s[0] < cap) & ~fnp.all(s[3])
+
+    def body(s):
+        i, k, total, done = s
+        uv = r.uniform(r.fold_in(key, i), (2,) + tuple(shape), m)
+        u, v = uv[0], uv[1]
+        reached = total + fnp.ceil(fnp.log(u) / log1mq)     # the waiting time of the next success
+        kb, accepted = _btrs_accepts(u, v, n_b, q_b)
+        k_new = fnp.where(inv, fnp.where(reached <= n, k + 1, k), kb)
+        new_done = fnp.where(inv, reached > n, accepted)
+        return i + 1, fnp.where(done, k, k_new), fnp.where(inv & ~done, reached, total), done | new_done
+
+    zeros = fnp.zeros(shape, dtype=m)
+    # The fallback after the cap (probability below 1e-40): the count reached (inversion) or the mode (BTRS).
+    init = (np.int32(0), fnp.where(inv, zeros, fnp.floor((n_b + 1) * q_b)), zeros, q == 0)
+    return while_loop(cond, body, init)[1]
+
+
+def binomial(key, n, p, shape=None, dtype=None):
+    """Binomial(n, p) samples: successes in ``n`` trials of probability ``p`` (mirrors ``jax.random.binomial``).
+
+    Method (JAX's and TensorFlow's choice): with ``q = min(p, 1 - p)``, the inversion by geometric waiting times
+    where ``n q <= 10``, else Hormann's BTRS transformed rejection; ``n - k`` where ``p > 1/2``. A bounded
+    ``while_loop`` drawing from ``fold_in(key, i)`` (the module docstring): other values than JAX's, the same
+    distribution. A non-integral ``n`` is floored (as NumPy and JAX).
+
+    Args:
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
+      n: the number of trials, a float or integer scalar or array (``inf`` gives ``inf``; negative or NaN, NaN).
+      p: the success probability, a float scalar or array (outside ``[0, 1]`` or NaN gives NaN).
+      shape: the sample shape (default: the broadcast shape of ``n`` and ``p``).
+      dtype: float16, bfloat16, float32 (default) or float64: the counts are floats, as JAX's.
+
+    Returns:
+      An array of ``shape`` and ``dtype`` holding whole numbers in ``[0, n]``.
+
+    Raises:
+      TypeError: ``key`` is not a key, or ``n``/``p`` not arrays or scalars.
+      DTypeError: a non-floating ``dtype``, or complex parameters.
+      ShapeError: ``n`` and ``p`` do not broadcast to ``shape``.
+    """
+    fnp = _fnp()
+    k, (n, p), shape, m, d = _df_setup("binomial", key, [("n", n), ("p", p)], shape, dtype)
+    n, p = lax.stop_gradient(n), lax.stop_gradient(p)
+    below = p < 0.5
+    q = fnp.where(below, p, 1.0 - p)
+    invalid = fnp.isnan(n) | (n < 0) | fnp.isnan(q) | (q < 0)
+    finite = fnp.where(invalid | fnp.isinf(n), 0.0, fnp.floor(n))
+    counts = _binomial_loop(k, finite, fnp.where(invalid, 0.0, q), shape, m)
+    counts = fnp.where(below, counts, finite - counts)
+    counts = fnp.where(fnp.isinf(n), np.inf, counts)
+    return lax.convert_element_type(fnp.where(invalid, np.nan, counts), d)
 
 
 # ----------------------------------------------------------------------------- Poisson

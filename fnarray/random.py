@@ -55,6 +55,7 @@ __all__ = [
     "PRNGKey",
     "bernoulli",
     "beta",
+    "binomial",
     "bits",
     "categorical",
     "cauchy",
@@ -1315,8 +1316,8 @@ def choice(key, a, shape=(), replace: bool = True, p=None, axis: int = 0) -> Arr
 
 # The samplers with rejection loops or linear algebra live in their own module (it uses the helpers above).
 from fnarray import _random_dists  # noqa: E402
-from fnarray._random_dists import (beta, chisquare, dirichlet, f, gamma, loggamma, multivariate_normal,  # noqa: E402
-                                   poisson, t)
+from fnarray._random_dists import (beta, binomial, chisquare, dirichlet, f, gamma, loggamma,  # noqa: E402
+                                   multivariate_normal, poisson, t)
 
 _random_dists.random = sys.modules[__name__]
 
