@@ -1,5 +1,6 @@
 """Samplers of ``fnarray.random`` that need rejection loops or linear algebra: ``gamma``, ``loggamma``, ``beta``,
-``dirichlet``, ``poisson`` and ``multivariate_normal`` (mirrors ``jax.random``; re-exported there).
+``dirichlet``, ``chisquare``, ``t``, ``f``, ``binomial``, ``poisson`` and ``multivariate_normal`` (mirrors
+``jax.random``; re-exported there).
 
 The rejection samplers run one bounded ``while_loop`` over the whole sample: iteration ``i`` draws fresh
 normals and uniforms for every element from ``fold_in(key, i)``, and each element keeps its first accepted
@@ -24,7 +25,8 @@ from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.scipy._util import log1p as _log1p
 from fnarray.transforms.ad import custom_jvp
 
-__all__ = ["beta", "dirichlet", "gamma", "loggamma", "multivariate_normal", "poisson"]
+__all__ = ["beta", "binomial", "chisquare", "dirichlet", "f", "gamma", "loggamma", "multivariate_normal", "poisson",
+           "t"]
 
 _MAX_TRIES = 100
 
@@ -158,6 +160,12 @@ def _log_gamma_reparam_jvp(primals, tangents):
     return log_x, ta * (-dpda / x_dpdx)
 
 
+def _log_gamma_draw(k, a, shape, m):
+    """``log`` of Gamma(a, 1) samples of ``shape`` in dtype ``m``, differentiable in ``a`` (the implicit
+    reparameterization)."""
+    return _log_gamma_reparam(a, lax.stop_gradient(_log_gamma_sample(k, a, shape, m)))
+
+
 def _gamma_setup(name, key, a, shape, dtype):
     r = _r()
     k = r._check_key(key, name)
@@ -215,8 +223,7 @@ def loggamma(key, a, shape=None, dtype=None):
       ShapeError: ``a`` does not broadcast to ``shape``.
     """
     k, a, shape, m, d = _gamma_setup("loggamma", key, a, shape, dtype)
-    log_x = _log_gamma_sample(k, a, shape, m)
-    return lax.convert_element_type(_log_gamma_reparam(a, lax.stop_gradient(log_x)), d)
+    return lax.convert_element_type(_log_gamma_draw(k, a, shape, m), d)
 
 
 def beta(key, a, b, shape=None, dtype=None):
@@ -247,8 +254,7 @@ def beta(key, a, b, shape=None, dtype=None):
     shape = _sample_shape("beta", shape, broadcast_shapes(a.shape, b.shape, name="beta"))
     a, b = _broadcast(a, shape), _broadcast(b, shape)
     ka, kb = r._split2(k)
-    la = _log_gamma_reparam(a, lax.stop_gradient(_log_gamma_sample(ka, a, shape, m)))
-    lb = _log_gamma_reparam(b, lax.stop_gradient(_log_gamma_sample(kb, b, shape, m)))
+    la, lb = _log_gamma_draw(ka, a, shape, m), _log_gamma_draw(kb, b, shape, m)
     return lax.convert_element_type(fnp.exp(la - fnp.logaddexp(la, lb)), d)
 
 
@@ -282,9 +288,205 @@ def dirichlet(key, alpha, shape=None, dtype=None):
     batch = _sample_shape("dirichlet", shape, alpha.shape[:-1])
     full = tuple(batch) + (alpha.shape[-1],)
     alpha = _broadcast(alpha, full)
-    lg = _log_gamma_reparam(alpha, lax.stop_gradient(_log_gamma_sample(k, alpha, full, m)))
+    lg = _log_gamma_draw(k, alpha, full, m)
     out = fnp.exp(lg - logsumexp(lg, axis=-1, keepdims=True))
     return lax.convert_element_type(out, d)
+
+
+# ----------------------------------------------------------------------------- chi-square, Student's t, F
+
+
+def _df_setup(name, key, dfs, shape, dtype):
+    """``(key, [df broadcast to shape, ...], shape, compute dtype, result dtype)`` for the ``df`` parameters."""
+    from fnarray.numpy._util import broadcast_shapes
+    k = _r()._check_key(key, name)
+    params = [_float_param(name, v, dtype, what) for what, v in dfs]
+    m, d = params[0][1], params[0][2]
+    shape = _sample_shape(name, shape, broadcast_shapes(*(a.shape for a, _, _ in params), name=name))
+    return k, [_broadcast(a, shape) for a, _, _ in params], shape, m, d
+
+
+def _chisquare(k, df, shape, m):
+    return _fnp().exp(_log_gamma_draw(k, df / 2, shape, m)) * 2
+
+
+def chisquare(key, df, shape=None, dtype=None):
+    """Chi-square samples with ``df`` degrees of freedom (mirrors ``jax.random.chisquare``): ``2 exp(loggamma(df /
+    2))``, as JAX composes it (this module's gamma stream, so other values than JAX's; the same distribution).
+
+    Args:
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
+      df: positive float scalar or array, the degrees of freedom.
+      shape: the sample shape (default ``df``'s shape); ``df`` must broadcast to it.
+      dtype: float16, bfloat16, float32 (default) or float64.
+
+    Returns:
+      An array of ``shape`` and ``dtype``, positive; differentiable in ``df`` (the gamma's reparameterization).
+
+    Raises:
+      TypeError: ``key`` is not a key, or ``df`` not an array or scalar.
+      DTypeError: a non-floating ``dtype``, or a complex ``df``.
+      ShapeError: ``df`` does not broadcast to ``shape``.
+    """
+    k, (df,), shape, m, d = _df_setup("chisquare", key, [("df", df)], shape, dtype)
+    return lax.convert_element_type(_chisquare(k, df, shape, m), d)
+
+
+def t(key, df, shape=None, dtype=None):
+    """Student's t samples with ``df`` degrees of freedom (mirrors ``jax.random.t``): ``n sqrt((df / 2) / g)``
+    for ``n`` normal from the first of ``split(key)`` and ``g`` Gamma(df / 2) from the second, as JAX composes it
+    (``n`` is JAX's normal stream, ``g`` this module's gamma stream: other values than JAX's, the same
+    distribution).
+
+    Args:
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
+      df: positive float scalar or array, the degrees of freedom.
+      shape: the sample shape (default ``df``'s shape); ``df`` must broadcast to it.
+      dtype: float16, bfloat16, float32 (default) or float64.
+
+    Returns:
+      An array of ``shape`` and ``dtype``.
+
+    Raises:
+      TypeError: ``key`` is not a key, or ``df`` not an array or scalar.
+      DTypeError: a non-floating ``dtype``, or a complex ``df``.
+      ShapeError: ``df`` does not broadcast to ``shape``.
+    """
+    r = _r()
+    k, (df,), shape, m, d = _df_setup("t", key, [("df", df)], shape, dtype)
+    kn, kg = r._split2(k)
+    half = df / 2
+    g = _fnp().exp(_log_gamma_draw(kg, half, shape, m))
+    return lax.convert_element_type(r.normal(kn, shape, m) * _fnp().sqrt(half / g), d)
+
+
+def f(key, dfnum, dfden, shape=None, dtype=None):
+    """F-distribution samples (mirrors ``jax.random.f``): ``(chisquare(dfnum) / dfnum) / (chisquare(dfden) /
+    dfden)``, the denominator's chi-square from the first of ``split(key)`` and the numerator's from the second,
+    as JAX composes it (this module's gamma stream: other values than JAX's, the same distribution).
+
+    Args:
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
+      dfnum, dfden: positive float scalars or arrays, the numerator's and denominator's degrees of freedom.
+      shape: the sample shape (default: the broadcast shape of ``dfnum`` and ``dfden``).
+      dtype: float16, bfloat16, float32 (default) or float64.
+
+    Returns:
+      An array of ``shape`` and ``dtype``, positive.
+
+    Raises:
+      TypeError: ``key`` is not a key, or a parameter not an array or scalar.
+      DTypeError: a non-floating ``dtype``, or a complex parameter.
+      ShapeError: the parameters do not broadcast to ``shape``.
+    """
+    k, (num, den), shape, m, d = _df_setup("f", key, [("dfnum", dfnum), ("dfden", dfden)], shape, dtype)
+    k_den, k_num = _r()._split2(k)
+    return lax.convert_element_type((_chisquare(k_num, num, shape, m) / num) / (_chisquare(k_den, den, shape, m)
+                                                                                 / den), d)
+
+
+# ----------------------------------------------------------------------------- binomial
+
+# Stirling's series tail log(k!) - [(k + 1/2) log(k + 1) - (k + 1) + log(2 pi) / 2] for k = 0..9 (TensorFlow's and
+# JAX's table for BTRS); beyond, the series' first three terms.
+_STIRLING_TAIL = (0.0810614667953272, 0.0413406959554092, 0.0276779256849983, 0.02079067210376509,
+                  0.0166446911898211, 0.0138761288230707, 0.0118967099458917, 0.0104112652619720,
+                  0.00925546218271273, 0.00833056343336287)
+
+
+def _stirling_tail(k):
+    fnp = _fnp()
+    kc = fnp.clip(k, 0.0, 9.0)
+    kp1sq = (kc + 1) * (kc + 1)
+    approx = (1.0 / 12 - (1.0 / 360 - 1.0 / 1260 / kp1sq) / kp1sq) / (kc + 1)
+    table = fnp.asarray(np.asarray(_STIRLING_TAIL, np.float64).astype(kc.dtype))
+    return fnp.where(k <= 9, fnp.take(table, fnp.floor(kc).astype(dtypes.int32)), approx)
+
+
+def _btrs_accepts(u, v, n, q):
+    """``(k, accepted)`` of one BTRS round (Hormann 1993, "The generation of binomial random variates"; the form of
+    TensorFlow's and JAX's) for ``n`` trials of probability ``q <= 1/2`` from uniforms ``u``, ``v``."""
+    fnp = _fnp()
+    stddev = fnp.sqrt(n * q * (1 - q))
+    b = 1.15 + 2.53 * stddev
+    a = -0.0873 + 0.0248 * b + 0.01 * q
+    r = q / (1 - q)
+    mode = fnp.floor((n + 1) * q)
+    uu = u - 0.5
+    us = 0.5 - fnp.abs(uu)
+    k = fnp.floor((2 * a / us + b) * uu + n * q + 0.5)
+    lv = fnp.log(v * (2.83 + 5.1 / b) * stddev / (a / (us * us) + b))
+    ub = ((mode + 0.5) * fnp.log((mode + 1) / (r * (n - mode + 1))) + (n + 1) * fnp.log((n - mode + 1) / (n - k + 1))
+          + (k + 0.5) * fnp.log(r * (n - k + 1) / (k + 1)) + _stirling_tail(mode) + _stirling_tail(n - mode)
+          - _stirling_tail(k) - _stirling_tail(n - k))
+    return k, ((us >= 0.07) & (v <= 0.92 - 4.2 / b)) | ((k >= 0) & (k <= n) & (lv <= ub))
+
+
+def _binomial_loop(key, n, q, shape, m):
+    """Binomial counts (float) of ``n`` (integral, finite, >= 0) trials of probability ``q`` in ``[0, 1/2]``: where
+    ``n q <= 10`` the inversion by geometric waiting times (one success a round), else BTRS (acceptance above
+    0.9), as JAX and TensorFlow choose."""
+    from fnarray.transforms.control_flow import while_loop
+    fnp = _fnp()
+    r = _r()
+    inv = n * q <= 10.0
+    n_b, q_b = fnp.where(inv, 1e4, n), fnp.where(inv, 0.5, q)
+    log1mq = _log1p(-fnp.where(inv, q, 0.5))
+    cap = max(_MAX_TRIES, 80)   # inversion: n q <= 10 successes and one more round, past 80 with p < 1e-40
+
+    def cond(s):
+        return (s[0] < cap) & ~fnp.all(s[3])
+
+    def body(s):
+        i, k, total, done = s
+        uv = r.uniform(r.fold_in(key, i), (2,) + tuple(shape), m)
+        u, v = uv[0], uv[1]
+        reached = total + fnp.ceil(fnp.log(u) / log1mq)     # the waiting time of the next success
+        kb, accepted = _btrs_accepts(u, v, n_b, q_b)
+        k_new = fnp.where(inv, fnp.where(reached <= n, k + 1, k), kb)
+        new_done = fnp.where(inv, reached > n, accepted)
+        return i + 1, fnp.where(done, k, k_new), fnp.where(inv & ~done, reached, total), done | new_done
+
+    zeros = fnp.zeros(shape, dtype=m)
+    # The fallback after the cap (probability below 1e-40): the count reached (inversion) or the mode (BTRS).
+    init = (np.int32(0), fnp.where(inv, zeros, fnp.floor((n_b + 1) * q_b)), zeros, q == 0)
+    return while_loop(cond, body, init)[1]
+
+
+def binomial(key, n, p, shape=None, dtype=None):
+    """Binomial(n, p) samples: successes in ``n`` trials of probability ``p`` (mirrors ``jax.random.binomial``).
+
+    Method (JAX's and TensorFlow's choice): with ``q = min(p, 1 - p)``, the inversion by geometric waiting times
+    where ``n q <= 10``, else Hormann's BTRS transformed rejection; ``n - k`` where ``p > 1/2``. A bounded
+    ``while_loop`` drawing from ``fold_in(key, i)`` (the module docstring): other values than JAX's, the same
+    distribution. A non-integral ``n`` is floored (as NumPy and JAX).
+
+    Args:
+      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
+      n: the number of trials, a float or integer scalar or array (``inf`` gives ``inf``; negative or NaN, NaN).
+      p: the success probability, a float scalar or array (outside ``[0, 1]`` or NaN gives NaN).
+      shape: the sample shape (default: the broadcast shape of ``n`` and ``p``).
+      dtype: float16, bfloat16, float32 (default) or float64: the counts are floats, as JAX's.
+
+    Returns:
+      An array of ``shape`` and ``dtype`` holding whole numbers in ``[0, n]``.
+
+    Raises:
+      TypeError: ``key`` is not a key, or ``n``/``p`` not arrays or scalars.
+      DTypeError: a non-floating ``dtype``, or complex parameters.
+      ShapeError: ``n`` and ``p`` do not broadcast to ``shape``.
+    """
+    fnp = _fnp()
+    k, (n, p), shape, m, d = _df_setup("binomial", key, [("n", n), ("p", p)], shape, dtype)
+    n, p = lax.stop_gradient(n), lax.stop_gradient(p)
+    below = p < 0.5
+    q = fnp.where(below, p, 1.0 - p)
+    invalid = fnp.isnan(n) | (n < 0) | fnp.isnan(q) | (q < 0)
+    finite = fnp.where(invalid | fnp.isinf(n), 0.0, fnp.floor(n))
+    counts = _binomial_loop(k, finite, fnp.where(invalid, 0.0, q), shape, m)
+    counts = fnp.where(below, counts, finite - counts)
+    counts = fnp.where(fnp.isinf(n), np.inf, counts)
+    return lax.convert_element_type(fnp.where(invalid, np.nan, counts), d)
 
 
 # ----------------------------------------------------------------------------- Poisson

@@ -55,12 +55,15 @@ __all__ = [
     "PRNGKey",
     "bernoulli",
     "beta",
+    "binomial",
     "bits",
     "categorical",
     "cauchy",
+    "chisquare",
     "choice",
     "dirichlet",
     "exponential",
+    "f",
     "fold_in",
     "gamma",
     "gumbel",
@@ -78,6 +81,7 @@ __all__ = [
     "rademacher",
     "randint",
     "split",
+    "t",
     "threefry_2x32",
     "truncated_normal",
     "uniform",
@@ -1312,7 +1316,8 @@ def choice(key, a, shape=(), replace: bool = True, p=None, axis: int = 0) -> Arr
 
 # The samplers with rejection loops or linear algebra live in their own module (it uses the helpers above).
 from fnarray import _random_dists  # noqa: E402
-from fnarray._random_dists import beta, dirichlet, gamma, loggamma, multivariate_normal, poisson  # noqa: E402
+from fnarray._random_dists import (beta, binomial, chisquare, dirichlet, f, gamma, loggamma,  # noqa: E402
+                                   multivariate_normal, poisson, t)
 
 _random_dists.random = sys.modules[__name__]
 

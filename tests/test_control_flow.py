@@ -250,6 +250,16 @@ def test_scan_length_without_xs_and_errors():
         scan(lambda c, x: c, 0.0, fnp.ones(3))
     with pytest.raises(fa.DTypeError, match="carry"):
         scan(lambda c, x: (c + x, x), fnp.zeros((), dtype=fnp.int32), fnp.ones(3))
+    # length as jax.lax.scan converts it, int(length) (JAX 0.10.2 gave these lengths; 3.5 truncates there too)
+    for length, want in ((3.0, 3), (3.5, 3), (np.float32(3), 3), ("3", 3), (np.array(3.0), 3), (fnp.asarray(2), 2),
+                         (True, 1)):
+        assert fa.lax.scan(lambda c, _: (c + 1, c), 0, None, length=length)[1].shape == (want,), length
+    for length, error in ((float("nan"), ValueError), (float("inf"), OverflowError), (3j, TypeError),
+                          (-1.0, ValueError)):
+        with pytest.raises(error, match="scan's length"):
+            scan(lambda c, x: (c, x), 0.0, None, length=length)
+    with pytest.raises(fa.ConcretizationError, match="length must be concrete.*while_loop"):
+        fa.jit(lambda n: scan(lambda c, x: (c, x), 0.0, None, length=n))(3)
 
 
 def test_nested_control_flow_program_verifies():

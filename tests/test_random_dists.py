@@ -54,6 +54,34 @@ def test_beta_and_dirichlet_distributions():
     np.testing.assert_allclose(d.sum(-1), 1.0, rtol=1e-5)
     for i in range(3):   # each marginal is Beta(alpha_i, sum - alpha_i)
         assert _ks(d[:, i], st.beta(alpha[i], alpha.sum() - alpha[i]).cdf) < KS_BOUND
+    # chisquare, t and f (missing before the twenty-third session's probe: an MCMC program's random.t raised
+    # AttributeError), composed from gamma as jax.random composes them; df broadcast against a sample shape
+    df = np.array([0.7, 3.0, 12.0], np.float32)
+    for name, sample, dist in (("chisquare", fr.chisquare(fr.key(3), df, (N, 3)), st.chi2),
+                               ("t", fr.t(fr.key(4), df, (N, 3)), st.t)):
+        for i in range(3):
+            assert _ks(np.asarray(sample)[:, i], dist(df[i]).cdf) < KS_BOUND, (name, df[i])
+    assert _ks(fr.f(fr.key(5), 5.0, 2.5, (N,)), st.f(5.0, 2.5).cdf) < KS_BOUND
+
+
+def test_binomial_distribution_and_edges():
+    """``binomial`` (missing before the twenty-third session's MCMC probe): a chi-square test over decile bins against
+    ``scipy.stats.binom`` on both of JAX's methods (inversion where n min(p, 1 - p) <= 10, BTRS beyond; p > 1/2 as
+    n - k); the edge values as ``jax.random.binomial`` gives them (float counts, floored n)."""
+    for n, p in ((10, 0.3), (7.9, 0.5), (200, 0.6), (1000, 0.02), (5000, 0.5)):
+        x = np.asarray(fr.binomial(fr.key(1), n, p, (N,)))
+        assert x.dtype == np.float32 and (x == np.floor(x)).all() and (0 <= x).all() and (x <= n).all()
+        dist = st.binom(np.floor(n), p)
+        edges = np.unique(dist.ppf(np.linspace(0.1, 0.9, 9)))
+        observed = np.diff(np.concatenate([[0], [(x <= e).sum() for e in edges], [N]]))
+        expected = np.diff(np.concatenate([[0], dist.cdf(edges), [1]])) * N
+        assert st.chisquare(observed, expected).pvalue > 1e-4, (n, p, observed, expected)
+    got = fr.binomial(fr.key(0), np.array([0, 5, -1, np.nan, np.inf, 5, 5, 3], np.float32),
+                      np.array([0.3, 0, 0.3, 0.3, 0.3, 1, np.nan, 1.5], np.float32))
+    np.testing.assert_array_equal(np.asarray(got), [0, 0, np.nan, np.nan, np.inf, 5, np.nan, np.nan])
+    assert fr.binomial(fr.key(0), np.ones((2, 1), np.float32), 0.5, dtype=np.float16).shape == (2, 1)
+    with pytest.raises(DTypeError, match="binomial"):
+        fr.binomial(fr.key(0), 3, 0.5, dtype=np.int32)
 
 
 @pytest.mark.parametrize("lam", [0.0, 0.7, 4.0, 9.99, 10.0, 37.5, 1e4, 5e6])
@@ -137,6 +165,12 @@ def test_shapes_dtypes_and_bad_input():
         fr.gamma(fr.key(0), 2.0, dtype=np.int32)
     with pytest.raises(ShapeError, match="axis"):
         fr.dirichlet(fr.key(0), 1.0)
+    assert fr.f(fr.key(0), np.ones((2, 1), np.float32), np.ones(3, np.float32)).shape == (2, 3)
+    assert fr.t(fr.key(0), 3.0, (2,), dtype=np.float64).dtype == np.float64
+    with pytest.raises(ShapeError, match="chisquare"):
+        fr.chisquare(fr.key(0), np.ones(3, np.float32), (4,))
+    with pytest.raises(DTypeError, match="t"):
+        fr.t(fr.key(0), 3.0, dtype=np.int32)
 
 
 def test_gamma_gradient_is_the_implicit_reparameterization():

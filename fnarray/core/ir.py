@@ -149,13 +149,27 @@ class Program:
       outvars: the outputs, ``Var`` or ``Literal``.
     """
 
-    __slots__ = ("constvars", "invars", "eqns", "outvars", "__weakref__")
+    __slots__ = ("constvars", "invars", "eqns", "outvars", "_derived", "__weakref__")
 
     def __init__(self, constvars, invars, eqns, outvars):
         self.constvars = tuple(constvars)
         self.invars = tuple(invars)
         self.eqns = tuple(eqns)
         self.outvars = tuple(outvars)
+        self._derived = None
+
+    def derived(self, key, make):
+        """``make()``, made once for this program and ``key`` and kept on the program (so it lives as long as
+        the program does): programs are never changed once built, so a program derived from this one (its
+        closed form, its JVP, its transpose...) is the same for the same ``key``, and is the same object at
+        every call, which keeps the executables compiled for it (keyed by program identity) in use."""
+        d = self._derived
+        if d is None:
+            d = self._derived = {}
+        hit = d.get(key)
+        if hit is None:
+            hit = d[key] = make()
+        return hit
 
     @property
     def in_avals(self):

@@ -92,7 +92,8 @@ def consts_as_inputs(prog: Program) -> Program:
     """The same program with its constvars turned into leading invars (for sub-programs)."""
     if not prog.constvars:
         return prog
-    return Program([], list(prog.constvars) + list(prog.invars), prog.eqns, prog.outvars)
+    return prog.derived("consts_as_inputs", lambda: Program([], prog.constvars + prog.invars, prog.eqns,
+                                                             prog.outvars))
 
 
 # ----------------------------------------------------------------------------- common subexpressions

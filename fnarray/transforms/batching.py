@@ -48,6 +48,7 @@ from fnarray.core.prng import threefry2x32_p
 from fnarray.core.shaped import ShapedArray
 from fnarray.core.tracing import Trace, Tracer, is_scalar, new_main, user_frame
 from fnarray.transforms.batching_tables import collective_batchers, not_mapped, primitive_batchers
+from fnarray.transforms.derived import derived
 from fnarray.transforms import batching_windows  # noqa: F401  (the window primitives' rules)
 
 __all__ = [
@@ -713,11 +714,24 @@ def _call_like(prim, key):
     """Batch a primitive that runs the closed program ``params[key]`` on its operands."""
     def rule(vals, dims, **params):
         args, size = _batched_at_front(vals, dims)
-        program, out_batched = batch_program(params[key], size, [d is not None for d in dims], False)
+        program, out_batched = _batched_sub_program(params[key], size, tuple(d is not None for d in dims))
         outs = prim.bind(*args, **{**params, key: program})
         return outs, [0 if b else None for b in out_batched]
     rule.__name__ = f"{prim.name}_batch"
     return rule
+
+
+def _batched_sub_program(program, size, in_batched):
+    """``batch_program(program, size, in_batched, False)``, kept on ``program`` (``derived``: an eager ``vmap``
+    of a jitted function batches its program once, not at every call) unless it names an axis that the
+    context binds (its collectives' batched form depends on the frames around it)."""
+    def make():
+        return batch_program(program, size, in_batched, False)
+    if derived(program, "free_axis_names", (), lambda: bool(collectives.free_axis_names(program))):
+        return make()
+    ctx = _rule_axis.stack[-1]
+    axis_name = ctx.name if ctx is not None and ctx.size == size else None
+    return derived(program, "batch", (size, in_batched, axis_name), make)
 
 
 def _batched_at_front(vals, dims):

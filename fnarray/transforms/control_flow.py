@@ -34,7 +34,7 @@ from fnarray.core import dtypes, lax
 from fnarray.core import primitives as P
 from fnarray.core.array import Array
 from fnarray.core.builder import trace_to_program
-from fnarray.core.errors import DTypeError, FnArrayError, ShapeError, check_callable
+from fnarray.core.errors import ConcretizationError, DTypeError, FnArrayError, ShapeError, check_callable
 from fnarray.core.interpreter import eval_program
 from fnarray.core.ir import Eqn, Literal, Params, Program, Var
 from fnarray.core.passes import consts_as_inputs
@@ -543,13 +543,24 @@ def _unroll_value(unroll, length):
     return u
 
 
+def _concrete_length(length) -> int:
+    """``int(length)``, as ``jax.lax.scan`` converts its ``length`` (JAX 0.10: ``3.0``, a NumPy float, a concrete
+    array, even ``3.5`` (truncated to 3) or ``"3"`` are taken); a traced value or one ``int`` refuses raises."""
+    if isinstance(length, Tracer):
+        raise ConcretizationError(f"scan's length must be concrete, got a traced value ({length.aval.str_short()}); "
+                                  "for a loop whose trip count is known only at run time use while_loop or "
+                                  "fori_loop, or pass the length as a static argument of jit")
+    try:
+        return int(length)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise type(e)(f"scan's length must be an int (or a value int() takes, as in JAX), got {length!r}: "
+                      f"{e}") from None
+
+
 def _scan_length(xs_avals, length):
     lengths = sorted({a.shape[0] for a in xs_avals})
     if length is not None:
-        try:
-            length = operator.index(length)
-        except TypeError:
-            raise TypeError(f"scan's length must be a Python int, got {type(length).__name__}") from None
+        length = _concrete_length(length)
         if length < 0:
             raise ValueError(f"scan's length must be >= 0, got {length}")
         if lengths and lengths != [length]:
@@ -621,7 +632,8 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
         the rule of ``while_loop``.
       xs: a pytree of arrays sharing the leading dimension ``length``, or ``None``
         (then ``x`` is ``None`` and ``length`` is required).
-      length: the number of iterations (checked against ``xs``).
+      length: the number of iterations (checked against ``xs``), converted by ``int`` as JAX converts it: a
+        float, a NumPy scalar or a concrete array is taken (``3.5`` as 3, as in JAX).
       reverse: iterate from the end.
       unroll: iterations per loop step (an int >= 1, or ``True`` for all).
 
@@ -632,7 +644,9 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1):
       ``ShapeError`` for inconsistent leading dimensions or a carry whose
       shape changes; ``DTypeError`` for a carry whose dtype changes; ``TypeError``
       when ``f`` does not return a pair or changes the carry's structure;
-      ``ValueError`` when neither ``xs`` nor ``length`` gives the length.
+      ``ValueError`` when neither ``xs`` nor ``length`` gives the length, or ``length`` is negative or NaN
+      (``OverflowError`` for an infinite one, ``TypeError`` for one ``int`` refuses);
+      ``ConcretizationError`` for a traced ``length``.
 
     Example::
 

@@ -19,6 +19,7 @@ from fnarray.core.builder import trace_to_program
 from fnarray.core.errors import check_callable, int_tuple
 from fnarray.core.interpreter import eval_program
 from fnarray.core.passes import consts_as_inputs
+from fnarray.core.tracing import Tracer
 from fnarray.transforms.ad_tables import (
     UndefinedPrimal,
     Zero,
@@ -30,14 +31,15 @@ from fnarray.transforms.ad_tables import (
     zeros_like_aval,
 )
 from fnarray.transforms.custom_derivatives import _trace_flat
+from fnarray.transforms.derived import derived
 from fnarray.transforms.jvp import jvp_program
 from fnarray.transforms.partial_eval import _params, partial_eval_program
 from fnarray.transforms.transpose import transpose_program
 
 
 def _call_jvp(primals, tangents, *, program, name="call"):
-    nz = [not isinstance(t, Zero) for t in tangents]
-    jprog, out_nz = jvp_program(program, nz)
+    nz = tuple(not isinstance(t, Zero) for t in tangents)
+    jprog, out_nz = derived(program, "jvp", nz, lambda: jvp_program(program, nz))
     outs = P.call.bind(*primals, *[t for t in tangents if not isinstance(t, Zero)], program=jprog,
                        name=f"jvp({name})")
     n = len(program.outvars)
@@ -48,8 +50,9 @@ def _call_jvp(primals, tangents, *, program, name="call"):
 
 
 def _call_partial_eval(trace, tracers, *, program, name="call"):
-    unknowns = [not trace.is_known(t) for t in tracers]
-    kprog, uprog, out_unknowns, num_res, kconsts = partial_eval_program(program, unknowns)
+    unknowns = tuple(not trace.is_known(t) for t in tracers)
+    split = derived(program, "partial_eval", unknowns, lambda: _closed_split(program, unknowns))
+    kprog, uprog, out_unknowns, num_res, kconsts = split or partial_eval_program(program, unknowns)
     known_in = [trace.known_value(t) for t in tracers if trace.is_known(t)]
     kouts = P.call.bind(*kconsts, *known_in, program=kprog, name=name)
     n_known = len(kouts) - num_res
@@ -61,9 +64,16 @@ def _call_partial_eval(trace, tracers, *, program, name="call"):
     return [next(ui) if u else trace.known(next(ki)) for u in out_unknowns]
 
 
+def _closed_split(program, unknowns):
+    """``partial_eval_program(program, unknowns)`` where its known side's constants (``kconsts``) are all arrays,
+    so that ``derived`` may keep it for later calls; ``None`` (made at each call) where one is a tracer."""
+    split = partial_eval_program(program, unknowns)
+    return None if any(isinstance(c, Tracer) for c in split[4]) else split
+
+
 def _call_transpose(cts, *args, program, name="call"):
-    linear = [isinstance(a, UndefinedPrimal) for a in args]
-    tprog = transpose_program(program, linear)
+    linear = tuple(isinstance(a, UndefinedPrimal) for a in args)
+    tprog = derived(program, "transpose", linear, lambda: transpose_program(program, linear))
     nonlin = [a for a in args if not isinstance(a, UndefinedPrimal)]
     cts = [instantiate_zeros(c) for c in cts]
     outs = iter(P.call.bind(*nonlin, *cts, program=tprog, name=f"transpose({name})"))
@@ -141,8 +151,8 @@ def _as_operand(x):
 
 
 def _remat_jvp(primals, tangents, *, program, prevent_cse=True, policy=None):
-    nz = [not isinstance(t, Zero) for t in tangents]
-    jprog, out_nz = jvp_program(program, nz)
+    nz = tuple(not isinstance(t, Zero) for t in tangents)
+    jprog, out_nz = derived(program, "jvp", nz, lambda: jvp_program(program, nz))
     outs = P.remat.bind(*primals, *[t for t in tangents if not isinstance(t, Zero)], program=jprog,
                         prevent_cse=prevent_cse, policy=policy)
     n = len(program.outvars)
