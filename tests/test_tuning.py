@@ -551,7 +551,7 @@ def test_the_block_model_picks_what_full_tuning_measured_on_lavapipe():
 def test_the_subgroup_model_takes_32_rows_past_the_work_bound_and_the_default_below():
     # docs/performance.md: 32 x 4 ran the transformer's and VAE's large products 1.1-1.3x faster than 16 x 4 but
     # compiles ~0.5 s longer (cold shader cache); below SUBGROUP_MIN_WORK multiply-adds the default stays. Past it
-    # the row order (twenty-third session: 0.66-0.93x the time of the "k" order on all 24 of those products) where
+    # the row order (twenty-third session: 0.65-0.97x the time of the "k" order on all 24 of those products) where
     # the contraction runs four steps an iteration ("step"), the "k" order where it cannot (no gain to price)
     default = dict(dot_group.SUBGROUP_TILE)
     tile32, tile16x8 = {"rows": 32, "cols": 4, "order": "rows"}, {"rows": 16, "cols": 8, "order": "rows"}

@@ -217,7 +217,7 @@ STORAGE_GATHER = 4.0
 #: (``_subgroup_cost``; a ``"rows"`` order accumulator makes the trip once per ``step`` multiply-adds): lavapipe
 #: holds each of a work item's values in a vector register, 16 of them, and a tile's 32-128 accumulators are
 #: spilled. 0.6 prices the row order at 0.8x the ``"k"`` order's time, as the VAE's eight large products and the
-#: transformer's sixteen measured (0.66-0.93x; docs/performance.md, twenty-third session).
+#: transformer's sixteen measured (0.65-0.97x; docs/performance.md, twenty-third session).
 ACCUMULATOR_TRIP = 0.6
 
 
@@ -264,7 +264,7 @@ WIDE_STORES = True
 #: than the 8 x 16 block, compiled in half its time; docs/performance.md), 16 x 8 where the lhs is gathered from
 #: storage and the rhs is uniform (the transformer's activations times a weight). ``order``: how ``_accumulate``
 #: walks an iteration's multiply-adds, ``"k"`` (every accumulator at each step) or ``"rows"`` (each lhs row's
-#: accumulators through the iteration's steps, its broadcasts where they are used: 0.66-0.93x the time on the VAE's
+#: accumulators through the iteration's steps, its broadcasts where they are used: 0.65-0.97x the time on the VAE's
 #: and transformer's large products, bit for bit the same sums), which the model takes past ``SUBGROUP_MIN_WORK``
 #: (``ACCUMULATOR_TRIP``). ``full`` times every tile.
 SUBGROUP_TILE = {"rows": 16, "cols": 4, "order": "k"}
