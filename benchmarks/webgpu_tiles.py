@@ -9,11 +9,13 @@ builds it; the calls are timed interleaved: process CPU time (lavapipe's threads
 best of ``--rounds``. ``*`` marks the tile whose kernel source is the model's; ``max |d|`` is the largest
 difference of any tile's result from the model's (each accumulator adds in the contraction's order: 0).
 
-Usage: python benchmarks/webgpu_tiles.py [--workloads vae,transformer] [--rounds 5] [--calls 10]
+Usage: python benchmarks/webgpu_tiles.py [--workloads vae,transformer] [--rounds 5] [--calls 10] [--tiles 32x4,32x4r]
 Asserts nothing.
 """
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 
@@ -24,9 +26,16 @@ from fnarray.lowering.kernels.groups import dot
 from webgpu_products import SHAPES, operands
 
 
-def tiles() -> list:
-    """The subgroup tiles ``SUBGROUP_TUNABLE`` declares for lavapipe's 8 lanes, the default first."""
-    return dot.SUBGROUP_TUNABLE.candidates(dict(dot.SUBGROUP_TILE), {"lanes": 8})
+def tiles(only=None) -> list:
+    """The subgroup tiles ``SUBGROUP_TUNABLE`` declares for lavapipe's 8 lanes, the default first (``only``: the
+    names, ``name``, of those to keep)."""
+    out = dot.SUBGROUP_TUNABLE.candidates(dict(dot.SUBGROUP_TILE), {"lanes": 8})
+    return [t for t in out if only is None or name(t) in only]
+
+
+def name(tile) -> str:
+    """A tile's column name: rows x cols, ``r`` for the row order (``_accumulate``'s ``order="rows"``)."""
+    return f"{tile['rows']}x{tile['cols']}" + ("r" if tile.get("order") == "rows" else "")
 
 
 def built(dev, f, args, tile, calls):
@@ -50,15 +59,20 @@ def built(dev, f, args, tile, calls):
 
 
 def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    only = None
+    if "--tiles" in argv:   # a comma-separated list of tile names (``name``): only those
+        at = argv.index("--tiles")
+        only, argv[at:at + 2] = argv[at + 1].split(","), []
     a, dev = _timing.webgpu_options(__doc__, argv, rounds=5, calls=10, workloads=SHAPES)
     rng = np.random.default_rng(0)
-    names = [f"{t['rows']}x{t['cols']}" for t in tiles()]
+    names = [name(t) for t in tiles(only)]
     for work in a.workloads.split(","):
         print(f"{'x':>2} {'batch x M x N x K':>18} {'layout':>8} | CPU ms/call " + " ".join(f"{n:>7}" for n in names)
               + " | model  max |d|")
         for shape in SHAPES[work]:
             args, f = operands(dev, shape, rng)
-            runs = [built(dev, f, args, t, a.calls) for t in tiles()]
+            runs = [built(dev, f, args, t, a.calls) for t in tiles(only)]
             model = built(dev, f, args, None, a.calls)
             _, cpu = _timing.best_of([r[0] for r in runs], a.rounds, warm=1)
             marks = ["*" if r[1] == model[1] else " " for r in runs]

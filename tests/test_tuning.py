@@ -550,38 +550,44 @@ def test_the_block_model_picks_what_full_tuning_measured_on_lavapipe():
 
 def test_the_subgroup_model_takes_32_rows_past_the_work_bound_and_the_default_below():
     # docs/performance.md: 32 x 4 ran the transformer's and VAE's large products 1.1-1.3x faster than 16 x 4 but
-    # compiles ~0.5 s longer (cold shader cache); below SUBGROUP_MIN_WORK multiply-adds the default stays
+    # compiles ~0.5 s longer (cold shader cache); below SUBGROUP_MIN_WORK multiply-adds the default stays. Past it
+    # the row order (twenty-third session: 0.65-0.97x the time of the "k" order on all 24 of those products) where
+    # the contraction runs four steps an iteration ("step"), the "k" order where it cannot (no gain to price)
     default = dict(dot_group.SUBGROUP_TILE)
+    tile32, tile16x8 = {"rows": 32, "cols": 4, "order": "rows"}, {"rows": 16, "cols": 8, "order": "rows"}
     with config_setting("autotune", "fast"):
         for rows, cols, k in [(1024, 256, 64), (64, 256, 1024), (32, 512, 784), (784, 512, 32), (1024, 64, 64)]:
-            facts = {**LAVAPIPE, "lanes": 8, "rows": rows, "cols": cols, "work": rows * cols * k}
-            assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts) == {"rows": 32, "cols": 4}
+            facts = {**LAVAPIPE, "lanes": 8, "rows": rows, "cols": cols, "work": rows * cols * k, "step": 4}
+            assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts) == tile32
+            assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, {**facts, "step": 1}) == {**tile32, "order": "k"}
         # the VAE step's products as bound there (twenty-second session, benchmarks/webgpu_tiles.py): 32 x 4 ran
         # each 0.79-0.99x the time of the next tile: [32, K] activations uniform times a storage weight, and the
         # K = 32 weight gradients, an lhs uniform only four rows a load times a uniform rhs
         vae = [(32, 512, 784, dict(lhs_uniform=True, lhs_uniform_tall=True, rhs_uniform=False)),
-               (512, 784, 32, dict(lhs_uniform=False, lhs_uniform_tall=True, rhs_uniform=True))]
+               (512, 784, 32, dict(lhs_uniform=False, lhs_uniform_tall=True, rhs_uniform=True, lhs_rows=True))]
         for rows, cols, k, bound in vae:
-            facts = {**LAVAPIPE, "lanes": 8, "rows": rows, "cols": cols, "work": rows * cols * k, **bound}
-            assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts) == {"rows": 32, "cols": 4}
+            facts = {**LAVAPIPE, "lanes": 8, "rows": rows, "cols": cols, "work": rows * cols * k, "step": 4, **bound}
+            assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts) == tile32
         # 10 columns: one per work item of a subgroup of 8 (the tile narrows to it), rows as long as they pay
-        facts = {**LAVAPIPE, "lanes": 8, "rows": 4096, "cols": 10, "work": 4096 * 10 * 512}
+        facts = {**LAVAPIPE, "lanes": 8, "rows": 4096, "cols": 10, "work": 4096 * 10 * 512, "step": 4}
         assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts)["rows"] == 32
         # eighteenth session (docs/performance.md): an lhs gathered from storage lane by lane and a uniform rhs
         # (the transformer's activations times a weight): fewer lhs rows, more columns, 0.67-0.73x the time of 32 x 4
         for rows, cols, k in [(1024, 256, 64), (1024, 64, 64), (1024, 64, 256)]:
-            facts = {**LAVAPIPE, "lanes": 8, "rows": rows, "cols": cols, "work": rows * cols * k,
+            facts = {**LAVAPIPE, "lanes": 8, "rows": rows, "cols": cols, "work": rows * cols * k, "step": 4,
                      "lhs_uniform": False, "lhs_uniform_tall": False, "rhs_uniform": True}
-            assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts) == {"rows": 16, "cols": 8}
-            # the lhs uniform when read four rows a load (32 rows), or both from storage: 32 x 4 again
-            for lhs_tall, rhs in ((True, True), (False, False)):
-                facts.update(lhs_uniform_tall=lhs_tall, rhs_uniform=rhs)
-                assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts) == {"rows": 32, "cols": 4}
-        small = {**LAVAPIPE, "lanes": 8, "rows": 1024, "cols": 64, "work": 1024 * 64 * 32}
+            assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts) == tile16x8
+            # the lhs uniform when read four rows a load (32 rows), both from storage, or the lhs from storage
+            # four rows a load (a quarter of the gathers: the transformer's 256 x 64 x 1024 weight gradient,
+            # 1.10-1.20 ms at 32 x 4 against 1.30-1.43 at 16 x 8 in the row order): 32 x 4 again
+            for lhs_tall, rhs, lhs_rows in ((True, True, False), (False, False, False), (False, True, True)):
+                facts.update(lhs_uniform_tall=lhs_tall, rhs_uniform=rhs, lhs_rows=lhs_rows)
+                assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts) == tile32
+        small = {**LAVAPIPE, "lanes": 8, "rows": 1024, "cols": 64, "work": 1024 * 64 * 32, "step": 4}
         for facts in ({}, {"device": "gpu", "rows": 512, "cols": 512}, small):
             assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts) == default
     with config_setting("autotune", "off"):
-        facts = {**LAVAPIPE, "lanes": 8, "rows": 1024, "cols": 256, "work": 1 << 24}
+        facts = {**LAVAPIPE, "lanes": 8, "rows": 1024, "cols": 256, "work": 1 << 24, "step": 4}
         assert tuning.modelled(dot_group.SUBGROUP_TUNABLE, default, facts) == default
     # every candidate keeps whole row loads of the subgroup and at most BLOCK_ACCUMULATORS accumulators
     for c in dot_group.SUBGROUP_TUNABLE.candidates(default, {"lanes": 16}):

@@ -357,11 +357,11 @@ def test_vector_operand_loads_give_the_scalar_kernels_bits(wdev, monkeypatch, na
 # Products of the subgroup form (groups/dot.py ``_subgroup``: native webgpu on a CPU adapter with subgroups, a
 # subgroup sharing its lhs rows by broadcast): (name, f, operand shapes). Row tiles and column tiles cut short
 # (37 rows of 16-row tiles, 45 columns of 32), a contraction not a multiple of 4 (scalar loads), an empty one, a
-# batch with an epilogue reading another operand, both operands transposed, and products past BLOCK_MIN_WORK
-# (32-row tiles by the cost model; the transposed lhs read four rows per load).
+# batch with an epilogue reading another operand, both operands transposed, a batch of one, and products past
+# BLOCK_MIN_WORK (32-row tiles in the row order by the cost model; the transposed lhs read four rows per load).
 SUBGROUP_DOTS = [
     ("odd_tiles", lambda a, b: a @ b, ((37, 21), (21, 45))),
-    ("aligned", lambda a, b: a @ b.T, ((40, 16), (24, 16))),
+    ("aligned", lambda a, b: a @ b.T, ((1, 40, 16), (24, 16))),
     ("empty_contraction", lambda a, b: a @ b, ((9, 0), (0, 12))),
     ("batched_epilogue", lambda a, b, c: (fnp if isinstance(a, fa.Array) else np).tanh(a @ b + c),
      ((3, 17, 12), (3, 12, 24), (24,))),
@@ -382,10 +382,16 @@ def test_subgroup_products_give_the_blocked_kernels_bits(wdev, monkeypatch, name
     got = np.asarray(fa.jit(f)(*dargs))
     want = f(*[a.astype(np.float64) for a in args])   # NumPy's own product in float64
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * max(1, shapes[0][-1]) ** 0.5)
-    # each accumulator adds its products in the contraction's order: the blocked kernel's bits, and the same
-    # with scalar loads only
-    monkeypatch.setattr(dot.DotGroup, "_subgroup_reads", lambda self, lp, rp, tile, lanes: (None, None))
-    scalar = np.asarray(fa.jit(lambda *a: f(*a))(*dargs))
+    # each accumulator adds its products in the contraction's order: the blocked kernel's bits, the same in the
+    # row order of a 16 x 4 tile (SUBGROUP_TILE's "order"; the "large" products' own, by the cost model), and in
+    # it with scalar loads only
+    monkeypatch.setattr(dot, "SUBGROUP_TILE", {**dot.SUBGROUP_TILE, "order": "rows"})
+    with config_setting("autotune", "off"):
+        if not name.startswith("large"):
+            rows = np.asarray(fa.jit(lambda *a: f(*a))(*dargs))
+            np.testing.assert_array_equal(got.view(np.uint32), rows.view(np.uint32))
+        monkeypatch.setattr(dot.DotGroup, "_subgroup_reads", lambda self, lp, rp, tile, lanes: (None, None))
+        scalar = np.asarray(fa.jit(lambda *a: f(*a))(*dargs))
     np.testing.assert_array_equal(got.view(np.uint32), scalar.view(np.uint32))
     _blocks_only(monkeypatch)
     blocked = np.asarray(fa.jit(lambda *a: f(*a))(*dargs))

@@ -213,14 +213,25 @@ SUBGROUP_MIN_WORK = 1 << 22
 STORAGE_GATHER = 4.0
 
 
+#: What a multiply-add of the subgroup form pays for its accumulator's trip through the stack in the ``"k"`` order
+#: (``_subgroup_cost``; a ``"rows"`` order accumulator makes the trip once per ``step`` multiply-adds): lavapipe
+#: holds each of a work item's values in a vector register, 16 of them, and a tile's 32-128 accumulators are
+#: spilled. 0.6 prices the row order at 0.8x the ``"k"`` order's time, as the VAE's eight large products and the
+#: transformer's sixteen measured (0.65-0.97x; docs/performance.md, twenty-third session).
+ACCUMULATOR_TRIP = 0.6
+
+
 def _subgroup_cost(choice, default, facts) -> float:
     """The subgroup form's cost model on a CPU adapter (lavapipe), in the blocked product's units
     (``_block_cost``): per output and contraction step, one multiply-add plus the element loads a work item
-    makes, ``rows / lanes`` lhs values (the subgroup shares them) and ``cols`` rhs values, each gathered lane by
-    lane, an operand bound as storage (``facts`` ``lhs_uniform``/``lhs_uniform_tall``/``rhs_uniform``,
-    ``DotGroup._subgroup_uniform``) ``STORAGE_GATHER`` times a uniform one's; times the output's padding to
-    whole tiles. Products under ``SUBGROUP_MIN_WORK`` multiply-adds keep the default: a 32 x 4 tile compiles
-    ~0.5 s longer than 16 x 4 with a cold shader cache. Elsewhere (a GPU, or no facts): the default."""
+    makes, ``rows / lanes`` lhs values (the subgroup shares them; a quarter of that where the lhs is read four
+    rows a load, ``facts["lhs_rows"]``, at a tile of ``4 x lanes`` rows) and ``cols`` rhs values, each gathered
+    lane by lane, an operand bound as storage (``facts`` ``lhs_uniform``/``lhs_uniform_tall``/``rhs_uniform``,
+    ``DotGroup._subgroup_uniform``) ``STORAGE_GATHER`` times a uniform one's; plus the accumulator's trip
+    through the stack (``ACCUMULATOR_TRIP``, once per ``facts["step"]`` multiply-adds in the ``"rows"`` order);
+    times the output's padding to whole tiles. Products under ``SUBGROUP_MIN_WORK`` multiply-adds keep the
+    default: a 32 x 4 tile compiles ~0.5 s longer than 16 x 4 with a cold shader cache. Elsewhere (a GPU, or no
+    facts): the default."""
     if (facts.get("device") != "cpu" or "rows" not in facts or "cols" not in facts
             or facts.get("work", SUBGROUP_MIN_WORK) < SUBGROUP_MIN_WORK):
         return float(choice != default)
@@ -230,8 +241,11 @@ def _subgroup_cost(choice, default, facts) -> float:
     padded = -(-facts["rows"] // rows) * rows * -(-facts["cols"] // width) * width / (facts["rows"] * facts["cols"])
     tall = rows % (4 * lanes) == 0
     lhs = 1.0 if facts.get("lhs_uniform_tall" if tall else "lhs_uniform", True) else STORAGE_GATHER
+    if tall and facts.get("lhs_rows"):
+        lhs /= 4
     rhs = 1.0 if facts.get("rhs_uniform", True) else STORAGE_GATHER
-    return padded * (1 + lanes * (lhs * rows / lanes + rhs * cols) / (rows * cols))
+    trip = ACCUMULATOR_TRIP / (facts.get("step", 1) if choice.get("order") == "rows" else 1)
+    return padded * (1 + trip + lanes * (lhs * rows / lanes + rhs * cols) / (rows * cols))
 
 
 #: Whether the subgroup form runs where the scheduler option asks for it (off: the blocked product;
@@ -248,9 +262,13 @@ WIDE_STORES = True
 #: shuffle). Default 16 x 4 (compiled as fast as the 8 x 4 block, 1.4-2x faster than it); the cost model
 #: (``_subgroup_cost``) takes 32 x 4 for products of ``SUBGROUP_MIN_WORK`` multiply-adds or more (1.7-2x faster
 #: than the 8 x 16 block, compiled in half its time; docs/performance.md), 16 x 8 where the lhs is gathered from
-#: storage and the rhs is uniform (the transformer's activations times a weight). ``full`` times every tile.
-SUBGROUP_TILE = {"rows": 16, "cols": 4}
-SUBGROUP_TUNABLE = Tunable("dot_subgroup", {"rows": (8, 16, 32), "cols": (4, 8)},
+#: storage and the rhs is uniform (the transformer's activations times a weight). ``order``: how ``_accumulate``
+#: walks an iteration's multiply-adds, ``"k"`` (every accumulator at each step) or ``"rows"`` (each lhs row's
+#: accumulators through the iteration's steps, its broadcasts where they are used: 0.65-0.97x the time on the VAE's
+#: and transformer's large products, bit for bit the same sums), which the model takes past ``SUBGROUP_MIN_WORK``
+#: (``ACCUMULATOR_TRIP``). ``full`` times every tile.
+SUBGROUP_TILE = {"rows": 16, "cols": 4, "order": "k"}
+SUBGROUP_TUNABLE = Tunable("dot_subgroup", {"rows": (8, 16, 32), "cols": (4, 8), "order": ("k", "rows")},
                            doc="rows per subgroup x columns per work item of the subgroup matrix product",
                            valid=_subgroup_valid, cost=_subgroup_cost)
 
@@ -446,9 +464,10 @@ class DotGroup(Group):
         elif self._subgroup_lanes(lp, rp):
             lanes = self._subgroup_lanes(lp, rp)
             launches.extend(self.ctx.tuned(SUBGROUP_TUNABLE, dict(SUBGROUP_TILE),
-                                           lambda c: self._subgroup(lp, rp, lanes, self._subgroup_tile(c, lanes)),
+                                           lambda c: self._subgroup(lp, rp, lanes, self._subgroup_tile(c, lanes),
+                                                                    order=c.get("order", "k")),
                                            {"lanes": lanes, "rows": self.M, "cols": self.N, "work": B * M * N * K,
-                                            **self._subgroup_uniform(lp, rp, lanes)}))
+                                            "step": 1 if K % 4 else 4, **self._subgroup_uniform(lp, rp, lanes)}))
         else:
             ry, rx = self._block()
             along = self._vector_reads(lp, rp, (4, 4)) if lp[0].dtype == rp[0].dtype == dt else (None, None)
@@ -865,7 +884,8 @@ class DotGroup(Group):
         """The tuning facts of how the subgroup form's operands are bound (``_uniform_plan``): ``lhs_uniform``
         (``lhs_uniform_tall``: with the tile's rows a multiple of ``4 x lanes``, where the lhs may be read four
         rows a load) and ``rhs_uniform``, each whether the operand is read from uniform bindings (lavapipe
-        gathers their lanes in one go) rather than a storage one (lane by lane: ``_subgroup_cost``)."""
+        gathers their lanes in one go) rather than a storage one (lane by lane: ``_subgroup_cost``); ``lhs_rows``,
+        whether a tile of ``4 x lanes`` rows reads the lhs four rows a load."""
         out = {}
         for key, rows in (("lhs_uniform", lanes), ("lhs_uniform_tall", 4 * lanes)):
             along = self._subgroup_reads(lp, rp, (rows, 4), lanes)
@@ -879,6 +899,7 @@ class DotGroup(Group):
             sizes = (self._batch_plan(lp, rp, along) or (0, (0, 0)))[1]
             out[key] = bool(whole[0] or split[0] or sizes[0])
             out["rhs_uniform"] = bool(whole[1] or split[1] or sizes[1])
+        out["lhs_rows"] = along[0] == "rows"
         return out
 
     def _row_plan(self, lp, along, rows) -> tuple:
@@ -959,7 +980,7 @@ class DotGroup(Group):
                "k" if rsk == 1 and k4 and aligned(roff, rsb, (rsn, self.N)) else None)
         return lhs, rhs
 
-    def _subgroup(self, lp, rp, lanes, tile, vectors=True, stores=True):
+    def _subgroup(self, lp, rp, lanes, tile, vectors=True, stores=True, order="k"):
         """The blocked product with its lhs rows shared by a subgroup (``lanes`` work items; WGSL subgroups on
         lavapipe: a vector of consecutive work items). A subgroup computes ``rows`` output rows and ``lanes x
         cols`` columns (``tile``): each work item loads ``rows / lanes`` of the lhs rows a step (``_SharedRows``)
@@ -1004,8 +1025,9 @@ class DotGroup(Group):
             abase = (abase,) + tuple(b.let(op("add", o, batch_offset(bi, s["a_sb"]))) for o in parts[1:])
         lhs = _SharedRows(b, a, lp[0], dt, (abase, m0, s["M"], s["a_sm"], s["a_sk"]), (rows, lanes), along[0], self._load)
         rhs = _OperandReader(b, bb, rp[0], dt, bbase, n0, cols, s["N"], s["b_sn"], s["b_sk"], along[1], self._load)
-        self._bind_readers(args, (lhs, rhs), (lp, rp), 4 if "k" in along else 1, rowwin, batchwin)
-        accs = _accumulate(b, lhs, rhs, s["K"], 4 if "k" in along else 1, dt, dt, rows * cols)
+        step = 4 if "k" in along or (order == "rows" and self.K % 4 == 0) else 1
+        self._bind_readers(args, (lhs, rhs), (lp, rp), step, rowwin, batchwin)
+        accs = _accumulate(b, lhs, rhs, s["K"], step, dt, dt, rows * cols, order)
         wide = vectors and stores and self._wide_stores(cols)
         self._store_block(b, em, args, accs, (bi, m0, n0, tile), op("lt", sg, const(tiles, INT32)), s, wide)
         b.name = kernel_name("dot_subgroup", tracker.eqns)
@@ -1013,7 +1035,7 @@ class DotGroup(Group):
         launch = make_launch(b, args, scalars, gsize, lsize, tracker.eqns, "dot", fixed_local=True)
         if (along != (None, None) or wide) and not vectors_fit(self.ctx.caps, launch):
             # first without the vec4 stores (a written buffer also read: donated), then without any vectors
-            return self._subgroup(lp, rp, lanes, tile, vectors=vectors and wide, stores=False)
+            return self._subgroup(lp, rp, lanes, tile, vectors=vectors and wide, stores=False, order=order)
         if batchwin:
             return _batch_launches(launch, [r.vname if n else None for r, n in zip((lhs, rhs), batchwin[1], strict=True)],
                                    batchwin[2], (lp[1], rp[1]))
@@ -1259,31 +1281,63 @@ def _byte_value(b, word, j, held, dt):
 
 
 
-def _accumulate(b, lhs, rhs, count, step, dt, acc_dt, n_acc):
+def _accumulate(b, lhs, rhs, count, step, dt, acc_dt, n_acc, order="k"):
     """The blocked product's loop over the contraction (``count`` steps, ``step`` per iteration, each reading
     the ``lhs`` and ``rhs`` readers' values): ``n_acc`` accumulators of dtype ``acc_dt``, one per (lhs row, rhs
-    column) of the block, row-major, each adding its products in the order of the contraction; returns them."""
+    column) of the block, row-major, each adding its products in the order of the contraction; returns them.
+    ``order`` (``SUBGROUP_TUNABLE``'s): ``"k"``, each step of an iteration updates every accumulator in turn;
+    ``"rows"`` (``_SharedRows`` lhs only), each lhs row is broadcast where it is used and its accumulators take
+    the iteration's ``step`` steps one after another, so one row's accumulators and values are live at a time
+    (the same sums in the same order)."""
     accs = [b.var(acc_dt, const(0, acc_dt)) for _ in range(n_acc)]
-    # a reader bound as uniform windows (``_uniform_windows``) splits the loop where one of its windows ends
-    ends = sorted({k for r in (lhs, rhs) for k0, k1, _ in r.windows for k in (k0, k1)})
+    for k in _contraction_loops(b, (lhs, rhs), count, step):
+        if order == "rows":
+            _row_steps(b, lhs, rhs, k, step, accs)
+            continue
+        for reader in (lhs, rhs):
+            reader.start(k)
+        for kk in range(step):
+            xs, ys = lhs.values(k, kk), rhs.values(k, kk)
+            if acc_dt != dt:
+                xs = [b.let(convert(b, x, acc_dt)) for x in xs]
+                ys = [b.let(convert(b, y, acc_dt)) for y in ys]
+            for i, x in enumerate(xs):
+                for j, y in enumerate(ys):
+                    acc = accs[i * len(ys) + j]
+                    b.assign(acc, add_of(b, acc, b.let(mul_of(b, x, y))))
+    return accs
+
+
+def _contraction_loops(b, readers, count, step):
+    """The loops of ``_accumulate`` over the contraction's ``count`` steps, ``step`` an iteration: yields each
+    loop's index inside it. A reader bound as uniform windows (``_uniform_windows``) splits the loop where one of
+    its windows ends."""
+    ends = sorted({k for r in readers for k0, k1, _ in r.windows for k in (k0, k1)})
     for k0, k1 in zip(ends, ends[1:]) if ends else [(const(0, INT32), count)]:
         if ends:
-            for r in (lhs, rhs):
+            for r in readers:
                 r.window(k0)
             k0, k1 = const(k0, INT32), const(k1, INT32)
         with b.loop(k0, k1, const(step, INT32) if step > 1 else None) as k:
-            for reader in (lhs, rhs):
-                reader.start(k)
+            yield k
+
+
+def _row_steps(b, lhs, rhs, k, step, accs):
+    """One iteration of ``_accumulate`` in row order (float32, ``lhs`` a ``_SharedRows``): the rhs values of its
+    ``step`` steps first, then each lhs row's broadcasts and accumulators, each accumulator its ``step`` products
+    in a row. Lavapipe keeps a work item's values in vector registers, one per accumulator and value: with every
+    accumulator updated at each step (``"k"``) the 32 x 4 tile's 128 accumulators and its rows' broadcasts are
+    spilled and reloaded every step; here a row's accumulators stay in registers for its ``step`` steps."""
+    rhs.start(k)
+    lhs.start_rows(k, step)
+    ys = [rhs.values(k, kk) for kk in range(step)]
+    cols = len(ys[0])
+    for i in range(len(accs) // cols):
+        xs = [lhs.row(i, kk) for kk in range(step)]
+        for j in range(cols):
+            acc = accs[i * cols + j]
             for kk in range(step):
-                xs, ys = lhs.values(k, kk), rhs.values(k, kk)
-                if acc_dt != dt:
-                    xs = [b.let(convert(b, x, acc_dt)) for x in xs]
-                    ys = [b.let(convert(b, y, acc_dt)) for y in ys]
-                for i, x in enumerate(xs):
-                    for j, y in enumerate(ys):
-                        acc = accs[i * len(ys) + j]
-                        b.assign(acc, add_of(b, acc, b.let(mul_of(b, x, y))))
-    return accs
+                b.assign(acc, add_of(b, acc, b.let(mul_of(b, xs[kk], ys[kk][j]))))
 
 
 def _uniform_windows(spec, off, geometry, steps, limits) -> tuple:
@@ -1460,7 +1514,7 @@ class _OperandReader:
                 self.rows.append(b.let(op("div", op("add", base, select(op("lt", at, count), at, last)), four)))
             self.sk4 = b.let(op("div", s_k, four))
         self.vname, self.row_names, self.part_names = None, (), ()
-        self.vectors = ()
+        self.vectors, self.loaded = (), ()
         self.windows, self.first_step = (), 0
 
     def fits(self, uniform) -> bool:
@@ -1497,33 +1551,50 @@ class _OperandReader:
         every work item's, broadcast)."""
         return [value]
 
-    def start(self, k):
-        """The loads of one iteration at contraction index ``k`` that all its steps share (``"k"``)."""
+    def start(self, k, spread=True):
+        """The loads of one iteration at contraction index ``k`` that all its steps share (``"k"``), each
+        ``spread`` (``_SharedRows``: broadcast) unless told not to (``loaded``: the loads as they are)."""
         if self.along == "k":
             kq = self.b.let(op("div", k, const(4, INT32)))
             vt = vector_dtype(self.dt)
             names = self.row_names or [self.vname] * len(self.rows)
-            self.vectors = [v for row, name in zip(self.rows, names, strict=True)
-                            for v in self.spread(self.b.load(name, op("add", row, kq), vt), vt)]
+            # each load then its spread (broadcasts), in that order: the "k" order's kernels as before
+            loads = (self.b.load(name, op("add", row, kq), vt) for row, name in zip(self.rows, names, strict=True))
+            if not spread:
+                self.loaded = list(loads)
+                return
+            self.vectors = [v for x in loads for v in self.spread(x, vt)]
 
     def values(self, k, kk):
         """The operand's ``r`` values at contraction index ``k + kk``."""
         b = self.b
         if self.along == "k":
             return [b.let(Lane(v, kk, self.dt)) for v in self.vectors]
-        kat = b.let(op("add", k, const(kk, INT32))) if kk else k
+        kofs = self._step_offset(k, kk)
         if self.along is None:
-            kofs = b.let(op("mul", kat, self.s_k))
-            return [x for row in self.rows for x in self.spread(self.load(b, self.name, op("add", row, kofs), self.dt),
-                                                                self.dt)]
-        if self.first_step:   # a window's steps from its first (``window``)
-            kat = b.let(op("sub", kat, const(self.first_step, INT32)))
-        kofs = b.let(op("mul", kat, self.sk4))
+            return [x for row in self.rows for x in self.spread(self._step_load(row, kofs), self.dt)]
         out = []
         for row in self.rows:
-            for v in self.spread(b.load(self.vname, op("add", row, kofs), vector_dtype(self.dt)), vector_dtype(self.dt)):
+            for v in self.spread(self._step_load(row, kofs), vector_dtype(self.dt)):
                 out.extend(b.let(Lane(v, lane, self.dt)) for lane in range(4))
         return out
+
+    def _step_offset(self, k, kk):
+        """The offset of contraction index ``k + kk`` from a row's address (``along`` ``None`` or ``"rows"``)."""
+        b = self.b
+        kat = b.let(op("add", k, const(kk, INT32))) if kk else k
+        if self.along is None:
+            return b.let(op("mul", kat, self.s_k))
+        if self.first_step:   # a window's steps from its first (``window``)
+            kat = b.let(op("sub", kat, const(self.first_step, INT32)))
+        return b.let(op("mul", kat, self.sk4))
+
+    def _step_load(self, row, kofs):
+        """This work item's load of ``row`` (an entry of ``rows``) at offset ``kofs`` (``_step_offset``): an
+        element (``along=None``) or four rows (``"rows"``)."""
+        if self.along is None:
+            return self.load(self.b, self.name, op("add", row, kofs), self.dt)
+        return self.b.load(self.vname, op("add", row, kofs), vector_dtype(self.dt))
 
 
 class _SharedRows(_OperandReader):
@@ -1558,12 +1629,39 @@ class _SharedRows(_OperandReader):
                 self.rows.append(b.let(op("div", row, four)) if along == "k" else row)
         self.sk4 = b.let(op("div", s_k, four)) if along == "rows" else None
         self.vname, self.row_names, self.part_names = None, (), ()
-        self.vectors = ()
+        self.vectors, self.loaded, self.held = (), (), {}
         self.windows, self.first_step = (), 0
 
     def spread(self, value, dtype) -> list:
         """``value`` of each work item of the subgroup, in lane order, broadcast to all of them."""
         return [self.b.let(Broadcast(value, lane, dtype), "x") for lane in range(self.lanes)]
+
+    def start_rows(self, k, step):
+        """Row order (``_accumulate``): this work item's loads of the iteration at contraction index ``k``
+        (``step`` steps), none broadcast yet; ``row`` broadcasts one row's values where they are used."""
+        if self.along == "k":
+            self.start(k, spread=False)
+        else:
+            offsets = [self._step_offset(k, kk) for kk in range(step)]
+            self.loaded = [[self._step_load(row, kofs) for row in self.rows] for kofs in offsets]
+        self.held = {}
+
+    def row(self, i, kk):
+        """Row ``i``'s value at step ``kk`` of the iteration ``start_rows`` loaded, in every work item: broadcast
+        from the work item that loaded it (``"k"``: its four steps at once, the first time row ``i`` is asked
+        for; ``"rows"``: the one element of the four rows it loaded)."""
+        b, vt = self.b, vector_dtype(self.dt)
+        if self.along == "k":
+            q, lane = divmod(i, self.lanes)
+            if i not in self.held:
+                self.held[i] = b.let(Broadcast(self.loaded[q], lane, vt), "x")
+            return b.let(Lane(self.held[i], kk, self.dt))
+        if self.along is None:
+            q, lane = divmod(i, self.lanes)
+            return b.let(Broadcast(self.loaded[kk][q], lane, self.dt), "x")
+        q, rest = divmod(i, 4 * self.lanes)
+        lane, c = divmod(rest, 4)
+        return b.let(Broadcast(b.let(Lane(self.loaded[kk][q], c, self.dt)), lane, self.dt), "x")
 
 
 def operand_view(ctx, v):
