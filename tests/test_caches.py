@@ -16,6 +16,8 @@ from fnarray.core.config import Config
 from fnarray.devices import placement
 from fnarray.transforms import jit as jit_mod
 
+from helpers import run_threads
+
 
 @pytest.fixture
 def sizes():
@@ -68,6 +70,65 @@ def test_jit_cache_is_an_lru_per_function(device, sizes):
         _call(f, n, device)
         assert len(f._compiled) <= 3 and len(f._traces) <= 3 and len(f._fast) <= 3 and len(f._by_ckey) <= 3
     assert f.cache_info() == {"traces": 3, "executables": 3, "bound": 3}
+
+
+def _serving_every_size(monkeypatch):
+    """numpy:0's executables marked as serving every size (as mlx:0's shapeless ones do: ``Jitted._sized``);
+    returns the ranks of the programs compiled and of those an earlier program's executable served, in order."""
+    compiled, served = [], []
+    real = jit_mod.compile_program
+
+    def compile_program(program, device, **kw):
+        compiled.append(program.invars[0].aval.ndim)
+        exe = real(program, device, **kw)
+        exe.shape_free = True
+        return exe
+
+    def at_sizes(exe, program, device):
+        served.append(program.invars[0].aval.ndim)
+        return real(program, device)   # (numpy:0's executables keep their sizes: this program's own)
+    monkeypatch.setattr(jit_mod, "compile_program", compile_program)
+    monkeypatch.setattr(jit_mod, "at_sizes", at_sizes)
+    return compiled, served
+
+
+def _call_at(f, shape, device):
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    np.testing.assert_allclose(np.asarray(f(fa.device_put(x, device))), x * 2.0 + 1.0)
+
+
+def test_jit_executables_serving_every_size_are_an_lru(sizes, monkeypatch):
+    """The executables that serve every size are kept per program up to its sizes (``core/size_free.py``; here one
+    form per rank), the ``jit_cache_size`` most recently used: a kept form's new shape compiles nothing, a new form
+    evicts the least recently used one (it cleared them all)."""
+    sizes.jit_cache_size = 3
+    compiled, served = _serving_every_size(monkeypatch)
+    dev = fa.devices("numpy")[0]
+    f = _counting(dev)[0]
+    for shape in [(2,), (2, 3), (2, 3, 4), (5,), (2, 3, 4, 5), (6,), (5, 6, 7), (5, 6)]:
+        _call_at(f, shape, dev)
+    # (5,) used rank 1's last, so rank 2's went for rank 4's; ranks 1 and 3 still serve, rank 2 compiles again
+    assert compiled == [1, 2, 3, 4, 2] and served == [1, 1, 3], (compiled, served)
+    assert len(f._tables.sizes) == 3
+
+
+def test_jit_executables_serving_every_size_under_threads(sizes, monkeypatch):
+    """Four threads compiling programs of three forms within a bound of two: every call is compiled or served,
+    every result right, and the executables kept never pass the bound."""
+    sizes.jit_cache_size = 2
+    compiled, served = _serving_every_size(monkeypatch)
+    dev = fa.devices("numpy")[0]
+    f = _counting(dev)[0]
+    kept = []
+
+    def work(k):
+        for i in range(6):
+            first = 2 + i + 6 * k   # a new shape every call: each goes through ``_sized``
+            _call_at(f, tuple(range(first, first + 1 + (k + i) % 3)), dev)
+            kept.append(len(f._tables.sizes))
+    run_threads(work)
+    assert len(compiled) + len(served) == 24 and set(compiled) == {1, 2, 3}
+    assert max(kept) <= 2
 
 
 def test_jit_global_cache_bounds_all_functions(device, sizes):

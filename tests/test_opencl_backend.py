@@ -416,6 +416,48 @@ def test_eager_operations_on_device_arrays(dev):
     np.testing.assert_allclose(np.asarray(y), np.exp(np.asarray(x)) + np.asarray(x) * 2, rtol=1e-6)
 
 
+def test_a_read_waits_for_its_copy_outside_the_device_lock(dev, monkeypatch):
+    """A thread reading an array (``_DeviceState.download``) enqueues its copy under the device's lock and waits
+    for it outside: another thread's eager launch is enqueued meanwhile, not after the read (it waited on the lock
+    while the queue ran the copy and everything before it). Here the queue is stopped before the copy by a marker
+    waiting for a user event, opened only once the other thread's launch is in."""
+    import threading
+
+    import pyopencl as cl
+    state = dev.impl.state(dev)
+    x0 = np.arange(8, dtype=np.float32)
+    x = put(x0, dev)
+    y = x * 2.0
+    np.asarray(x + 1.0)   # both compiled
+    gate = cl.UserEvent(state.context)
+    cl.enqueue_marker(state.queue, wait_for=[gate])   # the queue waits here until the gate opens
+    copying, launched, got = threading.Event(), threading.Event(), {}
+    enqueue_copy = cl.enqueue_copy
+
+    def copy(*args, **kw):
+        copying.set()
+        return enqueue_copy(*args, **kw)
+    monkeypatch.setattr(cl, "enqueue_copy", copy)
+
+    def launch():
+        got["z"] = x + 1.0
+        launched.set()
+    reader = threading.Thread(target=lambda: got.setdefault("y", np.asarray(y)))
+    writer = threading.Thread(target=launch)
+    try:
+        reader.start()
+        assert copying.wait(60)
+        writer.start()
+        assert launched.wait(60), "the eager launch waited for another thread's read"
+        assert "y" not in got   # the read still waits for the queue
+    finally:
+        gate.set_status(cl.command_execution_status.COMPLETE)
+        reader.join()
+        writer.join()
+    np.testing.assert_array_equal(got["y"], x0 * 2)
+    np.testing.assert_array_equal(np.asarray(got["z"]), x0 + 1)
+
+
 def test_memory_pool_gives_back_free_blocks(dev, monkeypatch):
     """PyOpenCL's pool kept every freed block: arrays of ever new sizes grew the process without bound
     (found by outside testing: 40 arrays of 10-400 MB, each freed, left 6 GB held). Free blocks now stay

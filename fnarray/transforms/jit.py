@@ -407,8 +407,8 @@ class _Executables:
         self.lock = threading.Lock()
         self.building: dict = {}  # ckey -> _Building
         # (program key up to sizes, device, configuration, donation) -> an executable that serves every size
-        # (``Jitted._sized``; at most ``config.jit_cache_size`` of them)
-        self.sizes: dict = {}
+        # (``Jitted._sized``; the ``config.jit_cache_size`` most recently used)
+        self.sizes = LRUCache(_per_function_size)
 
     def _forget(self, ex):
         """Drop executable ``ex`` (the global LRU evicted it)."""
@@ -728,7 +728,7 @@ class Jitted:
         each new cache length on mlx:0, one executable, no lowering; issue 28)."""
         sizes = self._tables.sizes
         skey = None
-        if sizes:  # (keyed only once an executable serves every size: nothing to pay on other backends)
+        if len(sizes):  # (keyed only once an executable serves every size: nothing to pay on other backends)
             skey = (size_free_key(program), device, ckey[2], donate)
             exe = sizes.get(skey) if skey[0] is not None else None
             if exe is not None:
@@ -738,9 +738,7 @@ class Jitted:
             if skey is None:
                 skey = (size_free_key(program), device, ckey[2], donate)
             if skey[0] is not None:
-                if len(sizes) >= max(config.jit_cache_size, 1):
-                    sizes.clear()
-                sizes[skey] = exe
+                sizes.put(skey, exe)   # (a thread that compiled the same key first keeps its own)
         return exe
 
     def cache_info(self):

@@ -84,6 +84,7 @@ class Emitter:
         #: of its start (``_concatenate_uniform``), and that state as a key part (``()`` when none)
         self._shift: dict = {}
         self._variant = ()
+        self._linears: dict = {}   # id of an index tuple -> (the tuple, a shape, its linear form): ``_linear``
 
     # ------------------------------------------------------------------ keys
     @staticmethod
@@ -113,6 +114,18 @@ class Emitter:
         """The value seeded or computed for element ``idx`` of ``var`` in a live scope, else ``None``."""
         return self._lookup((var, self.key(var.aval, idx)))
 
+    def _linear(self, idx, shape):
+        """``linearize(idx, shape)``, once per index tuple object (a chain of elementwise operations passes its
+        index down unchanged: each operand's key would linearize it again)."""
+        if type(idx) is not tuple:   # (a list may change)
+            return linearize(idx, shape)
+        hit = self._linears.get(id(idx))
+        if hit is not None and hit[0] is idx and hit[1] == shape:
+            return hit[2]
+        flat = linearize(idx, shape)
+        self._linears[id(idx)] = (idx, shape, flat)   # (the tuple kept alive: its id is not reused meanwhile)
+        return flat
+
     def _lookup(self, k):
         hit = self._memo.get(k)
         if hit is not None and self.b.scope_alive(hit[1]):
@@ -126,18 +139,23 @@ class Emitter:
         aval = a.aval
         if aval.size == 1:
             idx = zero_index(aval)
-        k = (a, self.key(aval, idx)) + self._variant
+            key = "zero"
+        elif isinstance(idx, Flat):
+            key = ("flat", idx.expr)
+        else:
+            key = self._linear(idx, aval.shape)
+        k = (a, key) + self._variant
         hit = self._lookup(k)
         if hit is not None:
             return hit
         buf = self.buffer_of(a)
         if buf is not None:
             if self.on_read is not None:
-                self.on_read(a, k[1])
+                self.on_read(a, key)
             if isinstance(idx, Flat):
                 index = idx.expr
             else:
-                index = to_expr(linearize(idx, aval.shape))
+                index = const(0, INT32) if aval.size == 1 else to_expr(key)
             v = self.b.load(buf, index, aval.dtype)
         else:
             e = self.producer[a]

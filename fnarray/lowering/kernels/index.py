@@ -20,15 +20,27 @@ __all__ = ["Ix", "IxVar", "IxDiv", "IxMod", "IxData", "ix_const", "ix_var", "ix_
 
 
 class _Term:
+    """A term of an ``Ix``; ``_order`` (the ``repr`` of its ``_key``, made at its first sort) is where it sorts among
+    a form's terms."""
+
     __slots__ = ()
 
 
+def _term_order(item) -> str:
+    t = item[0]
+    order = t._order
+    if order is None:
+        order = t._order = repr(t._key)
+    return order
+
+
 class IxVar(_Term):
-    __slots__ = ("name", "size", "_key")
+    __slots__ = ("name", "size", "_key", "_order")
 
     def __init__(self, name: str, size: int):
         self.name, self.size = name, size
         self._key = ("v", name, size)
+        self._order = None
 
     def bounds(self):
         return 0, max(self.size - 1, 0)
@@ -41,11 +53,12 @@ class IxVar(_Term):
 
 
 class IxDiv(_Term):
-    __slots__ = ("x", "k", "_key")
+    __slots__ = ("x", "k", "_key", "_order")
 
     def __init__(self, x: "Ix", k: int):
         self.x, self.k = x, k
         self._key = ("d", x._key, k)
+        self._order = None
 
     def bounds(self):
         lo, hi = self.x.bounds()
@@ -56,11 +69,12 @@ class IxDiv(_Term):
 
 
 class IxMod(_Term):
-    __slots__ = ("x", "k", "_key")
+    __slots__ = ("x", "k", "_key", "_order")
 
     def __init__(self, x: "Ix", k: int):
         self.x, self.k = x, k
         self._key = ("m", x._key, k)
+        self._order = None
 
     def bounds(self):
         return 0, self.k - 1
@@ -70,11 +84,12 @@ class IxMod(_Term):
 
 
 class IxData(_Term):
-    __slots__ = ("expr", "lo", "hi", "_key")
+    __slots__ = ("expr", "lo", "hi", "_key", "_order")
 
     def __init__(self, expr: Expr, lo: int, hi: int):
         self.expr, self.lo, self.hi = expr, lo, hi
         self._key = ("x", repr(expr), lo, hi)
+        self._order = None
 
     def bounds(self):
         return self.lo, self.hi
@@ -89,7 +104,10 @@ class Ix:
     __slots__ = ("terms", "const", "_key")
 
     def __init__(self, terms: dict, c: int):
-        items = tuple(sorted(((t, k) for t, k in terms.items() if k != 0), key=lambda tk: repr(tk[0]._key)))
+        items = [(t, k) for t, k in terms.items() if k != 0]
+        if len(items) > 1:
+            items.sort(key=_term_order)
+        items = tuple(items)
         self.terms, self.const = items, c
         self._key = (tuple((t._key, k) for t, k in items), c)
 

@@ -347,14 +347,19 @@ class _DeviceState:
         return buf
 
     def download(self, buf: CLBuffer) -> np.ndarray:
+        """``buf``'s elements in a new host array. The copy is enqueued under the lock, after the held launches are
+        let go (so it waits for no launch held later: the queue is in order), and waited for outside it, so that
+        other threads enqueue meanwhile (their launches run after the copy)."""
         if buf.mem is None:   # dispatch.py: a donated buffer an in-place update took over
             raise taken_over(buf)
         host = np.empty(buf.shape, _storage(buf.dtype))
         if host.nbytes:
             mem = buf.mem
-            with self.lock:   # (as ``wait``)
+            with self.lock:
                 self.release()
-                cl.enqueue_copy(self._queue, host, mem, is_blocking=True)
+                done = cl.enqueue_copy(self._queue, host, mem, is_blocking=False)
+                self._queue.flush()
+            done.wait()
         return host.view(buf.dtype) if buf.dtype == np.bool_ or dtypes.is_low_bit(buf.dtype) else host
 
     # ------------------------------------------------------------------ programs

@@ -182,11 +182,17 @@ class ReduceGroup(Group):
         return set(self.operand_read_keys(x))
 
     def operand_read_keys(self, x) -> dict:
-        """``{buffer var: element keys}`` that computing operand ``x`` inline reads."""
-        b = KernelBuilder("analysis")
-        reads: dict = {}
-        em = self.ctx.emitter(b, on_read=lambda var, key: reads.setdefault(var, set()).add(key))
-        em.val(x, shaped_index(x.aval.shape))
+        """``{buffer var: element keys}`` that computing operand ``x`` inline reads (not to be changed: kept for the
+        run, since what lives in buffers is settled before the grouping; the transformer step asked 401 times
+        about 55 operands: the sibling search, the group's analysis and each ``stages`` call)."""
+        known = self.ctx.memo.setdefault("reduce.operand_read_keys", {})
+        reads = known.get(x)
+        if reads is None:
+            b = KernelBuilder("analysis")
+            reads = {}
+            em = self.ctx.emitter(b, on_read=lambda var, key: reads.setdefault(var, set()).add(key))
+            em.val(x, shaped_index(x.aval.shape))
+            known[x] = reads
         return reads
 
     def own_key(self, aval):
