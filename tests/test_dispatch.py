@@ -742,6 +742,53 @@ def test_webgpu_growing_decode_loop_records_one_dispatch_a_step(monkeypatch):
     np.testing.assert_allclose(np.asarray(out), w, rtol=2e-5, atol=2e-6)
 
 
+def _timeslices(tid):
+    with open(f"/proc/self/task/{tid}/schedstat") as f:
+        return int(f.read().split()[2])
+
+
+def test_webgpu_lavapipe_threads_share_one_cpu_while_dispatches_are_one_work_group(monkeypatch):
+    """On lavapipe (Linux), the threads the device's opening made (its queue thread and compute workers: each runs
+    the dispatches) are kept on one CPU the process may use while every submitted dispatch is one work-group, and
+    get their own masks back at the submit of a dispatch of more work-groups; the results are NumPy's. Never on a
+    GPU, and ``FNARRAY_WEBGPU_PIN_THREADS=0`` turns it off (``driver_threads.py``)."""
+    import os
+    from fnarray.lowering.webgpu import driver_threads
+    on = driver_threads.enabled()   # (the device may have opened already, under the environment's switch)
+    assert not driver_threads.applies({"adapter_type": "DiscreteGPU", "backend_type": "Vulkan", "device": "GPU"})
+    assert not driver_threads.applies({"adapter_type": "CPU", "backend_type": "OpenGL", "device": "llvmpipe"})
+    with monkeypatch.context() as mp:
+        mp.setenv(driver_threads.SWITCH, "0")
+        assert not driver_threads.enabled()
+        mp.setenv(driver_threads.SWITCH, "1")
+        assert driver_threads.enabled()
+    assert driver_threads.opened_since(driver_threads.task_ids()) is None   # no thread made since
+    dev = _webgpu()
+    gpu = dev.impl.gpu
+    gpu.device
+    if not (on and driver_threads.applies(gpu.info) and len(os.sched_getaffinity(0)) >= 2):
+        assert gpu.driver_threads is None
+        pytest.skip(f"not lavapipe on two or more CPUs, or {driver_threads.SWITCH}=0: {dev.description}")
+    kept = gpu.driver_threads
+    assert kept is not None and len(kept.tids) >= 2, "lavapipe's queue thread and compute workers not found"
+    narrow = fa.jit(lambda a: a * 2.0 + 1.0, device=dev)
+    x, y = (fa.device_put(np.arange(n, dtype=np.float32), dev) for n in (8, 1 << 14))
+    fa.block_until_ready((narrow(x), narrow(y)))   # compiled (a new shader also wakes the disk cache's thread)
+    ran = [_timeslices(t) for t in kept.tids]
+    out = narrow(x)
+    for _ in range(3):
+        out = narrow(out)
+    fa.block_until_ready(out)
+    assert all(_timeslices(t) > n for t, n in zip(kept.tids, ran, strict=True))   # these threads ran the work
+    assert kept.cpu in os.sched_getaffinity(0)
+    assert [os.sched_getaffinity(t) for t in kept.tids] == [{kept.cpu}] * len(kept.tids)
+    wide = narrow(y)   # 16,384 elements: several work-groups
+    gpu.flush()
+    assert kept.cpu is None and [os.sched_getaffinity(t) for t in kept.tids] == list(kept.masks)
+    np.testing.assert_array_equal(np.asarray(out), np.arange(8) * 16 + 15)
+    np.testing.assert_array_equal(np.asarray(wide), np.arange(1 << 14) * 2 + 1)
+
+
 def test_webgpu_native_pass_command_errors_raise_when_the_encoder_is_submitted():
     """A command recorded through wgpu-native's C functions is validated when the pass ends and the encoder
     finishes: a dispatch of more work-groups than the device allows raises ``GPUValidationError`` at the flush,

@@ -94,7 +94,7 @@ from fnarray.lowering.kernels.groups.attention import unsupported_reason as atte
 from fnarray.lowering.kernels.groups import linalg
 from fnarray.lowering.kernels.no_kernel import EXPECTED_DECOMPOSITIONS, EXPECTED_FALLBACKS, no_kernel_reason
 from fnarray.lowering.kernels.wgsl import DEFAULT_GROUP_SIZE, render_wgsl, uniform_bytes, wgsl_layout
-from fnarray.lowering.webgpu import dispatch, native
+from fnarray.lowering.webgpu import dispatch, driver_threads, native
 from fnarray.lowering.webgpu.dispatch import Runner
 
 __all__ = ["make_backend", "WebGPUBackend", "WGBuffer", "PORTABLE_LIMITS"]
@@ -415,6 +415,9 @@ class _GPU:
         self.pass_pipeline = None       # the pipeline last set in that pass (dispatch.Runner skips setting it again)
         self.calls = None               # how calls record (native.Native or native.Public), made with the device
         self.open_launches = 0          # kernels recorded into it
+        self.open_wide = False          # one of them has more than one work-group (dispatch.Runner.wide)
+        self.wide_queued = False        # such a kernel was submitted since the last wait
+        self.driver_threads = None      # lavapipe's threads, kept on one CPU for narrow work (driver_threads.py)
         self.submits = 0                # command buffers submitted (tests count them)
         self._returned = collections.deque()  # buffers given back by finalizers, pooled at the next alloc
         self._dirty: set = set()        # ids of buffers pooled while the encoder was open (its work may use them)
@@ -457,6 +460,8 @@ class _GPU:
         self.has_timestamps = "timestamp-query" in self.adapter.features
         if self.has_timestamps:
             feats.append("timestamp-query")
+        keep_threads = driver_threads.enabled() and driver_threads.applies(self.info)
+        before = driver_threads.task_ids() if keep_threads else None
         try:
             dev = self._request_device(feats, want)
         except Exception as e:  # noqa: BLE001 (a broken driver may raise anything)
@@ -464,6 +469,8 @@ class _GPU:
                                      f"(to fix: {_HINT}, or pick another adapter with WGPU_BACKEND_TYPE)") from e
         self._device = dev
         self.queue = dev.queue
+        if keep_threads:
+            self.driver_threads = driver_threads.opened_since(before)
         self.calls = native.make(dev)
         self.limits = dict(dev.limits)
         # At exit: wait for the queued work, and keep the device, queue and pool out of the interpreter's
@@ -489,7 +496,7 @@ class _GPU:
         with self.lock:
             self.flush()
             self.queue.read_buffer(self._exit_probe, 0, 4)
-            self.pending = False
+            self.waited()
 
     # ------------------------------------------------------------------ the open command encoder
     def encoder(self):
@@ -520,6 +527,8 @@ class _GPU:
     def submit(self, enc):
         """Submit ``enc`` after the open encoder's work (lock held)."""
         self.flush()
+        if self.driver_threads is not None:
+            self._place(True)
         self.queue.submit([enc.finish()])
         self.submits += 1
         self.pending = True
@@ -531,11 +540,27 @@ class _GPU:
         if enc is not None:
             if self._pass is not None:
                 self._end_pass()
-            self._recording, self.open_launches = None, 0
+            if self.driver_threads is not None:
+                self._place(self.open_wide)
+            self._recording, self.open_launches, self.open_wide = None, 0, False
             self.queue.submit([enc.finish()])
             self.submits += 1
             self.pending = True
             self._dirty.clear()   # what the submitted work uses, it uses before any later write
+
+    def _place(self, wide):
+        """Before a submit (lock held): lavapipe's threads gathered on one CPU while every kernel submitted since
+        the last wait runs as one work-group, given back their own CPU masks before a wider one
+        (``driver_threads.py``: each dispatch's hand-off then stays on one CPU; big kernels keep every worker)."""
+        if wide:
+            self.driver_threads.release()
+            self.wide_queued = True
+        elif not self.wide_queued:
+            self.driver_threads.gather()
+
+    def waited(self):
+        """Record that every queued command has run (lock held): after a readback or a device wait."""
+        self.pending = self.wide_queued = False
 
     # ------------------------------------------------------------------ buffers
     @_locked
@@ -671,7 +696,7 @@ class _GPU:
             return np.zeros(b.shape, b.dtype)
         self.flush()
         raw = self.queue.read_buffer(b.buffer, 0, _padded(n))
-        self.pending = False  # the readback ran after everything queued before it
+        self.waited()  # the readback ran after everything queued before it
         if b.dtype == np.bool_:
             return np.frombuffer(raw, np.uint32, b.size).astype(np.bool_).reshape(b.shape)
         return np.frombuffer(raw, b.dtype, b.size).reshape(b.shape)
@@ -693,7 +718,7 @@ class _GPU:
                 poll()
             else:
                 self.queue.read_buffer(b.buffer, 0, 4)
-            self.pending = False
+            self.waited()
 
     # ------------------------------------------------------------------ pipelines
     @_locked
@@ -760,10 +785,10 @@ class _GPU:
         if qs is None:
             if buffers:
                 self.queue.read_buffer(buffers[0], 0, 4)  # waits for the launch (docs/traps.md: no work-done wait)
-                self.pending = False
+                self.waited()
             return None
         t0, t1 = np.frombuffer(self.queue.read_buffer(out, 0, 16), np.uint64)
-        self.pending = False
+        self.waited()
         return float(t1 - t0) / 1e3 if t1 >= t0 else None
 
     @_locked

@@ -45,6 +45,7 @@ enclosing span, which the profiler counts as ``dispatch``.
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
 
@@ -121,6 +122,8 @@ class Runner:
         self.template = template
         self.launches = [(calls.handle(st.pipeline), None if bg is None else calls.handle(bg), st.groups)
                          for st, bg in zip(plan.steps, self.fixed, strict=True)]
+        # a launch of more than one work-group: lavapipe's threads get their own CPUs back first (_GPU._place)
+        self.wide = any(math.prod(st.groups) > 1 for st in plan.steps)
         self.outs = self._output_plan(plan)
         self._queries = None
 
@@ -193,6 +196,8 @@ class Runner:
                     calls.release(groups)
             gpu.open_launches += len(self.launches)
             gpu.pending = True
+            if self.wide:
+                gpu.open_wide = True
             if gpu.open_launches >= BATCH_LAUNCHES or len(self.launches) >= ALONE_LAUNCHES:
                 gpu.flush()
         return self._outputs(bufs, made)
@@ -279,7 +284,7 @@ class Runner:
                 enc.resolve_query_set(qs, 0, 2 * len(self.steps), resolve, 0)
                 gpu.submit(enc)
                 raw = gpu.queue.read_buffer(resolve, 0, 16 * len(self.steps))   # waits for the call
-                gpu.pending = False
+                gpu.waited()
                 end = time.perf_counter_ns()
                 stamps = np.frombuffer(raw, np.uint64).reshape(-1, 2)
                 _profile.device_spans([(st.entry, t0, t1, {"workgroups": st.groups})
