@@ -599,6 +599,14 @@ def test_pow_at_zero():
         return np.asarray(P.pow_p.bind(fnp.asarray(x), fnp.asarray(yy)))
     fd = (f(y + h) - f(y)) / h
     np.testing.assert_array_equal(fd[1:], np.zeros(4))
+    # a Python-number base (2.0 ** y, a literal in the program) differentiates in y as an array base does
+    yf = y.astype(np.float32)
+    for base in (2.0, 0.0):
+        g = fa.grad(lambda v, b=base: fnp.sum(b ** v))(yf)
+        np.testing.assert_allclose(np.asarray(g), 0.0 if base == 0 else np.log(2.0) * 2.0 ** yf, rtol=1e-6)
+    # floor division is piecewise constant: zero derivative, by a zero divisor too (JAX's), not 0 * inf
+    g = fa.grad(lambda v: fnp.sum(v // 0.0 + v // 0.7))(yf)
+    np.testing.assert_array_equal(np.asarray(g), np.zeros(5))
 
 
 def test_sort_tangents_follow_permutation():

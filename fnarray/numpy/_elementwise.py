@@ -321,8 +321,9 @@ def _float_floor_div(x, y):
     use_plain = lax.bitwise_or(lax.eq(y, lax.zeros_like(y)),
                                lax.bitwise_not(lax.bitwise_and(lax.is_finite(div), lax.is_finite(y))))
     out = lax.select(use_plain, lax.floor(plain), fl)
-    # A zero quotient carries the sign of x / y (-0 // 2 is -0, -0 // -2 is +0).
-    return lax.select(lax.eq(out, zero), lax.mul(zero, plain), out)
+    # A zero quotient carries the sign of x / y (-0 // 2 is -0, -0 // -2 is +0). The quotient is piecewise
+    # constant: its derivative is zero, also by a zero y (where 0 * d(x / 0) would be NaN).
+    return lax.stop_gradient(lax.select(lax.eq(out, zero), lax.mul(zero, plain), out))
 
 
 def remainder(x1, x2, /):

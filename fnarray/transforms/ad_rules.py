@@ -440,6 +440,8 @@ def _pow_x(t, out, x, y):
 
 def _pow_y(t, out, x, y):
     # log(x) * x ** y, taken as 0 where x == 0 (the limit for y > 0)
+    if _is_pynum(x):   # a literal base (2.0 ** y): a scalar of the result's dtype, for _where's dtype
+        x = lax.full((), x, _aval(out).dtype)
     zero = lax.eq(x, _const(x, 0))
     d = lax.mul(lax.log(_where(zero, 1, x)), out)
     return lax.mul(t, _where(zero, 0, d))

@@ -208,6 +208,11 @@ def _mul_by_zero(b, x, negative: bool):
     return _sel(_isfinite(b, x), _float((_bits(x) & _SIGN) ^ (_SIGN if negative else 0)), _nan(x))
 
 
+def _self_difference(b, x):
+    # x - x or x + (-x) (Mesa folds both to 0.0, losing NaN and infinity): NaN for a NaN or infinite x, else +0.0.
+    return _sel(_isfinite(b, x), _float(_u32(x, 0)), _nan(x))
+
+
 def _plus_zero(b, x):
     # x + 0.0 (Mesa folds it to x, keeping a -0.0 that IEEE makes +0.0): a zero's sign bit cleared.
     return _float(_sel(x.eq(0.0), _u32(x, 0), _bits(x)))
@@ -456,10 +461,34 @@ def _zero_term(e):
     return None
 
 
+def _cancelling(e, lets):
+    """For ``x - x``, ``x + (-x)`` or ``(-x) + x`` in floats: ``x``; else ``None``. ``lets``: the values of the
+    kernel's locals so far (a negation is usually a local of its own)."""
+    if e.dtype.kind != "f" or e.op not in ("add", "sub"):
+        return None
+    a, c = e.args
+    if e.op == "sub":
+        return a if a == c else None
+    for u, v in ((a, c), (c, a)):
+        v = lets.get(v.name, v) if isinstance(v, Sym) else v
+        if isinstance(v, Op) and v.op == "neg" and v.args[0] == u:
+            return u
+    return None
+
+
+def _self_comparison(e):
+    """For ``x == x``, ``x <= x``, ``x >= x`` or ``x != x`` in floats (which Mesa folds to true or false, whatever
+    ``x``): ``x``; else ``None``."""
+    if e.op in ("eq", "ne", "le", "ge") and e.args[0].dtype.kind == "f" and e.args[0] == e.args[1]:
+        return e.args[0]
+    return None
+
+
 class _Expander:
     def __init__(self, names, zero_ops):
         self.names, self.zero_ops = frozenset(names), zero_ops
         self.counter = [0]
+        self.lets = {}   # name -> value of each local met so far (zero_ops' x + (-x))
 
     def _apply(self, body, fn, args, dtype):
         """``fn`` on ``args`` in float32 (float16 operands widened, the result narrowed back). Each operand is
@@ -487,6 +516,11 @@ class _Expander:
             return self._apply(body, lambda b, v: _mul_by_zero(b, v, neg), (x,), new.dtype)
         if self.zero_ops and _zero_term(new) is not None:
             return self._apply(body, _plus_zero, (_zero_term(new),), new.dtype)
+        if self.zero_ops and _cancelling(new, self.lets) is not None:
+            return self._apply(body, _self_difference, (_cancelling(new, self.lets),), new.dtype)
+        if self.zero_ops and _self_comparison(new) is not None:
+            nan = self._apply(body, _isnan, (_self_comparison(new),), new.dtype)
+            return nan if new.op == "ne" else Op("lnot", (nan,), new.dtype)
         return new
 
     def expr(self, e, body, memo):
@@ -504,6 +538,7 @@ class _Expander:
             body, memo = _Body(self.counter), {}
             if isinstance(s, Let):
                 s = Let(s.name, self.expr(s.value, body, memo))
+                self.lets[s.name] = s.value
             elif isinstance(s, Decl):
                 s = Decl(s.name, s.dtype, self.expr(s.value, body, memo))
             elif isinstance(s, Assign):
@@ -525,8 +560,8 @@ class _Expander:
 def expand(kernel, names, zero_ops: bool = False):
     """``kernel`` with each float32 or float16 op named in ``names`` replaced by its body in ``BODIES`` (float16
     through float32; float64 ops are kept). ``zero_ops``: also products with a constant zero factor and sums with
-    a constant zero term, which some WGSL drivers fold away (``x * 0.0`` to ``0.0``, ``-0.0 + 0.0`` to ``-0.0``),
-    by their IEEE results.
+    a constant zero term, differences and comparisons of an operand with itself, which some WGSL drivers fold away
+    (``x * 0.0`` and ``x - x`` to ``0.0``, ``-0.0 + 0.0`` to ``-0.0``, ``x == x`` to true), by their IEEE results.
 
     The locals a body needs are ``Let`` statements (``fa_t<n>``) put before the statement that used the op;
     raises ``KeyError`` for a name without a body.

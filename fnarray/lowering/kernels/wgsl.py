@@ -39,7 +39,8 @@ rewritten before printing:
   ``acos``, ``atan``, ``atan2``, ``acosh`` below 1, float division by zero, the
   NaN tests), are expanded into their kernel-IR bodies before printing
   (``transcendental.py``; ``EXPANDED`` is all of ``BODIES``), as are products
-  with a constant zero and sums with a constant zero, which Mesa folds.
+  with a constant zero, sums with a constant zero, ``x - x``, ``x + (-x)`` and ``x == x`` (``<=``, ``>=``,
+  ``!=``), which Mesa folds.
   ``float16`` math goes through the ``float32`` bodies (as the reference
   computes it); ``float16`` needs the ``shader-f16`` feature.
 - ``!=`` on floats is printed as ``!(a == b)`` (drivers compile ``!=`` as an
