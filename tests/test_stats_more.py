@@ -1,7 +1,7 @@
-"""``fnarray.scipy.stats``'s distributions and summaries added after the twenty-third session's port probe,
-against SciPy in float64 (support boundaries, infinities, NaN, bad parameters), their gradients against central
-differences of SciPy's, and float32 promotion. Where JAX and SciPy disagree the fnarray functions answer as SciPy
-(the points are listed below, above the first test).
+"""``fnarray.scipy.stats``'s distributions, summaries and ``gaussian_kde`` added after the twenty-third session's
+port probe, against SciPy in float64 (support boundaries, infinities, NaN, bad parameters), their gradients
+against central differences of SciPy's, and float32 promotion. Where JAX and SciPy disagree the fnarray functions
+answer as SciPy (the points are listed below, above the first test).
 """
 
 from __future__ import annotations
@@ -138,3 +138,28 @@ def test_rankdata_mode_sem_as_scipy():
         fs.rankdata(a, "middle")
     with pytest.raises(NotImplementedError):
         fs.mode(a, nan_policy="omit")
+
+
+@pytest.mark.enable_x64
+def test_gaussian_kde_as_scipy():
+    import fnarray.random as fr
+    rng = np.random.default_rng(0)
+    data, w, pts = rng.normal(size=(2, 30)), rng.uniform(0.5, 2, 30), rng.normal(size=(2, 7)) * 2
+    for bw in (None, "silverman", 0.4):
+        got, want = fs.gaussian_kde(data, bw, w), ss.gaussian_kde(data, bw, w)
+        np.testing.assert_allclose(np.asarray(got(pts)), want(pts), rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(got.logpdf(pts)), want.logpdf(pts), rtol=1e-12)
+        np.testing.assert_allclose(np.asarray(got.covariance), want.covariance, rtol=1e-12)
+        np.testing.assert_allclose(float(got.integrate_gaussian([0.1, 0.2], np.eye(2))),
+                                   want.integrate_gaussian([0.1, 0.2], np.eye(2)), rtol=1e-12)
+    small, small_ref = fs.gaussian_kde(data[:, :10]), ss.gaussian_kde(data[:, :10])
+    np.testing.assert_allclose(float(got.integrate_kde(small)), want.integrate_kde(small_ref), rtol=1e-12)
+    one, one_ref = fs.gaussian_kde(data[0]), ss.gaussian_kde(data[0])
+    np.testing.assert_allclose(float(one.integrate_box_1d(-0.5, 1.0)), one_ref.integrate_box_1d(-0.5, 1.0),
+                               rtol=1e-12)
+    far = np.array([-3.0, 60.0])   # the log density stays finite where the density underflows
+    np.testing.assert_allclose(np.asarray(one.logpdf(far)), one_ref.logpdf(far), rtol=1e-12)
+    assert fs.gaussian_kde(data).resample(fr.key(0), (4,)).shape == (2, 4)
+    assert fa.jit(lambda kde, x: kde(x))(got, pts).shape == (7,)   # a pytree
+    with pytest.raises(ValueError):
+        got(np.ones((3, 2)))
