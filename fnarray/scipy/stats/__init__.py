@@ -19,7 +19,7 @@ from fnarray.scipy.stats import (bernoulli, beta, betabinom, binom, cauchy, chi2
 from fnarray.scipy.stats._kde import gaussian_kde
 from fnarray.scipy.stats._summary import ModeResult, mode, rankdata, sem
 
-__all__ = ["bernoulli", "beta", "betabinom", "binom", "cauchy", "chi2", "dirichlet", "expon", "gamma", "gennorm",
-           "gaussian_kde", "geom", "gumbel_l", "gumbel_r", "laplace", "logistic", "mode", "multinomial", "multivariate_normal",
-           "nbinom", "norm", "pareto", "poisson", "rankdata", "sem", "t", "truncnorm", "uniform", "vonmises",
-           "wrapcauchy", "ModeResult"]
+__all__ = ["bernoulli", "beta", "betabinom", "binom", "cauchy", "chi2", "dirichlet", "expon", "gamma",
+           "gaussian_kde", "gennorm", "geom", "gumbel_l", "gumbel_r", "laplace", "logistic", "mode", "multinomial",
+           "multivariate_normal", "nbinom", "norm", "pareto", "poisson", "rankdata", "sem", "t", "truncnorm",
+           "uniform", "vonmises", "wrapcauchy", "ModeResult"]
