@@ -60,6 +60,10 @@ def test_new_stats_against_scipy():
             want = getattr(getattr(ss, mod), fn)(*args)
         assert got.dtype == np.float64, (mod, fn)
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-15, err_msg=f"{mod}.{fn}{args[1:]}")
+    mu = np.array([0, 1e-8, 0.3, 1, 9.9, 50, 99.9, 100, 1000, -1, np.nan])   # SciPy's sum fails to converge at 1e6
+    np.testing.assert_allclose(np.asarray(fs.poisson.entropy(mu)), ss.poisson.entropy(mu), rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(float(fs.poisson.entropy(np.float64(1e6))), 0.5 * np.log(2 * np.pi * np.e * 1e6) - 1 / 12e6,
+                               rtol=1e-14)
 
 
 @pytest.mark.enable_x64
