@@ -296,6 +296,26 @@ def dirichlet(key, alpha, shape=None, dtype=None):
 # ----------------------------------------------------------------------------- chi-square, Student's t, F
 
 
+def _fill_doc(parts):
+    """A decorator filling the ``{name}`` fields of a function's docstring from the dict ``parts`` (docstring
+    sections that several samplers share, written once)."""
+    def fill(f):
+        if f.__doc__:   # None under python -OO
+            f.__doc__ = f.__doc__.format(**parts)
+        return f
+    return fill
+
+
+_fill_df_doc = _fill_doc({
+    "df_args": "key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).\n"
+               "      df: positive float scalar or array, the degrees of freedom.\n"
+               "      shape: the sample shape (default ``df``'s shape); ``df`` must broadcast to it.\n"
+               "      dtype: float16, bfloat16, float32 (default) or float64.",
+    "df_raises": "TypeError: ``key`` is not a key, or ``df`` not an array or scalar.\n"
+                 "      DTypeError: a non-floating ``dtype``, or a complex ``df``.\n"
+                 "      ShapeError: ``df`` does not broadcast to ``shape``."})
+
+
 def _df_setup(name, key, dfs, shape, dtype):
     """``(key, [df broadcast to shape, ...], shape, compute dtype, result dtype)`` for the ``df`` parameters."""
     from fnarray.numpy._util import broadcast_shapes
@@ -310,28 +330,25 @@ def _chisquare(k, df, shape, m):
     return _fnp().exp(_log_gamma_draw(k, df / 2, shape, m)) * 2
 
 
+@_fill_df_doc
 def chisquare(key, df, shape=None, dtype=None):
     """Chi-square samples with ``df`` degrees of freedom (mirrors ``jax.random.chisquare``): ``2 exp(loggamma(df /
     2))``, as JAX composes it (this module's gamma stream, so other values than JAX's; the same distribution).
 
     Args:
-      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
-      df: positive float scalar or array, the degrees of freedom.
-      shape: the sample shape (default ``df``'s shape); ``df`` must broadcast to it.
-      dtype: float16, bfloat16, float32 (default) or float64.
+      {df_args}
 
     Returns:
       An array of ``shape`` and ``dtype``, positive; differentiable in ``df`` (the gamma's reparameterization).
 
     Raises:
-      TypeError: ``key`` is not a key, or ``df`` not an array or scalar.
-      DTypeError: a non-floating ``dtype``, or a complex ``df``.
-      ShapeError: ``df`` does not broadcast to ``shape``.
+      {df_raises}
     """
     k, (df,), shape, m, d = _df_setup("chisquare", key, [("df", df)], shape, dtype)
     return lax.convert_element_type(_chisquare(k, df, shape, m), d)
 
 
+@_fill_df_doc
 def t(key, df, shape=None, dtype=None):
     """Student's t samples with ``df`` degrees of freedom (mirrors ``jax.random.t``): ``n sqrt((df / 2) / g)``
     for ``n`` normal from the first of ``split(key)`` and ``g`` Gamma(df / 2) from the second, as JAX composes it
@@ -339,18 +356,13 @@ def t(key, df, shape=None, dtype=None):
     distribution).
 
     Args:
-      key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
-      df: positive float scalar or array, the degrees of freedom.
-      shape: the sample shape (default ``df``'s shape); ``df`` must broadcast to it.
-      dtype: float16, bfloat16, float32 (default) or float64.
+      {df_args}
 
     Returns:
       An array of ``shape`` and ``dtype``.
 
     Raises:
-      TypeError: ``key`` is not a key, or ``df`` not an array or scalar.
-      DTypeError: a non-floating ``dtype``, or a complex ``df``.
-      ShapeError: ``df`` does not broadcast to ``shape``.
+      {df_raises}
     """
     r = _r()
     k, (df,), shape, m, d = _df_setup("t", key, [("df", df)], shape, dtype)

@@ -53,6 +53,7 @@ from fnarray.core.prng import KeyArray, threefry2x32_p
 
 __all__ = [
     "PRNGKey",
+    "ball",
     "bernoulli",
     "beta",
     "binomial",
@@ -62,10 +63,13 @@ __all__ = [
     "chisquare",
     "choice",
     "dirichlet",
+    "double_sided_maxwell",
     "exponential",
     "f",
     "fold_in",
     "gamma",
+    "generalized_normal",
+    "geometric",
     "gumbel",
     "key",
     "key_data",
@@ -74,17 +78,25 @@ __all__ = [
     "loggamma",
     "logistic",
     "lognormal",
+    "maxwell",
+    "multinomial",
     "multivariate_normal",
     "normal",
+    "orthogonal",
+    "pareto",
     "permutation",
     "poisson",
     "rademacher",
     "randint",
+    "rayleigh",
     "split",
     "t",
     "threefry_2x32",
+    "triangular",
     "truncated_normal",
     "uniform",
+    "wald",
+    "weibull_min",
     "wrap_key_data",
 ]
 
@@ -1320,6 +1332,11 @@ from fnarray._random_dists import (beta, binomial, chisquare, dirichlet, f, gamm
                                    multivariate_normal, poisson, t)
 
 _random_dists.random = sys.modules[__name__]
+from fnarray import _random_more  # noqa: E402
+from fnarray._random_more import (ball, double_sided_maxwell, generalized_normal, geometric, maxwell,  # noqa: E402
+                                  multinomial, orthogonal, pareto, rayleigh, triangular, wald, weibull_min)
+
+_random_more.random = sys.modules[__name__]
 
 
 def _install_eager_jit():
