@@ -61,8 +61,13 @@ ROW_VALUES = True
 #: the additions: the results are the storage kernel's bits. Off: storage bindings (an A/B switch).
 UNIFORM_ROWS = True
 #: The most dispatches (row windows) a row kernel is split into (``UNIFORM_ROWS``); a larger operand keeps its storage
-#: binding.
-ROW_WINDOWS_MOST = 64
+#: binding. 4, as the products' ``dot.ROW_WINDOWS_MAX``: lavapipe's row kernels gain nothing from a window's gathers
+#: (a layernorm's rows in 4 windows 0.97-0.99x the storage kernel's CPU time, a softmax over [256, 1024] in 16
+#: windows 1.09-1.12x), and each dispatch costs ~30 us of CPU: the transformer step's four attention-softmax
+#: gradient kernels in 16 windows each and two cross-entropy row kernels in 7 took 78 of its 290 dispatches; as 6,
+#: ~0.91x the step's CPU time at load 6-10 (0.85-1.10x over six runs), ~1.0x at load 3-5 (docs/performance.md,
+#: twenty-third session). 64 before.
+ROW_WINDOWS_MOST = 4
 #: The fewest loads of row windows (``UNIFORM_ROWS``: loops over the row that read one, each one ``vec4`` load an
 #: iteration) for a row kernel to be dispatched once per window: a row read once (the causal softmax's scores, kept in a
 #: private row by ``row_cache`` for the later loops) gained less than the extra dispatches cost (lavapipe, [16, 4, 64,
