@@ -877,10 +877,7 @@ class _Plan:
             return k
 
         self.steps = []
-        # The launches of equal kernels (a product's row windows, groups/dot.py, share one body; the transformer's
-        # second layer and its backward's copies are built apart): one render. The key compares the IR, whose
-        # expressions hash once (``ir.Expr``).
-        rendered: dict = {}
+        rendered: dict = {}   # equal kernels (a product's row windows; copies built apart): one render, keyed by IR
         for launch in sched.launches:
             kernel = launch.kernel
             if kernel.local_size is None:
