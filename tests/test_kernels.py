@@ -13,6 +13,7 @@ import dataclasses
 import math
 import os
 import pathlib
+import pickle
 import sys
 
 import numpy as np
@@ -25,7 +26,7 @@ from fnarray.core import primitives as P
 from fnarray.devices.backend import Capabilities
 from fnarray.lowering.kernels import render_opencl, schedule
 from fnarray.lowering.kernels.index import ix_const, ix_data, ix_var, linearize, to_expr, unravel
-from fnarray.lowering.kernels.ir import BufferParam, Const, Load, Sym, const
+from fnarray.lowering.kernels.ir import BufferParam, Const, Kernel, Load, Op, Store, Sym, const
 from fnarray.lowering.kernels.opencl_c import OpenCLRenderer
 from fnarray.lowering.kernels.wgsl import render_wgsl
 
@@ -127,6 +128,23 @@ def test_constants_keep_sign_of_zero_and_nan_apart():
     assert const(0.0, np.float32) != const(-0.0, np.float32)
     assert const(np.nan, np.float32) == const(np.nan, np.float32)
     assert isinstance(Load("global", "x", const(0, np.int32), np.dtype(np.float32)).index, Const)
+
+
+def test_an_expression_hashes_its_fields_once_and_pickles_without_the_hash(monkeypatch):
+    hashed = []   # every expression whose fields were hashed (kept alive: their ids stay distinct)
+    for cls in (Op, Sym):
+        monkeypatch.setattr(cls, "_field_hash", lambda e, real=cls._field_hash: (hashed.append(e), real(e))[1])
+    f32_ = np.dtype(np.float32)
+    e = Sym("x", f32_)
+    for _ in range(10):   # 11 nodes, a tree of 2**10 leaves: a structural hash per lookup is exponential here
+        e = Op("add", (e, e), f32_)
+    kernel = Kernel("k", (BufferParam("y", f32_, True),), (Store("global", "y", const(0, np.int32), e),))
+    for render in (render_opencl, render_wgsl):
+        assert render(kernel) == render(kernel)
+    assert len({id(x) for x in hashed}) == len(hashed) < 11 * 8   # each node once, the rewrite passes' copies too
+    back = pickle.loads(pickle.dumps(kernel))
+    assert back == kernel and not hasattr(back.body[0].value, "_hash") and "_hash" not in repr(e)
+    assert hash(back) == hash(kernel) and back.body[0].value._hash == e._hash
 
 
 def test_generated_source_is_deterministic(target):

@@ -208,6 +208,19 @@ def test_render_wgsl_writes_no_float_specials_and_is_deterministic(wdev):
     np.testing.assert_array_equal(np.asarray(ne), x != 0)  # NaN != 0 is true
 
 
+def test_equal_kernels_built_apart_render_once(wdev, monkeypatch):
+    renders = []
+    monkeypatch.setattr(wb, "render_wgsl", lambda k, real=wb.render_wgsl: (renders.append(k), real(k))[1])
+    x = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32) / 8
+
+    def f(a, w):   # three equal products, each kernel built on its own
+        return fnp.tanh(fnp.tanh(fnp.tanh(a @ w) @ w) @ w)
+
+    np.testing.assert_allclose(np.asarray(fa.jit(f)(*_on(wdev, x, x))),
+                               np.tanh(np.tanh(np.tanh(x @ x) @ x) @ x), rtol=1e-5, atol=1e-6)
+    assert len(renders) == 1 and renders[0].name.startswith("dot")
+
+
 def test_nan_propagates_through_max_min_and_reductions(wdev, ref):
     x = np.array([[1.0, np.nan, 3.0], [2.0, -1.0, -np.inf]], np.float32)
     y = np.array([[np.nan, 0.0, 4.0], [1.0, np.nan, 0.25]], np.float32)

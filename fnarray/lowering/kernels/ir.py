@@ -65,13 +65,32 @@ OPS["cimag"] = (1, "complex")
 
 
 class Expr:
-    """Base of expressions; every expression has a ``dtype``."""
+    """Base of expressions; every expression has a ``dtype``.
 
-    __slots__ = ()
+    An expression's hash is computed once, from its fields (its operands' hashes are theirs, computed once), and
+    kept in the slot ``_hash``: the renderers' memos are keyed by expressions, and a structural hash of each
+    would hash the whole sub-expression at every lookup. The slot is no field: equality, ``repr`` and pickles (the
+    persistent compile cache's plans; a str's hash differs between processes) do not see it, and an unpickled
+    expression computes its hash again. Threads racing on a first hash store the same value."""
+
+    __slots__ = ("_hash",)
+
+    def __hash__(self):
+        h = _getattr(self, "_hash", None)
+        if h is None:
+            h = self._field_hash()
+            object.__setattr__(self, "_hash", h)
+        return h
+
+
+_getattr = getattr
 
 
 def _frozen(cls):
-    return dataclasses.dataclass(frozen=True, slots=True)(cls)
+    cls = dataclasses.dataclass(frozen=True, slots=True)(cls)
+    if issubclass(cls, Expr):   # the dataclass's hash of the fields, computed once (``Expr.__hash__``)
+        cls._field_hash, cls.__hash__ = cls.__hash__, Expr.__hash__
+    return cls
 
 
 @_frozen

@@ -168,14 +168,17 @@ class OpenCLRenderer(CStyleRenderer):
         return f"__kernel {attr}void {kernel.name}({', '.join(params)})"
 
     def prelude(self, kernel: Kernel) -> list:
-        used = {p.dtype for p in kernel.params} | {e.dtype for e in walk_exprs(kernel.body)}
-        used |= {s.dtype for s in _array_decls(kernel.body)}
+        used = {p.dtype for p in kernel.params} | {s.dtype for s in _array_decls(kernel.body)}
+        helped = set()
+        for e in walk_exprs(kernel.body):   # one walk: the dtypes used and the helpers called
+            used.add(e.dtype)
+            if isinstance(e, Op) and e.op in HELPERS and e.dtype == F32:
+                helped.add(e.op)
         lines = []
         if used & {np.dtype(np.float64), np.dtype(np.complex128)}:
             lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
         if np.dtype(np.float16) in used:
             lines.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
-        helped = {e.op for e in walk_exprs(kernel.body) if isinstance(e, Op) and e.op in HELPERS and e.dtype == F32}
         if self.builtin_math:
             helped = set()
         lines.extend(HELPERS[name][1] for name in sorted(helped))

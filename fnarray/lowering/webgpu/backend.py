@@ -877,12 +877,12 @@ class _Plan:
             return k
 
         self.steps = []
-        rendered: dict = {}   # the launches of one kernel body (a product's row windows, groups/dot.py): one render
+        rendered: dict = {}   # equal kernels (a product's row windows; copies built apart): one render, keyed by IR
         for launch in sched.launches:
             kernel = launch.kernel
             if kernel.local_size is None:
                 kernel = dataclasses.replace(kernel, local_size=tuple(launch.local_size))
-            same = (id(kernel.body), kernel.name, kernel.local_size, kernel.math,
+            same = (kernel.body, kernel.name, kernel.local_size, kernel.math,
                     tuple(dataclasses.replace(p, offset=-1) if isinstance(p, BufferParam) else p for p in kernel.params))
             if same not in rendered:
                 rendered[same] = (wgsl_layout(kernel), render_wgsl(kernel))
