@@ -509,17 +509,18 @@ class _Expander:
             return self._apply(body, _div, new.args, new.dtype)
         if new.op in self.names:
             return self._apply(body, BODIES[new.op], new.args, new.dtype)
-        if self.zero_ops and _zero_factor(new) is not None:
-            z = _zero_factor(new)
+        if not self.zero_ops:
+            return new
+        if (z := _zero_factor(new)) is not None:
             x = new.args[1] if new.args[0] is z else new.args[0]
             neg = bool(np.signbit(z.value))
             return self._apply(body, lambda b, v: _mul_by_zero(b, v, neg), (x,), new.dtype)
-        if self.zero_ops and _zero_term(new) is not None:
-            return self._apply(body, _plus_zero, (_zero_term(new),), new.dtype)
-        if self.zero_ops and _cancelling(new, self.lets) is not None:
-            return self._apply(body, _self_difference, (_cancelling(new, self.lets),), new.dtype)
-        if self.zero_ops and _self_comparison(new) is not None:
-            nan = self._apply(body, _isnan, (_self_comparison(new),), new.dtype)
+        if (x := _zero_term(new)) is not None:
+            return self._apply(body, _plus_zero, (x,), new.dtype)
+        if (x := _cancelling(new, self.lets)) is not None:
+            return self._apply(body, _self_difference, (x,), new.dtype)
+        if (x := _self_comparison(new)) is not None:
+            nan = self._apply(body, _isnan, (x,), new.dtype)
             return nan if new.op == "ne" else Op("lnot", (nan,), new.dtype)
         return new
 

@@ -150,11 +150,11 @@ class CLBuffer:
         return f"CLBuffer({self.dtype.name}{list(self.shape)})"
 
 
-_POOL_HELD_BYTES = 256 << 20
+_POOL_HELD_BYTES = 256 << 20   # free pooled memory always kept (as the webgpu backend's pool_limit)
 #: Small eager launches a CPU device holds back at most (``_DeviceState.hold``; 0: none held)
 HOLD_LAUNCHES = 32
 #: Work items of a launch that may be held (``dispatch.Executable``: a one-kernel executable's launch)
-HOLD_ITEMS = 4096   # free pooled memory always kept (as the webgpu backend's pool_limit)
+HOLD_ITEMS = 4096
 
 
 def _kernel_cache_size() -> int:
