@@ -185,10 +185,11 @@ def _remember(memo, key, dev, *head):
 def _binary(code, general, raw=None, name=None):
     """``ArrayImpl``'s operator ``code`` (or the namespace function of qualified name ``name``, which a backend's
     rule of any shape may serve: ``fnarray.devices.shapeless``) over ``general``."""
-    # the last hits with an array operand and with a Python scalar (``arrays`` and ``pairs``: and the avals of the
-    # last call a backend's rule of any shape served, ``_shapeless``)
+    # the last hits with an array operand and with a Python scalar, and (``pairs``) the last broadcast a backend's
+    # rule of any shape served: ``(aval, other aval, ...)``; ``arrays`` and ``pairs`` also hold the avals of the
+    # last call such a rule served (``_shapeless``)
     arrays, scalars = [_NO_MEMO, None, None], [_NO_MEMO]
-    pairs = [_NO_MEMO, None, None]  # the last broadcast a backend's rule of any shape served: ``(aval, other aval, ...)``
+    pairs = [_NO_MEMO, None, None]
 
     def method(self, other):
         t = type(other)
