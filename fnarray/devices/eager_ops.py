@@ -185,8 +185,11 @@ def _remember(memo, key, dev, *head):
 def _binary(code, general, raw=None, name=None):
     """``ArrayImpl``'s operator ``code`` (or the namespace function of qualified name ``name``, which a backend's
     rule of any shape may serve: ``fnarray.devices.shapeless``) over ``general``."""
-    arrays, scalars = [_NO_MEMO], [_NO_MEMO]  # the last hits with an array operand and with a Python scalar
-    pairs = [_NO_MEMO]  # the last broadcast a backend's rule of any shape served: ``(aval, other aval, ...)``
+    # the last hits with an array operand and with a Python scalar, and (``pairs``) the last broadcast a backend's
+    # rule of any shape served: ``(aval, other aval, ...)``; ``arrays`` and ``pairs`` also hold the avals of the
+    # last call such a rule served (``_shapeless``)
+    arrays, scalars = [_NO_MEMO, None, None], [_NO_MEMO]
+    pairs = [_NO_MEMO, None, None]
 
     def method(self, other):
         t = type(other)
@@ -279,59 +282,66 @@ def _reflected(code, general, raw=None):
 
 
 def _unary(code, general, name=None):
-    """``ArrayImpl``'s operator ``code`` (or the namespace function of qualified name ``name``) over ``general``."""
-    last = [_NO_MEMO]
+    """``ArrayImpl``'s operator ``code`` (or the namespace function of qualified name ``name``: any operand, where
+    others go to ``general`` through ``_miss``) over ``general``."""
+    last = [_NO_MEMO, None, None]  # (and the aval of the last call a rule served: ``_shapeless``)
 
-    def method(self):
-        if tracing.plain or _fast_now():
-            av, dev = self.aval, self._device
+    def method(x, /):  # (``x``: the name of the namespace function's operand, which its errors say)
+        if type(x) is ArrayImpl and (tracing.plain or _fast_now()):
+            av, dev = x.aval, x._device
             m = last[0]
             if m[0] is not av or m[1] is not dev or m[2] != config.generation:
                 if _SLOW.get(id(dev)):
                     # a device whose compiles are slow has no unary entries (``_miss`` learns none): eager_jit's
                     # program of the function serves the call, reached without a lookup or the miss's checks
                     # (8 of a jax:0 decode step's 44 Python calls)
-                    return general(self)
+                    return general(x)
                 if av.dtype in _SERVED.get(id(dev), ()):
                     # nor one whose backend's rule of any shape serves it (``fnarray.devices.shapeless``: mlx's
                     # float32), where an entry per new shape costs more than the rule saves
-                    out = _shapeless(name, (self,), last, av)
+                    out = _shapeless(name, (x,), last, av)
                     if out is not None:
                         return out
                     # declined (a large, weak or empty operand): the learned entry, as for other dtypes
                 m = _remember(last, (code, av), dev, av)
-            a = self._buf
+            a = x._buf
             if m is not None and a is not None:
                 m[6].used = True
                 try:
                     out = m[3](a)
                 except Exception:
-                    return general(self)
+                    return general(x)
                 r = ArrayImpl()
-                r.aval, r._device, r._buf, r._committed, r._host = m[4], dev, out, self._committed, None
+                r.aval, r._device, r._buf, r._committed, r._host = m[4], dev, out, x._committed, None
                 return r
-        return _miss(code, general, self)
+        return _miss(code, general, x)
     method.__name__ = general.__name__
     method.__doc__ = general.__doc__
     return method
 
 
-def _shapeless(name, args, memo, *head):
+def _shapeless(name, args, memo, av, oav=None):
     """The call of the rule of any shape of the namespace function ``name`` (``fnarray.devices.shapeless``) on
     ``args``, or None (no rule, a record under way, ``debug_nans``, or the rule does not serve these operands).
     The caller has checked that the call is plain (``_fast_now``); the namespace's wrapper would ask the same rule.
 
-    A served call whose rule names its function (``rule.fn``: one elementwise MLX function, whatever the shape)
-    becomes the operator's last hit in ``memo`` (``head``: its avals), as a learned entry does: a loop whose shapes
-    repeat then calls that function without the rule's checks, one whose shapes grow calls the rule each time."""
+    A served call on the avals of the call the rule served before it (``memo[1]``, ``memo[2]``: ``av`` and, for a
+    broadcast, ``oav``), whose rule names its function (``rule.fn``: one elementwise MLX function, whatever the
+    shape), becomes the operator's last hit in ``memo[0]``, as a learned entry does: a loop whose shapes repeat
+    then calls that function without the rule's checks from its third call, one whose shapes grow calls the rule
+    each time and writes two avals a call, not a last hit (~0.25 us of an eager decode's operator, issue 28)."""
     rule = _RULES.get(name)
     if rule is None or array_impl.recording is not None or placement.debug_check is not None:
         return None
     out = rule(args, _NO_KWARGS)
     if out is not None:
-        fn = getattr(rule, "fn", None)
-        if fn is not None:
-            memo[0] = head + (out._device, config.generation, fn, out.aval, None, _RULE_ENTRY)
+        if memo[1] is not av or memo[2] is not oav:
+            memo[1], memo[2] = av, oav
+        else:
+            fn = getattr(rule, "fn", None)
+            if fn is not None:
+                head = (av,) if oav is None else (av, oav)
+                memo[0] = head + (out._device, config.generation, fn, out.aval, None, _RULE_ENTRY)
     return out
 
 
@@ -630,9 +640,5 @@ def _namespace_binary(fn, code, rcode, raw=None, name=None):
 
 
 def _namespace_unary(fn, code, name=None):
-    fast = _unary(code, fn, name)
-
-    def f(x, /):
-        return fast(x) if type(x) is ArrayImpl else fn(x)
-    return f
+    return _unary(code, fn, name)  # (its method takes any operand: one Python call less than a wrapper)
 
