@@ -112,8 +112,8 @@ def _size_map(old_avals, new_avals, tied):
     """Each size (2 or more) of ``old_avals`` -> ``new_avals``'s (the patterns are equal); ``None`` where a tied size
     changes."""
     m: dict = {}
-    for a, b in zip(old_avals, new_avals):
-        for o, n in zip(a.shape, b.shape):
+    for a, b in zip(old_avals, new_avals, strict=True):
+        for o, n in zip(a.shape, b.shape, strict=True):
             if o >= 2:
                 m[o] = n
                 if o != n and o in tied:
@@ -144,7 +144,7 @@ def derive(program: Program, tied, new_avals) -> Program | None | bool:
         return None
     env = {v: v for v in program.constvars}
     invars = []
-    for v, a in zip(program.invars, new_avals):
+    for v, a in zip(program.invars, new_avals, strict=True):
         env[v] = w = Var(a)
         invars.append(w)
     eqns = []
@@ -165,7 +165,7 @@ def derive(program: Program, tied, new_avals) -> Program | None | bool:
             old = v.aval
             if a.dtype != old.dtype or a.weak_type != old.weak_type or len(a.shape) != len(old.shape):
                 return None
-            for o, n in zip(old.shape, a.shape):
+            for o, n in zip(old.shape, a.shape, strict=True):
                 if o != n and (o < 2 or n < 2 or o in tied) or o >= 2 and m.setdefault(o, n) != n:
                     return None   # a 0 or 1 moved, a tied size changed, or one size sent to two
             env[v] = w = Var(a)
@@ -223,7 +223,7 @@ class Direct:
         dev, committed = self.device, self.committed
         bufs = list(self.const_bufs)
         flat = (0, 1)
-        for x, (dtype, weak, rank) in zip(args, self.sig):
+        for x, (dtype, weak, rank) in zip(args, self.sig, strict=True):
             if type(x) is not ArrayImpl:
                 return MISS
             b, a = x._buf, x.aval
