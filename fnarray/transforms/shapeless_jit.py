@@ -193,8 +193,8 @@ class Direct:
     (``flat``): where the traced sizes are equal the call's are (``pick``), and they have as many distinct values
     (the same pattern, 0 and 1 kept), and no tied size among them changed (``tied_at``, ``tied``)."""
 
-    __slots__ = ("source", "call", "const_bufs", "device", "committed", "sig", "flat", "pick", "distinct", "tied_at",
-                 "tied", "outs", "out_tree", "flat_out", "single", "generation")
+    __slots__ = ("source", "call", "const_bufs", "device", "committed", "sig", "seen", "flat", "pick", "distinct",
+                 "tied_at", "tied", "outs", "out_tree", "flat_out", "single", "generation")
 
     def __init__(self, source, ex, committed):
         old_avals, tied = source.entry.program.in_avals, source.tied
@@ -202,6 +202,7 @@ class Direct:
         self.call, self.const_bufs = ex.exe.call_args, tuple(ex.const_bufs)
         self.device, self.committed = ex.device, committed
         self.sig = tuple((a.dtype, a.weak_type, len(a.shape)) for a in old_avals)
+        self.seen = list(old_avals)   # each argument's last aval that passed the test of ``sig``
         flat = self.flat = sum((a.shape for a in old_avals), (0, 1))
         first = [flat.index(d) for d in flat]
         self.pick = operator.itemgetter(*first)   # the sizes at each size's first position
@@ -223,13 +224,18 @@ class Direct:
         dev, committed = self.device, self.committed
         bufs = list(self.const_bufs)
         flat = (0, 1)
-        for x, (dtype, weak, rank) in zip(args, self.sig, strict=True):
+        seen = self.seen
+        for i, x in enumerate(args):
             if type(x) is not ArrayImpl:
                 return MISS
             b, a = x._buf, x.aval
-            if b is None or x._device is not dev or (a.dtype is not dtype and a.dtype != dtype) or \
-                    a.weak_type != weak or len(a.shape) != rank:
+            if b is None or x._device is not dev:
                 return MISS
+            if a is not seen[i]:   # (a decode step's query and row pass the same aval at every call)
+                dtype, weak, rank = self.sig[i]
+                if (a.dtype is not dtype and a.dtype != dtype) or a.weak_type != weak or len(a.shape) != rank:
+                    return MISS
+                seen[i] = a
             flat += a.shape
             bufs.append(b)
             if x._committed:
