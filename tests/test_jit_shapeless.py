@@ -86,8 +86,10 @@ def test_patterns_and_options():
         assert a.is_deleted()
     jg({"a": fnp.ones((4, 5)), "b": fnp.ones((4,))}, 2.0)
     assert g.n == 2
-    # the ahead-of-time API lowers the derived program
+    # the ahead-of-time API traces, lowers and compiles the derived program
     assert "f32[9,5]" in str(jg.trace({"a": fnp.ones((9, 5)), "b": fnp.ones((9,))}, 3.0).program)
+    compiled = jg.lower({"a": fnp.ones((8, 5)), "b": fnp.ones((8,))}, 3.0).compile()
+    np.testing.assert_allclose(np.asarray(compiled({"a": fnp.ones((8, 5)), "b": fnp.ones((8,))}, 3.0)["y"]), 11.0)
     assert g.n == 2
     with pytest.raises(TypeError, match="shapeless must be True or False, got 'yes'"):
         fa.jit(lambda x: x, shapeless="yes")
