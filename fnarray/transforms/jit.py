@@ -7,7 +7,8 @@ pytree structure, every input's ``ShapedArray`` (with ``weak_type``), the
 static argument values, the target device and the configuration that changes
 lowering. Inside another transformation, a jitted call is one ``call``
 equation holding the traced program, so ``grad(jit(f))`` and ``vmap(jit(f))``
-work on every backend.
+work on every backend. ``jit(f, shapeless=True)`` lets one trace serve the calls
+that differ from it only in their sizes (``shapeless_jit``: MLX's contract).
 
 Caches (docs/design.md, "State and memory"): as JAX, the caches belong to the function,
 not to the wrapper: ``jit(f)`` made twice, or ``jit(f)(x)`` written in a loop, traces
