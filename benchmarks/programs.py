@@ -12,6 +12,8 @@ run the same operations; fnarray's transformer is ``examples/transformer_lm.py``
   ``make_raw_step``) and in raw MLX (below, ``mx.compile``);
 - ``decode`` / ``decode_jit``: a decode loop whose attention cache grows by one row a step (concatenate, a
   matrix product, softmax), eager and with the step jitted (a new shape, so a compile, every step);
+  ``decode_shapeless``: the step jitted with ``shapeless=True`` (fnarray's ``fa.jit`` and raw MLX's
+  ``mx.compile``: one trace for every length; raw JAX has no such option: plain ``jax.jit``);
 - ``jacobians``: ``jacfwd``, ``jacrev`` and ``hessian`` of many small distinct functions, eagerly, as a
   notebook calls them (MLX has no jacobian: ``vmap`` of ``jvp`` / ``vjp``, as its docs write it);
   ``jacobians_staged``: the same with ``fa.config.stage_eager_transforms`` on (opt-in: each transform of each
@@ -47,7 +49,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-WORKLOADS = ("vae", "transformer", "decode", "decode_jit", "jacobians", "jacobians_staged", "stack")
+WORKLOADS = ("vae", "transformer", "decode", "decode_jit", "decode_shapeless", "jacobians", "jacobians_staged",
+             "stack")
 BACKENDS = ("numpy:0", "jax:0", "mlx:0", "opencl:0", "webgpu:0")
 RAW = {"jax:0": "jax", "mlx:0": "mlx"}   # the raw library each device's rows are compared with
 
@@ -316,7 +319,7 @@ def transformer(L, quick):
 
 
 # -------------------------------------------------------------------------------------------------- decoding
-def _decode(L, quick, jitted):
+def _decode(L, quick, jitted, shapeless=False):
     s = _size("decode", quick)
     np_, w = L.np, s["width"]
     q = L.put(np.full((1, w), 0.01, np.float32))
@@ -327,14 +330,17 @@ def _decode(L, quick, jitted):
         sc = q @ cache.T
         e = np_.exp(sc - sc.max(axis=-1, keepdims=True))
         return cache, (e / e.sum(axis=-1, keepdims=True)) @ cache
-    step = L.jit(step) if jitted else step
+    if shapeless and L.name != "jax":   # (JAX has no shapeless jit: its plain one)
+        step = L.jit(step, shapeless=True)
+    elif jitted:
+        step = L.jit(step)
 
     def run():
         cache = L.put(np.zeros((1, w), np.float32))
         for _ in range(s["steps"]):
             cache, out = step(cache, q, row)
         L.ready(out)
-    name = "decode jitted" if jitted else "decode eager"
+    name = "decode shapeless" if shapeless else "decode jitted" if jitted else "decode eager"
     return {name: {"first_s": _timed(run), "steady_s": _timed(run)}}
 
 
@@ -344,6 +350,10 @@ def decode(L, quick):
 
 def decode_jit(L, quick):
     return _decode(L, quick, True)
+
+
+def decode_shapeless(L, quick):
+    return _decode(L, quick, True, shapeless=True)
 
 
 # ------------------------------------------------------------------------------------------------ jacobians

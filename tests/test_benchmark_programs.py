@@ -48,6 +48,7 @@ def test_workload_on_numpy(tiny, name):
 RAW = [pytest.param(which, name, marks=[pytest.mark.slow] if (which, name) in SLOW else [])
        for SLOW in [{("jax", "vae"), ("jax", "jacobians")}]   # XLA compiles: 20-30 s under load
        for which in ("jax", "mlx") for name in ("vae", "decode_jit", "jacobians", "stack")]
+RAW.append(pytest.param("mlx", "decode_shapeless"))   # (raw JAX's is its decode_jit: jax.jit has no shapeless)
 
 
 @pytest.mark.parametrize("which,name", RAW)

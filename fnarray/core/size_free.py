@@ -22,8 +22,9 @@ from fnarray.core.subprograms import subprograms
 
 __all__ = ["size_free_key"]
 
-#: primitive -> the parameter that restates its output's shape (renamed with the sizes)
-_SHAPE_PARAMS = {P.reshape: "new_sizes", P.broadcast_in_dim: "shape"}
+#: primitive -> the parameter that restates its output's shape (renamed with the sizes; ``jit(shapeless=True)``
+#: renames the same: ``transforms/shapeless_jit.py``)
+SHAPE_PARAMS = _SHAPE_PARAMS = {P.reshape: "new_sizes", P.broadcast_in_dim: "shape"}
 
 
 def size_free_key(prog: Program):

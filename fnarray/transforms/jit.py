@@ -7,7 +7,8 @@ pytree structure, every input's ``ShapedArray`` (with ``weak_type``), the
 static argument values, the target device and the configuration that changes
 lowering. Inside another transformation, a jitted call is one ``call``
 equation holding the traced program, so ``grad(jit(f))`` and ``vmap(jit(f))``
-work on every backend.
+work on every backend. ``jit(f, shapeless=True)`` lets one trace serve the calls
+that differ from it only in their sizes (``shapeless_jit``: MLX's contract).
 
 Caches (docs/design.md, "State and memory"): as JAX, the caches belong to the function,
 not to the wrapper: ``jit(f)`` made twice, or ``jit(f)(x)`` written in a loop, traces
@@ -55,12 +56,13 @@ from fnarray.devices import nan_check
 from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.partition import at_sizes, compile_program
 from fnarray.devices.placement import default_device, parse_device, placement_device
+from fnarray.transforms import shapeless_jit
 from fnarray.transforms.signature_diff import describe_mismatch
 
 __all__ = ["jit", "make_ir", "Traced", "Lowered", "Compiled", "leaf_aval"]
 
 _TRACE_STATE = tracing._state  # this thread's trace levels (a threading.local)
-_MISS = object()  # a tier of the call path does not apply: the next one decides
+_MISS = shapeless_jit.MISS  # a tier of the call path does not apply: the next one decides
 
 
 def _operand(x):
@@ -520,8 +522,10 @@ class Jitted:
     other ``Jitted`` of ``fun``; ``shared=False`` gives it caches of its own (for functions made per call, such
     as ``eager_jit``'s programs, which would only crowd the table of functions)."""
 
-    def __init__(self, fun, static_argnums=(), static_argnames=(), donate_argnums=(), device=None, shared=True):
+    def __init__(self, fun, static_argnums=(), static_argnames=(), donate_argnums=(), device=None, shared=True,
+                 shapeless=False):
         check_callable(fun, "jit")
+        shapeless = shapeless_jit.check_flag(shapeless)
         self.fun = fun
         functools.update_wrapper(self, fun, updated=())  # never copy fun.__dict__ over ours
         cache = function_cache(fun) if shared else _FunctionCache()
@@ -546,8 +550,10 @@ class Jitted:
         # The function's caches (module docstring), shared with every jit of it; the attributes below are
         # their tables, so the call path reads them as plain attributes.
         self._cache = cache
-        tables = self._tables = cache.executables(
-            (self.static_argnums, self.static_argnames, self.donate_argnums, self.device))
+        options = (self.static_argnums, self.static_argnames, self.donate_argnums, self.device)
+        tables = self._tables = cache.executables(options + ("shapeless",) if shapeless else options)
+        # ``shapeless=True``: traces by their pattern of sizes (``shapeless_jit``), else None
+        self._shapeless = shapeless_jit.store(tables) if shapeless else None
         self._traces = cache.traces
         self._by_ckey, self._fast, self._hot = tables.by_ckey, tables.fast, tables.hot
         self._compiled = tables.compiled
@@ -619,6 +625,8 @@ class Jitted:
         if self._cache.spec_dependent:
             key += (_leaf_shardings(leaves),)
         entry = self._traces.get(key)
+        if entry is None and self._shapeless is not None:   # a trace of these sizes' pattern, renamed
+            entry = self._shapeless.derived(key, avals, _Entry)
         if entry is not None:
             return entry
 
@@ -641,7 +649,10 @@ class Jitted:
                 entry = self._traces.put(k, entry)
             return entry
         cache = self._cache
-        return _once(cache.lock, cache.building, key, lambda: self._traces.get(key), build)
+        entry = _once(cache.lock, cache.building, key, lambda: self._traces.get(key), build)
+        if self._shapeless is not None:
+            self._shapeless.remember(key, avals, entry)
+        return entry
 
     def _became_spec_dependent(self):
         """A trace read its arguments' shardings (shard_map inferred in_specs): key by them from now on."""
@@ -790,6 +801,10 @@ class Jitted:
                         r.aval, r._device, r._buf, r._host = hot.out_avals[0], dev, outs[0], None
                         r._committed = hot.committed or x._committed
                         return r
+            if self._shapeless is not None and self._shapeless.direct and not kwargs:
+                out = self._shapeless.call(args)  # positional arrays of a derived pattern on mlx:0 (shapeless_jit)
+                if out is not _MISS:
+                    return out
             if not kwargs and self._hot[1]:
                 # positional arrays: their avals' own record, the last call's among them (a loop whose shapes
                 # grow or take turns misses the last call's record every call: one lookup, not two checks)
@@ -1009,6 +1024,10 @@ class Jitted:
             return tree_util.tree_unflatten(entry.out_tree, outs)
         device = self._target_device(leaves)
         ex = self._executable(entry, key, device, self._donated_positions(args))
+        if self._shapeless is not None:   # (mlx:0: a derived program's executable, called directly from now on)
+            flat = not (self.static_argnums or self.donate_argnums or self._cache.spec_dependent) and \
+                in_tree == tree_util.tree_structure((tuple(leaves), {}))
+            self._shapeless.executable(entry, ex, self.device is not None, flat)
         # The entry serves later calls on any device: a hit checks that its arrays are on the entry's
         # device, or, with no array argument, that the entry's device is the default one.
         ex.generation = config.generation
@@ -1274,7 +1293,7 @@ class Compiled:
 
 
 def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), device=None, in_shardings=None,
-        out_shardings=None):
+        out_shardings=None, shapeless=False):
     """Compile ``fun`` for a device, tracing once per input signature (mirrors ``jax.jit``).
 
     Args:
@@ -1290,6 +1309,15 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), d
       in_shardings / out_shardings: ``fnarray.sharding`` shardings (a pytree prefix of the positional
         arguments / of the outputs; ``None`` leaves one free): inputs are placed so before the call, outputs
         are constrained so inside the program, and XLA (GSPMD) propagates the rest (``jax.jit``'s).
+      shapeless: ``True`` promises, as ``mx.compile(fun, shapeless=True)`` in MLX, that ``fun``'s computation does
+        not depend on its arguments' sizes: a call whose arguments differ from a traced call's only in their
+        sizes (same structure, ranks, dtypes, weak types, static values, and the same sizes of 0 and 1 and
+        equalities between sizes) runs that trace's program renamed to its sizes, without running ``fun``
+        (``fnarray.transforms.shapeless_jit``); mlx:0 calls one ``mx.compile(shapeless=True)`` function for all
+        of them. As in MLX, Python that reads a size (``if x.shape[0] > 8``, a constant equal to a size, a
+        reshape to sizes computed from a shape) gets the program of the size it was traced at. Where the
+        renamed program does not type-check at the new sizes, or ties a size in a way a renaming cannot follow
+        (``x[1:]``, ``mean``'s divisor), ``fun`` is traced at them as without ``shapeless``. Default ``False``.
 
     Returns:
       A ``Jitted`` callable with ``fun``'s signature and outputs (same structure,
@@ -1297,7 +1325,7 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), d
       ``fun=None``, a decorator taking ``fun``.
 
     Raises:
-      TypeError: ``fun`` is not callable; (when called) an argument is not an array
+      TypeError: ``fun`` is not callable, or ``shapeless`` is not a bool; (when called) an argument is not an array
         or scalar, or a static argument is unhashable.
       ValueError: ``static_argnums``/``static_argnames``/``donate_argnums`` name no
         parameter of ``fun`` or an argument both static and donated; (when called)
@@ -1315,12 +1343,12 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), d
     if fun is None:
         return functools.partial(jit, static_argnums=static_argnums, static_argnames=static_argnames,
                                  donate_argnums=donate_argnums, device=device, in_shardings=in_shardings,
-                                 out_shardings=out_shardings)
+                                 out_shardings=out_shardings, shapeless=shapeless)
     if in_shardings is not None or out_shardings is not None:
         from fnarray.transforms.shard_map import jit_with_shardings
-        return jit_with_shardings(lambda f: Jitted(f, static_argnums, static_argnames, donate_argnums, device),
-                                  fun, in_shardings, out_shardings)
-    return Jitted(fun, static_argnums, static_argnames, donate_argnums, device)
+        return jit_with_shardings(lambda f: Jitted(f, static_argnums, static_argnames, donate_argnums, device,
+                                                   shapeless=shapeless), fun, in_shardings, out_shardings)
+    return Jitted(fun, static_argnums, static_argnames, donate_argnums, device, shapeless=shapeless)
 
 
 def make_ir(fun, *, static_argnums=(), static_argnames=()):

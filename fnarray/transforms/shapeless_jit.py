@@ -1,0 +1,334 @@
+"""``jit(fun, shapeless=True)``: one trace serves the calls that differ from it only in their sizes.
+
+The counterpart of MLX's ``mx.compile(fun, shapeless=True)``, with MLX's contract: the user promises that the
+function's computation does not depend on its inputs' sizes. fnarray cannot prove that (docs/performance.md,
+"mlx:0 jitted decode: each new length is still traced (why)"), so it is opt-in, and Python that reads a size
+(``if x.shape[0] > 8``, a constant equal to a size, ``x.reshape(x.shape[0] * 2, -1)``) gets the program of the
+size it was traced at, as in MLX.
+
+A call whose arguments have the *pattern* of a traced call's (``pattern``: the same structure, dtypes, weak
+types and static values; each size of 0 or 1 the same, every other size equal to the same other sizes) takes
+that trace's program renamed to its sizes (``derive``): each size of the traced inputs is mapped to the call's,
+each equation's shape parameters (those ``core.size_free`` renames: a ``reshape``'s ``new_sizes``, a
+``broadcast_in_dim``'s ``shape``) renamed through the map, and its shape rule (the primitive's
+``abstract_eval``) run at the renamed inputs, which also maps the sizes it derives (a concatenation's ``L + 1``).
+A program that does not rename cleanly is traced afresh at the new sizes, as without ``shapeless``, so the call
+never raises a shape error the function would not raise and never runs a program the renaming got wrong where
+fnarray can tell:
+
+- a shape rule that fails at the new sizes (a reshape to sizes fixed at the traced call): the program's shapes
+  were computed from sizes, so the pattern is traced at every size from then on (``derive``);
+- a size that the map would send to two sizes (two sizes equal at the traced call, one of them derived);
+- a value tied to a size that changes, which a renaming of shapes cannot follow: an integer in any other
+  parameter (a slice's limits: ``x[1:]``), an integer-valued literal (``mean``'s divisor), a captured constant
+  of that size (``_tied``); parameters that name axes, dtypes or exponents (``_NOT_SIZES``) are never sizes;
+- a program with sub-programs (a ``call``, a loop, ``custom_jvp``: not renamed here, as ``size_free_key``).
+
+On mlx:0 a derived program's executable is the traced one's (``partition.at_sizes``: the generated MLX function
+reads no size, compiled with ``mx.compile(shapeless=True)``); from then on a call of positional arrays of the
+same pattern calls that function directly (``Direct``: no flatten, no key, no program), its results' avals read
+from MLX's arrays. Other backends compile the derived program at each size, as they compile each trace.
+"""
+
+from __future__ import annotations
+
+import operator
+import weakref
+
+import numpy as np
+
+from fnarray.core import tracing
+from fnarray.core.cache import LRUCache
+from fnarray.core.config import config
+from fnarray.core.ir import Eqn, Literal, Params, Program, Var
+from fnarray.core.shaped import ShapedArray
+from fnarray.core.size_free import SHAPE_PARAMS
+from fnarray.core.subprograms import subprograms
+from fnarray.devices.array_impl import ArrayImpl
+
+__all__ = ["check_flag", "store", "Store", "pattern", "derive", "MISS"]
+
+#: parameters that never hold a size (axes, dtypes, exponents, flags): their integers are not checked (``_tied``)
+_NOT_SIZES = frozenset({"axes", "axis", "dimension", "dimensions", "broadcast_dimensions", "permutation",
+                        "dimension_numbers", "y", "new_dtype", "weak_type", "preferred_element_type",
+                        "precision", "keepdims"})
+
+MISS = object()  # a tier of jit's call path (``Store.call`` one of them) does not apply: the next one decides
+
+
+def check_flag(shapeless) -> bool:
+    """``jit``'s ``shapeless`` argument, checked: a ``bool``."""
+    if type(shapeless) is not bool:
+        raise TypeError(f"jit: shapeless must be True or False, got {shapeless!r} ({type(shapeless).__name__}); "
+                        "shapeless=True lets one trace serve calls that differ only in their arguments' sizes "
+                        "(mx.compile(fun, shapeless=True)'s contract: the function reads no size)")
+    return shapeless
+
+
+def _dims(shape, sizes):
+    # sizes of 2 or more as -1, -2, ... in order of first appearance, as ``size_free_key`` writes them
+    return tuple([d if d < 2 else sizes.setdefault(d, -1 - len(sizes)) for d in shape])
+
+
+def pattern(key, avals):
+    """The key of ``jit``'s trace key ``key`` (structure, avals, statics, configuration...) up to sizes."""
+    sizes: dict = {}
+    return (key[0], tuple([(a.dtype, a.weak_type, _dims(a.shape, sizes)) for a in avals])) + tuple(key[2:])
+
+
+def _ints(v, out):
+    """The integers of at least 2 in a parameter value (nested tuples), into ``out``."""
+    t = type(v)
+    if t is int:
+        if v >= 2:
+            out.add(v)
+    elif t is tuple or t is list:
+        for x in v:
+            _ints(x, out)
+    return out
+
+
+def _tied(program: Program) -> frozenset | None:
+    """The values of ``program`` a renaming of sizes cannot follow: integers (2 or more) in its parameters other than
+    the shape parameters and ``_NOT_SIZES``, its integer-valued literals, its constants' sizes; ``None`` where it has
+    sub-programs. A size among them may not change at a derived call."""
+    out: set = set()
+    for v in program.constvars:
+        _ints(v.aval.shape, out)
+    for e in program.eqns:
+        if subprograms(e):
+            return None
+        shape_param = SHAPE_PARAMS.get(e.primitive)
+        for k, v in e.params.items():
+            if k != shape_param and k not in _NOT_SIZES:
+                _ints(v, out)
+        for a in e.inputs:
+            if type(a) is Literal and a.val.dtype.kind in "iuf" and np.isfinite(a.val) and a.val == int(a.val):
+                _ints(int(a.val), out)
+    return frozenset(out)
+
+
+def _size_map(old_avals, new_avals, tied):
+    """Each size (2 or more) of ``old_avals`` -> ``new_avals``'s (the patterns are equal); ``None`` where a tied size
+    changes."""
+    m: dict = {}
+    for a, b in zip(old_avals, new_avals, strict=True):
+        for o, n in zip(a.shape, b.shape, strict=True):
+            if o >= 2:
+                m[o] = n
+                if o != n and o in tied:
+                    return None
+    return m
+
+
+def _derived_sizes(program: Program) -> set:
+    """The sizes (2 or more) of ``program``'s values that are none of its inputs' sizes (a concatenation's
+    ``L + 1``): ``Direct`` checks the inputs' sizes against the tied values, and these not at all."""
+    out: set = set()
+    for e in program.eqns:
+        for v in e.outputs:
+            _ints(v.aval.shape, out)
+    for v in program.invars:
+        out.difference_update(v.aval.shape)
+    return out
+
+
+def derive(program: Program, tied, new_avals) -> Program | None | bool:
+    """``program`` renamed to the inputs ``new_avals`` (module docstring); where it does not rename cleanly (the
+    caller then traces afresh), ``None`` where a tied size changed or one size went to two (a trace at other sizes
+    may rename), ``False`` where a shape rule failed: the program's shapes were computed from sizes (a reshape's
+    ``-1``), so a renaming that type-checks may still be wrong (``x.reshape(-1, 4)`` traced at 4 rows renames
+    its 4), and its pattern is traced at every size from then on."""
+    m = _size_map(program.in_avals, new_avals, tied)
+    if m is None:
+        return None
+    env = {v: v for v in program.constvars}
+    invars = []
+    for v, a in zip(program.invars, new_avals, strict=True):
+        env[v] = w = Var(a)
+        invars.append(w)
+    eqns = []
+    for e in program.eqns:
+        params = e.params
+        shape_param = SHAPE_PARAMS.get(e.primitive)
+        if shape_param is not None:
+            params = params.replace(**{shape_param: tuple([m.get(d, d) for d in params[shape_param]])})
+        ins = tuple([a if type(a) is Literal else env[a] for a in e.inputs])
+        try:
+            outs = e.primitive.abstract_eval(*[a.aval for a in ins], **params)
+        except Exception:  # noqa: BLE001 (any shape rule's error: the function decides, traced afresh)
+            return False
+        if not e.primitive.multiple_results:
+            outs = (outs,)
+        new_outs = []
+        for v, a in zip(e.outputs, outs, strict=True):
+            old = v.aval
+            if a.dtype != old.dtype or a.weak_type != old.weak_type or len(a.shape) != len(old.shape):
+                return None
+            for o, n in zip(old.shape, a.shape, strict=True):
+                if o != n and (o < 2 or n < 2 or o in tied) or o >= 2 and m.setdefault(o, n) != n:
+                    return None   # a 0 or 1 moved, a tied size changed, or one size sent to two
+            env[v] = w = Var(a)
+            new_outs.append(w)
+        eqns.append(Eqn(e.primitive, ins, params, tuple(new_outs)))
+    return Program(program.constvars, invars, eqns, [a if type(a) is Literal else env[a] for a in program.outvars])
+
+
+class _Traced:
+    """A traced program of one pattern: its trace entry, its tied values (``_tied``), the programs derived from it
+    (trace key -> entry, the ``config.jit_cache_size`` most recent); ``stopped``: a derivation failed a shape
+    rule (``derive``), the pattern's calls are traced from then on."""
+
+    __slots__ = ("entry", "tied", "derived", "stopped")
+
+    def __init__(self, entry, tied):
+        self.entry, self.tied, self.stopped = entry, tied, False
+        self.derived = LRUCache(lambda: config.jit_cache_size)
+
+
+class Direct:
+    """mlx:0's call of a pattern's shared executable (module docstring): its function called on the arguments'
+    buffers, its constants first, the outputs' avals made from MLX's results. ``run`` checks the arguments against
+    the traced call's avals: the same dtypes, weak types and ranks, then their sizes, all in a row after a 0 and a 1
+    (``flat``): where the traced sizes are equal the call's are (``pick``), and they have as many distinct values
+    (the same pattern, 0 and 1 kept), and no tied size among them changed (``tied_at``, ``tied``)."""
+
+    __slots__ = ("source", "call", "const_bufs", "device", "committed", "sig", "seen", "flat", "pick", "distinct",
+                 "tied_at", "tied", "outs", "out_tree", "flat_out", "single", "generation")
+
+    def __init__(self, source, ex, committed):
+        old_avals, tied = source.entry.program.in_avals, source.tied
+        self.source = source   # (the ``_Traced`` it serves)
+        self.call, self.const_bufs = ex.exe.call_args, tuple(ex.const_bufs)
+        self.device, self.committed = ex.device, committed
+        self.sig = tuple((a.dtype, a.weak_type, len(a.shape)) for a in old_avals)
+        self.seen = list(old_avals)   # each argument's last aval that passed the test of ``sig``
+        flat = self.flat = sum((a.shape for a in old_avals), (0, 1))
+        first = [flat.index(d) for d in flat]
+        self.pick = operator.itemgetter(*first)   # the sizes at each size's first position
+        self.distinct = len(set(flat))
+        at = [flat.index(t) for t in sorted(tied) if t in flat]
+        self.tied_at, self.tied = (operator.itemgetter(*at, 0), tuple(flat[i] for i in at) + (0,)) if at else \
+            (None, None)
+        self.outs = list(ex.out_avals)   # each output's last aval (one whose shape stays is made once)
+        t = self.out_tree = ex.out_tree
+        self.single = t.num_nodes == 1 and t.num_leaves == 1
+        self.flat_out = (not self.single and t.type is tuple and t.num_nodes == t.num_leaves + 1
+                         and t.num_children == t.num_leaves)
+        self.generation = config.generation
+
+    def run(self, args):
+        """``args`` run, or ``MISS`` where they do not fit (or MLX refuses them: the general path decides)."""
+        if len(args) != len(self.sig) or self.generation != config.generation:
+            return MISS
+        dev, committed = self.device, self.committed
+        bufs = list(self.const_bufs)
+        flat = (0, 1)
+        seen = self.seen
+        for i, x in enumerate(args):
+            if type(x) is not ArrayImpl:
+                return MISS
+            b, a = x._buf, x.aval
+            if b is None or x._device is not dev:
+                return MISS
+            if a is not seen[i]:   # (a decode step's query and row pass the same aval at every call)
+                dtype, weak, rank = self.sig[i]
+                if (a.dtype is not dtype and a.dtype != dtype) or a.weak_type != weak or len(a.shape) != rank:
+                    return MISS
+                seen[i] = a
+            flat += a.shape
+            bufs.append(b)
+            if x._committed:
+                committed = True
+        if flat != self.flat and (self.pick(flat) != flat or len(set(flat)) != self.distinct or
+                                  self.tied_at is not None and self.tied_at(flat) != self.tied):
+            return MISS
+        try:
+            outs = self.call(*bufs)
+        except Exception:  # noqa: BLE001 (MLX refuses these sizes: the general path derives or traces afresh)
+            return MISS
+        made = []
+        last = self.outs
+        for i, b in enumerate(outs):
+            av, shape = last[i], b.shape
+            if av.shape != shape:
+                av = last[i] = ShapedArray(shape, av.dtype, av.weak_type)
+            r = ArrayImpl()   # (ArrayImpl.make inline, as jit's hot path)
+            r.aval, r._device, r._buf, r._committed, r._host = av, dev, b, committed, None
+            made.append(r)
+        if self.single:
+            return made[0]
+        return tuple(made) if self.flat_out else self.out_tree.unflatten(made)
+
+
+class Store:
+    """One jit's (one function's, one set of options') traces by pattern and its direct calls (``Direct``)."""
+
+    __slots__ = ("traced", "direct", "sources", "__weakref__")
+
+    def __init__(self):
+        self.traced = LRUCache(lambda: config.jit_cache_size)   # pattern -> _Traced
+        self.direct: list = []   # the Direct calls, the last one made first
+        self.sources = weakref.WeakKeyDictionary()   # derived entry -> the _Traced it was derived from
+
+    def remember(self, key, avals, entry):
+        """``entry``, traced at ``key``: its pattern's program from now on (a pattern is traced again only where
+        its program did not derive, as where a literal 2.0 tied the size 2 it was traced at: the next sizes derive
+        from the new trace); not where it holds tracers."""
+        p = pattern(key, avals)
+        t = self.traced.get(p)
+        if (t is None or t.entry is not entry and not t.stopped) and \
+                not any(isinstance(c, tracing.Tracer) for c in entry.consts):
+            tied = _tied(entry.program)
+            if tied is not None:
+                self.traced.pop(p)   # (``put`` keeps a present value)
+                self.traced.put(p, _Traced(entry, tied))
+
+    def derived(self, key, avals, make_entry):
+        """The entry for trace key ``key`` derived from its pattern's traced program; ``None`` where there is none
+        or it does not derive (the caller traces). ``make_entry(program, consts, out_tree)``: jit's entry."""
+        t = self.traced.get(pattern(key, avals))
+        if t is None or t.stopped:
+            return None
+        hit = t.derived.get(key)
+        if hit is None:
+            prog = derive(t.entry.program, t.tied, avals)
+            if not prog:
+                if prog is False:   # (and its direct calls go: the pattern is traced from now on)
+                    t.stopped = True
+                    self.direct = [d for d in self.direct if d.source is not t]
+                return None
+            hit = t.derived.put(key, make_entry(prog, t.entry.consts, t.entry.out_tree))
+            self.sources[hit] = t
+        return hit
+
+    def executable(self, entry, ex, committed, flat):
+        """``ex``, the executable just found for ``entry``: where ``entry`` is a derived one and ``ex`` serves every
+        size (mlx:0), a ``Direct`` call for calls of positional arrays (``flat``) of its pattern (the
+        ``config.jit_cache_size`` most recent kept)."""
+        if not flat or not getattr(ex.exe, "shape_free", False) or getattr(ex.exe, "call_args", None) is None:
+            return
+        t = self.sources.get(entry)
+        if t is not None and t.tied.isdisjoint(_derived_sizes(t.entry.program)):
+            self.direct.insert(0, Direct(t, ex, committed))
+            del self.direct[config.jit_cache_size:]
+
+    def call(self, args):
+        """``args`` (a call's positional arguments, outside any transformation) run by a ``Direct`` call, or
+        ``MISS``."""
+        for d in self.direct:
+            out = d.run(args)
+            if out is not MISS:
+                return out
+        return MISS
+
+
+_STORES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def store(tables) -> Store:
+    """The ``Store`` of jit's option tables ``tables`` (``jit._Executables``: one per function and options)."""
+    s = _STORES.get(tables)
+    if s is None:
+        s = _STORES.setdefault(tables, Store())
+    return s

@@ -1,0 +1,110 @@
+"""``jit(f, shapeless=True)`` (``fnarray/transforms/shapeless_jit.py``): one trace serves calls that differ only in
+their sizes, as ``mx.compile(f, shapeless=True)``; a program that does not rename to the new sizes is traced again
+there (never wrong, never a shape error of its own). Traces counted with a Python side effect; NumPy float64 as
+the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from helpers import count_lowerings, decode_step, on_device
+
+W = 16   # the decode step's width: no cache length below reaches it (equal sizes are another pattern)
+
+
+def _counted(f):
+    """``f`` with a count of its Python runs (traces) in ``.n``."""
+    def g(*args, **kwargs):
+        g.n += 1
+        return f(*args, **kwargs)
+    g.n = 0
+    return g
+
+
+def test_decode_step_traced_once_for_every_length(device, monkeypatch):
+    # numpy:0 and mlx:0 run 10 lengths; the backends that compile each program (XLA, kernels) 2: the traced one
+    # and one derived (the derivation is the backends' same; their compile of it is what differs), to stay fast
+    lengths = range(2, 12) if device.backend in ("numpy", "mlx") else range(2, 4)
+    step = _counted(decode_step(fnp))
+    f = fa.jit(step, shapeless=True)
+    ref = decode_step(np)
+    rng = np.random.default_rng(0)
+    q, row = rng.normal(size=(1, W)), rng.normal(size=(1, W))
+    lowered = count_lowerings(monkeypatch, device)
+    for n in lengths:
+        cache = rng.normal(size=(n, W))
+        got_cache, got = f(on_device(cache.astype(np.float32), device), on_device(q.astype(np.float32), device),
+                           on_device(row.astype(np.float32), device))
+        want_cache, want = ref(cache, q, row)
+        assert got.shape == want.shape and got_cache.shape == (n + 1, W)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-6, err_msg=f"length {n}")
+        np.testing.assert_allclose(np.asarray(got_cache), want_cache, rtol=1e-6, err_msg=f"length {n}")
+    assert step.n == 1, f"{step.n} traces for {len(lengths)} lengths"
+    if device.backend == "mlx":   # one program for every length: MLX's shapeless compile, called directly
+        assert len(lowered) == 1 and len(f._shapeless.direct) == 1, lowered
+    # without shapeless: a trace per length, as before
+    plain = _counted(decode_step(fnp))
+    for n in (2, 3):
+        fa.jit(plain)(fnp.ones((n, W)), fnp.ones((1, W)), fnp.ones((1, W)))
+    assert plain.n == 2
+
+
+@pytest.mark.parametrize("fun, traces", [
+    (lambda x: x.reshape(-1) * 2.5, 4),         # a reshape to the traced size: retraced at each size
+    (lambda x: x[1:] + 1.5, 4),                  # a slice's limit is the size: retraced
+    (lambda x: x.mean(axis=0), 4),               # mean divides by the size, a literal: retraced
+    (lambda x: fnp.tanh(x) * 2 + x.sum(axis=0), 2),   # 2.0 ties the size 2 of the first trace only
+])
+def test_programs_that_do_not_rename_are_traced_again(fun, traces):
+    f = _counted(fun)
+    jf = fa.jit(f, shapeless=True)
+    for n in (2, 3, 4, 5):
+        x = np.arange(n * 7, dtype=np.float64).reshape(n, 7) / 7
+        np.testing.assert_allclose(np.asarray(jf(x.astype(np.float32))), fun(x), rtol=1e-6)
+    assert f.n == traces
+
+
+def test_patterns_and_options():
+    # another dtype, rank, a 1 where a size was, or two sizes that were different now equal: new traces
+    f = _counted(lambda x, y: x * y.sum())
+    jf = fa.jit(f, shapeless=True)
+    for shape, dtype in [((3, 4), "float32"), ((5, 6), "float32"), ((5, 6), "int32"), ((1, 6), "float32"),
+                         ((6, 6), "float32"), ((7, 8), "float32"), ((2, 3, 4), "float32")]:
+        x = np.ones(shape, dtype)
+        np.testing.assert_array_equal(np.asarray(jf(x, np.ones(2, dtype))), x * 2)
+    assert f.n == 5
+    # static arguments (part of the pattern), pytrees, donation: derived all the same
+    g = _counted(lambda d, k: {"y": d["a"] * k + d["b"].sum()})
+    jg = fa.jit(g, static_argnums=1, donate_argnums=0, shapeless=True)
+    for n in (2, 3, 4):
+        a = fnp.ones((n, 5))
+        out = jg({"a": a, "b": fnp.ones((n,))}, 3.0)
+        np.testing.assert_allclose(np.asarray(out["y"]), np.full((n, 5), 3.0 + n))
+        assert a.is_deleted()
+    jg({"a": fnp.ones((4, 5)), "b": fnp.ones((4,))}, 2.0)
+    assert g.n == 2
+    # the ahead-of-time API traces, lowers and compiles the derived program
+    assert "f32[9,5]" in str(jg.trace({"a": fnp.ones((9, 5)), "b": fnp.ones((9,))}, 3.0).program)
+    compiled = jg.lower({"a": fnp.ones((8, 5)), "b": fnp.ones((8,))}, 3.0).compile()
+    np.testing.assert_allclose(np.asarray(compiled({"a": fnp.ones((8, 5)), "b": fnp.ones((8,))}, 3.0)["y"]), 11.0)
+    assert g.n == 2
+    with pytest.raises(TypeError, match="shapeless must be True or False, got 'yes'"):
+        fa.jit(lambda x: x, shapeless="yes")
+
+
+def test_grad_vmap_jvp_use_the_derived_programs():
+    f = _counted(lambda x: (fnp.tanh(x) * x).sum())
+    jf = fa.jit(f, shapeless=True)
+    for n in (3, 4, 5, 6):
+        x = np.linspace(-1, 1, n)
+        t = np.tanh(x)
+        np.testing.assert_allclose(np.asarray(fa.grad(jf)(x.astype(np.float32))), t + x * (1 - t * t), rtol=1e-5)
+        dx = np.linspace(0.5, 1.5, n)
+        _, dy = fa.jvp(jf, (x.astype(np.float32),), (dx.astype(np.float32),))
+        np.testing.assert_allclose(float(dy), ((t + x * (1 - t * t)) * dx).sum(), rtol=1e-5, atol=1e-6)
+        xs = np.stack([x, 2 * x]).astype(np.float32)
+        np.testing.assert_allclose(np.asarray(fa.vmap(jf)(xs)), (np.tanh(xs) * xs).sum(1), rtol=1e-5)
+    assert f.n == 1
