@@ -343,8 +343,8 @@ def test_transform_compositions(mdev):
 
 def test_random_bits_equal_numpy_backend(mdev):
     k = fa.random.key(42)
-    a = fa.jit(lambda k: fa.random.bits(k, (1000,)), device=mdev)(k)
-    b = fa.jit(lambda k: fa.random.bits(k, (1000,)), device=REF)(k)
+    a = fa.jit(lambda k: fa.random.bits(k, (1000,), np.uint32), device=mdev)(k)   # (x64 on: default uint64)
+    b = fa.jit(lambda k: fa.random.bits(k, (1000,), np.uint32), device=REF)(k)
     assert a.device == mdev and a.dtype == np.uint32
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     km = fa.device_put(k, mdev)
