@@ -151,7 +151,7 @@ def _shape_arg(shape, name: str) -> tuple:
 
 
 def _float_dtype(dtype, name: str) -> np.dtype:
-    d = dtypes.canonicalize(dtypes.float32 if dtype is None else dtype)
+    d = dtypes.canonicalize(dtypes.default_float() if dtype is None else dtype)
     if d not in _MANTISSA_BITS:
         raise DTypeError(f"{name} samples floating dtypes (float16, bfloat16, float32, float64), got {d.name}")
     return d
@@ -482,7 +482,8 @@ def bits(key, shape=(), dtype=None) -> Array:
     Args:
       key: a PRNG key, typed (``key<fry>``) or raw (``uint32[2]``).
       shape: the sample shape.
-      dtype: ``uint8``, ``uint16``, ``uint32`` (default) or ``uint64``.
+      dtype: ``uint8``, ``uint16``, ``uint32`` (default; ``uint64`` with ``enable_x64`` on, as JAX) or
+        ``uint64``.
     Returns:
       an array of ``shape`` and ``dtype``. 32-bit words are the xor of the two cipher words; 64-bit
       words are their concatenation; narrower words are the low bits of the 32-bit word.
@@ -491,7 +492,7 @@ def bits(key, shape=(), dtype=None) -> Array:
     """
     k = _check_key(key, "bits")
     shape = _shape_arg(shape, "bits")
-    d = dtypes.canonicalize(_U32 if dtype is None else dtype)
+    d = dtypes.canonicalize((_U32 if not dtypes.x64_enabled() else dtypes.uint64) if dtype is None else dtype)
     if not dtypes.is_unsigned(d):
         raise DTypeError(f"bits makes unsigned integers (uint8, uint16, uint32, uint64), got {d.name}")
     return _random_bits(k, d.itemsize * 8, shape)
@@ -580,7 +581,7 @@ def normal(key, shape=(), dtype=None) -> Array:
     """
     k = _check_key(key, "normal")
     shape = _shape_arg(shape, "normal")
-    d = dtypes.canonicalize(dtypes.float32 if dtype is None else dtype)
+    d = dtypes.canonicalize(dtypes.default_float() if dtype is None else dtype)
     if dtypes.is_complex(d):
         real_d = dtypes.float32 if d == dtypes.complex64 else dtypes.float64
         k_re, k_im = _split2(k)
@@ -793,7 +794,7 @@ def rademacher(key, shape=(), dtype=None) -> Array:
       ShapeError: a key not of shape ``(2,)``, or a negative dimension in ``shape``.
     """
     k = _check_key(key, "rademacher")
-    d = dtypes.canonicalize(dtypes.int32 if dtype is None else dtype)
+    d = dtypes.canonicalize(dtypes.default_int() if dtype is None else dtype)
     if dtypes.is_bool(d) or (dtypes.is_int(d) and not dtypes.is_signed(d)):
         raise DTypeError(f"rademacher samples -1 and 1: its dtype must be signed or floating, got {d.name}")
     b = lax.lt(_uniform(k, _shape_arg(shape, "rademacher"), dtypes.float32, 0.0, 1.0, "rademacher"),
@@ -1061,7 +1062,7 @@ def categorical(key, logits, axis: int = -1, shape=None) -> Array:
     prefix = shape[:len(shape) - len(batch)]
     full = prefix + logits.shape
     noisy = lax.add(_gumbel(k, full, logits.dtype), lax.broadcast_to_rank_shape(logits, full))
-    return lax.argmax(noisy, len(prefix) + ax, dtypes.int32)
+    return lax.argmax(noisy, len(prefix) + ax, dtypes.default_int())
 
 
 # ----------------------------------------------------------------------------- integers
@@ -1119,7 +1120,7 @@ def randint(key, shape, minval, maxval, dtype=None) -> Array:
     """
     k = _check_key(key, "randint")
     shape = _shape_arg(shape, "randint")
-    d = dtypes.canonicalize(dtypes.int32 if dtype is None else dtype)
+    d = dtypes.canonicalize(dtypes.default_int() if dtype is None else dtype)
     if not dtypes.is_int(d):
         raise DTypeError(f"randint makes integers, got dtype {d.name}; use uniform for floats")
     for v, what in ((minval, "minval"), (maxval, "maxval")):
@@ -1251,7 +1252,7 @@ def permutation(key, x, axis: int = 0, independent: bool = False) -> Array:
         n = int(x)
         if n < 0:
             raise ValueError(f"permutation of a negative count {n}")
-        return _shuffle(k, lax.iota(dtypes.int32, n), 0)
+        return _shuffle(k, lax.iota(dtypes.default_int(), n), 0)
     x = _as_array(x)
     if x.ndim == 0:
         raise ShapeError("permutation needs an int or an array of rank >= 1, got a 0-d array")

@@ -197,22 +197,32 @@ def jax_promote(*operands) -> tuple[np.dtype, bool]:
 
 
 def oracle_promote(*operands) -> tuple[np.dtype, bool]:
-    """``jax_promote`` with fnarray's pinned difference: a weak result takes the 32-bit default.
+    """``jax_promote`` (computed with JAX's x64 on) as fnarray's setting gives it: with ``enable_x64`` off a weak
+    result takes the 32-bit default, as JAX with x64 off; with it on, JAX's answer itself.
 
     The exception is a weak result that the arrays alone already give (uint64 with a signed
     integer: float64, weak, in JAX and in fnarray); Python scalars then do not narrow it.
     """
     d, weak = jax_promote(*operands)
     strong = tuple(o for o in operands if isinstance(o, np.dtype))
-    if weak and not (strong and jax_promote(*strong)[1]):
+    if weak and not fa.config.enable_x64 and not (strong and jax_promote(*strong)[1]):
         d = _WEAK_TO_32.get(d, d)
     return d, weak
 
 
+def index_dtype() -> np.dtype:
+    """The dtype of indices (``argmax``, ``argsort``, ``nonzero``) and ``arange(n)``: the default integer, ``int32``
+    (``int64`` with ``enable_x64`` on, as JAX)."""
+    return np.dtype("int64" if fa.config.enable_x64 else "int32")
+
+
 def to_inexact(d) -> np.dtype:
-    """The dtype a floating function returns for input ``d``: integers and bool give float32."""
+    """The dtype a floating function returns for input ``d``: integers and bool give float32 (64-bit integers
+    float64 with x64 on, as JAX)."""
     d = np.dtype(d)
-    return d if _is_inexact(d) else np.dtype("float32")
+    if _is_inexact(d):
+        return d
+    return np.dtype("float64" if d.itemsize == 8 and fa.config.enable_x64 else "float32")
 
 
 # ------------------------------------------------------------------------------------- values

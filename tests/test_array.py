@@ -35,8 +35,8 @@ def test_repr_matches_jax(x_np):
 
 @pytest.mark.enable_x64
 def test_repr_examples_and_weak_type():
-    assert repr(fnp.asarray([1.0, 2.0])) == "Array([1., 2.], dtype=float32)"
-    assert repr(fnp.asarray(2.0)) == "Array(2., dtype=float32, weak_type=True)"
+    assert repr(fnp.asarray([1.0, 2.0])) == "Array([1., 2.], dtype=float64)"   # x64 on: the 64-bit defaults
+    assert repr(fnp.asarray(2.0)) == "Array(2., dtype=float64, weak_type=True)"
     assert repr(fnp.asarray(np.arange(3.0))) == "Array([0., 1., 2.], dtype=float64)"
     assert str(fnp.asarray([1, 2])) == "[1 2]"
     assert f"{fnp.asarray(np.float32(3.14159)):.2f}" == "3.14"

@@ -12,6 +12,7 @@ import fnarray.numpy as fnp
 from fnarray.core.errors import DTypeError, ExportError, PyTreeError, ResourceExhaustedError, ShapeError
 from fnarray.devices import memory
 from fnarray.devices import placement
+from fnarray.experimental import enable_x64
 
 HUGE = (2**20, 2**20)  # 4 TiB of float32: more than any device here holds
 
@@ -644,6 +645,11 @@ def test_jit_python_int_argument_beyond_int32_is_named():
             f(big)
         _assert_names(str(e.value), f"the Python int {big}", "does not fit int32", "static_argnums")
     assert int(f(2**31 - 1)) == -2**31   # in range: wraps as JAX's int32
+    with enable_x64():   # a weak int64 there (as JAX): 2**70 gave "too large to convert to C long"
+        assert int(f(2**40)) == 2**40 + 1
+        with pytest.raises(OverflowError) as e:
+            f(2**70)
+        _assert_names(str(e.value), f"the Python int {2**70}", "does not fit int64", "static_argnums")
 
 
 def test_static_int_indices_beyond_int64_clamp_as_any_out_of_bounds_index():

@@ -323,7 +323,7 @@ def test_require_all_backends_turns_a_skip_into_a_failure(pytester, monkeypatch)
 
 @pytest.mark.enable_x64
 def test_device_put_commits(device):
-    x = fnp.asarray([1.0, 2.0])
+    x = fnp.asarray(np.array([1.0, 2.0], np.float32))
     assert not x.committed and x.device == fa.default_device()
     y = fa.device_put(x, device)
     assert y.committed and y.device == device
@@ -445,7 +445,7 @@ def test_fallback_error_mode(testdev, monkeypatch):
     from fnarray.devices import partition, placement
     monkeypatch.setattr(partition, "_warned", set())
     placement._eager_cache.clear()
-    x = fa.device_put(fnp.ones(3), "testdev:0")
+    x = fa.device_put(fnp.ones(3, fnp.float32), "testdev:0")
     with pytest.warns(fa.FallbackWarning):
         fnp.sin(x)  # cached in "warn" mode first: the mode must still be honoured afterwards
     fa.config.fallback = "error"

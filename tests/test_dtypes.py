@@ -28,10 +28,13 @@ def test_namespace_dtypes_are_numpy_dtypes():
         assert fnp.dtype(name) == d
 
 
-@pytest.mark.parametrize("py,want", [(float, "float32"), (int, "int32"), (complex, "complex64"), (bool, "bool")])
-def test_python_types_canonicalize_to_32_bit(py, want):
-    assert D.canonicalize(py) == np.dtype(want)
-    assert fnp.zeros(2, dtype=py).dtype == np.dtype(want)
+def test_python_types_canonicalize_to_the_defaults():
+    """Python types mean the default dtypes: 32-bit with x64 off, 64-bit with it on (as JAX)."""
+    from fnarray.experimental import enable_x64
+    for x64, want in ((False, ("float32", "int32", "complex64", "bool")), (True, ("float64", "int64", "complex128", "bool"))):
+        with enable_x64(x64):
+            for py, w in zip((float, int, complex, bool), want, strict=True):
+                assert D.canonicalize(py) == np.dtype(w) and fnp.zeros(2, dtype=py).dtype == np.dtype(w), (x64, py)
 
 
 @pytest.mark.parametrize("bad", ["U5", object, "datetime64[s]", "S3", np.float128 if hasattr(np, "float128") else "V4"])
@@ -104,8 +107,8 @@ def test_oracle_pinned_difference_is_only_the_default_width():
     assert oracle_promote(np.dtype("float64"), 1.5) == (np.dtype("float64"), False)
 
 
-@pytest.mark.parametrize("scalar,want", [(1.0, ("float32", True)), (1, ("int32", True)), (True, ("bool", False)),
-                                         (1j, ("complex64", True)), (np.float64(1.0), ("float64", False)),
+@pytest.mark.parametrize("scalar,want", [(1.0, ("float64", True)), (1, ("int64", True)), (True, ("bool", False)),
+                                         (1j, ("complex128", True)), (np.float64(1.0), ("float64", False)),
                                          (np.int8(1), ("int8", False))])
 @pytest.mark.enable_x64
 def test_dtype_of_scalar(scalar, want):

@@ -416,7 +416,7 @@ def test_nan_to_num(dtype):
         assert_same(fa.jit(lambda v: fnp.nan_to_num(v, **kw))(x), out)
         check_traced(lambda v: fnp.nan_to_num(v, **kw), x)
     i = fnp.arange(3)
-    assert_close(fnp.nan_to_num(i), np.arange(3, dtype=np.int32))
+    assert_close(fnp.nan_to_num(i), np.arange(3, dtype=i.dtype))
 
 
 @pytest.mark.parametrize("dtype", FL)

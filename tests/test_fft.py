@@ -96,15 +96,16 @@ def test_jit_and_dtypes_kept():
 def test_freqs_and_shifts():
     for n in (1, 4, 7, 10):
         for d in (1.0, 0.25):
-            assert_close(fnp.fft.fftfreq(n, d), np.fft.fftfreq(n, d), np.float32, msg=f"fftfreq {n} {d}")
-            assert_close(fnp.fft.rfftfreq(n, d=d), np.fft.rfftfreq(n, d), np.float32, msg=f"rfftfreq {n} {d}")
+            # the default float: float64 with x64 on, as jax.numpy.fft.fftfreq
+            assert_close(fnp.fft.fftfreq(n, d), np.fft.fftfreq(n, d), np.float64, msg=f"fftfreq {n} {d}")
+            assert_close(fnp.fft.rfftfreq(n, d=d), np.fft.rfftfreq(n, d), np.float64, msg=f"rfftfreq {n} {d}")
     assert fnp.fft.fftfreq(8, dtype=fnp.float64).dtype == np.float64
     x = np.arange(30, dtype=np.int32).reshape(5, 6)
     for axes in (None, 0, (1,), (0, 1), -1):
         assert_close(fnp.fft.fftshift(fnp.asarray(x), axes), np.fft.fftshift(x, axes), np.int32)
         assert_close(fnp.fft.ifftshift(fnp.asarray(x), axes=axes), np.fft.ifftshift(x, axes), np.int32)
     d = fnp.asarray(np.float32(0.5))
-    assert_close(fa.jit(lambda d: fnp.fft.fftfreq(6, d))(d), np.fft.fftfreq(6, 0.5), np.float32)
+    assert_close(fa.jit(lambda d: fnp.fft.fftfreq(6, d))(d), np.fft.fftfreq(6, 0.5), np.float64)
 
 
 def test_lax_fft_matches_jax():

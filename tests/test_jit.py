@@ -77,8 +77,8 @@ def test_no_retrace_for_the_same_types():
 def test_retrace_on_new_shape_dtype_and_weak_type():
     f = Counter(lambda v: v + 1)
     j = fa.jit(f)
-    j(fnp.ones(3))
-    j(fnp.ones(4))
+    j(fnp.ones(3, dtype=fnp.float32))
+    j(fnp.ones(4, dtype=fnp.float32))
     assert f.n == 2
     j(fnp.ones(3, dtype=fnp.float64))
     assert f.n == 3

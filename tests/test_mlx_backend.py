@@ -79,6 +79,7 @@ def test_devices_and_platforms(mdev, mx):
     assert parse_device("mlx") == devs[0]
 
 
+@pytest.mark.enable_x64
 def test_host_transfers_share_memory_and_inputs_are_copied(mdev, mx):
     from fnarray.lowering.mlx.common import to_numpy
     src = np.arange(6, dtype=np.float32)
@@ -101,6 +102,7 @@ def test_host_transfers_share_memory_and_inputs_are_copied(mdev, mx):
 # ------------------------------------------------------------------------------------ fallback
 
 
+@pytest.mark.enable_x64
 def test_float64_exact_ops_stay_on_mlx_cpu(mdev):
     cpu = parse_device("mlx:cpu")
     x = np.linspace(0.1, 2.0, 7)  # float64 stays float64
@@ -112,6 +114,7 @@ def test_float64_exact_ops_stay_on_mlx_cpu(mdev):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-14)
 
 
+@pytest.mark.enable_x64
 def test_unsupported_dtype_falls_back_with_a_warning(mdev, fallback_mode):
     fa.config.fallback = "warn"
     from fnarray.devices import partition
@@ -128,6 +131,7 @@ def test_unsupported_dtype_falls_back_with_a_warning(mdev, fallback_mode):
     np.testing.assert_allclose(np.asarray(g), np.exp(y) * 2.0, rtol=1e-15)
 
 
+@pytest.mark.enable_x64
 def test_fallback_error_mode_raises(mdev, fallback_mode):
     fa.config.fallback = "error"
     x = _put(np.array([1.0, 2.0], np.complex128), mdev)
@@ -139,6 +143,7 @@ def test_fallback_error_mode_raises(mdev, fallback_mode):
     np.testing.assert_allclose(np.asarray(r), [1.0, 4.0])
 
 
+@pytest.mark.enable_x64
 def test_fallback_inside_a_loop_moves_the_loop(mdev, fallback_mode):
     fa.config.fallback = "silent"
 
@@ -407,6 +412,7 @@ def test_long_programs_run_interpreted_until_compiled(mdev, monkeypatch):
     assert sources == []
 
 
+@pytest.mark.enable_x64  # (population_count of int64)
 def test_composed_functions_at_special_values(mdev):
     special = np.array([0.0, -0.0, 1.0, 2.0, -1.0, -2.5, 0.5, 1e-30, -1e-30, 1e30, 3e38, np.inf, -np.inf, np.nan],
                        np.float32)
@@ -475,6 +481,7 @@ def test_integer_edge_cases_do_not_trap(mdev):
     np.testing.assert_array_equal(np.asarray(P.rem.bind(_put(x[2:], mdev), _put(y[2:], mdev))), [0, -1, 0])
 
 
+@pytest.mark.enable_x64
 def test_saturating_casts_and_wide_types(mdev):
     v = np.array([np.nan, np.inf, -np.inf, 3e19, -3e19, 2.0**63, -2.0**63, 1.9, -1.9, 255.5, 2.0**31], np.float64)
 

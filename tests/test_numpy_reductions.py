@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
-from helpers import assert_close, assert_same, check_traced, eager_and_jit, random_array, reference
+from helpers import assert_close, assert_same, check_traced, eager_and_jit, index_dtype, random_array, reference
 
 import fnarray as fa
 import fnarray.numpy as fnp
@@ -52,7 +52,7 @@ def same_dtype(d):
 
 
 def int32_dtype(d):
-    return np.dtype(np.int32)
+    return index_dtype()   # int32; int64 with x64 on
 
 
 def bool_dtype(d):
@@ -358,7 +358,7 @@ def test_cumulative(dtype):
     with pytest.raises(ShapeError):
         fnp.cumulative_sum(fnp.asarray(np.asarray(3, dtype)))
     bools = fnp.asarray(np.array([True, True, False]))
-    assert_close(fnp.cumsum(bools), np.array([1, 2, 2], np.int32))
+    assert_close(fnp.cumsum(bools), np.array([1, 2, 2], index_dtype()))
 
 
 # ----------------------------------------------------------------------------- diff, average, quantile methods

@@ -12,7 +12,7 @@ import zlib
 
 import numpy as np
 import pytest
-from helpers import assert_close, assert_same, eager_and_jit, random_array
+from helpers import assert_close, assert_same, eager_and_jit, index_dtype, random_array
 
 import fnarray as fa
 import fnarray.numpy as fnp
@@ -48,7 +48,7 @@ def _ref_argsort(x, axis, descending):
             out[idx] = np.lexsort((neg[idx], ~nan[idx]))
     else:
         out = np.argsort(x, axis=-1, kind="stable")
-    return np.moveaxis(out, -1, axis).astype(np.int32)
+    return np.moveaxis(out, -1, axis).astype(index_dtype())
 
 
 SORT_SHAPES = [((7,), -1), ((3, 5), -1), ((3, 5), 0), ((2, 3, 4), 1), ((3, 4), None), ((0, 3), 0), ((4, 0), -1),
@@ -142,16 +142,16 @@ def test_array_api_unique(dtype, shape):
     vals, idx, inv, cnt = np.unique(x, return_index=True, return_inverse=True, return_counts=True, equal_nan=False)
     r = fnp.unique_all(xa)
     assert_close(r.values, vals)
-    assert_close(r.indices, idx.astype(np.int32))
-    assert_close(r.inverse_indices, inv.reshape(x.shape).astype(np.int32))
-    assert_close(r.counts, cnt.astype(np.int32))
+    assert_close(r.indices, idx.astype(index_dtype()))
+    assert_close(r.inverse_indices, inv.reshape(x.shape).astype(index_dtype()))
+    assert_close(r.counts, cnt.astype(index_dtype()))
     assert_close(fnp.unique_values(xa), vals)
     c = fnp.unique_counts(xa)
     assert_close(c.values, vals)
-    assert_close(c.counts, cnt.astype(np.int32))
+    assert_close(c.counts, cnt.astype(index_dtype()))
     i = fnp.unique_inverse(xa)
     assert_close(i.values, vals)
-    assert_close(i.inverse_indices, inv.reshape(x.shape).astype(np.int32))
+    assert_close(i.inverse_indices, inv.reshape(x.shape).astype(index_dtype()))
 
 
 def test_unique_nans_distinct_or_equal():
@@ -160,9 +160,9 @@ def test_unique_nans_distinct_or_equal():
     vals, idx, inv, cnt = fnp.unique(fnp.asarray(x), return_index=True, return_inverse=True, return_counts=True)
     rv, ri, rinv, rc = np.unique(x, return_index=True, return_inverse=True, return_counts=True)
     assert_close(vals, rv)
-    assert_close(idx, ri.astype(np.int32))
-    assert_close(inv, rinv.astype(np.int32))
-    assert_close(cnt, rc.astype(np.int32))
+    assert_close(idx, ri.astype(index_dtype()))
+    assert_close(inv, rinv.astype(index_dtype()))
+    assert_close(cnt, rc.astype(index_dtype()))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, **ids)
@@ -214,10 +214,10 @@ def test_nonzero_family(dtype, shape):
         x = np.round(x)
     xa = fnp.asarray(x)
     for got, want in zip(fnp.nonzero(xa), np.nonzero(x), strict=True):
-        assert_close(got, want.astype(np.int32))
-    assert_close(fnp.argwhere(xa), np.argwhere(x).astype(np.int32))
-    assert_close(fnp.flatnonzero(xa), np.flatnonzero(x).astype(np.int32))
-    assert_close(xa.nonzero()[0], np.nonzero(x)[0].astype(np.int32))
+        assert_close(got, want.astype(index_dtype()))
+    assert_close(fnp.argwhere(xa), np.argwhere(x).astype(index_dtype()))
+    assert_close(fnp.flatnonzero(xa), np.flatnonzero(x).astype(index_dtype()))
+    assert_close(xa.nonzero()[0], np.nonzero(x)[0].astype(index_dtype()))
 
 
 def test_nonzero_with_size_matches_jax():
@@ -249,12 +249,12 @@ def test_lexsort(dtype):
     k2 = random_array(rng, (3, 8), dtype, low=0, high=2)
     k1, k2 = np.round(k1), np.round(k2)
     eager, jitted = eager_and_jit(lambda a, b: fnp.lexsort((a, b)), fnp.asarray(k1), fnp.asarray(k2))
-    assert_close(eager, np.lexsort((k1, k2)).astype(np.int32))
+    assert_close(eager, np.lexsort((k1, k2)).astype(index_dtype()))
     assert_same(eager, jitted)
     assert_close(fnp.lexsort((fnp.asarray(k1), fnp.asarray(k2)), axis=0),
-                 np.lexsort((k1, k2), axis=0).astype(np.int32))
+                 np.lexsort((k1, k2), axis=0).astype(index_dtype()))
     stacked = fnp.asarray(np.stack([k1[0], k2[0]]))
-    assert_close(fnp.lexsort(stacked), np.lexsort(np.stack([k1[0], k2[0]])).astype(np.int32))
+    assert_close(fnp.lexsort(stacked), np.lexsort(np.stack([k1[0], k2[0]])).astype(index_dtype()))
     with pytest.raises(ShapeError):
         fnp.lexsort((fnp.asarray(k1), fnp.asarray(k2[0])))
 

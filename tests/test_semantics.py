@@ -55,11 +55,14 @@ def test_creation_defaults(device):
     assert [a.dtype for a in jitted] == [I32, F32, I32]
 
 
-@pytest.mark.enable_x64
 def test_python_int_outside_int32_needs_an_explicit_dtype():
+    """x64 off: a Python int past int32 needs a dtype; x64 on: it is the default int64 (as JAX)."""
     with pytest.raises(OverflowError, match="int32"):
         fnp.asarray([2 ** 40])
-    assert fnp.asarray([2 ** 40], dtype=fnp.int64).dtype == np.dtype("int64")
+    from fnarray.experimental import enable_x64
+    with enable_x64():
+        assert fnp.asarray([2 ** 40]).dtype == np.dtype("int64")
+        assert fnp.asarray([2 ** 40], dtype=fnp.int64).dtype == np.dtype("int64")
 
 
 def test_python_int_out_of_range_of_an_int_array_says_what_to_do(device):

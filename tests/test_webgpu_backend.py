@@ -857,6 +857,7 @@ def test_direct_conv_computes_several_positions_per_work_item(wdev, ref):
 # ------------------------------------------------------------------------------------------ fallback
 
 
+@pytest.mark.enable_x64
 def test_float64_falls_back_with_a_warning(wdev, fallback_mode, monkeypatch):
     fallback_mode("warn")
     # The warning comes once per primitive, dtype and device per process: forget earlier tests' warnings.
@@ -877,6 +878,7 @@ def test_float64_falls_back_with_a_warning(wdev, fallback_mode, monkeypatch):
     np.testing.assert_allclose(np.asarray(z), np.exp(x64), rtol=1e-15)
 
 
+@pytest.mark.enable_x64
 def test_float64_raises_with_fallback_error(wdev, fallback_mode):
     fallback_mode("error")
     (xd,) = _on(wdev, np.linspace(-1, 1, 7))

@@ -2,8 +2,10 @@
 
 Dtypes are NumPy ``np.dtype`` objects (``bfloat16`` and the low-bit dtypes ``float8_e4m3fn``,
 ``float8_e5m2``, ``int4``, ``uint4`` from ``ml_dtypes``), so they compare equal to NumPy's and hash alike.
-Defaults are 32-bit (docs/design.md, "Semantics"): Python ``float`` is ``float32``, ``int`` is ``int32``,
-``complex`` is ``complex64``.
+Defaults follow the 64-bit switch, as JAX's (docs/design.md, "Semantics"): with ``config.enable_x64`` off
+(the default) Python ``float`` is ``float32``, ``int`` is ``int32``, ``complex`` is ``complex64``; with it on they
+are ``float64``, ``int64``, ``complex128`` (``default_float``, ``default_int``, ``default_complex``: the dtypes of
+weak Python scalars, ``dtype=float``, creation functions' and samplers' defaults, index results).
 
 Promotion follows JAX's lattice with weak types (``jax.numpy.promote_types``,
 JEP 9407 "Design of type promotion semantics for JAX"), which agrees with the
@@ -21,7 +23,7 @@ default), ``canonicalize`` maps ``float64``/``int64``/``uint64``/``complex128`` 
 become 32-bit where they enter; ``requested`` is ``canonicalize`` for a dtype the user asked for by name
 and warns as JAX does ("Explicitly requested dtype float64 ... will be truncated to dtype float32").
 ``as_dtype`` is the conversion without the switch (``finfo(float64)`` describes float64 either way). With
-``enable_x64`` on, 64-bit dtypes are kept; Python scalars keep their 32-bit defaults in both modes.
+``enable_x64`` on, 64-bit dtypes are kept and the defaults are 64-bit, as in JAX.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ __all__ = [
     "uint64", "float16", "bfloat16", "float32", "float64", "complex64",
     "complex128", "float8_e4m3fn", "float8_e5m2", "int4", "uint4", "float0", "ALL_DTYPES", "LOW_BIT_DTYPES",
     "KNOWN_DTYPES", "is_low_bit", "canonicalize", "as_dtype", "requested", "x64_enabled",
+    "default_float", "default_int", "default_complex", "to_inexact",
     "narrow", "promote_types",
     "result_type", "is_float", "is_complex", "is_int", "is_unsigned",
     "is_signed", "is_bool", "is_inexact", "short_name", "default_for_kind",
@@ -193,6 +196,32 @@ def x64_enabled() -> bool:
     return config.enable_x64
 
 
+def default_float() -> np.dtype:
+    """The default floating dtype: ``float64`` with ``config.enable_x64`` on, else ``float32`` (as JAX's
+    ``dtypes.canonicalize_dtype(float)``)."""
+    return float64 if config.enable_x64 else float32
+
+
+def default_int() -> np.dtype:
+    """The default integer dtype (also of indices: ``argmax``, ``argsort``, ``nonzero``): ``int64`` with
+    ``config.enable_x64`` on, else ``int32``."""
+    return int64 if config.enable_x64 else int32
+
+
+def default_complex() -> np.dtype:
+    """The default complex dtype: ``complex128`` with ``config.enable_x64`` on, else ``complex64``."""
+    return complex128 if config.enable_x64 else complex64
+
+
+def to_inexact(d: np.dtype) -> np.dtype:
+    """The floating dtype integer and bool values of ``d`` compute in (``exp``, ``/``, ``mean``, ``norm``; as
+    ``jax.numpy``): ``d`` itself if inexact, ``float64`` for 64-bit integers (``float32`` while
+    ``config.enable_x64`` is off), else ``float32``."""
+    if is_inexact(d):
+        return d
+    return float64 if d.itemsize == 8 and config.enable_x64 else float32
+
+
 def narrow(d: np.dtype) -> np.dtype:
     """``d`` as it is stored under the current ``enable_x64`` setting: a 64-bit dtype's 32-bit counterpart
     while it is off, else ``d`` itself. ``d`` is one of our dtypes (see ``as_dtype``)."""
@@ -247,16 +276,17 @@ def _user_stacklevel() -> int:
 def as_dtype(dtype) -> np.dtype:
     """Turn anything NumPy accepts as a dtype (or a Python type) into one of ours, 64-bit dtypes kept.
 
-    Python ``float``/``int``/``complex`` map to the 32-bit defaults; a non-native byte order
+    Python ``float``/``int``/``complex`` map to the defaults (``default_float``: 32-bit while
+    ``config.enable_x64`` is off); a non-native byte order
     (``'>f4'`` on a little-endian machine) maps to the native dtype. Raises
     ``DTypeError`` for dtypes fnarray does not have (strings, objects, datetimes).
     """
     if dtype is float:
-        return float32
+        return default_float()
     if dtype is int:
-        return int32
+        return default_int()
     if dtype is complex:
-        return complex64
+        return default_complex()
     if dtype is bool:
         return bool_
     try:
@@ -385,15 +415,26 @@ def _weak_kind(d):
 
 
 def default_for_kind(kind) -> np.dtype:
-    """The 32-bit default dtype of a weak kind, or the dtype itself."""
+    """The default dtype of a weak kind (``default_int`` and its siblings), or the dtype itself."""
+    return _default_of_kind(kind, config.enable_x64)
+
+
+def _default_of_kind(kind, x64: bool) -> np.dtype:
+    if x64:
+        return {_WEAK_INT: int64, _WEAK_FLOAT: float64, _WEAK_COMPLEX: complex128}.get(kind, kind)
     return {_WEAK_INT: int32, _WEAK_FLOAT: float32, _WEAK_COMPLEX: complex64}.get(kind, kind)
 
 
-@functools.lru_cache(maxsize=None)
 def _promote(a, aw, b, bw):
+    return _promote_in(a, aw, b, bw, config.enable_x64)
+
+
+@functools.lru_cache(maxsize=None)
+def _promote_in(a, aw, b, bw, x64: bool):
+    """``_promote`` under the ``enable_x64`` setting ``x64`` (part of the cache key: it picks weak defaults)."""
     if aw and bw:
         # Two weak values (as JAX): join their dtypes as if strong; the result stays weak.
-        return _promote(a, False, b, False)[0], True
+        return _promote_in(a, False, b, False, x64)[0], True
     na = _weak_kind(a) if aw else a
     nb = _weak_kind(b) if bw else b
     j = _join(na, nb)
@@ -404,9 +445,9 @@ def _promote(a, aw, b, bw):
         # JAX, so that a strong float met later decides and n-ary promotion stays order-independent.
         return float64, True
     # A strong value meeting a weak one of a higher kind (int array + Python float): the weak
-    # value's dtype, which for a Python scalar is the 32-bit default of its kind.
+    # value's dtype, which for a Python scalar is the default of its kind.
     w = a if aw else b
-    return (w if _weak_kind(w) == j else default_for_kind(j)), True
+    return (w if _weak_kind(w) == j else _default_of_kind(j, x64)), True
 
 
 def promote_types(a, b, a_weak: bool = False, b_weak: bool = False) -> tuple[np.dtype, bool]:
@@ -432,19 +473,19 @@ def result_type(*pairs) -> tuple[np.dtype, bool]:
 def dtype_of_scalar(x) -> tuple[np.dtype, bool]:
     """The ``(dtype, weak)`` of a Python or NumPy scalar.
 
-    Python scalars are weak with the 32-bit default of their kind; NumPy
-    scalars keep their dtype and are strong.
+    Python scalars are weak with the default of their kind (``default_float``: 32-bit while
+    ``config.enable_x64`` is off); NumPy scalars keep their dtype (``canonicalize``d) and are strong.
     """
     if isinstance(x, np.generic):
         return canonicalize(x.dtype), False
     if isinstance(x, bool):
         return bool_, False
     if isinstance(x, int):
-        return int32, True
+        return default_int(), True
     if isinstance(x, float):
-        return float32, True
+        return default_float(), True
     if isinstance(x, complex):
-        return complex64, True
+        return default_complex(), True
     raise DTypeError(f"{type(x).__name__} is not a scalar type")
 
 
@@ -455,17 +496,17 @@ def scalar_operand_dtype(d: np.dtype, pytype: type):
     Returns:
       ``None`` where the general promotion must decide (``pytype`` is neither ``float`` nor ``int``, a float
       beside an integer or bool array, an int beside a bool array or beside an integer array other than
-      ``int32``, which needs a range check); ``(d, True)`` where the scalar stays a weak literal (its default
-      dtype is ``d``: a float beside ``float32``, an int beside ``int32``); ``(d, False)`` where it becomes a
+      the default int, which needs a range check); ``(d, True)`` where the scalar stays a weak literal (its
+      default dtype is ``d``: a float beside ``float32``, an int beside ``int32``, 64-bit under x64); ``(d, False)`` where it becomes a
       strong literal of ``d`` (a float beside ``float64``, ``float16``, ``bfloat16`` or complex, an int
       beside a float or complex array). The result has dtype ``d`` either way.
     """
     if pytype is float:
         if not is_inexact(d):
             return None
-        return d, d == float32
+        return d, d == default_float()
     if pytype is int:
-        if d == int32:
+        if d == default_int():
             return d, True
         if d == bool_ or is_int(d):
             return None
@@ -488,8 +529,10 @@ _WEAK_INT_MIN, _WEAK_INT_MAX = -(2 ** 31), 2 ** 31 - 1
 
 
 def fits_weak_int(x: int) -> bool:
-    """Whether the Python int ``x`` fits ``int32``, the dtype of a weak Python int (``dtype_of_scalar``): a literal
-    beside an array, a jitted function's argument, a ``fori_loop`` bound."""
+    """Whether the Python int ``x`` fits ``default_int()``, the dtype of a weak Python int (``dtype_of_scalar``): a
+    literal beside an array, a jitted function's argument, a ``fori_loop`` bound."""
+    if config.enable_x64:
+        return -(2 ** 63) <= x < 2 ** 63
     return _WEAK_INT_MIN <= x <= _WEAK_INT_MAX
 
 

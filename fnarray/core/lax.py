@@ -50,8 +50,28 @@ abs, bitwise_not, real, imag, conj, population_count = map(_un, (P.abs_p, P.not_
 stop_gradient_p_bind = _un(P.stop_gradient)
 
 
+_PY_NUMBERS = (int, float, complex)
+
+
+def _beside(s, other):
+    """The Python number ``s`` as a weak literal of ``other``'s dtype where 64-bit is on and its own default
+    (``float64``, ``int64``) is not that dtype: fnarray's own compositions write ``lax.mul(x, 2.0)`` for float32
+    ``x``, which with x64 off meets a weak float32 (JAX's lax raises under x64 instead; fnarray keeps them working)."""
+    if not dtypes.x64_enabled():
+        return s
+    d = _aval(other).dtype
+    own, _ = dtypes.dtype_of_scalar(s)
+    if own == d or dtypes.is_bool(d) or (dtypes.is_inexact(own) and not dtypes.is_inexact(d)):
+        return s
+    return convert_element_type(np.asarray(s).astype(d)[()], d, weak_type=True)
+
+
 def _bin(p):
     def f(x, y):
+        if type(y) in _PY_NUMBERS and type(x) not in _PY_NUMBERS:
+            y = _beside(y, x)
+        elif type(x) in _PY_NUMBERS and type(y) not in _PY_NUMBERS:
+            x = _beside(x, y)
         return p.bind(x, y)
     f.__name__ = p.name
     f.__doc__ = f"Elementwise ``{p.name}`` (primitive). {p.doc}"
@@ -77,12 +97,16 @@ def integer_pow(x, y: int):
 
 
 def select_n(which, *cases):
+    if dtypes.x64_enabled() and any(type(c) in _PY_NUMBERS for c in cases):
+        arr = next((c for c in cases if type(c) not in _PY_NUMBERS), None)
+        if arr is not None:
+            cases = tuple(_beside(c, arr) if type(c) in _PY_NUMBERS else c for c in cases)
     return P.select_n.bind(which, *cases)
 
 
 def select(pred, on_true, on_false):
     """``on_true`` where ``pred`` else ``on_false`` (all of one shape, or a scalar ``pred``)."""
-    return P.select_n.bind(pred, on_false, on_true)
+    return select_n(pred, on_false, on_true)
 
 
 def convert_element_type(x, new_dtype, weak_type: bool = False):
@@ -170,15 +194,27 @@ def slice_in_dim(x, start, limit, stride=1, axis=0):
     return slice(x, starts, limits, strides)
 
 
+def _starts(start_indices):
+    """Python int start indices beside array ones as literals of the arrays' dtype where 64-bit is on (their own,
+    int64, beside int32 indices: JAX's lowering wants one index dtype)."""
+    if dtypes.x64_enabled():
+        arr = next((i for i in start_indices if type(i) not in _PY_NUMBERS), None)
+        if arr is not None:
+            return [_beside(i, arr) if type(i) in _PY_NUMBERS else i for i in start_indices]
+    return start_indices
+
+
 def dynamic_slice(x, start_indices, slice_sizes):
-    return P.dynamic_slice.bind(x, *start_indices, slice_sizes=tuple(map(int, slice_sizes)))
+    return P.dynamic_slice.bind(x, *_starts(start_indices), slice_sizes=tuple(map(int, slice_sizes)))
 
 
 def dynamic_update_slice(x, update, start_indices):
-    return P.dynamic_update_slice.bind(x, update, *start_indices)
+    return P.dynamic_update_slice.bind(x, update, *_starts(start_indices))
 
 
 def pad(x, padding_value, padding_config):
+    if type(padding_value) in _PY_NUMBERS:
+        padding_value = _beside(padding_value, x)
     return P.pad.bind(x, padding_value, padding_config=tuple(tuple(map(int, c)) for c in padding_config))
 
 

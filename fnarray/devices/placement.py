@@ -279,15 +279,18 @@ def _eager_entry(primitive, params, avals, device, compile=True):
     return hit
 
 
-_SCALAR_AVALS: dict = {}  # a few entries: one per Python scalar type and NumPy scalar dtype
+# a few entries: one per Python scalar type and NumPy scalar dtype, for each ``enable_x64`` setting (it picks
+# both defaults and canonicalisation)
+_SCALAR_AVALS: dict = {False: {}, True: {}}
 
 
 def _scalar_aval(a):
     key = type(a) if not isinstance(a, np.generic) else a.dtype
-    av = _SCALAR_AVALS.get(key)
+    cache = _SCALAR_AVALS[config.enable_x64]
+    av = cache.get(key)
     if av is None:
         d, w = dtypes.dtype_of_scalar(a)
-        av = _SCALAR_AVALS[key] = ShapedArray((), d, w)
+        av = cache[key] = ShapedArray((), d, w)
     return av
 
 

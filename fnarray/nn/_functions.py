@@ -64,7 +64,7 @@ def _real(x, name, allow_int=False):
     if dtypes.is_complex(x.dtype):
         raise DTypeError(f"{name} is defined for real inputs, got {x.dtype.name}")
     if dtypes.is_bool(x.dtype) or (dtypes.is_int(x.dtype) and not allow_int):
-        x = lax.convert_element_type(x, dtypes.float32, weak_type=x.weak_type)
+        x = lax.convert_element_type(x, dtypes.to_inexact(x.dtype), weak_type=x.weak_type)
     return x
 
 
@@ -781,7 +781,7 @@ def one_hot(x, num_classes: int, *, dtype=None, axis=-1):
     if n < 0:
         raise ValueError(f"one_hot: num_classes must be >= 0, got {n}")
     x = _array(x, "one_hot")
-    d = dtypes.canonicalize(dtypes.float32 if dtype is None else dtype)
+    d = dtypes.canonicalize(dtypes.default_float() if dtype is None else dtype)
     ax = normalize_axis(axis, x.ndim + 1)
     out_shape = x.shape[:ax] + (n,) + x.shape[ax:]
     cmp_dtype = x.dtype

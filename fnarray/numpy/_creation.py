@@ -88,7 +88,7 @@ def array(obj, dtype=None, copy=True, ndmin: int = 0, device=None):
 
 
 def _default_float(dtype, where):
-    return dtypes.requested(dtype, where) if dtype is not None else dtypes.float32
+    return dtypes.requested(dtype, where) if dtype is not None else dtypes.default_float()
 
 
 def full(shape, fill_value, dtype=None, *, device=None):
@@ -117,7 +117,7 @@ def full(shape, fill_value, dtype=None, *, device=None):
     dtype_given = dtype is not None
     if dtype is None:
         a = aval_of(fill_value) if not isinstance(fill_value, (list, tuple)) else None
-        dtype = a.dtype if a is not None else dtypes.float32
+        dtype = a.dtype if a is not None else dtypes.default_float()
     d = dtypes.requested(dtype, "full") if dtype_given else dtypes.canonicalize(dtype)
     if isinstance(fill_value, int) and not isinstance(fill_value, bool) and dtypes.is_int(d):
         _check_int_bounds("full", (fill_value,), d, dtype_given)
@@ -338,9 +338,9 @@ def arange(start, /, stop=None, step=None, dtype=None, *, device=None):
     d_given = dtype is not None
     if dtype is None:
         if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (start, stop, step)):
-            dtype = dtypes.int32
+            dtype = dtypes.default_int()
         else:
-            dtype = dtypes.float32
+            dtype = dtypes.default_float()
     d = dtypes.requested(dtype, "arange") if d_given else dtype
     n = max(0, math.ceil((stop - start) / step))
     if dtypes.is_int(d):
@@ -397,7 +397,7 @@ def _linspace_arrays(start, stop, num, dtype, endpoint):
     lo, hi = (asarray_internal(v) for v in (start, stop))
     if dtype is None:
         d, _ = dtypes.result_type((aval_of(lo).dtype, False), (aval_of(hi).dtype, False))
-        d = d if dtypes.is_inexact(d) else dtypes.float32
+        d = d if dtypes.is_inexact(d) else dtypes.default_float()
     else:
         d = dtypes.requested(dtype, "linspace")
     lo, hi = broadcast_arrays(lax.convert_element_type(lo, d), lax.convert_element_type(hi, d))
@@ -431,7 +431,7 @@ def _linspace(start, stop, num, dtype, device, endpoint):
         return _place(_linspace_arrays(start, stop, num, dtype, endpoint), device)
     start, stop = _static(start, "linspace"), _static(stop, "linspace")
     if dtype is None:
-        dtype = dtypes.complex64 if isinstance(start, complex) or isinstance(stop, complex) else dtypes.float32
+        dtype = dtypes.default_complex() if isinstance(start, complex) or isinstance(stop, complex) else dtypes.default_float()
     d = dtypes.requested(dtype, "linspace")
     vals = np.linspace(start, stop, num, endpoint=endpoint, dtype=np.complex128 if dtypes.is_complex(d)
                        else np.float64)
@@ -505,7 +505,7 @@ def logspace(start, stop, num=50, endpoint=True, base=10.0, dtype=None, device=N
         from fnarray.numpy._elementwise import power
         exps = _linspace_arrays(start, stop, num, dtype, endpoint)
         return _place(lax.convert_element_type(power(base, exps), exps.dtype), device)
-    d = dtypes.requested(dtype, "logspace") if dtype is not None else dtypes.float32
+    d = dtypes.requested(dtype, "logspace") if dtype is not None else dtypes.default_float()
     vals = np.logspace(_static(start, "logspace"), _static(stop, "logspace"), num, endpoint=endpoint, base=base)
     return _place(asarray_internal(vals.astype(d)), device)
 
@@ -560,7 +560,8 @@ def identity(n, dtype=None, device=None):
 def tri(N, M=None, k=0, dtype=None):
     """Ones at and below the ``k``-th diagonal (``numpy.tri``; not in the array API).
 
-    Differences from NumPy: the default dtype is ``float32`` (NumPy: ``float64``).
+    Differences from NumPy: the default dtype is ``float32`` (NumPy: ``float64``), with ``enable_x64`` on too
+    (as ``jax.numpy.tri``).
 
     Args:
       N, M: the shape (``M`` defaults to ``N``).
@@ -577,7 +578,8 @@ def tri(N, M=None, k=0, dtype=None):
     k = max(-N, min(operator.index(k), M))
     r = lax.iota(dtypes.int32, (N, M), 0)
     c = lax.iota(dtypes.int32, (N, M), 1)
-    return lax.convert_element_type(lax.le(c, lax.add(r, np.int32(k))), _default_float(dtype, "tri"))
+    d = dtypes.requested(dtype, "tri") if dtype is not None else dtypes.float32  # float32 under x64 too, as JAX
+    return lax.convert_element_type(lax.le(c, lax.add(r, np.int32(k))), d)
 
 
 def _tri_mask(x, k, lower):
@@ -702,7 +704,7 @@ def indices(dimensions, dtype=None):
     Raises:
       TypeError: ``dimensions`` is not a sequence of numbers.
     """
-    d = dtypes.requested(dtype, "indices") if dtype is not None else dtypes.int32
+    d = dtypes.requested(dtype, "indices") if dtype is not None else dtypes.default_int()
     dims = tuple(int(n) for n in dimensions)
     from fnarray.numpy._manipulation import stack
     return stack([lax.iota(d, dims, i) for i in range(len(dims))]) if dims else asarray_internal(

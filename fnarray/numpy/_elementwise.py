@@ -57,7 +57,7 @@ def _to_inexact(x):
     if isinstance(x, np.ndarray):
         from fnarray.numpy._util import asarray_internal
         x = asarray_internal(x)
-    return lax.convert_element_type(x, dtypes.float32, weak_type=a.weak_type)
+    return lax.convert_element_type(x, dtypes.to_inexact(a.dtype), weak_type=a.weak_type)
 
 
 def _float_unary(name, fn, real_only=False, source=None):

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from fnarray.core import dtypes
 from fnarray.core.array import Array
 from fnarray.core.errors import ShapeError
 
@@ -93,21 +94,23 @@ def _static_int(v, what):
 
 
 def tril_indices(n, k=0, m=None):
-    """Row and column indices of the lower triangle of an ``(n, m)`` matrix (``jax.numpy.tril_indices``), ``int32``."""
+    """Row and column indices of the lower triangle of an ``(n, m)`` matrix (``jax.numpy.tril_indices``), ``int32``
+    (``int64`` with ``enable_x64`` on)."""
     n = _static_int(n, "tril_indices")
     m = n if m is None else _static_int(m, "tril_indices")
     r, c = np.tril_indices(n, _static_int(k, "tril_indices"), m)
     fnp = _np()
-    return fnp.asarray(r.astype(np.int32)), fnp.asarray(c.astype(np.int32))
+    return fnp.asarray(r.astype(dtypes.default_int())), fnp.asarray(c.astype(dtypes.default_int()))
 
 
 def triu_indices(n, k=0, m=None):
-    """Row and column indices of the upper triangle of an ``(n, m)`` matrix (``jax.numpy.triu_indices``), ``int32``."""
+    """Row and column indices of the upper triangle of an ``(n, m)`` matrix (``jax.numpy.triu_indices``), ``int32``
+    (``int64`` with ``enable_x64`` on)."""
     n = _static_int(n, "triu_indices")
     m = n if m is None else _static_int(m, "triu_indices")
     r, c = np.triu_indices(n, _static_int(k, "triu_indices"), m)
     fnp = _np()
-    return fnp.asarray(r.astype(np.int32)), fnp.asarray(c.astype(np.int32))
+    return fnp.asarray(r.astype(dtypes.default_int())), fnp.asarray(c.astype(dtypes.default_int()))
 
 
 def diag_indices(n, ndim=2):
@@ -401,7 +404,7 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
             Y = Y.T
         X = fnp.concatenate([X, Y], axis=0)
     if not fnp.issubdtype(X.dtype, fnp.inexact):
-        X = X.astype(fnp.float32)
+        X = X.astype(dtypes.to_inexact(X.dtype))
     ddof = (0 if bias else 1) if ddof is None else ddof
     n = X.shape[1]
     Xc = X - fnp.mean(X, axis=1, keepdims=True)
@@ -421,7 +424,8 @@ def corrcoef(x, y=None, rowvar=True):
 
 
 def digitize(x, bins, right=False):
-    """The index of the bin each ``x`` falls in, for monotonic ``bins`` (``numpy.digitize``), ``int32``.
+    """The index of the bin each ``x`` falls in, for monotonic ``bins`` (``numpy.digitize``), ``int32``
+    (with ``enable_x64`` on too, as ``jax.numpy.digitize``).
 
     Increasing bins: ``bins[i-1] <= x < bins[i]`` (``right=False``) or ``bins[i-1] < x <= bins[i]``;
     decreasing bins mirror it. The direction is read from the first and last bins (which may be traced).
@@ -430,11 +434,11 @@ def digitize(x, bins, right=False):
     bins = fnp.asarray(bins)
     if bins.ndim != 1:
         raise ShapeError(f"digitize: bins must be 1-d, got shape {tuple(bins.shape)}")
-    up = fnp.searchsorted(bins, x, side="left" if right else "right").astype(fnp.int32)
+    up = fnp.searchsorted(bins, x, side="left" if right else "right")
     if bins.shape[0] < 2:
         return up
     n = bins.shape[0]
-    down = (n - fnp.searchsorted(bins[::-1], x, side="right" if right else "left")).astype(fnp.int32)
+    down = (n - fnp.searchsorted(bins[::-1], x, side="right" if right else "left"))
     return fnp.where(bins[-1] < bins[0], down, up)
 
 
@@ -456,7 +460,7 @@ def geomspace(start, stop, num=50, endpoint=True, dtype=None, axis=0):
         if np.any(s == 0) or np.any(e == 0):
             raise ValueError("geomspace: a bound is zero (a geometric sequence cannot contain 0)")
         vals = np.geomspace(s.astype(np.float64), e.astype(np.float64), num, endpoint=endpoint)
-        out = fnp.asarray(vals.astype(np.float32) if dtype is None else vals)
+        out = fnp.asarray(vals.astype(dtypes.default_float()) if dtype is None else vals)
     if dtype is not None:
         out = out.astype(dtype)
     return fnp.moveaxis(out, 0, axis) if axis != 0 else out

@@ -201,8 +201,8 @@ class _NamespaceInfo:
         return devices(all_backends=True)
 
     def default_dtypes(self, *, device=None):
-        return {"real floating": dtypes.float32, "complex floating": dtypes.complex64,
-                "integral": dtypes.int32, "indexing": dtypes.int32}
+        return {"real floating": dtypes.default_float(), "complex floating": dtypes.default_complex(),
+                "integral": dtypes.default_int(), "indexing": dtypes.default_int()}
 
     def dtypes(self, *, device=None, kind=None):
         names = {"bool": bool, "int8": int8, "int16": int16, "int32": int32, "int64": int64,

@@ -86,19 +86,22 @@ def _convert(x, d):
 
 
 def _sum_dtype(d):
-    """The accumulation dtype of ``sum``/``prod`` without ``dtype=`` (as ``jax.numpy.sum``)."""
+    """The accumulation dtype of ``sum``/``prod`` without ``dtype=`` (as ``jax.numpy.sum``): bool and narrower
+    integers widen to the default integer's width (``int32``/``uint32``; 64-bit with ``enable_x64`` on)."""
+    di = dtypes.default_int()
     if dtypes.is_bool(d):
-        return dtypes.int32
-    if dtypes.is_unsigned(d) and d.itemsize < 4:
-        return dtypes.uint32
-    if dtypes.is_signed(d) and d.itemsize < 4:
-        return dtypes.int32
+        return di
+    if dtypes.is_unsigned(d) and d.itemsize < di.itemsize:
+        return dtypes.uint64 if di.itemsize == 8 else dtypes.uint32
+    if dtypes.is_signed(d) and d.itemsize < di.itemsize:
+        return di
     return d
 
 
 def _float_dtype(d):
-    """The result dtype of a statistic (mean, var, quantile) of dtype ``d``: integers -> float32."""
-    return d if dtypes.is_inexact(d) else dtypes.float32
+    """The result dtype of a statistic (mean, var, quantile) of dtype ``d``: ``dtypes.to_inexact`` (integers ->
+    float32; 64-bit ones float64 with ``enable_x64`` on, as JAX)."""
+    return dtypes.to_inexact(d)
 
 
 def _real_dtype(d):
@@ -195,7 +198,7 @@ def _sum_like(name, reduce_fn, bool_fn, identity, a, axis, dtype, out, keepdims,
     else:
         d = _sum_dtype(x.dtype) if promote_integers else x.dtype
         if dtypes.is_bool(d):
-            d = dtypes.int32
+            d = dtypes.default_int()
     if dtypes.is_bool(d):
         # A boolean sum is a logical or, a boolean product a logical and (as NumPy and JAX).
         b = x if dtypes.is_bool(x.dtype) else lax.ne(x, lax.zeros_like(x))
@@ -313,7 +316,7 @@ def _arg_extremum(name, is_max, a, axis, out, keepdims):
     if x.shape[ax] == 0:
         raise ValueError(f"{name} of an empty sequence (shape {shape}, axis {axis}) has no answer; "
                          "check the array's size first")
-    y = (lax.argmax if is_max else lax.argmin)(x, ax, dtypes.int32)
+    y = (lax.argmax if is_max else lax.argmin)(x, ax, dtypes.default_int())
     if keepdims:
         y = lax.reshape(y, (1,) * len(shape) if axis is None else _kept_shape(shape, (ax,)))
     return y
@@ -379,7 +382,7 @@ def count_nonzero(a, axis=None, keepdims=False):
     """
     x = _prep("count_nonzero", a)
     b = x if dtypes.is_bool(x.dtype) else lax.ne(x, lax.zeros_like(x))
-    return sum(b, axis=axis, dtype=dtypes.int32, keepdims=keepdims)
+    return sum(b, axis=axis, dtype=dtypes.default_int(), keepdims=keepdims)
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -609,7 +612,7 @@ def _cumulative(name, prim, identity, x, axis, dtype, include_initial, promote_i
     else:
         d = _sum_dtype(x.dtype) if promote_ints else x.dtype
     if dtypes.is_bool(d):
-        d = dtypes.int32
+        d = dtypes.default_int()
     x = _convert(x, d)
     y = prim(x, ax) if x.shape[ax] else x
     if include_initial:

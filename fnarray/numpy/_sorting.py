@@ -87,6 +87,12 @@ def _i32(x):
     return lax.convert_element_type(x, dtypes.int32) if aval_of(x).dtype != dtypes.int32 else x
 
 
+def _index(x):
+    """Indices computed in ``int32`` as the default integer (``int64`` with ``enable_x64`` on, as JAX's)."""
+    d = dtypes.default_int()
+    return lax.convert_element_type(x, d) if aval_of(x).dtype != d else x
+
+
 def _sort_keys(x):
     """The sort keys of ``x``: itself, or (real, imag) for complex."""
     if dtypes.is_complex(x.dtype):
@@ -174,8 +180,8 @@ def argsort(a, axis=-1, *, kind=None, order=None, stable=True, descending=False)
         raise TypeError("argsort: order= (structured arrays) is not supported; fnarray arrays hold numbers")
     x, ax = _sort_axis("argsort", _prep("argsort", a), axis)
     if x.shape[ax] == 0:
-        return lax.convert_element_type(x, dtypes.int32)
-    return _sorted_with_iota(x, ax, descending)[1]
+        return lax.convert_element_type(x, dtypes.default_int())
+    return _index(_sorted_with_iota(x, ax, descending)[1])
 
 
 def lexsort(keys, axis=-1):
@@ -208,8 +214,8 @@ def lexsort(keys, axis=-1):
     ax = normalize_axis(axis, len(shape))
     iota = lax.iota(dtypes.int32, shape, ax)
     if shape[ax] == 0:
-        return iota
-    return lax.sort(list(reversed(keys)) + [iota], dimension=ax, num_keys=len(keys))[-1]
+        return _index(iota)
+    return _index(lax.sort(list(reversed(keys)) + [iota], dimension=ax, num_keys=len(keys))[-1])
 
 
 def _check_kth(name, kth, n):
@@ -236,7 +242,7 @@ def argpartition(a, kth, axis=-1):
     answer for every ``kth``. Raises: ``ShapeError`` for ``kth`` out of range."""
     x, ax = _sort_axis("argpartition", _prep("argpartition", a), axis)
     _check_kth("argpartition", kth, x.shape[ax])
-    return argsort(x, axis=ax)
+    return _i32(argsort(x, axis=ax))  # int32 with x64 on too, as jax.numpy.argpartition
 
 
 def top_k(operand, k):
@@ -389,7 +395,7 @@ def _unique(name, ar, equal_nan, size, fill_value, want_index, want_inverse, wan
         counts = lax.scatter_add(lax.full((size,), 0, dtypes.int32), lax.reshape(run, (n, 1)),
                                  lax.full((n,), 1, dtypes.int32), (0,))
         out.append(counts)
-    return out
+    return out[:1] + [_index(o) for o in out[1:]]
 
 
 def unique_values(x, /):
@@ -481,7 +487,7 @@ def _unravel(flat, valid, shape, fill_value):
         fill = lax.full(flat.shape, 0 if f is None else int(f), dtypes.int32)
         out.append(lax.select(valid, idx, fill))
         stride *= n
-    return tuple(reversed(out))
+    return tuple(_index(o) for o in reversed(out))
 
 
 def nonzero(a, *, size=None, fill_value=None):
@@ -520,7 +526,7 @@ def argwhere(a, *, size=None, fill_value=None):
     x = _prep("argwhere", a)
     if x.ndim == 0:
         rows = nonzero(lax.reshape(x, (1,)), size=size)[0]
-        return lax.full((rows.shape[0], 0), 0, dtypes.int32)
+        return lax.full((rows.shape[0], 0), 0, dtypes.default_int())
     cols = nonzero(x, size=size, fill_value=fill_value)
     return lax.concatenate([lax.reshape(c, c.shape + (1,)) for c in cols], 1)
 
@@ -561,13 +567,13 @@ def bincount(x, weights=None, minlength=0, *, length=None):
         raise ValueError(f"bincount: length must be >= 0, got {length}")
     idx = lax.reshape(_i32(v), v.shape + (1,))
     if weights is None:
-        upd = lax.full(v.shape, 1, dtypes.int32)
+        upd = lax.full(v.shape, 1, dtypes.default_int())
     else:
         upd = _prep("bincount", weights)
         if upd.shape != v.shape:
             raise ShapeError(f"bincount: weights of shape {upd.shape} must match x of shape {v.shape}")
         if dtypes.is_bool(upd.dtype):
-            upd = _i32(upd)
+            upd = _index(upd)
         if upd.weak_type:
             upd = lax.convert_element_type(upd, upd.dtype)
     return lax.scatter_add(lax.full((length,), 0, upd.dtype), idx, upd, (0,))

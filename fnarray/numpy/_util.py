@@ -68,8 +68,8 @@ def asarray_internal(x, dtype=None, where: str = "asarray"):
     except OverflowError:
         raise OverflowError("a Python int in this sequence does not fit in 64 bits; fnarray integers are at "
                             "most int64/uint64") from None
-    if dtype is not None or isinstance(x, np.ndarray):
-        pass  # an explicit dtype (applied below) or a NumPy array's own dtype: no 32-bit default
+    if dtype is not None or isinstance(x, np.ndarray) or dtypes.x64_enabled():
+        pass  # an explicit dtype (applied below), a NumPy array's own dtype, or x64's 64-bit defaults
     elif v.dtype == np.float64:
         v = v.astype(np.float32)   # Python floats in lists follow the 32-bit defaults
     elif v.dtype == np.int64:
@@ -114,7 +114,8 @@ def _has_array(x):
     return any(isinstance(e, Array) or (isinstance(e, (list, tuple)) and _has_array(e)) for e in x)
 
 
-_PY_TYPE_OF_DEFAULT = {dtypes.float32: float, dtypes.int32: int, dtypes.complex64: complex}
+_PY_TYPE_OF_DEFAULT = {False: {dtypes.float32: float, dtypes.int32: int, dtypes.complex64: complex},
+                       True: {dtypes.float64: float, dtypes.int64: int, dtypes.complex128: complex}}
 
 
 def _scalar_to(x, d, weak=False):
@@ -127,7 +128,7 @@ def _scalar_to(x, d, weak=False):
     if dd == d:
         return x
     if weak:
-        py = _PY_TYPE_OF_DEFAULT.get(d)
+        py = _PY_TYPE_OF_DEFAULT[dtypes.x64_enabled()].get(d)
         if py is int:
             dtypes.check_weak_int(x, d)
         if py is not None:

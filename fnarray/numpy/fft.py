@@ -65,7 +65,7 @@ def _complex_input(name, x):
     d = x.dtype
     if dtypes.is_complex(d):
         return x
-    return lax.convert_element_type(x, dtypes.complex128 if d == dtypes.float64 else dtypes.complex64)
+    return lax.convert_element_type(x, dtypes.complex128 if dtypes.to_inexact(d) == dtypes.float64 else dtypes.complex64)
 
 
 def _real_input(name, x):
@@ -77,7 +77,7 @@ def _real_input(name, x):
                          "input, or take the real part first")
     if d in (dtypes.float32, dtypes.float64):
         return x
-    return lax.convert_element_type(x, dtypes.float32)
+    return lax.convert_element_type(x, dtypes.to_inexact(d) if dtypes.is_int(d) else dtypes.float32)
 
 
 def _length(n, name, what="n"):
@@ -371,12 +371,13 @@ def ihfft(x, /, n=None, axis=-1, norm="backward"):
 def _freqs(name, ints, n, d, dtype, device):
     from fnarray.numpy._creation import asarray
     from fnarray.core.array import Array
-    dt = dtypes.canonicalize(dtype) if dtype is not None else dtypes.float32
+    dt = dtypes.canonicalize(dtype) if dtype is not None else dtypes.default_float()
     if not dtypes.is_float(dt):
         raise DTypeError(f"{name}: dtype must be a real floating dtype, got {dt.name}")
     if isinstance(d, Array) or hasattr(d, "aval"):
         out = asarray(ints.astype(dt), device=device)
-        return lax.div(out, lax.convert_element_type(lax.mul(asarray_internal(d), np.asarray(n, dt)[()]), dt))
+        d = lax.convert_element_type(asarray_internal(d), dt)   # (a float32 d beside float64 results under x64)
+        return lax.div(out, lax.mul(d, np.asarray(n, dt)[()]))
     return asarray((ints / (n * float(d))).astype(dt), device=device)
 
 

@@ -5,7 +5,7 @@ Every function is a composite of fnarray's primitives (the factorizations of ``f
 ``cholesky``, ``triangular_solve``, ``lu``, ``qr``, ``eigh``, ``svd``), so it runs eagerly and under
 ``jit``, ``grad`` and ``vmap`` on every backend, batched over leading axes (``[..., M, N]``).
 
-Dtypes: integer and boolean inputs are promoted to the default float dtype (``float32``, as
+Dtypes: integer and boolean inputs are promoted to float32 (64-bit integers to float64 with x64 on, as
 ``jax.numpy.linalg``); float16/bfloat16 are computed in float32 (LAPACK has no half precision); float64 and
 the complex dtypes are kept.
 
@@ -76,7 +76,8 @@ class SlogdetResult(NamedTuple):
 def _inexact_dtype(d):
     if dtypes.is_complex(d) or d in (dtypes.float32, dtypes.float64):
         return d
-    return dtypes.float32  # ints, bools, float16/bfloat16: the default float dtype (LAPACK has no half)
+    # ints, bools, float16/bfloat16: float32 (LAPACK has no half); 64-bit ints float64 under x64 (to_inexact)
+    return dtypes.to_inexact(d) if dtypes.is_int(d) else dtypes.float32
 
 
 def _float(name, x, *, min_rank=0):
@@ -517,7 +518,7 @@ def cond(x, p=None):
 
 def _abs_real(x):
     a = E.abs(x)
-    return a if dtypes.is_inexact(a.dtype) else a.astype(dtypes.float32)
+    return a if dtypes.is_inexact(a.dtype) else a.astype(dtypes.to_inexact(a.dtype))
 
 
 def vector_norm(x, /, *, axis=None, keepdims=False, ord=2):

@@ -38,7 +38,7 @@ def floats(name, *xs, shape=True):
             raise DTypeError(f"{name} is defined for real inputs, got {a.dtype.name}; pass the real part "
                              "(fnarray.numpy.real) if that is what you mean")
         if not dtypes.is_float(a.dtype):
-            a = lax.convert_element_type(a, dtypes.float32, weak_type=a.weak_type)
+            a = lax.convert_element_type(a, dtypes.to_inexact(a.dtype), weak_type=a.weak_type)
         arrs.append(a)
     if len(arrs) > 1:
         arrs = promote(name, *arrs)

@@ -84,11 +84,12 @@ def leaf_aval(x, where="argument") -> ShapedArray:
         return x.aval
     if isinstance(x, (bool, int, float, complex)):
         d, w = dtypes.dtype_of_scalar(x)
-        if w and d == dtypes.int32 and not dtypes.fits_weak_int(x):
-            raise OverflowError(f"{where} is the Python int {x}, which does not fit int32 (a Python int "
-                                "argument is a weak int32, as in JAX); pass it as an array of a wider dtype "
-                                "(fnarray.numpy.asarray(x, dtype='int64') with fnarray.config.update('enable_x64', "
-                                "True)), as a float, or mark it static (static_argnums) if it is configuration")
+        if w and dtypes.is_int(d) and not dtypes.fits_weak_int(x):
+            wider = ("an array of a wider dtype (fnarray.numpy.asarray(x, dtype='int64') with "
+                     "fnarray.config.update('enable_x64', True)), " if d == dtypes.int32 else "")
+            raise OverflowError(f"{where} is the Python int {x}, which does not fit {d.name} (a Python int "
+                                f"argument is a weak {d.name}, as in JAX); pass it as {wider}a float, or mark it "
+                                "static (static_argnums) if it is configuration")
         return ShapedArray((), d, w)
     if isinstance(x, (np.ndarray, np.generic)):
         return ShapedArray(np.shape(x), dtypes.canonicalize(x.dtype), False)

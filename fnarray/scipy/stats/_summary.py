@@ -86,7 +86,7 @@ def rankdata(a, method="average", *, axis=None, nan_policy="propagate"):
       nan_policy: ``"propagate"`` only: a slice holding NaN ranks as all NaN.
 
     Returns:
-      A float32 array (fnarray's default float; JAX's is float64 under x64) of ``a``'s shape, or flat for
+      An array of the default float (float32; float64 with x64 on, as JAX) of ``a``'s shape, or flat for
       ``axis=None``.
 
     Raises:
@@ -99,7 +99,7 @@ def rankdata(a, method="average", *, axis=None, nan_policy="propagate"):
     a = fnp.asarray(a)
     if dtypes.is_complex(a.dtype):
         raise DTypeError(f"rankdata ranks real values, got {a.dtype.name}")
-    out_dtype = dtypes.float32
+    out_dtype = dtypes.default_float()
     x = fnp.ravel(a) if axis is None else fnp.moveaxis(a, axis, -1)
     if x.shape[-1] == 0:
         return fnp.zeros(x.shape, out_dtype) if axis is None else fnp.moveaxis(fnp.zeros(x.shape, out_dtype), -1, axis)
