@@ -16,6 +16,7 @@ from fnarray.core.shaped import ShapeDtypeStruct, ShapedArray
 from fnarray.devices.backend import Device, register_backend
 from fnarray.devices.placement import block_until_ready, default_device, device_get, device_put, devices
 from fnarray.devices.placement import parse_device as get_device
+from fnarray.devices.lookup import device_count, local_device_count
 from fnarray.lowering.numpy import backend as _numpy_backend  # noqa: F401  (installs the literal folder)
 from fnarray import numpy  # noqa: F401  (installs Array's operators)
 from fnarray.devices import eager_ops as _eager_ops
@@ -36,6 +37,7 @@ __version__ = "0.1.0"
 from fnarray.transforms.ad import (checkpoint, custom_jvp, custom_vjp, grad, hessian, jacfwd, jacrev, jvp,  # noqa: E402
                                    linearize, remat, stop_gradient, value_and_grad, vjp)
 from fnarray.transforms.batching import vmap  # noqa: E402
+from fnarray.transforms.linear_transpose import linear_transpose  # noqa: E402
 from fnarray.transforms import linalg_rules  # noqa: E402,F401  (the linear-algebra primitives' rules)
 from fnarray.transforms.control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402
 from fnarray import lax  # noqa: E402,F401  (fnarray.lax: core/lax.py's wrappers plus control flow)
@@ -43,8 +45,8 @@ from fnarray import lax  # noqa: E402,F401  (fnarray.lax: core/lax.py's wrappers
 from fnarray.serialization import CheckpointError, load, save  # noqa: E402
 from fnarray._quantize import dequantize, quantize, quantized_matmul  # noqa: E402  (MLX's affine format)
 from fnarray import sharding  # noqa: E402,F401  (Mesh, PartitionSpec/P, NamedSharding: jax.sharding's names)
-from fnarray.sharding import make_mesh, set_mesh, typeof  # noqa: E402
-from fnarray.transforms.shard_map import shard_map  # noqa: E402
+from fnarray.sharding import NamedSharding, P, make_mesh, set_mesh, typeof  # noqa: E402  (jax.NamedSharding...)
+from fnarray.transforms.shard_map import reshard, shard_map  # noqa: E402
 from fnarray import distributed  # noqa: E402,F401  (initialize, process_index...: jax.distributed's names)
 from fnarray.distributed import process_count, process_index  # noqa: E402
 
@@ -82,7 +84,8 @@ __all__ = [
     "custom_vjp", "checkpoint", "remat", "stop_gradient", "vmap", "cond", "switch", "while_loop",
     "fori_loop", "scan", "ContractionShapeError", "tree", "block_until_ready", "device_get", "make_jaxpr",
     "jacobian", "save", "load", "CheckpointError", "sharding", "make_mesh", "shard_map", "distributed",
-    "process_index", "process_count", "set_mesh", "typeof", "quantize", "dequantize", "quantized_matmul",
+    "process_index", "process_count", "set_mesh", "typeof", "NamedSharding", "P", "reshard", "device_count",
+    "local_device_count", "linear_transpose", "quantize", "dequantize", "quantized_matmul",
 ] + list(_LAZY)
 
 try:   # FNARRAY_LOG=info|debug: the fnarray logger's records on standard error (docs/troubleshooting.md)

@@ -65,6 +65,8 @@ def tree_unflatten(treedef, leaves=_NO_LEAVES):
         except TypeError:
             raise PyTreeError(f"tree_unflatten: leaves must be a list of leaves, got {type(leaves).__name__}; "
                               f"{treedef} takes {treedef.num_leaves}") from e
+        if n == treedef.num_leaves:
+            raise  # the count is right: a registered unflatten function failed; its own error, as in JAX
         raise PyTreeError(f"tree_unflatten: {treedef} takes {treedef.num_leaves} leaves, got {n} "
                           f"({type(leaves).__name__}); pass the leaves of a tree of this structure, in "
                           f"tree_flatten's order") from e

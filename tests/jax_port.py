@@ -21,8 +21,8 @@ import tempfile
 
 import numpy as np
 
-__all__ = ["rewrite_imports", "run_program", "jax_output", "numbers", "compare_outputs", "assert_port_matches",
-           "PORT_DEVICES", "assert_port_matches_on"]
+__all__ = ["rewrite_imports", "assert_rewrite_changes_imports_only", "run_program", "jax_output", "numbers",
+           "compare_outputs", "assert_port_matches", "PORT_DEVICES", "assert_port_matches_on"]
 
 # module prefixes rewritten, longest first: jax.X -> fnarray.X
 _MODULES = ("jax.experimental.shard_map", "jax.experimental.ode", "jax.example_libraries", "jax.test_util", "jax.ad_checkpoint",
@@ -84,6 +84,14 @@ def rewrite_imports(source: str) -> str:
         else:
             lines.append(f"{indent}import {_rewrite_import_names(rest)}")
     return "\n".join(lines) + ("\n" if source.endswith("\n") else "")
+
+
+def assert_rewrite_changes_imports_only(sources) -> None:
+    """Assert that ``rewrite_imports`` changes some line of each source, and only import lines."""
+    for source in sources:
+        rewritten = rewrite_imports(source)
+        changed = [(a, b) for a, b in zip(source.splitlines(), rewritten.splitlines()) if a != b]
+        assert changed and all(a.lstrip().startswith(("import ", "from ")) for a, _ in changed)
 
 
 def run_program(source: str, *, env: dict | None = None, timeout: float = 600.0) -> str:

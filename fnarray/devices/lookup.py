@@ -19,7 +19,7 @@ from fnarray.core.config import config
 from fnarray.core.errors import BackendUnavailable
 from fnarray.devices.backend import Device, backend_names, get_backend
 
-__all__ = ["devices", "default_device", "parse_device", "DefaultDeviceScope"]
+__all__ = ["devices", "device_count", "local_device_count", "default_device", "parse_device", "DefaultDeviceScope"]
 
 
 def devices(backend: str | None = None, *, all_backends: bool = False, all: bool = False) -> list[Device]:  # noqa: A002
@@ -50,6 +50,38 @@ def devices(backend: str | None = None, *, all_backends: bool = False, all: bool
             if all:
                 out.append(Device(name, 0, "unavailable", reason=str(e)))
     return out
+
+
+def device_count(backend: str | None = None) -> int:
+    """How many devices a backend has (``jax.device_count``).
+
+    Args:
+      backend: a backend name; ``None``: the default device's backend, as ``jax.device_count()`` counts its
+        default backend's (1 on numpy:0; N on jax:0 with ``XLA_FLAGS=--xla_force_host_platform_device_count=N``).
+
+    Returns:
+      ``len(devices(backend))``.
+
+    Raises:
+      ValueError: ``backend`` is not a registered backend name.
+    """
+    return len(devices(backend))
+
+
+def local_device_count(backend: str | None = None) -> int:
+    """How many devices of a backend this process has (``jax.local_device_count``).
+
+    Args:
+      backend: as ``device_count``'s.
+
+    Returns:
+      ``device_count(backend)``: the devices this process lists (the same in a single-process run; a run of
+      several processes is not told apart yet).
+
+    Raises:
+      ValueError: ``backend`` is not a registered backend name.
+    """
+    return device_count(backend)
 
 
 _default: list[Device] = []

@@ -77,11 +77,17 @@ _aval = get_aval  # fnarray.core.avals
 
 
 def zeros_like_aval(aval: ShapedArray):
-    """A concrete (or traced) array of zeros of ``aval`` (float0 gives a bool array of zeros)."""
+    """A concrete (or traced) array of zeros of ``aval`` (float0 gives a bool array of zeros); a weak
+    ``aval`` gives weak zeros, as JAX's ``zeros_like_aval`` (the gradient of an unused Python-float input is
+    weak)."""
     from fnarray.core import lax
     if aval.dtype == dtypes.float0:
         return lax.full(aval.shape, False, dtypes.bool_)
-    return lax.full(aval.shape, 0, aval.dtype)
+    zeros = lax.full(aval.shape, 0, aval.dtype)
+    if not aval.weak_type:
+        return zeros
+    from fnarray.core.primitives import convert_element_type
+    return convert_element_type.bind(zeros, new_dtype=aval.dtype, weak_type=True)
 
 
 def instantiate_zeros(t):

@@ -1212,7 +1212,7 @@ def _to(x, device):
 
 
 class Traced:
-    """A traced jitted function: ``.program`` (the IR) and ``.lower()``."""
+    """A traced jitted function: ``.program`` (the IR; ``.jaxpr``, JAX's name, is the same) and ``.lower()``."""
 
     def __init__(self, jitted, entry, key, leaves, donated=()):
         self.jitted, self.entry, self.key, self._leaves = jitted, entry, key, leaves
@@ -1221,6 +1221,8 @@ class Traced:
     @property
     def program(self) -> Program:
         return self.entry.program
+
+    jaxpr = program   # jax.jit(f).trace(x).jaxpr: the program make_jaxpr prints
 
     @property
     def consts(self):

@@ -61,7 +61,10 @@ def backward_pass(program: Program, args, cts_out):
                 "linear in its differentiated inputs")
         invals = [UndefinedPrimal(a.aval) if isinstance(a, Var) and a in linear else read(a) for a in e.inputs]
         if e.primitive.multiple_results:
-            ct_arg = [c if c is not None else zeros_like_aval(o.aval.strip_weak())
+            # a custom_vjp's bwd gets zeros of its outputs' own types (weak where they are, as JAX's); the
+            # other rules take strong zeros
+            weak = e.primitive.name == "custom_lin"
+            ct_arg = [c if c is not None else zeros_like_aval(o.aval if weak else o.aval.strip_weak())
                       for c, o in zip(cts, e.outputs, strict=True)]
         else:
             ct_arg = cts[0]
