@@ -60,19 +60,25 @@ def test_a_growing_loop_takes_the_hot_records_from_its_second_pass(backend, monk
 
 
 def test_each_new_length_leaves_no_reference_cycles():
-    # a trace's tracers go with their last reference (``Builder.release``), so a growing loop leaves CPython's
-    # cycle collector nothing to find: the builder held its tracers, each tracer its builder (through its trace),
-    # ~20 objects a length that only collections freed, ~90 us of each new length's ~470 us on mlx:0 (issue 28)
+    # a trace's tracers go with their last reference (``Builder.release``; partial evaluation's builder too), so
+    # a growing loop leaves CPython's cycle collector nothing to find: the builder held its tracers, each tracer
+    # its builder (through its trace), ~20 objects a length that only collections freed, ~90 us of each new
+    # length's ~470 us on mlx:0 (issue 28)
     import gc
     dev = require_backend("numpy")[0]
     cache0, q, row = (fa.device_put(a, dev) for a in _inputs())
     step = fa.jit(decode_step(fnp))
     cache, _ = decode_loop(step, cache0, q, row, 2)
+    grad = fa.jit(fa.grad(lambda w, x: fnp.sum(fnp.tanh(x @ w) ** 2)))   # (a linearization's builder too)
+    w = fa.device_put(np.ones((W, 2), np.float32), dev)
+    grad(w, fa.device_put(np.ones((1, W), np.float32), dev))
     gc.collect()
     was = gc.isenabled()
     gc.disable()
     try:
         decode_loop(step, cache, q, row, 3)   # three new lengths, each traced and compiled
+        for n in (2, 3):
+            grad(w, fa.device_put(np.ones((n, W), np.float32), dev))
         found = gc.collect()
     finally:
         if was:
