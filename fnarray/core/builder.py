@@ -17,7 +17,7 @@ from __future__ import annotations
 from fnarray.core import profile as _profile
 from fnarray.core.array import Array
 from fnarray.core.dtypes import dtype_of_scalar
-from fnarray.core.ir import Eqn, Literal, Program, Var
+from fnarray.core.ir import Eqn, Literal, Params, Program, Var
 from fnarray.core.shaped import ShapedArray
 from fnarray.core.tracing import Trace, Tracer, is_scalar, new_dynamic, new_main
 
@@ -48,16 +48,14 @@ def set_literal_folder(fn) -> None:
 
 
 class BuilderTracer(Tracer):
-    __slots__ = ("_aval", "literal")
+    # (``aval`` a slot, not a property over one: the namespace functions and the shape rules read a tracer's
+    # aval ~4 times an equation, issue 28)
+    __slots__ = ("aval", "literal")
 
     def __init__(self, trace, aval, literal=None):
         self._trace = trace
-        self._aval = aval
+        self.aval = aval
         self.literal = literal
-
-    @property
-    def aval(self):
-        return self._aval
 
     def _concrete(self, what):
         if self.literal is not None:
@@ -86,6 +84,16 @@ class Builder:
 
     def atom(self, t):
         return t.literal if t.literal is not None else self.vars[id(t)]
+
+    def release(self):
+        """Drop the tracers once the program is built. Each tracer reaches this builder through its trace's
+        ``main.global_data``, and the builder held them all: a cycle per trace, freed only by CPython's cycle
+        collector, whose collections (the young ones mostly, and the full ones they set off, walking the whole
+        heap) cost a jitted decode step ~90 us of each new length's ~470 us on mlx:0 (issue 28). Without
+        the cycle the trace's objects go as their last reference does."""
+        self.tracers.clear()
+        self.consts.clear()
+        self.by_value.clear()
 
 
 class BuilderTrace(Trace):
@@ -121,7 +129,7 @@ class BuilderTrace(Trace):
     lift = pure
 
     def process_primitive(self, primitive, tracers, params):
-        b = self.builder
+        b = self.main.global_data   # (the ``builder`` property, inline)
         bvars = b.vars
         # the inputs' atoms and avals in one loop (no generator: each equation of every trace passes here)
         ins, in_avals, all_literal = [], [], bool(tracers)
@@ -132,13 +140,14 @@ class BuilderTrace(Trace):
                 ins.append(bvars[id(t)])
             else:
                 ins.append(lit)
-            in_avals.append(t._aval)
+            in_avals.append(t.aval)
         if all_literal and (primitive.kind in _FOLDABLE_KINDS or primitive.name in _FOLDABLE_NAMES):
             folded = _fold(primitive, [t.literal.val for t in tracers], params)
             if folded is not None:
                 aval = primitive.abstract_eval(*in_avals, **params)
                 return b.new_tracer(self, aval, Literal(folded, aval))
-        avals = primitive.abstract_eval(*in_avals, **params)
+        # ``**`` of the Params' own dict: of a Mapping it calls ``keys`` and ``__getitem__`` per item in Python
+        avals = primitive.abstract_eval(*in_avals, **(params._d if type(params) is Params else params))
         ins = tuple(ins)
         if not primitive.multiple_results:  # (one output: new_tracer and atom inlined, the common equation)
             t = BuilderTracer(self, avals)
@@ -185,4 +194,5 @@ def trace_to_program(flat_fun, in_avals, *, debug_name="fun"):
             constvals.append(v)
     prog = Program(constvars, [builder.vars[id(t)] for t in in_tracers], builder.eqns,
                    [builder.atom(t) for t in out_tracers])
+    builder.release()
     return prog, constvals

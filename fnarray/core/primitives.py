@@ -126,7 +126,7 @@ def binary(name, accepts=_NUMERIC, out_dtype=None, doc=""):
     ok, what = accepts
 
     def rule(x, y, **params):
-        shape = _broadcast_elementwise(name, (x, y))
+        shape = x.shape if x.shape == y.shape else _broadcast_elementwise(name, (x, y))
         if x.dtype != y.dtype:
             raise DTypeError(f"{name} needs operands of one dtype, got {x.dtype.name} and {y.dtype.name}")
         _dtype_check(name, x, ok, what)
@@ -272,8 +272,9 @@ bitcast_convert_type = Primitive("bitcast_convert_type", _bitcast_rule, kind="un
 
 
 def _check_shape(shape, what):
-    if not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
-        raise ShapeError(f"{what}: dimensions must be non-negative ints, got {shape}")
+    for d in shape:  # (a loop, exact ints first: every broadcast and reshape of every trace checks its shape)
+        if not (d >= 0 if type(d) is int else isinstance(d, (int, np.integer)) and d >= 0):
+            raise ShapeError(f"{what}: dimensions must be non-negative ints, got {shape}")
 
 
 def _check_indices_fit(name, size, dtype, fix):
@@ -301,10 +302,12 @@ def _broadcast_in_dim_rule(x, *, shape, broadcast_dimensions):
     if len(broadcast_dimensions) != x.ndim:
         raise ShapeError(f"broadcast_in_dim: operand of rank {x.ndim} needs {x.ndim} "
                          f"broadcast_dimensions, got {broadcast_dimensions}")
-    if list(broadcast_dimensions) != sorted(set(broadcast_dimensions)) or any(
-            not 0 <= d < len(shape) for d in broadcast_dimensions):
-        raise ShapeError(f"broadcast_in_dim: broadcast_dimensions {broadcast_dimensions} must be "
-                         f"strictly increasing and within rank {len(shape)}")
+    prev, rank = -1, len(shape)
+    for d in broadcast_dimensions:  # strictly increasing from 0 up, below the rank (one loop, no list or set)
+        if not prev < d < rank:
+            raise ShapeError(f"broadcast_in_dim: broadcast_dimensions {broadcast_dimensions} must be "
+                             f"strictly increasing and within rank {len(shape)}")
+        prev = d
     for i, d in enumerate(broadcast_dimensions):
         if x.shape[i] not in (1, shape[d]):
             raise ShapeError(f"broadcast_in_dim: operand dimension {i} of size {x.shape[i]} "
@@ -472,6 +475,8 @@ scatter_max = Primitive("scatter_max", _scatter_rule, kind="other", doc=_SCATTER
 
 
 def _check_axes(name, x, axes):
+    if len(axes) == 1 and 0 <= axes[0] < len(x.shape):  # one axis in range (the common case: no set)
+        return
     if len(set(axes)) != len(axes) or any(not 0 <= a < x.ndim for a in axes):
         raise ShapeError(f"{name}: axes {axes} invalid for rank {x.ndim}: each must lie in [0, {x.ndim}) and "
                          "appear once")
@@ -483,7 +488,7 @@ def reduction(name, accepts=_ANY, doc=""):
     def rule(x, *, axes):
         _dtype_check(name, x, ok, what)
         _check_axes(name, x, axes)
-        return ShapedArray(tuple(n for i, n in enumerate(x.shape) if i not in axes), x.dtype, x.weak_type)
+        return ShapedArray(tuple([n for i, n in enumerate(x.shape) if i not in axes]), x.dtype, x.weak_type)
 
     return Primitive(name, rule, kind="reduce", doc=doc)
 

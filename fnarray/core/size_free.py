@@ -29,39 +29,66 @@ SHAPE_PARAMS = _SHAPE_PARAMS = {P.reshape: "new_sizes", P.broadcast_in_dim: "sha
 
 def size_free_key(prog: Program):
     """``prog``'s key up to a renaming of its dimension sizes (module docstring); ``None`` for a program with
-    sub-programs (a ``call``, a loop: their sizes are not renamed here)."""
-    # (one loop over the equations, no helper calls for variables already named: jit keys each new length's
-    # program of a growing loop with it, issue 28)
+    sub-programs (a ``call``, a loop: their sizes are not renamed here).
+
+    Each variable's type (dtype, weak type, renamed shape) is written once, where the program defines it (its
+    constants and inputs, then each equation's outputs, in order), and each use names it by its number: the
+    key of two programs is one exactly where the programs are one up to a renaming of sizes."""
+    # (one loop over the equations, an equation's outputs renamed inline: jit keys each new length's program of a
+    # growing loop with it, issue 28; a use is an int, so the key has ~2/3 the elements to make, hash and compare
+    # of one that repeats the type at every use)
     sizes: dict = {}
-    names: dict = {}
+    names: dict = {}    # variable -> its number
     shapes: dict = {}   # shape -> its renamed form (a program's values share few shapes)
 
     def dims(shape):
-        got = shapes.get(shape)
-        if got is None:
-            # sizes of 2 or more as -1, -2, ... in order of first appearance (never equal to a size)
-            got = shapes[shape] = tuple([d if d < 2 else sizes.setdefault(d, -1 - len(sizes)) for d in shape])
+        # sizes of 2 or more as -1, -2, ... in order of first appearance (never equal to a size)
+        got = shapes[shape] = tuple([d if d < 2 else sizes.setdefault(d, -1 - len(sizes)) for d in shape])
         return got
 
-    def var(v):
+    def typed(v):
         a = v.aval
-        n = names[v] = (len(names), a.dtype, a.weak_type, dims(a.shape))
+        return a.dtype, a.weak_type, shapes.get(a.shape) or dims(a.shape)
+
+    def undefined(v):  # a variable that nothing defined (a malformed program): keyed by its type where first used
+        n = names[v] = (len(names),) + typed(v)
         return n
 
-    ins = tuple([var(v) for v in prog.constvars] + [var(v) for v in prog.invars])
+    ins = []
+    for v in (*prog.constvars, *prog.invars):
+        names[v] = len(names)
+        ins.append(typed(v))
     eqns = []
+    shape_params = _SHAPE_PARAMS
     for e in prog.eqns:
         if subprograms(e):
             return None
-        shape_param = _SHAPE_PARAMS.get(e.primitive)
-        params = tuple([(k, dims(v) if k == shape_param else param_key(v)) for k, v in e.params.items()])
+        shape_param = shape_params.get(e.primitive)
+        params = []
+        for k, v in e.params.items():
+            if k == shape_param:
+                got = shapes.get(v)
+                params.append((k, dims(v) if got is None else got))
+            else:
+                params.append((k, param_key(v)))
         atoms = []
         for a in e.inputs:
             if type(a) is Literal:
                 atoms.append(a)
             else:
                 n = names.get(a)
-                atoms.append(var(a) if n is None else n)
-        eqns.append((e.primitive, tuple(atoms), params, tuple([var(o) for o in e.outputs])))
-    outs = tuple([a if type(a) is Literal else names.get(a) or var(a) for a in prog.outvars])
-    return ins, tuple(eqns), outs
+                atoms.append(undefined(a) if n is None else n)
+        outs = []
+        for o in e.outputs:
+            av = o.aval
+            got = shapes.get(av.shape)
+            names[o] = len(names)
+            outs.append((av.dtype, av.weak_type, dims(av.shape) if got is None else got))
+        eqns.append((e.primitive, tuple(atoms), tuple(params), tuple(outs)))
+    outs = []
+    for a in prog.outvars:
+        if type(a) is not Literal:
+            n = names.get(a)
+            a = undefined(a) if n is None else n
+        outs.append(a)
+    return tuple(ins), tuple(eqns), tuple(outs)

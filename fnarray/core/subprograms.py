@@ -36,10 +36,10 @@ def subprograms(eqn: Eqn):
     out = getattr(params, "_subs", None)
     if out is not None:
         return out
-    out = _of_params(params)
     if type(params) is Params:
-        params._subs = out
-    return out
+        out = params._subs = _of_params(params._d)   # (the dict's own ``values``, not the Mapping's Python one)
+        return out
+    return _of_params(params)
 
 
 def _of_params(params) -> tuple:

@@ -214,6 +214,10 @@ def _pe_flat(fun_flat, known_vals, unknown_avals, order, saveable=None):
     res_vars = [v for v, _ in builder.residuals.values()]
     res_vals = [val for _, val in builder.residuals.values()]
     prog = Program([], res_vars + unknown_ins, builder.eqns, out_vars)
+    # (each tracer reaches the builder through its trace's main, and the builder held them: a reference cycle per
+    # linearization left to CPython's cycle collector; core.builder's ``Builder.release`` says why that costs)
+    builder.keep.clear()
+    builder.recipes.clear()
     prog, used = dce(prog)
     # Drop residuals the program no longer reads.
     n = len(res_vars)

@@ -246,16 +246,25 @@ class TracedArguments:
         self.by_id, self.used = by_id, False
 
 
-@contextlib.contextmanager
-def traced_arguments(tracers, values):
-    """While ``jit`` traces: each argument tracer stands for its value (a concrete array, or an outer tracer)."""
-    frame = TracedArguments({id(t): v for t, v in zip(tracers, values, strict=True)})
-    frames = _frames()
-    frames.append(frame)
-    try:
-        yield frame
-    finally:
-        frames.pop()
+class traced_arguments:  # noqa: N801 (used as the function it was: ``with traced_arguments(...) as frame``)
+    """While ``jit`` traces: each argument tracer stands for its value (a concrete array, or an outer tracer).
+
+    (A class, not a ``contextlib`` generator: jit opens one for every trace, each new length of a growing
+    loop's; issue 28.)"""
+
+    __slots__ = ("frame", "frames")
+
+    def __init__(self, tracers, values):
+        self.frame = TracedArguments({id(t): v for t, v in zip(tracers, values, strict=True)})
+
+    def __enter__(self):
+        self.frames = _frames()
+        self.frames.append(self.frame)
+        return self.frame
+
+    def __exit__(self, *exc):
+        self.frames.pop()
+        return False
 
 
 def _record_traced_sharding(tracer, sharding) -> None:
