@@ -253,8 +253,8 @@ def test_s24_derivatives_at_kinks_as_jax():
     """The conventions where the derivative is not unique, each as JAX 0.10 gives it (one jitted JAX program as the
     reference): ``abs`` at 0 (+1; so ``hypot`` at (0, 0) has 1/2), ``remainder`` at exact multiples (1 in x,
     -trunc(x / y) in y; was 0), ``x ** y`` at 0 (NaN for y < 0 in y and for y == 0.0 in x), ``lax.clamp`` at its
-    bounds (0). JAX's values, stated (its programs take seconds to compile): the median of a tie has 1/2 each (was
-    1 and 0), ``sinc`` twice at 0 is -pi**2 / 3 (was 0), ``cbrt`` twice -inf (was NaN); ``cummax`` ties:
+    bounds (0), ``det`` of singular matrices (the adjugate, JAX's cofactor form; was NaN). JAX's values, stated (its programs take seconds to compile): the median of a tie has 1/2 each (was
+    1 and 0), ``sinc`` twice at 0 is -pi**2 / 3 (was 0), ``cbrt`` twice -inf (was NaN), ``entr`` at 0 +inf; ``cummax`` ties:
     test_ad_rules.test_rules_against_jax_jvp."""
     jax = pytest.importorskip("jax")
     x = np.array([3.0, -3.0, 3.0, 0.0, 2.5], np.float32)
@@ -262,6 +262,8 @@ def test_s24_derivatives_at_kinks_as_jax():
     pw = (np.zeros(4, np.float32), np.array([0.0, -1.0, 2.0, 0.5], np.float32))
     clamped = np.array([-1.0, 0.0, 1.0, 2.0, 3.0], np.float32)
     zeros2 = np.zeros(2, np.float32)
+    singular = [np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]], np.float32),   # rank 2: adj(a)^T
+                np.outer([1.0, 2.0, 3.0], [1.0, 0.5, 2.0]).astype(np.float32)]                # rank 1: 0
 
     def grads(L, lax_, grad):
         s = lambda f: (lambda *a: L.sum(f(*a)))   # noqa: E731
@@ -270,7 +272,8 @@ def test_s24_derivatives_at_kinks_as_jax():
                 "remainder": grad(s(L.remainder), (0, 1))(x, y),
                 "pow": grad(s(L.power), (0, 1))(*pw),
                 "clamp": grad(s(lambda v, lo, hi: lax_.clamp(lo, v, hi)), (0, 1, 2))(clamped, 0 * clamped,
-                                                                                      0 * clamped + 2)}
+                                                                                      0 * clamped + 2),
+                "det": [grad(L.linalg.det)(m) for m in singular]}
     want = jax.jit(lambda: grads(jax.numpy, jax.lax, jax.grad))()
     got = grads(fnp, fa.lax, fa.grad)
     for k, w in want.items():
@@ -280,6 +283,8 @@ def test_s24_derivatives_at_kinks_as_jax():
                                   [0.5, 0.5, 0.0, 0.0])
     np.testing.assert_allclose(float(fa.hessian(fnp.sinc)(np.float32(0.0))), -np.pi ** 2 / 3, rtol=1e-6)
     assert float(fa.hessian(fnp.cbrt)(np.float32(0.0))) == -np.inf
+    entr = fa.scipy.special.entr   # one-sided at 0: +inf, then -inf (were 0)
+    assert (float(fa.grad(entr)(np.float32(0.0))), float(fa.hessian(entr)(np.float32(0.0)))) == (np.inf, -np.inf)
 
 
 def test_s24_keys_cov_and_weak_types_as_jax():
