@@ -55,7 +55,7 @@ jacobian = jacrev     # JAX's name (jax.jacobian is jacrev)
 
 # Libraries imported on first use, so that `import fnarray` stays light.
 _LAZY = {"random": None, "dtypes": None, "nn": None, "optim": None, "export": None, "profiler": None, "debug": None,
-         "ops": None, "utils": None, "flatten_util": None,
+         "ops": None, "utils": None, "flatten_util": None, "scipy": None,
          "doctor": "fnarray._doctor", "check": "fnarray._check", "ad_checkpoint": None,
          "checkpoint_policies": "fnarray.ad_checkpoint"}
 

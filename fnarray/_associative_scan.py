@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from fnarray import tree_util
 from fnarray.core import lax
+from fnarray.core.avals import asarray
 from fnarray.core.errors import ShapeError
 
 __all__ = ["associative_scan"]
@@ -24,12 +25,11 @@ def _slice0(x, start, stop, step=1):
 
 def _interleave(evens, odds):
     """``r[0::2] = evens``, ``r[1::2] = odds`` along axis 0 (``len(evens)`` is ``len(odds)`` or one more)."""
-    from fnarray import numpy as fnp
     n_even, n_odd = evens.shape[0], odds.shape[0]
     if n_even == n_odd + 1:
-        pad = fnp.zeros((1,) + odds.shape[1:], dtype=odds.dtype)
+        pad = lax.full((1,) + odds.shape[1:], 0, odds.dtype)
         odds = lax.concatenate([odds, pad], 0)
-    pairs = fnp.stack([evens, odds], axis=1)
+    pairs = lax.concatenate([lax.expand_dims(evens, (1,)), lax.expand_dims(odds, (1,))], 1)
     out = lax.reshape(pairs, (2 * n_even,) + evens.shape[1:])
     return _slice0(out, 0, n_even + n_odd)
 
@@ -93,11 +93,10 @@ def associative_scan(fn, elems, reverse: bool = False, axis: int = 0):
     Source: the recursive odd/even algorithm of Blelloch, "Prefix sums and their applications"
     (1990), in the form JAX documents for ``lax.associative_scan``.
     """
-    from fnarray import numpy as fnp
     flat, treedef = tree_util.tree_flatten(elems)
     if not flat:
         return elems
-    flat = [fnp.asarray(x) for x in flat]
+    flat = [asarray(x) for x in flat]
     ndim = flat[0].ndim
     for x in flat:
         if x.ndim == 0:
@@ -109,19 +108,21 @@ def associative_scan(fn, elems, reverse: bool = False, axis: int = 0):
     if len(lengths) != 1:
         raise ShapeError(f"associative_scan: every leaf of elems needs the same length along axis {axis}; "
                          f"got shapes {[tuple(x.shape) for x in flat]}")
-    flat = [fnp.moveaxis(x, ax, 0) for x in flat]
+    to_front = [ax] + [i for i in range(ndim) if i != ax]            # moves axis ax to the front
+    to_back = [to_front.index(i) for i in range(ndim)]               # and back
+    flat = [lax.transpose(x, to_front) for x in flat]
     if reverse:
         flat = [lax.rev(x, (0,)) for x in flat]
 
     def fn0(a, b):  # fn sees the user's axis layout
         if ax == 0:
             return fn(a, b)
-        back = lambda t: tree_util.tree_map(lambda x: fnp.moveaxis(x, 0, ax), t)
+        back = lambda t: tree_util.tree_map(lambda x: lax.transpose(x, to_back), t)
         out = fn(back(a), back(b))
-        return tree_util.tree_map(lambda x: fnp.moveaxis(x, ax, 0), out)
+        return tree_util.tree_map(lambda x: lax.transpose(x, to_front), out)
 
     out = _scan(fn0, treedef, flat)
     if reverse:
         out = [lax.rev(x, (0,)) for x in out]
-    out = [fnp.moveaxis(x, 0, ax) for x in out]
+    out = [lax.transpose(x, to_back) for x in out]
     return tree_util.tree_unflatten(treedef, out)

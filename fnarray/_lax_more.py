@@ -66,13 +66,26 @@ def batch_matmul(lhs, rhs, precision=None):
 def clamp(min, x, max):  # noqa: A002 (JAX's argument names)
     """``jax.lax.clamp``: ``x`` limited to ``[min, max]`` (``min``/``max`` scalars or of ``x``'s shape).
 
-    NaN in ``x`` stays NaN (max/min propagate NaN, docs/design.md).
+    NaN in ``x`` stays NaN (max/min propagate NaN, docs/design.md). Derivatives as JAX's ``clamp_p``: ``x``'s
+    where ``min < x < max``, ``min``'s where ``x < min < max``, ``max``'s where ``max < x``; at the bounds none
+    (``fnp.clip``, as ``jnp.clip``, splits a tie in halves instead).
     """
     from fnarray import numpy as fnp
+    from fnarray.numpy._util import is_weakly_typed
+    weak = all(is_weakly_typed(v) for v in (min, x, max))   # Python scalars throughout: weak, as JAX's
     x = fnp.asarray(x)
     lo = fnp.asarray(min, dtype=x.dtype)
     hi = fnp.asarray(max, dtype=x.dtype)
-    return fnp.minimum(fnp.maximum(x, lo), hi)
+
+    def only_where(cond, v):   # v's value everywhere, its tangent only where cond
+        return fnp.where(cond, v, _lax.stop_gradient(v))
+    x_in = only_where((x > lo) & (x < hi), x)
+    lo_in = only_where((lo > x) & (lo < hi), lo)
+    hi_in = only_where(hi < x, hi)
+    out = fnp.minimum(fnp.maximum(x_in, lo_in), hi_in)
+    if weak:
+        out = _lax.convert_element_type(out, out.dtype, weak_type=True)
+    return out
 
 
 def square(x):

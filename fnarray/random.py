@@ -62,6 +62,7 @@ __all__ = [
     "cauchy",
     "chisquare",
     "choice",
+    "clone",
     "dirichlet",
     "double_sided_maxwell",
     "exponential",
@@ -73,6 +74,7 @@ __all__ = [
     "gumbel",
     "key",
     "key_data",
+    "key_dtype",
     "key_impl",
     "laplace",
     "loggamma",
@@ -404,6 +406,40 @@ def key_impl(keys) -> str:
     """
     key_data(keys)
     return "threefry2x32"
+
+
+def key_dtype(impl=None):
+    """The dtype of typed keys (mirrors ``jax.random.key_dtype``): ``key<fry>``, ``key(0).dtype``.
+
+    Args:
+      impl: ``None`` or ``"threefry2x32"`` (the only generator here).
+
+    Returns:
+      ``fnarray.core.dtypes.key_fry``, a subdtype of ``fnarray.dtypes.prng_key``.
+
+    Raises:
+      ValueError: another ``impl``.
+    """
+    _check_impl(impl, "key_dtype")
+    return dtypes.key_fry
+
+
+def clone(key):
+    """The same key, for reuse (mirrors ``jax.random.clone``, an identity outside JAX's key-reuse checker).
+
+    Arrays here are immutable and keys are not checked for reuse, so ``clone`` returns ``key`` itself.
+
+    Args:
+      key: typed keys (``key<fry>``) or raw keys (``uint32[..., 2]``), any batch shape.
+
+    Returns:
+      ``key``.
+
+    Raises:
+      TypeError: ``key`` is not an array. ShapeError: raw keys that are not ``uint32`` with a last axis of 2.
+    """
+    key_data(key)
+    return key
 
 
 def split(key, num=2) -> Array:

@@ -247,3 +247,80 @@ def test_scaled_dot_product_attention_in_mlx_layout(device, mask):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-6)
     with pytest.raises(fa.ShapeError, match="MLX's layout"):
         nn.scaled_dot_product_attention(q[0], k[0], v[0], scale=0.3)
+
+
+def test_s24_derivatives_at_kinks_as_jax():
+    """The conventions where the derivative is not unique, each as JAX 0.10 gives it (one jitted JAX program as the
+    reference): ``abs`` at 0 (+1; so ``hypot`` at (0, 0) has 1/2), ``remainder`` at exact multiples (1 in x,
+    -trunc(x / y) in y; was 0), ``x ** y`` at 0 (NaN for y < 0 in y and for y == 0.0 in x), ``lax.clamp`` at its
+    bounds (0), ``det`` of singular matrices (the adjugate, JAX's cofactor form; was NaN). JAX's values, stated (its programs take seconds to compile): the median of a tie has 1/2 each (was
+    1 and 0), ``sinc`` twice at 0 is -pi**2 / 3 (was 0), ``cbrt`` twice -inf (was NaN), ``entr`` at 0 +inf; ``cummax`` ties:
+    test_ad_rules.test_rules_against_jax_jvp."""
+    jax = pytest.importorskip("jax")
+    x = np.array([3.0, -3.0, 3.0, 0.0, 2.5], np.float32)
+    y = np.array([1.5, 1.5, -1.5, 1.0, 1.0], np.float32)
+    pw = (np.zeros(4, np.float32), np.array([0.0, -1.0, 2.0, 0.5], np.float32))
+    clamped = np.array([-1.0, 0.0, 1.0, 2.0, 3.0], np.float32)
+    zeros2 = np.zeros(2, np.float32)
+    singular = [np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]], np.float32),   # rank 2: adj(a)^T
+                np.outer([1.0, 2.0, 3.0], [1.0, 0.5, 2.0]).astype(np.float32)]                # rank 1: 0
+
+    def grads(L, lax_, grad):
+        s = lambda f: (lambda *a: L.sum(f(*a)))   # noqa: E731
+        return {"abs": grad(s(L.abs))(np.array([0.0, -0.0, -2.0], np.float32)),
+                "hypot": grad(s(L.hypot), (0, 1))(zeros2, zeros2),
+                "remainder": grad(s(L.remainder), (0, 1))(x, y),
+                "pow": grad(s(L.power), (0, 1))(*pw),
+                "clamp": grad(s(lambda v, lo, hi: lax_.clamp(lo, v, hi)), (0, 1, 2))(clamped, 0 * clamped,
+                                                                                      0 * clamped + 2),
+                "det": [grad(L.linalg.det)(m) for m in singular]}
+    want = jax.jit(lambda: grads(jax.numpy, jax.lax, jax.grad))()
+    got = grads(fnp, fa.lax, fa.grad)
+    for k, w in want.items():
+        for g, wv in zip(fa.tree_util.tree_leaves(got[k]), jax.tree_util.tree_leaves(w), strict=True):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(wv), rtol=1e-6, err_msg=k)
+    np.testing.assert_array_equal(np.asarray(fa.grad(fnp.median)(np.array([1.0, 1.0, 0.0, 3.0], np.float32))),
+                                  [0.5, 0.5, 0.0, 0.0])
+    np.testing.assert_allclose(float(fa.hessian(fnp.sinc)(np.float32(0.0))), -np.pi ** 2 / 3, rtol=1e-6)
+    assert float(fa.hessian(fnp.cbrt)(np.float32(0.0))) == -np.inf
+    entr = fa.scipy.special.entr   # one-sided at 0: +inf, then -inf (were 0)
+    assert (float(fa.grad(entr)(np.float32(0.0))), float(fa.hessian(entr)(np.float32(0.0)))) == (np.inf, -np.inf)
+
+
+def test_s24_keys_cov_and_weak_types_as_jax():
+    """``random.clone``/``key_dtype``, ``cov`` with ``fweights``/``aweights`` (NumPy float64 the reference), and
+    the weak types of Python-scalar entry points (``full(2, 1)``, ``relu(1.0)``, ``lax.clamp`` of scalars: weak;
+    ``gelu(1.0)``: strong), each as ``jax.eval_shape`` gives it; ``relu6`` of ints computes in float32 and
+    ``hard_tanh`` keeps them (JAX's dtypes)."""
+    jax = pytest.importorskip("jax")
+    k = fa.random.key(3)
+    assert fa.random.clone(k) is k and fa.random.key_dtype() == k.dtype == fa.random.key_dtype("threefry2x32")
+    np.testing.assert_array_equal(np.asarray(fa.random.key_data(fa.random.clone(k))),
+                                  np.asarray(jax.random.key_data(jax.random.clone(jax.random.key(3)))))
+    rng = _rng()
+    m = rng.normal(size=(3, 6)).astype(np.float32)
+    aw, fw = rng.uniform(0.5, 2.0, 6).astype(np.float32), np.array([1, 2, 0, 3, 1, 1])
+    for kw in ({"aweights": aw}, {"fweights": fw}, {"aweights": aw, "fweights": fw, "ddof": 2},
+               {"fweights": fw, "bias": True}):
+        np.testing.assert_allclose(np.asarray(fnp.cov(m, **kw)), np.cov(m.astype(np.float64), **kw), rtol=2e-5,
+                                   atol=1e-6, err_msg=str(list(kw)))
+    with pytest.raises(TypeError, match="fweights must be integer"):
+        fnp.cov(m, fweights=aw)
+    with pytest.raises(fa.ShapeError, match="one weight per observation"):
+        fnp.cov(m, aweights=aw[:4])
+    jnp = jax.numpy
+    pairs = [(lambda: fnp.full(2, 1), lambda: jnp.full(2, 1)), (lambda: fnp.full((), 1.0), lambda: jnp.full((), 1.0)),
+             (lambda: fnp.full(2, 1, dtype="int32"), lambda: jnp.full(2, 1, dtype="int32")),
+             (lambda: fnp.zeros_like(1.0), lambda: jnp.zeros_like(1.0)),
+             (lambda: fnp.full_like(fnp.ones(2), 3), lambda: jnp.full_like(jnp.ones(2), 3)),
+             (lambda: fa.nn.relu(1.0), lambda: jax.nn.relu(1.0)), (lambda: fa.nn.relu(1), lambda: jax.nn.relu(1)),
+             (lambda: fa.nn.softplus(1.0), lambda: jax.nn.softplus(1.0)),
+             (lambda: fa.nn.gelu(1.0), lambda: jax.nn.gelu(1.0)),
+             (lambda: fa.lax.clamp(0.0, 1.0, 2.0), lambda: jax.lax.clamp(0.0, 1.0, 2.0)),
+             (lambda: fnp.clip(1.0, 0.0, 2.0), lambda: jnp.clip(1.0, 0.0, 2.0))]
+    for i, (f, j) in enumerate(pairs):
+        got, want = fa.eval_shape(f), jax.eval_shape(j)
+        assert (got.shape, got.dtype, got.weak_type) == (want.shape, want.dtype, want.weak_type), i
+    for f, j in ((fa.nn.relu6, jax.nn.relu6), (fa.nn.hard_tanh, jax.nn.hard_tanh)):   # (JAX's int results are
+        assert f(fnp.arange(3)).dtype == j(jnp.arange(3)).dtype                       # weak: not followed)
+    assert fa.scipy.special.logsumexp is not None    # fa.scipy without its own import, as jax.scipy

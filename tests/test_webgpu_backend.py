@@ -225,10 +225,12 @@ def test_nan_propagates_through_max_min_and_reductions(wdev, ref):
     x = np.array([[1.0, np.nan, 3.0], [2.0, -1.0, -np.inf]], np.float32)
     y = np.array([[np.nan, 0.0, 4.0], [1.0, np.nan, 0.25]], np.float32)
 
-    def f(a, b):   # Mesa folds x - x, x + (-x) to 0.0 and x == x, x <= x to true: wgsl's expand states them
+    def f(a, b):   # Mesa folds x - x, x + (-x), k x + (-k) x to 0.0 and x == x, x <= x to true: wgsl's expand
+        # states them (the gradient of arctan2(u, u) is such a sum: NaN at 0, as JAX's)
         return (fnp.maximum(a, b), fnp.minimum(a, b), fnp.max(a, axis=1), fnp.min(b, axis=0),
                 fnp.argmax(a, axis=1), fnp.isnan(a + b), fa.nn.relu(a),
-                a - a, b + -b, (a == a) & (b <= b), a != a)
+                a - a, b + -b, (a == a) & (b <= b), a != a, -2.0 * a + 2.0 * a,
+                fa.grad(lambda u: fnp.sum(fnp.arctan2(u, u)))(b * 0.0))
 
     check_traced(f, x, y)
     got = fa.jit(f, device=wdev)(*_on(wdev, x, y))

@@ -263,7 +263,10 @@ def argmin(x, axis: int, index_dtype=dtypes.int32):
 
 def _cum(p):
     def f(x, axis: int = 0, reverse: bool = False):
-        return p.bind(x, axis=int(axis), reverse=bool(reverse))
+        axis = int(axis)
+        if axis < 0:   # counted from the end, as JAX's lax.cumsum and its kin
+            axis += len(_aval(x).shape)
+        return p.bind(x, axis=axis, reverse=bool(reverse))
     f.__name__ = p.name
     return f
 

@@ -7,6 +7,7 @@ safe point (so that its derivative, multiplied by zero, never produces NaN).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -50,6 +51,18 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------- helpers
+
+
+def _weak_in_weak_out(fn):
+    """``fn(x, ...)`` weakly typed where ``x`` is (a Python scalar: ``relu(1.0)``), as ``jax.nn``'s activations."""
+    @functools.wraps(fn)
+    def activation(x, *args, **kwargs):
+        from fnarray.numpy._util import aval_of, is_weakly_typed
+        out = fn(x, *args, **kwargs)
+        if is_weakly_typed(x) and not aval_of(out).weak_type:
+            out = lax.convert_element_type(out, aval_of(out).dtype, weak_type=True)
+        return out
+    return activation
 
 
 def _array(x, name):
@@ -115,6 +128,7 @@ def _bcast_to(v, shape):
 # ----------------------------------------------------------------------------- activations
 
 
+@_weak_in_weak_out
 def relu(x):
     """Rectified linear unit ``max(x, 0)`` (mirrors ``jax.nn.relu``; Nair & Hinton 2010).
 
@@ -158,20 +172,22 @@ def _make_relu():
 _relu = _make_relu()
 
 
+@_weak_in_weak_out
 def relu6(x):
     """``min(max(x, 0), 6)`` (mirrors ``jax.nn.relu6``); derivative 0 at 0 and at 6.
 
     Args:
-      x: a real array or scalar. Integers keep their dtype; bool becomes ``float32``.
+      x: a real array or scalar; integer and bool inputs are computed in ``float32`` (as JAX's: its bound 6.0
+        promotes them).
 
     Returns:
-      An array of ``x``'s shape and dtype.
+      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input).
 
     Raises:
       TypeError: ``x`` is not an array or a scalar.
       DTypeError: ``x`` is complex.
     """
-    x = _real(x, "relu6", allow_int=True)
+    x = _real(x, "relu6")
     return _where(x <= 0, 0, _where(x >= 6, 6, x))
 
 
@@ -193,6 +209,7 @@ def leaky_relu(x, negative_slope=1e-2):
     return _where(x >= 0, x, negative_slope * x)
 
 
+@_weak_in_weak_out
 def elu(x, alpha=1.0):
     """Exponential linear unit: ``x`` if ``x > 0`` else ``alpha * (exp(x) - 1)``
     (mirrors ``jax.nn.elu``; Clevert et al. 2016).
@@ -213,6 +230,7 @@ def elu(x, alpha=1.0):
     return _where(x > 0, x, alpha * lax.expm1(safe))
 
 
+@_weak_in_weak_out
 def celu(x, alpha=1.0):
     """Continuously-differentiable ELU: ``x`` if ``x > 0`` else ``alpha * expm1(x / alpha)``
     (mirrors ``jax.nn.celu``; Barron 2017).
@@ -237,6 +255,7 @@ _SELU_ALPHA = 1.6732632423543772848170429916717
 _SELU_SCALE = 1.0507009873554804934193349852946
 
 
+@_weak_in_weak_out
 def selu(x):
     """Scaled ELU with the self-normalizing constants of Klambauer et al. 2017 (mirrors ``jax.nn.selu``).
 
@@ -273,8 +292,10 @@ def gelu(x, approximate: bool = True):
     x = _real(x, "gelu")
     if approximate:
         inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))
-        return 0.5 * x * (1.0 + lax.tanh(inner))
-    return 0.5 * x * (1.0 + lax.erf(x * (1.0 / math.sqrt(2.0))))
+        out = 0.5 * x * (1.0 + lax.tanh(inner))
+    else:
+        out = 0.5 * x * (1.0 + lax.erf(x * (1.0 / math.sqrt(2.0))))
+    return lax.convert_element_type(out, out.dtype)   # strongly typed, also for a Python scalar (as JAX's)
 
 
 def sigmoid(x):
@@ -293,6 +314,7 @@ def sigmoid(x):
     return lax.logistic(_real(x, "sigmoid"))
 
 
+@_weak_in_weak_out
 def softplus(x):
     """``log(1 + exp(x))``, computed stably as ``max(x, 0) + log1p(exp(-|x|))`` (mirrors ``jax.nn.softplus``).
 
@@ -313,6 +335,7 @@ def softplus(x):
     return _where(pos, x, 0) + lax.log1p(lax.exp(neg_abs))
 
 
+@_weak_in_weak_out
 def log_sigmoid(x):
     """``log(sigmoid(x)) = -softplus(-x)`` (mirrors ``jax.nn.log_sigmoid``).
 
@@ -330,6 +353,7 @@ def log_sigmoid(x):
     return -softplus(-x)
 
 
+@_weak_in_weak_out
 def soft_sign(x):
     """``x / (|x| + 1)`` (mirrors ``jax.nn.soft_sign``).
 
@@ -368,6 +392,7 @@ def silu(x):
 swish = silu
 
 
+@_weak_in_weak_out
 def hard_sigmoid(x):
     """``relu6(x + 3) / 6`` (mirrors ``jax.nn.hard_sigmoid``).
 
@@ -385,6 +410,7 @@ def hard_sigmoid(x):
     return relu6(x + 3.0) / 6.0
 
 
+@_weak_in_weak_out
 def hard_silu(x):
     """``x * hard_sigmoid(x)`` (mirrors ``jax.nn.hard_silu``; ``hard_swish`` is the same; Howard et al. 2019).
 
@@ -405,6 +431,7 @@ def hard_silu(x):
 hard_swish = hard_silu
 
 
+@_weak_in_weak_out
 def mish(x):
     """``x * tanh(softplus(x))`` (mirrors ``jax.nn.mish``; Misra, 2019).
 
@@ -441,6 +468,7 @@ def squareplus(x, b=4):
     return (x + lax.sqrt(x * x + b)) / 2
 
 
+@_weak_in_weak_out
 def sparse_plus(x):
     """0 for ``x <= -1``, ``(x + 1)**2 / 4`` between, ``x`` for ``x >= 1`` (mirrors ``jax.nn.sparse_plus``;
     sparsemax's smooth ReLU).
@@ -460,6 +488,7 @@ def sparse_plus(x):
     return _where(x <= -1, 0, _where(x >= 1, x, inside))
 
 
+@_weak_in_weak_out
 def sparse_sigmoid(x):
     """``clip((x + 1) / 2, 0, 1)``, the derivative of ``sparse_plus`` (mirrors ``jax.nn.sparse_sigmoid``).
 
@@ -557,20 +586,21 @@ def identity(x):
     return _array(x, "identity")
 
 
+@_weak_in_weak_out
 def hard_tanh(x):
     """``x`` clipped to ``[-1, 1]`` (mirrors ``jax.nn.hard_tanh``).
 
     Args:
-      x: a real array or scalar; integer and bool inputs are computed in ``float32``.
+      x: a real array or scalar; integers keep their dtype (as JAX's), bool becomes ``float32``.
 
     Returns:
-      An array of ``x``'s shape and floating dtype (``float32`` for integer/bool input).
+      An array of ``x``'s shape and dtype (``float32`` for bool input).
 
     Raises:
       TypeError: ``x`` is not an array or a scalar.
       DTypeError: ``x`` is complex.
     """
-    x = _real(x, "hard_tanh")
+    x = _real(x, "hard_tanh", allow_int=True)
     return _where(x > 1, 1, _where(x < -1, -1, x))
 
 

@@ -15,7 +15,7 @@ from fnarray.core import dtypes, lax
 from fnarray.core.array import Array
 from fnarray.core.errors import ShapeError
 from fnarray.core.tracing import Tracer, is_scalar
-from fnarray.numpy._util import asarray_internal, aval_of
+from fnarray.numpy._util import asarray_internal, aval_of, is_weakly_typed
 
 __all__ = ["asarray", "array", "zeros", "ones", "full", "empty", "zeros_like", "ones_like", "full_like",
            "empty_like", "arange", "linspace", "logspace", "eye", "identity", "meshgrid", "tril", "triu",
@@ -95,7 +95,8 @@ def full(shape, fill_value, dtype=None, *, device=None):
     """An array of ``shape`` filled with ``fill_value`` (array API ``full``; ``numpy.full``).
 
     Differences from NumPy: without ``dtype``, a Python float gives ``float32`` and a Python int ``int32`` (NumPy:
-    ``float64``/``int64``); an array ``fill_value`` keeps its dtype and may be traced.
+    ``float64``/``int64``); an array ``fill_value`` keeps its dtype and may be traced. Without ``dtype``, a Python
+    scalar (not bool) or weakly typed fill gives a weakly typed array, as ``jnp.full``.
 
     Args:
       shape: an int or a tuple of non-negative ints (static).
@@ -113,6 +114,16 @@ def full(shape, fill_value, dtype=None, *, device=None):
       DTypeError: a ``dtype`` fnarray does not have.
       OverflowError: a Python int that does not fit ``dtype``.
     """
+    out = _full(shape, fill_value, dtype, device)
+    return _weak_like(out, dtype is None and is_weakly_typed(fill_value))
+
+
+def _weak_like(out, weak: bool):
+    """``out`` weakly typed where ``weak`` (a Python scalar's fill without a dtype: ``jnp.full(2, 1.0)`` is weak)."""
+    return lax.convert_element_type(out, aval_of(out).dtype, weak_type=True) if weak else out
+
+
+def _full(shape, fill_value, dtype, device):
     shape = _shape(shape, "full")
     dtype_given = dtype is not None
     if dtype is None:
@@ -204,7 +215,8 @@ def _like(x, dtype, shape, where):
 def full_like(x, /, fill_value, dtype=None, *, device=None, shape=None):
     """An array like ``x`` (shape, dtype) filled with ``fill_value`` (array API ``full_like``; ``numpy.full_like``).
 
-    Differences from NumPy: none beyond the ``device`` argument; no ``order``/``subok``.
+    Differences from NumPy: none beyond the ``device`` argument; no ``order``/``subok``. Like a Python scalar (or
+    a weakly typed array) without ``dtype``, the result is weakly typed, as JAX's.
 
     Args:
       x: an array (or array-like) giving the default shape and dtype.
@@ -222,13 +234,14 @@ def full_like(x, /, fill_value, dtype=None, *, device=None, shape=None):
       DTypeError: a ``dtype`` fnarray does not have.
     """
     s, d = _like(x, dtype, shape, "full_like")
-    return full(s, fill_value, dtype=d, device=device)
+    return _weak_like(full(s, fill_value, dtype=d, device=device), dtype is None and is_weakly_typed(x))
 
 
 def zeros_like(x, /, dtype=None, *, device=None, shape=None):
     """Zeros shaped like ``x`` (array API ``zeros_like``; ``numpy.zeros_like``).
 
-    Differences from NumPy: none beyond the ``device`` argument; no ``order``/``subok``.
+    Differences from NumPy: none beyond the ``device`` argument; no ``order``/``subok``. Like a Python scalar (or
+    a weakly typed array) without ``dtype``, the result is weakly typed, as JAX's.
 
     Args:
       x: an array (or array-like) giving the default shape and dtype.
@@ -245,13 +258,14 @@ def zeros_like(x, /, dtype=None, *, device=None, shape=None):
       DTypeError: a ``dtype`` fnarray does not have.
     """
     s, d = _like(x, dtype, shape, "zeros_like")
-    return full(s, 0, dtype=d, device=device)
+    return _weak_like(full(s, 0, dtype=d, device=device), dtype is None and is_weakly_typed(x))
 
 
 def ones_like(x, /, dtype=None, *, device=None, shape=None):
     """Ones shaped like ``x`` (array API ``ones_like``; ``numpy.ones_like``).
 
-    Differences from NumPy: none beyond the ``device`` argument; no ``order``/``subok``.
+    Differences from NumPy: none beyond the ``device`` argument; no ``order``/``subok``. Like a Python scalar (or
+    a weakly typed array) without ``dtype``, the result is weakly typed, as JAX's.
 
     Args:
       x: an array (or array-like) giving the default shape and dtype.
@@ -268,7 +282,7 @@ def ones_like(x, /, dtype=None, *, device=None, shape=None):
       DTypeError: a ``dtype`` fnarray does not have.
     """
     s, d = _like(x, dtype, shape, "ones_like")
-    return full(s, 1, dtype=d, device=device)
+    return _weak_like(full(s, 1, dtype=d, device=device), dtype is None and is_weakly_typed(x))
 
 
 def empty_like(x, /, dtype=None, *, device=None, shape=None):

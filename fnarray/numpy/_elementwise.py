@@ -364,9 +364,11 @@ def _py_mod(x, y):
     fix = lax.bitwise_and(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(y, lax.zeros_like(y))))
     out = lax.select(fix, lax.add(r, lax.broadcast_to_rank_shape(y, aval_of(r).shape)), r)
     if dtypes.is_float(d):
-        # A zero result takes the divisor's sign, as in Python and NumPy.
-        out = lax.select(lax.eq(out, zero), copysign(zero, lax.broadcast_to_rank_shape(y, aval_of(r).shape)),
-                         out)
+        # A zero result takes the divisor's sign, as in Python and NumPy. Its derivative stays that of ``out``
+        # (JAX's: 1 in x, -trunc(x / y) in y at exact multiples): ``out - stop_gradient(out)`` adds +0 and the tangent.
+        signed = lax.sub(copysign(zero, lax.broadcast_to_rank_shape(y, aval_of(r).shape)),
+                         lax.sub(lax.stop_gradient(out), out))
+        out = lax.select(lax.eq(out, zero), signed, out)
     return out
 
 
@@ -431,10 +433,22 @@ def pow(x1, x2, /):  # noqa: A001 (array API name)
         raise DTypeError("pow does not accept bool arrays")
     if dtypes.is_int(d):
         return elementwise("pow", _int_pow, *a)
+    if not isinstance(x2, (int, float, complex)) and dtypes.is_int(aval_of(x2).dtype):
+        return elementwise("pow", _pow_int_exponent, *a)
     return elementwise("pow", lax.pow, *a)
 
 
 power = pow
+
+
+def _pow_int_exponent(x, y):
+    """``x ** y`` for an integer array ``y`` (promoted): 1 where ``y == 0`` with derivative 0 there, also at
+    ``x == 0``, as JAX's ``lax.pow`` with an integer exponent (a float exponent 0 gives NaN there)."""
+    shape = aval_of(x).shape or aval_of(y).shape
+    x = lax.broadcast_to_rank_shape(x, shape)
+    y = lax.broadcast_to_rank_shape(y, shape)
+    # the base, not the result, is selected: a select after pow would still send a zero cotangent through its NaN
+    return lax.pow(lax.select(lax.eq(y, lax.zeros_like(y)), lax.full(shape, 1, aval_of(x).dtype), x), y)
 
 
 def _int_pow(x, y):
@@ -1329,8 +1343,13 @@ def sinc(x, /):
     from fnarray.numpy._manipulation import where
     x = _to_inexact(x)
     px = multiply(x, np.pi)
-    safe = where(equal(x, 0), 1, px)
-    return where(equal(x, 0), 1, divide(sin(safe), safe))
+    zero = equal(x, 0)
+    safe = where(zero, 1, px)
+    # at 0 the Maclaurin series 1 - (pi x)**2 / 6 + (pi x)**4 / 120: exactly 1, and derivatives of every order
+    # up to the fifth exact there (JAX's sinc: -pi**2 / 3 twice), where a constant 1 would give 0
+    p2 = multiply(px, px)
+    series = subtract(1, multiply(divide(p2, 6), subtract(1, divide(p2, 20))))
+    return where(zero, series, divide(sin(safe), safe))
 
 
 def heaviside(x1, x2, /):

@@ -387,14 +387,27 @@ def vander(x, N=None, increasing=False):
     return fnp.power(x[:, None], powers.astype(x.dtype) if fnp.issubdtype(x.dtype, fnp.inexact) else powers)
 
 
-def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None):
-    """The covariance matrix of variables in ``m``'s rows (columns with ``rowvar=False``) (``numpy.cov``).
+def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None, *, dtype=None):
+    """The covariance matrix of variables in ``m``'s rows (columns with ``rowvar=False``) (``numpy.cov``,
+    ``jax.numpy.cov``).
 
-    ``fweights``/``aweights`` are not supported (raise ``NotImplementedError``).
+    Args:
+      m, y: 1-d or 2-d arrays of variables (``y``'s are appended); integers are computed in ``float32``.
+      rowvar, bias, ddof: as NumPy's (``ddof`` overrides ``bias``).
+      fweights: integer frequency weights, one per observation (their absolute values, as JAX's).
+      aweights: observation weights, one per observation (their absolute values, as JAX's).
+      dtype: a floating or complex dtype to compute in.
+
+    Returns:
+      ``(k, k)`` for ``k`` variables, ``()`` for one. The weighted form is NumPy's: the weighted mean, then the
+      sum of ``w * x x^T`` over ``sum(w) - ddof * sum(w * aweights) / sum(w)``.
+
+    Raises:
+      ShapeError: weights that are not 1-d of one value per observation.
+      TypeError: non-integer ``fweights``.
+      ValueError: a non-inexact ``dtype``.
     """
     fnp = _np()
-    if fweights is not None or aweights is not None:
-        raise NotImplementedError("cov: fweights and aweights are not supported; weight the observations first")
     X = fnp.atleast_2d(fnp.asarray(m))
     if not rowvar and X.shape[0] != 1:
         X = X.T
@@ -403,13 +416,44 @@ def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=N
         if not rowvar and Y.shape[0] != 1:
             Y = Y.T
         X = fnp.concatenate([X, Y], axis=0)
-    if not fnp.issubdtype(X.dtype, fnp.inexact):
+    if dtype is not None and not fnp.issubdtype(dtype, fnp.inexact):
+        raise ValueError(f"cov: dtype must be a floating or complex dtype; got {dtype}")
+    if dtype is not None:
+        X = X.astype(dtype)
+    elif not fnp.issubdtype(X.dtype, fnp.inexact):
         X = X.astype(dtypes.to_inexact(X.dtype))
     ddof = (0 if bias else 1) if ddof is None else ddof
     n = X.shape[1]
-    Xc = X - fnp.mean(X, axis=1, keepdims=True)
-    c = (Xc @ fnp.conj(Xc).T) / (n - ddof)
+    fw = _cov_weights(fweights, "fweights", n)
+    aw = _cov_weights(aweights, "aweights", n)
+    if fw is not None and not fnp.issubdtype(fw.dtype, fnp.integer):
+        raise TypeError(f"cov: fweights must be integer; got {fw.dtype}")
+    if fw is None and aw is None:
+        Xc = X - fnp.mean(X, axis=1, keepdims=True)
+        c = (Xc @ fnp.conj(Xc).T) / (n - ddof)
+    else:
+        w = (fw if aw is None else aw if fw is None else fw * aw).astype(fnp.finfo(X.dtype).dtype)
+        w_sum = fnp.sum(w)
+        if ddof == 0:
+            f = w_sum
+        elif aw is None:
+            f = w_sum - ddof
+        else:
+            f = w_sum - ddof * fnp.sum(w * aw) / w_sum
+        Xc = X - (X @ w)[:, None] / w_sum
+        c = (Xc @ fnp.conj(Xc * w).T) / f
     return fnp.squeeze(c) if c.shape == (1, 1) else c
+
+
+def _cov_weights(w, name, n):
+    """``|w|`` for ``n`` observations, or None."""
+    if w is None:
+        return None
+    fnp = _np()
+    w = fnp.asarray(w)
+    if w.ndim != 1 or w.shape[0] != n:
+        raise ShapeError(f"cov: {name} must be 1-d with one weight per observation ({n}); got shape {tuple(w.shape)}")
+    return fnp.abs(w)
 
 
 def corrcoef(x, y=None, rowvar=True):

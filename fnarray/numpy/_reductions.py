@@ -822,8 +822,9 @@ def _quantile(name, a, q, axis, out, method, keepdims, scale):
         weighted = lax.add(lax.mul(lo, one_minus_t), lax.mul(hi, t))
         infinite = lax.bitwise_not(lax.bitwise_and(lax.is_finite(lo), lax.is_finite(hi)))
         res = _select(infinite, weighted, res)
-        # Exact positions (t == 0) and equal neighbours keep their value, infinities included.
-        res = _select(lax.bitwise_or(lax.eq(t, lax.zeros_like(t)), lax.eq(lo, hi)), lo, res)
+        # Exact positions (t == 0) keep their value, infinities included. Equal finite neighbours give it
+        # exactly (hi - lo is 0) and share the derivative as JAX's (1 - t, t): the median of a tie has 1/2 each.
+        res = _select(lax.eq(t, lax.zeros_like(t)), lo, res)
     last = lax.slice_in_dim(srt, n - 1, n, axis=len(rest))
     has_nan = lax.broadcast_in_dim(lax.reshape(_isnan(last), rest), batch_shape,
                                    tuple(range(1, 1 + len(rest))))

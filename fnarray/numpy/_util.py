@@ -147,6 +147,13 @@ def _cast_scalar(x, d):
     return dtypes.scalar_literal(x, d, quiet=True)
 
 
+def is_weakly_typed(v) -> bool:
+    """As JAX's ``dtypes.is_weakly_typed``: a Python int, float or complex (not bool), or a weakly typed array."""
+    if isinstance(v, (int, float, complex)):
+        return not isinstance(v, bool)
+    return isinstance(v, (Array, Tracer)) and aval_of(v).weak_type
+
+
 def result_aval(*args):
     return dtypes.result_type(*[(a.dtype, a.weak_type) for a in map(aval_of, args)])
 

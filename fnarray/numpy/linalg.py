@@ -324,13 +324,56 @@ def _inv(x, *, check, original=None):
 def det(x, /):
     """Determinant of each matrix (array API ``linalg.det``), from the LU factorization.
 
-    Args: x: ``[..., M, M]``. Returns: ``[...]``, the inexact dtype (0 for a singular matrix).
+    Args: x: ``[..., M, M]``. Returns: ``[...]``, the inexact dtype (0 for a singular matrix). Its derivative
+    ``trace(adj(x) dx)`` (JAX's cofactor form) is finite at singular matrices too.
 
     Raises: ShapeError: rank < 2 or non-square.
     """
-    x = _matrix("det", x, square=True)
+    return _det(_matrix("det", x, square=True))
+
+
+def _det_of(x):
     lu, piv, _perm = L.lu(x)
     return E.multiply(_pivot_sign(piv, x.dtype), R.prod(_lu_diag(lu), axis=-1))
+
+
+def _cofactor_solve(a, b):
+    """``(det(a), adj(a) @ b)``, finite for a singular ``a`` too (JAX's ``_cofactor_solve``, ``det``'s JVP).
+
+    With ``a = p l u``, ``det(a) a^-1 b = prod(diag u) u^-1 l^-1 p^-1 b``. ``u``'s last pivot replaced by
+    ``1 / (sign prod(diag u)[:-1])`` gives the last row without dividing by a zero pivot (rank n - 1); the other rows
+    are scaled by ``det(a)`` (0 then). Where that solve still overflows (rank < n - 1) the result is 0.
+    """
+    n = a.shape[-1]
+    if n == 1:
+        return a[..., 0, 0], b
+    lu, piv, perm = L.lu(a)
+    partial = E.multiply(R.cumprod(_lu_diag(lu), axis=-1), M.expand_dims(_pivot_sign(piv, a.dtype), -1))
+    lu = lu.at[..., -1, -1].set(E.divide(1, partial[..., -2]))
+    probe = L.triangular_solve(lu, _creation.ones(a.shape[:-1], a.dtype), left_side=True, lower=False)
+    low_rank = M.expand_dims(R.any(E.logical_not(E.isfinite(probe)), axis=-1), (-2, -1))
+    idx = M.broadcast_to(M.expand_dims(perm, -1), perm.shape + (n,))
+    x = M.where(low_rank, 0, _indexing.take_along_axis(b, idx, axis=-2, mode="promise_in_bounds"))
+    x = L.triangular_solve(lu, x, left_side=True, lower=True, unit_diagonal=True)
+    x = M.concatenate([E.multiply(x[..., :-1, :], partial[..., -1, None, None]), x[..., -1:, :]], axis=-2)
+    x = L.triangular_solve(lu, x, left_side=True, lower=False)
+    return partial[..., -1], M.where(low_rank, 0, x)
+
+
+def _det_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    y, z = _cofactor_solve(x, t)
+    return y, _linalg.trace(z, axis1=-2, axis2=-1)
+
+
+def _make_det():
+    from fnarray.transforms.ad import custom_jvp
+    f = custom_jvp(_det_of)
+    f.defjvp(_det_jvp)
+    return f
+
+
+_det = _make_det()   # d det(a) = trace(adj(a) da): finite at singular matrices, as JAX's (LU's JVP gave NaN)
 
 
 def slogdet(x, /):

@@ -722,7 +722,23 @@ def entr(x):
     xs = fnp.where(x <= 0.0, 1.0, x)
     near_one = fnp.abs(xs - 1.0) < 0.25
     log_x = fnp.where(near_one, _log1p(xs - 1.0), fnp.log(fnp.where(near_one, 1.0, xs)))
-    return fnp.where(x < 0.0, -np.inf, fnp.where(x == 0.0, 0.0, -xs * log_x))
+    # At 0 the value 0 with JAX's one-sided derivatives (+inf, then -inf): -x log x by a rule of its own. Elsewhere
+    # it sees 0, whose infinite derivative the select's zero cotangent never reaches.
+    at_zero = -_xlogx(fnp.where(x == 0.0, x, 0.0)) + 0.0   # +0, as SciPy
+    return fnp.where(x < 0.0, -np.inf, fnp.where(x == 0.0, at_zero, -xs * log_x))
+
+
+@custom_jvp
+def _xlogx(x):
+    """``x log x`` of a non-negative ``x`` (0 at 0), whose derivative ``log x + 1`` is ``-inf`` at 0."""
+    fnp = _fnp()
+    return fnp.where(x == 0.0, 0.0, x * fnp.log(fnp.where(x == 0.0, 1.0, x)))
+
+
+@_xlogx.defjvp
+def _xlogx_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _xlogx(x), t * (_fnp().log(x) + 1.0)
 
 
 # ----------------------------------------------------------------------------- incomplete beta

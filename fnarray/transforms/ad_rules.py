@@ -10,16 +10,19 @@ Conventions, where the derivative is not unique:
 - ``max``/``min``: at a tie each operand gets half of its tangent (as JAX).
 - ``reduce_max``/``reduce_min`` and ``scatter_max``/``scatter_min``: the
   tangent is split evenly among all the sources equal to the result (as JAX).
-- ``cummax``/``cummin``: each output takes the tangent of the element that
-  first reached the running extremum, in scan order (so with ``reverse=True``
-  the last one in array order).
+- ``cummax``/``cummin``: the JVP of their parallel prefix scan of pairwise
+  ``max``/``min`` (as JAX): tied elements share the tangent in the shares
+  that the scan's tree gives (e.g. 1/2, 1/4).
 - ``sort``: the tangents follow the primal permutation (equal keys keep the
   order that the sort itself gives them).
-- ``pow(x, y)``: the derivative in ``x`` is 0 where ``y == 0`` and the
-  derivative in ``y`` is 0 where ``x == 0`` (as JAX), so ``0 ** 0`` has zero
-  gradients instead of NaN.
-- ``abs`` at 0, ``sign``, ``floor``, ``ceil``, ``round``, ``stop_gradient``,
-  comparisons, ``nextafter`` and integer/bitwise operations: zero tangent.
+- ``pow(x, y)`` (as JAX): the derivative in ``x`` is ``y * x ** (y - 1)``, so
+  NaN at ``0 ** 0.0`` (0 * inf; ``fnp.power`` with an integer exponent array
+  gives 0, as JAX's ``lax.pow`` with an integer ``y``); the derivative
+  in ``y`` is ``log(x) * x ** y`` with ``log(0)`` taken as 0: 0 at ``x == 0``
+  for ``y >= 0``, NaN for ``y < 0``.
+- ``abs`` at 0: ``+t`` (as JAX; PyTorch 0), so ``hypot`` at (0, 0) has 1/2.
+- ``sign``, ``floor``, ``ceil``, ``round``, ``stop_gradient``, comparisons,
+  ``nextafter`` and integer/bitwise operations: zero tangent.
 - Complex cotangents follow JAX's convention: transposes are those of the real
   bilinear pairing ``Re(sum(a * b))`` (no conjugation).
 
@@ -37,6 +40,7 @@ import numpy as np
 from fnarray.core import dtypes, lax
 from fnarray.core import primitives as P
 from fnarray.core.avals import get_aval
+from fnarray.core.errors import ConcretizationError
 from fnarray.core.prng import threefry2x32_p
 from fnarray.core.shaped import ShapedArray
 from fnarray.transforms.ad_tables import (
@@ -49,6 +53,7 @@ from fnarray.transforms.ad_tables import (
     is_undefined,
     primitive_jvps,
     primitive_transposes,
+    staged,
     tangent_aval,
 )
 
@@ -237,7 +242,8 @@ _unary(P.acosh, lambda x, out: lax.rsqrt(lax.mul(lax.sub(x, _const(x, 1)), lax.a
 _unary(P.atanh, lambda x, out: lax.div(_const(x, 1), lax.sub(_const(x, 1), _sq(x))))
 _unary(P.sqrt, lambda x, out: lax.div(_const(out, 0.5), out))
 _unary(P.rsqrt, lambda x, out: lax.mul(_const(out, -0.5), lax.div(out, x)))
-_unary(P.cbrt, lambda x, out: lax.div(_const(out, 1 / 3), _sq(out)))
+# (1/3) out ** -2 as JAX's: the second derivative at 0 is -inf (a division by out ** 2 gave NaN)
+_unary(P.cbrt, lambda x, out: lax.mul(_const(out, 1 / 3), lax.integer_pow(out, -2)))
 _unary(P.erf, lambda x, out: lax.mul(_const(x, 2 / math.sqrt(math.pi)), lax.exp(lax.neg(_sq(x)))))
 _unary(P.erfc, lambda x, out: lax.mul(_const(x, -2 / math.sqrt(math.pi)), lax.exp(lax.neg(_sq(x)))))
 _unary(P.erf_inv, lambda x, out: lax.mul(_const(x, math.sqrt(math.pi) / 2), lax.exp(_sq(out))))
@@ -278,7 +284,7 @@ _unary(P.digamma, lambda x, out: trigamma(x))
 
 def abs_jvp(t, out, x):
     if not dtypes.is_complex(_aval(x).dtype):
-        return lax.mul(t, lax.sign(x))
+        return _where(lax.ge(x, _const(x, 0)), t, lax.neg(t))   # +t at 0 (and -t at NaN), as JAX
     # d|z| = Re(conj(z) t) / |z|, taken as 0 at z = 0
     num = lax.real(lax.mul(lax.conj(x), t))
     zero = lax.eq(out, _const(out, 0))
@@ -433,18 +439,16 @@ def _rem_y(t, out, x, y):
 
 
 def _pow_x(t, out, x, y):
-    # y * x ** (y - 1), taken as 0 where y == 0 (avoids 0 * inf at x == 0)
-    d = lax.mul(y, lax.pow(x, lax.sub(y, _const(y, 1))))
-    return lax.mul(t, _where(lax.eq(y, _const(y, 0)), 0, d))
+    # y * x ** (y - 1), as JAX's for a float y: NaN at 0 ** 0.0 (0 * inf); fnarray.numpy.pow gives 0 for an
+    # integer exponent array (JAX's lax.pow with an integer y) by a select around pow
+    return lax.mul(t, lax.mul(y, lax.pow(x, lax.sub(y, _const(y, 1)))))
 
 
 def _pow_y(t, out, x, y):
-    # log(x) * x ** y, taken as 0 where x == 0 (the limit for y > 0)
+    # log(x) * x ** y with log(0) taken as 0 (as JAX): 0 where x == 0 and y > 0, NaN where y < 0 (0 * inf)
     if _is_pynum(x):   # a literal base (2.0 ** y): a scalar of the result's dtype, for _where's dtype
         x = lax.full((), x, _aval(out).dtype)
-    zero = lax.eq(x, _const(x, 0))
-    d = lax.mul(lax.log(_where(zero, 1, x)), out)
-    return lax.mul(t, _where(zero, 0, d))
+    return lax.mul(t, lax.mul(lax.log(_safe_nonzero(x)), out))
 
 
 def _balanced_coef(a, b, out):
@@ -961,28 +965,54 @@ def cumprod_jvp(primals, tangents, *, axis, reverse=False):
 primitive_jvps[P.cumprod] = cumprod_jvp
 
 
-def _cum_extremum_jvp(prim):
+def _cum_extremum_jvp(prim, pairwise):
     def rule(primals, tangents, *, axis, reverse=False):
+        """As JAX: the JVP of ``associative_scan(pairwise)``, whose tree of pairwise extrema (each splitting a tie
+        in halves) decides how tied elements share the tangent. Without a tie that is the tangent of the element
+        that reached the running extremum, one gather (the scan costs ~15x that on numpy:0): ``cond`` picks."""
         x, = primals
         t, = tangents
         out = prim.bind(x, axis=axis, reverse=reverse)
         if isinstance(t, Zero):
             return out, _out_zero(out)
         y = lax.rev(out, (axis,)) if reverse else out
-        shape = _aval(x).shape
-        pos = lax.iota(dtypes.int32, shape, axis)
-        # positions where the running extremum changes (and the first): the source of the value
-        changed = lax.bitwise_or(lax.eq(pos, np.int32(0)), lax.ne(y, _shift(y, 1, axis, 0)))
-        src = lax.cummax(_where(changed, pos, np.int32(0)), axis)
-        tt = lax.rev(t, (axis,)) if reverse else t
-        res = _take_along_axis(tt, src, axis)
-        return out, lax.rev(res, (axis,)) if reverse else res
+        xs = lax.rev(x, (axis,)) if reverse else x
+        pos = lax.iota(dtypes.int32, _aval(x).shape, axis)
+        # an element equal to the running extremum before it: a tie of two sources
+        same = lax.bitwise_and(lax.ne(pos, np.int32(0)), lax.eq(y, _shift(y, 1, axis, 0)))
+        tie = lax.reduce_or(lax.bitwise_and(same, lax.eq(xs, y)), tuple(range(len(_aval(x).shape))))
+        scan = lambda x, t: _scan_tangent(pairwise, x, t, axis, reverse)   # noqa: E731
+        source = lambda x, t: _source_tangent(y, pos, t, axis, reverse)     # noqa: E731
+        try:   # a known value (eager, also under grad's partial evaluation): decided here, not by a cond
+            return out, (scan if bool(tie) else source)(x, t)
+        except ConcretizationError:   # traced (jit): both branches staged, one runs
+            return out, staged["cond"](tie, scan, source, x, t)
     rule.__name__ = f"{prim.name}_jvp"
     primitive_jvps[prim] = rule
 
 
-_cum_extremum_jvp(P.cummax)
-_cum_extremum_jvp(P.cummin)
+def _scan_tangent(pairwise, x, t, axis, reverse):
+    """The tangent of ``associative_scan(pairwise)`` of ``x`` (JAX's cummax/cummin JVP)."""
+    from fnarray._associative_scan import associative_scan
+
+    def combine(a, b):
+        (va, ta), (vb, tb) = a, b
+        v = pairwise(va, vb)
+        return v, lax.add(lax.mul(ta, _balanced_coef(va, vb, v)), lax.mul(tb, _balanced_coef(vb, va, v)))
+    return associative_scan(combine, (x, t), reverse=reverse, axis=axis)[1]
+
+
+def _source_tangent(y, pos, t, axis, reverse):
+    """Each output's tangent from the element that first reached the running extremum ``y`` (in scan order;
+    ``pos``: the positions along ``axis``)."""
+    changed = lax.bitwise_or(lax.eq(pos, np.int32(0)), lax.ne(y, _shift(y, 1, axis, 0)))
+    src = lax.cummax(_where(changed, pos, np.int32(0)), axis)
+    res = _take_along_axis(lax.rev(t, (axis,)) if reverse else t, src, axis)
+    return lax.rev(res, (axis,)) if reverse else res
+
+
+_cum_extremum_jvp(P.cummax, lax.max)
+_cum_extremum_jvp(P.cummin, lax.min)
 
 
 def _nan_to_zero(v):

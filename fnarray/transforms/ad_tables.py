@@ -23,11 +23,14 @@ from fnarray.core.shaped import ShapedArray
 
 __all__ = ["Zero", "UndefinedPrimal", "primitive_jvps", "primitive_transposes", "partial_eval_rules",
            "defjvp", "defjvp_zero", "deflinear", "tangent_aval", "is_undefined", "instantiate_zeros",
-           "add_tangents", "zeros_like_aval", "zero_from_primal"]
+           "add_tangents", "zeros_like_aval", "zero_from_primal", "staged"]
 
 primitive_jvps: dict = {}
 primitive_transposes: dict = {}
 partial_eval_rules: dict = {}
+#: ``fnarray.transforms.control_flow.cond``, which that module installs here at import: a rule that stages a
+#: data-dependent choice (cummax's tie test) calls it without importing control_flow (which reaches the rules).
+staged: dict = {}
 
 
 def tangent_aval(aval: ShapedArray) -> ShapedArray:

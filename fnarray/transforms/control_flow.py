@@ -43,7 +43,8 @@ from fnarray.core.tracing import Tracer, is_scalar
 from fnarray.core.avals import asarray as asarray_internal
 from fnarray.core.avals import get_aval as aval_of
 from fnarray.transforms.ad_tables import (Zero, instantiate_zeros, is_undefined, partial_eval_rules,
-                                          primitive_jvps, primitive_transposes, tangent_aval, zeros_like_aval)
+                                          primitive_jvps, primitive_transposes, staged, tangent_aval,
+                                          zeros_like_aval)
 from fnarray.transforms.batching_tables import primitive_batchers
 
 __all__ = ["ReverseModeError", "cond", "fori_loop", "scan", "switch", "while_loop"]
@@ -1153,3 +1154,4 @@ def _scan_transpose(cts, *args, program, num_consts, num_carry, length, reverse,
 
 primitive_transposes[P.cond] = _cond_transpose
 primitive_transposes[P.scan] = _scan_transpose
+staged["cond"] = cond

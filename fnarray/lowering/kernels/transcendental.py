@@ -462,18 +462,52 @@ def _zero_term(e):
 
 
 def _cancelling(e, lets):
-    """For ``x - x``, ``x + (-x)`` or ``(-x) + x`` in floats: ``x``; else ``None``. ``lets``: the values of the
-    kernel's locals so far (a negation is usually a local of its own)."""
+    """For ``x - x``, ``x + (-x)``, ``(-x) + x`` or ``k * y + (-k) * y`` in floats: ``x`` (the first term); else
+    ``None``. ``lets``: the values of the kernel's locals so far (a negation is usually a local of its own)."""
     if e.dtype.kind != "f" or e.op not in ("add", "sub"):
         return None
     a, c = e.args
     if e.op == "sub":
         return a if a == c else None
     for u, v in ((a, c), (c, a)):
-        v = lets.get(v.name, v) if isinstance(v, Sym) else v
+        v = _let_value(v, lets)
         if isinstance(v, Op) and v.op == "neg" and v.args[0] == u:
             return u
+    # k * x + (-k) * x (a transposed product's two halves: grad of arctan2(u, u)), which Mesa factors into
+    # (k - k) * x and folds to 0.0: exactly k * x + (-(k * x))
+    p, q = _let_value(a, lets), _let_value(c, lets)
+    if _opposite_products(p, q, lets):
+        return a
     return None
+
+
+def _let_value(v, lets):
+    """``v``, or the value of the local ``v`` names."""
+    return lets.get(v.name, v) if isinstance(v, Sym) else v
+
+
+def _const_factor(v, lets):
+    """The value of the constant ``v`` (a literal, a local of one, or its negation), or ``None``."""
+    v = _let_value(v, lets)
+    if isinstance(v, Const):
+        return v.value
+    if isinstance(v, Op) and v.op == "neg" and isinstance(v.args[0], Const):
+        return -v.args[0].value
+    return None
+
+
+def _opposite_products(p, q, lets) -> bool:
+    """``p`` is ``k * x`` and ``q`` is ``-k * x`` (either order of factors), ``k`` a non-zero constant."""
+    if not (isinstance(p, Op) and isinstance(q, Op) and p.op == q.op == "mul"):
+        return False
+    for i in (0, 1):
+        k = _const_factor(p.args[i], lets)
+        if k is None or k == 0:
+            continue
+        for j in (0, 1):
+            if q.args[1 - j] == p.args[1 - i] and _const_factor(q.args[j], lets) == -k:
+                return True
+    return False
 
 
 def _self_comparison(e):
