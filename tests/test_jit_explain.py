@@ -95,3 +95,16 @@ def test_explanations_from_8_threads_one_per_trace(explained):
     got = explained()
     assert len(got) == 4 and sum(m.endswith("first call") for m in got) == 1, got
     assert all("shape differs: before f32[" in m for m in got if not m.endswith("first call")), got
+
+
+def test_a_static_value_that_cannot_be_compared_does_not_fail_the_call(explained):
+    class Odd:   # hashable, but == raises against another Odd
+        def __eq__(self, other):
+            raise RuntimeError("no comparing")
+
+        def __hash__(self):
+            return 0
+    f = fa.jit(lambda x, o: x + 1, static_argnums=1, device="numpy:0")
+    f(fnp.ones(2), 1)
+    assert float(f(fnp.ones(2), Odd())[0]) == 2.0
+    assert "no explanation (RuntimeError: no comparing)" in explained()[-1]

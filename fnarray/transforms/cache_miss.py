@@ -257,11 +257,24 @@ def _shapeless_reason(store, key, avals) -> str:
     return f" (shapeless=True: {why})" if why else ""
 
 
+def _logged(explain):
+    """``explain`` made safe for jit's call path: a failure to explain (a static value whose ``==`` raises...) is
+    logged as such instead of failing the call."""
+    @functools.wraps(explain)
+    def run(fun, *args):
+        if _internal(fun):
+            return
+        try:
+            explain(fun, *args)
+        except Exception as e:  # noqa: BLE001 (the call goes on; the log says what went wrong)
+            logger.warning("jit cache miss: %s: no explanation (%s: %s)", _describe(fun), type(e).__name__, e)
+    return run
+
+
+@_logged
 def explain_trace(fun, key, traces, evictions, store=None) -> None:
     """Log why jit traces ``fun`` at trace key ``key`` (the setting is on; called before the trace). ``traces``: the
     function's trace cache; ``evictions``: its ``Evictions``; ``store``: its ``shapeless_jit.Store`` or ``None``."""
-    if _internal(fun):
-        return
     _local.key = (id(fun), key[:3])
     if key in evictions:
         n = config.jit_cache_size
@@ -271,9 +284,10 @@ def explain_trace(fun, key, traces, evictions, store=None) -> None:
         seen = _seen_before(fun)
         reason = "first call" + {
             None: "",
-            "same": (" since its earlier traces were dropped: fnarray keeps the caches of the "
-                     f"{config.jit_global_cache_size} most recently used functions (fnarray.config."
-                     "jit_global_cache_size), and no trace that held an outer transformation's tracers"),
+            "same": (" since its earlier traces were dropped (fnarray keeps the caches of the "
+                     f"{config.jit_global_cache_size} most recently used functions: fnarray.config."
+                     "jit_global_cache_size) or not kept (a trace that captured an outer grad's or vmap's "
+                     "tracers is not cached)"),
             "other": (" of this function object, but another function defined at the same place was traced "
                       "before: a function made anew each time (a lambda, closure or partial inside a loop or "
                       "another function) has caches of its own; make it once, outside")}[seen]
@@ -285,11 +299,12 @@ def explain_trace(fun, key, traces, evictions, store=None) -> None:
     logger.warning("jit cache miss: tracing %s for the call at %s: %s", _describe(fun), _call_site(), reason)
 
 
+@_logged
 def explain_compile(fun, ckey, by_ckey, derived) -> None:
     """Log why jit compiles ``fun``'s trace for ``ckey = (key, device, lowering configuration)`` where the trace
     was reused (a trace this thread just explained says nothing more). ``by_ckey``: the executables of these jit
     options by ``ckey``; ``derived``: the trace is a shapeless pattern's, renamed to new sizes."""
-    if _internal(fun) or getattr(_local, "key", None) == (id(fun), ckey[0][:3]):
+    if getattr(_local, "key", None) == (id(fun), ckey[0][:3]):
         _local.key = None
         return
     others = [c for c in list(by_ckey) if c[0] == ckey[0] and c != ckey]

@@ -174,9 +174,9 @@ def derive(program: Program, tied, new_avals, why: list | None = None) -> Progra
             old = v.aval
             if a.dtype != old.dtype or a.weak_type != old.weak_type or len(a.shape) != len(old.shape):
                 return _renamed_wrong(why, e, old, a)
-            for o, n in zip(old.shape, a.shape, strict=True):
-                if o != n and (o < 2 or n < 2 or o in tied) or o >= 2 and m.setdefault(o, n) != n:
-                    return _renamed_wrong(why, e, old, a)   # a 0 or 1 moved, a tied size changed, or one size sent to two
+            for o, n in zip(old.shape, a.shape, strict=True):   # a 0 or 1 moved, a tied size changed, or one
+                if o != n and (o < 2 or n < 2 or o in tied) or o >= 2 and m.setdefault(o, n) != n:   # size to two
+                    return _renamed_wrong(why, e, old, a)
             env[v] = w = Var(a)
             new_outs.append(w)
         eqns.append(Eqn(e.primitive, ins, params, tuple(new_outs)))
