@@ -121,10 +121,18 @@ class Config:
       ``"cpu"`` keeps a CPU default (numpy:0, or jax:0 where ``XLA_FLAGS`` forces several XLA host devices)
       where fnarray would have picked a GPU. An explicit ``default_device`` wins over it. Env: none (JAX
       scripts set it with ``update``).
+    - ``explain_cache_misses``: JAX's ``jax_explain_cache_misses``. When a jitted function is traced again (or
+      its trace compiled again), log one WARNING through the ``fnarray.jit`` logger saying why: the function
+      (qualified name, file:line) and the call site, then its first call, a signature evicted from a full cache,
+      or what differs from the most similar signature traced before (an argument's path such as
+      ``args[0]['w']`` with its old and new shape, dtype or weak type; a static value; the structure; the
+      device or a setting that changes lowering); ``jit(shapeless=True)`` says why its pattern's trace did not
+      serve (``fnarray.transforms.cache_miss``). Off by default; jit's hit path never reads it. Not part of any
+      cache key. Env: ``FNARRAY_EXPLAIN_CACHE_MISSES=1``.
 
     ``update(name, value)`` sets one of these by name, as ``jax.config.update``; JAX's names
     ``"jax_enable_x64"``, ``"jax_debug_nans"``, ``"jax_debug_infs"``, ``"jax_default_device"``,
-    ``"jax_platforms"`` and ``"jax_platform_name"`` are accepted.
+    ``"jax_platforms"``, ``"jax_platform_name"`` and ``"jax_explain_cache_misses"`` are accepted.
 
     In-memory cache sizes (every cache is an LRU: the least recently used entry goes first; a change
     applies at the next insert; 0 keeps nothing). As JAX bounds its in-memory executable
@@ -166,6 +174,7 @@ class Config:
         self._autotune = "fast"
         self.autotune = os.environ.get("FNARRAY_AUTOTUNE", "fast")
         self.stage_eager_transforms = _env_flag("FNARRAY_STAGE_EAGER_TRANSFORMS")
+        self.explain_cache_misses = _env_flag("FNARRAY_EXPLAIN_CACHE_MISSES")
         self.debug_hook = None  # set by fnarray.devices.nan_check: called when debug_nans/debug_infs change
         self._frozen = True  # from here on, only names defined above (or on the class) may be set
 

@@ -56,7 +56,7 @@ from fnarray.devices import nan_check
 from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.partition import at_sizes, compile_program
 from fnarray.devices.placement import default_device, parse_device, placement_device
-from fnarray.transforms import shapeless_jit
+from fnarray.transforms import cache_miss, shapeless_jit
 from fnarray.transforms.signature_diff import describe_mismatch
 
 __all__ = ["jit", "make_ir", "Traced", "Lowered", "Compiled", "leaf_aval"]
@@ -424,12 +424,15 @@ class _FunctionCache:
     values and the structure, which is all the options change), its signature, and an ``_Executables`` per
     options. Holds no reference to the function, so that an entry of ``_FUNCTIONS`` dies with it."""
 
-    __slots__ = ("traces", "signature", "options", "lock", "building", "spec_dependent", "__weakref__")
+    __slots__ = ("traces", "signature", "options", "lock", "building", "spec_dependent", "evictions", "__weakref__")
 
     _NO_SIGNATURE = object()
 
     def __init__(self):
-        self.traces = LRUCache(_per_function_size)  # (treedef, avals, statics) -> _Entry (device-independent)
+        # (treedef, avals, statics) -> _Entry (device-independent); the keys it evicts are noted while
+        # config.explain_cache_misses is on
+        self.evictions = cache_miss.Evictions()
+        self.traces = LRUCache(_per_function_size, on_evict=self.evictions.note)
         self.signature = self._NO_SIGNATURE
         self.options: dict = {}   # (static_argnums, static_argnames, donate_argnums, device) -> _Executables
         self.lock = threading.Lock()
@@ -633,6 +636,8 @@ class Jitted:
 
         def build():
             from fnarray.transforms.shard_map import traced_arguments
+            if config.explain_cache_misses:
+                cache_miss.explain_trace(self.fun, key, self._traces, self._cache.evictions, self._shapeless)
             flat, out_store = self._flat_fun(statics, in_tree, len(leaves))
             frames = []
 
@@ -712,6 +717,9 @@ class Jitted:
     def _compile(self, entry, key, ckey, device, donated):
         """Compile ``entry`` for ``device`` and insert it in the tables (outside the tables' lock: compiling
         may take long; ``_once`` lets one thread per key do it)."""
+        if config.explain_cache_misses:
+            cache_miss.explain_compile(self.fun, ckey, self._by_ckey, self._shapeless is not None and
+                                       entry in self._shapeless.sources)
         hit = _Entry(entry.program, entry.consts, entry.out_tree)
         hit.device = device
         n = len(entry.consts)

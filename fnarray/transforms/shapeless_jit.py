@@ -133,14 +133,20 @@ def _derived_sizes(program: Program) -> set:
     return out
 
 
-def derive(program: Program, tied, new_avals) -> Program | None | bool:
+def derive(program: Program, tied, new_avals, why: list | None = None) -> Program | None | bool:
     """``program`` renamed to the inputs ``new_avals`` (module docstring); where it does not rename cleanly (the
     caller then traces afresh), ``None`` where a tied size changed or one size went to two (a trace at other sizes
     may rename), ``False`` where a shape rule failed: the program's shapes were computed from sizes (a reshape's
     ``-1``), so a renaming that type-checks may still be wrong (``x.reshape(-1, 4)`` traced at 4 rows renames
-    its 4), and its pattern is traced at every size from then on."""
+    its 4), and its pattern is traced at every size from then on. ``why``: a list, given one sentence of why
+    where the program does not rename (``config.explain_cache_misses``)."""
     m = _size_map(program.in_avals, new_avals, tied)
     if m is None:
+        if why is not None:
+            changed = sorted({o for a, b in zip(program.in_avals, new_avals) for o, n in zip(a.shape, b.shape)
+                              if o != n and o in tied})
+            why.append(f"the size {changed[0]}, which the traced program also holds as a value (a slice's limit, a "
+                       "literal such as mean's divisor, a constant's size), changes: a renaming cannot follow it")
         return None
     env = {v: v for v in program.constvars}
     invars = []
@@ -156,7 +162,10 @@ def derive(program: Program, tied, new_avals) -> Program | None | bool:
         ins = tuple([a if type(a) is Literal else env[a] for a in e.inputs])
         try:
             outs = e.primitive.abstract_eval(*[a.aval for a in ins], **params)
-        except Exception:  # noqa: BLE001 (any shape rule's error: the function decides, traced afresh)
+        except Exception as exc:  # noqa: BLE001 (any shape rule's error: the function decides, traced afresh)
+            if why is not None:
+                why.append(f"the renamed {e.primitive.name} fails its shape rule at the new sizes ({exc}): the "
+                           "program's shapes were computed from sizes, so this pattern is traced at every size")
             return False
         if not e.primitive.multiple_results:
             outs = (outs,)
@@ -164,14 +173,21 @@ def derive(program: Program, tied, new_avals) -> Program | None | bool:
         for v, a in zip(e.outputs, outs, strict=True):
             old = v.aval
             if a.dtype != old.dtype or a.weak_type != old.weak_type or len(a.shape) != len(old.shape):
-                return None
-            for o, n in zip(old.shape, a.shape, strict=True):
-                if o != n and (o < 2 or n < 2 or o in tied) or o >= 2 and m.setdefault(o, n) != n:
-                    return None   # a 0 or 1 moved, a tied size changed, or one size sent to two
+                return _renamed_wrong(why, e, old, a)
+            for o, n in zip(old.shape, a.shape, strict=True):   # a 0 or 1 moved, a tied size changed, or one
+                if o != n and (o < 2 or n < 2 or o in tied) or o >= 2 and m.setdefault(o, n) != n:   # size to two
+                    return _renamed_wrong(why, e, old, a)
             env[v] = w = Var(a)
             new_outs.append(w)
         eqns.append(Eqn(e.primitive, ins, params, tuple(new_outs)))
     return Program(program.constvars, invars, eqns, [a if type(a) is Literal else env[a] for a in program.outvars])
+
+
+def _renamed_wrong(why, eqn, old, new) -> None:
+    if why is not None:
+        why.append(f"renamed, {eqn.primitive.name}'s output is {new.str_short()} where the trace had "
+                   f"{old.str_short()} (a size of 0 or 1 moved, a size held as a value changed, or two sizes equal "
+                   "at the trace went apart)")
 
 
 class _Traced:
@@ -301,6 +317,17 @@ class Store:
             hit = t.derived.put(key, make_entry(prog, t.entry.consts, t.entry.out_tree))
             self.sources[hit] = t
         return hit
+
+    def why_not_derived(self, key, avals) -> str:
+        """Why the call at trace key ``key`` is traced rather than renamed from its pattern's trace, in words
+        (``config.explain_cache_misses``)."""
+        t = self.traced.peek(pattern(key, avals))
+        if t is None:
+            return ("a new pattern of sizes: no kept trace has these dtypes, ranks, static values, sizes of 0 and 1 "
+                    "and equal sizes (a trace with sub-programs, a loop or a call, is not kept for renaming)")
+        why: list = []
+        derive(t.entry.program, t.tied, avals, why)
+        return why[0] if why else "the pattern's trace does not rename to these sizes"
 
     def executable(self, entry, ex, committed, flat):
         """``ex``, the executable just found for ``entry``: where ``entry`` is a derived one and ``ex`` serves every
