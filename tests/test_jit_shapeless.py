@@ -77,7 +77,10 @@ def test_values_computed_from_sizes_are_traced_again():
     # 6; 2 for a kernel of 3, 3 for 4): never renamed (main before s24b ran the traced padding: wrong values)
     conv = lambda x, w: fa.lax.conv_general_dilated(x, w, (2,), "SAME")   # noqa: E731
     full = lambda x, w: fnp.convolve(x, w)                                  # noqa: E731
-    for fun, shapes in ((conv, [((1, 1, 5), (1, 1, 3)), ((1, 1, 6), (1, 1, 3))]), (full, [(5, 3), (7, 4)])):
+    # a strided "SAME" window pads (0, 0) at 6 points, (0, 1) at 7: strides tie the sizes too
+    pool = lambda x, w: fa.lax.reduce_window(x * w.sum(), 0.0, fa.lax.add, (2,), (2,), "SAME")   # noqa: E731
+    for fun, shapes in ((conv, [((1, 1, 5), (1, 1, 3)), ((1, 1, 6), (1, 1, 3))]), (full, [(5, 3), (7, 4)]),
+                        (pool, [(6, 3), (7, 3)])):
         jf = fa.jit(fun, shapeless=True)
         for xs, ws in shapes:
             x, w = np.linspace(1, 2, np.prod(xs)).reshape(xs), np.linspace(-1, 1, np.prod(ws)).reshape(ws)

@@ -23,9 +23,9 @@ fnarray can tell:
   parameter (a slice's limits: ``x[1:]``), an integer-valued literal (``mean``'s divisor) and the sizes whose
   product it is (``x.mean()``'s divisor at ``(3, 4)`` is 12), a captured constant of that size, the sizes an
   index parameter was computed from though equal to none (``_INDEXED``: a slice's operand on the axes it does not
-  take whole, as ``x[:-1]``'s limit is the size less one; a convolution's or a window's padded axes, as
-  ``"SAME"`` padding with strides) (``_tied``); parameters that name axes, dtypes or exponents (``_NOT_SIZES``)
-  are never sizes;
+  take whole, as ``x[:-1]``'s limit is the size less one; a convolution's or a window's padded, strided or
+  dilated axes, as ``"SAME"`` padding with strides) (``_tied``); parameters that name axes, dtypes or exponents
+  (``_NOT_SIZES``) are never sizes;
 - a program with sub-programs (a ``call``, a loop, ``custom_jvp``: not renamed here, as ``size_free_key``).
 
 On mlx:0 a derived program's executable is the traced one's (``partition.at_sizes``: the generated MLX function
@@ -100,25 +100,33 @@ def _sliced(e):
             if (s, l, st) != (0, n, 1)]
 
 
+def _windowed(p, i) -> bool:
+    """Whether a convolution's or window reduction's axis ``i`` (of its spatial / windowed axes) was laid out from
+    the sizes: padded (``"SAME"``, ``convolve``'s modes) or strided or dilated (``"SAME"``'s padding with strides
+    depends on the size's remainder, and is (0, 0) at some sizes)."""
+    pad = p["padding"][i]
+    dilated = p.get("lhs_dilation") or p.get("base_dilation") or ()
+    return tuple(pad) != (0, 0) or p["window_strides"][i] != 1 or bool(dilated) and dilated[i] != 1
+
+
 def _padded_conv(e):
-    """A convolution's spatial sizes (of both operands) on the axes it pads: ``"SAME"`` padding with strides, and
-    ``convolve``'s ``"full"`` and ``"same"``, were computed from them."""
+    """A convolution's spatial sizes (of both operands) on the axes laid out from them (``_windowed``)."""
     p = e.params
     dn = p["dimension_numbers"]
     lhs, rhs = e.inputs[0].aval.shape, e.inputs[1].aval.shape
     if dn is None:
         return [*lhs, *rhs]
-    return [n for i, pad in enumerate(p["padding"]) if tuple(pad) != (0, 0)
+    return [n for i in range(len(p["padding"])) if _windowed(p, i)
             for n in (lhs[dn.lhs_spec[2 + i]], rhs[dn.rhs_spec[2 + i]])]
 
 
 def _padded(e):
-    """A window reduction's operand sizes on the axes it pads (``"SAME"`` padding is computed from them), or a
-    ``pad``'s on the axes it crops (a negative low or high: a slice)."""
+    """A window reduction's operand sizes on the axes laid out from them (``_windowed``), or a ``pad``'s on the
+    axes it crops (a negative low or high: a slice)."""
     shape = e.inputs[0].aval.shape
     if e.primitive.name == "pad":
         return [n for n, (lo, hi, _) in zip(shape, e.params["padding_config"], strict=True) if lo < 0 or hi < 0]
-    return [n for n, pad in zip(shape, e.params["padding"], strict=True) if tuple(pad) != (0, 0)]
+    return [n for i, n in enumerate(shape) if _windowed(e.params, i)]
 
 
 #: primitive name -> the sizes (of an equation) its index parameters were computed from: tied (``_tied``), as the
