@@ -55,7 +55,9 @@ def test_decode_step_traced_once_for_every_length(device, monkeypatch):
 @pytest.mark.parametrize("fun, traces", [
     (lambda x: x.reshape(-1) * 2.5, 4),         # a reshape to the traced size: retraced at each size
     (lambda x: x[1:] + 1.5, 4),                  # a slice's limit is the size: retraced
+    (lambda x: x[:-1, ::2] * 2.5, 4),            # limits computed from the sizes, 3 and 6 at 4 rows: retraced
     (lambda x: x.mean(axis=0), 4),               # mean divides by the size, a literal: retraced
+    (lambda x: x.mean() + 1.5, 4),               # ... by a product of sizes (7n): retraced
     (lambda x: fnp.tanh(x) * 2 + x.sum(axis=0), 2),   # 2.0 ties the size 2 of the first trace only
 ])
 def test_programs_that_do_not_rename_are_traced_again(fun, traces):
@@ -65,6 +67,25 @@ def test_programs_that_do_not_rename_are_traced_again(fun, traces):
         x = np.arange(n * 7, dtype=np.float64).reshape(n, 7) / 7
         np.testing.assert_allclose(np.asarray(jf(x.astype(np.float32))), fun(x), rtol=1e-6)
     assert f.n == traces
+
+
+def test_values_computed_from_sizes_are_traced_again():
+    # a mean's divisor 12 at (3, 4), though equal to y's size, which stays (main before s24b: 1.67)
+    f = fa.jit(lambda x, y: x.mean() + y.sum(), shapeless=True)
+    assert float(f(fnp.ones((3, 4)), fnp.zeros(12))) == 1.0 and float(f(fnp.ones((5, 4)), fnp.zeros(12))) == 1.0
+    # "SAME" padding with strides and convolve's "full" padding depend on the sizes ((1, 1) at 5 points, (0, 1) at
+    # 6; 2 for a kernel of 3, 3 for 4): never renamed (main before s24b ran the traced padding: wrong values)
+    conv = lambda x, w: fa.lax.conv_general_dilated(x, w, (2,), "SAME")   # noqa: E731
+    full = lambda x, w: fnp.convolve(x, w)                                  # noqa: E731
+    # a strided "SAME" window pads (0, 0) at 6 points, (0, 1) at 7: strides tie the sizes too
+    pool = lambda x, w: fa.lax.reduce_window(x * w.sum(), 0.0, fa.lax.add, (2,), (2,), "SAME")   # noqa: E731
+    for fun, shapes in ((conv, [((1, 1, 5), (1, 1, 3)), ((1, 1, 6), (1, 1, 3))]), (full, [(5, 3), (7, 4)]),
+                        (pool, [(6, 3), (7, 3)])):
+        jf = fa.jit(fun, shapeless=True)
+        for xs, ws in shapes:
+            x, w = np.linspace(1, 2, np.prod(xs)).reshape(xs), np.linspace(-1, 1, np.prod(ws)).reshape(ws)
+            args = (fnp.asarray(x, dtype=fnp.float32), fnp.asarray(w, dtype=fnp.float32))
+            np.testing.assert_allclose(np.asarray(jf(*args)), np.asarray(fa.jit(fun)(*args)), rtol=1e-6)
 
 
 def test_patterns_and_options():

@@ -86,6 +86,10 @@ _CASES = [
     ("argpartition", lambda n, r, k: n.argpartition(n.ones(3, n.float32), 1)),
     ("unique inverse", lambda n, r, k: n.unique(n.arange(3), return_inverse=True, size=3)[1]),
     ("unique counts", lambda n, r, k: n.unique(n.arange(3), return_counts=True, size=3)[1]),
+    ("hanning(3)", lambda n, r, k: n.hanning(3)),                        # (float32 with x64 on before s24b)
+    ("kaiser(3, 1.0)", lambda n, r, k: n.kaiser(3, 1.0)),
+    ("vander(int32)", lambda n, r, k: n.vander(n.arange(3, dtype=n.int32))),   # (int64 with x64 on before s24b)
+    ("vander(uint8)", lambda n, r, k: n.vander(n.ones(3, n.uint8))),
 ]
 
 # (name, f(transforms)): jit and grad of Python scalars (their weak types), through fnarray's or JAX's transforms

@@ -77,6 +77,11 @@ def test_scopes_nest_and_leave_the_global_setting(monkeypatch):
     with pytest.raises(TypeError, match="bool"):
         with enable_x64("yes"):
             pass
+    # JAX 0.10's spelling, jax.enable_x64, and jax.experimental without its own import, as after ``import jax``
+    monkeypatch.setattr(fa.config, "enable_x64", False)
+    with fa.enable_x64():
+        assert fnp.arange(2).dtype == np.int64
+    assert fa.experimental.disable_x64 is disable_x64 and fnp.arange(2).dtype == np.int32
 
 
 def test_check_grads_widens_in_its_own_thread_only():

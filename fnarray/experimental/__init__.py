@@ -10,8 +10,19 @@ __all__ = ["enable_x64", "disable_x64"]
 
 def enable_x64(new_val: bool = True):
     """A context manager: 64-bit dtypes kept (``new_val=True``) or narrowed to 32-bit (``False``) inside the
-    ``with`` block, in this thread only, as ``jax.experimental.enable_x64``; the global
-    ``fnarray.config.enable_x64`` and other threads are unaffected. ``TypeError`` for a non-bool ``new_val``."""
+    ``with`` block, in this thread only, as ``jax.enable_x64`` (JAX 0.10's name, ``fnarray.enable_x64`` here too;
+    ``jax.experimental.enable_x64`` before); the global ``fnarray.config.enable_x64`` and other threads are
+    unaffected.
+
+    Args:
+      new_val: ``True`` keeps 64-bit dtypes (JAX's 64-bit defaults) inside the block, ``False`` narrows them.
+
+    Returns:
+      A context manager (``with fnarray.enable_x64():``) restoring the thread's previous setting at its end.
+
+    Raises:
+      TypeError: ``new_val`` is not a ``bool``.
+    """
     return x64_scope(new_val)
 
 

@@ -377,14 +377,16 @@ def trapezoid(y, x=None, dx=1.0, axis=-1):
 
 
 def vander(x, N=None, increasing=False):
-    """The Vandermonde matrix of a 1-d ``x``: columns ``x**(N-1) ... x**0`` (``numpy.vander``)."""
+    """The Vandermonde matrix of a 1-d ``x``: columns ``x**(N-1) ... x**0`` (``numpy.vander``), in ``x``'s dtype
+    (as ``jnp.vander``; x64 on or off)."""
     fnp = _np()
     x = fnp.asarray(x)
     if x.ndim != 1:
         raise ShapeError(f"vander: x must be 1-d, got shape {tuple(x.shape)}")
     N = x.shape[0] if N is None else int(N)
     powers = fnp.arange(N) if increasing else fnp.arange(N - 1, -1, -1)
-    return fnp.power(x[:, None], powers.astype(x.dtype) if fnp.issubdtype(x.dtype, fnp.inexact) else powers)
+    # the powers in x's dtype, as jnp's: int32 x stays int32 with x64 on (arange's int64 would promote it)
+    return fnp.power(x[:, None], powers if x.dtype == fnp.bool_ else powers.astype(x.dtype))
 
 
 def cov(m, y=None, rowvar=True, bias=False, ddof=None, fweights=None, aweights=None, *, dtype=None):

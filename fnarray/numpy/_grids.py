@@ -61,17 +61,17 @@ def _window(name, fn, M):
         m = operator.index(M)
     except TypeError:
         raise TypeError(f"{name}: M must be a static int, got {M!r}") from None
-    return fnp.asarray(fn(m).astype(np.float32))
+    return fnp.asarray(fn(m))   # NumPy's float64: the default float (float32; float64 with x64 on, as jnp)
 
 
 def hanning(M):
-    """The Hann window of ``M`` points (``numpy.hanning``): float32, empty for ``M <= 0``.
+    """The Hann window of ``M`` points (``numpy.hanning``): the default float, empty for ``M <= 0``.
 
     Args:
       M: a static int.
 
     Returns:
-      A 1-d float32 array of ``max(M, 0)`` elements.
+      A 1-d array of ``max(M, 0)`` elements of the default float (float32; float64 with x64 on).
 
     Raises:
       TypeError: ``M`` is not an int (a traced one included).
@@ -86,7 +86,7 @@ def hamming(M):
       M: a static int.
 
     Returns:
-      A 1-d float32 array of ``max(M, 0)`` elements.
+      A 1-d array of ``max(M, 0)`` elements of the default float (float32; float64 with x64 on).
 
     Raises:
       TypeError: ``M`` is not an int.
@@ -101,7 +101,7 @@ def blackman(M):
       M: a static int.
 
     Returns:
-      A 1-d float32 array of ``max(M, 0)`` elements.
+      A 1-d array of ``max(M, 0)`` elements of the default float (float32; float64 with x64 on).
 
     Raises:
       TypeError: ``M`` is not an int.
@@ -116,7 +116,7 @@ def bartlett(M):
       M: a static int.
 
     Returns:
-      A 1-d float32 array of ``max(M, 0)`` elements.
+      A 1-d array of ``max(M, 0)`` elements of the default float (float32; float64 with x64 on).
 
     Raises:
       TypeError: ``M`` is not an int.
@@ -132,7 +132,7 @@ def kaiser(M, beta):
       beta: a static float, the window's shape (0 is rectangular).
 
     Returns:
-      A 1-d float32 array of ``max(M, 0)`` elements.
+      A 1-d array of ``max(M, 0)`` elements of the default float (float32; float64 with x64 on).
 
     Raises:
       TypeError: ``M`` is not an int, or ``beta`` is not a Python or NumPy number.

@@ -28,7 +28,7 @@ from fnarray import tree_util
 from fnarray.core import dtypes, lax
 from fnarray.core import primitives as P
 from fnarray.core.array import Array
-from fnarray.core.avals import get_aval
+from fnarray.core.avals import asarray, get_aval
 from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
 from fnarray.core.errors import DTypeError, ShapeError, check_callable, int_tuple
@@ -252,9 +252,12 @@ def vjp(fun, *primals, has_aux=False):
 def _checked_cotangents(cts, out_avals) -> list:
     """``vjp``'s cotangents checked against the outputs' avals: each of the output's shape and, for a floating
     output, of its dtype (as ``jax.vjp``'s pullback; a mismatch otherwise surfaced as a backward rule's
-    "mul needs operands of one dtype"). A Python scalar (weak) is taken in the output's dtype."""
+    "mul needs operands of one dtype"). A Python scalar (weak) is taken in the output's dtype; a NumPy array is
+    taken as ``asarray`` takes it (float64 is float32 with x64 off), as ``jax.vjp``'s pullback takes it."""
     out = []
     for i, (c, oa) in enumerate(zip(cts, out_avals, strict=True)):
+        if type(c) is np.ndarray:
+            c = asarray(c)
         ca = get_aval(c)
         if ca.shape != oa.shape:
             raise ShapeError(f"vjp: cotangent {i} has shape {ca.shape}, the output has shape {oa.shape}")

@@ -20,8 +20,12 @@ fnarray can tell:
   were computed from sizes, so the pattern is traced at every size from then on (``derive``);
 - a size that the map would send to two sizes (two sizes equal at the traced call, one of them derived);
 - a value tied to a size that changes, which a renaming of shapes cannot follow: an integer in any other
-  parameter (a slice's limits: ``x[1:]``), an integer-valued literal (``mean``'s divisor), a captured constant
-  of that size (``_tied``); parameters that name axes, dtypes or exponents (``_NOT_SIZES``) are never sizes;
+  parameter (a slice's limits: ``x[1:]``), an integer-valued literal (``mean``'s divisor) and the sizes whose
+  product it is (``x.mean()``'s divisor at ``(3, 4)`` is 12), a captured constant of that size, the sizes an
+  index parameter was computed from though equal to none (``_INDEXED``: a slice's operand on the axes it does not
+  take whole, as ``x[:-1]``'s limit is the size less one; a convolution's or a window's padded, strided or
+  dilated axes, as ``"SAME"`` padding with strides) (``_tied``); parameters that name axes, dtypes or exponents
+  (``_NOT_SIZES``) are never sizes;
 - a program with sub-programs (a ``call``, a loop, ``custom_jvp``: not renamed here, as ``size_free_key``).
 
 On mlx:0 a derived program's executable is the traced one's (``partition.at_sizes``: the generated MLX function
@@ -88,24 +92,96 @@ def _ints(v, out):
     return out
 
 
+def _sliced(e):
+    """A ``slice``'s operand sizes on the axes it does not take whole: its bounds there were computed from them
+    (``x[:-1]`` at 4 rows is ``0:3``, ``x[::2]`` is ``0:3:2``), so they may not change."""
+    p, shape = e.params, e.inputs[0].aval.shape
+    return [n for n, s, l, st in zip(shape, p["start_indices"], p["limit_indices"], p["strides"], strict=True)
+            if (s, l, st) != (0, n, 1)]
+
+
+def _windowed(p, i) -> bool:
+    """Whether a convolution's or window reduction's axis ``i`` (of its spatial / windowed axes) was laid out from
+    the sizes: padded (``"SAME"``, ``convolve``'s modes) or strided or dilated (``"SAME"``'s padding with strides
+    depends on the size's remainder, and is (0, 0) at some sizes)."""
+    pad = p["padding"][i]
+    dilated = p.get("lhs_dilation") or p.get("base_dilation") or ()
+    return tuple(pad) != (0, 0) or p["window_strides"][i] != 1 or bool(dilated) and dilated[i] != 1
+
+
+def _padded_conv(e):
+    """A convolution's spatial sizes (of both operands) on the axes laid out from them (``_windowed``)."""
+    p = e.params
+    dn = p["dimension_numbers"]
+    lhs, rhs = e.inputs[0].aval.shape, e.inputs[1].aval.shape
+    if dn is None:
+        return [*lhs, *rhs]
+    return [n for i in range(len(p["padding"])) if _windowed(p, i)
+            for n in (lhs[dn.lhs_spec[2 + i]], rhs[dn.rhs_spec[2 + i]])]
+
+
+def _padded(e):
+    """A window reduction's operand sizes on the axes laid out from them (``_windowed``), or a ``pad``'s on the
+    axes it crops (a negative low or high: a slice)."""
+    shape = e.inputs[0].aval.shape
+    if e.primitive.name == "pad":
+        return [n for n, (lo, hi, _) in zip(shape, e.params["padding_config"], strict=True) if lo < 0 or hi < 0]
+    return [n for i, n in enumerate(shape) if _windowed(e.params, i)]
+
+
+#: primitive name -> the sizes (of an equation) its index parameters were computed from: tied (``_tied``), as the
+#: integers a renaming cannot follow need not equal a size (``x[:-1]``'s limit is the size less one)
+_INDEXED = {"slice": _sliced, "conv_general_dilated": _padded_conv, "pad": _padded, "reduce_window": _padded,
+            "reduce_window_sum": _padded, "reduce_window_max": _padded, "reduce_window_min": _padded}
+
+
 def _tied(program: Program) -> frozenset | None:
     """The values of ``program`` a renaming of sizes cannot follow: integers (2 or more) in its parameters other than
-    the shape parameters and ``_NOT_SIZES``, its integer-valued literals, its constants' sizes; ``None`` where it has
-    sub-programs. A size among them may not change at a derived call."""
+    the shape parameters and ``_NOT_SIZES``, its integer-valued literals and the sizes whose product one is
+    (``_factors``: ``x.mean()``'s divisor), its constants' sizes, the sizes its index parameters were computed from
+    (``_INDEXED``); ``None`` where it has sub-programs. A size among them may not change at a derived call."""
     out: set = set()
+    literals: set = set()
     for v in program.constvars:
         _ints(v.aval.shape, out)
     for e in program.eqns:
         if subprograms(e):
             return None
+        indexed = _INDEXED.get(e.primitive.name)
+        if indexed is not None:
+            _ints(indexed(e), out)
         shape_param = SHAPE_PARAMS.get(e.primitive)
         for k, v in e.params.items():
             if k != shape_param and k not in _NOT_SIZES:
                 _ints(v, out)
         for a in e.inputs:
             if type(a) is Literal and a.val.dtype.kind in "iuf" and np.isfinite(a.val) and a.val == int(a.val):
-                _ints(int(a.val), out)
+                _ints(int(a.val), literals)
+    out |= literals
+    if literals:
+        sizes: set = set()
+        for v in (*program.invars, *[o for e in program.eqns for o in e.outputs]):
+            _ints(v.aval.shape, sizes)
+        for n in literals:   # (a product equal to a size too: x.mean() at (3, 4) beside a y of 12)
+            out.update(_factors(n, sizes))
     return frozenset(out)
+
+
+def _factors(n: int, sizes) -> list:
+    """The sizes dividing ``n`` where ``n`` is a product of sizes (repeats allowed), as a ``mean``'s divisor over
+    several axes (12 at ``(3, 4)``); empty where it is none."""
+    parts = sorted(s for s in sizes if n % s == 0)
+    known: dict = {}
+
+    def whole(m, i):   # whether m is a product of parts[i:]
+        if m == 1:
+            return True
+        got = known.get((m, i))
+        if got is None:
+            got = known[m, i] = any(m % parts[j] == 0 and whole(m // parts[j], j) for j in range(i, len(parts)))
+        return got
+
+    return parts if whole(n, 0) else []
 
 
 def _size_map(old_avals, new_avals, tied):
