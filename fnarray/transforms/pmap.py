@@ -223,7 +223,8 @@ def _devices_for(n, devices, backend) -> list:
             f"{len(devs)}. Map fewer slices (reshape the batch to ({len(devs)}, {n // max(len(devs), 1)}, ...) "
             "and vmap inside the pmapped function), or run on more devices: on a CPU, set "
             f"XLA_FLAGS=--xla_force_host_platform_device_count={n} before JAX starts, which gives jax:0 {n} host "
-            "devices and makes it the default (or pass backend='jax'); a multi-GPU machine with FNARRAY_DEVICE=jax.")
+            "devices and makes it the default (or pass backend='jax'); a multi-GPU machine with FNARRAY_DEVICE=jax; "
+            f"mlx: {n} processes (python -m fnarray.distributed.launch -n {n} --backend mlx).")
     return devs[:n]
 
 
