@@ -47,6 +47,7 @@ from fnarray._quantize import dequantize, quantize, quantized_matmul  # noqa: E4
 from fnarray import sharding  # noqa: E402,F401  (Mesh, PartitionSpec/P, NamedSharding: jax.sharding's names)
 from fnarray.sharding import NamedSharding, P, make_mesh, set_mesh, typeof  # noqa: E402  (jax.NamedSharding...)
 from fnarray.transforms.shard_map import reshard, shard_map  # noqa: E402
+from fnarray.transforms.pmap import pmap  # noqa: E402  (jax.pmap: jit of a shard_map over a 1-D mesh)
 from fnarray import distributed  # noqa: E402,F401  (initialize, process_index...: jax.distributed's names)
 from fnarray.distributed import process_count, process_index  # noqa: E402
 
@@ -85,7 +86,7 @@ __all__ = [
     "grad", "value_and_grad", "jvp", "vjp", "linearize", "jacfwd", "jacrev", "hessian", "custom_jvp",
     "custom_vjp", "checkpoint", "remat", "stop_gradient", "vmap", "cond", "switch", "while_loop",
     "fori_loop", "scan", "ContractionShapeError", "tree", "block_until_ready", "device_get", "make_jaxpr",
-    "jacobian", "save", "load", "CheckpointError", "sharding", "make_mesh", "shard_map", "distributed",
+    "jacobian", "save", "load", "CheckpointError", "sharding", "make_mesh", "shard_map", "pmap", "distributed",
     "process_index", "process_count", "set_mesh", "typeof", "NamedSharding", "P", "reshard", "device_count",
     "local_device_count", "linear_transpose", "quantize", "dequantize", "quantized_matmul",
 ] + list(_LAZY)

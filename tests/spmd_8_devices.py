@@ -169,5 +169,49 @@ for mode in ("dp", "tp"):
     res = data_parallel.main(["--devices", "8", "--mode", mode, "--steps", "8"])
     assert res["relative_difference"] < 1e-4 and res["losses"][-1] < res["losses"][0], res
     print("ok example", mode, flush=True)
+# pmap against jax.pmap: collectives, in_axes/out_axes, static arguments, the classic data-parallel step
+Xp = R.randn(4, 3, 2).astype(np.float32)
+Wp = R.randn(2, 3).astype(np.float32)
+for L, pm in ((jax.lax, jax.pmap), (lax, fa.pmap)):
+    outs = []
+    ring = [(i, (i + 1) % 4) for i in range(4)]
+    outs.append(pm(lambda v: (v - L.pmean(v, "i")) * L.pmax(v, "i") + L.axis_index("i"), "i")(Xp))
+    outs.append(pm(lambda v: L.all_gather(v, "i").sum(0) + L.ppermute(v, "i", ring), "i")(Xp))
+    outs.append(pm(lambda v, w: L.psum(v @ w, "i"), "i", in_axes=(1, None), out_axes=1)(Xp.transpose(1, 0, 2), Wp))
+    outs.append(pm(lambda v, k, d: {"s": L.psum(v * k, "i"), "v": v * d["c"]}, "i", in_axes=(0, None, {"c": 0}),
+                   out_axes={"s": None, "v": 2}, static_broadcasted_argnums=1)(Xp, 3.0, {"c": Xp[:, :1, :1]}))
+    outs.append(pm(lambda v: jax.vmap(lambda r: r * L.axis_index("i"))(v) if L is jax.lax else
+                   fa.vmap(lambda r: r * L.axis_index("i"))(v), "i")(Xp))
+    if L is jax.lax:
+        want = outs
+    else:
+        pairs = zip(jax.tree_util.tree_leaves(outs), jax.tree_util.tree_leaves(want), strict=True)
+        for k, (g, w) in enumerate(pairs):
+            close(g, w, f"pmap case {k}")
+        assert outs[0].sharding.spec == fa.P("i") and len(outs[0].addressable_shards) == 4, outs[0].sharding
+
+Yp = R.randn(8, 5, 3).astype(np.float32)
+Xq = R.randn(8, 5, 2).astype(np.float32)
+for np_, g_, L, pm in ((jnp, jax.grad, jax.lax, jax.pmap), (fa.numpy, fa.grad, lax, fa.pmap)):
+    def update(w, x, y, np_=np_, g_=g_, L=L):
+        loss = lambda w: np_.mean((np_.tanh(x @ w) - y) ** 2)
+        return w - 0.5 * L.pmean(g_(loss)(w), "batch"), L.pmean(loss(w), "batch")
+    step = pm(update, "batch")
+    w = np.broadcast_to(Wp, (8, 2, 3))
+    losses = []
+    for _ in range(3):
+        w, value = step(w, Xq, Yp)
+        losses.append(value)
+    if pm is jax.pmap:
+        want = (w, losses)
+close(want[0], w, "pmap training step: weights")
+close(np.stack(want[1]), np.stack(losses), "pmap training step: losses")
+try:
+    fa.pmap(lambda v: v)(np.ones((9, 2), np.float32))
+    raise AssertionError("no error for 9 > 8 devices")
+except ValueError as e:
+    assert "size 9" in str(e) and "8 device" in str(e) and "xla_force_host_platform_device_count=9" in str(e), e
+    print("ok error: pmap over more devices than there are", flush=True)
+
 print("done", flush=True)
 sys.exit(0)

@@ -152,9 +152,12 @@ def put_sharded(x, sharding):
     if isinstance(sharding, SingleDeviceSharding):
         (dev,) = sharding.device_set
         return device_put(x, dev)
-    if not isinstance(x, ArrayImpl):
-        x = device_put(x)  # dtype and weak-type rules of fnarray (float64 kept, scalars weak)
     mesh = sharding.mesh
+    if not isinstance(x, ArrayImpl):
+        # fnarray's dtype and weak-type rules, the value kept on the host when the mesh has several devices: each
+        # device then receives its shard from the host (jax: 0.10 ms for 8 x 8 KiB shards) rather than from a copy
+        # on the default device (0.53 ms: JAX reshuffles it between devices)
+        x = device_put(x, parse_device("numpy:0") if mesh.size > 1 else None)
     check_spec(sharding.spec, mesh, x.shape, "device_put: NamedSharding spec")
     if mesh.size == 1:
         return device_put(x, mesh.devices.flat[0])
