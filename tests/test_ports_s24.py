@@ -648,8 +648,11 @@ def test_weak_zero_gradients_and_failing_unflatten_as_jax():
 
 def test_linear_transpose_and_traced_jaxpr_as_jax():
     """``jax.linear_transpose`` (the cookbook's ``linear_transpose(f_jvp, W)``) gives JAX's cotangents for
-    pytree and ``ShapeDtypeStruct`` primals and refuses integer primals; ``jax.jit(f).trace(x).jaxpr`` is the
-    program ``make_jaxpr`` prints."""
+    pytree and ``ShapeDtypeStruct`` primals, for a jitted function of scalings, ``@``, ``.T``, sums, concatenate
+    and fft and for the jvp of a non-linear function, and refuses integer primals and non-linear functions:
+    ``sin``, ``x * x``, ``relu`` (``max`` in its custom_jvp), ``abs``, a predicate on the input raise
+    ``NotImplementedError`` naming the primitive (JAX raises for ``sin``/``max``/``abs``; the vjp at zeros gave
+    ones or zeros); ``jax.jit(f).trace(x).jaxpr`` is the program ``make_jaxpr`` prints."""
     import jax
     import jax.numpy as jnp
 
@@ -659,18 +662,30 @@ def test_linear_transpose_and_traced_jaxpr_as_jax():
     f = lambda a, v: (a.sum(0) + 2 * v, 3 * a)                       # noqa: E731 (linear in both)
     g = lambda d: d["a"] * 3 + d["b"][::-1]                          # noqa: E731
     cts = (np.asarray([1.0, 2.0, 3.0], np.float32), np.ones((2, 3), np.float32))
+    c, ct = np.asarray([1.0, -2.0, 0.5], np.float32), np.arange(1.0, 11.0, dtype=np.float32)
     for lib, np_ in ((jax, jnp), (fa, fnp)):
         got = lib.linear_transpose(f, w, np.ones(3, np.float32))(tuple(map(np_.asarray, cts)))
         got_g = lib.linear_transpose(g, {"a": lib.ShapeDtypeStruct((2,), np.float32),
                                          "b": np.zeros(2, np.float32)})(np_.asarray([1.0, 5.0]))
+        h = lib.jit(lambda v: np_.concatenate([2 * v - v / 4, w @ v, np_.outer(c, v).T.sum(0) * c,
+                                               np_.fft.fft(v).real[1:]]))
+        got_h = lib.linear_transpose(h, c)(ct), lib.linear_transpose(lambda v: lib.jvp(np_.tanh, (c,), (v,))[1],
+                                                                     c)(ct[:3])
         if lib is jax:
-            want, want_g = got, got_g
+            want, want_g, want_h = got, got_g, got_h
     got_np = fa.linear_transpose(f, w, np.ones(3, np.float32))(cts)   # NumPy cotangents, as JAX takes them
     for a, b in zip(jax.tree.leaves((got, got_g, got_np)), jax.tree.leaves((want, want_g, want))):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for a, b in zip(jax.tree.leaves(got_h), jax.tree.leaves(want_h), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
+    for h, prim in ((fnp.sin, "sin"), (lambda v: v * v, "mul"), (fa.nn.relu, "max"), (fnp.abs, "abs"),
+                    (lambda v: fnp.where(v > 0, v, 0.0), "gt")):
+        with pytest.raises(NotImplementedError, match=f"applies '{prim}'.*use fnarray.vjp"):
+            fa.linear_transpose(h, c)
     with pytest.raises(TypeError, match=r"only supports \[float or complex\]"):
         fa.linear_transpose(lambda i: i * 2, 1)
     with pytest.raises(ValueError, match="reduce_axes"):
         fa.linear_transpose(f, w, w[0], reduce_axes=("batch",))
     traced = fa.jit(lambda x: fnp.sin(x) * 2.0).trace(1.0)
     assert traced.jaxpr is traced.program and " sin " in str(traced.jaxpr)
+
