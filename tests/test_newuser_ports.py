@@ -253,7 +253,8 @@ def test_s24_derivatives_at_kinks_as_jax():
     """The conventions where the derivative is not unique, each as JAX 0.10 gives it (one jitted JAX program as the
     reference): ``abs`` at 0 (+1; so ``hypot`` at (0, 0) has 1/2), ``remainder`` at exact multiples (1 in x,
     -trunc(x / y) in y; was 0), ``x ** y`` at 0 (NaN for y < 0 in y and for y == 0.0 in x), ``lax.clamp`` at its
-    bounds (0), ``det`` of singular matrices (the adjugate, JAX's cofactor form; was NaN). JAX's values, stated (its programs take seconds to compile): the median of a tie has 1/2 each (was
+    bounds (0), ``det`` of singular matrices (the adjugate, JAX's cofactor form; was NaN), ``logaddexp`` at ties
+    (1/2 each: JAX's custom JVP). JAX's values, stated (its programs take seconds to compile): the median of a tie has 1/2 each (was
     1 and 0), ``sinc`` twice at 0 is -pi**2 / 3 (was 0), ``cbrt`` twice -inf (was NaN), ``entr`` at 0 +inf; ``cummax`` ties:
     test_ad_rules.test_rules_against_jax_jvp."""
     jax = pytest.importorskip("jax")
@@ -273,7 +274,11 @@ def test_s24_derivatives_at_kinks_as_jax():
                 "pow": grad(s(L.power), (0, 1))(*pw),
                 "clamp": grad(s(lambda v, lo, hi: lax_.clamp(lo, v, hi)), (0, 1, 2))(clamped, 0 * clamped,
                                                                                       0 * clamped + 2),
-                "det": [grad(L.linalg.det)(m) for m in singular]}
+                "det": [grad(L.linalg.det)(m) for m in singular],
+                # JAX's own rule, not the formula's: its max and |x - y| kinks would cancel to 0 at a tie (a GP
+                # port's softplus(0) = logaddexp(0, 0.) then never moved its parameters)
+                "logaddexp": grad(s(L.logaddexp), (0, 1))(np.array([0.0, 1.0, -np.inf, np.inf], np.float32),
+                                                          np.array([0.0, -2.0, 0.0, np.inf], np.float32))}
     want = jax.jit(lambda: grads(jax.numpy, jax.lax, jax.grad))()
     got = grads(fnp, fa.lax, fa.grad)
     for k, w in want.items():

@@ -200,7 +200,8 @@ def _ls_body(vg, x, p, f0, d0, ls_maxiter):
         new["a"], new["f"], new["g"] = a, f, g
         scale = fnp.maximum(fnp.abs(new["a_lo"]), fnp.abs(new["a_hi"]))
         collapsed = new["zoom"] & (fnp.abs(new["a_hi"] - new["a_lo"]) <= eps * scale)
-        new["status"] = fnp.where(wolfe, 0, fnp.where(collapsed, 3, fnp.where(new["i"] >= ls_maxiter, 5, -1)))
+        new["status"] = fnp.where(wolfe, 0, fnp.where(collapsed, 3, fnp.where(new["i"] >= ls_maxiter, 5, -1))).astype(
+            fnp.int32)  # (Python ints alone are weak int64 under x64, as in JAX: the carry is int32)
         return new
     return body
 
