@@ -287,7 +287,7 @@ def explain_trace(fun, key, traces, evictions, store=None) -> None:
             "same": (" since its earlier traces were dropped (fnarray keeps the caches of the "
                      f"{config.jit_global_cache_size} most recently used functions: fnarray.config."
                      "jit_global_cache_size) or not kept (a trace that captured an outer grad's or vmap's "
-                     "tracers is not cached)"),
+                     "tracers is not cached), or another thread is tracing its first signature now"),
             "other": (" of this function object, but another function defined at the same place was traced "
                       "before: a function made anew each time (a lambda, closure or partial inside a loop or "
                       "another function) has caches of its own; make it once, outside")}[seen]
