@@ -10,6 +10,7 @@ import pytest
 
 import fnarray as fa
 import fnarray.numpy as fnp
+from fnarray.transforms import shapeless_jit
 from helpers import count_lowerings, decode_step, on_device
 
 W = 16   # the decode step's width: no cache length below reaches it (equal sizes are another pattern)
@@ -34,17 +35,33 @@ def test_decode_step_traced_once_for_every_length(device, monkeypatch):
     rng = np.random.default_rng(0)
     q, row = rng.normal(size=(1, W)), rng.normal(size=(1, W))
     lowered = count_lowerings(monkeypatch, device)
-    for n in lengths:
-        cache = rng.normal(size=(n, W))
-        got_cache, got = f(on_device(cache.astype(np.float32), device), on_device(q.astype(np.float32), device),
-                           on_device(row.astype(np.float32), device))
-        want_cache, want = ref(cache, q, row)
-        assert got.shape == want.shape and got_cache.shape == (n + 1, W)
-        np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-6, err_msg=f"length {n}")
-        np.testing.assert_allclose(np.asarray(got_cache), want_cache, rtol=1e-6, err_msg=f"length {n}")
+    calls = [(rng.normal(size=(n, W)), q, row) for n in lengths]
+
+    def check(passes):
+        for cache, q, row in calls:
+            n = cache.shape[0]
+            for _ in range(passes):
+                got_cache, got = f(*[on_device(a.astype(np.float32), device) for a in (cache, q, row)])
+                want_cache, want = ref(cache, q, row)
+                assert got.shape == want.shape and got_cache.shape == (n + 1, W)
+                np.testing.assert_allclose(np.asarray(got), want, rtol=2e-5, atol=2e-6, err_msg=f"length {n}")
+                np.testing.assert_allclose(np.asarray(got_cache), want_cache, rtol=1e-6, err_msg=f"length {n}")
+    check(1)
     assert step.n == 1, f"{step.n} traces for {len(lengths)} lengths"
     if device.backend == "mlx":   # one program for every length: MLX's shapeless compile, called directly
         assert len(lowered) == 1 and len(f._shapeless.direct) == 1, lowered
+        # a second pass finds each length's sizes and output avals kept: only length 3's (run by the general
+        # path, before the direct call was made) are checked and made; new lengths past a bound of 4 empty them
+        direct = f._shapeless.direct[0]
+        checked = []
+        monkeypatch.setattr(type(direct), "_fits", lambda d, flat, fits=type(direct)._fits: checked.append(flat) or
+                            fits(d, flat))
+        check(1)
+        assert [flat[2] for flat in checked] == [3] and step.n == 1, checked
+        monkeypatch.setattr(shapeless_jit, "FITS_KEPT", 4)
+        calls[:] = [(rng.normal(size=(n, W)), q, row) for n in range(12, W)]
+        check(2)
+        assert len(direct.fits) <= 4 and len(direct.shaped[0]) <= 4 and step.n == 1 and len(lowered) == 1
     # without shapeless: a trace per length, as before
     plain = _counted(decode_step(fnp))
     for n in (2, 3):

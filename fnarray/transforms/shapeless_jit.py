@@ -283,10 +283,12 @@ class Direct:
     buffers, its constants first, the outputs' avals made from MLX's results. ``run`` checks the arguments against
     the traced call's avals: the same dtypes, weak types and ranks, then their sizes, all in a row after a 0 and a 1
     (``flat``): where the traced sizes are equal the call's are (``pick``), and they have as many distinct values
-    (the same pattern, 0 and 1 kept), and no tied size among them changed (``tied_at``, ``tied``)."""
+    (the same pattern, 0 and 1 kept), and no tied size among them changed (``tied_at``, ``tied``); a row of sizes
+    that passed is kept (``fits``, up to ``FITS_KEPT`` rows), so a loop's later passes over its lengths look each
+    up once. An output's aval is kept per shape (``shaped``, as many), so those passes make none."""
 
     __slots__ = ("source", "call", "const_bufs", "device", "committed", "sig", "seen", "flat", "pick", "distinct",
-                 "tied_at", "tied", "outs", "out_tree", "flat_out", "single", "generation")
+                 "tied_at", "tied", "fits", "outs", "shaped", "out_tree", "flat_out", "single", "generation")
 
     def __init__(self, source, ex, committed):
         old_avals, tied = source.entry.program.in_avals, source.tied
@@ -302,7 +304,9 @@ class Direct:
         at = [flat.index(t) for t in sorted(tied) if t in flat]
         self.tied_at, self.tied = (operator.itemgetter(*at, 0), tuple(flat[i] for i in at) + (0,)) if at else \
             (None, None)
+        self.fits: dict = {}   # the rows of sizes that passed (as a set: ``_keep``)
         self.outs = list(ex.out_avals)   # each output's last aval (one whose shape stays is made once)
+        self.shaped = [{a.shape: a} for a in self.outs]   # each output's avals by shape
         t = self.out_tree = ex.out_tree
         self.single = t.num_nodes == 1 and t.num_leaves == 1
         self.flat_out = (not self.single and t.type is tuple and t.num_nodes == t.num_leaves + 1
@@ -332,8 +336,7 @@ class Direct:
             bufs.append(b)
             if x._committed:
                 committed = True
-        if flat != self.flat and (self.pick(flat) != flat or len(set(flat)) != self.distinct or
-                                  self.tied_at is not None and self.tied_at(flat) != self.tied):
+        if flat != self.flat and flat not in self.fits and not self._fits(flat):
             return MISS
         try:
             outs = self.call(*bufs)
@@ -344,7 +347,7 @@ class Direct:
         for i, b in enumerate(outs):
             av, shape = last[i], b.shape
             if av.shape != shape:
-                av = last[i] = ShapedArray(shape, av.dtype, av.weak_type)
+                av = last[i] = self.shaped[i].get(shape) or self._aval(i, shape)
             r = ArrayImpl()   # (ArrayImpl.make inline, as jit's hot path)
             r.aval, r._device, r._buf, r._committed, r._host = av, dev, b, committed, None
             made.append(r)
@@ -352,16 +355,53 @@ class Direct:
             return made[0]
         return tuple(made) if self.flat_out else self.out_tree.unflatten(made)
 
+    def _fits(self, flat) -> bool:
+        """Whether the sizes ``flat`` (not the traced ones) have the traced pattern and keep the tied sizes; kept
+        in ``fits`` where they do."""
+        if self.pick(flat) != flat or len(set(flat)) != self.distinct or \
+                self.tied_at is not None and self.tied_at(flat) != self.tied:
+            return False
+        _keep(self.fits, flat, flat)
+        return True
+
+    def _aval(self, i, shape) -> ShapedArray:
+        """Output ``i``'s aval at ``shape`` (its dtype and weak type), kept in ``shaped``."""
+        av = self.outs[i]
+        return _keep(self.shaped[i], shape, ShapedArray(shape, av.dtype, av.weak_type))
+
+
+#: rows of sizes (``Direct.fits``) and avals by shape (``Direct.shaped``) kept per direct call: a loop over up to
+#: this many lengths finds each again on its next pass (a decode step's, full: ~1.5 MB)
+FITS_KEPT = 4096
+
+
+def _keep(kept: dict, key, value):
+    """``kept[key] = value``, after emptying ``kept`` where it holds ``FITS_KEPT`` (one step, safe beside
+    another thread's); returns ``value``."""
+    if len(kept) >= FITS_KEPT:
+        kept.clear()
+    kept[key] = value
+    return value
+
 
 class Store:
-    """One jit's (one function's, one set of options') traces by pattern and its direct calls (``Direct``)."""
+    """One jit's (one function's, one set of options') traces by pattern and its direct calls (``Direct``).
 
-    __slots__ = ("traced", "direct", "sources", "__weakref__")
+    ``call(args)``: ``args`` (a call's positional arguments, outside any transformation) run by a ``Direct`` call,
+    or ``MISS``; the one ``Direct``'s own ``run`` where there is one (jit's call path calls it with no frame
+    between), else ``_first_of(direct)``."""
+
+    __slots__ = ("traced", "direct", "sources", "call", "__weakref__")
 
     def __init__(self):
         self.traced = LRUCache(lambda: config.jit_cache_size)   # pattern -> _Traced
-        self.direct: list = []   # the Direct calls, the last one made first
         self.sources = weakref.WeakKeyDictionary()   # derived entry -> the _Traced it was derived from
+        self._set_direct([])
+
+    def _set_direct(self, direct):
+        """The Direct calls from now on (the last one made first), and ``call`` for them."""
+        self.direct = direct
+        self.call = direct[0].run if len(direct) == 1 else _first_of(direct)   # (neither refers to this Store)
 
     def remember(self, key, avals, entry):
         """``entry``, traced at ``key``: its pattern's program from now on (a pattern is traced again only where
@@ -388,7 +428,7 @@ class Store:
             if not prog:
                 if prog is False:   # (and its direct calls go: the pattern is traced from now on)
                     t.stopped = True
-                    self.direct = [d for d in self.direct if d.source is not t]
+                    self._set_direct([d for d in self.direct if d.source is not t])
                 return None
             hit = t.derived.put(key, make_entry(prog, t.entry.consts, t.entry.out_tree))
             self.sources[hit] = t
@@ -413,17 +453,18 @@ class Store:
             return
         t = self.sources.get(entry)
         if t is not None and t.tied.isdisjoint(_derived_sizes(t.entry.program)):
-            self.direct.insert(0, Direct(t, ex, committed))
-            del self.direct[config.jit_cache_size:]
+            self._set_direct([Direct(t, ex, committed), *self.direct][:config.jit_cache_size])
 
-    def call(self, args):
-        """``args`` (a call's positional arguments, outside any transformation) run by a ``Direct`` call, or
-        ``MISS``."""
-        for d in self.direct:
+
+def _first_of(direct: list):
+    """``Store.call`` where there are several Direct calls (or none): the first of ``direct`` that runs ``args``."""
+    def call(args):
+        for d in direct:
             out = d.run(args)
             if out is not MISS:
                 return out
         return MISS
+    return call
 
 
 _STORES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
