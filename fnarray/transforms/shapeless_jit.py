@@ -129,10 +129,50 @@ def _padded(e):
     return [n for i, n in enumerate(shape) if _windowed(e.params, i)]
 
 
+def _selected(e):
+    """A window gradient's (``select_and_gather_add``, ``select_and_scatter_add``) operand sizes on the axes laid
+    out from them, as its window reduction's (``_padded``)."""
+    return [n for i, n in enumerate(e.inputs[1].aval.shape) if _windowed(e.params, i)]
+
+
+def _head(e):
+    """An attention's head size: its default ``scale`` (a float parameter) is ``1 / sqrt(head size)``."""
+    return [e.inputs[0].aval.shape[-1]]
+
+
 #: primitive name -> the sizes (of an equation) its index parameters were computed from: tied (``_tied``), as the
 #: integers a renaming cannot follow need not equal a size (``x[:-1]``'s limit is the size less one)
 _INDEXED = {"slice": _sliced, "conv_general_dilated": _padded_conv, "pad": _padded, "reduce_window": _padded,
-            "reduce_window_sum": _padded, "reduce_window_max": _padded, "reduce_window_min": _padded}
+            "reduce_window_sum": _padded, "reduce_window_max": _padded, "reduce_window_min": _padded,
+            "select_and_gather_add": _selected, "select_and_scatter_add": _selected,
+            "dot_product_attention": _head}
+
+
+def _gathered(e, fixed):
+    """A ``gather``'s or scatter's operand sizes on the axes it indexes where its indices are fixed (``fixed``:
+    computed from literals and constants alone): they were computed from the sizes (``x[-1]`` at 3 rows indexes
+    2, ``x.at[1:]`` scatters at a constant ``[[1], [2]]``, ``pad(mode="edge")`` gathers at a constant), so they
+    may not change."""
+    x, idx = e.inputs[0].aval.shape, e.inputs[1]
+    return [x[a] for a in e.params["axes"]] if type(idx) is Literal or idx in fixed else []
+
+
+def _dynamic(e, fixed):
+    """A ``dynamic_slice``'s (``dynamic_update_slice``'s) operand sizes on the axes it does not take whole where
+    its start there is fixed (``_gathered``)."""
+    x = e.inputs[0].aval.shape
+    if e.primitive.name == "dynamic_slice":
+        sizes, starts = e.params["slice_sizes"], e.inputs[1:]
+    else:
+        sizes, starts = e.inputs[1].aval.shape, e.inputs[2:]
+    return [n for n, k, s in zip(x, sizes, starts, strict=True) if k != n and (type(s) is Literal or s in fixed)]
+
+
+#: primitive name -> the sizes (of an equation) its index *operands* were computed from where they are fixed
+#: (computed from literals and constants alone: ``_tied``'s ``fixed``)
+_FIXED_INDEXED = {"gather": _gathered, "dynamic_slice": _dynamic, "dynamic_update_slice": _dynamic,
+                  **{name: _gathered for name in ("scatter", "scatter_add", "scatter_mul", "scatter_min",
+                                                  "scatter_max")}}
 
 
 def _tied(program: Program) -> frozenset | None:
@@ -142,14 +182,21 @@ def _tied(program: Program) -> frozenset | None:
     (``_INDEXED``); ``None`` where it has sub-programs. A size among them may not change at a derived call."""
     out: set = set()
     literals: set = set()
+    fixed = set(program.constvars)   # the values computed from literals and constants alone
     for v in program.constvars:
         _ints(v.aval.shape, out)
     for e in program.eqns:
         if subprograms(e):
             return None
-        indexed = _INDEXED.get(e.primitive.name)
+        name = e.primitive.name
+        indexed = _INDEXED.get(name)
         if indexed is not None:
             _ints(indexed(e), out)
+        indexed = _FIXED_INDEXED.get(name)
+        if indexed is not None:
+            _ints(indexed(e, fixed), out)
+        if all(type(a) is Literal or a in fixed for a in e.inputs):
+            fixed.update(e.outputs)
         shape_param = SHAPE_PARAMS.get(e.primitive)
         for k, v in e.params.items():
             if k != shape_param and k not in _NOT_SIZES:
