@@ -46,7 +46,7 @@ from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
 from fnarray.core.ir import Eqn, Literal, Params, Program, Var
 from fnarray.core.shaped import ShapedArray
-from fnarray.core.size_free import SHAPE_PARAMS
+from fnarray.core.size_free import SHAPE_PARAMS, size_free_key
 from fnarray.core.subprograms import subprograms
 from fnarray.devices.array_impl import ArrayImpl
 
@@ -313,15 +313,40 @@ def _renamed_wrong(why, eqn, old, new) -> None:
                    "at the trace went apart)")
 
 
+def _confirms(old, entry, avals):
+    """Whether ``entry``, traced at ``avals``, is ``old``'s program renamed to them (``derive``): the same
+    equations, parameters, literals, sizes, constants and output structure; ``False`` (``derive``'s) where a shape
+    rule failed at the renaming."""
+    prog = derive(old.entry.program, old.tied, avals)
+    if not prog:
+        return prog
+    a, b = old.entry, entry
+    return (a.out_tree == b.out_tree and len(a.consts) == len(b.consts)
+            and all(c is d or _same_value(c, d) for c, d in zip(a.consts, b.consts))
+            and size_free_key(prog) == size_free_key(b.program) and _shapes(prog) == _shapes(b.program))
+
+
+def _same_value(c, d) -> bool:
+    c, d = np.asarray(c), np.asarray(d)
+    return c.dtype == d.dtype and c.shape == d.shape and c.tobytes() == d.tobytes()
+
+
+def _shapes(program: Program) -> list:
+    """The sizes of ``program``'s values in the order it defines them (``size_free_key`` keys them up to a
+    renaming)."""
+    return [v.aval.shape for v in (*program.constvars, *program.invars, *[o for e in program.eqns for o in e.outputs])]
+
+
 class _Traced:
     """A traced program of one pattern: its trace entry, its tied values (``_tied``), the programs derived from it
-    (trace key -> entry, the ``config.jit_cache_size`` most recent); ``stopped``: a derivation failed a shape
+    (trace key -> entry, the ``config.jit_cache_size`` most recent); ``confirmed``: a trace at other sizes was
+    this program renamed (``_confirms``), programs are derived from it; ``stopped``: a derivation failed a shape
     rule (``derive``), the pattern's calls are traced from then on."""
 
-    __slots__ = ("entry", "tied", "derived", "stopped")
+    __slots__ = ("entry", "tied", "derived", "confirmed", "stopped")
 
-    def __init__(self, entry, tied):
-        self.entry, self.tied, self.stopped = entry, tied, False
+    def __init__(self, entry, tied, confirmed):
+        self.entry, self.tied, self.confirmed, self.stopped = entry, tied, confirmed, False
         self.derived = LRUCache(lambda: config.jit_cache_size)
 
 
@@ -453,21 +478,28 @@ class Store:
     def remember(self, key, avals, entry):
         """``entry``, traced at ``key``: its pattern's program from now on (a pattern is traced again only where
         its program did not derive, as where a literal 2.0 tied the size 2 it was traced at: the next sizes derive
-        from the new trace); not where it holds tracers."""
+        from the new trace); not where it holds tracers. Programs are derived from it only once confirmed: where
+        it is the pattern's previous trace renamed (``_confirms``), as a constant equal to a size at one trace
+        (``x[-2:]`` at 2 rows takes the whole axis; ``reshape(2, -1)`` at 2 rows) is not told from that size."""
         p = pattern(key, avals)
         t = self.traced.get(p)
         if (t is None or t.entry is not entry and not t.stopped) and \
                 not any(isinstance(c, tracing.Tracer) for c in entry.consts):
             tied = _tied(entry.program)
             if tied is not None:
+                confirmed = None if t is None else _confirms(t, entry, avals)
+                if confirmed:   # (the first trace stays the pattern's program: ties of its own sizes only)
+                    t.confirmed = True
+                    return
                 self.traced.pop(p)   # (``put`` keeps a present value)
-                self.traced.put(p, _Traced(entry, tied))
+                t = self.traced.put(p, _Traced(entry, tied, False))
+                t.stopped = confirmed is False
 
     def derived(self, key, avals, make_entry):
         """The entry for trace key ``key`` derived from its pattern's traced program; ``None`` where there is none
         or it does not derive (the caller traces). ``make_entry(program, consts, out_tree)``: jit's entry."""
         t = self.traced.get(pattern(key, avals))
-        if t is None or t.stopped:
+        if t is None or t.stopped or not t.confirmed:
             return None
         hit = t.derived.get(key)
         if hit is None:
@@ -490,7 +522,12 @@ class Store:
                     "and equal sizes (a trace with sub-programs, a loop or a call, is not kept for renaming)")
         why: list = []
         derive(t.entry.program, t.tied, avals, why)
-        return why[0] if why else "the pattern's trace does not rename to these sizes"
+        if why:
+            return why[0]
+        if not t.confirmed:
+            return ("the pattern's one trace is not renamed before a trace at other sizes confirms it (a constant "
+                    "equal to a size at one trace, as x[-2:]'s start at 2 rows, is not told from that size)")
+        return "the pattern's trace does not rename to these sizes"
 
     def executable(self, entry, ex, committed, flat):
         """``ex``, the executable just found for ``entry``: where ``entry`` is a derived one and ``ex`` serves every
