@@ -8,7 +8,9 @@ size it was traced at, as in MLX.
 
 A call whose arguments have the *pattern* of a traced call's (``pattern``: the same structure, dtypes, weak
 types and static values; each size of 0 or 1 the same, every other size equal to the same other sizes) takes
-that trace's program renamed to its sizes (``derive``): each size of the traced inputs is mapped to the call's,
+that trace's program renamed to its sizes (``derive``) once a trace of the pattern at other sizes was that
+program renamed (``_confirms``: ``Store.remember``; a constant equal to a size at one trace is not told from the
+size, as ``x[-2:]`` at 2 rows, ``x.reshape(2, -1)``, ``fnp.roll(x, 2)``, a literal ``x.shape[0] - 1``): each size of the traced inputs is mapped to the call's,
 each equation's shape parameters (those ``core.size_free`` renames: a ``reshape``'s ``new_sizes``, a
 ``broadcast_in_dim``'s ``shape``) renamed through the map, and its shape rule (the primitive's
 ``abstract_eval``) run at the renamed inputs, which also maps the sizes it derives (a concatenation's ``L + 1``).
@@ -23,8 +25,10 @@ fnarray can tell:
   parameter (a slice's limits: ``x[1:]``), an integer-valued literal (``mean``'s divisor) and the sizes whose
   product it is (``x.mean()``'s divisor at ``(3, 4)`` is 12), a captured constant of that size, the sizes an
   index parameter was computed from though equal to none (``_INDEXED``: a slice's operand on the axes it does not
-  take whole, as ``x[:-1]``'s limit is the size less one; a convolution's or a window's padded, strided or
-  dilated axes, as ``"SAME"`` padding with strides) (``_tied``); parameters that name axes, dtypes or exponents
+  take whole, as ``x[:-1]``'s limit is the size less one; a convolution's or a window's (or its gradient's)
+  padded, strided or dilated axes, as ``"SAME"`` padding with strides; attention's head size, as its default
+  scale; the axes a gather, scatter or dynamic slice indexes at indices computed from literals and constants
+  alone, ``_FIXED_INDEXED``, as ``x[[0, -1]]``'s constant) (``_tied``); parameters that name axes, dtypes or exponents
   (``_NOT_SIZES``) are never sizes;
 - a program with sub-programs (a ``call``, a loop, ``custom_jvp``: not renamed here, as ``size_free_key``).
 
