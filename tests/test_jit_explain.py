@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pytest
 
 import fnarray as fa
@@ -63,6 +64,12 @@ def test_nothing_logged_when_off_and_the_hooks_are_not_called(monkeypatch, caplo
     f = fa.jit(lambda x: x + 1, device="numpy:0")
     f(fnp.ones(2)), f(fnp.ones(3)), f(fnp.ones(3))
     assert not [r for r in caplog.records if r.name == "fnarray.jit"]
+    # a string is refused, not read as true ("no" turned the explanations on); bools, NumPy's and 0/1 are taken
+    for flag in ("explain_cache_misses", "enable_x64", "debug_nans"):
+        with pytest.raises(TypeError, match=f"config.{flag} takes True or False, got 'no'"):
+            fa.config.update(flag, "no")
+    monkeypatch.setattr(fa.config, "explain_cache_misses", np.bool_(False))
+    assert fa.config.explain_cache_misses is False
 
 
 def test_evicted_signature_new_function_in_a_loop_and_a_setting_that_recompiles(explained, monkeypatch):
