@@ -180,7 +180,8 @@ RISKS = {
                                     lambda x: fnp.roll(x, 2, axis=0)], _rows(2, 4, 6, 8)),
     # values computed from a size by Python, in fnarray or in the function: was wrong
     "sizes in Python": ([lambda x: fnp.var(x, axis=0, ddof=1) + x.sum(), lambda x: x * (x.shape[0] - 1),
-                         lambda x: x / x.shape[0] ** 0.5, lambda x: fa.lax.dynamic_slice_in_dim(x, 0, len(x) - 1)],
+                         lambda x: x / x.shape[0] ** 0.5, lambda x: fa.lax.dynamic_slice_in_dim(x, 0, len(x) - 1),
+                         lambda x: (x, len(x))],
                         _rows(2, 3, 4, 5)),
     # attention's default scale is 1 / sqrt(head size), a float parameter: was wrong
     "attention": ([_attention], [[(1, 3, 2, h)] for h in (2, 4, 5, 8)] + [[(1, t, 2, 4)] for t in (2, 5, 6)]),

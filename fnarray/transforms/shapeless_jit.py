@@ -205,9 +205,8 @@ def _tied(program: Program) -> frozenset | None:
         for k, v in e.params.items():
             if k != shape_param and k not in _NOT_SIZES:
                 _ints(v, out)
-        for a in e.inputs:
-            if type(a) is Literal and a.val.dtype.kind in "iuf" and np.isfinite(a.val) and a.val == int(a.val):
-                _ints(int(a.val), literals)
+        _literal_ints(e.inputs, literals)
+    _literal_ints(program.outvars, literals)   # (an output ``len(x)``)
     out |= literals
     if literals:
         sizes: set = set()
@@ -216,6 +215,13 @@ def _tied(program: Program) -> frozenset | None:
         for n in literals:   # (a product equal to a size too: x.mean() at (3, 4) beside a y of 12)
             out.update(_factors(n, sizes))
     return frozenset(out)
+
+
+def _literal_ints(atoms, out) -> None:
+    """The integer values (2 or more) of the literals among ``atoms``, into ``out``."""
+    for a in atoms:
+        if type(a) is Literal and a.val.dtype.kind in "iuf" and np.isfinite(a.val) and a.val == int(a.val):
+            _ints(int(a.val), out)
 
 
 def _factors(n: int, sizes) -> list:
