@@ -174,10 +174,12 @@ RISKS = {
     "fixed indices": ([lambda x: fnp.take(x, -1, axis=0), lambda x: x[[0, -1]], lambda x: x.at[-1].add(1.0),
                        lambda x: x.at[1:].set(0.0), lambda x: fnp.pad(x, (1, 2), mode="edge"),
                        lambda x: fnp.pad(x, 1, mode="wrap")], _rows(3, 4, 5, 6)),
-    # a constant equal to a size of the first trace (x[-2:] at 2 rows is the whole array): was wrong
+    # a constant equal to a size of the first trace (x[-2:] at 2 rows is the whole array; fnp.ones((3, 2))
+    # broadcasts to a shape renamed with the batch of 2 rows): was wrong
     "a constant equal to a size": ([lambda x: x[-2:], lambda x: fnp.sort(x, axis=0)[-2:],
                                     lambda x: fnp.broadcast_to(x, (2,) + x.shape), lambda x: x.reshape(2, -1),
-                                    lambda x: fnp.roll(x, 2, axis=0)], _rows(2, 4, 6, 8)),
+                                    lambda x: fnp.roll(x, 2, axis=0), lambda x: x @ fnp.ones((3, 2))],
+                                   _rows(2, 4, 6, 8)),
     # values computed from a size by Python, in fnarray or in the function: was wrong
     "sizes in Python": ([lambda x: fnp.var(x, axis=0, ddof=1) + x.sum(), lambda x: x * (x.shape[0] - 1),
                          lambda x: x / x.shape[0] ** 0.5, lambda x: fa.lax.dynamic_slice_in_dim(x, 0, len(x) - 1),
