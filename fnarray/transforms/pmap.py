@@ -73,15 +73,12 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
     Source: JAX's ``jax.pmap`` (signature, errors) and its ``migrate_pmap`` guide (``jit(shard_map(...))``).
     """
     check_callable(fun, "pmap")
-    if not _is_hashable(axis_name):
-        raise TypeError(f"pmap axis_name must be hashable (a str, as the collectives name it), got {axis_name!r} "
-                        f"({type(axis_name).__name__})")
+    name = _axis_name(axis_name)
     if global_arg_shapes is not None:
         raise NotImplementedError("pmap global_arg_shapes is not supported (JAX deprecated it); pass None")
     if isinstance(in_axes, list):
         in_axes = tuple(in_axes)
     statics = np.atleast_1d(static_broadcasted_argnums).astype(int).tolist()
-    name = axis_name if axis_name is not None else f"_pmap{next(_ANONYMOUS)}"
     compiled = {}   # (argument structure, axes, static values, devices) -> the jitted shard_map
 
     @functools.wraps(fun)
@@ -95,6 +92,16 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
         return run(*leaves)
 
     return mapped
+
+
+def _axis_name(axis_name):
+    """The mapped axis's name: ``axis_name``, checked hashable, or a fresh one for ``None``."""
+    if axis_name is None:
+        return f"_pmap{next(_ANONYMOUS)}"
+    if not _is_hashable(axis_name):
+        raise TypeError(f"pmap axis_name must be hashable (a str, as the collectives name it), got {axis_name!r} "
+                        f"({type(axis_name).__name__})")
+    return axis_name
 
 
 def _flat_inputs(args, kwargs, in_axes, statics):
