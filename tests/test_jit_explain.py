@@ -94,6 +94,9 @@ def test_shapeless_says_a_new_pattern_or_why_the_renaming_failed(explained):
     assert "(shapeless=True: a new pattern of sizes" in explained()[-1]
     f(fnp.ones(5))
     assert "(shapeless=True: the size 3, which the traced program also holds as a value" in explained()[-1]
+    g = fa.jit(lambda x: x * 2.5, shapeless=True, device="numpy:0")
+    g(fnp.ones(3)), g(fnp.ones(4))   # the second size is traced to confirm the first's program
+    assert "(shapeless=True: the pattern's one trace is not renamed before a trace at other sizes" in explained()[-1]
 
 
 def test_explanations_from_8_threads_one_per_trace(explained):
