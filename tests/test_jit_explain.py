@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pytest
 
 import fnarray as fa
@@ -63,6 +64,12 @@ def test_nothing_logged_when_off_and_the_hooks_are_not_called(monkeypatch, caplo
     f = fa.jit(lambda x: x + 1, device="numpy:0")
     f(fnp.ones(2)), f(fnp.ones(3)), f(fnp.ones(3))
     assert not [r for r in caplog.records if r.name == "fnarray.jit"]
+    # a string is refused, not read as true ("no" turned the explanations on); bools, NumPy's and 0/1 are taken
+    for flag in ("explain_cache_misses", "enable_x64", "debug_nans"):
+        with pytest.raises(TypeError, match=f"config.{flag} takes True or False, got 'no'"):
+            fa.config.update(flag, "no")
+    monkeypatch.setattr(fa.config, "explain_cache_misses", np.bool_(False))
+    assert fa.config.explain_cache_misses is False
 
 
 def test_evicted_signature_new_function_in_a_loop_and_a_setting_that_recompiles(explained, monkeypatch):
@@ -87,6 +94,9 @@ def test_shapeless_says_a_new_pattern_or_why_the_renaming_failed(explained):
     assert "(shapeless=True: a new pattern of sizes" in explained()[-1]
     f(fnp.ones(5))
     assert "(shapeless=True: the size 3, which the traced program also holds as a value" in explained()[-1]
+    g = fa.jit(lambda x: x * 2.5, shapeless=True, device="numpy:0")
+    g(fnp.ones(3)), g(fnp.ones(4))   # the second size is traced to confirm the first's program
+    assert "(shapeless=True: the pattern's one trace is not renamed before a trace at other sizes" in explained()[-1]
 
 
 def test_explanations_from_8_threads_one_per_trace(explained):

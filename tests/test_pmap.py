@@ -78,3 +78,9 @@ def test_errors_say_what_was_given_and_what_to_do():
         fa.pmap(lambda a: lax.psum(a, "j"), "i")(np.ones((1, 2)))
     with pytest.raises(TypeError):
         fa.pmap(3)
+    with pytest.raises(ValueError, match="axis of size 0"):   # (was: "Mesh: devices of several backends ()")
+        fa.pmap(lambda a: a)(np.ones((0, 2)))
+    with pytest.raises(ValueError, match=r"in_axes holds 0.5 \(float\)"):   # (was: optree's "Cannot flatten")
+        fa.pmap(lambda a: a, in_axes=(0.5,))(np.ones((1, 2)))
+    with pytest.raises(TypeError, match="axis_name must be hashable"):
+        fa.pmap(lambda a: a, axis_name=["i"])

@@ -686,6 +686,8 @@ def test_linear_transpose_and_traced_jaxpr_as_jax():
         fa.linear_transpose(lambda i: i * 2, 1)
     with pytest.raises(ValueError, match="reduce_axes"):
         fa.linear_transpose(f, w, w[0], reduce_axes=("batch",))
+    with pytest.raises(TypeError, match="linear_transpose needs a callable"):   # (was: "'int' object is not callable")
+        fa.linear_transpose(3, w)
     traced = fa.jit(lambda x: fnp.sin(x) * 2.0).trace(1.0)
     assert traced.jaxpr is traced.program and " sin " in str(traced.jaxpr)
 

@@ -52,6 +52,15 @@ def _env_flag(name) -> bool:
     return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
+def _flag(name, on) -> bool:
+    """A boolean setting's value, checked: ``True``/``False`` (a NumPy bool, 0 or 1 too); a string such as
+    ``"no"`` is refused, not read as true."""
+    if type(on).__name__ in ("bool", "bool_") or type(on) is int and on in (0, 1):   # (NumPy 2 names it bool)
+        return bool(on)
+    raise TypeError(f"fnarray.config.{name} takes True or False, got {on!r} ({type(on).__name__}); the environment "
+                    f"variable's spellings (\"1\", \"yes\") are read only from the environment")
+
+
 class _Scoped(threading.local):
     """This thread's overrides of the global settings (``x64_scope``); ``None``: the global value holds."""
 
@@ -174,7 +183,7 @@ class Config:
         self._autotune = "fast"
         self.autotune = os.environ.get("FNARRAY_AUTOTUNE", "fast")
         self.stage_eager_transforms = _env_flag("FNARRAY_STAGE_EAGER_TRANSFORMS")
-        self.explain_cache_misses = _env_flag("FNARRAY_EXPLAIN_CACHE_MISSES")
+        self._explain = _env_flag("FNARRAY_EXPLAIN_CACHE_MISSES")
         self.debug_hook = None  # set by fnarray.devices.nan_check: called when debug_nans/debug_infs change
         self._frozen = True  # from here on, only names defined above (or on the class) may be set
 
@@ -224,7 +233,7 @@ class Config:
 
     @debug_nans.setter
     def debug_nans(self, on):
-        self._debug_nans = bool(on)
+        self._debug_nans = _flag("debug_nans", on)
         self._debug_changed()
 
     @property
@@ -233,7 +242,7 @@ class Config:
 
     @debug_infs.setter
     def debug_infs(self, on):
-        self._debug_infs = bool(on)
+        self._debug_infs = _flag("debug_infs", on)
         self._debug_changed()
 
     #: the configuration's version, which caches keyed on it compare: bumped by every change of a setting that
@@ -253,8 +262,16 @@ class Config:
 
     @enable_x64.setter
     def enable_x64(self, on):
-        self._enable_x64 = bool(on)
+        self._enable_x64 = _flag("enable_x64", on)
         self._bump()
+
+    @property
+    def explain_cache_misses(self) -> bool:
+        return self._explain
+
+    @explain_cache_misses.setter
+    def explain_cache_misses(self, on):
+        self._explain = _flag("explain_cache_misses", on)
 
     def _debug_changed(self):
         self._bump()

@@ -1324,9 +1324,11 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), d
         not depend on its arguments' sizes: a call whose arguments differ from a traced call's only in their
         sizes (same structure, ranks, dtypes, weak types, static values, and the same sizes of 0 and 1 and
         equalities between sizes) runs that trace's program renamed to its sizes, without running ``fun``
-        (``fnarray.transforms.shapeless_jit``); mlx:0 calls one ``mx.compile(shapeless=True)`` function for all
-        of them. As in MLX, Python that reads a size (``if x.shape[0] > 8``, a constant equal to a size, a
-        reshape to sizes computed from a shape) gets the program of the size it was traced at. Where the
+        (``fnarray.transforms.shapeless_jit``), once a trace at a second size confirmed that its program is the
+        first one renamed; mlx:0 calls one ``mx.compile(shapeless=True)`` function for all of them. As in MLX,
+        Python that reads a size (``if x.shape[0] > 8``, a constant equal to a size, a
+        reshape to sizes computed from a shape) gets the program of the size it was traced at where it gave the
+        same program at both traced sizes. Where the
         renamed program does not type-check at the new sizes, or ties a size in a way a renaming cannot follow
         (``x[1:]``, ``mean``'s divisor), ``fun`` is traced at them as without ``shapeless``. Default ``False``.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from fnarray import tree_util
 from fnarray.core import dtypes, lax
 from fnarray.core.builder import trace_to_program
+from fnarray.core.errors import check_callable
 from fnarray.core.shaped import ShapedArray
 from fnarray.transforms.ad import vjp
 from fnarray.transforms.linearity import check_linear
@@ -38,6 +39,7 @@ def linear_transpose(fun, *primals, reduce_axes=()):
       NotImplementedError: ``fun`` applies a non-linear primitive (``sin``, ``max``, a product of two
         input-dependent values) to a value that depends on its arguments; the message names the primitive.
     """
+    check_callable(fun, "linear_transpose")
     if reduce_axes:
         raise ValueError(f"linear_transpose: reduce_axes={reduce_axes!r} is not supported (JAX removed it); "
                          "sum the cotangent over those axes yourself")

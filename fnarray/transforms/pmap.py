@@ -73,12 +73,12 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
     Source: JAX's ``jax.pmap`` (signature, errors) and its ``migrate_pmap`` guide (``jit(shard_map(...))``).
     """
     check_callable(fun, "pmap")
+    name = _axis_name(axis_name)
     if global_arg_shapes is not None:
         raise NotImplementedError("pmap global_arg_shapes is not supported (JAX deprecated it); pass None")
     if isinstance(in_axes, list):
         in_axes = tuple(in_axes)
     statics = np.atleast_1d(static_broadcasted_argnums).astype(int).tolist()
-    name = axis_name if axis_name is not None else f"_pmap{next(_ANONYMOUS)}"
     compiled = {}   # (argument structure, axes, static values, devices) -> the jitted shard_map
 
     @functools.wraps(fun)
@@ -92,6 +92,16 @@ def pmap(fun, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnu
         return run(*leaves)
 
     return mapped
+
+
+def _axis_name(axis_name):
+    """The mapped axis's name: ``axis_name``, checked hashable, or a fresh one for ``None``."""
+    if axis_name is None:
+        return f"_pmap{next(_ANONYMOUS)}"
+    if not _is_hashable(axis_name):
+        raise TypeError(f"pmap axis_name must be hashable (a str, as the collectives name it), got {axis_name!r} "
+                        f"({type(axis_name).__name__})")
+    return axis_name
 
 
 def _flat_inputs(args, kwargs, in_axes, statics):
@@ -169,6 +179,9 @@ def _leaf_axes(spec, tree, what, whose) -> list:
     """One axis (an int or ``None``) per leaf of ``tree``, from ``spec``, a pytree prefix of it."""
     if spec is None or isinstance(spec, (int, np.integer)):
         return [spec] * _count(tree)
+    if tree_util.treedef_is_leaf(tree_util.tree_structure(spec)):
+        raise ValueError(f"pmap {what} holds {spec!r} ({type(spec).__name__}): each entry must be an int (the "
+                         "mapped axis) or None (not mapped)")
     s = optree.tree_flatten_one_level(spec, none_is_leaf=True, namespace=tree_util.NAMESPACE)
     t = optree.tree_flatten_one_level(tree, none_is_leaf=False, namespace=tree_util.NAMESPACE) \
         if not tree_util.treedef_is_leaf(tree_util.tree_structure(tree)) else None
@@ -207,6 +220,9 @@ def _mapped_size(leaves, axes, axis_size) -> int:
 
 def _devices_for(n, devices, backend) -> list:
     """The ``n`` devices to map over: ``devices`` (exactly ``n``) or the first ``n`` of ``backend``'s."""
+    if n == 0:
+        raise ValueError("pmap maps an axis of size 0: it runs one slice per device, so the mapped size must be at "
+                         "least 1 (as jax.pmap); skip the call for an empty batch, or vmap over it instead")
     if devices is not None:
         devs = list(devices)
         if len(devs) != n:

@@ -8,7 +8,9 @@ size it was traced at, as in MLX.
 
 A call whose arguments have the *pattern* of a traced call's (``pattern``: the same structure, dtypes, weak
 types and static values; each size of 0 or 1 the same, every other size equal to the same other sizes) takes
-that trace's program renamed to its sizes (``derive``): each size of the traced inputs is mapped to the call's,
+that trace's program renamed to its sizes (``derive``) once a trace of the pattern at other sizes was that
+program renamed (``_confirms``: ``Store.remember``; a constant equal to a size at one trace is not told from the
+size, as ``x[-2:]`` at 2 rows, ``x.reshape(2, -1)``, ``fnp.roll(x, 2)``, a literal ``x.shape[0] - 1``): each size of the traced inputs is mapped to the call's,
 each equation's shape parameters (those ``core.size_free`` renames: a ``reshape``'s ``new_sizes``, a
 ``broadcast_in_dim``'s ``shape``) renamed through the map, and its shape rule (the primitive's
 ``abstract_eval``) run at the renamed inputs, which also maps the sizes it derives (a concatenation's ``L + 1``).
@@ -23,8 +25,10 @@ fnarray can tell:
   parameter (a slice's limits: ``x[1:]``), an integer-valued literal (``mean``'s divisor) and the sizes whose
   product it is (``x.mean()``'s divisor at ``(3, 4)`` is 12), a captured constant of that size, the sizes an
   index parameter was computed from though equal to none (``_INDEXED``: a slice's operand on the axes it does not
-  take whole, as ``x[:-1]``'s limit is the size less one; a convolution's or a window's padded, strided or
-  dilated axes, as ``"SAME"`` padding with strides) (``_tied``); parameters that name axes, dtypes or exponents
+  take whole, as ``x[:-1]``'s limit is the size less one; a convolution's or a window's (or its gradient's)
+  padded, strided or dilated axes, as ``"SAME"`` padding with strides; attention's head size, as its default
+  scale; the axes a gather, scatter or dynamic slice indexes at indices computed from literals and constants
+  alone, ``_FIXED_INDEXED``, as ``x[[0, -1]]``'s constant) (``_tied``); parameters that name axes, dtypes or exponents
   (``_NOT_SIZES``) are never sizes;
 - a program with sub-programs (a ``call``, a loop, ``custom_jvp``: not renamed here, as ``size_free_key``).
 
@@ -46,7 +50,7 @@ from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
 from fnarray.core.ir import Eqn, Literal, Params, Program, Var
 from fnarray.core.shaped import ShapedArray
-from fnarray.core.size_free import SHAPE_PARAMS
+from fnarray.core.size_free import SHAPE_PARAMS, size_free_key
 from fnarray.core.subprograms import subprograms
 from fnarray.devices.array_impl import ArrayImpl
 
@@ -129,10 +133,50 @@ def _padded(e):
     return [n for i, n in enumerate(shape) if _windowed(e.params, i)]
 
 
+def _selected(e):
+    """A window gradient's (``select_and_gather_add``, ``select_and_scatter_add``) operand sizes on the axes laid
+    out from them, as its window reduction's (``_padded``)."""
+    return [n for i, n in enumerate(e.inputs[1].aval.shape) if _windowed(e.params, i)]
+
+
+def _head(e):
+    """An attention's head size: its default ``scale`` (a float parameter) is ``1 / sqrt(head size)``."""
+    return [e.inputs[0].aval.shape[-1]]
+
+
 #: primitive name -> the sizes (of an equation) its index parameters were computed from: tied (``_tied``), as the
 #: integers a renaming cannot follow need not equal a size (``x[:-1]``'s limit is the size less one)
 _INDEXED = {"slice": _sliced, "conv_general_dilated": _padded_conv, "pad": _padded, "reduce_window": _padded,
-            "reduce_window_sum": _padded, "reduce_window_max": _padded, "reduce_window_min": _padded}
+            "reduce_window_sum": _padded, "reduce_window_max": _padded, "reduce_window_min": _padded,
+            "select_and_gather_add": _selected, "select_and_scatter_add": _selected,
+            "dot_product_attention": _head}
+
+
+def _gathered(e, fixed):
+    """A ``gather``'s or scatter's operand sizes on the axes it indexes where its indices are fixed (``fixed``:
+    computed from literals and constants alone): they were computed from the sizes (``x[-1]`` at 3 rows indexes
+    2, ``x.at[1:]`` scatters at a constant ``[[1], [2]]``, ``pad(mode="edge")`` gathers at a constant), so they
+    may not change."""
+    x, idx = e.inputs[0].aval.shape, e.inputs[1]
+    return [x[a] for a in e.params["axes"]] if type(idx) is Literal or idx in fixed else []
+
+
+def _dynamic(e, fixed):
+    """A ``dynamic_slice``'s (``dynamic_update_slice``'s) operand sizes on the axes it does not take whole where
+    its start there is fixed (``_gathered``)."""
+    x = e.inputs[0].aval.shape
+    if e.primitive.name == "dynamic_slice":
+        sizes, starts = e.params["slice_sizes"], e.inputs[1:]
+    else:
+        sizes, starts = e.inputs[1].aval.shape, e.inputs[2:]
+    return [n for n, k, s in zip(x, sizes, starts, strict=True) if k != n and (type(s) is Literal or s in fixed)]
+
+
+#: primitive name -> the sizes (of an equation) its index *operands* were computed from where they are fixed
+#: (computed from literals and constants alone: ``_tied``'s ``fixed``)
+_FIXED_INDEXED = {"gather": _gathered, "dynamic_slice": _dynamic, "dynamic_update_slice": _dynamic,
+                  **{name: _gathered for name in ("scatter", "scatter_add", "scatter_mul", "scatter_min",
+                                                  "scatter_max")}}
 
 
 def _tied(program: Program) -> frozenset | None:
@@ -142,21 +186,27 @@ def _tied(program: Program) -> frozenset | None:
     (``_INDEXED``); ``None`` where it has sub-programs. A size among them may not change at a derived call."""
     out: set = set()
     literals: set = set()
+    fixed = set(program.constvars)   # the values computed from literals and constants alone
     for v in program.constvars:
         _ints(v.aval.shape, out)
     for e in program.eqns:
         if subprograms(e):
             return None
-        indexed = _INDEXED.get(e.primitive.name)
+        name = e.primitive.name
+        indexed = _INDEXED.get(name)
         if indexed is not None:
             _ints(indexed(e), out)
+        indexed = _FIXED_INDEXED.get(name)
+        if indexed is not None:
+            _ints(indexed(e, fixed), out)
+        if all(type(a) is Literal or a in fixed for a in e.inputs):
+            fixed.update(e.outputs)
         shape_param = SHAPE_PARAMS.get(e.primitive)
         for k, v in e.params.items():
             if k != shape_param and k not in _NOT_SIZES:
                 _ints(v, out)
-        for a in e.inputs:
-            if type(a) is Literal and a.val.dtype.kind in "iuf" and np.isfinite(a.val) and a.val == int(a.val):
-                _ints(int(a.val), literals)
+        _literal_ints(e.inputs, literals)
+    _literal_ints(program.outvars, literals)   # (an output ``len(x)``)
     out |= literals
     if literals:
         sizes: set = set()
@@ -165,6 +215,13 @@ def _tied(program: Program) -> frozenset | None:
         for n in literals:   # (a product equal to a size too: x.mean() at (3, 4) beside a y of 12)
             out.update(_factors(n, sizes))
     return frozenset(out)
+
+
+def _literal_ints(atoms, out) -> None:
+    """The integer values (2 or more) of the literals among ``atoms``, into ``out``."""
+    for a in atoms:
+        if type(a) is Literal and a.val.dtype.kind in "iuf" and np.isfinite(a.val) and a.val == int(a.val):
+            _ints(int(a.val), out)
 
 
 def _factors(n: int, sizes) -> list:
@@ -266,15 +323,40 @@ def _renamed_wrong(why, eqn, old, new) -> None:
                    "at the trace went apart)")
 
 
+def _confirms(old, entry, avals):
+    """Whether ``entry``, traced at ``avals``, is ``old``'s program renamed to them (``derive``): the same
+    equations, parameters, literals, sizes, constants and output structure; ``False`` (``derive``'s) where a shape
+    rule failed at the renaming."""
+    prog = derive(old.entry.program, old.tied, avals)
+    if not prog:
+        return prog
+    a, b = old.entry, entry
+    return (a.out_tree == b.out_tree and len(a.consts) == len(b.consts)
+            and all(c is d or _same_value(c, d) for c, d in zip(a.consts, b.consts))
+            and size_free_key(prog) == size_free_key(b.program) and _shapes(prog) == _shapes(b.program))
+
+
+def _same_value(c, d) -> bool:
+    c, d = np.asarray(c), np.asarray(d)
+    return c.dtype == d.dtype and c.shape == d.shape and c.tobytes() == d.tobytes()
+
+
+def _shapes(program: Program) -> list:
+    """The sizes of ``program``'s values in the order it defines them (``size_free_key`` keys them up to a
+    renaming)."""
+    return [v.aval.shape for v in (*program.constvars, *program.invars, *[o for e in program.eqns for o in e.outputs])]
+
+
 class _Traced:
     """A traced program of one pattern: its trace entry, its tied values (``_tied``), the programs derived from it
-    (trace key -> entry, the ``config.jit_cache_size`` most recent); ``stopped``: a derivation failed a shape
+    (trace key -> entry, the ``config.jit_cache_size`` most recent); ``confirmed``: a trace at other sizes was
+    this program renamed (``_confirms``), programs are derived from it; ``stopped``: a derivation failed a shape
     rule (``derive``), the pattern's calls are traced from then on."""
 
-    __slots__ = ("entry", "tied", "derived", "stopped")
+    __slots__ = ("entry", "tied", "derived", "confirmed", "stopped")
 
-    def __init__(self, entry, tied):
-        self.entry, self.tied, self.stopped = entry, tied, False
+    def __init__(self, entry, tied, confirmed):
+        self.entry, self.tied, self.confirmed, self.stopped = entry, tied, confirmed, False
         self.derived = LRUCache(lambda: config.jit_cache_size)
 
 
@@ -406,21 +488,28 @@ class Store:
     def remember(self, key, avals, entry):
         """``entry``, traced at ``key``: its pattern's program from now on (a pattern is traced again only where
         its program did not derive, as where a literal 2.0 tied the size 2 it was traced at: the next sizes derive
-        from the new trace); not where it holds tracers."""
+        from the new trace); not where it holds tracers. Programs are derived from it only once confirmed: where
+        it is the pattern's previous trace renamed (``_confirms``), as a constant equal to a size at one trace
+        (``x[-2:]`` at 2 rows takes the whole axis; ``reshape(2, -1)`` at 2 rows) is not told from that size."""
         p = pattern(key, avals)
         t = self.traced.get(p)
         if (t is None or t.entry is not entry and not t.stopped) and \
                 not any(isinstance(c, tracing.Tracer) for c in entry.consts):
             tied = _tied(entry.program)
             if tied is not None:
+                confirmed = None if t is None else _confirms(t, entry, avals)
+                if confirmed:   # (the first trace stays the pattern's program: ties of its own sizes only)
+                    t.confirmed = True
+                    return
                 self.traced.pop(p)   # (``put`` keeps a present value)
-                self.traced.put(p, _Traced(entry, tied))
+                t = self.traced.put(p, _Traced(entry, tied, False))
+                t.stopped = confirmed is False
 
     def derived(self, key, avals, make_entry):
         """The entry for trace key ``key`` derived from its pattern's traced program; ``None`` where there is none
         or it does not derive (the caller traces). ``make_entry(program, consts, out_tree)``: jit's entry."""
         t = self.traced.get(pattern(key, avals))
-        if t is None or t.stopped:
+        if t is None or t.stopped or not t.confirmed:
             return None
         hit = t.derived.get(key)
         if hit is None:
@@ -443,7 +532,12 @@ class Store:
                     "and equal sizes (a trace with sub-programs, a loop or a call, is not kept for renaming)")
         why: list = []
         derive(t.entry.program, t.tied, avals, why)
-        return why[0] if why else "the pattern's trace does not rename to these sizes"
+        if why:
+            return why[0]
+        if not t.confirmed:
+            return ("the pattern's one trace is not renamed before a trace at other sizes confirms it (a constant "
+                    "equal to a size at one trace, as x[-2:]'s start at 2 rows, is not told from that size)")
+        return "the pattern's trace does not rename to these sizes"
 
     def executable(self, entry, ex, committed, flat):
         """``ex``, the executable just found for ``entry``: where ``entry`` is a derived one and ``ex`` serves every
