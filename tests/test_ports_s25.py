@@ -15,6 +15,12 @@ Sources (code as published, sizes shrunk; license headers, comments and argument
   ``decodings[i]`` (today's JAX arrays are unhashable: the example as published raises ``TypeError`` under JAX
   itself, and fnarray raises the same). 4 states, 10 EM steps, 40 samples. The sampled characters are discrete
   draws: JAX's gumbel-argmax margins here are >= 0.014, the programs' float rounding differs ~1e-5.
+- ``ESS``: PrincetonLIPS/active-phase-mapping ``notebooks/elliptical_slice_sampler_jax.py`` (b22bedc: a research
+  script's elliptical slice sampler over ``jax.numpy`` alone: ``lax.while_loop`` whose jitted body draws
+  ``jrnd.uniform(minval=lower, maxval=upper)`` between traced bounds and shrinks them by ``lax.cond`` of two
+  zero-argument lambdas, inside a jitted step inside ``lax.scan(f, init, None, num_samples)``); the driver under
+  ``__main__`` (ours) samples a Gaussian-process prior over 8 points with a logistic likelihood, 30 samples. Its 60
+  accept/shrink decisions have margins >= 0.03 under JAX (``jax.disable_jit``), so the chains follow one path.
 - ``GCN_MLX``: ml-explore/mlx-examples ``gcn/gcn.py`` and ``gcn/main.py`` (d936ab5, 35b219b: a graph
   convolutional network trained with ``nn.value_and_grad`` of a function returning ``(loss, y_hat)``, an L2 term
   over ``tree_flatten(parameters)`` ending in ``.sqrt()``, Adam, early stopping); ``datasets.py``'s Cora loader
@@ -22,14 +28,14 @@ Sources (code as published, sizes shrunk; license headers, comments and argument
   0 (MLX's dropout draws from its global generator), 8 epochs. One line is added for both libraries: MLX saves
   its initial weights (``WEIGHTS``) and the port loads them, so both start from the same parameters.
 
-Before this session's fixes the two JAX programs ported by their imports alone (``jax_port.rewrite_imports``);
+Before this session's fixes the three JAX programs ported by their imports alone (``jax_port.rewrite_imports``);
 the GCN needed the changes docs/from_mlx.md lists for every MLX program (``key=``, field annotations, the pure
 optimizer step, ``load_weights``) and two more that are now fixed: ``nn.value_and_grad`` of a function returning
 a tuple (MLX differentiates its first element and returns the whole tuple) and ``mlx.core.array``'s methods
 (``x.sqrt()``; also ``square``, ``rsqrt``, ``exp``, ``log``, ``logsumexp``, ``cummax``, ... added).
 
 Each program runs on ``jax_port.PORT_DEVICES`` (the other backends: the parity suite), in this process with
-fnarray's default device set; all three passed on jax:0, mlx:0 and webgpu:0 too when written (not run here: CI
+fnarray's default device set; all four passed on jax:0, mlx:0 and webgpu:0 too when written (not run here: CI
 time).
 """
 
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 
 import numpy as np
 import pytest
@@ -346,6 +353,71 @@ if __name__ == '__main__':
   print(''.join(decodings[int(i)] for i in sampled_seq))
 '''
 
+ESS = """
+import jax
+import jax.numpy as jnp 
+import jax.random as jrnd
+
+def elliptical_slice_jax(x0, log_lh_func, chol, num_samples, rng_key):
+    '''
+    Jax implementation of ESS
+    '''
+
+    @jax.jit
+    def ess_step_condfun(state):
+        x, new_x, nu, thresh, lower, upper, rng_key = state
+        llh = log_lh_func(new_x)
+        return log_lh_func(new_x) < thresh
+
+    @jax.jit
+    def ess_step_bodyfun(state):
+        x, new_x, nu, thresh, lower, upper, rng_key = state
+        theta_rng, rng_key = jrnd.split(rng_key, 2)
+        theta = jrnd.uniform(theta_rng, minval=lower, maxval=upper)
+        new_x = x * jnp.cos(theta) + nu * jnp.sin(theta)
+        lower, upper = jax.lax.cond(theta < 0, lambda : (theta, upper), lambda : (lower, theta))
+        return x, new_x, nu, thresh, lower, upper, rng_key
+
+    @jax.jit
+    def ess_step(x, rng_key):
+        nu_rng, u_rng, theta_rng, rng_key = jrnd.split(rng_key, 4)
+        nu = chol.T @ jrnd.normal(nu_rng, shape=x.shape)
+        u = jrnd.uniform(u_rng)
+        thresh = log_lh_func(x) + jnp.log(u)
+        theta = jrnd.uniform(theta_rng, minval=0, maxval=2*jnp.pi)
+        upper = theta
+        lower = theta - 2 * jnp.pi
+        new_x = x * jnp.cos(theta) + nu * jnp.sin(theta)
+        _, new_x, _, _, _, _, _ = jax.lax.while_loop(
+          ess_step_condfun,
+          ess_step_bodyfun,
+          (x, new_x, nu, thresh, lower, upper, rng_key)
+        )
+        return new_x
+
+    @jax.jit
+    def scanfunc(state, xs):
+        x, rng_key = state
+        step_key, rng_key = jrnd.split(rng_key, 2)
+        x = ess_step(x, step_key)
+        return (x, rng_key), x
+
+    _, samples = jax.lax.scan(scanfunc, (x0, rng_key), None, num_samples)
+
+    return samples
+
+
+if __name__ == "__main__":
+    grid = jnp.linspace(0.0, 1.0, 8)
+    K = jnp.exp(-0.5 * (grid[:, None] - grid[None, :]) ** 2 / 0.2 ** 2) + 1e-4 * jnp.eye(8)
+    chol = jnp.linalg.cholesky(K).T
+    y = jnp.array([1., 1., -1., -1., 1., 1., -1., 1.])
+    log_lh = lambda f: jnp.sum(jax.nn.log_sigmoid(y * f))
+    samples = elliptical_slice_jax(jnp.zeros(8), log_lh, chol, 30, jrnd.PRNGKey(1))
+    print(samples.shape, samples.mean(axis=0))
+    print(samples[-1])
+"""
+
 GCN_MLX = '''
 import numpy as np
 import mlx.core as mx
@@ -494,7 +566,7 @@ main(ARGS)
 '''
 
 
-JAX_PROGRAMS = {"control": CONTROL, "hmm_em": HMM_EM}
+JAX_PROGRAMS = {"control": CONTROL, "hmm_em": HMM_EM, "ess": ESS}
 SENTENCE = "the quick brown fox jumps over the lazy dog; a hidden markov model of characters.\n"
 
 # mlx-examples' gcn -> fnarray: each (MLX's text, the port's text) pair is one change docs/from_mlx.md names
@@ -534,12 +606,16 @@ def _port_gcn(source: str) -> str:
     return source
 
 
+_PADDING = re.compile(r"\s+\]")   # NumPy pads the last element of an array to its column: `0.1910963 ]`
+
+
 def _run(source: str, **names) -> str:
-    """Execute ``source`` as ``__main__`` in this process with ``names`` bound; its standard output."""
+    """Execute ``source`` as ``__main__`` in this process with ``names`` bound; its standard output, the padding
+    before a closing bracket cut."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(source, "<program>", "exec"), {"__name__": "__main__", **names})  # noqa: S102 (test programs)
-    return out.getvalue()
+    return _PADDING.sub("]", out.getvalue())
 
 
 @pytest.fixture(scope="module")
