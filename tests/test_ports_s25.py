@@ -34,9 +34,9 @@ optimizer step, ``load_weights``) and two more that are now fixed: ``nn.value_an
 a tuple (MLX differentiates its first element and returns the whole tuple) and ``mlx.core.array``'s methods
 (``x.sqrt()``; also ``square``, ``rsqrt``, ``exp``, ``log``, ``logsumexp``, ``cummax``, ... added).
 
-Each program runs on ``jax_port.PORT_DEVICES`` (the other backends: the parity suite), in this process with
-fnarray's default device set; all four passed on jax:0, mlx:0 and webgpu:0 too when written (not run here: CI
-time).
+Each program runs in this process with fnarray's default device set: on numpy:0, and ``CONTROL`` and the GCN also on
+opencl:0 (``jax_port.PORT_DEVICES``' kernel backend); all four passed on opencl:0, jax:0, mlx:0 and webgpu:0 when
+written (not run here: CI time).
 """
 
 from __future__ import annotations
@@ -646,6 +646,9 @@ def test_jax_program_ports_with_imports_only(device, name, corpus):
     import fnarray as fa
     if str(device) not in PORT_DEVICES:
         pytest.skip(f"the whole programs run on {', '.join(PORT_DEVICES)}; {device}'s primitives: the parity suite")
+    if name in ("hmm_em", "ess") and str(device) != "numpy:0":
+        pytest.skip("scans, while loops and samplers on kernel backends: test_ports_jax_research.py (this one passed "
+                    "on opencl:0, jax:0, mlx:0 and webgpu:0 when written; CI time)")
     want = _reference(name, lambda: _run(JAX_PROGRAMS[name], CORPUS=corpus))
     with fa.default_device(device):
         got = _run(rewrite_imports(JAX_PROGRAMS[name]), CORPUS=corpus)
