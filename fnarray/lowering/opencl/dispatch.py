@@ -70,7 +70,7 @@ def _bytes(shape, dtype) -> int:
 
 
 class _Step:
-    __slots__ = ("kernel", "gsize", "lsize", "dyn", "name", "source", "kept", "seen")
+    __slots__ = ("kernel", "gsize", "lsize", "dyn", "name", "source", "kept", "seen", "held")
 
 
 class Executable:
@@ -123,6 +123,7 @@ class Executable:
                         st.dyn.append((i, s))
                 st.kernel, st.name, st.source = knl, name, src
                 st.gsize, st.lsize = launch.global_size, launch.local_size
+                st.held = math.prod(st.gsize) <= state.hold_items   # (a CPU device's small launch: hold)
                 self.steps.append(st)
             state.held_bytes += held
         weakref.finalize(self, _give_back, state, held).atexit = False
@@ -221,7 +222,6 @@ class Executable:
         if self._direct is not None:
             return self._direct_call(bufs)
         state = self.state
-        queue = state.queue
         enqueue = cl.enqueue_nd_range_kernel
         with state.lock:  # this executable's kernels may be shared with another thread: args + enqueue at once
             env, copies = self._env(bufs)
@@ -229,7 +229,10 @@ class Executable:
                 knl = st.kernel
                 for i, s in st.dyn:
                     knl.set_arg(i, env[s].mem)
-                enqueue(queue, knl, st.gsize, st.lsize)
+                if st.held:  # a small launch on a CPU device: held with the eager ones (``_DeviceState.hold``)
+                    state.hold(knl, st.gsize, st.lsize)
+                else:
+                    enqueue(state.queue, knl, st.gsize, st.lsize)
         return self._outputs(env, bufs, copies)
 
     def _one(self, *bufs):
