@@ -43,7 +43,12 @@ cached call: the general path then raises its own error (or succeeds).
 
 The programs are jitted on the device of their arrays, which is where the general path runs them, with
 the same committed flag (``tests/test_eager_jit.py`` compares both paths). Devices whose
-``eager_programs`` is ``"off"`` (opencl, webgpu) keep running kernels per primitive.
+``eager_programs`` is ``"tapes"`` (opencl, webgpu: a program would compile kernels of its own, 0.1-1 s on PoCL
+and lavapipe) get a key's tape from its second call, as numpy, and never its program: the tape replays the very
+one-kernel executables the general path launched, so a repeated eager call costs its launches and a few
+microseconds of Python, not the general path's ~20-30 us a primitive, and compiles nothing (a tape traced where
+the record was refused takes only executables the eager cache holds: ``eager_tape.make(compile=False)``). Devices
+whose ``eager_programs`` is ``"off"`` run every call through the general path.
 
 Memory: the programs and tapes are an ``LRUCache`` of at most half of ``config.jit_global_cache_size`` entries
 (each one jitted function holding one executable, or a tape holding its equations' eager executables; half, so
@@ -319,7 +324,9 @@ _GENERAL_CALLS = {"second_call": 1, "first_call": 0, "repeated_call": None,  # N
 
 
 #: How many calls of a key take the general path before its tape (``eager_tape``) serves it; ``None``: no tape
-#: (jax: its program comes at the first call). A recorded tape costs ~1.5x a general call (a traced one ~3x), and
+#: (jax: its program comes at the first call); ``"tapes"`` (opencl, webgpu) as numpy, the tape never giving way to
+#: a program (issue 28, twenty-fifth session: the eager decode loop of ``benchmarks/programs.py`` 8.9 -> 3.7-4.4 ms
+#: of process CPU a pass on opencl:0, 20-23 -> 12.6-13 ms on webgpu:0, quiet; its record pass ~2x a general one). A recorded tape costs ~1.5x a general call (a traced one ~3x), and
 #: then saves ~60-80% of each call. numpy: from the second call (the tape replaces the program its second call
 #: made before, 1 ms and more); mlx: from the second too, recorded at the first (``_RECORD_FIRST``). A key whose
 #: tape cannot be made keeps the schedule of ``_general_calls``.
