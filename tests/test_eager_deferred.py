@@ -71,6 +71,10 @@ def test_reshape_is_a_view_and_index_operations_run_in_their_reader(launches, mo
     n, y = _launched(count, lambda: fnp.tanh(fa.lax.broadcast_in_dim(x, (2, 8), (1,)).T.reshape(4, 4)))
     assert n == 1 and general[0] == 4   # the first call's four misses; the second's hits direct
     np.testing.assert_allclose(np.asarray(y), np.tanh(np.broadcast_to(x0, (2, 8)).T.reshape(4, 4)), rtol=1e-6)
+    # a product reads a deferred transpose where it lies (a decode loop's ``q @ k.T``): one launch, no copy first
+    n, y = _launched(count, lambda: x.reshape(1, 8) @ m.T)
+    assert n == 1
+    np.testing.assert_allclose(np.asarray(y), x0.astype(np.float64).reshape(1, 8) @ m0.T, rtol=1e-5, atol=1e-5)
     # read by anything else (a reduction, a readback, block_until_ready), it runs once, on its own
     b = fa.lax.broadcast_in_dim(x, (8, 8), (0,))
     n, s = _launched(count, lambda: fnp.sum(b, axis=1))

@@ -12,7 +12,8 @@ operand to its batched partner's shape), 208 ``reshape`` and 120 ``transpose`` o
   launch at all;
 - ``broadcast_in_dim`` and ``transpose`` return a ``Deferred``: its operand and the equation, nothing run. An
   elementwise operation given deferred operands (``_Elementwise``) runs one program of their equations and its
-  own (``_fused``): the scheduler makes that one map kernel, which reads the operands where they lie. Any other
+  own (``_fused``): the scheduler makes that one map kernel, which reads the operands where they lie; a product
+  (``dot_general``: a decode step's ``q @ k.T``) likewise reads a deferred transpose where it lies. Any other
   use of a deferred buffer (another primitive, a jitted call, a readback) reads its memory (``buffer`` on webgpu,
   ``mem`` on opencl), which runs the equation then (``Deferred.make``), once: so it never costs more launches
   than running it at once.
@@ -47,6 +48,10 @@ DEFERRED = frozenset({P.broadcast_in_dim, P.transpose})
 #: The elementwise primitives that read deferred operands in their own kernel (those the scheduler fuses into any
 #: map kernel).
 _ELEMENTWISE = frozenset(p for p, f in facts.FACTS.items() if f.group == "map" and f.emit in ("rule", "func"))
+#: The products that read deferred operands in their own kernel too: ``q @ k.T``'s transpose is the product's
+#: dimension numbers (the scheduler reads the operand where it lies), not a copy kernel before it (an eager decode
+#: step's 9 launches -> 8).
+_PRODUCTS = frozenset({P.dot_general})
 #: Fused programs kept per elementwise eager entry (one per pattern of deferred operands); past that, the operands
 #: are made and the entry's own program runs.
 FUSED_VARIANTS = 8
@@ -217,6 +222,8 @@ def eager_fast(primitive, params, in_avals, device, lock):
         return _Unary(lambda b: Deferred(b, eqn, device, lock))
     if primitive in _ELEMENTWISE and not primitive.multiple_results:
         return _Elementwise(primitive, params, in_avals, out, device)
+    if primitive in _PRODUCTS:
+        return _Elementwise(primitive, params, in_avals, out, device, lazy=True)
     return None
 
 
@@ -234,14 +241,27 @@ class _Unary:
 
 
 class _Elementwise:
-    """The eager executable of an elementwise primitive: its own program, or one fused with the equations of its
-    deferred operands (``_fused``)."""
+    """The eager executable of an elementwise primitive (or of a product, ``_PRODUCTS``): its own program, or one
+    fused with the equations of its deferred operands (``_fused``). A product's own program is compiled when a call
+    first needs it: ``q @ k.T`` of a decode loop's growing cache always reads a deferred transpose."""
 
-    __slots__ = ("plain", "eqn", "device", "fused")
+    __slots__ = ("_plain", "eqn", "device", "fused")
 
-    def __init__(self, primitive, params, in_avals, out, device):
-        self.plain = compile_program(program_from_eqn(primitive, params, in_avals, (out,)), device)
+    def __init__(self, primitive, params, in_avals, out, device, lazy=False):
         self.eqn, self.device, self.fused = (primitive, params, in_avals, out), device, {}
+        self._plain = None if lazy else self._compile()
+
+    def _compile(self):
+        primitive, params, in_avals, out = self.eqn
+        return compile_program(program_from_eqn(primitive, params, in_avals, (out,)), self.device)
+
+    @property
+    def plain(self):
+        """The executable of the primitive's own program."""
+        p = self._plain
+        if p is None:
+            p = self._plain = self._compile()
+        return p
 
     def __call__(self, bufs):
         for b in bufs:
@@ -255,8 +275,9 @@ class _Elementwise:
         for b in bufs:
             if type(b) is Deferred and b.source is not None:
                 return self._deferred(bufs)[0]
-        one = self.plain.one
-        return one(*bufs) if one is not None else self.plain(bufs)[0]
+        plain = self.plain
+        one = plain.one
+        return one(*bufs) if one is not None else plain(bufs)[0]
 
     def _deferred(self, bufs):
         key, args = [], []

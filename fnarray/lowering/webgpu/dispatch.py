@@ -6,13 +6,13 @@ intermediate value, kept from call to call (never an output, so no array the use
 that bind only arena buffers get their bind group once, when the runner is made; the others bind the call's
 own buffers (its inputs, and its outputs: fresh buffers from the GPU's pool), so each call makes their bind
 groups and releases them once recorded (wgpu keeps what a recorded command uses), except where a launch's
-binder keeps its last bind group (``KEPT_BIND_BYTES``): a call given the buffers of the last one binds it
-again (a decode step's runner pass after pass, ``stack`` of the same arrays: 168 bind groups of 31 buffers a
-call). Binding directly, nothing is
-copied: an earlier design copied small inputs and outputs through staging buffers so that every bind group
-could be made once, but on lavapipe a recorded copy costs ~3-6 us of CPU and splits the calls' compute passes
-(~15-20 us each), while a bind group made through wgpu-native's C function costs ~2.5 us with its release
-(``native.py``; through wgpu-py's ``create_bind_group`` ~20-35 us).
+binder keeps its last bind groups (``KEPT_BIND_BYTES``, ``KEPT_GROUPS``): a call given the buffers of one of
+the last calls binds its bind group again (a jitted decode step's runner pass after pass, ``stack`` of the same
+arrays: 168 bind groups of 31 buffers a call; an eager decode step's operations, given one of three sets of pooled
+buffers in turn). Binding directly, nothing is copied: an earlier design copied small inputs and outputs through
+staging buffers so that every bind group could be made once, but on lavapipe a recorded copy costs ~3-6 us of CPU
+and splits the calls' compute passes (~15-20 us each), while a bind group made through wgpu-native's C function
+costs ~2.5 us with its release (``native.py``; through wgpu-py's ``create_bind_group`` ~20-35 us).
 
 A call records, into the GPU's open command encoder and its open compute pass (``_GPU.compute_pass``: the pass is
 shared by consecutive calls, and ended only when something else is recorded into the encoder or it is
@@ -52,9 +52,11 @@ import weakref
 import numpy as np
 
 from fnarray.core import profile as _profile
+from fnarray.lowering.kernels import phases
 from fnarray.lowering.kernels.lowered import donated_must_copy, taken_over
 
-__all__ = ["Runner", "HELD_BYTES", "BATCH_LAUNCHES", "ALONE_LAUNCHES", "NEW_UPLOAD_BYTES", "KEPT_BIND_BYTES"]
+__all__ = ["Runner", "HELD_BYTES", "BATCH_LAUNCHES", "ALONE_LAUNCHES", "NEW_UPLOAD_BYTES", "KEPT_BIND_BYTES",
+           "KEPT_GROUPS", "WIDE_WORK"]
 
 #: Buffer memory all runners of one GPU may hold between calls (their arenas); past it a runner allocates its
 #: intermediates per call from the pool, as before this module.
@@ -79,6 +81,18 @@ NEW_UPLOAD_BYTES = 64 << 10
 #: group. The bound is what a runner may keep alive past its arrays' lives (a kept buffer is not freed; most are
 #: pooled anyway); ``stack`` of 5,000 arrays of three floats keeps ~140 KB.
 KEPT_BIND_BYTES = 256 << 10
+#: Bind groups a launch's binder keeps where ``KEPT_BIND_BYTES`` leaves room (its buffers counted once per group):
+#: an eager decode loop's operations are given one of three sets of pooled buffers in turn, pass after pass (the
+#: pool's order), so one kept bind group missed at every call (280 bind groups made a pass of 40 steps, ~8 us of
+#: the calling thread each); with three or more kept, none.
+KEPT_GROUPS = 4
+#: A launch of more than one work-group whose work (``phases.work_estimate``: statements run over all its work
+#: items) exceeds this gives lavapipe's threads their own CPUs back at its submit (``Runner.wide``,
+#: ``_GPU._place``); a smaller one (an eager loop's concatenation of a growing cache, 2-41 work-groups of a copy)
+#: runs with the threads kept on one CPU like a one-work-group launch: its few microseconds of work gain nothing
+#: from a second CPU, and every dispatch submitted with it until the next wait paid the hand-off across CPUs
+#: (~35 us of CPU against ~5; driver_threads.py), the eager decode loop's 360 a pass.
+WIDE_WORK = phases.MERGE_BELOW
 #: Most timestamp queries in one query set (WebGPU's limit is 4096).
 _MAX_QUERIES = 4096
 
@@ -122,8 +136,9 @@ class Runner:
         self.template = template
         self.launches = [(calls.handle(st.pipeline), None if bg is None else calls.handle(bg), st.groups)
                          for st, bg in zip(plan.steps, self.fixed, strict=True)]
-        # a launch of more than one work-group: lavapipe's threads get their own CPUs back first (_GPU._place)
-        self.wide = any(math.prod(st.groups) > 1 for st in plan.steps)
+        # a launch of more than one work-group and more than WIDE_WORK: lavapipe's threads get their own CPUs back
+        # first (_GPU._place)
+        self.wide = any(math.prod(st.groups) > 1 and _busy(st.launch) for st in plan.steps)
         self.outs = self._output_plan(plan)
         self._queries = None
 
@@ -146,17 +161,22 @@ class Runner:
     def _binders(self, plan, template):
         """A binder per launch that binds the call's own buffers, paired with its slots; those whose call buffers
         come to ``KEPT_BIND_BYTES`` or less in all keep their last bind group (``native.Native.bind_groups``), so
-        that a call given the same buffers as the last one makes none (lock held)."""
+        that a call given the same buffers as the last one makes none, and within what the bound leaves, their
+        last ``KEPT_GROUPS`` (lock held)."""
         nbytes = {i: _nbytes(spec) for i, spec in enumerate(plan.schedule.inputs)}
         nbytes.update({k: nb for k, nb, _, _ in self.fresh})
-        binders, kept = [], 0
+        own, kept = [], 0
         for st, bg in zip(plan.steps, self.fixed, strict=True):
             if bg is not None:
                 continue
-            own = {k for k in st.slots if template[k] is None}
-            size = sum(nbytes[k] for k in own)
+            size = sum(nbytes[k] for k in st.slots if template[k] is None)
             keep = kept + size <= KEPT_BIND_BYTES
             kept += size if keep else 0
+            own.append((st, size, int(keep)))
+        binders = []
+        for st, size, keep in own:
+            if keep and kept + (KEPT_GROUPS - 1) * size <= KEPT_BIND_BYTES:
+                keep, kept = KEPT_GROUPS, kept + (KEPT_GROUPS - 1) * size
             binders.append((self.calls.binder(st.bgl, [template[k] for k in st.slots], st.uniform, st.windows,
                                               keep=keep), st.slots))
         return binders
@@ -310,6 +330,12 @@ class Runner:
                 "query_set": qs, "beginning_of_pass_write_index": 0, "end_of_pass_write_index": 1})
             cp.end()
         return qs, resolve
+
+
+def _busy(launch) -> bool:
+    """Whether ``launch``'s work exceeds ``WIDE_WORK`` (or has no bound)."""
+    work = phases.work_estimate(launch)
+    return work is None or work > WIDE_WORK
 
 
 def _memory(buf):

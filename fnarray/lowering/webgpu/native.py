@@ -49,9 +49,9 @@ _STRUCTS = {
     "WGPUBindGroupEntry": ("nextInChain", "binding", "buffer", "offset", "size", "sampler", "textureView"),
     "WGPUBindGroupDescriptor": ("nextInChain", "label", "layout", "entryCount", "entries"),
 }
-#: A binder that keeps its last bind group (``Native.bind_groups``) stops keeping after this many calls given
-#: other buffers than the kept ones: an eager operation's runner, given new arrays call after call, then costs
-#: what it did before bind groups were kept (a call that misses the kept one costs ~3-5 us more than none).
+#: A binder that keeps bind groups (``Native.bind_groups``) stops keeping after this many calls given other
+#: buffers than the kept ones: an eager operation's runner, given new arrays call after call, then costs what it
+#: did before bind groups were kept (a call that misses the kept ones costs ~3-5 us more than none).
 KEEP_MISSES = 8
 #: The name ``Native.bind_groups`` captures errors under (wgpu-py's capture stack matches names).
 _CAPTURE = "wgpuDeviceCreateBindGroup"
@@ -158,11 +158,11 @@ class Public:
         """What ``record`` takes for a pipeline or a bind group made at compile time: the wgpu-py object."""
         return obj
 
-    def binder(self, bgl, fixed, uniform, windows=None, keep=False):
+    def binder(self, bgl, fixed, uniform, windows=None, keep=0):
         """A bind-group maker for a layout: ``fixed[k]`` the buffer of binding ``k`` or ``None`` where the call's
         value slot ``slots[k]`` gives it; ``uniform`` a uniform buffer bound last, or ``None``; ``windows[k]``:
         ``(offset, size)`` where binding ``k`` is a window of its buffer (``backend._Step.windows``). ``keep``
-        (``Native``'s kept bind groups) is ignored: wgpu-py's methods make one a call."""
+        (how many bind groups ``Native`` keeps) is ignored: wgpu-py's methods make one a call."""
         return (bgl, tuple(fixed), uniform, windows)
 
     def bind_groups(self, binders, vals):
@@ -225,12 +225,12 @@ class Native:
         """The native handle of a wgpu-py pipeline or bind group (kept alive by the caller)."""
         return obj._internal
 
-    def binder(self, bgl, fixed, uniform, windows=None, keep=False):
+    def binder(self, bgl, fixed, uniform, windows=None, keep=0):
         """A descriptor for ``bgl`` with the ``fixed`` buffers (and ``uniform``; ``windows`` as
         ``Public.binder``'s) filled in, and the entries that each call fills: ``[entries, descriptor, variable
-        entry indices, what the descriptor points to, kept]``. With ``keep``, the last bind group made is kept
-        (``kept``: ``(buffers, handle, misses)``) and bound again while a call gives the same buffers
-        (``bind_groups``)."""
+        entry indices, what the descriptor points to, kept]``. With ``keep`` (a count), the last ``keep`` bind
+        groups made are kept (``kept``: ``[{buffers: handle}, misses, keep]``, oldest first) and bound again
+        where a call gives the same buffers (``bind_groups``)."""
         ffi = self.ffi
         n = len(fixed) + (uniform is not None)
         entries = ffi.new("WGPUBindGroupEntry[]", n)
@@ -246,19 +246,20 @@ class Native:
         desc.entryCount = n
         desc.entries = entries
         return [entries, desc, tuple(k for k, b in enumerate(fixed) if b is None), (bgl, buffers),
-                (None, None, -1) if keep else None]
+                [{}, -1, keep] if keep else None]
 
     def bind_groups(self, binders, vals):
         """A bind group per ``(binder, slots)`` for the buffers ``vals[slot]`` of this call; a validation error
         raises wgpu-py's ``GPUError`` subclass, after the ones made are released.
 
-        A binder made with ``keep`` binds its kept bind group again where the call's buffers are the ones it was
+        A binder made with ``keep`` binds a kept bind group again where the call's buffers are the ones it was
         made for (the same wgpu-py buffer objects, which the binder keeps alive, so none is freed and none's
         identity reused while kept: a bind group names buffers, not their contents). Otherwise the new bind
-        group replaces the kept one, which is released, and after ``KEEP_MISSES`` such calls the binder stops
-        keeping. A decode step's or ``stack``'s call is given the same buffers pass after pass (the pool hands
-        back the buffers last freed), and then makes none. Returns the handles to bind, in order, whose
-        ``drop`` lists those ``release`` lets go once recorded."""
+        group is kept too, the oldest released where more than ``keep`` are, and after ``KEEP_MISSES`` such calls
+        the binder stops keeping. A jitted decode step's or ``stack``'s call is given the same buffers pass after
+        pass (the pool hands back the buffers last freed), an eager decode step's operations one of three sets in
+        turn, and then make none. Returns the handles to bind, in order, whose ``drop`` lists those ``release``
+        lets go once recorded."""
         create = self.lib.wgpuDeviceCreateBindGroup
         dev = self.device
         made, new, errors = _Made(), [], None
@@ -267,8 +268,9 @@ class Native:
                 entries, desc, var, _, kept = binder
                 if kept is not None:
                     key = tuple([vals[slots[k]] for k in var])
-                    if kept[0] == key:
-                        made.append(kept[1])
+                    h = kept[0].get(key)
+                    if h is not None:
+                        made.append(h)
                         continue
                 if errors is None:
                     errors = self._errors
@@ -288,14 +290,17 @@ class Native:
             if key is None:
                 drop.append(h)
                 continue
-            _, old, misses = binder[4]
-            if old is not None:   # a pass that bound it holds its own reference
-                drop.append(old)
-            if misses < KEEP_MISSES:
-                binder[4] = (key, h, misses + 1)
-            else:   # an eager operation's binder, given new arrays call after call: keeps nothing from now on
-                binder[4] = None
+            kept = binder[4]
+            groups = kept[0]
+            if kept[1] >= KEEP_MISSES:   # an eager operation's binder, given new arrays call after call: keeps
+                binder[4] = None          # nothing from now on (a pass that bound one holds its own reference)
+                drop.extend(groups.values())
                 drop.append(h)
+                continue
+            kept[1] += 1
+            groups[key] = h
+            if len(groups) > kept[2]:
+                drop.append(groups.pop(next(iter(groups))))
         return made
 
     def forget(self, binders):
@@ -303,9 +308,10 @@ class Native:
         release = self.lib.wgpuBindGroupRelease
         for binder, _ in binders:
             kept = binder[4]
-            if kept is not None and kept[1] is not None:
+            if kept is not None:
                 binder[4] = None
-                release(kept[1])
+                for h in kept[0].values():
+                    release(h)
 
     def record(self, cp, launches, made, last):
         """As ``Public.record``, with native handles."""
