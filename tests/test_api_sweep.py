@@ -25,6 +25,9 @@ P = np.array([1.0, -2.0, 3.0], np.float32)
 POS = np.array([0.3, 1.0, 2.5, 4.0], np.float32)
 NEG = np.array([-2.5, -0.5, 0.3, 1.0, 4.5], np.float32)
 PHASE = np.array([0.0, 3.0, 6.5, -3.0, 10.0], np.float32)
+M = R.randn(4, 3).astype(np.float32)
+XS = np.linspace(0.0, 1.0, 7, dtype=np.float32)
+YS = np.stack([1 + 2 * XS - 3 * XS ** 2 + 0.01 * np.sin(9 * XS), XS ** 3], axis=1).astype(np.float32)
 
 # (name, fnarray function, jax function, arguments, keyword arguments)
 CASES = [
@@ -43,12 +46,16 @@ CASES = [
     ("polymul", fnp.polymul, jnp.polymul, (P, P[1:]), {}),
     ("polyder", fnp.polyder, jnp.polyder, (P, 2), {}),
     ("polyint", fnp.polyint, jnp.polyint, (P, 2, np.float32([1.0, 2.0])), {}),
+    ("polyfit", fnp.polyfit, jnp.polyfit, (XS, YS, 2), {"w": XS + 1}),
     ("ediff1d", fnp.ediff1d, jnp.ediff1d, (P,), {"to_begin": 9.0, "to_end": P}),
     ("unwrap", fnp.unwrap, jnp.unwrap, (PHASE,), {}),
     ("resize", fnp.resize, jnp.resize, (P, (2, 4)), {}),
     ("choose", fnp.choose, jnp.choose, (np.array([0, 2, 1]), [P, 10 * P, 100 * P]), {"mode": "wrap"}),
     ("put_along_axis", fnp.put_along_axis, jnp.put_along_axis,
      (np.zeros((2, 3), np.float32), np.array([[1], [2]]), 5.0, 1), {"inplace": False}),
+    ("top_k_axis", fa.lax.top_k, jax.lax.top_k, (M, 2), {"axis": 0}),
+    ("svd_positional", fnp.linalg.svd, jnp.linalg.svd, (M, False, False), {}),
+    ("pinv_positional", fnp.linalg.pinv, jnp.linalg.pinv, (M, 1e-3), {}),
     ("bitwise_count", fnp.bitwise_count, jnp.bitwise_count, (np.array([7, -3, 0, 255], np.int32),), {}),
     ("fromfunction", fnp.fromfunction, jnp.fromfunction, (lambda i, j: i * 3 + j, (2, 3)), {}),
     ("apply_over_axes", lambda a, axes: fnp.apply_over_axes(fnp.sum, a, axes),

@@ -1,13 +1,13 @@
 """Polynomial arithmetic on coefficient arrays, highest power first (``numpy.polyadd`` and kin, as ``jax.numpy``).
 
-Composites of the namespace (``convolve``, ``pad``, slicing), so they run under ``jit``, ``grad`` and
+Composites of the namespace (``convolve``, ``pad``, slicing, ``linalg.lstsq``), so they run under ``jit``, ``grad`` and
 ``vmap``; the coefficient counts are shapes, hence static. ``polyval`` lives in ``_extras.py``.
 Source: the NumPy reference (numpy.org/doc/stable/reference/routines.polynomials-poly1d.html).
 """
 
 from __future__ import annotations
 
-__all__ = ["polyadd", "polyder", "polyint", "polymul", "polysub"]
+__all__ = ["polyadd", "polyder", "polyfit", "polyint", "polymul", "polysub"]
 
 
 def _np():
@@ -100,3 +100,41 @@ def polyint(p, m=1, k=None):
         n = p.shape[0]
         p = fnp.concatenate([p / fnp.arange(n, 0, -1, dtype=p.dtype), ks[i:i + 1]])
     return p
+
+
+def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
+    """The least-squares polynomial of degree ``deg`` through the points ``(x, y)`` (``numpy.polyfit``).
+
+    The Vandermonde matrix's columns are scaled to unit norm before ``linalg.lstsq`` (as NumPy and JAX), which
+    keeps high degrees well conditioned.
+
+    Args: x: ``(M,)`` sample positions. y: ``(M,)`` or ``(M, K)`` values (``K`` fits at once). deg: the degree,
+      a Python int. rcond: the relative cutoff of small singular values (default ``M * eps``). w: optional
+      ``(M,)`` weights applied to the residuals. full, cov: only False.
+    Returns: ``(deg + 1,)`` or ``(deg + 1, K)`` coefficients, highest power first, floating.
+    Raises: ``ValueError`` for a negative degree or inputs of the wrong rank; ``NotImplementedError`` for
+    ``full=True`` or ``cov=True``.
+    """
+    fnp = _np()
+    if full or cov:
+        raise NotImplementedError("polyfit: full=True and cov=True are not supported; compute the residuals from "
+                                  "polyval(p, x) - y")
+    if deg < 0:
+        raise ValueError(f"polyfit: deg must be non-negative, got {deg}")
+    x = fnp.asarray(x)
+    y = fnp.asarray(y)
+    dtype = fnp.result_type(x, y, 1.0)
+    x, y = fnp.astype(x, dtype), fnp.astype(y, dtype)
+    if x.ndim != 1 or y.ndim not in (1, 2) or y.shape[0] != x.shape[0]:
+        raise ValueError(f"polyfit: expected x of shape (M,) and y of shape (M,) or (M, K), got {x.shape} and "
+                         f"{y.shape}")
+    lhs = fnp.vander(x, deg + 1)
+    rhs = y
+    if w is not None:
+        w = fnp.astype(fnp.asarray(w), dtype)
+        lhs = lhs * w[:, None]
+        rhs = rhs * (w if y.ndim == 1 else w[:, None])
+    rcond = x.shape[0] * fnp.finfo(dtype).eps if rcond is None else rcond
+    scale = fnp.sqrt(fnp.sum(lhs * lhs, axis=0))
+    coeffs = fnp.linalg.lstsq(lhs / scale, rhs, rcond=rcond)[0]
+    return coeffs / (scale if y.ndim == 1 else scale[:, None])
