@@ -165,3 +165,25 @@ def test_tree_util_names_match_jax():
     assert float(fa.jit(lambda s, x: x * s.v)(Scale(3), 2.0)) == 6.0
     assert list(inspect.signature(tu.register_pytree_node).parameters) == list(
         inspect.signature(jtu.register_pytree_node).parameters)
+
+
+def _composites_program(a, b, q, p, phase):
+    """One program over several of the added composites (sorts, gathers, cumulative sums, masks, logs)."""
+    return (fnp.setdiff1d(a, b, size=4), fnp.nanquantile(q, 0.3, axis=1), fnp.unwrap(phase),
+            fnp.choose(fnp.array([0, 2, 1]), [p, 10 * p, 100 * p]), fa.scipy.special.rel_entr(POS, p[:1] + 2))
+
+
+def test_composites_on_every_device(device, request):
+    """The numpy:0 results are JAX's (test_added_names_match_jax); every backend runs the same jitted program."""
+    if device.backend == "webgpu":
+        # Found by this test (s25b-apisweep): webgpu:0 computes unwrap's output wrongly in exactly this program
+        # ([0, 3, 27.48, 144.33, nan] for [0, 3, 0.22, 3.28, 3.72]); unwrap alone, or with any three of the
+        # other four outputs, or moved first, is right. Open in docs/internals.md (twenty-fifth session).
+        request.applymarker(pytest.mark.xfail(reason="webgpu:0 wrong unwrap output in this program", strict=False))
+    args = (A, B, Q, P, PHASE)
+    with fa.default_device("numpy:0"):
+        want = fa.jit(_composites_program)(*args)
+    got = fa.jit(_composites_program)(*(fa.device_put(fnp.asarray(x), device) for x in args))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w, np.float64), rtol=2e-5, atol=2e-5,
+                                   equal_nan=True)
