@@ -76,6 +76,18 @@ def count_lowerings(monkeypatch, device) -> list:
     return lowered
 
 
+def fresh_eager_keys(monkeypatch) -> None:
+    """Empty key caches of ``eager_jit`` for one test: an earlier test in this process (the file before it, or
+    whatever an xdist worker ran) may have called the same functions on the same avals, so that a key's stage
+    (general path, record, tape, program) would be that test's, not the one this test's calls give it."""
+    from fnarray.core.cache import LRUCache, used_since
+    from fnarray.transforms import eager_jit
+    seen = LRUCache(eager_jit._seen_size)
+    programs = LRUCache(eager_jit._programs_size, second_chance=used_since)
+    for name, value in (("_seen", seen), ("_seen_d", seen._d), ("_programs", programs), ("_programs_d", programs._d)):
+        monkeypatch.setattr(eager_jit, name, value)
+
+
 def run_threads(work, n=4, timeout=60.0) -> None:
     """Run ``work(k)`` for ``k`` in ``range(n)`` in ``n`` threads started together; fail if one still runs after
     ``timeout`` seconds (a hang), and re-raise the first failure."""

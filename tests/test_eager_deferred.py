@@ -11,7 +11,7 @@ import pytest
 
 import fnarray as fa
 import fnarray.numpy as fnp
-from helpers import config_setting, require_backend
+from helpers import config_setting, count_lowerings, decode_step, fresh_eager_keys, require_backend
 
 
 def _count_webgpu(monkeypatch, count):
@@ -124,6 +124,42 @@ def test_jacobian_launches_per_call(launches):
                 n, got = _launched(count, lambda transform=transform: transform(x).block_until_ready())
                 assert n == n_want, (staged, transform, n)
                 np.testing.assert_allclose(np.asarray(got), w, rtol=2e-5, atol=2e-6)
+
+
+def test_eager_decode_steps_replay_their_tapes(launches, monkeypatch):
+    """``eager_programs="tapes"``: a key's second call records its tape (the eager executables its general path
+    ran), its later calls replay it; no key gets a program, and a kernel backend compiles nothing for either.
+    Three passes of two decode steps whose cache grows a row a step (every step's calls new keys): the second pass
+    records, the third replays, both with the first pass's launches, no lowering after the first pass, and the
+    first pass's bits (NumPy float64's softmax attention within rounding)."""
+    from fnarray.transforms import eager_jit
+    device, count = launches
+    assert device.impl.capabilities(device).eager_programs == "tapes"
+    fresh_eager_keys(monkeypatch)
+    lowered = count_lowerings(monkeypatch, device)
+    step = decode_step(fnp)
+    rng = np.random.default_rng(3)
+    q0, row0 = rng.standard_normal((1, 8)).astype(np.float32), rng.standard_normal((1, 8)).astype(np.float32)
+    q, row = fa.device_put(q0, device), fa.device_put(row0, device)
+    passes = []
+    for _ in range(3):
+        info, n_lowered, count[0] = eager_jit.cache_info(), len(lowered), 0
+        cache = fa.device_put(np.zeros((1, 8), np.float32), device)
+        outs = []
+        for _ in range(2):
+            cache, out = step(cache, q, row)
+            outs.append(np.asarray(out))
+        after = eager_jit.cache_info()
+        passes.append((count[0], len(lowered) - n_lowered, after["tapes"] - info["tapes"], after["made"] - info["made"],
+                       [o.tobytes() for o in outs]))
+    (n1, _, tapes1, _, bits1), (n2, low2, tapes2, made2, bits2), (n3, low3, tapes3, made3, bits3) = passes
+    assert n1 == n2 == n3 and low2 == low3 == 0 and made2 == made3 == 0, passes
+    assert tapes1 == 0 and tapes2 >= 2 * 5 and tapes3 == 0, (tapes1, tapes2, tapes3)   # 5+ keys a step
+    assert bits1 == bits2 == bits3
+    c0 = np.concatenate([np.zeros((1, 8)), np.repeat(row0.astype(np.float64), 2, 0)])
+    sc = q0.astype(np.float64) @ c0.T
+    e = np.exp(sc - sc.max(-1, keepdims=True))
+    np.testing.assert_allclose(outs[-1], e / e.sum(-1, keepdims=True) @ c0, rtol=1e-5, atol=1e-6)
 
 
 def test_small_buffers_are_pooled_past_sixty_four_of_a_size():

@@ -17,7 +17,8 @@ import fnarray as fa
 import fnarray.numpy as fnp
 from fnarray.core.errors import ShapeError
 from fnarray.transforms import eager_jit
-from helpers import count_lowerings, decode_step, no_shapeless_rules, python_calls, require_backend, run_threads
+from helpers import (count_lowerings, decode_step, fresh_eager_keys, no_shapeless_rules, python_calls, require_backend,
+                     run_threads)
 
 RNG = np.random.default_rng(0)
 A = RNG.standard_normal((4, 6)).astype(np.float32)
@@ -468,23 +469,12 @@ def test_jitted_loops_compile_each_shape_once(monkeypatch, backend):
 
 
 # ------------------------------------------------------------------------------------------------------- tapes
-def _fresh_keys(monkeypatch):
-    """Empty key caches of eager_jit for one test: an earlier test in this process (the file before it, or
-    whatever an xdist worker ran) may have called the same functions on the same avals, so that a key's stage
-    (general path, record, tape, program) would be that test's, not the one this test's calls give it."""
-    from fnarray.core.cache import LRUCache, used_since
-    seen = LRUCache(eager_jit._seen_size)
-    programs = LRUCache(eager_jit._programs_size, second_chance=used_since)
-    for name, value in (("_seen", seen), ("_seen_d", seen._d), ("_programs", programs), ("_programs_d", programs._d)):
-        monkeypatch.setattr(eager_jit, name, value)
-
-
 @pytest.fixture
 def tapes(monkeypatch):
     """Every key's tape (``eager_tape``) from its second call, and no program: the stage mlx runs between a key's
     first call and its ``TAPED_PROGRAM_CALL``-th, here on every backend that keys calls; with empty key caches
-    (``_fresh_keys``: a key an earlier test called may hold its program or tape already)."""
-    _fresh_keys(monkeypatch)
+    (``fresh_eager_keys``: a key an earlier test called may hold its program or tape already)."""
+    fresh_eager_keys(monkeypatch)
     monkeypatch.setattr(eager_jit, "REPEATED_CALL", 10**6)
     monkeypatch.setattr(eager_jit, "TAPED_PROGRAM_CALL", 10**6)
     monkeypatch.setattr(eager_jit, "_GENERAL_CALLS", dict.fromkeys(eager_jit._GENERAL_CALLS))
@@ -492,15 +482,20 @@ def tapes(monkeypatch):
     monkeypatch.setattr(eager_jit, "TAPE_BUDGET_S", float("inf"))
 
 
-def _keyed_device(device):
-    if device.impl.capabilities(device).eager_programs in ("off", "first_call"):
-        pytest.skip(f"{device} makes no tapes (jax: a program at the first call; opencl, webgpu: no keys)")
+def _keyed_device(device, kernels=True):
+    """Skip where ``device`` makes no tapes (jax: a program at the first call), and on the kernel backends
+    (``eager_programs="tapes"``: opencl, webgpu) unless ``kernels``: the cases that compile many kernels there
+    (tests/test_eager_deferred.py runs a decode loop's tapes on both)."""
+    policy = device.impl.capabilities(device).eager_programs
+    if policy in ("off", "first_call") or (policy == "tapes" and not kernels):
+        pytest.skip(f"{device} makes no tapes here (jax: a program at the first call; opencl, webgpu: the cases "
+                    "that compile many kernels)")
 
 
 def test_tapes_match_the_general_path_and_numpy(tapes, device):
     """Each case's first call (the general path) against three calls of its tape: value bits, dtype, weak type,
     shape, committed flag and device; the data-dependent mask has no tape (its trace fails)."""
-    _keyed_device(device)
+    _keyed_device(device, kernels=False)
     tapes_before = eager_jit.cache_info()["tapes"]
     for name in CASES:
         _check(name, device)
@@ -522,7 +517,7 @@ def _against_general(f, *args):
 def test_tapes_are_keyed_by_weak_type_and_dtype(tapes, device):
     """One shape, several avals: weak and strong float32, int32, bool and bfloat16 operands, interleaved so that
     each key's tape serves after its first call; each result is the general path's (dtype, weak type, value)."""
-    _keyed_device(device)
+    _keyed_device(device, kernels=False)
     vals = np.array([1.5, -2.0, 3.25], np.float32)
     operands = [fa.device_put(vals, device), fa.device_put(vals.astype(np.int32), device),
                 fa.device_put(vals > 0, device), fa.device_put(vals.astype(fnp.bfloat16), device),
@@ -543,7 +538,7 @@ def test_tapes_are_keyed_by_device_and_committed_flag(tapes):
     """The same aval on two devices, committed or not: each call's result lies on its operand's device with the
     general path's committed flag."""
     devs = [d for d in fa.devices(all_backends=True)
-            if d.impl.capabilities(d).eager_programs not in ("off", "first_call")]
+            if d.impl.capabilities(d).eager_programs not in ("off", "first_call", "tapes")]
     if len(devs) < 2:
         pytest.skip("one backend that makes tapes")
     vals = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -595,9 +590,9 @@ def _counting_traces(monkeypatch):
     traced = []
     make = eager_tape.make
 
-    def counted(*a):
+    def counted(*a, **k):
         traced.append(a)
-        return make(*a)
+        return make(*a, **k)
     monkeypatch.setattr(eager_tape, "make", counted)
     return traced
 
@@ -605,7 +600,7 @@ def _counting_traces(monkeypatch):
 def test_tapes_are_recorded_from_the_general_path(tapes, device, monkeypatch):
     """A key's tape is its second call's general path recorded (the executables it ran), not a trace: the tape
     count grows, ``eager_tape.make`` is never called, and every result is the general path's."""
-    _keyed_device(device)
+    _keyed_device(device, kernels=False)
     traced = _counting_traces(monkeypatch)
     a2, b2, v2 = A[:, :5] + 1, B[:5] * 2, V[:5] - 1  # shapes of no other test here (keys of their own)
     a, b, v, w = (fa.device_put(x, device) for x in (a2, b2, v2, v2 + 1))
@@ -659,7 +654,7 @@ def test_mlx_records_a_keys_first_call(monkeypatch):
     monkeypatch.setattr(eager_jit, "TAPED_PROGRAM_CALL", 10**6)
     monkeypatch.setattr(eager_jit, "TAPE_BUDGET_S", float("inf"))
     traced = _counting_traces(monkeypatch)
-    _fresh_keys(monkeypatch)
+    fresh_eager_keys(monkeypatch)
     rng = np.random.default_rng(5)
     q = fa.device_put(rng.standard_normal((3, 7)).astype(np.float32), dev)  # (3 queries: keys of this test's)
     row = fa.device_put(rng.standard_normal((1, 7)).astype(np.float32), dev)
@@ -720,7 +715,7 @@ def test_mlx_first_calls_stop_recording_where_no_key_comes_back(monkeypatch):
     monkeypatch.setattr(eager_jit, "_TAPE_CALLS", DEFAULT_TAPE_CALLS)
     monkeypatch.setattr(eager_jit, "RECORD_UNPROMOTED", 3)
     monkeypatch.setattr(eager_jit, "_unpromoted", {})
-    _fresh_keys(monkeypatch)
+    fresh_eager_keys(monkeypatch)
     xs = [fa.device_put(np.arange(n, dtype=np.float32).reshape(1, n), dev) for n in range(2, 8)]
 
     def tapes_after(x):
@@ -839,7 +834,7 @@ def test_tape_replays_are_generated_once_per_structure(tapes, device, monkeypatc
     only: a decode loop whose cache grows by a row a step compiles its structures at the first lengths and none
     after; every replay's result equals the interpreted tape's (``Tape.run``: value bits, dtype, weak type,
     shape, committed flag, device) and the steps' results NumPy's float64 softmax attention."""
-    _keyed_device(device)
+    _keyed_device(device, kernels=False)
     from fnarray.core.cache import LRUCache
     from fnarray.transforms import eager_tape, tape_source
     factories = LRUCache(tape_source._FACTORIES)  # no structure compiled yet (an earlier test's tapes share them)
@@ -911,7 +906,7 @@ def test_mlx_stack_of_many_arrays_generates_no_source(monkeypatch):
     from fnarray.lowering.mlx import common
     from fnarray.transforms import tape_source
     monkeypatch.setattr(eager_jit, "_TAPE_CALLS", DEFAULT_TAPE_CALLS)
-    _fresh_keys(monkeypatch)
+    fresh_eager_keys(monkeypatch)
     host = [np.full((2,), i, np.float32) for i in range(tape_source.MAX_SLOTS + 16)]
     xs = [fa.device_put(h, dev) for h in host]
     fnp.stack(xs[:2])  # (the reshape's template, which any count shares)

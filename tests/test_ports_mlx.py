@@ -146,6 +146,9 @@ def reference(tmp_path_factory):
 
 @pytest.mark.parametrize("ext", ["npz", "safetensors"])
 def test_transformer_lm_port_trains_as_mlx(reference, ext, device):
+    if ext == "safetensors" and str(device) != "numpy:0":
+        pytest.skip("the weights file is read on the host, then put on the device: each device trains from the npz "
+                    "file, numpy:0 from both (on another worker the second format cost a device's compiles again)")
     batches, path, want_losses, want_logits = reference
     losses, logits = fnarray_run(batches, f"{path}.{ext}", device)
     np.testing.assert_allclose(losses, want_losses, rtol=2e-4, err_msg=str(device))

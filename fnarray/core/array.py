@@ -259,6 +259,42 @@ class Array:
     nonzero = _forward("nonzero")
     copy = _forward("_copy")
     view = _forward("_view")
+    diagonal = _forward("diagonal")
+    trace = _forward("trace")
+    conjugate = _forward("conjugate")
+    ptp = _forward("ptp")
+    searchsorted = _forward("searchsorted")
+    argpartition = _forward("argpartition")
+    compress = _forward("compress")
+    # mlx.core.array's methods (MLX programs call ``x.sqrt()``, ``x.square()``, ``x.logsumexp(axis)``)
+    abs = _forward("abs")
+    sqrt = _forward("sqrt")
+    square = _forward("square")
+    reciprocal = _forward("reciprocal")
+    exp = _forward("exp")
+    log = _forward("log")
+    log1p = _forward("log1p")
+    log2 = _forward("log2")
+    log10 = _forward("log10")
+    sin = _forward("sin")
+    cos = _forward("cos")
+    logsumexp = _forward("logsumexp")
+    moveaxis = _forward("moveaxis")
+    split = _forward("split")
+    diag = _forward("diag")
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    rsqrt = _forward("rsqrt", "_rsqrt_method")
+    cummax = _forward("cummax", "_cummax_method")
+    cummin = _forward("cummin", "_cummin_method")
+    logcumsumexp = _forward("logcumsumexp", "_logcumsumexp_method")
 
     def __round__(self, ndigits=None):
         if ndigits is None:

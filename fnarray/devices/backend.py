@@ -103,7 +103,9 @@ class Capabilities:
     program once the tape has run ``eager_jit.TAPED_PROGRAM_CALL`` times or ``TAPE_BUDGET_S`` seconds); the two
     differ for a key that gets no tape: its program from its second call (``"second_call"``: compiles cost
     milliseconds) or from its ``eager_jit.REPEATED_CALL``-th (``"repeated_call"``: a backend whose general path
-    compiles nothing, as mlx's lazy operations).
+    compiles nothing, as mlx's lazy operations); ``"tapes"``: a key's tape from its second call, as
+    ``"second_call"``, and never its program (kernel backends: the tape replays the general path's own one-kernel
+    executables, where a program would compile kernels of its own).
     ``memory_check``: how ``devices.memory`` sizes a program before it runs. ``"values"``: every value
     at the program's top level is a buffer (numpy, mlx: each equation allocates its result).
     ``"compiled"``: the backend's compiler decides which values get buffers (XLA fuses, the kernel

@@ -998,10 +998,13 @@ def value_and_grad(model, fn):
     """``mlx.nn.value_and_grad(model, fn)``: a function of ``(model, *args)`` returning ``(fn(model, *args),
     gradients)``, the gradients a model of the same structure (every array of it; fnarray freezes nothing in
     place), ready for ``optimizer.update(grads, state, model)``. ``model`` is not captured: pass the current one
-    at each call (fnarray modules are values). The same as ``fa.value_and_grad(fn)``.
+    at each call (fnarray modules are values). As MLX's, ``fn`` may return a tuple or list whose first element is
+    the scalar differentiated (mlx-examples' gcn returns ``(loss, y_hat)``): the value returned is then that whole
+    tuple. A scalar result is ``fa.value_and_grad(fn)``'s.
 
     Args:
-      model: the module (MLX's argument; only its presence is checked); fn: ``fn(model, *args) -> scalar``.
+      model: the module (MLX's argument; only its presence is checked); fn: ``fn(model, *args) -> scalar`` or
+        ``-> (scalar, *rest)``.
     Returns:
       The function above.
     Raises:
@@ -1011,4 +1014,15 @@ def value_and_grad(model, fn):
     if not isinstance(model, Module) or not callable(fn):
         raise TypeError("nn.value_and_grad(model, fn): model must be a fnarray.nn.Module and fn callable, got "
                         f"{type(model).__name__} and {type(fn).__name__}")
-    return vg(fn)
+    def first_and_rest(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        return (out[0], out) if isinstance(out, (tuple, list)) and out else (out, None)
+
+    inner = vg(first_and_rest, has_aux=True)
+
+    def value_and_grad_fn(*args, **kwargs):
+        (value, whole), grads = inner(*args, **kwargs)
+        return (value if whole is None else whole), grads
+
+    value_and_grad_fn.__wrapped__ = fn
+    return value_and_grad_fn

@@ -28,6 +28,10 @@ from fnarray.numpy._util import broadcast_shapes as _broadcast_shapes
 
 __all__ = [
     "_copy",
+    "_cummax_method",
+    "_cummin_method",
+    "_logcumsumexp_method",
+    "_rsqrt_method",
     "_reshape_method",
     "_transpose_method",
     "_view",
@@ -1000,6 +1004,38 @@ def select(condlist, choicelist, default=0):
 def _copy(self):
     """``Array.copy``: an array with the same value in a buffer of its own."""
     return P.copy_p.bind(_arr(self))
+
+
+def _rsqrt_method(self):
+    """``Array.rsqrt`` (``mlx.core.array.rsqrt``, ``jax.lax.rsqrt``): ``1 / sqrt(self)`` elementwise; integer and
+    bool arrays are promoted to the default float first, as ``sqrt`` promotes them."""
+    x = _arr(self)
+    if not dtypes.is_inexact(x.dtype):
+        x = lax.convert_element_type(x, dtypes.to_inexact(x.dtype), weak_type=x.weak_type)
+    return lax.rsqrt(x)
+
+
+def _mlx_cumulative(primitive, name):
+    """An ``mlx.core.array`` cumulative method ``(axis=None, *, reverse=False, inclusive=True)``: over the flattened
+    array when ``axis`` is None, by ``lax``'s ``primitive``."""
+
+    def method(self, axis=None, *, reverse=False, inclusive=True):
+        if not inclusive:
+            raise ValueError(f"x.{name}(inclusive=False) is not supported: take the inclusive result and shift it "
+                             "by one along the axis (fnp.concatenate with the identity in front)")
+        x = _arr(self)
+        if axis is None:
+            x, axis = ravel(x), 0
+        return getattr(lax, primitive)(x, axis, reverse)
+
+    method.__name__ = f"_{name}_method"
+    method.__doc__ = f"``Array.{name}`` (``mlx.core.array.{name}(axis=None, *, reverse=False)``, ``lax.{primitive}``)."
+    return method
+
+
+_cummax_method = _mlx_cumulative("cummax", "cummax")
+_cummin_method = _mlx_cumulative("cummin", "cummin")
+_logcumsumexp_method = _mlx_cumulative("cumlogsumexp", "logcumsumexp")
 
 
 def _view(self, dtype=None):

@@ -43,7 +43,12 @@ cached call: the general path then raises its own error (or succeeds).
 
 The programs are jitted on the device of their arrays, which is where the general path runs them, with
 the same committed flag (``tests/test_eager_jit.py`` compares both paths). Devices whose
-``eager_programs`` is ``"off"`` (opencl, webgpu) keep running kernels per primitive.
+``eager_programs`` is ``"tapes"`` (opencl, webgpu: a program would compile kernels of its own, 0.1-1 s on PoCL
+and lavapipe) get a key's tape from its second call, as numpy, and never its program: the tape replays the very
+one-kernel executables the general path launched, so a repeated eager call costs its launches and a few
+microseconds of Python, not the general path's ~20-30 us a primitive, and compiles nothing (a tape traced where
+the record was refused takes only executables the eager cache holds: ``eager_tape.make(compile=False)``). Devices
+whose ``eager_programs`` is ``"off"`` run every call through the general path.
 
 Memory: the programs and tapes are an ``LRUCache`` of at most half of ``config.jit_global_cache_size`` entries
 (each one jitted function holding one executable, or a tape holding its equations' eager executables; half, so
@@ -312,15 +317,20 @@ _BY_VALUE = (float, complex)
 #: its program after ~30 calls (a ski rental: at most twice the cost of the better choice made in hindsight).
 REPEATED_CALL = 32
 
-_GENERAL_CALLS = {"second_call": 1, "first_call": 0, "repeated_call": None}  # None: REPEATED_CALL - 1
+_NEVER = 1 << 62  # a count of calls no key reaches (``"tapes"``: no key gets a program)
+
+_GENERAL_CALLS = {"second_call": 1, "first_call": 0, "repeated_call": None,  # None: REPEATED_CALL - 1
+                  "tapes": _NEVER}
 
 
 #: How many calls of a key take the general path before its tape (``eager_tape``) serves it; ``None``: no tape
-#: (jax: its program comes at the first call). A recorded tape costs ~1.5x a general call (a traced one ~3x), and
+#: (jax: its program comes at the first call); ``"tapes"`` (opencl, webgpu) as numpy, the tape never giving way to
+#: a program (issue 28, twenty-fifth session: the eager decode loop of ``benchmarks/programs.py`` 8.9 -> 3.7-4.4 ms
+#: of process CPU a pass on opencl:0, 20-23 -> 12.6-13 ms on webgpu:0, quiet; its record pass ~2x a general one). A recorded tape costs ~1.5x a general call (a traced one ~3x), and
 #: then saves ~60-80% of each call. numpy: from the second call (the tape replaces the program its second call
 #: made before, 1 ms and more); mlx: from the second too, recorded at the first (``_RECORD_FIRST``). A key whose
 #: tape cannot be made keeps the schedule of ``_general_calls``.
-_TAPE_CALLS = {"second_call": 1, "first_call": None, "repeated_call": 1}
+_TAPE_CALLS = {"second_call": 1, "first_call": None, "repeated_call": 1, "tapes": 1}
 
 #: The policies whose keys record their *first* call (``eager_tape.record``) where their tape serves from the
 #: second (``_TAPE_CALLS``): the tape waits in the key's ``_seen`` entry, and enters the programs' cache at the
@@ -358,7 +368,7 @@ TAPE_BUDGET_S = 0.005
 
 def _tape_calls(key):
     n = _TAPE_CALLS[_policy(key)]
-    return 1 << 62 if n is None else n
+    return _NEVER if n is None else n
 
 
 def _general_calls(key) -> int:
@@ -580,13 +590,13 @@ def _taped(fn, args, kwargs, key, arrays, n, recorded=True):
             _stats["tapes"] += 1
             p = _Program(None, t, n + 1, replay=False)  # (its replay made at its first: this call is dear)
             # the tape's time per call: its executables' (recorded) and ~0.5 us of Python a step
-            _schedule(p, n, spent + 5e-7 * (len(t.steps) + 1))
+            _schedule(p, n, spent + 5e-7 * (len(t.steps) + 1), key)
             _programs.put(key, p)
             _seen.pop(key)
             return out
     _stats["tapes"] += 1
     with np.errstate(all="ignore"):  # tracing converts literals the general path converts quietly
-        t = eager_tape.make(_program(fn, args, kwargs), arrays)
+        t = eager_tape.make(_program(fn, args, kwargs), arrays, compile=_policy(key) != "tapes")
     if t is None:
         return _NO_TAPE
     p = _Program(None, t, n + 1)
@@ -595,7 +605,7 @@ def _taped(fn, args, kwargs, key, arrays, n, recorded=True):
         out = p.run(arrays)
     except Exception:  # the general path raises its own error (or succeeds)
         out = None
-    _schedule(p, n, _clock() - t0)
+    _schedule(p, n, _clock() - t0, key)
     _programs.put(key, p)
     _seen.pop(key)
     return out if out is not None else fn(*args, **kwargs)
@@ -628,7 +638,7 @@ def _first_recorded(fn, args, kwargs, key, arrays):
     _unpromoted[fn] = _unpromoted.get(fn, 0) + 1
     # the key's entry for its second call, made now (its replay generated): the second call only moves it
     p = _Program(None, t, 2)
-    _schedule(p, 0, spent + 5e-7 * (len(t.steps) + 1))
+    _schedule(p, 0, spent + 5e-7 * (len(t.steps) + 1), key)
     _seen.put(key, [1, False, p])
     return out
 
@@ -649,8 +659,12 @@ def _promoted(fn, args, kwargs, key, arrays, seen):
     return out if out is not None else fn(*args, **kwargs)
 
 
-def _schedule(p, n, spent):
-    """Set the call at which a tape that takes ``spent`` seconds a call gives way to its program."""
+def _schedule(p, n, spent, key):
+    """Set the call at which a tape that takes ``spent`` seconds a call gives way to its program (never under
+    ``"tapes"``)."""
+    if _policy(key) == "tapes":
+        p.limit = float("inf")
+        return
     p.limit = TAPED_PROGRAM_CALL - 1  # calls before the program's
     if spent > 0:
         p.limit = min(p.limit, n + 1 + TAPE_BUDGET_S / spent)

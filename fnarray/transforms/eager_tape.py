@@ -364,10 +364,12 @@ def _trace(program, arrays):
     return prog, consts, store[0]
 
 
-def make(program, arrays):
+def make(program, arrays, compile=True):
     """The tape of ``program`` (a function of arrays: ``eager_jit``'s template of a call) at ``arrays``' avals
     and device, or ``None`` where it cannot be made (the module docstring). Errors of tracing are caught
-    (``None``); those of compiling an equation's executable are too."""
+    (``None``); those of compiling an equation's executable are too. ``compile=False``: ``None`` where an
+    equation's executable is not in the eager cache (a kernel backend, where a compile costs more than a tape
+    saves in many calls)."""
     try:
         prog, consts, out_tree = _trace(program, arrays)
     except Exception:  # noqa: BLE001 (not traceable at these avals: the caller keeps the general path)
@@ -382,7 +384,7 @@ def make(program, arrays):
         fixed.append(c._buf)
     deps = {id(v): 1 << i for i, v in enumerate(prog.invars)}  # the arguments each value depends on (bits)
     try:
-        steps = _steps(prog, dev, slots, fixed, len(arrays), deps)
+        steps = _steps(prog, dev, slots, fixed, len(arrays), deps, compile)
         nouts = tuple(len(eqn.outputs) for eqn in prog.eqns)
     except Exception:  # noqa: BLE001 (an equation without an eager executable here: the general path)
         return None
@@ -403,9 +405,9 @@ def make(program, arrays):
     return Tape(steps, tuple(fixed), tuple(outs), tuple(o.aval for o in prog.outvars), out_tree, n, out_deps, nouts)
 
 
-def _steps(prog, dev, slots, fixed, n, deps):
+def _steps(prog, dev, slots, fixed, n, deps, compile=True):
     """The tape's steps (filling ``slots``, ``fixed`` and each value's ``deps``), or ``None`` for an equation a
-    tape leaves alone."""
+    tape leaves alone (or, without ``compile``, one the eager cache does not hold)."""
     steps = []
     count = n + len(fixed)  # slots so far; literals are added to ``fixed`` first (their slots move: see below)
     literals = []
@@ -421,7 +423,10 @@ def _steps(prog, dev, slots, fixed, n, deps):
             else:
                 ins.append(slots[id(x)])
                 mask |= deps.get(id(x), 0)
-        exe, out_avals = placement._eager_executable(eqn.primitive, eqn.params, tuple(avals), dev)
+        hit = placement._eager_executable(eqn.primitive, eqn.params, tuple(avals), dev, compile)
+        if hit is None:
+            return None
+        exe, out_avals = hit
         if tuple(out_avals) != tuple(v.aval for v in eqn.outputs):
             return None
         for v in eqn.outputs:

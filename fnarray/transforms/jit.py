@@ -146,6 +146,25 @@ class _Entry:
         self.owner = self.ckey = self.gid = self.axis_names = self.hot = None
 
 
+class _SizeFreeKey:
+    """The key of ``_Executables.sizes`` (a program's ``size_free_key``, its device, configuration and donation),
+    hashed once: the decode step's key has ~280 nested elements, ~3 us a hash and ~3.5 us a comparison, and a
+    tuple hashes itself anew at each lookup (the LRU's lookup and its touch: two hashes and two comparisons a new
+    length; issue 28). Equal where the keys are."""
+
+    __slots__ = ("key", "_hash")
+
+    def __init__(self, *key):
+        self.key = key
+        self._hash = hash(key)
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return self is other or (type(other) is _SizeFreeKey and self._hash == other._hash and self.key == other.key)
+
+
 def _per_function_size() -> int:
     return config.jit_cache_size
 
@@ -409,8 +428,8 @@ class _Executables:
         self.compiled_d = self.compiled._d
         self.lock = threading.Lock()
         self.building: dict = {}  # ckey -> _Building
-        # (program key up to sizes, device, configuration, donation) -> an executable that serves every size
-        # (``Jitted._sized``; the ``config.jit_cache_size`` most recently used)
+        # _SizeFreeKey (program key up to sizes, device, configuration, donation) -> (that key, an executable
+        # that serves every size) (``Jitted._sized``; the ``config.jit_cache_size`` most recently used)
         self.sizes = LRUCache(_per_function_size)
 
     def _forget(self, ex):
@@ -749,16 +768,17 @@ class Jitted:
         sizes = self._tables.sizes
         skey = None
         if len(sizes):  # (keyed only once an executable serves every size: nothing to pay on other backends)
-            skey = (size_free_key(program), device, ckey[2], donate)
-            exe = sizes.get(skey) if skey[0] is not None else None
-            if exe is not None:
-                return at_sizes(exe, program, device)
+            skey = _SizeFreeKey(size_free_key(program), device, ckey[2], donate)
+            hit = sizes.peek(skey) if skey.key[0] is not None else None
+            if hit is not None:
+                sizes.touch(hit[0])  # (by the stored key itself: found by identity, not compared again)
+                return at_sizes(hit[1], program, device)
         exe = compile_program(program, device, donate=donate, consts=consts)
         if getattr(exe, "shape_free", False):
             if skey is None:
-                skey = (size_free_key(program), device, ckey[2], donate)
-            if skey[0] is not None:
-                sizes.put(skey, exe)   # (a thread that compiled the same key first keeps its own)
+                skey = _SizeFreeKey(size_free_key(program), device, ckey[2], donate)
+            if skey.key[0] is not None:
+                sizes.put(skey, (skey, exe))   # (a thread that compiled the same key first keeps its own)
         return exe
 
     def cache_info(self):

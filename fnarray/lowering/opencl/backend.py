@@ -221,7 +221,7 @@ class _DeviceState:
             control_flow="host",
             max_buffer_bytes=int(cl_device.max_mem_alloc_size),
             memory_bytes=int(cl_device.global_mem_size),
-            uniform_guard=not is_gpu, memory_check="compiled", tunable=True,
+            uniform_guard=not is_gpu, memory_check="compiled", tunable=True, eager_programs="tapes",
             tuning_facts=_tuning_facts(cl_device, is_gpu))
         self.workgroup = 128 if is_gpu else 64
         self.row_lanes = 1 if is_gpu else 4   # accumulators per work-item row loop (groups/reduce.py: lanes)

@@ -28,7 +28,9 @@ A one-kernel executable that keeps nothing and updates no input (every eager ope
 calls straight from ``bind``; on a CPU device its launch, when small (``HOLD_ITEMS`` work items), is *held*: it
 waits for a user event that opens once ``HOLD_LAUNCHES`` are held or as soon as anything else is enqueued or the
 host waits (``_DeviceState.hold``), so that PoCL's worker threads wake once a batch of eager launches, not once
-each (the eager jacobian sweep: docs/performance.md, "opencl:0 eager launches held").
+each (the eager jacobian sweep: docs/performance.md, "opencl:0 eager launches held"). Any other executable's small
+launches are held the same way (an eager ``stack`` of 5,000 arrays: 50 launches of 100 inputs each, 5.7-6.5 ->
+2.7-3.0x numpy:0's process CPU with its tape, load 8); a larger launch lets the held ones go first.
 
 The in-order queue makes the arena safe without waiting: the next call's kernels write it after this
 call's have read it. A ``cl.Kernel`` holds its arguments, so setting the per-call ones and enqueueing
@@ -70,7 +72,7 @@ def _bytes(shape, dtype) -> int:
 
 
 class _Step:
-    __slots__ = ("kernel", "gsize", "lsize", "dyn", "name", "source", "kept", "seen")
+    __slots__ = ("kernel", "gsize", "lsize", "dyn", "name", "source", "kept", "seen", "held")
 
 
 class Executable:
@@ -123,6 +125,7 @@ class Executable:
                         st.dyn.append((i, s))
                 st.kernel, st.name, st.source = knl, name, src
                 st.gsize, st.lsize = launch.global_size, launch.local_size
+                st.held = math.prod(st.gsize) <= state.hold_items   # (a CPU device's small launch: hold)
                 self.steps.append(st)
             state.held_bytes += held
         weakref.finalize(self, _give_back, state, held).atexit = False
@@ -221,7 +224,6 @@ class Executable:
         if self._direct is not None:
             return self._direct_call(bufs)
         state = self.state
-        queue = state.queue
         enqueue = cl.enqueue_nd_range_kernel
         with state.lock:  # this executable's kernels may be shared with another thread: args + enqueue at once
             env, copies = self._env(bufs)
@@ -229,7 +231,10 @@ class Executable:
                 knl = st.kernel
                 for i, s in st.dyn:
                     knl.set_arg(i, env[s].mem)
-                enqueue(queue, knl, st.gsize, st.lsize)
+                if st.held:  # a small launch on a CPU device: held with the eager ones (``_DeviceState.hold``)
+                    state.hold(knl, st.gsize, st.lsize)
+                else:
+                    enqueue(state.queue, knl, st.gsize, st.lsize)
         return self._outputs(env, bufs, copies)
 
     def _one(self, *bufs):

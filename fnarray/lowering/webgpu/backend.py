@@ -1102,7 +1102,8 @@ class WebGPUBackend(Backend):
             # (docs/performance.md); a GPU keeps one, whose neighbouring invocations read
             # neighbouring elements.
             items_per_work_item=4 if self.gpu.adapter_type.lower() == "cpu" else 1,
-            memory_check="compiled", tunable=True, tuning_facts=_tuning_facts(self.gpu), word_stores=True)
+            memory_check="compiled", tunable=True, tuning_facts=_tuning_facts(self.gpu), word_stores=True,
+            eager_programs="tapes")
 
     def keeps_low_bit(self, eqn, device):
         """Whether the kernels take ``eqn``'s low-bit bytes as they are (``_LOW_BIT_PRIMITIVES``); the other
