@@ -16,7 +16,7 @@ from fnarray.core.shaped import ShapeDtypeStruct, ShapedArray
 from fnarray.devices.backend import Device, register_backend
 from fnarray.devices.placement import block_until_ready, default_device, device_get, device_put, devices
 from fnarray.devices.placement import parse_device as get_device
-from fnarray.devices.lookup import device_count, local_device_count
+from fnarray.devices.lookup import default_backend, device_count, local_device_count, local_devices
 from fnarray.lowering.numpy import backend as _numpy_backend  # noqa: F401  (installs the literal folder)
 from fnarray import numpy  # noqa: F401  (installs Array's operators)
 from fnarray.devices import eager_ops as _eager_ops
@@ -50,6 +50,7 @@ from fnarray.transforms.shard_map import reshard, shard_map  # noqa: E402
 from fnarray.transforms.pmap import pmap  # noqa: E402  (jax.pmap: jit of a shard_map over a 1-D mesh)
 from fnarray import distributed  # noqa: E402,F401  (initialize, process_index...: jax.distributed's names)
 from fnarray.distributed import process_count, process_index  # noqa: E402
+from fnarray._named import named_call, named_scope  # noqa: E402  (accepted; no effect)
 
 make_jaxpr = make_ir  # JAX's name for the program printer
 jacobian = jacrev     # JAX's name (jax.jacobian is jacrev)
@@ -88,6 +89,7 @@ __all__ = [
     "fori_loop", "scan", "ContractionShapeError", "tree", "block_until_ready", "device_get", "make_jaxpr",
     "jacobian", "save", "load", "CheckpointError", "sharding", "make_mesh", "shard_map", "pmap", "distributed",
     "process_index", "process_count", "set_mesh", "typeof", "NamedSharding", "P", "reshard", "device_count",
+    "default_backend", "local_devices", "named_call", "named_scope",
     "local_device_count", "linear_transpose", "quantize", "dequantize", "quantized_matmul",
 ] + list(_LAZY)
 

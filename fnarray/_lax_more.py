@@ -132,20 +132,23 @@ def sort_key_val(keys, values, dimension=-1, is_stable=True):
     return _lax.sort((keys, values), dimension=dimension, is_stable=is_stable, num_keys=1)
 
 
-def top_k(operand, k):
-    """``jax.lax.top_k``: the ``k`` largest entries along the last axis, largest first, and their indices.
+def top_k(operand, k, *, axis=-1):
+    """``jax.lax.top_k``: the ``k`` largest entries along ``axis`` (default the last), largest first, and their
+    indices.
 
     Ties keep the lower index first; NaN counts as the largest value (NaN sorts last, docs/design.md).
-    Returns ``(values, indices)`` of shape ``operand.shape[:-1] + (k,)``, indices ``int32``.
-    Raises ValueError for ``k`` outside ``[0, operand.shape[-1]]``.
+    Returns ``(values, indices)`` of ``operand``'s shape with ``k`` along ``axis``, indices ``int32``.
+    Raises ValueError for ``k`` outside ``[0, operand.shape[axis]]`` or an axis out of range.
     """
     from fnarray import numpy as fnp
     x = fnp.asarray(operand)
     k = int(k)
-    if x.ndim == 0 or not 0 <= k <= x.shape[-1]:
-        raise ValueError(f"top_k: k={k} must lie in [0, {x.shape[-1] if x.ndim else 0}] for shape {tuple(x.shape)}")
-    idx = fnp.argsort(x, axis=-1, stable=True, descending=True)[..., :k].astype(fnp.int32)
-    return fnp.take_along_axis(x, idx, axis=-1), idx
+    axis = _axis(axis, x.ndim, "top_k")
+    if x.ndim == 0 or not 0 <= k <= x.shape[axis]:
+        raise ValueError(f"top_k: k={k} must lie in [0, {x.shape[axis] if x.ndim else 0}] for shape "
+                         f"{tuple(x.shape)} along axis {axis}")
+    idx = _lax.slice_in_dim(fnp.argsort(x, axis=axis, stable=True, descending=True), 0, k, axis=axis).astype(fnp.int32)
+    return fnp.take_along_axis(x, idx, axis=axis), idx
 
 
 def _starts(ndim, axis, index):

@@ -35,7 +35,10 @@ from fnarray import _lax_more  # noqa: E402  (dynamic_slice_in_dim, top_k, Preci
 
 from fnarray._lax_reduce import reduce  # noqa: E402,F401,A004  (jax.lax.reduce: fnarray/_lax_reduce.py)
 
-_MORE = list(_lax_more.__all__) + ["reduce"]
+from fnarray import _lax_special  # noqa: E402  (igamma, zeta, split, tile...: fnarray/_lax_special.py)
+
+_MORE = list(_lax_more.__all__) + list(_lax_special.__all__) + ["reduce"]
+globals().update({n: getattr(_lax_special, n) for n in _lax_special.__all__})
 globals().update({n: getattr(_lax_more, n) for n in _lax_more.__all__})
 
 __all__ = sorted(set(_CORE + _CONTROL + _CONV + _WINDOWS + _COLLECTIVES + _MORE + ["with_sharding_constraint"]))

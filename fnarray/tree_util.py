@@ -21,7 +21,8 @@ __all__ = ["tree_map", "tree_leaves", "tree_flatten", "tree_unflatten", "tree_st
            "tree_reduce", "tree_all", "tree_transpose", "register_pytree_node", "register_dataclass",
            "register_pytree_node_class", "treedef_is_leaf", "PyTreeDef", "NAMESPACE", "tree_map_with_path",
            "tree_flatten_with_path", "tree_leaves_with_path", "keystr", "DictKey", "SequenceKey", "GetAttrKey",
-           "FlattenedIndexKey", "is_array", "is_inexact_array", "partition", "combine", "Partial"]
+           "FlattenedIndexKey", "is_array", "is_inexact_array", "partition", "combine", "Partial", "all_leaves",
+           "register_static", "treedef_children", "treedef_tuple"]
 
 NAMESPACE = "fnarray"
 PyTreeDef = optree.PyTreeSpec
@@ -203,10 +204,24 @@ def tree_map_with_path(f: Callable, tree, *rest, is_leaf=None):
     return optree.tree_unflatten(treedef, outs)
 
 
-def keystr(path) -> str:
-    """A path as text, ``['a'][0].w`` (``jax.tree_util.keystr``); raw keys print as ``[key]``."""
-    return "".join(str(k) if isinstance(k, (DictKey, SequenceKey, GetAttrKey, FlattenedIndexKey))
-                   else f"[{k!r}]" for k in path)
+def keystr(keys, *, simple: bool = False, separator: str = "") -> str:
+    """A path as text, ``['a'][0].w`` (``jax.tree_util.keystr``); raw keys print as ``[key]``.
+
+    With ``simple=True`` each entry prints as its bare key (``a``, ``0``, ``w``), joined by ``separator``
+    (``keystr(path, simple=True, separator="/")`` gives ``a/0/w``, as JAX).
+    """
+    if simple:
+        return separator.join(str(_bare_key(k)) for k in keys)
+    return separator.join(str(k) if isinstance(k, (DictKey, SequenceKey, GetAttrKey, FlattenedIndexKey))
+                          else f"[{k!r}]" for k in keys)
+
+
+def _bare_key(entry):
+    """The key a path entry wraps: a dict key, a sequence index, an attribute name or a flattened index."""
+    for field in ("key", "idx", "name"):
+        if hasattr(entry, field):
+            return getattr(entry, field)
+    return entry
 
 
 _NO_INIT = object()
@@ -220,8 +235,24 @@ def tree_reduce(f: Callable, tree, initializer=_NO_INIT, is_leaf=None):
     return functools.reduce(f, leaves, initializer)
 
 
-def tree_all(tree) -> bool:
-    return all(tree_leaves(tree))
+def tree_all(tree, *, is_leaf=None) -> bool:
+    """Whether every leaf of ``tree`` is true (``jax.tree_util.tree_all``); ``is_leaf`` as ``tree_leaves``."""
+    return all(tree_leaves(tree, is_leaf))
+
+
+def all_leaves(iterable, is_leaf=None) -> bool:
+    """Whether every element of ``iterable`` is a leaf (``jax.tree_util.all_leaves``); ``None`` is not one."""
+    return all(treedef_is_leaf(tree_structure(x, is_leaf)) for x in iterable)
+
+
+def treedef_children(treedef) -> list:
+    """The structures of the children of ``treedef``'s root (``jax.tree_util.treedef_children``)."""
+    return list(treedef.children())
+
+
+def treedef_tuple(treedefs):
+    """The structure of a tuple whose elements have the structures ``treedefs`` (``jax.tree_util.treedef_tuple``)."""
+    return optree.treespec_tuple(list(treedefs), **_KW)
 
 
 def tree_transpose(outer_treedef, inner_treedef, pytree_to_transpose):
@@ -269,18 +300,29 @@ def treedef_is_leaf(treedef) -> bool:
     return treedef.num_nodes == 1 and treedef.num_leaves == 1
 
 
-def register_pytree_node(cls: type, flatten: Callable, unflatten: Callable):
-    """Register ``cls`` as a container (as ``jax.tree_util.register_pytree_node``).
+def register_pytree_node(nodetype: type, flatten_func: Callable, unflatten_func: Callable,
+                         flatten_with_keys_func: Callable | None = None):
+    """Register ``nodetype`` as a container (as ``jax.tree_util.register_pytree_node``, JAX's argument names).
 
     Args:
-      flatten: ``obj -> (children, aux_data)``; ``aux_data`` must be hashable.
-      unflatten: ``(aux_data, children) -> obj``.
+      flatten_func: ``obj -> (children, aux_data)``; ``aux_data`` must be hashable.
+      unflatten_func: ``(aux_data, children) -> obj``.
+      flatten_with_keys_func: accepted for JAX's signature and not used: the paths through such a node
+        (``tree_flatten_with_path``) name its children by position (``FlattenedIndexKey``).
 
     Returns:
       None (as JAX's).
     """
-    optree.register_pytree_node(cls, flatten, lambda aux, children: unflatten(aux, list(children)),
+    optree.register_pytree_node(nodetype, flatten_func, lambda aux, children: unflatten_func(aux, list(children)),
                                 namespace=NAMESPACE)
+
+
+def register_static(cls: type):
+    """Register ``cls`` as a node without children whose instances are static data (``jax.tree_util``'s
+    ``register_static``): they are not leaves, ``jit`` keys its cache on them, so they must be hashable.
+    Returns ``cls`` (usable as a decorator)."""
+    register_pytree_node(cls, lambda obj: ((), obj), lambda obj, _: obj)
+    return cls
 
 
 def register_pytree_node_class(cls: type):

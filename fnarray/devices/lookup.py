@@ -19,7 +19,8 @@ from fnarray.core.config import config
 from fnarray.core.errors import BackendUnavailable
 from fnarray.devices.backend import Device, backend_names, get_backend
 
-__all__ = ["devices", "device_count", "local_device_count", "default_device", "parse_device", "DefaultDeviceScope"]
+__all__ = ["devices", "device_count", "local_device_count", "default_device", "parse_device", "DefaultDeviceScope",
+           "default_backend", "local_devices"]
 
 
 def devices(backend: str | None = None, *, all_backends: bool = False, all: bool = False) -> list[Device]:  # noqa: A002
@@ -50,6 +51,40 @@ def devices(backend: str | None = None, *, all_backends: bool = False, all: bool
             if all:
                 out.append(Device(name, 0, "unavailable", reason=str(e)))
     return out
+
+
+def local_devices(process_index: int | None = None, backend: str | None = None,
+                  host_id: int | None = None) -> list[Device]:
+    """The devices of this process (``jax.local_devices``): ``devices(backend)``, as fnarray runs one process
+    per program.
+
+    Args:
+      process_index: None or 0 (this process); host_id: its older name in JAX. backend: a backend name, or
+        None for the default device's.
+    Returns:
+      a list of ``Device``.
+    Raises:
+      ``ValueError`` for another ``process_index``; as ``devices`` for an unknown backend.
+    """
+    process_index = host_id if process_index is None else process_index
+    if process_index not in (None, 0):
+        raise ValueError(f"local_devices: fnarray runs a single process (index 0), got process_index="
+                         f"{process_index!r}; pass None or 0")
+    return devices(backend)
+
+
+def default_backend() -> str:
+    """The platform of the default device (``jax.default_backend``): ``"cpu"``, ``"gpu"``, ``"tpu"``...
+
+    JAX names its backends by platform, so programs test ``default_backend() == "gpu"``; fnarray's backend
+    name (``"numpy"``, ``"jax"``...) is ``default_device().backend``.
+
+    Returns:
+      the platform string of ``default_device()``.
+    Raises:
+      as ``default_device`` (an unusable configured device).
+    """
+    return default_device().platform
 
 
 def device_count(backend: str | None = None) -> int:

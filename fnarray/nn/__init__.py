@@ -22,7 +22,8 @@ from fnarray.nn._attention import dot_product_attention, scaled_dot_product_atte
 from fnarray.nn._cache import KVCache
 from fnarray.nn._conv import Conv, Conv1d, Conv2d, Conv3d
 from fnarray.nn._functions import (celu, elu, gelu, glu, hard_sigmoid, hard_silu, hard_swish, hard_tanh, identity,
-                                   leaky_relu, log1mexp, log_sigmoid, log_softmax, logsumexp, mish, one_hot, relu,
+                                   leaky_relu, log1mexp, log_sigmoid, log_softmax, logmeanexp, logsumexp, mish, one_hot,
+                                   relu,
                                    relu6, selu, sigmoid, silu, soft_sign, softmax, softplus, sparse_plus,
                                    sparse_sigmoid, squareplus, standardize, swish, tanh)
 from fnarray.nn._layers import (MLP, BatchNorm, BatchNormState, Dropout, Embedding, Identity, Lambda, LayerNorm,
@@ -41,7 +42,8 @@ from fnarray.nn._quantized import QuantizedEmbedding, QuantizedLinear, quantize
 
 __all__ = [
     "celu", "elu", "gelu", "hard_sigmoid", "hard_silu", "hard_swish", "hard_tanh", "initializers", "leaky_relu",
-    "log_sigmoid", "log_softmax", "logsumexp", "one_hot", "relu", "relu6", "selu", "sigmoid", "silu", "soft_sign",
+    "log_sigmoid", "log_softmax", "logsumexp", "logmeanexp", "one_hot", "relu", "relu6", "selu", "sigmoid", "silu",
+    "soft_sign",
     "softmax", "softplus", "standardize", "swish", "tanh", "glu", "identity", "log1mexp", "mish", "sparse_plus",
     "sparse_sigmoid", "squareplus",
     "dot_product_attention", "scaled_dot_product_attention", "KVCache", "losses", "Module", "field", "static_field",

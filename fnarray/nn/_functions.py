@@ -28,6 +28,7 @@ __all__ = [
     "identity",
     "leaky_relu",
     "log1mexp",
+    "logmeanexp",
     "log_sigmoid",
     "log_softmax",
     "logsumexp",
@@ -623,7 +624,7 @@ def tanh(x):
 # ----------------------------------------------------------------------------- normalizations
 
 
-def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = False):
+def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = False, where=None):
     """``log(sum(b * exp(a)))`` over ``axis``, stable for large inputs (mirrors ``jax.nn.logsumexp``).
 
     The maximum is subtracted before exponentiating and added back; it goes through
@@ -637,6 +638,7 @@ def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = 
       b: optional scaling factors, broadcastable to ``a``.
       keepdims: keep the reduced axes with size 1.
       return_sign: also return the sign of the sum; the result is then ``log|sum|``.
+      where: optional bool mask broadcastable to ``a``: only its True elements take part.
     Returns:
       A float array of the reduced shape (and the sign array of the same shape with
       ``return_sign``). Without ``return_sign``, a negative sum gives NaN. The dtype
@@ -649,6 +651,10 @@ def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = 
     """
     from fnarray.numpy._util import broadcast_shapes, promote
     a = _real(a, "logsumexp")
+    if where is not None:  # excluded elements count as -inf (with a weight of 0)
+        mask = _where_mask(where, a, "logsumexp")
+        b = _where(mask, 1 if b is None else b, 0)
+        a = _where(mask, a, -np.inf)
     if b is not None:
         a, b = promote("logsumexp", a, _real(b, "logsumexp"))
         shape = broadcast_shapes(a.shape, b.shape, name="logsumexp")
@@ -670,6 +676,26 @@ def logsumexp(a, axis=None, b=None, keepdims: bool = False, return_sign: bool = 
         out = lax.reshape(out, kept)
         sign = lax.reshape(sign, kept) if sign is not None else None
     return (out, sign) if return_sign else out
+
+
+def logmeanexp(x, axis=None, where=None, keepdims: bool = False):
+    """``log(mean(exp(x)))`` over ``axis``, stable for large inputs (``jax.nn.logmeanexp``): ``logsumexp``
+    less the log of the number of elements taking part (those ``where`` keeps).
+
+    Args:
+      x: a real array. axis: an int, a tuple or None (all axes). where: optional bool mask
+        broadcastable to ``x``. keepdims: keep the reduced axes with size 1.
+    Returns:
+      the reduced shape in ``x``'s floating dtype; ``-inf`` for a slice with no element.
+    Raises:
+      as ``logsumexp``.
+    """
+    import fnarray.numpy as fnp
+    x = fnp.asarray(x)
+    total = logsumexp(x, axis, keepdims=keepdims, where=where)
+    ones = fnp.ones(x.shape, total.dtype) if where is None else fnp.astype(fnp.broadcast_to(where, x.shape),
+                                                                             total.dtype)
+    return total - fnp.log(fnp.sum(ones, axis=axis, keepdims=keepdims))
 
 
 def _where_mask(where, x, name):

@@ -15,7 +15,8 @@ __all__ = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32
            "isdtype", "result_type", "can_cast", "promote_types", "astype", "dtype",
            "__array_namespace_info__", "__array_api_version__", "e", "pi", "inf", "nan", "newaxis",
            "euler_gamma", "issubdtype", "bool_", "generic", "number", "integer", "signedinteger",
-           "unsignedinteger", "inexact", "floating", "complexfloating"]
+           "unsignedinteger", "inexact", "floating", "complexfloating", "float_", "int_", "uint", "complex_",
+           "double", "single", "cdouble", "csingle"]
 
 __array_api_version__ = "2024.12"
 
@@ -38,6 +39,9 @@ float16, bfloat16, float32, float64 = (_scalar_type(n, d) for n, d in (
     ("float16", dtypes.float16), ("bfloat16", dtypes.bfloat16), ("float32", dtypes.float32),
     ("float64", dtypes.float64)))
 complex64, complex128 = _scalar_type("complex64", dtypes.complex64), _scalar_type("complex128", dtypes.complex128)
+# NumPy's C-style aliases, as jax.numpy binds them (64-bit names: 32-bit results unless x64 is enabled)
+float_, double, single, int_, uint = float64, float64, float32, int64, uint64
+complex_, cdouble, csingle = complex128, complex128, complex64
 # The low-bit dtypes (jnp.float8_e4m3fn, ...): storage and conversion types that promote with nothing but
 # themselves, bool and (float8) the integers; docs/quantization.md, "Low-bit dtypes".
 float8_e4m3fn, float8_e5m2, int4, uint4 = (_scalar_type(n, d) for n, d in (

@@ -212,7 +212,7 @@ def eigvalsh(x, /, UPLO=None, symmetrize_input=True):
     return eigh(x, UPLO=UPLO, symmetrize_input=symmetrize_input).eigenvalues
 
 
-def qr(x, /, *, mode="reduced"):
+def qr(x, /, mode="reduced"):
     """QR decomposition (array API ``linalg.qr``; NumPy's ``mode="r"`` too).
 
     Args:
@@ -232,7 +232,7 @@ def qr(x, /, *, mode="reduced"):
     return r if mode == "r" else QRResult(q, r)
 
 
-def svd(x, /, *, full_matrices=True, compute_uv=True, hermitian=False):
+def svd(x, /, full_matrices=True, compute_uv=True, hermitian=False):
     """Singular value decomposition (array API ``linalg.svd``; NumPy's ``compute_uv``).
 
     Args:
@@ -433,7 +433,7 @@ def matrix_power(x, n, /):
     return result
 
 
-def pinv(x, /, *, rtol=None, hermitian=False, rcond=None):
+def pinv(x, /, rtol=None, hermitian=False, *, rcond=None):
     """Moore-Penrose pseudo-inverse (array API ``linalg.pinv``), through the SVD.
 
     Args:
@@ -467,7 +467,7 @@ def _cutoff(s, rtol, m, n):
     return E.multiply(rt.astype(s.dtype), smax)
 
 
-def matrix_rank(x, /, *, rtol=None, tol=None, hermitian=False):
+def matrix_rank(x, /, rtol=None, *, tol=None, hermitian=False):
     """Rank of each matrix: singular values above ``rtol * max(s)`` (array API ``linalg.matrix_rank``).
 
     Args:

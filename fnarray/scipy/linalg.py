@@ -647,7 +647,12 @@ def _install_eager_jit():
     import sys
 
     from fnarray.transforms import eager_jit  # eager calls run as cached jitted programs
-    eager_jit.install(sys.modules[__name__], excluded=())
+    # dft, hadamard, hilbert and pascal are constants made on the host from a size: no program to cache
+    eager_jit.install(sys.modules[__name__], excluded=("dft", "hadamard", "hilbert", "pascal"))
 
 
+from fnarray.scipy._special_matrices import (circulant, companion, dft, hadamard, hankel, hilbert,  # noqa: E402
+                                             pascal, toeplitz)
+
+__all__ += ["circulant", "companion", "dft", "hadamard", "hankel", "hilbert", "pascal", "toeplitz"]
 _install_eager_jit()

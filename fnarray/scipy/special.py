@@ -24,7 +24,8 @@ from fnarray.transforms.ad import custom_jvp
 __all__ = [
     "betainc", "betaln", "digamma", "entr", "erf", "erfc", "erfinv", "expit", "gammainc", "gammaincc", "gammaln", "i0",
     "i0e", "i1", "i1e", "log_ndtr", "log_softmax", "logit", "logsumexp", "multigammaln", "ndtr", "ndtri", "polygamma",
-    "softmax", "xlog1py", "xlogy", "zeta",
+    "softmax", "xlog1py", "xlogy", "zeta", "beta", "boxcox", "boxcox1p", "comb", "factorial", "gamma", "gammasgn",
+    "kl_div", "loggamma", "poch", "rel_entr",
 ]
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -1340,3 +1341,211 @@ def _install_eager_jit():
 
 
 _install_eager_jit()
+
+
+
+# ----------------------------------------------------------------------------- composites of the functions above
+# gamma, gammasgn, loggamma (real), beta, factorial, comb, poch, rel_entr, kl_div, boxcox, boxcox1p: a few lines
+# each over gammaln, betaln, xlogy and the namespace, so their accuracy, derivatives and backends are those of
+# the functions they use (formulas from the SciPy reference; the tests compare with JAX's).
+
+
+def _as_floats(*xs):
+    """The arguments as arrays of their promoted floating dtype (NumPy semantics, no dtype errors here)."""
+    fnp = _fnp()
+    xs = [fnp.asarray(x) for x in xs]
+    d = fnp.result_type(*xs, 1.0)
+    return [fnp.astype(x, d) for x in xs]
+
+
+def gammasgn(x):
+    """The sign of the gamma function (``scipy.special.gammasgn``): 1 for ``x > 0``, ``(-1)**ceil(-x)`` for
+    negative non-integers, NaN at the poles (0 and the negative integers) and for NaN.
+
+    Args:
+      x: a real array.
+    Returns:
+      an array of ``x``'s shape and floating dtype.
+    Raises:
+      TypeError or DTypeError for arguments that are not real arrays or scalars (from the functions used).
+    """
+    fnp = _fnp()
+    (x,) = _as_floats(x)
+    floor_x = fnp.floor(x)
+    neg = fnp.where(fnp.mod(floor_x, 2) == 0, 1.0, -1.0)
+    sign = fnp.where(x > 0, 1.0, neg)
+    return fnp.astype(fnp.where((x <= 0) & (x == floor_x), fnp.nan, sign), x.dtype)
+
+
+def gamma(x):
+    """The gamma function ``Γ(x)`` (``scipy.special.gamma``): ``gammasgn(x) * exp(gammaln(x))``.
+
+    Args:
+      x: a real array.
+    Returns:
+      ``x``'s shape and floating dtype; NaN at the poles, ``inf`` past the float range (``x > 171.6`` in
+        float64, ``35.04`` in float32).
+    Raises:
+      TypeError or DTypeError for arguments that are not real arrays or scalars (from the functions used).
+    """
+    (x,) = _as_floats(x)
+    return gammasgn(x) * _fnp().exp(gammaln(x))
+
+
+def loggamma(x):
+    """The principal branch of ``log Γ(x)`` for real ``x`` (``scipy.special.loggamma``): ``gammaln(x)``
+    for ``x >= 0``, NaN for negative ``x`` (its value there is complex).
+
+    Args:
+      x: a real array (complex input is not supported).
+    Returns:
+      ``x``'s shape and floating dtype.
+    Raises:
+      TypeError or DTypeError for arguments that are not real arrays or scalars (from the functions used).
+    """
+    fnp = _fnp()
+    (x,) = _as_floats(x)
+    return fnp.where(x < 0, fnp.nan, gammaln(x))
+
+
+def beta(a, b):
+    """The beta function ``B(a, b) = Γ(a) Γ(b) / Γ(a + b)`` (``scipy.special.beta``).
+
+    Args:
+      a, b: real arrays, broadcast together.
+    Returns:
+      the broadcast shape and promoted floating dtype; the sign from ``gammasgn`` of the three arguments,
+        the magnitude ``exp(betaln(a, b))``.
+    Raises:
+      TypeError or DTypeError for arguments that are not real arrays or scalars (from the functions used).
+    """
+    a, b = _as_floats(a, b)
+    sign = gammasgn(a) * gammasgn(b) * gammasgn(a + b)
+    return sign * _fnp().exp(betaln(a, b))
+
+
+def factorial(n, exact=False):
+    """``n!`` as ``Γ(n + 1)`` (``scipy.special.factorial``); 0 for negative ``n``.
+
+    Args:
+      n: a real array. exact: only False (exact integer results need Python integers).
+    Returns:
+      ``n``'s shape, floating.
+    Raises:
+      ``ValueError`` for ``exact=True``.
+    """
+    fnp = _fnp()
+    if exact:
+        raise ValueError("factorial: exact=True is not supported (as jax.scipy.special); use math.factorial "
+                         "on Python ints")
+    (n,) = _as_floats(n)
+    return fnp.where(n < 0, 0.0, fnp.exp(gammaln(n + 1))).astype(n.dtype)
+
+
+def comb(N, k, *, repetition=False):
+    """The number of combinations of ``N`` things taken ``k`` at a time (``scipy.special.comb``, not exact):
+    ``exp(gammaln(N + 1) - gammaln(k + 1) - gammaln(N - k + 1))``; 0 where ``k > N``, ``N < 0`` or ``k < 0``.
+
+    Args:
+      N, k: real arrays, broadcast together. repetition: count with repetition (``comb(N + k - 1, k)``).
+    Returns:
+      the broadcast shape, promoted floating dtype.
+    Raises:
+      TypeError or DTypeError for arguments that are not real arrays or scalars (from the functions used).
+    """
+    fnp = _fnp()
+    N, k = _as_floats(N, k)
+    if repetition:
+        return comb(N + k - 1, k)
+    val = fnp.exp(gammaln(N + 1) - gammaln(k + 1) - gammaln(N - k + 1))
+    return fnp.where((k > N) | (N < 0) | (k < 0), 0.0, val).astype(val.dtype)
+
+
+def poch(z, m):
+    """The Pochhammer symbol (rising factorial) ``Γ(z + m) / Γ(z)`` (``scipy.special.poch``); 1 for ``m == 0``.
+
+    Args:
+      z, m: real arrays, broadcast together.
+    Returns:
+      the broadcast shape, promoted floating dtype.
+    Raises:
+      TypeError or DTypeError for arguments that are not real arrays or scalars (from the functions used).
+    """
+    fnp = _fnp()
+    z, m = _as_floats(z, m)
+    val = gammasgn(z + m) * gammasgn(z) * fnp.exp(gammaln(z + m) - gammaln(z))
+    return fnp.where(m == 0, 1.0, val).astype(val.dtype)
+
+
+def rel_entr(p, q):
+    """The elementwise relative entropy (``scipy.special.rel_entr``): ``p log(p / q)`` for ``p, q > 0``, 0 for
+    ``p == 0, q >= 0``, ``inf`` otherwise; summed it is the KL divergence.
+
+    Args:
+      p, q: real arrays, broadcast together.
+    Returns:
+      the broadcast shape, promoted floating dtype.
+    Raises:
+      TypeError or DTypeError for arguments that are not real arrays or scalars (from the functions used).
+    """
+    fnp = _fnp()
+    p, q = _as_floats(p, q)
+    both = (p > 0) & (q > 0)
+    val = xlogy(p, fnp.where(both, p, 1.0)) - xlogy(p, fnp.where(both, q, 1.0))
+    return fnp.where(both, val, fnp.where((p == 0) & (q >= 0), 0.0, fnp.inf)).astype(val.dtype)
+
+
+def kl_div(p, q):
+    """The elementwise KL divergence term (``scipy.special.kl_div``): ``p log(p / q) - p + q`` for ``p, q > 0``,
+    ``q`` for ``p == 0, q >= 0``, ``inf`` otherwise.
+
+    Args:
+      p, q: real arrays, broadcast together.
+    Returns:
+      the broadcast shape, promoted floating dtype.
+    Raises:
+      TypeError or DTypeError for arguments that are not real arrays or scalars (from the functions used).
+    """
+    fnp = _fnp()
+    p, q = _as_floats(p, q)
+    r = rel_entr(p, q)
+    return fnp.where(fnp.isinf(r), r, r - p + q)
+
+
+def boxcox(x, lmbda):
+    """The Box-Cox transformation (``scipy.special.boxcox``): ``(x**lmbda - 1) / lmbda``, ``log(x)`` at
+    ``lmbda == 0``; computed as ``expm1(lmbda * log(x)) / lmbda``.
+
+    Args:
+      x, lmbda: real arrays, broadcast together.
+    Returns:
+      the broadcast shape, promoted floating dtype.
+    Raises:
+      TypeError or DTypeError for arguments that are not real arrays or scalars (from the functions used).
+    """
+    fnp = _fnp()
+    x, lmbda = _as_floats(x, lmbda)
+    logx = fnp.log(x)
+    return _box(logx, lmbda)
+
+
+def boxcox1p(x, lmbda):
+    """The Box-Cox transformation of ``1 + x`` (``scipy.special.boxcox1p``), accurate for small ``x``
+    through ``log1p``.
+
+    Args:
+      x, lmbda: real arrays, broadcast together.
+    Returns:
+      the broadcast shape, promoted floating dtype.
+    Raises:
+      TypeError or DTypeError for arguments that are not real arrays or scalars (from the functions used).
+    """
+    fnp = _fnp()
+    x, lmbda = _as_floats(x, lmbda)
+    return _box(fnp.log1p(x), lmbda)
+
+
+def _box(logx, lmbda):
+    fnp = _fnp()
+    safe = fnp.where(lmbda == 0, 1.0, lmbda)
+    return fnp.where(lmbda == 0, logx, fnp.expm1(lmbda * logx) / safe)

@@ -933,7 +933,7 @@ def _to_array(x):
     return x
 
 
-def vmap(fun, in_axes=0, out_axes=0, axis_size=None, axis_name=None, spmd_axis_name=None):
+def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_name=None):
     """Vectorize ``fun`` over an axis of its arguments (mirrors ``jax.vmap``).
 
     ``vmap(f)(xs)`` equals stacking ``f(x)`` for every slice ``x`` of ``xs``
