@@ -213,5 +213,14 @@ except ValueError as e:
     assert "size 9" in str(e) and "8 device" in str(e) and "xla_force_host_platform_device_count=9" in str(e), e
     print("ok error: pmap over more devices than there are", flush=True)
 
+# a jitted max over a sharded global array, called again from jit's hot path (jax.jit's callable itself there):
+# XLA's partitioner refuses the NaN-keeping comparator, the backend's fallback runs the plain reductions
+XN = X.copy()
+XN[3, 2] = np.nan
+softmax_num = fa.jit(lambda a: fa.numpy.exp(a - a.max(axis=-1, keepdims=True)))
+xn = fa.device_put(XN, NamedSharding(mesh, P("x", "y")))
+for i in range(3):
+    close(softmax_num(xn), np.exp(XN - XN.max(axis=-1, keepdims=True)), f"jitted max over a sharded array, call {i}")
+
 print("done", flush=True)
 sys.exit(0)

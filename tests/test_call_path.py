@@ -470,7 +470,7 @@ def test_a_hot_call_with_a_static_keyword_takes_few_python_calls():
     f(x, x, k=1)
     f(x, x, k=1)
     calls = python_calls(lambda: f(x, x, k=1))
-    assert len(calls) <= 6, calls  # the lambda, __call__, _call_hot, _hot_dynamic_args, _run_hot, the program
+    assert len(calls) <= 6, calls  # the lambda, __call__, _call_hot, _hot_dynamic_args, the program, _hot_outputs
 
 
 @pytest.mark.filterwarnings("ignore:.*cannot run on webgpu")   # float64 falls back to numpy:0 there

@@ -48,15 +48,42 @@ def test_a_growing_loop_takes_the_hot_records_from_its_second_pass(backend, monk
     frames = []
     cache, out = run(lambda c: frames.append(python_calls(lambda: step(c, q, row))))
     assert keyed == [] and evals == []
-    # one record looked up by the arrays' avals, then run: no flatten, no key, no second check
-    assert all(f[:4] == ["<lambda>", "__call__", "_call_hot_by_avals", "_run_hot"] for f in frames[1:]), frames
-    if backend == "mlx":  # then the program's direct entry (warm-up count included) and the program: MLX calls
-        assert all(f[4:] == ["call_args", "program"] for f in frames[1:]), frames
-    if backend == "jax":  # then the direct entry (its softmax's max keeps a fallback beside jax.jit's callable)
-        assert all(f[4:] == ["call_args"] for f in frames[1:]), frames
+    # one record looked up by the arrays' avals and run by __call__ itself: no flatten, no key, no second check;
+    # then the outputs made (_hot_outputs)
+    assert all(f[:2] == ["<lambda>", "__call__"] and f[-1] == "_hot_outputs" for f in frames[1:]), frames
+    if backend == "mlx":  # between them the program's direct entry (warm-up count included) and the program
+        assert all(f[2:-1] == ["call_args", "program"] for f in frames[1:]), frames
+    if backend == "jax":  # jax.jit's callable, called by __call__ with no frame of ours between it and the caller:
+        assert all(len(f) == 3 for f in frames[1:]), frames  # JAX records the Python stack with each call's outputs
     want_cache, want_out = _reference(steps)
     np.testing.assert_allclose(np.asarray(cache), want_cache, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(out), want_out, rtol=1e-5, atol=1e-6)
+
+
+def test_a_hot_call_on_jax_takes_the_fallback_where_xla_refuses_the_comparator():
+    # jit's hot path calls jax.jit's callable itself (no frame of the backend's between); where XLA's partitioner
+    # refuses the NaN-keeping max (arrays sharded across devices; simulated here), the backend's fallback runs the
+    # program with plain reductions, as its ``call_args`` does; any other error is raised as it is
+    import jax
+    dev = require_backend("jax")[0]
+    cache0, q, row = (fa.device_put(a, dev) for a in _inputs())
+    step = fa.jit(decode_step(fnp))
+    want = [np.asarray(a) for a in step(cache0, q, row)]   # (the first call makes the hot record)
+    hot, tried = step._hot[0], []
+
+    def refusing(message):
+        def call(*bufs):
+            tried.append(len(bufs))
+            raise jax.errors.JaxRuntimeError(message)
+        return call
+    hot.call = refusing("INVALID_ARGUMENT: Unsupported reduction computation")
+    got = step(cache0, q, row)
+    assert tried == [3]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g), w)
+    hot.call = refusing("INTERNAL: another error")
+    with pytest.raises(jax.errors.JaxRuntimeError, match="another error"):
+        step(cache0, q, row)
 
 
 def test_each_new_length_leaves_no_reference_cycles():

@@ -206,8 +206,8 @@ class _Hot:
     """
 
     __slots__ = ("gid", "ckey", "tree", "read", "n", "in_avals", "device", "generation", "const_bufs",
-                 "committed", "call", "star", "reraise", "out_avals", "out_tree", "single", "one", "nargs",
-                 "static_pos", "static_kw", "dyn_pos", "donated", "flat_out")
+                 "committed", "call", "star", "recover", "entry", "out_avals", "out_tree", "single", "lean", "one",
+                 "nargs", "static_pos", "static_kw", "dyn_pos", "donated", "flat_out")
 
     def __init__(self, ex, tree, in_avals, device, committed, nargs=None, statics=(), donated=()):
         # No reference to ``ex`` itself (which holds this record): an evicted executable is freed at once.
@@ -218,11 +218,9 @@ class _Hot:
         self.const_bufs = tuple(ex.const_bufs)
         self.committed = committed
         # The backend's direct entry (jax.jit's callable, the generated NumPy function) where the executable
-        # offers one with its error translation beside it; else the executable itself.
-        call, reraise = getattr(ex.exe, "call_args", None), getattr(ex.exe, "reraise", None)
-        self.star = call is not None and reraise is not None
-        self.call = call if self.star else ex.exe
-        self.reraise = reraise
+        # offers one with its error translation beside it (``star``); else the executable itself.
+        self.call, self.recover, self.star = _direct_entry(ex.exe)
+        self.entry = getattr(ex.exe, "call_args", None)   # the whole direct entry (``direct_entry``)
         self.out_avals = tuple(ex.out_avals)
         self.out_tree = ex.out_tree
         self.single = ex.out_tree.num_nodes == 1 and ex.out_tree.num_leaves == 1  # the output is one array
@@ -237,9 +235,36 @@ class _Hot:
         static_at = {k for k, _ in self.static_pos}
         self.dyn_pos = tuple(i for i in range(nargs) if i not in static_at) if self.static_pos else None
         self.donated = tuple(donated)
-        # one array argument, no constants, one array out, a direct entry: __call__'s shortest path
-        self.one = tree is None and self.n == 1 and self.star and self.single and not self.const_bufs and \
+        # positional arrays in, a direct entry, no constants or donation, arrays or a tuple of them out: run by
+        # ``__call__`` itself
+        self.lean = tree is None and self.star and (self.single or self.flat_out) and not self.const_bufs and \
             not statics and not self.donated
+        self.one = self.lean and self.n == 1 and self.single   # one array in, one out
+
+
+def _direct_entry(exe):
+    """``(call, recover, star)`` for a hot record of executable ``exe``. Where ``exe`` has a direct entry
+    (``call_args(*bufs)``, its errors translated by ``reraise``; ``star`` true): ``call`` is it, or, where the
+    backend also offers it in two parts, the part without its Python frame (``call_direct``: jax.jit's callable,
+    whose softmax's max keeps a fallback beside it), and ``recover(e, bufs)`` the outputs of ``call``'s error ``e``
+    (``call_fallback``: the backend's second try) or raises it translated. Else ``(exe, None, False)``: ``exe(bufs)``
+    translates its own errors."""
+    call, reraise = getattr(exe, "call_args", None), getattr(exe, "reraise", None)
+    if call is None or reraise is None:
+        return exe, None, False
+    direct = getattr(exe, "call_direct", None)
+    fallback = getattr(exe, "call_fallback", None) if direct is not None else None
+    if fallback is None:
+        def recover(e, bufs):
+            reraise(e)
+        return call, recover, True
+
+    def recover_by_fallback(e, bufs):
+        try:
+            return fallback(e, bufs)
+        except Exception as again:  # noqa: BLE001  (``e`` itself where the fallback does not apply)
+            reraise(again)
+    return direct, recover_by_fallback, True
 
 
 def _frozen(tree) -> bool:
@@ -800,46 +825,54 @@ class Jitted:
             by_avals.pop(hot.in_avals, None)
 
     def __call__(self, *args, **kwargs):
-        # The hot path (docs/design.md "The call path"): the last call's executable, when this call's arrays have its
-        # types and device. No key is built or hashed (a PyTreeSpec's hash alone costs ~0.4 us); each leaf's
-        # aval is compared by identity first (arrays made by one executable share their aval objects). The
-        # commonest call (one array in, one out, through jax.jit's callable or the generated NumPy function) is
-        # inlined here: no frame but the backend's (measured 1.55 -> 1.3x jax.jit on jax:0). The other tiers
-        # are the steps below: _call_hot (the hot record's general case: statics, pytrees, donation), then
-        # _call_hot_by_avals (positional arrays whose shapes take turns), then _call_keyed (flatten, _scan, key)
-        # with _call_fast (the fast table) or _call_traced (trace, stage or compile).
+        # The hot path (docs/design.md "The call path"): an earlier call's record, when this call's arrays have its
+        # types and device; no key is built (a PyTreeSpec's hash alone costs ~0.4 us). The commonest call runs here
+        # (positional arrays, a ``lean`` record: a decode step, ``a * 2 + 1``), with no Python frame but this one
+        # between the caller and the backend's entry: JAX records the Python stack with each call's outputs, ~0.4
+        # us a frame (issue 28). The other tiers: _call_hot (a record's general case: statics, pytrees,
+        # donation), then _call_keyed (flatten, _scan, key) with _call_fast (the fast table) or _call_traced
+        # (trace, stage or compile).
         hot = self._hot[0]
         if hot is not None and hot.generation == config.generation and \
                 (tracing.plain or _TRACE_STATE.dynamic[-1].level == 0):
-            if hot.one and len(args) == 1 and not kwargs:
+            if hot.one and len(args) == 1 and not kwargs:   # the shortest: the last call's one array again
                 x = args[0]
-                if type(x) is ArrayImpl:
-                    b, av, dev = x._buf, hot.in_avals[0], hot.device
-                    if b is not None and x._device is dev and (x.aval is av or x.aval == av):
-                        gid = hot.gid
-                        try:  # LRU order, per function and global: two GIL-atomic moves of int keys, no lock
-                            self._compiled_d.move_to_end(gid)
-                            _GLOBAL_D.move_to_end(gid)
-                        except KeyError:
-                            self._hot_evicted(hot)
-                        try:
-                            outs = hot.call(b)
-                        except Exception as e:
-                            hot.reraise(e)
-                        r = ArrayImpl()  # ArrayImpl.make inline (one Python frame less per call)
-                        r.aval, r._device, r._buf, r._host = hot.out_avals[0], dev, outs[0], None
-                        r._committed = hot.committed or x._committed
-                        return r
+                if type(x) is ArrayImpl and x._buf is not None and x._device is hot.device and \
+                        (x.aval is hot.in_avals[0] or x.aval == hot.in_avals[0]):
+                    try:
+                        outs = hot.call(x._buf)
+                    except Exception as e:
+                        outs = hot.recover(e, [x._buf])
+                    return self._hot_outputs(hot, outs, hot.device, hot.committed or x._committed)
             if self._shapeless is not None and self._shapeless.direct and not kwargs:
                 out = self._shapeless.call(args)  # positional arrays of a derived pattern on mlx:0 (shapeless_jit)
                 if out is not _MISS:
                     return out
-            if not kwargs and self._hot[1]:
-                # positional arrays: their avals' own record, the last call's among them (a loop whose shapes
-                # grow or take turns misses the last call's record every call: one lookup, not two checks)
-                out = self._call_hot_by_avals(args)
-                if out is not _MISS:
-                    return out
+            if not kwargs and (hot.lean or self._hot[1]):
+                # positional arrays: one pass (type, buffer, one device), then the last call's record where these
+                # are its avals (compared as objects first: one executable's outputs share their avals), else
+                # their own record (a loop whose shapes grow or take turns: one lookup, not two checks)
+                avals, bufs, committed, dev = [], [], False, None
+                for x in args:
+                    b = x._buf if type(x) is ArrayImpl else None
+                    if b is None or (x._device is not dev and dev is not None):
+                        break   # a scalar, a NumPy array, a container, a deleted array, another device
+                    dev = x._device
+                    avals.append(x.aval)
+                    bufs.append(b)
+                    if x._committed:
+                        committed = True
+                else:
+                    avals = tuple(avals)
+                    h = hot if hot.lean and avals == hot.in_avals else self._hot[1].get(avals)
+                    if h is not None and h.generation == config.generation and h.device is dev:
+                        if h.lean:
+                            try:
+                                outs = h.call(*bufs)
+                            except Exception as e:
+                                outs = h.recover(e, bufs)
+                            return self._hot_outputs(h, outs, dev, committed or h.committed)
+                        hot = h   # constants, donation, a nested output structure, no direct entry: below
             out = self._call_hot(hot, args, kwargs)
             if out is not _MISS:
                 return out
@@ -847,7 +880,7 @@ class Jitted:
 
     def _call_hot(self, hot, args, kwargs):
         """The hot record's general case: the same static arguments, ``args`` read along its structure, each leaf an
-        array of its aval on its device; ``_MISS`` otherwise."""
+        array of its aval on its device, run (donation checked and done); ``_MISS`` otherwise."""
         dev = hot.device
         args = _hot_dynamic_args(hot, args, kwargs)
         if args is _MISS:
@@ -872,67 +905,40 @@ class Jitted:
             bufs.append(b)
             if x._committed:
                 committed = True
-        return self._run_hot(hot, bufs, leaves, dev, committed)
-
-    def _run_hot(self, hot, bufs, leaves, dev, committed):
-        """Run the hot record ``hot`` on the checked buffers ``bufs`` (its constants first) of the arrays
-        ``leaves``: the outputs as arrays on ``dev`` (``committed``), in its output structure."""
         if hot.donated and len(set(map(id, leaves))) != len(leaves):
             _check_donation(leaves, hot.donated, self.fun)
+        if hot.star:
+            try:
+                outs = hot.call(*bufs)
+            except Exception as e:
+                outs = hot.recover(e, bufs)
+        else:
+            outs = hot.call(bufs)
+        for p in hot.donated:
+            leaves[p].delete()
+        return self._hot_outputs(hot, outs, dev, committed)
+
+    def _hot_outputs(self, hot, outs, dev, committed):
+        """The output buffers ``outs`` of a call of record ``hot`` as arrays on ``dev`` (``committed``), in its output
+        structure; ``hot`` becomes the last call's record and its executable the most recently used. (After the
+        backend's call: a frame on the stack during the call costs more, ``__call__``.)"""
+        self._hot[0] = hot
         try:  # LRU order, per function and global: two GIL-atomic moves of int keys, no lock
             self._compiled_d.move_to_end(hot.gid)
             _GLOBAL_D.move_to_end(hot.gid)
         except KeyError:
             self._hot_evicted(hot)
-        if hot.star:
-            try:
-                outs = hot.call(*bufs)
-            except Exception as e:
-                hot.reraise(e)
-        else:
-            outs = hot.call(bufs)
-        for p in hot.donated:
-            leaves[p].delete()
         if hot.single:
             r = ArrayImpl()  # ArrayImpl.make inline (one Python frame less per call)
-            r.aval, r._device, r._buf, r._committed = hot.out_avals[0], dev, outs[0], committed
-            r._host = None
+            r.aval, r._device, r._buf, r._committed, r._host = hot.out_avals[0], dev, outs[0], committed, None
             return r
         made = []
         for av, b in zip(hot.out_avals, outs):  # ArrayImpl.make inline: ~50 ns an output less
             r = ArrayImpl()
-            r.aval = av
-            r._device = dev
-            r._buf = b
-            r._committed = committed
-            r._host = None
+            r.aval, r._device, r._buf, r._committed, r._host = av, dev, b, committed, None
             made.append(r)
         # a plain tuple of arrays (a decode step's ``(cache, out)``) made directly: no ``out_tree.unflatten``
         return tuple(made) if hot.flat_out else hot.out_tree.unflatten(made)
-
-    def _call_hot_by_avals(self, args):
-        """Positional arrays whose avals have a record of their own (``_Executables.hot[1]``): that record's
-        call, made the hot one; ``_MISS`` otherwise. One pass over the arguments (type, buffer, one device), then
-        the lookup, which compares the avals: ``_call_hot`` checks nothing again."""
-        avals, bufs, committed, dev = [], [], False, None
-        for x in args:
-            if type(x) is not ArrayImpl:  # a scalar, a NumPy array, a container, an object of the user's
-                return _MISS
-            b = x._buf
-            if b is None or (x._device is not dev and dev is not None):
-                return _MISS
-            dev = x._device
-            avals.append(x.aval)
-            bufs.append(b)
-            if x._committed:
-                committed = True
-        h = self._hot[1].get(tuple(avals))
-        if h is None or h.generation != config.generation or h.device is not dev:
-            return _MISS
-        if h.const_bufs:
-            bufs[:0] = h.const_bufs
-        self._hot[0] = h
-        return self._run_hot(h, bufs, args, dev, committed or h.committed)
 
     def _call_keyed(self, args, kwargs):
         """The general path: flatten, key, then the fast table's executable (``_call_fast``) or a trace and an
@@ -1133,7 +1139,7 @@ class Jitted:
         if not h.star or h.tree is not None or h.n != nargs or h.const_bufs or h.committed or h.device is not device \
                 or h.static_pos or h.static_kw or h.donated:
             return False
-        return h.call, h.out_avals, h.out_tree, h.single
+        return h.entry, h.out_avals, h.out_tree, h.single
 
     def _run(self, ex, leaves, device, args):
         bufs = list(ex.const_bufs)
