@@ -173,13 +173,10 @@ def _composites_program(a, b, q, p, phase):
             fnp.choose(fnp.array([0, 2, 1]), [p, 10 * p, 100 * p]), fa.scipy.special.rel_entr(POS, p[:1] + 2))
 
 
-def test_composites_on_every_device(device, request):
-    """The numpy:0 results are JAX's (test_added_names_match_jax); every backend runs the same jitted program."""
-    if device.backend == "webgpu":
-        # Found by this test (s25b-apisweep): webgpu:0 computes unwrap's output wrongly in exactly this program
-        # ([0, 3, 27.48, 144.33, nan] for [0, 3, 0.22, 3.28, 3.72]); unwrap alone, or with any three of the
-        # other four outputs, or moved first, is right. Open in docs/internals.md (twenty-fifth session).
-        request.applymarker(pytest.mark.xfail(reason="webgpu:0 wrong unwrap output in this program", strict=False))
+def test_composites_on_every_device(device):
+    """The numpy:0 results are JAX's (test_added_names_match_jax); every backend runs the same jitted program
+    (webgpu:0 got unwrap's output wrong here until s25c-wgpubug: lavapipe miscompiled fmod's body in a phase after
+    a barrier, test_kernel_phases.py)."""
     args = (A, B, Q, P, PHASE)
     with fa.default_device("numpy:0"):
         want = fa.jit(_composites_program)(*args)

@@ -121,3 +121,32 @@ def test_webgpu_small_launches_are_phases_of_one_work_group():
     assert step.launch.kind == "phases" and step.groups == (1, 1, 1)
     assert "@workgroup_size(64, 1, 1)" in step.source and step.source.count("storageBarrier();") == 2
     np.testing.assert_allclose(np.asarray(f(x)), np.asarray(fa.jit(_sum_scan, device="numpy:0")(x)), rtol=1e-6)
+
+
+def _sort_and_fmod(a, x):
+    """A sort (its steps one phase each, a barrier between them) and a float remainder (``fmod``'s counted loops,
+    ``kernels/transcendental.py``) after them in the same run."""
+    return fnp.sort(a), fnp.fmod(x, 2.5), fnp.remainder(x, 2.5)
+
+
+def test_webgpu_fmod_after_a_barrier_is_right():
+    """lavapipe (Mesa 22.3, LLVM 15) miscompiled fmod's body after a barrier (of a phase, or of a work-group
+    reduction): ``select(|x| < |y|, x, copysign(r, x))`` after its loops gave 7.95 for fmod(6.64, 2.5)
+    (docs/internals.md, twenty-fifth session, s25c-wgpubug); the body now has no select of x there (the loops
+    leave r at |x| in that case)."""
+    dev = require_backend("webgpu")[0]
+    if dev.platform != "cpu":
+        pytest.skip("merged launches are for CPU webgpu adapters (lavapipe); this one is a GPU")
+    a = np.array([3, 1, 2], np.int32)
+    x = np.array([6.64, -6.36, 16.14, 1.0, -0.0, np.inf, np.nan], np.float32)
+    f = fa.jit(_sort_and_fmod, device=dev)
+    (step,) = [st for st in f.lower(a, x)._backend_lowered.launch_plan().steps if "fmod" not in st.entry]
+    assert step.launch.kind == "phases" and "storageBarrier();" in step.source
+    got = [np.asarray(v) for v in f(a, x)]
+    for g, w in zip(got, fa.jit(_sort_and_fmod, device="numpy:0")(a, x), strict=True):
+        np.testing.assert_allclose(g, np.asarray(w), rtol=1e-6)
+    assert np.signbit(got[1][4])   # fmod(-0.0, y) is -0.0 (x's sign where |x| < |y|)
+    # not only phases: a work-group reduction's barriers, fmod in its epilogue (447.8 for -0.31 before)
+    rows = np.random.default_rng(0).standard_normal((2, 256)).astype(np.float32)
+    g = fa.jit(lambda r: fnp.fmod(r.sum(axis=1) * 3.0, 2.5), device=dev)(rows)
+    np.testing.assert_allclose(np.asarray(g), np.fmod(rows.astype(np.float64).sum(axis=1) * 3.0, 2.5), atol=1e-3)

@@ -423,8 +423,10 @@ def _fmod(b, x, y):
     b.stmts.append(For(k, const(0, INT32), (steps + 1).e, const(1, INT32),
                        (If((sv >= m).e, (If((rv >= sv).e, (Assign(r, (rv - sv).e),)),
                                          Assign(s, (sv * 0.5).e))),)))
-    done = b.let(rv)
-    out = _sel(_isinf(b, y) | (ax < m), x, _copysign(b, done, x))
+    # |x| < |y| and an infinite y leave r at |x| (neither loop subtracts), so r with x's sign is x: no select of
+    # x itself here. That select (x, or r with x's sign) after a barrier, the loops inside a phase's loop, was
+    # miscompiled by lavapipe (Mesa 22.3, LLVM 15; docs/internals.md, twenty-fifth session, s25c-wgpubug).
+    out = _copysign(b, b.let(rv), x)
     return _sel(_isnan(b, x) | _isnan(b, y) | _isinf(b, x) | y.eq(0.0), _nan(x), out)
 
 
