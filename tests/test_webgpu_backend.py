@@ -181,6 +181,18 @@ def test_wgsl_unary_special_values(wdev, name, reference):
     check_unary_special(lambda n, xs: _run_kernel_op(wdev, n, xs), name, reference)
 
 
+def test_wgsl_sinh_cosh_stay_finite_up_to_float32s_limit(wdev):
+    # Mesa's sinh/cosh computed exp(|x|) first: +-inf from |x| = 88.72 on (sinh(89) = 2.24e38 is finite), and
+    # sinh cancelled near 0 (0.14 % off at 1e-5)
+    x = np.array([89.0, -89.4, 88.8, 89.5, 1e-5, -0.3, -0.0, 3.0, -20.0, np.inf, np.nan], np.float32)
+    got = fa.jit(lambda a: (fnp.sinh(a), fnp.cosh(a)))(*_on(wdev, x))
+    for g, ref_fn in zip(got, (np.sinh, np.cosh), strict=True):
+        with np.errstate(over="ignore"):
+            want = ref_fn(x.astype(np.float64)).astype(np.float32)
+        np.testing.assert_allclose(np.asarray(g), want, rtol=1e-5)
+        np.testing.assert_array_equal(np.signbit(np.asarray(g)), np.signbit(want))
+
+
 @pytest.mark.parametrize("name,reference", [("isnan", np.isnan), ("isinf", np.isinf), ("isfinite", np.isfinite)])
 def test_wgsl_class_tests_are_bit_tests(wdev, name, reference):
     np.testing.assert_array_equal(_run_kernel_op(wdev, name, [SPECIAL], np.bool_), reference(SPECIAL))
@@ -940,6 +952,42 @@ def test_a_lower_buffer_limit_splits_further(wdev, ref, patched_caps):
     assert all(_storage_bindings(k.source) <= 4 for k in kernels)
     for g, w in zip(fa.jit(f)(*args), fa.jit(f, device=ref)(*xs), strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
+
+
+def _long_reductions(z):
+    return z.sum(), z.max(), fnp.argmax(z), z @ z
+
+
+@pytest.mark.slow
+def test_reductions_past_lavapipes_loop_limit_read_every_element(wdev):
+    # lavapipe stops an invocation's loops after 65,535 iterations: a work-group of 128 summing 8,388,481
+    # elements lost the last one (0.0 0.0 0 0.0 here); the scheduler now reduces such rows in blocks
+    n = 8388481
+    z = np.zeros(n, np.float32)
+    z[-1] = 7.0
+    got = [float(np.asarray(v)) for v in fa.jit(_long_reductions)(*_on(wdev, z))]
+    assert got == [7.0, 7.0, n - 1, 49.0]
+
+
+def test_reductions_and_products_past_the_loop_limit_run_in_blocks(wdev, ref, patched_caps):
+    # the blocked forms (kernels/long_reductions.py) at a limit of 100: rows of more than 3,200 in blocks of 64
+    # and a tail, products contracting more than 100; argmax/argmin keep the first of equal extremes
+    patched_caps(max_loop_iterations=100)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 3301)).astype(np.float32)
+    x[1, [700, 3200]] = 9.0
+    x[2, [5, 3300]] = -9.0
+    a, b = rng.standard_normal((2, 300)).astype(np.float32), rng.standard_normal((300, 3)).astype(np.float32)
+
+    def f(x, a, b):
+        return x.sum(1), x.max(1), fnp.argmax(x, 1), fnp.argmin(x, 1), x.T.sum(), a @ b
+
+    got = fa.jit(f)(*_on(wdev, x, a, b))
+    want = fa.jit(f, device=ref)(x, a, b)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-4)
+    assert [int(i) for i in np.asarray(got[2])[1:]] == [700, int(np.argmax(x[2]))]
+    assert int(np.asarray(got[3])[2]) == 5
 
 
 def test_dispatch_folds_into_a_second_dimension(wdev, ref, patched_caps):

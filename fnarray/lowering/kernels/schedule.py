@@ -56,6 +56,7 @@ from fnarray.lowering.kernels.groups.reduce import ReduceGroup
 from fnarray.lowering.kernels.index import linearize
 from fnarray.lowering.kernels.ir import INT32, Let, Special, Sym
 from fnarray.lowering.kernels import tuning
+from fnarray.lowering.kernels.long_reductions import split_long_reductions
 from fnarray.lowering.kernels.long_scans import split_long_scans
 from fnarray.lowering.kernels.opencl_c import uses_helpers
 from fnarray.lowering.kernels.rules import op
@@ -620,7 +621,8 @@ def schedule(program: Program, caps, **opts) -> Schedule:
     ``opts``: see ``schedule_program``; ``donate`` (``{input position: output position or None}``, positions
     among constvars + invars and outvars) lets a ``dynamic_update_slice`` of a donated input, or a scatter into
     it, write into that input's buffer, which the output then shares (``groups/in_place.py``)."""
-    prog = inline_calls(split_long_scans(program, getattr(caps, "max_loop_iterations", None)))
+    loops = getattr(caps, "max_loop_iterations", None)
+    prog = inline_calls(split_long_reductions(split_long_scans(program, loops), loops))
     prog, _ = dce(prog)
     # No kernel ever sees a zero-size array: empty results need no launch (the runtimes allocate an
     # empty buffer for an output no kernel writes) and results of empty operands are constants.

@@ -269,6 +269,32 @@ def _expm1(b, x):
     return _sel(u.eq(1.0), x, _sel(d.eq(-1.0), -1.0, _sel(u.eq(np.inf), u, r)))
 
 
+def _half_exp(b, a):
+    # exp(a) / 2 for a large a >= 0 as (exp(a/2) / 2) * exp(a/2): finite up to float32's largest value (a of
+    # 89.4159), where exp(a) itself overflows from 88.7228 on (a rounded a - ln 2 would cost ~60 ulp).
+    h = b.let(_fn("exp", a * 0.5))
+    return (h * 0.5) * h
+
+
+@_body("sinh")
+def _sinh(b, x):
+    # |x| + |x|^3/6 + |x|^5/120 + |x|^7/5040 below |x| = 0.5 (within 1e-8: Mesa's (e^x - e^-x) / 2 cancels,
+    # 0.14 % off at 1e-5), the driver's sinh up to 16, exp|x| / 2 above (e^-|x| is then below float32's
+    # rounding; Mesa's overflowed from |x| = 88.72, sinh's own limit being 89.4159), the sign of x.
+    a = b.let(_fabs(b, x))
+    a2 = b.let(a * a)
+    series = a + (a * a2) * (1.0 / 6.0 + a2 * (1.0 / 120.0 + a2 * (1.0 / 5040.0)))
+    return _copysign(b, _sel(a < 0.5, series, _sel(a < 16.0, _fn("sinh", a), _half_exp(b, a))), x)
+
+
+@_body("cosh")
+def _cosh(b, x):
+    # The driver's cosh below |x| = 16, exp|x| / 2 above (Mesa's overflowed from |x| = 88.72, cosh's own limit
+    # being 89.4159).
+    a = b.let(_fabs(b, x))
+    return _sel(a < 16.0, _fn("cosh", x), _half_exp(b, a))
+
+
 @_body("cbrt")
 def _cbrt(b, x):
     # exp2(log2|x| / 3), one Newton step, the sign of x.
