@@ -51,6 +51,29 @@ def _trace_flat(fun, args, kwargs=None):
     return prog, consts, in_tree, store[0], flat
 
 
+def _typed_number(base, default_dtype):
+    """A subclass of the Python number type ``base`` that carries its weak dtype, as JAX's literals
+    (``jax._src.literals.TypedFloat``): ``x.dtype`` works, and arithmetic gives plain Python numbers back."""
+    class Typed(base):
+        __slots__ = ()
+        weak_type, shape, ndim, size = True, (), 0, 1
+        dtype = property(lambda self: default_dtype())
+
+    Typed.__name__ = Typed.__qualname__ = "Typed" + base.__name__.capitalize()
+    return Typed
+
+
+_TYPED = {t: _typed_number(t, d) for t, d in ((int, dtypes.default_int), (float, dtypes.default_float),
+                                              (complex, dtypes.default_complex))}
+
+
+def _scalars_as_arrays(tree):
+    """``tree`` with its Python ``int``/``float``/``complex`` leaves as numbers that carry a weak dtype, as JAX
+    passes a custom_jvp/custom_vjp function and its rules (``bool`` stays, as JAX's); the arguments at
+    ``nondiff_argnums`` are not passed through here (JAX leaves them as they are)."""
+    return tree_util.tree_map(lambda x: _TYPED[type(x)](x) if type(x) in _TYPED else x, tree)
+
+
 def _check_rule_avals(rule, what, expected, got):
     """Raise naming ``rule`` when a custom rule's outputs differ in shape or dtype from ``expected``
     (as JAX checks custom_jvp tangents and custom_vjp cotangents). Python scalars stand for any
@@ -171,7 +194,8 @@ class custom_jvp:
             raise TypeError(f"custom_jvp function {getattr(self.fun, '__name__', '')} has no JVP rule: define one "
                             "with @f.defjvp before calling it")
         static, dyn, rebuild = _split_nondiff(args, self.nondiff_argnums, self)
-        direct = self._call_directly(args, static, dyn, rebuild)
+        dyn = _scalars_as_arrays(dyn)
+        direct = self._call_directly(static, dyn, rebuild)
         if direct is not None:
             return direct[0]
 
@@ -183,7 +207,7 @@ class custom_jvp:
         n_consts = len(consts)
 
         def jvp_flat(primals, tangents):
-            ps = tree_util.tree_unflatten(in_tree, list(primals[n_consts:]))
+            ps = _scalars_as_arrays(tree_util.tree_unflatten(in_tree, list(primals[n_consts:])))
             ts = tree_util.tree_unflatten(in_tree, [instantiate_zeros(t) for t in tangents[n_consts:]])
             # Closed-over values that this JVP differentiates (tracers of the calling JVP level) are
             # constants for the rule: it runs with their primals, so no tangent reaches them and none
@@ -207,7 +231,7 @@ class custom_jvp:
                                       num_consts=n_consts, symbolic_zeros=False)
         return tree_util.tree_unflatten(out_tree, outs)
 
-    def _call_directly(self, args, static, dyn, rebuild):
+    def _call_directly(self, static, dyn, rebuild):
         """``(result,)`` computed without tracing ``fun``, as JAX does, or ``None`` for the staged path.
 
         With concrete arguments and no transformation, ``fun`` itself runs (once, on concrete values, so
@@ -219,7 +243,7 @@ class custom_jvp:
         flat, _ = tree_util.tree_flatten(tuple(dyn))
         top = find_top_trace(flat)
         if top.main.level == 0:
-            out = self.fun(*args)
+            out = self.fun(*rebuild(dyn))
             if not any(isinstance(o, Tracer) for o in tree_util.tree_leaves(out)):
                 return (out,)
             return None
@@ -234,7 +258,7 @@ class custom_jvp:
         if not isinstance(top, JVPTrace):
             return None
         tracers = [top.full_raise(a) for a in flat]
-        ps = tree_util.tree_unflatten(in_tree, [t.primal for t in tracers])
+        ps = _scalars_as_arrays(tree_util.tree_unflatten(in_tree, [t.primal for t in tracers]))
         ts = tree_util.tree_unflatten(in_tree, [instantiate_zeros(t.tangent) for t in tracers])
         out, t_out = self.jvp(*static, tuple(ps), tuple(ts)) if static else self.jvp(tuple(ps), tuple(ts))
         o_flat, o_tree = tree_util.tree_flatten(out)
@@ -340,12 +364,12 @@ class custom_vjp:
             raise TypeError(f"custom_vjp function {getattr(self.fun, '__name__', '')} has no rule: define one "
                             "with f.defvjp(fwd, bwd) before calling it")
         static, dyn, rebuild = _split_nondiff(args, self.nondiff_argnums, self)
+        dyn = _scalars_as_arrays(dyn)
         flat, in_tree = tree_util.tree_flatten(tuple(dyn))
         top = find_top_trace(flat)
         if top.main.level == 0:
-            # No transformation: the function itself on the arguments as given (as JAX: a Python float in
-            # gives what the function returns for it).
-            out = self.fun(*args)
+            # No transformation: the function itself on the arguments (as JAX: Python numbers as weak arrays).
+            out = self.fun(*rebuild(dyn))
             if not any(isinstance(o, Tracer) for o in tree_util.tree_leaves(out)):
                 return out
         out_tree = [None]  # the function's output structure: from its trace, or (differentiated) from fwd's
@@ -370,7 +394,8 @@ class custom_vjp:
         n_dyn = len(flat)
 
         def fwd_flat(primals):
-            pair = fwd(*rebuild(tree_util.tree_unflatten(in_tree, list(primals[len(primals) - n_dyn:]))))
+            dyn_primals = tree_util.tree_unflatten(in_tree, list(primals[len(primals) - n_dyn:]))
+            pair = fwd(*rebuild(_scalars_as_arrays(dyn_primals)))
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:
                 # as JAX: an array of two rows would otherwise unpack into a wrong output and residual
                 raise TypeError(f"custom_vjp fwd {getattr(fwd, '__name__', '')} must return a pair (output, "
