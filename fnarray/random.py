@@ -262,7 +262,7 @@ def _seed_words(seed):
         d = dtypes.default_int() if isinstance(seed, int) else dtypes.canonicalize(seed.dtype)
         s %= 2 ** (64 if d.itemsize == 8 else 32)
         return np.uint32(s >> 32), np.uint32(s & 0xFFFFFFFF)
-    if isinstance(seed, (float, complex)):
+    if seed is None or isinstance(seed, (float, complex, str, bytes)):
         raise TypeError(f"a PRNG seed must be an integer, got {type(seed).__name__} {seed!r}")
     s = _as_array(seed)
     if s.shape != ():

@@ -102,8 +102,9 @@ def test_key_from_0d_arrays():
 
 
 def test_key_bad_seeds():
-    with pytest.raises(TypeError, match="integer"):
-        fr.key(1.5)
+    for seed in (1.5, "a", None):
+        with pytest.raises(TypeError, match="PRNG seed must be an integer"):
+            fr.key(seed)
     with pytest.raises(TypeError, match="integer"):
         fr.key(fnp.asarray(np.float32(1)))
     with pytest.raises(ValueError, match="scalar"):
