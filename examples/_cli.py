@@ -33,6 +33,22 @@ def check_output_folders(parser, args, options):
             parser.error(f"--{opt} {path}: the folder {folder} does not exist (training would run, then fail to write)")
 
 
+def check_plot_format(parser, path):
+    """``parser.error`` for a ``--plot`` path whose extension matplotlib cannot write (``out.txt``), before any
+    training runs; a path without an extension is written as PNG (matplotlib's default)."""
+    ext = os.path.splitext(path or "")[1][1:].lower()
+    if not ext:
+        return
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        return
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    if ext not in kinds:
+        parser.error(f"--plot {path}: matplotlib cannot write .{ext} files (training would run, then fail to "
+                     f"plot); use one of {', '.join('.' + k for k in sorted(kinds))}, e.g. .png")
+
+
 def add_blas_threads_option(parser):
     """``--blas-threads N`` (default 1), which ``blas_threads`` applies."""
     parser.add_argument("--blas-threads", type=int, default=1,

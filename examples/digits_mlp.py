@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 import fnarray as fa
-from _cli import add_blas_threads_option, blas_threads, check_output_folders, device_from_arg
+from _cli import add_blas_threads_option, blas_threads, check_output_folders, check_plot_format, device_from_arg
 import fnarray.numpy as fnp
 
 LAYER_SIZES = (64, 128, 128, 10)
@@ -135,7 +135,7 @@ def parse_args(argv=None, description=None, saved="w1 b1 w2 b2 w3 b3"):
     parser.add_argument("--seed", type=int, default=0, help="seed of the initialisation and shuffling (default 0)")
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
     parser.add_argument("--plot", metavar="PATH", help="write a PNG of training loss and test accuracy per epoch")
-    parser.add_argument("--save", metavar="PATH", help=f"write the trained parameters as .npz ({saved})")
+    parser.add_argument("--save", metavar="PATH", help=f"write the trained parameters to PATH, a .npz name ({saved})")
     add_blas_threads_option(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
@@ -147,6 +147,10 @@ def parse_args(argv=None, description=None, saved="w1 b1 w2 b2 w3 b3"):
     if not (math.isfinite(args.lr) and args.lr > 0):
         parser.error(f"--lr must be a positive finite learning rate, got {args.lr}")
     check_output_folders(parser, args, ("plot", "save"))
+    check_plot_format(parser, args.plot)
+    if args.save and not args.save.endswith(".npz"):
+        parser.error(f"--save {args.save}: the parameters are written as a NumPy .npz archive (np.savez would add "
+                     ".npz to this name); give a name ending in .npz")
     return args
 
 

@@ -35,7 +35,7 @@ import numpy as np
 
 import fnarray as fa
 import fnarray.numpy as fnp
-from _cli import add_blas_threads_option, blas_threads, check_output_folders, device_from_arg
+from _cli import add_blas_threads_option, blas_threads, check_output_folders, check_plot_format, device_from_arg
 from fnarray import nn
 
 # Pure-Python modules whose docstrings make the corpus (those missing from a Python are skipped).
@@ -221,6 +221,7 @@ def parse_args(argv=None):
     if not (math.isfinite(args.temperature) and args.temperature > 0):
         parser.error(f"--temperature must be positive, got {args.temperature}")
     check_output_folders(parser, args, ("plot", "save"))
+    check_plot_format(parser, args.plot)
     return args
 
 

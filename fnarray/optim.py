@@ -155,6 +155,18 @@ def _tree_map(f, tree, *rest, names=None):
                           "init(params) was called with, or call init again for the new params.") from e
 
 
+def _check_not_mlx_order(updates, state):
+    """Raise where ``update`` got a model and then no optimizer state (a tuple), as MLX's
+    ``optimizer.update(model, grads)`` takes them (fnarray's gradients of a model are a model too: only the
+    state tells the orders apart)."""
+    from fnarray.nn._module import Module
+    if isinstance(updates, Module) and not isinstance(state, tuple):
+        raise TypeError(f"fnarray.optim: update got a model ({type(updates).__name__}) as its first argument, as "
+                        "MLX's optimizer.update(model, grads) takes it; fnarray.optim's update is optax's "
+                        "update(grads, state, params): updates, state = opt.update(grads, state, params), then "
+                        "params = fnarray.optim.apply_updates(params, updates) (state = opt.init(params) once)")
+
+
 def _zeros_like_tree(params):
     fnp = _np()
     return _tree_map(lambda p: fnp.zeros_like(fnp.asarray(p)), params)
@@ -257,6 +269,7 @@ def chain(*transforms: GradientTransformation) -> GradientTransformation:
 
     def update(updates, state, params=None):
         if not isinstance(state, tuple) or len(state) != len(transforms):
+            _check_not_mlx_order(updates, state)
             raise ValueError(f"chain of {len(transforms)} transformations got a state that is not a tuple of "
                              f"{len(transforms)} states; pass the state made by this chain's init")
         new_states = []

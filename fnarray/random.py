@@ -247,17 +247,22 @@ def threefry_2x32(key, count):
 
 
 def _seed_words(seed):
-    """``(hi, lo)`` ``uint32`` words of a seed: a Python/NumPy integer or a 0-d integer array."""
+    """``(hi, lo)`` ``uint32`` words of a seed: a Python/NumPy integer or a 0-d integer array.
+
+    As JAX: the seed is first an integer of its dtype (a Python int's the default int, ``int32`` while
+    ``enable_x64`` is off, so ``-1`` keeps only its low 32 bits); a 64-bit one splits into two words, a narrower
+    one has a zero high word. A Python int outside ``int64`` raises ``OverflowError`` in both modes."""
     if isinstance(seed, (bool, np.bool_)):
         raise TypeError("a PRNG seed must be an integer, got a bool")
     if isinstance(seed, (int, np.integer)):
         s = int(seed)
-        if not -2 ** 63 <= s < 2 ** 64:
-            raise OverflowError(f"PRNG seed {s} does not fit in 64 bits; expected an integer in "
-                                "[-2**63, 2**64)")
-        s %= 2 ** 64
+        if isinstance(seed, int) and not -2 ** 63 <= s < 2 ** 63:
+            raise OverflowError(f"PRNG seed {s} does not fit in int64 (as JAX, in both x64 modes); expected an "
+                                "integer in [-2**63, 2**63)")
+        d = dtypes.default_int() if isinstance(seed, int) else dtypes.canonicalize(seed.dtype)
+        s %= 2 ** (64 if d.itemsize == 8 else 32)
         return np.uint32(s >> 32), np.uint32(s & 0xFFFFFFFF)
-    if isinstance(seed, (float, complex)):
+    if seed is None or isinstance(seed, (float, complex, str, bytes)):
         raise TypeError(f"a PRNG seed must be an integer, got {type(seed).__name__} {seed!r}")
     s = _as_array(seed)
     if s.shape != ():
@@ -289,9 +294,11 @@ def key(seed, *, impl=None) -> KeyArray:
     """A typed PRNG key from an integer seed (mirrors ``jax.random.key``).
 
     Args:
-      seed: a Python or NumPy integer in ``[-2**63, 2**64)``, or a 0-d integer array (traced
-        values included). The seed is read as a 64-bit two's-complement integer and split into
-        its high and low 32-bit words; a 0-d array of 32 bits or fewer has a zero high word.
+      seed: a Python int in ``[-2**63, 2**63)``, a NumPy integer, or a 0-d integer array (traced values
+        included). As JAX, the seed is an integer of its dtype (a Python int's is the default int: ``int32``
+        while ``enable_x64`` is off, so only its low 32 bits count); a 64-bit one is split into its high and
+        low 32-bit words, a narrower one has a zero high word (``key(-1)``: ``[0, 2**32 - 1]`` with x64
+        off, ``[2**32 - 1, 2**32 - 1]`` with it on).
       impl: ``None`` or ``"threefry2x32"`` (the only generator here).
     Returns:
       a ``KeyArray`` of shape ``()`` and dtype ``key<fry>`` (``fnarray.core.dtypes.key_fry``) over the words
@@ -299,11 +306,7 @@ def key(seed, *, impl=None) -> KeyArray:
       as ``PRNGKey(seed)``, which returns them raw (``uint32[2]``). ``key_data`` unwraps it.
     Raises:
       ``TypeError`` for a non-integer seed, ``ShapeError`` for an array seed that is not 0-d,
-      ``OverflowError`` for a Python int outside 64 bits, ``ValueError`` for another ``impl``.
-
-    Note: JAX in its default 32-bit mode first truncates Python ints to ``int32``, so its keys
-    for negative seeds or seeds of ``2**31`` and above differ from these (they agree with JAX
-    under ``jax_enable_x64``); seeds in ``[0, 2**31)`` agree in both modes.
+      ``OverflowError`` for a Python int outside ``int64`` (as JAX), ``ValueError`` for another ``impl``.
     """
     _check_impl(impl, "key")
     return KeyArray(_words_to_key(*_seed_words(seed)))
@@ -318,7 +321,8 @@ def PRNGKey(seed, *, impl=None) -> Array:
     """A raw PRNG key from an integer seed (mirrors ``jax.random.PRNGKey``): ``uint32[2]``, the words of ``key``.
 
     Args:
-      seed: a Python or NumPy integer in ``[-2**63, 2**64)``, or a 0-d integer array.
+      seed: a Python int in ``[-2**63, 2**63)``, a NumPy integer, or a 0-d integer array (read as ``key``
+        reads it).
       impl: ``None`` or ``"threefry2x32"``.
 
     Returns:
@@ -328,7 +332,7 @@ def PRNGKey(seed, *, impl=None) -> Array:
       TypeError: a non-integer seed (bool, float, complex).
       ShapeError: an array seed that is not 0-d.
       DTypeError: an array seed of a non-integer dtype.
-      OverflowError: a Python int outside 64 bits.
+      OverflowError: a Python int outside ``int64`` (as JAX).
       ValueError: another ``impl``.
     """
     _check_impl(impl, "PRNGKey")

@@ -115,6 +115,9 @@ def test_optim_pytree_mismatch(device, make):
         fa.optim.apply_updates(params, [fnp.ones(3, device=device)])
     upd, _ = opt.update(params, state, params)  # the matching call still works
     assert set(upd) == {"w", "b"}
+    # MLX's order, optimizer.update(model, grads): named, with optax's order to use instead
+    with pytest.raises(TypeError, match=r"model \(Linear\).*MLX's.*update\(grads, state, params\)"):
+        opt.update(fa.nn.Linear(3, 2, key=fa.random.key(0)), params)
 
 
 def test_export_bad_paths(tmp_path):
@@ -294,6 +297,14 @@ def test_grad_of_a_tuple_output_mentions_has_aux():
     _assert_names(str(e.value), "has_aux=True", "tuple")
     g, aux = fa.grad(lambda x: (fnp.sum(x), x), has_aux=True)(fnp.ones(2))
     np.testing.assert_array_equal(np.asarray(g), np.ones(2))
+
+
+def test_non_arrays_are_named_fully_with_what_to_do():
+    jnp = pytest.importorskip("jax.numpy")
+    with pytest.raises(TypeError, match=r"sin requires arrays or scalars, got jaxlib\S*ArrayImpl; .*asarray\(x\)"):
+        fnp.sin(jnp.ones(2))
+    with pytest.raises(TypeError, match="the function being differentiated returned str 'a' as its output"):
+        fa.grad(lambda x: "a")(1.0)
 
 
 def test_misspelled_default_device_is_named_with_the_nearest(monkeypatch):

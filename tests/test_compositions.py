@@ -326,6 +326,42 @@ def test_custom_vjp_under_vmap_and_jit():
     np.testing.assert_allclose(np.asarray(got), np.clip(2 * xs, -0.5, 0.5), rtol=1e-12)
 
 
+def test_custom_rules_get_python_numbers_with_a_weak_dtype_as_jax():
+    """JAX passes a custom_jvp/custom_vjp function, its JVP rule and fwd Python floats that carry a weak dtype (its
+    ``TypedFloat`` literals), and nondiff_argnums as given (was: the raw float, so ``grad(nn.relu)(1.0)`` raised
+    AttributeError)."""
+    weak = []
+
+    def seen(tag, x):
+        weak.append(getattr(x, "weak_type", lib is jax))
+        return tag, np.dtype(x.dtype).kind if hasattr(x, "dtype") else type(x).__name__
+
+    for lib in (jax, fa):
+        log = []
+
+        @lib.custom_jvp
+        def f(x):
+            log.append(seen("f", x))
+            return x * 2
+
+        f.defjvp(lambda p, t: (log.append(seen("rule", p[0])), (p[0] * 2, t[0] * 2.0))[1])
+
+        @lib.custom_vjp
+        def g(x):
+            log.append(seen("g", x))
+            return x * 3
+
+        g.defvjp(lambda x: (log.append(seen("fwd", x)), (x * 3, None))[1], lambda r, c: (c * 3,))
+        h = lib.custom_jvp(lambda n, x: (log.append(("h", type(n).__name__)), x * n)[1], nondiff_argnums=(0,))
+        h.defjvp(lambda n, p, t: (p[0] * n, t[0] * n))
+        outs = [f(1.0), lib.grad(f)(1.0), g(1.0), lib.grad(g)(1.0), h(3, 2.0), lib.grad(lib.nn.relu)(1.0)]
+        assert [float(o) for o in outs] == [2.0, 2.0, 3.0, 3.0, 6.0, 1.0], lib
+        if lib is jax:
+            want = log
+    assert log == want == [("f", "f"), ("rule", "f"), ("g", "f"), ("fwd", "f"), ("h", "int")]
+    assert all(weak)
+
+
 def test_checkpoint_and_stop_gradient():
     def layer(w, x):
         return fnp.tanh(w @ x)

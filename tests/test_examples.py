@@ -201,6 +201,8 @@ def test_digits_is_deterministic_for_a_seed():
     (["--batch-size", "0"], "--batch-size"),
     (["--batch-size", "-64"], "--batch-size"),
     (["--lr", "-1"], "--lr"),
+    (["--plot", "out.txt"], "matplotlib cannot write .txt"),
+    (["--save", "x.txt"], "--save x.txt: the parameters are written as a NumPy .npz"),
 ])
 def test_digits_bad_input_exits_nonzero(argv, message, capsys):
     exits_with_error(digits_mlp.main, argv, capsys, message)

@@ -72,12 +72,22 @@ def test_key_matches_jax(seed):
     _bits_equal(fr.PRNGKey(seed), jr.PRNGKey(seed))
 
 
-@pytest.mark.parametrize("seed", [-1, -2 ** 63, 2 ** 32, 2 ** 40 + 5, 2 ** 63 - 1])
-def test_key_64bit_seeds_match_jax_x64(seed):
-    # Python ints are split as 64-bit integers, as JAX does with jax_enable_x64.
-    with jax.enable_x64(True):
-        want = np.asarray(jr.PRNGKey(seed))
-    _bits_equal(fr.key(seed), want)
+def test_key_seeds_outside_int32_match_jax_in_both_x64_modes():
+    # As JAX: a Python int is an integer of the default int (int32 while x64 is off: its low 32 bits, high word 0;
+    # int64 with x64 on: both words), a NumPy one of its canonical dtype; a Python int outside int64 raises.
+    seeds = [-1, -2 ** 63, -2 ** 31 - 1, 2 ** 32, 2 ** 32 + 3, 2 ** 40 + 5, 2 ** 63 - 1, np.int64(-1),
+             np.uint64(2 ** 64 - 1), np.uint64(2 ** 33 + 5), np.int8(-1)]
+    for on in (False, True):
+        with jax.enable_x64(on), fa.enable_x64(on):
+            for seed in seeds:
+                want = np.asarray(jr.PRNGKey(seed))
+                _bits_equal(fr.key(seed), want)
+                _bits_equal(fr.PRNGKey(seed), want)
+            for seed in (2 ** 63, 2 ** 64 - 1, -2 ** 63 - 1):
+                with pytest.raises(OverflowError):
+                    jr.PRNGKey(seed)
+                with pytest.raises(OverflowError, match="int64"):
+                    fr.key(seed)
 
 
 @pytest.mark.enable_x64
@@ -92,8 +102,9 @@ def test_key_from_0d_arrays():
 
 
 def test_key_bad_seeds():
-    with pytest.raises(TypeError, match="integer"):
-        fr.key(1.5)
+    for seed in (1.5, "a", None):
+        with pytest.raises(TypeError, match="PRNG seed must be an integer"):
+            fr.key(seed)
     with pytest.raises(TypeError, match="integer"):
         fr.key(fnp.asarray(np.float32(1)))
     with pytest.raises(ValueError, match="scalar"):

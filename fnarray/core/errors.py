@@ -81,6 +81,13 @@ class FallbackWarning(UserWarning):
     """Part of a program runs on the numpy backend because its device cannot run it."""
 
 
+def type_name(x) -> str:
+    """``x``'s type for an error: the bare name of a builtin (``str``), else module and name
+    (``jaxlib._jax.ArrayImpl``), so another library's array is not taken for fnarray's own class of that name."""
+    t = type(x)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
 def not_initialized(what: str) -> RuntimeError:
     """The error for ``what`` used before ``fnarray/__init__.py`` ran. The usual cause is a folder or file named
     ``fnarray`` in the working directory: Python imports it as ``fnarray`` (an empty namespace package for a

@@ -9,7 +9,7 @@ import numpy as np
 from fnarray.core import dtypes, lax
 from fnarray.core.array import Array
 from fnarray.core.avals import get_aval, set_asarray
-from fnarray.core.errors import AxisError, DTypeError, ShapeError
+from fnarray.core.errors import AxisError, DTypeError, ShapeError, type_name
 from fnarray.core.shaped import broadcast_same_rank
 from fnarray.core.tracing import Tracer, is_scalar
 
@@ -23,8 +23,8 @@ aval_of = get_aval  # one definition, in fnarray.core.avals
 def check_arraylike(name, *args):
     for a in args:
         if not (isinstance(a, (Array, np.ndarray)) or is_scalar(a)):
-            raise TypeError(f"{name} requires arrays or scalars, got {type(a).__name__}; "
-                            "convert with fnarray.numpy.asarray first")
+            raise TypeError(f"{name} requires arrays or scalars, got {type_name(a)}; convert it first with "
+                            "fnarray.numpy.asarray(x) (which also takes JAX, MLX and other arrays)")
 
 
 #: ``stack(arrays) -> Array``: the namespace's ``stack``, set by ``_manipulation`` when it is imported (a list

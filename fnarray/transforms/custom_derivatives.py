@@ -14,6 +14,7 @@ import numpy as np
 
 from fnarray import tree_util
 from fnarray.core import dtypes, lax
+from fnarray.core.array import Array
 from fnarray.core import primitives as P
 from fnarray.core.avals import get_aval
 from fnarray.core.builder import trace_to_program
@@ -49,6 +50,37 @@ def _trace_flat(fun, args, kwargs=None):
 
     prog, consts = trace_to_program(f, avals)
     return prog, consts, in_tree, store[0], flat
+
+
+def _typed_number(base, default_dtype):
+    """A subclass of the Python number type ``base`` that carries its weak dtype, as JAX's literals
+    (``jax._src.literals.TypedFloat``): ``x.dtype`` works, and arithmetic gives plain Python numbers back."""
+    class Typed(base):
+        __slots__ = ()
+        weak_type, shape, ndim, size = True, (), 0, 1
+        dtype = property(lambda self: default_dtype())
+
+    Typed.__name__ = Typed.__qualname__ = "Typed" + base.__name__.capitalize()
+    return Typed
+
+
+_TYPED = {t: _typed_number(t, d) for t, d in ((int, dtypes.default_int), (float, dtypes.default_float),
+                                              (complex, dtypes.default_complex))}
+
+
+_ARRAYS = (Array, Tracer)
+
+
+def _typed_scalars(tree):
+    """``tree`` with its Python ``int``/``float``/``complex`` leaves as numbers that carry a weak dtype, as JAX
+    passes a custom_jvp/custom_vjp function and its rules (``bool`` stays, as JAX's); the arguments at
+    ``nondiff_argnums`` are not passed through here (JAX leaves them as they are)."""
+    for a in tree:
+        if not isinstance(a, _ARRAYS):
+            break
+    else:
+        return tree   # the common call, on arrays: nothing to convert (a tree_map costs ~4 us a call)
+    return tree_util.tree_map(lambda x: _TYPED[type(x)](x) if type(x) in _TYPED else x, tree)
 
 
 def _check_rule_avals(rule, what, expected, got):
@@ -171,6 +203,9 @@ class custom_jvp:
             raise TypeError(f"custom_jvp function {getattr(self.fun, '__name__', '')} has no JVP rule: define one "
                             "with @f.defjvp before calling it")
         static, dyn, rebuild = _split_nondiff(args, self.nondiff_argnums, self)
+        new = _typed_scalars(dyn)
+        if new is not dyn:
+            dyn, args = new, rebuild(new)
         direct = self._call_directly(args, static, dyn, rebuild)
         if direct is not None:
             return direct[0]
@@ -183,7 +218,7 @@ class custom_jvp:
         n_consts = len(consts)
 
         def jvp_flat(primals, tangents):
-            ps = tree_util.tree_unflatten(in_tree, list(primals[n_consts:]))
+            ps = _typed_scalars(tree_util.tree_unflatten(in_tree, list(primals[n_consts:])))
             ts = tree_util.tree_unflatten(in_tree, [instantiate_zeros(t) for t in tangents[n_consts:]])
             # Closed-over values that this JVP differentiates (tracers of the calling JVP level) are
             # constants for the rule: it runs with their primals, so no tangent reaches them and none
@@ -234,7 +269,7 @@ class custom_jvp:
         if not isinstance(top, JVPTrace):
             return None
         tracers = [top.full_raise(a) for a in flat]
-        ps = tree_util.tree_unflatten(in_tree, [t.primal for t in tracers])
+        ps = _typed_scalars(tree_util.tree_unflatten(in_tree, [t.primal for t in tracers]))
         ts = tree_util.tree_unflatten(in_tree, [instantiate_zeros(t.tangent) for t in tracers])
         out, t_out = self.jvp(*static, tuple(ps), tuple(ts)) if static else self.jvp(tuple(ps), tuple(ts))
         o_flat, o_tree = tree_util.tree_flatten(out)
@@ -340,11 +375,13 @@ class custom_vjp:
             raise TypeError(f"custom_vjp function {getattr(self.fun, '__name__', '')} has no rule: define one "
                             "with f.defvjp(fwd, bwd) before calling it")
         static, dyn, rebuild = _split_nondiff(args, self.nondiff_argnums, self)
+        new = _typed_scalars(dyn)
+        if new is not dyn:
+            dyn, args = new, rebuild(new)
         flat, in_tree = tree_util.tree_flatten(tuple(dyn))
         top = find_top_trace(flat)
         if top.main.level == 0:
-            # No transformation: the function itself on the arguments as given (as JAX: a Python float in
-            # gives what the function returns for it).
+            # No transformation: the function itself on the arguments (as JAX: Python numbers carry a dtype).
             out = self.fun(*args)
             if not any(isinstance(o, Tracer) for o in tree_util.tree_leaves(out)):
                 return out
@@ -370,7 +407,8 @@ class custom_vjp:
         n_dyn = len(flat)
 
         def fwd_flat(primals):
-            pair = fwd(*rebuild(tree_util.tree_unflatten(in_tree, list(primals[len(primals) - n_dyn:]))))
+            dyn_primals = tree_util.tree_unflatten(in_tree, list(primals[len(primals) - n_dyn:]))
+            pair = fwd(*rebuild(_typed_scalars(dyn_primals)))
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:
                 # as JAX: an array of two rows would otherwise unpack into a wrong output and residual
                 raise TypeError(f"custom_vjp fwd {getattr(fwd, '__name__', '')} must return a pair (output, "

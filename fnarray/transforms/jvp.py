@@ -14,12 +14,12 @@ from fnarray.core import dtypes
 from fnarray.core.array import Array
 from fnarray.core.avals import get_aval
 from fnarray.core.builder import trace_to_program
-from fnarray.core.errors import DTypeError, ShapeError, check_callable
+from fnarray.core.errors import DTypeError, ShapeError, check_callable, type_name
 from fnarray.core.interpreter import eval_program
 from fnarray.core.ir import Program
 from fnarray.core.passes import consts_as_inputs
 from fnarray.core.shaped import ShapedArray
-from fnarray.core.tracing import Trace, Tracer, new_main
+from fnarray.core.tracing import Trace, Tracer, is_scalar, new_main
 from fnarray.transforms import ad_rules  # noqa: F401  (fills the rule tables)
 from fnarray.transforms.ad_tables import (
     Zero,
@@ -90,8 +90,20 @@ def _jvp_flat(fun_flat, primals, tangents):
         trace = JVPTrace(main)
         ins = [JVPTracer(trace, p, t) for p, t in zip(primals, tangents, strict=True)]
         outs = fun_flat(*ins)
-        outs = [trace.full_raise(o) for o in outs]
+        try:
+            outs = [trace.full_raise(o) for o in outs]
+        except TypeError:
+            _check_outputs(outs)
+            raise
         return [o.primal for o in outs], [o.tangent for o in outs]
+
+
+def _check_outputs(outs):
+    """Raise naming the differentiated function's output that is not an array or a scalar (as JAX rejects it)."""
+    for i, o in enumerate(outs):
+        if not (isinstance(o, (Tracer, Array, np.ndarray)) or is_scalar(o)):
+            raise TypeError(f"the function being differentiated returned {type_name(o)} {o!r:.60} as its output "
+                            f"(leaf {i} of its result); its outputs must be arrays or scalars (or pytrees of them)")
 
 
 def _check_tangent(p, t, i):
