@@ -696,9 +696,11 @@ def test_mlx_records_a_keys_first_call(monkeypatch):
     # config that the miss path reads: the bound is on growth, with that spread)
     # (s20-mlxfirst: 1044 alone, 1192 inside the whole suite at 5e52883; the miss path's per-device checks kept,
     # ``Device.impl`` one call)
+    # (twenty-fifth session: 1038 alone at af2163e, 1030 at 9cc81de; 1338 inside the suite's CI run of ecbfff5,
+    # whose xdist workers ran other tests first: the bound 1400)
     cache = fa.device_put(np.zeros((8, 7), np.float32), dev)
     calls = python_calls(lambda: step(cache, q, row))
-    assert eager_jit.cache_info()["tapes"] - tapes == made + 8 and len(calls) <= 1250, len(calls)
+    assert eager_jit.cache_info()["tapes"] - tapes == made + 8 and len(calls) <= 1400, len(calls)
     # one primitive's eager miss (a shape no call made): 45 Python calls at c8ec195, 37 with s20-mlxfirst alone,
     # 53 inside the whole suite at da10d11 (earlier tests' caches and config change the miss path): a bound on growth
     from fnarray.core import lax

@@ -355,7 +355,12 @@ NOT_DIFFERENTIABLE = {
         "UniqueAllResult UniqueCountsResult UniqueInverseResult bool_ generic number integer signedinteger "
         "unsignedinteger inexact floating complexfloating ndim shape size isscalar iscomplexobj isrealobj"),
     "method implementations, covered through the methods in the table": (
-        "_copy _reshape_method _transpose_method _view"),
+        "_copy _reshape_method _transpose_method _view _cummax_method _cummin_method _logcumsumexp_method "
+        "_rsqrt_method"),
+    "integer result, dtype aliases (twenty-fifth session)": "bitwise_count cdouble complex_ csingle double float_ int_ "
+                                                             "single uint",
+    "new in the twenty-fifth session: values tested against JAX in test_api_sweep.py, grad rows owed": (
+        "apply_over_axes choose ediff1d fromfunction intersect1d nanmedian nanpercentile nanquantile polyadd polyder polyfit polyint polymul polysub put_along_axis resize setdiff1d setxor1d union1d unwrap"),
 }
 
 
