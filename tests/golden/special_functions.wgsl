@@ -136,7 +136,7 @@ fn map_tanh_erf_add_lgamma(@builtin(global_invocation_id) fa_gid: vec3<u32>, @bu
                 fa_t86 = (fa_t86 * 0.5f);
             }
         }
-        let v22: f32 = select(select(bitcast<f32>(((bitcast<u32>(fa_t85) & 0x7fffffffu) | (bitcast<u32>(v0) & 0x80000000u))), v0, (((bitcast<u32>(v4) & 0x7fffffffu) == 0x7f800000u) || (fa_t81 < fa_t80))), fa_f32_bits(0x7fc00000u), (((((bitcast<u32>(v0) & 0x7fffffffu) > 0x7f800000u) || ((bitcast<u32>(v4) & 0x7fffffffu) > 0x7f800000u)) || ((bitcast<u32>(v0) & 0x7fffffffu) == 0x7f800000u)) || (v4 == 0.0f)));
+        let v22: f32 = select(bitcast<f32>(((bitcast<u32>(fa_t85) & 0x7fffffffu) | (bitcast<u32>(v0) & 0x80000000u))), fa_f32_bits(0x7fc00000u), (((((bitcast<u32>(v0) & 0x7fffffffu) > 0x7f800000u) || ((bitcast<u32>(v4) & 0x7fffffffu) > 0x7f800000u)) || ((bitcast<u32>(v0) & 0x7fffffffu) == 0x7f800000u)) || (v4 == 0.0f)));
         let v23: f32 = (v21 + v22);
         let v24: f32 = abs(v0);
         let v25: bool = (v24 == fa_f32_bits(0x7f800000u));
