@@ -361,6 +361,32 @@ def test_committed_arrays_on_two_devices_raise_naming_both(testdev):
     assert_close(fa.device_put(b0, "testdev:1") + b1, np.full(3, 2.0, np.float32))
 
 
+def test_uncommitted_arrays_run_on_the_default_device():
+    """JAX's rule (as ``jax.default_device`` on two XLA host devices shows): an operation on uncommitted arrays
+    only runs on the default device wherever they lie, its result uncommitted, in either operand order; eagerly
+    (an operator, a ``fnarray.numpy`` function) and in ``jit`` (the first call and the cached ones); a committed
+    operand decides instead (JAX's ``committed`` placement); after the block the default is back."""
+    home = fa.get_device("numpy")
+    jdev, kdev = require_backend("jax")[0], require_backend("opencl")[0]
+    f, g = fa.jit(lambda a, b: a * b + 1), fa.jit(lambda a: a * 2)
+    with fa.default_device(home):
+        w = fnp.arange(3.0)
+        for out in (w * w, w * 2.0, 2.0 * w, -w, fnp.sum(w)):  # (the operators' cached entries learn home's)
+            assert out.device == home
+        for d in (jdev, kdev):
+            with fa.default_device(d):
+                x = fnp.ones(3)
+                for _ in range(3):  # first calls, then the cached paths (eager cache and tapes, jit's hot records)
+                    for out in (w * w, w * x, x * w, w * 2.0, 2.0 * w, -w, fnp.sum(w), f(w, x), f(w, w), g(w)):
+                        assert out.device == d and not out.committed
+                c = fa.device_put(w, home)
+                for out in (c * x, x * c, f(x, c)):
+                    assert out.device == home and out.committed
+                assert_close(f(w, x), np.arange(3, dtype=np.float32) + 1)
+            for out in (x * x, w * x, f(x, x), g(x)):
+                assert out.device == home and not out.committed
+
+
 def test_jit_device_argument(testdev):
     a = fnp.ones(2)
     out = fa.jit(lambda v: v + 1, device="testdev:0")(a)

@@ -73,17 +73,17 @@ def _check(got, want, device, committed):
 def test_each_rule_equals_the_keyed_path_and_numpy(name, dev, monkeypatch):
     call, operands = CASES[name]
     for committed in (True, False):
-        with fa.default_device(dev):  # (placed there, uncommitted: the result follows its operands)
+        with fa.default_device(dev):  # (placed there; uncommitted, the operation runs on the default device)
             xs = [fa.device_put(a, dev) if committed else fnp.asarray(a) for a in operands]
-        tapes = eager_jit.cache_info()["tapes"]
-        frames = python_calls(lambda: call(*xs))
-        got = call(*xs)
-        assert "bind" not in frames and eager_jit.cache_info()["tapes"] == tapes, frames
-        if name in ("T", "matmul", "sum keepdims"):  # ``ArrayImpl``'s methods ask the rule itself (no wrapper)
-            assert frames[2] == "method" and "f" not in frames, frames
-        with monkeypatch.context() as m:
-            no_shapeless_rules(m)
-            want = call(*xs)
+            tapes = eager_jit.cache_info()["tapes"]
+            frames = python_calls(lambda: call(*xs))
+            got = call(*xs)
+            assert "bind" not in frames and eager_jit.cache_info()["tapes"] == tapes, frames
+            if name in ("T", "matmul", "sum keepdims"):  # ``ArrayImpl``'s methods ask the rule itself (no wrapper)
+                assert frames[2] == "method" and "f" not in frames, frames
+            with monkeypatch.context() as m:
+                no_shapeless_rules(m)
+                want = call(*xs)
         _check(got, want, dev, committed)
         with np.errstate(all="ignore"):  # (inf - inf, 0 * inf: NaN on both sides)
             want64 = REFERENCE[name](*[a.astype(np.float64) for a in operands])

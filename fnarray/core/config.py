@@ -14,7 +14,7 @@ _AUTOTUNE_MODES = ("off", "fast", "full")
 #: JAX's platform names (``jax_platforms``, ``jax_platform_name``); every device says which it runs on
 _PLATFORMS = ("cpu", "gpu", "cuda", "rocm", "tpu", "metal")
 #: attributes that fnarray itself sets, not settings (still allowed, not offered)
-_INTERNAL = frozenset({"generation", "debug_hook"})
+_INTERNAL = frozenset({"generation", "debug_hook", "device_hook"})
 #: cache-size settings: name -> (environment variable, default)
 _CACHE_SIZES = {
     "jit_cache_size": ("FNARRAY_JIT_CACHE_SIZE", 128),
@@ -185,6 +185,7 @@ class Config:
         self.stage_eager_transforms = _env_flag("FNARRAY_STAGE_EAGER_TRANSFORMS")
         self._explain = _env_flag("FNARRAY_EXPLAIN_CACHE_MISSES")
         self.debug_hook = None  # set by fnarray.devices.nan_check: called when debug_nans/debug_infs change
+        self.device_hook = None  # set by fnarray.devices.lookup: called when default_device/platforms change
         self._frozen = True  # from here on, only names defined above (or on the class) may be set
 
     def settings(self) -> list:
@@ -318,6 +319,8 @@ class Config:
     def default_device(self, device):
         self._default_device = device
         self._bump()
+        if self.device_hook is not None:
+            self.device_hook()
 
     @property
     def platforms(self):
@@ -341,6 +344,8 @@ class Config:
                                  f"platform names are {', '.join(_PLATFORMS)}")
         self._platforms = names
         self._bump()
+        if self.device_hook is not None:
+            self.device_hook()
 
     # JAX's jax_platform_name names one platform; here it is the same setting as jax_platforms
     platform_name = platforms

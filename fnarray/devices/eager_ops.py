@@ -54,6 +54,7 @@ from fnarray.core.array import _OPERAND_TYPES, Array, foreign_operand
 from fnarray.core.config import config
 from fnarray.devices import array_impl, placement, shapeless
 from fnarray.devices.array_impl import ArrayImpl
+from fnarray.devices.lookup import DEFAULT_NOW, current_default
 
 __all__ = ["install_namespace", "namespace_primitives", "serves"]
 
@@ -194,6 +195,9 @@ def _binary(code, general, raw=None, name=None):
     def method(self, other):
         t = type(other)
         if t is ArrayImpl:
+            if self._device is not DEFAULT_NOW[0] and not (self._committed or other._committed) \
+                    and self._device is not current_default():
+                return general(self, other)  # uncommitted arrays off the default device: moved there (bind)
             av, oav = self.aval, other.aval
             if oav is not av and oav != av:  # two avals (a broadcast): the general path, nothing to learn
                 dev = self._device
@@ -234,7 +238,8 @@ def _binary(code, general, raw=None, name=None):
                     r._committed = self._committed or other._committed
                     return r
         elif t is float or t is int:
-            if tracing.plain or _fast_now():
+            if (tracing.plain or _fast_now()) and \
+                (self._device is DEFAULT_NOW[0] or self._committed or self._device is current_default()):
                 av, dev = self.aval, self._device
                 m = scalars[0]
                 if m[0] is not av or m[1] is not t or m[2] is not dev or m[3] != config.generation:
@@ -260,7 +265,8 @@ def _reflected(code, general, raw=None):
 
     def method(self, other):
         t = type(other)
-        if (t is float or t is int) and (tracing.plain or _fast_now()):
+        if (t is float or t is int) and (tracing.plain or _fast_now()) and \
+                (self._device is DEFAULT_NOW[0] or self._committed or self._device is current_default()):
             av, dev = self.aval, self._device
             m = scalars[0]
             if m[0] is not av or m[1] is not t or m[2] is not dev or m[3] != config.generation:
@@ -287,7 +293,8 @@ def _unary(code, general, name=None):
     last = [_NO_MEMO, None, None]  # (and the aval of the last call a rule served: ``_shapeless``)
 
     def method(x, /):  # (``x``: the name of the namespace function's operand, which its errors say)
-        if type(x) is ArrayImpl and (tracing.plain or _fast_now()):
+        if type(x) is ArrayImpl and (tracing.plain or _fast_now()) and \
+                (x._device is DEFAULT_NOW[0] or x._committed or x._device is current_default()):
             av, dev = x.aval, x._device
             m = last[0]
             if m[0] is not av or m[1] is not dev or m[2] != config.generation:

@@ -23,7 +23,8 @@ from fnarray.core.shaped import ShapedArray
 from fnarray.devices import array_impl
 from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.backend import Device
-from fnarray.devices.lookup import default_device, devices, parse_device
+from fnarray.devices.lookup import DEFAULT_NOW, current_default, default_device, devices, \
+    parse_device
 from fnarray.devices.mesh import PartitionSpec, ambient_mesh, check_spec
 from fnarray.devices.sharding import NamedSharding, Sharding, SingleDeviceSharding
 
@@ -171,12 +172,10 @@ def _transfer(buf, src: Device, dst: Device):
 
 
 def placement_device(arrays, where: str) -> Device:
-    """The device an operation on ``arrays`` runs on (JAX's committed/uncommitted rule)."""
+    """The device an operation on ``arrays`` runs on, JAX's rule: the device of the committed ones (an error
+    where they name two), else the default device, wherever the uncommitted ones lie (they move there)."""
     committed = None
-    first = None
     for a in arrays:
-        if first is None:
-            first = a._device
         if a._committed:
             if committed is None:
                 committed = a._device
@@ -184,7 +183,14 @@ def placement_device(arrays, where: str) -> Device:
                 raise ValueError(
                     f"{where} got arrays committed to different devices: {committed} and {a._device}. "
                     f"Move one with fnarray.device_put(x, {str(committed)!r}) first.")
-    return committed or first or default_device()
+    return committed or current_default()
+
+
+def placed(x) -> bool:
+    """Whether an operation on the array ``x`` and uncommitted operands runs on ``x``'s device: ``x`` is committed
+    or lies on the default device (JAX runs an operation on uncommitted arrays on the default device, wherever
+    they lie: ``placement_device``)."""
+    return x._device is DEFAULT_NOW[0] or x._committed or x._device is current_default()
 
 
 # ------------------------------------------------------------------------------- eager
@@ -322,6 +328,9 @@ def eager_apply(primitive, args, params):
     else:
         if device is None:
             device = default_device()
+        elif not committed and device is not DEFAULT_NOW[0] \
+                and device is not current_default():
+            return _eager_apply_general(primitive, args, params)  # uncommitted: moved to the default device
         impl = None
         for k, a in enumerate(bufs):
             if type(a) in _PY_SCALARS:
@@ -361,19 +370,9 @@ def _eager_done(primitive, args, out_avals, outs, device, committed):
 
 def _eager_apply_general(primitive, args, params):
     """``eager_apply`` for arguments on several devices, array subclasses, deleted arrays and errors."""
-    device = None
-    committed = False
-    for a in args:
-        if type(a) is ArrayImpl:
-            if a._committed:
-                committed = True
-            if device is None:
-                device = a._device
-            elif a._device is not device:
-                device = placement_device([x for x in args if isinstance(x, ArrayImpl)], primitive.name)
-                break
-    if device is None:
-        device = default_device()
+    arrays = [x for x in args if isinstance(x, ArrayImpl)]
+    committed = any(a._committed for a in arrays)
+    device = placement_device(arrays, primitive.name)
     avals, bufs = [], []
     for a in args:
         if type(a) is ArrayImpl:
@@ -421,6 +420,9 @@ def eager_direct(primitive, args, params):
             committed = True
         avals.append(a.aval)
         bufs.append(b)
+    if not committed and device is not None and device is not DEFAULT_NOW[0] \
+            and device is not current_default():
+        return eager_apply(primitive, args, _as_params(params))  # uncommitted: moved to the default device
     avals = tuple(avals)
     key = (primitive, frozenset(params.items()) if params else _NO_ITEMS, avals, id(device), config._fallback)
     hit = _eager_d.get(key)  # eager_key, inline

@@ -76,6 +76,7 @@ from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.backend import compiling
 from fnarray.devices import array_impl, eager_ops, shapeless
 from fnarray.devices.eager_ops import _fast_now
+from fnarray.devices.lookup import DEFAULT_NOW, current_default
 from fnarray.transforms import eager_tape
 from fnarray.transforms.jit import Jitted
 
@@ -214,6 +215,12 @@ def _add_all(xs, key, arrays) -> bool:
     return True
 
 
+def _elsewhere(dev, arrays) -> bool:
+    """Whether a call on ``arrays`` (all on ``dev``) runs on another device: none is committed and ``dev`` is not
+    the default (JAX runs an operation on uncommitted arrays on the default device: the general path moves them)."""
+    return dev is not DEFAULT_NOW[0] and dev is not current_default() and not any(a._committed for a in arrays)
+
+
 def _keyed(fn, args, kwargs):
     """``(key, arrays)`` of a call, or None where the call takes the general path. Keyword arguments are keyed in
     the call's order (another order is another key, with the same program: ``_program`` fills them by name).
@@ -224,11 +231,11 @@ def _keyed(fn, args, kwargs):
             x, y = args
             if type(x) is ArrayImpl and type(y) is ArrayImpl:
                 dev = x._device
-                if y._device is dev:
+                if y._device is dev and not _elsewhere(dev, args):
                     return (fn, x.aval, y.aval, id(dev), config.generation), args
         elif n == 1:
             x = args[0]
-            if type(x) is ArrayImpl:
+            if type(x) is ArrayImpl and not _elsewhere(x._device, args):
                 return (fn, x.aval, id(x._device), config.generation), args
     key = [fn]
     arrays = []
@@ -250,6 +257,8 @@ def _keyed(fn, args, kwargs):
         for a in arrays:
             if a._device is not dev:
                 return None
+    if _elsewhere(dev, arrays):
+        return None
     key.append(id(dev))  # devices live as long as the process (a Device's own hash is a Python call)
     key.append(config.generation)
     return tuple(key), arrays
@@ -816,13 +825,14 @@ def _wrapper(fn, qualname):
             rule = _SHAPELESS.get(qualname)
             a = x[0] if rule is not None and (type(x) is list or type(x) is tuple) and x else x
             if (rule is not None and type(a) is ArrayImpl and a.aval.dtype in _SERVED.get(id(a._device), ())
-                    and array_impl.recording is None):  # (no record under way: ``eager_tape``)
+                    and array_impl.recording is None  # (no record under way: ``eager_tape``)
+                    and (a._device is DEFAULT_NOW[0] or a._committed or a._device is current_default())):
                 out = rule(args, kwargs)
                 if out is not None:
                     return out
-            # ``_keyed``'s commonest keys made here, no call: one or two arrays, or one with keyword values
+            # ``_keyed``'s commonest keys made here, no call (an uncommitted array off the default device: ``_keyed``)
             keyed = None
-            if type(x) is ArrayImpl:
+            if type(x) is ArrayImpl and (x._device is DEFAULT_NOW[0] or x._committed or x._device is current_default()):
                 if n == 1:
                     if not kwargs:
                         keyed = (fn, x.aval, id(x._device), config.generation), args
@@ -855,8 +865,7 @@ def _wrapper(fn, qualname):
                 run, n = p.run, p.calls
                 if run is None or n >= p.limit:
                     return _hit(fn, args, kwargs, key, arrays, p)
-                p.used = True
-                p.calls = n + 1  # (no lock: a count lost to a race is harmless)
+                p.used, p.calls = True, n + 1  # (no lock: a count lost to a race is harmless)
                 try:
                     out = run(arrays)  # the key's tape (``Tape.replay``)
                 except Exception:  # the general path raises its own error (or succeeds)
@@ -885,7 +894,7 @@ def _rule_first(ns, name, generic):
 
     def method(self, *args, **kwargs):
         if (id(self._device) in _SERVED and (tracing.plain or _fast_now())
-                and placement.debug_check is None and array_impl.recording is None):
+                and placement.debug_check is None and array_impl.recording is None and placement.placed(self)):
             rule = _SHAPELESS.get(qualname)
             if rule is not None:
                 out = rule((self, *args), kwargs)
@@ -902,7 +911,7 @@ def _rule_first_unary(ns, name, generic):
 
     def method(self):
         if (id(self._device) in _SERVED and (tracing.plain or _fast_now())
-                and placement.debug_check is None and array_impl.recording is None):
+                and placement.debug_check is None and array_impl.recording is None and placement.placed(self)):
             rule = _SHAPELESS.get(qualname)
             if rule is not None:
                 out = rule((self,), _NO_KWARGS)
@@ -922,7 +931,8 @@ def _rule_first_binary(ns, name, generic):
         if type(other) is not ArrayImpl:
             return generic(self, other)
         if (id(self._device) in _SERVED and (tracing.plain or _fast_now())
-                and placement.debug_check is None and array_impl.recording is None):
+                and placement.debug_check is None and array_impl.recording is None
+                and (other._committed or placement.placed(self))):
             rule = _SHAPELESS.get(qualname)
             if rule is not None:
                 out = rule((self, other), _NO_KWARGS)

@@ -55,6 +55,7 @@ from fnarray.core.size_free import size_free_key
 from fnarray.devices import nan_check
 from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.partition import at_sizes, compile_program
+from fnarray.devices.lookup import DEFAULT_NOW, current_default
 from fnarray.devices.placement import default_device, parse_device, placement_device
 from fnarray.transforms import cache_miss, shapeless_jit
 from fnarray.transforms.signature_diff import describe_mismatch
@@ -838,7 +839,9 @@ class Jitted:
             if hot.one and len(args) == 1 and not kwargs:   # the shortest: the last call's one array again
                 x = args[0]
                 if type(x) is ArrayImpl and x._buf is not None and x._device is hot.device and \
-                        (x.aval is hot.in_avals[0] or x.aval == hot.in_avals[0]):
+                        (x.aval is hot.in_avals[0] or x.aval == hot.in_avals[0]) and \
+                        (hot.committed or x._committed or x._device is DEFAULT_NOW[0]
+                         or x._device is current_default()):
                     try:
                         outs = hot.call(x._buf)
                     except Exception as e:
@@ -865,7 +868,9 @@ class Jitted:
                 else:
                     avals = tuple(avals)
                     h = hot if hot.lean and avals == hot.in_avals else self._hot[1].get(avals)
-                    if h is not None and h.generation == config.generation and h.device is dev:
+                    if h is not None and h.generation == config.generation and h.device is dev and \
+                            (committed or h.committed or dev is DEFAULT_NOW[0]
+                             or dev is current_default()):  # (uncommitted arrays: the default device's)
                         if h.lean:
                             try:
                                 outs = h.call(*bufs)
@@ -905,6 +910,8 @@ class Jitted:
             bufs.append(b)
             if x._committed:
                 committed = True
+        if not committed and dev is not DEFAULT_NOW[0] and dev is not current_default():
+            return _MISS  # uncommitted arrays: the call runs on the default device (_target_device)
         if hot.donated and len(set(map(id, leaves))) != len(leaves):
             _check_donation(leaves, hot.donated, self.fun)
         if hot.star:
@@ -1018,6 +1025,9 @@ class Jitted:
         device = fast.device
         if dev is None and self.device is None and device is not default_device():
             return _MISS  # no array argument: the default device decides, and it is not this entry's
+        if not committed and dev is not None and device is not DEFAULT_NOW[0] \
+                and device is not current_default():
+            return _MISS  # uncommitted arrays: the default device decides, and it is not this entry's
         if plain and (dev is None or dev is device):
             if self.donate_argnums:
                 out = self._run(fast, leaves, device, args)

@@ -53,6 +53,7 @@ from fnarray.core.shaped import ShapedArray
 from fnarray.core.size_free import SHAPE_PARAMS, size_free_key
 from fnarray.core.subprograms import subprograms
 from fnarray.devices.array_impl import ArrayImpl
+from fnarray.devices.lookup import DEFAULT_NOW, current_default
 
 __all__ = ["check_flag", "store", "Store", "pattern", "derive", "MISS"]
 
@@ -418,6 +419,8 @@ class Direct:
             bufs.append(b)
             if x._committed:
                 committed = True
+        if not committed and dev is not DEFAULT_NOW[0] and dev is not current_default():
+            return MISS  # uncommitted arrays run on the default device (jit's _target_device)
         if flat != self.flat and flat not in self.fits and not self._fits(flat):
             return MISS
         try:
