@@ -247,7 +247,9 @@ def test_an_eager_growing_loop_on_jax_reaches_its_programs_without_misses(monkey
     frames = []
     cache, out = run(lambda c: frames.append(python_calls(lambda: step(c, q, row))))
     assert misses == [] and all("_remember" not in f for f in frames), frames
-    assert all(len(f) <= 36 for f in frames), [len(f) for f in frames]
+    # (39 from s25c-device: an uncommitted-operand check of the default device in eager_jit's wrapper and
+    # `_keyed`, JAX's placement rule; 36 before)
+    assert all(len(f) <= 39 for f in frames), [len(f) for f in frames]
     want_cache, want_out = _reference(steps)
     np.testing.assert_allclose(np.asarray(cache), want_cache, rtol=1e-6)
     np.testing.assert_allclose(np.asarray(out), want_out, rtol=1e-5, atol=1e-6)
