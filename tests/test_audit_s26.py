@@ -1,0 +1,47 @@
+"""Regressions found by the twenty-sixth session's audit (branch s26-audit) of what the twenty-fourth and
+twenty-fifth sessions added: the kernel backends' eager tapes, webgpu:0's deferred operands, blocked long
+reductions, uncommitted arrays on the default device, shapeless jit. Each test compares with NumPy in float64
+(or exact integers) on inputs that gave a wrong result, a crash or an unclear error before its fix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fnarray as fa
+import fnarray.numpy as fnp
+from helpers import kernel_capabilities, require_backend
+
+KERNEL_BACKENDS = ["opencl", "webgpu"]
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+def test_arg_reductions_of_rows_shorter_than_the_work_group(backend):
+    """A row of 65-127 elements into few outputs is reduced by a work-group of 128, whose items past the row
+    start empty (value 0, position -1): the combining tree took such an item's 0.0 wherever it beat the row's
+    extreme, so ``argmin`` of positive values and ``argmax`` of negative ones (log-probabilities) returned -1."""
+    dev = require_backend(backend)[0]
+    rng = np.random.default_rng(0)
+    x = rng.uniform(1.0, 2.0, (2, 100)).astype(np.float32)
+    x[1, 40] = x[1, 90] = 0.5                      # a tie: the first position
+    z = fa.device_put(x, dev)
+    got = fa.jit(lambda v: (fnp.argmin(v, axis=1), fnp.argmax(-v, axis=1), fnp.argmax(v - 2.0, axis=1)))(z)
+    for g, want in zip(got, (np.argmin(x, 1), np.argmax(-x, 1), np.argmax(x - 2.0, 1)), strict=True):
+        np.testing.assert_array_equal(np.asarray(g), want)
+
+
+def test_rows_past_the_loop_limit_take_a_work_group_however_many_outputs():
+    """A work item per output loops over its whole row: past lavapipe's 65,535 iterations the row's tail was
+    dropped, silently (``max`` of f16[1024, 65536] with the maximum in the last column read 0). Reductions into
+    1,024 outputs or more kept a work item per output whatever the row's length; now a row whose loops pass the
+    device's ``max_loop_iterations`` takes a work-group (here a small limit stands in for lavapipe's)."""
+    dev = require_backend("webgpu")[0]
+    x = np.random.default_rng(1).standard_normal((1100, 150)).astype(np.float32)
+    x[:, -1] = 9.0
+    z = fa.device_put(x, dev)
+    with kernel_capabilities(dev, max_loop_iterations=100):
+        jf = fa.jit(lambda v: fnp.max(v, axis=1))
+        (kernel,) = jf.lower(z).kernels()
+        got = np.asarray(jf(z))
+    assert kernel.global_size[0] == 1100 * kernel.local_size[0], (kernel.global_size, kernel.local_size)
+    np.testing.assert_array_equal(got, x.max(axis=1))
