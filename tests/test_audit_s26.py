@@ -45,3 +45,26 @@ def test_rows_past_the_loop_limit_take_a_work_group_however_many_outputs():
         got = np.asarray(jf(z))
     assert kernel.global_size[0] == 1100 * kernel.local_size[0], (kernel.global_size, kernel.local_size)
     np.testing.assert_array_equal(got, x.max(axis=1))
+
+
+def test_like_creations_of_a_committed_array_lie_on_its_device():
+    """JAX's ``lax.full_like`` takes ``x``'s sharding outside ``jit``: ``zeros_like(x)`` of an array committed to
+    webgpu:0 lies there, committed (an optimiser's moments of parameters on a kernel device lay on numpy:0, and
+    every update moved them); on numpy:0 the flag changed at the key's third call (its eager program). A weakly
+    typed or uncommitted ``x`` gives the default device, uncommitted, as JAX's."""
+    import jax
+    import jax.numpy as jnp
+    dev = require_backend("webgpu")[0]
+    x = fa.device_put(np.arange(3, dtype=np.float32), dev)
+    makers = [fnp.zeros_like, fnp.ones_like, lambda v: fnp.full_like(v, 2.0), fnp.empty_like,
+              lambda v: fnp.zeros_like(v, dtype=fnp.int32), lambda v: fa.lax.full_like(v, 3.0)]
+    for make in makers:
+        got = [make(x) for _ in range(3)]
+        assert [(g.device, g.committed) for g in got] == [(dev, True)] * 3
+    want = [float(v) for v in (0, 1, 2, 0, 0, 3)]
+    assert [float(make(x)[0]) for make in makers] == want
+    ref = jax.device_put(jnp.arange(3.0), jax.devices()[0])
+    assert jnp.zeros_like(ref).committed and not jnp.zeros_like(jnp.asarray(2.0)).committed
+    on_numpy = fa.device_put(np.ones(3, np.float32), "numpy:0")
+    assert [fnp.zeros_like(on_numpy).committed for _ in range(4)] == [True] * 4
+    assert not any(fnp.zeros_like(v).committed for v in (fnp.ones(3), fa.device_put(fnp.asarray(2.0), dev)))
