@@ -68,3 +68,33 @@ def test_like_creations_of_a_committed_array_lie_on_its_device():
     on_numpy = fa.device_put(np.ones(3, np.float32), "numpy:0")
     assert [fnp.zeros_like(on_numpy).committed for _ in range(4)] == [True] * 4
     assert not any(fnp.zeros_like(v).committed for v in (fnp.ones(3), fa.device_put(fnp.asarray(2.0), dev)))
+
+
+def test_jacobians_of_uncommitted_arrays_run_on_the_default_device():
+    """``jacfwd``/``jacrev``/``hessian`` entered a ``default_device`` scope of their arguments' device wherever
+    those lay: inside ``with default_device(mlx)`` they ran numpy:0 arrays on numpy:0, and outside an uncommitted
+    mlx:0 array's on mlx:0 (its backend's own transforms). JAX runs uncommitted arrays on the default device;
+    committed ones keep theirs. Values against the closed forms in float64."""
+    mlx = require_backend("mlx")[0]
+    numpy0 = fa.devices("numpy")[0]
+
+    def f(v):
+        return fnp.sin(v) * v[::-1]
+    x = np.linspace(-1.0, 1.0, 3, dtype=np.float32)
+    v, r = x.astype(np.float64), np.eye(3)[::-1]     # f_i = sin(v_i) v_(2-i): r is the reversal
+    jac = np.diag(np.cos(v) * v[::-1]) + np.sin(v)[:, None] * r
+    hess = np.diag(-np.sin(v) * v[::-1]) + np.cos(v)[:, None] * r + (np.cos(v)[:, None] * r).T
+    want = {"jacfwd": jac, "jacrev": jac, "hessian": hess}
+
+    def run(v):
+        return {"jacfwd": fa.jacfwd(f)(v), "jacrev": fa.jacrev(f)(v), "hessian": fa.hessian(lambda u: f(u).sum())(v)}
+    on_numpy = fa.device_put(x)              # uncommitted, on numpy:0 (the default outside the block)
+    with fa.default_device(mlx):
+        inside = run(on_numpy)
+        on_mlx = fa.device_put(x)            # uncommitted, on mlx:0
+    outside = run(on_mlx)
+    committed = run(fa.device_put(x, mlx))
+    for name, w in want.items():
+        for got, dev in ((inside[name], mlx), (outside[name], numpy0), (committed[name], mlx)):
+            assert got.device == dev, (name, got.device, dev)
+            np.testing.assert_allclose(np.asarray(got), np.asarray(w), rtol=1e-5, atol=1e-6, err_msg=name)
