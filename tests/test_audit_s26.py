@@ -96,3 +96,13 @@ def test_jacobians_of_uncommitted_arrays_run_on_the_default_device():
         for got, dev in ((inside[name], mlx), (outside[name], numpy0), (committed[name], mlx), (staged[name], numpy0)):
             assert got.device == dev, (name, got.device, dev)
             np.testing.assert_allclose(np.asarray(got), np.asarray(w), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_take_of_an_index_past_int64_names_it():
+    """``take(x, 10**20)`` said "indices must be integers, got object" (NumPy's array of a Python int past int64);
+    JAX raises ``OverflowError``: now so does fnarray, naming the index."""
+    x = fnp.arange(6.0)
+    for index in (10**20, [1, -(10**19) - 1]):
+        with pytest.raises(OverflowError, match="does not fit in int64"):
+            fnp.take(x, index, mode="clip")
+    np.testing.assert_array_equal(np.asarray(fnp.take(x, [5, -1], mode="clip")), [5.0, 0.0])
