@@ -99,9 +99,14 @@ def reciprocal(x):
 
 
 def full_like(x, fill_value, dtype=None, shape=None, sharding=None):
-    """``jax.lax.full_like``: ``fill_value`` in ``x``'s shape (or ``shape``) and dtype (or ``dtype``)."""
+    """``jax.lax.full_like``: ``fill_value`` in ``x``'s shape (or ``shape``) and dtype (or ``dtype``); outside
+    ``jit``, on ``x``'s device, committed, where ``x`` is committed there and not weakly typed (or ``dtype`` is
+    given), as JAX's (``placement.like_device``)."""
+    from fnarray.devices.placement import device_put, like_device
     a = get_aval(x)
-    return _lax.full(a.shape if shape is None else tuple(shape), fill_value, a.dtype if dtype is None else dtype)
+    out = _lax.full(a.shape if shape is None else tuple(shape), fill_value, a.dtype if dtype is None else dtype)
+    dev = like_device(x, dtype is None and a.weak_type)
+    return out if dev is None else device_put(out, dev)
 
 
 def broadcast(operand, sizes, sharding=None):

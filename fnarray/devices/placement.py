@@ -193,6 +193,18 @@ def placed(x) -> bool:
     return x._device is DEFAULT_NOW[0] or x._committed or x._device is current_default()
 
 
+def like_device(x, weak: bool):
+    """The device a ``*_like`` creation of ``x`` is committed to, or ``None`` (the default device, uncommitted): as
+    JAX's ``lax.full_like`` takes ``x``'s sharding outside ``jit``, ``zeros_like(x)`` of a concrete array committed
+    to a device lies there, committed, unless its result is weakly typed (``weak``: no dtype given and ``x``
+    weak). A tracer's or an uncommitted array's result takes the default device. Before, an optimiser's
+    ``zeros_like(params)`` of parameters committed to webgpu:0 lay on numpy:0, and numpy:0's eager program of the
+    key (its third call) committed it where the first two calls had not."""
+    if type(x) is ArrayImpl and x._committed and not weak:
+        return x._device
+    return None
+
+
 # ------------------------------------------------------------------------------- eager
 
 def _eager_cache_size() -> int:

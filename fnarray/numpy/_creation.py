@@ -212,6 +212,14 @@ def _like(x, dtype, shape, where):
     return (a.shape if shape is None else shape), (a.dtype if dtype is None else dtypes.requested(dtype, where))
 
 
+def _like_device(x, dtype, device):
+    """``device``, else the device JAX's ``full_like`` takes from ``x`` (``placement.like_device``)."""
+    if device is not None or not isinstance(x, Array):
+        return device
+    from fnarray.devices.placement import like_device
+    return like_device(x, dtype is None and is_weakly_typed(x))
+
+
 def full_like(x, /, fill_value, dtype=None, *, device=None, shape=None):
     """An array like ``x`` (shape, dtype) filled with ``fill_value`` (array API ``full_like``; ``numpy.full_like``).
 
@@ -223,7 +231,9 @@ def full_like(x, /, fill_value, dtype=None, *, device=None, shape=None):
       fill_value: a scalar or 0-d array, cast to the dtype.
       dtype: the result dtype; default ``x``'s.
       shape: the result shape; default ``x``'s.
-      device: a ``Device`` or a string; the result is committed there (default: the default device, uncommitted).
+      device: a ``Device`` or a string; the result is committed there (default: ``x``'s device, committed, where
+        ``x`` is an array committed there and the result is not weakly typed, as JAX's; else the default device,
+        uncommitted).
 
     Returns:
       An array filled with ``fill_value``.
@@ -234,7 +244,8 @@ def full_like(x, /, fill_value, dtype=None, *, device=None, shape=None):
       DTypeError: a ``dtype`` fnarray does not have.
     """
     s, d = _like(x, dtype, shape, "full_like")
-    return _weak_like(full(s, fill_value, dtype=d, device=device), dtype is None and is_weakly_typed(x))
+    return _weak_like(full(s, fill_value, dtype=d, device=_like_device(x, dtype, device)),
+                      dtype is None and is_weakly_typed(x))
 
 
 def zeros_like(x, /, dtype=None, *, device=None, shape=None):
@@ -247,7 +258,7 @@ def zeros_like(x, /, dtype=None, *, device=None, shape=None):
       x: an array (or array-like) giving the default shape and dtype.
       dtype: the result dtype; default ``x``'s.
       shape: the result shape; default ``x``'s.
-      device: a ``Device`` or a string; the result is committed there (default: the default device, uncommitted).
+      device: a ``Device`` or a string; the result is committed there (default: as ``full_like``'s).
 
     Returns:
       An array of zeros.
@@ -258,7 +269,7 @@ def zeros_like(x, /, dtype=None, *, device=None, shape=None):
       DTypeError: a ``dtype`` fnarray does not have.
     """
     s, d = _like(x, dtype, shape, "zeros_like")
-    return _weak_like(full(s, 0, dtype=d, device=device), dtype is None and is_weakly_typed(x))
+    return _weak_like(full(s, 0, dtype=d, device=_like_device(x, dtype, device)), dtype is None and is_weakly_typed(x))
 
 
 def ones_like(x, /, dtype=None, *, device=None, shape=None):
@@ -271,7 +282,7 @@ def ones_like(x, /, dtype=None, *, device=None, shape=None):
       x: an array (or array-like) giving the default shape and dtype.
       dtype: the result dtype; default ``x``'s.
       shape: the result shape; default ``x``'s.
-      device: a ``Device`` or a string; the result is committed there (default: the default device, uncommitted).
+      device: a ``Device`` or a string; the result is committed there (default: as ``full_like``'s).
 
     Returns:
       An array of ones.
@@ -282,7 +293,7 @@ def ones_like(x, /, dtype=None, *, device=None, shape=None):
       DTypeError: a ``dtype`` fnarray does not have.
     """
     s, d = _like(x, dtype, shape, "ones_like")
-    return _weak_like(full(s, 1, dtype=d, device=device), dtype is None and is_weakly_typed(x))
+    return _weak_like(full(s, 1, dtype=d, device=_like_device(x, dtype, device)), dtype is None and is_weakly_typed(x))
 
 
 def empty_like(x, /, dtype=None, *, device=None, shape=None):

@@ -714,6 +714,10 @@ def _index_operand(indices, what):
     v = np.asarray(indices)
     if v.size == 0 and v.dtype.kind == "f":
         v = v.astype(np.int32)
+    if v.dtype == object and v.size and all(type(i) is int for i in v.flat):  # Python ints past int64 (JAX's error)
+        big = max(v.flat, key=abs)
+        raise OverflowError(f"{what}: the index {big} does not fit in int64; give indices within the array's axis "
+                            "(negative ones count from its end)")
     if v.dtype.kind not in "iu":
         raise IndexError(f"{what}: indices must be integers, got {v.dtype}")
     return v

@@ -444,8 +444,8 @@ def _on_args_device(jac, kind, fun):
                 return out
         elif argnum is not None and not kwargs and -len(args) <= argnum < len(args):
             x = args[argnum]
-            if type(x) is ArrayImpl:
-                impl = x._device.impl
+            if type(x) is ArrayImpl and (x._committed or x._device is default_device()):
+                impl = x._device.impl   # (an uncommitted array elsewhere: the default device's transform, as JAX)
                 if impl.eager_jacobian is not None:
                     return _by_backend(impl, name, fun, jac, args, argnum, x)
         with _args_device_scope(args):
@@ -470,22 +470,26 @@ _NO_SCOPE = contextlib.nullcontext()   # (reentrant and stateless: one object se
 
 def _args_device_scope(args):
     """A ``with`` scope for a Jacobian of ``args``: where their concrete arrays share one device that is not the
-    default, ``default_device`` of it, so the arrays the transforms make without operands (the basis, symbolic
-    zeros made concrete, constants) are made there, not made on the default device and copied over at their first
-    use (issue 28: ~450 copies numpy:0 -> mlx:0 a jacobian sweep); else no scope. Values are unchanged: an
-    uncommitted array follows its committed operands either way (docs/design.md, placement). Arrays passed as
+    default and one of them is committed there, ``default_device`` of it, so the arrays the transforms make
+    without operands (the basis, symbolic zeros made concrete, constants) are made there, not made on the default
+    device and copied over at their first use (issue 28: ~450 copies numpy:0 -> mlx:0 a jacobian sweep); else no
+    scope. Values are unchanged: an uncommitted array follows its committed operands either way (docs/design.md,
+    placement), and arrays all uncommitted run on the default device (JAX's rule: a scope of their device ran
+    ``jacfwd``/``hessian`` of numpy:0 arrays inside ``with default_device(webgpu)`` on numpy:0). Arrays passed as
     they are (no containers: a sweep's ``jacfwd(f)(x)``) are read without flattening ``args`` (issue 28: the
     scope cost ~9 us of a staged Jacobian's ~25 us call on mlx:0)."""
-    dev = None
+    dev, committed = None, False
     for x in args:
         if type(x) is not ArrayImpl:
-            dev = _leaves_device(args)
+            dev, committed = _leaves_device(args)
             break
         if dev is None:
             dev = x._device
         elif x._device is not dev:
             return _NO_SCOPE
-    if dev is None or dev is default_device():
+        if x._committed:
+            committed = True
+    if dev is None or not committed or dev is default_device():
         return _NO_SCOPE
     scope = _DEVICE_SCOPES.get(dev)
     if scope is None:   # (a scope holds its device only: entered by any number of calls, nested or in threads)
@@ -497,15 +501,17 @@ _DEVICE_SCOPES: dict = {}   # device -> its ``default_device(device)`` scope
 
 
 def _leaves_device(args):
-    """The one device of the concrete arrays among ``args``' leaves, or ``None`` (none, or several devices)."""
-    dev = None
+    """``(device, committed)``: the one device of the concrete arrays among ``args``' leaves, or ``None`` (none,
+    or several devices), and whether one of them is committed."""
+    dev, committed = None, False
     for x in tree_util.tree_leaves(args):
         if isinstance(x, ArrayImpl):
             if dev is None:
                 dev = x.device
             elif x.device is not dev:
-                return None
-    return dev
+                return None, False
+            committed = committed or x.committed
+    return dev, committed
 
 
 #: The identity bases of small Jacobians (at most ``_BASIS_CACHED_ELEMENTS`` elements in all), by the leaves'

@@ -44,6 +44,7 @@ from fnarray.core import tracing
 from fnarray.core.cache import LRUCache
 from fnarray.core.config import config
 from fnarray.devices.array_impl import ArrayImpl
+from fnarray.devices.lookup import current_default
 
 __all__ = ["call", "fingerprint", "stats", "NO"]
 
@@ -174,7 +175,8 @@ def call(kind, fun, jac, args, kwargs, argnum, scope):
     if argnum is not None and -len(args) <= argnum < len(args):
         x = args[argnum]
         native = x._device.impl.staged_jacobian
-        if native is not None:
+        # (an uncommitted argument off the default device: the program, which runs on the default device, as JAX)
+        if native is not None and (x._committed or x._device is current_default()):
             out = native(kind[0], fun, args, argnum % len(args), x, entry.tapes)
             if out is not None:
                 return out

@@ -103,9 +103,11 @@ class _Monoid:
             return [const(True, d) if d == np.bool_ else const(int(np.array(-1).astype(d)), d)]
         return [const(False, d) if d == np.bool_ else const(0, d)]
 
-    def combine(self, b, acc, new):
+    def combine(self, b, acc, new, partial=False):
         """New accumulator values from ``acc`` and ``new`` (lists); for arg-reductions the second entry
-        is the position, and ties and NaNs go to the smaller position."""
+        is the position, and ties and NaNs go to the smaller position. ``partial``: ``new`` is another work
+        item's accumulator, which may be empty (position -1: a work-group's item past a row shorter than the
+        group), and an empty one never wins (argmin of 100 floats above 0 read the idle items' initial 0.0)."""
         p = self.prim
         if self.arg:
             (av, ai), (nv, ni) = acc, new
@@ -116,7 +118,10 @@ class _Monoid:
                 nn, an = b.let(op("isnan", nv)), b.let(op("isnan", av))
                 better = op("lor", op("land", nn, op("lnot", an)), op("land", op("lnot", an), better))
                 tie = op("lor", op("land", nn, an), tie)
-            take = b.let(op("lor", empty, op("lor", better, op("land", tie, op("lt", ni, ai)))))
+            wins = op("lor", better, op("land", tie, op("lt", ni, ai)))
+            if partial:
+                wins = op("land", op("ge", ni, const(0, INT32)), wins)
+            take = b.let(op("lor", empty, wins))
             return [select(take, nv, av), select(take, ni, ai)]
         a, x = acc[0], new[0]
         if p == P.reduce_sum:
@@ -215,14 +220,18 @@ class ReduceGroup(Group):
         least ``outputs`` outputs of rows of at most ``rows`` elements keeps a work item per output: lavapipe
         runs a work-group's invocations as coroutines switched at every barrier of the combining tree, which
         cost more than the work items' longer loops (a layernorm's column sums over 1024 rows 0.63x, softmax
-        over [256, 1024] 0.54x the CPU time; fewer outputs leave the SIMD lanes idle, longer rows slower)."""
+        over [256, 1024] 0.54x the CPU time; fewer outputs leave the SIMD lanes idle, longer rows slower). A row
+        whose loops would pass the device's ``max_loop_iterations`` always takes a work-group, however many outputs
+        (lavapipe: ``max`` over f16[1024, 65536] came back without its last column)."""
         O, R, _ = self._sizes()
-        if not (R > 64 and O < 1024 and self.ctx.caps.local_memory):
+        if not (R > 64 and self.ctx.caps.local_memory):
+            return False
+        cap = getattr(self.ctx.caps, "max_loop_iterations", None)
+        if cap is not None and (max(self.stages()) + 2) * R > cap:
+            return True   # a work item's loops over the row would pass the driver's limit, however many outputs
+        if O >= 1024:
             return False
         per_item = self.ctx.opts.get("reduce_per_item")
-        cap = getattr(self.ctx.caps, "max_loop_iterations", None)
-        if per_item and cap is not None and (max(self.stages()) + 2) * R > cap:
-            return True   # a work item's loops over the row would pass the driver's limit
         return not per_item or O < per_item[0] or R > per_item[1]
 
     def coop_size(self, R) -> int:
@@ -939,7 +948,7 @@ class _ReduceKernel:
                     ds = m.dtypes()
                     mine = [b.load(arr, lid, d, "local") for arr, d in zip(arrs, ds, strict=True)]
                     theirs = [b.load(arr, other, d, "local") for arr, d in zip(arrs, ds, strict=True)]
-                    new = [b.let(v) for v in m.combine(b, mine, theirs)]
+                    new = [b.let(v) for v in m.combine(b, mine, theirs, partial=True)]
                     for arr, v in zip(arrs, new, strict=True):
                         b.store(arr, lid, v, space="local")
             b.barrier()
