@@ -61,7 +61,8 @@ _LAZY = {"random": None, "dtypes": None, "nn": None, "optim": None, "export": No
          "doctor": "fnarray._doctor", "check": "fnarray._check", "ad_checkpoint": None,
          "checkpoint_policies": "fnarray.ad_checkpoint",
          # (jax.experimental is there after ``import jax``; ``jax.enable_x64`` is JAX 0.10's name of its scope)
-         "experimental": None, "enable_x64": "fnarray.experimental"}
+         "experimental": None, "enable_x64": "fnarray.experimental", "pure_callback": "fnarray._callback",
+         "disable_jit": "fnarray.transforms.disable_jit"}
 
 
 def __getattr__(name):

@@ -58,7 +58,7 @@ class _HostCallback:
         for i in range(n):
             leaves.append(static[i] if i in static else next(it))
         args, kwargs = tree_util.tree_unflatten(in_tree, leaves)
-        self.fn(*args, **kwargs)
+        return self.fn(*args, **kwargs)
 
     def run(self, in_tree, arrays, nbatch=0):
         """Call the function on NumPy ``arrays``; ``nbatch`` leading axes are iterated (vmap), C order."""

@@ -37,7 +37,9 @@ from fnarray._lax_reduce import reduce  # noqa: E402,F401,A004  (jax.lax.reduce:
 
 from fnarray import _lax_special  # noqa: E402  (igamma, zeta, split, tile...: fnarray/_lax_special.py)
 
-_MORE = list(_lax_more.__all__) + list(_lax_special.__all__) + ["reduce"]
+from fnarray._implicit import custom_linear_solve, custom_root  # noqa: E402,F401  (fnarray/_implicit.py)
+
+_MORE = list(_lax_more.__all__) + list(_lax_special.__all__) + ["reduce", "custom_linear_solve", "custom_root"]
 globals().update({n: getattr(_lax_special, n) for n in _lax_special.__all__})
 globals().update({n: getattr(_lax_more, n) for n in _lax_more.__all__})
 

@@ -732,5 +732,19 @@ debug_callback = Primitive(
          "hashable wrapper, ``in_tree`` the pytree structure of the call's arguments, ``nbatch`` the number of "
          "leading axes that vmap added (the callback runs once per index, in C order)."))
 
+
+
+def _pure_callback_rule(*args, callback, in_tree, out_tree, result_avals, vmap_method=None, nbatch=0):
+    return list(result_avals)
+
+
+pure_callback = Primitive(
+    "pure_callback", _pure_callback_rule, multiple_results=True, kind="effect",
+    doc=("Calls a Python function on the host with its inputs as NumPy arrays and returns its results "
+         "(fnarray.pure_callback): ``result_avals`` their avals, ``out_tree`` their pytree structure, ``in_tree`` "
+         "the arguments' (as debug_callback), ``vmap_method`` JAX's, ``nbatch`` the leading axes that a "
+         "sequential vmap added (the function runs once per index, C order, the results stacked). Held as an "
+         "effect: never merged with an equal call nor folded; kept even when its results are unused."))
+
 #: Primitives with effects: never removed by dead-code elimination, never folded or reordered.
-EFFECTS = frozenset({debug_callback})
+EFFECTS = frozenset({debug_callback, pure_callback})

@@ -29,14 +29,19 @@ __all__ = ["compile_program", "compile_eqn", "unsupported_reason", "lower_progra
 _warned: set = set()
 
 
+#: The public functions that make each effect (``primitives.EFFECTS``), for messages.
+_CALLBACK_API = {"debug_callback": "fnarray.debug.print / fnarray.debug.callback",
+                 "pure_callback": "fnarray.pure_callback"}
+
+
 def unsupported_reason(eqn, device: Device) -> str | None:
     """Why ``device`` cannot run ``eqn`` (checking its sub-programs too), or ``None``."""
     backend = device.impl
     if eqn.primitive in EFFECTS:
         if getattr(backend, "host_callbacks", False):
             return None
-        return (f"{eqn.primitive.name} (fnarray.debug.print / fnarray.debug.callback) calls Python on the host: "
-                "the program is cut there and the callback runs on numpy:0")
+        return (f"{eqn.primitive.name} ({_CALLBACK_API.get(eqn.primitive.name, 'a host callback')}) calls Python on "
+                "the host: the program is cut there and the callback runs on numpy:0")
     r = backend.supports(eqn, device)
     if r is not None:
         return r

@@ -74,6 +74,7 @@ UNSUPPORTED = {
     P.custom_lin: "it only exists inside reverse-mode differentiation",
     P.debug_callback: ("fnarray.debug.print / fnarray.debug.callback call Python, which an ONNX model cannot; "
                        "remove the debug call before exporting"),
+    P.pure_callback: "fnarray.pure_callback calls Python, which an ONNX model cannot",
     **{p: "a collective needs a named axis: inside vmap(axis_name=) its batching rule replaces it before export"
        for p in _collectives.COLLECTIVES},
     _spmd.shard_map_p: "an ONNX model runs on one device: export the per-device function instead",

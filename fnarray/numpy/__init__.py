@@ -10,10 +10,10 @@ Each submodule's ``__all__`` is the public surface it contributes.
 from fnarray.core.array import Array, set_ops
 from fnarray.numpy import (_binning, _convolve, _creation, _editing, _elementwise, _extras, _grids, _indexing, _info,
                            _linalg, _manipulation, _reductions, _sorting, _vectorize, _sets, _polynomial,
-                           _nan_quantiles, _composites)
+                           _nan_quantiles, _composites, _bessel)
 
 _MODULES = (_info, _creation, _elementwise, _manipulation, _reductions, _linalg, _indexing, _sorting, _convolve,
-            _extras, _binning, _editing, _vectorize, _grids, _sets, _polynomial, _nan_quantiles, _composites)
+            _extras, _binning, _editing, _vectorize, _grids, _sets, _polynomial, _nan_quantiles, _composites, _bessel)
 for _m in _MODULES:
     for _name in _m.__all__:
         globals()[_name] = getattr(_m, _name)

@@ -198,15 +198,18 @@ def _nan_mask(a):
     return a, fnp.isnan(a)
 
 
-def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None):
-    """The variance ignoring NaNs (``jax.numpy.nanvar``); an all-NaN slice gives NaN."""
+def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None, mean=None):
+    """The variance ignoring NaNs (``jax.numpy.nanvar``); an all-NaN slice gives NaN.
+
+    ``mean=``: the NaN-ignoring mean over ``axis``, already computed, broadcastable to ``a``'s shape (e.g.
+    ``nanmean(a, axis, keepdims=True)``); it replaces the mean's computation (as JAX)."""
     fnp = _np()
     a, nan = _nan_mask(a)
     if where is not None:
         nan = nan | ~fnp.asarray(where, dtype=bool)
     n = fnp.sum(~nan, axis=axis, keepdims=True)
-    z = fnp.where(nan, 0, a)
-    mean = fnp.sum(z, axis=axis, keepdims=True) / n
+    if mean is None:
+        mean = fnp.sum(fnp.where(nan, 0, a), axis=axis, keepdims=True) / n
     dev = fnp.where(nan, 0, a - mean)
     sq = dev * fnp.conj(dev) if fnp.iscomplexobj(dev) else dev * dev
     v = fnp.sum(sq, axis=axis, keepdims=keepdims) / fnp.maximum(
@@ -215,9 +218,9 @@ def nanvar(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=
     return v.astype(dtype) if dtype is not None else v
 
 
-def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None):
-    """The standard deviation ignoring NaNs (``jax.numpy.nanstd``)."""
-    return _np().sqrt(nanvar(a, axis, dtype, out, ddof, keepdims, where=where))
+def nanstd(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=None, mean=None):
+    """The standard deviation ignoring NaNs (``jax.numpy.nanstd``); arguments (``mean=`` included) as ``nanvar``."""
+    return _np().sqrt(nanvar(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean))
 
 
 def _nanarg(a, axis, keepdims, fill, fn, what):

@@ -159,8 +159,13 @@ def _where_mask(name, where, shape):
     w = asarray_internal(where)
     if w.dtype != dtypes.bool_:
         raise DTypeError(f"{name}: where= must be a boolean array, got {w.dtype.name}")
-    if broadcast_shapes(w.shape, shape, name=f"{name} (where=)") != tuple(shape):
-        raise ShapeError(f"{name}: where= of shape {w.shape} does not broadcast to the array's shape {shape}")
+    return _broadcast_arg(name, "where", w, shape)
+
+
+def _broadcast_arg(name, keyword, w, shape):
+    """The array argument ``keyword=`` broadcast to the array's ``shape``; ShapeError where it does not fit."""
+    if broadcast_shapes(w.shape, shape, name=f"{name} ({keyword}=)") != tuple(shape):
+        raise ShapeError(f"{name}: {keyword}= of shape {w.shape} does not broadcast to the array's shape {shape}")
     return lax.broadcast_to_rank_shape(w, tuple(shape))
 
 
@@ -446,17 +451,21 @@ def _correction(name, ddof, correction):
     return 0 if c is None else c
 
 
-def var(a, axis=None, dtype=None, out=None, ddof=None, keepdims=False, *, where=None, correction=None):
+def var(a, axis=None, dtype=None, out=None, ddof=None, keepdims=False, *, where=None, mean=None,
+        correction=None):
     """Variance over ``axis`` (array API ``var``; ``jax.numpy.var``).
 
     ``sum(|a - mean(a)|**2) / max(N - correction, 0)`` where ``N`` is the number of elements
     reduced, so ``correction=1`` (NumPy's ``ddof=1``) gives the unbiased estimate.
 
     Args:
-      a: numeric or bool array. axis, keepdims, where: as ``mean``.
+      a: numeric or bool array of shape ``S``. axis, keepdims, where: as ``mean``.
       dtype: result dtype; default the real floating dtype of ``a`` (``float32`` for integers,
         ``float32`` for ``complex64``).
-      correction / ddof: degrees-of-freedom correction (give at most one).
+      correction / ddof: degrees-of-freedom correction (give at most one; ValueError for both).
+      mean: the mean of ``a`` over ``axis``, already computed (as ``jax.numpy.var``'s ``mean=``): an array
+        broadcastable to ``S``, e.g. ``mean(a, axis, keepdims=True)``; it replaces the mean's computation.
+        ShapeError where it does not broadcast to ``S``.
 
     Returns: a real floating array; NaN or inf where ``N - correction <= 0``.
     """
@@ -466,8 +475,12 @@ def var(a, axis=None, dtype=None, out=None, ddof=None, keepdims=False, *, where=
     d_out, d_comp = _stat_dtypes("var", x, dtype)
     d_out = _real_dtype(d_out)
     s, n = _mean_parts("var", x, axes, d_comp, where)
-    m = _divide_by_count(s, n, d_comp)
-    centered = lax.sub(_convert(x, d_comp), _expand_back(m, x.shape, axes))
+    if mean is None:
+        m = _expand_back(_divide_by_count(s, n, d_comp), x.shape, axes)
+    else:
+        check_arraylike("var", mean)
+        m = _broadcast_arg("var", "mean", _convert(asarray_internal(mean), d_comp), x.shape)
+    centered = lax.sub(_convert(x, d_comp), m)
     if dtypes.is_complex(d_comp):
         sq = lax.add(lax.integer_pow(lax.real(centered), 2), lax.integer_pow(lax.imag(centered), 2))
     else:
@@ -483,9 +496,11 @@ def var(a, axis=None, dtype=None, out=None, ddof=None, keepdims=False, *, where=
     return _finish(_convert(lax.div(total, denom), d_out), x.shape, axes, keepdims)
 
 
-def std(a, axis=None, dtype=None, out=None, ddof=None, keepdims=False, *, where=None, correction=None):
-    """Standard deviation, ``sqrt(var(...))`` (array API ``std``; ``jax.numpy.std``); arguments as ``var``."""
-    v = var(a, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims, where=where,
+def std(a, axis=None, dtype=None, out=None, ddof=None, keepdims=False, *, where=None, mean=None,
+        correction=None):
+    """Standard deviation, ``sqrt(var(...))`` (array API ``std``; ``jax.numpy.std``); arguments (``mean=``,
+    ``correction=`` included) and errors as ``var``."""
+    v = var(a, axis=axis, dtype=dtype, out=out, ddof=ddof, keepdims=keepdims, where=where, mean=mean,
             correction=correction)
     return lax.sqrt(v)
 

@@ -342,6 +342,23 @@ _UNIQUE_HINT = ("Call it outside the transformation, or use fnarray.numpy.unique
                 "for a fixed-size result.")
 
 
+def _differs(cur, prev, equal_nan):
+    """``cur != prev`` elementwise, NaN equal to NaN where ``equal_nan`` (NaN != NaN otherwise)."""
+    new = lax.ne(cur, prev)
+    if equal_nan and dtypes.is_inexact(aval_of(cur).dtype):
+        def nan(t):
+            return lax.bitwise_or(lax.ne(lax.real(t), lax.real(t)), lax.ne(lax.imag(t), lax.imag(t))) \
+                if dtypes.is_complex(aval_of(t).dtype) else lax.ne(t, t)
+        new = lax.bitwise_and(new, lax.bitwise_not(lax.bitwise_and(nan(cur), nan(prev))))
+    return new
+
+
+def _runs(new):
+    """(first-of-run flags, run ids) of sorted data whose neighbours differ where ``new`` (length n - 1)."""
+    first = lax.concatenate([lax.full((1,), True, dtypes.bool_), new], 0)
+    return first, lax.sub(lax.cumsum(_i32(first), 0), _scalar(1, dtypes.int32))
+
+
 def _unique_parts(x, equal_nan):
     """Sort the flattened ``x``: (sorted values, permutation, first-of-run flags, run ids)."""
     flat = _flatten(x)
@@ -350,15 +367,26 @@ def _unique_parts(x, equal_nan):
     if n == 0:
         return vals, perm, lax.full((0,), False, dtypes.bool_), lax.full((0,), 0, dtypes.int32)
     prev, cur = lax.slice_in_dim(vals, 0, n - 1), lax.slice_in_dim(vals, 1, n)
-    new = lax.ne(cur, prev)  # NaN != NaN: every NaN starts a run unless equal_nan
-    if equal_nan and dtypes.is_inexact(vals.dtype):
-        def nan(t):
-            return lax.bitwise_or(lax.ne(lax.real(t), lax.real(t)), lax.ne(lax.imag(t), lax.imag(t))) \
-                if dtypes.is_complex(vals.dtype) else lax.ne(t, t)
-        new = lax.bitwise_and(new, lax.bitwise_not(lax.bitwise_and(nan(cur), nan(prev))))
-    first = lax.concatenate([lax.full((1,), True, dtypes.bool_), new], 0)
-    run = lax.sub(lax.cumsum(_i32(first), 0), _scalar(1, dtypes.int32))
-    return vals, perm, first, run
+    return (vals, perm) + _runs(_differs(cur, prev, equal_nan))  # NaN != NaN: each NaN its own run
+
+
+def _unique_slices_parts(x, ax, equal_nan):
+    """``_unique_parts`` for the slices of ``x`` along axis ``ax``: they are moved to the front as rows of shape
+    ``(n, *rest)`` and sorted lexicographically (first element primary; complex by real, then imaginary part)."""
+    order = (ax,) + tuple(i for i in range(x.ndim) if i != ax)
+    rows = lax.transpose(x, order) if order != tuple(range(x.ndim)) else x
+    n = rows.shape[0]
+    flat = lax.reshape(rows, (n, rows.size // n if n else 0))
+    iota = lax.iota(dtypes.int32, n)
+    keys = [k for j in range(flat.shape[1])
+            for k in _sort_keys(lax.reshape(lax.slice_in_dim(flat, j, j + 1, axis=1), (n,)))]
+    perm = lax.sort(keys + [iota], dimension=0, num_keys=len(keys))[-1] if keys and n else iota
+    vals = lax.gather(rows, lax.reshape(perm, (n, 1)), (0,))
+    if n == 0:
+        return vals, perm, lax.full((0,), False, dtypes.bool_), lax.full((0,), 0, dtypes.int32)
+    sv = lax.gather(flat, lax.reshape(perm, (n, 1)), (0,))
+    differs = _differs(lax.slice_in_dim(sv, 1, n), lax.slice_in_dim(sv, 0, n - 1), equal_nan)
+    return (vals, perm) + _runs(lax.reduce_or(differs, (1,)))
 
 
 def _scatter_runs(first, run, size, updates, fill):
@@ -369,28 +397,64 @@ def _scatter_runs(first, run, size, updates, fill):
     return lax.scatter(out, lax.reshape(target, run.shape + (1,)), updates, (0,))
 
 
-def _unique(name, ar, equal_nan, size, fill_value, want_index, want_inverse, want_counts):
-    x = _prep(name, ar)
-    vals, perm, first, run = _unique_parts(x, equal_nan)
-    n = vals.shape[0]
+def _unique_size(name, x, first, size, fill_value):
     if size is None:
         _require_concrete(name, x, _UNIQUE_HINT)
-        size = int(np.asarray(lax.reduce_sum(_i32(first), (0,)))) if n else 0
+        return int(np.asarray(lax.reduce_sum(_i32(first), (0,)))) if first.shape[0] else 0
     size = int(size)
     if size < 0:
         raise ValueError(f"{name}: size must be >= 0, got {size}")
-    if fill_value is None:
-        fill = lax.reshape(lax.slice_in_dim(vals, 0, 1), ()) if n else _scalar(0, x.dtype)
-    elif isinstance(fill_value, Array):
-        fill = lax.convert_element_type(lax.reshape(fill_value, ()), x.dtype)
+    if size and not first.shape[0] and fill_value is None:
+        raise ValueError(f"{name}: an empty input with size={size} needs a fill_value= for the {size} "
+                         "missing values (as jax.numpy.unique)")
+    return size
+
+
+def _fill_scalar(fill_value, d):
+    if isinstance(fill_value, Array):
+        return lax.convert_element_type(lax.reshape(fill_value, ()), d)
+    return _scalar(fill_value, d)
+
+
+def _unique_slices(x, ax, vals, first, run, size, fill_value):
+    """The unique slices (rows ``vals`` sorted, the first of each run kept) padded to ``size`` and moved back to
+    axis ``ax``; padding slices repeat the smallest slice, or hold ``fill_value``."""
+    n = vals.shape[0]
+    pos = _scatter_runs(first, run, size, lax.iota(dtypes.int32, n), 0)
+    out = lax.gather(vals, lax.reshape(pos, (size, 1)), (0,)) if n else lax.full(
+        (size,) + vals.shape[1:], _fill_scalar(0 if fill_value is None else fill_value, x.dtype), x.dtype)
+    if fill_value is not None and n:
+        valid = lax.lt(lax.iota(dtypes.int32, size), lax.reduce_sum(_i32(first), (0,)))
+        fill = lax.broadcast_in_dim(_fill_scalar(fill_value, x.dtype), out.shape, ())
+        out = lax.select(lax.broadcast_in_dim(valid, out.shape, (0,)), out, fill)
+    order = tuple(range(1, ax + 1)) + (0,) + tuple(range(ax + 1, x.ndim))
+    return lax.transpose(out, order) if ax else out
+
+
+def _unique(name, ar, equal_nan, size, fill_value, want_index, want_inverse, want_counts, axis=None):
+    x = _prep(name, ar)
+    if axis is None:
+        vals, perm, first, run = _unique_parts(x, equal_nan)
     else:
-        fill = _scalar(fill_value, x.dtype)
-    out = [_scatter_runs(first, run, size, vals, fill)]
-    if want_index:
-        out.append(_scatter_runs(first, run, size, perm, 0))
+        if x.ndim == 0:
+            raise ShapeError(f"{name}: axis={axis} needs an array of rank >= 1, got a 0-d array")
+        ax = normalize_axis(axis, x.ndim)
+        vals, perm, first, run = _unique_slices_parts(x, ax, equal_nan)
+    n = vals.shape[0]
+    size = _unique_size(name, x, first, size, fill_value)
+    if axis is not None:
+        out = [_unique_slices(x, ax, vals, first, run, size, fill_value)]
+    else:
+        if fill_value is None:
+            fill = lax.reshape(lax.slice_in_dim(vals, 0, 1), ()) if n else _scalar(0, x.dtype)
+        else:
+            fill = _fill_scalar(fill_value, x.dtype)
+        out = [_scatter_runs(first, run, size, vals, fill)]
+    if want_index:  # padding: the smallest value's index, as jax.numpy
+        out.append(_scatter_runs(first, run, size, perm, lax.reshape(lax.slice_in_dim(perm, 0, 1), ()) if n else 0))
     if want_inverse:
         inv = lax.scatter(lax.full((n,), 0, dtypes.int32), lax.reshape(perm, (n, 1)), run, (0,))
-        out.append(lax.reshape(inv, x.shape))
+        out.append(lax.reshape(inv, x.shape) if axis is None else inv)
     if want_counts:
         counts = lax.scatter_add(lax.full((size,), 0, dtypes.int32), lax.reshape(run, (n, 1)),
                                  lax.full((n,), 1, dtypes.int32), (0,))
@@ -398,58 +462,69 @@ def _unique(name, ar, equal_nan, size, fill_value, want_index, want_inverse, wan
     return out[:1] + [_index(o) for o in out[1:]]
 
 
-def unique_values(x, /):
-    """The distinct values of ``x``, sorted (array API ``unique_values``); eager only.
+def unique_values(x, /, *, size=None, fill_value=None):
+    """The distinct values of ``x``, sorted (array API ``unique_values``; ``jax.numpy.unique_values``).
 
-    NaNs are distinct from each other (each appears), as the standard says. Returns a 1-d array
-    of ``x``'s dtype. Raises: ``ConcretizationError`` inside ``jit``/``vmap``/``grad``.
+    Returns a 1-d array of ``x``'s dtype. Raises: ``ConcretizationError`` inside ``jit``/``vmap``/``grad``
+    without ``size``.
+    NaNs are distinct (``equal_nan=False``, array API); ``size``/``fill_value`` as ``unique``'s (JAX's).
     """
-    return _unique("unique_values", x, False, None, None, False, False, False)[0]
+    return _unique("unique_values", x, False, size, fill_value, False, False, False)[0]
 
 
-def unique_counts(x, /):
-    """Distinct values and how often each occurs (array API ``unique_counts``); eager only.
+def unique_counts(x, /, *, size=None, fill_value=None):
+    """Distinct values and how often each occurs (array API ``unique_counts``; ``jax.numpy.unique_counts``).
 
-    Returns: ``UniqueCountsResult(values, counts)``, counts ``int32``. NaNs are distinct.
+    Returns: ``UniqueCountsResult(values, counts)``, counts ``int32`` (0 in padding slots).
+    NaNs are distinct (``equal_nan=False``, array API); ``size``/``fill_value`` as ``unique``'s (JAX's).
     """
-    return UniqueCountsResult(*_unique("unique_counts", x, False, None, None, False, False, True))
+    return UniqueCountsResult(*_unique("unique_counts", x, False, size, fill_value, False, False, True))
 
 
-def unique_inverse(x, /):
+def unique_inverse(x, /, *, size=None, fill_value=None):
     """Distinct values and, for each element of ``x``, the index of its value (array API
-    ``unique_inverse``); eager only.
+    ``unique_inverse``; ``jax.numpy.unique_inverse``).
 
     Returns: ``UniqueInverseResult(values, inverse_indices)``; ``inverse_indices`` has ``x``'s
-    shape, ``int32``, and ``values[inverse_indices] == x``. NaNs are distinct.
+    shape, ``int32``, and ``values[inverse_indices] == x``.
+    NaNs are distinct (``equal_nan=False``, array API); ``size``/``fill_value`` as ``unique``'s (JAX's).
     """
-    return UniqueInverseResult(*_unique("unique_inverse", x, False, None, None, False, True, False))
+    return UniqueInverseResult(*_unique("unique_inverse", x, False, size, fill_value, False, True, False))
 
 
-def unique_all(x, /):
+def unique_all(x, /, *, size=None, fill_value=None):
     """Distinct values, first-occurrence indices (into the flattened ``x``), inverse indices and
-    counts (array API ``unique_all``); eager only. Indices are ``int32``; NaNs are distinct.
+    counts (array API ``unique_all``; ``jax.numpy.unique_all``). Indices are ``int32``.
 
     Returns: ``UniqueAllResult(values, indices, inverse_indices, counts)``.
+    NaNs are distinct (``equal_nan=False``, array API); ``size``/``fill_value`` as ``unique``'s (JAX's).
     """
-    return UniqueAllResult(*_unique("unique_all", x, False, None, None, True, True, True))
+    return UniqueAllResult(*_unique("unique_all", x, False, size, fill_value, True, True, True))
 
 
-def unique(ar, return_index=False, return_inverse=False, return_counts=False, *, equal_nan=True, size=None,
-           fill_value=None):
-    """Sorted distinct values of the flattened ``ar`` (``numpy.unique``; ``jax.numpy.unique``).
+def unique(ar, return_index=False, return_inverse=False, return_counts=False, axis=None, *, equal_nan=True,
+           size=None, fill_value=None, sorted=True):
+    """Sorted distinct values of the flattened ``ar``, or its distinct slices along ``axis`` (``numpy.unique``;
+    ``jax.numpy.unique``).
 
     Args:
       ar: array. return_index / return_inverse / return_counts: also return the first-occurrence
-        indices, the inverse indices (of ``ar``'s shape) and the counts (all ``int32``).
+        indices, the inverse indices and the counts (all ``int32``).
+      axis: None (the flattened ``ar``: values 1-d, inverse of ``ar``'s shape) or an int: the distinct slices
+        ``ar[..., i, ...]`` along it, sorted lexicographically (values of shape ``ar.shape`` with ``n_unique`` at
+        ``axis``; indices into that axis; inverse of shape ``(ar.shape[axis],)``).
       equal_nan: collapse all NaNs into one value (NumPy's default).
       size: a static result length; makes the function usable under ``jit``. Extra values are
-        dropped; missing slots hold ``fill_value`` (default: the smallest value), index 0 and count 0.
+        dropped; missing slots hold ``fill_value`` (default: the smallest value), the smallest value's index and
+        count 0.
+      sorted: accepted for NumPy 2.3/JAX; the result is always sorted (JAX ignores it too).
 
     Returns: the values, or a tuple ``(values, [indices], [inverse], [counts])``.
 
-    Raises: ``ConcretizationError`` inside ``jit``/``vmap``/``grad`` without ``size``.
+    Raises: ``ConcretizationError`` inside ``jit``/``vmap``/``grad`` without ``size``; ``ValueError`` for an
+    empty input with ``size > 0`` and no ``fill_value`` (as JAX); ``ShapeError`` for ``axis`` out of range.
     """
-    out = _unique("unique", ar, equal_nan, size, fill_value, return_index, return_inverse, return_counts)
+    out = _unique("unique", ar, equal_nan, size, fill_value, return_index, return_inverse, return_counts, axis)
     return out[0] if len(out) == 1 else tuple(out)
 
 

@@ -6,9 +6,10 @@ import numpy as np
 
 from fnarray.core import dtypes, lax
 from fnarray.core.array import Array
-from fnarray.core.errors import DTypeError
+from fnarray.core import linalg as lax_linalg
+from fnarray.core.errors import DTypeError, ShapeError
 
-__all__ = ["floats", "math_dtype", "to_math", "from_math", "const", "positive_scale"]
+__all__ = ["floats", "math_dtype", "to_math", "from_math", "const", "positive_scale", "matrix"]
 
 
 def floats(name, *xs, shape=True):
@@ -90,3 +91,20 @@ def positive_scale(out, scale):
     """``out`` with NaN where ``scale`` is not positive (or is NaN), as SciPy answers for such a distribution."""
     import fnarray.numpy as fnp
     return fnp.where(scale > 0, out, fnp.nan)
+
+
+def matrix(name, a, square=True):
+    """``a`` as an array of a linear-algebra dtype with rank >= 2 (square unless ``square=False``)."""
+    from fnarray.numpy._util import asarray_internal, check_arraylike
+    check_arraylike(name, a)
+    a = asarray_internal(a)
+    if dtypes.is_bool(a.dtype) or dtypes.is_int(a.dtype) or a.dtype in (dtypes.float16, dtypes.bfloat16):
+        a = lax.convert_element_type(a, dtypes.float32)
+    if a.dtype not in lax_linalg.LINALG_DTYPES:
+        raise DTypeError(f"{name} needs a float or complex matrix, got {a.dtype.name}")
+    if a.ndim < 2:
+        raise ShapeError(f"{name} needs a matrix (at least 2-d, the last two axes), got shape {a.shape}")
+    if square and a.shape[-1] != a.shape[-2]:
+        raise ShapeError(f"{name} needs square matrices (the last two axes equal), got shape {a.shape}; for a "
+                         "least-squares solution use fnarray.numpy.linalg.lstsq")
+    return a

@@ -21,6 +21,7 @@ import numpy as np
 from fnarray.core import dtypes, lax
 from fnarray.core import linalg as lax_linalg
 from fnarray.core.errors import ConcretizationError, DTypeError, LinAlgError, ShapeError
+from fnarray.scipy._util import matrix as _matrix
 
 __all__ = ["block_diag", "cho_factor", "cho_solve", "cholesky", "det", "eigh", "expm", "inv", "lu", "lu_factor",
            "lu_solve", "qr", "solve", "solve_triangular", "svd"]
@@ -29,23 +30,6 @@ __all__ = ["block_diag", "cho_factor", "cho_solve", "cholesky", "det", "eigh", "
 def _fnp():
     import fnarray.numpy as fnp
     return fnp
-
-
-def _matrix(name, a, square=True):
-    """``a`` as an array of a linear-algebra dtype with rank >= 2 (square unless ``square=False``)."""
-    from fnarray.numpy._util import asarray_internal, check_arraylike
-    check_arraylike(name, a)
-    a = asarray_internal(a)
-    if dtypes.is_bool(a.dtype) or dtypes.is_int(a.dtype) or a.dtype in (dtypes.float16, dtypes.bfloat16):
-        a = lax.convert_element_type(a, dtypes.float32)
-    if a.dtype not in lax_linalg.LINALG_DTYPES:
-        raise DTypeError(f"{name} needs a float or complex matrix, got {a.dtype.name}")
-    if a.ndim < 2:
-        raise ShapeError(f"{name} needs a matrix (at least 2-d, the last two axes), got shape {a.shape}")
-    if square and a.shape[-1] != a.shape[-2]:
-        raise ShapeError(f"{name} needs square matrices (the last two axes equal), got shape {a.shape}; for a "
-                         "least-squares solution use fnarray.numpy.linalg.lstsq")
-    return a
 
 
 def _rhs(name, a, b):
@@ -654,5 +638,8 @@ def _install_eager_jit():
 from fnarray.scipy._special_matrices import (circulant, companion, dft, hadamard, hankel, hilbert,  # noqa: E402
                                              pascal, toeplitz)
 
-__all__ += ["circulant", "companion", "dft", "hadamard", "hankel", "hilbert", "pascal", "toeplitz"]
+from fnarray.scipy._matrix_functions import polar, schur, sqrtm  # noqa: E402
+
+__all__ += ["circulant", "companion", "dft", "hadamard", "hankel", "hilbert", "pascal", "toeplitz", "polar", "schur",
+            "sqrtm"]
 _install_eager_jit()

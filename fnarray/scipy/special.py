@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from fnarray.core import dtypes, lax
+from fnarray.numpy._bessel import bessel_ie, i0_of, scaled_up
 from fnarray.scipy._util import floats, from_math, to_math
 from fnarray.scipy._util import log1p as _log1p
 from fnarray.transforms.ad import custom_jvp
@@ -945,42 +946,6 @@ def betainc(a, b, x):
 # ----------------------------------------------------------------------------- Bessel functions
 
 
-def _bessel_split(d):
-    """(crossover, series terms, asymptotic terms) for i0e/i1e: the power series below the crossover (positive
-    terms, no cancellation), Hankel's asymptotic expansion above it, each to the dtype's epsilon."""
-    return (20.0, 40, 30) if d == dtypes.float64 else (10.0, 22, 14)
-
-
-def _bessel_ie(x, order):
-    """``exp(-|x|) I_order(x)`` for order 0 or 1 (A&S 9.6.10 series, 9.7.1 asymptotic expansion)."""
-    fnp = _fnp()
-    cross, n_series, n_asym = _bessel_split(x.dtype)
-    ax = fnp.abs(x)
-    small = ax <= cross
-    xs = fnp.where(small, x, 0.0)
-    q = 0.25 * xs * xs
-    # I_0(x) = sum_k q^k / (k!)^2 ; I_1(x) = (x/2) sum_k q^k / (k! (k+1)!)  (in Horner form, reversed)
-    acc = fnp.ones_like(q)
-    for k in range(n_series, 0, -1):
-        acc = 1.0 + acc * q / (k * (k + order))
-    series = acc if order == 0 else 0.5 * xs * acc
-    series = series * fnp.exp(-fnp.abs(xs))
-    # exp(-x) I_nu(x) ~ (2 pi x)^(-1/2) sum_k c_k / x^k, c_k = c_{k-1} ((2k-1)^2 - 4 nu^2) / (8k).
-    xl = fnp.where(small, cross, ax)
-    inv = 1.0 / xl
-    coefs = [1.0]
-    for k in range(1, n_asym + 1):
-        coefs.append(coefs[-1] * ((2 * k - 1) ** 2 - 4 * order * order) / (8 * k))
-    poly = fnp.full_like(inv, coefs[-1])
-    for c in coefs[-2::-1]:
-        poly = c + poly * inv
-    # rsqrt(x), not sqrt(1/x): 1/x is subnormal for x > 8.5e37 in float32 (flushed to 0 by XLA).
-    asym = poly * lax.rsqrt(xl) * math.sqrt(1 / (2 * math.pi))
-    if order == 1:
-        asym = fnp.where(x < 0.0, -asym, asym)
-    return fnp.where(small, series, asym)
-
-
 def i0e(x):
     """The exponentially scaled modified Bessel function of order 0, ``exp(-|x|) I0(x)`` (``scipy.special.i0e``).
 
@@ -999,7 +964,7 @@ def i0e(x):
     """
     x, d = _unary("i0e", x)
     (xm,) = to_math(x)
-    return from_math(_bessel_ie(xm, 0), d)
+    return from_math(bessel_ie(xm, 0), d)
 
 
 def i1e(x):
@@ -1019,14 +984,7 @@ def i1e(x):
     """
     x, d = _unary("i1e", x)
     (xm,) = to_math(x)
-    return from_math(_bessel_ie(xm, 1), d)
-
-
-def _scaled_up(e, x):
-    """``exp(|x|) * e`` as ``(exp(|x|/2) * e) * exp(|x|/2)``: no overflow before the result overflows (float32's
-    ``exp(89)`` does, its ``I0(89) = 1.9e37`` does not)."""
-    half = _fnp().exp(0.5 * _fnp().abs(x))
-    return (half * e) * half
+    return from_math(bessel_ie(xm, 1), d)
 
 
 def i0(x):
@@ -1047,7 +1005,7 @@ def i0(x):
     """
     x, d = _unary("i0", x)
     (xm,) = to_math(x)
-    return from_math(_fnp().where(_fnp().isinf(xm), np.inf, _scaled_up(_bessel_ie(xm, 0), xm)), d)
+    return from_math(i0_of(xm), d)
 
 
 def i1(x):
@@ -1068,7 +1026,7 @@ def i1(x):
     """
     x, d = _unary("i1", x)
     (xm,) = to_math(x)
-    return from_math(_fnp().where(_fnp().isinf(xm), xm, _scaled_up(_bessel_ie(xm, 1), xm)), d)
+    return from_math(_fnp().where(_fnp().isinf(xm), xm, scaled_up(bessel_ie(xm, 1), xm)), d)
 
 
 # ----------------------------------------------------------------------------- Hurwitz zeta, polygamma

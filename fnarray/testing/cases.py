@@ -237,6 +237,19 @@ def _effect_cases():
          callback=_HostCallback(_ShapeCheck((3,), ()), ()), in_tree=tree)
     case("debug_callback_empty", P.debug_callback, [f32(0, 2), np.int32(4)],
          callback=_HostCallback(_ShapeCheck((0, 2), ()), ()), in_tree=tree)
+    from fnarray._callback import _PureCallback
+    from fnarray.core.shaped import ShapedArray
+    one = tree_util.tree_structure(((0,), {}))
+    for name, shape in (("pure_callback", (3, 2)), ("pure_callback_empty", (0, 2))):
+        case(name, P.pure_callback, [f32(*shape)], callback=_PureCallback(_affine_sum, ()), in_tree=one,
+             out_tree=tree_util.tree_structure((0, 0)), vmap_method=None,
+             result_avals=(ShapedArray(shape, np.dtype(np.float32)), ShapedArray((2,), np.dtype(np.int32))))
+
+
+def _affine_sum(x):
+    """A pure host function for ``pure_callback``'s cases: ``(2 x + 1, column sums as int32)`` in float32."""
+    x = np.asarray(x, np.float32)
+    return x * np.float32(2) + np.float32(1), np.sum(np.round(x), axis=0).astype(np.int32)
 
 
 _effect_cases()

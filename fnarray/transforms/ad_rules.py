@@ -1152,5 +1152,13 @@ def _debug_callback_jvp(primals, tangents, **params):
 primitive_jvps[P.debug_callback] = _debug_callback_jvp
 
 
+def _pure_callback_jvp(primals, tangents, **params):
+    raise ValueError("fnarray.pure_callback has no derivative (as jax.pure_callback): wrap the function that calls "
+                     "it in fnarray.custom_jvp or fnarray.custom_vjp and give the derivative there")
+
+
+primitive_jvps[P.pure_callback] = _pure_callback_jvp
+
+
 # Convolutions have a module of their own (its JVP, transposes and batching rule fill the same tables).
 from fnarray.transforms import conv_rules  # noqa: E402,F401

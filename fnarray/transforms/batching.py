@@ -1123,3 +1123,27 @@ def _debug_callback_batch(vals, dims, *, callback, in_tree, nbatch=0):
 
 
 primitive_batchers[P.debug_callback] = _debug_callback_batch
+
+
+def _pure_callback_batch(vals, dims, *, vmap_method, result_avals, nbatch=0, **params):
+    """As ``jax.pure_callback`` under ``vmap``, by ``vmap_method``: ``sequential`` (``_unrolled``) one call per
+    example (the batch a new leading axis of every argument, counted by ``nbatch``), ``expand_dims`` one call
+    with a size-1 leading axis on the unbatched arguments, ``broadcast_all`` with them broadcast to the batch,
+    ``legacy_vectorized`` with them as they are; the results carry the batch first."""
+    size = _axis_size(vals, dims)
+    if vmap_method is None:
+        raise NotImplementedError(
+            "vmap of fnarray.pure_callback needs a vmap_method: pass vmap_method='sequential' (one call per "
+            "example), 'expand_dims' or 'broadcast_all' (one call on the whole batch) to pure_callback")
+    batched = tuple(ShapedArray((size,) + tuple(a.shape), a.dtype) for a in result_avals)
+    if vmap_method in ("sequential", "sequential_unrolled"):
+        moved, nbatch = [move_batch_dim(v, d, 0, size) for v, d in zip(vals, dims, strict=True)], nbatch + 1
+    else:
+        fill = {"expand_dims": 1, "broadcast_all": size}.get(vmap_method)
+        moved = [v if d is None and fill is None else move_batch_dim(v, d, 0, fill)
+                 for v, d in zip(vals, dims, strict=True)]
+    outs = P.pure_callback.bind(*moved, vmap_method=vmap_method, result_avals=batched, nbatch=nbatch, **params)
+    return outs, [0] * len(outs)
+
+
+primitive_batchers[P.pure_callback] = _pure_callback_batch

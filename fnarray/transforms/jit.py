@@ -57,7 +57,7 @@ from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.partition import at_sizes, compile_program
 from fnarray.devices.lookup import DEFAULT_NOW, current_default
 from fnarray.devices.placement import default_device, parse_device, placement_device
-from fnarray.transforms import cache_miss, shapeless_jit
+from fnarray.transforms import cache_miss, disable_jit, shapeless_jit
 from fnarray.transforms.signature_diff import describe_mismatch
 
 __all__ = ["jit", "make_ir", "Traced", "Lowered", "Compiled", "leaf_aval"]
@@ -836,6 +836,8 @@ class Jitted:
         # us a frame (issue 28). The other tiers: _call_hot (a record's general case: statics, pytrees,
         # donation), then _call_keyed (flatten, _scan, key) with _call_fast (the fast table) or _call_traced
         # (trace, stage or compile).
+        if disable_jit.off:
+            return self._call_eagerly(args, kwargs)
         hot = self._hot[0]
         if hot is not None and hot.generation == config.generation and \
                 (tracing.plain or _TRACE_STATE.dynamic[-1].level == 0):
@@ -885,6 +887,13 @@ class Jitted:
             if out is not _MISS:
                 return out
         return self._call_keyed(args, kwargs)
+
+    def _call_eagerly(self, args, kwargs):
+        """Inside ``fnarray.disable_jit()``: the Python function itself, on ``jit(device=)``'s device if given."""
+        if self.device is None:
+            return self.fun(*args, **kwargs)
+        with default_device(self.device):
+            return self.fun(*args, **kwargs)
 
     def _call_hot(self, hot, args, kwargs):
         """The hot record's general case: the same static arguments, ``args`` read along its structure, each leaf an

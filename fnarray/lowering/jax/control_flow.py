@@ -62,3 +62,13 @@ def _debug_callback(*args, callback, in_tree, nbatch=0):
 
 
 RULES[P.debug_callback] = _debug_callback
+
+
+def _pure_callback(*args, callback, in_tree, out_tree, result_avals, vmap_method=None, nbatch=0):
+    def host(*xs):
+        return callback.results(in_tree, out_tree, [np.asarray(x) for x in xs], result_avals, nbatch)
+    shapes = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in result_avals]
+    return list(jax.pure_callback(host, shapes, *args))
+
+
+RULES[P.pure_callback] = _pure_callback

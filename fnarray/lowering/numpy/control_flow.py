@@ -88,3 +88,15 @@ def _debug_callback(params, in_avals, out_avals):
 
 
 IMPLS[P.debug_callback] = _debug_callback
+
+
+def _pure_callback(params, in_avals, out_avals):
+    callback, in_tree, out_tree = params["callback"], params["in_tree"], params["out_tree"]
+    nbatch = params.get("nbatch", 0)
+
+    def f(*args):
+        return callback.results(in_tree, out_tree, [np.asarray(a) for a in args], out_avals, nbatch)
+    return f
+
+
+IMPLS[P.pure_callback] = _pure_callback
