@@ -217,3 +217,41 @@ def test_small_eager_launches_wait_in_batches_until_read(monkeypatch):
     state.queue.finish()   # the queue taken: the held launch goes first
     assert opened[-1] == 1
     np.testing.assert_array_equal(np.asarray(y), x0 * 0.5)
+
+
+def test_many_input_executables_keep_their_input_bindings(monkeypatch):
+    """An executable of many small inputs (opencl's ``dispatch.KEEP_BOUND_INPUTS``, patched to 4 here: an eager
+    ``stack`` of 5,000 arrays binds 5,000) sets only its output's argument when a call binds the very input buffers
+    of its last call (an eager ``stack``'s tape replayed on the same list); another buffer in the list, or a buffer
+    of the device taken over by an in-place update meanwhile (``_DeviceState.taken``), sets every argument again.
+    Values against NumPy at each call. opencl:0."""
+    device = require_backend("opencl")[0]
+    import pyopencl as cl
+    from fnarray.lowering.opencl import dispatch
+    monkeypatch.setattr(dispatch, "KEEP_BOUND_INPUTS", 4)
+    fresh_eager_keys(monkeypatch)
+    set_args = [0]
+    set_arg = cl.Kernel.set_arg
+
+    def counting(self, i, value):
+        set_args[0] += 1
+        return set_arg(self, i, value)
+    monkeypatch.setattr(cl.Kernel, "set_arg", counting)
+    hosts = [np.full((5,), k + 0.25, np.float32) for k in range(6)]   # (5,): avals no other test stacks
+    xs = [fa.device_put(h, device) for h in hosts]
+
+    def calls(xs, n=1):
+        counts = []
+        for _ in range(n):
+            set_args[0] = 0
+            out = fnp.stack(xs)
+            counts.append(set_args[0])
+            np.testing.assert_array_equal(np.asarray(out), np.stack([np.asarray(x) for x in xs]))
+        return counts
+    calls(xs, 3)   # general path, record, first replay: arguments set
+    assert calls(xs, 2) == [1, 1]   # the same buffers: the output's argument alone
+    other = xs[:2] + [fa.device_put(hosts[0] * 2, device)] + xs[3:]
+    assert calls(other) == [7] and calls(other) == [1]
+    device.impl.state(device).taken += 1   # (as an in-place update taking a buffer over)
+    assert calls(other, 2) == [7, 1]
+    assert calls(xs) == [7]
