@@ -11,7 +11,7 @@ import pytest
 
 import fnarray as fa
 import fnarray.numpy as fnp
-from helpers import config_setting, count_lowerings, decode_step, fresh_eager_keys, require_backend
+from helpers import config_setting, count_lowerings, decode_step, fresh_eager_keys, python_calls, require_backend
 
 
 def _count_webgpu(monkeypatch, count):
@@ -255,3 +255,18 @@ def test_many_input_executables_keep_their_input_bindings(monkeypatch):
     device.impl.state(device).taken += 1   # (as an in-place update taking a buffer over)
     assert calls(other, 2) == [7, 1]
     assert calls(xs) == [7]
+
+
+def test_an_eager_elementwise_launch_takes_few_python_calls():
+    """A repeated ``fnp.exp(x)`` on opencl:0 reaches the one-kernel launch through the elementwise entry's ``one``
+    (``eager_ops._one_output``): the function, ``one``, ``plain``, ``_direct_one``, ``_direct_call``, the fresh
+    buffer (``alloc_plan``, ``_trim``) and ``hold`` (13 calls before: a list through two ``_Translating`` wrappers
+    and ``Executable.__call__``); ``release`` when the launch fills a batch."""
+    device = require_backend("opencl")[0]
+    x0 = np.linspace(-1, 1, 8, dtype=np.float32)
+    x = fa.device_put(x0, device)
+    for _ in range(3):
+        fnp.exp(x)
+    calls = python_calls(lambda: fnp.exp(x))
+    assert len(calls) <= 10 and "__call__" not in calls, calls
+    np.testing.assert_allclose(np.asarray(fnp.exp(x)), np.exp(x0), rtol=1e-6)

@@ -72,7 +72,7 @@ HELD_BYTES = 128 << 20
 #: Inputs an executable needs at least to keep its last call's input bindings (see the module docstring) ...
 KEEP_BOUND_INPUTS = 32
 #: ... and the most bytes those inputs may hold in all (they stay alive until the next call binds others).
-KEEP_BOUND_BYTES = 1 << 20
+KEEP_BOUND_BYTES = 256 << 10
 
 
 def _nbytes(spec) -> int:
@@ -173,8 +173,8 @@ class Executable:
                 return None
         st = self.steps[0]
         held = math.prod(st.gsize) <= self.state.hold_items   # (a CPU device's small launch: _DeviceState.hold)
-        bound = {k for _, k in st.dyn}
-        if any(j not in bound for j in range(len(self.in_slots))):
+        bound = {s for _, s in st.dyn}
+        if any(s not in bound for s in self.in_slots):
             return None   # (an input no argument binds: ``__call__`` checks every input)
         return (st.kernel, st.gsize, st.lsize, [(i, at[s]) for i, s in st.dyn],
                 [(_bytes(shape, dt), tuple(shape), np.dtype(dt)) for _, shape, dt in self.fresh],
