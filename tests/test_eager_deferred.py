@@ -11,7 +11,7 @@ import pytest
 
 import fnarray as fa
 import fnarray.numpy as fnp
-from helpers import config_setting, count_lowerings, decode_step, fresh_eager_keys, require_backend
+from helpers import config_setting, count_lowerings, decode_step, fresh_eager_keys, python_calls, require_backend
 
 
 def _count_webgpu(monkeypatch, count):
@@ -249,3 +249,56 @@ def test_small_eager_launches_wait_in_batches_until_read(monkeypatch):
     state.queue.finish()   # the queue taken: the held launch goes first
     assert opened[-1] == 1
     np.testing.assert_array_equal(np.asarray(y), x0 * 0.5)
+
+
+def test_many_input_executables_keep_their_input_bindings(monkeypatch):
+    """An executable of many small inputs (opencl's ``dispatch.KEEP_BOUND_INPUTS``, patched to 4 here: an eager
+    ``stack`` of 5,000 arrays binds 5,000) sets only its output's argument when a call binds the very input buffers
+    of its last call (an eager ``stack``'s tape replayed on the same list); another buffer in the list, or a buffer
+    of the device taken over by an in-place update meanwhile (``_DeviceState.taken``), sets every argument again.
+    Values against NumPy at each call. opencl:0."""
+    device = require_backend("opencl")[0]
+    import pyopencl as cl
+    from fnarray.lowering.opencl import dispatch
+    monkeypatch.setattr(dispatch, "KEEP_BOUND_INPUTS", 4)
+    fresh_eager_keys(monkeypatch)
+    set_args = [0]
+    set_arg = cl.Kernel.set_arg
+
+    def counting(self, i, value):
+        set_args[0] += 1
+        return set_arg(self, i, value)
+    monkeypatch.setattr(cl.Kernel, "set_arg", counting)
+    hosts = [np.full((5,), k + 0.25, np.float32) for k in range(6)]   # (5,): avals no other test stacks
+    xs = [fa.device_put(h, device) for h in hosts]
+
+    def calls(xs, n=1):
+        counts = []
+        for _ in range(n):
+            set_args[0] = 0
+            out = fnp.stack(xs)
+            counts.append(set_args[0])
+            np.testing.assert_array_equal(np.asarray(out), np.stack([np.asarray(x) for x in xs]))
+        return counts
+    calls(xs, 3)   # general path, record, first replay: arguments set
+    assert calls(xs, 2) == [1, 1]   # the same buffers: the output's argument alone
+    other = xs[:2] + [fa.device_put(hosts[0] * 2, device)] + xs[3:]
+    assert calls(other) == [7] and calls(other) == [1]
+    device.impl.state(device).taken += 1   # (as an in-place update taking a buffer over)
+    assert calls(other, 2) == [7, 1]
+    assert calls(xs) == [7]
+
+
+def test_an_eager_elementwise_launch_takes_few_python_calls():
+    """A repeated ``fnp.exp(x)`` on opencl:0 reaches the one-kernel launch through the elementwise entry's ``one``
+    (``eager_ops._one_output``): the function, ``one``, ``plain``, ``_direct_one``, ``_direct_call``, the fresh
+    buffer (``alloc_plan``, ``_trim``) and ``hold`` (13 calls before: a list through two ``_Translating`` wrappers
+    and ``Executable.__call__``); ``release`` when the launch fills a batch."""
+    device = require_backend("opencl")[0]
+    x0 = np.linspace(-1, 1, 8, dtype=np.float32)
+    x = fa.device_put(x0, device)
+    for _ in range(3):
+        fnp.exp(x)
+    calls = python_calls(lambda: fnp.exp(x))
+    assert len(calls) <= 10 and "__call__" not in calls, calls
+    np.testing.assert_allclose(np.asarray(fnp.exp(x)), np.exp(x0), rtol=1e-6)

@@ -499,14 +499,17 @@ _F32_MAX = float(dtypes.finfo(dtypes.float32).max)
 
 
 def _one_output(exe, n):
-    """``fn(*bufs) -> buf`` over a one-output executable: through its direct entry (``call_args``, as jit's hot
-    path) where it has one, else the executable itself."""
+    """``fn(*bufs) -> buf`` over a one-output executable: through its direct entry (``one``; ``call_args``, as
+    jit's hot path) where it has one, else the executable itself."""
     call = getattr(exe, "call_args", None)
-    if call is not None and getattr(exe, "reraise", None) is not None:
+    if getattr(exe, "reraise", None) is not None:
         # Errors are not translated here: any error of a fast call re-runs the general path, which does.
-        one = getattr(exe, "one", None)  # mlx: the rule of one output itself (``buf -> buf``, no list)
+        # ``one``: mlx's rule of one output itself (``buf -> buf``, no list); the kernel backends' elementwise
+        # entry (``kernels/deferred.py``: opencl's one-kernel launch without the list and two wrappers' frames)
+        one = getattr(exe, "one", None)
         if one is not None:
             return one
+    if call is not None and getattr(exe, "reraise", None) is not None:
         if n == 1:
             def fn(a):
                 return call(a)[0]

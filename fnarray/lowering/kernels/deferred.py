@@ -274,12 +274,14 @@ class _Elementwise:
         has one (opencl's one-kernel ``Executable``)."""
         for b in bufs:
             if type(b) is Deferred and b.source is not None:
-                return self._deferred(bufs)[0]
+                return self._deferred(bufs, True)
         plain = self.plain
         one = plain.one
         return one(*bufs) if one is not None else plain(bufs)[0]
 
-    def _deferred(self, bufs):
+    def _deferred(self, bufs, one=False):
+        """The outputs of the program fused with the deferred operands of ``bufs`` (the output itself where
+        ``one``: through the executable's ``one`` where it has one, opencl's one-kernel launch)."""
         key, args = [], []
         for b in bufs:
             src = b.source if type(b) is Deferred else None
@@ -289,8 +291,11 @@ class _Elementwise:
         exe = self.fused.get(key)
         if exe is None:
             if len(self.fused) >= FUSED_VARIANTS:
-                return self.plain(bufs)
+                return self.plain(bufs)[0] if one else self.plain(bufs)
             exe = self.fused[key] = self._fused(key)
+        if one:
+            f = getattr(exe, "one", None)
+            return f(*args) if f is not None else exe(args)[0]
         return exe(args)
 
     def _fused(self, key):

@@ -195,6 +195,7 @@ class _DeviceState:
         self.pending_binaries: list = []  # (cache folder, key, cl.Program) to store at exit (``_build``)
         self.scalars: dict = {}       # (dtype, bytes) -> CLBuffer of a 0-d value (arrays are immutable)
         self.held_bytes = 0           # buffer bytes executables keep between calls (dispatch.py: arenas)
+        self.taken = 0                # buffers an in-place update took over so far (dispatch.py: kept bindings)
         ext = cl_device.extensions.split()
         self.fp64 = "cl_khr_fp64" in ext
         self.fp16 = "cl_khr_fp16" in ext
@@ -313,15 +314,30 @@ class _DeviceState:
         """``alloc`` of ``n`` bytes (``max(size * itemsize, 16)``, worked out by the caller once: dispatch.py)."""
         with self.lock:
             mem = self.pool.allocate(n)
-            pool = self.pool
-            # PyOpenCL's pool keeps every freed block for reuse and never gives one back: arrays of ever new
-            # sizes grew the process without bound (40 arrays of 10-400 MB, each freed: 6 GB held). Free
-            # blocks stay only while they are at most the bytes in use (a loop's next step reuses them) or
-            # _POOL_HELD_BYTES.
-            held = pool.managed_bytes - pool.active_bytes
-            if held > _POOL_HELD_BYTES and held > pool.active_bytes:
-                pool.free_held()
+            self._trim()
         return CLBuffer(mem, shape, dtype, self)
+
+    def alloc_plan(self, plan) -> list:
+        """``alloc_bytes`` of each ``(n, shape, dtype)`` of ``plan`` (``shape`` a tuple, ``dtype`` an ``np.dtype``:
+        a one-kernel executable's fresh buffers, ``dispatch.Executable._direct_call``; lock held), each
+        ``CLBuffer`` made without its ``__init__`` (~0.25 us of an eager launch's ~4)."""
+        allocate, new = self.pool.allocate, CLBuffer.__new__
+        out = []
+        for n, shape, dtype in plan:
+            b = new(CLBuffer)
+            b.mem, b.shape, b.dtype, b.owner, b.shared = allocate(n), shape, dtype, self, False
+            out.append(b)
+        self._trim()
+        return out
+
+    def _trim(self):
+        """PyOpenCL's pool keeps every freed block for reuse and never gives one back: arrays of ever new sizes
+        grew the process without bound (40 arrays of 10-400 MB, each freed: 6 GB held). Free blocks stay only while
+        they are at most the bytes in use (a loop's next step reuses them) or ``_POOL_HELD_BYTES`` (lock held)."""
+        pool = self.pool
+        held = pool.managed_bytes - pool.active_bytes
+        if held > _POOL_HELD_BYTES and held > pool.active_bytes:
+            pool.free_held()
 
     def upload(self, array) -> CLBuffer:
         a = np.asarray(array)

@@ -32,6 +32,14 @@ each (the eager jacobian sweep: docs/performance.md, "opencl:0 eager launches he
 launches are held the same way (an eager ``stack`` of 5,000 arrays: 50 launches of 100 inputs each, 5.7-6.5 ->
 2.7-3.0x numpy:0's process CPU with its tape, load 8); a larger launch lets the held ones go first.
 
+An executable of many small inputs (at least ``KEEP_BOUND_INPUTS``, ``KEEP_BOUND_BYTES`` in all: an eager
+``stack``'s concatenate of 5,000 arrays, 50 launches of 100 inputs) keeps the input buffers its last call bound
+(``_bound``): a call given the very same buffers again (compared by identity, in C) while no buffer of the device
+was taken over since (``_DeviceState.taken``) sets only its fresh buffers' arguments, since a ``cl.Kernel`` keeps
+its arguments (``stack``'s 5,000 ``set_arg`` calls, ~0.4 ms of its ~3 ms, and the per-input checks of ``_env``).
+The kept buffers stay alive until another call binds others (so no freed block is reused under a kept argument):
+hence the bound on their bytes.
+
 The in-order queue makes the arena safe without waiting: the next call's kernels write it after this
 call's have read it. A ``cl.Kernel`` holds its arguments, so setting the per-call ones and enqueueing
 is one step under the device's lock (two threads calling one executable take turns).
@@ -57,10 +65,14 @@ from fnarray.lowering.kernels.ir import BufferParam
 from fnarray.lowering.kernels.lowered import donated_must_copy, taken_over
 from fnarray.lowering.kernels.deferred import settled
 
-__all__ = ["Executable", "HELD_BYTES"]
+__all__ = ["Executable", "HELD_BYTES", "KEEP_BOUND_INPUTS", "KEEP_BOUND_BYTES"]
 
 #: Buffer memory all executables of one device may keep between calls (their arenas).
 HELD_BYTES = 128 << 20
+#: Inputs an executable needs at least to keep its last call's input bindings (see the module docstring) ...
+KEEP_BOUND_INPUTS = 32
+#: ... and the most bytes those inputs may hold in all (they stay alive until the next call binds others).
+KEEP_BOUND_BYTES = 256 << 10
 
 
 def _nbytes(spec) -> int:
@@ -72,7 +84,7 @@ def _bytes(shape, dtype) -> int:
 
 
 class _Step:
-    __slots__ = ("kernel", "gsize", "lsize", "dyn", "name", "source", "kept", "seen", "held")
+    __slots__ = ("kernel", "gsize", "lsize", "dyn", "name", "source", "kept", "seen", "held", "dyn_fresh")
 
 
 class Executable:
@@ -133,7 +145,9 @@ class Executable:
         self.outs = self._output_plan(sched, fresh, slot)
         self.nslots = len(slots)
         self._mark_kept(sched, slot)
-        self._direct = self._direct_plan()
+        self._bound = None          # (input buffers, state.taken) whose arguments the kernels hold, or None
+        self._keeps_bound = self._bound_plan(sched)
+        self._direct = None if self._keeps_bound else self._direct_plan()
         #: ``one(*bufs) -> buffer`` of a one-output executable (``placement.eager_direct``'s direct call)
         self.one = None if len(self.outs) != 1 else self._one if self._direct is None else self._direct_one
 
@@ -159,8 +173,22 @@ class Executable:
                 return None
         st = self.steps[0]
         held = math.prod(st.gsize) <= self.state.hold_items   # (a CPU device's small launch: _DeviceState.hold)
+        bound = {s for _, s in st.dyn}
+        if any(s not in bound for s in self.in_slots):
+            return None   # (an input no argument binds: ``__call__`` checks every input)
         return (st.kernel, st.gsize, st.lsize, [(i, at[s]) for i, s in st.dyn],
-                [(_bytes(shape, dt), tuple(shape), np.dtype(dt)) for _, shape, dt in self.fresh], outs, held)
+                [(_bytes(shape, dt), tuple(shape), np.dtype(dt)) for _, shape, dt in self.fresh],
+                outs[0] if len(outs) == 1 and type(outs[0]) is int else outs, held)
+
+    def _bound_plan(self, sched) -> bool:
+        """Whether calls keep their input bindings (the module docstring): at least ``KEEP_BOUND_INPUTS`` inputs of
+        at most ``KEEP_BOUND_BYTES`` in all, each input in its own slot (slots ``0..n-1``), none updated in place;
+        sets each step's ``dyn_fresh``, the per-call arguments that are not inputs (set at every call)."""
+        n = len(self.in_slots)
+        for st in self.steps:
+            st.dyn_fresh = [(i, s) for i, s in st.dyn if s >= n]
+        return (n >= KEEP_BOUND_INPUTS and not self.updated and self.in_slots == list(range(n))
+                and sum(_nbytes(a) for a in sched.inputs) <= KEEP_BOUND_BYTES)
 
     def _mark_kept(self, sched, slot):
         """Sets each step's ``kept``: the slots of the inputs of a layout copy (a ``"copy"`` launch: the tiled
@@ -226,16 +254,35 @@ class Executable:
         state = self.state
         enqueue = cl.enqueue_nd_range_kernel
         with state.lock:  # this executable's kernels may be shared with another thread: args + enqueue at once
-            env, copies = self._env(bufs)
+            bound = self._bound
+            if bound is not None and bound[1] == state.taken and bound[0] == (
+                    bufs if type(bufs) is tuple else tuple(bufs)):   # (identity, in C: buffers define no ``==``)
+                env, copies = self._env_bound(bufs), _NO_COPIES
+            else:
+                bound = None
+                self._bound = None   # (the kernels' arguments change now)
+                env, copies = self._env(bufs)
             for st in self._to_run(env):
                 knl = st.kernel
-                for i, s in st.dyn:
+                for i, s in st.dyn if bound is None else st.dyn_fresh:
                     knl.set_arg(i, env[s].mem)
                 if st.held:  # a small launch on a CPU device: held with the eager ones (``_DeviceState.hold``)
                     state.hold(knl, st.gsize, st.lsize)
                 else:
                     enqueue(state.queue, knl, st.gsize, st.lsize)
+            if bound is None and self._keeps_bound:
+                self._bound = (tuple(bufs), state.taken)
         return self._outputs(env, bufs, copies)
+
+    def _env_bound(self, bufs):
+        """``_env`` of a call whose input buffers are the last call's (``_bound``): checked then, none taken over
+        since; the fresh buffers from the pool (lock held)."""
+        env = list(bufs)
+        env += [None] * (self.nslots - len(env))
+        alloc = self.state.alloc
+        for s, shape, dt in self.fresh:
+            env[s] = alloc(shape, dt)
+        return env
 
     def _one(self, *bufs):
         return self(bufs)[0]
@@ -249,24 +296,25 @@ class Executable:
 
     def _direct_call(self, bufs):
         """``__call__`` of a one-kernel executable (``_direct_plan``): no slot list, no kept copies, no updated
-        inputs to copy; the fresh buffers straight from the pool (the eager jacobian sweep's 2,216 launches)."""
+        inputs to copy; the fresh buffers straight from the pool (the eager jacobian sweep's 2,216 launches), each
+        bound buffer's memory read once (a deferred value runs here, once)."""
         knl, gsize, lsize, binds, fresh, outs, held = self._direct
         state = self.state
         with state.lock:  # as __call__: arguments and enqueue at once
             env = list(bufs)
-            for b in env:
-                if b.mem is None:   # taken over by an in-place update (a deferred value runs here, once)
-                    raise taken_over(b)
             if fresh:
-                alloc = state.alloc_bytes
-                for n, shape, dt in fresh:
-                    env.append(alloc(n, shape, dt))
+                env += state.alloc_plan(fresh)
             for i, k in binds:
-                knl.set_arg(i, env[k].mem)
+                mem = env[k].mem
+                if mem is None:   # taken over by an in-place update (bound, NULL crashed the kernel)
+                    raise taken_over(env[k])
+                knl.set_arg(i, mem)
             if held:
                 state.hold(knl, gsize, lsize)
             else:
                 cl.enqueue_nd_range_kernel(state.queue, knl, gsize, lsize)
+        if type(outs) is int:   # (one output, a buffer of the call)
+            return [env[outs]]
         return [env[k] if type(k) is int else k for k in outs]
 
     def _env(self, bufs):
@@ -303,6 +351,7 @@ class Executable:
         # may use this executable's kernels or arena until these kernels have run.
         with state.lock:
             env, copies = self._env(bufs)
+            self._bound = None   # (its arguments set below)
             state.queue.finish()
             queue = state.profiling_queue()
             events = []
@@ -339,13 +388,18 @@ class Executable:
                 if b is None:
                     src = settled(bufs[v])   # (a deferred value's buffer, run by ``_env``)
                     b = type(src)(src.mem, src.shape, src.dtype, src.owner)
-                    src.mem = None
+                    with state.lock:
+                        src.mem = None
+                        state.taken += 1   # (kept bindings are checked again: ``_bound``)
                 out.append(b)
             elif kind == "const":
                 out.append(v)
             else:
                 out.append(state.alloc(v.shape, v.dtype))
         return out
+
+
+_NO_COPIES: dict = {}
 
 
 def _memory(buf):
