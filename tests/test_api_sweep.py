@@ -99,9 +99,10 @@ EAGER_ONLY = ("union1d",)  # results of a value-dependent length: JAX too comput
 @pytest.fixture(scope="module")
 def jax_results():
     """JAX's result of every case, keyed by name: one jitted program for all (compiling each of them on its own
-    took 12 s of CPU, one program 2 s)."""
+    took 12 s of CPU, one program 2 s, without LLVM's optimizations about half that)."""
     cases = [c for c in _all_cases() if c[0] not in EAGER_ONLY]
-    outs = jax.jit(lambda: [theirs(*args, **kwargs) for _, _, theirs, args, kwargs in cases])()
+    outs = jax.jit(lambda: [theirs(*args, **kwargs) for _, _, theirs, args, kwargs in cases]).lower().compile(
+        {"xla_backend_optimization_level": 0})()  # without LLVM's optimizations: half the compile's CPU time
     results = {c[0]: out for c, out in zip(cases, outs, strict=True)}
     results.update({c[0]: c[2](*c[3], **c[4]) for c in _all_cases() if c[0] in EAGER_ONLY})
     return results
@@ -188,9 +189,10 @@ def test_composites_on_every_device(device):
 
 def _grad_cases():
     """(name, fnarray function, JAX function, arguments, positions of the float array arguments) of the added
-    special functions, lax functions and structured matrices whose JAX version has a derivative there."""
+    special functions, lax functions and structured matrices whose JAX version has a derivative there (the
+    ``fnarray.numpy`` names have their rows in tests/test_grad_namespace.py)."""
     out = []
-    for name, ours, theirs, args, kwargs in _all_cases():
+    for name, ours, theirs, args, kwargs in _all_cases()[len(CASES):]:
         argnums = tuple(i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.dtype.kind == "f")
         if kwargs or not argnums or name.startswith(("top_k", "svd", "pinv", "logmeanexp", "logsumexp")):
             continue
@@ -220,9 +222,11 @@ def test_added_differentiable_names_grad_as_jax():
     ``jax.grad`` (one jitted JAX program for all; float32 at the sweep's ordinary points); where JAX gives NaN
     (``beta`` at negative non-integers: its ``betaln``'s derivative), against central differences."""
     cases = [c + (_weights(c[1], c[3]),) for c in _grad_cases()]
-    assert len(cases) >= 20, [c[0] for c in cases]
+    assert len(cases) >= 20, [c[0] for c in cases]  # 22 on JAX 0.10.2
+    # compiled without LLVM's optimizations (half the CPU time; the tolerance covers any change of rounding)
     want = jax.jit(lambda: [jax.grad(_weighted(theirs, jnp, w), argnums=argnums)(*args)
-                            for _, _, theirs, args, argnums, w in cases])()
+                            for _, _, theirs, args, argnums, w in cases]).lower().compile(
+        {"xla_backend_optimization_level": 0})()
     for (name, ours, _, args, argnums, w), w_jax in zip(cases, want, strict=True):
         with fa.default_device("numpy:0"):
             f = _weighted(ours, fnp, w)

@@ -334,7 +334,7 @@ GRAD_SPECS = [
     Spec("nanmedian", lambda m, x: m.nanmedian(m.where(x > 1.5, m.nan, x), axis=0), ((4, 3),), SPREAD(-2, 2)),
     Spec("polyadd", lambda m, p, q: m.polyadd(p, q), ((3,), (2,))),
     Spec("polysub", lambda m, p, q: m.polysub(p, q), ((2,), (4,))),
-    Spec("polymul", lambda m, p, q: m.polymul(p, q), ((3,), (2,)), second=True),
+    Spec("polymul", lambda m, p, q: m.polymul(p, q), ((3,), (2,))),
     Spec("polyder", lambda m, p: m.polyder(p, 2), ((4,),)),
     Spec("polyint", lambda m, p, k: m.polyint(p, 2, k), ((3,), (2,))),
     Spec("polyfit", lambda m, x, y, w: m.polyfit(x, y, 2, w=w), ((6,), (6,), (6,)), (SPREAD(-2, 2), STD, POS)),
