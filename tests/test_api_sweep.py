@@ -332,3 +332,59 @@ def test_custom_root_and_custom_linear_solve_match_jax():
         np.testing.assert_allclose(tangent, 0.5 / np.sqrt(2) + np.linalg.solve(mat, P).sum(), rtol=1e-5)
         with pytest.raises(TypeError, match="structure"):
             fa.lax.custom_root(lambda x: (x, x), np.float32(1), _newton(fa.lax, fa.grad), lambda g, y: y)
+
+
+def _grad_cases():
+    """(name, fnarray function, JAX function, arguments, positions of the float array arguments) of the added
+    special functions, lax functions and structured matrices whose JAX version has a derivative there (the
+    ``fnarray.numpy`` names have their rows in tests/test_grad_namespace.py)."""
+    out = []
+    for name, ours, theirs, args, kwargs in _all_cases()[len(CASES):]:
+        argnums = tuple(i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.dtype.kind == "f")
+        if kwargs or not argnums or name.startswith(("top_k", "svd", "pinv", "logmeanexp", "logsumexp")):
+            continue
+        try:
+            jax.eval_shape(jax.grad(lambda *xs, _f=theirs: jnp.sum(_f(*xs)), argnums=argnums), *args)
+        except Exception:  # JAX defines no derivative there (zeta's x, betainc's a and b, polygamma's order)
+            continue
+        out.append((name, ours, theirs, args, argnums))
+    return out
+
+
+def _weighted(fn, m, w):
+    """``sum(fn(*xs) * w)``: a scalar with a full gradient."""
+    return lambda *xs: m.sum(fn(*xs) * w)
+
+
+def _weights(ours, args):
+    """Cosines of the flat index in the output's shape, 0 where the value is infinite (constant there: JAX's
+    ``kl_div`` gives -1 from its ``- p + q``)."""
+    with fa.default_device("numpy:0"):
+        value = np.asarray(ours(*args))
+    return (np.cos(np.arange(value.size)).reshape(value.shape) * np.isfinite(value)).astype(value.dtype)
+
+
+def test_added_differentiable_names_grad_as_jax():
+    """``grad`` of a weighted sum of each added special function, lax function and structured matrix against
+    ``jax.grad`` (one jitted JAX program for all; float32 at the sweep's ordinary points); where JAX gives NaN
+    (``beta`` at negative non-integers: its ``betaln``'s derivative), against central differences."""
+    cases = [c + (_weights(c[1], c[3]),) for c in _grad_cases()]
+    assert len(cases) >= 20, [c[0] for c in cases]  # 22 on JAX 0.10.2
+    # compiled without LLVM's optimizations (half the CPU time; the tolerance covers any change of rounding)
+    want = jax.jit(lambda: [jax.grad(_weighted(theirs, jnp, w), argnums=argnums)(*args)
+                            for _, _, theirs, args, argnums, w in cases]).lower().compile(
+        {"xla_backend_optimization_level": 0})()
+    for (name, ours, _, args, argnums, w), w_jax in zip(cases, want, strict=True):
+        with fa.default_device("numpy:0"):
+            f = _weighted(ours, fnp, w)
+            got = fa.grad(f, argnums=argnums)(*args)
+            for i, g, wj in zip(argnums, got, w_jax, strict=True):
+                wj = np.array(wj)
+                nan = np.isnan(wj)
+                for k in np.flatnonzero(nan):
+                    step = np.zeros_like(args[i])
+                    step.flat[k] = 1e-2
+                    hi, lo = (list(args[:i]) + [args[i] + s] + list(args[i + 1:]) for s in (step, -step))
+                    wj.flat[k] = (float(f(*hi)) - float(f(*lo))) / 2e-2
+                np.testing.assert_allclose(np.asarray(g), wj, rtol=2e-3 if nan.any() else 2e-4, atol=2e-5,
+                                           err_msg=f"{name}: argument {i}")

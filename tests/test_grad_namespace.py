@@ -323,6 +323,31 @@ GRAD_SPECS = [
          AWAY(-2, 2, 0.2)),
     Spec("gradient", lambda m, x: m.gradient(x, 0.5, axis=1), ((2, 4),)),
     Spec("gradient[coordinates]", lambda m, x, c: m.gradient(x, m.cumsum(c * c + 0.5), axis=0), ((4, 2), (4,))),
+    # ---------------------------------------------------------------- the twenty-fifth session's composites
+    # (_composites, _polynomial, _nan_quantiles); NaNs come from where(x > 1.5, nan, x), as nanvar's row
+    Spec("nanquantile", lambda m, x, q: m.nanquantile(m.where(x > 1.5, m.nan, x), q, axis=1), ((2, 5), (2,)),
+         (SPREAD(-2, 2), U(0.05, 0.95))),
+    Spec("nanquantile[nearest, keepdims]", lambda m, x: m.nanquantile(m.where(x > 1.5, m.nan, x), 0.4, axis=0,
+                                                                      method="nearest", keepdims=True),
+         ((5, 2),), SPREAD(-2, 2)),
+    Spec("nanpercentile[midpoint]", lambda m, x: m.nanpercentile(m.where(x > 1.5, m.nan, x), 30.0, axis=1,
+                                                                 method="midpoint"), ((2, 5),), SPREAD(-2, 2)),
+    Spec("nanmedian", lambda m, x: m.nanmedian(m.where(x > 1.5, m.nan, x), axis=0), ((4, 3),), SPREAD(-2, 2)),
+    Spec("polyadd", lambda m, p, q: m.polyadd(p, q), ((3,), (2,))),
+    Spec("polysub", lambda m, p, q: m.polysub(p, q), ((2,), (4,))),
+    Spec("polymul", lambda m, p, q: m.polymul(p, q), ((3,), (2,))),
+    Spec("polyder", lambda m, p: m.polyder(p, 2), ((4,),)),
+    Spec("polyint", lambda m, p, k: m.polyint(p, 2, k), ((3,), (2,))),
+    Spec("polyfit", lambda m, x, y, w: m.polyfit(x, y, 2, w=w), ((6,), (6,), (6,)), (SPREAD(-2, 2), STD, POS)),
+    Spec("ediff1d", lambda m, x, e: m.ediff1d(x, to_end=e, to_begin=0.5), (S, (2,))),
+    Spec("unwrap", lambda m, x: m.unwrap(4 * x, axis=0), ((4, 2),), NONINT(-2, 2)),
+    Spec("resize", lambda m, x: m.resize(x, (4, 2)), (S,)),
+    Spec("choose", lambda m, x, y: m.choose(np.array([[0, 2, 4], [-1, 1, 2]]), [x, y, m.sin(x)], mode="wrap"),
+         (S, (3,))),
+    Spec("put_along_axis", lambda m, x, v: m.put_along_axis(x, np.array([[2], [0]]), v, 1, inplace=False),
+         (S, (2, 1))),
+    Spec("fromfunction", lambda m, x: m.fromfunction(lambda i, j: x * i + m.sin(x) * j, (2, 3)), ((),)),
+    Spec("apply_over_axes", lambda m, x: m.apply_over_axes(m.sum, x, (0, 2)), ((2, 3, 2),)),
 ]
 
 # Aliases that are the same function object as a name in the table (checked, not re-run).
@@ -360,8 +385,8 @@ NOT_DIFFERENTIABLE = {
         "_rsqrt_method"),
     "integer result, dtype aliases (twenty-fifth session)": "bitwise_count cdouble complex_ csingle double float_ int_ "
                                                              "single uint",
-    "new in the twenty-fifth session: values tested against JAX in test_api_sweep.py, grad rows owed": (
-        "apply_over_axes choose ediff1d fromfunction intersect1d nanmedian nanpercentile nanquantile polyadd polyder polyfit polyint polymul polysub put_along_axis resize setdiff1d setxor1d union1d unwrap"),
+    "set operations: the result's values are picked by comparisons between the inputs (test_vmap_namespace.py "
+    "and test_api_sweep.py check the picks)": "intersect1d setdiff1d setxor1d union1d",
 }
 
 

@@ -54,7 +54,7 @@ _BINARY = ["betaln", "gammainc", "gammaincc", "xlogy", "xlog1py", "zeta"]
 _TERNARY = ["betainc"]
 _REDUCTIONS = ["logsumexp", "softmax", "log_softmax"]
 # Accurate in absolute terms where the result crosses zero (lgamma's zeros at 1 and 2) or is a probability.
-_ABSOLUTE = {"gammaln", "betaln", "betainc", "gammainc", "gammaincc"}
+_ABSOLUTE = {"gammaln", "betaln", "betainc", "gammainc", "gammaincc", "loggamma"}
 _RTOL = {F32: 5e-5, F64: 1e-9}
 
 # Where fnarray keeps another value than SciPy on purpose, each with the reason (the docstrings say so too).
@@ -68,6 +68,16 @@ _DEVIATIONS = {
                "comparison that catches the pole"),
     "i0": (lambda x: np.isinf(x), "I0(+-inf) = inf, the limit (SciPy's Cephes gives NaN); the finite edges agree"),
     "i1": (lambda x: np.isinf(x), "I1(+-inf) = +-inf, the limit (SciPy's Cephes gives NaN); the finite edges agree"),
+    "beta": (lambda a, b: np.isnan(a) | np.isnan(b) | np.signbit(a) | np.signbit(b),
+             "negative arguments take gammasgn and betaln (NaN where two poles meet; SciPy takes limits: beta(1, -2) = "
+             "-0.5); -0 keeps the sign of gamma(-0) = -inf (SciPy: beta(-0, 1) = inf); NaN stays NaN (SciPy: "
+             "beta(0, nan) = inf)"),
+    "comb": (lambda n, k: np.isposinf(n) & (k >= 20),
+             "comb(inf, k) = inf for every integer k >= 1, the limit (SciPy: NaN from k = 20)"),
+    "poch": (lambda z, m: np.isinf(z) | (z < 0) & (z == np.floor(z)) & (np.abs(m) < 1e-20),
+             "poch(+-inf, m): the limits (inf for m > 0, 0 for m < 0; NaN for z = -inf), where SciPy gives NaN for "
+             "some m; at a negative-integer z and a tiny non-integer m, 0 as for any non-integer m (SciPy: NaN "
+             "below |m| ~ 1e-10)"),
     "zeta": (lambda x, q: np.isposinf(x) & (q > 1),
              "zeta(inf, q > 1) = 0, the limit (SciPy gives NaN); zeta(inf, inf) stays NaN (inf ** -inf, where SciPy "
              "gives 0)"),
@@ -77,10 +87,12 @@ _DEVIATIONS = {
 # Functions of an integer order (``polygamma(n, x)``, ``multigammaln(a, d)``): their float argument's edges are
 # tested beside SciPy in tests/test_scipy.py, order by order.
 _INTEGER_ORDER = ["polygamma", "multigammaln"]
-# Composed from the functions above (twenty-fifth session, s25b-apisweep), tested against JAX in
-# tests/test_api_sweep.py; their rows at the edges are owed (docs/internals.md).
-_COMPOSED = ["gamma", "gammasgn", "loggamma", "beta", "factorial", "comb", "poch", "rel_entr", "kl_div", "boxcox",
-             "boxcox1p"]
+# Composed from the functions above (twenty-fifth session, s25b-apisweep; values at ordinary points against JAX in
+# tests/test_api_sweep.py): their edges in float64 on numpy:0 (the building blocks' edges run on every device above,
+# and the composites' own code is the same program on every backend).
+_COMPOSED_UNARY = ["gamma", "gammasgn", "loggamma", "factorial"]
+_COMPOSED_BINARY = ["beta", "comb", "poch", "rel_entr", "kl_div", "boxcox", "boxcox1p"]
+_COMPOSED = _COMPOSED_UNARY + _COMPOSED_BINARY
 
 
 def test_every_special_function_is_in_the_edge_table():
@@ -147,6 +159,20 @@ def test_binary_special_functions_at_their_edges(device, name, dt):
     q = _grid_points(dt)
     a, b = (v.ravel() for v in np.meshgrid(q, q, indexing="ij"))
     _check(name, device, dt, [a, b], getattr(ss, name))
+
+
+@pytest.mark.enable_x64
+@pytest.mark.parametrize("name", _COMPOSED)
+def test_composed_special_functions_at_their_edges(name):
+    """Zeros of both signs, poles (0, negative integers), +-inf, NaN, 1e-30 against SciPy in float64 (the
+    binary ones on the grid of every pair)."""
+    dev = fa.devices("numpy")[0]
+    if name in _COMPOSED_UNARY:
+        _check(name, dev, F64, [np.concatenate([_points(F64), [-2.5, -30.5, 171.0, 172.0, 1e-300]])],
+               getattr(ss, name))
+        return
+    q = np.array([0.0, -0.0, 1e-30, 0.5, 1.0, 2.0, 3.0, 30.0, np.inf, -np.inf, np.nan, -1.0, -2.0, -0.5, -2.5])
+    _check(name, dev, F64, [v.ravel() for v in np.meshgrid(q, q, indexing="ij")], getattr(ss, name))
 
 
 @pytest.mark.parametrize("dt", [F32, F64], ids=["float32", "float64"])

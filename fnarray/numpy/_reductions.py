@@ -788,7 +788,9 @@ def median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
     return _quantile("median", a, 0.5, axis, out, "linear", keepdims, scale=1)
 
 
-def _quantile(name, a, q, axis, out, method, keepdims, scale):
+def _quantile(name, a, q, axis, out, method, keepdims, scale, ignore_nan=False):
+    """``quantile``'s body; with ``ignore_nan`` (``nanquantile``), each slice's position counts only its
+    values that are not NaN (the sort puts NaNs last), and a slice of only NaNs gives NaN."""
     x = _prep(name, a, out)
     _reject_complex(name, x)
     if method not in _QUANTILE_METHODS:
@@ -813,42 +815,72 @@ def _quantile(name, a, q, axis, out, method, keepdims, scale):
     xt = lax.reshape(lax.transpose(x, keep + list(axes)), rest + (n,))
     srt = lax.sort(xt, dimension=len(rest))
     qf = lax.reshape(qa, (math.prod(q_shape),))
-    pos = lax.mul(qf, _scalar(n - 1, d))
+    batch_shape = qf.shape + rest
+    if ignore_nan:
+        valid = lax.reduce_sum(_convert(lax.bitwise_not(_isnan(xt)), d), (len(rest),))
+        last = lax.max(lax.sub(valid, _full(rest, 1, d)), _full(rest, 0, d))
+        pos = lax.mul(lax.broadcast_in_dim(qf, batch_shape, (0,)),
+                      lax.broadcast_in_dim(last, batch_shape, tuple(range(1, 1 + len(rest)))))
+        srt_b = lax.broadcast_in_dim(srt, qf.shape + srt.shape, tuple(range(1, 1 + srt.ndim)))
+
+        def take(idx_f):
+            idx = lax.convert_element_type(idx_f, dtypes.int32)
+            return _take_last(srt_b, idx)
+
+        def along(v):
+            return v
+    else:
+        pos = lax.mul(qf, _scalar(n - 1, d))
+
+        def take(idx_f):
+            idx = lax.convert_element_type(idx_f, dtypes.int32)
+            return lax.gather(srt, lax.reshape(idx, idx.shape + (1,)), (len(rest),))
+
+        def along(v):
+            return lax.broadcast_in_dim(v, batch_shape, (0,))
+    res = _interpolate(method, take, pos, along, batch_shape, d)
+    if ignore_nan:
+        none = lax.eq(valid, _full(rest, 0, d))
+        missing = lax.broadcast_in_dim(none, batch_shape, tuple(range(1, 1 + len(rest))))
+    else:
+        last = lax.slice_in_dim(srt, n - 1, n, axis=len(rest))
+        missing = lax.broadcast_in_dim(lax.reshape(_isnan(last), rest), batch_shape, tuple(range(1, 1 + len(rest))))
+    res = _select(missing, np.nan, res)
+    return lax.reshape(_convert(res, d_out), out_shape)
+
+
+def _take_last(srt_b, idx):
+    """``srt_b[..., idx[...]]``: one element of each slice of the last axis (``take_along_axis``)."""
+    from fnarray.numpy._indexing import take_along_axis
+    return lax.reshape(take_along_axis(srt_b, lax.reshape(idx, idx.shape + (1,)), axis=-1), idx.shape)
+
+
+def _interpolate(method, take, pos, along, batch_shape, d):
+    """The quantile between the sorted values at ``floor(pos)`` and ``ceil(pos)`` by ``method``; ``take`` reads
+    the sorted values at positions, ``along`` broadcasts a position-shaped array to ``batch_shape``."""
     lo_f = lax.floor(pos)
     hi_f = lax.ceil(pos)
-
-    def take(idx_f):
-        idx = lax.convert_element_type(idx_f, dtypes.int32)
-        return lax.gather(srt, lax.reshape(idx, idx.shape + (1,)), (len(rest),))
-
-    batch_shape = qf.shape + rest
     if method == "lower":
-        res = take(lo_f)
-    elif method == "higher":
-        res = take(hi_f)
-    elif method == "nearest":
-        res = take(lax.round(pos))
+        return take(lo_f)
+    if method == "higher":
+        return take(hi_f)
+    if method == "nearest":
+        return take(lax.round(pos))
+    lo, hi = take(lo_f), take(hi_f)
+    if method == "midpoint":
+        half = _full(batch_shape, 0.5, d)
+        t = _select(along(lax.eq(lo_f, hi_f)), 0.0, half)
     else:
-        lo, hi = take(lo_f), take(hi_f)
-        if method == "midpoint":
-            t = _full(batch_shape, 0.5, d)
-            t = _select(lax.broadcast_in_dim(lax.eq(lo_f, hi_f), batch_shape, (0,)), 0.0, t)
-        else:
-            t = lax.broadcast_in_dim(lax.sub(pos, lo_f), batch_shape, (0,))
-        res = lax.add(lo, lax.mul(lax.sub(hi, lo), t))
-        # Between an infinity and anything, the weighted form keeps the infinity (hi - lo is inf or NaN).
-        one_minus_t = lax.sub(_full(batch_shape, 1, d), t)
-        weighted = lax.add(lax.mul(lo, one_minus_t), lax.mul(hi, t))
-        infinite = lax.bitwise_not(lax.bitwise_and(lax.is_finite(lo), lax.is_finite(hi)))
-        res = _select(infinite, weighted, res)
-        # Exact positions (t == 0) keep their value, infinities included. Equal finite neighbours give it
-        # exactly (hi - lo is 0) and share the derivative as JAX's (1 - t, t): the median of a tie has 1/2 each.
-        res = _select(lax.eq(t, lax.zeros_like(t)), lo, res)
-    last = lax.slice_in_dim(srt, n - 1, n, axis=len(rest))
-    has_nan = lax.broadcast_in_dim(lax.reshape(_isnan(last), rest), batch_shape,
-                                   tuple(range(1, 1 + len(rest))))
-    res = _select(has_nan, np.nan, res)
-    return lax.reshape(_convert(res, d_out), out_shape)
+        t = along(lax.sub(pos, lo_f))
+    res = lax.add(lo, lax.mul(lax.sub(hi, lo), t))
+    # Between an infinity and anything, the weighted form keeps the infinity (hi - lo is inf or NaN).
+    one_minus_t = lax.sub(_full(batch_shape, 1, d), t)
+    weighted = lax.add(lax.mul(lo, one_minus_t), lax.mul(hi, t))
+    infinite = lax.bitwise_not(lax.bitwise_and(lax.is_finite(lo), lax.is_finite(hi)))
+    res = _select(infinite, weighted, res)
+    # Exact positions (t == 0) keep their value, infinities included. Equal finite neighbours give it
+    # exactly (hi - lo is 0) and share the derivative as JAX's (1 - t, t): the median of a tie has 1/2 each.
+    return _select(lax.eq(t, lax.zeros_like(t)), lo, res)
 
 
 # ----------------------------------------------------------------------------- logsumexp

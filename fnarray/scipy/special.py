@@ -1318,7 +1318,8 @@ def _as_floats(*xs):
 
 def gammasgn(x):
     """The sign of the gamma function (``scipy.special.gammasgn``): 1 for ``x > 0``, ``(-1)**ceil(-x)`` for
-    negative non-integers, NaN at the poles (0 and the negative integers) and for NaN.
+    negative non-integers, the zero's sign at ``+-0`` (``gamma(+-0) = +-inf``), NaN at the negative integers and
+    for NaN.
 
     Args:
       x: a real array.
@@ -1331,8 +1332,8 @@ def gammasgn(x):
     (x,) = _as_floats(x)
     floor_x = fnp.floor(x)
     neg = fnp.where(fnp.mod(floor_x, 2) == 0, 1.0, -1.0)
-    sign = fnp.where(x > 0, 1.0, neg)
-    return fnp.astype(fnp.where((x <= 0) & (x == floor_x), fnp.nan, sign), x.dtype)
+    sign = fnp.where(x > 0, 1.0, fnp.where(x == 0, fnp.copysign(1.0, x), neg))
+    return fnp.astype(fnp.where(((x < 0) & (x == floor_x)) | fnp.isnan(x), fnp.nan, sign), x.dtype)
 
 
 def gamma(x):
@@ -1373,7 +1374,9 @@ def beta(a, b):
       a, b: real arrays, broadcast together.
     Returns:
       the broadcast shape and promoted floating dtype; the sign from ``gammasgn`` of the three arguments,
-        the magnitude ``exp(betaln(a, b))``.
+        the magnitude ``exp(betaln(a, b))``: ``inf`` at a zero of either sign with that zero's sign (``gamma(-0)`` is
+        ``-inf``; SciPy gives ``+inf``), NaN where two poles meet at negative integers (SciPy takes the limit:
+        ``beta(1, -2) = -0.5``) and for NaN.
     Raises:
       TypeError or DTypeError for arguments that are not real arrays or scalars (from the functions used).
     """
@@ -1402,7 +1405,8 @@ def factorial(n, exact=False):
 
 def comb(N, k, *, repetition=False):
     """The number of combinations of ``N`` things taken ``k`` at a time (``scipy.special.comb``, not exact):
-    ``exp(gammaln(N + 1) - gammaln(k + 1) - gammaln(N - k + 1))``; 0 where ``k > N``, ``N < 0`` or ``k < 0``.
+    ``exp(gammaln(N + 1) - gammaln(k + 1) - gammaln(N - k + 1))``; 0 unless ``0 <= k <= N`` (so 0 for NaN, as
+    SciPy); ``comb(inf, k)`` is 1 for ``k == 0`` and ``inf`` for a positive integer ``k``.
 
     Args:
       N, k: real arrays, broadcast together. repetition: count with repetition (``comb(N + k - 1, k)``).
@@ -1416,11 +1420,17 @@ def comb(N, k, *, repetition=False):
     if repetition:
         return comb(N + k - 1, k)
     val = fnp.exp(gammaln(N + 1) - gammaln(k + 1) - gammaln(N - k + 1))
-    return fnp.where((k > N) | (N < 0) | (k < 0), 0.0, val).astype(val.dtype)
+    val = fnp.where(fnp.isposinf(N) & fnp.isfinite(k) & (k == fnp.floor(k)), fnp.where(k == 0, 1.0, fnp.inf), val)
+    return fnp.where((k <= N) & (N >= 0) & (k >= 0), val, 0.0).astype(val.dtype)
 
 
 def poch(z, m):
     """The Pochhammer symbol (rising factorial) ``Γ(z + m) / Γ(z)`` (``scipy.special.poch``); 1 for ``m == 0``.
+
+    At the poles, as SciPy: for ``z`` a non-positive integer and an integer ``m``, the limit
+    ``(-1)**m Γ(1 - z) / Γ(1 - z - m)`` (``poch(0, -1) = -1``; also where a tiny ``z`` plus an integer ``m``
+    rounds onto a pole: ``poch(1e-30, -1) = -1``), 0 for a non-integer ``m``; ``inf`` where only ``z + m`` is a
+    pole; for ``z = inf``, the limits ``inf`` for ``m > 0`` and 0 for ``m < 0`` (SciPy gives NaN for some).
 
     Args:
       z, m: real arrays, broadcast together.
@@ -1431,13 +1441,31 @@ def poch(z, m):
     """
     fnp = _fnp()
     z, m = _as_floats(z, m)
-    val = gammasgn(z + m) * gammasgn(z) * fnp.exp(gammaln(z + m) - gammaln(z))
+    zm = z + m
+    val = gammasgn(zm) * gammasgn(z) * fnp.exp(gammaln(zm) - gammaln(z))
+    z_pole, zm_pole = _pole(z), _pole(zm)
+    m_int = fnp.isfinite(m) & (m == fnp.floor(m))
+    # (-1)**m Γ(1 - z) / Γ(1 - z - m) for an integer m: the limit where z is a pole, and the value where z + m
+    # rounded onto a pole (z tiny) unless 1 - z is one too (z a positive integer: a true pole, inf)
+    reflect = m_int & (z_pole | zm_pole & ~_pole(1.0 - z))
+    r = fnp.where(reflect, 1.0 - z, 2.0)  # elsewhere 2 - 0: finite, so that no NaN reaches the gradient
+    mr = fnp.where(reflect, m, 0.0)
+    sign = fnp.where(fnp.mod(mr, 2) == 0, 1.0, -1.0)
+    reflected = fnp.where(_pole(r - mr), 0.0, sign * gammasgn(r - mr) * fnp.exp(gammaln(r) - gammaln(r - mr)))
+    val = fnp.where(reflect, reflected, fnp.where(z_pole, 0.0, fnp.where(zm_pole, fnp.inf, val)))
+    val = fnp.where(fnp.isposinf(z) & fnp.isfinite(m), fnp.where(m > 0, fnp.inf, 0.0), val)
     return fnp.where(m == 0, 1.0, val).astype(val.dtype)
+
+
+def _pole(x):
+    """Where ``x`` is a pole of the gamma function: 0 or a negative integer."""
+    fnp = _fnp()
+    return (x <= 0) & (x == fnp.floor(x)) & fnp.isfinite(x)
 
 
 def rel_entr(p, q):
     """The elementwise relative entropy (``scipy.special.rel_entr``): ``p log(p / q)`` for ``p, q > 0``, 0 for
-    ``p == 0, q >= 0``, ``inf`` otherwise; summed it is the KL divergence.
+    ``p == 0, q >= 0``, ``inf`` otherwise, NaN where either is NaN (SciPy's cases); summed it is the KL divergence.
 
     Args:
       p, q: real arrays, broadcast together.
@@ -1450,12 +1478,15 @@ def rel_entr(p, q):
     p, q = _as_floats(p, q)
     both = (p > 0) & (q > 0)
     val = xlogy(p, fnp.where(both, p, 1.0)) - xlogy(p, fnp.where(both, q, 1.0))
-    return fnp.where(both, val, fnp.where((p == 0) & (q >= 0), 0.0, fnp.inf)).astype(val.dtype)
+    val = fnp.where(fnp.isposinf(p), fnp.where(fnp.isposinf(q), fnp.nan, fnp.inf), val)  # inf - inf above
+    val = fnp.where(both, val, fnp.where((p == 0) & (q >= 0), 0.0, fnp.inf))
+    return fnp.where(fnp.isnan(p) | fnp.isnan(q), fnp.nan, val).astype(val.dtype)
 
 
 def kl_div(p, q):
     """The elementwise KL divergence term (``scipy.special.kl_div``): ``p log(p / q) - p + q`` for ``p, q > 0``,
-    ``q`` for ``p == 0, q >= 0``, ``inf`` otherwise.
+    ``q`` for ``p == 0, q >= 0``, ``inf`` otherwise, NaN where either is NaN (SciPy's cases: ``kl_div(1, inf)`` is
+    ``-inf + inf``, NaN).
 
     Args:
       p, q: real arrays, broadcast together.
@@ -1467,12 +1498,14 @@ def kl_div(p, q):
     fnp = _fnp()
     p, q = _as_floats(p, q)
     r = rel_entr(p, q)
-    return fnp.where(fnp.isinf(r), r, r - p + q)
+    val = fnp.where((p > 0) & (q > 0), r - p + q, fnp.where((p == 0) & (q >= 0), q, fnp.inf))
+    return fnp.where(fnp.isnan(p) | fnp.isnan(q), fnp.nan, val).astype(r.dtype)
 
 
 def boxcox(x, lmbda):
     """The Box-Cox transformation (``scipy.special.boxcox``): ``(x**lmbda - 1) / lmbda``, ``log(x)`` at
-    ``lmbda == 0``; computed as ``expm1(lmbda * log(x)) / lmbda``.
+    ``|lmbda| < 1e-19`` (as SciPy: ``(x**lmbda - 1) / lmbda`` equals ``log(x)`` there to rounding, except
+    at ``x = 0``, where SciPy's ``-inf`` is kept); computed as ``expm1(lmbda * log(x)) / lmbda``.
 
     Args:
       x, lmbda: real arrays, broadcast together.
@@ -1505,5 +1538,6 @@ def boxcox1p(x, lmbda):
 
 def _box(logx, lmbda):
     fnp = _fnp()
-    safe = fnp.where(lmbda == 0, 1.0, lmbda)
-    return fnp.where(lmbda == 0, logx, fnp.expm1(lmbda * logx) / safe)
+    tiny = fnp.abs(lmbda) < 1e-19
+    safe = fnp.where(tiny, 1.0, lmbda)
+    return fnp.where(tiny, logx, fnp.expm1(lmbda * logx) / safe)
