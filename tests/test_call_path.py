@@ -297,6 +297,39 @@ def test_a_hot_call_takes_few_python_calls():
     assert len(calls) <= 5, calls  # the lambda, __call__, ...
 
 
+def test_a_traced_operation_takes_few_python_calls():
+    """Counted, not timed: what tracing costs an operation of the namespace (issue 28: a jitted loop whose shapes
+    grow traces each new shape, so its first pass is mostly this). Each operation binds each of its equations
+    once (one ``bind`` and one ``process_primitive`` an equation), and the Python calls an
+    operation stays within bounds: main before the twenty-sixth session read 24 (``exp``), 46 (a broadcasting
+    ``-``), 22 (``@``) and 104 (``x - x.sum(axis=-1, keepdims=True)``); 16, 21, 9 and 50 after."""
+    from fnarray.core.builder import trace_to_program
+    from fnarray.core.shaped import ShapedArray
+
+    n = 10
+    f32 = np.dtype(np.float32)
+    a, b, r = ShapedArray((4, 8), f32), ShapedArray((8, 8), f32), ShapedArray((4, 1), f32)
+    cases = {  # name: (operation, its second operand, equations an operation, bound on Python calls an operation)
+        "exp": (lambda x, y: fnp.exp(x), a, 1, 17),
+        "broadcasting -": (lambda x, y: x - y, r, 2, 23),
+        "@": (lambda x, y: x @ y, b, 1, 10),
+        "softmax's shift": (lambda x, y: x - x.sum(axis=-1, keepdims=True), a, 4, 54),
+    }
+    for name, (op, other, eqns, bound) in cases.items():
+        def chain(x, y, op=op):
+            for _ in range(n):
+                x = op(x, y)
+            return [x]
+        trace_to_program(chain, [a, other])
+        calls = python_calls(lambda: trace_to_program(chain, [a, other]))   # noqa: B023 (called at once)
+        bare = python_calls(lambda: trace_to_program(lambda x, y: [x], [a, other]))   # noqa: B023
+        prog, _ = trace_to_program(chain, [a, other])
+        assert len(prog.eqns) == n * eqns, (name, prog)
+        assert calls.count("bind") == calls.count("process_primitive") == n * eqns, (name, calls)
+        per_op = (len(calls) - len(bare)) / n
+        assert per_op <= bound, (name, per_op, calls)
+
+
 # ------------------------------------------------- the hot path with static arguments, donation, modules, device=
 
 def _counting_trace(monkeypatch, f):

@@ -24,6 +24,28 @@ def _count_webgpu(monkeypatch, count):
     monkeypatch.setattr(dispatch.Runner, "__call__", counting)
 
 
+def _count_bind_groups(monkeypatch, device) -> list:
+    """``[bind groups made since zeroed, whether counted]``: webgpu:0's ``wgpuDeviceCreateBindGroup`` calls where it
+    records through wgpu-native's C functions (``native.Native`` reads its ``lib`` at each call); ``[0, False]``
+    elsewhere."""
+    calls = getattr(getattr(device.impl, "gpu", None), "calls", None)
+    made = [0, bool(getattr(calls, "native", False))]
+    if made[1]:
+        lib = calls.lib
+
+        class Counting:
+            def __getattr__(self, name):
+                if name != "wgpuDeviceCreateBindGroup":
+                    return getattr(lib, name)
+
+                def create(*args):
+                    made[0] += 1
+                    return lib.wgpuDeviceCreateBindGroup(*args)
+                return create
+        monkeypatch.setattr(calls, "lib", Counting())
+    return made
+
+
 def _count_opencl(monkeypatch, count):
     import pyopencl as cl
     enqueue = cl.enqueue_nd_range_kernel
@@ -133,22 +155,29 @@ def test_jacobian_launches_per_call(launches):
 def test_eager_decode_steps_replay_their_tapes(launches, monkeypatch):
     """``eager_programs="tapes"``: a key's second call records its tape (the eager executables its general path
     ran), its later calls replay it; no key gets a program, and a kernel backend compiles nothing for either.
-    Three passes of two decode steps whose cache grows a row a step (every step's calls new keys): the second pass
+    Four passes of two decode steps whose cache grows a row a step (every step's calls new keys): the second pass
     records, the third replays, both with the first pass's launches, no lowering after the first pass, and the
-    first pass's bits (NumPy float64's softmax attention within rounding)."""
+    first pass's bits (NumPy float64's softmax attention within rounding). On webgpu:0 a fourth pass of replays
+    makes no bind group (the kept ones: ``dispatch.KEPT_GROUPS``; a cache uploaded anew each pass would make one,
+    its first concatenation's) and submits only at its two readbacks, not per launch (the open command encoder:
+    ``dispatch.BATCH_LAUNCHES``)."""
     from fnarray.transforms import eager_jit
     device, count = launches
     assert device.impl.capabilities(device).eager_programs == "tapes"
     fresh_eager_keys(monkeypatch)
     lowered = count_lowerings(monkeypatch, device)
+    made = _count_bind_groups(monkeypatch, device)
     step = decode_step(fnp)
     rng = np.random.default_rng(3)
     q0, row0 = rng.standard_normal((1, 8)).astype(np.float32), rng.standard_normal((1, 8)).astype(np.float32)
     q, row = fa.device_put(q0, device), fa.device_put(row0, device)
-    passes = []
-    for _ in range(3):
+    passes, api = [], []
+    start = fa.device_put(np.zeros((1, 8), np.float32), device)   # each pass's first cache: the same buffer
+    for _ in range(4):
+        gpu = getattr(device.impl, "gpu", None)
+        submits, made[0] = gpu.submits if gpu is not None else 0, 0
         info, n_lowered, count[0] = eager_jit.cache_info(), len(lowered), 0
-        cache = fa.device_put(np.zeros((1, 8), np.float32), device)
+        cache = start
         outs = []
         for _ in range(2):
             cache, out = step(cache, q, row)
@@ -156,8 +185,11 @@ def test_eager_decode_steps_replay_their_tapes(launches, monkeypatch):
         after = eager_jit.cache_info()
         passes.append((count[0], len(lowered) - n_lowered, after["tapes"] - info["tapes"], after["made"] - info["made"],
                        [o.tobytes() for o in outs]))
-    (n1, _, tapes1, _, bits1), (n2, low2, tapes2, made2, bits2), (n3, low3, tapes3, made3, bits3) = passes
-    assert n1 == n2 == n3 and low2 == low3 == 0 and made2 == made3 == 0, passes
+        api.append((made[0], gpu.submits - submits if gpu is not None else 0))
+    (n1, _, tapes1, _, bits1), (n2, low2, tapes2, made2, bits2), (n3, low3, tapes3, made3, bits3) = passes[:3]
+    assert n1 == n2 == n3 == passes[3][0] and low2 == low3 == 0 and made2 == made3 == 0, passes
+    if made[1]:   # webgpu:0 recording through wgpu-native's C functions (native.Native)
+        assert api[3] == (0, 2), api   # no bind group made; one submit at each of the pass's two readbacks
     assert tapes1 == 0 and tapes2 >= 2 * 5 and tapes3 == 0, (tapes1, tapes2, tapes3)   # 5+ keys a step
     assert bits1 == bits2 == bits3
     c0 = np.concatenate([np.zeros((1, 8)), np.repeat(row0.astype(np.float64), 2, 0)])

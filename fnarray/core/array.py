@@ -9,6 +9,8 @@ import (docs/design.md: ``core/`` defines hooks that upper layers fill), so that
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from fnarray.core.errors import ConcretizationError, not_initialized
@@ -95,17 +97,12 @@ class Array:
     __array_priority__ = 100
 
     # Properties --------------------------------------------------------------
-    @property
-    def shape(self) -> tuple:
-        return self.aval.shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.aval.dtype
-
-    @property
-    def weak_type(self) -> bool:
-        return self.aval.weak_type
+    # (read through C getters, no Python frame: the namespace functions read them of every operand, of tracers
+    # too, ~15 reads a traced decode step; issue 28)
+    shape = property(operator.attrgetter("aval.shape"), doc="The shape, a tuple of ints.")
+    dtype = property(operator.attrgetter("aval.dtype"), doc="The dtype, a ``numpy.dtype``.")
+    weak_type = property(operator.attrgetter("aval.weak_type"),
+                         doc="Whether the value is weakly typed (made from a Python scalar).")
 
     @property
     def ndim(self) -> int:

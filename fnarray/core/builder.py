@@ -39,6 +39,9 @@ def _no_folder(primitive, vals, params):
 
 
 _fold = _no_folder
+_new = object.__new__
+_new_tuple = tuple.__new__
+_VAR_IDS = Var._ids   # (``Var.__init__``'s counter: numbers stay unique across both ways of making one)
 
 
 def set_literal_folder(fn) -> None:
@@ -149,11 +152,16 @@ class BuilderTrace(Trace):
         # ``**`` of the Params' own dict: of a Mapping it calls ``keys`` and ``__getitem__`` per item in Python
         avals = primitive.abstract_eval(*in_avals, **(params._d if type(params) is Params else params))
         ins = tuple(ins)
-        if not primitive.multiple_results:  # (one output: new_tracer and atom inlined, the common equation)
-            t = BuilderTracer(self, avals)
+        if not primitive.multiple_results:
+            # (one output, the common equation: new_tracer and atom inlined, and the tracer, its variable and the
+            # equation made without their Python ``__init__``/``__new__`` frames: three calls an equation)
+            t = _new(BuilderTracer)
+            t._trace, t.aval, t.literal = self, avals, None
             b.tracers.append(t)
-            v = bvars[id(t)] = Var(avals)
-            b.eqns.append(Eqn(primitive, ins, params, (v,)))
+            v = _new(Var)
+            v.aval, v._id = avals, next(_VAR_IDS)
+            bvars[id(t)] = v
+            b.eqns.append(_new_tuple(Eqn, (primitive, ins, params, (v,))))
             return t
         out_tracers = [b.new_tracer(self, a) for a in avals]
         b.eqns.append(Eqn(primitive, ins, params, tuple(bvars[id(t)] for t in out_tracers)))

@@ -69,8 +69,14 @@ def size_free_key(prog: Program):
             if k == shape_param:
                 got = shapes.get(v)
                 params.append((k, dims(v) if got is None else got))
-            else:
-                params.append((k, param_key(v)))
+            else:   # (``param_key``'s commonest cases inline, the same keys: a call a parameter less)
+                t = type(v)
+                if t is int:
+                    params.append((k, ("int", v)))
+                elif t is str or v is None:
+                    params.append((k, v))
+                else:
+                    params.append((k, param_key(v)))
         atoms = []
         for a in e.inputs:
             if type(a) is Literal:

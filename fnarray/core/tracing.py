@@ -127,11 +127,20 @@ _CONVERSION_ERRORS = {"bool()": TracerBoolConversionError, "int()": TracerIntege
                       "__index__": TracerIntegerConversionError,
                       "converting to a NumPy array": TracerArrayConversionError}
 
+#: The tracer classes whose ``full_lower`` is ``Tracer``'s (the tracer itself): ``bind`` returns their values as
+#: they are (filled by ``Tracer.__init_subclass__``).
+_LOWERS_TO_ITSELF: set = set()
+
 
 class Tracer(Array):
     """A value inside a transformation. Subclasses define ``aval``."""
 
     __slots__ = ("_trace",)
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.full_lower is Tracer.full_lower:
+            _LOWERS_TO_ITSELF.add(cls)
 
     def full_lower(self):
         return self
@@ -306,6 +315,7 @@ def full_lower(val):
 
 
 _NO_PARAMS = Params()
+_new = object.__new__
 
 
 def bind(primitive, *args, **params):
@@ -316,10 +326,15 @@ def bind(primitive, *args, **params):
                 break
         else:
             return _direct(primitive, args, params)
-    p = Params.taking(params) if params else _NO_PARAMS
+    if params:  # (``Params.taking``, inline: a Python call an equation less)
+        p = _new(Params)
+        p._d, p._hash, p._subs = params, None, None
+    else:
+        p = _NO_PARAMS
     top = _state.dynamic[-1]
     level = top.level
     trace = None  # the trace of the innermost tracer, where it is above the dynamic level (find_top_trace, inline)
+    raised = True  # every argument a tracer of the dynamic level: its own raise (a jit trace's common equation)
     for a in args:
         if isinstance(a, Tracer):
             t = a._trace
@@ -328,17 +343,27 @@ def bind(primitive, *args, **params):
                 raise _leak(a)
             if m.level > level:
                 level, trace = m.level, t  # traces hold only their main: the tracer's own serves (no new one)
-            elif trace is None and m is top and level:
+                raised = False
+            elif m is not top:
+                raised = False
+            elif trace is None and level:
                 trace = t  # a tracer of the dynamic level (a jit trace's values): its trace, not a new one
+        else:
+            raised = False
     if trace is None:
         if level == 0:
             return _eager_apply(primitive, args, p)
         trace = top.trace_type(top)
-    main = trace.main  # (a tracer of the top level is its own raise: no call for it)
-    tracers = [a if isinstance(a, Tracer) and a._trace.main is main else trace.full_raise(a) for a in args]
+    if raised and args:   # (the arguments as they are: no list of their raises made, a frame less an equation)
+        tracers = args
+    else:
+        main = trace.main  # (a tracer of the top level is its own raise: no call for it)
+        tracers = [a if isinstance(a, Tracer) and a._trace.main is main else trace.full_raise(a) for a in args]
     outs = trace.process_primitive(primitive, tracers, p)
     if primitive.multiple_results:
         return [full_lower(o) for o in outs]
+    if type(outs) in _LOWERS_TO_ITSELF:  # (a jit trace's tracer: no ``full_lower`` call an equation)
+        return outs
     return outs.full_lower() if isinstance(outs, Tracer) else outs  # full_lower, inline
 
 

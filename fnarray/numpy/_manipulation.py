@@ -120,7 +120,7 @@ def _seq_of_arrays(arrays, name):
         return [asarray_internal(a) for a in arrays]
     if not isinstance(arrays, (list, tuple)):
         raise TypeError(f"{name} needs a sequence (list or tuple) of arrays, got {type(arrays).__name__}")
-    return [_arr(a) for a in arrays]
+    return [a if isinstance(a, Array) else asarray_internal(a) for a in arrays]   # (``_arr`` inline)
 
 
 def _promote_arrays(name, arrays, dtype=None):
@@ -391,17 +391,18 @@ def concat(arrays, /, *, axis=0):
     arrays = _seq_of_arrays(arrays, "concat")
     if not arrays:
         raise ShapeError("concat needs at least one array")
-    arrays = [_arr(a) for a in _promote_arrays("concat", arrays)]
+    arrays = [a if isinstance(a, Array) else asarray_internal(a) for a in _promote_arrays("concat", arrays)]
     if axis is None:
         arrays = [lax.reshape(a, (a.size,)) for a in arrays]
         axis = 0
-    nd = arrays[0].ndim
+    s0 = arrays[0].shape
+    nd = len(s0)
     if nd == 0:
         raise ShapeError("concat: 0-d arrays cannot be joined along an axis; use stack, or axis=None")
     ax = normalize_axis(axis, nd, "concat axis")
-    for a in arrays[1:]:
-        if a.ndim != nd or any(p != q for i, (p, q) in enumerate(zip(a.shape, arrays[0].shape, strict=True))
-                               if i != ax):
+    for a in arrays[1:]:   # (slices compared, no generator: every traced step that grows a cache passes here)
+        s = a.shape
+        if len(s) != nd or s[:ax] != s0[:ax] or s[ax + 1:] != s0[ax + 1:]:
             raise ShapeError(f"concat along axis {ax}: shapes {arrays[0].shape} and {a.shape} differ "
                              "in rank or outside that axis")
     return lax.concatenate(arrays, ax)

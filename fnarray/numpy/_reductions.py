@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from fnarray.core import dtypes, lax
+from fnarray.core.array import Array
 from fnarray.core.errors import DTypeError, ShapeError
 from fnarray.core.tracing import Tracer, is_scalar
 from fnarray.numpy._util import (
@@ -74,8 +75,9 @@ def _prep(name, x, out=None):
     if out is not None:
         raise TypeError(f"{name}: the out= argument is not supported, as fnarray arrays are immutable; "
                         "use the returned array instead")
-    check_arraylike(name, x)
-    x = asarray_internal(x)
+    if not isinstance(x, Array):   # (an array, the common case: neither check nor conversion to call)
+        check_arraylike(name, x)
+        x = asarray_internal(x)
     if x.weak_type:
         x = lax.convert_element_type(x, x.dtype, weak_type=False)
     return x
@@ -88,6 +90,8 @@ def _convert(x, d):
 def _sum_dtype(d):
     """The accumulation dtype of ``sum``/``prod`` without ``dtype=`` (as ``jax.numpy.sum``): bool and narrower
     integers widen to the default integer's width (``int32``/``uint32``; 64-bit with ``enable_x64`` on)."""
+    if d.kind == "f" or d.kind == "c":   # (floats keep their dtype: no default integer to look up)
+        return d
     di = dtypes.default_int()
     if dtypes.is_bool(d):
         return di
@@ -109,7 +113,7 @@ def _real_dtype(d):
 
 
 def _kept_shape(shape, axes):
-    return tuple(1 if i in axes else n for i, n in enumerate(shape))
+    return tuple([1 if i in axes else n for i, n in enumerate(shape)])
 
 
 def _finish(y, shape, axes, keepdims):
@@ -265,7 +269,7 @@ def _extremum(name, is_max, a, axis, out, keepdims, initial, where):
         if where is not None:
             raise ValueError(f"{name} with where= needs initial=: the masked-out slices would otherwise have no "
                              "value (pass e.g. initial=-inf for max)")
-        if builtins.any(x.shape[i] == 0 for i in axes):
+        if 0 in x.shape and builtins.any(x.shape[i] == 0 for i in axes):
             raise ValueError(f"{name} of an empty array (shape {x.shape}, axis {axis}) has no value; "
                              "pass initial= to give the result of an empty reduction")
     if where is not None:

@@ -7,6 +7,7 @@ import operator
 import numpy as np
 
 from fnarray.core import dtypes, lax
+from fnarray.core import primitives as P
 from fnarray.core.array import Array
 from fnarray.core.avals import get_aval, set_asarray
 from fnarray.core.errors import AxisError, DTypeError, ShapeError, type_name
@@ -227,7 +228,18 @@ def elementwise(name, fn, *args, check=None, bool_fn=None):
             # promote, so only the broadcast below (what the general path does for them, without its passes).
             if check is not None:
                 check(d)
-            args, _ = broadcast_arrays_(args, name)
+            x, y = args
+            sx, sy = x.aval.shape, y.aval.shape
+            shape = broadcast_same_rank(sx, sy) if len(sx) == len(sy) else None
+            if shape is not None:   # one rank (``broadcast_arrays_``'s passes inline: ~10 calls less an operation)
+                dims = tuple(range(len(shape)))
+                if sx != shape:
+                    x = P.broadcast_in_dim.bind(x, shape=shape, broadcast_dimensions=dims)
+                if sy != shape:
+                    y = P.broadcast_in_dim.bind(y, shape=shape, broadcast_dimensions=dims)
+                args = (x, y)
+            else:
+                args, _ = broadcast_arrays_(args, name)
             return (bool_fn if bool_fn is not None and d == dtypes.bool_ else fn)(*args)
     elif len(args) == 1 and isinstance(args[0], Array):
         av = args[0].aval

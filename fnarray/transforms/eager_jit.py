@@ -75,7 +75,7 @@ from fnarray.devices import placement
 from fnarray.devices.array_impl import ArrayImpl
 from fnarray.devices.backend import compiling
 from fnarray.devices import array_impl, eager_ops, shapeless
-from fnarray.devices.eager_ops import _fast_now
+from fnarray.devices.eager_ops import _APPLY, _STATE, _fast_now
 from fnarray.devices.lookup import DEFAULT_NOW, current_default
 from fnarray.transforms import eager_tape
 from fnarray.transforms.jit import Jitted
@@ -819,9 +819,9 @@ _SERVED = shapeless.SERVED
 def _wrapper(fn, qualname):
     """``fn``'s wrapper (``_wrap``; ``qualname``: its namespace's name): a rule of any shape, else the keyed call."""
     def f(*args, **kwargs):
-        if (tracing.plain or _fast_now()) and placement.debug_check is None:
-            n = len(args)
-            x = args[0] if n else None
+        if (tracing.plain or (_STATE.dynamic[-1].level == 0 and tracing._eager_apply is _APPLY)) and \
+                placement.debug_check is None:   # (``_fast_now()`` inline: every traced namespace call asks)
+            x = args[0] if (n := len(args)) else None
             rule = _SHAPELESS.get(qualname)
             a = x[0] if rule is not None and (type(x) is list or type(x) is tuple) and x else x
             if (rule is not None and type(a) is ArrayImpl and a.aval.dtype in _SERVED.get(id(a._device), ())

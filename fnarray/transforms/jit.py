@@ -230,11 +230,14 @@ class _Hot:
         self.flat_out = (not self.single and t.type is tuple and t.num_nodes == t.num_leaves + 1
                          and t.num_children == t.num_leaves)
         # static arguments: by position (the call's positional count ``nargs`` is then fixed) and by keyword
-        self.static_pos = tuple((k, v) for k, v in statics if isinstance(k, int))
-        self.static_kw = tuple((k, v) for k, v in statics if isinstance(k, str))
+        # (none, the common call: no generators made; each new length of a growing loop makes a record)
+        self.static_pos = tuple((k, v) for k, v in statics if isinstance(k, int)) if statics else ()
+        self.static_kw = tuple((k, v) for k, v in statics if isinstance(k, str)) if statics else ()
         self.nargs = nargs
-        static_at = {k for k, _ in self.static_pos}
-        self.dyn_pos = tuple(i for i in range(nargs) if i not in static_at) if self.static_pos else None
+        self.dyn_pos = None
+        if self.static_pos:
+            static_at = {k for k, _ in self.static_pos}
+            self.dyn_pos = tuple(i for i in range(nargs) if i not in static_at)
         self.donated = tuple(donated)
         # positional arrays in, a direct entry, no constants or donation, arrays or a tuple of them out: run by
         # ``__call__`` itself
@@ -696,7 +699,7 @@ class Jitted:
             if frames[0].used and not self._cache.spec_dependent:
                 self._became_spec_dependent()
                 k = key + (_leaf_shardings(leaves),)
-            if not any(isinstance(c, tracing.Tracer) for c in consts):
+            if not (consts and any(isinstance(c, tracing.Tracer) for c in consts)):  # (no generator for none)
                 entry = self._traces.put(k, entry)
             return entry
         cache = self._cache
@@ -1061,7 +1064,7 @@ class Jitted:
                     entry.axis_names = tuple(free_axis_names(entry.program))
                 for n in entry.axis_names:
                     axis_frame(n, f"jit({getattr(self.fun, '__name__', 'fun')}) runs a collective")
-        if traced or any(isinstance(c, tracing.Tracer) for c in entry.consts):
+        if traced or (entry.consts and any(isinstance(c, tracing.Tracer) for c in entry.consts)):
             closed = consts_as_inputs(entry.program)
             leaves = [_operand(x) for x in leaves]
             outs = P.call.bind(*entry.consts, *leaves, program=closed,
