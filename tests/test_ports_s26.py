@@ -4,19 +4,19 @@
 Sources: pages of JAX's documentation, jax-ml/jax cec06d1, their code cells in order as one script (the notebooks'
 own text; a cell's last bare expression printed as the notebook shows it; plotting left out):
 
-- ``GOTCHAS``: ``docs/notebooks/Common_Gotchas_in_JAX.md`` ("JAX - The Sharp Bits": impure functions under
+- ``GOTCHAS``: ``jax-ml/jax/docs/notebooks/Common_Gotchas_in_JAX.md`` ("JAX - The Sharp Bits": impure functions under
   ``jit``, iterators in ``lax.fori_loop``/``scan``/``cond``, ``.at[]`` updates, ``jit`` of methods with
   ``static_argnums`` and a registered pytree, out-of-bounds indexing and ``mode="fill"``, non-array inputs,
   boolean masks under ``jit``, a 64-bit dtype requested with 64-bit off). The page's ``make_jaxpr`` print is left
   out (each library prints its own IR).
-- ``CONTROL_FLOW``: ``docs/control-flow.md`` ("Control flow and logical operators with JIT": Python control flow on
-  traced values, ``static_argnames``, ``lax.cond``/``while_loop``/``fori_loop``, ``logical_and``, ``grad`` through
-  Python branches).
-- ``COMPLEX``: ``docs/complex-differentiation.md`` (``jvp``/``vjp`` of a complex function against the real
+- ``CONTROL_FLOW``: ``jax-ml/jax/docs/control-flow.md`` ("Control flow and logical operators with JIT": Python
+  control flow on traced values, ``static_argnames``, ``lax.cond``/``while_loop``/``fori_loop``, ``logical_and``,
+  ``grad`` through Python branches).
+- ``COMPLEX``: ``jax-ml/jax/docs/complex-differentiation.md`` (``jvp``/``vjp`` of a complex function against the real
   partials, ``grad`` of a real function of a complex input, ``grad(holomorphic=True)`` of ``sin``, ``conjugate``
   and a loss through a complex Hermitian ``cholesky``).
-- ``LOG_PROBS``: ``docs/notebooks/vmapped_log_probs.md`` (Bayesian logistic regression: ``vmap`` of a log joint
-  written for one example, ``jax.scipy.stats.norm.logpdf``, ADVI by ``jit(value_and_grad(argnums=(0, 1)))``);
+- ``LOG_PROBS``: ``jax-ml/jax/docs/notebooks/vmapped_log_probs.md`` (Bayesian logistic regression: ``vmap`` of a
+  log joint written for one example, ``jax.scipy.stats.norm.logpdf``, ADVI by ``jit(value_and_grad(argnums=(0, 1)))``);
   60 steps of the page's 1000.
 
 The cells the pages tag ``raises-exception`` run inside ``try``/``except`` of the class JAX raises there (what a
@@ -952,7 +952,8 @@ MNIST_CHANGES = (
     ("        self, num_layers: int, input_dim: int, hidden_dim: int, output_dim: int\n    ):",
      "        self, num_layers: int, input_dim: int, hidden_dim: int, output_dim: int, *, key\n    ):"),
     ("            nn.Linear(idim, odim)\n            for idim, odim in zip(layer_sizes[:-1], layer_sizes[1:])",
-     "            nn.Linear(idim, odim, key=k)\n            for idim, odim, k in zip(layer_sizes[:-1], layer_sizes[1:],\n"
+     "            nn.Linear(idim, odim, key=k)\n"
+     "            for idim, odim, k in zip(layer_sizes[:-1], layer_sizes[1:],\n"
      "                                     fa.random.split(key, len(layer_sizes) - 1))"),
     ("    model = MLP(num_layers, train_images.shape[-1], hidden_dim, num_classes)\n    mx.eval(model.parameters())\n"
      "    model.save_weights(WEIGHTS)",
@@ -965,9 +966,12 @@ MNIST_CHANGES = (
      "    @fa.jit\n    def step(model, state, X, y):\n        loss, grads = loss_and_grad_fn(model, X, y)\n"
      "        updates, state = optimizer.update(grads, state, model)\n"
      "        return optim.apply_updates(model, updates), state, loss"),
-    ("    @partial(mx.compile, inputs=model.state)\n    def eval_fn(X, y):", "    @fa.jit\n    def eval_fn(model, X, y):"),
-    ("            step(X, y)\n            mx.eval(model.state)", "            model, state, _ = step(model, state, X, y)"),
-    ("        accuracy = eval_fn(test_images, test_labels)", "        accuracy = eval_fn(model, test_images, test_labels)"),
+    ("    @partial(mx.compile, inputs=model.state)\n    def eval_fn(X, y):",
+     "    @fa.jit\n    def eval_fn(model, X, y):"),
+    ("            step(X, y)\n            mx.eval(model.state)",
+     "            model, state, _ = step(model, state, X, y)"),
+    ("        accuracy = eval_fn(test_images, test_labels)",
+     "        accuracy = eval_fn(model, test_images, test_labels)"),
 )
 
 _TIME = re.compile(r", Time \d+\.\d+ \(s\)")
