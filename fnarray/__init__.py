@@ -57,7 +57,7 @@ jacobian = jacrev     # JAX's name (jax.jacobian is jacrev)
 
 # Libraries imported on first use, so that `import fnarray` stays light.
 _LAZY = {"random": None, "dtypes": None, "nn": None, "optim": None, "export": None, "profiler": None, "debug": None,
-         "ops": None, "utils": None, "flatten_util": None, "scipy": None,
+         "ops": None, "utils": None, "flatten_util": None, "scipy": None, "errors": None,
          "doctor": "fnarray._doctor", "check": "fnarray._check", "ad_checkpoint": None,
          "checkpoint_policies": "fnarray.ad_checkpoint",
          # (jax.experimental is there after ``import jax``; ``jax.enable_x64`` is JAX 0.10's name of its scope)

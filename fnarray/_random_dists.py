@@ -603,7 +603,7 @@ def poisson(key, lam, shape=None, dtype=None):
     fnp = _fnp()
     r = _r()
     k = r._check_key(key, "poisson")
-    d = dtypes.canonicalize(dtypes.default_int() if dtype is None else dtype)
+    d = dtypes.default_int() if dtype is None else dtypes.requested(dtype, "poisson")
     if not dtypes.is_int(d):
         raise DTypeError(f"poisson samples integer dtypes, got {d.name}")
     check_arraylike("poisson", lam)

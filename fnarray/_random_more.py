@@ -249,7 +249,7 @@ def geometric(key, p, shape=None, dtype=None):
     """
     fnp = _fnp()
     r = _r()
-    d = dtypes.canonicalize(dtypes.default_int() if dtype is None else dtype)
+    d = dtypes.default_int() if dtype is None else dtypes.requested(dtype, "geometric")
     if not dtypes.is_int(d):
         raise DTypeError(f"geometric samples integers: its dtype must be an integer dtype, got {d.name}")
     p = r._as_array(p)
@@ -289,7 +289,7 @@ def orthogonal(key, n, shape=(), dtype=None, m=None):
     m = n if m is None else operator.index(m)
     if n < 0 or m < 0:
         raise ShapeError(f"orthogonal: n and m must be non-negative, got n={n}, m={m}")
-    d = dtypes.canonicalize(dtypes.default_float() if dtype is None else dtype)
+    d = dtypes.default_float() if dtype is None else dtypes.requested(dtype, "orthogonal")
     if not (dtypes.is_float(d) or dtypes.is_complex(d)):
         raise DTypeError(f"orthogonal samples floating or complex matrices, got dtype {d.name}")
     z = r.normal(k, shape + (max(n, m), min(n, m)), d)

@@ -153,7 +153,7 @@ def _shape_arg(shape, name: str) -> tuple:
 
 
 def _float_dtype(dtype, name: str) -> np.dtype:
-    d = dtypes.canonicalize(dtypes.default_float() if dtype is None else dtype)
+    d = dtypes.default_float() if dtype is None else dtypes.requested(dtype, name)
     if d not in _MANTISSA_BITS:
         raise DTypeError(f"{name} samples floating dtypes (float16, bfloat16, float32, float64), got {d.name}")
     return d
@@ -532,7 +532,7 @@ def bits(key, shape=(), dtype=None) -> Array:
     """
     k = _check_key(key, "bits")
     shape = _shape_arg(shape, "bits")
-    d = dtypes.canonicalize((_U32 if not dtypes.x64_enabled() else dtypes.uint64) if dtype is None else dtype)
+    d = (_U32 if not dtypes.x64_enabled() else dtypes.uint64) if dtype is None else dtypes.requested(dtype, "bits")
     if not dtypes.is_unsigned(d):
         raise DTypeError(f"bits makes unsigned integers (uint8, uint16, uint32, uint64), got {d.name}")
     return _random_bits(k, d.itemsize * 8, shape)
@@ -621,7 +621,7 @@ def normal(key, shape=(), dtype=None) -> Array:
     """
     k = _check_key(key, "normal")
     shape = _shape_arg(shape, "normal")
-    d = dtypes.canonicalize(dtypes.default_float() if dtype is None else dtype)
+    d = dtypes.default_float() if dtype is None else dtypes.requested(dtype, "normal")
     if dtypes.is_complex(d):
         real_d = dtypes.float32 if d == dtypes.complex64 else dtypes.float64
         k_re, k_im = _split2(k)
@@ -834,7 +834,7 @@ def rademacher(key, shape=(), dtype=None) -> Array:
       ShapeError: a key not of shape ``(2,)``, or a negative dimension in ``shape``.
     """
     k = _check_key(key, "rademacher")
-    d = dtypes.canonicalize(dtypes.default_int() if dtype is None else dtype)
+    d = dtypes.default_int() if dtype is None else dtypes.requested(dtype, "rademacher")
     if dtypes.is_bool(d) or (dtypes.is_int(d) and not dtypes.is_signed(d)):
         raise DTypeError(f"rademacher samples -1 and 1: its dtype must be signed or floating, got {d.name}")
     b = lax.lt(_uniform(k, _shape_arg(shape, "rademacher"), dtypes.float32, 0.0, 1.0, "rademacher"),
@@ -1160,7 +1160,7 @@ def randint(key, shape, minval, maxval, dtype=None) -> Array:
     """
     k = _check_key(key, "randint")
     shape = _shape_arg(shape, "randint")
-    d = dtypes.canonicalize(dtypes.default_int() if dtype is None else dtype)
+    d = dtypes.default_int() if dtype is None else dtypes.requested(dtype, "randint")
     if not dtypes.is_int(d):
         raise DTypeError(f"randint makes integers, got dtype {d.name}; use uniform for floats")
     for v, what in ((minval, "minval"), (maxval, "maxval")):

@@ -31,10 +31,61 @@ _KW = {"none_is_leaf": False, "namespace": NAMESPACE}
 
 _NO_LEAVES = object()
 
+#: structure -> the equal structure whose dicts rebuild in sorted key order (``_sorted_keys``). optree's structures
+#: remember a dict's insertion order and rebuild it; JAX's rebuild sorted (``tree_unflatten``, ``tree_map``, the
+#: dicts ``jit``, ``grad`` and ``vmap`` return and pass to the function). Equal structures hash equal whatever that
+#: order, so one lookup (~0.3 us, no Python call: the hot flattens inline it) serves every flatten.
+_SORTED: dict = {}
+_DICT, _DEFAULTDICT = int(optree.PyTreeKind.DICT), int(optree.PyTreeKind.DEFAULTDICT)   # (records hold ints)
+
+
+def _sorted_def(treedef):
+    """``treedef`` rebuilding its dicts in sorted key order: ``_SORTED``'s entry, made on a miss."""
+    try:
+        return _SORTED[treedef]
+    except (KeyError, TypeError, ValueError):   # a new structure, or node data that does not compare (an array)
+        return _sorted_keys(treedef)
+
+
+def _sorted_node(node):
+    """One node record of a pickled structure, its dict's insertion order replaced by the sorted keys."""
+    if node[0] != _DICT and node[0] != _DEFAULTDICT:
+        return node
+    keys = node[2][1] if node[0] == _DEFAULTDICT else node[2]   # (a defaultdict's data: (factory, keys))
+    return node if list(node[7]) == list(keys) else node[:7] + (dict.fromkeys(keys),)
+
+
+def _sorted_keys(treedef):
+    """``treedef`` with every dict and defaultdict node rebuilding its keys in sorted order (JAX's), kept in
+    ``_SORTED``; ``treedef`` itself where none is out of order. Source: optree's pickled node records
+    ``(kind, arity, node_data, entries, custom, leaves, nodes, original_keys)``, whose last field is the
+    insertion order ``unflatten`` restores."""
+    try:
+        nodes, *rest = treedef.__getstate__()
+        fixed = tuple(_sorted_node(n) for n in nodes)
+        if any(a is not b for a, b in zip(fixed, nodes)):
+            out = optree.PyTreeSpec.__new__(optree.PyTreeSpec)
+            out.__setstate__((fixed, *rest))
+            treedef = out
+    except Exception:   # noqa: BLE001 (another optree's record layout: its insertion order, as before)
+        pass
+    if len(_SORTED) > 4096:
+        _SORTED.clear()
+    try:
+        _SORTED[treedef] = treedef
+    except (TypeError, ValueError):   # node data that does not compare: made again at each flatten
+        pass
+    return treedef
+
 
 def tree_flatten(tree, is_leaf: Callable[[Any], bool] | None = None):
-    """``(leaves, treedef)`` of ``tree``, leaves in a deterministic order (dict keys sorted)."""
-    return optree.tree_flatten(tree, is_leaf=is_leaf, **_KW)
+    """``(leaves, treedef)`` of ``tree``, leaves in a deterministic order (dict keys sorted), and a treedef that
+    rebuilds dicts in sorted key order, as JAX's."""
+    leaves, treedef = optree.tree_flatten(tree, is_leaf=is_leaf, **_KW)
+    try:
+        return leaves, _SORTED[treedef]
+    except (KeyError, TypeError, ValueError):   # a new structure, or node data that does not compare (an array)
+        return leaves, _sorted_keys(treedef)
 
 
 def tree_unflatten(treedef, leaves=_NO_LEAVES):
@@ -56,7 +107,7 @@ def tree_unflatten(treedef, leaves=_NO_LEAVES):
         raise TypeError("tree_unflatten(treedef, leaves): leaves missing (one argument is MLX's form: a list of "
                         "(dotted_name, value) pairs)")
     try:
-        return optree.tree_unflatten(treedef, leaves)
+        return _sorted_def(treedef).unflatten(leaves)
     except (ValueError, TypeError, AttributeError) as e:
         if not isinstance(treedef, optree.PyTreeSpec):
             raise TypeError(f"tree_unflatten: treedef must be a tree structure (from tree_flatten or "
@@ -94,7 +145,11 @@ def tree_leaves(tree, is_leaf=None) -> list:
 
 
 def tree_structure(tree, is_leaf=None):
-    return optree.tree_structure(tree, is_leaf=is_leaf, **_KW)
+    treedef = optree.tree_structure(tree, is_leaf=is_leaf, **_KW)
+    try:
+        return _SORTED[treedef]
+    except (KeyError, TypeError, ValueError):
+        return _sorted_keys(treedef)
 
 
 def tree_map(f: Callable, tree, *rest, is_leaf=None):
@@ -103,7 +158,9 @@ def tree_map(f: Callable, tree, *rest, is_leaf=None):
     Raises ``ValueError`` naming both structures when they differ, ``TypeError`` when ``f`` is not callable.
     """
     check_callable(f, "tree_map", "f (a function of the leaves)", "; call it as tree_map(f, tree, *rest)")
-    return optree.tree_map(f, tree, *rest, is_leaf=is_leaf, **_KW)
+    leaves, treedef = optree.tree_flatten(tree, is_leaf=is_leaf, **_KW)
+    others = [treedef.flatten_up_to(r) for r in rest]
+    return _sorted_def(treedef).unflatten(map(f, leaves, *others))
 
 
 # ----------------------------------------------------------------------------- paths (as jax.tree_util)
@@ -177,7 +234,7 @@ def tree_flatten_with_path(tree, is_leaf: Callable[[Any], bool] | None = None):
     """
     accessors, leaves, treedef = optree.tree_flatten_with_accessor(tree, is_leaf=is_leaf, **_KW)
     paths = [tuple(_key_of(e) for e in acc) for acc in accessors]
-    return list(zip(paths, leaves, strict=True)), treedef
+    return list(zip(paths, leaves, strict=True)), _sorted_def(treedef)
 
 
 def tree_leaves_with_path(tree, is_leaf: Callable[[Any], bool] | None = None) -> list:
@@ -201,7 +258,7 @@ def tree_map_with_path(f: Callable, tree, *rest, is_leaf=None):
     pairs, treedef = tree_flatten_with_path(tree, is_leaf)
     others = [treedef.flatten_up_to(r) for r in rest]
     outs = [f(path, leaf, *(o[i] for o in others)) for i, (path, leaf) in enumerate(pairs)]
-    return optree.tree_unflatten(treedef, outs)
+    return treedef.unflatten(outs)
 
 
 def keystr(keys, *, simple: bool = False, separator: str = "") -> str:

@@ -365,7 +365,8 @@ def test_uncommitted_arrays_run_on_the_default_device():
     """JAX's rule (as ``jax.default_device`` on two XLA host devices shows): an operation on uncommitted arrays
     only runs on the default device wherever they lie, its result uncommitted, in either operand order; eagerly
     (an operator, a ``fnarray.numpy`` function) and in ``jit`` (the first call and the cached ones); a committed
-    operand decides instead (JAX's ``committed`` placement); after the block the default is back."""
+    operand decides instead (JAX's ``committed`` placement); after the block the default is back, for ``grad`` and
+    the Jacobians too."""
     home = fa.get_device("numpy")
     jdev, kdev = require_backend("jax")[0], require_backend("opencl")[0]
     f, g = fa.jit(lambda a, b: a * b + 1), fa.jit(lambda a: a * 2)
@@ -385,6 +386,12 @@ def test_uncommitted_arrays_run_on_the_default_device():
                 assert_close(f(w, x), np.arange(3, dtype=np.float32) + 1)
             for out in (x * x, w * x, f(x, x), g(x)):
                 assert out.device == home and not out.committed
+            # transforms too (jax.grad/jacfwd/jacrev/hessian of arrays made in a jax.default_device block, after it)
+            loss = lambda a, b: fnp.sum(fnp.sin(a) * b)
+            outs = (fa.grad(loss)(x, x), *fa.value_and_grad(loss)(x, x), fa.jacfwd(fnp.sin)(x),
+                    fa.jacrev(fnp.sin)(x), fa.hessian(lambda a: fnp.sum(a ** 3))(x))
+            assert all(out.device == home and not out.committed for out in outs)
+            assert_close(outs[3], np.diag(np.cos(np.ones(3, np.float32))))
 
 
 def test_jit_device_argument(testdev):

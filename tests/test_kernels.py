@@ -14,6 +14,7 @@ import math
 import os
 import pathlib
 import pickle
+import re
 import sys
 
 import numpy as np
@@ -363,6 +364,19 @@ def test_golden_kernels(target, name, f, args):
     assert path.exists(), f"{path} is missing: run with FNARRAY_REGEN_GOLDEN=1 to create it"
     assert text == path.read_text(), (f"generated kernels for {name!r} changed; review the difference and "
                                       "run with FNARRAY_REGEN_GOLDEN=1 if it is intended")
+
+
+def test_opencl_conditions_are_not_doubly_parenthesised():
+    """``if (r12 == r10)``, not ``if ((r12 == r10))``: clang (PoCL) warns of an equality in doubled parentheses
+    whose left side is assignable, and printed "1 warning generated." at the first opencl:0 ``cholesky``; an
+    ``if`` of two parenthesised terms keeps its parentheses."""
+    spd = np.eye(5, dtype=np.float32) * 4 + 1
+    launches = schedule(traced(fnp.linalg.cholesky, spd), CAPS, workgroup=64).launches
+    src = render_opencl(launches[0].kernel)
+    assert re.search(r"if \(r\d+ == r\d+\) \{", src) and not re.search(r"if \(\([^()]*\)\)", src)
+    from fnarray.lowering.kernels.opencl_c import _outer_parentheses_dropped
+    assert _outer_parentheses_dropped("(a == b)") == "a == b"
+    assert _outer_parentheses_dropped("(a) && (b)") == "(a) && (b)"
 
 
 # ------------------------------------------------------------------------------------- in-place updates

@@ -173,6 +173,7 @@ def test_shapes_dtypes_and_bad_input():
         fr.t(fr.key(0), 3.0, dtype=np.int32)
 
 
+@pytest.mark.enable_x64   # (float64 samples: the finite difference of the quantile needs them)
 def test_gamma_gradient_is_the_implicit_reparameterization():
     a = 2.5
     x, g = fa.jit(fa.vmap(fa.value_and_grad(lambda a_, k_: fr.gamma(k_, a_, dtype=np.float64)), (None, 0)))(

@@ -6,7 +6,8 @@ keeps working for users who do not know fnarray's classes.
 
 __all__ = [
     "FnArrayError", "ShapeError", "AxisError", "ContractionShapeError", "DTypeError", "TypePromotionError",
-    "ConcretizationError",
+    "ConcretizationError", "TracerBoolConversionError", "TracerIntegerConversionError", "TracerArrayConversionError",
+    "NonConcreteBooleanIndexError",
     "UnsupportedOnDevice", "BackendUnavailable", "TracerLeakError", "ResourceExhaustedError",
     "PyTreeError", "ExportError", "LinAlgError", "FallbackWarning",
 ]
@@ -45,6 +46,25 @@ class TypePromotionError(DTypeError, ValueError):
 
 class ConcretizationError(FnArrayError, TypeError):
     """A traced value was used where Python needs a concrete one (``if x > 0:``)."""
+
+
+class TracerBoolConversionError(ConcretizationError):
+    """``bool()`` of a traced value (``if x < 3:`` under ``jit``): JAX's ``jax.errors.TracerBoolConversionError``."""
+
+
+class TracerIntegerConversionError(ConcretizationError):
+    """``int()`` or ``__index__`` of a traced value (``range(x)``, ``lst[x]`` under ``jit``): JAX's
+    ``jax.errors.TracerIntegerConversionError``."""
+
+
+class TracerArrayConversionError(ConcretizationError):
+    """``numpy.asarray`` of a traced value (a NumPy function called on it under ``jit``): JAX's
+    ``jax.errors.TracerArrayConversionError``."""
+
+
+class NonConcreteBooleanIndexError(ConcretizationError, IndexError):
+    """A boolean mask of traced values used as an index (``x[x > 0]`` under ``jit``: the result's size is not known
+    while tracing): JAX's ``jax.errors.NonConcreteBooleanIndexError``, also an ``IndexError`` as JAX's."""
 
 
 class UnsupportedOnDevice(FnArrayError, NotImplementedError):

@@ -21,7 +21,8 @@ import numpy as np
 
 from fnarray.core import primitives
 from fnarray.core.array import Array
-from fnarray.core.errors import ConcretizationError, TracerLeakError, not_initialized
+from fnarray.core.errors import (ConcretizationError, TracerArrayConversionError, TracerBoolConversionError,
+                                  TracerIntegerConversionError, TracerLeakError, not_initialized)
 from fnarray.core.ir import Params
 
 __all__ = ["MainTrace", "Trace", "Tracer", "EvalTrace", "bind", "new_main", "new_dynamic",
@@ -121,6 +122,11 @@ def user_frame():
     return "<unknown>"
 
 
+#: the conversions that JAX reports with their own subclass of ``ConcretizationTypeError`` (``jax.errors``)
+_CONVERSION_ERRORS = {"bool()": TracerBoolConversionError, "int()": TracerIntegerConversionError,
+                      "__index__": TracerIntegerConversionError,
+                      "converting to a NumPy array": TracerArrayConversionError}
+
 #: The tracer classes whose ``full_lower`` is ``Tracer``'s (the tracer itself): ``bind`` returns their values as
 #: they are (filled by ``Tracer.__init_subclass__``).
 _LOWERS_TO_ITSELF: set = set()
@@ -143,7 +149,7 @@ class Tracer(Array):
         if not self._trace.main.alive:   # a leaked tracer: not a value of the running transformation
             raise _leak(self)
         where = user_frame()
-        raise ConcretizationError(
+        raise _CONVERSION_ERRORS.get(what, ConcretizationError)(
             f"{what} on a traced value {self.aval.str_short()} at {where}: Python control flow "
             "and conversions need concrete values, which this function does not have while it "
             "is transformed. Use fnarray.numpy.where(c, x, y) for elementwise choices and "

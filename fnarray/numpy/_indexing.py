@@ -33,7 +33,7 @@ import numpy as np
 
 from fnarray.core import dtypes, lax
 from fnarray.core.array import Array
-from fnarray.core.errors import ConcretizationError, ShapeError, check_callable
+from fnarray.core.errors import ConcretizationError, NonConcreteBooleanIndexError, ShapeError, check_callable
 from fnarray.core.tracing import Tracer, is_scalar
 from fnarray.numpy import _elementwise
 from fnarray.numpy._util import asarray_internal, broadcast_shapes, normalize_axis
@@ -109,7 +109,7 @@ def _parse_one(e):
     if isinstance(e, Array):
         if e.dtype == dtypes.bool_:
             if isinstance(e, Tracer):
-                raise ConcretizationError(_MASK_UNDER_JIT.format(aval=e.aval.str_short()))
+                raise NonConcreteBooleanIndexError(_MASK_UNDER_JIT.format(aval=e.aval.str_short()))
             e = np.asarray(e)
         elif dtypes.is_int(e.dtype):
             return ("dyn" if e.ndim == 0 else "arr"), e
@@ -480,7 +480,7 @@ def _update(x, key, values, op, clip=False):
             m = lax.broadcast_in_dim(mask, x.shape, tuple(range(k)))
             return _like(lax.select(m, _COMBINE[op](x, vv), x), x)
         if isinstance(mask, Tracer):
-            raise ConcretizationError(_MASK_UNDER_JIT.format(aval=mask.aval.str_short()))
+            raise NonConcreteBooleanIndexError(_MASK_UNDER_JIT.format(aval=mask.aval.str_short()))
     if isinstance(key, tuple) and not key:
         key = (Ellipsis,)
     entries, n_indexed = _resolve(x.shape, key)

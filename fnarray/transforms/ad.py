@@ -35,7 +35,7 @@ from fnarray.core.errors import DTypeError, ShapeError, check_callable, int_tupl
 from fnarray.core.interpreter import eval_program
 from fnarray.core.tracing import is_scalar
 from fnarray.devices.array_impl import ArrayImpl
-from fnarray.devices.lookup import default_device
+from fnarray.devices.lookup import DEFAULT_NOW, current_default, default_device
 from fnarray.transforms import ad_rules  # noqa: F401  (fills the rule tables)
 from fnarray.transforms import staged_transforms
 from fnarray.transforms import fft_rules  # noqa: F401  (the fft primitive's rules)
@@ -444,8 +444,9 @@ def _on_args_device(jac, kind, fun):
                 return out
         elif argnum is not None and not kwargs and -len(args) <= argnum < len(args):
             x = args[argnum]
-            if type(x) is ArrayImpl and (x._committed or x._device is default_device()):
-                impl = x._device.impl   # (an uncommitted array elsewhere: the default device's transform, as JAX)
+            # (an uncommitted argument off the current default device runs on the default device, JAX's rule)
+            if type(x) is ArrayImpl and (x._committed or x._device is DEFAULT_NOW[0] or x._device is current_default()):
+                impl = x._device.impl
                 if impl.eager_jacobian is not None:
                     return _by_backend(impl, name, fun, jac, args, argnum, x)
         with _args_device_scope(args):
@@ -469,27 +470,27 @@ _NO_SCOPE = contextlib.nullcontext()   # (reentrant and stateless: one object se
 
 
 def _args_device_scope(args):
-    """A ``with`` scope for a Jacobian of ``args``: where their concrete arrays share one device that is not the
-    default and one of them is committed there, ``default_device`` of it, so the arrays the transforms make
-    without operands (the basis, symbolic zeros made concrete, constants) are made there, not made on the default
-    device and copied over at their first use (issue 28: ~450 copies numpy:0 -> mlx:0 a jacobian sweep); else no
-    scope. Values are unchanged: an uncommitted array follows its committed operands either way (docs/design.md,
-    placement), and arrays all uncommitted run on the default device (JAX's rule: a scope of their device ran
-    ``jacfwd``/``hessian`` of numpy:0 arrays inside ``with default_device(webgpu)`` on numpy:0). Arrays passed as
+    """A ``with`` scope for a Jacobian of ``args``: where their committed arrays share one device that is not the
+    default, ``default_device`` of it, so the arrays the transforms make without operands (the basis, symbolic
+    zeros made concrete, constants) are made there, not made on the default device and copied over at their first
+    use (issue 28: ~450 copies numpy:0 -> mlx:0 a jacobian sweep); else no scope. Values are unchanged: an
+    uncommitted array follows its committed operands either way (docs/design.md, placement), and where every
+    array is uncommitted the Jacobian runs on the default device wherever they lie (JAX's rule: ``jax.grad`` of
+    arrays made in a ``jax.default_device(d)`` block runs on the default device after it). Arrays passed as
     they are (no containers: a sweep's ``jacfwd(f)(x)``) are read without flattening ``args`` (issue 28: the
     scope cost ~9 us of a staged Jacobian's ~25 us call on mlx:0)."""
-    dev, committed = None, False
+    dev = None
     for x in args:
         if type(x) is not ArrayImpl:
-            dev, committed = _leaves_device(args)
+            dev = _leaves_device(args)
             break
+        if not x._committed:
+            continue
         if dev is None:
             dev = x._device
         elif x._device is not dev:
             return _NO_SCOPE
-        if x._committed:
-            committed = True
-    if dev is None or not committed or dev is default_device():
+    if dev is None or dev is default_device():
         return _NO_SCOPE
     scope = _DEVICE_SCOPES.get(dev)
     if scope is None:   # (a scope holds its device only: entered by any number of calls, nested or in threads)
@@ -501,17 +502,15 @@ _DEVICE_SCOPES: dict = {}   # device -> its ``default_device(device)`` scope
 
 
 def _leaves_device(args):
-    """``(device, committed)``: the one device of the concrete arrays among ``args``' leaves, or ``None`` (none,
-    or several devices), and whether one of them is committed."""
-    dev, committed = None, False
+    """The one device of the committed arrays among ``args``' leaves, or ``None`` (none, or several devices)."""
+    dev = None
     for x in tree_util.tree_leaves(args):
-        if isinstance(x, ArrayImpl):
+        if isinstance(x, ArrayImpl) and x._committed:
             if dev is None:
                 dev = x.device
             elif x.device is not dev:
-                return None, False
-            committed = committed or x.committed
-    return dev, committed
+                return None
+    return dev
 
 
 #: The identity bases of small Jacobians (at most ``_BASIS_CACHED_ELEMENTS`` elements in all), by the leaves'

@@ -1,6 +1,6 @@
 __kernel void sort_init(__global int* restrict idx0, __global const float* restrict in1, __global float* restrict key2) {
     const int gid = ((int)get_global_id(0));
-    if ((gid < 32)) {
+    if (gid < 32) {
         const int p1 = (gid % 32);
         idx0[gid] = p1;
         const bool v2 = (p1 < 20);
@@ -12,7 +12,7 @@ __kernel void sort_init(__global int* restrict idx0, __global const float* restr
 
 __kernel void sort_step(const int jj, const int kk, __global int* restrict idx0, __global float* restrict key1) {
     const int gid = ((int)get_global_id(0));
-    if ((gid < 16)) {
+    if (gid < 16) {
         const int row0 = (gid / 16);
         const int q1 = (gid % 16);
         const int i2 = ((((q1 / jj) * 2) * jj) + (q1 % jj));
@@ -49,7 +49,7 @@ __kernel void sort_step(const int jj, const int kk, __global int* restrict idx0,
 
 __kernel void sort_gather(__global const int* restrict idx0, __global int* restrict out1) {
     const int gid = ((int)get_global_id(0));
-    if ((gid < 20)) {
+    if (gid < 20) {
         const int row0 = (gid / 20);
         const int t1 = (gid % 20);
         const int v2 = idx0[((row0 * 32) + t1)];

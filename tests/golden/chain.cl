@@ -18,7 +18,7 @@ __attribute__((always_inline)) float fa_tanh_f32(const float x) {
 #endif
 __kernel void map_mul_add_tanh(const int n, __global const float* restrict in0, __global const float* restrict in1, __global const float* restrict in2, __global float* restrict out3) {
     const int gid = ((int)get_global_id(0));
-    if ((gid < n)) {
+    if (gid < n) {
         const float v0 = in0[gid];
         const float v1 = in1[gid];
         const float v2 = (v0 * v1);

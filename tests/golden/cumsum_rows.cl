@@ -1,6 +1,6 @@
 __kernel void scan_cumsum(const int lines, const int L, const int I, __global const float* restrict in0, __global float* restrict out1) {
     const int gid = ((int)get_global_id(0));
-    if ((gid < lines)) {
+    if (gid < lines) {
         const int base0 = ((((gid / I) * L) * I) + (gid % I));
         const float v1 = in0[base0];
         float acc2 = v1;

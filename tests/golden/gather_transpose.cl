@@ -1,6 +1,6 @@
 __kernel void map_lt_add_select_n_reshape(__global const int* restrict in0, __global const float* restrict in1, __global float* restrict out2) {
     const int gid = ((int)get_global_id(0));
-    if ((gid < 21)) {
+    if (gid < 21) {
         const int i0 = (gid / 7);
         const int i1 = (gid % 7);
         const int v0 = in0[i1];

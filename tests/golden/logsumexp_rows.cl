@@ -38,7 +38,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
     __local float red3[128];
     red3[((int)get_local_id(0))] = acc0;
     barrier(CLK_LOCAL_MEM_FENCE);
-    if ((((int)get_local_id(0)) < 64)) {
+    if (((int)get_local_id(0)) < 64) {
         const int v4 = (((int)get_local_id(0)) + 64);
         const float v5 = red3[((int)get_local_id(0))];
         const float v6 = red3[v4];
@@ -46,7 +46,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         red3[((int)get_local_id(0))] = v7;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if ((((int)get_local_id(0)) < 32)) {
+    if (((int)get_local_id(0)) < 32) {
         const int v8 = (((int)get_local_id(0)) + 32);
         const float v9 = red3[((int)get_local_id(0))];
         const float v10 = red3[v8];
@@ -54,7 +54,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         red3[((int)get_local_id(0))] = v11;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if ((((int)get_local_id(0)) < 16)) {
+    if (((int)get_local_id(0)) < 16) {
         const int v12 = (((int)get_local_id(0)) + 16);
         const float v13 = red3[((int)get_local_id(0))];
         const float v14 = red3[v12];
@@ -62,7 +62,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         red3[((int)get_local_id(0))] = v15;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if ((((int)get_local_id(0)) < 8)) {
+    if (((int)get_local_id(0)) < 8) {
         const int v16 = (((int)get_local_id(0)) + 8);
         const float v17 = red3[((int)get_local_id(0))];
         const float v18 = red3[v16];
@@ -70,7 +70,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         red3[((int)get_local_id(0))] = v19;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if ((((int)get_local_id(0)) < 4)) {
+    if (((int)get_local_id(0)) < 4) {
         const int v20 = (((int)get_local_id(0)) + 4);
         const float v21 = red3[((int)get_local_id(0))];
         const float v22 = red3[v20];
@@ -78,7 +78,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         red3[((int)get_local_id(0))] = v23;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if ((((int)get_local_id(0)) < 2)) {
+    if (((int)get_local_id(0)) < 2) {
         const int v24 = (((int)get_local_id(0)) + 2);
         const float v25 = red3[((int)get_local_id(0))];
         const float v26 = red3[v24];
@@ -86,7 +86,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         red3[((int)get_local_id(0))] = v27;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if ((((int)get_local_id(0)) < 1)) {
+    if (((int)get_local_id(0)) < 1) {
         const int v28 = (((int)get_local_id(0)) + 1);
         const float v29 = red3[((int)get_local_id(0))];
         const float v30 = red3[v28];
@@ -105,7 +105,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
     __local float red38[128];
     red38[((int)get_local_id(0))] = acc33;
     barrier(CLK_LOCAL_MEM_FENCE);
-    if ((((int)get_local_id(0)) < 64)) {
+    if (((int)get_local_id(0)) < 64) {
         const int v39 = (((int)get_local_id(0)) + 64);
         const float v40 = red38[((int)get_local_id(0))];
         const float v41 = red38[v39];
@@ -113,7 +113,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         red38[((int)get_local_id(0))] = v42;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if ((((int)get_local_id(0)) < 32)) {
+    if (((int)get_local_id(0)) < 32) {
         const int v43 = (((int)get_local_id(0)) + 32);
         const float v44 = red38[((int)get_local_id(0))];
         const float v45 = red38[v43];
@@ -121,7 +121,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         red38[((int)get_local_id(0))] = v46;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if ((((int)get_local_id(0)) < 16)) {
+    if (((int)get_local_id(0)) < 16) {
         const int v47 = (((int)get_local_id(0)) + 16);
         const float v48 = red38[((int)get_local_id(0))];
         const float v49 = red38[v47];
@@ -129,7 +129,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         red38[((int)get_local_id(0))] = v50;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if ((((int)get_local_id(0)) < 8)) {
+    if (((int)get_local_id(0)) < 8) {
         const int v51 = (((int)get_local_id(0)) + 8);
         const float v52 = red38[((int)get_local_id(0))];
         const float v53 = red38[v51];
@@ -137,7 +137,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         red38[((int)get_local_id(0))] = v54;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if ((((int)get_local_id(0)) < 4)) {
+    if (((int)get_local_id(0)) < 4) {
         const int v55 = (((int)get_local_id(0)) + 4);
         const float v56 = red38[((int)get_local_id(0))];
         const float v57 = red38[v55];
@@ -145,7 +145,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         red38[((int)get_local_id(0))] = v58;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if ((((int)get_local_id(0)) < 2)) {
+    if (((int)get_local_id(0)) < 2) {
         const int v59 = (((int)get_local_id(0)) + 2);
         const float v60 = red38[((int)get_local_id(0))];
         const float v61 = red38[v59];
@@ -153,7 +153,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
         red38[((int)get_local_id(0))] = v62;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if ((((int)get_local_id(0)) < 1)) {
+    if (((int)get_local_id(0)) < 1) {
         const int v63 = (((int)get_local_id(0)) + 1);
         const float v64 = red38[((int)get_local_id(0))];
         const float v65 = red38[v63];
@@ -162,7 +162,7 @@ __kernel __attribute__((reqd_work_group_size(128, 1, 1))) void reduce_reduce_max
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     const float v67 = red38[0];
-    if ((((int)get_local_id(0)) == 0)) {
+    if (((int)get_local_id(0)) == 0) {
         const float v68 = fa_log_f32(v67);
         out1[((int)get_group_id(0))] = v68;
     }

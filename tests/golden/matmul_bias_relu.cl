@@ -65,7 +65,7 @@ __kernel __attribute__((reqd_work_group_size(16, 8, 1))) void dot_tiled_dot_gene
         for (int r46 = 0; r46 < 4; r46++) {
             const int gi47 = (row00 + ((((int)get_local_id(1)) * 8) + r45));
             const int gj48 = (col01 + (((int)get_local_id(0)) + (r46 * 16)));
-            if (((gi47 < M) && (gj48 < N))) {
+            if ((gi47 < M) && (gj48 < N)) {
                 const float v49 = acc7[((r45 * 4) + r46)];
                 const int o50 = ((((((int)get_group_id(2)) * 64) + gi47) * 128) + gj48);
                 const float v51 = in2[gj48];

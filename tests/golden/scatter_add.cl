@@ -1,6 +1,6 @@
 __kernel void scatter_lt_add_select_n_reshape(__global const float* restrict in0, __global const int* restrict in1, __global const float* restrict in2, __global float* restrict out3) {
     const int gid = ((int)get_global_id(0));
-    if ((gid < 30)) {
+    if (gid < 30) {
         const int i0 = (gid / 3);
         const int i1 = (gid % 3);
         const float v0 = in0[((i0 * 3) + i1)];

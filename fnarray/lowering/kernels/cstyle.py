@@ -162,6 +162,10 @@ class CStyleRenderer(abc.ABC):
         inc = f"{var}++" if step == "1" else f"{var} += {step}"
         return f"for (int {var} = {start}; {var} < {stop}; {inc})"
 
+    def if_header(self, cond: str) -> str:
+        """The head of an ``if`` on the printed condition ``cond`` (the branch follows in braces)."""
+        return f"if ({cond})"
+
     def call(self, e: Op, args: list) -> str:
         """A function op applied to its printed ``args``: ``functions[op]`` (default: the op's name); ``min`` and
         ``max`` of bools as ``&`` and ``|``."""
@@ -247,7 +251,7 @@ class CStyleRenderer(abc.ABC):
                 self._stmts(s.body, depth + 1, lines)
                 lines.append(pad + "}")
             elif isinstance(s, If):
-                lines.append(pad + f"if ({self.expr(s.cond)}) {{")
+                lines.append(pad + self.if_header(self.expr(s.cond)) + " {")
                 self._stmts(s.then, depth + 1, lines)
                 if s.orelse:
                     lines.append(pad + "} else {")

@@ -148,6 +148,12 @@ class OpenCLRenderer(CStyleRenderer):
     def bitcast(self, x: str, dtype) -> str:
         return f"as_{self.type_name(dtype)}({x})"
 
+    def if_header(self, cond: str) -> str:
+        """``if (a == b)``, not ``if ((a == b))``: clang warns of an equality in doubled parentheses whose left side
+        is assignable (``-Wparentheses-equality``), and PoCL printed its "1 warning generated." to the user at the
+        first compile of ``cholesky``'s kernel (``if ((r12 == r10))``, a loop counter on the left)."""
+        return f"if ({_outer_parentheses_dropped(cond)})"
+
     def barrier(self, space: str = "local") -> str:
         if space == "global":
             return "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"
@@ -224,3 +230,16 @@ def render_opencl(kernel: Kernel) -> str:
     """OpenCL C source of ``kernel`` (deterministic: the same kernel gives the same text); its float32
     transcendentals as fnarray's helpers or, for ``kernel.math == "builtin"``, the driver's functions."""
     return (_BUILTIN_RENDERER if kernel.math == "builtin" else _RENDERER).render(kernel)
+
+
+def _outer_parentheses_dropped(text: str) -> str:
+    """``text`` without one pair of parentheses that encloses all of it (``(a == b)`` -> ``a == b``); ``text``
+    itself where there is none (``(a) && (b)``, ``f(x)``)."""
+    if not (text.startswith("(") and text.endswith(")")):
+        return text
+    depth = 0
+    for i, c in enumerate(text):
+        depth += (c == "(") - (c == ")")
+        if depth == 0 and i < len(text) - 1:
+            return text
+    return text[1:-1]
