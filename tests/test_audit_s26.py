@@ -106,3 +106,13 @@ def test_take_of_an_index_past_int64_names_it():
         with pytest.raises(OverflowError, match="does not fit in int64"):
             fnp.take(x, index, mode="clip")
     np.testing.assert_array_equal(np.asarray(fnp.take(x, [5, -1], mode="clip")), [5.0, 0.0])
+
+
+def test_round_to_more_places_than_the_dtype_holds_is_the_identity():
+    """``round(x, 10**6)`` raised ``OverflowError`` from ``10.0 ** decimals``; JAX returns ``x`` wherever
+    ``10**decimals`` overflows the dtype (float32 from 39 places), and rounds as before below that."""
+    x = np.array([1.5, 2.25, -3.7, np.inf, np.nan], np.float32)
+    for decimals in (10**6, 400, 39):
+        np.testing.assert_array_equal(np.asarray(fnp.round(fnp.asarray(x), decimals)), x)
+        np.testing.assert_array_equal(np.asarray(fa.jit(lambda v, d=decimals: fnp.round(v, d))(x)), x)
+    np.testing.assert_array_equal(np.asarray(fnp.round(fnp.asarray(x), 1)), np.round(x, 1))

@@ -1018,7 +1018,8 @@ def round(x, /, decimals: int = 0):  # noqa: A001 (array API name)
 
     Integer inputs are returned unchanged for ``decimals >= 0`` and rounded half to even to a
     multiple of ``10**-decimals`` otherwise, in integer arithmetic, as NumPy does (JAX raises);
-    a multiple beyond the dtype's range gives 0. Complex inputs round both parts. Differences
+    a multiple beyond the dtype's range gives 0. A float array whose ``10**decimals`` overflows its dtype is
+    returned unchanged (it holds no more places), as JAX does. Complex inputs round both parts. Differences
     from NumPy: lists are not accepted, as in ``jax.numpy``.
 
     Args:
@@ -1039,7 +1040,10 @@ def round(x, /, decimals: int = 0):  # noqa: A001 (array API name)
             return v if decimals >= 0 or d == dtypes.bool_ else _round_int(v, -decimals)
         if decimals == 0:
             return lax.round(v)
-        f = np.asarray(10.0 ** decimals, d)[()]
+        with np.errstate(over="ignore"):
+            f = np.asarray(10.0 ** decimals if decimals < 400 else np.inf, d)[()]
+        if not np.isfinite(f):   # more places than the dtype holds: x itself (JAX's result)
+            return v
         return lax.div(lax.round(lax.mul(v, f)), f)
     return elementwise("round", g, x)
 
