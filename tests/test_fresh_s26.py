@@ -66,3 +66,37 @@ def test_unique_fill_value_not_a_scalar():
     with pytest.raises(ValueError, match="fill_value must be a scalar"):
         fnp.unique_all(np.array([1, 2]), size=3, fill_value=np.array([1, 2]))
     assert fnp.unique(np.array([2, 1]), size=3, fill_value=np.array(7)).tolist() == [1, 2, 7]
+
+
+def test_disable_jit_is_per_thread():
+    # was one process-wide switch: another thread's scope made this thread's jitted functions run in Python, and
+    # two threads' overlapping scopes left compilation off after both had closed
+    import threading
+    from fnarray.transforms import disable_jit as dj
+    runs = []
+    f = fa.jit(lambda x: (runs.append(1), x + 1)[1])
+    f(fnp.ones(2))  # traced once
+    opened, close_a, a_closed = threading.Event(), threading.Event(), threading.Event()
+
+    def scope_a():
+        with fa.disable_jit():
+            opened.set()
+            close_a.wait(5)
+        a_closed.set()
+
+    thread = threading.Thread(target=scope_a)
+    thread.start()
+    opened.wait(5)
+    with fa.disable_jit():  # overlaps thread a's scope, closes after it
+        close_a.set()
+        a_closed.wait(5)
+        assert f(fnp.ones(2)).tolist() == [2.0, 2.0] and len(runs) == 2  # this thread's scope: Python
+    thread.join(5)
+    del runs[:]
+    assert f(fnp.ones(2)).tolist() == [2.0, 2.0] and runs == [] and not dj.off
+    with fa.disable_jit():
+        seen = []
+        other = threading.Thread(target=lambda: seen.append(f(fnp.ones(2))))
+        other.start()
+        other.join(5)
+    assert len(seen) == 1 and runs == []  # another thread's call stays compiled
